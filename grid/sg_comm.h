@@ -1,0 +1,132 @@
+/* shardgrid — the communication layer over mesh groups.
+ *
+ * Collectives and point-to-point calls on a group, with element counts
+ * (int64_t) and shardgrid dtypes. Every function here is collective over its
+ * group unless it says otherwise, and returns the same status on every rank
+ * for errors all ranks can see (bad counts, dtypes); an MPI failure is
+ * reported where it happens.
+ *
+ * Host buffers go through MPI. When shardgrid is built with CUDA and NCCL
+ * and sg_mesh_enable_nccl was called, buffers in CUDA device memory go
+ * through NCCL on a communicator that matches the group.
+ *
+ * In-place: pass send == recv where MPI allows MPI_IN_PLACE (allreduce,
+ * allgather(v) with the own block already in place, reduce_scatter).
+ *
+ * Deterministic mode (sg_comm_set_deterministic(1), or the _det variants):
+ * reductions gather every contribution and sum them in group-rank order on
+ * every rank, so the result is bitwise the same on every rank and every run,
+ * independent of the MPI library's algorithm choice.
+ */
+#ifndef SG_COMM_H
+#define SG_COMM_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "sg_dtype.h"
+#include "sg_mesh.h"
+#include "sg_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sg_reduce_op {
+  SG_REDUCE_SUM = 0,
+  SG_REDUCE_MAX,
+  SG_REDUCE_MIN
+} sg_reduce_op;
+
+/* The MPI datatype and op of a shardgrid dtype/op. bf16 maps to a 2-byte
+ * contiguous type (moves only; reductions on bf16 are not supported).
+ * Not collective. */
+MPI_Datatype sg_dtype_mpi(sg_dtype dt);
+MPI_Op sg_reduce_op_mpi(sg_reduce_op op);
+
+/* Process-wide default for reductions; not collective (set it on all). */
+void sg_comm_set_deterministic(int on);
+int sg_comm_deterministic(void);
+
+sg_status sg_allreduce(sg_group_t g, const void *send, void *recv,
+                       int64_t count, sg_dtype dt, sg_reduce_op op);
+/* Always deterministic (fixed order gather-then-sum). */
+sg_status sg_allreduce_det(sg_group_t g, const void *send, void *recv,
+                           int64_t count, sg_dtype dt, sg_reduce_op op);
+sg_status sg_bcast(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
+                   int root);
+/* Every rank contributes count elements; recv holds size*count. */
+sg_status sg_allgather(sg_group_t g, const void *send, int64_t count,
+                       void *recv, sg_dtype dt);
+/* Rank r contributes recvcounts[r] elements placed at displs[r] (NULL
+ * displs: packed in rank order). */
+sg_status sg_allgatherv(sg_group_t g, const void *send, int64_t sendcount,
+                        void *recv, const int64_t *recvcounts,
+                        const int64_t *displs, sg_dtype dt);
+/* send holds sum(recvcounts) elements; rank r receives the reduction of
+ * block r (blocks packed in rank order) into recv. */
+sg_status sg_reduce_scatter(sg_group_t g, const void *send, void *recv,
+                            const int64_t *recvcounts, sg_dtype dt,
+                            sg_reduce_op op);
+/* count elements to every rank. */
+sg_status sg_alltoall(sg_group_t g, const void *send, void *recv,
+                      int64_t count, sg_dtype dt);
+/* NULL displs: packed in rank order. */
+sg_status sg_alltoallv(sg_group_t g, const void *send,
+                       const int64_t *sendcounts, const int64_t *sdispls,
+                       void *recv, const int64_t *recvcounts,
+                       const int64_t *rdispls, sg_dtype dt);
+/* Point to point; peer is a group rank. Collective only with the peer. */
+sg_status sg_send(sg_group_t g, const void *buf, int64_t count, sg_dtype dt,
+                  int dest, int tag);
+sg_status sg_recv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
+                  int src, int tag);
+
+/* Non-blocking variants. A request must be completed with sg_wait (or
+ * sg_waitall) which frees it; buffers must stay valid until then. */
+typedef struct sg_request *sg_request_t;
+sg_status sg_iallreduce(sg_group_t g, const void *send, void *recv,
+                        int64_t count, sg_dtype dt, sg_reduce_op op,
+                        sg_request_t *req);
+sg_status sg_iallgatherv(sg_group_t g, const void *send, int64_t sendcount,
+                         void *recv, const int64_t *recvcounts,
+                         const int64_t *displs, sg_dtype dt,
+                         sg_request_t *req);
+sg_status sg_ireduce_scatter(sg_group_t g, const void *send, void *recv,
+                             const int64_t *recvcounts, sg_dtype dt,
+                             sg_reduce_op op, sg_request_t *req);
+sg_status sg_ialltoallv(sg_group_t g, const void *send,
+                        const int64_t *sendcounts, const int64_t *sdispls,
+                        void *recv, const int64_t *recvcounts,
+                        const int64_t *rdispls, sg_dtype dt,
+                        sg_request_t *req);
+sg_status sg_ibcast(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
+                    int root, sg_request_t *req);
+sg_status sg_isend(sg_group_t g, const void *buf, int64_t count, sg_dtype dt,
+                   int dest, int tag, sg_request_t *req);
+sg_status sg_irecv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
+                   int src, int tag, sg_request_t *req);
+/* Complete and free; NULL requests are fine. Not collective. */
+sg_status sg_wait(sg_request_t *req);
+sg_status sg_waitall(int n, sg_request_t *reqs);
+/* *done = 1 if complete (the request is then freed and set to NULL). */
+sg_status sg_test(sg_request_t *req, int *done);
+
+/* Failure agreement. Every rank of comm passes its local status; all return
+ * the same status: SG_OK if every rank succeeded, else the status of the
+ * lowest failing rank, whose error message is copied to every rank's
+ * sg_last_error() (prefixed by that rank's own "[rank R]"). A rank that
+ * succeeded locally but learns of a peer's failure thus reports the peer's
+ * error instead of waiting in a later collective. Collective over comm. */
+sg_status sg_agree(MPI_Comm comm, sg_status local);
+sg_status sg_group_agree(sg_group_t g, sg_status local);
+
+/* CUDA + NCCL: create NCCL communicators matching every group of the mesh
+ * (collective over the mesh). SG_ERR_NOT_SUPPORTED when not built with
+ * NCCL; SG_ERR_NO_DEVICE when no GPU is usable. */
+sg_status sg_mesh_enable_nccl(sg_mesh_t mesh);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SG_COMM_H */
