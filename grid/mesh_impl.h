@@ -36,9 +36,36 @@ struct sg_mesh {
 };
 
 #if SG_HAVE_NCCL
-/* grid/cuda/nccl.c */
-sg_status sg_nccl_group_init(struct sg_group *g);
+/* grid/cuda/nccl.c: NCCL communicators for the groups, and the device-buffer
+ * collectives comm.c dispatches to (blocking: they synchronise the stream). */
+#include <stdint.h>
+
+#include "sg_comm.h"
+sg_status sg_nccl_mesh_enable(sg_mesh_t mesh);
 void sg_nccl_group_free(struct sg_group *g);
+/* 1 if p points to CUDA device (or managed) memory. */
+int sg_nccl_is_device(const void *p);
+sg_status sg_nccl_allreduce(struct sg_group *g, const void *send, void *recv,
+                            int64_t count, sg_dtype dt, sg_reduce_op op);
+sg_status sg_nccl_bcast(struct sg_group *g, void *buf, int64_t count,
+                        sg_dtype dt, int root);
+sg_status sg_nccl_allgather(struct sg_group *g, const void *send,
+                            int64_t count, void *recv, sg_dtype dt);
+sg_status sg_nccl_allgatherv(struct sg_group *g, const void *send,
+                             int64_t sendcount, void *recv,
+                             const int64_t *recvcounts, const int64_t *displs,
+                             sg_dtype dt);
+sg_status sg_nccl_reduce_scatter(struct sg_group *g, const void *send,
+                                 void *recv, const int64_t *recvcounts,
+                                 sg_dtype dt, sg_reduce_op op);
+sg_status sg_nccl_alltoall(struct sg_group *g, const void *send,
+                           int64_t count, void *recv, sg_dtype dt);
+sg_status sg_nccl_alltoallv(struct sg_group *g, const void *send,
+                            const int64_t *sendcounts, const int64_t *sdispls,
+                            void *recv, const int64_t *recvcounts,
+                            const int64_t *rdispls, sg_dtype dt);
+sg_status sg_nccl_p2p(struct sg_group *g, int is_send, void *buf,
+                      int64_t count, sg_dtype dt, int peer);
 #endif
 
 #endif /* SG_MESH_IMPL_H */
