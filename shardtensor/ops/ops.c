@@ -631,7 +631,7 @@ static sg_status sg_concat_split(int split, sg_dtype dt, int64_t batch,
   for (int i = 0; i < k; ++i) {
     if (channels[i] < 0) SG_RAISE(SG_ERR_SHAPE, "part %d: %lld channels", i,
                                   (long long)channels[i]);
-    if (channels[i] > 0 && batch * spatial > 0 && !parts[i])
+    if (!split && channels[i] > 0 && batch * spatial > 0 && !parts[i])
       SG_RAISE(SG_ERR_INVALID_ARG, "part %d is NULL", i);
     total += channels[i];
   }
@@ -644,9 +644,9 @@ static sg_status sg_concat_split(int split, sg_dtype dt, int64_t batch,
     int64_t c0 = 0;
     for (int j = 0; j < i; ++j) c0 += channels[j];
     size_t bytes = (size_t)(channels[i] * spatial) * es;
+    if (bytes == 0 || !parts[i]) continue;
     char *w = (char *)whole + (size_t)((n * total + c0) * spatial) * es;
     char *p = (char *)parts[i] + (size_t)(n * channels[i] * spatial) * es;
-    if (bytes == 0) continue;
     if (split)
       memcpy(p, w, bytes);
     else

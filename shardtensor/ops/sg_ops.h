@@ -203,7 +203,8 @@ sg_status sg_bias_backward(sg_dtype dt, int64_t batch, int64_t channels,
                            int64_t spatial, const void *dy, void *db);
 
 /* Concatenate k tensors (N, c_i, S) along channels into (N, sum c_i, S);
- * split is the inverse (and each is the other's backward). */
+ * split is the inverse (and each is the other's backward); split skips
+ * NULL parts. */
 sg_status sg_concat(sg_dtype dt, int64_t batch, int64_t spatial, int k,
                     const int64_t *channels, const void *const *parts,
                     void *y);
