@@ -95,7 +95,7 @@ fail:
   return st;
 }
 
-static void window_from_args(sg_window *w, int nsp, const int64_t *kernel,
+static void window_from_args(sg_op_window *w, int nsp, const int64_t *kernel,
                              const sg_conv_args *a) {
   memset(w, 0, sizeof *w);
   w->nsp = nsp;
@@ -120,7 +120,7 @@ sg_status sg_ag_conv(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
              (long long)w->value.shape[1], (long long)x->value.shape[1]);
   if (b && (b->value.ndim != 1 || b->value.shape[0] != w->value.shape[0]))
     SG_RAISE(SG_ERR_SHAPE, "conv: bias must be (%lld)", (long long)w->value.shape[0]);
-  sg_window win;
+  sg_op_window win;
   window_from_args(&win, nsp, w->value.shape + 2, a);
   conv_attr at = {.has_bias = b != NULL};
   sg_var *in[3] = {x, w, b};
@@ -264,7 +264,7 @@ sg_status sg_ag_pool(sg_tape_t t, sg_pool_kind kind, sg_var *x,
   sg_status st = SG_OK;
   if (!kernel || !a) SG_RAISE(SG_ERR_INVALID_ARG, "pool: kernel and arguments are required");
   SG_TRY(check_window_args("pool", x, a->nsp, a));
-  sg_window win;
+  sg_op_window win;
   window_from_args(&win, a->nsp, kernel, a);
   pool_attr at = {.kind = kind};
   SG_TRY(sg_tape_apply(t, &pool_op, 1, &x, 1, &win, &at, sizeof at, y));
@@ -329,7 +329,7 @@ sg_status sg_ag_upsample(sg_tape_t t, sg_upsample_kind kind, sg_var *x,
   up_attr at = {.kind = kind, .nsp = nsp};
   for (int i = 0; i < nsp; ++i) at.scale[i] = scale[i];
   if (kind == SG_UPSAMPLE_LINEAR) {
-    sg_window win;
+    sg_op_window win;
     memset(&win, 0, sizeof win);
     win.nsp = nsp;
     for (int i = 0; i < nsp; ++i) {

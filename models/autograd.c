@@ -303,7 +303,7 @@ fail:
 /* Give the windowed input its margins: one process pads per the window. */
 static sg_status ag_make_margins(sg_node *node, const sg_var *x) {
   sg_status st = SG_OK;
-  const sg_window *w = &node->win;
+  const sg_op_window *w = &node->win;
   const sg_tensor *v = &x->value;
   int pads = 0;
   if (v->ndim != 2 + w->nsp)
@@ -329,7 +329,7 @@ fail:
 }
 
 sg_status sg_tape_apply(sg_tape_t tape, const sg_op_def *op, int nin,
-                        sg_var *const *in, int nout, const sg_window *win,
+                        sg_var *const *in, int nout, const sg_op_window *win,
                         const void *attr, size_t attr_bytes, sg_var **out) {
   sg_status st = SG_OK;
   sg_node *node = NULL;
@@ -451,7 +451,7 @@ static sg_status ag_node_backward(sg_tape_t tape, sg_node *node) {
     sg_var *v = node->in[i];
     if (!node->gin[i]) continue;
     if (how[i] == PAD) {
-      const sg_window *w = &node->win;
+      const sg_op_window *w = &node->win;
       SG_TRY(ag_alloc(&tmp2, v->value.dtype, v->value.ndim, v->value.shape));
       SG_TRY(sg_pad_backward(v->value.dtype, w->nsp,
                              v->value.shape[0] * v->value.shape[1],

@@ -101,14 +101,14 @@ double sg_var_item(const sg_var *v);
 
 /* ---- the sharding rule and the op table ---------------------------------- */
 
-typedef struct sg_window {
+typedef struct sg_op_window {
   int nsp;                             /* spatial dims (1..3) */
   int64_t kernel[SG_OPS_MAX_SPATIAL];
   int64_t stride[SG_OPS_MAX_SPATIAL];
   int64_t dilation[SG_OPS_MAX_SPATIAL];
   int64_t pad[SG_OPS_MAX_SPATIAL][2];  /* margins (low, high) per dim */
   sg_pad_mode mode[SG_OPS_MAX_SPATIAL];/* boundary per dim */
-} sg_window;
+} sg_op_window;
 
 /* Placements an op accepts for its inputs (bit mask). */
 enum {
@@ -158,7 +158,7 @@ struct sg_node {
   sg_var *in[SG_NODE_MAX_IN];
   sg_var *out[SG_NODE_MAX_OUT];
   int has_window;
-  sg_window win;
+  sg_op_window win;
   sg_tensor xin;               /* windowed input with margins */
   void *gin[SG_NODE_MAX_IN];   /* backward targets, NULL: not needed */
   unsigned char attr[256];     /* op attributes (copied at apply) */
@@ -170,7 +170,7 @@ struct sg_node {
  * copied into node->attr; win is required iff op->rule.windowed_input >= 0.
  * Outputs are tape-owned variables returned in out[0..nout). */
 sg_status sg_tape_apply(sg_tape_t tape, const sg_op_def *op, int nin,
-                        sg_var *const *in, int nout, const sg_window *win,
+                        sg_var *const *in, int nout, const sg_op_window *win,
                         const void *attr, size_t attr_bytes, sg_var **out);
 /* For op forwards: allocate output j (zero-filled, dtype of input 0). */
 sg_status sg_node_alloc_out(sg_node *node, int j, int ndim,

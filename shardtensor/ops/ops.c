@@ -392,13 +392,7 @@ fail:
 /* ---- padding ------------------------------------------------------------ */
 
 const char *sg_pad_mode_name(sg_pad_mode mode) {
-  switch (mode) {
-  case SG_PAD_ZERO: return "zero";
-  case SG_PAD_PERIODIC: return "periodic";
-  case SG_PAD_REFLECT: return "reflect";
-  case SG_PAD_REPLICATE: return "replicate";
-  }
-  return "invalid";
+  return sg_boundary_name(mode);
 }
 
 static sg_status sg_pad_geom(int nsp, int64_t planes, const int64_t *in,

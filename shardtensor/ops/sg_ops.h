@@ -42,6 +42,7 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "sg_decomp.h"
 #include "sg_dtype.h"
 #include "sg_status.h"
 
@@ -53,12 +54,15 @@ extern "C" {
 
 /* ---- padding (boundary) modes ------------------------------------------- */
 
-typedef enum sg_pad_mode {
-  SG_PAD_ZERO = 0, /* zeros outside */
-  SG_PAD_PERIODIC, /* circular wrap: x[-1] = x[n-1] (pad may exceed n) */
-  SG_PAD_REFLECT,  /* mirror without the edge: x[-1] = x[1] (pad < n) */
-  SG_PAD_REPLICATE /* edge value repeated: x[-1] = x[0] */
-} sg_pad_mode;
+/* The boundary kinds of the decomposition (sg_boundary, grid/sg_decomp.h),
+ * so the one-process padding and the halo layer's edge fills agree. */
+typedef sg_boundary sg_pad_mode;
+#define SG_PAD_ZERO SG_BOUNDARY_ZERO         /* zeros outside */
+#define SG_PAD_PERIODIC SG_BOUNDARY_PERIODIC /* circular: x[-1] = x[n-1]
+                                                (pad may exceed n) */
+#define SG_PAD_REFLECT SG_BOUNDARY_REFLECT   /* mirror without the edge:
+                                                x[-1] = x[1] (pad < n) */
+#define SG_PAD_REPLICATE SG_BOUNDARY_REPLICATE /* edge repeated: x[-1] = x[0] */
 
 /* "zero", "periodic", "reflect", "replicate". */
 const char *sg_pad_mode_name(sg_pad_mode mode);
