@@ -8,26 +8,26 @@
 
 #include "sg_test.h"
 
-static MPI_Comm comms[8][2];
-static int ncomms = 0;
+static sg_mesh_t meshes_made[16];
+static int nmeshes = 0;
 
-static void make_axes(int p0, int p1, MPI_Comm *ax) {
-  int r;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  int c0 = r / p1, c1 = r % p1;
-  MPI_Comm_split(MPI_COMM_WORLD, c1, c0, &ax[0]);
-  MPI_Comm_split(MPI_COMM_WORLD, c0, c1, &ax[1]);
-  comms[ncomms][0] = ax[0];
-  comms[ncomms][1] = ax[1];
-  ++ncomms;
+static sg_mesh_t make_axes(int p0, int p1, MPI_Comm *ax) {
+  char spec[64];
+  sg_mesh_t m = NULL;
+  snprintf(spec, sizeof spec, "a=%d,b=%d", p0, p1);
+  SG_CHECK_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &m));
+  for (int d = 0; d < 2; ++d) {
+    sg_group_t g = NULL;
+    SG_CHECK_OK(sg_mesh_group(m, 1u << d, &g));
+    ax[d] = sg_group_comm(g);
+  }
+  meshes_made[nmeshes++] = m;
+  return m;
 }
 
 void ft_layouts_free(void) {
-  for (int i = 0; i < ncomms; ++i) {
-    MPI_Comm_free(&comms[i][0]);
-    MPI_Comm_free(&comms[i][1]);
-  }
-  ncomms = 0;
+  for (int i = 0; i < nmeshes; ++i) sg_mesh_destroy(&meshes_made[i]);
+  nmeshes = 0;
 }
 
 int ft_layouts(int D, ft_layout *out) {
@@ -40,7 +40,7 @@ int ft_layouts(int D, ft_layout *out) {
   int n = 0;
   for (int m = 0; m < nm; ++m) {
     MPI_Comm ax[2];
-    make_axes(meshes[m][0], meshes[m][1], ax);
+    sg_mesh_t mesh = make_axes(meshes[m][0], meshes[m][1], ax);
     /* split[d] in {-1, 0, 1}: 3^D assignments */
     int total = 1;
     for (int d = 0; d < D; ++d) total *= 3;
@@ -61,6 +61,7 @@ int ft_layouts(int D, ft_layout *out) {
       ft_layout *l = &out[n++];
       l->p[0] = meshes[m][0];
       l->p[1] = meshes[m][1];
+      l->mesh = mesh;
       l->ax[0] = ax[0];
       l->ax[1] = ax[1];
       memcpy(l->split, sp, sizeof sp);

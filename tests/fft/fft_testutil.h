@@ -8,12 +8,14 @@
 
 #include "sg_dtype.h"
 #include "sg_fft.h"
+#include "sg_mesh.h"
 
 #define FT_MAX_LAYOUTS 64
 
 typedef struct ft_layout {
   int p[2];        /* axis sizes */
-  MPI_Comm ax[2];  /* axis communicators (owned by the enumeration) */
+  sg_mesh_t mesh;  /* mesh "a=p0,b=p1" (owned by the enumeration) */
+  MPI_Comm ax[2];  /* its per-dim group communicators */
   int split[3];    /* per spatial dim: axis or -1 */
   char name[96];
 } ft_layout;
