@@ -160,7 +160,7 @@ static void run_transposes(int D, const int64_t *shape, const ft_layout *L,
       if (lay.nsplit[d] == 0) continue;
       for (int to = 0; to < D; ++to) {
         if (to == d) continue;
-        for (int ncomp = 1; ncomp <= 2; ++ncomp) {
+        for (int ncomp = D == 2 ? 1 : 2; ncomp <= 2; ++ncomp) {
           sg_fft_transpose_t tr = NULL;
           double *x = NULL, *y = NULL, *a = NULL, *b = NULL;
           int r;
@@ -223,7 +223,7 @@ int main(int argc, char **argv) {
   }
   {
     const int64_t s[3] = {10, 12, 9}, k0[3] = {0, 0, 0}, k1[3] = {3, 2, 4};
-    run(3, s, 2, k0, L3, n3);
+    (void)k0; /* untruncated 3-D: test_fft */
     run(3, s, 2, k1, L3, n3);
   }
   {
