@@ -5,6 +5,7 @@
 #include "sg_spectral.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

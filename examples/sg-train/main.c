@@ -287,6 +287,7 @@ static sg_status train(run_t *r) {
   sg_status st = SG_OK;
   sg_kv_t kv = r->kv;
   int64_t *perm = NULL;
+  sg_example *ex = NULL;
   const int64_t spe = r->ntrain / r->gbatch; /* steps per epoch (drop last) */
   int64_t steps = sg_kv_int(kv, "steps");
   if (sg_kv_int(kv, "epochs") > 0) steps = sg_kv_int(kv, "epochs") * spe;
@@ -299,7 +300,7 @@ static sg_status train(run_t *r) {
   const int64_t eval_every = sg_kv_int(kv, "eval_every"), check_every = sg_kv_int(kv, "check_every");
   const int64_t log_every = sg_kv_int(kv, "log_every") > 0 ? sg_kv_int(kv, "log_every") : 1;
   perm = malloc((size_t)r->ntrain * sizeof *perm);
-  sg_example *ex = malloc((size_t)r->lbatch * sizeof *ex);
+  ex = malloc((size_t)r->lbatch * sizeof *ex);
   if (!perm || !ex) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   int64_t epoch = -1;
   const int64_t plane = r->ds.ny * r->ds.nx;
@@ -370,8 +371,8 @@ static sg_status train(run_t *r) {
     printf("test relative L2 %.5f after %lld steps (%.1f s; %.1f s in collectives)\n", rel, (long long)steps,
            sg_wtime() - t_start, t_coll);
   if (r->metrics) fprintf(r->metrics, "{\"step\": %lld, \"eval_rel_l2\": %.17g}\n", (long long)steps, rel);
-  free(ex);
 fail:
+  free(ex);
   free(perm);
   return st;
 }
