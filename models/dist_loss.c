@@ -37,6 +37,13 @@ static void local_sums(sg_loss_kind kind, sg_dtype dt, int64_t batch,
   }
 }
 
+static int same_shape(const sg_tensor *a, const sg_tensor *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int d = 0; d < a->ndim; ++d)
+    if (a->shape[d] != b->shape[d]) return 0;
+  return 1;
+}
+
 static sg_status reduce(sg_group_t g, double *v, int64_t n) {
   if (!g || sg_group_size(g) == 1 || n == 0) return SG_OK;
   return sg_allreduce_det(g, v, v, n, SG_DTYPE_F64, SG_REDUCE_SUM);
@@ -144,8 +151,7 @@ sg_status sg_ag_dist_loss(sg_tape_t tape, sg_loss_kind kind, sg_var *pred,
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_ag_dist_loss: NULL argument");
   if (kind != SG_LOSS_MSE && kind != SG_LOSS_REL_L2)
     SG_RAISE(SG_ERR_NOT_SUPPORTED, "sg_ag_dist_loss: only MSE and REL_L2 are supported");
-  if (!sg_tensor_same_shape(&pred->value, &target->value) ||
-      (mask && !sg_tensor_same_shape(&pred->value, &mask->value)))
+  if (!same_shape(&pred->value, &target->value) || (mask && !same_shape(&pred->value, &mask->value)))
     SG_RAISE(SG_ERR_SHAPE, "sg_ag_dist_loss: prediction, target and mask differ in shape");
   if (pred->value.dtype != target->value.dtype || (mask && mask->value.dtype != pred->value.dtype))
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_ag_dist_loss: prediction, target and mask differ in dtype");

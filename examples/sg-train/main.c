@@ -99,6 +99,12 @@ static sg_status grad_ready_hook(sg_var *param, void *user) {
   return sg_ddp_mark_ready(r->ddp, off, n);
 }
 
+static int64_t numel(const sg_tensor *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; ++d) n *= t->shape[d];
+  return n;
+}
+
 static uint64_t fnv1a(const void *p, size_t n) {
   const unsigned char *b = p;
   uint64_t h = 1469598103934665603ull;
@@ -116,14 +122,14 @@ static sg_status check_replicas(run_t *r, int64_t step) {
   int n = sg_fno_params(r->model, &vars);
   uint64_t *lo = malloc((size_t)n * sizeof *lo), *hi = malloc((size_t)n * sizeof *hi);
   if (!lo || !hi) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  for (int i = 0; i < n; ++i) lo[i] = hi[i] = fnv1a(vars[i]->value.data, sg_tensor_nbytes(&vars[i]->value));
+  for (int i = 0; i < n; ++i) lo[i] = hi[i] = fnv1a(vars[i]->value.data, (size_t)numel(&vars[i]->value) * sizeof(float));
   SG_MPI(MPI_Allreduce(MPI_IN_PLACE, lo, n, MPI_UINT64_T, MPI_MIN, sg_mesh_comm(r->mesh)));
   SG_MPI(MPI_Allreduce(MPI_IN_PLACE, hi, n, MPI_UINT64_T, MPI_MAX, sg_mesh_comm(r->mesh)));
   for (int i = 0; i < n; ++i)
     if (lo[i] != hi[i])
       SG_RAISE(SG_ERR_INTERNAL,
                "replicas diverged at step %lld: parameter %d ('%s', %lld elements) differs across ranks",
-               (long long)step, i, vars[i]->name, (long long)sg_tensor_numel(&vars[i]->value));
+               (long long)step, i, vars[i]->name, (long long)numel(&vars[i]->value));
 fail:
   free(lo);
   free(hi);
