@@ -309,7 +309,6 @@ static sg_status train(run_t *r) {
   ex = malloc((size_t)r->lbatch * sizeof *ex);
   if (!perm || !ex) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   int64_t epoch = -1;
-  const int64_t plane = r->ds.ny * r->ds.nx;
   double t_start = sg_wtime(), t_coll = 0.0;
   for (int64_t step = 1; step <= steps; ++step) {
     double t0 = sg_wtime();
