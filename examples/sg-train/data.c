@@ -125,8 +125,9 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
   const size_t total = (size_t)(S * T * V * plane);
   ds->data = malloc((total ? total : 1) * sizeof *ds->data);
   ds->mask = malloc((total ? total : 1) * sizeof *ds->mask);
-  buf = malloc((size_t)(S * T * plane ? S * T * plane : 1) * sizeof *buf);
-  mbuf = malloc((size_t)(S * T * plane ? S * T * plane : 1));
+  const int64_t nslab = S * T * plane > 0 ? S * T * plane : 1;
+  buf = malloc((size_t)nslab * sizeof *buf);
+  mbuf = malloc((size_t)nslab);
   lst = (!ds->data || !ds->mask || !buf || !mbuf)
             ? sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory loading '%s'", o->path)
             : SG_OK;
