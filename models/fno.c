@@ -198,8 +198,9 @@ int64_t sg_fno_param_offset(sg_fno_t m, const sg_var *param) {
 
 void sg_fno_fft_times(sg_fno_t m, double *fft_s, double *transpose_s) {
   double f0 = 0, t0 = 0, f1 = 0, t1 = 0;
-  sg_fft_plan_times(sg_spectral_conv_plan(m->spec, 0), &f0, &t0);
-  sg_fft_plan_times(sg_spectral_conv_plan(m->spec, 1), &f1, &t1);
+  sg_fft_plan_t p0 = sg_spectral_conv_plan(m->spec, 0), p1 = sg_spectral_conv_plan(m->spec, 1);
+  sg_fft_plan_times(p0, &f0, &t0);
+  if (p1 != p0) sg_fft_plan_times(p1, &f1, &t1); /* one plan when cin == cout */
   *fft_s = f0 + f1;
   *transpose_s = t0 + t1;
 }
