@@ -136,56 +136,166 @@ fail:
   return st;
 }
 
+/* Predict a batch (no tape kept): pred gets the model's output in physical
+ * units, masked; yb is turned into physical units too. */
+static sg_status predict_batch(run_t *r, const float *x, float *pred) {
+  sg_status st = SG_OK;
+  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
+  int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx};
+  sg_var xv, *y = NULL;
+  memset(&xv, 0, sizeof xv);
+  int prev = sg_tape_set_grad_enabled(r->tape, 0);
+  SG_TRY(sg_var_init(&xv, "x", SG_DTYPE_F32, 4, xs, (void *)x, 0));
+  SG_TRY(sg_fno_forward(r->model, r->tape, &xv, &y));
+  memcpy(pred, y->value.data, (size_t)(r->lbatch * V * plane) * sizeof *pred);
+fail:
+  sg_tape_clear(r->tape);
+  sg_tape_set_grad_enabled(r->tape, prev);
+  sg_var_release(&xv);
+  return st;
+}
+
+/* normalised -> physical units, masked */
+static void to_physical(run_t *r, float *a, const float *mask) {
+  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
+  for (int64_t j = 0; j < r->lbatch; ++j)
+    for (int64_t v = 0; v < V; ++v) {
+      float *p = a + (j * V + v) * plane;
+      const float *mk = mask + (j * V + v) * plane;
+      for (int64_t i = 0; i < plane; ++i) p[i] = (float)(p[i] * r->ds.std[v] + r->ds.mean[v]) * mk[i];
+    }
+}
+
 /* Mean relative L2 over the test examples (one step ahead), in physical
- * units, with every rank taking its data-parallel share. */
-static sg_status evaluate(run_t *r, double *rel_out) {
+ * units, every data rank taking its share; with `out` the predictions and
+ * targets are written to a NetCDF file (example, channel, y, x). */
+static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
   sg_status st = SG_OK;
   const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
   double sum = 0.0, cnt = 0.0;
   double *rel = malloc((size_t)r->lbatch * sizeof *rel);
   sg_example *ex = malloc((size_t)r->lbatch * sizeof *ex);
-  if (!rel || !ex) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  int prev = sg_tape_set_grad_enabled(r->tape, 0);
+  float *pred = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *pred);
+  sg_nc_t f = NULL;
+  int vp = -1, vt = -1;
+  if (!rel || !ex || !pred) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  if (out && *out) {
+    sg_nc_create_opts co = sg_nc_create_opts_default();
+    co.overwrite = 1;
+    SG_TRY(sg_nc_create(MPI_COMM_WORLD, out, &co, &f));
+    int id;
+    SG_TRY(sg_nc_def_dim(f, "example", r->ntest, &id));
+    SG_TRY(sg_nc_def_dim(f, "channel", V, &id));
+    SG_TRY(sg_nc_def_dim(f, "y", r->ds.ny_g, &id));
+    SG_TRY(sg_nc_def_dim(f, "x", r->ds.nx_g, &id));
+    const char *dims[4] = {"example", "channel", "y", "x"};
+    SG_TRY(sg_nc_def_var(f, "prediction", SG_DTYPE_F32, 4, dims, NULL, &vp));
+    SG_TRY(sg_nc_def_var(f, "target", SG_DTYPE_F32, 4, dims, NULL, &vt));
+    sg_nc_cf cp = {NULL, "model prediction", NULL, 0, 0}, ct = {NULL, "true value", NULL, 0, 0};
+    SG_TRY(sg_nc_put_cf(f, vp, &cp));
+    SG_TRY(sg_nc_put_cf(f, vt, &ct));
+    SG_TRY(sg_nc_put_att_text(f, SG_NC_GLOBAL, "variables", r->dopt.vars));
+    SG_TRY(sg_nc_put_global_cf(f, "sg-train test predictions", "sg-train --predict", NULL));
+    SG_TRY(sg_nc_enddef(f));
+  }
   const int64_t nb = (r->ntest + r->gbatch - 1) / r->gbatch;
   for (int64_t b = 0; b < nb; ++b) {
-    int64_t valid = 0;
+    int64_t valid = 0, first = b * r->gbatch + r->cdp * r->lbatch;
     for (int64_t j = 0; j < r->lbatch; ++j) {
-      int64_t g = b * r->gbatch + r->cdp * r->lbatch + j;
+      int64_t g = first + j;
       ex[j] = r->test[g < r->ntest ? g : r->ntest - 1]; /* pad with the last */
       valid += g < r->ntest;
     }
     sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, r->yb, r->mb);
-    int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx};
-    sg_var x, *y = NULL;
-    SG_TRY(sg_var_init(&x, "x", SG_DTYPE_F32, 4, xs, r->xb, 0));
-    st = sg_fno_forward(r->model, r->tape, &x, &y);
-    if (st == SG_OK) {
-      /* physical units: p * std + mean */
-      float *p = y->value.data;
-      for (int64_t j = 0; j < r->lbatch; ++j)
-        for (int64_t v = 0; v < V; ++v) {
-          float *pp = p + (j * V + v) * plane, *tt = r->yb + (j * V + v) * plane, *mk = r->mb + (j * V + v) * plane;
-          for (int64_t i = 0; i < plane; ++i) {
-            pp[i] = (float)(pp[i] * r->ds.std[v] + r->ds.mean[v]) * mk[i];
-            tt[i] = (float)(tt[i] * r->ds.std[v] + r->ds.mean[v]) * mk[i];
-          }
-        }
-      st = sg_dist_rel_l2(SG_DTYPE_F32, r->lbatch, V * plane, p, r->yb, NULL, r->domain, rel);
-    }
-    sg_tape_clear(r->tape);
-    sg_var_release(&x);
-    SG_TRY(st);
+    SG_TRY(predict_batch(r, r->xb, pred));
+    to_physical(r, pred, r->mb);
+    to_physical(r, r->yb, r->mb);
+    SG_TRY(sg_dist_rel_l2(SG_DTYPE_F32, r->lbatch, V * plane, pred, r->yb, NULL, r->domain, rel));
     for (int64_t j = 0; j < valid; ++j) sum += rel[j];
     cnt += (double)valid;
+    if (f) {
+      sg_nc_shard sh = {4, {r->ntest, V, r->ds.ny_g, r->ds.nx_g}, {valid ? first : 0, 0, r->ds.y0, r->ds.x0},
+                        {valid, V, r->ds.ny, r->ds.nx}, SG_DTYPE_F32};
+      SG_TRY(sg_nc_write(f, vp, &sh, pred));
+      SG_TRY(sg_nc_write(f, vt, &sh, r->yb));
+    }
   }
-  sg_tape_set_grad_enabled(r->tape, prev);
   double sc[2] = {sum, cnt};
   if (r->data && sg_group_size(r->data) > 1)
     SG_TRY(sg_allreduce_det(r->data, sc, sc, 2, SG_DTYPE_F64, SG_REDUCE_SUM));
   *rel_out = sc[1] > 0 ? sc[0] / sc[1] : 0.0;
+  if (f) SG_TRY(sg_nc_close(&f));
 fail:
+  sg_nc_close(&f);
   free(rel);
   free(ex);
+  free(pred);
+  return st;
+}
+
+/* Autoregressive rollout on the test series (sample datasets): from the
+ * first `history` frames, predict the next frame, feed it back, `steps`
+ * times; rel[k] is the mean relative L2 of frame history + k. */
+static sg_status rollout(run_t *r, int64_t steps, double *rel_out) {
+  sg_status st = SG_OK;
+  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx, H = r->dopt.history, T = r->ds.nframes;
+  const int64_t nser = r->dopt.test_samples, s0 = r->ds.nseries - nser;
+  double *rel = malloc((size_t)r->lbatch * sizeof *rel), *acc = calloc((size_t)steps, sizeof *acc);
+  float *x = malloc((size_t)(r->lbatch * H * V * plane + 1) * sizeof *x);
+  float *pred = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *pred);
+  float *phys = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *phys);
+  float *truth = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *truth);
+  float *mask = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *mask);
+  if (!rel || !acc || !x || !pred || !phys || !truth || !mask) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  if (r->ds.climate) SG_RAISE(SG_ERR_NOT_SUPPORTED, "rollout needs a sample dataset (sample, time, y, x)");
+  if (H + steps > T) SG_RAISE(SG_ERR_CONFIG, "rollout of %lld frames after %lld history frames exceeds the %lld frames",
+                              (long long)steps, (long long)H, (long long)T);
+  const int64_t nb = (nser + r->gbatch - 1) / r->gbatch;
+  double cnt = 0.0;
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t valid = 0;
+    sg_example ex[64];
+    if (r->lbatch > 64) SG_RAISE(SG_ERR_NOT_SUPPORTED, "rollout supports a local batch of at most 64");
+    for (int64_t j = 0; j < r->lbatch; ++j) {
+      int64_t g = b * r->gbatch + r->cdp * r->lbatch + j;
+      ex[j].series = s0 + (g < nser ? g : nser - 1);
+      ex[j].t0 = 0;
+      valid += g < nser;
+    }
+    sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, x, truth, mask);
+    for (int64_t k = 0; k < steps; ++k) {
+      SG_TRY(predict_batch(r, x, pred));
+      for (int64_t j = 0; j < r->lbatch; ++j) { /* truth: frame H + k */
+        ex[j].t0 = k;
+      }
+      sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, truth, mask);
+      memcpy(phys, pred, (size_t)(r->lbatch * V * plane) * sizeof *phys);
+      to_physical(r, phys, mask);
+      to_physical(r, truth, mask);
+      SG_TRY(sg_dist_rel_l2(SG_DTYPE_F32, r->lbatch, V * plane, phys, truth, NULL, r->domain, rel));
+      for (int64_t j = 0; j < valid; ++j) acc[k] += rel[j];
+      /* shift the window and append the (normalised) prediction */
+      for (int64_t j = 0; j < r->lbatch; ++j) {
+        float *xj = x + j * H * V * plane;
+        memmove(xj, xj + V * plane, (size_t)((H - 1) * V * plane) * sizeof *xj);
+        memcpy(xj + (H - 1) * V * plane, pred + j * V * plane, (size_t)(V * plane) * sizeof *xj);
+      }
+    }
+    cnt += (double)valid;
+  }
+  if (r->data && sg_group_size(r->data) > 1) {
+    SG_TRY(sg_allreduce_det(r->data, acc, acc, steps, SG_DTYPE_F64, SG_REDUCE_SUM));
+    SG_TRY(sg_allreduce_det(r->data, &cnt, &cnt, 1, SG_DTYPE_F64, SG_REDUCE_SUM));
+  }
+  for (int64_t k = 0; k < steps; ++k) rel_out[k] = cnt > 0 ? acc[k] / cnt : 0.0;
+fail:
+  free(rel);
+  free(acc);
+  free(x);
+  free(pred);
+  free(phys);
+  free(truth);
+  free(mask);
   return st;
 }
 
@@ -294,6 +404,7 @@ static sg_status train(run_t *r) {
   sg_kv_t kv = r->kv;
   int64_t *perm = NULL;
   sg_example *ex = NULL;
+  double *roll = NULL;
   const int64_t spe = r->ntrain / r->gbatch; /* steps per epoch (drop last) */
   int64_t steps = sg_kv_int(kv, "steps");
   if (sg_kv_int(kv, "epochs") > 0) steps = sg_kv_int(kv, "epochs") * spe;
@@ -365,18 +476,35 @@ static sg_status train(run_t *r) {
     if (check_every > 0 && step % check_every == 0) SG_TRY(check_replicas(r, step));
     if (eval_every > 0 && step % eval_every == 0 && step != steps) {
       double rel = 0;
-      SG_TRY(evaluate(r, &rel));
+      SG_TRY(evaluate(r, NULL, &rel));
       sg_log_info("step %lld: test relative L2 %.5f", (long long)step, rel);
       if (r->metrics) fprintf(r->metrics, "{\"step\": %lld, \"eval_rel_l2\": %.17g}\n", (long long)step, rel);
     }
   }
   double rel = 0;
-  SG_TRY(evaluate(r, &rel));
+  SG_TRY(evaluate(r, sg_kv_str(kv, "predict"), &rel));
   if (r->rank == 0)
     printf("test relative L2 %.5f after %lld steps (%.1f s; %.1f s in collectives)\n", rel, (long long)steps,
            sg_wtime() - t_start, t_coll);
   if (r->metrics) fprintf(r->metrics, "{\"step\": %lld, \"eval_rel_l2\": %.17g}\n", (long long)steps, rel);
+  const int64_t nroll = sg_kv_int(kv, "rollout");
+  if (nroll > 0) {
+    roll = malloc((size_t)nroll * sizeof *roll);
+    if (!roll) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+    SG_TRY(rollout(r, nroll, roll));
+    if (r->rank == 0) {
+      printf("rollout relative L2 per frame:");
+      for (int64_t k = 0; k < nroll; ++k) printf(" %.4f", roll[k]);
+      printf("\n");
+    }
+    if (r->metrics) {
+      fprintf(r->metrics, "{\"step\": %lld, \"rollout_rel_l2\": [", (long long)steps);
+      for (int64_t k = 0; k < nroll; ++k) fprintf(r->metrics, "%s%.17g", k ? ", " : "", roll[k]);
+      fprintf(r->metrics, "]}\n");
+    }
+  }
 fail:
+  free(roll);
   free(ex);
   free(perm);
   return st;
