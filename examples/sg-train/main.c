@@ -6,6 +6,7 @@
  *
  * Rank 0 prints one line per step (step, loss, lr, samples/s, and the time
  * split compute / halo / collectives / io); --metrics writes JSON lines. */
+#include "sg_ckpt.h"
 #include "sg_comm.h"
 #include "sg_config.h"
 #include "sg_ddp.h"
@@ -78,6 +79,7 @@ typedef struct run {
   sg_example *train, *test;
   int64_t ntrain, ntest;
   int64_t gbatch, lbatch;
+  char mesh_spec[128];
   sg_fno_t model;
   int64_t nparam;
   float *params, *grads, *m, *v;
@@ -299,6 +301,68 @@ fail:
   return st;
 }
 
+/* Checkpoints: parameters and AdamW moments as global 1-D arrays (every
+ * rank holds a replica: rank 0 writes them, any mesh reads them), with the
+ * step, seed, data position, config and mesh as metadata. */
+static void ckpt_arrays(run_t *r, sg_ckpt_array *a, int writing) {
+  const char *names[3] = {"params", "adam_m", "adam_v"};
+  float *bufs[3] = {r->params, r->m, r->v};
+  for (int i = 0; i < 3; ++i) {
+    memset(&a[i], 0, sizeof a[i]);
+    a[i].name = names[i];
+    a[i].shard.ndims = 1;
+    a[i].shard.global_shape[0] = r->nparam;
+    a[i].shard.start[0] = 0;
+    a[i].shard.count[0] = writing && r->rank != 0 ? 0 : r->nparam;
+    a[i].shard.dtype = SG_DTYPE_F32;
+    a[i].data = bufs[i];
+  }
+}
+
+static sg_status save_checkpoint(run_t *r, int64_t step) {
+  sg_status st = SG_OK;
+  char path[4096];
+  sg_ckpt_array a[3];
+  sg_ckpt_meta meta;
+  memset(&meta, 0, sizeof meta);
+  snprintf(path, sizeof path, "%s/step_%06lld.nc", sg_kv_str(r->kv, "ckpt_dir"), (long long)step);
+  ckpt_arrays(r, a, 1);
+  meta.step = step;
+  meta.rng_seed = (uint64_t)sg_kv_int(r->kv, "seed");
+  meta.data_position = step * r->gbatch;
+  snprintf(meta.mesh, sizeof meta.mesh, "%s", r->mesh_spec);
+  meta.config = sg_kv_dump(r->kv);
+  double t0 = sg_wtime();
+  sg_trace_begin("io");
+  st = sg_ckpt_write(MPI_COMM_WORLD, path, 3, a, &meta, NULL);
+  sg_trace_end("io");
+  free(meta.config);
+  SG_TRY(st);
+  sg_log_info("checkpoint %s written (%.2f s)", path, sg_wtime() - t0);
+fail:
+  return st;
+}
+
+static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
+  sg_status st = SG_OK;
+  sg_ckpt_array a[3];
+  sg_ckpt_meta meta;
+  memset(&meta, 0, sizeof meta);
+  ckpt_arrays(r, a, 0);
+  sg_trace_begin("io");
+  st = sg_ckpt_read(MPI_COMM_WORLD, path, 3, a, &meta);
+  sg_trace_end("io");
+  SG_TRY(st);
+  if (meta.rng_seed != (uint64_t)sg_kv_int(r->kv, "seed"))
+    SG_RAISE(SG_ERR_CONFIG, "checkpoint %s was written with seed %llu, this run has seed %lld", path,
+             (unsigned long long)meta.rng_seed, (long long)sg_kv_int(r->kv, "seed"));
+  *step = meta.step;
+  sg_log_info("resumed from %s: step %lld (written on mesh %s)", path, (long long)meta.step, meta.mesh);
+fail:
+  free(meta.config);
+  return st;
+}
+
 static sg_status setup(run_t *r) {
   sg_status st = SG_OK, lst = SG_OK;
   sg_kv_t kv = r->kv;
@@ -307,6 +371,7 @@ static sg_status setup(run_t *r) {
   if (*m) snprintf(spec, sizeof spec, "%s", m);
   else snprintf(spec, sizeof spec, "h=%d", r->size);
   SG_TRY(sg_mesh_create(MPI_COMM_WORLD, spec, &r->mesh));
+  snprintf(r->mesh_spec, sizeof r->mesh_spec, "%s", spec);
   for (int d = 0; d < sg_mesh_ndims(r->mesh); ++d) {
     const char *nm = sg_mesh_dim_name(r->mesh, d);
     if (strcmp(nm, "dp") && strcmp(nm, "h") && strcmp(nm, "w") && sg_mesh_dim_size(r->mesh, d) > 1)
@@ -419,10 +484,17 @@ static sg_status train(run_t *r) {
   perm = malloc((size_t)r->ntrain * sizeof *perm);
   ex = malloc((size_t)r->lbatch * sizeof *ex);
   if (!perm || !ex) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  int64_t epoch = -1;
+  int64_t epoch = -1, first = 1;
+  const char *resume = sg_kv_str(kv, "resume"), *ckdir = sg_kv_str(kv, "ckpt_dir");
+  const int64_t ckpt_every = sg_kv_int(kv, "ckpt_every");
+  if (*resume) {
+    int64_t done = 0;
+    SG_TRY(load_checkpoint(r, resume, &done));
+    first = done + 1;
+  }
   double t_start = sg_wtime(), t_coll = 0.0;
-  for (int64_t step = 1; step <= steps; ++step) {
-    double t0 = sg_wtime();
+  for (int64_t step = first; step <= steps; ++step) {
+    double t0 = sg_wtime(), halo0 = sg_timer_total("halo"), io0 = sg_timer_total("io");
     int64_t e = (step - 1) / spe, pos = (step - 1) % spe;
     if (e != epoch) {
       epoch = e;
@@ -461,11 +533,11 @@ static sg_status train(run_t *r) {
     if (!isfinite(lval)) SG_RAISE(SG_ERR_INTERNAL, "loss is %g at step %lld: diverged (lower --lr?)", lval, (long long)step);
     double sps = (double)r->gbatch / dt;
     if (r->rank == 0 && (step % log_every == 0 || step == 1 || step == steps)) {
-      double el = sg_wtime() - t_start, eta = el / (double)step * (double)(steps - step);
+      double el = sg_wtime() - t_start, eta = el / (double)(step - first + 1) * (double)(steps - step);
       printf("step %5lld/%lld  loss %.6e  lr %.3e  |g| %.3e  %7.1f samples/s  compute %.3f s  halo %.3f s  "
              "collectives %.3f s  io %.3f s  eta %.0f s\n",
-             (long long)step, (long long)steps, lval, lr_t, gnorm, sps, dt - coll, sg_timer_total("halo"), coll, 0.0,
-             eta);
+             (long long)step, (long long)steps, lval, lr_t, gnorm, sps, dt - coll - (sg_timer_total("halo") - halo0),
+             sg_timer_total("halo") - halo0, coll, sg_timer_total("io") - io0, eta);
       fflush(stdout);
     }
     if (r->metrics)
@@ -474,6 +546,7 @@ static sg_status train(run_t *r) {
               "\"time_compute\": %.6g, \"time_collectives\": %.6g}\n",
               (long long)step, lval, lr_t, gnorm, sps, dt - coll, coll);
     if (check_every > 0 && step % check_every == 0) SG_TRY(check_replicas(r, step));
+    if (*ckdir && ((ckpt_every > 0 && step % ckpt_every == 0) || step == steps)) SG_TRY(save_checkpoint(r, step));
     if (eval_every > 0 && step % eval_every == 0 && step != steps) {
       double rel = 0;
       SG_TRY(evaluate(r, NULL, &rel));
