@@ -20,7 +20,9 @@
 #include "sg_trace.h"
 #include "train.h"
 
+#include <errno.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,6 +365,26 @@ fail:
   return st;
 }
 
+/* mkdir -p on rank 0; every rank learns the outcome. Collective. */
+static sg_status make_dir(const char *path, int rank) {
+  sg_status st = SG_OK;
+  if (rank == 0) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; st == SG_OK; ++p) {
+      char c = *p;
+      if (c == '/' || c == '\0') {
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+          st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "cannot create directory '%s': %s", buf, strerror(errno));
+        *p = c;
+        if (c == '\0') break;
+      }
+    }
+  }
+  return sg_agree(MPI_COMM_WORLD, st);
+}
+
 static sg_status setup(run_t *r) {
   sg_status st = SG_OK, lst = SG_OK;
   sg_kv_t kv = r->kv;
@@ -487,6 +509,7 @@ static sg_status train(run_t *r) {
   int64_t epoch = -1, first = 1;
   const char *resume = sg_kv_str(kv, "resume"), *ckdir = sg_kv_str(kv, "ckpt_dir");
   const int64_t ckpt_every = sg_kv_int(kv, "ckpt_every");
+  if (*ckdir) SG_TRY(make_dir(ckdir, r->rank));
   if (*resume) {
     int64_t done = 0;
     SG_TRY(load_checkpoint(r, resume, &done));
