@@ -22,13 +22,7 @@ typedef enum st_kind {
   ST_TO_PARTIAL      /* Replicate -> Partial */
 } st_kind;
 
-typedef struct st_step {
-  int m;            /* mesh dim */
-  st_kind kind;
-  sg_placement to;  /* its placement after the step */
-} st_step;
-
-#define ST_MAX_STEPS (2 * SG_MESH_MAX_DIMS)
+#define ST_MAX_STEPS SG_ST_MAX_STEPS
 
 static int is_shard(sg_placement p, int d) {
   return p.kind == SG_PLACEMENT_SHARD && p.dim == d;
@@ -50,7 +44,7 @@ static int inner_free(const sg_placement *pl, int nm, int d, int m) {
 }
 
 static sg_status plan(int nm, const sg_placement *src, const sg_placement *dst,
-                      st_step *steps, int *nsteps) {
+                      sg_st_redist *R) {
   sg_status st = SG_OK;
   sg_placement cur[SG_MESH_MAX_DIMS];
   int n = 0, stable[SG_MESH_MAX_DIMS];
@@ -64,9 +58,9 @@ static sg_status plan(int nm, const sg_placement *src, const sg_placement *dst,
   do {                                                                        \
     if (n >= ST_MAX_STEPS)                                                    \
       SG_RAISE(SG_ERR_INTERNAL, "redistribute: plan too long");               \
-    steps[n].m = (mm);                                                        \
-    steps[n].kind = (kk);                                                     \
-    steps[n].to = (pp);                                                       \
+    R->steps[n].m = (mm);                                                     \
+    R->steps[n].kind = (kk);                                                  \
+    R->steps[n].to = (pp);                                                    \
     cur[mm] = (pp);                                                           \
     ++n;                                                                      \
   } while (0)
@@ -118,36 +112,31 @@ static sg_status plan(int nm, const sg_placement *src, const sg_placement *dst,
     if (!sg_placement_equal(cur[m], dst[m]))
       SG_RAISE(SG_ERR_INTERNAL, "redistribute: plan ends at the wrong "
                "placement on mesh dim %d", m);
-  *nsteps = n;
+  R->nsteps = n;
 fail:
   return st;
 }
 
-static int plan_reduces(const st_step *steps, int n) {
-  for (int i = 0; i < n; ++i)
-    if (steps[i].kind == ST_ALLREDUCE || steps[i].kind == ST_REDUCE_SCATTER)
+static int plan_reduces(const sg_st_redist *R) {
+  for (int i = 0; i < R->nsteps; ++i)
+    if (R->steps[i].kind == ST_ALLREDUCE ||
+        R->steps[i].kind == ST_REDUCE_SCATTER)
       return 1;
   return 0;
 }
 
-/* ---- executing one step ---------------------------------------------------- */
+/* ---- one step ---------------------------------------------------------------
+ * A step moves src (box so, shape src->shape) into dst (box dof). Its
+ * scratch needs come from step_needs, which prepare uses to size the
+ * workspace and run_step to decide how to move. */
 
-typedef struct st_ctx {
-  sg_mesh_t mesh;
-  int nm, sizes[SG_MESH_MAX_DIMS], coords[SG_MESH_MAX_DIMS];
-  int nd;
-  const int64_t *gshape;
-  sg_dtype dt;
-  size_t es;
-} st_ctx;
-
-/* Box of the member r of this rank's group along mesh dim m. */
-static sg_status member_box(const st_ctx *c, const sg_placement *pl, int m,
-                            int r, int64_t *o, int64_t *l) {
+/* Box of the member q of this rank's group along mesh dim m. */
+static sg_status member_box(const sg_st_redist *R, const sg_placement *pl,
+                            int m, int q, int64_t *o, int64_t *l) {
   int co[SG_MESH_MAX_DIMS];
-  memcpy(co, c->coords, sizeof co);
-  co[m] = r;
-  return sg_shardtensor_box_coords(c->nm, c->sizes, co, c->nd, c->gshape, pl,
+  memcpy(co, R->coords, sizeof co);
+  co[m] = q;
+  return sg_shardtensor_box_coords(R->nm, R->sizes, co, R->nd, R->gshape, pl,
                                    o, l);
 }
 
@@ -159,86 +148,85 @@ static int packs_in_place(int d, const int64_t *l) {
   return 1;
 }
 
-static sg_status host_alloc(size_t bytes, char **p, sg_status *lst) {
-  if (*lst != SG_OK || bytes == 0) return *lst;
-  *lst = sg_malloc(sg_device_host(), bytes, (void **)p);
-  return *lst;
+typedef struct st_needs {
+  int64_t send, recv; /* scratch elements */
+  int direct;         /* allgather: receive into dst; reduce-scatter: send src */
+} st_needs;
+
+static sg_status step_needs(const sg_st_redist *R, int i,
+                            const sg_placement *cpl, const sg_placement *npl,
+                            const int64_t *so, const int64_t *sl, int src_contig,
+                            const int64_t *dof, const int64_t *dl,
+                            int dst_contig, st_needs *n) {
+  sg_status st = SG_OK;
+  const int m = R->steps[i].m, nd = R->nd;
+  const int64_t nsrc = sg_st_numel(nd, sl), ndst = sg_st_numel(nd, dl);
+  int64_t o[SG_TENSOR_MAX_DIMS], l[SG_TENSOR_MAX_DIMS];
+  int64_t io[SG_TENSOR_MAX_DIMS], il[SG_TENSOR_MAX_DIMS];
+  memset(n, 0, sizeof *n);
+  switch (R->steps[i].kind) {
+  case ST_ALLREDUCE:
+    n->send = src_contig ? 0 : nsrc;
+    n->recv = dst_contig ? 0 : ndst;
+    break;
+  case ST_ALLGATHER:
+    n->send = src_contig ? 0 : nsrc;
+    n->direct = dst_contig && packs_in_place(cpl[m].dim, dl);
+    n->recv = n->direct ? 0 : ndst;
+    break;
+  case ST_ALLTOALL:
+    for (int q = 0; q < R->sizes[m]; ++q) {
+      SG_TRY(member_box(R, npl, m, q, o, l));
+      n->send += sg_st_box_isect(nd, so, sl, o, l, io, il);
+      SG_TRY(member_box(R, cpl, m, q, o, l));
+      n->recv += sg_st_box_isect(nd, o, l, dof, dl, io, il);
+    }
+    break;
+  case ST_REDUCE_SCATTER:
+    n->direct = src_contig && packs_in_place(npl[m].dim, sl);
+    n->send = n->direct ? 0 : nsrc;
+    n->recv = dst_contig ? 0 : ndst;
+    break;
+  default: break;
+  }
+fail:
+  return st;
 }
 
-static sg_status run_step(const st_ctx *c, const st_step *s,
-                          const sg_placement *cpl, const sg_placement *npl,
-                          const sg_tensor *src, const int64_t *so,
-                          sg_tensor *dst, const int64_t *dof, int agree,
-                          sg_status prior) {
-  sg_status st = SG_OK, lst = prior;
-  const int m = s->m, P = c->sizes[m], q = c->coords[m], nd = c->nd;
-  const size_t es = c->es;
-  const int64_t nsrc = sg_tensor_numel(src), ndst = sg_tensor_numel(dst);
+static sg_status run_step(sg_st_redist *R, int i, const sg_placement *cpl,
+                          const sg_placement *npl, const sg_tensor *src,
+                          const int64_t *so, sg_tensor *dst,
+                          const int64_t *dof) {
+  sg_status st = SG_OK;
+  const int m = R->steps[i].m, P = R->sizes[m], q = R->coords[m], nd = R->nd;
+  const size_t es = R->es;
+  const sg_dtype dt = R->dt;
+  const int64_t nsrc = sg_tensor_numel(src);
   const int src_contig = sg_tensor_is_contiguous(src);
   const int dst_contig = sg_tensor_is_contiguous(dst);
-  int64_t *cnt = NULL, *rcnt = NULL;
-  char *sbuf = NULL, *rbuf = NULL;
-  int direct = 0;
+  int64_t *cnt = R->cnt, *rcnt = R->rcnt;
+  char *sbuf = R->sbuf, *rbuf = R->rbuf;
   sg_group_t g = NULL;
+  st_needs nd_;
   int64_t o[SG_TENSOR_MAX_DIMS], l[SG_TENSOR_MAX_DIMS];
   int64_t io[SG_TENSOR_MAX_DIMS], il[SG_TENSOR_MAX_DIMS];
 
-  SG_TRY(sg_mesh_group(c->mesh, 1u << m, &g));
-  /* scratch for this step, agreed before any message */
-  cnt = calloc((size_t)P, sizeof *cnt);
-  rcnt = calloc((size_t)P, sizeof *rcnt);
-  if (lst == SG_OK && (!cnt || !rcnt))
-    lst = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,
-                       "redistribute: out of memory");
-  switch (s->kind) {
-  case ST_ALLREDUCE:
-    if (!src_contig) host_alloc((size_t)nsrc * es, &sbuf, &lst);
-    if (!dst_contig) host_alloc((size_t)ndst * es, &rbuf, &lst);
-    break;
-  case ST_ALLGATHER:
-    if (!src_contig) host_alloc((size_t)nsrc * es, &sbuf, &lst);
-    direct = dst_contig && packs_in_place(cpl[m].dim, dst->shape);
-    if (!direct) host_alloc((size_t)ndst * es, &rbuf, &lst);
-    break;
-  case ST_ALLTOALL: {
-    int64_t ts = 0, tr = 0;
-    for (int r = 0; lst == SG_OK && r < P; ++r) {
-      if ((lst = member_box(c, npl, m, r, o, l)) != SG_OK) break;
-      cnt[r] = sg_st_box_isect(nd, so, src->shape, o, l, io, il);
-      ts += cnt[r];
-      if ((lst = member_box(c, cpl, m, r, o, l)) != SG_OK) break;
-      rcnt[r] = sg_st_box_isect(nd, o, l, dof, dst->shape, io, il);
-      tr += rcnt[r];
-    }
-    host_alloc((size_t)ts * es, &sbuf, &lst);
-    host_alloc((size_t)tr * es, &rbuf, &lst);
-    break;
-  }
-  case ST_REDUCE_SCATTER:
-    direct = src_contig && packs_in_place(npl[m].dim, src->shape);
-    if (!direct) host_alloc((size_t)nsrc * es, &sbuf, &lst);
-    if (!dst_contig) host_alloc((size_t)ndst * es, &rbuf, &lst);
-    break;
-  case ST_SLICE:
-  case ST_TO_PARTIAL:
-    break;
-  }
-  if (agree) SG_TRY(sg_agree(sg_mesh_comm(c->mesh), lst));
-  else SG_TRY(lst);
-
-  switch (s->kind) {
+  SG_TRY(step_needs(R, i, cpl, npl, so, src->shape, src_contig, dof,
+                    dst->shape, dst_contig, &nd_));
+  SG_TRY(sg_mesh_group(R->mesh, 1u << m, &g));
+  switch (R->steps[i].kind) {
   case ST_ALLREDUCE: {
     if (nsrc == 0) break; /* the whole group has this empty box */
     const void *send = src->data;
     void *recv = dst_contig ? dst->data : rbuf;
     if (!src_contig) {
-      sg_tensor b = sg_tensor_wrap(sbuf, c->dt, src->device, nd, src->shape);
+      sg_tensor b = sg_tensor_wrap(sbuf, dt, src->device, nd, src->shape);
       SG_TRY(sg_tensor_copy(&b, src));
       send = sbuf;
     }
-    SG_TRY(sg_allreduce(g, send, recv, nsrc, c->dt, SG_REDUCE_SUM));
+    SG_TRY(sg_allreduce(g, send, recv, nsrc, dt, SG_REDUCE_SUM));
     if (!dst_contig) {
-      sg_tensor b = sg_tensor_wrap(rbuf, c->dt, dst->device, nd, dst->shape);
+      sg_tensor b = sg_tensor_wrap(rbuf, dt, dst->device, nd, dst->shape);
       SG_TRY(sg_tensor_copy(dst, &b));
     }
     break;
@@ -246,20 +234,23 @@ static sg_status run_step(const st_ctx *c, const st_step *s,
   case ST_ALLGATHER: {
     const void *send = src->data;
     if (!src_contig) {
-      sg_tensor b = sg_tensor_wrap(sbuf, c->dt, src->device, nd, src->shape);
+      sg_tensor b = sg_tensor_wrap(sbuf, dt, src->device, nd, src->shape);
       SG_TRY(sg_tensor_copy(&b, src));
       send = sbuf;
     }
+    int64_t total = 0;
     for (int r = 0; r < P; ++r) {
-      SG_TRY(member_box(c, cpl, m, r, o, l));
+      SG_TRY(member_box(R, cpl, m, r, o, l));
       cnt[r] = sg_st_numel(nd, l);
+      total += cnt[r];
     }
-    SG_TRY(sg_allgatherv(g, send, nsrc, direct ? dst->data : rbuf, cnt, NULL,
-                         c->dt));
-    if (!direct) {
+    if (total == 0) break; /* the whole group has an empty box */
+    SG_TRY(sg_allgatherv(g, send, nsrc, nd_.direct ? dst->data : rbuf, cnt,
+                         NULL, dt));
+    if (!nd_.direct) {
       int64_t pos = 0;
       for (int r = 0; r < P; ++r) {
-        SG_TRY(member_box(c, cpl, m, r, o, l));
+        SG_TRY(member_box(R, cpl, m, r, o, l));
         SG_TRY(sg_st_unpack(dst, dof, o, l, rbuf + (size_t)pos * es));
         pos += cnt[r];
       }
@@ -269,15 +260,17 @@ static sg_status run_step(const st_ctx *c, const st_step *s,
   case ST_ALLTOALL: {
     int64_t pos = 0;
     for (int r = 0; r < P; ++r) {
-      SG_TRY(member_box(c, npl, m, r, o, l));
-      sg_st_box_isect(nd, so, src->shape, o, l, io, il);
+      SG_TRY(member_box(R, npl, m, r, o, l));
+      cnt[r] = sg_st_box_isect(nd, so, src->shape, o, l, io, il);
       SG_TRY(sg_st_pack(src, so, io, il, sbuf + (size_t)pos * es));
       pos += cnt[r];
+      SG_TRY(member_box(R, cpl, m, r, o, l));
+      rcnt[r] = sg_st_box_isect(nd, o, l, dof, dst->shape, io, il);
     }
-    SG_TRY(sg_alltoallv(g, sbuf, cnt, NULL, rbuf, rcnt, NULL, c->dt));
+    SG_TRY(sg_alltoallv(g, sbuf, cnt, NULL, rbuf, rcnt, NULL, dt));
     pos = 0;
     for (int r = 0; r < P; ++r) {
-      SG_TRY(member_box(c, cpl, m, r, o, l));
+      SG_TRY(member_box(R, cpl, m, r, o, l));
       sg_st_box_isect(nd, o, l, dof, dst->shape, io, il);
       SG_TRY(sg_st_unpack(dst, dof, io, il, rbuf + (size_t)pos * es));
       pos += rcnt[r];
@@ -287,17 +280,18 @@ static sg_status run_step(const st_ctx *c, const st_step *s,
   case ST_REDUCE_SCATTER: {
     int64_t pos = 0;
     for (int r = 0; r < P; ++r) {
-      SG_TRY(member_box(c, npl, m, r, o, l));
+      SG_TRY(member_box(R, npl, m, r, o, l));
       cnt[r] = sg_st_numel(nd, l);
-      if (!direct) SG_TRY(sg_st_pack(src, so, o, l, sbuf + (size_t)pos * es));
+      if (!nd_.direct)
+        SG_TRY(sg_st_pack(src, so, o, l, sbuf + (size_t)pos * es));
       pos += cnt[r];
     }
     if (pos == 0) break; /* the whole group has an empty box */
-    SG_TRY(sg_reduce_scatter(g, direct ? src->data : sbuf,
-                             dst_contig ? dst->data : rbuf, cnt, c->dt,
+    SG_TRY(sg_reduce_scatter(g, nd_.direct ? src->data : sbuf,
+                             dst_contig ? dst->data : rbuf, cnt, dt,
                              SG_REDUCE_SUM));
     if (!dst_contig) {
-      sg_tensor b = sg_tensor_wrap(rbuf, c->dt, dst->device, nd, dst->shape);
+      sg_tensor b = sg_tensor_wrap(rbuf, dt, dst->device, nd, dst->shape);
       SG_TRY(sg_tensor_copy(dst, &b));
     }
     break;
@@ -316,81 +310,120 @@ static sg_status run_step(const st_ctx *c, const st_step *s,
     break;
   }
 fail:
-  free(cnt);
-  free(rcnt);
-  sg_free(sg_device_host(), (void **)&sbuf);
-  sg_free(sg_device_host(), (void **)&rbuf);
   return st;
 }
 
-sg_status sg_st_redistribute_views(sg_mesh_t mesh, sg_dtype dtype, int ndim,
-                                   const int64_t *global_shape,
-                                   const sg_placement *spl,
-                                   const sg_tensor *src,
-                                   const sg_placement *dpl, sg_tensor *dst) {
+/* ---- prepare / run / release --------------------------------------------- */
+
+void sg_st_redist_release(sg_st_redist *R) {
+  if (!R) return;
+  for (int k = 0; k < 2; ++k) sg_free(sg_device_host(), (void **)&R->blk[k]);
+  sg_free(sg_device_host(), (void **)&R->sbuf);
+  sg_free(sg_device_host(), (void **)&R->rbuf);
+  free(R->cnt);
+  free(R->rcnt);
+  R->cnt = R->rcnt = NULL;
+  R->nsteps = 0;
+}
+
+sg_status sg_st_redist_prepare(sg_st_redist *R, sg_mesh_t mesh,
+                               sg_dtype dtype, int ndim,
+                               const int64_t *global_shape,
+                               const sg_placement *spl, const sg_tensor *src,
+                               const sg_placement *dpl, const sg_tensor *dst) {
   sg_status st = SG_OK;
-  st_ctx c;
-  st_step steps[ST_MAX_STEPS];
-  int nsteps = 0;
+  memset(R, 0, sizeof *R);
+  R->mesh = mesh;
+  sg_st_mesh_info(mesh, &R->nm, R->sizes, R->coords);
+  R->nd = ndim;
+  for (int d = 0; d < ndim; ++d) R->gshape[d] = global_shape[d];
+  R->dt = dtype;
+  R->es = sg_dtype_size(dtype);
+  memcpy(R->spl, spl, sizeof(sg_placement) * (size_t)R->nm);
+  memcpy(R->dpl, dpl, sizeof(sg_placement) * (size_t)R->nm);
+  SG_TRY(plan(R->nm, spl, dpl, R));
+  if (dtype == SG_DTYPE_BF16 && plan_reduces(R))
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "redistribute: a Partial bf16 tensor "
+             "cannot be summed (bf16 is for moves only)");
+  /* walk the plan to size the workspace */
   sg_placement cpl[SG_MESH_MAX_DIMS], npl[SG_MESH_MAX_DIMS];
   int64_t so[SG_TENSOR_MAX_DIMS], sl[SG_TENSOR_MAX_DIMS];
   int64_t no[SG_TENSOR_MAX_DIMS], nl[SG_TENSOR_MAX_DIMS];
-  sg_tensor cur, nxt;
-  memset(&cur, 0, sizeof cur);
-  memset(&nxt, 0, sizeof nxt);
-
-  c.mesh = mesh;
-  sg_st_mesh_info(mesh, &c.nm, c.sizes, c.coords);
-  c.nd = ndim;
-  c.gshape = global_shape;
-  c.dt = dtype;
-  c.es = sg_dtype_size(dtype);
-  SG_TRY(plan(c.nm, spl, dpl, steps, &nsteps));
-  if (dtype == SG_DTYPE_BF16 && plan_reduces(steps, nsteps))
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "redistribute: a Partial bf16 tensor "
-             "cannot be summed (bf16 is for moves only)");
-  if (nsteps == 0) return sg_tensor_copy(dst, src);
-
-  memcpy(cpl, spl, sizeof(sg_placement) * (size_t)c.nm);
-  SG_TRY(sg_shardtensor_box_coords(c.nm, c.sizes, c.coords, ndim, global_shape,
-                                   cpl, so, sl));
-  cur = *src;
-  cur.owns = 0;
-  for (int i = 0; i < nsteps; ++i) {
-    const int last = i == nsteps - 1;
-    memcpy(npl, cpl, sizeof(sg_placement) * (size_t)c.nm);
-    npl[steps[i].m] = steps[i].to;
-    SG_TRY(sg_shardtensor_box_coords(c.nm, c.sizes, c.coords, ndim,
+  int64_t cap_blk[2] = {0, 0}, cap_s = 0, cap_r = 0;
+  memcpy(cpl, spl, sizeof cpl);
+  SG_TRY(sg_shardtensor_box_coords(R->nm, R->sizes, R->coords, ndim,
+                                   global_shape, cpl, so, sl));
+  for (int i = 0; i < R->nsteps; ++i) {
+    const int last = i == R->nsteps - 1;
+    memcpy(npl, cpl, sizeof npl);
+    npl[R->steps[i].m] = R->steps[i].to;
+    SG_TRY(sg_shardtensor_box_coords(R->nm, R->sizes, R->coords, ndim,
                                      global_shape, npl, no, nl));
-    sg_status lst = SG_OK;
-    if (last) {
-      nxt = *dst;
-      nxt.owns = 0;
-    } else {
-      lst = sg_tensor_alloc(&nxt, dtype, sg_device_host(), ndim, nl);
-    }
-    const int comm = steps[i].kind != ST_SLICE &&
-                     steps[i].kind != ST_TO_PARTIAL;
-    /* one agreement per step on its allocations (the same decision on every
-     * rank: the plan is the same everywhere) */
-    SG_TRY(run_step(&c, &steps[i], cpl, npl, &cur, so, &nxt, no,
-                    comm || !last, lst));
-    sg_tensor_free(&cur);
-    cur = nxt;
-    memset(&nxt, 0, sizeof nxt);
-    memcpy(cpl, npl, sizeof(sg_placement) * (size_t)c.nm);
+    st_needs n;
+    SG_TRY(step_needs(R, i, cpl, npl, so, sl,
+                      i == 0 ? sg_tensor_is_contiguous(src) : 1, no, nl,
+                      last ? sg_tensor_is_contiguous(dst) : 1, &n));
+    if (n.send > cap_s) cap_s = n.send;
+    if (n.recv > cap_r) cap_r = n.recv;
+    if (!last && sg_st_numel(ndim, nl) > cap_blk[i % 2])
+      cap_blk[i % 2] = sg_st_numel(ndim, nl);
+    memcpy(cpl, npl, sizeof cpl);
     memcpy(so, no, sizeof so);
+    memcpy(sl, nl, sizeof sl);
   }
-  cur.owns = 0; /* the caller's dst */
+  for (int k = 0; k < 2; ++k)
+    SG_TRY(sg_malloc(sg_device_host(), (size_t)cap_blk[k] * R->es,
+                     (void **)&R->blk[k]));
+  SG_TRY(sg_malloc(sg_device_host(), (size_t)cap_s * R->es, (void **)&R->sbuf));
+  SG_TRY(sg_malloc(sg_device_host(), (size_t)cap_r * R->es, (void **)&R->rbuf));
+  int pmax = 1;
+  for (int m = 0; m < R->nm; ++m)
+    if (R->sizes[m] > pmax) pmax = R->sizes[m];
+  R->cnt = calloc((size_t)pmax, sizeof *R->cnt);
+  R->rcnt = calloc((size_t)pmax, sizeof *R->rcnt);
+  if (!R->cnt || !R->rcnt)
+    SG_RAISE(SG_ERR_ALLOC, "redistribute: out of memory for counts");
+  return SG_OK;
 fail:
-  sg_tensor_free(&cur);
-  sg_tensor_free(&nxt);
+  sg_st_redist_release(R);
+  return st;
+}
+
+sg_status sg_st_redist_run(sg_st_redist *R, const sg_tensor *src,
+                           sg_tensor *dst) {
+  sg_status st = SG_OK;
+  if (R->nsteps == 0) return sg_tensor_copy(dst, src);
+  sg_placement cpl[SG_MESH_MAX_DIMS], npl[SG_MESH_MAX_DIMS];
+  int64_t so[SG_TENSOR_MAX_DIMS], sl[SG_TENSOR_MAX_DIMS];
+  int64_t no[SG_TENSOR_MAX_DIMS], nl[SG_TENSOR_MAX_DIMS];
+  memcpy(cpl, R->spl, sizeof cpl);
+  SG_TRY(sg_shardtensor_box_coords(R->nm, R->sizes, R->coords, R->nd,
+                                   R->gshape, cpl, so, sl));
+  sg_tensor cur = *src, nxt;
+  for (int i = 0; i < R->nsteps; ++i) {
+    const int last = i == R->nsteps - 1;
+    memcpy(npl, cpl, sizeof npl);
+    npl[R->steps[i].m] = R->steps[i].to;
+    SG_TRY(sg_shardtensor_box_coords(R->nm, R->sizes, R->coords, R->nd,
+                                     R->gshape, npl, no, nl));
+    nxt = last ? *dst
+               : sg_tensor_wrap(R->blk[i % 2], R->dt, sg_device_host(), R->nd,
+                                nl);
+    SG_TRY(run_step(R, i, cpl, npl, &cur, so, &nxt, no));
+    cur = nxt;
+    memcpy(cpl, npl, sizeof cpl);
+    memcpy(so, no, sizeof so);
+    (void)sl;
+  }
+fail:
   return st;
 }
 
 sg_status sg_shardtensor_redistribute(const sg_shardtensor *x,
                                       sg_shardtensor *y) {
   sg_status st = SG_OK, lst;
+  sg_st_redist R;
+  memset(&R, 0, sizeof R);
   const char *fn = "sg_shardtensor_redistribute";
   lst = sg_st_check(fn, x);
   if (lst == SG_OK) lst = sg_st_check(fn, y);
@@ -413,30 +446,20 @@ sg_status sg_shardtensor_redistribute(const sg_shardtensor *x,
                          "%s: global dim %d is %lld in x and %lld in y", fn, d,
                          (long long)x->global_shape[d],
                          (long long)y->global_shape[d]);
-  if (lst == SG_OK && x->local.dtype == SG_DTYPE_BF16) {
-    st_step steps[ST_MAX_STEPS];
-    int n = 0;
-    lst = plan(sg_mesh_ndims(mesh), x->placements, y->placements, steps, &n);
-    if (lst == SG_OK && plan_reduces(steps, n))
-      lst = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
-                         "%s: a Partial bf16 tensor cannot be summed (bf16 "
-                         "is for moves only)", fn);
-  }
-  if (lst != SG_OK || !x->mesh || !y->mesh) {
-    /* agree over the one mesh we have; the descriptions are not usable */
-    st = sg_agree(sg_mesh_comm(mesh), lst != SG_OK ? lst : SG_ERR_INVALID_ARG);
-    return st;
+  sg_tensor in, out;
+  if (lst == SG_OK) {
+    in = sg_shardtensor_interior(x);
+    out = sg_shardtensor_interior(y);
+    lst = sg_st_redist_prepare(&R, mesh, x->local.dtype, x->ndim,
+                               x->global_shape, x->placements, &in,
+                               y->placements, &out);
   }
   {
     const sg_shardtensor *xs[2] = {x, y};
-    SG_TRY(sg_st_agree_descs(mesh, SG_OK, 2, xs));
+    SG_TRY(sg_st_agree_descs(mesh, lst, 2, xs));
   }
-  {
-    sg_tensor in = sg_shardtensor_interior(x), out = sg_shardtensor_interior(y);
-    SG_TRY(sg_st_redistribute_views(mesh, x->local.dtype, x->ndim,
-                                    x->global_shape, x->placements, &in,
-                                    y->placements, &out));
-  }
+  SG_TRY(sg_st_redist_run(&R, &in, &out));
 fail:
+  sg_st_redist_release(&R);
   return st;
 }

@@ -296,17 +296,19 @@ fail:
 sg_status sg_st_agree_descs(sg_mesh_t mesh, sg_status local, int n,
                             const sg_shardtensor *const *xs) {
   sg_status st = SG_OK;
-  int64_t v[2 * SG_ST_DESC_MAX * SG_ST_DESC_LEN];
+  /* [lowest failing rank as p - rank (0: none), desc, -desc] */
+  int64_t v[1 + 2 * SG_ST_DESC_MAX * SG_ST_DESC_LEN];
   const int len = n * SG_ST_DESC_LEN;
-  if (n < 1 || n > SG_ST_DESC_MAX)
+  if (local == SG_OK && (n < 1 || n > SG_ST_DESC_MAX))
     local = sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__,
                          "sg_st_agree_descs: %d tensors", n);
-  st = sg_agree(sg_mesh_comm(mesh), local);
-  if (st != SG_OK) return st;
+  if (n < 1 || n > SG_ST_DESC_MAX) n = 1;
   const int nm = sg_mesh_ndims(mesh);
+  const int p = sg_mesh_size(mesh), me = sg_mesh_rank(mesh);
   memset(v, 0, sizeof v);
-  for (int i = 0; i < n; ++i) {
-    int64_t *w = v + (size_t)i * SG_ST_DESC_LEN;
+  v[0] = local != SG_OK ? p - me : 0;
+  for (int i = 0; local == SG_OK && i < n; ++i) {
+    int64_t *w = v + 1 + (size_t)i * SG_ST_DESC_LEN;
     const sg_shardtensor *x = xs[i];
     w[0] = x->local.dtype;
     w[1] = x->ndim;
@@ -320,11 +322,13 @@ sg_status sg_st_agree_descs(sg_mesh_t mesh, sg_status local, int n,
       u[2] = q.kind == SG_PLACEMENT_PARTIAL ? (int64_t)q.op : -1;
     }
   }
-  for (int i = 0; i < len; ++i) v[len + i] = -v[i];
-  SG_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 2 * len, MPI_INT64_T, MPI_MAX,
+  for (int i = 0; i < len; ++i) v[1 + len + i] = -v[1 + i];
+  SG_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 1 + 2 * len, MPI_INT64_T, MPI_MAX,
                        sg_mesh_comm(mesh)));
+  if (v[0] > 0) /* some rank failed: every rank learns its status and why */
+    return sg_agree(sg_mesh_comm(mesh), local);
   for (int i = 0; i < len; ++i)
-    if (v[i] != -v[len + i]) {
+    if (v[1 + i] != -v[1 + len + i]) {
       const int which = i / SG_ST_DESC_LEN, k = i % SG_ST_DESC_LEN;
       const char *what = k == 0 ? "dtype" : k <= 2 ? "ndim" :
                          k < 3 + SG_TENSOR_MAX_DIMS ? "global shape" : "placements";
@@ -389,10 +393,6 @@ sg_status sg_shardtensor_scatter(sg_shardtensor *x, const sg_tensor *global,
                        "%s: root %d is not a rank of the mesh (0..%d)", fn,
                        root, p - 1);
   if (lst == SG_OK && me == root) lst = check_global(fn, x, global);
-  {
-    const sg_shardtensor *xs[1] = {x};
-    SG_TRY(sg_st_agree_descs(x->mesh, lst, 1, xs));
-  }
 
   sg_mesh_t mesh = x->mesh;
   int nm, sizes[SG_MESH_MAX_DIMS], coords[SG_MESH_MAX_DIMS];
@@ -400,16 +400,20 @@ sg_status sg_shardtensor_scatter(sg_shardtensor *x, const sg_tensor *global,
   const int nd = x->ndim;
   const size_t es = sg_dtype_size(x->local.dtype);
   sg_tensor in = sg_shardtensor_interior(x);
-  const int64_t nloc = sg_st_numel(nd, x->local_shape);
-  const int contig = sg_tensor_is_contiguous(&in);
-  const int leader = st_is_leader(nm, coords, x->placements);
+  int64_t nloc = 0;
+  int contig = 1, leader = 0;
+  if (lst == SG_OK) {
+    nloc = sg_st_numel(nd, x->local_shape);
+    contig = sg_tensor_is_contiguous(&in);
+    leader = st_is_leader(nm, coords, x->placements);
+  }
   sg_group_t all = NULL;
-  SG_TRY(sg_mesh_group(mesh, (1u << nm) - 1u, &all));
 
-  /* buffers: root packs every leader's box; ranks with a strided interior
-   * receive and broadcast through tmp */
+  /* buffers, before the agreement: root packs every leader's box; ranks
+   * with a strided interior receive and broadcast through tmp */
   int64_t total = 0;
-  if (me == root) {
+  if (lst != SG_OK) {
+  } else if (me == root) {
     counts = calloc((size_t)p + 1, sizeof *counts);
     reqs = calloc((size_t)p + 1, sizeof *reqs);
     if (!counts || !reqs)
@@ -436,7 +440,11 @@ sg_status sg_shardtensor_scatter(sg_shardtensor *x, const sg_tensor *global,
   }
   if (lst == SG_OK && !contig)
     lst = sg_malloc(sg_device_host(), (size_t)nloc * es, (void **)&tmp);
-  SG_TRY(sg_agree(sg_mesh_comm(mesh), lst));
+  {
+    const sg_shardtensor *xs[1] = {x};
+    SG_TRY(sg_st_agree_descs(mesh, lst, 1, xs));
+  }
+  SG_TRY(sg_mesh_group(mesh, (1u << nm) - 1u, &all));
 
   /* root to leaders, point to point */
   if (me == root) {
@@ -509,7 +517,9 @@ sg_status sg_shardtensor_gather(const sg_shardtensor *x, sg_tensor *global,
   sg_request_t *reqs = NULL;
   int nreq = 0;
   sg_shardtensor tmpx;
+  sg_st_redist R;
   memset(&tmpx, 0, sizeof tmpx);
+  memset(&R, 0, sizeof R);
   const char *fn = "sg_shardtensor_gather";
 
   lst = sg_st_check(fn, x);
@@ -525,71 +535,84 @@ sg_status sg_shardtensor_gather(const sg_shardtensor *x, sg_tensor *global,
   int nm, sizes[SG_MESH_MAX_DIMS], coords[SG_MESH_MAX_DIMS];
   sg_st_mesh_info(mesh, &nm, sizes, coords);
   int has_partial = 0;
-  for (int m = 0; m < nm; ++m)
+  for (int m = 0; lst == SG_OK && m < nm; ++m)
     if (x->placements[m].kind == SG_PLACEMENT_PARTIAL) has_partial = 1;
   if (lst == SG_OK && has_partial && x->local.dtype == SG_DTYPE_BF16)
     lst = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
                        "%s: a Partial bf16 tensor cannot be summed", fn);
+  const int nd = x->ndim;
+  const size_t es = sg_dtype_size(x->local.dtype);
+  sg_placement pl[SG_MESH_MAX_DIMS];
+  const sg_shardtensor *src = x;
+  sg_tensor in;
+  memset(&in, 0, sizeof in);
+  int64_t nloc = 0, total = 0;
+  int leader = 0;
+
+  /* everything local first: the plan and every buffer */
+  if (lst == SG_OK && root < 0) {
+    /* every rank: redistribute straight into the global tensor */
+    for (int m = 0; m < SG_MESH_MAX_DIMS; ++m) pl[m] = sg_replicate();
+    in = sg_shardtensor_interior(x);
+    lst = sg_st_redist_prepare(&R, mesh, x->local.dtype, nd, x->global_shape,
+                               x->placements, &in, pl, global);
+  } else if (lst == SG_OK) {
+    if (has_partial) { /* sum the Partial dims first (they become Replicate) */
+      for (int m = 0; m < nm; ++m)
+        pl[m] = x->placements[m].kind == SG_PLACEMENT_PARTIAL
+                    ? sg_replicate() : x->placements[m];
+      lst = sg_shardtensor_create(&tmpx, mesh, x->local.dtype, nd,
+                                  x->global_shape, pl, NULL);
+      if (lst == SG_OK) {
+        sg_tensor xi = sg_shardtensor_interior(x);
+        sg_tensor ti = sg_shardtensor_interior(&tmpx);
+        lst = sg_st_redist_prepare(&R, mesh, x->local.dtype, nd,
+                                   x->global_shape, x->placements, &xi, pl,
+                                   &ti);
+      }
+      src = &tmpx;
+    }
+    if (lst == SG_OK) {
+      in = sg_shardtensor_interior(src);
+      nloc = sg_st_numel(nd, src->local_shape);
+      leader = st_is_leader(nm, coords, src->placements);
+      if (me == root) {
+        for (int r = 0; lst == SG_OK && r < p; ++r) {
+          int c[SG_MESH_MAX_DIMS];
+          int64_t o[SG_TENSOR_MAX_DIMS], l[SG_TENSOR_MAX_DIMS];
+          if ((lst = sg_mesh_coords_of(mesh, r, c)) != SG_OK) break;
+          if (r == me || !st_is_leader(nm, c, src->placements)) continue;
+          lst = sg_shardtensor_box_coords(nm, sizes, c, nd, src->global_shape,
+                                          src->placements, o, l);
+          total += sg_st_numel(nd, l);
+        }
+        reqs = calloc((size_t)p + 1, sizeof *reqs);
+      } else {
+        if (leader && !sg_tensor_is_contiguous(&in)) total = nloc;
+        reqs = calloc(1, sizeof *reqs);
+      }
+      if (lst == SG_OK && !reqs)
+        lst = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,
+                           "%s: out of memory", fn);
+      if (lst == SG_OK)
+        lst = sg_malloc(sg_device_host(), (size_t)total * es, (void **)&buf);
+    }
+  }
   {
     const sg_shardtensor *xs[1] = {x};
     SG_TRY(sg_st_agree_descs(mesh, lst, 1, xs));
   }
-  const int nd = x->ndim;
-  const size_t es = sg_dtype_size(x->local.dtype);
-
   if (root < 0) {
-    /* every rank: redistribute straight into the global tensor */
-    sg_placement all_r[SG_MESH_MAX_DIMS];
-    for (int m = 0; m < SG_MESH_MAX_DIMS; ++m) all_r[m] = sg_replicate();
-    sg_tensor in = sg_shardtensor_interior(x);
-    SG_TRY(sg_st_redistribute_views(mesh, x->local.dtype, nd, x->global_shape,
-                                    x->placements, &in, all_r, global));
-    return SG_OK;
+    SG_TRY(sg_st_redist_run(&R, &in, global));
+    goto fail; /* done: release */
   }
-
-  /* sum the Partial dims first (they become Replicate) */
-  const sg_shardtensor *src = x;
   if (has_partial) {
-    sg_placement pl[SG_MESH_MAX_DIMS];
-    for (int m = 0; m < nm; ++m)
-      pl[m] = x->placements[m].kind == SG_PLACEMENT_PARTIAL ? sg_replicate()
-                                                            : x->placements[m];
-    lst = sg_shardtensor_create(&tmpx, mesh, x->local.dtype, nd,
-                                x->global_shape, pl, NULL);
-    SG_TRY(sg_agree(sg_mesh_comm(mesh), lst));
-    sg_tensor in = sg_shardtensor_interior(x), out = sg_shardtensor_interior(&tmpx);
-    SG_TRY(sg_st_redistribute_views(mesh, x->local.dtype, nd, x->global_shape,
-                                    x->placements, &in, pl, &out));
-    src = &tmpx;
+    sg_tensor xi = sg_shardtensor_interior(x);
+    sg_tensor ti = sg_shardtensor_interior(&tmpx);
+    SG_TRY(sg_st_redist_run(&R, &xi, &ti));
   }
   sg_group_t all = NULL;
   SG_TRY(sg_mesh_group(mesh, (1u << nm) - 1u, &all));
-  sg_tensor in = sg_shardtensor_interior(src);
-  const int64_t nloc = sg_st_numel(nd, src->local_shape);
-  const int leader = st_is_leader(nm, coords, src->placements);
-
-  /* buffers */
-  int64_t total = 0;
-  if (me == root) {
-    for (int r = 0; r < p; ++r) {
-      int c[SG_MESH_MAX_DIMS];
-      int64_t o[SG_TENSOR_MAX_DIMS], l[SG_TENSOR_MAX_DIMS];
-      SG_TRY(sg_mesh_coords_of(mesh, r, c));
-      if (r == me || !st_is_leader(nm, c, src->placements)) continue;
-      SG_TRY(sg_shardtensor_box_coords(nm, sizes, c, nd, src->global_shape,
-                                       src->placements, o, l));
-      total += sg_st_numel(nd, l);
-    }
-    reqs = calloc((size_t)p + 1, sizeof *reqs);
-  } else {
-    if (leader && !sg_tensor_is_contiguous(&in)) total = nloc;
-    reqs = calloc(1, sizeof *reqs);
-  }
-  if (!reqs)
-    lst = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "%s: out of memory", fn);
-  else
-    lst = sg_malloc(sg_device_host(), (size_t)total * es, (void **)&buf);
-  SG_TRY(sg_agree(sg_mesh_comm(mesh), lst));
 
   if (me == root) {
     int64_t pos = 0, z[SG_TENSOR_MAX_DIMS] = {0};
@@ -643,6 +666,7 @@ fail:
     free(reqs);
   }
   sg_free(sg_device_host(), (void **)&buf);
+  sg_st_redist_release(&R);
   sg_shardtensor_destroy(&tmpx);
   return st;
 }
