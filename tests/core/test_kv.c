@@ -3,6 +3,7 @@
 #include "sg_test.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const sg_kv_key keys[] = {
