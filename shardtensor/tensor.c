@@ -3,8 +3,22 @@
 #include "sg_tensor.h"
 
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "tensor_impl.h"
+
+/* This thread's share [r0, r1) of rows (static, contiguous). */
+static void sg_thread_rows(int64_t rows, int64_t *r0, int64_t *r1) {
+#ifdef _OPENMP
+  const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+#else
+  const int64_t nt = 1, t = 0;
+#endif
+  *r0 = rows * t / nt;
+  *r1 = rows * (t + 1) / nt;
+}
 
 /* Spread rows over threads when a copy or fill moves at least this many
  * bytes (below it the fork costs more than it saves). */
@@ -246,16 +260,23 @@ sg_status sg_tensor_copy(sg_tensor *dst, const sg_tensor *src) {
   const int unit = L.stride[0][in] == 1 && L.stride[1][in] == 1;
   char *const d0 = (char *)dst->data;
   const char *const s0 = (const char *)src->data;
-#pragma omp parallel for schedule(static) if ((int64_t)n * (int64_t)es >= SG_TENSOR_OMP_BYTES && rows > 1)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t od = sg_layout_row_offset(&L, 0, r);
-    const int64_t os = sg_layout_row_offset(&L, 1, r);
-    char *dp = d0 + (size_t)od * es;
-    const char *sp = s0 + (size_t)os * es;
-    if (unit)
-      memcpy(dp, sp, (size_t)run * es);
-    else
-      copy_elems(dp, L.stride[0][in], sp, L.stride[1][in], run, es);
+  const int64_t sd = L.stride[0][in], ss = L.stride[1][in];
+  const int par = (int64_t)n * (int64_t)es >= SG_TENSOR_OMP_BYTES && rows > 1;
+#pragma omp parallel if (par)
+  {
+    int64_t r0, r1;
+    sg_thread_rows(rows, &r0, &r1);
+    sg_rows_iter it;
+    sg_rows_iter_init(&it, &L, 2, r0);
+    for (int64_t r = r0; r < r1; ++r) {
+      char *dp = d0 + (size_t)it.off[0] * es;
+      const char *sp = s0 + (size_t)it.off[1] * es;
+      if (unit)
+        memcpy(dp, sp, (size_t)run * es);
+      else
+        copy_elems(dp, sd, sp, ss, run, es);
+      sg_rows_iter_next(&it, &L, 2);
+    }
   }
 fail:
   return st;
@@ -289,27 +310,35 @@ sg_status sg_tensor_fill(sg_tensor *t, double value) {
   const int in = L.nd - 1;
   const int64_t run = L.shape[in], rows = n / run, s_in = L.stride[0][in];
   char *const base = (char *)t->data;
-#pragma omp parallel for schedule(static) if ((int64_t)n * (int64_t)es >= SG_TENSOR_OMP_BYTES && rows > 1)
-  for (int64_t r = 0; r < rows; ++r) {
-    char *p = base + (size_t)sg_layout_row_offset(&L, 0, r) * es;
-    switch (es) {
-    case 2: {
-      uint16_t v;
-      memcpy(&v, pat, 2);
-      for (int64_t i = 0; i < run; ++i) ((uint16_t *)p)[i * s_in] = v;
-      break;
-    }
-    case 4: {
-      uint32_t v;
-      memcpy(&v, pat, 4);
-      for (int64_t i = 0; i < run; ++i) ((uint32_t *)p)[i * s_in] = v;
-      break;
-    }
-    default: {
-      uint64_t v;
-      memcpy(&v, pat, 8);
-      for (int64_t i = 0; i < run; ++i) ((uint64_t *)p)[i * s_in] = v;
-    }
+  const int par = (int64_t)n * (int64_t)es >= SG_TENSOR_OMP_BYTES && rows > 1;
+#pragma omp parallel if (par)
+  {
+    int64_t r0, r1;
+    sg_thread_rows(rows, &r0, &r1);
+    sg_rows_iter it;
+    sg_rows_iter_init(&it, &L, 1, r0);
+    for (int64_t r = r0; r < r1; ++r) {
+      char *p = base + (size_t)it.off[0] * es;
+      switch (es) {
+      case 2: {
+        uint16_t v;
+        memcpy(&v, pat, 2);
+        for (int64_t i = 0; i < run; ++i) ((uint16_t *)p)[i * s_in] = v;
+        break;
+      }
+      case 4: {
+        uint32_t v;
+        memcpy(&v, pat, 4);
+        for (int64_t i = 0; i < run; ++i) ((uint32_t *)p)[i * s_in] = v;
+        break;
+      }
+      default: {
+        uint64_t v;
+        memcpy(&v, pat, 8);
+        for (int64_t i = 0; i < run; ++i) ((uint64_t *)p)[i * s_in] = v;
+      }
+      }
+      sg_rows_iter_next(&it, &L, 1);
     }
   }
 fail:

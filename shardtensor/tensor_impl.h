@@ -36,4 +36,33 @@ static inline SG_HD int64_t sg_layout_row_offset(const sg_layout *L, int op,
   return o;
 }
 
+/* Walking rows in order without a division per row: an odometer over the
+ * outer dims and the running offset of each operand. */
+typedef struct sg_rows_iter {
+  int64_t idx[SG_TENSOR_MAX_DIMS];
+  int64_t off[SG_LAYOUT_MAX_OPS];
+} sg_rows_iter;
+
+static inline SG_HD void sg_rows_iter_init(sg_rows_iter *it,
+                                           const sg_layout *L, int nop,
+                                           int64_t r) {
+  for (int o = 0; o < nop; ++o) it->off[o] = 0;
+  for (int k = L->nd - 2; k >= 0; --k) {
+    it->idx[k] = r % L->shape[k];
+    r /= L->shape[k];
+    for (int o = 0; o < nop; ++o) it->off[o] += it->idx[k] * L->stride[o][k];
+  }
+}
+
+static inline SG_HD void sg_rows_iter_next(sg_rows_iter *it,
+                                           const sg_layout *L, int nop) {
+  for (int k = L->nd - 2; k >= 0; --k) {
+    ++it->idx[k];
+    for (int o = 0; o < nop; ++o) it->off[o] += L->stride[o][k];
+    if (it->idx[k] < L->shape[k]) return;
+    for (int o = 0; o < nop; ++o) it->off[o] -= L->shape[k] * L->stride[o][k];
+    it->idx[k] = 0;
+  }
+}
+
 #endif /* SG_TENSOR_IMPL_H */
