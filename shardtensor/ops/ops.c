@@ -392,13 +392,7 @@ fail:
 /* ---- padding ------------------------------------------------------------ */
 
 const char *sg_pad_mode_name(sg_pad_mode mode) {
-  switch (mode) {
-  case SG_PAD_ZERO: return "zero";
-  case SG_PAD_PERIODIC: return "periodic";
-  case SG_PAD_REFLECT: return "reflect";
-  case SG_PAD_REPLICATE: return "replicate";
-  }
-  return "invalid";
+  return sg_boundary_name(mode);
 }
 
 static sg_status sg_pad_geom(int nsp, int64_t planes, const int64_t *in,
@@ -631,7 +625,7 @@ static sg_status sg_concat_split(int split, sg_dtype dt, int64_t batch,
   for (int i = 0; i < k; ++i) {
     if (channels[i] < 0) SG_RAISE(SG_ERR_SHAPE, "part %d: %lld channels", i,
                                   (long long)channels[i]);
-    if (channels[i] > 0 && batch * spatial > 0 && !parts[i])
+    if (!split && channels[i] > 0 && batch * spatial > 0 && !parts[i])
       SG_RAISE(SG_ERR_INVALID_ARG, "part %d is NULL", i);
     total += channels[i];
   }
@@ -644,9 +638,9 @@ static sg_status sg_concat_split(int split, sg_dtype dt, int64_t batch,
     int64_t c0 = 0;
     for (int j = 0; j < i; ++j) c0 += channels[j];
     size_t bytes = (size_t)(channels[i] * spatial) * es;
+    if (bytes == 0 || !parts[i]) continue;
     char *w = (char *)whole + (size_t)((n * total + c0) * spatial) * es;
     char *p = (char *)parts[i] + (size_t)(n * channels[i] * spatial) * es;
-    if (bytes == 0) continue;
     if (split)
       memcpy(p, w, bytes);
     else

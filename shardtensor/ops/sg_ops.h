@@ -42,6 +42,7 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "sg_decomp.h"
 #include "sg_dtype.h"
 #include "sg_status.h"
 
@@ -53,12 +54,15 @@ extern "C" {
 
 /* ---- padding (boundary) modes ------------------------------------------- */
 
-typedef enum sg_pad_mode {
-  SG_PAD_ZERO = 0, /* zeros outside */
-  SG_PAD_PERIODIC, /* circular wrap: x[-1] = x[n-1] (pad may exceed n) */
-  SG_PAD_REFLECT,  /* mirror without the edge: x[-1] = x[1] (pad < n) */
-  SG_PAD_REPLICATE /* edge value repeated: x[-1] = x[0] */
-} sg_pad_mode;
+/* The boundary kinds of the decomposition (sg_boundary, grid/sg_decomp.h),
+ * so the one-process padding and the halo layer's edge fills agree. */
+typedef sg_boundary sg_pad_mode;
+#define SG_PAD_ZERO SG_BOUNDARY_ZERO         /* zeros outside */
+#define SG_PAD_PERIODIC SG_BOUNDARY_PERIODIC /* circular: x[-1] = x[n-1]
+                                                (pad may exceed n) */
+#define SG_PAD_REFLECT SG_BOUNDARY_REFLECT   /* mirror without the edge:
+                                                x[-1] = x[1] (pad < n) */
+#define SG_PAD_REPLICATE SG_BOUNDARY_REPLICATE /* edge repeated: x[-1] = x[0] */
 
 /* "zero", "periodic", "reflect", "replicate". */
 const char *sg_pad_mode_name(sg_pad_mode mode);
@@ -203,7 +207,8 @@ sg_status sg_bias_backward(sg_dtype dt, int64_t batch, int64_t channels,
                            int64_t spatial, const void *dy, void *db);
 
 /* Concatenate k tensors (N, c_i, S) along channels into (N, sum c_i, S);
- * split is the inverse (and each is the other's backward). */
+ * split is the inverse (and each is the other's backward); split skips
+ * NULL parts. */
 sg_status sg_concat(sg_dtype dt, int64_t batch, int64_t spatial, int k,
                     const int64_t *channels, const void *const *parts,
                     void *y);
