@@ -127,7 +127,8 @@ sg_status sg_shardtensor_create(sg_shardtensor *x, sg_mesh_t mesh,
  * collective. */
 void sg_shardtensor_destroy(sg_shardtensor *x);
 
-/* A view of the owned interior of the local block (no halo). */
+/* A view of the owned interior of the local block (no halo); a tensor
+ * with ndim -1 for an invalid x. Not collective. */
 sg_tensor sg_shardtensor_interior(const sg_shardtensor *x);
 
 /* Scatter a global tensor held on mesh rank root (other ranks pass NULL)
