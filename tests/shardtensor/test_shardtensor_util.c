@@ -8,8 +8,10 @@
 int st_mesh_specs(int p, int with3, char specs[][64]) {
   int n = 0;
   snprintf(specs[n++], 64, "a=%d", p);
+  /* 2-D: every factorisation k x p/k with k < p (p x 1 only for p == 1) */
   for (int k = 1; k <= p && n < ST_MAX_SPECS; ++k)
-    if (p % k == 0) snprintf(specs[n++], 64, "a=%d,b=%d", k, p / k);
+    if (p % k == 0 && (k < p || p == 1))
+      snprintf(specs[n++], 64, "a=%d,b=%d", k, p / k);
   if (with3 && p % 2 == 0 && n < ST_MAX_SPECS)
     snprintf(specs[n++], 64, "a=2,b=1,c=%d", p / 2);
   return n;

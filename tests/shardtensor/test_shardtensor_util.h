@@ -9,7 +9,8 @@
 #define ST_MAX_SPECS 16
 
 /* Every mesh shape for nprocs ranks: "a=P", then "a=k,b=P/k" for every
- * divisor k (with3: also a 3-D "a=2,b=1,c=P/2" when P is even). */
+ * divisor k < P (4: "a=1,b=4", "a=2,b=2"; with3: also a 3-D
+ * "a=2,b=1,c=P/2" when P is even). */
 int st_mesh_specs(int nprocs, int with3, char specs[][64]);
 
 /* Element i of a deterministic global tensor (small integers, exact in
