@@ -6,6 +6,7 @@
  *
  * Rank 0 prints one line per step (step, loss, lr, samples/s, and the time
  * split compute / halo / collectives / io); --metrics writes JSON lines. */
+#include "sg_ckpt.h"
 #include "sg_comm.h"
 #include "sg_config.h"
 #include "sg_ddp.h"
@@ -19,7 +20,9 @@
 #include "sg_trace.h"
 #include "train.h"
 
+#include <errno.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +81,7 @@ typedef struct run {
   sg_example *train, *test;
   int64_t ntrain, ntest;
   int64_t gbatch, lbatch;
+  char mesh_spec[128];
   sg_fno_t model;
   int64_t nparam;
   float *params, *grads, *m, *v;
@@ -136,57 +140,249 @@ fail:
   return st;
 }
 
+/* Predict a batch (no tape kept): pred gets the model's output in physical
+ * units, masked; yb is turned into physical units too. */
+static sg_status predict_batch(run_t *r, const float *x, float *pred) {
+  sg_status st = SG_OK;
+  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
+  int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx};
+  sg_var xv, *y = NULL;
+  memset(&xv, 0, sizeof xv);
+  int prev = sg_tape_set_grad_enabled(r->tape, 0);
+  SG_TRY(sg_var_init(&xv, "x", SG_DTYPE_F32, 4, xs, (void *)x, 0));
+  SG_TRY(sg_fno_forward(r->model, r->tape, &xv, &y));
+  memcpy(pred, y->value.data, (size_t)(r->lbatch * V * plane) * sizeof *pred);
+fail:
+  sg_tape_clear(r->tape);
+  sg_tape_set_grad_enabled(r->tape, prev);
+  sg_var_release(&xv);
+  return st;
+}
+
+/* normalised -> physical units, masked */
+static void to_physical(run_t *r, float *a, const float *mask) {
+  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
+  for (int64_t j = 0; j < r->lbatch; ++j)
+    for (int64_t v = 0; v < V; ++v) {
+      float *p = a + (j * V + v) * plane;
+      const float *mk = mask + (j * V + v) * plane;
+      for (int64_t i = 0; i < plane; ++i) p[i] = (float)(p[i] * r->ds.std[v] + r->ds.mean[v]) * mk[i];
+    }
+}
+
 /* Mean relative L2 over the test examples (one step ahead), in physical
- * units, with every rank taking its data-parallel share. */
-static sg_status evaluate(run_t *r, double *rel_out) {
+ * units, every data rank taking its share; with `out` the predictions and
+ * targets are written to a NetCDF file (example, channel, y, x). */
+static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
   sg_status st = SG_OK;
   const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
   double sum = 0.0, cnt = 0.0;
   double *rel = malloc((size_t)r->lbatch * sizeof *rel);
   sg_example *ex = malloc((size_t)r->lbatch * sizeof *ex);
-  if (!rel || !ex) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  int prev = sg_tape_set_grad_enabled(r->tape, 0);
+  float *pred = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *pred);
+  sg_nc_t f = NULL;
+  int vp = -1, vt = -1;
+  if (!rel || !ex || !pred) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  if (out && *out) {
+    sg_nc_create_opts co = sg_nc_create_opts_default();
+    co.overwrite = 1;
+    SG_TRY(sg_nc_create(MPI_COMM_WORLD, out, &co, &f));
+    int id;
+    SG_TRY(sg_nc_def_dim(f, "example", r->ntest, &id));
+    SG_TRY(sg_nc_def_dim(f, "channel", V, &id));
+    SG_TRY(sg_nc_def_dim(f, "y", r->ds.ny_g, &id));
+    SG_TRY(sg_nc_def_dim(f, "x", r->ds.nx_g, &id));
+    const char *dims[4] = {"example", "channel", "y", "x"};
+    SG_TRY(sg_nc_def_var(f, "prediction", SG_DTYPE_F32, 4, dims, NULL, &vp));
+    SG_TRY(sg_nc_def_var(f, "target", SG_DTYPE_F32, 4, dims, NULL, &vt));
+    sg_nc_cf cp = {NULL, "model prediction", NULL, 0, 0}, ct = {NULL, "true value", NULL, 0, 0};
+    SG_TRY(sg_nc_put_cf(f, vp, &cp));
+    SG_TRY(sg_nc_put_cf(f, vt, &ct));
+    SG_TRY(sg_nc_put_att_text(f, SG_NC_GLOBAL, "variables", r->dopt.vars));
+    SG_TRY(sg_nc_put_global_cf(f, "sg-train test predictions", "sg-train --predict", NULL));
+    SG_TRY(sg_nc_enddef(f));
+  }
   const int64_t nb = (r->ntest + r->gbatch - 1) / r->gbatch;
   for (int64_t b = 0; b < nb; ++b) {
-    int64_t valid = 0;
+    int64_t valid = 0, first = b * r->gbatch + r->cdp * r->lbatch;
     for (int64_t j = 0; j < r->lbatch; ++j) {
-      int64_t g = b * r->gbatch + r->cdp * r->lbatch + j;
+      int64_t g = first + j;
       ex[j] = r->test[g < r->ntest ? g : r->ntest - 1]; /* pad with the last */
       valid += g < r->ntest;
     }
     sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, r->yb, r->mb);
-    int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx};
-    sg_var x, *y = NULL;
-    SG_TRY(sg_var_init(&x, "x", SG_DTYPE_F32, 4, xs, r->xb, 0));
-    st = sg_fno_forward(r->model, r->tape, &x, &y);
-    if (st == SG_OK) {
-      /* physical units: p * std + mean */
-      float *p = y->value.data;
-      for (int64_t j = 0; j < r->lbatch; ++j)
-        for (int64_t v = 0; v < V; ++v) {
-          float *pp = p + (j * V + v) * plane, *tt = r->yb + (j * V + v) * plane, *mk = r->mb + (j * V + v) * plane;
-          for (int64_t i = 0; i < plane; ++i) {
-            pp[i] = (float)(pp[i] * r->ds.std[v] + r->ds.mean[v]) * mk[i];
-            tt[i] = (float)(tt[i] * r->ds.std[v] + r->ds.mean[v]) * mk[i];
-          }
-        }
-      st = sg_dist_rel_l2(SG_DTYPE_F32, r->lbatch, V * plane, p, r->yb, NULL, r->domain, rel);
-    }
-    sg_tape_clear(r->tape);
-    sg_var_release(&x);
-    SG_TRY(st);
+    SG_TRY(predict_batch(r, r->xb, pred));
+    to_physical(r, pred, r->mb);
+    to_physical(r, r->yb, r->mb);
+    SG_TRY(sg_dist_rel_l2(SG_DTYPE_F32, r->lbatch, V * plane, pred, r->yb, NULL, r->domain, rel));
     for (int64_t j = 0; j < valid; ++j) sum += rel[j];
     cnt += (double)valid;
+    if (f) {
+      sg_nc_shard sh = {4, {r->ntest, V, r->ds.ny_g, r->ds.nx_g}, {valid ? first : 0, 0, r->ds.y0, r->ds.x0},
+                        {valid, V, r->ds.ny, r->ds.nx}, SG_DTYPE_F32};
+      SG_TRY(sg_nc_write(f, vp, &sh, pred));
+      SG_TRY(sg_nc_write(f, vt, &sh, r->yb));
+    }
   }
-  sg_tape_set_grad_enabled(r->tape, prev);
   double sc[2] = {sum, cnt};
   if (r->data && sg_group_size(r->data) > 1)
     SG_TRY(sg_allreduce_det(r->data, sc, sc, 2, SG_DTYPE_F64, SG_REDUCE_SUM));
   *rel_out = sc[1] > 0 ? sc[0] / sc[1] : 0.0;
+  if (f) SG_TRY(sg_nc_close(&f));
 fail:
+  sg_nc_close(&f);
   free(rel);
   free(ex);
+  free(pred);
   return st;
+}
+
+/* Autoregressive rollout on the test series (sample datasets): from the
+ * first `history` frames, predict the next frame, feed it back, `steps`
+ * times; rel[k] is the mean relative L2 of frame history + k. */
+static sg_status rollout(run_t *r, int64_t steps, double *rel_out) {
+  sg_status st = SG_OK;
+  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx, H = r->dopt.history, T = r->ds.nframes;
+  const int64_t nser = r->dopt.test_samples, s0 = r->ds.nseries - nser;
+  double *rel = malloc((size_t)r->lbatch * sizeof *rel), *acc = calloc((size_t)steps, sizeof *acc);
+  float *x = malloc((size_t)(r->lbatch * H * V * plane + 1) * sizeof *x);
+  float *pred = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *pred);
+  float *phys = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *phys);
+  float *truth = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *truth);
+  float *mask = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *mask);
+  if (!rel || !acc || !x || !pred || !phys || !truth || !mask) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  if (r->ds.climate) SG_RAISE(SG_ERR_NOT_SUPPORTED, "rollout needs a sample dataset (sample, time, y, x)");
+  if (H + steps > T) SG_RAISE(SG_ERR_CONFIG, "rollout of %lld frames after %lld history frames exceeds the %lld frames",
+                              (long long)steps, (long long)H, (long long)T);
+  const int64_t nb = (nser + r->gbatch - 1) / r->gbatch;
+  double cnt = 0.0;
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t valid = 0;
+    sg_example ex[64];
+    if (r->lbatch > 64) SG_RAISE(SG_ERR_NOT_SUPPORTED, "rollout supports a local batch of at most 64");
+    for (int64_t j = 0; j < r->lbatch; ++j) {
+      int64_t g = b * r->gbatch + r->cdp * r->lbatch + j;
+      ex[j].series = s0 + (g < nser ? g : nser - 1);
+      ex[j].t0 = 0;
+      valid += g < nser;
+    }
+    sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, x, truth, mask);
+    for (int64_t k = 0; k < steps; ++k) {
+      SG_TRY(predict_batch(r, x, pred));
+      for (int64_t j = 0; j < r->lbatch; ++j) { /* truth: frame H + k */
+        ex[j].t0 = k;
+      }
+      sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, truth, mask);
+      memcpy(phys, pred, (size_t)(r->lbatch * V * plane) * sizeof *phys);
+      to_physical(r, phys, mask);
+      to_physical(r, truth, mask);
+      SG_TRY(sg_dist_rel_l2(SG_DTYPE_F32, r->lbatch, V * plane, phys, truth, NULL, r->domain, rel));
+      for (int64_t j = 0; j < valid; ++j) acc[k] += rel[j];
+      /* shift the window and append the (normalised) prediction */
+      for (int64_t j = 0; j < r->lbatch; ++j) {
+        float *xj = x + j * H * V * plane;
+        memmove(xj, xj + V * plane, (size_t)((H - 1) * V * plane) * sizeof *xj);
+        memcpy(xj + (H - 1) * V * plane, pred + j * V * plane, (size_t)(V * plane) * sizeof *xj);
+      }
+    }
+    cnt += (double)valid;
+  }
+  if (r->data && sg_group_size(r->data) > 1) {
+    SG_TRY(sg_allreduce_det(r->data, acc, acc, steps, SG_DTYPE_F64, SG_REDUCE_SUM));
+    SG_TRY(sg_allreduce_det(r->data, &cnt, &cnt, 1, SG_DTYPE_F64, SG_REDUCE_SUM));
+  }
+  for (int64_t k = 0; k < steps; ++k) rel_out[k] = cnt > 0 ? acc[k] / cnt : 0.0;
+fail:
+  free(rel);
+  free(acc);
+  free(x);
+  free(pred);
+  free(phys);
+  free(truth);
+  free(mask);
+  return st;
+}
+
+/* Checkpoints: parameters and AdamW moments as global 1-D arrays (every
+ * rank holds a replica: rank 0 writes them, any mesh reads them), with the
+ * step, seed, data position, config and mesh as metadata. */
+static void ckpt_arrays(run_t *r, sg_ckpt_array *a, int writing) {
+  const char *names[3] = {"params", "adam_m", "adam_v"};
+  float *bufs[3] = {r->params, r->m, r->v};
+  for (int i = 0; i < 3; ++i) {
+    memset(&a[i], 0, sizeof a[i]);
+    a[i].name = names[i];
+    a[i].shard.ndims = 1;
+    a[i].shard.global_shape[0] = r->nparam;
+    a[i].shard.start[0] = 0;
+    a[i].shard.count[0] = writing && r->rank != 0 ? 0 : r->nparam;
+    a[i].shard.dtype = SG_DTYPE_F32;
+    a[i].data = bufs[i];
+  }
+}
+
+static sg_status save_checkpoint(run_t *r, int64_t step) {
+  sg_status st = SG_OK;
+  char path[4096];
+  sg_ckpt_array a[3];
+  sg_ckpt_meta meta;
+  memset(&meta, 0, sizeof meta);
+  snprintf(path, sizeof path, "%s/step_%06lld.nc", sg_kv_str(r->kv, "ckpt_dir"), (long long)step);
+  ckpt_arrays(r, a, 1);
+  meta.step = step;
+  meta.rng_seed = (uint64_t)sg_kv_int(r->kv, "seed");
+  meta.data_position = step * r->gbatch;
+  snprintf(meta.mesh, sizeof meta.mesh, "%s", r->mesh_spec);
+  meta.config = sg_kv_dump(r->kv);
+  double t0 = sg_wtime();
+  sg_trace_begin("io");
+  st = sg_ckpt_write(MPI_COMM_WORLD, path, 3, a, &meta, NULL);
+  sg_trace_end("io");
+  free(meta.config);
+  SG_TRY(st);
+  sg_log_info("checkpoint %s written (%.2f s)", path, sg_wtime() - t0);
+fail:
+  return st;
+}
+
+static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
+  sg_status st = SG_OK;
+  sg_ckpt_array a[3];
+  sg_ckpt_meta meta;
+  memset(&meta, 0, sizeof meta);
+  ckpt_arrays(r, a, 0);
+  sg_trace_begin("io");
+  st = sg_ckpt_read(MPI_COMM_WORLD, path, 3, a, &meta);
+  sg_trace_end("io");
+  SG_TRY(st);
+  if (meta.rng_seed != (uint64_t)sg_kv_int(r->kv, "seed"))
+    SG_RAISE(SG_ERR_CONFIG, "checkpoint %s was written with seed %llu, this run has seed %lld", path,
+             (unsigned long long)meta.rng_seed, (long long)sg_kv_int(r->kv, "seed"));
+  *step = meta.step;
+  sg_log_info("resumed from %s: step %lld (written on mesh %s)", path, (long long)meta.step, meta.mesh);
+fail:
+  free(meta.config);
+  return st;
+}
+
+/* mkdir -p on rank 0; every rank learns the outcome. Collective. */
+static sg_status make_dir(const char *path, int rank) {
+  sg_status st = SG_OK;
+  if (rank == 0) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; st == SG_OK; ++p) {
+      char c = *p;
+      if (c == '/' || c == '\0') {
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+          st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "cannot create directory '%s': %s", buf, strerror(errno));
+        *p = c;
+        if (c == '\0') break;
+      }
+    }
+  }
+  return sg_agree(MPI_COMM_WORLD, st);
 }
 
 static sg_status setup(run_t *r) {
@@ -197,6 +393,7 @@ static sg_status setup(run_t *r) {
   if (*m) snprintf(spec, sizeof spec, "%s", m);
   else snprintf(spec, sizeof spec, "h=%d", r->size);
   SG_TRY(sg_mesh_create(MPI_COMM_WORLD, spec, &r->mesh));
+  snprintf(r->mesh_spec, sizeof r->mesh_spec, "%s", spec);
   for (int d = 0; d < sg_mesh_ndims(r->mesh); ++d) {
     const char *nm = sg_mesh_dim_name(r->mesh, d);
     if (strcmp(nm, "dp") && strcmp(nm, "h") && strcmp(nm, "w") && sg_mesh_dim_size(r->mesh, d) > 1)
@@ -294,6 +491,7 @@ static sg_status train(run_t *r) {
   sg_kv_t kv = r->kv;
   int64_t *perm = NULL;
   sg_example *ex = NULL;
+  double *roll = NULL;
   const int64_t spe = r->ntrain / r->gbatch; /* steps per epoch (drop last) */
   int64_t steps = sg_kv_int(kv, "steps");
   if (sg_kv_int(kv, "epochs") > 0) steps = sg_kv_int(kv, "epochs") * spe;
@@ -308,10 +506,18 @@ static sg_status train(run_t *r) {
   perm = malloc((size_t)r->ntrain * sizeof *perm);
   ex = malloc((size_t)r->lbatch * sizeof *ex);
   if (!perm || !ex) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  int64_t epoch = -1;
+  int64_t epoch = -1, first = 1;
+  const char *resume = sg_kv_str(kv, "resume"), *ckdir = sg_kv_str(kv, "ckpt_dir");
+  const int64_t ckpt_every = sg_kv_int(kv, "ckpt_every");
+  if (*ckdir) SG_TRY(make_dir(ckdir, r->rank));
+  if (*resume) {
+    int64_t done = 0;
+    SG_TRY(load_checkpoint(r, resume, &done));
+    first = done + 1;
+  }
   double t_start = sg_wtime(), t_coll = 0.0;
-  for (int64_t step = 1; step <= steps; ++step) {
-    double t0 = sg_wtime();
+  for (int64_t step = first; step <= steps; ++step) {
+    double t0 = sg_wtime(), halo0 = sg_timer_total("halo"), io0 = sg_timer_total("io");
     int64_t e = (step - 1) / spe, pos = (step - 1) % spe;
     if (e != epoch) {
       epoch = e;
@@ -350,11 +556,11 @@ static sg_status train(run_t *r) {
     if (!isfinite(lval)) SG_RAISE(SG_ERR_INTERNAL, "loss is %g at step %lld: diverged (lower --lr?)", lval, (long long)step);
     double sps = (double)r->gbatch / dt;
     if (r->rank == 0 && (step % log_every == 0 || step == 1 || step == steps)) {
-      double el = sg_wtime() - t_start, eta = el / (double)step * (double)(steps - step);
+      double el = sg_wtime() - t_start, eta = el / (double)(step - first + 1) * (double)(steps - step);
       printf("step %5lld/%lld  loss %.6e  lr %.3e  |g| %.3e  %7.1f samples/s  compute %.3f s  halo %.3f s  "
              "collectives %.3f s  io %.3f s  eta %.0f s\n",
-             (long long)step, (long long)steps, lval, lr_t, gnorm, sps, dt - coll, sg_timer_total("halo"), coll, 0.0,
-             eta);
+             (long long)step, (long long)steps, lval, lr_t, gnorm, sps, dt - coll - (sg_timer_total("halo") - halo0),
+             sg_timer_total("halo") - halo0, coll, sg_timer_total("io") - io0, eta);
       fflush(stdout);
     }
     if (r->metrics)
@@ -363,20 +569,38 @@ static sg_status train(run_t *r) {
               "\"time_compute\": %.6g, \"time_collectives\": %.6g}\n",
               (long long)step, lval, lr_t, gnorm, sps, dt - coll, coll);
     if (check_every > 0 && step % check_every == 0) SG_TRY(check_replicas(r, step));
+    if (*ckdir && ((ckpt_every > 0 && step % ckpt_every == 0) || step == steps)) SG_TRY(save_checkpoint(r, step));
     if (eval_every > 0 && step % eval_every == 0 && step != steps) {
       double rel = 0;
-      SG_TRY(evaluate(r, &rel));
+      SG_TRY(evaluate(r, NULL, &rel));
       sg_log_info("step %lld: test relative L2 %.5f", (long long)step, rel);
       if (r->metrics) fprintf(r->metrics, "{\"step\": %lld, \"eval_rel_l2\": %.17g}\n", (long long)step, rel);
     }
   }
   double rel = 0;
-  SG_TRY(evaluate(r, &rel));
+  SG_TRY(evaluate(r, sg_kv_str(kv, "predict"), &rel));
   if (r->rank == 0)
     printf("test relative L2 %.5f after %lld steps (%.1f s; %.1f s in collectives)\n", rel, (long long)steps,
            sg_wtime() - t_start, t_coll);
   if (r->metrics) fprintf(r->metrics, "{\"step\": %lld, \"eval_rel_l2\": %.17g}\n", (long long)steps, rel);
+  const int64_t nroll = sg_kv_int(kv, "rollout");
+  if (nroll > 0) {
+    roll = malloc((size_t)nroll * sizeof *roll);
+    if (!roll) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+    SG_TRY(rollout(r, nroll, roll));
+    if (r->rank == 0) {
+      printf("rollout relative L2 per frame:");
+      for (int64_t k = 0; k < nroll; ++k) printf(" %.4f", roll[k]);
+      printf("\n");
+    }
+    if (r->metrics) {
+      fprintf(r->metrics, "{\"step\": %lld, \"rollout_rel_l2\": [", (long long)steps);
+      for (int64_t k = 0; k < nroll; ++k) fprintf(r->metrics, "%s%.17g", k ? ", " : "", roll[k]);
+      fprintf(r->metrics, "]}\n");
+    }
+  }
 fail:
+  free(roll);
   free(ex);
   free(perm);
   return st;
