@@ -22,6 +22,12 @@ typedef struct hdim {
   void *sbuf[2], *rbuf[2];
   MPI_Request freq[4], areq[4];
   int nf, na;
+  /* forward without packing: MPI datatypes describing the boxes, messages
+   * straight from and into the block (MPICH packs into its own transport
+   * buffers: one copy per side instead of two) */
+  MPI_Datatype stype[2], rtype[2];
+  MPI_Request dreq[4];
+  int nd;
 } hdim;
 
 struct sg_halo_plan {
@@ -36,6 +42,7 @@ struct sg_halo_plan {
   sg_boundary bnd[SG_HALO_MAX_DIMS];
   hdim dim[SG_HALO_MAX_DIMS];
   size_t send_bytes;
+  int use_dtypes; /* forward through datatypes (default; SG_HALO_PACK=1: pack) */
   int phase, step;
   char *block;
 };
@@ -264,6 +271,10 @@ static void free_plan(struct sg_halo_plan *p) {
     for (int i = 0; i < q->na; ++i)
       if (q->areq[i] != MPI_REQUEST_NULL) MPI_Request_free(&q->areq[i]);
     for (int s = 0; s < 2; ++s) {
+      if (q->stype[s] != MPI_DATATYPE_NULL) MPI_Type_free(&q->stype[s]);
+      if (q->rtype[s] != MPI_DATATYPE_NULL) MPI_Type_free(&q->rtype[s]);
+    }
+    for (int s = 0; s < 2; ++s) {
       sg_free(sg_device_host(), &q->sbuf[s]);
       sg_free(sg_device_host(), &q->rbuf[s]);
     }
@@ -273,6 +284,30 @@ static void free_plan(struct sg_halo_plan *p) {
 
 static int tag_of(const struct sg_halo_plan *p, int d, int up, int adjoint) {
   return 100 + 16 * (p->id % 1024) + 4 * d + 2 * adjoint + up;
+}
+
+/* An MPI datatype for a box (offsets relative to the box's first element). */
+static sg_status box_type(const sg_halo_box *b0, size_t esize,
+                          MPI_Datatype *type) {
+  sg_status st = SG_OK;
+  sg_halo_box b = sg_halo_box_simplify(*b0, 1);
+  MPI_Datatype cur = MPI_DATATYPE_NULL, nxt = MPI_DATATYPE_NULL;
+  SG_MPI(MPI_Type_contiguous((int)esize, MPI_BYTE, &cur));
+  for (int k = SG_HALO_BOX_DIMS - 1; k >= 0; --k) {
+    if (b.count[k] == 1 && k < SG_HALO_BOX_DIMS - 1) continue;
+    SG_MPI(MPI_Type_create_hvector((int)b.count[k], 1,
+                                   (MPI_Aint)(b.stride[k] * (int64_t)esize),
+                                   cur, &nxt));
+    MPI_Type_free(&cur);
+    cur = nxt;
+    nxt = MPI_DATATYPE_NULL;
+  }
+  SG_MPI(MPI_Type_commit(&cur));
+  *type = cur;
+  return SG_OK;
+fail:
+  if (cur != MPI_DATATYPE_NULL) MPI_Type_free(&cur);
+  return st;
 }
 
 static sg_status setup_local(struct sg_halo_plan *p, sg_mesh_t mesh,
@@ -298,7 +333,13 @@ static sg_status setup_local(struct sg_halo_plan *p, sg_mesh_t mesh,
       }
       if (q->h[s] > 0) SG_TRY(sg_malloc(host, rb, &q->rbuf[s]));
     }
-    for (int i = 0; i < 4; ++i) q->freq[i] = q->areq[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < 4; ++i)
+      q->freq[i] = q->areq[i] = q->dreq[i] = MPI_REQUEST_NULL;
+    for (int s = 0; s < 2; ++s) {
+      if (q->local[s] || !p->use_dtypes) continue;
+      if (q->s[s] > 0) SG_TRY(box_type(&q->sbox[s], p->esize, &q->stype[s]));
+      if (q->h[s] > 0) SG_TRY(box_type(&q->rbox[s], p->esize, &q->rtype[s]));
+    }
     /* forward: my lo halo comes up from nb[0], my hi halo down from nb[1] */
     for (int s = 0; s < 2; ++s) {
       if (q->local[s]) continue;
@@ -339,7 +380,14 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
     int sig[2 * 9], red[2 * 9];
     local = validate(mesh, desc);
     p = calloc(1, sizeof *p);
-    if (p) p->comm = MPI_COMM_NULL;
+    if (p) {
+      p->comm = MPI_COMM_NULL;
+      for (int d = 0; d < SG_HALO_MAX_DIMS; ++d)
+        for (int k = 0; k < 2; ++k)
+          p->dim[d].stype[k] = p->dim[d].rtype[k] = MPI_DATATYPE_NULL;
+      const char *env = getenv("SG_HALO_PACK");
+      p->use_dtypes = !(env && env[0] == '1');
+    }
     table = malloc((size_t)sg_mesh_size(mesh) * REC_LEN * sizeof *table);
     if (local == SG_OK && (!p || !table))
       local = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
@@ -527,7 +575,21 @@ static sg_status begin_step(struct sg_halo_plan *p) {
   sg_status st = SG_OK;
   int d = step_dim(p, p->step);
   hdim *q = &p->dim[d];
-  if (p->phase == PHASE_FWD) {
+  if (p->phase == PHASE_FWD && p->use_dtypes) {
+    q->nd = 0;
+    for (int s = 0; s < 2; ++s)
+      if (!q->local[s] && q->h[s] > 0)
+        SG_MPI(MPI_Irecv(p->block + q->rbox[s].base * (int64_t)p->esize, 1,
+                         q->rtype[s], q->nb[s], tag_of(p, d, s == 0, 0),
+                         p->comm, &q->dreq[q->nd++]));
+    for (int s = 0; s < 2; ++s)
+      if (!q->local[s] && q->s[s] > 0)
+        SG_MPI(MPI_Isend(p->block + q->sbox[s].base * (int64_t)p->esize, 1,
+                         q->stype[s], q->nb[s], tag_of(p, d, s == 1, 0),
+                         p->comm, &q->dreq[q->nd++]));
+    for (int s = 0; s < 2; ++s)
+      if (q->local[s]) SG_TRY(fill_local(p, d, s, 0));
+  } else if (p->phase == PHASE_FWD) {
     for (int s = 0; s < 2; ++s)
       if (!q->local[s] && q->s[s] > 0)
         sg_halo_pack_host(p->block, &q->sbox[s], p->esize, q->sbuf[s]);
@@ -555,7 +617,7 @@ static sg_status end_step(struct sg_halo_plan *p) {
   for (int s = 0; s < 2; ++s) {
     if (q->local[s]) continue;
     if (p->phase == PHASE_FWD) {
-      if (q->h[s] > 0)
+      if (q->h[s] > 0 && !p->use_dtypes)
         sg_halo_unpack_host(p->block, &q->rbox[s], p->esize, q->rbuf[s]);
     } else if (q->s[s] > 0) {
       SG_TRY(sg_halo_unpack_add_host(p->block, &q->sbox[s], p->dtype,
@@ -571,8 +633,10 @@ static sg_status advance(struct sg_halo_plan *p, int wait, int *done) {
   sg_status st = SG_OK;
   while (p->step < p->ndims) {
     hdim *q = &p->dim[step_dim(p, p->step)];
-    int n = p->phase == PHASE_FWD ? q->nf : q->na;
-    MPI_Request *r = p->phase == PHASE_FWD ? q->freq : q->areq;
+    int n = p->phase == PHASE_ADJ ? q->na : p->use_dtypes ? q->nd : q->nf;
+    MPI_Request *r = p->phase == PHASE_ADJ ? q->areq
+                     : p->use_dtypes       ? q->dreq
+                                           : q->freq;
     MPI_Status stats[4]; /* not MPI_STATUSES_IGNORE: gcc 12 misreads it */
     if (n) {
       if (wait) {
