@@ -42,7 +42,9 @@ struct sg_halo_plan {
   sg_boundary bnd[SG_HALO_MAX_DIMS];
   hdim dim[SG_HALO_MAX_DIMS];
   size_t send_bytes;
-  int use_dtypes; /* forward through datatypes (default; SG_HALO_PACK=1: pack) */
+  int use_dtypes; /* forward through MPI datatypes (SG_HALO_DTYPES=1); off
+                     by default: MPICH 4.0 packs nested hvectors far slower
+                     than the host pack kernels (bench/RESULTS.md) */
   int phase, step;
   char *block;
 };
@@ -385,8 +387,8 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
       for (int d = 0; d < SG_HALO_MAX_DIMS; ++d)
         for (int k = 0; k < 2; ++k)
           p->dim[d].stype[k] = p->dim[d].rtype[k] = MPI_DATATYPE_NULL;
-      const char *env = getenv("SG_HALO_PACK");
-      p->use_dtypes = !(env && env[0] == '1');
+      const char *env = getenv("SG_HALO_DTYPES");
+      p->use_dtypes = env && env[0] == '1';
     }
     table = malloc((size_t)sg_mesh_size(mesh) * REC_LEN * sizeof *table);
     if (local == SG_OK && (!p || !table))
