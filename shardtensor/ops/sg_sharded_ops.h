@@ -78,6 +78,29 @@ sg_status sg_sharded_pool_backward(sg_sharded_ctx_t ctx,
                                    const sg_shardtensor *dy,
                                    sg_shardtensor *dx);
 
+/* Up-sampling by integer factors and the transposed convolution with
+ * kernel == stride: the output shard of each rank is `scale` times its
+ * input shard, which is the balanced split of the output only when every
+ * sharded spatial extent divides evenly over its ranks; otherwise
+ * SG_ERR_NOT_SUPPORTED (on every rank). LINEAR exchanges a halo of one
+ * cell (replicate at the global edges: PyTorch's align_corners=False). */
+sg_status sg_sharded_upsample_forward(sg_upsample_kind kind,
+                                      const sg_shardtensor *x,
+                                      const int64_t *scale, sg_shardtensor *y,
+                                      sg_sharded_ctx_t *ctx);
+sg_status sg_sharded_upsample_backward(sg_sharded_ctx_t ctx,
+                                       const sg_shardtensor *dy,
+                                       sg_shardtensor *dx);
+/* w (Cin, Cout, kernel...), b (Cout) or NULL; the kernel per dim is
+ * kernel[d] (= stride). dx created, dw and db (+=, partial). */
+sg_status sg_sharded_convt_forward(const sg_shardtensor *x,
+                                   const int64_t *kernel, int64_t cout,
+                                   const void *w, const void *b,
+                                   sg_shardtensor *y, sg_sharded_ctx_t *ctx);
+sg_status sg_sharded_convt_backward(sg_sharded_ctx_t ctx, const void *w,
+                                    const sg_shardtensor *dy,
+                                    sg_shardtensor *dx, void *dw, void *db);
+
 /* Pointwise (interiors; a and b placed and shaped alike). Bit for bit the
  * one-process result. */
 sg_status sg_sharded_act_forward(sg_act act, const sg_shardtensor *x,

@@ -8,7 +8,7 @@
 #include "sg_halo.h"
 #include "sg_sharded_ops.h"
 
-enum { CTX_CONV = 1, CTX_POOL, CTX_NORM, CTX_LOSS };
+enum { CTX_CONV = 1, CTX_POOL, CTX_NORM, CTX_LOSS, CTX_UP, CTX_CONVT };
 
 struct sg_sharded_ctx {
   int kind;
@@ -28,6 +28,9 @@ struct sg_sharded_ctx {
   void *xin; /* (n, c, box...) contiguous */
   sg_conv_desc cd;
   sg_pool_kind pool;
+  /* up-sampling, transposed convolution */
+  sg_upsample_kind up;
+  int64_t scale[SG_OPS_MAX_SPATIAL];
   /* normalisation */
   sg_norm_desc nd;
   sg_moments *stats;
@@ -476,6 +479,166 @@ sg_status sg_sharded_pool_backward(sg_sharded_ctx_t c, const sg_shardtensor *dy,
 fail:
   sg_free(sg_device_host(), &dxin);
   sg_free(sg_device_host(), &dy_own);
+  if (c) st = sg_agree(sg_mesh_comm(c->mesh), st);
+  return st;
+}
+
+/* ---- up-sampling and transposed convolution (output = scale x input) ----------- */
+
+/* Every sharded spatial extent must split evenly, so that scale x the input
+ * shard is the balanced output shard. */
+static sg_status check_even(const sg_shardtensor *x, const layout *l, const char *op) {
+  sg_status st = SG_OK;
+  for (int d = 0; d < x->ndim - 2; ++d) {
+    int m = l->space_dim[d];
+    if (m < 0) continue;
+    int p = sg_mesh_dim_size(x->mesh, m);
+    if (x->global_shape[2 + d] % p)
+      SG_RAISE(SG_ERR_NOT_SUPPORTED,
+               "%s: spatial dim %d of extent %lld does not split evenly over %d ranks "
+               "(the scaled shards would not be the balanced split of the output)",
+               op, d, (long long)x->global_shape[2 + d], p);
+  }
+fail:
+  return st;
+}
+
+sg_status sg_sharded_upsample_forward(sg_upsample_kind kind, const sg_shardtensor *x,
+                                      const int64_t *scale, sg_shardtensor *y,
+                                      sg_sharded_ctx_t *ctx) {
+  sg_status st = SG_OK, lst = SG_OK;
+  sg_sharded_ctx_t c = NULL;
+  layout l;
+  if (y) memset(y, 0, sizeof *y);
+  SG_TRY(analyze(x, "upsample", &l));
+  SG_TRY(check_even(x, &l, "upsample"));
+  if (!scale) SG_RAISE(SG_ERR_INVALID_ARG, "upsample: scale is NULL");
+  SG_TRY(ctx_new(x, CTX_UP, &c));
+  c->up = kind;
+  c->nsp = x->ndim - 2;
+  int64_t gshape[SG_TENSOR_MAX_DIMS] = {x->global_shape[0], x->global_shape[1]};
+  for (int d = 0; d < c->nsp; ++d) {
+    if (scale[d] < 1) SG_RAISE(SG_ERR_INVALID_ARG, "upsample: scale %lld", (long long)scale[d]);
+    c->scale[d] = scale[d];
+    gshape[2 + d] = scale[d] * x->global_shape[2 + d];
+  }
+  int64_t in[SG_OPS_MAX_SPATIAL];
+  if (kind == SG_UPSAMPLE_LINEAR) {
+    sg_sharded_window win;
+    memset(&win, 0, sizeof win);
+    win.nsp = c->nsp;
+    for (int d = 0; d < c->nsp; ++d) {
+      sg_window w1 = {.kernel = 3, .stride = 1, .padding = 1, .dilation = 1};
+      win.w[d] = w1;
+      win.boundary[d] = SG_BOUNDARY_REPLICATE;
+    }
+    int64_t og[SG_OPS_MAX_SPATIAL], ol[SG_OPS_MAX_SPATIAL];
+    SG_TRY(window_prepare(x, &win, "upsample", c, og, ol));
+    for (int d = 0; d < c->nsp; ++d) in[d] = c->box_ext[d];
+  } else {
+    SG_TRY(interior_contig(x, (const void **)&c->x, &c->x_own));
+    for (int d = 0; d < c->nsp; ++d) in[d] = x->local_shape[2 + d];
+  }
+  SG_TRY(make_like(x, gshape, y));
+  lst = sg_upsample_forward(kind, c->nsp, x->local_shape[0] * x->local_shape[1], in, c->scale,
+                            c->dtype, kind == SG_UPSAMPLE_LINEAR ? c->xin : c->x,
+                            interior_ptr(y));
+fail:
+  if (st == SG_OK) st = lst;
+  if (x && x->mesh) st = sg_agree(sg_mesh_comm(x->mesh), st);
+  if (st != SG_OK) {
+    sg_sharded_ctx_destroy(&c);
+    if (y) sg_shardtensor_destroy(y);
+  }
+  if (ctx) *ctx = c;
+  return st;
+}
+
+sg_status sg_sharded_upsample_backward(sg_sharded_ctx_t c, const sg_shardtensor *dy,
+                                       sg_shardtensor *dx) {
+  sg_status st = SG_OK;
+  void *dxin = NULL, *own = NULL;
+  const void *dyp = NULL;
+  if (dx) memset(dx, 0, sizeof *dx);
+  if (!c || c->kind != CTX_UP) SG_RAISE(SG_ERR_INVALID_ARG, "upsample backward: not an upsample context");
+  if (!dy || !dx) SG_RAISE(SG_ERR_INVALID_ARG, "upsample backward: dy and dx are required");
+  SG_TRY(interior_contig(dy, &dyp, &own));
+  sg_shardtensor like = input_like(c);
+  int64_t in[SG_OPS_MAX_SPATIAL], planes = like.local_shape[0] * like.local_shape[1];
+  if (c->up == SG_UPSAMPLE_LINEAR) {
+    int64_t n = planes;
+    for (int d = 0; d < c->nsp; ++d) {
+      in[d] = c->box_ext[d];
+      n *= in[d];
+    }
+    SG_TRY(sg_malloc(sg_device_host(), (size_t)n * sg_dtype_size(c->dtype), &dxin));
+    SG_TRY(sg_upsample_backward(c->up, c->nsp, planes, in, c->scale, c->dtype, dyp, dxin));
+    SG_TRY(window_finish_grad(c, &like, dxin, dx));
+  } else {
+    for (int d = 0; d < c->nsp; ++d) in[d] = like.local_shape[2 + d];
+    SG_TRY(make_like(&like, c->global, dx));
+    SG_TRY(sg_upsample_backward(c->up, c->nsp, planes, in, c->scale, c->dtype, dyp,
+                                interior_ptr(dx)));
+  }
+fail:
+  sg_free(sg_device_host(), &dxin);
+  sg_free(sg_device_host(), &own);
+  if (c) st = sg_agree(sg_mesh_comm(c->mesh), st);
+  return st;
+}
+
+sg_status sg_sharded_convt_forward(const sg_shardtensor *x, const int64_t *kernel, int64_t cout,
+                                   const void *w, const void *b, sg_shardtensor *y,
+                                   sg_sharded_ctx_t *ctx) {
+  sg_status st = SG_OK;
+  sg_sharded_ctx_t c = NULL;
+  layout l;
+  if (y) memset(y, 0, sizeof *y);
+  SG_TRY(analyze(x, "convt", &l));
+  SG_TRY(check_even(x, &l, "convt"));
+  if (!kernel || !w || cout < 1) SG_RAISE(SG_ERR_INVALID_ARG, "convt: kernel, weight and cout");
+  SG_TRY(ctx_new(x, CTX_CONVT, &c));
+  c->nsp = x->ndim - 2;
+  SG_TRY(interior_contig(x, (const void **)&c->x, &c->x_own));
+  memset(&c->cd, 0, sizeof c->cd);
+  c->cd.nsp = c->nsp;
+  c->cd.batch = x->local_shape[0];
+  c->cd.cin = x->local_shape[1];
+  c->cd.cout = cout;
+  int64_t gshape[SG_TENSOR_MAX_DIMS] = {x->global_shape[0], cout};
+  for (int d = 0; d < c->nsp; ++d) {
+    c->cd.in[d] = x->local_shape[2 + d];
+    c->cd.kernel[d] = c->cd.stride[d] = kernel[d];
+    c->cd.dilation[d] = 1;
+    gshape[2 + d] = kernel[d] * x->global_shape[2 + d];
+  }
+  SG_TRY(make_like(x, gshape, y));
+  if (c->cd.batch > 0) SG_TRY(sg_convt_forward(&c->cd, c->dtype, c->x, w, b, interior_ptr(y)));
+fail:
+  if (x && x->mesh) st = sg_agree(sg_mesh_comm(x->mesh), st);
+  if (st != SG_OK) {
+    sg_sharded_ctx_destroy(&c);
+    if (y) sg_shardtensor_destroy(y);
+  }
+  if (ctx) *ctx = c;
+  return st;
+}
+
+sg_status sg_sharded_convt_backward(sg_sharded_ctx_t c, const void *w, const sg_shardtensor *dy,
+                                    sg_shardtensor *dx, void *dw, void *db) {
+  sg_status st = SG_OK;
+  void *own = NULL;
+  const void *dyp = NULL;
+  if (dx) memset(dx, 0, sizeof *dx);
+  if (!c || c->kind != CTX_CONVT) SG_RAISE(SG_ERR_INVALID_ARG, "convt backward: not a convt context");
+  if (!dy) SG_RAISE(SG_ERR_INVALID_ARG, "convt backward: dy is NULL");
+  SG_TRY(interior_contig(dy, &dyp, &own));
+  sg_shardtensor like = input_like(c);
+  if (dx) SG_TRY(make_like(&like, c->global, dx));
+  if (c->cd.batch > 0)
+    SG_TRY(sg_convt_backward(&c->cd, c->dtype, c->x, w, dyp, dx ? interior_ptr(dx) : NULL, dw, db));
+fail:
+  sg_free(sg_device_host(), &own);
   if (c) st = sg_agree(sg_mesh_comm(c->mesh), st);
   return st;
 }

@@ -296,6 +296,84 @@ static void test_loss(void) {
   free(p); free(t);
 }
 
+/* ---- up-sampling and transposed convolution ---------------------------------- */
+
+static int splits_evenly(const int64_t *xs) {
+  for (int m = 0; m < sg_mesh_ndims(mesh); ++m)
+    if (mesh_pl[m].kind == SG_PLACEMENT_SHARD && mesh_pl[m].dim >= 2 &&
+        xs[mesh_pl[m].dim] % sg_mesh_dim_size(mesh, m))
+      return 0;
+  return 1;
+}
+
+static void test_scaled(void) {
+  const int64_t xs[4] = {2, 3, 12, 10}, nx = prod(xs, 4), planes = 6;
+  const int even = splits_evenly(xs);
+  float *x = frnd(nx, 50);
+  sg_shardtensor sx = {0};
+  SG_REQUIRE_OK(scatter(x, 4, xs, &sx));
+  for (int kind = 0; kind < 3; ++kind) { /* nearest, linear, convt */
+    const char *name = kind == 0 ? "upsample nearest" : kind == 1 ? "upsample bilinear" : "convt 2x2";
+    const int64_t sc[2] = {kind == 0 ? 3 : 2, 2};
+    const int64_t cout = 4;
+    int64_t ys[4] = {2, kind == 2 ? cout : 3, xs[2] * sc[0], xs[3] * sc[1]}, ny = prod(ys, 4);
+    float *y = calloc((size_t)ny, sizeof *y), *dy = frnd(ny, 51), *dx = calloc((size_t)nx, sizeof *dx);
+    float *w = frnd(3 * cout * 4, 52), *b = frnd(cout, 53);
+    float dw[48] = {0}, db[4] = {0}, dws[48] = {0}, dbs[4] = {0};
+    if (kind == 0) {
+      SG_CHECK_OK(sg_upsample_forward(SG_UPSAMPLE_NEAREST, 2, planes, xs + 2, sc, SG_DTYPE_F32, x, y));
+      SG_CHECK_OK(sg_upsample_backward(SG_UPSAMPLE_NEAREST, 2, planes, xs + 2, sc, SG_DTYPE_F32, dy, dx));
+    } else if (kind == 1) {
+      int64_t pad[2][2] = {{1, 1}, {1, 1}}, in[2] = {xs[2] + 2, xs[3] + 2};
+      sg_pad_mode m[2] = {SG_PAD_REPLICATE, SG_PAD_REPLICATE};
+      float *xp = calloc((size_t)(planes * in[0] * in[1]), sizeof *xp);
+      float *dxp = calloc((size_t)(planes * in[0] * in[1]), sizeof *dxp);
+      SG_CHECK_OK(sg_pad_forward(SG_DTYPE_F32, 2, planes, xs + 2, (const int64_t(*)[2])pad, m, x, xp));
+      SG_CHECK_OK(sg_upsample_forward(SG_UPSAMPLE_LINEAR, 2, planes, in, sc, SG_DTYPE_F32, xp, y));
+      SG_CHECK_OK(sg_upsample_backward(SG_UPSAMPLE_LINEAR, 2, planes, in, sc, SG_DTYPE_F32, dy, dxp));
+      SG_CHECK_OK(sg_pad_backward(SG_DTYPE_F32, 2, planes, xs + 2, (const int64_t(*)[2])pad, m, dxp, dx));
+      free(xp);
+      free(dxp);
+    } else {
+      sg_conv_desc cd = {.nsp = 2, .batch = 2, .cin = 3, .cout = cout, .in = {xs[2], xs[3]},
+                         .kernel = {2, 2}};
+      SG_CHECK_OK(sg_convt_forward(&cd, SG_DTYPE_F32, x, w, b, y));
+      SG_CHECK_OK(sg_convt_backward(&cd, SG_DTYPE_F32, x, w, dy, dx, dw, db));
+    }
+    sg_shardtensor sy = {0}, sdy = {0}, sdx = {0};
+    sg_sharded_ctx_t ctx = NULL;
+    sg_status st = kind == 2 ? sg_sharded_convt_forward(&sx, sc, cout, w, b, &sy, &ctx)
+                             : sg_sharded_upsample_forward(kind == 0 ? SG_UPSAMPLE_NEAREST : SG_UPSAMPLE_LINEAR,
+                                                           &sx, sc, &sy, &ctx);
+    if (!even) {
+      SG_CHECK(st == SG_ERR_NOT_SUPPORTED, "%s on %s (uneven): %s, expected NOT_SUPPORTED", name,
+               mc->spec, sg_status_name(st));
+    } else {
+      SG_CHECK(st == SG_OK, "%s on %s: %s", name, mc->spec, sg_last_error());
+      if (st == SG_OK) {
+        cmp(name, &sy, y, 0);
+        SG_CHECK_OK(scatter(dy, 4, ys, &sdy));
+        st = kind == 2 ? sg_sharded_convt_backward(ctx, w, &sdy, &sdx, dws, dbs)
+                       : sg_sharded_upsample_backward(ctx, &sdy, &sdx);
+        SG_CHECK(st == SG_OK, "%s backward: %s", name, sg_last_error());
+        if (st == SG_OK) cmp(name, &sdx, dx, 0);
+        if (kind == 2) {
+          allsum(dws, 48);
+          allsum(dbs, 4);
+          SG_CHECK(sg_test_cmp_f32("convt dw", dws, dw, 48, 1e-5, 1e-5) == 0, "convt dw on %s", mc->spec);
+          SG_CHECK(sg_test_cmp_f32("convt db", dbs, db, 4, 1e-5, 1e-5) == 0, "convt db on %s", mc->spec);
+        }
+      }
+    }
+    sg_sharded_ctx_destroy(&ctx);
+    sg_shardtensor_destroy(&sy); sg_shardtensor_destroy(&sdy); sg_shardtensor_destroy(&sdx);
+    free(y); free(dy); free(dx); free(w); free(b);
+  }
+done:
+  sg_shardtensor_destroy(&sx);
+  free(x);
+}
+
 /* ---- errors ---------------------------------------------------------------- */
 
 static void test_errors(void) {
@@ -356,6 +434,7 @@ int main(int argc, char **argv) {
       mesh_pl[m] = m < 3 && mc->shard_dim[m] >= 0 ? sg_shard(mc->shard_dim[m]) : sg_replicate();
     test_windows();
     test_pointwise();
+    test_scaled();
     test_norm();
     test_loss();
     test_errors();
