@@ -101,6 +101,20 @@ sg_status sg_sharded_convt_backward(sg_sharded_ctx_t ctx, const void *w,
                                     const sg_shardtensor *dy,
                                     sg_shardtensor *dx, void *dw, void *db);
 
+/* Channel-wise linear (1x1 convolution; w (Cout, Cin), b (Cout) or NULL)
+ * and bias-add (b (C)): local on the interiors; parameter gradients are
+ * partial (+=). */
+sg_status sg_sharded_linear_forward(const sg_shardtensor *x, int64_t cout,
+                                    const void *w, const void *b,
+                                    sg_shardtensor *y);
+sg_status sg_sharded_linear_backward(const sg_shardtensor *x, const void *w,
+                                     const sg_shardtensor *dy,
+                                     sg_shardtensor *dx, void *dw, void *db);
+sg_status sg_sharded_bias_forward(const sg_shardtensor *x, const void *b,
+                                  sg_shardtensor *y);
+/* The gradient of x is dy itself; db += partial sums. */
+sg_status sg_sharded_bias_backward(const sg_shardtensor *dy, void *db);
+
 /* Pointwise (interiors; a and b placed and shaped alike). Bit for bit the
  * one-process result. */
 sg_status sg_sharded_act_forward(sg_act act, const sg_shardtensor *x,

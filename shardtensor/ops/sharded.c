@@ -643,6 +643,82 @@ fail:
   return st;
 }
 
+/* ---- channel-wise linear, bias ------------------------------------------------------ */
+
+sg_status sg_sharded_linear_forward(const sg_shardtensor *x, int64_t cout, const void *w,
+                                    const void *b, sg_shardtensor *y) {
+  sg_status st = SG_OK;
+  const void *xp = NULL;
+  void *own = NULL;
+  layout l;
+  if (y) memset(y, 0, sizeof *y);
+  SG_TRY(analyze(x, "linear", &l));
+  if (cout < 1 || !w) SG_RAISE(SG_ERR_INVALID_ARG, "linear: cout %lld, weight %p", (long long)cout, w);
+  SG_TRY(interior_contig(x, &xp, &own));
+  int64_t gshape[SG_TENSOR_MAX_DIMS];
+  memcpy(gshape, x->global_shape, sizeof gshape);
+  gshape[1] = cout;
+  SG_TRY(make_like(x, gshape, y));
+  SG_TRY(sg_linear_forward(x->local.dtype, x->local_shape[0], x->local_shape[1], cout,
+                           numel_of(x->local_shape + 2, x->ndim - 2), xp, w, b, interior_ptr(y)));
+fail:
+  sg_free(sg_device_host(), &own);
+  return st;
+}
+
+sg_status sg_sharded_linear_backward(const sg_shardtensor *x, const void *w,
+                                     const sg_shardtensor *dy, sg_shardtensor *dx, void *dw,
+                                     void *db) {
+  sg_status st = SG_OK;
+  const void *xp = NULL, *dyp = NULL;
+  void *o1 = NULL, *o2 = NULL;
+  layout l;
+  if (dx) memset(dx, 0, sizeof *dx);
+  SG_TRY(analyze(x, "linear backward", &l));
+  if (!dy || dy->ndim != x->ndim || dy->local_shape[0] != x->local_shape[0])
+    SG_RAISE(SG_ERR_SHAPE, "linear backward: dy does not match x");
+  SG_TRY(interior_contig(x, &xp, &o1));
+  SG_TRY(interior_contig(dy, &dyp, &o2));
+  if (dx) SG_TRY(make_like(x, x->global_shape, dx));
+  SG_TRY(sg_linear_backward(x->local.dtype, x->local_shape[0], x->local_shape[1],
+                            dy->local_shape[1], numel_of(x->local_shape + 2, x->ndim - 2), xp, w,
+                            dyp, dx ? interior_ptr(dx) : NULL, dw, db));
+fail:
+  sg_free(sg_device_host(), &o1);
+  sg_free(sg_device_host(), &o2);
+  return st;
+}
+
+sg_status sg_sharded_bias_forward(const sg_shardtensor *x, const void *b, sg_shardtensor *y) {
+  sg_status st = SG_OK;
+  const void *xp = NULL;
+  void *own = NULL;
+  layout l;
+  if (y) memset(y, 0, sizeof *y);
+  SG_TRY(analyze(x, "bias", &l));
+  SG_TRY(interior_contig(x, &xp, &own));
+  SG_TRY(make_like(x, x->global_shape, y));
+  SG_TRY(sg_bias_forward(x->local.dtype, x->local_shape[0], x->local_shape[1],
+                         numel_of(x->local_shape + 2, x->ndim - 2), xp, b, interior_ptr(y)));
+fail:
+  sg_free(sg_device_host(), &own);
+  return st;
+}
+
+sg_status sg_sharded_bias_backward(const sg_shardtensor *dy, void *db) {
+  sg_status st = SG_OK;
+  const void *dyp = NULL;
+  void *own = NULL;
+  layout l;
+  SG_TRY(analyze(dy, "bias backward", &l));
+  SG_TRY(interior_contig(dy, &dyp, &own));
+  SG_TRY(sg_bias_backward(dy->local.dtype, dy->local_shape[0], dy->local_shape[1],
+                          numel_of(dy->local_shape + 2, dy->ndim - 2), dyp, db));
+fail:
+  sg_free(sg_device_host(), &own);
+  return st;
+}
+
 /* ---- pointwise ------------------------------------------------------------------ */
 
 sg_status sg_sharded_act_forward(sg_act act, const sg_shardtensor *x, sg_shardtensor *y) {

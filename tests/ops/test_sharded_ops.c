@@ -209,6 +209,35 @@ static void test_pointwise(void) {
   cmp("mul", &sy, y, 1);
   cmp("mul da", &sda, da, 1);
   cmp("mul db", &sdb, dbb, 1);
+  /* channel-wise linear and bias-add */
+  {
+    float *w = frnd(5 * 3, 60), *bb = frnd(5, 61), *bc = frnd(3, 62);
+    const int64_t ls[4] = {2, 5, 11, 9}, nl = prod(ls, 4);
+    float *yl = malloc(nl * sizeof *yl), *dyl = frnd(nl, 63), *dxl = malloc(n * sizeof *dxl);
+    float dw[15] = {0}, dbl[5] = {0}, dws[15] = {0}, dbs[5] = {0}, dbc[3] = {0}, dbcs[3] = {0};
+    SG_CHECK_OK(sg_linear_forward(SG_DTYPE_F32, 2, 3, 5, 99, x, w, bb, yl));
+    SG_CHECK_OK(sg_linear_backward(SG_DTYPE_F32, 2, 3, 5, 99, x, w, dyl, dxl, dw, dbl));
+    sg_shardtensor sl = {0}, sdl = {0}, sdxl = {0};
+    SG_CHECK_OK(sg_sharded_linear_forward(&sx, 5, w, bb, &sl));
+    cmp("linear", &sl, yl, 0);
+    SG_CHECK_OK(scatter(dyl, 4, ls, &sdl));
+    SG_CHECK_OK(sg_sharded_linear_backward(&sx, w, &sdl, &sdxl, dws, dbs));
+    cmp("linear dx", &sdxl, dxl, 0);
+    allsum(dws, 15);
+    allsum(dbs, 5);
+    SG_CHECK(sg_test_cmp_f32("linear dw", dws, dw, 15, 1e-5, 1e-5) == 0, "linear dw on %s", mc->spec);
+    SG_CHECK(sg_test_cmp_f32("linear db", dbs, dbl, 5, 1e-5, 1e-5) == 0, "linear db on %s", mc->spec);
+    SG_CHECK_OK(sg_bias_forward(SG_DTYPE_F32, 2, 3, 99, x, bc, y));
+    SG_CHECK_OK(sg_bias_backward(SG_DTYPE_F32, 2, 3, 99, dy, dbc));
+    sg_shardtensor_destroy(&sy);
+    SG_CHECK_OK(sg_sharded_bias_forward(&sx, bc, &sy));
+    cmp("bias", &sy, y, 1);
+    SG_CHECK_OK(sg_sharded_bias_backward(&sdy, dbcs));
+    allsum(dbcs, 3);
+    SG_CHECK(sg_test_cmp_f32("bias db", dbcs, dbc, 3, 1e-5, 1e-5) == 0, "bias db on %s", mc->spec);
+    sg_shardtensor_destroy(&sl); sg_shardtensor_destroy(&sdl); sg_shardtensor_destroy(&sdxl);
+    free(w); free(bb); free(bc); free(yl); free(dyl); free(dxl);
+  }
   /* shape mismatch: the same error everywhere */
   sg_shardtensor small = {0}, tmp = {0};
   const int64_t ss[4] = {2, 3, 11, 8};
