@@ -84,36 +84,44 @@ typedef struct win_case {
   const char *name;
   int64_t n, c, k, h, w;
   sg_sharded_window win;
-  int pool; /* 0 conv, 1 max, 2 avg */
+  int pool;   /* 0 conv, 1 max, 2 avg */
+  int64_t d3; /* 3-D: the outermost spatial extent (h, w follow) */
 } win_case;
 
 static void run_window(const win_case *wc) {
-  const int64_t xs[4] = {wc->n, wc->c, wc->h, wc->w};
-  const int64_t nx = prod(xs, 4);
+  const int nsp = wc->win.nsp;
+  int64_t xs[5] = {wc->n, wc->c, wc->h, wc->w, wc->d3};
+  if (nsp == 3) { xs[2] = wc->d3; xs[3] = wc->h; xs[4] = wc->w; }
+  const int nd = 2 + nsp;
+  const int64_t nx = prod(xs, nd);
   float *x = frnd(nx, 1), *w = NULL, *b = frnd(wc->k, 3);
-  int64_t nw = wc->k * wc->c * wc->win.w[0].kernel * wc->win.w[1].kernel;
+  int64_t ksz = 1;
+  for (int d = 0; d < nsp; ++d) ksz *= wc->win.w[d].kernel;
+  int64_t nw = wc->k * wc->c * ksz;
   if (!wc->pool) w = frnd(nw, 2);
   /* one process: pad, kernel, backward, pad adjoint */
-  int64_t pad[2][2], padded[2], out[2];
-  sg_pad_mode modes[2] = {wc->win.boundary[0], wc->win.boundary[1]};
-  for (int d = 0; d < 2; ++d) {
+  int64_t pad[3][2], padded[3], out[3], npad = wc->n * wc->c;
+  sg_pad_mode modes[3];
+  sg_conv_desc cd = {.nsp = nsp, .batch = wc->n, .cin = wc->c, .cout = wc->pool ? wc->c : wc->k};
+  for (int d = 0; d < nsp; ++d) {
+    modes[d] = wc->win.boundary[d];
     pad[d][0] = pad[d][1] = wc->win.w[d].padding;
     padded[d] = xs[2 + d] + 2 * pad[d][0];
+    npad *= padded[d];
+    cd.in[d] = padded[d];
+    cd.kernel[d] = wc->win.w[d].kernel;
+    cd.stride[d] = wc->win.w[d].stride;
+    cd.dilation[d] = wc->win.w[d].dilation;
   }
-  float *xp = calloc((size_t)(wc->n * wc->c * padded[0] * padded[1]), sizeof *xp);
-  SG_CHECK_OK(sg_pad_forward(SG_DTYPE_F32, 2, wc->n * wc->c, xs + 2, (const int64_t(*)[2])pad,
+  float *xp = calloc((size_t)npad, sizeof *xp);
+  SG_CHECK_OK(sg_pad_forward(SG_DTYPE_F32, nsp, wc->n * wc->c, xs + 2, (const int64_t(*)[2])pad,
                              modes, x, xp));
-  sg_conv_desc cd = {.nsp = 2, .batch = wc->n, .cin = wc->c, .cout = wc->pool ? wc->c : wc->k,
-                     .in = {padded[0], padded[1]},
-                     .kernel = {wc->win.w[0].kernel, wc->win.w[1].kernel},
-                     .stride = {wc->win.w[0].stride, wc->win.w[1].stride},
-                     .dilation = {wc->win.w[0].dilation, wc->win.w[1].dilation}};
   SG_CHECK_OK(sg_conv_out_shape(&cd, out));
-  int64_t ys[4] = {wc->n, cd.cout, out[0], out[1]}, ny = prod(ys, 4);
+  int64_t ys[5] = {wc->n, cd.cout, out[0], out[1], out[2]}, ny = prod(ys, nd);
   float *y = calloc((size_t)ny, sizeof *y), *dy = frnd(ny, 4);
-  float *dxp = calloc((size_t)(wc->n * wc->c * padded[0] * padded[1]), sizeof *dxp);
+  float *dxp = calloc((size_t)npad, sizeof *dxp);
   float *dx = calloc((size_t)nx, sizeof *dx), *dw = calloc((size_t)nw + 1, sizeof *dw),
-        *db = calloc((size_t)wc->k, sizeof *db);
+        *db = calloc((size_t)wc->k + 1, sizeof *db);
   sg_pool_kind pk = wc->pool == 1 ? SG_POOL_MAX : SG_POOL_AVG;
   if (wc->pool) {
     SG_CHECK_OK(sg_pool_forward(pk, &cd, SG_DTYPE_F32, xp, y));
@@ -122,21 +130,21 @@ static void run_window(const win_case *wc) {
     SG_CHECK_OK(sg_conv_forward(&cd, SG_DTYPE_F32, xp, w, b, y, NULL));
     SG_CHECK_OK(sg_conv_backward(&cd, SG_DTYPE_F32, xp, w, dy, dxp, dw, db, NULL));
   }
-  SG_CHECK_OK(sg_pad_backward(SG_DTYPE_F32, 2, wc->n * wc->c, xs + 2, (const int64_t(*)[2])pad,
+  SG_CHECK_OK(sg_pad_backward(SG_DTYPE_F32, nsp, wc->n * wc->c, xs + 2, (const int64_t(*)[2])pad,
                               modes, dxp, dx));
   /* sharded */
   sg_shardtensor sx, sy, sdy, sdx;
   sg_sharded_ctx_t ctx = NULL;
-  float *dw_s = calloc((size_t)nw + 1, sizeof *dw_s), *db_s = calloc((size_t)wc->k, sizeof *db_s);
-  SG_REQUIRE_OK(scatter(x, 4, xs, &sx));
+  float *dw_s = calloc((size_t)nw + 1, sizeof *dw_s), *db_s = calloc((size_t)wc->k + 1, sizeof *db_s);
+  SG_REQUIRE_OK(scatter(x, nd, xs, &sx));
   if (wc->pool)
     SG_REQUIRE_OK(sg_sharded_pool_forward(pk, &sx, &wc->win, &sy, &ctx));
   else
     SG_REQUIRE_OK(sg_sharded_conv_forward(&sx, &wc->win, wc->k, w, b, &sy, &ctx));
-  SG_CHECK(sy.global_shape[2] == out[0] && sy.global_shape[3] == out[1], "%s: output shape",
-           wc->name);
+  SG_CHECK(sy.global_shape[2] == out[0] && sy.global_shape[nd - 1] == out[nsp - 1],
+           "%s: output shape", wc->name);
   cmp(wc->name, &sy, y, 0);
-  SG_REQUIRE_OK(scatter(dy, 4, ys, &sdy));
+  SG_REQUIRE_OK(scatter(dy, nd, ys, &sdy));
   if (wc->pool)
     SG_REQUIRE_OK(sg_sharded_pool_backward(ctx, &sdy, &sdx));
   else
@@ -166,17 +174,23 @@ static sg_window win1(int64_t k, int64_t s, int64_t p, int64_t d) {
 static void test_windows(void) {
   win_case cases[] = {
       {"conv 3x3 zero", 2, 3, 4, 13, 11,
-       {2, {win1(3, 1, 1, 1), win1(3, 1, 1, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 0},
+       {2, {win1(3, 1, 1, 1), win1(3, 1, 1, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 0, 0},
       {"conv s2 d2 reflect/periodic", 2, 2, 3, 15, 13,
-       {2, {win1(3, 2, 2, 2), win1(3, 2, 2, 2)}, {SG_BOUNDARY_REFLECT, SG_BOUNDARY_PERIODIC}}, 0},
+       {2, {win1(3, 2, 2, 2), win1(3, 2, 2, 2)}, {SG_BOUNDARY_REFLECT, SG_BOUNDARY_PERIODIC}}, 0, 0},
       {"conv 5x3 replicate/periodic", 1, 2, 2, 12, 9,
-       {2, {win1(5, 1, 2, 1), win1(3, 1, 1, 1)}, {SG_BOUNDARY_REPLICATE, SG_BOUNDARY_PERIODIC}}, 0},
+       {2, {win1(5, 1, 2, 1), win1(3, 1, 1, 1)}, {SG_BOUNDARY_REPLICATE, SG_BOUNDARY_PERIODIC}}, 0, 0},
       {"conv s2 valid", 2, 3, 2, 17, 14,
-       {2, {win1(3, 2, 0, 1), win1(2, 2, 0, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 0},
+       {2, {win1(3, 2, 0, 1), win1(2, 2, 0, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 0, 0},
       {"maxpool k3 s2 p1", 2, 3, 0, 13, 12,
-       {2, {win1(3, 2, 1, 1), win1(3, 2, 1, 1)}, {SG_BOUNDARY_REPLICATE, SG_BOUNDARY_PERIODIC}}, 1},
+       {2, {win1(3, 2, 1, 1), win1(3, 2, 1, 1)}, {SG_BOUNDARY_REPLICATE, SG_BOUNDARY_PERIODIC}}, 1, 0},
       {"avgpool k2 s2", 2, 2, 0, 12, 10,
-       {2, {win1(2, 2, 0, 1), win1(2, 2, 0, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 2},
+       {2, {win1(2, 2, 0, 1), win1(2, 2, 0, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 2, 0},
+      {"conv3d s2 d2 periodic/reflect/zero", 2, 2, 3, 9, 5,
+       {3, {win1(3, 2, 1, 1), win1(3, 1, 2, 2), win1(2, 1, 0, 1)},
+        {SG_BOUNDARY_PERIODIC, SG_BOUNDARY_REFLECT, SG_BOUNDARY_ZERO}}, 0, 11},
+      {"maxpool3d k3 s2", 1, 2, 0, 8, 6,
+       {3, {win1(3, 2, 1, 1), win1(3, 2, 1, 1), win1(2, 2, 0, 1)},
+        {SG_BOUNDARY_REPLICATE, SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 1, 9},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_window(&cases[i]);
 }
