@@ -374,7 +374,8 @@ static sg_status plan_stages(sg_fft_plan_t p) {
       sg_fft_layout_dim_box(&L2, target, p->axes.size, p->axes.rank, &po, &plen);
       s->kind = STAGE_REDIST;
       SG_TRY(sg_fft_redist_init(&s->rd, &p->axes, nd, es, g, target + 1,
-                                dest + 1, phys, log, pmap, NULL, &plen));
+                                dest + 1, phys, log, pmap,
+                                !(p->desc.flags & SG_FFT_MPI_ALLTOALL), &plen));
       size_t ob = (size_t)prod64(s->rd.dst_shape, nd) * es;
       if (ob > maxab) maxab = ob;
       if ((size_t)s->rd.send_total * es > maxs) maxs = (size_t)s->rd.send_total * es;
@@ -395,7 +396,7 @@ static sg_status plan_stages(sg_fft_plan_t p) {
     local_extents(p, &L, log);
     s->kind = STAGE_REDIST;
     SG_TRY(sg_fft_redist_init(&s->rd, &p->axes, nd, es, -1, 0, 0, phys, log,
-                              pmap, NULL, NULL));
+                              pmap, 0, NULL));
     p->nstages++;
   }
   p->spec_layout = L;
