@@ -434,6 +434,7 @@ static sg_status plan_create_axes(MPI_Comm comm, const sg_fft_axes *axes,
                                   sg_fft_plan_t *out) {
   sg_status st = SG_OK;
   struct sg_fft_plan *p = NULL;
+  int agreed = 0;
   if (!out || !desc) SG_RAISE(SG_ERR_INVALID_ARG, "plan or desc is NULL");
   *out = NULL;
   SG_TRY(validate(desc, axes));
@@ -467,13 +468,19 @@ static sg_status plan_create_axes(MPI_Comm comm, const sg_fft_axes *axes,
   p->inv_scale = desc->norm == SG_FFT_NORM_NONE
                      ? 1.0
                      : (desc->norm == SG_FFT_NORM_ORTHO ? 1.0 / sqrt(n) : 1.0 / n);
+  /* planning makes collective calls (shared windows): agree first, so a
+   * rank with a bad description cannot leave its peers waiting there */
+  st = sg_fft_agree(comm, st);
+  agreed = 1;
+  if (st != SG_OK) goto fail;
+  agreed = 0;
   SG_TRY(plan_stages(p));
   sg_fft_layout_box(&p->real_layout, p->axes.size, p->axes.rank, p->real_off,
                     p->real_len);
   sg_fft_layout_box(&p->spec_layout, p->axes.size, p->axes.rank, p->spec_off,
                     p->spec_len);
 fail:
-  st = sg_fft_agree(comm, st);
+  if (!agreed) st = sg_fft_agree(comm, st);
   if (st != SG_OK) {
     sg_fft_plan_destroy(&p);
     return st;

@@ -479,6 +479,7 @@ sg_status sg_fft_transpose_create_comms(MPI_Comm comm, int naxes,
                                         int to, sg_fft_transpose_t *out) {
   sg_status st = SG_OK;
   struct sg_fft_transpose *t = NULL;
+  int agreed = 0;
   if (!out) SG_RAISE(SG_ERR_INVALID_ARG, "tr is NULL");
   *out = NULL;
   t = calloc(1, sizeof *t);
@@ -527,6 +528,11 @@ sg_status sg_fft_transpose_create_comms(MPI_Comm comm, int naxes,
   t->ncomp = ncomp;
   t->dtype = dtype;
   t->batch = batch;
+  /* the transpose's setup is collective: agree on the checks first */
+  st = sg_fft_agree(comm, st);
+  agreed = 1;
+  if (st != SG_OK) goto fail;
+  agreed = 0;
   {
     int nd = from->ndim + 1;
     int64_t off[SG_FFT_MAX_DIMS], len[SG_FFT_MAX_DIMS];
@@ -546,7 +552,7 @@ sg_status sg_fft_transpose_create_comms(MPI_Comm comm, int naxes,
                      &t->rbuf));
   }
 fail:
-  st = sg_fft_agree(comm, st);
+  if (!agreed) st = sg_fft_agree(comm, st);
   if (st != SG_OK) {
     sg_fft_transpose_destroy(&t);
     return st;
