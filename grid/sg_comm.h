@@ -10,13 +10,26 @@
  * and sg_mesh_enable_nccl was called, buffers in CUDA device memory go
  * through NCCL on a communicator that matches the group.
  *
- * In-place: pass send == recv where MPI allows MPI_IN_PLACE (allreduce,
- * allgather(v) with the own block already in place, reduce_scatter).
+ * In-place: pass send == recv where MPI allows MPI_IN_PLACE: allreduce;
+ * allgather(v) with send pointing at the own block inside recv;
+ * reduce_scatter (recv holds the whole input, the result is its first
+ * recvcounts[rank] elements); alltoall(v) (the data sent is taken from recv
+ * with the receive counts and displacements).
+ *
+ * Counts and displacements are int64_t elements. Those that fit in int use
+ * the classic MPI calls; larger ones the MPI-4 large-count (_c) calls, or
+ * SG_ERR_NOT_SUPPORTED with an MPI-3 library. Host buffers are handed to
+ * MPI as they are (no staging copies).
  *
  * Deterministic mode (sg_comm_set_deterministic(1), or the _det variants):
  * reductions gather every contribution and sum them in group-rank order on
  * every rank, so the result is bitwise the same on every rank and every run,
- * independent of the MPI library's algorithm choice.
+ * independent of the MPI library's algorithm choice. The vector is split in
+ * p balanced blocks: an all-to-all-v gathers block b on rank b, which sums
+ * it in rank order, and an all-gather-v spreads the result (traffic of a
+ * ring all-reduce, count elements of scratch). reduce_scatter follows the
+ * same rule in deterministic mode. A non-blocking deterministic all-reduce
+ * advances its second phase inside sg_test/sg_wait.
  */
 #ifndef SG_COMM_H
 #define SG_COMM_H
@@ -123,7 +136,11 @@ sg_status sg_group_agree(sg_group_t g, sg_status local);
 
 /* CUDA + NCCL: create NCCL communicators matching every group of the mesh
  * (collective over the mesh). SG_ERR_NOT_SUPPORTED when not built with
- * NCCL; SG_ERR_NO_DEVICE when no GPU is usable. */
+ * NCCL; SG_ERR_NO_DEVICE when no GPU is usable. Afterwards, calls whose
+ * buffers are CUDA device memory go through NCCL on the default stream and
+ * are complete when they return (a non-blocking call then returns a NULL
+ * request); deterministic reductions and in-place reduce_scatter/alltoall(v)
+ * on device buffers return SG_ERR_NOT_SUPPORTED. */
 sg_status sg_mesh_enable_nccl(sg_mesh_t mesh);
 
 #ifdef __cplusplus

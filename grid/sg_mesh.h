@@ -9,7 +9,10 @@
  * coordinates of M. It is built with MPI_Comm_split, color = mixed-radix index
  * of the coordinates not in M, key = mixed-radix index of those in M (so
  * group ranks follow the coordinates of M, row-major). All groups are made at
- * sg_mesh_create, in the same order on every rank, and freed at destroy.
+ * sg_mesh_create, in the same order on every rank (by dim mask), and freed at
+ * destroy. A mesh of more than 6 dims makes only the groups of single dims,
+ * of all dims and of none (sg_mesh_group says SG_ERR_NOT_SUPPORTED for other
+ * subsets) instead of 2^ndims splits.
  */
 #ifndef SG_MESH_H
 #define SG_MESH_H
@@ -42,8 +45,10 @@ typedef struct sg_mesh_spec {
 sg_status sg_mesh_spec_parse(const char *text, sg_mesh_spec *spec);
 
 /* Create a mesh over comm (duplicated). Collective over comm. Fails on every
- * rank, with the same message, when the spec is malformed or the product of
- * sizes differs from the size of comm (the message gives both numbers). */
+ * rank with SG_ERR_MESH, with the same message, when the spec is malformed,
+ * the product of sizes differs from the size of comm (the message gives both
+ * numbers), or the ranks passed different specs. The mesh's communicators
+ * return MPI errors as statuses (MPI_ERRORS_RETURN). */
 sg_status sg_mesh_create(MPI_Comm comm, const char *spec, sg_mesh_t *mesh);
 sg_status sg_mesh_create_from_spec(MPI_Comm comm, const sg_mesh_spec *spec,
                                    sg_mesh_t *mesh);

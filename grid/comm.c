@@ -1,0 +1,1093 @@
+/* shardgrid — the communication layer over mesh groups (host buffers via
+ * MPI; device buffers via NCCL when enabled, see cuda/nccl.c).
+ *
+ * Host buffers are handed to MPI as they are: no staging copies. Counts are
+ * int64_t; counts and displacements that fit in int use the classic calls,
+ * larger ones the MPI-4 large-count (_c) calls, or SG_ERR_NOT_SUPPORTED on
+ * an MPI-3 library.
+ *
+ * Deterministic reductions: contributions to each element are summed in
+ * group-rank order, ((x0 + x1) + x2) + ..., by exactly one rank. The vector
+ * is split into p balanced blocks; an all-to-all-v hands block b of every
+ * rank to rank b (a gather of that block), rank b sums in rank order, and an
+ * all-gather-v spreads the result: bitwise the same on every rank and every
+ * run, with the traffic of a ring all-reduce and count extra elements of
+ * scratch (instead of p * count for a whole gather). */
+#include "mesh_impl.h"
+#include "sg_comm.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if MPI_VERSION >= 4
+#define SG_MPI_LARGE 1
+#else
+#define SG_MPI_LARGE 0
+#endif
+
+/* ---- dtypes and ops -------------------------------------------------------*/
+
+static MPI_Datatype sg_bf16_type = MPI_DATATYPE_NULL;
+static pthread_once_t sg_bf16_once = PTHREAD_ONCE_INIT;
+
+/* Freed when MPI_COMM_SELF's attributes are deleted, first thing in
+ * MPI_Finalize. */
+static int bf16_type_free(MPI_Comm comm, int key, void *val, void *extra) {
+  (void)comm;
+  (void)key;
+  (void)val;
+  (void)extra;
+  if (sg_bf16_type != MPI_DATATYPE_NULL) MPI_Type_free(&sg_bf16_type);
+  return MPI_SUCCESS;
+}
+
+static void bf16_type_create(void) {
+  MPI_Datatype t;
+  if (MPI_Type_contiguous(2, MPI_BYTE, &t) != MPI_SUCCESS) return;
+  if (MPI_Type_commit(&t) != MPI_SUCCESS) return;
+  sg_bf16_type = t;
+  int key = MPI_KEYVAL_INVALID;
+  if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, bf16_type_free, &key,
+                             NULL) == MPI_SUCCESS)
+    MPI_Comm_set_attr(MPI_COMM_SELF, key, NULL);
+}
+
+MPI_Datatype sg_dtype_mpi(sg_dtype dt) {
+  switch (dt) {
+  case SG_DTYPE_F32: return MPI_FLOAT;
+  case SG_DTYPE_F64: return MPI_DOUBLE;
+  case SG_DTYPE_I32: return MPI_INT32_T;
+  case SG_DTYPE_I64: return MPI_INT64_T;
+  case SG_DTYPE_BF16: {
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init) return MPI_DATATYPE_NULL;
+    pthread_once(&sg_bf16_once, bf16_type_create);
+    return sg_bf16_type;
+  }
+  default: return MPI_DATATYPE_NULL;
+  }
+}
+
+MPI_Op sg_reduce_op_mpi(sg_reduce_op op) {
+  switch (op) {
+  case SG_REDUCE_SUM: return MPI_SUM;
+  case SG_REDUCE_MAX: return MPI_MAX;
+  case SG_REDUCE_MIN: return MPI_MIN;
+  default: return MPI_OP_NULL;
+  }
+}
+
+static atomic_int sg_det_default;
+
+void sg_comm_set_deterministic(int on) { atomic_store(&sg_det_default, on != 0); }
+int sg_comm_deterministic(void) { return atomic_load(&sg_det_default); }
+
+/* ---- argument checks ------------------------------------------------------*/
+
+static sg_status check_args(const char *fn, sg_group_t g, sg_dtype dt,
+                            MPI_Datatype *t) {
+  sg_status st = SG_OK;
+  if (!g) SG_RAISE(SG_ERR_INVALID_ARG, "%s: group is NULL", fn);
+  if (!sg_dtype_valid(dt))
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s: invalid dtype %d", fn, (int)dt);
+  *t = sg_dtype_mpi(dt);
+  if (*t == MPI_DATATYPE_NULL)
+    SG_RAISE(SG_ERR_MPI, "%s: no MPI datatype for %s (is MPI initialised?)",
+             fn, sg_dtype_name(dt));
+fail:
+  return st;
+}
+
+static sg_status check_reduce(const char *fn, sg_dtype dt, sg_reduce_op op) {
+  sg_status st = SG_OK;
+  if (dt == SG_DTYPE_BF16)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: reductions on bf16 are not "
+             "supported (bf16 is a storage type: reduce in f32)", fn);
+  if (sg_reduce_op_mpi(op) == MPI_OP_NULL)
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s: invalid reduce op %d", fn, (int)op);
+fail:
+  return st;
+}
+
+static sg_status check_count(const char *fn, int64_t count) {
+  if (count < 0)
+    return sg_error_set(SG_ERR_SHAPE, __FILE__, __LINE__,
+                        "%s: count %lld is negative", fn, (long long)count);
+  return SG_OK;
+}
+
+static sg_status check_root(const char *fn, sg_group_t g, int root,
+                            const char *what) {
+  if (root < 0 || root >= g->size)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "%s: %s %d is not a rank of the group (0..%d)", fn,
+                        what, root, g->size - 1);
+  return SG_OK;
+}
+
+static int fits_int(int64_t c) { return c >= 0 && c <= INT_MAX; }
+
+#if SG_MPI_LARGE
+#define SG_MPI_LARGE_CALL(fn, call) SG_MPI(call)
+#else
+#define SG_MPI_LARGE_CALL(fn, call)                                           \
+  SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: counts above INT_MAX need an MPI-4 "   \
+           "library (this one is MPI %d.%d)", fn, MPI_VERSION,               \
+           MPI_SUBVERSION)
+#endif
+
+/* ---- per-call count arrays ------------------------------------------------*/
+
+/* Allocations a call (or a request) owns until it completes. */
+typedef struct keep {
+  void *p[8];
+  int n;
+} keep;
+
+static void *keep_alloc(keep *k, size_t bytes) {
+  if (k->n == (int)(sizeof k->p / sizeof k->p[0])) return NULL;
+  void *q = malloc(bytes ? bytes : 1);
+  if (q) k->p[k->n++] = q;
+  return q;
+}
+
+static void keep_free(keep *k) {
+  for (int i = 0; i < k->n; ++i) free(k->p[i]);
+  k->n = 0;
+}
+
+/* displs[r], or the packed offset when displs is NULL */
+static sg_status counts_check(const char *fn, const char *what, int n,
+                              const int64_t *counts, const int64_t *displs,
+                              int *all_fit) {
+  sg_status st = SG_OK;
+  if (!counts) SG_RAISE(SG_ERR_INVALID_ARG, "%s: %s is NULL", fn, what);
+  int64_t off = 0;
+  for (int r = 0; r < n; ++r) {
+    int64_t d = displs ? displs[r] : off;
+    if (counts[r] < 0 || d < 0)
+      SG_RAISE(SG_ERR_SHAPE, "%s: %s[%d] = %lld (displacement %lld) is "
+               "negative", fn, what, r, (long long)counts[r], (long long)d);
+    if (!fits_int(counts[r]) || !fits_int(d)) *all_fit = 0;
+    off += counts[r];
+  }
+fail:
+  return st;
+}
+
+static sg_status counts_int(keep *k, int n, const int64_t *counts,
+                            const int64_t *displs, int **c, int **d) {
+  *c = keep_alloc(k, (size_t)n * sizeof **c);
+  *d = keep_alloc(k, (size_t)n * sizeof **d);
+  if (!*c || !*d)
+    return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,
+                        "out of memory for %d counts", n);
+  int64_t off = 0;
+  for (int r = 0; r < n; ++r) {
+    (*c)[r] = (int)counts[r];
+    (*d)[r] = (int)(displs ? displs[r] : off);
+    off += counts[r];
+  }
+  return SG_OK;
+}
+
+#if SG_MPI_LARGE
+static sg_status counts_large(keep *k, int n, const int64_t *counts,
+                              const int64_t *displs, MPI_Count **c,
+                              MPI_Aint **d) {
+  *c = keep_alloc(k, (size_t)n * sizeof **c);
+  *d = keep_alloc(k, (size_t)n * sizeof **d);
+  if (!*c || !*d)
+    return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,
+                        "out of memory for %d counts", n);
+  int64_t off = 0;
+  for (int r = 0; r < n; ++r) {
+    (*c)[r] = (MPI_Count)counts[r];
+    (*d)[r] = (MPI_Aint)(displs ? displs[r] : off);
+    off += counts[r];
+  }
+  return SG_OK;
+}
+#endif
+
+/* ---- the MPI calls (blocking when req is NULL) ----------------------------*/
+
+static sg_status mpi_allreduce(sg_group_t g, const void *send, void *recv,
+                               int64_t count, MPI_Datatype t, MPI_Op op,
+                               MPI_Request *req) {
+  sg_status st = SG_OK;
+  const void *s = send == recv ? MPI_IN_PLACE : send;
+  if (fits_int(count)) {
+    if (req)
+      SG_MPI(MPI_Iallreduce(s, recv, (int)count, t, op, g->comm, req));
+    else
+      SG_MPI(MPI_Allreduce(s, recv, (int)count, t, op, g->comm));
+  } else if (req) {
+    SG_MPI_LARGE_CALL("sg_iallreduce", MPI_Iallreduce_c(s, recv,
+        (MPI_Count)count, t, op, g->comm, req));
+  } else {
+    SG_MPI_LARGE_CALL("sg_allreduce", MPI_Allreduce_c(s, recv,
+        (MPI_Count)count, t, op, g->comm));
+  }
+fail:
+  return st;
+}
+
+static sg_status mpi_allgatherv(sg_group_t g, const void *send,
+                                int64_t sendcount, void *recv,
+                                const int64_t *counts, const int64_t *displs,
+                                MPI_Datatype t, keep *k, MPI_Request *req) {
+  sg_status st = SG_OK;
+  const char *fn = req ? "sg_iallgatherv" : "sg_allgatherv";
+  int fit = fits_int(sendcount);
+  SG_TRY(counts_check(fn, "recvcounts", g->size, counts, displs, &fit));
+  if (sendcount != counts[g->rank])
+    SG_RAISE(SG_ERR_SHAPE, "%s: sendcount %lld differs from recvcounts[%d] ="
+             " %lld", fn, (long long)sendcount, g->rank,
+             (long long)counts[g->rank]);
+  int64_t own = displs ? displs[g->rank] : 0;
+  if (!displs)
+    for (int r = 0; r < g->rank; ++r) own += counts[r];
+  int elsize = 0;
+  SG_MPI(MPI_Type_size(t, &elsize));
+  char *mine = (char *)recv + own * (int64_t)elsize;
+  const void *s = send == mine ? MPI_IN_PLACE : send;
+  if (g->size == 1) {
+    /* MPICH 4.0 ignores displs[0] on a one-rank communicator: copy here */
+    if (s != MPI_IN_PLACE && sendcount > 0)
+      memmove(mine, send, (size_t)sendcount * (size_t)elsize);
+    if (req) *req = MPI_REQUEST_NULL;
+    return SG_OK;
+  }
+  if (fit) {
+    int *c, *d;
+    SG_TRY(counts_int(k, g->size, counts, displs, &c, &d));
+    if (req)
+      SG_MPI(MPI_Iallgatherv(s, (int)sendcount, t, recv, c, d, t, g->comm,
+                             req));
+    else
+      SG_MPI(MPI_Allgatherv(s, (int)sendcount, t, recv, c, d, t, g->comm));
+  } else {
+#if SG_MPI_LARGE
+    MPI_Count *c;
+    MPI_Aint *d;
+    SG_TRY(counts_large(k, g->size, counts, displs, &c, &d));
+    if (req)
+      SG_MPI(MPI_Iallgatherv_c(s, (MPI_Count)sendcount, t, recv, c, d, t,
+                               g->comm, req));
+    else
+      SG_MPI(MPI_Allgatherv_c(s, (MPI_Count)sendcount, t, recv, c, d, t,
+                              g->comm));
+#else
+    SG_MPI_LARGE_CALL(fn, 0);
+#endif
+  }
+fail:
+  return st;
+}
+
+static sg_status mpi_alltoallv(sg_group_t g, const void *send,
+                               const int64_t *sc, const int64_t *sd,
+                               void *recv, const int64_t *rc,
+                               const int64_t *rd, MPI_Datatype t, keep *k,
+                               MPI_Request *req) {
+  sg_status st = SG_OK;
+  const char *fn = req ? "sg_ialltoallv" : "sg_alltoallv";
+  int fit = 1;
+  int inplace = send == recv;
+  if (!inplace) SG_TRY(counts_check(fn, "sendcounts", g->size, sc, sd, &fit));
+  SG_TRY(counts_check(fn, "recvcounts", g->size, rc, rd, &fit));
+  const void *s = inplace ? MPI_IN_PLACE : send;
+  if (inplace) sc = rc, sd = rd; /* ignored by MPI */
+  if (fit) {
+    int *c1, *d1, *c2, *d2;
+    SG_TRY(counts_int(k, g->size, sc, sd, &c1, &d1));
+    SG_TRY(counts_int(k, g->size, rc, rd, &c2, &d2));
+    if (req)
+      SG_MPI(MPI_Ialltoallv(s, c1, d1, t, recv, c2, d2, t, g->comm, req));
+    else
+      SG_MPI(MPI_Alltoallv(s, c1, d1, t, recv, c2, d2, t, g->comm));
+  } else {
+#if SG_MPI_LARGE
+    MPI_Count *c1, *c2;
+    MPI_Aint *d1, *d2;
+    SG_TRY(counts_large(k, g->size, sc, sd, &c1, &d1));
+    SG_TRY(counts_large(k, g->size, rc, rd, &c2, &d2));
+    if (req)
+      SG_MPI(MPI_Ialltoallv_c(s, c1, d1, t, recv, c2, d2, t, g->comm, req));
+    else
+      SG_MPI(MPI_Alltoallv_c(s, c1, d1, t, recv, c2, d2, t, g->comm));
+#else
+    SG_MPI_LARGE_CALL(fn, 0);
+#endif
+  }
+fail:
+  return st;
+}
+
+static sg_status mpi_reduce_scatter(sg_group_t g, const void *send,
+                                    void *recv, const int64_t *counts,
+                                    MPI_Datatype t, MPI_Op op, keep *k,
+                                    MPI_Request *req) {
+  sg_status st = SG_OK;
+  const char *fn = req ? "sg_ireduce_scatter" : "sg_reduce_scatter";
+  int fit = 1;
+  SG_TRY(counts_check(fn, "recvcounts", g->size, counts, NULL, &fit));
+  const void *s = send == recv ? MPI_IN_PLACE : send;
+  if (fit) {
+    int *c, *d;
+    SG_TRY(counts_int(k, g->size, counts, NULL, &c, &d));
+    if (req)
+      SG_MPI(MPI_Ireduce_scatter(s, recv, c, t, op, g->comm, req));
+    else
+      SG_MPI(MPI_Reduce_scatter(s, recv, c, t, op, g->comm));
+  } else {
+#if SG_MPI_LARGE
+    MPI_Count *c;
+    MPI_Aint *d;
+    SG_TRY(counts_large(k, g->size, counts, NULL, &c, &d));
+    if (req)
+      SG_MPI(MPI_Ireduce_scatter_c(s, recv, c, t, op, g->comm, req));
+    else
+      SG_MPI(MPI_Reduce_scatter_c(s, recv, c, t, op, g->comm));
+#else
+    SG_MPI_LARGE_CALL(fn, 0);
+#endif
+  }
+fail:
+  return st;
+}
+
+/* ---- deterministic reductions ---------------------------------------------*/
+
+/* out[i] = in[0][i] op in[1][i] op ... in rank order (blocks of n). */
+#define SG_REDUCE_LOOP(T)                                                     \
+  do {                                                                        \
+    const T *x = (const T *)in;                                               \
+    T *y = (T *)out;                                                          \
+    if (y != x) memcpy(y, x, (size_t)n * sizeof(T));                          \
+    for (int r = 1; r < p; ++r) {                                             \
+      const T *xr = x + (int64_t)r * n;                                       \
+      if (op == SG_REDUCE_SUM) {                                              \
+        _Pragma("omp parallel for simd if (n > 65536) schedule(static)")      \
+        for (int64_t i = 0; i < n; ++i) y[i] = y[i] + xr[i];                  \
+      } else if (op == SG_REDUCE_MAX) {                                       \
+        _Pragma("omp parallel for simd if (n > 65536) schedule(static)")      \
+        for (int64_t i = 0; i < n; ++i) y[i] = xr[i] > y[i] ? xr[i] : y[i];   \
+      } else {                                                                \
+        _Pragma("omp parallel for simd if (n > 65536) schedule(static)")      \
+        for (int64_t i = 0; i < n; ++i) y[i] = xr[i] < y[i] ? xr[i] : y[i];   \
+      }                                                                       \
+    }                                                                         \
+  } while (0)
+
+static void reduce_blocks(sg_dtype dt, sg_reduce_op op, const void *in, int p,
+                          int64_t n, void *out) {
+  if (n == 0) return;
+  switch (dt) {
+  case SG_DTYPE_F32: SG_REDUCE_LOOP(float); break;
+  case SG_DTYPE_F64: SG_REDUCE_LOOP(double); break;
+  case SG_DTYPE_I32: SG_REDUCE_LOOP(int32_t); break;
+  case SG_DTYPE_I64: SG_REDUCE_LOOP(int64_t); break;
+  default: break;
+  }
+}
+
+/* A deterministic reduction in flight. Blocks: rank b owns counts[b]
+ * elements at offset displs[b] of the full vector. */
+typedef struct det_op {
+  sg_group_t g;
+  sg_dtype dt;
+  sg_reduce_op op;
+  MPI_Datatype t;
+  int allreduce;  /* 1: then all-gather the blocks into recv */
+  void *recv;
+  void *out;      /* where this rank's reduced block goes */
+  void *scratch;  /* p blocks of counts[me] elements, rank order */
+  int64_t *counts, *displs, *sc, *sd, *rc, *rd;
+} det_op;
+
+static void det_free(det_op *d) {
+  if (!d) return;
+  free(d->scratch);
+  free(d->counts); /* one allocation holds all six arrays */
+  free(d);
+}
+
+/* Plan and start (or run, when req is NULL) the all-to-all-v phase. */
+static sg_status det_start(sg_group_t g, const void *send, void *recv,
+                           int64_t count, const int64_t *blocks,
+                           sg_dtype dt, sg_reduce_op op, MPI_Datatype t,
+                           keep *k, det_op **out, MPI_Request *req) {
+  sg_status st = SG_OK;
+  int p = g->size, me = g->rank;
+  if (p < 1 || me < 0 || me >= p)
+    return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__,
+                        "group rank %d of %d", me, p);
+  det_op *d = calloc(1, sizeof *d);
+  if (!d) SG_RAISE(SG_ERR_ALLOC, "out of memory for a reduction");
+  d->g = g;
+  d->dt = dt;
+  d->op = op;
+  d->t = t;
+  d->allreduce = blocks == NULL;
+  d->recv = recv;
+  d->counts = malloc(6 * (size_t)p * sizeof(int64_t));
+  if (!d->counts) SG_RAISE(SG_ERR_ALLOC, "out of memory for a reduction");
+  d->displs = d->counts + p;
+  d->sc = d->counts + 2 * p;
+  d->sd = d->counts + 3 * p;
+  d->rc = d->counts + 4 * p;
+  d->rd = d->counts + 5 * p;
+  int64_t off = 0;
+  for (int r = 0; r < p; ++r) {
+    d->counts[r] = blocks ? blocks[r] : count / p + (r < count % p);
+    d->displs[r] = off;
+    off += d->counts[r];
+  }
+  int64_t mine = d->counts[me];
+  for (int r = 0; r < p; ++r) {
+    d->sc[r] = d->counts[r];
+    d->sd[r] = d->displs[r];
+    d->rc[r] = mine;
+    d->rd[r] = (int64_t)r * mine;
+  }
+  size_t es = sg_dtype_size(dt);
+  d->out = blocks ? recv : (char *)recv + (size_t)d->displs[me] * es;
+  /* never NULL, never equal to send (that would mean in place) */
+  d->scratch = malloc(mine > 0 ? (size_t)p * (size_t)mine * es : 1);
+  if (!d->scratch)
+    SG_RAISE(SG_ERR_ALLOC, "out of memory for %lld scratch elements",
+             (long long)p * mine);
+  SG_TRY(mpi_alltoallv(g, send, d->sc, d->sd, d->scratch, d->rc, d->rd, t, k,
+                       req));
+  *out = d;
+  return SG_OK;
+fail:
+  det_free(d);
+  return st;
+}
+
+/* After the all-to-all-v: reduce the own block; start (or run) the
+ * all-gather-v when this is an all-reduce. *more = 1 if it was started. */
+static sg_status det_finish(det_op *d, keep *k, MPI_Request *req, int *more) {
+  sg_status st = SG_OK;
+  sg_group_t g = d->g;
+  int me = g->rank;
+  *more = 0;
+  reduce_blocks(d->dt, d->op, d->scratch, g->size, d->counts[me], d->out);
+  if (d->allreduce && g->size > 1) {
+    SG_TRY(mpi_allgatherv(g, d->out, d->counts[me], d->recv, d->counts,
+                          d->displs, d->t, k, req));
+    *more = req != NULL;
+  }
+fail:
+  return st;
+}
+
+static sg_status det_run(sg_group_t g, const void *send, void *recv,
+                         int64_t count, const int64_t *blocks, sg_dtype dt,
+                         sg_reduce_op op, MPI_Datatype t) {
+  sg_status st = SG_OK;
+  keep k = {{0}, 0};
+  det_op *d = NULL;
+  int more = 0;
+  SG_TRY(det_start(g, send, recv, count, blocks, dt, op, t, &k, &d, NULL));
+  SG_TRY(det_finish(d, &k, NULL, &more));
+fail:
+  det_free(d);
+  keep_free(&k);
+  return st;
+}
+
+/* ---- requests -------------------------------------------------------------*/
+
+struct sg_request {
+  MPI_Request mpi;
+  keep k;
+  det_op *det; /* deterministic reduction: more work after mpi completes */
+  int stage;   /* det: 1 all-to-all-v in flight, 2 all-gather-v in flight */
+};
+
+static sg_status request_new(sg_request_t *req, const char *fn,
+                             sg_request_t *out) {
+  sg_status st = SG_OK;
+  if (!req) SG_RAISE(SG_ERR_INVALID_ARG, "%s: req is NULL", fn);
+  *req = NULL;
+  sg_request_t r = calloc(1, sizeof *r);
+  if (!r) SG_RAISE(SG_ERR_ALLOC, "%s: out of memory for a request", fn);
+  r->mpi = MPI_REQUEST_NULL;
+  *out = r;
+fail:
+  return st;
+}
+
+static void request_free(sg_request_t *req) {
+  sg_request_t r = *req;
+  if (!r) return;
+  keep_free(&r->k);
+  det_free(r->det);
+  free(r);
+  *req = NULL;
+}
+
+/* Advance a request; block when wait is set. *done = 1 when complete. */
+static sg_status request_progress(sg_request_t r, int wait, int *done) {
+  sg_status st = SG_OK;
+  *done = 0;
+  for (;;) {
+    int flag = 0;
+    if (wait) {
+      SG_MPI(MPI_Wait(&r->mpi, MPI_STATUS_IGNORE));
+      flag = 1;
+    } else {
+      SG_MPI(MPI_Test(&r->mpi, &flag, MPI_STATUS_IGNORE));
+    }
+    if (!flag) return SG_OK;
+    if (r->det && r->stage == 1) {
+      int more = 0;
+      r->stage = 2;
+      SG_TRY(det_finish(r->det, &r->k, &r->mpi, &more));
+      if (more) continue;
+    }
+    *done = 1;
+    return SG_OK;
+  }
+fail:
+  return st;
+}
+
+sg_status sg_wait(sg_request_t *req) {
+  sg_status st = SG_OK;
+  if (!req || !*req) return SG_OK;
+  int done = 0;
+  st = request_progress(*req, 1, &done);
+  request_free(req);
+  return st;
+}
+
+sg_status sg_waitall(int n, sg_request_t *reqs) {
+  sg_status first = SG_OK;
+  if (n > 0 && !reqs)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_waitall: reqs is NULL");
+  char msg[1024] = "";
+  for (int i = 0; i < n; ++i) {
+    sg_status st = sg_wait(&reqs[i]);
+    if (st != SG_OK && first == SG_OK) {
+      first = st;
+      snprintf(msg, sizeof msg, "%s", sg_last_error());
+    }
+  }
+  if (first != SG_OK) sg_error_set_raw(msg);
+  return first;
+}
+
+sg_status sg_test(sg_request_t *req, int *done) {
+  sg_status st = SG_OK;
+  if (!done) SG_RAISE(SG_ERR_INVALID_ARG, "sg_test: done is NULL");
+  *done = 1;
+  if (!req || !*req) return SG_OK;
+  *done = 0;
+  st = request_progress(*req, 0, done);
+  if (st != SG_OK || *done) request_free(req);
+fail:
+  return st;
+}
+
+/* ---- NCCL dispatch --------------------------------------------------------*/
+
+#if SG_HAVE_NCCL
+#define SG_ON_DEVICE(g, buf) ((g)->nccl && sg_nccl_is_device(buf))
+#else
+#define SG_ON_DEVICE(g, buf) 0
+#endif
+
+/* ---- collectives ----------------------------------------------------------*/
+
+static sg_status allreduce_impl(const char *fn, sg_group_t g,
+                                const void *send, void *recv, int64_t count,
+                                sg_dtype dt, sg_reduce_op op, int det,
+                                sg_request_t *req) {
+  sg_status st = SG_OK;
+  MPI_Datatype t;
+  sg_request_t r = NULL;
+  SG_TRY(check_args(fn, g, dt, &t));
+  SG_TRY(check_reduce(fn, dt, op));
+  SG_TRY(check_count(fn, count));
+  if (req) *req = NULL;
+  if (SG_ON_DEVICE(g, recv)) {
+#if SG_HAVE_NCCL
+    if (det)
+      SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: deterministic reductions of device "
+               "buffers are not supported (copy to the host)", fn);
+    SG_TRY(sg_nccl_allreduce(g, send, recv, count, dt, op));
+    return SG_OK;
+#endif
+  }
+  if (!req) {
+    if (det && g->size > 1) return det_run(g, send, recv, count, NULL, dt, op, t);
+    if (g->size == 1) {
+      if (send != recv && count > 0)
+        memcpy(recv, send, (size_t)count * sg_dtype_size(dt));
+      return SG_OK;
+    }
+    return mpi_allreduce(g, send, recv, count, t, sg_reduce_op_mpi(op), NULL);
+  }
+  SG_TRY(request_new(req, fn, &r));
+  if (det) {
+    SG_TRY(det_start(g, send, recv, count, NULL, dt, op, t, &r->k, &r->det,
+                     &r->mpi));
+    r->stage = 1;
+  } else {
+    SG_TRY(mpi_allreduce(g, send, recv, count, t, sg_reduce_op_mpi(op),
+                         &r->mpi));
+  }
+  *req = r;
+  return SG_OK;
+fail:
+  request_free(&r);
+  return st;
+}
+
+sg_status sg_allreduce(sg_group_t g, const void *send, void *recv,
+                       int64_t count, sg_dtype dt, sg_reduce_op op) {
+  return allreduce_impl("sg_allreduce", g, send, recv, count, dt, op,
+                        sg_comm_deterministic(), NULL);
+}
+
+sg_status sg_allreduce_det(sg_group_t g, const void *send, void *recv,
+                           int64_t count, sg_dtype dt, sg_reduce_op op) {
+  return allreduce_impl("sg_allreduce_det", g, send, recv, count, dt, op, 1,
+                        NULL);
+}
+
+sg_status sg_iallreduce(sg_group_t g, const void *send, void *recv,
+                        int64_t count, sg_dtype dt, sg_reduce_op op,
+                        sg_request_t *req) {
+  sg_status st = SG_OK;
+  if (!req) SG_RAISE(SG_ERR_INVALID_ARG, "sg_iallreduce: req is NULL");
+  SG_TRY(allreduce_impl("sg_iallreduce", g, send, recv, count, dt, op,
+                        sg_comm_deterministic(), req));
+fail:
+  return st;
+}
+
+static sg_status bcast_impl(const char *fn, sg_group_t g, void *buf,
+                            int64_t count, sg_dtype dt, int root,
+                            sg_request_t *req) {
+  sg_status st = SG_OK;
+  MPI_Datatype t;
+  sg_request_t r = NULL;
+  if (req) *req = NULL;
+  SG_TRY(check_args(fn, g, dt, &t));
+  SG_TRY(check_count(fn, count));
+  SG_TRY(check_root(fn, g, root, "root"));
+  if (SG_ON_DEVICE(g, buf)) {
+#if SG_HAVE_NCCL
+    SG_TRY(sg_nccl_bcast(g, buf, count, dt, root));
+    return SG_OK;
+#endif
+  }
+  MPI_Request *mr = NULL;
+  if (req) {
+    SG_TRY(request_new(req, fn, &r));
+    mr = &r->mpi;
+  }
+  if (fits_int(count)) {
+    if (mr)
+      SG_MPI(MPI_Ibcast(buf, (int)count, t, root, g->comm, mr));
+    else
+      SG_MPI(MPI_Bcast(buf, (int)count, t, root, g->comm));
+  } else if (mr) {
+    SG_MPI_LARGE_CALL(fn, MPI_Ibcast_c(buf, (MPI_Count)count, t, root,
+                                       g->comm, mr));
+  } else {
+    SG_MPI_LARGE_CALL(fn, MPI_Bcast_c(buf, (MPI_Count)count, t, root,
+                                      g->comm));
+  }
+  if (req) *req = r;
+  return SG_OK;
+fail:
+  request_free(&r);
+  return st;
+}
+
+sg_status sg_bcast(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
+                   int root) {
+  return bcast_impl("sg_bcast", g, buf, count, dt, root, NULL);
+}
+
+sg_status sg_ibcast(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
+                    int root, sg_request_t *req) {
+  if (!req)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_ibcast: req is NULL");
+  return bcast_impl("sg_ibcast", g, buf, count, dt, root, req);
+}
+
+sg_status sg_allgather(sg_group_t g, const void *send, int64_t count,
+                       void *recv, sg_dtype dt) {
+  sg_status st = SG_OK;
+  MPI_Datatype t;
+  SG_TRY(check_args("sg_allgather", g, dt, &t));
+  SG_TRY(check_count("sg_allgather", count));
+  if (SG_ON_DEVICE(g, recv)) {
+#if SG_HAVE_NCCL
+    SG_TRY(sg_nccl_allgather(g, send, count, recv, dt));
+    return SG_OK;
+#endif
+  }
+  const void *s = send == (const char *)recv + (size_t)g->rank *
+                                                   (size_t)count *
+                                                   sg_dtype_size(dt)
+                      ? MPI_IN_PLACE
+                      : send;
+  if (fits_int(count))
+    SG_MPI(MPI_Allgather(s, (int)count, t, recv, (int)count, t, g->comm));
+  else
+    SG_MPI_LARGE_CALL("sg_allgather", MPI_Allgather_c(s, (MPI_Count)count, t,
+        recv, (MPI_Count)count, t, g->comm));
+fail:
+  return st;
+}
+
+static sg_status allgatherv_impl(const char *fn, sg_group_t g,
+                                 const void *send, int64_t sendcount,
+                                 void *recv, const int64_t *recvcounts,
+                                 const int64_t *displs, sg_dtype dt,
+                                 sg_request_t *req) {
+  sg_status st = SG_OK;
+  MPI_Datatype t;
+  sg_request_t r = NULL;
+  keep k = {{0}, 0};
+  if (req) *req = NULL;
+  SG_TRY(check_args(fn, g, dt, &t));
+  SG_TRY(check_count(fn, sendcount));
+  if (!recvcounts) SG_RAISE(SG_ERR_INVALID_ARG, "%s: recvcounts is NULL", fn);
+  if (SG_ON_DEVICE(g, recv)) {
+#if SG_HAVE_NCCL
+    SG_TRY(sg_nccl_allgatherv(g, send, sendcount, recv, recvcounts, displs,
+                              dt));
+    return SG_OK;
+#endif
+  }
+  if (req) {
+    SG_TRY(request_new(req, fn, &r));
+    SG_TRY(mpi_allgatherv(g, send, sendcount, recv, recvcounts, displs, t,
+                          &r->k, &r->mpi));
+    *req = r;
+    return SG_OK;
+  }
+  SG_TRY(mpi_allgatherv(g, send, sendcount, recv, recvcounts, displs, t, &k,
+                        NULL));
+fail:
+  keep_free(&k);
+  request_free(&r);
+  return st;
+}
+
+sg_status sg_allgatherv(sg_group_t g, const void *send, int64_t sendcount,
+                        void *recv, const int64_t *recvcounts,
+                        const int64_t *displs, sg_dtype dt) {
+  return allgatherv_impl("sg_allgatherv", g, send, sendcount, recv,
+                         recvcounts, displs, dt, NULL);
+}
+
+sg_status sg_iallgatherv(sg_group_t g, const void *send, int64_t sendcount,
+                         void *recv, const int64_t *recvcounts,
+                         const int64_t *displs, sg_dtype dt,
+                         sg_request_t *req) {
+  if (!req)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_iallgatherv: req is NULL");
+  return allgatherv_impl("sg_iallgatherv", g, send, sendcount, recv,
+                         recvcounts, displs, dt, req);
+}
+
+static sg_status reduce_scatter_impl(const char *fn, sg_group_t g,
+                                     const void *send, void *recv,
+                                     const int64_t *recvcounts, sg_dtype dt,
+                                     sg_reduce_op op, sg_request_t *req) {
+  sg_status st = SG_OK;
+  MPI_Datatype t;
+  sg_request_t r = NULL;
+  keep k = {{0}, 0};
+  int det = sg_comm_deterministic();
+  if (req) *req = NULL;
+  SG_TRY(check_args(fn, g, dt, &t));
+  SG_TRY(check_reduce(fn, dt, op));
+  int fit = 1;
+  SG_TRY(counts_check(fn, "recvcounts", g->size, recvcounts, NULL, &fit));
+  if (SG_ON_DEVICE(g, recv)) {
+#if SG_HAVE_NCCL
+    if (det)
+      SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: deterministic reductions of device "
+               "buffers are not supported (copy to the host)", fn);
+    SG_TRY(sg_nccl_reduce_scatter(g, send, recv, recvcounts, dt, op));
+    return SG_OK;
+#endif
+  }
+  MPI_Request *mr = NULL;
+  if (req) {
+    SG_TRY(request_new(req, fn, &r));
+    mr = &r->mpi;
+  }
+  if (det) {
+    det_op *d = NULL;
+    int more = 0;
+    SG_TRY(det_start(g, send, recv, 0, recvcounts, dt, op, t,
+                     r ? &r->k : &k, &d, mr));
+    if (r) {
+      r->det = d;
+      r->stage = 1;
+    } else {
+      st = det_finish(d, &k, NULL, &more);
+      det_free(d);
+      SG_TRY(st);
+    }
+  } else {
+    SG_TRY(mpi_reduce_scatter(g, send, recv, recvcounts, t,
+                              sg_reduce_op_mpi(op), r ? &r->k : &k, mr));
+  }
+  if (req) *req = r;
+  r = NULL;
+fail:
+  keep_free(&k);
+  request_free(&r);
+  return st;
+}
+
+sg_status sg_reduce_scatter(sg_group_t g, const void *send, void *recv,
+                            const int64_t *recvcounts, sg_dtype dt,
+                            sg_reduce_op op) {
+  return reduce_scatter_impl("sg_reduce_scatter", g, send, recv, recvcounts,
+                             dt, op, NULL);
+}
+
+sg_status sg_ireduce_scatter(sg_group_t g, const void *send, void *recv,
+                             const int64_t *recvcounts, sg_dtype dt,
+                             sg_reduce_op op, sg_request_t *req) {
+  if (!req)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_ireduce_scatter: req is NULL");
+  return reduce_scatter_impl("sg_ireduce_scatter", g, send, recv, recvcounts,
+                             dt, op, req);
+}
+
+sg_status sg_alltoall(sg_group_t g, const void *send, void *recv,
+                      int64_t count, sg_dtype dt) {
+  sg_status st = SG_OK;
+  MPI_Datatype t;
+  SG_TRY(check_args("sg_alltoall", g, dt, &t));
+  SG_TRY(check_count("sg_alltoall", count));
+  if (SG_ON_DEVICE(g, recv)) {
+#if SG_HAVE_NCCL
+    SG_TRY(sg_nccl_alltoall(g, send, count, recv, dt));
+    return SG_OK;
+#endif
+  }
+  const void *s = send == recv ? MPI_IN_PLACE : send;
+  if (fits_int(count))
+    SG_MPI(MPI_Alltoall(s, (int)count, t, recv, (int)count, t, g->comm));
+  else
+    SG_MPI_LARGE_CALL("sg_alltoall", MPI_Alltoall_c(s, (MPI_Count)count, t,
+        recv, (MPI_Count)count, t, g->comm));
+fail:
+  return st;
+}
+
+static sg_status alltoallv_impl(const char *fn, sg_group_t g,
+                                const void *send, const int64_t *sendcounts,
+                                const int64_t *sdispls, void *recv,
+                                const int64_t *recvcounts,
+                                const int64_t *rdispls, sg_dtype dt,
+                                sg_request_t *req) {
+  sg_status st = SG_OK;
+  MPI_Datatype t;
+  sg_request_t r = NULL;
+  keep k = {{0}, 0};
+  if (req) *req = NULL;
+  SG_TRY(check_args(fn, g, dt, &t));
+  if (SG_ON_DEVICE(g, recv)) {
+#if SG_HAVE_NCCL
+    SG_TRY(sg_nccl_alltoallv(g, send, sendcounts, sdispls, recv, recvcounts,
+                             rdispls, dt));
+    return SG_OK;
+#endif
+  }
+  if (req) {
+    SG_TRY(request_new(req, fn, &r));
+    SG_TRY(mpi_alltoallv(g, send, sendcounts, sdispls, recv, recvcounts,
+                         rdispls, t, &r->k, &r->mpi));
+    *req = r;
+    return SG_OK;
+  }
+  SG_TRY(mpi_alltoallv(g, send, sendcounts, sdispls, recv, recvcounts,
+                       rdispls, t, &k, NULL));
+fail:
+  keep_free(&k);
+  request_free(&r);
+  return st;
+}
+
+sg_status sg_alltoallv(sg_group_t g, const void *send,
+                       const int64_t *sendcounts, const int64_t *sdispls,
+                       void *recv, const int64_t *recvcounts,
+                       const int64_t *rdispls, sg_dtype dt) {
+  return alltoallv_impl("sg_alltoallv", g, send, sendcounts, sdispls, recv,
+                        recvcounts, rdispls, dt, NULL);
+}
+
+sg_status sg_ialltoallv(sg_group_t g, const void *send,
+                        const int64_t *sendcounts, const int64_t *sdispls,
+                        void *recv, const int64_t *recvcounts,
+                        const int64_t *rdispls, sg_dtype dt,
+                        sg_request_t *req) {
+  if (!req)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_ialltoallv: req is NULL");
+  return alltoallv_impl("sg_ialltoallv", g, send, sendcounts, sdispls, recv,
+                        recvcounts, rdispls, dt, req);
+}
+
+/* ---- point to point -------------------------------------------------------*/
+
+static sg_status p2p_impl(const char *fn, int is_send, sg_group_t g,
+                          void *buf, int64_t count, sg_dtype dt, int peer,
+                          int tag, sg_request_t *req) {
+  sg_status st = SG_OK;
+  MPI_Datatype t;
+  sg_request_t r = NULL;
+  if (req) *req = NULL;
+  SG_TRY(check_args(fn, g, dt, &t));
+  SG_TRY(check_count(fn, count));
+  if (peer != MPI_PROC_NULL && !(is_send == 0 && peer == MPI_ANY_SOURCE))
+    SG_TRY(check_root(fn, g, peer, is_send ? "dest" : "src"));
+  if (tag < 0 && !(is_send == 0 && tag == MPI_ANY_TAG))
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s: tag %d is negative", fn, tag);
+  if (SG_ON_DEVICE(g, buf) && peer != MPI_PROC_NULL) {
+#if SG_HAVE_NCCL
+    SG_TRY(sg_nccl_p2p(g, is_send, buf, count, dt, peer));
+    return SG_OK;
+#endif
+  }
+  MPI_Request *mr = NULL;
+  if (req) {
+    SG_TRY(request_new(req, fn, &r));
+    mr = &r->mpi;
+  }
+  if (fits_int(count)) {
+    int c = (int)count;
+    if (is_send && mr) SG_MPI(MPI_Isend(buf, c, t, peer, tag, g->comm, mr));
+    else if (is_send) SG_MPI(MPI_Send(buf, c, t, peer, tag, g->comm));
+    else if (mr) SG_MPI(MPI_Irecv(buf, c, t, peer, tag, g->comm, mr));
+    else SG_MPI(MPI_Recv(buf, c, t, peer, tag, g->comm, MPI_STATUS_IGNORE));
+  } else {
+    MPI_Count c = (MPI_Count)count;
+    (void)c;
+    if (is_send && mr)
+      SG_MPI_LARGE_CALL(fn, MPI_Isend_c(buf, c, t, peer, tag, g->comm, mr));
+    else if (is_send)
+      SG_MPI_LARGE_CALL(fn, MPI_Send_c(buf, c, t, peer, tag, g->comm));
+    else if (mr)
+      SG_MPI_LARGE_CALL(fn, MPI_Irecv_c(buf, c, t, peer, tag, g->comm, mr));
+    else
+      SG_MPI_LARGE_CALL(fn, MPI_Recv_c(buf, c, t, peer, tag, g->comm,
+                                       MPI_STATUS_IGNORE));
+  }
+  if (req) *req = r;
+  return SG_OK;
+fail:
+  request_free(&r);
+  return st;
+}
+
+sg_status sg_send(sg_group_t g, const void *buf, int64_t count, sg_dtype dt,
+                  int dest, int tag) {
+  return p2p_impl("sg_send", 1, g, (void *)buf, count, dt, dest, tag, NULL);
+}
+
+sg_status sg_recv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
+                  int src, int tag) {
+  return p2p_impl("sg_recv", 0, g, buf, count, dt, src, tag, NULL);
+}
+
+sg_status sg_isend(sg_group_t g, const void *buf, int64_t count, sg_dtype dt,
+                   int dest, int tag, sg_request_t *req) {
+  if (!req)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_isend: req is NULL");
+  return p2p_impl("sg_isend", 1, g, (void *)buf, count, dt, dest, tag, req);
+}
+
+sg_status sg_irecv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
+                   int src, int tag, sg_request_t *req) {
+  if (!req)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_irecv: req is NULL");
+  return p2p_impl("sg_irecv", 0, g, buf, count, dt, src, tag, req);
+}
+
+/* ---- failure agreement ----------------------------------------------------*/
+
+sg_status sg_agree(MPI_Comm comm, sg_status local) {
+  sg_status st = SG_OK;
+  int me = 0;
+  SG_MPI(MPI_Comm_rank(comm, &me));
+  /* success path: one all-reduce (the lowest failing rank, or INT_MAX) */
+  int mine = local != SG_OK ? me : INT_MAX, lowest = INT_MAX;
+  SG_MPI(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm));
+  if (lowest == INT_MAX) return SG_OK;
+  /* failure: the lowest failing rank tells everyone its status and why */
+  struct {
+    int status;
+    char msg[1024];
+  } info;
+  memset(&info, 0, sizeof info);
+  if (me == lowest) {
+    info.status = (int)local;
+    const char *m = sg_last_error();
+    if (m[0])
+      snprintf(info.msg, sizeof info.msg, "%s", m);
+    else
+      snprintf(info.msg, sizeof info.msg, "[rank %d] %s (%s)", me,
+               sg_status_string(local), sg_status_name(local));
+  }
+  SG_MPI(MPI_Bcast(&info, (int)sizeof info, MPI_BYTE, lowest, comm));
+  info.msg[sizeof info.msg - 1] = '\0';
+  sg_error_set_raw(info.msg);
+  st = info.status > SG_OK && info.status < SG_STATUS_COUNT
+           ? (sg_status)info.status
+           : SG_ERR_PEER;
+fail:
+  return st;
+}
+
+sg_status sg_group_agree(sg_group_t g, sg_status local) {
+  if (!g)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_group_agree: group is NULL");
+  return sg_agree(g->comm, local);
+}
+
+/* ---- NCCL -----------------------------------------------------------------*/
+
+sg_status sg_mesh_enable_nccl(sg_mesh_t mesh) {
+  sg_status st = SG_OK;
+  if (!mesh) SG_RAISE(SG_ERR_INVALID_ARG, "sg_mesh_enable_nccl: mesh is NULL");
+#if SG_HAVE_NCCL
+  SG_TRY(sg_nccl_mesh_enable(mesh));
+#else
+  SG_RAISE(SG_ERR_NOT_SUPPORTED, "sg_mesh_enable_nccl: shardgrid was built "
+           "without CUDA/NCCL (configure with -DSG_ENABLE_CUDA=ON)");
+#endif
+fail:
+  return st;
+}

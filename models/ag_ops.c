@@ -1,0 +1,807 @@
+/* shardgrid — the op tables of the autograd tape: local kernels from
+ * shardtensor/ops plus each op's sharding rule. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sg_autograd.h"
+#include "sg_device.h"
+
+static int64_t numel(const sg_tensor *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim; ++i) n *= t->shape[i];
+  return n;
+}
+
+static int64_t spatial_of(const sg_tensor *t) {
+  int64_t n = 1;
+  for (int i = 2; i < t->ndim; ++i) n *= t->shape[i];
+  return n;
+}
+
+static void *grad_of(sg_node *node, int j) { return node->out[j]->grad.data; }
+
+/* ---- convolution --------------------------------------------------------- */
+
+typedef struct conv_attr {
+  int has_bias;
+} conv_attr;
+
+static sg_conv_desc conv_desc_of(const sg_node *node) {
+  const sg_tensor *x = &node->xin, *w = &node->in[1]->value;
+  sg_conv_desc d;
+  memset(&d, 0, sizeof d);
+  d.nsp = node->win.nsp;
+  d.batch = x->shape[0];
+  d.cin = x->shape[1];
+  d.cout = w->shape[0];
+  for (int i = 0; i < d.nsp; ++i) {
+    d.in[i] = x->shape[2 + i];
+    d.kernel[i] = node->win.kernel[i];
+    d.stride[i] = node->win.stride[i];
+    d.dilation[i] = node->win.dilation[i];
+  }
+  return d;
+}
+
+static sg_status conv_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const conv_attr *a = (const conv_attr *)node->attr;
+  sg_conv_desc d = conv_desc_of(node);
+  int64_t out[SG_OPS_MAX_SPATIAL], shape[SG_TENSOR_MAX_DIMS];
+  SG_TRY(sg_conv_out_shape(&d, out));
+  shape[0] = d.batch;
+  shape[1] = d.cout;
+  for (int i = 0; i < d.nsp; ++i) shape[2 + i] = out[i];
+  SG_TRY(sg_node_alloc_out(node, 0, 2 + d.nsp, shape));
+  SG_TRY(sg_conv_forward(&d, node->xin.dtype, node->xin.data,
+                         node->in[1]->value.data,
+                         a->has_bias ? node->in[2]->value.data : NULL,
+                         node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status conv_bwd(sg_node *node) {
+  const conv_attr *a = (const conv_attr *)node->attr;
+  sg_conv_desc d = conv_desc_of(node);
+  return sg_conv_backward(&d, node->xin.dtype, node->xin.data,
+                          node->in[1]->value.data, grad_of(node, 0),
+                          node->gin[0], node->gin[1],
+                          a->has_bias ? node->gin[2] : NULL, NULL);
+}
+
+static const sg_op_def conv_op = {
+    .name = "conv",
+    .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
+    .forward = conv_fwd,
+    .backward = conv_bwd,
+    .rule = {.windowed_input = 0,
+             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
+             .out = SG_OUT_LIKE_INPUT}};
+
+static sg_status check_window_args(const char *what, const sg_var *x, int nsp,
+                                   const sg_conv_args *a) {
+  sg_status st = SG_OK;
+  if (!x) SG_RAISE(SG_ERR_INVALID_ARG, "%s: input is NULL", what);
+  if (nsp < 1 || nsp > SG_OPS_MAX_SPATIAL)
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s: %d spatial dims (1..3)", what, nsp);
+  if (x->value.ndim != 2 + nsp)
+    SG_RAISE(SG_ERR_SHAPE, "%s: input has %d dims, expected (N, C) + %d spatial",
+             what, x->value.ndim, nsp);
+  if (a && a->nsp != nsp)
+    SG_RAISE(SG_ERR_SHAPE, "%s: arguments for %d spatial dims, input has %d",
+             what, a->nsp, nsp);
+fail:
+  return st;
+}
+
+static void window_from_args(sg_op_window *w, int nsp, const int64_t *kernel,
+                             const sg_conv_args *a) {
+  memset(w, 0, sizeof *w);
+  w->nsp = nsp;
+  for (int i = 0; i < nsp; ++i) {
+    w->kernel[i] = kernel[i];
+    w->stride[i] = a && a->stride[i] ? a->stride[i] : 1;
+    w->dilation[i] = a && a->dilation[i] ? a->dilation[i] : 1;
+    w->pad[i][0] = a ? a->pad[i][0] : 0;
+    w->pad[i][1] = a ? a->pad[i][1] : 0;
+    w->mode[i] = a ? a->mode[i] : SG_PAD_ZERO;
+  }
+}
+
+sg_status sg_ag_conv(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
+                     const sg_conv_args *a, sg_var **y) {
+  sg_status st = SG_OK;
+  if (!w || !a) SG_RAISE(SG_ERR_INVALID_ARG, "conv: weight and arguments are required");
+  int nsp = w->value.ndim - 2;
+  SG_TRY(check_window_args("conv", x, nsp, a));
+  if (w->value.shape[1] != x->value.shape[1])
+    SG_RAISE(SG_ERR_SHAPE, "conv: weight takes %lld channels, input has %lld",
+             (long long)w->value.shape[1], (long long)x->value.shape[1]);
+  if (b && (b->value.ndim != 1 || b->value.shape[0] != w->value.shape[0]))
+    SG_RAISE(SG_ERR_SHAPE, "conv: bias must be (%lld)", (long long)w->value.shape[0]);
+  sg_op_window win;
+  window_from_args(&win, nsp, w->value.shape + 2, a);
+  conv_attr at = {.has_bias = b != NULL};
+  sg_var *in[3] = {x, w, b};
+  SG_TRY(sg_tape_apply(t, &conv_op, b ? 3 : 2, in, 1, &win, &at, sizeof at, y));
+fail:
+  return st;
+}
+
+/* ---- transposed convolution (k = s) ---------------------------------------- */
+
+static sg_conv_desc convt_desc_of(const sg_node *node) {
+  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
+  sg_conv_desc d;
+  memset(&d, 0, sizeof d);
+  d.nsp = x->ndim - 2;
+  d.batch = x->shape[0];
+  d.cin = x->shape[1];
+  d.cout = w->shape[1];
+  for (int i = 0; i < d.nsp; ++i) {
+    d.in[i] = x->shape[2 + i];
+    d.kernel[i] = d.stride[i] = w->shape[2 + i];
+    d.dilation[i] = 1;
+  }
+  return d;
+}
+
+static sg_status convt_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const conv_attr *a = (const conv_attr *)node->attr;
+  sg_conv_desc d = convt_desc_of(node);
+  int64_t shape[SG_TENSOR_MAX_DIMS] = {d.batch, d.cout};
+  for (int i = 0; i < d.nsp; ++i) shape[2 + i] = d.in[i] * d.kernel[i];
+  SG_TRY(sg_node_alloc_out(node, 0, 2 + d.nsp, shape));
+  SG_TRY(sg_convt_forward(&d, node->in[0]->value.dtype, node->in[0]->value.data,
+                          node->in[1]->value.data,
+                          a->has_bias ? node->in[2]->value.data : NULL,
+                          node->out[0]->value.data));
+fail:
+  return st;
+}
+
+static sg_status convt_bwd(sg_node *node) {
+  const conv_attr *a = (const conv_attr *)node->attr;
+  sg_conv_desc d = convt_desc_of(node);
+  return sg_convt_backward(&d, node->in[0]->value.dtype, node->in[0]->value.data,
+                           node->in[1]->value.data, grad_of(node, 0),
+                           node->gin[0], node->gin[1],
+                           a->has_bias ? node->gin[2] : NULL);
+}
+
+static const sg_op_def convt_op = {
+    .name = "convt",
+    .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
+    .forward = convt_fwd,
+    .backward = convt_bwd,
+    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
+             .out = SG_OUT_LIKE_INPUT}};
+
+sg_status sg_ag_convt(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
+                      sg_var **y) {
+  sg_status st = SG_OK;
+  if (!w) SG_RAISE(SG_ERR_INVALID_ARG, "convt: weight is required");
+  int nsp = w->value.ndim - 2;
+  SG_TRY(check_window_args("convt", x, nsp, NULL));
+  if (w->value.shape[0] != x->value.shape[1])
+    SG_RAISE(SG_ERR_SHAPE, "convt: weight takes %lld channels, input has %lld",
+             (long long)w->value.shape[0], (long long)x->value.shape[1]);
+  if (b && (b->value.ndim != 1 || b->value.shape[0] != w->value.shape[1]))
+    SG_RAISE(SG_ERR_SHAPE, "convt: bias must be (%lld)", (long long)w->value.shape[1]);
+  conv_attr at = {.has_bias = b != NULL};
+  sg_var *in[3] = {x, w, b};
+  SG_TRY(sg_tape_apply(t, &convt_op, b ? 3 : 2, in, 1, NULL, &at, sizeof at, y));
+fail:
+  return st;
+}
+
+/* ---- pooling --------------------------------------------------------------- */
+
+typedef struct pool_attr {
+  sg_pool_kind kind;
+} pool_attr;
+
+static sg_conv_desc pool_desc_of(const sg_node *node) {
+  sg_conv_desc d = conv_desc_of(node);
+  d.cout = d.cin;
+  return d;
+}
+
+static sg_status pool_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const pool_attr *a = (const pool_attr *)node->attr;
+  sg_conv_desc d;
+  memset(&d, 0, sizeof d);
+  d.nsp = node->win.nsp;
+  d.batch = node->xin.shape[0];
+  d.cin = d.cout = node->xin.shape[1];
+  for (int i = 0; i < d.nsp; ++i) {
+    d.in[i] = node->xin.shape[2 + i];
+    d.kernel[i] = node->win.kernel[i];
+    d.stride[i] = node->win.stride[i];
+    d.dilation[i] = node->win.dilation[i];
+  }
+  int64_t out[SG_OPS_MAX_SPATIAL], shape[SG_TENSOR_MAX_DIMS] = {d.batch, d.cin};
+  SG_TRY(sg_pool_out_shape(&d, out));
+  for (int i = 0; i < d.nsp; ++i) shape[2 + i] = out[i];
+  SG_TRY(sg_node_alloc_out(node, 0, 2 + d.nsp, shape));
+  SG_TRY(sg_pool_forward(a->kind, &d, node->xin.dtype, node->xin.data,
+                         node->out[0]->value.data));
+fail:
+  return st;
+}
+
+static sg_status pool_bwd(sg_node *node) {
+  const pool_attr *a = (const pool_attr *)node->attr;
+  sg_conv_desc d;
+  memset(&d, 0, sizeof d);
+  d.nsp = node->win.nsp;
+  d.batch = node->xin.shape[0];
+  d.cin = d.cout = node->xin.shape[1];
+  for (int i = 0; i < d.nsp; ++i) {
+    d.in[i] = node->xin.shape[2 + i];
+    d.kernel[i] = node->win.kernel[i];
+    d.stride[i] = node->win.stride[i];
+    d.dilation[i] = node->win.dilation[i];
+  }
+  (void)pool_desc_of;
+  return sg_pool_backward(a->kind, &d, node->xin.dtype, node->xin.data,
+                          grad_of(node, 0), node->gin[0]);
+}
+
+static const sg_op_def pool_op = {
+    .name = "pool",
+    .slots = {SG_SLOT_ACT},
+    .forward = pool_fwd,
+    .backward = pool_bwd,
+    .rule = {.windowed_input = 0, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
+
+sg_status sg_ag_pool(sg_tape_t t, sg_pool_kind kind, sg_var *x,
+                     const int64_t *kernel, const sg_conv_args *a,
+                     sg_var **y) {
+  sg_status st = SG_OK;
+  if (!kernel || !a) SG_RAISE(SG_ERR_INVALID_ARG, "pool: kernel and arguments are required");
+  SG_TRY(check_window_args("pool", x, a->nsp, a));
+  sg_op_window win;
+  window_from_args(&win, a->nsp, kernel, a);
+  pool_attr at = {.kind = kind};
+  SG_TRY(sg_tape_apply(t, &pool_op, 1, &x, 1, &win, &at, sizeof at, y));
+fail:
+  return st;
+}
+
+/* ---- up-sampling ------------------------------------------------------------ */
+
+typedef struct up_attr {
+  sg_upsample_kind kind;
+  int nsp;
+  int64_t scale[SG_OPS_MAX_SPATIAL];
+} up_attr;
+
+static const sg_tensor *up_input(const sg_node *node) {
+  return node->has_window ? &node->xin : &node->in[0]->value;
+}
+
+static sg_status up_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const up_attr *a = (const up_attr *)node->attr;
+  const sg_tensor *x = up_input(node);
+  int lin = a->kind == SG_UPSAMPLE_LINEAR;
+  int64_t shape[SG_TENSOR_MAX_DIMS] = {x->shape[0], x->shape[1]};
+  for (int i = 0; i < a->nsp; ++i) shape[2 + i] = a->scale[i] * (x->shape[2 + i] - (lin ? 2 : 0));
+  SG_TRY(sg_node_alloc_out(node, 0, 2 + a->nsp, shape));
+  SG_TRY(sg_upsample_forward(a->kind, a->nsp, x->shape[0] * x->shape[1], x->shape + 2,
+                             a->scale, x->dtype, x->data, node->out[0]->value.data));
+fail:
+  return st;
+}
+
+static sg_status up_bwd(sg_node *node) {
+  const up_attr *a = (const up_attr *)node->attr;
+  const sg_tensor *x = up_input(node);
+  return sg_upsample_backward(a->kind, a->nsp, x->shape[0] * x->shape[1], x->shape + 2,
+                              a->scale, x->dtype, grad_of(node, 0), node->gin[0]);
+}
+
+/* Linear: every input cell needs one neighbour per side (a window of 3,
+ * stride 1, replicate at the global border: PyTorch's edge clamping). */
+static const sg_op_def up_linear_op = {
+    .name = "upsample_linear",
+    .slots = {SG_SLOT_ACT},
+    .forward = up_fwd,
+    .backward = up_bwd,
+    .rule = {.windowed_input = 0, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
+static const sg_op_def up_nearest_op = {
+    .name = "upsample_nearest",
+    .slots = {SG_SLOT_ACT},
+    .forward = up_fwd,
+    .backward = up_bwd,
+    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
+
+sg_status sg_ag_upsample(sg_tape_t t, sg_upsample_kind kind, sg_var *x,
+                         const int64_t *scale, sg_var **y) {
+  sg_status st = SG_OK;
+  if (!x || !scale) SG_RAISE(SG_ERR_INVALID_ARG, "upsample: input and scale are required");
+  int nsp = x->value.ndim - 2;
+  SG_TRY(check_window_args("upsample", x, nsp, NULL));
+  up_attr at = {.kind = kind, .nsp = nsp};
+  for (int i = 0; i < nsp; ++i) at.scale[i] = scale[i];
+  if (kind == SG_UPSAMPLE_LINEAR) {
+    sg_op_window win;
+    memset(&win, 0, sizeof win);
+    win.nsp = nsp;
+    for (int i = 0; i < nsp; ++i) {
+      win.kernel[i] = 3;
+      win.stride[i] = win.dilation[i] = 1;
+      win.pad[i][0] = win.pad[i][1] = 1;
+      win.mode[i] = SG_PAD_REPLICATE;
+    }
+    SG_TRY(sg_tape_apply(t, &up_linear_op, 1, &x, 1, &win, &at, sizeof at, y));
+  } else if (kind == SG_UPSAMPLE_NEAREST) {
+    SG_TRY(sg_tape_apply(t, &up_nearest_op, 1, &x, 1, NULL, &at, sizeof at, y));
+  } else {
+    SG_RAISE(SG_ERR_INVALID_ARG, "upsample: unknown kind %d", (int)kind);
+  }
+fail:
+  return st;
+}
+
+/* ---- pointwise -------------------------------------------------------------- */
+
+typedef struct pw_attr {
+  int code;
+  double alpha;
+} pw_attr;
+
+static sg_status act_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  SG_TRY(sg_node_alloc_out(node, 0, x->ndim, x->shape));
+  SG_TRY(sg_act_forward((sg_act)a->code, x->dtype, numel(x), x->data,
+                        node->out[0]->value.data));
+fail:
+  return st;
+}
+
+static sg_status act_bwd(sg_node *node) {
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  return sg_act_backward((sg_act)a->code, x->dtype, numel(x), x->data,
+                         grad_of(node, 0), node->gin[0]);
+}
+
+static const sg_op_def act_op = {
+    .name = "act", .slots = {SG_SLOT_ACT}, .forward = act_fwd, .backward = act_bwd,
+    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
+
+sg_status sg_ag_act(sg_tape_t t, sg_act act, sg_var *x, sg_var **y) {
+  sg_status st = SG_OK;
+  if ((int)act < 0 || act >= SG_ACT_COUNT)
+    SG_RAISE(SG_ERR_INVALID_ARG, "unknown activation %d", (int)act);
+  pw_attr at = {.code = (int)act};
+  SG_TRY(sg_tape_apply(t, &act_op, 1, &x, 1, NULL, &at, sizeof at, y));
+fail:
+  return st;
+}
+
+static sg_status binary_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  SG_TRY(sg_node_alloc_out(node, 0, x->ndim, x->shape));
+  SG_TRY(sg_binary_forward((sg_binary)a->code, x->dtype, numel(x), x->data,
+                           node->in[1]->value.data, node->out[0]->value.data));
+fail:
+  return st;
+}
+
+static sg_status binary_bwd(sg_node *node) {
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  return sg_binary_backward((sg_binary)a->code, x->dtype, numel(x), x->data,
+                            node->in[1]->value.data, grad_of(node, 0),
+                            node->gin[0], node->gin[1]);
+}
+
+static const sg_op_def binary_op = {
+    .name = "binary", .slots = {SG_SLOT_ACT, SG_SLOT_ACT}, .forward = binary_fwd,
+    .backward = binary_bwd,
+    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
+
+sg_status sg_ag_binary(sg_tape_t t, sg_binary op, sg_var *a, sg_var *b,
+                       sg_var **y) {
+  sg_status st = SG_OK;
+  if (!a || !b) SG_RAISE(SG_ERR_INVALID_ARG, "binary: inputs are required");
+  if ((int)op < 0 || op > SG_BINARY_MUL)
+    SG_RAISE(SG_ERR_INVALID_ARG, "unknown binary op %d", (int)op);
+  if (a->value.ndim != b->value.ndim ||
+      memcmp(a->value.shape, b->value.shape, sizeof(int64_t) * (size_t)a->value.ndim))
+    SG_RAISE(SG_ERR_SHAPE, "binary: operands of different shapes");
+  pw_attr at = {.code = (int)op};
+  sg_var *in[2] = {a, b};
+  SG_TRY(sg_tape_apply(t, &binary_op, 2, in, 1, NULL, &at, sizeof at, y));
+fail:
+  return st;
+}
+
+static sg_status scale_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  SG_TRY(sg_node_alloc_out(node, 0, x->ndim, x->shape));
+  SG_TRY(sg_scale(x->dtype, numel(x), a->alpha, x->data, node->out[0]->value.data));
+fail:
+  return st;
+}
+
+static sg_status scale_bwd(sg_node *node) {
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  return sg_scale(x->dtype, numel(x), a->alpha, grad_of(node, 0), node->gin[0]);
+}
+
+static const sg_op_def scale_op = {
+    .name = "scale", .slots = {SG_SLOT_ACT}, .forward = scale_fwd, .backward = scale_bwd,
+    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
+
+sg_status sg_ag_scale(sg_tape_t t, double alpha, sg_var *x, sg_var **y) {
+  pw_attr at = {.alpha = alpha};
+  return sg_tape_apply(t, &scale_op, 1, &x, 1, NULL, &at, sizeof at, y);
+}
+
+static sg_status bias_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const sg_tensor *x = &node->in[0]->value;
+  SG_TRY(sg_node_alloc_out(node, 0, x->ndim, x->shape));
+  SG_TRY(sg_bias_forward(x->dtype, x->shape[0], x->shape[1], spatial_of(x), x->data,
+                         node->in[1]->value.data, node->out[0]->value.data));
+fail:
+  return st;
+}
+
+static sg_status bias_bwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const sg_tensor *x = &node->in[0]->value;
+  if (node->gin[0])
+    memcpy(node->gin[0], grad_of(node, 0), (size_t)numel(x) * sg_dtype_size(x->dtype));
+  if (node->gin[1])
+    SG_TRY(sg_bias_backward(x->dtype, x->shape[0], x->shape[1], spatial_of(x),
+                            grad_of(node, 0), node->gin[1]));
+fail:
+  return st;
+}
+
+static const sg_op_def bias_op = {
+    .name = "bias", .slots = {SG_SLOT_ACT, SG_SLOT_PARAM}, .forward = bias_fwd,
+    .backward = bias_bwd,
+    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
+
+sg_status sg_ag_bias(sg_tape_t t, sg_var *x, sg_var *b, sg_var **y) {
+  sg_status st = SG_OK;
+  if (!x || !b) SG_RAISE(SG_ERR_INVALID_ARG, "bias: inputs are required");
+  if (x->value.ndim < 2 || b->value.ndim != 1 || b->value.shape[0] != x->value.shape[1])
+    SG_RAISE(SG_ERR_SHAPE, "bias: needs x (N, C, ...) and b (C)");
+  sg_var *in[2] = {x, b};
+  SG_TRY(sg_tape_apply(t, &bias_op, 2, in, 1, NULL, NULL, 0, y));
+fail:
+  return st;
+}
+
+/* ---- channel-wise linear ---------------------------------------------------- */
+
+static sg_status linear_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const conv_attr *a = (const conv_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
+  int64_t shape[SG_TENSOR_MAX_DIMS];
+  memcpy(shape, x->shape, sizeof shape);
+  shape[1] = w->shape[0];
+  SG_TRY(sg_node_alloc_out(node, 0, x->ndim, shape));
+  SG_TRY(sg_linear_forward(x->dtype, x->shape[0], x->shape[1], w->shape[0], spatial_of(x),
+                           x->data, w->data, a->has_bias ? node->in[2]->value.data : NULL,
+                           node->out[0]->value.data));
+fail:
+  return st;
+}
+
+static sg_status linear_bwd(sg_node *node) {
+  const conv_attr *a = (const conv_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
+  return sg_linear_backward(x->dtype, x->shape[0], x->shape[1], w->shape[0], spatial_of(x),
+                            x->data, w->data, grad_of(node, 0), node->gin[0], node->gin[1],
+                            a->has_bias ? node->gin[2] : NULL);
+}
+
+static const sg_op_def linear_op = {
+    .name = "linear", .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
+    .forward = linear_fwd, .backward = linear_bwd,
+    .rule = {.windowed_input = -1,
+             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
+             .out = SG_OUT_LIKE_INPUT}};
+
+sg_status sg_ag_linear(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
+                       sg_var **y) {
+  sg_status st = SG_OK;
+  if (!x || !w) SG_RAISE(SG_ERR_INVALID_ARG, "linear: input and weight are required");
+  if (x->value.ndim < 2 || w->value.ndim != 2 || w->value.shape[1] != x->value.shape[1])
+    SG_RAISE(SG_ERR_SHAPE, "linear: needs x (N, C, ...) and w (Cout, C)");
+  if (b && (b->value.ndim != 1 || b->value.shape[0] != w->value.shape[0]))
+    SG_RAISE(SG_ERR_SHAPE, "linear: bias must be (%lld)", (long long)w->value.shape[0]);
+  conv_attr at = {.has_bias = b != NULL};
+  sg_var *in[3] = {x, w, b};
+  SG_TRY(sg_tape_apply(t, &linear_op, b ? 3 : 2, in, 1, NULL, &at, sizeof at, y));
+fail:
+  return st;
+}
+
+/* ---- concat / split ----------------------------------------------------------- */
+
+typedef struct cat_attr {
+  int k;
+  int64_t channels[SG_NODE_MAX_OUT];
+} cat_attr;
+
+static sg_status concat_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const sg_tensor *x = &node->in[0]->value;
+  int64_t shape[SG_TENSOR_MAX_DIMS], ch[SG_NODE_MAX_IN];
+  const void *parts[SG_NODE_MAX_IN];
+  memcpy(shape, x->shape, sizeof shape);
+  shape[1] = 0;
+  for (int i = 0; i < node->nin; ++i) {
+    ch[i] = node->in[i]->value.shape[1];
+    shape[1] += ch[i];
+    parts[i] = node->in[i]->value.data;
+  }
+  SG_TRY(sg_node_alloc_out(node, 0, x->ndim, shape));
+  SG_TRY(sg_concat(x->dtype, x->shape[0], spatial_of(x), node->nin, ch, parts,
+                   node->out[0]->value.data));
+fail:
+  return st;
+}
+
+static sg_status concat_bwd(sg_node *node) {
+  const sg_tensor *x = &node->in[0]->value;
+  int64_t ch[SG_NODE_MAX_IN];
+  for (int i = 0; i < node->nin; ++i) ch[i] = node->in[i]->value.shape[1];
+  return sg_split(x->dtype, x->shape[0], spatial_of(x), node->nin, ch, grad_of(node, 0),
+                  node->gin);
+}
+
+static const sg_op_def concat_op = {
+    .name = "concat",
+    .slots = {SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT,
+              SG_SLOT_ACT, SG_SLOT_ACT},
+    .forward = concat_fwd, .backward = concat_bwd,
+    .rule = {.windowed_input = -1,
+             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
+             .out = SG_OUT_LIKE_INPUT}};
+
+sg_status sg_ag_concat(sg_tape_t t, int k, sg_var *const *xs, sg_var **y) {
+  sg_status st = SG_OK;
+  if (k < 1 || k > SG_NODE_MAX_IN || !xs)
+    SG_RAISE(SG_ERR_INVALID_ARG, "concat: 1..%d inputs", SG_NODE_MAX_IN);
+  for (int i = 0; i < k; ++i) {
+    if (!xs[i]) SG_RAISE(SG_ERR_INVALID_ARG, "concat: input %d is NULL", i);
+    const sg_tensor *a = &xs[i]->value, *b = &xs[0]->value;
+    int same = a->ndim == b->ndim && a->ndim >= 2 && a->shape[0] == b->shape[0];
+    for (int d = 2; same && d < a->ndim; ++d) same = a->shape[d] == b->shape[d];
+    if (!same)
+      SG_RAISE(SG_ERR_SHAPE, "concat: input %d differs from input 0 outside the channel dim", i);
+  }
+  SG_TRY(sg_tape_apply(t, &concat_op, k, xs, 1, NULL, NULL, 0, y));
+fail:
+  return st;
+}
+
+static sg_status split_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const cat_attr *a = (const cat_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  void *parts[SG_NODE_MAX_OUT];
+  for (int j = 0; j < a->k; ++j) {
+    int64_t shape[SG_TENSOR_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[1] = a->channels[j];
+    SG_TRY(sg_node_alloc_out(node, j, x->ndim, shape));
+    parts[j] = node->out[j]->value.data;
+  }
+  SG_TRY(sg_split(x->dtype, x->shape[0], spatial_of(x), a->k, a->channels, x->data, parts));
+fail:
+  return st;
+}
+
+static sg_status split_bwd(sg_node *node) {
+  const cat_attr *a = (const cat_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  const void *parts[SG_NODE_MAX_OUT];
+  for (int j = 0; j < a->k; ++j) parts[j] = grad_of(node, j);
+  return sg_concat(x->dtype, x->shape[0], spatial_of(x), a->k, a->channels, parts,
+                   node->gin[0]);
+}
+
+static const sg_op_def split_op = {
+    .name = "split", .slots = {SG_SLOT_ACT}, .forward = split_fwd, .backward = split_bwd,
+    .rule = {.windowed_input = -1,
+             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
+             .out = SG_OUT_LIKE_INPUT}};
+
+sg_status sg_ag_split(sg_tape_t t, sg_var *x, int k, const int64_t *channels,
+                      sg_var **ys) {
+  sg_status st = SG_OK;
+  if (!x || !channels || k < 1 || k > SG_NODE_MAX_OUT)
+    SG_RAISE(SG_ERR_INVALID_ARG, "split: input, 1..%d parts", SG_NODE_MAX_OUT);
+  cat_attr at = {.k = k};
+  int64_t total = 0;
+  for (int j = 0; j < k; ++j) {
+    if (channels[j] < 0) SG_RAISE(SG_ERR_SHAPE, "split: negative channels");
+    at.channels[j] = channels[j];
+    total += channels[j];
+  }
+  if (x->value.ndim < 2 || total != x->value.shape[1])
+    SG_RAISE(SG_ERR_SHAPE, "split: parts sum to %lld channels, input has %lld",
+             (long long)total, (long long)(x->value.ndim >= 2 ? x->value.shape[1] : 0));
+  SG_TRY(sg_tape_apply(t, &split_op, 1, &x, k, NULL, &at, sizeof at, ys));
+fail:
+  return st;
+}
+
+/* ---- normalisation ------------------------------------------------------------ */
+
+typedef struct norm_attr {
+  sg_norm_kind kind;
+  int64_t groups;
+  double eps;
+  int gi, bi; /* input index of gamma, beta (-1: none) */
+} norm_attr;
+
+static sg_norm_desc norm_desc_of(const sg_node *node) {
+  const norm_attr *a = (const norm_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  sg_norm_desc d = {.kind = a->kind, .batch = x->shape[0], .channels = x->shape[1],
+                    .spatial = spatial_of(x), .groups = a->groups, .eps = a->eps};
+  return d;
+}
+
+static sg_status norm_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const norm_attr *a = (const norm_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  sg_norm_desc d = norm_desc_of(node);
+  int64_t nstat = 0;
+  sg_moments *stats = NULL, *tmp = NULL;
+  SG_TRY(sg_norm_nstat(&d, &nstat));
+  SG_TRY(sg_node_alloc_out(node, 0, x->ndim, x->shape));
+  if (nstat > 0) {
+    SG_TRY(sg_node_save(node, (size_t)nstat * sizeof *stats, (void **)&stats));
+  } else {
+    stats = tmp = calloc(1, sizeof *tmp);
+    if (!tmp) SG_RAISE(SG_ERR_ALLOC, "norm statistics");
+  }
+  SG_TRY(sg_norm_stats(&d, x->dtype, x->data, stats));
+  SG_TRY(sg_norm_forward(&d, x->dtype, x->data, stats,
+                         a->gi >= 0 ? node->in[a->gi]->value.data : NULL,
+                         a->bi >= 0 ? node->in[a->bi]->value.data : NULL,
+                         node->out[0]->value.data));
+fail:
+  free(tmp);
+  return st;
+}
+
+static sg_status norm_bwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const norm_attr *a = (const norm_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  sg_norm_desc d = norm_desc_of(node);
+  int64_t nstat = 0;
+  double *sums = NULL;
+  SG_TRY(sg_norm_nstat(&d, &nstat));
+  if (nstat == 0) goto fail;
+  sums = malloc((size_t)(2 * nstat) * sizeof *sums);
+  if (!sums) SG_RAISE(SG_ERR_ALLOC, "norm sums");
+  const void *gamma = a->gi >= 0 ? node->in[a->gi]->value.data : NULL;
+  SG_TRY(sg_norm_backward_sums(&d, x->dtype, x->data, node->saved, gamma, grad_of(node, 0),
+                               sums));
+  SG_TRY(sg_norm_backward(&d, x->dtype, x->data, node->saved, gamma, grad_of(node, 0), sums,
+                          node->gin[0], a->gi >= 0 ? node->gin[a->gi] : NULL,
+                          a->bi >= 0 ? node->gin[a->bi] : NULL));
+fail:
+  free(sums);
+  return st;
+}
+
+static const sg_op_def norm_op = {
+    .name = "norm", .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
+    .forward = norm_fwd, .backward = norm_bwd,
+    .rule = {.windowed_input = -1,
+             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
+             .out = SG_OUT_LIKE_INPUT}};
+
+sg_status sg_ag_norm(sg_tape_t t, const sg_norm_desc *d, sg_var *x,
+                     sg_var *gamma, sg_var *beta, sg_var **y) {
+  sg_status st = SG_OK;
+  if (!d || !x) SG_RAISE(SG_ERR_INVALID_ARG, "norm: descriptor and input are required");
+  if (x->value.ndim < 2) SG_RAISE(SG_ERR_SHAPE, "norm: input must be (N, C, ...)");
+  for (int k = 0; k < 2; ++k) {
+    sg_var *p = k ? beta : gamma;
+    if (p && (p->value.ndim != 1 || p->value.shape[0] != x->value.shape[1]))
+      SG_RAISE(SG_ERR_SHAPE, "norm: %s must be (%lld)", k ? "beta" : "gamma",
+               (long long)x->value.shape[1]);
+  }
+  norm_attr at = {.kind = d->kind, .groups = d->groups, .eps = d->eps, .gi = -1, .bi = -1};
+  sg_var *in[3] = {x, NULL, NULL};
+  int nin = 1;
+  if (gamma) {
+    at.gi = nin;
+    in[nin++] = gamma;
+  }
+  if (beta) {
+    at.bi = nin;
+    in[nin++] = beta;
+  }
+  SG_TRY(sg_tape_apply(t, &norm_op, nin, in, 1, NULL, &at, sizeof at, y));
+fail:
+  return st;
+}
+
+/* ---- losses ------------------------------------------------------------------- */
+
+typedef struct loss_attr {
+  sg_loss_kind kind;
+  int has_target;
+} loss_attr;
+
+static sg_status loss_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const loss_attr *a = (const loss_attr *)node->attr;
+  const sg_tensor *p = &node->in[0]->value;
+  int64_t batch = p->shape[0], np = sg_loss_npartial(a->kind, batch), one = 1;
+  double *partial = NULL, value = 0;
+  SG_TRY(sg_node_save(node, (size_t)(np > 0 ? np : 1) * sizeof(double), (void **)&partial));
+  SG_TRY(sg_loss_partial(a->kind, p->dtype, batch, numel(p), p->data,
+                         a->has_target ? node->in[1]->value.data : NULL, partial));
+  SG_TRY(sg_loss_finish(a->kind, batch, partial, &value));
+  SG_TRY(sg_node_alloc_out(node, 0, 1, &one));
+  if (p->dtype == SG_DTYPE_F32)
+    *(float *)node->out[0]->value.data = (float)value;
+  else
+    *(double *)node->out[0]->value.data = value;
+fail:
+  return st;
+}
+
+static sg_status loss_bwd(sg_node *node) {
+  const loss_attr *a = (const loss_attr *)node->attr;
+  const sg_tensor *p = &node->in[0]->value;
+  const sg_tensor *g = &node->out[0]->grad;
+  double gv = g->dtype == SG_DTYPE_F32 ? (double)*(const float *)g->data
+                                       : *(const double *)g->data;
+  return sg_loss_backward(a->kind, p->dtype, p->shape[0], numel(p), p->data,
+                          a->has_target ? node->in[1]->value.data : NULL, node->saved, gv,
+                          node->gin[0], a->has_target ? node->gin[1] : NULL);
+}
+
+static const sg_op_def loss_op = {
+    .name = "loss", .slots = {SG_SLOT_ACT, SG_SLOT_ACT}, .forward = loss_fwd,
+    .backward = loss_bwd,
+    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_PARTIAL}};
+
+sg_status sg_ag_loss(sg_tape_t t, sg_loss_kind kind, sg_var *pred,
+                     sg_var *target, sg_var **loss) {
+  sg_status st = SG_OK;
+  if (!pred) SG_RAISE(SG_ERR_INVALID_ARG, "loss: prediction is required");
+  int needs_t = kind == SG_LOSS_MSE || kind == SG_LOSS_REL_L2;
+  if (needs_t && !target) SG_RAISE(SG_ERR_INVALID_ARG, "loss: target is required");
+  if (needs_t && (target->value.ndim != pred->value.ndim ||
+                  memcmp(target->value.shape, pred->value.shape,
+                         sizeof(int64_t) * (size_t)pred->value.ndim)))
+    SG_RAISE(SG_ERR_SHAPE, "loss: prediction and target differ in shape");
+  loss_attr at = {.kind = kind, .has_target = needs_t};
+  sg_var *in[2] = {pred, target};
+  SG_TRY(sg_tape_apply(t, &loss_op, needs_t ? 2 : 1, in, 1, NULL, &at, sizeof at, loss));
+fail:
+  return st;
+}

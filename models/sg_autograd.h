@@ -1,0 +1,257 @@
+/* shardgrid — autograd: a tape of ops recorded as the model runs.
+ *
+ * Variables (sg_var) hold a value tensor and, when they require it, a
+ * gradient of the same shape. Parameters and inputs are made by the user
+ * (leaves); every other variable is made by an op and belongs to the tape.
+ *
+ *   sg_tape_t tape; sg_tape_create(&tape);
+ *   sg_var x, w, b;  sg_var_init(&x, ...); sg_var_init_param(&w, ...); ...
+ *   sg_var *h, *y, *loss;
+ *   sg_ag_conv(tape, &x, &w, &b, &args, &h);
+ *   sg_ag_act(tape, SG_ACT_RELU, h, &y);
+ *   sg_ag_loss(tape, SG_LOSS_MSE, y, &target, &loss);
+ *   double l = sg_var_item(loss);    // read before backward
+ *   sg_tape_backward(tape, loss);    // w.grad += dloss/dw; tape emptied
+ *
+ * Rules:
+ *  - Parameter (leaf) gradients ACCUMULATE over backward calls until
+ *    sg_var_zero_grad / sg_tape_zero_grad; the op kernels add into them.
+ *  - Activation gradients are written (overwritten) by the op kernels;
+ *    an activation used twice gets the sum (the framework adds).
+ *  - Backward walks the tape in reverse and releases each op's saved state
+ *    and its outputs' memory as soon as it is no longer needed; when it
+ *    returns, the tape is empty and every variable the tape produced is
+ *    gone (pointers to them are invalid). sg_tape_clear does the same
+ *    without a backward (e.g. after an evaluation forward).
+ *  - No-grad mode (sg_tape_set_grad_enabled(tape, 0)): ops compute their
+ *    outputs but record nothing and keep no saved state.
+ *
+ * An op is one table (sg_op_def): forward and backward on local blocks, and
+ * its sharding rule: which input carries a window (kernel, stride,
+ * dilation, padding and boundary mode per spatial dim), the placements it
+ * accepts and the placement of its output. The FRAMEWORK gives the
+ * windowed input its margins before forward (one process: sg_pad_forward
+ * with the window's padding and modes; on a ShardTensor: the halo exchange
+ * of the halo layer) and runs the adjoint after backward (sg_pad_backward /
+ * the reverse halo exchange with sum). A user kernel is the same table
+ * passed to sg_tape_apply: write forward and backward for a local block,
+ * declare the window, and domain parallelism comes with it.
+ *
+ * Hooks (function pointers with user data) where strategies attach:
+ * before a parameter is used by an op (FSDP gather / prefetch), when a
+ * parameter's gradient is final in this backward (DDP/FSDP bucket reduce,
+ * overlapped with the rest of backward; only parameters the tape used),
+ * and after backward.
+ *
+ * Host tensors, f32 or f64. No function here is collective (the sharded
+ * ops, which will be, come with the halo layer). A tape is used by one
+ * thread.
+ */
+#ifndef SG_AUTOGRAD_H
+#define SG_AUTOGRAD_H
+
+#include <stdint.h>
+
+#include "sg_ops.h"
+#include "sg_status.h"
+#include "sg_tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SG_NODE_MAX_IN 8
+#define SG_NODE_MAX_OUT 8
+
+typedef struct sg_tape *sg_tape_t;
+typedef struct sg_node sg_node;
+
+typedef struct sg_var {
+  sg_tensor value;   /* (N, C, spatial...) for the spatial ops */
+  sg_tensor grad;    /* same shape; data NULL until a gradient exists */
+  int requires_grad; /* set by the user for leaves, derived for op outputs */
+  int is_param;      /* parameters: hooks fire for them */
+  char name[32];
+  /* framework state (read-only for users) */
+  int is_leaf;       /* made by the user: gradient accumulates */
+  int owns_value, owns_grad;
+  int pending;       /* recorded uses whose backward has not run yet */
+  int has_grad;      /* an activation gradient arrived in this backward */
+  sg_node *producer; /* NULL for leaves */
+} sg_var;
+
+/* ---- variables ------------------------------------------------------------
+ * A leaf over caller memory (not owned; data must outlive its uses) or,
+ * with data == NULL, over a zero-filled allocation the variable owns.
+ * Not collective. */
+sg_status sg_var_init(sg_var *v, const char *name, sg_dtype dtype, int ndim,
+                      const int64_t *shape, void *data, int requires_grad);
+/* A parameter: requires_grad, hooks fire. grad_data: caller memory for the
+ * gradient (e.g. a view into one flat gradient buffer, as DDP/FSDP want);
+ * NULL allocates a zero-filled one. */
+sg_status sg_var_init_param(sg_var *v, const char *name, sg_dtype dtype,
+                            int ndim, const int64_t *shape, void *data,
+                            void *grad_data);
+/* Free what a leaf owns and reset it. NULL is fine. */
+void sg_var_release(sg_var *v);
+/* Set the gradient to zero (keeps the buffer). */
+sg_status sg_var_zero_grad(sg_var *v);
+/* The single element of a scalar variable as double (NaN if not scalar). */
+double sg_var_item(const sg_var *v);
+
+/* ---- the sharding rule and the op table ---------------------------------- */
+
+typedef struct sg_op_window {
+  int nsp;                             /* spatial dims (1..3) */
+  int64_t kernel[SG_OPS_MAX_SPATIAL];
+  int64_t stride[SG_OPS_MAX_SPATIAL];
+  int64_t dilation[SG_OPS_MAX_SPATIAL];
+  int64_t pad[SG_OPS_MAX_SPATIAL][2];  /* margins (low, high) per dim */
+  sg_pad_mode mode[SG_OPS_MAX_SPATIAL];/* boundary per dim */
+} sg_op_window;
+
+/* Placements an op accepts for its inputs (bit mask). */
+enum {
+  SG_ACCEPT_REPLICATE = 1u << 0,
+  SG_ACCEPT_SHARD_BATCH = 1u << 1,   /* tensor dim 0 */
+  SG_ACCEPT_SHARD_CHANNEL = 1u << 2, /* tensor dim 1 */
+  SG_ACCEPT_SHARD_SPATIAL = 1u << 3, /* tensor dims 2.. (with halos) */
+  SG_ACCEPT_ALL = 0xfu
+};
+
+/* Placement of the outputs. */
+typedef enum sg_out_rule {
+  SG_OUT_LIKE_INPUT = 0, /* same placements as input 0 */
+  SG_OUT_PARTIAL,        /* a partial sum over the sharded dims (losses) */
+  SG_OUT_REPLICATE
+} sg_out_rule;
+
+/* How backward treats an input's gradient buffer. */
+typedef enum sg_slot {
+  SG_SLOT_ACT = 0, /* backward OVERWRITES node->gin[i] */
+  SG_SLOT_PARAM    /* backward ACCUMULATES (+=) into node->gin[i] */
+} sg_slot;
+
+typedef struct sg_op_rule {
+  int windowed_input; /* input that needs the window's margins, -1: none */
+  unsigned accepts;   /* SG_ACCEPT_* for the activation inputs */
+  sg_out_rule out;
+} sg_op_rule;
+
+typedef struct sg_op_def {
+  const char *name;
+  sg_slot slots[SG_NODE_MAX_IN]; /* per input */
+  /* Compute node->out[*]->value (allocate with sg_node_alloc_out) from the
+   * inputs' values; the windowed input is node->xin (with margins). May keep
+   * state for backward in node->saved (sg_node_save). */
+  sg_status (*forward)(sg_node *node);
+  /* Given node->out[j]->grad (always present), write node->gin[i] for the
+   * inputs with gin[i] != NULL (for the windowed input: the gradient of the
+   * block with margins, shaped like node->xin). */
+  sg_status (*backward)(sg_node *node);
+  sg_op_rule rule;
+} sg_op_def;
+
+struct sg_node {
+  const sg_op_def *op;
+  int nin, nout;
+  sg_var *in[SG_NODE_MAX_IN];
+  sg_var *out[SG_NODE_MAX_OUT];
+  int has_window;
+  sg_op_window win;
+  sg_tensor xin;               /* windowed input with margins */
+  void *gin[SG_NODE_MAX_IN];   /* backward targets, NULL: not needed */
+  unsigned char attr[256];     /* op attributes (copied at apply) */
+  void *saved;                 /* op state for backward (freed by the tape) */
+  size_t saved_bytes;
+};
+
+/* Record (or, in no-grad mode, just run) an op. attr (attr_bytes <= 256) is
+ * copied into node->attr; win is required iff op->rule.windowed_input >= 0.
+ * Outputs are tape-owned variables returned in out[0..nout). */
+sg_status sg_tape_apply(sg_tape_t tape, const sg_op_def *op, int nin,
+                        sg_var *const *in, int nout, const sg_op_window *win,
+                        const void *attr, size_t attr_bytes, sg_var **out);
+/* For op forwards: allocate output j (zero-filled, dtype of input 0). */
+sg_status sg_node_alloc_out(sg_node *node, int j, int ndim,
+                            const int64_t *shape);
+/* For op forwards: a zero-filled buffer kept until the node is released. */
+sg_status sg_node_save(sg_node *node, size_t bytes, void **ptr);
+
+/* ---- the tape ------------------------------------------------------------ */
+
+typedef struct sg_hooks {
+  sg_status (*pre_use)(sg_var *param, void *user);
+  sg_status (*grad_ready)(sg_var *param, void *user);
+  sg_status (*post_backward)(sg_tape_t tape, void *user);
+  void *user;
+} sg_hooks;
+
+sg_status sg_tape_create(sg_tape_t *tape);
+/* Frees everything the tape owns. NULL and *tape == NULL are fine. */
+void sg_tape_destroy(sg_tape_t *tape);
+void sg_tape_set_hooks(sg_tape_t tape, const sg_hooks *hooks);
+/* 1: record (default); 0: no-grad mode. Returns the previous setting. */
+int sg_tape_set_grad_enabled(sg_tape_t tape, int enabled);
+/* Backward from a scalar variable produced on this tape, seeded with 1;
+ * then the tape is cleared. */
+sg_status sg_tape_backward(sg_tape_t tape, sg_var *loss);
+/* Drop every recorded op and tape-owned variable. */
+void sg_tape_clear(sg_tape_t tape);
+/* Zero the gradients of n leaf variables. */
+sg_status sg_tape_zero_grad(sg_var *const *vars, int n);
+/* Bytes held now by the tape's activations and saved state. */
+size_t sg_tape_bytes(sg_tape_t tape);
+/* Number of recorded ops. */
+int sg_tape_size(sg_tape_t tape);
+
+/* ---- ops (all record on the tape) -----------------------------------------
+ * x: (N, C, spatial...). Window ops take padding and a boundary mode per
+ * spatial dim; the framework adds them (see above). */
+typedef struct sg_conv_args {
+  int nsp;
+  int64_t stride[SG_OPS_MAX_SPATIAL];   /* 0 means 1 */
+  int64_t dilation[SG_OPS_MAX_SPATIAL]; /* 0 means 1 */
+  int64_t pad[SG_OPS_MAX_SPATIAL][2];
+  sg_pad_mode mode[SG_OPS_MAX_SPATIAL];
+} sg_conv_args;
+
+/* w: (Cout, Cin, kernel...), b: (Cout) or NULL. Kernel from w's shape. */
+sg_status sg_ag_conv(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
+                     const sg_conv_args *a, sg_var **y);
+/* Transposed convolution with kernel == stride; w: (Cin, Cout, kernel...). */
+sg_status sg_ag_convt(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
+                      sg_var **y);
+/* Pooling with kernel and stride per dim (a->dilation must be 1). */
+sg_status sg_ag_pool(sg_tape_t t, sg_pool_kind kind, sg_var *x,
+                     const int64_t *kernel, const sg_conv_args *a,
+                     sg_var **y);
+/* Up-sampling by integer factors (linear: align_corners=False; the
+ * framework adds a replicate margin of 1). */
+sg_status sg_ag_upsample(sg_tape_t t, sg_upsample_kind kind, sg_var *x,
+                         const int64_t *scale, sg_var **y);
+sg_status sg_ag_act(sg_tape_t t, sg_act act, sg_var *x, sg_var **y);
+sg_status sg_ag_binary(sg_tape_t t, sg_binary op, sg_var *a, sg_var *b,
+                       sg_var **y);
+sg_status sg_ag_scale(sg_tape_t t, double alpha, sg_var *x, sg_var **y);
+/* y = x + b[c]; b: (C). */
+sg_status sg_ag_bias(sg_tape_t t, sg_var *x, sg_var *b, sg_var **y);
+/* Channel-wise linear: w (Cout, Cin), b (Cout) or NULL. */
+sg_status sg_ag_linear(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
+                       sg_var **y);
+sg_status sg_ag_concat(sg_tape_t t, int k, sg_var *const *xs, sg_var **y);
+sg_status sg_ag_split(sg_tape_t t, sg_var *x, int k, const int64_t *channels,
+                      sg_var **ys);
+/* Normalisation (kind, groups, eps from d; batch/channels/spatial are
+ * taken from x); gamma, beta: (C) or NULL. Statistics are local to this
+ * block (one process). */
+sg_status sg_ag_norm(sg_tape_t t, const sg_norm_desc *d, sg_var *x,
+                     sg_var *gamma, sg_var *beta, sg_var **y);
+/* A scalar loss (target ignored by SUM/MEAN, may be NULL then). */
+sg_status sg_ag_loss(sg_tape_t t, sg_loss_kind kind, sg_var *pred,
+                     sg_var *target, sg_var **loss);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SG_AUTOGRAD_H */

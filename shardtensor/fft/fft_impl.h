@@ -1,0 +1,92 @@
+/* shardgrid — internals of the distributed FFT (not installed).
+ *
+ * Index arithmetic for packing is in static inline SG_HD functions so a
+ * CUDA pack kernel uses the same arithmetic as the tested host loops. */
+#ifndef SG_FFT_IMPL_H
+#define SG_FFT_IMPL_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "sg_dtype.h"
+#include "sg_fft.h"
+
+#define SG_FFT_ND (SG_FFT_MAX_DIMS + 1) /* batch + spatial */
+
+/* The kept-index map of a truncated dim: kept index j of a dim of full
+ * length n keeping m positive and m negative frequencies. m == 0: identity
+ * (also used for the halved dim, whose kept modes are a prefix). */
+typedef struct sg_fft_map {
+  int64_t m, n;
+} sg_fft_map;
+
+static inline SG_HD int64_t sg_fft_map_index(sg_fft_map mp, int64_t j) {
+  return (mp.m == 0 || j < mp.m) ? j : mp.n - 2 * mp.m + j;
+}
+
+/* The axes a plan or transpose runs on. */
+typedef struct sg_fft_axes {
+  int naxes;
+  MPI_Comm comm[SG_FFT_MAX_AXES];
+  int size[SG_FFT_MAX_AXES];
+  int rank[SG_FFT_MAX_AXES];
+} sg_fft_axes;
+
+/* One all-to-all-v inside one axis (or a local copy when the axis has one
+ * rank or no move is made), from the "source" layout to the "destination"
+ * layout. The source block may be wider than its logical extent (a
+ * truncated dim: its logical index j lives at sg_fft_map_index(map, j)).
+ * Sizes are in elements of esize bytes; all dims include batch as dim 0. */
+typedef struct sg_fft_redist {
+  int nd;                      /* 1 + spatial dims */
+  size_t esize;                /* bytes per element */
+  int axis;                    /* -1: local copy only */
+  int from, to;                /* array dims (1-based with batch at 0) */
+  int P, r;                    /* group size and own index */
+  MPI_Comm comm;
+  int64_t src_phys[SG_FFT_ND]; /* source buffer shape */
+  int64_t src_log[SG_FFT_ND];  /* logical (kept) source extents */
+  sg_fft_map src_map[SG_FFT_ND];
+  int64_t dst_shape[SG_FFT_ND];
+  /* per peer: box of the source (logical coords) sent to it and box of the
+   * destination received from it */
+  int64_t *send_off, *send_len; /* P x nd */
+  int64_t *recv_off, *recv_len; /* P x nd */
+  int *scount, *sdispl, *rcount, *rdispl; /* in elements */
+  int64_t send_total, recv_total;
+  MPI_Datatype etype;
+} sg_fft_redist;
+
+/* Copy a box between two arrays with maps (NULL: identity), nd dims, the
+ * innermost contiguous. Not collective. */
+void sg_fft_box_copy(char *dst, const int64_t *dshape, const int64_t *doff,
+                     const sg_fft_map *dmap, const char *src,
+                     const int64_t *sshape, const int64_t *soff,
+                     const sg_fft_map *smap, const int64_t *box, int nd,
+                     size_t esize);
+
+sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes,
+                             int nd, size_t esize, int axis, int from, int to,
+                             const int64_t *src_phys, const int64_t *src_log,
+                             const sg_fft_map *src_map,
+                             const int64_t *dst_shape,
+                             const int64_t *from_parent_len);
+void sg_fft_redist_free(sg_fft_redist *rd);
+/* Forward: src -> dst using send/recv scratch (send_total / recv_total
+ * elements). Reverse: dst -> src (src zero-filled where logical < phys). */
+sg_status sg_fft_redist_forward(const sg_fft_redist *rd, const void *src,
+                                void *dst, void *sbuf, void *rbuf);
+sg_status sg_fft_redist_reverse(const sg_fft_redist *rd, const void *dst,
+                                void *src, void *sbuf, void *rbuf);
+
+/* Balanced local extent of a layout dim for given coords. */
+void sg_fft_layout_dim_box(const sg_fft_layout *l, int d, const int *axis_size,
+                           const int *coords, int64_t *off, int64_t *len);
+
+sg_status sg_fft_axes_from_comms(sg_fft_axes *ax, int naxes,
+                                 const MPI_Comm *axes);
+/* Agree on a status over comm (all return the lowest failing rank's
+ * status; the others get SG_ERR_PEER with that rank's message). */
+sg_status sg_fft_agree(MPI_Comm comm, sg_status st);
+
+#endif /* SG_FFT_IMPL_H */

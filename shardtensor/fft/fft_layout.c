@@ -1,0 +1,455 @@
+/* shardgrid — layouts, box copies and the all-to-all-v transposes of the
+ * distributed FFT. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fft_impl.h"
+#include "sg_device.h"
+#include "sg_shardtensor.h"
+
+/* ---- layouts ------------------------------------------------------------ */
+
+void sg_fft_layout_dim_box(const sg_fft_layout *l, int d, const int *axis_size,
+                           const int *coords, int64_t *off, int64_t *len) {
+  int64_t o = 0, n = l->shape[d];
+  for (int s = 0; s < l->nsplit[d]; ++s) {
+    int a = l->split[d][s];
+    int64_t po, pn;
+    sg_split_balanced(n, axis_size[a], coords[a], &po, &pn);
+    o += po;
+    n = pn;
+  }
+  *off = o;
+  *len = n;
+}
+
+void sg_fft_layout_box(const sg_fft_layout *layout, const int *axis_size,
+                       const int *coords, int64_t *offset, int64_t *shape) {
+  for (int d = 0; d < layout->ndim; ++d)
+    sg_fft_layout_dim_box(layout, d, axis_size, coords, &offset[d], &shape[d]);
+}
+
+sg_status sg_fft_axes_from_comms(sg_fft_axes *ax, int naxes,
+                                 const MPI_Comm *axes) {
+  sg_status st = SG_OK;
+  if (naxes < 0 || naxes > SG_FFT_MAX_AXES)
+    SG_RAISE(SG_ERR_INVALID_ARG, "naxes must be in [0, %d], got %d",
+             SG_FFT_MAX_AXES, naxes);
+  if (naxes > 0 && !axes)
+    SG_RAISE(SG_ERR_INVALID_ARG, "axes is NULL with naxes = %d", naxes);
+  memset(ax, 0, sizeof *ax);
+  ax->naxes = naxes;
+  for (int a = 0; a < SG_FFT_MAX_AXES; ++a) {
+    ax->comm[a] = MPI_COMM_NULL;
+    ax->size[a] = 1;
+    ax->rank[a] = 0;
+  }
+  for (int a = 0; a < naxes; ++a) {
+    ax->comm[a] = axes[a];
+    if (axes[a] != MPI_COMM_NULL) {
+      SG_MPI(MPI_Comm_size(axes[a], &ax->size[a]));
+      SG_MPI(MPI_Comm_rank(axes[a], &ax->rank[a]));
+    }
+  }
+fail:
+  return st;
+}
+
+sg_status sg_fft_agree(MPI_Comm comm, sg_status local) {
+  sg_status st = SG_OK;
+  int me = 0, first = INT_MAX;
+  char msg[1024];
+  SG_MPI(MPI_Comm_rank(comm, &me));
+  int mine = local != SG_OK ? me : INT_MAX;
+  SG_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == INT_MAX) return SG_OK;
+  int code = (int)local;
+  if (me == first) snprintf(msg, sizeof msg, "%s", sg_last_error());
+  SG_MPI(MPI_Bcast(&code, 1, MPI_INT, first, comm));
+  SG_MPI(MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, comm));
+  msg[sizeof msg - 1] = '\0';
+  if (me != first) sg_error_set_raw(msg);
+  return (sg_status)code;
+fail:
+  return st;
+}
+
+/* ---- box copy ------------------------------------------------------------ */
+
+static inline int64_t map_of(const sg_fft_map *m, int d, int64_t j) {
+  return m ? sg_fft_map_index(m[d], j) : j;
+}
+
+void sg_fft_box_copy(char *dst, const int64_t *dshape, const int64_t *doff,
+                     const sg_fft_map *dmap, const char *src,
+                     const int64_t *sshape, const int64_t *soff,
+                     const sg_fft_map *smap, const int64_t *box, int nd,
+                     size_t esize) {
+  int64_t dst_st[SG_FFT_ND], src_st[SG_FFT_ND];
+  int64_t nouter = 1;
+  dst_st[nd - 1] = src_st[nd - 1] = 1;
+  for (int d = nd - 2; d >= 0; --d) {
+    dst_st[d] = dst_st[d + 1] * dshape[d + 1];
+    src_st[d] = src_st[d + 1] * sshape[d + 1];
+  }
+  for (int d = 0; d < nd - 1; ++d) nouter *= box[d];
+  int64_t inner = box[nd - 1];
+  if (nouter <= 0 || inner <= 0) return;
+  /* the innermost run splits where either map jumps */
+  int64_t cut[4];
+  int ncut = 0;
+  cut[ncut++] = 0;
+  int il = nd - 1;
+  if (smap && smap[il].m > 0) {
+    int64_t c = smap[il].m - soff[il];
+    if (c > 0 && c < inner) cut[ncut++] = c;
+  }
+  if (dmap && dmap[il].m > 0) {
+    int64_t c = dmap[il].m - doff[il];
+    if (c > 0 && c < inner) cut[ncut++] = c;
+  }
+  if (ncut == 3 && cut[1] > cut[2]) {
+    int64_t t = cut[1];
+    cut[1] = cut[2];
+    cut[2] = t;
+  }
+  cut[ncut] = inner;
+  const int64_t total = nouter * inner;
+  (void)total;
+#pragma omp parallel for schedule(static) if (total * (int64_t)esize > (1 << 18))
+  for (int64_t o = 0; o < nouter; ++o) {
+    int64_t rem = o, so = 0, dof = 0;
+    for (int d = nd - 2; d >= 0; --d) {
+      int64_t i = rem % box[d];
+      rem /= box[d];
+      so += map_of(smap, d, soff[d] + i) * src_st[d];
+      dof += map_of(dmap, d, doff[d] + i) * dst_st[d];
+    }
+    for (int c = 0; c < ncut; ++c) {
+      int64_t j0 = cut[c], len = cut[c + 1] - cut[c];
+      if (len <= 0) continue;
+      memcpy(dst + (size_t)(dof + map_of(dmap, il, doff[il] + j0)) * esize,
+             src + (size_t)(so + map_of(smap, il, soff[il] + j0)) * esize,
+             (size_t)len * esize);
+    }
+  }
+}
+
+/* ---- redistribution ------------------------------------------------------ */
+
+static int64_t prod(const int64_t *v, int n) {
+  int64_t p = 1;
+  for (int i = 0; i < n; ++i) p *= v[i];
+  return p;
+}
+
+sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes,
+                             int nd, size_t esize, int axis, int from, int to,
+                             const int64_t *src_phys, const int64_t *src_log,
+                             const sg_fft_map *src_map,
+                             const int64_t *dst_shape_unused,
+                             const int64_t *from_parent_len) {
+  sg_status st = SG_OK;
+  (void)dst_shape_unused;
+  memset(rd, 0, sizeof *rd);
+  rd->nd = nd;
+  rd->esize = esize;
+  rd->axis = axis;
+  rd->from = from;
+  rd->to = to;
+  rd->comm = MPI_COMM_NULL;
+  rd->etype = MPI_DATATYPE_NULL;
+  for (int d = 0; d < nd; ++d) {
+    rd->src_phys[d] = src_phys[d];
+    rd->src_log[d] = src_log[d];
+    rd->src_map[d] = src_map ? src_map[d] : (sg_fft_map){0, 0};
+    rd->dst_shape[d] = src_log[d];
+  }
+  if (axis < 0) {
+    rd->P = 1;
+    rd->r = 0;
+  } else {
+    rd->P = axes->size[axis];
+    rd->r = axes->rank[axis];
+    rd->comm = axes->comm[axis];
+    rd->dst_shape[from] = *from_parent_len;
+    int64_t o, n;
+    sg_split_balanced(src_log[to], rd->P, rd->r, &o, &n);
+    rd->dst_shape[to] = n;
+  }
+  int P = rd->P;
+  rd->send_off = calloc((size_t)P * nd, sizeof(int64_t));
+  rd->send_len = calloc((size_t)P * nd, sizeof(int64_t));
+  rd->recv_off = calloc((size_t)P * nd, sizeof(int64_t));
+  rd->recv_len = calloc((size_t)P * nd, sizeof(int64_t));
+  rd->scount = calloc((size_t)P, sizeof(int));
+  rd->sdispl = calloc((size_t)P, sizeof(int));
+  rd->rcount = calloc((size_t)P, sizeof(int));
+  rd->rdispl = calloc((size_t)P, sizeof(int));
+  if (!rd->send_off || !rd->send_len || !rd->recv_off || !rd->recv_len ||
+      !rd->scount || !rd->sdispl || !rd->rcount || !rd->rdispl)
+    SG_RAISE(SG_ERR_ALLOC, "out of memory for a transpose of %d ranks", P);
+  int64_t sacc = 0, racc = 0;
+  for (int q = 0; q < P; ++q) {
+    int64_t *so = rd->send_off + (size_t)q * nd, *sl = rd->send_len + (size_t)q * nd;
+    int64_t *ro = rd->recv_off + (size_t)q * nd, *rl = rd->recv_len + (size_t)q * nd;
+    for (int d = 0; d < nd; ++d) {
+      so[d] = 0;
+      sl[d] = src_log[d];
+      ro[d] = 0;
+      rl[d] = rd->dst_shape[d];
+    }
+    if (axis >= 0) {
+      sg_split_balanced(src_log[to], P, q, &so[to], &sl[to]);
+      sg_split_balanced(*from_parent_len, P, q, &ro[from], &rl[from]);
+    }
+    int64_t sc = prod(sl, nd), rc = prod(rl, nd);
+    if (q == rd->r) sc = rc = 0; /* own block: copied directly */
+    if (sc > INT_MAX || rc > INT_MAX || sacc + sc > INT_MAX ||
+        racc + rc > INT_MAX)
+      SG_RAISE(SG_ERR_NOT_SUPPORTED,
+               "transpose blocks over %d elements per rank are not supported",
+               INT_MAX);
+    rd->scount[q] = (int)sc;
+    rd->rcount[q] = (int)rc;
+    rd->sdispl[q] = (int)sacc;
+    rd->rdispl[q] = (int)racc;
+    sacc += sc;
+    racc += rc;
+  }
+  rd->send_total = sacc;
+  rd->recv_total = racc;
+  if (axis >= 0) {
+    SG_MPI(MPI_Type_contiguous((int)esize, MPI_BYTE, &rd->etype));
+    SG_MPI(MPI_Type_commit(&rd->etype));
+  }
+  return SG_OK;
+fail:
+  sg_fft_redist_free(rd);
+  return st;
+}
+
+void sg_fft_redist_free(sg_fft_redist *rd) {
+  if (!rd) return;
+  free(rd->send_off);
+  free(rd->send_len);
+  free(rd->recv_off);
+  free(rd->recv_len);
+  free(rd->scount);
+  free(rd->sdispl);
+  free(rd->rcount);
+  free(rd->rdispl);
+  if (rd->etype != MPI_DATATYPE_NULL) MPI_Type_free(&rd->etype);
+  memset(rd, 0, sizeof *rd);
+  rd->etype = MPI_DATATYPE_NULL;
+}
+
+static int needs_zero(const sg_fft_redist *rd) {
+  for (int d = 0; d < rd->nd; ++d)
+    if (rd->src_log[d] != rd->src_phys[d]) return 1;
+  return 0;
+}
+
+sg_status sg_fft_redist_forward(const sg_fft_redist *rd, const void *src,
+                                void *dst, void *sbuf, void *rbuf) {
+  sg_status st = SG_OK;
+  const int nd = rd->nd, P = rd->P;
+  const size_t es = rd->esize;
+  static const int64_t zero[SG_FFT_ND] = {0, 0, 0, 0};
+  for (int q = 0; q < P; ++q) {
+    const int64_t *so = rd->send_off + (size_t)q * nd;
+    const int64_t *sl = rd->send_len + (size_t)q * nd;
+    if (q == rd->r)
+      sg_fft_box_copy(dst, rd->dst_shape, rd->recv_off + (size_t)q * nd, NULL,
+                      src, rd->src_phys, so, rd->src_map, sl, nd, es);
+    else
+      sg_fft_box_copy((char *)sbuf + (size_t)rd->sdispl[q] * es, sl, zero,
+                      NULL, src, rd->src_phys, so, rd->src_map, sl, nd, es);
+  }
+  if (P > 1) {
+    SG_MPI(MPI_Alltoallv(sbuf, rd->scount, rd->sdispl, rd->etype, rbuf,
+                         rd->rcount, rd->rdispl, rd->etype, rd->comm));
+    for (int q = 0; q < P; ++q) {
+      if (q == rd->r) continue;
+      const int64_t *rl = rd->recv_len + (size_t)q * nd;
+      sg_fft_box_copy(dst, rd->dst_shape, rd->recv_off + (size_t)q * nd, NULL,
+                      (const char *)rbuf + (size_t)rd->rdispl[q] * es, rl,
+                      zero, NULL, rl, nd, es);
+    }
+  }
+fail:
+  return st;
+}
+
+sg_status sg_fft_redist_reverse(const sg_fft_redist *rd, const void *dst,
+                                void *src, void *sbuf, void *rbuf) {
+  sg_status st = SG_OK;
+  const int nd = rd->nd, P = rd->P;
+  const size_t es = rd->esize;
+  static const int64_t zero[SG_FFT_ND] = {0, 0, 0, 0};
+  if (needs_zero(rd)) {
+    size_t bytes = (size_t)prod(rd->src_phys, nd) * es;
+    char *s = src;
+    const size_t chunk = (size_t)1 << 20;
+    int64_t nchunks = (int64_t)((bytes + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+    for (int64_t c = 0; c < nchunks; ++c) {
+      size_t b0 = (size_t)c * chunk;
+      size_t len = bytes - b0 < chunk ? bytes - b0 : chunk;
+      memset(s + b0, 0, len);
+    }
+  }
+  for (int q = 0; q < P; ++q) {
+    const int64_t *ro = rd->recv_off + (size_t)q * nd;
+    const int64_t *rl = rd->recv_len + (size_t)q * nd;
+    if (q == rd->r)
+      sg_fft_box_copy(src, rd->src_phys, rd->send_off + (size_t)q * nd,
+                      rd->src_map, dst, rd->dst_shape, ro, NULL, rl, nd, es);
+    else
+      sg_fft_box_copy((char *)rbuf + (size_t)rd->rdispl[q] * es, rl, zero,
+                      NULL, dst, rd->dst_shape, ro, NULL, rl, nd, es);
+  }
+  if (P > 1) {
+    SG_MPI(MPI_Alltoallv(rbuf, rd->rcount, rd->rdispl, rd->etype, sbuf,
+                         rd->scount, rd->sdispl, rd->etype, rd->comm));
+    for (int q = 0; q < P; ++q) {
+      if (q == rd->r) continue;
+      const int64_t *sl = rd->send_len + (size_t)q * nd;
+      sg_fft_box_copy(src, rd->src_phys, rd->send_off + (size_t)q * nd,
+                      rd->src_map, (const char *)sbuf + (size_t)rd->sdispl[q] * es,
+                      sl, zero, NULL, sl, nd, es);
+    }
+  }
+fail:
+  return st;
+}
+
+/* ---- public transposes ---------------------------------------------------- */
+
+struct sg_fft_transpose {
+  sg_fft_axes axes;
+  sg_fft_layout before, after;
+  int ncomp;
+  sg_dtype dtype;
+  int64_t batch;
+  sg_fft_redist rd;
+  void *sbuf, *rbuf;
+};
+
+sg_status sg_fft_transpose_create_comms(MPI_Comm comm, int naxes,
+                                        const MPI_Comm *axes, sg_dtype dtype,
+                                        int ncomp, int64_t batch,
+                                        const sg_fft_layout *from, int axis,
+                                        int to, sg_fft_transpose_t *out) {
+  sg_status st = SG_OK;
+  struct sg_fft_transpose *t = NULL;
+  if (!out) SG_RAISE(SG_ERR_INVALID_ARG, "tr is NULL");
+  *out = NULL;
+  t = calloc(1, sizeof *t);
+  if (!t) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  t->rd.etype = MPI_DATATYPE_NULL;
+  SG_TRY(sg_fft_axes_from_comms(&t->axes, naxes, axes));
+  if (dtype != SG_DTYPE_F32 && dtype != SG_DTYPE_F64)
+    SG_RAISE(SG_ERR_INVALID_ARG, "dtype must be f32 or f64, got %s",
+             sg_dtype_name(dtype));
+  if (ncomp != 1 && ncomp != 2)
+    SG_RAISE(SG_ERR_INVALID_ARG, "ncomp must be 1 or 2, got %d", ncomp);
+  if (batch < 1) SG_RAISE(SG_ERR_INVALID_ARG, "batch must be >= 1");
+  if (!from || from->ndim < 1 || from->ndim > SG_FFT_MAX_DIMS)
+    SG_RAISE(SG_ERR_INVALID_ARG, "layout must have 1..%d dims",
+             SG_FFT_MAX_DIMS);
+  if (axis < 0 || axis >= naxes || t->axes.comm[axis] == MPI_COMM_NULL)
+    SG_RAISE(SG_ERR_INVALID_ARG, "axis %d has no communicator", axis);
+  if (to < 0 || to >= from->ndim)
+    SG_RAISE(SG_ERR_INVALID_ARG, "target dim %d out of range", to);
+  int fd = -1;
+  for (int d = 0; d < from->ndim; ++d) {
+    if (from->shape[d] < 0) SG_RAISE(SG_ERR_INVALID_ARG, "negative extent");
+    if (from->nsplit[d] < 0 || from->nsplit[d] > SG_FFT_MAX_DIMS)
+      SG_RAISE(SG_ERR_INVALID_ARG, "bad nsplit");
+    for (int s = 0; s < from->nsplit[d]; ++s) {
+      int a = from->split[d][s];
+      if (a < 0 || a >= naxes || t->axes.comm[a] == MPI_COMM_NULL)
+        SG_RAISE(SG_ERR_INVALID_ARG, "dim %d split by axis %d with no "
+                 "communicator", d, a);
+      if (a == axis) {
+        if (s != from->nsplit[d] - 1)
+          SG_RAISE(SG_ERR_INVALID_ARG, "axis %d is not the innermost "
+                   "splitter of dim %d", axis, d);
+        fd = d;
+      }
+    }
+  }
+  if (fd < 0) SG_RAISE(SG_ERR_INVALID_ARG, "axis %d splits no dim", axis);
+  if (fd == to) SG_RAISE(SG_ERR_INVALID_ARG, "from and to are both dim %d", to);
+  if (from->nsplit[to] >= SG_FFT_MAX_DIMS)
+    SG_RAISE(SG_ERR_INVALID_ARG, "dim %d has too many splitters", to);
+  t->before = *from;
+  t->after = *from;
+  t->after.nsplit[fd]--;
+  t->after.split[to][t->after.nsplit[to]++] = axis;
+  t->ncomp = ncomp;
+  t->dtype = dtype;
+  t->batch = batch;
+  {
+    int nd = from->ndim + 1;
+    int64_t off[SG_FFT_MAX_DIMS], len[SG_FFT_MAX_DIMS];
+    int64_t shp[SG_FFT_ND];
+    sg_fft_layout_box(from, t->axes.size, t->axes.rank, off, len);
+    shp[0] = batch;
+    for (int d = 0; d < from->ndim; ++d) shp[d + 1] = len[d];
+    int64_t ppo, pplen;
+    sg_fft_layout_dim_box(&t->after, fd, t->axes.size, t->axes.rank, &ppo,
+                          &pplen);
+    SG_TRY(sg_fft_redist_init(&t->rd, &t->axes, nd,
+                              sg_dtype_size(dtype) * (size_t)ncomp, axis,
+                              fd + 1, to + 1, shp, shp, NULL, NULL, &pplen));
+    SG_TRY(sg_malloc(sg_device_host(), (size_t)t->rd.send_total * t->rd.esize,
+                     &t->sbuf));
+    SG_TRY(sg_malloc(sg_device_host(), (size_t)t->rd.recv_total * t->rd.esize,
+                     &t->rbuf));
+  }
+fail:
+  st = sg_fft_agree(comm, st);
+  if (st != SG_OK) {
+    sg_fft_transpose_destroy(&t);
+    return st;
+  }
+  *out = t;
+  return st;
+}
+
+sg_status sg_fft_transpose_destroy(sg_fft_transpose_t *tr) {
+  if (!tr || !*tr) return SG_OK;
+  struct sg_fft_transpose *t = *tr;
+  sg_fft_redist_free(&t->rd);
+  sg_free(sg_device_host(), &t->sbuf);
+  sg_free(sg_device_host(), &t->rbuf);
+  free(t);
+  *tr = NULL;
+  return SG_OK;
+}
+
+void sg_fft_transpose_layout(sg_fft_transpose_t tr, int after,
+                             sg_fft_layout *layout) {
+  *layout = after ? tr->after : tr->before;
+}
+
+int64_t sg_fft_transpose_local_count(sg_fft_transpose_t tr, int after) {
+  int64_t off[SG_FFT_MAX_DIMS], len[SG_FFT_MAX_DIMS];
+  const sg_fft_layout *l = after ? &tr->after : &tr->before;
+  sg_fft_layout_box(l, tr->axes.size, tr->axes.rank, off, len);
+  return tr->batch * tr->ncomp * prod(len, l->ndim);
+}
+
+sg_status sg_fft_transpose_execute(sg_fft_transpose_t tr, const void *in,
+                                   void *out) {
+  return sg_fft_redist_forward(&tr->rd, in, out, tr->sbuf, tr->rbuf);
+}
+
+sg_status sg_fft_transpose_adjoint(sg_fft_transpose_t tr, const void *out,
+                                   void *in) {
+  return sg_fft_redist_reverse(&tr->rd, out, in, tr->sbuf, tr->rbuf);
+}

@@ -1,0 +1,927 @@
+/* shardgrid — op kernels: argument checks, geometry, workspaces, dispatch
+ * to the typed kernels, statistics merges. */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "ops_impl.h"
+#include "sg_device.h"
+
+/* OpenBLAS's thread control, if the BLAS is OpenBLAS (weak: other BLAS
+ * libraries simply leave them NULL). */
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+#pragma weak openblas_set_num_threads
+#pragma weak openblas_get_num_threads
+
+int sg_blas_threads_begin(void) {
+  if (!openblas_get_num_threads || !openblas_set_num_threads) return 0;
+  int n = openblas_get_num_threads();
+  if (n > 1) openblas_set_num_threads(1);
+  return n;
+}
+
+void sg_blas_threads_end(int saved) {
+  if (saved > 1 && openblas_set_num_threads) openblas_set_num_threads(saved);
+}
+
+static int sg_max_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+#define SG_CHECK_DT(dt)                                                       \
+  do {                                                                        \
+    if ((dt) != SG_DTYPE_F32 && (dt) != SG_DTYPE_F64)                         \
+      SG_RAISE(SG_ERR_NOT_SUPPORTED, "op kernels take f32 or f64, not %s",    \
+               sg_dtype_name(dt));                                            \
+  } while (0)
+
+#define SG_CHECK_PTR(p)                                                       \
+  do {                                                                        \
+    if (!(p)) SG_RAISE(SG_ERR_INVALID_ARG, "%s is NULL", #p);                 \
+  } while (0)
+
+/* Allocate a workspace if the caller gave none. */
+static sg_status sg_ws_get(void *given, size_t bytes, void **ws, void **own) {
+  *own = NULL;
+  if (given || bytes == 0) {
+    *ws = given;
+    return SG_OK;
+  }
+  sg_status st = sg_malloc(sg_device_host(), bytes, own);
+  *ws = *own;
+  return st;
+}
+
+static void sg_ws_put(void **own) {
+  if (*own) sg_free(sg_device_host(), own);
+}
+
+/* ---- geometry ----------------------------------------------------------- */
+
+#define SG_CONV_TILE_COLS 1024 /* target GEMM columns per tile */
+
+static sg_status sg_conv_geom_make(const sg_conv_desc *d, int pool, int trans,
+                                   sg_dtype dt, sg_conv_geom *g) {
+  sg_status st = SG_OK;
+  SG_CHECK_PTR(d);
+  memset(g, 0, sizeof *g);
+  if (d->nsp < 1 || d->nsp > SG_OPS_MAX_SPATIAL)
+    SG_RAISE(SG_ERR_INVALID_ARG, "nsp must be 1..3, got %d", d->nsp);
+  if (d->batch < 0 || d->cin < 1 || (!pool && d->cout < 1))
+    SG_RAISE(SG_ERR_SHAPE, "bad batch/channels (%lld, %lld, %lld)",
+             (long long)d->batch, (long long)d->cin, (long long)d->cout);
+  g->n = d->batch;
+  g->c = d->cin;
+  g->k = pool ? d->cin : d->cout;
+  int off = SG_OPS_MAX_SPATIAL - d->nsp;
+  for (int i = 0; i < 3; ++i) {
+    g->in[i] = g->out[i] = g->ker[i] = g->str[i] = g->dil[i] = 1;
+  }
+  for (int i = 0; i < d->nsp; ++i) {
+    int j = off + i;
+    g->in[j] = d->in[i];
+    g->ker[j] = d->kernel[i];
+    g->str[j] = trans ? d->kernel[i] : d->stride[i];
+    g->dil[j] = trans ? 1 : d->dilation[i];
+    if (g->ker[j] < 1 || g->str[j] < 1 || g->dil[j] < 1)
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "dim %d: kernel, stride and dilation must be >= 1 "
+               "(%lld, %lld, %lld)", i, (long long)g->ker[j],
+               (long long)g->str[j], (long long)g->dil[j]);
+    if (pool && g->dil[j] != 1)
+      SG_RAISE(SG_ERR_NOT_SUPPORTED, "pooling with dilation %lld",
+               (long long)g->dil[j]);
+    if (g->in[j] < 1) SG_RAISE(SG_ERR_SHAPE, "dim %d: input extent %lld", i,
+                               (long long)g->in[j]);
+    if (trans) {
+      g->out[j] = g->in[j] * g->ker[j];
+    } else {
+      int64_t span = g->dil[j] * (g->ker[j] - 1) + 1;
+      if (g->in[j] < span)
+        SG_RAISE(SG_ERR_SHAPE,
+                 "dim %d: input extent %lld (with margins) is smaller than "
+                 "the window span %lld", i, (long long)g->in[j],
+                 (long long)span);
+      g->out[j] = (g->in[j] - span) / g->str[j] + 1;
+    }
+  }
+  g->sin = g->in[0] * g->in[1] * g->in[2];
+  g->sout = g->out[0] * g->out[1] * g->out[2];
+  g->kk = g->ker[0] * g->ker[1] * g->ker[2];
+  g->ckk = g->c * g->kk;
+  g->t = 2;
+  for (int i = 0; i < 3; ++i)
+    if (g->out[i] > 1) {
+      g->t = i;
+      break;
+    }
+  g->inner = 1;
+  for (int i = g->t + 1; i < 3; ++i) g->inner *= g->out[i];
+  int64_t rows = (SG_CONV_TILE_COLS + g->inner - 1) / g->inner;
+  int64_t minrows = g->dil[g->t] * (g->ker[g->t] - 1) / g->str[g->t] + 1;
+  if (rows < minrows) rows = minrows;
+  if (rows > g->out[g->t]) rows = g->out[g->t];
+  g->rows = rows;
+  g->ntile = (g->out[g->t] + rows - 1) / rows;
+  g->cols = rows * g->inner;
+  g->pointwise = !trans && g->kk == 1 && g->str[0] * g->str[1] * g->str[2] == 1;
+  if (trans) g->cols = g->sin < SG_CONV_TILE_COLS ? g->sin : SG_CONV_TILE_COLS;
+  if (g->ckk > INT_MAX / 4 || g->sout > INT_MAX / 4 || g->sin > INT_MAX / 4 ||
+      g->k * g->kk > INT_MAX / 4)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "block too large for 32-bit BLAS indices");
+  g->nthreads = sg_max_threads();
+  size_t es = sg_dtype_size(dt);
+  size_t per;
+  if (trans)
+    per = (size_t)(g->k * g->kk * g->cols + g->c * g->k * g->kk) * es;
+  else
+    per = (size_t)(2 * g->ckk * g->cols + g->k * g->ckk) * es;
+  g->ws_per_thread = (per + 63) / 64 * 64;
+fail:
+  return st;
+}
+
+sg_status sg_conv_out_shape(const sg_conv_desc *d, int64_t *out) {
+  sg_status st = SG_OK;
+  sg_conv_geom g;
+  SG_TRY(sg_conv_geom_make(d, 0, 0, SG_DTYPE_F32, &g));
+  for (int i = 0; i < d->nsp; ++i)
+    out[i] = g.out[SG_OPS_MAX_SPATIAL - d->nsp + i];
+fail:
+  return st;
+}
+
+sg_status sg_pool_out_shape(const sg_conv_desc *d, int64_t *out) {
+  sg_status st = SG_OK;
+  sg_conv_geom g;
+  SG_TRY(sg_conv_geom_make(d, 1, 0, SG_DTYPE_F32, &g));
+  for (int i = 0; i < d->nsp; ++i)
+    out[i] = g.out[SG_OPS_MAX_SPATIAL - d->nsp + i];
+fail:
+  return st;
+}
+
+size_t sg_conv_workspace_bytes(const sg_conv_desc *d, sg_dtype dt) {
+  sg_conv_geom g;
+  if (sg_conv_geom_make(d, 0, 0, dt, &g) != SG_OK) {
+    sg_clear_error();
+    return 0;
+  }
+  return g.ws_per_thread * (size_t)g.nthreads;
+}
+
+sg_status sg_conv_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                          const void *w, const void *b, void *y, void *ws) {
+  sg_status st = SG_OK;
+  void *own = NULL, *buf = NULL;
+  sg_conv_geom g;
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_conv_geom_make(d, 0, 0, dt, &g));
+  if (g.n == 0) goto fail;
+  SG_CHECK_PTR(x);
+  SG_CHECK_PTR(w);
+  SG_CHECK_PTR(y);
+  SG_TRY(sg_ws_get(ws, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
+  if (dt == SG_DTYPE_F32)
+    sg_conv_fwd_f32(&g, x, w, b, y, buf);
+  else
+    sg_conv_fwd_f64(&g, x, w, b, y, buf);
+fail:
+  sg_ws_put(&own);
+  return st;
+}
+
+sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                           const void *w, const void *dy, void *dx, void *dw,
+                           void *db, void *ws) {
+  sg_status st = SG_OK;
+  void *own = NULL, *buf = NULL;
+  sg_conv_geom g;
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_conv_geom_make(d, 0, 0, dt, &g));
+  if (g.n == 0) goto fail;
+  SG_CHECK_PTR(dy);
+  if (dw) SG_CHECK_PTR(x);
+  if (dx) SG_CHECK_PTR(w);
+  SG_TRY(sg_ws_get(ws, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
+  if (dt == SG_DTYPE_F32)
+    sg_conv_bwd_f32(&g, x, w, dy, dx, dw, db, buf);
+  else
+    sg_conv_bwd_f64(&g, x, w, dy, dx, dw, db, buf);
+fail:
+  sg_ws_put(&own);
+  return st;
+}
+
+static sg_conv_desc sg_linear_desc(int64_t batch, int64_t cin, int64_t cout,
+                                   int64_t spatial) {
+  sg_conv_desc d = {.nsp = 1, .batch = batch, .cin = cin, .cout = cout,
+                    .in = {spatial}, .kernel = {1}, .stride = {1},
+                    .dilation = {1}};
+  return d;
+}
+
+sg_status sg_linear_forward(sg_dtype dt, int64_t batch, int64_t cin,
+                            int64_t cout, int64_t spatial, const void *x,
+                            const void *w, const void *b, void *y) {
+  sg_conv_desc d = sg_linear_desc(batch, cin, cout, spatial);
+  return sg_conv_forward(&d, dt, x, w, b, y, NULL);
+}
+
+sg_status sg_linear_backward(sg_dtype dt, int64_t batch, int64_t cin,
+                             int64_t cout, int64_t spatial, const void *x,
+                             const void *w, const void *dy, void *dx,
+                             void *dw, void *db) {
+  sg_conv_desc d = sg_linear_desc(batch, cin, cout, spatial);
+  return sg_conv_backward(&d, dt, x, w, dy, dx, dw, db, NULL);
+}
+
+sg_status sg_convt_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                           const void *w, const void *b, void *y) {
+  sg_status st = SG_OK;
+  void *own = NULL, *buf = NULL;
+  sg_conv_geom g;
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_conv_geom_make(d, 0, 1, dt, &g));
+  if (g.n == 0) goto fail;
+  SG_CHECK_PTR(x);
+  SG_CHECK_PTR(w);
+  SG_CHECK_PTR(y);
+  SG_TRY(sg_ws_get(NULL, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
+  if (dt == SG_DTYPE_F32)
+    sg_convt_fwd_f32(&g, x, w, b, y, buf);
+  else
+    sg_convt_fwd_f64(&g, x, w, b, y, buf);
+fail:
+  sg_ws_put(&own);
+  return st;
+}
+
+sg_status sg_convt_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                            const void *w, const void *dy, void *dx, void *dw,
+                            void *db) {
+  sg_status st = SG_OK;
+  void *own = NULL, *buf = NULL;
+  sg_conv_geom g;
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_conv_geom_make(d, 0, 1, dt, &g));
+  if (g.n == 0) goto fail;
+  SG_CHECK_PTR(dy);
+  if (dw) SG_CHECK_PTR(x);
+  if (dx) SG_CHECK_PTR(w);
+  SG_TRY(sg_ws_get(NULL, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
+  if (dt == SG_DTYPE_F32)
+    sg_convt_bwd_f32(&g, x, w, dy, dx, dw, db, buf);
+  else
+    sg_convt_bwd_f64(&g, x, w, dy, dx, dw, db, buf);
+fail:
+  sg_ws_put(&own);
+  return st;
+}
+
+sg_status sg_pool_forward(sg_pool_kind kind, const sg_conv_desc *d,
+                          sg_dtype dt, const void *x, void *y) {
+  sg_status st = SG_OK;
+  sg_conv_geom g;
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_conv_geom_make(d, 1, 0, dt, &g));
+  SG_CHECK_PTR(x);
+  SG_CHECK_PTR(y);
+  if (dt == SG_DTYPE_F32)
+    sg_pool_fwd_f32(kind, &g, x, y);
+  else
+    sg_pool_fwd_f64(kind, &g, x, y);
+fail:
+  return st;
+}
+
+sg_status sg_pool_backward(sg_pool_kind kind, const sg_conv_desc *d,
+                           sg_dtype dt, const void *x, const void *dy,
+                           void *dx) {
+  sg_status st = SG_OK;
+  sg_conv_geom g;
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_conv_geom_make(d, 1, 0, dt, &g));
+  SG_CHECK_PTR(dy);
+  SG_CHECK_PTR(dx);
+  if (kind == SG_POOL_MAX) SG_CHECK_PTR(x);
+  if (dt == SG_DTYPE_F32)
+    sg_pool_bwd_f32(kind, &g, x, dy, dx);
+  else
+    sg_pool_bwd_f64(kind, &g, x, dy, dx);
+fail:
+  return st;
+}
+
+/* ---- up-sampling -------------------------------------------------------- */
+
+static sg_status sg_up_geom_make(sg_upsample_kind kind, int nsp,
+                                 int64_t planes, const int64_t *in,
+                                 const int64_t *scale, sg_up_geom *g) {
+  sg_status st = SG_OK;
+  memset(g, 0, sizeof *g);
+  if (nsp < 1 || nsp > SG_OPS_MAX_SPATIAL)
+    SG_RAISE(SG_ERR_INVALID_ARG, "nsp must be 1..3, got %d", nsp);
+  if (kind != SG_UPSAMPLE_NEAREST && kind != SG_UPSAMPLE_LINEAR)
+    SG_RAISE(SG_ERR_INVALID_ARG, "unknown up-sampling kind %d", (int)kind);
+  if (planes < 0) SG_RAISE(SG_ERR_SHAPE, "planes %lld", (long long)planes);
+  SG_CHECK_PTR(in);
+  SG_CHECK_PTR(scale);
+  g->planes = planes;
+  int off = SG_OPS_MAX_SPATIAL - nsp;
+  for (int i = 0; i < 3; ++i) g->in[i] = g->out[i] = g->scale[i] = 1;
+  for (int i = 0; i < nsp; ++i) {
+    int j = off + i;
+    if (scale[i] < 1) SG_RAISE(SG_ERR_INVALID_ARG, "scale %lld", (long long)scale[i]);
+    int lin = kind == SG_UPSAMPLE_LINEAR;
+    if (in[i] < (lin ? 3 : 1))
+      SG_RAISE(SG_ERR_SHAPE, "dim %d: extent %lld too small%s", i,
+               (long long)in[i], lin ? " (linear needs a 1-cell margin per side)" : "");
+    g->in[j] = in[i];
+    g->scale[j] = scale[i];
+    g->linear[j] = lin;
+    g->out[j] = scale[i] * (in[i] - (lin ? 2 : 0));
+  }
+fail:
+  return st;
+}
+
+sg_status sg_upsample_forward(sg_upsample_kind kind, int nsp, int64_t planes,
+                              const int64_t *in, const int64_t *scale,
+                              sg_dtype dt, const void *x, void *y) {
+  sg_status st = SG_OK;
+  sg_up_geom g;
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_up_geom_make(kind, nsp, planes, in, scale, &g));
+  SG_CHECK_PTR(x);
+  SG_CHECK_PTR(y);
+  if (dt == SG_DTYPE_F32)
+    sg_up_fwd_f32(kind == SG_UPSAMPLE_LINEAR, &g, x, y);
+  else
+    sg_up_fwd_f64(kind == SG_UPSAMPLE_LINEAR, &g, x, y);
+fail:
+  return st;
+}
+
+sg_status sg_upsample_backward(sg_upsample_kind kind, int nsp, int64_t planes,
+                               const int64_t *in, const int64_t *scale,
+                               sg_dtype dt, const void *dy, void *dx) {
+  sg_status st = SG_OK;
+  sg_up_geom g;
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_up_geom_make(kind, nsp, planes, in, scale, &g));
+  SG_CHECK_PTR(dy);
+  SG_CHECK_PTR(dx);
+  if (dt == SG_DTYPE_F32)
+    sg_up_bwd_f32(kind == SG_UPSAMPLE_LINEAR, &g, dy, dx);
+  else
+    sg_up_bwd_f64(kind == SG_UPSAMPLE_LINEAR, &g, dy, dx);
+fail:
+  return st;
+}
+
+/* ---- padding ------------------------------------------------------------ */
+
+const char *sg_pad_mode_name(sg_pad_mode mode) {
+  return sg_boundary_name(mode);
+}
+
+static sg_status sg_pad_geom(int nsp, int64_t planes, const int64_t *in,
+                             const int64_t (*pad)[2], const sg_pad_mode *mode,
+                             int64_t *in3, int64_t *out3, int64_t *lo3,
+                             int *mode3) {
+  sg_status st = SG_OK;
+  if (nsp < 1 || nsp > SG_OPS_MAX_SPATIAL)
+    SG_RAISE(SG_ERR_INVALID_ARG, "nsp must be 1..3, got %d", nsp);
+  if (planes < 0) SG_RAISE(SG_ERR_SHAPE, "planes %lld", (long long)planes);
+  SG_CHECK_PTR(in);
+  SG_CHECK_PTR(pad);
+  SG_CHECK_PTR(mode);
+  for (int i = 0; i < 3; ++i) {
+    in3[i] = out3[i] = 1;
+    lo3[i] = 0;
+    mode3[i] = 0;
+  }
+  int off = SG_OPS_MAX_SPATIAL - nsp;
+  for (int i = 0; i < nsp; ++i) {
+    int j = off + i;
+    if (pad[i][0] < 0 || pad[i][1] < 0)
+      SG_RAISE(SG_ERR_INVALID_ARG, "dim %d: negative padding", i);
+    if ((int)mode[i] < 0 || mode[i] > SG_PAD_REPLICATE)
+      SG_RAISE(SG_ERR_INVALID_ARG, "dim %d: unknown padding mode %d", i,
+               (int)mode[i]);
+    if (in[i] < 1)
+      SG_RAISE(SG_ERR_SHAPE, "dim %d: extent %lld cannot be padded", i,
+               (long long)in[i]);
+    if (mode[i] == SG_PAD_REFLECT && (pad[i][0] >= in[i] || pad[i][1] >= in[i]))
+      SG_RAISE(SG_ERR_SHAPE,
+               "dim %d: reflect padding (%lld, %lld) needs pad < extent %lld",
+               i, (long long)pad[i][0], (long long)pad[i][1], (long long)in[i]);
+    in3[j] = in[i];
+    lo3[j] = pad[i][0];
+    out3[j] = in[i] + pad[i][0] + pad[i][1];
+    mode3[j] = (int)mode[i];
+  }
+fail:
+  return st;
+}
+
+sg_status sg_pad_forward(sg_dtype dt, int nsp, int64_t planes,
+                         const int64_t *in, const int64_t (*pad)[2],
+                         const sg_pad_mode *mode, const void *src, void *dst) {
+  sg_status st = SG_OK;
+  int64_t in3[3], out3[3], lo3[3];
+  int mode3[3];
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_pad_geom(nsp, planes, in, pad, mode, in3, out3, lo3, mode3));
+  SG_CHECK_PTR(src);
+  SG_CHECK_PTR(dst);
+  if (dt == SG_DTYPE_F32)
+    sg_pad_fwd_f32(in3, out3, lo3, mode3, planes, src, dst);
+  else
+    sg_pad_fwd_f64(in3, out3, lo3, mode3, planes, src, dst);
+fail:
+  return st;
+}
+
+sg_status sg_pad_backward(sg_dtype dt, int nsp, int64_t planes,
+                          const int64_t *in, const int64_t (*pad)[2],
+                          const sg_pad_mode *mode, const void *dpadded,
+                          void *dsrc) {
+  sg_status st = SG_OK;
+  int64_t in3[3], out3[3], lo3[3];
+  int mode3[3];
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_pad_geom(nsp, planes, in, pad, mode, in3, out3, lo3, mode3));
+  SG_CHECK_PTR(dpadded);
+  SG_CHECK_PTR(dsrc);
+  if (dt == SG_DTYPE_F32)
+    sg_pad_bwd_f32(in3, out3, lo3, mode3, planes, dpadded, dsrc);
+  else
+    sg_pad_bwd_f64(in3, out3, lo3, mode3, planes, dpadded, dsrc);
+fail:
+  return st;
+}
+
+/* ---- pointwise ---------------------------------------------------------- */
+
+const char *sg_act_name(sg_act act) {
+  static const char *names[] = {"relu", "gelu", "silu", "tanh"};
+  return (int)act >= 0 && act < SG_ACT_COUNT ? names[act] : "invalid";
+}
+
+sg_status sg_act_forward(sg_act act, sg_dtype dt, int64_t n, const void *x,
+                         void *y) {
+  sg_status st = SG_OK;
+  SG_CHECK_DT(dt);
+  if ((int)act < 0 || act >= SG_ACT_COUNT)
+    SG_RAISE(SG_ERR_INVALID_ARG, "unknown activation %d", (int)act);
+  if (n < 0) SG_RAISE(SG_ERR_SHAPE, "n = %lld", (long long)n);
+  if (n == 0) goto fail;
+  SG_CHECK_PTR(x);
+  SG_CHECK_PTR(y);
+  if (dt == SG_DTYPE_F32)
+    sg_act_fwd_f32((int)act, n, x, y);
+  else
+    sg_act_fwd_f64((int)act, n, x, y);
+fail:
+  return st;
+}
+
+sg_status sg_act_backward(sg_act act, sg_dtype dt, int64_t n, const void *x,
+                          const void *dy, void *dx) {
+  sg_status st = SG_OK;
+  SG_CHECK_DT(dt);
+  if ((int)act < 0 || act >= SG_ACT_COUNT)
+    SG_RAISE(SG_ERR_INVALID_ARG, "unknown activation %d", (int)act);
+  if (n < 0) SG_RAISE(SG_ERR_SHAPE, "n = %lld", (long long)n);
+  if (n == 0) goto fail;
+  SG_CHECK_PTR(x);
+  SG_CHECK_PTR(dy);
+  SG_CHECK_PTR(dx);
+  if (dt == SG_DTYPE_F32)
+    sg_act_bwd_f32((int)act, n, x, dy, dx);
+  else
+    sg_act_bwd_f64((int)act, n, x, dy, dx);
+fail:
+  return st;
+}
+
+sg_status sg_binary_forward(sg_binary op, sg_dtype dt, int64_t n,
+                            const void *a, const void *b, void *y) {
+  sg_status st = SG_OK;
+  SG_CHECK_DT(dt);
+  if ((int)op < 0 || op > SG_BINARY_MUL)
+    SG_RAISE(SG_ERR_INVALID_ARG, "unknown binary op %d", (int)op);
+  if (n < 0) SG_RAISE(SG_ERR_SHAPE, "n = %lld", (long long)n);
+  if (n == 0) goto fail;
+  SG_CHECK_PTR(a);
+  SG_CHECK_PTR(b);
+  SG_CHECK_PTR(y);
+  if (dt == SG_DTYPE_F32)
+    sg_binary_fwd_f32((int)op, n, a, b, y);
+  else
+    sg_binary_fwd_f64((int)op, n, a, b, y);
+fail:
+  return st;
+}
+
+sg_status sg_binary_backward(sg_binary op, sg_dtype dt, int64_t n,
+                             const void *a, const void *b, const void *dy,
+                             void *da, void *db) {
+  sg_status st = SG_OK;
+  SG_CHECK_DT(dt);
+  if ((int)op < 0 || op > SG_BINARY_MUL)
+    SG_RAISE(SG_ERR_INVALID_ARG, "unknown binary op %d", (int)op);
+  if (n < 0) SG_RAISE(SG_ERR_SHAPE, "n = %lld", (long long)n);
+  if (n == 0) goto fail;
+  SG_CHECK_PTR(dy);
+  if (op == SG_BINARY_MUL) {
+    if (da) SG_CHECK_PTR(b);
+    if (db) SG_CHECK_PTR(a);
+  }
+  if (dt == SG_DTYPE_F32)
+    sg_binary_bwd_f32((int)op, n, a, b, dy, da, db);
+  else
+    sg_binary_bwd_f64((int)op, n, a, b, dy, da, db);
+fail:
+  return st;
+}
+
+sg_status sg_scale(sg_dtype dt, int64_t n, double alpha, const void *x,
+                   void *y) {
+  sg_status st = SG_OK;
+  SG_CHECK_DT(dt);
+  if (n < 0) SG_RAISE(SG_ERR_SHAPE, "n = %lld", (long long)n);
+  if (n == 0) goto fail;
+  SG_CHECK_PTR(x);
+  SG_CHECK_PTR(y);
+  if (dt == SG_DTYPE_F32)
+    sg_scale_f32(n, alpha, x, y);
+  else
+    sg_scale_f64(n, alpha, x, y);
+fail:
+  return st;
+}
+
+sg_status sg_bias_forward(sg_dtype dt, int64_t batch, int64_t channels,
+                          int64_t spatial, const void *x, const void *b,
+                          void *y) {
+  sg_status st = SG_OK;
+  SG_CHECK_DT(dt);
+  if (batch < 0 || channels < 1 || spatial < 0)
+    SG_RAISE(SG_ERR_SHAPE, "bias-add on (%lld, %lld, %lld)", (long long)batch,
+             (long long)channels, (long long)spatial);
+  SG_CHECK_PTR(x);
+  SG_CHECK_PTR(b);
+  SG_CHECK_PTR(y);
+  if (dt == SG_DTYPE_F32)
+    sg_bias_fwd_f32(batch, channels, spatial, x, b, y);
+  else
+    sg_bias_fwd_f64(batch, channels, spatial, x, b, y);
+fail:
+  return st;
+}
+
+sg_status sg_bias_backward(sg_dtype dt, int64_t batch, int64_t channels,
+                           int64_t spatial, const void *dy, void *db) {
+  sg_status st = SG_OK;
+  SG_CHECK_DT(dt);
+  if (batch < 0 || channels < 1 || spatial < 0)
+    SG_RAISE(SG_ERR_SHAPE, "bias-add on (%lld, %lld, %lld)", (long long)batch,
+             (long long)channels, (long long)spatial);
+  SG_CHECK_PTR(dy);
+  SG_CHECK_PTR(db);
+  if (dt == SG_DTYPE_F32)
+    sg_bias_bwd_f32(batch, channels, spatial, dy, db);
+  else
+    sg_bias_bwd_f64(batch, channels, spatial, dy, db);
+fail:
+  return st;
+}
+
+static sg_status sg_concat_split(int split, sg_dtype dt, int64_t batch,
+                                 int64_t spatial, int k,
+                                 const int64_t *channels, void *const *parts,
+                                 void *whole) {
+  sg_status st = SG_OK;
+  SG_CHECK_DT(dt);
+  if (k < 1 || batch < 0 || spatial < 0)
+    SG_RAISE(SG_ERR_SHAPE, "concat/split of %d parts on (%lld, *, %lld)", k,
+             (long long)batch, (long long)spatial);
+  SG_CHECK_PTR(channels);
+  SG_CHECK_PTR(parts);
+  SG_CHECK_PTR(whole);
+  int64_t total = 0;
+  for (int i = 0; i < k; ++i) {
+    if (channels[i] < 0) SG_RAISE(SG_ERR_SHAPE, "part %d: %lld channels", i,
+                                  (long long)channels[i]);
+    if (!split && channels[i] > 0 && batch * spatial > 0 && !parts[i])
+      SG_RAISE(SG_ERR_INVALID_ARG, "part %d is NULL", i);
+    total += channels[i];
+  }
+  size_t es = sg_dtype_size(dt);
+  int64_t cells = batch * k;
+#pragma omp parallel for schedule(static) if (batch * total * spatial > 32768)
+  for (int64_t it = 0; it < cells; ++it) {
+    int64_t n = it / k;
+    int i = (int)(it % k);
+    int64_t c0 = 0;
+    for (int j = 0; j < i; ++j) c0 += channels[j];
+    size_t bytes = (size_t)(channels[i] * spatial) * es;
+    if (bytes == 0 || !parts[i]) continue;
+    char *w = (char *)whole + (size_t)((n * total + c0) * spatial) * es;
+    char *p = (char *)parts[i] + (size_t)(n * channels[i] * spatial) * es;
+    if (split)
+      memcpy(p, w, bytes);
+    else
+      memcpy(w, p, bytes);
+  }
+fail:
+  return st;
+}
+
+sg_status sg_concat(sg_dtype dt, int64_t batch, int64_t spatial, int k,
+                    const int64_t *channels, const void *const *parts,
+                    void *y) {
+  return sg_concat_split(0, dt, batch, spatial, k, channels,
+                         (void *const *)parts, y);
+}
+
+sg_status sg_split(sg_dtype dt, int64_t batch, int64_t spatial, int k,
+                   const int64_t *channels, const void *x,
+                   void *const *parts) {
+  return sg_concat_split(1, dt, batch, spatial, k, channels, parts, (void *)x);
+}
+
+/* ---- normalisation ------------------------------------------------------ */
+
+sg_status sg_norm_nstat(const sg_norm_desc *d, int64_t *nstat) {
+  sg_status st = SG_OK;
+  SG_CHECK_PTR(d);
+  if (d->batch < 0 || d->channels < 1 || d->spatial < 0)
+    SG_RAISE(SG_ERR_SHAPE, "norm on (%lld, %lld, %lld)", (long long)d->batch,
+             (long long)d->channels, (long long)d->spatial);
+  if (!(d->eps >= 0)) SG_RAISE(SG_ERR_INVALID_ARG, "eps must be >= 0");
+  switch (d->kind) {
+  case SG_NORM_BATCH: *nstat = d->channels; break;
+  case SG_NORM_INSTANCE: *nstat = d->batch * d->channels; break;
+  case SG_NORM_GROUP:
+    if (d->groups < 1 || d->channels % d->groups)
+      SG_RAISE(SG_ERR_SHAPE, "%lld channels in %lld groups",
+               (long long)d->channels, (long long)d->groups);
+    *nstat = d->batch * d->groups;
+    break;
+  case SG_NORM_LAYER: *nstat = d->batch * d->spatial; break;
+  default: SG_RAISE(SG_ERR_INVALID_ARG, "unknown norm kind %d", (int)d->kind);
+  }
+fail:
+  return st;
+}
+
+void sg_moments_merge(sg_moments *a, const sg_moments *b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    double na = a[i].count, nb = b[i].count, nn = na + nb;
+    if (nb == 0) continue;
+    if (na == 0) {
+      a[i] = b[i];
+      continue;
+    }
+    double delta = b[i].mean - a[i].mean;
+    a[i].mean += delta * (nb / nn);
+    a[i].m2 += b[i].m2 + delta * delta * (na * nb / nn);
+    a[i].count = nn;
+  }
+}
+
+sg_status sg_norm_stats_allreduce(sg_moments *stats, int64_t n,
+                                  MPI_Comm comm) {
+  sg_status st = SG_OK;
+  sg_moments *all = NULL;
+  int size = 1, rank = 0;
+  SG_MPI(MPI_Comm_size(comm, &size));
+  SG_MPI(MPI_Comm_rank(comm, &rank));
+  if (size == 1 || n == 0) goto fail;
+  if (3 * n > INT_MAX)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "%lld statistics too many", (long long)n);
+  all = malloc((size_t)size * (size_t)n * sizeof *all);
+  if (!all) SG_RAISE(SG_ERR_ALLOC, "statistics buffer");
+  SG_MPI(MPI_Allgather(stats, (int)(3 * n), MPI_DOUBLE, all, (int)(3 * n),
+                       MPI_DOUBLE, comm));
+  memcpy(stats, all, (size_t)n * sizeof *all);
+  for (int r = 1; r < size; ++r) sg_moments_merge(stats, all + (size_t)r * n, n);
+fail:
+  free(all);
+  return st;
+}
+
+sg_status sg_sum_allreduce(double *v, int64_t n, MPI_Comm comm) {
+  sg_status st = SG_OK;
+  double *all = NULL;
+  int size = 1;
+  SG_MPI(MPI_Comm_size(comm, &size));
+  if (size == 1 || n == 0) goto fail;
+  if (n > INT_MAX) SG_RAISE(SG_ERR_NOT_SUPPORTED, "%lld sums", (long long)n);
+  all = malloc((size_t)size * (size_t)n * sizeof *all);
+  if (!all) SG_RAISE(SG_ERR_ALLOC, "sum buffer");
+  SG_MPI(MPI_Allgather(v, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, comm));
+  for (int64_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (int r = 0; r < size; ++r) s += all[(size_t)r * n + i];
+    v[i] = s;
+  }
+fail:
+  free(all);
+  return st;
+}
+
+sg_status sg_norm_stats(const sg_norm_desc *d, sg_dtype dt, const void *x,
+                        sg_moments *stats) {
+  sg_status st = SG_OK;
+  int64_t nstat = 0;
+  void *scratch = NULL;
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_norm_nstat(d, &nstat));
+  SG_CHECK_PTR(stats);
+  if (d->batch * d->spatial > 0) SG_CHECK_PTR(x);
+  scratch = malloc((size_t)(d->batch * d->channels + 1) * sizeof(sg_moments));
+  if (!scratch) SG_RAISE(SG_ERR_ALLOC, "norm scratch");
+  if (dt == SG_DTYPE_F32)
+    sg_norm_stats_f32(d, x, stats, scratch);
+  else
+    sg_norm_stats_f64(d, x, stats, scratch);
+fail:
+  free(scratch);
+  return st;
+}
+
+sg_status sg_norm_forward(const sg_norm_desc *d, sg_dtype dt, const void *x,
+                          const sg_moments *stats, const void *gamma,
+                          const void *beta, void *y) {
+  sg_status st = SG_OK;
+  int64_t nstat = 0;
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_norm_nstat(d, &nstat));
+  SG_CHECK_PTR(stats);
+  if (d->batch * d->spatial > 0) {
+    SG_CHECK_PTR(x);
+    SG_CHECK_PTR(y);
+  }
+  if (dt == SG_DTYPE_F32)
+    sg_norm_fwd_f32(d, x, stats, gamma, beta, y);
+  else
+    sg_norm_fwd_f64(d, x, stats, gamma, beta, y);
+fail:
+  return st;
+}
+
+sg_status sg_norm_backward_sums(const sg_norm_desc *d, sg_dtype dt,
+                                const void *x, const sg_moments *stats,
+                                const void *gamma, const void *dy,
+                                double *sums) {
+  sg_status st = SG_OK;
+  int64_t nstat = 0;
+  void *scratch = NULL;
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_norm_nstat(d, &nstat));
+  SG_CHECK_PTR(stats);
+  SG_CHECK_PTR(sums);
+  if (d->batch * d->spatial > 0) {
+    SG_CHECK_PTR(x);
+    SG_CHECK_PTR(dy);
+  }
+  scratch = malloc((size_t)(2 * d->batch * d->channels + 1) * sizeof(double));
+  if (!scratch) SG_RAISE(SG_ERR_ALLOC, "norm scratch");
+  if (dt == SG_DTYPE_F32)
+    sg_norm_sums_f32(d, x, stats, gamma, dy, sums, scratch);
+  else
+    sg_norm_sums_f64(d, x, stats, gamma, dy, sums, scratch);
+fail:
+  free(scratch);
+  return st;
+}
+
+sg_status sg_norm_backward(const sg_norm_desc *d, sg_dtype dt, const void *x,
+                           const sg_moments *stats, const void *gamma,
+                           const void *dy, const double *sums, void *dx,
+                           void *dgamma, void *dbeta) {
+  sg_status st = SG_OK;
+  int64_t nstat = 0;
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_norm_nstat(d, &nstat));
+  SG_CHECK_PTR(stats);
+  SG_CHECK_PTR(sums);
+  if (d->batch * d->spatial > 0) {
+    SG_CHECK_PTR(x);
+    SG_CHECK_PTR(dy);
+  }
+  if (dt == SG_DTYPE_F32)
+    sg_norm_bwd_f32(d, x, stats, gamma, dy, sums, dx, dgamma, dbeta);
+  else
+    sg_norm_bwd_f64(d, x, stats, gamma, dy, sums, dx, dgamma, dbeta);
+fail:
+  return st;
+}
+
+/* ---- losses ------------------------------------------------------------- */
+
+int64_t sg_loss_npartial(sg_loss_kind kind, int64_t batch) {
+  switch (kind) {
+  case SG_LOSS_SUM: return 1;
+  case SG_LOSS_MEAN:
+  case SG_LOSS_MSE: return 2;
+  case SG_LOSS_REL_L2: return 2 * batch;
+  }
+  return 0;
+}
+
+static sg_status sg_loss_check(sg_loss_kind kind, int64_t batch, int64_t n,
+                               const void *p, const void *t) {
+  sg_status st = SG_OK;
+  if ((int)kind < 0 || kind > SG_LOSS_REL_L2)
+    SG_RAISE(SG_ERR_INVALID_ARG, "unknown loss %d", (int)kind);
+  if (n < 0 || batch < 1 || n % batch)
+    SG_RAISE(SG_ERR_SHAPE, "%lld elements in %lld batch items", (long long)n,
+             (long long)batch);
+  if (n > 0) SG_CHECK_PTR(p);
+  if (n > 0 && (kind == SG_LOSS_MSE || kind == SG_LOSS_REL_L2)) SG_CHECK_PTR(t);
+fail:
+  return st;
+}
+
+sg_status sg_loss_partial(sg_loss_kind kind, sg_dtype dt, int64_t batch,
+                          int64_t n, const void *p, const void *t,
+                          double *partial) {
+  sg_status st = SG_OK;
+  void *scratch = NULL;
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_loss_check(kind, batch, n, p, t));
+  SG_CHECK_PTR(partial);
+  int64_t rows = kind == SG_LOSS_REL_L2 ? batch : 1;
+  int64_t len = kind == SG_LOSS_REL_L2 ? n / batch : n;
+  int64_t nblk = (len + SG_SUM_BLOCK - 1) / SG_SUM_BLOCK;
+  for (int64_t i = 0; i < sg_loss_npartial(kind, batch); ++i) partial[i] = 0;
+  if (kind == SG_LOSS_MEAN || kind == SG_LOSS_MSE) partial[1] = (double)n;
+  if (n == 0) goto fail;
+  scratch = malloc((size_t)(2 * rows * nblk + 1) * sizeof(double));
+  if (!scratch) SG_RAISE(SG_ERR_ALLOC, "loss scratch");
+  if (dt == SG_DTYPE_F32)
+    sg_loss_partial_f32((int)kind, batch, n, p, t, partial, scratch);
+  else
+    sg_loss_partial_f64((int)kind, batch, n, p, t, partial, scratch);
+fail:
+  free(scratch);
+  return st;
+}
+
+sg_status sg_loss_finish(sg_loss_kind kind, int64_t batch,
+                         const double *partial, double *value) {
+  sg_status st = SG_OK;
+  SG_CHECK_PTR(partial);
+  SG_CHECK_PTR(value);
+  switch (kind) {
+  case SG_LOSS_SUM: *value = partial[0]; break;
+  case SG_LOSS_MEAN:
+  case SG_LOSS_MSE:
+    if (partial[1] <= 0) SG_RAISE(SG_ERR_SHAPE, "mean over zero elements");
+    *value = partial[0] / partial[1];
+    break;
+  case SG_LOSS_REL_L2: {
+    if (batch < 1) SG_RAISE(SG_ERR_SHAPE, "batch %lld", (long long)batch);
+    double s = 0;
+    for (int64_t i = 0; i < batch; ++i)
+      s += sqrt(partial[2 * i]) / sqrt(partial[2 * i + 1]);
+    *value = s / (double)batch;
+    break;
+  }
+  default: SG_RAISE(SG_ERR_INVALID_ARG, "unknown loss %d", (int)kind);
+  }
+fail:
+  return st;
+}
+
+sg_status sg_loss_backward(sg_loss_kind kind, sg_dtype dt, int64_t batch,
+                           int64_t n, const void *p, const void *t,
+                           const double *partial, double g, void *dp,
+                           void *dt_grad) {
+  sg_status st = SG_OK;
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_loss_check(kind, batch, n, p, t));
+  SG_CHECK_PTR(partial);
+  if (n == 0) goto fail;
+  if (dt == SG_DTYPE_F32)
+    sg_loss_bwd_f32((int)kind, batch, n, p, t, partial, g, dp, dt_grad);
+  else
+    sg_loss_bwd_f64((int)kind, batch, n, p, t, partial, g, dp, dt_grad);
+fail:
+  return st;
+}

@@ -1,0 +1,18 @@
+/* shardgrid — op kernels, f64 instantiation of ops_tmpl.h. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "ops_impl.h"
+#include "sg_ops_inl.h"
+
+#define R double
+#define S f64
+#define SG_GEMM cblas_dgemm
+#define SG_ACT sg_act_f64
+#define SG_ACT_GRAD sg_act_grad_f64
+#include "ops_tmpl.h"

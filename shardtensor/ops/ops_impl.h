@@ -1,0 +1,95 @@
+/* shardgrid — internal: normalised geometries of the op kernels and the
+ * typed kernels instantiated from ops_tmpl.h for f32 and f64. */
+#ifndef SG_OPS_IMPL_H
+#define SG_OPS_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sg_ops.h"
+
+/* A window op over 3 spatial dims (missing leading dims have extent 1). */
+typedef struct sg_conv_geom {
+  int64_t n, c, k;                 /* batch, in channels, out channels */
+  int64_t in[3], out[3], ker[3], str[3], dil[3];
+  int64_t sin, sout, kk, ckk;      /* products */
+  int t;                           /* dim the tiles split (output rows) */
+  int64_t inner;                   /* output columns per row of dim t */
+  int64_t rows, ntile, cols;       /* rows per tile, tiles, max columns */
+  int pointwise;                   /* 1x1, stride 1: no im2col */
+  int nthreads;
+  size_t ws_per_thread;            /* bytes, multiple of 64 */
+} sg_conv_geom;
+
+typedef struct sg_up_geom {
+  int64_t planes, in[3], out[3], scale[3];
+  int linear[3]; /* dims with a 1-cell margin (linear mode, real dims) */
+} sg_up_geom;
+
+/* OpenBLAS single-threaded for the duration of an OpenMP region. */
+int sg_blas_threads_begin(void);
+void sg_blas_threads_end(int saved);
+
+#define SG_OPS_DECLARE(R, S)                                                  \
+  void sg_conv_fwd_##S(const sg_conv_geom *g, const R *x, const R *w,        \
+                       const R *b, R *y, void *ws);                           \
+  void sg_conv_bwd_##S(const sg_conv_geom *g, const R *x, const R *w,        \
+                       const R *dy, R *dx, R *dw, R *db, void *ws);           \
+  void sg_convt_fwd_##S(const sg_conv_geom *g, const R *x, const R *w,       \
+                        const R *b, R *y, void *ws);                          \
+  void sg_convt_bwd_##S(const sg_conv_geom *g, const R *x, const R *w,       \
+                        const R *dy, R *dx, R *dw, R *db, void *ws);          \
+  void sg_pool_fwd_##S(int kind, const sg_conv_geom *g, const R *x, R *y);   \
+  void sg_pool_bwd_##S(int kind, const sg_conv_geom *g, const R *x,          \
+                       const R *dy, R *dx);                                   \
+  void sg_up_fwd_##S(int linear, const sg_up_geom *g, const R *x, R *y);     \
+  void sg_up_bwd_##S(int linear, const sg_up_geom *g, const R *dy, R *dx);   \
+  void sg_pad_fwd_##S(const int64_t *in, const int64_t *out,                 \
+                      const int64_t *lo, const int *mode, int64_t planes,     \
+                      const R *src, R *dst);                                  \
+  void sg_pad_bwd_##S(const int64_t *in, const int64_t *out,                 \
+                      const int64_t *lo, const int *mode, int64_t planes,     \
+                      const R *dpad, R *dsrc);                                \
+  void sg_act_fwd_##S(int act, int64_t n, const R *x, R *y);                 \
+  void sg_act_bwd_##S(int act, int64_t n, const R *x, const R *dy, R *dx);   \
+  void sg_binary_fwd_##S(int op, int64_t n, const R *a, const R *b, R *y);   \
+  void sg_binary_bwd_##S(int op, int64_t n, const R *a, const R *b,          \
+                         const R *dy, R *da, R *db);                          \
+  void sg_scale_##S(int64_t n, double alpha, const R *x, R *y);              \
+  void sg_bias_fwd_##S(int64_t nb, int64_t c, int64_t s, const R *x,         \
+                       const R *b, R *y);                                     \
+  void sg_bias_bwd_##S(int64_t nb, int64_t c, int64_t s, const R *dy, R *db);\
+  void sg_norm_stats_##S(const sg_norm_desc *d, const R *x, sg_moments *st,  \
+                         void *scratch);                                      \
+  void sg_norm_fwd_##S(const sg_norm_desc *d, const R *x,                    \
+                       const sg_moments *st, const R *gamma, const R *beta,   \
+                       R *y);                                                 \
+  void sg_norm_sums_##S(const sg_norm_desc *d, const R *x,                   \
+                        const sg_moments *st, const R *gamma, const R *dy,    \
+                        double *sums, void *scratch);                                        \
+  void sg_norm_bwd_##S(const sg_norm_desc *d, const R *x,                    \
+                       const sg_moments *st, const R *gamma, const R *dy,     \
+                       const double *sums, R *dx, R *dgamma, R *dbeta);       \
+  void sg_loss_partial_##S(int kind, int64_t batch, int64_t n, const R *p,   \
+                           const R *t, double *partial, void *scratch);                      \
+  void sg_loss_bwd_##S(int kind, int64_t batch, int64_t n, const R *p,       \
+                       const R *t, const double *partial, double g, R *dp,    \
+                       R *dt);
+
+SG_OPS_DECLARE(float, f32)
+SG_OPS_DECLARE(double, f64)
+
+/* Norm statistic group of element (n, c, s). */
+static inline int64_t sg_norm_group(const sg_norm_desc *d, int64_t n,
+                                    int64_t c, int64_t s) {
+  switch (d->kind) {
+  case SG_NORM_BATCH: return c;
+  case SG_NORM_INSTANCE: return n * d->channels + c;
+  case SG_NORM_GROUP: return n * d->groups + c / (d->channels / d->groups);
+  default: return n * d->spatial + s;
+  }
+}
+
+#define SG_SUM_BLOCK 4096 /* fixed blocking of deterministic sums */
+
+#endif /* SG_OPS_IMPL_H */

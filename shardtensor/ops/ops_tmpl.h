@@ -1,0 +1,863 @@
+/* shardgrid — typed op kernels, instantiated twice (ops_f32.c, ops_f64.c).
+ * Before including define R (element type), S (suffix), SG_GEMM (cblas
+ * xgemm), SG_ACT and SG_ACT_GRAD (sg_ops_inl.h functions). Internal. */
+#define SG_CAT2_(a, b) a##_##b
+#define SG_CAT_(a, b) SG_CAT2_(a, b)
+#define FN(name) SG_CAT_(name, S)
+
+#define SG_OMP_MIN 32768 /* elements below which loops stay serial */
+
+static inline R *FN(thread_ws)(const sg_conv_geom *g, void *ws, int tid) {
+  return (R *)((char *)ws + (size_t)tid * g->ws_per_thread);
+}
+
+/* Tile `tile` of image x (C, in...) as columns: col[ckk][ncol]. */
+static void FN(im2col)(const sg_conv_geom *g, const R *x, int64_t r0,
+                       int64_t r1, R *col) {
+  int64_t lo[3] = {0, 0, 0}, hi[3] = {g->out[0], g->out[1], g->out[2]};
+  lo[g->t] = r0;
+  hi[g->t] = r1;
+  const int64_t n2 = hi[2] - lo[2];
+  const int64_t ncol = (hi[0] - lo[0]) * (hi[1] - lo[1]) * n2;
+  const int64_t s2 = g->str[2];
+  int64_t row = 0;
+  for (int64_t c = 0; c < g->c; ++c) {
+    const R *xc = x + c * g->sin;
+    for (int64_t a = 0; a < g->ker[0]; ++a)
+      for (int64_t b = 0; b < g->ker[1]; ++b)
+        for (int64_t e = 0; e < g->ker[2]; ++e, ++row) {
+          R *dst = col + row * ncol;
+          for (int64_t o0 = lo[0]; o0 < hi[0]; ++o0) {
+            int64_t i0 = o0 * g->str[0] + a * g->dil[0];
+            for (int64_t o1 = lo[1]; o1 < hi[1]; ++o1) {
+              int64_t i1 = o1 * g->str[1] + b * g->dil[1];
+              const R *src = xc + (i0 * g->in[1] + i1) * g->in[2] +
+                             e * g->dil[2] + lo[2] * s2;
+              if (s2 == 1) {
+                memcpy(dst, src, (size_t)n2 * sizeof(R));
+              } else {
+                for (int64_t o2 = 0; o2 < n2; ++o2) dst[o2] = src[o2 * s2];
+              }
+              dst += n2;
+            }
+          }
+        }
+  }
+}
+
+/* The adjoint: dx (C, in...) += col2im(dcol). */
+static void FN(col2im)(const sg_conv_geom *g, const R *dcol, int64_t r0,
+                       int64_t r1, R *dx) {
+  int64_t lo[3] = {0, 0, 0}, hi[3] = {g->out[0], g->out[1], g->out[2]};
+  lo[g->t] = r0;
+  hi[g->t] = r1;
+  const int64_t n2 = hi[2] - lo[2];
+  const int64_t ncol = (hi[0] - lo[0]) * (hi[1] - lo[1]) * n2;
+  const int64_t s2 = g->str[2];
+  int64_t row = 0;
+  for (int64_t c = 0; c < g->c; ++c) {
+    R *xc = dx + c * g->sin;
+    for (int64_t a = 0; a < g->ker[0]; ++a)
+      for (int64_t b = 0; b < g->ker[1]; ++b)
+        for (int64_t e = 0; e < g->ker[2]; ++e, ++row) {
+          const R *src = dcol + row * ncol;
+          for (int64_t o0 = lo[0]; o0 < hi[0]; ++o0) {
+            int64_t i0 = o0 * g->str[0] + a * g->dil[0];
+            for (int64_t o1 = lo[1]; o1 < hi[1]; ++o1) {
+              int64_t i1 = o1 * g->str[1] + b * g->dil[1];
+              R *dst = xc + (i0 * g->in[1] + i1) * g->in[2] + e * g->dil[2] +
+                       lo[2] * s2;
+              for (int64_t o2 = 0; o2 < n2; ++o2) dst[o2 * s2] += src[o2];
+              src += n2;
+            }
+          }
+        }
+  }
+}
+
+void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w,
+                     const R *b, R *y, void *ws) {
+  const int64_t items = g->n * g->ntile;
+  const int nth = g->nthreads;
+  int saved = nth > 1 ? sg_blas_threads_begin() : 0;
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    int tid = 0;
+#ifdef _OPENMP
+    tid = omp_get_thread_num();
+#endif
+    R *col = FN(thread_ws)(g, ws, tid);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      int64_t n = it / g->ntile, tile = it % g->ntile;
+      int64_t r0 = tile * g->rows;
+      int64_t r1 = r0 + g->rows < g->out[g->t] ? r0 + g->rows : g->out[g->t];
+      int64_t ncol = (r1 - r0) * g->inner;
+      R *yt = y + n * g->k * g->sout + r0 * g->inner;
+      R beta = 0;
+      if (b) {
+        for (int64_t k = 0; k < g->k; ++k)
+          for (int64_t j = 0; j < ncol; ++j) yt[k * g->sout + j] = b[k];
+        beta = 1;
+      }
+      const R *bm;
+      int64_t ldb;
+      if (g->pointwise) {
+        bm = x + n * g->c * g->sin + r0 * g->inner;
+        ldb = g->sin;
+      } else {
+        FN(im2col)(g, x + n * g->c * g->sin, r0, r1, col);
+        bm = col;
+        ldb = ncol;
+      }
+      SG_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->k, (int)ncol,
+              (int)g->ckk, 1, w, (int)g->ckk, bm, (int)ldb, beta, yt,
+              (int)g->sout);
+    }
+  }
+  if (nth > 1) sg_blas_threads_end(saved);
+}
+
+void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
+                     const R *dy, R *dx, R *dw, R *db, void *ws) {
+  const int nth = g->nthreads;
+  const int64_t wsz = g->k * g->ckk;
+  if (db) {
+#pragma omp parallel for schedule(static) if (g->n * g->k * g->sout > SG_OMP_MIN)
+    for (int64_t k = 0; k < g->k; ++k) {
+      double acc = 0;
+      for (int64_t n = 0; n < g->n; ++n) {
+        const R *p = dy + (n * g->k + k) * g->sout;
+        R part = 0;
+        for (int64_t j = 0; j < g->sout; ++j) part += p[j];
+        acc += part;
+      }
+      db[k] += (R)acc;
+    }
+  }
+  if (!dx && !dw) return;
+  if (dx) {
+    int64_t total = g->n * g->c * g->sin;
+#pragma omp parallel for schedule(static) if (total > SG_OMP_MIN)
+    for (int64_t i = 0; i < total; ++i) dx[i] = 0;
+  }
+  int saved = nth > 1 ? sg_blas_threads_begin() : 0;
+  /* Two phases (even tiles, then odd tiles): the input rows of tiles i and
+   * i + 2 never overlap, so col2im needs no atomics. */
+  const int64_t half[2] = {(g->ntile + 1) / 2, g->ntile / 2};
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    int tid = 0;
+#ifdef _OPENMP
+    tid = omp_get_thread_num();
+#endif
+    R *col = FN(thread_ws)(g, ws, tid);
+    R *dcol = col + g->ckk * g->cols;
+    R *dwp = dcol + g->ckk * g->cols;
+    if (dw)
+      for (int64_t i = 0; i < wsz; ++i) dwp[i] = 0;
+    for (int phase = 0; phase < 2; ++phase) {
+      const int64_t items = g->n * half[phase];
+#pragma omp for schedule(static)
+      for (int64_t it = 0; it < items; ++it) {
+        int64_t n = it / half[phase];
+        int64_t tile = 2 * (it % half[phase]) + phase;
+        int64_t r0 = tile * g->rows;
+        int64_t r1 = r0 + g->rows < g->out[g->t] ? r0 + g->rows : g->out[g->t];
+        int64_t ncol = (r1 - r0) * g->inner;
+        const R *dyt = dy + n * g->k * g->sout + r0 * g->inner;
+        if (dw) {
+          const R *bm;
+          int64_t ldb;
+          if (g->pointwise) {
+            bm = x + n * g->c * g->sin + r0 * g->inner;
+            ldb = g->sin;
+          } else {
+            FN(im2col)(g, x + n * g->c * g->sin, r0, r1, col);
+            bm = col;
+            ldb = ncol;
+          }
+          SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->k,
+                  (int)g->ckk, (int)ncol, 1, dyt, (int)g->sout, bm, (int)ldb,
+                  1, dwp, (int)g->ckk);
+        }
+        if (dx) {
+          if (g->pointwise) {
+            SG_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->ckk,
+                    (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt,
+                    (int)g->sout, 0, dx + n * g->c * g->sin + r0 * g->inner,
+                    (int)g->sin);
+          } else {
+            SG_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->ckk,
+                    (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt,
+                    (int)g->sout, 0, dcol, (int)ncol);
+            FN(col2im)(g, dcol, r0, r1, dx + n * g->c * g->sin);
+          }
+        }
+      }
+    }
+  }
+  if (nth > 1) sg_blas_threads_end(saved);
+  if (dw) {
+    /* Sum the per-thread partials in thread order. */
+#pragma omp parallel for schedule(static) if (wsz * nth > SG_OMP_MIN)
+    for (int64_t i = 0; i < wsz; ++i) {
+      R acc = 0;
+      for (int t = 0; t < nth; ++t) {
+        const R *dwp = FN(thread_ws)(g, ws, t) + 2 * g->ckk * g->cols;
+        acc += dwp[i];
+      }
+      dw[i] += acc;
+    }
+  }
+}
+
+/* ---- transposed convolution, kernel == stride --------------------------- */
+
+/* Output flat index of input column j and kernel offset (a0, a1, a2). */
+static inline int64_t FN(convt_index)(const sg_conv_geom *g, int64_t j,
+                                      int64_t a0, int64_t a1, int64_t a2) {
+  int64_t i2 = j % g->in[2], r = j / g->in[2];
+  int64_t i1 = r % g->in[1], i0 = r / g->in[1];
+  return ((i0 * g->ker[0] + a0) * g->out[1] + (i1 * g->ker[1] + a1)) *
+             g->out[2] + i2 * g->ker[2] + a2;
+}
+
+void FN(sg_convt_fwd)(const sg_conv_geom *g, const R *x, const R *w,
+                      const R *b, R *y, void *ws) {
+  const int nth = g->nthreads;
+  const int64_t ntile = (g->sin + g->cols - 1) / g->cols;
+  const int64_t items = g->n * ntile, kk = g->kk, m = g->k * kk;
+  int saved = nth > 1 ? sg_blas_threads_begin() : 0;
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    int tid = 0;
+#ifdef _OPENMP
+    tid = omp_get_thread_num();
+#endif
+    R *tbuf = FN(thread_ws)(g, ws, tid);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      int64_t n = it / ntile, j0 = (it % ntile) * g->cols;
+      int64_t ncol = j0 + g->cols < g->sin ? g->cols : g->sin - j0;
+      /* T[(k, a), j] = sum_c w[c, (k, a)] x[c, j] */
+      SG_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m, (int)ncol,
+              (int)g->c, 1, w, (int)m, x + n * g->c * g->sin + j0,
+              (int)g->sin, 0, tbuf, (int)ncol);
+      R *yn = y + n * g->k * g->sout;
+      for (int64_t k = 0; k < g->k; ++k) {
+        R bk = b ? b[k] : 0;
+        for (int64_t a = 0; a < kk; ++a) {
+          int64_t a2 = a % g->ker[2], a1 = (a / g->ker[2]) % g->ker[1],
+                  a0 = a / (g->ker[2] * g->ker[1]);
+          const R *src = tbuf + (k * kk + a) * ncol;
+          R *yk = yn + k * g->sout;
+          for (int64_t j = 0; j < ncol; ++j)
+            yk[FN(convt_index)(g, j0 + j, a0, a1, a2)] = src[j] + bk;
+        }
+      }
+    }
+  }
+  if (nth > 1) sg_blas_threads_end(saved);
+}
+
+void FN(sg_convt_bwd)(const sg_conv_geom *g, const R *x, const R *w,
+                      const R *dy, R *dx, R *dw, R *db, void *ws) {
+  const int nth = g->nthreads;
+  const int64_t ntile = (g->sin + g->cols - 1) / g->cols;
+  const int64_t items = g->n * ntile, kk = g->kk, m = g->k * kk;
+  const int64_t wsz = g->c * m;
+  if (db) {
+    for (int64_t k = 0; k < g->k; ++k) {
+      double acc = 0;
+      for (int64_t n = 0; n < g->n; ++n) {
+        const R *p = dy + (n * g->k + k) * g->sout;
+        R part = 0;
+        for (int64_t j = 0; j < g->sout; ++j) part += p[j];
+        acc += part;
+      }
+      db[k] += (R)acc;
+    }
+  }
+  if (!dx && !dw) return;
+  int saved = nth > 1 ? sg_blas_threads_begin() : 0;
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    int tid = 0;
+#ifdef _OPENMP
+    tid = omp_get_thread_num();
+#endif
+    R *tbuf = FN(thread_ws)(g, ws, tid);
+    R *dwp = tbuf + m * g->cols;
+    if (dw)
+      for (int64_t i = 0; i < wsz; ++i) dwp[i] = 0;
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      int64_t n = it / ntile, j0 = (it % ntile) * g->cols;
+      int64_t ncol = j0 + g->cols < g->sin ? g->cols : g->sin - j0;
+      const R *dyn = dy + n * g->k * g->sout;
+      for (int64_t k = 0; k < g->k; ++k)
+        for (int64_t a = 0; a < kk; ++a) {
+          int64_t a2 = a % g->ker[2], a1 = (a / g->ker[2]) % g->ker[1],
+                  a0 = a / (g->ker[2] * g->ker[1]);
+          R *dst = tbuf + (k * kk + a) * ncol;
+          const R *dk = dyn + k * g->sout;
+          for (int64_t j = 0; j < ncol; ++j)
+            dst[j] = dk[FN(convt_index)(g, j0 + j, a0, a1, a2)];
+        }
+      if (dx)
+        SG_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->c,
+                (int)ncol, (int)m, 1, w, (int)m, tbuf, (int)ncol, 0,
+                dx + n * g->c * g->sin + j0, (int)g->sin);
+      if (dw)
+        SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->c, (int)m,
+                (int)ncol, 1, x + n * g->c * g->sin + j0, (int)g->sin, tbuf,
+                (int)ncol, 1, dwp, (int)m);
+    }
+  }
+  if (nth > 1) sg_blas_threads_end(saved);
+  if (dw) {
+    for (int64_t i = 0; i < wsz; ++i) {
+      R acc = 0;
+      for (int t = 0; t < nth; ++t)
+        acc += (FN(thread_ws)(g, ws, t) + m * g->cols)[i];
+      dw[i] += acc;
+    }
+  }
+}
+
+/* ---- pooling ------------------------------------------------------------ */
+
+void FN(sg_pool_fwd)(int kind, const sg_conv_geom *g, const R *x, R *y) {
+  const int64_t planes = g->n * g->c;
+  const R inv = (R)(1.0 / (double)g->kk);
+#pragma omp parallel for schedule(static) if (planes * g->sout * g->kk > SG_OMP_MIN)
+  for (int64_t p = 0; p < planes; ++p) {
+    const R *xp = x + p * g->sin;
+    R *yp = y + p * g->sout;
+    for (int64_t o0 = 0; o0 < g->out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < g->out[1]; ++o1)
+        for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
+          R acc = kind == SG_POOL_MAX ? -INFINITY : 0;
+          for (int64_t a = 0; a < g->ker[0]; ++a)
+            for (int64_t b = 0; b < g->ker[1]; ++b) {
+              const R *row = xp + ((o0 * g->str[0] + a) * g->in[1] +
+                                   o1 * g->str[1] + b) * g->in[2] +
+                             o2 * g->str[2];
+              if (kind == SG_POOL_MAX) {
+                for (int64_t e = 0; e < g->ker[2]; ++e)
+                  if (row[e] > acc || row[e] != row[e]) acc = row[e];
+              } else {
+                for (int64_t e = 0; e < g->ker[2]; ++e) acc += row[e];
+              }
+            }
+          yp[(o0 * g->out[1] + o1) * g->out[2] + o2] =
+              kind == SG_POOL_MAX ? acc : acc * inv;
+        }
+  }
+}
+
+void FN(sg_pool_bwd)(int kind, const sg_conv_geom *g, const R *x,
+                     const R *dy, R *dx) {
+  const int64_t planes = g->n * g->c;
+  const R inv = (R)(1.0 / (double)g->kk);
+#pragma omp parallel for schedule(static) if (planes * g->sout * g->kk > SG_OMP_MIN)
+  for (int64_t p = 0; p < planes; ++p) {
+    const R *xp = x + p * g->sin;
+    const R *dyp = dy + p * g->sout;
+    R *dxp = dx + p * g->sin;
+    for (int64_t i = 0; i < g->sin; ++i) dxp[i] = 0;
+    for (int64_t o0 = 0; o0 < g->out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < g->out[1]; ++o1)
+        for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
+          R gy = dyp[(o0 * g->out[1] + o1) * g->out[2] + o2];
+          int64_t best = -1;
+          R bv = -INFINITY;
+          for (int64_t a = 0; a < g->ker[0]; ++a)
+            for (int64_t b = 0; b < g->ker[1]; ++b) {
+              int64_t base = ((o0 * g->str[0] + a) * g->in[1] +
+                              o1 * g->str[1] + b) * g->in[2] + o2 * g->str[2];
+              if (kind == SG_POOL_MAX) {
+                for (int64_t e = 0; e < g->ker[2]; ++e)
+                  if (best < 0 || xp[base + e] > bv ||
+                      (xp[base + e] != xp[base + e] && bv == bv)) {
+                    best = base + e;
+                    bv = xp[base + e];
+                  }
+              } else {
+                for (int64_t e = 0; e < g->ker[2]; ++e)
+                  dxp[base + e] += gy * inv;
+              }
+            }
+          if (kind == SG_POOL_MAX) dxp[best] += gy;
+        }
+  }
+}
+
+/* ---- up-sampling -------------------------------------------------------- */
+
+/* Source cell and weight of output o along one dim (linear mode). */
+static inline void FN(up_src)(const sg_up_geom *g, int d, int64_t o,
+                              int64_t *i0, int64_t *i1, R *lam) {
+  if (!g->linear[d]) {
+    *i0 = *i1 = 0;
+    *lam = 0;
+    return;
+  }
+  /* padded coordinate: (o + 0.5)/s - 0.5 + 1 */
+  double src = ((double)o + 0.5) / (double)g->scale[d] + 0.5;
+  int64_t f = (int64_t)floor(src);
+  *i0 = f;
+  *i1 = f + 1;
+  *lam = (R)(src - (double)f);
+}
+
+void FN(sg_up_fwd)(int linear, const sg_up_geom *g, const R *x, R *y) {
+  const int64_t sin = g->in[0] * g->in[1] * g->in[2];
+  const int64_t sout = g->out[0] * g->out[1] * g->out[2];
+#pragma omp parallel for schedule(static) if (g->planes * sout > SG_OMP_MIN)
+  for (int64_t p = 0; p < g->planes; ++p) {
+    const R *xp = x + p * sin;
+    R *yp = y + p * sout;
+    for (int64_t o0 = 0; o0 < g->out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < g->out[1]; ++o1) {
+        R *yr = yp + (o0 * g->out[1] + o1) * g->out[2];
+        if (!linear) {
+          const R *xr = xp + ((o0 / g->scale[0]) * g->in[1] + o1 / g->scale[1]) * g->in[2];
+          for (int64_t o2 = 0; o2 < g->out[2]; ++o2) yr[o2] = xr[o2 / g->scale[2]];
+          continue;
+        }
+        int64_t a0, a1, b0, b1;
+        R la, lb;
+        FN(up_src)(g, 0, o0, &a0, &a1, &la);
+        FN(up_src)(g, 1, o1, &b0, &b1, &lb);
+        const R *r00 = xp + (a0 * g->in[1] + b0) * g->in[2];
+        const R *r01 = xp + (a0 * g->in[1] + b1) * g->in[2];
+        const R *r10 = xp + (a1 * g->in[1] + b0) * g->in[2];
+        const R *r11 = xp + (a1 * g->in[1] + b1) * g->in[2];
+        R w00 = (1 - la) * (1 - lb), w01 = (1 - la) * lb, w10 = la * (1 - lb),
+          w11 = la * lb;
+        for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
+          int64_t c0, c1;
+          R lc;
+          FN(up_src)(g, 2, o2, &c0, &c1, &lc);
+          R v0 = w00 * r00[c0] + w01 * r01[c0] + w10 * r10[c0] + w11 * r11[c0];
+          R v1 = w00 * r00[c1] + w01 * r01[c1] + w10 * r10[c1] + w11 * r11[c1];
+          yr[o2] = (1 - lc) * v0 + lc * v1;
+        }
+      }
+  }
+}
+
+void FN(sg_up_bwd)(int linear, const sg_up_geom *g, const R *dy, R *dx) {
+  const int64_t sin = g->in[0] * g->in[1] * g->in[2];
+  const int64_t sout = g->out[0] * g->out[1] * g->out[2];
+#pragma omp parallel for schedule(static) if (g->planes * sout > SG_OMP_MIN)
+  for (int64_t p = 0; p < g->planes; ++p) {
+    R *xp = dx + p * sin;
+    const R *yp = dy + p * sout;
+    for (int64_t i = 0; i < sin; ++i) xp[i] = 0;
+    for (int64_t o0 = 0; o0 < g->out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < g->out[1]; ++o1) {
+        const R *yr = yp + (o0 * g->out[1] + o1) * g->out[2];
+        if (!linear) {
+          R *xr = xp + ((o0 / g->scale[0]) * g->in[1] + o1 / g->scale[1]) * g->in[2];
+          for (int64_t o2 = 0; o2 < g->out[2]; ++o2) xr[o2 / g->scale[2]] += yr[o2];
+          continue;
+        }
+        int64_t a0, a1, b0, b1;
+        R la, lb;
+        FN(up_src)(g, 0, o0, &a0, &a1, &la);
+        FN(up_src)(g, 1, o1, &b0, &b1, &lb);
+        R *r00 = xp + (a0 * g->in[1] + b0) * g->in[2];
+        R *r01 = xp + (a0 * g->in[1] + b1) * g->in[2];
+        R *r10 = xp + (a1 * g->in[1] + b0) * g->in[2];
+        R *r11 = xp + (a1 * g->in[1] + b1) * g->in[2];
+        R w00 = (1 - la) * (1 - lb), w01 = (1 - la) * lb, w10 = la * (1 - lb),
+          w11 = la * lb;
+        for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
+          int64_t c0, c1;
+          R lc;
+          FN(up_src)(g, 2, o2, &c0, &c1, &lc);
+          R g0 = (1 - lc) * yr[o2], g1 = lc * yr[o2];
+          r00[c0] += w00 * g0; r01[c0] += w01 * g0;
+          r10[c0] += w10 * g0; r11[c0] += w11 * g0;
+          r00[c1] += w00 * g1; r01[c1] += w01 * g1;
+          r10[c1] += w10 * g1; r11[c1] += w11 * g1;
+        }
+      }
+  }
+}
+
+/* ---- padding ------------------------------------------------------------ */
+
+void FN(sg_pad_fwd)(const int64_t *in, const int64_t *out, const int64_t *lo,
+                    const int *mode, int64_t planes, const R *src, R *dst) {
+  const int64_t sin = in[0] * in[1] * in[2], sout = out[0] * out[1] * out[2];
+#pragma omp parallel for schedule(static) if (planes * sout > SG_OMP_MIN)
+  for (int64_t p = 0; p < planes; ++p) {
+    const R *sp = src + p * sin;
+    R *dp = dst + p * sout;
+    for (int64_t o0 = 0; o0 < out[0]; ++o0) {
+      int64_t i0 = sg_pad_src_index(mode[0], o0 - lo[0], in[0]);
+      for (int64_t o1 = 0; o1 < out[1]; ++o1) {
+        int64_t i1 = sg_pad_src_index(mode[1], o1 - lo[1], in[1]);
+        R *dr = dp + (o0 * out[1] + o1) * out[2];
+        const R *sr = sp + (i0 * in[1] + i1) * in[2];
+        for (int64_t o2 = 0; o2 < out[2]; ++o2) {
+          int64_t i2 = sg_pad_src_index(mode[2], o2 - lo[2], in[2]);
+          dr[o2] = (i0 < 0 || i1 < 0 || i2 < 0) ? 0 : sr[i2];
+        }
+      }
+    }
+  }
+}
+
+void FN(sg_pad_bwd)(const int64_t *in, const int64_t *out, const int64_t *lo,
+                    const int *mode, int64_t planes, const R *dpad, R *dsrc) {
+  const int64_t sin = in[0] * in[1] * in[2], sout = out[0] * out[1] * out[2];
+#pragma omp parallel for schedule(static) if (planes * sout > SG_OMP_MIN)
+  for (int64_t p = 0; p < planes; ++p) {
+    R *sp = dsrc + p * sin;
+    const R *dp = dpad + p * sout;
+    for (int64_t i = 0; i < sin; ++i) sp[i] = 0;
+    for (int64_t o0 = 0; o0 < out[0]; ++o0) {
+      int64_t i0 = sg_pad_src_index(mode[0], o0 - lo[0], in[0]);
+      if (i0 < 0) continue;
+      for (int64_t o1 = 0; o1 < out[1]; ++o1) {
+        int64_t i1 = sg_pad_src_index(mode[1], o1 - lo[1], in[1]);
+        if (i1 < 0) continue;
+        const R *dr = dp + (o0 * out[1] + o1) * out[2];
+        R *sr = sp + (i0 * in[1] + i1) * in[2];
+        for (int64_t o2 = 0; o2 < out[2]; ++o2) {
+          int64_t i2 = sg_pad_src_index(mode[2], o2 - lo[2], in[2]);
+          if (i2 >= 0) sr[i2] += dr[o2];
+        }
+      }
+    }
+  }
+}
+
+/* ---- pointwise ---------------------------------------------------------- */
+
+void FN(sg_act_fwd)(int act, int64_t n, const R *x, R *y) {
+#pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
+  for (int64_t i = 0; i < n; ++i) y[i] = SG_ACT(act, x[i]);
+}
+
+void FN(sg_act_bwd)(int act, int64_t n, const R *x, const R *dy, R *dx) {
+#pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * SG_ACT_GRAD(act, x[i]);
+}
+
+void FN(sg_binary_fwd)(int op, int64_t n, const R *a, const R *b, R *y) {
+  if (op == SG_BINARY_ADD) {
+#pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
+    for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+  } else if (op == SG_BINARY_SUB) {
+#pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
+    for (int64_t i = 0; i < n; ++i) y[i] = a[i] - b[i];
+  } else {
+#pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
+    for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+  }
+}
+
+void FN(sg_binary_bwd)(int op, int64_t n, const R *a, const R *b,
+                       const R *dy, R *da, R *db) {
+#pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
+  for (int64_t i = 0; i < n; ++i) {
+    R g = dy[i];
+    R ga = op == SG_BINARY_MUL ? g * b[i] : g;
+    R gb = op == SG_BINARY_MUL ? g * a[i] : (op == SG_BINARY_SUB ? -g : g);
+    if (da) da[i] = ga;
+    if (db) db[i] = gb;
+  }
+}
+
+void FN(sg_scale)(int64_t n, double alpha, const R *x, R *y) {
+  const R al = (R)alpha;
+#pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
+  for (int64_t i = 0; i < n; ++i) y[i] = al * x[i];
+}
+
+void FN(sg_bias_fwd)(int64_t nb, int64_t c, int64_t s, const R *x,
+                     const R *b, R *y) {
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+  for (int64_t p = 0; p < nb * c; ++p) {
+    R bv = b[p % c];
+    for (int64_t j = 0; j < s; ++j) y[p * s + j] = x[p * s + j] + bv;
+  }
+}
+
+void FN(sg_bias_bwd)(int64_t nb, int64_t c, int64_t s, const R *dy, R *db) {
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+  for (int64_t k = 0; k < c; ++k) {
+    double acc = 0;
+    for (int64_t n = 0; n < nb; ++n) {
+      const R *p = dy + (n * c + k) * s;
+      R part = 0;
+      for (int64_t j = 0; j < s; ++j) part += p[j];
+      acc += part;
+    }
+    db[k] += (R)acc;
+  }
+}
+
+/* ---- normalisation ------------------------------------------------------ */
+
+static int FN(norm_planar)(const sg_norm_desc *d) {
+  return d->kind != SG_NORM_LAYER;
+}
+
+void FN(sg_norm_stats)(const sg_norm_desc *d, const R *x, sg_moments *st,
+                       void *scratch) {
+  const int64_t nb = d->batch, c = d->channels, s = d->spatial;
+  if (FN(norm_planar)(d)) {
+    int64_t nstat = 0;
+    sg_norm_nstat(d, &nstat);
+    for (int64_t i = 0; i < nstat; ++i) st[i].count = st[i].mean = st[i].m2 = 0;
+    sg_moments *pl = scratch;
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+    for (int64_t p = 0; p < nb * c; ++p) {
+      const R *xp = x + p * s;
+      double sum = 0;
+      for (int64_t j = 0; j < s; ++j) sum += xp[j];
+      double mean = s > 0 ? sum / (double)s : 0, m2 = 0;
+      for (int64_t j = 0; j < s; ++j) {
+        double dv = xp[j] - mean;
+        m2 += dv * dv;
+      }
+      pl[p].count = (double)s;
+      pl[p].mean = mean;
+      pl[p].m2 = m2;
+    }
+    for (int64_t n = 0; n < nb; ++n)
+      for (int64_t k = 0; k < c; ++k)
+        sg_moments_merge(&st[sg_norm_group(d, n, k, 0)], &pl[n * c + k], 1);
+    return;
+  }
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+  for (int64_t n = 0; n < nb; ++n) {
+    sg_moments *sn = st + n * s;
+    for (int64_t j = 0; j < s; ++j) sn[j].mean = sn[j].m2 = 0;
+    for (int64_t k = 0; k < c; ++k) {
+      const R *xp = x + (n * c + k) * s;
+      for (int64_t j = 0; j < s; ++j) sn[j].mean += xp[j];
+    }
+    for (int64_t j = 0; j < s; ++j) sn[j].mean /= (double)c;
+    for (int64_t k = 0; k < c; ++k) {
+      const R *xp = x + (n * c + k) * s;
+      for (int64_t j = 0; j < s; ++j) {
+        double dv = xp[j] - sn[j].mean;
+        sn[j].m2 += dv * dv;
+      }
+    }
+    for (int64_t j = 0; j < s; ++j) sn[j].count = (double)c;
+  }
+}
+
+static inline double FN(rstd)(const sg_moments *m, double eps) {
+  double var = m->count > 0 ? m->m2 / m->count : 0;
+  return 1.0 / sqrt(var + eps);
+}
+
+void FN(sg_norm_fwd)(const sg_norm_desc *d, const R *x, const sg_moments *st,
+                     const R *gamma, const R *beta, R *y) {
+  const int64_t nb = d->batch, c = d->channels, s = d->spatial;
+  if (FN(norm_planar)(d)) {
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+    for (int64_t p = 0; p < nb * c; ++p) {
+      int64_t n = p / c, k = p % c;
+      const sg_moments *m = &st[sg_norm_group(d, n, k, 0)];
+      double rs = FN(rstd)(m, d->eps);
+      double a = rs * (gamma ? gamma[k] : 1);
+      double b = (beta ? beta[k] : 0) - m->mean * a;
+      R ar = (R)a, br = (R)b;
+      const R *xp = x + p * s;
+      R *yp = y + p * s;
+      for (int64_t j = 0; j < s; ++j) yp[j] = xp[j] * ar + br;
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+  for (int64_t p = 0; p < nb * c; ++p) {
+    int64_t n = p / c, k = p % c;
+    const sg_moments *sn = st + n * s;
+    R gk = gamma ? gamma[k] : 1, bk = beta ? beta[k] : 0;
+    const R *xp = x + p * s;
+    R *yp = y + p * s;
+    for (int64_t j = 0; j < s; ++j) {
+      double xh = (xp[j] - sn[j].mean) * FN(rstd)(&sn[j], d->eps);
+      yp[j] = (R)(xh * gk + bk);
+    }
+  }
+}
+
+void FN(sg_norm_sums)(const sg_norm_desc *d, const R *x, const sg_moments *st,
+                      const R *gamma, const R *dy, double *sums,
+                      void *scratch) {
+  const int64_t nb = d->batch, c = d->channels, s = d->spatial;
+  int64_t nstat = 0;
+  sg_norm_nstat(d, &nstat);
+  if (FN(norm_planar)(d)) {
+    double *pl = scratch;
+    for (int64_t i = 0; i < 2 * nstat; ++i) sums[i] = 0;
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+    for (int64_t p = 0; p < nb * c; ++p) {
+      int64_t n = p / c, k = p % c;
+      const sg_moments *m = &st[sg_norm_group(d, n, k, 0)];
+      double rs = FN(rstd)(m, d->eps), gk = gamma ? gamma[k] : 1;
+      const R *xp = x + p * s, *gp = dy + p * s;
+      double s1 = 0, s2 = 0;
+      for (int64_t j = 0; j < s; ++j) {
+        double g = gp[j] * gk;
+        s1 += g;
+        s2 += g * (xp[j] - m->mean) * rs;
+      }
+      pl[2 * p] = s1;
+      pl[2 * p + 1] = s2;
+    }
+    for (int64_t n = 0; n < nb; ++n)
+      for (int64_t k = 0; k < c; ++k) {
+        int64_t gi = sg_norm_group(d, n, k, 0);
+        sums[2 * gi] += pl[2 * (n * c + k)];
+        sums[2 * gi + 1] += pl[2 * (n * c + k) + 1];
+      }
+    return;
+  }
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+  for (int64_t n = 0; n < nb; ++n) {
+    double *sn = sums + 2 * n * s;
+    const sg_moments *mn = st + n * s;
+    for (int64_t j = 0; j < 2 * s; ++j) sn[j] = 0;
+    for (int64_t k = 0; k < c; ++k) {
+      const R *xp = x + (n * c + k) * s, *gp = dy + (n * c + k) * s;
+      double gk = gamma ? gamma[k] : 1;
+      for (int64_t j = 0; j < s; ++j) {
+        double g = gp[j] * gk;
+        sn[2 * j] += g;
+        sn[2 * j + 1] += g * (xp[j] - mn[j].mean) * FN(rstd)(&mn[j], d->eps);
+      }
+    }
+  }
+}
+
+void FN(sg_norm_bwd)(const sg_norm_desc *d, const R *x, const sg_moments *st,
+                     const R *gamma, const R *dy, const double *sums, R *dx,
+                     R *dgamma, R *dbeta) {
+  const int64_t nb = d->batch, c = d->channels, s = d->spatial;
+  if (dx) {
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+    for (int64_t p = 0; p < nb * c; ++p) {
+      int64_t n = p / c, k = p % c;
+      double gk = gamma ? gamma[k] : 1;
+      const R *xp = x + p * s, *gp = dy + p * s;
+      R *dp = dx + p * s;
+      for (int64_t j = 0; j < s; ++j) {
+        int64_t gi = sg_norm_group(d, n, k, j);
+        const sg_moments *m = &st[gi];
+        double rs = FN(rstd)(m, d->eps);
+        double xh = (xp[j] - m->mean) * rs;
+        double cnt = m->count > 0 ? m->count : 1;
+        dp[j] = (R)(rs * (gp[j] * gk - sums[2 * gi] / cnt -
+                          xh * sums[2 * gi + 1] / cnt));
+      }
+    }
+  }
+  if (dgamma || dbeta) {
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+    for (int64_t k = 0; k < c; ++k) {
+      double sg = 0, sb = 0;
+      for (int64_t n = 0; n < nb; ++n) {
+        const R *xp = x + (n * c + k) * s, *gp = dy + (n * c + k) * s;
+        for (int64_t j = 0; j < s; ++j) {
+          const sg_moments *m = &st[sg_norm_group(d, n, k, j)];
+          sg += gp[j] * (xp[j] - m->mean) * FN(rstd)(m, d->eps);
+          sb += gp[j];
+        }
+      }
+      if (dgamma) dgamma[k] += (R)sg;
+      if (dbeta) dbeta[k] += (R)sb;
+    }
+  }
+}
+
+/* ---- losses ------------------------------------------------------------- */
+
+/* Deterministic sum over [0, n) of f(i), blocked by SG_SUM_BLOCK. */
+void FN(sg_loss_partial)(int kind, int64_t batch, int64_t n, const R *p,
+                         const R *t, double *partial, void *scratch) {
+  const int64_t per = batch > 0 ? n / batch : 0;
+  const int64_t rows = kind == SG_LOSS_REL_L2 ? batch : 1;
+  const int64_t len = kind == SG_LOSS_REL_L2 ? per : n;
+  const int64_t nblk = (len + SG_SUM_BLOCK - 1) / SG_SUM_BLOCK;
+  double *blk = scratch;
+#pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
+  for (int64_t ib = 0; ib < rows * nblk; ++ib) {
+    int64_t r = ib / nblk, b0 = (ib % nblk) * SG_SUM_BLOCK;
+    int64_t b1 = b0 + SG_SUM_BLOCK < len ? b0 + SG_SUM_BLOCK : len;
+    const R *pp = p + r * len, *tp = t ? t + r * len : NULL;
+    double s0 = 0, s1 = 0;
+    for (int64_t i = b0; i < b1; ++i) {
+      if (kind == SG_LOSS_SUM || kind == SG_LOSS_MEAN) {
+        s0 += pp[i];
+      } else {
+        double dv = (double)pp[i] - (double)tp[i];
+        s0 += dv * dv;
+        s1 += (double)tp[i] * (double)tp[i];
+      }
+    }
+    blk[2 * ib] = s0;
+    blk[2 * ib + 1] = s1;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    double s0 = 0, s1 = 0;
+    for (int64_t b = 0; b < nblk; ++b) {
+      s0 += blk[2 * (r * nblk + b)];
+      s1 += blk[2 * (r * nblk + b) + 1];
+    }
+    if (kind == SG_LOSS_REL_L2) {
+      partial[2 * r] = s0;
+      partial[2 * r + 1] = s1;
+    } else {
+      partial[0] = s0;
+      if (kind != SG_LOSS_SUM) partial[1] = (double)n;
+    }
+  }
+}
+
+void FN(sg_loss_bwd)(int kind, int64_t batch, int64_t n, const R *p,
+                     const R *t, const double *partial, double g, R *dp,
+                     R *dt) {
+  const int64_t per = batch > 0 ? n / batch : 0;
+#pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
+  for (int64_t i = 0; i < n; ++i) {
+    double gp = 0, gt = 0;
+    switch (kind) {
+    case SG_LOSS_SUM: gp = g; break;
+    case SG_LOSS_MEAN: gp = g / partial[1]; break;
+    case SG_LOSS_MSE:
+      gp = 2.0 * g * ((double)p[i] - (double)t[i]) / partial[1];
+      gt = -gp;
+      break;
+    default: {
+      int64_t r = i / per;
+      double a = partial[2 * r], b = partial[2 * r + 1];
+      double sa = sqrt(a), sb = sqrt(b);
+      double diff = (double)p[i] - (double)t[i];
+      double scale = g / (double)batch;
+      gp = sa > 0 ? scale * diff / (sa * sb) : 0;
+      gt = -gp - scale * sa * (double)t[i] / (b * sb);
+      break;
+    }
+    }
+    if (dp) dp[i] = (R)gp;
+    if (dt) dt[i] = (R)gt;
+  }
+}
+
+#undef FN
+#undef SG_CAT_
+#undef SG_CAT2_
+#undef SG_OMP_MIN

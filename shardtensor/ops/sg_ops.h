@@ -1,0 +1,316 @@
+/* shardgrid — local op kernels (host, f32 and f64).
+ *
+ * These are the LOCAL halves of the sharded ops: each works on one block of
+ * memory with raw pointers and shapes. Layout is always "NC + spatial",
+ * row-major and contiguous: (N, C, S0[, S1[, S2]]) with 1 to 3 spatial dims,
+ * the last fastest.
+ *
+ * Window ops (convolution, pooling, bilinear up-sampling) compute a VALID
+ * window over an input block that already carries the margins it needs:
+ * padding and halos are added by the caller (the halo layer on a sharded
+ * tensor, sg_pad_forward for one process), never by the kernel. So for a
+ * window (kernel k, stride s, dilation d) an input block of extent n gives
+ * out = (n - d(k-1) - 1) / s + 1 outputs along that dim.
+ *
+ * Forward/backward pairs follow one rule (llm.c): PARAMETER gradients
+ * (weights, biases, norm scale/shift) ACCUMULATE (+=) into the caller's
+ * buffer; ACTIVATION gradients (dx of the block, including its margins)
+ * are OVERWRITTEN. A NULL gradient pointer means "not needed" and is skipped.
+ *
+ * Every function takes the element type (SG_DTYPE_F32 or SG_DTYPE_F64); all
+ * data pointers then point to that type, except the normalisation
+ * statistics and loss partial sums, which are always double. Functions that
+ * need scratch memory take a workspace of at least *_workspace_bytes() (the
+ * size depends on omp_get_max_threads()); NULL makes them allocate it once
+ * per call through sg_malloc.
+ *
+ * Threading: OpenMP over batch and tiles; inside a parallel region BLAS is
+ * called single-threaded (OpenBLAS's thread count is set to 1 for the
+ * duration of the call and restored), so OMP_NUM_THREADS decides the
+ * parallelism and there is no double threading.
+ *
+ * Determinism: for a fixed OMP_NUM_THREADS every kernel gives the same bits
+ * run after run. Reductions (statistics, loss sums) use a fixed blocking that
+ * does not depend on the thread count.
+ *
+ * None of these functions is collective, except sg_norm_stats_allreduce and
+ * sg_sum_allreduce (collective over the communicator given).
+ */
+#ifndef SG_OPS_H
+#define SG_OPS_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "sg_decomp.h"
+#include "sg_dtype.h"
+#include "sg_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SG_OPS_MAX_SPATIAL 3
+
+/* ---- padding (boundary) modes ------------------------------------------- */
+
+/* The boundary kinds of the decomposition (sg_boundary, grid/sg_decomp.h),
+ * so the one-process padding and the halo layer's edge fills agree. */
+typedef sg_boundary sg_pad_mode;
+#define SG_PAD_ZERO SG_BOUNDARY_ZERO         /* zeros outside */
+#define SG_PAD_PERIODIC SG_BOUNDARY_PERIODIC /* circular: x[-1] = x[n-1]
+                                                (pad may exceed n) */
+#define SG_PAD_REFLECT SG_BOUNDARY_REFLECT   /* mirror without the edge:
+                                                x[-1] = x[1] (pad < n) */
+#define SG_PAD_REPLICATE SG_BOUNDARY_REPLICATE /* edge repeated: x[-1] = x[0] */
+
+/* "zero", "periodic", "reflect", "replicate". */
+const char *sg_pad_mode_name(sg_pad_mode mode);
+
+/* Pad `planes` independent planes of spatial shape in[0..nsp) by
+ * pad[i][0] (low) and pad[i][1] (high) per dim, per dim mode.
+ * dst has shape in[i] + pad[i][0] + pad[i][1]. Pads must be >= 0; reflect
+ * needs pad < in, the others need in >= 1. */
+sg_status sg_pad_forward(sg_dtype dt, int nsp, int64_t planes,
+                         const int64_t *in, const int64_t (*pad)[2],
+                         const sg_pad_mode *mode, const void *src, void *dst);
+/* The adjoint: dsrc (OVERWRITTEN) = sum of every dpadded element over the
+ * source element it was copied from (zero mode: the interior crop). */
+sg_status sg_pad_backward(sg_dtype dt, int nsp, int64_t planes,
+                          const int64_t *in, const int64_t (*pad)[2],
+                          const sg_pad_mode *mode, const void *dpadded,
+                          void *dsrc);
+
+/* ---- convolution ---------------------------------------------------------
+ * y[n,k,o] = b[k] + sum_{c,j} w[k,c,j] x[n,c, o*s + j*d]   (per spatial dim)
+ * x: (N, Cin, in...) padded block; w: (Cout, Cin, kernel...); b: (Cout) or
+ * NULL; y: (N, Cout, out...). im2col on tiles + BLAS GEMM, OpenMP over
+ * (batch, tile); a 1x1 stride-1 convolution is a plain GEMM (channel-wise
+ * linear). */
+typedef struct sg_conv_desc {
+  int nsp;                               /* spatial dims: 1, 2 or 3 */
+  int64_t batch, cin, cout;
+  int64_t in[SG_OPS_MAX_SPATIAL];        /* padded input extent */
+  int64_t kernel[SG_OPS_MAX_SPATIAL];
+  int64_t stride[SG_OPS_MAX_SPATIAL];    /* >= 1 */
+  int64_t dilation[SG_OPS_MAX_SPATIAL];  /* >= 1 */
+} sg_conv_desc;
+
+/* Check a descriptor and give the output extent per spatial dim. */
+sg_status sg_conv_out_shape(const sg_conv_desc *d, int64_t *out);
+size_t sg_conv_workspace_bytes(const sg_conv_desc *d, sg_dtype dt);
+sg_status sg_conv_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                          const void *w, const void *b, void *y, void *ws);
+/* dx (padded block, OVERWRITTEN), dw (+=), db (+=); each may be NULL. */
+sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                           const void *w, const void *dy, void *dx, void *dw,
+                           void *db, void *ws);
+
+/* Channel-wise linear (a 1x1 convolution): y[n,k,s] = b[k] + sum_c
+ * w[k,c] x[n,c,s] over `spatial` positions; a BLAS GEMM per batch item. */
+sg_status sg_linear_forward(sg_dtype dt, int64_t batch, int64_t cin,
+                            int64_t cout, int64_t spatial, const void *x,
+                            const void *w, const void *b, void *y);
+sg_status sg_linear_backward(sg_dtype dt, int64_t batch, int64_t cin,
+                             int64_t cout, int64_t spatial, const void *x,
+                             const void *w, const void *dy, void *dx,
+                             void *dw, void *db);
+
+/* Transposed convolution with kernel == stride (no halo needed):
+ * y[n,k, i*s + a] = b[k] + sum_c x[n,c,i] w[c,k,a]   (per spatial dim)
+ * x: (N, Cin, in...), w: (Cin, Cout, kernel...), y: (N, Cout, in*kernel...).
+ * d->stride and d->dilation are ignored (stride = kernel). */
+sg_status sg_convt_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                           const void *w, const void *b, void *y);
+sg_status sg_convt_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                            const void *w, const void *dy, void *dx, void *dw,
+                            void *db);
+
+/* ---- pooling -------------------------------------------------------------
+ * Valid windows (kernel, stride; dilation must be 1) over `planes` = N*C
+ * planes of the padded extent in[]. Average divides by the full window size
+ * (padding counts: count_include_pad). Max backward sends the gradient to
+ * the first maximum of each window (recomputed from x). */
+typedef enum sg_pool_kind { SG_POOL_AVG = 0, SG_POOL_MAX } sg_pool_kind;
+
+/* Output extent per spatial dim (validates d for pooling). */
+sg_status sg_pool_out_shape(const sg_conv_desc *d, int64_t *out);
+sg_status sg_pool_forward(sg_pool_kind kind, const sg_conv_desc *d,
+                          sg_dtype dt, const void *x, void *y);
+/* dx (padded block) OVERWRITTEN. d->batch * d->cin planes; cout ignored. */
+sg_status sg_pool_backward(sg_pool_kind kind, const sg_conv_desc *d,
+                           sg_dtype dt, const void *x, const void *dy,
+                           void *dx);
+
+/* ---- up-sampling by integer factors --------------------------------------
+ * NEAREST: y[o] = x[o / s] (no margin; x has extent in[]).
+ * LINEAR (bi-/tri-linear, align_corners=False as PyTorch's
+ * interpolate(scale_factor=s, align_corners=False)): the source coordinate
+ * of output o is (o + 0.5)/s - 0.5 in the unpadded input; x must carry a
+ * margin of ONE cell on each side of every spatial dim (in[] includes it),
+ * and PyTorch's clamping at the border is exactly a replicate margin.
+ * The output extent is s * in (nearest) or s * (in - 2) (linear). */
+typedef enum sg_upsample_kind {
+  SG_UPSAMPLE_NEAREST = 0,
+  SG_UPSAMPLE_LINEAR
+} sg_upsample_kind;
+
+sg_status sg_upsample_forward(sg_upsample_kind kind, int nsp, int64_t planes,
+                              const int64_t *in, const int64_t *scale,
+                              sg_dtype dt, const void *x, void *y);
+/* dx (block with margins) OVERWRITTEN. */
+sg_status sg_upsample_backward(sg_upsample_kind kind, int nsp, int64_t planes,
+                               const int64_t *in, const int64_t *scale,
+                               sg_dtype dt, const void *dy, void *dx);
+
+/* ---- pointwise -----------------------------------------------------------
+ * n elements, contiguous. Out-of-place or in place (y == x allowed).
+ * Backward overwrites dx (and da/db). */
+typedef enum sg_act {
+  SG_ACT_RELU = 0,
+  SG_ACT_GELU, /* tanh approximation: 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))
+                  (PyTorch gelu(approximate="tanh")) */
+  SG_ACT_SILU, /* x * sigmoid(x) */
+  SG_ACT_TANH,
+  SG_ACT_COUNT
+} sg_act;
+
+const char *sg_act_name(sg_act act);
+sg_status sg_act_forward(sg_act act, sg_dtype dt, int64_t n, const void *x,
+                         void *y);
+/* dx = dy * act'(x). */
+sg_status sg_act_backward(sg_act act, sg_dtype dt, int64_t n, const void *x,
+                          const void *dy, void *dx);
+
+typedef enum sg_binary {
+  SG_BINARY_ADD = 0,
+  SG_BINARY_SUB,
+  SG_BINARY_MUL
+} sg_binary;
+
+/* y = a (op) b. */
+sg_status sg_binary_forward(sg_binary op, sg_dtype dt, int64_t n,
+                            const void *a, const void *b, void *y);
+/* da, db OVERWRITTEN (either may be NULL); a, b needed for MUL only. */
+sg_status sg_binary_backward(sg_binary op, sg_dtype dt, int64_t n,
+                             const void *a, const void *b, const void *dy,
+                             void *da, void *db);
+/* y = alpha * x; backward dx = alpha * dy (the same call). */
+sg_status sg_scale(sg_dtype dt, int64_t n, double alpha, const void *x,
+                   void *y);
+/* y[n,c,s] = x[n,c,s] + b[c]. */
+sg_status sg_bias_forward(sg_dtype dt, int64_t batch, int64_t channels,
+                          int64_t spatial, const void *x, const void *b,
+                          void *y);
+/* db[c] += sum_{n,s} dy (dx = dy is the caller's, usually no copy). */
+sg_status sg_bias_backward(sg_dtype dt, int64_t batch, int64_t channels,
+                           int64_t spatial, const void *dy, void *db);
+
+/* Concatenate k tensors (N, c_i, S) along channels into (N, sum c_i, S);
+ * split is the inverse (and each is the other's backward); split skips
+ * NULL parts. */
+sg_status sg_concat(sg_dtype dt, int64_t batch, int64_t spatial, int k,
+                    const int64_t *channels, const void *const *parts,
+                    void *y);
+sg_status sg_split(sg_dtype dt, int64_t batch, int64_t spatial, int k,
+                   const int64_t *channels, const void *x,
+                   void *const *parts);
+
+/* ---- normalisation -------------------------------------------------------
+ * x: (N, C, S) with S the local spatial size. Statistic groups:
+ *   BATCH     one per channel c, over (N, S)            nstat = C
+ *   INSTANCE  one per (n, c), over S                    nstat = N*C
+ *   GROUP     one per (n, g), over (C/G channels, S)    nstat = N*G
+ *   LAYER     one per (n, s), over C ("channels-first"  nstat = N*S
+ *             layer norm as in ConvNeXt)
+ * Partial statistics (count, mean, M2) of a block merge with Chan's formula
+ * (order-dependent in rounding only; sg_norm_stats_allreduce merges in rank
+ * order, so it is deterministic). With merged statistics,
+ * y = (x - mean) / sqrt(M2/count + eps) * gamma[c] + beta[c]
+ * (biased variance, as PyTorch normalisation layers); gamma/beta may be NULL
+ * (no affine). */
+typedef enum sg_norm_kind {
+  SG_NORM_BATCH = 0,
+  SG_NORM_INSTANCE,
+  SG_NORM_GROUP,
+  SG_NORM_LAYER
+} sg_norm_kind;
+
+typedef struct sg_norm_desc {
+  sg_norm_kind kind;
+  int64_t batch, channels, spatial;
+  int64_t groups; /* GROUP only; channels % groups == 0 */
+  double eps;
+} sg_norm_desc;
+
+typedef struct sg_moments {
+  double count, mean, m2;
+} sg_moments;
+
+/* Number of statistic groups of a descriptor (validates it). */
+sg_status sg_norm_nstat(const sg_norm_desc *d, int64_t *nstat);
+/* Partial statistics of this block (overwrites stats[nstat]). */
+sg_status sg_norm_stats(const sg_norm_desc *d, sg_dtype dt, const void *x,
+                        sg_moments *stats);
+/* Chan's merge: a = a (+) b, element-wise over n groups. */
+void sg_moments_merge(sg_moments *a, const sg_moments *b, int64_t n);
+/* Merge partial statistics over comm in rank order (all ranks get the same
+ * bits). Collective over comm. */
+sg_status sg_norm_stats_allreduce(sg_moments *stats, int64_t n,
+                                  MPI_Comm comm);
+sg_status sg_norm_forward(const sg_norm_desc *d, sg_dtype dt, const void *x,
+                          const sg_moments *stats, const void *gamma,
+                          const void *beta, void *y);
+/* Backward in two steps. First the partial sums of this block,
+ * sums[2*nstat] = (sum dy*gamma, sum dy*gamma*xhat) per group (overwritten);
+ * a sharded caller sums them over the shards (sg_sum_allreduce), then: */
+sg_status sg_norm_backward_sums(const sg_norm_desc *d, sg_dtype dt,
+                                const void *x, const sg_moments *stats,
+                                const void *gamma, const void *dy,
+                                double *sums);
+/* dx OVERWRITTEN; dgamma, dbeta (+=; per channel) may be NULL. */
+sg_status sg_norm_backward(const sg_norm_desc *d, sg_dtype dt, const void *x,
+                           const sg_moments *stats, const void *gamma,
+                           const void *dy, const double *sums, void *dx,
+                           void *dgamma, void *dbeta);
+
+/* Sum n doubles over comm: every rank's array gathered and summed in rank
+ * order (deterministic; same bits on every rank). Collective over comm. */
+sg_status sg_sum_allreduce(double *v, int64_t n, MPI_Comm comm);
+
+/* ---- reductions and losses -----------------------------------------------
+ * Local partial sums (double, fixed blocking) plus a finish step that a
+ * sharded caller runs after summing the partials over the shards.
+ *   SUM      partial[0] = sum x                       value = partial[0]
+ *   MEAN     partial = (sum x, count)                 value = sum/count
+ *   MSE      partial = (sum (p-t)^2, count)           value = sum/count
+ *   REL_L2   per batch item i (x: (N, rest)):
+ *            partial[2i] = sum (p-t)^2, partial[2i+1] = sum t^2
+ *            value = mean_i sqrt(partial[2i] / partial[2i+1])
+ *            (the FNO paper's relative L2 loss, LpLoss(p=2) averaged).
+ * npartial: 1, 2, 2, 2*batch. t is ignored for SUM/MEAN. */
+typedef enum sg_loss_kind {
+  SG_LOSS_SUM = 0,
+  SG_LOSS_MEAN,
+  SG_LOSS_MSE,
+  SG_LOSS_REL_L2
+} sg_loss_kind;
+
+int64_t sg_loss_npartial(sg_loss_kind kind, int64_t batch);
+/* x: (batch, n/batch) elements; t same shape (MSE, REL_L2). */
+sg_status sg_loss_partial(sg_loss_kind kind, sg_dtype dt, int64_t batch,
+                          int64_t n, const void *p, const void *t,
+                          double *partial);
+sg_status sg_loss_finish(sg_loss_kind kind, int64_t batch,
+                         const double *partial, double *value);
+/* Given the GLOBAL (summed) partials and the upstream gradient g of the
+ * value: dp (and dt for MSE/REL_L2, may be NULL) OVERWRITTEN. */
+sg_status sg_loss_backward(sg_loss_kind kind, sg_dtype dt, int64_t batch,
+                           int64_t n, const void *p, const void *t,
+                           const double *partial, double g, void *dp,
+                           void *dt_grad);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SG_OPS_H */
