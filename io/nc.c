@@ -2,6 +2,8 @@
  * inquiry. Reading and writing shards is in nc_rw.c. */
 #include "io_impl.h"
 
+#include "sg_comm.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,32 +13,7 @@
 /* ---- failure agreement ---------------------------------------------------- */
 
 sg_status sg_io_agree(MPI_Comm comm, sg_status local) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  int key = local != SG_OK ? rank : size, first = size;
-  if (MPI_Allreduce(&key, &first, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
-    return sg_error_set(SG_ERR_MPI, __FILE__, __LINE__,
-                        "MPI_Allreduce failed during failure agreement");
-  if (first == size) return SG_OK;
-  struct {
-    int status;
-    char msg[1024];
-  } m;
-  memset(&m, 0, sizeof m);
-  if (rank == first) {
-    m.status = (int)local;
-    snprintf(m.msg, sizeof m.msg, "%s", sg_last_error());
-  }
-  if (MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, comm) != MPI_SUCCESS)
-    return sg_error_set(SG_ERR_MPI, __FILE__, __LINE__,
-                        "MPI_Bcast failed during failure agreement");
-  if (rank != first) {
-    char buf[1100];
-    snprintf(buf, sizeof buf, "[rank %d] peer failed: %s", rank, m.msg);
-    sg_error_set_raw(buf);
-  }
-  return (sg_status)m.status;
+  return sg_agree(comm, local);
 }
 
 sg_status sg_io_agree_max(MPI_Comm comm, sg_status local, int *vals, int n) {
