@@ -467,6 +467,16 @@ sg_status sg_fft_plan_create_comms(MPI_Comm comm, int naxes,
   return plan_create_axes(comm, &ax, desc, plan);
 }
 
+sg_status sg_fft_plan_create(sg_mesh_t mesh, const sg_fft_desc *desc,
+                             sg_fft_plan_t *plan) {
+  sg_fft_axes ax;
+  if (!mesh) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                                 "sg_fft_plan_create: mesh is NULL");
+  sg_status st = sg_fft_axes_from_mesh(&ax, mesh);
+  if (st != SG_OK) return sg_fft_agree(sg_mesh_comm(mesh), st);
+  return plan_create_axes(sg_mesh_comm(mesh), &ax, desc, plan);
+}
+
 sg_status sg_fft_plan_destroy(sg_fft_plan_t *plan) {
   if (!plan || !*plan) return SG_OK;
   struct sg_fft_plan *p = *plan;

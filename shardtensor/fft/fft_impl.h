@@ -85,6 +85,7 @@ void sg_fft_layout_dim_box(const sg_fft_layout *l, int d, const int *axis_size,
 
 sg_status sg_fft_axes_from_comms(sg_fft_axes *ax, int naxes,
                                  const MPI_Comm *axes);
+sg_status sg_fft_axes_from_mesh(sg_fft_axes *ax, sg_mesh_t mesh);
 /* Agree on a status over comm (all return the lowest failing rank's
  * status; the others get SG_ERR_PEER with that rank's message). */
 sg_status sg_fft_agree(MPI_Comm comm, sg_status st);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "fft_impl.h"
+#include "sg_comm.h"
 #include "sg_device.h"
 #include "sg_shardtensor.h"
 
@@ -58,20 +59,20 @@ fail:
 }
 
 sg_status sg_fft_agree(MPI_Comm comm, sg_status local) {
+  return sg_agree(comm, local);
+}
+
+sg_status sg_fft_axes_from_mesh(sg_fft_axes *ax, sg_mesh_t mesh) {
   sg_status st = SG_OK;
-  int me = 0, first = INT_MAX;
-  char msg[1024];
-  SG_MPI(MPI_Comm_rank(comm, &me));
-  int mine = local != SG_OK ? me : INT_MAX;
-  SG_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-  if (first == INT_MAX) return SG_OK;
-  int code = (int)local;
-  if (me == first) snprintf(msg, sizeof msg, "%s", sg_last_error());
-  SG_MPI(MPI_Bcast(&code, 1, MPI_INT, first, comm));
-  SG_MPI(MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, comm));
-  msg[sizeof msg - 1] = '\0';
-  if (me != first) sg_error_set_raw(msg);
-  return (sg_status)code;
+  MPI_Comm comms[SG_FFT_MAX_AXES];
+  if (!mesh) SG_RAISE(SG_ERR_INVALID_ARG, "mesh is NULL");
+  int nd = sg_mesh_ndims(mesh);
+  for (int d = 0; d < nd; ++d) {
+    sg_group_t g = NULL;
+    SG_TRY(sg_mesh_group(mesh, 1u << d, &g));
+    comms[d] = sg_group_comm(g);
+  }
+  SG_TRY(sg_fft_axes_from_comms(ax, nd, comms));
 fail:
   return st;
 }
@@ -419,6 +420,18 @@ fail:
   }
   *out = t;
   return st;
+}
+
+sg_status sg_fft_transpose_create(sg_mesh_t mesh, sg_dtype dtype, int ncomp,
+                                  int64_t batch, const sg_fft_layout *from,
+                                  int axis, int to, sg_fft_transpose_t *tr) {
+  sg_fft_axes ax;
+  if (!mesh) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                                 "sg_fft_transpose_create: mesh is NULL");
+  sg_status st = sg_fft_axes_from_mesh(&ax, mesh);
+  if (st != SG_OK) return sg_agree(sg_mesh_comm(mesh), st);
+  return sg_fft_transpose_create_comms(sg_mesh_comm(mesh), ax.naxes, ax.comm,
+                                       dtype, ncomp, batch, from, axis, to, tr);
 }
 
 sg_status sg_fft_transpose_destroy(sg_fft_transpose_t *tr) {

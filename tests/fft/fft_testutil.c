@@ -8,26 +8,26 @@
 
 #include "sg_test.h"
 
-static MPI_Comm comms[8][2];
-static int ncomms = 0;
+static sg_mesh_t meshes_made[16];
+static int nmeshes = 0;
 
-static void make_axes(int p0, int p1, MPI_Comm *ax) {
-  int r;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  int c0 = r / p1, c1 = r % p1;
-  MPI_Comm_split(MPI_COMM_WORLD, c1, c0, &ax[0]);
-  MPI_Comm_split(MPI_COMM_WORLD, c0, c1, &ax[1]);
-  comms[ncomms][0] = ax[0];
-  comms[ncomms][1] = ax[1];
-  ++ncomms;
+static sg_mesh_t make_axes(int p0, int p1, MPI_Comm *ax) {
+  char spec[64];
+  sg_mesh_t m = NULL;
+  snprintf(spec, sizeof spec, "a=%d,b=%d", p0, p1);
+  SG_CHECK_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &m));
+  for (int d = 0; d < 2; ++d) {
+    sg_group_t g = NULL;
+    SG_CHECK_OK(sg_mesh_group(m, 1u << d, &g));
+    ax[d] = sg_group_comm(g);
+  }
+  meshes_made[nmeshes++] = m;
+  return m;
 }
 
 void ft_layouts_free(void) {
-  for (int i = 0; i < ncomms; ++i) {
-    MPI_Comm_free(&comms[i][0]);
-    MPI_Comm_free(&comms[i][1]);
-  }
-  ncomms = 0;
+  for (int i = 0; i < nmeshes; ++i) sg_mesh_destroy(&meshes_made[i]);
+  nmeshes = 0;
 }
 
 int ft_layouts(int D, ft_layout *out) {
@@ -40,7 +40,7 @@ int ft_layouts(int D, ft_layout *out) {
   int n = 0;
   for (int m = 0; m < nm; ++m) {
     MPI_Comm ax[2];
-    make_axes(meshes[m][0], meshes[m][1], ax);
+    sg_mesh_t mesh = make_axes(meshes[m][0], meshes[m][1], ax);
     /* split[d] in {-1, 0, 1}: 3^D assignments */
     int total = 1;
     for (int d = 0; d < D; ++d) total *= 3;
@@ -61,6 +61,7 @@ int ft_layouts(int D, ft_layout *out) {
       ft_layout *l = &out[n++];
       l->p[0] = meshes[m][0];
       l->p[1] = meshes[m][1];
+      l->mesh = mesh;
       l->ax[0] = ax[0];
       l->ax[1] = ax[1];
       memcpy(l->split, sp, sizeof sp);
@@ -187,4 +188,79 @@ double ft_maxabs(const double *x, int64_t n) {
 int64_t ft_cmp(const char *what, const double *a, const double *b, int64_t n,
                double tol) {
   return sg_test_cmp_f64(what, a, b, n, 0.0, tol);
+}
+
+void ft_ref_c2r_sep(int D, const int64_t *shape, int64_t batch,
+                    const double *y, double *x) {
+  int64_t nh = shape[D - 1] / 2 + 1, nother = 1;
+  int n[3];
+  for (int d = 0; d < D - 1; ++d) {
+    n[d] = (int)shape[d];
+    nother *= shape[d];
+  }
+  int64_t nc = nother * nh, nr = nother * shape[D - 1];
+  fftw_complex *t = fftw_malloc(sizeof(fftw_complex) * (size_t)(nc * batch));
+  memcpy(t, y, sizeof(fftw_complex) * (size_t)(nc * batch));
+  double *xr = fftw_malloc(sizeof(double) * (size_t)(nr * batch));
+  fftw_plan_with_nthreads(1);
+  for (int64_t b = 0; b < batch; ++b) {
+    fftw_plan p = fftw_plan_many_dft(D - 1, n, (int)nh, t + b * nc, NULL,
+                                     (int)nh, 1, t + b * nc, NULL, (int)nh, 1,
+                                     FFTW_BACKWARD, FFTW_ESTIMATE);
+    fftw_execute(p);
+    fftw_destroy_plan(p);
+  }
+  int nl = (int)shape[D - 1];
+  fftw_plan q = fftw_plan_many_dft_c2r(1, &nl, (int)(nother * batch), t, NULL,
+                                       1, (int)nh, xr, NULL, 1, nl,
+                                       FFTW_ESTIMATE);
+  fftw_execute(q);
+  fftw_destroy_plan(q);
+  memcpy(x, xr, sizeof(double) * (size_t)(nr * batch));
+  fftw_free(t);
+  fftw_free(xr);
+}
+
+void ft_kept_shape(int D, const int64_t *shape, const int64_t *keep,
+                   int64_t *K) {
+  for (int d = 0; d < D; ++d) {
+    int64_t full = d == D - 1 ? shape[d] / 2 + 1 : shape[d];
+    K[d] = keep[d] == 0 ? full : (d == D - 1 ? keep[d] : 2 * keep[d]);
+  }
+}
+
+static void trunc_walk(int D, const int64_t *shape, int64_t batch,
+                       const int64_t *keep, double *full, double *kept,
+                       int pad) {
+  int64_t K[3], F[3];
+  ft_kept_shape(D, shape, keep, K);
+  for (int d = 0; d < D; ++d) F[d] = d == D - 1 ? shape[d] / 2 + 1 : shape[d];
+  int64_t nk = batch, nf = batch;
+  for (int d = 0; d < D; ++d) { nk *= K[d]; nf *= F[d]; }
+  if (pad) memset(full, 0, sizeof(double) * 2 * (size_t)nf);
+  for (int64_t i = 0; i < nk; ++i) {
+    int64_t rem = i, fi = 0, mul = 1, j[3];
+    for (int d = D - 1; d >= 0; --d) { j[d] = rem % K[d]; rem /= K[d]; }
+    for (int d = D - 1; d >= 0; --d) {
+      int64_t m = keep[d], src = j[d];
+      if (d != D - 1 && m > 0 && j[d] >= m) src = shape[d] - 2 * m + j[d];
+      fi += src * mul;
+      mul *= F[d];
+    }
+    fi += rem * mul;
+    for (int c = 0; c < 2; ++c) {
+      if (pad) full[2 * fi + c] = kept[2 * i + c];
+      else kept[2 * i + c] = full[2 * fi + c];
+    }
+  }
+}
+
+void ft_truncate(int D, const int64_t *shape, int64_t batch,
+                 const int64_t *keep, const double *full, double *kept) {
+  trunc_walk(D, shape, batch, keep, (double *)(uintptr_t)full, kept, 0);
+}
+
+void ft_pad(int D, const int64_t *shape, int64_t batch, const int64_t *keep,
+            const double *kept, double *full) {
+  trunc_walk(D, shape, batch, keep, full, (double *)(uintptr_t)kept, 1);
 }

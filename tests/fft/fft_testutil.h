@@ -8,12 +8,14 @@
 
 #include "sg_dtype.h"
 #include "sg_fft.h"
+#include "sg_mesh.h"
 
 #define FT_MAX_LAYOUTS 64
 
 typedef struct ft_layout {
   int p[2];        /* axis sizes */
-  MPI_Comm ax[2];  /* axis communicators (owned by the enumeration) */
+  sg_mesh_t mesh;  /* mesh "a=p0,b=p1" (owned by the enumeration) */
+  MPI_Comm ax[2];  /* its per-dim group communicators */
   int split[3];    /* per spatial dim: axis or -1 */
   char name[96];
 } ft_layout;
@@ -50,3 +52,17 @@ int64_t ft_cmp(const char *what, const double *a, const double *b, int64_t n,
                double tol);
 
 #endif
+
+/* One-process inverse with a well-defined meaning for any (also
+ * non-Hermitian) spectrum: unnormalised c2c backward over the non-halved
+ * dims, then 1-D c2r along the last dim (as the distributed inverse). */
+void ft_ref_c2r_sep(int D, const int64_t *shape, int64_t batch,
+                    const double *y, double *x);
+/* Kept-mode selection / zero padding between a full spectrum (batch,
+ * full) and a truncated one (batch, K) for keep[] as in sg_fft.h. */
+void ft_truncate(int D, const int64_t *shape, int64_t batch,
+                 const int64_t *keep, const double *full, double *kept);
+void ft_pad(int D, const int64_t *shape, int64_t batch, const int64_t *keep,
+            const double *kept, double *full);
+void ft_kept_shape(int D, const int64_t *shape, const int64_t *keep,
+                   int64_t *K);

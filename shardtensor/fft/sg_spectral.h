@@ -1,0 +1,118 @@
+/* shardgrid — spectral layers on sharded grids: the FNO spectral
+ * convolution and spectral derivatives on a periodic box.
+ *
+ * Both run on the distributed FFT (sg_fft.h) and take the same raw
+ * description of a sharded array (sg_fft_desc: global shape, the mesh dim
+ * splitting each spatial dim, the balanced split rule), so a ShardTensor
+ * op can wrap them. Data blocks are the local blocks of sg_fft.h:
+ * row-major (batch, channels, local spatial box), real, in the desc's dtype.
+ */
+#ifndef SG_SPECTRAL_H
+#define SG_SPECTRAL_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "sg_fft.h"
+#include "sg_mesh.h"
+#include "sg_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- spectral convolution (the FNO layer) ---------------------------------
+ *
+ *   y = irfftn( pad( W . trunc( rfftn(x) ) ) )
+ *
+ * x: (nbatch, cin, spatial) real; y: (nbatch, cout, spatial) real.
+ * trunc keeps desc->keep[d] modes per dim (sg_fft.h: 2*keep positive and
+ * negative frequencies in non-halved dims, the first keep in the halved
+ * one; every keep[d] must be >= 1), and only kept modes travel in the
+ * transposes. W is complex, (cin, cout, K0, K1[, K2]) with K the kept
+ * lengths, in the kept-mode order of sg_fft_plan_freq, re/im interleaved:
+ *   yhat[b, o, k] = sum_i xhat[b, i, k] * W[i, o, k].
+ * The inverse is normalised by 1/N (desc->norm is ignored: BACKWARD).
+ *
+ * W is Replicate: every rank holds all of it and uses the modes it owns.
+ * Its gradient from sg_spectral_conv_backward is a local partial sum (the
+ * rank's modes and batch): the caller must sum it over every rank of the
+ * FFT's mesh dims (and the data-parallel dims), i.e. Partial(sum) there,
+ * like any weight used by sharded activations. */
+typedef struct sg_spectral_conv *sg_spectral_conv_t;
+
+/* desc->batch is the number of samples (nbatch). Collective over the mesh
+ * (or comm); the same desc on every rank; errors agree. */
+sg_status sg_spectral_conv_create(sg_mesh_t mesh, const sg_fft_desc *desc,
+                                  int64_t cin, int64_t cout,
+                                  sg_spectral_conv_t *conv);
+sg_status sg_spectral_conv_create_comms(MPI_Comm comm, int naxes,
+                                        const MPI_Comm *axes,
+                                        const sg_fft_desc *desc, int64_t cin,
+                                        int64_t cout,
+                                        sg_spectral_conv_t *conv);
+/* Accepts NULL, sets *conv to NULL. Not collective. */
+sg_status sg_spectral_conv_destroy(sg_spectral_conv_t *conv);
+
+/* Queries; not collective. */
+/* Scalars of W: 2 * cin * cout * prod(K). */
+int64_t sg_spectral_conv_weight_count(sg_spectral_conv_t conv);
+/* Scalars of the saved spectrum xhat: 2 * nbatch * cin * local modes. */
+int64_t sg_spectral_conv_spectrum_count(sg_spectral_conv_t conv);
+/* The FFT plans for the input (batch nbatch*cin) and output (nbatch*cout)
+ * channels; they share the real and spectral layouts. */
+sg_fft_plan_t sg_spectral_conv_plan(sg_spectral_conv_t conv, int output);
+
+/* Forward. xhat, if not NULL, receives the truncated spectrum of x
+ * (spectrum_count scalars) to hand to backward. Collective over the FFT's
+ * axes. */
+sg_status sg_spectral_conv_forward(sg_spectral_conv_t conv, const void *x,
+                                   const void *w, void *y, void *xhat);
+/* Backward. dx (NULL: not computed) is overwritten; dw (NULL: not
+ * computed) is accumulated (+=) with this rank's partial sum — reduce it
+ * over the FFT's mesh dims (and data-parallel dims) before use. xhat is the
+ * spectrum saved by forward, or NULL to recompute it from x. Collective
+ * over the FFT's axes. */
+sg_status sg_spectral_conv_backward(sg_spectral_conv_t conv, const void *x,
+                                    const void *xhat, const void *w,
+                                    const void *dy, void *dx, void *dw);
+
+/* ---- spectral derivatives on a periodic box -------------------------------
+ *
+ * The box has lengths L[d] (NULL: 2*pi for every dim); wavenumbers are
+ * kappa_d = 2*pi*k_d / L[d] with k_d = sg_fft_plan_freq. On a spectral block
+ * of a plan (in place):
+ *   SG_SPECTRAL_DERIV        multiply by i*kappa_dim (0 at the Nyquist mode
+ *                            of an even length, which has no real odd
+ *                            derivative);
+ *   SG_SPECTRAL_LAPLACIAN    multiply by -|kappa|^2;
+ *   SG_SPECTRAL_INV_LAPLACIAN multiply by -1/|kappa|^2 and set the mean
+ *                            mode to 0 (the zero-mean solution of
+ *                            lap u = f - mean f).
+ * Not collective (purely local). */
+typedef enum sg_spectral_op {
+  SG_SPECTRAL_DERIV = 0,
+  SG_SPECTRAL_LAPLACIAN,
+  SG_SPECTRAL_INV_LAPLACIAN
+} sg_spectral_op;
+
+sg_status sg_spectral_apply(sg_fft_plan_t plan, sg_spectral_op op, int dim,
+                            const double *lengths, void *yhat);
+
+/* Real-space helpers: out = op(x) for every batch entry (forward, apply,
+ * inverse; any norm). work is a spectral scratch of
+ * sg_fft_plan_local_count(plan, SG_FFT_SPACE_SPECTRAL) scalars (NULL: one
+ * is allocated for the call). With a plan that keeps fewer modes, the
+ * result is that of the low-passed field. Collective over the plan's axes. */
+sg_status sg_spectral_derivative(sg_fft_plan_t plan, int dim,
+                                 const double *lengths, const void *x,
+                                 void *out, void *work);
+sg_status sg_spectral_laplacian(sg_fft_plan_t plan, const double *lengths,
+                                const void *x, void *out, void *work);
+sg_status sg_spectral_inv_laplacian(sg_fft_plan_t plan, const double *lengths,
+                                    const void *x, void *out, void *work);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SG_SPECTRAL_H */
