@@ -1095,6 +1095,18 @@ int sg_nc_has_att(sg_nc_t f, int varid, const char *name) {
   return f && name && att_inq(f, varid, name, &t, &len) == 0;
 }
 
+sg_status sg_nc_inq_att(sg_nc_t f, int varid, const char *name,
+                        int64_t *len) {
+  sg_status st = SG_OK;
+  int t = 0;
+  if (!f || !name || !len)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_nc_inq_att: NULL argument");
+  if (att_inq(f, varid, name, &t, len))
+    SG_RAISE(SG_ERR_INVALID_ARG, "no attribute %s in %s", name, f->path);
+fail:
+  return st;
+}
+
 sg_status sg_nc_get_att_text(sg_nc_t f, int varid, const char *name,
                              char *buf, size_t cap) {
   sg_status st = SG_OK;

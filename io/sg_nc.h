@@ -209,6 +209,10 @@ sg_status sg_nc_inq_var(sg_nc_t file, const char *name, sg_nc_var_info *info);
 sg_status sg_nc_inq_dim(sg_nc_t file, const char *name, int64_t *len);
 /* 1 if the attribute exists. Not collective. */
 int sg_nc_has_att(sg_nc_t file, int varid, const char *name);
+/* Length of an attribute (characters for text). SG_ERR_INVALID_ARG if it
+ * does not exist. Not collective. */
+sg_status sg_nc_inq_att(sg_nc_t file, int varid, const char *name,
+                        int64_t *len);
 /* Read a text attribute into buf (NUL-terminated, truncated to cap).
  * Not collective. */
 sg_status sg_nc_get_att_text(sg_nc_t file, int varid, const char *name,
