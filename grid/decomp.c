@@ -148,7 +148,7 @@ sg_status sg_halo_check(int dim, int p, const int64_t *sizes, sg_boundary b,
         if (h > sizes[nb])
           SG_RAISE(SG_ERR_HALO,
                    "dim %d: shard of part %d has %lld cells but must supply a "
-                   "halo of width %lld to part %d (%s side): a neighbour "
+                   "halo of width %lld to part %d (its %s halo): a neighbour "
                    "would need data from two ranks away; use fewer ranks "
                    "along this dim or a larger grid",
                    dim, nb, (long long)sizes[nb], (long long)h, r, sname);

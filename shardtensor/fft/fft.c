@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "fft_impl.h"
+#include "sg_config.h"
 #include "sg_shardtensor.h"
 
 #define SG_FFT_MAX_STAGES 16
@@ -46,6 +47,9 @@ struct sg_fft_plan {
   sg_fft_stage st[SG_FFT_MAX_STAGES];
   void *A, *B, *S, *R;
   size_t bytes_ab;
+  int cuda;                /* CUDA plan: x, y are device pointers */
+  void *Ad, *Bd;           /* device scratch */
+  sg_fft_cuda_stage *cst[SG_FFT_MAX_STAGES];
   double fwd_scale, inv_scale;
   double t_fft, t_xpose;
   int ntrans;
@@ -235,10 +239,14 @@ static sg_status validate(const sg_fft_desc *d, const sg_fft_axes *ax) {
   if (d->dtype != SG_DTYPE_F32 && d->dtype != SG_DTYPE_F64)
     SG_RAISE(SG_ERR_INVALID_ARG, "FFT dtype must be f32 or f64, got %s",
              sg_dtype_name(d->dtype));
-  if (d->device.kind != SG_DEVICE_HOST)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "distributed FFT on device %s is not supported by this plan "
-             "(host only; see sg_fft_cuda)", sg_device_kind_name(d->device.kind));
+  if (d->device.kind == SG_DEVICE_CUDA) {
+#if !SG_HAVE_CUDA
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "distributed FFT on CUDA: shardgrid was "
+             "built without CUDA (configure with -DSG_ENABLE_CUDA=ON)");
+#endif
+  } else if (d->device.kind != SG_DEVICE_HOST) {
+    SG_RAISE(SG_ERR_INVALID_ARG, "unknown device kind %d", (int)d->device.kind);
+  }
   if (d->ndim != 2 && d->ndim != 3)
     SG_RAISE(SG_ERR_INVALID_ARG, "FFT ndim must be 2 or 3, got %d", d->ndim);
   if (d->batch < 1)
@@ -399,9 +407,23 @@ static sg_status plan_stages(sg_fft_plan_t p) {
   SG_TRY(sg_malloc(sg_device_host(), p->bytes_ab, &p->B));
   SG_TRY(sg_malloc(sg_device_host(), maxs, &p->S));
   SG_TRY(sg_malloc(sg_device_host(), maxr, &p->R));
-  for (int i = 0; i < p->nstages; ++i)
-    if (p->st[i].kind == STAGE_FFT && !p->st[i].empty)
-      SG_TRY(stage_make_fftw(p, &p->st[i], p->A, p->B));
+  if (p->cuda) {
+#if SG_HAVE_CUDA
+    SG_TRY(sg_malloc(p->desc.device, p->bytes_ab, &p->Ad));
+    SG_TRY(sg_malloc(p->desc.device, p->bytes_ab, &p->Bd));
+    for (int i = 0; i < p->nstages; ++i) {
+      sg_fft_stage *s = &p->st[i];
+      if (s->kind != STAGE_FFT || s->empty) continue;
+      SG_TRY(sg_fft_cuda_stage_create(p->desc.dtype == SG_DTYPE_F64, s->r2c,
+                                      nd, s->in_shape, s->out_shape, s->nt,
+                                      s->tdims, &p->cst[i]));
+    }
+#endif
+  } else {
+    for (int i = 0; i < p->nstages; ++i)
+      if (p->st[i].kind == STAGE_FFT && !p->st[i].empty)
+        SG_TRY(stage_make_fftw(p, &p->st[i], p->A, p->B));
+  }
 fail:
   return st;
 }
@@ -421,6 +443,8 @@ static sg_status plan_create_axes(MPI_Comm comm, const sg_fft_axes *axes,
   if (!p) SG_RAISE(SG_ERR_ALLOC, "out of memory for an FFT plan");
   p->desc = *desc;
   p->axes = *axes;
+  p->cuda = desc->device.kind == SG_DEVICE_CUDA;
+  if (p->cuda) SG_TRY(sg_device_check(desc->device));
   p->D = desc->ndim;
   p->real_size = sg_dtype_size(desc->dtype);
   p->real_layout.ndim = p->D;
@@ -480,7 +504,17 @@ sg_status sg_fft_plan_create(sg_mesh_t mesh, const sg_fft_desc *desc,
 sg_status sg_fft_plan_destroy(sg_fft_plan_t *plan) {
   if (!plan || !*plan) return SG_OK;
   struct sg_fft_plan *p = *plan;
-  for (int i = 0; i < p->nstages; ++i) stage_free(p, &p->st[i]);
+  for (int i = 0; i < p->nstages; ++i) {
+    if (!p->cuda) stage_free(p, &p->st[i]);
+    else if (p->st[i].kind == STAGE_REDIST) sg_fft_redist_free(&p->st[i].rd);
+#if SG_HAVE_CUDA
+    sg_fft_cuda_stage_destroy(&p->cst[i]);
+#endif
+  }
+  if (p->cuda) {
+    sg_free(p->desc.device, &p->Ad);
+    sg_free(p->desc.device, &p->Bd);
+  }
   sg_free(sg_device_host(), &p->A);
   sg_free(sg_device_host(), &p->B);
   sg_free(sg_device_host(), &p->S);
@@ -683,9 +717,135 @@ fail:
   return st;
 }
 
+#if SG_HAVE_CUDA
+/* CUDA: local stages with cuFFT on the device; transposes staged through
+ * the host scratch (device -> host, host transpose, host -> device). */
+static void *other_d(sg_fft_plan_t p, const void *cur) {
+  return cur == p->Ad ? p->Bd : p->Ad;
+}
+
+static sg_status run_forward_cuda(sg_fft_plan_t p, const void *x, void *y) {
+  sg_status st = SG_OK;
+  const sg_device h = sg_device_host(), dv = p->desc.device;
+  const int nd = p->D + 1;
+  const void *cur = x;
+  for (int i = 0; i < p->nstages; ++i) {
+    const sg_fft_stage *s = &p->st[i];
+    void *out = i == p->nstages - 1 ? y : other_d(p, cur);
+    double t0 = MPI_Wtime();
+    if (s->kind == STAGE_FFT) {
+      if (!s->empty)
+        SG_TRY(sg_fft_cuda_stage_exec(p->cst[i], 1, (void *)(uintptr_t)cur, out));
+      p->t_fft += MPI_Wtime() - t0;
+    } else {
+      size_t sb = (size_t)prod64(s->rd.src_phys, nd) * s->rd.esize;
+      size_t db = (size_t)prod64(s->rd.dst_shape, nd) * s->rd.esize;
+      SG_TRY(sg_memcpy(h, p->A, dv, cur, sb));
+      SG_TRY(sg_fft_redist_forward(&s->rd, p->A, p->B, p->S, p->R));
+      SG_TRY(sg_memcpy(dv, out, h, p->B, db));
+      p->t_xpose += MPI_Wtime() - t0;
+    }
+    cur = out;
+  }
+fail:
+  return st;
+}
+
+static sg_status run_backward_cuda(sg_fft_plan_t p, const void *y, void *x) {
+  sg_status st = SG_OK;
+  const sg_device h = sg_device_host(), dv = p->desc.device;
+  const int nd = p->D + 1;
+  const void *cur = y;
+  for (int i = p->nstages - 1; i >= 0; --i) {
+    const sg_fft_stage *s = &p->st[i];
+    void *out = i == 0 ? x : other_d(p, cur);
+    double t0 = MPI_Wtime();
+    if (s->kind == STAGE_FFT) {
+      if (!s->empty) {
+        void *in = (void *)(uintptr_t)cur;
+        if (cur != p->Ad && cur != p->Bd) { /* the backward destroys its input */
+          void *tmp = out == p->Ad ? p->Bd : p->Ad;
+          SG_TRY(sg_memcpy(dv, tmp, dv, cur,
+                           (size_t)prod64(s->out_shape, nd) * 2 * p->real_size));
+          in = tmp;
+        }
+        SG_TRY(sg_fft_cuda_stage_exec(p->cst[i], 0, in, out));
+      }
+      p->t_fft += MPI_Wtime() - t0;
+    } else {
+      size_t sb = (size_t)prod64(s->rd.src_phys, nd) * s->rd.esize;
+      size_t db = (size_t)prod64(s->rd.dst_shape, nd) * s->rd.esize;
+      SG_TRY(sg_memcpy(h, p->B, dv, cur, db));
+      SG_TRY(sg_fft_redist_reverse(&s->rd, p->B, p->A, p->S, p->R));
+      SG_TRY(sg_memcpy(dv, out, h, p->A, sb));
+      p->t_xpose += MPI_Wtime() - t0;
+    }
+    cur = out;
+  }
+fail:
+  return st;
+}
+
+/* Element-wise passes on device data go through the host scratch. */
+static sg_status cuda_scale(sg_fft_plan_t p, void *buf, int64_t n, double f) {
+  sg_status st = SG_OK;
+  if (f == 1.0) return SG_OK;
+  SG_TRY(sg_memcpy(sg_device_host(), p->A, p->desc.device, buf, (size_t)n * p->real_size));
+  scale_buf(p->A, n, f, p->desc.dtype);
+  SG_TRY(sg_memcpy(p->desc.device, buf, sg_device_host(), p->A, (size_t)n * p->real_size));
+fail:
+  return st;
+}
+
+static sg_status cuda_weight(sg_fft_plan_t p, void *buf, double w, double f) {
+  sg_status st = SG_OK;
+  size_t b = (size_t)sg_fft_plan_local_count(p, SG_FFT_SPACE_SPECTRAL) * p->real_size;
+  SG_TRY(sg_memcpy(sg_device_host(), p->A, p->desc.device, buf, b));
+  weight_halved(p, p->A, w, f);
+  SG_TRY(sg_memcpy(p->desc.device, buf, sg_device_host(), p->A, b));
+fail:
+  return st;
+}
+
+static sg_status cuda_dispatch(sg_fft_plan_t p, int which, const void *in,
+                               void *out) {
+  sg_status st = SG_OK;
+  switch (which) {
+  case 0:
+    SG_TRY(run_forward_cuda(p, in, out));
+    SG_TRY(cuda_scale(p, out, sg_fft_plan_local_count(p, SG_FFT_SPACE_SPECTRAL), p->fwd_scale));
+    break;
+  case 1:
+    SG_TRY(run_backward_cuda(p, in, out));
+    SG_TRY(cuda_scale(p, out, sg_fft_plan_local_count(p, SG_FFT_SPACE_REAL), p->inv_scale));
+    break;
+  case 2: {
+    size_t b = (size_t)sg_fft_plan_local_count(p, SG_FFT_SPACE_SPECTRAL) * p->real_size;
+    SG_TRY(sg_memcpy(p->desc.device, p->Ad, p->desc.device, in, b));
+    SG_TRY(cuda_weight(p, p->Ad, 0.5, p->fwd_scale));
+    SG_TRY(run_backward_cuda(p, p->Ad, out));
+    break;
+  }
+  default:
+    SG_TRY(run_forward_cuda(p, in, out));
+    SG_TRY(cuda_weight(p, out, 2.0, p->inv_scale));
+    break;
+  }
+fail:
+  return st;
+}
+#define SG_FFT_CUDA_DISPATCH(p, which, in, out)                               \
+  do {                                                                        \
+    if ((p)->cuda) return cuda_dispatch((p), (which), (in), (out));           \
+  } while (0)
+#else
+#define SG_FFT_CUDA_DISPATCH(p, which, in, out) ((void)0)
+#endif
+
 sg_status sg_fft_forward(sg_fft_plan_t p, const void *x, void *y) {
   sg_status st = SG_OK;
   if (!p) SG_RAISE(SG_ERR_INVALID_ARG, "plan is NULL");
+  SG_FFT_CUDA_DISPATCH(p, 0, x, y);
   SG_TRY(run_forward(p, x, y));
   scale_buf(y, sg_fft_plan_local_count(p, SG_FFT_SPACE_SPECTRAL), p->fwd_scale,
             p->desc.dtype);
@@ -696,6 +856,7 @@ fail:
 sg_status sg_fft_inverse(sg_fft_plan_t p, const void *y, void *x) {
   sg_status st = SG_OK;
   if (!p) SG_RAISE(SG_ERR_INVALID_ARG, "plan is NULL");
+  SG_FFT_CUDA_DISPATCH(p, 1, y, x);
   SG_TRY(run_backward(p, y, x));
   scale_buf(x, sg_fft_plan_local_count(p, SG_FFT_SPACE_REAL), p->inv_scale,
             p->desc.dtype);
@@ -706,6 +867,7 @@ fail:
 sg_status sg_fft_forward_adjoint(sg_fft_plan_t p, const void *dy, void *dx) {
   sg_status st = SG_OK;
   if (!p) SG_RAISE(SG_ERR_INVALID_ARG, "plan is NULL");
+  SG_FFT_CUDA_DISPATCH(p, 2, dy, dx);
   /* F^T = G o diag(w): w = 1/2 on the modes of the halved dim that stand for
    * a conjugate pair, 1 on the self-conjugate ones; G the unnormalised
    * inverse. */
@@ -721,6 +883,7 @@ fail:
 sg_status sg_fft_inverse_adjoint(sg_fft_plan_t p, const void *dx, void *dy) {
   sg_status st = SG_OK;
   if (!p) SG_RAISE(SG_ERR_INVALID_ARG, "plan is NULL");
+  SG_FFT_CUDA_DISPATCH(p, 3, dx, dy);
   /* G^T = diag(c) o F: c = 2 on pair modes of the halved dim, 1 on
    * self-conjugate ones. */
   SG_TRY(run_forward(p, dx, dy));

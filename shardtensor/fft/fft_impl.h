@@ -90,4 +90,16 @@ sg_status sg_fft_axes_from_mesh(sg_fft_axes *ax, sg_mesh_t mesh);
  * status; the others get SG_ERR_PEER with that rank's message). */
 sg_status sg_fft_agree(MPI_Comm comm, sg_status st);
 
+/* cuFFT local stages (cuda/fft_cuda.c, CUDA builds only). tdims are array
+ * dims (batch at 0), ascending. Exec: device pointers; the backward
+ * destroys its input. Not collective. */
+typedef struct sg_fft_cuda_stage sg_fft_cuda_stage;
+sg_status sg_fft_cuda_stage_create(int f64, int r2c, int nd,
+                                   const int64_t *in_shape,
+                                   const int64_t *out_shape, int nt,
+                                   const int *tdims, sg_fft_cuda_stage **out);
+sg_status sg_fft_cuda_stage_exec(sg_fft_cuda_stage *s, int fwd, void *in,
+                                 void *out);
+void sg_fft_cuda_stage_destroy(sg_fft_cuda_stage **s);
+
 #endif /* SG_FFT_IMPL_H */

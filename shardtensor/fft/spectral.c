@@ -122,6 +122,9 @@ static sg_status conv_create(sg_mesh_t mesh, MPI_Comm comm, int naxes,
       SG_RAISE(SG_ERR_INVALID_ARG, "spectral conv keep[%d] must be >= 1 "
                "(got %lld)", d, (long long)desc->keep[d]);
   if (desc->batch < 1) SG_RAISE(SG_ERR_INVALID_ARG, "nbatch must be >= 1");
+  if (desc->device.kind != SG_DEVICE_HOST)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "spectral conv runs on the host only "
+             "(its channel mixing has no CUDA kernel)");
   c = calloc(1, sizeof *c);
   if (!c) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   c->desc = *desc;
@@ -290,6 +293,8 @@ sg_status sg_spectral_apply(sg_fft_plan_t plan, sg_spectral_op op, int dim,
   if (!plan) SG_RAISE(SG_ERR_INVALID_ARG, "plan is NULL");
   const sg_fft_desc *desc = sg_fft_plan_desc(plan);
   const int D = desc->ndim;
+  if (desc->device.kind != SG_DEVICE_HOST)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "spectral derivatives run on host plans only");
   if (op != SG_SPECTRAL_DERIV && op != SG_SPECTRAL_LAPLACIAN &&
       op != SG_SPECTRAL_INV_LAPLACIAN)
     SG_RAISE(SG_ERR_INVALID_ARG, "unknown spectral op %d", (int)op);

@@ -1,0 +1,675 @@
+/* sg-train — train a spectral or convolutional model on a sharded NetCDF
+ * dataset under mpiexec, with domain x data parallelism.
+ *
+ *   mpiexec -n 4 sg-train --config examples/configs/ns2d_fno.cfg \
+ *                         --mesh dp=2,h=2 --steps 200
+ *
+ * Rank 0 prints one line per step (step, loss, lr, samples/s, and the time
+ * split compute / halo / collectives / io); --metrics writes JSON lines. */
+#include "sg_ckpt.h"
+#include "sg_comm.h"
+#include "sg_config.h"
+#include "sg_ddp.h"
+#include "sg_dist_loss.h"
+#include "sg_fno.h"
+#include "sg_kv.h"
+#include "sg_log.h"
+#include "sg_mesh.h"
+#include "sg_nc.h"
+#include "sg_optim.h"
+#include "sg_trace.h"
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <sys/stat.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const sg_kv_key keys[] = {
+    {"mesh", SG_KV_STRING, "", "device mesh over dp (samples), h (y), w (x); default h=<ranks>"},
+    {"model", SG_KV_STRING, "fno", "model: fno (cnn and unet need the sharded convolutions)"},
+    {"width", SG_KV_INT, "32", "FNO width (channels)"},
+    {"modes", SG_KV_INT, "12", "FNO modes kept per dim"},
+    {"layers", SG_KV_INT, "4", "FNO spectral layers"},
+    {"proj_width", SG_KV_INT, "128", "FNO projection width"},
+    {"data", SG_KV_STRING, "", "NetCDF dataset: var(sample, time, y, x) or var(time, lat, lon)"},
+    {"vars", SG_KV_STRING, "vorticity", "comma-separated variables (channels)"},
+    {"dim_map", SG_KV_STRING, "", "map non-CF dim names, e.g. TIME=time,LAT=lat"},
+    {"backend", SG_KV_STRING, "auto", "NetCDF backend for reading: auto | pnetcdf | netcdf4 | serial"},
+    {"history", SG_KV_INT, "1", "input frames"},
+    {"lead", SG_KV_INT, "1", "frames ahead of the last input that the model predicts"},
+    {"test_samples", SG_KV_INT, "4", "samples held out for testing (sample datasets)"},
+    {"test_frames", SG_KV_INT, "12", "final frames held out for testing (time-series datasets)"},
+    {"batch", SG_KV_INT, "8", "global batch (divisible by the dp size)"},
+    {"steps", SG_KV_INT, "100", "optimizer steps (ignored when epochs > 0)"},
+    {"epochs", SG_KV_INT, "0", "epochs over the training examples (0: use steps)"},
+    {"lr", SG_KV_FLOAT, "1e-3", "peak learning rate"},
+    {"min_lr", SG_KV_FLOAT, "0", "final learning rate (cosine)"},
+    {"schedule", SG_KV_STRING, "cosine", "constant | cosine | step"},
+    {"warmup", SG_KV_INT, "0", "warm-up steps"},
+    {"step_size", SG_KV_INT, "100", "steps per decay (schedule step)"},
+    {"gamma", SG_KV_FLOAT, "0.5", "decay factor (schedule step)"},
+    {"weight_decay", SG_KV_FLOAT, "1e-4", "AdamW weight decay"},
+    {"clip", SG_KV_FLOAT, "0", "clip gradients to this global norm (0: off)"},
+    {"loss", SG_KV_STRING, "rel_l2", "rel_l2 | mse (masked values are left out)"},
+    {"seed", SG_KV_INT, "0", "seed of initialisation and data order"},
+    {"deterministic", SG_KV_BOOL, "false", "fixed-order reductions: same bits on every run"},
+    {"eval_every", SG_KV_INT, "0", "evaluate on the test examples every N steps (0: at the end)"},
+    {"rollout", SG_KV_INT, "0", "autoregressive rollout frames in the final evaluation (sample datasets)"},
+    {"check_every", SG_KV_INT, "0", "check every N steps that replicas hold identical parameters"},
+    {"log_every", SG_KV_INT, "1", "print a line every N steps"},
+    {"metrics", SG_KV_STRING, "", "write JSON lines here"},
+    {"trace", SG_KV_STRING, "", "write a Chrome-trace timeline here"},
+    {"predict", SG_KV_STRING, "", "write test predictions and targets to this NetCDF file"},
+    {"ckpt_dir", SG_KV_STRING, "", "directory for checkpoints"},
+    {"ckpt_every", SG_KV_INT, "0", "checkpoint every N steps (0: only at the end when ckpt_dir is set)"},
+    {"resume", SG_KV_STRING, "", "resume from this checkpoint"},
+    {"log_level", SG_KV_STRING, "info", "error | warn | info | debug"},
+};
+#define NKEYS ((int)(sizeof keys / sizeof keys[0]))
+
+typedef struct run {
+  sg_kv_t kv;
+  sg_mesh_t mesh;
+  int rank, size;
+  int ndp, cdp;
+  sg_group_t domain, data, all;
+  sg_data_opts dopt;
+  sg_dataset ds;
+  sg_example *train, *test;
+  int64_t ntrain, ntest;
+  int64_t gbatch, lbatch;
+  char mesh_spec[128];
+  sg_fno_t model;
+  int64_t nparam;
+  float *params, *grads, *m, *v;
+  sg_tape_t tape;
+  sg_ddp_t ddp;
+  int deterministic;
+  FILE *metrics;
+  int64_t cin, cout;
+  float *xb, *yb, *mb;
+  sg_loss_kind loss_kind;
+} run_t;
+
+static sg_status grad_ready_hook(sg_var *param, void *user) {
+  run_t *r = user;
+  int64_t off = sg_fno_param_offset(r->model, param);
+  if (off < 0) return SG_OK;
+  int64_t n = 1;
+  for (int d = 0; d < param->value.ndim; ++d) n *= param->value.shape[d];
+  return sg_ddp_mark_ready(r->ddp, off, n);
+}
+
+static int64_t numel(const sg_tensor *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; ++d) n *= t->shape[d];
+  return n;
+}
+
+static uint64_t fnv1a(const void *p, size_t n) {
+  const unsigned char *b = p;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= b[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+/* Every rank holds a replica of every parameter: compare checksums. */
+static sg_status check_replicas(run_t *r, int64_t step) {
+  sg_status st = SG_OK;
+  sg_var **vars = NULL;
+  int n = sg_fno_params(r->model, &vars);
+  uint64_t *lo = malloc((size_t)n * sizeof *lo), *hi = malloc((size_t)n * sizeof *hi);
+  if (!lo || !hi) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  for (int i = 0; i < n; ++i) lo[i] = hi[i] = fnv1a(vars[i]->value.data, (size_t)numel(&vars[i]->value) * sizeof(float));
+  SG_MPI(MPI_Allreduce(MPI_IN_PLACE, lo, n, MPI_UINT64_T, MPI_MIN, sg_mesh_comm(r->mesh)));
+  SG_MPI(MPI_Allreduce(MPI_IN_PLACE, hi, n, MPI_UINT64_T, MPI_MAX, sg_mesh_comm(r->mesh)));
+  for (int i = 0; i < n; ++i)
+    if (lo[i] != hi[i])
+      SG_RAISE(SG_ERR_INTERNAL,
+               "replicas diverged at step %lld: parameter %d ('%s', %lld elements) differs across ranks",
+               (long long)step, i, vars[i]->name, (long long)numel(&vars[i]->value));
+fail:
+  free(lo);
+  free(hi);
+  return st;
+}
+
+/* Predict a batch (no tape kept): pred gets the model's output in physical
+ * units, masked; yb is turned into physical units too. */
+static sg_status predict_batch(run_t *r, const float *x, float *pred) {
+  sg_status st = SG_OK;
+  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
+  int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx};
+  sg_var xv, *y = NULL;
+  memset(&xv, 0, sizeof xv);
+  int prev = sg_tape_set_grad_enabled(r->tape, 0);
+  SG_TRY(sg_var_init(&xv, "x", SG_DTYPE_F32, 4, xs, (void *)x, 0));
+  SG_TRY(sg_fno_forward(r->model, r->tape, &xv, &y));
+  memcpy(pred, y->value.data, (size_t)(r->lbatch * V * plane) * sizeof *pred);
+fail:
+  sg_tape_clear(r->tape);
+  sg_tape_set_grad_enabled(r->tape, prev);
+  sg_var_release(&xv);
+  return st;
+}
+
+/* normalised -> physical units, masked */
+static void to_physical(run_t *r, float *a, const float *mask) {
+  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
+  for (int64_t j = 0; j < r->lbatch; ++j)
+    for (int64_t v = 0; v < V; ++v) {
+      float *p = a + (j * V + v) * plane;
+      const float *mk = mask + (j * V + v) * plane;
+      for (int64_t i = 0; i < plane; ++i) p[i] = (float)(p[i] * r->ds.std[v] + r->ds.mean[v]) * mk[i];
+    }
+}
+
+/* Mean relative L2 over the test examples (one step ahead), in physical
+ * units, every data rank taking its share; with `out` the predictions and
+ * targets are written to a NetCDF file (example, channel, y, x). */
+static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
+  sg_status st = SG_OK;
+  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
+  double sum = 0.0, cnt = 0.0;
+  double *rel = malloc((size_t)r->lbatch * sizeof *rel);
+  sg_example *ex = malloc((size_t)r->lbatch * sizeof *ex);
+  float *pred = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *pred);
+  sg_nc_t f = NULL;
+  int vp = -1, vt = -1;
+  if (!rel || !ex || !pred) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  if (out && *out) {
+    sg_nc_create_opts co = sg_nc_create_opts_default();
+    co.overwrite = 1;
+    SG_TRY(sg_nc_create(MPI_COMM_WORLD, out, &co, &f));
+    int id;
+    SG_TRY(sg_nc_def_dim(f, "example", r->ntest, &id));
+    SG_TRY(sg_nc_def_dim(f, "channel", V, &id));
+    SG_TRY(sg_nc_def_dim(f, "y", r->ds.ny_g, &id));
+    SG_TRY(sg_nc_def_dim(f, "x", r->ds.nx_g, &id));
+    const char *dims[4] = {"example", "channel", "y", "x"};
+    SG_TRY(sg_nc_def_var(f, "prediction", SG_DTYPE_F32, 4, dims, NULL, &vp));
+    SG_TRY(sg_nc_def_var(f, "target", SG_DTYPE_F32, 4, dims, NULL, &vt));
+    sg_nc_cf cp = {NULL, "model prediction", NULL, 0, 0}, ct = {NULL, "true value", NULL, 0, 0};
+    SG_TRY(sg_nc_put_cf(f, vp, &cp));
+    SG_TRY(sg_nc_put_cf(f, vt, &ct));
+    SG_TRY(sg_nc_put_att_text(f, SG_NC_GLOBAL, "variables", r->dopt.vars));
+    SG_TRY(sg_nc_put_global_cf(f, "sg-train test predictions", "sg-train --predict", NULL));
+    SG_TRY(sg_nc_enddef(f));
+  }
+  const int64_t nb = (r->ntest + r->gbatch - 1) / r->gbatch;
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t valid = 0, first = b * r->gbatch + r->cdp * r->lbatch;
+    for (int64_t j = 0; j < r->lbatch; ++j) {
+      int64_t g = first + j;
+      ex[j] = r->test[g < r->ntest ? g : r->ntest - 1]; /* pad with the last */
+      valid += g < r->ntest;
+    }
+    sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, r->yb, r->mb);
+    SG_TRY(predict_batch(r, r->xb, pred));
+    to_physical(r, pred, r->mb);
+    to_physical(r, r->yb, r->mb);
+    SG_TRY(sg_dist_rel_l2(SG_DTYPE_F32, r->lbatch, V * plane, pred, r->yb, NULL, r->domain, rel));
+    for (int64_t j = 0; j < valid; ++j) sum += rel[j];
+    cnt += (double)valid;
+    if (f) {
+      sg_nc_shard sh = {4, {r->ntest, V, r->ds.ny_g, r->ds.nx_g}, {valid ? first : 0, 0, r->ds.y0, r->ds.x0},
+                        {valid, V, r->ds.ny, r->ds.nx}, SG_DTYPE_F32};
+      SG_TRY(sg_nc_write(f, vp, &sh, pred));
+      SG_TRY(sg_nc_write(f, vt, &sh, r->yb));
+    }
+  }
+  double sc[2] = {sum, cnt};
+  if (r->data && sg_group_size(r->data) > 1)
+    SG_TRY(sg_allreduce_det(r->data, sc, sc, 2, SG_DTYPE_F64, SG_REDUCE_SUM));
+  *rel_out = sc[1] > 0 ? sc[0] / sc[1] : 0.0;
+  if (f) SG_TRY(sg_nc_close(&f));
+fail:
+  sg_nc_close(&f);
+  free(rel);
+  free(ex);
+  free(pred);
+  return st;
+}
+
+/* Autoregressive rollout on the test series (sample datasets): from the
+ * first `history` frames, predict the next frame, feed it back, `steps`
+ * times; rel[k] is the mean relative L2 of frame history + k. */
+static sg_status rollout(run_t *r, int64_t steps, double *rel_out) {
+  sg_status st = SG_OK;
+  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx, H = r->dopt.history, T = r->ds.nframes;
+  const int64_t nser = r->dopt.test_samples, s0 = r->ds.nseries - nser;
+  double *rel = malloc((size_t)r->lbatch * sizeof *rel), *acc = calloc((size_t)steps, sizeof *acc);
+  float *x = malloc((size_t)(r->lbatch * H * V * plane + 1) * sizeof *x);
+  float *pred = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *pred);
+  float *phys = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *phys);
+  float *truth = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *truth);
+  float *mask = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *mask);
+  if (!rel || !acc || !x || !pred || !phys || !truth || !mask) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  if (r->ds.climate) SG_RAISE(SG_ERR_NOT_SUPPORTED, "rollout needs a sample dataset (sample, time, y, x)");
+  if (H + steps > T) SG_RAISE(SG_ERR_CONFIG, "rollout of %lld frames after %lld history frames exceeds the %lld frames",
+                              (long long)steps, (long long)H, (long long)T);
+  const int64_t nb = (nser + r->gbatch - 1) / r->gbatch;
+  double cnt = 0.0;
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t valid = 0;
+    sg_example ex[64];
+    if (r->lbatch > 64) SG_RAISE(SG_ERR_NOT_SUPPORTED, "rollout supports a local batch of at most 64");
+    for (int64_t j = 0; j < r->lbatch; ++j) {
+      int64_t g = b * r->gbatch + r->cdp * r->lbatch + j;
+      ex[j].series = s0 + (g < nser ? g : nser - 1);
+      ex[j].t0 = 0;
+      valid += g < nser;
+    }
+    sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, x, truth, mask);
+    for (int64_t k = 0; k < steps; ++k) {
+      SG_TRY(predict_batch(r, x, pred));
+      for (int64_t j = 0; j < r->lbatch; ++j) { /* truth: frame H + k */
+        ex[j].t0 = k;
+      }
+      sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, truth, mask);
+      memcpy(phys, pred, (size_t)(r->lbatch * V * plane) * sizeof *phys);
+      to_physical(r, phys, mask);
+      to_physical(r, truth, mask);
+      SG_TRY(sg_dist_rel_l2(SG_DTYPE_F32, r->lbatch, V * plane, phys, truth, NULL, r->domain, rel));
+      for (int64_t j = 0; j < valid; ++j) acc[k] += rel[j];
+      /* shift the window and append the (normalised) prediction */
+      for (int64_t j = 0; j < r->lbatch; ++j) {
+        float *xj = x + j * H * V * plane;
+        memmove(xj, xj + V * plane, (size_t)((H - 1) * V * plane) * sizeof *xj);
+        memcpy(xj + (H - 1) * V * plane, pred + j * V * plane, (size_t)(V * plane) * sizeof *xj);
+      }
+    }
+    cnt += (double)valid;
+  }
+  if (r->data && sg_group_size(r->data) > 1) {
+    SG_TRY(sg_allreduce_det(r->data, acc, acc, steps, SG_DTYPE_F64, SG_REDUCE_SUM));
+    SG_TRY(sg_allreduce_det(r->data, &cnt, &cnt, 1, SG_DTYPE_F64, SG_REDUCE_SUM));
+  }
+  for (int64_t k = 0; k < steps; ++k) rel_out[k] = cnt > 0 ? acc[k] / cnt : 0.0;
+fail:
+  free(rel);
+  free(acc);
+  free(x);
+  free(pred);
+  free(phys);
+  free(truth);
+  free(mask);
+  return st;
+}
+
+/* Checkpoints: parameters and AdamW moments as global 1-D arrays (every
+ * rank holds a replica: rank 0 writes them, any mesh reads them), with the
+ * step, seed, data position, config and mesh as metadata. */
+static void ckpt_arrays(run_t *r, sg_ckpt_array *a, int writing) {
+  const char *names[3] = {"params", "adam_m", "adam_v"};
+  float *bufs[3] = {r->params, r->m, r->v};
+  for (int i = 0; i < 3; ++i) {
+    memset(&a[i], 0, sizeof a[i]);
+    a[i].name = names[i];
+    a[i].shard.ndims = 1;
+    a[i].shard.global_shape[0] = r->nparam;
+    a[i].shard.start[0] = 0;
+    a[i].shard.count[0] = writing && r->rank != 0 ? 0 : r->nparam;
+    a[i].shard.dtype = SG_DTYPE_F32;
+    a[i].data = bufs[i];
+  }
+}
+
+static sg_status save_checkpoint(run_t *r, int64_t step) {
+  sg_status st = SG_OK;
+  char path[4096];
+  sg_ckpt_array a[3];
+  sg_ckpt_meta meta;
+  memset(&meta, 0, sizeof meta);
+  snprintf(path, sizeof path, "%s/step_%06lld.nc", sg_kv_str(r->kv, "ckpt_dir"), (long long)step);
+  ckpt_arrays(r, a, 1);
+  meta.step = step;
+  meta.rng_seed = (uint64_t)sg_kv_int(r->kv, "seed");
+  meta.data_position = step * r->gbatch;
+  snprintf(meta.mesh, sizeof meta.mesh, "%s", r->mesh_spec);
+  meta.config = sg_kv_dump(r->kv);
+  double t0 = sg_wtime();
+  sg_trace_begin("io");
+  st = sg_ckpt_write(MPI_COMM_WORLD, path, 3, a, &meta, NULL);
+  sg_trace_end("io");
+  free(meta.config);
+  SG_TRY(st);
+  sg_log_info("checkpoint %s written (%.2f s)", path, sg_wtime() - t0);
+fail:
+  return st;
+}
+
+static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
+  sg_status st = SG_OK;
+  sg_ckpt_array a[3];
+  sg_ckpt_meta meta;
+  memset(&meta, 0, sizeof meta);
+  ckpt_arrays(r, a, 0);
+  sg_trace_begin("io");
+  st = sg_ckpt_read(MPI_COMM_WORLD, path, 3, a, &meta);
+  sg_trace_end("io");
+  SG_TRY(st);
+  if (meta.rng_seed != (uint64_t)sg_kv_int(r->kv, "seed"))
+    SG_RAISE(SG_ERR_CONFIG, "checkpoint %s was written with seed %llu, this run has seed %lld", path,
+             (unsigned long long)meta.rng_seed, (long long)sg_kv_int(r->kv, "seed"));
+  *step = meta.step;
+  sg_log_info("resumed from %s: step %lld (written on mesh %s)", path, (long long)meta.step, meta.mesh);
+fail:
+  free(meta.config);
+  return st;
+}
+
+/* mkdir -p on rank 0; every rank learns the outcome. Collective. */
+static sg_status make_dir(const char *path, int rank) {
+  sg_status st = SG_OK;
+  if (rank == 0) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; st == SG_OK; ++p) {
+      char c = *p;
+      if (c == '/' || c == '\0') {
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+          st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "cannot create directory '%s': %s", buf, strerror(errno));
+        *p = c;
+        if (c == '\0') break;
+      }
+    }
+  }
+  return sg_agree(MPI_COMM_WORLD, st);
+}
+
+static sg_status setup(run_t *r) {
+  sg_status st = SG_OK, lst = SG_OK;
+  sg_kv_t kv = r->kv;
+  char spec[128];
+  const char *m = sg_kv_str(kv, "mesh");
+  if (*m) snprintf(spec, sizeof spec, "%s", m);
+  else snprintf(spec, sizeof spec, "h=%d", r->size);
+  SG_TRY(sg_mesh_create(MPI_COMM_WORLD, spec, &r->mesh));
+  snprintf(r->mesh_spec, sizeof r->mesh_spec, "%s", spec);
+  for (int d = 0; d < sg_mesh_ndims(r->mesh); ++d) {
+    const char *nm = sg_mesh_dim_name(r->mesh, d);
+    if (strcmp(nm, "dp") && strcmp(nm, "h") && strcmp(nm, "w") && sg_mesh_dim_size(r->mesh, d) > 1)
+      lst = sg_error_set(SG_ERR_MESH, __FILE__, __LINE__,
+                         "sg-train: mesh dim '%s' (size %d) is not one of dp, h, w", nm, sg_mesh_dim_size(r->mesh, d));
+  }
+  SG_TRY(sg_agree(MPI_COMM_WORLD, lst));
+  int dp = sg_mesh_find_dim(r->mesh, "dp"), hd = sg_mesh_find_dim(r->mesh, "h"), wd = sg_mesh_find_dim(r->mesh, "w");
+  r->ndp = dp >= 0 ? sg_mesh_dim_size(r->mesh, dp) : 1;
+  r->cdp = dp >= 0 ? sg_mesh_coord(r->mesh, dp) : 0;
+  unsigned dmask = (hd >= 0 ? 1u << hd : 0) | (wd >= 0 ? 1u << wd : 0), pmask = dp >= 0 ? 1u << dp : 0;
+  SG_TRY(sg_mesh_group(r->mesh, dmask, &r->domain));
+  SG_TRY(sg_mesh_group(r->mesh, pmask, &r->data));
+  SG_TRY(sg_mesh_group(r->mesh, dmask | pmask, &r->all));
+  if (strcmp(sg_kv_str(kv, "model"), "fno") != 0)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "model '%s' is not available in sg-train yet (fno is)", sg_kv_str(kv, "model"));
+  const char *lk = sg_kv_str(kv, "loss");
+  if (strcmp(lk, "rel_l2") == 0) r->loss_kind = SG_LOSS_REL_L2;
+  else if (strcmp(lk, "mse") == 0) r->loss_kind = SG_LOSS_MSE;
+  else SG_RAISE(SG_ERR_CONFIG, "--loss must be rel_l2 or mse, not '%s'", lk);
+  r->gbatch = sg_kv_int(kv, "batch");
+  if (r->gbatch < 1 || r->gbatch % r->ndp)
+    SG_RAISE(SG_ERR_CONFIG, "global batch %lld is not divisible by the %d data-parallel ranks (dp)",
+             (long long)r->gbatch, r->ndp);
+  r->lbatch = r->gbatch / r->ndp;
+  r->deterministic = sg_kv_bool(kv, "deterministic");
+  sg_comm_set_deterministic(r->deterministic);
+
+  /* data description, then the model (which fixes the slab) */
+  r->dopt.path = sg_kv_str(kv, "data");
+  r->dopt.vars = sg_kv_str(kv, "vars");
+  r->dopt.dim_map = sg_kv_str(kv, "dim_map");
+  r->dopt.backend = sg_kv_str(kv, "backend");
+  r->dopt.history = sg_kv_int(kv, "history");
+  r->dopt.lead = sg_kv_int(kv, "lead");
+  r->dopt.test_samples = sg_kv_int(kv, "test_samples");
+  r->dopt.test_frames = sg_kv_int(kv, "test_frames");
+  if (!*r->dopt.path) SG_RAISE(SG_ERR_CONFIG, "no dataset given (--data FILE)");
+  if (r->dopt.history < 1 || r->dopt.lead < 1) SG_RAISE(SG_ERR_CONFIG, "history and lead must be >= 1");
+  int64_t ny = 0, nx = 0;
+  int nv = 0;
+  double t_io = sg_wtime();
+  SG_TRY(sg_dataset_peek(&r->dopt, &ny, &nx, &nv));
+  sg_fno_config fc = sg_fno_defaults();
+  fc.cin = nv * r->dopt.history;
+  fc.cout = nv;
+  fc.width = sg_kv_int(kv, "width");
+  fc.modes1 = fc.modes2 = sg_kv_int(kv, "modes");
+  fc.layers = sg_kv_int(kv, "layers");
+  fc.proj_width = sg_kv_int(kv, "proj_width");
+  r->cin = fc.cin;
+  r->cout = fc.cout;
+  SG_TRY(sg_fno_create(r->mesh, &fc, ny, nx, r->lbatch, &r->model));
+  int64_t y0, lny, x0, lnx;
+  sg_fno_box(r->model, &y0, &lny, &x0, &lnx);
+  sg_trace_begin("io");
+  SG_TRY(sg_dataset_load(&r->dopt, y0, lny, x0, lnx, r->domain, &r->ds));
+  sg_trace_end("io");
+  SG_TRY(sg_dataset_examples(&r->ds, &r->dopt, &r->train, &r->ntrain, &r->test, &r->ntest));
+  if (r->ntrain < r->gbatch)
+    SG_RAISE(SG_ERR_CONFIG, "only %lld training examples for a global batch of %lld", (long long)r->ntrain,
+             (long long)r->gbatch);
+  sg_log_info("data %s: %lld series x %lld frames of %lldx%lld, %d var(s); %lld train / %lld test examples "
+              "(loaded in %.2f s)",
+              r->dopt.path, (long long)r->ds.nseries, (long long)r->ds.nframes, (long long)ny, (long long)nx, nv,
+              (long long)r->ntrain, (long long)r->ntest, sg_wtime() - t_io);
+
+  /* parameters, optimizer state and gradients: flat buffers */
+  r->nparam = sg_fno_param_count(r->model);
+  sg_device h = sg_device_host();
+  SG_TRY(sg_calloc(h, (size_t)r->nparam * sizeof(float), (void **)&r->params));
+  SG_TRY(sg_calloc(h, (size_t)r->nparam * sizeof(float), (void **)&r->grads));
+  SG_TRY(sg_calloc(h, (size_t)r->nparam * sizeof(float), (void **)&r->m));
+  SG_TRY(sg_calloc(h, (size_t)r->nparam * sizeof(float), (void **)&r->v));
+  SG_TRY(sg_fno_bind(r->model, r->params, r->grads));
+  SG_TRY(sg_fno_init(r->model, (uint64_t)sg_kv_int(kv, "seed")));
+  SG_TRY(sg_tape_create(&r->tape));
+  SG_TRY(sg_ddp_create(r->mesh, dmask | pmask, r->grads, r->nparam, 0, r->deterministic, &r->ddp));
+  sg_hooks hk = {NULL, grad_ready_hook, NULL, r};
+  sg_tape_set_hooks(r->tape, &hk);
+  const int64_t plane = lny * lnx;
+  r->xb = malloc((size_t)(r->lbatch * r->cin * plane + 1) * sizeof *r->xb);
+  r->yb = malloc((size_t)(r->lbatch * r->cout * plane + 1) * sizeof *r->yb);
+  r->mb = malloc((size_t)(r->lbatch * r->cout * plane + 1) * sizeof *r->mb);
+  if (!r->xb || !r->yb || !r->mb) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  sg_log_info("model fno: width %lld, modes %lld, layers %lld, %lld parameters; mesh %s (dp %d), global batch %lld",
+              (long long)fc.width, (long long)fc.modes1, (long long)fc.layers, (long long)r->nparam, spec, r->ndp,
+              (long long)r->gbatch);
+fail:
+  return st;
+}
+
+static sg_status train(run_t *r) {
+  sg_status st = SG_OK;
+  sg_kv_t kv = r->kv;
+  int64_t *perm = NULL;
+  sg_example *ex = NULL;
+  double *roll = NULL;
+  const int64_t spe = r->ntrain / r->gbatch; /* steps per epoch (drop last) */
+  int64_t steps = sg_kv_int(kv, "steps");
+  if (sg_kv_int(kv, "epochs") > 0) steps = sg_kv_int(kv, "epochs") * spe;
+  sg_lr_config lr = {SG_LR_CONSTANT, sg_kv_float(kv, "lr"), sg_kv_float(kv, "min_lr"), sg_kv_int(kv, "warmup"),
+                     steps, sg_kv_int(kv, "step_size"), sg_kv_float(kv, "gamma")};
+  SG_TRY(sg_lr_schedule_parse(sg_kv_str(kv, "schedule"), &lr.kind));
+  sg_adamw_config ac = sg_adamw_defaults();
+  ac.weight_decay = sg_kv_float(kv, "weight_decay");
+  const double clip = sg_kv_float(kv, "clip");
+  const int64_t eval_every = sg_kv_int(kv, "eval_every"), check_every = sg_kv_int(kv, "check_every");
+  const int64_t log_every = sg_kv_int(kv, "log_every") > 0 ? sg_kv_int(kv, "log_every") : 1;
+  perm = malloc((size_t)r->ntrain * sizeof *perm);
+  ex = malloc((size_t)r->lbatch * sizeof *ex);
+  if (!perm || !ex) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  int64_t epoch = -1, first = 1;
+  const char *resume = sg_kv_str(kv, "resume"), *ckdir = sg_kv_str(kv, "ckpt_dir");
+  const int64_t ckpt_every = sg_kv_int(kv, "ckpt_every");
+  if (*ckdir) SG_TRY(make_dir(ckdir, r->rank));
+  if (*resume) {
+    int64_t done = 0;
+    SG_TRY(load_checkpoint(r, resume, &done));
+    first = done + 1;
+  }
+  double t_start = sg_wtime(), t_coll = 0.0;
+  for (int64_t step = first; step <= steps; ++step) {
+    double t0 = sg_wtime(), halo0 = sg_timer_total("halo"), io0 = sg_timer_total("io");
+    int64_t e = (step - 1) / spe, pos = (step - 1) % spe;
+    if (e != epoch) {
+      epoch = e;
+      sg_epoch_order((uint64_t)sg_kv_int(kv, "seed"), epoch, r->ntrain, perm);
+    }
+    for (int64_t j = 0; j < r->lbatch; ++j) ex[j] = r->train[perm[pos * r->gbatch + r->cdp * r->lbatch + j]];
+    sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, r->yb, r->mb);
+    int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx}, ys[4] = {r->lbatch, r->cout, r->ds.ny, r->ds.nx};
+    sg_var x, y, mk, *pred = NULL, *loss = NULL;
+    SG_TRY(sg_var_init(&x, "x", SG_DTYPE_F32, 4, xs, r->xb, 0));
+    SG_TRY(sg_var_init(&y, "y", SG_DTYPE_F32, 4, ys, r->yb, 0));
+    SG_TRY(sg_var_init(&mk, "mask", SG_DTYPE_F32, 4, ys, r->mb, 0));
+    SG_TRY(sg_ddp_begin(r->ddp));
+    double fft0, tr0, fft1, tr1;
+    sg_fno_fft_times(r->model, &fft0, &tr0);
+    SG_TRY(sg_fno_forward(r->model, r->tape, &x, &pred));
+    sg_dist_loss_ctx lc = {r->domain, r->data, r->gbatch};
+    SG_TRY(sg_ag_dist_loss(r->tape, r->loss_kind, pred, &y, r->ds.has_mask ? &mk : NULL, &lc, &loss));
+    double lval = sg_dist_loss_value(loss);
+    SG_TRY(sg_tape_backward(r->tape, loss));
+    double tc = sg_wtime();
+    SG_TRY(sg_ddp_finish(r->ddp, 1.0));
+    double gnorm = 0.0;
+    SG_TRY(sg_grad_global_norm(sg_sumsq_f32(r->grads, r->nparam), NULL, &gnorm));
+    double tcoll = sg_wtime() - tc;
+    double lr_t = sg_lr_at(&lr, step);
+    SG_TRY(sg_adamw_step_f32(r->params, r->grads, r->m, r->v, r->nparam, step, lr_t, sg_clip_scale(gnorm, clip), &ac));
+    memset(r->grads, 0, (size_t)r->nparam * sizeof(float));
+    sg_var_release(&x);
+    sg_var_release(&y);
+    sg_var_release(&mk);
+    sg_fno_fft_times(r->model, &fft1, &tr1);
+    double dt = sg_wtime() - t0;
+    double coll = tcoll + (tr1 - tr0);
+    t_coll += coll;
+    if (!isfinite(lval)) SG_RAISE(SG_ERR_INTERNAL, "loss is %g at step %lld: diverged (lower --lr?)", lval, (long long)step);
+    double sps = (double)r->gbatch / dt;
+    if (r->rank == 0 && (step % log_every == 0 || step == 1 || step == steps)) {
+      double el = sg_wtime() - t_start, eta = el / (double)(step - first + 1) * (double)(steps - step);
+      printf("step %5lld/%lld  loss %.6e  lr %.3e  |g| %.3e  %7.1f samples/s  compute %.3f s  halo %.3f s  "
+             "collectives %.3f s  io %.3f s  eta %.0f s\n",
+             (long long)step, (long long)steps, lval, lr_t, gnorm, sps, dt - coll - (sg_timer_total("halo") - halo0),
+             sg_timer_total("halo") - halo0, coll, sg_timer_total("io") - io0, eta);
+      fflush(stdout);
+    }
+    if (r->metrics)
+      fprintf(r->metrics,
+              "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, \"samples_per_s\": %.6g, "
+              "\"time_compute\": %.6g, \"time_collectives\": %.6g}\n",
+              (long long)step, lval, lr_t, gnorm, sps, dt - coll, coll);
+    if (check_every > 0 && step % check_every == 0) SG_TRY(check_replicas(r, step));
+    if (*ckdir && ((ckpt_every > 0 && step % ckpt_every == 0) || step == steps)) SG_TRY(save_checkpoint(r, step));
+    if (eval_every > 0 && step % eval_every == 0 && step != steps) {
+      double rel = 0;
+      SG_TRY(evaluate(r, NULL, &rel));
+      sg_log_info("step %lld: test relative L2 %.5f", (long long)step, rel);
+      if (r->metrics) fprintf(r->metrics, "{\"step\": %lld, \"eval_rel_l2\": %.17g}\n", (long long)step, rel);
+    }
+  }
+  double rel = 0;
+  SG_TRY(evaluate(r, sg_kv_str(kv, "predict"), &rel));
+  if (r->rank == 0)
+    printf("test relative L2 %.5f after %lld steps (%.1f s; %.1f s in collectives)\n", rel, (long long)steps,
+           sg_wtime() - t_start, t_coll);
+  if (r->metrics) fprintf(r->metrics, "{\"step\": %lld, \"eval_rel_l2\": %.17g}\n", (long long)steps, rel);
+  const int64_t nroll = sg_kv_int(kv, "rollout");
+  if (nroll > 0) {
+    roll = malloc((size_t)nroll * sizeof *roll);
+    if (!roll) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+    SG_TRY(rollout(r, nroll, roll));
+    if (r->rank == 0) {
+      printf("rollout relative L2 per frame:");
+      for (int64_t k = 0; k < nroll; ++k) printf(" %.4f", roll[k]);
+      printf("\n");
+    }
+    if (r->metrics) {
+      fprintf(r->metrics, "{\"step\": %lld, \"rollout_rel_l2\": [", (long long)steps);
+      for (int64_t k = 0; k < nroll; ++k) fprintf(r->metrics, "%s%.17g", k ? ", " : "", roll[k]);
+      fprintf(r->metrics, "]}\n");
+    }
+  }
+fail:
+  free(roll);
+  free(ex);
+  free(perm);
+  return st;
+}
+
+static void cleanup(run_t *r) {
+  if (r->metrics) fclose(r->metrics);
+  sg_ddp_destroy(&r->ddp);
+  sg_tape_destroy(&r->tape);
+  sg_fno_destroy(&r->model);
+  sg_device h = sg_device_host();
+  sg_free(h, (void **)&r->params);
+  sg_free(h, (void **)&r->grads);
+  sg_free(h, (void **)&r->m);
+  sg_free(h, (void **)&r->v);
+  free(r->xb);
+  free(r->yb);
+  free(r->mb);
+  free(r->train);
+  free(r->test);
+  sg_dataset_free(&r->ds);
+  sg_mesh_destroy(&r->mesh);
+}
+
+int main(int argc, char **argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  run_t r;
+  memset(&r, 0, sizeof r);
+  MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &r.size);
+  sg_status st = sg_kv_create(keys, NKEYS, &r.kv);
+  for (int i = 1; i < argc; ++i)
+    if (st == SG_OK && (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)) {
+      if (r.rank == 0) {
+        printf("usage: mpiexec -n N sg-train [--config FILE] [--key value ...]\n\n");
+        sg_kv_print_help(r.kv, stdout);
+      }
+      sg_kv_destroy(&r.kv);
+      MPI_Finalize();
+      return 0;
+    }
+  if (st == SG_OK) st = sg_kv_parse_args(r.kv, argc, argv, 1, NULL);
+  if (st == SG_OK) {
+    int lvl = sg_log_parse_level(sg_kv_str(r.kv, "log_level"));
+    if (lvl < 0) st = sg_error_set(SG_ERR_CONFIG, __FILE__, __LINE__, "unknown --log-level '%s'", sg_kv_str(r.kv, "log_level"));
+    else sg_log_set_level(lvl);
+  }
+  st = sg_agree(MPI_COMM_WORLD, st);
+  if (st == SG_OK) {
+    const char *tr = sg_kv_str(r.kv, "trace");
+    sg_trace_enable(*tr != 0);
+    st = setup(&r);
+    st = sg_agree(MPI_COMM_WORLD, st);
+  }
+  if (st == SG_OK && r.rank == 0 && *sg_kv_str(r.kv, "metrics")) {
+    r.metrics = fopen(sg_kv_str(r.kv, "metrics"), "w");
+    if (!r.metrics) st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "cannot write '%s'", sg_kv_str(r.kv, "metrics"));
+  }
+  st = sg_agree(MPI_COMM_WORLD, st);
+  if (st == SG_OK) st = sg_agree(MPI_COMM_WORLD, train(&r));
+  if (st == SG_OK && *sg_kv_str(r.kv, "trace")) st = sg_trace_write(sg_kv_str(r.kv, "trace"), MPI_COMM_WORLD);
+  cleanup(&r);
+  sg_kv_destroy(&r.kv);
+  if (st != SG_OK) {
+    if (r.rank == 0) sg_die("sg-train", st, 1);
+    MPI_Finalize();
+    return 1;
+  }
+  MPI_Finalize();
+  return 0;
+}

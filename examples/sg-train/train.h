@@ -1,0 +1,71 @@
+/* sg-train — internal interfaces of the training driver. */
+#ifndef SG_TRAIN_H
+#define SG_TRAIN_H
+
+#include <stdint.h>
+
+#include "sg_kv.h"
+#include "sg_mesh.h"
+#include "sg_status.h"
+
+/* A dataset held in memory: every rank keeps its (y, x) slab of every
+ * series, frame and variable, normalised, with a validity mask.
+ *   NS-style files: var(sample, time, y, x)   -> nseries = samples
+ *   climate files:  var(time, lat, lon)       -> nseries = 1 */
+typedef struct sg_dataset {
+  int nvars;
+  char vars[8][64];
+  int64_t nseries, nframes, ny_g, nx_g; /* global */
+  int64_t y0, ny, x0, nx;               /* this rank's slab */
+  float *data;                          /* (nseries, nframes, nvars, ny, nx) */
+  float *mask;                          /* same; 1 valid, 0 masked */
+  int has_mask;                         /* any masked value anywhere */
+  double mean[8], std[8];               /* per variable (training part) */
+  int climate;                          /* 1: series split by time */
+} sg_dataset;
+
+/* An example: inputs are frames [t0, t0 + history), the target is frame
+ * t0 + history - 1 + lead of the same series. */
+typedef struct sg_example {
+  int64_t series, t0;
+} sg_example;
+
+typedef struct sg_data_opts {
+  const char *path;
+  const char *vars;      /* comma-separated */
+  const char *dim_map;   /* "FROM=to,..." */
+  const char *backend;   /* auto | pnetcdf | netcdf4 | serial */
+  int64_t history, lead;
+  int64_t test_samples;  /* NS: last samples held out */
+  int64_t test_frames;   /* climate: last frames held out (targets) */
+  int split_h, split_w;  /* mesh dims splitting y and x (-1: none) */
+} sg_data_opts;
+
+/* Load the slab of this rank (given by the box) and normalise with
+ * statistics over the training part, reduced over `domain`. Collective over
+ * MPI_COMM_WORLD. */
+sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
+                          int64_t x0, int64_t nx, sg_group_t domain,
+                          sg_dataset *ds);
+/* Only the global shape (ny, nx) and the number of variables, read from the
+ * header (to build the model before the slab is known). Collective. */
+sg_status sg_dataset_peek(const sg_data_opts *o, int64_t *ny, int64_t *nx,
+                          int *nvars);
+void sg_dataset_free(sg_dataset *ds);
+
+/* Train and test examples (malloc'd arrays). */
+sg_status sg_dataset_examples(const sg_dataset *ds, const sg_data_opts *o,
+                              sg_example **train, int64_t *ntrain,
+                              sg_example **test, int64_t *ntest);
+
+/* Copy the inputs and target of `n` examples into x (n, nvars*history, ny,
+ * nx), y (n, nvars, ny, nx) and m (mask of y). */
+void sg_dataset_fill(const sg_dataset *ds, const sg_data_opts *o,
+                     const sg_example *ex, int64_t n, float *x, float *y,
+                     float *m);
+
+/* The order of the training examples in an epoch: a permutation of
+ * [0, n) keyed by (seed, epoch), the same on every rank and mesh. */
+void sg_epoch_order(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm);
+
+#endif /* SG_TRAIN_H */

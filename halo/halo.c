@@ -1,0 +1,666 @@
+/* shardgrid — halo exchange plans: dim-by-dim forward exchange with corners,
+ * boundary fills, and the adjoint (reverse, summing). */
+#include "sg_halo.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sg_device.h"
+#include "sg_halo_pack.h"
+
+enum { PHASE_IDLE = 0, PHASE_FWD, PHASE_ADJ };
+
+typedef struct hdim {
+  int64_t n;              /* owned cells */
+  int64_t h[2];           /* halo widths this rank fills (lo, hi) */
+  int64_t s[2];           /* widths this rank supplies to its lo/hi neighbour */
+  int nb[2];              /* neighbour ranks, MPI_PROC_NULL at an edge */
+  int local[2];           /* side filled locally (edge or local wrap) */
+  sg_halo_box sbox[2];    /* owned slabs sent to the neighbours */
+  sg_halo_box rbox[2];    /* halo slabs received */
+  void *sbuf[2], *rbuf[2];
+  MPI_Request freq[4], areq[4];
+  int nf, na;
+} hdim;
+
+struct sg_halo_plan {
+  MPI_Comm comm; /* cached on the mesh communicator; not owned */
+  int id;        /* plan number on that communicator (tag range) */
+  int ndims;
+  sg_dtype dtype;
+  size_t esize;
+  int64_t lead;
+  int64_t strides[1 + SG_HALO_MAX_DIMS];
+  int64_t origin, count;
+  sg_boundary bnd[SG_HALO_MAX_DIMS];
+  hdim dim[SG_HALO_MAX_DIMS];
+  size_t send_bytes;
+  int phase, step;
+  char *block;
+};
+
+void sg_halo_desc_init(sg_halo_desc *desc) {
+  memset(desc, 0, sizeof *desc);
+  desc->ndims = 1;
+  desc->lead = 1;
+  desc->dtype = SG_DTYPE_F32;
+  for (int d = 0; d < SG_HALO_MAX_DIMS; ++d) {
+    desc->mesh_dim[d] = -1;
+    desc->boundary[d] = SG_BOUNDARY_ZERO;
+  }
+}
+
+sg_status sg_halo_desc_from_decomp(sg_decomp_t dec, const sg_window *w,
+                                   int64_t lead, sg_dtype dtype,
+                                   sg_halo_desc *desc) {
+  sg_status st = SG_OK;
+  int64_t width[SG_HALO_MAX_DIMS][2];
+  sg_halo_desc_init(desc);
+  SG_TRY(sg_decomp_local_halo(dec, w, width));
+  desc->ndims = sg_decomp_ndims(dec);
+  desc->lead = lead;
+  desc->dtype = dtype;
+  sg_decomp_shard(dec, NULL, desc->interior, NULL);
+  for (int d = 0; d < desc->ndims; ++d) {
+    for (int s = 0; s < 2; ++s) desc->halo[d][s] = desc->margin[d][s] = width[d][s];
+    desc->mesh_dim[d] = sg_decomp_mesh_dim(dec, d);
+    desc->boundary[d] = sg_decomp_boundary(dec, d);
+  }
+fail:
+  return st;
+}
+
+/* Failure agreement over comm: SG_OK if every rank passed SG_OK, else the
+ * status and message of the lowest failing rank, on every rank. */
+static sg_status agree(MPI_Comm comm, sg_status local) {
+  int rank = 0, size = 1, low = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  int mine = local != SG_OK ? rank : size;
+  if (MPI_Allreduce(&mine, &low, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
+    return local != SG_OK ? local : SG_ERR_MPI;
+  if (low == size) return SG_OK;
+  struct {
+    int st;
+    char msg[1536];
+  } m;
+  memset(&m, 0, sizeof m);
+  if (rank == low) {
+    m.st = (int)local;
+    strncpy(m.msg, sg_last_error(), sizeof m.msg - 1);
+  }
+  if (MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, low, comm) != MPI_SUCCESS)
+    return local != SG_OK ? local : SG_ERR_MPI;
+  if (rank != low) sg_error_set_raw(m.msg);
+  return (sg_status)m.st;
+}
+
+/* The region of the block along dim d from local index a, width w; dims
+ * before d span their halos, dims after d their interior. */
+static sg_halo_box make_box(const struct sg_halo_plan *p, int d, int64_t a,
+                            int64_t w) {
+  sg_halo_box b;
+  b.base = p->origin;
+  b.count[0] = p->lead;
+  b.stride[0] = p->strides[0];
+  for (int e = 0; e < SG_HALO_MAX_DIMS; ++e) {
+    int k = 1 + e;
+    if (e >= p->ndims) {
+      b.count[k] = 1;
+      b.stride[k] = 0;
+      continue;
+    }
+    const hdim *q = &p->dim[e];
+    b.stride[k] = p->strides[k];
+    if (e == d) {
+      b.count[k] = w;
+      b.base += a * p->strides[k];
+    } else if (e < d) {
+      b.count[k] = q->h[0] + q->n + q->h[1];
+      b.base -= q->h[0] * p->strides[k];
+    } else {
+      b.count[k] = q->n;
+    }
+  }
+  return b;
+}
+
+static sg_status validate(const sg_mesh_t mesh, const sg_halo_desc *desc) {
+  sg_status st = SG_OK;
+  if (desc->ndims < 1 || desc->ndims > SG_HALO_MAX_DIMS)
+    SG_RAISE(SG_ERR_INVALID_ARG, "halo plan of %d spatial dims (1..%d)",
+             desc->ndims, SG_HALO_MAX_DIMS);
+  if (!sg_dtype_valid(desc->dtype))
+    SG_RAISE(SG_ERR_INVALID_ARG, "halo plan: invalid dtype %d",
+             (int)desc->dtype);
+  if (desc->lead < 1)
+    SG_RAISE(SG_ERR_INVALID_ARG, "halo plan: lead %lld (need >= 1)",
+             (long long)desc->lead);
+  for (int d = 0; d < desc->ndims; ++d) {
+    if (desc->interior[d] < 0)
+      SG_RAISE(SG_ERR_INVALID_ARG, "halo plan: dim %d interior %lld", d,
+               (long long)desc->interior[d]);
+    for (int s = 0; s < 2; ++s)
+      if (desc->halo[d][s] < 0)
+        SG_RAISE(SG_ERR_INVALID_ARG,
+                 "halo plan: dim %d halo width %lld (widths are >= 0; a "
+                 "negative halo of a window op is an offset, not a width)",
+                 d, (long long)desc->halo[d][s]);
+    if ((int)desc->boundary[d] < 0 || desc->boundary[d] >= SG_BOUNDARY_COUNT)
+      SG_RAISE(SG_ERR_INVALID_ARG, "halo plan: dim %d invalid boundary %d", d,
+               (int)desc->boundary[d]);
+    int m = desc->mesh_dim[d];
+    if (m >= sg_mesh_ndims(mesh) || m < -1)
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "halo plan: spatial dim %d on mesh dim %d (mesh has %d dims)",
+               d, m, sg_mesh_ndims(mesh));
+    for (int e = 0; e < d; ++e)
+      if (m >= 0 && desc->mesh_dim[e] == m)
+        SG_RAISE(SG_ERR_INVALID_ARG,
+                 "halo plan: spatial dims %d and %d both on mesh dim %d", e,
+                 d, m);
+  }
+fail:
+  return st;
+}
+
+/* Per-rank record shared along a split dim. */
+enum { REC_LEAD = 0, REC_DIMS = 1, REC_LEN = 1 + 3 * SG_HALO_MAX_DIMS };
+
+static sg_status check_dim(const sg_halo_desc *desc, int d, int parts,
+                           const int64_t *table, sg_mesh_t mesh) {
+  sg_status st = SG_OK;
+  int64_t *sizes = malloc((size_t)parts * sizeof *sizes);
+  int64_t *halo = malloc(2 * (size_t)parts * sizeof *halo);
+  if (!sizes || !halo) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  for (int r = 0; r < parts; ++r) {
+    const int64_t *rec = table + (size_t)r * REC_LEN;
+    sizes[r] = rec[REC_DIMS + 3 * d];
+    halo[2 * r] = rec[REC_DIMS + 3 * d + 1];
+    halo[2 * r + 1] = rec[REC_DIMS + 3 * d + 2];
+    if (rec[REC_LEAD] != table[REC_LEAD])
+      SG_RAISE(SG_ERR_SHAPE,
+               "halo plan: ranks along spatial dim %d (mesh dim %s) carry "
+               "different leading counts (%lld and %lld)",
+               d, sg_mesh_dim_name(mesh, desc->mesh_dim[d]),
+               (long long)table[REC_LEAD], (long long)rec[REC_LEAD]);
+    for (int e = 0; e < desc->ndims; ++e) {
+      if (e == d) continue;
+      for (int k = 0; k < 3; ++k)
+        if (rec[REC_DIMS + 3 * e + k] != table[REC_DIMS + 3 * e + k])
+          SG_RAISE(SG_ERR_SHAPE,
+                   "halo plan: neighbours along spatial dim %d disagree on "
+                   "the %s of spatial dim %d (%lld vs %lld)",
+                   d, k == 0 ? "interior" : "halo width", e,
+                   (long long)table[REC_DIMS + 3 * e + k],
+                   (long long)rec[REC_DIMS + 3 * e + k]);
+    }
+  }
+  SG_TRY(sg_halo_check(d, parts, sizes, desc->boundary[d], halo));
+fail:
+  free(sizes);
+  free(halo);
+  return st;
+}
+
+/* Halo messages travel on one duplicate of the mesh communicator, cached on
+ * it as an attribute (freed with it), so creating a plan needs no
+ * MPI_Comm_dup; each plan gets its own tag range. */
+typedef struct halo_comm_cache {
+  MPI_Comm comm;
+  int next_id;
+} halo_comm_cache;
+
+static int halo_keyval = MPI_KEYVAL_INVALID;
+
+static int halo_cache_delete(MPI_Comm comm, int keyval, void *attr,
+                             void *extra) {
+  (void)comm;
+  (void)keyval;
+  (void)extra;
+  halo_comm_cache *c = attr;
+  if (c) {
+    if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
+    free(c);
+  }
+  return MPI_SUCCESS;
+}
+
+/* Collective over mcomm on first use (every rank reaches it in the same
+ * plan creation, so the attribute is present on all ranks or on none). */
+static sg_status halo_comm(MPI_Comm mcomm, MPI_Comm *comm, int *id) {
+  sg_status st = SG_OK;
+  halo_comm_cache *c = NULL;
+  int flag = 0;
+  if (halo_keyval == MPI_KEYVAL_INVALID)
+    SG_MPI(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, halo_cache_delete,
+                                  &halo_keyval, NULL));
+  SG_MPI(MPI_Comm_get_attr(mcomm, halo_keyval, &c, &flag));
+  if (!flag) {
+    c = malloc(sizeof *c);
+    MPI_Comm dup = MPI_COMM_NULL;
+    SG_MPI(MPI_Comm_dup(mcomm, &dup));
+    if (!c) {
+      MPI_Comm_free(&dup);
+      SG_RAISE(SG_ERR_ALLOC, "out of memory");
+    }
+    c->comm = dup;
+    c->next_id = 0;
+    SG_MPI(MPI_Comm_set_attr(mcomm, halo_keyval, c));
+  }
+  *comm = c->comm;
+  *id = c->next_id++;
+fail:
+  return st;
+}
+
+static void free_plan(struct sg_halo_plan *p) {
+  if (!p) return;
+  for (int d = 0; d < SG_HALO_MAX_DIMS; ++d) {
+    hdim *q = &p->dim[d];
+    for (int i = 0; i < q->nf; ++i)
+      if (q->freq[i] != MPI_REQUEST_NULL) MPI_Request_free(&q->freq[i]);
+    for (int i = 0; i < q->na; ++i)
+      if (q->areq[i] != MPI_REQUEST_NULL) MPI_Request_free(&q->areq[i]);
+    for (int s = 0; s < 2; ++s) {
+      sg_free(sg_device_host(), &q->sbuf[s]);
+      sg_free(sg_device_host(), &q->rbuf[s]);
+    }
+  }
+  free(p);
+}
+
+static int tag_of(const struct sg_halo_plan *p, int d, int up, int adjoint) {
+  return 100 + 16 * (p->id % 1024) + 4 * d + 2 * adjoint + up;
+}
+
+static sg_status setup_local(struct sg_halo_plan *p, sg_mesh_t mesh,
+                             const sg_halo_desc *desc) {
+  sg_status st = SG_OK;
+  const sg_device host = sg_device_host();
+  for (int d = 0; d < p->ndims; ++d) {
+    hdim *q = &p->dim[d];
+    for (int s = 0; s < 2; ++s) {
+      q->sbox[s] = make_box(p, d, s ? q->n - q->s[1] : 0, q->s[s]);
+      q->rbox[s] = make_box(p, d, s ? q->n : -q->h[0], q->h[s]);
+      if (q->local[s]) continue;
+      size_t sb = (size_t)sg_halo_box_size(&q->sbox[s]) * p->esize;
+      size_t rb = (size_t)sg_halo_box_size(&q->rbox[s]) * p->esize;
+      if (sb > (size_t)INT_MAX || rb > (size_t)INT_MAX)
+        SG_RAISE(SG_ERR_NOT_SUPPORTED,
+                 "halo plan: a message of %zu bytes along dim %d exceeds "
+                 "INT_MAX bytes",
+                 sb > rb ? sb : rb, d);
+      if (q->s[s] > 0) {
+        SG_TRY(sg_malloc(host, sb, &q->sbuf[s]));
+        p->send_bytes += sb;
+      }
+      if (q->h[s] > 0) SG_TRY(sg_malloc(host, rb, &q->rbuf[s]));
+    }
+    for (int i = 0; i < 4; ++i) q->freq[i] = q->areq[i] = MPI_REQUEST_NULL;
+    /* forward: my lo halo comes up from nb[0], my hi halo down from nb[1] */
+    for (int s = 0; s < 2; ++s) {
+      if (q->local[s]) continue;
+      int rb = (int)(sg_halo_box_size(&q->rbox[s]) * (int64_t)p->esize);
+      int sb = (int)(sg_halo_box_size(&q->sbox[s]) * (int64_t)p->esize);
+      if (q->h[s] > 0) {
+        SG_MPI(MPI_Recv_init(q->rbuf[s], rb, MPI_BYTE, q->nb[s],
+                             tag_of(p, d, s == 0, 0), p->comm, &q->freq[q->nf++]));
+        SG_MPI(MPI_Send_init(q->rbuf[s], rb, MPI_BYTE, q->nb[s],
+                             tag_of(p, d, s == 1, 1), p->comm, &q->areq[q->na++]));
+      }
+      if (q->s[s] > 0) {
+        SG_MPI(MPI_Send_init(q->sbuf[s], sb, MPI_BYTE, q->nb[s],
+                             tag_of(p, d, s == 1, 0), p->comm, &q->freq[q->nf++]));
+        SG_MPI(MPI_Recv_init(q->sbuf[s], sb, MPI_BYTE, q->nb[s],
+                             tag_of(p, d, s == 0, 1), p->comm, &q->areq[q->na++]));
+      }
+    }
+  }
+  (void)mesh;
+  (void)desc;
+fail:
+  return st;
+}
+
+sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
+                              sg_halo_plan_t *plan) {
+  sg_status st = SG_OK, local = SG_OK;
+  struct sg_halo_plan *p = NULL;
+  int64_t *table = NULL;
+  if (!mesh || !desc || !plan)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_halo_plan_create: NULL argument");
+  *plan = NULL;
+  MPI_Comm mcomm = sg_mesh_comm(mesh);
+  /* One reduction: every rank's argument check, and the same layout on
+   * every rank (else the per-dim collectives below would not match). */
+  {
+    int sig[2 * 9], red[2 * 9];
+    local = validate(mesh, desc);
+    p = calloc(1, sizeof *p);
+    if (p) p->comm = MPI_COMM_NULL;
+    table = malloc((size_t)sg_mesh_size(mesh) * REC_LEN * sizeof *table);
+    if (local == SG_OK && (!p || !table))
+      local = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
+    int rank = sg_mesh_rank(mesh), size = sg_mesh_size(mesh);
+    sig[0] = local != SG_OK ? rank : size; /* lowest failing rank */
+    sig[1] = desc->ndims;
+    sig[2] = (int)desc->dtype;
+    for (int d = 0; d < SG_HALO_MAX_DIMS; ++d) {
+      int on = d < desc->ndims;
+      sig[3 + d] = on ? desc->mesh_dim[d] : -2;
+      sig[6 + d] = on ? (int)desc->boundary[d] : -2;
+    }
+    for (int i = 0; i < 9; ++i) sig[9 + i] = -sig[i];
+    SG_MPI(MPI_Allreduce(sig, red, 18, MPI_INT, MPI_MIN, mcomm));
+    if (red[0] != size) {
+      /* someone's arguments are bad: share that rank's message */
+      SG_TRY(agree(mcomm, local));
+    }
+    for (int i = 1; i < 9; ++i)
+      if (red[i] != -red[9 + i])
+        SG_RAISE(SG_ERR_INVALID_ARG,
+                 "halo plan: ranks disagree on the layout (spatial dims, "
+                 "dtype, mesh dims or boundary kinds)");
+  }
+
+  p->comm = MPI_COMM_NULL;
+  p->ndims = desc->ndims;
+  p->dtype = desc->dtype;
+  p->esize = sg_dtype_size(desc->dtype);
+  p->lead = desc->lead;
+
+  /* geometry */
+  int64_t ext[SG_HALO_MAX_DIMS], mlo[SG_HALO_MAX_DIMS];
+  for (int d = 0; d < p->ndims; ++d) {
+    int64_t m0 = desc->margin[d][0] > desc->halo[d][0] ? desc->margin[d][0]
+                                                      : desc->halo[d][0];
+    int64_t m1 = desc->margin[d][1] > desc->halo[d][1] ? desc->margin[d][1]
+                                                      : desc->halo[d][1];
+    ext[d] = m0 + desc->interior[d] + m1;
+    mlo[d] = m0;
+    p->bnd[d] = desc->boundary[d];
+    p->dim[d].n = desc->interior[d];
+    p->dim[d].h[0] = desc->halo[d][0];
+    p->dim[d].h[1] = desc->halo[d][1];
+  }
+  int packed = 1;
+  for (int k = 0; k <= p->ndims; ++k)
+    if (desc->strides[k] != 0) packed = 0;
+  if (packed) {
+    int64_t s = 1;
+    for (int d = p->ndims - 1; d >= 0; --d) {
+      p->strides[1 + d] = s;
+      s *= ext[d];
+    }
+    p->strides[0] = s;
+    p->count = s * p->lead;
+  } else {
+    int64_t hi = 0;
+    for (int k = 0; k <= p->ndims; ++k) {
+      p->strides[k] = desc->strides[k];
+      int64_t c = k == 0 ? p->lead : ext[k - 1];
+      if (desc->strides[k] < 1) {
+        local = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                             "halo plan: stride %d is %lld (all must be >= 1, "
+                             "or all 0 for packed)",
+                             k, (long long)desc->strides[k]);
+        break;
+      }
+      hi += (c - 1) * desc->strides[k];
+    }
+    p->count = hi + 1;
+  }
+  p->origin = 0;
+  for (int d = 0; d < p->ndims; ++d) p->origin += mlo[d] * p->strides[1 + d];
+
+  /* neighbours and widths; the thin-shard check before any message */
+  int64_t rec[REC_LEN];
+  memset(rec, 0, sizeof rec);
+  rec[REC_LEAD] = desc->lead;
+  for (int d = 0; d < p->ndims; ++d) {
+    rec[REC_DIMS + 3 * d] = desc->interior[d];
+    rec[REC_DIMS + 3 * d + 1] = desc->halo[d][0];
+    rec[REC_DIMS + 3 * d + 2] = desc->halo[d][1];
+  }
+  for (int d = 0; d < p->ndims; ++d) {
+    hdim *q = &p->dim[d];
+    int m = desc->mesh_dim[d];
+    int parts = m >= 0 ? sg_mesh_dim_size(mesh, m) : 1;
+    int periodic = p->bnd[d] == SG_BOUNDARY_PERIODIC;
+    if (parts == 1) {
+      q->nb[0] = q->nb[1] = MPI_PROC_NULL;
+      q->local[0] = q->local[1] = 1;
+      if (local == SG_OK)
+        local = sg_halo_check(d, 1, &q->n, p->bnd[d], desc->halo[d]);
+      continue;
+    }
+    sg_group_t g = NULL;
+    SG_TRY(sg_mesh_group(mesh, 1u << m, &g));
+    SG_MPI(MPI_Allgather(rec, REC_LEN, MPI_INT64_T, table, REC_LEN,
+                         MPI_INT64_T, sg_group_comm(g)));
+    int c = sg_mesh_coord(mesh, m);
+    if (local == SG_OK) local = check_dim(desc, d, parts, table, mesh);
+    SG_TRY(sg_mesh_neighbor(mesh, m, -1, periodic, &q->nb[0]));
+    SG_TRY(sg_mesh_neighbor(mesh, m, +1, periodic, &q->nb[1]));
+    for (int s = 0; s < 2; ++s) {
+      q->local[s] = q->nb[s] == MPI_PROC_NULL;
+      if (q->local[s]) continue;
+      int nc = (c + (s ? 1 : -1) + parts) % parts;
+      /* my lo neighbour fills its hi halo from me, and vice versa */
+      q->s[s] = table[(size_t)nc * REC_LEN + REC_DIMS + 3 * d + (s ? 1 : 2)];
+    }
+  }
+
+  {
+    /* collective on first use: every rank calls it */
+    sg_status cst = halo_comm(mcomm, &p->comm, &p->id);
+    if (local == SG_OK) local = cst;
+  }
+  if (local == SG_OK) local = setup_local(p, mesh, desc);
+  SG_TRY(agree(mcomm, local));
+  free(table);
+  *plan = p;
+  return SG_OK;
+fail:
+  free(table);
+  free_plan(p);
+  return st;
+}
+
+sg_status sg_halo_plan_destroy(sg_halo_plan_t *plan) {
+  sg_status st = SG_OK;
+  if (!plan || !*plan) return SG_OK;
+  if ((*plan)->phase != PHASE_IDLE)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_halo_plan_destroy: an exchange is still in flight");
+  free_plan(*plan);
+  *plan = NULL;
+fail:
+  return st;
+}
+
+int64_t sg_halo_plan_block_count(sg_halo_plan_t plan) { return plan->count; }
+int64_t sg_halo_plan_origin(sg_halo_plan_t plan) { return plan->origin; }
+void sg_halo_plan_strides(sg_halo_plan_t plan, int64_t *strides) {
+  for (int k = 0; k <= plan->ndims; ++k) strides[k] = plan->strides[k];
+}
+size_t sg_halo_plan_send_bytes(sg_halo_plan_t plan) {
+  return plan->send_bytes;
+}
+
+/* ---- local fills at physical edges / local wrap -------------------------- */
+
+static sg_status fill_local(struct sg_halo_plan *p, int d, int s,
+                            int adjoint) {
+  sg_status st = SG_OK;
+  hdim *q = &p->dim[d];
+  int64_t h = q->h[s];
+  if (h == 0) return SG_OK;
+  if (p->bnd[d] == SG_BOUNDARY_ZERO) {
+    sg_halo_box b = make_box(p, d, s ? q->n : -h, h);
+    sg_halo_zero_host(p->block, &b, p->esize);
+    return SG_OK;
+  }
+  for (int64_t j = 0; j < h; ++j) {
+    int64_t i = s ? q->n + j : -1 - j;
+    int64_t src = sg_halo_edge_source(p->bnd[d], q->n, i);
+    sg_halo_box hb = make_box(p, d, i, 1);
+    sg_halo_box sb = make_box(p, d, src, 1);
+    if (adjoint)
+      SG_TRY(sg_halo_move_add_host(p->block, &sb, &hb, p->dtype));
+    else
+      sg_halo_copy_host(p->block, &hb, &sb, p->esize);
+  }
+fail:
+  return st;
+}
+
+/* ---- the state machine ---------------------------------------------------- */
+
+static int step_dim(const struct sg_halo_plan *p, int step) {
+  return p->phase == PHASE_ADJ ? p->ndims - 1 - step : step;
+}
+
+static sg_status begin_step(struct sg_halo_plan *p) {
+  sg_status st = SG_OK;
+  int d = step_dim(p, p->step);
+  hdim *q = &p->dim[d];
+  if (p->phase == PHASE_FWD) {
+    for (int s = 0; s < 2; ++s)
+      if (!q->local[s] && q->s[s] > 0)
+        sg_halo_pack_host(p->block, &q->sbox[s], p->esize, q->sbuf[s]);
+    if (q->nf) SG_MPI(MPI_Startall(q->nf, q->freq));
+    for (int s = 0; s < 2; ++s)
+      if (q->local[s]) SG_TRY(fill_local(p, d, s, 0));
+  } else {
+    for (int s = 0; s < 2; ++s)
+      if (!q->local[s] && q->h[s] > 0) {
+        sg_halo_pack_host(p->block, &q->rbox[s], p->esize, q->rbuf[s]);
+        sg_halo_zero_host(p->block, &q->rbox[s], p->esize);
+      }
+    if (q->na) SG_MPI(MPI_Startall(q->na, q->areq));
+    for (int s = 0; s < 2; ++s)
+      if (q->local[s]) SG_TRY(fill_local(p, d, s, 1));
+  }
+fail:
+  return st;
+}
+
+static sg_status end_step(struct sg_halo_plan *p) {
+  sg_status st = SG_OK;
+  int d = step_dim(p, p->step);
+  hdim *q = &p->dim[d];
+  for (int s = 0; s < 2; ++s) {
+    if (q->local[s]) continue;
+    if (p->phase == PHASE_FWD) {
+      if (q->h[s] > 0)
+        sg_halo_unpack_host(p->block, &q->rbox[s], p->esize, q->rbuf[s]);
+    } else if (q->s[s] > 0) {
+      SG_TRY(sg_halo_unpack_add_host(p->block, &q->sbox[s], p->dtype,
+                                     q->sbuf[s]));
+    }
+  }
+fail:
+  return st;
+}
+
+/* Advance as far as possible; with wait, to the end. */
+static sg_status advance(struct sg_halo_plan *p, int wait, int *done) {
+  sg_status st = SG_OK;
+  while (p->step < p->ndims) {
+    hdim *q = &p->dim[step_dim(p, p->step)];
+    int n = p->phase == PHASE_FWD ? q->nf : q->na;
+    MPI_Request *r = p->phase == PHASE_FWD ? q->freq : q->areq;
+    MPI_Status stats[4]; /* not MPI_STATUSES_IGNORE: gcc 12 misreads it */
+    if (n) {
+      if (wait) {
+        SG_MPI(MPI_Waitall(n, r, stats));
+      } else {
+        int flag = 0;
+        SG_MPI(MPI_Testall(n, r, &flag, stats));
+        if (!flag) break;
+      }
+    }
+    SG_TRY(end_step(p));
+    ++p->step;
+    if (p->step < p->ndims) SG_TRY(begin_step(p));
+  }
+  if (done) *done = p->step >= p->ndims;
+fail:
+  return st;
+}
+
+static sg_status start(struct sg_halo_plan *p, void *block, int phase,
+                       const char *what) {
+  sg_status st = SG_OK;
+  if (!p) SG_RAISE(SG_ERR_INVALID_ARG, "%s: NULL plan", what);
+  if (p->phase != PHASE_IDLE)
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s: an exchange is already in flight", what);
+  if (!block && p->count > 0)
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s: NULL block", what);
+  p->block = block;
+  p->phase = phase;
+  p->step = 0;
+  SG_TRY(begin_step(p));
+  SG_TRY(advance(p, 0, NULL));
+fail:
+  return st;
+}
+
+static sg_status finish(struct sg_halo_plan *p, int phase, const char *what) {
+  sg_status st = SG_OK;
+  if (!p) SG_RAISE(SG_ERR_INVALID_ARG, "%s: NULL plan", what);
+  if (p->phase != phase)
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s: no matching exchange was started", what);
+  SG_TRY(advance(p, 1, NULL));
+  p->phase = PHASE_IDLE;
+  p->block = NULL;
+fail:
+  return st;
+}
+
+sg_status sg_halo_start(sg_halo_plan_t plan, void *block) {
+  return start(plan, block, PHASE_FWD, "sg_halo_start");
+}
+
+sg_status sg_halo_progress(sg_halo_plan_t plan, int *done) {
+  sg_status st = SG_OK;
+  if (!plan) SG_RAISE(SG_ERR_INVALID_ARG, "sg_halo_progress: NULL plan");
+  if (plan->phase == PHASE_IDLE) {
+    if (done) *done = 1;
+    return SG_OK;
+  }
+  SG_TRY(advance(plan, 0, done));
+fail:
+  return st;
+}
+
+sg_status sg_halo_finish(sg_halo_plan_t plan) {
+  return finish(plan, PHASE_FWD, "sg_halo_finish");
+}
+
+sg_status sg_halo_exchange(sg_halo_plan_t plan, void *block) {
+  sg_status st = SG_OK;
+  SG_TRY(sg_halo_start(plan, block));
+  SG_TRY(sg_halo_finish(plan));
+fail:
+  return st;
+}
+
+sg_status sg_halo_adjoint_start(sg_halo_plan_t plan, void *block) {
+  return start(plan, block, PHASE_ADJ, "sg_halo_adjoint_start");
+}
+
+sg_status sg_halo_adjoint_finish(sg_halo_plan_t plan) {
+  return finish(plan, PHASE_ADJ, "sg_halo_adjoint_finish");
+}
+
+sg_status sg_halo_adjoint(sg_halo_plan_t plan, void *block) {
+  sg_status st = SG_OK;
+  SG_TRY(sg_halo_adjoint_start(plan, block));
+  SG_TRY(sg_halo_adjoint_finish(plan));
+fail:
+  return st;
+}

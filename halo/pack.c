@@ -1,0 +1,177 @@
+/* shardgrid — host halo pack/unpack kernels. */
+#include "sg_halo_pack.h"
+
+#include <string.h>
+
+/* Rows of at least this many elements in total go parallel. */
+#define SG_HALO_OMP_MIN 32768
+
+#define ROW_LOOP(body)                                                        \
+  do {                                                                        \
+    const int64_t n3 = box->count[3], s3 = box->stride[3];                    \
+    const int64_t rows = box->count[0] * box->count[1] * box->count[2];       \
+    _Pragma("omp parallel for schedule(static) if (rows * n3 >= SG_HALO_OMP_MIN)") \
+    for (int64_t r = 0; r < rows; ++r) {                                      \
+      const int64_t off = sg_halo_box_row(box, r);                            \
+      const int64_t e0 = r * n3;                                              \
+      body                                                                    \
+    }                                                                         \
+  } while (0)
+
+/* Strided element copy for the common element sizes. */
+static inline void copy_strided(char *dst, int64_t ds, const char *src,
+                                int64_t ss, int64_t n, size_t esize) {
+  if (ds == 1 && ss == 1) {
+    memcpy(dst, src, (size_t)n * esize);
+    return;
+  }
+  switch (esize) {
+  case 8: {
+    uint64_t *d = (uint64_t *)(void *)dst;
+    const uint64_t *s = (const uint64_t *)(const void *)src;
+    for (int64_t i = 0; i < n; ++i) d[i * ds] = s[i * ss];
+    break;
+  }
+  case 4: {
+    uint32_t *d = (uint32_t *)(void *)dst;
+    const uint32_t *s = (const uint32_t *)(const void *)src;
+    for (int64_t i = 0; i < n; ++i) d[i * ds] = s[i * ss];
+    break;
+  }
+  case 2: {
+    uint16_t *d = (uint16_t *)(void *)dst;
+    const uint16_t *s = (const uint16_t *)(const void *)src;
+    for (int64_t i = 0; i < n; ++i) d[i * ds] = s[i * ss];
+    break;
+  }
+  default:
+    for (int64_t i = 0; i < n; ++i)
+      memcpy(dst + (size_t)(i * ds) * esize, src + (size_t)(i * ss) * esize,
+             esize);
+  }
+}
+
+void sg_halo_pack_host(const void *block, const sg_halo_box *box, size_t esize,
+                       void *buf) {
+  const char *b = block;
+  char *o = buf;
+  ROW_LOOP(copy_strided(o + (size_t)e0 * esize, 1, b + (size_t)off * esize,
+                        s3, n3, esize););
+}
+
+void sg_halo_unpack_host(void *block, const sg_halo_box *box, size_t esize,
+                         const void *buf) {
+  char *b = block;
+  const char *in = buf;
+  ROW_LOOP(copy_strided(b + (size_t)off * esize, s3, in + (size_t)e0 * esize,
+                        1, n3, esize););
+}
+
+void sg_halo_zero_host(void *block, const sg_halo_box *box, size_t esize) {
+  char *b = block;
+  ROW_LOOP({
+    (void)e0;
+    if (s3 == 1) {
+      memset(b + (size_t)off * esize, 0, (size_t)n3 * esize);
+    } else {
+      for (int64_t i = 0; i < n3; ++i)
+        memset(b + (size_t)(off + i * s3) * esize, 0, esize);
+    }
+  });
+}
+
+void sg_halo_copy_host(void *block, const sg_halo_box *dst,
+                       const sg_halo_box *src, size_t esize) {
+  char *b = block;
+  const sg_halo_box *box = dst;
+  ROW_LOOP({
+    const int64_t soff = sg_halo_box_row(src, r);
+    (void)e0;
+    copy_strided(b + (size_t)off * esize, s3, b + (size_t)soff * esize,
+                 src->stride[3], n3, esize);
+  });
+}
+
+#define ADD_LOOP(T, CONV_IN, CONV_OUT)                                        \
+  do {                                                                        \
+    T *bb = (T *)block;                                                       \
+    const T *in = (const T *)buf;                                             \
+    ROW_LOOP({                                                                \
+      T *d = bb + off;                                                        \
+      const T *s = in + e0;                                                   \
+      for (int64_t i = 0; i < n3; ++i)                                        \
+        d[i * s3] = CONV_OUT(CONV_IN(d[i * s3]) + CONV_IN(s[i]));             \
+    });                                                                       \
+  } while (0)
+
+#define ID(x) (x)
+#define BF_IN(x) sg_bf16_to_f32(x)
+#define BF_OUT(x) sg_bf16_from_f32(x)
+
+sg_status sg_halo_unpack_add_host(void *block, const sg_halo_box *box,
+                                  sg_dtype dt, const void *buf) {
+  sg_status st = SG_OK;
+  switch (dt) {
+  case SG_DTYPE_F32: ADD_LOOP(float, ID, ID); break;
+  case SG_DTYPE_F64: ADD_LOOP(double, ID, ID); break;
+  case SG_DTYPE_I32: ADD_LOOP(int32_t, ID, ID); break;
+  case SG_DTYPE_I64: ADD_LOOP(int64_t, ID, ID); break;
+  case SG_DTYPE_BF16: ADD_LOOP(sg_bf16, BF_IN, BF_OUT); break;
+  default:
+    SG_RAISE(SG_ERR_INVALID_ARG, "halo add: invalid dtype %d", (int)dt);
+  }
+fail:
+  return st;
+}
+
+#define MOVE_ADD_LOOP(T, CONV_IN, CONV_OUT)                                   \
+  do {                                                                        \
+    T *bb = (T *)block;                                                       \
+    const sg_halo_box *box = dst;                                             \
+    ROW_LOOP({                                                                \
+      T *d = bb + off;                                                        \
+      T *s = bb + sg_halo_box_row(src, r);                                    \
+      const int64_t ss = src->stride[3];                                      \
+      (void)e0;                                                               \
+      for (int64_t i = 0; i < n3; ++i) {                                      \
+        d[i * s3] = CONV_OUT(CONV_IN(d[i * s3]) + CONV_IN(s[i * ss]));        \
+        s[i * ss] = zero;                                                     \
+      }                                                                       \
+    });                                                                       \
+  } while (0)
+
+sg_status sg_halo_move_add_host(void *block, const sg_halo_box *dst,
+                                const sg_halo_box *src, sg_dtype dt) {
+  sg_status st = SG_OK;
+  switch (dt) {
+  case SG_DTYPE_F32: {
+    const float zero = 0;
+    MOVE_ADD_LOOP(float, ID, ID);
+    break;
+  }
+  case SG_DTYPE_F64: {
+    const double zero = 0;
+    MOVE_ADD_LOOP(double, ID, ID);
+    break;
+  }
+  case SG_DTYPE_I32: {
+    const int32_t zero = 0;
+    MOVE_ADD_LOOP(int32_t, ID, ID);
+    break;
+  }
+  case SG_DTYPE_I64: {
+    const int64_t zero = 0;
+    MOVE_ADD_LOOP(int64_t, ID, ID);
+    break;
+  }
+  case SG_DTYPE_BF16: {
+    const sg_bf16 zero = {0};
+    MOVE_ADD_LOOP(sg_bf16, BF_IN, BF_OUT);
+    break;
+  }
+  default:
+    SG_RAISE(SG_ERR_INVALID_ARG, "halo add: invalid dtype %d", (int)dt);
+  }
+fail:
+  return st;
+}

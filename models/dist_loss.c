@@ -1,0 +1,173 @@
+/* shardgrid — losses over sharded predictions. */
+#include "sg_dist_loss.h"
+
+#include "sg_comm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct dist_loss_attr {
+  sg_loss_kind kind;
+  int has_mask;
+  sg_dist_loss_ctx ctx;
+} dist_loss_attr;
+
+/* saved: [value, then MSE: (S, M) | REL_L2: (a_i, b_i) per local sample] */
+
+static inline double ld(const void *p, sg_dtype dt, int64_t i) {
+  return dt == SG_DTYPE_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+}
+
+/* sums[2i] = sum m (p-t)^2, sums[2i+1] = sum m t^2 (REL_L2) or sum m (MSE)
+ * per sample, in a fixed order */
+static void local_sums(sg_loss_kind kind, sg_dtype dt, int64_t batch,
+                       int64_t per, const void *p, const void *t,
+                       const void *m, double *sums) {
+#pragma omp parallel for schedule(static) if (batch * per > 65536)
+  for (int64_t i = 0; i < batch; ++i) {
+    double a = 0.0, b = 0.0;
+    for (int64_t j = i * per; j < (i + 1) * per; ++j) {
+      double w = m ? ld(m, dt, j) : 1.0, d = ld(p, dt, j) - ld(t, dt, j), tv = ld(t, dt, j);
+      a += w * d * d;
+      b += kind == SG_LOSS_REL_L2 ? w * tv * tv : w;
+    }
+    sums[2 * i] = a;
+    sums[2 * i + 1] = b;
+  }
+}
+
+static int same_shape(const sg_tensor *a, const sg_tensor *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int d = 0; d < a->ndim; ++d)
+    if (a->shape[d] != b->shape[d]) return 0;
+  return 1;
+}
+
+static sg_status reduce(sg_group_t g, double *v, int64_t n) {
+  if (!g || sg_group_size(g) == 1 || n == 0) return SG_OK;
+  return sg_allreduce_det(g, v, v, n, SG_DTYPE_F64, SG_REDUCE_SUM);
+}
+
+sg_status sg_dist_rel_l2(sg_dtype dt, int64_t batch, int64_t per_sample,
+                         const void *pred, const void *target,
+                         const void *mask, sg_group_t domain, double *rel) {
+  sg_status st = SG_OK;
+  double *s = malloc((size_t)(2 * batch + 1) * sizeof *s);
+  if (!s) SG_RAISE(SG_ERR_ALLOC, "sg_dist_rel_l2: out of memory");
+  local_sums(SG_LOSS_REL_L2, dt, batch, per_sample, pred, target, mask, s);
+  SG_TRY(reduce(domain, s, 2 * batch));
+  for (int64_t i = 0; i < batch; ++i) rel[i] = s[2 * i + 1] > 0 ? sqrt(s[2 * i] / s[2 * i + 1]) : 0.0;
+fail:
+  free(s);
+  return st;
+}
+
+static sg_status dloss_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const dist_loss_attr *a = (const dist_loss_attr *)node->attr;
+  const sg_tensor *p = &node->in[0]->value;
+  const int64_t batch = p->shape[0];
+  int64_t n = 1;
+  for (int d = 0; d < p->ndim; ++d) n *= p->shape[d];
+  const int64_t per = batch ? n / batch : 0;
+  double *saved = NULL, value = 0.0;
+  SG_TRY(sg_node_save(node, (size_t)(1 + 2 * batch + 2) * sizeof(double), (void **)&saved));
+  double *sums = saved + 1;
+  local_sums(a->kind, p->dtype, batch, per, p->data, node->in[1]->value.data,
+             a->has_mask ? node->in[2]->value.data : NULL, sums);
+  SG_TRY(reduce(a->ctx.domain, sums, 2 * batch));
+  if (a->kind == SG_LOSS_MSE) {
+    double sm[2] = {0.0, 0.0};
+    for (int64_t i = 0; i < batch; ++i) {
+      sm[0] += sums[2 * i];
+      sm[1] += sums[2 * i + 1];
+    }
+    SG_TRY(reduce(a->ctx.data, sm, 2));
+    sums[0] = sm[0]; /* keep the global (S, M) for backward */
+    sums[1] = sm[1];
+    value = sm[1] > 0 ? sm[0] / sm[1] : 0.0;
+  } else {
+    double r = 0.0;
+    for (int64_t i = 0; i < batch; ++i)
+      r += sums[2 * i + 1] > 0 ? sqrt(sums[2 * i] / sums[2 * i + 1]) : 0.0;
+    SG_TRY(reduce(a->ctx.data, &r, 1));
+    value = r / (double)a->ctx.global_batch;
+  }
+  saved[0] = value;
+  int64_t one = 1;
+  SG_TRY(sg_node_alloc_out(node, 0, 1, &one));
+  if (p->dtype == SG_DTYPE_F32) *(float *)node->out[0]->value.data = (float)value;
+  else *(double *)node->out[0]->value.data = value;
+fail:
+  return st;
+}
+
+static sg_status dloss_bwd(sg_node *node) {
+  const dist_loss_attr *a = (const dist_loss_attr *)node->attr;
+  const sg_tensor *p = &node->in[0]->value;
+  const sg_tensor *gt = &node->out[0]->grad;
+  const double g = gt->dtype == SG_DTYPE_F32 ? (double)*(const float *)gt->data : *(const double *)gt->data;
+  const int64_t batch = p->shape[0];
+  int64_t n = 1;
+  for (int d = 0; d < p->ndim; ++d) n *= p->shape[d];
+  const int64_t per = batch ? n / batch : 0;
+  const double *sums = (const double *)node->saved + 1;
+  const void *t = node->in[1]->value.data, *m = a->has_mask ? node->in[2]->value.data : NULL;
+  void *dp = node->gin[0];
+  if (!dp) return SG_OK;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < batch; ++i) {
+    double c;
+    if (a->kind == SG_LOSS_MSE) {
+      c = sums[1] > 0 ? 2.0 * g / sums[1] : 0.0;
+    } else {
+      double a2 = sums[2 * i], b2 = sums[2 * i + 1];
+      double r = b2 > 0 ? sqrt(a2 / b2) : 0.0;
+      c = r > 0 ? g / ((double)a->ctx.global_batch * b2 * r) : 0.0;
+    }
+    for (int64_t j = i * per; j < (i + 1) * per; ++j) {
+      double w = m ? ld(m, p->dtype, j) : 1.0;
+      double v = c * w * (ld(p->data, p->dtype, j) - ld(t, p->dtype, j));
+      if (p->dtype == SG_DTYPE_F32) ((float *)dp)[j] = (float)v;
+      else ((double *)dp)[j] = v;
+    }
+  }
+  return SG_OK;
+}
+
+static const sg_op_def dist_loss_op = {
+    .name = "dist_loss",
+    .slots = {SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT},
+    .forward = dloss_fwd,
+    .backward = dloss_bwd,
+    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_REPLICATE}};
+
+sg_status sg_ag_dist_loss(sg_tape_t tape, sg_loss_kind kind, sg_var *pred,
+                          sg_var *target, sg_var *mask,
+                          const sg_dist_loss_ctx *ctx, sg_var **loss) {
+  sg_status st = SG_OK;
+  if (!tape || !pred || !target || !ctx || !loss)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_ag_dist_loss: NULL argument");
+  if (kind != SG_LOSS_MSE && kind != SG_LOSS_REL_L2)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "sg_ag_dist_loss: only MSE and REL_L2 are supported");
+  if (!same_shape(&pred->value, &target->value) || (mask && !same_shape(&pred->value, &mask->value)))
+    SG_RAISE(SG_ERR_SHAPE, "sg_ag_dist_loss: prediction, target and mask differ in shape");
+  if (pred->value.dtype != target->value.dtype || (mask && mask->value.dtype != pred->value.dtype))
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_ag_dist_loss: prediction, target and mask differ in dtype");
+  if (ctx->global_batch < 1) SG_RAISE(SG_ERR_INVALID_ARG, "sg_ag_dist_loss: global_batch < 1");
+  dist_loss_attr at;
+  memset(&at, 0, sizeof at);
+  at.kind = kind;
+  at.has_mask = mask != NULL;
+  at.ctx = *ctx;
+  sg_var *in[3] = {pred, target, mask};
+  SG_TRY(sg_tape_apply(tape, &dist_loss_op, mask ? 3 : 2, in, 1, NULL, &at, sizeof at, loss));
+fail:
+  return st;
+}
+
+double sg_dist_loss_value(const sg_var *loss) {
+  if (!loss || !loss->producer || !loss->producer->saved) return sg_var_item(loss);
+  return *(const double *)loss->producer->saved;
+}

@@ -1,0 +1,275 @@
+/* shardgrid — FNO-2D, domain- and data-parallel. */
+#include "sg_fno.h"
+
+#include "sg_rng.h"
+#include "sg_spectral.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { FNO_MAX_LAYERS = 16, FNO_MAX_PARAMS = 8 + 3 * FNO_MAX_LAYERS };
+
+struct sg_fno {
+  sg_fno_config cfg;
+  int64_t batch, ny_g, nx_g;
+  int64_t y0, ny, x0, nx;
+  sg_spectral_conv_t spec;
+  int nparams;
+  sg_var params[FNO_MAX_PARAMS];
+  sg_var *param_ptrs[FNO_MAX_PARAMS];
+  int64_t offset[FNO_MAX_PARAMS], count[FNO_MAX_PARAMS];
+  int fan_in[FNO_MAX_PARAMS];
+  int kind[FNO_MAX_PARAMS]; /* 0 linear weight/bias, 1 spectral */
+  int64_t ndim_p[FNO_MAX_PARAMS];
+  int64_t shape_p[FNO_MAX_PARAMS][2];
+  int64_t total;
+  int bound;
+  sg_var grid;  /* (batch, 2, ny, nx) coordinates, constant */
+  float *grid_data;
+};
+
+sg_fno_config sg_fno_defaults(void) {
+  sg_fno_config c = {1, 1, 32, 12, 12, 4, 128, 1, SG_ACT_GELU};
+  return c;
+}
+
+static void add_param(struct sg_fno *m, int kind, int64_t d0, int64_t d1, int fan_in) {
+  int i = m->nparams++;
+  m->kind[i] = kind;
+  m->fan_in[i] = fan_in;
+  m->ndim_p[i] = d1 > 0 ? 2 : 1;
+  m->shape_p[i][0] = d0;
+  m->shape_p[i][1] = d1;
+  m->count[i] = d1 > 0 ? d0 * d1 : d0;
+  m->offset[i] = m->total;
+  m->total += m->count[i];
+}
+
+sg_status sg_fno_destroy(sg_fno_t *model) {
+  if (!model || !*model) return SG_OK;
+  struct sg_fno *m = *model;
+  sg_spectral_conv_destroy(&m->spec);
+  for (int i = 0; i < m->nparams; ++i) sg_var_release(&m->params[i]);
+  sg_var_release(&m->grid);
+  free(m->grid_data);
+  free(m);
+  *model = NULL;
+  return SG_OK;
+}
+
+sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
+                        int64_t nx, int64_t batch, sg_fno_t *out) {
+  sg_status st = SG_OK;
+  struct sg_fno *m = NULL;
+  if (!mesh || !cfg || !out) SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_create: NULL argument");
+  *out = NULL;
+  if (cfg->layers < 1 || cfg->layers > FNO_MAX_LAYERS || cfg->width < 1 || cfg->cin < 1 ||
+      cfg->cout < 1 || cfg->proj_width < 1 || batch < 1)
+    SG_RAISE(SG_ERR_CONFIG, "FNO: need 1 <= layers <= %d, width, cin, cout, proj_width, batch >= 1",
+             FNO_MAX_LAYERS);
+  if (cfg->modes1 < 1 || cfg->modes2 < 1 || 2 * cfg->modes1 > ny || cfg->modes2 > nx / 2 + 1)
+    SG_RAISE(SG_ERR_CONFIG, "FNO: modes %lldx%lld do not fit a %lldx%lld grid (2*modes1 <= ny, modes2 <= nx/2+1)",
+             (long long)cfg->modes1, (long long)cfg->modes2, (long long)ny, (long long)nx);
+  m = calloc(1, sizeof *m);
+  if (!m) SG_RAISE(SG_ERR_ALLOC, "sg_fno_create: out of memory");
+  m->cfg = *cfg;
+  m->batch = batch;
+  m->ny_g = ny;
+  m->nx_g = nx;
+  /* the spectral convolutions share one object: same shapes in every layer */
+  sg_fft_desc d;
+  sg_fft_desc_init(&d);
+  d.dtype = SG_DTYPE_F32;
+  d.ndim = 2;
+  d.shape[0] = ny;
+  d.shape[1] = nx;
+  d.batch = batch;
+  d.keep[0] = cfg->modes1;
+  d.keep[1] = cfg->modes2;
+  int hd = sg_mesh_find_dim(mesh, "h"), wd = sg_mesh_find_dim(mesh, "w");
+  MPI_Comm axes[2] = {MPI_COMM_NULL, MPI_COMM_NULL};
+  unsigned mask = 0;
+  sg_group_t g = NULL;
+  if (hd >= 0) {
+    SG_TRY(sg_mesh_group(mesh, 1u << hd, &g));
+    axes[0] = sg_group_comm(g);
+    mask |= 1u << hd;
+  }
+  if (wd >= 0) {
+    SG_TRY(sg_mesh_group(mesh, 1u << wd, &g));
+    axes[1] = sg_group_comm(g);
+    mask |= 1u << wd;
+  }
+  d.split[0] = hd >= 0 ? 0 : -1;
+  d.split[1] = wd >= 0 ? 1 : -1;
+  SG_TRY(sg_mesh_group(mesh, mask, &g));
+  SG_TRY(sg_spectral_conv_create_comms(sg_group_comm(g), 2, axes, &d, cfg->width, cfg->width, &m->spec));
+  int64_t off[2], shp[2];
+  sg_fft_plan_local_box(sg_spectral_conv_plan(m->spec, 0), SG_FFT_SPACE_REAL, off, shp);
+  m->y0 = off[0], m->ny = shp[0], m->x0 = off[1], m->nx = shp[1];
+
+  const int64_t cin = cfg->cin + (cfg->add_grid ? 2 : 0), w = cfg->width;
+  add_param(m, 0, w, cin, (int)cin);   /* lift */
+  add_param(m, 0, w, 0, (int)cin);
+  for (int64_t l = 0; l < cfg->layers; ++l) {
+    add_param(m, 1, sg_spectral_conv_weight_count(m->spec), 0, (int)(w * w));
+    add_param(m, 0, w, w, (int)w);
+    add_param(m, 0, w, 0, (int)w);
+  }
+  add_param(m, 0, cfg->proj_width, w, (int)w);
+  add_param(m, 0, cfg->proj_width, 0, (int)w);
+  add_param(m, 0, cfg->cout, cfg->proj_width, (int)cfg->proj_width);
+  add_param(m, 0, cfg->cout, 0, (int)cfg->proj_width);
+
+  if (cfg->add_grid) {
+    int64_t gshape[4] = {batch, 2, m->ny, m->nx};
+    int64_t n = batch * 2 * m->ny * m->nx;
+    m->grid_data = malloc((size_t)(n ? n : 1) * sizeof *m->grid_data);
+    if (!m->grid_data) SG_RAISE(SG_ERR_ALLOC, "sg_fno_create: out of memory");
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t j = 0; j < m->ny; ++j)
+        for (int64_t i = 0; i < m->nx; ++i) {
+          m->grid_data[((b * 2 + 0) * m->ny + j) * m->nx + i] = (float)((double)(m->x0 + i) / (double)nx);
+          m->grid_data[((b * 2 + 1) * m->ny + j) * m->nx + i] = (float)((double)(m->y0 + j) / (double)ny);
+        }
+    SG_TRY(sg_var_init(&m->grid, "grid", SG_DTYPE_F32, 4, gshape, m->grid_data, 0));
+  }
+  *out = m;
+  return SG_OK;
+fail:
+  sg_fno_destroy(&m);
+  return st;
+}
+
+int64_t sg_fno_param_count(sg_fno_t m) { return m ? m->total : 0; }
+
+void sg_fno_box(sg_fno_t m, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *nx) {
+  *y0 = m->y0, *ny = m->ny, *x0 = m->x0, *nx = m->nx;
+}
+
+sg_status sg_fno_bind(sg_fno_t m, float *params, float *grads) {
+  sg_status st = SG_OK;
+  if (!m || !params || !grads) SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_bind: NULL argument");
+  for (int i = 0; i < m->nparams; ++i) {
+    sg_var_release(&m->params[i]);
+    char name[32];
+    snprintf(name, sizeof name, "p%d", i);
+    int64_t shape[2] = {m->shape_p[i][0], m->shape_p[i][1]};
+    SG_TRY(sg_var_init_param(&m->params[i], name, SG_DTYPE_F32, (int)m->ndim_p[i], shape,
+                             params + m->offset[i], grads + m->offset[i]));
+    m->param_ptrs[i] = &m->params[i];
+  }
+  m->bound = 1;
+fail:
+  return st;
+}
+
+sg_status sg_fno_init(sg_fno_t m, uint64_t seed) {
+  sg_status st = SG_OK;
+  if (!m || !m->bound) SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_init: model not bound to a buffer");
+  for (int i = 0; i < m->nparams; ++i) {
+    float *p = m->params[i].value.data;
+    double lo, hi;
+    if (m->kind[i] == 1) {
+      lo = 0.0;
+      hi = 1.0 / (double)m->fan_in[i];
+    } else {
+      hi = 1.0 / sqrt((double)m->fan_in[i]);
+      lo = -hi;
+    }
+    SG_TRY(sg_rng_fill(SG_RNG_UNIFORM, lo, hi, seed, 1000 + (uint64_t)i, 0, m->count[i], SG_DTYPE_F32, p));
+  }
+fail:
+  return st;
+}
+
+int sg_fno_params(sg_fno_t m, sg_var ***vars) {
+  *vars = m->param_ptrs;
+  return m->nparams;
+}
+
+int64_t sg_fno_param_offset(sg_fno_t m, const sg_var *param) {
+  for (int i = 0; i < m->nparams; ++i)
+    if (&m->params[i] == param) return m->offset[i];
+  return -1;
+}
+
+void sg_fno_fft_times(sg_fno_t m, double *fft_s, double *transpose_s) {
+  double f0 = 0, t0 = 0, f1 = 0, t1 = 0;
+  sg_fft_plan_t p0 = sg_spectral_conv_plan(m->spec, 0), p1 = sg_spectral_conv_plan(m->spec, 1);
+  sg_fft_plan_times(p0, &f0, &t0);
+  if (p1 != p0) sg_fft_plan_times(p1, &f1, &t1); /* one plan when cin == cout */
+  *fft_s = f0 + f1;
+  *transpose_s = t0 + t1;
+}
+
+/* ---- the spectral convolution as an autograd op -------------------------- */
+
+typedef struct spec_attr {
+  sg_spectral_conv_t conv;
+  int64_t cout;
+} spec_attr;
+
+static sg_status spec_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const spec_attr *a = (const spec_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  int64_t shape[4] = {x->shape[0], a->cout, x->shape[2], x->shape[3]};
+  void *xhat = NULL;
+  SG_TRY(sg_node_alloc_out(node, 0, 4, shape));
+  int64_t ns = sg_spectral_conv_spectrum_count(a->conv);
+  SG_TRY(sg_node_save(node, (size_t)(ns > 0 ? ns : 1) * sizeof(float), &xhat));
+  SG_TRY(sg_spectral_conv_forward(a->conv, x->data, node->in[1]->value.data, node->out[0]->value.data, xhat));
+fail:
+  return st;
+}
+
+static sg_status spec_bwd(sg_node *node) {
+  const spec_attr *a = (const spec_attr *)node->attr;
+  return sg_spectral_conv_backward(a->conv, node->in[0]->value.data, node->saved, node->in[1]->value.data,
+                                   node->out[0]->grad.data, node->gin[0], node->gin[1]);
+}
+
+static const sg_op_def spec_op = {
+    .name = "spectral_conv",
+    .slots = {SG_SLOT_ACT, SG_SLOT_PARAM},
+    .forward = spec_fwd,
+    .backward = spec_bwd,
+    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
+             .out = SG_OUT_LIKE_INPUT}};
+
+sg_status sg_fno_forward(sg_fno_t m, sg_tape_t t, sg_var *x, sg_var **y) {
+  sg_status st = SG_OK;
+  if (!m || !t || !x || !y || !m->bound) SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_forward: bad arguments");
+  const sg_tensor *xv = &x->value;
+  if (xv->ndim != 4 || xv->shape[0] != m->batch || xv->shape[1] != m->cfg.cin || xv->shape[2] != m->ny ||
+      xv->shape[3] != m->nx)
+    SG_RAISE(SG_ERR_SHAPE, "sg_fno_forward: input (%lld, %lld, %lld, %lld), model expects (%lld, %lld, %lld, %lld)",
+             (long long)xv->shape[0], (long long)xv->shape[1], (long long)xv->shape[2], (long long)xv->shape[3],
+             (long long)m->batch, (long long)m->cfg.cin, (long long)m->ny, (long long)m->nx);
+  sg_var *h = x, *s = NULL, *c = NULL;
+  int p = 0;
+  if (m->cfg.add_grid) {
+    sg_var *parts[2] = {x, &m->grid};
+    SG_TRY(sg_ag_concat(t, 2, parts, &h));
+  }
+  SG_TRY(sg_ag_linear(t, h, &m->params[p], &m->params[p + 1], &h));
+  p += 2;
+  spec_attr sa = {m->spec, m->cfg.width};
+  for (int64_t l = 0; l < m->cfg.layers; ++l) {
+    sg_var *in2[2] = {h, &m->params[p]};
+    SG_TRY(sg_tape_apply(t, &spec_op, 2, in2, 1, NULL, &sa, sizeof sa, &s));
+    SG_TRY(sg_ag_linear(t, h, &m->params[p + 1], &m->params[p + 2], &c));
+    SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, s, c, &h));
+    if (l + 1 < m->cfg.layers) SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
+    p += 3;
+  }
+  SG_TRY(sg_ag_linear(t, h, &m->params[p], &m->params[p + 1], &h));
+  SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
+  SG_TRY(sg_ag_linear(t, h, &m->params[p + 2], &m->params[p + 3], &h));
+  *y = h;
+fail:
+  return st;
+}

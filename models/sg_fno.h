@@ -1,0 +1,79 @@
+/* shardgrid — FNO-2D (Li et al. 2021), domain- and data-parallel.
+ *
+ *   lift:  x (+ grid coordinates) -> width channels, a channel-wise linear
+ *   L layers:  h = act( K_l(h) + W_l h + b_l ),  K_l the spectral
+ *          convolution keeping modes1 x modes2 modes (no act after the last)
+ *   proj:  width -> proj_width -> act -> cout, channel-wise linears
+ *
+ * Activations are (batch, channels, ny, nx) blocks of a grid split over the
+ * mesh dims "h" (y) and "w" (x); data-parallel ranks ("dp") hold other
+ * samples. Every layer but K_l is pointwise in space, so it needs no halo;
+ * K_l runs on the distributed FFT. Parameters live in one flat f32 buffer
+ * (sg_fno_bind) and are Replicate; their gradients are Partial over every
+ * mesh dim where the data is split, reduced by the caller (DDP).
+ * Initialisation follows the paper's code: spectral weights
+ * U[0,1) / (cin cout) for real and imaginary parts, linears
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn from the counter-based RNG by
+ * (seed, parameter index, element), so every mesh starts from the same
+ * model.
+ */
+#ifndef SG_FNO_H
+#define SG_FNO_H
+
+#include <stdint.h>
+
+#include "sg_autograd.h"
+#include "sg_mesh.h"
+#include "sg_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sg_fno_config {
+  int64_t cin, cout;     /* data channels in and out */
+  int64_t width;         /* 32 in the paper */
+  int64_t modes1, modes2;/* 12, 12 in the paper */
+  int64_t layers;        /* 4 */
+  int64_t proj_width;    /* 128 */
+  int add_grid;          /* append (x, y) in [0,1) as two input channels */
+  sg_act act;            /* SG_ACT_GELU */
+} sg_fno_config;
+
+sg_fno_config sg_fno_defaults(void);
+
+typedef struct sg_fno *sg_fno_t;
+
+/* A model for global grids ny x nx and `batch` local samples per step.
+ * Collective over the mesh (FFT plans). */
+sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
+                        int64_t nx, int64_t batch, sg_fno_t *model);
+sg_status sg_fno_destroy(sg_fno_t *model);
+
+/* Number of f32 parameters. */
+int64_t sg_fno_param_count(sg_fno_t model);
+/* Point the parameters and their gradients at flat buffers of
+ * sg_fno_param_count floats (owned by the caller). */
+sg_status sg_fno_bind(sg_fno_t model, float *params, float *grads);
+/* Deterministic initialisation of the bound parameters. */
+sg_status sg_fno_init(sg_fno_t model, uint64_t seed);
+/* The parameter variables (for hooks), in buffer order. */
+int sg_fno_params(sg_fno_t model, sg_var ***vars);
+/* Offset of a parameter variable in the flat buffer (-1 if not ours). */
+int64_t sg_fno_param_offset(sg_fno_t model, const sg_var *param);
+
+/* This rank's box of the grid: y0, ny, x0, nx. */
+void sg_fno_box(sg_fno_t model, int64_t *y0, int64_t *ny, int64_t *x0,
+                int64_t *nx);
+
+/* y = model(x). x: (batch, cin, ny, nx) local block. Collective. */
+sg_status sg_fno_forward(sg_fno_t model, sg_tape_t tape, sg_var *x,
+                         sg_var **y);
+
+/* Seconds in FFTs and in transposes (all spectral layers). */
+void sg_fno_fft_times(sg_fno_t model, double *fft_s, double *transpose_s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SG_FNO_H */

@@ -1,0 +1,53 @@
+#!/bin/sh
+# The promise, end to end: sg-train's loss trajectory (20 steps,
+# deterministic mode) on several meshes equals the one-process run to 1e-5
+# relative per step, for the NS task (a dataset made here by sg-ns2d) or the
+# climate example (monthly_navy_winds, longitude split). Task "resume": 20
+# steps with a checkpoint at step 10; resuming from it reproduces steps
+# 11-20 bit for bit, and a checkpoint of a h=2,w=2 run resumed on 1 rank
+# matches to 1e-5.
+#   train_trajectories.sh ns|navy|resume BIN_DIR MPIEXEC WORK_DIR SRC_DIR
+set -eu
+task=$1 bin=$2 mpiexec=$3 work=$4 src=$5
+mkdir -p "$work"
+cd "$work"
+cmp="python3 $src/tests/examples/compare_losses.py"
+if [ "$task" = ns ] || [ "$task" = resume ]; then
+  "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns.nc --n 24 --samples 10 --frames 5 --dt 1e-2 \
+    --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
+  common="--data ns.nc --steps 20 --batch 4 --modes 4 --width 8 --layers 2 --proj-width 16
+          --history 2 --test-samples 2 --deterministic --log-every 1000 --log-level warn"
+  meshes="2:h=2 2:w=2 4:h=2,w=2 4:dp=2,h=2 3:h=3"
+else
+  data=/usr/share/ferret-vis/data/monthly_navy_winds.cdf
+  if [ ! -f "$data" ]; then echo "SKIPPED: $data missing (apt-get install ferret-datasets)"; exit 77; fi
+  common="--data $data --vars UWND,VWND --dim-map FNOCX=lon,FNOCY=lat,TIME=time --steps 20
+          --batch 4 --modes 4 --width 8 --layers 2 --proj-width 16 --loss mse --deterministic
+          --log-every 1000 --log-level warn"
+  meshes="2:w=2 3:w=3"
+fi
+if [ "$task" = resume ]; then
+  rm -rf ck1 ck4
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --ckpt-dir ck1 --ckpt-every 10 --metrics full1.jsonl
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --resume ck1/step_000010.nc --metrics res1.jsonl
+  $cmp res1.jsonl full1.jsonl 0
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 4 "$bin/sg-train" $common --mesh h=2,w=2 --ckpt-dir ck4 --ckpt-every 10 --metrics full4.jsonl
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --resume ck4/step_000010.nc --metrics res4.jsonl
+  $cmp res4.jsonl full4.jsonl 1e-5
+  echo "resume matches"
+  exit 0
+fi
+# shellcheck disable=SC2086
+"$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --metrics ref.jsonl
+for m in $meshes; do
+  n=${m%%:*} spec=${m#*:}
+  # shellcheck disable=SC2086
+  "$mpiexec" -n "$n" "$bin/sg-train" $common --mesh "$spec" --metrics "m_$spec.jsonl"
+  $cmp ref.jsonl "m_$spec.jsonl" 1e-5
+  $cmp ref.jsonl "m_$spec.jsonl" 1e-5 --eval
+done
+echo "trajectories match"

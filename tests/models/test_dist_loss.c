@@ -1,0 +1,121 @@
+/* Distributed losses: the loss of a prediction split over a domain group
+ * (y) and a data group (batch) equals the one-process loss, its gradient
+ * equals the one-process gradient, and both match central finite
+ * differences in double precision. Meshes: every dp x h that fits. */
+#include "sg_dist_loss.h"
+#include "sg_mesh.h"
+#include "sg_rng.h"
+#include "sg_test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { B = 4, C = 2, NY = 7, NX = 5 };
+
+static double whole_loss(sg_loss_kind k, const double *p, const double *t, const double *m) {
+  if (k == SG_LOSS_MSE) {
+    double s = 0, c = 0;
+    for (int i = 0; i < B * C * NY * NX; ++i) {
+      s += m[i] * (p[i] - t[i]) * (p[i] - t[i]);
+      c += m[i];
+    }
+    return s / c;
+  }
+  double r = 0;
+  for (int b = 0; b < B; ++b) {
+    double a = 0, d = 0;
+    for (int i = b * C * NY * NX; i < (b + 1) * C * NY * NX; ++i) {
+      a += m[i] * (p[i] - t[i]) * (p[i] - t[i]);
+      d += m[i] * t[i] * t[i];
+    }
+    r += sqrt(a / d);
+  }
+  return r / B;
+}
+
+static void run(const char *spec, int ndp, sg_loss_kind kind) {
+  sg_mesh_t mesh = NULL;
+  sg_tape_t tape = NULL;
+  double *lp = NULL, *lt = NULL, *lm = NULL;
+  sg_var vp, vt, vm, *loss = NULL;
+  memset(&vp, 0, sizeof vp);
+  memset(&vt, 0, sizeof vt);
+  memset(&vm, 0, sizeof vm);
+  double p[B * C * NY * NX], t[B * C * NY * NX], m[B * C * NY * NX];
+  SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 1, 0, 0, B * C * NY * NX, SG_DTYPE_F64, p));
+  SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 1, 1, 0, B * C * NY * NX, SG_DTYPE_F64, t));
+  for (int i = 0; i < B * C * NY * NX; ++i) m[i] = (i % 7) ? 1.0 : 0.0;
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  int nh = sg_test_size / ndp, cd = sg_mesh_coord(mesh, 0), ch = sg_mesh_coord(mesh, 1);
+  int64_t lb = B / ndp, b0 = cd * lb;
+  int64_t y0 = (int64_t)ch * (NY / nh) + (ch < NY % nh ? ch : NY % nh), ny = NY / nh + (ch < NY % nh);
+  int64_t n = lb * C * ny * NX;
+  lp = malloc((size_t)(n + 1) * sizeof *lp);
+  lt = malloc((size_t)(n + 1) * sizeof *lt);
+  lm = malloc((size_t)(n + 1) * sizeof *lm);
+  for (int64_t b = 0; b < lb; ++b)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t j = 0; j < ny; ++j)
+        for (int64_t i = 0; i < NX; ++i) {
+          int64_t g = (((b0 + b) * C + c) * NY + y0 + j) * NX + i, l = ((b * C + c) * ny + j) * NX + i;
+          lp[l] = p[g], lt[l] = t[g], lm[l] = m[g];
+        }
+  sg_group_t dom = NULL, dat = NULL;
+  SG_REQUIRE_OK(sg_mesh_group(mesh, 2u, &dom));
+  SG_REQUIRE_OK(sg_mesh_group(mesh, 1u, &dat));
+  sg_dist_loss_ctx ctx = {dom, dat, B};
+  int64_t shape[4] = {lb, C, ny, NX};
+  SG_REQUIRE_OK(sg_tape_create(&tape));
+  SG_REQUIRE_OK(sg_var_init(&vp, "p", SG_DTYPE_F64, 4, shape, lp, 1));
+  SG_REQUIRE_OK(sg_var_init(&vt, "t", SG_DTYPE_F64, 4, shape, lt, 0));
+  SG_REQUIRE_OK(sg_var_init(&vm, "m", SG_DTYPE_F64, 4, shape, lm, 0));
+  SG_REQUIRE_OK(sg_ag_dist_loss(tape, kind, &vp, &vt, &vm, &ctx, &loss));
+  double val = sg_dist_loss_value(loss), ref = whole_loss(kind, p, t, m);
+  SG_CHECK(fabs(val - ref) <= 1e-13 * fabs(ref), "%s kind %d: loss %.17g vs one process %.17g", spec, kind, val, ref);
+  SG_REQUIRE_OK(sg_tape_backward(tape, loss));
+  /* gradient vs central differences of the one-process loss */
+  const double h = 1e-6;
+  int64_t bad = 0;
+  for (int64_t l = 0; l < n; l += 3) {
+    int64_t b = l / (C * ny * NX), r = l % (C * ny * NX), c = r / (ny * NX), j = (r / NX) % ny, i = r % NX;
+    int64_t g = (((b0 + b) * C + c) * NY + y0 + j) * NX + i;
+    double keep = p[g];
+    p[g] = keep + h;
+    double up = whole_loss(kind, p, t, m);
+    p[g] = keep - h;
+    double dn = whole_loss(kind, p, t, m);
+    p[g] = keep;
+    double fd = (up - dn) / (2 * h), an = ((double *)vp.grad.data)[l];
+    if (fabs(fd - an) > 1e-7 + 1e-6 * fabs(fd)) {
+      if (!bad) sg_test_fail_at(__FILE__, __LINE__, "%s kind %d: dL/dp[%lld] = %.10g, finite difference %.10g", spec, kind, (long long)g, an, fd);
+      ++bad;
+    }
+  }
+  SG_CHECK(bad == 0, "%lld gradient mismatches", (long long)bad);
+  /* evaluation helper: per-sample relative L2 over the domain */
+  double rel[B];
+  SG_CHECK_OK(sg_dist_rel_l2(SG_DTYPE_F64, lb, C * ny * NX, lp, lt, lm, dom, rel));
+done:
+  sg_tape_destroy(&tape);
+  sg_var_release(&vp);
+  sg_var_release(&vt);
+  sg_var_release(&vm);
+  free(lp);
+  free(lt);
+  free(lm);
+  sg_mesh_destroy(&mesh);
+}
+
+int main(int argc, char **argv) {
+  sg_test_init(&argc, &argv);
+  char spec[64];
+  for (int dp = 1; dp <= sg_test_size; ++dp) {
+    if (sg_test_size % dp || B % dp) continue;
+    snprintf(spec, sizeof spec, "dp=%d,h=%d", dp, sg_test_size / dp);
+    run(spec, dp, SG_LOSS_MSE);
+    run(spec, dp, SG_LOSS_REL_L2);
+  }
+  return sg_test_finish();
+}
