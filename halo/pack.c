@@ -6,22 +6,32 @@
 /* Rows of at least this many elements in total go parallel. */
 #define SG_HALO_OMP_MIN 32768
 
+/* Loop over the rows of a box (a row runs along the last box dim): off is
+ * the block offset of the row, r its index, e0 = r * n3 its first element.
+ * Offsets are stepped, not divided out, so short rows stay cheap. */
 #define ROW_LOOP(body)                                                        \
   do {                                                                        \
     const int64_t n3 = box->count[3], s3 = box->stride[3];                    \
-    const int64_t rows = box->count[0] * box->count[1] * box->count[2];       \
-    _Pragma("omp parallel for schedule(static) if (rows * n3 >= SG_HALO_OMP_MIN)") \
-    for (int64_t r = 0; r < rows; ++r) {                                      \
-      const int64_t off = sg_halo_box_row(box, r);                            \
-      const int64_t e0 = r * n3;                                              \
-      body                                                                    \
-    }                                                                         \
+    const int64_t c0 = box->count[0], c1 = box->count[1], c2 = box->count[2]; \
+    const int64_t t0 = box->stride[0], t1 = box->stride[1];                   \
+    const int64_t t2 = box->stride[2], base = box->base;                      \
+    const int64_t rows = c0 * c1 * c2;                                        \
+    _Pragma("omp parallel for collapse(2) schedule(static) if (rows * n3 >= SG_HALO_OMP_MIN)") \
+    for (int64_t i0 = 0; i0 < c0; ++i0)                                       \
+      for (int64_t i1 = 0; i1 < c1; ++i1) {                                   \
+        int64_t off = base + i0 * t0 + i1 * t1;                               \
+        int64_t r = (i0 * c1 + i1) * c2;                                      \
+        for (int64_t i2 = 0; i2 < c2; ++i2, off += t2, ++r) {                 \
+          const int64_t e0 = r * n3;                                          \
+          body                                                                \
+        }                                                                     \
+      }                                                                       \
   } while (0)
 
 /* Strided element copy for the common element sizes. */
 static inline void copy_strided(char *dst, int64_t ds, const char *src,
                                 int64_t ss, int64_t n, size_t esize) {
-  if (ds == 1 && ss == 1) {
+  if (ds == 1 && ss == 1 && n > 16) {
     memcpy(dst, src, (size_t)n * esize);
     return;
   }
@@ -51,23 +61,27 @@ static inline void copy_strided(char *dst, int64_t ds, const char *src,
   }
 }
 
-void sg_halo_pack_host(const void *block, const sg_halo_box *box, size_t esize,
-                       void *buf) {
+void sg_halo_pack_host(const void *block, const sg_halo_box *box_in,
+                       size_t esize, void *buf) {
+  const sg_halo_box sb = sg_halo_box_simplify(*box_in, 1), *box = &sb;
   const char *b = block;
   char *o = buf;
   ROW_LOOP(copy_strided(o + (size_t)e0 * esize, 1, b + (size_t)off * esize,
                         s3, n3, esize););
 }
 
-void sg_halo_unpack_host(void *block, const sg_halo_box *box, size_t esize,
-                         const void *buf) {
+void sg_halo_unpack_host(void *block, const sg_halo_box *box_in,
+                         size_t esize, const void *buf) {
+  const sg_halo_box sb = sg_halo_box_simplify(*box_in, 1), *box = &sb;
   char *b = block;
   const char *in = buf;
   ROW_LOOP(copy_strided(b + (size_t)off * esize, s3, in + (size_t)e0 * esize,
                         1, n3, esize););
 }
 
-void sg_halo_zero_host(void *block, const sg_halo_box *box, size_t esize) {
+void sg_halo_zero_host(void *block, const sg_halo_box *box_in,
+                       size_t esize) {
+  const sg_halo_box sb = sg_halo_box_simplify(*box_in, 1), *box = &sb;
   char *b = block;
   ROW_LOOP({
     (void)e0;
@@ -80,10 +94,13 @@ void sg_halo_zero_host(void *block, const sg_halo_box *box, size_t esize) {
   });
 }
 
-void sg_halo_copy_host(void *block, const sg_halo_box *dst,
-                       const sg_halo_box *src, size_t esize) {
+void sg_halo_copy_host(void *block, const sg_halo_box *dst_in,
+                       const sg_halo_box *src_in, size_t esize) {
+  /* same counts: squeezing keeps the two boxes' rows aligned */
+  const sg_halo_box d = sg_halo_box_simplify(*dst_in, 0);
+  const sg_halo_box sq = sg_halo_box_simplify(*src_in, 0);
+  const sg_halo_box *box = &d, *src = &sq;
   char *b = block;
-  const sg_halo_box *box = dst;
   ROW_LOOP({
     const int64_t soff = sg_halo_box_row(src, r);
     (void)e0;
@@ -108,9 +125,10 @@ void sg_halo_copy_host(void *block, const sg_halo_box *dst,
 #define BF_IN(x) sg_bf16_to_f32(x)
 #define BF_OUT(x) sg_bf16_from_f32(x)
 
-sg_status sg_halo_unpack_add_host(void *block, const sg_halo_box *box,
+sg_status sg_halo_unpack_add_host(void *block, const sg_halo_box *box_in,
                                   sg_dtype dt, const void *buf) {
   sg_status st = SG_OK;
+  const sg_halo_box sb = sg_halo_box_simplify(*box_in, 1), *box = &sb;
   switch (dt) {
   case SG_DTYPE_F32: ADD_LOOP(float, ID, ID); break;
   case SG_DTYPE_F64: ADD_LOOP(double, ID, ID); break;
@@ -140,9 +158,12 @@ fail:
     });                                                                       \
   } while (0)
 
-sg_status sg_halo_move_add_host(void *block, const sg_halo_box *dst,
-                                const sg_halo_box *src, sg_dtype dt) {
+sg_status sg_halo_move_add_host(void *block, const sg_halo_box *dst_in,
+                                const sg_halo_box *src_in, sg_dtype dt) {
   sg_status st = SG_OK;
+  const sg_halo_box dq = sg_halo_box_simplify(*dst_in, 0);
+  const sg_halo_box sq = sg_halo_box_simplify(*src_in, 0);
+  const sg_halo_box *dst = &dq, *src = &sq;
   switch (dt) {
   case SG_DTYPE_F32: {
     const float zero = 0;

@@ -61,6 +61,34 @@ static inline SG_HD int64_t sg_halo_box_row(const sg_halo_box *b, int64_t r) {
   return off;
 }
 
+/* The same box with count-1 dims dropped (moved to the front) and, when
+ * merge is set, adjacent dims that are contiguous in memory merged, so the
+ * last dim (a row) is as long as possible. Element order is unchanged, so
+ * a packed buffer does not depend on it. */
+static inline SG_HD sg_halo_box sg_halo_box_simplify(sg_halo_box b,
+                                                     int merge) {
+  if (sg_halo_box_size(&b) == 0) return b;
+  sg_halo_box o;
+  int j = SG_HALO_BOX_DIMS - 1;
+  o.base = b.base;
+  for (int i = SG_HALO_BOX_DIMS - 1; i >= 0; --i) {
+    if (b.count[i] == 1) continue;
+    if (merge && j < SG_HALO_BOX_DIMS - 1 &&
+        o.stride[j + 1] * o.count[j + 1] == b.stride[i]) {
+      o.count[j + 1] *= b.count[i];
+      continue;
+    }
+    o.count[j] = b.count[i];
+    o.stride[j] = b.stride[i];
+    --j;
+  }
+  for (; j >= 0; --j) {
+    o.count[j] = 1;
+    o.stride[j] = 0;
+  }
+  return o;
+}
+
 /* Boundary fill at a physical edge along one dim with n owned cells:
  * the owned cell whose value halo cell i (i < 0 or i >= n) takes, or -1
  * for a zero fill. Periodic here is the local wrap of a dim that is not

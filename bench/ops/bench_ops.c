@@ -15,7 +15,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "sg_device.h"
 #include "sg_ops.h"
+#ifdef SG_BENCH_SHARDED
+#include "sg_mesh.h"
+#include "sg_sharded_ops.h"
+#endif
 
 static double now(void) {
   struct timespec t;
@@ -122,12 +127,112 @@ static void conv_bench(const char *name, int64_t nb, int64_t c, int64_t k, int64
   free(tf); free(tb); free(tt);
 }
 
+#ifdef SG_BENCH_SHARDED
+/* Sharded conv2d forward + backward on a mesh (dims named dp, h, w shard
+ * batch, H, W): time per step (median), GFLOP/s of the global problem, and
+ * the peak memory of each rank (core's accounting) from before the input is
+ * made to after backward. */
+static int sharded_bench(const char *spec, int64_t nb, int64_t c, int64_t k, int64_t h,
+                         int64_t w, int reps) {
+  sg_mesh_t mesh = NULL;
+  sg_status st = sg_mesh_create(MPI_COMM_WORLD, spec, &mesh);
+  if (st != SG_OK) {
+    fprintf(stderr, "bench_ops: %s\n", sg_last_error());
+    return 1;
+  }
+  sg_placement pl[SG_MESH_MAX_DIMS];
+  for (int m = 0; m < SG_MESH_MAX_DIMS; ++m) {
+    pl[m] = sg_replicate();
+    if (m >= sg_mesh_ndims(mesh)) continue;
+    const char *nm = sg_mesh_dim_name(mesh, m);
+    if (!strcmp(nm, "dp")) pl[m] = sg_shard(0);
+    if (!strcmp(nm, "h")) pl[m] = sg_shard(2);
+    if (!strcmp(nm, "w")) pl[m] = sg_shard(3);
+  }
+  sg_window w1 = {.kernel = 3, .stride = 1, .padding = 1, .dilation = 1};
+  sg_sharded_window win = {2, {w1, w1}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_PERIODIC}};
+  const int64_t xs[4] = {nb, c, h, w}, ys[4] = {nb, k, h, w};
+  float *wt = frand(k * c * 9), *b = frand(k), *dw = calloc((size_t)(k * c * 9), sizeof *dw),
+        *db = calloc((size_t)k, sizeof *db);
+  double *t = malloc((size_t)reps * sizeof *t);
+  sg_shardtensor x, dy;
+  sg_mem_reset_peak(sg_device_host());
+  sg_mem_info m0;
+  sg_mem_get_info(sg_device_host(), &m0);
+  st = sg_shardtensor_create(&x, mesh, SG_DTYPE_F32, 4, xs, pl, NULL);
+  if (st == SG_OK) st = sg_shardtensor_create(&dy, mesh, SG_DTYPE_F32, 4, ys, pl, NULL);
+  if (st == SG_OK) {
+    int64_t nx = 1, ny = 1;
+    for (int d = 0; d < 4; ++d) {
+      nx *= x.local_shape[d];
+      ny *= dy.local_shape[d];
+    }
+    float *r = frand(nx > ny ? nx : ny);
+    memcpy(x.local.data, r, (size_t)nx * sizeof *r);
+    memcpy(dy.local.data, r, (size_t)ny * sizeof *r);
+    free(r);
+  }
+  for (int rep = -1; rep < reps && st == SG_OK; ++rep) {
+    sg_shardtensor y, dx;
+    sg_sharded_ctx_t ctx = NULL;
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now();
+    st = sg_sharded_conv_forward(&x, &win, k, wt, b, &y, &ctx);
+    if (st == SG_OK) st = sg_sharded_conv_backward(ctx, wt, &dy, &dx, dw, db);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rep >= 0) t[rep] = now() - t0;
+    sg_shardtensor_destroy(&y);
+    sg_shardtensor_destroy(&dx);
+    sg_sharded_ctx_destroy(&ctx);
+  }
+  sg_mem_info m1;
+  sg_mem_get_info(sg_device_host(), &m1);
+  if (st != SG_OK) {
+    fprintf(stderr, "bench_ops: %s\n", sg_last_error());
+  } else {
+    double peak = (double)(m1.peak_bytes - m0.current_bytes), maxpeak = 0;
+    MPI_Allreduce(&peak, &maxpeak, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double fl = 3 * 2.0 * (double)(nb * k * c * 9 * h * w);
+    double tm = median(t, reps);
+    int size = 1, rank = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0)
+      printf("{\"bench\":\"sharded_conv2d\",\"mesh\":\"%s\",\"ranks\":%d,\"threads_per_rank\":%d,"
+             "\"batch\":%lld,\"cin\":%lld,\"cout\":%lld,\"h\":%lld,\"w\":%lld,"
+             "\"fwd_bwd_ms\":%.1f,\"gflops\":%.1f,\"peak_mib_per_rank\":%.1f}\n",
+             spec, size, omp_get_max_threads(), (long long)nb, (long long)c, (long long)k,
+             (long long)h, (long long)w, 1e3 * tm, fl / tm / 1e9, maxpeak / 1048576.0);
+    fflush(stdout);
+  }
+  sg_shardtensor_destroy(&x);
+  sg_shardtensor_destroy(&dy);
+  sg_mesh_destroy(&mesh);
+  free(wt); free(b); free(dw); free(db); free(t);
+  return st != SG_OK;
+}
+#endif
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int reps = 5;
-  for (int i = 1; i < argc; ++i)
+  const char *mesh_spec = NULL;
+  for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--mesh") && i + 1 < argc) mesh_spec = argv[++i];
+  }
   if (reps < 1) reps = 1;
+  if (mesh_spec) {
+#ifdef SG_BENCH_SHARDED
+    int rc = sharded_bench(mesh_spec, 8, 32, 32, 256, 256, reps);
+    MPI_Finalize();
+    return rc;
+#else
+    fprintf(stderr, "bench_ops: --mesh needs the halo layer\n");
+    MPI_Finalize();
+    return 1;
+#endif
+  }
   double peak = sgemm_peak(2048, reps);
   conv_bench("large", 8, 32, 32, 256, 256, reps, peak);
   conv_bench("small", 8, 32, 32, 64, 64, reps, peak);

@@ -87,10 +87,11 @@ extern "C" sg_status sg_halo_pack_cuda(const void *block,
                                        const sg_halo_box *box, size_t esize,
                                        void *buf, void *stream) {
   sg_status st = SG_OK;
-  int64_t n = sg_halo_box_size(box);
+  const sg_halo_box bx = sg_halo_box_simplify(*box, 1);
+  int64_t n = sg_halo_box_size(&bx);
   cudaStream_t s = (cudaStream_t)stream;
   if (n == 0) return SG_OK;
-  SG_LAUNCH_BY_SIZE(pack_k, esize, n, s, block, *box, buf);
+  SG_LAUNCH_BY_SIZE(pack_k, esize, n, s, block, bx, buf);
   SG_CUDA(cudaGetLastError());
 fail:
   return st;
@@ -100,10 +101,11 @@ extern "C" sg_status sg_halo_unpack_cuda(void *block, const sg_halo_box *box,
                                          size_t esize, const void *buf,
                                          void *stream) {
   sg_status st = SG_OK;
-  int64_t n = sg_halo_box_size(box);
+  const sg_halo_box bx = sg_halo_box_simplify(*box, 1);
+  int64_t n = sg_halo_box_size(&bx);
   cudaStream_t s = (cudaStream_t)stream;
   if (n == 0) return SG_OK;
-  SG_LAUNCH_BY_SIZE(unpack_k, esize, n, s, block, *box, buf);
+  SG_LAUNCH_BY_SIZE(unpack_k, esize, n, s, block, bx, buf);
   SG_CUDA(cudaGetLastError());
 fail:
   return st;
@@ -112,14 +114,15 @@ fail:
 extern "C" sg_status sg_halo_zero_cuda(void *block, const sg_halo_box *box,
                                        size_t esize, void *stream) {
   sg_status st = SG_OK;
-  int64_t n = sg_halo_box_size(box);
+  const sg_halo_box bx = sg_halo_box_simplify(*box, 1);
+  int64_t n = sg_halo_box_size(&bx);
   cudaStream_t s = (cudaStream_t)stream;
   if (n == 0) return SG_OK;
   switch (esize) {
-  case 1: zero_k<uint8_t><<<grid_for(n), kThreads, 0, s>>>((uint8_t *)block, *box, n); break;
-  case 2: zero_k<uint16_t><<<grid_for(n), kThreads, 0, s>>>((uint16_t *)block, *box, n); break;
-  case 4: zero_k<uint32_t><<<grid_for(n), kThreads, 0, s>>>((uint32_t *)block, *box, n); break;
-  case 8: zero_k<uint64_t><<<grid_for(n), kThreads, 0, s>>>((uint64_t *)block, *box, n); break;
+  case 1: zero_k<uint8_t><<<grid_for(n), kThreads, 0, s>>>((uint8_t *)block, bx, n); break;
+  case 2: zero_k<uint16_t><<<grid_for(n), kThreads, 0, s>>>((uint16_t *)block, bx, n); break;
+  case 4: zero_k<uint32_t><<<grid_for(n), kThreads, 0, s>>>((uint32_t *)block, bx, n); break;
+  case 8: zero_k<uint64_t><<<grid_for(n), kThreads, 0, s>>>((uint64_t *)block, bx, n); break;
   default: SG_RAISE(SG_ERR_INVALID_ARG, "halo zero: element size %zu", esize);
   }
   SG_CUDA(cudaGetLastError());
@@ -132,29 +135,30 @@ extern "C" sg_status sg_halo_unpack_add_cuda(void *block,
                                              sg_dtype dt, const void *buf,
                                              void *stream) {
   sg_status st = SG_OK;
-  int64_t n = sg_halo_box_size(box);
+  const sg_halo_box bx = sg_halo_box_simplify(*box, 1);
+  int64_t n = sg_halo_box_size(&bx);
   cudaStream_t s = (cudaStream_t)stream;
   if (n == 0) return SG_OK;
   switch (dt) {
   case SG_DTYPE_F32:
     unpack_add_k<float><<<grid_for(n), kThreads, 0, s>>>(
-        (float *)block, *box, (const float *)buf, n);
+        (float *)block, bx, (const float *)buf, n);
     break;
   case SG_DTYPE_F64:
     unpack_add_k<double><<<grid_for(n), kThreads, 0, s>>>(
-        (double *)block, *box, (const double *)buf, n);
+        (double *)block, bx, (const double *)buf, n);
     break;
   case SG_DTYPE_I32:
     unpack_add_k<int32_t><<<grid_for(n), kThreads, 0, s>>>(
-        (int32_t *)block, *box, (const int32_t *)buf, n);
+        (int32_t *)block, bx, (const int32_t *)buf, n);
     break;
   case SG_DTYPE_I64:
     unpack_add_k<int64_t><<<grid_for(n), kThreads, 0, s>>>(
-        (int64_t *)block, *box, (const int64_t *)buf, n);
+        (int64_t *)block, bx, (const int64_t *)buf, n);
     break;
   case SG_DTYPE_BF16:
     unpack_add_bf16_k<<<grid_for(n), kThreads, 0, s>>>(
-        (sg_bf16 *)block, *box, (const sg_bf16 *)buf, n);
+        (sg_bf16 *)block, bx, (const sg_bf16 *)buf, n);
     break;
   default:
     SG_RAISE(SG_ERR_INVALID_ARG, "halo add: invalid dtype %d", (int)dt);

@@ -294,6 +294,7 @@ sg_status sg_pool_forward(sg_pool_kind kind, const sg_conv_desc *d,
   sg_conv_geom g;
   SG_CHECK_DT(dt);
   SG_TRY(sg_conv_geom_make(d, 1, 0, dt, &g));
+  if (g.n == 0) goto fail;
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(y);
   if (dt == SG_DTYPE_F32)
@@ -311,6 +312,7 @@ sg_status sg_pool_backward(sg_pool_kind kind, const sg_conv_desc *d,
   sg_conv_geom g;
   SG_CHECK_DT(dt);
   SG_TRY(sg_conv_geom_make(d, 1, 0, dt, &g));
+  if (g.n == 0) goto fail;
   SG_CHECK_PTR(dy);
   SG_CHECK_PTR(dx);
   if (kind == SG_POOL_MAX) SG_CHECK_PTR(x);
@@ -362,6 +364,7 @@ sg_status sg_upsample_forward(sg_upsample_kind kind, int nsp, int64_t planes,
   sg_up_geom g;
   SG_CHECK_DT(dt);
   SG_TRY(sg_up_geom_make(kind, nsp, planes, in, scale, &g));
+  if (planes == 0) goto fail;
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(y);
   if (dt == SG_DTYPE_F32)
@@ -379,6 +382,7 @@ sg_status sg_upsample_backward(sg_upsample_kind kind, int nsp, int64_t planes,
   sg_up_geom g;
   SG_CHECK_DT(dt);
   SG_TRY(sg_up_geom_make(kind, nsp, planes, in, scale, &g));
+  if (planes == 0) goto fail;
   SG_CHECK_PTR(dy);
   SG_CHECK_PTR(dx);
   if (dt == SG_DTYPE_F32)

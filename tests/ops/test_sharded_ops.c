@@ -1,0 +1,487 @@
+/* Sharded ops against one process: every rank computes the one-process
+ * result with the local kernels on the global tensor (padding by
+ * sg_pad_forward), then the sharded op runs on the mesh and its outputs and
+ * gradients are gathered and compared (fp32: relative 1e-5; pointwise: bit
+ * for bit). Meshes per rank count: 1; 2 both orientations; 3 uneven, both
+ * orientations; 4 as 2x2 and as batch x space. Odd grid sizes, stride 2,
+ * dilation 2, every boundary mode, periodic across ranks; bad input gives
+ * the same error on every rank. */
+#include "sg_mesh.h"
+#include "sg_ops.h"
+#include "sg_sharded_ops.h"
+#include "sg_test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rs;
+static float urand(void) {
+  rs ^= rs >> 12;
+  rs ^= rs << 25;
+  rs ^= rs >> 27;
+  return (float)((double)((rs * 2685821657736338717ull) >> 11) / 4503599627370496.0 - 1.0);
+}
+static float *frnd(int64_t n, uint64_t seed) {
+  rs = seed * 0x9E3779B97F4A7C15ull + 1;
+  float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+  for (int64_t i = 0; i < n; ++i) p[i] = urand();
+  return p;
+}
+static int64_t prod(const int64_t *v, int n) {
+  int64_t p = 1;
+  for (int i = 0; i < n; ++i) p *= v[i];
+  return p;
+}
+
+typedef struct mesh_case {
+  const char *spec;
+  int shard_dim[3]; /* tensor dim split by each mesh dim (-1: none) */
+} mesh_case;
+
+static sg_mesh_t mesh;
+static const mesh_case *mc;
+static sg_placement mesh_pl[SG_MESH_MAX_DIMS];
+
+static sg_tensor wrapf(float *p, int nd, const int64_t *shape) {
+  return sg_tensor_wrap(p, SG_DTYPE_F32, sg_device_host(), nd, shape);
+}
+
+/* Scatter a global array (same on every rank) into a new ShardTensor. */
+static sg_status scatter(const float *g, int nd, const int64_t *shape, sg_shardtensor *x) {
+  sg_status st = sg_shardtensor_create(x, mesh, SG_DTYPE_F32, nd, shape, mesh_pl, NULL);
+  if (st != SG_OK) return st;
+  sg_tensor t = wrapf((float *)g, nd, shape);
+  return sg_shardtensor_scatter(x, sg_test_rank == 0 ? &t : NULL, 0);
+}
+
+static float *gather(const sg_shardtensor *x) {
+  int64_t n = prod(x->global_shape, x->ndim);
+  float *g = calloc((size_t)(n > 0 ? n : 1), sizeof *g);
+  sg_tensor t = wrapf(g, x->ndim, x->global_shape);
+  SG_CHECK_OK(sg_shardtensor_gather(x, &t, -1));
+  return g;
+}
+
+static void cmp(const char *what, const sg_shardtensor *x, const float *ref, int bitwise) {
+  float *g = gather(x);
+  int64_t n = prod(x->global_shape, x->ndim);
+  if (bitwise)
+    SG_CHECK(sg_test_cmp_bytes(what, g, ref, (size_t)n * sizeof *g) == 0, "%s on %s (bit for bit)",
+             what, mc->spec);
+  else
+    SG_CHECK(sg_test_cmp_f32(what, g, ref, n, 1e-5, 1e-5) == 0, "%s on %s", what, mc->spec);
+  free(g);
+}
+
+static void allsum(float *v, int64_t n) {
+  MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+/* ---- window ops --------------------------------------------------------- */
+
+typedef struct win_case {
+  const char *name;
+  int64_t n, c, k, h, w;
+  sg_sharded_window win;
+  int pool;   /* 0 conv, 1 max, 2 avg */
+  int64_t d3; /* 3-D: the outermost spatial extent (h, w follow) */
+} win_case;
+
+static void run_window(const win_case *wc) {
+  const int nsp = wc->win.nsp;
+  int64_t xs[5] = {wc->n, wc->c, wc->h, wc->w, wc->d3};
+  if (nsp == 3) { xs[2] = wc->d3; xs[3] = wc->h; xs[4] = wc->w; }
+  const int nd = 2 + nsp;
+  const int64_t nx = prod(xs, nd);
+  float *x = frnd(nx, 1), *w = NULL, *b = frnd(wc->k, 3);
+  int64_t ksz = 1;
+  for (int d = 0; d < nsp; ++d) ksz *= wc->win.w[d].kernel;
+  int64_t nw = wc->k * wc->c * ksz;
+  if (!wc->pool) w = frnd(nw, 2);
+  /* one process: pad, kernel, backward, pad adjoint */
+  int64_t pad[3][2], padded[3], out[3], npad = wc->n * wc->c;
+  sg_pad_mode modes[3];
+  sg_conv_desc cd = {.nsp = nsp, .batch = wc->n, .cin = wc->c, .cout = wc->pool ? wc->c : wc->k};
+  for (int d = 0; d < nsp; ++d) {
+    modes[d] = wc->win.boundary[d];
+    pad[d][0] = pad[d][1] = wc->win.w[d].padding;
+    padded[d] = xs[2 + d] + 2 * pad[d][0];
+    npad *= padded[d];
+    cd.in[d] = padded[d];
+    cd.kernel[d] = wc->win.w[d].kernel;
+    cd.stride[d] = wc->win.w[d].stride;
+    cd.dilation[d] = wc->win.w[d].dilation;
+  }
+  float *xp = calloc((size_t)npad, sizeof *xp);
+  SG_CHECK_OK(sg_pad_forward(SG_DTYPE_F32, nsp, wc->n * wc->c, xs + 2, (const int64_t(*)[2])pad,
+                             modes, x, xp));
+  SG_CHECK_OK(sg_conv_out_shape(&cd, out));
+  int64_t ys[5] = {wc->n, cd.cout, out[0], out[1], out[2]}, ny = prod(ys, nd);
+  float *y = calloc((size_t)ny, sizeof *y), *dy = frnd(ny, 4);
+  float *dxp = calloc((size_t)npad, sizeof *dxp);
+  float *dx = calloc((size_t)nx, sizeof *dx), *dw = calloc((size_t)nw + 1, sizeof *dw),
+        *db = calloc((size_t)wc->k + 1, sizeof *db);
+  sg_pool_kind pk = wc->pool == 1 ? SG_POOL_MAX : SG_POOL_AVG;
+  if (wc->pool) {
+    SG_CHECK_OK(sg_pool_forward(pk, &cd, SG_DTYPE_F32, xp, y));
+    SG_CHECK_OK(sg_pool_backward(pk, &cd, SG_DTYPE_F32, xp, dy, dxp));
+  } else {
+    SG_CHECK_OK(sg_conv_forward(&cd, SG_DTYPE_F32, xp, w, b, y, NULL));
+    SG_CHECK_OK(sg_conv_backward(&cd, SG_DTYPE_F32, xp, w, dy, dxp, dw, db, NULL));
+  }
+  SG_CHECK_OK(sg_pad_backward(SG_DTYPE_F32, nsp, wc->n * wc->c, xs + 2, (const int64_t(*)[2])pad,
+                              modes, dxp, dx));
+  /* sharded */
+  sg_shardtensor sx, sy, sdy, sdx;
+  sg_sharded_ctx_t ctx = NULL;
+  float *dw_s = calloc((size_t)nw + 1, sizeof *dw_s), *db_s = calloc((size_t)wc->k + 1, sizeof *db_s);
+  SG_REQUIRE_OK(scatter(x, nd, xs, &sx));
+  if (wc->pool)
+    SG_REQUIRE_OK(sg_sharded_pool_forward(pk, &sx, &wc->win, &sy, &ctx));
+  else
+    SG_REQUIRE_OK(sg_sharded_conv_forward(&sx, &wc->win, wc->k, w, b, &sy, &ctx));
+  SG_CHECK(sy.global_shape[2] == out[0] && sy.global_shape[nd - 1] == out[nsp - 1],
+           "%s: output shape", wc->name);
+  cmp(wc->name, &sy, y, 0);
+  SG_REQUIRE_OK(scatter(dy, nd, ys, &sdy));
+  if (wc->pool)
+    SG_REQUIRE_OK(sg_sharded_pool_backward(ctx, &sdy, &sdx));
+  else
+    SG_REQUIRE_OK(sg_sharded_conv_backward(ctx, w, &sdy, &sdx, dw_s, db_s));
+  cmp(wc->name, &sdx, dx, 0);
+  if (!wc->pool) {
+    allsum(dw_s, nw);
+    allsum(db_s, wc->k);
+    SG_CHECK(sg_test_cmp_f32("dw", dw_s, dw, nw, 1e-5, 1e-5) == 0, "%s dw on %s", wc->name, mc->spec);
+    SG_CHECK(sg_test_cmp_f32("db", db_s, db, wc->k, 1e-5, 1e-5) == 0, "%s db on %s", wc->name, mc->spec);
+  }
+  sg_shardtensor_destroy(&sdx);
+  sg_shardtensor_destroy(&sdy);
+  sg_shardtensor_destroy(&sy);
+done:
+  sg_sharded_ctx_destroy(&ctx);
+  sg_shardtensor_destroy(&sx);
+  free(x); free(w); free(b); free(xp); free(y); free(dy); free(dxp); free(dx); free(dw); free(db);
+  free(dw_s); free(db_s);
+}
+
+static sg_window win1(int64_t k, int64_t s, int64_t p, int64_t d) {
+  sg_window w = {.kernel = k, .stride = s, .padding = p, .dilation = d};
+  return w;
+}
+
+static void test_windows(void) {
+  win_case cases[] = {
+      {"conv 3x3 zero", 2, 3, 4, 13, 11,
+       {2, {win1(3, 1, 1, 1), win1(3, 1, 1, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 0, 0},
+      {"conv s2 d2 reflect/periodic", 2, 2, 3, 15, 13,
+       {2, {win1(3, 2, 2, 2), win1(3, 2, 2, 2)}, {SG_BOUNDARY_REFLECT, SG_BOUNDARY_PERIODIC}}, 0, 0},
+      {"conv 5x3 replicate/periodic", 1, 2, 2, 12, 9,
+       {2, {win1(5, 1, 2, 1), win1(3, 1, 1, 1)}, {SG_BOUNDARY_REPLICATE, SG_BOUNDARY_PERIODIC}}, 0, 0},
+      {"conv s2 valid", 2, 3, 2, 17, 14,
+       {2, {win1(3, 2, 0, 1), win1(2, 2, 0, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 0, 0},
+      {"maxpool k3 s2 p1", 2, 3, 0, 13, 12,
+       {2, {win1(3, 2, 1, 1), win1(3, 2, 1, 1)}, {SG_BOUNDARY_REPLICATE, SG_BOUNDARY_PERIODIC}}, 1, 0},
+      {"avgpool k2 s2", 2, 2, 0, 12, 10,
+       {2, {win1(2, 2, 0, 1), win1(2, 2, 0, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 2, 0},
+      {"conv3d s2 d2 periodic/reflect/zero", 2, 2, 3, 9, 5,
+       {3, {win1(3, 2, 1, 1), win1(3, 1, 2, 2), win1(2, 1, 0, 1)},
+        {SG_BOUNDARY_PERIODIC, SG_BOUNDARY_REFLECT, SG_BOUNDARY_ZERO}}, 0, 11},
+      {"maxpool3d k3 s2", 1, 2, 0, 8, 6,
+       {3, {win1(3, 2, 1, 1), win1(3, 2, 1, 1), win1(2, 2, 0, 1)},
+        {SG_BOUNDARY_REPLICATE, SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 1, 9},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_window(&cases[i]);
+}
+
+/* ---- pointwise, norm, loss ------------------------------------------------ */
+
+static void test_pointwise(void) {
+  const int64_t xs[4] = {2, 3, 11, 9}, n = prod(xs, 4);
+  float *x = frnd(n, 5), *b = frnd(n, 6), *dy = frnd(n, 7);
+  float *y = malloc(n * sizeof *y), *dx = malloc(n * sizeof *dx), *da = malloc(n * sizeof *da),
+        *dbb = malloc(n * sizeof *dbb);
+  sg_shardtensor sx = {0}, sb = {0}, sdy = {0}, sy = {0}, sdx = {0}, sda = {0}, sdb = {0};
+  SG_REQUIRE_OK(scatter(x, 4, xs, &sx));
+  SG_REQUIRE_OK(scatter(b, 4, xs, &sb));
+  SG_REQUIRE_OK(scatter(dy, 4, xs, &sdy));
+  for (int act = 0; act < SG_ACT_COUNT; ++act) {
+    SG_CHECK_OK(sg_act_forward((sg_act)act, SG_DTYPE_F32, n, x, y));
+    SG_CHECK_OK(sg_act_backward((sg_act)act, SG_DTYPE_F32, n, x, dy, dx));
+    SG_REQUIRE_OK(sg_sharded_act_forward((sg_act)act, &sx, &sy));
+    SG_REQUIRE_OK(sg_sharded_act_backward((sg_act)act, &sx, &sdy, &sdx));
+    cmp(sg_act_name((sg_act)act), &sy, y, 1);
+    cmp(sg_act_name((sg_act)act), &sdx, dx, 1);
+    sg_shardtensor_destroy(&sy);
+    sg_shardtensor_destroy(&sdx);
+  }
+  SG_CHECK_OK(sg_binary_forward(SG_BINARY_MUL, SG_DTYPE_F32, n, x, b, y));
+  SG_CHECK_OK(sg_binary_backward(SG_BINARY_MUL, SG_DTYPE_F32, n, x, b, dy, da, dbb));
+  SG_REQUIRE_OK(sg_sharded_binary_forward(SG_BINARY_MUL, &sx, &sb, &sy));
+  SG_REQUIRE_OK(sg_sharded_binary_backward(SG_BINARY_MUL, &sx, &sb, &sdy, &sda, &sdb));
+  cmp("mul", &sy, y, 1);
+  cmp("mul da", &sda, da, 1);
+  cmp("mul db", &sdb, dbb, 1);
+  /* channel-wise linear and bias-add */
+  {
+    float *w = frnd(5 * 3, 60), *bb = frnd(5, 61), *bc = frnd(3, 62);
+    const int64_t ls[4] = {2, 5, 11, 9}, nl = prod(ls, 4);
+    float *yl = malloc(nl * sizeof *yl), *dyl = frnd(nl, 63), *dxl = malloc(n * sizeof *dxl);
+    float dw[15] = {0}, dbl[5] = {0}, dws[15] = {0}, dbs[5] = {0}, dbc[3] = {0}, dbcs[3] = {0};
+    SG_CHECK_OK(sg_linear_forward(SG_DTYPE_F32, 2, 3, 5, 99, x, w, bb, yl));
+    SG_CHECK_OK(sg_linear_backward(SG_DTYPE_F32, 2, 3, 5, 99, x, w, dyl, dxl, dw, dbl));
+    sg_shardtensor sl = {0}, sdl = {0}, sdxl = {0};
+    SG_CHECK_OK(sg_sharded_linear_forward(&sx, 5, w, bb, &sl));
+    cmp("linear", &sl, yl, 0);
+    SG_CHECK_OK(scatter(dyl, 4, ls, &sdl));
+    SG_CHECK_OK(sg_sharded_linear_backward(&sx, w, &sdl, &sdxl, dws, dbs));
+    cmp("linear dx", &sdxl, dxl, 0);
+    allsum(dws, 15);
+    allsum(dbs, 5);
+    SG_CHECK(sg_test_cmp_f32("linear dw", dws, dw, 15, 1e-5, 1e-5) == 0, "linear dw on %s", mc->spec);
+    SG_CHECK(sg_test_cmp_f32("linear db", dbs, dbl, 5, 1e-5, 1e-5) == 0, "linear db on %s", mc->spec);
+    SG_CHECK_OK(sg_bias_forward(SG_DTYPE_F32, 2, 3, 99, x, bc, y));
+    SG_CHECK_OK(sg_bias_backward(SG_DTYPE_F32, 2, 3, 99, dy, dbc));
+    sg_shardtensor_destroy(&sy);
+    SG_CHECK_OK(sg_sharded_bias_forward(&sx, bc, &sy));
+    cmp("bias", &sy, y, 1);
+    SG_CHECK_OK(sg_sharded_bias_backward(&sdy, dbcs));
+    allsum(dbcs, 3);
+    SG_CHECK(sg_test_cmp_f32("bias db", dbcs, dbc, 3, 1e-5, 1e-5) == 0, "bias db on %s", mc->spec);
+    sg_shardtensor_destroy(&sl); sg_shardtensor_destroy(&sdl); sg_shardtensor_destroy(&sdxl);
+    free(w); free(bb); free(bc); free(yl); free(dyl); free(dxl);
+  }
+  /* shape mismatch: the same error everywhere */
+  sg_shardtensor small = {0}, tmp = {0};
+  const int64_t ss[4] = {2, 3, 11, 8};
+  float *z = frnd(prod(ss, 4), 8);
+  SG_REQUIRE_OK(scatter(z, 4, ss, &small));
+  SG_CHECK_STATUS(sg_sharded_binary_forward(SG_BINARY_ADD, &sx, &small, &tmp), SG_ERR_SHAPE);
+  sg_shardtensor_destroy(&small);
+  free(z);
+done:
+  sg_shardtensor_destroy(&sx); sg_shardtensor_destroy(&sb); sg_shardtensor_destroy(&sdy);
+  sg_shardtensor_destroy(&sy); sg_shardtensor_destroy(&sdx); sg_shardtensor_destroy(&sda);
+  sg_shardtensor_destroy(&sdb);
+  free(x); free(b); free(dy); free(y); free(dx); free(da); free(dbb);
+}
+
+static void test_norm(void) {
+  const int64_t xs[4] = {2, 6, 9, 7}, n = prod(xs, 4);
+  const char *names[] = {"batchnorm", "instancenorm", "groupnorm", "layernorm"};
+  for (int kind = 0; kind < 4; ++kind) {
+    float *x = frnd(n, 10 + kind), *g = frnd(6, 20), *be = frnd(6, 21), *dy = frnd(n, 22);
+    for (int64_t i = 0; i < n; ++i) x[i] = 2 * x[i] + 0.5f;
+    sg_norm_desc d = {.kind = (sg_norm_kind)kind, .batch = 2, .channels = 6, .spatial = 63,
+                      .groups = 3, .eps = 1e-5};
+    int64_t nstat = 0;
+    sg_norm_nstat(&d, &nstat);
+    sg_moments *stv = calloc((size_t)nstat, sizeof *stv);
+    double *sums = calloc((size_t)(2 * nstat), sizeof *sums);
+    float *y = malloc(n * sizeof *y), *dx = malloc(n * sizeof *dx);
+    float dg[6] = {0}, db[6] = {0}, dgs[6] = {0}, dbs[6] = {0};
+    SG_CHECK_OK(sg_norm_stats(&d, SG_DTYPE_F32, x, stv));
+    SG_CHECK_OK(sg_norm_forward(&d, SG_DTYPE_F32, x, stv, g, be, y));
+    SG_CHECK_OK(sg_norm_backward_sums(&d, SG_DTYPE_F32, x, stv, g, dy, sums));
+    SG_CHECK_OK(sg_norm_backward(&d, SG_DTYPE_F32, x, stv, g, dy, sums, dx, dg, db));
+    sg_shardtensor sx = {0}, sy = {0}, sdy = {0}, sdx = {0};
+    sg_sharded_ctx_t ctx = NULL;
+    SG_REQUIRE_OK(scatter(x, 4, xs, &sx));
+    SG_REQUIRE_OK(scatter(dy, 4, xs, &sdy));
+    SG_REQUIRE_OK(sg_sharded_norm_forward(&d, &sx, g, be, &sy, &ctx));
+    SG_REQUIRE_OK(sg_sharded_norm_backward(ctx, g, &sdy, &sdx, dgs, dbs));
+    allsum(dgs, 6);
+    allsum(dbs, 6);
+    cmp(names[kind], &sy, y, 0);
+    cmp(names[kind], &sdx, dx, 0);
+    SG_CHECK(sg_test_cmp_f32("dgamma", dgs, dg, 6, 1e-5, 1e-5) == 0, "%s dgamma on %s", names[kind], mc->spec);
+    SG_CHECK(sg_test_cmp_f32("dbeta", dbs, db, 6, 1e-5, 1e-5) == 0, "%s dbeta on %s", names[kind], mc->spec);
+  done:
+    sg_sharded_ctx_destroy(&ctx);
+    sg_shardtensor_destroy(&sx); sg_shardtensor_destroy(&sy); sg_shardtensor_destroy(&sdy);
+    sg_shardtensor_destroy(&sdx);
+    free(x); free(g); free(be); free(dy); free(stv); free(sums); free(y); free(dx);
+  }
+}
+
+static void test_loss(void) {
+  const int64_t xs[4] = {3, 2, 9, 11}, n = prod(xs, 4);
+  const char *names[] = {"sum", "mean", "mse", "rel_l2"};
+  float *p = frnd(n, 30), *t = frnd(n, 31);
+  for (int kind = 0; kind < 4; ++kind) {
+    double part[8], v = 0, vs = 0;
+    float *dp = malloc(n * sizeof *dp), *dt = malloc(n * sizeof *dt);
+    SG_CHECK_OK(sg_loss_partial((sg_loss_kind)kind, SG_DTYPE_F32, 3, n, p, t, part));
+    SG_CHECK_OK(sg_loss_finish((sg_loss_kind)kind, 3, part, &v));
+    SG_CHECK_OK(sg_loss_backward((sg_loss_kind)kind, SG_DTYPE_F32, 3, n, p, t, part, 0.5, dp,
+                                 kind >= 2 ? dt : NULL));
+    sg_shardtensor sp = {0}, st = {0}, sdp = {0}, sdt = {0};
+    sg_sharded_ctx_t ctx = NULL;
+    SG_REQUIRE_OK(scatter(p, 4, xs, &sp));
+    SG_REQUIRE_OK(scatter(t, 4, xs, &st));
+    SG_REQUIRE_OK(sg_sharded_loss_forward((sg_loss_kind)kind, &sp, &st, &vs, &ctx));
+    SG_CHECK(fabs(vs - v) <= 1e-12 * (1 + fabs(v)), "%s on %s: %.17g vs %.17g", names[kind],
+             mc->spec, vs, v);
+    double vmax = vs, vmin = vs;
+    MPI_Allreduce(MPI_IN_PLACE, &vmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &vmin, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    SG_CHECK(vmax == vmin, "%s: the same bits on every rank", names[kind]);
+    SG_REQUIRE_OK(sg_sharded_loss_backward(ctx, 0.5, &sdp, kind >= 2 ? &sdt : NULL));
+    cmp(names[kind], &sdp, dp, 0);
+    if (kind >= 2) cmp(names[kind], &sdt, dt, 0);
+  done:
+    sg_sharded_ctx_destroy(&ctx);
+    sg_shardtensor_destroy(&sp); sg_shardtensor_destroy(&st); sg_shardtensor_destroy(&sdp);
+    sg_shardtensor_destroy(&sdt);
+    free(dp); free(dt);
+  }
+  free(p); free(t);
+}
+
+/* ---- up-sampling and transposed convolution ---------------------------------- */
+
+static int splits_evenly(const int64_t *xs) {
+  for (int m = 0; m < sg_mesh_ndims(mesh); ++m)
+    if (mesh_pl[m].kind == SG_PLACEMENT_SHARD && mesh_pl[m].dim >= 2 &&
+        xs[mesh_pl[m].dim] % sg_mesh_dim_size(mesh, m))
+      return 0;
+  return 1;
+}
+
+static void test_scaled(void) {
+  const int64_t xs[4] = {2, 3, 12, 10}, nx = prod(xs, 4), planes = 6;
+  const int even = splits_evenly(xs);
+  float *x = frnd(nx, 50);
+  sg_shardtensor sx = {0};
+  SG_REQUIRE_OK(scatter(x, 4, xs, &sx));
+  for (int kind = 0; kind < 3; ++kind) { /* nearest, linear, convt */
+    const char *name = kind == 0 ? "upsample nearest" : kind == 1 ? "upsample bilinear" : "convt 2x2";
+    const int64_t sc[2] = {kind == 0 ? 3 : 2, 2};
+    const int64_t cout = 4;
+    int64_t ys[4] = {2, kind == 2 ? cout : 3, xs[2] * sc[0], xs[3] * sc[1]}, ny = prod(ys, 4);
+    float *y = calloc((size_t)ny, sizeof *y), *dy = frnd(ny, 51), *dx = calloc((size_t)nx, sizeof *dx);
+    float *w = frnd(3 * cout * 4, 52), *b = frnd(cout, 53);
+    float dw[48] = {0}, db[4] = {0}, dws[48] = {0}, dbs[4] = {0};
+    if (kind == 0) {
+      SG_CHECK_OK(sg_upsample_forward(SG_UPSAMPLE_NEAREST, 2, planes, xs + 2, sc, SG_DTYPE_F32, x, y));
+      SG_CHECK_OK(sg_upsample_backward(SG_UPSAMPLE_NEAREST, 2, planes, xs + 2, sc, SG_DTYPE_F32, dy, dx));
+    } else if (kind == 1) {
+      int64_t pad[2][2] = {{1, 1}, {1, 1}}, in[2] = {xs[2] + 2, xs[3] + 2};
+      sg_pad_mode m[2] = {SG_PAD_REPLICATE, SG_PAD_REPLICATE};
+      float *xp = calloc((size_t)(planes * in[0] * in[1]), sizeof *xp);
+      float *dxp = calloc((size_t)(planes * in[0] * in[1]), sizeof *dxp);
+      SG_CHECK_OK(sg_pad_forward(SG_DTYPE_F32, 2, planes, xs + 2, (const int64_t(*)[2])pad, m, x, xp));
+      SG_CHECK_OK(sg_upsample_forward(SG_UPSAMPLE_LINEAR, 2, planes, in, sc, SG_DTYPE_F32, xp, y));
+      SG_CHECK_OK(sg_upsample_backward(SG_UPSAMPLE_LINEAR, 2, planes, in, sc, SG_DTYPE_F32, dy, dxp));
+      SG_CHECK_OK(sg_pad_backward(SG_DTYPE_F32, 2, planes, xs + 2, (const int64_t(*)[2])pad, m, dxp, dx));
+      free(xp);
+      free(dxp);
+    } else {
+      sg_conv_desc cd = {.nsp = 2, .batch = 2, .cin = 3, .cout = cout, .in = {xs[2], xs[3]},
+                         .kernel = {2, 2}};
+      SG_CHECK_OK(sg_convt_forward(&cd, SG_DTYPE_F32, x, w, b, y));
+      SG_CHECK_OK(sg_convt_backward(&cd, SG_DTYPE_F32, x, w, dy, dx, dw, db));
+    }
+    sg_shardtensor sy = {0}, sdy = {0}, sdx = {0};
+    sg_sharded_ctx_t ctx = NULL;
+    sg_status st = kind == 2 ? sg_sharded_convt_forward(&sx, sc, cout, w, b, &sy, &ctx)
+                             : sg_sharded_upsample_forward(kind == 0 ? SG_UPSAMPLE_NEAREST : SG_UPSAMPLE_LINEAR,
+                                                           &sx, sc, &sy, &ctx);
+    if (!even) {
+      SG_CHECK(st == SG_ERR_NOT_SUPPORTED, "%s on %s (uneven): %s, expected NOT_SUPPORTED", name,
+               mc->spec, sg_status_name(st));
+    } else {
+      SG_CHECK(st == SG_OK, "%s on %s: %s", name, mc->spec, sg_last_error());
+      if (st == SG_OK) {
+        cmp(name, &sy, y, 0);
+        SG_CHECK_OK(scatter(dy, 4, ys, &sdy));
+        st = kind == 2 ? sg_sharded_convt_backward(ctx, w, &sdy, &sdx, dws, dbs)
+                       : sg_sharded_upsample_backward(ctx, &sdy, &sdx);
+        SG_CHECK(st == SG_OK, "%s backward: %s", name, sg_last_error());
+        if (st == SG_OK) cmp(name, &sdx, dx, 0);
+        if (kind == 2) {
+          allsum(dws, 48);
+          allsum(dbs, 4);
+          SG_CHECK(sg_test_cmp_f32("convt dw", dws, dw, 48, 1e-5, 1e-5) == 0, "convt dw on %s", mc->spec);
+          SG_CHECK(sg_test_cmp_f32("convt db", dbs, db, 4, 1e-5, 1e-5) == 0, "convt db on %s", mc->spec);
+        }
+      }
+    }
+    sg_sharded_ctx_destroy(&ctx);
+    sg_shardtensor_destroy(&sy); sg_shardtensor_destroy(&sdy); sg_shardtensor_destroy(&sdx);
+    free(y); free(dy); free(dx); free(w); free(b);
+  }
+done:
+  sg_shardtensor_destroy(&sx);
+  free(x);
+}
+
+/* ---- errors ---------------------------------------------------------------- */
+
+static void test_errors(void) {
+  /* a shard thinner than the halo: H = ranks along h, kernel 5 (halo 2) */
+  int ph = 1;
+  for (int m = 0; m < sg_mesh_ndims(mesh); ++m)
+    if (mesh_pl[m].kind == SG_PLACEMENT_SHARD && mesh_pl[m].dim == 2) ph = sg_mesh_dim_size(mesh, m);
+  sg_shardtensor sx = {0}, sy = {0};
+  sg_sharded_ctx_t ctx = NULL;
+  if (ph > 1) {
+    const int64_t xs[4] = {1, 1, ph, 6};
+    float *x = frnd(prod(xs, 4), 40), w[25];
+    for (int i = 0; i < 25; ++i) w[i] = 1;
+    SG_REQUIRE_OK(scatter(x, 4, xs, &sx));
+    sg_sharded_window win = {2, {win1(5, 1, 2, 1), win1(5, 1, 2, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}};
+    SG_CHECK_STATUS(sg_sharded_conv_forward(&sx, &win, 1, w, NULL, &sy, &ctx), SG_ERR_HALO);
+    SG_CHECK(ctx == NULL, "no context after an error");
+    sg_shardtensor_destroy(&sx);
+    free(x);
+  }
+  /* a placement the op does not accept: channels split */
+  sg_placement pl[SG_MESH_MAX_DIMS];
+  for (int m = 0; m < SG_MESH_MAX_DIMS; ++m) pl[m] = m ? sg_replicate() : sg_shard(1);
+  const int64_t xs[4] = {1, 4, 5, 5};
+  SG_REQUIRE_OK(sg_shardtensor_create(&sx, mesh, SG_DTYPE_F32, 4, xs, pl, NULL));
+  float w[4 * 4 * 9] = {0};
+  sg_sharded_window win = {2, {win1(3, 1, 1, 1), win1(3, 1, 1, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}};
+  SG_CHECK_STATUS(sg_sharded_conv_forward(&sx, &win, 4, w, NULL, &sy, &ctx), SG_ERR_INVALID_ARG);
+  sg_norm_desc nd = {.kind = SG_NORM_BATCH, .eps = 1e-5};
+  SG_CHECK_STATUS(sg_sharded_norm_forward(&nd, &sx, NULL, NULL, &sy, &ctx), SG_ERR_INVALID_ARG);
+done:
+  sg_shardtensor_destroy(&sx);
+}
+
+int main(int argc, char **argv) {
+  sg_test_init(&argc, &argv);
+  static const mesh_case m1[] = {{"h=1,w=1", {2, 3, -1}}};
+  static const mesh_case m2[] = {{"h=2,w=1", {2, 3, -1}},
+                                 {"h=1,w=2", {2, 3, -1}},
+                                 {"dp=2", {0, -1, -1}}};
+  static const mesh_case m3[] = {{"h=3,w=1", {2, 3, -1}},
+                                 {"h=1,w=3", {2, 3, -1}}};
+  static const mesh_case m4[] = {{"h=2,w=2", {2, 3, -1}},
+                                 {"dp=2,h=2", {0, 2, -1}}};
+  const mesh_case *list = m1;
+  int count = 1;
+  if (sg_test_size == 2) { list = m2; count = 3; }
+  if (sg_test_size == 3) { list = m3; count = 2; }
+  if (sg_test_size == 4) { list = m4; count = 2; }
+  if (sg_test_size > 4) { sg_test_skip("meshes are defined for 1..4 ranks"); count = 0; }
+  for (int i = 0; i < count; ++i) {
+    mc = &list[i];
+    mesh = NULL;
+    sg_status st = sg_mesh_create(MPI_COMM_WORLD, mc->spec, &mesh);
+    SG_CHECK_OK(st);
+    if (st != SG_OK) continue;
+    for (int m = 0; m < SG_MESH_MAX_DIMS; ++m)
+      mesh_pl[m] = m < 3 && mc->shard_dim[m] >= 0 ? sg_shard(mc->shard_dim[m]) : sg_replicate();
+    test_windows();
+    test_pointwise();
+    test_scaled();
+    test_norm();
+    test_loss();
+    test_errors();
+    sg_mesh_destroy(&mesh);
+  }
+  return sg_test_finish();
+}
