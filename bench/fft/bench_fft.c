@@ -103,7 +103,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: sg-bench-fft [--sizes 128,256,512] [--channels 32] "
           "[--dtype f32|f64] [--reps 20] [--warmup 3] [--threads 1] "
-          "[--pencil] [--no-fftw]\n");
+          "[--pencil] [--alltoallv] [--keep m] [--no-fftw] [--describe]\n");
 }
 
 int main(int argc, char **argv) {
@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   char sizes[256] = "128,256,512";
   int channels = 32, f64 = 0, reps = 20, warmup = 3, nthreads = 1, pencil = 0,
-      do_fftw = 1;
+      do_fftw = 1, describe = 0, alltoallv = 0, keep = 0;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -125,6 +125,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--threads") && v) { nthreads = atoi(v); ++i; }
     else if (!strcmp(a, "--pencil")) pencil = 1;
     else if (!strcmp(a, "--no-fftw")) do_fftw = 0;
+    else if (!strcmp(a, "--describe")) describe = 1;
+    else if (!strcmp(a, "--alltoallv")) alltoallv = 1;
+    else if (!strcmp(a, "--keep") && v) { keep = atoi(v); ++i; }
     else {
       if (rank == 0) usage();
       MPI_Finalize();
@@ -162,9 +165,16 @@ int main(int argc, char **argv) {
     d.split[1] = pencil ? 1 : -1;
     d.batch = channels;
     d.nthreads = nthreads;
+    if (alltoallv) d.flags |= SG_FFT_MPI_ALLTOALL;
+    if (keep > 0 && keep <= n / 2) d.keep[0] = d.keep[1] = keep;
     sg_fft_plan_t plan = NULL;
     st = sg_fft_plan_create(mesh, &d, &plan);
     if (st != SG_OK) sg_die("sg-bench-fft", st, 1);
+    if (describe && rank == 0) {
+      char text[2048];
+      if (sg_fft_plan_describe(plan, text, sizeof text) == SG_OK)
+        fprintf(stderr, "n=%d plan:\n%s", n, text);
+    }
     size_t es = f64 ? 8 : 4;
     int64_t nr = sg_fft_plan_local_count(plan, SG_FFT_SPACE_REAL);
     int64_t nc = sg_fft_plan_local_count(plan, SG_FFT_SPACE_SPECTRAL);
@@ -215,14 +225,16 @@ int main(int argc, char **argv) {
     if (rank == 0) {
       printf("{\"bench\": \"fft_r2c_2d\", \"n\": %d, \"channels\": %d, "
              "\"dtype\": \"%s\", \"ranks\": %d, \"mesh\": \"%s\", "
-             "\"layout\": \"%s\", \"threads\": %d, \"reps\": %d, "
+             "\"layout\": \"%s\", \"transport\": \"%s\", "
+             "\"threads\": %d, \"reps\": %d, "
              "\"t_dist_s\": %.6e, \"t_fft_s\": %.6e, \"t_transpose_s\": %.6e, "
-             "\"transposes\": %d, \"bytes_sent_rank0\": %lld, "
+             "\"keep\": %d, \"transposes\": %d, \"bytes_sent_rank0\": %lld, "
              "\"t_fftw_1proc_s\": %.6e, \"speedup\": %.3f, "
              "\"efficiency\": %.3f}\n",
              n, channels, f64 ? "f64" : "f32", size, spec,
-             pencil ? "pencil" : "slab", nthreads, reps, t_dist, t_fft, t_xp,
-             sg_fft_plan_ntransposes(plan),
+             pencil ? "pencil" : "slab", alltoallv ? "alltoallv" : "auto(shm)",
+             nthreads, reps, t_dist, t_fft, t_xp,
+             keep, sg_fft_plan_ntransposes(plan),
              (long long)sg_fft_plan_bytes_moved(plan), t_fftw,
              t_fftw > 0 ? t_fftw / t_dist : 0.0,
              t_fftw > 0 ? t_fftw / (size * t_dist) : 0.0);

@@ -374,7 +374,8 @@ static sg_status plan_stages(sg_fft_plan_t p) {
       sg_fft_layout_dim_box(&L2, target, p->axes.size, p->axes.rank, &po, &plen);
       s->kind = STAGE_REDIST;
       SG_TRY(sg_fft_redist_init(&s->rd, &p->axes, nd, es, g, target + 1,
-                                dest + 1, phys, log, pmap, NULL, &plen));
+                                dest + 1, phys, log, pmap,
+                                !(p->desc.flags & SG_FFT_MPI_ALLTOALL), &plen));
       size_t ob = (size_t)prod64(s->rd.dst_shape, nd) * es;
       if (ob > maxab) maxab = ob;
       if ((size_t)s->rd.send_total * es > maxs) maxs = (size_t)s->rd.send_total * es;
@@ -395,7 +396,7 @@ static sg_status plan_stages(sg_fft_plan_t p) {
     local_extents(p, &L, log);
     s->kind = STAGE_REDIST;
     SG_TRY(sg_fft_redist_init(&s->rd, &p->axes, nd, es, -1, 0, 0, phys, log,
-                              pmap, NULL, NULL));
+                              pmap, 0, NULL));
     p->nstages++;
   }
   p->spec_layout = L;
@@ -433,6 +434,7 @@ static sg_status plan_create_axes(MPI_Comm comm, const sg_fft_axes *axes,
                                   sg_fft_plan_t *out) {
   sg_status st = SG_OK;
   struct sg_fft_plan *p = NULL;
+  int agreed = 0;
   if (!out || !desc) SG_RAISE(SG_ERR_INVALID_ARG, "plan or desc is NULL");
   *out = NULL;
   SG_TRY(validate(desc, axes));
@@ -466,13 +468,19 @@ static sg_status plan_create_axes(MPI_Comm comm, const sg_fft_axes *axes,
   p->inv_scale = desc->norm == SG_FFT_NORM_NONE
                      ? 1.0
                      : (desc->norm == SG_FFT_NORM_ORTHO ? 1.0 / sqrt(n) : 1.0 / n);
+  /* planning makes collective calls (shared windows): agree first, so a
+   * rank with a bad description cannot leave its peers waiting there */
+  st = sg_fft_agree(comm, st);
+  agreed = 1;
+  if (st != SG_OK) goto fail;
+  agreed = 0;
   SG_TRY(plan_stages(p));
   sg_fft_layout_box(&p->real_layout, p->axes.size, p->axes.rank, p->real_off,
                     p->real_len);
   sg_fft_layout_box(&p->spec_layout, p->axes.size, p->axes.rank, p->spec_off,
                     p->spec_len);
 fail:
-  st = sg_fft_agree(comm, st);
+  if (!agreed) st = sg_fft_agree(comm, st);
   if (st != SG_OK) {
     sg_fft_plan_destroy(&p);
     return st;

@@ -55,6 +55,19 @@ typedef struct sg_fft_redist {
   int *scount, *sdispl, *rcount, *rdispl; /* in elements */
   int64_t send_total, recv_total;
   MPI_Datatype etype;
+  /* Shared-memory path (every rank of the group on one node): each rank
+   * packs into its own segment of a shared window (two halves used in
+   * turn), one barrier, then every rank unpacks straight from its peers'
+   * segments; no MPI message copies and one synchronisation per
+   * transpose. */
+  int shm;
+  int phase;        /* which half of the segments the next call uses */
+  size_t half;      /* bytes of one half */
+  MPI_Win win;
+  char *seg;
+  char **peer_seg;  /* P: base of each rank's segment */
+  int *peer_sdispl; /* P: where rank q keeps its forward block for me */
+  int *peer_rdispl; /* P: where rank q keeps its reverse block for me */
 } sg_fft_redist;
 
 /* Copy a box between two arrays with maps (NULL: identity), nd dims, the
@@ -68,11 +81,11 @@ void sg_fft_box_copy(char *dst, const int64_t *dshape, const int64_t *doff,
 sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes,
                              int nd, size_t esize, int axis, int from, int to,
                              const int64_t *src_phys, const int64_t *src_log,
-                             const sg_fft_map *src_map,
-                             const int64_t *dst_shape,
+                             const sg_fft_map *src_map, int use_shm,
                              const int64_t *from_parent_len);
 void sg_fft_redist_free(sg_fft_redist *rd);
-/* Forward: src -> dst using send/recv scratch (send_total / recv_total
+/* Collective over the axis's group when axis >= 0 (the shared window).
+ * Forward: src -> dst using send/recv scratch (send_total / recv_total
  * elements). Reverse: dst -> src (src zero-filled where logical < phys). */
 sg_status sg_fft_redist_forward(const sg_fft_redist *rd, const void *src,
                                 void *dst, void *sbuf, void *rbuf);

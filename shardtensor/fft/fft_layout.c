@@ -149,12 +149,11 @@ static int64_t prod(const int64_t *v, int n) {
 sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes,
                              int nd, size_t esize, int axis, int from, int to,
                              const int64_t *src_phys, const int64_t *src_log,
-                             const sg_fft_map *src_map,
-                             const int64_t *dst_shape_unused,
+                             const sg_fft_map *src_map, int use_shm,
                              const int64_t *from_parent_len) {
   sg_status st = SG_OK;
-  (void)dst_shape_unused;
   memset(rd, 0, sizeof *rd);
+  rd->win = MPI_WIN_NULL;
   rd->nd = nd;
   rd->esize = esize;
   rd->axis = axis;
@@ -226,6 +225,55 @@ sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes,
     SG_MPI(MPI_Type_contiguous((int)esize, MPI_BYTE, &rd->etype));
     SG_MPI(MPI_Type_commit(&rd->etype));
   }
+  if (axis >= 0 && P > 1) {
+    /* the same decision on every rank of the group */
+    MPI_Comm node = MPI_COMM_NULL;
+    int nsize = 0;
+    SG_MPI(MPI_Comm_split_type(rd->comm, MPI_COMM_TYPE_SHARED, 0,
+                               MPI_INFO_NULL, &node));
+    MPI_Comm_size(node, &nsize);
+    MPI_Comm_free(&node);
+    rd->shm = use_shm && nsize == P;
+  }
+  if (rd->shm) {
+    /* one half size for the whole group: peers index each other's
+     * segments with it */
+    int64_t m = sacc > racc ? sacc : racc, mmax = 0;
+    SG_MPI(MPI_Allreduce(&m, &mmax, 1, MPI_INT64_T, MPI_MAX, rd->comm));
+    rd->half = ((size_t)mmax * esize + 63) / 64 * 64;
+    if (rd->half == 0) rd->half = 64;
+    rd->peer_seg = calloc((size_t)P, sizeof(char *));
+    rd->peer_sdispl = calloc((size_t)P, sizeof(int));
+    rd->peer_rdispl = calloc((size_t)P, sizeof(int));
+    int *mine = calloc(2 * (size_t)P, sizeof(int));
+    int *theirs = calloc(2 * (size_t)P, sizeof(int));
+    if (!rd->peer_seg || !rd->peer_sdispl || !rd->peer_rdispl || !mine ||
+        !theirs) {
+      free(mine);
+      free(theirs);
+      SG_RAISE(SG_ERR_ALLOC, "out of memory for a transpose of %d ranks", P);
+    }
+    for (int q = 0; q < P; ++q) {
+      mine[2 * q] = rd->sdispl[q];
+      mine[2 * q + 1] = rd->rdispl[q];
+    }
+    int rc = MPI_Alltoall(mine, 2, MPI_INT, theirs, 2, MPI_INT, rd->comm);
+    for (int q = 0; q < P && rc == MPI_SUCCESS; ++q) {
+      rd->peer_sdispl[q] = theirs[2 * q];
+      rd->peer_rdispl[q] = theirs[2 * q + 1];
+    }
+    free(mine);
+    free(theirs);
+    SG_MPI(rc);
+    SG_MPI(MPI_Win_allocate_shared((MPI_Aint)(2 * rd->half), 1, MPI_INFO_NULL,
+                                   rd->comm, &rd->seg, &rd->win));
+    for (int q = 0; q < P; ++q) {
+      MPI_Aint sz;
+      int du;
+      SG_MPI(MPI_Win_shared_query(rd->win, q, &sz, &du, &rd->peer_seg[q]));
+    }
+    SG_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, rd->win));
+  }
   return SG_OK;
 fail:
   sg_fft_redist_free(rd);
@@ -243,8 +291,16 @@ void sg_fft_redist_free(sg_fft_redist *rd) {
   free(rd->rcount);
   free(rd->rdispl);
   if (rd->etype != MPI_DATATYPE_NULL) MPI_Type_free(&rd->etype);
+  if (rd->win != MPI_WIN_NULL) {
+    MPI_Win_unlock_all(rd->win);
+    MPI_Win_free(&rd->win);
+  }
+  free(rd->peer_seg);
+  free(rd->peer_sdispl);
+  free(rd->peer_rdispl);
   memset(rd, 0, sizeof *rd);
   rd->etype = MPI_DATATYPE_NULL;
+  rd->win = MPI_WIN_NULL;
 }
 
 static int needs_zero(const sg_fft_redist *rd) {
@@ -253,9 +309,96 @@ static int needs_zero(const sg_fft_redist *rd) {
   return 0;
 }
 
+/* Zero the source block where the kept (logical) extent is smaller. */
+static void zero_src(const sg_fft_redist *rd, void *src) {
+  if (!needs_zero(rd)) return;
+  size_t bytes = (size_t)prod(rd->src_phys, rd->nd) * rd->esize;
+  char *s = src;
+  const size_t chunk = (size_t)1 << 20;
+  int64_t nchunks = (int64_t)((bytes + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+  for (int64_t c = 0; c < nchunks; ++c) {
+    size_t b0 = (size_t)c * chunk;
+    size_t len = bytes - b0 < chunk ? bytes - b0 : chunk;
+    memset(s + b0, 0, len);
+  }
+}
+
+static sg_status shm_sync(const sg_fft_redist *rd) {
+  sg_status st = SG_OK;
+  SG_MPI(MPI_Win_sync(rd->win));
+  SG_MPI(MPI_Barrier(rd->comm));
+  SG_MPI(MPI_Win_sync(rd->win));
+fail:
+  return st;
+}
+
+static sg_status shm_forward(const sg_fft_redist *rdc, const void *src,
+                             void *dst) {
+  sg_status st = SG_OK;
+  sg_fft_redist *rd = (sg_fft_redist *)(uintptr_t)rdc; /* the phase */
+  const int nd = rd->nd, P = rd->P;
+  const size_t es = rd->esize, h = (size_t)rd->phase * rd->half;
+  static const int64_t zero[SG_FFT_ND] = {0, 0, 0, 0};
+  for (int q = 0; q < P; ++q) {
+    const int64_t *so = rd->send_off + (size_t)q * nd;
+    const int64_t *sl = rd->send_len + (size_t)q * nd;
+    if (q == rd->r)
+      sg_fft_box_copy(dst, rd->dst_shape, rd->recv_off + (size_t)q * nd, NULL,
+                      src, rd->src_phys, so, rd->src_map, sl, nd, es);
+    else
+      sg_fft_box_copy(rd->seg + h + (size_t)rd->sdispl[q] * es, sl, zero,
+                      NULL, src, rd->src_phys, so, rd->src_map, sl, nd, es);
+  }
+  SG_TRY(shm_sync(rd));
+  for (int q = 0; q < P; ++q) {
+    if (q == rd->r) continue;
+    const int64_t *rl = rd->recv_len + (size_t)q * nd;
+    sg_fft_box_copy(dst, rd->dst_shape, rd->recv_off + (size_t)q * nd, NULL,
+                    rd->peer_seg[q] + h + (size_t)rd->peer_sdispl[q] * es, rl,
+                    zero, NULL, rl, nd, es);
+  }
+  rd->phase ^= 1;
+fail:
+  return st;
+}
+
+static sg_status shm_reverse(const sg_fft_redist *rdc, const void *dst,
+                             void *src) {
+  sg_status st = SG_OK;
+  sg_fft_redist *rd = (sg_fft_redist *)(uintptr_t)rdc;
+  const int nd = rd->nd, P = rd->P;
+  const size_t es = rd->esize, h = (size_t)rd->phase * rd->half;
+  static const int64_t zero[SG_FFT_ND] = {0, 0, 0, 0};
+  zero_src(rd, src);
+  for (int q = 0; q < P; ++q) {
+    const int64_t *ro = rd->recv_off + (size_t)q * nd;
+    const int64_t *rl = rd->recv_len + (size_t)q * nd;
+    if (q == rd->r)
+      sg_fft_box_copy(src, rd->src_phys, rd->send_off + (size_t)q * nd,
+                      rd->src_map, dst, rd->dst_shape, ro, NULL, rl, nd, es);
+    else
+      sg_fft_box_copy(rd->seg + h + (size_t)rd->rdispl[q] * es, rl, zero,
+                      NULL, dst, rd->dst_shape, ro, NULL, rl, nd, es);
+  }
+  SG_TRY(shm_sync(rd));
+  for (int q = 0; q < P; ++q) {
+    if (q == rd->r) continue;
+    const int64_t *sl = rd->send_len + (size_t)q * nd;
+    sg_fft_box_copy(src, rd->src_phys, rd->send_off + (size_t)q * nd,
+                    rd->src_map,
+                    rd->peer_seg[q] + h + (size_t)rd->peer_rdispl[q] * es, sl,
+                    zero, NULL, sl, nd, es);
+  }
+  rd->phase ^= 1;
+fail:
+  return st;
+}
+
 sg_status sg_fft_redist_forward(const sg_fft_redist *rd, const void *src,
                                 void *dst, void *sbuf, void *rbuf) {
   sg_status st = SG_OK;
+  if (rd->shm) return shm_forward(rd, src, dst);
   const int nd = rd->nd, P = rd->P;
   const size_t es = rd->esize;
   static const int64_t zero[SG_FFT_ND] = {0, 0, 0, 0};
@@ -290,18 +433,8 @@ sg_status sg_fft_redist_reverse(const sg_fft_redist *rd, const void *dst,
   const int nd = rd->nd, P = rd->P;
   const size_t es = rd->esize;
   static const int64_t zero[SG_FFT_ND] = {0, 0, 0, 0};
-  if (needs_zero(rd)) {
-    size_t bytes = (size_t)prod(rd->src_phys, nd) * es;
-    char *s = src;
-    const size_t chunk = (size_t)1 << 20;
-    int64_t nchunks = (int64_t)((bytes + chunk - 1) / chunk);
-#pragma omp parallel for schedule(static) if (nchunks > 1)
-    for (int64_t c = 0; c < nchunks; ++c) {
-      size_t b0 = (size_t)c * chunk;
-      size_t len = bytes - b0 < chunk ? bytes - b0 : chunk;
-      memset(s + b0, 0, len);
-    }
-  }
+  if (rd->shm) return shm_reverse(rd, dst, src);
+  zero_src(rd, src);
   for (int q = 0; q < P; ++q) {
     const int64_t *ro = rd->recv_off + (size_t)q * nd;
     const int64_t *rl = rd->recv_len + (size_t)q * nd;
@@ -346,6 +479,7 @@ sg_status sg_fft_transpose_create_comms(MPI_Comm comm, int naxes,
                                         int to, sg_fft_transpose_t *out) {
   sg_status st = SG_OK;
   struct sg_fft_transpose *t = NULL;
+  int agreed = 0;
   if (!out) SG_RAISE(SG_ERR_INVALID_ARG, "tr is NULL");
   *out = NULL;
   t = calloc(1, sizeof *t);
@@ -394,6 +528,11 @@ sg_status sg_fft_transpose_create_comms(MPI_Comm comm, int naxes,
   t->ncomp = ncomp;
   t->dtype = dtype;
   t->batch = batch;
+  /* the transpose's setup is collective: agree on the checks first */
+  st = sg_fft_agree(comm, st);
+  agreed = 1;
+  if (st != SG_OK) goto fail;
+  agreed = 0;
   {
     int nd = from->ndim + 1;
     int64_t off[SG_FFT_MAX_DIMS], len[SG_FFT_MAX_DIMS];
@@ -406,14 +545,14 @@ sg_status sg_fft_transpose_create_comms(MPI_Comm comm, int naxes,
                           &pplen);
     SG_TRY(sg_fft_redist_init(&t->rd, &t->axes, nd,
                               sg_dtype_size(dtype) * (size_t)ncomp, axis,
-                              fd + 1, to + 1, shp, shp, NULL, NULL, &pplen));
+                              fd + 1, to + 1, shp, shp, NULL, 1, &pplen));
     SG_TRY(sg_malloc(sg_device_host(), (size_t)t->rd.send_total * t->rd.esize,
                      &t->sbuf));
     SG_TRY(sg_malloc(sg_device_host(), (size_t)t->rd.recv_total * t->rd.esize,
                      &t->rbuf));
   }
 fail:
-  st = sg_fft_agree(comm, st);
+  if (!agreed) st = sg_fft_agree(comm, st);
   if (st != SG_OK) {
     sg_fft_transpose_destroy(&t);
     return st;

@@ -70,6 +70,11 @@ typedef enum sg_fft_norm {
 
 /* Flags. */
 #define SG_FFT_MEASURE 1u /* FFTW_MEASURE instead of FFTW_ESTIMATE */
+/* Transposes through MPI_Alltoallv even when every rank of a group shares
+ * a node (by default such groups exchange through an MPI shared-memory
+ * window: pack into one's own segment, one barrier, unpack from the
+ * peers' segments). */
+#define SG_FFT_MPI_ALLTOALL 2u
 
 typedef enum sg_fft_space {
   SG_FFT_SPACE_REAL = 0,   /* the real input of the forward transform */
@@ -87,7 +92,7 @@ typedef struct sg_fft_desc {
   int64_t keep[SG_FFT_MAX_DIMS];  /* kept modes per dim (see above); 0: all */
   sg_fft_norm norm;
   int nthreads;                   /* FFTW threads; 0: omp_get_max_threads() */
-  unsigned flags;                 /* SG_FFT_MEASURE */
+  unsigned flags;                 /* SG_FFT_MEASURE, SG_FFT_MPI_ALLTOALL */
 } sg_fft_desc;
 
 /* A layout of an array over the axes (mesh dims): for every array dim its
@@ -126,9 +131,9 @@ sg_status sg_fft_plan_create_comms(MPI_Comm comm, int naxes,
                                    const MPI_Comm *axes,
                                    const sg_fft_desc *desc,
                                    sg_fft_plan_t *plan);
-/* Free; accepts NULL and sets *plan to NULL. Not collective (the plan
- * duplicates nothing: the communicators belong to the caller or mesh, and
- * must outlive the plan). */
+/* Free; accepts NULL and sets *plan to NULL. Collective over the plan's
+ * axes (it frees the shared-memory windows of its transposes); the
+ * communicators belong to the caller or mesh and must outlive the plan. */
 sg_status sg_fft_plan_destroy(sg_fft_plan_t *plan);
 
 /* Queries; not collective. Shapes are spatial (batch not included).
@@ -194,7 +199,8 @@ sg_status sg_fft_transpose_create_comms(MPI_Comm comm, int naxes,
                                         int ncomp, int64_t batch,
                                         const sg_fft_layout *from, int axis,
                                         int to, sg_fft_transpose_t *tr);
-/* Accepts NULL and sets *tr to NULL. Not collective. */
+/* Accepts NULL and sets *tr to NULL. Collective over the axis's group
+ * (shared-memory window). */
 sg_status sg_fft_transpose_destroy(sg_fft_transpose_t *tr);
 /* The layout after the move. Not collective. */
 void sg_fft_transpose_layout(sg_fft_transpose_t tr, int after,

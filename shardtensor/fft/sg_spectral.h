@@ -51,7 +51,7 @@ sg_status sg_spectral_conv_create_comms(MPI_Comm comm, int naxes,
                                         const sg_fft_desc *desc, int64_t cin,
                                         int64_t cout,
                                         sg_spectral_conv_t *conv);
-/* Accepts NULL, sets *conv to NULL. Not collective. */
+/* Accepts NULL, sets *conv to NULL. Collective (as sg_fft_plan_destroy). */
 sg_status sg_spectral_conv_destroy(sg_spectral_conv_t *conv);
 
 /* Queries; not collective. */

@@ -42,15 +42,18 @@ static void run_grid(int D, const int64_t *shape, int64_t batch, sg_dtype dt,
     desc.ndim = D;
     desc.batch = batch;
     desc.nthreads = 1;
+    /* both transpose paths: shared-memory window and MPI_Alltoallv */
+    if ((li / 2) % 2) desc.flags |= SG_FFT_MPI_ALLTOALL;
     for (int d = 0; d < D; ++d) {
       desc.shape[d] = shape[d];
       desc.split[d] = L[li].split[d];
     }
     char what[200];
-    snprintf(what, sizeof what, "%dD %lldx%lldx%lld b%lld %s %s", D,
+    snprintf(what, sizeof what, "%dD %lldx%lldx%lld b%lld %s %s%s", D,
              (long long)shape[0], (long long)shape[1],
              (long long)(D == 3 ? shape[2] : 1), (long long)batch,
-             sg_dtype_name(dt), L[li].name);
+             sg_dtype_name(dt), L[li].name,
+             (desc.flags & SG_FFT_MPI_ALLTOALL) ? " alltoallv" : " shm");
     sg_fft_plan_t plan = NULL;
     void *xl = NULL, *yl = NULL, *x2 = NULL, *yin = NULL;
     double *a = NULL, *b = NULL;

@@ -60,6 +60,7 @@ static void run(int D, const int64_t *shape, int64_t batch,
     desc.batch = batch;
     desc.nthreads = 1;
     desc.norm = (sg_fft_norm)(li % 3); /* every norm somewhere */
+    if ((li / 2) % 2) desc.flags |= SG_FFT_MPI_ALLTOALL; /* both paths */
     for (int d = 0; d < D; ++d) {
       desc.shape[d] = shape[d];
       desc.split[d] = L[li].split[d];
