@@ -98,7 +98,7 @@ static void emit(const char *op, const char *impl, size_t bytes, int p, double *
   double med = median(t, reps);
   double gbps = (double)bytes / med / 1e9;
   printf("{\"op\": \"%s\", \"impl\": \"%s\", \"bytes\": %zu, \"ranks\": %d, \"median_s\": %.6e, "
-         "\"min_s\": %.6e, \"gbps\": %.4f, \"busbw_gbps\": %.4f, \"reps\": %d, \"iters\": %d}\n",
+         "\"min_s\": %.6e, \"gbps\": %.4g, \"busbw_gbps\": %.4g, \"reps\": %d, \"iters\": %d}\n",
          op, impl, bytes, p, med, tmin, gbps, gbps * bus, reps, iters);
   fflush(stdout);
 }
