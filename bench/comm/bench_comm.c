@@ -7,16 +7,18 @@
  * all-reduce (sum, f32) and all-to-all through sg_allreduce / sg_alltoall
  * and through MPI_Allreduce / MPI_Alltoall on the same communicator with the
  * same buffers, plus a plain MPI ping-pong between ranks 0 and 1. The two
- * implementations alternate within every repetition so machine noise hits
- * both alike. A repetition times k back-to-back calls (k shrinks with the
- * size) and takes the slowest rank; the median over repetitions is printed
- * as one JSON line per (op, impl, bytes) on rank 0:
+ * implementations alternate call by call within every repetition so the
+ * load of a shared machine hits both alike. A repetition makes k rounds (k
+ * shrinks with the size), sums each implementation's call times and takes
+ * the slowest rank; the median (and minimum) over repetitions is printed as
+ * one JSON line per (op, impl, bytes) on rank 0:
  *   {"op": "allreduce", "impl": "sg", "bytes": 1048576, "ranks": 4,
  *    "median_s": ..., "gbps": ..., "busbw_gbps": ..., "reps": R, "iters": k}
  * gbps is bytes per rank / time (all-to-all: bytes sent per rank; ping-pong:
  * one-way bytes / one-way time); busbw_gbps follows nccl-tests: all-reduce
  * x 2(P-1)/P, all-to-all x (P-1)/P. Then one "ratio" line per size: the
- * layer's median over raw MPI's. */
+ * median over repetitions of (layer time / raw MPI time) of the same
+ * repetition. */
 #include "sg_comm.h"
 #include "sg_mesh.h"
 
@@ -60,14 +62,24 @@ static int run_once(ctx *c, op_kind op, int impl, size_t bytes) {
          MPI_SUCCESS;
 }
 
-/* Seconds per call of k calls, slowest rank. */
-static double time_calls(ctx *c, op_kind op, int impl, size_t bytes, int k, int *err) {
+/* One repetition: k rounds, each calling both implementations back to back
+ * (which goes first alternates), timing every call. t[impl] = seconds per
+ * call on the slowest rank. Interleaving call by call makes the load of a
+ * shared machine hit both implementations alike. */
+static void time_pair(ctx *c, op_kind op, size_t bytes, int k, double t[2], int *err) {
+  double sum[2] = {0, 0};
   MPI_Barrier(c->comm);
-  double t0 = MPI_Wtime();
-  for (int i = 0; i < k; ++i) *err |= run_once(c, op, impl, bytes);
-  double t = (MPI_Wtime() - t0) / k, tmax = 0;
-  MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, c->comm);
-  return tmax;
+  for (int i = 0; i < k; ++i)
+    for (int j = 0; j < 2; ++j) {
+      int impl = (i + j) % 2;
+      double t0 = MPI_Wtime();
+      *err |= run_once(c, op, impl, bytes);
+      sum[impl] += MPI_Wtime() - t0;
+    }
+  double tmax[2];
+  MPI_Allreduce(sum, tmax, 2, MPI_DOUBLE, MPI_MAX, c->comm);
+  t[0] = tmax[0] / k;
+  t[1] = tmax[1] / k;
 }
 
 static int max_iters = 200;
@@ -79,12 +91,15 @@ static int iters_for(size_t bytes) {
   return (int)k;
 }
 
-static void emit(const char *op, const char *impl, size_t bytes, int p, double t, double bus,
-                 int reps, int iters) {
-  double gbps = (double)bytes / t / 1e9;
+static void emit(const char *op, const char *impl, size_t bytes, int p, double *t, int reps,
+                 double bus, int iters) {
+  double tmin = t[0];
+  for (int r = 1; r < reps; ++r) tmin = t[r] < tmin ? t[r] : tmin;
+  double med = median(t, reps);
+  double gbps = (double)bytes / med / 1e9;
   printf("{\"op\": \"%s\", \"impl\": \"%s\", \"bytes\": %zu, \"ranks\": %d, \"median_s\": %.6e, "
-         "\"gbps\": %.4f, \"busbw_gbps\": %.4f, \"reps\": %d, \"iters\": %d}\n",
-         op, impl, bytes, p, t, gbps, gbps * bus, reps, iters);
+         "\"min_s\": %.6e, \"gbps\": %.4g, \"busbw_gbps\": %.4g, \"reps\": %d, \"iters\": %d}\n",
+         op, impl, bytes, p, med, tmin, gbps, gbps * bus, reps, iters);
   fflush(stdout);
 }
 
@@ -94,22 +109,23 @@ static void bench_collective(ctx *c, op_kind op, size_t bytes, int reps, int war
   if (op == OP_ALLTOALL) bytes = bytes / (sizeof(float) * (size_t)c->p) * sizeof(float) * (size_t)c->p;
   if (bytes == 0) return;
   int k = iters_for(bytes);
-  double t[2][MAX_REPS];
-  for (int w = 0; w < warmup; ++w)
-    for (int impl = 0; impl < 2; ++impl) time_calls(c, op, impl, bytes, 1, err);
-  for (int r = 0; r < reps; ++r)
-    for (int i = 0; i < 2; ++i) {
-      int impl = (r + i) % 2; /* alternate which goes first */
-      t[impl][r] = time_calls(c, op, impl, bytes, k, err);
-    }
-  double m_sg = median(t[0], reps), m_mpi = median(t[1], reps);
+  double t[2][MAX_REPS], pair[2];
+  for (int w = 0; w < warmup; ++w) time_pair(c, op, bytes, 1, pair, err);
+  for (int r = 0; r < reps; ++r) {
+    time_pair(c, op, bytes, k, pair, err);
+    t[0][r] = pair[0];
+    t[1][r] = pair[1];
+  }
   double bus = op == OP_ALLREDUCE ? 2.0 * (c->p - 1) / c->p : (double)(c->p - 1) / c->p;
   if (c->rank == 0) {
-    emit(name, "sg", bytes, c->p, m_sg, bus, reps, k);
-    emit(name, "mpi", bytes, c->p, m_mpi, bus, reps, k);
+    double ratio[MAX_REPS];
+    for (int r = 0; r < reps; ++r) ratio[r] = t[0][r] / t[1][r];
+    double mr = median(ratio, reps);
+    emit(name, "sg", bytes, c->p, t[0], reps, bus, k);
+    emit(name, "mpi", bytes, c->p, t[1], reps, bus, k);
     printf("{\"op\": \"%s\", \"impl\": \"ratio\", \"bytes\": %zu, \"ranks\": %d, "
            "\"sg_over_mpi\": %.4f}\n",
-           name, bytes, c->p, m_sg / m_mpi);
+           name, bytes, c->p, mr);
     fflush(stdout);
   }
 }
@@ -135,7 +151,7 @@ static void bench_pingpong(ctx *c, size_t bytes, int reps, int warmup) {
     }
     if (r >= 0) t[r] = (MPI_Wtime() - t0) / kk / 2; /* one way */
   }
-  if (c->rank == 0) emit("pingpong", "mpi", bytes, 2, median(t, reps), 1.0, reps, k);
+  if (c->rank == 0) emit("pingpong", "mpi", bytes, 2, t, reps, 1.0, k);
 }
 
 static int parse_size(const char *s, size_t *out) {

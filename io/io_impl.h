@@ -1,0 +1,71 @@
+/* shardgrid — internals of the io layer (not installed). */
+#ifndef SG_IO_IMPL_H
+#define SG_IO_IMPL_H
+
+#include "sg_config.h"
+#include "sg_nc.h"
+
+#include <mpi.h>
+#include <stdint.h>
+
+#if SG_HAVE_NETCDF
+#include <netcdf.h>
+#if SG_HAVE_NETCDF_PAR
+#include <netcdf_par.h>
+#endif
+#endif
+#if SG_HAVE_PNETCDF
+#include <pnetcdf.h>
+#endif
+
+#define SG_NC_MAP_MAX 16
+#define SG_IO_NAME_BUF 260 /* > NC_MAX_NAME */
+
+typedef struct sg_nc_pending_coord {
+  int varid;
+  int64_t len;
+  double *values;
+} sg_nc_pending_coord;
+
+struct sg_nc_t_ {
+  MPI_Comm comm;
+  int rank, size;
+  sg_nc_backend backend;
+  sg_nc_format format;
+  int ncid;
+  int writable;
+  int define_mode;
+  int ever_enddef;
+  sg_status def_err; /* first error in define mode, agreed at enddef */
+  char def_msg[1024];
+  int64_t header_reserve;
+  char path[4096];
+  int nmap;
+  char map_from[SG_NC_MAP_MAX][SG_NC_NAME_MAX];
+  char map_to[SG_NC_MAP_MAX][SG_NC_NAME_MAX];
+  int npending;
+  sg_nc_pending_coord *pending;
+};
+
+/* Failure agreement over comm: every rank returns the status of the lowest
+ * failing rank with its message. Collective. */
+sg_status sg_io_agree(MPI_Comm comm, sg_status local);
+
+/* The same, and the element-wise maximum over the ranks of n (<= 8) ints
+ * in vals, in one allreduce. Collective. */
+sg_status sg_io_agree_max(MPI_Comm comm, sg_status local, int *vals, int n);
+
+/* Map a file dim name to the caller's name, and back. */
+const char *sg_io_map_to_user(const struct sg_nc_t_ *f, const char *file_name);
+const char *sg_io_map_to_file(const struct sg_nc_t_ *f, const char *user_name);
+
+/* nc_type of a shardgrid dtype, and back (0 if none). */
+int sg_io_nc_type(sg_dtype dt);
+sg_dtype sg_io_dtype_of_nc(int nc_type, int *ok);
+
+/* Enter/leave define mode around an attribute change on a writable file.
+ * Collective. */
+sg_status sg_io_ensure_define(struct sg_nc_t_ *f, int *entered);
+sg_status sg_io_leave_define(struct sg_nc_t_ *f, int entered);
+
+#endif /* SG_IO_IMPL_H */
