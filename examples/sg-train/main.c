@@ -6,7 +6,9 @@
  *
  * Rank 0 prints one line per step (step, loss, lr, samples/s, and the time
  * split compute / halo / collectives / io); --metrics writes JSON lines. */
+#if SG_TRAIN_CKPT
 #include "sg_ckpt.h"
+#endif
 #include "sg_comm.h"
 #include "sg_config.h"
 #include "sg_ddp.h"
@@ -303,6 +305,7 @@ fail:
   return st;
 }
 
+#if SG_TRAIN_CKPT
 /* Checkpoints: parameters and AdamW moments as global 1-D arrays (every
  * rank holds a replica: rank 0 writes them, any mesh reads them), with the
  * step, seed, data position, config and mesh as metadata. */
@@ -364,6 +367,21 @@ fail:
   free(meta.config);
   return st;
 }
+
+#else
+static sg_status save_checkpoint(run_t *r, int64_t step) {
+  (void)r;
+  (void)step;
+  return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "checkpoints are not supported by this build (io/sg_ckpt.h missing)");
+}
+static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
+  (void)r;
+  (void)step;
+  return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "cannot resume from %s: checkpoints are not supported by this build", path);
+}
+#endif
 
 /* mkdir -p on rank 0; every rank learns the outcome. Collective. */
 static sg_status make_dir(const char *path, int rank) {
