@@ -12,11 +12,12 @@
 #include "sg_comm.h"
 #include "sg_config.h"
 #include "sg_ddp.h"
+#include "sg_decomp.h"
 #include "sg_dist_loss.h"
-#include "sg_fno.h"
 #include "sg_kv.h"
 #include "sg_log.h"
 #include "sg_mesh.h"
+#include "sg_model.h"
 #include "sg_nc.h"
 #include "sg_optim.h"
 #include "sg_trace.h"
@@ -31,11 +32,18 @@
 
 static const sg_kv_key keys[] = {
     {"mesh", SG_KV_STRING, "", "device mesh over dp (samples), h (y), w (x); default h=<ranks>"},
-    {"model", SG_KV_STRING, "fno", "model: fno (cnn and unet need the sharded convolutions)"},
-    {"width", SG_KV_INT, "32", "FNO width (channels)"},
-    {"modes", SG_KV_INT, "12", "FNO modes kept per dim"},
-    {"layers", SG_KV_INT, "4", "FNO spectral layers"},
-    {"proj_width", SG_KV_INT, "128", "FNO projection width"},
+    {"model", SG_KV_STRING, "fno", "model: fno | cnn (ResNet-style) | unet"},
+    {"width", SG_KV_INT, "32", "channels (fno, cnn); channels at full resolution (unet)"},
+    {"modes", SG_KV_INT, "12", "fno: modes kept per dim"},
+    {"layers", SG_KV_INT, "4", "fno: spectral layers"},
+    {"proj_width", SG_KV_INT, "128", "fno, cnn: projection hidden channels"},
+    {"blocks", SG_KV_INT, "4", "cnn: residual blocks (conv-GroupNorm-act-conv + skip)"},
+    {"levels", SG_KV_INT, "3", "unet: resolutions (grid divisible by 2^(levels-1))"},
+    {"kernel", SG_KV_INT, "3", "cnn, unet: odd convolution kernel size"},
+    {"groups", SG_KV_INT, "4", "cnn, unet: GroupNorm groups (divides width)"},
+    {"pad_y", SG_KV_STRING, "periodic", "cnn, unet: boundary in y: periodic | zero | reflect | replicate"},
+    {"pad_x", SG_KV_STRING, "periodic", "cnn, unet: boundary in x: periodic | zero | reflect | replicate"},
+    {"grid", SG_KV_BOOL, "true", "append the (x, y) coordinates as two input channels"},
     {"data", SG_KV_STRING, "", "NetCDF dataset: var(sample, time, y, x) or var(time, lat, lon)"},
     {"vars", SG_KV_STRING, "vorticity", "comma-separated variables (channels)"},
     {"dim_map", SG_KV_STRING, "", "map non-CF dim names, e.g. TIME=time,LAT=lat"},
@@ -84,7 +92,7 @@ typedef struct run {
   int64_t ntrain, ntest;
   int64_t gbatch, lbatch;
   char mesh_spec[128];
-  sg_fno_t model;
+  sg_model_t model;
   int64_t nparam;
   float *params, *grads, *m, *v;
   sg_tape_t tape;
@@ -98,7 +106,7 @@ typedef struct run {
 
 static sg_status grad_ready_hook(sg_var *param, void *user) {
   run_t *r = user;
-  int64_t off = sg_fno_param_offset(r->model, param);
+  int64_t off = sg_model_param_offset(r->model, param);
   if (off < 0) return SG_OK;
   int64_t n = 1;
   for (int d = 0; d < param->value.ndim; ++d) n *= param->value.shape[d];
@@ -125,7 +133,7 @@ static uint64_t fnv1a(const void *p, size_t n) {
 static sg_status check_replicas(run_t *r, int64_t step) {
   sg_status st = SG_OK;
   sg_var **vars = NULL;
-  int n = sg_fno_params(r->model, &vars);
+  int n = sg_model_params(r->model, &vars);
   uint64_t *lo = malloc((size_t)n * sizeof *lo), *hi = malloc((size_t)n * sizeof *hi);
   if (!lo || !hi) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   for (int i = 0; i < n; ++i) lo[i] = hi[i] = fnv1a(vars[i]->value.data, (size_t)numel(&vars[i]->value) * sizeof(float));
@@ -152,7 +160,7 @@ static sg_status predict_batch(run_t *r, const float *x, float *pred) {
   memset(&xv, 0, sizeof xv);
   int prev = sg_tape_set_grad_enabled(r->tape, 0);
   SG_TRY(sg_var_init(&xv, "x", SG_DTYPE_F32, 4, xs, (void *)x, 0));
-  SG_TRY(sg_fno_forward(r->model, r->tape, &xv, &y));
+  SG_TRY(sg_model_forward(r->model, r->tape, &xv, &y));
   memcpy(pred, y->value.data, (size_t)(r->lbatch * V * plane) * sizeof *pred);
 fail:
   sg_tape_clear(r->tape);
@@ -348,6 +356,49 @@ fail:
   return st;
 }
 
+/* The value of `key` in a config dump ("key = value" lines) into buf. */
+static int config_value(const char *text, const char *key, char *buf, size_t size) {
+  size_t kl = strlen(key);
+  for (const char *p = text; p && *p;) {
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n > kl + 3 && strncmp(p, key, kl) == 0 && strncmp(p + kl, " = ", 3) == 0) {
+      size_t vl = n - kl - 3 < size - 1 ? n - kl - 3 : size - 1;
+      memcpy(buf, p + kl + 3, vl);
+      buf[vl] = '\0';
+      return 1;
+    }
+    p = e ? e + 1 : NULL;
+  }
+  return 0;
+}
+
+/* The checkpoint must hold the model this run builds: same kind (recorded
+ * in the checkpoint's config; checkpoints without one are FNO checkpoints)
+ * and the same sizes. Not collective. */
+static sg_status check_ckpt_model(run_t *r, const char *path, const char *config) {
+  sg_status st = SG_OK;
+  static const char *const size_keys[] = {"width",  "modes",  "layers", "proj_width", "blocks",
+                                          "levels", "kernel", "groups", "pad_y",      "pad_x"};
+  static const unsigned used[] = {7u, 1u, 1u, 3u, 2u, 4u, 6u, 6u, 6u, 6u}; /* bit: fno, cnn, unet */
+  const char *kind = sg_kv_str(r->kv, "model");
+  char ck[256] = "fno", mine[256];
+  if (config) config_value(config, "model", ck, sizeof ck);
+  if (strcmp(ck, kind) != 0)
+    SG_RAISE(SG_ERR_CONFIG, "checkpoint %s holds a '%s' model; this run builds '%s' (--model %s to resume it)",
+             path, ck, kind, ck);
+  const unsigned bit = 1u << (unsigned)sg_model_kind_of(r->model);
+  for (size_t i = 0; config && i < sizeof size_keys / sizeof size_keys[0]; ++i) {
+    if (!(used[i] & bit) || !config_value(config, size_keys[i], ck, sizeof ck)) continue;
+    snprintf(mine, sizeof mine, "%s", sg_kv_str(r->kv, size_keys[i]));
+    if (strcmp(ck, mine) != 0)
+      SG_RAISE(SG_ERR_CONFIG, "checkpoint %s holds a %s model with %s = %s; this run has %s = %s", path, kind,
+               size_keys[i], ck, size_keys[i], mine);
+  }
+fail:
+  return st;
+}
+
 static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   sg_status st = SG_OK;
   sg_ckpt_array a[3];
@@ -355,7 +406,9 @@ static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   memset(&meta, 0, sizeof meta);
   ckpt_arrays(r, a, 0);
   sg_trace_begin("io");
-  st = sg_ckpt_read(MPI_COMM_WORLD, path, 3, a, &meta);
+  st = sg_ckpt_read(MPI_COMM_WORLD, path, 0, a, &meta);
+  if (st == SG_OK) st = sg_agree(MPI_COMM_WORLD, check_ckpt_model(r, path, meta.config));
+  if (st == SG_OK) st = sg_ckpt_read(MPI_COMM_WORLD, path, 3, a, NULL);
   sg_trace_end("io");
   SG_TRY(st);
   if (meta.rng_seed != (uint64_t)sg_kv_int(r->kv, "seed"))
@@ -403,6 +456,30 @@ static sg_status make_dir(const char *path, int rank) {
   return sg_agree(MPI_COMM_WORLD, st);
 }
 
+/* The model's kind and sizes from the config. Not collective. */
+static sg_status model_config(sg_kv_t kv, sg_model_config *mc) {
+  sg_status st = SG_OK;
+  sg_model_kind kind;
+  SG_TRY(sg_model_kind_parse(sg_kv_str(kv, "model"), &kind));
+  *mc = sg_model_defaults(kind);
+  mc->width = sg_kv_int(kv, "width");
+  mc->modes = sg_kv_int(kv, "modes");
+  mc->layers = sg_kv_int(kv, "layers");
+  mc->proj_width = sg_kv_int(kv, "proj_width");
+  mc->blocks = sg_kv_int(kv, "blocks");
+  mc->levels = sg_kv_int(kv, "levels");
+  mc->kernel = sg_kv_int(kv, "kernel");
+  mc->groups = sg_kv_int(kv, "groups");
+  mc->add_grid = sg_kv_bool(kv, "grid");
+  const char *pk[2] = {"pad_y", "pad_x"};
+  for (int i = 0; i < 2; ++i)
+    if (sg_boundary_parse(sg_kv_str(kv, pk[i]), &mc->pad[i]) != SG_OK)
+      SG_RAISE(SG_ERR_CONFIG, "--%s must be periodic, zero, reflect or replicate, not '%s'", pk[i],
+               sg_kv_str(kv, pk[i]));
+fail:
+  return st;
+}
+
 static sg_status setup(run_t *r) {
   sg_status st = SG_OK, lst = SG_OK;
   sg_kv_t kv = r->kv;
@@ -426,8 +503,8 @@ static sg_status setup(run_t *r) {
   SG_TRY(sg_mesh_group(r->mesh, dmask, &r->domain));
   SG_TRY(sg_mesh_group(r->mesh, pmask, &r->data));
   SG_TRY(sg_mesh_group(r->mesh, dmask | pmask, &r->all));
-  if (strcmp(sg_kv_str(kv, "model"), "fno") != 0)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "model '%s' is not available in sg-train yet (fno is)", sg_kv_str(kv, "model"));
+  sg_model_config mc;
+  SG_TRY(model_config(kv, &mc));
   const char *lk = sg_kv_str(kv, "loss");
   if (strcmp(lk, "rel_l2") == 0) r->loss_kind = SG_LOSS_REL_L2;
   else if (strcmp(lk, "mse") == 0) r->loss_kind = SG_LOSS_MSE;
@@ -455,18 +532,13 @@ static sg_status setup(run_t *r) {
   int nv = 0;
   double t_io = sg_wtime();
   SG_TRY(sg_dataset_peek(&r->dopt, &ny, &nx, &nv));
-  sg_fno_config fc = sg_fno_defaults();
-  fc.cin = nv * r->dopt.history;
-  fc.cout = nv;
-  fc.width = sg_kv_int(kv, "width");
-  fc.modes1 = fc.modes2 = sg_kv_int(kv, "modes");
-  fc.layers = sg_kv_int(kv, "layers");
-  fc.proj_width = sg_kv_int(kv, "proj_width");
-  r->cin = fc.cin;
-  r->cout = fc.cout;
-  SG_TRY(sg_fno_create(r->mesh, &fc, ny, nx, r->lbatch, &r->model));
+  mc.cin = nv * r->dopt.history;
+  mc.cout = nv;
+  r->cin = mc.cin;
+  r->cout = mc.cout;
+  SG_TRY(sg_agree(MPI_COMM_WORLD, sg_model_create(r->mesh, &mc, ny, nx, r->lbatch, &r->model)));
   int64_t y0, lny, x0, lnx;
-  sg_fno_box(r->model, &y0, &lny, &x0, &lnx);
+  sg_model_box(r->model, &y0, &lny, &x0, &lnx);
   sg_trace_begin("io");
   SG_TRY(sg_dataset_load(&r->dopt, y0, lny, x0, lnx, r->domain, &r->ds));
   sg_trace_end("io");
@@ -480,14 +552,14 @@ static sg_status setup(run_t *r) {
               (long long)r->ntrain, (long long)r->ntest, sg_wtime() - t_io);
 
   /* parameters, optimizer state and gradients: flat buffers */
-  r->nparam = sg_fno_param_count(r->model);
+  r->nparam = sg_model_param_count(r->model);
   sg_device h = sg_device_host();
   SG_TRY(sg_calloc(h, (size_t)r->nparam * sizeof(float), (void **)&r->params));
   SG_TRY(sg_calloc(h, (size_t)r->nparam * sizeof(float), (void **)&r->grads));
   SG_TRY(sg_calloc(h, (size_t)r->nparam * sizeof(float), (void **)&r->m));
   SG_TRY(sg_calloc(h, (size_t)r->nparam * sizeof(float), (void **)&r->v));
-  SG_TRY(sg_fno_bind(r->model, r->params, r->grads));
-  SG_TRY(sg_fno_init(r->model, (uint64_t)sg_kv_int(kv, "seed")));
+  SG_TRY(sg_model_bind(r->model, r->params, r->grads));
+  SG_TRY(sg_model_init(r->model, (uint64_t)sg_kv_int(kv, "seed")));
   SG_TRY(sg_tape_create(&r->tape));
   SG_TRY(sg_ddp_create(r->mesh, dmask | pmask, r->grads, r->nparam, 0, r->deterministic, &r->ddp));
   sg_hooks hk = {NULL, grad_ready_hook, NULL, r};
@@ -497,9 +569,9 @@ static sg_status setup(run_t *r) {
   r->yb = malloc((size_t)(r->lbatch * r->cout * plane + 1) * sizeof *r->yb);
   r->mb = malloc((size_t)(r->lbatch * r->cout * plane + 1) * sizeof *r->mb);
   if (!r->xb || !r->yb || !r->mb) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  sg_log_info("model fno: width %lld, modes %lld, layers %lld, %lld parameters; mesh %s (dp %d), global batch %lld",
-              (long long)fc.width, (long long)fc.modes1, (long long)fc.layers, (long long)r->nparam, spec, r->ndp,
-              (long long)r->gbatch);
+  char desc[256];
+  sg_model_describe(r->model, desc, sizeof desc);
+  sg_log_info("model %s; mesh %s (dp %d), global batch %lld", desc, spec, r->ndp, (long long)r->gbatch);
 fail:
   return st;
 }
@@ -549,9 +621,8 @@ static sg_status train(run_t *r) {
     SG_TRY(sg_var_init(&y, "y", SG_DTYPE_F32, 4, ys, r->yb, 0));
     SG_TRY(sg_var_init(&mk, "mask", SG_DTYPE_F32, 4, ys, r->mb, 0));
     SG_TRY(sg_ddp_begin(r->ddp));
-    double fft0, tr0, fft1, tr1;
-    sg_fno_fft_times(r->model, &fft0, &tr0);
-    SG_TRY(sg_fno_forward(r->model, r->tape, &x, &pred));
+    const double tr0 = sg_model_collective_seconds(r->model);
+    SG_TRY(sg_model_forward(r->model, r->tape, &x, &pred));
     sg_dist_loss_ctx lc = {r->domain, r->data, r->gbatch};
     SG_TRY(sg_ag_dist_loss(r->tape, r->loss_kind, pred, &y, r->ds.has_mask ? &mk : NULL, &lc, &loss));
     double lval = sg_dist_loss_value(loss);
@@ -567,7 +638,7 @@ static sg_status train(run_t *r) {
     sg_var_release(&x);
     sg_var_release(&y);
     sg_var_release(&mk);
-    sg_fno_fft_times(r->model, &fft1, &tr1);
+    const double tr1 = sg_model_collective_seconds(r->model);
     double dt = sg_wtime() - t0;
     double coll = tcoll + (tr1 - tr0);
     t_coll += coll;
@@ -628,7 +699,7 @@ static void cleanup(run_t *r) {
   if (r->metrics) fclose(r->metrics);
   sg_ddp_destroy(&r->ddp);
   sg_tape_destroy(&r->tape);
-  sg_fno_destroy(&r->model);
+  sg_model_destroy(&r->model);
   sg_device h = sg_device_host();
   sg_free(h, (void **)&r->params);
   sg_free(h, (void **)&r->grads);

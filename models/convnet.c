@@ -1,0 +1,201 @@
+/* shardgrid — parameter table and domain of the convolutional models. */
+#include "convnet_impl.h"
+
+#include "sg_decomp.h"
+#include "sg_rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sg_cn_params_add(sg_cn_params *p, const char *name, int ndim, const int64_t *shape,
+                  sg_cn_init init, int64_t fan_in) {
+  if (p->n >= SG_CN_MAX_PARAMS || ndim < 1 || ndim > 4) return -1;
+  int i = p->n++;
+  p->ndim[i] = ndim;
+  p->count[i] = 1;
+  for (int d = 0; d < ndim; ++d) {
+    p->shape[i][d] = shape[d];
+    p->count[i] *= shape[d];
+  }
+  p->init[i] = init;
+  p->fan_in[i] = fan_in > 0 ? fan_in : 1;
+  snprintf(p->name[i], sizeof p->name[i], "%s", name);
+  p->offset[i] = p->total;
+  p->total += p->count[i];
+  return i;
+}
+
+int sg_cn_add_conv(sg_cn_params *p, const char *name, int64_t cout, int64_t cin, int64_t k) {
+  char nm[32];
+  int64_t ws[4] = {cout, cin, k, k}, bs[1] = {cout};
+  snprintf(nm, sizeof nm, "%s.w", name);
+  int i = sg_cn_params_add(p, nm, 4, ws, SG_CN_INIT_UNIFORM, cin * k * k);
+  snprintf(nm, sizeof nm, "%s.b", name);
+  if (sg_cn_params_add(p, nm, 1, bs, SG_CN_INIT_UNIFORM, cin * k * k) < 0) return -1;
+  return i;
+}
+
+int sg_cn_add_linear(sg_cn_params *p, const char *name, int64_t cout, int64_t cin) {
+  char nm[32];
+  int64_t ws[2] = {cout, cin}, bs[1] = {cout};
+  snprintf(nm, sizeof nm, "%s.w", name);
+  int i = sg_cn_params_add(p, nm, 2, ws, SG_CN_INIT_UNIFORM, cin);
+  snprintf(nm, sizeof nm, "%s.b", name);
+  if (sg_cn_params_add(p, nm, 1, bs, SG_CN_INIT_UNIFORM, cin) < 0) return -1;
+  return i;
+}
+
+int sg_cn_add_norm(sg_cn_params *p, const char *name, int64_t c) {
+  char nm[32];
+  int64_t s[1] = {c};
+  snprintf(nm, sizeof nm, "%s.gamma", name);
+  int i = sg_cn_params_add(p, nm, 1, s, SG_CN_INIT_ONE, 1);
+  snprintf(nm, sizeof nm, "%s.beta", name);
+  if (sg_cn_params_add(p, nm, 1, s, SG_CN_INIT_ZERO, 1) < 0) return -1;
+  return i;
+}
+
+sg_status sg_cn_params_bind(sg_cn_params *p, float *params, float *grads) {
+  sg_status st = SG_OK;
+  if (!params || !grads) SG_RAISE(SG_ERR_INVALID_ARG, "bind: NULL buffer");
+  for (int i = 0; i < p->n; ++i) {
+    sg_var_release(&p->vars[i]);
+    SG_TRY(sg_var_init_param(&p->vars[i], p->name[i], SG_DTYPE_F32, p->ndim[i], p->shape[i],
+                             params + p->offset[i], grads + p->offset[i]));
+    p->ptrs[i] = &p->vars[i];
+  }
+  p->bound = 1;
+fail:
+  return st;
+}
+
+sg_status sg_cn_params_init(sg_cn_params *p, uint64_t seed) {
+  sg_status st = SG_OK;
+  if (!p->bound) SG_RAISE(SG_ERR_INVALID_ARG, "init: model not bound to a buffer");
+  for (int i = 0; i < p->n; ++i) {
+    float *v = p->vars[i].value.data;
+    if (p->init[i] == SG_CN_INIT_UNIFORM) {
+      double hi = 1.0 / sqrt((double)p->fan_in[i]);
+      SG_TRY(sg_rng_fill(SG_RNG_UNIFORM, -hi, hi, seed, p->stream + (uint64_t)i, 0, p->count[i], SG_DTYPE_F32,
+                         v));
+    } else {
+      const float c = p->init[i] == SG_CN_INIT_ONE ? 1.0f : 0.0f;
+      for (int64_t k = 0; k < p->count[i]; ++k) v[k] = c;
+    }
+  }
+fail:
+  return st;
+}
+
+int64_t sg_cn_params_offset(const sg_cn_params *p, const sg_var *v) {
+  if (v < &p->vars[0] || v >= &p->vars[p->n]) return -1;
+  return p->offset[v - &p->vars[0]];
+}
+
+void sg_cn_params_release(sg_cn_params *p) {
+  for (int i = 0; i < p->n; ++i) sg_var_release(&p->vars[i]);
+  p->bound = 0;
+}
+
+sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny, int64_t nx,
+                         int64_t batch, int add_grid, const char *who) {
+  sg_status st = SG_OK;
+  memset(d, 0, sizeof *d);
+  d->mesh = mesh;
+  d->ny_g = ny, d->nx_g = nx;
+  d->batch = batch;
+  d->add_grid = add_grid;
+  d->nmesh = sg_mesh_ndims(mesh);
+  if (d->nmesh > SG_CN_MAX_MESH_DIMS) SG_RAISE(SG_ERR_MESH, "%s: at most %d mesh dims", who, SG_CN_MAX_MESH_DIMS);
+  int ph = 1, ch = 0, pw = 1, cw = 0, pd = 1;
+  for (int k = 0; k < d->nmesh; ++k) {
+    const char *nm = sg_mesh_dim_name(mesh, k);
+    int sz = sg_mesh_dim_size(mesh, k);
+    d->place[k] = sg_replicate();
+    if (strcmp(nm, "h") == 0) ph = sz, ch = sg_mesh_coord(mesh, k), d->place[k] = sg_shard(2);
+    else if (strcmp(nm, "w") == 0) pw = sz, cw = sg_mesh_coord(mesh, k), d->place[k] = sg_shard(3);
+    else if (strcmp(nm, "dp") == 0) pd = sz, d->place[k] = sg_shard(0);
+    else if (sz > 1) SG_RAISE(SG_ERR_MESH, "%s: mesh dim '%s' (size %d) is not one of dp, h, w", who, nm, sz);
+  }
+  if (ph > ny || pw > nx)
+    SG_RAISE(SG_ERR_SHAPE, "%s: a %lldx%lld grid cannot be split over h=%d, w=%d", who, (long long)ny,
+             (long long)nx, ph, pw);
+  d->split = ph > 1 || pw > 1;
+  if (d->split) SG_TRY(sg_cn_domain_mark(d, NULL, 0));
+  d->gbatch = batch * pd;
+  d->y0 = sg_split_offset(ny, ph, ch);
+  d->ny = sg_split_size(ny, ph, ch);
+  d->x0 = sg_split_offset(nx, pw, cw);
+  d->nx = sg_split_size(nx, pw, cw);
+  if (add_grid) {
+    int64_t n = batch * 2 * d->ny * d->nx;
+    d->grid_data = malloc((size_t)(n > 0 ? n : 1) * sizeof *d->grid_data);
+    if (!d->grid_data) SG_RAISE(SG_ERR_ALLOC, "%s: out of memory", who);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t j = 0; j < d->ny; ++j)
+        for (int64_t i = 0; i < d->nx; ++i) {
+          d->grid_data[((b * 2 + 0) * d->ny + j) * d->nx + i] = (float)((double)(d->x0 + i) / (double)nx);
+          d->grid_data[((b * 2 + 1) * d->ny + j) * d->nx + i] = (float)((double)(d->y0 + j) / (double)ny);
+        }
+    int64_t gshape[4] = {batch, 2, d->ny, d->nx};
+    SG_TRY(sg_var_init(&d->grid, "grid", SG_DTYPE_F32, 4, gshape, d->grid_data, 0));
+    SG_TRY(sg_cn_domain_mark(d, &d->grid, 2));
+  }
+fail:
+  return st;
+}
+
+void sg_cn_domain_release(sg_cn_domain *d) {
+  sg_var_release(&d->grid);
+  free(d->grid_data);
+  d->grid_data = NULL;
+}
+
+sg_status sg_cn_domain_check_input(const sg_cn_domain *d, const sg_var *x, int64_t cin, const char *who) {
+  sg_status st = SG_OK;
+  const sg_tensor *v = &x->value;
+  if (v->ndim != 4 || v->shape[0] != d->batch || v->shape[1] != cin || v->shape[2] != d->ny ||
+      v->shape[3] != d->nx)
+    SG_RAISE(SG_ERR_SHAPE, "%s: input (%lld, %lld, %lld, %lld), model expects (%lld, %lld, %lld, %lld)", who,
+             (long long)v->shape[0], (long long)(v->ndim > 1 ? v->shape[1] : 0),
+             (long long)(v->ndim > 2 ? v->shape[2] : 0), (long long)(v->ndim > 3 ? v->shape[3] : 0),
+             (long long)d->batch, (long long)cin, (long long)d->ny, (long long)d->nx);
+fail:
+  return st;
+}
+
+sg_status sg_cn_domain_mark(const sg_cn_domain *d, sg_var *x, int64_t channels) {
+  (void)x;
+  (void)channels;
+  if (d->split)
+    return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                        "convolutional models on a split grid (h or w > 1) need the sharded autograd ops");
+  return SG_OK;
+}
+
+sg_status sg_cn_domain_input(sg_cn_domain *d, sg_tape_t t, sg_var *x, sg_var **h) {
+  sg_status st = SG_OK;
+  SG_TRY(sg_cn_domain_mark(d, x, x->value.shape[1]));
+  *h = x;
+  if (d->add_grid) {
+    sg_var *parts[2] = {x, &d->grid};
+    SG_TRY(sg_ag_concat(t, 2, parts, h));
+  }
+fail:
+  return st;
+}
+
+sg_status sg_cn_conv_same(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b, const sg_pad_mode *mode, sg_var **y) {
+  sg_conv_args a;
+  memset(&a, 0, sizeof a);
+  a.nsp = 2;
+  for (int i = 0; i < 2; ++i) {
+    int64_t k = w->value.shape[2 + i];
+    a.pad[i][0] = (k - 1) / 2;
+    a.pad[i][1] = k - 1 - (k - 1) / 2;
+    a.mode[i] = mode[i];
+  }
+  return sg_ag_conv(t, x, w, b, &a, y);
+}

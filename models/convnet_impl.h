@@ -1,0 +1,94 @@
+/* shardgrid — internal pieces shared by the convolutional models (CNN,
+ * U-Net): the flat parameter table and the domain a model runs on.
+ *
+ * Parameter table: parameters are appended with their shape and their
+ * initialisation; their offsets in one flat f32 buffer follow the order of
+ * appending. Initialisation draws from the counter-based RNG keyed by
+ * (seed, stream + parameter index, element), so every mesh starts from the
+ * same model.
+ *
+ * Domain: the balanced split of the global grid (ny, nx) over the mesh dims
+ * "h" (y) and "w" (x), the local batch of the "dp" rank, the placements of
+ * an activation (batch Shard(0) on dp, Shard(2) on h, Shard(3) on w,
+ * Replicate elsewhere) and the grid-coordinate channels of the local box.
+ */
+#ifndef SG_CONVNET_IMPL_H
+#define SG_CONVNET_IMPL_H
+
+#include <stdint.h>
+
+#include "sg_autograd.h"
+#include "sg_mesh.h"
+#include "sg_shardtensor.h"
+#include "sg_status.h"
+
+enum { SG_CN_MAX_PARAMS = 160, SG_CN_MAX_MESH_DIMS = 8 };
+
+typedef enum sg_cn_init {
+  SG_CN_INIT_UNIFORM = 0, /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (PyTorch's default) */
+  SG_CN_INIT_ONE,
+  SG_CN_INIT_ZERO
+} sg_cn_init;
+
+typedef struct sg_cn_params {
+  int n;
+  uint64_t stream; /* RNG stream of parameter 0 */
+  sg_var vars[SG_CN_MAX_PARAMS];
+  sg_var *ptrs[SG_CN_MAX_PARAMS];
+  int ndim[SG_CN_MAX_PARAMS];
+  int64_t shape[SG_CN_MAX_PARAMS][4];
+  int64_t offset[SG_CN_MAX_PARAMS], count[SG_CN_MAX_PARAMS];
+  int64_t fan_in[SG_CN_MAX_PARAMS];
+  sg_cn_init init[SG_CN_MAX_PARAMS];
+  char name[SG_CN_MAX_PARAMS][32];
+  int64_t total;
+  int bound;
+} sg_cn_params;
+
+/* Append a parameter of ndim (1..4) dims; returns its index or -1 when the
+ * table is full. */
+int sg_cn_params_add(sg_cn_params *p, const char *name, int ndim, const int64_t *shape,
+                  sg_cn_init init, int64_t fan_in);
+/* Convolution weight (cout, cin, k, k) and bias (cout); channel-wise linear
+ * weight (cout, cin) and bias (cout); GroupNorm gamma (c) = 1, beta (c) = 0.
+ * Each returns the index of its first parameter, -1 when the table is full. */
+int sg_cn_add_conv(sg_cn_params *p, const char *name, int64_t cout, int64_t cin, int64_t k);
+int sg_cn_add_linear(sg_cn_params *p, const char *name, int64_t cout, int64_t cin);
+int sg_cn_add_norm(sg_cn_params *p, const char *name, int64_t c);
+sg_status sg_cn_params_bind(sg_cn_params *p, float *params, float *grads);
+sg_status sg_cn_params_init(sg_cn_params *p, uint64_t seed);
+int64_t sg_cn_params_offset(const sg_cn_params *p, const sg_var *v);
+void sg_cn_params_release(sg_cn_params *p);
+
+typedef struct sg_cn_domain {
+  sg_mesh_t mesh;
+  int64_t ny_g, nx_g;  /* global grid */
+  int64_t y0, ny, x0, nx; /* this rank's box */
+  int64_t batch, gbatch;  /* local and global samples */
+  int split;              /* the grid is split over h or w */
+  int nmesh;
+  sg_placement place[SG_CN_MAX_MESH_DIMS]; /* placements of an activation */
+  int add_grid;
+  sg_var grid;     /* (batch, 2, ny, nx) coordinates x/nx, y/ny; constant */
+  float *grid_data;
+} sg_cn_domain;
+
+/* The box of this rank and the placements. Not collective. */
+sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny, int64_t nx,
+                         int64_t batch, int add_grid, const char *who);
+void sg_cn_domain_release(sg_cn_domain *d);
+/* Check the input block x: (batch, cin, ny, nx) of this rank. */
+sg_status sg_cn_domain_check_input(const sg_cn_domain *d, const sg_var *x,
+                                int64_t cin, const char *who);
+/* Mark a leaf variable (an input block of this rank) with the activation
+ * sharding, so the ops exchange halos and reduce statistics over the mesh.
+ * Not collective. */
+sg_status sg_cn_domain_mark(const sg_cn_domain *d, sg_var *x, int64_t channels);
+/* x, plus the grid channels when the model adds them (concat). */
+sg_status sg_cn_domain_input(sg_cn_domain *d, sg_tape_t t, sg_var *x, sg_var **h);
+
+/* conv k x k ("same" size, padding (k-1)/2 with the model's boundaries). */
+sg_status sg_cn_conv_same(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
+                       const sg_pad_mode *mode, sg_var **y);
+
+#endif /* SG_CONVNET_IMPL_H */

@@ -1,0 +1,103 @@
+/* shardgrid — one interface over the model zoo's field-to-field models
+ * (FNO-2D, ResNet-style CNN, U-Net), so a training driver handles them
+ * alike.
+ *
+ *   sg_model_config c = sg_model_defaults(SG_MODEL_CNN);
+ *   c.cin = 10; c.cout = 1; c.width = 16;
+ *   sg_model_t m;  sg_model_create(mesh, &c, ny, nx, local_batch, &m);
+ *   sg_model_bind(m, params, grads);  sg_model_init(m, seed);
+ *   sg_model_forward(m, tape, x, &y);
+ *
+ * Every model: one flat f32 parameter buffer (bind), deterministic
+ * initialisation from the counter-based RNG (the same model on every mesh),
+ * the parameter variables in buffer order with their offsets (for DDP
+ * hooks, checkpoints), and this rank's box of the grid (the balanced split
+ * over the mesh dims "h" and "w"; samples over "dp"). Parameter gradients
+ * are Partial over every mesh dim where the data is split: the caller
+ * reduces them (DDP).
+ */
+#ifndef SG_MODEL_H
+#define SG_MODEL_H
+
+#include <stdint.h>
+
+#include "sg_autograd.h"
+#include "sg_mesh.h"
+#include "sg_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sg_model_kind {
+  SG_MODEL_FNO = 0,
+  SG_MODEL_CNN,
+  SG_MODEL_UNET,
+  SG_MODEL_COUNT
+} sg_model_kind;
+
+/* "fno", "cnn", "unet"; "invalid" otherwise. */
+const char *sg_model_kind_name(sg_model_kind kind);
+/* SG_ERR_CONFIG (naming the choices) for an unknown name. Not collective. */
+sg_status sg_model_kind_parse(const char *name, sg_model_kind *kind);
+
+typedef struct sg_model_config {
+  sg_model_kind kind;
+  int64_t cin, cout;   /* data channels in and out */
+  int64_t width;       /* all: channels (FNO, CNN) / at full resolution (U-Net) */
+  int64_t proj_width;  /* FNO, CNN: projection hidden channels */
+  int64_t modes;       /* FNO: modes kept per dim */
+  int64_t layers;      /* FNO: spectral layers */
+  int64_t blocks;      /* CNN: residual blocks */
+  int64_t levels;      /* U-Net: resolutions */
+  int64_t kernel;      /* CNN, U-Net: odd convolution kernel size */
+  int64_t groups;      /* CNN, U-Net: GroupNorm groups */
+  int add_grid;        /* append (x, y) coordinates as input channels */
+  sg_act act;
+  sg_pad_mode pad[2];  /* CNN, U-Net: boundary of y and of x */
+} sg_model_config;
+
+/* The defaults of a kind (the FNO paper's sizes for the FNO). */
+sg_model_config sg_model_defaults(sg_model_kind kind);
+
+typedef struct sg_model *sg_model_t;
+
+/* A model for a global grid ny x nx and `batch` local samples per step.
+ * Collective over the mesh (the FNO plans its FFTs). */
+sg_status sg_model_create(sg_mesh_t mesh, const sg_model_config *cfg,
+                          int64_t ny, int64_t nx, int64_t batch,
+                          sg_model_t *model);
+/* NULL and *model == NULL are fine; sets *model to NULL. */
+void sg_model_destroy(sg_model_t *model);
+
+sg_model_kind sg_model_kind_of(sg_model_t model);
+/* Number of f32 parameters. */
+int64_t sg_model_param_count(sg_model_t model);
+/* Point parameters and gradients at caller buffers of param_count floats.
+ * Not collective. */
+sg_status sg_model_bind(sg_model_t model, float *params, float *grads);
+/* Deterministic initialisation of the bound parameters. Not collective. */
+sg_status sg_model_init(sg_model_t model, uint64_t seed);
+/* The parameter variables in buffer order. */
+int sg_model_params(sg_model_t model, sg_var ***vars);
+/* Offset of a parameter in the flat buffer (-1 if not this model's). */
+int64_t sg_model_param_offset(sg_model_t model, const sg_var *param);
+/* This rank's box of the grid. */
+void sg_model_box(sg_model_t model, int64_t *y0, int64_t *ny, int64_t *x0,
+                  int64_t *nx);
+/* A one-line description ("cnn: width 16, blocks 4, ..."). */
+void sg_model_describe(sg_model_t model, char *buf, size_t size);
+
+/* y = model(x); x: (batch, cin, ny, nx), this rank's block. Collective over
+ * the mesh when the grid is split. */
+sg_status sg_model_forward(sg_model_t model, sg_tape_t tape, sg_var *x,
+                           sg_var **y);
+
+/* Seconds spent so far in the model's own collectives that the halo timer
+ * does not see (the FNO's FFT transposes; 0 for the conv nets). */
+double sg_model_collective_seconds(sg_model_t model);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SG_MODEL_H */

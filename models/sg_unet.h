@@ -1,0 +1,82 @@
+/* shardgrid — a U-Net for fields on a 2-D grid, domain- and data-parallel.
+ *
+ * With L levels and width w (level l has w * 2^l channels):
+ *   block(c_in -> c):  [conv k x k -> GroupNorm -> act] x 2
+ *   encoder:  e_0 = block(x (+ grid)),  e_l = block(avgpool2(e_{l-1}))
+ *   decoder:  d_{L-1} = e_{L-1};
+ *             d_l = block(concat(upsample2(d_{l+1}), e_l))  (bilinear,
+ *             align_corners=False)
+ *   out:      1 x 1 conv (channel-wise linear) w -> cout
+ *
+ * The grid must be divisible by 2^(L-1) in both dims. Convolutions pad with
+ * the boundary of each spatial dim (periodic for the Navier-Stokes box and
+ * for longitude); the up-sampling clamps at the edge (PyTorch's
+ * interpolate). Activations are (batch, channels, ny, nx) blocks split over
+ * the mesh dims "h" (y) and "w" (x), samples over "dp"; the model marks its
+ * input with that sharding, so every op exchanges its halos and GroupNorm
+ * reduces over the domain: the same function as on one process.
+ *
+ * Parameters: one flat f32 buffer (sg_unet_bind) in the order encoder
+ * blocks 0..L-1, decoder blocks L-2..0 (each conv1 w, b, norm1 gamma, beta,
+ * conv2 w, b, norm2 gamma, beta), out w, b. Replicate; gradients Partial
+ * over the mesh dims where the data is split (reduced by the caller).
+ * Initialisation as sg_cnn: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
+ * weights and biases, gamma 1, beta 0, from the counter-based RNG by
+ * (seed, parameter index, element).
+ */
+#ifndef SG_UNET_H
+#define SG_UNET_H
+
+#include <stdint.h>
+
+#include "sg_autograd.h"
+#include "sg_mesh.h"
+#include "sg_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sg_unet_config {
+  int64_t cin, cout;  /* data channels in and out */
+  int64_t width;      /* channels at full resolution (32) */
+  int64_t levels;     /* resolutions, 1..6 (3) */
+  int64_t kernel;     /* odd kernel size (3) */
+  int64_t groups;     /* GroupNorm groups (4), divides width */
+  int add_grid;       /* append (x, y) in [0,1) as two input channels */
+  sg_act act;         /* SG_ACT_GELU */
+  sg_pad_mode pad[2]; /* boundary of y and of x (periodic) */
+} sg_unet_config;
+
+sg_unet_config sg_unet_defaults(void);
+
+typedef struct sg_unet *sg_unet_t;
+
+/* A model for a global grid ny x nx and `batch` local samples per step on
+ * this rank's part of the mesh (dims dp, h, w). Not collective. */
+sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg,
+                         int64_t ny, int64_t nx, int64_t batch,
+                         sg_unet_t *model);
+/* NULL and *model == NULL are fine; sets *model to NULL. */
+void sg_unet_destroy(sg_unet_t *model);
+
+int64_t sg_unet_param_count(sg_unet_t model);
+/* Not collective. */
+sg_status sg_unet_bind(sg_unet_t model, float *params, float *grads);
+/* Not collective. */
+sg_status sg_unet_init(sg_unet_t model, uint64_t seed);
+int sg_unet_params(sg_unet_t model, sg_var ***vars);
+int64_t sg_unet_param_offset(sg_unet_t model, const sg_var *param);
+void sg_unet_box(sg_unet_t model, int64_t *y0, int64_t *ny, int64_t *x0,
+                 int64_t *nx);
+
+/* y = model(x). x: (batch, cin, ny, nx), this rank's block (marked with the
+ * model's sharding); y: (batch, cout, ny, nx) on the tape. Collective over
+ * the mesh when the grid is split. */
+sg_status sg_unet_forward(sg_unet_t model, sg_tape_t tape, sg_var *x,
+                          sg_var **y);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SG_UNET_H */
