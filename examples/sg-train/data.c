@@ -2,6 +2,7 @@
 #include "train.h"
 
 #include "sg_comm.h"
+#include "sg_dataset.h"
 #include "sg_nc.h"
 #include "sg_rng.h"
 
@@ -132,6 +133,12 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
             ? sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory loading '%s'", o->path)
             : SG_OK;
   SG_TRY(sg_agree(MPI_COMM_WORLD, lst));
+  /* statistics over the training part, per variable: Welford on each
+   * rank's slab */
+  const int64_t s_train = ds->climate ? 1 : S - o->test_samples;
+  const int64_t t_train = ds->climate ? T - n_test_frames(ds, o) : T;
+  sg_ds_moments mom[8];
+  memset(mom, 0, sizeof mom);
   sg_nc_read_opts ro = sg_nc_read_opts_default();
   ro.masked_value = 0.0;
   for (int64_t v = 0; v < V; ++v) {
@@ -161,32 +168,16 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
           dst[i] = src[i];
           md[i] = ms[i] ? 1.0f : 0.0f;
         }
+        if (s < s_train && t < t_train) sg_ds_moments_add(&mom[v], src, NULL, ms, plane);
       }
   }
-  /* statistics over the training part, per variable, deterministic */
-  const int64_t s_train = ds->climate ? 1 : S - o->test_samples;
-  const int64_t t_train = ds->climate ? T - n_test_frames(ds, o) : T;
-  double sums[3 * 8];
-  memset(sums, 0, sizeof sums);
-  for (int64_t s = 0; s < s_train; ++s)
-    for (int64_t t = 0; t < t_train; ++t)
-      for (int64_t v = 0; v < V; ++v) {
-        const float *d = ds->data + ((s * T + t) * V + v) * plane;
-        const float *mk = ds->mask + ((s * T + t) * V + v) * plane;
-        for (int64_t i = 0; i < plane; ++i)
-          if (mk[i] != 0.0f) {
-            sums[3 * v] += d[i];
-            sums[3 * v + 1] += (double)d[i] * d[i];
-            sums[3 * v + 2] += 1.0;
-          }
-      }
-  if (domain && sg_group_size(domain) > 1)
-    SG_TRY(sg_allreduce_det(domain, sums, sums, 3 * V, SG_DTYPE_F64, SG_REDUCE_SUM));
+  /* statistics over the training part (accumulated while reading): merge
+   * over the domain in rank order (the same bits on every rank) */
+  if (domain && sg_group_size(domain) > 1) SG_TRY(sg_ds_moments_allmerge(sg_group_comm(domain), (int)V, mom));
   double nmask = 0;
   for (int64_t v = 0; v < V; ++v) {
-    double n = sums[3 * v + 2] > 0 ? sums[3 * v + 2] : 1.0;
-    ds->mean[v] = sums[3 * v] / n;
-    double var = sums[3 * v + 1] / n - ds->mean[v] * ds->mean[v];
+    ds->mean[v] = mom[v].w > 0 ? mom[v].mean : 0.0;
+    double var = mom[v].w > 0 ? mom[v].m2 / mom[v].w : 0.0;
     ds->std[v] = var > 1e-20 ? sqrt(var) : 1.0;
   }
   for (int64_t s = 0; s < S; ++s)

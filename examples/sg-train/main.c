@@ -474,7 +474,7 @@ static sg_status model_config(sg_kv_t kv, sg_model_config *mc) {
   const char *pk[2] = {"pad_y", "pad_x"};
   for (int i = 0; i < 2; ++i)
     if (sg_boundary_parse(sg_kv_str(kv, pk[i]), &mc->pad[i]) != SG_OK)
-      SG_RAISE(SG_ERR_CONFIG, "--%s must be periodic, zero, reflect or replicate, not '%s'", pk[i],
+      SG_RAISE(SG_ERR_CONFIG, "%s must be periodic, zero, reflect or replicate, not '%s'", pk[i],
                sg_kv_str(kv, pk[i]));
 fail:
   return st;

@@ -5,14 +5,24 @@
 # climate example (monthly_navy_winds, longitude split). Task "resume": 20
 # steps with a checkpoint at step 10; resuming from it reproduces steps
 # 11-20 bit for bit, and a checkpoint of a h=2,w=2 run resumed on 1 rank
-# matches to 1e-5.
-#   train_trajectories.sh ns|navy|resume BIN_DIR MPIEXEC WORK_DIR SRC_DIR
+# matches to 1e-5. Tasks "cnn" and "unet": the same trajectories for the
+# convolutional models on a 32x32 NS dataset (uneven split on h=3), then
+# (cnn) resume bit for bit on one rank and refuse a checkpoint of another
+# model kind.
+#   train_trajectories.sh ns|navy|resume|cnn|unet BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 task=$1 bin=$2 mpiexec=$3 work=$4 src=$5
 mkdir -p "$work"
 cd "$work"
 cmp="python3 $src/tests/examples/compare_losses.py"
-if [ "$task" = ns ] || [ "$task" = resume ]; then
+if [ "$task" = cnn ] || [ "$task" = unet ]; then
+  "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns32.nc --n 32 --samples 10 --frames 5 --dt 1e-2 \
+    --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
+  common="--model $task --data ns32.nc --steps 20 --batch 4 --width 8 --blocks 2 --levels 2
+          --groups 2 --proj-width 16 --history 2 --test-samples 2 --deterministic --log-every 1000
+          --log-level warn"
+  meshes="2:dp=2 2:h=2 2:w=2 4:h=2,w=2 4:dp=2,h=2 3:h=3"
+elif [ "$task" = ns ] || [ "$task" = resume ]; then
   "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns.nc --n 24 --samples 10 --frames 5 --dt 1e-2 \
     --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
   common="--data ns.nc --steps 20 --batch 4 --modes 4 --width 8 --layers 2 --proj-width 16
@@ -43,11 +53,38 @@ if [ "$task" = resume ]; then
 fi
 # shellcheck disable=SC2086
 "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --metrics ref.jsonl
+skipped=""
 for m in $meshes; do
   n=${m%%:*} spec=${m#*:}
+  rc=0
   # shellcheck disable=SC2086
-  "$mpiexec" -n "$n" "$bin/sg-train" $common --mesh "$spec" --metrics "m_$spec.jsonl"
+  "$mpiexec" -n "$n" "$bin/sg-train" $common --mesh "$spec" --metrics "m_$spec.jsonl" >"m_$spec.log" 2>&1 || rc=$?
+  cat "m_$spec.log"
+  if [ $rc -ne 0 ] && grep -q "need the sharded autograd ops" "m_$spec.log"; then
+    skipped="$skipped $spec"
+    continue
+  fi
+  [ $rc -eq 0 ]
   $cmp ref.jsonl "m_$spec.jsonl" 1e-5
   $cmp ref.jsonl "m_$spec.jsonl" 1e-5 --eval
 done
 echo "trajectories match"
+if [ "$task" = cnn ]; then
+  rm -rf ckc
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --ckpt-dir ckc --ckpt-every 10 --metrics full.jsonl
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 2 "$bin/sg-train" $common --mesh dp=2 --resume ckc/step_000010.nc --metrics res.jsonl
+  $cmp res.jsonl full.jsonl 1e-5
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --resume ckc/step_000010.nc --metrics res1.jsonl
+  $cmp res1.jsonl full.jsonl 0
+  # shellcheck disable=SC2086
+  sh "$src/tests/examples/expect_fail.sh" "holds a 'cnn' model; this run builds 'unet'" 60 \
+    "$mpiexec" -n 2 "$bin/sg-train" $common --model unet --mesh dp=2 --resume ckc/step_000010.nc
+  echo "cnn resume matches"
+fi
+if [ -n "$skipped" ]; then
+  echo "SKIPPED meshes:$skipped (this build's autograd ops pad locally: no sharded convolutions)"
+  exit 77
+fi
