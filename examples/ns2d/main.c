@@ -30,6 +30,7 @@ static const sg_kv_key keys[] = {
     {"nu", SG_KV_FLOAT, "1e-3", "viscosity"},
     {"forcing", SG_KV_FLOAT, "0.1", "forcing amplitude A in A(sin 2pi(x+y) + cos 2pi(x+y))"},
     {"init", SG_KV_STRING, "grf", "initial condition: grf | taylor-green"},
+    {"grf_scale", SG_KV_STRING, "code", "GRF amplitude: code (the FNO reference generator, 2*7^3 (-lap+49)^-2.5) | text (the paper's printed 7^1.5 (-lap+49)^-2.5)"},
     {"seed", SG_KV_INT, "0", "random seed"},
     {"mesh", SG_KV_STRING, "", "device mesh, dims dp (samples), h (y), w (x); default h=<ranks>"},
     {"batch", SG_KV_INT, "16", "samples solved at once per data rank"},
@@ -74,6 +75,10 @@ static sg_status run(sg_kv_t kv, int wsize) {
   if (strcmp(init, "grf") == 0) cfg.init = SG_NS2D_INIT_GRF;
   else if (strcmp(init, "taylor-green") == 0) cfg.init = SG_NS2D_INIT_TAYLOR_GREEN;
   else SG_RAISE(SG_ERR_CONFIG, "--init must be grf or taylor-green, not '%s'", init);
+  const char *grf_scale = sg_kv_str(kv, "grf_scale");
+  if (strcmp(grf_scale, "code") == 0) cfg.grf_scale = SG_NS2D_GRF_CODE;
+  else if (strcmp(grf_scale, "text") == 0) cfg.grf_scale = SG_NS2D_GRF_TEXT;
+  else SG_RAISE(SG_ERR_CONFIG, "--grf-scale must be code or text, not '%s'", grf_scale);
   const int64_t nsamp = sg_kv_int(kv, "samples"), nframes = sg_kv_int(kv, "frames");
   const double frame_dt = sg_kv_float(kv, "frame_dt");
   if (cfg.n < 4 || nsamp < 1 || nframes < 1 || cfg.dt <= 0 || frame_dt <= 0 || cfg.nu < 0)
@@ -123,7 +128,9 @@ static sg_status run(sg_kv_t kv, int wsize) {
   const char *pnames[6] = {"viscosity", "solver_dt", "frame_dt", "forcing_amplitude", "grid_n", "seed"};
   for (int i = 0; i < 6; ++i) SG_TRY(sg_nc_put_att(file, SG_NC_GLOBAL, pnames[i], SG_DTYPE_F64, 1, &params[i]));
   SG_TRY(sg_nc_put_att_text(file, SG_NC_GLOBAL, "initial_condition",
-                            cfg.init == SG_NS2D_INIT_GRF ? "N(0, 7^1.5 (-Laplacian + 49 I)^-2.5)" : "sin(2 pi x) sin(2 pi y)"));
+                            cfg.init == SG_NS2D_INIT_TAYLOR_GREEN ? "sin(2 pi x) sin(2 pi y)"
+                            : cfg.grf_scale == SG_NS2D_GRF_TEXT ? "N(0, 7^1.5 (-Laplacian + 49 I)^-2.5)"
+                                                                : "N(0, 2 7^3 (-Laplacian + 49 I)^-2.5)"));
   SG_TRY(sg_nc_put_att_text(file, SG_NC_GLOBAL, "forcing", "A (sin(2 pi (x + y)) + cos(2 pi (x + y)))"));
   SG_TRY(sg_nc_put_att_text(file, SG_NC_GLOBAL, "scheme", "pseudo-spectral, Heun + Crank-Nicolson, 2/3 dealiasing"));
   SG_TRY(sg_nc_enddef(file));

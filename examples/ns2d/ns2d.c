@@ -158,14 +158,16 @@ sg_status sg_ns2d_init_state(sg_ns2d_t s, int64_t sample0) {
     return SG_OK;
   }
   /* white noise keyed by (seed, sample, global index), then coloured:
-   * w_hat = N s(k) fft(xi), s(k)^2 = 7^{3/2} (4 pi^2 |k|^2 + 49)^{-2.5}
-   * (the inverse transform carries 1/N^2) */
+   * w_hat = N s(k) fft(xi), s(k)^2 = c (4 pi^2 |k|^2 + 49)^{-2.5} with
+   * c = 2 * 7^3 (reference generator) or 7^{3/2} (paper text); the inverse
+   * transform carries 1/N^2, so Var w = sum_k s(k)^2 */
   const int64_t gshape[2] = {n, n}, off[2] = {s->ry0, s->rx0}, ext[2] = {s->rny, s->rnx};
   for (int64_t b = 0; b < s->batch; ++b)
     SG_TRY(sg_rng_fill_box(SG_RNG_NORMAL, 0.0, 1.0, s->cfg.seed, (uint64_t)(sample0 + b), 2,
                            gshape, off, ext, SG_DTYPE_F64, s->u + b * s->nreal));
   SG_TRY(sg_fft_forward(s->plan, s->u, s->w_hat));
-  const double amp = pow(7.0, 0.75) * (double)n;
+  const double amp = (s->cfg.grf_scale == SG_NS2D_GRF_TEXT ? pow(7.0, 0.75) : sqrt(2.0) * pow(7.0, 1.5)) *
+                     (double)n;
   for (int64_t b = 0; b < s->batch; ++b)
     for (int64_t j = 0; j < s->nky; ++j)
       for (int64_t i = 0; i < s->nkx; ++i) {
