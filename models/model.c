@@ -158,6 +158,11 @@ void sg_model_describe(sg_model_t m, char *buf, size_t size) {
              sg_boundary_name(c->pad[0]), sg_boundary_name(c->pad[1]), np);
 }
 
+sg_status sg_model_mark(sg_model_t m, sg_var *v) {
+  if (!m) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_model_mark: NULL model");
+  return m->fno ? SG_OK : m->cnn ? sg_cnn_mark(m->cnn, v) : sg_unet_mark(m->unet, v);
+}
+
 sg_status sg_model_forward(sg_model_t m, sg_tape_t t, sg_var *x, sg_var **y) {
   if (!m) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_model_forward: NULL model");
   return m->fno ? sg_fno_forward(m->fno, t, x, y)

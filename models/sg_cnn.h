@@ -74,6 +74,11 @@ int64_t sg_cnn_param_offset(sg_cnn_t model, const sg_var *param);
 void sg_cnn_box(sg_cnn_t model, int64_t *y0, int64_t *ny, int64_t *x0,
                 int64_t *nx);
 
+/* Mark a leaf v (N, C, ny, nx) of this rank — a target or a mask that
+ * meets the output in a loss — with the model's activation sharding.
+ * Collective over the mesh. */
+sg_status sg_cnn_mark(sg_cnn_t model, sg_var *v);
+
 /* y = model(x). x: (batch, cin, ny, nx), this rank's block; it is marked
  * with the model's sharding. y: (batch, cout, ny, nx), on the tape.
  * Collective over the mesh when the grid is split (halos, statistics). */

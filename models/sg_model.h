@@ -88,6 +88,12 @@ void sg_model_box(sg_model_t model, int64_t *y0, int64_t *ny, int64_t *x0,
 /* A one-line description ("cnn: width 16, blocks 4, ..."). */
 void sg_model_describe(sg_model_t model, char *buf, size_t size);
 
+/* Mark a leaf v (N, C, ny, nx) of this rank — the target or mask that
+ * meets the output in a loss — with the sharding of the model's outputs
+ * (nothing to do for the FNO, whose outputs are plain local blocks).
+ * Collective over the mesh. */
+sg_status sg_model_mark(sg_model_t model, sg_var *v);
+
 /* y = model(x); x: (batch, cin, ny, nx), this rank's block. Collective over
  * the mesh when the grid is split. */
 sg_status sg_model_forward(sg_model_t model, sg_tape_t tape, sg_var *x,

@@ -70,6 +70,10 @@ int64_t sg_unet_param_offset(sg_unet_t model, const sg_var *param);
 void sg_unet_box(sg_unet_t model, int64_t *y0, int64_t *ny, int64_t *x0,
                  int64_t *nx);
 
+/* Mark a leaf v (N, C, ny, nx) of this rank (a target, a mask) with the
+ * model's activation sharding. Collective over the mesh. */
+sg_status sg_unet_mark(sg_unet_t model, sg_var *v);
+
 /* y = model(x). x: (batch, cin, ny, nx), this rank's block (marked with the
  * model's sharding); y: (batch, cout, ny, nx) on the tape. Collective over
  * the mesh when the grid is split. */

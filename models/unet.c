@@ -116,6 +116,15 @@ void sg_unet_box(sg_unet_t m, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *nx
   *y0 = m->dom.y0, *ny = m->dom.ny, *x0 = m->dom.x0, *nx = m->dom.nx;
 }
 
+sg_status sg_unet_mark(sg_unet_t m, sg_var *v) {
+  sg_status st = SG_OK;
+  if (!m || !v) SG_RAISE(SG_ERR_INVALID_ARG, "sg_unet_mark: NULL argument");
+  SG_TRY(sg_cn_domain_check_input(&m->dom, v, v->value.ndim == 4 ? v->value.shape[1] : -1, "sg_unet_mark"));
+  SG_TRY(sg_cn_domain_mark(&m->dom, v, v->value.shape[1]));
+fail:
+  return st;
+}
+
 static sg_status block(struct sg_unet *m, sg_tape_t t, int first, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
   sg_var *q = &m->p.vars[first], *h = x;

@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
-# bench/train: training throughput of sg-train (FNO-2D) at 1 and 2 ranks
-# (domain split h=2) beside the same model and step in PyTorch.
-#   bench/train/run.sh [--n 64] [--steps 30] [--threads 1]
-# Prints JSON lines; needs a built tree (tools/build) and, for the reference,
-# Debian's python3-torch.
+# bench/train: training throughput of sg-train (FNO-2D and the ResNet-style
+# CNN) at 1, 2 (domain split h=2) and 4 ranks (h=2,w=2), beside the same
+# model and step in PyTorch at the same thread count.
+#   bench/train/run.sh [--n 64] [--steps 30] [--threads 1] [--models "fno cnn"]
+#                      [--meshes "1:h=1 2:h=2 4:h=2,w=2"]
+# Prints JSON lines: per run the median samples/s over the timed steps, the
+# median time split of a step (compute / halo / collectives), parallel
+# efficiency against the 1-rank run (samples/s / (ranks * 1-rank samples/s),
+# same global batch: strong scaling), and the peak accounted memory per rank
+# (core's sg_malloc accounting: parameters, gradients, optimizer state,
+# activations and workspace; "work" is the part above what is held before
+# the first step). Needs a built tree (tools/build); for the reference,
+# Debian's python3-torch (/usr/bin/python3).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/tools/env.sh"
-n=64 steps=30 threads=1 width=32 modes=12 batch=8 history=10
+n=64 steps=30 threads=1 batch=8 history=10 models="fno cnn" meshes="1:h=1 2:h=2 4:h=2,w=2"
 while [ $# -gt 0 ]; do
   case "$1" in
     --n) n=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
+    --models) models=$2; shift 2 ;;
+    --meshes) meshes=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -22,26 +32,49 @@ bin=$root/build/bin
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=1
 "$SG_MPIEXEC" -n 2 "$bin/sg-ns2d" --out "$work/ns.nc" --n "$n" --samples 6 --frames $((history + 4)) \
   --dt 1e-2 --frame-dt 0.1 --mesh h=2 --log-level warn
-common=(--data "$work/ns.nc" --width "$width" --modes "$modes" --layers 4 --history "$history"
-        --batch "$batch" --steps $((steps + 5)) --test-samples 1 --log-every 100000 --log-level warn)
-for spec in "1 h=1" "2 h=2"; do
-  set -- $spec
-  "$SG_MPIEXEC" -n "$1" "$bin/sg-train" "${common[@]}" --mesh "$2" --metrics "$work/m.jsonl" >/dev/null
-  /usr/bin/python3 - "$work/m.jsonl" "$1" "$2" "$n" "$batch" "$threads" <<'PY'
-import json, statistics, sys
-path, ranks, mesh, n, batch, threads = sys.argv[1:]
-recs = [json.loads(l) for l in open(path) if '"loss"' in l][5:]   # skip warm-up
-sps = statistics.median(r["samples_per_s"] for r in recs)
-comp = statistics.median(r["time_compute"] for r in recs)
-coll = statistics.median(r["time_collectives"] for r in recs)
-print(json.dumps({"impl": "shardgrid", "model": "fno", "ranks": int(ranks), "mesh": mesh, "n": int(n),
-                  "batch": int(batch), "threads_per_rank": int(threads), "samples_per_s": sps,
-                  "step_compute_s": comp, "step_collectives_s": coll}))
+echo "{\"machine\": \"$(nproc) cores\", \"load_average\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
+for model in $models; do
+  case $model in
+    fno) size=(--width 32 --modes 12 --layers 4 --proj-width 128) ;;
+    cnn) size=(--width 32 --blocks 4 --kernel 3 --groups 4 --proj-width 128) ;;
+    unet) size=(--width 16 --levels 3 --groups 4) ;;
+    *) echo "unknown model $model" >&2; exit 2 ;;
+  esac
+  common=(--model "$model" --data "$work/ns.nc" "${size[@]}" --history "$history" --batch "$batch"
+          --steps $((steps + 5)) --test-samples 1 --log-every 100000 --log-level warn)
+  rm -f "$work/base"
+  for spec in $meshes; do
+    ranks=${spec%%:*} mesh=${spec#*:}
+    "$SG_MPIEXEC" -n "$ranks" "$bin/sg-train" "${common[@]}" --mesh "$mesh" --metrics "$work/m.jsonl" >/dev/null
+    /usr/bin/python3 - "$work/m.jsonl" "$work/base" "$model" "$ranks" "$mesh" "$n" "$batch" "$threads" <<'PY'
+import json, os, statistics, sys
+path, base, model, ranks, mesh, n, batch, threads = sys.argv[1:]
+lines = [json.loads(l) for l in open(path)]
+recs = [r for r in lines if "loss" in r][5:]   # skip warm-up
+mem = next(r for r in lines if "peak_mem_mib" in r)
+med = lambda k: statistics.median(r[k] for r in recs)
+out = {"impl": "shardgrid", "model": model, "ranks": int(ranks), "mesh": mesh, "n": int(n),
+       "batch": int(batch), "threads_per_rank": int(threads), "samples_per_s": med("samples_per_s"),
+       "step_compute_s": med("time_compute"), "step_halo_s": med("time_halo"),
+       "step_collectives_s": med("time_collectives"), "peak_mem_mib_per_rank": mem["peak_mem_mib"],
+       "peak_work_mib_per_rank": mem["peak_work_mib"]}
+if os.path.exists(base):
+    b = json.load(open(base))
+    out["parallel_efficiency"] = out["samples_per_s"] / (int(ranks) * b["samples_per_s"])
+    out["peak_mem_vs_1_rank"] = out["peak_mem_mib_per_rank"] / b["peak_mem_mib_per_rank"]
+    out["peak_work_vs_1_rank"] = out["peak_work_mib_per_rank"] / b["peak_work_mib_per_rank"]
+elif int(ranks) == 1:
+    json.dump(out, open(base, "w"))
+print(json.dumps(out))
 PY
+  done
+  if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    echo '{"impl": "pytorch", "skipped": "python3-torch not installed"}'
+  elif [ "$model" = fno ]; then
+    /usr/bin/python3 "$root/bench/train/fno_torch.py" --n "$n" --batch "$batch" --history "$history" \
+      --width 32 --modes 12 --steps "$steps" --threads "$threads"
+  elif [ "$model" = cnn ]; then
+    /usr/bin/python3 "$root/bench/train/cnn_torch.py" --n "$n" --batch "$batch" --history "$history" \
+      --width 32 --blocks 4 --groups 4 --steps "$steps" --threads "$threads"
+  fi
 done
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  /usr/bin/python3 "$root/bench/train/fno_torch.py" --n "$n" --batch "$batch" --history "$history" \
-    --width "$width" --modes "$modes" --steps "$steps" --threads "$threads"
-else
-  echo '{"impl": "pytorch", "skipped": "python3-torch not installed"}'
-fi

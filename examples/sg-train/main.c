@@ -606,6 +606,9 @@ static sg_status train(run_t *r) {
     first = done + 1;
   }
   double t_start = sg_wtime(), t_coll = 0.0;
+  sg_mem_info mem0;
+  SG_TRY(sg_mem_get_info(sg_device_host(), &mem0));
+  SG_TRY(sg_mem_reset_peak(sg_device_host()));
   for (int64_t step = first; step <= steps; ++step) {
     double t0 = sg_wtime(), halo0 = sg_timer_total("halo"), io0 = sg_timer_total("io");
     int64_t e = (step - 1) / spe, pos = (step - 1) % spe;
@@ -620,27 +623,41 @@ static sg_status train(run_t *r) {
     SG_TRY(sg_var_init(&x, "x", SG_DTYPE_F32, 4, xs, r->xb, 0));
     SG_TRY(sg_var_init(&y, "y", SG_DTYPE_F32, 4, ys, r->yb, 0));
     SG_TRY(sg_var_init(&mk, "mask", SG_DTYPE_F32, 4, ys, r->mb, 0));
+    SG_TRY(sg_model_mark(r->model, &y));
+    if (r->ds.has_mask) SG_TRY(sg_model_mark(r->model, &mk));
     SG_TRY(sg_ddp_begin(r->ddp));
     const double tr0 = sg_model_collective_seconds(r->model);
-    SG_TRY(sg_model_forward(r->model, r->tape, &x, &pred));
+    sg_trace_begin("forward");
+    st = sg_model_forward(r->model, r->tape, &x, &pred);
     sg_dist_loss_ctx lc = {r->domain, r->data, r->gbatch};
-    SG_TRY(sg_ag_dist_loss(r->tape, r->loss_kind, pred, &y, r->ds.has_mask ? &mk : NULL, &lc, &loss));
+    if (st == SG_OK) st = sg_ag_dist_loss(r->tape, r->loss_kind, pred, &y, r->ds.has_mask ? &mk : NULL, &lc, &loss);
+    sg_trace_end("forward");
+    SG_TRY(st);
     double lval = sg_dist_loss_value(loss);
-    SG_TRY(sg_tape_backward(r->tape, loss));
+    sg_trace_begin("backward");
+    st = sg_tape_backward(r->tape, loss);
+    sg_trace_end("backward");
+    SG_TRY(st);
     double tc = sg_wtime();
-    SG_TRY(sg_ddp_finish(r->ddp, 1.0));
+    sg_trace_begin("collectives");
+    st = sg_ddp_finish(r->ddp, 1.0);
     double gnorm = 0.0;
-    SG_TRY(sg_grad_global_norm(sg_sumsq_f32(r->grads, r->nparam), NULL, &gnorm));
+    if (st == SG_OK) st = sg_grad_global_norm(sg_sumsq_f32(r->grads, r->nparam), NULL, &gnorm);
+    sg_trace_end("collectives");
+    SG_TRY(st);
     double tcoll = sg_wtime() - tc;
     double lr_t = sg_lr_at(&lr, step);
-    SG_TRY(sg_adamw_step_f32(r->params, r->grads, r->m, r->v, r->nparam, step, lr_t, sg_clip_scale(gnorm, clip), &ac));
+    sg_trace_begin("optimizer");
+    st = sg_adamw_step_f32(r->params, r->grads, r->m, r->v, r->nparam, step, lr_t, sg_clip_scale(gnorm, clip), &ac);
+    sg_trace_end("optimizer");
+    SG_TRY(st);
     memset(r->grads, 0, (size_t)r->nparam * sizeof(float));
     sg_var_release(&x);
     sg_var_release(&y);
     sg_var_release(&mk);
     const double tr1 = sg_model_collective_seconds(r->model);
     double dt = sg_wtime() - t0;
-    double coll = tcoll + (tr1 - tr0);
+    double coll = tcoll + (tr1 - tr0), halo = sg_timer_total("halo") - halo0;
     t_coll += coll;
     if (!isfinite(lval)) SG_RAISE(SG_ERR_INTERNAL, "loss is %g at step %lld: diverged (lower --lr?)", lval, (long long)step);
     double sps = (double)r->gbatch / dt;
@@ -648,15 +665,15 @@ static sg_status train(run_t *r) {
       double el = sg_wtime() - t_start, eta = el / (double)(step - first + 1) * (double)(steps - step);
       printf("step %5lld/%lld  loss %.6e  lr %.3e  |g| %.3e  %7.1f samples/s  compute %.3f s  halo %.3f s  "
              "collectives %.3f s  io %.3f s  eta %.0f s\n",
-             (long long)step, (long long)steps, lval, lr_t, gnorm, sps, dt - coll - (sg_timer_total("halo") - halo0),
-             sg_timer_total("halo") - halo0, coll, sg_timer_total("io") - io0, eta);
+             (long long)step, (long long)steps, lval, lr_t, gnorm, sps, dt - coll - halo, halo, coll,
+             sg_timer_total("io") - io0, eta);
       fflush(stdout);
     }
     if (r->metrics)
       fprintf(r->metrics,
               "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, \"samples_per_s\": %.6g, "
-              "\"time_compute\": %.6g, \"time_collectives\": %.6g}\n",
-              (long long)step, lval, lr_t, gnorm, sps, dt - coll, coll);
+              "\"time_compute\": %.6g, \"time_halo\": %.6g, \"time_collectives\": %.6g}\n",
+              (long long)step, lval, lr_t, gnorm, sps, dt - coll - halo, halo, coll);
     if (check_every > 0 && step % check_every == 0) SG_TRY(check_replicas(r, step));
     if (*ckdir && ((ckpt_every > 0 && step % ckpt_every == 0) || step == steps)) SG_TRY(save_checkpoint(r, step));
     if (eval_every > 0 && step % eval_every == 0 && step != steps) {
@@ -666,6 +683,19 @@ static sg_status train(run_t *r) {
       if (r->metrics) fprintf(r->metrics, "{\"step\": %lld, \"eval_rel_l2\": %.17g}\n", (long long)step, rel);
     }
   }
+  /* peak accounted memory per rank during training: all of it, and the
+   * part above what was held before the first step (parameters, gradients,
+   * optimizer state): activations and workspace */
+  sg_mem_info mem1;
+  SG_TRY(sg_mem_get_info(sg_device_host(), &mem1));
+  double pk[2] = {(double)mem1.peak_bytes / 1048576.0,
+                  (double)(mem1.peak_bytes - mem0.current_bytes) / 1048576.0};
+  SG_MPI(MPI_Allreduce(MPI_IN_PLACE, pk, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  sg_log_info("peak memory per rank (max over ranks): %.1f MiB, of which %.1f MiB activations and workspace",
+              pk[0], pk[1]);
+  if (r->metrics)
+    fprintf(r->metrics, "{\"step\": %lld, \"peak_mem_mib\": %.6g, \"peak_work_mib\": %.6g}\n", (long long)steps,
+            pk[0], pk[1]);
   double rel = 0;
   SG_TRY(evaluate(r, sg_kv_str(kv, "predict"), &rel));
   if (r->rank == 0)
