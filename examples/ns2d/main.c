@@ -13,6 +13,7 @@
 #include "sg_mesh.h"
 #include "sg_nc.h"
 #include "sg_ns2d.h"
+#include "sg_threads.h"
 #include "sg_trace.h"
 
 #include <math.h>
@@ -59,6 +60,11 @@ static sg_status run(sg_kv_t kv, int wsize) {
   if (*m) snprintf(spec, sizeof spec, "%s", m);
   else snprintf(spec, sizeof spec, "h=%d", wsize);
   SG_TRY(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  { /* one OpenMP thread per core of the node, shared by its ranks */
+    int nth = 1, on_node = 1;
+    SG_TRY(sg_threads_auto(MPI_COMM_WORLD, &nth, &on_node));
+    sg_log_info("%d rank(s) on this node, %d OpenMP thread(s) per rank", on_node, nth);
+  }
   for (int d = 0; d < sg_mesh_ndims(mesh); ++d) {
     const char *nm = sg_mesh_dim_name(mesh, d);
     if (strcmp(nm, "dp") && strcmp(nm, "h") && strcmp(nm, "w") && sg_mesh_dim_size(mesh, d) > 1)

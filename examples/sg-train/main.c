@@ -20,6 +20,7 @@
 #include "sg_model.h"
 #include "sg_nc.h"
 #include "sg_optim.h"
+#include "sg_threads.h"
 #include "sg_trace.h"
 #include "train.h"
 
@@ -488,6 +489,11 @@ static sg_status setup(run_t *r) {
   if (*m) snprintf(spec, sizeof spec, "%s", m);
   else snprintf(spec, sizeof spec, "h=%d", r->size);
   SG_TRY(sg_mesh_create(MPI_COMM_WORLD, spec, &r->mesh));
+  { /* one OpenMP thread per core of the node, shared by its ranks */
+    int nth = 1, on_node = 1;
+    SG_TRY(sg_threads_auto(MPI_COMM_WORLD, &nth, &on_node));
+    sg_log_info("%d rank(s) on this node, %d OpenMP thread(s) per rank", on_node, nth);
+  }
   snprintf(r->mesh_spec, sizeof r->mesh_spec, "%s", spec);
   for (int d = 0; d < sg_mesh_ndims(r->mesh); ++d) {
     const char *nm = sg_mesh_dim_name(r->mesh, d);

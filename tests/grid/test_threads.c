@@ -1,0 +1,37 @@
+/* sg_threads_auto: one thread per core of the node, shared by its ranks,
+ * unless OMP_NUM_THREADS says otherwise. All ranks of a test run on one
+ * node. */
+#include "sg_test.h"
+#include "sg_threads.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+int main(int argc, char **argv) {
+  sg_test_init(&argc, &argv);
+  int nth = 0, on_node = 0;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int expect = cores > sg_test_size ? (int)(cores / sg_test_size) : 1;
+
+  unsetenv("OMP_NUM_THREADS");
+  SG_REQUIRE_OK(sg_threads_auto(MPI_COMM_WORLD, &nth, &on_node));
+  SG_CHECK(on_node == sg_test_size, "ranks on node %d, expected %d", on_node, sg_test_size);
+#ifdef _OPENMP
+  SG_CHECK(nth == expect, "auto: %d threads with %ld cores and %d ranks, expected %d", nth, cores,
+           sg_test_size, expect);
+  /* a user setting is left alone */
+  omp_set_num_threads(3);
+  setenv("OMP_NUM_THREADS", "3", 1);
+  SG_REQUIRE_OK(sg_threads_auto(MPI_COMM_WORLD, &nth, NULL));
+  SG_CHECK(nth == 3, "OMP_NUM_THREADS=3 gave %d threads", nth);
+#else
+  (void)expect;
+  SG_CHECK(nth == 1, "no OpenMP: %d threads", nth);
+#endif
+done:
+  return sg_test_finish();
+}
