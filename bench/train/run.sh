@@ -32,7 +32,7 @@ bin=$root/build/bin
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=1
 "$SG_MPIEXEC" -n 2 "$bin/sg-ns2d" --out "$work/ns.nc" --n "$n" --samples 6 --frames $((history + 4)) \
   --dt 1e-2 --frame-dt 0.1 --mesh h=2 --log-level warn
-echo "{\"machine\": \"$(nproc) cores\", \"load_average\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
+echo "{\"machine\": \"$(grep -c ^processor /proc/cpuinfo) cores\", \"load_average\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
 for model in $models; do
   case $model in
     fno) size=(--width 32 --modes 12 --layers 4 --proj-width 128) ;;
