@@ -11,6 +11,17 @@
 
 enum { PHASE_IDLE = 0, PHASE_FWD, PHASE_ADJ };
 
+/* Forward message paths (SG_HALO_PATH=auto|pack|direct; SG_HALO_DTYPES=1 is
+ * the older spelling of direct). auto: a side whose slab is one contiguous
+ * run, or a few long runs, goes direct (no pack, no unpack; MPI moves the
+ * runs), the rest is packed. */
+enum { HALO_PATH_AUTO = 0, HALO_PATH_PACK, HALO_PATH_DIRECT };
+
+/* auto sends a slab direct when its runs are at least this long (bytes) or
+ * it is one run: MPICH moves a datatype of long runs at memcpy speed, but
+ * packs short runs element by element (bench/RESULTS.md, halo). */
+#define HALO_DIRECT_MIN_RUN 4096
+
 typedef struct hdim {
   int64_t n;              /* owned cells */
   int64_t h[2];           /* halo widths this rank fills (lo, hi) */
@@ -20,14 +31,18 @@ typedef struct hdim {
   sg_halo_box sbox[2];    /* owned slabs sent to the neighbours */
   sg_halo_box rbox[2];    /* halo slabs received */
   void *sbuf[2], *rbuf[2];
-  MPI_Request freq[4], areq[4];
+  MPI_Request freq[4], areq[4]; /* persistent: forward (packed sides),
+                                   adjoint (always packed) */
   int nf, na;
-  /* forward without packing: MPI datatypes describing the boxes, messages
-   * straight from and into the block (MPICH packs into its own transport
-   * buffers: one copy per side instead of two) */
+  /* forward without packing (direct sides): the message goes straight
+   * from the block and into the margin, described by stype/rtype (one
+   * contiguous run: MPI_BYTE x scount/rcount bytes; several runs: an MPI
+   * datatype, count 1) */
+  int sdirect[2], rdirect[2];
   MPI_Datatype stype[2], rtype[2];
-  MPI_Request dreq[4];
-  int nd;
+  int scount[2], rcount[2];
+  MPI_Request req[8]; /* the current forward step's requests */
+  int nreq;
 } hdim;
 
 struct sg_halo_plan {
@@ -42,9 +57,10 @@ struct sg_halo_plan {
   sg_boundary bnd[SG_HALO_MAX_DIMS];
   hdim dim[SG_HALO_MAX_DIMS];
   size_t send_bytes;
-  int use_dtypes; /* forward through MPI datatypes (SG_HALO_DTYPES=1); off
-                     by default: MPICH 4.0 packs nested hvectors far slower
-                     than the host pack kernels (bench/RESULTS.md) */
+  int path;     /* HALO_PATH_*: how forward messages are formed */
+  int order[SG_HALO_MAX_DIMS]; /* forward step -> dim: dims filled locally
+                                  on both sides first, then the split dims */
+  int pos[SG_HALO_MAX_DIMS];   /* dim -> forward step */
   int phase, step;
   char *block;
 };
@@ -106,7 +122,7 @@ static sg_status agree(MPI_Comm comm, sg_status local) {
 }
 
 /* The region of the block along dim d from local index a, width w; dims
- * before d span their halos, dims after d their interior. */
+ * exchanged before d span their halos, dims after d their interior. */
 static sg_halo_box make_box(const struct sg_halo_plan *p, int d, int64_t a,
                             int64_t w) {
   sg_halo_box b;
@@ -125,7 +141,7 @@ static sg_halo_box make_box(const struct sg_halo_plan *p, int d, int64_t a,
     if (e == d) {
       b.count[k] = w;
       b.base += a * p->strides[k];
-    } else if (e < d) {
+    } else if (p->pos[e] < p->pos[d]) {
       b.count[k] = q->h[0] + q->n + q->h[1];
       b.base -= q->h[0] * p->strides[k];
     } else {
@@ -273,8 +289,10 @@ static void free_plan(struct sg_halo_plan *p) {
     for (int i = 0; i < q->na; ++i)
       if (q->areq[i] != MPI_REQUEST_NULL) MPI_Request_free(&q->areq[i]);
     for (int s = 0; s < 2; ++s) {
-      if (q->stype[s] != MPI_DATATYPE_NULL) MPI_Type_free(&q->stype[s]);
-      if (q->rtype[s] != MPI_DATATYPE_NULL) MPI_Type_free(&q->rtype[s]);
+      if (q->stype[s] != MPI_DATATYPE_NULL && q->stype[s] != MPI_BYTE)
+        MPI_Type_free(&q->stype[s]);
+      if (q->rtype[s] != MPI_DATATYPE_NULL && q->rtype[s] != MPI_BYTE)
+        MPI_Type_free(&q->rtype[s]);
     }
     for (int s = 0; s < 2; ++s) {
       sg_free(sg_device_host(), &q->sbuf[s]);
@@ -312,6 +330,36 @@ fail:
   return st;
 }
 
+/* How the forward message of one side is formed: *direct = 0 (packed
+ * buffer), or 1 with the datatype and count describing the box in the block
+ * (from the box's first element). */
+static sg_status direct_type(const struct sg_halo_plan *p,
+                             const sg_halo_box *box, int *direct,
+                             MPI_Datatype *type, int *count) {
+  sg_status st = SG_OK;
+  sg_halo_box b = sg_halo_box_simplify(*box, 1);
+  int64_t n = sg_halo_box_size(&b);
+  int64_t run = b.stride[3] == 1 ? b.count[3] : 1;
+  int one_run = n == run;
+  *direct = 0;
+  *type = MPI_DATATYPE_NULL;
+  *count = 0;
+  if (p->path == HALO_PATH_PACK) return SG_OK;
+  if (p->path == HALO_PATH_AUTO && !one_run &&
+      run * (int64_t)p->esize < HALO_DIRECT_MIN_RUN)
+    return SG_OK;
+  *direct = 1;
+  if (one_run) {
+    *type = MPI_BYTE;
+    *count = (int)(n * (int64_t)p->esize);
+  } else {
+    SG_TRY(box_type(box, p->esize, type));
+    *count = 1;
+  }
+fail:
+  return st;
+}
+
 static sg_status setup_local(struct sg_halo_plan *p, sg_mesh_t mesh,
                              const sg_halo_desc *desc) {
   sg_status st = SG_OK;
@@ -335,12 +383,16 @@ static sg_status setup_local(struct sg_halo_plan *p, sg_mesh_t mesh,
       }
       if (q->h[s] > 0) SG_TRY(sg_malloc(host, rb, &q->rbuf[s]));
     }
-    for (int i = 0; i < 4; ++i)
-      q->freq[i] = q->areq[i] = q->dreq[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < 4; ++i) q->freq[i] = q->areq[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < 8; ++i) q->req[i] = MPI_REQUEST_NULL;
     for (int s = 0; s < 2; ++s) {
-      if (q->local[s] || !p->use_dtypes) continue;
-      if (q->s[s] > 0) SG_TRY(box_type(&q->sbox[s], p->esize, &q->stype[s]));
-      if (q->h[s] > 0) SG_TRY(box_type(&q->rbox[s], p->esize, &q->rtype[s]));
+      if (q->local[s]) continue;
+      if (q->s[s] > 0)
+        SG_TRY(direct_type(p, &q->sbox[s], &q->sdirect[s], &q->stype[s],
+                           &q->scount[s]));
+      if (q->h[s] > 0)
+        SG_TRY(direct_type(p, &q->rbox[s], &q->rdirect[s], &q->rtype[s],
+                           &q->rcount[s]));
     }
     /* forward: my lo halo comes up from nb[0], my hi halo down from nb[1] */
     for (int s = 0; s < 2; ++s) {
@@ -348,14 +400,18 @@ static sg_status setup_local(struct sg_halo_plan *p, sg_mesh_t mesh,
       int rb = (int)(sg_halo_box_size(&q->rbox[s]) * (int64_t)p->esize);
       int sb = (int)(sg_halo_box_size(&q->sbox[s]) * (int64_t)p->esize);
       if (q->h[s] > 0) {
-        SG_MPI(MPI_Recv_init(q->rbuf[s], rb, MPI_BYTE, q->nb[s],
-                             tag_of(p, d, s == 0, 0), p->comm, &q->freq[q->nf++]));
+        if (!q->rdirect[s])
+          SG_MPI(MPI_Recv_init(q->rbuf[s], rb, MPI_BYTE, q->nb[s],
+                               tag_of(p, d, s == 0, 0), p->comm,
+                               &q->freq[q->nf++]));
         SG_MPI(MPI_Send_init(q->rbuf[s], rb, MPI_BYTE, q->nb[s],
                              tag_of(p, d, s == 1, 1), p->comm, &q->areq[q->na++]));
       }
       if (q->s[s] > 0) {
-        SG_MPI(MPI_Send_init(q->sbuf[s], sb, MPI_BYTE, q->nb[s],
-                             tag_of(p, d, s == 1, 0), p->comm, &q->freq[q->nf++]));
+        if (!q->sdirect[s])
+          SG_MPI(MPI_Send_init(q->sbuf[s], sb, MPI_BYTE, q->nb[s],
+                               tag_of(p, d, s == 1, 0), p->comm,
+                               &q->freq[q->nf++]));
         SG_MPI(MPI_Recv_init(q->sbuf[s], sb, MPI_BYTE, q->nb[s],
                              tag_of(p, d, s == 0, 1), p->comm, &q->areq[q->na++]));
       }
@@ -387,8 +443,12 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
       for (int d = 0; d < SG_HALO_MAX_DIMS; ++d)
         for (int k = 0; k < 2; ++k)
           p->dim[d].stype[k] = p->dim[d].rtype[k] = MPI_DATATYPE_NULL;
-      const char *env = getenv("SG_HALO_DTYPES");
-      p->use_dtypes = env && env[0] == '1';
+      const char *env = getenv("SG_HALO_PATH");
+      const char *old = getenv("SG_HALO_DTYPES");
+      p->path = HALO_PATH_AUTO;
+      if (env && !strcmp(env, "pack")) p->path = HALO_PATH_PACK;
+      else if ((env && !strcmp(env, "direct")) || (old && old[0] == '1'))
+        p->path = HALO_PATH_DIRECT;
     }
     table = malloc((size_t)sg_mesh_size(mesh) * REC_LEN * sizeof *table);
     if (local == SG_OK && (!p || !table))
@@ -503,6 +563,19 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
     }
   }
 
+  /* step order: a dim filled locally on both sides needs no message, so it
+   * goes first (its fills over the interior of the split dims are done
+   * when sg_halo_start returns); corners come out the same in any order */
+  {
+    int k = 0;
+    for (int pass = 0; pass < 2; ++pass)
+      for (int d = 0; d < p->ndims; ++d) {
+        int loc = p->dim[d].local[0] && p->dim[d].local[1];
+        if (loc == (pass == 0)) p->order[k++] = d;
+      }
+    for (int i = 0; i < p->ndims; ++i) p->pos[p->order[i]] = i;
+  }
+
   {
     /* collective on first use: every rank calls it */
     sg_status cst = halo_comm(mcomm, &p->comm, &p->id);
@@ -570,32 +643,34 @@ fail:
 /* ---- the state machine ---------------------------------------------------- */
 
 static int step_dim(const struct sg_halo_plan *p, int step) {
-  return p->phase == PHASE_ADJ ? p->ndims - 1 - step : step;
+  return p->order[p->phase == PHASE_ADJ ? p->ndims - 1 - step : step];
 }
 
 static sg_status begin_step(struct sg_halo_plan *p) {
   sg_status st = SG_OK;
   int d = step_dim(p, p->step);
   hdim *q = &p->dim[d];
-  if (p->phase == PHASE_FWD && p->use_dtypes) {
-    q->nd = 0;
+  const int64_t es = (int64_t)p->esize;
+  if (p->phase == PHASE_FWD) {
+    q->nreq = 0;
     for (int s = 0; s < 2; ++s)
-      if (!q->local[s] && q->h[s] > 0)
-        SG_MPI(MPI_Irecv(p->block + q->rbox[s].base * (int64_t)p->esize, 1,
+      if (!q->local[s] && q->h[s] > 0 && q->rdirect[s])
+        SG_MPI(MPI_Irecv(p->block + q->rbox[s].base * es, q->rcount[s],
                          q->rtype[s], q->nb[s], tag_of(p, d, s == 0, 0),
-                         p->comm, &q->dreq[q->nd++]));
+                         p->comm, &q->req[q->nreq++]));
     for (int s = 0; s < 2; ++s)
-      if (!q->local[s] && q->s[s] > 0)
-        SG_MPI(MPI_Isend(p->block + q->sbox[s].base * (int64_t)p->esize, 1,
-                         q->stype[s], q->nb[s], tag_of(p, d, s == 1, 0),
-                         p->comm, &q->dreq[q->nd++]));
-    for (int s = 0; s < 2; ++s)
-      if (q->local[s]) SG_TRY(fill_local(p, d, s, 0));
-  } else if (p->phase == PHASE_FWD) {
-    for (int s = 0; s < 2; ++s)
-      if (!q->local[s] && q->s[s] > 0)
+      if (!q->local[s] && q->s[s] > 0 && !q->sdirect[s])
         sg_halo_pack_host(p->block, &q->sbox[s], p->esize, q->sbuf[s]);
-    if (q->nf) SG_MPI(MPI_Startall(q->nf, q->freq));
+    if (q->nf) {
+      SG_MPI(MPI_Startall(q->nf, q->freq));
+      /* persistent handles stay valid (inactive) after completion */
+      for (int i = 0; i < q->nf; ++i) q->req[q->nreq++] = q->freq[i];
+    }
+    for (int s = 0; s < 2; ++s)
+      if (!q->local[s] && q->s[s] > 0 && q->sdirect[s])
+        SG_MPI(MPI_Isend(p->block + q->sbox[s].base * es, q->scount[s],
+                         q->stype[s], q->nb[s], tag_of(p, d, s == 1, 0),
+                         p->comm, &q->req[q->nreq++]));
     for (int s = 0; s < 2; ++s)
       if (q->local[s]) SG_TRY(fill_local(p, d, s, 0));
   } else {
@@ -619,7 +694,7 @@ static sg_status end_step(struct sg_halo_plan *p) {
   for (int s = 0; s < 2; ++s) {
     if (q->local[s]) continue;
     if (p->phase == PHASE_FWD) {
-      if (q->h[s] > 0 && !p->use_dtypes)
+      if (q->h[s] > 0 && !q->rdirect[s])
         sg_halo_unpack_host(p->block, &q->rbox[s], p->esize, q->rbuf[s]);
     } else if (q->s[s] > 0) {
       SG_TRY(sg_halo_unpack_add_host(p->block, &q->sbox[s], p->dtype,
@@ -635,11 +710,9 @@ static sg_status advance(struct sg_halo_plan *p, int wait, int *done) {
   sg_status st = SG_OK;
   while (p->step < p->ndims) {
     hdim *q = &p->dim[step_dim(p, p->step)];
-    int n = p->phase == PHASE_ADJ ? q->na : p->use_dtypes ? q->nd : q->nf;
-    MPI_Request *r = p->phase == PHASE_ADJ ? q->areq
-                     : p->use_dtypes       ? q->dreq
-                                           : q->freq;
-    MPI_Status stats[4]; /* not MPI_STATUSES_IGNORE: gcc 12 misreads it */
+    int n = p->phase == PHASE_ADJ ? q->na : q->nreq;
+    MPI_Request *r = p->phase == PHASE_ADJ ? q->areq : q->req;
+    MPI_Status stats[8]; /* not MPI_STATUSES_IGNORE: gcc 12 misreads it */
     if (n) {
       if (wait) {
         SG_MPI(MPI_Waitall(n, r, stats));
