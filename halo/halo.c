@@ -12,15 +12,13 @@
 enum { PHASE_IDLE = 0, PHASE_FWD, PHASE_ADJ };
 
 /* Forward message paths (SG_HALO_PATH=auto|pack|direct; SG_HALO_DTYPES=1 is
- * the older spelling of direct). auto: a side whose slab is one contiguous
- * run, or a few long runs, goes direct (no pack, no unpack; MPI moves the
- * runs), the rest is packed. */
+ * the older spelling of direct). auto: a slab that is one contiguous run of
+ * the block goes direct (no pack, no unpack: MPI reads the block and writes
+ * the margin), the rest is packed. direct: every slab goes through an MPI
+ * datatype; MPICH 4.0 (built without yaksa) moves a datatype of several
+ * runs 10-40x slower than pack + contiguous message + unpack, even when
+ * the runs are 16 KiB long (bench/RESULTS.md, halo), so auto does not. */
 enum { HALO_PATH_AUTO = 0, HALO_PATH_PACK, HALO_PATH_DIRECT };
-
-/* auto sends a slab direct when its runs are at least this long (bytes) or
- * it is one run: MPICH moves a datatype of long runs at memcpy speed, but
- * packs short runs element by element (bench/RESULTS.md, halo). */
-#define HALO_DIRECT_MIN_RUN 4096
 
 typedef struct hdim {
   int64_t n;              /* owned cells */
@@ -339,15 +337,12 @@ static sg_status direct_type(const struct sg_halo_plan *p,
   sg_status st = SG_OK;
   sg_halo_box b = sg_halo_box_simplify(*box, 1);
   int64_t n = sg_halo_box_size(&b);
-  int64_t run = b.stride[3] == 1 ? b.count[3] : 1;
-  int one_run = n == run;
+  int one_run = n == (b.stride[3] == 1 ? b.count[3] : 1);
   *direct = 0;
   *type = MPI_DATATYPE_NULL;
   *count = 0;
   if (p->path == HALO_PATH_PACK) return SG_OK;
-  if (p->path == HALO_PATH_AUTO && !one_run &&
-      run * (int64_t)p->esize < HALO_DIRECT_MIN_RUN)
-    return SG_OK;
+  if (p->path == HALO_PATH_AUTO && !one_run) return SG_OK;
   *direct = 1;
   if (one_run) {
     *type = MPI_BYTE;

@@ -61,8 +61,8 @@ static inline void copy_strided(char *dst, int64_t ds, const char *src,
   }
 }
 
-/* Short rows (1-4 elements, contiguous within the row: the halo of the
- * innermost dim): a loop over the rows of each (i0, i1) plane with the row
+/* Short rows (1-4, 6, 8, 12 or 16 elements, contiguous within the row: the
+ * halo of the innermost dim, times the fields when they are innermost): a loop over the rows of each (i0, i1) plane with the row
  * length a compile-time constant, so a row is one or two plain moves and
  * the loop has no per-row call, switch or inner loop. */
 #define SHORT_PLANES(N, body)                                                 \
@@ -109,11 +109,15 @@ static inline void copy_strided(char *dst, int64_t ds, const char *src,
   case 2: OP(T, 2); return 1;                                                 \
   case 3: OP(T, 3); return 1;                                                 \
   case 4: OP(T, 4); return 1;                                                 \
+  case 6: OP(T, 6); return 1;                                                 \
+  case 8: OP(T, 8); return 1;                                                 \
+  case 12: OP(T, 12); return 1;                                               \
+  case 16: OP(T, 16); return 1;                                               \
   default: return 0;                                                          \
   }
 
 static int short_rows(const sg_halo_box *box, size_t esize) {
-  return box->count[3] <= 4 && (box->stride[3] == 1 || box->count[3] == 1) &&
+  return box->count[3] <= 16 && (box->stride[3] == 1 || box->count[3] == 1) &&
          box->count[2] > 1 && (esize == 4 || esize == 8 || esize == 2);
 }
 

@@ -90,17 +90,18 @@ static void test_kernels(void) {
   }
 }
 
-/* The halo of the innermost dim: rows of 1-5 contiguous elements, one per
- * (lead, row) of the block (the short-row kernels for 1-4, the general
- * loop for 5), small and above the OpenMP threshold, every element size. */
+/* The halo of the innermost dim: rows of 1-17 contiguous elements, one per
+ * (lead, row) of the block (the short-row kernels for 1-4, 6, 8, 12, 16,
+ * the general loop otherwise), small and above the OpenMP threshold, every
+ * element size. */
 static void test_short_rows(void) {
   const size_t sizes[4] = {1, 2, 4, 8};
   const int64_t shapes[2][2] = {{3, 7}, {4, 8200}}; /* (lead, rows) */
   for (int sh = 0; sh < 2; ++sh)
-    for (int64_t w = 1; w <= 5; ++w)
+    for (int64_t w = 1; w <= 17; ++w)
       for (int k = 0; k < 4; ++k) {
         size_t es = sizes[k];
-        int64_t lead = shapes[sh][0], rows = shapes[sh][1], cols = 11;
+        int64_t lead = shapes[sh][0], rows = shapes[sh][1], cols = 19;
         int64_t bc = lead * rows * cols;
         /* the hi halo: columns [cols - w, cols) */
         sg_halo_box b = {{1, lead, rows, w}, {0, rows * cols, cols, 1},
