@@ -29,9 +29,9 @@ typedef struct hdim {
   sg_halo_box sbox[2];    /* owned slabs sent to the neighbours */
   sg_halo_box rbox[2];    /* halo slabs received */
   void *sbuf[2], *rbuf[2];
-  MPI_Request freq[4], areq[4]; /* persistent: forward (packed sides),
-                                   adjoint (always packed) */
-  int nf, na;
+  MPI_Request frecv[2], fsend[2]; /* persistent, forward, packed sides */
+  MPI_Request areq[4];            /* persistent, adjoint (always packed) */
+  int na;
   /* forward without packing (direct sides): the message goes straight
    * from the block and into the margin, described by stype/rtype (one
    * contiguous run: MPI_BYTE x scount/rcount bytes; several runs: an MPI
@@ -40,7 +40,8 @@ typedef struct hdim {
   MPI_Datatype stype[2], rtype[2];
   int scount[2], rcount[2];
   MPI_Request req[8]; /* the current forward step's requests */
-  int nreq;
+  int unpack[8];      /* side to unpack when req[i] completes, or -1 */
+  int nreq, pending;
 } hdim;
 
 struct sg_halo_plan {
@@ -282,8 +283,10 @@ static void free_plan(struct sg_halo_plan *p) {
   if (!p) return;
   for (int d = 0; d < SG_HALO_MAX_DIMS; ++d) {
     hdim *q = &p->dim[d];
-    for (int i = 0; i < q->nf; ++i)
-      if (q->freq[i] != MPI_REQUEST_NULL) MPI_Request_free(&q->freq[i]);
+    for (int s = 0; s < 2; ++s) {
+      if (q->frecv[s] != MPI_REQUEST_NULL) MPI_Request_free(&q->frecv[s]);
+      if (q->fsend[s] != MPI_REQUEST_NULL) MPI_Request_free(&q->fsend[s]);
+    }
     for (int i = 0; i < q->na; ++i)
       if (q->areq[i] != MPI_REQUEST_NULL) MPI_Request_free(&q->areq[i]);
     for (int s = 0; s < 2; ++s) {
@@ -378,7 +381,8 @@ static sg_status setup_local(struct sg_halo_plan *p, sg_mesh_t mesh,
       }
       if (q->h[s] > 0) SG_TRY(sg_malloc(host, rb, &q->rbuf[s]));
     }
-    for (int i = 0; i < 4; ++i) q->freq[i] = q->areq[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < 4; ++i) q->areq[i] = MPI_REQUEST_NULL;
+    q->frecv[0] = q->frecv[1] = q->fsend[0] = q->fsend[1] = MPI_REQUEST_NULL;
     for (int i = 0; i < 8; ++i) q->req[i] = MPI_REQUEST_NULL;
     for (int s = 0; s < 2; ++s) {
       if (q->local[s]) continue;
@@ -398,7 +402,7 @@ static sg_status setup_local(struct sg_halo_plan *p, sg_mesh_t mesh,
         if (!q->rdirect[s])
           SG_MPI(MPI_Recv_init(q->rbuf[s], rb, MPI_BYTE, q->nb[s],
                                tag_of(p, d, s == 0, 0), p->comm,
-                               &q->freq[q->nf++]));
+                               &q->frecv[s]));
         SG_MPI(MPI_Send_init(q->rbuf[s], rb, MPI_BYTE, q->nb[s],
                              tag_of(p, d, s == 1, 1), p->comm, &q->areq[q->na++]));
       }
@@ -406,7 +410,7 @@ static sg_status setup_local(struct sg_halo_plan *p, sg_mesh_t mesh,
         if (!q->sdirect[s])
           SG_MPI(MPI_Send_init(q->sbuf[s], sb, MPI_BYTE, q->nb[s],
                                tag_of(p, d, s == 1, 0), p->comm,
-                               &q->freq[q->nf++]));
+                               &q->fsend[s]));
         SG_MPI(MPI_Recv_init(q->sbuf[s], sb, MPI_BYTE, q->nb[s],
                              tag_of(p, d, s == 0, 1), p->comm, &q->areq[q->na++]));
       }
@@ -647,25 +651,36 @@ static sg_status begin_step(struct sg_halo_plan *p) {
   hdim *q = &p->dim[d];
   const int64_t es = (int64_t)p->esize;
   if (p->phase == PHASE_FWD) {
+    /* receives first, then each side's send as soon as it is packed;
+     * persistent handles stay valid (inactive) after completion */
     q->nreq = 0;
-    for (int s = 0; s < 2; ++s)
-      if (!q->local[s] && q->h[s] > 0 && q->rdirect[s])
+    for (int s = 0; s < 2; ++s) {
+      if (q->local[s] || q->h[s] == 0) continue;
+      if (q->rdirect[s]) {
         SG_MPI(MPI_Irecv(p->block + q->rbox[s].base * es, q->rcount[s],
                          q->rtype[s], q->nb[s], tag_of(p, d, s == 0, 0),
-                         p->comm, &q->req[q->nreq++]));
-    for (int s = 0; s < 2; ++s)
-      if (!q->local[s] && q->s[s] > 0 && !q->sdirect[s])
-        sg_halo_pack_host(p->block, &q->sbox[s], p->esize, q->sbuf[s]);
-    if (q->nf) {
-      SG_MPI(MPI_Startall(q->nf, q->freq));
-      /* persistent handles stay valid (inactive) after completion */
-      for (int i = 0; i < q->nf; ++i) q->req[q->nreq++] = q->freq[i];
+                         p->comm, &q->req[q->nreq]));
+        q->unpack[q->nreq++] = -1;
+      } else {
+        SG_MPI(MPI_Start(&q->frecv[s]));
+        q->req[q->nreq] = q->frecv[s];
+        q->unpack[q->nreq++] = s;
+      }
     }
-    for (int s = 0; s < 2; ++s)
-      if (!q->local[s] && q->s[s] > 0 && q->sdirect[s])
+    for (int s = 0; s < 2; ++s) {
+      if (q->local[s] || q->s[s] == 0) continue;
+      if (q->sdirect[s]) {
         SG_MPI(MPI_Isend(p->block + q->sbox[s].base * es, q->scount[s],
                          q->stype[s], q->nb[s], tag_of(p, d, s == 1, 0),
-                         p->comm, &q->req[q->nreq++]));
+                         p->comm, &q->req[q->nreq]));
+      } else {
+        sg_halo_pack_host(p->block, &q->sbox[s], p->esize, q->sbuf[s]);
+        SG_MPI(MPI_Start(&q->fsend[s]));
+        q->req[q->nreq] = q->fsend[s];
+      }
+      q->unpack[q->nreq++] = -1;
+    }
+    q->pending = q->nreq;
     for (int s = 0; s < 2; ++s)
       if (q->local[s]) SG_TRY(fill_local(p, d, s, 0));
   } else {
@@ -682,20 +697,49 @@ fail:
   return st;
 }
 
+/* Adjoint: add what came back into the edge cells (the forward unpacks
+ * each side as it arrives, in wait_fwd). */
 static sg_status end_step(struct sg_halo_plan *p) {
   sg_status st = SG_OK;
   int d = step_dim(p, p->step);
   hdim *q = &p->dim[d];
   for (int s = 0; s < 2; ++s) {
     if (q->local[s]) continue;
-    if (p->phase == PHASE_FWD) {
-      if (q->h[s] > 0 && !q->rdirect[s])
-        sg_halo_unpack_host(p->block, &q->rbox[s], p->esize, q->rbuf[s]);
-    } else if (q->s[s] > 0) {
+    if (p->phase == PHASE_ADJ && q->s[s] > 0) {
       SG_TRY(sg_halo_unpack_add_host(p->block, &q->sbox[s], p->dtype,
                                      q->sbuf[s]));
     }
   }
+fail:
+  return st;
+}
+
+/* Forward step of dim q: complete what has arrived (all of it with wait),
+ * unpacking each packed side as its message lands while the others are
+ * still in flight. *done when nothing is pending. */
+static sg_status wait_fwd(struct sg_halo_plan *p, hdim *q, int wait,
+                          int *done) {
+  sg_status st = SG_OK;
+  while (q->pending > 0) {
+    int idx[8], out = 0;
+    MPI_Status stats[8]; /* not MPI_STATUSES_IGNORE: gcc 12 misreads it */
+    if (wait)
+      SG_MPI(MPI_Waitsome(q->nreq, q->req, &out, idx, stats));
+    else
+      SG_MPI(MPI_Testsome(q->nreq, q->req, &out, idx, stats));
+    if (out == MPI_UNDEFINED) { /* no active request left */
+      q->pending = 0;
+      break;
+    }
+    for (int i = 0; i < out; ++i) {
+      int s = q->unpack[idx[i]];
+      --q->pending;
+      if (s >= 0)
+        sg_halo_unpack_host(p->block, &q->rbox[s], p->esize, q->rbuf[s]);
+    }
+    if (!wait) break;
+  }
+  *done = q->pending == 0;
 fail:
   return st;
 }
@@ -705,9 +749,14 @@ static sg_status advance(struct sg_halo_plan *p, int wait, int *done) {
   sg_status st = SG_OK;
   while (p->step < p->ndims) {
     hdim *q = &p->dim[step_dim(p, p->step)];
-    int n = p->phase == PHASE_ADJ ? q->na : q->nreq;
-    MPI_Request *r = p->phase == PHASE_ADJ ? q->areq : q->req;
+    int n = p->phase == PHASE_ADJ ? q->na : 0;
+    MPI_Request *r = q->areq;
     MPI_Status stats[8]; /* not MPI_STATUSES_IGNORE: gcc 12 misreads it */
+    if (p->phase == PHASE_FWD) {
+      int ok = 0;
+      SG_TRY(wait_fwd(p, q, wait, &ok));
+      if (!ok) break;
+    }
     if (n) {
       if (wait) {
         SG_MPI(MPI_Waitall(n, r, stats));
