@@ -439,9 +439,15 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
     p = calloc(1, sizeof *p);
     if (p) {
       p->comm = MPI_COMM_NULL;
-      for (int d = 0; d < SG_HALO_MAX_DIMS; ++d)
-        for (int k = 0; k < 2; ++k)
-          p->dim[d].stype[k] = p->dim[d].rtype[k] = MPI_DATATYPE_NULL;
+      for (int d = 0; d < SG_HALO_MAX_DIMS; ++d) {
+        hdim *q = &p->dim[d];
+        for (int k = 0; k < 2; ++k) {
+          q->stype[k] = q->rtype[k] = MPI_DATATYPE_NULL;
+          q->frecv[k] = q->fsend[k] = MPI_REQUEST_NULL;
+        }
+        for (int i = 0; i < 4; ++i) q->areq[i] = MPI_REQUEST_NULL;
+        for (int i = 0; i < 8; ++i) q->req[i] = MPI_REQUEST_NULL;
+      }
       const char *env = getenv("SG_HALO_PATH");
       const char *old = getenv("SG_HALO_DTYPES");
       p->path = HALO_PATH_AUTO;
