@@ -60,6 +60,10 @@ struct sg_halo_plan {
   int order[SG_HALO_MAX_DIMS]; /* forward step -> dim: dims filled locally
                                   on both sides first, then the split dims */
   int pos[SG_HALO_MAX_DIMS];   /* dim -> forward step */
+  int perm[SG_HALO_BOX_DIMS];  /* box dims outermost first: (lead, d0, d1,
+                                  d2) sorted by stride, so that a slab is
+                                  enumerated in memory order (one run when
+                                  it is contiguous, e.g. channels-last) */
   int phase, step;
   char *block;
 };
@@ -147,7 +151,36 @@ static sg_halo_box make_box(const struct sg_halo_plan *p, int d, int64_t a,
       b.count[k] = q->n;
     }
   }
-  return b;
+  sg_halo_box o = b;
+  for (int k = 0; k < SG_HALO_BOX_DIMS; ++k) {
+    o.count[k] = b.count[p->perm[k]];
+    o.stride[k] = b.stride[p->perm[k]];
+  }
+  return o;
+}
+
+/* The order of the box dims (lead, d0, d1, d2) by decreasing stride in this
+ * rank's desc (unused dims first), and a code for it. */
+static int memory_order(const sg_halo_desc *desc, int *perm) {
+  int nd = desc->ndims >= 1 && desc->ndims <= SG_HALO_MAX_DIMS ? desc->ndims
+                                                               : 1;
+  int packed = 1, n = 0, code = 0;
+  for (int k = 0; k <= nd; ++k)
+    if (desc->strides[k] != 0) packed = 0;
+  for (int k = nd + 1; k < SG_HALO_BOX_DIMS; ++k) perm[n++] = k;
+  for (int k = 0; k <= nd; ++k) perm[n++] = k;
+  const int first = SG_HALO_BOX_DIMS - 1 - nd; /* perm[first..] used */
+  if (!packed) /* stable insertion sort, larger strides first */
+    for (int i = first + 1; i < SG_HALO_BOX_DIMS; ++i)
+      for (int j = i; j > first && desc->strides[perm[j]] >
+                                       desc->strides[perm[j - 1]];
+           --j) {
+        int t = perm[j];
+        perm[j] = perm[j - 1];
+        perm[j - 1] = t;
+      }
+  for (int k = 0; k < SG_HALO_BOX_DIMS; ++k) code = 4 * code + perm[k];
+  return code;
 }
 
 static sg_status validate(const sg_mesh_t mesh, const sg_halo_desc *desc) {
@@ -434,7 +467,7 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
   /* One reduction: every rank's argument check, and the same layout on
    * every rank (else the per-dim collectives below would not match). */
   {
-    int sig[2 * 9], red[2 * 9];
+    int sig[2 * 10], red[2 * 10], perm[SG_HALO_BOX_DIMS];
     local = validate(mesh, desc);
     p = calloc(1, sizeof *p);
     if (p) {
@@ -467,17 +500,22 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
       sig[3 + d] = on ? desc->mesh_dim[d] : -2;
       sig[6 + d] = on ? (int)desc->boundary[d] : -2;
     }
-    for (int i = 0; i < 9; ++i) sig[9 + i] = -sig[i];
-    SG_MPI(MPI_Allreduce(sig, red, 18, MPI_INT, MPI_MIN, mcomm));
+    sig[9] = memory_order(desc, perm);
+    for (int i = 0; i < 10; ++i) sig[10 + i] = -sig[i];
+    SG_MPI(MPI_Allreduce(sig, red, 20, MPI_INT, MPI_MIN, mcomm));
     if (red[0] != size) {
       /* someone's arguments are bad: share that rank's message */
       SG_TRY(agree(mcomm, local));
     }
     for (int i = 1; i < 9; ++i)
-      if (red[i] != -red[9 + i])
+      if (red[i] != -red[10 + i])
         SG_RAISE(SG_ERR_INVALID_ARG,
                  "halo plan: ranks disagree on the layout (spatial dims, "
                  "dtype, mesh dims or boundary kinds)");
+    /* slabs are enumerated in memory order when every rank stores the
+     * dims in the same order, else in (lead, d0, d1, d2) order */
+    for (int k = 0; k < SG_HALO_BOX_DIMS; ++k)
+      p->perm[k] = red[9] == -red[19] ? perm[k] : k;
   }
 
   p->comm = MPI_COMM_NULL;
