@@ -96,6 +96,14 @@ static void time_pack(int split, int64_t n, int64_t w, int reps, double *pk,
   b.count[3] = 1;
   b.stride[3] = 0;
   b.base = split ? S * s1 : S * s0; /* the hi side's send slab */
+  if (cl_) { /* memory order, as the plan enumerates it: (d0, d1, lead) */
+    sg_halo_box m = b;
+    for (int k = 0; k < 3; ++k) {
+      m.count[k] = b.count[(k + 1) % 3];
+      m.stride[k] = b.stride[(k + 1) % 3];
+    }
+    b = m;
+  }
   size_t bytes = (size_t)sg_halo_box_size(&b) * sizeof(float);
   float *x = malloc((size_t)cnt * sizeof *x), *buf = malloc(bytes);
   float *dst = malloc(bytes);

@@ -128,6 +128,12 @@ static void test_short_rows(void) {
         SG_CHECK(memcmp(blk, ref, (size_t)bc * es) == 0,
                  "short unpack rows %lld w %lld esize %zu", (long long)rows,
                  (long long)w, es);
+        for (int64_t e = 0; e < n; ++e)
+          memset(ref + sg_halo_box_offset(&b, e) * es, 0, es);
+        sg_halo_zero_host(blk, &b, es);
+        SG_CHECK(memcmp(blk, ref, (size_t)bc * es) == 0,
+                 "short zero rows %lld w %lld esize %zu", (long long)rows,
+                 (long long)w, es);
         free(blk);
         free(ref);
         free(buf);
