@@ -11,6 +11,15 @@
 
 enum { PHASE_IDLE = 0, PHASE_FWD, PHASE_ADJ };
 
+/* Forward message paths (SG_HALO_PATH=auto|pack|direct; SG_HALO_DTYPES=1 is
+ * the older spelling of direct). auto: a slab that is one contiguous run of
+ * the block goes direct (no pack, no unpack: MPI reads the block and writes
+ * the margin), the rest is packed. direct: every slab goes through an MPI
+ * datatype; MPICH 4.0 (built without yaksa) moves a datatype of several
+ * runs 10-40x slower than pack + contiguous message + unpack, even when
+ * the runs are 16 KiB long (bench/RESULTS.md, halo), so auto does not. */
+enum { HALO_PATH_AUTO = 0, HALO_PATH_PACK, HALO_PATH_DIRECT };
+
 typedef struct hdim {
   int64_t n;              /* owned cells */
   int64_t h[2];           /* halo widths this rank fills (lo, hi) */
@@ -20,14 +29,19 @@ typedef struct hdim {
   sg_halo_box sbox[2];    /* owned slabs sent to the neighbours */
   sg_halo_box rbox[2];    /* halo slabs received */
   void *sbuf[2], *rbuf[2];
-  MPI_Request freq[4], areq[4];
-  int nf, na;
-  /* forward without packing: MPI datatypes describing the boxes, messages
-   * straight from and into the block (MPICH packs into its own transport
-   * buffers: one copy per side instead of two) */
+  MPI_Request frecv[2], fsend[2]; /* persistent, forward, packed sides */
+  MPI_Request areq[4];            /* persistent, adjoint (always packed) */
+  int na;
+  /* forward without packing (direct sides): the message goes straight
+   * from the block and into the margin, described by stype/rtype (one
+   * contiguous run: MPI_BYTE x scount/rcount bytes; several runs: an MPI
+   * datatype, count 1) */
+  int sdirect[2], rdirect[2];
   MPI_Datatype stype[2], rtype[2];
-  MPI_Request dreq[4];
-  int nd;
+  int scount[2], rcount[2];
+  MPI_Request req[8]; /* the current forward step's requests */
+  int unpack[8];      /* side to unpack when req[i] completes, or -1 */
+  int nreq, pending;
 } hdim;
 
 struct sg_halo_plan {
@@ -42,9 +56,14 @@ struct sg_halo_plan {
   sg_boundary bnd[SG_HALO_MAX_DIMS];
   hdim dim[SG_HALO_MAX_DIMS];
   size_t send_bytes;
-  int use_dtypes; /* forward through MPI datatypes (SG_HALO_DTYPES=1); off
-                     by default: MPICH 4.0 packs nested hvectors far slower
-                     than the host pack kernels (bench/RESULTS.md) */
+  int path;     /* HALO_PATH_*: how forward messages are formed */
+  int order[SG_HALO_MAX_DIMS]; /* forward step -> dim: dims filled locally
+                                  on both sides first, then the split dims */
+  int pos[SG_HALO_MAX_DIMS];   /* dim -> forward step */
+  int perm[SG_HALO_BOX_DIMS];  /* box dims outermost first: (lead, d0, d1,
+                                  d2) sorted by stride, so that a slab is
+                                  enumerated in memory order (one run when
+                                  it is contiguous, e.g. channels-last) */
   int phase, step;
   char *block;
 };
@@ -106,7 +125,7 @@ static sg_status agree(MPI_Comm comm, sg_status local) {
 }
 
 /* The region of the block along dim d from local index a, width w; dims
- * before d span their halos, dims after d their interior. */
+ * exchanged before d span their halos, dims after d their interior. */
 static sg_halo_box make_box(const struct sg_halo_plan *p, int d, int64_t a,
                             int64_t w) {
   sg_halo_box b;
@@ -125,14 +144,43 @@ static sg_halo_box make_box(const struct sg_halo_plan *p, int d, int64_t a,
     if (e == d) {
       b.count[k] = w;
       b.base += a * p->strides[k];
-    } else if (e < d) {
+    } else if (p->pos[e] < p->pos[d]) {
       b.count[k] = q->h[0] + q->n + q->h[1];
       b.base -= q->h[0] * p->strides[k];
     } else {
       b.count[k] = q->n;
     }
   }
-  return b;
+  sg_halo_box o = b;
+  for (int k = 0; k < SG_HALO_BOX_DIMS; ++k) {
+    o.count[k] = b.count[p->perm[k]];
+    o.stride[k] = b.stride[p->perm[k]];
+  }
+  return o;
+}
+
+/* The order of the box dims (lead, d0, d1, d2) by decreasing stride in this
+ * rank's desc (unused dims first), and a code for it. */
+static int memory_order(const sg_halo_desc *desc, int *perm) {
+  int nd = desc->ndims >= 1 && desc->ndims <= SG_HALO_MAX_DIMS ? desc->ndims
+                                                               : 1;
+  int packed = 1, n = 0, code = 0;
+  for (int k = 0; k <= nd; ++k)
+    if (desc->strides[k] != 0) packed = 0;
+  for (int k = nd + 1; k < SG_HALO_BOX_DIMS; ++k) perm[n++] = k;
+  for (int k = 0; k <= nd; ++k) perm[n++] = k;
+  const int first = SG_HALO_BOX_DIMS - 1 - nd; /* perm[first..] used */
+  if (!packed) /* stable insertion sort, larger strides first */
+    for (int i = first + 1; i < SG_HALO_BOX_DIMS; ++i)
+      for (int j = i; j > first && desc->strides[perm[j]] >
+                                       desc->strides[perm[j - 1]];
+           --j) {
+        int t = perm[j];
+        perm[j] = perm[j - 1];
+        perm[j - 1] = t;
+      }
+  for (int k = 0; k < SG_HALO_BOX_DIMS; ++k) code = 4 * code + perm[k];
+  return code;
 }
 
 static sg_status validate(const sg_mesh_t mesh, const sg_halo_desc *desc) {
@@ -268,13 +316,17 @@ static void free_plan(struct sg_halo_plan *p) {
   if (!p) return;
   for (int d = 0; d < SG_HALO_MAX_DIMS; ++d) {
     hdim *q = &p->dim[d];
-    for (int i = 0; i < q->nf; ++i)
-      if (q->freq[i] != MPI_REQUEST_NULL) MPI_Request_free(&q->freq[i]);
+    for (int s = 0; s < 2; ++s) {
+      if (q->frecv[s] != MPI_REQUEST_NULL) MPI_Request_free(&q->frecv[s]);
+      if (q->fsend[s] != MPI_REQUEST_NULL) MPI_Request_free(&q->fsend[s]);
+    }
     for (int i = 0; i < q->na; ++i)
       if (q->areq[i] != MPI_REQUEST_NULL) MPI_Request_free(&q->areq[i]);
     for (int s = 0; s < 2; ++s) {
-      if (q->stype[s] != MPI_DATATYPE_NULL) MPI_Type_free(&q->stype[s]);
-      if (q->rtype[s] != MPI_DATATYPE_NULL) MPI_Type_free(&q->rtype[s]);
+      if (q->stype[s] != MPI_DATATYPE_NULL && q->stype[s] != MPI_BYTE)
+        MPI_Type_free(&q->stype[s]);
+      if (q->rtype[s] != MPI_DATATYPE_NULL && q->rtype[s] != MPI_BYTE)
+        MPI_Type_free(&q->rtype[s]);
     }
     for (int s = 0; s < 2; ++s) {
       sg_free(sg_device_host(), &q->sbuf[s]);
@@ -312,6 +364,33 @@ fail:
   return st;
 }
 
+/* How the forward message of one side is formed: *direct = 0 (packed
+ * buffer), or 1 with the datatype and count describing the box in the block
+ * (from the box's first element). */
+static sg_status direct_type(const struct sg_halo_plan *p,
+                             const sg_halo_box *box, int *direct,
+                             MPI_Datatype *type, int *count) {
+  sg_status st = SG_OK;
+  sg_halo_box b = sg_halo_box_simplify(*box, 1);
+  int64_t n = sg_halo_box_size(&b);
+  int one_run = n == (b.stride[3] == 1 ? b.count[3] : 1);
+  *direct = 0;
+  *type = MPI_DATATYPE_NULL;
+  *count = 0;
+  if (p->path == HALO_PATH_PACK) return SG_OK;
+  if (p->path == HALO_PATH_AUTO && !one_run) return SG_OK;
+  *direct = 1;
+  if (one_run) {
+    *type = MPI_BYTE;
+    *count = (int)(n * (int64_t)p->esize);
+  } else {
+    SG_TRY(box_type(box, p->esize, type));
+    *count = 1;
+  }
+fail:
+  return st;
+}
+
 static sg_status setup_local(struct sg_halo_plan *p, sg_mesh_t mesh,
                              const sg_halo_desc *desc) {
   sg_status st = SG_OK;
@@ -335,12 +414,17 @@ static sg_status setup_local(struct sg_halo_plan *p, sg_mesh_t mesh,
       }
       if (q->h[s] > 0) SG_TRY(sg_malloc(host, rb, &q->rbuf[s]));
     }
-    for (int i = 0; i < 4; ++i)
-      q->freq[i] = q->areq[i] = q->dreq[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < 4; ++i) q->areq[i] = MPI_REQUEST_NULL;
+    q->frecv[0] = q->frecv[1] = q->fsend[0] = q->fsend[1] = MPI_REQUEST_NULL;
+    for (int i = 0; i < 8; ++i) q->req[i] = MPI_REQUEST_NULL;
     for (int s = 0; s < 2; ++s) {
-      if (q->local[s] || !p->use_dtypes) continue;
-      if (q->s[s] > 0) SG_TRY(box_type(&q->sbox[s], p->esize, &q->stype[s]));
-      if (q->h[s] > 0) SG_TRY(box_type(&q->rbox[s], p->esize, &q->rtype[s]));
+      if (q->local[s]) continue;
+      if (q->s[s] > 0)
+        SG_TRY(direct_type(p, &q->sbox[s], &q->sdirect[s], &q->stype[s],
+                           &q->scount[s]));
+      if (q->h[s] > 0)
+        SG_TRY(direct_type(p, &q->rbox[s], &q->rdirect[s], &q->rtype[s],
+                           &q->rcount[s]));
     }
     /* forward: my lo halo comes up from nb[0], my hi halo down from nb[1] */
     for (int s = 0; s < 2; ++s) {
@@ -348,14 +432,18 @@ static sg_status setup_local(struct sg_halo_plan *p, sg_mesh_t mesh,
       int rb = (int)(sg_halo_box_size(&q->rbox[s]) * (int64_t)p->esize);
       int sb = (int)(sg_halo_box_size(&q->sbox[s]) * (int64_t)p->esize);
       if (q->h[s] > 0) {
-        SG_MPI(MPI_Recv_init(q->rbuf[s], rb, MPI_BYTE, q->nb[s],
-                             tag_of(p, d, s == 0, 0), p->comm, &q->freq[q->nf++]));
+        if (!q->rdirect[s])
+          SG_MPI(MPI_Recv_init(q->rbuf[s], rb, MPI_BYTE, q->nb[s],
+                               tag_of(p, d, s == 0, 0), p->comm,
+                               &q->frecv[s]));
         SG_MPI(MPI_Send_init(q->rbuf[s], rb, MPI_BYTE, q->nb[s],
                              tag_of(p, d, s == 1, 1), p->comm, &q->areq[q->na++]));
       }
       if (q->s[s] > 0) {
-        SG_MPI(MPI_Send_init(q->sbuf[s], sb, MPI_BYTE, q->nb[s],
-                             tag_of(p, d, s == 1, 0), p->comm, &q->freq[q->nf++]));
+        if (!q->sdirect[s])
+          SG_MPI(MPI_Send_init(q->sbuf[s], sb, MPI_BYTE, q->nb[s],
+                               tag_of(p, d, s == 1, 0), p->comm,
+                               &q->fsend[s]));
         SG_MPI(MPI_Recv_init(q->sbuf[s], sb, MPI_BYTE, q->nb[s],
                              tag_of(p, d, s == 0, 1), p->comm, &q->areq[q->na++]));
       }
@@ -379,16 +467,26 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
   /* One reduction: every rank's argument check, and the same layout on
    * every rank (else the per-dim collectives below would not match). */
   {
-    int sig[2 * 9], red[2 * 9];
+    int sig[2 * 10], red[2 * 10], perm[SG_HALO_BOX_DIMS];
     local = validate(mesh, desc);
     p = calloc(1, sizeof *p);
     if (p) {
       p->comm = MPI_COMM_NULL;
-      for (int d = 0; d < SG_HALO_MAX_DIMS; ++d)
-        for (int k = 0; k < 2; ++k)
-          p->dim[d].stype[k] = p->dim[d].rtype[k] = MPI_DATATYPE_NULL;
-      const char *env = getenv("SG_HALO_DTYPES");
-      p->use_dtypes = env && env[0] == '1';
+      for (int d = 0; d < SG_HALO_MAX_DIMS; ++d) {
+        hdim *q = &p->dim[d];
+        for (int k = 0; k < 2; ++k) {
+          q->stype[k] = q->rtype[k] = MPI_DATATYPE_NULL;
+          q->frecv[k] = q->fsend[k] = MPI_REQUEST_NULL;
+        }
+        for (int i = 0; i < 4; ++i) q->areq[i] = MPI_REQUEST_NULL;
+        for (int i = 0; i < 8; ++i) q->req[i] = MPI_REQUEST_NULL;
+      }
+      const char *env = getenv("SG_HALO_PATH");
+      const char *old = getenv("SG_HALO_DTYPES");
+      p->path = HALO_PATH_AUTO;
+      if (env && !strcmp(env, "pack")) p->path = HALO_PATH_PACK;
+      else if ((env && !strcmp(env, "direct")) || (old && old[0] == '1'))
+        p->path = HALO_PATH_DIRECT;
     }
     table = malloc((size_t)sg_mesh_size(mesh) * REC_LEN * sizeof *table);
     if (local == SG_OK && (!p || !table))
@@ -402,17 +500,22 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
       sig[3 + d] = on ? desc->mesh_dim[d] : -2;
       sig[6 + d] = on ? (int)desc->boundary[d] : -2;
     }
-    for (int i = 0; i < 9; ++i) sig[9 + i] = -sig[i];
-    SG_MPI(MPI_Allreduce(sig, red, 18, MPI_INT, MPI_MIN, mcomm));
+    sig[9] = memory_order(desc, perm);
+    for (int i = 0; i < 10; ++i) sig[10 + i] = -sig[i];
+    SG_MPI(MPI_Allreduce(sig, red, 20, MPI_INT, MPI_MIN, mcomm));
     if (red[0] != size) {
       /* someone's arguments are bad: share that rank's message */
       SG_TRY(agree(mcomm, local));
     }
     for (int i = 1; i < 9; ++i)
-      if (red[i] != -red[9 + i])
+      if (red[i] != -red[10 + i])
         SG_RAISE(SG_ERR_INVALID_ARG,
                  "halo plan: ranks disagree on the layout (spatial dims, "
                  "dtype, mesh dims or boundary kinds)");
+    /* slabs are enumerated in memory order when every rank stores the
+     * dims in the same order, else in (lead, d0, d1, d2) order */
+    for (int k = 0; k < SG_HALO_BOX_DIMS; ++k)
+      p->perm[k] = red[9] == -red[19] ? perm[k] : k;
   }
 
   p->comm = MPI_COMM_NULL;
@@ -503,6 +606,19 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
     }
   }
 
+  /* step order: a dim filled locally on both sides needs no message, so it
+   * goes first (its fills over the interior of the split dims are done
+   * when sg_halo_start returns); corners come out the same in any order */
+  {
+    int k = 0;
+    for (int pass = 0; pass < 2; ++pass)
+      for (int d = 0; d < p->ndims; ++d) {
+        int loc = p->dim[d].local[0] && p->dim[d].local[1];
+        if (loc == (pass == 0)) p->order[k++] = d;
+      }
+    for (int i = 0; i < p->ndims; ++i) p->pos[p->order[i]] = i;
+  }
+
   {
     /* collective on first use: every rank calls it */
     sg_status cst = halo_comm(mcomm, &p->comm, &p->id);
@@ -570,32 +686,45 @@ fail:
 /* ---- the state machine ---------------------------------------------------- */
 
 static int step_dim(const struct sg_halo_plan *p, int step) {
-  return p->phase == PHASE_ADJ ? p->ndims - 1 - step : step;
+  return p->order[p->phase == PHASE_ADJ ? p->ndims - 1 - step : step];
 }
 
 static sg_status begin_step(struct sg_halo_plan *p) {
   sg_status st = SG_OK;
   int d = step_dim(p, p->step);
   hdim *q = &p->dim[d];
-  if (p->phase == PHASE_FWD && p->use_dtypes) {
-    q->nd = 0;
-    for (int s = 0; s < 2; ++s)
-      if (!q->local[s] && q->h[s] > 0)
-        SG_MPI(MPI_Irecv(p->block + q->rbox[s].base * (int64_t)p->esize, 1,
+  const int64_t es = (int64_t)p->esize;
+  if (p->phase == PHASE_FWD) {
+    /* receives first, then each side's send as soon as it is packed;
+     * persistent handles stay valid (inactive) after completion */
+    q->nreq = 0;
+    for (int s = 0; s < 2; ++s) {
+      if (q->local[s] || q->h[s] == 0) continue;
+      if (q->rdirect[s]) {
+        SG_MPI(MPI_Irecv(p->block + q->rbox[s].base * es, q->rcount[s],
                          q->rtype[s], q->nb[s], tag_of(p, d, s == 0, 0),
-                         p->comm, &q->dreq[q->nd++]));
-    for (int s = 0; s < 2; ++s)
-      if (!q->local[s] && q->s[s] > 0)
-        SG_MPI(MPI_Isend(p->block + q->sbox[s].base * (int64_t)p->esize, 1,
+                         p->comm, &q->req[q->nreq]));
+        q->unpack[q->nreq++] = -1;
+      } else {
+        SG_MPI(MPI_Start(&q->frecv[s]));
+        q->req[q->nreq] = q->frecv[s];
+        q->unpack[q->nreq++] = s;
+      }
+    }
+    for (int s = 0; s < 2; ++s) {
+      if (q->local[s] || q->s[s] == 0) continue;
+      if (q->sdirect[s]) {
+        SG_MPI(MPI_Isend(p->block + q->sbox[s].base * es, q->scount[s],
                          q->stype[s], q->nb[s], tag_of(p, d, s == 1, 0),
-                         p->comm, &q->dreq[q->nd++]));
-    for (int s = 0; s < 2; ++s)
-      if (q->local[s]) SG_TRY(fill_local(p, d, s, 0));
-  } else if (p->phase == PHASE_FWD) {
-    for (int s = 0; s < 2; ++s)
-      if (!q->local[s] && q->s[s] > 0)
+                         p->comm, &q->req[q->nreq]));
+      } else {
         sg_halo_pack_host(p->block, &q->sbox[s], p->esize, q->sbuf[s]);
-    if (q->nf) SG_MPI(MPI_Startall(q->nf, q->freq));
+        SG_MPI(MPI_Start(&q->fsend[s]));
+        q->req[q->nreq] = q->fsend[s];
+      }
+      q->unpack[q->nreq++] = -1;
+    }
+    q->pending = q->nreq;
     for (int s = 0; s < 2; ++s)
       if (q->local[s]) SG_TRY(fill_local(p, d, s, 0));
   } else {
@@ -612,20 +741,49 @@ fail:
   return st;
 }
 
+/* Adjoint: add what came back into the edge cells (the forward unpacks
+ * each side as it arrives, in wait_fwd). */
 static sg_status end_step(struct sg_halo_plan *p) {
   sg_status st = SG_OK;
   int d = step_dim(p, p->step);
   hdim *q = &p->dim[d];
   for (int s = 0; s < 2; ++s) {
     if (q->local[s]) continue;
-    if (p->phase == PHASE_FWD) {
-      if (q->h[s] > 0 && !p->use_dtypes)
-        sg_halo_unpack_host(p->block, &q->rbox[s], p->esize, q->rbuf[s]);
-    } else if (q->s[s] > 0) {
+    if (p->phase == PHASE_ADJ && q->s[s] > 0) {
       SG_TRY(sg_halo_unpack_add_host(p->block, &q->sbox[s], p->dtype,
                                      q->sbuf[s]));
     }
   }
+fail:
+  return st;
+}
+
+/* Forward step of dim q: complete what has arrived (all of it with wait),
+ * unpacking each packed side as its message lands while the others are
+ * still in flight. *done when nothing is pending. */
+static sg_status wait_fwd(struct sg_halo_plan *p, hdim *q, int wait,
+                          int *done) {
+  sg_status st = SG_OK;
+  while (q->pending > 0) {
+    int idx[8], out = 0;
+    MPI_Status stats[8]; /* not MPI_STATUSES_IGNORE: gcc 12 misreads it */
+    if (wait)
+      SG_MPI(MPI_Waitsome(q->nreq, q->req, &out, idx, stats));
+    else
+      SG_MPI(MPI_Testsome(q->nreq, q->req, &out, idx, stats));
+    if (out == MPI_UNDEFINED) { /* no active request left */
+      q->pending = 0;
+      break;
+    }
+    for (int i = 0; i < out; ++i) {
+      int s = q->unpack[idx[i]];
+      --q->pending;
+      if (s >= 0)
+        sg_halo_unpack_host(p->block, &q->rbox[s], p->esize, q->rbuf[s]);
+    }
+    if (!wait) break;
+  }
+  *done = q->pending == 0;
 fail:
   return st;
 }
@@ -635,11 +793,14 @@ static sg_status advance(struct sg_halo_plan *p, int wait, int *done) {
   sg_status st = SG_OK;
   while (p->step < p->ndims) {
     hdim *q = &p->dim[step_dim(p, p->step)];
-    int n = p->phase == PHASE_ADJ ? q->na : p->use_dtypes ? q->nd : q->nf;
-    MPI_Request *r = p->phase == PHASE_ADJ ? q->areq
-                     : p->use_dtypes       ? q->dreq
-                                           : q->freq;
-    MPI_Status stats[4]; /* not MPI_STATUSES_IGNORE: gcc 12 misreads it */
+    int n = p->phase == PHASE_ADJ ? q->na : 0;
+    MPI_Request *r = q->areq;
+    MPI_Status stats[8]; /* not MPI_STATUSES_IGNORE: gcc 12 misreads it */
+    if (p->phase == PHASE_FWD) {
+      int ok = 0;
+      SG_TRY(wait_fwd(p, q, wait, &ok));
+      if (!ok) break;
+    }
     if (n) {
       if (wait) {
         SG_MPI(MPI_Waitall(n, r, stats));

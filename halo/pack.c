@@ -61,9 +61,104 @@ static inline void copy_strided(char *dst, int64_t ds, const char *src,
   }
 }
 
+/* Short rows (1-4, 6, 8, 12 or 16 elements, contiguous within the row: the
+ * halo of the innermost dim, times the fields when they are innermost): a loop over the rows of each (i0, i1) plane with the row
+ * length a compile-time constant, so a row is one or two plain moves and
+ * the loop has no per-row call, switch or inner loop. */
+#define SHORT_PLANES(N, body)                                                 \
+  do {                                                                        \
+    const int64_t c0 = box->count[0], c1 = box->count[1], c2 = box->count[2]; \
+    const int64_t t0 = box->stride[0], t1 = box->stride[1];                   \
+    const int64_t t2 = box->stride[2], base = box->base, rowlen = N;         \
+    _Pragma("omp parallel for collapse(2) schedule(static) if (c0 * c1 * c2 * rowlen >= SG_HALO_OMP_MIN)") \
+    for (int64_t i0 = 0; i0 < c0; ++i0)                                       \
+      for (int64_t i1 = 0; i1 < c1; ++i1) {                                   \
+        const int64_t off0 = base + i0 * t0 + i1 * t1;                        \
+        const int64_t e00 = (i0 * c1 + i1) * c2 * N;                          \
+        body                                                                  \
+      }                                                                       \
+  } while (0)
+
+#define SHORT_PACK(T, N)                                                      \
+  do {                                                                        \
+    const T *restrict bb = (const T *)block;                                  \
+    T *restrict oo = (T *)buf;                                                \
+    SHORT_PLANES(N, {                                                           \
+      const T *restrict s = bb + off0;                                        \
+      T *restrict d = oo + e00;                                               \
+      for (int64_t i2 = 0; i2 < c2; ++i2, s += t2, d += N)                    \
+        for (int k = 0; k < N; ++k) d[k] = s[k];                              \
+    });                                                                       \
+  } while (0)
+
+#define SHORT_UNPACK(T, N)                                                    \
+  do {                                                                        \
+    T *restrict bb = (T *)block;                                              \
+    const T *restrict ii = (const T *)buf;                                    \
+    SHORT_PLANES(N, {                                                           \
+      T *restrict d = bb + off0;                                              \
+      const T *restrict s = ii + e00;                                         \
+      for (int64_t i2 = 0; i2 < c2; ++i2, d += t2, s += N)                    \
+        for (int k = 0; k < N; ++k) d[k] = s[k];                              \
+    });                                                                       \
+  } while (0)
+
+#define SHORT_ZERO(T, N)                                                      \
+  do {                                                                        \
+    T *restrict bb = (T *)block;                                              \
+    SHORT_PLANES(N, {                                                         \
+      T *restrict d = bb + off0;                                              \
+      (void)e00;                                                              \
+      for (int64_t i2 = 0; i2 < c2; ++i2, d += t2)                            \
+        for (int k = 0; k < N; ++k) d[k] = 0;                                 \
+    });                                                                       \
+  } while (0)
+
+#define SHORT_CASES(OP, T)                                                    \
+  switch (box->count[3]) {                                                    \
+  case 1: OP(T, 1); return 1;                                                 \
+  case 2: OP(T, 2); return 1;                                                 \
+  case 3: OP(T, 3); return 1;                                                 \
+  case 4: OP(T, 4); return 1;                                                 \
+  case 6: OP(T, 6); return 1;                                                 \
+  case 8: OP(T, 8); return 1;                                                 \
+  case 12: OP(T, 12); return 1;                                               \
+  case 16: OP(T, 16); return 1;                                               \
+  default: return 0;                                                          \
+  }
+
+static int short_rows(const sg_halo_box *box, size_t esize) {
+  return box->count[3] <= 16 && (box->stride[3] == 1 || box->count[3] == 1) &&
+         box->count[2] > 1 && (esize == 4 || esize == 8 || esize == 2);
+}
+
+static int pack_short(const void *block, const sg_halo_box *box, size_t esize,
+                      void *buf) {
+  if (!short_rows(box, esize)) return 0;
+  if (esize == 4) SHORT_CASES(SHORT_PACK, uint32_t);
+  if (esize == 8) SHORT_CASES(SHORT_PACK, uint64_t);
+  SHORT_CASES(SHORT_PACK, uint16_t);
+}
+
+static int unpack_short(void *block, const sg_halo_box *box, size_t esize,
+                        const void *buf) {
+  if (!short_rows(box, esize)) return 0;
+  if (esize == 4) SHORT_CASES(SHORT_UNPACK, uint32_t);
+  if (esize == 8) SHORT_CASES(SHORT_UNPACK, uint64_t);
+  SHORT_CASES(SHORT_UNPACK, uint16_t);
+}
+
+static int zero_short(void *block, const sg_halo_box *box, size_t esize) {
+  if (!short_rows(box, esize)) return 0;
+  if (esize == 4) SHORT_CASES(SHORT_ZERO, uint32_t);
+  if (esize == 8) SHORT_CASES(SHORT_ZERO, uint64_t);
+  SHORT_CASES(SHORT_ZERO, uint16_t);
+}
+
 void sg_halo_pack_host(const void *block, const sg_halo_box *box_in,
                        size_t esize, void *buf) {
   const sg_halo_box sb = sg_halo_box_simplify(*box_in, 1), *box = &sb;
+  if (pack_short(block, box, esize, buf)) return;
   const char *b = block;
   char *o = buf;
   ROW_LOOP(copy_strided(o + (size_t)e0 * esize, 1, b + (size_t)off * esize,
@@ -73,6 +168,7 @@ void sg_halo_pack_host(const void *block, const sg_halo_box *box_in,
 void sg_halo_unpack_host(void *block, const sg_halo_box *box_in,
                          size_t esize, const void *buf) {
   const sg_halo_box sb = sg_halo_box_simplify(*box_in, 1), *box = &sb;
+  if (unpack_short(block, box, esize, buf)) return;
   char *b = block;
   const char *in = buf;
   ROW_LOOP(copy_strided(b + (size_t)off * esize, s3, in + (size_t)e0 * esize,
@@ -82,6 +178,7 @@ void sg_halo_unpack_host(void *block, const sg_halo_box *box_in,
 void sg_halo_zero_host(void *block, const sg_halo_box *box_in,
                        size_t esize) {
   const sg_halo_box sb = sg_halo_box_simplify(*box_in, 1), *box = &sb;
+  if (zero_short(block, box, esize)) return;
   char *b = block;
   ROW_LOOP({
     (void)e0;

@@ -9,8 +9,11 @@
  *
  * Forward (sg_halo_exchange, or sg_halo_start ... sg_halo_finish) fills the
  * halo cells, one spatial dim after another so that corners arrive without
- * diagonal messages: along dim d the exchanged slabs span the halos of the
- * dims before d and the interior of the dims after d. Each neighbour gets one
+ * diagonal messages: along a dim the exchanged slabs span the halos of the
+ * dims exchanged before it and the interior of the dims after it. Dims
+ * filled locally on both sides (not split: local wrap or edge fills) go
+ * first, then the split dims in order; the result does not depend on the
+ * order. Each neighbour gets one
  * message per dim holding all leading elements. Across the mesh the data
  * comes from the neighbours (periodic dims wrap around the mesh); at a
  * physical edge zero, reflect or replicate fill locally; a periodic dim that
@@ -28,17 +31,27 @@
  *     for (chunks of the interior) { compute; sg_halo_progress(plan, NULL); }
  *     sg_halo_finish(plan);
  *     compute the cells next to the halo;
- * sg_halo_progress tests the messages in flight and, when a dim has
- * arrived, unpacks it and starts the next dim; calling it in the interior
- * loop keeps MPI progressing (MPICH progresses mostly inside MPI calls).
- * Between start and finish the block's halo cells and the owned cells within
- * the halo widths of an edge must not be written.
+ * sg_halo_progress tests the messages in flight, unpacks each side as it
+ * lands and, when a dim is complete, starts the next dim; calling it in the
+ * interior loop keeps MPI progressing (MPICH progresses mostly inside MPI
+ * calls). Between start and finish the block's halo cells and the owned
+ * cells within the halo widths of an edge must not be written. When
+ * sg_halo_start returns, the halo cells of the locally filled dims beside
+ * the interior of the split dims are already filled (only the cells in the
+ * halos of split dims, corners included, wait for messages).
  *
- * Buffers are allocated once at plan creation; start/finish use persistent
- * MPI requests on a duplicate of the mesh communicator (made once per mesh
- * and cached on it; every plan has its own tags, so several plans may be
- * in flight at once). Blocks are host
- * memory (the CUDA pack kernels are in sg_halo_pack.h).
+ * A slab that is one contiguous run of the block (an outer dim split with
+ * the fields innermost, or one field) is sent straight from the block and
+ * received straight into the margin; other slabs are packed into a buffer
+ * and unpacked (SG_HALO_PATH=pack|direct in the environment at plan
+ * creation forces one way for every slab; direct uses MPI datatypes).
+ *
+ * Buffers are allocated once at plan creation; packed slabs use persistent
+ * MPI requests, direct slabs MPI_Isend/Irecv on the block passed to start,
+ * all on a duplicate of the mesh communicator (made once per mesh and
+ * cached on it; every plan has its own tags, so several plans may be in
+ * flight at once). Blocks are host memory (the CUDA pack kernels are in
+ * sg_halo_pack.h).
  */
 #ifndef SG_HALO_H
 #define SG_HALO_H

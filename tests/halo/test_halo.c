@@ -13,7 +13,8 @@
  *   - the adjoint identity <Hx, y> = <x, H^T y> holds in double precision
  *     to 1e-12, and H^T leaves the halo cells zero.
  * Blocking and start/progress/finish paths, packed and channels-last
- * layouts alternate over the cases. */
+ * layouts, and the forward message paths (SG_HALO_PATH: auto, pack,
+ * direct from/into the block) alternate over the cases. */
 #include "sg_decomp.h"
 #include "sg_halo.h"
 #include "sg_mesh.h"
@@ -429,6 +430,7 @@ static void run_all(int nd) {
                                 {{2, 2, 0, 1}, {5, 1, 2, 1}, {3, 2, 1, 1}}};
   int nfixed = nd == 2 ? 5 : 3, nwin = nd == 2 ? 4 : 2;
   int toggle = 0;
+  const char *paths[3] = {"auto", "pack", "direct"};
   for (int m = 0; m < nm; ++m) {
     sg_mesh_t mesh = NULL;
     SG_CHECK_OK(sg_mesh_create(MPI_COMM_WORLD, specs[m], &mesh));
@@ -463,14 +465,17 @@ static void run_all(int nd) {
         c.nonblocking = toggle & 1;
         c.channels_last = (toggle >> 1) & 1;
         c.extra_margin = (toggle % 3) == 0;
+        const char *path = paths[(toggle / 3) % 3];
+        setenv("SG_HALO_PATH", path, 1); /* read at plan creation */
         char label[160];
         snprintf(label, sizeof label,
-                 "%dD mesh %s, %s/%s/%s, %s %d, %s, %s%s", nd, specs[m],
+                 "%dD mesh %s, %s/%s/%s, %s %d, %s, %s, %s path%s", nd,
+                 specs[m],
                  bname(c.bnd[0]), bname(c.bnd[1]), bname(c.bnd[2]),
                  c.use_window ? "window" : "widths",
                  c.use_window ? v - nfixed : v,
                  c.nonblocking ? "start/finish" : "blocking",
-                 c.channels_last ? "channels-last" : "packed",
+                 c.channels_last ? "channels-last" : "packed", path,
                  c.extra_margin ? ", extra margins" : "");
         run_forward(mesh, &c, label);
       }
@@ -483,6 +488,7 @@ int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   run_all(2);
   run_all(3);
+  unsetenv("SG_HALO_PATH");
   if (sg_test_rank == 0)
     printf("%lld halo cases at %d ranks\n", (long long)ncases, sg_test_size);
   return sg_test_finish();

@@ -90,6 +90,57 @@ static void test_kernels(void) {
   }
 }
 
+/* The halo of the innermost dim: rows of 1-17 contiguous elements, one per
+ * (lead, row) of the block (the short-row kernels for 1-4, 6, 8, 12, 16,
+ * the general loop otherwise), small and above the OpenMP threshold, every
+ * element size. */
+static void test_short_rows(void) {
+  const size_t sizes[4] = {1, 2, 4, 8};
+  const int64_t shapes[2][2] = {{3, 7}, {4, 8200}}; /* (lead, rows) */
+  for (int sh = 0; sh < 2; ++sh)
+    for (int64_t w = 1; w <= 17; ++w)
+      for (int k = 0; k < 4; ++k) {
+        size_t es = sizes[k];
+        int64_t lead = shapes[sh][0], rows = shapes[sh][1], cols = 19;
+        int64_t bc = lead * rows * cols;
+        /* the hi halo: columns [cols - w, cols) */
+        sg_halo_box b = {{1, lead, rows, w}, {0, rows * cols, cols, 1},
+                         cols - w};
+        int64_t n = sg_halo_box_size(&b);
+        unsigned char *blk = malloc((size_t)bc * es),
+                      *ref = malloc((size_t)bc * es);
+        unsigned char *buf = malloc((size_t)n * es),
+                      *want = malloc((size_t)n * es);
+        for (int64_t i = 0; i < bc * (int64_t)es; ++i)
+          blk[i] = (unsigned char)rnd(256);
+        for (int64_t e = 0; e < n; ++e)
+          memcpy(want + e * es, blk + sg_halo_box_offset(&b, e) * es, es);
+        sg_halo_pack_host(blk, &b, es, buf);
+        SG_CHECK(memcmp(buf, want, (size_t)n * es) == 0,
+                 "short pack rows %lld w %lld esize %zu", (long long)rows,
+                 (long long)w, es);
+        for (int64_t i = 0; i < n * (int64_t)es; ++i)
+          buf[i] = (unsigned char)rnd(256);
+        memcpy(ref, blk, (size_t)bc * es);
+        for (int64_t e = 0; e < n; ++e)
+          memcpy(ref + sg_halo_box_offset(&b, e) * es, buf + e * es, es);
+        sg_halo_unpack_host(blk, &b, es, buf);
+        SG_CHECK(memcmp(blk, ref, (size_t)bc * es) == 0,
+                 "short unpack rows %lld w %lld esize %zu", (long long)rows,
+                 (long long)w, es);
+        for (int64_t e = 0; e < n; ++e)
+          memset(ref + sg_halo_box_offset(&b, e) * es, 0, es);
+        sg_halo_zero_host(blk, &b, es);
+        SG_CHECK(memcmp(blk, ref, (size_t)bc * es) == 0,
+                 "short zero rows %lld w %lld esize %zu", (long long)rows,
+                 (long long)w, es);
+        free(blk);
+        free(ref);
+        free(buf);
+        free(want);
+      }
+}
+
 static void test_add(void) {
   for (int it = 0; it < 100; ++it) {
     int64_t bc;
@@ -140,6 +191,7 @@ int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   test_simplify();
   test_kernels();
+  test_short_rows();
   test_add();
   return sg_test_finish();
 }
