@@ -116,9 +116,9 @@ sg_status sg_ag_conv(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
   if (!w || !a) SG_RAISE(SG_ERR_INVALID_ARG, "conv: weight and arguments are required");
   int nsp = w->value.ndim - 2;
   SG_TRY(check_window_args("conv", x, nsp, a));
-  if (w->value.shape[1] != x->value.shape[1])
+  if (w->value.shape[1] != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "conv: weight takes %lld channels, input has %lld",
-             (long long)w->value.shape[1], (long long)x->value.shape[1]);
+             (long long)w->value.shape[1], (long long)sg_var_global_shape(x)[1]);
   if (b && (b->value.ndim != 1 || b->value.shape[0] != w->value.shape[0]))
     SG_RAISE(SG_ERR_SHAPE, "conv: bias must be (%lld)", (long long)w->value.shape[0]);
   sg_op_window win;
@@ -200,9 +200,9 @@ sg_status sg_ag_convt(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
   if (!w) SG_RAISE(SG_ERR_INVALID_ARG, "convt: weight is required");
   int nsp = w->value.ndim - 2;
   SG_TRY(check_window_args("convt", x, nsp, NULL));
-  if (w->value.shape[0] != x->value.shape[1])
+  if (w->value.shape[0] != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "convt: weight takes %lld channels, input has %lld",
-             (long long)w->value.shape[0], (long long)x->value.shape[1]);
+             (long long)w->value.shape[0], (long long)sg_var_global_shape(x)[1]);
   if (b && (b->value.ndim != 1 || b->value.shape[0] != w->value.shape[1]))
     SG_RAISE(SG_ERR_SHAPE, "convt: bias must be (%lld)", (long long)w->value.shape[1]);
   conv_attr at = {.has_bias = b != NULL};
@@ -493,7 +493,7 @@ static const sg_op_def bias_op = {
 sg_status sg_ag_bias(sg_tape_t t, sg_var *x, sg_var *b, sg_var **y) {
   sg_status st = SG_OK;
   if (!x || !b) SG_RAISE(SG_ERR_INVALID_ARG, "bias: inputs are required");
-  if (x->value.ndim < 2 || b->value.ndim != 1 || b->value.shape[0] != x->value.shape[1])
+  if (x->value.ndim < 2 || b->value.ndim != 1 || b->value.shape[0] != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "bias: needs x (N, C, ...) and b (C)");
   sg_var *in[2] = {x, b};
   SG_TRY(sg_tape_apply(t, &bias_op, 2, in, 1, NULL, NULL, 0, y));
@@ -537,7 +537,7 @@ sg_status sg_ag_linear(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
                        sg_var **y) {
   sg_status st = SG_OK;
   if (!x || !w) SG_RAISE(SG_ERR_INVALID_ARG, "linear: input and weight are required");
-  if (x->value.ndim < 2 || w->value.ndim != 2 || w->value.shape[1] != x->value.shape[1])
+  if (x->value.ndim < 2 || w->value.ndim != 2 || w->value.shape[1] != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "linear: needs x (N, C, ...) and w (Cout, C)");
   if (b && (b->value.ndim != 1 || b->value.shape[0] != w->value.shape[0]))
     SG_RAISE(SG_ERR_SHAPE, "linear: bias must be (%lld)", (long long)w->value.shape[0]);
@@ -653,9 +653,9 @@ sg_status sg_ag_split(sg_tape_t t, sg_var *x, int k, const int64_t *channels,
     at.channels[j] = channels[j];
     total += channels[j];
   }
-  if (x->value.ndim < 2 || total != x->value.shape[1])
+  if (x->value.ndim < 2 || total != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "split: parts sum to %lld channels, input has %lld",
-             (long long)total, (long long)(x->value.ndim >= 2 ? x->value.shape[1] : 0));
+             (long long)total, (long long)(x->value.ndim >= 2 ? sg_var_global_shape(x)[1] : 0));
   SG_TRY(sg_tape_apply(t, &split_op, 1, &x, k, NULL, &at, sizeof at, ys));
 fail:
   return st;
@@ -751,9 +751,9 @@ sg_status sg_ag_norm(sg_tape_t t, const sg_norm_desc *d, sg_var *x,
   if (x->value.ndim < 2) SG_RAISE(SG_ERR_SHAPE, "norm: input must be (N, C, ...)");
   for (int k = 0; k < 2; ++k) {
     sg_var *p = k ? beta : gamma;
-    if (p && (p->value.ndim != 1 || p->value.shape[0] != x->value.shape[1]))
+    if (p && (p->value.ndim != 1 || p->value.shape[0] != sg_var_global_shape(x)[1]))
       SG_RAISE(SG_ERR_SHAPE, "norm: %s must be (%lld)", k ? "beta" : "gamma",
-               (long long)x->value.shape[1]);
+               (long long)sg_var_global_shape(x)[1]);
   }
   norm_attr at = {.kind = d->kind, .groups = d->groups, .eps = d->eps, .gi = -1, .bi = -1};
   sg_var *in[3] = {x, NULL, NULL};

@@ -274,6 +274,7 @@ static void run_chain(const char *spec, sg_dtype dt, int variant, int64_t H, int
   char what[200];
   snprintf(what, sizeof what, "%s %s variant %d %lldx%lld", spec, sg_dtype_name(dt), variant,
            (long long)H, (long long)W);
+  if (sg_test_rank == 0) printf("chain: %s\n", what), fflush(stdout);
   SG_REQUIRE_OK(model_init(&m, dt, variant));
   run_reference(&m, H, W, &r);
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
@@ -319,6 +320,333 @@ done:
   model_free(&m);
 }
 
+
+/* ---- a generic small chain: one process vs sharded -------------------------- */
+
+typedef sg_status (*chain_fn)(sg_tape_t t, sg_var *prm, sg_var *x, sg_var **out);
+
+/* conv 1-D k5 s2 periodic pad 2 -> SiLU -> conv k3 replicate pad (2, 0) */
+static sg_status chain_1d(sg_tape_t t, sg_var *prm, sg_var *x, sg_var **out) {
+  sg_status st = SG_OK;
+  sg_var *h1, *h2;
+  sg_conv_args a1 = {.nsp = 1, .stride = {2}, .pad = {{2, 2}}, .mode = {SG_PAD_PERIODIC}};
+  SG_TRY(sg_ag_conv(t, x, &prm[0], &prm[1], &a1, &h1));
+  SG_TRY(sg_ag_act(t, SG_ACT_SILU, h1, &h2));
+  sg_conv_args a2 = {.nsp = 1, .pad = {{2, 0}}, .mode = {SG_PAD_REPLICATE}};
+  SG_TRY(sg_ag_conv(t, h2, &prm[2], NULL, &a2, out));
+fail:
+  return st;
+}
+
+/* conv 3-D k3 (periodic, reflect, zero) -> instance norm -> max pool 2 ->
+ * nearest up 2 -> add a 1x1 linear of itself */
+static sg_status chain_3d(sg_tape_t t, sg_var *prm, sg_var *x, sg_var **out) {
+  sg_status st = SG_OK;
+  sg_var *h1, *h2, *h3, *h4, *h5;
+  sg_conv_args a1 = {.nsp = 3, .pad = {{1, 1}, {1, 1}, {1, 1}},
+                     .mode = {SG_PAD_PERIODIC, SG_PAD_REFLECT, SG_PAD_ZERO}};
+  SG_TRY(sg_ag_conv(t, x, &prm[0], &prm[1], &a1, &h1));
+  sg_norm_desc nd = {.kind = SG_NORM_INSTANCE, .eps = 1e-5};
+  SG_TRY(sg_ag_norm(t, &nd, h1, NULL, NULL, &h2));
+  int64_t k[3] = {2, 2, 2};
+  sg_conv_args pa = {.nsp = 3, .stride = {2, 2, 2}};
+  SG_TRY(sg_ag_pool(t, SG_POOL_MAX, h2, k, &pa, &h3));
+  SG_TRY(sg_ag_upsample(t, SG_UPSAMPLE_NEAREST, h3, k, &h4));
+  SG_TRY(sg_ag_linear(t, h4, &prm[2], NULL, &h5));
+  SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h4, h5, out));
+fail:
+  return st;
+}
+
+/* Run chain on the global x (every rank) and on the mesh; compare output,
+ * MSE loss, dx and the summed parameter gradients (f64). */
+static void run_generic(const char *what, const char *spec, chain_fn chain, int nd,
+                        const int64_t *gx, int npar, const int64_t (*pshape)[5],
+                        const int *pnd) {
+  sg_var prm[4], vx, vt, gxv, gtv, *y = NULL, *loss = NULL;
+  sg_tape_t tape = NULL;
+  sg_mesh_t mesh = NULL;
+  double *x = NULL, *tg = NULL, *yref = NULL, *dxref = NULL, *pgref[4] = {NULL};
+  void *xb = NULL, *tb = NULL;
+  int64_t gy[SG_TENSOR_MAX_DIMS];
+  double lref = 0;
+  memset(prm, 0, sizeof prm);
+  memset(&vx, 0, sizeof vx);
+  memset(&vt, 0, sizeof vt);
+  memset(&gxv, 0, sizeof gxv);
+  memset(&gtv, 0, sizeof gtv);
+  char label[200];
+  snprintf(label, sizeof label, "%s on %s", what, spec);
+  if (sg_test_rank == 0) printf("generic: %s\n", label), fflush(stdout);
+  rs = 0x777ull;
+  for (int k = 0; k < npar; ++k) {
+    SG_REQUIRE_OK(sg_var_init_param(&prm[k], "p", SG_DTYPE_F64, pnd[k], pshape[k], NULL, NULL));
+    int64_t n = prod(pshape[k], pnd[k]);
+    for (int64_t i = 0; i < n; ++i) ((double *)prm[k].value.data)[i] = 0.5 * urand();
+    pgref[k] = calloc((size_t)n, sizeof(double));
+  }
+  int64_t nx = prod(gx, nd);
+  x = malloc((size_t)nx * sizeof *x);
+  dxref = malloc((size_t)nx * sizeof *dxref);
+  for (int64_t i = 0; i < nx; ++i) x[i] = urand();
+  /* one process */
+  SG_REQUIRE_OK(sg_tape_create(&tape));
+  SG_REQUIRE_OK(sg_var_init(&gxv, "x", SG_DTYPE_F64, nd, gx, x, 1));
+  SG_REQUIRE_OK(chain(tape, prm, &gxv, &y));
+  memcpy(gy, y->value.shape, sizeof gy);
+  int64_t ny = prod(gy, nd);
+  tg = malloc((size_t)ny * sizeof *tg);
+  yref = malloc((size_t)ny * sizeof *yref);
+  for (int64_t i = 0; i < ny; ++i) tg[i] = urand(), yref[i] = ((double *)y->value.data)[i];
+  SG_REQUIRE_OK(sg_var_init(&gtv, "t", SG_DTYPE_F64, nd, gy, tg, 0));
+  SG_REQUIRE_OK(sg_ag_loss(tape, SG_LOSS_MSE, y, &gtv, &loss));
+  lref = sg_var_item(loss);
+  SG_REQUIRE_OK(sg_tape_backward(tape, loss));
+  memcpy(dxref, gxv.grad.data, (size_t)nx * sizeof *dxref);
+  for (int k = 0; k < npar; ++k) {
+    memcpy(pgref[k], prm[k].grad.data, (size_t)prod(pshape[k], pnd[k]) * sizeof(double));
+    sg_var_zero_grad(&prm[k]);
+  }
+  /* sharded */
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  SG_REQUIRE_OK(make_sharded(&vx, "x", SG_DTYPE_F64, mesh, nd, gx, x, 1, &xb));
+  SG_REQUIRE_OK(chain(tape, prm, &vx, &y));
+  SG_CHECK(!memcmp(sg_var_global_shape(y), gy, (size_t)nd * sizeof *gy), "%s: global shape", label);
+  cmp_local("output", label, y, &y->value, yref, 1e-10, 1e-12);
+  SG_REQUIRE_OK(make_sharded(&vt, "t", SG_DTYPE_F64, mesh, nd, gy, tg, 0, &tb));
+  SG_REQUIRE_OK(sg_ag_loss(tape, SG_LOSS_MSE, y, &vt, &loss));
+  SG_CHECK(fabs(sg_var_item(loss) - lref) <= 1e-10 * fabs(lref), "%s: loss %.17g vs %.17g", label,
+           sg_var_item(loss), lref);
+  SG_REQUIRE_OK(sg_tape_backward(tape, loss));
+  cmp_local("dx", label, &vx, &vx.grad, dxref, 1e-10, 1e-12);
+  for (int k = 0; k < npar; ++k) {
+    int64_t n = prod(pshape[k], pnd[k]);
+    MPI_Allreduce(MPI_IN_PLACE, prm[k].grad.data, (int)n, MPI_DOUBLE, MPI_SUM, sg_mesh_comm(mesh));
+    SG_CHECK(sg_test_cmp_f64(label, prm[k].grad.data, pgref[k], n, 1e-9, 1e-11) == 0,
+             "%s: parameter %d gradient", label, k);
+  }
+done:
+  sg_tape_destroy(&tape);
+  for (int k = 0; k < 4; ++k) {
+    sg_var_release(&prm[k]);
+    free(pgref[k]);
+  }
+  sg_var_release(&vx);
+  sg_var_release(&vt);
+  sg_var_release(&gxv);
+  sg_var_release(&gtv);
+  sg_mesh_destroy(&mesh);
+  free(x);
+  free(tg);
+  free(yref);
+  free(dxref);
+  free(xb);
+  free(tb);
+}
+
+/* ---- finite differences of the uneven up-sampling paths (f64) --------------- */
+
+/* sum(r * op(x)) on the mesh; with grads: backward, dx gathered into gdx. */
+static double up_loss(sg_tape_t tape, sg_mesh_t mesh, int kind, const int64_t *gx, double *x,
+                      sg_var *w, sg_var *b, double *r, double *gdx) {
+  sg_var vx, vr, *y = NULL, *m = NULL, *loss = NULL;
+  void *xb = NULL, *rb = NULL;
+  double val = NAN;
+  memset(&vx, 0, sizeof vx);
+  memset(&vr, 0, sizeof vr);
+  const int64_t sc[2] = {2, 3};
+  int prev = sg_tape_set_grad_enabled(tape, gdx != NULL);
+  SG_REQUIRE_OK(make_sharded(&vx, "x", SG_DTYPE_F64, mesh, 4, gx, x, 1, &xb));
+  if (kind == 2)
+    SG_REQUIRE_OK(sg_ag_convt(tape, &vx, w, b, &y));
+  else
+    SG_REQUIRE_OK(sg_ag_upsample(tape, kind ? SG_UPSAMPLE_LINEAR : SG_UPSAMPLE_NEAREST, &vx, sc, &y));
+  SG_REQUIRE_OK(make_sharded(&vr, "r", SG_DTYPE_F64, mesh, 4, sg_var_global_shape(y), r, 0, &rb));
+  SG_REQUIRE_OK(sg_ag_binary(tape, SG_BINARY_MUL, y, &vr, &m));
+  SG_REQUIRE_OK(sg_ag_loss(tape, SG_LOSS_SUM, m, NULL, &loss));
+  val = sg_var_item(loss);
+  if (gdx) {
+    SG_REQUIRE_OK(sg_tape_backward(tape, loss));
+    int64_t off[4], shape[4];
+    SG_REQUIRE_OK(sg_shardtensor_box(mesh, 4, gx, vx.placements, sg_mesh_rank(mesh), off, shape));
+    memset(gdx, 0, (size_t)prod(gx, 4) * sizeof *gdx);
+    box_copy(4, gx, off, shape, gdx, vx.grad.data, SG_DTYPE_F64, 1);
+    MPI_Allreduce(MPI_IN_PLACE, gdx, (int)prod(gx, 4), MPI_DOUBLE, MPI_SUM, sg_mesh_comm(mesh));
+  }
+done:
+  sg_tape_clear(tape);
+  sg_tape_set_grad_enabled(tape, prev);
+  sg_var_release(&vx);
+  sg_var_release(&vr);
+  free(xb);
+  free(rb);
+  return val;
+}
+
+static void run_up_fd(const char *spec) {
+  sg_mesh_t mesh = NULL;
+  sg_tape_t tape = NULL;
+  sg_var w, b;
+  memset(&w, 0, sizeof w);
+  memset(&b, 0, sizeof b);
+  const int64_t gx[4] = {1, 2, 7, 5}, gy[4] = {1, 3, 14, 15}, ws[4] = {2, 3, 2, 3}, bs[1] = {3};
+  double x[70], r[3 * 14 * 15], dx[70], dw[36];
+  rs = 0x4242ull;
+  for (int i = 0; i < 70; ++i) x[i] = urand();
+  for (int i = 0; i < 3 * 14 * 15; ++i) r[i] = urand();
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  SG_REQUIRE_OK(sg_tape_create(&tape));
+  SG_REQUIRE_OK(sg_var_init_param(&w, "wu", SG_DTYPE_F64, 4, ws, NULL, NULL));
+  SG_REQUIRE_OK(sg_var_init_param(&b, "bu", SG_DTYPE_F64, 1, bs, NULL, NULL));
+  for (int i = 0; i < 36; ++i) ((double *)w.value.data)[i] = urand();
+  for (int i = 0; i < 3; ++i) ((double *)b.value.data)[i] = urand();
+  (void)gy;
+  for (int kind = 0; kind < 3; ++kind) {
+    const char *name = kind == 0 ? "nearest" : kind == 1 ? "bilinear" : "convt";
+    /* r has the output's global shape: nearest/bilinear keep 2 channels */
+    up_loss(tape, mesh, kind, gx, x, &w, &b, r, dx);
+    if (kind == 2) {
+      memcpy(dw, w.grad.data, sizeof dw);
+      MPI_Allreduce(MPI_IN_PLACE, dw, 36, MPI_DOUBLE, MPI_SUM, sg_mesh_comm(mesh));
+      sg_var_zero_grad(&w);
+      sg_var_zero_grad(&b);
+    }
+    const double h = 1e-6;
+    int64_t bad = 0;
+    /* elements of rows 2..4 of one plane (where the uneven splits meet) */
+    const int pick[6] = {10, 13, 16, 19, 22, 45};
+    for (int q = 0; q < 6; ++q) {
+      const int i = pick[q];
+      double keep = x[i];
+      x[i] = keep + h;
+      double up = up_loss(tape, mesh, kind, gx, x, &w, &b, r, NULL);
+      x[i] = keep - h;
+      double dn = up_loss(tape, mesh, kind, gx, x, &w, &b, r, NULL);
+      x[i] = keep;
+      double fd = (up - dn) / (2 * h);
+      if (fabs(fd - dx[i]) > 1e-8 + 1e-7 * fabs(fd)) {
+        if (!bad)
+          sg_test_fail_at(__FILE__, __LINE__, "%s on %s: dx[%d] = %.12g, finite difference %.12g",
+                          name, spec, i, dx[i], fd);
+        ++bad;
+      }
+    }
+    for (int i = 1; kind == 2 && i < 36; i += 7) {
+      double *wv = w.value.data, keep = wv[i];
+      wv[i] = keep + h;
+      double up = up_loss(tape, mesh, kind, gx, x, &w, &b, r, NULL);
+      wv[i] = keep - h;
+      double dn = up_loss(tape, mesh, kind, gx, x, &w, &b, r, NULL);
+      wv[i] = keep;
+      double fd = (up - dn) / (2 * h);
+      if (fabs(fd - dw[i]) > 1e-8 + 1e-7 * fabs(fd)) {
+        if (!bad)
+          sg_test_fail_at(__FILE__, __LINE__, "convt on %s: dw[%d] = %.12g, finite difference %.12g",
+                          spec, i, dw[i], fd);
+        ++bad;
+      }
+    }
+    SG_CHECK(bad == 0, "%s on %s: %lld gradients differ from finite differences", name, spec,
+             (long long)bad);
+  }
+done:
+  sg_tape_destroy(&tape);
+  sg_var_release(&w);
+  sg_var_release(&b);
+  sg_mesh_destroy(&mesh);
+}
+
+/* ---- errors: every rank gets the same status, nobody hangs ------------------- */
+
+static sg_status conv_on(sg_tape_t tape, sg_var *x, sg_var *w, const sg_conv_args *a) {
+  sg_var *y = NULL;
+  return sg_ag_conv(tape, x, w, NULL, a, &y);
+}
+
+static void run_errors(void) {
+  sg_mesh_t mesh = NULL;
+  sg_tape_t tape = NULL;
+  sg_var x, xc, xp, x7, xu, w, ws, *y = NULL, *loss = NULL;
+  void *bx = NULL, *bc = NULL, *bp = NULL, *b7 = NULL;
+  double g[1 * 4 * 7 * 5];
+  memset(&x, 0, sizeof x);
+  memset(&xc, 0, sizeof xc);
+  memset(&xp, 0, sizeof xp);
+  memset(&x7, 0, sizeof x7);
+  memset(&xu, 0, sizeof xu);
+  memset(&w, 0, sizeof w);
+  memset(&ws, 0, sizeof ws);
+  for (int i = 0; i < 140; ++i) g[i] = 0.01 * i;
+  char spec[32];
+  snprintf(spec, sizeof spec, "h=%d", sg_test_size);
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  SG_REQUIRE_OK(sg_tape_create(&tape));
+  const int64_t g5[4] = {1, 4, 5, 5}, g7[4] = {1, 4, 7, 5}, wsh[4] = {4, 4, 3, 3};
+  SG_REQUIRE_OK(make_sharded(&x, "x", SG_DTYPE_F64, mesh, 4, g5, g, 1, &bx));
+  SG_REQUIRE_OK(make_sharded(&x7, "x7", SG_DTYPE_F64, mesh, 4, g7, g, 1, &b7));
+  SG_REQUIRE_OK(sg_var_init_param(&w, "w", SG_DTYPE_F64, 4, wsh, NULL, NULL));
+  sg_conv_args a = {.nsp = 2, .pad = {{1, 1}, {1, 1}}};
+  /* channels sharded, Partial: placements conv does not accept */
+  sg_placement pc[1] = {sg_shard(1)}, pp[1] = {sg_partial()};
+  int64_t off[4], shp[4];
+  SG_REQUIRE_OK(sg_shardtensor_box(mesh, 4, g5, pc, sg_mesh_rank(mesh), off, shp));
+  bc = calloc((size_t)prod(shp, 4) + 1, sizeof(double));
+  SG_REQUIRE_OK(sg_var_init(&xc, "xc", SG_DTYPE_F64, 4, shp, bc, 1));
+  SG_REQUIRE_OK(sg_var_set_sharding(&xc, mesh, pc, g5));
+  SG_CHECK_STATUS(conv_on(tape, &xc, &w, &a), SG_ERR_INVALID_ARG);
+  bp = calloc((size_t)prod(g5, 4), sizeof(double));
+  SG_REQUIRE_OK(sg_var_init(&xp, "xp", SG_DTYPE_F64, 4, g5, bp, 1));
+  SG_REQUIRE_OK(sg_var_set_sharding(&xp, mesh, pp, g5));
+  SG_CHECK_STATUS(conv_on(tape, &xp, &w, &a), SG_ERR_INVALID_ARG);
+  /* shapes: concat of different global grids, binary sharded vs plain */
+  sg_var *two[2] = {&x, &x7};
+  SG_CHECK_STATUS(sg_ag_concat(tape, 2, two, &y), SG_ERR_SHAPE);
+  SG_REQUIRE_OK(sg_var_init(&xu, "xu", SG_DTYPE_F64, 4, g5, bp, 0));
+  SG_CHECK_STATUS(sg_ag_binary(tape, SG_BINARY_ADD, &x, &xu, &y), SG_ERR_INVALID_ARG);
+  /* a parameter that is sharded */
+  SG_REQUIRE_OK(sg_var_init(&ws, "ws", SG_DTYPE_F64, 4, wsh, bp, 1));
+  sg_placement pr[1] = {sg_replicate()};
+  SG_REQUIRE_OK(sg_var_set_sharding(&ws, mesh, pr, wsh));
+  SG_CHECK_STATUS(conv_on(tape, &x, &ws, &a), SG_ERR_INVALID_ARG);
+  /* a shard thinner than the halo (5 rows over >= 2 ranks, halo 3) */
+  if (sg_test_size > 1) {
+    sg_conv_args th = {.nsp = 2, .dilation = {3, 1}, .pad = {{3, 3}, {1, 1}}};
+    SG_CHECK_STATUS(conv_on(tape, &x, &w, &th), SG_ERR_HALO);
+  }
+  /* a wrong local block on rank 0 only: every rank fails */
+  if (sg_test_size > 1) {
+    sg_var bad;
+    memset(&bad, 0, sizeof bad);
+    int64_t l0 = sg_split_size(5, sg_test_size, sg_test_rank) + (sg_test_rank == 0);
+    int64_t ls[4] = {1, 4, l0, 5};
+    sg_placement ph[1] = {sg_shard(2)};
+    SG_CHECK_OK(sg_var_init(&bad, "bad", SG_DTYPE_F64, 4, ls, NULL, 0));
+    SG_CHECK_STATUS(sg_var_set_sharding(&bad, mesh, ph, g5), SG_ERR_SHAPE);
+    sg_var_release(&bad);
+  }
+  SG_CHECK(sg_tape_size(tape) == 0, "failed ops left %d nodes", sg_tape_size(tape));
+  /* and the tape still works */
+  SG_CHECK_OK(sg_ag_conv(tape, &x, &w, NULL, &a, &y));
+  if (y) {
+    SG_CHECK_OK(sg_ag_loss(tape, SG_LOSS_MEAN, y, NULL, &loss));
+    if (loss) SG_CHECK_OK(sg_tape_backward(tape, loss));
+  }
+done:
+  sg_tape_destroy(&tape);
+  sg_var_release(&x);
+  sg_var_release(&xc);
+  sg_var_release(&xp);
+  sg_var_release(&x7);
+  sg_var_release(&xu);
+  sg_var_release(&w);
+  sg_var_release(&ws);
+  sg_mesh_destroy(&mesh);
+  free(bx);
+  free(bc);
+  free(bp);
+  free(b7);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   const char *specs[5][4] = {{NULL},
@@ -333,5 +661,18 @@ int main(int argc, char **argv) {
   }
   run_chain(specs[p][0], SG_DTYPE_F32, 0, 64, 64);
   run_chain(specs[p][0], SG_DTYPE_F32, 1, 29, 35);
+  /* 1-D and 3-D */
+  const int64_t gx1[3] = {2, 2, 23}, p1[3][5] = {{3, 2, 5}, {3}, {2, 3, 3}};
+  const int n1[3] = {3, 1, 3};
+  const int64_t gx3[5] = {2, 2, 9, 7, 6}, p3[3][5] = {{3, 2, 3, 3, 3}, {3}, {3, 3}};
+  const int n3[3] = {5, 1, 2};
+  for (int s = 0; s < 4 && specs[p][s]; ++s) {
+    if (!strchr(specs[p][s], 'w'))
+      run_generic("conv 1-D", specs[p][s], chain_1d, 3, gx1, 3, p1, n1);
+    run_generic("conv 3-D", specs[p][s], chain_3d, 5, gx3, 3, p3, n3);
+  }
+  /* finite differences: up-sampling and convt on uneven splits */
+  run_up_fd(p == 4 ? "h=2,w=2" : specs[p][0]);
+  run_errors();
   return sg_test_finish();
 }
