@@ -511,38 +511,28 @@ static void run_up_fd(const char *spec) {
       sg_var_zero_grad(&w);
       sg_var_zero_grad(&b);
     }
+    /* elements of rows 2..4 of one plane (where the uneven splits meet),
+     * and for convt some weights */
+    const int pick[6] = {10, 13, 16, 19, 22, 45};
+    double *at[12], an[12];
+    int nt = 0;
+    for (int q = 0; q < 6; ++q, ++nt) at[nt] = &x[pick[q]], an[nt] = dx[pick[q]];
+    for (int i = 1; kind == 2 && i < 36; i += 7, ++nt)
+      at[nt] = (double *)w.value.data + i, an[nt] = dw[i];
     const double h = 1e-6;
     int64_t bad = 0;
-    /* elements of rows 2..4 of one plane (where the uneven splits meet) */
-    const int pick[6] = {10, 13, 16, 19, 22, 45};
-    for (int q = 0; q < 6; ++q) {
-      const int i = pick[q];
-      double keep = x[i];
-      x[i] = keep + h;
+    for (int q = 0; q < nt; ++q) {
+      double keep = *at[q];
+      *at[q] = keep + h;
       double up = up_loss(tape, mesh, kind, gx, x, &w, &b, r, NULL);
-      x[i] = keep - h;
+      *at[q] = keep - h;
       double dn = up_loss(tape, mesh, kind, gx, x, &w, &b, r, NULL);
-      x[i] = keep;
+      *at[q] = keep;
       double fd = (up - dn) / (2 * h);
-      if (fabs(fd - dx[i]) > 1e-8 + 1e-7 * fabs(fd)) {
+      if (fabs(fd - an[q]) > 1e-8 + 1e-7 * fabs(fd)) {
         if (!bad)
-          sg_test_fail_at(__FILE__, __LINE__, "%s on %s: dx[%d] = %.12g, finite difference %.12g",
-                          name, spec, i, dx[i], fd);
-        ++bad;
-      }
-    }
-    for (int i = 1; kind == 2 && i < 36; i += 7) {
-      double *wv = w.value.data, keep = wv[i];
-      wv[i] = keep + h;
-      double up = up_loss(tape, mesh, kind, gx, x, &w, &b, r, NULL);
-      wv[i] = keep - h;
-      double dn = up_loss(tape, mesh, kind, gx, x, &w, &b, r, NULL);
-      wv[i] = keep;
-      double fd = (up - dn) / (2 * h);
-      if (fabs(fd - dw[i]) > 1e-8 + 1e-7 * fabs(fd)) {
-        if (!bad)
-          sg_test_fail_at(__FILE__, __LINE__, "convt on %s: dw[%d] = %.12g, finite difference %.12g",
-                          spec, i, dw[i], fd);
+          sg_test_fail_at(__FILE__, __LINE__, "%s on %s: gradient %d = %.12g, finite difference "
+                          "%.12g", name, spec, q, an[q], fd);
         ++bad;
       }
     }
