@@ -5,6 +5,7 @@
 
 #include "sg_autograd.h"
 #include "sg_device.h"
+#include "sg_sharded_ops.h"
 
 static int64_t numel(const sg_tensor *t) {
   int64_t n = 1;
@@ -115,9 +116,9 @@ sg_status sg_ag_conv(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
   if (!w || !a) SG_RAISE(SG_ERR_INVALID_ARG, "conv: weight and arguments are required");
   int nsp = w->value.ndim - 2;
   SG_TRY(check_window_args("conv", x, nsp, a));
-  if (w->value.shape[1] != x->value.shape[1])
+  if (w->value.shape[1] != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "conv: weight takes %lld channels, input has %lld",
-             (long long)w->value.shape[1], (long long)x->value.shape[1]);
+             (long long)w->value.shape[1], (long long)sg_var_global_shape(x)[1]);
   if (b && (b->value.ndim != 1 || b->value.shape[0] != w->value.shape[0]))
     SG_RAISE(SG_ERR_SHAPE, "conv: bias must be (%lld)", (long long)w->value.shape[0]);
   sg_op_window win;
@@ -129,10 +130,24 @@ fail:
   return st;
 }
 
+/* The window of an up-sampling by scale[] (kernel 1, or 3 with a replicate
+ * margin of one cell for the linear kinds). */
+static void up_window(sg_op_window *win, int nsp, int linear, const int64_t *scale) {
+  memset(win, 0, sizeof *win);
+  win->nsp = nsp;
+  for (int i = 0; i < nsp; ++i) {
+    win->kernel[i] = linear ? 3 : 1;
+    win->stride[i] = win->dilation[i] = 1;
+    win->pad[i][0] = win->pad[i][1] = linear ? 1 : 0;
+    win->mode[i] = linear ? SG_PAD_REPLICATE : SG_PAD_ZERO;
+    win->up[i] = scale[i];
+  }
+}
+
 /* ---- transposed convolution (k = s) ---------------------------------------- */
 
 static sg_conv_desc convt_desc_of(const sg_node *node) {
-  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
+  const sg_tensor *x = &node->xin, *w = &node->in[1]->value;
   sg_conv_desc d;
   memset(&d, 0, sizeof d);
   d.nsp = x->ndim - 2;
@@ -154,7 +169,7 @@ static sg_status convt_fwd(sg_node *node) {
   int64_t shape[SG_TENSOR_MAX_DIMS] = {d.batch, d.cout};
   for (int i = 0; i < d.nsp; ++i) shape[2 + i] = d.in[i] * d.kernel[i];
   SG_TRY(sg_node_alloc_out(node, 0, 2 + d.nsp, shape));
-  SG_TRY(sg_convt_forward(&d, node->in[0]->value.dtype, node->in[0]->value.data,
+  SG_TRY(sg_convt_forward(&d, node->xin.dtype, node->xin.data,
                           node->in[1]->value.data,
                           a->has_bias ? node->in[2]->value.data : NULL,
                           node->out[0]->value.data));
@@ -165,7 +180,7 @@ fail:
 static sg_status convt_bwd(sg_node *node) {
   const conv_attr *a = (const conv_attr *)node->attr;
   sg_conv_desc d = convt_desc_of(node);
-  return sg_convt_backward(&d, node->in[0]->value.dtype, node->in[0]->value.data,
+  return sg_convt_backward(&d, node->xin.dtype, node->xin.data,
                            node->in[1]->value.data, grad_of(node, 0),
                            node->gin[0], node->gin[1],
                            a->has_bias ? node->gin[2] : NULL);
@@ -176,7 +191,7 @@ static const sg_op_def convt_op = {
     .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
     .forward = convt_fwd,
     .backward = convt_bwd,
-    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
+    .rule = {.windowed_input = 0, .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT}};
 
 sg_status sg_ag_convt(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
@@ -185,14 +200,17 @@ sg_status sg_ag_convt(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
   if (!w) SG_RAISE(SG_ERR_INVALID_ARG, "convt: weight is required");
   int nsp = w->value.ndim - 2;
   SG_TRY(check_window_args("convt", x, nsp, NULL));
-  if (w->value.shape[0] != x->value.shape[1])
+  if (w->value.shape[0] != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "convt: weight takes %lld channels, input has %lld",
-             (long long)w->value.shape[0], (long long)x->value.shape[1]);
+             (long long)w->value.shape[0], (long long)sg_var_global_shape(x)[1]);
   if (b && (b->value.ndim != 1 || b->value.shape[0] != w->value.shape[1]))
     SG_RAISE(SG_ERR_SHAPE, "convt: bias must be (%lld)", (long long)w->value.shape[1]);
   conv_attr at = {.has_bias = b != NULL};
   sg_var *in[3] = {x, w, b};
-  SG_TRY(sg_tape_apply(t, &convt_op, b ? 3 : 2, in, 1, NULL, &at, sizeof at, y));
+  /* output i*k + a reads input i: a window of one cell, up-sampled by k */
+  sg_op_window win;
+  up_window(&win, nsp, 0, w->value.shape + 2);
+  SG_TRY(sg_tape_apply(t, &convt_op, b ? 3 : 2, in, 1, &win, &at, sizeof at, y));
 fail:
   return st;
 }
@@ -280,9 +298,7 @@ typedef struct up_attr {
   int64_t scale[SG_OPS_MAX_SPATIAL];
 } up_attr;
 
-static const sg_tensor *up_input(const sg_node *node) {
-  return node->has_window ? &node->xin : &node->in[0]->value;
-}
+static const sg_tensor *up_input(const sg_node *node) { return &node->xin; }
 
 static sg_status up_fwd(sg_node *node) {
   sg_status st = SG_OK;
@@ -318,7 +334,7 @@ static const sg_op_def up_nearest_op = {
     .slots = {SG_SLOT_ACT},
     .forward = up_fwd,
     .backward = up_bwd,
-    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
+    .rule = {.windowed_input = 0, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
 
 sg_status sg_ag_upsample(sg_tape_t t, sg_upsample_kind kind, sg_var *x,
                          const int64_t *scale, sg_var **y) {
@@ -328,19 +344,14 @@ sg_status sg_ag_upsample(sg_tape_t t, sg_upsample_kind kind, sg_var *x,
   SG_TRY(check_window_args("upsample", x, nsp, NULL));
   up_attr at = {.kind = kind, .nsp = nsp};
   for (int i = 0; i < nsp; ++i) at.scale[i] = scale[i];
+  for (int i = 0; i < nsp; ++i)
+    if (scale[i] < 1) SG_RAISE(SG_ERR_INVALID_ARG, "upsample: scale %lld", (long long)scale[i]);
+  sg_op_window win;
+  up_window(&win, nsp, kind == SG_UPSAMPLE_LINEAR, scale);
   if (kind == SG_UPSAMPLE_LINEAR) {
-    sg_op_window win;
-    memset(&win, 0, sizeof win);
-    win.nsp = nsp;
-    for (int i = 0; i < nsp; ++i) {
-      win.kernel[i] = 3;
-      win.stride[i] = win.dilation[i] = 1;
-      win.pad[i][0] = win.pad[i][1] = 1;
-      win.mode[i] = SG_PAD_REPLICATE;
-    }
     SG_TRY(sg_tape_apply(t, &up_linear_op, 1, &x, 1, &win, &at, sizeof at, y));
   } else if (kind == SG_UPSAMPLE_NEAREST) {
-    SG_TRY(sg_tape_apply(t, &up_nearest_op, 1, &x, 1, NULL, &at, sizeof at, y));
+    SG_TRY(sg_tape_apply(t, &up_nearest_op, 1, &x, 1, &win, &at, sizeof at, y));
   } else {
     SG_RAISE(SG_ERR_INVALID_ARG, "upsample: unknown kind %d", (int)kind);
   }
@@ -418,8 +429,8 @@ sg_status sg_ag_binary(sg_tape_t t, sg_binary op, sg_var *a, sg_var *b,
   if ((int)op < 0 || op > SG_BINARY_MUL)
     SG_RAISE(SG_ERR_INVALID_ARG, "unknown binary op %d", (int)op);
   if (a->value.ndim != b->value.ndim ||
-      memcmp(a->value.shape, b->value.shape, sizeof(int64_t) * (size_t)a->value.ndim))
-    SG_RAISE(SG_ERR_SHAPE, "binary: operands of different shapes");
+      memcmp(sg_var_global_shape(a), sg_var_global_shape(b), sizeof(int64_t) * (size_t)a->value.ndim))
+    SG_RAISE(SG_ERR_SHAPE, "binary: operands of different (global) shapes");
   pw_attr at = {.code = (int)op};
   sg_var *in[2] = {a, b};
   SG_TRY(sg_tape_apply(t, &binary_op, 2, in, 1, NULL, &at, sizeof at, y));
@@ -482,7 +493,7 @@ static const sg_op_def bias_op = {
 sg_status sg_ag_bias(sg_tape_t t, sg_var *x, sg_var *b, sg_var **y) {
   sg_status st = SG_OK;
   if (!x || !b) SG_RAISE(SG_ERR_INVALID_ARG, "bias: inputs are required");
-  if (x->value.ndim < 2 || b->value.ndim != 1 || b->value.shape[0] != x->value.shape[1])
+  if (x->value.ndim < 2 || b->value.ndim != 1 || b->value.shape[0] != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "bias: needs x (N, C, ...) and b (C)");
   sg_var *in[2] = {x, b};
   SG_TRY(sg_tape_apply(t, &bias_op, 2, in, 1, NULL, NULL, 0, y));
@@ -526,7 +537,7 @@ sg_status sg_ag_linear(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
                        sg_var **y) {
   sg_status st = SG_OK;
   if (!x || !w) SG_RAISE(SG_ERR_INVALID_ARG, "linear: input and weight are required");
-  if (x->value.ndim < 2 || w->value.ndim != 2 || w->value.shape[1] != x->value.shape[1])
+  if (x->value.ndim < 2 || w->value.ndim != 2 || w->value.shape[1] != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "linear: needs x (N, C, ...) and w (Cout, C)");
   if (b && (b->value.ndim != 1 || b->value.shape[0] != w->value.shape[0]))
     SG_RAISE(SG_ERR_SHAPE, "linear: bias must be (%lld)", (long long)w->value.shape[0]);
@@ -586,9 +597,10 @@ sg_status sg_ag_concat(sg_tape_t t, int k, sg_var *const *xs, sg_var **y) {
     SG_RAISE(SG_ERR_INVALID_ARG, "concat: 1..%d inputs", SG_NODE_MAX_IN);
   for (int i = 0; i < k; ++i) {
     if (!xs[i]) SG_RAISE(SG_ERR_INVALID_ARG, "concat: input %d is NULL", i);
-    const sg_tensor *a = &xs[i]->value, *b = &xs[0]->value;
-    int same = a->ndim == b->ndim && a->ndim >= 2 && a->shape[0] == b->shape[0];
-    for (int d = 2; same && d < a->ndim; ++d) same = a->shape[d] == b->shape[d];
+    const int64_t *a = sg_var_global_shape(xs[i]), *b = sg_var_global_shape(xs[0]);
+    const int nd = xs[i]->value.ndim;
+    int same = nd == xs[0]->value.ndim && nd >= 2 && a[0] == b[0];
+    for (int d = 2; same && d < nd; ++d) same = a[d] == b[d];
     if (!same)
       SG_RAISE(SG_ERR_SHAPE, "concat: input %d differs from input 0 outside the channel dim", i);
   }
@@ -641,9 +653,9 @@ sg_status sg_ag_split(sg_tape_t t, sg_var *x, int k, const int64_t *channels,
     at.channels[j] = channels[j];
     total += channels[j];
   }
-  if (x->value.ndim < 2 || total != x->value.shape[1])
+  if (x->value.ndim < 2 || total != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "split: parts sum to %lld channels, input has %lld",
-             (long long)total, (long long)(x->value.ndim >= 2 ? x->value.shape[1] : 0));
+             (long long)total, (long long)(x->value.ndim >= 2 ? sg_var_global_shape(x)[1] : 0));
   SG_TRY(sg_tape_apply(t, &split_op, 1, &x, k, NULL, &at, sizeof at, ys));
 fail:
   return st;
@@ -666,6 +678,12 @@ static sg_norm_desc norm_desc_of(const sg_node *node) {
   return d;
 }
 
+/* The split dims a statistic spans (sharded input: global statistics). */
+static unsigned norm_split(sg_norm_kind kind) {
+  return kind == SG_NORM_BATCH ? SG_SPLIT_BATCH | SG_SPLIT_SPACE
+         : kind == SG_NORM_LAYER ? 0u : SG_SPLIT_SPACE;
+}
+
 static sg_status norm_fwd(sg_node *node) {
   sg_status st = SG_OK;
   const norm_attr *a = (const norm_attr *)node->attr;
@@ -673,6 +691,7 @@ static sg_status norm_fwd(sg_node *node) {
   sg_norm_desc d = norm_desc_of(node);
   int64_t nstat = 0;
   sg_moments *stats = NULL, *tmp = NULL;
+  sg_group_t g = NULL;
   SG_TRY(sg_norm_nstat(&d, &nstat));
   SG_TRY(sg_node_alloc_out(node, 0, x->ndim, x->shape));
   if (nstat > 0) {
@@ -682,6 +701,8 @@ static sg_status norm_fwd(sg_node *node) {
     if (!tmp) SG_RAISE(SG_ERR_ALLOC, "norm statistics");
   }
   SG_TRY(sg_norm_stats(&d, x->dtype, x->data, stats));
+  SG_TRY(sg_node_group(node, norm_split(a->kind), &g));
+  if (g) SG_TRY(sg_norm_stats_allreduce(stats, nstat, sg_group_comm(g)));
   SG_TRY(sg_norm_forward(&d, x->dtype, x->data, stats,
                          a->gi >= 0 ? node->in[a->gi]->value.data : NULL,
                          a->bi >= 0 ? node->in[a->bi]->value.data : NULL,
@@ -705,6 +726,9 @@ static sg_status norm_bwd(sg_node *node) {
   const void *gamma = a->gi >= 0 ? node->in[a->gi]->value.data : NULL;
   SG_TRY(sg_norm_backward_sums(&d, x->dtype, x->data, node->saved, gamma, grad_of(node, 0),
                                sums));
+  sg_group_t g = NULL;
+  SG_TRY(sg_node_group(node, norm_split(a->kind), &g));
+  if (g) SG_TRY(sg_sum_allreduce(sums, 2 * nstat, sg_group_comm(g)));
   SG_TRY(sg_norm_backward(&d, x->dtype, x->data, node->saved, gamma, grad_of(node, 0), sums,
                           node->gin[0], a->gi >= 0 ? node->gin[a->gi] : NULL,
                           a->bi >= 0 ? node->gin[a->bi] : NULL));
@@ -727,9 +751,9 @@ sg_status sg_ag_norm(sg_tape_t t, const sg_norm_desc *d, sg_var *x,
   if (x->value.ndim < 2) SG_RAISE(SG_ERR_SHAPE, "norm: input must be (N, C, ...)");
   for (int k = 0; k < 2; ++k) {
     sg_var *p = k ? beta : gamma;
-    if (p && (p->value.ndim != 1 || p->value.shape[0] != x->value.shape[1]))
+    if (p && (p->value.ndim != 1 || p->value.shape[0] != sg_var_global_shape(x)[1]))
       SG_RAISE(SG_ERR_SHAPE, "norm: %s must be (%lld)", k ? "beta" : "gamma",
-               (long long)x->value.shape[1]);
+               (long long)sg_var_global_shape(x)[1]);
   }
   norm_attr at = {.kind = d->kind, .groups = d->groups, .eps = d->eps, .gi = -1, .bi = -1};
   sg_var *in[3] = {x, NULL, NULL};
@@ -754,16 +778,24 @@ typedef struct loss_attr {
   int has_target;
 } loss_attr;
 
+/* saved: the (global) partial sums, then the gradient scale */
 static sg_status loss_fwd(sg_node *node) {
   sg_status st = SG_OK;
   const loss_attr *a = (const loss_attr *)node->attr;
   const sg_tensor *p = &node->in[0]->value;
   int64_t batch = p->shape[0], np = sg_loss_npartial(a->kind, batch), one = 1;
-  double *partial = NULL, value = 0;
-  SG_TRY(sg_node_save(node, (size_t)(np > 0 ? np : 1) * sizeof(double), (void **)&partial));
-  SG_TRY(sg_loss_partial(a->kind, p->dtype, batch, numel(p), p->data,
-                         a->has_target ? node->in[1]->value.data : NULL, partial));
-  SG_TRY(sg_loss_finish(a->kind, batch, partial, &value));
+  double *saved = NULL, value = 0;
+  SG_TRY(sg_node_save(node, (size_t)(np + 1) * sizeof(double), (void **)&saved));
+  saved[np] = 1.0;
+  if (numel(p) > 0)
+    SG_TRY(sg_loss_partial(a->kind, p->dtype, batch, numel(p), p->data,
+                           a->has_target ? node->in[1]->value.data : NULL, saved));
+  if (node->mesh)
+    SG_TRY(sg_sharded_loss_reduce(node->mesh, a->kind, node->split_space, node->split_batch,
+                                  batch, sg_node_in_global_shape(node, 0)[0], saved, &value,
+                                  &saved[np]));
+  else
+    SG_TRY(sg_loss_finish(a->kind, batch, saved, &value));
   SG_TRY(sg_node_alloc_out(node, 0, 1, &one));
   if (p->dtype == SG_DTYPE_F32)
     *(float *)node->out[0]->value.data = (float)value;
@@ -777,17 +809,22 @@ static sg_status loss_bwd(sg_node *node) {
   const loss_attr *a = (const loss_attr *)node->attr;
   const sg_tensor *p = &node->in[0]->value;
   const sg_tensor *g = &node->out[0]->grad;
+  const double *saved = node->saved;
   double gv = g->dtype == SG_DTYPE_F32 ? (double)*(const float *)g->data
                                        : *(const double *)g->data;
+  gv *= saved[sg_loss_npartial(a->kind, p->shape[0])];
+  if (numel(p) == 0) return SG_OK;
   return sg_loss_backward(a->kind, p->dtype, p->shape[0], numel(p), p->data,
-                          a->has_target ? node->in[1]->value.data : NULL, node->saved, gv,
+                          a->has_target ? node->in[1]->value.data : NULL, saved, gv,
                           node->gin[0], a->has_target ? node->gin[1] : NULL);
 }
 
 static const sg_op_def loss_op = {
     .name = "loss", .slots = {SG_SLOT_ACT, SG_SLOT_ACT}, .forward = loss_fwd,
     .backward = loss_bwd,
-    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_PARTIAL}};
+    .rule = {.windowed_input = -1,
+             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
+             .out = SG_OUT_REPLICATE}};
 
 sg_status sg_ag_loss(sg_tape_t t, sg_loss_kind kind, sg_var *pred,
                      sg_var *target, sg_var **loss) {
@@ -796,7 +833,7 @@ sg_status sg_ag_loss(sg_tape_t t, sg_loss_kind kind, sg_var *pred,
   int needs_t = kind == SG_LOSS_MSE || kind == SG_LOSS_REL_L2;
   if (needs_t && !target) SG_RAISE(SG_ERR_INVALID_ARG, "loss: target is required");
   if (needs_t && (target->value.ndim != pred->value.ndim ||
-                  memcmp(target->value.shape, pred->value.shape,
+                  memcmp(sg_var_global_shape(target), sg_var_global_shape(pred),
                          sizeof(int64_t) * (size_t)pred->value.ndim)))
     SG_RAISE(SG_ERR_SHAPE, "loss: prediction and target differ in shape");
   loss_attr at = {.kind = kind, .has_target = needs_t};

@@ -6,7 +6,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sg_comm.h"
 #include "sg_device.h"
+#include "sg_sharded_ops.h"
+
+/* A cached exchange (halo plan) of a window op: key = (mesh, dtype, global
+ * shape, placements, window). Every rank makes the same calls in the same
+ * order, so every rank hits and misses alike and creates plans (collective)
+ * in the same order. Entries in use by a recorded node are not evicted. */
+typedef struct ag_xkey {
+  sg_mesh_t mesh;
+  sg_dtype dtype;
+  int ndim;
+  int64_t global[SG_TENSOR_MAX_DIMS];
+  sg_placement pl[SG_MESH_MAX_DIMS];
+  sg_exchange_dim win[SG_OPS_MAX_SPATIAL];
+} ag_xkey;
+
+typedef struct ag_xentry {
+  ag_xkey key;
+  sg_sharded_exchange_t ex;
+  int uses; /* recorded nodes using it */
+} ag_xentry;
+
+enum { AG_XCACHE_MAX = 64 };
 
 struct sg_tape {
   sg_node **nodes;
@@ -16,6 +39,8 @@ struct sg_tape {
   int grad_enabled;
   sg_hooks hooks;
   size_t bytes;
+  ag_xentry *xcache;
+  int nx, cap_x;
 };
 
 /* ---- tensors (host, contiguous) ------------------------------------------ */
@@ -157,6 +182,76 @@ double sg_var_item(const sg_var *v) {
                                         : *(const double *)v->value.data;
 }
 
+int sg_var_is_sharded(const sg_var *v) { return v && v->mesh; }
+
+const int64_t *sg_var_global_shape(const sg_var *v) {
+  if (!v) return NULL;
+  return v->mesh ? v->global_shape : v->value.shape;
+}
+
+/* FNV-1a over bytes. */
+static uint64_t ag_hash(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+/* This rank's part of the checks of sg_var_set_sharding. */
+static sg_status ag_sharding_check(const sg_var *v, sg_mesh_t mesh,
+                                   const sg_placement *placements, const int64_t *global_shape) {
+  sg_status st = SG_OK;
+  const int nd = v->value.ndim;
+  int64_t off[SG_TENSOR_MAX_DIMS], box[SG_TENSOR_MAX_DIMS];
+  if (!placements || !global_shape)
+    SG_RAISE(SG_ERR_INVALID_ARG, "set sharding of '%s': placements and global shape are required",
+             v->name);
+  SG_TRY(sg_placements_check(sg_mesh_ndims(mesh), nd, placements));
+  SG_TRY(sg_shardtensor_box(mesh, nd, global_shape, placements, sg_mesh_rank(mesh), off, box));
+  for (int d = 0; d < nd; ++d)
+    if (box[d] != v->value.shape[d])
+      SG_RAISE(SG_ERR_SHAPE,
+               "set sharding of '%s': local extent %lld in dim %d, but this rank's box of the "
+               "global tensor is %lld", v->name, (long long)v->value.shape[d], d,
+               (long long)box[d]);
+fail:
+  return st;
+}
+
+sg_status sg_var_set_sharding(sg_var *v, sg_mesh_t mesh, const sg_placement *placements,
+                              const int64_t *global_shape) {
+  sg_status st = SG_OK;
+  if (!v) SG_RAISE(SG_ERR_INVALID_ARG, "set sharding: variable is NULL");
+  if (!mesh) {
+    v->mesh = NULL;
+    memset(v->placements, 0, sizeof v->placements);
+    memset(v->global_shape, 0, sizeof v->global_shape);
+    goto fail;
+  }
+  const int nd = v->value.ndim, md = sg_mesh_ndims(mesh);
+  SG_TRY(sg_agree(sg_mesh_comm(mesh), ag_sharding_check(v, mesh, placements, global_shape)));
+  /* every rank must describe the same global tensor */
+  uint64_t h = ag_hash(1469598103934665603ull, &nd, sizeof nd);
+  h = ag_hash(h, &v->value.dtype, sizeof v->value.dtype);
+  h = ag_hash(h, global_shape, (size_t)nd * sizeof *global_shape);
+  for (int m = 0; m < md; ++m) {
+    int k[2] = {(int)placements[m].kind,
+                placements[m].kind == SG_PLACEMENT_SHARD ? placements[m].dim : -1};
+    h = ag_hash(h, k, sizeof k);
+  }
+  unsigned long long hh[2] = {h, ~h}, mx[2];
+  SG_MPI(MPI_Allreduce(hh, mx, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, sg_mesh_comm(mesh)));
+  if (mx[0] != hh[0] || mx[1] != hh[1])
+    SG_RAISE(SG_ERR_INVALID_ARG, "set sharding of '%s': the ranks describe different global "
+             "tensors (dtype, global shape or placements differ)", v->name);
+  v->mesh = mesh;
+  memset(v->placements, 0, sizeof v->placements);
+  memcpy(v->placements, placements, (size_t)md * sizeof *placements);
+  memset(v->global_shape, 0, sizeof v->global_shape);
+  memcpy(v->global_shape, global_shape, (size_t)nd * sizeof *global_shape);
+fail:
+  return st;
+}
+
 /* Make sure a variable has a gradient buffer (zero-filled when new). */
 static sg_status ag_ensure_grad(sg_tape_t tape, sg_var *v) {
   sg_status st = SG_OK;
@@ -183,6 +278,8 @@ fail:
 void sg_tape_destroy(sg_tape_t *tape) {
   if (!tape || !*tape) return;
   sg_tape_clear(*tape);
+  for (int i = 0; i < (*tape)->nx; ++i) sg_sharded_exchange_destroy(&(*tape)->xcache[i].ex);
+  free((*tape)->xcache);
   free((*tape)->nodes);
   free((*tape)->owned);
   free(*tape);
@@ -210,6 +307,8 @@ int sg_tape_size(sg_tape_t tape) { return tape ? tape->nnodes : 0; }
 /* Free a node's own state (margins block, saved state). */
 static void ag_node_release(sg_tape_t tape, sg_node *node) {
   if (!node) return;
+  for (int i = 0; node->ex && i < tape->nx; ++i)
+    if ((void *)tape->xcache[i].ex == node->ex) tape->xcache[i].uses--;
   if (node->xin.owns) {
     tape->bytes -= ag_nbytes(&node->xin);
     ag_free(&node->xin);
@@ -306,9 +405,6 @@ static sg_status ag_make_margins(sg_node *node, const sg_var *x) {
   const sg_op_window *w = &node->win;
   const sg_tensor *v = &x->value;
   int pads = 0;
-  if (v->ndim != 2 + w->nsp)
-    SG_RAISE(SG_ERR_SHAPE, "%s: input has %d dims, the window needs %d",
-             node->op->name, v->ndim, 2 + w->nsp);
   for (int i = 0; i < w->nsp; ++i) pads |= w->pad[i][0] != 0 || w->pad[i][1] != 0;
   if (!pads) {
     node->xin = *v;
@@ -324,6 +420,339 @@ static sg_status ag_make_margins(sg_node *node, const sg_var *x) {
   SG_TRY(sg_pad_forward(v->dtype, w->nsp, v->shape[0] * v->shape[1],
                         v->shape + 2, (const int64_t(*)[2])w->pad, w->mode,
                         v->data, node->xin.data));
+fail:
+  return st;
+}
+
+/* ---- sharded nodes ------------------------------------------------------- */
+
+static int ag_dim_sharded(const sg_node *node, int t) {
+  for (int m = 0; m < sg_mesh_ndims(node->mesh); ++m)
+    if (node->placements[m].kind == SG_PLACEMENT_SHARD && node->placements[m].dim == t) return 1;
+  return 0;
+}
+
+/* The first sharded activation input, -1 if none. */
+static int ag_sharded_ref(const sg_op_def *op, int nin, sg_var *const *in) {
+  for (int i = 0; i < nin; ++i)
+    if (op->slots[i] == SG_SLOT_ACT && in[i] && in[i]->mesh) return i;
+  return -1;
+}
+
+/* The reference input of a sharded node: the windowed one, else the first
+ * sharded activation. */
+static const sg_var *ag_ref_input(const sg_node *node) {
+  if (node->has_window) return node->in[node->op->rule.windowed_input];
+  return node->in[ag_sharded_ref(node->op, node->nin, node->in)];
+}
+
+/* The sharding rule: placements the op accepts, activation inputs sharded
+ * alike, parameters plain. From global information only, so every rank
+ * finds the same error. */
+static sg_status ag_node_sharding(sg_node *node) {
+  sg_status st = SG_OK;
+  const sg_op_def *op = node->op;
+  for (int i = 0; i < node->nin; ++i)
+    if (op->slots[i] == SG_SLOT_PARAM && node->in[i]->mesh)
+      SG_RAISE(SG_ERR_INVALID_ARG, "%s: input %d ('%s') is a parameter but sharded: parameters "
+               "are plain (Replicate) variables", op->name, i, node->in[i]->name);
+  int r = ag_sharded_ref(op, node->nin, node->in);
+  if (r < 0) goto fail;
+  const sg_var *x = node->in[r];
+  const int md = sg_mesh_ndims(x->mesh);
+  const unsigned acc = op->rule.accepts ? op->rule.accepts
+                                        : SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
+                                              SG_ACCEPT_SHARD_SPATIAL;
+  for (int m = 0; m < md; ++m) {
+    sg_placement p = x->placements[m];
+    if (p.kind == SG_PLACEMENT_PARTIAL)
+      SG_RAISE(SG_ERR_INVALID_ARG, "%s: placement Partial (mesh dim '%s') of input %d ('%s') is "
+               "not accepted", op->name, sg_mesh_dim_name(x->mesh, m), r, x->name);
+    if (p.kind != SG_PLACEMENT_SHARD) continue;
+    unsigned need = p.dim == 0 ? SG_ACCEPT_SHARD_BATCH
+                    : p.dim == 1 ? SG_ACCEPT_SHARD_CHANNEL : SG_ACCEPT_SHARD_SPATIAL;
+    if (!(acc & need))
+      SG_RAISE(SG_ERR_INVALID_ARG, "%s: placement Shard(%d) (%s, mesh dim '%s') of input %d ('%s') "
+               "is not accepted", op->name, p.dim,
+               p.dim == 0 ? "batch" : p.dim == 1 ? "channels" : "spatial",
+               sg_mesh_dim_name(x->mesh, m), r, x->name);
+  }
+  for (int i = 0; i < node->nin; ++i) {
+    const sg_var *v = node->in[i];
+    if (op->slots[i] != SG_SLOT_ACT || i == r) continue;
+    if (!v->mesh)
+      SG_RAISE(SG_ERR_INVALID_ARG, "%s: input %d ('%s') is not sharded but input %d ('%s') is: "
+               "activation inputs must be sharded alike", op->name, i, v->name, r, x->name);
+    int same = v->mesh == x->mesh && v->value.ndim == x->value.ndim;
+    for (int m = 0; same && m < md; ++m)
+      same = sg_placement_equal(v->placements[m], x->placements[m]);
+    if (!same)
+      SG_RAISE(SG_ERR_INVALID_ARG, "%s: inputs %d ('%s') and %d ('%s') are placed differently "
+               "(mesh, dims or placements): activation inputs must be sharded alike", op->name,
+               r, x->name, i, v->name);
+  }
+  node->mesh = x->mesh;
+  memcpy(node->placements, x->placements, sizeof node->placements);
+  for (int i = 0; i < node->nin; ++i) {
+    const sg_var *v = node->in[i];
+    if (op->slots[i] != SG_SLOT_ACT) continue;
+    for (int t = 0; t < v->value.ndim; ++t)
+      if (ag_dim_sharded(node, t) && v->global_shape[t] != x->global_shape[t])
+        SG_RAISE(SG_ERR_SHAPE, "%s: inputs %d ('%s') and %d ('%s') differ in the global extent "
+                 "of sharded dim %d (%lld and %lld)", op->name, r, x->name, i, v->name, t,
+                 (long long)x->global_shape[t], (long long)v->global_shape[t]);
+  }
+  SG_TRY(sg_sharded_split_masks(x->mesh, x->value.ndim, x->placements, &node->split_batch,
+                                &node->split_channel, &node->split_space));
+fail:
+  return st;
+}
+
+/* The cached exchange of the windowed input (created on a miss: collective,
+ * in the same order on every rank). */
+static sg_status ag_node_exchange(sg_tape_t tape, sg_node *node, const sg_var *x) {
+  sg_status st = SG_OK;
+  ag_xkey k;
+  memset(&k, 0, sizeof k);
+  k.mesh = x->mesh;
+  k.dtype = x->value.dtype;
+  k.ndim = x->value.ndim;
+  memcpy(k.global, x->global_shape, (size_t)k.ndim * sizeof *k.global);
+  for (int m = 0; m < sg_mesh_ndims(x->mesh); ++m) {
+    k.pl[m].kind = x->placements[m].kind;
+    k.pl[m].dim = x->placements[m].kind == SG_PLACEMENT_SHARD ? x->placements[m].dim : -1;
+  }
+  const sg_op_window *w = &node->win;
+  for (int d = 0; d < w->nsp; ++d) {
+    sg_exchange_dim *e = &k.win[d];
+    e->kernel = w->kernel[d];
+    e->stride = w->stride[d] ? w->stride[d] : 1;
+    e->dilation = w->dilation[d] ? w->dilation[d] : 1;
+    e->pad[0] = w->pad[d][0];
+    e->pad[1] = w->pad[d][1];
+    e->up = w->up[d] > 1 ? w->up[d] : 1;
+    e->boundary = w->mode[d];
+  }
+  ag_xentry *hit = NULL;
+  for (int i = 0; i < tape->nx && !hit; ++i)
+    if (!memcmp(&tape->xcache[i].key, &k, sizeof k)) hit = &tape->xcache[i];
+  if (!hit) {
+    if (tape->nx >= AG_XCACHE_MAX)
+      for (int i = 0; i < tape->nx; ++i)
+        if (tape->xcache[i].uses == 0) {
+          sg_sharded_exchange_destroy(&tape->xcache[i].ex);
+          memmove(tape->xcache + i, tape->xcache + i + 1,
+                  (size_t)(tape->nx - i - 1) * sizeof *tape->xcache);
+          tape->nx--;
+          break;
+        }
+    SG_TRY(ag_grow((void **)&tape->xcache, &tape->cap_x, tape->nx + 1, sizeof *tape->xcache));
+    sg_sharded_exchange_t ex = NULL;
+    SG_TRY(sg_sharded_exchange_create(x->mesh, k.dtype, k.ndim, k.global, x->placements, k.win,
+                                      &ex));
+    hit = &tape->xcache[tape->nx++];
+    hit->key = k;
+    hit->ex = ex;
+    hit->uses = 0;
+  }
+  hit->uses++;
+  node->ex = hit->ex;
+fail:
+  return st;
+}
+
+static sg_exchange_info ag_node_info(const sg_node *node) {
+  sg_exchange_info info;
+  memset(&info, 0, sizeof info);
+  sg_sharded_exchange_get_info((sg_sharded_exchange_t)node->ex, &info);
+  return info;
+}
+
+/* The owned part of output j (computed over the natural extent). */
+static sg_status ag_crop(sg_node *node, int j, const sg_exchange_info *info) {
+  sg_status st = SG_OK;
+  sg_var *v = node->out[j];
+  sg_tensor src, dst = {0};
+  int64_t off[SG_TENSOR_MAX_DIMS] = {0}, shape[SG_TENSOR_MAX_DIMS];
+  shape[0] = v->value.shape[0];
+  shape[1] = v->value.shape[1];
+  for (int d = 0; d < info->nsp; ++d) {
+    if (v->value.shape[2 + d] != info->natural[d])
+      SG_RAISE(SG_ERR_SHAPE, "%s: output %d has extent %lld in spatial dim %d, the window gives "
+               "%lld", node->op->name, j, (long long)v->value.shape[2 + d], d,
+               (long long)info->natural[d]);
+    off[2 + d] = info->crop[d];
+    shape[2 + d] = info->out_local[d];
+  }
+  SG_TRY(ag_alloc(&dst, v->value.dtype, v->value.ndim, shape));
+  SG_TRY(sg_tensor_view(&v->value, off, shape, &src));
+  SG_TRY(sg_tensor_copy(&dst, &src));
+  ag_free(&v->value);
+  v->value = dst;
+  dst.owns = 0;
+  node->cropped |= 1u << j;
+fail:
+  ag_free(&dst);
+  return st;
+}
+
+/* Output j summed over the mesh dims that split the inputs (rank order). */
+static sg_status ag_partial_sum(sg_node *node, sg_var *v) {
+  sg_status st = SG_OK;
+  double *buf = NULL;
+  sg_group_t g = NULL;
+  const int64_t n = ag_numel(&v->value);
+  SG_TRY(sg_node_group(node, SG_SPLIT_BATCH | SG_SPLIT_CHANNEL | SG_SPLIT_SPACE, &g));
+  if (!g || n == 0) goto fail;
+  buf = malloc((size_t)n * sizeof *buf);
+  if (!buf) SG_RAISE(SG_ERR_ALLOC, "partial sum");
+  const int f32 = v->value.dtype == SG_DTYPE_F32;
+  for (int64_t i = 0; i < n; ++i)
+    buf[i] = f32 ? (double)((const float *)v->value.data)[i] : ((const double *)v->value.data)[i];
+  SG_TRY(sg_sum_allreduce(buf, n, sg_group_comm(g)));
+  for (int64_t i = 0; i < n; ++i) {
+    if (f32)
+      ((float *)v->value.data)[i] = (float)buf[i];
+    else
+      ((double *)v->value.data)[i] = buf[i];
+  }
+fail:
+  free(buf);
+  return st;
+}
+
+/* Outputs of a sharded node: crop, then their sharding and global shape. */
+static sg_status ag_outputs_sharding(sg_node *node) {
+  sg_status st = SG_OK;
+  const sg_var *ref = ag_ref_input(node);
+  sg_exchange_info info;
+  memset(&info, 0, sizeof info);
+  if (node->has_window) info = ag_node_info(node);
+  for (int j = 0; j < node->nout; ++j) {
+    sg_var *v = node->out[j];
+    if (node->op->rule.out == SG_OUT_PARTIAL) {
+      SG_TRY(ag_partial_sum(node, v));
+      continue;
+    }
+    if (node->op->rule.out != SG_OUT_LIKE_INPUT) continue;
+    if (v->value.ndim != ref->value.ndim)
+      SG_RAISE(SG_ERR_SHAPE, "%s: output %d has %d dims, its sharded input '%s' %d",
+               node->op->name, j, v->value.ndim, ref->name, ref->value.ndim);
+    if (node->has_window && info.cropped) SG_TRY(ag_crop(node, j, &info));
+    for (int t = 0; t < v->value.ndim; ++t) {
+      int64_t want = v->value.shape[t], g = want;
+      if (ag_dim_sharded(node, t)) {
+        int win = node->has_window && t >= 2;
+        want = win ? info.out_local[t - 2] : ref->value.shape[t];
+        g = win ? info.out_global[t - 2] : ref->global_shape[t];
+      }
+      if (v->value.shape[t] != want)
+        SG_RAISE(SG_ERR_SHAPE, "%s: output %d has extent %lld in sharded dim %d, this rank's "
+                 "share is %lld", node->op->name, j, (long long)v->value.shape[t], t,
+                 (long long)want);
+      v->global_shape[t] = g;
+    }
+    v->mesh = node->mesh;
+    memcpy(v->placements, node->placements, sizeof v->placements);
+  }
+fail:
+  return st;
+}
+
+sg_status sg_node_group(const sg_node *node, unsigned which, sg_group_t *g) {
+  sg_status st = SG_OK;
+  if (!g) SG_RAISE(SG_ERR_INVALID_ARG, "node group: NULL argument");
+  *g = NULL;
+  if (!node || !node->mesh) goto fail;
+  unsigned mask = ((which & SG_SPLIT_BATCH) ? node->split_batch : 0) |
+                  ((which & SG_SPLIT_CHANNEL) ? node->split_channel : 0) |
+                  ((which & SG_SPLIT_SPACE) ? node->split_space : 0);
+  if (mask) SG_TRY(sg_mesh_group(node->mesh, mask, g));
+fail:
+  return st;
+}
+
+const int64_t *sg_node_in_global_shape(const sg_node *node, int i) {
+  if (!node || i < 0 || i >= node->nin) return NULL;
+  return sg_var_global_shape(node->in[i]);
+}
+
+/* ---- apply ------------------------------------------------------------------ */
+
+/* Everything before the first message: checks, the node, its margins on one
+ * process or its cached exchange, the output variables. */
+static sg_status ag_apply_prepare(sg_tape_t tape, const sg_op_def *op, int nin,
+                                  sg_var *const *in, int nout, const sg_op_window *win,
+                                  const void *attr, size_t attr_bytes, sg_node **pnode) {
+  sg_status st = SG_OK;
+  sg_node *node = calloc(1, sizeof *node);
+  if (!node) SG_RAISE(SG_ERR_ALLOC, "node");
+  *pnode = node;
+  node->op = op;
+  node->nin = nin;
+  node->nout = nout;
+  for (int i = 0; i < nin; ++i) node->in[i] = in[i];
+  if (attr_bytes) memcpy(node->attr, attr, attr_bytes);
+  SG_TRY(ag_node_sharding(node));
+  if (op->rule.windowed_input >= 0) {
+    if (!win) SG_RAISE(SG_ERR_INVALID_ARG, "%s needs a window", op->name);
+    if (op->rule.windowed_input >= nin)
+      SG_RAISE(SG_ERR_INTERNAL, "%s: windowed input %d of %d", op->name,
+               op->rule.windowed_input, nin);
+    const sg_var *x = in[op->rule.windowed_input];
+    if (win->nsp < 1 || win->nsp > SG_OPS_MAX_SPATIAL || x->value.ndim != 2 + win->nsp)
+      SG_RAISE(SG_ERR_SHAPE, "%s: input has %d dims, the window is for (N, C) + %d spatial",
+               op->name, x->value.ndim, win->nsp);
+    node->has_window = 1;
+    node->win = *win;
+    if (node->mesh && !x->mesh)
+      SG_RAISE(SG_ERR_INVALID_ARG, "%s: the windowed input '%s' is not sharded but other inputs "
+               "are", op->name, x->name);
+    if (node->mesh) {
+      SG_TRY(ag_node_exchange(tape, node, x));
+    } else {
+      SG_TRY(ag_make_margins(node, x));
+      if (node->xin.owns) tape->bytes += ag_nbytes(&node->xin);
+    }
+  }
+  SG_TRY(ag_grow((void **)&tape->owned, &tape->cap_owned, tape->nowned + nout,
+                 sizeof *tape->owned));
+  int requires = 0;
+  for (int i = 0; i < nin; ++i) requires |= in[i]->requires_grad;
+  requires = requires && tape->grad_enabled;
+  for (int j = 0; j < nout; ++j) {
+    sg_var *v = calloc(1, sizeof *v);
+    if (!v) SG_RAISE(SG_ERR_ALLOC, "variable");
+    tape->owned[tape->nowned++] = v;
+    snprintf(v->name, sizeof v->name, "%s.%d", op->name, j);
+    v->requires_grad = requires;
+    node->out[j] = v;
+  }
+fail:
+  return st;
+}
+
+/* The exchange (sharded), the forward, the outputs' sharding. */
+static sg_status ag_apply_run(sg_tape_t tape, sg_node *node) {
+  sg_status st = SG_OK;
+  if (node->mesh && node->has_window) {
+    const sg_var *x = node->in[node->op->rule.windowed_input];
+    if (ag_node_info(node).identity) {
+      node->xin = x->value;
+      node->xin.owns = 0;
+    } else {
+      SG_TRY(sg_sharded_exchange_forward((sg_sharded_exchange_t)node->ex, &x->value, &node->xin));
+      if (node->xin.owns) tape->bytes += ag_nbytes(&node->xin);
+    }
+  }
+  ag_current_tape = tape;
+  st = node->op->forward(node);
+  ag_current_tape = NULL;
+  if (st != SG_OK) goto fail;
+  for (int j = 0; j < node->nout; ++j)
+    if (!node->out[j]->value.data && ag_numel(&node->out[j]->value) != 0)
+      SG_RAISE(SG_ERR_INTERNAL, "%s did not produce output %d", node->op->name, j);
+  if (node->mesh) SG_TRY(ag_outputs_sharding(node));
 fail:
   return st;
 }
@@ -349,46 +778,22 @@ sg_status sg_tape_apply(sg_tape_t tape, const sg_op_def *op, int nin,
       SG_RAISE(SG_ERR_SHAPE, "%s: input %d is %s, input 0 is %s", op->name, i,
                sg_dtype_name(in[i]->value.dtype), sg_dtype_name(in[0]->value.dtype));
   }
-  node = calloc(1, sizeof *node);
-  if (!node) SG_RAISE(SG_ERR_ALLOC, "node");
-  node->op = op;
-  node->nin = nin;
-  node->nout = nout;
-  for (int i = 0; i < nin; ++i) node->in[i] = in[i];
-  if (attr_bytes) memcpy(node->attr, attr, attr_bytes);
+  const int r = ag_sharded_ref(op, nin, in);
+  const MPI_Comm comm = r >= 0 ? sg_mesh_comm(in[r]->mesh) : MPI_COMM_NULL;
   int requires = 0;
   for (int i = 0; i < nin; ++i) requires |= in[i]->requires_grad;
   requires = requires && tape->grad_enabled;
   if (tape->hooks.pre_use)
     for (int i = 0; i < nin; ++i)
       if (in[i]->is_param) SG_TRY(tape->hooks.pre_use(in[i], tape->hooks.user));
-  if (op->rule.windowed_input >= 0) {
-    if (!win) SG_RAISE(SG_ERR_INVALID_ARG, "%s needs a window", op->name);
-    if (op->rule.windowed_input >= nin)
-      SG_RAISE(SG_ERR_INTERNAL, "%s: windowed input %d of %d", op->name,
-               op->rule.windowed_input, nin);
-    node->has_window = 1;
-    node->win = *win;
-    SG_TRY(ag_make_margins(node, in[op->rule.windowed_input]));
-    if (node->xin.owns) tape->bytes += ag_nbytes(&node->xin);
-  }
-  SG_TRY(ag_grow((void **)&tape->owned, &tape->cap_owned, tape->nowned + nout,
-                 sizeof *tape->owned));
-  for (int j = 0; j < nout; ++j) {
-    sg_var *v = calloc(1, sizeof *v);
-    if (!v) SG_RAISE(SG_ERR_ALLOC, "variable");
-    tape->owned[tape->nowned++] = v;
-    snprintf(v->name, sizeof v->name, "%s.%d", op->name, j);
-    v->requires_grad = requires;
-    node->out[j] = v;
-  }
-  ag_current_tape = tape;
-  st = op->forward(node);
-  ag_current_tape = NULL;
+  /* sharded: every rank agrees before the exchange and after the forward */
+  st = ag_apply_prepare(tape, op, nin, in, nout, win, attr, attr_bytes, &node);
+  if (r >= 0) st = sg_agree(comm, st);
+  if (st != SG_OK) goto fail;
+  st = ag_apply_run(tape, node);
+  if (r >= 0) st = sg_agree(comm, st);
   if (st != SG_OK) goto fail;
   for (int j = 0; j < nout; ++j) {
-    if (!node->out[j]->value.data && ag_numel(&node->out[j]->value) != 0)
-      SG_RAISE(SG_ERR_INTERNAL, "%s did not produce output %d", op->name, j);
     tape->bytes += ag_nbytes(&node->out[j]->value);
     out[j] = node->out[j];
   }
@@ -410,13 +815,20 @@ fail:
   return st;
 }
 
-/* Run one node's backward and route its input gradients. */
-static sg_status ag_node_backward(sg_tape_t tape, sg_node *node) {
-  sg_status st = SG_OK;
-  enum { DIRECT = 0, ADD, PAD } how[SG_NODE_MAX_IN] = {DIRECT};
+/* ---- backward ----------------------------------------------------------------- */
+
+typedef struct ag_bwd {
+  enum { DIRECT = 0, ADD, PAD } how[SG_NODE_MAX_IN];
   sg_tensor tmp[SG_NODE_MAX_IN];
-  sg_tensor tmp2 = {0};
-  memset(tmp, 0, sizeof tmp);
+  sg_tensor tmp2;
+  sg_tensor grad[SG_NODE_MAX_OUT]; /* cropped outputs: their own gradients */
+  unsigned swapped;
+} ag_bwd;
+
+/* Gradient buffers, the op's backward (outputs' gradients zero-padded to
+ * the window's natural extent where the forward was cropped). */
+static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
+  sg_status st = SG_OK;
   const int wi = node->op->rule.windowed_input;
   for (int j = 0; j < node->nout; ++j) SG_TRY(ag_ensure_grad(tape, node->out[j]));
   for (int i = 0; i < node->nin; ++i) {
@@ -424,52 +836,105 @@ static sg_status ag_node_backward(sg_tape_t tape, sg_node *node) {
     node->gin[i] = NULL;
     if (!v->requires_grad || ag_numel(&v->value) == 0) continue;
     if (i == wi && node->xin.owns) {
-      SG_TRY(ag_alloc(&tmp[i], node->xin.dtype, node->xin.ndim, node->xin.shape));
-      node->gin[i] = tmp[i].data;
-      how[i] = PAD;
+      SG_TRY(ag_alloc(&b->tmp[i], node->xin.dtype, node->xin.ndim, node->xin.shape));
+      node->gin[i] = b->tmp[i].data;
+      b->how[i] = PAD;
     } else if (node->op->slots[i] == SG_SLOT_PARAM) {
       SG_TRY(ag_ensure_grad(tape, v));
       v->has_grad = 1;
       node->gin[i] = v->grad.data;
-      how[i] = DIRECT;
+      b->how[i] = DIRECT;
     } else if (!v->is_leaf && !v->has_grad) {
       SG_TRY(ag_ensure_grad(tape, v));
       v->has_grad = 1;
       node->gin[i] = v->grad.data;
-      how[i] = DIRECT;
+      b->how[i] = DIRECT;
     } else {
-      SG_TRY(ag_alloc(&tmp[i], v->value.dtype, v->value.ndim, v->value.shape));
-      node->gin[i] = tmp[i].data;
-      how[i] = ADD;
+      SG_TRY(ag_alloc(&b->tmp[i], v->value.dtype, v->value.ndim, v->value.shape));
+      node->gin[i] = b->tmp[i].data;
+      b->how[i] = ADD;
+    }
+  }
+  if (node->cropped) {
+    sg_exchange_info info = ag_node_info(node);
+    for (int j = 0; j < node->nout; ++j) {
+      if (!(node->cropped & (1u << j))) continue;
+      sg_var *v = node->out[j];
+      int64_t off[SG_TENSOR_MAX_DIMS] = {0}, shape[SG_TENSOR_MAX_DIMS];
+      shape[0] = v->value.shape[0];
+      shape[1] = v->value.shape[1];
+      for (int d = 0; d < info.nsp; ++d) {
+        off[2 + d] = info.crop[d];
+        shape[2 + d] = info.natural[d];
+      }
+      sg_tensor part;
+      SG_TRY(ag_alloc(&b->grad[j], v->grad.dtype, v->grad.ndim, shape));
+      SG_TRY(sg_tensor_view(&b->grad[j], off, v->grad.shape, &part));
+      SG_TRY(sg_tensor_copy(&part, &v->grad));
+      sg_tensor t = v->grad; /* swap: the op sees the natural extent */
+      v->grad = b->grad[j];
+      b->grad[j] = t;
+      b->swapped |= 1u << j;
     }
   }
   ag_current_tape = tape;
   st = node->op->backward(node);
   ag_current_tape = NULL;
-  if (st != SG_OK) goto fail;
+fail:
+  for (int j = 0; j < node->nout; ++j)
+    if (b->swapped & (1u << j)) {
+      sg_tensor t = node->out[j]->grad;
+      node->out[j]->grad = b->grad[j];
+      b->grad[j] = t;
+    }
+  return st;
+}
+
+/* The adjoint of the margins, and the routing of the input gradients. */
+static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
+  sg_status st = SG_OK;
   for (int i = 0; i < node->nin; ++i) {
     sg_var *v = node->in[i];
     if (!node->gin[i]) continue;
-    if (how[i] == PAD) {
+    if (b->how[i] == PAD) {
       const sg_op_window *w = &node->win;
-      SG_TRY(ag_alloc(&tmp2, v->value.dtype, v->value.ndim, v->value.shape));
-      SG_TRY(sg_pad_backward(v->value.dtype, w->nsp,
-                             v->value.shape[0] * v->value.shape[1],
-                             v->value.shape + 2, (const int64_t(*)[2])w->pad,
-                             w->mode, tmp[i].data, tmp2.data));
+      SG_TRY(ag_alloc(&b->tmp2, v->value.dtype, v->value.ndim, v->value.shape));
+      if (node->mesh)
+        SG_TRY(sg_sharded_exchange_adjoint((sg_sharded_exchange_t)node->ex, b->tmp[i].data,
+                                           &b->tmp2));
+      else
+        SG_TRY(sg_pad_backward(v->value.dtype, w->nsp, v->value.shape[0] * v->value.shape[1],
+                               v->value.shape + 2, (const int64_t(*)[2])w->pad, w->mode,
+                               b->tmp[i].data, b->tmp2.data));
       SG_TRY(ag_ensure_grad(tape, v));
       if (!v->is_leaf && !v->has_grad)
-        memcpy(v->grad.data, tmp2.data, ag_nbytes(&tmp2));
+        memcpy(v->grad.data, b->tmp2.data, ag_nbytes(&b->tmp2));
       else
-        ag_add_into(&v->grad, &tmp2);
+        ag_add_into(&v->grad, &b->tmp2);
       v->has_grad = 1;
-      ag_free(&tmp2);
-    } else if (how[i] == ADD) {
+      ag_free(&b->tmp2);
+    } else if (b->how[i] == ADD) {
       SG_TRY(ag_ensure_grad(tape, v));
-      ag_add_into(&v->grad, &tmp[i]);
+      ag_add_into(&v->grad, &b->tmp[i]);
       v->has_grad = 1;
     }
   }
+fail:
+  return st;
+}
+
+/* Run one node's backward and route its input gradients. A sharded node
+ * agrees before the adjoint exchange and at the end. */
+static sg_status ag_node_backward(sg_tape_t tape, sg_node *node) {
+  sg_status st = SG_OK;
+  ag_bwd b;
+  memset(&b, 0, sizeof b);
+  const MPI_Comm comm = node->mesh ? sg_mesh_comm(node->mesh) : MPI_COMM_NULL;
+  st = ag_backward_local(tape, node, &b);
+  if (node->mesh && node->has_window) st = sg_agree(comm, st);
+  if (st == SG_OK) st = ag_backward_route(tape, node, &b);
+  if (node->mesh) st = sg_agree(comm, st);
+  if (st != SG_OK) goto fail;
   for (int i = 0; i < node->nin; ++i) {
     sg_var *v = node->in[i];
     if (!v->requires_grad) continue;
@@ -477,8 +942,9 @@ static sg_status ag_node_backward(sg_tape_t tape, sg_node *node) {
       SG_TRY(tape->hooks.grad_ready(v, tape->hooks.user));
   }
 fail:
-  for (int i = 0; i < SG_NODE_MAX_IN; ++i) ag_free(&tmp[i]);
-  ag_free(&tmp2);
+  for (int i = 0; i < SG_NODE_MAX_IN; ++i) ag_free(&b.tmp[i]);
+  for (int j = 0; j < SG_NODE_MAX_OUT; ++j) ag_free(&b.grad[j]);
+  ag_free(&b.tmp2);
   return st;
 }
 

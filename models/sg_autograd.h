@@ -28,14 +28,42 @@
  *
  * An op is one table (sg_op_def): forward and backward on local blocks, and
  * its sharding rule: which input carries a window (kernel, stride,
- * dilation, padding and boundary mode per spatial dim), the placements it
- * accepts and the placement of its output. The FRAMEWORK gives the
- * windowed input its margins before forward (one process: sg_pad_forward
- * with the window's padding and modes; on a ShardTensor: the halo exchange
- * of the halo layer) and runs the adjoint after backward (sg_pad_backward /
- * the reverse halo exchange with sum). A user kernel is the same table
- * passed to sg_tape_apply: write forward and backward for a local block,
- * declare the window, and domain parallelism comes with it.
+ * dilation, padding and boundary mode per spatial dim, and an up-sampling
+ * factor), the placements it accepts and the placement of its output. The
+ * FRAMEWORK gives the windowed input its margins before forward (one
+ * process: sg_pad_forward with the window's padding and modes; on a sharded
+ * variable: the halo exchange of the halo layer, sg_sharded_exchange_*) and
+ * runs the adjoint after backward (sg_pad_backward / the reverse halo
+ * exchange with sum). A user kernel is the same table passed to
+ * sg_tape_apply: write forward and backward for a local block, declare the
+ * window, and domain parallelism comes with it (docs/user-kernels.md).
+ *
+ * Domain parallelism. A variable may be the local block of a global tensor
+ * (N, C, spatial...) split over a device mesh (sg_var_set_sharding: mesh,
+ * placements per mesh dim as in sg_shardtensor.h, global shape): batch
+ * Shard(0) (e.g. over a "dp" mesh dim), spatial dims Shard(2..) (each by at
+ * most one mesh dim), the rest Replicate. Model code is the same on one
+ * process and on any mesh: an op whose activation inputs are sharded runs
+ * on the local blocks and its outputs inherit the sharding (with their own
+ * global shape). Per kind of op:
+ *  - window ops (conv, pool, up-sampling, convt, user windows): the output
+ *    is the BALANCED split of the output's global extent (the
+ *    output-partition rule, grid/sg_decomp.h), so each rank gets exactly
+ *    the input cells its outputs read (halos per rank and side, possibly
+ *    negative; periodic wraps across ranks); halo plans are created once
+ *    per (layout, window) and cached on the tape;
+ *  - normalisation: global statistics over the sharded dims (deterministic
+ *    rank-order merge); losses: the global value on every rank;
+ *  - pointwise, bias, linear, concat/split: local; inputs of an op with
+ *    several activation inputs must be sharded alike.
+ * Parameters stay plain (Replicate) variables; their gradients are this
+ * rank's PARTIAL sums, to be summed over the mesh dims that split the data
+ * (sg_sharded_reduce_dims; DDP in strategies/ does it).
+ * Every op on sharded inputs is collective over the mesh (all ranks call
+ * the same ops in the same order, as a model does) and errors (shapes,
+ * placements an op does not accept, a shard thinner than its halo) are
+ * returned on every rank, found from global information before any halo
+ * message.
  *
  * Hooks (function pointers with user data) where strategies attach:
  * before a parameter is used by an op (FSDP gather / prefetch), when a
@@ -43,9 +71,9 @@
  * overlapped with the rest of backward; only parameters the tape used),
  * and after backward.
  *
- * Host tensors, f32 or f64. No function here is collective (the sharded
- * ops, which will be, come with the halo layer). A tape is used by one
- * thread.
+ * Host tensors, f32 or f64. Functions on unsharded variables are not
+ * collective. A tape is used by one thread; destroy it before the meshes
+ * of its sharded variables (it caches halo plans on them).
  */
 #ifndef SG_AUTOGRAD_H
 #define SG_AUTOGRAD_H
@@ -53,6 +81,7 @@
 #include <stdint.h>
 
 #include "sg_ops.h"
+#include "sg_shardtensor.h"
 #include "sg_status.h"
 #include "sg_tensor.h"
 
@@ -78,6 +107,11 @@ typedef struct sg_var {
   int pending;       /* recorded uses whose backward has not run yet */
   int has_grad;      /* an activation gradient arrived in this backward */
   sg_node *producer; /* NULL for leaves */
+  /* domain sharding (sg_var_set_sharding; op outputs inherit it): value is
+   * this rank's block of a global tensor; mesh NULL: not sharded */
+  sg_mesh_t mesh;                            /* not owned */
+  sg_placement placements[SG_MESH_MAX_DIMS]; /* one per mesh dim */
+  int64_t global_shape[SG_TENSOR_MAX_DIMS];
 } sg_var;
 
 /* ---- variables ------------------------------------------------------------
@@ -99,6 +133,22 @@ sg_status sg_var_zero_grad(sg_var *v);
 /* The single element of a scalar variable as double (NaN if not scalar). */
 double sg_var_item(const sg_var *v);
 
+/* Mark v (a leaf: the model input, a target, a mask) as this rank's block
+ * of a global tensor (N, C, spatial...) split over mesh by placements (one
+ * per mesh dim; Shard(0) batch, Shard(2..) spatial, Replicate; see
+ * sg_shardtensor.h). v's local shape must be this rank's box of
+ * global_shape (sg_shardtensor_box; the balanced split). mesh NULL clears
+ * the sharding. Collective over the mesh (checks that every rank describes
+ * the same global tensor; every rank gets the same status). */
+sg_status sg_var_set_sharding(sg_var *v, sg_mesh_t mesh,
+                              const sg_placement *placements,
+                              const int64_t *global_shape);
+/* 1 if v is the block of a sharded global tensor. Not collective. */
+int sg_var_is_sharded(const sg_var *v);
+/* The global shape (v->value.ndim entries): the sharded tensor's, or the
+ * local shape of an unsharded variable. NULL for NULL. Not collective. */
+const int64_t *sg_var_global_shape(const sg_var *v);
+
 /* ---- the sharding rule and the op table ---------------------------------- */
 
 typedef struct sg_op_window {
@@ -108,6 +158,13 @@ typedef struct sg_op_window {
   int64_t dilation[SG_OPS_MAX_SPATIAL];
   int64_t pad[SG_OPS_MAX_SPATIAL][2];  /* margins (low, high) per dim */
   sg_pad_mode mode[SG_OPS_MAX_SPATIAL];/* boundary per dim */
+  /* up-sampling factor per dim (0 or 1: none): the window's outputs are
+   * "coarse", and coarse output z gives outputs up*z .. up*z+up-1 (nearest
+   * up-sampling: kernel 1, up s). On a sharded input the framework may
+   * crop the outputs the forward computes to this rank's balanced share
+   * (and zero-pads their gradients back before backward): an op with up > 1
+   * must not read its outputs' values in backward. */
+  int64_t up[SG_OPS_MAX_SPATIAL];
 } sg_op_window;
 
 /* Placements an op accepts for its inputs (bit mask). */
@@ -121,9 +178,17 @@ enum {
 
 /* Placement of the outputs. */
 typedef enum sg_out_rule {
-  SG_OUT_LIKE_INPUT = 0, /* same placements as input 0 */
-  SG_OUT_PARTIAL,        /* a partial sum over the sharded dims (losses) */
-  SG_OUT_REPLICATE
+  SG_OUT_LIKE_INPUT = 0, /* sharded like the activation inputs; the global
+                            shape follows from the local one (window ops:
+                            from the window) */
+  SG_OUT_PARTIAL,        /* forward gives this rank's partial sum; the
+                            framework sums it over the mesh dims that split
+                            the inputs (deterministic) and the result is
+                            the same plain variable on every rank; backward
+                            gets the upstream gradient as is */
+  SG_OUT_REPLICATE       /* forward gives the same plain (unsharded) value
+                            on every rank itself (e.g. a global reduction
+                            through sg_node_group) */
 } sg_out_rule;
 
 /* How backward treats an input's gradient buffer. */
@@ -134,7 +199,9 @@ typedef enum sg_slot {
 
 typedef struct sg_op_rule {
   int windowed_input; /* input that needs the window's margins, -1: none */
-  unsigned accepts;   /* SG_ACCEPT_* for the activation inputs */
+  unsigned accepts;   /* SG_ACCEPT_* for the activation inputs (slot ACT);
+                         Partial is never accepted; 0 means
+                         SG_ACCEPT_REPLICATE | SHARD_BATCH | SHARD_SPATIAL */
   sg_out_rule out;
 } sg_op_rule;
 
@@ -164,6 +231,12 @@ struct sg_node {
   unsigned char attr[256];     /* op attributes (copied at apply) */
   void *saved;                 /* op state for backward (freed by the tape) */
   size_t saved_bytes;
+  /* framework state: sharded inputs (mesh NULL: none) */
+  sg_mesh_t mesh;
+  sg_placement placements[SG_MESH_MAX_DIMS];
+  unsigned split_batch, split_channel, split_space; /* mesh dim masks */
+  void *ex;                    /* the windowed input's exchange (cached) */
+  unsigned cropped;            /* outputs cropped to this rank's share */
 };
 
 /* Record (or, in no-grad mode, just run) an op. attr (attr_bytes <= 256) is
@@ -177,6 +250,18 @@ sg_status sg_node_alloc_out(sg_node *node, int j, int ndim,
                             const int64_t *shape);
 /* For op forwards: a zero-filled buffer kept until the node is released. */
 sg_status sg_node_save(sg_node *node, size_t bytes, void **ptr);
+
+/* For op kernels that reduce over the global tensor (statistics, losses):
+ * *g = the group over the mesh dims that split the activation inputs'
+ * tensor dims selected by `which` (SG_SPLIT_* bits), or NULL when the node
+ * is not sharded or no such mesh dim exists (then the local block is the
+ * whole tensor along those dims). A reduction over it is collective over
+ * that group; e.g. sg_sum_allreduce(v, n, sg_group_comm(g)) when g. Not
+ * collective. */
+enum { SG_SPLIT_BATCH = 1u << 0, SG_SPLIT_CHANNEL = 1u << 1, SG_SPLIT_SPACE = 1u << 2 };
+sg_status sg_node_group(const sg_node *node, unsigned which, sg_group_t *g);
+/* The global shape of input i (its local shape if it is not sharded). */
+const int64_t *sg_node_in_global_shape(const sg_node *node, int i);
 
 /* ---- the tape ------------------------------------------------------------ */
 
@@ -196,7 +281,8 @@ int sg_tape_set_grad_enabled(sg_tape_t tape, int enabled);
 /* Backward from a scalar variable produced on this tape, seeded with 1;
  * then the tape is cleared. */
 sg_status sg_tape_backward(sg_tape_t tape, sg_var *loss);
-/* Drop every recorded op and tape-owned variable. */
+/* Drop every recorded op and tape-owned variable (keeps the cached halo
+ * plans). */
 void sg_tape_clear(sg_tape_t tape);
 /* Zero the gradients of n leaf variables. */
 sg_status sg_tape_zero_grad(sg_var *const *vars, int n);
@@ -243,11 +329,14 @@ sg_status sg_ag_concat(sg_tape_t t, int k, sg_var *const *xs, sg_var **y);
 sg_status sg_ag_split(sg_tape_t t, sg_var *x, int k, const int64_t *channels,
                       sg_var **ys);
 /* Normalisation (kind, groups, eps from d; batch/channels/spatial are
- * taken from x); gamma, beta: (C) or NULL. Statistics are local to this
- * block (one process). */
+ * taken from x); gamma, beta: (C) or NULL. On a sharded x the statistics
+ * are global: BATCH over batch and space, INSTANCE and GROUP over space,
+ * LAYER (over channels) local. */
 sg_status sg_ag_norm(sg_tape_t t, const sg_norm_desc *d, sg_var *x,
                      sg_var *gamma, sg_var *beta, sg_var **y);
-/* A scalar loss (target ignored by SUM/MEAN, may be NULL then). */
+/* A scalar loss (target ignored by SUM/MEAN, may be NULL then). On a
+ * sharded pred (target sharded alike) the value is the global loss over all
+ * shards, the same on every rank (rank-order sums: deterministic). */
 sg_status sg_ag_loss(sg_tape_t t, sg_loss_kind kind, sg_var *pred,
                      sg_var *target, sg_var **loss);
 

@@ -17,14 +17,10 @@ struct sg_sharded_ctx {
   int ndim;
   int64_t global[SG_TENSOR_MAX_DIMS];
   sg_placement placements[SG_MESH_MAX_DIMS];
-  /* window ops */
+  /* window ops: the exchange, its geometry, the input box */
   int nsp;
-  sg_decomp_t dec;
-  sg_halo_plan_t plan;
-  int64_t block_count;
-  int64_t block_ext[SG_OPS_MAX_SPATIAL]; /* spatial extents with margins */
-  int64_t box_start[SG_OPS_MAX_SPATIAL], box_ext[SG_OPS_MAX_SPATIAL];
-  int box_is_block;
+  sg_sharded_exchange_t ex;
+  sg_exchange_info xi;
   void *xin; /* (n, c, box...) contiguous */
   sg_conv_desc cd;
   sg_pool_kind pool;
@@ -41,6 +37,7 @@ struct sg_sharded_ctx {
   /* losses */
   sg_loss_kind loss;
   double *partial;
+  double grad_scale;
   int64_t npartial, local_batch, global_batch, local_n;
   const void *p, *t;
   void *p_own, *t_own;
@@ -49,8 +46,7 @@ struct sg_sharded_ctx {
 void sg_sharded_ctx_destroy(sg_sharded_ctx_t *ctx) {
   if (!ctx || !*ctx) return;
   sg_sharded_ctx_t c = *ctx;
-  sg_halo_plan_destroy(&c->plan);
-  sg_decomp_destroy(&c->dec);
+  sg_sharded_exchange_destroy(&c->ex);
   sg_free(sg_device_host(), &c->xin);
   sg_free(sg_device_host(), &c->x_own);
   sg_free(sg_device_host(), &c->p_own);
@@ -66,29 +62,31 @@ void sg_sharded_ctx_destroy(sg_sharded_ctx_t *ctx) {
 typedef struct layout {
   int batch_dim;                      /* mesh dim sharding tensor dim 0 */
   int space_dim[SG_OPS_MAX_SPATIAL];  /* mesh dim sharding tensor dim 2+d */
-  unsigned batch_mask, space_mask;
+  unsigned batch_mask, channel_mask, space_mask;
 } layout;
 
-static sg_status analyze(const sg_shardtensor *x, const char *op, layout *l) {
+/* The mesh dims that split each tensor dim. Channels (Shard(1)) only when
+ * allow_channel; Partial never. */
+static sg_status layout_of(sg_mesh_t mesh, int ndim, const sg_placement *pl, const char *op,
+                           int allow_channel, layout *l) {
   sg_status st = SG_OK;
-  if (!x || !x->mesh) SG_RAISE(SG_ERR_INVALID_ARG, "%s: input is NULL or not created", op);
-  if (x->ndim < 2 || x->ndim > 2 + SG_OPS_MAX_SPATIAL)
-    SG_RAISE(SG_ERR_SHAPE, "%s: input must be (N, C) + 1..3 spatial dims, has %d dims", op,
-             x->ndim);
-  if (x->local.dtype != SG_DTYPE_F32 && x->local.dtype != SG_DTYPE_F64)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: f32 or f64, not %s", op, sg_dtype_name(x->local.dtype));
   memset(l, 0, sizeof *l);
   l->batch_dim = -1;
   for (int d = 0; d < SG_OPS_MAX_SPATIAL; ++d) l->space_dim[d] = -1;
-  for (int m = 0; m < sg_mesh_ndims(x->mesh); ++m) {
-    sg_placement p = x->placements[m];
+  if (ndim < 2 || ndim > 2 + SG_OPS_MAX_SPATIAL)
+    SG_RAISE(SG_ERR_SHAPE, "%s: input must be (N, C) + 1..3 spatial dims, has %d dims", op, ndim);
+  SG_TRY(sg_placements_check(sg_mesh_ndims(mesh), ndim, pl));
+  for (int m = 0; m < sg_mesh_ndims(mesh); ++m) {
+    sg_placement p = pl[m];
     if (p.kind == SG_PLACEMENT_PARTIAL)
       SG_RAISE(SG_ERR_INVALID_ARG, "%s: placement Partial (mesh dim %d) is not accepted", op, m);
     if (p.kind != SG_PLACEMENT_SHARD) continue;
-    if (p.dim == 1)
-      SG_RAISE(SG_ERR_INVALID_ARG,
-               "%s: placement Shard(1) (channels, mesh dim %d) is not accepted", op, m);
-    if (p.dim == 0) {
+    if (p.dim == 1) {
+      if (!allow_channel)
+        SG_RAISE(SG_ERR_INVALID_ARG,
+                 "%s: placement Shard(1) (channels, mesh dim %d) is not accepted", op, m);
+      l->channel_mask |= 1u << m;
+    } else if (p.dim == 0) {
       if (l->batch_dim >= 0)
         SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: batch split by two mesh dims", op);
       l->batch_dim = m;
@@ -100,6 +98,29 @@ static sg_status analyze(const sg_shardtensor *x, const char *op, layout *l) {
       l->space_mask |= 1u << m;
     }
   }
+fail:
+  return st;
+}
+
+static sg_status analyze(const sg_shardtensor *x, const char *op, layout *l) {
+  sg_status st = SG_OK;
+  if (!x || !x->mesh) SG_RAISE(SG_ERR_INVALID_ARG, "%s: input is NULL or not created", op);
+  if (x->local.dtype != SG_DTYPE_F32 && x->local.dtype != SG_DTYPE_F64)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: f32 or f64, not %s", op, sg_dtype_name(x->local.dtype));
+  SG_TRY(layout_of(x->mesh, x->ndim, x->placements, op, 0, l));
+fail:
+  return st;
+}
+
+sg_status sg_sharded_split_masks(sg_mesh_t mesh, int ndim, const sg_placement *placements,
+                                 unsigned *batch, unsigned *channel, unsigned *space) {
+  sg_status st = SG_OK;
+  layout l;
+  if (!mesh || !placements) SG_RAISE(SG_ERR_INVALID_ARG, "split masks: mesh and placements");
+  SG_TRY(layout_of(mesh, ndim, placements, "split masks", 1, &l));
+  if (batch) *batch = l.batch_mask;
+  if (channel) *channel = l.channel_mask;
+  if (space) *space = l.space_mask;
 fail:
   return st;
 }
@@ -158,6 +179,12 @@ static void copy_box(size_t es, int nd, const int64_t *shape, const char *src,
   }
 }
 
+static int64_t numel_of(const int64_t *shape, int nd) {
+  int64_t n = 1;
+  for (int i = 0; i < nd; ++i) n *= shape[i];
+  return n;
+}
+
 static void row_major_strides(int nd, const int64_t *shape, int64_t *strides) {
   int64_t s = 1;
   for (int i = nd - 1; i >= 0; --i) {
@@ -213,129 +240,290 @@ fail:
   return st;
 }
 
+/* ---- the exchange of a window op -------------------------------------------- */
+
+struct sg_sharded_exchange {
+  sg_dtype dtype;
+  int ndim;
+  int64_t local[SG_TENSOR_MAX_DIMS]; /* this rank's input interior */
+  sg_halo_plan_t plan;               /* NULL when nothing moves anywhere */
+  int64_t block_count, origin;
+  int64_t ds[SG_TENSOR_MAX_DIMS];    /* element strides of the block */
+  int64_t box_start[SG_OPS_MAX_SPATIAL];
+  int box_is_block;
+  sg_exchange_info info;
+};
+
+static sg_exchange_dim dim_normal(sg_exchange_dim w) {
+  if (w.kernel == 0) w.kernel = 1;
+  if (w.stride == 0) w.stride = 1;
+  if (w.dilation == 0) w.dilation = 1;
+  if (w.up == 0) w.up = 1;
+  return w;
+}
+
+/* Signed halos (2 per part) and sizes of the input parts along one dim of
+ * n cells over p parts, for the window w; *nout: the global output extent. */
+static sg_status span_halos(int dim, int64_t n, int p, sg_exchange_dim w, int64_t *halo,
+                            int64_t *sizes, int64_t *nout) {
+  sg_status st = SG_OK;
+  if (w.kernel < 1 || w.stride < 1 || w.dilation < 1 || w.up < 1 || w.pad[0] < 0 || w.pad[1] < 0)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "spatial dim %d: window kernel %lld, stride %lld, dilation %lld, padding (%lld, %lld), "
+             "up-sampling %lld", dim, (long long)w.kernel, (long long)w.stride,
+             (long long)w.dilation, (long long)w.pad[0], (long long)w.pad[1], (long long)w.up);
+  if ((int)w.boundary < 0 || w.boundary >= SG_BOUNDARY_COUNT)
+    SG_RAISE(SG_ERR_INVALID_ARG, "spatial dim %d: boundary kind %d", dim, (int)w.boundary);
+  int64_t span = n + w.pad[0] + w.pad[1] - w.dilation * (w.kernel - 1) - 1;
+  if (n < 1 || span < 0)
+    SG_RAISE(SG_ERR_SHAPE, "spatial dim %d: a window of %lld (dilation %lld) does not fit %lld "
+             "cells with padding (%lld, %lld)", dim, (long long)w.kernel, (long long)w.dilation,
+             (long long)n, (long long)w.pad[0], (long long)w.pad[1]);
+  *nout = w.up * (span / w.stride + 1);
+  if (n < p || *nout < p)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "spatial dim %d: %lld input / %lld output cells over %d ranks: "
+             "a shard would be empty", dim, (long long)n, (long long)*nout, p);
+  for (int r = 0; r < p; ++r) {
+    int64_t x0 = sg_split_offset(n, p, r), x1 = x0 + sg_split_size(n, p, r) - 1;
+    int64_t y0 = sg_split_offset(*nout, p, r), y1 = y0 + sg_split_size(*nout, p, r) - 1;
+    int64_t z0 = y0 / w.up, z1 = y1 / w.up;
+    halo[2 * r] = x0 - (w.stride * z0 - w.pad[0]);
+    halo[2 * r + 1] = w.stride * z1 - w.pad[0] + w.dilation * (w.kernel - 1) - x1;
+    sizes[r] = x1 - x0 + 1;
+  }
+  SG_TRY(sg_halo_check(dim, p, sizes, w.boundary, halo));
+fail:
+  return st;
+}
+
+void sg_sharded_exchange_destroy(sg_sharded_exchange_t *ex) {
+  if (!ex || !*ex) return;
+  sg_halo_plan_destroy(&(*ex)->plan);
+  free(*ex);
+  *ex = NULL;
+}
+
+void sg_sharded_exchange_get_info(sg_sharded_exchange_t ex, sg_exchange_info *info) {
+  if (ex && info) *info = ex->info;
+}
+
+sg_status sg_sharded_exchange_create(sg_mesh_t mesh, sg_dtype dtype, int ndim,
+                                     const int64_t *global_shape, const sg_placement *placements,
+                                     const sg_exchange_dim *win, sg_sharded_exchange_t *ex) {
+  sg_status st = SG_OK;
+  struct sg_sharded_exchange *e = NULL;
+  int64_t *tab = NULL;
+  layout l;
+  if (ex) *ex = NULL;
+  if (!mesh || !global_shape || !placements || !win || !ex)
+    SG_RAISE(SG_ERR_INVALID_ARG, "exchange: NULL argument");
+  if (dtype != SG_DTYPE_F32 && dtype != SG_DTYPE_F64)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "exchange: f32 or f64, not %s", sg_dtype_name(dtype));
+  SG_TRY(layout_of(mesh, ndim, placements, "window op", 0, &l));
+  if (ndim < 3) SG_RAISE(SG_ERR_SHAPE, "window op: input (N, C) has no spatial dims");
+  e = calloc(1, sizeof *e);
+  const int P = sg_mesh_size(mesh);
+  tab = malloc(3 * (size_t)P * sizeof *tab);
+  if (!e || !tab) SG_RAISE(SG_ERR_ALLOC, "exchange");
+  e->dtype = dtype;
+  e->ndim = ndim;
+  int64_t off[SG_TENSOR_MAX_DIMS];
+  SG_TRY(sg_shardtensor_box(mesh, ndim, global_shape, placements, sg_mesh_rank(mesh), off,
+                            e->local));
+  sg_exchange_info *in = &e->info;
+  in->nsp = ndim - 2;
+  in->identity = 1;
+  sg_halo_desc hd;
+  sg_halo_desc_init(&hd);
+  hd.ndims = in->nsp;
+  hd.dtype = dtype;
+  hd.lead = e->local[0] * e->local[1] > 0 ? e->local[0] * e->local[1] : 1;
+  for (int d = 0; d < in->nsp; ++d) {
+    sg_exchange_dim w = dim_normal(win[d]);
+    int m = l.space_dim[d];
+    int p = m >= 0 ? sg_mesh_dim_size(mesh, m) : 1, r = m >= 0 ? sg_mesh_coord(mesh, m) : 0;
+    int64_t n = global_shape[2 + d], nout = 0, *halo = tab, *sizes = tab + 2 * P;
+    SG_TRY(span_halos(d, n, p, w, halo, sizes, &nout));
+    for (int q = 0; q < 2 * p; ++q) in->identity &= halo[q] == 0;
+    int64_t y0 = sg_split_offset(nout, p, r), ny = sg_split_size(nout, p, r);
+    int64_t z0 = y0 / w.up, z1 = (y0 + ny - 1) / w.up;
+    int64_t lo = halo[2 * r], hi = halo[2 * r + 1];
+    in->in_local[d] = e->local[2 + d];
+    in->out_global[d] = nout;
+    in->out_local[d] = ny;
+    in->box[d] = (z1 - z0) * w.stride + w.dilation * (w.kernel - 1) + 1;
+    in->natural[d] = w.up * (z1 - z0 + 1);
+    in->crop[d] = y0 - w.up * z0;
+    in->cropped |= in->natural[d] != ny;
+    e->box_start[d] = (lo > 0 ? lo : 0) - lo;
+    hd.interior[d] = e->local[2 + d];
+    hd.halo[d][0] = hd.margin[d][0] = lo > 0 ? lo : 0;
+    hd.halo[d][1] = hd.margin[d][1] = hi > 0 ? hi : 0;
+    hd.mesh_dim[d] = m;
+    hd.boundary[d] = w.boundary;
+  }
+  e->box_is_block = 1;
+  for (int d = 0; d < in->nsp; ++d)
+    e->box_is_block &= e->box_start[d] == 0 &&
+                       in->box[d] == e->local[2 + d] + hd.halo[d][0] + hd.halo[d][1];
+  if (!in->identity) {
+    SG_TRY(sg_halo_plan_create(mesh, &hd, &e->plan));
+    e->block_count = sg_halo_plan_block_count(e->plan);
+    e->origin = sg_halo_plan_origin(e->plan);
+    int64_t bs[1 + SG_HALO_MAX_DIMS];
+    sg_halo_plan_strides(e->plan, bs);
+    e->ds[0] = e->local[1] * bs[0];
+    e->ds[1] = bs[0];
+    for (int d = 0; d < in->nsp; ++d) e->ds[2 + d] = bs[1 + d];
+  }
+  *ex = e;
+  e = NULL;
+fail:
+  free(tab);
+  free(e);
+  return st;
+}
+
+static void describe_box(const struct sg_sharded_exchange *e, sg_tensor *t, void *data) {
+  memset(t, 0, sizeof *t);
+  t->dtype = e->dtype;
+  t->device = sg_device_host();
+  t->ndim = e->ndim;
+  t->shape[0] = e->local[0];
+  t->shape[1] = e->local[1];
+  for (int d = 0; d < e->info.nsp; ++d) t->shape[2 + d] = e->info.box[d];
+  row_major_strides(t->ndim, t->shape, t->strides);
+  t->data = data;
+  t->owns = data != NULL;
+}
+
+static int local_matches(const struct sg_sharded_exchange *e, const sg_tensor *x) {
+  if (!x || x->ndim != e->ndim || x->dtype != e->dtype) return 0;
+  for (int d = 0; d < e->ndim; ++d)
+    if (x->shape[d] != e->local[d]) return 0;
+  return 1;
+}
+
+sg_status sg_sharded_exchange_forward(sg_sharded_exchange_t e, const sg_tensor *x,
+                                      sg_tensor *box) {
+  sg_status st = SG_OK;
+  void *block = NULL, *data = NULL;
+  if (box) memset(box, 0, sizeof *box);
+  if (!e || !box) SG_RAISE(SG_ERR_INVALID_ARG, "exchange forward: NULL argument");
+  if (!local_matches(e, x))
+    SG_RAISE(SG_ERR_SHAPE, "exchange forward: the input is not this rank's block of the layout");
+  const size_t es = sg_dtype_size(e->dtype);
+  describe_box(e, box, NULL);
+  const int64_t n = numel_of(box->shape, box->ndim);
+  if (e->info.identity) {
+    if (n > 0) {
+      SG_TRY(sg_malloc(sg_device_host(), (size_t)n * es, &data));
+      copy_box(es, x->ndim, x->shape, x->data, x->strides, data, box->strides, 0, e->dtype);
+    }
+    goto done;
+  }
+  SG_TRY(sg_calloc(sg_device_host(), (size_t)e->block_count * es, &block));
+  if (n > 0)
+    copy_box(es, x->ndim, x->shape, x->data, x->strides, (char *)block + (size_t)e->origin * es,
+             e->ds, 0, e->dtype);
+  SG_TRY(sg_halo_exchange(e->plan, block));
+  if (n == 0) goto done;
+  if (e->box_is_block) {
+    data = block;
+    block = NULL;
+  } else {
+    int64_t src = 0;
+    for (int d = 0; d < e->info.nsp; ++d) src += e->box_start[d] * e->ds[2 + d];
+    SG_TRY(sg_malloc(sg_device_host(), (size_t)n * es, &data));
+    copy_box(es, box->ndim, box->shape, (char *)block + (size_t)src * es, e->ds, data,
+             box->strides, 0, e->dtype);
+  }
+done:
+  describe_box(e, box, data);
+  data = NULL;
+fail:
+  sg_free(sg_device_host(), &block);
+  sg_free(sg_device_host(), &data);
+  return st;
+}
+
+sg_status sg_sharded_exchange_adjoint(sg_sharded_exchange_t e, void *dbox, const sg_tensor *dx) {
+  sg_status st = SG_OK;
+  void *block = NULL;
+  sg_tensor bt;
+  if (!e) SG_RAISE(SG_ERR_INVALID_ARG, "exchange adjoint: NULL exchange");
+  if (!local_matches(e, dx))
+    SG_RAISE(SG_ERR_SHAPE, "exchange adjoint: dx is not this rank's block of the layout");
+  const size_t es = sg_dtype_size(e->dtype);
+  describe_box(e, &bt, NULL);
+  const int64_t n = numel_of(bt.shape, bt.ndim);
+  if (n > 0 && !dbox) SG_RAISE(SG_ERR_INVALID_ARG, "exchange adjoint: dbox is NULL");
+  if (e->info.identity) {
+    if (n > 0) copy_box(es, dx->ndim, dx->shape, dbox, bt.strides, dx->data, dx->strides, 0, e->dtype);
+    goto fail;
+  }
+  if (e->box_is_block && n > 0) {
+    block = dbox;
+  } else {
+    int64_t dst = 0;
+    for (int d = 0; d < e->info.nsp; ++d) dst += e->box_start[d] * e->ds[2 + d];
+    SG_TRY(sg_calloc(sg_device_host(), (size_t)e->block_count * es, &block));
+    if (n > 0)
+      copy_box(es, bt.ndim, bt.shape, dbox, bt.strides, (char *)block + (size_t)dst * es, e->ds,
+               1, e->dtype);
+  }
+  SG_TRY(sg_halo_adjoint(e->plan, block));
+  if (n > 0)
+    copy_box(es, dx->ndim, dx->shape, (char *)block + (size_t)e->origin * es, e->ds, dx->data,
+             dx->strides, 0, e->dtype);
+fail:
+  if (block != dbox) sg_free(sg_device_host(), &block);
+  return st;
+}
+
 /* ---- window ops: exchange, box ------------------------------------------------ */
 
 static sg_status window_prepare(const sg_shardtensor *x, const sg_sharded_window *win,
                                 const char *op, sg_sharded_ctx_t c, int64_t *out_global,
                                 int64_t *out_local) {
   sg_status st = SG_OK;
-  int64_t *halo = NULL, *osz = NULL;
-  void *block = NULL;
+  sg_exchange_dim xd[SG_OPS_MAX_SPATIAL];
+  sg_tensor box;
   layout l;
   SG_TRY(analyze(x, op, &l));
   if (!win || win->nsp != x->ndim - 2)
     SG_RAISE(SG_ERR_SHAPE, "%s: window for %d spatial dims, input has %d", op,
              win ? win->nsp : -1, x->ndim - 2);
   c->nsp = win->nsp;
-  sg_decomp_desc dd;
-  memset(&dd, 0, sizeof dd);
-  dd.ndims = win->nsp;
   for (int d = 0; d < win->nsp; ++d) {
-    dd.global[d] = x->global_shape[2 + d];
-    dd.mesh_dim[d] = l.space_dim[d];
-    dd.boundary[d] = win->boundary[d];
+    sg_exchange_dim e = {.kernel = win->w[d].kernel, .stride = win->w[d].stride,
+                         .dilation = win->w[d].dilation,
+                         .pad = {win->w[d].padding, win->w[d].padding},
+                         .up = 1, .boundary = win->boundary[d]};
+    xd[d] = e;
   }
-  SG_TRY(sg_decomp_create(x->mesh, &dd, &c->dec));
+  SG_TRY(sg_sharded_exchange_create(x->mesh, x->local.dtype, x->ndim, x->global_shape,
+                                    x->placements, xd, &c->ex));
+  sg_sharded_exchange_get_info(c->ex, &c->xi);
   for (int d = 0; d < win->nsp; ++d) {
-    int p = sg_mesh_size(x->mesh); /* upper bound on parts */
-    free(halo);
-    free(osz);
-    halo = malloc(2 * (size_t)p * sizeof *halo);
-    osz = malloc((size_t)p * sizeof *osz);
-    if (!halo || !osz) SG_RAISE(SG_ERR_ALLOC, "halo tables");
-    SG_TRY(sg_decomp_window_halos(c->dec, d, win->w[d], halo, osz, NULL));
-    SG_TRY(sg_window_output_size(win->w[d], x->global_shape[2 + d], &out_global[d]));
-    int coord = sg_decomp_coord(c->dec, d);
-    int64_t lo = halo[2 * coord], hi = halo[2 * coord + 1];
-    int64_t mlo = lo > 0 ? lo : 0, mhi = hi > 0 ? hi : 0;
-    out_local[d] = osz[coord];
-    c->block_ext[d] = x->local_shape[2 + d] + mlo + mhi;
-    c->box_start[d] = mlo - lo;
-    c->box_ext[d] = (out_local[d] - 1) * win->w[d].stride +
-                    win->w[d].dilation * (win->w[d].kernel - 1) + 1;
-    if (c->box_start[d] + c->box_ext[d] > c->block_ext[d])
-      SG_RAISE(SG_ERR_INTERNAL, "%s: dim %d box [%lld, +%lld) outside the block of %lld", op, d,
-               (long long)c->box_start[d], (long long)c->box_ext[d], (long long)c->block_ext[d]);
+    out_global[d] = c->xi.out_global[d];
+    out_local[d] = c->xi.out_local[d];
   }
-  sg_halo_desc hd;
-  /* an empty batch shard still takes part in the exchanges (lead 1) */
-  int64_t lead = x->local_shape[0] * x->local_shape[1];
-  SG_TRY(sg_halo_desc_from_decomp(c->dec, win->w, lead > 0 ? lead : 1, x->local.dtype, &hd));
-  SG_TRY(sg_halo_plan_create(x->mesh, &hd, &c->plan));
-  /* the local interior into a packed block with margins, then exchange */
-  const size_t es = sg_dtype_size(x->local.dtype);
-  c->block_count = sg_halo_plan_block_count(c->plan);
-  SG_TRY(sg_calloc(sg_device_host(), (size_t)c->block_count * es, &block));
-  int64_t bs[1 + SG_HALO_MAX_DIMS], ds[SG_TENSOR_MAX_DIMS];
-  sg_halo_plan_strides(c->plan, bs);
-  ds[0] = x->local_shape[1] * bs[0];
-  ds[1] = bs[0];
-  for (int d = 0; d < win->nsp; ++d) ds[2 + d] = bs[1 + d];
   sg_tensor in = sg_shardtensor_interior(x);
-  copy_box(es, x->ndim, x->local_shape, in.data, in.strides,
-           (char *)block + (size_t)sg_halo_plan_origin(c->plan) * es, ds, 0, x->local.dtype);
-  SG_TRY(sg_halo_exchange(c->plan, block));
-  c->box_is_block = 1;
-  for (int d = 0; d < win->nsp; ++d)
-    c->box_is_block &= c->box_start[d] == 0 && c->box_ext[d] == c->block_ext[d];
-  if (c->box_is_block) {
-    c->xin = block;
-    block = NULL;
-  } else {
-    int64_t shape[SG_TENSOR_MAX_DIMS], rs[SG_TENSOR_MAX_DIMS], src = 0;
-    shape[0] = x->local_shape[0];
-    shape[1] = x->local_shape[1];
-    for (int d = 0; d < win->nsp; ++d) {
-      shape[2 + d] = c->box_ext[d];
-      src += c->box_start[d] * ds[2 + d];
-    }
-    int64_t n = 1;
-    for (int d = 0; d < x->ndim; ++d) n *= shape[d];
-    row_major_strides(x->ndim, shape, rs);
-    SG_TRY(sg_malloc(sg_device_host(), (size_t)n * es, &c->xin));
-    copy_box(es, x->ndim, shape, (char *)block + (size_t)src * es, ds, c->xin, rs, 0,
-             x->local.dtype);
-  }
+  SG_TRY(sg_sharded_exchange_forward(c->ex, &in, &box));
+  c->xin = box.data;
 fail:
-  sg_free(sg_device_host(), &block);
-  free(halo);
-  free(osz);
   return st;
 }
 
-/* dxin (box layout) -> dx: crop adjoint into a block, adjoint exchange. */
+/* dxin (box layout; consumed) -> dx: the adjoint exchange. */
 static sg_status window_finish_grad(sg_sharded_ctx_t c, const sg_shardtensor *like, void *dxin,
                                     sg_shardtensor *dx) {
   sg_status st = SG_OK;
-  void *block = NULL;
-  const size_t es = sg_dtype_size(c->dtype);
-  int64_t bs[1 + SG_HALO_MAX_DIMS], ds[SG_TENSOR_MAX_DIMS];
-  sg_halo_plan_strides(c->plan, bs);
-  ds[0] = like->local_shape[1] * bs[0];
-  ds[1] = bs[0];
-  for (int d = 0; d < c->nsp; ++d) ds[2 + d] = bs[1 + d];
-  if (c->box_is_block && dxin) {
-    block = dxin;
-  } else {
-    int64_t shape[SG_TENSOR_MAX_DIMS], rs[SG_TENSOR_MAX_DIMS], dst = 0;
-    shape[0] = like->local_shape[0];
-    shape[1] = like->local_shape[1];
-    for (int d = 0; d < c->nsp; ++d) {
-      shape[2 + d] = c->box_ext[d];
-      dst += c->box_start[d] * ds[2 + d];
-    }
-    row_major_strides(like->ndim, shape, rs);
-    SG_TRY(sg_calloc(sg_device_host(), (size_t)c->block_count * es, &block));
-    copy_box(es, like->ndim, shape, dxin, rs, (char *)block + (size_t)dst * es, ds, 1, c->dtype);
-  }
-  SG_TRY(sg_halo_adjoint(c->plan, block));
   SG_TRY(make_like(like, like->global_shape, dx));
   sg_tensor out = sg_shardtensor_interior(dx);
-  copy_box(es, like->ndim, like->local_shape,
-           (char *)block + (size_t)sg_halo_plan_origin(c->plan) * es, ds, out.data, out.strides,
-           0, c->dtype);
+  SG_TRY(sg_sharded_exchange_adjoint(c->ex, dxin, &out));
 fail:
-  if (block != dxin) sg_free(sg_device_host(), &block);
   return st;
 }
 
@@ -352,11 +540,6 @@ static sg_shardtensor input_like(const sg_sharded_ctx_t c) {
   return x;
 }
 
-static int64_t numel_of(const int64_t *shape, int nd) {
-  int64_t n = 1;
-  for (int i = 0; i < nd; ++i) n *= shape[i];
-  return n;
-}
 
 sg_status sg_sharded_conv_forward(const sg_shardtensor *x, const sg_sharded_window *win,
                                   int64_t cout, const void *w, const void *b,
@@ -374,7 +557,7 @@ sg_status sg_sharded_conv_forward(const sg_shardtensor *x, const sg_sharded_wind
   c->cd.cin = x->local_shape[1];
   c->cd.cout = cout;
   for (int d = 0; d < c->nsp; ++d) {
-    c->cd.in[d] = c->box_ext[d];
+    c->cd.in[d] = c->xi.box[d];
     c->cd.kernel[d] = win->w[d].kernel;
     c->cd.stride[d] = win->w[d].stride;
     c->cd.dilation[d] = win->w[d].dilation;
@@ -411,7 +594,7 @@ sg_status sg_sharded_conv_backward(sg_sharded_ctx_t c, const void *w, const sg_s
   sg_shardtensor like = input_like(c);
   if (dx) {
     int64_t shape[SG_TENSOR_MAX_DIMS] = {like.local_shape[0], like.local_shape[1]};
-    for (int d = 0; d < c->nsp; ++d) shape[2 + d] = c->box_ext[d];
+    for (int d = 0; d < c->nsp; ++d) shape[2 + d] = c->xi.box[d];
     SG_TRY(sg_malloc(sg_device_host(), (size_t)numel_of(shape, c->ndim) * sg_dtype_size(c->dtype),
                      &dxin));
   }
@@ -440,7 +623,7 @@ sg_status sg_sharded_pool_forward(sg_pool_kind kind, const sg_shardtensor *x,
   c->cd.batch = x->local_shape[0];
   c->cd.cin = c->cd.cout = x->local_shape[1];
   for (int d = 0; d < c->nsp; ++d) {
-    c->cd.in[d] = c->box_ext[d];
+    c->cd.in[d] = c->xi.box[d];
     c->cd.kernel[d] = win->w[d].kernel;
     c->cd.stride[d] = win->w[d].stride;
     c->cd.dilation[d] = win->w[d].dilation;
@@ -471,7 +654,7 @@ sg_status sg_sharded_pool_backward(sg_sharded_ctx_t c, const sg_shardtensor *dy,
   SG_TRY(interior_contig(dy, &dyp, &dy_own));
   sg_shardtensor like = input_like(c);
   int64_t shape[SG_TENSOR_MAX_DIMS] = {like.local_shape[0], like.local_shape[1]};
-  for (int d = 0; d < c->nsp; ++d) shape[2 + d] = c->box_ext[d];
+  for (int d = 0; d < c->nsp; ++d) shape[2 + d] = c->xi.box[d];
   SG_TRY(sg_malloc(sg_device_host(), (size_t)numel_of(shape, c->ndim) * sg_dtype_size(c->dtype),
                    &dxin));
   SG_TRY(sg_pool_backward(c->pool, &c->cd, c->dtype, c->xin, dyp, dxin));
@@ -534,7 +717,7 @@ sg_status sg_sharded_upsample_forward(sg_upsample_kind kind, const sg_shardtenso
     }
     int64_t og[SG_OPS_MAX_SPATIAL], ol[SG_OPS_MAX_SPATIAL];
     SG_TRY(window_prepare(x, &win, "upsample", c, og, ol));
-    for (int d = 0; d < c->nsp; ++d) in[d] = c->box_ext[d];
+    for (int d = 0; d < c->nsp; ++d) in[d] = c->xi.box[d];
   } else {
     SG_TRY(interior_contig(x, (const void **)&c->x, &c->x_own));
     for (int d = 0; d < c->nsp; ++d) in[d] = x->local_shape[2 + d];
@@ -568,7 +751,7 @@ sg_status sg_sharded_upsample_backward(sg_sharded_ctx_t c, const sg_shardtensor 
   if (c->up == SG_UPSAMPLE_LINEAR) {
     int64_t n = planes;
     for (int d = 0; d < c->nsp; ++d) {
-      in[d] = c->box_ext[d];
+      in[d] = c->xi.box[d];
       n *= in[d];
     }
     SG_TRY(sg_malloc(sg_device_host(), (size_t)n * sg_dtype_size(c->dtype), &dxin));
@@ -873,6 +1056,36 @@ fail:
 
 /* ---- losses ------------------------------------------------------------------------- */
 
+sg_status sg_sharded_loss_reduce(sg_mesh_t mesh, sg_loss_kind kind, unsigned space,
+                                 unsigned batch, int64_t local_batch, int64_t global_batch,
+                                 double *partial, double *value, double *grad_scale) {
+  sg_status st = SG_OK;
+  sg_group_t g;
+  if (!mesh || !partial || !value || !grad_scale)
+    SG_RAISE(SG_ERR_INVALID_ARG, "loss reduce: NULL argument");
+  *grad_scale = 1.0;
+  if (kind != SG_LOSS_REL_L2) {
+    SG_TRY(sg_mesh_group(mesh, space | batch, &g));
+    SG_TRY(sg_sum_allreduce(partial, sg_loss_npartial(kind, local_batch), sg_group_comm(g)));
+    SG_TRY(sg_loss_finish(kind, 1, partial, value));
+  } else {
+    if (global_batch < 1) SG_RAISE(SG_ERR_SHAPE, "loss reduce: empty global batch");
+    SG_TRY(sg_mesh_group(mesh, space, &g));
+    SG_TRY(sg_sum_allreduce(partial, sg_loss_npartial(kind, local_batch), sg_group_comm(g)));
+    double s = 0;
+    if (local_batch > 0) {
+      SG_TRY(sg_loss_finish(kind, local_batch, partial, &s));
+      s *= (double)local_batch;
+    }
+    SG_TRY(sg_mesh_group(mesh, batch, &g));
+    SG_TRY(sg_sum_allreduce(&s, 1, sg_group_comm(g)));
+    *value = s / (double)global_batch;
+    *grad_scale = (double)local_batch / (double)global_batch;
+  }
+fail:
+  return st;
+}
+
 sg_status sg_sharded_loss_forward(sg_loss_kind kind, const sg_shardtensor *p,
                                   const sg_shardtensor *t, double *value, sg_sharded_ctx_t *ctx) {
   sg_status st = SG_OK;
@@ -895,23 +1108,8 @@ sg_status sg_sharded_loss_forward(sg_loss_kind kind, const sg_shardtensor *p,
   if (!c->partial) SG_RAISE(SG_ERR_ALLOC, "loss partials");
   if (c->local_batch > 0)
     SG_TRY(sg_loss_partial(kind, c->dtype, c->local_batch, c->local_n, c->p, c->t, c->partial));
-  sg_group_t g;
-  if (kind != SG_LOSS_REL_L2) {
-    SG_TRY(sg_mesh_group(p->mesh, l.batch_mask | l.space_mask, &g));
-    SG_TRY(sg_sum_allreduce(c->partial, c->npartial, sg_group_comm(g)));
-    SG_TRY(sg_loss_finish(kind, 1, c->partial, value));
-  } else {
-    SG_TRY(sg_mesh_group(p->mesh, l.space_mask, &g));
-    SG_TRY(sg_sum_allreduce(c->partial, c->npartial, sg_group_comm(g)));
-    double s = 0;
-    if (c->local_batch > 0) {
-      SG_TRY(sg_loss_finish(kind, c->local_batch, c->partial, &s));
-      s *= (double)c->local_batch;
-    }
-    SG_TRY(sg_mesh_group(p->mesh, l.batch_mask, &g));
-    SG_TRY(sg_sum_allreduce(&s, 1, sg_group_comm(g)));
-    *value = s / (double)c->global_batch;
-  }
+  SG_TRY(sg_sharded_loss_reduce(p->mesh, kind, l.space_mask, l.batch_mask, c->local_batch,
+                                c->global_batch, c->partial, value, &c->grad_scale));
 fail:
   if (p && p->mesh) st = sg_agree(sg_mesh_comm(p->mesh), st);
   if (st != SG_OK) sg_sharded_ctx_destroy(&c);
@@ -930,8 +1128,7 @@ sg_status sg_sharded_loss_backward(sg_sharded_ctx_t c, double g, sg_shardtensor 
   SG_TRY(make_like(&like, c->global, dp));
   int needs_t = c->loss == SG_LOSS_MSE || c->loss == SG_LOSS_REL_L2;
   if (dt && needs_t) SG_TRY(make_like(&like, c->global, dt));
-  double ge = g;
-  if (c->loss == SG_LOSS_REL_L2) ge = g * (double)c->local_batch / (double)c->global_batch;
+  double ge = g * c->grad_scale;
   if (c->local_batch > 0 && c->local_n > 0)
     SG_TRY(sg_loss_backward(c->loss, c->dtype, c->local_batch, c->local_n, c->p, c->t,
                             c->partial, ge, interior_ptr(dp),
