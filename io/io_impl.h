@@ -45,7 +45,16 @@ struct sg_nc_t_ {
   char map_to[SG_NC_MAP_MAX][SG_NC_NAME_MAX];
   int npending;
   sg_nc_pending_coord *pending;
+  MPI_Info info;      /* hints given at create/open (MPI_INFO_NULL: none) */
+  int independent;    /* netCDF-4: independent data access */
+  int direct_read;    /* PnetCDF read-only: MPI-IO reads allowed */
+  int dfh_open;       /* dfh is open (on every rank: opened collectively) */
+  MPI_File dfh;       /* MPI-IO handle of the direct reads */
 };
+
+/* Parse "key=value,key=value" hints into a new MPI_Info (MPI_INFO_NULL for
+ * NULL or ""). Not collective. */
+sg_status sg_io_hints_info(const char *hints, MPI_Info *info);
 
 /* Failure agreement over comm: every rank returns the status of the lowest
  * failing rank with its message. Collective. */

@@ -206,6 +206,8 @@ static sg_status file_alloc(MPI_Comm comm, const char *path,
   if (!f) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   f->comm = MPI_COMM_NULL;
   f->ncid = -1;
+  f->info = MPI_INFO_NULL;
+  f->dfh = MPI_FILE_NULL;
   if (!path || strlen(path) >= sizeof f->path)
     SG_RAISE(SG_ERR_INVALID_ARG, "file path missing or too long");
   snprintf(f->path, sizeof f->path, "%s", path);
@@ -226,11 +228,70 @@ static void file_free(struct sg_nc_t_ *f) {
   if (!f) return;
   for (int i = 0; i < f->npending; ++i) free(f->pending[i].values);
   free(f->pending);
+  if (f->info != MPI_INFO_NULL) MPI_Info_free(&f->info);
   if (f->comm != MPI_COMM_NULL) MPI_Comm_free(&f->comm);
   free(f);
 }
 
+/* ---- hints ------------------------------------------------------------------ */
+
+sg_status sg_io_hints_info(const char *hints, MPI_Info *info) {
+  sg_status st = SG_OK;
+  MPI_Info in = MPI_INFO_NULL;
+  *info = MPI_INFO_NULL;
+  const char *p = hints;
+  while (p && *p) {
+    while (*p == ' ' || *p == ',' || *p == ';') ++p;
+    if (!*p) break;
+    size_t n = strcspn(p, ",;");
+    const char *eq = memchr(p, '=', n);
+    char key[MPI_MAX_INFO_KEY + 1], val[256];
+    if (!eq || eq == p || (size_t)(eq - p) > MPI_MAX_INFO_KEY ||
+        n - (size_t)(eq - p) - 1 >= sizeof val || eq + 1 == p + n)
+      SG_RAISE(SG_ERR_CONFIG, "I/O hints: expected key=value in '%.*s'",
+               (int)n, p);
+    size_t lk = (size_t)(eq - p), lv = n - lk - 1;
+    while (lk && p[lk - 1] == ' ') --lk;
+    const char *v = eq + 1;
+    while (lv && *v == ' ') ++v, --lv;
+    while (lv && v[lv - 1] == ' ') --lv;
+    memcpy(key, p, lk);
+    key[lk] = '\0';
+    memcpy(val, v, lv);
+    val[lv] = '\0';
+    if (in == MPI_INFO_NULL) SG_MPI(MPI_Info_create(&in));
+    SG_MPI(MPI_Info_set(in, key, val));
+    p += n;
+  }
+  *info = in;
+  return SG_OK;
+fail:
+  if (in != MPI_INFO_NULL) MPI_Info_free(&in);
+  return st;
+}
+
 /* ---- create / open / close ------------------------------------------------ */
+
+#if SG_HAVE_NETCDF_PAR
+/* netCDF-4 access mode of a variable: independent when asked, except where
+ * the library needs collective access (writes to a record variable, which
+ * may extend the unlimited dim, and to a filtered (deflated) one). */
+static int var_access(const struct sg_nc_t_ *f, int varid) {
+  if (!f->independent) return NC_COLLECTIVE;
+  if (!f->writable) return NC_INDEPENDENT;
+  int nd = 0, unlim = -1, dimids[SG_NC_MAX_DIMS], deflate = 0;
+  if (nc_inq_varndims(f->ncid, varid, &nd) || nd > SG_NC_MAX_DIMS ||
+      nc_inq_vardimid(f->ncid, varid, dimids))
+    return NC_COLLECTIVE;
+  nc_inq_unlimdim(f->ncid, &unlim);
+  for (int d = 0; d < nd; ++d)
+    if (dimids[d] == unlim) return NC_COLLECTIVE;
+  if (nc_inq_var_deflate(f->ncid, varid, NULL, &deflate, NULL) == 0 &&
+      deflate)
+    return NC_COLLECTIVE;
+  return NC_INDEPENDENT;
+}
+#endif
 
 sg_status sg_nc_create(MPI_Comm comm, const char *path,
                        const sg_nc_create_opts *opts, sg_nc_t *file) {
@@ -265,7 +326,9 @@ sg_status sg_nc_create(MPI_Comm comm, const char *path,
   else if (o.header_reserve < 0)
     lst = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                        "header_reserve must be >= 0");
+  if (lst == SG_OK) lst = sg_io_hints_info(o.hints, &f->info);
   SG_TRY(sg_io_agree(comm, lst));
+  f->independent = o.independent != 0;
   f->backend = o.backend;
   f->writable = 1;
   f->define_mode = 1;
@@ -278,7 +341,7 @@ sg_status sg_nc_create(MPI_Comm comm, const char *path,
     int cmode = (o.overwrite ? NC_CLOBBER : NC_NOCLOBBER) |
                 (f->format == SG_NC_FORMAT_CDF2 ? NC_64BIT_OFFSET
                                                 : NC_64BIT_DATA);
-    rc = ncmpi_create(f->comm, f->path, cmode, MPI_INFO_NULL, &f->ncid);
+    rc = ncmpi_create(f->comm, f->path, cmode, f->info, &f->ncid);
     lst = rc ? open_error(rc, 1, "cannot create", f->path, __LINE__) : SG_OK;
   }
 #endif
@@ -286,7 +349,7 @@ sg_status sg_nc_create(MPI_Comm comm, const char *path,
   if (f->backend == SG_NC_BACKEND_NETCDF4) {
     f->format = SG_NC_FORMAT_NETCDF4;
     int cmode = (o.overwrite ? NC_CLOBBER : NC_NOCLOBBER) | NC_NETCDF4;
-    rc = nc_create_par(f->path, cmode, f->comm, MPI_INFO_NULL, &f->ncid);
+    rc = nc_create_par(f->path, cmode, f->comm, f->info, &f->ncid);
     lst = rc ? open_error(rc, 0, "cannot create", f->path, __LINE__) : SG_OK;
     if (!rc) {
       int old = 0;
@@ -343,6 +406,7 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
   *file = NULL;
   sg_status lst = file_alloc(comm, path, &f);
   if (lst == SG_OK) lst = parse_map(f, o.dim_map);
+  if (lst == SG_OK) lst = sg_io_hints_info(o.hints, &f->info);
   int kind = 0;
   {
     int rank = 0;
@@ -386,11 +450,13 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
   f->backend = b;
   f->writable = o.writable;
   f->define_mode = 0;
+  f->independent = o.independent != 0;
+  f->direct_read = !o.writable && !o.no_direct_read;
   int rc = 0;
 #if SG_HAVE_PNETCDF
   if (b == SG_NC_BACKEND_PNETCDF) {
     rc = ncmpi_open(f->comm, f->path, o.writable ? NC_WRITE : NC_NOWRITE,
-                    MPI_INFO_NULL, &f->ncid);
+                    f->info, &f->ncid);
     if (rc) {
       lst = (rc == NC_ENOTNC || rc == NC_EBADDIM || rc == NC_EVARSIZE ||
              rc == NC_ENOTBUILT || rc == NC_EMAXNAME)
@@ -411,7 +477,7 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
 #if SG_HAVE_NETCDF_PAR
     if (b == SG_NC_BACKEND_NETCDF4)
       rc = nc_open_par(f->path, o.writable ? NC_WRITE : NC_NOWRITE, f->comm,
-                       MPI_INFO_NULL, &f->ncid);
+                       f->info, &f->ncid);
 #endif
     if (b == SG_NC_BACKEND_SERIAL)
       rc = nc_open(f->path, NC_NOWRITE, &f->ncid);
@@ -434,7 +500,7 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
         int nvars = 0;
         nc_inq_nvars(f->ncid, &nvars);
         for (int v = 0; v < nvars && !rc; ++v)
-          rc = nc_var_par_access(f->ncid, v, NC_COLLECTIVE);
+          rc = nc_var_par_access(f->ncid, v, var_access(f, v));
         if (rc)
           lst = sg_error_netcdf(rc, "nc_var_par_access", __FILE__, __LINE__);
       }
@@ -469,6 +535,13 @@ sg_status sg_nc_close(sg_nc_t *file) {
   sg_status lst = SG_OK;
   if (f->define_mode && f->writable) lst = sg_nc_enddef(f);
   int rc = 0;
+  if (f->dfh_open) { /* opened collectively by the direct reads */
+    rc = MPI_File_close(&f->dfh);
+    if (rc != MPI_SUCCESS && lst == SG_OK)
+      lst = sg_error_set(SG_ERR_MPI, __FILE__, __LINE__,
+                         "MPI_File_close of %s failed", f->path);
+    f->dfh_open = 0;
+  }
 #if SG_HAVE_PNETCDF
   if (f->backend == SG_NC_BACKEND_PNETCDF) {
     rc = ncmpi_close(f->ncid);
@@ -657,7 +730,8 @@ sg_status sg_nc_def_var(sg_nc_t f, const char *name, sg_dtype dtype,
                                         opts->deflate)))
         lst = sg_error_netcdf(rc, "nc_def_var_deflate", __FILE__, __LINE__);
     }
-    if (lst == SG_OK && (rc = nc_var_par_access(f->ncid, id, NC_COLLECTIVE)))
+    if (lst == SG_OK &&
+        (rc = nc_var_par_access(f->ncid, id, var_access(f, id))))
       lst = sg_error_netcdf(rc, "nc_var_par_access", __FILE__, __LINE__);
     SG_TRY(def_result(f, lst));
   }

@@ -3,6 +3,7 @@
 
 #include "sg_device.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -502,6 +503,165 @@ static void scatter_box(const rbox *b, int nd, sg_dtype rt, const xform *x,
   }
 }
 
+/* ---- direct reads (PnetCDF backend) ---------------------------------------- */
+
+static int host_little_endian(void) {
+  const uint16_t one = 1;
+  return *(const uint8_t *)&one == 1;
+}
+
+/* In-place byte swap of n elements of es bytes (4 or 8); threaded and
+ * vectorisable (the compiler turns the bswap loop into byte shuffles). */
+static void swap_in_place(void *buf, int64_t n, size_t es) {
+  if (es == 4) {
+    uint32_t *u = buf;
+#pragma omp parallel for if (n > 262144) schedule(static)
+    for (int64_t i = 0; i < n; ++i) u[i] = __builtin_bswap32(u[i]);
+  } else if (es == 8) {
+    uint64_t *u = buf;
+#pragma omp parallel for if (n > 131072) schedule(static)
+    for (int64_t i = 0; i < n; ++i) u[i] = __builtin_bswap64(u[i]);
+  }
+}
+
+#if SG_HAVE_PNETCDF
+/* Can this rank's read of variable info (nread boxes, read type rt) go
+ * straight through MPI-IO? Local. */
+static int direct_ok(const struct sg_nc_t_ *f, const sg_nc_var_info *info,
+                     int nread, const rbox *boxes, const void *out,
+                     sg_dtype rt) {
+  if (f->backend != SG_NC_BACKEND_PNETCDF || !f->direct_read || nread > 1)
+    return 0;
+  int t = info->nc_type;
+  if (!((t == 5 && rt == SG_DTYPE_F32) || (t == 6 && rt == SG_DTYPE_F64) ||
+        (t == 4 && rt == SG_DTYPE_I32) || (t == 10 && rt == SG_DTYPE_I64)))
+    return 0;
+  for (int d = 0; d < info->ndims; ++d)
+    if (info->shape[d] > INT_MAX) return 0;
+  if (nread == 1 && (boxes[0].buf != out || boxes[0].numel > INT_MAX))
+    return 0;
+  return 1;
+}
+
+/* Bytes per collective read round of a direct read: each round's bytes are
+ * swapped right after they arrive, while they are still in the cache (a
+ * separate swap pass over a 256 MiB buffer costs as much as a third of the
+ * read). */
+#define SG_IO_DIRECT_CHUNK ((int64_t)8 << 20)
+
+/* Read this rank's box (nread 0 or 1) of a fixed-layout classic-format
+ * variable through MPI-IO: a file view on the variable's bytes (offset and
+ * record size from PnetCDF's header), collective reads of 8 MiB rounds into
+ * the box's buffer, each followed by its big-endian -> host swap in place.
+ * Collective over the file's communicator; agrees on failure. */
+static sg_status direct_read(struct sg_nc_t_ *f, int varid,
+                             const sg_nc_var_info *info, int nread,
+                             const rbox *b, sg_dtype rt) {
+  sg_status st = SG_OK, lst = SG_OK;
+  const int nd = info->ndims;
+  const size_t es = sg_dtype_size(rt);
+  MPI_Datatype elem = MPI_DATATYPE_NULL, inner = MPI_DATATYPE_NULL,
+               ftype = MPI_DATATYPE_NULL;
+  MPI_Offset disp = 0;
+  int count = 0, rc = MPI_SUCCESS;
+  if (!f->dfh_open) {
+    rc = MPI_File_open(f->comm, f->path, MPI_MODE_RDONLY, f->info, &f->dfh);
+    if (rc != MPI_SUCCESS) {
+      f->dfh = MPI_FILE_NULL;
+      lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
+                         "MPI_File_open of %s for reading failed", f->path);
+    } else {
+      f->dfh_open = 1;
+    }
+    /* every rank opened, or every rank closes what it opened */
+    st = sg_io_agree(f->comm, lst);
+    if (st != SG_OK) {
+      if (f->dfh_open) MPI_File_close(&f->dfh);
+      f->dfh_open = 0;
+      return st;
+    }
+  }
+  rc = MPI_Type_contiguous((int)es, MPI_BYTE, &elem);
+  if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&elem);
+  if (rc == MPI_SUCCESS && nread == 1) {
+    MPI_Offset off = 0, recsize = 0;
+    int prc = ncmpi_inq_varoffset(f->ncid, varid, &off);
+    if (!prc && info->unlimited0) prc = ncmpi_inq_recsize(f->ncid, &recsize);
+    if (prc) {
+      lst = sg_error_pnetcdf(prc, "ncmpi_inq_varoffset", __FILE__, __LINE__);
+    } else {
+      int d0 = info->unlimited0 ? 1 : 0, sz[SG_NC_MAX_DIMS],
+          sub[SG_NC_MAX_DIMS], at[SG_NC_MAX_DIMS];
+      for (int d = d0; d < nd; ++d) {
+        sz[d - d0] = (int)info->shape[d];
+        sub[d - d0] = (int)b->len[d];
+        at[d - d0] = (int)b->fstart[d];
+      }
+      if (nd - d0 > 0)
+        rc = MPI_Type_create_subarray(nd - d0, sz, sub, at, MPI_ORDER_C, elem,
+                                      &inner);
+      else
+        rc = MPI_Type_dup(elem, &inner);
+      disp = off;
+      if (rc == MPI_SUCCESS && info->unlimited0) {
+        rc = MPI_Type_create_hvector((int)b->len[0], 1, (MPI_Aint)recsize,
+                                     inner, &ftype);
+        disp = off + (MPI_Offset)b->fstart[0] * recsize;
+      } else if (rc == MPI_SUCCESS) {
+        rc = MPI_Type_dup(inner, &ftype);
+      }
+      if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&ftype);
+      count = (int)b->numel;
+    }
+  } else if (rc == MPI_SUCCESS) {
+    rc = MPI_Type_dup(elem, &ftype);
+    if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&ftype);
+  }
+  if (rc != MPI_SUCCESS && lst == SG_OK)
+    lst = sg_error_set(SG_ERR_MPI, __FILE__, __LINE__,
+                       "building the file view of a direct read failed");
+  /* every rank makes the same number of rounds (the most of any rank) */
+  const int64_t per = SG_IO_DIRECT_CHUNK / (int64_t)es;
+  int rounds = (int)((count + per - 1) / per);
+  SG_TRY(sg_io_agree_max(f->comm, lst, &rounds, 1));
+  rc = MPI_File_set_view(f->dfh, disp, MPI_BYTE, ftype, "native", f->info);
+  if (rc != MPI_SUCCESS)
+    lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
+                       "MPI_File_set_view on %s failed", f->path);
+  SG_TRY(sg_io_agree(f->comm, lst));
+  const int swap = host_little_endian();
+  for (int k = 0; k < rounds; ++k) {
+    /* after a local failure keep taking part with empty rounds */
+    int64_t at = (int64_t)k * per;
+    int cnt = lst != SG_OK || at >= count
+                  ? 0
+                  : (int)(count - at < per ? count - at : per);
+    char *dst = cnt ? (char *)b->buf + (size_t)at * es : NULL;
+    MPI_Status status;
+    rc = MPI_File_read_all(f->dfh, dst, cnt, elem, &status);
+    if (rc != MPI_SUCCESS && lst == SG_OK) {
+      lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
+                         "MPI_File_read_all on %s failed", f->path);
+    } else if (cnt > 0) {
+      int got = 0;
+      MPI_Get_count(&status, elem, &got);
+      if (got != cnt)
+        lst = sg_error_set(SG_ERR_CORRUPT, __FILE__, __LINE__,
+                           "%s: short read (%d of %d elements): truncated "
+                           "file?", f->path, got, cnt);
+      else if (swap)
+        swap_in_place(dst, cnt, es);
+    }
+  }
+  st = lst; /* agreed by the caller with the rest of the read */
+fail:
+  if (ftype != MPI_DATATYPE_NULL) MPI_Type_free(&ftype);
+  if (inner != MPI_DATATYPE_NULL) MPI_Type_free(&inner);
+  if (elem != MPI_DATATYPE_NULL) MPI_Type_free(&elem);
+  return st;
+}
+#endif
+
 /* Segments of the logical range [a, b) of a dim of length n. */
 static int dim_segments(int64_t a, int64_t b, int64_t n, int periodic,
                         int flip, rseg *seg, int *outside) {
@@ -747,7 +907,10 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
   int nread = lst == SG_OK ? nb : 0;
   /* overlapping boxes (see below) and the most boxes of any rank, agreed
    * with the failures so far in one allreduce */
-  int flags[2] = {nread, 0};
+  int flags[3] = {nread, 0, 1};
+#if SG_HAVE_PNETCDF
+  flags[2] = lst != SG_OK || !direct_ok(f, &info, nread, boxes, out, rt);
+#endif
   for (int i = 0; i < nread && !flags[1]; ++i)
     for (int k = i + 1; k < nread && !flags[1]; ++k) {
       int ov = 1;
@@ -756,11 +919,14 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
              boxes[k].fstart[d] < boxes[i].fstart[d] + boxes[i].len[d];
       flags[1] = ov;
     }
-  SG_TRY(sg_io_agree_max(f->comm, lst, flags, 2));
+  SG_TRY(sg_io_agree_max(f->comm, lst, flags, 3));
 
   int rc = 0;
 #if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF) {
+  if (f->backend == SG_NC_BACKEND_PNETCDF && !flags[2]) {
+    /* every rank reads at most one box of a plain variable */
+    lst = direct_read(f, varid, &info, nread, boxes, rt);
+  } else if (f->backend == SG_NC_BACKEND_PNETCDF) {
     /* PnetCDF 1.12 returns wrong data for read requests that overlap in the
      * file within one wait_all (a periodic halo wrapping onto the rank's
      * own slab): then every box gets its own collective round. */

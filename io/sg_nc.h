@@ -92,6 +92,17 @@ typedef struct sg_nc_create_opts {
                              stays untouched */
   int64_t header_reserve; /* PnetCDF: bytes of free header space kept at
                              enddef (default 64 KiB) */
+  /* MPI-IO / library hints, "key=value,key=value" (';' also separates),
+   * given to the library as an MPI_Info at create: ROMIO's cb_buffer_size,
+   * romio_cb_write, romio_ds_write, striping_unit, ...; PnetCDF's
+   * nc_in_place_swap, nc_ibuf_size, nc_var_align_size, ... Keys a layer
+   * does not know are ignored by it. NULL or "": the libraries' defaults
+   * (which the ROMIO_HINTS / PNETCDF_HINTS environment variables still
+   * override). See docs/io.md for measured effects. */
+  const char *hints;
+  /* netCDF-4: independent instead of collective data access (each rank
+   * writes its own chunks; no two-phase aggregation). Default 0. */
+  int independent;
 } sg_nc_create_opts;
 
 typedef struct sg_nc_open_opts {
@@ -101,6 +112,19 @@ typedef struct sg_nc_open_opts {
    * "COADSX=lon,COADSY=lat,TIME=time". Names are then reported and looked
    * up under the mapped names. NULL or "" maps nothing. */
   const char *dim_map;
+  /* MPI-IO / library hints as in sg_nc_create_opts.hints (romio_cb_read,
+   * romio_ds_read, cb_buffer_size, ...); also used by the direct reads. */
+  const char *hints;
+  /* netCDF-4: independent instead of collective data access. Default 0. */
+  int independent;
+  /* PnetCDF backend, file opened read-only: a slab read without halo
+   * boxes, of a variable stored in the caller's type (f32, f64, i32, i64),
+   * goes straight through MPI-IO on the variable's bytes (offsets from
+   * PnetCDF) into the caller's buffer, followed by one threaded in-place
+   * byte swap; PnetCDF itself would swap in a single-threaded pass that
+   * took 40% of a read. 1 disables this (every read through
+   * ncmpi_iget_vara + wait_all). Default 0. */
+  int no_direct_read;
 } sg_nc_open_opts;
 
 sg_nc_create_opts sg_nc_create_opts_default(void);

@@ -190,6 +190,7 @@ int main(int argc, char **argv) {
     double *tf = malloc(sizeof(double) * (size_t)reps);
     double *tx = malloc(sizeof(double) * (size_t)reps);
     double *tp = malloc(sizeof(double) * (size_t)reps);
+    double *tl = malloc(sizeof(double) * (size_t)reps);
     plain pl = {0, NULL, NULL, NULL};
     if (do_fftw && rank == 0) plain_create(&pl, n, channels, f64, nthreads);
     for (int w = 0; w < warmup; ++w) {
@@ -212,11 +213,30 @@ int main(int argc, char **argv) {
       double f, xp;
       sg_fft_plan_times(plan, &f, &xp);
       tt[r] = tm;
+      tl[r] = t1;
       tf[r] = f;
       tx[r] = xp;
     }
     double t_dist = median(tt, reps), t_fft = median(tf, reps),
            t_xp = median(tx, reps);
+    /* every rank's own medians: wall of its call, local FFTs, transposes */
+    double mine[3] = {median(tl, reps), t_fft, t_xp};
+    double *all = malloc(sizeof(double) * 3 * (size_t)size);
+    MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    char per[1024] = "";
+    if (rank == 0) {
+      size_t used = 0;
+      for (int q = 0; q < size && used < sizeof per; ++q) {
+        int w = snprintf(per + used, sizeof per - used,
+                         "%s{\"rank\": %d, \"t_call_s\": %.4e, "
+                         "\"t_fft_s\": %.4e, \"t_transpose_s\": %.4e}",
+                         q ? ", " : "", q, all[3 * q], all[3 * q + 1],
+                         all[3 * q + 2]);
+        if (w < 0) break;
+        used += (size_t)w;
+      }
+    }
+    free(all);
     double t_fftw = -1;
     if (do_fftw && rank == 0) {
       t_fftw = median(tp, reps);
@@ -230,20 +250,21 @@ int main(int argc, char **argv) {
              "\"t_dist_s\": %.6e, \"t_fft_s\": %.6e, \"t_transpose_s\": %.6e, "
              "\"keep\": %d, \"transposes\": %d, \"bytes_sent_rank0\": %lld, "
              "\"t_fftw_1proc_s\": %.6e, \"speedup\": %.3f, "
-             "\"efficiency\": %.3f}\n",
+             "\"efficiency\": %.3f, \"per_rank\": [%s]}\n",
              n, channels, f64 ? "f64" : "f32", size, spec,
              pencil ? "pencil" : "slab", alltoallv ? "alltoallv" : "auto(shm)",
              nthreads, reps, t_dist, t_fft, t_xp,
              keep, sg_fft_plan_ntransposes(plan),
              (long long)sg_fft_plan_bytes_moved(plan), t_fftw,
              t_fftw > 0 ? t_fftw / t_dist : 0.0,
-             t_fftw > 0 ? t_fftw / (size * t_dist) : 0.0);
+             t_fftw > 0 ? t_fftw / (size * t_dist) : 0.0, per);
       fflush(stdout);
     }
     free(tt);
     free(tf);
     free(tx);
     free(tp);
+    free(tl);
     sg_free(sg_device_host(), &x);
     sg_free(sg_device_host(), &y);
     sg_fft_plan_destroy(&plan);

@@ -2,6 +2,15 @@
  * field, split by rows over the ranks, per backend. Prints JSON lines.
  *
  *   mpiexec -n 4 sg-bench-io --mib 256 --backend pnetcdf --dir /tmp --reps 3
+ *       [--hints "romio_cb_read=disable,..."] [--independent 1]
+ *       [--no-direct 1] [--posix 1]
+ *
+ * --posix 1: every repetition also writes and reads the same bytes with
+ * plain POSIX calls (each rank pwrite/pread of its own contiguous rows of
+ * one file, fdatasync, the same cache drop), right before the library, so
+ * the library/POSIX ratio of each repetition is measured at the same
+ * moment of a shared, noisy machine ("ratio" fields: medians of the
+ * per-repetition ratios).
  *
  * write: create + define + collective write + sync (MPI_File_sync / nc_sync:
  * the data reaches the disk, like dd conv=fdatasync) + close.
@@ -16,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 static int drop_caches(void) {
@@ -25,6 +35,28 @@ static int drop_caches(void) {
   int ok = fputs("3\n", fp) >= 0;
   ok = (fclose(fp) == 0) && ok;
   return ok;
+}
+
+/* Plain POSIX write (+ fdatasync) or read of this rank's bytes at off. */
+static double posix_io(const char *path, int wr, char *buf, size_t bytes,
+                       off_t off, MPI_Comm comm) {
+  MPI_Barrier(comm);
+  double t0 = MPI_Wtime();
+  int fd = open(path, wr ? (O_WRONLY | O_CREAT) : O_RDONLY, 0644);
+  size_t done = 0;
+  const size_t blk = (size_t)16 << 20; /* like dd bs=16M */
+  while (fd >= 0 && done < bytes) {
+    size_t n = bytes - done < blk ? bytes - done : blk;
+    ssize_t k = wr ? pwrite(fd, buf + done, n, off + (off_t)done)
+                   : pread(fd, buf + done, n, off + (off_t)done);
+    if (k <= 0) break;
+    done += (size_t)k;
+  }
+  if (fd >= 0 && wr) fdatasync(fd);
+  if (fd >= 0) close(fd);
+  double t = MPI_Wtime() - t0;
+  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return done == bytes ? t : -1.0;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -39,12 +71,17 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int64_t mib = 256;
   int reps = 3;
-  const char *backend = "pnetcdf", *dir = "/tmp";
+  const char *backend = "pnetcdf", *dir = "/tmp", *hints = NULL;
+  int independent = 0, no_direct = 0, posix = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--mib")) mib = atoll(argv[i + 1]);
     else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--backend")) backend = argv[i + 1];
     else if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
+    else if (!strcmp(argv[i], "--hints")) hints = argv[i + 1];
+    else if (!strcmp(argv[i], "--independent")) independent = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--no-direct")) no_direct = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--posix")) posix = atoi(argv[i + 1]);
     else {
       if (rank == 0) fprintf(stderr, "sg-bench-io: error: unknown option %s\n", argv[i]);
       MPI_Finalize();
@@ -74,15 +111,32 @@ int main(int argc, char **argv) {
   char path[1024];
   snprintf(path, sizeof path, "%s/sg-bench-io-%s-np%d.nc", dir, backend, size);
   double *tw = calloc((size_t)reps, sizeof(double)), *tr = calloc((size_t)reps, sizeof(double));
+  double *pw = calloc((size_t)reps, sizeof(double)), *pr = calloc((size_t)reps, sizeof(double));
+  double *qw = calloc((size_t)reps, sizeof(double)), *qr = calloc((size_t)reps, sizeof(double));
+  char rawpath[1100];
+  snprintf(rawpath, sizeof rawpath, "%s.raw", path);
+  const size_t mybytes = (size_t)n * 4;
+  const off_t myoff = (off_t)(s.start[0] * nx * 4);
   int cold = 1, bad = 0;
   for (int r = 0; r < reps; ++r) {
     sg_nc_t f = NULL;
     sg_status st = SG_OK;
+    if (posix) {
+      int c0 = 0;
+      pw[r] = posix_io(rawpath, 1, (char *)buf, mybytes, myoff, MPI_COMM_WORLD);
+      if (rank == 0) c0 = drop_caches();
+      MPI_Bcast(&c0, 1, MPI_INT, 0, MPI_COMM_WORLD);
+      pr[r] = posix_io(rawpath, 0, (char *)back, mybytes, myoff, MPI_COMM_WORLD);
+      MPI_Barrier(MPI_COMM_WORLD);
+      if (rank == 0) remove(rawpath);
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     sg_nc_create_opts co = sg_nc_create_opts_default();
     co.backend = b;
     co.overwrite = 1;
+    co.hints = hints;
+    co.independent = independent;
     const char *dims[2] = {"y", "x"};
     int v = -1;
     sg_nc_var_opts vo;
@@ -107,7 +161,15 @@ int main(int argc, char **argv) {
     cold &= c;
     MPI_Barrier(MPI_COMM_WORLD);
     double t2 = MPI_Wtime();
-    if ((st = sg_nc_open(MPI_COMM_WORLD, path, NULL, &f)) == SG_OK &&
+    sg_nc_open_opts oo = sg_nc_open_opts_default();
+    oo.backend = b;
+    oo.hints = hints;
+    oo.independent = independent;
+    oo.no_direct_read = no_direct;
+    memset(back, 0, mybytes);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t2 = MPI_Wtime();
+    if ((st = sg_nc_open(MPI_COMM_WORLD, path, &oo, &f)) == SG_OK &&
         (st = sg_nc_read(f, v, &s, NULL, back, NULL)) == SG_OK)
       st = sg_nc_close(&f);
     double t3 = MPI_Wtime();
@@ -122,26 +184,47 @@ int main(int argc, char **argv) {
     MPI_Allreduce(MPI_IN_PLACE, &rd, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     tw[r] = w;
     tr[r] = rd;
+    qw[r] = pw[r] > 0 ? pw[r] / w : 0;
+    qr[r] = pr[r] > 0 ? pr[r] / rd : 0;
   }
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   qsort(tw, (size_t)reps, sizeof(double), cmp_double);
   qsort(tr, (size_t)reps, sizeof(double), cmp_double);
+  qsort(pw, (size_t)reps, sizeof(double), cmp_double);
+  qsort(pr, (size_t)reps, sizeof(double), cmp_double);
+  qsort(qw, (size_t)reps, sizeof(double), cmp_double);
+  qsort(qr, (size_t)reps, sizeof(double), cmp_double);
+  char opt[512] = "";
+  if (posix)
+    snprintf(opt, sizeof opt,
+             ", \"posix_w_mib_per_s\": %.1f, \"posix_r_mib_per_s\": %.1f, "
+             "\"ratio_w\": %.3f, \"ratio_r\": %.3f",
+             (double)mib / pw[reps / 2], (double)mib / pr[reps / 2],
+             qw[reps / 2], qr[reps / 2]);
+  char cfg[700];
+  snprintf(cfg, sizeof cfg,
+           "\"hints\": \"%s\", \"independent\": %d, \"direct_read\": %d%s",
+           hints ? hints : "", independent, !no_direct, opt);
   double mw = tw[reps / 2], mr = tr[reps / 2];
   if (rank == 0) {
     printf("{\"bench\": \"io\", \"op\": \"write\", \"backend\": \"%s\", \"ranks\": %d, "
            "\"mib\": %lld, \"reps\": %d, \"median_s\": %.4f, \"mib_per_s\": %.1f, "
-           "\"best_mib_per_s\": %.1f, \"synced\": 1}\n",
+           "\"best_mib_per_s\": %.1f, \"synced\": 1, %s}\n",
            backend, size, (long long)mib, reps, mw, (double)mib / mw,
-           (double)mib / tw[0]);
+           (double)mib / tw[0], cfg);
     printf("{\"bench\": \"io\", \"op\": \"read\", \"backend\": \"%s\", \"ranks\": %d, "
            "\"mib\": %lld, \"reps\": %d, \"median_s\": %.4f, \"mib_per_s\": %.1f, "
-           "\"best_mib_per_s\": %.1f, \"cold\": %d, \"verified\": %d}\n",
+           "\"best_mib_per_s\": %.1f, \"cold\": %d, \"verified\": %d, %s}\n",
            backend, size, (long long)mib, reps, mr, (double)mib / mr,
-           (double)mib / tr[0], cold, bad == 0);
+           (double)mib / tr[0], cold, bad == 0, cfg);
     remove(path);
   }
   free(tw);
   free(tr);
+  free(pw);
+  free(pr);
+  free(qw);
+  free(qr);
   sg_free(sg_device_host(), (void **)&buf);
   sg_free(sg_device_host(), (void **)&back);
   MPI_Finalize();

@@ -30,6 +30,16 @@ typedef struct sg_fft_stage {
   int64_t in_shape[SG_FFT_ND], out_shape[SG_FFT_ND]; /* elements */
   int empty;
   void *pf, *pb; /* fftw(f)_plan: forward (r2c / c2c -1), backward */
+  /* Blocked c2c over one dim that is not innermost, viewed as
+   * (outer, n, inner): `bw` columns at a time are gathered into a
+   * thread's tile (bw rows of n, leading dimension ld), transformed there
+   * contiguously and scattered back. A strided FFTW plan over the whole
+   * block instead walks columns with a stride of inner elements, which for
+   * a power-of-two inner (64 complex f32 = 512 bytes) thrashes the caches:
+   * 256 x (32, 256, 64) took 7-11 ms strided vs 0.7 ms blocked. */
+  int blocked;
+  int64_t b_outer, b_n, b_inner, b_w, b_ld;
+  void *bpf, *bpb, *brf, *brb; /* plans for bw and for the rest columns */
   /* REDIST */
   sg_fft_redist rd;
 } sg_fft_stage;
@@ -46,6 +56,9 @@ struct sg_fft_plan {
   int nstages;
   sg_fft_stage st[SG_FFT_MAX_STAGES];
   void *A, *B, *S, *R;
+  void *T;        /* tiles of the blocked stages, one per thread */
+  size_t bytes_tile; /* bytes of one thread's tile */
+  int nth;        /* FFTW / OpenMP threads */
   size_t bytes_ab;
   int cuda;                /* CUDA plan: x, y are device pointers */
   void *Ad, *Bd;           /* device scratch */
@@ -94,10 +107,75 @@ static void strides_of(const int64_t *shape, int nd, int64_t *st) {
   for (int d = nd - 2; d >= 0; --d) st[d] = st[d + 1] * shape[d + 1];
 }
 
+/* Does stage s run blocked (see sg_fft_stage)? Sets its tile geometry and
+ * returns the bytes of one thread's tile (0: not blocked). */
+static size_t stage_block_geometry(sg_fft_plan_t p, sg_fft_stage *s) {
+  const int nd = p->D + 1;
+  s->blocked = 0;
+  if (s->kind != STAGE_FFT || s->r2c || s->empty || s->nt != 1 ||
+      s->tdims[0] >= nd - 1)
+    return 0;
+  const int t = s->tdims[0];
+  const size_t cs = 2 * p->real_size;
+  s->b_outer = prod64(s->in_shape, t);
+  s->b_n = s->in_shape[t];
+  s->b_inner = prod64(s->in_shape + t + 1, nd - t - 1);
+  if (s->b_inner < 2) return 0;
+  /* 128 bytes of columns (two cache lines per row read); rows of the tile
+   * padded by 64 bytes so that walking down a column of the tile does not
+   * hit one cache set */
+  int64_t w = (int64_t)(128 / cs);
+  s->b_w = w < s->b_inner ? w : s->b_inner;
+  s->b_ld = s->b_n + (int64_t)(64 / cs);
+  s->blocked = 1;
+  size_t bytes = (size_t)(s->b_w * s->b_ld) * cs;
+  return (bytes + 63) / 64 * 64;
+}
+
+static sg_status stage_make_blocked(sg_fft_plan_t p, sg_fft_stage *s) {
+  sg_status st = SG_OK;
+  const int64_t rest = s->b_inner % s->b_w;
+  fftw_iodim64 dim = {s->b_n, 1, 1};
+  fftw_iodim64 how = {s->b_w, s->b_ld, s->b_ld}, hrest = {rest, s->b_ld, s->b_ld};
+  unsigned flags = (p->desc.flags & SG_FFT_MEASURE) ? FFTW_MEASURE
+                                                     : FFTW_ESTIMATE;
+  /* threads run over tiles; each tile's transform is single-threaded */
+  if (p->desc.dtype == SG_DTYPE_F64) {
+    fftw_complex *t = p->T;
+    fftw_plan_with_nthreads(1);
+    SG_FFTW_PLAN(s->bpf, fftw_plan_guru64_dft(1, &dim, 1, &how, t, t,
+                                              FFTW_FORWARD, flags));
+    SG_FFTW_PLAN(s->bpb, fftw_plan_guru64_dft(1, &dim, 1, &how, t, t,
+                                              FFTW_BACKWARD, flags));
+    if (rest) {
+      SG_FFTW_PLAN(s->brf, fftw_plan_guru64_dft(1, &dim, 1, &hrest, t, t,
+                                                FFTW_FORWARD, flags));
+      SG_FFTW_PLAN(s->brb, fftw_plan_guru64_dft(1, &dim, 1, &hrest, t, t,
+                                                FFTW_BACKWARD, flags));
+    }
+  } else {
+    fftwf_complex *t = p->T;
+    fftwf_plan_with_nthreads(1);
+    SG_FFTW_PLAN(s->bpf, fftwf_plan_guru64_dft(1, &dim, 1, &how, t, t,
+                                               FFTW_FORWARD, flags));
+    SG_FFTW_PLAN(s->bpb, fftwf_plan_guru64_dft(1, &dim, 1, &how, t, t,
+                                               FFTW_BACKWARD, flags));
+    if (rest) {
+      SG_FFTW_PLAN(s->brf, fftwf_plan_guru64_dft(1, &dim, 1, &hrest, t, t,
+                                                 FFTW_FORWARD, flags));
+      SG_FFTW_PLAN(s->brb, fftwf_plan_guru64_dft(1, &dim, 1, &hrest, t, t,
+                                                 FFTW_BACKWARD, flags));
+    }
+  }
+fail:
+  return st;
+}
+
 static sg_status stage_make_fftw(sg_fft_plan_t p, sg_fft_stage *s, void *in,
                                  void *out) {
   sg_status st = SG_OK;
   const int nd = p->D + 1;
+  if (s->blocked) return stage_make_blocked(p, s);
   fftw_iodim64 dims[SG_FFT_MAX_DIMS], how[SG_FFT_ND];
   int64_t ist[SG_FFT_ND], ost[SG_FFT_ND];
   strides_of(s->in_shape, nd, ist);
@@ -131,7 +209,7 @@ static sg_status stage_make_fftw(sg_fft_plan_t p, sg_fft_stage *s, void *in,
   }
   unsigned flags = (p->desc.flags & SG_FFT_MEASURE) ? FFTW_MEASURE
                                                      : FFTW_ESTIMATE;
-  int nth = p->desc.nthreads > 0 ? p->desc.nthreads : omp_get_max_threads();
+  int nth = p->nth;
   if (p->desc.dtype == SG_DTYPE_F64) {
     fftw_plan_with_nthreads(nth);
     if (s->r2c) {
@@ -167,14 +245,13 @@ fail:
 
 static void stage_free(sg_fft_plan_t p, sg_fft_stage *s) {
   if (s->kind == STAGE_FFT) {
-    if (p->desc.dtype == SG_DTYPE_F64) {
-      if (s->pf) fftw_destroy_plan((fftw_plan)s->pf);
-      if (s->pb) fftw_destroy_plan((fftw_plan)s->pb);
-    } else {
-      if (s->pf) fftwf_destroy_plan((fftwf_plan)s->pf);
-      if (s->pb) fftwf_destroy_plan((fftwf_plan)s->pb);
+    void **pl[6] = {&s->pf, &s->pb, &s->bpf, &s->bpb, &s->brf, &s->brb};
+    for (int i = 0; i < 6; ++i) {
+      if (!*pl[i]) continue;
+      if (p->desc.dtype == SG_DTYPE_F64) fftw_destroy_plan((fftw_plan)*pl[i]);
+      else fftwf_destroy_plan((fftwf_plan)*pl[i]);
+      *pl[i] = NULL;
     }
-    s->pf = s->pb = NULL;
   } else {
     sg_fft_redist_free(&s->rd);
   }
@@ -186,11 +263,76 @@ static int misaligned(sg_fft_plan_t p, const void *ptr) {
   return fftwf_alignment_of((float *)(uintptr_t)ptr) != 0;
 }
 
+/* Tile gather / scatter of a blocked stage: nb columns of an (n, inner)
+ * slice (row stride `inner` elements) to / from nb tile rows of length n
+ * (stride ld). E is the complex element type. */
+#define SG_FFT_TILE_FNS(E, sfx)                                               \
+  static void tile_gather_##sfx(E *restrict tile, const E *restrict src,    \
+                                int64_t n, int64_t inner, int64_t nb,       \
+                                int64_t ld) {                               \
+    for (int64_t i = 0; i < n; ++i) {                                       \
+      const E *row = src + i * inner;                                       \
+      for (int64_t k = 0; k < nb; ++k) tile[k * ld + i] = row[k];           \
+    }                                                                       \
+  }                                                                         \
+  static void tile_scatter_##sfx(E *restrict dst, const E *restrict tile,   \
+                                 int64_t n, int64_t inner, int64_t nb,      \
+                                 int64_t ld) {                              \
+    for (int64_t i = 0; i < n; ++i) {                                       \
+      E *row = dst + i * inner;                                             \
+      for (int64_t k = 0; k < nb; ++k) row[k] = tile[k * ld + i];           \
+    }                                                                       \
+  }
+typedef struct { float re, im; } sg_fft_c32;
+typedef struct { double re, im; } sg_fft_c64;
+SG_FFT_TILE_FNS(sg_fft_c32, c32)
+SG_FFT_TILE_FNS(sg_fft_c64, c64)
+
+/* A blocked c2c stage (in may equal out: tiles are disjoint columns). */
+static void stage_exec_blocked(sg_fft_plan_t p, const sg_fft_stage *s,
+                               int fwd, const void *in, void *out) {
+  const int64_t n = s->b_n, inner = s->b_inner, bw = s->b_w, ld = s->b_ld;
+  const int64_t nblk = (inner + bw - 1) / bw, ntask = s->b_outer * nblk;
+  const int f64 = p->desc.dtype == SG_DTYPE_F64;
+  const size_t cs = 2 * p->real_size;
+  void *full = fwd ? s->bpf : s->bpb, *part = fwd ? s->brf : s->brb;
+#pragma omp parallel for schedule(static) num_threads(p->nth) \
+    if (p->nth > 1 && ntask > 1 && n * inner * s->b_outer > 32768)
+  for (int64_t task = 0; task < ntask; ++task) {
+    const int64_t o = task / nblk, j0 = (task % nblk) * bw;
+    const int64_t nb = inner - j0 < bw ? inner - j0 : bw;
+    char *tile = (char *)p->T + (size_t)omp_get_thread_num() * p->bytes_tile;
+    const size_t at = (size_t)(o * n * inner + j0) * cs;
+    void *plan = nb == bw ? full : part;
+    if (f64) {
+      tile_gather_c64((sg_fft_c64 *)tile,
+                      (const sg_fft_c64 *)((const char *)in + at), n, inner,
+                      nb, ld);
+      fftw_execute_dft((fftw_plan)plan, (fftw_complex *)tile,
+                       (fftw_complex *)tile);
+      tile_scatter_c64((sg_fft_c64 *)((char *)out + at),
+                       (const sg_fft_c64 *)tile, n, inner, nb, ld);
+    } else {
+      tile_gather_c32((sg_fft_c32 *)tile,
+                      (const sg_fft_c32 *)((const char *)in + at), n, inner,
+                      nb, ld);
+      fftwf_execute_dft((fftwf_plan)plan, (fftwf_complex *)tile,
+                        (fftwf_complex *)tile);
+      tile_scatter_c32((sg_fft_c32 *)((char *)out + at),
+                       (const sg_fft_c32 *)tile, n, inner, nb, ld);
+    }
+  }
+}
+
 /* Execute an FFT stage; forward or backward. The plans were made on the
  * aligned scratch; misaligned user buffers bounce through a free scratch. */
 static void stage_exec_fft(sg_fft_plan_t p, const sg_fft_stage *s, int fwd,
                            const void *in, void *out) {
   if (s->empty) return;
+  if (s->blocked) {
+    stage_exec_blocked(p, s, fwd, in, out);
+    return;
+  }
   const int nd = p->D + 1;
   size_t in_bytes, out_bytes;
   if (fwd) {
@@ -421,6 +563,14 @@ static sg_status plan_stages(sg_fft_plan_t p) {
     }
 #endif
   } else {
+    size_t tile = 0;
+    for (int i = 0; i < p->nstages; ++i) {
+      size_t b = stage_block_geometry(p, &p->st[i]);
+      if (b > tile) tile = b;
+    }
+    p->bytes_tile = tile;
+    if (tile)
+      SG_TRY(sg_malloc(sg_device_host(), tile * (size_t)p->nth, &p->T));
     for (int i = 0; i < p->nstages; ++i)
       if (p->st[i].kind == STAGE_FFT && !p->st[i].empty)
         SG_TRY(stage_make_fftw(p, &p->st[i], p->A, p->B));
@@ -448,6 +598,8 @@ static sg_status plan_create_axes(MPI_Comm comm, const sg_fft_axes *axes,
   p->cuda = desc->device.kind == SG_DEVICE_CUDA;
   if (p->cuda) SG_TRY(sg_device_check(desc->device));
   p->D = desc->ndim;
+  p->nth = desc->nthreads > 0 ? desc->nthreads : omp_get_max_threads();
+  if (p->nth < 1) p->nth = 1;
   p->real_size = sg_dtype_size(desc->dtype);
   p->real_layout.ndim = p->D;
   for (int d = 0; d < p->D; ++d) {
@@ -527,6 +679,7 @@ sg_status sg_fft_plan_destroy(sg_fft_plan_t *plan) {
   sg_free(sg_device_host(), &p->B);
   sg_free(sg_device_host(), &p->S);
   sg_free(sg_device_host(), &p->R);
+  sg_free(sg_device_host(), &p->T);
   free(p);
   *plan = NULL;
   return SG_OK;

@@ -74,6 +74,22 @@ static void test_backend(sg_nc_backend b) {
          "create over an existing file");
   SG_CHECK(f == NULL, "handle set on failure");
 
+  /* malformed I/O hints (on the last rank only): a clear error everywhere,
+   * before any file is touched */
+  sg_nc_open_opts ho = sg_nc_open_opts_default();
+  ho.hints = sg_test_rank == sg_test_size - 1 ? "romio_cb_read"
+                                              : "romio_cb_read=disable";
+  expect(sg_nc_open(MPI_COMM_WORLD, path, &ho, &f), SG_ERR_CONFIG,
+         "key=value", "malformed open hints");
+  SG_CHECK(f == NULL, "handle set on failure");
+  co.overwrite = 1;
+  co.hints = "cb_buffer_size=";
+  expect(sg_nc_create(MPI_COMM_WORLD, path, &co, &f), SG_ERR_CONFIG,
+         "key=value", "malformed create hints");
+  SG_CHECK(f == NULL, "handle set on failure");
+  co.overwrite = 0;
+  co.hints = NULL;
+
   /* reads */
   SG_REQUIRE_OK(sg_nc_open(MPI_COMM_WORLD, path, NULL, &f));
   sg_nc_var_info vi;

@@ -55,7 +55,7 @@ static int run_tool(const char *tool, const char *args, const char *path) {
 
 /* Write case c on decomposition A with backend b into path. */
 static void write_case(const tcase *c, const iot_decomp *A, sg_nc_backend b,
-                       const char *path) {
+                       int variant, const char *path) {
   sg_nc_t f = NULL;
   void *buf = NULL, *rbuf = NULL;
   sg_nc_shard s, rs;
@@ -63,6 +63,12 @@ static void write_case(const tcase *c, const iot_decomp *A, sg_nc_backend b,
   sg_nc_create_opts co = sg_nc_create_opts_default();
   co.backend = b;
   co.overwrite = 1;
+  /* odd variants: netCDF-4 independent access and MPI-IO hints that force
+   * the other ROMIO write paths */
+  if (variant % 2) {
+    co.independent = 1;
+    co.hints = "romio_cb_write=enable, cb_buffer_size=65536;romio_ds_write=disable";
+  }
   SG_REQUIRE_OK(sg_nc_create(MPI_COMM_WORLD, path, &co, &f));
   SG_CHECK(sg_nc_backend_of(f) == b, "backend in use %s",
            sg_nc_backend_name(sg_nc_backend_of(f)));
@@ -216,11 +222,27 @@ static void test_roundtrip(sg_nc_backend wb) {
       printf("backend %s not built: not tested\n", sg_nc_backend_name(wb));
     return;
   }
-  sg_nc_backend readers[3];
+  /* readers: PnetCDF with its direct MPI-IO reads (the default) and
+   * through ncmpi_iget with forced collective buffering; netCDF-4
+   * collective and independent; serial */
+  typedef struct reader {
+    sg_nc_backend b;
+    int no_direct, independent;
+    const char *hints;
+  } reader;
+  reader readers[5];
   int nr = 0;
-  if (wb == SG_NC_BACKEND_PNETCDF) readers[nr++] = SG_NC_BACKEND_PNETCDF;
-  if (sg_nc_backend_available(SG_NC_BACKEND_NETCDF4, 0)) readers[nr++] = SG_NC_BACKEND_NETCDF4;
-  if (sg_nc_backend_available(SG_NC_BACKEND_SERIAL, 0)) readers[nr++] = SG_NC_BACKEND_SERIAL;
+  if (wb == SG_NC_BACKEND_PNETCDF) {
+    readers[nr++] = (reader){SG_NC_BACKEND_PNETCDF, 0, 0, NULL};
+    readers[nr++] = (reader){SG_NC_BACKEND_PNETCDF, 1, 0,
+                             "romio_cb_read=enable,cb_buffer_size=4096"};
+  }
+  if (sg_nc_backend_available(SG_NC_BACKEND_NETCDF4, 0)) {
+    readers[nr++] = (reader){SG_NC_BACKEND_NETCDF4, 0, 0, NULL};
+    readers[nr++] = (reader){SG_NC_BACKEND_NETCDF4, 0, 1, "romio_cb_read=disable"};
+  }
+  if (sg_nc_backend_available(SG_NC_BACKEND_SERIAL, 0))
+    readers[nr++] = (reader){SG_NC_BACKEND_SERIAL, 0, 0, NULL};
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci) {
     const tcase *c = &cases[ci];
     /* 2-D: every process grid; 3-D: every grid over (lat, lon), plus all
@@ -239,7 +261,7 @@ static void test_roundtrip(sg_nc_backend wb) {
       snprintf(path, sizeof path, "rt_%s_%s_%s_np%d.nc", sg_nc_backend_name(wb),
                c->name, iot_decomp_str(&dcs[a], sa, sizeof sa), sg_test_size);
       double t0 = MPI_Wtime();
-      write_case(c, &dcs[a], wb, path);
+      write_case(c, &dcs[a], wb, a, path);
       double t1 = MPI_Wtime();
       check_tools(path, wb);
       double t2 = MPI_Wtime();
@@ -250,13 +272,16 @@ static void test_roundtrip(sg_nc_backend wb) {
       for (int r = 0; r < nr; ++r) {
         sg_nc_t f = NULL;
         sg_nc_open_opts oo = sg_nc_open_opts_default();
-        oo.backend = readers[r];
+        oo.backend = readers[r].b;
+        oo.no_direct_read = readers[r].no_direct;
+        oo.independent = readers[r].independent;
+        oo.hints = readers[r].hints;
         SG_CHECK_OK(sg_nc_open(MPI_COMM_WORLD, path, &oo, &f));
         if (!f) continue;
-        SG_CHECK(sg_nc_backend_of(f) == readers[r], "reader backend");
+        SG_CHECK(sg_nc_backend_of(f) == readers[r].b, "reader backend");
         for (int bb = 0; bb < nd; ++bb)
           if (r == 0 || bb == (a + r) % nd)
-            read_case(c, &dcs[a], &dcs[bb], readers[r], f);
+            read_case(c, &dcs[a], &dcs[bb], readers[r].b, f);
         SG_CHECK_OK(sg_nc_close(&f));
       }
       MPI_Barrier(MPI_COMM_WORLD);
