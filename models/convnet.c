@@ -123,7 +123,6 @@ sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny, int64_t
     SG_RAISE(SG_ERR_SHAPE, "%s: a %lldx%lld grid cannot be split over h=%d, w=%d", who, (long long)ny,
              (long long)nx, ph, pw);
   d->split = ph > 1 || pw > 1;
-  if (d->split) SG_TRY(sg_cn_domain_mark(d, NULL, 0));
   d->gbatch = batch * pd;
   d->y0 = sg_split_offset(ny, ph, ch);
   d->ny = sg_split_size(ny, ph, ch);
@@ -167,12 +166,11 @@ fail:
 }
 
 sg_status sg_cn_domain_mark(const sg_cn_domain *d, sg_var *x, int64_t channels) {
-  (void)x;
-  (void)channels;
-  if (d->split)
-    return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
-                        "convolutional models on a split grid (h or w > 1) need the sharded autograd ops");
-  return SG_OK;
+  /* Only a split grid needs the sharded tape (halo exchanges, global
+   * statistics); with samples alone split over dp every op is local. */
+  if (!d->split || x == NULL) return SG_OK;
+  const int64_t gshape[4] = {d->gbatch, channels, d->ny_g, d->nx_g};
+  return sg_var_set_sharding(x, d->mesh, d->place, gshape);
 }
 
 sg_status sg_cn_domain_input(sg_cn_domain *d, sg_tape_t t, sg_var *x, sg_var **h) {
