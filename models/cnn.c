@@ -1,5 +1,5 @@
 /* shardgrid — ResNet-style CNN, domain- and data-parallel. */
-#include "sg_cnn.h"
+#include "cnn.h"
 
 #include "convnet_impl.h"
 
@@ -11,8 +11,7 @@ enum { CNN_MAX_BLOCKS = 24 };
 
 struct sg_cnn {
   sg_cnn_config cfg;
-  sg_cn_domain dom;
-  sg_cn_params p;
+  sg_cn_base b; /* parameter table and domain */
   int lift, block0, proj; /* parameter indices */
 };
 
@@ -24,8 +23,8 @@ sg_cnn_config sg_cnn_defaults(void) {
 void sg_cnn_destroy(sg_cnn_t *model) {
   if (!model || !*model) return;
   struct sg_cnn *m = *model;
-  sg_cn_params_release(&m->p);
-  sg_cn_domain_release(&m->dom);
+  sg_cn_params_release(&m->b.p);
+  sg_cn_domain_release(&m->b.dom);
   free(m);
   *model = NULL;
 }
@@ -51,23 +50,23 @@ sg_status sg_cnn_create(sg_mesh_t mesh, const sg_cnn_config *cfg, int64_t ny, in
   m = calloc(1, sizeof *m);
   if (!m) SG_RAISE(SG_ERR_ALLOC, "sg_cnn_create: out of memory");
   m->cfg = *cfg;
-  m->p.stream = 2000;
-  SG_TRY(sg_cn_domain_init(&m->dom, mesh, ny, nx, batch, cfg->add_grid, "CNN"));
+  m->b.p.stream = 2000;
+  SG_TRY(sg_cn_domain_init(&m->b.dom, mesh, ny, nx, batch, cfg->add_grid, "CNN"));
   const int64_t cin = cfg->cin + (cfg->add_grid ? 2 : 0), w = cfg->width, k = cfg->kernel;
-  int ok = (m->lift = sg_cn_add_conv(&m->p, "lift", w, cin, k)) >= 0;
-  m->block0 = m->p.n;
+  int ok = (m->lift = sg_cn_add_conv(&m->b.p, "lift", w, cin, k)) >= 0;
+  m->block0 = m->b.p.n;
   for (int b = 0; ok && b < (int)cfg->blocks; ++b) {
     char nm[24];
     snprintf(nm, sizeof nm, "block%d.conv1", b);
-    ok = ok && sg_cn_add_conv(&m->p, nm, w, w, k) >= 0;
+    ok = ok && sg_cn_add_conv(&m->b.p, nm, w, w, k) >= 0;
     snprintf(nm, sizeof nm, "block%d.norm", b);
-    ok = ok && sg_cn_add_norm(&m->p, nm, w) >= 0;
+    ok = ok && sg_cn_add_norm(&m->b.p, nm, w) >= 0;
     snprintf(nm, sizeof nm, "block%d.conv2", b);
-    ok = ok && sg_cn_add_conv(&m->p, nm, w, w, k) >= 0;
+    ok = ok && sg_cn_add_conv(&m->b.p, nm, w, w, k) >= 0;
   }
-  m->proj = m->p.n;
-  ok = ok && sg_cn_add_linear(&m->p, "proj1", cfg->proj_width, w) >= 0;
-  ok = ok && sg_cn_add_linear(&m->p, "proj2", cfg->cout, cfg->proj_width) >= 0;
+  m->proj = m->b.p.n;
+  ok = ok && sg_cn_add_linear(&m->b.p, "proj1", cfg->proj_width, w) >= 0;
+  ok = ok && sg_cn_add_linear(&m->b.p, "proj2", cfg->cout, cfg->proj_width) >= 0;
   if (!ok) SG_RAISE(SG_ERR_CONFIG, "CNN: too many parameters tensors (at most %d)", SG_CN_MAX_PARAMS);
   *out = m;
   return SG_OK;
@@ -76,46 +75,16 @@ fail:
   return st;
 }
 
-int64_t sg_cnn_param_count(sg_cnn_t m) { return m ? m->p.total : 0; }
-
-sg_status sg_cnn_bind(sg_cnn_t m, float *params, float *grads) {
-  if (!m) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_cnn_bind: NULL model");
-  return sg_cn_params_bind(&m->p, params, grads);
-}
-
-sg_status sg_cnn_init(sg_cnn_t m, uint64_t seed) {
-  if (!m) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_cnn_init: NULL model");
-  return sg_cn_params_init(&m->p, seed);
-}
-
-int sg_cnn_params(sg_cnn_t m, sg_var ***vars) {
-  *vars = m->p.ptrs;
-  return m->p.n;
-}
-
-int64_t sg_cnn_param_offset(sg_cnn_t m, const sg_var *param) { return sg_cn_params_offset(&m->p, param); }
-
-void sg_cnn_box(sg_cnn_t m, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *nx) {
-  *y0 = m->dom.y0, *ny = m->dom.ny, *x0 = m->dom.x0, *nx = m->dom.nx;
-}
-
-sg_status sg_cnn_mark(sg_cnn_t m, sg_var *v) {
-  sg_status st = SG_OK;
-  if (!m || !v) SG_RAISE(SG_ERR_INVALID_ARG, "sg_cnn_mark: NULL argument");
-  SG_TRY(sg_cn_domain_check_input(&m->dom, v, v->value.ndim == 4 ? v->value.shape[1] : -1, "sg_cnn_mark"));
-  SG_TRY(sg_cn_domain_mark(&m->dom, v, v->value.shape[1]));
-fail:
-  return st;
-}
+struct sg_cn_base *sg_cnn_base(sg_cnn_t m) { return m ? &m->b : NULL; }
 
 sg_status sg_cnn_forward(sg_cnn_t m, sg_tape_t t, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
-  if (!m || !t || !x || !y || !m->p.bound) SG_RAISE(SG_ERR_INVALID_ARG, "sg_cnn_forward: bad arguments");
-  SG_TRY(sg_cn_domain_check_input(&m->dom, x, m->cfg.cin, "sg_cnn_forward"));
-  sg_var *P = m->p.vars, *h = NULL, *r = NULL;
+  if (!m || !t || !x || !y || !m->b.p.bound) SG_RAISE(SG_ERR_INVALID_ARG, "sg_cnn_forward: bad arguments");
+  SG_TRY(sg_cn_domain_check_input(&m->b.dom, x, m->cfg.cin, "sg_cnn_forward"));
+  sg_var *P = m->b.p.vars, *h = NULL, *r = NULL;
   const sg_pad_mode *mode = m->cfg.pad;
   sg_norm_desc nd = {.kind = SG_NORM_GROUP, .groups = m->cfg.groups, .eps = 1e-5};
-  SG_TRY(sg_cn_domain_input(&m->dom, t, x, &h));
+  SG_TRY(sg_cn_domain_input(&m->b.dom, t, x, &h));
   SG_TRY(sg_cn_conv_same(t, h, &P[m->lift], &P[m->lift + 1], mode, &h));
   for (int64_t b = 0; b < m->cfg.blocks; ++b) {
     sg_var *q = &P[m->block0 + 6 * b];

@@ -173,6 +173,15 @@ sg_status sg_cn_domain_mark(const sg_cn_domain *d, sg_var *x, int64_t channels) 
   return sg_var_set_sharding(x, d->mesh, d->place, gshape);
 }
 
+sg_status sg_cn_base_mark(sg_cn_base *b, sg_var *v, const char *who) {
+  sg_status st = SG_OK;
+  if (!b || !v) SG_RAISE(SG_ERR_INVALID_ARG, "%s: NULL argument", who);
+  SG_TRY(sg_cn_domain_check_input(&b->dom, v, v->value.ndim == 4 ? v->value.shape[1] : -1, who));
+  SG_TRY(sg_cn_domain_mark(&b->dom, v, v->value.shape[1]));
+fail:
+  return st;
+}
+
 sg_status sg_cn_domain_input(sg_cn_domain *d, sg_tape_t t, sg_var *x, sg_var **h) {
   sg_status st = SG_OK;
   SG_TRY(sg_cn_domain_mark(d, x, x->value.shape[1]));

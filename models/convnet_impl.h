@@ -87,6 +87,17 @@ sg_status sg_cn_domain_mark(const sg_cn_domain *d, sg_var *x, int64_t channels);
 /* x, plus the grid channels when the model adds them (concat). */
 sg_status sg_cn_domain_input(sg_cn_domain *d, sg_tape_t t, sg_var *x, sg_var **h);
 
+/* What every convolutional model is made of; sg_model.h reaches the
+ * parameters and the domain of a CNN or U-Net through it. */
+typedef struct sg_cn_base {
+  sg_cn_domain dom;
+  sg_cn_params p;
+} sg_cn_base;
+/* Check v (N, C, ny, nx) against this rank's box and mark it with the
+ * activation sharding (a target or a mask that meets the output in a
+ * loss). Collective over the mesh when the grid is split. */
+sg_status sg_cn_base_mark(sg_cn_base *b, sg_var *v, const char *who);
+
 /* conv k x k ("same" size, padding (k-1)/2 with the model's boundaries). */
 sg_status sg_cn_conv_same(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
                        const sg_pad_mode *mode, sg_var **y);

@@ -1,10 +1,11 @@
 /* shardgrid — one interface over FNO, CNN and U-Net. */
 #include "sg_model.h"
 
-#include "sg_cnn.h"
+#include "cnn.h"
+#include "convnet_impl.h"
 #include "sg_decomp.h"
 #include "sg_fno.h"
-#include "sg_unet.h"
+#include "unet.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@ struct sg_model {
   sg_fno_t fno;
   sg_cnn_t cnn;
   sg_unet_t unet;
+  sg_cn_base *cn; /* CNN / U-Net: parameter table and domain */
 };
 
 static const char *const kind_names[SG_MODEL_COUNT] = {"fno", "cnn", "unet"};
@@ -88,12 +90,14 @@ sg_status sg_model_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny, 
     sg_cnn_config n = {c->cin, c->cout, c->width, c->blocks, c->kernel, c->groups, c->proj_width,
                        c->add_grid, c->act, {c->pad[0], c->pad[1]}};
     SG_TRY(sg_cnn_create(mesh, &n, ny, nx, batch, &m->cnn));
+    m->cn = sg_cnn_base(m->cnn);
     break;
   }
   case SG_MODEL_UNET: {
     sg_unet_config u = {c->cin, c->cout, c->width, c->levels, c->kernel, c->groups,
                         c->add_grid, c->act, {c->pad[0], c->pad[1]}};
     SG_TRY(sg_unet_create(mesh, &u, ny, nx, batch, &m->unet));
+    m->cn = sg_unet_base(m->unet);
     break;
   }
   default:
@@ -110,35 +114,36 @@ sg_model_kind sg_model_kind_of(sg_model_t m) { return m->cfg.kind; }
 
 int64_t sg_model_param_count(sg_model_t m) {
   if (!m) return 0;
-  return m->fno ? sg_fno_param_count(m->fno) : m->cnn ? sg_cnn_param_count(m->cnn) : sg_unet_param_count(m->unet);
+  return m->fno ? sg_fno_param_count(m->fno) : m->cn->p.total;
 }
 
 sg_status sg_model_bind(sg_model_t m, float *params, float *grads) {
   if (!m) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_model_bind: NULL model");
-  return m->fno ? sg_fno_bind(m->fno, params, grads)
-         : m->cnn ? sg_cnn_bind(m->cnn, params, grads)
-                  : sg_unet_bind(m->unet, params, grads);
+  return m->fno ? sg_fno_bind(m->fno, params, grads) : sg_cn_params_bind(&m->cn->p, params, grads);
 }
 
 sg_status sg_model_init(sg_model_t m, uint64_t seed) {
   if (!m) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_model_init: NULL model");
-  return m->fno ? sg_fno_init(m->fno, seed) : m->cnn ? sg_cnn_init(m->cnn, seed) : sg_unet_init(m->unet, seed);
+  return m->fno ? sg_fno_init(m->fno, seed) : sg_cn_params_init(&m->cn->p, seed);
 }
 
 int sg_model_params(sg_model_t m, sg_var ***vars) {
-  return m->fno ? sg_fno_params(m->fno, vars) : m->cnn ? sg_cnn_params(m->cnn, vars) : sg_unet_params(m->unet, vars);
+  if (m->fno) return sg_fno_params(m->fno, vars);
+  *vars = m->cn->p.ptrs;
+  return m->cn->p.n;
 }
 
 int64_t sg_model_param_offset(sg_model_t m, const sg_var *p) {
-  return m->fno   ? sg_fno_param_offset(m->fno, p)
-         : m->cnn ? sg_cnn_param_offset(m->cnn, p)
-                  : sg_unet_param_offset(m->unet, p);
+  return m->fno ? sg_fno_param_offset(m->fno, p) : sg_cn_params_offset(&m->cn->p, p);
 }
 
 void sg_model_box(sg_model_t m, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *nx) {
-  if (m->fno) sg_fno_box(m->fno, y0, ny, x0, nx);
-  else if (m->cnn) sg_cnn_box(m->cnn, y0, ny, x0, nx);
-  else sg_unet_box(m->unet, y0, ny, x0, nx);
+  if (m->fno) {
+    sg_fno_box(m->fno, y0, ny, x0, nx);
+    return;
+  }
+  const sg_cn_domain *d = &m->cn->dom;
+  *y0 = d->y0, *ny = d->ny, *x0 = d->x0, *nx = d->nx;
 }
 
 void sg_model_describe(sg_model_t m, char *buf, size_t size) {
@@ -160,7 +165,7 @@ void sg_model_describe(sg_model_t m, char *buf, size_t size) {
 
 sg_status sg_model_mark(sg_model_t m, sg_var *v) {
   if (!m) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_model_mark: NULL model");
-  return m->fno ? SG_OK : m->cnn ? sg_cnn_mark(m->cnn, v) : sg_unet_mark(m->unet, v);
+  return m->fno ? SG_OK : sg_cn_base_mark(m->cn, v, "sg_model_mark");
 }
 
 sg_status sg_model_forward(sg_model_t m, sg_tape_t t, sg_var *x, sg_var **y) {

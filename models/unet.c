@@ -1,5 +1,5 @@
 /* shardgrid — U-Net, domain- and data-parallel. */
-#include "sg_unet.h"
+#include "unet.h"
 
 #include "convnet_impl.h"
 
@@ -11,8 +11,7 @@ enum { UNET_MAX_LEVELS = 6 };
 
 struct sg_unet {
   sg_unet_config cfg;
-  sg_cn_domain dom;
-  sg_cn_params p;
+  sg_cn_base b; /* parameter table and domain */
   int enc[UNET_MAX_LEVELS], dec[UNET_MAX_LEVELS], out; /* parameter indices */
 };
 
@@ -24,8 +23,8 @@ sg_unet_config sg_unet_defaults(void) {
 void sg_unet_destroy(sg_unet_t *model) {
   if (!model || !*model) return;
   struct sg_unet *m = *model;
-  sg_cn_params_release(&m->p);
-  sg_cn_domain_release(&m->dom);
+  sg_cn_params_release(&m->b.p);
+  sg_cn_domain_release(&m->b.dom);
   free(m);
   *model = NULL;
 }
@@ -68,23 +67,23 @@ sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg, int64_t ny, 
   m = calloc(1, sizeof *m);
   if (!m) SG_RAISE(SG_ERR_ALLOC, "sg_unet_create: out of memory");
   m->cfg = *cfg;
-  m->p.stream = 3000;
-  SG_TRY(sg_cn_domain_init(&m->dom, mesh, ny, nx, batch, cfg->add_grid, "U-Net"));
+  m->b.p.stream = 3000;
+  SG_TRY(sg_cn_domain_init(&m->b.dom, mesh, ny, nx, batch, cfg->add_grid, "U-Net"));
   const int64_t L = cfg->levels, w = cfg->width, k = cfg->kernel;
   int64_t c_in = cfg->cin + (cfg->add_grid ? 2 : 0);
   int ok = 1;
   for (int l = 0; ok && l < (int)L; ++l) {
     char nm[16];
     snprintf(nm, sizeof nm, "enc%d", l);
-    ok = (m->enc[l] = add_block(&m->p, nm, c_in, w << l, k)) >= 0;
+    ok = (m->enc[l] = add_block(&m->b.p, nm, c_in, w << l, k)) >= 0;
     c_in = w << l;
   }
   for (int l = (int)L - 2; ok && l >= 0; --l) {
     char nm[16];
     snprintf(nm, sizeof nm, "dec%d", l);
-    ok = (m->dec[l] = add_block(&m->p, nm, (w << (l + 1)) + (w << l), w << l, k)) >= 0;
+    ok = (m->dec[l] = add_block(&m->b.p, nm, (w << (l + 1)) + (w << l), w << l, k)) >= 0;
   }
-  ok = ok && (m->out = sg_cn_add_linear(&m->p, "out", cfg->cout, w)) >= 0;
+  ok = ok && (m->out = sg_cn_add_linear(&m->b.p, "out", cfg->cout, w)) >= 0;
   if (!ok) SG_RAISE(SG_ERR_CONFIG, "U-Net: too many parameter tensors (at most %d)", SG_CN_MAX_PARAMS);
   *out = m;
   return SG_OK;
@@ -93,41 +92,11 @@ fail:
   return st;
 }
 
-int64_t sg_unet_param_count(sg_unet_t m) { return m ? m->p.total : 0; }
-
-sg_status sg_unet_bind(sg_unet_t m, float *params, float *grads) {
-  if (!m) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_unet_bind: NULL model");
-  return sg_cn_params_bind(&m->p, params, grads);
-}
-
-sg_status sg_unet_init(sg_unet_t m, uint64_t seed) {
-  if (!m) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_unet_init: NULL model");
-  return sg_cn_params_init(&m->p, seed);
-}
-
-int sg_unet_params(sg_unet_t m, sg_var ***vars) {
-  *vars = m->p.ptrs;
-  return m->p.n;
-}
-
-int64_t sg_unet_param_offset(sg_unet_t m, const sg_var *param) { return sg_cn_params_offset(&m->p, param); }
-
-void sg_unet_box(sg_unet_t m, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *nx) {
-  *y0 = m->dom.y0, *ny = m->dom.ny, *x0 = m->dom.x0, *nx = m->dom.nx;
-}
-
-sg_status sg_unet_mark(sg_unet_t m, sg_var *v) {
-  sg_status st = SG_OK;
-  if (!m || !v) SG_RAISE(SG_ERR_INVALID_ARG, "sg_unet_mark: NULL argument");
-  SG_TRY(sg_cn_domain_check_input(&m->dom, v, v->value.ndim == 4 ? v->value.shape[1] : -1, "sg_unet_mark"));
-  SG_TRY(sg_cn_domain_mark(&m->dom, v, v->value.shape[1]));
-fail:
-  return st;
-}
+struct sg_cn_base *sg_unet_base(sg_unet_t m) { return m ? &m->b : NULL; }
 
 static sg_status block(struct sg_unet *m, sg_tape_t t, int first, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
-  sg_var *q = &m->p.vars[first], *h = x;
+  sg_var *q = &m->b.p.vars[first], *h = x;
   sg_norm_desc nd = {.kind = SG_NORM_GROUP, .groups = m->cfg.groups, .eps = 1e-5};
   for (int j = 0; j < 2; ++j, q += 4) {
     SG_TRY(sg_cn_conv_same(t, h, &q[0], &q[1], m->cfg.pad, &h));
@@ -141,8 +110,8 @@ fail:
 
 sg_status sg_unet_forward(sg_unet_t m, sg_tape_t t, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
-  if (!m || !t || !x || !y || !m->p.bound) SG_RAISE(SG_ERR_INVALID_ARG, "sg_unet_forward: bad arguments");
-  SG_TRY(sg_cn_domain_check_input(&m->dom, x, m->cfg.cin, "sg_unet_forward"));
+  if (!m || !t || !x || !y || !m->b.p.bound) SG_RAISE(SG_ERR_INVALID_ARG, "sg_unet_forward: bad arguments");
+  SG_TRY(sg_cn_domain_check_input(&m->b.dom, x, m->cfg.cin, "sg_unet_forward"));
   const int64_t L = m->cfg.levels;
   sg_var *skip[UNET_MAX_LEVELS] = {NULL}, *h = NULL;
   sg_conv_args pa;
@@ -150,7 +119,7 @@ sg_status sg_unet_forward(sg_unet_t m, sg_tape_t t, sg_var *x, sg_var **y) {
   pa.nsp = 2;
   pa.stride[0] = pa.stride[1] = 2;
   const int64_t two[2] = {2, 2};
-  SG_TRY(sg_cn_domain_input(&m->dom, t, x, &h));
+  SG_TRY(sg_cn_domain_input(&m->b.dom, t, x, &h));
   for (int64_t l = 0; l < L; ++l) {
     if (l > 0) SG_TRY(sg_ag_pool(t, SG_POOL_AVG, skip[l - 1], two, &pa, &h));
     SG_TRY(block(m, t, m->enc[l], h, &skip[l]));
@@ -162,7 +131,7 @@ sg_status sg_unet_forward(sg_unet_t m, sg_tape_t t, sg_var *x, sg_var **y) {
     SG_TRY(sg_ag_concat(t, 2, parts, &h));
     SG_TRY(block(m, t, m->dec[l], h, &h));
   }
-  SG_TRY(sg_ag_linear(t, h, &m->p.vars[m->out], &m->p.vars[m->out + 1], &h));
+  SG_TRY(sg_ag_linear(t, h, &m->b.p.vars[m->out], &m->b.p.vars[m->out + 1], &h));
   *y = h;
 fail:
   return st;

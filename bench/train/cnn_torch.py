@@ -9,13 +9,11 @@ For the benchmark only (Debian's python3-torch); the project never uses it.
 usage: cnn_torch.py --n 64 --batch 8 --history 10 --width 32 --blocks 4
                     --groups 4 --steps 30 --threads 1
 Prints one JSON line: {"impl": "pytorch", "model": "cnn", "samples_per_s": ...}."""
-import argparse
-import json
-import time
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import torch_step
 
 
 def conv(cin, cout):
@@ -52,33 +50,8 @@ class CNN(nn.Module):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for k, v in [("n", 64), ("batch", 8), ("history", 10), ("width", 32), ("blocks", 4),
-                 ("groups", 4), ("steps", 30), ("threads", 1), ("warmup", 5)]:
-        ap.add_argument(f"--{k}", type=int, default=v)
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    model = CNN(a.history, a.width, a.blocks, a.groups)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
-    x = torch.randn(a.batch, a.history, a.n, a.n)
-    y = torch.randn(a.batch, 1, a.n, a.n)
-    times = []
-    for i in range(a.warmup + a.steps):
-        t0 = time.perf_counter()
-        p = model(x)
-        d = (p - y).reshape(a.batch, -1)
-        loss = (d.norm(dim=1) / y.reshape(a.batch, -1).norm(dim=1)).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if i >= a.warmup:
-            times.append(time.perf_counter() - t0)
-    times.sort()
-    med = times[len(times) // 2]
-    print(json.dumps({"impl": "pytorch", "model": "cnn", "torch": torch.__version__, "threads": a.threads,
-                      "n": a.n, "batch": a.batch, "width": a.width, "blocks": a.blocks,
-                      "step_s": med, "samples_per_s": a.batch / med}))
+    a = torch_step.parse([("blocks", 4), ("groups", 4)])
+    torch_step.time_steps(CNN(a.history, a.width, a.blocks, a.groups), a, {"model": "cnn", "blocks": a.blocks})
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@
  * convolutions exchange halos and GroupNorm reduces its statistics over the
  * domain: the same function as on one process.
  *
- * Parameters live in one flat f32 buffer (sg_cnn_bind), in the order
+ * Parameters live in one flat f32 buffer (sg_model_bind), in the order
  * lift w, b; per block conv1 w, b, norm gamma, beta, conv2 w, b; proj1 w, b;
  * proj2 w, b. They are Replicate; their gradients are Partial over every
  * mesh dim where the data is split and are reduced by the caller (DDP).
@@ -59,25 +59,9 @@ sg_status sg_cnn_create(sg_mesh_t mesh, const sg_cnn_config *cfg, int64_t ny,
 /* NULL and *model == NULL are fine; sets *model to NULL. */
 void sg_cnn_destroy(sg_cnn_t *model);
 
-/* Number of f32 parameters. */
-int64_t sg_cnn_param_count(sg_cnn_t model);
-/* Point parameters and gradients at flat buffers of sg_cnn_param_count
- * floats (owned by the caller). Not collective. */
-sg_status sg_cnn_bind(sg_cnn_t model, float *params, float *grads);
-/* Deterministic initialisation of the bound parameters. Not collective. */
-sg_status sg_cnn_init(sg_cnn_t model, uint64_t seed);
-/* The parameter variables (for hooks), in buffer order. */
-int sg_cnn_params(sg_cnn_t model, sg_var ***vars);
-/* Offset of a parameter variable in the flat buffer (-1 if not ours). */
-int64_t sg_cnn_param_offset(sg_cnn_t model, const sg_var *param);
-/* This rank's box of the grid: y0, ny, x0, nx. */
-void sg_cnn_box(sg_cnn_t model, int64_t *y0, int64_t *ny, int64_t *x0,
-                int64_t *nx);
-
-/* Mark a leaf v (N, C, ny, nx) of this rank — a target or a mask that
- * meets the output in a loss — with the model's activation sharding.
- * Collective over the mesh. */
-sg_status sg_cnn_mark(sg_cnn_t model, sg_var *v);
+/* The parameter table and the domain (convnet_impl.h): sg_model.h binds,
+ * initialises, lists and marks through them. */
+struct sg_cn_base *sg_cnn_base(sg_cnn_t model);
 
 /* y = model(x). x: (batch, cin, ny, nx), this rank's block; it is marked
  * with the model's sharding. y: (batch, cout, ny, nx), on the tape.

@@ -16,7 +16,7 @@
  * input with that sharding, so every op exchanges its halos and GroupNorm
  * reduces over the domain: the same function as on one process.
  *
- * Parameters: one flat f32 buffer (sg_unet_bind) in the order encoder
+ * Parameters: one flat f32 buffer (sg_model_bind) in the order encoder
  * blocks 0..L-1, decoder blocks L-2..0 (each conv1 w, b, norm1 gamma, beta,
  * conv2 w, b, norm2 gamma, beta), out w, b. Replicate; gradients Partial
  * over the mesh dims where the data is split (reduced by the caller).
@@ -60,19 +60,9 @@ sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg,
 /* NULL and *model == NULL are fine; sets *model to NULL. */
 void sg_unet_destroy(sg_unet_t *model);
 
-int64_t sg_unet_param_count(sg_unet_t model);
-/* Not collective. */
-sg_status sg_unet_bind(sg_unet_t model, float *params, float *grads);
-/* Not collective. */
-sg_status sg_unet_init(sg_unet_t model, uint64_t seed);
-int sg_unet_params(sg_unet_t model, sg_var ***vars);
-int64_t sg_unet_param_offset(sg_unet_t model, const sg_var *param);
-void sg_unet_box(sg_unet_t model, int64_t *y0, int64_t *ny, int64_t *x0,
-                 int64_t *nx);
-
-/* Mark a leaf v (N, C, ny, nx) of this rank (a target, a mask) with the
- * model's activation sharding. Collective over the mesh. */
-sg_status sg_unet_mark(sg_unet_t model, sg_var *v);
+/* The parameter table and the domain (convnet_impl.h): sg_model.h binds,
+ * initialises, lists and marks through them. */
+struct sg_cn_base *sg_unet_base(sg_unet_t model);
 
 /* y = model(x). x: (batch, cin, ny, nx), this rank's block (marked with the
  * model's sharding); y: (batch, cout, ny, nx) on the tape. Collective over

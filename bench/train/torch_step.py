@@ -1,0 +1,45 @@
+"""The timed training step both PyTorch references of bench/train share:
+AdamW (lr 1e-3, weight decay 1e-4) on the relative-L2 loss of random
+inputs and targets, median over the steps after warm-up."""
+import argparse
+import json
+import time
+
+import torch
+
+
+def parse(sizes):
+    """Command line: the common keys plus the model's size keys (name, default)."""
+    ap = argparse.ArgumentParser()
+    for k, v in [("n", 64), ("batch", 8), ("history", 10), ("width", 32)] + sizes + \
+                [("steps", 30), ("threads", 1), ("warmup", 5)]:
+        ap.add_argument(f"--{k}", type=int, default=v)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    return a
+
+
+def time_steps(model, a, record):
+    """Time a.warmup + a.steps steps; print record plus the timings as JSON."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
+    x = torch.randn(a.batch, a.history, a.n, a.n)
+    y = torch.randn(a.batch, 1, a.n, a.n)
+    times = []
+    for i in range(a.warmup + a.steps):
+        t0 = time.perf_counter()
+        p = model(x)
+        d = (p - y).reshape(a.batch, -1)
+        loss = (d.norm(dim=1) / y.reshape(a.batch, -1).norm(dim=1)).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if i >= a.warmup:
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    med = times[len(times) // 2]
+    out = {"impl": "pytorch", "torch": torch.__version__, "threads": a.threads, "n": a.n,
+           "batch": a.batch, "width": a.width}
+    out.update(record)
+    out.update({"step_s": med, "samples_per_s": a.batch / med})
+    print(json.dumps(out))
