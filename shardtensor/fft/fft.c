@@ -59,6 +59,15 @@ struct sg_fft_plan {
   void *T;        /* tiles of the blocked stages, one per thread */
   size_t bytes_tile; /* bytes of one thread's tile */
   int nth;        /* FFTW / OpenMP threads */
+  /* Cache blocking (host): the stages are planned for cb batch elements
+   * and run chunk by chunk over the user's blocks (batch is their outer
+   * dim), so a chunk's intermediate blocks, messages and tiles stay in the
+   * cache between stages instead of streaming the whole block through
+   * memory once per stage. cb divides batch and is the same on every
+   * rank (it is derived from global sizes): each chunk's transposes are
+   * collective. */
+  int64_t cb, nchunk;
+  void *W;        /* one chunk of spectral data (forward adjoint) */
   size_t bytes_ab;
   int cuda;                /* CUDA plan: x, y are device pointers */
   void *Ad, *Bd;           /* device scratch */
@@ -394,6 +403,10 @@ static sg_status validate(const sg_fft_desc *d, const sg_fft_axes *ax) {
   if (d->batch < 1)
     SG_RAISE(SG_ERR_INVALID_ARG, "FFT batch must be >= 1, got %lld",
              (long long)d->batch);
+  if (d->chunk < 0 || (d->chunk > 0 && d->batch % d->chunk != 0))
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "FFT chunk %lld must divide the batch %lld (0: automatic)",
+             (long long)d->chunk, (long long)d->batch);
   if (d->norm != SG_FFT_NORM_BACKWARD && d->norm != SG_FFT_NORM_NONE &&
       d->norm != SG_FFT_NORM_ORTHO)
     SG_RAISE(SG_ERR_INVALID_ARG, "unknown FFT norm %d", (int)d->norm);
@@ -433,8 +446,39 @@ static void local_extents(sg_fft_plan_t p, const sg_fft_layout *l,
                           int64_t *len) {
   int64_t off[SG_FFT_MAX_DIMS], sh[SG_FFT_MAX_DIMS];
   sg_fft_layout_box(l, p->axes.size, p->axes.rank, off, sh);
-  len[0] = p->desc.batch;
+  len[0] = p->cb;
   for (int d = 0; d < p->D; ++d) len[d + 1] = sh[d];
+}
+
+/* Batch elements per chunk: the largest divisor of batch whose chunk of
+ * complex data (per rank, from global sizes so every rank agrees) fits in
+ * SG_FFT_CHUNK_BYTES (default 512 KiB, a quarter of a core's L2; 0: one
+ * chunk). Unsplit and CUDA plans run whole. */
+static int64_t chunk_batch(const sg_fft_plan_t p) {
+  const int64_t B = p->desc.batch;
+  if (p->cuda || B <= 1) return B;
+  if (p->desc.chunk > 0) return p->desc.chunk;
+  /* unsplit: one local FFT stage, which FFTW already blocks itself */
+  int split = 0;
+  for (int d = 0; d < p->D; ++d) split |= p->real_layout.nsplit[d] > 0;
+  if (!split) return B;
+  double budget = 1 << 19;
+  const char *e = getenv("SG_FFT_CHUNK_BYTES");
+  if (e && *e) {
+    char *end = NULL;
+    double v = strtod(e, &end);
+    if (end && *end == '\0' && v >= 0) budget = v;
+  }
+  if (budget <= 0) return B;
+  double per = 2.0 * (double)p->real_size;
+  for (int d = 0; d < p->D; ++d) per *= (double)p->desc.shape[d];
+  for (int a = 0; a < p->axes.naxes; ++a) per /= (double)p->axes.size[a];
+  int64_t target = (int64_t)(budget / per);
+  if (target >= B) return B;
+  if (target < 1) target = 1;
+  for (int64_t c = target; c > 1; --c)
+    if (B % c == 0) return c;
+  return 1;
 }
 
 static sg_status plan_stages(sg_fft_plan_t p) {
@@ -626,7 +670,12 @@ static sg_status plan_create_axes(MPI_Comm comm, const sg_fft_axes *axes,
   agreed = 1;
   if (st != SG_OK) goto fail;
   agreed = 0;
+  p->cb = chunk_batch(p);
+  p->nchunk = p->desc.batch / p->cb;
   SG_TRY(plan_stages(p));
+  p->bytes_moved *= p->nchunk;
+  if (p->nchunk > 1)
+    SG_TRY(sg_malloc(sg_device_host(), p->bytes_ab, &p->W));
   sg_fft_layout_box(&p->real_layout, p->axes.size, p->axes.rank, p->real_off,
                     p->real_len);
   sg_fft_layout_box(&p->spec_layout, p->axes.size, p->axes.rank, p->spec_off,
@@ -680,6 +729,7 @@ sg_status sg_fft_plan_destroy(sg_fft_plan_t *plan) {
   sg_free(sg_device_host(), &p->S);
   sg_free(sg_device_host(), &p->R);
   sg_free(sg_device_host(), &p->T);
+  sg_free(sg_device_host(), &p->W);
   free(p);
   *plan = NULL;
   return SG_OK;
@@ -763,6 +813,10 @@ sg_status sg_fft_plan_describe(sg_fft_plan_t p, char *buf, size_t n) {
     if (w < 0) break;
     used += (size_t)w;
   }
+  if (p->nchunk > 1 && used < n)
+    snprintf(buf + used, n - used,
+             "stages run in %lld chunks of %lld batch elements (sizes above "
+             "per chunk)\n", (long long)p->nchunk, (long long)p->cb);
 fail:
   return st;
 }
@@ -789,11 +843,12 @@ static void scale_buf(void *buf, int64_t n, double f, sg_dtype dt) {
 
 /* Multiply spectral block y by w(k) along the halved dim: 1 for the
  * self-conjugate modes (k = 0, k = n/2 for even n), else `w` — then by s. */
-static void weight_halved(sg_fft_plan_t p, void *y, double w, double s) {
+static void weight_halved_n(sg_fft_plan_t p, void *y, int64_t batch,
+                            double w, double s) {
   const int D = p->D;
   int64_t n = p->desc.shape[D - 1];
   int64_t nl = p->spec_len[D - 1], ol = p->spec_off[D - 1];
-  int64_t rows = p->desc.batch * prod64(p->spec_len, D - 1);
+  int64_t rows = batch * prod64(p->spec_len, D - 1);
   if (nl == 0 || rows == 0) return;
   double *wt = malloc((size_t)nl * sizeof *wt);
   if (!wt) { /* tiny; fall back to direct evaluation */
@@ -828,8 +883,18 @@ static void weight_halved(sg_fft_plan_t p, void *y, double w, double s) {
   free(wt);
 }
 
-/* The forward stages from x (real, user) into y (spectral, user). */
-static sg_status run_forward(sg_fft_plan_t p, const void *x, void *y) {
+static void weight_halved(sg_fft_plan_t p, void *y, double w, double s) {
+  weight_halved_n(p, y, p->desc.batch, w, s);
+}
+
+/* Bytes of one chunk of the user's real and spectral blocks. */
+static size_t chunk_bytes(sg_fft_plan_t p, sg_fft_space space) {
+  return (size_t)(sg_fft_plan_local_count(p, space) / p->nchunk) * p->real_size;
+}
+
+/* The forward stages from x (real, user) into y (spectral, user), one
+ * chunk of cb batch elements. */
+static sg_status run_forward_chunk(sg_fft_plan_t p, const void *x, void *y) {
   sg_status st = SG_OK;
   const void *cur = x;
   for (int i = 0; i < p->nstages; ++i) {
@@ -849,9 +914,9 @@ fail:
   return st;
 }
 
-/* The stages backwards from y (spectral) into x (real). y is preserved
- * unless it is one of the plan's scratch buffers. */
-static sg_status run_backward(sg_fft_plan_t p, const void *y, void *x) {
+/* The stages backwards from y (spectral) into x (real), one chunk. y is
+ * preserved unless it is one of the plan's scratch buffers. */
+static sg_status run_backward_chunk(sg_fft_plan_t p, const void *y, void *x) {
   sg_status st = SG_OK;
   const void *cur = y;
   for (int i = p->nstages - 1; i >= 0; --i) {
@@ -874,6 +939,28 @@ static sg_status run_backward(sg_fft_plan_t p, const void *y, void *x) {
     }
     cur = out;
   }
+fail:
+  return st;
+}
+
+static sg_status run_forward(sg_fft_plan_t p, const void *x, void *y) {
+  sg_status st = SG_OK;
+  const size_t rb = chunk_bytes(p, SG_FFT_SPACE_REAL),
+               sb = chunk_bytes(p, SG_FFT_SPACE_SPECTRAL);
+  for (int64_t c = 0; c < p->nchunk; ++c)
+    SG_TRY(run_forward_chunk(p, (const char *)x + (size_t)c * rb,
+                             (char *)y + (size_t)c * sb));
+fail:
+  return st;
+}
+
+static sg_status run_backward(sg_fft_plan_t p, const void *y, void *x) {
+  sg_status st = SG_OK;
+  const size_t rb = chunk_bytes(p, SG_FFT_SPACE_REAL),
+               sb = chunk_bytes(p, SG_FFT_SPACE_SPECTRAL);
+  for (int64_t c = 0; c < p->nchunk; ++c)
+    SG_TRY(run_backward_chunk(p, (const char *)y + (size_t)c * sb,
+                              (char *)x + (size_t)c * rb));
 fail:
   return st;
 }
@@ -1032,11 +1119,19 @@ sg_status sg_fft_forward_adjoint(sg_fft_plan_t p, const void *dy, void *dx) {
   /* F^T = G o diag(w): w = 1/2 on the modes of the halved dim that stand for
    * a conjugate pair, 1 on the self-conjugate ones; G the unnormalised
    * inverse. */
-  size_t bytes = (size_t)sg_fft_plan_local_count(p, SG_FFT_SPACE_SPECTRAL) *
-                 p->real_size;
-  memcpy(p->A, dy, bytes);
-  weight_halved(p, p->A, 0.5, p->fwd_scale);
-  SG_TRY(run_backward(p, p->A, dx));
+  if (p->nchunk == 1) {
+    memcpy(p->A, dy, chunk_bytes(p, SG_FFT_SPACE_SPECTRAL));
+    weight_halved(p, p->A, 0.5, p->fwd_scale);
+    SG_TRY(run_backward_chunk(p, p->A, dx));
+  } else {
+    const size_t rb = chunk_bytes(p, SG_FFT_SPACE_REAL),
+                 sb = chunk_bytes(p, SG_FFT_SPACE_SPECTRAL);
+    for (int64_t c = 0; c < p->nchunk; ++c) {
+      memcpy(p->W, (const char *)dy + (size_t)c * sb, sb);
+      weight_halved_n(p, p->W, p->cb, 0.5, p->fwd_scale);
+      SG_TRY(run_backward_chunk(p, p->W, (char *)dx + (size_t)c * rb));
+    }
+  }
 fail:
   return st;
 }

@@ -93,6 +93,11 @@ typedef struct sg_fft_desc {
   sg_fft_norm norm;
   int nthreads;                   /* FFTW threads; 0: omp_get_max_threads() */
   unsigned flags;                 /* SG_FFT_MEASURE, SG_FFT_MPI_ALLTOALL */
+  int64_t chunk;                  /* host: batch elements run through all
+                                     stages at a time (cache blocking); must
+                                     divide batch; 0: chosen so a chunk's
+                                     complex block is about
+                                     SG_FFT_CHUNK_BYTES (default 512 KiB) */
 } sg_fft_desc;
 
 /* A layout of an array over the axes (mesh dims): for every array dim its

@@ -42,6 +42,9 @@ static void run_grid(int D, const int64_t *shape, int64_t batch, sg_dtype dt,
     desc.ndim = D;
     desc.batch = batch;
     desc.nthreads = 1;
+    /* cache blocking: one batch element at a time on some layouts (the
+     * stages then run per chunk, each chunk's transposes collective) */
+    if (batch > 1 && li % 3 == 1) desc.chunk = 1;
     /* both transpose paths: shared-memory window and MPI_Alltoallv */
     if ((li / 2) % 2) desc.flags |= SG_FFT_MPI_ALLTOALL;
     for (int d = 0; d < D; ++d) {
@@ -54,6 +57,10 @@ static void run_grid(int D, const int64_t *shape, int64_t batch, sg_dtype dt,
              (long long)(D == 3 ? shape[2] : 1), (long long)batch,
              sg_dtype_name(dt), L[li].name,
              (desc.flags & SG_FFT_MPI_ALLTOALL) ? " alltoallv" : " shm");
+    if (desc.chunk) {
+      size_t l = strlen(what);
+      snprintf(what + l, sizeof what - l, " chunk %lld", (long long)desc.chunk);
+    }
     sg_fft_plan_t plan = NULL;
     void *xl = NULL, *yl = NULL, *x2 = NULL, *yin = NULL;
     double *a = NULL, *b = NULL;

@@ -61,6 +61,7 @@ static void run(int D, const int64_t *shape, int64_t batch,
     desc.nthreads = 1;
     desc.norm = (sg_fft_norm)(li % 3); /* every norm somewhere */
     if ((li / 2) % 2) desc.flags |= SG_FFT_MPI_ALLTOALL; /* both paths */
+    if (batch > 1 && li % 2 == 1) desc.chunk = 1; /* stages per chunk */
     for (int d = 0; d < D; ++d) {
       desc.shape[d] = shape[d];
       desc.split[d] = L[li].split[d];
@@ -71,6 +72,10 @@ static void run(int D, const int64_t *shape, int64_t batch,
              D, (long long)shape[0], (long long)shape[1],
              (long long)(D == 3 ? shape[2] : 1), (long long)keep[0],
              (long long)keep[1], (long long)(D == 3 ? keep[2] : 0), L[li].name);
+    if (desc.chunk) {
+      size_t l = strlen(what);
+      snprintf(what + l, sizeof what - l, " chunk 1");
+    }
     sg_fft_plan_t plan = NULL;
     double *xl = NULL, *yl = NULL, *a = NULL, *b = NULL, *c = NULL;
     SG_REQUIRE_OK(sg_fft_plan_create(L[li].mesh, &desc, &plan));

@@ -36,6 +36,12 @@ int main(int argc, char **argv) {
   SG_CHECK(strstr(sg_last_error(), "keep[0]") != NULL, "message: %s", sg_last_error());
 
   base_desc(&d);
+  d.chunk = 3; /* does not divide the batch 2 */
+  SG_CHECK_STATUS(sg_fft_plan_create(mesh, &d, &plan), SG_ERR_INVALID_ARG);
+  SG_CHECK(plan == NULL, "plan set on failure");
+  SG_CHECK(strstr(sg_last_error(), "chunk") != NULL, "message: %s", sg_last_error());
+
+  base_desc(&d);
   d.split[1] = 0; /* both dims on one mesh dim */
   SG_CHECK_STATUS(sg_fft_plan_create(mesh, &d, &plan), SG_ERR_INVALID_ARG);
 
