@@ -48,8 +48,9 @@ struct sg_nc_t_ {
   MPI_Info info;      /* hints given at create/open (MPI_INFO_NULL: none) */
   int independent;    /* netCDF-4: independent data access */
   int direct_read;    /* PnetCDF read-only: MPI-IO reads allowed */
+  int direct_write;   /* PnetCDF created file: MPI-IO writes allowed */
   int dfh_open;       /* dfh is open (on every rank: opened collectively) */
-  MPI_File dfh;       /* MPI-IO handle of the direct reads */
+  MPI_File dfh;       /* MPI-IO handle of the direct reads or writes */
 };
 
 /* Parse "key=value,key=value" hints into a new MPI_Info (MPI_INFO_NULL for

@@ -329,6 +329,7 @@ sg_status sg_nc_create(MPI_Comm comm, const char *path,
   if (lst == SG_OK) lst = sg_io_hints_info(o.hints, &f->info);
   SG_TRY(sg_io_agree(comm, lst));
   f->independent = o.independent != 0;
+  f->direct_write = !o.no_direct_write;
   f->backend = o.backend;
   f->writable = 1;
   f->define_mode = 1;
@@ -535,7 +536,7 @@ sg_status sg_nc_close(sg_nc_t *file) {
   sg_status lst = SG_OK;
   if (f->define_mode && f->writable) lst = sg_nc_enddef(f);
   int rc = 0;
-  if (f->dfh_open) { /* opened collectively by the direct reads */
+  if (f->dfh_open) { /* opened collectively by the direct reads/writes */
     rc = MPI_File_close(&f->dfh);
     if (rc != MPI_SUCCESS && lst == SG_OK)
       lst = sg_error_set(SG_ERR_MPI, __FILE__, __LINE__,
@@ -568,8 +569,13 @@ sg_status sg_nc_sync(sg_nc_t f) {
   int rc = 0;
   if (!f) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                               "file is NULL");
+  if (f->dfh_open && f->writable && MPI_File_sync(f->dfh) != MPI_SUCCESS)
+    lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
+                       "MPI_File_sync of the direct writes to %s failed",
+                       f->path);
 #if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF && (rc = ncmpi_sync(f->ncid)))
+  if (f->backend == SG_NC_BACKEND_PNETCDF && (rc = ncmpi_sync(f->ncid)) &&
+      lst == SG_OK)
     lst = sg_error_pnetcdf(rc, "ncmpi_sync", __FILE__, __LINE__);
 #endif
 #if SG_HAVE_NETCDF

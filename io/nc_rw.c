@@ -121,6 +121,33 @@ fail:
   return st;
 }
 
+/* Is the box (start, len) of a fixed-size (not record) variable one
+ * contiguous run of the file? Yes when the dims after the outermost one
+ * longer than 1 are whole; *first: the run's first element. */
+static int run_contiguous(const sg_nc_var_info *info, const int64_t *start,
+                          const int64_t *len, int64_t *first) {
+  const int nd = info->ndims;
+  if (info->unlimited0) return 0;
+  int k = 0;
+  while (k < nd - 1 && len[k] == 1) ++k;
+  for (int d = k + 1; d < nd; ++d)
+    if (start[d] != 0 || len[d] != info->shape[d]) return 0;
+  int64_t lin = 0;
+  for (int d = 0; d < nd; ++d) lin = lin * info->shape[d] + start[d];
+  *first = lin;
+  return 1;
+}
+
+/* Does a variable of netCDF type t store dtype dt as is (up to byte
+ * order)? */
+static int same_type(int t, sg_dtype dt) {
+  return (t == 5 && dt == SG_DTYPE_F32) || (t == 6 && dt == SG_DTYPE_F64) ||
+         (t == 4 && dt == SG_DTYPE_I32) || (t == 10 && dt == SG_DTYPE_I64);
+}
+
+static int host_little_endian(void);
+static void swap_in_place(void *buf, int64_t n, size_t es);
+
 /* ---- writing --------------------------------------------------------------- */
 
 typedef struct wjob {
@@ -134,7 +161,84 @@ typedef struct wjob {
   MPI_Offset pstart[SG_NC_MAX_DIMS], pcount[SG_NC_MAX_DIMS];
 #endif
   size_t nstart[SG_NC_MAX_DIMS], ncount[SG_NC_MAX_DIMS];
+  int direct;    /* this job can go straight through MPI-IO */
+  int64_t run0;  /* its first element in the variable (direct) */
 } wjob;
+
+#if SG_HAVE_PNETCDF
+/* Bytes per write round of a direct write (and read): swapped in a buffer
+ * of this size, in the cache. */
+#define SG_IO_DIRECT_CHUNK ((int64_t)8 << 20)
+
+/* Write every job straight through MPI-IO (each is one contiguous run of a
+ * fixed-size variable stored in its own type): 8 MiB at a time copied and
+ * swapped to big-endian in a small buffer, written at the variable's
+ * offset + the run's. Collective (the handle's open and view); failures
+ * are local, agreed by the caller. */
+static sg_status direct_write(struct sg_nc_t_ *f, int n, wjob *jobs) {
+  sg_status lst = SG_OK;
+  int rc = MPI_SUCCESS;
+  if (!f->dfh_open) {
+    rc = MPI_File_open(f->comm, f->path, MPI_MODE_WRONLY, f->info, &f->dfh);
+    if (rc != MPI_SUCCESS) {
+      f->dfh = MPI_FILE_NULL;
+      lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
+                         "MPI_File_open of %s for writing failed", f->path);
+    } else {
+      f->dfh_open = 1;
+    }
+    sg_status st = sg_io_agree(f->comm, lst);
+    if (st != SG_OK) {
+      if (f->dfh_open) MPI_File_close(&f->dfh);
+      f->dfh_open = 0;
+      return st;
+    }
+  }
+  rc = MPI_File_set_view(f->dfh, 0, MPI_BYTE, MPI_BYTE, "native", f->info);
+  if (rc != MPI_SUCCESS)
+    return sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
+                        "MPI_File_set_view on %s failed", f->path);
+  char *bounce = NULL;
+  const int swap = host_little_endian();
+  for (int i = 0; i < n && lst == SG_OK; ++i) {
+    wjob *j = &jobs[i];
+    if (j->numel == 0) continue;
+    const size_t es = sg_dtype_size(j->dt);
+    const int64_t per = SG_IO_DIRECT_CHUNK / (int64_t)es;
+    MPI_Offset off = 0;
+    int prc = ncmpi_inq_varoffset(f->ncid, j->varid, &off);
+    if (prc) {
+      lst = sg_error_pnetcdf(prc, "ncmpi_inq_varoffset", __FILE__, __LINE__);
+      break;
+    }
+    if (swap && !bounce &&
+        (lst = sg_malloc(sg_device_host(), (size_t)SG_IO_DIRECT_CHUNK,
+                         (void **)&bounce)) != SG_OK)
+      break;
+    for (int64_t at = 0; at < j->numel && lst == SG_OK; at += per) {
+      const int64_t cnt = j->numel - at < per ? j->numel - at : per;
+      const char *src = (const char *)j->buf + (size_t)at * es;
+      if (swap) {
+        memcpy(bounce, src, (size_t)cnt * es);
+        swap_in_place(bounce, cnt, es);
+        src = bounce;
+      }
+      MPI_Status status;
+      rc = MPI_File_write_at(f->dfh, off + (MPI_Offset)((j->run0 + at) * (int64_t)es),
+                             src, (int)((size_t)cnt * es), MPI_BYTE, &status);
+      int got = 0;
+      if (rc == MPI_SUCCESS) MPI_Get_count(&status, MPI_BYTE, &got);
+      if (rc != MPI_SUCCESS || got != (int)((size_t)cnt * es))
+        lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
+                           "MPI_File_write_at on %s failed (%d of %lld "
+                           "bytes written)", f->path, got,
+                           (long long)((size_t)cnt * es));
+    }
+  }
+  sg_free(sg_device_host(), (void **)&bounce);
+  return lst;
+}
+#endif
 
 /* pre: a local failure found by the caller, agreed with the checks here. */
 static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
@@ -195,11 +299,20 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
       j->nstart[d] = (size_t)a;
       j->ncount[d] = (size_t)c;
     }
+    j->direct = j->numel == 0 ||
+                (same_type(info.nc_type, j->dt) &&
+                 (int64_t)sg_dtype_size(j->dt) * j->numel <= INT_MAX &&
+                 run_contiguous(&info, s->start, s->count, &j->run0));
   }
-  SG_TRY(sg_io_agree(f->comm, lst));
+  /* direct writes only when every job on every rank can take them */
+  int nodirect = !f->direct_write || f->backend != SG_NC_BACKEND_PNETCDF;
+  for (int i = 0; lst == SG_OK && i < n; ++i) nodirect |= !jobs[i].direct;
+  SG_TRY(sg_io_agree_max(f->comm, lst, &nodirect, 1));
   int rc = 0;
 #if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF) {
+  if (f->backend == SG_NC_BACKEND_PNETCDF && !nodirect) {
+    lst = direct_write(f, n, jobs);
+  } else if (f->backend == SG_NC_BACKEND_PNETCDF) {
     int *reqs = malloc((size_t)(n ? n : 1) * 2 * sizeof(int));
     int nreq = 0;
     if (!reqs)
@@ -532,10 +645,7 @@ static int direct_ok(const struct sg_nc_t_ *f, const sg_nc_var_info *info,
                      sg_dtype rt) {
   if (f->backend != SG_NC_BACKEND_PNETCDF || !f->direct_read || nread > 1)
     return 0;
-  int t = info->nc_type;
-  if (!((t == 5 && rt == SG_DTYPE_F32) || (t == 6 && rt == SG_DTYPE_F64) ||
-        (t == 4 && rt == SG_DTYPE_I32) || (t == 10 && rt == SG_DTYPE_I64)))
-    return 0;
+  if (!same_type(info->nc_type, rt)) return 0;
   for (int d = 0; d < info->ndims; ++d)
     if (info->shape[d] > INT_MAX) return 0;
   if (nread == 1 && (boxes[0].buf != out || boxes[0].numel > INT_MAX))
@@ -543,16 +653,22 @@ static int direct_ok(const struct sg_nc_t_ *f, const sg_nc_var_info *info,
   return 1;
 }
 
-/* Bytes per collective read round of a direct read: each round's bytes are
- * swapped right after they arrive, while they are still in the cache (a
- * separate swap pass over a 256 MiB buffer costs as much as a third of the
- * read). */
-#define SG_IO_DIRECT_CHUNK ((int64_t)8 << 20)
+/* A direct read's rounds are SG_IO_DIRECT_CHUNK bytes: each round's bytes
+ * are swapped right after they arrive, while they are still in the cache
+ * (a separate swap pass over a 256 MiB buffer costs as much as a third of
+ * the read). */
+
+static int box_contiguous(const sg_nc_var_info *info, const rbox *b,
+                          int64_t *first) {
+  return run_contiguous(info, b->fstart, b->len, first);
+}
 
 /* Read this rank's box (nread 0 or 1) of a fixed-layout classic-format
  * variable through MPI-IO: a file view on the variable's bytes (offset and
  * record size from PnetCDF's header), collective reads of 8 MiB rounds into
- * the box's buffer, each followed by its big-endian -> host swap in place.
+ * the box's buffer, each followed by its big-endian -> host swap in place;
+ * independent reads of 8 MiB at explicit offsets instead when every
+ * rank's box is one contiguous run of the file.
  * Collective over the file's communicator; agrees on failure. */
 static sg_status direct_read(struct sg_nc_t_ *f, int varid,
                              const sg_nc_var_info *info, int nread,
@@ -620,17 +736,27 @@ static sg_status direct_read(struct sg_nc_t_ *f, int varid,
   if (rc != MPI_SUCCESS && lst == SG_OK)
     lst = sg_error_set(SG_ERR_MPI, __FILE__, __LINE__,
                        "building the file view of a direct read failed");
-  /* every rank makes the same number of rounds (the most of any rank) */
+  /* every rank makes the same number of rounds (the most of any rank);
+   * when every rank's box is one contiguous run of the file, the rounds
+   * are independent reads at explicit offsets (no collective per round:
+   * two-phase aggregation buys nothing for disjoint contiguous runs, and
+   * each collective round waits for the slowest rank) */
   const int64_t per = SG_IO_DIRECT_CHUNK / (int64_t)es;
-  int rounds = (int)((count + per - 1) / per);
-  SG_TRY(sg_io_agree_max(f->comm, lst, &rounds, 1));
-  rc = MPI_File_set_view(f->dfh, disp, MPI_BYTE, ftype, "native", f->info);
+  int64_t run0 = 0; /* first element of the run, in the variable */
+  int agreed[2] = {(int)((count + per - 1) / per),
+                   !(nread == 0 || box_contiguous(info, b, &run0))};
+  SG_TRY(sg_io_agree_max(f->comm, lst, agreed, 2));
+  const int rounds = agreed[0], indep = !agreed[1];
+  if (indep) /* offsets in bytes from the start of the file */
+    rc = MPI_File_set_view(f->dfh, 0, MPI_BYTE, MPI_BYTE, "native", f->info);
+  else
+    rc = MPI_File_set_view(f->dfh, disp, MPI_BYTE, ftype, "native", f->info);
   if (rc != MPI_SUCCESS)
     lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
                        "MPI_File_set_view on %s failed", f->path);
   SG_TRY(sg_io_agree(f->comm, lst));
   const int swap = host_little_endian();
-  for (int k = 0; k < rounds; ++k) {
+  for (int k = 0; k < (indep ? (count + per - 1) / per : rounds); ++k) {
     /* after a local failure keep taking part with empty rounds */
     int64_t at = (int64_t)k * per;
     int cnt = lst != SG_OK || at >= count
@@ -638,10 +764,15 @@ static sg_status direct_read(struct sg_nc_t_ *f, int varid,
                   : (int)(count - at < per ? count - at : per);
     char *dst = cnt ? (char *)b->buf + (size_t)at * es : NULL;
     MPI_Status status;
-    rc = MPI_File_read_all(f->dfh, dst, cnt, elem, &status);
+    if (indep)
+      rc = MPI_File_read_at(f->dfh, disp + (MPI_Offset)((run0 + at) * (int64_t)es),
+                            dst, cnt, elem, &status);
+    else
+      rc = MPI_File_read_all(f->dfh, dst, cnt, elem, &status);
     if (rc != MPI_SUCCESS && lst == SG_OK) {
-      lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
-                         "MPI_File_read_all on %s failed", f->path);
+      lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "%s on %s failed",
+                         indep ? "MPI_File_read_at" : "MPI_File_read_all",
+                         f->path);
     } else if (cnt > 0) {
       int got = 0;
       MPI_Get_count(&status, elem, &got);

@@ -103,6 +103,14 @@ typedef struct sg_nc_create_opts {
   /* netCDF-4: independent instead of collective data access (each rank
    * writes its own chunks; no two-phase aggregation). Default 0. */
   int independent;
+  /* PnetCDF backend: when every rank's slab of a fixed-size variable
+   * stored in the caller's type (f32, f64, i32, i64) is one contiguous run
+   * of the file, sg_nc_write goes straight through MPI-IO: 8 MiB at a time
+   * swapped to big-endian in a cache-sized buffer and written at the
+   * variable's offset (PnetCDF would swap the whole buffer in place, write,
+   * and swap it back: two extra passes over memory). 1 disables this.
+   * Default 0. */
+  int no_direct_write;
 } sg_nc_create_opts;
 
 typedef struct sg_nc_open_opts {

@@ -3,7 +3,7 @@
  *
  *   mpiexec -n 4 sg-bench-io --mib 256 --backend pnetcdf --dir /tmp --reps 3
  *       [--hints "romio_cb_read=disable,..."] [--independent 1]
- *       [--no-direct 1] [--posix 1]
+ *       [--no-direct 1] [--no-direct-write 1] [--posix 1]
  *
  * --posix 1: every repetition also writes and reads the same bytes with
  * plain POSIX calls (each rank pwrite/pread of its own contiguous rows of
@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
   int64_t mib = 256;
   int reps = 3;
   const char *backend = "pnetcdf", *dir = "/tmp", *hints = NULL;
-  int independent = 0, no_direct = 0, posix = 0;
+  int independent = 0, no_direct = 0, no_direct_write = 0, posix = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--mib")) mib = atoll(argv[i + 1]);
     else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
@@ -81,6 +81,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--hints")) hints = argv[i + 1];
     else if (!strcmp(argv[i], "--independent")) independent = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--no-direct")) no_direct = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--no-direct-write")) no_direct_write = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--posix")) posix = atoi(argv[i + 1]);
     else {
       if (rank == 0) fprintf(stderr, "sg-bench-io: error: unknown option %s\n", argv[i]);
@@ -111,6 +112,7 @@ int main(int argc, char **argv) {
   char path[1024];
   snprintf(path, sizeof path, "%s/sg-bench-io-%s-np%d.nc", dir, backend, size);
   double *tw = calloc((size_t)reps, sizeof(double)), *tr = calloc((size_t)reps, sizeof(double));
+  double *tph = calloc((size_t)reps * 3, sizeof(double));
   double *pw = calloc((size_t)reps, sizeof(double)), *pr = calloc((size_t)reps, sizeof(double));
   double *qw = calloc((size_t)reps, sizeof(double)), *qr = calloc((size_t)reps, sizeof(double));
   char rawpath[1100];
@@ -137,6 +139,7 @@ int main(int argc, char **argv) {
     co.overwrite = 1;
     co.hints = hints;
     co.independent = independent;
+    co.no_direct_write = no_direct_write;
     const char *dims[2] = {"y", "x"};
     int v = -1;
     sg_nc_var_opts vo;
@@ -169,10 +172,16 @@ int main(int argc, char **argv) {
     memset(back, 0, mybytes);
     MPI_Barrier(MPI_COMM_WORLD);
     t2 = MPI_Wtime();
-    if ((st = sg_nc_open(MPI_COMM_WORLD, path, &oo, &f)) == SG_OK &&
-        (st = sg_nc_read(f, v, &s, NULL, back, NULL)) == SG_OK)
-      st = sg_nc_close(&f);
+    double ph[3] = {0, 0, 0}; /* open, read, close (the slowest rank's) */
+    if ((st = sg_nc_open(MPI_COMM_WORLD, path, &oo, &f)) == SG_OK) {
+      ph[0] = MPI_Wtime() - t2;
+      if ((st = sg_nc_read(f, v, &s, NULL, back, NULL)) == SG_OK) {
+        ph[1] = MPI_Wtime() - t2 - ph[0];
+        st = sg_nc_close(&f);
+      }
+    }
     double t3 = MPI_Wtime();
+    ph[2] = t3 - t2 - ph[0] - ph[1];
     if (st != SG_OK) {
       if (rank == 0) fprintf(stderr, "sg-bench-io: error: read: %s\n", sg_last_error());
       sg_nc_close(&f);
@@ -182,12 +191,27 @@ int main(int argc, char **argv) {
     double w = t1 - t0, rd = t3 - t2;
     MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &rd, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, ph, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     tw[r] = w;
     tr[r] = rd;
+    for (int k = 0; k < 3; ++k) tph[3 * r + k] = ph[k];
     qw[r] = pw[r] > 0 ? pw[r] / w : 0;
     qr[r] = pr[r] > 0 ? pr[r] / rd : 0;
   }
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  /* the phases of the repetition whose read time is the median */
+  double rph[3] = {0, 0, 0};
+  {
+    double *srt = malloc(sizeof(double) * (size_t)reps);
+    memcpy(srt, tr, sizeof(double) * (size_t)reps);
+    qsort(srt, (size_t)reps, sizeof(double), cmp_double);
+    for (int r = 0; r < reps; ++r)
+      if (tr[r] == srt[reps / 2]) {
+        for (int k = 0; k < 3; ++k) rph[k] = tph[3 * r + k];
+        break;
+      }
+    free(srt);
+  }
   qsort(tw, (size_t)reps, sizeof(double), cmp_double);
   qsort(tr, (size_t)reps, sizeof(double), cmp_double);
   qsort(pw, (size_t)reps, sizeof(double), cmp_double);
@@ -203,8 +227,9 @@ int main(int argc, char **argv) {
              qw[reps / 2], qr[reps / 2]);
   char cfg[700];
   snprintf(cfg, sizeof cfg,
-           "\"hints\": \"%s\", \"independent\": %d, \"direct_read\": %d%s",
-           hints ? hints : "", independent, !no_direct, opt);
+           "\"hints\": \"%s\", \"independent\": %d, \"direct_read\": %d, "
+           "\"direct_write\": %d%s",
+           hints ? hints : "", independent, !no_direct, !no_direct_write, opt);
   double mw = tw[reps / 2], mr = tr[reps / 2];
   if (rank == 0) {
     printf("{\"bench\": \"io\", \"op\": \"write\", \"backend\": \"%s\", \"ranks\": %d, "
@@ -214,13 +239,15 @@ int main(int argc, char **argv) {
            (double)mib / tw[0], cfg);
     printf("{\"bench\": \"io\", \"op\": \"read\", \"backend\": \"%s\", \"ranks\": %d, "
            "\"mib\": %lld, \"reps\": %d, \"median_s\": %.4f, \"mib_per_s\": %.1f, "
-           "\"best_mib_per_s\": %.1f, \"cold\": %d, \"verified\": %d, %s}\n",
+           "\"best_mib_per_s\": %.1f, \"cold\": %d, \"verified\": %d, "
+           "\"open_s\": %.4f, \"read_s\": %.4f, \"close_s\": %.4f, %s}\n",
            backend, size, (long long)mib, reps, mr, (double)mib / mr,
-           (double)mib / tr[0], cold, bad == 0, cfg);
+           (double)mib / tr[0], cold, bad == 0, rph[0], rph[1], rph[2], cfg);
     remove(path);
   }
   free(tw);
   free(tr);
+  free(tph);
   free(pw);
   free(pr);
   free(qw);

@@ -16,7 +16,7 @@ dd_pair() {
 for n in 1 2 4; do
   dd_pair $n pnetcdf
   mpiexec.mpich -n $n $B/bin/sg-bench-io --mib $M --backend pnetcdf --dir $D --reps $R --posix 1
-  mpiexec.mpich -n $n $B/bin/sg-bench-io --mib $M --backend pnetcdf --dir $D --reps $R --posix 1 --no-direct 1
+  mpiexec.mpich -n $n $B/bin/sg-bench-io --mib $M --backend pnetcdf --dir $D --reps $R --posix 1 --no-direct 1 --no-direct-write 1
   dd_pair $n netcdf4
   mpiexec.mpich -n $n $B/bin/sg-bench-io --mib $M --backend netcdf4 --dir $D --reps $R --posix 1
   mpiexec.mpich -n $n $B/bin/sg-bench-io --mib $M --backend netcdf4 --dir $D --reps $R --posix 1 --independent 1

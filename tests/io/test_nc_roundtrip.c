@@ -64,9 +64,12 @@ static void write_case(const tcase *c, const iot_decomp *A, sg_nc_backend b,
   co.backend = b;
   co.overwrite = 1;
   /* odd variants: netCDF-4 independent access and MPI-IO hints that force
-   * the other ROMIO write paths */
+   * the other ROMIO write paths, and PnetCDF's own writes instead of the
+   * direct MPI-IO writes (which even variants take where the slabs are
+   * contiguous runs: splits of the outermost dim) */
   if (variant % 2) {
     co.independent = 1;
+    co.no_direct_write = 1;
     co.hints = "romio_cb_write=enable, cb_buffer_size=65536;romio_ds_write=disable";
   }
   SG_REQUIRE_OK(sg_nc_create(MPI_COMM_WORLD, path, &co, &f));
