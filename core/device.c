@@ -7,6 +7,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #define SG_HOST_ALIGN 64
 #define SG_MAX_DEVICES 16
@@ -183,6 +186,20 @@ sg_status sg_malloc(sg_device dev, size_t bytes, void **ptr) {
   sg_mem_add(dev, bytes);
 fail:
   return st;
+}
+
+sg_status sg_host_keep_memory(void) {
+#ifdef __GLIBC__
+  /* 32 MiB is glibc's largest mmap threshold on 64-bit systems */
+  if (mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024) != 1 ||
+      mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024) != 1)
+    return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__,
+                        "mallopt refused the heap settings");
+  return SG_OK;
+#else
+  return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "sg_host_keep_memory: not a glibc system");
+#endif
 }
 
 sg_status sg_calloc(sg_device dev, size_t bytes, void **ptr) {

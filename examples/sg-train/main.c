@@ -494,6 +494,8 @@ static sg_status setup(run_t *r) {
     SG_TRY(sg_threads_auto(MPI_COMM_WORLD, &nth, &on_node));
     sg_log_info("%d rank(s) on this node, %d OpenMP thread(s) per rank", on_node, nth);
   }
+  /* activation blocks are freed and reallocated every step: keep them */
+  if (sg_host_keep_memory() != SG_OK) sg_log_warn("%s", sg_last_error());
   snprintf(r->mesh_spec, sizeof r->mesh_spec, "%s", spec);
   for (int d = 0; d < sg_mesh_ndims(r->mesh); ++d) {
     const char *nm = sg_mesh_dim_name(r->mesh, d);

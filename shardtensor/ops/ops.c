@@ -10,6 +10,7 @@
 
 #include "ops_impl.h"
 #include "sg_device.h"
+#include "sg_ops_inl.h"
 
 /* OpenBLAS's thread control, if the BLAS is OpenBLAS (weak: other BLAS
  * libraries simply leave them NULL). */
@@ -17,6 +18,10 @@ void openblas_set_num_threads(int num_threads);
 int openblas_get_num_threads(void);
 #pragma weak openblas_set_num_threads
 #pragma weak openblas_get_num_threads
+
+/* sg_expf's clamp range, in its own object so the compiler cannot fold
+ * it into vectorised loops (see sg_ops_inl.h). */
+const float sg_expf_bounds[2] = {-87.0f, 88.0f};
 
 int sg_blas_threads_begin(void) {
   if (!openblas_get_num_threads || !openblas_set_num_threads) return 0;

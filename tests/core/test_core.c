@@ -131,6 +131,21 @@ static void test_device(void) {
   void *z = (void *)1;
   SG_CHECK_OK(sg_malloc(host, 0, &z));
   SG_CHECK(z == NULL, "zero bytes gives NULL");
+  /* keeping freed memory in the heap: a freed 16 MiB block is reused and
+   * sg_calloc still zero-fills it */
+  {
+    sg_status ks = sg_host_keep_memory();
+    SG_CHECK(ks == SG_OK || ks == SG_ERR_NOT_SUPPORTED, "keep memory: %s", sg_last_error());
+    void *a = NULL;
+    SG_CHECK_OK(sg_malloc(host, (size_t)16 << 20, &a));
+    memset(a, 0x5a, (size_t)16 << 20);
+    SG_CHECK_OK(sg_free(host, &a));
+    SG_CHECK_OK(sg_calloc(host, (size_t)16 << 20, &a));
+    int zz = 1;
+    for (size_t i = 0; i < ((size_t)16 << 20); i += 4093) zz &= ((unsigned char *)a)[i] == 0;
+    SG_CHECK(zz, "calloc of reused memory zero-filled");
+    SG_CHECK_OK(sg_free(host, &a));
+  }
 
   int n = -1;
   SG_CHECK_OK(sg_device_count(SG_DEVICE_HOST, &n));
