@@ -19,6 +19,11 @@ struct sg_spectral_conv {
   int64_t K[SG_FFT_MAX_DIMS], ktot; /* kept global lengths, their product */
   int64_t M;                        /* local modes */
   int64_t *gidx;                    /* global flat mode index of local m */
+  /* The local modes as runs of consecutive global modes: nrun runs of
+   * rlen modes, run r starting at global mode rbase[r] (rows of the local
+   * box, or the whole box in one run when it is contiguous), so the
+   * mixing loops read W with unit stride and vectorise. */
+  int64_t nrun, rlen, *rbase;
   void *xbuf, *ybuf, *zbuf;
 };
 
@@ -30,73 +35,76 @@ static int64_t prod64(const int64_t *v, int n) {
 
 /* ---- channel mixing kernels ----------------------------------------------- */
 
+/* Channel mixing over the local modes, run by run (see nrun/rlen/rbase):
+ * W[i,o,k] of global mode k = rbase[r] + j for local mode m = r*rlen + j. */
 #define SG_MIX_KERNELS(T, SFX)                                                \
   static void mix_fwd_##SFX(const struct sg_spectral_conv *c, const T *x,    \
                             const T *w, T *y) {                              \
     const int64_t nb = c->nb, ci = c->cin, co = c->cout, M = c->M,           \
-                  K = c->ktot;                                               \
-    const int64_t *g = c->gidx;                                              \
+                  K = c->ktot, L = c->rlen, R = c->nrun;                     \
     _Pragma("omp parallel for collapse(2) schedule(static) if (nb * co * M * ci > 16384)") \
     for (int64_t b = 0; b < nb; ++b)                                         \
       for (int64_t o = 0; o < co; ++o) {                                     \
         T *yo = y + 2 * (b * co + o) * M;                                    \
         for (int64_t m = 0; m < 2 * M; ++m) yo[m] = 0;                       \
-        for (int64_t i = 0; i < ci; ++i) {                                   \
-          const T *xi = x + 2 * (b * ci + i) * M;                            \
-          const T *wio = w + 2 * (i * co + o) * K;                           \
-          for (int64_t m = 0; m < M; ++m) {                                  \
-            T wr = wio[2 * g[m]], wi = wio[2 * g[m] + 1];                    \
-            T xr = xi[2 * m], xim = xi[2 * m + 1];                           \
-            yo[2 * m] += xr * wr - xim * wi;                                 \
-            yo[2 * m + 1] += xr * wi + xim * wr;                             \
+        for (int64_t i = 0; i < ci; ++i)                                     \
+          for (int64_t r = 0; r < R; ++r) {                                  \
+            const T *xi = x + 2 * ((b * ci + i) * M + r * L);                \
+            const T *wk = w + 2 * ((i * co + o) * K + c->rbase[r]);          \
+            T *yr = yo + 2 * r * L;                                          \
+            for (int64_t j = 0; j < L; ++j) {                                \
+              T wr = wk[2 * j], wi = wk[2 * j + 1];                          \
+              T xr = xi[2 * j], xim = xi[2 * j + 1];                         \
+              yr[2 * j] += xr * wr - xim * wi;                               \
+              yr[2 * j + 1] += xr * wi + xim * wr;                           \
+            }                                                                \
           }                                                                  \
-        }                                                                    \
       }                                                                      \
   }                                                                          \
   /* dx[b,i,m] = sum_o dy[b,o,m] conj(W[i,o,k]) */                           \
   static void mix_bwd_x_##SFX(const struct sg_spectral_conv *c, const T *dy, \
                               const T *w, T *dx) {                           \
     const int64_t nb = c->nb, ci = c->cin, co = c->cout, M = c->M,           \
-                  K = c->ktot;                                               \
-    const int64_t *g = c->gidx;                                              \
+                  K = c->ktot, L = c->rlen, R = c->nrun;                     \
     _Pragma("omp parallel for collapse(2) schedule(static) if (nb * co * M * ci > 16384)") \
     for (int64_t b = 0; b < nb; ++b)                                         \
       for (int64_t i = 0; i < ci; ++i) {                                     \
         T *xo = dx + 2 * (b * ci + i) * M;                                   \
         for (int64_t m = 0; m < 2 * M; ++m) xo[m] = 0;                       \
-        for (int64_t o = 0; o < co; ++o) {                                   \
-          const T *d = dy + 2 * (b * co + o) * M;                            \
-          const T *wio = w + 2 * (i * co + o) * K;                           \
-          for (int64_t m = 0; m < M; ++m) {                                  \
-            T wr = wio[2 * g[m]], wi = wio[2 * g[m] + 1];                    \
-            T dr = d[2 * m], di = d[2 * m + 1];                              \
-            xo[2 * m] += dr * wr + di * wi;                                  \
-            xo[2 * m + 1] += di * wr - dr * wi;                              \
+        for (int64_t o = 0; o < co; ++o)                                     \
+          for (int64_t r = 0; r < R; ++r) {                                  \
+            const T *d = dy + 2 * ((b * co + o) * M + r * L);                \
+            const T *wk = w + 2 * ((i * co + o) * K + c->rbase[r]);          \
+            T *xr_ = xo + 2 * r * L;                                         \
+            for (int64_t j = 0; j < L; ++j) {                                \
+              T wr = wk[2 * j], wi = wk[2 * j + 1];                          \
+              T dr = d[2 * j], di = d[2 * j + 1];                            \
+              xr_[2 * j] += dr * wr + di * wi;                               \
+              xr_[2 * j + 1] += di * wr - dr * wi;                           \
+            }                                                                \
           }                                                                  \
-        }                                                                    \
       }                                                                      \
   }                                                                          \
   /* dW[i,o,k] += sum_b conj(x[b,i,m]) dy[b,o,m] */                          \
   static void mix_bwd_w_##SFX(const struct sg_spectral_conv *c, const T *x,  \
                               const T *dy, T *dw) {                          \
     const int64_t nb = c->nb, ci = c->cin, co = c->cout, M = c->M,           \
-                  K = c->ktot;                                               \
-    const int64_t *g = c->gidx;                                              \
+                  K = c->ktot, L = c->rlen, R = c->nrun;                     \
     _Pragma("omp parallel for collapse(2) schedule(static) if (nb * co * M * ci > 16384)") \
     for (int64_t i = 0; i < ci; ++i)                                         \
-      for (int64_t o = 0; o < co; ++o) {                                     \
-        T *wio = dw + 2 * (i * co + o) * K;                                  \
-        for (int64_t b = 0; b < nb; ++b) {                                   \
-          const T *xi = x + 2 * (b * ci + i) * M;                            \
-          const T *d = dy + 2 * (b * co + o) * M;                            \
-          for (int64_t m = 0; m < M; ++m) {                                  \
-            T xr = xi[2 * m], xim = xi[2 * m + 1];                           \
-            T dr = d[2 * m], di = d[2 * m + 1];                              \
-            wio[2 * g[m]] += xr * dr + xim * di;                             \
-            wio[2 * g[m] + 1] += xr * di - xim * dr;                         \
+      for (int64_t o = 0; o < co; ++o)                                       \
+        for (int64_t b = 0; b < nb; ++b)                                     \
+          for (int64_t r = 0; r < R; ++r) {                                  \
+            const T *xi = x + 2 * ((b * ci + i) * M + r * L);                \
+            const T *d = dy + 2 * ((b * co + o) * M + r * L);                \
+            T *wk = dw + 2 * ((i * co + o) * K + c->rbase[r]);               \
+            for (int64_t j = 0; j < L; ++j) {                                \
+              T xr = xi[2 * j], xim = xi[2 * j + 1];                         \
+              T dr = d[2 * j], di = d[2 * j + 1];                            \
+              wk[2 * j] += xr * dr + xim * di;                               \
+              wk[2 * j + 1] += xr * di - xim * dr;                           \
+            }                                                                \
           }                                                                  \
-        }                                                                    \
-      }                                                                      \
   }
 
 SG_MIX_KERNELS(double, f64)
@@ -178,10 +186,21 @@ fail:
         }
         c->gidx[m] = gi;
       }
+      /* runs: rows of the local box (its innermost extent), or one run */
+      int contiguous = 1;
+      for (int64_t m = 0; m < c->M && contiguous; ++m)
+        contiguous = c->gidx[m] == c->gidx[0] + m;
+      c->rlen = contiguous ? c->M : len[D - 1];
+      c->nrun = c->rlen > 0 ? c->M / c->rlen : 0;
+      c->rbase = malloc(sizeof(int64_t) * (size_t)(c->nrun > 0 ? c->nrun : 1));
+      if (!c->rbase)
+        st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
+      for (int64_t r = 0; c->rbase && r < c->nrun; ++r)
+        c->rbase[r] = c->gidx[r * c->rlen];
       size_t es = sg_dtype_size(c->desc.dtype);
       size_t bi = (size_t)(2 * c->nb * cin * c->M) * es;
       size_t bo = (size_t)(2 * c->nb * cout * c->M) * es;
-      st = sg_malloc(sg_device_host(), bi ? bi : 64, &c->xbuf);
+      if (st == SG_OK) st = sg_malloc(sg_device_host(), bi ? bi : 64, &c->xbuf);
       if (st == SG_OK) st = sg_malloc(sg_device_host(), bo ? bo : 64, &c->ybuf);
       if (st == SG_OK) st = sg_malloc(sg_device_host(), bi ? bi : 64, &c->zbuf);
     }
@@ -218,6 +237,7 @@ sg_status sg_spectral_conv_destroy(sg_spectral_conv_t *conv) {
   if (c->pout != c->pin) sg_fft_plan_destroy(&c->pout);
   sg_fft_plan_destroy(&c->pin);
   free(c->gidx);
+  free(c->rbase);
   sg_free(sg_device_host(), &c->xbuf);
   sg_free(sg_device_host(), &c->ybuf);
   sg_free(sg_device_host(), &c->zbuf);
