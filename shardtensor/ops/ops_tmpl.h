@@ -772,6 +772,47 @@ void FN(sg_norm_bwd)(const sg_norm_desc *d, const R *x, const sg_moments *st,
                      const R *gamma, const R *dy, const double *sums, R *dx,
                      R *dgamma, R *dbeta) {
   const int64_t nb = d->batch, c = d->channels, s = d->spatial;
+  const int planar = FN(norm_planar)(d);
+  if (dx && planar) {
+    /* one group per (sample, channel) plane: its statistics and the
+     * per-plane coefficients hoisted, the loop straight-line:
+     * dx = rs (dy gk - S0/cnt - xh S1/cnt), xh = (x - mean) rs */
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+    for (int64_t p = 0; p < nb * c; ++p) {
+      int64_t n = p / c, k = p % c;
+      const int64_t gi = sg_norm_group(d, n, k, 0);
+      const sg_moments *m = &st[gi];
+      const double rs = FN(rstd)(m, d->eps), gk = gamma ? gamma[k] : 1;
+      const double cnt = m->count > 0 ? m->count : 1, mean = m->mean;
+      const double a = rs * gk, b = rs * sums[2 * gi] / cnt,
+                   cc = rs * rs * sums[2 * gi + 1] / cnt;
+      const R *xp = x + p * s, *gp = dy + p * s;
+      R *dp = dx + p * s;
+      for (int64_t j = 0; j < s; ++j)
+        dp[j] = (R)(a * gp[j] - b - cc * (xp[j] - mean));
+    }
+  }
+  if ((dgamma || dbeta) && planar) {
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+    for (int64_t k = 0; k < c; ++k) {
+      double sg = 0, sb = 0;
+      for (int64_t n = 0; n < nb; ++n) {
+        const sg_moments *m = &st[sg_norm_group(d, n, k, 0)];
+        const double mean = m->mean;
+        const R *xp = x + (n * c + k) * s, *gp = dy + (n * c + k) * s;
+        double pg = 0, pb = 0;
+        for (int64_t j = 0; j < s; ++j) {
+          pg += gp[j] * (xp[j] - mean);
+          pb += gp[j];
+        }
+        sg += pg * FN(rstd)(m, d->eps);
+        sb += pb;
+      }
+      if (dgamma) dgamma[k] += (R)sg;
+      if (dbeta) dbeta[k] += (R)sb;
+    }
+  }
+  if (planar) return;
   if (dx) {
 #pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
     for (int64_t p = 0; p < nb * c; ++p) {
