@@ -53,7 +53,7 @@ static sg_status conv_fwd(sg_node *node) {
   shape[0] = d.batch;
   shape[1] = d.cout;
   for (int i = 0; i < d.nsp; ++i) shape[2 + i] = out[i];
-  SG_TRY(sg_node_alloc_out(node, 0, 2 + d.nsp, shape));
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, 2 + d.nsp, shape));
   SG_TRY(sg_conv_forward(&d, node->xin.dtype, node->xin.data,
                          node->in[1]->value.data,
                          a->has_bias ? node->in[2]->value.data : NULL,
@@ -370,7 +370,7 @@ static sg_status act_fwd(sg_node *node) {
   sg_status st = SG_OK;
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  SG_TRY(sg_node_alloc_out(node, 0, x->ndim, x->shape));
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
   SG_TRY(sg_act_forward((sg_act)a->code, x->dtype, numel(x), x->data,
                         node->out[0]->value.data));
 fail:
@@ -402,7 +402,7 @@ static sg_status binary_fwd(sg_node *node) {
   sg_status st = SG_OK;
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  SG_TRY(sg_node_alloc_out(node, 0, x->ndim, x->shape));
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
   SG_TRY(sg_binary_forward((sg_binary)a->code, x->dtype, numel(x), x->data,
                            node->in[1]->value.data, node->out[0]->value.data));
 fail:
@@ -442,7 +442,7 @@ static sg_status scale_fwd(sg_node *node) {
   sg_status st = SG_OK;
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  SG_TRY(sg_node_alloc_out(node, 0, x->ndim, x->shape));
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
   SG_TRY(sg_scale(x->dtype, numel(x), a->alpha, x->data, node->out[0]->value.data));
 fail:
   return st;
@@ -466,7 +466,7 @@ sg_status sg_ag_scale(sg_tape_t t, double alpha, sg_var *x, sg_var **y) {
 static sg_status bias_fwd(sg_node *node) {
   sg_status st = SG_OK;
   const sg_tensor *x = &node->in[0]->value;
-  SG_TRY(sg_node_alloc_out(node, 0, x->ndim, x->shape));
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
   SG_TRY(sg_bias_forward(x->dtype, x->shape[0], x->shape[1], spatial_of(x), x->data,
                          node->in[1]->value.data, node->out[0]->value.data));
 fail:
@@ -510,7 +510,7 @@ static sg_status linear_fwd(sg_node *node) {
   int64_t shape[SG_TENSOR_MAX_DIMS];
   memcpy(shape, x->shape, sizeof shape);
   shape[1] = w->shape[0];
-  SG_TRY(sg_node_alloc_out(node, 0, x->ndim, shape));
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
   SG_TRY(sg_linear_forward(x->dtype, x->shape[0], x->shape[1], w->shape[0], spatial_of(x),
                            x->data, w->data, a->has_bias ? node->in[2]->value.data : NULL,
                            node->out[0]->value.data));
@@ -693,7 +693,7 @@ static sg_status norm_fwd(sg_node *node) {
   sg_moments *stats = NULL, *tmp = NULL;
   sg_group_t g = NULL;
   SG_TRY(sg_norm_nstat(&d, &nstat));
-  SG_TRY(sg_node_alloc_out(node, 0, x->ndim, x->shape));
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
   if (nstat > 0) {
     SG_TRY(sg_node_save(node, (size_t)nstat * sizeof *stats, (void **)&stats));
   } else {

@@ -71,8 +71,8 @@ static void ag_describe(sg_tensor *t, sg_dtype dt, int ndim,
   t->owns = owns;
 }
 
-static sg_status ag_alloc(sg_tensor *t, sg_dtype dt, int ndim,
-                          const int64_t *shape) {
+static sg_status ag_alloc_z(sg_tensor *t, sg_dtype dt, int ndim,
+                            const int64_t *shape, int zero) {
   sg_status st = SG_OK;
   void *p = NULL;
   if (ndim < 1 || ndim > SG_TENSOR_MAX_DIMS)
@@ -81,10 +81,16 @@ static sg_status ag_alloc(sg_tensor *t, sg_dtype dt, int ndim,
   for (int i = 0; i < ndim; ++i)
     if (shape[i] < 0) SG_RAISE(SG_ERR_SHAPE, "negative extent in dim %d", i);
   ag_describe(t, dt, ndim, shape, NULL, 1);
-  SG_TRY(sg_calloc(sg_device_host(), ag_nbytes(t), &p));
+  if (zero) SG_TRY(sg_calloc(sg_device_host(), ag_nbytes(t), &p));
+  else SG_TRY(sg_malloc(sg_device_host(), ag_nbytes(t), &p));
   t->data = p;
 fail:
   return st;
+}
+
+static sg_status ag_alloc(sg_tensor *t, sg_dtype dt, int ndim,
+                          const int64_t *shape) {
+  return ag_alloc_z(t, dt, ndim, shape, 1);
 }
 
 static void ag_free(sg_tensor *t) {
@@ -357,18 +363,28 @@ fail:
   return st;
 }
 
-sg_status sg_node_alloc_out(sg_node *node, int j, int ndim,
-                            const int64_t *shape) {
+static sg_status node_alloc_out(sg_node *node, int j, int ndim,
+                                const int64_t *shape, int zero) {
   sg_status st = SG_OK;
   if (!node || j < 0 || j >= node->nout)
     SG_RAISE(SG_ERR_INTERNAL, "output %d of a node with %d outputs", j,
              node ? node->nout : 0);
   sg_var *v = node->out[j];
   if (v->value.data) SG_RAISE(SG_ERR_INTERNAL, "output %d allocated twice", j);
-  SG_TRY(ag_alloc(&v->value, node->in[0]->value.dtype, ndim, shape));
+  SG_TRY(ag_alloc_z(&v->value, node->in[0]->value.dtype, ndim, shape, zero));
   v->owns_value = 1;
 fail:
   return st;
+}
+
+sg_status sg_node_alloc_out(sg_node *node, int j, int ndim,
+                            const int64_t *shape) {
+  return node_alloc_out(node, j, ndim, shape, 1);
+}
+
+sg_status sg_node_alloc_out_uninit(sg_node *node, int j, int ndim,
+                                   const int64_t *shape) {
+  return node_alloc_out(node, j, ndim, shape, 0);
 }
 
 /* The tape of the node being run, for byte accounting in callbacks. */
