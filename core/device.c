@@ -193,8 +193,11 @@ sg_status sg_host_keep_memory(void) {
   /* 32 MiB is glibc's largest mmap threshold on 64-bit systems */
   if (mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024) != 1 ||
       mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024) != 1)
-    return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__,
-                        "mallopt refused the heap settings");
+    /* another allocator took malloc's place (a sanitizer's, jemalloc,
+     * tcmalloc): glibc's settings do not apply */
+    return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                        "sg_host_keep_memory: the malloc in use does not take "
+                        "glibc's heap settings");
   return SG_OK;
 #else
   return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,

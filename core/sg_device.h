@@ -59,8 +59,9 @@ sg_status sg_calloc(sg_device dev, size_t bytes, void **ptr);
  * the same activation blocks every step; returned to the kernel, each
  * reuse page-faults and zero-fills again (FNO-2D step at 64^2: 20% of the
  * time in faults and zeroing; 33.7 -> 42.3 samples/s with this). Process
- * wide, so it is the driver's call (sg-train, sg-ns2d make it); elsewhere
- * a no-op returning SG_ERR_NOT_SUPPORTED. Not collective. */
+ * wide, so it is the driver's call (sg-train, sg-ns2d make it). Without
+ * glibc's malloc (other libc, a sanitizer's or another allocator) a no-op
+ * returning SG_ERR_NOT_SUPPORTED. Not collective. */
 sg_status sg_host_keep_memory(void);
 /* Free memory from sg_malloc and set *ptr to NULL; a NULL ptr or *ptr is fine. */
 sg_status sg_free(sg_device dev, void **ptr);

@@ -66,7 +66,7 @@ static sg_status run(sg_kv_t kv, int wsize) {
     sg_log_info("%d rank(s) on this node, %d OpenMP thread(s) per rank", on_node, nth);
   }
   /* activation blocks are freed and reallocated every step: keep them */
-  if (sg_host_keep_memory() != SG_OK) sg_log_warn("%s", sg_last_error());
+  if (sg_host_keep_memory() != SG_OK) sg_log_info("%s", sg_last_error());
   for (int d = 0; d < sg_mesh_ndims(mesh); ++d) {
     const char *nm = sg_mesh_dim_name(mesh, d);
     if (strcmp(nm, "dp") && strcmp(nm, "h") && strcmp(nm, "w") && sg_mesh_dim_size(mesh, d) > 1)

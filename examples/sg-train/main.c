@@ -495,7 +495,7 @@ static sg_status setup(run_t *r) {
     sg_log_info("%d rank(s) on this node, %d OpenMP thread(s) per rank", on_node, nth);
   }
   /* activation blocks are freed and reallocated every step: keep them */
-  if (sg_host_keep_memory() != SG_OK) sg_log_warn("%s", sg_last_error());
+  if (sg_host_keep_memory() != SG_OK) sg_log_info("%s", sg_last_error());
   snprintf(r->mesh_spec, sizeof r->mesh_spec, "%s", spec);
   for (int d = 0; d < sg_mesh_ndims(r->mesh); ++d) {
     const char *nm = sg_mesh_dim_name(r->mesh, d);
