@@ -78,7 +78,7 @@ static const sg_op_def conv_op = {
     .backward = conv_bwd,
     .rule = {.windowed_input = 0,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
-             .out = SG_OUT_LIKE_INPUT}};
+             .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
 
 static sg_status check_window_args(const char *what, const sg_var *x, int nsp,
                                    const sg_conv_args *a) {
@@ -386,7 +386,7 @@ static sg_status act_bwd(sg_node *node) {
 
 static const sg_op_def act_op = {
     .name = "act", .slots = {SG_SLOT_ACT}, .forward = act_fwd, .backward = act_bwd,
-    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
+    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
 
 sg_status sg_ag_act(sg_tape_t t, sg_act act, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
@@ -420,7 +420,7 @@ static sg_status binary_bwd(sg_node *node) {
 static const sg_op_def binary_op = {
     .name = "binary", .slots = {SG_SLOT_ACT, SG_SLOT_ACT}, .forward = binary_fwd,
     .backward = binary_bwd,
-    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
+    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT, .writes_gin = 3u}};
 
 sg_status sg_ag_binary(sg_tape_t t, sg_binary op, sg_var *a, sg_var *b,
                        sg_var **y) {
@@ -456,7 +456,7 @@ static sg_status scale_bwd(sg_node *node) {
 
 static const sg_op_def scale_op = {
     .name = "scale", .slots = {SG_SLOT_ACT}, .forward = scale_fwd, .backward = scale_bwd,
-    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
+    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
 
 sg_status sg_ag_scale(sg_tape_t t, double alpha, sg_var *x, sg_var **y) {
   pw_attr at = {.alpha = alpha};
@@ -488,7 +488,7 @@ fail:
 static const sg_op_def bias_op = {
     .name = "bias", .slots = {SG_SLOT_ACT, SG_SLOT_PARAM}, .forward = bias_fwd,
     .backward = bias_bwd,
-    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
+    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
 
 sg_status sg_ag_bias(sg_tape_t t, sg_var *x, sg_var *b, sg_var **y) {
   sg_status st = SG_OK;
@@ -531,7 +531,7 @@ static const sg_op_def linear_op = {
     .forward = linear_fwd, .backward = linear_bwd,
     .rule = {.windowed_input = -1,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
-             .out = SG_OUT_LIKE_INPUT}};
+             .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
 
 sg_status sg_ag_linear(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
                        sg_var **y) {
@@ -742,7 +742,7 @@ static const sg_op_def norm_op = {
     .forward = norm_fwd, .backward = norm_bwd,
     .rule = {.windowed_input = -1,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
-             .out = SG_OUT_LIKE_INPUT}};
+             .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
 
 sg_status sg_ag_norm(sg_tape_t t, const sg_norm_desc *d, sg_var *x,
                      sg_var *gamma, sg_var *beta, sg_var **y) {

@@ -259,14 +259,18 @@ fail:
 }
 
 /* Make sure a variable has a gradient buffer (zero-filled when new). */
-static sg_status ag_ensure_grad(sg_tape_t tape, sg_var *v) {
+static sg_status ag_ensure_grad_z(sg_tape_t tape, sg_var *v, int zero) {
   sg_status st = SG_OK;
   if (v->grad.data || ag_numel(&v->value) == 0) goto fail;
-  SG_TRY(ag_alloc(&v->grad, v->value.dtype, v->value.ndim, v->value.shape));
+  SG_TRY(ag_alloc_z(&v->grad, v->value.dtype, v->value.ndim, v->value.shape, zero));
   v->owns_grad = 1;
   if (!v->is_leaf) tape->bytes += ag_nbytes(&v->grad);
 fail:
   return st;
+}
+
+static sg_status ag_ensure_grad(sg_tape_t tape, sg_var *v) {
+  return ag_ensure_grad_z(tape, v, 1);
 }
 
 /* ---- the tape ------------------------------------------------------------ */
@@ -851,8 +855,12 @@ static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
     sg_var *v = node->in[i];
     node->gin[i] = NULL;
     if (!v->requires_grad || ag_numel(&v->value) == 0) continue;
+    /* activation inputs the op's backward writes whole: no zero fill */
+    const int zero = node->op->slots[i] == SG_SLOT_PARAM ||
+                     !(node->op->rule.writes_gin & (1u << i));
     if (i == wi && node->xin.owns) {
-      SG_TRY(ag_alloc(&b->tmp[i], node->xin.dtype, node->xin.ndim, node->xin.shape));
+      SG_TRY(ag_alloc_z(&b->tmp[i], node->xin.dtype, node->xin.ndim,
+                        node->xin.shape, zero));
       node->gin[i] = b->tmp[i].data;
       b->how[i] = PAD;
     } else if (node->op->slots[i] == SG_SLOT_PARAM) {
@@ -861,12 +869,13 @@ static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
       node->gin[i] = v->grad.data;
       b->how[i] = DIRECT;
     } else if (!v->is_leaf && !v->has_grad) {
-      SG_TRY(ag_ensure_grad(tape, v));
+      SG_TRY(ag_ensure_grad_z(tape, v, zero));
       v->has_grad = 1;
       node->gin[i] = v->grad.data;
       b->how[i] = DIRECT;
     } else {
-      SG_TRY(ag_alloc(&b->tmp[i], v->value.dtype, v->value.ndim, v->value.shape));
+      SG_TRY(ag_alloc_z(&b->tmp[i], v->value.dtype, v->value.ndim,
+                        v->value.shape, zero));
       node->gin[i] = b->tmp[i].data;
       b->how[i] = ADD;
     }

@@ -238,7 +238,7 @@ static const sg_op_def spec_op = {
     .forward = spec_fwd,
     .backward = spec_bwd,
     .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
-             .out = SG_OUT_LIKE_INPUT}};
+             .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
 
 sg_status sg_fno_forward(sg_fno_t m, sg_tape_t t, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;

@@ -203,6 +203,11 @@ typedef struct sg_op_rule {
                          Partial is never accepted; 0 means
                          SG_ACCEPT_REPLICATE | SHARD_BATCH | SHARD_SPATIAL */
   sg_out_rule out;
+  /* Bit i set: backward writes every element of gin[i] (it does not add
+   * into it), so the tape hands it an uninitialised buffer instead of a
+   * zero-filled one. Only for activation inputs (slot ACT); parameter
+   * gradients are always accumulated into. 0 (the default): zero-filled. */
+  unsigned writes_gin;
 } sg_op_rule;
 
 typedef struct sg_op_def {
