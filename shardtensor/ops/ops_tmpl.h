@@ -177,9 +177,13 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
             bm = col;
             ldb = ncol;
           }
-          SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->k,
-                  (int)g->ckk, (int)ncol, 1, dyt, (int)g->sout, bm, (int)ldb,
-                  1, dwp, (int)g->ckk);
+          /* dw^T (ckk x k) += col dy^T: with the long ncol axis as the
+           * inner dimension of both operands OpenBLAS packs them without a
+           * transposing copy (dw = dy col^T ran at 48 GF/s, this at 83 on
+           * 32 x 288 x 1024, one AVX-512 core). */
+          SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->ckk,
+                  (int)g->k, (int)ncol, 1, bm, (int)ldb, dyt, (int)g->sout,
+                  1, dwp, (int)g->k);
         }
         if (dx) {
           if (g->pointwise) {
@@ -199,16 +203,17 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
   }
   if (nth > 1) sg_blas_threads_end(saved);
   if (dw) {
-    /* Sum the per-thread partials in thread order. */
+    /* Sum the per-thread partials (transposed, ckk x k) in thread order. */
 #pragma omp parallel for schedule(static) if (wsz * nth > SG_OMP_MIN)
-    for (int64_t i = 0; i < wsz; ++i) {
-      R acc = 0;
-      for (int t = 0; t < nth; ++t) {
-        const R *dwp = FN(thread_ws)(g, ws, t) + 2 * g->ckk * g->cols;
-        acc += dwp[i];
+    for (int64_t k = 0; k < g->k; ++k)
+      for (int64_t i = 0; i < g->ckk; ++i) {
+        R acc = 0;
+        for (int t = 0; t < nth; ++t) {
+          const R *dwp = FN(thread_ws)(g, ws, t) + 2 * g->ckk * g->cols;
+          acc += dwp[i * g->k + k];
+        }
+        dw[k * g->ckk + i] += acc;
       }
-      dw[i] += acc;
-    }
   }
 }
 
