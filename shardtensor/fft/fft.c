@@ -450,6 +450,23 @@ static void local_extents(sg_fft_plan_t p, const sg_fft_layout *l,
   for (int d = 0; d < p->D; ++d) len[d + 1] = sh[d];
 }
 
+/* Pruned first stage: when the halved (last) dim is truncated and other
+ * dims are whole in the real layout, the first stage transforms the last
+ * dim alone, the kept prefix of it is cut out, and the following stages
+ * transform only the kept columns (12 of 33 in a 64^2 FNO layer: about a
+ * third less FFT work). Host plans only (on CUDA the cut would bounce
+ * through the host). */
+static int prune_first(const sg_fft_plan_t p) {
+  const int D = p->D;
+  if (p->cuda || D < 2) return 0;
+  int64_t k = p->desc.keep[D - 1];
+  if (k <= 0 || k >= halved(p->desc.shape[D - 1])) return 0;
+  if (!is_whole(&p->real_layout, D - 1)) return 0;
+  for (int d = 0; d < D - 1; ++d)
+    if (is_whole(&p->real_layout, d)) return 1;
+  return 0;
+}
+
 /* Batch elements per chunk: the largest divisor of batch whose chunk of
  * complex data (per rank, from global sizes so every rank agrees) fits in
  * SG_FFT_CHUNK_BYTES (default 512 KiB, a quarter of a core's L2; 0: one
@@ -458,8 +475,9 @@ static int64_t chunk_batch(const sg_fft_plan_t p) {
   const int64_t B = p->desc.batch;
   if (p->cuda || B <= 1) return B;
   if (p->desc.chunk > 0) return p->desc.chunk;
-  /* unsplit: one local FFT stage, which FFTW already blocks itself */
-  int split = 0;
+  /* unsplit and unpruned: one local FFT stage, which FFTW already blocks
+   * itself */
+  int split = prune_first(p);
   for (int d = 0; d < p->D; ++d) split |= p->real_layout.nsplit[d] > 0;
   if (!split) return B;
   double budget = 1 << 19;
@@ -515,11 +533,27 @@ static sg_status plan_stages(sg_fft_plan_t p) {
     }
     sg_fft_stage *s = &p->st[p->nstages];
     memset(s, 0, sizeof *s);
+    if (is_whole(&L, target) && pending) {
+      /* cut the kept modes out before transforming more dims locally */
+      int64_t log[SG_FFT_ND];
+      local_extents(p, &L, log);
+      s->kind = STAGE_REDIST;
+      SG_TRY(sg_fft_redist_init(&s->rd, &p->axes, nd, es, -1, 0, 0, phys, log,
+                                pmap, 0, NULL));
+      for (int d = 0; d < nd; ++d) phys[d] = log[d];
+      memset(pmap, 0, sizeof pmap);
+      pending = 0;
+      p->nstages++;
+      continue;
+    }
     if (is_whole(&L, target)) {
       s->kind = STAGE_FFT;
       s->r2c = first;
-      for (int d = 0; d < D; ++d)
-        if (!done[d] && is_whole(&L, d)) s->tdims[s->nt++] = d + 1;
+      if (first && prune_first(p))
+        s->tdims[s->nt++] = D;
+      else
+        for (int d = 0; d < D; ++d)
+          if (!done[d] && is_whole(&L, d)) s->tdims[s->nt++] = d + 1;
       int64_t log[SG_FFT_ND];
       local_extents(p, &L, log);
       for (int d = 0; d < nd; ++d) s->in_shape[d] = s->out_shape[d] = log[d];
