@@ -100,9 +100,13 @@ double sg_sumsq_f32(const float *x, int64_t n) {
   }
 #pragma omp parallel for schedule(static) if (nb > 8)
   for (int64_t b = 0; b < nb; ++b) {
-    double s = 0.0;
-    int64_t e = (b + 1) * B < n ? (b + 1) * B : n;
-    for (int64_t i = b * B; i < e; ++i) s += (double)x[i] * (double)x[i];
+    /* 8 interleaved lanes (vectorises; fixed order), then in lane order */
+    double acc[8] = {0}, s = 0.0;
+    int64_t i = b * B, e = (b + 1) * B < n ? (b + 1) * B : n;
+    for (; i + 8 <= e; i += 8)
+      for (int l = 0; l < 8; ++l) acc[l] += (double)x[i + l] * (double)x[i + l];
+    for (; i < e; ++i) s += (double)x[i] * (double)x[i];
+    for (int l = 0; l < 8; ++l) s += acc[l];
     part[b] = s;
   }
   for (int64_t b = 0; b < nb; ++b) total += part[b];
