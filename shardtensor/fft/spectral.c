@@ -24,8 +24,29 @@ struct sg_spectral_conv {
    * box, or the whole box in one run when it is contiguous), so the
    * mixing loops read W with unit stride and vectorise. */
   int64_t nrun, rlen, *rbase;
+  /* With several runs (a split spectrum: runs as short as the rank's share
+   * of a row, 6 modes at 2 ranks), W's local modes are gathered into wloc
+   * (cin, cout, M) once per call, so the kernels see one run of M modes. */
+  void *wloc;
   void *xbuf, *ybuf, *zbuf;
 };
+
+/* The run geometry the mixing kernels walk: R runs of L modes, run r at
+ * mode rbase[r] of W's rows of K modes. */
+typedef struct mix_geom {
+  int64_t K, L, R;
+  const int64_t *rbase;
+} mix_geom;
+
+static const int64_t zero_base = 0;
+
+static mix_geom geom_natural(const struct sg_spectral_conv *c) {
+  return (mix_geom){c->ktot, c->rlen, c->nrun, c->rbase};
+}
+
+static mix_geom geom_local(const struct sg_spectral_conv *c) {
+  return (mix_geom){c->M, c->M, 1, &zero_base};
+}
 
 static int64_t prod64(const int64_t *v, int n) {
   int64_t p = 1;
@@ -38,10 +59,11 @@ static int64_t prod64(const int64_t *v, int n) {
 /* Channel mixing over the local modes, run by run (see nrun/rlen/rbase):
  * W[i,o,k] of global mode k = rbase[r] + j for local mode m = r*rlen + j. */
 #define SG_MIX_KERNELS(T, SFX)                                                \
-  static void mix_fwd_##SFX(const struct sg_spectral_conv *c, const T *x,    \
-                            const T *w, T *y) {                              \
+  static void mix_fwd_##SFX(const struct sg_spectral_conv *c,                \
+                            const mix_geom *g, const T *x, const T *w,       \
+                            T *y) {                                          \
     const int64_t nb = c->nb, ci = c->cin, co = c->cout, M = c->M,           \
-                  K = c->ktot, L = c->rlen, R = c->nrun;                     \
+                  K = g->K, L = g->L, R = g->R;                     \
     _Pragma("omp parallel for collapse(2) schedule(static) if (nb * co * M * ci > 16384)") \
     for (int64_t b = 0; b < nb; ++b)                                         \
       for (int64_t o = 0; o < co; ++o) {                                     \
@@ -50,7 +72,7 @@ static int64_t prod64(const int64_t *v, int n) {
         for (int64_t i = 0; i < ci; ++i)                                     \
           for (int64_t r = 0; r < R; ++r) {                                  \
             const T *xi = x + 2 * ((b * ci + i) * M + r * L);                \
-            const T *wk = w + 2 * ((i * co + o) * K + c->rbase[r]);          \
+            const T *wk = w + 2 * ((i * co + o) * K + g->rbase[r]);          \
             T *yr = yo + 2 * r * L;                                          \
             for (int64_t j = 0; j < L; ++j) {                                \
               T wr = wk[2 * j], wi = wk[2 * j + 1];                          \
@@ -62,10 +84,11 @@ static int64_t prod64(const int64_t *v, int n) {
       }                                                                      \
   }                                                                          \
   /* dx[b,i,m] = sum_o dy[b,o,m] conj(W[i,o,k]) */                           \
-  static void mix_bwd_x_##SFX(const struct sg_spectral_conv *c, const T *dy, \
-                              const T *w, T *dx) {                           \
+  static void mix_bwd_x_##SFX(const struct sg_spectral_conv *c,              \
+                              const mix_geom *g, const T *dy, const T *w,    \
+                              T *dx) {                                       \
     const int64_t nb = c->nb, ci = c->cin, co = c->cout, M = c->M,           \
-                  K = c->ktot, L = c->rlen, R = c->nrun;                     \
+                  K = g->K, L = g->L, R = g->R;                     \
     _Pragma("omp parallel for collapse(2) schedule(static) if (nb * co * M * ci > 16384)") \
     for (int64_t b = 0; b < nb; ++b)                                         \
       for (int64_t i = 0; i < ci; ++i) {                                     \
@@ -74,7 +97,7 @@ static int64_t prod64(const int64_t *v, int n) {
         for (int64_t o = 0; o < co; ++o)                                     \
           for (int64_t r = 0; r < R; ++r) {                                  \
             const T *d = dy + 2 * ((b * co + o) * M + r * L);                \
-            const T *wk = w + 2 * ((i * co + o) * K + c->rbase[r]);          \
+            const T *wk = w + 2 * ((i * co + o) * K + g->rbase[r]);          \
             T *xr_ = xo + 2 * r * L;                                         \
             for (int64_t j = 0; j < L; ++j) {                                \
               T wr = wk[2 * j], wi = wk[2 * j + 1];                          \
@@ -86,10 +109,11 @@ static int64_t prod64(const int64_t *v, int n) {
       }                                                                      \
   }                                                                          \
   /* dW[i,o,k] += sum_b conj(x[b,i,m]) dy[b,o,m] */                          \
-  static void mix_bwd_w_##SFX(const struct sg_spectral_conv *c, const T *x,  \
-                              const T *dy, T *dw) {                          \
+  static void mix_bwd_w_##SFX(const struct sg_spectral_conv *c,              \
+                              const mix_geom *g, const T *x, const T *dy,    \
+                              T *dw) {                                       \
     const int64_t nb = c->nb, ci = c->cin, co = c->cout, M = c->M,           \
-                  K = c->ktot, L = c->rlen, R = c->nrun;                     \
+                  K = g->K, L = g->L, R = g->R;                     \
     _Pragma("omp parallel for collapse(2) schedule(static) if (nb * co * M * ci > 16384)") \
     for (int64_t i = 0; i < ci; ++i)                                         \
       for (int64_t o = 0; o < co; ++o)                                       \
@@ -97,7 +121,7 @@ static int64_t prod64(const int64_t *v, int n) {
           for (int64_t r = 0; r < R; ++r) {                                  \
             const T *xi = x + 2 * ((b * ci + i) * M + r * L);                \
             const T *d = dy + 2 * ((b * co + o) * M + r * L);                \
-            T *wk = dw + 2 * ((i * co + o) * K + c->rbase[r]);               \
+            T *wk = dw + 2 * ((i * co + o) * K + g->rbase[r]);               \
             for (int64_t j = 0; j < L; ++j) {                                \
               T xr = xi[2 * j], xim = xi[2 * j + 1];                         \
               T dr = d[2 * j], di = d[2 * j + 1];                            \
@@ -105,6 +129,21 @@ static int64_t prod64(const int64_t *v, int n) {
               wk[2 * j + 1] += xr * di - xim * dr;                           \
             }                                                                \
           }                                                                  \
+  }                                                                          \
+  /* wl[i,o,m] = W[i,o,k(m)] (add == 0), or W[i,o,k(m)] += wl[i,o,m] */      \
+  static void mix_local_##SFX(const struct sg_spectral_conv *c, T *W, T *wl, \
+                              int add) {                                     \
+    const int64_t io = c->cin * c->cout, M = c->M, K = c->ktot,              \
+                  L = c->rlen, R = c->nrun;                                  \
+    _Pragma("omp parallel for schedule(static) if (io * M > 16384)")         \
+    for (int64_t p = 0; p < io; ++p)                                         \
+      for (int64_t r = 0; r < R; ++r) {                                      \
+        T *a = W + 2 * (p * K + c->rbase[r]), *b = wl + 2 * (p * M + r * L); \
+        if (add)                                                             \
+          for (int64_t j = 0; j < 2 * L; ++j) a[j] += b[j];                  \
+        else                                                                 \
+          for (int64_t j = 0; j < 2 * L; ++j) b[j] = a[j];                   \
+      }                                                                      \
   }
 
 SG_MIX_KERNELS(double, f64)
@@ -203,6 +242,9 @@ fail:
       if (st == SG_OK) st = sg_malloc(sg_device_host(), bi ? bi : 64, &c->xbuf);
       if (st == SG_OK) st = sg_malloc(sg_device_host(), bo ? bo : 64, &c->ybuf);
       if (st == SG_OK) st = sg_malloc(sg_device_host(), bi ? bi : 64, &c->zbuf);
+      if (st == SG_OK && c->nrun > 1)
+        st = sg_malloc(sg_device_host(), (size_t)(2 * cin * cout * c->M) * es,
+                       &c->wloc);
     }
   }
   st = sg_fft_agree(comm, st);
@@ -241,6 +283,7 @@ sg_status sg_spectral_conv_destroy(sg_spectral_conv_t *conv) {
   sg_free(sg_device_host(), &c->xbuf);
   sg_free(sg_device_host(), &c->ybuf);
   sg_free(sg_device_host(), &c->zbuf);
+  if (c->wloc) sg_free(sg_device_host(), &c->wloc);
   free(c);
   *conv = NULL;
   return SG_OK;
@@ -264,10 +307,18 @@ sg_status sg_spectral_conv_forward(sg_spectral_conv_t c, const void *x,
   if (!c) SG_RAISE(SG_ERR_INVALID_ARG, "conv is NULL");
   void *xh = xhat ? xhat : c->xbuf;
   SG_TRY(sg_fft_forward(c->pin, x, xh));
-  if (c->desc.dtype == SG_DTYPE_F64)
-    mix_fwd_f64(c, xh, w, c->ybuf);
+  const int f64 = c->desc.dtype == SG_DTYPE_F64;
+  mix_geom g = geom_natural(c);
+  if (c->wloc) {
+    if (f64) mix_local_f64(c, (double *)(uintptr_t)w, c->wloc, 0);
+    else mix_local_f32(c, (float *)(uintptr_t)w, c->wloc, 0);
+    g = geom_local(c);
+    w = c->wloc;
+  }
+  if (f64)
+    mix_fwd_f64(c, &g, xh, w, c->ybuf);
   else
-    mix_fwd_f32(c, xh, w, c->ybuf);
+    mix_fwd_f32(c, &g, xh, w, c->ybuf);
   SG_TRY(sg_fft_inverse(c->pout, c->ybuf, y));
 fail:
   return st;
@@ -279,6 +330,7 @@ sg_status sg_spectral_conv_backward(sg_spectral_conv_t c, const void *x,
   sg_status st = SG_OK;
   if (!c) SG_RAISE(SG_ERR_INVALID_ARG, "conv is NULL");
   if (!dx && !dw) return SG_OK;
+  const int f64 = c->desc.dtype == SG_DTYPE_F64;
   /* dyhat = Inv^T dy */
   SG_TRY(sg_fft_inverse_adjoint(c->pout, dy, c->ybuf));
   if (dw) {
@@ -287,16 +339,36 @@ sg_status sg_spectral_conv_backward(sg_spectral_conv_t c, const void *x,
       SG_TRY(sg_fft_forward(c->pin, x, c->xbuf));
       xh = c->xbuf;
     }
-    if (c->desc.dtype == SG_DTYPE_F64)
-      mix_bwd_w_f64(c, xh, c->ybuf, dw);
-    else
-      mix_bwd_w_f32(c, xh, c->ybuf, dw);
+    if (c->wloc) {
+      /* accumulate the local modes' gradient in wloc, then add it in */
+      const mix_geom g = geom_local(c);
+      memset(c->wloc, 0,
+             (size_t)(2 * c->cin * c->cout * c->M) * sg_dtype_size(c->desc.dtype));
+      if (f64) {
+        mix_bwd_w_f64(c, &g, xh, c->ybuf, c->wloc);
+        mix_local_f64(c, dw, c->wloc, 1);
+      } else {
+        mix_bwd_w_f32(c, &g, xh, c->ybuf, c->wloc);
+        mix_local_f32(c, dw, c->wloc, 1);
+      }
+    } else {
+      const mix_geom g = geom_natural(c);
+      if (f64) mix_bwd_w_f64(c, &g, xh, c->ybuf, dw);
+      else mix_bwd_w_f32(c, &g, xh, c->ybuf, dw);
+    }
   }
   if (dx) {
-    if (c->desc.dtype == SG_DTYPE_F64)
-      mix_bwd_x_f64(c, c->ybuf, w, c->zbuf);
+    mix_geom g = geom_natural(c);
+    if (c->wloc) {
+      if (f64) mix_local_f64(c, (double *)(uintptr_t)w, c->wloc, 0);
+      else mix_local_f32(c, (float *)(uintptr_t)w, c->wloc, 0);
+      g = geom_local(c);
+      w = c->wloc;
+    }
+    if (f64)
+      mix_bwd_x_f64(c, &g, c->ybuf, w, c->zbuf);
     else
-      mix_bwd_x_f32(c, c->ybuf, w, c->zbuf);
+      mix_bwd_x_f32(c, &g, c->ybuf, w, c->zbuf);
     SG_TRY(sg_fft_forward_adjoint(c->pin, c->zbuf, dx));
   }
 fail:
