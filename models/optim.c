@@ -22,6 +22,12 @@ sg_status sg_adamw_step_f32(float *param, const float *grad, float *m,
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_adamw_step_f32: NULL buffer");
   const double b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps, wd = cfg->weight_decay;
   const double c1 = 1.0 - pow(b1, (double)t), c2 = 1.0 - pow(b2, (double)t);
+  const double ic1 = 1.0 / c1, ic2 = 1.0 / c2;
+  const float epsf = (float)eps;
+  /* Moments and the parameter in double; the step m^/(sqrt(v^) + eps) in
+   * float, as the moments are stored (a double sqrt and division per
+   * element were 3% of an FNO step; in float they vectorise twice as wide
+   * on units several times faster). */
 #pragma omp parallel for schedule(static) if (n > 32768)
   for (int64_t i = 0; i < n; ++i) {
     double g = (double)grad[i] * grad_scale;
@@ -29,8 +35,9 @@ sg_status sg_adamw_step_f32(float *param, const float *grad, float *m,
     double vi = b2 * (double)v[i] + (1.0 - b2) * g * g;
     m[i] = (float)mi;
     v[i] = (float)vi;
+    float upd = (float)(mi * ic1) / (sqrtf((float)(vi * ic2)) + epsf);
     double p = (double)param[i];
-    p -= lr * ((mi / c1) / (sqrt(vi / c2) + eps) + wd * p);
+    p -= lr * ((double)upd + wd * p);
     param[i] = (float)p;
   }
 fail:
