@@ -3,11 +3,15 @@
  *
  *   mpiexec -n P bench_halo [--quick] [--reps R] [--only exchange|overlap]
  *                           [--split h|w] [--layout packed|cl]
+ *                           [--boundary zero|periodic]
  *                           [--progress-every K]
  *
  * exchange: a 2-D block (lead 4 f32 fields, interior S x n or n x S cells,
  *   S = 32) split along one dim over a P x 1 ("h": the slab of a field is
- *   contiguous) or 1 x P mesh ("w": rows of `width` elements), zero edges;
+ *   contiguous) or 1 x P mesh ("w": rows of `width` elements), zero edges
+ *   (a rank at the edge sends one message and zero-fills its other margin)
+ *   or, with --boundary periodic, wrapped across the mesh (every rank sends
+ *   two messages; at P = 2 both to the same peer);
  *   --layout cl stores the fields innermost (lead, then the slab of "h" is
  *   one contiguous run and "w" rows are 4 * width elements).
  *   For each message size (4 * n * width * 4 bytes), repetition by
@@ -61,6 +65,7 @@ static void stats(double *t, int reps, MPI_Comm comm, double *med,
 
 static int rank_, size_;
 static int cl_; /* --layout cl: channels-last blocks (lead innermost) */
+static int periodic_; /* --boundary periodic: the split dim wraps */
 
 static void die(sg_status st, const char *what) {
   fprintf(stderr, "bench_halo: %s: %s\n", what, sg_last_error());
@@ -146,6 +151,7 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
   desc.interior[split] = S;
   desc.interior[1 - split] = n;
   desc.halo[split][0] = desc.halo[split][1] = w;
+  if (periodic_) desc.boundary[split] = SG_BOUNDARY_PERIODIC;
   desc.mesh_dim[0] = 0;
   desc.mesh_dim[1] = 1;
   if (cl_) { /* (d0, d1, lead) */
@@ -166,6 +172,10 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
 
   int nb[2] = {rank_ > 0 ? rank_ - 1 : MPI_PROC_NULL,
                rank_ < size_ - 1 ? rank_ + 1 : MPI_PROC_NULL};
+  if (periodic_ && size_ > 1) {
+    nb[0] = (rank_ + size_ - 1) % size_;
+    nb[1] = (rank_ + 1) % size_;
+  }
   int peer = (rank_ ^ 1) < size_ ? (rank_ ^ 1) : MPI_PROC_NULL;
   char *sb = malloc(2 * msg), *rb = malloc(2 * msg);
   memset(sb, 1, 2 * msg);
@@ -182,11 +192,11 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
     MPI_Status sts[4];
     MPI_Barrier(MPI_COMM_WORLD);
     double t2 = MPI_Wtime();
-    for (int s = 0; s < 2; ++s)
-      MPI_Irecv(rb + s * msg, (int)msg, MPI_BYTE, nb[s], 7, MPI_COMM_WORLD,
+    for (int s = 0; s < 2; ++s) /* tag: the direction of travel */
+      MPI_Irecv(rb + s * msg, (int)msg, MPI_BYTE, nb[s], 7 + s, MPI_COMM_WORLD,
                 &q[s]);
     for (int s = 0; s < 2; ++s)
-      MPI_Isend(sb + s * msg, (int)msg, MPI_BYTE, nb[s], 7, MPI_COMM_WORLD,
+      MPI_Isend(sb + s * msg, (int)msg, MPI_BYTE, nb[s], 8 - s, MPI_COMM_WORLD,
                 &q[2 + s]);
     MPI_Waitall(4, q, sts);
     double t3 = MPI_Wtime();
@@ -223,7 +233,7 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
     double bw = maxsent / t_plan / 1e9, bw_raw = maxsent / t_raw / 1e9;
     double bw_pp = (double)msg / t_pp / 1e9;
     printf("{\"bench\":\"halo_exchange\",\"ranks\":%d,\"mesh\":\"%s\","
-           "\"split\":\"%s\",\"layout\":\"%s\",\"path\":\"%s\","
+           "\"split\":\"%s\",\"boundary\":\"%s\",\"layout\":\"%s\",\"path\":\"%s\","
            "\"interior\":[%lld,%lld],"
            "\"lead\":%d,\"width\":%lld,\"msg_bytes\":%zu,\"sent_bytes\":%.0f,"
            "\"exchange_us\":%.2f,\"raw_us\":%.2f,\"pingpong_oneway_us\":%.2f,"
@@ -232,7 +242,8 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
            "\"min_exchange_us\":%.2f,\"min_raw_us\":%.2f,"
            "\"min_pingpong_oneway_us\":%.2f,\"min_exchange_vs_pingpong\":%.3f,"
            "\"pack_us\":%.2f,\"unpack_us\":%.2f,\"memcpy_us\":%.2f}\n",
-           size_, spec, split ? "w" : "h", cl_ ? "channels-last" : "packed",
+           size_, spec, split ? "w" : "h", periodic_ ? "periodic" : "zero",
+           cl_ ? "channels-last" : "packed",
            path_name(),
            (long long)desc.interior[0], (long long)desc.interior[1], C,
            (long long)w, msg, maxsent, t_plan * 1e6, t_raw * 1e6, t_pp * 1e6,
@@ -397,6 +408,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--progress-every") && i + 1 < argc)
       every = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!strcmp(argv[i], "--boundary") && i + 1 < argc)
+      periodic_ = !strcmp(argv[++i], "periodic");
     else if (!strcmp(argv[i], "--layout") && i + 1 < argc)
       cl_ = !strcmp(argv[++i], "cl");
     else if (!strcmp(argv[i], "--split") && i + 1 < argc) {
