@@ -24,27 +24,44 @@ struct sg_fno {
   int kind[FNO_MAX_PARAMS]; /* 0 linear weight/bias, 1 spectral */
   int64_t ndim_p[FNO_MAX_PARAMS];
   int64_t shape_p[FNO_MAX_PARAMS][2];
+  char name[FNO_MAX_PARAMS][40];
   int64_t total;
+  /* spectral weights: (width, width, K0, K1, 2) global, this rank's box of
+   * modes [koff, koff + klen) when sharded (else the whole K) */
+  int64_t K[2], koff[2], klen[2];
+  unsigned domain_mask; /* mesh dims h, w (those present) */
   int bound;
   sg_var grid;  /* (batch, 2, ny, nx) coordinates, constant */
   float *grid_data;
 };
 
 sg_fno_config sg_fno_defaults(void) {
-  sg_fno_config c = {1, 1, 32, 12, 12, 4, 128, 1, SG_ACT_GELU};
+  sg_fno_config c = {1, 1, 32, 12, 12, 4, 128, 1, SG_ACT_GELU, 1};
   return c;
 }
 
-static void add_param(struct sg_fno *m, int kind, int64_t d0, int64_t d1, int fan_in) {
+static void add_param(struct sg_fno *m, const char *name, int kind, int64_t d0, int64_t d1, int fan_in) {
   int i = m->nparams++;
+  snprintf(m->name[i], sizeof m->name[i], "%s", name);
   m->kind[i] = kind;
   m->fan_in[i] = fan_in;
   m->ndim_p[i] = d1 > 0 ? 2 : 1;
   m->shape_p[i][0] = d0;
   m->shape_p[i][1] = d1;
   m->count[i] = d1 > 0 ? d0 * d1 : d0;
-  m->offset[i] = m->total;
-  m->total += m->count[i];
+}
+
+/* Offsets in the flat buffer: the Replicate parameters first, then the
+ * spectral weights when they are Shard over the domain, each layout one
+ * contiguous span (in model order) for its gradient reduction. */
+static void place_params(struct sg_fno *m) {
+  m->total = 0;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int i = 0; i < m->nparams; ++i)
+      if ((m->kind[i] == 1 && m->cfg.shard_spectral) == pass) {
+        m->offset[i] = m->total;
+        m->total += m->count[i];
+      }
 }
 
 sg_status sg_fno_destroy(sg_fno_t *model) {
@@ -110,18 +127,35 @@ sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
   sg_fft_plan_local_box(sg_spectral_conv_plan(m->spec, 0), SG_FFT_SPACE_REAL, off, shp);
   m->y0 = off[0], m->ny = shp[0], m->x0 = off[1], m->nx = shp[1];
 
-  const int64_t cin = cfg->cin + (cfg->add_grid ? 2 : 0), w = cfg->width;
-  add_param(m, 0, w, cin, (int)cin);   /* lift */
-  add_param(m, 0, w, 0, (int)cin);
-  for (int64_t l = 0; l < cfg->layers; ++l) {
-    add_param(m, 1, sg_spectral_conv_weight_count(m->spec), 0, (int)(w * w));
-    add_param(m, 0, w, w, (int)w);
-    add_param(m, 0, w, 0, (int)w);
+  m->domain_mask = mask;
+  sg_spectral_conv_weight_box(m->spec, m->K, m->koff, m->klen);
+  if (cfg->shard_spectral) {
+    SG_TRY(sg_spectral_conv_set_weight_layout(m->spec, SG_SPECTRAL_WEIGHT_SHARD_MODES));
+  } else {
+    m->koff[0] = m->koff[1] = 0;
+    m->klen[0] = m->K[0], m->klen[1] = m->K[1];
   }
-  add_param(m, 0, cfg->proj_width, w, (int)w);
-  add_param(m, 0, cfg->proj_width, 0, (int)w);
-  add_param(m, 0, cfg->cout, cfg->proj_width, (int)cfg->proj_width);
-  add_param(m, 0, cfg->cout, 0, (int)cfg->proj_width);
+
+  const int64_t cin = cfg->cin + (cfg->add_grid ? 2 : 0), w = cfg->width;
+  add_param(m, "lift.w", 0, w, cin, (int)cin);
+  add_param(m, "lift.b", 0, w, 0, (int)cin);
+  for (int64_t l = 0; l < cfg->layers; ++l) {
+    char nm[40];
+    snprintf(nm, sizeof nm, "layer%lld.spectral", (long long)l);
+    add_param(m, nm, 1,
+              cfg->shard_spectral ? sg_spectral_conv_local_weight_count(m->spec)
+                                  : sg_spectral_conv_weight_count(m->spec),
+              0, (int)(w * w));
+    snprintf(nm, sizeof nm, "layer%lld.w", (long long)l);
+    add_param(m, nm, 0, w, w, (int)w);
+    snprintf(nm, sizeof nm, "layer%lld.b", (long long)l);
+    add_param(m, nm, 0, w, 0, (int)w);
+  }
+  add_param(m, "proj.w", 0, cfg->proj_width, w, (int)w);
+  add_param(m, "proj.b", 0, cfg->proj_width, 0, (int)w);
+  add_param(m, "out.w", 0, cfg->cout, cfg->proj_width, (int)cfg->proj_width);
+  add_param(m, "out.b", 0, cfg->cout, 0, (int)cfg->proj_width);
+  place_params(m);
 
   if (cfg->add_grid) {
     int64_t gshape[4] = {batch, 2, m->ny, m->nx};
@@ -154,10 +188,8 @@ sg_status sg_fno_bind(sg_fno_t m, float *params, float *grads) {
   if (!m || !params || !grads) SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_bind: NULL argument");
   for (int i = 0; i < m->nparams; ++i) {
     sg_var_release(&m->params[i]);
-    char name[32];
-    snprintf(name, sizeof name, "p%d", i);
     int64_t shape[2] = {m->shape_p[i][0], m->shape_p[i][1]};
-    SG_TRY(sg_var_init_param(&m->params[i], name, SG_DTYPE_F32, (int)m->ndim_p[i], shape,
+    SG_TRY(sg_var_init_param(&m->params[i], m->name[i], SG_DTYPE_F32, (int)m->ndim_p[i], shape,
                              params + m->offset[i], grads + m->offset[i]));
     m->param_ptrs[i] = &m->params[i];
   }
@@ -173,12 +205,16 @@ sg_status sg_fno_init(sg_fno_t m, uint64_t seed) {
     float *p = m->params[i].value.data;
     double lo, hi;
     if (m->kind[i] == 1) {
-      lo = 0.0;
-      hi = 1.0 / (double)m->fan_in[i];
-    } else {
-      hi = 1.0 / sqrt((double)m->fan_in[i]);
-      lo = -hi;
+      /* the box of global W (width, width, K0, K1, re/im) this rank holds:
+       * drawn by global index, so every mesh gets the same W */
+      sg_param_info pi;
+      sg_fno_param_info(m, i, &pi);
+      SG_TRY(sg_rng_fill_box(SG_RNG_UNIFORM, 0.0, 1.0 / (double)m->fan_in[i], seed, 1000 + (uint64_t)i, pi.ndim,
+                             pi.global_shape, pi.start, pi.count, SG_DTYPE_F32, p));
+      continue;
     }
+    hi = 1.0 / sqrt((double)m->fan_in[i]);
+    lo = -hi;
     SG_TRY(sg_rng_fill(SG_RNG_UNIFORM, lo, hi, seed, 1000 + (uint64_t)i, 0, m->count[i], SG_DTYPE_F32, p));
   }
 fail:
@@ -188,6 +224,27 @@ fail:
 int sg_fno_params(sg_fno_t m, sg_var ***vars) {
   *vars = m->param_ptrs;
   return m->nparams;
+}
+
+sg_status sg_fno_param_info(sg_fno_t m, int i, sg_param_info *pi) {
+  if (!m || !pi || i < 0 || i >= m->nparams)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_fno_param_info: bad parameter index %d", i);
+  memset(pi, 0, sizeof *pi);
+  pi->name = m->name[i];
+  pi->offset = m->offset[i];
+  pi->numel = m->count[i];
+  if (m->kind[i] == 1) {
+    const int64_t w = m->cfg.width;
+    int64_t gs[5] = {w, w, m->K[0], m->K[1], 2}, s0[5] = {0, 0, m->koff[0], m->koff[1], 0},
+            c0[5] = {w, w, m->klen[0], m->klen[1], 2};
+    pi->ndim = 5;
+    for (int d = 0; d < 5; ++d) pi->global_shape[d] = gs[d], pi->start[d] = s0[d], pi->count[d] = c0[d];
+    pi->shard_dims = m->cfg.shard_spectral ? m->domain_mask : 0u;
+    return SG_OK;
+  }
+  pi->ndim = (int)m->ndim_p[i];
+  for (int d = 0; d < pi->ndim; ++d) pi->global_shape[d] = pi->count[d] = m->shape_p[i][d];
+  return SG_OK;
 }
 
 int64_t sg_fno_param_offset(sg_fno_t m, const sg_var *param) {

@@ -55,6 +55,7 @@ sg_model_config sg_model_defaults(sg_model_kind kind) {
   c.act = SG_ACT_GELU;
   c.pad[0] = n.pad[0];
   c.pad[1] = n.pad[1];
+  c.shard_spectral = f.shard_spectral;
   return c;
 }
 
@@ -83,6 +84,7 @@ sg_status sg_model_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny, 
     f.cin = c->cin, f.cout = c->cout, f.width = c->width;
     f.modes1 = f.modes2 = c->modes;
     f.layers = c->layers, f.proj_width = c->proj_width, f.add_grid = c->add_grid, f.act = c->act;
+    f.shard_spectral = c->shard_spectral;
     SG_TRY(sg_fno_create(mesh, &f, ny, nx, batch, &m->fno));
     break;
   }
@@ -133,6 +135,21 @@ int sg_model_params(sg_model_t m, sg_var ***vars) {
   return m->cn->p.n;
 }
 
+sg_status sg_model_param_info(sg_model_t m, int i, sg_param_info *pi) {
+  if (!m || !pi) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_model_param_info: NULL argument");
+  if (m->fno) return sg_fno_param_info(m->fno, i, pi);
+  const sg_cn_params *p = &m->cn->p;
+  if (i < 0 || i >= p->n)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_model_param_info: bad parameter index %d", i);
+  memset(pi, 0, sizeof *pi);
+  pi->name = p->name[i];
+  pi->ndim = p->ndim[i];
+  for (int d = 0; d < pi->ndim; ++d) pi->global_shape[d] = pi->count[d] = p->shape[i][d];
+  pi->offset = p->offset[i];
+  pi->numel = p->count[i];
+  return SG_OK;
+}
+
 int64_t sg_model_param_offset(sg_model_t m, const sg_var *p) {
   return m->fno ? sg_fno_param_offset(m->fno, p) : sg_cn_params_offset(&m->cn->p, p);
 }
@@ -148,10 +165,21 @@ void sg_model_box(sg_model_t m, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *
 
 void sg_model_describe(sg_model_t m, char *buf, size_t size) {
   const sg_model_config *c = &m->cfg;
-  long long np = (long long)sg_model_param_count(m);
+  long long np = (long long)sg_model_param_count(m), ng = 0;
+  sg_var **vars = NULL;
+  const int n = sg_model_params(m, &vars);
+  for (int i = 0; i < n; ++i) { /* global parameters: every box counted once */
+    sg_param_info pi;
+    long long e = 1;
+    if (sg_model_param_info(m, i, &pi) != SG_OK) continue;
+    for (int d = 0; d < pi.ndim; ++d) e *= (long long)pi.global_shape[d];
+    ng += e;
+  }
   if (m->fno)
-    snprintf(buf, size, "fno: width %lld, modes %lld, layers %lld, proj_width %lld, %lld parameters",
-             (long long)c->width, (long long)c->modes, (long long)c->layers, (long long)c->proj_width, np);
+    snprintf(buf, size, "fno: width %lld, modes %lld, layers %lld, proj_width %lld, %lld parameters (%lld on this "
+             "rank: spectral weights %s)",
+             (long long)c->width, (long long)c->modes, (long long)c->layers, (long long)c->proj_width, ng, np,
+             c->shard_spectral ? "sharded by modes" : "replicated");
   else if (m->cnn)
     snprintf(buf, size, "cnn: width %lld, blocks %lld, kernel %lld, groups %lld, proj_width %lld, pad %s/%s, "
              "%lld parameters",

@@ -9,8 +9,14 @@
  * mesh dims "h" (y) and "w" (x); data-parallel ranks ("dp") hold other
  * samples. Every layer but K_l is pointwise in space, so it needs no halo;
  * K_l runs on the distributed FFT. Parameters live in one flat f32 buffer
- * (sg_fno_bind) and are Replicate; their gradients are Partial over every
- * mesh dim where the data is split, reduced by the caller (DDP).
+ * (sg_fno_bind): the channel-wise linears are Replicate, their gradients
+ * Partial over every mesh dim where the data is split; the spectral
+ * weights (width, width, K0, K1, re/im) are, by default (shard_spectral),
+ * Shard over the domain dims by the modes each rank's spectrum holds
+ * (sg_spectral.h, SHARD_MODES), their gradients Partial over the
+ * data-parallel dims only. sg_fno_param_info says which is which; the
+ * caller reduces the gradients (DDP). The buffer holds the Replicate
+ * parameters first, then the spectral weights.
  * Initialisation follows the paper's code: spectral weights
  * U[0,1) / (cin cout) for real and imaginary parts, linears
  * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn from the counter-based RNG by
@@ -24,6 +30,7 @@
 
 #include "sg_autograd.h"
 #include "sg_mesh.h"
+#include "sg_param.h"
 #include "sg_status.h"
 
 #ifdef __cplusplus
@@ -38,6 +45,8 @@ typedef struct sg_fno_config {
   int64_t proj_width;    /* 128 */
   int add_grid;          /* append (x, y) in [0,1) as two input channels */
   sg_act act;            /* SG_ACT_GELU */
+  int shard_spectral;    /* 1 (default): spectral weights Shard by modes;
+                            0: Replicate on every rank */
 } sg_fno_config;
 
 sg_fno_config sg_fno_defaults(void);
@@ -50,14 +59,18 @@ sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
                         int64_t nx, int64_t batch, sg_fno_t *model);
 sg_status sg_fno_destroy(sg_fno_t *model);
 
-/* Number of f32 parameters. */
+/* Number of f32 parameters this rank holds (its share of the sharded
+ * spectral weights included). */
 int64_t sg_fno_param_count(sg_fno_t model);
+/* Where parameter i (0 <= i < sg_fno_params) lives. Not collective. */
+sg_status sg_fno_param_info(sg_fno_t model, int i, sg_param_info *info);
 /* Point the parameters and their gradients at flat buffers of
  * sg_fno_param_count floats (owned by the caller). */
 sg_status sg_fno_bind(sg_fno_t model, float *params, float *grads);
 /* Deterministic initialisation of the bound parameters. */
 sg_status sg_fno_init(sg_fno_t model, uint64_t seed);
-/* The parameter variables (for hooks), in buffer order. */
+/* The parameter variables (for hooks), in model order (lift, layers,
+ * projection; sg_fno_param_offset gives their place in the buffer). */
 int sg_fno_params(sg_fno_t model, sg_var ***vars);
 /* Offset of a parameter variable in the flat buffer (-1 if not ours). */
 int64_t sg_fno_param_offset(sg_fno_t model, const sg_var *param);

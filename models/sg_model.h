@@ -10,11 +10,12 @@
  *
  * Every model: one flat f32 parameter buffer (bind), deterministic
  * initialisation from the counter-based RNG (the same model on every mesh),
- * the parameter variables in buffer order with their offsets (for DDP
- * hooks, checkpoints), and this rank's box of the grid (the balanced split
- * over the mesh dims "h" and "w"; samples over "dp"). Parameter gradients
- * are Partial over every mesh dim where the data is split: the caller
- * reduces them (DDP).
+ * the parameter variables with their offsets and layouts (sg_param_info:
+ * for DDP hooks, gradient norms, checkpoints), and this rank's box of the
+ * grid (the balanced split over the mesh dims "h" and "w"; samples over
+ * "dp"). Parameter gradients are Partial over every mesh dim where the
+ * data is split and the parameter is not sharded: the caller reduces them
+ * (DDP).
  */
 #ifndef SG_MODEL_H
 #define SG_MODEL_H
@@ -23,6 +24,7 @@
 
 #include "sg_autograd.h"
 #include "sg_mesh.h"
+#include "sg_param.h"
 #include "sg_status.h"
 
 #ifdef __cplusplus
@@ -55,6 +57,8 @@ typedef struct sg_model_config {
   int add_grid;        /* append (x, y) coordinates as input channels */
   sg_act act;
   sg_pad_mode pad[2];  /* CNN, U-Net: boundary of y and of x */
+  int shard_spectral;  /* FNO: spectral weights Shard by modes over the
+                          domain (1, the default) or Replicate (0) */
 } sg_model_config;
 
 /* The defaults of a kind (the FNO paper's sizes for the FNO). */
@@ -71,14 +75,19 @@ sg_status sg_model_create(sg_mesh_t mesh, const sg_model_config *cfg,
 void sg_model_destroy(sg_model_t *model);
 
 sg_model_kind sg_model_kind_of(sg_model_t model);
-/* Number of f32 parameters. */
+/* Number of f32 parameters this rank holds (the flat buffer's length;
+ * with sharded parameters it differs between domain ranks). */
 int64_t sg_model_param_count(sg_model_t model);
+/* Where parameter i (0 <= i < sg_model_params) lives: global shape, this
+ * rank's box, offset, the mesh dims it is Shard over (sg_param.h). Not
+ * collective. */
+sg_status sg_model_param_info(sg_model_t model, int i, sg_param_info *info);
 /* Point parameters and gradients at caller buffers of param_count floats.
  * Not collective. */
 sg_status sg_model_bind(sg_model_t model, float *params, float *grads);
 /* Deterministic initialisation of the bound parameters. Not collective. */
 sg_status sg_model_init(sg_model_t model, uint64_t seed);
-/* The parameter variables in buffer order. */
+/* The parameter variables in model order. */
 int sg_model_params(sg_model_t model, sg_var ***vars);
 /* Offset of a parameter in the flat buffer (-1 if not this model's). */
 int64_t sg_model_param_offset(sg_model_t model, const sg_var *param);

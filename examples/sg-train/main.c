@@ -45,6 +45,8 @@ static const sg_kv_key keys[] = {
     {"pad_y", SG_KV_STRING, "periodic", "cnn, unet: boundary in y: periodic | zero | reflect | replicate"},
     {"pad_x", SG_KV_STRING, "periodic", "cnn, unet: boundary in x: periodic | zero | reflect | replicate"},
     {"grid", SG_KV_BOOL, "true", "append the (x, y) coordinates as two input channels"},
+    {"shard_spectral", SG_KV_BOOL, "true",
+     "fno: spectral weights sharded by modes over the domain ranks (false: replicated)"},
     {"data", SG_KV_STRING, "", "NetCDF dataset: var(sample, time, y, x) or var(time, lat, lon)"},
     {"vars", SG_KV_STRING, "vorticity", "comma-separated variables (channels)"},
     {"dim_map", SG_KV_STRING, "", "map non-CF dim names, e.g. TIME=time,LAT=lat"},
@@ -97,7 +99,17 @@ typedef struct run {
   int64_t nparam;
   float *params, *grads, *m, *v;
   sg_tape_t tape;
-  sg_ddp_t ddp;
+  /* The flat buffer in spans of parameters that share a layout (Replicate,
+   * or Shard over the same mesh dims): each span has its own gradient
+   * reduction group (data-split dims minus the sharded ones) */
+  int nspan;
+  struct span {
+    int64_t off, n;
+    unsigned shard_dims;
+    sg_ddp_t ddp;
+    sg_group_t shard_group; /* over shard_dims (NULL when Replicate) */
+  } span[4];
+  unsigned split_dims; /* mesh dims where the data is split (dp, h, w) */
   int deterministic;
   FILE *metrics;
   int64_t cin, cout;
@@ -111,7 +123,62 @@ static sg_status grad_ready_hook(sg_var *param, void *user) {
   if (off < 0) return SG_OK;
   int64_t n = 1;
   for (int d = 0; d < param->value.ndim; ++d) n *= param->value.shape[d];
-  return sg_ddp_mark_ready(r->ddp, off, n);
+  for (int k = 0; k < r->nspan; ++k)
+    if (off >= r->span[k].off && off < r->span[k].off + r->span[k].n)
+      return sg_ddp_mark_ready(r->span[k].ddp, off - r->span[k].off, n);
+  return SG_OK; /* an empty shard */
+}
+
+/* Cut the flat buffer into spans of one layout and make a gradient reducer
+ * for each: the rule of DESIGN.md, from the placements — a gradient is
+ * Partial over every mesh dim where the data is split, except the dims the
+ * parameter itself is Shard over. Collective over the mesh (groups). */
+static sg_status make_spans(run_t *r) {
+  sg_status st = SG_OK;
+  sg_var **vars = NULL;
+  const int np = sg_model_params(r->model, &vars);
+  const int maxspan = (int)(sizeof r->span / sizeof r->span[0]);
+  r->nspan = 0;
+  /* one span per layout (Replicate first), each a contiguous run of the
+   * buffer; an empty shard still has its span, so every rank has the same */
+  for (int pass = 0; pass < 2; ++pass)
+    for (int i = 0; i < np; ++i) {
+      sg_param_info pi;
+      SG_TRY(sg_model_param_info(r->model, i, &pi));
+      if ((pass == 0) != (pi.shard_dims == 0u)) continue;
+      int k = 0;
+      while (k < r->nspan && r->span[k].shard_dims != pi.shard_dims) ++k;
+      if (k == r->nspan) {
+        if (r->nspan == maxspan) SG_RAISE(SG_ERR_NOT_SUPPORTED, "sg-train: more than %d parameter layouts", maxspan);
+        r->span[k].off = pi.offset;
+        r->span[k].n = 0;
+        r->span[k].shard_dims = pi.shard_dims;
+        ++r->nspan;
+      }
+      struct span *sp = &r->span[k];
+      if (pi.numel > 0 && pi.offset != sp->off + sp->n)
+        SG_RAISE(SG_ERR_INTERNAL, "sg-train: parameters of one layout are not contiguous in the buffer ('%s')",
+                 pi.name);
+      sp->n += pi.numel;
+    }
+fail:
+  /* the same spans on every rank: their number and layouts (sizes of sharded
+   * spans may differ between domain ranks) */
+  st = sg_agree(MPI_COMM_WORLD, st);
+  if (st != SG_OK) return st;
+  int mine[2] = {r->nspan, 0}, lo[2], hi[2];
+  for (int k = 0; k < r->nspan; ++k) mine[1] = mine[1] * 31 + (int)r->span[k].shard_dims;
+  SG_MPI(MPI_Allreduce(mine, lo, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  SG_MPI(MPI_Allreduce(mine, hi, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  if (lo[0] != hi[0] || lo[1] != hi[1])
+    SG_RAISE(SG_ERR_INTERNAL, "sg-train: ranks disagree on the parameter layout");
+  for (int k = 0; k < r->nspan; ++k) {
+    struct span *sp = &r->span[k];
+    SG_TRY(sg_ddp_create(r->mesh, r->split_dims & ~sp->shard_dims, r->grads + sp->off, sp->n, 0, r->deterministic,
+                         &sp->ddp));
+    if (sp->shard_dims) SG_TRY(sg_mesh_group(r->mesh, sp->shard_dims, &sp->shard_group));
+  }
+  return SG_OK;
 }
 
 static int64_t numel(const sg_tensor *t) {
@@ -130,16 +197,34 @@ static uint64_t fnv1a(const void *p, size_t n) {
   return h;
 }
 
-/* Every rank holds a replica of every parameter: compare checksums. */
+/* The ranks that must hold identical copies of a parameter: every mesh dim
+ * it is not Shard over. Compare checksums over that group, one group per
+ * layout (spans), every parameter of the layout in one reduction. */
 static sg_status check_replicas(run_t *r, int64_t step) {
   sg_status st = SG_OK;
   sg_var **vars = NULL;
   int n = sg_model_params(r->model, &vars);
   uint64_t *lo = malloc((size_t)n * sizeof *lo), *hi = malloc((size_t)n * sizeof *hi);
-  if (!lo || !hi) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  for (int i = 0; i < n; ++i) lo[i] = hi[i] = fnv1a(vars[i]->value.data, (size_t)numel(&vars[i]->value) * sizeof(float));
-  SG_MPI(MPI_Allreduce(MPI_IN_PLACE, lo, n, MPI_UINT64_T, MPI_MIN, sg_mesh_comm(r->mesh)));
-  SG_MPI(MPI_Allreduce(MPI_IN_PLACE, hi, n, MPI_UINT64_T, MPI_MAX, sg_mesh_comm(r->mesh)));
+  unsigned *dims = malloc((size_t)n * sizeof *dims);
+  if (!lo || !hi || !dims) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  for (int i = 0; i < n; ++i) {
+    sg_param_info pi;
+    SG_TRY(sg_model_param_info(r->model, i, &pi));
+    dims[i] = pi.shard_dims;
+    lo[i] = hi[i] = fnv1a(vars[i]->value.data, (size_t)numel(&vars[i]->value) * sizeof(float));
+  }
+  const unsigned all = (1u << sg_mesh_ndims(r->mesh)) - 1u;
+  for (int k = 0; k < r->nspan + 1; ++k) { /* the Replicate layout, then each span's */
+    unsigned sd = k == 0 ? 0u : r->span[k - 1].shard_dims;
+    if (k > 0 && sd == 0u) continue;
+    sg_group_t g = NULL;
+    SG_TRY(sg_mesh_group(r->mesh, all & ~sd, &g));
+    for (int i = 0; i < n; ++i)
+      if (dims[i] == sd) {
+        SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &lo[i], 1, MPI_UINT64_T, MPI_MIN, sg_group_comm(g)));
+        SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &hi[i], 1, MPI_UINT64_T, MPI_MAX, sg_group_comm(g)));
+      }
+  }
   for (int i = 0; i < n; ++i)
     if (lo[i] != hi[i])
       SG_RAISE(SG_ERR_INTERNAL,
@@ -148,6 +233,24 @@ static sg_status check_replicas(run_t *r, int64_t step) {
 fail:
   free(lo);
   free(hi);
+  free(dims);
+  return sg_agree(MPI_COMM_WORLD, st); /* a divergence may show in one group only */
+}
+
+/* The global gradient norm: Replicate spans count once (every rank holds
+ * the same reduced values), sharded spans are summed over their shard
+ * group in a fixed order. Collective over the mesh. */
+static sg_status grad_norm(run_t *r, double *norm) {
+  sg_status st = SG_OK;
+  double total = 0.0;
+  for (int k = 0; k < r->nspan; ++k) {
+    double s = sg_sumsq_f32(r->grads + r->span[k].off, r->span[k].n);
+    if (r->span[k].shard_group && sg_group_size(r->span[k].shard_group) > 1)
+      SG_TRY(sg_allreduce_det(r->span[k].shard_group, &s, &s, 1, SG_DTYPE_F64, SG_REDUCE_SUM));
+    total += s;
+  }
+  *norm = sqrt(total);
+fail:
   return st;
 }
 
@@ -315,32 +418,71 @@ fail:
 }
 
 #if SG_TRAIN_CKPT
-/* Checkpoints: parameters and AdamW moments as global 1-D arrays (every
- * rank holds a replica: rank 0 writes them, any mesh reads them), with the
- * step, seed, data position, config and mesh as metadata. */
-static void ckpt_arrays(run_t *r, sg_ckpt_array *a, int writing) {
-  const char *names[3] = {"params", "adam_m", "adam_v"};
+/* Checkpoints: every parameter and its AdamW moments as a global variable
+ * ("params.<name>", "adam_m.<name>", "adam_v.<name>") of the parameter's
+ * global shape, written by its shards — one rank of each replica group
+ * writes its box (rank 0 for Replicate parameters) — and read by any mesh
+ * as the boxes it needs; the step, seed, data position, config and mesh
+ * are metadata. */
+typedef struct ckpt_set {
+  int n;
+  sg_ckpt_array *a;
+  char (*names)[96];
+} ckpt_set;
+
+static void ckpt_set_free(ckpt_set *c) {
+  free(c->a);
+  free(c->names);
+  memset(c, 0, sizeof *c);
+}
+
+/* Collective over the mesh (replica groups). */
+static sg_status ckpt_arrays(run_t *r, ckpt_set *c, int writing) {
+  sg_status st = SG_OK;
+  static const char *const states[3] = {"params", "adam_m", "adam_v"};
   float *bufs[3] = {r->params, r->m, r->v};
-  for (int i = 0; i < 3; ++i) {
-    memset(&a[i], 0, sizeof a[i]);
-    a[i].name = names[i];
-    a[i].shard.ndims = 1;
-    a[i].shard.global_shape[0] = r->nparam;
-    a[i].shard.start[0] = 0;
-    a[i].shard.count[0] = writing && r->rank != 0 ? 0 : r->nparam;
-    a[i].shard.dtype = SG_DTYPE_F32;
-    a[i].data = bufs[i];
+  sg_var **vars = NULL;
+  const int np = sg_model_params(r->model, &vars);
+  const unsigned all = (1u << sg_mesh_ndims(r->mesh)) - 1u;
+  memset(c, 0, sizeof *c);
+  c->a = calloc((size_t)(3 * np), sizeof *c->a);
+  c->names = calloc((size_t)(3 * np), sizeof *c->names);
+  if (!c->a || !c->names) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  for (int i = 0; i < np; ++i) {
+    sg_param_info pi;
+    SG_TRY(sg_model_param_info(r->model, i, &pi));
+    if (pi.ndim > SG_NC_MAX_DIMS) SG_RAISE(SG_ERR_NOT_SUPPORTED, "parameter '%s' has %d dims", pi.name, pi.ndim);
+    sg_group_t rep = NULL;
+    SG_TRY(sg_mesh_group(r->mesh, all & ~pi.shard_dims, &rep));
+    const int writer = sg_group_rank(rep) == 0;
+    for (int s = 0; s < 3; ++s) {
+      sg_ckpt_array *a = &c->a[c->n];
+      snprintf(c->names[c->n], sizeof c->names[c->n], "%s.%s", states[s], pi.name);
+      a->name = c->names[c->n];
+      a->shard.ndims = pi.ndim;
+      for (int d = 0; d < pi.ndim; ++d) {
+        a->shard.global_shape[d] = pi.global_shape[d];
+        a->shard.start[d] = pi.start[d];
+        a->shard.count[d] = writing && !writer ? 0 : pi.count[d];
+      }
+      a->shard.dtype = SG_DTYPE_F32;
+      a->data = bufs[s] + pi.offset;
+      ++c->n;
+    }
   }
+fail:
+  if (st != SG_OK) ckpt_set_free(c);
+  return st;
 }
 
 static sg_status save_checkpoint(run_t *r, int64_t step) {
   sg_status st = SG_OK;
   char path[4096];
-  sg_ckpt_array a[3];
+  ckpt_set cs = {0, NULL, NULL};
   sg_ckpt_meta meta;
   memset(&meta, 0, sizeof meta);
   snprintf(path, sizeof path, "%s/step_%06lld.nc", sg_kv_str(r->kv, "ckpt_dir"), (long long)step);
-  ckpt_arrays(r, a, 1);
+  SG_TRY(sg_agree(MPI_COMM_WORLD, ckpt_arrays(r, &cs, 1)));
   meta.step = step;
   meta.rng_seed = (uint64_t)sg_kv_int(r->kv, "seed");
   meta.data_position = step * r->gbatch;
@@ -348,12 +490,13 @@ static sg_status save_checkpoint(run_t *r, int64_t step) {
   meta.config = sg_kv_dump(r->kv);
   double t0 = sg_wtime();
   sg_trace_begin("io");
-  st = sg_ckpt_write(MPI_COMM_WORLD, path, 3, a, &meta, NULL);
+  st = sg_ckpt_write(MPI_COMM_WORLD, path, cs.n, cs.a, &meta, NULL);
   sg_trace_end("io");
   free(meta.config);
   SG_TRY(st);
   sg_log_info("checkpoint %s written (%.2f s)", path, sg_wtime() - t0);
 fail:
+  ckpt_set_free(&cs);
   return st;
 }
 
@@ -402,14 +545,14 @@ fail:
 
 static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   sg_status st = SG_OK;
-  sg_ckpt_array a[3];
+  ckpt_set cs = {0, NULL, NULL};
   sg_ckpt_meta meta;
   memset(&meta, 0, sizeof meta);
-  ckpt_arrays(r, a, 0);
+  SG_TRY(sg_agree(MPI_COMM_WORLD, ckpt_arrays(r, &cs, 0)));
   sg_trace_begin("io");
-  st = sg_ckpt_read(MPI_COMM_WORLD, path, 0, a, &meta);
+  st = sg_ckpt_read(MPI_COMM_WORLD, path, 0, cs.a, &meta);
   if (st == SG_OK) st = sg_agree(MPI_COMM_WORLD, check_ckpt_model(r, path, meta.config));
-  if (st == SG_OK) st = sg_ckpt_read(MPI_COMM_WORLD, path, 3, a, NULL);
+  if (st == SG_OK) st = sg_ckpt_read(MPI_COMM_WORLD, path, cs.n, cs.a, NULL);
   sg_trace_end("io");
   SG_TRY(st);
   if (meta.rng_seed != (uint64_t)sg_kv_int(r->kv, "seed"))
@@ -419,6 +562,7 @@ static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   sg_log_info("resumed from %s: step %lld (written on mesh %s)", path, (long long)meta.step, meta.mesh);
 fail:
   free(meta.config);
+  ckpt_set_free(&cs);
   return st;
 }
 
@@ -472,6 +616,7 @@ static sg_status model_config(sg_kv_t kv, sg_model_config *mc) {
   mc->kernel = sg_kv_int(kv, "kernel");
   mc->groups = sg_kv_int(kv, "groups");
   mc->add_grid = sg_kv_bool(kv, "grid");
+  mc->shard_spectral = sg_kv_bool(kv, "shard_spectral");
   const char *pk[2] = {"pad_y", "pad_x"};
   for (int i = 0; i < 2; ++i)
     if (sg_boundary_parse(sg_kv_str(kv, pk[i]), &mc->pad[i]) != SG_OK)
@@ -508,6 +653,7 @@ static sg_status setup(run_t *r) {
   r->ndp = dp >= 0 ? sg_mesh_dim_size(r->mesh, dp) : 1;
   r->cdp = dp >= 0 ? sg_mesh_coord(r->mesh, dp) : 0;
   unsigned dmask = (hd >= 0 ? 1u << hd : 0) | (wd >= 0 ? 1u << wd : 0), pmask = dp >= 0 ? 1u << dp : 0;
+  r->split_dims = dmask | pmask;
   SG_TRY(sg_mesh_group(r->mesh, dmask, &r->domain));
   SG_TRY(sg_mesh_group(r->mesh, pmask, &r->data));
   SG_TRY(sg_mesh_group(r->mesh, dmask | pmask, &r->all));
@@ -569,7 +715,7 @@ static sg_status setup(run_t *r) {
   SG_TRY(sg_model_bind(r->model, r->params, r->grads));
   SG_TRY(sg_model_init(r->model, (uint64_t)sg_kv_int(kv, "seed")));
   SG_TRY(sg_tape_create(&r->tape));
-  SG_TRY(sg_ddp_create(r->mesh, dmask | pmask, r->grads, r->nparam, 0, r->deterministic, &r->ddp));
+  SG_TRY(make_spans(r));
   sg_hooks hk = {NULL, grad_ready_hook, NULL, r};
   sg_tape_set_hooks(r->tape, &hk);
   const int64_t plane = lny * lnx;
@@ -633,7 +779,7 @@ static sg_status train(run_t *r) {
     SG_TRY(sg_var_init(&mk, "mask", SG_DTYPE_F32, 4, ys, r->mb, 0));
     SG_TRY(sg_model_mark(r->model, &y));
     if (r->ds.has_mask) SG_TRY(sg_model_mark(r->model, &mk));
-    SG_TRY(sg_ddp_begin(r->ddp));
+    for (int k = 0; k < r->nspan; ++k) SG_TRY(sg_ddp_begin(r->span[k].ddp));
     const double tr0 = sg_model_collective_seconds(r->model);
     sg_trace_begin("forward");
     st = sg_model_forward(r->model, r->tape, &x, &pred);
@@ -648,9 +794,9 @@ static sg_status train(run_t *r) {
     SG_TRY(st);
     double tc = sg_wtime();
     sg_trace_begin("collectives");
-    st = sg_ddp_finish(r->ddp, 1.0);
+    for (int k = 0; k < r->nspan && st == SG_OK; ++k) st = sg_ddp_finish(r->span[k].ddp, 1.0);
     double gnorm = 0.0;
-    if (st == SG_OK) st = sg_grad_global_norm(sg_sumsq_f32(r->grads, r->nparam), NULL, &gnorm);
+    if (st == SG_OK) st = grad_norm(r, &gnorm);
     sg_trace_end("collectives");
     SG_TRY(st);
     double tcoll = sg_wtime() - tc;
@@ -735,7 +881,7 @@ fail:
 
 static void cleanup(run_t *r) {
   if (r->metrics) fclose(r->metrics);
-  sg_ddp_destroy(&r->ddp);
+  for (int k = 0; k < r->nspan; ++k) sg_ddp_destroy(&r->span[k].ddp);
   sg_tape_destroy(&r->tape);
   sg_model_destroy(&r->model);
   sg_device h = sg_device_host();

@@ -34,12 +34,25 @@ extern "C" {
  *   yhat[b, o, k] = sum_i xhat[b, i, k] * W[i, o, k].
  * The inverse is normalised by 1/N (desc->norm is ignored: BACKWARD).
  *
- * W is Replicate: every rank holds all of it and uses the modes it owns.
- * Its gradient from sg_spectral_conv_backward is a local partial sum (the
- * rank's modes and batch): the caller must sum it over every rank of the
- * FFT's mesh dims (and the data-parallel dims), i.e. Partial(sum) there,
- * like any weight used by sharded activations. */
+ * W has one of two layouts (sg_spectral_conv_set_weight_layout):
+ * - REPLICATE (the default): every rank holds all of W and uses the modes
+ *   it owns. Its gradient from sg_spectral_conv_backward is a local partial
+ *   sum (the rank's modes and batch): the caller must sum it over every
+ *   rank of the FFT's mesh dims (and the data-parallel dims), i.e.
+ *   Partial(sum) there, like any weight used by sharded activations.
+ * - SHARD_MODES: each rank holds only the modes of its spectral box
+ *   (sg_spectral_conv_weight_box), W_local = W[:, :, box] as a contiguous
+ *   (cin, cout, extent...) complex array, i.e. W is Shard over the FFT's
+ *   mesh dims, split the way the spectrum is. Nothing is gathered, and the
+ *   gradient of each local mode is complete over the domain: it is Partial
+ *   only over the data-parallel dims. Parameters, gradients and optimizer
+ *   state of the spectral weights then shrink with the domain ranks. */
 typedef struct sg_spectral_conv *sg_spectral_conv_t;
+
+typedef enum sg_spectral_weight_layout {
+  SG_SPECTRAL_WEIGHT_REPLICATE = 0,
+  SG_SPECTRAL_WEIGHT_SHARD_MODES
+} sg_spectral_weight_layout;
 
 /* desc->batch is the number of samples (nbatch). Collective over the mesh
  * (or comm); the same desc on every rank; errors agree. */
@@ -53,10 +66,23 @@ sg_status sg_spectral_conv_create_comms(MPI_Comm comm, int naxes,
                                         sg_spectral_conv_t *conv);
 /* Accepts NULL, sets *conv to NULL. Collective (as sg_fft_plan_destroy). */
 sg_status sg_spectral_conv_destroy(sg_spectral_conv_t *conv);
+/* The layout of the W and dW passed to forward and backward from now on.
+ * Not collective, but every rank of the FFT must use the same layout. */
+sg_status sg_spectral_conv_set_weight_layout(sg_spectral_conv_t conv,
+                                             sg_spectral_weight_layout layout);
 
 /* Queries; not collective. */
 /* Scalars of W: 2 * cin * cout * prod(K). */
 int64_t sg_spectral_conv_weight_count(sg_spectral_conv_t conv);
+/* Scalars of this rank's W in the SHARD_MODES layout:
+ * 2 * cin * cout * (local modes); may be 0 (a rank owning no kept mode). */
+int64_t sg_spectral_conv_local_weight_count(sg_spectral_conv_t conv);
+/* This rank's box of kept modes: kept[d] the global kept lengths K (W's
+ * mode dims), offset[d] and extent[d] the box (any may be NULL). Returns
+ * the number of spatial dims. W_local[i, o, j...] = W[i, o, offset + j...]
+ * (re/im interleaved). */
+int sg_spectral_conv_weight_box(sg_spectral_conv_t conv, int64_t *kept,
+                                int64_t *offset, int64_t *extent);
 /* Scalars of the saved spectrum xhat: 2 * nbatch * cin * local modes. */
 int64_t sg_spectral_conv_spectrum_count(sg_spectral_conv_t conv);
 /* The FFT plans for the input (batch nbatch*cin) and output (nbatch*cout)
@@ -69,8 +95,10 @@ sg_fft_plan_t sg_spectral_conv_plan(sg_spectral_conv_t conv, int output);
 sg_status sg_spectral_conv_forward(sg_spectral_conv_t conv, const void *x,
                                    const void *w, void *y, void *xhat);
 /* Backward. dx (NULL: not computed) is overwritten; dw (NULL: not
- * computed) is accumulated (+=) with this rank's partial sum — reduce it
- * over the FFT's mesh dims (and data-parallel dims) before use. xhat is the
+ * computed) is accumulated (+=) with this rank's partial sum — with
+ * REPLICATE weights reduce it over the FFT's mesh dims (and data-parallel
+ * dims) before use; with SHARD_MODES over the data-parallel dims only (dw
+ * is the local box, like w). xhat is the
  * spectrum saved by forward, or NULL to recompute it from x. Collective
  * over the FFT's axes. */
 sg_status sg_spectral_conv_backward(sg_spectral_conv_t conv, const void *x,

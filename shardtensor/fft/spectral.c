@@ -29,6 +29,8 @@ struct sg_spectral_conv {
    * (cin, cout, M) once per call, so the kernels see one run of M modes. */
   void *wloc;
   void *xbuf, *ybuf, *zbuf;
+  int64_t boff[SG_FFT_MAX_DIMS], blen[SG_FFT_MAX_DIMS]; /* local mode box */
+  int wsharded; /* W and dW hold only the local modes (cin, cout, box) */
 };
 
 /* The run geometry the mixing kernels walk: R runs of L modes, run r at
@@ -208,7 +210,11 @@ fail:
     sg_fft_layout sl;
     sg_fft_plan_layout(c->pin, SG_FFT_SPACE_SPECTRAL, &sl);
     sg_fft_plan_local_box(c->pin, SG_FFT_SPACE_SPECTRAL, off, len);
-    for (int d = 0; d < D; ++d) c->K[d] = sl.shape[d];
+    for (int d = 0; d < D; ++d) {
+      c->K[d] = sl.shape[d];
+      c->boff[d] = off[d];
+      c->blen[d] = len[d];
+    }
     c->ktot = prod64(c->K, D);
     c->M = prod64(len, D);
     c->gidx = malloc(sizeof(int64_t) * (size_t)(c->M > 0 ? c->M : 1));
@@ -293,6 +299,31 @@ int64_t sg_spectral_conv_weight_count(sg_spectral_conv_t c) {
   return 2 * c->cin * c->cout * c->ktot;
 }
 
+int64_t sg_spectral_conv_local_weight_count(sg_spectral_conv_t c) {
+  return 2 * c->cin * c->cout * c->M;
+}
+
+int sg_spectral_conv_weight_box(sg_spectral_conv_t c, int64_t *kept,
+                                int64_t *offset, int64_t *extent) {
+  for (int d = 0; d < c->desc.ndim; ++d) {
+    if (kept) kept[d] = c->K[d];
+    if (offset) offset[d] = c->boff[d];
+    if (extent) extent[d] = c->blen[d];
+  }
+  return c->desc.ndim;
+}
+
+sg_status sg_spectral_conv_set_weight_layout(sg_spectral_conv_t c,
+                                             sg_spectral_weight_layout l) {
+  if (!c)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "conv is NULL");
+  if (l != SG_SPECTRAL_WEIGHT_REPLICATE && l != SG_SPECTRAL_WEIGHT_SHARD_MODES)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "unknown spectral weight layout %d", (int)l);
+  c->wsharded = l == SG_SPECTRAL_WEIGHT_SHARD_MODES;
+  return SG_OK;
+}
+
 int64_t sg_spectral_conv_spectrum_count(sg_spectral_conv_t c) {
   return 2 * c->nb * c->cin * c->M;
 }
@@ -309,7 +340,9 @@ sg_status sg_spectral_conv_forward(sg_spectral_conv_t c, const void *x,
   SG_TRY(sg_fft_forward(c->pin, x, xh));
   const int f64 = c->desc.dtype == SG_DTYPE_F64;
   mix_geom g = geom_natural(c);
-  if (c->wloc) {
+  if (c->wsharded) {
+    g = geom_local(c); /* W holds exactly the local modes, in box order */
+  } else if (c->wloc) {
     if (f64) mix_local_f64(c, (double *)(uintptr_t)w, c->wloc, 0);
     else mix_local_f32(c, (float *)(uintptr_t)w, c->wloc, 0);
     g = geom_local(c);
@@ -339,7 +372,11 @@ sg_status sg_spectral_conv_backward(sg_spectral_conv_t c, const void *x,
       SG_TRY(sg_fft_forward(c->pin, x, c->xbuf));
       xh = c->xbuf;
     }
-    if (c->wloc) {
+    if (c->wsharded) {
+      const mix_geom g = geom_local(c);
+      if (f64) mix_bwd_w_f64(c, &g, xh, c->ybuf, dw);
+      else mix_bwd_w_f32(c, &g, xh, c->ybuf, dw);
+    } else if (c->wloc) {
       /* accumulate the local modes' gradient in wloc, then add it in */
       const mix_geom g = geom_local(c);
       memset(c->wloc, 0,
@@ -359,7 +396,9 @@ sg_status sg_spectral_conv_backward(sg_spectral_conv_t c, const void *x,
   }
   if (dx) {
     mix_geom g = geom_natural(c);
-    if (c->wloc) {
+    if (c->wsharded) {
+      g = geom_local(c);
+    } else if (c->wloc) {
       if (f64) mix_local_f64(c, (double *)(uintptr_t)w, c->wloc, 0);
       else mix_local_f32(c, (float *)(uintptr_t)w, c->wloc, 0);
       g = geom_local(c);

@@ -5,7 +5,10 @@
 # climate example (monthly_navy_winds, longitude split). Task "resume": 20
 # steps with a checkpoint at step 10; resuming from it reproduces steps
 # 11-20 bit for bit, and a checkpoint of a h=2,w=2 run resumed on 1 rank
-# matches to 1e-5. Tasks "cnn" and "unet": the same trajectories for the
+# matches to 1e-5, and a one-rank checkpoint resumed on h=3 (spectral
+# weights sharded by modes, uneven) matches to 1e-5. Replicas (sharded
+# spectral weights over dp, the rest over every rank) are checked every 5
+# steps. Tasks "cnn" and "unet": the same trajectories for the
 # convolutional models on a 32x32 NS dataset (uneven split on h=3), then
 # (cnn) resume bit for bit on one rank and refuse a checkpoint of another
 # model kind.
@@ -26,7 +29,8 @@ elif [ "$task" = ns ] || [ "$task" = resume ]; then
   "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns.nc --n 24 --samples 10 --frames 5 --dt 1e-2 \
     --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
   common="--data ns.nc --steps 20 --batch 4 --modes 4 --width 8 --layers 2 --proj-width 16
-          --history 2 --test-samples 2 --deterministic --log-every 1000 --log-level warn"
+          --history 2 --test-samples 2 --deterministic --log-every 1000 --log-level warn
+          --check-every 5"
   meshes="2:h=2 2:w=2 4:h=2,w=2 4:dp=2,h=2 3:h=3"
 else
   data=/usr/share/ferret-vis/data/monthly_navy_winds.cdf
@@ -48,6 +52,11 @@ if [ "$task" = resume ]; then
   # shellcheck disable=SC2086
   "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --resume ck4/step_000010.nc --metrics res4.jsonl
   $cmp res4.jsonl full4.jsonl 1e-5
+  # the spectral weights are sharded by modes on split grids: a one-rank
+  # checkpoint resumed on an uneven split reads each rank's box of them
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 3 "$bin/sg-train" $common --mesh h=3 --resume ck1/step_000010.nc --metrics res3.jsonl
+  $cmp res3.jsonl full1.jsonl 1e-5
   echo "resume matches"
   exit 0
 fi

@@ -165,6 +165,58 @@ static void run_conv(int D, const int64_t *shape, const int64_t *keep,
       SG_CHECK(ft_cmp(w2, dw2, dw1, nw, tdw * 10) == 0, "%s", w2);
       free(dw2);
     }
+    /* SHARD_MODES: each rank holds only its box of W; the same forward and
+     * dx, and dW of the box complete over the domain (no sum over ranks) */
+    {
+      int64_t Kb[3], bo[3], bl[3];
+      const int nd = sg_spectral_conv_weight_box(conv, Kb, bo, bl);
+      const int64_t nloc = sg_spectral_conv_local_weight_count(conv);
+      int64_t m = 1;
+      for (int d = 0; d < nd; ++d) m *= bl[d];
+      SG_CHECK(nd == D && nloc == 2 * ci * co * m, "%s: local weight count %lld", what, (long long)nloc);
+      double *ws = malloc(sizeof(double) * (size_t)(nloc + 1)), *dws = calloc((size_t)(nloc + 1), sizeof(double));
+      double *dwb = malloc(sizeof(double) * (size_t)(nloc + 1)), *ys = malloc(sizeof(double) * (size_t)(nyl + 1));
+      double *dxs = malloc(sizeof(double) * (size_t)(nxl + 1));
+      int *cover = calloc((size_t)nw, sizeof(int));
+      /* W_local[p, j] = W[p, box(j)], p = (i, o); dwb the same box of dw1 */
+      for (int64_t pq = 0; pq < ci * co; ++pq)
+        for (int64_t j = 0; j < m; ++j) {
+          int64_t rem = j, g = 0, mul = 1;
+          for (int d = nd - 1; d >= 0; --d) {
+            g += (bo[d] + rem % bl[d]) * mul;
+            rem /= bl[d];
+            mul *= Kb[d];
+          }
+          const int64_t src = 2 * (pq * mul + g), dst = 2 * (pq * m + j);
+          for (int c = 0; c < 2; ++c) {
+            ws[dst + c] = w[src + c];
+            dwb[dst + c] = dw1[src + c];
+            cover[src + c] += 1;
+          }
+        }
+      MPI_Allreduce(MPI_IN_PLACE, cover, (int)nw, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+      int even = 1;
+      for (int64_t i = 0; i < nw; ++i) even &= cover[i] == cover[0] && cover[i] >= 1;
+      SG_CHECK(even, "%s: the ranks' weight boxes do not tile the kept modes evenly", what);
+      SG_CHECK_OK(sg_spectral_conv_set_weight_layout(conv, SG_SPECTRAL_WEIGHT_SHARD_MODES));
+      SG_CHECK_OK(sg_spectral_conv_forward(conv, xl, ws, ys, xh));
+      snprintf(w2, sizeof w2, "%s sharded W forward", what);
+      SG_CHECK(ft_cmp(w2, ys, yl, nyl, 0.0) == 0, "%s", w2);
+      SG_CHECK_OK(sg_spectral_conv_backward(conv, xl, xh, ws, rl_, dxs, dws));
+      snprintf(w2, sizeof w2, "%s sharded W dx", what);
+      SG_CHECK(ft_cmp(w2, dxs, dxl, nxl, 0.0) == 0, "%s", w2);
+      snprintf(w2, sizeof w2, "%s sharded W dw (local box, no reduction)", what);
+      SG_CHECK(ft_cmp(w2, dws, dwb, nloc, tdw) == 0, "%s", w2);
+      SG_CHECK_OK(sg_spectral_conv_set_weight_layout(conv, SG_SPECTRAL_WEIGHT_REPLICATE));
+      SG_CHECK(sg_spectral_conv_set_weight_layout(conv, (sg_spectral_weight_layout)7) == SG_ERR_INVALID_ARG,
+               "unknown layout refused");
+      free(ws);
+      free(dws);
+      free(dwb);
+      free(ys);
+      free(dxs);
+      free(cover);
+    }
     /* central finite differences of L = sum(y * r) */
     {
       const double h = 1e-4;
