@@ -67,7 +67,9 @@ sg_status sg_spectral_conv_create_comms(MPI_Comm comm, int naxes,
 /* Accepts NULL, sets *conv to NULL. Collective (as sg_fft_plan_destroy). */
 sg_status sg_spectral_conv_destroy(sg_spectral_conv_t *conv);
 /* The layout of the W and dW passed to forward and backward from now on.
- * Not collective, but every rank of the FFT must use the same layout. */
+ * Not collective, but every rank of the FFT must use the same layout.
+ * SHARD_MODES frees the buffer that gathers replicated W on a split
+ * spectrum; going back to REPLICATE allocates it again (SG_ERR_ALLOC). */
 sg_status sg_spectral_conv_set_weight_layout(sg_spectral_conv_t conv,
                                              sg_spectral_weight_layout layout);
 

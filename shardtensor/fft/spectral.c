@@ -321,6 +321,12 @@ sg_status sg_spectral_conv_set_weight_layout(sg_spectral_conv_t c,
     return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                         "unknown spectral weight layout %d", (int)l);
   c->wsharded = l == SG_SPECTRAL_WEIGHT_SHARD_MODES;
+  /* the gather buffer serves replicated W on a split spectrum only */
+  if (c->wsharded && c->wloc) sg_free(sg_device_host(), &c->wloc);
+  if (!c->wsharded && !c->wloc && c->nrun > 1)
+    return sg_malloc(sg_device_host(),
+                     (size_t)(2 * c->cin * c->cout * c->M) * sg_dtype_size(c->desc.dtype),
+                     &c->wloc);
   return SG_OK;
 }
 
