@@ -26,6 +26,19 @@ typedef struct sg_up_geom {
   int linear[3]; /* dims with a 1-cell margin (linear mode, real dims) */
 } sg_up_geom;
 
+/* f32 pointwise (1x1) kernels, pointwise.c: available where built for
+ * AVX-512F, else the callers use BLAS. apply: y[n][r][p] (+)= b[r] +
+ * sum_ci w[r*wr + ci*wc] x[n][ci][p] (b may be NULL; `accumulate` adds to
+ * y instead of starting from b). wgrad: dw[k][c] += sum_{n,p} dy[n][k][p]
+ * x[n][c][p], with cout * cin * 16 floats of scratch `part`. */
+int sg_pw_f32_available(void);
+void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                     const float *w, int64_t wr, int64_t wc, const float *x,
+                     const float *b, float *y, int accumulate, int nthreads);
+void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                     const float *x, const float *dy, float *dw, float *part,
+                     int nthreads);
+
 /* OpenBLAS single-threaded for the duration of an OpenMP region. */
 int sg_blas_threads_begin(void);
 void sg_blas_threads_end(int saved);

@@ -184,6 +184,15 @@ static void test_conv(void) {
   sg_conv_desc d11 = {.nsp = 2, .batch = 2, .cin = 5, .cout = 3, .in = {7, 9},
                       .kernel = {1, 1}, .stride = {1, 1}, .dilation = {1, 1}};
   test_conv_case("conv 1x1 (linear)", d11, 1);
+  /* 1x1 with full register tiles and edges (f32 pointwise kernels): 13
+   * outputs = 2 x 6 + 1, 14 inputs = 2 x 6 + 2, 7 x 83 = 581 pixels =
+   * 9 strips of 64 + 5 (a chunk of 512 and one of 69) */
+  sg_conv_desc d11b = {.nsp = 2, .batch = 2, .cin = 14, .cout = 13, .in = {7, 83},
+                       .kernel = {1, 1}, .stride = {1, 1}, .dilation = {1, 1}};
+  test_conv_case("conv 1x1 tiles", d11b, 1);
+  sg_conv_desc d11c = {.nsp = 1, .batch = 3, .cin = 1, .cout = 4, .in = {64},
+                       .kernel = {1}, .stride = {1}, .dilation = {1}};
+  test_conv_case("conv 1x1 cin 1", d11c, 0);
   sg_conv_desc d1l = {.nsp = 1, .batch = 2, .cin = 2, .cout = 2, .in = {2500},
                       .kernel = {5}, .stride = {1}, .dilation = {3}};
   test_conv_case("conv1d long tiled", d1l, 1);
