@@ -512,7 +512,9 @@ sg_status sg_act_forward(sg_act act, sg_dtype dt, int64_t n, const void *x,
   if (n == 0) goto fail;
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(y);
-  if (dt == SG_DTYPE_F32)
+  if (dt == SG_DTYPE_F32 && act == SG_ACT_GELU && sg_gelu_simd_available())
+    sg_gelu_fwd_simd_f32(n, x, y);
+  else if (dt == SG_DTYPE_F32)
     sg_act_fwd_f32((int)act, n, x, y);
   else
     sg_act_fwd_f64((int)act, n, x, y);
@@ -531,7 +533,9 @@ sg_status sg_act_backward(sg_act act, sg_dtype dt, int64_t n, const void *x,
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(dy);
   SG_CHECK_PTR(dx);
-  if (dt == SG_DTYPE_F32)
+  if (dt == SG_DTYPE_F32 && act == SG_ACT_GELU && sg_gelu_simd_available())
+    sg_gelu_bwd_simd_f32(n, x, dy, dx);
+  else if (dt == SG_DTYPE_F32)
     sg_act_bwd_f32((int)act, n, x, dy, dx);
   else
     sg_act_bwd_f64((int)act, n, x, dy, dx);

@@ -39,6 +39,11 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *x, const float *dy, float *dw, float *part,
                      int nthreads);
 
+/* f32 GELU on AVX-512F (act_simd.c); available() 0 elsewhere. */
+int sg_gelu_simd_available(void);
+void sg_gelu_fwd_simd_f32(int64_t n, const float *x, float *y);
+void sg_gelu_bwd_simd_f32(int64_t n, const float *x, const float *dy, float *dx);
+
 /* OpenBLAS single-threaded for the duration of an OpenMP region. */
 int sg_blas_threads_begin(void);
 void sg_blas_threads_end(int saved);
