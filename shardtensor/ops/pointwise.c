@@ -7,10 +7,11 @@
  * over C) cost about half as much as the multiply itself (perf: OpenBLAS
  * copy routines 11% of an FNO step beside a 20% kernel). Here:
  *  - y = W x + b and dx (+)= W^T dy: an outer-product tile of PW_MR output
- *    channels x 64 pixels in 24 vector accumulators; per input channel one
- *    row of 64 pixels is loaded and each weight broadcast. The weight
- *    matrix is read through (row, col) strides, so W^T needs no copy; the
- *    bias is the accumulators' initial value.
+ *    channels (8) x 48 pixels in 24 vector accumulators; per input channel
+ *    one row of 48 pixels is loaded and each weight broadcast (8 x 3 beat
+ *    6 x 4: no edge tiles at 32 or 128 channels). The weight matrix is
+ *    read through (row, col) strides, so W^T needs no copy; the bias is
+ *    the accumulators' initial value.
  *  - dW += dy x^T: tiles of PW_MK x PW_MC weights, each a vector of 16
  *    lane partial sums over the pixels; the pixels run in chunks so the
  *    rows of a chunk stay in cache while every tile passes over them. The
@@ -32,9 +33,9 @@
 #include <immintrin.h>
 
 enum {
-  PW_NV = 4,      /* vectors of 16 pixels per forward tile */
+  PW_NV = 3,      /* vectors of 16 pixels per forward tile (48) */
   PW_NP = 16 * PW_NV,
-  PW_MR = 6,      /* output channels per forward tile */
+  PW_MR = 8,      /* output channels per forward tile (32 = 4 x 8) */
   PW_MK = 4,      /* dW tile: output channels ... */
   PW_MC = 6,      /* ... times input channels */
   PW_CHUNK = 512  /* pixels per dW chunk */
@@ -42,9 +43,9 @@ enum {
 
 int sg_pw_f32_available(void) { return 1; }
 
-/* One forward tile: MR rows r of y (stride ldy) over up to 64 pixels,
+/* One forward tile: MR rows r of y (stride ldy) over up to 48 pixels,
  * y[r] = init + sum_ci w[r*wr + ci*wc] x[ci*ldx]. init: mode 0 bias (or
- * zero without one), mode 1 the current y. `full`: all 64 pixels (plain
+ * zero without one), mode 1 the current y. `full`: all 48 pixels (plain
  * loads and stores), else masks m[]. */
 #define PW_TILE(MR, FULL)                                                      \
   static void pw_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,    \
@@ -90,15 +91,17 @@ PW_TILES(3)
 PW_TILES(4)
 PW_TILES(5)
 PW_TILES(6)
+PW_TILES(7)
+PW_TILES(8)
 
 typedef void (*pw_tile_fn)(int64_t, const float *, int64_t, int64_t,
                            const float *, int64_t, const float *, float *,
                            int64_t, int, const __mmask16 *);
 static const pw_tile_fn pw_tiles[2][PW_MR + 1] = {
     {NULL, pw_tile_1_0, pw_tile_2_0, pw_tile_3_0, pw_tile_4_0, pw_tile_5_0,
-     pw_tile_6_0},
+     pw_tile_6_0, pw_tile_7_0, pw_tile_8_0},
     {NULL, pw_tile_1_1, pw_tile_2_1, pw_tile_3_1, pw_tile_4_1, pw_tile_5_1,
-     pw_tile_6_1}};
+     pw_tile_6_1, pw_tile_7_1, pw_tile_8_1}};
 
 void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *w, int64_t wr, int64_t wc, const float *x,
@@ -164,7 +167,7 @@ typedef void (*pw_wtile_fn)(int64_t, __mmask16, const float *, const float *,
   {NULL, pw_wtile_##MK##_1, pw_wtile_##MK##_2, pw_wtile_##MK##_3,             \
    pw_wtile_##MK##_4, pw_wtile_##MK##_5, pw_wtile_##MK##_6}
 /* every edge tile register-blocked too: 32 channels = 5 x 6 + 2 */
-static const pw_wtile_fn pw_wtiles[PW_MK + 1][PW_MC + 1] = {
+static const pw_wtile_fn pw_wtiles[PW_MK + 1][7] = {
     {NULL}, PW_WROW(1), PW_WROW(2), PW_WROW(3), PW_WROW(4)};
 
 /* dw[k][c] += sum over samples and pixels of dy[n][k][p] x[n][c][p].
