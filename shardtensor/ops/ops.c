@@ -222,12 +222,12 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   if (dw) SG_CHECK_PTR(x);
   if (dx) SG_CHECK_PTR(w);
   if (dt == SG_DTYPE_F32 && g.pointwise && sg_pw_f32_available()) {
-    /* the bias gradient as before; dx = W^T dy and dW += dy x^T in place */
-    if (db) sg_conv_bwd_f32(&g, x, w, dy, NULL, NULL, db, NULL);
+    /* dx = W^T dy, and dW += dy x^T with db in the same pass, in place */
+    if (db && !dw) sg_conv_bwd_f32(&g, x, w, dy, NULL, NULL, db, NULL);
     if (dx) sg_pw_apply_f32(g.n, g.k, g.c, g.sout, w, 1, g.ckk, dy, NULL, dx, 0, g.nthreads);
     if (dw) {
-      SG_TRY(sg_malloc(sg_device_host(), (size_t)(g.k * g.c * 16) * sizeof(float), &own));
-      sg_pw_wgrad_f32(g.n, g.c, g.k, g.sout, x, dy, dw, own, g.nthreads);
+      SG_TRY(sg_malloc(sg_device_host(), (size_t)((g.k * g.c + g.k) * 16) * sizeof(float), &own));
+      sg_pw_wgrad_f32(g.n, g.c, g.k, g.sout, x, dy, dw, db, own, g.nthreads);
     }
     goto fail;
   }

@@ -30,14 +30,15 @@ typedef struct sg_up_geom {
  * AVX-512F, else the callers use BLAS. apply: y[n][r][p] (+)= b[r] +
  * sum_ci w[r*wr + ci*wc] x[n][ci][p] (b may be NULL; `accumulate` adds to
  * y instead of starting from b). wgrad: dw[k][c] += sum_{n,p} dy[n][k][p]
- * x[n][c][p], with cout * cin * 16 floats of scratch `part`. */
+ * x[n][c][p] and (db not NULL) db[k] += sum_{n,p} dy[n][k][p], with
+ * (cout * cin + cout) * 16 floats of scratch `part`. */
 int sg_pw_f32_available(void);
 void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *w, int64_t wr, int64_t wc, const float *x,
                      const float *b, float *y, int accumulate, int nthreads);
 void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
-                     const float *x, const float *dy, float *dw, float *part,
-                     int nthreads);
+                     const float *x, const float *dy, float *dw, float *db,
+                     float *part, int nthreads);
 
 /* f32 GELU on AVX-512F (act_simd.c); available() 0 elsewhere. */
 int sg_gelu_simd_available(void);

@@ -12,7 +12,8 @@
  *    6 x 4: no edge tiles at 32 or 128 channels). The weight matrix is
  *    read through (row, col) strides, so W^T needs no copy; the bias is
  *    the accumulators' initial value.
- *  - dW += dy x^T: tiles of PW_MK x PW_MC weights, each a vector of 16
+ *  - dW += dy x^T (and db += the sum of dy, over the same cache-hot
+ *    chunks): tiles of PW_MK x PW_MC weights, each a vector of 16
  *    lane partial sums over the pixels; the pixels run in chunks so the
  *    rows of a chunk stay in cache while every tile passes over them. The
  *    lane partials are summed at the end (a fixed order for a given shape,
@@ -170,14 +171,31 @@ typedef void (*pw_wtile_fn)(int64_t, __mmask16, const float *, const float *,
 static const pw_wtile_fn pw_wtiles[PW_MK + 1][7] = {
     {NULL}, PW_WROW(1), PW_WROW(2), PW_WROW(3), PW_WROW(4)};
 
-/* dw[k][c] += sum over samples and pixels of dy[n][k][p] x[n][c][p].
- * part: cout * cin * 16 floats of scratch. */
+/* Lane partials of the bias gradient for rows [k0, k0 + mk) over one
+ * chunk (cache-hot: the weight tiles of the chunk just read it). */
+static void pw_btile(int mk, int64_t nv, __mmask16 mt, const float *dy, int64_t ld,
+                     float *part) {
+  for (int i = 0; i < mk; ++i) {
+    __m512 acc = _mm512_loadu_ps(part + 16 * i);
+    for (int64_t v = 0; v < nv; ++v) {
+      const __mmask16 mv = v + 1 < nv ? (__mmask16)0xFFFF : mt;
+      acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mv, dy + i * ld + 16 * v));
+    }
+    _mm512_storeu_ps(part + 16 * i, acc);
+  }
+}
+
+/* dw[k][c] += sum over samples and pixels of dy[n][k][p] x[n][c][p], and
+ * (db not NULL) db[k] += sum of dy[n][k][p] in the same pass.
+ * part: (cout * cin + cout) * 16 floats of scratch. */
 void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
-                     const float *x, const float *dy, float *dw, float *part,
-                     int nthreads) {
+                     const float *x, const float *dy, float *dw, float *db,
+                     float *part, int nthreads) {
   const int64_t nkb = (cout + PW_MK - 1) / PW_MK, ncb = (cin + PW_MC - 1) / PW_MC;
   const int64_t ntile = nkb * ncb, nchunk = (s + PW_CHUNK - 1) / PW_CHUNK;
-  memset(part, 0, (size_t)(cout * cin * 16) * sizeof *part);
+  const int64_t nitem = ntile + (db ? nkb : 0);
+  float *bpart = part + cout * cin * 16;
+  memset(part, 0, (size_t)((cout * cin + cout) * 16) * sizeof *part);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
   for (int64_t q = 0; q < n * nchunk; ++q) {
     const int64_t nn = q / nchunk, p0 = (q % nchunk) * PW_CHUNK;
@@ -186,7 +204,13 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
     const __mmask16 mt = (__mmask16)((1u << tail) - 1u);
     const float *xs = x + nn * cin * s + p0, *ds = dy + nn * cout * s + p0;
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < ntile; ++t) {
+    for (int64_t t = 0; t < nitem; ++t) {
+      if (t >= ntile) { /* bias rows, after the weight tiles */
+        const int64_t k0 = (t - ntile) * PW_MK;
+        const int mk = (int)(cout - k0 < PW_MK ? cout - k0 : PW_MK);
+        pw_btile(mk, nv, mt, ds + k0 * s, s, bpart + 16 * k0);
+        continue;
+      }
       const int64_t k0 = (t / ncb) * PW_MK, c0 = (t % ncb) * PW_MC;
       const int mk = (int)(cout - k0 < PW_MK ? cout - k0 : PW_MK);
       const int mc = (int)(cin - c0 < PW_MC ? cin - c0 : PW_MC);
@@ -206,6 +230,8 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
         dw[(k0 + i) * cin + c0 + j] +=
             _mm512_reduce_add_ps(_mm512_loadu_ps(pt + (i * mc + j) * 16));
   }
+  if (db)
+    for (int64_t k = 0; k < cout; ++k) db[k] += _mm512_reduce_add_ps(_mm512_loadu_ps(bpart + 16 * k));
 }
 
 #else /* no AVX-512F: callers use BLAS */
@@ -220,9 +246,9 @@ void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
 }
 
 void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
-                     const float *x, const float *dy, float *dw, float *part,
-                     int nthreads) {
-  (void)n, (void)cin, (void)cout, (void)s, (void)x, (void)dy, (void)dw;
+                     const float *x, const float *dy, float *dw, float *db,
+                     float *part, int nthreads) {
+  (void)n, (void)cin, (void)cout, (void)s, (void)x, (void)dy, (void)dw, (void)db;
   (void)part, (void)nthreads;
 }
 
