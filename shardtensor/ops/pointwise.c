@@ -39,7 +39,7 @@ enum {
   PW_MR = 8,      /* output channels per forward tile (32 = 4 x 8) */
   PW_MK = 4,      /* dW tile: output channels ... */
   PW_MC = 6,      /* ... times input channels */
-  PW_CHUNK = 512  /* pixels per dW chunk */
+  PW_CHUNK = 1024 /* pixels per dW chunk (512: 2-13% slower, 128: 40%) */
 };
 
 int sg_pw_f32_available(void) { return 1; }

@@ -185,9 +185,9 @@ static void test_conv(void) {
                       .kernel = {1, 1}, .stride = {1, 1}, .dilation = {1, 1}};
   test_conv_case("conv 1x1 (linear)", d11, 1);
   /* 1x1 with full register tiles and edges (f32 pointwise kernels): 13
-   * outputs = 2 x 6 + 1, 14 inputs = 2 x 6 + 2, 7 x 83 = 581 pixels =
-   * 9 strips of 64 + 5 (a chunk of 512 and one of 69) */
-  sg_conv_desc d11b = {.nsp = 2, .batch = 2, .cin = 14, .cout = 13, .in = {7, 83},
+   * outputs = 8 + 5 (forward) = 3 x 4 + 1 (dW), 14 inputs = 2 x 6 + 2,
+   * 13 x 83 = 1079 pixels = 22 strips of 48 + 23 (dW chunks 1024 + 55) */
+  sg_conv_desc d11b = {.nsp = 2, .batch = 2, .cin = 14, .cout = 13, .in = {13, 83},
                        .kernel = {1, 1}, .stride = {1, 1}, .dilation = {1, 1}};
   test_conv_case("conv 1x1 tiles", d11b, 1);
   sg_conv_desc d11c = {.nsp = 1, .batch = 3, .cin = 1, .cout = 4, .in = {64},
