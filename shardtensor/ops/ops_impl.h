@@ -36,6 +36,12 @@ int sg_pw_f32_available(void);
 void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *w, int64_t wr, int64_t wc, const float *x,
                      const float *b, float *y, int accumulate, int nthreads);
+/* One thread's y[r][p] = b[r] + sum_ci w[r*wr + ci*wc] x[ci*ldx + p], p in
+ * [0, np), rows r < cout at stride ldy (b may be NULL): the GEMMs of the
+ * im2col convolution. */
+void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w, int64_t wr,
+                    int64_t wc, const float *x, int64_t ldx, const float *b, float *y,
+                    int64_t ldy);
 void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *x, const float *dy, float *dw, float *db,
                      float *part, int nthreads);

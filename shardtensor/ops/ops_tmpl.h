@@ -143,12 +143,6 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w,
       int64_t r1 = r0 + g->rows < g->out[g->t] ? r0 + g->rows : g->out[g->t];
       int64_t ncol = (r1 - r0) * g->inner;
       R *yt = y + n * g->k * g->sout + r0 * g->inner;
-      R beta = 0;
-      if (b) {
-        for (int64_t k = 0; k < g->k; ++k)
-          for (int64_t j = 0; j < ncol; ++j) yt[k * g->sout + j] = b[k];
-        beta = 1;
-      }
       const R *bm;
       int64_t ldb;
       if (g->pointwise) {
@@ -158,6 +152,14 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w,
         FN(im2col)(g, x + n * g->c * g->sin, r0, r1, col);
         bm = col;
         ldb = ncol;
+      }
+      /* f32 on AVX-512: register-blocked kernel, bias as its start */
+      if (SG_GEMM_FAST(g->k, ncol, g->ckk, w, g->ckk, 1, bm, ldb, b, yt, g->sout)) continue;
+      R beta = 0;
+      if (b) {
+        for (int64_t k = 0; k < g->k; ++k)
+          for (int64_t j = 0; j < ncol; ++j) yt[k * g->sout + j] = b[k];
+        beta = 1;
       }
       SG_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->k, (int)ncol,
               (int)g->ckk, 1, w, (int)g->ckk, bm, (int)ldb, beta, yt,
@@ -239,9 +241,11 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
                     (int)g->sout, 0, dx + n * g->c * g->sin + r0 * g->inner,
                     (int)g->sin);
           } else {
-            SG_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->ckk,
-                    (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt,
-                    (int)g->sout, 0, dcol, (int)ncol);
+            if (!SG_GEMM_FAST(g->ckk, ncol, g->k, w, 1, g->ckk, dyt, g->sout, NULL, dcol,
+                              ncol))
+              SG_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->ckk,
+                      (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt,
+                      (int)g->sout, 0, dcol, (int)ncol);
             FN(col2im)(g, dcol, r0, r1, dx + n * g->c * g->sin);
           }
         }

@@ -104,6 +104,26 @@ static const pw_tile_fn pw_tiles[2][PW_MR + 1] = {
     {NULL, pw_tile_1_1, pw_tile_2_1, pw_tile_3_1, pw_tile_4_1, pw_tile_5_1,
      pw_tile_6_1, pw_tile_7_1, pw_tile_8_1}};
 
+/* Strip of up to 48 pixels starting at p0 of the (cout x np) product. */
+static inline void pw_strip(int64_t cin, int64_t cout, int64_t np, int64_t p0,
+                            const float *w, int64_t wr, int64_t wc, const float *x,
+                            int64_t ldx, const float *b, float *y, int64_t ldy,
+                            int accumulate) {
+  const int64_t len = np - p0 < PW_NP ? np - p0 : PW_NP;
+  const int full = len == PW_NP;
+  __mmask16 m[PW_NV];
+  for (int v = 0; v < PW_NV; ++v) {
+    int64_t l = len - 16 * v;
+    l = l < 0 ? 0 : l > 16 ? 16 : l;
+    m[v] = (__mmask16)((1u << l) - 1u);
+  }
+  for (int64_t k0 = 0; k0 < cout; k0 += PW_MR) {
+    const int mr = (int)(cout - k0 < PW_MR ? cout - k0 : PW_MR);
+    pw_tiles[full][mr](cin, w + k0 * wr, wr, wc, x + p0, ldx, b ? b + k0 : NULL,
+                       y + k0 * ldy + p0, ldy, accumulate, m);
+  }
+}
+
 void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *w, int64_t wr, int64_t wc, const float *x,
                      const float *b, float *y, int accumulate, int nthreads) {
@@ -111,22 +131,16 @@ void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
   for (int64_t it = 0; it < items; ++it) {
     const int64_t nn = it / nstrip, p0 = (it % nstrip) * PW_NP;
-    const int64_t len = s - p0 < PW_NP ? s - p0 : PW_NP;
-    const int full = len == PW_NP;
-    __mmask16 m[PW_NV];
-    for (int v = 0; v < PW_NV; ++v) {
-      int64_t l = len - 16 * v;
-      l = l < 0 ? 0 : l > 16 ? 16 : l;
-      m[v] = (__mmask16)((1u << l) - 1u);
-    }
-    const float *xs = x + nn * cin * s + p0;
-    float *ys = y + nn * cout * s + p0;
-    for (int64_t k0 = 0; k0 < cout; k0 += PW_MR) {
-      const int mr = (int)(cout - k0 < PW_MR ? cout - k0 : PW_MR);
-      pw_tiles[full][mr](cin, w + k0 * wr, wr, wc, xs, s, b ? b + k0 : NULL,
-                         ys + k0 * s, s, accumulate, m);
-    }
+    pw_strip(cin, cout, s, p0, w, wr, wc, x + nn * cin * s, s, b, y + nn * cout * s, s,
+             accumulate);
   }
+}
+
+void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w, int64_t wr,
+                    int64_t wc, const float *x, int64_t ldx, const float *b, float *y,
+                    int64_t ldy) {
+  for (int64_t p0 = 0; p0 < np; p0 += PW_NP)
+    pw_strip(cin, cout, np, p0, w, wr, wc, x, ldx, b, y, ldy, 0);
 }
 
 /* One dW tile over `nv` vectors of pixels (the last one masked by `mt`):
@@ -243,6 +257,13 @@ void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *b, float *y, int accumulate, int nthreads) {
   (void)n, (void)cin, (void)cout, (void)s, (void)w, (void)wr, (void)wc;
   (void)x, (void)b, (void)y, (void)accumulate, (void)nthreads;
+}
+
+void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w, int64_t wr,
+                    int64_t wc, const float *x, int64_t ldx, const float *b, float *y,
+                    int64_t ldy) {
+  (void)cin, (void)cout, (void)np, (void)w, (void)wr, (void)wc, (void)x, (void)ldx;
+  (void)b, (void)y, (void)ldy;
 }
 
 void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
