@@ -22,6 +22,8 @@ static inline int sg_gemm_fast(int64_t m, int64_t n, int64_t k, const float *a, 
   return 1;
 }
 #define SG_GEMM_FAST sg_gemm_fast
+#define SG_WGRAD_ACC sg_pw_wgrad_acc_f32
+#define SG_WGRAD_SUM sg_pw_wgrad_sum_f32
 #define R float
 #define S f32
 #define SG_GEMM cblas_sgemm

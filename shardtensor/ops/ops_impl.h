@@ -42,6 +42,13 @@ void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
 void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w, int64_t wr,
                     int64_t wc, const float *x, int64_t ldx, const float *b, float *y,
                     int64_t ldy);
+/* One thread's share of a weight gradient: part (layout of sg_pw_wgrad_f32,
+ * cout * cin * 16 floats, zeroed by the caller) += lane partials of
+ * dy[k][p] x[c][p] over p < np (row strides ldd, ldx); sum: dw[k][c] +=
+ * the lanes of part. */
+void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x, int64_t ldx,
+                         const float *dy, int64_t ldd, float *part);
+void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part, float *dw);
 void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *x, const float *dy, float *dw, float *db,
                      float *part, int nthreads);
@@ -59,7 +66,8 @@ void sg_blas_threads_end(int saved);
   void sg_conv_fwd_##S(const sg_conv_geom *g, const R *x, const R *w,        \
                        const R *b, R *y, void *ws);                           \
   void sg_conv_bwd_##S(const sg_conv_geom *g, const R *x, const R *w,        \
-                       const R *dy, R *dx, R *dw, R *db, void *ws);           \
+                       const R *dy, R *dx, R *dw, R *db, void *ws,            \
+                       float *wpart);                                         \
   void sg_convt_fwd_##S(const sg_conv_geom *g, const R *x, const R *w,       \
                         const R *b, R *y, void *ws);                          \
   void sg_convt_bwd_##S(const sg_conv_geom *g, const R *x, const R *w,       \

@@ -169,8 +169,11 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w,
   if (nth > 1) sg_blas_threads_end(saved);
 }
 
+/* wpart (f32 on AVX-512 only, else NULL): per-thread lane partials of the
+ * weight gradient, nthreads * k * ckk * 16 floats, for the register-blocked
+ * kernel (sg_pw_wgrad_acc_f32) in place of the BLAS GEMM. */
 void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
-                     const R *dy, R *dx, R *dw, R *db, void *ws) {
+                     const R *dy, R *dx, R *dw, R *db, void *ws, float *wpart) {
   const int nth = g->nthreads;
   const int64_t wsz = g->k * g->ckk;
   if (db) {
@@ -203,7 +206,10 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
     R *col = FN(thread_ws)(g, ws, tid);
     R *dcol = col + g->ckk * g->cols;
     R *dwp = dcol + g->ckk * g->cols;
-    if (dw)
+    float *wp = wpart && dw ? wpart + (size_t)tid * (size_t)(wsz * 16) : NULL;
+    if (wp)
+      memset(wp, 0, (size_t)(wsz * 16) * sizeof *wp);
+    else if (dw)
       for (int64_t i = 0; i < wsz; ++i) dwp[i] = 0;
     for (int phase = 0; phase < 2; ++phase) {
       const int64_t items = g->n * half[phase];
@@ -230,6 +236,9 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
            * inner dimension of both operands OpenBLAS packs them without a
            * transposing copy (dw = dy col^T ran at 48 GF/s, this at 83 on
            * 32 x 288 x 1024, one AVX-512 core). */
+          if (wp)
+            SG_WGRAD_ACC(g->ckk, g->k, ncol, bm, ldb, dyt, g->sout, wp);
+          else
           SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->ckk,
                   (int)g->k, (int)ncol, 1, bm, (int)ldb, dyt, (int)g->sout,
                   1, dwp, (int)g->k);
@@ -253,7 +262,10 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
     }
   }
   if (nth > 1) sg_blas_threads_end(saved);
-  if (dw) {
+  if (dw && wpart) {
+    for (int t = 0; t < nth; ++t) /* thread order */
+      SG_WGRAD_SUM(g->ckk, g->k, wpart + (size_t)t * (size_t)(wsz * 16), dw);
+  } else if (dw) {
     /* Sum the per-thread partials (transposed, ckk x k) in thread order. */
 #pragma omp parallel for schedule(static) if (wsz * nth > SG_OMP_MIN)
     for (int64_t k = 0; k < g->k; ++k)

@@ -147,7 +147,8 @@ void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w, int64
  * part[(i * MC + j) * 16 + lane] += dy[i] * x[j]. */
 #define PW_WTILE(MK, MC)                                                       \
   static void pw_wtile_##MK##_##MC(int64_t nv, __mmask16 mt, const float *dy, \
-                                   const float *x, int64_t ld, float *part) { \
+                                   int64_t ldd, const float *x, int64_t ld,   \
+                                   float *part) {                             \
     __m512 acc[MK][MC];                                                       \
     _Pragma("GCC unroll 4") for (int i = 0; i < MK; ++i)                      \
       _Pragma("GCC unroll 6") for (int j = 0; j < MC; ++j)                    \
@@ -156,7 +157,7 @@ void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w, int64
       const __mmask16 mv = v + 1 < nv ? (__mmask16)0xFFFF : mt;               \
       __m512 dv[MK];                                                          \
       _Pragma("GCC unroll 4") for (int i = 0; i < MK; ++i)                    \
-        dv[i] = _mm512_maskz_loadu_ps(mv, dy + i * ld + 16 * v);              \
+        dv[i] = _mm512_maskz_loadu_ps(mv, dy + i * ldd + 16 * v);             \
       _Pragma("GCC unroll 6") for (int j = 0; j < MC; ++j) {                  \
         const __m512 xv = _mm512_maskz_loadu_ps(mv, x + j * ld + 16 * v);     \
         _Pragma("GCC unroll 4") for (int i = 0; i < MK; ++i)                  \
@@ -176,8 +177,8 @@ PW_WTILES(2)
 PW_WTILES(3)
 PW_WTILES(4)
 
-typedef void (*pw_wtile_fn)(int64_t, __mmask16, const float *, const float *,
-                            int64_t, float *);
+typedef void (*pw_wtile_fn)(int64_t, __mmask16, const float *, int64_t,
+                            const float *, int64_t, float *);
 #define PW_WROW(MK)                                                            \
   {NULL, pw_wtile_##MK##_1, pw_wtile_##MK##_2, pw_wtile_##MK##_3,             \
    pw_wtile_##MK##_4, pw_wtile_##MK##_5, pw_wtile_##MK##_6}
@@ -230,7 +231,7 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
       const int mc = (int)(cin - c0 < PW_MC ? cin - c0 : PW_MC);
       /* the tile's partials: a block of mk * mc vectors */
       float *pt = part + (k0 * cin + c0 * mk) * 16;
-      pw_wtiles[mk][mc](nv, mt, ds + k0 * s, xs + c0 * s, s, pt);
+      pw_wtiles[mk][mc](nv, mt, ds + k0 * s, s, xs + c0 * s, s, pt);
     }
   }
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
@@ -248,7 +249,45 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
     for (int64_t k = 0; k < cout; ++k) db[k] += _mm512_reduce_add_ps(_mm512_loadu_ps(bpart + 16 * k));
 }
 
+void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x, int64_t ldx,
+                         const float *dy, int64_t ldd, float *part) {
+  const int64_t nkb = (cout + PW_MK - 1) / PW_MK, ncb = (cin + PW_MC - 1) / PW_MC;
+  for (int64_t p0 = 0; p0 < np; p0 += PW_CHUNK) {
+    const int64_t len = np - p0 < PW_CHUNK ? np - p0 : PW_CHUNK;
+    const int64_t nv = (len + 15) / 16, tail = len - 16 * (nv - 1);
+    const __mmask16 mt = (__mmask16)((1u << tail) - 1u);
+    for (int64_t t = 0; t < nkb * ncb; ++t) {
+      const int64_t k0 = (t / ncb) * PW_MK, c0 = (t % ncb) * PW_MC;
+      const int mk = (int)(cout - k0 < PW_MK ? cout - k0 : PW_MK);
+      const int mc = (int)(cin - c0 < PW_MC ? cin - c0 : PW_MC);
+      pw_wtiles[mk][mc](nv, mt, dy + k0 * ldd + p0, ldd, x + c0 * ldx + p0, ldx,
+                        part + (k0 * cin + c0 * mk) * 16);
+    }
+  }
+}
+
+void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part, float *dw) {
+  const int64_t nkb = (cout + PW_MK - 1) / PW_MK, ncb = (cin + PW_MC - 1) / PW_MC;
+  for (int64_t t = 0; t < nkb * ncb; ++t) {
+    const int64_t k0 = (t / ncb) * PW_MK, c0 = (t % ncb) * PW_MC;
+    const int mk = (int)(cout - k0 < PW_MK ? cout - k0 : PW_MK);
+    const int mc = (int)(cin - c0 < PW_MC ? cin - c0 : PW_MC);
+    const float *pt = part + (k0 * cin + c0 * mk) * 16;
+    for (int i = 0; i < mk; ++i)
+      for (int j = 0; j < mc; ++j)
+        dw[(k0 + i) * cin + c0 + j] += _mm512_reduce_add_ps(_mm512_loadu_ps(pt + (i * mc + j) * 16));
+  }
+}
+
 #else /* no AVX-512F: callers use BLAS */
+
+void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x, int64_t ldx,
+                         const float *dy, int64_t ldd, float *part) {
+  (void)cin, (void)cout, (void)np, (void)x, (void)ldx, (void)dy, (void)ldd, (void)part;
+}
+void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part, float *dw) {
+  (void)cin, (void)cout, (void)part, (void)dw;
+}
 
 int sg_pw_f32_available(void) { return 0; }
 
