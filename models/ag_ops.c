@@ -412,6 +412,7 @@ fail:
 static sg_status binary_bwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
+  if (!node->gin[0] && !node->gin[1]) return SG_OK; /* addition: the tape routes both */
   return sg_binary_backward((sg_binary)a->code, x->dtype, numel(x), x->data,
                             node->in[1]->value.data, grad_of(node, 0),
                             node->gin[0], node->gin[1]);
@@ -421,6 +422,14 @@ static const sg_op_def binary_op = {
     .name = "binary", .slots = {SG_SLOT_ACT, SG_SLOT_ACT}, .forward = binary_fwd,
     .backward = binary_bwd,
     .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT, .writes_gin = 3u}};
+
+/* a + b: both input gradients are the output's (no copies: the tape hands
+ * the buffer over; the copy kernel was 1.9% of an FNO step) */
+static const sg_op_def binary_add_op = {
+    .name = "binary", .slots = {SG_SLOT_ACT, SG_SLOT_ACT}, .forward = binary_fwd,
+    .backward = binary_bwd,
+    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT,
+             .writes_gin = 3u, .grad_identity = 3u}};
 
 sg_status sg_ag_binary(sg_tape_t t, sg_binary op, sg_var *a, sg_var *b,
                        sg_var **y) {
@@ -433,7 +442,8 @@ sg_status sg_ag_binary(sg_tape_t t, sg_binary op, sg_var *a, sg_var *b,
     SG_RAISE(SG_ERR_SHAPE, "binary: operands of different (global) shapes");
   pw_attr at = {.code = (int)op};
   sg_var *in[2] = {a, b};
-  SG_TRY(sg_tape_apply(t, &binary_op, 2, in, 1, NULL, &at, sizeof at, y));
+  SG_TRY(sg_tape_apply(t, op == SG_BINARY_ADD ? &binary_add_op : &binary_op, 2, in, 1, NULL, &at,
+                       sizeof at, y));
 fail:
   return st;
 }

@@ -838,12 +838,20 @@ fail:
 /* ---- backward ----------------------------------------------------------------- */
 
 typedef struct ag_bwd {
-  enum { DIRECT = 0, ADD, PAD } how[SG_NODE_MAX_IN];
+  enum { DIRECT = 0, ADD, PAD, IDENT } how[SG_NODE_MAX_IN];
   sg_tensor tmp[SG_NODE_MAX_IN];
   sg_tensor tmp2;
   sg_tensor grad[SG_NODE_MAX_OUT]; /* cropped outputs: their own gradients */
   unsigned swapped;
 } ag_bwd;
+
+/* Input i takes output 0's gradient unchanged (sg_op_rule.grad_identity). */
+static int ag_grad_identity(const sg_node *node, int i) {
+  const sg_var *v = node->in[i], *o = node->out[0];
+  return (node->op->rule.grad_identity & (1u << i)) && node->op->slots[i] == SG_SLOT_ACT &&
+         i != node->op->rule.windowed_input && !node->cropped && node->nout >= 1 &&
+         v->value.dtype == o->value.dtype && ag_numel(&v->value) == ag_numel(&o->value);
+}
 
 /* Gradient buffers, the op's backward (outputs' gradients zero-padded to
  * the window's natural extent where the forward was cropped). */
@@ -858,7 +866,9 @@ static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
     /* activation inputs the op's backward writes whole: no zero fill */
     const int zero = node->op->slots[i] == SG_SLOT_PARAM ||
                      !(node->op->rule.writes_gin & (1u << i));
-    if (i == wi && node->xin.owns) {
+    if (ag_grad_identity(node, i)) {
+      b->how[i] = IDENT; /* routed after the backward, gin[i] stays NULL */
+    } else if (i == wi && node->xin.owns) {
       SG_TRY(ag_alloc_z(&b->tmp[i], node->xin.dtype, node->xin.ndim,
                         node->xin.shape, zero));
       node->gin[i] = b->tmp[i].data;
@@ -918,8 +928,30 @@ fail:
 /* The adjoint of the margins, and the routing of the input gradients. */
 static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
   sg_status st = SG_OK;
+  /* identity inputs: the output's gradient, read from gsrc (still alive
+   * when handed over: the input that took it is released after this node) */
+  sg_var *o = node->out[0];
+  const void *gsrc = node->nout > 0 ? o->grad.data : NULL;
   for (int i = 0; i < node->nin; ++i) {
     sg_var *v = node->in[i];
+    if (b->how[i] == IDENT && v->requires_grad && ag_numel(&v->value) > 0) {
+      if (!v->is_leaf && !v->has_grad && !v->grad.data && o->owns_grad && o->grad.data == gsrc) {
+        v->grad = o->grad; /* hand over: same bytes on the tape's account */
+        v->owns_grad = 1;
+        memset(&o->grad, 0, sizeof o->grad);
+        o->owns_grad = 0;
+      } else if (!v->is_leaf && !v->has_grad) {
+        SG_TRY(ag_ensure_grad_z(tape, v, 0));
+        memcpy(v->grad.data, gsrc, ag_nbytes(&v->grad));
+      } else {
+        SG_TRY(ag_ensure_grad(tape, v));
+        sg_tensor src = v->grad;
+        src.data = (void *)gsrc;
+        ag_add_into(&v->grad, &src);
+      }
+      v->has_grad = 1;
+      continue;
+    }
     if (!node->gin[i]) continue;
     if (b->how[i] == PAD) {
       const sg_op_window *w = &node->win;

@@ -208,6 +208,12 @@ typedef struct sg_op_rule {
    * zero-filled one. Only for activation inputs (slot ACT); parameter
    * gradients are always accumulated into. 0 (the default): zero-filled. */
   unsigned writes_gin;
+  /* Bit i set: the gradient of input i (slot ACT, not windowed) is the
+   * gradient of output 0 unchanged (same shape), e.g. both inputs of an
+   * addition. The tape routes it itself (gin[i] is NULL for the op): it
+   * hands the output's gradient buffer over to the first such input that
+   * has no gradient yet, and copies or adds it for the others. */
+  unsigned grad_identity;
 } sg_op_rule;
 
 typedef struct sg_op_def {

@@ -195,6 +195,10 @@ sg_status sg_conv_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(w);
   SG_CHECK_PTR(y);
+  if (dt == SG_DTYPE_F32 && g.pointwise && sg_pw_f32_available()) {
+    sg_pw_apply_f32(g.n, g.c, g.k, g.sout, w, g.ckk, 1, x, b, y, 0, g.nthreads);
+    goto fail;
+  }
   SG_TRY(sg_ws_get(ws, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
   if (dt == SG_DTYPE_F32)
     sg_conv_fwd_f32(&g, x, w, b, y, buf);
@@ -209,7 +213,7 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
                            const void *w, const void *dy, void *dx, void *dw,
                            void *db, void *ws) {
   sg_status st = SG_OK;
-  void *own = NULL, *buf = NULL;
+  void *own = NULL, *buf = NULL, *wpart = NULL;
   sg_conv_geom g;
   SG_CHECK_DT(dt);
   SG_TRY(sg_conv_geom_make(d, 0, 0, dt, &g));
@@ -217,12 +221,26 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   SG_CHECK_PTR(dy);
   if (dw) SG_CHECK_PTR(x);
   if (dx) SG_CHECK_PTR(w);
+  if (dt == SG_DTYPE_F32 && g.pointwise && sg_pw_f32_available()) {
+    /* dx = W^T dy, and dW += dy x^T with db in the same pass, in place */
+    if (db && !dw) sg_conv_bwd_f32(&g, x, w, dy, NULL, NULL, db, NULL, NULL);
+    if (dx) sg_pw_apply_f32(g.n, g.k, g.c, g.sout, w, 1, g.ckk, dy, NULL, dx, 0, g.nthreads);
+    if (dw) {
+      SG_TRY(sg_malloc(sg_device_host(), (size_t)((g.k * g.c + g.k) * 16) * sizeof(float), &own));
+      sg_pw_wgrad_f32(g.n, g.c, g.k, g.sout, x, dy, dw, db, own, g.nthreads);
+    }
+    goto fail;
+  }
   SG_TRY(sg_ws_get(ws, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
+  if (dt == SG_DTYPE_F32 && dw && sg_pw_f32_available())
+    SG_TRY(sg_malloc(sg_device_host(),
+                     (size_t)g.nthreads * (size_t)(g.k * g.ckk * 16) * sizeof(float), &wpart));
   if (dt == SG_DTYPE_F32)
-    sg_conv_bwd_f32(&g, x, w, dy, dx, dw, db, buf);
+    sg_conv_bwd_f32(&g, x, w, dy, dx, dw, db, buf, wpart);
   else
-    sg_conv_bwd_f64(&g, x, w, dy, dx, dw, db, buf);
+    sg_conv_bwd_f64(&g, x, w, dy, dx, dw, db, buf, NULL);
 fail:
+  sg_ws_put(&wpart);
   sg_ws_put(&own);
   return st;
 }
@@ -498,7 +516,9 @@ sg_status sg_act_forward(sg_act act, sg_dtype dt, int64_t n, const void *x,
   if (n == 0) goto fail;
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(y);
-  if (dt == SG_DTYPE_F32)
+  if (dt == SG_DTYPE_F32 && act == SG_ACT_GELU && sg_gelu_simd_available())
+    sg_gelu_fwd_simd_f32(n, x, y);
+  else if (dt == SG_DTYPE_F32)
     sg_act_fwd_f32((int)act, n, x, y);
   else
     sg_act_fwd_f64((int)act, n, x, y);
@@ -517,7 +537,9 @@ sg_status sg_act_backward(sg_act act, sg_dtype dt, int64_t n, const void *x,
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(dy);
   SG_CHECK_PTR(dx);
-  if (dt == SG_DTYPE_F32)
+  if (dt == SG_DTYPE_F32 && act == SG_ACT_GELU && sg_gelu_simd_available())
+    sg_gelu_bwd_simd_f32(n, x, dy, dx);
+  else if (dt == SG_DTYPE_F32)
     sg_act_bwd_f32((int)act, n, x, dy, dx);
   else
     sg_act_bwd_f64((int)act, n, x, dy, dx);

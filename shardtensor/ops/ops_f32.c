@@ -10,6 +10,20 @@
 #include "ops_impl.h"
 #include "sg_ops_inl.h"
 
+/* y (m x n, row stride ldy) = bias + A B with A's element (r, c) at
+ * a[r*ar + c*ac], B (k x n, row stride ldb): the register-blocked AVX-512
+ * kernels where built (pointwise.c; 1 returned), else 0 and the caller
+ * uses the BLAS. */
+static inline int sg_gemm_fast(int64_t m, int64_t n, int64_t k, const float *a, int64_t ar,
+                               int64_t ac, const float *b, int64_t ldb, const float *bias,
+                               float *y, int64_t ldy) {
+  if (!sg_pw_f32_available()) return 0;
+  sg_pw_gemm_f32(k, m, n, a, ar, ac, b, ldb, bias, y, ldy);
+  return 1;
+}
+#define SG_GEMM_FAST sg_gemm_fast
+#define SG_WGRAD_ACC sg_pw_wgrad_acc_f32
+#define SG_WGRAD_SUM sg_pw_wgrad_sum_f32
 #define R float
 #define S f32
 #define SG_GEMM cblas_sgemm

@@ -26,6 +26,38 @@ typedef struct sg_up_geom {
   int linear[3]; /* dims with a 1-cell margin (linear mode, real dims) */
 } sg_up_geom;
 
+/* f32 pointwise (1x1) kernels, pointwise.c: available where built for
+ * AVX-512F, else the callers use BLAS. apply: y[n][r][p] (+)= b[r] +
+ * sum_ci w[r*wr + ci*wc] x[n][ci][p] (b may be NULL; `accumulate` adds to
+ * y instead of starting from b). wgrad: dw[k][c] += sum_{n,p} dy[n][k][p]
+ * x[n][c][p] and (db not NULL) db[k] += sum_{n,p} dy[n][k][p], with
+ * (cout * cin + cout) * 16 floats of scratch `part`. */
+int sg_pw_f32_available(void);
+void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                     const float *w, int64_t wr, int64_t wc, const float *x,
+                     const float *b, float *y, int accumulate, int nthreads);
+/* One thread's y[r][p] = b[r] + sum_ci w[r*wr + ci*wc] x[ci*ldx + p], p in
+ * [0, np), rows r < cout at stride ldy (b may be NULL): the GEMMs of the
+ * im2col convolution. */
+void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w, int64_t wr,
+                    int64_t wc, const float *x, int64_t ldx, const float *b, float *y,
+                    int64_t ldy);
+/* One thread's share of a weight gradient: part (layout of sg_pw_wgrad_f32,
+ * cout * cin * 16 floats, zeroed by the caller) += lane partials of
+ * dy[k][p] x[c][p] over p < np (row strides ldd, ldx); sum: dw[k][c] +=
+ * the lanes of part. */
+void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x, int64_t ldx,
+                         const float *dy, int64_t ldd, float *part);
+void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part, float *dw);
+void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                     const float *x, const float *dy, float *dw, float *db,
+                     float *part, int nthreads);
+
+/* f32 GELU on AVX-512F (act_simd.c); available() 0 elsewhere. */
+int sg_gelu_simd_available(void);
+void sg_gelu_fwd_simd_f32(int64_t n, const float *x, float *y);
+void sg_gelu_bwd_simd_f32(int64_t n, const float *x, const float *dy, float *dx);
+
 /* OpenBLAS single-threaded for the duration of an OpenMP region. */
 int sg_blas_threads_begin(void);
 void sg_blas_threads_end(int saved);
@@ -34,7 +66,8 @@ void sg_blas_threads_end(int saved);
   void sg_conv_fwd_##S(const sg_conv_geom *g, const R *x, const R *w,        \
                        const R *b, R *y, void *ws);                           \
   void sg_conv_bwd_##S(const sg_conv_geom *g, const R *x, const R *w,        \
-                       const R *dy, R *dx, R *dw, R *db, void *ws);           \
+                       const R *dy, R *dx, R *dw, R *db, void *ws,            \
+                       float *wpart);                                         \
   void sg_convt_fwd_##S(const sg_conv_geom *g, const R *x, const R *w,       \
                         const R *b, R *y, void *ws);                          \
   void sg_convt_bwd_##S(const sg_conv_geom *g, const R *x, const R *w,       \

@@ -143,12 +143,6 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w,
       int64_t r1 = r0 + g->rows < g->out[g->t] ? r0 + g->rows : g->out[g->t];
       int64_t ncol = (r1 - r0) * g->inner;
       R *yt = y + n * g->k * g->sout + r0 * g->inner;
-      R beta = 0;
-      if (b) {
-        for (int64_t k = 0; k < g->k; ++k)
-          for (int64_t j = 0; j < ncol; ++j) yt[k * g->sout + j] = b[k];
-        beta = 1;
-      }
       const R *bm;
       int64_t ldb;
       if (g->pointwise) {
@@ -159,6 +153,14 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w,
         bm = col;
         ldb = ncol;
       }
+      /* f32 on AVX-512: register-blocked kernel, bias as its start */
+      if (SG_GEMM_FAST(g->k, ncol, g->ckk, w, g->ckk, 1, bm, ldb, b, yt, g->sout)) continue;
+      R beta = 0;
+      if (b) {
+        for (int64_t k = 0; k < g->k; ++k)
+          for (int64_t j = 0; j < ncol; ++j) yt[k * g->sout + j] = b[k];
+        beta = 1;
+      }
       SG_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->k, (int)ncol,
               (int)g->ckk, 1, w, (int)g->ckk, bm, (int)ldb, beta, yt,
               (int)g->sout);
@@ -167,8 +169,11 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w,
   if (nth > 1) sg_blas_threads_end(saved);
 }
 
+/* wpart (f32 on AVX-512 only, else NULL): per-thread lane partials of the
+ * weight gradient, nthreads * k * ckk * 16 floats, for the register-blocked
+ * kernel (sg_pw_wgrad_acc_f32) in place of the BLAS GEMM. */
 void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
-                     const R *dy, R *dx, R *dw, R *db, void *ws) {
+                     const R *dy, R *dx, R *dw, R *db, void *ws, float *wpart) {
   const int nth = g->nthreads;
   const int64_t wsz = g->k * g->ckk;
   if (db) {
@@ -201,7 +206,10 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
     R *col = FN(thread_ws)(g, ws, tid);
     R *dcol = col + g->ckk * g->cols;
     R *dwp = dcol + g->ckk * g->cols;
-    if (dw)
+    float *wp = wpart && dw ? wpart + (size_t)tid * (size_t)(wsz * 16) : NULL;
+    if (wp)
+      memset(wp, 0, (size_t)(wsz * 16) * sizeof *wp);
+    else if (dw)
       for (int64_t i = 0; i < wsz; ++i) dwp[i] = 0;
     for (int phase = 0; phase < 2; ++phase) {
       const int64_t items = g->n * half[phase];
@@ -228,6 +236,9 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
            * inner dimension of both operands OpenBLAS packs them without a
            * transposing copy (dw = dy col^T ran at 48 GF/s, this at 83 on
            * 32 x 288 x 1024, one AVX-512 core). */
+          if (wp)
+            SG_WGRAD_ACC(g->ckk, g->k, ncol, bm, ldb, dyt, g->sout, wp);
+          else
           SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->ckk,
                   (int)g->k, (int)ncol, 1, bm, (int)ldb, dyt, (int)g->sout,
                   1, dwp, (int)g->k);
@@ -239,9 +250,11 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
                     (int)g->sout, 0, dx + n * g->c * g->sin + r0 * g->inner,
                     (int)g->sin);
           } else {
-            SG_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->ckk,
-                    (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt,
-                    (int)g->sout, 0, dcol, (int)ncol);
+            if (!SG_GEMM_FAST(g->ckk, ncol, g->k, w, 1, g->ckk, dyt, g->sout, NULL, dcol,
+                              ncol))
+              SG_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->ckk,
+                      (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt,
+                      (int)g->sout, 0, dcol, (int)ncol);
             FN(col2im)(g, dcol, r0, r1, dx + n * g->c * g->sin);
           }
         }
@@ -249,7 +262,10 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
     }
   }
   if (nth > 1) sg_blas_threads_end(saved);
-  if (dw) {
+  if (dw && wpart) {
+    for (int t = 0; t < nth; ++t) /* thread order */
+      SG_WGRAD_SUM(g->ckk, g->k, wpart + (size_t)t * (size_t)(wsz * 16), dw);
+  } else if (dw) {
     /* Sum the per-thread partials (transposed, ckk x k) in thread order. */
 #pragma omp parallel for schedule(static) if (wsz * nth > SG_OMP_MIN)
     for (int64_t k = 0; k < g->k; ++k)

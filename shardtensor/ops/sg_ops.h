@@ -84,9 +84,11 @@ sg_status sg_pad_backward(sg_dtype dt, int nsp, int64_t planes,
 /* ---- convolution ---------------------------------------------------------
  * y[n,k,o] = b[k] + sum_{c,j} w[k,c,j] x[n,c, o*s + j*d]   (per spatial dim)
  * x: (N, Cin, in...) padded block; w: (Cout, Cin, kernel...); b: (Cout) or
- * NULL; y: (N, Cout, out...). im2col on tiles + BLAS GEMM, OpenMP over
+ * NULL; y: (N, Cout, out...). im2col on tiles + GEMM, OpenMP over
  * (batch, tile); a 1x1 stride-1 convolution is a plain GEMM (channel-wise
- * linear). */
+ * linear) on the activations in place. The f32 GEMMs run on register-blocked
+ * AVX-512 kernels (pointwise.c) where the build targets AVX-512F, else on
+ * the BLAS; f64 always on the BLAS. */
 typedef struct sg_conv_desc {
   int nsp;                               /* spatial dims: 1, 2 or 3 */
   int64_t batch, cin, cout;

@@ -343,10 +343,83 @@ done:
   sg_var_release(&vw);
 }
 
+/* ---- additions: the tape routes both input gradients itself ------------ */
+/* a = linear(x); s = a + a (one variable twice); u = tanh(a) (a used
+ * again); q = s + u (s takes q's gradient buffer, u a copy); r = q + x (x
+ * without gradient); loss rel_l2(r, t). */
+typedef struct model3 {
+  double x[1 * 2 * 3 * 3], t[1 * 2 * 3 * 3], w[4], b[2];
+  sg_var vx, vt, vw, vb;
+} model3;
+
+static sg_status model3_forward(sg_tape_t tape, model3 *m, sg_var **loss) {
+  sg_status st = SG_OK;
+  sg_var *a, *s, *u, *q, *r;
+  SG_TRY(sg_ag_linear(tape, &m->vx, &m->vw, &m->vb, &a));
+  SG_TRY(sg_ag_binary(tape, SG_BINARY_ADD, a, a, &s));
+  SG_TRY(sg_ag_act(tape, SG_ACT_TANH, a, &u));
+  SG_TRY(sg_ag_binary(tape, SG_BINARY_ADD, s, u, &q));
+  SG_TRY(sg_ag_binary(tape, SG_BINARY_ADD, q, &m->vx, &r));
+  SG_TRY(sg_ag_loss(tape, SG_LOSS_REL_L2, r, &m->vt, loss));
+fail:
+  return st;
+}
+
+static void test_model3(void) {
+  model3 *m = calloc(1, sizeof *m);
+  sg_tape_t tape = NULL;
+  fill(m->x, 18, 1);
+  fill(m->t, 18, 1);
+  fill(m->w, 4, 0.7);
+  fill(m->b, 2, 0.3);
+  const int64_t xs[4] = {1, 2, 3, 3}, ws[2] = {2, 2}, bs[1] = {2};
+  SG_REQUIRE_OK(sg_var_init(&m->vx, "x", SG_DTYPE_F64, 4, xs, m->x, 0));
+  SG_REQUIRE_OK(sg_var_init(&m->vt, "t", SG_DTYPE_F64, 4, xs, m->t, 0));
+  SG_REQUIRE_OK(sg_var_init_param(&m->vw, "w", SG_DTYPE_F64, 2, ws, m->w, NULL));
+  SG_REQUIRE_OK(sg_var_init_param(&m->vb, "b", SG_DTYPE_F64, 1, bs, m->b, NULL));
+  SG_REQUIRE_OK(sg_tape_create(&tape));
+  sg_var *loss = NULL;
+  SG_REQUIRE_OK(model3_forward(tape, m, &loss));
+  SG_REQUIRE_OK(sg_tape_backward(tape, loss));
+  double *ps[2] = {m->w, m->b}, *gs[2] = {m->vw.grad.data, m->vb.grad.data};
+  const int np[2] = {4, 2};
+  for (int k = 0; k < 2; ++k) {
+    int bad = 0;
+    for (int i = 0; i < np[k]; ++i) {
+      const double h = 1e-6, s0 = ps[k][i];
+      double v[2];
+      for (int side = 0; side < 2; ++side) {
+        ps[k][i] = s0 + (side ? -h : h);
+        int prev = sg_tape_set_grad_enabled(tape, 0);
+        sg_var *l = NULL;
+        v[side] = model3_forward(tape, m, &l) == SG_OK ? sg_var_item(l) : NAN;
+        sg_tape_clear(tape);
+        sg_tape_set_grad_enabled(tape, prev);
+      }
+      ps[k][i] = s0;
+      const double fd = (v[0] - v[1]) / (2 * h);
+      if (!(fabs(fd - gs[k][i]) <= 1e-6 * (1 + fabs(fd)))) {
+        if (!bad) sg_test_fail_at(__FILE__, __LINE__, "model3 param %d [%d]: fd %.10g, backward %.10g",
+                                  k, i, fd, gs[k][i]);
+        bad++;
+      }
+    }
+    SG_CHECK(bad == 0, "model3 param %d: %d entries differ from finite differences", k, bad);
+  }
+done:
+  sg_tape_destroy(&tape);
+  sg_var_release(&m->vw);
+  sg_var_release(&m->vb);
+  sg_var_release(&m->vx);
+  sg_var_release(&m->vt);
+  free(m);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   test_model1();
   test_model2();
+  test_model3();
   test_f32();
   return sg_test_finish();
 }

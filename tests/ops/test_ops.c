@@ -184,6 +184,15 @@ static void test_conv(void) {
   sg_conv_desc d11 = {.nsp = 2, .batch = 2, .cin = 5, .cout = 3, .in = {7, 9},
                       .kernel = {1, 1}, .stride = {1, 1}, .dilation = {1, 1}};
   test_conv_case("conv 1x1 (linear)", d11, 1);
+  /* 1x1 with full register tiles and edges (f32 pointwise kernels): 13
+   * outputs = 8 + 5 (forward) = 3 x 4 + 1 (dW), 14 inputs = 2 x 6 + 2,
+   * 13 x 83 = 1079 pixels = 22 strips of 48 + 23 (dW chunks 1024 + 55) */
+  sg_conv_desc d11b = {.nsp = 2, .batch = 2, .cin = 14, .cout = 13, .in = {13, 83},
+                       .kernel = {1, 1}, .stride = {1, 1}, .dilation = {1, 1}};
+  test_conv_case("conv 1x1 tiles", d11b, 1);
+  sg_conv_desc d11c = {.nsp = 1, .batch = 3, .cin = 1, .cout = 4, .in = {64},
+                       .kernel = {1}, .stride = {1}, .dilation = {1}};
+  test_conv_case("conv 1x1 cin 1", d11c, 0);
   sg_conv_desc d1l = {.nsp = 1, .batch = 2, .cin = 2, .cout = 2, .in = {2500},
                       .kernel = {5}, .stride = {1}, .dilation = {3}};
   test_conv_case("conv1d long tiled", d1l, 1);
@@ -515,6 +524,8 @@ static void test_pointwise(void) {
     pw_case c = {.kind = act, .n = n};
     c.a = rnd(n); c.r = rnd(n);
     for (int64_t i = 0; i < n; ++i) c.a[i] *= 3;
+    /* far tails (the clamps of the f32 exp) */
+    c.a[7] = -60, c.a[8] = -9.5, c.a[9] = 9.5, c.a[10] = 60, c.a[11] = -1e4, c.a[12] = 1e4;
     if (act == SG_ACT_RELU)
       for (int64_t i = 0; i < n; ++i)
         if (fabs(c.a[i]) < 1e-3) c.a[i] = 0.5; /* keep FD away from the kink */
@@ -531,6 +542,13 @@ static void test_pointwise(void) {
     SG_CHECK(sg_test_cmp_f32(sg_act_name((sg_act)act), yf, rf, n, 1e-5, 1e-6) == 0, "%s f32 forward", sg_act_name((sg_act)act));
     SG_CHECK_OK(sg_act_backward((sg_act)act, SG_DTYPE_F64, n, c.a, c.r, dx));
     check_fd(sg_act_name((sg_act)act), pw_loss, &c, c.a, dx, n, 1e-6);
+    { /* f32 backward against f64 */
+      float *rf32 = to_f32(c.r, n), *dxf = malloc(n * sizeof *dxf), *dxr = to_f32(dx, n);
+      SG_CHECK_OK(sg_act_backward((sg_act)act, SG_DTYPE_F32, n, af, rf32, dxf));
+      SG_CHECK(sg_test_cmp_f32(sg_act_name((sg_act)act), dxf, dxr, n, 1e-5, 1e-6) == 0,
+               "%s f32 backward", sg_act_name((sg_act)act));
+      free(rf32); free(dxf); free(dxr);
+    }
     /* in place */
     memcpy(y, c.a, n * 8);
     SG_CHECK_OK(sg_act_forward((sg_act)act, SG_DTYPE_F64, n, y, y));
