@@ -9,6 +9,16 @@
  * other ranks wait without spinning, so the parallel efficiency is
  * t_fftw / (P * t_dist).
  *
+ * --cache (default warm) sets what each timed call finds in the caches:
+ * warm, an untimed call of the same transform just before (for both plain
+ * FFTW and the distributed one); cold, a flush buffer streamed first;
+ * interleaved, whatever the other transform left (the behaviour before
+ * 2026-11-25: on a 32 MiB L3 the reference then ran 2.9-3.8 ms where it
+ * runs 2.65 ms warm). Beside the medians the minimum times are printed
+ * (the undisturbed speed on a shared machine), the number of reps in which
+ * two ranks ended on one CPU, and each rank's involuntary ("preempted") and
+ * voluntary ("yielded") context switches over the timed loop.
+ *
  *   mpiexec -n 2 sg-bench-fft --sizes 128,256,512 --channels 32 --dtype f32
  */
 #define _GNU_SOURCE /* sched_getcpu */
