@@ -169,9 +169,14 @@ static int shm_sync_flags(void) {
 }
 
 /* SG_FFT_SPIN_US: microseconds a waiting rank polls before it starts
- * yielding the CPU between polls (default 20; -1: never yield) */
+ * yielding the CPU between polls (default 1000; -1: never yield). Waits
+ * between ranks on their own cores are tens of microseconds; a longer wait
+ * means the peer is not running (preempted, or on this rank's core). 20 us
+ * rescued the co-located case as well, but on the 2-vCPU VM under load the
+ * scheduler then put both ranks on one vCPU far more often (in 6 of 8
+ * launches against 0 of 8 with MPI_Barrier). */
 static long shm_spin_ns(void) {
-  long us = 20;
+  long us = 1000;
   const char *e = getenv("SG_FFT_SPIN_US");
   if (e && *e) {
     char *end = NULL;
