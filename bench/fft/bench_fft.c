@@ -13,8 +13,9 @@
  * warm, an untimed call of the same transform just before (for both plain
  * FFTW and the distributed one); cold, a flush buffer streamed first;
  * interleaved, whatever the other transform left (the behaviour before
- * 2026-11-25: on a 32 MiB L3 the reference then ran 2.9-3.8 ms where it
- * runs 2.65 ms warm). Beside the medians the minimum times are printed
+ * 2026-11-25: on the AMD VM's 32 MiB L3 the reference then took 2.97-3.81
+ * ms by launch, against 2.60-2.74 ms back to back in the same period).
+ * Beside the medians the minimum times are printed
  * (the undisturbed speed on a shared machine), the number of reps in which
  * two ranks ended on one CPU, and each rank's involuntary ("preempted") and
  * voluntary ("yielded") context switches over the timed loop.
