@@ -39,7 +39,8 @@ typedef struct sg_fft_stage {
    * 256 x (32, 256, 64) took 7-11 ms strided vs 0.7 ms blocked. */
   int blocked;
   int64_t b_outer, b_n, b_inner, b_w, b_ld;
-  void *bpf, *bpb, *brf, *brb; /* plans for bw and for the rest columns */
+  void *bpf, *bpb, *brf, *brb; /* plans for bw columns and for the last
+                                  * tile (bw + inner % bw columns) */
   /* REDIST */
   sg_fft_redist rd;
 } sg_fft_stage;
@@ -137,7 +138,10 @@ static size_t stage_block_geometry(sg_fft_plan_t p, sg_fft_stage *s) {
   s->b_w = w < s->b_inner ? w : s->b_inner;
   s->b_ld = s->b_n + (int64_t)(64 / cs);
   s->blocked = 1;
-  size_t bytes = (size_t)(s->b_w * s->b_ld) * cs;
+  /* the last tile takes the columns left over (b_w + inner % b_w wide), so
+   * a rank with one column more than its peer (65 of 129) runs no extra
+   * one-column pass over every row */
+  size_t bytes = (size_t)((s->b_w + s->b_inner % s->b_w) * s->b_ld) * cs;
   return (bytes + 63) / 64 * 64;
 }
 
@@ -145,7 +149,8 @@ static sg_status stage_make_blocked(sg_fft_plan_t p, sg_fft_stage *s) {
   sg_status st = SG_OK;
   const int64_t rest = s->b_inner % s->b_w;
   fftw_iodim64 dim = {s->b_n, 1, 1};
-  fftw_iodim64 how = {s->b_w, s->b_ld, s->b_ld}, hrest = {rest, s->b_ld, s->b_ld};
+  fftw_iodim64 how = {s->b_w, s->b_ld, s->b_ld},
+               hrest = {s->b_w + rest, s->b_ld, s->b_ld}; /* the last tile */
   unsigned flags = (p->desc.flags & SG_FFT_MEASURE) ? FFTW_MEASURE
                                                      : FFTW_ESTIMATE;
   /* threads run over tiles; each tile's transform is single-threaded */
@@ -301,7 +306,7 @@ SG_FFT_TILE_FNS(sg_fft_c64, c64)
 static void stage_exec_blocked(sg_fft_plan_t p, const sg_fft_stage *s,
                                int fwd, const void *in, void *out) {
   const int64_t n = s->b_n, inner = s->b_inner, bw = s->b_w, ld = s->b_ld;
-  const int64_t nblk = (inner + bw - 1) / bw, ntask = s->b_outer * nblk;
+  const int64_t nblk = inner / bw, ntask = s->b_outer * nblk;
   const int f64 = p->desc.dtype == SG_DTYPE_F64;
   const size_t cs = 2 * p->real_size;
   void *full = fwd ? s->bpf : s->bpb, *part = fwd ? s->brf : s->brb;
@@ -309,7 +314,7 @@ static void stage_exec_blocked(sg_fft_plan_t p, const sg_fft_stage *s,
     if (p->nth > 1 && ntask > 1 && n * inner * s->b_outer > 32768)
   for (int64_t task = 0; task < ntask; ++task) {
     const int64_t o = task / nblk, j0 = (task % nblk) * bw;
-    const int64_t nb = inner - j0 < bw ? inner - j0 : bw;
+    const int64_t nb = task % nblk == nblk - 1 ? inner - j0 : bw;
     char *tile = (char *)p->T + (size_t)omp_get_thread_num() * p->bytes_tile;
     const size_t at = (size_t)(o * n * inner + j0) * cs;
     void *plan = nb == bw ? full : part;

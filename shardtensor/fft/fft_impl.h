@@ -63,6 +63,16 @@ typedef struct sg_fft_redist {
   int shm;
   int phase;        /* which half of the segments the next call uses */
   size_t half;      /* bytes of one half */
+  /* Synchronisation of the shared-memory path: every segment ends in a
+   * 64-byte line holding its rank's arrival count; a rank publishes its
+   * count and waits until every peer's has reached it, spinning for
+   * spin_ns and then yielding the CPU between polls (a waiting rank
+   * gives its core to a peer that shares it instead of spinning through
+   * the scheduler's time slice). flag_sync = 0: MPI_Barrier instead
+   * (SG_FFT_SHM_SYNC=mpi). */
+  int flag_sync;
+  long spin_ns;
+  uint64_t epoch;   /* arrivals so far (same on every rank) */
   MPI_Win win;
   char *seg;
   char **peer_seg;  /* P: base of each rank's segment */

@@ -1,9 +1,12 @@
 /* shardgrid — layouts, box copies and the all-to-all-v transposes of the
  * distributed FFT. */
 #include <limits.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fft_impl.h"
 #include "sg_comm.h"
@@ -146,6 +149,91 @@ static int64_t prod(const int64_t *v, int n) {
   return p;
 }
 
+/* ---- shared-memory synchronisation ----------------------------------------- */
+
+/* One cache line after the two halves of each segment: its rank's arrival
+ * count. */
+#define SHM_CTL_BYTES 64
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
+               "the shared-memory transpose needs lock-free 64-bit atomics");
+
+static _Atomic unsigned long long *shm_ctl(const sg_fft_redist *rd, int q) {
+  return (_Atomic unsigned long long *)(void *)(rd->peer_seg[q] +
+                                                2 * rd->half);
+}
+
+/* SG_FFT_SHM_SYNC=mpi: MPI_Barrier (the previous behaviour) */
+static int shm_sync_flags(void) {
+  const char *e = getenv("SG_FFT_SHM_SYNC");
+  return !(e && strcmp(e, "mpi") == 0);
+}
+
+/* SG_FFT_SPIN_US: microseconds a waiting rank polls before it starts
+ * yielding the CPU between polls (default 1000; -1: never yield). Waits
+ * between ranks on their own cores are tens of microseconds; a longer wait
+ * means the peer is not running (preempted, or on this rank's core). 20 us
+ * rescued the co-located case as well, but on the 2-vCPU VM under load the
+ * scheduler then put both ranks on one vCPU far more often (in 6 of 8
+ * launches against 0 of 8 with MPI_Barrier). */
+static long shm_spin_ns(void) {
+  long us = 1000;
+  const char *e = getenv("SG_FFT_SPIN_US");
+  if (e && *e) {
+    char *end = NULL;
+    long v = strtol(e, &end, 10);
+    if (end && *end == '\0' && v >= -1) us = v;
+  }
+  return us < 0 ? -1 : us * 1000;
+}
+
+static long elapsed_ns(const struct timespec *t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long)(t.tv_sec - t0->tv_sec) * 1000000000L +
+         (long)(t.tv_nsec - t0->tv_nsec);
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* Publish this rank's arrival and wait for every peer's. The packed
+ * blocks are written before the release store and read after the acquire
+ * loads; MPI_Win_sync keeps MPI's view of the window in step. A rank can be
+ * at most one arrival ahead of a peer, and it then writes the other half
+ * of its segment, so the peer's reads of the previous half are safe. */
+static void shm_flag_barrier(sg_fft_redist *rd) {
+  const uint64_t e = ++rd->epoch;
+  MPI_Win_sync(rd->win);
+  atomic_store_explicit(shm_ctl(rd, rd->r), (unsigned long long)e,
+                        memory_order_release);
+  struct timespec t0;
+  int timing = 0;
+  for (int q = 0; q < rd->P; ++q) {
+    if (q == rd->r) continue;
+    _Atomic unsigned long long *c = shm_ctl(rd, q);
+    unsigned spins = 0;
+    while (atomic_load_explicit(c, memory_order_acquire) < e) {
+      if (rd->spin_ns < 0 || ++spins < 64) {
+        cpu_relax();
+        continue;
+      }
+      spins = 0;
+      if (!timing) {
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        timing = 1;
+      } else if (elapsed_ns(&t0) >= rd->spin_ns) {
+        sched_yield();
+      }
+    }
+  }
+  MPI_Win_sync(rd->win);
+}
+
 sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes,
                              int nd, size_t esize, int axis, int from, int to,
                              const int64_t *src_phys, const int64_t *src_log,
@@ -265,14 +353,27 @@ sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes,
     free(mine);
     free(theirs);
     SG_MPI(rc);
-    SG_MPI(MPI_Win_allocate_shared((MPI_Aint)(2 * rd->half), 1, MPI_INFO_NULL,
-                                   rd->comm, &rd->seg, &rd->win));
+    /* the same synchronisation on every rank (the environment could
+     * differ between ranks): flags unless any rank asks for MPI_Barrier;
+     * the longest spin asked for */
+    long cfg[2] = {shm_sync_flags() ? 0 : 1, shm_spin_ns()}, agreed[2];
+    SG_MPI(MPI_Allreduce(cfg, agreed, 2, MPI_LONG, MPI_MAX, rd->comm));
+    rd->flag_sync = agreed[0] == 0;
+    rd->spin_ns = agreed[1];
+    SG_MPI(MPI_Win_allocate_shared((MPI_Aint)(2 * rd->half + SHM_CTL_BYTES), 1,
+                                   MPI_INFO_NULL, rd->comm, &rd->seg,
+                                   &rd->win));
     for (int q = 0; q < P; ++q) {
       MPI_Aint sz;
       int du;
       SG_MPI(MPI_Win_shared_query(rd->win, q, &sz, &du, &rd->peer_seg[q]));
     }
     SG_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, rd->win));
+    /* arrival counts start at zero on every rank before anyone polls */
+    atomic_store_explicit(shm_ctl(rd, rd->r), 0, memory_order_relaxed);
+    SG_MPI(MPI_Win_sync(rd->win));
+    SG_MPI(MPI_Barrier(rd->comm));
+    SG_MPI(MPI_Win_sync(rd->win));
   }
   return SG_OK;
 fail:
@@ -324,8 +425,12 @@ static void zero_src(const sg_fft_redist *rd, void *src) {
   }
 }
 
-static sg_status shm_sync(const sg_fft_redist *rd) {
+static sg_status shm_sync(sg_fft_redist *rd) {
   sg_status st = SG_OK;
+  if (rd->flag_sync) {
+    shm_flag_barrier(rd);
+    return SG_OK;
+  }
   SG_MPI(MPI_Win_sync(rd->win));
   SG_MPI(MPI_Barrier(rd->comm));
   SG_MPI(MPI_Win_sync(rd->win));
