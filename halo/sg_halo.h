@@ -122,6 +122,10 @@ int64_t sg_halo_plan_origin(sg_halo_plan_t plan);
 void sg_halo_plan_strides(sg_halo_plan_t plan, int64_t *strides);
 /* Bytes this rank sends in one forward exchange (all dims). */
 size_t sg_halo_plan_send_bytes(sg_halo_plan_t plan);
+/* The message path the plan chose (the same on every rank): "shm" (on-node
+ * shared window), "mpi" (direct for one-run slabs, else packed), "pack" or
+ * "direct" (forced by SG_HALO_PATH). Not collective. */
+const char *sg_halo_plan_path(sg_halo_plan_t plan);
 
 /* Forward exchange. Collective with the neighbours along every split dim
  * (all ranks of the mesh call it with their plans). start begins it on
