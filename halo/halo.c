@@ -50,6 +50,13 @@ enum {
  * adjoint messages share the channels and their sequence numbers. */
 enum { SHM_READY = 0, SHM_ACK = 384, SHM_TABLE = 768, SHM_HDR = 1024 };
 #define HALO_POOL 64
+#define HALO_SHM_CHUNK 65536 /* default bytes per piece of a message */
+
+typedef struct piece_plan {
+  int k;                  /* box dim cut into pieces */
+  int64_t m, nk, n, inner; /* slices per piece, pieces per row of dim k,
+                              pieces, elements per slice */
+} piece_plan;
 
 typedef struct hdim {
   int64_t n;              /* owned cells */
@@ -79,7 +86,10 @@ typedef struct hdim {
    * still to receive in the current step */
   size_t soff[2], ssize[2], poff[2], psize[2];
   char *pseg[2];
-  uint64_t nsent[2], nrecv[2];
+  uint64_t nsent[2], nrecv[2]; /* messages sent / received per side */
+  uint64_t pub[2], got[2];     /* pieces published / consumed per side */
+  struct piece_plan spp[2], rpp[2]; /* the current messages' pieces */
+  int64_t spos[2], rpos[2];         /* pieces done of them */
   int want[2];
 } hdim;
 
@@ -110,6 +120,7 @@ struct sg_halo_plan {
   struct halo_comm_cache *cache;
   int win;  /* pool index */
   char *seg; /* own segment */
+  size_t chunk; /* bytes per piece (SG_HALO_SHM_CHUNK, same on all ranks) */
 };
 
 void sg_halo_desc_init(sg_halo_desc *desc) {
@@ -617,6 +628,14 @@ static sg_status setup_shm(struct sg_halo_plan *p) {
     }
   }
   halo_win *hw = &c->pool[w];
+  {
+    /* bytes per piece: SG_HALO_SHM_CHUNK, the smallest over the ranks */
+    const char *e = getenv("SG_HALO_SHM_CHUNK");
+    long long v0 = e && *e ? atoll(e) : HALO_SHM_CHUNK, vmin = 0;
+    if (v0 < 64) v0 = 64;
+    SG_MPI(MPI_Allreduce(&v0, &vmin, 1, MPI_LONG_LONG, MPI_MIN, p->comm));
+    p->chunk = (size_t)vmin;
+  }
   hw->in_use = 1;
   p->shm = 1;
   sg_log_debug("halo plan %d: on-node shared-memory path (window %d of %d, "
@@ -638,7 +657,7 @@ static sg_status setup_shm(struct sg_halo_plan *p) {
   for (int d = 0; d < p->ndims; ++d) {
     hdim *q = &p->dim[d];
     for (int s = 0; s < 2; ++s) {
-      q->nsent[s] = q->nrecv[s] = 0;
+      q->nsent[s] = q->nrecv[s] = q->pub[s] = q->got[s] = 0;
       if (q->local[s]) continue;
       MPI_Aint sz = 0;
       int du = 0;
@@ -896,6 +915,48 @@ fail:
 
 /* ---- the on-node path ----------------------------------------------------- */
 
+/* A message is moved in pieces of about p->chunk bytes so that the
+ * receiver reads each piece while it is still in the writer's cache (and
+ * a rank packs its own pieces and unpacks its neighbours' in turn). The
+ * pieces are cut from the box's counts alone (not its strides), so the
+ * sender's slab and the receiver's halo, which have the same counts, are
+ * cut alike: along box dim k, m slices at a time, where k is the outermost
+ * dim whose slices are at most chunk bytes. */
+static piece_plan pieces_of(const sg_halo_box *b, size_t esize, size_t chunk) {
+  piece_plan pp;
+  int64_t inner = 1, outer = 1;
+  int k = SG_HALO_BOX_DIMS - 1;
+  while (k > 0 && (size_t)(inner * b->count[k]) * esize <= chunk) {
+    inner *= b->count[k];
+    --k;
+  }
+  for (int j = 0; j < k; ++j) outer *= b->count[j];
+  pp.k = k;
+  pp.inner = inner;
+  pp.m = (int64_t)(chunk / ((size_t)inner * esize));
+  if (pp.m < 1) pp.m = 1;
+  pp.nk = (b->count[k] + pp.m - 1) / pp.m;
+  pp.n = outer * pp.nk;
+  return pp;
+}
+
+/* Piece i of box b as a box, and its first element in the packed order. */
+static sg_halo_box piece_box(const sg_halo_box *b, const piece_plan *pp,
+                             int64_t i, int64_t *first) {
+  sg_halo_box o = *b;
+  int64_t pre = i / pp->nk, a = (i % pp->nk) * pp->m;
+  int64_t len = b->count[pp->k] - a < pp->m ? b->count[pp->k] - a : pp->m;
+  *first = pre * b->count[pp->k] * pp->inner + a * pp->inner;
+  for (int j = pp->k - 1; j >= 0; --j) {
+    o.base += (pre % b->count[j]) * b->stride[j];
+    pre /= b->count[j];
+    o.count[j] = 1;
+  }
+  o.base += a * b->stride[pp->k];
+  o.count[pp->k] = len;
+  return o;
+}
+
 /* One poll of a spin: a pause, and every 64 polls a call into MPI (other
  * plans' messages keep progressing) and a yield (oversubscribed nodes). */
 static void shm_pause(const struct sg_halo_plan *p, unsigned *spins) {
@@ -910,63 +971,91 @@ static void shm_pause(const struct sg_halo_plan *p, unsigned *spins) {
   }
 }
 
-/* Put the next message of channel (d, s) into my slot: the forward slab
- * (sbox) or, for the adjoint, the halo (rbox, then zeroed). */
-static sg_status shm_send(struct sg_halo_plan *p, int d, int s, int adjoint) {
-  sg_status st = SG_OK;
+/* The box a side sends (forward: the owned slab; adjoint: the halo) and
+ * the box it receives into. */
+static const sg_halo_box *send_box(const struct sg_halo_plan *p,
+                                   const hdim *q, int s) {
+  return p->phase == PHASE_ADJ ? &q->rbox[s] : &q->sbox[s];
+}
+static const sg_halo_box *recv_box(const struct sg_halo_plan *p,
+                                   const hdim *q, int s) {
+  return p->phase == PHASE_ADJ ? &q->sbox[s] : &q->rbox[s];
+}
+
+/* Begin the next message on channel (d, s): wait until its buffer is free
+ * (the receiver acknowledged message k - 2). */
+static void shm_send_begin(struct sg_halo_plan *p, int d, int s) {
   hdim *q = &p->dim[d];
-  MPI_Win win = p->cache->pool[p->win].win;
   uint64_t k = ++q->nsent[s];
   _Atomic uint64_t *ack = shm_flag(q->pseg[s], SHM_ACK, d, 1 - s);
   unsigned spins = 0;
   while (atomic_load_explicit(ack, memory_order_acquire) + 2 < k)
     shm_pause(p, &spins);
-  char *dst = p->seg + q->soff[s] + (k & 1) * q->ssize[s];
-  if (adjoint) {
-    sg_halo_pack_host(p->block, &q->rbox[s], p->esize, dst);
-    sg_halo_zero_host(p->block, &q->rbox[s], p->esize);
-  } else {
-    sg_halo_pack_host(p->block, &q->sbox[s], p->esize, dst);
-  }
-  SG_MPI(MPI_Win_sync(win));
-  atomic_store_explicit(shm_flag(p->seg, SHM_READY, d, s), k,
+  q->spp[s] = pieces_of(send_box(p, q, s), p->esize, p->chunk);
+  q->spos[s] = 0;
+}
+
+/* Pack the next piece into the buffer and publish it (the adjoint zeroes
+ * the halo piece it sent). */
+static sg_status shm_send_piece(struct sg_halo_plan *p, int d, int s) {
+  sg_status st = SG_OK;
+  hdim *q = &p->dim[d];
+  const sg_halo_box *b = send_box(p, q, s);
+  int64_t first = 0;
+  sg_halo_box pb = piece_box(b, &q->spp[s], q->spos[s]++, &first);
+  char *dst = p->seg + q->soff[s] + (q->nsent[s] & 1) * q->ssize[s] +
+              (size_t)first * p->esize;
+  sg_halo_pack_host(p->block, &pb, p->esize, dst);
+  if (p->phase == PHASE_ADJ) sg_halo_zero_host(p->block, &pb, p->esize);
+  SG_MPI(MPI_Win_sync(p->cache->pool[p->win].win));
+  atomic_store_explicit(shm_flag(p->seg, SHM_READY, d, s), ++q->pub[s],
                         memory_order_release);
 fail:
   return st;
 }
 
-/* Has the next message from side s of dim d arrived? */
-static int shm_ready(const struct sg_halo_plan *p, int d, int s) {
-  const hdim *q = &p->dim[d];
-  return atomic_load_explicit(shm_flag(q->pseg[s], SHM_READY, d, 1 - s),
-                              memory_order_acquire) > q->nrecv[s];
-}
-
-/* Consume the next message from side s of dim d (it has arrived): unpack
- * it into the halo (forward) or add it into the edge cells (adjoint)
- * straight from the neighbour's segment, then acknowledge it. */
-static sg_status shm_recv(struct sg_halo_plan *p, int d, int s, int adjoint) {
+/* Consume the pieces of the current message from side s of dim d that have
+ * arrived: unpack them into the halo (forward) or add them into the edge
+ * cells (adjoint) straight from the neighbour's segment; acknowledge the
+ * message when its last piece is in. */
+static sg_status shm_recv(struct sg_halo_plan *p, int d, int s) {
   sg_status st = SG_OK;
   hdim *q = &p->dim[d];
   MPI_Win win = p->cache->pool[p->win].win;
-  uint64_t k = q->nrecv[s] + 1;
+  uint64_t ready = atomic_load_explicit(
+      shm_flag(q->pseg[s], SHM_READY, d, 1 - s), memory_order_acquire);
+  int64_t avail = (int64_t)(ready - q->got[s]);
+  if (avail <= 0 && q->rpos[s] < q->rpp[s].n) return SG_OK;
+  if (avail > q->rpp[s].n - q->rpos[s]) avail = q->rpp[s].n - q->rpos[s];
   SG_MPI(MPI_Win_sync(win));
-  const char *src = q->pseg[s] + q->poff[s] + (k & 1) * q->psize[s];
-  if (adjoint)
-    SG_TRY(sg_halo_unpack_add_host(p->block, &q->sbox[s], p->dtype, src));
-  else
-    sg_halo_unpack_host(p->block, &q->rbox[s], p->esize, src);
-  q->nrecv[s] = k;
-  SG_MPI(MPI_Win_sync(win));
-  atomic_store_explicit(shm_flag(p->seg, SHM_ACK, d, s), k,
-                        memory_order_release);
+  const sg_halo_box *b = recv_box(p, q, s);
+  const char *src =
+      q->pseg[s] + q->poff[s] + ((q->nrecv[s] + 1) & 1) * q->psize[s];
+  for (int64_t i = 0; i < avail; ++i) {
+    int64_t first = 0;
+    sg_halo_box pb = piece_box(b, &q->rpp[s], q->rpos[s]++, &first);
+    const char *from = src + (size_t)first * p->esize;
+    if (p->phase == PHASE_ADJ)
+      SG_TRY(sg_halo_unpack_add_host(p->block, &pb, p->dtype, from));
+    else
+      sg_halo_unpack_host(p->block, &pb, p->esize, from);
+  }
+  q->got[s] += (uint64_t)avail;
+  if (q->rpos[s] == q->rpp[s].n) {
+    q->want[s] = 0;
+    ++q->nrecv[s];
+    SG_MPI(MPI_Win_sync(win));
+    atomic_store_explicit(shm_flag(p->seg, SHM_ACK, d, s), q->nrecv[s],
+                          memory_order_release);
+  }
 fail:
   return st;
 }
 
-/* Receive what has arrived (forward: each side as it lands; adjoint: both
- * sides once both are there, added lo then hi as on the MPI path); with
- * wait, everything. *done when nothing is left. */
+/* Receive what has arrived (forward: both sides as they land; adjoint: the
+ * hi side only after the lo side, so overlapping edge cells add in the
+ * same order as on the MPI path); with wait, everything. *done when
+ * nothing is left. */
 static sg_status shm_wait(struct sg_halo_plan *p, int d, int wait,
                           int *done) {
   sg_status st = SG_OK;
@@ -974,33 +1063,54 @@ static sg_status shm_wait(struct sg_halo_plan *p, int d, int wait,
   const int adj = p->phase == PHASE_ADJ;
   unsigned spins = 0;
   for (;;) {
-    int left = 0, ready = 1;
     for (int s = 0; s < 2; ++s) {
       if (!q->want[s]) continue;
-      if (!shm_ready(p, d, s)) {
-        ready = 0;
-        ++left;
-      } else if (!adj) {
-        SG_TRY(shm_recv(p, d, s, 0));
-        q->want[s] = 0;
-      } else {
-        ++left;
-      }
+      if (adj && s == 1 && q->want[0]) break;
+      SG_TRY(shm_recv(p, d, s));
     }
-    if (adj && ready && left) {
-      for (int s = 0; s < 2; ++s)
-        if (q->want[s]) {
-          SG_TRY(shm_recv(p, d, s, 1));
-          q->want[s] = 0;
-        }
-      left = 0;
-    }
+    int left = q->want[0] || q->want[1];
     if (!left || !wait) {
       *done = !left;
       break;
     }
     shm_pause(p, &spins);
   }
+fail:
+  return st;
+}
+
+/* Start a step on the shm path: the messages of both sides piece by piece,
+ * taking in the neighbours' pieces between them (forward), then the local
+ * fills. */
+static sg_status shm_begin(struct sg_halo_plan *p, int d) {
+  sg_status st = SG_OK;
+  hdim *q = &p->dim[d];
+  const int adj = p->phase == PHASE_ADJ;
+  int send[2];
+  for (int s = 0; s < 2; ++s) {
+    send[s] = !q->local[s] && (adj ? q->h[s] : q->s[s]) > 0;
+    q->want[s] = !q->local[s] && (adj ? q->s[s] : q->h[s]) > 0;
+    if (q->want[s]) {
+      q->rpp[s] = pieces_of(recv_box(p, q, s), p->esize, p->chunk);
+      q->rpos[s] = 0;
+    }
+    if (send[s]) shm_send_begin(p, d, s);
+  }
+  for (;;) {
+    int more = 0;
+    for (int s = 0; s < 2; ++s)
+      if (send[s] && q->spos[s] < q->spp[s].n) {
+        SG_TRY(shm_send_piece(p, d, s));
+        more = 1;
+      }
+    if (!more) break;
+    if (!adj) {
+      int ok = 0;
+      SG_TRY(shm_wait(p, d, 0, &ok));
+    }
+  }
+  for (int s = 0; s < 2; ++s)
+    if (q->local[s]) SG_TRY(fill_local(p, d, s, adj));
 fail:
   return st;
 }
@@ -1017,15 +1127,7 @@ static sg_status begin_step(struct sg_halo_plan *p) {
   hdim *q = &p->dim[d];
   const int64_t es = (int64_t)p->esize;
   if (p->shm) {
-    const int adj = p->phase == PHASE_ADJ;
-    for (int s = 0; s < 2; ++s) {
-      q->want[s] = 0;
-      if (q->local[s]) continue;
-      if ((adj ? q->h[s] : q->s[s]) > 0) SG_TRY(shm_send(p, d, s, adj));
-      q->want[s] = (adj ? q->s[s] : q->h[s]) > 0;
-    }
-    for (int s = 0; s < 2; ++s)
-      if (q->local[s]) SG_TRY(fill_local(p, d, s, adj));
+    SG_TRY(shm_begin(p, d));
   } else if (p->phase == PHASE_FWD) {
     /* receives first, then each side's send as soon as it is packed;
      * persistent handles stay valid (inactive) after completion */
