@@ -50,7 +50,7 @@ enum {
  * adjoint messages share the channels and their sequence numbers. */
 enum { SHM_READY = 0, SHM_ACK = 384, SHM_TABLE = 768, SHM_HDR = 1024 };
 #define HALO_POOL 64
-#define HALO_SHM_CHUNK 65536 /* default bytes per piece of a message */
+#define HALO_SHM_CHUNK 262144 /* default bytes per piece of a message */
 
 typedef struct piece_plan {
   int k;                  /* box dim cut into pieces */
@@ -90,7 +90,7 @@ typedef struct hdim {
   uint64_t pub[2], got[2];     /* pieces published / consumed per side */
   struct piece_plan spp[2], rpp[2]; /* the current messages' pieces */
   int64_t spos[2], rpos[2];         /* pieces done of them */
-  int want[2];
+  int sending[2], want[2];          /* sides with a message out / in */
 } hdim;
 
 struct sg_halo_plan {
@@ -1018,7 +1018,8 @@ fail:
  * arrived: unpack them into the halo (forward) or add them into the edge
  * cells (adjoint) straight from the neighbour's segment; acknowledge the
  * message when its last piece is in. */
-static sg_status shm_recv(struct sg_halo_plan *p, int d, int s) {
+static sg_status shm_recv(struct sg_halo_plan *p, int d, int s,
+                          int64_t most) {
   sg_status st = SG_OK;
   hdim *q = &p->dim[d];
   MPI_Win win = p->cache->pool[p->win].win;
@@ -1027,6 +1028,7 @@ static sg_status shm_recv(struct sg_halo_plan *p, int d, int s) {
   int64_t avail = (int64_t)(ready - q->got[s]);
   if (avail <= 0 && q->rpos[s] < q->rpp[s].n) return SG_OK;
   if (avail > q->rpp[s].n - q->rpos[s]) avail = q->rpp[s].n - q->rpos[s];
+  if (most >= 0 && avail > most) avail = most;
   SG_MPI(MPI_Win_sync(win));
   const sg_halo_box *b = recv_box(p, q, s);
   const char *src =
@@ -1052,65 +1054,65 @@ fail:
   return st;
 }
 
-/* Receive what has arrived (forward: both sides as they land; adjoint: the
- * hi side only after the lo side, so overlapping edge cells add in the
- * same order as on the MPI path); with wait, everything. *done when
- * nothing is left. */
-static sg_status shm_wait(struct sg_halo_plan *p, int d, int wait,
+/* Move the current step along: send the next piece of each side, take in
+ * what has arrived (forward: both sides as they land; adjoint: the hi side
+ * only after the lo side, so overlapping edge cells add in the same order
+ * as on the MPI path). lazy: one round (one piece out and at most one in
+ * per side; sg_halo_start and sg_halo_progress, so that the copies spread
+ * over the caller's interior work); else until every piece is out and,
+ * with wait, every piece is in. *done when nothing is left. */
+static sg_status shm_pump(struct sg_halo_plan *p, int d, int wait, int lazy,
                           int *done) {
   sg_status st = SG_OK;
   hdim *q = &p->dim[d];
   const int adj = p->phase == PHASE_ADJ;
   unsigned spins = 0;
   for (;;) {
+    int moved = 0, out = 0;
+    for (int s = 0; s < 2; ++s)
+      if (q->sending[s] && q->spos[s] < q->spp[s].n) {
+        SG_TRY(shm_send_piece(p, d, s));
+        moved = 1;
+        out += q->spos[s] < q->spp[s].n;
+      }
     for (int s = 0; s < 2; ++s) {
       if (!q->want[s]) continue;
       if (adj && s == 1 && q->want[0]) break;
-      SG_TRY(shm_recv(p, d, s));
+      int64_t before = q->rpos[s];
+      SG_TRY(shm_recv(p, d, s, lazy ? 1 : -1));
+      moved |= q->rpos[s] != before || !q->want[s];
     }
     int left = q->want[0] || q->want[1];
-    if (!left || !wait) {
-      *done = !left;
+    if (lazy || (!out && (!left || !wait))) {
+      *done = !out && !left;
       break;
     }
-    shm_pause(p, &spins);
+    if (!moved) shm_pause(p, &spins);
   }
 fail:
   return st;
 }
 
-/* Start a step on the shm path: the messages of both sides piece by piece,
- * taking in the neighbours' pieces between them (forward), then the local
- * fills. */
+/* Start a step on the shm path: the local fills (first, so that the
+ * adjoint adds in the MPI path's order), then one round of pieces. */
 static sg_status shm_begin(struct sg_halo_plan *p, int d) {
   sg_status st = SG_OK;
   hdim *q = &p->dim[d];
   const int adj = p->phase == PHASE_ADJ;
-  int send[2];
+  int ok = 0;
+  for (int s = 0; s < 2; ++s)
+    if (q->local[s]) SG_TRY(fill_local(p, d, s, adj));
   for (int s = 0; s < 2; ++s) {
-    send[s] = !q->local[s] && (adj ? q->h[s] : q->s[s]) > 0;
+    q->sending[s] = !q->local[s] && (adj ? q->h[s] : q->s[s]) > 0;
     q->want[s] = !q->local[s] && (adj ? q->s[s] : q->h[s]) > 0;
     if (q->want[s]) {
       q->rpp[s] = pieces_of(recv_box(p, q, s), p->esize, p->chunk);
       q->rpos[s] = 0;
     }
-    if (send[s]) shm_send_begin(p, d, s);
-  }
-  for (;;) {
-    int more = 0;
-    for (int s = 0; s < 2; ++s)
-      if (send[s] && q->spos[s] < q->spp[s].n) {
-        SG_TRY(shm_send_piece(p, d, s));
-        more = 1;
-      }
-    if (!more) break;
-    if (!adj) {
-      int ok = 0;
-      SG_TRY(shm_wait(p, d, 0, &ok));
-    }
   }
   for (int s = 0; s < 2; ++s)
-    if (q->local[s]) SG_TRY(fill_local(p, d, s, adj));
+    if (q->sending[s]) shm_send_begin(p, d, s);
+  SG_TRY(shm_pump(p, d, 0, 1, &ok));
 fail:
   return st;
 }
@@ -1181,7 +1183,7 @@ static sg_status end_step(struct sg_halo_plan *p) {
   sg_status st = SG_OK;
   int d = step_dim(p, p->step);
   hdim *q = &p->dim[d];
-  if (p->shm) return SG_OK; /* received in shm_wait */
+  if (p->shm) return SG_OK; /* received in shm_pump */
   for (int s = 0; s < 2; ++s) {
     if (q->local[s]) continue;
     if (p->phase == PHASE_ADJ && q->s[s] > 0) {
@@ -1233,7 +1235,7 @@ static sg_status advance(struct sg_halo_plan *p, int wait, int *done) {
     MPI_Status stats[8]; /* not MPI_STATUSES_IGNORE: gcc 12 misreads it */
     if (p->shm) {
       int ok = 0;
-      SG_TRY(shm_wait(p, step_dim(p, p->step), wait, &ok));
+      SG_TRY(shm_pump(p, step_dim(p, p->step), wait, !wait, &ok));
       if (!ok) break;
       n = 0;
     } else if (p->phase == PHASE_FWD) {
