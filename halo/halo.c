@@ -957,13 +957,16 @@ static sg_halo_box piece_box(const sg_halo_box *b, const piece_plan *pp,
   return o;
 }
 
-/* One poll of a spin: a pause, and every 64 polls a call into MPI (other
- * plans' messages keep progressing) and a yield (oversubscribed nodes). */
+/* One poll of a spin: a pause; every 64 polls a call into MPI (other
+ * plans' messages keep progressing); after about 10^5 polls (a neighbour
+ * that is not running: oversubscribed cores) a yield every 1024 polls.
+ * Yielding early costs whole time slices when niced jobs share the cores. */
 static void shm_pause(const struct sg_halo_plan *p, unsigned *spins) {
-  if (++*spins % 64 == 0) {
+  ++*spins;
+  if (*spins % 64 == 0) {
     int flag = 0;
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, p->comm, &flag, MPI_STATUS_IGNORE);
-    sched_yield();
+    if (*spins > 100000 && *spins % 1024 == 0) sched_yield();
   } else {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
