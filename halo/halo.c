@@ -3,11 +3,14 @@
 #include "sg_halo.h"
 
 #include <limits.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sg_device.h"
 #include "sg_halo_pack.h"
+#include "sg_log.h"
 
 enum { PHASE_IDLE = 0, PHASE_FWD, PHASE_ADJ };
 
@@ -18,7 +21,42 @@ enum { PHASE_IDLE = 0, PHASE_FWD, PHASE_ADJ };
  * datatype; MPICH 4.0 (built without yaksa) moves a datatype of several
  * runs 10-40x slower than pack + contiguous message + unpack, even when
  * the runs are 16 KiB long (bench/RESULTS.md, halo), so auto does not. */
-enum { HALO_PATH_AUTO = 0, HALO_PATH_PACK, HALO_PATH_DIRECT };
+enum {
+  HALO_PATH_AUTO = 0,
+  HALO_PATH_PACK,
+  HALO_PATH_DIRECT,
+  HALO_PATH_MPI, /* auto's MPI choice: direct for one run, else pack */
+  HALO_PATH_SHM  /* on-node shared window (falls back to mpi off-node) */
+};
+
+/* On-node path (SG_HALO_PATH=auto or shm, when every neighbour of every
+ * rank shares the node): each rank owns a segment of an MPI-3 shared
+ * window (halo_win, pooled on the halo communicator) laid out as
+ *   [SHM_READY]  6 cache lines: ready[d][s], the sequence number of the
+ *                last message this rank put on channel (d, s), i.e. to
+ *                its neighbour nb[s] along dim d;
+ *   [SHM_ACK]    6 cache lines: ack[d][s], the sequence number of the last
+ *                message from nb[s] along dim d that this rank consumed;
+ *   [SHM_TABLE]  per channel the byte offset and size of its slot;
+ *   [SHM_HDR..]  the slots: two buffers per channel (message k uses buffer
+ *                k & 1), each large enough for the forward slab and the
+ *                adjoint slab of that side.
+ * Each flag has one writer (the segment's owner); readers poll it with
+ * acquire loads, writers publish with MPI_Win_sync + release stores (the
+ * window is in the unified model, locked once with lock_all). A message is
+ * one copy into the own segment (pack, or memcpy for one run) and one copy
+ * out of the peer's segment (unpack, or unpack-add for the adjoint); the
+ * sender waits for ack >= k - 2 before reusing a buffer. Forward and
+ * adjoint messages share the channels and their sequence numbers. */
+enum { SHM_READY = 0, SHM_ACK = 384, SHM_TABLE = 768, SHM_HDR = 1024 };
+#define HALO_POOL 64
+#define HALO_SHM_CHUNK 262144 /* default bytes per piece of a message */
+
+typedef struct piece_plan {
+  int k;                  /* box dim cut into pieces */
+  int64_t m, nk, n, inner; /* slices per piece, pieces per row of dim k,
+                              pieces, elements per slice */
+} piece_plan;
 
 typedef struct hdim {
   int64_t n;              /* owned cells */
@@ -42,6 +80,17 @@ typedef struct hdim {
   MPI_Request req[8]; /* the current forward step's requests */
   int unpack[8];      /* side to unpack when req[i] completes, or -1 */
   int nreq, pending;
+  /* shared-memory path: my slot towards nb[s] (offset of buffer 0 in my
+   * segment, bytes per buffer), nb[s]'s segment and its slot towards me,
+   * the sequence numbers sent on / received from side s, and the sides
+   * still to receive in the current step */
+  size_t soff[2], ssize[2], poff[2], psize[2];
+  char *pseg[2];
+  uint64_t nsent[2], nrecv[2]; /* messages sent / received per side */
+  uint64_t pub[2], got[2];     /* pieces published / consumed per side */
+  struct piece_plan spp[2], rpp[2]; /* the current messages' pieces */
+  int64_t spos[2], rpos[2];         /* pieces done of them */
+  int sending[2], want[2];          /* sides with a message out / in */
 } hdim;
 
 struct sg_halo_plan {
@@ -66,6 +115,12 @@ struct sg_halo_plan {
                                   it is contiguous, e.g. channels-last) */
   int phase, step;
   char *block;
+  /* shared-memory path (path SHM once agreed; else shm = 0) */
+  int shm;
+  struct halo_comm_cache *cache;
+  int win;  /* pool index */
+  char *seg; /* own segment */
+  size_t chunk; /* bytes per piece (SG_HALO_SHM_CHUNK, same on all ranks) */
 };
 
 void sg_halo_desc_init(sg_halo_desc *desc) {
@@ -161,7 +216,7 @@ static sg_halo_box make_box(const struct sg_halo_plan *p, int d, int64_t a,
 
 /* The order of the box dims (lead, d0, d1, d2) by decreasing stride in this
  * rank's desc (unused dims first), and a code for it. */
-static int memory_order(const sg_halo_desc *desc, int *perm) {
+static int box_memory_order(const sg_halo_desc *desc, int *perm) {
   int nd = desc->ndims >= 1 && desc->ndims <= SG_HALO_MAX_DIMS ? desc->ndims
                                                                : 1;
   int packed = 1, n = 0, code = 0;
@@ -263,10 +318,27 @@ fail:
 
 /* Halo messages travel on one duplicate of the mesh communicator, cached on
  * it as an attribute (freed with it), so creating a plan needs no
- * MPI_Comm_dup; each plan gets its own tag range. */
+ * MPI_Comm_dup; each plan gets its own tag range. The cache also holds the
+ * ranks sharing this rank's node (node, and each comm rank's rank in it or
+ * MPI_UNDEFINED) and the pool of shared windows of the on-node path: a
+ * window is allocated (collectively) by a plan creation that finds no free
+ * one large enough on every rank, lent to one plan at a time, returned by
+ * sg_halo_plan_destroy (not collective) and freed with the communicator,
+ * in allocation order on every rank. */
+typedef struct halo_win {
+  MPI_Win win;
+  char *seg;
+  size_t bytes;
+  int in_use;
+} halo_win;
+
 typedef struct halo_comm_cache {
   MPI_Comm comm;
   int next_id;
+  MPI_Comm node;
+  int *node_rank; /* comm rank -> node rank, or MPI_UNDEFINED */
+  int nwin;
+  halo_win pool[HALO_POOL];
 } halo_comm_cache;
 
 static int halo_keyval = MPI_KEYVAL_INVALID;
@@ -278,7 +350,13 @@ static int halo_cache_delete(MPI_Comm comm, int keyval, void *attr,
   (void)extra;
   halo_comm_cache *c = attr;
   if (c) {
+    for (int i = 0; i < c->nwin; ++i) {
+      MPI_Win_unlock_all(c->pool[i].win);
+      MPI_Win_free(&c->pool[i].win);
+    }
+    if (c->node != MPI_COMM_NULL) MPI_Comm_free(&c->node);
     if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
+    free(c->node_rank);
     free(c);
   }
   return MPI_SUCCESS;
@@ -286,34 +364,62 @@ static int halo_cache_delete(MPI_Comm comm, int keyval, void *attr,
 
 /* Collective over mcomm on first use (every rank reaches it in the same
  * plan creation, so the attribute is present on all ranks or on none). */
-static sg_status halo_comm(MPI_Comm mcomm, MPI_Comm *comm, int *id) {
+static sg_status halo_comm(MPI_Comm mcomm, MPI_Comm *comm, int *id,
+                           halo_comm_cache **cache) {
   sg_status st = SG_OK;
   halo_comm_cache *c = NULL;
   int flag = 0;
+  MPI_Group g = MPI_GROUP_NULL, ng = MPI_GROUP_NULL;
+  int *all = NULL;
   if (halo_keyval == MPI_KEYVAL_INVALID)
     SG_MPI(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, halo_cache_delete,
                                   &halo_keyval, NULL));
   SG_MPI(MPI_Comm_get_attr(mcomm, halo_keyval, &c, &flag));
   if (!flag) {
-    c = malloc(sizeof *c);
-    MPI_Comm dup = MPI_COMM_NULL;
+    int size = 0;
+    MPI_Comm_size(mcomm, &size);
+    c = calloc(1, sizeof *c);
+    all = malloc((size_t)size * sizeof *all);
+    MPI_Comm dup = MPI_COMM_NULL, node = MPI_COMM_NULL;
     SG_MPI(MPI_Comm_dup(mcomm, &dup));
-    if (!c) {
+    SG_MPI(MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                               &node));
+    if (!c || !all) {
+      MPI_Comm_free(&node);
       MPI_Comm_free(&dup);
+      free(c);
+      c = NULL;
       SG_RAISE(SG_ERR_ALLOC, "out of memory");
     }
     c->comm = dup;
+    c->node = node;
     c->next_id = 0;
+    c->node_rank = all;
+    all = NULL;
+    for (int r = 0; r < size; ++r) c->node_rank[r] = r;
+    SG_MPI(MPI_Comm_group(dup, &g));
+    SG_MPI(MPI_Comm_group(node, &ng));
+    int *from = malloc((size_t)size * sizeof *from);
+    if (!from) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+    memcpy(from, c->node_rank, (size_t)size * sizeof *from);
+    int rc = MPI_Group_translate_ranks(g, size, from, ng, c->node_rank);
+    free(from);
+    SG_MPI(rc);
     SG_MPI(MPI_Comm_set_attr(mcomm, halo_keyval, c));
   }
   *comm = c->comm;
   *id = c->next_id++;
+  *cache = c;
 fail:
+  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+  if (ng != MPI_GROUP_NULL) MPI_Group_free(&ng);
+  free(all);
   return st;
 }
 
 static void free_plan(struct sg_halo_plan *p) {
   if (!p) return;
+  if (p->shm) p->cache->pool[p->win].in_use = 0; /* back to the pool */
   for (int d = 0; d < SG_HALO_MAX_DIMS; ++d) {
     hdim *q = &p->dim[d];
     for (int s = 0; s < 2; ++s) {
@@ -378,7 +484,7 @@ static sg_status direct_type(const struct sg_halo_plan *p,
   *type = MPI_DATATYPE_NULL;
   *count = 0;
   if (p->path == HALO_PATH_PACK) return SG_OK;
-  if (p->path == HALO_PATH_AUTO && !one_run) return SG_OK;
+  if (p->path != HALO_PATH_DIRECT && !one_run) return SG_OK;
   *direct = 1;
   if (one_run) {
     *type = MPI_BYTE;
@@ -455,6 +561,119 @@ fail:
   return st;
 }
 
+static _Atomic uint64_t *shm_flag(char *seg, int kind, int d, int s) {
+  return (_Atomic uint64_t *)(void *)(seg + kind + 64 * (2 * d + s));
+}
+
+/* The on-node path: decided the same way on every rank (SG_HALO_PATH auto
+ * or shm everywhere, every neighbour on this node, a window of the pool
+ * free on every rank or room for a new one); then this rank's slots are
+ * laid out in the window, the flags reset, and after a synchronising
+ * reduction each rank reads its neighbours' slot tables. Collective over
+ * the mesh. */
+static sg_status setup_shm(struct sg_halo_plan *p) {
+  sg_status st = SG_OK;
+  halo_comm_cache *c = p->cache;
+  size_t need = SHM_HDR;
+  int can = p->path == HALO_PATH_AUTO || p->path == HALO_PATH_SHM, msgs = 0;
+  for (int d = 0; d < p->ndims; ++d) {
+    hdim *q = &p->dim[d];
+    for (int s = 0; s < 2; ++s) {
+      if (q->local[s]) continue;
+      if (c->node_rank[q->nb[s]] == MPI_UNDEFINED) can = 0;
+      size_t sb = q->s[s] > 0 ? (size_t)sg_halo_box_size(&q->sbox[s]) * p->esize
+                              : 0;
+      size_t rb = q->h[s] > 0 ? (size_t)sg_halo_box_size(&q->rbox[s]) * p->esize
+                              : 0;
+      size_t b = sb > rb ? sb : rb;
+      msgs += b > 0;
+      q->ssize[s] = (b + 63) / 64 * 64;
+      q->soff[s] = need;
+      need += 2 * q->ssize[s];
+    }
+  }
+  need = (need + 4095) / 4096 * 4096;
+  /* [0]: every rank can (and some rank has a message); [1]: the pool
+   * windows free and large enough on every rank */
+  uint64_t v[3] = {(uint64_t)can, 0, (uint64_t)(msgs > 0)}, r[3];
+  for (int i = 0; i < c->nwin; ++i)
+    if (!c->pool[i].in_use && c->pool[i].bytes >= need) v[1] |= 1ull << i;
+  SG_MPI(MPI_Allreduce(v, r, 2, MPI_UINT64_T, MPI_BAND, p->comm));
+  SG_MPI(MPI_Allreduce(&v[2], &r[2], 1, MPI_UINT64_T, MPI_BOR, p->comm));
+  if (!r[0] || !r[2]) return SG_OK;
+  int w = -1;
+  for (int i = 0; i < c->nwin && w < 0; ++i)
+    if (r[1] >> i & 1) w = i;
+  if (w < 0) {
+    if (c->nwin == HALO_POOL) return SG_OK; /* stays on MPI */
+    halo_win *hw = &c->pool[c->nwin];
+    MPI_Info info = MPI_INFO_NULL;
+    SG_MPI(MPI_Info_create(&info));
+    MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    int rc = MPI_Win_allocate_shared((MPI_Aint)need, 1, info, c->node,
+                                     &hw->seg, &hw->win);
+    MPI_Info_free(&info);
+    SG_MPI(rc);
+    hw->bytes = need;
+    int *model = NULL, flag = 0;
+    SG_MPI(MPI_Win_get_attr(hw->win, MPI_WIN_MODEL, &model, &flag));
+    SG_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, hw->win));
+    w = c->nwin++;
+    /* the unified model on every rank, else the MPI path */
+    int uni = flag && *model == MPI_WIN_UNIFIED, all = 0;
+    SG_MPI(MPI_Allreduce(&uni, &all, 1, MPI_INT, MPI_MIN, p->comm));
+    if (!all) {
+      hw->in_use = 1; /* never lent */
+      return SG_OK;
+    }
+  }
+  halo_win *hw = &c->pool[w];
+  {
+    /* bytes per piece: SG_HALO_SHM_CHUNK, the smallest over the ranks */
+    const char *e = getenv("SG_HALO_SHM_CHUNK");
+    long long v0 = e && *e ? atoll(e) : HALO_SHM_CHUNK, vmin = 0;
+    if (v0 < 64) v0 = 64;
+    SG_MPI(MPI_Allreduce(&v0, &vmin, 1, MPI_LONG_LONG, MPI_MIN, p->comm));
+    p->chunk = (size_t)vmin;
+  }
+  hw->in_use = 1;
+  p->shm = 1;
+  sg_log_debug("halo plan %d: on-node shared-memory path (window %d of %d, "
+               "%zu bytes on rank 0)",
+               p->id, w, c->nwin, hw->bytes);
+  p->win = w;
+  p->seg = hw->seg;
+  memset(p->seg, 0, SHM_HDR);
+  int64_t *tab = (int64_t *)(void *)(p->seg + SHM_TABLE);
+  for (int d = 0; d < p->ndims; ++d)
+    for (int s = 0; s < 2; ++s) {
+      tab[2 * (2 * d + s)] = (int64_t)p->dim[d].soff[s];
+      tab[2 * (2 * d + s) + 1] = (int64_t)p->dim[d].ssize[s];
+    }
+  SG_MPI(MPI_Win_sync(hw->win));
+  int one = 1, sum = 0;
+  SG_MPI(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, p->comm));
+  SG_MPI(MPI_Win_sync(hw->win));
+  for (int d = 0; d < p->ndims; ++d) {
+    hdim *q = &p->dim[d];
+    for (int s = 0; s < 2; ++s) {
+      q->nsent[s] = q->nrecv[s] = q->pub[s] = q->got[s] = 0;
+      if (q->local[s]) continue;
+      MPI_Aint sz = 0;
+      int du = 0;
+      void *base = NULL;
+      SG_MPI(MPI_Win_shared_query(hw->win, c->node_rank[q->nb[s]], &sz, &du,
+                                  &base));
+      q->pseg[s] = base;
+      const int64_t *pt = (const int64_t *)(void *)(q->pseg[s] + SHM_TABLE);
+      q->poff[s] = (size_t)pt[2 * (2 * d + 1 - s)];
+      q->psize[s] = (size_t)pt[2 * (2 * d + 1 - s) + 1];
+    }
+  }
+fail:
+  return st;
+}
+
 sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
                               sg_halo_plan_t *plan) {
   sg_status st = SG_OK, local = SG_OK;
@@ -487,6 +706,8 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
       if (env && !strcmp(env, "pack")) p->path = HALO_PATH_PACK;
       else if ((env && !strcmp(env, "direct")) || (old && old[0] == '1'))
         p->path = HALO_PATH_DIRECT;
+      else if (env && !strcmp(env, "mpi")) p->path = HALO_PATH_MPI;
+      else if (env && !strcmp(env, "shm")) p->path = HALO_PATH_SHM;
     }
     table = malloc((size_t)sg_mesh_size(mesh) * REC_LEN * sizeof *table);
     if (local == SG_OK && (!p || !table))
@@ -500,7 +721,7 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
       sig[3 + d] = on ? desc->mesh_dim[d] : -2;
       sig[6 + d] = on ? (int)desc->boundary[d] : -2;
     }
-    sig[9] = memory_order(desc, perm);
+    sig[9] = box_memory_order(desc, perm);
     for (int i = 0; i < 10; ++i) sig[10 + i] = -sig[i];
     SG_MPI(MPI_Allreduce(sig, red, 20, MPI_INT, MPI_MIN, mcomm));
     if (red[0] != size) {
@@ -621,11 +842,12 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
 
   {
     /* collective on first use: every rank calls it */
-    sg_status cst = halo_comm(mcomm, &p->comm, &p->id);
+    sg_status cst = halo_comm(mcomm, &p->comm, &p->id, &p->cache);
     if (local == SG_OK) local = cst;
   }
   if (local == SG_OK) local = setup_local(p, mesh, desc);
   SG_TRY(agree(mcomm, local));
+  SG_TRY(setup_shm(p));
   free(table);
   *plan = p;
   return SG_OK;
@@ -655,6 +877,14 @@ void sg_halo_plan_strides(sg_halo_plan_t plan, int64_t *strides) {
 size_t sg_halo_plan_send_bytes(sg_halo_plan_t plan) {
   return plan->send_bytes;
 }
+const char *sg_halo_plan_path(sg_halo_plan_t plan) {
+  if (plan->shm) return "shm";
+  switch (plan->path) {
+  case HALO_PATH_PACK: return "pack";
+  case HALO_PATH_DIRECT: return "direct";
+  default: return "mpi";
+  }
+}
 
 /* ---- local fills at physical edges / local wrap -------------------------- */
 
@@ -683,6 +913,213 @@ fail:
   return st;
 }
 
+/* ---- the on-node path ----------------------------------------------------- */
+
+/* A message is moved in pieces of about p->chunk bytes so that the
+ * receiver reads each piece while it is still in the writer's cache (and
+ * a rank packs its own pieces and unpacks its neighbours' in turn). The
+ * pieces are cut from the box's counts alone (not its strides), so the
+ * sender's slab and the receiver's halo, which have the same counts, are
+ * cut alike: along box dim k, m slices at a time, where k is the outermost
+ * dim whose slices are at most chunk bytes. */
+static piece_plan pieces_of(const sg_halo_box *b, size_t esize, size_t chunk) {
+  piece_plan pp;
+  int64_t inner = 1, outer = 1;
+  int k = SG_HALO_BOX_DIMS - 1;
+  while (k > 0 && (size_t)(inner * b->count[k]) * esize <= chunk) {
+    inner *= b->count[k];
+    --k;
+  }
+  for (int j = 0; j < k; ++j) outer *= b->count[j];
+  pp.k = k;
+  pp.inner = inner;
+  pp.m = (int64_t)(chunk / ((size_t)inner * esize));
+  if (pp.m < 1) pp.m = 1;
+  pp.nk = (b->count[k] + pp.m - 1) / pp.m;
+  pp.n = outer * pp.nk;
+  return pp;
+}
+
+/* Piece i of box b as a box, and its first element in the packed order. */
+static sg_halo_box piece_box(const sg_halo_box *b, const piece_plan *pp,
+                             int64_t i, int64_t *first) {
+  sg_halo_box o = *b;
+  int64_t pre = i / pp->nk, a = (i % pp->nk) * pp->m;
+  int64_t len = b->count[pp->k] - a < pp->m ? b->count[pp->k] - a : pp->m;
+  *first = pre * b->count[pp->k] * pp->inner + a * pp->inner;
+  for (int j = pp->k - 1; j >= 0; --j) {
+    o.base += (pre % b->count[j]) * b->stride[j];
+    pre /= b->count[j];
+    o.count[j] = 1;
+  }
+  o.base += a * b->stride[pp->k];
+  o.count[pp->k] = len;
+  return o;
+}
+
+/* One poll of a spin: a pause; every 64 polls a call into MPI (other
+ * plans' messages keep progressing); after about 10^5 polls (a neighbour
+ * that is not running: oversubscribed cores) a yield every 1024 polls.
+ * Yielding early costs whole time slices when niced jobs share the cores. */
+static void shm_pause(const struct sg_halo_plan *p, unsigned *spins) {
+  ++*spins;
+  if (*spins % 64 == 0) {
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, p->comm, &flag, MPI_STATUS_IGNORE);
+    if (*spins > 100000 && *spins % 1024 == 0) sched_yield();
+  } else {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
+/* The box a side sends (forward: the owned slab; adjoint: the halo) and
+ * the box it receives into. */
+static const sg_halo_box *send_box(const struct sg_halo_plan *p,
+                                   const hdim *q, int s) {
+  return p->phase == PHASE_ADJ ? &q->rbox[s] : &q->sbox[s];
+}
+static const sg_halo_box *recv_box(const struct sg_halo_plan *p,
+                                   const hdim *q, int s) {
+  return p->phase == PHASE_ADJ ? &q->sbox[s] : &q->rbox[s];
+}
+
+/* Begin the next message on channel (d, s): wait until its buffer is free
+ * (the receiver acknowledged message k - 2). */
+static void shm_send_begin(struct sg_halo_plan *p, int d, int s) {
+  hdim *q = &p->dim[d];
+  uint64_t k = ++q->nsent[s];
+  _Atomic uint64_t *ack = shm_flag(q->pseg[s], SHM_ACK, d, 1 - s);
+  unsigned spins = 0;
+  while (atomic_load_explicit(ack, memory_order_acquire) + 2 < k)
+    shm_pause(p, &spins);
+  q->spp[s] = pieces_of(send_box(p, q, s), p->esize, p->chunk);
+  q->spos[s] = 0;
+}
+
+/* Pack the next piece into the buffer and publish it (the adjoint zeroes
+ * the halo piece it sent). */
+static sg_status shm_send_piece(struct sg_halo_plan *p, int d, int s) {
+  sg_status st = SG_OK;
+  hdim *q = &p->dim[d];
+  const sg_halo_box *b = send_box(p, q, s);
+  int64_t first = 0;
+  sg_halo_box pb = piece_box(b, &q->spp[s], q->spos[s]++, &first);
+  char *dst = p->seg + q->soff[s] + (q->nsent[s] & 1) * q->ssize[s] +
+              (size_t)first * p->esize;
+  sg_halo_pack_host(p->block, &pb, p->esize, dst);
+  if (p->phase == PHASE_ADJ) sg_halo_zero_host(p->block, &pb, p->esize);
+  SG_MPI(MPI_Win_sync(p->cache->pool[p->win].win));
+  atomic_store_explicit(shm_flag(p->seg, SHM_READY, d, s), ++q->pub[s],
+                        memory_order_release);
+fail:
+  return st;
+}
+
+/* Consume the pieces of the current message from side s of dim d that have
+ * arrived: unpack them into the halo (forward) or add them into the edge
+ * cells (adjoint) straight from the neighbour's segment; acknowledge the
+ * message when its last piece is in. */
+static sg_status shm_recv(struct sg_halo_plan *p, int d, int s,
+                          int64_t most) {
+  sg_status st = SG_OK;
+  hdim *q = &p->dim[d];
+  MPI_Win win = p->cache->pool[p->win].win;
+  uint64_t ready = atomic_load_explicit(
+      shm_flag(q->pseg[s], SHM_READY, d, 1 - s), memory_order_acquire);
+  int64_t avail = (int64_t)(ready - q->got[s]);
+  if (avail <= 0 && q->rpos[s] < q->rpp[s].n) return SG_OK;
+  if (avail > q->rpp[s].n - q->rpos[s]) avail = q->rpp[s].n - q->rpos[s];
+  if (most >= 0 && avail > most) avail = most;
+  SG_MPI(MPI_Win_sync(win));
+  const sg_halo_box *b = recv_box(p, q, s);
+  const char *src =
+      q->pseg[s] + q->poff[s] + ((q->nrecv[s] + 1) & 1) * q->psize[s];
+  for (int64_t i = 0; i < avail; ++i) {
+    int64_t first = 0;
+    sg_halo_box pb = piece_box(b, &q->rpp[s], q->rpos[s]++, &first);
+    const char *from = src + (size_t)first * p->esize;
+    if (p->phase == PHASE_ADJ)
+      SG_TRY(sg_halo_unpack_add_host(p->block, &pb, p->dtype, from));
+    else
+      sg_halo_unpack_host(p->block, &pb, p->esize, from);
+  }
+  q->got[s] += (uint64_t)avail;
+  if (q->rpos[s] == q->rpp[s].n) {
+    q->want[s] = 0;
+    ++q->nrecv[s];
+    SG_MPI(MPI_Win_sync(win));
+    atomic_store_explicit(shm_flag(p->seg, SHM_ACK, d, s), q->nrecv[s],
+                          memory_order_release);
+  }
+fail:
+  return st;
+}
+
+/* Move the current step along: send the next piece of each side, take in
+ * what has arrived (forward: both sides as they land; adjoint: the hi side
+ * only after the lo side, so overlapping edge cells add in the same order
+ * as on the MPI path). lazy: one round (one piece out and at most one in
+ * per side; sg_halo_start and sg_halo_progress, so that the copies spread
+ * over the caller's interior work); else until every piece is out and,
+ * with wait, every piece is in. *done when nothing is left. */
+static sg_status shm_pump(struct sg_halo_plan *p, int d, int wait, int lazy,
+                          int *done) {
+  sg_status st = SG_OK;
+  hdim *q = &p->dim[d];
+  const int adj = p->phase == PHASE_ADJ;
+  unsigned spins = 0;
+  for (;;) {
+    int moved = 0, out = 0;
+    for (int s = 0; s < 2; ++s)
+      if (q->sending[s] && q->spos[s] < q->spp[s].n) {
+        SG_TRY(shm_send_piece(p, d, s));
+        moved = 1;
+        out += q->spos[s] < q->spp[s].n;
+      }
+    for (int s = 0; s < 2; ++s) {
+      if (!q->want[s]) continue;
+      if (adj && s == 1 && q->want[0]) break;
+      int64_t before = q->rpos[s];
+      SG_TRY(shm_recv(p, d, s, lazy ? 1 : -1));
+      moved |= q->rpos[s] != before || !q->want[s];
+    }
+    int left = q->want[0] || q->want[1];
+    if (lazy || (!out && (!left || !wait))) {
+      *done = !out && !left;
+      break;
+    }
+    if (!moved) shm_pause(p, &spins);
+  }
+fail:
+  return st;
+}
+
+/* Start a step on the shm path: the local fills (first, so that the
+ * adjoint adds in the MPI path's order), then one round of pieces. */
+static sg_status shm_begin(struct sg_halo_plan *p, int d) {
+  sg_status st = SG_OK;
+  hdim *q = &p->dim[d];
+  const int adj = p->phase == PHASE_ADJ;
+  int ok = 0;
+  for (int s = 0; s < 2; ++s)
+    if (q->local[s]) SG_TRY(fill_local(p, d, s, adj));
+  for (int s = 0; s < 2; ++s) {
+    q->sending[s] = !q->local[s] && (adj ? q->h[s] : q->s[s]) > 0;
+    q->want[s] = !q->local[s] && (adj ? q->s[s] : q->h[s]) > 0;
+    if (q->want[s]) {
+      q->rpp[s] = pieces_of(recv_box(p, q, s), p->esize, p->chunk);
+      q->rpos[s] = 0;
+    }
+  }
+  for (int s = 0; s < 2; ++s)
+    if (q->sending[s]) shm_send_begin(p, d, s);
+  SG_TRY(shm_pump(p, d, 0, 1, &ok));
+fail:
+  return st;
+}
+
 /* ---- the state machine ---------------------------------------------------- */
 
 static int step_dim(const struct sg_halo_plan *p, int step) {
@@ -694,7 +1131,9 @@ static sg_status begin_step(struct sg_halo_plan *p) {
   int d = step_dim(p, p->step);
   hdim *q = &p->dim[d];
   const int64_t es = (int64_t)p->esize;
-  if (p->phase == PHASE_FWD) {
+  if (p->shm) {
+    SG_TRY(shm_begin(p, d));
+  } else if (p->phase == PHASE_FWD) {
     /* receives first, then each side's send as soon as it is packed;
      * persistent handles stay valid (inactive) after completion */
     q->nreq = 0;
@@ -747,6 +1186,7 @@ static sg_status end_step(struct sg_halo_plan *p) {
   sg_status st = SG_OK;
   int d = step_dim(p, p->step);
   hdim *q = &p->dim[d];
+  if (p->shm) return SG_OK; /* received in shm_pump */
   for (int s = 0; s < 2; ++s) {
     if (q->local[s]) continue;
     if (p->phase == PHASE_ADJ && q->s[s] > 0) {
@@ -796,7 +1236,12 @@ static sg_status advance(struct sg_halo_plan *p, int wait, int *done) {
     int n = p->phase == PHASE_ADJ ? q->na : 0;
     MPI_Request *r = q->areq;
     MPI_Status stats[8]; /* not MPI_STATUSES_IGNORE: gcc 12 misreads it */
-    if (p->phase == PHASE_FWD) {
+    if (p->shm) {
+      int ok = 0;
+      SG_TRY(shm_pump(p, step_dim(p, p->step), wait, !wait, &ok));
+      if (!ok) break;
+      n = 0;
+    } else if (p->phase == PHASE_FWD) {
       int ok = 0;
       SG_TRY(wait_fwd(p, q, wait, &ok));
       if (!ok) break;

@@ -40,18 +40,32 @@
  * the interior of the split dims are already filled (only the cells in the
  * halos of split dims, corners included, wait for messages).
  *
- * A slab that is one contiguous run of the block (an outer dim split with
- * the fields innermost, or one field) is sent straight from the block and
- * received straight into the margin; other slabs are packed into a buffer
- * and unpacked (SG_HALO_PATH=pack|direct in the environment at plan
- * creation forces one way for every slab; direct uses MPI datatypes).
+ * Message paths (SG_HALO_PATH=auto|shm|mpi|pack|direct in the environment
+ * at plan creation; sg_halo_plan_path tells which one a plan took):
+ *  - shm (auto's choice when every neighbour of every rank shares the
+ *    node): the plan borrows a segment of an MPI-3 shared window (pooled
+ *    on the mesh; allocated collectively at plan creation when none is
+ *    free); a message is packed (a memcpy for a one-run slab) into the
+ *    sender's segment and unpacked by the receiver straight from it, two
+ *    copies in all, signalled per neighbour and direction by sequence
+ *    numbers in the window (MPI_Win_sync + release/acquire atomics; no
+ *    barrier). Two buffers per direction and an acknowledgement counter
+ *    make back-to-back exchanges safe. Messages move in pieces of
+ *    SG_HALO_SHM_CHUNK bytes (default 256 KiB); start and progress move
+ *    one piece per side per call, finish the rest. Off-node, shm falls back
+ *    to mpi.
+ *  - mpi (auto off-node): a slab that is one contiguous run of the block
+ *    (an outer dim split with the fields innermost, or one field) is sent
+ *    straight from the block and received straight into the margin; other
+ *    slabs are packed into a buffer and unpacked. pack / direct force one
+ *    way for every slab (direct uses MPI datatypes).
  *
- * Buffers are allocated once at plan creation; packed slabs use persistent
- * MPI requests, direct slabs MPI_Isend/Irecv on the block passed to start,
- * all on a duplicate of the mesh communicator (made once per mesh and
- * cached on it; every plan has its own tags, so several plans may be in
- * flight at once). Blocks are host memory (the CUDA pack kernels are in
- * sg_halo_pack.h).
+ * MPI buffers are allocated once at plan creation; packed slabs use
+ * persistent MPI requests, direct slabs MPI_Isend/Irecv on the block passed
+ * to start, all on a duplicate of the mesh communicator (made once per mesh
+ * and cached on it; every plan has its own tags and its own window
+ * segment, so several plans may be in flight at once). Blocks are host
+ * memory (the CUDA pack kernels are in sg_halo_pack.h).
  */
 #ifndef SG_HALO_H
 #define SG_HALO_H
@@ -110,8 +124,9 @@ typedef struct sg_halo_plan *sg_halo_plan_t;
 sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
                               sg_halo_plan_t *plan);
 /* Free a plan (not while an exchange is in flight); accepts NULL, sets
- * *plan to NULL. Not collective. Plans must be destroyed before their
- * mesh. */
+ * *plan to NULL. Not collective (a shm plan's window goes back to the
+ * mesh's pool; the windows are freed with the mesh). Plans must be
+ * destroyed before their mesh. */
 sg_status sg_halo_plan_destroy(sg_halo_plan_t *plan);
 
 /* Block geometry: total elements of the block with margins, and the
@@ -122,6 +137,10 @@ int64_t sg_halo_plan_origin(sg_halo_plan_t plan);
 void sg_halo_plan_strides(sg_halo_plan_t plan, int64_t *strides);
 /* Bytes this rank sends in one forward exchange (all dims). */
 size_t sg_halo_plan_send_bytes(sg_halo_plan_t plan);
+/* The message path the plan chose (the same on every rank): "shm" (on-node
+ * shared window), "mpi" (direct for one-run slabs, else packed), "pack" or
+ * "direct" (forced by SG_HALO_PATH). Not collective. */
+const char *sg_halo_plan_path(sg_halo_plan_t plan);
 
 /* Forward exchange. Collective with the neighbours along every split dim
  * (all ranks of the mesh call it with their plans). start begins it on

@@ -234,6 +234,7 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
     double bw_pp = (double)msg / t_pp / 1e9;
     printf("{\"bench\":\"halo_exchange\",\"ranks\":%d,\"mesh\":\"%s\","
            "\"split\":\"%s\",\"boundary\":\"%s\",\"layout\":\"%s\",\"path\":\"%s\","
+           "\"plan_path\":\"%s\","
            "\"interior\":[%lld,%lld],"
            "\"lead\":%d,\"width\":%lld,\"msg_bytes\":%zu,\"sent_bytes\":%.0f,"
            "\"exchange_us\":%.2f,\"raw_us\":%.2f,\"pingpong_oneway_us\":%.2f,"
@@ -244,7 +245,7 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
            "\"pack_us\":%.2f,\"unpack_us\":%.2f,\"memcpy_us\":%.2f}\n",
            size_, spec, split ? "w" : "h", periodic_ ? "periodic" : "zero",
            cl_ ? "channels-last" : "packed",
-           path_name(),
+           path_name(), sg_halo_plan_path(plan),
            (long long)desc.interior[0], (long long)desc.interior[1], C,
            (long long)w, msg, maxsent, t_plan * 1e6, t_raw * 1e6, t_pp * 1e6,
            bw, bw_raw, bw_pp, bw / bw_pp, bw / bw_raw, m_plan * 1e6,
@@ -368,7 +369,7 @@ static void bench_overlap(int64_t nh, int64_t nw, int64_t lead,
   if (rank_ == 0) {
     double ex = med[T_EX], mex = mn[T_EX];
     printf("{\"bench\":\"halo_overlap\",\"ranks\":%d,\"mesh\":\"%s\","
-           "\"path\":\"%s\",\"interior\":[%lld,%lld],\"lead\":%lld,"
+           "\"path\":\"%s\",\"plan_path\":\"%s\",\"interior\":[%lld,%lld],\"lead\":%lld,"
            "\"fields\":%lld,\"width\":%lld,\"sent_bytes\":%.0f,"
            "\"exchange_us\":%.1f,\"stencil_us\":%.1f,"
            "\"interior_stencil_us\":%.1f,\"interior_vs_exchange\":%.2f,"
@@ -379,7 +380,7 @@ static void bench_overlap(int64_t nh, int64_t nw, int64_t lead,
            "\"min_blocking_us\":%.1f,\"min_overlap_noprogress_us\":%.1f,"
            "\"min_overlap_progress_us\":%.1f,\"min_hidden_noprogress\":%.3f,"
            "\"min_hidden_progress\":%.3f}\n",
-           size_, spec, path_name(), (long long)nh, (long long)nw,
+           size_, spec, path_name(), sg_halo_plan_path(plan), (long long)nh, (long long)nw,
            (long long)lead, (long long)fields, (long long)w, sent, ex * 1e6,
            med[T_ST] * 1e6, med[T_IN] * 1e6, med[T_IN] / ex,
            med[T_BLK] * 1e6, med[T_OV0] * 1e6, med[T_OV1] * 1e6, every,

@@ -13,8 +13,13 @@
  *   - the adjoint identity <Hx, y> = <x, H^T y> holds in double precision
  *     to 1e-12, and H^T leaves the halo cells zero.
  * Blocking and start/progress/finish paths, packed and channels-last
- * layouts, and the forward message paths (SG_HALO_PATH: auto, pack,
- * direct from/into the block) alternate over the cases. */
+ * layouts, and the message paths (SG_HALO_PATH: auto, mpi, pack, direct
+ * from/into the block, shm through the on-node shared window) alternate
+ * over the cases; with SG_HALO_TEST_PATH set, every case uses that path.
+ * Every case also runs back-to-back exchanges on one plan (forward and
+ * adjoint interleaved, no synchronisation between them, changing data),
+ * which checks that a sender does not overwrite a message before its
+ * receiver consumed it (the sequence numbers of the shm path). */
 #include "sg_decomp.h"
 #include "sg_halo.h"
 #include "sg_mesh.h"
@@ -307,6 +312,20 @@ static void run_forward(sg_mesh_t mesh, const cfg *c, const char *label) {
   double *x = NULL;
   SG_REQUIRE_OK(make_desc(mesh, c, SG_DTYPE_F64, &desc, sd, in_off));
   SG_REQUIRE_OK(sg_halo_plan_create(mesh, &desc, &plan));
+  {
+    /* every test runs on one node: auto and shm take the shared window
+     * whenever some rank has a message */
+    const char *want = getenv("SG_HALO_PATH"), *got = sg_halo_plan_path(plan);
+    double any = (double)sg_halo_plan_send_bytes(plan), all = 0;
+    MPI_Allreduce(&any, &all, 1, MPI_DOUBLE, MPI_SUM, sg_mesh_comm(mesh));
+    if (want && (!strcmp(want, "auto") || !strcmp(want, "shm")))
+      SG_CHECK(!strcmp(got, all > 0 ? "shm" : "mpi"),
+               "%s: plan path %s, expected %s", label, got,
+               all > 0 ? "shm" : "mpi");
+    else if (want)
+      SG_CHECK(!strcmp(got, want), "%s: plan path %s, expected %s", label,
+               got, want);
+  }
   blk b;
   blk_from(plan, &desc, in_off, &b);
   int64_t cnt = sg_halo_plan_block_count(plan);
@@ -399,6 +418,77 @@ done:
   ++ncases;
 }
 
+/* Back-to-back use of one plan: 7 rounds of forward exchange of changing
+ * data (every haloed cell checked), every third round followed by an
+ * adjoint (halo cells must come back zero), alternating blocking and
+ * start/progress/finish, no barrier in between. */
+static void run_repeat(sg_mesh_t mesh, const cfg *c, const char *label) {
+  sg_halo_desc desc;
+  sdim sd[3];
+  int64_t in_off[3], i[3], g[3];
+  sg_halo_plan_t plan = NULL;
+  double *x = NULL;
+  SG_REQUIRE_OK(make_desc(mesh, c, SG_DTYPE_F64, &desc, sd, in_off));
+  SG_REQUIRE_OK(sg_halo_plan_create(mesh, &desc, &plan));
+  blk b;
+  blk_from(plan, &desc, in_off, &b);
+  int64_t cnt = sg_halo_plan_block_count(plan), bad = 0, hbad = 0;
+  x = malloc((size_t)cnt * sizeof *x);
+  for (int it = 0; it < 7; ++it) {
+    const double scale = (double)(it + 1); /* exact: small multiples */
+    for (int ch = 0; ch < L; ++ch)
+      FOR_BOX(i, -b.h[0][0], b.n[0] + b.h[0][1], -b.h[1][0],
+              b.n[1] + b.h[1][1], -b.h[2][0], b.n[2] + b.h[2][1]) {
+        int interior = 1;
+        for (int d = 0; d < 3; ++d) {
+          g[d] = b.in_off[d] + i[d];
+          if (i[d] < 0 || i[d] >= b.n[d]) interior = 0;
+        }
+        x[blk_at(&b, ch, i)] = interior ? scale * gref(c, ch, g) : NAN;
+      }
+    if (it & 1) {
+      int fin = 0;
+      SG_CHECK_OK(sg_halo_start(plan, x));
+      SG_CHECK_OK(sg_halo_progress(plan, &fin));
+      SG_CHECK_OK(sg_halo_finish(plan));
+    } else {
+      SG_CHECK_OK(sg_halo_exchange(plan, x));
+    }
+    for (int ch = 0; ch < L; ++ch)
+      FOR_BOX(i, -b.h[0][0], b.n[0] + b.h[0][1], -b.h[1][0],
+              b.n[1] + b.h[1][1], -b.h[2][0], b.n[2] + b.h[2][1]) {
+        for (int d = 0; d < 3; ++d) g[d] = b.in_off[d] + i[d];
+        double want = scale * gref(c, ch, g), got = x[blk_at(&b, ch, i)];
+        if (memcmp(&want, &got, sizeof want) != 0) {
+          if (!bad)
+            sg_test_fail_at(__FILE__, __LINE__,
+                            "%s, round %d: ch %d cell (%lld,%lld,%lld) = %g, "
+                            "want %g",
+                            label, it, ch, (long long)i[0], (long long)i[1],
+                            (long long)i[2], got, want);
+          ++bad;
+        }
+      }
+    if (it % 3 == 2) {
+      SG_CHECK_OK(sg_halo_adjoint(plan, x));
+      for (int ch = 0; ch < L; ++ch)
+        FOR_BOX(i, -b.h[0][0], b.n[0] + b.h[0][1], -b.h[1][0],
+                b.n[1] + b.h[1][1], -b.h[2][0], b.n[2] + b.h[2][1]) {
+          if (in_box(&b, i) && (i[0] < 0 || i[0] >= b.n[0] || i[1] < 0 ||
+                                i[1] >= b.n[1] || i[2] < 0 || i[2] >= b.n[2]))
+            hbad += x[blk_at(&b, ch, i)] != 0.0;
+        }
+    }
+  }
+  SG_CHECK(bad == 0, "%s: %lld cells differ over back-to-back exchanges",
+           label, (long long)bad);
+  SG_CHECK(hbad == 0, "%s: %lld halo cells nonzero after an adjoint",
+           label, (long long)hbad);
+done:
+  free(x);
+  SG_CHECK_OK(sg_halo_plan_destroy(&plan));
+}
+
 static const char *bname(sg_boundary b) { return sg_boundary_name(b); }
 
 static void run_all(int nd) {
@@ -430,7 +520,8 @@ static void run_all(int nd) {
                                 {{2, 2, 0, 1}, {5, 1, 2, 1}, {3, 2, 1, 1}}};
   int nfixed = nd == 2 ? 5 : 3, nwin = nd == 2 ? 4 : 2;
   int toggle = 0;
-  const char *paths[3] = {"auto", "pack", "direct"};
+  const char *paths[5] = {"auto", "mpi", "pack", "direct", "shm"};
+  const char *force = getenv("SG_HALO_TEST_PATH");
   for (int m = 0; m < nm; ++m) {
     sg_mesh_t mesh = NULL;
     SG_CHECK_OK(sg_mesh_create(MPI_COMM_WORLD, specs[m], &mesh));
@@ -465,7 +556,8 @@ static void run_all(int nd) {
         c.nonblocking = toggle & 1;
         c.channels_last = (toggle >> 1) & 1;
         c.extra_margin = (toggle % 3) == 0;
-        const char *path = paths[(toggle / 3) % 3];
+        const char *path =
+            force && *force ? force : paths[(toggle / 4) % 5];
         setenv("SG_HALO_PATH", path, 1); /* read at plan creation */
         char label[160];
         snprintf(label, sizeof label,
@@ -478,6 +570,7 @@ static void run_all(int nd) {
                  c.channels_last ? "channels-last" : "packed", path,
                  c.extra_margin ? ", extra margins" : "");
         run_forward(mesh, &c, label);
+        run_repeat(mesh, &c, label);
       }
     }
     SG_CHECK_OK(sg_mesh_destroy(&mesh));
