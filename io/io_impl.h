@@ -49,21 +49,41 @@ struct sg_nc_t_ {
   int independent;    /* netCDF-4: independent data access */
   int direct_read;    /* PnetCDF read-only: MPI-IO reads allowed */
   int direct_write;   /* PnetCDF created file: MPI-IO writes allowed */
-  int dfh_open;       /* dfh is open (on every rank: opened collectively) */
-  MPI_File dfh;       /* MPI-IO handle of the direct reads or writes */
+  int dfh_open;       /* dfh is open (on this rank: MPI_COMM_SELF) */
+  MPI_File dfh;       /* MPI-IO handle of the direct reads or writes, opened
+                         per rank on MPI_COMM_SELF: no collective inside */
+  int local_handle;   /* the library handle (ncid) is this rank's own, opened
+                         on MPI_COMM_SELF (read-only files): its calls are
+                         not collective, only the io layer's agreements are */
 };
 
 /* Parse "key=value,key=value" hints into a new MPI_Info (MPI_INFO_NULL for
  * NULL or ""). Not collective. */
 sg_status sg_io_hints_info(const char *hints, MPI_Info *info);
 
+/* ---- io_wait.c: the io layer's own collectives, with waits that yield
+ * the core (MPI_Test + sched_yield/nanosleep; SG_IO_WAIT=spin: MPI_Wait) */
+
+/* Wait for a request, yielding the core between tests. MPI error code. */
+int sg_io_wait(MPI_Request *req, MPI_Status *status);
+
 /* Failure agreement over comm: every rank returns the status of the lowest
- * failing rank with its message. Collective. */
+ * failing rank with its message. Collective (one MPI_Iallreduce; one
+ * MPI_Ibcast more on failure). */
 sg_status sg_io_agree(MPI_Comm comm, sg_status local);
 
 /* The same, and the element-wise maximum over the ranks of n (<= 8) ints
  * in vals, in one allreduce. Collective. */
 sg_status sg_io_agree_max(MPI_Comm comm, sg_status local, int *vals, int n);
+
+/* Element-wise maximum of n int64 over comm. Collective. */
+sg_status sg_io_allreduce_i64_max(MPI_Comm comm, int64_t *vals, int n);
+
+/* Barrier (MPI_Ibarrier). Collective. */
+sg_status sg_io_barrier(MPI_Comm comm);
+
+/* MPI_Comm_dup (as MPI_Comm_idup). Collective. */
+sg_status sg_io_comm_dup(MPI_Comm comm, MPI_Comm *out);
 
 /* Map a file dim name to the caller's name, and back. */
 const char *sg_io_map_to_user(const struct sg_nc_t_ *f, const char *file_name);
