@@ -52,6 +52,8 @@ struct sg_nc_t_ {
   int dfh_open;       /* dfh is open (on this rank: MPI_COMM_SELF) */
   MPI_File dfh;       /* MPI-IO handle of the direct reads or writes, opened
                          per rank on MPI_COMM_SELF: no collective inside */
+  int pnc_dirty;      /* PnetCDF: data went through the library's own handle
+                         since the last sync (see sg_nc_sync) */
   int local_handle;   /* the library handle (ncid) is this rank's own, opened
                          on MPI_COMM_SELF (read-only files): its calls are
                          not collective, only the io layer's agreements are */
@@ -76,7 +78,10 @@ sg_status sg_io_agree(MPI_Comm comm, sg_status local);
  * in vals, in one allreduce. Collective. */
 sg_status sg_io_agree_max(MPI_Comm comm, sg_status local, int *vals, int n);
 
-/* Element-wise maximum of n int64 over comm. Collective. */
+/* MPI_Allreduce in place (as MPI_Iallreduce), and its int64 maximum.
+ * Collective. */
+sg_status sg_io_allreduce(MPI_Comm comm, void *buf, int n, MPI_Datatype type,
+                          MPI_Op op);
 sg_status sg_io_allreduce_i64_max(MPI_Comm comm, int64_t *vals, int n);
 
 /* Barrier (MPI_Ibarrier). Collective. */
@@ -92,6 +97,10 @@ const char *sg_io_map_to_file(const struct sg_nc_t_ *f, const char *user_name);
 /* nc_type of a shardgrid dtype, and back (0 if none). */
 int sg_io_nc_type(sg_dtype dt);
 sg_dtype sg_io_dtype_of_nc(int nc_type, int *ok);
+
+/* This rank's own MPI-IO handle of the file (f->dfh, on MPI_COMM_SELF),
+ * opened with amode at the first use, closed by sg_nc_close. Local. */
+sg_status sg_io_own_handle(struct sg_nc_t_ *f, int amode);
 
 /* Enter/leave define mode around an attribute change on a writable file.
  * Collective. */

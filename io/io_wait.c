@@ -104,9 +104,14 @@ sg_status sg_io_agree(MPI_Comm comm, sg_status local) {
 }
 
 sg_status sg_io_allreduce_i64_max(MPI_Comm comm, int64_t *vals, int n) {
+  return sg_io_allreduce(comm, vals, n, MPI_INT64_T, MPI_MAX);
+}
+
+sg_status sg_io_allreduce(MPI_Comm comm, void *buf, int n, MPI_Datatype type,
+                          MPI_Op op) {
   MPI_Request req = MPI_REQUEST_NULL;
-  if (MPI_Iallreduce(MPI_IN_PLACE, vals, n, MPI_INT64_T, MPI_MAX, comm,
-                     &req) != MPI_SUCCESS ||
+  if (MPI_Iallreduce(MPI_IN_PLACE, buf, n, type, op, comm, &req) !=
+          MPI_SUCCESS ||
       sg_io_wait(&req, NULL) != MPI_SUCCESS)
     return sg_error_set(SG_ERR_MPI, __FILE__, __LINE__,
                         "MPI_Iallreduce failed");

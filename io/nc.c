@@ -556,6 +556,25 @@ sg_status sg_nc_sync(sg_nc_t f) {
   int rc = 0;
   if (!f) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                               "file is NULL");
+#if SG_HAVE_PNETCDF
+  /* PnetCDF file whose data all went through the direct writes (and whose
+   * header PnetCDF wrote at enddef, straight to the file: it buffers
+   * nothing): every rank flushes the file through its own handle (fsync
+   * flushes every dirty page of the file on that node, the header and the
+   * other ranks' bytes included) and the ranks agree. No library
+   * collective (ncmpi_sync is a barrier and a collective MPI_File_sync).
+   * After writes through PnetCDF (record variables, converted types,
+   * non-contiguous slabs) ncmpi_sync, as PnetCDF may keep the record
+   * count to write. */
+  if (f->backend == SG_NC_BACKEND_PNETCDF && f->writable && !f->pnc_dirty &&
+      f->direct_write && !f->define_mode) {
+    if ((lst = sg_io_own_handle(f, MPI_MODE_WRONLY)) == SG_OK &&
+        MPI_File_sync(f->dfh) != MPI_SUCCESS)
+      lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
+                         "MPI_File_sync of %s failed", f->path);
+    return sg_io_agree(f->comm, lst);
+  }
+#endif
   if (f->dfh_open && f->writable && MPI_File_sync(f->dfh) != MPI_SUCCESS)
     lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
                        "MPI_File_sync of the direct writes to %s failed",
@@ -564,6 +583,7 @@ sg_status sg_nc_sync(sg_nc_t f) {
   if (f->backend == SG_NC_BACKEND_PNETCDF && (rc = ncmpi_sync(f->ncid)) &&
       lst == SG_OK)
     lst = sg_error_pnetcdf(rc, "ncmpi_sync", __FILE__, __LINE__);
+  f->pnc_dirty = 0;
 #endif
 #if SG_HAVE_NETCDF
   if (f->backend == SG_NC_BACKEND_NETCDF4 && (rc = nc_sync(f->ncid)))
@@ -707,8 +727,7 @@ sg_status sg_nc_def_var(sg_nc_t f, const char *name, sg_dtype dtype,
       if (dimids[d] == unlim) ch[d] = 1;
     }
     if (want_chunk && opts && !opts->chunk && ndims > 0)
-      SG_MPI(MPI_Allreduce(MPI_IN_PLACE, ch, ndims, MPI_INT64_T, MPI_MAX,
-                           f->comm));
+      SG_TRY(sg_io_allreduce_i64_max(f->comm, ch, ndims));
     if (want_chunk && ndims > 0) {
       size_t cs[SG_NC_MAX_DIMS];
       for (int d = 0; d < ndims; ++d) cs[d] = (size_t)ch[d];

@@ -173,7 +173,7 @@ typedef struct wjob {
 /* This rank's own MPI-IO handle of the file (MPI_COMM_SELF: opening it
  * is not collective, and neither are its reads and writes), opened at the
  * first direct read or write and closed by sg_nc_close. Local. */
-static sg_status own_handle(struct sg_nc_t_ *f, int amode) {
+sg_status sg_io_own_handle(struct sg_nc_t_ *f, int amode) {
   if (f->dfh_open) return SG_OK;
   if (MPI_File_open(MPI_COMM_SELF, f->path, amode, f->info, &f->dfh) !=
       MPI_SUCCESS) {
@@ -197,7 +197,7 @@ static sg_status direct_write(struct sg_nc_t_ *f, int n, wjob *jobs) {
   int any = 0;
   for (int i = 0; i < n; ++i) any |= jobs[i].numel > 0;
   if (!any) return SG_OK;
-  if ((lst = own_handle(f, MPI_MODE_WRONLY)) != SG_OK) return lst;
+  if ((lst = sg_io_own_handle(f, MPI_MODE_WRONLY)) != SG_OK) return lst;
   char *bounce = NULL;
   const int swap = host_little_endian();
   for (int i = 0; i < n && lst == SG_OK; ++i) {
@@ -313,6 +313,7 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
   if (f->backend == SG_NC_BACKEND_PNETCDF && !nodirect) {
     lst = direct_write(f, n, jobs);
   } else if (f->backend == SG_NC_BACKEND_PNETCDF) {
+    f->pnc_dirty = 1;
     int *reqs = malloc((size_t)(n ? n : 1) * 2 * sizeof(int));
     int nreq = 0;
     if (!reqs)
@@ -682,7 +683,7 @@ static sg_status direct_read(struct sg_nc_t_ *f, int varid,
   MPI_Offset disp = 0;
   int count = 0, rc = MPI_SUCCESS;
   if (nread == 0 || b->numel == 0) return SG_OK;
-  if ((lst = own_handle(f, MPI_MODE_RDONLY)) != SG_OK) return lst;
+  if ((lst = sg_io_own_handle(f, MPI_MODE_RDONLY)) != SG_OK) return lst;
   rc = MPI_Type_contiguous((int)es, MPI_BYTE, &elem);
   if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&elem);
   if (rc == MPI_SUCCESS && nread == 1) {
