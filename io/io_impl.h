@@ -54,6 +54,11 @@ struct sg_nc_t_ {
                          per rank on MPI_COMM_SELF: no collective inside */
   int pnc_dirty;      /* PnetCDF: data went through the library's own handle
                          since the last sync (see sg_nc_sync) */
+  int shadow;         /* PnetCDF file being created with per-rank handles:
+                         rank 0's handle is the file (MPI_COMM_SELF), the
+                         others' a private copy of the header (shadow_path)
+                         that sees the same define calls; see nc.c */
+  char shadow_path[4096];
   int local_handle;   /* the library handle (ncid) is this rank's own, opened
                          on MPI_COMM_SELF (read-only files): its calls are
                          not collective, only the io layer's agreements are */
@@ -101,6 +106,12 @@ sg_dtype sg_io_dtype_of_nc(int nc_type, int *ok);
 /* This rank's own MPI-IO handle of the file (f->dfh, on MPI_COMM_SELF),
  * opened with amode at the first use, closed by sg_nc_close. Local. */
 sg_status sg_io_own_handle(struct sg_nc_t_ *f, int amode);
+
+/* A file created with per-rank handles (f->shadow) becomes an ordinary
+ * collectively opened file: every rank closes its handle (rank 0's holds
+ * the header) and the ranks reopen the file together. Collective; no-op
+ * when f->shadow is 0. */
+sg_status sg_io_shadow_promote(struct sg_nc_t_ *f);
 
 /* Enter/leave define mode around an attribute change on a writable file.
  * Collective. */

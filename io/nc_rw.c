@@ -308,6 +308,8 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
   int nodirect = !f->direct_write || f->backend != SG_NC_BACKEND_PNETCDF;
   for (int i = 0; lst == SG_OK && i < n; ++i) nodirect |= !jobs[i].direct;
   SG_TRY(sg_io_agree_max(f->comm, lst, &nodirect, 1));
+  /* writes through PnetCDF's collective path need the shared handle */
+  if (nodirect) SG_TRY(sg_io_shadow_promote(f));
   int rc = 0;
 #if SG_HAVE_PNETCDF
   if (f->backend == SG_NC_BACKEND_PNETCDF && !nodirect) {
@@ -875,6 +877,9 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
   if (!f) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                               "read: file is NULL");
   char lbl[SG_IO_NAME_BUF + 8];
+  /* reading back a file being created with per-rank handles: the others'
+   * handles see only their header copies */
+  if (f->shadow && !f->define_mode) SG_TRY(sg_io_shadow_promote(f));
   var_label(f, varid, lbl, sizeof lbl);
   if (f->define_mode)
     lst = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
@@ -1170,6 +1175,7 @@ sg_status sg_nc_read_frame(sg_nc_t f, int varid, int64_t frame,
   int64_t nrec = 0;
   if (!f) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                               "read_frame: file is NULL");
+  if (f->shadow && !f->define_mode) SG_TRY(sg_io_shadow_promote(f));
   SG_TRY(record_count(f, &nrec));
   sg_status lst = frame_shard(f, varid, frame, s, 0, &full, nrec);
   if (!f->local_handle) SG_TRY(sg_io_agree(f->comm, lst));

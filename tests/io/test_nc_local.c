@@ -10,6 +10,10 @@
  *    the values written, for each backend;
  *  - sync after direct-only writes, then after a record write (through
  *    PnetCDF), then reading everything back;
+ *  - files created with per-rank handles (PnetCDF: rank 0 the file, the
+ *    others copies of its header): read back before closing, a header
+ *    that outgrows its reserve after the data are written, and the
+ *    collective create when one rank cannot make its copy;
  *  - failures seen by one rank only: a missing file on the last rank, the
  *    ranks opening different kinds of files, a frame outside the file on
  *    the last rank, a shape mismatch on rank 0: the same error on every
@@ -154,6 +158,76 @@ static void test_backend(sg_nc_backend b, const char *other) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Created with per-rank handles (rank 0 the file, the others header
+ * copies): read back before closing (the file is reopened collectively),
+ * an attribute that outgrows the reserved header space after the data are
+ * written (rank 0's enddef moves the data; every rank's offsets follow),
+ * and the fallback to a collective create when one rank cannot make its
+ * copy (TMPDIR missing on the last rank). */
+static void test_create_paths(int variant) {
+  if (!sg_nc_backend_available(SG_NC_BACKEND_PNETCDF, 1)) return;
+  char path[128];
+  snprintf(path, sizeof path, "local_create%d_np%d.nc", variant, sg_test_size);
+  char *old_tmp = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+  if (variant == 2 && sg_test_rank == sg_test_size - 1)
+    setenv("TMPDIR", "/nonexistent/sg-io-test", 1);
+  sg_nc_t f = NULL;
+  sg_nc_create_opts co = sg_nc_create_opts_default();
+  co.backend = SG_NC_BACKEND_PNETCDF;
+  co.overwrite = 1;
+  co.header_reserve = 1024;
+  float *buf = malloc(sizeof(float) * NY * NX), *out = malloc(sizeof(float) * NY * NX);
+  char *big = malloc(200000);
+  memset(big, 'a', 199999);
+  big[199999] = '\0';
+  SG_REQUIRE_OK(sg_nc_create(MPI_COMM_WORLD, path, &co, &f));
+  if (old_tmp) setenv("TMPDIR", old_tmp, 1); else unsetenv("TMPDIR");
+  int vf = -1, vg = -1;
+  SG_CHECK_OK(sg_nc_def_dim(f, "lat", NY, NULL));
+  SG_CHECK_OK(sg_nc_def_dim(f, "lon", NX, NULL));
+  const char *d2[2] = {"lat", "lon"};
+  SG_CHECK_OK(sg_nc_def_var(f, "f", SG_DTYPE_F32, 2, d2, NULL, &vf));
+  SG_CHECK_OK(sg_nc_def_var(f, "g", SG_DTYPE_F64, 2, d2, NULL, &vg));
+  SG_REQUIRE_OK(sg_nc_enddef(f));
+  int64_t gs[2] = {NY, NX};
+  sg_nc_shard s;
+  sg_nc_shard_split(2, gs, SG_DTYPE_F32, 0, sg_test_size, sg_test_rank, &s);
+  for (int64_t y = 0; y < s.count[0]; ++y)
+    for (int x = 0; x < NX; ++x) buf[y * NX + x] = val(7, (int)(s.start[0] + y), x);
+  SG_CHECK_OK(sg_nc_write(f, vf, &s, buf));
+  if (variant == 1) /* outgrow the header: the data move */
+    SG_CHECK_OK(sg_nc_put_att_text(f, SG_NC_GLOBAL, "history", big));
+  int bad = 0;
+  if (variant != 1) { /* read back before closing */
+    memset(out, 0, sizeof(float) * NY * NX);
+    SG_CHECK_OK(sg_nc_read(f, vf, &s, NULL, out, NULL));
+    for (int64_t i = 0; i < s.count[0] * NX; ++i) bad += out[i] != buf[i];
+  }
+  SG_CHECK_OK(sg_nc_close(&f));
+  sg_nc_open_opts oo = sg_nc_open_opts_default();
+  SG_REQUIRE_OK(sg_nc_open(MPI_COMM_WORLD, path, &oo, &f));
+  sg_nc_shard_split(2, gs, SG_DTYPE_F32, 1, sg_test_size, sg_test_rank, &s);
+  memset(out, 0, sizeof(float) * NY * NX);
+  SG_CHECK_OK(sg_nc_read(f, vf, &s, NULL, out, NULL));
+  for (int y = 0; y < NY; ++y)
+    for (int64_t x = 0; x < s.count[1]; ++x)
+      bad += out[y * s.count[1] + x] != val(7, y, (int)(s.start[1] + x));
+  if (variant == 1) {
+    int64_t n = 0;
+    SG_CHECK_OK(sg_nc_inq_att(f, SG_NC_GLOBAL, "history", &n));
+    SG_CHECK(n == 199999, "history attribute length %lld", (long long)n);
+  }
+  SG_CHECK(bad == 0, "create variant %d: %d wrong values", variant, bad);
+done:
+  sg_nc_close(&f);
+  free(buf);
+  free(out);
+  free(big);
+  free(old_tmp);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (sg_test_rank == 0) remove(path);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   char pn[128], n4[128];
@@ -164,6 +238,7 @@ int main(int argc, char **argv) {
   /* netCDF-4 first so the PnetCDF pass can name it as the other kind */
   test_backend(SG_NC_BACKEND_NETCDF4, NULL);
   test_backend(SG_NC_BACKEND_PNETCDF, both ? n4 : NULL);
+  for (int variant = 0; variant < 3; ++variant) test_create_paths(variant);
   MPI_Barrier(MPI_COMM_WORLD);
   if (sg_test_rank == 0) {
     remove(pn);
