@@ -4,6 +4,8 @@
  * writes is synced through those handles, and the agreements wait with
  * MPI_Test + yields (or MPI_Wait with SG_IO_WAIT=spin: a second CTest run).
  * Shown here on small files:
+ *  - a file written on all ranks read on fewer (every k < size), split on
+ *    lat and on lon, 2-D and 3-D, bit for bit;
  *  - direct reads of contiguous slabs (split on lat), of non-contiguous
  *    ones (split on lon: the file-view path) and of record variables, and
  *    reads through PnetCDF on the per-rank handle (no_direct_read), equal
@@ -131,6 +133,47 @@ done:
   free(out);
 }
 
+/* The file written on all ranks, read on the first k ranks (k < size: a
+ * different rank count), split on lat and on lon, bit for bit. */
+static void read_on_fewer(const char *path, sg_nc_backend b, int k) {
+  MPI_Comm sub = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, sg_test_rank < k ? 0 : MPI_UNDEFINED,
+                 sg_test_rank, &sub);
+  if (sub == MPI_COMM_NULL) return;
+  float *out = malloc(sizeof(float) * NT * NY * NX);
+  sg_nc_t f = NULL;
+  sg_nc_open_opts oo = sg_nc_open_opts_default();
+  oo.backend = b;
+  int bad = 0;
+  SG_REQUIRE_OK(sg_nc_open(sub, path, &oo, &f));
+  sg_nc_var_info vf, vr;
+  SG_REQUIRE_OK(sg_nc_inq_var(f, "f", &vf));
+  SG_REQUIRE_OK(sg_nc_inq_var(f, "r", &vr));
+  for (int split = 0; split < 2; ++split) {
+    int64_t g2[2] = {NY, NX}, g3[3] = {NT, NY, NX};
+    sg_nc_shard s2, s3;
+    sg_nc_shard_split(2, g2, SG_DTYPE_F32, split, k, sg_test_rank, &s2);
+    sg_nc_shard_split(3, g3, SG_DTYPE_F32, split + 1, k, sg_test_rank, &s3);
+    SG_CHECK_OK(sg_nc_read(f, vf.varid, &s2, NULL, out, NULL));
+    for (int64_t y = 0; y < s2.count[0]; ++y)
+      for (int64_t x = 0; x < s2.count[1]; ++x)
+        bad += out[y * s2.count[1] + x] !=
+               val(-1, (int)(s2.start[0] + y), (int)(s2.start[1] + x));
+    SG_CHECK_OK(sg_nc_read(f, vr.varid, &s3, NULL, out, NULL));
+    for (int t = 0; t < NT; ++t)
+      for (int64_t y = 0; y < s3.count[1]; ++y)
+        for (int64_t x = 0; x < s3.count[2]; ++x)
+          bad += out[(t * s3.count[1] + y) * s3.count[2] + x] !=
+                 val(t, (int)(s3.start[1] + y), (int)(s3.start[2] + x));
+  }
+  SG_CHECK(bad == 0, "%s written on %d ranks, read on %d: %d wrong values",
+           sg_nc_backend_name(b), sg_test_size, k, bad);
+done:
+  SG_CHECK_OK(sg_nc_close(&f));
+  free(out);
+  MPI_Comm_free(&sub);
+}
+
 static void test_backend(sg_nc_backend b, const char *other) {
   if (!sg_nc_backend_available(b, 1)) return;
   char path[128];
@@ -142,6 +185,7 @@ static void test_backend(sg_nc_backend b, const char *other) {
     check_reads(path, b, split, 0);
     if (b == SG_NC_BACKEND_PNETCDF) check_reads(path, b, split, 1);
   }
+  for (int k = 1; k < sg_test_size; ++k) read_on_fewer(path, b, k);
   /* the last rank names a file that does not exist */
   sg_nc_t f = NULL;
   const char *p = sg_test_rank == sg_test_size - 1 ? "local_missing.nc" : path;
