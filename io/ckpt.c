@@ -1,6 +1,7 @@
 /* shardgrid — checkpoints on raw named global arrays. */
 #include "sg_ckpt.h"
 
+#include "io_impl.h"
 #include "sg_comm.h"
 #include "sg_device.h"
 #include "sg_dtype.h"
@@ -196,8 +197,8 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
     red[i] = (uint64_t)sg_nc_shard_numel(&a[i].shard);
     red[n + i] = sg_ckpt_shard_hash(&a[i].shard, a[i].data);
   }
-  SG_TRY(sg_agree(comm, lst));
-  SG_MPI(MPI_Allreduce(MPI_IN_PLACE, red, 2 * n, MPI_UINT64_T, MPI_SUM, comm));
+  SG_TRY(sg_io_agree(comm, lst));
+  SG_TRY(sg_io_allreduce(comm, red, 2 * n, MPI_UINT64_T, MPI_SUM));
   for (int i = 0; i < n && lst == SG_OK; ++i)
     if ((int64_t)red[i] != global_numel(&a[i].shard))
       lst = sg_error_set(SG_ERR_SHAPE, __FILE__, __LINE__,
@@ -205,7 +206,7 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
                          "%lld: they must partition the array (replicas pass "
                          "count 0) and agree on its global shape", a[i].name,
                          (long long)red[i], (long long)global_numel(&a[i].shard));
-  SG_TRY(sg_agree(comm, lst));
+  SG_TRY(sg_io_agree(comm, lst));
 
   tmp = malloc(strlen(path) + 8);
   if (!tmp) SG_RAISE(SG_ERR_ALLOC, "out of memory");
@@ -220,7 +221,7 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
   lst = (vids && shards && data)
             ? SG_OK
             : sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
-  SG_TRY(sg_agree(comm, lst));
+  SG_TRY(sg_io_agree(comm, lst));
   for (int i = 0; i < n; ++i) {
     const sg_nc_shard *s = &a[i].shard;
     char dn[SG_NC_MAX_DIMS][256];
@@ -281,7 +282,7 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
       }
     }
   }
-  SG_TRY(sg_agree(comm, lst));
+  SG_TRY(sg_io_agree(comm, lst));
 fail:
   if (f) sg_nc_close(&f);
   free(tmp);
@@ -318,7 +319,7 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
   lst = path ? check_arrays(n, a, 0)
              : sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                             "checkpoint: path is NULL");
-  SG_TRY(sg_agree(comm, lst));
+  SG_TRY(sg_io_agree(comm, lst));
   st = sg_nc_open(comm, path, NULL, &f);
   if (st != SG_OK) {
     if (st != SG_ERR_IO && st != SG_ERR_CORRUPT) {
@@ -383,7 +384,7 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
       lst = sg_error_set(SG_ERR_CORRUPT, __FILE__, __LINE__,
                          "checkpoint array %s has no valid checksum", a[i].name);
   }
-  SG_TRY(sg_agree(comm, lst));
+  SG_TRY(sg_io_agree(comm, lst));
 
   /* the data: each rank its slab */
   sg_nc_read_opts ro = sg_nc_read_opts_default();
@@ -405,7 +406,7 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
     red[i] = (uint64_t)sg_nc_shard_numel(&a[i].shard);
     red[n + i] = sg_ckpt_shard_hash(&a[i].shard, a[i].data);
   }
-  SG_MPI(MPI_Allreduce(MPI_IN_PLACE, red, 2 * n, MPI_UINT64_T, MPI_SUM, comm));
+  SG_TRY(sg_io_allreduce(comm, red, 2 * n, MPI_UINT64_T, MPI_SUM));
   for (int i = 0; i < n; ++i) {
     const sg_nc_shard *s = &a[i].shard;
     uint64_t got = red[n + i];
@@ -419,10 +420,10 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
       lst = sg_malloc(sg_device_host(),
                       (size_t)(cn ? cn : 1) * sg_dtype_size(s->dtype), &tmpbuf);
       if (lst != SG_OK) cs.count[0] = 0;
-      SG_TRY(sg_agree(comm, lst));
+      SG_TRY(sg_io_agree(comm, lst));
       SG_TRY(sg_nc_read(f, vids[i], &cs, &ro, tmpbuf, NULL));
       got = sg_ckpt_shard_hash(&cs, tmpbuf);
-      SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &got, 1, MPI_UINT64_T, MPI_SUM, comm));
+      SG_TRY(sg_io_allreduce(comm, &got, 1, MPI_UINT64_T, MPI_SUM));
       sg_free(sg_device_host(), &tmpbuf);
     }
     if (got != want[i])
@@ -470,7 +471,7 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
       lst = sg_error_set(SG_ERR_CORRUPT, __FILE__, __LINE__,
                          "checkpoint %s: metadata missing: %s", path, prev);
     }
-    SG_TRY(sg_agree(comm, lst));
+    SG_TRY(sg_io_agree(comm, lst));
     m.config = config;
     config = NULL;
     *meta = m;

@@ -103,7 +103,7 @@ sg_status sg_ds_stats_compute(MPI_Comm comm, const char *path,
     lst = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                        "dataset statistics: %d variables (1..%d)", nvars,
                        SG_DS_MAX_CHANNELS);
-  SG_TRY(sg_agree(comm, lst));
+  SG_TRY(sg_io_agree(comm, lst));
   memset(stats, 0, sizeof *stats);
   sg_nc_open_opts oo = sg_nc_open_opts_default();
   oo.dim_map = dim_map;
@@ -120,7 +120,7 @@ sg_status sg_ds_stats_compute(MPI_Comm comm, const char *path,
                          names[c], vi.ndims,
                          vi.ndims >= 2 ? vi.dim_names[vi.ndims - 2] : "-",
                          vi.ndims >= 1 ? vi.dim_names[vi.ndims - 1] : "-");
-    SG_TRY(sg_agree(comm, lst));
+    SG_TRY(sg_io_agree(comm, lst));
     int nd = vi.ndims - 1; /* the frame's dims */
     int64_t fshape[3];
     for (int d = 0; d < nd; ++d) fshape[d] = vi.shape[d + 1];
@@ -135,7 +135,7 @@ sg_status sg_ds_stats_compute(MPI_Comm comm, const char *path,
     if (!(buf = realloc(buf, (size_t)(n ? n : 1) * sizeof(float))) ||
         !(mask = realloc(mask, (size_t)(n ? n : 1))))
       lst = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
-    SG_TRY(sg_agree(comm, lst));
+    SG_TRY(sg_io_agree(comm, lst));
     if (area_weight) {
       /* the coordinate variable has the file's name of the lat dim */
       sg_nc_var_info li;
@@ -150,7 +150,7 @@ sg_status sg_ds_stats_compute(MPI_Comm comm, const char *path,
         if (!lat || !w)
           lst = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
       }
-      SG_TRY(sg_agree(comm, lst));
+      SG_TRY(sg_io_agree(comm, lst));
       sg_nc_shard ls;
       SG_TRY(sg_nc_shard_split(1, &nlat, SG_DTYPE_F64, 0, 1, 0, &ls));
       sg_nc_read_opts ro = sg_nc_read_opts_default();
@@ -196,7 +196,7 @@ sg_status sg_ds_stats_save(MPI_Comm comm, const char *path,
                       ? sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                                      "statistics: no channels")
                       : SG_OK;
-  SG_TRY(sg_agree(comm, lst));
+  SG_TRY(sg_io_agree(comm, lst));
   sg_nc_create_opts co = sg_nc_create_opts_default();
   co.overwrite = 1;
   SG_TRY(sg_nc_create(comm, path, &co, &f));
@@ -251,7 +251,7 @@ sg_status sg_ds_stats_load(MPI_Comm comm, const char *path, sg_ds_stats *stats) 
                        vm.shape[0] > SG_DS_MAX_CHANNELS))
     lst = sg_error_set(SG_ERR_SHAPE, __FILE__, __LINE__,
                        "%s: not a statistics file", path);
-  SG_TRY(sg_agree(comm, lst));
+  SG_TRY(sg_io_agree(comm, lst));
   t.nchan = (int)vm.shape[0];
   int64_t nc = t.nchan, k = 0;
   int32_t aw = 0;

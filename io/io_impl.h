@@ -49,21 +49,51 @@ struct sg_nc_t_ {
   int independent;    /* netCDF-4: independent data access */
   int direct_read;    /* PnetCDF read-only: MPI-IO reads allowed */
   int direct_write;   /* PnetCDF created file: MPI-IO writes allowed */
-  int dfh_open;       /* dfh is open (on every rank: opened collectively) */
-  MPI_File dfh;       /* MPI-IO handle of the direct reads or writes */
+  int dfh_open;       /* dfh is open (on this rank: MPI_COMM_SELF) */
+  MPI_File dfh;       /* MPI-IO handle of the direct reads or writes, opened
+                         per rank on MPI_COMM_SELF: no collective inside */
+  int pnc_dirty;      /* PnetCDF: data went through the library's own handle
+                         since the last sync (see sg_nc_sync) */
+  int shadow;         /* PnetCDF file being created with per-rank handles:
+                         rank 0's handle is the file (MPI_COMM_SELF), the
+                         others' a private copy of the header (shadow_path)
+                         that sees the same define calls; see nc.c */
+  char shadow_path[4096];
+  int local_handle;   /* the library handle (ncid) is this rank's own, opened
+                         on MPI_COMM_SELF (read-only files): its calls are
+                         not collective, only the io layer's agreements are */
 };
 
 /* Parse "key=value,key=value" hints into a new MPI_Info (MPI_INFO_NULL for
  * NULL or ""). Not collective. */
 sg_status sg_io_hints_info(const char *hints, MPI_Info *info);
 
+/* ---- io_wait.c: the io layer's own collectives, with waits that yield
+ * the core (MPI_Test + sched_yield/nanosleep; SG_IO_WAIT=spin: MPI_Wait) */
+
+/* Wait for a request, yielding the core between tests. MPI error code. */
+int sg_io_wait(MPI_Request *req, MPI_Status *status);
+
 /* Failure agreement over comm: every rank returns the status of the lowest
- * failing rank with its message. Collective. */
+ * failing rank with its message. Collective (one MPI_Iallreduce; one
+ * MPI_Ibcast more on failure). */
 sg_status sg_io_agree(MPI_Comm comm, sg_status local);
 
 /* The same, and the element-wise maximum over the ranks of n (<= 8) ints
  * in vals, in one allreduce. Collective. */
 sg_status sg_io_agree_max(MPI_Comm comm, sg_status local, int *vals, int n);
+
+/* MPI_Allreduce in place (as MPI_Iallreduce), and its int64 maximum.
+ * Collective. */
+sg_status sg_io_allreduce(MPI_Comm comm, void *buf, int n, MPI_Datatype type,
+                          MPI_Op op);
+sg_status sg_io_allreduce_i64_max(MPI_Comm comm, int64_t *vals, int n);
+
+/* Barrier (MPI_Ibarrier). Collective. */
+sg_status sg_io_barrier(MPI_Comm comm);
+
+/* MPI_Comm_dup (as MPI_Comm_idup). Collective. */
+sg_status sg_io_comm_dup(MPI_Comm comm, MPI_Comm *out);
 
 /* Map a file dim name to the caller's name, and back. */
 const char *sg_io_map_to_user(const struct sg_nc_t_ *f, const char *file_name);
@@ -72,6 +102,16 @@ const char *sg_io_map_to_file(const struct sg_nc_t_ *f, const char *user_name);
 /* nc_type of a shardgrid dtype, and back (0 if none). */
 int sg_io_nc_type(sg_dtype dt);
 sg_dtype sg_io_dtype_of_nc(int nc_type, int *ok);
+
+/* This rank's own MPI-IO handle of the file (f->dfh, on MPI_COMM_SELF),
+ * opened with amode at the first use, closed by sg_nc_close. Local. */
+sg_status sg_io_own_handle(struct sg_nc_t_ *f, int amode);
+
+/* A file created with per-rank handles (f->shadow) becomes an ordinary
+ * collectively opened file: every rank closes its handle (rank 0's holds
+ * the header) and the ranks reopen the file together. Collective; no-op
+ * when f->shadow is 0. */
+sg_status sg_io_shadow_promote(struct sg_nc_t_ *f);
 
 /* Enter/leave define mode around an attribute change on a writable file.
  * Collective. */

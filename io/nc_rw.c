@@ -170,34 +170,34 @@ typedef struct wjob {
  * of this size, in the cache. */
 #define SG_IO_DIRECT_CHUNK ((int64_t)8 << 20)
 
+/* This rank's own MPI-IO handle of the file (MPI_COMM_SELF: opening it
+ * is not collective, and neither are its reads and writes), opened at the
+ * first direct read or write and closed by sg_nc_close. Local. */
+sg_status sg_io_own_handle(struct sg_nc_t_ *f, int amode) {
+  if (f->dfh_open) return SG_OK;
+  if (MPI_File_open(MPI_COMM_SELF, f->path, amode, f->info, &f->dfh) !=
+      MPI_SUCCESS) {
+    f->dfh = MPI_FILE_NULL;
+    return sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
+                        "MPI_File_open of %s for %s failed", f->path,
+                        amode == MPI_MODE_RDONLY ? "reading" : "writing");
+  }
+  f->dfh_open = 1;
+  return SG_OK;
+}
+
 /* Write every job straight through MPI-IO (each is one contiguous run of a
  * fixed-size variable stored in its own type): 8 MiB at a time copied and
  * swapped to big-endian in a small buffer, written at the variable's
- * offset + the run's. Collective (the handle's open and view); failures
- * are local, agreed by the caller. */
+ * offset + the run's, through this rank's own handle. Not collective: the
+ * failures are local, agreed by the caller. */
 static sg_status direct_write(struct sg_nc_t_ *f, int n, wjob *jobs) {
   sg_status lst = SG_OK;
   int rc = MPI_SUCCESS;
-  if (!f->dfh_open) {
-    rc = MPI_File_open(f->comm, f->path, MPI_MODE_WRONLY, f->info, &f->dfh);
-    if (rc != MPI_SUCCESS) {
-      f->dfh = MPI_FILE_NULL;
-      lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
-                         "MPI_File_open of %s for writing failed", f->path);
-    } else {
-      f->dfh_open = 1;
-    }
-    sg_status st = sg_io_agree(f->comm, lst);
-    if (st != SG_OK) {
-      if (f->dfh_open) MPI_File_close(&f->dfh);
-      f->dfh_open = 0;
-      return st;
-    }
-  }
-  rc = MPI_File_set_view(f->dfh, 0, MPI_BYTE, MPI_BYTE, "native", f->info);
-  if (rc != MPI_SUCCESS)
-    return sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
-                        "MPI_File_set_view on %s failed", f->path);
+  int any = 0;
+  for (int i = 0; i < n; ++i) any |= jobs[i].numel > 0;
+  if (!any) return SG_OK;
+  if ((lst = sg_io_own_handle(f, MPI_MODE_WRONLY)) != SG_OK) return lst;
   char *bounce = NULL;
   const int swap = host_little_endian();
   for (int i = 0; i < n && lst == SG_OK; ++i) {
@@ -308,11 +308,14 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
   int nodirect = !f->direct_write || f->backend != SG_NC_BACKEND_PNETCDF;
   for (int i = 0; lst == SG_OK && i < n; ++i) nodirect |= !jobs[i].direct;
   SG_TRY(sg_io_agree_max(f->comm, lst, &nodirect, 1));
+  /* writes through PnetCDF's collective path need the shared handle */
+  if (nodirect) SG_TRY(sg_io_shadow_promote(f));
   int rc = 0;
 #if SG_HAVE_PNETCDF
   if (f->backend == SG_NC_BACKEND_PNETCDF && !nodirect) {
     lst = direct_write(f, n, jobs);
   } else if (f->backend == SG_NC_BACKEND_PNETCDF) {
+    f->pnc_dirty = 1;
     int *reqs = malloc((size_t)(n ? n : 1) * 2 * sizeof(int));
     int nreq = 0;
     if (!reqs)
@@ -432,7 +435,8 @@ static sg_status record_count(struct sg_nc_t_ *f, int64_t *len) {
     l = (int64_t)x;
   }
 #endif
-  SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &l, 1, MPI_INT64_T, MPI_MAX, f->comm));
+  /* a read-only file's header is the same on every rank */
+  if (!f->local_handle) SG_TRY(sg_io_allreduce_i64_max(f->comm, &l, 1));
   *len = l;
 fail:
   return st;
@@ -664,12 +668,12 @@ static int box_contiguous(const sg_nc_var_info *info, const rbox *b,
 }
 
 /* Read this rank's box (nread 0 or 1) of a fixed-layout classic-format
- * variable through MPI-IO: a file view on the variable's bytes (offset and
- * record size from PnetCDF's header), collective reads of 8 MiB rounds into
- * the box's buffer, each followed by its big-endian -> host swap in place;
- * independent reads of 8 MiB at explicit offsets instead when every
- * rank's box is one contiguous run of the file.
- * Collective over the file's communicator; agrees on failure. */
+ * variable through this rank's own MPI-IO handle: reads of 8 MiB rounds at
+ * explicit offsets when the box is one contiguous run of the file, else
+ * through a file view on the box's bytes (offset and record size from
+ * PnetCDF's header); each round is followed by its big-endian -> host swap
+ * in place. Not collective (the file is read-only and every rank has its
+ * own handles): failures are local, agreed by the caller. */
 static sg_status direct_read(struct sg_nc_t_ *f, int varid,
                              const sg_nc_var_info *info, int nread,
                              const rbox *b, sg_dtype rt) {
@@ -680,23 +684,8 @@ static sg_status direct_read(struct sg_nc_t_ *f, int varid,
                ftype = MPI_DATATYPE_NULL;
   MPI_Offset disp = 0;
   int count = 0, rc = MPI_SUCCESS;
-  if (!f->dfh_open) {
-    rc = MPI_File_open(f->comm, f->path, MPI_MODE_RDONLY, f->info, &f->dfh);
-    if (rc != MPI_SUCCESS) {
-      f->dfh = MPI_FILE_NULL;
-      lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
-                         "MPI_File_open of %s for reading failed", f->path);
-    } else {
-      f->dfh_open = 1;
-    }
-    /* every rank opened, or every rank closes what it opened */
-    st = sg_io_agree(f->comm, lst);
-    if (st != SG_OK) {
-      if (f->dfh_open) MPI_File_close(&f->dfh);
-      f->dfh_open = 0;
-      return st;
-    }
-  }
+  if (nread == 0 || b->numel == 0) return SG_OK;
+  if ((lst = sg_io_own_handle(f, MPI_MODE_RDONLY)) != SG_OK) return lst;
   rc = MPI_Type_contiguous((int)es, MPI_BYTE, &elem);
   if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&elem);
   if (rc == MPI_SUCCESS && nread == 1) {
@@ -736,44 +725,33 @@ static sg_status direct_read(struct sg_nc_t_ *f, int varid,
   if (rc != MPI_SUCCESS && lst == SG_OK)
     lst = sg_error_set(SG_ERR_MPI, __FILE__, __LINE__,
                        "building the file view of a direct read failed");
-  /* every rank makes the same number of rounds (the most of any rank);
-   * when every rank's box is one contiguous run of the file, the rounds
-   * are independent reads at explicit offsets (no collective per round:
-   * two-phase aggregation buys nothing for disjoint contiguous runs, and
-   * each collective round waits for the slowest rank) */
   const int64_t per = SG_IO_DIRECT_CHUNK / (int64_t)es;
   int64_t run0 = 0; /* first element of the run, in the variable */
-  int agreed[2] = {(int)((count + per - 1) / per),
-                   !(nread == 0 || box_contiguous(info, b, &run0))};
-  SG_TRY(sg_io_agree_max(f->comm, lst, agreed, 2));
-  const int rounds = agreed[0], indep = !agreed[1];
-  if (indep) /* offsets in bytes from the start of the file */
-    rc = MPI_File_set_view(f->dfh, 0, MPI_BYTE, MPI_BYTE, "native", f->info);
-  else
-    rc = MPI_File_set_view(f->dfh, disp, MPI_BYTE, ftype, "native", f->info);
-  if (rc != MPI_SUCCESS)
-    lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
-                       "MPI_File_set_view on %s failed", f->path);
-  SG_TRY(sg_io_agree(f->comm, lst));
+  const int indep = box_contiguous(info, b, &run0);
+  if (lst == SG_OK) {
+    if (indep) /* offsets in bytes from the start of the file */
+      rc = MPI_File_set_view(f->dfh, 0, MPI_BYTE, MPI_BYTE, "native", f->info);
+    else
+      rc = MPI_File_set_view(f->dfh, disp, MPI_BYTE, ftype, "native", f->info);
+    if (rc != MPI_SUCCESS)
+      lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
+                         "MPI_File_set_view on %s failed", f->path);
+  }
   const int swap = host_little_endian();
-  for (int k = 0; k < (indep ? (count + per - 1) / per : rounds); ++k) {
-    /* after a local failure keep taking part with empty rounds */
-    int64_t at = (int64_t)k * per;
-    int cnt = lst != SG_OK || at >= count
-                  ? 0
-                  : (int)(count - at < per ? count - at : per);
-    char *dst = cnt ? (char *)b->buf + (size_t)at * es : NULL;
+  for (int64_t at = 0; at < count && lst == SG_OK; at += per) {
+    const int cnt = (int)(count - at < per ? count - at : per);
+    char *dst = (char *)b->buf + (size_t)at * es;
     MPI_Status status;
     if (indep)
       rc = MPI_File_read_at(f->dfh, disp + (MPI_Offset)((run0 + at) * (int64_t)es),
                             dst, cnt, elem, &status);
     else
-      rc = MPI_File_read_all(f->dfh, dst, cnt, elem, &status);
-    if (rc != MPI_SUCCESS && lst == SG_OK) {
+      rc = MPI_File_read(f->dfh, dst, cnt, elem, &status);
+    if (rc != MPI_SUCCESS) {
       lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "%s on %s failed",
-                         indep ? "MPI_File_read_at" : "MPI_File_read_all",
+                         indep ? "MPI_File_read_at" : "MPI_File_read",
                          f->path);
-    } else if (cnt > 0) {
+    } else {
       int got = 0;
       MPI_Get_count(&status, elem, &got);
       if (got != cnt)
@@ -785,7 +763,6 @@ static sg_status direct_read(struct sg_nc_t_ *f, int varid,
     }
   }
   st = lst; /* agreed by the caller with the rest of the read */
-fail:
   if (ftype != MPI_DATATYPE_NULL) MPI_Type_free(&ftype);
   if (inner != MPI_DATATYPE_NULL) MPI_Type_free(&inner);
   if (elem != MPI_DATATYPE_NULL) MPI_Type_free(&elem);
@@ -900,6 +877,9 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
   if (!f) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                               "read: file is NULL");
   char lbl[SG_IO_NAME_BUF + 8];
+  /* reading back a file being created with per-rank handles: the others'
+   * handles see only their header copies */
+  if (f->shadow && !f->define_mode) SG_TRY(sg_io_shadow_promote(f));
   var_label(f, varid, lbl, sizeof lbl);
   if (f->define_mode)
     lst = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
@@ -970,7 +950,13 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
     lat_cvid = -1;
 
   /* descending latitude? (flip_lat is the same on every rank) */
-  if (o.flip_lat) {
+  if (o.flip_lat && f->local_handle) {
+    if (lst == SG_OK && lat_cvid >= 0 && info.shape[lat_dim] > 1) {
+      double first = 0, last = 0;
+      lst = coord_ends(f, lat_cvid, info.shape[lat_dim], &first, &last);
+      if (lst == SG_OK && first > last) flip_dim = lat_dim;
+    }
+  } else if (o.flip_lat) {
     SG_TRY(sg_io_agree(f->comm, lst));
     if (lat_cvid >= 0 && info.shape[lat_dim] > 1) {
       double first = 0, last = 0;
@@ -1050,7 +1036,11 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
              boxes[k].fstart[d] < boxes[i].fstart[d] + boxes[i].len[d];
       flags[1] = ov;
     }
-  SG_TRY(sg_io_agree_max(f->comm, lst, flags, 3));
+  /* With a collective library handle the ranks must take the same path
+   * and the same number of rounds, agreed here with the failures so far;
+   * with per-rank handles (read-only files) every rank goes its own way
+   * and the one agreement is at the end. */
+  if (!f->local_handle) SG_TRY(sg_io_agree_max(f->comm, lst, flags, 3));
 
   int rc = 0;
 #if SG_HAVE_PNETCDF
@@ -1113,7 +1103,8 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
 #endif
 #if SG_HAVE_NETCDF
   if (f->backend != SG_NC_BACKEND_PNETCDF) {
-    int nmax = f->backend == SG_NC_BACKEND_NETCDF4 ? flags[0] : nread;
+    int nmax = f->backend == SG_NC_BACKEND_NETCDF4 && !f->local_handle
+                   ? flags[0] : nread;
     for (int i = 0; i < nmax; ++i) {
       size_t ns[SG_NC_MAX_DIMS] = {0}, nc[SG_NC_MAX_DIMS] = {0};
       static double dummy[1];
@@ -1184,9 +1175,14 @@ sg_status sg_nc_read_frame(sg_nc_t f, int varid, int64_t frame,
   int64_t nrec = 0;
   if (!f) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                               "read_frame: file is NULL");
+  if (f->shadow && !f->define_mode) SG_TRY(sg_io_shadow_promote(f));
   SG_TRY(record_count(f, &nrec));
   sg_status lst = frame_shard(f, varid, frame, s, 0, &full, nrec);
-  SG_TRY(sg_io_agree(f->comm, lst));
+  if (!f->local_handle) SG_TRY(sg_io_agree(f->comm, lst));
+  else if (lst != SG_OK) {
+    /* the other ranks' reads end in one agreement: take part in it */
+    return sg_io_agree(f->comm, lst);
+  }
   sg_nc_read_opts o = opts ? *opts : sg_nc_read_opts_default();
   sg_nc_read_opts o2 = o;
   for (int d = 0; d + 1 < SG_NC_MAX_DIMS; ++d) {

@@ -8,7 +8,7 @@
  * the matching hyperslabs.
  *
  * Writing is crash-safe: the file is written as "<path>.tmp", synced
- * (ncmpi_sync/nc_sync, then fsync of the file by rank 0), and renamed to
+ * (sg_nc_sync, then fsync of the file by rank 0), and renamed to
  * path only when complete (then the directory is fsync'd). A run killed
  * before the rename leaves the previous checkpoint at path untouched; a
  * stale "<path>.tmp" is simply overwritten by the next write.

@@ -152,7 +152,9 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
 /* Flush and close; accepts NULL and sets *file to NULL. Collective. */
 sg_status sg_nc_close(sg_nc_t *file);
 
-/* Flush written data to storage (ncmpi_sync / nc_sync). Collective. */
+/* Flush written data to storage (ncmpi_sync / nc_sync; a PnetCDF file
+ * written only by direct writes: MPI_File_sync of every rank's own
+ * handle). Collective. */
 sg_status sg_nc_sync(sg_nc_t file);
 
 /* The backend in use and the file's format. Not collective. */
