@@ -203,6 +203,18 @@ static void pw_btile(int mk, int64_t nv, __mmask16 mt, const float *dy, int64_t 
 /* dw[k][c] += sum over samples and pixels of dy[n][k][p] x[n][c][p], and
  * (db not NULL) db[k] += sum of dy[n][k][p] in the same pass.
  * part: (cout * cin + cout) * 16 floats of scratch. */
+
+/* dw[k0.., c0..] += the lane sums of tile (k0, c0)'s partials (a block of
+ * mk * mc vectors of 16 lanes at part + (k0 * cin + c0 * mk) * 16) */
+static void pw_tile_sum(int64_t cin, int64_t cout, int64_t k0, int64_t c0, const float *part, float *dw) {
+  const int mk = (int)(cout - k0 < PW_MK ? cout - k0 : PW_MK);
+  const int mc = (int)(cin - c0 < PW_MC ? cin - c0 : PW_MC);
+  const float *pt = part + (k0 * cin + c0 * mk) * 16;
+  for (int i = 0; i < mk; ++i)
+    for (int j = 0; j < mc; ++j)
+      dw[(k0 + i) * cin + c0 + j] += _mm512_reduce_add_ps(_mm512_loadu_ps(pt + (i * mc + j) * 16));
+}
+
 void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *x, const float *dy, float *dw, float *db,
                      float *part, int nthreads) {
@@ -235,16 +247,7 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
     }
   }
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-  for (int64_t t = 0; t < ntile; ++t) {
-    const int64_t k0 = (t / ncb) * PW_MK, c0 = (t % ncb) * PW_MC;
-    const int mk = (int)(cout - k0 < PW_MK ? cout - k0 : PW_MK);
-    const int mc = (int)(cin - c0 < PW_MC ? cin - c0 : PW_MC);
-    const float *pt = part + (k0 * cin + c0 * mk) * 16;
-    for (int i = 0; i < mk; ++i)
-      for (int j = 0; j < mc; ++j)
-        dw[(k0 + i) * cin + c0 + j] +=
-            _mm512_reduce_add_ps(_mm512_loadu_ps(pt + (i * mc + j) * 16));
-  }
+  for (int64_t t = 0; t < ntile; ++t) pw_tile_sum(cin, cout, (t / ncb) * PW_MK, (t % ncb) * PW_MC, part, dw);
   if (db)
     for (int64_t k = 0; k < cout; ++k) db[k] += _mm512_reduce_add_ps(_mm512_loadu_ps(bpart + 16 * k));
 }
@@ -268,15 +271,7 @@ void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x, 
 
 void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part, float *dw) {
   const int64_t nkb = (cout + PW_MK - 1) / PW_MK, ncb = (cin + PW_MC - 1) / PW_MC;
-  for (int64_t t = 0; t < nkb * ncb; ++t) {
-    const int64_t k0 = (t / ncb) * PW_MK, c0 = (t % ncb) * PW_MC;
-    const int mk = (int)(cout - k0 < PW_MK ? cout - k0 : PW_MK);
-    const int mc = (int)(cin - c0 < PW_MC ? cin - c0 : PW_MC);
-    const float *pt = part + (k0 * cin + c0 * mk) * 16;
-    for (int i = 0; i < mk; ++i)
-      for (int j = 0; j < mc; ++j)
-        dw[(k0 + i) * cin + c0 + j] += _mm512_reduce_add_ps(_mm512_loadu_ps(pt + (i * mc + j) * 16));
-  }
+  for (int64_t t = 0; t < nkb * ncb; ++t) pw_tile_sum(cin, cout, (t / ncb) * PW_MK, (t % ncb) * PW_MC, part, dw);
 }
 
 #else /* no AVX-512F: callers use BLAS */
