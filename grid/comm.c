@@ -18,11 +18,13 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if MPI_VERSION >= 4
 #define SG_MPI_LARGE 1
@@ -1037,14 +1039,46 @@ sg_status sg_irecv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
 
 /* ---- failure agreement ----------------------------------------------------*/
 
-sg_status sg_agree(MPI_Comm comm, sg_status local) {
+int sg_wait_yield(MPI_Request *req, MPI_Status *status) {
+  MPI_Status ignored;
+  if (!status) status = &ignored;
+  long ns = 20000; /* after 64 yields: sleep 20 us, doubling up to 1 ms */
+  for (int k = 0;; ++k) {
+    int done = 0;
+    int rc = MPI_Test(req, &done, status);
+    if (rc != MPI_SUCCESS || done) return rc;
+    if (k < 64) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, ns};
+      nanosleep(&ts, NULL);
+      if (ns < 1000000) ns *= 2;
+    }
+  }
+}
+
+static int wait_req(MPI_Request *req, int yield) {
+  return yield ? sg_wait_yield(req, NULL) : MPI_Wait(req, MPI_STATUS_IGNORE);
+}
+
+sg_status sg_agree_vals(MPI_Comm comm, sg_status local, int *vals, int n, int yield) {
   sg_status st = SG_OK;
-  int me = 0;
+  int me = 0, size = 1, buf[1 + SG_AGREE_MAX_VALS];
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (n < 0 || n > SG_AGREE_MAX_VALS || (n > 0 && !vals))
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_agree_vals: n = %d values (0..%d)", n, SG_AGREE_MAX_VALS);
   SG_MPI(MPI_Comm_rank(comm, &me));
-  /* success path: one all-reduce (the lowest failing rank, or INT_MAX) */
-  int mine = local != SG_OK ? me : INT_MAX, lowest = INT_MAX;
-  SG_MPI(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm));
-  if (lowest == INT_MAX) return SG_OK;
+  SG_MPI(MPI_Comm_size(comm, &size));
+  /* success path: one all-reduce (max of size - rank: the lowest failing
+   * rank, 0 when none failed), the values riding along */
+  buf[0] = local != SG_OK ? size - me : 0;
+  for (int i = 0; i < n; ++i) buf[i + 1] = vals[i];
+  SG_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n + 1, MPI_INT, MPI_MAX, comm, &req));
+  SG_MPI(wait_req(&req, yield));
+  for (int i = 0; i < n; ++i) vals[i] = buf[i + 1];
+  if (buf[0] == 0) return SG_OK;
+  const int lowest = size - buf[0];
   /* failure: the lowest failing rank tells everyone its status and why */
   struct {
     int status;
@@ -1060,7 +1094,8 @@ sg_status sg_agree(MPI_Comm comm, sg_status local) {
       snprintf(info.msg, sizeof info.msg, "[rank %d] %s (%s)", me,
                sg_status_string(local), sg_status_name(local));
   }
-  SG_MPI(MPI_Bcast(&info, (int)sizeof info, MPI_BYTE, lowest, comm));
+  SG_MPI(MPI_Ibcast(&info, (int)sizeof info, MPI_BYTE, lowest, comm, &req));
+  SG_MPI(wait_req(&req, yield));
   info.msg[sizeof info.msg - 1] = '\0';
   sg_error_set_raw(info.msg);
   st = info.status > SG_OK && info.status < SG_STATUS_COUNT
@@ -1068,6 +1103,10 @@ sg_status sg_agree(MPI_Comm comm, sg_status local) {
            : SG_ERR_PEER;
 fail:
   return st;
+}
+
+sg_status sg_agree(MPI_Comm comm, sg_status local) {
+  return sg_agree_vals(comm, local, NULL, 0, 0);
 }
 
 sg_status sg_group_agree(sg_group_t g, sg_status local) {

@@ -134,6 +134,22 @@ sg_status sg_test(sg_request_t *req, int *done);
 sg_status sg_agree(MPI_Comm comm, sg_status local);
 sg_status sg_group_agree(sg_group_t g, sg_status local);
 
+/* The same agreement, and the element-wise maximum over the ranks of n
+ * (<= SG_AGREE_MAX_VALS) ints in vals, in the same one all-reduce. With
+ * yield, the waits give the core away (sg_wait_yield): for code whose
+ * ranks may outnumber the cores (the io layer). Collective over comm. */
+#define SG_AGREE_MAX_VALS 8
+sg_status sg_agree_vals(MPI_Comm comm, sg_status local, int *vals, int n,
+                        int yield);
+
+/* Wait for a request by MPI_Test with sched_yield() between tests and, once
+ * the wait is long, sleeps of 20 us doubling to 1 ms. MPICH's blocking
+ * waits busy-poll: when ranks outnumber cores, a spinning rank holds the
+ * core its peer needs until the scheduler preempts it (a time slice per
+ * collective). With a core per rank it returns within the first tests.
+ * Returns the MPI error code. Not collective. */
+int sg_wait_yield(MPI_Request *req, MPI_Status *status);
+
 /* CUDA + NCCL: create NCCL communicators matching every group of the mesh
  * (collective over the mesh). SG_ERR_NOT_SUPPORTED when not built with
  * NCCL; SG_ERR_NO_DEVICE when no GPU is usable. Afterwards, calls whose

@@ -71,7 +71,8 @@ sg_status sg_io_hints_info(const char *hints, MPI_Info *info);
 /* ---- io_wait.c: the io layer's own collectives, with waits that yield
  * the core (MPI_Test + sched_yield/nanosleep; SG_IO_WAIT=spin: MPI_Wait) */
 
-/* Wait for a request, yielding the core between tests. MPI error code. */
+/* Wait for a request: sg_wait_yield (grid), or MPI_Wait with
+ * SG_IO_WAIT=spin. MPI error code. */
 int sg_io_wait(MPI_Request *req, MPI_Status *status);
 
 /* Failure agreement over comm: every rank returns the status of the lowest
@@ -80,7 +81,8 @@ int sg_io_wait(MPI_Request *req, MPI_Status *status);
 sg_status sg_io_agree(MPI_Comm comm, sg_status local);
 
 /* The same, and the element-wise maximum over the ranks of n (<= 8) ints
- * in vals, in one allreduce. Collective. */
+ * in vals, in one allreduce: grid's sg_agree_vals with yielding waits.
+ * Collective. */
 sg_status sg_io_agree_max(MPI_Comm comm, sg_status local, int *vals, int n);
 
 /* MPI_Allreduce in place (as MPI_Iallreduce), and its int64 maximum.
