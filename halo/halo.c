@@ -38,6 +38,11 @@ enum {
  *   [SHM_ACK]    6 cache lines: ack[d][s], the sequence number of the last
  *                message from nb[s] along dim d that this rank consumed;
  *   [SHM_TABLE]  per channel the byte offset and size of its slot;
+ *   [SHM_MODE]   per channel and buffer parity, how message k was sent:
+ *                0 packed into the slot, j + 1 left in place in the
+ *                plan's shared block j (single copy, below);
+ *   [SHM_BOX]    per channel the boxes this rank sends forward (its owned
+ *                slab) and in the adjoint (its halo slab), in its block;
  *   [SHM_HDR..]  the slots: two buffers per channel (message k uses buffer
  *                k & 1), each large enough for the forward slab and the
  *                adjoint slab of that side.
@@ -47,8 +52,31 @@ enum {
  * one copy into the own segment (pack, or memcpy for one run) and one copy
  * out of the peer's segment (unpack, or unpack-add for the adjoint); the
  * sender waits for ack >= k - 2 before reusing a buffer. Forward and
- * adjoint messages share the channels and their sequence numbers. */
-enum { SHM_READY = 0, SHM_ACK = 384, SHM_TABLE = 768, SHM_HDR = 1024 };
+ * adjoint messages share the channels and their sequence numbers.
+ *
+ * Single copy: when the block passed to start is one the plan allocated in
+ * a shared window (sg_halo_plan_alloc_block; every rank has the same
+ * number of them, so block j of a neighbour is mapped here as pblk[j]),
+ * the sender publishes no data, only "message k is block j" in its MODE
+ * word, and the receiver copies (or, in the adjoint, adds) the slab
+ * straight from the neighbour's block, using the neighbour's box from its
+ * SHM_BOX table. The sender then must not touch that slab until the
+ * receiver acknowledges message k: its step (and so finish) waits for the
+ * ack, and in the adjoint it zeroes its halo slab only then. Each side
+ * chooses per message, so ranks may mix shared and private blocks. Slabs
+ * whose contiguous runs are shorter than SG_HALO_SHM_DIRECT_MIN bytes
+ * (default 64, a cache line) are packed all the same: reading short rows
+ * across cores moves a whole line per row, and gathering them locally
+ * into one contiguous message is cheaper (bench/RESULTS.md, halo). */
+#define HALO_SHM_DIRECT_MIN 64
+enum {
+  SHM_READY = 0,
+  SHM_ACK = 384,
+  SHM_TABLE = 768,
+  SHM_MODE = 896,
+  SHM_BOX = 1024,
+  SHM_HDR = 2048
+};
 #define HALO_POOL 64
 #define HALO_SHM_CHUNK 262144 /* default bytes per piece of a message */
 
@@ -91,6 +119,15 @@ typedef struct hdim {
   struct piece_plan spp[2], rpp[2]; /* the current messages' pieces */
   int64_t spos[2], rpos[2];         /* pieces done of them */
   int sending[2], want[2];          /* sides with a message out / in */
+  /* single copy: nb[s]'s shared blocks as mapped here, its boxes towards
+   * me (forward: its owned slab; adjoint: its halo slab), and the sides
+   * whose message left in place waits for its ack */
+  char *pblk[SG_HALO_MAX_BLOCKS][2];
+  sg_halo_box psbox[2], prbox[2];
+  int dsend[2];
+  /* whether a slab of side s may be left in place ([0] forward: its rows
+   * are long enough; [1] adjoint), and whether the current message is */
+  int dok[2][2], sdir[2];
 } hdim;
 
 struct sg_halo_plan {
@@ -121,6 +158,13 @@ struct sg_halo_plan {
   int win;  /* pool index */
   char *seg; /* own segment */
   size_t chunk; /* bytes per piece (SG_HALO_SHM_CHUNK, same on all ranks) */
+  /* blocks from sg_halo_plan_alloc_block: in pool windows bwin[] on the
+   * shm path (bwin = -1: private memory, freed with the plan); the index
+   * of the block of the exchange in flight, or -1 */
+  int nblk;
+  void *blk[SG_HALO_MAX_BLOCKS];
+  int bwin[SG_HALO_MAX_BLOCKS];
+  int cur;
 };
 
 void sg_halo_desc_init(sg_halo_desc *desc) {
@@ -420,6 +464,12 @@ fail:
 static void free_plan(struct sg_halo_plan *p) {
   if (!p) return;
   if (p->shm) p->cache->pool[p->win].in_use = 0; /* back to the pool */
+  for (int j = 0; j < p->nblk; ++j) {
+    if (p->bwin[j] >= 0)
+      p->cache->pool[p->bwin[j]].in_use = 0;
+    else
+      sg_free(sg_device_host(), &p->blk[j]);
+  }
   for (int d = 0; d < SG_HALO_MAX_DIMS; ++d) {
     hdim *q = &p->dim[d];
     for (int s = 0; s < 2; ++s) {
@@ -565,6 +615,63 @@ static _Atomic uint64_t *shm_flag(char *seg, int kind, int d, int s) {
   return (_Atomic uint64_t *)(void *)(seg + kind + 64 * (2 * d + s));
 }
 
+/* MODE word of channel (d, s) for message k (by its buffer parity). */
+static _Atomic uint64_t *shm_mode(char *seg, int d, int s, uint64_t k) {
+  return (_Atomic uint64_t *)(void *)(seg + SHM_MODE +
+                                      8 * (2 * (2 * d + s) + (k & 1)));
+}
+
+/* The boxes of channel (d, s) in a segment's SHM_BOX table. */
+static sg_halo_box *shm_boxes(char *seg, int d, int s) {
+  return (sg_halo_box *)(void *)(seg + SHM_BOX +
+                                 2 * sizeof(sg_halo_box) * (2 * d + s));
+}
+
+/* Lend a window of the pool with at least need bytes on this rank: the
+ * first one that mask (the AND over the ranks of the free windows large
+ * enough) names, else a new one (collective; unified memory model on every
+ * rank, else none). *w = -1 when there is none. Collective over the mesh. */
+static sg_status pool_take(struct sg_halo_plan *p, size_t need,
+                           uint64_t mask, int *w) {
+  sg_status st = SG_OK;
+  halo_comm_cache *c = p->cache;
+  *w = -1;
+  for (int i = 0; i < c->nwin && *w < 0; ++i)
+    if (mask >> i & 1) *w = i;
+  if (*w >= 0) {
+    c->pool[*w].in_use = 1;
+    return SG_OK;
+  }
+  if (c->nwin == HALO_POOL) return SG_OK;
+  halo_win *hw = &c->pool[c->nwin];
+  MPI_Info info = MPI_INFO_NULL;
+  SG_MPI(MPI_Info_create(&info));
+  MPI_Info_set(info, "alloc_shared_noncontig", "true");
+  int rc = MPI_Win_allocate_shared((MPI_Aint)need, 1, info, c->node,
+                                   &hw->seg, &hw->win);
+  MPI_Info_free(&info);
+  SG_MPI(rc);
+  hw->bytes = need;
+  int *model = NULL, flag = 0;
+  SG_MPI(MPI_Win_get_attr(hw->win, MPI_WIN_MODEL, &model, &flag));
+  SG_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, hw->win));
+  hw->in_use = 1;
+  int i = c->nwin++;
+  int uni = flag && *model == MPI_WIN_UNIFIED, all = 0;
+  SG_MPI(MPI_Allreduce(&uni, &all, 1, MPI_INT, MPI_MIN, p->comm));
+  if (all) *w = i; /* else never lent */
+fail:
+  return st;
+}
+
+/* The free windows of the pool with at least need bytes on this rank. */
+static uint64_t pool_free(const halo_comm_cache *c, size_t need) {
+  uint64_t m = 0;
+  for (int i = 0; i < c->nwin; ++i)
+    if (!c->pool[i].in_use && c->pool[i].bytes >= need) m |= 1ull << i;
+  return m;
+}
+
 /* The on-node path: decided the same way on every rank (SG_HALO_PATH auto
  * or shm everywhere, every neighbour on this node, a window of the pool
  * free on every rank or room for a new one); then this rank's slots are
@@ -595,38 +702,14 @@ static sg_status setup_shm(struct sg_halo_plan *p) {
   need = (need + 4095) / 4096 * 4096;
   /* [0]: every rank can (and some rank has a message); [1]: the pool
    * windows free and large enough on every rank */
-  uint64_t v[3] = {(uint64_t)can, 0, (uint64_t)(msgs > 0)}, r[3];
-  for (int i = 0; i < c->nwin; ++i)
-    if (!c->pool[i].in_use && c->pool[i].bytes >= need) v[1] |= 1ull << i;
+  uint64_t v[3] = {(uint64_t)can, pool_free(c, need), (uint64_t)(msgs > 0)},
+           r[3];
   SG_MPI(MPI_Allreduce(v, r, 2, MPI_UINT64_T, MPI_BAND, p->comm));
   SG_MPI(MPI_Allreduce(&v[2], &r[2], 1, MPI_UINT64_T, MPI_BOR, p->comm));
   if (!r[0] || !r[2]) return SG_OK;
   int w = -1;
-  for (int i = 0; i < c->nwin && w < 0; ++i)
-    if (r[1] >> i & 1) w = i;
-  if (w < 0) {
-    if (c->nwin == HALO_POOL) return SG_OK; /* stays on MPI */
-    halo_win *hw = &c->pool[c->nwin];
-    MPI_Info info = MPI_INFO_NULL;
-    SG_MPI(MPI_Info_create(&info));
-    MPI_Info_set(info, "alloc_shared_noncontig", "true");
-    int rc = MPI_Win_allocate_shared((MPI_Aint)need, 1, info, c->node,
-                                     &hw->seg, &hw->win);
-    MPI_Info_free(&info);
-    SG_MPI(rc);
-    hw->bytes = need;
-    int *model = NULL, flag = 0;
-    SG_MPI(MPI_Win_get_attr(hw->win, MPI_WIN_MODEL, &model, &flag));
-    SG_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, hw->win));
-    w = c->nwin++;
-    /* the unified model on every rank, else the MPI path */
-    int uni = flag && *model == MPI_WIN_UNIFIED, all = 0;
-    SG_MPI(MPI_Allreduce(&uni, &all, 1, MPI_INT, MPI_MIN, p->comm));
-    if (!all) {
-      hw->in_use = 1; /* never lent */
-      return SG_OK;
-    }
-  }
+  SG_TRY(pool_take(p, need, r[1], &w));
+  if (w < 0) return SG_OK; /* stays on MPI */
   halo_win *hw = &c->pool[w];
   {
     /* bytes per piece: SG_HALO_SHM_CHUNK, the smallest over the ranks */
@@ -636,7 +719,6 @@ static sg_status setup_shm(struct sg_halo_plan *p) {
     SG_MPI(MPI_Allreduce(&v0, &vmin, 1, MPI_LONG_LONG, MPI_MIN, p->comm));
     p->chunk = (size_t)vmin;
   }
-  hw->in_use = 1;
   p->shm = 1;
   sg_log_debug("halo plan %d: on-node shared-memory path (window %d of %d, "
                "%zu bytes on rank 0)",
@@ -644,11 +726,26 @@ static sg_status setup_shm(struct sg_halo_plan *p) {
   p->win = w;
   p->seg = hw->seg;
   memset(p->seg, 0, SHM_HDR);
+  size_t dmin = HALO_SHM_DIRECT_MIN;
+  {
+    const char *e = getenv("SG_HALO_SHM_DIRECT_MIN");
+    if (e && *e) dmin = (size_t)atoll(e);
+  }
   int64_t *tab = (int64_t *)(void *)(p->seg + SHM_TABLE);
   for (int d = 0; d < p->ndims; ++d)
     for (int s = 0; s < 2; ++s) {
       tab[2 * (2 * d + s)] = (int64_t)p->dim[d].soff[s];
       tab[2 * (2 * d + s) + 1] = (int64_t)p->dim[d].ssize[s];
+      shm_boxes(p->seg, d, s)[0] = p->dim[d].sbox[s];
+      shm_boxes(p->seg, d, s)[1] = p->dim[d].rbox[s];
+      for (int a = 0; a < 2; ++a) {
+        sg_halo_box b = sg_halo_box_simplify(
+            a ? p->dim[d].rbox[s] : p->dim[d].sbox[s], 1);
+        size_t run = b.stride[3] == 1 || b.count[3] == 1
+                         ? (size_t)b.count[3] * p->esize
+                         : p->esize;
+        p->dim[d].dok[s][a] = run >= dmin;
+      }
     }
   SG_MPI(MPI_Win_sync(hw->win));
   int one = 1, sum = 0;
@@ -668,6 +765,8 @@ static sg_status setup_shm(struct sg_halo_plan *p) {
       const int64_t *pt = (const int64_t *)(void *)(q->pseg[s] + SHM_TABLE);
       q->poff[s] = (size_t)pt[2 * (2 * d + 1 - s)];
       q->psize[s] = (size_t)pt[2 * (2 * d + 1 - s) + 1];
+      q->psbox[s] = shm_boxes(q->pseg[s], d, 1 - s)[0];
+      q->prbox[s] = shm_boxes(q->pseg[s], d, 1 - s)[1];
     }
   }
 fail:
@@ -691,6 +790,7 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
     p = calloc(1, sizeof *p);
     if (p) {
       p->comm = MPI_COMM_NULL;
+      p->cur = -1;
       for (int d = 0; d < SG_HALO_MAX_DIMS; ++d) {
         hdim *q = &p->dim[d];
         for (int k = 0; k < 2; ++k) {
@@ -886,6 +986,75 @@ const char *sg_halo_plan_path(sg_halo_plan_t plan) {
   }
 }
 
+sg_status sg_halo_plan_alloc_block(sg_halo_plan_t p, void **block) {
+  sg_status st = SG_OK, local = SG_OK;
+  void *priv = NULL;
+  if (block) *block = NULL;
+  if (!p || !block)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_halo_plan_alloc_block: NULL argument");
+  const size_t bytes = (size_t)p->count * p->esize;
+  if (p->nblk == SG_HALO_MAX_BLOCKS)
+    local = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                         "sg_halo_plan_alloc_block: a plan has at most %d "
+                         "blocks",
+                         SG_HALO_MAX_BLOCKS);
+  else if (p->phase != PHASE_IDLE)
+    local = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                         "sg_halo_plan_alloc_block: an exchange is in "
+                         "flight");
+  else if (!p->shm)
+    local = sg_calloc(sg_device_host(), bytes > 0 ? bytes : 1, &priv);
+  SG_TRY(agree(p->comm, local));
+  if (!p->shm) {
+    p->bwin[p->nblk] = -1;
+    p->blk[p->nblk++] = priv;
+    *block = priv;
+    return SG_OK;
+  }
+  {
+    size_t need = (bytes + 4095) / 4096 * 4096;
+    if (need == 0) need = 4096;
+    uint64_t v = pool_free(p->cache, need), r = 0;
+    SG_MPI(MPI_Allreduce(&v, &r, 1, MPI_UINT64_T, MPI_BAND, p->comm));
+    int w = -1;
+    SG_TRY(pool_take(p, need, r, &w));
+    int ok = w >= 0, all = 0;
+    SG_MPI(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, p->comm));
+    if (!all) {
+      if (w >= 0) p->cache->pool[w].in_use = 0;
+      SG_RAISE(SG_ERR_ALLOC, "sg_halo_plan_alloc_block: the pool of %d "
+               "shared windows is exhausted", HALO_POOL);
+    }
+    halo_win *hw = &p->cache->pool[w];
+    const int j = p->nblk;
+    memset(hw->seg, 0, bytes);
+    SG_MPI(MPI_Win_sync(hw->win));
+    for (int d = 0; d < p->ndims; ++d)
+      for (int s = 0; s < 2; ++s) {
+        hdim *q = &p->dim[d];
+        q->pblk[j][s] = NULL;
+        if (q->local[s]) continue;
+        MPI_Aint sz = 0;
+        int du = 0;
+        void *base = NULL;
+        SG_MPI(MPI_Win_shared_query(hw->win, p->cache->node_rank[q->nb[s]],
+                                    &sz, &du, &base));
+        q->pblk[j][s] = base;
+      }
+    /* the neighbours' blocks are zeroed before anyone exchanges */
+    int one = 1, sum = 0;
+    SG_MPI(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, p->comm));
+    SG_MPI(MPI_Win_sync(hw->win));
+    p->bwin[j] = w;
+    p->blk[j] = hw->seg;
+    p->nblk = j + 1;
+    *block = hw->seg;
+  }
+fail:
+  return st;
+}
+
 /* ---- local fills at physical edges / local wrap -------------------------- */
 
 static sg_status fill_local(struct sg_halo_plan *p, int d, int s,
@@ -995,6 +1164,8 @@ static void shm_send_begin(struct sg_halo_plan *p, int d, int s) {
   while (atomic_load_explicit(ack, memory_order_acquire) + 2 < k)
     shm_pause(p, &spins);
   q->spp[s] = pieces_of(send_box(p, q, s), p->esize, p->chunk);
+  q->sdir[s] = p->cur >= 0 && q->dok[s][p->phase == PHASE_ADJ];
+  if (q->sdir[s]) q->spp[s].n = 1; /* left in place: one publication */
   q->spos[s] = 0;
 }
 
@@ -1004,12 +1175,21 @@ static sg_status shm_send_piece(struct sg_halo_plan *p, int d, int s) {
   sg_status st = SG_OK;
   hdim *q = &p->dim[d];
   const sg_halo_box *b = send_box(p, q, s);
-  int64_t first = 0;
-  sg_halo_box pb = piece_box(b, &q->spp[s], q->spos[s]++, &first);
-  char *dst = p->seg + q->soff[s] + (q->nsent[s] & 1) * q->ssize[s] +
-              (size_t)first * p->esize;
-  sg_halo_pack_host(p->block, &pb, p->esize, dst);
-  if (p->phase == PHASE_ADJ) sg_halo_zero_host(p->block, &pb, p->esize);
+  if (q->spos[s] == 0)
+    atomic_store_explicit(shm_mode(p->seg, d, s, q->nsent[s]),
+                          (uint64_t)(q->sdir[s] ? p->cur + 1 : 0),
+                          memory_order_relaxed);
+  if (q->sdir[s]) {
+    q->spos[s]++;
+    q->dsend[s] = 1; /* the slab stays put until the ack */
+  } else {
+    int64_t first = 0;
+    sg_halo_box pb = piece_box(b, &q->spp[s], q->spos[s]++, &first);
+    char *dst = p->seg + q->soff[s] + (q->nsent[s] & 1) * q->ssize[s] +
+                (size_t)first * p->esize;
+    sg_halo_pack_host(p->block, &pb, p->esize, dst);
+    if (p->phase == PHASE_ADJ) sg_halo_zero_host(p->block, &pb, p->esize);
+  }
   SG_MPI(MPI_Win_sync(p->cache->pool[p->win].win));
   atomic_store_explicit(shm_flag(p->seg, SHM_READY, d, s), ++q->pub[s],
                         memory_order_release);
@@ -1034,9 +1214,28 @@ static sg_status shm_recv(struct sg_halo_plan *p, int d, int s,
   if (most >= 0 && avail > most) avail = most;
   SG_MPI(MPI_Win_sync(win));
   const sg_halo_box *b = recv_box(p, q, s);
+  const uint64_t mode = q->rpos[s] == 0 && avail > 0
+                            ? atomic_load_explicit(shm_mode(q->pseg[s], d,
+                                                            1 - s,
+                                                            q->nrecv[s] + 1),
+                                                   memory_order_relaxed)
+                            : 0;
+  if (mode > 0) {
+    /* left in place in the neighbour's shared block mode - 1 */
+    if (mode > (uint64_t)p->nblk)
+      SG_RAISE(SG_ERR_MPI, "halo: neighbour %d names shared block %llu of %d",
+               q->nb[s], (unsigned long long)mode, p->nblk);
+    const char *pb = q->pblk[mode - 1][s];
+    if (p->phase == PHASE_ADJ)
+      SG_TRY(sg_halo_add2_host(p->block, b, p->dtype, pb, &q->prbox[s]));
+    else
+      sg_halo_copy2_host(p->block, b, pb, &q->psbox[s], p->esize);
+    q->rpos[s] = q->rpp[s].n;
+    avail = 1;
+  }
   const char *src =
       q->pseg[s] + q->poff[s] + ((q->nrecv[s] + 1) & 1) * q->psize[s];
-  for (int64_t i = 0; i < avail; ++i) {
+  for (int64_t i = 0; i < (mode > 0 ? 0 : avail); ++i) {
     int64_t first = 0;
     sg_halo_box pb = piece_box(b, &q->rpp[s], q->rpos[s]++, &first);
     const char *from = src + (size_t)first * p->esize;
@@ -1085,7 +1284,17 @@ static sg_status shm_pump(struct sg_halo_plan *p, int d, int wait, int lazy,
       SG_TRY(shm_recv(p, d, s, lazy ? 1 : -1));
       moved |= q->rpos[s] != before || !q->want[s];
     }
-    int left = q->want[0] || q->want[1];
+    /* slabs left in place: free once the neighbour has them (the adjoint
+     * zeroes its halo slab then) */
+    for (int s = 0; s < 2; ++s)
+      if (q->dsend[s] && q->spos[s] == q->spp[s].n &&
+          atomic_load_explicit(shm_flag(q->pseg[s], SHM_ACK, d, 1 - s),
+                               memory_order_acquire) >= q->nsent[s]) {
+        if (adj) sg_halo_zero_host(p->block, send_box(p, q, s), p->esize);
+        q->dsend[s] = 0;
+        moved = 1;
+      }
+    int left = q->want[0] || q->want[1] || q->dsend[0] || q->dsend[1];
     if (lazy || (!out && (!left || !wait))) {
       *done = !out && !left;
       break;
@@ -1273,6 +1482,9 @@ static sg_status start(struct sg_halo_plan *p, void *block, int phase,
   if (!block && p->count > 0)
     SG_RAISE(SG_ERR_INVALID_ARG, "%s: NULL block", what);
   p->block = block;
+  p->cur = -1;
+  for (int j = 0; j < p->nblk; ++j)
+    if (p->shm && p->bwin[j] >= 0 && block == p->blk[j]) p->cur = j;
   p->phase = phase;
   p->step = 0;
   SG_TRY(begin_step(p));
@@ -1289,6 +1501,7 @@ static sg_status finish(struct sg_halo_plan *p, int phase, const char *what) {
   SG_TRY(advance(p, 1, NULL));
   p->phase = PHASE_IDLE;
   p->block = NULL;
+  p->cur = -1;
 fail:
   return st;
 }

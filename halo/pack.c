@@ -191,19 +191,98 @@ void sg_halo_zero_host(void *block, const sg_halo_box *box_in,
   });
 }
 
-void sg_halo_copy_host(void *block, const sg_halo_box *dst_in,
-                       const sg_halo_box *src_in, size_t esize) {
-  /* same counts: squeezing keeps the two boxes' rows aligned */
-  const sg_halo_box d = sg_halo_box_simplify(*dst_in, 0);
-  const sg_halo_box sq = sg_halo_box_simplify(*src_in, 0);
+/* Two boxes with the same counts, for a loop over both at once: count-1
+ * dims dropped and adjacent dims merged where they are contiguous in both
+ * (so that a slab that is one run in both is one row). */
+static void joint_simplify(sg_halo_box *a, sg_halo_box *b) {
+  sg_halo_box x = *a, y = *b;
+  int j = SG_HALO_BOX_DIMS - 1;
+  for (int i = SG_HALO_BOX_DIMS - 1; i >= 0; --i) {
+    if (x.count[i] == 1) continue;
+    if (j < SG_HALO_BOX_DIMS - 1 &&
+        a->stride[j + 1] * a->count[j + 1] == x.stride[i] &&
+        b->stride[j + 1] * b->count[j + 1] == y.stride[i]) {
+      a->count[j + 1] *= x.count[i];
+      b->count[j + 1] *= x.count[i];
+      continue;
+    }
+    a->count[j] = b->count[j] = x.count[i];
+    a->stride[j] = x.stride[i];
+    b->stride[j] = y.stride[i];
+    --j;
+  }
+  for (; j >= 0; --j) {
+    a->count[j] = b->count[j] = 1;
+    a->stride[j] = b->stride[j] = 0;
+  }
+}
+
+/* Loop over the rows of two boxes with the same counts: off / soff are the
+ * row offsets in the destination / source box (ROW_LOOP's names for the
+ * destination; ss the source's last stride). */
+#define ROW2_LOOP(body)                                                       \
+  do {                                                                        \
+    const int64_t n3 = box->count[3], s3 = box->stride[3];                    \
+    const int64_t ss = src->stride[3];                                        \
+    const int64_t c0 = box->count[0], c1 = box->count[1], c2 = box->count[2]; \
+    const int64_t t0 = box->stride[0], t1 = box->stride[1];                   \
+    const int64_t t2 = box->stride[2], u0 = src->stride[0];                   \
+    const int64_t u1 = src->stride[1], u2 = src->stride[2];                   \
+    _Pragma("omp parallel for collapse(2) schedule(static) if (c0 * c1 * c2 * n3 >= SG_HALO_OMP_MIN)") \
+    for (int64_t i0 = 0; i0 < c0; ++i0)                                       \
+      for (int64_t i1 = 0; i1 < c1; ++i1) {                                   \
+        int64_t off = box->base + i0 * t0 + i1 * t1;                          \
+        int64_t soff = src->base + i0 * u0 + i1 * u1;                         \
+        for (int64_t i2 = 0; i2 < c2; ++i2, off += t2, soff += u2) {          \
+          body                                                                \
+        }                                                                     \
+      }                                                                       \
+  } while (0)
+
+/* Rows of a compile-time length N, contiguous in both boxes. */
+#define SHORT2_COPY(T, N)                                                     \
+  do {                                                                        \
+    T *restrict bb = (T *)dblock;                                             \
+    const T *restrict sb = (const T *)sblock;                                 \
+    ROW2_LOOP({                                                               \
+      (void)n3; (void)s3; (void)ss;                                           \
+      for (int k = 0; k < N; ++k) bb[off + k] = sb[soff + k];                 \
+    });                                                                       \
+  } while (0)
+
+static int copy2_short(void *dblock, const sg_halo_box *box,
+                       const void *sblock, const sg_halo_box *src,
+                       size_t esize) {
+  if (box->count[3] > 16 || box->stride[3] != 1 || src->stride[3] != 1 ||
+      box->count[2] == 1 || esize != 4)
+    return 0;
+  switch (box->count[3]) {
+  case 1: SHORT2_COPY(uint32_t, 1); return 1;
+  case 2: SHORT2_COPY(uint32_t, 2); return 1;
+  case 4: SHORT2_COPY(uint32_t, 4); return 1;
+  case 8: SHORT2_COPY(uint32_t, 8); return 1;
+  case 16: SHORT2_COPY(uint32_t, 16); return 1;
+  default: return 0;
+  }
+}
+
+void sg_halo_copy2_host(void *dblock, const sg_halo_box *dst_in,
+                        const void *sblock, const sg_halo_box *src_in,
+                        size_t esize) {
+  sg_halo_box d = *dst_in, sq = *src_in;
+  if (sg_halo_box_size(&d) == 0) return;
+  joint_simplify(&d, &sq);
   const sg_halo_box *box = &d, *src = &sq;
-  char *b = block;
-  ROW_LOOP({
-    const int64_t soff = sg_halo_box_row(src, r);
-    (void)e0;
-    copy_strided(b + (size_t)off * esize, s3, b + (size_t)soff * esize,
-                 src->stride[3], n3, esize);
-  });
+  if (copy2_short(dblock, box, sblock, src, esize)) return;
+  char *b = dblock;
+  const char *sb = sblock;
+  ROW2_LOOP(copy_strided(b + (size_t)off * esize, s3,
+                         sb + (size_t)soff * esize, ss, n3, esize););
+}
+
+void sg_halo_copy_host(void *block, const sg_halo_box *dst,
+                       const sg_halo_box *src, size_t esize) {
+  sg_halo_copy2_host(block, dst, block, src, esize);
 }
 
 #define ADD_LOOP(T, CONV_IN, CONV_OUT)                                        \
@@ -232,6 +311,39 @@ sg_status sg_halo_unpack_add_host(void *block, const sg_halo_box *box_in,
   case SG_DTYPE_I32: ADD_LOOP(int32_t, ID, ID); break;
   case SG_DTYPE_I64: ADD_LOOP(int64_t, ID, ID); break;
   case SG_DTYPE_BF16: ADD_LOOP(sg_bf16, BF_IN, BF_OUT); break;
+  default:
+    SG_RAISE(SG_ERR_INVALID_ARG, "halo add: invalid dtype %d", (int)dt);
+  }
+fail:
+  return st;
+}
+
+#define ADD2_LOOP(T, CONV_IN, CONV_OUT)                                       \
+  do {                                                                        \
+    T *bb = (T *)dblock;                                                      \
+    const T *sb = (const T *)sblock;                                          \
+    ROW2_LOOP({                                                               \
+      T *d = bb + off;                                                        \
+      const T *s = sb + soff;                                                 \
+      for (int64_t i = 0; i < n3; ++i)                                        \
+        d[i * s3] = CONV_OUT(CONV_IN(d[i * s3]) + CONV_IN(s[i * ss]));        \
+    });                                                                       \
+  } while (0)
+
+sg_status sg_halo_add2_host(void *dblock, const sg_halo_box *dst_in,
+                            sg_dtype dt, const void *sblock,
+                            const sg_halo_box *src_in) {
+  sg_status st = SG_OK;
+  sg_halo_box dq = *dst_in, sq = *src_in;
+  if (sg_halo_box_size(&dq) == 0) return SG_OK;
+  joint_simplify(&dq, &sq);
+  const sg_halo_box *box = &dq, *src = &sq;
+  switch (dt) {
+  case SG_DTYPE_F32: ADD2_LOOP(float, ID, ID); break;
+  case SG_DTYPE_F64: ADD2_LOOP(double, ID, ID); break;
+  case SG_DTYPE_I32: ADD2_LOOP(int32_t, ID, ID); break;
+  case SG_DTYPE_I64: ADD2_LOOP(int64_t, ID, ID); break;
+  case SG_DTYPE_BF16: ADD2_LOOP(sg_bf16, BF_IN, BF_OUT); break;
   default:
     SG_RAISE(SG_ERR_INVALID_ARG, "halo add: invalid dtype %d", (int)dt);
   }

@@ -82,6 +82,7 @@ extern "C" {
 #endif
 
 #define SG_HALO_MAX_DIMS SG_DECOMP_MAX_DIMS
+#define SG_HALO_MAX_BLOCKS 4 /* sg_halo_plan_alloc_block per plan */
 
 typedef struct sg_halo_desc {
   int ndims;                             /* spatial dims, 1..3 */
@@ -141,6 +142,17 @@ size_t sg_halo_plan_send_bytes(sg_halo_plan_t plan);
  * shared window), "mpi" (direct for one-run slabs, else packed), "pack" or
  * "direct" (forced by SG_HALO_PATH). Not collective. */
 const char *sg_halo_plan_path(sg_halo_plan_t plan);
+
+/* A block for this plan (sg_halo_plan_block_count elements of the plan's
+ * dtype, zeroed), owned by the plan and freed with it; at most
+ * SG_HALO_MAX_BLOCKS per plan. On the shm path it lives in a node-shared
+ * window, and exchanges on it (forward and adjoint) move each slab with a
+ * single copy: the neighbour reads it straight from this block instead of
+ * a packed message (the exchange then also waits, per dim, until the
+ * neighbours have read it). Elsewhere it is private memory and exchanges
+ * work as on any block. Collective over the mesh (no exchange in flight);
+ * errors are returned on every rank. */
+sg_status sg_halo_plan_alloc_block(sg_halo_plan_t plan, void **block);
 
 /* Forward exchange. Collective with the neighbours along every split dim
  * (all ranks of the mesh call it with their plans). start begins it on

@@ -120,6 +120,14 @@ void sg_halo_zero_host(void *block, const sg_halo_box *box, size_t esize);
 /* block[dst(e)] = block[src(e)] (same counts; regions must not overlap). */
 void sg_halo_copy_host(void *block, const sg_halo_box *dst,
                        const sg_halo_box *src, size_t esize);
+/* dblock[dst(e)] = sblock[src(e)]: two blocks (e.g. a neighbour's in a
+ * shared window), same counts, any strides. */
+void sg_halo_copy2_host(void *dblock, const sg_halo_box *dst,
+                        const void *sblock, const sg_halo_box *src,
+                        size_t esize);
+/* dblock[dst(e)] += sblock[src(e)] (dtypes as sg_halo_unpack_add_host). */
+sg_status sg_halo_add2_host(void *dblock, const sg_halo_box *dst, sg_dtype dt,
+                            const void *sblock, const sg_halo_box *src);
 /* block[dst(e)] += block[src(e)]; then block[src(e)] = 0. */
 sg_status sg_halo_move_add_host(void *block, const sg_halo_box *dst,
                                 const sg_halo_box *src, sg_dtype dt);

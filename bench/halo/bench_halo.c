@@ -3,6 +3,7 @@
  *
  *   mpiexec -n P bench_halo [--quick] [--reps R] [--only exchange|overlap]
  *                           [--split h|w] [--layout packed|cl]
+ *                           [--block user|plan]
  *                           [--boundary zero|periodic]
  *                           [--progress-every K]
  *
@@ -14,6 +15,12 @@
  *   two messages; at P = 2 both to the same peer);
  *   --layout cl stores the fields innermost (lead, then the slab of "h" is
  *   one contiguous run and "w" rows are 4 * width elements).
+ *   --block plan exchanges a block from sg_halo_plan_alloc_block (on the
+ *   shm path the neighbour copies the slab straight out of it: one copy),
+ *   --block user (default) a malloc'd one. Before every repetition each
+ *   rank rewrites its whole block, as the stencil of a time step would, so
+ *   the slabs are fresh data in the owner's cache (not lines the reader
+ *   still holds from the last repetition).
  *   For each message size (4 * n * width * 4 bytes), repetition by
  *   repetition (so a disturbance hits all three alike), it times
  *     - sg_halo_exchange (the plan's path: SG_HALO_PATH, default auto);
@@ -65,6 +72,7 @@ static void stats(double *t, int reps, MPI_Comm comm, double *med,
 
 static int rank_, size_;
 static int cl_; /* --layout cl: channels-last blocks (lead innermost) */
+static int plan_block_; /* --block plan: sg_halo_plan_alloc_block */
 static int periodic_; /* --boundary periodic: the split dim wraps */
 
 static void die(sg_status st, const char *what) {
@@ -163,7 +171,11 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
   sg_halo_plan_t plan = NULL;
   CK(sg_halo_plan_create(mesh, &desc, &plan));
   int64_t cnt = sg_halo_plan_block_count(plan);
-  float *x = malloc((size_t)cnt * sizeof *x);
+  float *x = NULL;
+  if (plan_block_)
+    CK(sg_halo_plan_alloc_block(plan, (void **)&x));
+  else
+    x = malloc((size_t)cnt * sizeof *x);
   for (int64_t i = 0; i < cnt; ++i) x[i] = (float)i;
   size_t msg = (size_t)C * (size_t)n * (size_t)w * sizeof(float);
   double sent = 0, maxsent;
@@ -182,6 +194,8 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
   double *t = malloc(3 * (size_t)reps * sizeof *t);
   double *tp = t, *tr = t + reps, *tq = t + 2 * reps;
   for (int r = -2; r < reps; ++r) {
+    /* a time step's stencil rewrites the block */
+    for (int64_t i = 0; i < cnt; ++i) x[i] = (float)(i + r);
     /* the plan */
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
@@ -234,6 +248,7 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
     double bw_pp = (double)msg / t_pp / 1e9;
     printf("{\"bench\":\"halo_exchange\",\"ranks\":%d,\"mesh\":\"%s\","
            "\"split\":\"%s\",\"boundary\":\"%s\",\"layout\":\"%s\",\"path\":\"%s\","
+           "\"block\":\"%s\","
            "\"plan_path\":\"%s\","
            "\"interior\":[%lld,%lld],"
            "\"lead\":%d,\"width\":%lld,\"msg_bytes\":%zu,\"sent_bytes\":%.0f,"
@@ -245,7 +260,7 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
            "\"pack_us\":%.2f,\"unpack_us\":%.2f,\"memcpy_us\":%.2f}\n",
            size_, spec, split ? "w" : "h", periodic_ ? "periodic" : "zero",
            cl_ ? "channels-last" : "packed",
-           path_name(), sg_halo_plan_path(plan),
+           path_name(), plan_block_ ? "plan" : "user", sg_halo_plan_path(plan),
            (long long)desc.interior[0], (long long)desc.interior[1], C,
            (long long)w, msg, maxsent, t_plan * 1e6, t_raw * 1e6, t_pp * 1e6,
            bw, bw_raw, bw_pp, bw / bw_pp, bw / bw_raw, m_plan * 1e6,
@@ -257,7 +272,7 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
   free(t);
   free(sb);
   free(rb);
-  free(x);
+  if (!plan_block_) free(x);
   CK(sg_halo_plan_destroy(&plan));
   CK(sg_mesh_destroy(&mesh));
 }
@@ -302,7 +317,11 @@ static void bench_overlap(int64_t nh, int64_t nw, int64_t lead,
   int64_t cnt = sg_halo_plan_block_count(plan), st[3];
   sg_halo_plan_strides(plan, st);
   int64_t org = sg_halo_plan_origin(plan);
-  float *x = malloc((size_t)cnt * sizeof *x);
+  float *x = NULL;
+  if (plan_block_)
+    CK(sg_halo_plan_alloc_block(plan, (void **)&x));
+  else
+    x = malloc((size_t)cnt * sizeof *x);
   float *y = malloc((size_t)(fields * nh * nw) * sizeof *y);
   for (int64_t i = 0; i < cnt; ++i) x[i] = (float)(i % 97);
   double sent = (double)sg_halo_plan_send_bytes(plan);
@@ -391,7 +410,7 @@ static void bench_overlap(int64_t nh, int64_t nw, int64_t lead,
     fflush(stdout);
   }
   free(t);
-  free(x);
+  if (!plan_block_) free(x);
   free(y);
   CK(sg_halo_plan_destroy(&plan));
   CK(sg_mesh_destroy(&mesh));
@@ -411,6 +430,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--boundary") && i + 1 < argc)
       periodic_ = !strcmp(argv[++i], "periodic");
+    else if (!strcmp(argv[i], "--block") && i + 1 < argc)
+      plan_block_ = !strcmp(argv[++i], "plan");
     else if (!strcmp(argv[i], "--layout") && i + 1 < argc)
       cl_ = !strcmp(argv[++i], "cl");
     else if (!strcmp(argv[i], "--split") && i + 1 < argc) {

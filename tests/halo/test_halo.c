@@ -19,7 +19,12 @@
  * Every case also runs back-to-back exchanges on one plan (forward and
  * adjoint interleaved, no synchronisation between them, changing data),
  * which checks that a sender does not overwrite a message before its
- * receiver consumed it (the sequence numbers of the shm path). */
+ * receiver consumed it (the sequence numbers of the shm path).
+ * The blocks come from malloc ("user"), from sg_halo_plan_alloc_block
+ * ("plan": on the shm path the neighbours read the slabs straight from
+ * them, single copy) or from both ("mixed": plan blocks on even ranks,
+ * malloc on odd ones), rotating over the cases; SG_HALO_TEST_BLOCK fixes
+ * one. */
 #include "sg_decomp.h"
 #include "sg_halo.h"
 #include "sg_mesh.h"
@@ -43,7 +48,27 @@ typedef struct cfg {
   int extra_margin;
   int channels_last;
   int nonblocking;
+  int block; /* 0 user, 1 plan, 2 mixed */
 } cfg;
+
+static const char *block_names[3] = {"user", "plan", "mixed"};
+
+/* A zeroed block of cnt doubles for plan: malloc'd, or the plan's own
+ * (sg_halo_plan_alloc_block is collective: every rank calls it in plan and
+ * mixed mode; *owned tells the caller to free it). */
+static double *get_block(sg_halo_plan_t plan, sg_mesh_t mesh, const cfg *c,
+                         int64_t cnt, int *owned) {
+  void *pb = NULL;
+  *owned = 1;
+  if (c->block != 0) {
+    SG_CHECK_OK(sg_halo_plan_alloc_block(plan, &pb));
+    if (pb && (c->block == 1 || sg_mesh_rank(mesh) % 2 == 0)) {
+      *owned = 0;
+      return pb;
+    }
+  }
+  return calloc((size_t)(cnt > 0 ? cnt : 1), sizeof(double));
+}
 
 static int64_t ncases;
 
@@ -242,8 +267,9 @@ static void run_adjoint(sg_mesh_t mesh, const cfg *c, const char *label,
   double *x = NULL, *y = NULL;
   const blk b = *bp;
   int64_t cnt = sg_halo_plan_block_count(plan);
-  x = calloc((size_t)cnt, sizeof *x);
-  y = calloc((size_t)cnt, sizeof *y);
+  int xown = 1, yown = 1;
+  x = get_block(plan, mesh, c, cnt, &xown);
+  y = get_block(plan, mesh, c, cnt, &yown);
   uint64_t seed = 1234567u + 977u * (uint64_t)sg_mesh_rank(mesh);
   for (int ch = 0; ch < L; ++ch)
     FOR_BOX(i, -b.h[0][0], b.n[0] + b.h[0][1], -b.h[1][0], b.n[1] + b.h[1][1],
@@ -300,8 +326,8 @@ static void run_adjoint(sg_mesh_t mesh, const cfg *c, const char *label,
            label, (long long)halo_nonzero);
   free(x0);
   free(y0);
-  free(x);
-  free(y);
+  if (xown) free(x);
+  if (yown) free(y);
 }
 
 static void run_forward(sg_mesh_t mesh, const cfg *c, const char *label) {
@@ -310,6 +336,7 @@ static void run_forward(sg_mesh_t mesh, const cfg *c, const char *label) {
   int64_t in_off[3], i[3], g[3];
   sg_halo_plan_t plan = NULL;
   double *x = NULL;
+  int xown = 1;
   SG_REQUIRE_OK(make_desc(mesh, c, SG_DTYPE_F64, &desc, sd, in_off));
   SG_REQUIRE_OK(sg_halo_plan_create(mesh, &desc, &plan));
   {
@@ -329,7 +356,7 @@ static void run_forward(sg_mesh_t mesh, const cfg *c, const char *label) {
   blk b;
   blk_from(plan, &desc, in_off, &b);
   int64_t cnt = sg_halo_plan_block_count(plan);
-  x = malloc((size_t)cnt * sizeof *x);
+  x = get_block(plan, mesh, c, cnt, &xown);
   for (int64_t e = 0; e < cnt; ++e) x[e] = -777.0; /* guard */
   for (int ch = 0; ch < L; ++ch)
     FOR_BOX(i, -b.h[0][0], b.n[0] + b.h[0][1], -b.h[1][0], b.n[1] + b.h[1][1],
@@ -413,7 +440,7 @@ static void run_forward(sg_mesh_t mesh, const cfg *c, const char *label) {
            "stencil", label, (long long)sbad);
   run_adjoint(mesh, c, label, plan, &b);
 done:
-  free(x);
+  if (xown) free(x);
   SG_CHECK_OK(sg_halo_plan_destroy(&plan));
   ++ncases;
 }
@@ -428,12 +455,13 @@ static void run_repeat(sg_mesh_t mesh, const cfg *c, const char *label) {
   int64_t in_off[3], i[3], g[3];
   sg_halo_plan_t plan = NULL;
   double *x = NULL;
+  int xown = 1;
   SG_REQUIRE_OK(make_desc(mesh, c, SG_DTYPE_F64, &desc, sd, in_off));
   SG_REQUIRE_OK(sg_halo_plan_create(mesh, &desc, &plan));
   blk b;
   blk_from(plan, &desc, in_off, &b);
   int64_t cnt = sg_halo_plan_block_count(plan), bad = 0, hbad = 0;
-  x = malloc((size_t)cnt * sizeof *x);
+  x = get_block(plan, mesh, c, cnt, &xown);
   for (int it = 0; it < 7; ++it) {
     const double scale = (double)(it + 1); /* exact: small multiples */
     for (int ch = 0; ch < L; ++ch)
@@ -485,7 +513,7 @@ static void run_repeat(sg_mesh_t mesh, const cfg *c, const char *label) {
   SG_CHECK(hbad == 0, "%s: %lld halo cells nonzero after an adjoint",
            label, (long long)hbad);
 done:
-  free(x);
+  if (xown) free(x);
   SG_CHECK_OK(sg_halo_plan_destroy(&plan));
 }
 
@@ -558,17 +586,22 @@ static void run_all(int nd) {
         c.extra_margin = (toggle % 3) == 0;
         const char *path =
             force && *force ? force : paths[(toggle / 4) % 5];
+        const char *fb = getenv("SG_HALO_TEST_BLOCK");
+        c.block = toggle % 3;
+        for (int j = 0; j < 3; ++j)
+          if (fb && !strcmp(fb, block_names[j])) c.block = j;
         setenv("SG_HALO_PATH", path, 1); /* read at plan creation */
         char label[160];
         snprintf(label, sizeof label,
-                 "%dD mesh %s, %s/%s/%s, %s %d, %s, %s, %s path%s", nd,
+                 "%dD mesh %s, %s/%s/%s, %s %d, %s, %s, %s path, %s "
+                 "blocks%s", nd,
                  specs[m],
                  bname(c.bnd[0]), bname(c.bnd[1]), bname(c.bnd[2]),
                  c.use_window ? "window" : "widths",
                  c.use_window ? v - nfixed : v,
                  c.nonblocking ? "start/finish" : "blocking",
                  c.channels_last ? "channels-last" : "packed", path,
-                 c.extra_margin ? ", extra margins" : "");
+                 block_names[c.block], c.extra_margin ? ", extra margins" : "");
         run_forward(mesh, &c, label);
         run_repeat(mesh, &c, label);
       }

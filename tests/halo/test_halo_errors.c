@@ -154,6 +154,41 @@ int main(int argc, char **argv) {
     SG_CHECK_OK(sg_halo_plan_destroy(NULL));
   }
 
+  /* 6. plan blocks: at most SG_HALO_MAX_BLOCKS, then the same error on
+   * every rank (no hang); not while an exchange is in flight; the blocks
+   * work for exchanges and go back to the pool with the plan */
+  for (int round = 0; round < 2; ++round) {
+    sg_halo_desc desc;
+    sg_halo_plan_t plan = NULL;
+    sg_halo_desc_init(&desc);
+    desc.interior[0] = 4;
+    desc.halo[0][0] = desc.halo[0][1] = 1;
+    desc.mesh_dim[0] = 1;
+    desc.boundary[0] = SG_BOUNDARY_PERIODIC;
+    SG_CHECK_OK(sg_halo_plan_create(mesh, &desc, &plan));
+    void *blk[SG_HALO_MAX_BLOCKS + 1] = {0};
+    for (int j = 0; j < SG_HALO_MAX_BLOCKS; ++j)
+      SG_CHECK_OK(sg_halo_plan_alloc_block(plan, &blk[j]));
+    SG_CHECK_STATUS(sg_halo_plan_alloc_block(plan, &blk[SG_HALO_MAX_BLOCKS]),
+                    SG_ERR_INVALID_ARG);
+    SG_CHECK(blk[SG_HALO_MAX_BLOCKS] == NULL, "no block on failure");
+    SG_CHECK(strstr(sg_last_error(), "at most") != NULL, "message: %s",
+             sg_last_error());
+    float *x = blk[round];
+    const int r = sg_mesh_rank(mesh);
+    for (int i = 1; i <= 4; ++i) x[i] = (float)(10 * r + i);
+    SG_CHECK_OK(sg_halo_start(plan, x));
+    SG_CHECK_STATUS(sg_halo_plan_alloc_block(plan, &blk[SG_HALO_MAX_BLOCKS]),
+                    SG_ERR_INVALID_ARG);
+    SG_CHECK_OK(sg_halo_finish(plan));
+    const int lo = (r + P - 1) % P, hi = (r + 1) % P;
+    SG_CHECK(x[0] == (float)(10 * lo + 4) && x[5] == (float)(10 * hi + 1),
+             "plan block exchange: halo %g %g", (double)x[0], (double)x[5]);
+    SG_CHECK_STATUS(sg_halo_plan_alloc_block(NULL, &blk[0]),
+                    SG_ERR_INVALID_ARG);
+    SG_CHECK_OK(sg_halo_plan_destroy(&plan));
+  }
+
   sg_decomp_destroy(&dec);
   SG_CHECK_OK(sg_mesh_destroy(&mesh));
   return sg_test_finish();
