@@ -165,6 +165,9 @@ struct sg_halo_plan {
   void *blk[SG_HALO_MAX_BLOCKS];
   int bwin[SG_HALO_MAX_BLOCKS];
   int cur;
+  /* private staging for pieces gathered from several runs (one piece) */
+  void *stage;
+  size_t stage_bytes;
 };
 
 void sg_halo_desc_init(sg_halo_desc *desc) {
@@ -464,6 +467,7 @@ fail:
 static void free_plan(struct sg_halo_plan *p) {
   if (!p) return;
   if (p->shm) p->cache->pool[p->win].in_use = 0; /* back to the pool */
+  sg_free(sg_device_host(), &p->stage);
   for (int j = 0; j < p->nblk; ++j) {
     if (p->bwin[j] >= 0)
       p->cache->pool[p->bwin[j]].in_use = 0;
@@ -700,6 +704,11 @@ static sg_status setup_shm(struct sg_halo_plan *p) {
     }
   }
   need = (need + 4095) / 4096 * 4096;
+  size_t stage = 0; /* the largest message */
+  for (int d = 0; d < p->ndims; ++d)
+    for (int s = 0; s < 2; ++s)
+      if (!p->dim[d].local[s] && p->dim[d].ssize[s] > stage)
+        stage = p->dim[d].ssize[s];
   /* [0]: every rank can (and some rank has a message); [1]: the pool
    * windows free and large enough on every rank */
   uint64_t v[3] = {(uint64_t)can, pool_free(c, need), (uint64_t)(msgs > 0)},
@@ -718,6 +727,12 @@ static sg_status setup_shm(struct sg_halo_plan *p) {
     if (v0 < 64) v0 = 64;
     SG_MPI(MPI_Allreduce(&v0, &vmin, 1, MPI_LONG_LONG, MPI_MIN, p->comm));
     p->chunk = (size_t)vmin;
+  }
+  /* staging for a piece: at most a message, at most a chunk */
+  if (stage > p->chunk) stage = p->chunk < p->esize ? p->esize : p->chunk;
+  if (stage > 0) {
+    SG_TRY(sg_malloc(sg_device_host(), stage, &p->stage));
+    p->stage_bytes = stage;
   }
   p->shm = 1;
   sg_log_debug("halo plan %d: on-node shared-memory path (window %d of %d, "
@@ -1187,7 +1202,19 @@ static sg_status shm_send_piece(struct sg_halo_plan *p, int d, int s) {
     sg_halo_box pb = piece_box(b, &q->spp[s], q->spos[s]++, &first);
     char *dst = p->seg + q->soff[s] + (q->nsent[s] & 1) * q->ssize[s] +
                 (size_t)first * p->esize;
-    sg_halo_pack_host(p->block, &pb, p->esize, dst);
+    const sg_halo_box sq = sg_halo_box_simplify(pb, 1);
+    const size_t bytes = (size_t)sg_halo_box_size(&pb) * p->esize;
+    if (sq.count[0] * sq.count[1] * sq.count[2] > 1 && bytes <= p->stage_bytes) {
+      /* gathered from several runs: into private memory first, then one
+       * memcpy into the window. Stores of a few bytes into lines the
+       * receiver still holds (it read the buffer two messages ago) each
+       * wait for the line to be taken back (9 us per 64 KiB of 16-byte
+       * rows here, against 1-2 us for the gather plus the memcpy). */
+      sg_halo_pack_host(p->block, &pb, p->esize, p->stage);
+      memcpy(dst, p->stage, bytes);
+    } else {
+      sg_halo_pack_host(p->block, &pb, p->esize, dst);
+    }
     if (p->phase == PHASE_ADJ) sg_halo_zero_host(p->block, &pb, p->esize);
   }
   SG_MPI(MPI_Win_sync(p->cache->pool[p->win].win));
