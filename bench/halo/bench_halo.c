@@ -388,7 +388,7 @@ static void bench_overlap(int64_t nh, int64_t nw, int64_t lead,
   if (rank_ == 0) {
     double ex = med[T_EX], mex = mn[T_EX];
     printf("{\"bench\":\"halo_overlap\",\"ranks\":%d,\"mesh\":\"%s\","
-           "\"path\":\"%s\",\"plan_path\":\"%s\",\"interior\":[%lld,%lld],\"lead\":%lld,"
+           "\"path\":\"%s\",\"block\":\"%s\",\"plan_path\":\"%s\",\"interior\":[%lld,%lld],\"lead\":%lld,"
            "\"fields\":%lld,\"width\":%lld,\"sent_bytes\":%.0f,"
            "\"exchange_us\":%.1f,\"stencil_us\":%.1f,"
            "\"interior_stencil_us\":%.1f,\"interior_vs_exchange\":%.2f,"
@@ -399,7 +399,7 @@ static void bench_overlap(int64_t nh, int64_t nw, int64_t lead,
            "\"min_blocking_us\":%.1f,\"min_overlap_noprogress_us\":%.1f,"
            "\"min_overlap_progress_us\":%.1f,\"min_hidden_noprogress\":%.3f,"
            "\"min_hidden_progress\":%.3f}\n",
-           size_, spec, path_name(), sg_halo_plan_path(plan), (long long)nh, (long long)nw,
+           size_, spec, path_name(), plan_block_ ? "plan" : "user", sg_halo_plan_path(plan), (long long)nh, (long long)nw,
            (long long)lead, (long long)fields, (long long)w, sent, ex * 1e6,
            med[T_ST] * 1e6, med[T_IN] * 1e6, med[T_IN] / ex,
            med[T_BLK] * 1e6, med[T_OV0] * 1e6, med[T_OV1] * 1e6, every,
