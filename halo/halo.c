@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sg_device.h"
 #include "sg_halo_pack.h"
@@ -385,6 +386,7 @@ typedef struct halo_comm_cache {
   MPI_Comm node;
   int *node_rank; /* comm rank -> node rank, or MPI_UNDEFINED */
   int nwin;
+  int early_yield; /* more ranks on the node than cores (SG_HALO_YIELD) */
   halo_win pool[HALO_POOL];
 } halo_comm_cache;
 
@@ -440,6 +442,17 @@ static sg_status halo_comm(MPI_Comm mcomm, MPI_Comm *comm, int *id,
     }
     c->comm = dup;
     c->node = node;
+    {
+      /* waits yield early when this node's ranks outnumber its cores: a
+       * spinning rank then holds the core its neighbour needs */
+      int nn = 1;
+      MPI_Comm_size(node, &nn);
+      long cores = sysconf(_SC_NPROCESSORS_ONLN);
+      const char *e = getenv("SG_HALO_YIELD");
+      c->early_yield = e && !strcmp(e, "early")  ? 1
+                       : e && !strcmp(e, "late") ? 0
+                                                 : cores > 0 && nn > cores;
+    }
     c->next_id = 0;
     c->node_rank = all;
     all = NULL;
@@ -1147,7 +1160,15 @@ static sg_halo_box piece_box(const sg_halo_box *b, const piece_plan *pp,
  * Yielding early costs whole time slices when niced jobs share the cores. */
 static void shm_pause(const struct sg_halo_plan *p, unsigned *spins) {
   ++*spins;
-  if (*spins % 64 == 0) {
+  if (p->cache->early_yield && *spins > 64) {
+    /* oversubscribed: the neighbour may be waiting for this core */
+    if (*spins % 64 == 0) {
+      int flag = 0;
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, p->comm, &flag,
+                 MPI_STATUS_IGNORE);
+    }
+    sched_yield();
+  } else if (*spins % 64 == 0) {
     int flag = 0;
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, p->comm, &flag, MPI_STATUS_IGNORE);
     if (*spins > 100000 && *spins % 1024 == 0) sched_yield();
