@@ -42,6 +42,19 @@ static void valid_exchange(sg_mesh_t mesh, int64_t n1) {
   SG_CHECK_OK(sg_halo_plan_destroy(&plan));
 }
 
+/* A 1-D plan: 4 cells per rank along mesh dim 1, halo 1 on both sides. */
+static sg_halo_plan_t ring_plan(sg_mesh_t mesh, sg_boundary b) {
+  sg_halo_desc desc;
+  sg_halo_plan_t plan = NULL;
+  sg_halo_desc_init(&desc);
+  desc.interior[0] = 4;
+  desc.halo[0][0] = desc.halo[0][1] = 1;
+  desc.mesh_dim[0] = 1;
+  desc.boundary[0] = b;
+  SG_CHECK_OK(sg_halo_plan_create(mesh, &desc, &plan));
+  return plan;
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   const int P = sg_test_size;
@@ -135,13 +148,7 @@ int main(int argc, char **argv) {
 
   /* 5. misuse of start/finish */
   {
-    sg_halo_desc desc;
-    sg_halo_plan_t plan = NULL;
-    sg_halo_desc_init(&desc);
-    desc.interior[0] = 4;
-    desc.halo[0][0] = desc.halo[0][1] = 1;
-    desc.mesh_dim[0] = 1;
-    SG_CHECK_OK(sg_halo_plan_create(mesh, &desc, &plan));
+    sg_halo_plan_t plan = ring_plan(mesh, SG_BOUNDARY_ZERO);
     float x[6] = {0};
     SG_CHECK_STATUS(sg_halo_finish(plan), SG_ERR_INVALID_ARG);
     SG_CHECK_OK(sg_halo_start(plan, x));
@@ -158,14 +165,7 @@ int main(int argc, char **argv) {
    * every rank (no hang); not while an exchange is in flight; the blocks
    * work for exchanges and go back to the pool with the plan */
   for (int round = 0; round < 2; ++round) {
-    sg_halo_desc desc;
-    sg_halo_plan_t plan = NULL;
-    sg_halo_desc_init(&desc);
-    desc.interior[0] = 4;
-    desc.halo[0][0] = desc.halo[0][1] = 1;
-    desc.mesh_dim[0] = 1;
-    desc.boundary[0] = SG_BOUNDARY_PERIODIC;
-    SG_CHECK_OK(sg_halo_plan_create(mesh, &desc, &plan));
+    sg_halo_plan_t plan = ring_plan(mesh, SG_BOUNDARY_PERIODIC);
     void *blk[SG_HALO_MAX_BLOCKS + 1] = {0};
     for (int j = 0; j < SG_HALO_MAX_BLOCKS; ++j)
       SG_CHECK_OK(sg_halo_plan_alloc_block(plan, &blk[j]));
