@@ -3,7 +3,7 @@
  *
  *   mpiexec -n P bench_halo [--quick] [--reps R] [--only exchange|overlap]
  *                           [--split h|w] [--layout packed|cl]
- *                           [--block user|plan]
+ *                           [--block user|plan] [--yield on|off]
  *                           [--boundary zero|periodic]
  *                           [--progress-every K]
  *
@@ -51,6 +51,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sched.h>
 
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -74,6 +76,32 @@ static int rank_, size_;
 static int cl_; /* --layout cl: channels-last blocks (lead innermost) */
 static int plan_block_; /* --block plan: sg_halo_plan_alloc_block */
 static int periodic_; /* --boundary periodic: the split dim wraps */
+/* --yield on|off (default: on when the node's ranks outnumber its cores):
+ * the benchmark's own barriers and the raw-MPI and ping-pong references
+ * wait with MPI_Test + sched_yield instead of MPI's spinning waits, so
+ * that on an oversubscribed node a rank that is done does not hold the
+ * core its partner needs for a whole time slice */
+static int yield_ = -1;
+
+static void wait_yield(int n, MPI_Request *q) { /* n <= 4 */
+  MPI_Status sts[4];
+  for (;;) {
+    int done = 0;
+    MPI_Testall(n, q, &done, sts);
+    if (done) return;
+    sched_yield();
+  }
+}
+
+static void barrier(void) {
+  if (!yield_) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    return;
+  }
+  MPI_Request q;
+  MPI_Ibarrier(MPI_COMM_WORLD, &q);
+  wait_yield(1, &q);
+}
 
 static void die(sg_status st, const char *what) {
   fprintf(stderr, "bench_halo: %s: %s\n", what, sg_last_error());
@@ -197,14 +225,14 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
     /* a time step's stencil rewrites the block */
     for (int64_t i = 0; i < cnt; ++i) x[i] = (float)(i + r);
     /* the plan */
-    MPI_Barrier(MPI_COMM_WORLD);
+    barrier();
     double t0 = MPI_Wtime();
     CK(sg_halo_exchange(plan, x));
     double t1 = MPI_Wtime();
     /* raw MPI on pre-packed buffers, same neighbours and sizes */
     MPI_Request q[4];
     MPI_Status sts[4];
-    MPI_Barrier(MPI_COMM_WORLD);
+    barrier();
     double t2 = MPI_Wtime();
     for (int s = 0; s < 2; ++s) /* tag: the direction of travel */
       MPI_Irecv(rb + s * msg, (int)msg, MPI_BYTE, nb[s], 7 + s, MPI_COMM_WORLD,
@@ -212,13 +240,25 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
     for (int s = 0; s < 2; ++s)
       MPI_Isend(sb + s * msg, (int)msg, MPI_BYTE, nb[s], 8 - s, MPI_COMM_WORLD,
                 &q[2 + s]);
-    MPI_Waitall(4, q, sts);
+    if (yield_)
+      wait_yield(4, q);
+    else
+      MPI_Waitall(4, q, sts);
     double t3 = MPI_Wtime();
     /* ping-pong between pairs, all pairs at once */
-    MPI_Barrier(MPI_COMM_WORLD);
+    barrier();
     double t4 = MPI_Wtime();
     if (peer != MPI_PROC_NULL) {
-      if (rank_ & 1) {
+      if (yield_) {
+        MPI_Request pq;
+        for (int leg = 0; leg < 2; ++leg) {
+          if ((leg ^ rank_) & 1)
+            MPI_Irecv(rb, (int)msg, MPI_BYTE, peer, 9, MPI_COMM_WORLD, &pq);
+          else
+            MPI_Isend(sb, (int)msg, MPI_BYTE, peer, 9, MPI_COMM_WORLD, &pq);
+          wait_yield(1, &pq);
+        }
+      } else if (rank_ & 1) {
         MPI_Recv(rb, (int)msg, MPI_BYTE, peer, 9, MPI_COMM_WORLD,
                  MPI_STATUS_IGNORE);
         MPI_Send(sb, (int)msg, MPI_BYTE, peer, 9, MPI_COMM_WORLD);
@@ -241,14 +281,14 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
   stats(tq, reps, MPI_COMM_WORLD, &t_pp, &m_pp);
   double pk = 0, up = 0, cp = 0;
   if (rank_ == 0) time_pack(split, n, w, reps, &pk, &up, &cp);
-  MPI_Barrier(MPI_COMM_WORLD);
+  barrier();
 
   if (rank_ == 0) {
     double bw = maxsent / t_plan / 1e9, bw_raw = maxsent / t_raw / 1e9;
     double bw_pp = (double)msg / t_pp / 1e9;
     printf("{\"bench\":\"halo_exchange\",\"ranks\":%d,\"mesh\":\"%s\","
            "\"split\":\"%s\",\"boundary\":\"%s\",\"layout\":\"%s\",\"path\":\"%s\","
-           "\"block\":\"%s\","
+           "\"block\":\"%s\",\"yield\":%d,"
            "\"plan_path\":\"%s\","
            "\"interior\":[%lld,%lld],"
            "\"lead\":%d,\"width\":%lld,\"msg_bytes\":%zu,\"sent_bytes\":%.0f,"
@@ -260,7 +300,7 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
            "\"pack_us\":%.2f,\"unpack_us\":%.2f,\"memcpy_us\":%.2f}\n",
            size_, spec, split ? "w" : "h", periodic_ ? "periodic" : "zero",
            cl_ ? "channels-last" : "packed",
-           path_name(), plan_block_ ? "plan" : "user", sg_halo_plan_path(plan),
+           path_name(), plan_block_ ? "plan" : "user", yield_, sg_halo_plan_path(plan),
            (long long)desc.interior[0], (long long)desc.interior[1], C,
            (long long)w, msg, maxsent, t_plan * 1e6, t_raw * 1e6, t_pp * 1e6,
            bw, bw_raw, bw_pp, bw / bw_pp, bw / bw_raw, m_plan * 1e6,
@@ -333,24 +373,24 @@ static void bench_overlap(int64_t nh, int64_t nw, int64_t lead,
   for (int r = -2; r < reps; ++r) {
     double t0, t1;
     /* exchange alone */
-    MPI_Barrier(MPI_COMM_WORLD);
+    barrier();
     t0 = MPI_Wtime();
     CK(sg_halo_exchange(plan, x));
     t1 = MPI_Wtime();
     if (r >= 0) t[T_EX * reps + r] = t1 - t0;
     /* stencil alone: all rows, and the interior rows */
-    MPI_Barrier(MPI_COMM_WORLD);
+    barrier();
     t0 = MPI_Wtime();
     STENCIL_ROWS(0, nh);
     t1 = MPI_Wtime();
     if (r >= 0) t[T_ST * reps + r] = t1 - t0;
-    MPI_Barrier(MPI_COMM_WORLD);
+    barrier();
     t0 = MPI_Wtime();
     STENCIL_ROWS(w, nh - w);
     t1 = MPI_Wtime();
     if (r >= 0) t[T_IN * reps + r] = t1 - t0;
     /* blocking: exchange then stencil */
-    MPI_Barrier(MPI_COMM_WORLD);
+    barrier();
     t0 = MPI_Wtime();
     CK(sg_halo_exchange(plan, x));
     STENCIL_ROWS(0, nh);
@@ -359,7 +399,7 @@ static void bench_overlap(int64_t nh, int64_t nw, int64_t lead,
     /* overlap without (mode 0) and with (mode 1) progress calls */
     for (int mode = 0; mode < 2; ++mode) {
       int k = mode ? every : 0;
-      MPI_Barrier(MPI_COMM_WORLD);
+      barrier();
       t0 = MPI_Wtime();
       CK(sg_halo_start(plan, x));
       for (int64_t c = 0; c < fields; ++c) {
@@ -430,6 +470,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--boundary") && i + 1 < argc)
       periodic_ = !strcmp(argv[++i], "periodic");
+    else if (!strcmp(argv[i], "--yield") && i + 1 < argc)
+      yield_ = !strcmp(argv[++i], "on") ? 1 : !strcmp(argv[i], "off") ? 0 : -1;
     else if (!strcmp(argv[i], "--block") && i + 1 < argc)
       plan_block_ = !strcmp(argv[++i], "plan");
     else if (!strcmp(argv[i], "--layout") && i + 1 < argc)
@@ -439,6 +481,17 @@ int main(int argc, char **argv) {
       splits = !strcmp(argv[i], "h") ? 1 : !strcmp(argv[i], "w") ? 2 : 3;
     }
   }
+  if (yield_ < 0) {
+    MPI_Comm node;
+    int nn = 1;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
+                        MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &nn);
+    MPI_Comm_free(&node);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    yield_ = cores > 0 && nn > cores;
+  }
+
   if (size_ < 2) {
     if (rank_ == 0) fprintf(stderr, "bench_halo: run with 2 or more ranks\n");
     MPI_Finalize();
