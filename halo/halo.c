@@ -647,7 +647,8 @@ static sg_halo_box *shm_boxes(char *seg, int d, int s) {
 /* Lend a window of the pool with at least need bytes on this rank: the
  * first one that mask (the AND over the ranks of the free windows large
  * enough) names, else a new one (collective; unified memory model on every
- * rank, else none). *w = -1 when there is none. Collective over the mesh. */
+ * rank, else none). *w = -1 when there is none; the outcome is the same on
+ * every rank. Collective over the mesh. */
 static sg_status pool_take(struct sg_halo_plan *p, size_t need,
                            uint64_t mask, int *w) {
   sg_status st = SG_OK;
@@ -1033,7 +1034,11 @@ sg_status sg_halo_plan_alloc_block(sg_halo_plan_t p, void **block) {
                          "flight");
   else if (!p->shm)
     local = sg_calloc(sg_device_host(), bytes > 0 ? bytes : 1, &priv);
-  SG_TRY(agree(p->comm, local));
+  st = agree(p->comm, local);
+  if (st != SG_OK) {
+    sg_free(sg_device_host(), &priv);
+    return st;
+  }
   if (!p->shm) {
     p->bwin[p->nblk] = -1;
     p->blk[p->nblk++] = priv;
@@ -1045,15 +1050,11 @@ sg_status sg_halo_plan_alloc_block(sg_halo_plan_t p, void **block) {
     if (need == 0) need = 4096;
     uint64_t v = pool_free(p->cache, need), r = 0;
     SG_MPI(MPI_Allreduce(&v, &r, 1, MPI_UINT64_T, MPI_BAND, p->comm));
-    int w = -1;
+    int w = -1; /* the same on every rank (pool_take agrees) */
     SG_TRY(pool_take(p, need, r, &w));
-    int ok = w >= 0, all = 0;
-    SG_MPI(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, p->comm));
-    if (!all) {
-      if (w >= 0) p->cache->pool[w].in_use = 0;
+    if (w < 0)
       SG_RAISE(SG_ERR_ALLOC, "sg_halo_plan_alloc_block: the pool of %d "
                "shared windows is exhausted", HALO_POOL);
-    }
     halo_win *hw = &p->cache->pool[w];
     const int j = p->nblk;
     memset(hw->seg, 0, bytes);
@@ -1156,23 +1157,23 @@ static sg_halo_box piece_box(const sg_halo_box *b, const piece_plan *pp,
 
 /* One poll of a spin: a pause; every 64 polls a call into MPI (other
  * plans' messages keep progressing); after about 10^5 polls (a neighbour
- * that is not running: oversubscribed cores) a yield every 1024 polls.
- * Yielding early costs whole time slices when niced jobs share the cores. */
+ * that is not running) a yield every 1024 polls. Yielding early costs
+ * whole time slices when niced jobs share the cores, except when the
+ * node's ranks outnumber its cores (early_yield): then the neighbour may
+ * be waiting for this very core, and every poll after the first 64
+ * yields. */
 static void shm_pause(const struct sg_halo_plan *p, unsigned *spins) {
   ++*spins;
-  if (p->cache->early_yield && *spins > 64) {
-    /* oversubscribed: the neighbour may be waiting for this core */
-    if (*spins % 64 == 0) {
-      int flag = 0;
-      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, p->comm, &flag,
-                 MPI_STATUS_IGNORE);
-    }
-    sched_yield();
-  } else if (*spins % 64 == 0) {
+  const int yield = p->cache->early_yield
+                        ? *spins > 64
+                        : *spins > 100000 && *spins % 1024 == 0;
+  if (*spins % 64 == 0) {
     int flag = 0;
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, p->comm, &flag, MPI_STATUS_IGNORE);
-    if (*spins > 100000 && *spins % 1024 == 0) sched_yield();
-  } else {
+  }
+  if (yield) {
+    sched_yield();
+  } else if (*spins % 64 != 0) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
@@ -1280,17 +1281,18 @@ static sg_status shm_recv(struct sg_halo_plan *p, int d, int s,
       sg_halo_copy2_host(p->block, b, pb, &q->psbox[s], p->esize);
     q->rpos[s] = q->rpp[s].n;
     avail = 1;
-  }
-  const char *src =
-      q->pseg[s] + q->poff[s] + ((q->nrecv[s] + 1) & 1) * q->psize[s];
-  for (int64_t i = 0; i < (mode > 0 ? 0 : avail); ++i) {
-    int64_t first = 0;
-    sg_halo_box pb = piece_box(b, &q->rpp[s], q->rpos[s]++, &first);
-    const char *from = src + (size_t)first * p->esize;
-    if (p->phase == PHASE_ADJ)
-      SG_TRY(sg_halo_unpack_add_host(p->block, &pb, p->dtype, from));
-    else
-      sg_halo_unpack_host(p->block, &pb, p->esize, from);
+  } else {
+    const char *src =
+        q->pseg[s] + q->poff[s] + ((q->nrecv[s] + 1) & 1) * q->psize[s];
+    for (int64_t i = 0; i < avail; ++i) {
+      int64_t first = 0;
+      sg_halo_box pb = piece_box(b, &q->rpp[s], q->rpos[s]++, &first);
+      const char *from = src + (size_t)first * p->esize;
+      if (p->phase == PHASE_ADJ)
+        SG_TRY(sg_halo_unpack_add_host(p->block, &pb, p->dtype, from));
+      else
+        sg_halo_unpack_host(p->block, &pb, p->esize, from);
+    }
   }
   q->got[s] += (uint64_t)avail;
   if (q->rpos[s] == q->rpp[s].n) {
