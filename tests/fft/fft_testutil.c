@@ -84,15 +84,22 @@ void ft_fill(double *x, int64_t n, uint64_t seed) {
   for (int64_t i = 0; i < n; ++i) x[i] = ft_value(seed, i);
 }
 
+/* FFTW's int extents of a D-dim real transform, and the real / complex
+ * element counts of one batch entry (the last dim halved + 1). */
+static void ref_geom(int D, const int64_t *shape, int *n, int64_t *nr, int64_t *nc) {
+  *nr = *nc = 1;
+  for (int d = 0; d < D; ++d) {
+    n[d] = (int)shape[d];
+    *nr *= shape[d];
+    *nc *= d == D - 1 ? shape[d] / 2 + 1 : shape[d];
+  }
+}
+
 void ft_ref_r2c(int D, const int64_t *shape, int64_t batch, const double *x,
                 double *y) {
   int n[3];
-  int64_t nr = 1, nc = 1;
-  for (int d = 0; d < D; ++d) {
-    n[d] = (int)shape[d];
-    nr *= shape[d];
-    nc *= d == D - 1 ? shape[d] / 2 + 1 : shape[d];
-  }
+  int64_t nr, nc;
+  ref_geom(D, shape, n, &nr, &nc);
   double *xc = fftw_malloc(sizeof(double) * (size_t)(nr * batch));
   memcpy(xc, x, sizeof(double) * (size_t)(nr * batch));
   fftw_complex *yc = fftw_malloc(sizeof(fftw_complex) * (size_t)(nc * batch));
@@ -109,12 +116,8 @@ void ft_ref_r2c(int D, const int64_t *shape, int64_t batch, const double *x,
 void ft_ref_c2r(int D, const int64_t *shape, int64_t batch, const double *y,
                 double *x) {
   int n[3];
-  int64_t nr = 1, nc = 1;
-  for (int d = 0; d < D; ++d) {
-    n[d] = (int)shape[d];
-    nr *= shape[d];
-    nc *= d == D - 1 ? shape[d] / 2 + 1 : shape[d];
-  }
+  int64_t nr, nc;
+  ref_geom(D, shape, n, &nr, &nc);
   fftw_complex *yc = fftw_malloc(sizeof(fftw_complex) * (size_t)(nc * batch));
   memcpy(yc, y, sizeof(fftw_complex) * (size_t)(nc * batch));
   double *xc = fftw_malloc(sizeof(double) * (size_t)(nr * batch));
