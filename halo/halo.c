@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sg_comm.h"
 #include "sg_device.h"
 #include "sg_halo_pack.h"
 #include "sg_log.h"
@@ -200,31 +201,6 @@ sg_status sg_halo_desc_from_decomp(sg_decomp_t dec, const sg_window *w,
   }
 fail:
   return st;
-}
-
-/* Failure agreement over comm: SG_OK if every rank passed SG_OK, else the
- * status and message of the lowest failing rank, on every rank. */
-static sg_status agree(MPI_Comm comm, sg_status local) {
-  int rank = 0, size = 1, low = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  int mine = local != SG_OK ? rank : size;
-  if (MPI_Allreduce(&mine, &low, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
-    return local != SG_OK ? local : SG_ERR_MPI;
-  if (low == size) return SG_OK;
-  struct {
-    int st;
-    char msg[1536];
-  } m;
-  memset(&m, 0, sizeof m);
-  if (rank == low) {
-    m.st = (int)local;
-    strncpy(m.msg, sg_last_error(), sizeof m.msg - 1);
-  }
-  if (MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, low, comm) != MPI_SUCCESS)
-    return local != SG_OK ? local : SG_ERR_MPI;
-  if (rank != low) sg_error_set_raw(m.msg);
-  return (sg_status)m.st;
 }
 
 /* The region of the block along dim d from local index a, width w; dims
@@ -855,7 +831,7 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
     SG_MPI(MPI_Allreduce(sig, red, 20, MPI_INT, MPI_MIN, mcomm));
     if (red[0] != size) {
       /* someone's arguments are bad: share that rank's message */
-      SG_TRY(agree(mcomm, local));
+      SG_TRY(sg_agree(mcomm, local));
     }
     for (int i = 1; i < 9; ++i)
       if (red[i] != -red[10 + i])
@@ -975,7 +951,7 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
     if (local == SG_OK) local = cst;
   }
   if (local == SG_OK) local = setup_local(p, mesh, desc);
-  SG_TRY(agree(mcomm, local));
+  SG_TRY(sg_agree(mcomm, local));
   SG_TRY(setup_shm(p));
   free(table);
   *plan = p;
@@ -1034,7 +1010,7 @@ sg_status sg_halo_plan_alloc_block(sg_halo_plan_t p, void **block) {
                          "flight");
   else if (!p->shm)
     local = sg_calloc(sg_device_host(), bytes > 0 ? bytes : 1, &priv);
-  st = agree(p->comm, local);
+  st = sg_agree(p->comm, local);
   if (st != SG_OK) {
     sg_free(sg_device_host(), &priv);
     return st;
