@@ -175,24 +175,22 @@ fail:
   return st;
 }
 
-sg_status sg_conv_out_shape(const sg_conv_desc *d, int64_t *out) {
+static sg_status sg_window_out_shape(const sg_conv_desc *d, int pool, int64_t *out) {
   sg_status st = SG_OK;
   sg_conv_geom g;
-  SG_TRY(sg_conv_geom_make(d, 0, 0, SG_DTYPE_F32, &g));
+  SG_TRY(sg_conv_geom_make(d, pool, 0, SG_DTYPE_F32, &g));
   for (int i = 0; i < d->nsp; ++i)
     out[i] = g.out[SG_OPS_MAX_SPATIAL - d->nsp + i];
 fail:
   return st;
 }
 
+sg_status sg_conv_out_shape(const sg_conv_desc *d, int64_t *out) {
+  return sg_window_out_shape(d, 0, out);
+}
+
 sg_status sg_pool_out_shape(const sg_conv_desc *d, int64_t *out) {
-  sg_status st = SG_OK;
-  sg_conv_geom g;
-  SG_TRY(sg_conv_geom_make(d, 1, 0, SG_DTYPE_F32, &g));
-  for (int i = 0; i < d->nsp; ++i)
-    out[i] = g.out[SG_OPS_MAX_SPATIAL - d->nsp + i];
-fail:
-  return st;
+  return sg_window_out_shape(d, 1, out);
 }
 
 size_t sg_conv_workspace_bytes(const sg_conv_desc *d, sg_dtype dt) {
