@@ -54,6 +54,16 @@ static int sg_max_threads(void) {
     if (!(p)) SG_RAISE(SG_ERR_INVALID_ARG, "%s is NULL", #p);                 \
   } while (0)
 
+/* Call the f32 or the f64 instance (ops_tmpl.h) of typed kernel fn, for a
+ * dtype SG_CHECK_DT accepted. */
+#define SG_DISPATCH(dt, fn, ...)                                              \
+  do {                                                                        \
+    if ((dt) == SG_DTYPE_F32)                                                 \
+      fn##_f32(__VA_ARGS__);                                                  \
+    else                                                                      \
+      fn##_f64(__VA_ARGS__);                                                  \
+  } while (0)
+
 /* Allocate a workspace if the caller gave none. */
 static sg_status sg_ws_get(void *given, size_t bytes, void **ws, void **own) {
   *own = NULL;
@@ -155,24 +165,32 @@ fail:
   return st;
 }
 
-sg_status sg_conv_out_shape(const sg_conv_desc *d, int64_t *out) {
+/* The checks every window-op kernel starts with: dtype, then geometry. */
+static sg_status sg_conv_geom_checked(const sg_conv_desc *d, int pool, int trans,
+                                      sg_dtype dt, sg_conv_geom *g) {
+  sg_status st = SG_OK;
+  SG_CHECK_DT(dt);
+  SG_TRY(sg_conv_geom_make(d, pool, trans, dt, g));
+fail:
+  return st;
+}
+
+static sg_status sg_window_out_shape(const sg_conv_desc *d, int pool, int64_t *out) {
   sg_status st = SG_OK;
   sg_conv_geom g;
-  SG_TRY(sg_conv_geom_make(d, 0, 0, SG_DTYPE_F32, &g));
+  SG_TRY(sg_conv_geom_make(d, pool, 0, SG_DTYPE_F32, &g));
   for (int i = 0; i < d->nsp; ++i)
     out[i] = g.out[SG_OPS_MAX_SPATIAL - d->nsp + i];
 fail:
   return st;
 }
 
+sg_status sg_conv_out_shape(const sg_conv_desc *d, int64_t *out) {
+  return sg_window_out_shape(d, 0, out);
+}
+
 sg_status sg_pool_out_shape(const sg_conv_desc *d, int64_t *out) {
-  sg_status st = SG_OK;
-  sg_conv_geom g;
-  SG_TRY(sg_conv_geom_make(d, 1, 0, SG_DTYPE_F32, &g));
-  for (int i = 0; i < d->nsp; ++i)
-    out[i] = g.out[SG_OPS_MAX_SPATIAL - d->nsp + i];
-fail:
-  return st;
+  return sg_window_out_shape(d, 1, out);
 }
 
 size_t sg_conv_workspace_bytes(const sg_conv_desc *d, sg_dtype dt) {
@@ -189,8 +207,7 @@ sg_status sg_conv_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   sg_status st = SG_OK;
   void *own = NULL, *buf = NULL;
   sg_conv_geom g;
-  SG_CHECK_DT(dt);
-  SG_TRY(sg_conv_geom_make(d, 0, 0, dt, &g));
+  SG_TRY(sg_conv_geom_checked(d, 0, 0, dt, &g));
   if (g.n == 0) goto fail;
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(w);
@@ -200,10 +217,7 @@ sg_status sg_conv_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
     goto fail;
   }
   SG_TRY(sg_ws_get(ws, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
-  if (dt == SG_DTYPE_F32)
-    sg_conv_fwd_f32(&g, x, w, b, y, buf);
-  else
-    sg_conv_fwd_f64(&g, x, w, b, y, buf);
+  SG_DISPATCH(dt, sg_conv_fwd, &g, x, w, b, y, buf);
 fail:
   sg_ws_put(&own);
   return st;
@@ -215,8 +229,7 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   sg_status st = SG_OK;
   void *own = NULL, *buf = NULL, *wpart = NULL;
   sg_conv_geom g;
-  SG_CHECK_DT(dt);
-  SG_TRY(sg_conv_geom_make(d, 0, 0, dt, &g));
+  SG_TRY(sg_conv_geom_checked(d, 0, 0, dt, &g));
   if (g.n == 0) goto fail;
   SG_CHECK_PTR(dy);
   if (dw) SG_CHECK_PTR(x);
@@ -235,10 +248,7 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   if (dt == SG_DTYPE_F32 && dw && sg_pw_f32_available())
     SG_TRY(sg_malloc(sg_device_host(),
                      (size_t)g.nthreads * (size_t)(g.k * g.ckk * 16) * sizeof(float), &wpart));
-  if (dt == SG_DTYPE_F32)
-    sg_conv_bwd_f32(&g, x, w, dy, dx, dw, db, buf, wpart);
-  else
-    sg_conv_bwd_f64(&g, x, w, dy, dx, dw, db, buf, NULL);
+  SG_DISPATCH(dt, sg_conv_bwd, &g, x, w, dy, dx, dw, db, buf, wpart); /* wpart: f32 only */
 fail:
   sg_ws_put(&wpart);
   sg_ws_put(&own);
@@ -273,17 +283,13 @@ sg_status sg_convt_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   sg_status st = SG_OK;
   void *own = NULL, *buf = NULL;
   sg_conv_geom g;
-  SG_CHECK_DT(dt);
-  SG_TRY(sg_conv_geom_make(d, 0, 1, dt, &g));
+  SG_TRY(sg_conv_geom_checked(d, 0, 1, dt, &g));
   if (g.n == 0) goto fail;
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(w);
   SG_CHECK_PTR(y);
   SG_TRY(sg_ws_get(NULL, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
-  if (dt == SG_DTYPE_F32)
-    sg_convt_fwd_f32(&g, x, w, b, y, buf);
-  else
-    sg_convt_fwd_f64(&g, x, w, b, y, buf);
+  SG_DISPATCH(dt, sg_convt_fwd, &g, x, w, b, y, buf);
 fail:
   sg_ws_put(&own);
   return st;
@@ -295,17 +301,13 @@ sg_status sg_convt_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   sg_status st = SG_OK;
   void *own = NULL, *buf = NULL;
   sg_conv_geom g;
-  SG_CHECK_DT(dt);
-  SG_TRY(sg_conv_geom_make(d, 0, 1, dt, &g));
+  SG_TRY(sg_conv_geom_checked(d, 0, 1, dt, &g));
   if (g.n == 0) goto fail;
   SG_CHECK_PTR(dy);
   if (dw) SG_CHECK_PTR(x);
   if (dx) SG_CHECK_PTR(w);
   SG_TRY(sg_ws_get(NULL, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
-  if (dt == SG_DTYPE_F32)
-    sg_convt_bwd_f32(&g, x, w, dy, dx, dw, db, buf);
-  else
-    sg_convt_bwd_f64(&g, x, w, dy, dx, dw, db, buf);
+  SG_DISPATCH(dt, sg_convt_bwd, &g, x, w, dy, dx, dw, db, buf);
 fail:
   sg_ws_put(&own);
   return st;
@@ -315,15 +317,11 @@ sg_status sg_pool_forward(sg_pool_kind kind, const sg_conv_desc *d,
                           sg_dtype dt, const void *x, void *y) {
   sg_status st = SG_OK;
   sg_conv_geom g;
-  SG_CHECK_DT(dt);
-  SG_TRY(sg_conv_geom_make(d, 1, 0, dt, &g));
+  SG_TRY(sg_conv_geom_checked(d, 1, 0, dt, &g));
   if (g.n == 0) goto fail;
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(y);
-  if (dt == SG_DTYPE_F32)
-    sg_pool_fwd_f32(kind, &g, x, y);
-  else
-    sg_pool_fwd_f64(kind, &g, x, y);
+  SG_DISPATCH(dt, sg_pool_fwd, kind, &g, x, y);
 fail:
   return st;
 }
@@ -333,16 +331,12 @@ sg_status sg_pool_backward(sg_pool_kind kind, const sg_conv_desc *d,
                            void *dx) {
   sg_status st = SG_OK;
   sg_conv_geom g;
-  SG_CHECK_DT(dt);
-  SG_TRY(sg_conv_geom_make(d, 1, 0, dt, &g));
+  SG_TRY(sg_conv_geom_checked(d, 1, 0, dt, &g));
   if (g.n == 0) goto fail;
   SG_CHECK_PTR(dy);
   SG_CHECK_PTR(dx);
   if (kind == SG_POOL_MAX) SG_CHECK_PTR(x);
-  if (dt == SG_DTYPE_F32)
-    sg_pool_bwd_f32(kind, &g, x, dy, dx);
-  else
-    sg_pool_bwd_f64(kind, &g, x, dy, dx);
+  SG_DISPATCH(dt, sg_pool_bwd, kind, &g, x, dy, dx);
 fail:
   return st;
 }
@@ -351,9 +345,11 @@ fail:
 
 static sg_status sg_up_geom_make(sg_upsample_kind kind, int nsp,
                                  int64_t planes, const int64_t *in,
-                                 const int64_t *scale, sg_up_geom *g) {
+                                 const int64_t *scale, sg_dtype dt,
+                                 sg_up_geom *g) {
   sg_status st = SG_OK;
   memset(g, 0, sizeof *g);
+  SG_CHECK_DT(dt);
   if (nsp < 1 || nsp > SG_OPS_MAX_SPATIAL)
     SG_RAISE(SG_ERR_INVALID_ARG, "nsp must be 1..3, got %d", nsp);
   if (kind != SG_UPSAMPLE_NEAREST && kind != SG_UPSAMPLE_LINEAR)
@@ -385,15 +381,11 @@ sg_status sg_upsample_forward(sg_upsample_kind kind, int nsp, int64_t planes,
                               sg_dtype dt, const void *x, void *y) {
   sg_status st = SG_OK;
   sg_up_geom g;
-  SG_CHECK_DT(dt);
-  SG_TRY(sg_up_geom_make(kind, nsp, planes, in, scale, &g));
+  SG_TRY(sg_up_geom_make(kind, nsp, planes, in, scale, dt, &g));
   if (planes == 0) goto fail;
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(y);
-  if (dt == SG_DTYPE_F32)
-    sg_up_fwd_f32(kind == SG_UPSAMPLE_LINEAR, &g, x, y);
-  else
-    sg_up_fwd_f64(kind == SG_UPSAMPLE_LINEAR, &g, x, y);
+  SG_DISPATCH(dt, sg_up_fwd, kind == SG_UPSAMPLE_LINEAR, &g, x, y);
 fail:
   return st;
 }
@@ -403,15 +395,11 @@ sg_status sg_upsample_backward(sg_upsample_kind kind, int nsp, int64_t planes,
                                sg_dtype dt, const void *dy, void *dx) {
   sg_status st = SG_OK;
   sg_up_geom g;
-  SG_CHECK_DT(dt);
-  SG_TRY(sg_up_geom_make(kind, nsp, planes, in, scale, &g));
+  SG_TRY(sg_up_geom_make(kind, nsp, planes, in, scale, dt, &g));
   if (planes == 0) goto fail;
   SG_CHECK_PTR(dy);
   SG_CHECK_PTR(dx);
-  if (dt == SG_DTYPE_F32)
-    sg_up_bwd_f32(kind == SG_UPSAMPLE_LINEAR, &g, dy, dx);
-  else
-    sg_up_bwd_f64(kind == SG_UPSAMPLE_LINEAR, &g, dy, dx);
+  SG_DISPATCH(dt, sg_up_bwd, kind == SG_UPSAMPLE_LINEAR, &g, dy, dx);
 fail:
   return st;
 }
@@ -422,11 +410,12 @@ const char *sg_pad_mode_name(sg_pad_mode mode) {
   return sg_boundary_name(mode);
 }
 
-static sg_status sg_pad_geom(int nsp, int64_t planes, const int64_t *in,
-                             const int64_t (*pad)[2], const sg_pad_mode *mode,
-                             int64_t *in3, int64_t *out3, int64_t *lo3,
-                             int *mode3) {
+static sg_status sg_pad_geom(sg_dtype dt, int nsp, int64_t planes,
+                             const int64_t *in, const int64_t (*pad)[2],
+                             const sg_pad_mode *mode, int64_t *in3,
+                             int64_t *out3, int64_t *lo3, int *mode3) {
   sg_status st = SG_OK;
+  SG_CHECK_DT(dt);
   if (nsp < 1 || nsp > SG_OPS_MAX_SPATIAL)
     SG_RAISE(SG_ERR_INVALID_ARG, "nsp must be 1..3, got %d", nsp);
   if (planes < 0) SG_RAISE(SG_ERR_SHAPE, "planes %lld", (long long)planes);
@@ -468,14 +457,10 @@ sg_status sg_pad_forward(sg_dtype dt, int nsp, int64_t planes,
   sg_status st = SG_OK;
   int64_t in3[3], out3[3], lo3[3];
   int mode3[3];
-  SG_CHECK_DT(dt);
-  SG_TRY(sg_pad_geom(nsp, planes, in, pad, mode, in3, out3, lo3, mode3));
+  SG_TRY(sg_pad_geom(dt, nsp, planes, in, pad, mode, in3, out3, lo3, mode3));
   SG_CHECK_PTR(src);
   SG_CHECK_PTR(dst);
-  if (dt == SG_DTYPE_F32)
-    sg_pad_fwd_f32(in3, out3, lo3, mode3, planes, src, dst);
-  else
-    sg_pad_fwd_f64(in3, out3, lo3, mode3, planes, src, dst);
+  SG_DISPATCH(dt, sg_pad_fwd, in3, out3, lo3, mode3, planes, src, dst);
 fail:
   return st;
 }
@@ -487,14 +472,10 @@ sg_status sg_pad_backward(sg_dtype dt, int nsp, int64_t planes,
   sg_status st = SG_OK;
   int64_t in3[3], out3[3], lo3[3];
   int mode3[3];
-  SG_CHECK_DT(dt);
-  SG_TRY(sg_pad_geom(nsp, planes, in, pad, mode, in3, out3, lo3, mode3));
+  SG_TRY(sg_pad_geom(dt, nsp, planes, in, pad, mode, in3, out3, lo3, mode3));
   SG_CHECK_PTR(dpadded);
   SG_CHECK_PTR(dsrc);
-  if (dt == SG_DTYPE_F32)
-    sg_pad_bwd_f32(in3, out3, lo3, mode3, planes, dpadded, dsrc);
-  else
-    sg_pad_bwd_f64(in3, out3, lo3, mode3, planes, dpadded, dsrc);
+  SG_DISPATCH(dt, sg_pad_bwd, in3, out3, lo3, mode3, planes, dpadded, dsrc);
 fail:
   return st;
 }
@@ -506,22 +487,30 @@ const char *sg_act_name(sg_act act) {
   return (int)act >= 0 && act < SG_ACT_COUNT ? names[act] : "invalid";
 }
 
+/* The checks of an element-wise kernel over n elements: the dtype, the kind
+ * when `what` names one (0 <= kind < nkinds), then n. */
+static sg_status sg_elementwise_check(sg_dtype dt, const char *what, int kind,
+                                      int nkinds, int64_t n) {
+  sg_status st = SG_OK;
+  SG_CHECK_DT(dt);
+  if (what && (kind < 0 || kind >= nkinds))
+    SG_RAISE(SG_ERR_INVALID_ARG, "unknown %s %d", what, kind);
+  if (n < 0) SG_RAISE(SG_ERR_SHAPE, "n = %lld", (long long)n);
+fail:
+  return st;
+}
+
 sg_status sg_act_forward(sg_act act, sg_dtype dt, int64_t n, const void *x,
                          void *y) {
   sg_status st = SG_OK;
-  SG_CHECK_DT(dt);
-  if ((int)act < 0 || act >= SG_ACT_COUNT)
-    SG_RAISE(SG_ERR_INVALID_ARG, "unknown activation %d", (int)act);
-  if (n < 0) SG_RAISE(SG_ERR_SHAPE, "n = %lld", (long long)n);
+  SG_TRY(sg_elementwise_check(dt, "activation", (int)act, SG_ACT_COUNT, n));
   if (n == 0) goto fail;
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(y);
   if (dt == SG_DTYPE_F32 && act == SG_ACT_GELU && sg_gelu_simd_available())
     sg_gelu_fwd_simd_f32(n, x, y);
-  else if (dt == SG_DTYPE_F32)
-    sg_act_fwd_f32((int)act, n, x, y);
   else
-    sg_act_fwd_f64((int)act, n, x, y);
+    SG_DISPATCH(dt, sg_act_fwd, (int)act, n, x, y);
 fail:
   return st;
 }
@@ -529,20 +518,15 @@ fail:
 sg_status sg_act_backward(sg_act act, sg_dtype dt, int64_t n, const void *x,
                           const void *dy, void *dx) {
   sg_status st = SG_OK;
-  SG_CHECK_DT(dt);
-  if ((int)act < 0 || act >= SG_ACT_COUNT)
-    SG_RAISE(SG_ERR_INVALID_ARG, "unknown activation %d", (int)act);
-  if (n < 0) SG_RAISE(SG_ERR_SHAPE, "n = %lld", (long long)n);
+  SG_TRY(sg_elementwise_check(dt, "activation", (int)act, SG_ACT_COUNT, n));
   if (n == 0) goto fail;
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(dy);
   SG_CHECK_PTR(dx);
   if (dt == SG_DTYPE_F32 && act == SG_ACT_GELU && sg_gelu_simd_available())
     sg_gelu_bwd_simd_f32(n, x, dy, dx);
-  else if (dt == SG_DTYPE_F32)
-    sg_act_bwd_f32((int)act, n, x, dy, dx);
   else
-    sg_act_bwd_f64((int)act, n, x, dy, dx);
+    SG_DISPATCH(dt, sg_act_bwd, (int)act, n, x, dy, dx);
 fail:
   return st;
 }
@@ -550,18 +534,12 @@ fail:
 sg_status sg_binary_forward(sg_binary op, sg_dtype dt, int64_t n,
                             const void *a, const void *b, void *y) {
   sg_status st = SG_OK;
-  SG_CHECK_DT(dt);
-  if ((int)op < 0 || op > SG_BINARY_MUL)
-    SG_RAISE(SG_ERR_INVALID_ARG, "unknown binary op %d", (int)op);
-  if (n < 0) SG_RAISE(SG_ERR_SHAPE, "n = %lld", (long long)n);
+  SG_TRY(sg_elementwise_check(dt, "binary op", (int)op, SG_BINARY_MUL + 1, n));
   if (n == 0) goto fail;
   SG_CHECK_PTR(a);
   SG_CHECK_PTR(b);
   SG_CHECK_PTR(y);
-  if (dt == SG_DTYPE_F32)
-    sg_binary_fwd_f32((int)op, n, a, b, y);
-  else
-    sg_binary_fwd_f64((int)op, n, a, b, y);
+  SG_DISPATCH(dt, sg_binary_fwd, (int)op, n, a, b, y);
 fail:
   return st;
 }
@@ -570,20 +548,14 @@ sg_status sg_binary_backward(sg_binary op, sg_dtype dt, int64_t n,
                              const void *a, const void *b, const void *dy,
                              void *da, void *db) {
   sg_status st = SG_OK;
-  SG_CHECK_DT(dt);
-  if ((int)op < 0 || op > SG_BINARY_MUL)
-    SG_RAISE(SG_ERR_INVALID_ARG, "unknown binary op %d", (int)op);
-  if (n < 0) SG_RAISE(SG_ERR_SHAPE, "n = %lld", (long long)n);
+  SG_TRY(sg_elementwise_check(dt, "binary op", (int)op, SG_BINARY_MUL + 1, n));
   if (n == 0) goto fail;
   SG_CHECK_PTR(dy);
   if (op == SG_BINARY_MUL) {
     if (da) SG_CHECK_PTR(b);
     if (db) SG_CHECK_PTR(a);
   }
-  if (dt == SG_DTYPE_F32)
-    sg_binary_bwd_f32((int)op, n, a, b, dy, da, db);
-  else
-    sg_binary_bwd_f64((int)op, n, a, b, dy, da, db);
+  SG_DISPATCH(dt, sg_binary_bwd, (int)op, n, a, b, dy, da, db);
 fail:
   return st;
 }
@@ -591,15 +563,22 @@ fail:
 sg_status sg_scale(sg_dtype dt, int64_t n, double alpha, const void *x,
                    void *y) {
   sg_status st = SG_OK;
-  SG_CHECK_DT(dt);
-  if (n < 0) SG_RAISE(SG_ERR_SHAPE, "n = %lld", (long long)n);
+  SG_TRY(sg_elementwise_check(dt, NULL, 0, 0, n));
   if (n == 0) goto fail;
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(y);
-  if (dt == SG_DTYPE_F32)
-    sg_scale_f32(n, alpha, x, y);
-  else
-    sg_scale_f64(n, alpha, x, y);
+  SG_DISPATCH(dt, sg_scale, n, alpha, x, y);
+fail:
+  return st;
+}
+
+static sg_status sg_bias_check(sg_dtype dt, int64_t batch, int64_t channels,
+                               int64_t spatial) {
+  sg_status st = SG_OK;
+  SG_CHECK_DT(dt);
+  if (batch < 0 || channels < 1 || spatial < 0)
+    SG_RAISE(SG_ERR_SHAPE, "bias-add on (%lld, %lld, %lld)", (long long)batch,
+             (long long)channels, (long long)spatial);
 fail:
   return st;
 }
@@ -608,17 +587,11 @@ sg_status sg_bias_forward(sg_dtype dt, int64_t batch, int64_t channels,
                           int64_t spatial, const void *x, const void *b,
                           void *y) {
   sg_status st = SG_OK;
-  SG_CHECK_DT(dt);
-  if (batch < 0 || channels < 1 || spatial < 0)
-    SG_RAISE(SG_ERR_SHAPE, "bias-add on (%lld, %lld, %lld)", (long long)batch,
-             (long long)channels, (long long)spatial);
+  SG_TRY(sg_bias_check(dt, batch, channels, spatial));
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(b);
   SG_CHECK_PTR(y);
-  if (dt == SG_DTYPE_F32)
-    sg_bias_fwd_f32(batch, channels, spatial, x, b, y);
-  else
-    sg_bias_fwd_f64(batch, channels, spatial, x, b, y);
+  SG_DISPATCH(dt, sg_bias_fwd, batch, channels, spatial, x, b, y);
 fail:
   return st;
 }
@@ -626,16 +599,10 @@ fail:
 sg_status sg_bias_backward(sg_dtype dt, int64_t batch, int64_t channels,
                            int64_t spatial, const void *dy, void *db) {
   sg_status st = SG_OK;
-  SG_CHECK_DT(dt);
-  if (batch < 0 || channels < 1 || spatial < 0)
-    SG_RAISE(SG_ERR_SHAPE, "bias-add on (%lld, %lld, %lld)", (long long)batch,
-             (long long)channels, (long long)spatial);
+  SG_TRY(sg_bias_check(dt, batch, channels, spatial));
   SG_CHECK_PTR(dy);
   SG_CHECK_PTR(db);
-  if (dt == SG_DTYPE_F32)
-    sg_bias_bwd_f32(batch, channels, spatial, dy, db);
-  else
-    sg_bias_bwd_f64(batch, channels, spatial, dy, db);
+  SG_DISPATCH(dt, sg_bias_bwd, batch, channels, spatial, dy, db);
 fail:
   return st;
 }
@@ -775,21 +742,27 @@ fail:
   return st;
 }
 
-sg_status sg_norm_stats(const sg_norm_desc *d, sg_dtype dt, const void *x,
-                        sg_moments *stats) {
+/* The checks every norm kernel starts with: dtype, descriptor, statistics. */
+static sg_status sg_norm_check(const sg_norm_desc *d, sg_dtype dt,
+                               const sg_moments *stats) {
   sg_status st = SG_OK;
   int64_t nstat = 0;
-  void *scratch = NULL;
   SG_CHECK_DT(dt);
   SG_TRY(sg_norm_nstat(d, &nstat));
   SG_CHECK_PTR(stats);
+fail:
+  return st;
+}
+
+sg_status sg_norm_stats(const sg_norm_desc *d, sg_dtype dt, const void *x,
+                        sg_moments *stats) {
+  sg_status st = SG_OK;
+  void *scratch = NULL;
+  SG_TRY(sg_norm_check(d, dt, stats));
   if (d->batch * d->spatial > 0) SG_CHECK_PTR(x);
   scratch = malloc((size_t)(d->batch * d->channels + 1) * sizeof(sg_moments));
   if (!scratch) SG_RAISE(SG_ERR_ALLOC, "norm scratch");
-  if (dt == SG_DTYPE_F32)
-    sg_norm_stats_f32(d, x, stats, scratch);
-  else
-    sg_norm_stats_f64(d, x, stats, scratch);
+  SG_DISPATCH(dt, sg_norm_stats, d, x, stats, scratch);
 fail:
   free(scratch);
   return st;
@@ -799,18 +772,12 @@ sg_status sg_norm_forward(const sg_norm_desc *d, sg_dtype dt, const void *x,
                           const sg_moments *stats, const void *gamma,
                           const void *beta, void *y) {
   sg_status st = SG_OK;
-  int64_t nstat = 0;
-  SG_CHECK_DT(dt);
-  SG_TRY(sg_norm_nstat(d, &nstat));
-  SG_CHECK_PTR(stats);
+  SG_TRY(sg_norm_check(d, dt, stats));
   if (d->batch * d->spatial > 0) {
     SG_CHECK_PTR(x);
     SG_CHECK_PTR(y);
   }
-  if (dt == SG_DTYPE_F32)
-    sg_norm_fwd_f32(d, x, stats, gamma, beta, y);
-  else
-    sg_norm_fwd_f64(d, x, stats, gamma, beta, y);
+  SG_DISPATCH(dt, sg_norm_fwd, d, x, stats, gamma, beta, y);
 fail:
   return st;
 }
@@ -820,11 +787,8 @@ sg_status sg_norm_backward_sums(const sg_norm_desc *d, sg_dtype dt,
                                 const void *gamma, const void *dy,
                                 double *sums) {
   sg_status st = SG_OK;
-  int64_t nstat = 0;
   void *scratch = NULL;
-  SG_CHECK_DT(dt);
-  SG_TRY(sg_norm_nstat(d, &nstat));
-  SG_CHECK_PTR(stats);
+  SG_TRY(sg_norm_check(d, dt, stats));
   SG_CHECK_PTR(sums);
   if (d->batch * d->spatial > 0) {
     SG_CHECK_PTR(x);
@@ -832,10 +796,7 @@ sg_status sg_norm_backward_sums(const sg_norm_desc *d, sg_dtype dt,
   }
   scratch = malloc((size_t)(2 * d->batch * d->channels + 1) * sizeof(double));
   if (!scratch) SG_RAISE(SG_ERR_ALLOC, "norm scratch");
-  if (dt == SG_DTYPE_F32)
-    sg_norm_sums_f32(d, x, stats, gamma, dy, sums, scratch);
-  else
-    sg_norm_sums_f64(d, x, stats, gamma, dy, sums, scratch);
+  SG_DISPATCH(dt, sg_norm_sums, d, x, stats, gamma, dy, sums, scratch);
 fail:
   free(scratch);
   return st;
@@ -846,19 +807,13 @@ sg_status sg_norm_backward(const sg_norm_desc *d, sg_dtype dt, const void *x,
                            const void *dy, const double *sums, void *dx,
                            void *dgamma, void *dbeta) {
   sg_status st = SG_OK;
-  int64_t nstat = 0;
-  SG_CHECK_DT(dt);
-  SG_TRY(sg_norm_nstat(d, &nstat));
-  SG_CHECK_PTR(stats);
+  SG_TRY(sg_norm_check(d, dt, stats));
   SG_CHECK_PTR(sums);
   if (d->batch * d->spatial > 0) {
     SG_CHECK_PTR(x);
     SG_CHECK_PTR(dy);
   }
-  if (dt == SG_DTYPE_F32)
-    sg_norm_bwd_f32(d, x, stats, gamma, dy, sums, dx, dgamma, dbeta);
-  else
-    sg_norm_bwd_f64(d, x, stats, gamma, dy, sums, dx, dgamma, dbeta);
+  SG_DISPATCH(dt, sg_norm_bwd, d, x, stats, gamma, dy, sums, dx, dgamma, dbeta);
 fail:
   return st;
 }
@@ -905,10 +860,7 @@ sg_status sg_loss_partial(sg_loss_kind kind, sg_dtype dt, int64_t batch,
   if (n == 0) goto fail;
   scratch = malloc((size_t)(2 * rows * nblk + 1) * sizeof(double));
   if (!scratch) SG_RAISE(SG_ERR_ALLOC, "loss scratch");
-  if (dt == SG_DTYPE_F32)
-    sg_loss_partial_f32((int)kind, batch, n, p, t, partial, scratch);
-  else
-    sg_loss_partial_f64((int)kind, batch, n, p, t, partial, scratch);
+  SG_DISPATCH(dt, sg_loss_partial, (int)kind, batch, n, p, t, partial, scratch);
 fail:
   free(scratch);
   return st;
@@ -949,10 +901,7 @@ sg_status sg_loss_backward(sg_loss_kind kind, sg_dtype dt, int64_t batch,
   SG_TRY(sg_loss_check(kind, batch, n, p, t));
   SG_CHECK_PTR(partial);
   if (n == 0) goto fail;
-  if (dt == SG_DTYPE_F32)
-    sg_loss_bwd_f32((int)kind, batch, n, p, t, partial, g, dp, dt_grad);
-  else
-    sg_loss_bwd_f64((int)kind, batch, n, p, t, partial, g, dp, dt_grad);
+  SG_DISPATCH(dt, sg_loss_bwd, (int)kind, batch, n, p, t, partial, g, dp, dt_grad);
 fail:
   return st;
 }

@@ -11,6 +11,15 @@ static inline R *FN(thread_ws)(const sg_conv_geom *g, void *ws, int tid) {
   return (R *)((char *)ws + (size_t)tid * g->ws_per_thread);
 }
 
+/* This thread's number in the enclosing parallel region (0 without OpenMP). */
+static inline int FN(thread_id)(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
 /* Sums in a fixed order that vectorises: SG_VL interleaved partial sums (lane
  * l takes the elements j = l mod SG_VL), combined in lane order at the end.
  * The same bits for every call and thread count; a plain `s += p[j]` loop
@@ -60,68 +69,77 @@ static inline double FN(vdev2_d)(const R *p, int64_t n, double mean) {
   return t;
 }
 
-/* Tile `tile` of image x (C, in...) as columns: col[ckk][ncol]. */
+/* The walk shared by im2col and its adjoint over output rows [r0, r1) of
+ * dim g->t, in the same loops and order for both: for each row of the
+ * column matrix (channel c, kernel offset (a, b, e); ncol columns) and each
+ * output row (o0, o1) of the tile, the body sees xp, the first input
+ * element (the image X is (C, in...); input stride s2), and cp, the n2
+ * columns of that output row (column matrix COL). XT, CT: their types. */
+#define SG_COL_WALK(XT, X, CT, COL, ...)                                      \
+  int64_t lo[3] = {0, 0, 0}, hi[3] = {g->out[0], g->out[1], g->out[2]};       \
+  lo[g->t] = r0;                                                              \
+  hi[g->t] = r1;                                                              \
+  const int64_t n2 = hi[2] - lo[2];                                           \
+  const int64_t ncol = (hi[0] - lo[0]) * (hi[1] - lo[1]) * n2;                \
+  const int64_t s2 = g->str[2];                                               \
+  int64_t row = 0;                                                            \
+  for (int64_t c = 0; c < g->c; ++c) {                                        \
+    XT *xc = (X) + c * g->sin;                                                \
+    for (int64_t a = 0; a < g->ker[0]; ++a)                                   \
+      for (int64_t b = 0; b < g->ker[1]; ++b)                                 \
+        for (int64_t e = 0; e < g->ker[2]; ++e, ++row) {                      \
+          CT *cp = (COL) + row * ncol;                                        \
+          for (int64_t o0 = lo[0]; o0 < hi[0]; ++o0) {                        \
+            int64_t i0 = o0 * g->str[0] + a * g->dil[0];                      \
+            for (int64_t o1 = lo[1]; o1 < hi[1]; ++o1) {                      \
+              int64_t i1 = o1 * g->str[1] + b * g->dil[1];                    \
+              XT *xp = xc + (i0 * g->in[1] + i1) * g->in[2] + e * g->dil[2] + \
+                       lo[2] * s2;                                            \
+              __VA_ARGS__                                                     \
+              cp += n2;                                                       \
+            }                                                                 \
+          }                                                                   \
+        }                                                                     \
+  }
+
+/* Tile rows [r0, r1) of image x (C, in...) as columns: col[ckk][ncol]. */
 static void FN(im2col)(const sg_conv_geom *g, const R *x, int64_t r0,
                        int64_t r1, R *col) {
-  int64_t lo[3] = {0, 0, 0}, hi[3] = {g->out[0], g->out[1], g->out[2]};
-  lo[g->t] = r0;
-  hi[g->t] = r1;
-  const int64_t n2 = hi[2] - lo[2];
-  const int64_t ncol = (hi[0] - lo[0]) * (hi[1] - lo[1]) * n2;
-  const int64_t s2 = g->str[2];
-  int64_t row = 0;
-  for (int64_t c = 0; c < g->c; ++c) {
-    const R *xc = x + c * g->sin;
-    for (int64_t a = 0; a < g->ker[0]; ++a)
-      for (int64_t b = 0; b < g->ker[1]; ++b)
-        for (int64_t e = 0; e < g->ker[2]; ++e, ++row) {
-          R *dst = col + row * ncol;
-          for (int64_t o0 = lo[0]; o0 < hi[0]; ++o0) {
-            int64_t i0 = o0 * g->str[0] + a * g->dil[0];
-            for (int64_t o1 = lo[1]; o1 < hi[1]; ++o1) {
-              int64_t i1 = o1 * g->str[1] + b * g->dil[1];
-              const R *src = xc + (i0 * g->in[1] + i1) * g->in[2] +
-                             e * g->dil[2] + lo[2] * s2;
-              if (s2 == 1) {
-                memcpy(dst, src, (size_t)n2 * sizeof(R));
-              } else {
-                for (int64_t o2 = 0; o2 < n2; ++o2) dst[o2] = src[o2 * s2];
-              }
-              dst += n2;
-            }
-          }
-        }
-  }
+  SG_COL_WALK(const R, x, R, col, {
+    if (s2 == 1) {
+      memcpy(cp, xp, (size_t)n2 * sizeof(R));
+    } else {
+      for (int64_t o2 = 0; o2 < n2; ++o2) cp[o2] = xp[o2 * s2];
+    }
+  })
 }
 
 /* The adjoint: dx (C, in...) += col2im(dcol). */
 static void FN(col2im)(const sg_conv_geom *g, const R *dcol, int64_t r0,
                        int64_t r1, R *dx) {
-  int64_t lo[3] = {0, 0, 0}, hi[3] = {g->out[0], g->out[1], g->out[2]};
-  lo[g->t] = r0;
-  hi[g->t] = r1;
-  const int64_t n2 = hi[2] - lo[2];
-  const int64_t ncol = (hi[0] - lo[0]) * (hi[1] - lo[1]) * n2;
-  const int64_t s2 = g->str[2];
-  int64_t row = 0;
-  for (int64_t c = 0; c < g->c; ++c) {
-    R *xc = dx + c * g->sin;
-    for (int64_t a = 0; a < g->ker[0]; ++a)
-      for (int64_t b = 0; b < g->ker[1]; ++b)
-        for (int64_t e = 0; e < g->ker[2]; ++e, ++row) {
-          const R *src = dcol + row * ncol;
-          for (int64_t o0 = lo[0]; o0 < hi[0]; ++o0) {
-            int64_t i0 = o0 * g->str[0] + a * g->dil[0];
-            for (int64_t o1 = lo[1]; o1 < hi[1]; ++o1) {
-              int64_t i1 = o1 * g->str[1] + b * g->dil[1];
-              R *dst = xc + (i0 * g->in[1] + i1) * g->in[2] + e * g->dil[2] +
-                       lo[2] * s2;
-              for (int64_t o2 = 0; o2 < n2; ++o2) dst[o2 * s2] += src[o2];
-              src += n2;
-            }
-          }
-        }
+  SG_COL_WALK(R, dx, const R, dcol, {
+    for (int64_t o2 = 0; o2 < n2; ++o2) xp[o2 * s2] += cp[o2];
+  })
+}
+#undef SG_COL_WALK
+
+/* The end of the output rows of dim g->t in the tile starting at row r0. */
+static inline int64_t FN(tile_end)(const sg_conv_geom *g, int64_t r0) {
+  return r0 + g->rows < g->out[g->t] ? r0 + g->rows : g->out[g->t];
+}
+
+/* The GEMM operand of image xn (C, in...) for output rows [r0, r1) of dim
+ * g->t: xn itself when pointwise, else its im2col in col; *ld: its row
+ * stride. */
+static const R *FN(conv_operand)(const sg_conv_geom *g, const R *xn, int64_t r0,
+                                        int64_t r1, R *col, int64_t *ld) {
+  if (g->pointwise) {
+    *ld = g->sin;
+    return xn + r0 * g->inner;
   }
+  FN(im2col)(g, xn, r0, r1, col);
+  *ld = (r1 - r0) * g->inner;
+  return col;
 }
 
 void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w,
@@ -131,28 +149,16 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w,
   int saved = nth > 1 ? sg_blas_threads_begin() : 0;
 #pragma omp parallel num_threads(nth) if (nth > 1)
   {
-    int tid = 0;
-#ifdef _OPENMP
-    tid = omp_get_thread_num();
-#endif
+    int tid = FN(thread_id)();
     R *col = FN(thread_ws)(g, ws, tid);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       int64_t n = it / g->ntile, tile = it % g->ntile;
-      int64_t r0 = tile * g->rows;
-      int64_t r1 = r0 + g->rows < g->out[g->t] ? r0 + g->rows : g->out[g->t];
+      int64_t r0 = tile * g->rows, r1 = FN(tile_end)(g, r0);
       int64_t ncol = (r1 - r0) * g->inner;
       R *yt = y + n * g->k * g->sout + r0 * g->inner;
-      const R *bm;
       int64_t ldb;
-      if (g->pointwise) {
-        bm = x + n * g->c * g->sin + r0 * g->inner;
-        ldb = g->sin;
-      } else {
-        FN(im2col)(g, x + n * g->c * g->sin, r0, r1, col);
-        bm = col;
-        ldb = ncol;
-      }
+      const R *bm = FN(conv_operand)(g, x + n * g->c * g->sin, r0, r1, col, &ldb);
       /* f32 on AVX-512: register-blocked kernel, bias as its start */
       if (SG_GEMM_FAST(g->k, ncol, g->ckk, w, g->ckk, 1, bm, ldb, b, yt, g->sout)) continue;
       R beta = 0;
@@ -176,17 +182,7 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
                      const R *dy, R *dx, R *dw, R *db, void *ws, float *wpart) {
   const int nth = g->nthreads;
   const int64_t wsz = g->k * g->ckk;
-  if (db) {
-#pragma omp parallel for schedule(static) if (g->n * g->k * g->sout > SG_OMP_MIN)
-    for (int64_t k = 0; k < g->k; ++k) {
-      double acc = 0;
-      for (int64_t n = 0; n < g->n; ++n) {
-        const R *p = dy + (n * g->k + k) * g->sout;
-        acc += FN(vsum)(p, g->sout);
-      }
-      db[k] += (R)acc;
-    }
-  }
+  if (db) FN(sg_bias_bwd)(g->n, g->k, g->sout, dy, db);
   if (!dx && !dw) return;
   if (dx) {
     int64_t total = g->n * g->c * g->sin;
@@ -199,10 +195,7 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
   const int64_t half[2] = {(g->ntile + 1) / 2, g->ntile / 2};
 #pragma omp parallel num_threads(nth) if (nth > 1)
   {
-    int tid = 0;
-#ifdef _OPENMP
-    tid = omp_get_thread_num();
-#endif
+    int tid = FN(thread_id)();
     R *col = FN(thread_ws)(g, ws, tid);
     R *dcol = col + g->ckk * g->cols;
     R *dwp = dcol + g->ckk * g->cols;
@@ -217,21 +210,12 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
       for (int64_t it = 0; it < items; ++it) {
         int64_t n = it / half[phase];
         int64_t tile = 2 * (it % half[phase]) + phase;
-        int64_t r0 = tile * g->rows;
-        int64_t r1 = r0 + g->rows < g->out[g->t] ? r0 + g->rows : g->out[g->t];
+        int64_t r0 = tile * g->rows, r1 = FN(tile_end)(g, r0);
         int64_t ncol = (r1 - r0) * g->inner;
         const R *dyt = dy + n * g->k * g->sout + r0 * g->inner;
         if (dw) {
-          const R *bm;
           int64_t ldb;
-          if (g->pointwise) {
-            bm = x + n * g->c * g->sin + r0 * g->inner;
-            ldb = g->sin;
-          } else {
-            FN(im2col)(g, x + n * g->c * g->sin, r0, r1, col);
-            bm = col;
-            ldb = ncol;
-          }
+          const R *bm = FN(conv_operand)(g, x + n * g->c * g->sin, r0, r1, col, &ldb);
           /* dw^T (ckk x k) += col dy^T: with the long ncol axis as the
            * inner dimension of both operands OpenBLAS packs them without a
            * transposing copy (dw = dy col^T ran at 48 GF/s, this at 83 on
@@ -299,10 +283,7 @@ void FN(sg_convt_fwd)(const sg_conv_geom *g, const R *x, const R *w,
   int saved = nth > 1 ? sg_blas_threads_begin() : 0;
 #pragma omp parallel num_threads(nth) if (nth > 1)
   {
-    int tid = 0;
-#ifdef _OPENMP
-    tid = omp_get_thread_num();
-#endif
+    int tid = FN(thread_id)();
     R *tbuf = FN(thread_ws)(g, ws, tid);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
@@ -335,24 +316,12 @@ void FN(sg_convt_bwd)(const sg_conv_geom *g, const R *x, const R *w,
   const int64_t ntile = (g->sin + g->cols - 1) / g->cols;
   const int64_t items = g->n * ntile, kk = g->kk, m = g->k * kk;
   const int64_t wsz = g->c * m;
-  if (db) {
-    for (int64_t k = 0; k < g->k; ++k) {
-      double acc = 0;
-      for (int64_t n = 0; n < g->n; ++n) {
-        const R *p = dy + (n * g->k + k) * g->sout;
-        acc += FN(vsum)(p, g->sout);
-      }
-      db[k] += (R)acc;
-    }
-  }
+  if (db) FN(sg_bias_bwd)(g->n, g->k, g->sout, dy, db);
   if (!dx && !dw) return;
   int saved = nth > 1 ? sg_blas_threads_begin() : 0;
 #pragma omp parallel num_threads(nth) if (nth > 1)
   {
-    int tid = 0;
-#ifdef _OPENMP
-    tid = omp_get_thread_num();
-#endif
+    int tid = FN(thread_id)();
     R *tbuf = FN(thread_ws)(g, ws, tid);
     R *dwp = tbuf + m * g->cols;
     if (dw)
@@ -608,28 +577,18 @@ void FN(sg_pad_bwd)(const int64_t *in, const int64_t *out, const int64_t *lo,
 
 /* One loop per activation (a constant `act` in each, so the inlined body
  * is straight-line code the compiler vectorises). */
+#define SG_ACT_LOOP(K, BODY)                                                  \
+  {                                                                           \
+    enum { A = K };                                                           \
+    _Pragma("omp parallel for schedule(static) if (n > SG_OMP_MIN)")          \
+    for (int64_t i = 0; i < n; ++i) BODY;                                     \
+  } break;
 #define SG_ACT_LOOPS(BODY)                                                    \
   switch (act) {                                                              \
-  case 0: {                                                                   \
-    enum { A = 0 };                                                           \
-    _Pragma("omp parallel for schedule(static) if (n > SG_OMP_MIN)")          \
-    for (int64_t i = 0; i < n; ++i) BODY;                                     \
-  } break;                                                                    \
-  case 1: {                                                                   \
-    enum { A = 1 };                                                           \
-    _Pragma("omp parallel for schedule(static) if (n > SG_OMP_MIN)")          \
-    for (int64_t i = 0; i < n; ++i) BODY;                                     \
-  } break;                                                                    \
-  case 2: {                                                                   \
-    enum { A = 2 };                                                           \
-    _Pragma("omp parallel for schedule(static) if (n > SG_OMP_MIN)")          \
-    for (int64_t i = 0; i < n; ++i) BODY;                                     \
-  } break;                                                                    \
-  default: {                                                                  \
-    enum { A = 3 };                                                           \
-    _Pragma("omp parallel for schedule(static) if (n > SG_OMP_MIN)")          \
-    for (int64_t i = 0; i < n; ++i) BODY;                                     \
-  } break;                                                                    \
+  case 0: SG_ACT_LOOP(0, BODY)                                                \
+  case 1: SG_ACT_LOOP(1, BODY)                                                \
+  case 2: SG_ACT_LOOP(2, BODY)                                                \
+  default: SG_ACT_LOOP(3, BODY)                                               \
   }
 
 void FN(sg_act_fwd)(int act, int64_t n, const R *x, R *y) {
@@ -640,6 +599,7 @@ void FN(sg_act_bwd)(int act, int64_t n, const R *x, const R *dy, R *dx) {
   SG_ACT_LOOPS(dx[i] = dy[i] * SG_ACT_GRAD(A, x[i]))
 }
 #undef SG_ACT_LOOPS
+#undef SG_ACT_LOOP
 
 void FN(sg_binary_fwd)(int op, int64_t n, const R *a, const R *b, R *y) {
   if (op == SG_BINARY_ADD) {

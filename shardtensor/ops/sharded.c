@@ -527,6 +527,46 @@ fail:
   return st;
 }
 
+/* The end of a forward that makes a context: the ranks agree on the outcome
+ * over `mesh` (none when NULL); on failure the context and y (when given)
+ * are freed; *ctx (when given) receives the context or NULL. */
+static sg_status forward_end(sg_status st, sg_mesh_t mesh, sg_sharded_ctx_t c, sg_shardtensor *y,
+                             sg_sharded_ctx_t *ctx) {
+  if (mesh) st = sg_agree(sg_mesh_comm(mesh), st);
+  if (st != SG_OK) {
+    sg_sharded_ctx_destroy(&c);
+    if (y) sg_shardtensor_destroy(y);
+  }
+  if (ctx) *ctx = c;
+  return st;
+}
+
+/* The local input of a window op's backward, dx in the box layout of the
+ * exchange (uninitialised). */
+static sg_status box_grad_alloc(const sg_sharded_ctx_t c, const sg_shardtensor *like, void **dxin) {
+  int64_t shape[SG_TENSOR_MAX_DIMS] = {like->local_shape[0], like->local_shape[1]};
+  for (int d = 0; d < c->nsp; ++d) shape[2 + d] = c->xi.box[d];
+  return sg_malloc(sg_device_host(), (size_t)numel_of(shape, c->ndim) * sg_dtype_size(c->dtype),
+                   dxin);
+}
+
+/* The local descriptor of a conv (cout >= 1) or pool (cout 0: as many as
+ * cin) over the input box of the exchange. */
+static void window_desc(sg_sharded_ctx_t c, const sg_shardtensor *x, const sg_sharded_window *win,
+                        int64_t cout) {
+  memset(&c->cd, 0, sizeof c->cd);
+  c->cd.nsp = c->nsp;
+  c->cd.batch = x->local_shape[0];
+  c->cd.cin = x->local_shape[1];
+  c->cd.cout = cout > 0 ? cout : x->local_shape[1];
+  for (int d = 0; d < c->nsp; ++d) {
+    c->cd.in[d] = c->xi.box[d];
+    c->cd.kernel[d] = win->w[d].kernel;
+    c->cd.stride[d] = win->w[d].stride;
+    c->cd.dilation[d] = win->w[d].dilation;
+  }
+}
+
 /* A ShardTensor-shaped description of the input, for the backward. */
 static sg_shardtensor input_like(const sg_sharded_ctx_t c) {
   sg_shardtensor x;
@@ -544,24 +584,14 @@ static sg_shardtensor input_like(const sg_sharded_ctx_t c) {
 sg_status sg_sharded_conv_forward(const sg_shardtensor *x, const sg_sharded_window *win,
                                   int64_t cout, const void *w, const void *b,
                                   sg_shardtensor *y, sg_sharded_ctx_t *ctx) {
-  sg_status st = SG_OK, lst = SG_OK;
+  sg_status st = SG_OK;
   sg_sharded_ctx_t c = NULL;
   int64_t og[SG_OPS_MAX_SPATIAL], ol[SG_OPS_MAX_SPATIAL];
   if (y) memset(y, 0, sizeof *y);
   SG_TRY(ctx_new(x, CTX_CONV, &c));
   SG_TRY(window_prepare(x, win, "conv", c, og, ol));
   if (cout < 1 || !w) SG_RAISE(SG_ERR_INVALID_ARG, "conv: cout %lld, weight %p", (long long)cout, w);
-  memset(&c->cd, 0, sizeof c->cd);
-  c->cd.nsp = c->nsp;
-  c->cd.batch = x->local_shape[0];
-  c->cd.cin = x->local_shape[1];
-  c->cd.cout = cout;
-  for (int d = 0; d < c->nsp; ++d) {
-    c->cd.in[d] = c->xi.box[d];
-    c->cd.kernel[d] = win->w[d].kernel;
-    c->cd.stride[d] = win->w[d].stride;
-    c->cd.dilation[d] = win->w[d].dilation;
-  }
+  window_desc(c, x, win, cout);
   int64_t gshape[SG_TENSOR_MAX_DIMS] = {x->global_shape[0], cout};
   for (int d = 0; d < c->nsp; ++d) gshape[2 + d] = og[d];
   SG_TRY(make_like(x, gshape, y));
@@ -569,16 +599,9 @@ sg_status sg_sharded_conv_forward(const sg_shardtensor *x, const sg_sharded_wind
     if (y->local_shape[2 + d] != ol[d])
       SG_RAISE(SG_ERR_INTERNAL, "conv: output shard %lld vs window partition %lld",
                (long long)y->local_shape[2 + d], (long long)ol[d]);
-  lst = sg_conv_forward(&c->cd, c->dtype, c->xin, w, b, interior_ptr(y), NULL);
+  SG_TRY(sg_conv_forward(&c->cd, c->dtype, c->xin, w, b, interior_ptr(y), NULL));
 fail:
-  if (st == SG_OK) st = lst;
-  if (x && x->mesh && c) st = sg_agree(sg_mesh_comm(x->mesh), st);
-  if (st != SG_OK) {
-    sg_sharded_ctx_destroy(&c);
-    if (y) sg_shardtensor_destroy(y);
-  }
-  if (ctx) *ctx = c;
-  return st;
+  return forward_end(st, x && x->mesh && c ? x->mesh : NULL, c, y, ctx);
 }
 
 sg_status sg_sharded_conv_backward(sg_sharded_ctx_t c, const void *w, const sg_shardtensor *dy,
@@ -592,12 +615,7 @@ sg_status sg_sharded_conv_backward(sg_sharded_ctx_t c, const void *w, const sg_s
   void *dy_own = NULL;
   SG_TRY(interior_contig(dy, &dyp, &dy_own));
   sg_shardtensor like = input_like(c);
-  if (dx) {
-    int64_t shape[SG_TENSOR_MAX_DIMS] = {like.local_shape[0], like.local_shape[1]};
-    for (int d = 0; d < c->nsp; ++d) shape[2 + d] = c->xi.box[d];
-    SG_TRY(sg_malloc(sg_device_host(), (size_t)numel_of(shape, c->ndim) * sg_dtype_size(c->dtype),
-                     &dxin));
-  }
+  if (dx) SG_TRY(box_grad_alloc(c, &like, &dxin));
   st = sg_conv_backward(&c->cd, c->dtype, c->xin, w, dyp, dxin, dw, db, NULL);
   sg_free(sg_device_host(), &dy_own);
   if (st != SG_OK) goto fail;
@@ -611,36 +629,20 @@ fail:
 sg_status sg_sharded_pool_forward(sg_pool_kind kind, const sg_shardtensor *x,
                                   const sg_sharded_window *win, sg_shardtensor *y,
                                   sg_sharded_ctx_t *ctx) {
-  sg_status st = SG_OK, lst = SG_OK;
+  sg_status st = SG_OK;
   sg_sharded_ctx_t c = NULL;
   int64_t og[SG_OPS_MAX_SPATIAL], ol[SG_OPS_MAX_SPATIAL];
   if (y) memset(y, 0, sizeof *y);
   SG_TRY(ctx_new(x, CTX_POOL, &c));
   SG_TRY(window_prepare(x, win, "pool", c, og, ol));
   c->pool = kind;
-  memset(&c->cd, 0, sizeof c->cd);
-  c->cd.nsp = c->nsp;
-  c->cd.batch = x->local_shape[0];
-  c->cd.cin = c->cd.cout = x->local_shape[1];
-  for (int d = 0; d < c->nsp; ++d) {
-    c->cd.in[d] = c->xi.box[d];
-    c->cd.kernel[d] = win->w[d].kernel;
-    c->cd.stride[d] = win->w[d].stride;
-    c->cd.dilation[d] = win->w[d].dilation;
-  }
+  window_desc(c, x, win, 0);
   int64_t gshape[SG_TENSOR_MAX_DIMS] = {x->global_shape[0], x->global_shape[1]};
   for (int d = 0; d < c->nsp; ++d) gshape[2 + d] = og[d];
   SG_TRY(make_like(x, gshape, y));
-  lst = sg_pool_forward(kind, &c->cd, c->dtype, c->xin, interior_ptr(y));
+  SG_TRY(sg_pool_forward(kind, &c->cd, c->dtype, c->xin, interior_ptr(y)));
 fail:
-  if (st == SG_OK) st = lst;
-  if (x && x->mesh && c) st = sg_agree(sg_mesh_comm(x->mesh), st);
-  if (st != SG_OK) {
-    sg_sharded_ctx_destroy(&c);
-    if (y) sg_shardtensor_destroy(y);
-  }
-  if (ctx) *ctx = c;
-  return st;
+  return forward_end(st, x && x->mesh && c ? x->mesh : NULL, c, y, ctx);
 }
 
 sg_status sg_sharded_pool_backward(sg_sharded_ctx_t c, const sg_shardtensor *dy,
@@ -653,10 +655,7 @@ sg_status sg_sharded_pool_backward(sg_sharded_ctx_t c, const sg_shardtensor *dy,
   if (!dy || !dx) SG_RAISE(SG_ERR_INVALID_ARG, "pool backward: dy and dx are required");
   SG_TRY(interior_contig(dy, &dyp, &dy_own));
   sg_shardtensor like = input_like(c);
-  int64_t shape[SG_TENSOR_MAX_DIMS] = {like.local_shape[0], like.local_shape[1]};
-  for (int d = 0; d < c->nsp; ++d) shape[2 + d] = c->xi.box[d];
-  SG_TRY(sg_malloc(sg_device_host(), (size_t)numel_of(shape, c->ndim) * sg_dtype_size(c->dtype),
-                   &dxin));
+  SG_TRY(box_grad_alloc(c, &like, &dxin));
   SG_TRY(sg_pool_backward(c->pool, &c->cd, c->dtype, c->xin, dyp, dxin));
   SG_TRY(window_finish_grad(c, &like, dxin, dx));
 fail:
@@ -689,7 +688,7 @@ fail:
 sg_status sg_sharded_upsample_forward(sg_upsample_kind kind, const sg_shardtensor *x,
                                       const int64_t *scale, sg_shardtensor *y,
                                       sg_sharded_ctx_t *ctx) {
-  sg_status st = SG_OK, lst = SG_OK;
+  sg_status st = SG_OK;
   sg_sharded_ctx_t c = NULL;
   layout l;
   if (y) memset(y, 0, sizeof *y);
@@ -723,18 +722,11 @@ sg_status sg_sharded_upsample_forward(sg_upsample_kind kind, const sg_shardtenso
     for (int d = 0; d < c->nsp; ++d) in[d] = x->local_shape[2 + d];
   }
   SG_TRY(make_like(x, gshape, y));
-  lst = sg_upsample_forward(kind, c->nsp, x->local_shape[0] * x->local_shape[1], in, c->scale,
-                            c->dtype, kind == SG_UPSAMPLE_LINEAR ? c->xin : c->x,
-                            interior_ptr(y));
+  SG_TRY(sg_upsample_forward(kind, c->nsp, x->local_shape[0] * x->local_shape[1], in, c->scale,
+                             c->dtype, kind == SG_UPSAMPLE_LINEAR ? c->xin : c->x,
+                             interior_ptr(y)));
 fail:
-  if (st == SG_OK) st = lst;
-  if (x && x->mesh) st = sg_agree(sg_mesh_comm(x->mesh), st);
-  if (st != SG_OK) {
-    sg_sharded_ctx_destroy(&c);
-    if (y) sg_shardtensor_destroy(y);
-  }
-  if (ctx) *ctx = c;
-  return st;
+  return forward_end(st, x && x->mesh ? x->mesh : NULL, c, y, ctx);
 }
 
 sg_status sg_sharded_upsample_backward(sg_sharded_ctx_t c, const sg_shardtensor *dy,
@@ -749,12 +741,8 @@ sg_status sg_sharded_upsample_backward(sg_sharded_ctx_t c, const sg_shardtensor 
   sg_shardtensor like = input_like(c);
   int64_t in[SG_OPS_MAX_SPATIAL], planes = like.local_shape[0] * like.local_shape[1];
   if (c->up == SG_UPSAMPLE_LINEAR) {
-    int64_t n = planes;
-    for (int d = 0; d < c->nsp; ++d) {
-      in[d] = c->xi.box[d];
-      n *= in[d];
-    }
-    SG_TRY(sg_malloc(sg_device_host(), (size_t)n * sg_dtype_size(c->dtype), &dxin));
+    for (int d = 0; d < c->nsp; ++d) in[d] = c->xi.box[d];
+    SG_TRY(box_grad_alloc(c, &like, &dxin));
     SG_TRY(sg_upsample_backward(c->up, c->nsp, planes, in, c->scale, c->dtype, dyp, dxin));
     SG_TRY(window_finish_grad(c, &like, dxin, dx));
   } else {
@@ -798,13 +786,7 @@ sg_status sg_sharded_convt_forward(const sg_shardtensor *x, const int64_t *kerne
   SG_TRY(make_like(x, gshape, y));
   if (c->cd.batch > 0) SG_TRY(sg_convt_forward(&c->cd, c->dtype, c->x, w, b, interior_ptr(y)));
 fail:
-  if (x && x->mesh) st = sg_agree(sg_mesh_comm(x->mesh), st);
-  if (st != SG_OK) {
-    sg_sharded_ctx_destroy(&c);
-    if (y) sg_shardtensor_destroy(y);
-  }
-  if (ctx) *ctx = c;
-  return st;
+  return forward_end(st, x && x->mesh ? x->mesh : NULL, c, y, ctx);
 }
 
 sg_status sg_sharded_convt_backward(sg_sharded_ctx_t c, const void *w, const sg_shardtensor *dy,
@@ -1019,13 +1001,7 @@ sg_status sg_sharded_norm_forward(const sg_norm_desc *d, const sg_shardtensor *x
   SG_TRY(make_like(x, x->global_shape, y));
   SG_TRY(sg_norm_forward(&c->nd, c->dtype, c->x, c->stats, gamma, beta, interior_ptr(y)));
 fail:
-  if (x && x->mesh) st = sg_agree(sg_mesh_comm(x->mesh), st);
-  if (st != SG_OK) {
-    sg_sharded_ctx_destroy(&c);
-    if (y) sg_shardtensor_destroy(y);
-  }
-  if (ctx) *ctx = c;
-  return st;
+  return forward_end(st, x && x->mesh ? x->mesh : NULL, c, y, ctx);
 }
 
 sg_status sg_sharded_norm_backward(sg_sharded_ctx_t c, const void *gamma,
@@ -1111,10 +1087,7 @@ sg_status sg_sharded_loss_forward(sg_loss_kind kind, const sg_shardtensor *p,
   SG_TRY(sg_sharded_loss_reduce(p->mesh, kind, l.space_mask, l.batch_mask, c->local_batch,
                                 c->global_batch, c->partial, value, &c->grad_scale));
 fail:
-  if (p && p->mesh) st = sg_agree(sg_mesh_comm(p->mesh), st);
-  if (st != SG_OK) sg_sharded_ctx_destroy(&c);
-  if (ctx) *ctx = c;
-  return st;
+  return forward_end(st, p && p->mesh ? p->mesh : NULL, c, NULL, ctx);
 }
 
 sg_status sg_sharded_loss_backward(sg_sharded_ctx_t c, double g, sg_shardtensor *dp,
