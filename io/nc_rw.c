@@ -54,17 +54,9 @@ static sg_status info_by_id(struct sg_nc_t_ *f, int varid,
                             sg_nc_var_info *info) {
   sg_status st = SG_OK;
   char name[SG_IO_NAME_BUF] = "";
-  int rc = -1;
-#if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF)
-    rc = ncmpi_inq_varname(f->ncid, varid, name);
-#endif
-#if SG_HAVE_NETCDF
-  if (f->backend != SG_NC_BACKEND_PNETCDF)
-    rc = nc_inq_varname(f->ncid, varid, name);
-#endif
-  if (rc) SG_RAISE(SG_ERR_INVALID_ARG, "no variable with id %d in %s", varid,
-                   f->path);
+  if (SG_IO_CALL(f, inq_varname, f->ncid, varid, name))
+    SG_RAISE(SG_ERR_INVALID_ARG, "no variable with id %d in %s", varid,
+             f->path);
   SG_TRY(sg_nc_inq_var(f, name, info));
 fail:
   return st;
@@ -72,19 +64,9 @@ fail:
 
 static const char *var_label(struct sg_nc_t_ *f, int varid, char *buf,
                              size_t cap) {
+  char n[SG_IO_NAME_BUF];
   snprintf(buf, cap, "#%d", varid);
-#if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF) {
-    char n[SG_IO_NAME_BUF];
-    if (!ncmpi_inq_varname(f->ncid, varid, n)) snprintf(buf, cap, "%s", n);
-  }
-#endif
-#if SG_HAVE_NETCDF
-  if (f->backend != SG_NC_BACKEND_PNETCDF) {
-    char n[SG_IO_NAME_BUF];
-    if (!nc_inq_varname(f->ncid, varid, n)) snprintf(buf, cap, "%s", n);
-  }
-#endif
+  if (!SG_IO_CALL(f, inq_varname, f->ncid, varid, n)) snprintf(buf, cap, "%s", n);
   return buf;
 }
 
@@ -406,22 +388,8 @@ static sg_status record_count(struct sg_nc_t_ *f, int64_t *len) {
   sg_status st = SG_OK;
   int unlim = -1;
   int64_t l = 0;
-#if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF) {
-    MPI_Offset x = 0;
-    ncmpi_inq_unlimdim(f->ncid, &unlim);
-    if (unlim >= 0) ncmpi_inq_dimlen(f->ncid, unlim, &x);
-    l = (int64_t)x;
-  }
-#endif
-#if SG_HAVE_NETCDF
-  if (f->backend != SG_NC_BACKEND_PNETCDF) {
-    size_t x = 0;
-    nc_inq_unlimdim(f->ncid, &unlim);
-    if (unlim >= 0) nc_inq_dimlen(f->ncid, unlim, &x);
-    l = (int64_t)x;
-  }
-#endif
+  SG_IO_CALL(f, inq_unlimdim, f->ncid, &unlim);
+  if (unlim >= 0) sg_io_inq_dim(f, unlim, NULL, &l);
   /* a read-only file's header is the same on every rank */
   if (!f->local_handle) SG_TRY(sg_io_allreduce_i64_max(f->comm, &l, 1));
   *len = l;
@@ -825,17 +793,6 @@ fail:
   return st;
 }
 
-static int coord_varid(struct sg_nc_t_ *f, const char *file_dim, int *id) {
-  int rc = -1;
-#if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF) rc = ncmpi_inq_varid(f->ncid, file_dim, id);
-#endif
-#if SG_HAVE_NETCDF
-  if (f->backend != SG_NC_BACKEND_PNETCDF) rc = nc_inq_varid(f->ncid, file_dim, id);
-#endif
-  return rc;
-}
-
 /* The type a variable is read in. */
 static sg_dtype read_type(const sg_nc_var_info *info, sg_dtype out) {
   switch (info->nc_type) {
@@ -933,7 +890,8 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
     x.masked_value = o.masked_value;
   }
   if (lst == SG_OK && o.flip_lat && lat_dim >= 0 &&
-      coord_varid(f, sg_io_map_to_file(f, "lat"), &lat_cvid))
+      SG_IO_CALL(f, inq_varid, f->ncid, sg_io_map_to_file(f, "lat"),
+                 &lat_cvid))
     lat_cvid = -1;
 
   /* descending latitude? (flip_lat is the same on every rank) */
