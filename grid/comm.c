@@ -183,39 +183,29 @@ fail:
   return st;
 }
 
-static sg_status counts_int(keep *k, int n, const int64_t *counts,
-                            const int64_t *displs, int **c, int **d) {
-  *c = keep_alloc(k, (size_t)n * sizeof **c);
-  *d = keep_alloc(k, (size_t)n * sizeof **d);
-  if (!*c || !*d)
-    return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,
-                        "out of memory for %d counts", n);
-  int64_t off = 0;
-  for (int r = 0; r < n; ++r) {
-    (*c)[r] = (int)counts[r];
-    (*d)[r] = (int)(displs ? displs[r] : off);
-    off += counts[r];
+/* The counts and displacements (packed offsets when displs is NULL) as the
+ * arrays an MPI call takes: CT/DT are int for the classic calls, MPI_Count
+ * and MPI_Aint for the large-count ones. */
+#define SG_COUNTS_CONVERT(name, CT, DT)                                       \
+  static sg_status name(keep *k, int n, const int64_t *counts,                \
+                        const int64_t *displs, CT **c, DT **d) {              \
+    *c = keep_alloc(k, (size_t)n * sizeof **c);                               \
+    *d = keep_alloc(k, (size_t)n * sizeof **d);                               \
+    if (!*c || !*d)                                                           \
+      return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,                   \
+                          "out of memory for %d counts", n);                  \
+    int64_t off = 0;                                                          \
+    for (int r = 0; r < n; ++r) {                                             \
+      (*c)[r] = (CT)counts[r];                                                \
+      (*d)[r] = (DT)(displs ? displs[r] : off);                               \
+      off += counts[r];                                                       \
+    }                                                                         \
+    return SG_OK;                                                             \
   }
-  return SG_OK;
-}
 
+SG_COUNTS_CONVERT(counts_int, int, int)
 #if SG_MPI_LARGE
-static sg_status counts_large(keep *k, int n, const int64_t *counts,
-                              const int64_t *displs, MPI_Count **c,
-                              MPI_Aint **d) {
-  *c = keep_alloc(k, (size_t)n * sizeof **c);
-  *d = keep_alloc(k, (size_t)n * sizeof **d);
-  if (!*c || !*d)
-    return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,
-                        "out of memory for %d counts", n);
-  int64_t off = 0;
-  for (int r = 0; r < n; ++r) {
-    (*c)[r] = (MPI_Count)counts[r];
-    (*d)[r] = (MPI_Aint)(displs ? displs[r] : off);
-    off += counts[r];
-  }
-  return SG_OK;
-}
+SG_COUNTS_CONVERT(counts_large, MPI_Count, MPI_Aint)
 #endif
 
 /* ---- the MPI calls (blocking when req is NULL) ----------------------------*/
@@ -539,6 +529,30 @@ static void request_free(sg_request_t *req) {
   *req = NULL;
 }
 
+/* A call that may be non-blocking: with req, a new request *r whose MPI
+ * request (*mr) the call starts; without, *mr = NULL and the call blocks.
+ * The caller hands *r over with request_done, or frees it on failure. */
+static sg_status request_open(const char *fn, sg_request_t *req,
+                              sg_request_t *r, MPI_Request **mr) {
+  *mr = NULL;
+  if (!req) return SG_OK;
+  sg_status st = request_new(req, fn, r);
+  if (st == SG_OK) *mr = &(*r)->mpi;
+  return st;
+}
+
+/* The call started: the request (if any) is the caller's now. */
+static void request_done(sg_request_t *req, sg_request_t *r) {
+  if (req) *req = *r;
+  *r = NULL;
+}
+
+/* The error of a non-blocking entry point called without a request. */
+static sg_status request_missing(const char *fn) {
+  return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                      "%s: req is NULL", fn);
+}
+
 /* Advance a request; block when wait is set. *done = 1 when complete. */
 static sg_status request_progress(sg_request_t r, int wait, int *done) {
   sg_status st = SG_OK;
@@ -673,12 +687,9 @@ sg_status sg_allreduce_det(sg_group_t g, const void *send, void *recv,
 sg_status sg_iallreduce(sg_group_t g, const void *send, void *recv,
                         int64_t count, sg_dtype dt, sg_reduce_op op,
                         sg_request_t *req) {
-  sg_status st = SG_OK;
-  if (!req) SG_RAISE(SG_ERR_INVALID_ARG, "sg_iallreduce: req is NULL");
-  SG_TRY(allreduce_impl("sg_iallreduce", g, send, recv, count, dt, op,
-                        sg_comm_deterministic(), req));
-fail:
-  return st;
+  if (!req) return request_missing("sg_iallreduce");
+  return allreduce_impl("sg_iallreduce", g, send, recv, count, dt, op,
+                        sg_comm_deterministic(), req);
 }
 
 static sg_status bcast_impl(const char *fn, sg_group_t g, void *buf,
@@ -697,11 +708,8 @@ static sg_status bcast_impl(const char *fn, sg_group_t g, void *buf,
     return SG_OK;
 #endif
   }
-  MPI_Request *mr = NULL;
-  if (req) {
-    SG_TRY(request_new(req, fn, &r));
-    mr = &r->mpi;
-  }
+  MPI_Request *mr;
+  SG_TRY(request_open(fn, req, &r, &mr));
   if (fits_int(count)) {
     if (mr)
       SG_MPI(MPI_Ibcast(buf, (int)count, t, root, g->comm, mr));
@@ -714,8 +722,7 @@ static sg_status bcast_impl(const char *fn, sg_group_t g, void *buf,
     SG_MPI_LARGE_CALL(fn, MPI_Bcast_c(buf, (MPI_Count)count, t, root,
                                       g->comm));
   }
-  if (req) *req = r;
-  return SG_OK;
+  request_done(req, &r);
 fail:
   request_free(&r);
   return st;
@@ -728,9 +735,7 @@ sg_status sg_bcast(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
 
 sg_status sg_ibcast(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
                     int root, sg_request_t *req) {
-  if (!req)
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                        "sg_ibcast: req is NULL");
+  if (!req) return request_missing("sg_ibcast");
   return bcast_impl("sg_ibcast", g, buf, count, dt, root, req);
 }
 
@@ -780,15 +785,11 @@ static sg_status allgatherv_impl(const char *fn, sg_group_t g,
     return SG_OK;
 #endif
   }
-  if (req) {
-    SG_TRY(request_new(req, fn, &r));
-    SG_TRY(mpi_allgatherv(g, send, sendcount, recv, recvcounts, displs, t,
-                          &r->k, &r->mpi));
-    *req = r;
-    return SG_OK;
-  }
-  SG_TRY(mpi_allgatherv(g, send, sendcount, recv, recvcounts, displs, t, &k,
-                        NULL));
+  MPI_Request *mr;
+  SG_TRY(request_open(fn, req, &r, &mr));
+  SG_TRY(mpi_allgatherv(g, send, sendcount, recv, recvcounts, displs, t,
+                        r ? &r->k : &k, mr));
+  request_done(req, &r);
 fail:
   keep_free(&k);
   request_free(&r);
@@ -806,9 +807,7 @@ sg_status sg_iallgatherv(sg_group_t g, const void *send, int64_t sendcount,
                          void *recv, const int64_t *recvcounts,
                          const int64_t *displs, sg_dtype dt,
                          sg_request_t *req) {
-  if (!req)
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                        "sg_iallgatherv: req is NULL");
+  if (!req) return request_missing("sg_iallgatherv");
   return allgatherv_impl("sg_iallgatherv", g, send, sendcount, recv,
                          recvcounts, displs, dt, req);
 }
@@ -836,11 +835,8 @@ static sg_status reduce_scatter_impl(const char *fn, sg_group_t g,
     return SG_OK;
 #endif
   }
-  MPI_Request *mr = NULL;
-  if (req) {
-    SG_TRY(request_new(req, fn, &r));
-    mr = &r->mpi;
-  }
+  MPI_Request *mr;
+  SG_TRY(request_open(fn, req, &r, &mr));
   if (det) {
     det_op *d = NULL;
     int more = 0;
@@ -858,8 +854,7 @@ static sg_status reduce_scatter_impl(const char *fn, sg_group_t g,
     SG_TRY(mpi_reduce_scatter(g, send, recv, recvcounts, t,
                               sg_reduce_op_mpi(op), r ? &r->k : &k, mr));
   }
-  if (req) *req = r;
-  r = NULL;
+  request_done(req, &r);
 fail:
   keep_free(&k);
   request_free(&r);
@@ -876,9 +871,7 @@ sg_status sg_reduce_scatter(sg_group_t g, const void *send, void *recv,
 sg_status sg_ireduce_scatter(sg_group_t g, const void *send, void *recv,
                              const int64_t *recvcounts, sg_dtype dt,
                              sg_reduce_op op, sg_request_t *req) {
-  if (!req)
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                        "sg_ireduce_scatter: req is NULL");
+  if (!req) return request_missing("sg_ireduce_scatter");
   return reduce_scatter_impl("sg_ireduce_scatter", g, send, recv, recvcounts,
                              dt, op, req);
 }
@@ -924,15 +917,11 @@ static sg_status alltoallv_impl(const char *fn, sg_group_t g,
     return SG_OK;
 #endif
   }
-  if (req) {
-    SG_TRY(request_new(req, fn, &r));
-    SG_TRY(mpi_alltoallv(g, send, sendcounts, sdispls, recv, recvcounts,
-                         rdispls, t, &r->k, &r->mpi));
-    *req = r;
-    return SG_OK;
-  }
+  MPI_Request *mr;
+  SG_TRY(request_open(fn, req, &r, &mr));
   SG_TRY(mpi_alltoallv(g, send, sendcounts, sdispls, recv, recvcounts,
-                       rdispls, t, &k, NULL));
+                       rdispls, t, r ? &r->k : &k, mr));
+  request_done(req, &r);
 fail:
   keep_free(&k);
   request_free(&r);
@@ -952,9 +941,7 @@ sg_status sg_ialltoallv(sg_group_t g, const void *send,
                         void *recv, const int64_t *recvcounts,
                         const int64_t *rdispls, sg_dtype dt,
                         sg_request_t *req) {
-  if (!req)
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                        "sg_ialltoallv: req is NULL");
+  if (!req) return request_missing("sg_ialltoallv");
   return alltoallv_impl("sg_ialltoallv", g, send, sendcounts, sdispls, recv,
                         recvcounts, rdispls, dt, req);
 }
@@ -980,11 +967,8 @@ static sg_status p2p_impl(const char *fn, int is_send, sg_group_t g,
     return SG_OK;
 #endif
   }
-  MPI_Request *mr = NULL;
-  if (req) {
-    SG_TRY(request_new(req, fn, &r));
-    mr = &r->mpi;
-  }
+  MPI_Request *mr;
+  SG_TRY(request_open(fn, req, &r, &mr));
   if (fits_int(count)) {
     int c = (int)count;
     if (is_send && mr) SG_MPI(MPI_Isend(buf, c, t, peer, tag, g->comm, mr));
@@ -1004,8 +988,7 @@ static sg_status p2p_impl(const char *fn, int is_send, sg_group_t g,
       SG_MPI_LARGE_CALL(fn, MPI_Recv_c(buf, c, t, peer, tag, g->comm,
                                        MPI_STATUS_IGNORE));
   }
-  if (req) *req = r;
-  return SG_OK;
+  request_done(req, &r);
 fail:
   request_free(&r);
   return st;
@@ -1023,17 +1006,13 @@ sg_status sg_recv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
 
 sg_status sg_isend(sg_group_t g, const void *buf, int64_t count, sg_dtype dt,
                    int dest, int tag, sg_request_t *req) {
-  if (!req)
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                        "sg_isend: req is NULL");
+  if (!req) return request_missing("sg_isend");
   return p2p_impl("sg_isend", 1, g, (void *)buf, count, dt, dest, tag, req);
 }
 
 sg_status sg_irecv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
                    int src, int tag, sg_request_t *req) {
-  if (!req)
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                        "sg_irecv: req is NULL");
+  if (!req) return request_missing("sg_irecv");
   return p2p_impl("sg_irecv", 0, g, buf, count, dt, src, tag, req);
 }
 

@@ -101,6 +101,31 @@ sg_status sg_io_comm_dup(MPI_Comm comm, MPI_Comm *out);
 const char *sg_io_map_to_user(const struct sg_nc_t_ *f, const char *file_name);
 const char *sg_io_map_to_file(const struct sg_nc_t_ *f, const char *user_name);
 
+/* A call both libraries have with the same arguments, made through the
+ * one that holds file f: ncmpi_<call>(...) for PnetCDF, nc_<call>(...) for
+ * netCDF-4 and serial; -1 when that library is not built in. Its code, 0 on
+ * success. As collective as the call itself. */
+#if SG_HAVE_PNETCDF && SG_HAVE_NETCDF
+#define SG_IO_CALL(f, call, ...)                                              \
+  ((f)->backend == SG_NC_BACKEND_PNETCDF ? ncmpi_##call(__VA_ARGS__)          \
+                                         : nc_##call(__VA_ARGS__))
+#elif SG_HAVE_PNETCDF
+#define SG_IO_CALL(f, call, ...)                                              \
+  ((f)->backend == SG_NC_BACKEND_PNETCDF ? ncmpi_##call(__VA_ARGS__) : -1)
+#elif SG_HAVE_NETCDF
+#define SG_IO_CALL(f, call, ...)                                              \
+  ((f)->backend != SG_NC_BACKEND_PNETCDF ? nc_##call(__VA_ARGS__) : -1)
+#else
+#define SG_IO_CALL(f, call, ...) ((void)(f), sg_io_no_library(__VA_ARGS__))
+int sg_io_no_library(int ncid, ...); /* -1 */
+#endif
+
+/* The length (and, unless name is NULL, the name) of dim dimid of f, like
+ * SG_IO_CALL(f, inq_dim, ...) with the two libraries' length types; *len is
+ * 0 when the call fails. Local. */
+int sg_io_inq_dim(const struct sg_nc_t_ *f, int dimid, char *name,
+                  int64_t *len);
+
 /* nc_type of a shardgrid dtype, and back (0 if none). */
 int sg_io_nc_type(sg_dtype dt);
 sg_dtype sg_io_dtype_of_nc(int nc_type, int *ok);

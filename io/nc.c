@@ -724,14 +724,7 @@ fail:
 
 /* Local (non-collective) lookup of a dim id by file name. */
 static int lookup_dim(struct sg_nc_t_ *f, const char *name, int *id) {
-  int rc = -1;
-#if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF) rc = ncmpi_inq_dimid(f->ncid, name, id);
-#endif
-#if SG_HAVE_NETCDF
-  if (f->backend != SG_NC_BACKEND_PNETCDF) rc = nc_inq_dimid(f->ncid, name, id);
-#endif
-  return rc;
+  return SG_IO_CALL(f, inq_dimid, f->ncid, name, id);
 }
 
 sg_status sg_nc_def_var(sg_nc_t f, const char *name, sg_dtype dtype,
@@ -957,14 +950,7 @@ sg_status sg_nc_put_att(sg_nc_t f, int varid, const char *name,
 
 /* The type of a variable, locally. */
 static int var_type(struct sg_nc_t_ *f, int varid, int *t) {
-  int rc = -1;
-#if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF) rc = ncmpi_inq_vartype(f->ncid, varid, t);
-#endif
-#if SG_HAVE_NETCDF
-  if (f->backend != SG_NC_BACKEND_PNETCDF) rc = nc_inq_vartype(f->ncid, varid, t);
-#endif
-  return rc;
+  return SG_IO_CALL(f, inq_vartype, f->ncid, varid, t);
 }
 
 sg_status sg_nc_put_cf(sg_nc_t f, int varid, const sg_nc_cf *cf) {
@@ -1149,49 +1135,52 @@ fail:
 
 /* ---- inquiry ---------------------------------------------------------------- */
 
+#if !SG_HAVE_PNETCDF && !SG_HAVE_NETCDF
+int sg_io_no_library(int ncid, ...) {
+  (void)ncid;
+  return -1;
+}
+#endif
+
+int sg_io_inq_dim(const struct sg_nc_t_ *f, int dimid, char *name,
+                  int64_t *len) {
+  int rc = -1;
+#if SG_HAVE_PNETCDF
+  if (f->backend == SG_NC_BACKEND_PNETCDF) {
+    MPI_Offset l = 0;
+    rc = ncmpi_inq_dim(f->ncid, dimid, name, &l);
+    *len = (int64_t)l;
+  }
+#endif
+#if SG_HAVE_NETCDF
+  if (f->backend != SG_NC_BACKEND_PNETCDF) {
+    size_t l = 0;
+    rc = nc_inq_dim(f->ncid, dimid, name, &l);
+    *len = (int64_t)l;
+  }
+#endif
+  return rc;
+}
+
 sg_status sg_nc_inq_var(sg_nc_t f, const char *name, sg_nc_var_info *info) {
   sg_status st = SG_OK;
   if (!f || !name || !info)
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_nc_inq_var: NULL argument");
   memset(info, 0, sizeof *info);
-  int id = -1, nd = 0, t = 0, unlim = -1, rc = -1;
+  int id = -1, nd = 0, t = 0, unlim = -1;
   int dimids[SG_NC_MAX_DIMS];
-#if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF) {
-    rc = ncmpi_inq_varid(f->ncid, name, &id);
-    if (!rc) rc = ncmpi_inq_varndims(f->ncid, id, &nd);
-    if (!rc && nd <= SG_NC_MAX_DIMS) {
-      rc = ncmpi_inq_var(f->ncid, id, NULL, &t, NULL, dimids, NULL);
-      ncmpi_inq_unlimdim(f->ncid, &unlim);
-      for (int d = 0; !rc && d < nd; ++d) {
-        MPI_Offset len = 0;
-        char dn[SG_IO_NAME_BUF];
-        rc = ncmpi_inq_dim(f->ncid, dimids[d], dn, &len);
-        info->shape[d] = (int64_t)len;
-        snprintf(info->dim_names[d], SG_NC_NAME_MAX, "%s",
-                 sg_io_map_to_user(f, dn));
-      }
+  int rc = SG_IO_CALL(f, inq_varid, f->ncid, name, &id);
+  if (!rc) rc = SG_IO_CALL(f, inq_varndims, f->ncid, id, &nd);
+  if (!rc && nd <= SG_NC_MAX_DIMS) {
+    rc = SG_IO_CALL(f, inq_var, f->ncid, id, NULL, &t, NULL, dimids, NULL);
+    SG_IO_CALL(f, inq_unlimdim, f->ncid, &unlim);
+    for (int d = 0; !rc && d < nd; ++d) {
+      char dn[SG_IO_NAME_BUF] = "";
+      rc = sg_io_inq_dim(f, dimids[d], dn, &info->shape[d]);
+      snprintf(info->dim_names[d], SG_NC_NAME_MAX, "%s",
+               sg_io_map_to_user(f, dn));
     }
   }
-#endif
-#if SG_HAVE_NETCDF
-  if (f->backend != SG_NC_BACKEND_PNETCDF) {
-    rc = nc_inq_varid(f->ncid, name, &id);
-    if (!rc) rc = nc_inq_varndims(f->ncid, id, &nd);
-    if (!rc && nd <= SG_NC_MAX_DIMS) {
-      rc = nc_inq_var(f->ncid, id, NULL, &t, NULL, dimids, NULL);
-      nc_inq_unlimdim(f->ncid, &unlim);
-      for (int d = 0; !rc && d < nd; ++d) {
-        size_t len = 0;
-        char dn[SG_IO_NAME_BUF];
-        rc = nc_inq_dim(f->ncid, dimids[d], dn, &len);
-        info->shape[d] = (int64_t)len;
-        snprintf(info->dim_names[d], SG_NC_NAME_MAX, "%s",
-                 sg_io_map_to_user(f, dn));
-      }
-    }
-  }
-#endif
   if (id < 0 || rc == -1)
     SG_RAISE(SG_ERR_INVALID_ARG, "no variable '%s' in %s", name, f->path);
   if (nd > SG_NC_MAX_DIMS)
@@ -1225,20 +1214,7 @@ sg_status sg_nc_inq_dim(sg_nc_t f, const char *name, int64_t *len) {
   int id = -1;
   if (lookup_dim(f, sg_io_map_to_file(f, name), &id))
     SG_RAISE(SG_ERR_INVALID_ARG, "no dim '%s' in %s", name, f->path);
-#if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF) {
-    MPI_Offset l = 0;
-    ncmpi_inq_dimlen(f->ncid, id, &l);
-    *len = (int64_t)l;
-  }
-#endif
-#if SG_HAVE_NETCDF
-  if (f->backend != SG_NC_BACKEND_PNETCDF) {
-    size_t l = 0;
-    nc_inq_dimlen(f->ncid, id, &l);
-    *len = (int64_t)l;
-  }
-#endif
+  sg_io_inq_dim(f, id, NULL, len);
 fail:
   return st;
 }
@@ -1294,14 +1270,7 @@ sg_status sg_nc_get_att_text(sg_nc_t f, int varid, const char *name,
   if (t != 2) SG_RAISE(SG_ERR_INVALID_ARG, "attribute %s is not text", name);
   tmp = malloc((size_t)len + 1);
   if (!tmp) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-#if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF)
-    rc = ncmpi_get_att_text(f->ncid, varid, name, tmp);
-#endif
-#if SG_HAVE_NETCDF
-  if (f->backend != SG_NC_BACKEND_PNETCDF)
-    rc = nc_get_att_text(f->ncid, varid, name, tmp);
-#endif
+  rc = SG_IO_CALL(f, get_att_text, f->ncid, varid, name, tmp);
   if (rc) SG_RAISE(SG_ERR_IO, "cannot read attribute %s (code %d)", name, rc);
   tmp[len] = '\0';
   snprintf(buf, cap, "%s", tmp);
@@ -1324,16 +1293,8 @@ static sg_status get_att_num(struct sg_nc_t_ *f, int varid, const char *name,
   if (t == 2) SG_RAISE(SG_ERR_INVALID_ARG, "attribute %s is text", name);
   tmp = malloc((size_t)(len ? len : 1) * 8);
   if (!tmp) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-#if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF)
-    rc = as_int ? ncmpi_get_att_longlong(f->ncid, varid, name, tmp)
-                : ncmpi_get_att_double(f->ncid, varid, name, tmp);
-#endif
-#if SG_HAVE_NETCDF
-  if (f->backend != SG_NC_BACKEND_PNETCDF)
-    rc = as_int ? nc_get_att_longlong(f->ncid, varid, name, tmp)
-                : nc_get_att_double(f->ncid, varid, name, tmp);
-#endif
+  rc = as_int ? SG_IO_CALL(f, get_att_longlong, f->ncid, varid, name, tmp)
+              : SG_IO_CALL(f, get_att_double, f->ncid, varid, name, tmp);
   if (rc && rc != -60 /* NC_ERANGE: values converted with clipping */)
     SG_RAISE(SG_ERR_IO, "cannot read attribute %s (code %d)", name, rc);
   memcpy(values, tmp, (size_t)(len < cap ? len : cap) * 8);

@@ -54,17 +54,9 @@ static sg_status info_by_id(struct sg_nc_t_ *f, int varid,
                             sg_nc_var_info *info) {
   sg_status st = SG_OK;
   char name[SG_IO_NAME_BUF] = "";
-  int rc = -1;
-#if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF)
-    rc = ncmpi_inq_varname(f->ncid, varid, name);
-#endif
-#if SG_HAVE_NETCDF
-  if (f->backend != SG_NC_BACKEND_PNETCDF)
-    rc = nc_inq_varname(f->ncid, varid, name);
-#endif
-  if (rc) SG_RAISE(SG_ERR_INVALID_ARG, "no variable with id %d in %s", varid,
-                   f->path);
+  if (SG_IO_CALL(f, inq_varname, f->ncid, varid, name))
+    SG_RAISE(SG_ERR_INVALID_ARG, "no variable with id %d in %s", varid,
+             f->path);
   SG_TRY(sg_nc_inq_var(f, name, info));
 fail:
   return st;
@@ -72,19 +64,9 @@ fail:
 
 static const char *var_label(struct sg_nc_t_ *f, int varid, char *buf,
                              size_t cap) {
+  char n[SG_IO_NAME_BUF];
   snprintf(buf, cap, "#%d", varid);
-#if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF) {
-    char n[SG_IO_NAME_BUF];
-    if (!ncmpi_inq_varname(f->ncid, varid, n)) snprintf(buf, cap, "%s", n);
-  }
-#endif
-#if SG_HAVE_NETCDF
-  if (f->backend != SG_NC_BACKEND_PNETCDF) {
-    char n[SG_IO_NAME_BUF];
-    if (!nc_inq_varname(f->ncid, varid, n)) snprintf(buf, cap, "%s", n);
-  }
-#endif
+  if (!SG_IO_CALL(f, inq_varname, f->ncid, varid, n)) snprintf(buf, cap, "%s", n);
   return buf;
 }
 
@@ -147,6 +129,35 @@ static int same_type(int t, sg_dtype dt) {
 
 static int host_little_endian(void);
 static void swap_in_place(void *buf, int64_t n, size_t es);
+
+/* rc = fn_<type>(...) for the C type of dtype dt (float, double, int, long
+ * long; bf16 moves as its bits, short): the typed netCDF and PnetCDF
+ * get/put calls. */
+#define SG_NC_TYPED_CALL(rc, dt, fn, ...)                                     \
+  do {                                                                        \
+    switch (dt) {                                                             \
+    case SG_DTYPE_F32: (rc) = fn##_float(__VA_ARGS__); break;                 \
+    case SG_DTYPE_F64: (rc) = fn##_double(__VA_ARGS__); break;                \
+    case SG_DTYPE_I32: (rc) = fn##_int(__VA_ARGS__); break;                   \
+    case SG_DTYPE_I64: (rc) = fn##_longlong(__VA_ARGS__); break;              \
+    default: (rc) = fn##_short(__VA_ARGS__); break;                           \
+    }                                                                         \
+  } while (0)
+
+#if SG_HAVE_PNETCDF
+/* Wait for nreq PnetCDF requests (statuses into sts). Collective: every
+ * rank calls it, failed or not. The wait's failure, else the first
+ * request's (of call what), goes to *lst unless that holds one already. */
+static void pnc_wait_all(struct sg_nc_t_ *f, int nreq, int *reqs, int *sts,
+                         const char *what, sg_status *lst) {
+  int rc = ncmpi_wait_all(f->ncid, nreq, nreq ? reqs : NULL,
+                          nreq ? sts : NULL);
+  if (rc && *lst == SG_OK)
+    *lst = sg_error_pnetcdf(rc, "ncmpi_wait_all", __FILE__, __LINE__);
+  for (int i = 0; i < nreq && *lst == SG_OK; ++i)
+    if (sts[i]) *lst = sg_error_pnetcdf(sts[i], what, __FILE__, __LINE__);
+}
+#endif
 
 /* ---- writing --------------------------------------------------------------- */
 
@@ -324,43 +335,16 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
       wjob *j = &jobs[i];
       if (j->numel == 0) continue;
       int req = NC_REQ_NULL;
-      switch (j->dt) {
-      case SG_DTYPE_F32:
-        rc = ncmpi_iput_vara_float(f->ncid, j->varid, j->pstart, j->pcount,
-                                   j->buf, &req);
-        break;
-      case SG_DTYPE_F64:
-        rc = ncmpi_iput_vara_double(f->ncid, j->varid, j->pstart, j->pcount,
-                                    j->buf, &req);
-        break;
-      case SG_DTYPE_I32:
-        rc = ncmpi_iput_vara_int(f->ncid, j->varid, j->pstart, j->pcount,
-                                 j->buf, &req);
-        break;
-      case SG_DTYPE_I64:
-        rc = ncmpi_iput_vara_longlong(f->ncid, j->varid, j->pstart, j->pcount,
-                                      j->buf, &req);
-        break;
-      default:
-        rc = ncmpi_iput_vara_short(f->ncid, j->varid, j->pstart, j->pcount,
-                                   j->buf, &req);
-        break;
-      }
+      SG_NC_TYPED_CALL(rc, j->dt, ncmpi_iput_vara, f->ncid, j->varid,
+                       j->pstart, j->pcount, j->buf, &req);
       if (rc)
         lst = sg_error_pnetcdf(rc, "ncmpi_iput_vara", __FILE__, __LINE__);
       else
         reqs[nreq++] = req;
     }
     /* every rank takes part in the collective wait, failed or not */
-    int *sts = reqs ? reqs + n : NULL;
-    rc = ncmpi_wait_all(f->ncid, nreq, nreq ? reqs : NULL,
-                        nreq ? sts : NULL);
-    if (rc && lst == SG_OK)
-      lst = sg_error_pnetcdf(rc, "ncmpi_wait_all", __FILE__, __LINE__);
-    for (int i = 0; i < nreq && lst == SG_OK; ++i)
-      if (sts[i])
-        lst = sg_error_pnetcdf(sts[i], "ncmpi_iput_vara (request)", __FILE__,
-                               __LINE__);
+    pnc_wait_all(f, nreq, reqs, reqs ? reqs + n : NULL,
+                 "ncmpi_iput_vara (request)", &lst);
     free(reqs);
   }
 #endif
@@ -370,23 +354,8 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
     for (int i = 0; i < n; ++i) {
       wjob *j = &jobs[i];
       const void *b = j->numel ? j->buf : dummy;
-      switch (j->dt) {
-      case SG_DTYPE_F32:
-        rc = nc_put_vara_float(f->ncid, j->varid, j->nstart, j->ncount, b);
-        break;
-      case SG_DTYPE_F64:
-        rc = nc_put_vara_double(f->ncid, j->varid, j->nstart, j->ncount, b);
-        break;
-      case SG_DTYPE_I32:
-        rc = nc_put_vara_int(f->ncid, j->varid, j->nstart, j->ncount, b);
-        break;
-      case SG_DTYPE_I64:
-        rc = nc_put_vara_longlong(f->ncid, j->varid, j->nstart, j->ncount, b);
-        break;
-      default:
-        rc = nc_put_vara_short(f->ncid, j->varid, j->nstart, j->ncount, b);
-        break;
-      }
+      SG_NC_TYPED_CALL(rc, j->dt, nc_put_vara, f->ncid, j->varid, j->nstart,
+                       j->ncount, b);
       if (rc && lst == SG_OK)
         lst = sg_error_netcdf(rc, "nc_put_vara", __FILE__, __LINE__);
     }
@@ -419,22 +388,8 @@ static sg_status record_count(struct sg_nc_t_ *f, int64_t *len) {
   sg_status st = SG_OK;
   int unlim = -1;
   int64_t l = 0;
-#if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF) {
-    MPI_Offset x = 0;
-    ncmpi_inq_unlimdim(f->ncid, &unlim);
-    if (unlim >= 0) ncmpi_inq_dimlen(f->ncid, unlim, &x);
-    l = (int64_t)x;
-  }
-#endif
-#if SG_HAVE_NETCDF
-  if (f->backend != SG_NC_BACKEND_PNETCDF) {
-    size_t x = 0;
-    nc_inq_unlimdim(f->ncid, &unlim);
-    if (unlim >= 0) nc_inq_dimlen(f->ncid, unlim, &x);
-    l = (int64_t)x;
-  }
-#endif
+  SG_IO_CALL(f, inq_unlimdim, f->ncid, &unlim);
+  if (unlim >= 0) sg_io_inq_dim(f, unlim, NULL, &l);
   /* a read-only file's header is the same on every rank */
   if (!f->local_handle) SG_TRY(sg_io_allreduce_i64_max(f->comm, &l, 1));
   *len = l;
@@ -838,17 +793,6 @@ fail:
   return st;
 }
 
-static int coord_varid(struct sg_nc_t_ *f, const char *file_dim, int *id) {
-  int rc = -1;
-#if SG_HAVE_PNETCDF
-  if (f->backend == SG_NC_BACKEND_PNETCDF) rc = ncmpi_inq_varid(f->ncid, file_dim, id);
-#endif
-#if SG_HAVE_NETCDF
-  if (f->backend != SG_NC_BACKEND_PNETCDF) rc = nc_inq_varid(f->ncid, file_dim, id);
-#endif
-  return rc;
-}
-
 /* The type a variable is read in. */
 static sg_dtype read_type(const sg_nc_var_info *info, sg_dtype out) {
   switch (info->nc_type) {
@@ -946,7 +890,8 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
     x.masked_value = o.masked_value;
   }
   if (lst == SG_OK && o.flip_lat && lat_dim >= 0 &&
-      coord_varid(f, sg_io_map_to_file(f, "lat"), &lat_cvid))
+      SG_IO_CALL(f, inq_varid, f->ncid, sg_io_map_to_file(f, "lat"),
+                 &lat_cvid))
     lat_cvid = -1;
 
   /* descending latitude? (flip_lat is the same on every rank) */
@@ -1066,37 +1011,15 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
           pc[d] = (MPI_Offset)b->len[d];
         }
         int req = NC_REQ_NULL;
-        switch (rt) {
-        case SG_DTYPE_F32:
-          rc = ncmpi_iget_vara_float(f->ncid, varid, ps, pc, b->buf, &req);
-          break;
-        case SG_DTYPE_F64:
-          rc = ncmpi_iget_vara_double(f->ncid, varid, ps, pc, b->buf, &req);
-          break;
-        case SG_DTYPE_I32:
-          rc = ncmpi_iget_vara_int(f->ncid, varid, ps, pc, b->buf, &req);
-          break;
-        case SG_DTYPE_I64:
-          rc = ncmpi_iget_vara_longlong(f->ncid, varid, ps, pc, b->buf, &req);
-          break;
-        default:
-          rc = ncmpi_iget_vara_short(f->ncid, varid, ps, pc, b->buf, &req);
-          break;
-        }
+        SG_NC_TYPED_CALL(rc, rt, ncmpi_iget_vara, f->ncid, varid, ps, pc,
+                         b->buf, &req);
         if (rc)
           lst = sg_error_pnetcdf(rc, "ncmpi_iget_vara", __FILE__, __LINE__);
         else
           reqs[nreq++] = req;
       }
-      int *sts = reqs ? reqs + (nread ? nread : 1) : NULL;
-      rc = ncmpi_wait_all(f->ncid, nreq, nreq ? reqs : NULL,
-                          nreq ? sts : NULL);
-      if (rc && lst == SG_OK)
-        lst = sg_error_pnetcdf(rc, "ncmpi_wait_all", __FILE__, __LINE__);
-      for (int i = 0; i < nreq && lst == SG_OK; ++i)
-        if (sts[i])
-          lst = sg_error_pnetcdf(sts[i], "ncmpi_iget_vara (request)",
-                                 __FILE__, __LINE__);
+      pnc_wait_all(f, nreq, reqs, reqs ? reqs + (nread ? nread : 1) : NULL,
+                   "ncmpi_iget_vara (request)", &lst);
     }
     free(reqs);
   }
@@ -1116,13 +1039,7 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
         }
         buf = boxes[i].buf;
       }
-      switch (rt) {
-      case SG_DTYPE_F32: rc = nc_get_vara_float(f->ncid, varid, ns, nc, buf); break;
-      case SG_DTYPE_F64: rc = nc_get_vara_double(f->ncid, varid, ns, nc, buf); break;
-      case SG_DTYPE_I32: rc = nc_get_vara_int(f->ncid, varid, ns, nc, buf); break;
-      case SG_DTYPE_I64: rc = nc_get_vara_longlong(f->ncid, varid, ns, nc, buf); break;
-      default: rc = nc_get_vara_short(f->ncid, varid, ns, nc, buf); break;
-      }
+      SG_NC_TYPED_CALL(rc, rt, nc_get_vara, f->ncid, varid, ns, nc, buf);
       if (rc && lst == SG_OK)
         lst = sg_error_netcdf(rc, "nc_get_vara", __FILE__, __LINE__);
     }

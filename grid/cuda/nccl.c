@@ -59,6 +59,21 @@ fail:
   return st;
 }
 
+/* Close an NCCL group whose calls stopped at the first failure rc
+ * (ncclSuccess: none failed), report that failure or the group's own, and
+ * wait for the stream. */
+static sg_status group_end(ncclResult_t rc) {
+  sg_status st = SG_OK;
+  if (rc != ncclSuccess) {
+    ncclGroupEnd();
+    SG_NCCL(rc);
+  }
+  SG_NCCL(ncclGroupEnd());
+  SG_TRY(sync_stream());
+fail:
+  return st;
+}
+
 void sg_nccl_group_free(struct sg_group *g) {
   if (g && g->nccl) {
     ncclCommDestroy(comm_of(g));
@@ -153,21 +168,17 @@ sg_status sg_nccl_allgatherv(struct sg_group *g, const void *send,
              "recvcounts[%d] = %lld", (long long)sendcount, g->rank,
              (long long)recvcounts[g->rank]);
   SG_NCCL(ncclGroupStart());
+  ncclResult_t rc = ncclSuccess;
   int64_t off = 0;
-  for (int r = 0; r < g->size; ++r) {
+  for (int r = 0; r < g->size && rc == ncclSuccess; ++r) {
     int64_t d = displs ? displs[r] : off;
     char *dst = (char *)recv + (size_t)d * es;
     const void *src = r == g->rank ? send : dst;
-    ncclResult_t rc = ncclBroadcast(src, dst, (size_t)recvcounts[r] * es,
-                                    ncclUint8, r, comm_of(g), SG_NCCL_STREAM);
-    if (rc != ncclSuccess) {
-      ncclGroupEnd();
-      SG_NCCL(rc);
-    }
+    rc = ncclBroadcast(src, dst, (size_t)recvcounts[r] * es, ncclUint8, r,
+                       comm_of(g), SG_NCCL_STREAM);
     off += recvcounts[r];
   }
-  SG_NCCL(ncclGroupEnd());
-  SG_TRY(sync_stream());
+  SG_TRY(group_end(rc));
 fail:
   return st;
 }
@@ -186,23 +197,20 @@ sg_status sg_nccl_reduce_scatter(struct sg_group *g, const void *send,
   if (even) {
     SG_NCCL(ncclReduceScatter(send, recv, (size_t)recvcounts[0], t,
                               nccl_op(op), comm_of(g), SG_NCCL_STREAM));
+    SG_TRY(sync_stream());
   } else {
     size_t es = sg_dtype_size(dt);
+    ncclResult_t rc = ncclSuccess;
     int64_t off = 0;
     SG_NCCL(ncclGroupStart());
-    for (int r = 0; r < g->size; ++r) {
-      ncclResult_t rc = ncclReduce((const char *)send + (size_t)off * es, recv,
-                                   (size_t)recvcounts[r], t, nccl_op(op), r,
-                                   comm_of(g), SG_NCCL_STREAM);
-      if (rc != ncclSuccess) {
-        ncclGroupEnd();
-        SG_NCCL(rc);
-      }
+    for (int r = 0; r < g->size && rc == ncclSuccess; ++r) {
+      rc = ncclReduce((const char *)send + (size_t)off * es, recv,
+                      (size_t)recvcounts[r], t, nccl_op(op), r, comm_of(g),
+                      SG_NCCL_STREAM);
       off += recvcounts[r];
     }
-    SG_NCCL(ncclGroupEnd());
+    SG_TRY(group_end(rc));
   }
-  SG_TRY(sync_stream());
 fail:
   return st;
 }
@@ -216,26 +224,22 @@ sg_status sg_nccl_alltoallv(struct sg_group *g, const void *send,
   if (send == recv)
     SG_RAISE(SG_ERR_NOT_SUPPORTED, "sg_alltoallv: in place on device "
              "buffers is not supported");
+  ncclResult_t rc = ncclSuccess;
   int64_t so = 0, ro = 0;
   SG_NCCL(ncclGroupStart());
-  for (int r = 0; r < g->size; ++r) {
+  for (int r = 0; r < g->size && rc == ncclSuccess; ++r) {
     int64_t sd = sdispls ? sdispls[r] : so, rd = rdispls ? rdispls[r] : ro;
-    ncclResult_t rc = ncclSend((const char *)send + (size_t)sd * es,
-                               (size_t)sendcounts[r] * es, ncclUint8, r,
-                               comm_of(g), SG_NCCL_STREAM);
+    rc = ncclSend((const char *)send + (size_t)sd * es,
+                  (size_t)sendcounts[r] * es, ncclUint8, r, comm_of(g),
+                  SG_NCCL_STREAM);
     if (rc == ncclSuccess)
       rc = ncclRecv((char *)recv + (size_t)rd * es,
                     (size_t)recvcounts[r] * es, ncclUint8, r, comm_of(g),
                     SG_NCCL_STREAM);
-    if (rc != ncclSuccess) {
-      ncclGroupEnd();
-      SG_NCCL(rc);
-    }
     so += sendcounts[r];
     ro += recvcounts[r];
   }
-  SG_NCCL(ncclGroupEnd());
-  SG_TRY(sync_stream());
+  SG_TRY(group_end(rc));
 fail:
   return st;
 }
