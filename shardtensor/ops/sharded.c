@@ -227,6 +227,7 @@ static void *interior_ptr(const sg_shardtensor *y) { return sg_shardtensor_inter
 static sg_status ctx_new(const sg_shardtensor *x, int kind, sg_sharded_ctx_t *ctx) {
   sg_status st = SG_OK;
   if (!ctx) SG_RAISE(SG_ERR_INVALID_ARG, "context pointer is NULL");
+  if (!x || !x->mesh) SG_RAISE(SG_ERR_INVALID_ARG, "input is NULL or has no mesh");
   *ctx = calloc(1, sizeof **ctx);
   if (!*ctx) SG_RAISE(SG_ERR_ALLOC, "context");
   (*ctx)->kind = kind;
@@ -607,20 +608,19 @@ fail:
 sg_status sg_sharded_conv_backward(sg_sharded_ctx_t c, const void *w, const sg_shardtensor *dy,
                                    sg_shardtensor *dx, void *dw, void *db) {
   sg_status st = SG_OK;
-  void *dxin = NULL;
+  void *dxin = NULL, *dy_own = NULL;
+  const void *dyp = NULL;
   if (dx) memset(dx, 0, sizeof *dx);
   if (!c || c->kind != CTX_CONV) SG_RAISE(SG_ERR_INVALID_ARG, "conv backward: not a conv context");
   if (!dy || !dy->mesh) SG_RAISE(SG_ERR_INVALID_ARG, "conv backward: dy is NULL");
-  const void *dyp = NULL;
-  void *dy_own = NULL;
   SG_TRY(interior_contig(dy, &dyp, &dy_own));
   sg_shardtensor like = input_like(c);
   if (dx) SG_TRY(box_grad_alloc(c, &like, &dxin));
-  st = sg_conv_backward(&c->cd, c->dtype, c->xin, w, dyp, dxin, dw, db, NULL);
+  SG_TRY(sg_conv_backward(&c->cd, c->dtype, c->xin, w, dyp, dxin, dw, db, NULL));
   sg_free(sg_device_host(), &dy_own);
-  if (st != SG_OK) goto fail;
   if (dx) SG_TRY(window_finish_grad(c, &like, dxin, dx));
 fail:
+  sg_free(sg_device_host(), &dy_own);
   sg_free(sg_device_host(), &dxin);
   if (c) st = sg_agree(sg_mesh_comm(c->mesh), st);
   return st;

@@ -447,6 +447,10 @@ static void test_errors(void) {
   SG_CHECK_STATUS(sg_sharded_conv_forward(&sx, &win, 4, w, NULL, &sy, &ctx), SG_ERR_INVALID_ARG);
   sg_norm_desc nd = {.kind = SG_NORM_BATCH, .eps = 1e-5};
   SG_CHECK_STATUS(sg_sharded_norm_forward(&nd, &sx, NULL, NULL, &sy, &ctx), SG_ERR_INVALID_ARG);
+  /* no input at all (nothing to agree over: a local error, not a crash) */
+  SG_CHECK_STATUS(sg_sharded_conv_forward(NULL, &win, 4, w, NULL, &sy, &ctx), SG_ERR_INVALID_ARG);
+  SG_CHECK_STATUS(sg_sharded_pool_forward(SG_POOL_MAX, NULL, &win, &sy, &ctx), SG_ERR_INVALID_ARG);
+  SG_CHECK(ctx == NULL, "no context after an error");
 done:
   sg_shardtensor_destroy(&sx);
 }
