@@ -27,14 +27,16 @@ typedef struct conv_attr {
   int has_bias;
 } conv_attr;
 
-static sg_conv_desc conv_desc_of(const sg_node *node) {
-  const sg_tensor *x = &node->xin, *w = &node->in[1]->value;
+/* The descriptor of a windowed op (convolution, pooling) on the node's
+ * input with its halo (xin) and window, cout output channels. */
+static sg_conv_desc window_desc_of(const sg_node *node, int64_t cout) {
+  const sg_tensor *x = &node->xin;
   sg_conv_desc d;
   memset(&d, 0, sizeof d);
   d.nsp = node->win.nsp;
   d.batch = x->shape[0];
   d.cin = x->shape[1];
-  d.cout = w->shape[0];
+  d.cout = cout;
   for (int i = 0; i < d.nsp; ++i) {
     d.in[i] = x->shape[2 + i];
     d.kernel[i] = node->win.kernel[i];
@@ -42,6 +44,10 @@ static sg_conv_desc conv_desc_of(const sg_node *node) {
     d.dilation[i] = node->win.dilation[i];
   }
   return d;
+}
+
+static sg_conv_desc conv_desc_of(const sg_node *node) {
+  return window_desc_of(node, node->in[1]->value.shape[0]);
 }
 
 static sg_status conv_fwd(sg_node *node) {
@@ -221,26 +227,15 @@ typedef struct pool_attr {
   sg_pool_kind kind;
 } pool_attr;
 
+/* pooling keeps the channels (and has no weight input) */
 static sg_conv_desc pool_desc_of(const sg_node *node) {
-  sg_conv_desc d = conv_desc_of(node);
-  d.cout = d.cin;
-  return d;
+  return window_desc_of(node, node->xin.shape[1]);
 }
 
 static sg_status pool_fwd(sg_node *node) {
   sg_status st = SG_OK;
   const pool_attr *a = (const pool_attr *)node->attr;
-  sg_conv_desc d;
-  memset(&d, 0, sizeof d);
-  d.nsp = node->win.nsp;
-  d.batch = node->xin.shape[0];
-  d.cin = d.cout = node->xin.shape[1];
-  for (int i = 0; i < d.nsp; ++i) {
-    d.in[i] = node->xin.shape[2 + i];
-    d.kernel[i] = node->win.kernel[i];
-    d.stride[i] = node->win.stride[i];
-    d.dilation[i] = node->win.dilation[i];
-  }
+  sg_conv_desc d = pool_desc_of(node);
   int64_t out[SG_OPS_MAX_SPATIAL], shape[SG_TENSOR_MAX_DIMS] = {d.batch, d.cin};
   SG_TRY(sg_pool_out_shape(&d, out));
   for (int i = 0; i < d.nsp; ++i) shape[2 + i] = out[i];
@@ -253,18 +248,7 @@ fail:
 
 static sg_status pool_bwd(sg_node *node) {
   const pool_attr *a = (const pool_attr *)node->attr;
-  sg_conv_desc d;
-  memset(&d, 0, sizeof d);
-  d.nsp = node->win.nsp;
-  d.batch = node->xin.shape[0];
-  d.cin = d.cout = node->xin.shape[1];
-  for (int i = 0; i < d.nsp; ++i) {
-    d.in[i] = node->xin.shape[2 + i];
-    d.kernel[i] = node->win.kernel[i];
-    d.stride[i] = node->win.stride[i];
-    d.dilation[i] = node->win.dilation[i];
-  }
-  (void)pool_desc_of;
+  sg_conv_desc d = pool_desc_of(node);
   return sg_pool_backward(a->kind, &d, node->xin.dtype, node->xin.data,
                           grad_of(node, 0), node->gin[0]);
 }
