@@ -7,12 +7,6 @@
 #include "sg_device.h"
 #include "sg_sharded_ops.h"
 
-static int64_t numel(const sg_tensor *t) {
-  int64_t n = 1;
-  for (int i = 0; i < t->ndim; ++i) n *= t->shape[i];
-  return n;
-}
-
 static int64_t spatial_of(const sg_tensor *t) {
   int64_t n = 1;
   for (int i = 2; i < t->ndim; ++i) n *= t->shape[i];
@@ -355,7 +349,7 @@ static sg_status act_fwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_act_forward((sg_act)a->code, x->dtype, numel(x), x->data,
+  SG_TRY(sg_act_forward((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
                         node->out[0]->value.data));
 fail:
   return st;
@@ -364,7 +358,7 @@ fail:
 static sg_status act_bwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  return sg_act_backward((sg_act)a->code, x->dtype, numel(x), x->data,
+  return sg_act_backward((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
                          grad_of(node, 0), node->gin[0]);
 }
 
@@ -387,7 +381,7 @@ static sg_status binary_fwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_binary_forward((sg_binary)a->code, x->dtype, numel(x), x->data,
+  SG_TRY(sg_binary_forward((sg_binary)a->code, x->dtype, sg_tensor_numel(x), x->data,
                            node->in[1]->value.data, node->out[0]->value.data));
 fail:
   return st;
@@ -397,7 +391,7 @@ static sg_status binary_bwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   if (!node->gin[0] && !node->gin[1]) return SG_OK; /* addition: the tape routes both */
-  return sg_binary_backward((sg_binary)a->code, x->dtype, numel(x), x->data,
+  return sg_binary_backward((sg_binary)a->code, x->dtype, sg_tensor_numel(x), x->data,
                             node->in[1]->value.data, grad_of(node, 0),
                             node->gin[0], node->gin[1]);
 }
@@ -437,7 +431,7 @@ static sg_status scale_fwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_scale(x->dtype, numel(x), a->alpha, x->data, node->out[0]->value.data));
+  SG_TRY(sg_scale(x->dtype, sg_tensor_numel(x), a->alpha, x->data, node->out[0]->value.data));
 fail:
   return st;
 }
@@ -445,7 +439,7 @@ fail:
 static sg_status scale_bwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  return sg_scale(x->dtype, numel(x), a->alpha, grad_of(node, 0), node->gin[0]);
+  return sg_scale(x->dtype, sg_tensor_numel(x), a->alpha, grad_of(node, 0), node->gin[0]);
 }
 
 static const sg_op_def scale_op = {
@@ -471,7 +465,7 @@ static sg_status bias_bwd(sg_node *node) {
   sg_status st = SG_OK;
   const sg_tensor *x = &node->in[0]->value;
   if (node->gin[0])
-    memcpy(node->gin[0], grad_of(node, 0), (size_t)numel(x) * sg_dtype_size(x->dtype));
+    memcpy(node->gin[0], grad_of(node, 0), sg_tensor_nbytes(x));
   if (node->gin[1])
     SG_TRY(sg_bias_backward(x->dtype, x->shape[0], x->shape[1], spatial_of(x),
                             grad_of(node, 0), node->gin[1]));
@@ -781,8 +775,8 @@ static sg_status loss_fwd(sg_node *node) {
   double *saved = NULL, value = 0;
   SG_TRY(sg_node_save(node, (size_t)(np + 1) * sizeof(double), (void **)&saved));
   saved[np] = 1.0;
-  if (numel(p) > 0)
-    SG_TRY(sg_loss_partial(a->kind, p->dtype, batch, numel(p), p->data,
+  if (sg_tensor_numel(p) > 0)
+    SG_TRY(sg_loss_partial(a->kind, p->dtype, batch, sg_tensor_numel(p), p->data,
                            a->has_target ? node->in[1]->value.data : NULL, saved));
   if (node->mesh)
     SG_TRY(sg_sharded_loss_reduce(node->mesh, a->kind, node->split_space, node->split_batch,
@@ -807,8 +801,8 @@ static sg_status loss_bwd(sg_node *node) {
   double gv = g->dtype == SG_DTYPE_F32 ? (double)*(const float *)g->data
                                        : *(const double *)g->data;
   gv *= saved[sg_loss_npartial(a->kind, p->shape[0])];
-  if (numel(p) == 0) return SG_OK;
-  return sg_loss_backward(a->kind, p->dtype, p->shape[0], numel(p), p->data,
+  if (sg_tensor_numel(p) == 0) return SG_OK;
+  return sg_loss_backward(a->kind, p->dtype, p->shape[0], sg_tensor_numel(p), p->data,
                           a->has_target ? node->in[1]->value.data : NULL, saved, gv,
                           node->gin[0], a->has_target ? node->gin[1] : NULL);
 }
