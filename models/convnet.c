@@ -173,6 +173,23 @@ sg_status sg_cn_domain_mark(const sg_cn_domain *d, sg_var *x, int64_t channels) 
   return sg_var_set_sharding(x, d->mesh, d->place, gshape);
 }
 
+void sg_cn_base_release(sg_cn_base *b) {
+  sg_cn_params_release(&b->p);
+  sg_cn_domain_release(&b->dom);
+}
+
+sg_status sg_cn_check_kernel_groups(const char *who, int64_t kernel, int64_t groups,
+                                    int64_t width) {
+  sg_status st = SG_OK;
+  if (kernel < 1 || kernel % 2 == 0)
+    SG_RAISE(SG_ERR_CONFIG, "%s: kernel must be odd (got %lld)", who, (long long)kernel);
+  if (groups < 1 || width % groups)
+    SG_RAISE(SG_ERR_CONFIG, "%s: groups (%lld) must divide width (%lld)", who, (long long)groups,
+             (long long)width);
+fail:
+  return st;
+}
+
 sg_status sg_cn_base_mark(sg_cn_base *b, sg_var *v, const char *who) {
   sg_status st = SG_OK;
   if (!b || !v) SG_RAISE(SG_ERR_INVALID_ARG, "%s: NULL argument", who);

@@ -93,6 +93,13 @@ typedef struct sg_cn_base {
   sg_cn_domain dom;
   sg_cn_params p;
 } sg_cn_base;
+/* Release the parameter variables and the domain's grid (the struct's
+ * memory is the caller's). */
+void sg_cn_base_release(sg_cn_base *b);
+/* SG_ERR_CONFIG "<who>: ..." unless kernel is odd and groups divides width
+ * (every conv model's k x k "same" convolutions and GroupNorm). */
+sg_status sg_cn_check_kernel_groups(const char *who, int64_t kernel, int64_t groups,
+                                    int64_t width);
 /* Check v (N, C, ny, nx) against this rank's box and mark it with the
  * activation sharding (a target or a mask that meets the output in a
  * loss). Collective over the mesh when the grid is split. */
