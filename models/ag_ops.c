@@ -7,12 +7,6 @@
 #include "sg_device.h"
 #include "sg_sharded_ops.h"
 
-static int64_t numel(const sg_tensor *t) {
-  int64_t n = 1;
-  for (int i = 0; i < t->ndim; ++i) n *= t->shape[i];
-  return n;
-}
-
 static int64_t spatial_of(const sg_tensor *t) {
   int64_t n = 1;
   for (int i = 2; i < t->ndim; ++i) n *= t->shape[i];
@@ -27,14 +21,16 @@ typedef struct conv_attr {
   int has_bias;
 } conv_attr;
 
-static sg_conv_desc conv_desc_of(const sg_node *node) {
-  const sg_tensor *x = &node->xin, *w = &node->in[1]->value;
+/* The descriptor of a windowed op (convolution, pooling) on the node's
+ * input with its halo (xin) and window, cout output channels. */
+static sg_conv_desc window_desc_of(const sg_node *node, int64_t cout) {
+  const sg_tensor *x = &node->xin;
   sg_conv_desc d;
   memset(&d, 0, sizeof d);
   d.nsp = node->win.nsp;
   d.batch = x->shape[0];
   d.cin = x->shape[1];
-  d.cout = w->shape[0];
+  d.cout = cout;
   for (int i = 0; i < d.nsp; ++i) {
     d.in[i] = x->shape[2 + i];
     d.kernel[i] = node->win.kernel[i];
@@ -42,6 +38,10 @@ static sg_conv_desc conv_desc_of(const sg_node *node) {
     d.dilation[i] = node->win.dilation[i];
   }
   return d;
+}
+
+static sg_conv_desc conv_desc_of(const sg_node *node) {
+  return window_desc_of(node, node->in[1]->value.shape[0]);
 }
 
 static sg_status conv_fwd(sg_node *node) {
@@ -221,26 +221,15 @@ typedef struct pool_attr {
   sg_pool_kind kind;
 } pool_attr;
 
+/* pooling keeps the channels (and has no weight input) */
 static sg_conv_desc pool_desc_of(const sg_node *node) {
-  sg_conv_desc d = conv_desc_of(node);
-  d.cout = d.cin;
-  return d;
+  return window_desc_of(node, node->xin.shape[1]);
 }
 
 static sg_status pool_fwd(sg_node *node) {
   sg_status st = SG_OK;
   const pool_attr *a = (const pool_attr *)node->attr;
-  sg_conv_desc d;
-  memset(&d, 0, sizeof d);
-  d.nsp = node->win.nsp;
-  d.batch = node->xin.shape[0];
-  d.cin = d.cout = node->xin.shape[1];
-  for (int i = 0; i < d.nsp; ++i) {
-    d.in[i] = node->xin.shape[2 + i];
-    d.kernel[i] = node->win.kernel[i];
-    d.stride[i] = node->win.stride[i];
-    d.dilation[i] = node->win.dilation[i];
-  }
+  sg_conv_desc d = pool_desc_of(node);
   int64_t out[SG_OPS_MAX_SPATIAL], shape[SG_TENSOR_MAX_DIMS] = {d.batch, d.cin};
   SG_TRY(sg_pool_out_shape(&d, out));
   for (int i = 0; i < d.nsp; ++i) shape[2 + i] = out[i];
@@ -253,18 +242,7 @@ fail:
 
 static sg_status pool_bwd(sg_node *node) {
   const pool_attr *a = (const pool_attr *)node->attr;
-  sg_conv_desc d;
-  memset(&d, 0, sizeof d);
-  d.nsp = node->win.nsp;
-  d.batch = node->xin.shape[0];
-  d.cin = d.cout = node->xin.shape[1];
-  for (int i = 0; i < d.nsp; ++i) {
-    d.in[i] = node->xin.shape[2 + i];
-    d.kernel[i] = node->win.kernel[i];
-    d.stride[i] = node->win.stride[i];
-    d.dilation[i] = node->win.dilation[i];
-  }
-  (void)pool_desc_of;
+  sg_conv_desc d = pool_desc_of(node);
   return sg_pool_backward(a->kind, &d, node->xin.dtype, node->xin.data,
                           grad_of(node, 0), node->gin[0]);
 }
@@ -371,7 +349,7 @@ static sg_status act_fwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_act_forward((sg_act)a->code, x->dtype, numel(x), x->data,
+  SG_TRY(sg_act_forward((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
                         node->out[0]->value.data));
 fail:
   return st;
@@ -380,7 +358,7 @@ fail:
 static sg_status act_bwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  return sg_act_backward((sg_act)a->code, x->dtype, numel(x), x->data,
+  return sg_act_backward((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
                          grad_of(node, 0), node->gin[0]);
 }
 
@@ -403,7 +381,7 @@ static sg_status binary_fwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_binary_forward((sg_binary)a->code, x->dtype, numel(x), x->data,
+  SG_TRY(sg_binary_forward((sg_binary)a->code, x->dtype, sg_tensor_numel(x), x->data,
                            node->in[1]->value.data, node->out[0]->value.data));
 fail:
   return st;
@@ -413,7 +391,7 @@ static sg_status binary_bwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   if (!node->gin[0] && !node->gin[1]) return SG_OK; /* addition: the tape routes both */
-  return sg_binary_backward((sg_binary)a->code, x->dtype, numel(x), x->data,
+  return sg_binary_backward((sg_binary)a->code, x->dtype, sg_tensor_numel(x), x->data,
                             node->in[1]->value.data, grad_of(node, 0),
                             node->gin[0], node->gin[1]);
 }
@@ -453,7 +431,7 @@ static sg_status scale_fwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_scale(x->dtype, numel(x), a->alpha, x->data, node->out[0]->value.data));
+  SG_TRY(sg_scale(x->dtype, sg_tensor_numel(x), a->alpha, x->data, node->out[0]->value.data));
 fail:
   return st;
 }
@@ -461,7 +439,7 @@ fail:
 static sg_status scale_bwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  return sg_scale(x->dtype, numel(x), a->alpha, grad_of(node, 0), node->gin[0]);
+  return sg_scale(x->dtype, sg_tensor_numel(x), a->alpha, grad_of(node, 0), node->gin[0]);
 }
 
 static const sg_op_def scale_op = {
@@ -487,7 +465,7 @@ static sg_status bias_bwd(sg_node *node) {
   sg_status st = SG_OK;
   const sg_tensor *x = &node->in[0]->value;
   if (node->gin[0])
-    memcpy(node->gin[0], grad_of(node, 0), (size_t)numel(x) * sg_dtype_size(x->dtype));
+    memcpy(node->gin[0], grad_of(node, 0), sg_tensor_nbytes(x));
   if (node->gin[1])
     SG_TRY(sg_bias_backward(x->dtype, x->shape[0], x->shape[1], spatial_of(x),
                             grad_of(node, 0), node->gin[1]));
@@ -797,8 +775,8 @@ static sg_status loss_fwd(sg_node *node) {
   double *saved = NULL, value = 0;
   SG_TRY(sg_node_save(node, (size_t)(np + 1) * sizeof(double), (void **)&saved));
   saved[np] = 1.0;
-  if (numel(p) > 0)
-    SG_TRY(sg_loss_partial(a->kind, p->dtype, batch, numel(p), p->data,
+  if (sg_tensor_numel(p) > 0)
+    SG_TRY(sg_loss_partial(a->kind, p->dtype, batch, sg_tensor_numel(p), p->data,
                            a->has_target ? node->in[1]->value.data : NULL, saved));
   if (node->mesh)
     SG_TRY(sg_sharded_loss_reduce(node->mesh, a->kind, node->split_space, node->split_batch,
@@ -823,8 +801,8 @@ static sg_status loss_bwd(sg_node *node) {
   double gv = g->dtype == SG_DTYPE_F32 ? (double)*(const float *)g->data
                                        : *(const double *)g->data;
   gv *= saved[sg_loss_npartial(a->kind, p->shape[0])];
-  if (numel(p) == 0) return SG_OK;
-  return sg_loss_backward(a->kind, p->dtype, p->shape[0], numel(p), p->data,
+  if (sg_tensor_numel(p) == 0) return SG_OK;
+  return sg_loss_backward(a->kind, p->dtype, p->shape[0], sg_tensor_numel(p), p->data,
                           a->has_target ? node->in[1]->value.data : NULL, saved, gv,
                           node->gin[0], a->has_target ? node->gin[1] : NULL);
 }

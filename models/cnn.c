@@ -23,8 +23,7 @@ sg_cnn_config sg_cnn_defaults(void) {
 void sg_cnn_destroy(sg_cnn_t *model) {
   if (!model || !*model) return;
   struct sg_cnn *m = *model;
-  sg_cn_params_release(&m->b.p);
-  sg_cn_domain_release(&m->b.dom);
+  sg_cn_base_release(&m->b);
   free(m);
   *model = NULL;
 }
@@ -39,11 +38,7 @@ sg_status sg_cnn_create(sg_mesh_t mesh, const sg_cnn_config *cfg, int64_t ny, in
     SG_RAISE(SG_ERR_CONFIG, "CNN: cin, cout, width, proj_width and batch must be >= 1");
   if (cfg->blocks < 0 || cfg->blocks > CNN_MAX_BLOCKS)
     SG_RAISE(SG_ERR_CONFIG, "CNN: blocks must be in 0..%d (got %lld)", CNN_MAX_BLOCKS, (long long)cfg->blocks);
-  if (cfg->kernel < 1 || cfg->kernel % 2 == 0)
-    SG_RAISE(SG_ERR_CONFIG, "CNN: kernel must be odd (got %lld)", (long long)cfg->kernel);
-  if (cfg->groups < 1 || cfg->width % cfg->groups)
-    SG_RAISE(SG_ERR_CONFIG, "CNN: groups (%lld) must divide width (%lld)", (long long)cfg->groups,
-             (long long)cfg->width);
+  SG_TRY(sg_cn_check_kernel_groups("CNN", cfg->kernel, cfg->groups, cfg->width));
   if (ny < cfg->kernel || nx < cfg->kernel)
     SG_RAISE(SG_ERR_SHAPE, "CNN: grid %lldx%lld smaller than the kernel %lld", (long long)ny, (long long)nx,
              (long long)cfg->kernel);

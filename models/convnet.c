@@ -99,6 +99,23 @@ void sg_cn_params_release(sg_cn_params *p) {
   p->bound = 0;
 }
 
+sg_status sg_cn_grid_init(sg_var *grid, float **data, int64_t batch, int64_t y0, int64_t ny,
+                          int64_t x0, int64_t nx, int64_t ny_g, int64_t nx_g, const char *who) {
+  sg_status st = SG_OK;
+  const int64_t n = batch * 2 * ny * nx, gshape[4] = {batch, 2, ny, nx};
+  float *g = *data = malloc((size_t)(n > 0 ? n : 1) * sizeof *g);
+  if (!g) SG_RAISE(SG_ERR_ALLOC, "%s: out of memory", who);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t j = 0; j < ny; ++j)
+      for (int64_t i = 0; i < nx; ++i) {
+        g[((b * 2 + 0) * ny + j) * nx + i] = (float)((double)(x0 + i) / (double)nx_g);
+        g[((b * 2 + 1) * ny + j) * nx + i] = (float)((double)(y0 + j) / (double)ny_g);
+      }
+  SG_TRY(sg_var_init(grid, "grid", SG_DTYPE_F32, 4, gshape, g, 0));
+fail:
+  return st;
+}
+
 sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny, int64_t nx,
                          int64_t batch, int add_grid, const char *who) {
   sg_status st = SG_OK;
@@ -129,17 +146,7 @@ sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny, int64_t
   d->x0 = sg_split_offset(nx, pw, cw);
   d->nx = sg_split_size(nx, pw, cw);
   if (add_grid) {
-    int64_t n = batch * 2 * d->ny * d->nx;
-    d->grid_data = malloc((size_t)(n > 0 ? n : 1) * sizeof *d->grid_data);
-    if (!d->grid_data) SG_RAISE(SG_ERR_ALLOC, "%s: out of memory", who);
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t j = 0; j < d->ny; ++j)
-        for (int64_t i = 0; i < d->nx; ++i) {
-          d->grid_data[((b * 2 + 0) * d->ny + j) * d->nx + i] = (float)((double)(d->x0 + i) / (double)nx);
-          d->grid_data[((b * 2 + 1) * d->ny + j) * d->nx + i] = (float)((double)(d->y0 + j) / (double)ny);
-        }
-    int64_t gshape[4] = {batch, 2, d->ny, d->nx};
-    SG_TRY(sg_var_init(&d->grid, "grid", SG_DTYPE_F32, 4, gshape, d->grid_data, 0));
+    SG_TRY(sg_cn_grid_init(&d->grid, &d->grid_data, batch, d->y0, d->ny, d->x0, d->nx, ny, nx, who));
     SG_TRY(sg_cn_domain_mark(d, &d->grid, 2));
   }
 fail:
@@ -171,6 +178,23 @@ sg_status sg_cn_domain_mark(const sg_cn_domain *d, sg_var *x, int64_t channels) 
   if (!d->split || x == NULL) return SG_OK;
   const int64_t gshape[4] = {d->gbatch, channels, d->ny_g, d->nx_g};
   return sg_var_set_sharding(x, d->mesh, d->place, gshape);
+}
+
+void sg_cn_base_release(sg_cn_base *b) {
+  sg_cn_params_release(&b->p);
+  sg_cn_domain_release(&b->dom);
+}
+
+sg_status sg_cn_check_kernel_groups(const char *who, int64_t kernel, int64_t groups,
+                                    int64_t width) {
+  sg_status st = SG_OK;
+  if (kernel < 1 || kernel % 2 == 0)
+    SG_RAISE(SG_ERR_CONFIG, "%s: kernel must be odd (got %lld)", who, (long long)kernel);
+  if (groups < 1 || width % groups)
+    SG_RAISE(SG_ERR_CONFIG, "%s: groups (%lld) must divide width (%lld)", who, (long long)groups,
+             (long long)width);
+fail:
+  return st;
 }
 
 sg_status sg_cn_base_mark(sg_cn_base *b, sg_var *v, const char *who) {

@@ -1,5 +1,6 @@
 /* shardgrid — internal pieces shared by the convolutional models (CNN,
- * U-Net): the flat parameter table and the domain a model runs on.
+ * U-Net): the flat parameter table and the domain a model runs on (the
+ * FNO uses the grid-coordinate channels too).
  *
  * Parameter table: parameters are appended with their shape and their
  * initialisation; their offsets in one flat f32 buffer follow the order of
@@ -73,6 +74,13 @@ typedef struct sg_cn_domain {
   float *grid_data;
 } sg_cn_domain;
 
+/* The grid-coordinate input channels of this rank's box (y0, ny, x0, nx) of
+ * a global ny_g x nx_g grid: *data = (batch, 2, ny, nx) floats x/nx_g then
+ * y/ny_g, wrapped in the constant variable grid (the FNO's as well: one
+ * convention for every model). On error *data may be set: the caller frees
+ * it. Not collective. */
+sg_status sg_cn_grid_init(sg_var *grid, float **data, int64_t batch, int64_t y0, int64_t ny,
+                          int64_t x0, int64_t nx, int64_t ny_g, int64_t nx_g, const char *who);
 /* The box of this rank and the placements. Not collective. */
 sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny, int64_t nx,
                          int64_t batch, int add_grid, const char *who);
@@ -93,6 +101,13 @@ typedef struct sg_cn_base {
   sg_cn_domain dom;
   sg_cn_params p;
 } sg_cn_base;
+/* Release the parameter variables and the domain's grid (the struct's
+ * memory is the caller's). */
+void sg_cn_base_release(sg_cn_base *b);
+/* SG_ERR_CONFIG "<who>: ..." unless kernel is odd and groups divides width
+ * (every conv model's k x k "same" convolutions and GroupNorm). */
+sg_status sg_cn_check_kernel_groups(const char *who, int64_t kernel, int64_t groups,
+                                    int64_t width);
 /* Check v (N, C, ny, nx) against this rank's box and mark it with the
  * activation sharding (a target or a mask that meets the output in a
  * loss). Collective over the mesh when the grid is split. */

@@ -1,6 +1,7 @@
 /* shardgrid — FNO-2D, domain- and data-parallel. */
 #include "sg_fno.h"
 
+#include "convnet_impl.h"
 #include "sg_rng.h"
 #include "sg_spectral.h"
 
@@ -157,19 +158,9 @@ sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
   add_param(m, "out.b", 0, cfg->cout, 0, (int)cfg->proj_width);
   place_params(m);
 
-  if (cfg->add_grid) {
-    int64_t gshape[4] = {batch, 2, m->ny, m->nx};
-    int64_t n = batch * 2 * m->ny * m->nx;
-    m->grid_data = malloc((size_t)(n ? n : 1) * sizeof *m->grid_data);
-    if (!m->grid_data) SG_RAISE(SG_ERR_ALLOC, "sg_fno_create: out of memory");
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t j = 0; j < m->ny; ++j)
-        for (int64_t i = 0; i < m->nx; ++i) {
-          m->grid_data[((b * 2 + 0) * m->ny + j) * m->nx + i] = (float)((double)(m->x0 + i) / (double)nx);
-          m->grid_data[((b * 2 + 1) * m->ny + j) * m->nx + i] = (float)((double)(m->y0 + j) / (double)ny);
-        }
-    SG_TRY(sg_var_init(&m->grid, "grid", SG_DTYPE_F32, 4, gshape, m->grid_data, 0));
-  }
+  if (cfg->add_grid)
+    SG_TRY(sg_cn_grid_init(&m->grid, &m->grid_data, batch, m->y0, m->ny, m->x0, m->nx, ny, nx,
+                           "sg_fno_create"));
   *out = m;
   return SG_OK;
 fail:

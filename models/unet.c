@@ -23,8 +23,7 @@ sg_unet_config sg_unet_defaults(void) {
 void sg_unet_destroy(sg_unet_t *model) {
   if (!model || !*model) return;
   struct sg_unet *m = *model;
-  sg_cn_params_release(&m->b.p);
-  sg_cn_domain_release(&m->b.dom);
+  sg_cn_base_release(&m->b);
   free(m);
   *model = NULL;
 }
@@ -53,11 +52,7 @@ sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg, int64_t ny, 
     SG_RAISE(SG_ERR_CONFIG, "U-Net: cin, cout, width and batch must be >= 1");
   if (cfg->levels < 1 || cfg->levels > UNET_MAX_LEVELS)
     SG_RAISE(SG_ERR_CONFIG, "U-Net: levels must be in 1..%d (got %lld)", UNET_MAX_LEVELS, (long long)cfg->levels);
-  if (cfg->kernel < 1 || cfg->kernel % 2 == 0)
-    SG_RAISE(SG_ERR_CONFIG, "U-Net: kernel must be odd (got %lld)", (long long)cfg->kernel);
-  if (cfg->groups < 1 || cfg->width % cfg->groups)
-    SG_RAISE(SG_ERR_CONFIG, "U-Net: groups (%lld) must divide width (%lld)", (long long)cfg->groups,
-             (long long)cfg->width);
+  SG_TRY(sg_cn_check_kernel_groups("U-Net", cfg->kernel, cfg->groups, cfg->width));
   const int64_t f = (int64_t)1 << (cfg->levels - 1);
   if (ny % f || nx % f || ny / f < cfg->kernel || nx / f < cfg->kernel)
     SG_RAISE(SG_ERR_SHAPE,

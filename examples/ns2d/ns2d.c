@@ -220,6 +220,12 @@ fail:
   return st;
 }
 
+/* Crank-Nicolson for diffusion with the explicit term dt (f - nl): one
+ * stage of Heun's method for a mode with a = dt nu |k|^2 / 2 */
+static inline double cn_stage(double a, double dt, double w, double f, double nl) {
+  return ((1 - a) * w + dt * (f - nl)) / (1 + a);
+}
+
 sg_status sg_ns2d_step(sg_ns2d_t s, int64_t nsteps) {
   sg_status st = SG_OK;
   const int64_t nb = s->batch, nk = s->nky * s->nkx;
@@ -233,7 +239,7 @@ sg_status sg_ns2d_step(sg_ns2d_t s, int64_t nsteps) {
       int64_t r = q % nk, j = r / s->nkx, i = r % s->nkx;
       double a = 0.5 * dt * nu * (s->kx[i] * s->kx[i] + s->ky[j] * s->ky[j]);
       for (int c = 0; c < 2; ++c)
-        wt[2 * q + c] = ((1 - a) * s->w_hat[2 * q + c] + dt * (s->f_hat[2 * r + c] - s->n1[2 * q + c])) / (1 + a);
+        wt[2 * q + c] = cn_stage(a, dt, s->w_hat[2 * q + c], s->f_hat[2 * r + c], s->n1[2 * q + c]);
     }
     /* N2 = N(w~) into tmp_hat (its use as scratch ends before the output
      * is written) */
@@ -244,9 +250,8 @@ sg_status sg_ns2d_step(sg_ns2d_t s, int64_t nsteps) {
       int64_t r = q % nk, j = r / s->nkx, i = r % s->nkx;
       double a = 0.5 * dt * nu * (s->kx[i] * s->kx[i] + s->ky[j] * s->ky[j]);
       for (int c = 0; c < 2; ++c)
-        s->w_hat[2 * q + c] = ((1 - a) * s->w_hat[2 * q + c] +
-                               dt * (s->f_hat[2 * r + c] - 0.5 * (s->n1[2 * q + c] + n2v[2 * q + c]))) /
-                              (1 + a);
+        s->w_hat[2 * q + c] = cn_stage(a, dt, s->w_hat[2 * q + c], s->f_hat[2 * r + c],
+                                       0.5 * (s->n1[2 * q + c] + n2v[2 * q + c]));
     }
     s->t += dt;
   }

@@ -181,12 +181,6 @@ fail:
   return SG_OK;
 }
 
-static int64_t numel(const sg_tensor *t) {
-  int64_t n = 1;
-  for (int d = 0; d < t->ndim; ++d) n *= t->shape[d];
-  return n;
-}
-
 static uint64_t fnv1a(const void *p, size_t n) {
   const unsigned char *b = p;
   uint64_t h = 1469598103934665603ull;
@@ -211,7 +205,7 @@ static sg_status check_replicas(run_t *r, int64_t step) {
     sg_param_info pi;
     SG_TRY(sg_model_param_info(r->model, i, &pi));
     dims[i] = pi.shard_dims;
-    lo[i] = hi[i] = fnv1a(vars[i]->value.data, (size_t)numel(&vars[i]->value) * sizeof(float));
+    lo[i] = hi[i] = fnv1a(vars[i]->value.data, sg_tensor_nbytes(&vars[i]->value));
   }
   const unsigned all = (1u << sg_mesh_ndims(r->mesh)) - 1u;
   for (int k = 0; k < r->nspan + 1; ++k) { /* the Replicate layout, then each span's */
@@ -229,7 +223,7 @@ static sg_status check_replicas(run_t *r, int64_t step) {
     if (lo[i] != hi[i])
       SG_RAISE(SG_ERR_INTERNAL,
                "replicas diverged at step %lld: parameter %d ('%s', %lld elements) differs across ranks",
-               (long long)step, i, vars[i]->name, (long long)numel(&vars[i]->value));
+               (long long)step, i, vars[i]->name, (long long)sg_tensor_numel(&vars[i]->value));
 fail:
   free(lo);
   free(hi);
