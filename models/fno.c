@@ -106,24 +106,11 @@ sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
   d.batch = batch;
   d.keep[0] = cfg->modes1;
   d.keep[1] = cfg->modes2;
-  int hd = sg_mesh_find_dim(mesh, "h"), wd = sg_mesh_find_dim(mesh, "w");
-  MPI_Comm axes[2] = {MPI_COMM_NULL, MPI_COMM_NULL};
+  static const char *const hw[2] = {"h", "w"};
+  MPI_Comm axes[2], comm;
   unsigned mask = 0;
-  sg_group_t g = NULL;
-  if (hd >= 0) {
-    SG_TRY(sg_mesh_group(mesh, 1u << hd, &g));
-    axes[0] = sg_group_comm(g);
-    mask |= 1u << hd;
-  }
-  if (wd >= 0) {
-    SG_TRY(sg_mesh_group(mesh, 1u << wd, &g));
-    axes[1] = sg_group_comm(g);
-    mask |= 1u << wd;
-  }
-  d.split[0] = hd >= 0 ? 0 : -1;
-  d.split[1] = wd >= 0 ? 1 : -1;
-  SG_TRY(sg_mesh_group(mesh, mask, &g));
-  SG_TRY(sg_spectral_conv_create_comms(sg_group_comm(g), 2, axes, &d, cfg->width, cfg->width, &m->spec));
+  SG_TRY(sg_fft_mesh_axes(mesh, 2, hw, axes, d.split, &comm, &mask));
+  SG_TRY(sg_spectral_conv_create_comms(comm, 2, axes, &d, cfg->width, cfg->width, &m->spec));
   int64_t off[2], shp[2];
   sg_fft_plan_local_box(sg_spectral_conv_plan(m->spec, 0), SG_FFT_SPACE_REAL, off, shp);
   m->y0 = off[0], m->ny = shp[0], m->x0 = off[1], m->nx = shp[1];

@@ -62,25 +62,11 @@ sg_status sg_ns2d_create(sg_mesh_t mesh, const sg_ns2d_config *cfg,
   d.shape[0] = d.shape[1] = cfg->n;
   /* axes 0 and 1: the groups along "h" and "w" (when the mesh has them);
    * the transforms of different data-parallel ranks are independent */
-  int hd = sg_mesh_find_dim(mesh, "h"), wd = sg_mesh_find_dim(mesh, "w");
-  MPI_Comm axes[2] = {MPI_COMM_NULL, MPI_COMM_NULL};
-  unsigned mask = 0;
-  sg_group_t g = NULL;
-  if (hd >= 0) {
-    SG_TRY(sg_mesh_group(mesh, 1u << hd, &g));
-    axes[0] = sg_group_comm(g);
-    mask |= 1u << hd;
-  }
-  if (wd >= 0) {
-    SG_TRY(sg_mesh_group(mesh, 1u << wd, &g));
-    axes[1] = sg_group_comm(g);
-    mask |= 1u << wd;
-  }
-  d.split[0] = hd >= 0 ? 0 : -1;
-  d.split[1] = wd >= 0 ? 1 : -1;
+  static const char *const hw[2] = {"h", "w"};
+  MPI_Comm axes[2], comm;
+  SG_TRY(sg_fft_mesh_axes(mesh, 2, hw, axes, d.split, &comm, NULL));
   d.batch = batch;
-  SG_TRY(sg_mesh_group(mesh, mask, &g));
-  SG_TRY(sg_fft_plan_create_comms(sg_group_comm(g), 2, axes, &d, &s->plan));
+  SG_TRY(sg_fft_plan_create_comms(comm, 2, axes, &d, &s->plan));
   int64_t off[2], shp[2];
   sg_fft_plan_local_box(s->plan, SG_FFT_SPACE_REAL, off, shp);
   s->ry0 = off[0], s->rny = shp[0], s->rx0 = off[1], s->rnx = shp[1];

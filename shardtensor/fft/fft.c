@@ -739,6 +739,31 @@ sg_status sg_fft_plan_create_comms(MPI_Comm comm, int naxes,
   return plan_create_axes(comm, &ax, desc, plan);
 }
 
+sg_status sg_fft_mesh_axes(sg_mesh_t mesh, int n, const char *const *dims,
+                           MPI_Comm *axes, int *split, MPI_Comm *comm, unsigned *mask) {
+  sg_status st = SG_OK;
+  unsigned found = 0;
+  sg_group_t g = NULL;
+  if (!mesh || !dims || !axes || !split || !comm || n < 1 || n > SG_FFT_MAX_DIMS)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_fft_mesh_axes: NULL argument or %d dims (1..%d)", n,
+             SG_FFT_MAX_DIMS);
+  for (int d = 0; d < n; ++d) {
+    int m = dims[d] ? sg_mesh_find_dim(mesh, dims[d]) : -1;
+    axes[d] = MPI_COMM_NULL;
+    split[d] = -1;
+    if (m < 0) continue;
+    SG_TRY(sg_mesh_group(mesh, 1u << m, &g));
+    axes[d] = sg_group_comm(g);
+    split[d] = d;
+    found |= 1u << m;
+  }
+  SG_TRY(sg_mesh_group(mesh, found, &g));
+  *comm = sg_group_comm(g);
+  if (mask) *mask = found;
+fail:
+  return st;
+}
+
 sg_status sg_fft_plan_create(sg_mesh_t mesh, const sg_fft_desc *desc,
                              sg_fft_plan_t *plan) {
   sg_fft_axes ax;

@@ -136,6 +136,17 @@ sg_status sg_fft_plan_create_comms(MPI_Comm comm, int naxes,
                                    const MPI_Comm *axes,
                                    const sg_fft_desc *desc,
                                    sg_fft_plan_t *plan);
+/* The axes of a transform whose dim d is split along the mesh dim named
+ * dims[d] (n dims): axes[d] is the communicator along that mesh dim, or
+ * MPI_COMM_NULL when the mesh has no such dim; split[d] is d or -1
+ * accordingly (ready for desc->split); *comm spans the named dims that
+ * exist, so ranks differing in other mesh dims (data parallel, ...) run
+ * independent transforms; *mask (may be NULL) gets those mesh dims as a
+ * dim mask. The communicators belong to the mesh. Pass the results to
+ * sg_fft_plan_create_comms / sg_spectral_conv_create_comms. Collective
+ * over the mesh (the first use of a group creates it). */
+sg_status sg_fft_mesh_axes(sg_mesh_t mesh, int n, const char *const *dims,
+                           MPI_Comm *axes, int *split, MPI_Comm *comm, unsigned *mask);
 /* Free; accepts NULL and sets *plan to NULL. Collective over the plan's
  * axes (it frees the shared-memory windows of its transposes); the
  * communicators belong to the caller or mesh and must outlive the plan. */

@@ -150,6 +150,27 @@ int main(int argc, char **argv) {
       SG_CHECK(plan == NULL, "destroy sets NULL");
     }
   }
+  /* axes from named mesh dims: present dims give their communicator and
+   * split d, absent ones MPI_COMM_NULL and -1; comm spans the present */
+  {
+    const char *const names[3] = {"w", "x", "h"};
+    MPI_Comm axes[3], comm = MPI_COMM_NULL;
+    int split[3], n0 = 0, n2 = 0, nc = 0;
+    unsigned mask = 0;
+    SG_REQUIRE_OK(sg_fft_mesh_axes(mesh, 3, names, axes, split, &comm, &mask));
+    SG_CHECK(mask == 3u, "mask %u (mesh dims h=0, w=1)", mask);
+    SG_CHECK(split[0] == 0 && split[1] == -1 && split[2] == 2, "split %d %d %d", split[0],
+             split[1], split[2]);
+    SG_CHECK(axes[1] == MPI_COMM_NULL && axes[0] != MPI_COMM_NULL && axes[2] != MPI_COMM_NULL,
+             "axes");
+    MPI_Comm_size(axes[0], &n0);
+    MPI_Comm_size(axes[2], &n2);
+    MPI_Comm_size(comm, &nc);
+    SG_CHECK(n0 == 1 && n2 == sg_test_size && nc == sg_test_size, "sizes %d %d %d", n0, n2, nc);
+    SG_CHECK_STATUS(sg_fft_mesh_axes(mesh, 0, names, axes, split, &comm, NULL),
+                    SG_ERR_INVALID_ARG);
+    SG_CHECK_STATUS(sg_fft_mesh_axes(mesh, 2, names, axes, NULL, &comm, NULL), SG_ERR_INVALID_ARG);
+  }
 done:
   sg_fft_plan_destroy(&plan);
   sg_mesh_destroy(&mesh);
