@@ -87,6 +87,7 @@ static void sg_ws_put(void **own) {
 static sg_status sg_conv_geom_make(const sg_conv_desc *d, int pool, int trans,
                                    sg_dtype dt, sg_conv_geom *g) {
   sg_status st = SG_OK;
+  SG_CHECK_DT(dt);
   SG_CHECK_PTR(d);
   memset(g, 0, sizeof *g);
   if (d->nsp < 1 || d->nsp > SG_OPS_MAX_SPATIAL)
@@ -165,16 +166,6 @@ fail:
   return st;
 }
 
-/* The checks every window-op kernel starts with: dtype, then geometry. */
-static sg_status sg_conv_geom_checked(const sg_conv_desc *d, int pool, int trans,
-                                      sg_dtype dt, sg_conv_geom *g) {
-  sg_status st = SG_OK;
-  SG_CHECK_DT(dt);
-  SG_TRY(sg_conv_geom_make(d, pool, trans, dt, g));
-fail:
-  return st;
-}
-
 static sg_status sg_window_out_shape(const sg_conv_desc *d, int pool, int64_t *out) {
   sg_status st = SG_OK;
   sg_conv_geom g;
@@ -207,7 +198,7 @@ sg_status sg_conv_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   sg_status st = SG_OK;
   void *own = NULL, *buf = NULL;
   sg_conv_geom g;
-  SG_TRY(sg_conv_geom_checked(d, 0, 0, dt, &g));
+  SG_TRY(sg_conv_geom_make(d, 0, 0, dt, &g));
   if (g.n == 0) goto fail;
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(w);
@@ -229,7 +220,7 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   sg_status st = SG_OK;
   void *own = NULL, *buf = NULL, *wpart = NULL;
   sg_conv_geom g;
-  SG_TRY(sg_conv_geom_checked(d, 0, 0, dt, &g));
+  SG_TRY(sg_conv_geom_make(d, 0, 0, dt, &g));
   if (g.n == 0) goto fail;
   SG_CHECK_PTR(dy);
   if (dw) SG_CHECK_PTR(x);
@@ -283,7 +274,7 @@ sg_status sg_convt_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   sg_status st = SG_OK;
   void *own = NULL, *buf = NULL;
   sg_conv_geom g;
-  SG_TRY(sg_conv_geom_checked(d, 0, 1, dt, &g));
+  SG_TRY(sg_conv_geom_make(d, 0, 1, dt, &g));
   if (g.n == 0) goto fail;
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(w);
@@ -301,7 +292,7 @@ sg_status sg_convt_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   sg_status st = SG_OK;
   void *own = NULL, *buf = NULL;
   sg_conv_geom g;
-  SG_TRY(sg_conv_geom_checked(d, 0, 1, dt, &g));
+  SG_TRY(sg_conv_geom_make(d, 0, 1, dt, &g));
   if (g.n == 0) goto fail;
   SG_CHECK_PTR(dy);
   if (dw) SG_CHECK_PTR(x);
@@ -317,7 +308,7 @@ sg_status sg_pool_forward(sg_pool_kind kind, const sg_conv_desc *d,
                           sg_dtype dt, const void *x, void *y) {
   sg_status st = SG_OK;
   sg_conv_geom g;
-  SG_TRY(sg_conv_geom_checked(d, 1, 0, dt, &g));
+  SG_TRY(sg_conv_geom_make(d, 1, 0, dt, &g));
   if (g.n == 0) goto fail;
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(y);
@@ -331,7 +322,7 @@ sg_status sg_pool_backward(sg_pool_kind kind, const sg_conv_desc *d,
                            void *dx) {
   sg_status st = SG_OK;
   sg_conv_geom g;
-  SG_TRY(sg_conv_geom_checked(d, 1, 0, dt, &g));
+  SG_TRY(sg_conv_geom_make(d, 1, 0, dt, &g));
   if (g.n == 0) goto fail;
   SG_CHECK_PTR(dy);
   SG_CHECK_PTR(dx);

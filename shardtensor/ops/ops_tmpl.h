@@ -132,7 +132,7 @@ static inline int64_t FN(tile_end)(const sg_conv_geom *g, int64_t r0) {
  * g->t: xn itself when pointwise, else its im2col in col; *ld: its row
  * stride. */
 static const R *FN(conv_operand)(const sg_conv_geom *g, const R *xn, int64_t r0,
-                                        int64_t r1, R *col, int64_t *ld) {
+                                 int64_t r1, R *col, int64_t *ld) {
   if (g->pointwise) {
     *ld = g->sin;
     return xn + r0 * g->inner;

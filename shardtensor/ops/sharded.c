@@ -617,7 +617,6 @@ sg_status sg_sharded_conv_backward(sg_sharded_ctx_t c, const void *w, const sg_s
   sg_shardtensor like = input_like(c);
   if (dx) SG_TRY(box_grad_alloc(c, &like, &dxin));
   SG_TRY(sg_conv_backward(&c->cd, c->dtype, c->xin, w, dyp, dxin, dw, db, NULL));
-  sg_free(sg_device_host(), &dy_own);
   if (dx) SG_TRY(window_finish_grad(c, &like, dxin, dx));
 fail:
   sg_free(sg_device_host(), &dy_own);
