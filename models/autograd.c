@@ -37,7 +37,10 @@ struct sg_tape {
   sg_var **owned; /* variables made by ops */
   int nowned, cap_owned;
   int grad_enabled;
-  sg_hooks hooks;
+  sg_hooks hooks[SG_TAPE_MAX_HOOKS];
+  int hook_id[SG_TAPE_MAX_HOOKS];
+  int nhooks, next_hook_id;
+  MPI_Comm comm; /* agreement on hook failures of plain ops */
   size_t bytes;
   ag_xentry *xcache;
   int nx, cap_x;
@@ -281,6 +284,7 @@ sg_status sg_tape_create(sg_tape_t *tape) {
   *tape = calloc(1, sizeof **tape);
   if (!*tape) SG_RAISE(SG_ERR_ALLOC, "tape");
   (*tape)->grad_enabled = 1;
+  (*tape)->comm = MPI_COMM_NULL;
 fail:
   return st;
 }
@@ -298,10 +302,87 @@ void sg_tape_destroy(sg_tape_t *tape) {
 
 void sg_tape_set_hooks(sg_tape_t tape, const sg_hooks *hooks) {
   if (!tape) return;
-  if (hooks)
-    tape->hooks = *hooks;
-  else
-    memset(&tape->hooks, 0, sizeof tape->hooks);
+  tape->nhooks = 0;
+  if (hooks) sg_tape_add_hooks(tape, hooks, NULL);
+}
+
+sg_status sg_tape_add_hooks(sg_tape_t tape, const sg_hooks *hooks, int *id) {
+  sg_status st = SG_OK;
+  if (!tape || !hooks) SG_RAISE(SG_ERR_INVALID_ARG, "add hooks: tape and hooks are required");
+  if (tape->nhooks == SG_TAPE_MAX_HOOKS)
+    SG_RAISE(SG_ERR_INVALID_ARG, "add hooks: the tape has its %d listeners already", SG_TAPE_MAX_HOOKS);
+  tape->hooks[tape->nhooks] = *hooks;
+  tape->hook_id[tape->nhooks] = ++tape->next_hook_id;
+  if (id) *id = tape->next_hook_id;
+  tape->nhooks++;
+fail:
+  return st;
+}
+
+sg_status sg_tape_remove_hooks(sg_tape_t tape, int id) {
+  sg_status st = SG_OK;
+  if (!tape) SG_RAISE(SG_ERR_INVALID_ARG, "remove hooks: tape is NULL");
+  for (int k = 0; k < tape->nhooks; ++k)
+    if (tape->hook_id[k] == id) {
+      memmove(tape->hooks + k, tape->hooks + k + 1, (size_t)(tape->nhooks - k - 1) * sizeof *tape->hooks);
+      memmove(tape->hook_id + k, tape->hook_id + k + 1, (size_t)(tape->nhooks - k - 1) * sizeof *tape->hook_id);
+      tape->nhooks--;
+      goto fail;
+    }
+  SG_RAISE(SG_ERR_INVALID_ARG, "remove hooks: no listener %d on this tape", id);
+fail:
+  return st;
+}
+
+void sg_tape_set_comm(sg_tape_t tape, MPI_Comm comm) {
+  if (tape) tape->comm = comm;
+}
+
+/* Which per-parameter hook to call. */
+typedef enum ag_hook { AG_PRE_USE, AG_POST_USE, AG_PRE_BACKWARD, AG_POST_BACKWARD_USE, AG_GRAD_READY } ag_hook;
+
+/* Call hook `which` of every listener for parameter v; the first failure
+ * stops the calls. Not collective by itself. */
+static sg_status ag_call_hooks(sg_tape_t tape, ag_hook which, sg_var *v) {
+  sg_status st = SG_OK;
+  for (int k = 0; k < tape->nhooks && st == SG_OK; ++k) {
+    const sg_hooks *h = &tape->hooks[k];
+    sg_status (*f)(sg_var *, void *) = which == AG_PRE_USE        ? h->pre_use
+                                       : which == AG_POST_USE     ? h->post_use
+                                       : which == AG_PRE_BACKWARD ? h->pre_backward
+                                       : which == AG_POST_BACKWARD_USE ? h->post_backward_use
+                                                                   : h->grad_ready;
+    if (f) st = f(v, h->user);
+  }
+  return st;
+}
+
+/* The same for every parameter input of a node (inputs 0..nin). */
+static sg_status ag_call_param_hooks(sg_tape_t tape, ag_hook which, int nin, sg_var *const *in) {
+  sg_status st = SG_OK;
+  if (tape->nhooks == 0) return SG_OK;
+  for (int i = 0; i < nin && st == SG_OK; ++i)
+    if (in[i] && in[i]->is_param) st = ag_call_hooks(tape, which, in[i]);
+  return st;
+}
+
+/* 1 if a hook may run for one of the inputs (a parameter among them). */
+static int ag_hooked(const sg_tape_t tape, int nin, sg_var *const *in) {
+  if (!tape->nhooks) return 0;
+  for (int i = 0; i < nin; ++i)
+    if (in[i] && in[i]->is_param) return 1;
+  return 0;
+}
+
+/* The communicator over which an op agrees: its sharded inputs' mesh, else
+ * the tape's (only when hooks could have failed). */
+static MPI_Comm ag_agree_comm(sg_tape_t tape, MPI_Comm mesh_comm, int hooked) {
+  if (mesh_comm != MPI_COMM_NULL) return mesh_comm;
+  return hooked ? tape->comm : MPI_COMM_NULL;
+}
+
+static sg_status ag_agree(MPI_Comm comm, sg_status st) {
+  return comm == MPI_COMM_NULL ? st : sg_agree(comm, st);
 }
 
 int sg_tape_set_grad_enabled(sg_tape_t tape, int enabled) {
@@ -777,6 +858,22 @@ fail:
   return st;
 }
 
+/* The inputs' data: NULL only for an empty tensor (an empty shard, e.g. a
+ * rank with no samples of a batch split over more data ranks than samples),
+ * one dtype. */
+static sg_status ag_check_inputs(const sg_op_def *op, int nin, sg_var *const *in) {
+  sg_status st = SG_OK;
+  for (int i = 0; i < nin; ++i) {
+    if (!in[i]->value.data && (in[i]->value.ndim < 1 || ag_numel(&in[i]->value) != 0))
+      SG_RAISE(SG_ERR_INVALID_ARG, "%s: input %d ('%s') is released (no data)", op->name, i, in[i]->name);
+    if (in[i]->value.dtype != in[0]->value.dtype)
+      SG_RAISE(SG_ERR_SHAPE, "%s: input %d is %s, input 0 is %s", op->name, i,
+               sg_dtype_name(in[i]->value.dtype), sg_dtype_name(in[0]->value.dtype));
+  }
+fail:
+  return st;
+}
+
 sg_status sg_tape_apply(sg_tape_t tape, const sg_op_def *op, int nin,
                         sg_var *const *in, int nout, const sg_op_window *win,
                         const void *attr, size_t attr_bytes, sg_var **out) {
@@ -791,27 +888,24 @@ sg_status sg_tape_apply(sg_tape_t tape, const sg_op_def *op, int nin,
   if (attr_bytes > sizeof node->attr)
     SG_RAISE(SG_ERR_INVALID_ARG, "%s: attributes of %zu bytes (max %zu)",
              op->name, attr_bytes, sizeof node->attr);
-  for (int i = 0; i < nin; ++i) {
-    if (!in[i] || !in[i]->value.data)
-      SG_RAISE(SG_ERR_INVALID_ARG, "%s: input %d is NULL or released", op->name, i);
-    if (in[i]->value.dtype != in[0]->value.dtype)
-      SG_RAISE(SG_ERR_SHAPE, "%s: input %d is %s, input 0 is %s", op->name, i,
-               sg_dtype_name(in[i]->value.dtype), sg_dtype_name(in[0]->value.dtype));
-  }
+  for (int i = 0; i < nin; ++i)
+    if (!in[i]) SG_RAISE(SG_ERR_INVALID_ARG, "%s: input %d is NULL", op->name, i);
   const int r = ag_sharded_ref(op, nin, in);
-  const MPI_Comm comm = r >= 0 ? sg_mesh_comm(in[r]->mesh) : MPI_COMM_NULL;
+  const MPI_Comm comm =
+      ag_agree_comm(tape, r >= 0 ? sg_mesh_comm(in[r]->mesh) : MPI_COMM_NULL, ag_hooked(tape, nin, in));
   int requires = 0;
   for (int i = 0; i < nin; ++i) requires |= in[i]->requires_grad;
   requires = requires && tape->grad_enabled;
-  if (tape->hooks.pre_use)
-    for (int i = 0; i < nin; ++i)
-      if (in[i]->is_param) SG_TRY(tape->hooks.pre_use(in[i], tape->hooks.user));
-  /* sharded: every rank agrees before the exchange and after the forward */
-  st = ag_apply_prepare(tape, op, nin, in, nout, win, attr, attr_bytes, &node);
-  if (r >= 0) st = sg_agree(comm, st);
+  /* hooks first (a released parameter is gathered here), then the checks;
+   * every rank agrees before the exchange and after the forward */
+  st = ag_call_param_hooks(tape, AG_PRE_USE, nin, in);
+  if (st == SG_OK) st = ag_check_inputs(op, nin, in);
+  if (st == SG_OK) st = ag_apply_prepare(tape, op, nin, in, nout, win, attr, attr_bytes, &node);
+  st = ag_agree(comm, st);
   if (st != SG_OK) goto fail;
   st = ag_apply_run(tape, node);
-  if (r >= 0) st = sg_agree(comm, st);
+  if (st == SG_OK) st = ag_call_param_hooks(tape, AG_POST_USE, nin, in);
+  st = ag_agree(comm, st);
   if (st != SG_OK) goto fail;
   for (int j = 0; j < nout; ++j) {
     tape->bytes += ag_nbytes(&node->out[j]->value);
@@ -981,46 +1075,38 @@ fail:
 }
 
 /* Run one node's backward and route its input gradients. A sharded node
- * agrees before the adjoint exchange and at the end. */
+ * agrees before the adjoint exchange and at the end; the parameter hooks
+ * (pre_backward before the kernels, post_backward_use and grad_ready after)
+ * join those agreements (or the tape's, for a plain node). */
 static sg_status ag_node_backward(sg_tape_t tape, sg_node *node) {
   sg_status st = SG_OK;
   ag_bwd b;
   memset(&b, 0, sizeof b);
-  const MPI_Comm comm = node->mesh ? sg_mesh_comm(node->mesh) : MPI_COMM_NULL;
-  st = ag_backward_local(tape, node, &b);
-  if (node->mesh && node->has_window) st = sg_agree(comm, st);
+  const int hooked = ag_hooked(tape, node->nin, node->in);
+  const MPI_Comm comm = ag_agree_comm(tape, node->mesh ? sg_mesh_comm(node->mesh) : MPI_COMM_NULL, hooked);
+  st = ag_call_param_hooks(tape, AG_PRE_BACKWARD, node->nin, node->in);
+  /* the kernels may be collective (statistics): a failed hook must not
+   * leave the other ranks in them */
+  if (hooked) st = ag_agree(comm, st);
+  if (st == SG_OK) st = ag_backward_local(tape, node, &b);
+  if (node->mesh && node->has_window) st = ag_agree(comm, st);
   if (st == SG_OK) st = ag_backward_route(tape, node, &b);
-  if (node->mesh) st = sg_agree(comm, st);
-  if (st != SG_OK) goto fail;
-  for (int i = 0; i < node->nin; ++i) {
+  if (st == SG_OK) st = ag_call_param_hooks(tape, AG_POST_BACKWARD_USE, node->nin, node->in);
+  for (int i = 0; i < node->nin && st == SG_OK; ++i) {
     sg_var *v = node->in[i];
     if (!v->requires_grad) continue;
-    if (--v->pending == 0 && v->is_param && tape->hooks.grad_ready)
-      SG_TRY(tape->hooks.grad_ready(v, tape->hooks.user));
+    if (--v->pending == 0 && v->is_param) st = ag_call_hooks(tape, AG_GRAD_READY, v);
   }
-fail:
+  st = ag_agree(comm, st);
   for (int i = 0; i < SG_NODE_MAX_IN; ++i) ag_free(&b.tmp[i]);
   for (int j = 0; j < SG_NODE_MAX_OUT; ++j) ag_free(&b.grad[j]);
   ag_free(&b.tmp2);
   return st;
 }
 
-sg_status sg_tape_backward(sg_tape_t tape, sg_var *loss) {
+/* Walk the tape in reverse from gradients already seeded. */
+static sg_status ag_backward_walk(sg_tape_t tape) {
   sg_status st = SG_OK;
-  if (!tape || !loss) SG_RAISE(SG_ERR_INVALID_ARG, "tape and loss are required");
-  if (!loss->producer || !loss->requires_grad)
-    SG_RAISE(SG_ERR_INVALID_ARG,
-             "backward from '%s': not produced on this tape with gradients "
-             "(no-grad mode, or no input requires a gradient)", loss->name);
-  if (ag_numel(&loss->value) != 1)
-    SG_RAISE(SG_ERR_SHAPE, "backward from '%s': not a scalar (%lld elements)",
-             loss->name, (long long)ag_numel(&loss->value));
-  SG_TRY(ag_ensure_grad(tape, loss));
-  if (loss->grad.dtype == SG_DTYPE_F32)
-    *(float *)loss->grad.data = 1.0f;
-  else
-    *(double *)loss->grad.data = 1.0;
-  loss->has_grad = 1;
   for (int k = tape->nnodes - 1; k >= 0; --k) {
     sg_node *node = tape->nodes[k];
     SG_TRY(ag_node_backward(tape, node));
@@ -1030,8 +1116,69 @@ sg_status sg_tape_backward(sg_tape_t tape, sg_var *loss) {
     tape->nodes[k] = NULL;
     tape->nnodes = k;
   }
-  if (tape->hooks.post_backward)
-    SG_TRY(tape->hooks.post_backward(tape, tape->hooks.user));
+  for (int k = 0; k < tape->nhooks && st == SG_OK; ++k)
+    if (tape->hooks[k].post_backward) st = tape->hooks[k].post_backward(tape, tape->hooks[k].user);
+  st = ag_agree(ag_agree_comm(tape, MPI_COMM_NULL, tape->nhooks > 0), st);
+fail:
+  return st;
+}
+
+/* Checks of a backward seed (not collective). */
+static sg_status ag_seed_check(const sg_var *v, const char *what) {
+  sg_status st = SG_OK;
+  if (!v) SG_RAISE(SG_ERR_INVALID_ARG, "backward: %s is NULL", what);
+  if (!v->producer || !v->requires_grad)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "backward from '%s': not produced on this tape with gradients "
+             "(no-grad mode, or no input requires a gradient)", v->name);
+fail:
+  return st;
+}
+
+sg_status sg_tape_backward(sg_tape_t tape, sg_var *loss) {
+  sg_status st = SG_OK;
+  if (!tape) SG_RAISE(SG_ERR_INVALID_ARG, "tape and loss are required");
+  SG_TRY(ag_seed_check(loss, "the loss"));
+  if (ag_numel(&loss->value) != 1)
+    SG_RAISE(SG_ERR_SHAPE, "backward from '%s': not a scalar (%lld elements)",
+             loss->name, (long long)ag_numel(&loss->value));
+  SG_TRY(ag_ensure_grad(tape, loss));
+  if (loss->grad.dtype == SG_DTYPE_F32)
+    *(float *)loss->grad.data = 1.0f;
+  else
+    *(double *)loss->grad.data = 1.0;
+  loss->has_grad = 1;
+  SG_TRY(ag_backward_walk(tape));
+fail:
+  if (tape) sg_tape_clear(tape);
+  return st;
+}
+
+sg_status sg_tape_backward_from(sg_tape_t tape, int n, sg_var *const *vars, const sg_tensor *grads) {
+  sg_status st = SG_OK;
+  if (!tape || n < 1 || !vars || !grads)
+    SG_RAISE(SG_ERR_INVALID_ARG, "backward from pairs: tape, n >= 1, variables and gradients are required");
+  for (int i = 0; i < n; ++i) {
+    sg_var *v = vars[i];
+    const sg_tensor *g = &grads[i];
+    SG_TRY(ag_seed_check(v, "a variable"));
+    if (g->dtype != v->value.dtype || g->ndim != v->value.ndim)
+      SG_RAISE(SG_ERR_SHAPE, "backward from '%s': gradient %d is %s with %d dims, the variable %s with %d",
+               v->name, i, sg_dtype_name(g->dtype), g->ndim, sg_dtype_name(v->value.dtype), v->value.ndim);
+    for (int d = 0; d < g->ndim; ++d)
+      if (g->shape[d] != v->value.shape[d])
+        SG_RAISE(SG_ERR_SHAPE, "backward from '%s': gradient %d has extent %lld in dim %d, the variable %lld",
+                 v->name, i, (long long)g->shape[d], d, (long long)v->value.shape[d]);
+    if (ag_numel(&v->value) == 0) continue;
+    if (!g->data) SG_RAISE(SG_ERR_INVALID_ARG, "backward from '%s': gradient %d has no data", v->name, i);
+    SG_TRY(ag_ensure_grad(tape, v));
+    sg_tensor src = v->grad;
+    src.data = g->data;
+    if (v->has_grad) ag_add_into(&v->grad, &src); /* the same variable twice: sum */
+    else memcpy(v->grad.data, g->data, ag_nbytes(&v->grad));
+    v->has_grad = 1;
+  }
+  SG_TRY(ag_backward_walk(tape));
 fail:
   if (tape) sg_tape_clear(tape);
   return st;

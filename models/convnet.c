@@ -133,8 +133,8 @@ sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny, int64_t
     d->place[k] = sg_replicate();
     if (strcmp(nm, "h") == 0) ph = sz, ch = sg_mesh_coord(mesh, k), d->place[k] = sg_shard(2);
     else if (strcmp(nm, "w") == 0) pw = sz, cw = sg_mesh_coord(mesh, k), d->place[k] = sg_shard(3);
-    else if (strcmp(nm, "dp") == 0) pd = sz, d->place[k] = sg_shard(0);
-    else if (sz > 1) SG_RAISE(SG_ERR_MESH, "%s: mesh dim '%s' (size %d) is not one of dp, h, w", who, nm, sz);
+    else if (strcmp(nm, "dp") == 0 || strcmp(nm, "fsdp") == 0) pd *= sz, d->place[k] = sg_shard(0);
+    else if (sz > 1) SG_RAISE(SG_ERR_MESH, "%s: mesh dim '%s' (size %d) is not one of dp, fsdp, h, w", who, nm, sz);
   }
   if (ph > ny || pw > nx)
     SG_RAISE(SG_ERR_SHAPE, "%s: a %lldx%lld grid cannot be split over h=%d, w=%d", who, (long long)ny,

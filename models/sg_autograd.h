@@ -281,22 +281,66 @@ const int64_t *sg_node_in_global_shape(const sg_node *node, int i);
 
 /* ---- the tape ------------------------------------------------------------ */
 
+/* Hooks: where strategies attach (DDP/FSDP/ZeRO in strategies/). Every
+ * member may be NULL. A tape has up to SG_TAPE_MAX_HOOKS listeners, called
+ * in the order they were added, each for every parameter input (is_param)
+ * of an op:
+ *  - pre_use: before a forward reads the parameter, and BEFORE the tape
+ *    checks its data, so a released (ZeRO-3) parameter whose value.data is
+ *    NULL can be gathered here;
+ *  - post_use: after the forward (e.g. release the gathered value);
+ *  - pre_backward: before a recorded op's backward (its kernels read the
+ *    parameter's value again: gather it);
+ *  - post_backward_use: after that backward (release);
+ *  - grad_ready: the parameter's gradient is final in this backward (the
+ *    last recorded use has run): start its reduction;
+ *  - post_backward: once, at the end of a backward.
+ * Collective safety: a hook's failure on one rank becomes the op's failure
+ * on every rank. For a sharded op the hooks' status joins the op's own
+ * agreement over its mesh; for an op on plain variables the tape agrees
+ * over the communicator given by sg_tape_set_comm (a strategy sets it when
+ * it attaches), so a rank whose hook failed never leaves the others in the
+ * next collective. Hooks that communicate must do so alike on every rank
+ * (every rank runs the same ops in the same order). */
 typedef struct sg_hooks {
   sg_status (*pre_use)(sg_var *param, void *user);
+  sg_status (*post_use)(sg_var *param, void *user);
+  sg_status (*pre_backward)(sg_var *param, void *user);
+  sg_status (*post_backward_use)(sg_var *param, void *user);
   sg_status (*grad_ready)(sg_var *param, void *user);
   sg_status (*post_backward)(sg_tape_t tape, void *user);
   void *user;
 } sg_hooks;
 
+#define SG_TAPE_MAX_HOOKS 8
+
 sg_status sg_tape_create(sg_tape_t *tape);
 /* Frees everything the tape owns. NULL and *tape == NULL are fine. */
 void sg_tape_destroy(sg_tape_t *tape);
+/* Replace every listener by `hooks` (NULL: none). Not collective. */
 void sg_tape_set_hooks(sg_tape_t tape, const sg_hooks *hooks);
+/* Add a listener; *id (may be NULL) identifies it for removal.
+ * SG_ERR_INVALID_ARG when SG_TAPE_MAX_HOOKS are installed. Not collective. */
+sg_status sg_tape_add_hooks(sg_tape_t tape, const sg_hooks *hooks, int *id);
+/* Remove listener `id` (from sg_tape_add_hooks). Not collective. */
+sg_status sg_tape_remove_hooks(sg_tape_t tape, int id);
+/* The communicator over which the tape agrees on hook failures of ops on
+ * plain (unsharded) variables; MPI_COMM_NULL (the default): none. The
+ * communicator is not duplicated: it must outlive the tape's use.
+ * Not collective. */
+void sg_tape_set_comm(sg_tape_t tape, MPI_Comm comm);
 /* 1: record (default); 0: no-grad mode. Returns the previous setting. */
 int sg_tape_set_grad_enabled(sg_tape_t tape, int enabled);
 /* Backward from a scalar variable produced on this tape, seeded with 1;
  * then the tape is cleared. */
 sg_status sg_tape_backward(sg_tape_t tape, sg_var *loss);
+/* Backward from n (variable, gradient) pairs: vars[i] was produced on this
+ * tape, grads[i] has its value's dtype and shape (a pipeline stage seeds
+ * its output with the gradient received from the next stage). The
+ * gradients are copied; then the tape is cleared. Collective like the ops
+ * it runs backward. */
+sg_status sg_tape_backward_from(sg_tape_t tape, int n, sg_var *const *vars,
+                                const sg_tensor *grads);
 /* Drop every recorded op and tape-owned variable (keeps the cached halo
  * plans). */
 void sg_tape_clear(sg_tape_t tape);

@@ -1,5 +1,7 @@
 /* sg-train — train a spectral or convolutional model on a sharded NetCDF
- * dataset under mpiexec, with domain x data parallelism.
+ * dataset under mpiexec, on any mesh the parallel plan supports (data: dp;
+ * sharded data, ZeRO: fsdp; domain: h, w). The parallelism itself lives in
+ * the library (strategies/sg_parallel.h); this is a thin driver over it.
  *
  *   mpiexec -n 4 sg-train --config examples/configs/ns2d_fno.cfg \
  *                         --mesh dp=2,h=2 --steps 200
@@ -11,7 +13,6 @@
 #endif
 #include "sg_comm.h"
 #include "sg_config.h"
-#include "sg_ddp.h"
 #include "sg_decomp.h"
 #include "sg_dist_loss.h"
 #include "sg_kv.h"
@@ -20,6 +21,7 @@
 #include "sg_model.h"
 #include "sg_nc.h"
 #include "sg_optim.h"
+#include "sg_parallel.h"
 #include "sg_threads.h"
 #include "sg_trace.h"
 #include "train.h"
@@ -32,7 +34,12 @@
 #include <string.h>
 
 static const sg_kv_key keys[] = {
-    {"mesh", SG_KV_STRING, "", "device mesh over dp (samples), h (y), w (x); default h=<ranks>"},
+    {"mesh", SG_KV_STRING, "", "device mesh over dp (samples), fsdp (samples, ZeRO-sharded state), h (y), w (x); "
+     "default h=<ranks>"},
+    {"zero", SG_KV_INT, "0", "ZeRO stage over the fsdp dim: 0 (DDP) | 1 (optimizer state sharded)"},
+    {"zero_over_domain", SG_KV_BOOL, "false", "ZeRO also shards over the domain dims h, w"},
+    {"grad_accum", SG_KV_INT, "1", "micro-batches per step (gradients accumulate; one reduction per step)"},
+    {"bucket_mib", SG_KV_FLOAT, "25", "DDP gradient bucket size in MiB"},
     {"model", SG_KV_STRING, "fno", "model: fno | cnn (ResNet-style) | unet"},
     {"width", SG_KV_INT, "32", "channels (fno, cnn); channels at full resolution (unet)"},
     {"modes", SG_KV_INT, "12", "fno: modes kept per dim"},
@@ -88,165 +95,25 @@ typedef struct run {
   sg_mesh_t mesh;
   int rank, size;
   int ndp, cdp;
-  sg_group_t domain, data, all;
+  sg_group_t domain, data;
   sg_data_opts dopt;
   sg_dataset ds;
   sg_example *train, *test;
   int64_t ntrain, ntest;
-  int64_t gbatch, lbatch;
+  int64_t gbatch, lbatch, ebatch; /* global per step; the model's (a micro-batch); per evaluation batch */
   char mesh_spec[128];
   sg_model_t model;
   int64_t nparam;
-  float *params, *grads, *m, *v;
   sg_tape_t tape;
-  /* The flat buffer in spans of parameters that share a layout (Replicate,
-   * or Shard over the same mesh dims): each span has its own gradient
-   * reduction group (data-split dims minus the sharded ones) */
-  int nspan;
-  struct span {
-    int64_t off, n;
-    unsigned shard_dims;
-    sg_ddp_t ddp;
-    sg_group_t shard_group; /* over shard_dims (NULL when Replicate) */
-  } span[4];
-  unsigned split_dims; /* mesh dims where the data is split (dp, h, w) */
+  sg_parallel_config pcfg;
+  sg_parallel_t plan; /* the parallelism: buffers, reductions, optimizer */
+  int64_t micro;      /* micro-batches per step (grad_accum) */
   int deterministic;
   FILE *metrics;
   int64_t cin, cout;
   float *xb, *yb, *mb;
   sg_loss_kind loss_kind;
 } run_t;
-
-static sg_status grad_ready_hook(sg_var *param, void *user) {
-  run_t *r = user;
-  int64_t off = sg_model_param_offset(r->model, param);
-  if (off < 0) return SG_OK;
-  int64_t n = 1;
-  for (int d = 0; d < param->value.ndim; ++d) n *= param->value.shape[d];
-  for (int k = 0; k < r->nspan; ++k)
-    if (off >= r->span[k].off && off < r->span[k].off + r->span[k].n)
-      return sg_ddp_mark_ready(r->span[k].ddp, off - r->span[k].off, n);
-  return SG_OK; /* an empty shard */
-}
-
-/* Cut the flat buffer into spans of one layout and make a gradient reducer
- * for each: the rule of DESIGN.md, from the placements — a gradient is
- * Partial over every mesh dim where the data is split, except the dims the
- * parameter itself is Shard over. Collective over the mesh (groups). */
-static sg_status make_spans(run_t *r) {
-  sg_status st = SG_OK;
-  sg_var **vars = NULL;
-  const int np = sg_model_params(r->model, &vars);
-  const int maxspan = (int)(sizeof r->span / sizeof r->span[0]);
-  r->nspan = 0;
-  /* one span per layout (Replicate first), each a contiguous run of the
-   * buffer; an empty shard still has its span, so every rank has the same */
-  for (int pass = 0; pass < 2; ++pass)
-    for (int i = 0; i < np; ++i) {
-      sg_param_info pi;
-      SG_TRY(sg_model_param_info(r->model, i, &pi));
-      if ((pass == 0) != (pi.shard_dims == 0u)) continue;
-      int k = 0;
-      while (k < r->nspan && r->span[k].shard_dims != pi.shard_dims) ++k;
-      if (k == r->nspan) {
-        if (r->nspan == maxspan) SG_RAISE(SG_ERR_NOT_SUPPORTED, "sg-train: more than %d parameter layouts", maxspan);
-        r->span[k].off = pi.offset;
-        r->span[k].n = 0;
-        r->span[k].shard_dims = pi.shard_dims;
-        ++r->nspan;
-      }
-      struct span *sp = &r->span[k];
-      if (pi.numel > 0 && pi.offset != sp->off + sp->n)
-        SG_RAISE(SG_ERR_INTERNAL, "sg-train: parameters of one layout are not contiguous in the buffer ('%s')",
-                 pi.name);
-      sp->n += pi.numel;
-    }
-fail:
-  /* the same spans on every rank: their number and layouts (sizes of sharded
-   * spans may differ between domain ranks) */
-  st = sg_agree(MPI_COMM_WORLD, st);
-  if (st != SG_OK) return st;
-  int mine[2] = {r->nspan, 0}, lo[2], hi[2];
-  for (int k = 0; k < r->nspan; ++k) mine[1] = mine[1] * 31 + (int)r->span[k].shard_dims;
-  SG_MPI(MPI_Allreduce(mine, lo, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  SG_MPI(MPI_Allreduce(mine, hi, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-  if (lo[0] != hi[0] || lo[1] != hi[1])
-    SG_RAISE(SG_ERR_INTERNAL, "sg-train: ranks disagree on the parameter layout");
-  for (int k = 0; k < r->nspan; ++k) {
-    struct span *sp = &r->span[k];
-    SG_TRY(sg_ddp_create(r->mesh, r->split_dims & ~sp->shard_dims, r->grads + sp->off, sp->n, 0, r->deterministic,
-                         &sp->ddp));
-    if (sp->shard_dims) SG_TRY(sg_mesh_group(r->mesh, sp->shard_dims, &sp->shard_group));
-  }
-  return SG_OK;
-}
-
-static uint64_t fnv1a(const void *p, size_t n) {
-  const unsigned char *b = p;
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= b[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-/* The ranks that must hold identical copies of a parameter: every mesh dim
- * it is not Shard over. Compare checksums over that group, one group per
- * layout (spans), every parameter of the layout in one reduction. */
-static sg_status check_replicas(run_t *r, int64_t step) {
-  sg_status st = SG_OK;
-  sg_var **vars = NULL;
-  int n = sg_model_params(r->model, &vars);
-  uint64_t *lo = malloc((size_t)n * sizeof *lo), *hi = malloc((size_t)n * sizeof *hi);
-  unsigned *dims = malloc((size_t)n * sizeof *dims);
-  if (!lo || !hi || !dims) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  for (int i = 0; i < n; ++i) {
-    sg_param_info pi;
-    SG_TRY(sg_model_param_info(r->model, i, &pi));
-    dims[i] = pi.shard_dims;
-    lo[i] = hi[i] = fnv1a(vars[i]->value.data, sg_tensor_nbytes(&vars[i]->value));
-  }
-  const unsigned all = (1u << sg_mesh_ndims(r->mesh)) - 1u;
-  for (int k = 0; k < r->nspan + 1; ++k) { /* the Replicate layout, then each span's */
-    unsigned sd = k == 0 ? 0u : r->span[k - 1].shard_dims;
-    if (k > 0 && sd == 0u) continue;
-    sg_group_t g = NULL;
-    SG_TRY(sg_mesh_group(r->mesh, all & ~sd, &g));
-    for (int i = 0; i < n; ++i)
-      if (dims[i] == sd) {
-        SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &lo[i], 1, MPI_UINT64_T, MPI_MIN, sg_group_comm(g)));
-        SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &hi[i], 1, MPI_UINT64_T, MPI_MAX, sg_group_comm(g)));
-      }
-  }
-  for (int i = 0; i < n; ++i)
-    if (lo[i] != hi[i])
-      SG_RAISE(SG_ERR_INTERNAL,
-               "replicas diverged at step %lld: parameter %d ('%s', %lld elements) differs across ranks",
-               (long long)step, i, vars[i]->name, (long long)sg_tensor_numel(&vars[i]->value));
-fail:
-  free(lo);
-  free(hi);
-  free(dims);
-  return sg_agree(MPI_COMM_WORLD, st); /* a divergence may show in one group only */
-}
-
-/* The global gradient norm: Replicate spans count once (every rank holds
- * the same reduced values), sharded spans are summed over their shard
- * group in a fixed order. Collective over the mesh. */
-static sg_status grad_norm(run_t *r, double *norm) {
-  sg_status st = SG_OK;
-  double total = 0.0;
-  for (int k = 0; k < r->nspan; ++k) {
-    double s = sg_sumsq_f32(r->grads + r->span[k].off, r->span[k].n);
-    if (r->span[k].shard_group && sg_group_size(r->span[k].shard_group) > 1)
-      SG_TRY(sg_allreduce_det(r->span[k].shard_group, &s, &s, 1, SG_DTYPE_F64, SG_REDUCE_SUM));
-    total += s;
-  }
-  *norm = sqrt(total);
-fail:
-  return st;
-}
 
 /* Predict a batch (no tape kept): pred gets the model's output in physical
  * units, masked; yb is turned into physical units too. */
@@ -310,9 +177,9 @@ static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
     SG_TRY(sg_nc_put_global_cf(f, "sg-train test predictions", "sg-train --predict", NULL));
     SG_TRY(sg_nc_enddef(f));
   }
-  const int64_t nb = (r->ntest + r->gbatch - 1) / r->gbatch;
+  const int64_t nb = (r->ntest + r->ebatch - 1) / r->ebatch;
   for (int64_t b = 0; b < nb; ++b) {
-    int64_t valid = 0, first = b * r->gbatch + r->cdp * r->lbatch;
+    int64_t valid = 0, first = b * r->ebatch + r->cdp * r->lbatch;
     for (int64_t j = 0; j < r->lbatch; ++j) {
       int64_t g = first + j;
       ex[j] = r->test[g < r->ntest ? g : r->ntest - 1]; /* pad with the last */
@@ -362,14 +229,14 @@ static sg_status rollout(run_t *r, int64_t steps, double *rel_out) {
   if (r->ds.climate) SG_RAISE(SG_ERR_NOT_SUPPORTED, "rollout needs a sample dataset (sample, time, y, x)");
   if (H + steps > T) SG_RAISE(SG_ERR_CONFIG, "rollout of %lld frames after %lld history frames exceeds the %lld frames",
                               (long long)steps, (long long)H, (long long)T);
-  const int64_t nb = (nser + r->gbatch - 1) / r->gbatch;
+  const int64_t nb = (nser + r->ebatch - 1) / r->ebatch;
   double cnt = 0.0;
   for (int64_t b = 0; b < nb; ++b) {
     int64_t valid = 0;
     sg_example ex[64];
     if (r->lbatch > 64) SG_RAISE(SG_ERR_NOT_SUPPORTED, "rollout supports a local batch of at most 64");
     for (int64_t j = 0; j < r->lbatch; ++j) {
-      int64_t g = b * r->gbatch + r->cdp * r->lbatch + j;
+      int64_t g = b * r->ebatch + r->cdp * r->lbatch + j;
       ex[j].series = s0 + (g < nser ? g : nser - 1);
       ex[j].t0 = 0;
       valid += g < nser;
@@ -418,65 +285,15 @@ fail:
  * writes its box (rank 0 for Replicate parameters) — and read by any mesh
  * as the boxes it needs; the step, seed, data position, config and mesh
  * are metadata. */
-typedef struct ckpt_set {
-  int n;
-  sg_ckpt_array *a;
-  char (*names)[96];
-} ckpt_set;
-
-static void ckpt_set_free(ckpt_set *c) {
-  free(c->a);
-  free(c->names);
-  memset(c, 0, sizeof *c);
-}
-
-/* Collective over the mesh (replica groups). */
-static sg_status ckpt_arrays(run_t *r, ckpt_set *c, int writing) {
-  sg_status st = SG_OK;
-  static const char *const states[3] = {"params", "adam_m", "adam_v"};
-  float *bufs[3] = {r->params, r->m, r->v};
-  sg_var **vars = NULL;
-  const int np = sg_model_params(r->model, &vars);
-  const unsigned all = (1u << sg_mesh_ndims(r->mesh)) - 1u;
-  memset(c, 0, sizeof *c);
-  c->a = calloc((size_t)(3 * np), sizeof *c->a);
-  c->names = calloc((size_t)(3 * np), sizeof *c->names);
-  if (!c->a || !c->names) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  for (int i = 0; i < np; ++i) {
-    sg_param_info pi;
-    SG_TRY(sg_model_param_info(r->model, i, &pi));
-    if (pi.ndim > SG_NC_MAX_DIMS) SG_RAISE(SG_ERR_NOT_SUPPORTED, "parameter '%s' has %d dims", pi.name, pi.ndim);
-    sg_group_t rep = NULL;
-    SG_TRY(sg_mesh_group(r->mesh, all & ~pi.shard_dims, &rep));
-    const int writer = sg_group_rank(rep) == 0;
-    for (int s = 0; s < 3; ++s) {
-      sg_ckpt_array *a = &c->a[c->n];
-      snprintf(c->names[c->n], sizeof c->names[c->n], "%s.%s", states[s], pi.name);
-      a->name = c->names[c->n];
-      a->shard.ndims = pi.ndim;
-      for (int d = 0; d < pi.ndim; ++d) {
-        a->shard.global_shape[d] = pi.global_shape[d];
-        a->shard.start[d] = pi.start[d];
-        a->shard.count[d] = writing && !writer ? 0 : pi.count[d];
-      }
-      a->shard.dtype = SG_DTYPE_F32;
-      a->data = bufs[s] + pi.offset;
-      ++c->n;
-    }
-  }
-fail:
-  if (st != SG_OK) ckpt_set_free(c);
-  return st;
-}
-
 static sg_status save_checkpoint(run_t *r, int64_t step) {
   sg_status st = SG_OK;
   char path[4096];
-  ckpt_set cs = {0, NULL, NULL};
+  sg_ckpt_array *arr = NULL;
+  int narr = 0;
   sg_ckpt_meta meta;
   memset(&meta, 0, sizeof meta);
   snprintf(path, sizeof path, "%s/step_%06lld.nc", sg_kv_str(r->kv, "ckpt_dir"), (long long)step);
-  SG_TRY(sg_agree(MPI_COMM_WORLD, ckpt_arrays(r, &cs, 1)));
+  SG_TRY(sg_parallel_ckpt_arrays(r->plan, 1, &arr, &narr));
   meta.step = step;
   meta.rng_seed = (uint64_t)sg_kv_int(r->kv, "seed");
   meta.data_position = step * r->gbatch;
@@ -484,13 +301,12 @@ static sg_status save_checkpoint(run_t *r, int64_t step) {
   meta.config = sg_kv_dump(r->kv);
   double t0 = sg_wtime();
   sg_trace_begin("io");
-  st = sg_ckpt_write(MPI_COMM_WORLD, path, cs.n, cs.a, &meta, NULL);
+  st = sg_ckpt_write(MPI_COMM_WORLD, path, narr, arr, &meta, NULL);
   sg_trace_end("io");
   free(meta.config);
   SG_TRY(st);
   sg_log_info("checkpoint %s written (%.2f s)", path, sg_wtime() - t0);
 fail:
-  ckpt_set_free(&cs);
   return st;
 }
 
@@ -539,14 +355,15 @@ fail:
 
 static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   sg_status st = SG_OK;
-  ckpt_set cs = {0, NULL, NULL};
+  sg_ckpt_array *arr = NULL;
+  int narr = 0;
   sg_ckpt_meta meta;
   memset(&meta, 0, sizeof meta);
-  SG_TRY(sg_agree(MPI_COMM_WORLD, ckpt_arrays(r, &cs, 0)));
+  SG_TRY(sg_parallel_ckpt_arrays(r->plan, 0, &arr, &narr));
   sg_trace_begin("io");
-  st = sg_ckpt_read(MPI_COMM_WORLD, path, 0, cs.a, &meta);
+  st = sg_ckpt_read(MPI_COMM_WORLD, path, 0, arr, &meta);
   if (st == SG_OK) st = sg_agree(MPI_COMM_WORLD, check_ckpt_model(r, path, meta.config));
-  if (st == SG_OK) st = sg_ckpt_read(MPI_COMM_WORLD, path, cs.n, cs.a, NULL);
+  if (st == SG_OK) st = sg_ckpt_read(MPI_COMM_WORLD, path, narr, arr, NULL);
   sg_trace_end("io");
   SG_TRY(st);
   if (meta.rng_seed != (uint64_t)sg_kv_int(r->kv, "seed"))
@@ -556,7 +373,6 @@ static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   sg_log_info("resumed from %s: step %lld (written on mesh %s)", path, (long long)meta.step, meta.mesh);
 fail:
   free(meta.config);
-  ckpt_set_free(&cs);
   return st;
 }
 
@@ -620,8 +436,42 @@ fail:
   return st;
 }
 
+/* The parallel plan's settings from the config. Not collective. */
+static sg_status plan_config(sg_kv_t kv, sg_parallel_config *pc) {
+  sg_status st = SG_OK;
+  *pc = sg_parallel_defaults();
+  const int64_t zero = sg_kv_int(kv, "zero");
+  if (zero < 0 || zero > 3) SG_RAISE(SG_ERR_CONFIG, "zero must be 0, 1, 2 or 3, not %lld", (long long)zero);
+  pc->zero = (int)zero;
+  pc->shard_over_domain = sg_kv_bool(kv, "zero_over_domain");
+  pc->deterministic = sg_kv_bool(kv, "deterministic");
+  const double mib = sg_kv_float(kv, "bucket_mib");
+  if (!(mib > 0.0 && mib < 1e6)) SG_RAISE(SG_ERR_CONFIG, "bucket_mib must be > 0, not %g", mib);
+  pc->bucket_bytes = (int64_t)(mib * 1048576.0);
+  pc->adamw.weight_decay = sg_kv_float(kv, "weight_decay");
+fail:
+  return st;
+}
+
+/* The parallel plan over the model's parameter table; the model is bound to
+ * the plan's buffers. Collective. */
+static sg_status make_plan(run_t *r) {
+  sg_status st = SG_OK;
+  sg_var **vars = NULL;
+  const int np = sg_model_params(r->model, &vars);
+  sg_param_info *tab = calloc((size_t)np + 1, sizeof *tab);
+  if (!tab) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
+  for (int i = 0; i < np && st == SG_OK; ++i) st = sg_model_param_info(r->model, i, &tab[i]);
+  SG_TRY(sg_agree(MPI_COMM_WORLD, st));
+  SG_TRY(sg_parallel_create(r->mesh, &r->pcfg, np, tab, sg_model_param_count(r->model), &r->plan));
+  SG_TRY(sg_model_bind(r->model, sg_parallel_params(r->plan), sg_parallel_grads(r->plan)));
+fail:
+  free(tab);
+  return st;
+}
+
 static sg_status setup(run_t *r) {
-  sg_status st = SG_OK, lst = SG_OK;
+  sg_status st = SG_OK;
   sg_kv_t kv = r->kv;
   char spec[128];
   const char *m = sg_kv_str(kv, "mesh");
@@ -636,21 +486,13 @@ static sg_status setup(run_t *r) {
   /* activation blocks are freed and reallocated every step: keep them */
   if (sg_host_keep_memory() != SG_OK) sg_log_info("%s", sg_last_error());
   snprintf(r->mesh_spec, sizeof r->mesh_spec, "%s", spec);
-  for (int d = 0; d < sg_mesh_ndims(r->mesh); ++d) {
-    const char *nm = sg_mesh_dim_name(r->mesh, d);
-    if (strcmp(nm, "dp") && strcmp(nm, "h") && strcmp(nm, "w") && sg_mesh_dim_size(r->mesh, d) > 1)
-      lst = sg_error_set(SG_ERR_MESH, __FILE__, __LINE__,
-                         "sg-train: mesh dim '%s' (size %d) is not one of dp, h, w", nm, sg_mesh_dim_size(r->mesh, d));
-  }
-  SG_TRY(sg_agree(MPI_COMM_WORLD, lst));
-  int dp = sg_mesh_find_dim(r->mesh, "dp"), hd = sg_mesh_find_dim(r->mesh, "h"), wd = sg_mesh_find_dim(r->mesh, "w");
-  r->ndp = dp >= 0 ? sg_mesh_dim_size(r->mesh, dp) : 1;
-  r->cdp = dp >= 0 ? sg_mesh_coord(r->mesh, dp) : 0;
-  unsigned dmask = (hd >= 0 ? 1u << hd : 0) | (wd >= 0 ? 1u << wd : 0), pmask = dp >= 0 ? 1u << dp : 0;
-  r->split_dims = dmask | pmask;
-  SG_TRY(sg_mesh_group(r->mesh, dmask, &r->domain));
-  SG_TRY(sg_mesh_group(r->mesh, pmask, &r->data));
-  SG_TRY(sg_mesh_group(r->mesh, dmask | pmask, &r->all));
+  SG_TRY(plan_config(kv, &r->pcfg));
+  sg_parallel_mesh_info mi;
+  SG_TRY(sg_parallel_check_mesh(r->mesh, &r->pcfg, &mi));
+  r->ndp = mi.data_size;
+  r->cdp = mi.data_index;
+  SG_TRY(sg_mesh_group(r->mesh, mi.domain_dims, &r->domain));
+  SG_TRY(sg_mesh_group(r->mesh, mi.batch_dims, &r->data));
   sg_model_config mc;
   SG_TRY(model_config(kv, &mc));
   const char *lk = sg_kv_str(kv, "loss");
@@ -661,7 +503,13 @@ static sg_status setup(run_t *r) {
   if (r->gbatch < 1 || r->gbatch % r->ndp)
     SG_RAISE(SG_ERR_CONFIG, "global batch %lld is not divisible by the %d data-parallel ranks (dp)",
              (long long)r->gbatch, r->ndp);
-  r->lbatch = r->gbatch / r->ndp;
+  r->micro = sg_kv_int(kv, "grad_accum");
+  if (r->micro < 1 || (r->gbatch / r->ndp) % r->micro)
+    SG_RAISE(SG_ERR_CONFIG, "grad_accum = %lld must be >= 1 and divide the %lld samples per data rank (batch %lld "
+             "over %d data-parallel ranks)", (long long)r->micro, (long long)(r->gbatch / r->ndp),
+             (long long)r->gbatch, r->ndp);
+  r->lbatch = r->gbatch / r->ndp / r->micro; /* the model's batch: one micro-batch */
+  r->ebatch = r->lbatch * r->ndp;
   r->deterministic = sg_kv_bool(kv, "deterministic");
   sg_comm_set_deterministic(r->deterministic);
 
@@ -691,6 +539,9 @@ static sg_status setup(run_t *r) {
   SG_TRY(sg_dataset_load(&r->dopt, y0, lny, x0, lnx, r->domain, &r->ds));
   sg_trace_end("io");
   SG_TRY(sg_dataset_examples(&r->ds, &r->dopt, &r->train, &r->ntrain, &r->test, &r->ntest));
+  if (r->micro > 1 && r->loss_kind == SG_LOSS_MSE && r->ds.has_mask)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "grad_accum > 1 with loss = mse on masked data is not supported (the mean's "
+             "denominator differs between micro-batches): use loss = rel_l2 or grad_accum = 1");
   if (r->ntrain < r->gbatch)
     SG_RAISE(SG_ERR_CONFIG, "only %lld training examples for a global batch of %lld", (long long)r->ntrain,
              (long long)r->gbatch);
@@ -699,19 +550,11 @@ static sg_status setup(run_t *r) {
               r->dopt.path, (long long)r->ds.nseries, (long long)r->ds.nframes, (long long)ny, (long long)nx, nv,
               (long long)r->ntrain, (long long)r->ntest, sg_wtime() - t_io);
 
-  /* parameters, optimizer state and gradients: flat buffers */
-  r->nparam = sg_model_param_count(r->model);
-  sg_device h = sg_device_host();
-  SG_TRY(sg_calloc(h, (size_t)r->nparam * sizeof(float), (void **)&r->params));
-  SG_TRY(sg_calloc(h, (size_t)r->nparam * sizeof(float), (void **)&r->grads));
-  SG_TRY(sg_calloc(h, (size_t)r->nparam * sizeof(float), (void **)&r->m));
-  SG_TRY(sg_calloc(h, (size_t)r->nparam * sizeof(float), (void **)&r->v));
-  SG_TRY(sg_model_bind(r->model, r->params, r->grads));
+  /* parameters, gradients and optimizer state: the plan's flat buffers */
+  SG_TRY(make_plan(r));
   SG_TRY(sg_model_init(r->model, (uint64_t)sg_kv_int(kv, "seed")));
   SG_TRY(sg_tape_create(&r->tape));
-  SG_TRY(make_spans(r));
-  sg_hooks hk = {NULL, grad_ready_hook, NULL, r};
-  sg_tape_set_hooks(r->tape, &hk);
+  SG_TRY(sg_parallel_attach(r->plan, r->tape));
   const int64_t plane = lny * lnx;
   r->xb = malloc((size_t)(r->lbatch * r->cin * plane + 1) * sizeof *r->xb);
   r->yb = malloc((size_t)(r->lbatch * r->cout * plane + 1) * sizeof *r->yb);
@@ -719,8 +562,53 @@ static sg_status setup(run_t *r) {
   if (!r->xb || !r->yb || !r->mb) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   char desc[256];
   sg_model_describe(r->model, desc, sizeof desc);
-  sg_log_info("model %s; mesh %s (dp %d), global batch %lld", desc, spec, r->ndp, (long long)r->gbatch);
+  char pdesc[256];
+  sg_parallel_describe(r->plan, pdesc, sizeof pdesc);
+  sg_log_info("model %s; mesh %s (%d data replicas), global batch %lld in %lld micro-batch(es); plan: %s", desc,
+              spec, r->ndp, (long long)r->gbatch, (long long)r->micro, pdesc);
 fail:
+  return st;
+}
+
+/* Forward and backward of one micro-batch k: the examples perm[0..lbatch)
+ * of the training set; *lval accumulates the loss. Collective. */
+static sg_status micro_step(run_t *r, const int64_t *perm, sg_example *ex, int k, double *lval) {
+  sg_status st = SG_OK;
+  for (int64_t j = 0; j < r->lbatch; ++j) ex[j] = r->train[perm[j]];
+  sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, r->yb, r->mb);
+  int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx}, ys[4] = {r->lbatch, r->cout, r->ds.ny, r->ds.nx};
+  sg_var x, y, mk, *pred = NULL, *loss = NULL;
+  memset(&x, 0, sizeof x);
+  memset(&y, 0, sizeof y);
+  memset(&mk, 0, sizeof mk);
+  SG_TRY(sg_var_init(&x, "x", SG_DTYPE_F32, 4, xs, r->xb, 0));
+  SG_TRY(sg_var_init(&y, "y", SG_DTYPE_F32, 4, ys, r->yb, 0));
+  SG_TRY(sg_var_init(&mk, "mask", SG_DTYPE_F32, 4, ys, r->mb, 0));
+  SG_TRY(sg_model_mark(r->model, &y));
+  if (r->ds.has_mask) SG_TRY(sg_model_mark(r->model, &mk));
+  SG_TRY(sg_parallel_begin_micro(r->plan, k, (int)r->micro));
+  sg_trace_begin("forward");
+  st = sg_model_forward(r->model, r->tape, &x, &pred);
+  /* rel_l2 sums over samples / global batch: micro-batch losses add up;
+   * mse is a mean over each micro-batch's elements: 1/micro of each */
+  sg_dist_loss_ctx lc = {r->domain, r->data, r->gbatch};
+  if (st == SG_OK) st = sg_ag_dist_loss(r->tape, r->loss_kind, pred, &y, r->ds.has_mask ? &mk : NULL, &lc, &loss);
+  double lv = st == SG_OK ? sg_dist_loss_value(loss) : 0.0;
+  if (st == SG_OK && r->loss_kind == SG_LOSS_MSE && r->micro > 1) {
+    st = sg_ag_scale(r->tape, 1.0 / (double)r->micro, loss, &loss);
+    lv /= (double)r->micro;
+  }
+  sg_trace_end("forward");
+  SG_TRY(st);
+  *lval += lv;
+  sg_trace_begin("backward");
+  st = sg_tape_backward(r->tape, loss);
+  sg_trace_end("backward");
+fail:
+  if (st != SG_OK) sg_tape_clear(r->tape);
+  sg_var_release(&x);
+  sg_var_release(&y);
+  sg_var_release(&mk);
   return st;
 }
 
@@ -736,8 +624,6 @@ static sg_status train(run_t *r) {
   sg_lr_config lr = {SG_LR_CONSTANT, sg_kv_float(kv, "lr"), sg_kv_float(kv, "min_lr"), sg_kv_int(kv, "warmup"),
                      steps, sg_kv_int(kv, "step_size"), sg_kv_float(kv, "gamma")};
   SG_TRY(sg_lr_schedule_parse(sg_kv_str(kv, "schedule"), &lr.kind));
-  sg_adamw_config ac = sg_adamw_defaults();
-  ac.weight_decay = sg_kv_float(kv, "weight_decay");
   const double clip = sg_kv_float(kv, "clip");
   const int64_t eval_every = sg_kv_int(kv, "eval_every"), check_every = sg_kv_int(kv, "check_every");
   const int64_t log_every = sg_kv_int(kv, "log_every") > 0 ? sg_kv_int(kv, "log_every") : 1;
@@ -764,45 +650,23 @@ static sg_status train(run_t *r) {
       epoch = e;
       sg_epoch_order((uint64_t)sg_kv_int(kv, "seed"), epoch, r->ntrain, perm);
     }
-    for (int64_t j = 0; j < r->lbatch; ++j) ex[j] = r->train[perm[pos * r->gbatch + r->cdp * r->lbatch + j]];
-    sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, r->yb, r->mb);
-    int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx}, ys[4] = {r->lbatch, r->cout, r->ds.ny, r->ds.nx};
-    sg_var x, y, mk, *pred = NULL, *loss = NULL;
-    SG_TRY(sg_var_init(&x, "x", SG_DTYPE_F32, 4, xs, r->xb, 0));
-    SG_TRY(sg_var_init(&y, "y", SG_DTYPE_F32, 4, ys, r->yb, 0));
-    SG_TRY(sg_var_init(&mk, "mask", SG_DTYPE_F32, 4, ys, r->mb, 0));
-    SG_TRY(sg_model_mark(r->model, &y));
-    if (r->ds.has_mask) SG_TRY(sg_model_mark(r->model, &mk));
-    for (int k = 0; k < r->nspan; ++k) SG_TRY(sg_ddp_begin(r->span[k].ddp));
     const double tr0 = sg_model_collective_seconds(r->model);
-    sg_trace_begin("forward");
-    st = sg_model_forward(r->model, r->tape, &x, &pred);
-    sg_dist_loss_ctx lc = {r->domain, r->data, r->gbatch};
-    if (st == SG_OK) st = sg_ag_dist_loss(r->tape, r->loss_kind, pred, &y, r->ds.has_mask ? &mk : NULL, &lc, &loss);
-    sg_trace_end("forward");
-    SG_TRY(st);
-    double lval = sg_dist_loss_value(loss);
-    sg_trace_begin("backward");
-    st = sg_tape_backward(r->tape, loss);
-    sg_trace_end("backward");
-    SG_TRY(st);
+    double lval = 0.0;
+    for (int64_t k = 0; k < r->micro; ++k) /* micro-batches: gradients accumulate */
+      SG_TRY(micro_step(r, perm + pos * r->gbatch + r->cdp * r->lbatch * r->micro + k * r->lbatch, ex, (int)k,
+                        &lval));
     double tc = sg_wtime();
     sg_trace_begin("collectives");
-    for (int k = 0; k < r->nspan && st == SG_OK; ++k) st = sg_ddp_finish(r->span[k].ddp, 1.0);
     double gnorm = 0.0;
-    if (st == SG_OK) st = grad_norm(r, &gnorm);
+    st = sg_parallel_reduce(r->plan, &gnorm);
     sg_trace_end("collectives");
     SG_TRY(st);
     double tcoll = sg_wtime() - tc;
     double lr_t = sg_lr_at(&lr, step);
     sg_trace_begin("optimizer");
-    st = sg_adamw_step_f32(r->params, r->grads, r->m, r->v, r->nparam, step, lr_t, sg_clip_scale(gnorm, clip), &ac);
+    st = sg_parallel_step(r->plan, step, lr_t, sg_clip_scale(gnorm, clip));
     sg_trace_end("optimizer");
     SG_TRY(st);
-    memset(r->grads, 0, (size_t)r->nparam * sizeof(float));
-    sg_var_release(&x);
-    sg_var_release(&y);
-    sg_var_release(&mk);
     const double tr1 = sg_model_collective_seconds(r->model);
     double dt = sg_wtime() - t0;
     double coll = tcoll + (tr1 - tr0), halo = sg_timer_total("halo") - halo0;
@@ -822,7 +686,7 @@ static sg_status train(run_t *r) {
               "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, \"samples_per_s\": %.6g, "
               "\"time_compute\": %.6g, \"time_halo\": %.6g, \"time_collectives\": %.6g}\n",
               (long long)step, lval, lr_t, gnorm, sps, dt - coll - halo, halo, coll);
-    if (check_every > 0 && step % check_every == 0) SG_TRY(check_replicas(r, step));
+    if (check_every > 0 && step % check_every == 0) SG_TRY(sg_parallel_check_replicas(r->plan, step));
     if (*ckdir && ((ckpt_every > 0 && step % ckpt_every == 0) || step == steps)) SG_TRY(save_checkpoint(r, step));
     if (eval_every > 0 && step % eval_every == 0 && step != steps) {
       double rel = 0;
@@ -875,14 +739,9 @@ fail:
 
 static void cleanup(run_t *r) {
   if (r->metrics) fclose(r->metrics);
-  for (int k = 0; k < r->nspan; ++k) sg_ddp_destroy(&r->span[k].ddp);
   sg_tape_destroy(&r->tape);
   sg_model_destroy(&r->model);
-  sg_device h = sg_device_host();
-  sg_free(h, (void **)&r->params);
-  sg_free(h, (void **)&r->grads);
-  sg_free(h, (void **)&r->m);
-  sg_free(h, (void **)&r->v);
+  sg_parallel_destroy(&r->plan);
   free(r->xb);
   free(r->yb);
   free(r->mb);

@@ -1,0 +1,745 @@
+/* shardgrid — the parallel plan (see sg_parallel.h). */
+#include "sg_parallel.h"
+
+#include "sg_comm.h"
+#include "sg_ddp.h"
+#include "sg_decomp.h"
+#include "sg_device.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One parameter: its table entry and its ZeRO piece. */
+typedef struct pl_param {
+  sg_param_info info;
+  char name[64];
+  int layout;
+  int64_t row;       /* elements per dim-0 row of the local box */
+  int64_t own_row0;  /* first owned row of the local box */
+  int64_t own_rows;  /* owned rows (ZeRO piece; the whole box when zero = 0) */
+  int64_t moff;      /* offset of the piece in the optimizer state */
+} pl_param;
+
+/* A span: a contiguous run of the flat buffer whose parameters share a
+ * layout, with its DDP reducer. */
+typedef struct pl_span {
+  int64_t off, n;
+  sg_ddp_t ddp;
+} pl_span;
+
+/* Parameters that share (shard_dims): the same groups. */
+typedef struct pl_layout {
+  unsigned shard_dims, reduce_dims, zero_dims;
+  sg_group_t reduce_g;     /* gradient reduction: data dims \ shard */
+  sg_group_t zero_g;       /* ZeRO pieces: zero dims \ shard (NULL: none) */
+  sg_group_t rest_g;       /* reduce \ zero: all-reduce of the pieces */
+  sg_group_t norm_g;       /* zero \cup shard: the norm's distinct parts */
+  int *members;            /* parameter indices, table order */
+  int nmembers;
+  int64_t *counts;         /* per ZeRO-group rank: elements of its pieces */
+  int64_t npack;           /* elements of all members (the pack buffer) */
+} pl_layout;
+
+struct sg_parallel {
+  sg_mesh_t mesh;
+  sg_parallel_config cfg;
+  sg_dim_role role[SG_MESH_MAX_DIMS];
+  unsigned data_dims, zero_dims_all, domain_dims;
+  int data_size, data_index;
+  int np;
+  pl_param *p;
+  int *by_offset; /* parameter indices sorted by offset (non-empty ones) */
+  int nby;
+  int nl;
+  pl_layout *l;
+  int nspan;
+  pl_span *span;
+  int64_t nlocal, nstate;
+  float *params, *grads, *m, *v;
+  float *pack, *piece; /* ZeRO scratch: npack max, counts max */
+  int micro, nmicro;
+  int hooked_reductions; /* DDP reducers get grad-ready marks */
+  sg_ckpt_array *ck;
+  char (*ck_names)[96];
+};
+
+static const char *const role_names[SG_DIM_ROLE_COUNT] = {"data",     "fsdp",     "domain", "tensor",
+                                                          "pipeline", "sequence", "expert"};
+
+const char *sg_dim_role_name(sg_dim_role r) {
+  return (unsigned)r < SG_DIM_ROLE_COUNT ? role_names[r] : "invalid";
+}
+
+sg_status sg_dim_role_of(const char *name, sg_dim_role *role) {
+  static const struct {
+    const char *name;
+    sg_dim_role role;
+  } known[] = {{"dp", SG_DIM_ROLE_DATA},     {"fsdp", SG_DIM_ROLE_FSDP},    {"h", SG_DIM_ROLE_DOMAIN},
+               {"w", SG_DIM_ROLE_DOMAIN},    {"d", SG_DIM_ROLE_DOMAIN},     {"tp", SG_DIM_ROLE_TENSOR},
+               {"pp", SG_DIM_ROLE_PIPELINE}, {"sp", SG_DIM_ROLE_SEQUENCE},  {"cp", SG_DIM_ROLE_SEQUENCE},
+               {"ep", SG_DIM_ROLE_EXPERT}};
+  for (size_t i = 0; name && i < sizeof known / sizeof known[0]; ++i)
+    if (strcmp(name, known[i].name) == 0) {
+      *role = known[i].role;
+      return SG_OK;
+    }
+  return sg_error_set(SG_ERR_MESH, __FILE__, __LINE__,
+                      "mesh dim '%s' has no role in the parallel plan (known: dp, fsdp, h, w, d, tp, pp, sp, "
+                      "cp, ep)",
+                      name ? name : "(null)");
+}
+
+sg_parallel_config sg_parallel_defaults(void) {
+  sg_parallel_config c;
+  memset(&c, 0, sizeof c);
+  c.adamw = sg_adamw_defaults();
+  return c;
+}
+
+float *sg_parallel_params(sg_parallel_t p) { return p ? p->params : NULL; }
+float *sg_parallel_grads(sg_parallel_t p) { return p ? p->grads : NULL; }
+int64_t sg_parallel_local_count(sg_parallel_t p) { return p ? p->nlocal : 0; }
+int64_t sg_parallel_state_count(sg_parallel_t p) { return p ? p->nstate : 0; }
+unsigned sg_parallel_data_dims(sg_parallel_t p) { return p ? p->data_dims : 0u; }
+int sg_parallel_data_size(sg_parallel_t p) { return p ? p->data_size : 1; }
+int sg_parallel_data_index(sg_parallel_t p) { return p ? p->data_index : 0; }
+
+int sg_parallel_dim_of(sg_parallel_t p, sg_dim_role role) {
+  for (int d = 0; p && d < sg_mesh_ndims(p->mesh); ++d)
+    if (p->role[d] == role) return d;
+  return -1;
+}
+
+/* Rows [*r0, *r0 + *nr) of `rows` owned by part r of g (the balanced rule). */
+static void split_rows(int64_t rows, int g, int r, int64_t *r0, int64_t *nr) {
+  *r0 = sg_split_offset(rows, g, r);
+  *nr = sg_split_size(rows, g, r);
+}
+
+static int64_t numel_of(const sg_param_info *pi) {
+  int64_t n = 1;
+  for (int d = 0; d < pi->ndim; ++d) n *= pi->count[d];
+  return n;
+}
+
+/* ---- creation --------------------------------------------------------------- */
+
+/* Mesh dims and their roles; what this plan does not do yet is refused. */
+static sg_status plan_roles(struct sg_parallel *p) {
+  sg_status st = SG_OK;
+  const int nd = sg_mesh_ndims(p->mesh);
+  p->data_size = 1;
+  p->data_index = 0;
+  for (int d = 0; d < nd; ++d) {
+    const char *nm = sg_mesh_dim_name(p->mesh, d);
+    const int sz = sg_mesh_dim_size(p->mesh, d);
+    SG_TRY(sg_dim_role_of(nm, &p->role[d]));
+    switch (p->role[d]) {
+    case SG_DIM_ROLE_DATA:
+    case SG_DIM_ROLE_FSDP:
+      p->data_dims |= 1u << d;
+      p->data_index = p->data_index * sz + sg_mesh_coord(p->mesh, d);
+      p->data_size *= sz;
+      if (p->role[d] == SG_DIM_ROLE_FSDP) p->zero_dims_all |= 1u << d;
+      break;
+    case SG_DIM_ROLE_DOMAIN:
+      p->data_dims |= 1u << d;
+      p->domain_dims |= 1u << d;
+      break;
+    default:
+      if (sz > 1)
+        SG_RAISE(SG_ERR_NOT_SUPPORTED,
+                 "mesh dim '%s' (size %d): %s parallelism is not supported by the parallel plan yet "
+                 "(supported: dp, fsdp, h, w, d; a size-1 %s dim is fine)",
+                 nm, sz, role_names[p->role[d]], nm);
+    }
+  }
+  if (p->cfg.zero < 0 || p->cfg.zero > 3)
+    SG_RAISE(SG_ERR_CONFIG, "zero = %d: the ZeRO stage is 0 (DDP), 1 (optimizer state), 2 (+ gradients) or "
+             "3 (+ parameters)", p->cfg.zero);
+  if (p->cfg.zero >= 2)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "zero = %d is not supported yet (gradients%s sharded in memory); zero = 1 shards the optimizer "
+             "state with the same communication", p->cfg.zero, p->cfg.zero == 3 ? " and parameters" : "");
+  if (p->cfg.shard_over_domain && p->cfg.zero >= 1) p->zero_dims_all |= p->domain_dims;
+  unsigned fsdp_big = 0;
+  for (int d = 0; d < nd; ++d)
+    if (p->role[d] == SG_DIM_ROLE_FSDP && sg_mesh_dim_size(p->mesh, d) > 1) fsdp_big |= 1u << d;
+  if (fsdp_big && p->cfg.zero == 0)
+    SG_RAISE(SG_ERR_CONFIG, "mesh dim 'fsdp' shards the model state: set zero = 1 (or use 'dp' for plain "
+             "data parallelism)");
+  if (p->cfg.zero == 0) p->zero_dims_all = 0;
+fail:
+  return st;
+}
+
+/* Every rank must describe the same parameters (names, global shapes,
+ * layouts); local boxes may differ. Collective. */
+static sg_status plan_check_table(struct sg_parallel *p) {
+  sg_status st = SG_OK;
+  uint64_t h = 1469598103934665603ull;
+#define PL_HASH(ptr, n)                                                                                         \
+  do {                                                                                                        \
+    const unsigned char *b_ = (const unsigned char *)(ptr);                                                   \
+    for (size_t i_ = 0; i_ < (size_t)(n); ++i_) h = (h ^ b_[i_]) * 1099511628211ull;                           \
+  } while (0)
+  PL_HASH(&p->np, sizeof p->np);
+  for (int i = 0; i < p->np; ++i) {
+    const sg_param_info *pi = &p->p[i].info;
+    PL_HASH(pi->name, strlen(pi->name));
+    PL_HASH(&pi->ndim, sizeof pi->ndim);
+    PL_HASH(pi->global_shape, (size_t)pi->ndim * sizeof *pi->global_shape);
+    PL_HASH(&pi->shard_dims, sizeof pi->shard_dims);
+  }
+#undef PL_HASH
+  unsigned long long hh[2] = {h, ~h}, mx[2];
+  SG_MPI(MPI_Allreduce(hh, mx, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, sg_mesh_comm(p->mesh)));
+  if (mx[0] != hh[0] || mx[1] != hh[1])
+    SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: the ranks describe different parameter tables (names, "
+             "global shapes or layouts differ)");
+fail:
+  return st;
+}
+
+static const pl_param *cmp_params;
+static int cmp_by_offset(const void *a, const void *b) {
+  int64_t x = cmp_params[*(const int *)a].info.offset, y = cmp_params[*(const int *)b].info.offset;
+  return x < y ? -1 : x > y;
+}
+
+/* Table entries: validity on this rank. Not collective. */
+static sg_status plan_params(struct sg_parallel *p, const sg_param_info *table) {
+  sg_status st = SG_OK;
+  const unsigned all = (1u << sg_mesh_ndims(p->mesh)) - 1u;
+  for (int i = 0; i < p->np; ++i) {
+    pl_param *q = &p->p[i];
+    q->info = table[i];
+    if (!table[i].name || !*table[i].name)
+      SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: parameter %d has no name", i);
+    snprintf(q->name, sizeof q->name, "%s", table[i].name);
+    q->info.name = q->name;
+    const sg_param_info *pi = &q->info;
+    if (pi->ndim < 1 || pi->ndim > SG_PARAM_MAX_DIMS)
+      SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: parameter '%s' has %d dims", q->name, pi->ndim);
+    if (pi->shard_dims & ~all)
+      SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: parameter '%s' is Shard over mesh dims 0x%x the mesh lacks",
+               q->name, pi->shard_dims);
+    for (int d = 0; d < pi->ndim; ++d)
+      if (pi->count[d] < 0 || pi->start[d] < 0 || pi->start[d] + pi->count[d] > pi->global_shape[d])
+        SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: parameter '%s': box [%lld, +%lld) outside extent %lld "
+                 "in dim %d", q->name, (long long)pi->start[d], (long long)pi->count[d],
+                 (long long)pi->global_shape[d], d);
+    if (numel_of(pi) != pi->numel || pi->offset < 0 || pi->offset + pi->numel > p->nlocal)
+      SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: parameter '%s': %lld elements at offset %lld do not fit "
+               "the %lld local floats", q->name, (long long)pi->numel, (long long)pi->offset,
+               (long long)p->nlocal);
+    q->row = pi->count[0] > 0 ? pi->numel / pi->count[0] : 0;
+  }
+  /* no two parameters overlap in the buffer */
+  p->by_offset = malloc((size_t)(p->np + 1) * sizeof *p->by_offset);
+  if (!p->by_offset) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
+  p->nby = 0;
+  for (int i = 0; i < p->np; ++i)
+    if (p->p[i].info.numel > 0) p->by_offset[p->nby++] = i;
+  cmp_params = p->p;
+  qsort(p->by_offset, (size_t)p->nby, sizeof *p->by_offset, cmp_by_offset);
+  for (int k = 1; k < p->nby; ++k) {
+    const pl_param *a = &p->p[p->by_offset[k - 1]], *b = &p->p[p->by_offset[k]];
+    if (a->info.offset + a->info.numel > b->info.offset)
+      SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: parameters '%s' and '%s' overlap in the flat buffer",
+               a->name, b->name);
+  }
+fail:
+  return st;
+}
+
+/* Layouts, their groups, the ZeRO pieces and the DDP spans. Collective
+ * (groups are made in the same order on every rank: the table is agreed). */
+static sg_status plan_layouts(struct sg_parallel *p) {
+  sg_status st = SG_OK;
+  p->l = calloc((size_t)(p->np + 1), sizeof *p->l);
+  if (!p->l) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
+  for (int i = 0; i < p->np; ++i) {
+    pl_param *q = &p->p[i];
+    int k = 0;
+    while (k < p->nl && p->l[k].shard_dims != q->info.shard_dims) ++k;
+    if (k == p->nl) {
+      pl_layout *L = &p->l[p->nl++];
+      L->shard_dims = q->info.shard_dims;
+      L->reduce_dims = p->data_dims & ~L->shard_dims;
+      L->zero_dims = p->zero_dims_all & ~L->shard_dims;
+      L->members = malloc((size_t)p->np * sizeof *L->members);
+      if (!L->members) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
+    }
+    q->layout = k;
+    p->l[k].members[p->l[k].nmembers++] = i;
+  }
+  int64_t maxpack = 0, maxpiece = 0;
+  p->nstate = 0;
+  for (int k = 0; k < p->nl; ++k) {
+    pl_layout *L = &p->l[k];
+    SG_TRY(sg_mesh_group(p->mesh, L->reduce_dims, &L->reduce_g));
+    SG_TRY(sg_mesh_group(p->mesh, L->reduce_dims & ~L->zero_dims, &L->rest_g));
+    SG_TRY(sg_mesh_group(p->mesh, L->zero_dims | L->shard_dims, &L->norm_g));
+    if (L->zero_dims) SG_TRY(sg_mesh_group(p->mesh, L->zero_dims, &L->zero_g));
+    const int g = L->zero_g ? sg_group_size(L->zero_g) : 1, me = L->zero_g ? sg_group_rank(L->zero_g) : 0;
+    L->counts = calloc((size_t)g, sizeof *L->counts);
+    if (!L->counts) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
+    for (int j = 0; j < L->nmembers; ++j) {
+      pl_param *q = &p->p[L->members[j]];
+      const int64_t rows = q->info.numel > 0 ? q->info.count[0] : 0;
+      for (int r = 0; r < g; ++r) {
+        int64_t r0 = 0, nr = 0;
+        split_rows(rows, g, r, &r0, &nr);
+        L->counts[r] += nr * q->row;
+        if (r == me) {
+          q->own_row0 = r0;
+          q->own_rows = nr;
+        }
+      }
+      q->moff = p->nstate;
+      p->nstate += q->own_rows * q->row;
+      L->npack += q->info.numel;
+    }
+    if (L->npack > maxpack) maxpack = L->npack;
+    if (L->counts[me] > maxpiece) maxpiece = L->counts[me];
+  }
+  sg_device h = sg_device_host();
+  if (p->cfg.zero >= 1 && maxpack > 0) {
+    SG_TRY(sg_malloc(h, (size_t)maxpack * sizeof(float), (void **)&p->pack));
+    SG_TRY(sg_malloc(h, (size_t)(maxpiece + 1) * sizeof(float), (void **)&p->piece));
+  }
+  if (p->cfg.zero == 0) p->nstate = p->nlocal; /* the moments mirror the flat buffer */
+  /* DDP spans: runs of parameters of one layout, contiguous in the buffer
+   * (an empty parameter joins any run). Where a run breaks is agreed over
+   * the mesh, so every rank has the same spans (their lengths may differ:
+   * sharded boxes). */
+  int *brk = calloc((size_t)(p->np + 1), sizeof *brk);
+  p->span = calloc((size_t)(p->np + 1), sizeof *p->span);
+  if (!brk || !p->span) {
+    free(brk);
+    SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
+  }
+  int64_t end = -1;
+  for (int i = 0; i < p->np; ++i) {
+    const pl_param *q = &p->p[i];
+    brk[i] = i == 0 || q->layout != p->p[i - 1].layout || (q->info.numel > 0 && end >= 0 && q->info.offset != end);
+    if (brk[i]) end = -1;
+    if (q->info.numel > 0) end = q->info.offset + q->info.numel;
+  }
+  if (p->np > 0 && MPI_Allreduce(MPI_IN_PLACE, brk, p->np, MPI_INT, MPI_MAX, sg_mesh_comm(p->mesh)) != MPI_SUCCESS) {
+    free(brk);
+    SG_RAISE(SG_ERR_MPI, "parallel plan: MPI_Allreduce of the span breaks failed");
+  }
+  int *span_layout = brk; /* reused: the layout of each span */
+  for (int i = 0; i < p->np; ++i) {
+    const pl_param *q = &p->p[i];
+    if (brk[i]) {
+      p->span[p->nspan].off = 0;
+      p->span[p->nspan].n = 0;
+      span_layout[p->nspan] = q->layout;
+      p->nspan++;
+    }
+    pl_span *sp = &p->span[p->nspan - 1];
+    if (q->info.numel == 0) continue;
+    if (sp->n == 0) sp->off = q->info.offset;
+    sp->n += q->info.numel;
+  }
+  const int64_t bucket =
+      (p->cfg.bucket_bytes > 0 ? p->cfg.bucket_bytes : (int64_t)25 << 20) / (int64_t)sizeof(float);
+  for (int k = 0; k < p->nspan && st == SG_OK; ++k)
+    st = sg_ddp_create(p->mesh, p->l[span_layout[k]].reduce_dims, p->grads + p->span[k].off, p->span[k].n, bucket,
+                       p->cfg.deterministic, &p->span[k].ddp);
+  free(brk);
+fail:
+  return st;
+}
+
+sg_status sg_parallel_check_mesh(sg_mesh_t mesh, const sg_parallel_config *cfg, sg_parallel_mesh_info *info) {
+  sg_status st = SG_OK;
+  struct sg_parallel p;
+  if (!mesh) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_parallel_check_mesh: NULL mesh");
+  memset(&p, 0, sizeof p);
+  p.mesh = mesh;
+  p.cfg = cfg ? *cfg : sg_parallel_defaults();
+  st = sg_agree(sg_mesh_comm(mesh), plan_roles(&p));
+  if (st == SG_OK && info) {
+    info->batch_dims = p.data_dims & ~p.domain_dims;
+    info->domain_dims = p.domain_dims;
+    info->data_size = p.data_size;
+    info->data_index = p.data_index;
+  }
+  return st;
+}
+
+sg_status sg_parallel_create(sg_mesh_t mesh, const sg_parallel_config *cfg, int nparams,
+                             const sg_param_info *table, int64_t nlocal, sg_parallel_t *out) {
+  sg_status st = SG_OK;
+  struct sg_parallel *p = NULL;
+  if (!mesh || !out) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_parallel_create: NULL mesh or plan");
+  *out = NULL;
+  const MPI_Comm comm = sg_mesh_comm(mesh);
+  if (nparams < 0 || nlocal < 0 || (nparams > 0 && !table))
+    st = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_parallel_create: %d parameters, %lld floats",
+                      nparams, (long long)nlocal);
+  if (st == SG_OK && !(p = calloc(1, sizeof *p)))
+    st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "sg_parallel_create: out of memory");
+  if (st == SG_OK) {
+    p->mesh = mesh;
+    p->cfg = cfg ? *cfg : sg_parallel_defaults();
+    p->np = nparams;
+    p->nlocal = nlocal;
+    p->nmicro = 1;
+    p->p = calloc((size_t)(nparams + 1), sizeof *p->p);
+    if (!p->p) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "sg_parallel_create: out of memory");
+  }
+  if (st == SG_OK) st = plan_roles(p);
+  if (st == SG_OK) st = plan_params(p, table);
+  SG_TRY(sg_agree(comm, st));
+  SG_TRY(plan_check_table(p));
+  {
+    sg_device h = sg_device_host();
+    size_t nb = (size_t)(nlocal + 1) * sizeof(float);
+    st = sg_calloc(h, nb, (void **)&p->params);
+    if (st == SG_OK) st = sg_calloc(h, nb, (void **)&p->grads);
+    SG_TRY(sg_agree(comm, st));
+  }
+  st = plan_layouts(p);
+  if (st == SG_OK) {
+    sg_device h = sg_device_host();
+    size_t nb = (size_t)(p->nstate + 1) * sizeof(float);
+    st = sg_calloc(h, nb, (void **)&p->m);
+    if (st == SG_OK) st = sg_calloc(h, nb, (void **)&p->v);
+  }
+  SG_TRY(sg_agree(comm, st));
+  /* DDP reducers take grad-ready marks unless ZeRO reduces at the end */
+  p->hooked_reductions = p->cfg.zero == 0 || p->cfg.deterministic;
+  *out = p;
+  return SG_OK;
+fail:
+  sg_parallel_destroy(&p);
+  return st;
+}
+
+sg_status sg_parallel_destroy(sg_parallel_t *plan) {
+  if (!plan || !*plan) return SG_OK;
+  struct sg_parallel *p = *plan;
+  sg_status st = SG_OK;
+  for (int k = 0; k < p->nspan; ++k) {
+    sg_status s2 = sg_ddp_destroy(&p->span[k].ddp);
+    if (st == SG_OK) st = s2;
+  }
+  for (int k = 0; k < p->nl; ++k) {
+    free(p->l[k].members);
+    free(p->l[k].counts);
+  }
+  sg_device h = sg_device_host();
+  sg_free(h, (void **)&p->params);
+  sg_free(h, (void **)&p->grads);
+  sg_free(h, (void **)&p->m);
+  sg_free(h, (void **)&p->v);
+  sg_free(h, (void **)&p->pack);
+  sg_free(h, (void **)&p->piece);
+  free(p->l);
+  free(p->span);
+  free(p->p);
+  free(p->by_offset);
+  free(p->ck);
+  free(p->ck_names);
+  free(p);
+  *plan = NULL;
+  return st;
+}
+
+void sg_parallel_describe(sg_parallel_t p, char *buf, size_t size) {
+  if (!p || !buf || size == 0) return;
+  size_t o = 0;
+  o += (size_t)snprintf(buf + o, size - o, "zero %d", p->cfg.zero);
+  if (p->zero_dims_all) {
+    o += (size_t)snprintf(buf + o < buf + size ? buf + o : buf, o < size ? size - o : 0, " over");
+    for (int d = 0, first = 1; d < sg_mesh_ndims(p->mesh) && o < size; ++d)
+      if (p->zero_dims_all & (1u << d)) {
+        o += (size_t)snprintf(buf + o, size - o, "%s%s", first ? " " : ",", sg_mesh_dim_name(p->mesh, d));
+        first = 0;
+      }
+  }
+  if (o < size)
+    o += (size_t)snprintf(buf + o, size - o, "; %d data replicas; %d layouts, %d spans; %lld floats, %lld of "
+                          "optimizer state per moment", p->data_size, p->nl, p->nspan, (long long)p->nlocal,
+                          (long long)p->nstate);
+}
+
+/* ---- hooks --------------------------------------------------------------------- */
+
+/* The parameter whose gradient lives at grads + off (binary search). */
+static int param_at(const struct sg_parallel *p, int64_t off) {
+  int lo = 0, hi = p->nby - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    const pl_param *q = &p->p[p->by_offset[mid]];
+    if (off < q->info.offset) hi = mid - 1;
+    else if (off >= q->info.offset + q->info.numel) lo = mid + 1;
+    else return p->by_offset[mid];
+  }
+  return -1;
+}
+
+/* The span holding offset off (spans are few: linear). */
+static pl_span *span_at(struct sg_parallel *p, int64_t off) {
+  for (int k = 0; k < p->nspan; ++k)
+    if (off >= p->span[k].off && off < p->span[k].off + p->span[k].n) return &p->span[k];
+  return NULL;
+}
+
+static sg_status on_grad_ready(sg_var *v, void *user) {
+  struct sg_parallel *p = user;
+  if (!p->hooked_reductions || p->micro != p->nmicro - 1 || !v->grad.data) return SG_OK;
+  const float *g = v->grad.data;
+  if (g < p->grads || g >= p->grads + p->nlocal) return SG_OK; /* not one of the plan's */
+  const int64_t off = g - p->grads;
+  const int i = param_at(p, off);
+  if (i < 0) return SG_OK;
+  pl_span *s = span_at(p, off);
+  if (!s) return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__, "parallel plan: '%s' is in no span", p->p[i].name);
+  return sg_ddp_mark_ready(s->ddp, p->p[i].info.offset - s->off, p->p[i].info.numel);
+}
+
+sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape) {
+  sg_status st = SG_OK;
+  if (!p || !tape) SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_attach: NULL plan or tape");
+  sg_hooks hk;
+  memset(&hk, 0, sizeof hk);
+  hk.grad_ready = on_grad_ready;
+  hk.user = p;
+  SG_TRY(sg_tape_add_hooks(tape, &hk, NULL));
+  sg_tape_set_comm(tape, sg_mesh_comm(p->mesh));
+fail:
+  return st;
+}
+
+sg_status sg_parallel_begin_micro(sg_parallel_t p, int k, int n) {
+  sg_status st = SG_OK;
+  if (!p || n < 1 || k < 0 || k >= n)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_begin_micro: micro-batch %d of %d", k, n);
+  p->micro = k;
+  p->nmicro = n;
+  if (k == n - 1)
+    for (int s = 0; s < p->nspan; ++s) SG_TRY(sg_ddp_begin(p->span[s].ddp));
+fail:
+  return st;
+}
+
+/* ---- reduction, norm, step --------------------------------------------------- */
+
+/* Pack the members of layout L from buf in ZeRO-group rank order: rank r's
+ * rows of every member, members in table order. */
+static void zero_pack(const struct sg_parallel *p, const pl_layout *L, const float *buf, float *pack) {
+  const int g = L->zero_g ? sg_group_size(L->zero_g) : 1;
+  int64_t o = 0;
+  for (int r = 0; r < g; ++r)
+    for (int j = 0; j < L->nmembers; ++j) {
+      const pl_param *q = &p->p[L->members[j]];
+      const int64_t rows = q->info.numel > 0 ? q->info.count[0] : 0;
+      int64_t r0, nr;
+      split_rows(rows, g, r, &r0, &nr);
+      memcpy(pack + o, buf + q->info.offset + r0 * q->row, (size_t)(nr * q->row) * sizeof *pack);
+      o += nr * q->row;
+    }
+}
+
+static void zero_unpack(const struct sg_parallel *p, const pl_layout *L, const float *pack, float *buf) {
+  const int g = L->zero_g ? sg_group_size(L->zero_g) : 1;
+  int64_t o = 0;
+  for (int r = 0; r < g; ++r)
+    for (int j = 0; j < L->nmembers; ++j) {
+      const pl_param *q = &p->p[L->members[j]];
+      const int64_t rows = q->info.numel > 0 ? q->info.count[0] : 0;
+      int64_t r0, nr;
+      split_rows(rows, g, r, &r0, &nr);
+      memcpy(buf + q->info.offset + r0 * q->row, pack + o, (size_t)(nr * q->row) * sizeof *pack);
+      o += nr * q->row;
+    }
+}
+
+/* This rank's pieces of layout L (members in table order) <-> buf. */
+static void piece_io(const struct sg_parallel *p, const pl_layout *L, float *buf, float *piece, int to_piece) {
+  int64_t o = 0;
+  for (int j = 0; j < L->nmembers; ++j) {
+    const pl_param *q = &p->p[L->members[j]];
+    float *b = buf + q->info.offset + q->own_row0 * q->row;
+    const size_t nb = (size_t)(q->own_rows * q->row) * sizeof *b;
+    if (to_piece) memcpy(piece + o, b, nb);
+    else memcpy(b, piece + o, nb);
+    o += q->own_rows * q->row;
+  }
+}
+
+/* ZeRO (not deterministic): reduce-scatter over the ZeRO group onto the
+ * pieces, all-reduce of the pieces over the other data dims. */
+static sg_status zero_reduce(struct sg_parallel *p, pl_layout *L) {
+  sg_status st = SG_OK;
+  const int me = L->zero_g ? sg_group_rank(L->zero_g) : 0;
+  if (L->zero_g && sg_group_size(L->zero_g) > 1) {
+    zero_pack(p, L, p->grads, p->pack);
+    SG_TRY(sg_reduce_scatter(L->zero_g, p->pack, p->piece, L->counts, SG_DTYPE_F32, SG_REDUCE_SUM));
+  } else {
+    piece_io(p, L, p->grads, p->piece, 1);
+  }
+  if (sg_group_size(L->rest_g) > 1)
+    SG_TRY(sg_allreduce(L->rest_g, p->piece, p->piece, L->counts[me], SG_DTYPE_F32, SG_REDUCE_SUM));
+  piece_io(p, L, p->grads, p->piece, 0);
+fail:
+  return st;
+}
+
+/* Sum of squares of what this rank updates of layout L. */
+static double layout_sumsq(const struct sg_parallel *p, const pl_layout *L) {
+  double s = 0.0;
+  for (int j = 0; j < L->nmembers; ++j) {
+    const pl_param *q = &p->p[L->members[j]];
+    s += sg_sumsq_f32(p->grads + q->info.offset + q->own_row0 * q->row, q->own_rows * q->row);
+  }
+  return s;
+}
+
+sg_status sg_parallel_reduce(sg_parallel_t p, double *grad_norm) {
+  sg_status st = SG_OK;
+  if (!p) SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_reduce: NULL plan");
+  if (p->hooked_reductions)
+    for (int k = 0; k < p->nspan; ++k) SG_TRY(sg_ddp_finish(p->span[k].ddp, 1.0));
+  else
+    for (int k = 0; k < p->nl; ++k) SG_TRY(zero_reduce(p, &p->l[k]));
+  double total = 0.0;
+  for (int k = 0; k < p->nl; ++k) {
+    double s = layout_sumsq(p, &p->l[k]);
+    if (sg_group_size(p->l[k].norm_g) > 1)
+      SG_TRY(sg_allreduce_det(p->l[k].norm_g, &s, &s, 1, SG_DTYPE_F64, SG_REDUCE_SUM));
+    total += s;
+  }
+  if (grad_norm) *grad_norm = sqrt(total);
+fail:
+  return st;
+}
+
+sg_status sg_parallel_step(sg_parallel_t p, int64_t t, double lr, double grad_scale) {
+  sg_status st = SG_OK;
+  if (!p || t < 1) SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_step: NULL plan or step %lld < 1", (long long)t);
+  if (p->cfg.zero == 0) {
+    SG_TRY(sg_adamw_step_f32(p->params, p->grads, p->m, p->v, p->nlocal, t, lr, grad_scale, &p->cfg.adamw));
+  } else {
+    for (int i = 0; i < p->np; ++i) {
+      const pl_param *q = &p->p[i];
+      const int64_t o = q->info.offset + q->own_row0 * q->row, n = q->own_rows * q->row;
+      if (n > 0)
+        SG_TRY(sg_adamw_step_f32(p->params + o, p->grads + o, p->m + q->moff, p->v + q->moff, n, t, lr,
+                                 grad_scale, &p->cfg.adamw));
+    }
+    for (int k = 0; k < p->nl; ++k) {
+      pl_layout *L = &p->l[k];
+      if (!L->zero_g || sg_group_size(L->zero_g) == 1) continue;
+      const int me = sg_group_rank(L->zero_g);
+      piece_io(p, L, p->params, p->piece, 1);
+      SG_TRY(sg_allgatherv(L->zero_g, p->piece, L->counts[me], p->pack, L->counts, NULL, SG_DTYPE_F32));
+      zero_unpack(p, L, p->pack, p->params);
+    }
+  }
+  memset(p->grads, 0, (size_t)p->nlocal * sizeof *p->grads);
+fail:
+  return st;
+}
+
+/* ---- replicas and checkpoints ------------------------------------------------ */
+
+static uint64_t fnv1a(const void *ptr, size_t n) {
+  const unsigned char *b = ptr;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+sg_status sg_parallel_check_replicas(sg_parallel_t p, int64_t step) {
+  sg_status st = SG_OK;
+  uint64_t *lo = NULL, *hi = NULL;
+  if (!p) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_parallel_check_replicas: NULL plan");
+  lo = malloc((size_t)(p->np + 1) * sizeof *lo);
+  hi = malloc((size_t)(p->np + 1) * sizeof *hi);
+  if (!lo || !hi) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
+  SG_TRY(sg_agree(sg_mesh_comm(p->mesh), st));
+  const unsigned all = (1u << sg_mesh_ndims(p->mesh)) - 1u;
+  for (int i = 0; i < p->np; ++i)
+    lo[i] = hi[i] = fnv1a(p->params + p->p[i].info.offset, (size_t)p->p[i].info.numel * sizeof(float));
+  for (int k = 0; k < p->nl; ++k) { /* the ranks holding copies: every dim but the Shard ones */
+    sg_group_t g = NULL;
+    SG_TRY(sg_mesh_group(p->mesh, all & ~p->l[k].shard_dims, &g));
+    for (int j = 0; j < p->l[k].nmembers; ++j) {
+      const int i = p->l[k].members[j];
+      SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &lo[i], 1, MPI_UINT64_T, MPI_MIN, sg_group_comm(g)));
+      SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &hi[i], 1, MPI_UINT64_T, MPI_MAX, sg_group_comm(g)));
+    }
+  }
+  for (int i = 0; i < p->np; ++i)
+    if (lo[i] != hi[i])
+      SG_RAISE(SG_ERR_INTERNAL,
+               "replicas diverged at step %lld: parameter %d ('%s', %lld elements) differs across ranks",
+               (long long)step, i, p->p[i].name, (long long)p->p[i].info.numel);
+fail:
+  free(lo);
+  free(hi);
+  return sg_agree(sg_mesh_comm(p->mesh), st); /* a divergence may show in one group only */
+}
+
+sg_status sg_parallel_ckpt_arrays(sg_parallel_t p, int writing, sg_ckpt_array **arrays, int *n) {
+  sg_status st = SG_OK;
+  static const char *const states[3] = {"params", "adam_m", "adam_v"};
+  if (!p || !arrays || !n) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_parallel_ckpt_arrays: NULL argument");
+  free(p->ck);
+  free(p->ck_names);
+  p->ck = calloc((size_t)(3 * p->np + 1), sizeof *p->ck);
+  p->ck_names = calloc((size_t)(3 * p->np + 1), sizeof *p->ck_names);
+  if (!p->ck || !p->ck_names) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
+  SG_TRY(sg_agree(sg_mesh_comm(p->mesh), st));
+  const unsigned all = (1u << sg_mesh_ndims(p->mesh)) - 1u;
+  int c = 0;
+  for (int i = 0; i < p->np; ++i) {
+    const pl_param *q = &p->p[i];
+    const pl_layout *L = &p->l[q->layout];
+    if (q->info.ndim > SG_NC_MAX_DIMS)
+      SG_RAISE(SG_ERR_NOT_SUPPORTED, "parameter '%s' has %d dims (checkpoints: %d)", q->name, q->info.ndim,
+               SG_NC_MAX_DIMS);
+    /* identical copies of the parameter: every dim but its Shard dims; of
+     * its moments: every dim but the Shard and the ZeRO dims */
+    sg_group_t rep = NULL, rep_state = NULL;
+    SG_TRY(sg_mesh_group(p->mesh, all & ~L->shard_dims, &rep));
+    SG_TRY(sg_mesh_group(p->mesh, all & ~(L->shard_dims | L->zero_dims), &rep_state));
+    for (int s = 0; s < 3; ++s) {
+      sg_ckpt_array *a = &p->ck[c];
+      const int writer = sg_group_rank(s == 0 ? rep : rep_state) == 0;
+      snprintf(p->ck_names[c], sizeof p->ck_names[c], "%s.%s", states[s], q->name);
+      a->name = p->ck_names[c];
+      a->shard.ndims = q->info.ndim;
+      a->shard.dtype = SG_DTYPE_F32;
+      for (int d = 0; d < q->info.ndim; ++d) {
+        a->shard.global_shape[d] = q->info.global_shape[d];
+        a->shard.start[d] = q->info.start[d];
+        a->shard.count[d] = q->info.count[d];
+      }
+      if (s == 0) {
+        a->data = p->params + q->info.offset;
+      } else {
+        if (p->cfg.zero >= 1) { /* the owned rows */
+          a->shard.start[0] += q->own_row0;
+          a->shard.count[0] = q->own_rows;
+        }
+        a->data = (s == 1 ? p->m : p->v) + (p->cfg.zero >= 1 ? q->moff : q->info.offset);
+      }
+      if (writing && !writer) a->shard.count[0] = 0;
+      ++c;
+    }
+  }
+  *arrays = p->ck;
+  *n = c;
+fail:
+  return st;
+}

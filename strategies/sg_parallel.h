@@ -1,0 +1,187 @@
+/* shardgrid — the parallel plan: how one run splits its work over a device
+ * mesh, built from the mesh, the model's parameter table and nothing else.
+ *
+ * The plan is the seam every strategy and every driver stands on (sg-train
+ * is a thin driver over it; examples/parallel-driver shows a user's own
+ * driver in a few calls). It owns:
+ *   - the role of every mesh dim, from its name: "dp" replicate-data,
+ *     "fsdp" shard-data (ZeRO), "h"/"w"/"d" domain, and the names kept for
+ *     the strategies still to come: "tp" tensor, "pp" pipeline, "sp"/"cp"
+ *     sequence, "ep" expert (a size-1 dim of any known role is fine);
+ *   - the flat parameter and gradient buffers of this rank (bind the model
+ *     to sg_parallel_params/sg_parallel_grads) and the optimizer state;
+ *   - the gradient reduction of every parameter, derived from placements
+ *     only: a gradient is Partial over every mesh dim where the data is
+ *     split (dp, fsdp, domain) except the dims the parameter is Shard over
+ *     (sg_param_info.shard_dims) — never from a strategy's name;
+ *   - ZeRO (zero >= 1): each parameter's box is cut along its first dim,
+ *     balanced (uneven and empty pieces allowed: a 7x15 parameter on 4
+ *     ranks owns rows 2,2,2,1), over the ZeRO group — the "fsdp" dims, plus
+ *     the domain dims with shard_over_domain (domain ranks hold replicas of
+ *     every replicated parameter) — minus the dims the parameter is
+ *     already Shard over (the FNO's mode-sharded spectral weights compose).
+ *     Each rank keeps the AdamW moments of its piece only, gradients are
+ *     reduce-scattered onto the pieces (then all-reduced over the other
+ *     data dims: HSDP), the optimizer updates the piece, and an all-gather
+ *     restores the parameters;
+ *   - the hooks on the tape (grad-ready starts DDP bucket reductions while
+ *     backward goes on; gradient accumulation reduces on the last
+ *     micro-batch only), the global gradient norm over every mesh dim (each
+ *     element counted once), clipping, the optimizer step, the replica
+ *     check, and the checkpoint boxes (one global variable per parameter
+ *     and per moment, so any mesh reads any other's checkpoint).
+ *
+ *   sg_parallel_t p;
+ *   sg_parallel_create(mesh, &cfg, nparams, table, nlocal, &p);  // table: sg_param_info
+ *   sg_model_bind(model, sg_parallel_params(p), sg_parallel_grads(p));
+ *   sg_model_init(model, seed);
+ *   sg_parallel_attach(p, tape);
+ *   for each step t:
+ *     for each micro-batch k of K:
+ *       sg_parallel_begin_micro(p, k, K);
+ *       forward, loss, sg_tape_backward(tape, loss);
+ *     sg_parallel_reduce(p, &grad_norm);
+ *     sg_parallel_step(p, t, lr, sg_clip_scale(grad_norm, clip));
+ *
+ * In deterministic mode every reduction is the fixed-order sum of the
+ * communication layer over the whole reduction group, so ZeRO gives the
+ * same bits as DDP on the same mesh.
+ *
+ * Not yet: zero = 2 and 3 (gradient and parameter sharding in memory) and
+ * the tp/pp/sp/ep roles with size > 1 are refused with SG_ERR_NOT_SUPPORTED
+ * naming what is missing.
+ */
+#ifndef SG_PARALLEL_H
+#define SG_PARALLEL_H
+
+#include <stdint.h>
+
+#include "sg_autograd.h"
+#include "sg_ckpt.h"
+#include "sg_mesh.h"
+#include "sg_optim.h"
+#include "sg_param.h"
+#include "sg_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sg_dim_role {
+  SG_DIM_ROLE_DATA = 0, /* "dp": replicate-data */
+  SG_DIM_ROLE_FSDP,     /* "fsdp": shard-data (ZeRO) */
+  SG_DIM_ROLE_DOMAIN,   /* "h", "w", "d": the spatial grid */
+  SG_DIM_ROLE_TENSOR,   /* "tp" */
+  SG_DIM_ROLE_PIPELINE, /* "pp" */
+  SG_DIM_ROLE_SEQUENCE, /* "sp", "cp" */
+  SG_DIM_ROLE_EXPERT,   /* "ep" */
+  SG_DIM_ROLE_COUNT
+} sg_dim_role;
+
+/* The role of a mesh dim by its name; SG_ERR_MESH naming the known names
+ * for any other. Not collective. */
+sg_status sg_dim_role_of(const char *dim_name, sg_dim_role *role);
+/* "data", "fsdp", "domain", "tensor", "pipeline", "sequence", "expert". */
+const char *sg_dim_role_name(sg_dim_role role);
+
+typedef struct sg_parallel_config {
+  int zero;              /* 0: DDP; 1: optimizer state sharded (2, 3: not yet) */
+  int shard_over_domain; /* ZeRO also shards over the domain dims */
+  int deterministic;     /* fixed-order reductions: same bits every run */
+  int64_t bucket_bytes;  /* DDP bucket size (0: 25 MiB, like PyTorch) */
+  sg_adamw_config adamw;
+} sg_parallel_config;
+
+sg_parallel_config sg_parallel_defaults(void);
+
+/* What a driver needs before the model exists: the dims where the batch is
+ * split (dp, fsdp), the domain dims, the number of data replicas (the
+ * product of the batch dims' sizes) and this rank's index among them (the
+ * batch dims nested in mesh order, as the box rule nests Shard(0)). */
+typedef struct sg_parallel_mesh_info {
+  unsigned batch_dims, domain_dims;
+  int data_size, data_index;
+} sg_parallel_mesh_info;
+
+/* The checks of sg_parallel_create that need only the mesh and the config
+ * (every dim has a role this plan supports, the ZeRO stage), so a driver
+ * reports a bad mesh before it loads data. info may be NULL. Collective
+ * over the mesh (every rank gets the same status). */
+sg_status sg_parallel_check_mesh(sg_mesh_t mesh, const sg_parallel_config *cfg,
+                                 sg_parallel_mesh_info *info);
+
+typedef struct sg_parallel *sg_parallel_t;
+
+/* A plan for a model whose parameters are described by table[0..nparams)
+ * (offsets into a flat buffer of nlocal floats on this rank). Checks that
+ * every mesh dim has a role this plan supports and that every rank has the
+ * same parameter table (names, global shapes, layouts); every rank gets the
+ * same status. Allocates the flat buffers (zero-filled) and the optimizer
+ * state. The table's names are copied. Collective over the mesh. */
+sg_status sg_parallel_create(sg_mesh_t mesh, const sg_parallel_config *cfg,
+                             int nparams, const sg_param_info *table,
+                             int64_t nlocal, sg_parallel_t *plan);
+/* Waits for reductions in flight; NULL and *plan == NULL are fine; sets
+ * *plan to NULL. Not collective (a plan must not be destroyed while a
+ * reduction is in flight on other ranks). */
+sg_status sg_parallel_destroy(sg_parallel_t *plan);
+
+/* This rank's flat buffers (nlocal floats each); grads must be zero before
+ * the first backward of a step (sg_parallel_step zeroes them). */
+float *sg_parallel_params(sg_parallel_t plan);
+float *sg_parallel_grads(sg_parallel_t plan);
+int64_t sg_parallel_local_count(sg_parallel_t plan);
+/* Floats of optimizer state per moment on this rank (the ZeRO pieces). */
+int64_t sg_parallel_state_count(sg_parallel_t plan);
+/* Mesh dims where the data is split (dp, fsdp, domain): the dims a loss
+ * is summed over. */
+unsigned sg_parallel_data_dims(sg_parallel_t plan);
+/* Number of data-parallel replicas: the product of the dp and fsdp sizes
+ * (the global batch is split over them), and this rank's index among them. */
+int sg_parallel_data_size(sg_parallel_t plan);
+int sg_parallel_data_index(sg_parallel_t plan);
+/* The mesh dim with a role, -1 if none (the first such dim). */
+int sg_parallel_dim_of(sg_parallel_t plan, sg_dim_role role);
+/* "zero 1 over fsdp,h; dp 2 fsdp 2 h 2; 3 layouts" into buf. */
+void sg_parallel_describe(sg_parallel_t plan, char *buf, size_t size);
+
+/* Install the plan's hooks on the tape (grad-ready reductions) and make
+ * the tape agree on hook failures over the mesh. Not collective. */
+sg_status sg_parallel_attach(sg_parallel_t plan, sg_tape_t tape);
+
+/* Before the forward of micro-batch k of n (0 <= k < n): gradients
+ * accumulate over the micro-batches, and only the backward of the last one
+ * (k == n - 1) starts the reductions (no_sync before it). Not collective. */
+sg_status sg_parallel_begin_micro(sg_parallel_t plan, int k, int n);
+
+/* After the last backward: complete the gradient reductions (every
+ * gradient this rank updates is then the global sum) and return the global
+ * gradient norm (every element counted once, over every mesh dim).
+ * Collective over the mesh. */
+sg_status sg_parallel_reduce(sg_parallel_t plan, double *grad_norm);
+
+/* The optimizer step t (>= 1) with learning rate lr and the gradient
+ * multiplied by grad_scale (sg_clip_scale for clipping) on this rank's
+ * part, then the parameters made whole again (ZeRO all-gather) and the
+ * gradients zeroed. Collective over the mesh. */
+sg_status sg_parallel_step(sg_parallel_t plan, int64_t t, double lr,
+                           double grad_scale);
+
+/* Check that the ranks that must hold identical copies of each parameter
+ * (every mesh dim it is not Shard over) do, by checksums. A divergence is
+ * SG_ERR_INTERNAL naming the parameter and the step. Collective. */
+sg_status sg_parallel_check_replicas(sg_parallel_t plan, int64_t step);
+
+/* The checkpoint arrays: "params.<name>", "adam_m.<name>",
+ * "adam_v.<name>" per parameter, each a global variable of the parameter's
+ * global shape with this rank's box; for writing (writing = 1) one rank of
+ * each group of identical copies writes, the others pass count 0. The
+ * array and name storage belong to the plan until the next call or
+ * destroy. Collective over the mesh (groups). */
+sg_status sg_parallel_ckpt_arrays(sg_parallel_t plan, int writing,
+                                  sg_ckpt_array **arrays, int *n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SG_PARALLEL_H */
