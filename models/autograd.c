@@ -900,6 +900,8 @@ sg_status sg_tape_apply(sg_tape_t tape, const sg_op_def *op, int nin,
    * every rank agrees before the exchange and after the forward */
   st = ag_call_param_hooks(tape, AG_PRE_USE, nin, in);
   if (st == SG_OK) st = ag_check_inputs(op, nin, in);
+  /* before the preparation, which may create a halo plan (collective) */
+  st = ag_agree(comm, st);
   if (st == SG_OK) st = ag_apply_prepare(tape, op, nin, in, nout, win, attr, attr_bytes, &node);
   st = ag_agree(comm, st);
   if (st != SG_OK) goto fail;

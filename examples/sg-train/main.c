@@ -501,7 +501,7 @@ static sg_status setup(run_t *r) {
   else SG_RAISE(SG_ERR_CONFIG, "--loss must be rel_l2 or mse, not '%s'", lk);
   r->gbatch = sg_kv_int(kv, "batch");
   if (r->gbatch < 1 || r->gbatch % r->ndp)
-    SG_RAISE(SG_ERR_CONFIG, "global batch %lld is not divisible by the %d data-parallel ranks (dp)",
+    SG_RAISE(SG_ERR_CONFIG, "global batch %lld is not divisible by the %d data-parallel ranks (dp x fsdp)",
              (long long)r->gbatch, r->ndp);
   r->micro = sg_kv_int(kv, "grad_accum");
   if (r->micro < 1 || (r->gbatch / r->ndp) % r->micro)
