@@ -20,6 +20,9 @@ typedef struct pl_param {
   int64_t own_row0;  /* first owned row of the local box */
   int64_t own_rows;  /* owned rows (ZeRO piece; the whole box when zero = 0) */
   int64_t moff;      /* offset of the piece in the optimizer state */
+  sg_var *var;       /* its variable (sg_parallel_attach) */
+  float *vfull;      /* zero 3: the gathered value while in use */
+  float *gfull;      /* zero >= 2: the full gradient during backward */
 } pl_param;
 
 /* A span: a contiguous run of the flat buffer whose parameters share a
@@ -57,7 +60,12 @@ struct sg_parallel {
   int nspan;
   pl_span *span;
   int64_t nlocal, nstate;
-  float *params, *grads, *m, *v;
+  float *params, *grads, *m, *v; /* params/grads: full local boxes (for
+                                    zero 3 / zero >= 2 only until attach) */
+  float *ppiece, *gpiece;        /* zero 3 / zero >= 2: the pieces */
+  sg_var **var_sorted;           /* attached variables by address */
+  int *var_index;
+  int attached;
   float *pack, *piece; /* ZeRO scratch: npack max, counts max */
   int micro, nmicro;
   int hooked_reductions; /* DDP reducers get grad-ready marks */
@@ -159,17 +167,18 @@ static sg_status plan_roles(struct sg_parallel *p) {
   if (p->cfg.zero < 0 || p->cfg.zero > 3)
     SG_RAISE(SG_ERR_CONFIG, "zero = %d: the ZeRO stage is 0 (DDP), 1 (optimizer state), 2 (+ gradients) or "
              "3 (+ parameters)", p->cfg.zero);
-  if (p->cfg.zero >= 2)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "zero = %d is not supported yet (gradients%s sharded in memory); zero = 1 shards the optimizer "
-             "state with the same communication", p->cfg.zero, p->cfg.zero == 3 ? " and parameters" : "");
   if (p->cfg.shard_over_domain && p->cfg.zero >= 1) p->zero_dims_all |= p->domain_dims;
   unsigned fsdp_big = 0;
   for (int d = 0; d < nd; ++d)
     if (p->role[d] == SG_DIM_ROLE_FSDP && sg_mesh_dim_size(p->mesh, d) > 1) fsdp_big |= 1u << d;
   if (fsdp_big && p->cfg.zero == 0)
-    SG_RAISE(SG_ERR_CONFIG, "mesh dim 'fsdp' shards the model state: set zero = 1 (or use 'dp' for plain "
-             "data parallelism)");
+    SG_RAISE(SG_ERR_CONFIG, "mesh dim 'fsdp' shards the model state: set zero = 1, 2 or 3 (or use 'dp' for "
+             "plain data parallelism)");
+  int has_fsdp = 0;
+  for (int d = 0; d < nd; ++d) has_fsdp |= p->role[d] == SG_DIM_ROLE_FSDP;
+  if (p->cfg.zero >= 1 && !has_fsdp && !p->cfg.shard_over_domain)
+    SG_RAISE(SG_ERR_CONFIG, "zero = %d shards over the 'fsdp' mesh dim (or the domain dims with "
+             "zero_over_domain): this mesh has neither", p->cfg.zero);
   if (p->cfg.zero == 0) p->zero_dims_all = 0;
 fail:
   return st;
@@ -307,11 +316,23 @@ static sg_status plan_layouts(struct sg_parallel *p) {
     if (L->counts[me] > maxpiece) maxpiece = L->counts[me];
   }
   sg_device h = sg_device_host();
-  if (p->cfg.zero >= 1 && maxpack > 0) {
+  if ((p->cfg.zero == 1 || p->cfg.zero == 2) && maxpack > 0) { /* zero 3 gathers per parameter */
     SG_TRY(sg_malloc(h, (size_t)maxpack * sizeof(float), (void **)&p->pack));
     SG_TRY(sg_malloc(h, (size_t)(maxpiece + 1) * sizeof(float), (void **)&p->piece));
   }
   if (p->cfg.zero == 0) p->nstate = p->nlocal; /* the moments mirror the flat buffer */
+  { /* a ZeRO dim of size > 1 with nothing to cut is a mistake, not DDP */
+    long long cut = 0;
+    for (int k = 0; k < p->nl; ++k)
+      if (p->l[k].zero_g && sg_group_size(p->l[k].zero_g) > 1) cut += p->l[k].npack;
+    SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &cut, 1, MPI_LONG_LONG, MPI_MAX, sg_mesh_comm(p->mesh)));
+    int big = 0;
+    for (int d = 0; d < sg_mesh_ndims(p->mesh); ++d)
+      big |= (p->zero_dims_all >> d & 1u) && sg_mesh_dim_size(p->mesh, d) > 1;
+    if (big && cut == 0)
+      SG_RAISE(SG_ERR_CONFIG, "zero = %d: the model has no parameter to shard over the ZeRO dims (every "
+               "parameter is Shard over them already, or there are none)", p->cfg.zero);
+  }
   /* DDP spans: runs of parameters of one layout, contiguous in the buffer
    * (an empty parameter joins any run). Where a run breaks is agreed over
    * the mesh, so every rank has the same spans (their lengths may differ:
@@ -349,7 +370,7 @@ static sg_status plan_layouts(struct sg_parallel *p) {
   }
   const int64_t bucket =
       (p->cfg.bucket_bytes > 0 ? p->cfg.bucket_bytes : (int64_t)25 << 20) / (int64_t)sizeof(float);
-  for (int k = 0; k < p->nspan && st == SG_OK; ++k)
+  for (int k = 0; k < p->nspan && st == SG_OK && p->hooked_reductions; ++k)
     st = sg_ddp_create(p->mesh, p->l[span_layout[k]].reduce_dims, p->grads + p->span[k].off, p->span[k].n, bucket,
                        p->cfg.deterministic, &p->span[k].ddp);
   free(brk);
@@ -396,6 +417,9 @@ sg_status sg_parallel_create(sg_mesh_t mesh, const sg_parallel_config *cfg, int 
     if (!p->p) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "sg_parallel_create: out of memory");
   }
   if (st == SG_OK) st = plan_roles(p);
+  /* DDP reducers take grad-ready marks unless ZeRO reduces (at the end,
+   * zero 1; per parameter when its gradient is ready, zero >= 2) */
+  if (p) p->hooked_reductions = p->cfg.zero == 0 || (p->cfg.zero == 1 && p->cfg.deterministic);
   if (st == SG_OK) st = plan_params(p, table);
   SG_TRY(sg_agree(comm, st));
   SG_TRY(plan_check_table(p));
@@ -412,10 +436,10 @@ sg_status sg_parallel_create(sg_mesh_t mesh, const sg_parallel_config *cfg, int 
     size_t nb = (size_t)(p->nstate + 1) * sizeof(float);
     st = sg_calloc(h, nb, (void **)&p->m);
     if (st == SG_OK) st = sg_calloc(h, nb, (void **)&p->v);
+    if (st == SG_OK && p->cfg.zero >= 2) st = sg_calloc(h, nb, (void **)&p->gpiece);
+    if (st == SG_OK && p->cfg.zero >= 3) st = sg_calloc(h, nb, (void **)&p->ppiece);
   }
   SG_TRY(sg_agree(comm, st));
-  /* DDP reducers take grad-ready marks unless ZeRO reduces at the end */
-  p->hooked_reductions = p->cfg.zero == 0 || p->cfg.deterministic;
   *out = p;
   return SG_OK;
 fail:
@@ -442,6 +466,14 @@ sg_status sg_parallel_destroy(sg_parallel_t *plan) {
   sg_free(h, (void **)&p->v);
   sg_free(h, (void **)&p->pack);
   sg_free(h, (void **)&p->piece);
+  sg_free(h, (void **)&p->ppiece);
+  sg_free(h, (void **)&p->gpiece);
+  for (int i = 0; i < p->np; ++i) {
+    sg_free(h, (void **)&p->p[i].vfull);
+    sg_free(h, (void **)&p->p[i].gfull);
+  }
+  free(p->var_sorted);
+  free(p->var_index);
   free(p->l);
   free(p->span);
   free(p->p);
@@ -493,28 +525,204 @@ static pl_span *span_at(struct sg_parallel *p, int64_t off) {
   return NULL;
 }
 
+/* The table entry of an attached variable, -1 if none (binary search). */
+static int param_of_var(const struct sg_parallel *p, const sg_var *v) {
+  int lo = 0, hi = p->np - 1;
+  while (p->var_sorted && lo <= hi) {
+    int mid = (lo + hi) / 2;
+    if ((uintptr_t)v < (uintptr_t)p->var_sorted[mid]) hi = mid - 1;
+    else if ((uintptr_t)v > (uintptr_t)p->var_sorted[mid]) lo = mid + 1;
+    else return p->var_index[mid];
+  }
+  return -1;
+}
+
+/* ZeRO group of parameter q and its size and rank (1, 0 without one). */
+static sg_group_t zgroup(const struct sg_parallel *p, const pl_param *q, int *g, int *me) {
+  sg_group_t zg = p->l[q->layout].zero_g;
+  *g = zg ? sg_group_size(zg) : 1;
+  *me = zg ? sg_group_rank(zg) : 0;
+  return zg;
+}
+
+/* Rows of every ZeRO-group rank of q as element counts and displacements
+ * (the pieces, in rank order, tile the local box row-major). */
+static sg_status piece_counts(const pl_param *q, int g, int64_t **counts, int64_t **displs) {
+  sg_status st = SG_OK;
+  *counts = malloc((size_t)g * sizeof **counts);
+  *displs = malloc((size_t)g * sizeof **displs);
+  if (!*counts || !*displs) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
+  const int64_t rows = q->info.numel > 0 ? q->info.count[0] : 0;
+  for (int r = 0; r < g; ++r) {
+    int64_t r0, nr;
+    split_rows(rows, g, r, &r0, &nr);
+    (*counts)[r] = nr * q->row;
+    (*displs)[r] = r0 * q->row;
+  }
+fail:
+  return st;
+}
+
+/* zero 3: the whole local box of q from the pieces of its ZeRO group. */
+static sg_status gather_value(struct sg_parallel *p, pl_param *q, float *out) {
+  sg_status st = SG_OK;
+  int g, me;
+  int64_t *counts = NULL, *displs = NULL;
+  sg_group_t zg = zgroup(p, q, &g, &me);
+  if (!zg || g == 1) {
+    memcpy(out, p->ppiece + q->moff, (size_t)q->info.numel * sizeof *out);
+    goto fail;
+  }
+  SG_TRY(piece_counts(q, g, &counts, &displs));
+  SG_TRY(sg_allgatherv(zg, p->ppiece + q->moff, counts[me], out, counts, displs, SG_DTYPE_F32));
+fail:
+  free(counts);
+  free(displs);
+  return st;
+}
+
+static sg_status on_pre_use(sg_var *v, void *user) {
+  struct sg_parallel *p = user;
+  sg_status st = SG_OK;
+  const int i = p->cfg.zero >= 3 ? param_of_var(p, v) : -1;
+  if (i < 0 || p->p[i].info.numel == 0 || v->value.data) return SG_OK;
+  pl_param *q = &p->p[i];
+  SG_TRY(sg_malloc(sg_device_host(), (size_t)q->info.numel * sizeof(float), (void **)&q->vfull));
+  SG_TRY(gather_value(p, q, q->vfull));
+  v->value.data = q->vfull;
+fail:
+  return st;
+}
+
+static sg_status on_post_use(sg_var *v, void *user) {
+  struct sg_parallel *p = user;
+  const int i = p->cfg.zero >= 3 ? param_of_var(p, v) : -1;
+  if (i < 0 || !p->p[i].vfull) return SG_OK;
+  v->value.data = NULL;
+  sg_free(sg_device_host(), (void **)&p->p[i].vfull);
+  return SG_OK;
+}
+
+static sg_status on_pre_backward(sg_var *v, void *user) {
+  struct sg_parallel *p = user;
+  sg_status st = SG_OK;
+  const int i = p->cfg.zero >= 2 ? param_of_var(p, v) : -1;
+  if (i < 0 || p->p[i].info.numel == 0) return SG_OK;
+  pl_param *q = &p->p[i];
+  SG_TRY(on_pre_use(v, user));
+  if (!v->grad.data) { /* the full gradient until it is ready */
+    SG_TRY(sg_calloc(sg_device_host(), (size_t)q->info.numel * sizeof(float), (void **)&q->gfull));
+    v->grad.data = q->gfull;
+  }
+fail:
+  return st;
+}
+
+/* zero >= 2: the ready gradient of q, reduced onto this rank's piece
+ * (accumulated: micro-batches), then freed. In deterministic mode the
+ * fixed-order all-reduce over the whole group (DDP's bits). */
+static sg_status reduce_piece(struct sg_parallel *p, pl_param *q) {
+  sg_status st = SG_OK;
+  const pl_layout *L = &p->l[q->layout];
+  int g, me;
+  int64_t *counts = NULL, *displs = NULL;
+  sg_group_t zg = zgroup(p, q, &g, &me);
+  const int64_t n = q->own_rows * q->row;
+  float *src = q->gfull + q->own_row0 * q->row, *dst = p->gpiece + q->moff;
+  if (p->cfg.deterministic) {
+    if (sg_group_size(L->reduce_g) > 1)
+      SG_TRY(sg_allreduce_det(L->reduce_g, q->gfull, q->gfull, q->info.numel, SG_DTYPE_F32, SG_REDUCE_SUM));
+  } else {
+    if (zg && g > 1) {
+      SG_TRY(piece_counts(q, g, &counts, &displs));
+      SG_TRY(sg_reduce_scatter(zg, q->gfull, q->gfull, counts, SG_DTYPE_F32, SG_REDUCE_SUM)); /* in place */
+      src = q->gfull;
+    }
+    if (sg_group_size(L->rest_g) > 1) SG_TRY(sg_allreduce(L->rest_g, src, src, n, SG_DTYPE_F32, SG_REDUCE_SUM));
+  }
+  for (int64_t k = 0; k < n; ++k) dst[k] += src[k];
+fail:
+  free(counts);
+  free(displs);
+  return st;
+}
+
 static sg_status on_grad_ready(sg_var *v, void *user) {
   struct sg_parallel *p = user;
+  sg_status st = SG_OK;
+  if (p->cfg.zero >= 2) {
+    const int i = param_of_var(p, v);
+    if (i < 0 || p->p[i].info.numel == 0) return SG_OK;
+    pl_param *q = &p->p[i];
+    if (!q->gfull) return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__, "parallel plan: '%s' has no gradient", q->name);
+    st = reduce_piece(p, q);
+    v->grad.data = NULL;
+    sg_free(sg_device_host(), (void **)&q->gfull);
+    return st;
+  }
   if (!p->hooked_reductions || p->micro != p->nmicro - 1 || !v->grad.data) return SG_OK;
   const float *g = v->grad.data;
   if (g < p->grads || g >= p->grads + p->nlocal) return SG_OK; /* not one of the plan's */
   const int64_t off = g - p->grads;
   const int i = param_at(p, off);
   if (i < 0) return SG_OK;
-  pl_span *s = span_at(p, off);
-  if (!s) return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__, "parallel plan: '%s' is in no span", p->p[i].name);
-  return sg_ddp_mark_ready(s->ddp, p->p[i].info.offset - s->off, p->p[i].info.numel);
+  pl_span *sp = span_at(p, off);
+  if (!sp) return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__, "parallel plan: '%s' is in no span", p->p[i].name);
+  return sg_ddp_mark_ready(sp->ddp, p->p[i].info.offset - sp->off, p->p[i].info.numel);
 }
 
-sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape) {
+static sg_var **sort_vars_base;
+static int cmp_var(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)sort_vars_base[*(const int *)a], y = (uintptr_t)sort_vars_base[*(const int *)b];
+  return x < y ? -1 : x > y;
+}
+
+sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape, sg_var *const *vars) {
   sg_status st = SG_OK;
-  if (!p || !tape) SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_attach: NULL plan or tape");
+  if (!p || !tape || (p->np > 0 && !vars)) SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_attach: NULL plan, tape or variables");
+  if (p->attached) SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_attach: the plan is attached already");
+  p->var_sorted = malloc((size_t)(p->np + 1) * sizeof *p->var_sorted);
+  p->var_index = malloc((size_t)(p->np + 1) * sizeof *p->var_index);
+  if (!p->var_sorted || !p->var_index) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
+  for (int i = 0; i < p->np; ++i) {
+    if (!vars[i]) SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_attach: variable %d ('%s') is NULL", i, p->p[i].name);
+    if (vars[i]->value.data != (void *)(p->params + p->p[i].info.offset) && p->p[i].info.numel > 0)
+      SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_attach: variable %d ('%s') is not bound to the plan's buffer",
+               i, p->p[i].name);
+    p->p[i].var = vars[i];
+    p->var_index[i] = i;
+  }
+  sort_vars_base = (sg_var **)vars;
+  qsort(p->var_index, (size_t)p->np, sizeof *p->var_index, cmp_var);
+  for (int k = 0; k < p->np; ++k) p->var_sorted[k] = vars[p->var_index[k]];
+  sg_device h = sg_device_host();
+  if (p->cfg.zero >= 2) { /* gradients live in the pieces; full ones only during backward */
+    for (int i = 0; i < p->np; ++i) {
+      p->p[i].var->grad.data = NULL;
+      p->p[i].var->owns_grad = 0;
+    }
+    sg_free(h, (void **)&p->grads);
+  }
+  if (p->cfg.zero >= 3) { /* parameters too: each rank keeps its pieces */
+    for (int i = 0; i < p->np; ++i) {
+      const pl_param *q = &p->p[i];
+      memcpy(p->ppiece + q->moff, p->params + q->info.offset + q->own_row0 * q->row,
+             (size_t)(q->own_rows * q->row) * sizeof(float));
+      q->var->value.data = NULL;
+    }
+    sg_free(h, (void **)&p->params);
+  }
   sg_hooks hk;
   memset(&hk, 0, sizeof hk);
+  hk.pre_use = on_pre_use;
+  hk.post_use = on_post_use;
+  hk.pre_backward = on_pre_backward;
+  hk.post_backward_use = on_post_use;
   hk.grad_ready = on_grad_ready;
   hk.user = p;
   SG_TRY(sg_tape_add_hooks(tape, &hk, NULL));
   sg_tape_set_comm(tape, sg_mesh_comm(p->mesh));
+  p->attached = 1;
 fail:
   return st;
 }
@@ -525,7 +733,7 @@ sg_status sg_parallel_begin_micro(sg_parallel_t p, int k, int n) {
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_begin_micro: micro-batch %d of %d", k, n);
   p->micro = k;
   p->nmicro = n;
-  if (k == n - 1)
+  if (k == n - 1 && p->hooked_reductions)
     for (int s = 0; s < p->nspan; ++s) SG_TRY(sg_ddp_begin(p->span[s].ddp));
 fail:
   return st;
@@ -599,7 +807,8 @@ static double layout_sumsq(const struct sg_parallel *p, const pl_layout *L) {
   double s = 0.0;
   for (int j = 0; j < L->nmembers; ++j) {
     const pl_param *q = &p->p[L->members[j]];
-    s += sg_sumsq_f32(p->grads + q->info.offset + q->own_row0 * q->row, q->own_rows * q->row);
+    const float *g = p->gpiece ? p->gpiece + q->moff : p->grads + q->info.offset + q->own_row0 * q->row;
+    s += sg_sumsq_f32(g, q->own_rows * q->row);
   }
   return s;
 }
@@ -607,10 +816,14 @@ static double layout_sumsq(const struct sg_parallel *p, const pl_layout *L) {
 sg_status sg_parallel_reduce(sg_parallel_t p, double *grad_norm) {
   sg_status st = SG_OK;
   if (!p) SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_reduce: NULL plan");
+  if (p->cfg.zero >= 2 && !p->attached)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_reduce: zero = %d reduces through the tape's hooks: attach the "
+             "plan first", p->cfg.zero);
   if (p->hooked_reductions)
     for (int k = 0; k < p->nspan; ++k) SG_TRY(sg_ddp_finish(p->span[k].ddp, 1.0));
-  else
+  else if (p->cfg.zero == 1)
     for (int k = 0; k < p->nl; ++k) SG_TRY(zero_reduce(p, &p->l[k]));
+  /* zero >= 2: every piece was reduced when its gradient was ready */
   double total = 0.0;
   for (int k = 0; k < p->nl; ++k) {
     double s = layout_sumsq(p, &p->l[k]);
@@ -632,11 +845,12 @@ sg_status sg_parallel_step(sg_parallel_t p, int64_t t, double lr, double grad_sc
     for (int i = 0; i < p->np; ++i) {
       const pl_param *q = &p->p[i];
       const int64_t o = q->info.offset + q->own_row0 * q->row, n = q->own_rows * q->row;
+      float *w = p->ppiece ? p->ppiece + q->moff : p->params + o;
+      const float *g = p->gpiece ? p->gpiece + q->moff : p->grads + o;
       if (n > 0)
-        SG_TRY(sg_adamw_step_f32(p->params + o, p->grads + o, p->m + q->moff, p->v + q->moff, n, t, lr,
-                                 grad_scale, &p->cfg.adamw));
+        SG_TRY(sg_adamw_step_f32(w, g, p->m + q->moff, p->v + q->moff, n, t, lr, grad_scale, &p->cfg.adamw));
     }
-    for (int k = 0; k < p->nl; ++k) {
+    for (int k = 0; k < p->nl && p->cfg.zero <= 2; ++k) { /* zero 3 keeps the pieces */
       pl_layout *L = &p->l[k];
       if (!L->zero_g || sg_group_size(L->zero_g) == 1) continue;
       const int me = sg_group_rank(L->zero_g);
@@ -645,7 +859,20 @@ sg_status sg_parallel_step(sg_parallel_t p, int64_t t, double lr, double grad_sc
       zero_unpack(p, L, p->pack, p->params);
     }
   }
-  memset(p->grads, 0, (size_t)p->nlocal * sizeof *p->grads);
+  if (p->gpiece) memset(p->gpiece, 0, (size_t)p->nstate * sizeof *p->gpiece);
+  else memset(p->grads, 0, (size_t)p->nlocal * sizeof *p->grads);
+fail:
+  return st;
+}
+
+sg_status sg_parallel_gather_param(sg_parallel_t p, int i, float *out) {
+  sg_status st = SG_OK;
+  if (!p || i < 0 || i >= p->np || (!out && p->p[i].info.numel > 0))
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_gather_param: bad plan, index %d or buffer", i);
+  pl_param *q = &p->p[i];
+  if (q->info.numel == 0) goto fail;
+  if (p->ppiece) SG_TRY(gather_value(p, q, out));
+  else memcpy(out, p->params + q->info.offset, (size_t)q->info.numel * sizeof *out);
 fail:
   return st;
 }
@@ -668,11 +895,15 @@ sg_status sg_parallel_check_replicas(sg_parallel_t p, int64_t step) {
   if (!lo || !hi) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
   SG_TRY(sg_agree(sg_mesh_comm(p->mesh), st));
   const unsigned all = (1u << sg_mesh_ndims(p->mesh)) - 1u;
-  for (int i = 0; i < p->np; ++i)
-    lo[i] = hi[i] = fnv1a(p->params + p->p[i].info.offset, (size_t)p->p[i].info.numel * sizeof(float));
-  for (int k = 0; k < p->nl; ++k) { /* the ranks holding copies: every dim but the Shard ones */
+  for (int i = 0; i < p->np; ++i) {
+    const pl_param *q = &p->p[i];
+    lo[i] = hi[i] = p->ppiece ? fnv1a(p->ppiece + q->moff, (size_t)(q->own_rows * q->row) * sizeof(float))
+                              : fnv1a(p->params + q->info.offset, (size_t)q->info.numel * sizeof(float));
+  }
+  for (int k = 0; k < p->nl; ++k) { /* the ranks holding copies: every dim but the Shard (and, of zero-3
+                                       pieces, the ZeRO) ones */
     sg_group_t g = NULL;
-    SG_TRY(sg_mesh_group(p->mesh, all & ~p->l[k].shard_dims, &g));
+    SG_TRY(sg_mesh_group(p->mesh, all & ~(p->l[k].shard_dims | (p->ppiece ? p->l[k].zero_dims : 0u)), &g));
     for (int j = 0; j < p->l[k].nmembers; ++j) {
       const int i = p->l[k].members[j];
       SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &lo[i], 1, MPI_UINT64_T, MPI_MIN, sg_group_comm(g)));
@@ -715,7 +946,8 @@ sg_status sg_parallel_ckpt_arrays(sg_parallel_t p, int writing, sg_ckpt_array **
     SG_TRY(sg_mesh_group(p->mesh, all & ~(L->shard_dims | L->zero_dims), &rep_state));
     for (int s = 0; s < 3; ++s) {
       sg_ckpt_array *a = &p->ck[c];
-      const int writer = sg_group_rank(s == 0 ? rep : rep_state) == 0;
+      const int piece = s > 0 ? p->cfg.zero >= 1 : p->cfg.zero >= 3; /* this rank's rows only */
+      const int writer = sg_group_rank(piece ? rep_state : rep) == 0;
       snprintf(p->ck_names[c], sizeof p->ck_names[c], "%s.%s", states[s], q->name);
       a->name = p->ck_names[c];
       a->shard.ndims = q->info.ndim;
@@ -725,15 +957,12 @@ sg_status sg_parallel_ckpt_arrays(sg_parallel_t p, int writing, sg_ckpt_array **
         a->shard.start[d] = q->info.start[d];
         a->shard.count[d] = q->info.count[d];
       }
-      if (s == 0) {
-        a->data = p->params + q->info.offset;
-      } else {
-        if (p->cfg.zero >= 1) { /* the owned rows */
-          a->shard.start[0] += q->own_row0;
-          a->shard.count[0] = q->own_rows;
-        }
-        a->data = (s == 1 ? p->m : p->v) + (p->cfg.zero >= 1 ? q->moff : q->info.offset);
+      if (piece) {
+        a->shard.start[0] += q->own_row0;
+        a->shard.count[0] = q->own_rows;
       }
+      a->data = s == 0 ? (piece ? p->ppiece + q->moff : p->params + q->info.offset)
+                       : (s == 1 ? p->m : p->v) + (p->cfg.zero >= 1 ? q->moff : q->info.offset);
       if (writing && !writer) a->shard.count[0] = 0;
       ++c;
     }

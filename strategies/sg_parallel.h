@@ -47,9 +47,23 @@
  * communication layer over the whole reduction group, so ZeRO gives the
  * same bits as DDP on the same mesh.
  *
- * Not yet: zero = 2 and 3 (gradient and parameter sharding in memory) and
- * the tp/pp/sp/ep roles with size > 1 are refused with SG_ERR_NOT_SUPPORTED
- * naming what is missing.
+ * zero = 2 also keeps only the pieces of the gradients: a parameter's full
+ * gradient exists from its first backward use until it is ready, then it
+ * is reduce-scattered onto the piece and freed. zero = 3 (FSDP) also keeps
+ * only the pieces of the parameters: a parameter is all-gathered before
+ * each use (forward and backward, by the tape's pre-use / pre-backward
+ * hooks) and freed after it. Per step that moves 3 parameter volumes
+ * (all-gather forward, all-gather backward, reduce-scatter) against DDP's
+ * 2 (the ZeRO paper's 1.5x); zero 1 and 2 move DDP's 2. With zero >= 2
+ * the reduction runs at every micro-batch (there is no full gradient to
+ * accumulate into); in deterministic mode it is the fixed-order all-reduce
+ * over the whole group (DDP's bits, at DDP's traffic plus the gathers).
+ * For zero >= 2 the full buffers exist only from create to attach (bind
+ * and initialise the model in between); sg_parallel_params/grads return
+ * NULL after that where the stage frees them.
+ *
+ * Not yet: the tp/pp/sp/ep roles with size > 1 are refused with
+ * SG_ERR_NOT_SUPPORTED naming what is missing.
  */
 #ifndef SG_PARALLEL_H
 #define SG_PARALLEL_H
@@ -85,7 +99,8 @@ sg_status sg_dim_role_of(const char *dim_name, sg_dim_role *role);
 const char *sg_dim_role_name(sg_dim_role role);
 
 typedef struct sg_parallel_config {
-  int zero;              /* 0: DDP; 1: optimizer state sharded (2, 3: not yet) */
+  int zero;              /* 0: DDP; 1: optimizer state sharded; 2: + gradients;
+                            3: + parameters (FSDP) */
   int shard_over_domain; /* ZeRO also shards over the domain dims */
   int deterministic;     /* fixed-order reductions: same bits every run */
   int64_t bucket_bytes;  /* DDP bucket size (0: 25 MiB, like PyTorch) */
@@ -145,9 +160,14 @@ int sg_parallel_dim_of(sg_parallel_t plan, sg_dim_role role);
 /* "zero 1 over fsdp,h; dp 2 fsdp 2 h 2; 3 layouts" into buf. */
 void sg_parallel_describe(sg_parallel_t plan, char *buf, size_t size);
 
-/* Install the plan's hooks on the tape (grad-ready reductions) and make
- * the tape agree on hook failures over the mesh. Not collective. */
-sg_status sg_parallel_attach(sg_parallel_t plan, sg_tape_t tape);
+/* Install the plan's hooks on the tape and make the tape agree on hook
+ * failures over the mesh. vars[i] is the variable of table entry i, bound
+ * to the plan's buffers (sg_model_params gives them in table order). From
+ * here on, for zero >= 2 the variables' gradients and for zero = 3 their
+ * values are NULL between uses (the hooks gather and free them). Once per
+ * plan. Not collective. */
+sg_status sg_parallel_attach(sg_parallel_t plan, sg_tape_t tape,
+                             sg_var *const *vars);
 
 /* Before the forward of micro-batch k of n (0 <= k < n): gradients
  * accumulate over the micro-batches, and only the backward of the last one
@@ -166,6 +186,11 @@ sg_status sg_parallel_reduce(sg_parallel_t plan, double *grad_norm);
  * gradients zeroed. Collective over the mesh. */
 sg_status sg_parallel_step(sg_parallel_t plan, int64_t t, double lr,
                            double grad_scale);
+
+/* The whole local box of parameter i into out (numel floats): a copy, or
+ * for zero = 3 an all-gather of the pieces. Collective over the mesh when
+ * zero = 3 (every rank calls it for the same i). */
+sg_status sg_parallel_gather_param(sg_parallel_t plan, int i, float *out);
 
 /* Check that the ranks that must hold identical copies of each parameter
  * (every mesh dim it is not Shard over) do, by checksums. A divergence is

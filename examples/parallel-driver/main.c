@@ -63,7 +63,7 @@ static sg_status run(const char *spec, int zero) {
   SG_TRY(sg_model_bind(model, sg_parallel_params(plan), sg_parallel_grads(plan)));
   SG_TRY(sg_model_init(model, 7));
   SG_TRY(sg_tape_create(&tape));
-  SG_TRY(sg_parallel_attach(plan, tape));
+  SG_TRY(sg_parallel_attach(plan, tape, vars));
   /* 3. this rank's block of the data */
   int64_t y0, ny, x0, nx;
   sg_model_box(model, &y0, &ny, &x0, &nx);

@@ -36,7 +36,8 @@
 static const sg_kv_key keys[] = {
     {"mesh", SG_KV_STRING, "", "device mesh over dp (samples), fsdp (samples, ZeRO-sharded state), h (y), w (x); "
      "default h=<ranks>"},
-    {"zero", SG_KV_INT, "0", "ZeRO stage over the fsdp dim: 0 (DDP) | 1 (optimizer state sharded)"},
+    {"zero", SG_KV_INT, "0",
+     "ZeRO stage over the fsdp dim: 0 (DDP) | 1 (optimizer state sharded) | 2 (+ gradients) | 3 (+ parameters)"},
     {"zero_over_domain", SG_KV_BOOL, "false", "ZeRO also shards over the domain dims h, w"},
     {"grad_accum", SG_KV_INT, "1", "micro-batches per step (gradients accumulate; one reduction per step)"},
     {"bucket_mib", SG_KV_FLOAT, "25", "DDP gradient bucket size in MiB"},
@@ -554,7 +555,11 @@ static sg_status setup(run_t *r) {
   SG_TRY(make_plan(r));
   SG_TRY(sg_model_init(r->model, (uint64_t)sg_kv_int(kv, "seed")));
   SG_TRY(sg_tape_create(&r->tape));
-  SG_TRY(sg_parallel_attach(r->plan, r->tape));
+  {
+    sg_var **vars = NULL;
+    sg_model_params(r->model, &vars);
+    SG_TRY(sg_parallel_attach(r->plan, r->tape, vars));
+  }
   const int64_t plane = lny * lnx;
   r->xb = malloc((size_t)(r->lbatch * r->cin * plane + 1) * sizeof *r->xb);
   r->yb = malloc((size_t)(r->lbatch * r->cout * plane + 1) * sizeof *r->yb);

@@ -4,10 +4,10 @@
 # HSDP (dp x fsdp), ZeRO over the domain dims, plain dp for every model
 # (the FNO's mode-sharded spectral weights included), and gradient
 # accumulation, each equal to the one-process run to 1e-5 relative per step
-# (and the final test error too); ZeRO-1 with deterministic reductions gives
-# the same bits as DDP on a mesh of the same shape; a checkpoint written
-# under zero=1 on fsdp=4 resumes on 1 rank, on h=2 and on dp=2,fsdp=2 with
-# the losses of the uninterrupted run.
+# (and the final test error too), for zero = 1, 2, 3; ZeRO with
+# deterministic reductions gives the same bits as DDP on a mesh of the same
+# shape; a checkpoint written under zero=3 on fsdp=4 resumes on 1 rank, on
+# h=2 and on dp=2,fsdp=2 (zero 1) with the losses of the uninterrupted run.
 #   plan_trajectories.sh fno|cnn|unet BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 model=$1 bin=$2 mpiexec=$3 work=$4 src=$5
@@ -37,17 +37,26 @@ same dp2 2 dp=2
 same fsdp2 2 fsdp=2 --zero 1
 same fsdp3 3 fsdp=3 --zero 1
 same fsdp2h2 4 fsdp=2,h=2 --zero 1
+same z2 2 fsdp=2 --zero 2
+same z3 4 fsdp=4 --zero 3
+same z3h 4 fsdp=2,h=2 --zero 3
+same z3u 3 fsdp=3 --zero 3
 if [ "$model" = fno ]; then # the conv nets take the same plan paths: fewer runs
   same hsdp 4 dp=2,fsdp=2 --zero 1
   same zdom 4 h=2,w=2 --zero 1 --zero-over-domain
   same accum 2 fsdp=2 --zero 1 --grad-accum 2
+  same z3dom 4 h=2,w=2 --zero 3 --zero-over-domain
+  same z3hsdp 4 dp=2,fsdp=2 --zero 3
+  same z3acc 2 fsdp=2 --zero 3 --grad-accum 2
 fi
-# deterministic ZeRO-1 reduces like DDP: the same bits as dp=2
+# deterministic ZeRO reduces like DDP: the same bits as dp=2
 $cmp dp2.jsonl fsdp2.jsonl 0
+$cmp dp2.jsonl z2.jsonl 0
 if [ "$model" = fno ]; then
-  # checkpoints of a zero=1 run on fsdp=4 (moments sharded) resume anywhere
+  # checkpoints of a zero=3 run on fsdp=4 (parameters and moments sharded)
+  # resume anywhere
   rm -rf ck
-  run full4 4 fsdp=4 --zero 1 --ckpt-dir ck --ckpt-every 10
+  run full4 4 fsdp=4 --zero 3 --ckpt-dir ck --ckpt-every 10
   $cmp ref.jsonl full4.jsonl 1e-5
   run res1 1 h=1 --resume ck/step_000010.nc
   $cmp res1.jsonl full4.jsonl 1e-5
