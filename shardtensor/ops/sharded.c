@@ -1,5 +1,6 @@
 /* shardgrid — sharded ops: communication from the sharding rule + local
  * kernels. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -353,6 +354,7 @@ sg_status sg_sharded_exchange_create(sg_mesh_t mesh, sg_dtype dtype, int ndim,
     in->out_global[d] = nout;
     in->out_local[d] = ny;
     in->box[d] = (z1 - z0) * w.stride + w.dilation * (w.kernel - 1) + 1;
+    in->box_origin[d] = w.stride * z0 - w.pad[0];
     in->natural[d] = w.up * (z1 - z0 + 1);
     in->crop[d] = y0 - w.up * z0;
     in->cropped |= in->natural[d] != ny;
@@ -657,6 +659,10 @@ sg_status sg_sharded_pool_forward(sg_pool_kind kind, const sg_shardtensor *x,
   window_desc(c, x, win, 0);
   int64_t gshape[SG_TENSOR_MAX_DIMS] = {x->global_shape[0], x->global_shape[1]};
   for (int d = 0; d < c->nsp; ++d) gshape[2 + d] = og[d];
+  if (kind == SG_POOL_MAX)
+    SG_TRY(sg_pad_fill_outside(c->dtype, c->nsp, x->local_shape[0] * x->local_shape[1],
+                               c->xi.box, c->xi.box_origin, x->global_shape + 2, win->boundary,
+                               -INFINITY, c->xin));
   SG_TRY(make_like(x, gshape, y));
   SG_TRY(sg_pool_forward(kind, &c->cd, c->dtype, c->xin, interior_ptr(y)));
 fail:

@@ -6,8 +6,10 @@
  * (the f64 backward once created its gradient in f32: issue 20). Meshes per
  * rank count: 1; 2 both orientations; 3 uneven, both orientations; 4 as 2x2
  * and as batch x space. Odd grid sizes, stride 2, dilation 2, every boundary
- * mode, periodic across ranks; bad input gives the same error on every
- * rank. */
+ * mode, periodic across ranks; max pooling pads zero boundaries with -inf
+ * (all-negative inputs: no zero appears) and pooling takes dilation 2,
+ * checked against loops by hand as well; bad input gives the same error
+ * on every rank. */
 #include "sg_mesh.h"
 #include "sg_ops.h"
 #include "sg_sharded_ops.h"
@@ -118,7 +120,47 @@ typedef struct win_case {
   sg_sharded_window win;
   int pool;   /* 0 conv, 1 max, 2 avg */
   int64_t d3; /* 3-D: the outermost spatial extent (h, w follow) */
+  int negative; /* inputs in [-3, -1) (max pooling must not see a zero) */
 } win_case;
+
+/* The padding of max pooling: -inf in the margins of zero-boundary dims
+ * (test-local, independent of the library's fill). */
+static void fill_neg_inf(int nsp, int64_t planes, const int64_t *in, const int64_t (*pad)[2],
+                         const sg_pad_mode *modes, void *xp) {
+  int64_t ext[3], n = planes;
+  for (int d = 0; d < nsp; ++d) n *= ext[d] = in[d] + pad[d][0] + pad[d][1];
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t r = i;
+    int outside = 0;
+    for (int d = nsp - 1; d >= 0; --d) {
+      int64_t c = r % ext[d];
+      r /= ext[d];
+      outside |= modes[d] == SG_PAD_ZERO && (c < pad[d][0] || c >= pad[d][0] + in[d]);
+    }
+    if (outside) put(xp, i, -INFINITY);
+  }
+}
+
+/* 2-D pooling with zero boundaries by hand: the window cells o*s - p + j*d
+ * inside the input (max: the others are -inf; avg: they count as 0). */
+static void pool_direct(const win_case *wc, const void *x, int64_t oh, int64_t ow, void *y) {
+  const sg_window *a = &wc->win.w[0], *b = &wc->win.w[1];
+  for (int64_t p = 0; p < wc->n * wc->c; ++p)
+    for (int64_t i = 0; i < oh; ++i)
+      for (int64_t j = 0; j < ow; ++j) {
+        double acc = wc->pool == 1 ? -INFINITY : 0;
+        for (int64_t u = 0; u < a->kernel; ++u)
+          for (int64_t v = 0; v < b->kernel; ++v) {
+            int64_t r = i * a->stride - a->padding + u * a->dilation;
+            int64_t q = j * b->stride - b->padding + v * b->dilation;
+            if (r < 0 || r >= wc->h || q < 0 || q >= wc->w) continue;
+            double e = get(x, (p * wc->h + r) * wc->w + q);
+            acc = wc->pool == 1 ? fmax(acc, e) : acc + e;
+          }
+        put(y, (p * oh + i) * ow + j,
+            wc->pool == 1 ? acc : acc / (double)(a->kernel * b->kernel));
+      }
+}
 
 static void run_window(const win_case *wc) {
   const int nsp = wc->win.nsp;
@@ -127,6 +169,8 @@ static void run_window(const win_case *wc) {
   const int nd = 2 + nsp;
   const int64_t nx = prod(xs, nd);
   void *x = rnd(nx, 1), *w = NULL, *b = rnd(wc->k, 3);
+  if (wc->negative)
+    for (int64_t i = 0; i < nx; ++i) put(x, i, get(x, i) - 2);
   int64_t ksz = 1;
   for (int d = 0; d < nsp; ++d) ksz *= wc->win.w[d].kernel;
   int64_t nw = wc->k * wc->c * ksz;
@@ -148,6 +192,7 @@ static void run_window(const win_case *wc) {
   void *xp = zal(npad);
   SG_CHECK_OK(sg_pad_forward(dt, nsp, wc->n * wc->c, xs + 2, (const int64_t(*)[2])pad, modes, x,
                              xp));
+  if (wc->pool == 1) fill_neg_inf(nsp, wc->n * wc->c, xs + 2, (const int64_t(*)[2])pad, modes, xp);
   SG_CHECK_OK(sg_conv_out_shape(&cd, out));
   int64_t ys[5] = {wc->n, cd.cout, out[0], out[1], out[2]}, ny = prod(ys, nd);
   void *y = zal(ny), *dy = rnd(ny, 4), *dxp = zal(npad), *dx = zal(nx), *dw = zal(nw),
@@ -162,6 +207,14 @@ static void run_window(const win_case *wc) {
   }
   SG_CHECK_OK(sg_pad_backward(dt, nsp, wc->n * wc->c, xs + 2, (const int64_t(*)[2])pad, modes,
                               dxp, dx));
+  if (wc->pool && nsp == 2 && modes[0] == SG_PAD_ZERO && modes[1] == SG_PAD_ZERO) {
+    /* the one-process kernels against the loops by hand */
+    void *yd = zal(ny);
+    pool_direct(wc, x, out[0], out[1], yd);
+    SG_CHECK(cmpv(wc->name, y, yd, ny) == 0, "%s (one process, %s) against the direct loops",
+             wc->name, dtn());
+    free(yd);
+  }
   /* sharded */
   sg_shardtensor sx = {0}, sy = {0}, sdy = {0}, sdx = {0};
   sg_sharded_ctx_t ctx = NULL;
@@ -174,6 +227,13 @@ static void run_window(const win_case *wc) {
   SG_CHECK(sy.global_shape[2] == out[0] && sy.global_shape[nd - 1] == out[nsp - 1],
            "%s: output shape", wc->name);
   cmp(wc->name, &sy, y, 0);
+  if (wc->negative && wc->pool == 1) {
+    sg_tensor yi = sg_shardtensor_interior(&sy);
+    int64_t zeros = 0, nl = prod(sy.local_shape, nd);
+    for (int64_t i = 0; i < nl; ++i) zeros += get(yi.data, i) == 0; /* interior is contiguous */
+    SG_CHECK(zeros == 0, "%s on %s, %s: %lld zeros (padding) in the max of negative inputs",
+             wc->name, mc->spec, dtn(), (long long)zeros);
+  }
   SG_REQUIRE_OK(scatter(dy, nd, ys, &sdy));
   if (wc->pool)
     SG_REQUIRE_OK(sg_sharded_pool_backward(ctx, &sdy, &sdx));
@@ -202,23 +262,35 @@ static sg_window win1(int64_t k, int64_t s, int64_t p, int64_t d) {
 static void test_windows(void) {
   win_case cases[] = {
       {"conv 3x3 zero", 2, 3, 4, 13, 11,
-       {2, {win1(3, 1, 1, 1), win1(3, 1, 1, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 0, 0},
+       {2, {win1(3, 1, 1, 1), win1(3, 1, 1, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 0, 0, 0},
       {"conv s2 d2 reflect/periodic", 2, 2, 3, 15, 13,
-       {2, {win1(3, 2, 2, 2), win1(3, 2, 2, 2)}, {SG_BOUNDARY_REFLECT, SG_BOUNDARY_PERIODIC}}, 0, 0},
+       {2, {win1(3, 2, 2, 2), win1(3, 2, 2, 2)}, {SG_BOUNDARY_REFLECT, SG_BOUNDARY_PERIODIC}}, 0, 0, 0},
       {"conv 5x3 replicate/periodic", 1, 2, 2, 12, 9,
-       {2, {win1(5, 1, 2, 1), win1(3, 1, 1, 1)}, {SG_BOUNDARY_REPLICATE, SG_BOUNDARY_PERIODIC}}, 0, 0},
+       {2, {win1(5, 1, 2, 1), win1(3, 1, 1, 1)}, {SG_BOUNDARY_REPLICATE, SG_BOUNDARY_PERIODIC}}, 0, 0, 0},
       {"conv s2 valid", 2, 3, 2, 17, 14,
-       {2, {win1(3, 2, 0, 1), win1(2, 2, 0, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 0, 0},
+       {2, {win1(3, 2, 0, 1), win1(2, 2, 0, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 0, 0, 0},
       {"maxpool k3 s2 p1", 2, 3, 0, 13, 12,
-       {2, {win1(3, 2, 1, 1), win1(3, 2, 1, 1)}, {SG_BOUNDARY_REPLICATE, SG_BOUNDARY_PERIODIC}}, 1, 0},
+       {2, {win1(3, 2, 1, 1), win1(3, 2, 1, 1)}, {SG_BOUNDARY_REPLICATE, SG_BOUNDARY_PERIODIC}}, 1, 0, 0},
       {"avgpool k2 s2", 2, 2, 0, 12, 10,
-       {2, {win1(2, 2, 0, 1), win1(2, 2, 0, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 2, 0},
+       {2, {win1(2, 2, 0, 1), win1(2, 2, 0, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 2, 0, 0},
       {"conv3d s2 d2 periodic/reflect/zero", 2, 2, 3, 9, 5,
        {3, {win1(3, 2, 1, 1), win1(3, 1, 2, 2), win1(2, 1, 0, 1)},
-        {SG_BOUNDARY_PERIODIC, SG_BOUNDARY_REFLECT, SG_BOUNDARY_ZERO}}, 0, 11},
+        {SG_BOUNDARY_PERIODIC, SG_BOUNDARY_REFLECT, SG_BOUNDARY_ZERO}}, 0, 11, 0},
       {"maxpool3d k3 s2", 1, 2, 0, 8, 6,
        {3, {win1(3, 2, 1, 1), win1(3, 2, 1, 1), win1(2, 2, 0, 1)},
-        {SG_BOUNDARY_REPLICATE, SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 1, 9},
+        {SG_BOUNDARY_REPLICATE, SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 1, 9, 0},
+      /* zero padding of max pooling is -inf; dilation 2 (issue 20) */
+      {"maxpool k3 s1 p1 zero, negative", 2, 2, 0, 13, 11,
+       {2, {win1(3, 1, 1, 1), win1(3, 1, 1, 1)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 1, 0, 1},
+      {"maxpool k3 s1 p2 d2 zero, negative", 2, 2, 0, 13, 11,
+       {2, {win1(3, 1, 2, 2), win1(3, 2, 2, 2)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 1, 0, 1},
+      {"maxpool k2 s2 p1 d2 zero/periodic", 1, 3, 0, 14, 12,
+       {2, {win1(2, 2, 1, 2), win1(3, 1, 2, 2)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_PERIODIC}}, 1, 0, 1},
+      {"avgpool k3 s2 p2 d2 zero", 2, 2, 0, 13, 11,
+       {2, {win1(3, 2, 2, 2), win1(3, 1, 1, 2)}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_ZERO}}, 2, 0, 1},
+      {"maxpool3d k2 d2 p1 zero", 1, 2, 0, 7, 6,
+       {3, {win1(2, 1, 1, 2), win1(2, 2, 1, 2), win1(3, 1, 1, 1)},
+        {SG_BOUNDARY_ZERO, SG_BOUNDARY_REFLECT, SG_BOUNDARY_ZERO}}, 1, 9, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_window(&cases[i]);
 }
