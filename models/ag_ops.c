@@ -1,5 +1,6 @@
 /* shardgrid — the op tables of the autograd tape: local kernels from
  * shardtensor/ops plus each op's sharding rule. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -226,12 +227,42 @@ static sg_conv_desc pool_desc_of(const sg_node *node) {
   return window_desc_of(node, node->xin.shape[1]);
 }
 
+/* Max pooling pads with -inf (the identity of max, PyTorch's convention),
+ * not with the zeros the framework put into the zero-padded margins of
+ * xin: those cells are set to -inf here (xin is the op's own copy whenever
+ * it has margins; without margins nothing lies outside). One process: the
+ * margins are the window's padding; sharded: the exchange tells where the
+ * box lies in the global input. */
+static sg_status pool_fill_padding(sg_node *node) {
+  const sg_tensor *x = &node->xin;
+  const int nsp = node->win.nsp;
+  int64_t origin[SG_OPS_MAX_SPATIAL], extent[SG_OPS_MAX_SPATIAL];
+  if (!x->owns) return SG_OK;
+  if (node->ex) {
+    sg_exchange_info info;
+    sg_sharded_exchange_get_info((sg_sharded_exchange_t)node->ex, &info);
+    const int64_t *g = sg_var_global_shape(node->in[0]);
+    for (int i = 0; i < nsp; ++i) {
+      origin[i] = info.box_origin[i];
+      extent[i] = g[2 + i];
+    }
+  } else {
+    for (int i = 0; i < nsp; ++i) {
+      origin[i] = -node->win.pad[i][0];
+      extent[i] = node->in[0]->value.shape[2 + i];
+    }
+  }
+  return sg_pad_fill_outside(x->dtype, nsp, x->shape[0] * x->shape[1], x->shape + 2, origin,
+                             extent, node->win.mode, -INFINITY, x->data);
+}
+
 static sg_status pool_fwd(sg_node *node) {
   sg_status st = SG_OK;
   const pool_attr *a = (const pool_attr *)node->attr;
   sg_conv_desc d = pool_desc_of(node);
   int64_t out[SG_OPS_MAX_SPATIAL], shape[SG_TENSOR_MAX_DIMS] = {d.batch, d.cin};
   SG_TRY(sg_pool_out_shape(&d, out));
+  if (a->kind == SG_POOL_MAX) SG_TRY(pool_fill_padding(node));
   for (int i = 0; i < d.nsp; ++i) shape[2 + i] = out[i];
   SG_TRY(sg_node_alloc_out(node, 0, 2 + d.nsp, shape));
   SG_TRY(sg_pool_forward(a->kind, &d, node->xin.dtype, node->xin.data,

@@ -368,7 +368,10 @@ sg_status sg_ag_conv(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
 /* Transposed convolution with kernel == stride; w: (Cin, Cout, kernel...). */
 sg_status sg_ag_convt(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
                       sg_var **y);
-/* Pooling with kernel and stride per dim (a->dilation must be 1). */
+/* Pooling with kernel, stride, dilation, padding and boundary mode per dim
+ * (a). Max pooling pads zero-mode dims with -inf (the identity of max, as
+ * PyTorch); average pooling divides by the full window, zero padding
+ * included (count_include_pad). */
 sg_status sg_ag_pool(sg_tape_t t, sg_pool_kind kind, sg_var *x,
                      const int64_t *kernel, const sg_conv_args *a,
                      sg_var **y);

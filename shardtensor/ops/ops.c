@@ -113,9 +113,6 @@ static sg_status sg_conv_geom_make(const sg_conv_desc *d, int pool, int trans,
                "dim %d: kernel, stride and dilation must be >= 1 "
                "(%lld, %lld, %lld)", i, (long long)g->ker[j],
                (long long)g->str[j], (long long)g->dil[j]);
-    if (pool && g->dil[j] != 1)
-      SG_RAISE(SG_ERR_NOT_SUPPORTED, "pooling with dilation %lld",
-               (long long)g->dil[j]);
     if (g->in[j] < 1) SG_RAISE(SG_ERR_SHAPE, "dim %d: input extent %lld", i,
                                (long long)g->in[j]);
     if (trans) {
@@ -328,6 +325,60 @@ sg_status sg_pool_backward(sg_pool_kind kind, const sg_conv_desc *d,
   SG_CHECK_PTR(dx);
   if (kind == SG_POOL_MAX) SG_CHECK_PTR(x);
   SG_DISPATCH(dt, sg_pool_bwd, kind, &g, x, dy, dx);
+fail:
+  return st;
+}
+
+sg_status sg_pad_fill_outside(sg_dtype dt, int nsp, int64_t planes,
+                              const int64_t *box, const int64_t *origin,
+                              const int64_t *extent, const sg_pad_mode *mode,
+                              double value, void *x) {
+  sg_status st = SG_OK;
+  int64_t b3[3] = {1, 1, 1}, lo[3] = {0, 0, 0}, hi[3] = {1, 1, 1};
+  SG_CHECK_DT(dt);
+  if (nsp < 1 || nsp > SG_OPS_MAX_SPATIAL)
+    SG_RAISE(SG_ERR_INVALID_ARG, "nsp must be 1..3, got %d", nsp);
+  if (planes < 0) SG_RAISE(SG_ERR_SHAPE, "planes %lld", (long long)planes);
+  SG_CHECK_PTR(box);
+  SG_CHECK_PTR(origin);
+  SG_CHECK_PTR(extent);
+  SG_CHECK_PTR(mode);
+  int any = 0;
+  for (int i = 0; i < nsp; ++i) {
+    const int j = SG_OPS_MAX_SPATIAL - nsp + i;
+    if (box[i] < 0 || extent[i] < 1)
+      SG_RAISE(SG_ERR_SHAPE, "dim %d: box %lld, domain %lld", i, (long long)box[i],
+               (long long)extent[i]);
+    b3[j] = box[i];
+    /* box cells [lo, hi) are inside the domain (or filled with data) */
+    lo[j] = 0;
+    hi[j] = box[i];
+    if (mode[i] == SG_PAD_ZERO) {
+      lo[j] = -origin[i] > 0 ? -origin[i] : 0;
+      hi[j] = extent[i] - origin[i] < box[i] ? extent[i] - origin[i] : box[i];
+      if (hi[j] < lo[j]) hi[j] = lo[j];
+      any |= lo[j] > 0 || hi[j] < box[i];
+    }
+  }
+  const int64_t n = b3[0] * b3[1] * b3[2];
+  if (!any || planes == 0 || n == 0) goto fail;
+  SG_CHECK_PTR(x);
+  const size_t es = sg_dtype_size(dt);
+  const float vf = (float)value;
+#pragma omp parallel for schedule(static) if (planes * n > 65536)
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t i0 = 0; i0 < b3[0]; ++i0)
+      for (int64_t i1 = 0; i1 < b3[1]; ++i1) {
+        const int out01 = i0 < lo[0] || i0 >= hi[0] || i1 < lo[1] || i1 >= hi[1];
+        char *row = (char *)x + (size_t)((p * b3[0] + i0) * b3[1] + i1) * (size_t)b3[2] * es;
+        for (int64_t i2 = 0; i2 < b3[2]; ++i2) {
+          if (!out01 && i2 >= lo[2] && i2 < hi[2]) continue;
+          if (dt == SG_DTYPE_F32)
+            ((float *)row)[i2] = vf;
+          else
+            ((double *)row)[i2] = value;
+        }
+      }
 fail:
   return st;
 }

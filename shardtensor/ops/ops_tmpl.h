@@ -376,14 +376,16 @@ void FN(sg_pool_fwd)(int kind, const sg_conv_geom *g, const R *x, R *y) {
           R acc = kind == SG_POOL_MAX ? -INFINITY : 0;
           for (int64_t a = 0; a < g->ker[0]; ++a)
             for (int64_t b = 0; b < g->ker[1]; ++b) {
-              const R *row = xp + ((o0 * g->str[0] + a) * g->in[1] +
-                                   o1 * g->str[1] + b) * g->in[2] +
+              const R *row = xp + ((o0 * g->str[0] + a * g->dil[0]) * g->in[1] +
+                                   o1 * g->str[1] + b * g->dil[1]) * g->in[2] +
                              o2 * g->str[2];
               if (kind == SG_POOL_MAX) {
-                for (int64_t e = 0; e < g->ker[2]; ++e)
-                  if (row[e] > acc || row[e] != row[e]) acc = row[e];
+                for (int64_t e = 0; e < g->ker[2]; ++e) {
+                  const R v = row[e * g->dil[2]];
+                  if (v > acc || v != v) acc = v;
+                }
               } else {
-                for (int64_t e = 0; e < g->ker[2]; ++e) acc += row[e];
+                for (int64_t e = 0; e < g->ker[2]; ++e) acc += row[e * g->dil[2]];
               }
             }
           yp[(o0 * g->out[1] + o1) * g->out[2] + o2] =
@@ -410,18 +412,19 @@ void FN(sg_pool_bwd)(int kind, const sg_conv_geom *g, const R *x,
           R bv = -INFINITY;
           for (int64_t a = 0; a < g->ker[0]; ++a)
             for (int64_t b = 0; b < g->ker[1]; ++b) {
-              int64_t base = ((o0 * g->str[0] + a) * g->in[1] +
-                              o1 * g->str[1] + b) * g->in[2] + o2 * g->str[2];
+              int64_t base = ((o0 * g->str[0] + a * g->dil[0]) * g->in[1] +
+                              o1 * g->str[1] + b * g->dil[1]) * g->in[2] + o2 * g->str[2];
               if (kind == SG_POOL_MAX) {
-                for (int64_t e = 0; e < g->ker[2]; ++e)
-                  if (best < 0 || xp[base + e] > bv ||
-                      (xp[base + e] != xp[base + e] && bv == bv)) {
-                    best = base + e;
-                    bv = xp[base + e];
+                for (int64_t e = 0; e < g->ker[2]; ++e) {
+                  const int64_t i = base + e * g->dil[2];
+                  if (best < 0 || xp[i] > bv || (xp[i] != xp[i] && bv == bv)) {
+                    best = i;
+                    bv = xp[i];
                   }
+                }
               } else {
                 for (int64_t e = 0; e < g->ker[2]; ++e)
-                  dxp[base + e] += gy * inv;
+                  dxp[base + e * g->dil[2]] += gy * inv;
               }
             }
           if (kind == SG_POOL_MAX) dxp[best] += gy;

@@ -81,6 +81,19 @@ sg_status sg_pad_backward(sg_dtype dt, int nsp, int64_t planes,
                           const sg_pad_mode *mode, const void *dpadded,
                           void *dsrc);
 
+/* Set the cells of a padded block that lie outside the domain to `value`
+ * along the dims whose mode is SG_PAD_ZERO (the other modes fill their
+ * margins with data, which stays). The block is `planes` contiguous planes
+ * of spatial shape box[0..nsp); its cell i along dim d is cell origin[d] + i
+ * of a domain of extent[d] cells (one process padded by pad: origin = -pad
+ * low, extent = the unpadded extent; a sharded box: sg_exchange_info's
+ * box_origin and the global extent). Max pooling fills its zero padding
+ * with -INFINITY so (the identity of max: PyTorch's convention). */
+sg_status sg_pad_fill_outside(sg_dtype dt, int nsp, int64_t planes,
+                              const int64_t *box, const int64_t *origin,
+                              const int64_t *extent, const sg_pad_mode *mode,
+                              double value, void *x);
+
 /* ---- convolution ---------------------------------------------------------
  * y[n,k,o] = b[k] + sum_{c,j} w[k,c,j] x[n,c, o*s + j*d]   (per spatial dim)
  * x: (N, Cin, in...) padded block; w: (Cout, Cin, kernel...); b: (Cout) or
@@ -130,10 +143,16 @@ sg_status sg_convt_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
                             void *db);
 
 /* ---- pooling -------------------------------------------------------------
- * Valid windows (kernel, stride; dilation must be 1) over `planes` = N*C
- * planes of the padded extent in[]. Average divides by the full window size
- * (padding counts: count_include_pad). Max backward sends the gradient to
- * the first maximum of each window (recomputed from x). */
+ * Valid windows (kernel k, stride s, dilation d: y[o] reads x[o*s + j*d],
+ * j < k, per spatial dim) over `planes` = N*C planes of the padded extent
+ * in[]. Average divides by the full window size k (padding counts:
+ * PyTorch's count_include_pad=True; with zero padding the zeros count).
+ * Max backward sends the gradient to the first maximum of each window
+ * (recomputed from x); a NaN is the maximum. The kernels take the margins
+ * as they are: max pooling with zero padding wants -INFINITY there (the
+ * identity of max, PyTorch's convention), which the sharded op and the
+ * tape's pool put there (sg_pad_fill_outside) and a caller that pads
+ * itself must too. */
 typedef enum sg_pool_kind { SG_POOL_AVG = 0, SG_POOL_MAX } sg_pool_kind;
 
 /* Output extent per spatial dim (validates d for pooling). */

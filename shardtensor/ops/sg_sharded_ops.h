@@ -80,6 +80,9 @@ typedef struct sg_exchange_info {
   int nsp;
   int64_t in_local[SG_OPS_MAX_SPATIAL];   /* this rank's input interior */
   int64_t box[SG_OPS_MAX_SPATIAL];        /* input box given to the kernel */
+  int64_t box_origin[SG_OPS_MAX_SPATIAL]; /* global input cell of box cell 0
+                                             (< 0 or box beyond the extent:
+                                             padding at the global edges) */
   int64_t out_global[SG_OPS_MAX_SPATIAL]; /* the op's global output extent */
   int64_t out_local[SG_OPS_MAX_SPATIAL];  /* owned outputs (balanced split) */
   int64_t natural[SG_OPS_MAX_SPATIAL];    /* outputs computed on the box */
@@ -163,7 +166,11 @@ sg_status sg_sharded_conv_backward(sg_sharded_ctx_t ctx, const void *w,
                                    const sg_shardtensor *dy,
                                    sg_shardtensor *dx, void *dw, void *db);
 
-/* Pooling (dilation 1). */
+/* Pooling (kernel, stride, padding and dilation per dim of win). Max
+ * pooling fills the padding of SG_BOUNDARY_ZERO dims with -INFINITY (the
+ * identity of max, PyTorch's convention: a negative input never meets a
+ * padded zero); the other boundary kinds pad with data. Average pooling
+ * divides by the full window (count_include_pad: zero padding counts). */
 sg_status sg_sharded_pool_forward(sg_pool_kind kind, const sg_shardtensor *x,
                                   const sg_sharded_window *win,
                                   sg_shardtensor *y, sg_sharded_ctx_t *ctx);

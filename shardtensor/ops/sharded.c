@@ -1,5 +1,6 @@
 /* shardgrid — sharded ops: communication from the sharding rule + local
  * kernels. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -353,6 +354,7 @@ sg_status sg_sharded_exchange_create(sg_mesh_t mesh, sg_dtype dtype, int ndim,
     in->out_global[d] = nout;
     in->out_local[d] = ny;
     in->box[d] = (z1 - z0) * w.stride + w.dilation * (w.kernel - 1) + 1;
+    in->box_origin[d] = w.stride * z0 - w.pad[0];
     in->natural[d] = w.up * (z1 - z0 + 1);
     in->crop[d] = y0 - w.up * z0;
     in->cropped |= in->natural[d] != ny;
@@ -518,6 +520,21 @@ fail:
 }
 
 /* dxin (box layout; consumed) -> dx: the adjoint exchange. */
+/* The upstream gradient of a context's backward: on the context's mesh, in
+ * its dtype (a gradient of another dtype would be read as this one). From
+ * global information, so every rank finds the same. */
+static sg_status grad_check(const sg_sharded_ctx_t c, const sg_shardtensor *dy, const char *op) {
+  sg_status st = SG_OK;
+  if (!dy || !dy->mesh) SG_RAISE(SG_ERR_INVALID_ARG, "%s backward: dy is NULL or not created", op);
+  if (dy->mesh != c->mesh)
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s backward: dy is on another mesh than the forward", op);
+  if (dy->local.dtype != c->dtype)
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s backward: dy is %s, the forward ran in %s", op,
+             sg_dtype_name(dy->local.dtype), sg_dtype_name(c->dtype));
+fail:
+  return st;
+}
+
 static sg_status window_finish_grad(sg_sharded_ctx_t c, const sg_shardtensor *like, void *dxin,
                                     sg_shardtensor *dx) {
   sg_status st = SG_OK;
@@ -568,11 +585,15 @@ static void window_desc(sg_sharded_ctx_t c, const sg_shardtensor *x, const sg_sh
   }
 }
 
-/* A ShardTensor-shaped description of the input, for the backward. */
+/* A ShardTensor-shaped description of the input (mesh, dtype, shapes,
+ * placements; no data), for the backward: make_like creates the input's
+ * gradient from it, so it carries the input's dtype (it once did not, and
+ * every f64 gradient was created in f32: issue 20). */
 static sg_shardtensor input_like(const sg_sharded_ctx_t c) {
   sg_shardtensor x;
   memset(&x, 0, sizeof x);
   x.mesh = c->mesh;
+  x.local.dtype = c->dtype;
   x.ndim = c->ndim;
   memcpy(x.global_shape, c->global, sizeof x.global_shape);
   memcpy(x.placements, c->placements, sizeof x.placements);
@@ -612,7 +633,7 @@ sg_status sg_sharded_conv_backward(sg_sharded_ctx_t c, const void *w, const sg_s
   const void *dyp = NULL;
   if (dx) memset(dx, 0, sizeof *dx);
   if (!c || c->kind != CTX_CONV) SG_RAISE(SG_ERR_INVALID_ARG, "conv backward: not a conv context");
-  if (!dy || !dy->mesh) SG_RAISE(SG_ERR_INVALID_ARG, "conv backward: dy is NULL");
+  SG_TRY(grad_check(c, dy, "conv"));
   SG_TRY(interior_contig(dy, &dyp, &dy_own));
   sg_shardtensor like = input_like(c);
   if (dx) SG_TRY(box_grad_alloc(c, &like, &dxin));
@@ -638,6 +659,10 @@ sg_status sg_sharded_pool_forward(sg_pool_kind kind, const sg_shardtensor *x,
   window_desc(c, x, win, 0);
   int64_t gshape[SG_TENSOR_MAX_DIMS] = {x->global_shape[0], x->global_shape[1]};
   for (int d = 0; d < c->nsp; ++d) gshape[2 + d] = og[d];
+  if (kind == SG_POOL_MAX)
+    SG_TRY(sg_pad_fill_outside(c->dtype, c->nsp, x->local_shape[0] * x->local_shape[1],
+                               c->xi.box, c->xi.box_origin, x->global_shape + 2, win->boundary,
+                               -INFINITY, c->xin));
   SG_TRY(make_like(x, gshape, y));
   SG_TRY(sg_pool_forward(kind, &c->cd, c->dtype, c->xin, interior_ptr(y)));
 fail:
@@ -652,6 +677,7 @@ sg_status sg_sharded_pool_backward(sg_sharded_ctx_t c, const sg_shardtensor *dy,
   if (dx) memset(dx, 0, sizeof *dx);
   if (!c || c->kind != CTX_POOL) SG_RAISE(SG_ERR_INVALID_ARG, "pool backward: not a pool context");
   if (!dy || !dx) SG_RAISE(SG_ERR_INVALID_ARG, "pool backward: dy and dx are required");
+  SG_TRY(grad_check(c, dy, "pool"));
   SG_TRY(interior_contig(dy, &dyp, &dy_own));
   sg_shardtensor like = input_like(c);
   SG_TRY(box_grad_alloc(c, &like, &dxin));
@@ -736,6 +762,7 @@ sg_status sg_sharded_upsample_backward(sg_sharded_ctx_t c, const sg_shardtensor 
   if (dx) memset(dx, 0, sizeof *dx);
   if (!c || c->kind != CTX_UP) SG_RAISE(SG_ERR_INVALID_ARG, "upsample backward: not an upsample context");
   if (!dy || !dx) SG_RAISE(SG_ERR_INVALID_ARG, "upsample backward: dy and dx are required");
+  SG_TRY(grad_check(c, dy, "upsample"));
   SG_TRY(interior_contig(dy, &dyp, &own));
   sg_shardtensor like = input_like(c);
   int64_t in[SG_OPS_MAX_SPATIAL], planes = like.local_shape[0] * like.local_shape[1];
@@ -795,7 +822,7 @@ sg_status sg_sharded_convt_backward(sg_sharded_ctx_t c, const void *w, const sg_
   const void *dyp = NULL;
   if (dx) memset(dx, 0, sizeof *dx);
   if (!c || c->kind != CTX_CONVT) SG_RAISE(SG_ERR_INVALID_ARG, "convt backward: not a convt context");
-  if (!dy) SG_RAISE(SG_ERR_INVALID_ARG, "convt backward: dy is NULL");
+  SG_TRY(grad_check(c, dy, "convt"));
   SG_TRY(interior_contig(dy, &dyp, &own));
   sg_shardtensor like = input_like(c);
   if (dx) SG_TRY(make_like(&like, c->global, dx));
@@ -839,8 +866,9 @@ sg_status sg_sharded_linear_backward(const sg_shardtensor *x, const void *w,
   layout l;
   if (dx) memset(dx, 0, sizeof *dx);
   SG_TRY(analyze(x, "linear backward", &l));
-  if (!dy || dy->ndim != x->ndim || dy->local_shape[0] != x->local_shape[0])
-    SG_RAISE(SG_ERR_SHAPE, "linear backward: dy does not match x");
+  if (!dy || dy->ndim != x->ndim || dy->local_shape[0] != x->local_shape[0] ||
+      dy->local.dtype != x->local.dtype)
+    SG_RAISE(SG_ERR_SHAPE, "linear backward: dy does not match x (shape or dtype)");
   SG_TRY(interior_contig(x, &xp, &o1));
   SG_TRY(interior_contig(dy, &dyp, &o2));
   if (dx) SG_TRY(make_like(x, x->global_shape, dx));
@@ -1013,6 +1041,7 @@ sg_status sg_sharded_norm_backward(sg_sharded_ctx_t c, const void *gamma,
   if (dx) memset(dx, 0, sizeof *dx);
   if (!c || c->kind != CTX_NORM) SG_RAISE(SG_ERR_INVALID_ARG, "norm backward: not a norm context");
   if (!dy || !dx) SG_RAISE(SG_ERR_INVALID_ARG, "norm backward: dy and dx are required");
+  SG_TRY(grad_check(c, dy, "norm"));
   SG_TRY(interior_contig(dy, &dyp, &own));
   sums = calloc((size_t)(2 * c->nstat + 1), sizeof *sums);
   if (!sums) SG_RAISE(SG_ERR_ALLOC, "norm sums");

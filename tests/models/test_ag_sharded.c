@@ -10,7 +10,9 @@
  * global tensor, computed in this test on every rank (f64: rel 1e-10; f32:
  * rel 1e-5). The up-sampling and transposed-conv paths on uneven splits
  * against central finite differences in f64; 1-D and 3-D convolutions;
- * error paths on every rank. */
+ * max and average pooling with zero padding (max: -inf) and dilation 2 on
+ * negative inputs against loops by hand, one process and sharded; error
+ * paths on every rank. */
 #include "sg_autograd.h"
 #include "sg_mesh.h"
 #include "sg_sharded_ops.h"
@@ -553,6 +555,89 @@ static sg_status conv_on(sg_tape_t tape, sg_var *x, sg_var *w, const sg_conv_arg
   return sg_ag_conv(tape, x, w, NULL, a, &y);
 }
 
+/* Pooling on the tape, one process and sharded, against loops by hand
+ * (issue 20): all-negative inputs with zero padding (max pooling pads with
+ * -inf, so no padded zero may win; average pooling counts the padding:
+ * count_include_pad) and dilation 2. Loss sum(y * r): dx by hand (max: r to
+ * the first maximum of each window, avg: r / window size to every cell
+ * inside). f64. */
+static void run_pool_ref(const char *spec) {
+  enum { N = 2, C = 2, H = 13, W = 11 };
+  const int64_t gx[4] = {N, C, H, W}, k[2] = {3, 3};
+  const sg_conv_args a = {.nsp = 2, .stride = {1, 2}, .dilation = {2, 2},
+                          .pad = {{2, 2}, {2, 1}}, .mode = {SG_PAD_ZERO, SG_PAD_ZERO}};
+  const int64_t OH = (H + 4 - 4 - 1) / 1 + 1, OW = (W + 3 - 4 - 1) / 2 + 1;
+  const int64_t gy[4] = {N, C, OH, OW}, nx = N * C * H * W, ny = N * C * OH * OW;
+  double *x = malloc(nx * sizeof *x), *r = malloc(ny * sizeof *r);
+  double *yref = malloc(ny * sizeof *yref), *dxref = malloc(nx * sizeof *dxref);
+  rs = 0x5151ull;
+  for (int64_t i = 0; i < nx; ++i) x[i] = -2 + urand();
+  for (int64_t i = 0; i < ny; ++i) r[i] = urand();
+  for (int kind = 0; kind < 2; ++kind) {
+    const sg_pool_kind pk = kind ? SG_POOL_MAX : SG_POOL_AVG;
+    char label[160];
+    snprintf(label, sizeof label, "%s d2 zero padding, negative input on %s",
+             kind ? "max pool" : "avg pool", spec);
+    memset(dxref, 0, nx * sizeof *dxref);
+    for (int64_t p = 0; p < N * C; ++p)
+      for (int64_t i = 0; i < OH; ++i)
+        for (int64_t j = 0; j < OW; ++j) {
+          double acc = kind ? -INFINITY : 0;
+          int64_t best = -1;
+          for (int u = 0; u < 3; ++u)
+            for (int v = 0; v < 3; ++v) {
+              int64_t h = i * a.stride[0] - a.pad[0][0] + u * 2, w = j * a.stride[1] - a.pad[1][0] + v * 2;
+              if (h < 0 || h >= H || w < 0 || w >= W) continue;
+              int64_t e = (p * H + h) * W + w;
+              if (kind && (best < 0 || x[e] > acc)) acc = x[e], best = e;
+              if (!kind) acc += x[e], dxref[e] += r[(p * OH + i) * OW + j] / 9;
+            }
+          yref[(p * OH + i) * OW + j] = kind ? acc : acc / 9;
+          if (kind) dxref[best] += r[(p * OH + i) * OW + j];
+        }
+    sg_tape_t tape = NULL;
+    sg_mesh_t mesh = NULL;
+    sg_var vx, vr, *y = NULL, *yr = NULL, *loss = NULL;
+    void *xb = NULL, *rb = NULL;
+    memset(&vx, 0, sizeof vx);
+    memset(&vr, 0, sizeof vr);
+    SG_REQUIRE_OK(sg_tape_create(&tape));
+    if (spec) {
+      SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+      SG_REQUIRE_OK(make_sharded(&vx, "x", SG_DTYPE_F64, mesh, 4, gx, x, 1, &xb));
+    } else {
+      SG_REQUIRE_OK(sg_var_init(&vx, "x", SG_DTYPE_F64, 4, gx, x, 1));
+    }
+    SG_REQUIRE_OK(sg_ag_pool(tape, pk, &vx, k, &a, &y));
+    SG_CHECK(!memcmp(sg_var_global_shape(y), gy, sizeof gy), "%s: output shape", label);
+    if (spec) {
+      cmp_local("output", label, y, &y->value, yref, 1e-13, 1e-14);
+      SG_REQUIRE_OK(make_sharded(&vr, "r", SG_DTYPE_F64, mesh, 4, gy, r, 0, &rb));
+    } else {
+      SG_CHECK(sg_test_cmp_f64(label, y->value.data, yref, ny, 1e-13, 1e-14) == 0, "%s", label);
+      SG_REQUIRE_OK(sg_var_init(&vr, "r", SG_DTYPE_F64, 4, gy, r, 0));
+    }
+    int64_t zeros = 0, nl = prod(y->value.shape, 4);
+    for (int64_t i = 0; i < nl; ++i) zeros += ((double *)y->value.data)[i] == 0;
+    SG_CHECK(zeros == 0, "%s: %lld padded zeros in the output", label, (long long)zeros);
+    SG_REQUIRE_OK(sg_ag_binary(tape, SG_BINARY_MUL, y, &vr, &yr));
+    SG_REQUIRE_OK(sg_ag_loss(tape, SG_LOSS_SUM, yr, NULL, &loss));
+    SG_REQUIRE_OK(sg_tape_backward(tape, loss));
+    if (spec)
+      cmp_local("dx", label, &vx, &vx.grad, dxref, 1e-12, 1e-13);
+    else
+      SG_CHECK(sg_test_cmp_f64(label, vx.grad.data, dxref, nx, 1e-12, 1e-13) == 0, "%s dx", label);
+  done:
+    sg_tape_destroy(&tape);
+    sg_var_release(&vx);
+    sg_var_release(&vr);
+    sg_mesh_destroy(&mesh);
+    free(xb);
+    free(rb);
+  }
+  free(x); free(r); free(yref); free(dxref);
+}
+
 static void run_errors(void) {
   sg_mesh_t mesh = NULL;
   sg_tape_t tape = NULL;
@@ -663,6 +748,9 @@ int main(int argc, char **argv) {
   }
   /* finite differences: up-sampling and convt on uneven splits */
   run_up_fd(p == 4 ? "h=2,w=2" : specs[p][0]);
+  /* pooling with -inf padding and dilation against loops by hand */
+  run_pool_ref(NULL);
+  for (int s = 0; s < 4 && specs[p][s]; ++s) run_pool_ref(specs[p][s]);
   run_errors();
   return sg_test_finish();
 }

@@ -282,10 +282,12 @@ static double pool_loss(void *ctx) {
 
 static void test_pool_case(const char *name, sg_pool_kind kind, sg_conv_desc d) {
   pool_case c = {.kind = kind, .d = d};
-  int64_t out[3] = {1, 1, 1}, in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1};
+  int64_t out[3] = {1, 1, 1}, in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1},
+          dl[3] = {1, 1, 1};
   SG_CHECK_OK(sg_pool_out_shape(&d, out + 3 - d.nsp));
   for (int i = 0; i < d.nsp; ++i) {
     in[3 - d.nsp + i] = d.in[i]; k[3 - d.nsp + i] = d.kernel[i]; s[3 - d.nsp + i] = d.stride[i];
+    dl[3 - d.nsp + i] = d.dilation[i];
   }
   int64_t planes = d.batch * d.cin;
   c.nx = planes * prod(in, 3);
@@ -300,7 +302,8 @@ static void test_pool_case(const char *name, sg_pool_kind kind, sg_conv_desc d) 
           for (int64_t a = 0; a < k[0]; ++a)
             for (int64_t b = 0; b < k[1]; ++b)
               for (int64_t e = 0; e < k[2]; ++e) {
-                double v = c.x[((p * in[0] + o0 * s[0] + a) * in[1] + o1 * s[1] + b) * in[2] + o2 * s[2] + e];
+                double v = c.x[((p * in[0] + o0 * s[0] + a * dl[0]) * in[1] + o1 * s[1] +
+                                 b * dl[1]) * in[2] + o2 * s[2] + e * dl[2]];
                 acc = kind == SG_POOL_MAX ? fmax(acc, v) : acc + v;
               }
           yref[((p * out[0] + o0) * out[1] + o1) * out[2] + o2] =
@@ -338,10 +341,83 @@ static void test_pool(void) {
     snprintf(name, sizeof name, "%s 3d", nm);
     test_pool_case(name, (sg_pool_kind)kind, c3);
   }
-  sg_conv_desc dil = {.nsp = 1, .batch = 1, .cin = 1, .in = {9}, .kernel = {3},
-                      .stride = {1}, .dilation = {2}};
+  /* dilation 2 (once "not supported"): forward against the direct loops,
+   * backward against finite differences in f64 */
+  for (int kind = 0; kind < 2; ++kind) {
+    const char *nm = kind ? "maxpool" : "avgpool";
+    char name[64];
+    sg_conv_desc d1 = {.nsp = 1, .batch = 2, .cin = 2, .in = {13}, .kernel = {3},
+                       .stride = {1}, .dilation = {2}};
+    snprintf(name, sizeof name, "%s 1d d2", nm);
+    test_pool_case(name, (sg_pool_kind)kind, d1);
+    sg_conv_desc d2 = {.nsp = 2, .batch = 1, .cin = 3, .in = {11, 10}, .kernel = {3, 2},
+                       .stride = {2, 1}, .dilation = {2, 3}};
+    snprintf(name, sizeof name, "%s 2d d(2,3) s(2,1)", nm);
+    test_pool_case(name, (sg_pool_kind)kind, d2);
+    sg_conv_desc d3 = {.nsp = 3, .batch = 1, .cin = 2, .in = {7, 6, 9}, .kernel = {2, 2, 3},
+                       .stride = {1, 2, 2}, .dilation = {2, 1, 2}};
+    snprintf(name, sizeof name, "%s 3d d2", nm);
+    test_pool_case(name, (sg_pool_kind)kind, d3);
+  }
+  /* a window wider than the block is refused */
+  sg_conv_desc wide = {.nsp = 1, .batch = 1, .cin = 1, .in = {4}, .kernel = {3},
+                       .stride = {1}, .dilation = {2}};
   double buf[16] = {0};
-  SG_CHECK_STATUS(sg_pool_forward(SG_POOL_MAX, &dil, SG_DTYPE_F64, buf, buf), SG_ERR_NOT_SUPPORTED);
+  SG_CHECK_STATUS(sg_pool_forward(SG_POOL_MAX, &wide, SG_DTYPE_F64, buf, buf), SG_ERR_SHAPE);
+}
+
+/* Max pooling with zero padding on one process: pad, fill the padding with
+ * -inf (sg_pad_fill_outside), pool; against a hand-written loop over the
+ * unpadded input that skips cells outside it (all-negative input: a padded
+ * zero would be the maximum of every edge window). The fill touches only
+ * zero-mode dims. */
+static void test_pool_neg_inf(void) {
+  const int64_t in[2] = {6, 5}, pad[2][2] = {{2, 2}, {1, 1}}, pin[2] = {10, 7};
+  const sg_pad_mode zz[2] = {SG_PAD_ZERO, SG_PAD_ZERO}, zr[2] = {SG_PAD_ZERO, SG_PAD_REPLICATE};
+  const int64_t origin[2] = {-2, -1};
+  double x[2 * 30], xp[2 * 70], y[2 * 70], yref[2 * 70];
+  for (int i = 0; i < 60; ++i) x[i] = -1.5 + 0.5 * urand();
+  /* k (3, 2), stride 1, dilation (2, 3): out (6, 4) */
+  sg_conv_desc d = {.nsp = 2, .batch = 2, .cin = 1, .in = {10, 7}, .kernel = {3, 2},
+                    .stride = {1, 1}, .dilation = {2, 3}};
+  int64_t out[2];
+  SG_CHECK_OK(sg_pool_out_shape(&d, out));
+  SG_CHECK(out[0] == 6 && out[1] == 4, "pool out shape %lld x %lld", (long long)out[0],
+           (long long)out[1]);
+  SG_CHECK_OK(sg_pad_forward(SG_DTYPE_F64, 2, 2, in, pad, zz, x, xp));
+  SG_CHECK_OK(sg_pad_fill_outside(SG_DTYPE_F64, 2, 2, pin, origin, in, zz, -INFINITY, xp));
+  SG_CHECK_OK(sg_pool_forward(SG_POOL_MAX, &d, SG_DTYPE_F64, xp, y));
+  int64_t zeros_seen = 0;
+  for (int p = 0; p < 2; ++p)
+    for (int64_t o0 = 0; o0 < out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < out[1]; ++o1) {
+        double m = -INFINITY;
+        for (int a = 0; a < 3; ++a)
+          for (int b = 0; b < 2; ++b) {
+            int64_t i0 = o0 - 2 + 2 * a, i1 = o1 - 1 + 3 * b;
+            if (i0 >= 0 && i0 < in[0] && i1 >= 0 && i1 < in[1])
+              m = fmax(m, x[(p * in[0] + i0) * in[1] + i1]);
+          }
+        int64_t o = (p * out[0] + o0) * out[1] + o1;
+        yref[o] = m;
+        zeros_seen += y[o] == 0;
+      }
+  SG_CHECK(sg_test_cmp_f64("maxpool -inf padding", y, yref, 2 * out[0] * out[1], 0, 0) == 0,
+           "max pooling with zero padding pads with -inf");
+  SG_CHECK(zeros_seen == 0, "%lld padded zeros in the max pooling of a negative input",
+           (long long)zeros_seen);
+  /* a replicate dim keeps its data; the zero dim gets -inf */
+  SG_CHECK_OK(sg_pad_forward(SG_DTYPE_F64, 2, 2, in, pad, zr, x, xp));
+  memcpy(y, xp, sizeof(double) * 2 * 70);
+  SG_CHECK_OK(sg_pad_fill_outside(SG_DTYPE_F64, 2, 2, pin, origin, in, zr, -INFINITY, xp));
+  int64_t bad = 0;
+  for (int64_t i = 0; i < 2 * 70; ++i) {
+    int64_t i0 = (i / 7) % 10;
+    int outside = i0 < 2 || i0 >= 8;
+    bad += outside ? xp[i] != -INFINITY : xp[i] != y[i];
+  }
+  SG_CHECK(bad == 0, "fill outside: %lld cells wrong (zero dim -inf, replicate dim kept)",
+           (long long)bad);
 }
 
 /* ---- padding ------------------------------------------------------------ */
@@ -785,6 +861,7 @@ int main(int argc, char **argv) {
   test_conv();
   test_convt();
   test_pool();
+  test_pool_neg_inf();
   test_pad();
   test_upsample();
   test_pointwise();
