@@ -237,13 +237,16 @@ static sg_status direct_write(struct sg_nc_t_ *f, int n, wjob *jobs) {
       MPI_Status status;
       rc = MPI_File_write_at(f->dfh, off + (MPI_Offset)((j->run0 + at) * (int64_t)es),
                              src, (int)((size_t)cnt * es), MPI_BYTE, &status);
-      int got = 0;
+      int got = 0, cls = MPI_SUCCESS;
       if (rc == MPI_SUCCESS) MPI_Get_count(&status, MPI_BYTE, &got);
-      if (rc != MPI_SUCCESS || got != (int)((size_t)cnt * es))
+      else MPI_Error_class(rc, &cls);
+      if (rc != MPI_SUCCESS || got != (int)((size_t)cnt * es)) {
         lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
-                           "MPI_File_write_at on %s failed (%d of %lld "
-                           "bytes written)", f->path, got,
-                           (long long)((size_t)cnt * es));
+                           "MPI_File_write_at failed (%d of %lld bytes "
+                           "written)", got, (long long)((size_t)cnt * es));
+        lst = sg_io_write_error(f, lst, cls == MPI_ERR_NO_SPACE ||
+                                            cls == MPI_ERR_QUOTA, NULL);
+      }
     }
   }
   sg_free(sg_device_host(), (void **)&bounce);
@@ -343,8 +346,11 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
         reqs[nreq++] = req;
     }
     /* every rank takes part in the collective wait, failed or not */
+    sg_status before = lst;
     pnc_wait_all(f, nreq, reqs, reqs ? reqs + n : NULL,
                  "ncmpi_iput_vara (request)", &lst);
+    if (before == SG_OK && lst != SG_OK)
+      lst = sg_io_write_error(f, lst, 0, NULL);
     free(reqs);
   }
 #endif
@@ -357,7 +363,9 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
       SG_NC_TYPED_CALL(rc, j->dt, nc_put_vara, f->ncid, j->varid, j->nstart,
                        j->ncount, b);
       if (rc && lst == SG_OK)
-        lst = sg_error_netcdf(rc, "nc_put_vara", __FILE__, __LINE__);
+        lst = sg_io_write_error(
+            f, sg_error_netcdf(rc, "nc_put_vara", __FILE__, __LINE__), 0,
+            NULL);
     }
   }
 #endif
@@ -367,6 +375,7 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
   (void)rc;
   st = sg_io_agree(f->comm, lst);
 fail:
+  sg_io_mark_failed(f, st);
   for (int i = 0; jobs && i < n; ++i) sg_free(sg_device_host(), &jobs[i].tmp);
   free(jobs);
   return st;
@@ -830,6 +839,7 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
                        "read: %s is in define mode", f->path);
   if (lst == SG_OK) lst = info_by_id(f, varid, &info);
   if (lst == SG_OK) lst = check_shard(f, &info, s, 0);
+  if (lst == SG_OK) lst = sg_io_check_var_extent(f, varid);
   if (lst == SG_OK) {
     nd = s->ndims;
     for (int d = 0; d < nd; ++d) {
