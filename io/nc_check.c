@@ -244,8 +244,12 @@ sg_status sg_io_write_error(struct sg_nc_t_ *f, sg_status lst, int no_space,
   const char *name = f->atomic ? f->final_path : f->path;
   no_space = no_space || e == ENOSPC || e == EDQUOT || fs_full(f->path);
   char msg[6000];
-  snprintf(msg, sizeof msg, "%s%.800s (%s %s)", no_space ? "no space left on device: " : "",
-           sg_last_error(), what ? what : "writing", name);
+  if (no_space)
+    snprintf(msg, sizeof msg, "%s %s: no space left on device (%.800s)",
+             what ? what : "writing", name, sg_last_error());
+  else
+    snprintf(msg, sizeof msg, "%.800s (%s %s)", sg_last_error(),
+             what ? what : "writing", name);
   sg_error_set_raw(msg);
   return lst;
 }
