@@ -528,6 +528,7 @@ static inline void store_i(void *o, sg_dtype t, int64_t i, int64_t v) {
 }
 
 typedef struct xform {
+  int nonfinite; /* NaN/Inf are masked too */
   int nmask;
   double maskv[9];
   int unpack;
@@ -536,6 +537,7 @@ typedef struct xform {
 } xform;
 
 static inline int is_masked(const xform *x, double v) {
+  if (x->nonfinite && !isfinite(v)) return 1;
   for (int k = 0; k < x->nmask; ++k)
     if (v == x->maskv[k] || (isnan(x->maskv[k]) && isnan(v))) return 1;
   return 0;
@@ -898,6 +900,7 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
                            sg_dtype_name(s->dtype));
     }
     x.masked_value = o.masked_value;
+    x.nonfinite = !o.no_mask && o.mask_nonfinite;
   }
   if (lst == SG_OK && o.flip_lat && lat_dim >= 0 &&
       SG_IO_CALL(f, inq_varid, f->ncid, sg_io_map_to_file(f, "lat"),
@@ -1060,12 +1063,12 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
   for (int i = 0; lst == SG_OK && i < nread; ++i) {
     rbox *b = &boxes[i];
     if (b->buf == out) {
-      if (x.nmask == 0 && !mask) continue;
+      if (x.nmask == 0 && !x.nonfinite && !mask) continue;
       /* in place: same type, same order */
       if (sg_dtype_is_float(s->dtype)) {
 #pragma omp parallel for if (onumel > 262144) schedule(static)
         for (int64_t k = 0; k < onumel; ++k) {
-          int m = x.nmask && is_masked(&x, raw_f(out, rt, k));
+          int m = (x.nmask || x.nonfinite) && is_masked(&x, raw_f(out, rt, k));
           if (m) store_f(out, s->dtype, k, x.masked_value);
           if (mask) mask[k] = (uint8_t)!m;
         }

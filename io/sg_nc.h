@@ -331,6 +331,11 @@ typedef struct sg_nc_read_opts {
   /* Masked elements (_FillValue, missing_value) get masked_value. */
   double masked_value;
   int no_mask;   /* 1: do not mask */
+  /* 1: NaN and +-Inf values (of a float variable, before unpacking) are
+   * masked too, like _FillValue (files often mark missing points with NaN
+   * while declaring another _FillValue). Default 0: they are returned as
+   * they are (the dataset loaders set it). */
+  int mask_nonfinite;
   int no_unpack; /* 1: do not apply scale_factor/add_offset */
   /* 1: if the dim named "lat" has a descending coordinate variable, read
    * it flipped, so the caller's indices run south to north. */
