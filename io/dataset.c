@@ -162,8 +162,10 @@ sg_status sg_ds_stats_compute(MPI_Comm comm, const char *path,
         if (w[i] < 0) w[i] = 0;
       }
     }
+    sg_nc_read_opts vo = sg_nc_read_opts_default();
+    vo.mask_nonfinite = 1; /* NaN/Inf are missing points too */
     for (int64_t t = 0; t < vi.shape[0]; ++t) {
-      SG_TRY(sg_nc_read_frame(f, vi.varid, t, &s, NULL, buf, mask));
+      SG_TRY(sg_nc_read_frame(f, vi.varid, t, &s, &vo, buf, mask));
       sg_ds_moments_add(&mom[c], buf, w, mask, n);
     }
     snprintf(stats->names[c], SG_NC_NAME_MAX, "%s", names[c]);

@@ -59,6 +59,17 @@ struct sg_nc_t_ {
                          others' a private copy of the header (shadow_path)
                          that sees the same define calls; see nc.c */
   char shadow_path[4096];
+  int64_t *var_end;   /* read-only classic file: the byte each variable's
+                         data ends at, by varid (sg_io_classic_extent) */
+  int nvar_end;
+  int64_t file_size;  /* its size at open */
+  int created;        /* made by sg_nc_create (not opened) */
+  int atomic;         /* written as path ".partial", renamed at close */
+  char final_path[4096]; /* atomic: the path it gets at a good close */
+  int failed;         /* a collective call on the file failed (agreed) */
+  int discard;        /* sg_nc_discard: remove the created file at close */
+  sg_status fail_status;
+  char fail_msg[1200];
   int local_handle;   /* the library handle (ncid) is this rank's own, opened
                          on MPI_COMM_SELF (read-only files): its calls are
                          not collective, only the io layer's agreements are */
@@ -139,6 +150,34 @@ sg_status sg_io_own_handle(struct sg_nc_t_ *f, int amode);
  * the header) and the ranks reopen the file together. Collective; no-op
  * when f->shadow is 0. */
 sg_status sg_io_shadow_promote(struct sg_nc_t_ *f);
+
+/* A local failure of a write (or of the sync/close that flushes writes)
+ * of file f: the message gets the file's name (the final path of an
+ * atomic file) and, when the failure was a full disk or quota (no_space,
+ * errno ENOSPC/EDQUOT, or no free blocks left on the file's file system),
+ * "no space left on device". Returns lst. Local. */
+sg_status sg_io_write_error(struct sg_nc_t_ *f, sg_status lst, int no_space,
+                            const char *what);
+/* Remember an agreed failure of a collective call on f (sg_nc_close of an
+ * atomic file then removes it). Returns st. Local. */
+sg_status sg_io_mark_failed(struct sg_nc_t_ *f, sg_status st);
+
+/* ---- nc_check.c: the length a classic file must have ---------------------- */
+
+/* Parse the header of a classic (CDF-1/2/5) file: *need gets the bytes its
+ * variables need (the end of the last fixed variable or of the last record of a
+ * record variable; -1 when the file is not
+ * classic or its header cannot be followed, which the library then
+ * reports), *have the file's size, var (cap bytes) the variable that ends
+ * last; ends (may be NULL; malloc'd) the end of every variable by varid
+ * (0: no data), *nends their number. Not collective. */
+sg_status sg_io_classic_extent(const char *path, int64_t *need, int64_t *have,
+                               char *var, size_t cap, int64_t **ends,
+                               int *nends);
+/* SG_ERR_CORRUPT naming the file and the variable when variable varid of a
+ * read-only classic file ends beyond the end of the file (f->var_end, from
+ * sg_io_classic_extent at open). Not collective. */
+sg_status sg_io_check_var_extent(const struct sg_nc_t_ *f, int varid);
 
 /* Enter/leave define mode around an attribute change on a writable file.
  * Collective. */

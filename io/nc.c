@@ -187,6 +187,7 @@ fail:
 
 static void file_free(struct sg_nc_t_ *f) {
   if (!f) return;
+  free(f->var_end);
   for (int i = 0; i < f->npending; ++i) free(f->pending[i].values);
   free(f->pending);
   if (f->info != MPI_INFO_NULL) MPI_Info_free(&f->info);
@@ -266,8 +267,24 @@ sg_status sg_nc_create(MPI_Comm comm, const char *path,
   if (o.backend == SG_NC_BACKEND_AUTO)
     o.backend = SG_HAVE_PNETCDF ? SG_NC_BACKEND_PNETCDF
                                 : SG_NC_BACKEND_NETCDF4;
+  if (lst == SG_OK && o.atomic) {
+    /* written under a temporary name, renamed at a good close */
+    if (strlen(path) + sizeof ".partial" > sizeof f->path)
+      lst = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                         "file path too long");
+    else {
+      f->atomic = 1;
+      snprintf(f->final_path, sizeof f->final_path, "%s", path);
+      snprintf(f->path, sizeof f->path, "%s.partial", path);
+    }
+  }
   if (lst != SG_OK)
     ;
+  else if (f->atomic && !o.overwrite && f->rank == 0 &&
+           access(f->final_path, F_OK) == 0)
+    lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
+                       "cannot create %s: file exists (set overwrite to "
+                       "replace it)", f->final_path);
   else if (o.backend == SG_NC_BACKEND_SERIAL)
     lst = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
                        "the serial netCDF backend reads only; create %s with "
@@ -300,7 +317,7 @@ sg_status sg_nc_create(MPI_Comm comm, const char *path,
   if (f->backend == SG_NC_BACKEND_PNETCDF) {
     f->format = o.format == SG_NC_FORMAT_CDF2 ? SG_NC_FORMAT_CDF2
                                               : SG_NC_FORMAT_CDF5;
-    int cmode = (o.overwrite ? NC_CLOBBER : NC_NOCLOBBER) |
+    int cmode = (o.overwrite || f->atomic ? NC_CLOBBER : NC_NOCLOBBER) |
                 (f->format == SG_NC_FORMAT_CDF2 ? NC_64BIT_OFFSET
                                                 : NC_64BIT_DATA);
     /* Per-rank create (more than one rank, direct writes allowed): rank 0
@@ -348,7 +365,8 @@ sg_status sg_nc_create(MPI_Comm comm, const char *path,
 #if SG_HAVE_NETCDF_PAR
   if (f->backend == SG_NC_BACKEND_NETCDF4) {
     f->format = SG_NC_FORMAT_NETCDF4;
-    int cmode = (o.overwrite ? NC_CLOBBER : NC_NOCLOBBER) | NC_NETCDF4;
+    int cmode = (o.overwrite || f->atomic ? NC_CLOBBER : NC_NOCLOBBER) |
+                NC_NETCDF4;
     rc = nc_create_par(f->path, cmode, f->comm, f->info, &f->ncid);
     lst = rc ? open_error(rc, 0, "cannot create", f->path, __LINE__) : SG_OK;
     if (!rc) {
@@ -374,6 +392,7 @@ sg_status sg_nc_create(MPI_Comm comm, const char *path,
 #endif
     goto fail;
   }
+  f->created = 1;
   *file = f;
   return SG_OK;
 fail:
@@ -466,6 +485,16 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
     f->direct_read = !o.writable && !o.no_direct_read;
     f->local_handle = local;
   }
+  /* a classic file shorter than its header says (a writer that stopped
+   * early) reads as zeros where its data is missing: the end of every
+   * variable is taken from the header here and checked at every read (a
+   * variable never written at the end of a PnetCDF file is short too,
+   * and stays readable as long as it is not read) */
+  if (lst == SG_OK && kind == 1 && !o.writable) {
+    int64_t need = 0;
+    lst = sg_io_classic_extent(f->path, &need, &f->file_size, NULL, 0,
+                               &f->var_end, &f->nvar_end);
+  }
   MPI_Comm lcomm = lst != SG_OK ? MPI_COMM_NULL
                    : local      ? MPI_COMM_SELF
                                 : f->comm;
@@ -555,6 +584,32 @@ fail:
   return st;
 }
 
+/* After the close of a file made by sg_nc_create (st: the agreed close):
+ * an atomic file that had no failure is renamed to its final path; one
+ * that failed, or any created file being discarded, is removed. Every
+ * rank returns the same status. Collective. */
+static sg_status finish_created(struct sg_nc_t_ *f, sg_status st) {
+  sg_status lst = SG_OK;
+  const char *name = f->atomic ? f->final_path : f->path;
+  if (st == SG_OK && !f->failed && !f->discard) {
+    if (f->rank == 0 && rename(f->path, f->final_path) != 0)
+      lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
+                         "rename %s -> %s: %s", f->path, f->final_path,
+                         strerror(errno));
+    return sg_io_mark_failed(f, sg_io_agree(f->comm, lst));
+  }
+  if (f->rank == 0) remove(f->path);
+  if (f->discard && !f->failed) return sg_io_agree(f->comm, st);
+  sg_status first = f->failed ? f->fail_status : st;
+  char msg[6000];
+  snprintf(msg, sizeof msg, "%.1200s; the incomplete %s was removed",
+           f->failed ? f->fail_msg : sg_last_error(), name);
+  sg_error_set_raw(msg);
+  /* after the removal: no rank sees the file any more */
+  sg_status b = sg_io_barrier(f->comm);
+  return b != SG_OK ? b : first;
+}
+
 sg_status sg_nc_close(sg_nc_t *file) {
   sg_status st = SG_OK;
   if (!file || !*file) return SG_OK;
@@ -585,10 +640,19 @@ sg_status sg_nc_close(sg_nc_t *file) {
   }
 #endif
   (void)rc;
-  st = sg_io_agree(f->comm, lst);
+  if (lst != SG_OK && f->writable)
+    lst = sg_io_write_error(f, lst, 0, "closing");
+  st = sg_io_mark_failed(f, sg_io_agree(f->comm, lst));
+  if (f->atomic || (f->created && f->discard)) st = finish_created(f, st);
   file_free(f);
   *file = NULL;
   return st;
+}
+
+sg_status sg_nc_discard(sg_nc_t *file) {
+  if (!file || !*file) return SG_OK;
+  (*file)->discard = 1;
+  return sg_nc_close(file);
 }
 
 sg_status sg_io_shadow_promote(struct sg_nc_t_ *f) {
@@ -635,7 +699,8 @@ sg_status sg_nc_sync(sg_nc_t f) {
         MPI_File_sync(f->dfh) != MPI_SUCCESS)
       lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
                          "MPI_File_sync of %s failed", f->path);
-    return sg_io_agree(f->comm, lst);
+    if (lst != SG_OK) lst = sg_io_write_error(f, lst, 0, "flushing");
+    return sg_io_mark_failed(f, sg_io_agree(f->comm, lst));
   }
 #endif
   if (f->dfh_open && f->writable && MPI_File_sync(f->dfh) != MPI_SUCCESS)
@@ -653,7 +718,8 @@ sg_status sg_nc_sync(sg_nc_t f) {
     lst = sg_error_netcdf(rc, "nc_sync", __FILE__, __LINE__);
 #endif
   (void)rc;
-  return sg_io_agree(f->comm, lst);
+  if (lst != SG_OK) lst = sg_io_write_error(f, lst, 0, "flushing");
+  return sg_io_mark_failed(f, sg_io_agree(f->comm, lst));
 }
 
 sg_nc_backend sg_nc_backend_of(sg_nc_t f) {
@@ -1102,7 +1168,7 @@ fail:
     f->pending = NULL;
     f->npending = 0;
   }
-  return st;
+  return sg_io_mark_failed(f, st);
 }
 
 sg_status sg_nc_redef(sg_nc_t f) {

@@ -237,13 +237,16 @@ static sg_status direct_write(struct sg_nc_t_ *f, int n, wjob *jobs) {
       MPI_Status status;
       rc = MPI_File_write_at(f->dfh, off + (MPI_Offset)((j->run0 + at) * (int64_t)es),
                              src, (int)((size_t)cnt * es), MPI_BYTE, &status);
-      int got = 0;
+      int got = 0, cls = MPI_SUCCESS;
       if (rc == MPI_SUCCESS) MPI_Get_count(&status, MPI_BYTE, &got);
-      if (rc != MPI_SUCCESS || got != (int)((size_t)cnt * es))
+      else MPI_Error_class(rc, &cls);
+      if (rc != MPI_SUCCESS || got != (int)((size_t)cnt * es)) {
         lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
-                           "MPI_File_write_at on %s failed (%d of %lld "
-                           "bytes written)", f->path, got,
-                           (long long)((size_t)cnt * es));
+                           "MPI_File_write_at failed (%d of %lld bytes "
+                           "written)", got, (long long)((size_t)cnt * es));
+        lst = sg_io_write_error(f, lst, cls == MPI_ERR_NO_SPACE ||
+                                            cls == MPI_ERR_QUOTA, NULL);
+      }
     }
   }
   sg_free(sg_device_host(), (void **)&bounce);
@@ -343,8 +346,11 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
         reqs[nreq++] = req;
     }
     /* every rank takes part in the collective wait, failed or not */
+    sg_status before = lst;
     pnc_wait_all(f, nreq, reqs, reqs ? reqs + n : NULL,
                  "ncmpi_iput_vara (request)", &lst);
+    if (before == SG_OK && lst != SG_OK)
+      lst = sg_io_write_error(f, lst, 0, NULL);
     free(reqs);
   }
 #endif
@@ -357,7 +363,9 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
       SG_NC_TYPED_CALL(rc, j->dt, nc_put_vara, f->ncid, j->varid, j->nstart,
                        j->ncount, b);
       if (rc && lst == SG_OK)
-        lst = sg_error_netcdf(rc, "nc_put_vara", __FILE__, __LINE__);
+        lst = sg_io_write_error(
+            f, sg_error_netcdf(rc, "nc_put_vara", __FILE__, __LINE__), 0,
+            NULL);
     }
   }
 #endif
@@ -367,6 +375,7 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
   (void)rc;
   st = sg_io_agree(f->comm, lst);
 fail:
+  sg_io_mark_failed(f, st);
   for (int i = 0; jobs && i < n; ++i) sg_free(sg_device_host(), &jobs[i].tmp);
   free(jobs);
   return st;
@@ -519,6 +528,7 @@ static inline void store_i(void *o, sg_dtype t, int64_t i, int64_t v) {
 }
 
 typedef struct xform {
+  int nonfinite; /* NaN/Inf are masked too */
   int nmask;
   double maskv[9];
   int unpack;
@@ -527,6 +537,7 @@ typedef struct xform {
 } xform;
 
 static inline int is_masked(const xform *x, double v) {
+  if (x->nonfinite && !isfinite(v)) return 1;
   for (int k = 0; k < x->nmask; ++k)
     if (v == x->maskv[k] || (isnan(x->maskv[k]) && isnan(v))) return 1;
   return 0;
@@ -830,6 +841,7 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
                        "read: %s is in define mode", f->path);
   if (lst == SG_OK) lst = info_by_id(f, varid, &info);
   if (lst == SG_OK) lst = check_shard(f, &info, s, 0);
+  if (lst == SG_OK) lst = sg_io_check_var_extent(f, varid);
   if (lst == SG_OK) {
     nd = s->ndims;
     for (int d = 0; d < nd; ++d) {
@@ -888,6 +900,7 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
                            sg_dtype_name(s->dtype));
     }
     x.masked_value = o.masked_value;
+    x.nonfinite = !o.no_mask && o.mask_nonfinite;
   }
   if (lst == SG_OK && o.flip_lat && lat_dim >= 0 &&
       SG_IO_CALL(f, inq_varid, f->ncid, sg_io_map_to_file(f, "lat"),
@@ -1050,12 +1063,12 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
   for (int i = 0; lst == SG_OK && i < nread; ++i) {
     rbox *b = &boxes[i];
     if (b->buf == out) {
-      if (x.nmask == 0 && !mask) continue;
+      if (x.nmask == 0 && !x.nonfinite && !mask) continue;
       /* in place: same type, same order */
       if (sg_dtype_is_float(s->dtype)) {
 #pragma omp parallel for if (onumel > 262144) schedule(static)
         for (int64_t k = 0; k < onumel; ++k) {
-          int m = x.nmask && is_masked(&x, raw_f(out, rt, k));
+          int m = (x.nmask || x.nonfinite) && is_masked(&x, raw_f(out, rt, k));
           if (m) store_f(out, s->dtype, k, x.masked_value);
           if (mask) mask[k] = (uint8_t)!m;
         }

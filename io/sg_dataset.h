@@ -57,7 +57,7 @@ typedef struct sg_ds_stats {
 
 /* Statistics of the variables `names` (each (time, [level], lat, lon)) of
  * a file: each rank reads a balanced split of the lat dim, frame by frame;
- * masked points (_FillValue/missing_value) are skipped; with area_weight
+ * masked points (_FillValue/missing_value, and NaN/Inf values) are skipped; with area_weight
  * each point counts cos(lat) (the "lat" coordinate, after dim_map, in
  * degrees). Collective over comm. */
 sg_status sg_ds_stats_compute(MPI_Comm comm, const char *path,

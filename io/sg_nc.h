@@ -111,6 +111,13 @@ typedef struct sg_nc_create_opts {
    * and swap it back: two extra passes over memory). 1 disables this.
    * Default 0. */
   int no_direct_write;
+  /* 1: the file is written as "<path>.partial" and renamed to path by a
+   * sg_nc_close that agrees every rank succeeded; after any failed call on
+   * the file (a write that ran out of space, ...) sg_nc_close removes it
+   * and returns the error. A run killed before close leaves only the
+   * ".partial" file: path never holds a file that reads as valid but is
+   * incomplete. overwrite is checked against path. Default 0. */
+  int atomic;
 } sg_nc_create_opts;
 
 typedef struct sg_nc_open_opts {
@@ -149,8 +156,18 @@ sg_status sg_nc_create(MPI_Comm comm, const char *path,
 sg_status sg_nc_open(MPI_Comm comm, const char *path,
                      const sg_nc_open_opts *opts, sg_nc_t *file);
 
-/* Flush and close; accepts NULL and sets *file to NULL. Collective. */
+/* Flush and close; accepts NULL and sets *file to NULL. A file created
+ * with atomic is renamed to its path here when every call on it succeeded
+ * and removed otherwise (returning the first failure, with the file's name;
+ * a full disk says "no space left on device"). Collective. */
 sg_status sg_nc_close(sg_nc_t *file);
+
+/* Close a file after a failure of the caller's own (collective, like
+ * sg_nc_close): a file made by sg_nc_create is removed (atomic: its
+ * ".partial" file; path is untouched), so no incomplete file is left
+ * behind; an opened file is just closed. Accepts NULL and sets *file to
+ * NULL. Returns the close's status. Collective. */
+sg_status sg_nc_discard(sg_nc_t *file);
 
 /* Flush written data to storage (ncmpi_sync / nc_sync; a PnetCDF file
  * written only by direct writes: MPI_File_sync of every rank's own
@@ -314,6 +331,11 @@ typedef struct sg_nc_read_opts {
   /* Masked elements (_FillValue, missing_value) get masked_value. */
   double masked_value;
   int no_mask;   /* 1: do not mask */
+  /* 1: NaN and +-Inf values (of a float variable, before unpacking) are
+   * masked too, like _FillValue (files often mark missing points with NaN
+   * while declaring another _FillValue). Default 0: they are returned as
+   * they are (the dataset loaders set it). */
+  int mask_nonfinite;
   int no_unpack; /* 1: do not apply scale_factor/add_offset */
   /* 1: if the dim named "lat" has a descending coordinate variable, read
    * it flipped, so the caller's indices run south to north. */

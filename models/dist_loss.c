@@ -20,21 +20,43 @@ static inline double ld(const void *p, sg_dtype dt, int64_t i) {
 }
 
 /* sums[2i] = sum m (p-t)^2, sums[2i+1] = sum m t^2 (REL_L2) or sum m (MSE)
- * per sample, in a fixed order */
+ * per sample, in a fixed order; sums[2 batch] = the number of NaN/Inf
+ * values of p or t at unmasked points (masked points are skipped whatever
+ * they hold: 0 * NaN would be NaN) */
 static void local_sums(sg_loss_kind kind, sg_dtype dt, int64_t batch,
                        int64_t per, const void *p, const void *t,
                        const void *m, double *sums) {
-#pragma omp parallel for schedule(static) if (batch * per > 65536)
+  double bad = 0.0;
+#pragma omp parallel for schedule(static) if (batch * per > 65536) reduction(+ : bad)
   for (int64_t i = 0; i < batch; ++i) {
     double a = 0.0, b = 0.0;
     for (int64_t j = i * per; j < (i + 1) * per; ++j) {
-      double w = m ? ld(m, dt, j) : 1.0, d = ld(p, dt, j) - ld(t, dt, j), tv = ld(t, dt, j);
+      double w = m ? ld(m, dt, j) : 1.0;
+      if (w == 0.0) continue;
+      double pv = ld(p, dt, j), tv = ld(t, dt, j), d = pv - tv;
+      if (!isfinite(pv) || !isfinite(tv) || !isfinite(w)) {
+        bad += 1.0;
+        continue;
+      }
       a += w * d * d;
       b += kind == SG_LOSS_REL_L2 ? w * tv * tv : w;
     }
     sums[2 * i] = a;
     sums[2 * i + 1] = b;
   }
+  sums[2 * batch] = bad;
+}
+
+/* The error every rank returns when the (reduced, hence equal) count of
+ * non-finite values is not 0, or the loss itself is not finite. */
+static sg_status nonfinite_error(const char *what, double bad, double value) {
+  if (bad > 0)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "%s: %.0f NaN/Inf value(s) in the prediction or the target at unmasked points "
+                        "(a diverged model, or missing data that are not masked)",
+                        what, bad);
+  return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                      "%s: the loss is %g (overflow: a diverged model?)", what, value);
 }
 
 static int same_shape(const sg_tensor *a, const sg_tensor *b) {
@@ -49,18 +71,43 @@ static sg_status reduce(sg_group_t g, double *v, int64_t n) {
   return sg_allreduce_det(g, v, v, n, SG_DTYPE_F64, SG_REDUCE_SUM);
 }
 
-sg_status sg_dist_rel_l2(sg_dtype dt, int64_t batch, int64_t per_sample,
-                         const void *pred, const void *target,
-                         const void *mask, sg_group_t domain, double *rel) {
+/* Per-sample relative L2 over the domain group; the count of non-finite
+ * values summed over the domain, and over `data` too when given. */
+static sg_status rel_l2(sg_dtype dt, int64_t batch, int64_t per_sample,
+                        const void *pred, const void *target, const void *mask,
+                        sg_group_t domain, sg_group_t data, double *rel) {
   sg_status st = SG_OK;
-  double *s = malloc((size_t)(2 * batch + 1) * sizeof *s);
+  double *s = NULL;
+  if (batch < 0 || per_sample < 0 || (batch > 0 && (!pred || !target || !rel)))
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_dist_rel_l2: bad arguments");
+  if (dt != SG_DTYPE_F32 && dt != SG_DTYPE_F64)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_dist_rel_l2: dtype %s (f32 or f64)", sg_dtype_name(dt));
+  s = malloc((size_t)(2 * batch + 1) * sizeof *s);
   if (!s) SG_RAISE(SG_ERR_ALLOC, "sg_dist_rel_l2: out of memory");
   local_sums(SG_LOSS_REL_L2, dt, batch, per_sample, pred, target, mask, s);
-  SG_TRY(reduce(domain, s, 2 * batch));
+  SG_TRY(reduce(domain, s, 2 * batch + 1));
+  double bad = s[2 * batch];
+  SG_TRY(reduce(data, &bad, 1));
+  if (bad > 0) SG_TRY(nonfinite_error("relative L2", bad, 0.0));
   for (int64_t i = 0; i < batch; ++i) rel[i] = s[2 * i + 1] > 0 ? sqrt(s[2 * i] / s[2 * i + 1]) : 0.0;
 fail:
   free(s);
   return st;
+}
+
+sg_status sg_dist_rel_l2(sg_dtype dt, int64_t batch, int64_t per_sample,
+                         const void *pred, const void *target,
+                         const void *mask, sg_group_t domain, double *rel) {
+  return rel_l2(dt, batch, per_sample, pred, target, mask, domain, NULL, rel);
+}
+
+sg_status sg_dist_rel_l2_ctx(sg_dtype dt, int64_t batch, int64_t per_sample,
+                             const void *pred, const void *target,
+                             const void *mask, const sg_dist_loss_ctx *ctx,
+                             double *rel) {
+  if (!ctx)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_dist_rel_l2_ctx: ctx is NULL");
+  return rel_l2(dt, batch, per_sample, pred, target, mask, ctx->domain, ctx->data, rel);
 }
 
 static sg_status dloss_fwd(sg_node *node) {
@@ -76,24 +123,31 @@ static sg_status dloss_fwd(sg_node *node) {
   double *sums = saved + 1;
   local_sums(a->kind, p->dtype, batch, per, p->data, node->in[1]->value.data,
              a->has_mask ? node->in[2]->value.data : NULL, sums);
-  SG_TRY(reduce(a->ctx.domain, sums, 2 * batch));
+  /* the count of NaN/Inf values travels with the sums: after both
+   * reductions every rank holds the same count and fails alike */
+  SG_TRY(reduce(a->ctx.domain, sums, 2 * batch + 1));
+  double bad = sums[2 * batch];
   if (a->kind == SG_LOSS_MSE) {
-    double sm[2] = {0.0, 0.0};
+    double sm[3] = {0.0, 0.0, bad};
     for (int64_t i = 0; i < batch; ++i) {
       sm[0] += sums[2 * i];
       sm[1] += sums[2 * i + 1];
     }
-    SG_TRY(reduce(a->ctx.data, sm, 2));
+    SG_TRY(reduce(a->ctx.data, sm, 3));
     sums[0] = sm[0]; /* keep the global (S, M) for backward */
     sums[1] = sm[1];
+    bad = sm[2];
     value = sm[1] > 0 ? sm[0] / sm[1] : 0.0;
   } else {
-    double r = 0.0;
+    double r[2] = {0.0, bad};
     for (int64_t i = 0; i < batch; ++i)
-      r += sums[2 * i + 1] > 0 ? sqrt(sums[2 * i] / sums[2 * i + 1]) : 0.0;
-    SG_TRY(reduce(a->ctx.data, &r, 1));
-    value = r / (double)a->ctx.global_batch;
+      r[0] += sums[2 * i + 1] > 0 ? sqrt(sums[2 * i] / sums[2 * i + 1]) : 0.0;
+    SG_TRY(reduce(a->ctx.data, r, 2));
+    bad = r[1];
+    value = r[0] / (double)a->ctx.global_batch;
   }
+  if (bad > 0 || !isfinite(value))
+    SG_TRY(nonfinite_error(a->kind == SG_LOSS_MSE ? "MSE loss" : "relative L2 loss", bad, value));
   saved[0] = value;
   int64_t one = 1;
   SG_TRY(sg_node_alloc_out(node, 0, 1, &one));
@@ -128,7 +182,8 @@ static sg_status dloss_bwd(sg_node *node) {
     }
     for (int64_t j = i * per; j < (i + 1) * per; ++j) {
       double w = m ? ld(m, p->dtype, j) : 1.0;
-      double v = c * w * (ld(p->data, p->dtype, j) - ld(t, p->dtype, j));
+      /* a masked point gets 0 whatever it holds (0 * NaN is NaN) */
+      double v = w == 0.0 ? 0.0 : c * w * (ld(p->data, p->dtype, j) - ld(t, p->dtype, j));
       if (p->dtype == SG_DTYPE_F32) ((float *)dp)[j] = (float)v;
       else ((double *)dp)[j] = v;
     }

@@ -12,8 +12,12 @@
  *           (the FNO paper's relative L2)
  *
  * m is an optional mask of the prediction's shape (1 valid, 0 masked: land,
- * missing values); NULL counts every element. Collective over both groups
- * (NULL group: not split there).
+ * missing values); NULL counts every element. Masked points are skipped
+ * whatever they hold (NaN included) and get gradient 0. A NaN or Inf in the
+ * prediction or the target at an unmasked point (or a loss that
+ * overflows) is SG_ERR_INVALID_ARG on every rank of both groups, never a
+ * silent 0 or NaN loss. Collective over both groups (NULL group: not split
+ * there).
  */
 #ifndef SG_DIST_LOSS_H
 #define SG_DIST_LOSS_H
@@ -47,10 +51,21 @@ double sg_dist_loss_value(const sg_var *loss);
 
 /* Per-sample relative L2 errors of the local samples, for evaluation
  * without a tape: rel[i] = sqrt(sum_i m (p-t)^2 / sum_i m t^2) with the sums
- * over the domain group. Collective over domain. */
+ * over the domain group. A NaN/Inf in pred or target at an unmasked point
+ * is SG_ERR_INVALID_ARG on every rank of the domain group (the other data
+ * ranks do not know: use sg_dist_rel_l2_ctx under data parallelism).
+ * Collective over domain. */
 sg_status sg_dist_rel_l2(sg_dtype dt, int64_t batch, int64_t per_sample,
                          const void *pred, const void *target,
                          const void *mask, sg_group_t domain, double *rel);
+
+/* The same, with the NaN/Inf check agreed over ctx->domain and ctx->data
+ * (global_batch is not used): every rank fails alike. Collective over
+ * both groups. */
+sg_status sg_dist_rel_l2_ctx(sg_dtype dt, int64_t batch, int64_t per_sample,
+                             const void *pred, const void *target,
+                             const void *mask, const sg_dist_loss_ctx *ctx,
+                             double *rel);
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,9 @@
  *                        --mesh h=2,w=2
  *
  * The file holds vorticity(sample, time, y, x) with CF-style metadata and
- * the generation parameters as global attributes. */
+ * the generation parameters as global attributes. It is written as
+ * <out>.partial and renamed to <out> when complete; a run that fails
+ * removes it. */
 #include "sg_comm.h"
 #include "sg_config.h"
 #include "sg_kv.h"
@@ -113,6 +115,10 @@ static sg_status run(sg_kv_t kv, int wsize) {
   sg_nc_create_opts co = sg_nc_create_opts_default();
   SG_TRY(sg_nc_backend_parse(sg_kv_str(kv, "backend"), &co.backend));
   co.overwrite = sg_kv_bool(kv, "overwrite");
+  /* written as <out>.partial and renamed when complete: a run that fails
+   * (a full disk) or is killed leaves no file at <out> that reads as a
+   * valid dataset */
+  co.atomic = 1;
   SG_TRY(sg_nc_create(MPI_COMM_WORLD, sg_kv_str(kv, "out"), &co, &file));
   int vid_t, vid_y, vid_x, vid_w, vid_s;
   times = malloc((size_t)nframes * sizeof *times);
@@ -171,7 +177,7 @@ static sg_status run(sg_kv_t kv, int wsize) {
               sg_kv_str(kv, "out"), (long long)nsamp, (long long)nframes, (long long)cfg.n, (long long)cfg.n,
               sg_wtime() - t0, tfft, ttr, tio);
 fail:
-  sg_nc_close(&file);
+  if (file) sg_nc_discard(&file); /* a failure: remove the incomplete file */
   sg_ns2d_destroy(&ns);
   sg_mesh_destroy(&mesh);
   free(w);

@@ -141,6 +141,7 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
   memset(mom, 0, sizeof mom);
   sg_nc_read_opts ro = sg_nc_read_opts_default();
   ro.masked_value = 0.0;
+  ro.mask_nonfinite = !o->reject_nonfinite; /* NaN/Inf: missing, or checked below */
   for (int64_t v = 0; v < V; ++v) {
     sg_nc_var_info info;
     SG_TRY(sg_nc_inq_var(f, ds->vars[v], &info));
@@ -158,6 +159,16 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
     sh.start[info.ndims - 1] = x0;
     sh.count[info.ndims - 1] = nx;
     SG_TRY(sg_nc_read(f, info.varid, &sh, &ro, buf, mbuf));
+    if (o->reject_nonfinite) { /* NaN/Inf that are not fill values: an error */
+      double bad = 0;
+      for (int64_t i = 0; i < S * T * plane; ++i) bad += mbuf[i] && !isfinite(buf[i]);
+      SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+      if (bad > 0)
+        SG_RAISE(SG_ERR_CORRUPT,
+                 "dataset '%s': variable '%s' has %.0f NaN/Inf values that are not its _FillValue or "
+                 "missing_value (reject_nonfinite is set; unset it to treat them as missing points)",
+                 o->path, ds->vars[v], bad);
+    }
     for (int64_t s = 0; s < S; ++s)
       for (int64_t t = 0; t < T; ++t) {
         const float *src = buf + (s * T + t) * plane;

@@ -39,10 +39,17 @@ typedef struct sg_data_opts {
   int64_t test_samples;  /* NS: last samples held out */
   int64_t test_frames;   /* climate: last frames held out (targets) */
   int split_h, split_w;  /* mesh dims splitting y and x (-1: none) */
+  /* NaN/Inf values that are not _FillValue/missing_value: 0 (default)
+   * treats them as missing (mask 0, like fill values: real files mark land
+   * points with NaN while declaring _FillValue = 1e20); 1 rejects the file
+   * (SG_ERR_CORRUPT naming the file, the variable and the count). */
+  int reject_nonfinite;
 } sg_data_opts;
 
 /* Load the slab of this rank (given by the box) and normalise with
- * statistics over the training part, reduced over `domain`. Collective over
+ * statistics over the training part, reduced over `domain`. Masked points
+ * (_FillValue, missing_value, and NaN/Inf unless reject_nonfinite) get
+ * mask 0 and value 0 and stay out of the statistics. Collective over
  * MPI_COMM_WORLD. */
 sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
                           int64_t x0, int64_t nx, sg_group_t domain,

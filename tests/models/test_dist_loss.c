@@ -1,7 +1,9 @@
 /* Distributed losses: the loss of a prediction split over a domain group
  * (y) and a data group (batch) equals the one-process loss, its gradient
  * equals the one-process gradient, and both match central finite
- * differences in double precision. Meshes: every dp x h that fits. */
+ * differences in double precision. Meshes: every dp x h that fits. A NaN
+ * or Inf at an unmasked point held by one rank is an error on every rank
+ * (loss and evaluation metric); at masked points it is ignored. */
 #include "sg_dist_loss.h"
 #include "sg_mesh.h"
 #include "sg_rng.h"
@@ -108,6 +110,97 @@ done:
   sg_mesh_destroy(&mesh);
 }
 
+/* The loss of (p, t, m) on a fresh tape: its status, and its value. */
+static sg_status loss_of(sg_loss_kind kind, const int64_t *shape, double *p, double *t, double *m,
+                         const sg_dist_loss_ctx *ctx, double *value) {
+  sg_tape_t tape = NULL;
+  sg_var vp, vt, vm, *loss = NULL;
+  memset(&vp, 0, sizeof vp);
+  memset(&vt, 0, sizeof vt);
+  memset(&vm, 0, sizeof vm);
+  sg_status st = sg_tape_create(&tape);
+  if (st == SG_OK) st = sg_var_init(&vp, "p", SG_DTYPE_F64, 4, shape, p, 1);
+  if (st == SG_OK) st = sg_var_init(&vt, "t", SG_DTYPE_F64, 4, shape, t, 0);
+  if (st == SG_OK) st = sg_var_init(&vm, "m", SG_DTYPE_F64, 4, shape, m, 0);
+  if (st == SG_OK) st = sg_ag_dist_loss(tape, kind, &vp, &vt, &vm, ctx, &loss);
+  *value = st == SG_OK ? sg_dist_loss_value(loss) : NAN;
+  if (st == SG_OK) { /* backward: a masked NaN gets gradient 0, no NaN anywhere */
+    st = sg_tape_backward(tape, loss);
+    int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+    for (int64_t i = 0; st == SG_OK && i < n; ++i)
+      if (!isfinite(((double *)vp.grad.data)[i])) {
+        sg_test_fail_at(__FILE__, __LINE__, "gradient %lld is %g", (long long)i, ((double *)vp.grad.data)[i]);
+        break;
+      }
+  }
+  sg_tape_destroy(&tape);
+  sg_var_release(&vp);
+  sg_var_release(&vt);
+  sg_var_release(&vm);
+  return st;
+}
+
+/* NaN/Inf at unmasked points: an error on every rank (one rank holds it),
+ * no hang; at masked points: ignored. */
+static void run_nonfinite(const char *spec, int ndp, sg_loss_kind kind) {
+  sg_mesh_t mesh = NULL;
+  double *p = NULL, *t = NULL, *m = NULL;
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  int nh = sg_test_size / ndp, ch = sg_mesh_coord(mesh, 1);
+  int64_t lb = B / ndp, ny = NY / nh + (ch < NY % nh), n = lb * C * ny * NX;
+  p = malloc((size_t)n * sizeof *p);
+  t = malloc((size_t)n * sizeof *t);
+  m = malloc((size_t)n * sizeof *m);
+  if (!p || !t || !m) {
+    SG_CHECK(0, "out of memory");
+    goto done;
+  }
+  SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 3, (uint64_t)sg_test_rank, 0, n, SG_DTYPE_F64, p));
+  SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 4, (uint64_t)sg_test_rank, 0, n, SG_DTYPE_F64, t));
+  for (int64_t i = 0; i < n; ++i) m[i] = i % 5 == 2 ? 0.0 : 1.0;
+  sg_group_t dom = NULL, dat = NULL;
+  SG_REQUIRE_OK(sg_mesh_group(mesh, 2u, &dom));
+  SG_REQUIRE_OK(sg_mesh_group(mesh, 1u, &dat));
+  sg_dist_loss_ctx ctx = {dom, dat, B};
+  int64_t shape[4] = {lb, C, ny, NX};
+  double clean = 0, v = 0;
+  SG_CHECK_OK(loss_of(kind, shape, p, t, m, &ctx, &clean));
+  /* NaN and Inf at masked points of every rank: the same loss */
+  p[2] = NAN;
+  t[7] = INFINITY;
+  sg_status st = loss_of(kind, shape, p, t, m, &ctx, &v);
+  SG_CHECK(st == SG_OK && v == clean, "%s kind %d: masked NaN/Inf: %s, loss %.17g vs %.17g (%s)", spec, kind,
+           sg_status_name(st), v, clean, sg_last_error());
+  /* a NaN prediction on the last rank only, an Inf target on rank 0 only */
+  for (int c = 0; c < 2; ++c) {
+    int who = c == 0 ? sg_test_size - 1 : 0;
+    double *arr = c == 0 ? p : t, keep = arr[1];
+    if (sg_test_rank == who) arr[1] = c == 0 ? NAN : -INFINITY;
+    st = loss_of(kind, shape, p, t, m, &ctx, &v);
+    SG_CHECK(st == SG_ERR_INVALID_ARG && strstr(sg_last_error(), "NaN/Inf"),
+             "%s kind %d: %s on rank %d: %s (%s), loss %g", spec, kind, c == 0 ? "NaN prediction" : "Inf target", who,
+             sg_status_name(st), sg_last_error(), v);
+    /* the evaluation metric too, agreed over both groups */
+    double rel[B];
+    st = sg_dist_rel_l2_ctx(SG_DTYPE_F64, lb, C * ny * NX, p, t, m, &ctx, rel);
+    SG_CHECK(st == SG_ERR_INVALID_ARG, "%s: sg_dist_rel_l2_ctx with a %s on rank %d: %s", spec,
+             c == 0 ? "NaN" : "Inf", who, sg_status_name(st));
+    st = sg_dist_rel_l2(SG_DTYPE_F64, lb, C * ny * NX, p, t, m, dom, rel);
+    SG_CHECK(sg_test_rank != who || st == SG_ERR_INVALID_ARG, "%s: sg_dist_rel_l2 with a NaN here: %s", spec,
+             sg_status_name(st));
+    arr[1] = keep;
+  }
+  /* and the ranks are still in step: the clean loss again */
+  p[2] = 0.0;
+  t[7] = 0.0;
+  SG_CHECK_OK(loss_of(kind, shape, p, t, m, &ctx, &v));
+done:
+  free(p);
+  free(t);
+  free(m);
+  sg_mesh_destroy(&mesh);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   char spec[64];
@@ -116,6 +209,8 @@ int main(int argc, char **argv) {
     snprintf(spec, sizeof spec, "dp=%d,h=%d", dp, sg_test_size / dp);
     run(spec, dp, SG_LOSS_MSE);
     run(spec, dp, SG_LOSS_REL_L2);
+    run_nonfinite(spec, dp, SG_LOSS_MSE);
+    run_nonfinite(spec, dp, SG_LOSS_REL_L2);
   }
   return sg_test_finish();
 }

@@ -1,0 +1,279 @@
+/* shardgrid — is a classic-format NetCDF file as long as its header says?
+ *
+ * A classic (CDF-1, CDF-2, CDF-5) file whose writer stopped early (a full
+ * disk, a killed job, a copy cut short) keeps a complete header but lacks
+ * the end of its data. Neither PnetCDF nor netCDF-C notice: a read beyond
+ * the end of the file returns zeros. The header states where every
+ * variable begins and its shape, so the length the file must have is known
+ * before any data is read; this file parses the header (big-endian, as in
+ * the format specification) and computes it. It trusts nothing it reads:
+ * every count is bounded, every read checked. */
+#include "io_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+typedef struct hreader {
+  FILE *fp;
+  int ver; /* 1, 2 or 5 */
+  int bad; /* a read failed or a value is out of range */
+} hreader;
+
+static uint64_t rd_be(hreader *h, int bytes) {
+  unsigned char b[8];
+  if (h->bad || fread(b, 1, (size_t)bytes, h->fp) != (size_t)bytes) {
+    h->bad = 1;
+    return 0;
+  }
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = (v << 8) | b[i];
+  return v;
+}
+
+/* NON_NEG: 32-bit (CDF-1, CDF-2) or 64-bit (CDF-5), below `limit`. */
+static int64_t rd_count(hreader *h, int64_t limit) {
+  uint64_t v = rd_be(h, h->ver == 5 ? 8 : 4);
+  if (v >= (uint64_t)limit) h->bad = 1;
+  return h->bad ? 0 : (int64_t)v;
+}
+
+static void skip(hreader *h, int64_t n) {
+  if (!h->bad && (n < 0 || fseeko(h->fp, (off_t)n, SEEK_CUR) != 0)) h->bad = 1;
+}
+
+static int64_t pad4(int64_t n) { return (n + 3) & ~(int64_t)3; }
+
+/* Bytes of one value of a classic nc_type; 0 if unknown. */
+static int type_size(uint64_t t) {
+  switch (t) {
+  case 1: case 2: case 7: return 1;  /* byte, char, ubyte */
+  case 3: case 8: return 2;          /* short, ushort */
+  case 4: case 5: case 9: return 4;  /* int, float, uint */
+  case 6: case 10: case 11: return 8; /* double, int64, uint64 */
+  default: return 0;
+  }
+}
+
+static void rd_name(hreader *h, char *buf, size_t cap) {
+  int64_t n = rd_count(h, 65536);
+  buf[0] = '\0';
+  if (h->bad) return;
+  size_t keep = (size_t)n < cap - 1 ? (size_t)n : cap - 1;
+  if (fread(buf, 1, keep, h->fp) != keep) {
+    h->bad = 1;
+    return;
+  }
+  buf[keep] = '\0';
+  skip(h, pad4(n) - (int64_t)keep);
+}
+
+/* A list's tag and length; an ABSENT list is (0, 0). */
+static int64_t rd_list(hreader *h, uint64_t tag, int64_t limit) {
+  uint64_t t = rd_be(h, 4);
+  int64_t n = rd_count(h, limit);
+  if (h->bad) return 0;
+  if (t == 0 && n == 0) return 0;
+  if (t != tag) h->bad = 1;
+  return h->bad ? 0 : n;
+}
+
+static void skip_atts(hreader *h) {
+  char name[SG_IO_NAME_BUF];
+  int64_t n = rd_list(h, 0x0C, (int64_t)1 << 24);
+  for (int64_t i = 0; i < n && !h->bad; ++i) {
+    rd_name(h, name, sizeof name);
+    int es = type_size(rd_be(h, 4));
+    int64_t len = rd_count(h, (int64_t)1 << 40);
+    if (es == 0) h->bad = 1;
+    skip(h, pad4(len * es));
+  }
+}
+
+typedef struct recvar {
+  int64_t begin, bytes; /* bytes of one record */
+  int64_t varid;
+  char name[SG_IO_NAME_BUF];
+} recvar;
+
+sg_status sg_io_classic_extent(const char *path, int64_t *need,
+                               int64_t *have, char *var, size_t cap,
+                               int64_t **ends, int *nends) {
+  sg_status st = SG_OK;
+  int64_t *vend = NULL;
+  hreader h = {NULL, 0, 0};
+  int64_t *dimlen = NULL;
+  recvar *rv = NULL;
+  int64_t nrv = 0, caprv = 0, end = 0;
+  char name[SG_IO_NAME_BUF], worst[SG_IO_NAME_BUF] = "";
+  struct stat sb;
+  *need = -1;
+  *have = -1;
+  if (ends) *ends = NULL;
+  if (nends) *nends = 0;
+  if (var && cap) var[0] = '\0';
+  if (stat(path, &sb) != 0)
+    SG_RAISE(SG_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+  *have = (int64_t)sb.st_size;
+  if (!(h.fp = fopen(path, "rb")))
+    SG_RAISE(SG_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+  unsigned char magic[4];
+  if (fread(magic, 1, 4, h.fp) != 4 || memcmp(magic, "CDF", 3) != 0 ||
+      (magic[3] != 1 && magic[3] != 2 && magic[3] != 5))
+    goto done; /* not classic: nothing to say */
+  h.ver = magic[3];
+  uint64_t numrecs = rd_be(&h, h.ver == 5 ? 8 : 4);
+  const int streaming = numrecs == (h.ver == 5 ? UINT64_MAX : 0xFFFFFFFFu);
+  if (!streaming && numrecs >= ((uint64_t)1 << 62)) h.bad = 1;
+  int64_t ndims = rd_list(&h, 0x0A, (int64_t)1 << 20);
+  if (!h.bad && ndims > 0 && !(dimlen = malloc((size_t)ndims * sizeof *dimlen)))
+    SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  for (int64_t d = 0; d < ndims && !h.bad; ++d) {
+    rd_name(&h, name, sizeof name);
+    dimlen[d] = rd_count(&h, (int64_t)1 << 62);
+  }
+  skip_atts(&h); /* global attributes */
+  int64_t nvars = rd_list(&h, 0x0B, (int64_t)1 << 24);
+  if (!h.bad && nvars > 0 && !(vend = calloc((size_t)nvars, sizeof *vend)))
+    SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  for (int64_t v = 0; v < nvars && !h.bad; ++v) {
+    rd_name(&h, name, sizeof name);
+    int64_t nd = rd_count(&h, 1025);
+    int64_t n = 1;
+    int rec = 0;
+    for (int64_t k = 0; k < nd && !h.bad; ++k) {
+      int64_t id = rd_count(&h, ndims > 0 ? ndims : 1);
+      if (h.bad || ndims == 0) {
+        h.bad = 1;
+        break;
+      }
+      if (dimlen[id] == 0) {
+        if (k != 0) h.bad = 1; /* only the first dim may be the record dim */
+        rec = 1;
+        continue;
+      }
+      if (n > ((int64_t)1 << 62) / dimlen[id]) h.bad = 1;
+      else n *= dimlen[id];
+    }
+    skip_atts(&h);
+    int es = type_size(rd_be(&h, 4));
+    rd_count(&h, (int64_t)1 << 62); /* vsize: computed below instead */
+    uint64_t begin = rd_be(&h, h.ver == 1 ? 4 : 8);
+    if (h.bad) break;
+    if (es == 0 || begin >= ((uint64_t)1 << 62) || n > ((int64_t)1 << 59)) {
+      h.bad = 1;
+      break;
+    }
+    int64_t bytes = n * es;
+    if (rec) {
+      if (nrv == caprv) {
+        caprv = caprv ? 2 * caprv : 16;
+        recvar *t = realloc(rv, (size_t)caprv * sizeof *rv);
+        if (!t) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+        rv = t;
+      }
+      rv[nrv].begin = (int64_t)begin;
+      rv[nrv].bytes = bytes;
+      rv[nrv].varid = v;
+      snprintf(rv[nrv].name, sizeof rv[nrv].name, "%s", name);
+      ++nrv;
+    } else if (n > 0) {
+      vend[v] = (int64_t)begin + bytes;
+      if (vend[v] > end) {
+        end = vend[v];
+        snprintf(worst, sizeof worst, "%s", name);
+      }
+    }
+  }
+  if (h.bad) goto done; /* a header we cannot follow: the library decides */
+  if (nrv > 0 && numrecs > 0 && !streaming) {
+    /* the record size as both libraries compute it: the records' vsizes
+     * (padded to 4 bytes), one record variable alone unpadded */
+    int64_t recsize = 0;
+    for (int64_t i = 0; i < nrv; ++i)
+      recsize += nrv == 1 ? rv[i].bytes : pad4(rv[i].bytes);
+    if (recsize > 0 && (int64_t)numrecs - 1 > (((int64_t)1 << 62) / recsize))
+      goto done;
+    for (int64_t i = 0; i < nrv; ++i) {
+      if (rv[i].bytes == 0) continue;
+      int64_t e = rv[i].begin + ((int64_t)numrecs - 1) * recsize + rv[i].bytes;
+      vend[rv[i].varid] = e;
+      if (e > end) {
+        end = e;
+        snprintf(worst, sizeof worst, "%s", rv[i].name);
+      }
+    }
+  }
+  *need = end;
+  if (var && cap) snprintf(var, cap, "%s", worst);
+  if (ends && nends) {
+    *ends = vend;
+    *nends = (int)nvars;
+    vend = NULL;
+  }
+done:
+fail:
+  free(vend);
+  if (h.fp) fclose(h.fp);
+  free(dimlen);
+  free(rv);
+  return st;
+}
+
+/* ---- failed writes ---------------------------------------------------------- */
+
+/* Is the file system holding path full (no block left for a user)? */
+static int fs_full(const char *path) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) dir[1] = '\0';
+  else *slash = '\0';
+  struct statvfs sv;
+  return statvfs(dir, &sv) == 0 && sv.f_bavail == 0;
+}
+
+sg_status sg_io_write_error(struct sg_nc_t_ *f, sg_status lst, int no_space,
+                            const char *what) {
+  if (lst == SG_OK || !f) return lst;
+  const int e = errno;
+  const char *name = f->atomic ? f->final_path : f->path;
+  no_space = no_space || e == ENOSPC || e == EDQUOT || fs_full(f->path);
+  char msg[6000];
+  if (no_space)
+    snprintf(msg, sizeof msg, "%s %s: no space left on device (%.800s)",
+             what ? what : "writing", name, sg_last_error());
+  else
+    snprintf(msg, sizeof msg, "%.800s (%s %s)", sg_last_error(),
+             what ? what : "writing", name);
+  sg_error_set_raw(msg);
+  return lst;
+}
+
+sg_status sg_io_mark_failed(struct sg_nc_t_ *f, sg_status st) {
+  if (st != SG_OK && f && !f->failed) {
+    f->failed = 1;
+    f->fail_status = st;
+    snprintf(f->fail_msg, sizeof f->fail_msg, "%.1100s", sg_last_error());
+  }
+  return st;
+}
+
+sg_status sg_io_check_var_extent(const struct sg_nc_t_ *f, int varid) {
+  if (!f->var_end || varid < 0 || varid >= f->nvar_end ||
+      f->var_end[varid] <= f->file_size)
+    return SG_OK;
+  char name[SG_IO_NAME_BUF] = "?";
+  SG_IO_CALL(f, inq_varname, f->ncid, varid, name);
+  return sg_error_set(SG_ERR_CORRUPT, __FILE__, __LINE__,
+                      "%s is truncated: it has %lld bytes but variable '%s' "
+                      "ends at byte %lld, says its header: a write that "
+                      "failed or was cut short (full disk, killed job, "
+                      "partial copy)?",
+                      f->path, (long long)f->file_size, name,
+                      (long long)f->var_end[varid]);
+}
