@@ -57,6 +57,8 @@ static const sg_kv_key keys[] = {
      "fno: spectral weights sharded by modes over the domain ranks (false: replicated)"},
     {"data", SG_KV_STRING, "", "NetCDF dataset: var(sample, time, y, x) or var(time, lat, lon)"},
     {"vars", SG_KV_STRING, "vorticity", "comma-separated variables (channels)"},
+    {"reject_nonfinite", SG_KV_BOOL, "false",
+     "NaN/Inf data values that are not _FillValue: false = missing points (masked), true = reject the file"},
     {"dim_map", SG_KV_STRING, "", "map non-CF dim names, e.g. TIME=time,LAT=lat"},
     {"backend", SG_KV_STRING, "auto", "NetCDF backend for reading: auto | pnetcdf | netcdf4 | serial"},
     {"history", SG_KV_INT, "1", "input frames"},
@@ -162,6 +164,7 @@ static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
   if (out && *out) {
     sg_nc_create_opts co = sg_nc_create_opts_default();
     co.overwrite = 1;
+    co.atomic = 1; /* written as out.partial, renamed only when complete */
     SG_TRY(sg_nc_create(MPI_COMM_WORLD, out, &co, &f));
     int id;
     SG_TRY(sg_nc_def_dim(f, "example", r->ntest, &id));
@@ -179,6 +182,7 @@ static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
     SG_TRY(sg_nc_enddef(f));
   }
   const int64_t nb = (r->ntest + r->ebatch - 1) / r->ebatch;
+  const sg_dist_loss_ctx lc = {r->domain, r->data, r->ebatch};
   for (int64_t b = 0; b < nb; ++b) {
     int64_t valid = 0, first = b * r->ebatch + r->cdp * r->lbatch;
     for (int64_t j = 0; j < r->lbatch; ++j) {
@@ -190,7 +194,7 @@ static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
     SG_TRY(predict_batch(r, r->xb, pred));
     to_physical(r, pred, r->mb);
     to_physical(r, r->yb, r->mb);
-    SG_TRY(sg_dist_rel_l2(SG_DTYPE_F32, r->lbatch, V * plane, pred, r->yb, NULL, r->domain, rel));
+    SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch, V * plane, pred, r->yb, NULL, &lc, rel));
     for (int64_t j = 0; j < valid; ++j) sum += rel[j];
     cnt += (double)valid;
     if (f) {
@@ -206,7 +210,7 @@ static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
   *rel_out = sc[1] > 0 ? sc[0] / sc[1] : 0.0;
   if (f) SG_TRY(sg_nc_close(&f));
 fail:
-  sg_nc_close(&f);
+  if (f) sg_nc_discard(&f);
   free(rel);
   free(ex);
   free(pred);
@@ -231,6 +235,7 @@ static sg_status rollout(run_t *r, int64_t steps, double *rel_out) {
   if (H + steps > T) SG_RAISE(SG_ERR_CONFIG, "rollout of %lld frames after %lld history frames exceeds the %lld frames",
                               (long long)steps, (long long)H, (long long)T);
   const int64_t nb = (nser + r->ebatch - 1) / r->ebatch;
+  const sg_dist_loss_ctx lc = {r->domain, r->data, r->ebatch};
   double cnt = 0.0;
   for (int64_t b = 0; b < nb; ++b) {
     int64_t valid = 0;
@@ -252,7 +257,7 @@ static sg_status rollout(run_t *r, int64_t steps, double *rel_out) {
       memcpy(phys, pred, (size_t)(r->lbatch * V * plane) * sizeof *phys);
       to_physical(r, phys, mask);
       to_physical(r, truth, mask);
-      SG_TRY(sg_dist_rel_l2(SG_DTYPE_F32, r->lbatch, V * plane, phys, truth, NULL, r->domain, rel));
+      SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch, V * plane, phys, truth, NULL, &lc, rel));
       for (int64_t j = 0; j < valid; ++j) acc[k] += rel[j];
       /* shift the window and append the (normalised) prediction */
       for (int64_t j = 0; j < r->lbatch; ++j) {
@@ -523,6 +528,7 @@ static sg_status setup(run_t *r) {
   r->dopt.lead = sg_kv_int(kv, "lead");
   r->dopt.test_samples = sg_kv_int(kv, "test_samples");
   r->dopt.test_frames = sg_kv_int(kv, "test_frames");
+  r->dopt.reject_nonfinite = sg_kv_bool(kv, "reject_nonfinite");
   if (!*r->dopt.path) SG_RAISE(SG_ERR_CONFIG, "no dataset given (--data FILE)");
   if (r->dopt.history < 1 || r->dopt.lead < 1) SG_RAISE(SG_ERR_CONFIG, "history and lead must be >= 1");
   int64_t ny = 0, nx = 0;
