@@ -2,6 +2,7 @@
 #include "cnn.h"
 
 #include "convnet_impl.h"
+#include "sg_model_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +11,8 @@
 enum { CNN_MAX_BLOCKS = 24 };
 
 struct sg_cnn {
+  sg_cn_base b; /* first: the convnet part of the model table (convnet_impl.h) */
   sg_cnn_config cfg;
-  sg_cn_base b; /* parameter table and domain */
   int lift, block0, proj; /* parameter indices */
 };
 
@@ -70,7 +71,6 @@ fail:
   return st;
 }
 
-struct sg_cn_base *sg_cnn_base(sg_cnn_t m) { return m ? &m->b : NULL; }
 
 sg_status sg_cnn_forward(sg_cnn_t m, sg_tape_t t, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
@@ -96,3 +96,41 @@ sg_status sg_cnn_forward(sg_cnn_t m, sg_tape_t t, sg_var *x, sg_var **y) {
 fail:
   return st;
 }
+
+/* ---- the model table ----------------------------------------------------- */
+
+static void cnn_defaults(sg_model_config *c) {
+  sg_cnn_config n = sg_cnn_defaults();
+  c->width = n.width, c->blocks = n.blocks, c->kernel = n.kernel, c->groups = n.groups;
+  c->proj_width = n.proj_width, c->pad[0] = n.pad[0], c->pad[1] = n.pad[1];
+}
+
+static sg_status cnn_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny, int64_t nx, int64_t batch,
+                            void **impl) {
+  sg_cnn_config n = {c->cin, c->cout, c->width, c->blocks, c->kernel, c->groups, c->proj_width,
+                     c->add_grid, c->act, {c->pad[0], c->pad[1]}};
+  return sg_cnn_create(mesh, &n, ny, nx, batch, (sg_cnn_t *)impl);
+}
+
+static void cnn_destroy(void *impl) {
+  sg_cnn_t m = impl;
+  sg_cnn_destroy(&m);
+}
+
+static void cnn_describe(void *impl, const sg_model_config *c, char *buf, size_t size) {
+  snprintf(buf, size, "cnn: width %lld, blocks %lld, kernel %lld, groups %lld, proj_width %lld, pad %s/%s, "
+           "%lld parameters", (long long)c->width, (long long)c->blocks, (long long)c->kernel,
+           (long long)c->groups, (long long)c->proj_width, sg_boundary_name(c->pad[0]),
+           sg_boundary_name(c->pad[1]), (long long)sg_cn_i_param_count(impl));
+}
+
+static sg_status cnn_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) { return sg_cnn_forward(impl, t, x, y); }
+
+static const char *const cnn_size_keys[] = {"width", "proj_width", "blocks", "kernel", "groups", "pad_y", "pad_x",
+                                            NULL};
+
+const sg_model_i sg_cnn_model_i = {
+    .name = "cnn", .size_keys = cnn_size_keys, .defaults = cnn_defaults, .create = cnn_create,
+    .destroy = cnn_destroy, .param_count = sg_cn_i_param_count, .param_info = sg_cn_i_param_info,
+    .bind = sg_cn_i_bind, .init = sg_cn_i_init, .params = sg_cn_i_params, .box = sg_cn_i_box,
+    .describe = cnn_describe, .mark = sg_cn_i_mark, .forward = cnn_forward, .collective_seconds = NULL};

@@ -59,10 +59,6 @@ sg_status sg_cnn_create(sg_mesh_t mesh, const sg_cnn_config *cfg, int64_t ny,
 /* NULL and *model == NULL are fine; sets *model to NULL. */
 void sg_cnn_destroy(sg_cnn_t *model);
 
-/* The parameter table and the domain (convnet_impl.h): sg_model.h binds,
- * initialises, lists and marks through them. */
-struct sg_cn_base *sg_cnn_base(sg_cnn_t model);
-
 /* y = model(x). x: (batch, cin, ny, nx), this rank's block; it is marked
  * with the model's sharding. y: (batch, cout, ny, nx), on the tape.
  * Collective over the mesh when the grid is split (halos, statistics). */

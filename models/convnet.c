@@ -230,3 +230,39 @@ sg_status sg_cn_conv_same(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b, const sg
   }
   return sg_ag_conv(t, x, w, b, &a, y);
 }
+
+/* ---- the shared part of the model table ---------------------------------- */
+
+int64_t sg_cn_i_param_count(void *impl) { return ((sg_cn_base *)impl)->p.total; }
+
+sg_status sg_cn_i_param_info(void *impl, int i, sg_param_info *pi) {
+  const sg_cn_params *p = &((sg_cn_base *)impl)->p;
+  if (i < 0 || i >= p->n)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_model_param_info: bad parameter index %d", i);
+  memset(pi, 0, sizeof *pi);
+  pi->name = p->name[i];
+  pi->ndim = p->ndim[i];
+  for (int d = 0; d < pi->ndim; ++d) pi->global_shape[d] = pi->count[d] = p->shape[i][d];
+  pi->offset = p->offset[i];
+  pi->numel = p->count[i];
+  return SG_OK;
+}
+
+sg_status sg_cn_i_bind(void *impl, float *params, float *grads) {
+  return sg_cn_params_bind(&((sg_cn_base *)impl)->p, params, grads);
+}
+
+sg_status sg_cn_i_init(void *impl, uint64_t seed) { return sg_cn_params_init(&((sg_cn_base *)impl)->p, seed); }
+
+int sg_cn_i_params(void *impl, sg_var ***vars) {
+  sg_cn_params *p = &((sg_cn_base *)impl)->p;
+  *vars = p->ptrs;
+  return p->n;
+}
+
+void sg_cn_i_box(void *impl, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *nx) {
+  const sg_cn_domain *d = &((sg_cn_base *)impl)->dom;
+  *y0 = d->y0, *ny = d->ny, *x0 = d->x0, *nx = d->nx;
+}
+
+sg_status sg_cn_i_mark(void *impl, sg_var *v) { return sg_cn_base_mark((sg_cn_base *)impl, v, "sg_model_mark"); }

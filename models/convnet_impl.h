@@ -20,6 +20,7 @@
 
 #include "sg_autograd.h"
 #include "sg_mesh.h"
+#include "sg_param.h"
 #include "sg_shardtensor.h"
 #include "sg_status.h"
 
@@ -112,6 +113,17 @@ sg_status sg_cn_check_kernel_groups(const char *who, int64_t kernel, int64_t gro
  * activation sharding (a target or a mask that meets the output in a
  * loss). Collective over the mesh when the grid is split. */
 sg_status sg_cn_base_mark(sg_cn_base *b, sg_var *v, const char *who);
+
+/* The model-table functions (sg_model_impl.h) every convolutional model
+ * shares: impl is the model's handle, whose struct starts with its
+ * sg_cn_base. */
+int64_t sg_cn_i_param_count(void *impl);
+sg_status sg_cn_i_param_info(void *impl, int i, sg_param_info *pi);
+sg_status sg_cn_i_bind(void *impl, float *params, float *grads);
+sg_status sg_cn_i_init(void *impl, uint64_t seed);
+int sg_cn_i_params(void *impl, sg_var ***vars);
+void sg_cn_i_box(void *impl, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *nx);
+sg_status sg_cn_i_mark(void *impl, sg_var *v);
 
 /* conv k x k ("same" size, padding (k-1)/2 with the model's boundaries). */
 sg_status sg_cn_conv_same(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,

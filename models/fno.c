@@ -1,5 +1,6 @@
 /* shardgrid — FNO-2D, domain- and data-parallel. */
 #include "sg_fno.h"
+#include "sg_model_impl.h"
 
 #include "convnet_impl.h"
 #include "sg_rng.h"
@@ -308,3 +309,63 @@ sg_status sg_fno_forward(sg_fno_t m, sg_tape_t t, sg_var *x, sg_var **y) {
 fail:
   return st;
 }
+
+/* ---- the model table ----------------------------------------------------- */
+
+static void fno_defaults(sg_model_config *c) {
+  sg_fno_config f = sg_fno_defaults();
+  c->width = f.width, c->proj_width = f.proj_width, c->modes = f.modes1, c->layers = f.layers;
+  c->shard_spectral = f.shard_spectral;
+}
+
+static sg_status fno_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny, int64_t nx, int64_t batch,
+                            void **impl) {
+  sg_fno_config f = sg_fno_defaults();
+  f.cin = c->cin, f.cout = c->cout, f.width = c->width;
+  f.modes1 = f.modes2 = c->modes;
+  f.layers = c->layers, f.proj_width = c->proj_width, f.add_grid = c->add_grid, f.act = c->act;
+  f.shard_spectral = c->shard_spectral;
+  return sg_fno_create(mesh, &f, ny, nx, batch, (sg_fno_t *)impl);
+}
+
+static void fno_destroy(void *impl) {
+  sg_fno_t m = impl;
+  sg_fno_destroy(&m);
+}
+
+static int64_t fno_param_count(void *impl) { return sg_fno_param_count(impl); }
+static sg_status fno_param_info(void *impl, int i, sg_param_info *pi) { return sg_fno_param_info(impl, i, pi); }
+static sg_status fno_bind(void *impl, float *p, float *g) { return sg_fno_bind(impl, p, g); }
+static sg_status fno_init(void *impl, uint64_t seed) { return sg_fno_init(impl, seed); }
+static int fno_params(void *impl, sg_var ***vars) { return sg_fno_params(impl, vars); }
+static void fno_box(void *impl, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *nx) { sg_fno_box(impl, y0, ny, x0, nx); }
+static sg_status fno_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) { return sg_fno_forward(impl, t, x, y); }
+
+static void fno_describe(void *impl, const sg_model_config *c, char *buf, size_t size) {
+  long long ng = 0;
+  for (int i = 0; i < ((sg_fno_t)impl)->nparams; ++i) { /* global parameters: every box counted once */
+    sg_param_info pi;
+    long long e = 1;
+    if (sg_fno_param_info(impl, i, &pi) != SG_OK) continue;
+    for (int d = 0; d < pi.ndim; ++d) e *= (long long)pi.global_shape[d];
+    ng += e;
+  }
+  snprintf(buf, size, "fno: width %lld, modes %lld, layers %lld, proj_width %lld, %lld parameters (%lld on this "
+           "rank: spectral weights %s)", (long long)c->width, (long long)c->modes, (long long)c->layers,
+           (long long)c->proj_width, ng, (long long)sg_fno_param_count(impl),
+           c->shard_spectral ? "sharded by modes" : "replicated");
+}
+
+static double fno_collective_seconds(void *impl) {
+  double fft = 0.0, tr = 0.0;
+  sg_fno_fft_times(impl, &fft, &tr);
+  return tr;
+}
+
+static const char *const fno_size_keys[] = {"width", "modes", "layers", "proj_width", NULL};
+
+const sg_model_i sg_fno_model_i = {
+    .name = "fno", .size_keys = fno_size_keys, .defaults = fno_defaults, .create = fno_create,
+    .destroy = fno_destroy, .param_count = fno_param_count, .param_info = fno_param_info, .bind = fno_bind,
+    .init = fno_init, .params = fno_params, .box = fno_box, .describe = fno_describe, .mark = NULL,
+    .forward = fno_forward, .collective_seconds = fno_collective_seconds};

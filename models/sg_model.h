@@ -31,6 +31,8 @@
 extern "C" {
 #endif
 
+/* The built-in models; a model registered with sg_model_register
+ * (sg_model_impl.h) gets the next kind after SG_MODEL_COUNT - 1. */
 typedef enum sg_model_kind {
   SG_MODEL_FNO = 0,
   SG_MODEL_CNN,
@@ -38,7 +40,7 @@ typedef enum sg_model_kind {
   SG_MODEL_COUNT
 } sg_model_kind;
 
-/* "fno", "cnn", "unet"; "invalid" otherwise. */
+/* "fno", "cnn", "unet" or a registered model's name; "invalid" otherwise. */
 const char *sg_model_kind_name(sg_model_kind kind);
 /* SG_ERR_CONFIG (naming the choices) for an unknown name. Not collective. */
 sg_status sg_model_kind_parse(const char *name, sg_model_kind *kind);
@@ -75,6 +77,9 @@ sg_status sg_model_create(sg_mesh_t mesh, const sg_model_config *cfg,
 void sg_model_destroy(sg_model_t *model);
 
 sg_model_kind sg_model_kind_of(sg_model_t model);
+/* The config keys that fix the model's parameter shapes (NULL-ended), e.g.
+ * for checking that a checkpoint holds this model. Not collective. */
+const char *const *sg_model_size_keys(sg_model_t model);
 /* Number of f32 parameters this rank holds (the flat buffer's length;
  * with sharded parameters it differs between domain ranks). */
 int64_t sg_model_param_count(sg_model_t model);

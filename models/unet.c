@@ -2,6 +2,7 @@
 #include "unet.h"
 
 #include "convnet_impl.h"
+#include "sg_model_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +11,8 @@
 enum { UNET_MAX_LEVELS = 6 };
 
 struct sg_unet {
+  sg_cn_base b; /* first: the convnet part of the model table (convnet_impl.h) */
   sg_unet_config cfg;
-  sg_cn_base b; /* parameter table and domain */
   int enc[UNET_MAX_LEVELS], dec[UNET_MAX_LEVELS], out; /* parameter indices */
 };
 
@@ -87,7 +88,6 @@ fail:
   return st;
 }
 
-struct sg_cn_base *sg_unet_base(sg_unet_t m) { return m ? &m->b : NULL; }
 
 static sg_status block(struct sg_unet *m, sg_tape_t t, int first, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
@@ -131,3 +131,41 @@ sg_status sg_unet_forward(sg_unet_t m, sg_tape_t t, sg_var *x, sg_var **y) {
 fail:
   return st;
 }
+
+/* ---- the model table ----------------------------------------------------- */
+
+static void unet_defaults(sg_model_config *c) {
+  sg_unet_config u = sg_unet_defaults();
+  c->width = u.width, c->levels = u.levels, c->kernel = u.kernel, c->groups = u.groups;
+  c->pad[0] = u.pad[0], c->pad[1] = u.pad[1];
+}
+
+static sg_status unet_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny, int64_t nx, int64_t batch,
+                             void **impl) {
+  sg_unet_config u = {c->cin, c->cout, c->width, c->levels, c->kernel, c->groups,
+                      c->add_grid, c->act, {c->pad[0], c->pad[1]}};
+  return sg_unet_create(mesh, &u, ny, nx, batch, (sg_unet_t *)impl);
+}
+
+static void unet_destroy(void *impl) {
+  sg_unet_t m = impl;
+  sg_unet_destroy(&m);
+}
+
+static void unet_describe(void *impl, const sg_model_config *c, char *buf, size_t size) {
+  snprintf(buf, size, "unet: width %lld, levels %lld, kernel %lld, groups %lld, pad %s/%s, %lld parameters",
+           (long long)c->width, (long long)c->levels, (long long)c->kernel, (long long)c->groups,
+           sg_boundary_name(c->pad[0]), sg_boundary_name(c->pad[1]), (long long)sg_cn_i_param_count(impl));
+}
+
+static sg_status unet_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) {
+  return sg_unet_forward(impl, t, x, y);
+}
+
+static const char *const unet_size_keys[] = {"width", "levels", "kernel", "groups", "pad_y", "pad_x", NULL};
+
+const sg_model_i sg_unet_model_i = {
+    .name = "unet", .size_keys = unet_size_keys, .defaults = unet_defaults, .create = unet_create,
+    .destroy = unet_destroy, .param_count = sg_cn_i_param_count, .param_info = sg_cn_i_param_info,
+    .bind = sg_cn_i_bind, .init = sg_cn_i_init, .params = sg_cn_i_params, .box = sg_cn_i_box,
+    .describe = unet_describe, .mark = sg_cn_i_mark, .forward = unet_forward, .collective_seconds = NULL};

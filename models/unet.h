@@ -60,10 +60,6 @@ sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg,
 /* NULL and *model == NULL are fine; sets *model to NULL. */
 void sg_unet_destroy(sg_unet_t *model);
 
-/* The parameter table and the domain (convnet_impl.h): sg_model.h binds,
- * initialises, lists and marks through them. */
-struct sg_cn_base *sg_unet_base(sg_unet_t model);
-
 /* y = model(x). x: (batch, cin, ny, nx), this rank's block (marked with the
  * model's sharding); y: (batch, cout, ny, nx) on the tape. Collective over
  * the mesh when the grid is split. */

@@ -338,22 +338,19 @@ static int config_value(const char *text, const char *key, char *buf, size_t siz
  * and the same sizes. Not collective. */
 static sg_status check_ckpt_model(run_t *r, const char *path, const char *config) {
   sg_status st = SG_OK;
-  static const char *const size_keys[] = {"width",  "modes",  "layers", "proj_width", "blocks",
-                                          "levels", "kernel", "groups", "pad_y",      "pad_x"};
-  static const unsigned used[] = {7u, 1u, 1u, 3u, 2u, 4u, 6u, 6u, 6u, 6u}; /* bit: fno, cnn, unet */
   const char *kind = sg_kv_str(r->kv, "model");
   char ck[256] = "fno", mine[256];
   if (config) config_value(config, "model", ck, sizeof ck);
   if (strcmp(ck, kind) != 0)
     SG_RAISE(SG_ERR_CONFIG, "checkpoint %s holds a '%s' model; this run builds '%s' (--model %s to resume it)",
              path, ck, kind, ck);
-  const unsigned bit = 1u << (unsigned)sg_model_kind_of(r->model);
-  for (size_t i = 0; config && i < sizeof size_keys / sizeof size_keys[0]; ++i) {
-    if (!(used[i] & bit) || !config_value(config, size_keys[i], ck, sizeof ck)) continue;
-    snprintf(mine, sizeof mine, "%s", sg_kv_str(r->kv, size_keys[i]));
+  const char *const *skeys = sg_model_size_keys(r->model); /* the model table's */
+  for (int i = 0; config && skeys && skeys[i]; ++i) {
+    if (!config_value(config, skeys[i], ck, sizeof ck)) continue;
+    snprintf(mine, sizeof mine, "%s", sg_kv_str(r->kv, skeys[i]));
     if (strcmp(ck, mine) != 0)
       SG_RAISE(SG_ERR_CONFIG, "checkpoint %s holds a %s model with %s = %s; this run has %s = %s", path, kind,
-               size_keys[i], ck, size_keys[i], mine);
+               skeys[i], ck, skeys[i], mine);
   }
 fail:
   return st;
