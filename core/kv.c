@@ -173,9 +173,10 @@ sg_status sg_kv_load_string(sg_kv_t kv, const char *text, const char *source) {
       SG_RAISE(SG_ERR_CONFIG, "%s:%d: missing key before '='", source ? source : "config", lineno);
     st = sg_kv_set_n(kv, s, (size_t)(k_end - s), v);
     if (st != SG_OK) {
-      char msg[1024];
-      snprintf(msg, sizeof msg, "%s:%d: %s", source ? source : "config", lineno, sg_last_error());
-      SG_RAISE(st, "%s", msg);
+      char where[512];
+      snprintf(where, sizeof where, "%s:%d: ", source ? source : "config", lineno);
+      sg_error_prepend(where);
+      goto fail;
     }
   }
 fail:

@@ -60,6 +60,10 @@ const char *sg_status_string(sg_status st);
 /* The message of the last error recorded on this thread ("" if none).
  * Not collective. */
 const char *sg_last_error(void);
+/* Put `prefix` before the last error's text (after its "[rank N] "), e.g.
+ * the file and line of a config entry, keeping one rank and one source
+ * location. Not collective. */
+void sg_error_prepend(const char *prefix);
 
 /* Clear the last error of this thread. Not collective. */
 void sg_clear_error(void);

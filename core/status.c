@@ -104,6 +104,26 @@ sg_status sg_error_set(sg_status st, const char *file, int line,
   return st;
 }
 
+void sg_error_prepend(const char *prefix) {
+  if (!prefix || !*prefix) return;
+  char tmp[SG_ERRMSG_MAX];
+  size_t head = 0; /* keep "[rank N] " first */
+  if (strncmp(sg_errmsg, "[rank ", 6) == 0) {
+    const char *e = strstr(sg_errmsg, "] ");
+    if (e) head = (size_t)(e + 2 - sg_errmsg);
+  }
+  /* head, prefix, rest: truncation keeps the start */
+  size_t n = head, pl = strlen(prefix), rl = strlen(sg_errmsg + head);
+  memcpy(tmp, sg_errmsg, head);
+  if (pl > sizeof tmp - 1 - n) pl = sizeof tmp - 1 - n;
+  memcpy(tmp + n, prefix, pl);
+  n += pl;
+  if (rl > sizeof tmp - 1 - n) rl = sizeof tmp - 1 - n;
+  memcpy(tmp + n, sg_errmsg + head, rl);
+  tmp[n + rl] = '\0';
+  memcpy(sg_errmsg, tmp, n + rl + 1);
+}
+
 sg_status sg_error_mpi(int rc, const char *call, const char *file, int line) {
   char text[MPI_MAX_ERROR_STRING] = "";
   int len = 0;

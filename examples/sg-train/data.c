@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static sg_status parse_vars(const char *list, sg_dataset *ds) {
   sg_status st = SG_OK;
@@ -53,6 +54,21 @@ static sg_status check_vars(sg_nc_t f, const sg_data_opts *o, sg_dataset *ds) {
                "variable '%s' in '%s' has %d dims; expected (time, lat, lon) or (sample, time, y, x)",
                ds->vars[v], o->path, info.ndims);
     int climate = info.ndims == 3;
+    /* the dims' meaning is read from their names (after dim_map), never
+     * guessed from their number: (time, level, lat, lon) is not
+     * (sample, time, y, x) */
+    const char *want0 = climate ? "time" : "sample";
+    if (strcasecmp(info.dim_names[0], want0) != 0 || (!climate && strcasecmp(info.dim_names[1], "time") != 0)) {
+      char have[4 * SG_NC_NAME_MAX + 8] = "";
+      for (int d = 0; d < info.ndims; ++d) {
+        strncat(have, d ? ", " : "", sizeof have - strlen(have) - 1);
+        strncat(have, info.dim_names[d], sizeof have - strlen(have) - 1);
+      }
+      SG_RAISE(SG_ERR_SHAPE,
+               "variable '%s' in '%s' has dims (%s); sg-train reads (sample, time, y, x) or (time, y, x): "
+               "rename dims with dim_map (e.g. TIME=time), a level dim is not supported",
+               ds->vars[v], o->path, have);
+    }
     int64_t ns = climate ? 1 : info.shape[0], nt = info.shape[climate ? 0 : 1];
     int64_t ny = info.shape[info.ndims - 2], nx = info.shape[info.ndims - 1];
     if (v == 0) {

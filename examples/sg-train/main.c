@@ -118,6 +118,23 @@ typedef struct run {
   sg_loss_kind loss_kind;
 } run_t;
 
+/* A JSON number: non-finite values are written as null (JSON has no NaN). */
+static void json_num(FILE *f, double x) {
+  if (isfinite(x)) fprintf(f, "%.17g", x);
+  else fputs("null", f);
+}
+
+/* One metrics line {"step": s, key: value, ...} (rank 0's file). */
+static void metrics_line(run_t *r, int64_t step, int n, const char *const *names, const double *vals) {
+  if (!r->metrics) return;
+  fprintf(r->metrics, "{\"step\": %lld", (long long)step);
+  for (int i = 0; i < n; ++i) {
+    fprintf(r->metrics, ", \"%s\": ", names[i]);
+    json_num(r->metrics, vals[i]);
+  }
+  fputs("}\n", r->metrics);
+}
+
 /* Predict a batch (no tape kept): pred gets the model's output in physical
  * units, masked; yb is turned into physical units too. */
 static sg_status predict_batch(run_t *r, const float *x, float *pred) {
@@ -439,6 +456,46 @@ fail:
   return st;
 }
 
+/* Values no run can use, refused before anything starts (every rank
+ * parses the same config, so every rank finds the same error). Not
+ * collective. */
+static sg_status check_config(sg_kv_t kv) {
+  sg_status st = SG_OK;
+  static const char *const positive[] = {"batch", "width", "history", "lead", "log_every"};
+  static const char *const nonneg[] = {"steps", "epochs", "test_samples", "test_frames", "warmup", "eval_every",
+                                       "rollout", "check_every", "ckpt_every"};
+  for (size_t i = 0; i < sizeof positive / sizeof *positive; ++i)
+    if (sg_kv_int(kv, positive[i]) < 1)
+      SG_RAISE(SG_ERR_CONFIG, "%s must be >= 1, not %lld", positive[i], (long long)sg_kv_int(kv, positive[i]));
+  for (size_t i = 0; i < sizeof nonneg / sizeof *nonneg; ++i)
+    if (sg_kv_int(kv, nonneg[i]) < 0)
+      SG_RAISE(SG_ERR_CONFIG, "%s must be >= 0, not %lld", nonneg[i], (long long)sg_kv_int(kv, nonneg[i]));
+  if (sg_kv_int(kv, "steps") == 0 && sg_kv_int(kv, "epochs") == 0)
+    SG_RAISE(SG_ERR_CONFIG, "nothing to train: steps and epochs are both 0");
+  static const char *const finite_nonneg[] = {"lr", "min_lr", "weight_decay", "clip"};
+  for (size_t i = 0; i < sizeof finite_nonneg / sizeof *finite_nonneg; ++i) {
+    const double x = sg_kv_float(kv, finite_nonneg[i]);
+    if (!(isfinite(x) && x >= 0.0))
+      SG_RAISE(SG_ERR_CONFIG, "%s must be a finite number >= 0, not %g", finite_nonneg[i], x);
+  }
+  if (!(sg_kv_float(kv, "lr") > 0.0)) SG_RAISE(SG_ERR_CONFIG, "lr must be > 0, not %g", sg_kv_float(kv, "lr"));
+fail:
+  return st;
+}
+
+/* An output file that will be written at the end must be writable now,
+ * not after the training (rank 0 tries; every rank learns). Collective. */
+static sg_status check_writable(const char *path, int rank) {
+  sg_status st = SG_OK;
+  if (!path || !*path) return SG_OK;
+  if (rank == 0) {
+    FILE *f = fopen(path, "a");
+    if (!f) st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "cannot write '%s': %s", path, strerror(errno));
+    else fclose(f);
+  }
+  return sg_agree(MPI_COMM_WORLD, st);
+}
+
 /* The parallel plan's settings from the config. Not collective. */
 static sg_status plan_config(sg_kv_t kv, sg_parallel_config *pc) {
   sg_status st = SG_OK;
@@ -476,6 +533,9 @@ fail:
 static sg_status setup(run_t *r) {
   sg_status st = SG_OK;
   sg_kv_t kv = r->kv;
+  SG_TRY(sg_agree(MPI_COMM_WORLD, check_config(kv)));
+  SG_TRY(check_writable(sg_kv_str(kv, "predict"), r->rank));
+  SG_TRY(check_writable(sg_kv_str(kv, "trace"), r->rank));
   char spec[128];
   const char *m = sg_kv_str(kv, "mesh");
   if (*m) snprintf(spec, sizeof spec, "%s", m);
@@ -645,6 +705,9 @@ static sg_status train(run_t *r) {
   if (*resume) {
     int64_t done = 0;
     SG_TRY(load_checkpoint(r, resume, &done));
+    if (done >= steps)
+      SG_RAISE(SG_ERR_CONFIG, "checkpoint %s is at step %lld: nothing left of %lld steps (raise --steps to go on)",
+               resume, (long long)done, (long long)steps);
     first = done + 1;
   }
   double t_start = sg_wtime(), t_coll = 0.0;
@@ -689,18 +752,20 @@ static sg_status train(run_t *r) {
              sg_timer_total("io") - io0, eta);
       fflush(stdout);
     }
-    if (r->metrics)
-      fprintf(r->metrics,
-              "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, \"samples_per_s\": %.6g, "
-              "\"time_compute\": %.6g, \"time_halo\": %.6g, \"time_collectives\": %.6g}\n",
-              (long long)step, lval, lr_t, gnorm, sps, dt - coll - halo, halo, coll);
+    {
+      static const char *const mk[] = {"loss", "lr", "grad_norm", "samples_per_s", "time_compute", "time_halo",
+                                        "time_collectives"};
+      const double mv[] = {lval, lr_t, gnorm, sps, dt - coll - halo, halo, coll};
+      metrics_line(r, step, 7, mk, mv);
+    }
     if (check_every > 0 && step % check_every == 0) SG_TRY(sg_parallel_check_replicas(r->plan, step));
     if (*ckdir && ((ckpt_every > 0 && step % ckpt_every == 0) || step == steps)) SG_TRY(save_checkpoint(r, step));
     if (eval_every > 0 && step % eval_every == 0 && step != steps) {
       double rel = 0;
       SG_TRY(evaluate(r, NULL, &rel));
       sg_log_info("step %lld: test relative L2 %.5f", (long long)step, rel);
-      if (r->metrics) fprintf(r->metrics, "{\"step\": %lld, \"eval_rel_l2\": %.17g}\n", (long long)step, rel);
+      static const char *const ek[] = {"eval_rel_l2"};
+      metrics_line(r, step, 1, ek, &rel);
     }
   }
   /* peak accounted memory per rank during training: all of it, and the
@@ -713,15 +778,15 @@ static sg_status train(run_t *r) {
   SG_MPI(MPI_Allreduce(MPI_IN_PLACE, pk, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   sg_log_info("peak memory per rank (max over ranks): %.1f MiB, of which %.1f MiB activations and workspace",
               pk[0], pk[1]);
-  if (r->metrics)
-    fprintf(r->metrics, "{\"step\": %lld, \"peak_mem_mib\": %.6g, \"peak_work_mib\": %.6g}\n", (long long)steps,
-            pk[0], pk[1]);
+  static const char *const pkk[] = {"peak_mem_mib", "peak_work_mib"};
+  metrics_line(r, steps, 2, pkk, pk);
   double rel = 0;
   SG_TRY(evaluate(r, sg_kv_str(kv, "predict"), &rel));
   if (r->rank == 0)
     printf("test relative L2 %.5f after %lld steps (%.1f s; %.1f s in collectives)\n", rel, (long long)steps,
            sg_wtime() - t_start, t_coll);
-  if (r->metrics) fprintf(r->metrics, "{\"step\": %lld, \"eval_rel_l2\": %.17g}\n", (long long)steps, rel);
+  static const char *const fk[] = {"eval_rel_l2"};
+  metrics_line(r, steps, 1, fk, &rel);
   const int64_t nroll = sg_kv_int(kv, "rollout");
   if (nroll > 0) {
     roll = malloc((size_t)nroll * sizeof *roll);
@@ -734,7 +799,10 @@ static sg_status train(run_t *r) {
     }
     if (r->metrics) {
       fprintf(r->metrics, "{\"step\": %lld, \"rollout_rel_l2\": [", (long long)steps);
-      for (int64_t k = 0; k < nroll; ++k) fprintf(r->metrics, "%s%.17g", k ? ", " : "", roll[k]);
+      for (int64_t k = 0; k < nroll; ++k) {
+        fputs(k ? ", " : "", r->metrics);
+        json_num(r->metrics, roll[k]);
+      }
       fprintf(r->metrics, "]}\n");
     }
   }

@@ -64,5 +64,9 @@ if [ "$model" = fno ]; then
   $cmp resh2.jsonl full4.jsonl 1e-5
   run reshsdp 4 dp=2,fsdp=2 --zero 1 --resume ck/step_000010.nc
   $cmp reshsdp.jsonl full4.jsonl 1e-5
+  # resuming at or past the last step is an error, not a silent exit 0
+  # shellcheck disable=SC2086
+  sh "$src/tests/examples/expect_fail.sh" "is at step 20: nothing left of 20 steps" 60 \
+    "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --resume ck/step_000020.nc
 fi
 echo "plan trajectories match ($model)"
