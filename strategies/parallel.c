@@ -23,6 +23,7 @@ typedef struct pl_param {
   sg_var *var;       /* its variable (sg_parallel_attach) */
   float *vfull;      /* zero 3: the gathered value while in use */
   float *gfull;      /* zero >= 2: the full gradient during backward */
+  int64_t *pcount, *pdispl; /* zero >= 2: every ZeRO-group rank's piece (elements) */
 } pl_param;
 
 /* A span: a contiguous run of the flat buffer whose parameters share a
@@ -310,6 +311,17 @@ static sg_status plan_layouts(struct sg_parallel *p) {
       }
       q->moff = p->nstate;
       p->nstate += q->own_rows * q->row;
+      if (p->cfg.zero >= 2 && g > 1) { /* the pieces tile the box row-major, in rank order */
+        q->pcount = malloc((size_t)g * sizeof *q->pcount);
+        q->pdispl = malloc((size_t)g * sizeof *q->pdispl);
+        if (!q->pcount || !q->pdispl) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
+        for (int r = 0; r < g; ++r) {
+          int64_t r0, nr;
+          split_rows(rows, g, r, &r0, &nr);
+          q->pcount[r] = nr * q->row;
+          q->pdispl[r] = r0 * q->row;
+        }
+      }
       L->npack += q->info.numel;
     }
     if (L->npack > maxpack) maxpack = L->npack;
@@ -471,6 +483,8 @@ sg_status sg_parallel_destroy(sg_parallel_t *plan) {
   for (int i = 0; i < p->np; ++i) {
     sg_free(h, (void **)&p->p[i].vfull);
     sg_free(h, (void **)&p->p[i].gfull);
+    free(p->p[i].pcount);
+    free(p->p[i].pdispl);
   }
   free(p->var_sorted);
   free(p->var_index);
@@ -545,39 +559,14 @@ static sg_group_t zgroup(const struct sg_parallel *p, const pl_param *q, int *g,
   return zg;
 }
 
-/* Rows of every ZeRO-group rank of q as element counts and displacements
- * (the pieces, in rank order, tile the local box row-major). */
-static sg_status piece_counts(const pl_param *q, int g, int64_t **counts, int64_t **displs) {
-  sg_status st = SG_OK;
-  *counts = malloc((size_t)g * sizeof **counts);
-  *displs = malloc((size_t)g * sizeof **displs);
-  if (!*counts || !*displs) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
-  const int64_t rows = q->info.numel > 0 ? q->info.count[0] : 0;
-  for (int r = 0; r < g; ++r) {
-    int64_t r0, nr;
-    split_rows(rows, g, r, &r0, &nr);
-    (*counts)[r] = nr * q->row;
-    (*displs)[r] = r0 * q->row;
-  }
-fail:
-  return st;
-}
-
 /* zero 3: the whole local box of q from the pieces of its ZeRO group. */
 static sg_status gather_value(struct sg_parallel *p, pl_param *q, float *out) {
   sg_status st = SG_OK;
   int g, me;
-  int64_t *counts = NULL, *displs = NULL;
   sg_group_t zg = zgroup(p, q, &g, &me);
-  if (!zg || g == 1) {
-    memcpy(out, p->ppiece + q->moff, (size_t)q->info.numel * sizeof *out);
-    goto fail;
-  }
-  SG_TRY(piece_counts(q, g, &counts, &displs));
-  SG_TRY(sg_allgatherv(zg, p->ppiece + q->moff, counts[me], out, counts, displs, SG_DTYPE_F32));
+  if (!zg || g == 1) memcpy(out, p->ppiece + q->moff, (size_t)q->info.numel * sizeof *out);
+  else SG_TRY(sg_allgatherv(zg, p->ppiece + q->moff, q->pcount[me], out, q->pcount, q->pdispl, SG_DTYPE_F32));
 fail:
-  free(counts);
-  free(displs);
   return st;
 }
 
@@ -625,7 +614,6 @@ static sg_status reduce_piece(struct sg_parallel *p, pl_param *q) {
   sg_status st = SG_OK;
   const pl_layout *L = &p->l[q->layout];
   int g, me;
-  int64_t *counts = NULL, *displs = NULL;
   sg_group_t zg = zgroup(p, q, &g, &me);
   const int64_t n = q->own_rows * q->row;
   float *src = q->gfull + q->own_row0 * q->row, *dst = p->gpiece + q->moff;
@@ -634,16 +622,13 @@ static sg_status reduce_piece(struct sg_parallel *p, pl_param *q) {
       SG_TRY(sg_allreduce_det(L->reduce_g, q->gfull, q->gfull, q->info.numel, SG_DTYPE_F32, SG_REDUCE_SUM));
   } else {
     if (zg && g > 1) {
-      SG_TRY(piece_counts(q, g, &counts, &displs));
-      SG_TRY(sg_reduce_scatter(zg, q->gfull, q->gfull, counts, SG_DTYPE_F32, SG_REDUCE_SUM)); /* in place */
+      SG_TRY(sg_reduce_scatter(zg, q->gfull, q->gfull, q->pcount, SG_DTYPE_F32, SG_REDUCE_SUM)); /* in place */
       src = q->gfull;
     }
     if (sg_group_size(L->rest_g) > 1) SG_TRY(sg_allreduce(L->rest_g, src, src, n, SG_DTYPE_F32, SG_REDUCE_SUM));
   }
   for (int64_t k = 0; k < n; ++k) dst[k] += src[k];
 fail:
-  free(counts);
-  free(displs);
   return st;
 }
 
