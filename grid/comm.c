@@ -502,6 +502,8 @@ fail:
 
 struct sg_request {
   MPI_Request mpi;
+  const char *fn; /* the call that started it (timeout messages) */
+  MPI_Comm comm;  /* its communicator (the timeout's census) */
   keep k;
   det_op *det; /* deterministic reduction: more work after mpi completes */
   int stage;   /* det: 1 all-to-all-v in flight, 2 all-gather-v in flight */
@@ -515,6 +517,8 @@ static sg_status request_new(sg_request_t *req, const char *fn,
   sg_request_t r = calloc(1, sizeof *r);
   if (!r) SG_RAISE(SG_ERR_ALLOC, "%s: out of memory for a request", fn);
   r->mpi = MPI_REQUEST_NULL;
+  r->fn = fn;
+  r->comm = MPI_COMM_NULL;
   *out = r;
 fail:
   return st;
@@ -532,12 +536,15 @@ static void request_free(sg_request_t *req) {
 /* A call that may be non-blocking: with req, a new request *r whose MPI
  * request (*mr) the call starts; without, *mr = NULL and the call blocks.
  * The caller hands *r over with request_done, or frees it on failure. */
-static sg_status request_open(const char *fn, sg_request_t *req,
+static sg_status request_open(const char *fn, sg_group_t g, sg_request_t *req,
                               sg_request_t *r, MPI_Request **mr) {
   *mr = NULL;
   if (!req) return SG_OK;
   sg_status st = request_new(req, fn, r);
-  if (st == SG_OK) *mr = &(*r)->mpi;
+  if (st == SG_OK) {
+    *mr = &(*r)->mpi;
+    (*r)->comm = g->comm;
+  }
   return st;
 }
 
@@ -553,14 +560,18 @@ static sg_status request_missing(const char *fn) {
                       "%s: req is NULL", fn);
 }
 
-/* Advance a request; block when wait is set. *done = 1 when complete. */
+static sg_status wait_timed(MPI_Request *req, MPI_Status *status, int yield, const char *what,
+                            MPI_Comm comm);
+
+/* Advance a request; block when wait is set (with the timeout). *done = 1
+ * when complete. */
 static sg_status request_progress(sg_request_t r, int wait, int *done) {
   sg_status st = SG_OK;
   *done = 0;
   for (;;) {
     int flag = 0;
     if (wait) {
-      SG_MPI(MPI_Wait(&r->mpi, MPI_STATUS_IGNORE));
+      SG_TRY(wait_timed(&r->mpi, NULL, 0, r->fn, r->comm));
       flag = 1;
     } else {
       SG_MPI(MPI_Test(&r->mpi, &flag, MPI_STATUS_IGNORE));
@@ -584,7 +595,10 @@ sg_status sg_wait(sg_request_t *req) {
   if (!req || !*req) return SG_OK;
   int done = 0;
   st = request_progress(*req, 1, &done);
-  request_free(req);
+  if (st == SG_ERR_TIMEOUT)
+    *req = NULL; /* still pending in MPI: its request and buffers must live on */
+  else
+    request_free(req);
   return st;
 }
 
@@ -627,6 +641,21 @@ fail:
 
 /* ---- collectives ----------------------------------------------------------*/
 
+/* Blocking entry points: with a timeout set (sg_comm_set_timeout) they
+ * start the non-blocking call and complete it with sg_wait, which times
+ * out; else MPI's blocking call. */
+static sg_status wait_started(sg_status st, sg_request_t *r) {
+  return st == SG_OK ? sg_wait(r) : st;
+}
+#define SG_BLOCKING(impl, ...)                                                \
+  do {                                                                        \
+    if (sg_comm_timeout() > 0) {                                              \
+      sg_request_t blk_r_ = NULL;                                             \
+      return wait_started(impl(__VA_ARGS__, &blk_r_), &blk_r_);               \
+    }                                                                         \
+    return impl(__VA_ARGS__, NULL);                                           \
+  } while (0)
+
 static sg_status allreduce_impl(const char *fn, sg_group_t g,
                                 const void *send, void *recv, int64_t count,
                                 sg_dtype dt, sg_reduce_op op, int det,
@@ -657,6 +686,7 @@ static sg_status allreduce_impl(const char *fn, sg_group_t g,
     return mpi_allreduce(g, send, recv, count, t, sg_reduce_op_mpi(op), NULL);
   }
   SG_TRY(request_new(req, fn, &r));
+  r->comm = g->comm;
   if (det) {
     SG_TRY(det_start(g, send, recv, count, NULL, dt, op, t, &r->k, &r->det,
                      &r->mpi));
@@ -674,14 +704,13 @@ fail:
 
 sg_status sg_allreduce(sg_group_t g, const void *send, void *recv,
                        int64_t count, sg_dtype dt, sg_reduce_op op) {
-  return allreduce_impl("sg_allreduce", g, send, recv, count, dt, op,
-                        sg_comm_deterministic(), NULL);
+  SG_BLOCKING(allreduce_impl, "sg_allreduce", g, send, recv, count, dt, op,
+                        sg_comm_deterministic());
 }
 
 sg_status sg_allreduce_det(sg_group_t g, const void *send, void *recv,
                            int64_t count, sg_dtype dt, sg_reduce_op op) {
-  return allreduce_impl("sg_allreduce_det", g, send, recv, count, dt, op, 1,
-                        NULL);
+  SG_BLOCKING(allreduce_impl, "sg_allreduce_det", g, send, recv, count, dt, op, 1);
 }
 
 sg_status sg_iallreduce(sg_group_t g, const void *send, void *recv,
@@ -709,7 +738,7 @@ static sg_status bcast_impl(const char *fn, sg_group_t g, void *buf,
 #endif
   }
   MPI_Request *mr;
-  SG_TRY(request_open(fn, req, &r, &mr));
+  SG_TRY(request_open(fn, g, req, &r, &mr));
   if (fits_int(count)) {
     if (mr)
       SG_MPI(MPI_Ibcast(buf, (int)count, t, root, g->comm, mr));
@@ -730,7 +759,7 @@ fail:
 
 sg_status sg_bcast(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
                    int root) {
-  return bcast_impl("sg_bcast", g, buf, count, dt, root, NULL);
+  SG_BLOCKING(bcast_impl, "sg_bcast", g, buf, count, dt, root);
 }
 
 sg_status sg_ibcast(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
@@ -756,7 +785,11 @@ sg_status sg_allgather(sg_group_t g, const void *send, int64_t count,
                                                    sg_dtype_size(dt)
                       ? MPI_IN_PLACE
                       : send;
-  if (fits_int(count))
+  if (fits_int(count) && sg_comm_timeout() > 0 && g->size > 1) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    SG_MPI(MPI_Iallgather(s, (int)count, t, recv, (int)count, t, g->comm, &r));
+    SG_TRY(wait_timed(&r, NULL, 0, "sg_allgather", g->comm));
+  } else if (fits_int(count))
     SG_MPI(MPI_Allgather(s, (int)count, t, recv, (int)count, t, g->comm));
   else
     SG_MPI_LARGE_CALL("sg_allgather", MPI_Allgather_c(s, (MPI_Count)count, t,
@@ -786,7 +819,7 @@ static sg_status allgatherv_impl(const char *fn, sg_group_t g,
 #endif
   }
   MPI_Request *mr;
-  SG_TRY(request_open(fn, req, &r, &mr));
+  SG_TRY(request_open(fn, g, req, &r, &mr));
   SG_TRY(mpi_allgatherv(g, send, sendcount, recv, recvcounts, displs, t,
                         r ? &r->k : &k, mr));
   request_done(req, &r);
@@ -799,8 +832,8 @@ fail:
 sg_status sg_allgatherv(sg_group_t g, const void *send, int64_t sendcount,
                         void *recv, const int64_t *recvcounts,
                         const int64_t *displs, sg_dtype dt) {
-  return allgatherv_impl("sg_allgatherv", g, send, sendcount, recv,
-                         recvcounts, displs, dt, NULL);
+  SG_BLOCKING(allgatherv_impl, "sg_allgatherv", g, send, sendcount, recv,
+                         recvcounts, displs, dt);
 }
 
 sg_status sg_iallgatherv(sg_group_t g, const void *send, int64_t sendcount,
@@ -836,7 +869,7 @@ static sg_status reduce_scatter_impl(const char *fn, sg_group_t g,
 #endif
   }
   MPI_Request *mr;
-  SG_TRY(request_open(fn, req, &r, &mr));
+  SG_TRY(request_open(fn, g, req, &r, &mr));
   if (det) {
     det_op *d = NULL;
     int more = 0;
@@ -864,8 +897,8 @@ fail:
 sg_status sg_reduce_scatter(sg_group_t g, const void *send, void *recv,
                             const int64_t *recvcounts, sg_dtype dt,
                             sg_reduce_op op) {
-  return reduce_scatter_impl("sg_reduce_scatter", g, send, recv, recvcounts,
-                             dt, op, NULL);
+  SG_BLOCKING(reduce_scatter_impl, "sg_reduce_scatter", g, send, recv, recvcounts,
+                             dt, op);
 }
 
 sg_status sg_ireduce_scatter(sg_group_t g, const void *send, void *recv,
@@ -889,7 +922,11 @@ sg_status sg_alltoall(sg_group_t g, const void *send, void *recv,
 #endif
   }
   const void *s = send == recv ? MPI_IN_PLACE : send;
-  if (fits_int(count))
+  if (fits_int(count) && sg_comm_timeout() > 0 && g->size > 1) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    SG_MPI(MPI_Ialltoall(s, (int)count, t, recv, (int)count, t, g->comm, &r));
+    SG_TRY(wait_timed(&r, NULL, 0, "sg_alltoall", g->comm));
+  } else if (fits_int(count))
     SG_MPI(MPI_Alltoall(s, (int)count, t, recv, (int)count, t, g->comm));
   else
     SG_MPI_LARGE_CALL("sg_alltoall", MPI_Alltoall_c(s, (MPI_Count)count, t,
@@ -918,7 +955,7 @@ static sg_status alltoallv_impl(const char *fn, sg_group_t g,
 #endif
   }
   MPI_Request *mr;
-  SG_TRY(request_open(fn, req, &r, &mr));
+  SG_TRY(request_open(fn, g, req, &r, &mr));
   SG_TRY(mpi_alltoallv(g, send, sendcounts, sdispls, recv, recvcounts,
                        rdispls, t, r ? &r->k : &k, mr));
   request_done(req, &r);
@@ -932,8 +969,8 @@ sg_status sg_alltoallv(sg_group_t g, const void *send,
                        const int64_t *sendcounts, const int64_t *sdispls,
                        void *recv, const int64_t *recvcounts,
                        const int64_t *rdispls, sg_dtype dt) {
-  return alltoallv_impl("sg_alltoallv", g, send, sendcounts, sdispls, recv,
-                        recvcounts, rdispls, dt, NULL);
+  SG_BLOCKING(alltoallv_impl, "sg_alltoallv", g, send, sendcounts, sdispls, recv,
+                        recvcounts, rdispls, dt);
 }
 
 sg_status sg_ialltoallv(sg_group_t g, const void *send,
@@ -968,7 +1005,7 @@ static sg_status p2p_impl(const char *fn, int is_send, sg_group_t g,
 #endif
   }
   MPI_Request *mr;
-  SG_TRY(request_open(fn, req, &r, &mr));
+  SG_TRY(request_open(fn, g, req, &r, &mr));
   if (fits_int(count)) {
     int c = (int)count;
     if (is_send && mr) SG_MPI(MPI_Isend(buf, c, t, peer, tag, g->comm, mr));
@@ -996,12 +1033,12 @@ fail:
 
 sg_status sg_send(sg_group_t g, const void *buf, int64_t count, sg_dtype dt,
                   int dest, int tag) {
-  return p2p_impl("sg_send", 1, g, (void *)buf, count, dt, dest, tag, NULL);
+  SG_BLOCKING(p2p_impl, "sg_send", 1, g, (void *)buf, count, dt, dest, tag);
 }
 
 sg_status sg_recv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
                   int src, int tag) {
-  return p2p_impl("sg_recv", 0, g, buf, count, dt, src, tag, NULL);
+  SG_BLOCKING(p2p_impl, "sg_recv", 0, g, buf, count, dt, src, tag);
 }
 
 sg_status sg_isend(sg_group_t g, const void *buf, int64_t count, sg_dtype dt,
@@ -1016,71 +1053,296 @@ sg_status sg_irecv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
   return p2p_impl("sg_irecv", 0, g, buf, count, dt, src, tag, req);
 }
 
-/* ---- failure agreement ----------------------------------------------------*/
+/* ---- timeouts --------------------------------------------------------------*/
 
-int sg_wait_yield(MPI_Request *req, MPI_Status *status) {
-  MPI_Status ignored;
-  if (!status) status = &ignored;
-  long ns = 20000; /* after 64 yields: sleep 20 us, doubling up to 1 ms */
-  for (int k = 0;; ++k) {
-    int done = 0;
-    int rc = MPI_Test(req, &done, status);
-    if (rc != MPI_SUCCESS || done) return rc;
-    if (k < 64) {
-      sched_yield();
-    } else {
-      struct timespec ts = {0, ns};
-      nanosleep(&ts, NULL);
-      if (ns < 1000000) ns *= 2;
-    }
+static pthread_once_t timeout_once = PTHREAD_ONCE_INIT;
+static _Atomic double timeout_s;
+
+static void timeout_from_env(void) {
+  const char *e = getenv("SG_TIMEOUT");
+  if (!e || !*e) return;
+  char *end = NULL;
+  double v = strtod(e, &end);
+  if (end == e || *end != '\0' || !(v >= 0) || v > 1e9) {
+    fprintf(stderr, "shardgrid: warning: SG_TIMEOUT='%s' is not a number of seconds >= 0; "
+                    "no timeout\n", e);
+    return;
+  }
+  atomic_store(&timeout_s, v);
+}
+
+void sg_comm_set_timeout(double seconds) {
+  pthread_once(&timeout_once, timeout_from_env);
+  atomic_store(&timeout_s, seconds > 0 && seconds <= 1e9 ? seconds : 0.0);
+}
+
+double sg_comm_timeout(void) {
+  pthread_once(&timeout_once, timeout_from_env);
+  return atomic_load(&timeout_s);
+}
+
+void sg_deadline_start(sg_deadline *d) {
+  d->limit = sg_comm_timeout();
+  d->t0 = d->limit > 0 ? MPI_Wtime() : 0.0;
+  d->polls = 0;
+}
+
+int sg_deadline_passed(sg_deadline *d) {
+  if (d->limit <= 0 || (++d->polls & 63u) != 0) return 0;
+  return MPI_Wtime() - d->t0 >= d->limit;
+}
+
+/* World rank of rank r of comm (-1 if unknown). */
+static int world_rank_of(MPI_Comm comm, int r) {
+  MPI_Group g = MPI_GROUP_NULL, w = MPI_GROUP_NULL;
+  int out = -1;
+  if (MPI_Comm_group(comm, &g) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &w) == MPI_SUCCESS)
+    MPI_Group_translate_ranks(g, 1, &r, w, &out);
+  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+  if (w != MPI_GROUP_NULL) MPI_Group_free(&w);
+  return out == MPI_UNDEFINED ? -1 : out;
+}
+
+/* The census of a timed-out wait on a communicator: which ranks are waiting
+ * on it too. A rank whose wait on comm timed out sends a ping to every
+ * other rank and listens for a grace period; ranks waiting on comm (in
+ * sg_agree, sg_wait, a blocking sg_* call) answer pings while they wait, and
+ * ranks that time out themselves ping. Ranks heard from are waiting on the
+ * communicator; the others did not arrive (dead, stuck elsewhere, or in a
+ * blocking MPI call). The messages use a reserved tag on comm; nothing
+ * happens on the success path but an MPI_Iprobe per poll while a timeout
+ * is set. */
+enum { CENSUS_TAG = 32001, CENSUS_PING = 1, CENSUS_PONG = 2 };
+
+typedef struct census {
+  MPI_Comm comm;
+  int size, me;
+  unsigned char *heard; /* heard[r]: rank r answered or pinged */
+} census;
+
+static void census_init(census *c, MPI_Comm comm) {
+  memset(c, 0, sizeof *c);
+  c->comm = MPI_COMM_NULL;
+  if (comm == MPI_COMM_NULL) return;
+  int inter = 0;
+  if (MPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return;
+  if (MPI_Comm_size(comm, &c->size) != MPI_SUCCESS || c->size < 2) return;
+  MPI_Comm_rank(comm, &c->me);
+  c->heard = calloc((size_t)c->size, 1);
+  if (c->heard) c->comm = comm;
+}
+
+static void census_free(census *c) {
+  free(c->heard);
+  c->heard = NULL;
+}
+
+static void census_send(census *c, int to, int what) {
+  static int msg[2] = {CENSUS_PING, CENSUS_PONG}; /* static: outlives the send */
+  MPI_Request r = MPI_REQUEST_NULL;
+  if (MPI_Isend(&msg[what == CENSUS_PONG], 1, MPI_INT, to, CENSUS_TAG, c->comm, &r) == MPI_SUCCESS)
+    MPI_Request_free(&r);
+}
+
+/* Answer pings, note who was heard. */
+static void census_poll(census *c) {
+  if (c->comm == MPI_COMM_NULL) return;
+  for (;;) {
+    int flag = 0, msg = 0;
+    MPI_Status s;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, CENSUS_TAG, c->comm, &flag, &s) != MPI_SUCCESS || !flag) return;
+    if (MPI_Recv(&msg, 1, MPI_INT, s.MPI_SOURCE, CENSUS_TAG, c->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      return;
+    if (s.MPI_SOURCE >= 0 && s.MPI_SOURCE < c->size) c->heard[s.MPI_SOURCE] = 1;
+    if (msg == CENSUS_PING) census_send(c, s.MPI_SOURCE, CENSUS_PONG);
   }
 }
 
-static int wait_req(MPI_Request *req, int yield) {
-  return yield ? sg_wait_yield(req, NULL) : MPI_Wait(req, MPI_STATUS_IGNORE);
+/* Ping everyone, listen for `grace` seconds; write the ranks not heard
+ * from into out. */
+static void census_run(census *c, double grace, char *out, size_t n) {
+  out[0] = '\0';
+  if (c->comm == MPI_COMM_NULL) return;
+  for (int r = 0; r < c->size; ++r)
+    if (r != c->me) census_send(c, r, CENSUS_PING);
+  const double t0 = MPI_Wtime();
+  int all = 0;
+  while (!all && MPI_Wtime() - t0 < grace) {
+    census_poll(c);
+    all = 1;
+    for (int r = 0; r < c->size && all; ++r) all = r == c->me || c->heard[r];
+    struct timespec ts = {0, 1000000};
+    if (!all) nanosleep(&ts, NULL);
+  }
+  size_t len = 0;
+  int missing = 0;
+  for (int r = 0; r < c->size; ++r) {
+    if (r == c->me || c->heard[r]) continue;
+    if (missing++ < 16 && len + 32 < n) {
+      int w = world_rank_of(c->comm, r);
+      len += (size_t)snprintf(out + len, n - len, "%s%d (world rank %d)", missing > 1 ? ", " : "", r, w);
+    }
+  }
+  if (missing > 16 && len + 32 < n) snprintf(out + len, n - len, " and %d more", missing - 16);
+  if (!missing) snprintf(out, n, "none (every rank is waiting on this communicator)");
+}
+
+/* Record the timeout of a wait on comm ("what" names the collective). */
+static sg_status timeout_raise(census *c, const sg_deadline *d, const char *what) {
+  char who[512] = "";
+  if (c->comm != MPI_COMM_NULL) {
+    const double grace = d->limit < 1.0 ? d->limit : 1.0;
+    census_run(c, grace, who, sizeof who);
+    return sg_error_timeout(__FILE__, __LINE__,
+                            "%s: timed out after %.3g s (SG_TIMEOUT) waiting for the other ranks of a "
+                            "communicator of %d (this is its rank %d); ranks that did not arrive (no "
+                            "answer within %.3g s): %s; the operation cannot be cancelled: abort the run",
+                            what, d->limit, c->size, c->me, grace, who);
+  }
+  return sg_error_timeout(__FILE__, __LINE__,
+                          "%s: timed out after %.3g s (SG_TIMEOUT) waiting for other ranks (which "
+                          "ones is not known here); the operation cannot be cancelled: abort the run",
+                          what, d->limit);
+}
+
+/* The sleeps of a yielding wait: after 64 yields, 20 us doubling to 1 ms. */
+static void yield_step(int k, long *ns) {
+  if (k < 64) {
+    sched_yield();
+  } else {
+    struct timespec ts = {0, *ns};
+    nanosleep(&ts, NULL);
+    if (*ns < 1000000) *ns *= 2;
+  }
+}
+
+/* Wait for an MPI request: MPI_Wait (yield 0) or sg_wait_yield's policy
+ * (yield 1); with a timeout set, MPI_Test polls (with those sleeps when
+ * yield) until the deadline, answering the census of comm (may be
+ * MPI_COMM_NULL) meanwhile. On a timeout *req stays pending (never free
+ * it or its buffers) and the status is SG_ERR_TIMEOUT. */
+static sg_status wait_timed(MPI_Request *req, MPI_Status *status, int yield, const char *what,
+                            MPI_Comm comm) {
+  sg_status st = SG_OK;
+  MPI_Status ignored;
+  if (!status) status = &ignored;
+  sg_deadline d;
+  sg_deadline_start(&d);
+  if (d.limit <= 0) {
+    int rc = MPI_SUCCESS;
+    if (!yield) {
+      rc = MPI_Wait(req, status);
+    } else {
+      long ns = 20000;
+      for (int k = 0;; ++k) {
+        int done = 0;
+        rc = MPI_Test(req, &done, status);
+        if (rc != MPI_SUCCESS || done) break;
+        yield_step(k, &ns);
+      }
+    }
+    return rc == MPI_SUCCESS ? SG_OK : sg_error_mpi(rc, what, __FILE__, __LINE__);
+  }
+  census c;
+  census_init(&c, comm);
+  long ns = 20000;
+  for (int k = 0;; ++k) {
+    int done = 0;
+    int rc = MPI_Test(req, &done, status);
+    if (rc != MPI_SUCCESS) {
+      st = sg_error_mpi(rc, what, __FILE__, __LINE__);
+      break;
+    }
+    if (done) break;
+    census_poll(&c);
+    if (sg_deadline_passed(&d)) {
+      st = timeout_raise(&c, &d, what);
+      break;
+    }
+    if (yield) yield_step(k, &ns);
+  }
+  census_free(&c);
+  return st;
+}
+
+sg_status sg_wait_timed(MPI_Request *req, MPI_Status *status, int yield, const char *what,
+                        MPI_Comm comm) {
+  return wait_timed(req, status, yield, what ? what : "a wait", comm);
+}
+
+sg_status sg_timeout_error(const sg_deadline *d, const char *what, MPI_Comm comm, int peer) {
+  if (peer >= 0 && comm != MPI_COMM_NULL)
+    return sg_error_timeout(__FILE__, __LINE__,
+                            "%s: timed out after %.3g s (SG_TIMEOUT) waiting for rank %d (world rank %d), "
+                            "which did not arrive; the operation cannot be cancelled: abort the run",
+                            what, d->limit, peer, world_rank_of(comm, peer));
+  census c;
+  census_init(&c, comm);
+  sg_status st = timeout_raise(&c, d, what);
+  census_free(&c);
+  return st;
+}
+
+/* ---- failure agreement ----------------------------------------------------*/
+
+int sg_wait_yield(MPI_Request *req, MPI_Status *status) {
+  sg_status st = wait_timed(req, status, 1, "a yielding wait (sg_wait_yield)", MPI_COMM_NULL);
+  return st == SG_OK ? MPI_SUCCESS : MPI_ERR_OTHER;
 }
 
 sg_status sg_agree_vals(MPI_Comm comm, sg_status local, int *vals, int n, int yield) {
   sg_status st = SG_OK;
-  int me = 0, size = 1, buf[1 + SG_AGREE_MAX_VALS];
+  int me = 0, size = 1, stack_buf[1 + SG_AGREE_MAX_VALS];
   MPI_Request req = MPI_REQUEST_NULL;
+  struct agree_info {
+    int status;
+    char msg[1024];
+  } stack_info, *info = &stack_info;
+  int *buf = stack_buf;
+  /* with a timeout the buffers live on the heap: after a timeout the
+   * operation stays pending in MPI and may still write them */
+  const int timed = sg_comm_timeout() > 0;
   if (n < 0 || n > SG_AGREE_MAX_VALS || (n > 0 && !vals))
     return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                         "sg_agree_vals: n = %d values (0..%d)", n, SG_AGREE_MAX_VALS);
   SG_MPI(MPI_Comm_rank(comm, &me));
   SG_MPI(MPI_Comm_size(comm, &size));
+  if (timed && !(buf = malloc(sizeof stack_buf)))
+    return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "sg_agree: out of memory");
   /* success path: one all-reduce (max of size - rank: the lowest failing
    * rank, 0 when none failed), the values riding along */
   buf[0] = local != SG_OK ? size - me : 0;
   for (int i = 0; i < n; ++i) buf[i + 1] = vals[i];
   SG_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n + 1, MPI_INT, MPI_MAX, comm, &req));
-  SG_MPI(wait_req(&req, yield));
+  SG_TRY(wait_timed(&req, NULL, yield, "sg_agree", comm));
   for (int i = 0; i < n; ++i) vals[i] = buf[i + 1];
-  if (buf[0] == 0) return SG_OK;
+  if (buf[0] == 0) goto fail;
   const int lowest = size - buf[0];
   /* failure: the lowest failing rank tells everyone its status and why */
-  struct {
-    int status;
-    char msg[1024];
-  } info;
-  memset(&info, 0, sizeof info);
+  if (timed && !(info = malloc(sizeof *info)))
+    SG_RAISE(SG_ERR_ALLOC, "sg_agree: out of memory");
+  memset(info, 0, sizeof *info);
   if (me == lowest) {
-    info.status = (int)local;
+    info->status = (int)local;
     const char *m = sg_last_error();
     if (m[0])
-      snprintf(info.msg, sizeof info.msg, "%s", m);
+      snprintf(info->msg, sizeof info->msg, "%s", m);
     else
-      snprintf(info.msg, sizeof info.msg, "[rank %d] %s (%s)", me,
+      snprintf(info->msg, sizeof info->msg, "[rank %d] %s (%s)", me,
                sg_status_string(local), sg_status_name(local));
   }
-  SG_MPI(MPI_Ibcast(&info, (int)sizeof info, MPI_BYTE, lowest, comm, &req));
-  SG_MPI(wait_req(&req, yield));
-  info.msg[sizeof info.msg - 1] = '\0';
-  sg_error_set_raw(info.msg);
-  st = info.status > SG_OK && info.status < SG_STATUS_COUNT
-           ? (sg_status)info.status
+  SG_MPI(MPI_Ibcast(info, (int)sizeof *info, MPI_BYTE, lowest, comm, &req));
+  SG_TRY(wait_timed(&req, NULL, yield, "sg_agree (the failing rank's message)", comm));
+  info->msg[sizeof info->msg - 1] = '\0';
+  sg_error_set_raw(info->msg);
+  st = info->status > SG_OK && info->status < SG_STATUS_COUNT
+           ? (sg_status)info->status
            : SG_ERR_PEER;
 fail:
+  if (st != SG_ERR_TIMEOUT) { /* a timed-out operation keeps its buffer */
+    if (buf != stack_buf) free(buf);
+    if (info != &stack_info) free(info);
+  }
   return st;
 }
 
