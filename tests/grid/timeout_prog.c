@@ -10,6 +10,11 @@
  *          communicator (blocking MPI: it cannot answer)
  *   wait   skips an sg_iallreduce + sg_wait on a mesh group (likewise)
  *   block  skips a blocking sg_allreduce (likewise)
+ *   halo   skips an sg_halo_exchange along a split dim (SG_HALO_PATH
+ *          chooses shared memory or MPI)
+ *   fft    skips an sg_fft_forward of a 2-D grid split over all ranks
+ *          (shared-memory transpose; SG_FFT_SHM_SYNC=mpi: its barrier is
+ *          MPI's; argument 3 "mpi": the MPI_Alltoallv path)
  *   kill   raises SIGKILL before an sg_agree (MPICH's launcher then kills
  *          the others, also under -disable-auto-cleanup with hydra 4.0.2)
  *   stop   raises SIGSTOP before an sg_agree: a rank that stops answering
@@ -21,6 +26,8 @@
  * after T s: <message>" and calls sg_die, which aborts after a timeout.
  * Exit 0 only if nobody timed out (a failure for these tests). */
 #include "sg_comm.h"
+#include "sg_fft.h"
+#include "sg_halo.h"
 #include "sg_mesh.h"
 
 #include <mpi.h>
@@ -52,6 +59,33 @@ int main(int argc, char **argv) {
   sg_group_t g = NULL;
   st = sg_mesh_group(mesh, 1u, &g);
   if (st != SG_OK) sg_die_local("timeout_prog", st, 2);
+  /* the collective objects every rank makes (collective creation) */
+  sg_halo_plan_t halo = NULL;
+  sg_fft_plan_t fft = NULL;
+  void *block = NULL;
+  double *fx = NULL, *fy = NULL;
+  if (!strcmp(mode, "halo")) {
+    sg_halo_desc hd;
+    sg_halo_desc_init(&hd);
+    hd.interior[0] = 4;
+    hd.halo[0][0] = hd.halo[0][1] = 1;
+    hd.mesh_dim[0] = 0;
+    hd.boundary[0] = SG_BOUNDARY_PERIODIC;
+    st = sg_halo_plan_create(mesh, &hd, &halo);
+    if (st == SG_OK) st = sg_halo_plan_alloc_block(halo, &block);
+    if (st != SG_OK) sg_die_local("timeout_prog", st, 2);
+  } else if (!strcmp(mode, "fft")) {
+    sg_fft_desc d;
+    sg_fft_desc_init(&d);
+    d.ndim = 2;
+    d.shape[0] = d.shape[1] = 8;
+    d.split[0] = 0;
+    if (argc > 3 && !strcmp(argv[3], "mpi")) d.flags |= SG_FFT_MPI_ALLTOALL;
+    st = sg_fft_plan_create(mesh, &d, &fft);
+    if (st != SG_OK) sg_die_local("timeout_prog", st, 2);
+    fx = calloc((size_t)sg_fft_plan_local_count(fft, SG_FFT_SPACE_REAL) + 1, sizeof *fx);
+    fy = calloc((size_t)sg_fft_plan_local_count(fft, SG_FFT_SPACE_SPECTRAL) + 1, sizeof *fy);
+  }
   const int absent = rank == 1;
   const double t0 = MPI_Wtime();
   const char *call = mode;
@@ -73,6 +107,12 @@ int main(int argc, char **argv) {
   } else if (!strcmp(mode, "block")) {
     call = "sg_allreduce";
     st = sg_allreduce(g, &x, &y, 1, SG_DTYPE_F64, SG_REDUCE_SUM);
+  } else if (!strcmp(mode, "halo")) {
+    call = "sg_halo_exchange";
+    st = sg_halo_exchange(halo, block);
+  } else if (!strcmp(mode, "fft")) {
+    call = "sg_fft_forward";
+    st = sg_fft_forward(fft, fx, fy);
   } else {
     fprintf(stderr, "timeout_prog: unknown mode '%s'\n", mode);
     MPI_Abort(MPI_COMM_WORLD, 2);
@@ -85,6 +125,9 @@ int main(int argc, char **argv) {
     return 4;
   }
   if (st != SG_OK) sg_die("timeout_prog", st, 3);
+  sg_halo_plan_destroy(&halo);
+  sg_fft_plan_destroy(&fft);
+  free(fx), free(fy);
   sg_mesh_destroy(&mesh);
   MPI_Comm_free(&dup);
   MPI_Finalize();
