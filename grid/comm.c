@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #if MPI_VERSION >= 4
 #define SG_MPI_LARGE 1
@@ -1346,8 +1347,31 @@ fail:
   return st;
 }
 
+/* Whether sg_agree's waits yield: when this node's ranks outnumber its
+ * cores (the launcher's local rank count: MPICH's MPI_LOCALNRANKS, Open
+ * MPI's OMPI_COMM_WORLD_LOCAL_SIZE; unknown: spin, as before), as the halo
+ * layer's waits do. A spinning rank then holds the core the rank it waits
+ * for needs (bench/RESULTS.md, "sg_agree's waits"). SG_AGREE_WAIT=spin or
+ * yield forces one (A/B measurements). */
+static pthread_once_t agree_once = PTHREAD_ONCE_INIT;
+static int agree_yields;
+
+static void agree_wait_from_env(void) {
+  const char *e = getenv("SG_AGREE_WAIT");
+  if (e && !strcmp(e, "spin")) return;
+  if (e && !strcmp(e, "yield")) {
+    agree_yields = 1;
+    return;
+  }
+  const char *n = getenv("MPI_LOCALNRANKS");
+  if (!n) n = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  long local = n ? strtol(n, NULL, 10) : 0, cores = sysconf(_SC_NPROCESSORS_ONLN);
+  agree_yields = local > 0 && cores > 0 && local > cores;
+}
+
 sg_status sg_agree(MPI_Comm comm, sg_status local) {
-  return sg_agree_vals(comm, local, NULL, 0, 0);
+  pthread_once(&agree_once, agree_wait_from_env);
+  return sg_agree_vals(comm, local, NULL, 0, agree_yields);
 }
 
 sg_status sg_group_agree(sg_group_t g, sg_status local) {
