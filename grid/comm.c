@@ -610,6 +610,10 @@ sg_status sg_waitall(int n, sg_request_t *reqs) {
                         "sg_waitall: reqs is NULL");
   char msg[1024] = "";
   for (int i = 0; i < n; ++i) {
+    if (first == SG_ERR_TIMEOUT) { /* one timed out: abandon the rest */
+      reqs[i] = NULL;
+      continue;
+    }
     sg_status st = sg_wait(&reqs[i]);
     if (st != SG_OK && first == SG_OK) {
       first = st;

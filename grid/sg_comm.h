@@ -119,7 +119,10 @@ sg_status sg_isend(sg_group_t g, const void *buf, int64_t count, sg_dtype dt,
                    int dest, int tag, sg_request_t *req);
 sg_status sg_irecv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
                    int src, int tag, sg_request_t *req);
-/* Complete and free; NULL requests are fine. Not collective. */
+/* Complete and free; NULL requests are fine. Not collective. With a
+ * timeout (sg_comm_set_timeout) it may return SG_ERR_TIMEOUT: *req is then
+ * set to NULL but the operation stays pending (its buffers must stay
+ * valid: abort the run); sg_waitall abandons the remaining requests alike. */
 sg_status sg_wait(sg_request_t *req);
 sg_status sg_waitall(int n, sg_request_t *reqs);
 /* *done = 1 if complete (the request is then freed and set to NULL). */
@@ -130,7 +133,11 @@ sg_status sg_test(sg_request_t *req, int *done);
  * lowest failing rank, whose error message is copied to every rank's
  * sg_last_error() (prefixed by that rank's own "[rank R]"). A rank that
  * succeeded locally but learns of a peer's failure thus reports the peer's
- * error instead of waiting in a later collective. Collective over comm. */
+ * error instead of waiting in a later collective. Collective over comm.
+ * Its waits yield the core (sg_wait_yield) when this node's ranks
+ * outnumber its cores (the launcher's local rank count), else spin
+ * (SG_AGREE_WAIT=spin|yield forces one); with a timeout set it returns
+ * SG_ERR_TIMEOUT naming the ranks of comm that did not arrive. */
 sg_status sg_agree(MPI_Comm comm, sg_status local);
 sg_status sg_group_agree(sg_group_t g, sg_status local);
 

@@ -4,7 +4,9 @@
  * that says so, before any transpose (it hung: the empty ranks failed in
  * the forward and the others waited in the FFT redistribution). A grid with
  * one row or column per rank (4x32 on h=4) still trains a step, and on one
- * rank every grid does. */
+ * rank every grid does. With a 20 s timeout (sg_comm_set_timeout) a hang
+ * would fail as SG_ERR_TIMEOUT instead of running into ctest's limit. */
+#include "sg_comm.h"
 #include "sg_fno.h"
 #include "sg_mesh.h"
 #include "sg_test.h"
@@ -68,6 +70,7 @@ done:
 
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
+  sg_comm_set_timeout(20.0); /* a regression fails in 20 s, naming the wait */
   if (sg_test_size == 4) {
     expect("h=4", 2, 32, 0);
     expect("h=4", 3, 32, 0);
