@@ -120,6 +120,9 @@ int main(int argc, char **argv) {
   fprintf(stderr, "timeout_prog: rank %d: %s returned %s after %.1f s: %s\n", rank, call, sg_status_name(st),
           MPI_Wtime() - t0, sg_last_error());
   fflush(stderr);
+  /* give the launcher time to forward this line before an abort tears the
+   * job down (a line was once lost under load) */
+  if (st != SG_OK) sleep(1);
   if (st != SG_OK && !strcmp(mode, "finalize")) {
     MPI_Finalize(); /* must not return: aborts after a timeout */
     return 4;
