@@ -48,6 +48,9 @@ typedef enum sg_status {
   SG_ERR_NETCDF,
   SG_ERR_PNETCDF,
   SG_ERR_INTERNAL,      /* a bug in shardgrid: please report it */
+  SG_ERR_TIMEOUT,       /* a wait ran past the timeout (sg_comm_set_timeout,
+                           SG_TIMEOUT): a peer died or never arrived; the
+                           operation stays pending, the run must abort */
   SG_STATUS_COUNT
 } sg_status;
 
@@ -82,10 +85,30 @@ sg_status sg_error_set(sg_status st, const char *file, int line,
  * used to propagate a peer's message. Not collective. */
 void sg_error_set_raw(const char *msg);
 
+/* Record a timeout (SG_ERR_TIMEOUT, message as sg_error_set) and mark the
+ * process as having a collective that can never complete: from then on
+ * sg_timed_out() is 1, sg_die aborts instead of finalising, and
+ * MPI_Finalize on this rank prints the message and calls MPI_Abort (an
+ * attribute delete callback on MPI_COMM_SELF: finalising with a pending
+ * collective is erroneous, and would wait for the dead peer). For the
+ * library's waits (grid, halo, fft). Not collective. */
+sg_status sg_error_timeout(const char *file, int line, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* 1 once a wait of this process timed out (sg_error_timeout). The message
+ * of the first timeout: sg_timeout_message() ("" if none). Not collective. */
+int sg_timed_out(void);
+const char *sg_timeout_message(void);
+
 /* For programs and tests only; the library never calls them.
  * sg_die: print "prog: error: <last error>" to stderr, finalise MPI and
  * exit(code). Collective over MPI_COMM_WORLD (MPI_Finalize): call it on every
- * rank, after the ranks agreed on the failure (sg_group_agree).
+ * rank, after the ranks agreed on the failure (sg_group_agree). After a
+ * timeout (st == SG_ERR_TIMEOUT, or sg_timed_out()) it prints the timeout's
+ * message too and calls MPI_Abort(MPI_COMM_WORLD, code) instead: the peers
+ * that never arrived cannot finalise (not collective then).
  * sg_die_local: for a failure only this rank knows of: print and
  * MPI_Abort(code). Not collective. */
 void sg_die(const char *prog, sg_status st, int code);

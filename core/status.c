@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,7 @@ static const struct {
     [SG_ERR_NETCDF] = {"SG_ERR_NETCDF", "netCDF error"},
     [SG_ERR_PNETCDF] = {"SG_ERR_PNETCDF", "PnetCDF error"},
     [SG_ERR_INTERNAL] = {"SG_ERR_INTERNAL", "internal error"},
+    [SG_ERR_TIMEOUT] = {"SG_ERR_TIMEOUT", "timed out waiting for other ranks"},
 };
 
 const char *sg_status_name(sg_status st) {
@@ -176,7 +178,64 @@ sg_status sg_error_nccl(int rc, const char *call, const char *file,
                       text, rc);
 }
 
+/* ---- timeouts -------------------------------------------------------------*/
+
+static atomic_int sg_timeout_flag;
+static char sg_timeout_msg[SG_ERRMSG_MAX];
+static int sg_timeout_keyval = MPI_KEYVAL_INVALID;
+
+/* Called at the start of MPI_Finalize (MPI_COMM_SELF's attributes are
+ * deleted first): a timed-out collective is still pending, and the peers it
+ * waits for may be dead: abort instead of finalising. */
+static int timeout_at_finalize(MPI_Comm comm, int keyval, void *attr, void *extra) {
+  (void)comm, (void)keyval, (void)attr, (void)extra;
+  if (atomic_load(&sg_timeout_flag)) {
+    fprintf(stderr, "shardgrid: error: %s\nshardgrid: aborting in MPI_Finalize: a collective timed out "
+                    "and cannot complete\n", sg_timeout_msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return MPI_SUCCESS;
+}
+
+sg_status sg_error_timeout(const char *file, int line, const char *fmt, ...) {
+  char body[SG_ERRMSG_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(body, sizeof body, fmt, ap);
+  va_end(ap);
+  sg_status st = sg_error_set(SG_ERR_TIMEOUT, file, line, "%s", body);
+  if (atomic_exchange(&sg_timeout_flag, 1) == 0) {
+    snprintf(sg_timeout_msg, sizeof sg_timeout_msg, "%s", sg_errmsg);
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin && sg_timeout_keyval == MPI_KEYVAL_INVALID &&
+        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, timeout_at_finalize, &sg_timeout_keyval, NULL) ==
+            MPI_SUCCESS)
+      MPI_Comm_set_attr(MPI_COMM_SELF, sg_timeout_keyval, NULL);
+  }
+  return st;
+}
+
+int sg_timed_out(void) { return atomic_load(&sg_timeout_flag); }
+
+const char *sg_timeout_message(void) { return sg_timeout_msg; }
+
 void sg_die(const char *prog, sg_status st, int code) {
+  if (st == SG_ERR_TIMEOUT || sg_timed_out()) {
+    const char *msg = sg_last_error();
+    fprintf(stderr, "%s: error: %s\n", prog ? prog : "shardgrid", msg[0] ? msg : sg_status_string(st));
+    if (sg_timeout_msg[0] && strcmp(sg_timeout_msg, msg) != 0)
+      fprintf(stderr, "%s: error: %s\n", prog ? prog : "shardgrid", sg_timeout_msg);
+    fprintf(stderr, "%s: aborting: a collective timed out and cannot complete\n", prog ? prog : "shardgrid");
+    fflush(stderr);
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin) MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+  }
   const char *msg = sg_last_error();
   if (msg[0])
     fprintf(stderr, "%s: error: %s\n", prog ? prog : "shardgrid", msg);

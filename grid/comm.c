@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #if MPI_VERSION >= 4
 #define SG_MPI_LARGE 1
@@ -502,6 +503,8 @@ fail:
 
 struct sg_request {
   MPI_Request mpi;
+  const char *fn; /* the call that started it (timeout messages) */
+  MPI_Comm comm;  /* its communicator (the timeout's census) */
   keep k;
   det_op *det; /* deterministic reduction: more work after mpi completes */
   int stage;   /* det: 1 all-to-all-v in flight, 2 all-gather-v in flight */
@@ -515,6 +518,8 @@ static sg_status request_new(sg_request_t *req, const char *fn,
   sg_request_t r = calloc(1, sizeof *r);
   if (!r) SG_RAISE(SG_ERR_ALLOC, "%s: out of memory for a request", fn);
   r->mpi = MPI_REQUEST_NULL;
+  r->fn = fn;
+  r->comm = MPI_COMM_NULL;
   *out = r;
 fail:
   return st;
@@ -532,12 +537,15 @@ static void request_free(sg_request_t *req) {
 /* A call that may be non-blocking: with req, a new request *r whose MPI
  * request (*mr) the call starts; without, *mr = NULL and the call blocks.
  * The caller hands *r over with request_done, or frees it on failure. */
-static sg_status request_open(const char *fn, sg_request_t *req,
+static sg_status request_open(const char *fn, sg_group_t g, sg_request_t *req,
                               sg_request_t *r, MPI_Request **mr) {
   *mr = NULL;
   if (!req) return SG_OK;
   sg_status st = request_new(req, fn, r);
-  if (st == SG_OK) *mr = &(*r)->mpi;
+  if (st == SG_OK) {
+    *mr = &(*r)->mpi;
+    (*r)->comm = g->comm;
+  }
   return st;
 }
 
@@ -553,14 +561,15 @@ static sg_status request_missing(const char *fn) {
                       "%s: req is NULL", fn);
 }
 
-/* Advance a request; block when wait is set. *done = 1 when complete. */
+/* Advance a request; block when wait is set (with the timeout). *done = 1
+ * when complete. */
 static sg_status request_progress(sg_request_t r, int wait, int *done) {
   sg_status st = SG_OK;
   *done = 0;
   for (;;) {
     int flag = 0;
     if (wait) {
-      SG_MPI(MPI_Wait(&r->mpi, MPI_STATUS_IGNORE));
+      SG_TRY(sg_wait_timed(&r->mpi, NULL, 0, r->fn, r->comm));
       flag = 1;
     } else {
       SG_MPI(MPI_Test(&r->mpi, &flag, MPI_STATUS_IGNORE));
@@ -584,7 +593,10 @@ sg_status sg_wait(sg_request_t *req) {
   if (!req || !*req) return SG_OK;
   int done = 0;
   st = request_progress(*req, 1, &done);
-  request_free(req);
+  if (st == SG_ERR_TIMEOUT)
+    *req = NULL; /* still pending in MPI: its request and buffers must live on */
+  else
+    request_free(req);
   return st;
 }
 
@@ -595,6 +607,10 @@ sg_status sg_waitall(int n, sg_request_t *reqs) {
                         "sg_waitall: reqs is NULL");
   char msg[1024] = "";
   for (int i = 0; i < n; ++i) {
+    if (first == SG_ERR_TIMEOUT) { /* one timed out: abandon the rest */
+      reqs[i] = NULL;
+      continue;
+    }
     sg_status st = sg_wait(&reqs[i]);
     if (st != SG_OK && first == SG_OK) {
       first = st;
@@ -627,6 +643,21 @@ fail:
 
 /* ---- collectives ----------------------------------------------------------*/
 
+/* Blocking entry points: with a timeout set (sg_comm_set_timeout) they
+ * start the non-blocking call and complete it with sg_wait, which times
+ * out; else MPI's blocking call. */
+static sg_status wait_started(sg_status st, sg_request_t *r) {
+  return st == SG_OK ? sg_wait(r) : st;
+}
+#define SG_BLOCKING(impl, ...)                                                \
+  do {                                                                        \
+    if (sg_comm_timeout() > 0) {                                              \
+      sg_request_t blk_r_ = NULL;                                             \
+      return wait_started(impl(__VA_ARGS__, &blk_r_), &blk_r_);               \
+    }                                                                         \
+    return impl(__VA_ARGS__, NULL);                                           \
+  } while (0)
+
 static sg_status allreduce_impl(const char *fn, sg_group_t g,
                                 const void *send, void *recv, int64_t count,
                                 sg_dtype dt, sg_reduce_op op, int det,
@@ -657,6 +688,7 @@ static sg_status allreduce_impl(const char *fn, sg_group_t g,
     return mpi_allreduce(g, send, recv, count, t, sg_reduce_op_mpi(op), NULL);
   }
   SG_TRY(request_new(req, fn, &r));
+  r->comm = g->comm;
   if (det) {
     SG_TRY(det_start(g, send, recv, count, NULL, dt, op, t, &r->k, &r->det,
                      &r->mpi));
@@ -674,14 +706,13 @@ fail:
 
 sg_status sg_allreduce(sg_group_t g, const void *send, void *recv,
                        int64_t count, sg_dtype dt, sg_reduce_op op) {
-  return allreduce_impl("sg_allreduce", g, send, recv, count, dt, op,
-                        sg_comm_deterministic(), NULL);
+  SG_BLOCKING(allreduce_impl, "sg_allreduce", g, send, recv, count, dt, op,
+                        sg_comm_deterministic());
 }
 
 sg_status sg_allreduce_det(sg_group_t g, const void *send, void *recv,
                            int64_t count, sg_dtype dt, sg_reduce_op op) {
-  return allreduce_impl("sg_allreduce_det", g, send, recv, count, dt, op, 1,
-                        NULL);
+  SG_BLOCKING(allreduce_impl, "sg_allreduce_det", g, send, recv, count, dt, op, 1);
 }
 
 sg_status sg_iallreduce(sg_group_t g, const void *send, void *recv,
@@ -709,7 +740,7 @@ static sg_status bcast_impl(const char *fn, sg_group_t g, void *buf,
 #endif
   }
   MPI_Request *mr;
-  SG_TRY(request_open(fn, req, &r, &mr));
+  SG_TRY(request_open(fn, g, req, &r, &mr));
   if (fits_int(count)) {
     if (mr)
       SG_MPI(MPI_Ibcast(buf, (int)count, t, root, g->comm, mr));
@@ -730,7 +761,7 @@ fail:
 
 sg_status sg_bcast(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
                    int root) {
-  return bcast_impl("sg_bcast", g, buf, count, dt, root, NULL);
+  SG_BLOCKING(bcast_impl, "sg_bcast", g, buf, count, dt, root);
 }
 
 sg_status sg_ibcast(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
@@ -756,7 +787,11 @@ sg_status sg_allgather(sg_group_t g, const void *send, int64_t count,
                                                    sg_dtype_size(dt)
                       ? MPI_IN_PLACE
                       : send;
-  if (fits_int(count))
+  if (fits_int(count) && sg_comm_timeout() > 0 && g->size > 1) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    SG_MPI(MPI_Iallgather(s, (int)count, t, recv, (int)count, t, g->comm, &r));
+    SG_TRY(sg_wait_timed(&r, NULL, 0, "sg_allgather", g->comm));
+  } else if (fits_int(count))
     SG_MPI(MPI_Allgather(s, (int)count, t, recv, (int)count, t, g->comm));
   else
     SG_MPI_LARGE_CALL("sg_allgather", MPI_Allgather_c(s, (MPI_Count)count, t,
@@ -786,7 +821,7 @@ static sg_status allgatherv_impl(const char *fn, sg_group_t g,
 #endif
   }
   MPI_Request *mr;
-  SG_TRY(request_open(fn, req, &r, &mr));
+  SG_TRY(request_open(fn, g, req, &r, &mr));
   SG_TRY(mpi_allgatherv(g, send, sendcount, recv, recvcounts, displs, t,
                         r ? &r->k : &k, mr));
   request_done(req, &r);
@@ -799,8 +834,8 @@ fail:
 sg_status sg_allgatherv(sg_group_t g, const void *send, int64_t sendcount,
                         void *recv, const int64_t *recvcounts,
                         const int64_t *displs, sg_dtype dt) {
-  return allgatherv_impl("sg_allgatherv", g, send, sendcount, recv,
-                         recvcounts, displs, dt, NULL);
+  SG_BLOCKING(allgatherv_impl, "sg_allgatherv", g, send, sendcount, recv,
+                         recvcounts, displs, dt);
 }
 
 sg_status sg_iallgatherv(sg_group_t g, const void *send, int64_t sendcount,
@@ -836,7 +871,7 @@ static sg_status reduce_scatter_impl(const char *fn, sg_group_t g,
 #endif
   }
   MPI_Request *mr;
-  SG_TRY(request_open(fn, req, &r, &mr));
+  SG_TRY(request_open(fn, g, req, &r, &mr));
   if (det) {
     det_op *d = NULL;
     int more = 0;
@@ -864,8 +899,8 @@ fail:
 sg_status sg_reduce_scatter(sg_group_t g, const void *send, void *recv,
                             const int64_t *recvcounts, sg_dtype dt,
                             sg_reduce_op op) {
-  return reduce_scatter_impl("sg_reduce_scatter", g, send, recv, recvcounts,
-                             dt, op, NULL);
+  SG_BLOCKING(reduce_scatter_impl, "sg_reduce_scatter", g, send, recv, recvcounts,
+                             dt, op);
 }
 
 sg_status sg_ireduce_scatter(sg_group_t g, const void *send, void *recv,
@@ -889,7 +924,11 @@ sg_status sg_alltoall(sg_group_t g, const void *send, void *recv,
 #endif
   }
   const void *s = send == recv ? MPI_IN_PLACE : send;
-  if (fits_int(count))
+  if (fits_int(count) && sg_comm_timeout() > 0 && g->size > 1) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    SG_MPI(MPI_Ialltoall(s, (int)count, t, recv, (int)count, t, g->comm, &r));
+    SG_TRY(sg_wait_timed(&r, NULL, 0, "sg_alltoall", g->comm));
+  } else if (fits_int(count))
     SG_MPI(MPI_Alltoall(s, (int)count, t, recv, (int)count, t, g->comm));
   else
     SG_MPI_LARGE_CALL("sg_alltoall", MPI_Alltoall_c(s, (MPI_Count)count, t,
@@ -918,7 +957,7 @@ static sg_status alltoallv_impl(const char *fn, sg_group_t g,
 #endif
   }
   MPI_Request *mr;
-  SG_TRY(request_open(fn, req, &r, &mr));
+  SG_TRY(request_open(fn, g, req, &r, &mr));
   SG_TRY(mpi_alltoallv(g, send, sendcounts, sdispls, recv, recvcounts,
                        rdispls, t, r ? &r->k : &k, mr));
   request_done(req, &r);
@@ -932,8 +971,8 @@ sg_status sg_alltoallv(sg_group_t g, const void *send,
                        const int64_t *sendcounts, const int64_t *sdispls,
                        void *recv, const int64_t *recvcounts,
                        const int64_t *rdispls, sg_dtype dt) {
-  return alltoallv_impl("sg_alltoallv", g, send, sendcounts, sdispls, recv,
-                        recvcounts, rdispls, dt, NULL);
+  SG_BLOCKING(alltoallv_impl, "sg_alltoallv", g, send, sendcounts, sdispls, recv,
+                        recvcounts, rdispls, dt);
 }
 
 sg_status sg_ialltoallv(sg_group_t g, const void *send,
@@ -968,7 +1007,7 @@ static sg_status p2p_impl(const char *fn, int is_send, sg_group_t g,
 #endif
   }
   MPI_Request *mr;
-  SG_TRY(request_open(fn, req, &r, &mr));
+  SG_TRY(request_open(fn, g, req, &r, &mr));
   if (fits_int(count)) {
     int c = (int)count;
     if (is_send && mr) SG_MPI(MPI_Isend(buf, c, t, peer, tag, g->comm, mr));
@@ -996,12 +1035,12 @@ fail:
 
 sg_status sg_send(sg_group_t g, const void *buf, int64_t count, sg_dtype dt,
                   int dest, int tag) {
-  return p2p_impl("sg_send", 1, g, (void *)buf, count, dt, dest, tag, NULL);
+  SG_BLOCKING(p2p_impl, "sg_send", 1, g, (void *)buf, count, dt, dest, tag);
 }
 
 sg_status sg_recv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
                   int src, int tag) {
-  return p2p_impl("sg_recv", 0, g, buf, count, dt, src, tag, NULL);
+  SG_BLOCKING(p2p_impl, "sg_recv", 0, g, buf, count, dt, src, tag);
 }
 
 sg_status sg_isend(sg_group_t g, const void *buf, int64_t count, sg_dtype dt,
@@ -1014,85 +1053,6 @@ sg_status sg_irecv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
                    int src, int tag, sg_request_t *req) {
   if (!req) return request_missing("sg_irecv");
   return p2p_impl("sg_irecv", 0, g, buf, count, dt, src, tag, req);
-}
-
-/* ---- failure agreement ----------------------------------------------------*/
-
-int sg_wait_yield(MPI_Request *req, MPI_Status *status) {
-  MPI_Status ignored;
-  if (!status) status = &ignored;
-  long ns = 20000; /* after 64 yields: sleep 20 us, doubling up to 1 ms */
-  for (int k = 0;; ++k) {
-    int done = 0;
-    int rc = MPI_Test(req, &done, status);
-    if (rc != MPI_SUCCESS || done) return rc;
-    if (k < 64) {
-      sched_yield();
-    } else {
-      struct timespec ts = {0, ns};
-      nanosleep(&ts, NULL);
-      if (ns < 1000000) ns *= 2;
-    }
-  }
-}
-
-static int wait_req(MPI_Request *req, int yield) {
-  return yield ? sg_wait_yield(req, NULL) : MPI_Wait(req, MPI_STATUS_IGNORE);
-}
-
-sg_status sg_agree_vals(MPI_Comm comm, sg_status local, int *vals, int n, int yield) {
-  sg_status st = SG_OK;
-  int me = 0, size = 1, buf[1 + SG_AGREE_MAX_VALS];
-  MPI_Request req = MPI_REQUEST_NULL;
-  if (n < 0 || n > SG_AGREE_MAX_VALS || (n > 0 && !vals))
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                        "sg_agree_vals: n = %d values (0..%d)", n, SG_AGREE_MAX_VALS);
-  SG_MPI(MPI_Comm_rank(comm, &me));
-  SG_MPI(MPI_Comm_size(comm, &size));
-  /* success path: one all-reduce (max of size - rank: the lowest failing
-   * rank, 0 when none failed), the values riding along */
-  buf[0] = local != SG_OK ? size - me : 0;
-  for (int i = 0; i < n; ++i) buf[i + 1] = vals[i];
-  SG_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n + 1, MPI_INT, MPI_MAX, comm, &req));
-  SG_MPI(wait_req(&req, yield));
-  for (int i = 0; i < n; ++i) vals[i] = buf[i + 1];
-  if (buf[0] == 0) return SG_OK;
-  const int lowest = size - buf[0];
-  /* failure: the lowest failing rank tells everyone its status and why */
-  struct {
-    int status;
-    char msg[1024];
-  } info;
-  memset(&info, 0, sizeof info);
-  if (me == lowest) {
-    info.status = (int)local;
-    const char *m = sg_last_error();
-    if (m[0])
-      snprintf(info.msg, sizeof info.msg, "%s", m);
-    else
-      snprintf(info.msg, sizeof info.msg, "[rank %d] %s (%s)", me,
-               sg_status_string(local), sg_status_name(local));
-  }
-  SG_MPI(MPI_Ibcast(&info, (int)sizeof info, MPI_BYTE, lowest, comm, &req));
-  SG_MPI(wait_req(&req, yield));
-  info.msg[sizeof info.msg - 1] = '\0';
-  sg_error_set_raw(info.msg);
-  st = info.status > SG_OK && info.status < SG_STATUS_COUNT
-           ? (sg_status)info.status
-           : SG_ERR_PEER;
-fail:
-  return st;
-}
-
-sg_status sg_agree(MPI_Comm comm, sg_status local) {
-  return sg_agree_vals(comm, local, NULL, 0, 0);
-}
-
-sg_status sg_group_agree(sg_group_t g, sg_status local) {
-  if (!g)
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                        "sg_group_agree: group is NULL");
-  return sg_agree(g->comm, local);
 }
 
 /* ---- NCCL -----------------------------------------------------------------*/

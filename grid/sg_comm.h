@@ -119,7 +119,10 @@ sg_status sg_isend(sg_group_t g, const void *buf, int64_t count, sg_dtype dt,
                    int dest, int tag, sg_request_t *req);
 sg_status sg_irecv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
                    int src, int tag, sg_request_t *req);
-/* Complete and free; NULL requests are fine. Not collective. */
+/* Complete and free; NULL requests are fine. Not collective. With a
+ * timeout (sg_comm_set_timeout) it may return SG_ERR_TIMEOUT: *req is then
+ * set to NULL but the operation stays pending (its buffers must stay
+ * valid: abort the run); sg_waitall abandons the remaining requests alike. */
 sg_status sg_wait(sg_request_t *req);
 sg_status sg_waitall(int n, sg_request_t *reqs);
 /* *done = 1 if complete (the request is then freed and set to NULL). */
@@ -130,7 +133,11 @@ sg_status sg_test(sg_request_t *req, int *done);
  * lowest failing rank, whose error message is copied to every rank's
  * sg_last_error() (prefixed by that rank's own "[rank R]"). A rank that
  * succeeded locally but learns of a peer's failure thus reports the peer's
- * error instead of waiting in a later collective. Collective over comm. */
+ * error instead of waiting in a later collective. Collective over comm.
+ * Its waits yield the core (sg_wait_yield) when this node's ranks
+ * outnumber its cores (the launcher's local rank count), else spin
+ * (SG_AGREE_WAIT=spin|yield forces one); with a timeout set it returns
+ * SG_ERR_TIMEOUT naming the ranks of comm that did not arrive. */
 sg_status sg_agree(MPI_Comm comm, sg_status local);
 sg_status sg_group_agree(sg_group_t g, sg_status local);
 
@@ -147,8 +154,53 @@ sg_status sg_agree_vals(MPI_Comm comm, sg_status local, int *vals, int n,
  * waits busy-poll: when ranks outnumber cores, a spinning rank holds the
  * core its peer needs until the scheduler preempts it (a time slice per
  * collective). With a core per rank it returns within the first tests.
- * Returns the MPI error code. Not collective. */
+ * Returns the MPI error code; with a timeout set (below) and passed, it
+ * records SG_ERR_TIMEOUT (sg_error_timeout) and returns MPI_ERR_OTHER.
+ * Not collective. */
 int sg_wait_yield(MPI_Request *req, MPI_Status *status);
+
+/* ---- timeouts --------------------------------------------------------------
+ * A rank that dies without the launcher killing its peers (a lost node,
+ * MPICH's -disable-auto-cleanup) would leave them waiting forever. With a
+ * timeout, every wait of shardgrid (sg_agree, sg_wait and the blocking
+ * calls of this header, the halo exchange, the FFT transposes, the io
+ * layer's waits) gives up after `seconds` with SG_ERR_TIMEOUT and a message
+ * naming the collective and, where it can be known, the ranks that did not
+ * arrive (a point-to-point or shared-memory wait knows its peer; a
+ * collective on a communicator asks its ranks: those waiting on it answer
+ * within a second, the others are listed). MPI cannot cancel a collective:
+ * after a timeout the operation stays pending (its buffers must stay
+ * valid) and the run must end with MPI_Abort: sg_die does that after a
+ * timeout, and MPI_Finalize on a rank that saw one prints the message and
+ * aborts (see sg_error_timeout in sg_status.h).
+ * Process-wide, not collective (set the same value on every rank); 0 (the
+ * default) means no timeout and waits cost what they did. The environment
+ * variable SG_TIMEOUT=<seconds> sets the initial value. Set it well above
+ * the longest legitimate wait (a slow rank's checkpoint write, a first
+ * step's plan creation). */
+void sg_comm_set_timeout(double seconds);
+double sg_comm_timeout(void);
+
+/* For the library's own wait loops (halo, FFT): a deadline from the
+ * current timeout. sg_deadline_passed is cheap (reads the clock every 64
+ * calls) and always 0 without a timeout. Not collective. */
+typedef struct sg_deadline {
+  double limit, t0;
+  unsigned polls;
+} sg_deadline;
+void sg_deadline_start(sg_deadline *d);
+int sg_deadline_passed(sg_deadline *d);
+/* The error of a passed deadline: with peer >= 0, "waiting for rank peer
+ * of comm, which did not arrive"; else the ranks of comm that do not
+ * answer (comm may be MPI_COMM_NULL: not known). Returns SG_ERR_TIMEOUT.
+ * Not collective (peers that wait on comm answer). */
+sg_status sg_timeout_error(const sg_deadline *d, const char *what, MPI_Comm comm, int peer);
+/* Wait for an MPI request with the timeout (MPI_Wait without one; yield:
+ * sg_wait_yield's sleeps); what names the operation in the message, comm
+ * (or MPI_COMM_NULL) is asked who did not arrive. On SG_ERR_TIMEOUT the
+ * request stays pending. Not collective. */
+sg_status sg_wait_timed(MPI_Request *req, MPI_Status *status, int yield, const char *what,
+                        MPI_Comm comm);
 
 /* CUDA + NCCL: create NCCL communicators matching every group of the mesh
  * (collective over the mesh). SG_ERR_NOT_SUPPORTED when not built with

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -1156,6 +1157,23 @@ static void shm_pause(const struct sg_halo_plan *p, unsigned *spins) {
   }
 }
 
+/* The error of a halo wait past the timeout (sg_comm_set_timeout) on dim
+ * d: side >= 0: waiting for that side's neighbour (known exactly); -1:
+ * for the messages of both neighbours (MPI: which one is late is not
+ * known). */
+static sg_status halo_timeout(const struct sg_halo_plan *p, const sg_deadline *dl, int d, int side,
+                              const char *how) {
+  const hdim *q = &p->dim[d];
+  char what[256];
+  if (side >= 0) {
+    snprintf(what, sizeof what, "halo exchange (dim %d, %s)", d, how);
+    return sg_timeout_error(dl, what, p->comm, q->nb[side]);
+  }
+  snprintf(what, sizeof what, "halo exchange (dim %d, %s, neighbours: ranks %d and %d of the halo's "
+           "communicator; one of them did not arrive)", d, how, q->nb[0], q->nb[1]);
+  return sg_timeout_error(dl, what, MPI_COMM_NULL, -1);
+}
+
 /* The box a side sends (forward: the owned slab; adjoint: the halo) and
  * the box it receives into. */
 static const sg_halo_box *send_box(const struct sg_halo_plan *p,
@@ -1169,17 +1187,23 @@ static const sg_halo_box *recv_box(const struct sg_halo_plan *p,
 
 /* Begin the next message on channel (d, s): wait until its buffer is free
  * (the receiver acknowledged message k - 2). */
-static void shm_send_begin(struct sg_halo_plan *p, int d, int s) {
+static sg_status shm_send_begin(struct sg_halo_plan *p, int d, int s) {
   hdim *q = &p->dim[d];
   uint64_t k = ++q->nsent[s];
   _Atomic uint64_t *ack = shm_flag(q->pseg[s], SHM_ACK, d, 1 - s);
   unsigned spins = 0;
-  while (atomic_load_explicit(ack, memory_order_acquire) + 2 < k)
+  sg_deadline dl;
+  sg_deadline_start(&dl);
+  while (atomic_load_explicit(ack, memory_order_acquire) + 2 < k) {
     shm_pause(p, &spins);
+    if (sg_deadline_passed(&dl))
+      return halo_timeout(p, &dl, d, s, "shared memory: the neighbour never took an earlier message");
+  }
   q->spp[s] = pieces_of(send_box(p, q, s), p->esize, p->chunk);
   q->sdir[s] = p->cur >= 0 && q->dok[s][p->phase == PHASE_ADJ];
   if (q->sdir[s]) q->spp[s].n = 1; /* left in place: one publication */
   q->spos[s] = 0;
+  return SG_OK;
 }
 
 /* Pack the next piece into the buffer and publish it (the adjoint zeroes
@@ -1295,6 +1319,8 @@ static sg_status shm_pump(struct sg_halo_plan *p, int d, int wait, int lazy,
   hdim *q = &p->dim[d];
   const int adj = p->phase == PHASE_ADJ;
   unsigned spins = 0;
+  sg_deadline dl;
+  sg_deadline_start(&dl);
   for (;;) {
     int moved = 0, out = 0;
     for (int s = 0; s < 2; ++s)
@@ -1325,7 +1351,13 @@ static sg_status shm_pump(struct sg_halo_plan *p, int d, int wait, int lazy,
       *done = !out && !left;
       break;
     }
-    if (!moved) shm_pause(p, &spins);
+    if (!moved) {
+      shm_pause(p, &spins);
+      if (sg_deadline_passed(&dl)) {
+        int side = q->want[0] || q->dsend[0] ? 0 : 1;
+        SG_TRY(halo_timeout(p, &dl, d, side, "shared memory: no message from the neighbour"));
+      }
+    }
   }
 fail:
   return st;
@@ -1349,7 +1381,7 @@ static sg_status shm_begin(struct sg_halo_plan *p, int d) {
     }
   }
   for (int s = 0; s < 2; ++s)
-    if (q->sending[s]) shm_send_begin(p, d, s);
+    if (q->sending[s]) SG_TRY(shm_send_begin(p, d, s));
   SG_TRY(shm_pump(p, d, 0, 1, &ok));
 fail:
   return st;
@@ -1439,13 +1471,21 @@ fail:
 static sg_status wait_fwd(struct sg_halo_plan *p, hdim *q, int wait,
                           int *done) {
   sg_status st = SG_OK;
+  sg_deadline dl;
+  sg_deadline_start(&dl);
+  const int timed = wait && dl.limit > 0; /* poll, to give up at the deadline */
   while (q->pending > 0) {
     int idx[8], out = 0;
     MPI_Status stats[8]; /* not MPI_STATUSES_IGNORE: gcc 12 misreads it */
-    if (wait)
+    if (wait && !timed)
       SG_MPI(MPI_Waitsome(q->nreq, q->req, &out, idx, stats));
     else
       SG_MPI(MPI_Testsome(q->nreq, q->req, &out, idx, stats));
+    if (timed && out == 0) {
+      if (sg_deadline_passed(&dl))
+        SG_TRY(halo_timeout(p, &dl, (int)(q - p->dim), -1, "MPI messages"));
+      continue;
+    }
     if (out == MPI_UNDEFINED) { /* no active request left */
       q->pending = 0;
       break;
@@ -1482,7 +1522,15 @@ static sg_status advance(struct sg_halo_plan *p, int wait, int *done) {
       if (!ok) break;
     }
     if (n) {
-      if (wait) {
+      if (wait && sg_comm_timeout() > 0) {
+        sg_deadline dl;
+        sg_deadline_start(&dl);
+        for (int flag = 0; !flag;) {
+          SG_MPI(MPI_Testall(n, r, &flag, stats));
+          if (!flag && sg_deadline_passed(&dl))
+            SG_TRY(halo_timeout(p, &dl, step_dim(p, p->step), -1, "adjoint, MPI messages"));
+        }
+      } else if (wait) {
         SG_MPI(MPI_Waitall(n, r, stats));
       } else {
         int flag = 0;

@@ -482,12 +482,35 @@ sg_status sg_ag_scale(sg_tape_t t, double alpha, sg_var *x, sg_var **y) {
   return sg_tape_apply(t, &scale_op, 1, &x, 1, NULL, &at, sizeof at, y);
 }
 
+/* The global index of this rank's first channel: 0 unless x's channels
+ * are split over mesh dims (Shard(1)), then the offset of its block (the
+ * balanced split, sg_shardtensor_box), so that the bias slice added and
+ * accumulated into is the global one. */
+static sg_status bias_channel_offset(const sg_node *node, int64_t *c0) {
+  sg_status st = SG_OK;
+  int64_t off[SG_TENSOR_MAX_DIMS], shape[SG_TENSOR_MAX_DIMS];
+  *c0 = 0;
+  if (!node->mesh || !node->split_channel) return SG_OK;
+  const sg_tensor *x = &node->in[0]->value;
+  SG_TRY(sg_shardtensor_box(node->mesh, x->ndim, sg_node_in_global_shape(node, 0), node->placements,
+                            sg_mesh_rank(node->mesh), off, shape));
+  if (shape[1] != x->shape[1])
+    SG_RAISE(SG_ERR_INTERNAL, "bias: local channels %lld, the layout gives %lld", (long long)x->shape[1],
+             (long long)shape[1]);
+  *c0 = off[1];
+fail:
+  return st;
+}
+
 static sg_status bias_fwd(sg_node *node) {
   sg_status st = SG_OK;
   const sg_tensor *x = &node->in[0]->value;
+  int64_t c0 = 0;
+  SG_TRY(bias_channel_offset(node, &c0));
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
   SG_TRY(sg_bias_forward(x->dtype, x->shape[0], x->shape[1], spatial_of(x), x->data,
-                         node->in[1]->value.data, node->out[0]->value.data));
+                         (const char *)node->in[1]->value.data + c0 * (int64_t)sg_dtype_size(x->dtype),
+                         node->out[0]->value.data));
 fail:
   return st;
 }
@@ -495,11 +518,13 @@ fail:
 static sg_status bias_bwd(sg_node *node) {
   sg_status st = SG_OK;
   const sg_tensor *x = &node->in[0]->value;
+  int64_t c0 = 0;
+  SG_TRY(bias_channel_offset(node, &c0));
   if (node->gin[0])
     memcpy(node->gin[0], grad_of(node, 0), sg_tensor_nbytes(x));
   if (node->gin[1])
-    SG_TRY(sg_bias_backward(x->dtype, x->shape[0], x->shape[1], spatial_of(x),
-                            grad_of(node, 0), node->gin[1]));
+    SG_TRY(sg_bias_backward(x->dtype, x->shape[0], x->shape[1], spatial_of(x), grad_of(node, 0),
+                            (char *)node->gin[1] + c0 * (int64_t)sg_dtype_size(x->dtype)));
 fail:
   return st;
 }

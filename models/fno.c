@@ -111,6 +111,20 @@ sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
   MPI_Comm axes[2], comm;
   unsigned mask = 0;
   SG_TRY(sg_fft_mesh_axes(mesh, 2, hw, axes, d.split, &comm, &mask));
+  /* Every domain rank needs rows and columns: an empty slab would fail in
+   * the pointwise layers while its peers wait in the FFT redistribution.
+   * From global information (grid and mesh sizes), so every rank fails
+   * alike, before any transpose. */
+  for (int i = 0; i < 2; ++i) {
+    int parts = 1;
+    if (axes[i] != MPI_COMM_NULL) SG_MPI(MPI_Comm_size(axes[i], &parts));
+    const int64_t n = i == 0 ? ny : nx;
+    if (n < parts)
+      SG_RAISE(SG_ERR_CONFIG, "FNO: a %lldx%lld grid split over %s=%d leaves %lld rank(s) with empty %s "
+               "(the FNO needs at least one %s per rank: %s <= %lld)",
+               (long long)ny, (long long)nx, hw[i], parts, (long long)(parts - n), i == 0 ? "rows" : "columns",
+               i == 0 ? "row" : "column", hw[i], (long long)n);
+  }
   SG_TRY(sg_spectral_conv_create_comms(comm, 2, axes, &d, cfg->width, cfg->width, &m->spec));
   int64_t off[2], shp[2];
   sg_fft_plan_local_box(sg_spectral_conv_plan(m->spec, 0), SG_FFT_SPACE_REAL, off, shp);

@@ -383,7 +383,9 @@ sg_status sg_ag_act(sg_tape_t t, sg_act act, sg_var *x, sg_var **y);
 sg_status sg_ag_binary(sg_tape_t t, sg_binary op, sg_var *a, sg_var *b,
                        sg_var **y);
 sg_status sg_ag_scale(sg_tape_t t, double alpha, sg_var *x, sg_var **y);
-/* y = x + b[c]; b: (C). */
+/* y = x + b[c]; b: (C), the global channels. On channel-split x (Shard(1))
+ * each rank adds (and its gradient accumulates into) the slice of b of its
+ * global channels. */
 sg_status sg_ag_bias(sg_tape_t t, sg_var *x, sg_var *b, sg_var **y);
 /* Channel-wise linear: w (Cout, Cin), b (Cout) or NULL. */
 sg_status sg_ag_linear(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,

@@ -206,8 +206,10 @@ static inline void cpu_relax(void) {
  * loads; MPI_Win_sync keeps MPI's view of the window in step. A rank can be
  * at most one arrival ahead of a peer, and it then writes the other half
  * of its segment, so the peer's reads of the previous half are safe. */
-static void shm_flag_barrier(sg_fft_redist *rd) {
+static sg_status shm_flag_barrier(sg_fft_redist *rd) {
   const uint64_t e = ++rd->epoch;
+  sg_deadline dl;
+  sg_deadline_start(&dl);
   MPI_Win_sync(rd->win);
   atomic_store_explicit(shm_ctl(rd, rd->r), (unsigned long long)e,
                         memory_order_release);
@@ -218,6 +220,8 @@ static void shm_flag_barrier(sg_fft_redist *rd) {
     _Atomic unsigned long long *c = shm_ctl(rd, q);
     unsigned spins = 0;
     while (atomic_load_explicit(c, memory_order_acquire) < e) {
+      if (sg_deadline_passed(&dl)) /* the peer never arrived */
+        return sg_timeout_error(&dl, "FFT transpose (shared-memory barrier)", rd->comm, q);
       if (rd->spin_ns < 0 || ++spins < 64) {
         cpu_relax();
         continue;
@@ -232,6 +236,7 @@ static void shm_flag_barrier(sg_fft_redist *rd) {
     }
   }
   MPI_Win_sync(rd->win);
+  return SG_OK;
 }
 
 sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes,
@@ -427,12 +432,15 @@ static void zero_src(const sg_fft_redist *rd, void *src) {
 
 static sg_status shm_sync(sg_fft_redist *rd) {
   sg_status st = SG_OK;
-  if (rd->flag_sync) {
-    shm_flag_barrier(rd);
-    return SG_OK;
-  }
+  if (rd->flag_sync) return shm_flag_barrier(rd);
   SG_MPI(MPI_Win_sync(rd->win));
-  SG_MPI(MPI_Barrier(rd->comm));
+  if (sg_comm_timeout() > 0) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    SG_MPI(MPI_Ibarrier(rd->comm, &r));
+    SG_TRY(sg_wait_timed(&r, NULL, 0, "FFT transpose (barrier)", rd->comm));
+  } else {
+    SG_MPI(MPI_Barrier(rd->comm));
+  }
   SG_MPI(MPI_Win_sync(rd->win));
 fail:
   return st;
@@ -500,6 +508,22 @@ fail:
   return st;
 }
 
+/* The transpose's all-to-all-v; with a timeout set (sg_comm_set_timeout)
+ * the non-blocking one and a wait that gives up. */
+static sg_status alltoallv_timed(const void *sb, const int *sc, const int *sd, void *rb, const int *rc,
+                                 const int *rdp, const sg_fft_redist *rd) {
+  sg_status st = SG_OK;
+  if (sg_comm_timeout() > 0) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    SG_MPI(MPI_Ialltoallv(sb, sc, sd, rd->etype, rb, rc, rdp, rd->etype, rd->comm, &r));
+    SG_TRY(sg_wait_timed(&r, NULL, 0, "FFT transpose (MPI_Alltoallv)", rd->comm));
+  } else {
+    SG_MPI(MPI_Alltoallv(sb, sc, sd, rd->etype, rb, rc, rdp, rd->etype, rd->comm));
+  }
+fail:
+  return st;
+}
+
 sg_status sg_fft_redist_forward(const sg_fft_redist *rd, const void *src,
                                 void *dst, void *sbuf, void *rbuf) {
   sg_status st = SG_OK;
@@ -518,8 +542,7 @@ sg_status sg_fft_redist_forward(const sg_fft_redist *rd, const void *src,
                       NULL, src, rd->src_phys, so, rd->src_map, sl, nd, es);
   }
   if (P > 1) {
-    SG_MPI(MPI_Alltoallv(sbuf, rd->scount, rd->sdispl, rd->etype, rbuf,
-                         rd->rcount, rd->rdispl, rd->etype, rd->comm));
+    SG_TRY(alltoallv_timed(sbuf, rd->scount, rd->sdispl, rbuf, rd->rcount, rd->rdispl, rd));
     for (int q = 0; q < P; ++q) {
       if (q == rd->r) continue;
       const int64_t *rl = rd->recv_len + (size_t)q * nd;
@@ -551,8 +574,7 @@ sg_status sg_fft_redist_reverse(const sg_fft_redist *rd, const void *dst,
                       NULL, dst, rd->dst_shape, ro, NULL, rl, nd, es);
   }
   if (P > 1) {
-    SG_MPI(MPI_Alltoallv(rbuf, rd->rcount, rd->rdispl, rd->etype, sbuf,
-                         rd->scount, rd->sdispl, rd->etype, rd->comm));
+    SG_TRY(alltoallv_timed(rbuf, rd->rcount, rd->rdispl, sbuf, rd->scount, rd->sdispl, rd));
     for (int q = 0; q < P; ++q) {
       if (q == rd->r) continue;
       const int64_t *sl = rd->send_len + (size_t)q * nd;
