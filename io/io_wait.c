@@ -34,6 +34,13 @@ static int spin_waits(void) {
   return wait_mode;
 }
 
+/* The failure of an io collective: its timeout (SG_TIMEOUT) when a wait
+ * gave up, else the MPI failure. */
+static sg_status io_fail(const char *call, int line) {
+  if (sg_timed_out()) return sg_error_set(SG_ERR_TIMEOUT, __FILE__, line, "%s: %s", call, sg_timeout_message());
+  return sg_error_set(SG_ERR_MPI, __FILE__, line, "%s failed", call);
+}
+
 int sg_io_wait(MPI_Request *req, MPI_Status *status) {
   return spin_waits() ? MPI_Wait(req, status ? status : MPI_STATUS_IGNORE) : sg_wait_yield(req, status);
 }
@@ -56,8 +63,7 @@ sg_status sg_io_allreduce(MPI_Comm comm, void *buf, int n, MPI_Datatype type,
   if (MPI_Iallreduce(MPI_IN_PLACE, buf, n, type, op, comm, &req) !=
           MPI_SUCCESS ||
       sg_io_wait(&req, NULL) != MPI_SUCCESS)
-    return sg_error_set(SG_ERR_MPI, __FILE__, __LINE__,
-                        "MPI_Iallreduce failed");
+    return io_fail("MPI_Iallreduce", __LINE__);
   return SG_OK;
 }
 
@@ -65,7 +71,7 @@ sg_status sg_io_barrier(MPI_Comm comm) {
   MPI_Request req = MPI_REQUEST_NULL;
   if (MPI_Ibarrier(comm, &req) != MPI_SUCCESS ||
       sg_io_wait(&req, NULL) != MPI_SUCCESS)
-    return sg_error_set(SG_ERR_MPI, __FILE__, __LINE__, "MPI_Ibarrier failed");
+    return io_fail("MPI_Ibarrier", __LINE__);
   return SG_OK;
 }
 
@@ -75,7 +81,7 @@ sg_status sg_io_comm_dup(MPI_Comm comm, MPI_Comm *out) {
   if (MPI_Comm_idup(comm, out, &req) != MPI_SUCCESS ||
       sg_io_wait(&req, NULL) != MPI_SUCCESS) {
     *out = MPI_COMM_NULL;
-    return sg_error_set(SG_ERR_MPI, __FILE__, __LINE__, "MPI_Comm_idup failed");
+    return io_fail("MPI_Comm_idup", __LINE__);
   }
   return SG_OK;
 }
