@@ -127,6 +127,7 @@ fail:
   return st;
 }
 
+#if SG_HAVE_PNETCDF || SG_HAVE_NETCDF
 /* Turn a library error code on open/create into a clear status. */
 static sg_status open_error(int rc, int pnc, const char *what,
                             const char *path, int line) {
@@ -159,6 +160,7 @@ static sg_status open_error(int rc, int pnc, const char *what,
   return sg_error_set(pnc ? SG_ERR_PNETCDF : SG_ERR_NETCDF, __FILE__, line,
                       "%s %s: %s (code %d)", what, path, text, rc);
 }
+#endif
 
 static sg_status file_alloc(MPI_Comm comm, const char *path,
                             struct sg_nc_t_ **out) {

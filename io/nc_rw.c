@@ -127,8 +127,10 @@ static int same_type(int t, sg_dtype dt) {
          (t == 4 && dt == SG_DTYPE_I32) || (t == 10 && dt == SG_DTYPE_I64);
 }
 
+#if SG_HAVE_PNETCDF
 static int host_little_endian(void);
 static void swap_in_place(void *buf, int64_t n, size_t es);
+#endif
 
 /* rc = fn_<type>(...) for the C type of dtype dt (float, double, int, long
  * long; bf16 moves as its bits, short): the typed netCDF and PnetCDF
@@ -588,6 +590,7 @@ static void scatter_box(const rbox *b, int nd, sg_dtype rt, const xform *x,
 
 /* ---- direct reads (PnetCDF backend) ---------------------------------------- */
 
+#if SG_HAVE_PNETCDF
 static int host_little_endian(void) {
   const uint16_t one = 1;
   return *(const uint8_t *)&one == 1;
@@ -607,7 +610,6 @@ static void swap_in_place(void *buf, int64_t n, size_t es) {
   }
 }
 
-#if SG_HAVE_PNETCDF
 /* Can this rank's read of variable info (nread boxes, read type rt) go
  * straight through MPI-IO? Local. */
 static int direct_ok(const struct sg_nc_t_ *f, const sg_nc_var_info *info,

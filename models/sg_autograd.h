@@ -143,6 +143,28 @@ double sg_var_item(const sg_var *v);
 sg_status sg_var_set_sharding(sg_var *v, sg_mesh_t mesh,
                               const sg_placement *placements,
                               const int64_t *global_shape);
+/* Data in and out of the tape, without box arithmetic (models/var_io.c):
+ * sg_var_scatter makes v (a leaf owning its block) this rank's block of
+ * a global tensor of the given dtype and global shape held on mesh rank
+ * root (the others pass global = NULL), split by placements, and marks it
+ * sharded; sg_var_read_nc does the same from a NetCDF variable, each rank
+ * reading its box (any backend; the global shape is the variable's);
+ * sg_var_gather collects a sharded variable's value (grad = 0) or gradient
+ * (grad = 1) into global (the global shape and dtype, host) on root, or on
+ * every rank when root < 0. Collective over the mesh; every rank gets the
+ * same status. */
+sg_status sg_var_scatter(sg_var *v, const char *name, sg_mesh_t mesh,
+                         const sg_placement *placements, sg_dtype dtype,
+                         int ndim, const int64_t *global_shape,
+                         const sg_tensor *global, int root, int requires_grad);
+sg_status sg_var_gather(const sg_var *v, int grad, sg_tensor *global,
+                        int root);
+struct sg_nc_t_; /* sg_nc_t of io/sg_nc.h */
+sg_status sg_var_read_nc(sg_var *v, const char *name, sg_mesh_t mesh,
+                         const sg_placement *placements, struct sg_nc_t_ *file,
+                         const char *varname, sg_dtype dtype,
+                         int requires_grad);
+
 /* 1 if v is the block of a sharded global tensor. Not collective. */
 int sg_var_is_sharded(const sg_var *v);
 /* The global shape (v->value.ndim entries): the sharded tensor's, or the
