@@ -54,8 +54,6 @@ struct sg_parallel {
   int data_size, data_index;
   int np;
   pl_param *p;
-  int *by_offset; /* parameter indices sorted by offset (non-empty ones) */
-  int nby;
   int nl;
   pl_layout *l;
   int nspan;
@@ -222,6 +220,7 @@ static int cmp_by_offset(const void *a, const void *b) {
 /* Table entries: validity on this rank. Not collective. */
 static sg_status plan_params(struct sg_parallel *p, const sg_param_info *table) {
   sg_status st = SG_OK;
+  int *by_offset = NULL, nby = 0;
   const unsigned all = (1u << sg_mesh_ndims(p->mesh)) - 1u;
   for (int i = 0; i < p->np; ++i) {
     pl_param *q = &p->p[i];
@@ -247,21 +246,21 @@ static sg_status plan_params(struct sg_parallel *p, const sg_param_info *table) 
                (long long)p->nlocal);
     q->row = pi->count[0] > 0 ? pi->numel / pi->count[0] : 0;
   }
-  /* no two parameters overlap in the buffer */
-  p->by_offset = malloc((size_t)(p->np + 1) * sizeof *p->by_offset);
-  if (!p->by_offset) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
-  p->nby = 0;
+  /* no two parameters overlap in the buffer: sorted by offset */
+  by_offset = malloc((size_t)(p->np + 1) * sizeof *by_offset);
+  if (!by_offset) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
   for (int i = 0; i < p->np; ++i)
-    if (p->p[i].info.numel > 0) p->by_offset[p->nby++] = i;
+    if (p->p[i].info.numel > 0) by_offset[nby++] = i;
   cmp_params = p->p;
-  qsort(p->by_offset, (size_t)p->nby, sizeof *p->by_offset, cmp_by_offset);
-  for (int k = 1; k < p->nby; ++k) {
-    const pl_param *a = &p->p[p->by_offset[k - 1]], *b = &p->p[p->by_offset[k]];
+  qsort(by_offset, (size_t)nby, sizeof *by_offset, cmp_by_offset);
+  for (int k = 1; k < nby; ++k) {
+    const pl_param *a = &p->p[by_offset[k - 1]], *b = &p->p[by_offset[k]];
     if (a->info.offset + a->info.numel > b->info.offset)
       SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: parameters '%s' and '%s' overlap in the flat buffer",
                a->name, b->name);
   }
 fail:
+  free(by_offset);
   return st;
 }
 
@@ -491,7 +490,6 @@ sg_status sg_parallel_destroy(sg_parallel_t *plan) {
   free(p->l);
   free(p->span);
   free(p->p);
-  free(p->by_offset);
   free(p->ck);
   free(p->ck_names);
   free(p);
@@ -518,19 +516,6 @@ void sg_parallel_describe(sg_parallel_t p, char *buf, size_t size) {
 }
 
 /* ---- hooks --------------------------------------------------------------------- */
-
-/* The parameter whose gradient lives at grads + off (binary search). */
-static int param_at(const struct sg_parallel *p, int64_t off) {
-  int lo = 0, hi = p->nby - 1;
-  while (lo <= hi) {
-    int mid = (lo + hi) / 2;
-    const pl_param *q = &p->p[p->by_offset[mid]];
-    if (off < q->info.offset) hi = mid - 1;
-    else if (off >= q->info.offset + q->info.numel) lo = mid + 1;
-    else return p->by_offset[mid];
-  }
-  return -1;
-}
 
 /* The span holding offset off (spans are few: linear). */
 static pl_span *span_at(struct sg_parallel *p, int64_t off) {
@@ -645,13 +630,10 @@ static sg_status on_grad_ready(sg_var *v, void *user) {
     sg_free(sg_device_host(), (void **)&q->gfull);
     return st;
   }
-  if (!p->hooked_reductions || p->micro != p->nmicro - 1 || !v->grad.data) return SG_OK;
-  const float *g = v->grad.data;
-  if (g < p->grads || g >= p->grads + p->nlocal) return SG_OK; /* not one of the plan's */
-  const int64_t off = g - p->grads;
-  const int i = param_at(p, off);
-  if (i < 0) return SG_OK;
-  pl_span *sp = span_at(p, off);
+  if (!p->hooked_reductions || p->micro != p->nmicro - 1) return SG_OK;
+  const int i = param_of_var(p, v);
+  if (i < 0 || p->p[i].info.numel == 0) return SG_OK; /* not one of the plan's */
+  pl_span *sp = span_at(p, p->p[i].info.offset);
   if (!sp) return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__, "parallel plan: '%s' is in no span", p->p[i].name);
   return sg_ddp_mark_ready(sp->ddp, p->p[i].info.offset - sp->off, p->p[i].info.numel);
 }
