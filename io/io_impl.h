@@ -174,6 +174,11 @@ sg_status sg_io_mark_failed(struct sg_nc_t_ *f, sg_status st);
 sg_status sg_io_classic_extent(const char *path, int64_t *need, int64_t *have,
                                char *var, size_t cap, int64_t **ends,
                                int *nends);
+/* The same on the first len bytes of a file held in memory (the fuzz
+ * target's entry point; no *have: the caller knows the length). */
+sg_status sg_io_classic_extent_mem(const void *bytes, size_t len,
+                                   int64_t *need, char *var, size_t cap,
+                                   int64_t **ends, int *nends);
 /* SG_ERR_CORRUPT naming the file and the variable when variable varid of a
  * read-only classic file ends beyond the end of the file (f->var_end, from
  * sg_io_classic_extent at open). Not collective. */

@@ -99,27 +99,16 @@ typedef struct recvar {
   char name[SG_IO_NAME_BUF];
 } recvar;
 
-sg_status sg_io_classic_extent(const char *path, int64_t *need,
-                               int64_t *have, char *var, size_t cap,
-                               int64_t **ends, int *nends) {
+/* The header parser proper, on an open stream positioned at the start. */
+static sg_status classic_extent_fp(FILE *fp, int64_t *need, char *var,
+                                   size_t cap, int64_t **ends, int *nends) {
   sg_status st = SG_OK;
   int64_t *vend = NULL;
-  hreader h = {NULL, 0, 0};
+  hreader h = {fp, 0, 0};
   int64_t *dimlen = NULL;
   recvar *rv = NULL;
   int64_t nrv = 0, caprv = 0, end = 0;
   char name[SG_IO_NAME_BUF], worst[SG_IO_NAME_BUF] = "";
-  struct stat sb;
-  *need = -1;
-  *have = -1;
-  if (ends) *ends = NULL;
-  if (nends) *nends = 0;
-  if (var && cap) var[0] = '\0';
-  if (stat(path, &sb) != 0)
-    SG_RAISE(SG_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
-  *have = (int64_t)sb.st_size;
-  if (!(h.fp = fopen(path, "rb")))
-    SG_RAISE(SG_ERR_IO, "cannot open %s: %s", path, strerror(errno));
   unsigned char magic[4];
   if (fread(magic, 1, 4, h.fp) != 4 || memcmp(magic, "CDF", 3) != 0 ||
       (magic[3] != 1 && magic[3] != 2 && magic[3] != 5))
@@ -217,9 +206,52 @@ sg_status sg_io_classic_extent(const char *path, int64_t *need,
 done:
 fail:
   free(vend);
-  if (h.fp) fclose(h.fp);
   free(dimlen);
   free(rv);
+  return st;
+}
+
+static void extent_reset(int64_t *need, int64_t *have, char *var, size_t cap,
+                         int64_t **ends, int *nends) {
+  *need = -1;
+  if (have) *have = -1;
+  if (ends) *ends = NULL;
+  if (nends) *nends = 0;
+  if (var && cap) var[0] = '\0';
+}
+
+sg_status sg_io_classic_extent(const char *path, int64_t *need,
+                               int64_t *have, char *var, size_t cap,
+                               int64_t **ends, int *nends) {
+  sg_status st = SG_OK;
+  FILE *fp = NULL;
+  struct stat sb;
+  extent_reset(need, have, var, cap, ends, nends);
+  if (stat(path, &sb) != 0)
+    SG_RAISE(SG_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+  *have = (int64_t)sb.st_size;
+  if (!(fp = fopen(path, "rb")))
+    SG_RAISE(SG_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+  SG_TRY(classic_extent_fp(fp, need, var, cap, ends, nends));
+fail:
+  if (fp) fclose(fp);
+  return st;
+}
+
+sg_status sg_io_classic_extent_mem(const void *bytes, size_t len,
+                                   int64_t *need, char *var, size_t cap,
+                                   int64_t **ends, int *nends) {
+  sg_status st = SG_OK;
+  FILE *fp = NULL;
+  extent_reset(need, NULL, var, cap, ends, nends);
+  if (len < 4 || !bytes) goto fail; /* not even a magic number */
+  /* fmemopen does not write to a buffer opened "rb" */
+  if (!(fp = fmemopen((void *)(uintptr_t)bytes, len, "rb")))
+    SG_RAISE(SG_ERR_ALLOC, "sg_io_classic_extent_mem: fmemopen: %s",
+             strerror(errno));
+  SG_TRY(classic_extent_fp(fp, need, var, cap, ends, nends));
+fail:
+  if (fp) fclose(fp);
   return st;
 }
 
