@@ -168,7 +168,9 @@ sg_status sg_io_mark_failed(struct sg_nc_t_ *f, sg_status st);
  * variables need (the end of the last fixed variable or of the last record of a
  * record variable; -1 when the file is not
  * classic or its header cannot be followed, which the library then
- * reports), *have the file's size, var (cap bytes) the variable that ends
+ * reports; SG_ERR_CORRUPT naming the file when a count in the header
+ * asks for more bytes than the file has: no library is given such a
+ * header), *have the file's size, var (cap bytes) the variable that ends
  * last; ends (may be NULL; malloc'd) the end of every variable by varid
  * (0: no data), *nends their number. Not collective. */
 sg_status sg_io_classic_extent(const char *path, int64_t *need, int64_t *have,

@@ -82,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > 1 << 16) return 0;
   char *text = malloc(size + 1);
   char *args = malloc(size + 1);
-  char **argv = malloc((size + 2) * sizeof *argv);
+  char **argv = malloc((size + 3) * sizeof *argv); /* prog, lines, NULL */
   sg_kv_t kv = NULL;
   if (!text || !args || !argv) goto done;
   memcpy(text, data, size);
