@@ -168,12 +168,19 @@ sg_status sg_io_mark_failed(struct sg_nc_t_ *f, sg_status st);
  * variables need (the end of the last fixed variable or of the last record of a
  * record variable; -1 when the file is not
  * classic or its header cannot be followed, which the library then
- * reports), *have the file's size, var (cap bytes) the variable that ends
+ * reports; SG_ERR_CORRUPT naming the file when a count in the header
+ * asks for more bytes than the file has: no library is given such a
+ * header), *have the file's size, var (cap bytes) the variable that ends
  * last; ends (may be NULL; malloc'd) the end of every variable by varid
  * (0: no data), *nends their number. Not collective. */
 sg_status sg_io_classic_extent(const char *path, int64_t *need, int64_t *have,
                                char *var, size_t cap, int64_t **ends,
                                int *nends);
+/* The same on the first len bytes of a file held in memory (the fuzz
+ * target's entry point; no *have: the caller knows the length). */
+sg_status sg_io_classic_extent_mem(const void *bytes, size_t len,
+                                   int64_t *need, char *var, size_t cap,
+                                   int64_t **ends, int *nends);
 /* SG_ERR_CORRUPT naming the file and the variable when variable varid of a
  * read-only classic file ends beyond the end of the file (f->var_end, from
  * sg_io_classic_extent at open). Not collective. */

@@ -19,9 +19,32 @@
 
 typedef struct hreader {
   FILE *fp;
+  int64_t size; /* of the file */
   int ver; /* 1, 2 or 5 */
   int bad; /* a read failed or a value is out of range */
+  /* a count asks for more header bytes than the file has left: no valid
+   * file has such a header (the libraries would allocate what it says:
+   * gigabytes for a flipped bit in a 1 KB file) */
+  int impossible;
+  char why[200];
 } hreader;
+
+/* The next n bytes of the header must be in the file. */
+static void need_bytes(hreader *h, int64_t n, const char *what) {
+  if (h->bad) return;
+  off_t pos = ftello(h->fp);
+  if (pos < 0) {
+    h->bad = 1;
+    return;
+  }
+  int64_t left = h->size - (int64_t)pos;
+  if (n < 0 || n > left) {
+    h->bad = h->impossible = 1;
+    snprintf(h->why, sizeof h->why,
+             "%s at byte %lld needs %lld bytes, the file has %lld left", what,
+             (long long)pos, (long long)n, (long long)(left > 0 ? left : 0));
+  }
+}
 
 static uint64_t rd_be(hreader *h, int bytes) {
   unsigned char b[8];
@@ -47,6 +70,21 @@ static void skip(hreader *h, int64_t n) {
 
 static int64_t pad4(int64_t n) { return (n + 3) & ~(int64_t)3; }
 
+/* n entries of `each` (<= 8) bytes, saturated (n < 2^62) */
+static int64_t nbytes(int64_t n, int each) {
+  return n > ((int64_t)1 << 59) ? INT64_MAX : pad4(n * each);
+}
+
+/* A count below 2^62 whose entries of `each` bytes must be in the file,
+ * then below `limit` (what this parser follows). */
+static int64_t rd_count_in_file(hreader *h, int each, int64_t limit,
+                                const char *what) {
+  int64_t n = rd_count(h, (int64_t)1 << 62);
+  need_bytes(h, nbytes(n, each), what);
+  if (!h->bad && n >= limit) h->bad = 1;
+  return h->bad ? 0 : n;
+}
+
 /* Bytes of one value of a classic nc_type; 0 if unknown. */
 static int type_size(uint64_t t) {
   switch (t) {
@@ -61,6 +99,7 @@ static int type_size(uint64_t t) {
 static void rd_name(hreader *h, char *buf, size_t cap) {
   int64_t n = rd_count(h, 65536);
   buf[0] = '\0';
+  need_bytes(h, pad4(n), "a name");
   if (h->bad) return;
   size_t keep = (size_t)n < cap - 1 ? (size_t)n : cap - 1;
   if (fread(buf, 1, keep, h->fp) != keep) {
@@ -72,9 +111,11 @@ static void rd_name(hreader *h, char *buf, size_t cap) {
 }
 
 /* A list's tag and length; an ABSENT list is (0, 0). */
-static int64_t rd_list(hreader *h, uint64_t tag, int64_t limit) {
+static int64_t rd_list(hreader *h, uint64_t tag, int64_t limit,
+                       const char *what) {
   uint64_t t = rd_be(h, 4);
-  int64_t n = rd_count(h, limit);
+  /* every entry has >= 8 bytes */
+  int64_t n = rd_count_in_file(h, 8, limit, what);
   if (h->bad) return 0;
   if (t == 0 && n == 0) return 0;
   if (t != tag) h->bad = 1;
@@ -83,12 +124,13 @@ static int64_t rd_list(hreader *h, uint64_t tag, int64_t limit) {
 
 static void skip_atts(hreader *h) {
   char name[SG_IO_NAME_BUF];
-  int64_t n = rd_list(h, 0x0C, (int64_t)1 << 24);
+  int64_t n = rd_list(h, 0x0C, (int64_t)1 << 24, "a list of attributes");
   for (int64_t i = 0; i < n && !h->bad; ++i) {
     rd_name(h, name, sizeof name);
     int es = type_size(rd_be(h, 4));
-    int64_t len = rd_count(h, (int64_t)1 << 40);
     if (es == 0) h->bad = 1;
+    int64_t len = rd_count_in_file(h, es, (int64_t)1 << 40,
+                                   "the values of an attribute");
     skip(h, pad4(len * es));
   }
 }
@@ -99,27 +141,17 @@ typedef struct recvar {
   char name[SG_IO_NAME_BUF];
 } recvar;
 
-sg_status sg_io_classic_extent(const char *path, int64_t *need,
-                               int64_t *have, char *var, size_t cap,
-                               int64_t **ends, int *nends) {
+/* The header parser proper, on an open stream positioned at the start. */
+static sg_status classic_extent_fp(FILE *fp, int64_t size, int64_t *need,
+                                   char *var, size_t cap, int64_t **ends,
+                                   int *nends) {
   sg_status st = SG_OK;
   int64_t *vend = NULL;
-  hreader h = {NULL, 0, 0};
+  hreader h = {fp, size, 0, 0, 0, ""};
   int64_t *dimlen = NULL;
   recvar *rv = NULL;
   int64_t nrv = 0, caprv = 0, end = 0;
   char name[SG_IO_NAME_BUF], worst[SG_IO_NAME_BUF] = "";
-  struct stat sb;
-  *need = -1;
-  *have = -1;
-  if (ends) *ends = NULL;
-  if (nends) *nends = 0;
-  if (var && cap) var[0] = '\0';
-  if (stat(path, &sb) != 0)
-    SG_RAISE(SG_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
-  *have = (int64_t)sb.st_size;
-  if (!(h.fp = fopen(path, "rb")))
-    SG_RAISE(SG_ERR_IO, "cannot open %s: %s", path, strerror(errno));
   unsigned char magic[4];
   if (fread(magic, 1, 4, h.fp) != 4 || memcmp(magic, "CDF", 3) != 0 ||
       (magic[3] != 1 && magic[3] != 2 && magic[3] != 5))
@@ -128,7 +160,7 @@ sg_status sg_io_classic_extent(const char *path, int64_t *need,
   uint64_t numrecs = rd_be(&h, h.ver == 5 ? 8 : 4);
   const int streaming = numrecs == (h.ver == 5 ? UINT64_MAX : 0xFFFFFFFFu);
   if (!streaming && numrecs >= ((uint64_t)1 << 62)) h.bad = 1;
-  int64_t ndims = rd_list(&h, 0x0A, (int64_t)1 << 20);
+  int64_t ndims = rd_list(&h, 0x0A, (int64_t)1 << 20, "a list of dims");
   if (!h.bad && ndims > 0 && !(dimlen = malloc((size_t)ndims * sizeof *dimlen)))
     SG_RAISE(SG_ERR_ALLOC, "out of memory");
   for (int64_t d = 0; d < ndims && !h.bad; ++d) {
@@ -136,12 +168,13 @@ sg_status sg_io_classic_extent(const char *path, int64_t *need,
     dimlen[d] = rd_count(&h, (int64_t)1 << 62);
   }
   skip_atts(&h); /* global attributes */
-  int64_t nvars = rd_list(&h, 0x0B, (int64_t)1 << 24);
+  int64_t nvars = rd_list(&h, 0x0B, (int64_t)1 << 24, "a list of variables");
   if (!h.bad && nvars > 0 && !(vend = calloc((size_t)nvars, sizeof *vend)))
     SG_RAISE(SG_ERR_ALLOC, "out of memory");
   for (int64_t v = 0; v < nvars && !h.bad; ++v) {
     rd_name(&h, name, sizeof name);
-    int64_t nd = rd_count(&h, 1025);
+    int64_t nd = rd_count_in_file(&h, h.ver == 5 ? 8 : 4, 1025,
+                                  "the dim ids of a variable");
     int64_t n = 1;
     int rec = 0;
     for (int64_t k = 0; k < nd && !h.bad; ++k) {
@@ -188,18 +221,27 @@ sg_status sg_io_classic_extent(const char *path, int64_t *need,
       }
     }
   }
+  if (h.impossible)
+    SG_RAISE(SG_ERR_CORRUPT, "corrupt NetCDF header: %s", h.why);
   if (h.bad) goto done; /* a header we cannot follow: the library decides */
   if (nrv > 0 && numrecs > 0 && !streaming) {
     /* the record size as both libraries compute it: the records' vsizes
      * (padded to 4 bytes), one record variable alone unpadded */
+    const int64_t big = (int64_t)1 << 62;
     int64_t recsize = 0;
-    for (int64_t i = 0; i < nrv; ++i)
-      recsize += nrv == 1 ? rv[i].bytes : pad4(rv[i].bytes);
-    if (recsize > 0 && (int64_t)numrecs - 1 > (((int64_t)1 << 62) / recsize))
+    for (int64_t i = 0; i < nrv; ++i) {
+      const int64_t term = nrv == 1 ? rv[i].bytes : pad4(rv[i].bytes);
+      if (term > big - recsize) goto done; /* each term is <= 2^62 */
+      recsize += term;
+    }
+    if (recsize > 0 && (int64_t)numrecs - 1 > big / recsize)
       goto done;
     for (int64_t i = 0; i < nrv; ++i) {
       if (rv[i].bytes == 0) continue;
-      int64_t e = rv[i].begin + ((int64_t)numrecs - 1) * recsize + rv[i].bytes;
+      /* each of the three terms is <= 2^62: no overflow */
+      int64_t e = rv[i].begin + ((int64_t)numrecs - 1) * recsize;
+      if (e > big || rv[i].bytes > big) goto done;
+      e += rv[i].bytes;
       vend[rv[i].varid] = e;
       if (e > end) {
         end = e;
@@ -217,9 +259,57 @@ sg_status sg_io_classic_extent(const char *path, int64_t *need,
 done:
 fail:
   free(vend);
-  if (h.fp) fclose(h.fp);
   free(dimlen);
   free(rv);
+  return st;
+}
+
+static void extent_reset(int64_t *need, int64_t *have, char *var, size_t cap,
+                         int64_t **ends, int *nends) {
+  *need = -1;
+  if (have) *have = -1;
+  if (ends) *ends = NULL;
+  if (nends) *nends = 0;
+  if (var && cap) var[0] = '\0';
+}
+
+sg_status sg_io_classic_extent(const char *path, int64_t *need,
+                               int64_t *have, char *var, size_t cap,
+                               int64_t **ends, int *nends) {
+  sg_status st = SG_OK;
+  FILE *fp = NULL;
+  struct stat sb;
+  extent_reset(need, have, var, cap, ends, nends);
+  if (stat(path, &sb) != 0)
+    SG_RAISE(SG_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+  *have = (int64_t)sb.st_size;
+  if (!(fp = fopen(path, "rb")))
+    SG_RAISE(SG_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+  st = classic_extent_fp(fp, *have, need, var, cap, ends, nends);
+  if (st == SG_ERR_CORRUPT) {
+    char where[600];
+    snprintf(where, sizeof where, "%.500s: ", path);
+    sg_error_prepend(where);
+  }
+fail:
+  if (fp) fclose(fp);
+  return st;
+}
+
+sg_status sg_io_classic_extent_mem(const void *bytes, size_t len,
+                                   int64_t *need, char *var, size_t cap,
+                                   int64_t **ends, int *nends) {
+  sg_status st = SG_OK;
+  FILE *fp = NULL;
+  extent_reset(need, NULL, var, cap, ends, nends);
+  if (len < 4 || !bytes) goto fail; /* not even a magic number */
+  /* fmemopen does not write to a buffer opened "rb" */
+  if (!(fp = fmemopen((void *)(uintptr_t)bytes, len, "rb")))
+    SG_RAISE(SG_ERR_ALLOC, "sg_io_classic_extent_mem: fmemopen: %s",
+             strerror(errno));
+  SG_TRY(classic_extent_fp(fp, (int64_t)len, need, var, cap, ends, nends));
+fail:
+  if (fp) fclose(fp);
   return st;
 }
 
