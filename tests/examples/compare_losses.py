@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compare the loss trajectories of two sg-train metrics files (JSON lines).
 
-usage: compare_losses.py REFERENCE OTHER RTOL [--eval]
+usage: compare_losses.py REFERENCE OTHER RTOL [--eval | --key NAME]
 Every training step of REFERENCE must appear in OTHER with a loss within
 RTOL relative; exits 1 (and says where) otherwise."""
 import json
@@ -21,6 +21,8 @@ def losses(path, key):
 def main():
     ref_path, other_path, rtol = sys.argv[1], sys.argv[2], float(sys.argv[3])
     key = "eval_rel_l2" if "--eval" in sys.argv[4:] else "loss"
+    if "--key" in sys.argv[4:]:
+        key = sys.argv[sys.argv.index("--key") + 1]
     ref, other = losses(ref_path, key), losses(other_path, key)
     if not ref:
         print(f"no '{key}' records in {ref_path}")

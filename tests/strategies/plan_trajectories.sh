@@ -4,7 +4,8 @@
 # HSDP (dp x fsdp), ZeRO over the domain dims, plain dp for every model
 # (the FNO's mode-sharded spectral weights included), and gradient
 # accumulation, each equal to the one-process run to 1e-5 relative per step
-# (and the final test error too), for zero = 1, 2, 3; ZeRO with
+# (and the gradient norms, the final test error and the final parameters),
+# for zero = 1, 2, 3; ZeRO with
 # deterministic reductions gives the same bits as DDP on a mesh of the same
 # shape; a checkpoint written under zero=3 on fsdp=4 resumes on 1 rank, on
 # h=2 and on dp=2,fsdp=2 (zero 1) with the losses of the uninterrupted run.
@@ -27,12 +28,15 @@ run() { # NAME RANKS MESH [extra args]: run sg-train, metrics in NAME.jsonl
   "$mpiexec" -n "$n" "$bin/sg-train" $common --mesh "$spec" --metrics "$name.jsonl" "$@" >"$name.log" 2>&1 || rc=$?
   if [ $rc -ne 0 ]; then cat "$name.log"; echo "FAILED: $name (mesh $spec $*)"; exit 1; fi
 }
-same() { # NAME RANKS MESH [extra]: trajectory and final error equal to ref
-  run "$@"
+same() { # NAME RANKS MESH [extra]: trajectory, gradient norms, final error
+          # and final parameters equal to ref
+  run "$@" --ckpt-dir "ck_$1"
   $cmp ref.jsonl "$1.jsonl" 1e-5
+  $cmp ref.jsonl "$1.jsonl" 1e-5 --key grad_norm
   $cmp ref.jsonl "$1.jsonl" 1e-5 --eval
+  /usr/bin/python3 "$src/tests/examples/compare_params.py" ck_ref/step_000020.nc "ck_$1/step_000020.nc" 1e-5 1e-6
 }
-run ref 1 h=1
+run ref 1 h=1 --ckpt-dir ck_ref
 same dp2 2 dp=2
 same fsdp2 2 fsdp=2 --zero 1
 same fsdp3 3 fsdp=3 --zero 1
@@ -41,12 +45,12 @@ same z2 2 fsdp=2 --zero 2
 same z3 4 fsdp=4 --zero 3
 same z3h 4 fsdp=2,h=2 --zero 3
 same z3u 3 fsdp=3 --zero 3
+same z3dom 4 h=2,w=2 --zero 3 --zero-over-domain
+same z3hsdp 4 dp=2,fsdp=2 --zero 3
 if [ "$model" = fno ]; then # the conv nets take the same plan paths: fewer runs
   same hsdp 4 dp=2,fsdp=2 --zero 1
   same zdom 4 h=2,w=2 --zero 1 --zero-over-domain
   same accum 2 fsdp=2 --zero 1 --grad-accum 2
-  same z3dom 4 h=2,w=2 --zero 3 --zero-over-domain
-  same z3hsdp 4 dp=2,fsdp=2 --zero 3
   same z3acc 2 fsdp=2 --zero 3 --grad-accum 2
 fi
 # deterministic ZeRO reduces like DDP: the same bits as dp=2

@@ -1,0 +1,44 @@
+#!/usr/bin/python3
+"""Compare the parameters (variables params.*) of two sg-train checkpoints.
+
+usage: compare_params.py REFERENCE OTHER RTOL [ATOL]
+Every params.* variable of REFERENCE must be in OTHER with the same shape
+and values within RTOL relative (ATOL absolute, default 1e-7); exits 1 and
+says where otherwise. NaN never matches. Needs Debian's python3-netcdf4
+(tools/install-deps), hence /usr/bin/python3."""
+import sys
+
+import netCDF4
+import numpy as np
+
+
+def main():
+    ref_path, other_path, rtol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    atol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-7
+    with netCDF4.Dataset(ref_path) as a, netCDF4.Dataset(other_path) as b:
+        names = [n for n in a.variables if n.startswith("params.")]
+        if not names:
+            print(f"no params.* variables in {ref_path}")
+            return 1
+        worst = 0.0
+        for n in names:
+            if n not in b.variables:
+                print(f"{n} missing in {other_path}")
+                return 1
+            x, y = np.asarray(a.variables[n][:], dtype=np.float64), np.asarray(b.variables[n][:], dtype=np.float64)
+            if x.shape != y.shape:
+                print(f"{n}: shape {y.shape} vs reference {x.shape}")
+                return 1
+            err = np.abs(x - y)
+            ok = np.isfinite(y) & (err <= atol + rtol * np.abs(x))
+            if not ok.all():
+                i = np.unravel_index(np.argmin(ok), ok.shape)
+                print(f"{n}{list(i)}: {y[i]!r} vs reference {x[i]!r} ({int((~ok).sum())} of {ok.size} differ)")
+                return 1
+            worst = max(worst, float((err / np.maximum(np.abs(x), atol)).max()))
+    print(f"{other_path}: {len(names)} parameters match {ref_path} (worst relative {worst:.3g})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
