@@ -1308,6 +1308,9 @@ sg_status sg_ag_checkpoint(sg_tape_t tape, sg_block_fn fn, void *ctx, int nin, s
              SG_NODE_MAX_OUT);
   for (int i = 0; i < nin; ++i)
     if (!in[i]) SG_RAISE(SG_ERR_INVALID_ARG, "checkpoint: input %d is NULL", i);
+  sg_var *inl[SG_NODE_MAX_IN]; /* out may alias in (h = block(h)) */
+  for (int i = 0; i < nin; ++i) inl[i] = in[i];
+  in = inl;
   for (int j = 0; j < nout; ++j) out[j] = NULL;
   if (tape->collecting) SG_TRY(ag_collect(tape, "a nested checkpoint", nin, in));
   const MPI_Comm comm = ag_ckpt_comm(tape, nin, in, &ref);
