@@ -10,14 +10,21 @@
 
 enum { CNN_MAX_BLOCKS = 24 };
 
+struct sg_cnn;
+typedef struct cnn_block_ctx { /* a residual block as a checkpointed block */
+  struct sg_cnn *m;
+  int b;
+} cnn_block_ctx;
+
 struct sg_cnn {
   sg_cn_base b; /* first: the convnet part of the model table (convnet_impl.h) */
   sg_cnn_config cfg;
+  cnn_block_ctx bctx[CNN_MAX_BLOCKS];
   int lift, block0, proj; /* parameter indices */
 };
 
 sg_cnn_config sg_cnn_defaults(void) {
-  sg_cnn_config c = {1, 1, 32, 4, 3, 4, 128, 1, SG_ACT_GELU, {SG_PAD_PERIODIC, SG_PAD_PERIODIC}};
+  sg_cnn_config c = {1, 1, 32, 4, 3, 4, 128, 1, SG_ACT_GELU, {SG_PAD_PERIODIC, SG_PAD_PERIODIC}, 0};
   return c;
 }
 
@@ -39,6 +46,8 @@ sg_status sg_cnn_create(sg_mesh_t mesh, const sg_cnn_config *cfg, int64_t ny, in
     SG_RAISE(SG_ERR_CONFIG, "CNN: cin, cout, width, proj_width and batch must be >= 1");
   if (cfg->blocks < 0 || cfg->blocks > CNN_MAX_BLOCKS)
     SG_RAISE(SG_ERR_CONFIG, "CNN: blocks must be in 0..%d (got %lld)", CNN_MAX_BLOCKS, (long long)cfg->blocks);
+  if (cfg->act_ckpt_every < 0)
+    SG_RAISE(SG_ERR_CONFIG, "CNN: act_ckpt_every must be >= 0 (got %d)", cfg->act_ckpt_every);
   SG_TRY(sg_cn_check_kernel_groups("CNN", cfg->kernel, cfg->groups, cfg->width));
   if (ny < cfg->kernel || nx < cfg->kernel)
     SG_RAISE(SG_ERR_SHAPE, "CNN: grid %lldx%lld smaller than the kernel %lld", (long long)ny, (long long)nx,
@@ -72,22 +81,37 @@ fail:
 }
 
 
+/* Residual block b: h + conv2(act(norm(conv1(h)))). */
+static sg_status cnn_block(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **out) {
+  sg_status st = SG_OK;
+  const cnn_block_ctx *bc = ctx;
+  struct sg_cnn *m = bc->m;
+  sg_var *q = &m->b.p.vars[m->block0 + 6 * bc->b], *h = in[0], *r = NULL;
+  const sg_pad_mode *mode = m->cfg.pad;
+  sg_norm_desc nd = {.kind = SG_NORM_GROUP, .groups = m->cfg.groups, .eps = 1e-5};
+  SG_TRY(sg_cn_conv_same(t, h, &q[0], &q[1], mode, &r));
+  SG_TRY(sg_ag_norm(t, &nd, r, &q[2], &q[3], &r));
+  SG_TRY(sg_ag_act(t, m->cfg.act, r, &r));
+  SG_TRY(sg_cn_conv_same(t, r, &q[4], &q[5], mode, &r));
+  SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &out[0]));
+fail:
+  return st;
+}
+
 sg_status sg_cnn_forward(sg_cnn_t m, sg_tape_t t, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
   if (!m || !t || !x || !y || !m->b.p.bound) SG_RAISE(SG_ERR_INVALID_ARG, "sg_cnn_forward: bad arguments");
   SG_TRY(sg_cn_domain_check_input(&m->b.dom, x, m->cfg.cin, "sg_cnn_forward"));
-  sg_var *P = m->b.p.vars, *h = NULL, *r = NULL;
+  sg_var *P = m->b.p.vars, *h = NULL;
   const sg_pad_mode *mode = m->cfg.pad;
-  sg_norm_desc nd = {.kind = SG_NORM_GROUP, .groups = m->cfg.groups, .eps = 1e-5};
   SG_TRY(sg_cn_domain_input(&m->b.dom, t, x, &h));
   SG_TRY(sg_cn_conv_same(t, h, &P[m->lift], &P[m->lift + 1], mode, &h));
-  for (int64_t b = 0; b < m->cfg.blocks; ++b) {
-    sg_var *q = &P[m->block0 + 6 * b];
-    SG_TRY(sg_cn_conv_same(t, h, &q[0], &q[1], mode, &r));
-    SG_TRY(sg_ag_norm(t, &nd, r, &q[2], &q[3], &r));
-    SG_TRY(sg_ag_act(t, m->cfg.act, r, &r));
-    SG_TRY(sg_cn_conv_same(t, r, &q[4], &q[5], mode, &r));
-    SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &h));
+  for (int b = 0; b < (int)m->cfg.blocks; ++b) {
+    cnn_block_ctx *bc = &m->bctx[b];
+    bc->m = m, bc->b = b;
+    const int ck = m->cfg.act_ckpt_every > 0 && (b + 1) % m->cfg.act_ckpt_every == 0;
+    if (ck) SG_TRY(sg_ag_checkpoint(t, cnn_block, bc, 1, &h, 1, &h));
+    else SG_TRY(cnn_block(t, bc, &h, &h));
   }
   SG_TRY(sg_ag_linear(t, h, &P[m->proj], &P[m->proj + 1], &h));
   SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
@@ -108,7 +132,7 @@ static void cnn_defaults(sg_model_config *c) {
 static sg_status cnn_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny, int64_t nx, int64_t batch,
                             void **impl) {
   sg_cnn_config n = {c->cin, c->cout, c->width, c->blocks, c->kernel, c->groups, c->proj_width,
-                     c->add_grid, c->act, {c->pad[0], c->pad[1]}};
+                     c->add_grid, c->act, {c->pad[0], c->pad[1]}, c->act_ckpt_every};
   return sg_cnn_create(mesh, &n, ny, nx, batch, (sg_cnn_t *)impl);
 }
 

@@ -45,6 +45,9 @@ typedef struct sg_cnn_config {
   int add_grid;        /* append (x, y) in [0,1) as two input channels */
   sg_act act;          /* SG_ACT_GELU */
   sg_pad_mode pad[2];  /* boundary of y and of x (periodic) */
+  int act_ckpt_every;  /* activation checkpointing (sg_ag_checkpoint) of the
+                          residual blocks: 0 none (default), K >= 1 every
+                          K-th (1: all) */
 } sg_cnn_config;
 
 sg_cnn_config sg_cnn_defaults(void);

@@ -13,8 +13,15 @@
 
 enum { FNO_MAX_LAYERS = 16, FNO_MAX_PARAMS = 8 + 3 * FNO_MAX_LAYERS };
 
+struct sg_fno;
+typedef struct fno_layer_ctx { /* a spectral layer as a checkpointed block */
+  struct sg_fno *m;
+  int l, p;
+} fno_layer_ctx;
+
 struct sg_fno {
   sg_fno_config cfg;
+  fno_layer_ctx lctx[FNO_MAX_LAYERS];
   int64_t batch, ny_g, nx_g;
   int64_t y0, ny, x0, nx;
   sg_spectral_conv_t spec;
@@ -38,7 +45,7 @@ struct sg_fno {
 };
 
 sg_fno_config sg_fno_defaults(void) {
-  sg_fno_config c = {1, 1, 32, 12, 12, 4, 128, 1, SG_ACT_GELU, 1};
+  sg_fno_config c = {1, 1, 32, 12, 12, 4, 128, 1, SG_ACT_GELU, 1, 0};
   return c;
 }
 
@@ -88,6 +95,8 @@ sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
       cfg->cout < 1 || cfg->proj_width < 1 || batch < 1)
     SG_RAISE(SG_ERR_CONFIG, "FNO: need 1 <= layers <= %d, width, cin, cout, proj_width, batch >= 1",
              FNO_MAX_LAYERS);
+  if (cfg->act_ckpt_every < 0)
+    SG_RAISE(SG_ERR_CONFIG, "FNO: act_ckpt_every must be >= 0 (got %d)", cfg->act_ckpt_every);
   if (cfg->modes1 < 1 || cfg->modes2 < 1 || 2 * cfg->modes1 > ny || cfg->modes2 > nx / 2 + 1)
     SG_RAISE(SG_ERR_CONFIG, "FNO: modes %lldx%lld do not fit a %lldx%lld grid (2*modes1 <= ny, modes2 <= nx/2+1)",
              (long long)cfg->modes1, (long long)cfg->modes2, (long long)ny, (long long)nx);
@@ -290,6 +299,24 @@ static const sg_op_def spec_op = {
     .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
 
+/* Spectral layer l: h -> act(spectral(h) + linear(h)) (no act after the
+ * last); its parameters from index p. */
+static sg_status fno_layer(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **out) {
+  sg_status st = SG_OK;
+  const fno_layer_ctx *lc = ctx;
+  struct sg_fno *m = lc->m;
+  sg_var *h = in[0], *s = NULL, *c = NULL;
+  spec_attr sa = {m->spec, m->cfg.width};
+  sg_var *in2[2] = {h, &m->params[lc->p]};
+  SG_TRY(sg_tape_apply(t, &spec_op, 2, in2, 1, NULL, &sa, sizeof sa, &s));
+  SG_TRY(sg_ag_linear(t, h, &m->params[lc->p + 1], &m->params[lc->p + 2], &c));
+  SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, s, c, &h));
+  if (lc->l + 1 < m->cfg.layers) SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
+  out[0] = h;
+fail:
+  return st;
+}
+
 sg_status sg_fno_forward(sg_fno_t m, sg_tape_t t, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
   if (!m || !t || !x || !y || !m->bound) SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_forward: bad arguments");
@@ -299,7 +326,7 @@ sg_status sg_fno_forward(sg_fno_t m, sg_tape_t t, sg_var *x, sg_var **y) {
     SG_RAISE(SG_ERR_SHAPE, "sg_fno_forward: input (%lld, %lld, %lld, %lld), model expects (%lld, %lld, %lld, %lld)",
              (long long)xv->shape[0], (long long)xv->shape[1], (long long)xv->shape[2], (long long)xv->shape[3],
              (long long)m->batch, (long long)m->cfg.cin, (long long)m->ny, (long long)m->nx);
-  sg_var *h = x, *s = NULL, *c = NULL;
+  sg_var *h = x;
   int p = 0;
   if (m->cfg.add_grid) {
     sg_var *parts[2] = {x, &m->grid};
@@ -307,13 +334,12 @@ sg_status sg_fno_forward(sg_fno_t m, sg_tape_t t, sg_var *x, sg_var **y) {
   }
   SG_TRY(sg_ag_linear(t, h, &m->params[p], &m->params[p + 1], &h));
   p += 2;
-  spec_attr sa = {m->spec, m->cfg.width};
-  for (int64_t l = 0; l < m->cfg.layers; ++l) {
-    sg_var *in2[2] = {h, &m->params[p]};
-    SG_TRY(sg_tape_apply(t, &spec_op, 2, in2, 1, NULL, &sa, sizeof sa, &s));
-    SG_TRY(sg_ag_linear(t, h, &m->params[p + 1], &m->params[p + 2], &c));
-    SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, s, c, &h));
-    if (l + 1 < m->cfg.layers) SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
+  for (int l = 0; l < (int)m->cfg.layers; ++l) {
+    fno_layer_ctx *lc = &m->lctx[l];
+    lc->m = m, lc->l = l, lc->p = p;
+    const int ck = m->cfg.act_ckpt_every > 0 && (l + 1) % m->cfg.act_ckpt_every == 0;
+    if (ck) SG_TRY(sg_ag_checkpoint(t, fno_layer, lc, 1, &h, 1, &h));
+    else SG_TRY(fno_layer(t, lc, &h, &h));
     p += 3;
   }
   SG_TRY(sg_ag_linear(t, h, &m->params[p], &m->params[p + 1], &h));
@@ -339,6 +365,7 @@ static sg_status fno_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny
   f.modes1 = f.modes2 = c->modes;
   f.layers = c->layers, f.proj_width = c->proj_width, f.add_grid = c->add_grid, f.act = c->act;
   f.shard_spectral = c->shard_spectral;
+  f.act_ckpt_every = c->act_ckpt_every;
   return sg_fno_create(mesh, &f, ny, nx, batch, (sg_fno_t *)impl);
 }
 

@@ -368,10 +368,49 @@ sg_status sg_tape_backward_from(sg_tape_t tape, int n, sg_var *const *vars,
 void sg_tape_clear(sg_tape_t tape);
 /* Zero the gradients of n leaf variables. */
 sg_status sg_tape_zero_grad(sg_var *const *vars, int n);
-/* Bytes held now by the tape's activations and saved state. */
+/* Bytes held now by the tape's activations and saved state (a running
+ * checkpointed block's included). */
 size_t sg_tape_bytes(sg_tape_t tape);
 /* Number of recorded ops. */
 int sg_tape_size(sg_tape_t tape);
+
+/* ---- activation checkpointing --------------------------------------------
+ * A block: a sequence of ops run by fn on `tape` from in[0..nin) to
+ * out[0..nout). ctx is fn's own state (the model, a layer index). */
+typedef sg_status (*sg_block_fn)(sg_tape_t tape, void *ctx, sg_var *const *in,
+                                 sg_var **out);
+
+/* out = fn(in), checkpointed: forward runs fn without recording (on a
+ * private tape that has this tape's hooks, so a released ZeRO-3 parameter
+ * is gathered and released as usual) and keeps only the references to the
+ * inputs and the outputs; the block's activations are freed when fn
+ * returns. Backward runs fn again with gradients (the recomputation) and
+ * backward through it from the outputs' gradients, then hands the inputs
+ * their gradients. The result is the same function with the same
+ * gradients as fn called on the tape directly, bit for bit (the kernels
+ * are deterministic and the gradients are accumulated in the same order),
+ * for a peak activation memory of the block's inputs and outputs plus one
+ * block's activations at a time (docs/strategies.md, "Activation
+ * checkpointing").
+ *
+ * Parameters: fn reaches its parameters (and any constant leaf) through
+ * ctx. The tape counts each parameter's uses inside the block as one use
+ * of the checkpoint, so grad_ready fires once per parameter per backward,
+ * after its last use (inside or outside the block); the private tape runs
+ * pre_use/post_use/pre_backward/post_backward_use for every op of both
+ * runs but never grad_ready or post_backward.
+ *
+ * Rules for fn: it computes the same thing both times (no dropout drawn
+ * from a changing state, no side effects on ctx); it reads activations of
+ * the enclosing tape only through in (SG_ERR_INVALID_ARG otherwise, found
+ * in forward); its outputs are made by its ops (an input returned as is is
+ * refused). ctx must stay valid until the backward (or sg_tape_clear).
+ * Blocks nest. Sharded inputs are fine: both runs make the same
+ * collective calls on every rank. nin, nout: 1..SG_NODE_MAX_IN /
+ * SG_NODE_MAX_OUT. In no-grad mode the block runs once and nothing is
+ * kept. Collective like the ops fn runs. */
+sg_status sg_ag_checkpoint(sg_tape_t tape, sg_block_fn fn, void *ctx, int nin,
+                           sg_var *const *in, int nout, sg_var **out);
 
 /* ---- ops (all record on the tape) -----------------------------------------
  * x: (N, C, spatial...). Window ops take padding and a boundary mode per

@@ -47,6 +47,9 @@ typedef struct sg_fno_config {
   sg_act act;            /* SG_ACT_GELU */
   int shard_spectral;    /* 1 (default): spectral weights Shard by modes;
                             0: Replicate on every rank */
+  int act_ckpt_every;    /* activation checkpointing (sg_ag_checkpoint) of
+                            the spectral layers: 0 none (default), K >= 1
+                            every K-th (1: all) */
 } sg_fno_config;
 
 sg_fno_config sg_fno_defaults(void);

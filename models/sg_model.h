@@ -61,6 +61,11 @@ typedef struct sg_model_config {
   sg_pad_mode pad[2];  /* CNN, U-Net: boundary of y and of x */
   int shard_spectral;  /* FNO: spectral weights Shard by modes over the
                           domain (1, the default) or Replicate (0) */
+  int act_ckpt_every;  /* activation checkpointing of the blocks (FNO
+                          spectral layers, CNN residual blocks, U-Net
+                          levels: sg_ag_checkpoint): 0 none (default), K >= 1
+                          every K-th block (1: every block); the same
+                          function and gradients, less activation memory */
 } sg_model_config;
 
 /* The defaults of a kind (the FNO paper's sizes for the FNO). */

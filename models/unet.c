@@ -10,14 +10,21 @@
 
 enum { UNET_MAX_LEVELS = 6 };
 
+struct sg_unet;
+typedef struct unet_level_ctx { /* a level's block as a checkpointed block */
+  struct sg_unet *m;
+  int l, dec; /* level; 0 encoder, 1 decoder */
+} unet_level_ctx;
+
 struct sg_unet {
   sg_cn_base b; /* first: the convnet part of the model table (convnet_impl.h) */
   sg_unet_config cfg;
+  unet_level_ctx lctx[2 * UNET_MAX_LEVELS];
   int enc[UNET_MAX_LEVELS], dec[UNET_MAX_LEVELS], out; /* parameter indices */
 };
 
 sg_unet_config sg_unet_defaults(void) {
-  sg_unet_config c = {1, 1, 32, 3, 3, 4, 1, SG_ACT_GELU, {SG_PAD_PERIODIC, SG_PAD_PERIODIC}};
+  sg_unet_config c = {1, 1, 32, 3, 3, 4, 1, SG_ACT_GELU, {SG_PAD_PERIODIC, SG_PAD_PERIODIC}, 0};
   return c;
 }
 
@@ -53,6 +60,8 @@ sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg, int64_t ny, 
     SG_RAISE(SG_ERR_CONFIG, "U-Net: cin, cout, width and batch must be >= 1");
   if (cfg->levels < 1 || cfg->levels > UNET_MAX_LEVELS)
     SG_RAISE(SG_ERR_CONFIG, "U-Net: levels must be in 1..%d (got %lld)", UNET_MAX_LEVELS, (long long)cfg->levels);
+  if (cfg->act_ckpt_every < 0)
+    SG_RAISE(SG_ERR_CONFIG, "U-Net: act_ckpt_every must be >= 0 (got %d)", cfg->act_ckpt_every);
   SG_TRY(sg_cn_check_kernel_groups("U-Net", cfg->kernel, cfg->groups, cfg->width));
   const int64_t f = (int64_t)1 << (cfg->levels - 1);
   if (ny % f || nx % f || ny / f < cfg->kernel || nx / f < cfg->kernel)
@@ -103,28 +112,58 @@ fail:
   return st;
 }
 
+/* A level: encoder l > 0: pool, block; encoder 0: block; decoder l:
+ * up-sample in[0], concat with the skip in[1], block. */
+static sg_status unet_level(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **out) {
+  sg_status st = SG_OK;
+  const unet_level_ctx *lc = ctx;
+  struct sg_unet *m = lc->m;
+  const int64_t two[2] = {2, 2};
+  sg_var *h = in[0];
+  if (!lc->dec && lc->l > 0) {
+    sg_conv_args pa;
+    memset(&pa, 0, sizeof pa);
+    pa.nsp = 2;
+    pa.stride[0] = pa.stride[1] = 2;
+    SG_TRY(sg_ag_pool(t, SG_POOL_AVG, h, two, &pa, &h));
+  }
+  if (lc->dec) {
+    sg_var *parts[2] = {NULL, in[1]};
+    SG_TRY(sg_ag_upsample(t, SG_UPSAMPLE_LINEAR, h, two, &parts[0]));
+    SG_TRY(sg_ag_concat(t, 2, parts, &h));
+  }
+  SG_TRY(block(m, t, lc->dec ? m->dec[lc->l] : m->enc[lc->l], h, &out[0]));
+fail:
+  return st;
+}
+
+/* Level block k (encoder 0..L-1, then decoder L-2..0), checkpointed when
+ * act_ckpt_every selects it. */
+static sg_status unet_run_level(struct sg_unet *m, sg_tape_t t, int k, int l, int dec, int nin, sg_var **in,
+                                sg_var **out) {
+  unet_level_ctx *lc = &m->lctx[k];
+  lc->m = m, lc->l = l, lc->dec = dec;
+  if (m->cfg.act_ckpt_every > 0 && (k + 1) % m->cfg.act_ckpt_every == 0)
+    return sg_ag_checkpoint(t, unet_level, lc, nin, in, 1, out);
+  return unet_level(t, lc, in, out);
+}
+
 sg_status sg_unet_forward(sg_unet_t m, sg_tape_t t, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
   if (!m || !t || !x || !y || !m->b.p.bound) SG_RAISE(SG_ERR_INVALID_ARG, "sg_unet_forward: bad arguments");
   SG_TRY(sg_cn_domain_check_input(&m->b.dom, x, m->cfg.cin, "sg_unet_forward"));
   const int64_t L = m->cfg.levels;
   sg_var *skip[UNET_MAX_LEVELS] = {NULL}, *h = NULL;
-  sg_conv_args pa;
-  memset(&pa, 0, sizeof pa);
-  pa.nsp = 2;
-  pa.stride[0] = pa.stride[1] = 2;
-  const int64_t two[2] = {2, 2};
+  int k = 0;
   SG_TRY(sg_cn_domain_input(&m->b.dom, t, x, &h));
-  for (int64_t l = 0; l < L; ++l) {
-    if (l > 0) SG_TRY(sg_ag_pool(t, SG_POOL_AVG, skip[l - 1], two, &pa, &h));
-    SG_TRY(block(m, t, m->enc[l], h, &skip[l]));
+  for (int l = 0; l < (int)L; ++l, ++k) {
+    sg_var *in1[1] = {l > 0 ? skip[l - 1] : h};
+    SG_TRY(unet_run_level(m, t, k, l, 0, 1, in1, &skip[l]));
   }
   h = skip[L - 1];
-  for (int64_t l = L - 2; l >= 0; --l) {
-    sg_var *parts[2] = {NULL, skip[l]};
-    SG_TRY(sg_ag_upsample(t, SG_UPSAMPLE_LINEAR, h, two, &parts[0]));
-    SG_TRY(sg_ag_concat(t, 2, parts, &h));
-    SG_TRY(block(m, t, m->dec[l], h, &h));
+  for (int l = (int)L - 2; l >= 0; --l, ++k) {
+    sg_var *in2[2] = {h, skip[l]};
+    SG_TRY(unet_run_level(m, t, k, l, 1, 2, in2, &h));
   }
   SG_TRY(sg_ag_linear(t, h, &m->b.p.vars[m->out], &m->b.p.vars[m->out + 1], &h));
   *y = h;
@@ -143,7 +182,7 @@ static void unet_defaults(sg_model_config *c) {
 static sg_status unet_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny, int64_t nx, int64_t batch,
                              void **impl) {
   sg_unet_config u = {c->cin, c->cout, c->width, c->levels, c->kernel, c->groups,
-                      c->add_grid, c->act, {c->pad[0], c->pad[1]}};
+                      c->add_grid, c->act, {c->pad[0], c->pad[1]}, c->act_ckpt_every};
   return sg_unet_create(mesh, &u, ny, nx, batch, (sg_unet_t *)impl);
 }
 

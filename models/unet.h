@@ -46,6 +46,10 @@ typedef struct sg_unet_config {
   int add_grid;       /* append (x, y) in [0,1) as two input channels */
   sg_act act;         /* SG_ACT_GELU */
   sg_pad_mode pad[2]; /* boundary of y and of x (periodic) */
+  int act_ckpt_every; /* activation checkpointing (sg_ag_checkpoint) of the
+                         levels' blocks (encoder 0..L-1 with its pooling,
+                         then decoder L-2..0 with its up-sampling and
+                         concat): 0 none (default), K >= 1 every K-th */
 } sg_unet_config;
 
 sg_unet_config sg_unet_defaults(void);

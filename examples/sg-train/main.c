@@ -55,6 +55,9 @@ static const sg_kv_key keys[] = {
     {"grid", SG_KV_BOOL, "true", "append the (x, y) coordinates as two input channels"},
     {"shard_spectral", SG_KV_BOOL, "true",
      "fno: spectral weights sharded by modes over the domain ranks (false: replicated)"},
+    {"activation_checkpointing", SG_KV_STRING, "none",
+     "none | blocks | every:K: keep only the inputs of the blocks (fno layers, cnn residual blocks, unet levels; "
+     "every K-th block) and recompute their activations in backward"},
     {"data", SG_KV_STRING, "", "NetCDF dataset: var(sample, time, y, x) or var(time, lat, lon)"},
     {"vars", SG_KV_STRING, "vorticity", "comma-separated variables (channels)"},
     {"reject_nonfinite", SG_KV_BOOL, "false",
@@ -447,6 +450,18 @@ static sg_status model_config(sg_kv_t kv, sg_model_config *mc) {
   mc->groups = sg_kv_int(kv, "groups");
   mc->add_grid = sg_kv_bool(kv, "grid");
   mc->shard_spectral = sg_kv_bool(kv, "shard_spectral");
+  {
+    const char *ac = sg_kv_str(kv, "activation_checkpointing");
+    char *end = NULL;
+    long k = 0;
+    if (strcmp(ac, "none") == 0) mc->act_ckpt_every = 0;
+    else if (strcmp(ac, "blocks") == 0) mc->act_ckpt_every = 1;
+    else if (strncmp(ac, "every:", 6) == 0 && (k = strtol(ac + 6, &end, 10)) >= 1 && k <= 1000000 && end != ac + 6 &&
+             *end == '\0')
+      mc->act_ckpt_every = (int)k;
+    else
+      SG_RAISE(SG_ERR_CONFIG, "activation_checkpointing must be none, blocks or every:K with K >= 1, not '%s'", ac);
+  }
   const char *pk[2] = {"pad_y", "pad_x"};
   for (int i = 0; i < 2; ++i)
     if (sg_boundary_parse(sg_kv_str(kv, pk[i]), &mc->pad[i]) != SG_OK)
