@@ -44,14 +44,16 @@ fail:
   return st;
 }
 
-static void check(const char *spec, const sg_placement *pl, const double *ref_dx, double ref_loss, sg_tape_t tape,
+static void check(const char *spec, const sg_placement *pl, const double *ref_dx, double ref_loss,
                   const char *ncpath) {
   sg_mesh_t mesh = NULL;
+  sg_tape_t tape = NULL; /* its halo plans live on the mesh: destroyed first */
   sg_var x;
   memset(&x, 0, sizeof x);
   double *got = calloc(N * C * H * W, sizeof *got);
   const int64_t gs[4] = {N, C, H, W};
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  SG_REQUIRE_OK(sg_tape_create(&tape));
   for (int from_nc = 0; from_nc < 2; ++from_nc) {
     if (from_nc && !ncpath) continue;
     sg_tensor g = sg_tensor_wrap(gx, SG_DTYPE_F64, sg_device_host(), 4, gs);
@@ -81,6 +83,7 @@ static void check(const char *spec, const sg_placement *pl, const double *ref_dx
 done:
   sg_var_release(&x);
   free(got);
+  sg_tape_destroy(&tape);
   sg_mesh_destroy(&mesh);
 }
 
@@ -124,14 +127,14 @@ int main(int argc, char **argv) {
   const int p = sg_test_size;
   snprintf(spec, sizeof spec, "h=%d", p);
   sg_placement ph[1] = {sg_shard(2)};
-  check(spec, ph, ref_dx, ref_loss, tape, nc);
+  check(spec, ph, ref_dx, ref_loss, nc);
   snprintf(spec, sizeof spec, "w=%d", p);
   sg_placement pw[1] = {sg_shard(3)};
-  check(spec, pw, ref_dx, ref_loss, tape, nc);
+  check(spec, pw, ref_dx, ref_loss, nc);
   if (p % 2 == 0) {
     snprintf(spec, sizeof spec, "dp=2,h=%d", p / 2);
     sg_placement pdh[2] = {sg_shard(0), sg_shard(2)};
-    check(spec, pdh, ref_dx, ref_loss, tape, nc);
+    check(spec, pdh, ref_dx, ref_loss, nc);
   }
 done:
   sg_tape_destroy(&tape);
