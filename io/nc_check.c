@@ -188,7 +188,9 @@ static sg_status classic_extent_fp(FILE *fp, int64_t size, int64_t *need,
         rec = 1;
         continue;
       }
-      if (n > ((int64_t)1 << 62) / dimlen[id]) h.bad = 1;
+      /* a size past 2^62 bytes: no extent to check, but the rest of the
+       * header (this variable's attributes) is still read and bounded */
+      if (n < 0 || n > ((int64_t)1 << 62) / dimlen[id]) n = -1;
       else n *= dimlen[id];
     }
     skip_atts(&h);
@@ -196,10 +198,11 @@ static sg_status classic_extent_fp(FILE *fp, int64_t size, int64_t *need,
     rd_count(&h, (int64_t)1 << 62); /* vsize: computed below instead */
     uint64_t begin = rd_be(&h, h.ver == 1 ? 4 : 8);
     if (h.bad) break;
-    if (es == 0 || begin >= ((uint64_t)1 << 62) || n > ((int64_t)1 << 59)) {
+    if (es == 0 || begin >= ((uint64_t)1 << 62)) {
       h.bad = 1;
       break;
     }
+    if (n < 0 || n > ((int64_t)1 << 59)) continue; /* too large to have an extent */
     int64_t bytes = n * es;
     if (rec) {
       if (nrv == caprv) {
