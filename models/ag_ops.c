@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "op_registry_impl.h"
 #include "sg_autograd.h"
 #include "sg_device.h"
 #include "sg_sharded_ops.h"
@@ -216,6 +217,13 @@ fail:
   return st;
 }
 
+/* The placements a window op's input may have: the halo exchange
+ * (sg_sharded_exchange_create) refuses a channel split (Shard(1)), so no
+ * window op accepts one, even those that are per channel (pooling,
+ * up-sampling): declaring it made the op table promise what the framework
+ * refuses. */
+#define WINDOW_ACCEPTS (SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL)
+
 /* ---- pooling --------------------------------------------------------------- */
 
 typedef struct pool_attr {
@@ -283,7 +291,7 @@ static const sg_op_def pool_op = {
     .slots = {SG_SLOT_ACT},
     .forward = pool_fwd,
     .backward = pool_bwd,
-    .rule = {.windowed_input = 0, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
+    .rule = {.windowed_input = 0, .accepts = WINDOW_ACCEPTS, .out = SG_OUT_LIKE_INPUT}};
 
 sg_status sg_ag_pool(sg_tape_t t, sg_pool_kind kind, sg_var *x,
                      const int64_t *kernel, const sg_conv_args *a,
@@ -337,13 +345,13 @@ static const sg_op_def up_linear_op = {
     .slots = {SG_SLOT_ACT},
     .forward = up_fwd,
     .backward = up_bwd,
-    .rule = {.windowed_input = 0, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
+    .rule = {.windowed_input = 0, .accepts = WINDOW_ACCEPTS, .out = SG_OUT_LIKE_INPUT}};
 static const sg_op_def up_nearest_op = {
     .name = "upsample_nearest",
     .slots = {SG_SLOT_ACT},
     .forward = up_fwd,
     .backward = up_bwd,
-    .rule = {.windowed_input = 0, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT}};
+    .rule = {.windowed_input = 0, .accepts = WINDOW_ACCEPTS, .out = SG_OUT_LIKE_INPUT}};
 
 sg_status sg_ag_upsample(sg_tape_t t, sg_upsample_kind kind, sg_var *x,
                          const int64_t *scale, sg_var **y) {
@@ -435,7 +443,7 @@ static const sg_op_def binary_op = {
 /* a + b: both input gradients are the output's (no copies: the tape hands
  * the buffer over; the copy kernel was 1.9% of an FNO step) */
 static const sg_op_def binary_add_op = {
-    .name = "binary", .slots = {SG_SLOT_ACT, SG_SLOT_ACT}, .forward = binary_fwd,
+    .name = "binary_add", .slots = {SG_SLOT_ACT, SG_SLOT_ACT}, .forward = binary_fwd,
     .backward = binary_bwd,
     .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT,
              .writes_gin = 3u, .grad_identity = 3u}};
@@ -508,6 +516,7 @@ static sg_status bias_fwd(sg_node *node) {
   int64_t c0 = 0;
   SG_TRY(bias_channel_offset(node, &c0));
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
+  if (sg_tensor_numel(x) == 0) goto fail; /* an empty shard: nothing to add */
   SG_TRY(sg_bias_forward(x->dtype, x->shape[0], x->shape[1], spatial_of(x), x->data,
                          (const char *)node->in[1]->value.data + c0 * (int64_t)sg_dtype_size(x->dtype),
                          node->out[0]->value.data));
@@ -520,6 +529,7 @@ static sg_status bias_bwd(sg_node *node) {
   const sg_tensor *x = &node->in[0]->value;
   int64_t c0 = 0;
   SG_TRY(bias_channel_offset(node, &c0));
+  if (sg_tensor_numel(x) == 0) goto fail; /* an empty shard adds nothing to db */
   if (node->gin[0])
     memcpy(node->gin[0], grad_of(node, 0), sg_tensor_nbytes(x));
   if (node->gin[1])
@@ -612,6 +622,7 @@ static sg_status concat_fwd(sg_node *node) {
     parts[i] = node->in[i]->value.data;
   }
   SG_TRY(sg_node_alloc_out(node, 0, x->ndim, shape));
+  if (sg_tensor_numel(&node->out[0]->value) == 0) goto fail; /* an empty shard */
   SG_TRY(sg_concat(x->dtype, x->shape[0], spatial_of(x), node->nin, ch, parts,
                    node->out[0]->value.data));
 fail:
@@ -622,6 +633,7 @@ static sg_status concat_bwd(sg_node *node) {
   const sg_tensor *x = &node->in[0]->value;
   int64_t ch[SG_NODE_MAX_IN];
   for (int i = 0; i < node->nin; ++i) ch[i] = node->in[i]->value.shape[1];
+  if (sg_tensor_numel(&node->out[0]->value) == 0) return SG_OK; /* an empty shard */
   return sg_split(x->dtype, x->shape[0], spatial_of(x), node->nin, ch, grad_of(node, 0),
                   node->gin);
 }
@@ -665,6 +677,7 @@ static sg_status split_fwd(sg_node *node) {
     SG_TRY(sg_node_alloc_out(node, j, x->ndim, shape));
     parts[j] = node->out[j]->value.data;
   }
+  if (sg_tensor_numel(x) == 0) goto fail; /* an empty shard */
   SG_TRY(sg_split(x->dtype, x->shape[0], spatial_of(x), a->k, a->channels, x->data, parts));
 fail:
   return st;
@@ -675,6 +688,7 @@ static sg_status split_bwd(sg_node *node) {
   const sg_tensor *x = &node->in[0]->value;
   const void *parts[SG_NODE_MAX_OUT];
   for (int j = 0; j < a->k; ++j) parts[j] = grad_of(node, j);
+  if (sg_tensor_numel(x) == 0) return SG_OK; /* an empty shard: no gradient buffer */
   return sg_concat(x->dtype, x->shape[0], spatial_of(x), a->k, a->channels, parts,
                    node->gin[0]);
 }
@@ -885,4 +899,15 @@ sg_status sg_ag_loss(sg_tape_t t, sg_loss_kind kind, sg_var *pred,
   SG_TRY(sg_tape_apply(t, &loss_op, needs_t ? 2 : 1, in, 1, NULL, &at, sizeof at, loss));
 fail:
   return st;
+}
+
+/* ---- the registry (op_registry.c) --------------------------------------------- */
+
+const sg_op_def *const *sg_ag_ops_builtin(int *n) {
+  static const sg_op_def *const ops[] = {&conv_op,   &convt_op,      &pool_op,   &up_linear_op,
+                                         &up_nearest_op, &act_op,    &binary_op, &binary_add_op,
+                                         &scale_op,  &bias_op,       &linear_op, &concat_op,
+                                         &split_op,  &norm_op,       &loss_op};
+  *n = (int)(sizeof ops / sizeof *ops);
+  return ops;
 }

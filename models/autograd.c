@@ -1,6 +1,8 @@
 /* shardgrid — autograd tape: recording, backward, memory, hooks. */
 #include "sg_autograd.h"
 
+#include "op_registry_impl.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +62,8 @@ struct sg_tape {
 /* The checkpoint node (sg_ag_checkpoint): its op has no kernels, the tape
  * runs it itself. */
 static const sg_op_def ag_ckpt_op = {.name = "checkpoint", .rule = {.windowed_input = -1}};
+
+const sg_op_def *sg_ag_checkpoint_op_def(void) { return &ag_ckpt_op; }
 typedef struct ag_ckpt {
   sg_block_fn fn;
   void *ctx;

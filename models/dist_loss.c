@@ -1,6 +1,7 @@
 /* shardgrid — losses over sharded predictions. */
 #include "sg_dist_loss.h"
 
+#include "op_registry_impl.h"
 #include "sg_comm.h"
 
 #include <math.h>
@@ -226,3 +227,5 @@ double sg_dist_loss_value(const sg_var *loss) {
   if (!loss || !loss->producer || !loss->producer->saved) return sg_var_item(loss);
   return *(const double *)loss->producer->saved;
 }
+
+const sg_op_def *sg_dist_loss_op_def(void) { return &dist_loss_op; }

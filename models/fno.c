@@ -1,5 +1,6 @@
 /* shardgrid — FNO-2D, domain- and data-parallel. */
 #include "sg_fno.h"
+#include "op_registry_impl.h"
 #include "sg_model_impl.h"
 
 #include "convnet_impl.h"
@@ -298,6 +299,8 @@ static const sg_op_def spec_op = {
     .backward = spec_bwd,
     .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
+
+const sg_op_def *sg_fno_spectral_op_def(void) { return &spec_op; }
 
 /* Spectral layer l: h -> act(spectral(h) + linear(h)) (no act after the
  * last); its parameters from index p. */

@@ -1,0 +1,17 @@
+/* shardgrid — internal: the op tables each file of models/ gives the
+ * registry (op_registry.c, sg_op_registry.h). Not installed. */
+#ifndef SG_OP_REGISTRY_IMPL_H
+#define SG_OP_REGISTRY_IMPL_H
+
+#include "sg_autograd.h"
+
+/* ag_ops.c: its tables; *n gets their number. */
+const sg_op_def *const *sg_ag_ops_builtin(int *n);
+/* dist_loss.c: the distributed loss. */
+const sg_op_def *sg_dist_loss_op_def(void);
+/* fno.c: the spectral convolution of the FNO. */
+const sg_op_def *sg_fno_spectral_op_def(void);
+/* autograd.c: the activation checkpoint (sg_ag_checkpoint). */
+const sg_op_def *sg_ag_checkpoint_op_def(void);
+
+#endif /* SG_OP_REGISTRY_IMPL_H */
