@@ -222,42 +222,37 @@ int sg_timed_out(void) { return atomic_load(&sg_timeout_flag); }
 
 const char *sg_timeout_message(void) { return sg_timeout_msg; }
 
-void sg_die(const char *prog, sg_status st, int code) {
-  if (st == SG_ERR_TIMEOUT || sg_timed_out()) {
-    const char *msg = sg_last_error();
-    fprintf(stderr, "%s: error: %s\n", prog ? prog : "shardgrid", msg[0] ? msg : sg_status_string(st));
-    if (sg_timeout_msg[0] && strcmp(sg_timeout_msg, msg) != 0)
-      fprintf(stderr, "%s: error: %s\n", prog ? prog : "shardgrid", sg_timeout_msg);
-    fprintf(stderr, "%s: aborting: a collective timed out and cannot complete\n", prog ? prog : "shardgrid");
-    fflush(stderr);
-    int init = 0, fin = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&fin);
-    if (init && !fin) MPI_Abort(MPI_COMM_WORLD, code);
-    exit(code);
-  }
-  const char *msg = sg_last_error();
-  if (msg[0])
-    fprintf(stderr, "%s: error: %s\n", prog ? prog : "shardgrid", msg);
-  else
-    fprintf(stderr, "%s: error: %s (%s)\n", prog ? prog : "shardgrid",
-            sg_status_string(st), sg_status_name(st));
+/* Print, then finalise (or abort: a timed-out collective cannot complete)
+ * and exit. */
+static void die_exit(int abort_run, int code) {
   fflush(stderr);
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  if (init && !fin) MPI_Finalize();
+  if (init && !fin) {
+    if (abort_run) MPI_Abort(MPI_COMM_WORLD, code);
+    else MPI_Finalize();
+  }
   exit(code);
+}
+
+void sg_die(const char *prog, sg_status st, int code) {
+  const char *who = prog ? prog : "shardgrid", *msg = sg_last_error();
+  if (st == SG_ERR_TIMEOUT || sg_timed_out()) {
+    fprintf(stderr, "%s: error: %s\n", who, msg[0] ? msg : sg_status_string(st));
+    if (sg_timeout_msg[0] && strcmp(sg_timeout_msg, msg) != 0) fprintf(stderr, "%s: error: %s\n", who, sg_timeout_msg);
+    fprintf(stderr, "%s: aborting: a collective timed out and cannot complete\n", who);
+    die_exit(1, code);
+  }
+  if (msg[0])
+    fprintf(stderr, "%s: error: %s\n", who, msg);
+  else
+    fprintf(stderr, "%s: error: %s (%s)\n", who, sg_status_string(st), sg_status_name(st));
+  die_exit(0, code);
 }
 
 void sg_die_local(const char *prog, sg_status st, int code) {
   const char *msg = sg_last_error();
-  fprintf(stderr, "%s: fatal: %s\n", prog ? prog : "shardgrid",
-          msg[0] ? msg : sg_status_string(st));
-  fflush(stderr);
-  int init = 0, fin = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin) MPI_Abort(MPI_COMM_WORLD, code);
-  exit(code);
+  fprintf(stderr, "%s: fatal: %s\n", prog ? prog : "shardgrid", msg[0] ? msg : sg_status_string(st));
+  die_exit(1, code);
 }

@@ -708,9 +708,10 @@ fail:
 
 /* ---- reduction, norm, step --------------------------------------------------- */
 
-/* Pack the members of layout L from buf in ZeRO-group rank order: rank r's
- * rows of every member, members in table order. */
-static void zero_pack(const struct sg_parallel *p, const pl_layout *L, const float *buf, float *pack) {
+/* The members of layout L between buf and pack, pack in ZeRO-group rank
+ * order: rank r's rows of every member, members in table order
+ * (to_pack: buf -> pack, else pack -> buf). */
+static void zero_pack(const struct sg_parallel *p, const pl_layout *L, float *buf, float *pack, int to_pack) {
   const int g = L->zero_g ? sg_group_size(L->zero_g) : 1;
   int64_t o = 0;
   for (int r = 0; r < g; ++r)
@@ -719,21 +720,10 @@ static void zero_pack(const struct sg_parallel *p, const pl_layout *L, const flo
       const int64_t rows = q->info.numel > 0 ? q->info.count[0] : 0;
       int64_t r0, nr;
       split_rows(rows, g, r, &r0, &nr);
-      memcpy(pack + o, buf + q->info.offset + r0 * q->row, (size_t)(nr * q->row) * sizeof *pack);
-      o += nr * q->row;
-    }
-}
-
-static void zero_unpack(const struct sg_parallel *p, const pl_layout *L, const float *pack, float *buf) {
-  const int g = L->zero_g ? sg_group_size(L->zero_g) : 1;
-  int64_t o = 0;
-  for (int r = 0; r < g; ++r)
-    for (int j = 0; j < L->nmembers; ++j) {
-      const pl_param *q = &p->p[L->members[j]];
-      const int64_t rows = q->info.numel > 0 ? q->info.count[0] : 0;
-      int64_t r0, nr;
-      split_rows(rows, g, r, &r0, &nr);
-      memcpy(buf + q->info.offset + r0 * q->row, pack + o, (size_t)(nr * q->row) * sizeof *pack);
+      float *b = buf + q->info.offset + r0 * q->row;
+      const size_t nb = (size_t)(nr * q->row) * sizeof *pack;
+      if (to_pack) memcpy(pack + o, b, nb);
+      else memcpy(b, pack + o, nb);
       o += nr * q->row;
     }
 }
@@ -757,7 +747,7 @@ static sg_status zero_reduce(struct sg_parallel *p, pl_layout *L) {
   sg_status st = SG_OK;
   const int me = L->zero_g ? sg_group_rank(L->zero_g) : 0;
   if (L->zero_g && sg_group_size(L->zero_g) > 1) {
-    zero_pack(p, L, p->grads, p->pack);
+    zero_pack(p, L, p->grads, p->pack, 1);
     SG_TRY(sg_reduce_scatter(L->zero_g, p->pack, p->piece, L->counts, SG_DTYPE_F32, SG_REDUCE_SUM));
   } else {
     piece_io(p, L, p->grads, p->piece, 1);
@@ -823,7 +813,7 @@ sg_status sg_parallel_step(sg_parallel_t p, int64_t t, double lr, double grad_sc
       const int me = sg_group_rank(L->zero_g);
       piece_io(p, L, p->params, p->piece, 1);
       SG_TRY(sg_allgatherv(L->zero_g, p->piece, L->counts[me], p->pack, L->counts, NULL, SG_DTYPE_F32));
-      zero_unpack(p, L, p->pack, p->params);
+      zero_pack(p, L, p->params, p->pack, 0);
     }
   }
   if (p->gpiece) memset(p->gpiece, 0, (size_t)p->nstate * sizeof *p->gpiece);
