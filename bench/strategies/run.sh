@@ -1,12 +1,12 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # Strategies benchmark: sg-train samples/s and peak memory per rank for DDP,
 # ZeRO-1/2/3 and HSDP, FNO / CNN / U-Net, at 1, 2 and 4 ranks, on one
 # NS dataset (made here by sg-ns2d). Prints one JSON object per run and a
 # markdown table (ZeRO stages side by side with DDP on the same rank count).
 #   bench/strategies/run.sh BUILD_DIR WORK_DIR [STEPS]
 # Medians over the steps after the first 3 (warm-up).
-set -eu
-build=$1 work=$2 steps=${3:-23}
+set -euo pipefail
+build=$(cd "$1" && pwd) work=$2 steps=${3:-23}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 . "$src/tools/env.sh"
 mkdir -p "$work"
@@ -42,7 +42,7 @@ python3 - "$out" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 ddp = {(r["model"], r["ranks"]): r["samples_per_s"] for r in rows if r["zero"] == 0 and r["mesh"].startswith(("dp", "h=1"))}
-print("| model | ranks | mesh | zero | samples/s | vs DDP same ranks | peak MiB/rank | state+work MiB |")
+print("| model | ranks | mesh | zero | samples/s | vs DDP same ranks | peak MiB/rank | activations+work MiB |")
 print("|---|---|---|---|---|---|---|---|")
 for r in rows:
     base = ddp.get((r["model"], r["ranks"]))
