@@ -7,6 +7,7 @@
 #include "sg_autograd.h"
 #include "sg_mesh.h"
 #include "sg_test.h"
+#include "sg_test_tensor.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -14,20 +15,6 @@
 enum { ND = 4 };
 static const int64_t G[ND] = {2, 5, 3, 4};
 
-static int64_t prod(const int64_t *s, int nd) {
-  int64_t n = 1;
-  for (int i = 0; i < nd; ++i) n *= s[i];
-  return n;
-}
-static double get(const void *p, sg_dtype dt, int64_t i) {
-  return dt == SG_DTYPE_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
-}
-static void set(void *p, sg_dtype dt, int64_t i, double v) {
-  if (dt == SG_DTYPE_F32)
-    ((float *)p)[i] = (float)v;
-  else
-    ((double *)p)[i] = v;
-}
 /* global index of local element l of the box (off, shape) */
 static int64_t gidx(const int64_t *off, const int64_t *shape, int64_t l) {
   int64_t g = 0, stride = 1;
@@ -51,17 +38,17 @@ static sg_status dot_fwd(sg_node *node) {
   int64_t one[1] = {1};
   SG_TRY(sg_node_alloc_out(node, 0, 1, one));
   double s = 0;
-  for (int64_t i = 0; i < sg_tensor_numel(y); ++i) s += get(y->data, y->dtype, i) * get(t->data, t->dtype, i);
-  set(node->out[0]->value.data, y->dtype, 0, s);
+  for (int64_t i = 0; i < sg_tensor_numel(y); ++i) s += sg_test_get(y->data, y->dtype, i) * sg_test_get(t->data, t->dtype, i);
+  sg_test_set(node->out[0]->value.data, y->dtype, 0, s);
 fail:
   return st;
 }
 static sg_status dot_bwd(sg_node *node) {
   const sg_tensor *y = &node->in[0]->value, *t = &node->in[1]->value;
-  const double g = get(node->out[0]->grad.data, y->dtype, 0);
+  const double g = sg_test_get(node->out[0]->grad.data, y->dtype, 0);
   for (int64_t i = 0; i < sg_tensor_numel(y); ++i) {
-    if (node->gin[0]) set(node->gin[0], y->dtype, i, g * get(t->data, t->dtype, i));
-    if (node->gin[1]) set(node->gin[1], y->dtype, i, g * get(y->data, y->dtype, i));
+    if (node->gin[0]) sg_test_set(node->gin[0], y->dtype, i, g * sg_test_get(t->data, t->dtype, i));
+    if (node->gin[1]) sg_test_set(node->gin[1], y->dtype, i, g * sg_test_get(y->data, y->dtype, i));
   }
   return SG_OK;
 }
@@ -81,32 +68,32 @@ static sg_status run(sg_dtype dt, sg_mesh_t mesh, const sg_placement *pl, double
   int64_t off[ND] = {0}, shape[ND];
   memcpy(shape, G, sizeof shape);
   if (mesh) SG_TRY(sg_shardtensor_box(mesh, ND, G, pl, sg_mesh_rank(mesh), off, shape));
-  const int64_t n = prod(shape, ND);
+  const int64_t n = sg_test_numel(ND, shape);
   const size_t es = dt == SG_DTYPE_F32 ? 4 : 8;
   xb = calloc((size_t)n + 1, es), tb = calloc((size_t)n + 1, es);
   if (!xb || !tb) SG_RAISE(SG_ERR_ALLOC, "test: out of memory");
   for (int64_t l = 0; l < n; ++l) {
-    set(xb, dt, l, xval(gidx(off, shape, l)));
-    set(tb, dt, l, tval(gidx(off, shape, l)));
+    sg_test_set(xb, dt, l, xval(gidx(off, shape, l)));
+    sg_test_set(tb, dt, l, tval(gidx(off, shape, l)));
   }
   int64_t bs[1] = {G[1]};
   SG_TRY(sg_var_init(&x, "x", dt, ND, shape, xb, 1));
   SG_TRY(sg_var_init(&t, "t", dt, ND, shape, tb, 0));
   SG_TRY(sg_var_init_param(&b, "b", dt, 1, bs, NULL, NULL));
-  for (int64_t c = 0; c < G[1]; ++c) set(b.value.data, dt, c, bval(c));
+  for (int64_t c = 0; c < G[1]; ++c) sg_test_set(b.value.data, dt, c, bval(c));
   if (mesh) {
     SG_TRY(sg_var_set_sharding(&x, mesh, pl, G));
     SG_TRY(sg_var_set_sharding(&t, mesh, pl, G));
   }
   SG_TRY(sg_tape_create(&tape));
   SG_TRY(sg_ag_bias(tape, &x, &b, &yv));
-  for (int64_t l = 0; l < n; ++l) y[l] = get(yv->value.data, dt, l);
+  for (int64_t l = 0; l < n; ++l) y[l] = sg_test_get(yv->value.data, dt, l);
   sg_var *in2[2] = {yv, &t};
   SG_TRY(sg_tape_apply(tape, &dot_op, 2, in2, 1, NULL, NULL, 0, &lv));
   *loss = sg_var_item(lv);
   SG_TRY(sg_tape_backward(tape, lv));
-  for (int64_t l = 0; l < n; ++l) dx[l] = x.grad.data ? get(x.grad.data, dt, l) : 0.0;
-  for (int64_t c = 0; c < G[1]; ++c) db[c] = get(b.grad.data, dt, c);
+  for (int64_t l = 0; l < n; ++l) dx[l] = x.grad.data ? sg_test_get(x.grad.data, dt, l) : 0.0;
+  for (int64_t c = 0; c < G[1]; ++c) db[c] = sg_test_get(b.grad.data, dt, c);
 fail:
   sg_tape_destroy(&tape);
   sg_var_release(&x);
@@ -119,7 +106,7 @@ fail:
 
 static void check(sg_dtype dt, const char *spec, const char *const *dims) {
   sg_mesh_t mesh = NULL;
-  const int64_t ng = prod(G, ND);
+  const int64_t ng = sg_test_numel(ND, G);
   double *ry = calloc((size_t)ng, sizeof *ry), *rdx = calloc((size_t)ng, sizeof *rdx);
   double *y = calloc((size_t)ng, sizeof *y), *dx = calloc((size_t)ng, sizeof *dx);
   double rdb[5], db[5], rloss = 0, loss = 0;
@@ -132,7 +119,7 @@ static void check(sg_dtype dt, const char *spec, const char *const *dims) {
   SG_REQUIRE_OK(run(dt, mesh, pl, y, &loss, dx, db));
   int64_t off[ND], shape[ND];
   SG_REQUIRE_OK(sg_shardtensor_box(mesh, ND, G, pl, sg_mesh_rank(mesh), off, shape));
-  const int64_t n = prod(shape, ND);
+  const int64_t n = sg_test_numel(ND, shape);
   double *wy = calloc((size_t)n + 1, sizeof *wy), *wdx = calloc((size_t)n + 1, sizeof *wdx);
   for (int64_t l = 0; l < n; ++l) {
     wy[l] = ry[gidx(off, shape, l)];

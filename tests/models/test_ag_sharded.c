@@ -17,6 +17,7 @@
 #include "sg_mesh.h"
 #include "sg_sharded_ops.h"
 #include "sg_test.h"
+#include "sg_test_tensor.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -29,41 +30,6 @@ static double urand(void) {
   rs ^= rs << 25;
   rs ^= rs >> 27;
   return (double)((rs * 2685821657736338717ull) >> 11) / 4503599627370496.0 - 1.0;
-}
-
-static int64_t prod(const int64_t *s, int nd) {
-  int64_t n = 1;
-  for (int i = 0; i < nd; ++i) n *= s[i];
-  return n;
-}
-
-static double get(const void *p, sg_dtype dt, int64_t i) {
-  return dt == SG_DTYPE_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
-}
-static void set(void *p, sg_dtype dt, int64_t i, double v) {
-  if (dt == SG_DTYPE_F32)
-    ((float *)p)[i] = (float)v;
-  else
-    ((double *)p)[i] = v;
-}
-
-/* Copy the box [off, off + shape) of a global (gshape) double array into a
- * contiguous local array of dtype dt (dir 0), or gather it back (dir 1). */
-static void box_copy(int nd, const int64_t *gshape, const int64_t *off, const int64_t *shape,
-                     double *global, void *local, sg_dtype dt, int dir) {
-  int64_t n = prod(shape, nd);
-  for (int64_t l = 0; l < n; ++l) {
-    int64_t r = l, g = 0, stride = 1;
-    for (int d = nd - 1; d >= 0; --d) {
-      g += (off[d] + r % shape[d]) * stride;
-      r /= shape[d];
-      stride *= gshape[d];
-    }
-    if (dir == 0)
-      set(local, dt, l, global[g]);
-    else
-      global[g] = get(local, dt, l);
-  }
 }
 
 /* dp -> Shard(0), h -> Shard(2), w -> Shard(3), z -> Shard(4). */
@@ -87,8 +53,8 @@ static sg_status make_sharded(sg_var *v, const char *name, sg_dtype dt, sg_mesh_
   int64_t off[SG_TENSOR_MAX_DIMS], shape[SG_TENSOR_MAX_DIMS];
   placements_for(mesh, pl);
   SG_TRY(sg_shardtensor_box(mesh, nd, gshape, pl, sg_mesh_rank(mesh), off, shape));
-  *buf = calloc((size_t)prod(shape, nd) + 1, sizeof(double));
-  box_copy(nd, gshape, off, shape, global, *buf, dt, 0);
+  *buf = calloc((size_t)sg_test_numel(nd, shape) + 1, sizeof(double));
+  sg_test_box_copy(nd, gshape, off, shape, global, *buf, dt, 0);
   SG_TRY(sg_var_init(v, name, dt, nd, shape, *buf, requires_grad));
   SG_TRY(sg_var_set_sharding(v, mesh, pl, gshape));
 fail:
@@ -107,11 +73,11 @@ static void cmp_local(const char *what, const char *spec, const sg_var *v, const
     return;
   }
   for (int d = 0; d < nd; ++d) SG_CHECK(shape[d] == t->shape[d], "%s on %s: local extent", what, spec);
-  int64_t n = prod(shape, nd);
+  int64_t n = sg_test_numel(nd, shape);
   double *mine = malloc((size_t)(n + 1) * sizeof *mine), *want = malloc((size_t)(n + 1) * sizeof *want);
-  double *tmp = calloc((size_t)prod(v->global_shape, nd), sizeof *tmp);
-  for (int64_t i = 0; i < n; ++i) mine[i] = get(t->data, t->dtype, i);
-  box_copy(nd, v->global_shape, off, shape, ref, want, SG_DTYPE_F64, 0);
+  double *tmp = calloc((size_t)sg_test_numel(nd, v->global_shape), sizeof *tmp);
+  for (int64_t i = 0; i < n; ++i) mine[i] = sg_test_get(t->data, t->dtype, i);
+  sg_test_box_copy(nd, v->global_shape, off, shape, ref, want, SG_DTYPE_F64, 0);
   char label[160];
   snprintf(label, sizeof label, "%s on %s", what, spec);
   SG_CHECK(sg_test_cmp_f64(label, mine, want, n, rel, abs_tol) == 0, "%s", label);
@@ -143,9 +109,9 @@ static sg_status model_init(model *m, sg_dtype dt, int variant) {
   rs = 0x1234567ull;
   for (int k = 0; k < NPARAM; ++k) {
     SG_TRY(sg_var_init_param(&m->p[k], names[k], dt, nds[k], shapes[k], NULL, NULL));
-    int64_t n = prod(shapes[k], nds[k]);
+    int64_t n = sg_test_numel(nds[k], shapes[k]);
     for (int64_t i = 0; i < n; ++i)
-      set(m->p[k].value.data, dt, i, k == 2 ? 1.0 + 0.2 * urand() : 0.4 * urand());
+      sg_test_set(m->p[k].value.data, dt, i, k == 2 ? 1.0 + 0.2 * urand() : 0.4 * urand());
     m->ref_grad[k] = calloc((size_t)n, sizeof(double));
   }
 fail:
@@ -216,34 +182,34 @@ static void run_reference(model *m, int64_t H, int64_t W, ref_run *r) {
   memset(&vt, 0, sizeof vt);
   int64_t gx[4] = {NB, CI, H, W};
   memcpy(r->gx, gx, sizeof gx);
-  int64_t nx = prod(gx, 4);
+  int64_t nx = sg_test_numel(4, gx);
   r->x = malloc((size_t)nx * sizeof(double));
   r->dx = calloc((size_t)nx, sizeof(double));
   rs = 0xABCDEFull + (uint64_t)(H * 131 + W);
   for (int64_t i = 0; i < nx; ++i) r->x[i] = urand();
   xb = calloc((size_t)nx, sizeof(double));
-  for (int64_t i = 0; i < nx; ++i) set(xb, m->dt, i, r->x[i]);
+  for (int64_t i = 0; i < nx; ++i) sg_test_set(xb, m->dt, i, r->x[i]);
   SG_REQUIRE_OK(sg_tape_create(&tape));
   SG_REQUIRE_OK(sg_var_init(&vx, "x", m->dt, 4, gx, xb, 1));
   SG_REQUIRE_OK(model_body(tape, m, &vx, &y));
   memcpy(r->gy, y->value.shape, sizeof r->gy);
-  int64_t ny = prod(r->gy, 4);
+  int64_t ny = sg_test_numel(4, r->gy);
   r->tgt = malloc((size_t)ny * sizeof(double));
   r->y = malloc((size_t)ny * sizeof(double));
   for (int64_t i = 0; i < ny; ++i) {
     r->tgt[i] = 0.5 * urand();
-    r->y[i] = get(y->value.data, m->dt, i);
+    r->y[i] = sg_test_get(y->value.data, m->dt, i);
   }
   tb = calloc((size_t)ny, sizeof(double));
-  for (int64_t i = 0; i < ny; ++i) set(tb, m->dt, i, r->tgt[i]);
+  for (int64_t i = 0; i < ny; ++i) sg_test_set(tb, m->dt, i, r->tgt[i]);
   SG_REQUIRE_OK(sg_var_init(&vt, "t", m->dt, 4, r->gy, tb, 0));
   SG_REQUIRE_OK(sg_ag_loss(tape, SG_LOSS_MSE, y, &vt, &loss));
   r->loss = sg_var_item(loss);
   SG_REQUIRE_OK(sg_tape_backward(tape, loss));
-  for (int64_t i = 0; i < nx; ++i) r->dx[i] = get(vx.grad.data, m->dt, i);
+  for (int64_t i = 0; i < nx; ++i) r->dx[i] = sg_test_get(vx.grad.data, m->dt, i);
   for (int k = 0; k < NPARAM; ++k) {
-    int64_t n = prod(m->p[k].value.shape, m->p[k].value.ndim);
-    for (int64_t i = 0; i < n; ++i) m->ref_grad[k][i] = get(m->p[k].grad.data, m->dt, i);
+    int64_t n = sg_test_numel(m->p[k].value.ndim, m->p[k].value.shape);
+    for (int64_t i = 0; i < n; ++i) m->ref_grad[k][i] = sg_test_get(m->p[k].grad.data, m->dt, i);
     sg_var_zero_grad(&m->p[k]);
   }
 done:
@@ -297,10 +263,10 @@ static void run_chain(const char *spec, sg_dtype dt, int variant, int64_t H, int
     SG_REQUIRE_OK(sg_var_zero_grad(&vx));
     for (int k = 0; k < NPARAM; ++k) {
       sg_var *p = &m.p[k];
-      int64_t n = prod(p->value.shape, p->value.ndim);
+      int64_t n = sg_test_numel(p->value.ndim, p->value.shape);
       if (variant == 0 && (k == 6 || k == 7)) continue; /* convt unused */
       double *g = malloc((size_t)n * sizeof *g);
-      for (int64_t i = 0; i < n; ++i) g[i] = get(p->grad.data, dt, i);
+      for (int64_t i = 0; i < n; ++i) g[i] = sg_test_get(p->grad.data, dt, i);
       /* partial sums over the mesh dims that split the data: every dim here */
       MPI_Allreduce(MPI_IN_PLACE, g, (int)n, MPI_DOUBLE, MPI_SUM, sg_mesh_comm(mesh));
       char label[240];
@@ -383,11 +349,11 @@ static void run_generic(const char *what, const char *spec, chain_fn chain, int 
   rs = 0x777ull;
   for (int k = 0; k < npar; ++k) {
     SG_REQUIRE_OK(sg_var_init_param(&prm[k], "p", SG_DTYPE_F64, pnd[k], pshape[k], NULL, NULL));
-    int64_t n = prod(pshape[k], pnd[k]);
+    int64_t n = sg_test_numel(pnd[k], pshape[k]);
     for (int64_t i = 0; i < n; ++i) ((double *)prm[k].value.data)[i] = 0.5 * urand();
     pgref[k] = calloc((size_t)n, sizeof(double));
   }
-  int64_t nx = prod(gx, nd);
+  int64_t nx = sg_test_numel(nd, gx);
   x = malloc((size_t)nx * sizeof *x);
   dxref = malloc((size_t)nx * sizeof *dxref);
   for (int64_t i = 0; i < nx; ++i) x[i] = urand();
@@ -396,7 +362,7 @@ static void run_generic(const char *what, const char *spec, chain_fn chain, int 
   SG_REQUIRE_OK(sg_var_init(&gxv, "x", SG_DTYPE_F64, nd, gx, x, 1));
   SG_REQUIRE_OK(chain(tape, prm, &gxv, &y));
   memcpy(gy, y->value.shape, sizeof gy);
-  int64_t ny = prod(gy, nd);
+  int64_t ny = sg_test_numel(nd, gy);
   tg = malloc((size_t)ny * sizeof *tg);
   yref = malloc((size_t)ny * sizeof *yref);
   for (int64_t i = 0; i < ny; ++i) tg[i] = urand(), yref[i] = ((double *)y->value.data)[i];
@@ -406,7 +372,7 @@ static void run_generic(const char *what, const char *spec, chain_fn chain, int 
   SG_REQUIRE_OK(sg_tape_backward(tape, loss));
   memcpy(dxref, gxv.grad.data, (size_t)nx * sizeof *dxref);
   for (int k = 0; k < npar; ++k) {
-    memcpy(pgref[k], prm[k].grad.data, (size_t)prod(pshape[k], pnd[k]) * sizeof(double));
+    memcpy(pgref[k], prm[k].grad.data, (size_t)sg_test_numel(pnd[k], pshape[k]) * sizeof(double));
     sg_var_zero_grad(&prm[k]);
   }
   /* sharded */
@@ -422,7 +388,7 @@ static void run_generic(const char *what, const char *spec, chain_fn chain, int 
   SG_REQUIRE_OK(sg_tape_backward(tape, loss));
   cmp_local("dx", label, &vx, &vx.grad, dxref, 1e-10, 1e-12);
   for (int k = 0; k < npar; ++k) {
-    int64_t n = prod(pshape[k], pnd[k]);
+    int64_t n = sg_test_numel(pnd[k], pshape[k]);
     MPI_Allreduce(MPI_IN_PLACE, prm[k].grad.data, (int)n, MPI_DOUBLE, MPI_SUM, sg_mesh_comm(mesh));
     SG_CHECK(sg_test_cmp_f64(label, prm[k].grad.data, pgref[k], n, 1e-9, 1e-11) == 0,
              "%s: parameter %d gradient", label, k);
@@ -471,9 +437,9 @@ static double up_loss(sg_tape_t tape, sg_mesh_t mesh, int kind, const int64_t *g
     SG_REQUIRE_OK(sg_tape_backward(tape, loss));
     int64_t off[4], shape[4];
     SG_REQUIRE_OK(sg_shardtensor_box(mesh, 4, gx, vx.placements, sg_mesh_rank(mesh), off, shape));
-    memset(gdx, 0, (size_t)prod(gx, 4) * sizeof *gdx);
-    box_copy(4, gx, off, shape, gdx, vx.grad.data, SG_DTYPE_F64, 1);
-    MPI_Allreduce(MPI_IN_PLACE, gdx, (int)prod(gx, 4), MPI_DOUBLE, MPI_SUM, sg_mesh_comm(mesh));
+    memset(gdx, 0, (size_t)sg_test_numel(4, gx) * sizeof *gdx);
+    sg_test_box_copy(4, gx, off, shape, gdx, vx.grad.data, SG_DTYPE_F64, 1);
+    MPI_Allreduce(MPI_IN_PLACE, gdx, (int)sg_test_numel(4, gx), MPI_DOUBLE, MPI_SUM, sg_mesh_comm(mesh));
   }
 done:
   sg_tape_clear(tape);
@@ -617,7 +583,7 @@ static void run_pool_ref(const char *spec) {
       SG_CHECK(sg_test_cmp_f64(label, y->value.data, yref, ny, 1e-13, 1e-14) == 0, "%s", label);
       SG_REQUIRE_OK(sg_var_init(&vr, "r", SG_DTYPE_F64, 4, gy, r, 0));
     }
-    int64_t zeros = 0, nl = prod(y->value.shape, 4);
+    int64_t zeros = 0, nl = sg_test_numel(4, y->value.shape);
     for (int64_t i = 0; i < nl; ++i) zeros += ((double *)y->value.data)[i] == 0;
     SG_CHECK(zeros == 0, "%s: %lld padded zeros in the output", label, (long long)zeros);
     SG_REQUIRE_OK(sg_ag_binary(tape, SG_BINARY_MUL, y, &vr, &yr));
@@ -665,11 +631,11 @@ static void run_errors(void) {
   sg_placement pc[1] = {sg_shard(1)}, pp[1] = {sg_partial()};
   int64_t off[4], shp[4];
   SG_REQUIRE_OK(sg_shardtensor_box(mesh, 4, g5, pc, sg_mesh_rank(mesh), off, shp));
-  bc = calloc((size_t)prod(shp, 4) + 1, sizeof(double));
+  bc = calloc((size_t)sg_test_numel(4, shp) + 1, sizeof(double));
   SG_REQUIRE_OK(sg_var_init(&xc, "xc", SG_DTYPE_F64, 4, shp, bc, 1));
   SG_REQUIRE_OK(sg_var_set_sharding(&xc, mesh, pc, g5));
   SG_CHECK_STATUS(conv_on(tape, &xc, &w, &a), SG_ERR_INVALID_ARG);
-  bp = calloc((size_t)prod(g5, 4), sizeof(double));
+  bp = calloc((size_t)sg_test_numel(4, g5), sizeof(double));
   SG_REQUIRE_OK(sg_var_init(&xp, "xp", SG_DTYPE_F64, 4, g5, bp, 1));
   SG_REQUIRE_OK(sg_var_set_sharding(&xp, mesh, pp, g5));
   SG_CHECK_STATUS(conv_on(tape, &xp, &w, &a), SG_ERR_INVALID_ARG);
