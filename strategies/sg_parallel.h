@@ -57,7 +57,8 @@
  * 2 (the ZeRO paper's 1.5x); zero 1 and 2 move DDP's 2. With zero >= 2
  * the reduction runs at every micro-batch (there is no full gradient to
  * accumulate into); in deterministic mode it is the fixed-order all-reduce
- * over the whole group (DDP's bits, at DDP's traffic plus the gathers).
+ * over the whole group (DDP's bits with one micro-batch per step, at DDP's
+ * traffic plus the gathers).
  * For zero >= 2 the full buffers exist only from create to attach (bind
  * and initialise the model in between); sg_parallel_params/grads return
  * NULL after that where the stage frees them.
