@@ -329,16 +329,24 @@ fail:
   return st;
 }
 
+/* The arguments the padding kernels share: dtype, spatial dims, planes. */
+static sg_status plane_args_check(sg_dtype dt, int nsp, int64_t planes) {
+  sg_status st = SG_OK;
+  SG_CHECK_DT(dt);
+  if (nsp < 1 || nsp > SG_OPS_MAX_SPATIAL)
+    SG_RAISE(SG_ERR_INVALID_ARG, "nsp must be 1..3, got %d", nsp);
+  if (planes < 0) SG_RAISE(SG_ERR_SHAPE, "planes %lld", (long long)planes);
+fail:
+  return st;
+}
+
 sg_status sg_pad_fill_outside(sg_dtype dt, int nsp, int64_t planes,
                               const int64_t *box, const int64_t *origin,
                               const int64_t *extent, const sg_pad_mode *mode,
                               double value, void *x) {
   sg_status st = SG_OK;
   int64_t b3[3] = {1, 1, 1}, lo[3] = {0, 0, 0}, hi[3] = {1, 1, 1};
-  SG_CHECK_DT(dt);
-  if (nsp < 1 || nsp > SG_OPS_MAX_SPATIAL)
-    SG_RAISE(SG_ERR_INVALID_ARG, "nsp must be 1..3, got %d", nsp);
-  if (planes < 0) SG_RAISE(SG_ERR_SHAPE, "planes %lld", (long long)planes);
+  SG_TRY(plane_args_check(dt, nsp, planes));
   SG_CHECK_PTR(box);
   SG_CHECK_PTR(origin);
   SG_CHECK_PTR(extent);
@@ -457,10 +465,7 @@ static sg_status sg_pad_geom(sg_dtype dt, int nsp, int64_t planes,
                              const sg_pad_mode *mode, int64_t *in3,
                              int64_t *out3, int64_t *lo3, int *mode3) {
   sg_status st = SG_OK;
-  SG_CHECK_DT(dt);
-  if (nsp < 1 || nsp > SG_OPS_MAX_SPATIAL)
-    SG_RAISE(SG_ERR_INVALID_ARG, "nsp must be 1..3, got %d", nsp);
-  if (planes < 0) SG_RAISE(SG_ERR_SHAPE, "planes %lld", (long long)planes);
+  SG_TRY(plane_args_check(dt, nsp, planes));
   SG_CHECK_PTR(in);
   SG_CHECK_PTR(pad);
   SG_CHECK_PTR(mode);
