@@ -882,7 +882,8 @@ static const sg_op_def loss_op = {
     .backward = loss_bwd,
     .rule = {.windowed_input = -1,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
-             .out = SG_OUT_REPLICATE}};
+             .out = SG_OUT_REPLICATE,
+             .keep_f32 = 1}};
 
 sg_status sg_ag_loss(sg_tape_t t, sg_loss_kind kind, sg_var *pred,
                      sg_var *target, sg_var **loss) {

@@ -39,6 +39,7 @@ struct sg_tape {
   sg_var **owned; /* variables made by ops */
   int nowned, cap_owned;
   int grad_enabled;
+  sg_dtype store_dt; /* SG_DTYPE_BF16: f32 activations rounded to bf16 */
   sg_hooks hooks[SG_TAPE_MAX_HOOKS];
   int hook_id[SG_TAPE_MAX_HOOKS];
   int nhooks, next_hook_id;
@@ -309,6 +310,7 @@ sg_status sg_tape_create(sg_tape_t *tape) {
   *tape = calloc(1, sizeof **tape);
   if (!*tape) SG_RAISE(SG_ERR_ALLOC, "tape");
   (*tape)->grad_enabled = 1;
+  (*tape)->store_dt = SG_DTYPE_F32;
   (*tape)->comm = MPI_COMM_NULL;
 fail:
   return st;
@@ -410,6 +412,26 @@ static MPI_Comm ag_agree_comm(sg_tape_t tape, MPI_Comm mesh_comm, int hooked) {
 
 static sg_status ag_agree(MPI_Comm comm, sg_status st) {
   return comm == MPI_COMM_NULL ? st : sg_agree(comm, st);
+}
+
+sg_status sg_tape_set_storage_dtype(sg_tape_t tape, sg_dtype dt) {
+  sg_status st = SG_OK;
+  if (!tape) SG_RAISE(SG_ERR_INVALID_ARG, "storage dtype: tape is NULL");
+  if (dt != SG_DTYPE_F32 && dt != SG_DTYPE_BF16)
+    SG_RAISE(SG_ERR_INVALID_ARG, "storage dtype: %s (f32 or bf16)", sg_dtype_name(dt));
+  tape->store_dt = dt;
+  if (tape->child) tape->child->store_dt = dt;
+fail:
+  return st;
+}
+
+sg_dtype sg_tape_storage_dtype(sg_tape_t tape) { return tape ? tape->store_dt : SG_DTYPE_F32; }
+
+/* Under a bf16 storage policy: t's f32 values rounded to bf16 in place
+ * (what a bf16 kernel stores; the arithmetic before it was f32). */
+static void ag_store_round(const sg_tape_t tape, sg_tensor *t) {
+  if (tape->store_dt != SG_DTYPE_BF16 || t->dtype != SG_DTYPE_F32 || !t->data) return;
+  sg_round_bf16((float *)t->data, ag_numel(t));
 }
 
 int sg_tape_set_grad_enabled(sg_tape_t tape, int enabled) {
@@ -947,6 +969,7 @@ sg_status sg_tape_apply(sg_tape_t tape, const sg_op_def *op, int nin,
   st = ag_agree(comm, st);
   if (st != SG_OK) goto fail;
   for (int j = 0; j < nout; ++j) {
+    if (!op->rule.keep_f32) ag_store_round(tape, &node->out[j]->value);
     tape->bytes += ag_nbytes(&node->out[j]->value);
     out[j] = node->out[j];
   }
@@ -1122,6 +1145,8 @@ static sg_status ag_node_backward(sg_tape_t tape, sg_node *node) {
   if (node->op == &ag_ckpt_op) return ag_ckpt_backward(tape, node);
   ag_bwd b;
   memset(&b, 0, sizeof b);
+  /* every consumer has added its part: the activation gradient is whole */
+  for (int j = 0; j < node->nout; ++j) ag_store_round(tape, &node->out[j]->grad);
   const int hooked = ag_hooked(tape, node->nin, node->in);
   const MPI_Comm comm = ag_agree_comm(tape, node->mesh ? sg_mesh_comm(node->mesh) : MPI_COMM_NULL, hooked);
   st = ag_call_param_hooks(tape, AG_PRE_BACKWARD, node->nin, node->in);
@@ -1269,6 +1294,7 @@ static sg_status ag_child(sg_tape_t tape, sg_tape_t *child) {
     c->hook_id[k] = tape->hook_id[k];
   }
   c->comm = tape->comm;
+  c->store_dt = tape->store_dt;
   c->grad_enabled = 1;
   *child = c;
 fail:

@@ -236,6 +236,10 @@ typedef struct sg_op_rule {
    * hands the output's gradient buffer over to the first such input that
    * has no gradient yet, and copies or adds it for the others. */
   unsigned grad_identity;
+  /* 1: the outputs are kept in f32 under a bf16 storage policy
+   * (sg_tape_set_storage_dtype): reductions such as losses, as autocast
+   * keeps them. */
+  int keep_f32;
 } sg_op_rule;
 
 typedef struct sg_op_def {
@@ -353,6 +357,18 @@ sg_status sg_tape_remove_hooks(sg_tape_t tape, int id);
 void sg_tape_set_comm(sg_tape_t tape, MPI_Comm comm);
 /* 1: record (default); 0: no-grad mode. Returns the previous setting. */
 int sg_tape_set_grad_enabled(sg_tape_t tape, int enabled);
+
+/* Mixed precision: the dtype activations are stored in. SG_DTYPE_BF16:
+ * every f32 output of an op (but ops whose rule says keep_f32: losses) and
+ * every activation gradient (when whole, before its producer's backward)
+ * is rounded to the nearest bf16 value, in place: the values a bf16
+ * kernel stores, which accumulates in f32 as these kernels do. The
+ * buffers stay f32 (bf16 kernels and storage are the speed issue's); the
+ * numerics are bf16's. SG_DTYPE_F32 (the default): no rounding. A
+ * checkpointed block's child tape follows. The parallel plan sets it from
+ * its param_dtype. */
+sg_status sg_tape_set_storage_dtype(sg_tape_t tape, sg_dtype dt);
+sg_dtype sg_tape_storage_dtype(sg_tape_t tape);
 /* Backward from a scalar variable produced on this tape, seeded with 1;
  * then the tape is cleared. */
 sg_status sg_tape_backward(sg_tape_t tape, sg_var *loss);

@@ -1,6 +1,8 @@
 /* shardgrid — the parallel plan (see sg_parallel.h). */
 #include "sg_parallel.h"
 
+#include "precision_impl.h"
+
 #include "sg_comm.h"
 #include "sg_ddp.h"
 #include "sg_decomp.h"
@@ -70,6 +72,7 @@ struct sg_parallel {
   int hooked_reductions; /* DDP reducers get grad-ready marks */
   sg_ckpt_array *ck;
   char (*ck_names)[96];
+  pl_precision prec; /* mixed precision (precision_impl.h) */
 };
 
 static const char *const role_names[SG_DIM_ROLE_COUNT] = {"data",     "fsdp",     "domain", "tensor",
@@ -428,6 +431,11 @@ sg_status sg_parallel_create(sg_mesh_t mesh, const sg_parallel_config *cfg, int 
     if (!p->p) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "sg_parallel_create: out of memory");
   }
   if (st == SG_OK) st = plan_roles(p);
+  if (st == SG_OK) st = pl_precision_check(&p->cfg);
+  if (p) {
+    p->prec.param_dt = p->cfg.param_dtype;
+    p->prec.reduce_dt = p->cfg.reduce_dtype;
+  }
   /* DDP reducers take grad-ready marks unless ZeRO reduces (at the end,
    * zero 1; per parameter when its gradient is ready, zero >= 2) */
   if (p) p->hooked_reductions = p->cfg.zero == 0 || (p->cfg.zero == 1 && p->cfg.deterministic);
@@ -492,6 +500,7 @@ sg_status sg_parallel_destroy(sg_parallel_t *plan) {
   free(p->p);
   free(p->ck);
   free(p->ck_names);
+  pl_precision_free(&p->prec);
   free(p);
   *plan = NULL;
   return st;
@@ -513,6 +522,8 @@ void sg_parallel_describe(sg_parallel_t p, char *buf, size_t size) {
     o += (size_t)snprintf(buf + o, size - o, "; %d data replicas; %d layouts, %d spans; %lld floats, %lld of "
                           "optimizer state per moment", p->data_size, p->nl, p->nspan, (long long)p->nlocal,
                           (long long)p->nstate);
+  if (o < size && p->cfg.param_dtype == SG_DTYPE_BF16)
+    snprintf(buf + o, size - o, "; bf16 compute, f32 master weights, %s reductions", sg_dtype_name(p->cfg.reduce_dtype));
 }
 
 /* ---- hooks --------------------------------------------------------------------- */
@@ -679,6 +690,7 @@ sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape, sg_var *const *var
     }
     sg_free(h, (void **)&p->params);
   }
+  SG_TRY(pl_precision_attach_grads(&p->prec, tape)); /* rounds before the plan reduces */
   sg_hooks hk;
   memset(&hk, 0, sizeof hk);
   hk.pre_use = on_pre_use;
@@ -688,6 +700,7 @@ sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape, sg_var *const *var
   hk.grad_ready = on_grad_ready;
   hk.user = p;
   SG_TRY(sg_tape_add_hooks(tape, &hk, NULL));
+  SG_TRY(pl_precision_attach_values(&p->prec, tape, p->params, p->nlocal, p->np, vars)); /* after the gathers */
   sg_tape_set_comm(tape, sg_mesh_comm(p->mesh));
   p->attached = 1;
 fail:
@@ -818,6 +831,7 @@ sg_status sg_parallel_step(sg_parallel_t p, int64_t t, double lr, double grad_sc
   }
   if (p->gpiece) memset(p->gpiece, 0, (size_t)p->nstate * sizeof *p->gpiece);
   else memset(p->grads, 0, (size_t)p->nlocal * sizeof *p->grads);
+  pl_precision_invalidate(&p->prec);
 fail:
   return st;
 }
@@ -926,6 +940,7 @@ sg_status sg_parallel_ckpt_arrays(sg_parallel_t p, int writing, sg_ckpt_array **
   }
   *arrays = p->ck;
   *n = c;
+  if (!writing) pl_precision_invalidate(&p->prec); /* the caller reads into the master */
 fail:
   return st;
 }

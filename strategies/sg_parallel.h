@@ -105,6 +105,15 @@ typedef struct sg_parallel_config {
   int shard_over_domain; /* ZeRO also shards over the domain dims */
   int deterministic;     /* fixed-order reductions: same bits every run */
   int64_t bucket_bytes;  /* DDP bucket size (0: 25 MiB, like PyTorch) */
+  /* Mixed precision. param_dtype SG_DTYPE_BF16: the model computes with
+   * the parameters rounded to bf16 and stores bf16 activations and
+   * activation gradients; parameter gradients are rounded to bf16 when
+   * ready, then reduced in reduce_dtype (f32: the only one supported);
+   * the optimizer keeps fp32 master weights and fp32 moments (checkpoints
+   * hold them). Buffers stay f32 (holding bf16 values) until the bf16
+   * kernels exist. SG_DTYPE_F32 (the default, 0): plain fp32. */
+  sg_dtype param_dtype;
+  sg_dtype reduce_dtype;
   sg_adamw_config adamw;
 } sg_parallel_config;
 

@@ -1,5 +1,5 @@
 /* The parallel plan on a toy model whose parameters have awkward shapes
- * (W1 7x15 — uneven ZeRO pieces on 2, 3, 4 ranks —, b1 7, W2 5x7, b2 5):
+ * (toy_model.h: W1 7x15 — uneven ZeRO pieces on 2, 3, 4 ranks):
  *  1. for zero = 0..3, on fsdp=N (and dp x fsdp when N = 4), 6 AdamW steps
  *     give the parameters of one process (each rank also runs the one-
  *     process reference on MPI_COMM_SELF), and the same global gradient
@@ -16,6 +16,7 @@
 #include "sg_dist_loss.h"
 #include "sg_parallel.h"
 #include "sg_test.h"
+#include "toy_model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -55,112 +56,14 @@ int MPI_Allgatherv(const void *s, int sc, MPI_Datatype st, void *r, const int rc
   return PMPI_Allgatherv(s, sc, st, r, rc, d, rt, c);
 }
 
-/* ---- the toy model: y = W2 gelu(W1 x + b1) + b2 ---------------------------- */
-enum { CIN = 15, HID = 7, COUT = 5, S = 3, GB = 12, NP = 4 };
-static const int64_t shapes[NP][2] = {{HID, CIN}, {HID, 1}, {COUT, HID}, {COUT, 1}};
-static const int ndims[NP] = {2, 1, 2, 1};
-static const char *const names[NP] = {"w1", "b1", "w2", "b2"};
-
-typedef struct toy {
-  sg_parallel_t plan;
-  sg_tape_t tape;
-  sg_var v[NP];
-  sg_var *pv[NP];
-  sg_group_t data;
-  int dsize, dindex;
-} toy;
-
-static int64_t pnumel(int i) { return shapes[i][0] * (ndims[i] > 1 ? shapes[i][1] : 1); }
-
-static float sample(int64_t s, int64_t c, int64_t k, int which) {
-  return (float)sin(0.37 * (double)(s * 31 + c * 7 + k) + 1.1 * which);
-}
-
 static sg_status toy_create(sg_mesh_t mesh, int zero, int det, toy *t) {
-  sg_status st = SG_OK;
-  sg_param_info tab[NP];
-  int64_t off = 0;
-  memset(t, 0, sizeof *t);
-  memset(tab, 0, sizeof tab);
-  for (int i = 0; i < NP; ++i) {
-    tab[i].name = names[i];
-    tab[i].ndim = ndims[i];
-    for (int d = 0; d < ndims[i]; ++d) tab[i].global_shape[d] = tab[i].count[d] = shapes[i][d];
-    tab[i].offset = off;
-    tab[i].numel = pnumel(i);
-    off += tab[i].numel + 1; /* gaps between parameters are allowed */
-  }
   sg_parallel_config pc = sg_parallel_defaults();
   pc.zero = zero;
   pc.deterministic = det;
-  sg_parallel_mesh_info mi;
-  SG_TRY(sg_parallel_check_mesh(mesh, &pc, &mi));
-  t->dsize = mi.data_size;
-  t->dindex = mi.data_index;
-  SG_TRY(sg_mesh_group(mesh, mi.batch_dims, &t->data));
-  SG_TRY(sg_parallel_create(mesh, &pc, NP, tab, off, &t->plan));
-  float *pp = sg_parallel_params(t->plan), *gg = sg_parallel_grads(t->plan);
-  for (int i = 0; i < NP; ++i) {
-    for (int64_t k = 0; k < tab[i].numel; ++k) pp[tab[i].offset + k] = 0.3f * sample(i, k, 0, 5);
-    SG_TRY(sg_var_init_param(&t->v[i], names[i], SG_DTYPE_F32, ndims[i], shapes[i], pp + tab[i].offset,
-                             gg + tab[i].offset));
-    t->pv[i] = &t->v[i];
-  }
-  SG_TRY(sg_tape_create(&t->tape));
-  SG_TRY(sg_parallel_attach(t->plan, t->tape, t->pv));
-fail:
-  return st;
+  return toy_create_cfg(mesh, &pc, t);
 }
 
-static void toy_destroy(toy *t) {
-  sg_tape_destroy(&t->tape);
-  for (int i = 0; i < NP; ++i) sg_var_release(&t->v[i]);
-  sg_parallel_destroy(&t->plan);
-}
-
-/* One step on this rank's share of the global batch of step `step`. */
-static sg_status toy_step(toy *t, int64_t step, double *gnorm, double *loss_out) {
-  sg_status st = SG_OK;
-  const int64_t lb = GB / t->dsize;
-  float x[GB * CIN * S], y[GB * COUT * S];
-  for (int64_t j = 0; j < lb; ++j) {
-    const int64_t s = step * GB + t->dindex * lb + j;
-    for (int64_t c = 0; c < CIN; ++c)
-      for (int64_t k = 0; k < S; ++k) x[(j * CIN + c) * S + k] = sample(s, c, k, 1);
-    for (int64_t c = 0; c < COUT; ++c)
-      for (int64_t k = 0; k < S; ++k) y[(j * COUT + c) * S + k] = sample(s, c, k, 2);
-  }
-  const int64_t xs[3] = {lb, CIN, S}, ys[3] = {lb, COUT, S};
-  sg_var xv, yv, *h = NULL, *a = NULL, *p = NULL, *loss = NULL;
-  SG_TRY(sg_var_init(&xv, "x", SG_DTYPE_F32, 3, xs, x, 0));
-  SG_TRY(sg_var_init(&yv, "y", SG_DTYPE_F32, 3, ys, y, 0));
-  SG_TRY(sg_parallel_begin_micro(t->plan, 0, 1));
-  SG_TRY(sg_ag_linear(t->tape, &xv, &t->v[0], &t->v[1], &h));
-  SG_TRY(sg_ag_act(t->tape, SG_ACT_GELU, h, &a));
-  SG_TRY(sg_ag_linear(t->tape, a, &t->v[2], &t->v[3], &p));
-  sg_dist_loss_ctx lc = {NULL, t->data, GB};
-  SG_TRY(sg_ag_dist_loss(t->tape, SG_LOSS_MSE, p, &yv, NULL, &lc, &loss));
-  *loss_out = sg_dist_loss_value(loss);
-  SG_TRY(sg_tape_backward(t->tape, loss));
-  SG_TRY(sg_parallel_reduce(t->plan, gnorm));
-  SG_TRY(sg_parallel_step(t->plan, step, 1e-2, 1.0));
-fail:
-  if (st != SG_OK) sg_tape_clear(t->tape);
-  return st;
-}
-
-static sg_status toy_params(toy *t, float *out) {
-  sg_status st = SG_OK;
-  int64_t o = 0;
-  for (int i = 0; i < NP; ++i) {
-    SG_TRY(sg_parallel_gather_param(t->plan, i, out + o));
-    o += pnumel(i);
-  }
-fail:
-  return st;
-}
-
-enum { NTOT = HID * CIN + HID + COUT * HID + COUT, STEPS = 6 };
+enum { STEPS = 6 };
 
 /* 1. the same parameters and norms as one process; 3. traffic. */
 static void check_mesh(const char *spec, int zero, int det, double *traffic) {
@@ -178,10 +81,10 @@ static void check_mesh(const char *spec, int zero, int det, double *traffic) {
   moved = 0;
   for (int64_t s = 1; s <= STEPS; ++s) {
     count_on = s == 2;
-    sg_status st = toy_step(&t, s, &n1, &l1);
+    sg_status st = toy_step(&t, s, &n1, &l1, NULL);
     count_on = 0;
     SG_REQUIRE_OK(st);
-    SG_REQUIRE_OK(toy_step(&r, s, &n2, &l2));
+    SG_REQUIRE_OK(toy_step(&r, s, &n2, &l2, NULL));
     bad += fabs(n1 - n2) > 1e-5 * n2 || fabs(l1 - l2) > 1e-5 * fabs(l2);
   }
   if (traffic) *traffic = moved;
