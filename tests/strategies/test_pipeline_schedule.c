@@ -167,6 +167,14 @@ static void bubbles(void) {
       /* ZB-H1: bubble time (p-1)(F + B - W), 1/3 of 1F1B's (F + B + W each) */
       near("zb-h1", p, m, z, (p - 1.0) / (3.0 * m + p - 1.0));
       near("zb-h1 bubble time", p, m, ms_z - 3.0 * m, (ms_1 - 3.0 * m) / 3);
+      /* and (p-1)(F + B - W) for other costs, as long as W <= B */
+      const sg_pp_costs zc[] = {{1, 2, 1, 0}, {1, 1, 0.5, 0}, {2, 1, 1, 0}, {1, 1.5, 0.25, 0}};
+      for (int q = 0; q < 4; ++q) {
+        double mz;
+        bubble_of(SG_PP_ZB_H1, p, m, 1, zc[q], &mz);
+        near("zb-h1 (p-1)(F+B-W)", p, m, mz - m * (zc[q].f + zc[q].b + zc[q].w),
+             (p - 1) * (zc[q].f + zc[q].b - zc[q].w));
+      }
       if (sg_test_rank == 0)
         printf("%27d %3d  %5.1f%%  %5.1f%%   %5.1f%%         %5.1f%%  %5.1f%%\n", p, m,
                100 * g, 100 * f, 100 * i2, 100 * i4, 100 * z);
