@@ -366,8 +366,7 @@ static sg_status setup_local(struct sg_halo_plan *p, sg_mesh_t mesh,
   for (int d = 0; d < p->ndims; ++d) {
     hdim *q = &p->dim[d];
     for (int s = 0; s < 2; ++s) {
-      q->sbox[s] =
-          sg_halo_make_box(p, d, s ? q->n - q->s[1] : 0, q->s[s]);
+      q->sbox[s] = sg_halo_make_box(p, d, s ? q->n - q->s[1] : 0, q->s[s]);
       q->rbox[s] = sg_halo_make_box(p, d, s ? q->n : -q->h[0], q->h[s]);
       if (q->local[s]) continue;
       size_t sb = (size_t)sg_halo_box_size(&q->sbox[s]) * p->esize;
@@ -406,7 +405,8 @@ static sg_status setup_local(struct sg_halo_plan *p, sg_mesh_t mesh,
                                sg_halo_tag(p, d, s == 0, 0), p->comm,
                                &q->frecv[s]));
         SG_MPI(MPI_Send_init(q->rbuf[s], rb, MPI_BYTE, q->nb[s],
-                             sg_halo_tag(p, d, s == 1, 1), p->comm, &q->areq[q->na++]));
+                             sg_halo_tag(p, d, s == 1, 1), p->comm,
+                             &q->areq[q->na++]));
       }
       if (q->s[s] > 0) {
         if (!q->sdirect[s])
@@ -414,7 +414,8 @@ static sg_status setup_local(struct sg_halo_plan *p, sg_mesh_t mesh,
                                sg_halo_tag(p, d, s == 1, 0), p->comm,
                                &q->fsend[s]));
         SG_MPI(MPI_Recv_init(q->sbuf[s], sb, MPI_BYTE, q->nb[s],
-                             sg_halo_tag(p, d, s == 0, 1), p->comm, &q->areq[q->na++]));
+                             sg_halo_tag(p, d, s == 0, 1), p->comm,
+                             &q->areq[q->na++]));
       }
     }
   }

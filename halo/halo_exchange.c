@@ -78,8 +78,8 @@ static sg_status begin_step(struct sg_halo_plan *p) {
       if (q->local[s] || q->h[s] == 0) continue;
       if (q->rdirect[s]) {
         SG_MPI(MPI_Irecv(p->block + q->rbox[s].base * es, q->rcount[s],
-                         q->rtype[s], q->nb[s],
-                         sg_halo_tag(p, d, s == 0, 0), p->comm, &q->req[q->nreq]));
+                         q->rtype[s], q->nb[s], sg_halo_tag(p, d, s == 0, 0),
+                         p->comm, &q->req[q->nreq]));
         q->unpack[q->nreq++] = -1;
       } else {
         SG_MPI(MPI_Start(&q->frecv[s]));
@@ -91,8 +91,8 @@ static sg_status begin_step(struct sg_halo_plan *p) {
       if (q->local[s] || q->s[s] == 0) continue;
       if (q->sdirect[s]) {
         SG_MPI(MPI_Isend(p->block + q->sbox[s].base * es, q->scount[s],
-                         q->stype[s], q->nb[s],
-                         sg_halo_tag(p, d, s == 1, 0), p->comm, &q->req[q->nreq]));
+                         q->stype[s], q->nb[s], sg_halo_tag(p, d, s == 1, 0),
+                         p->comm, &q->req[q->nreq]));
       } else {
         sg_halo_pack_host(p->block, &q->sbox[s], p->esize, q->sbuf[s]);
         SG_MPI(MPI_Start(&q->fsend[s]));
@@ -198,7 +198,8 @@ static sg_status advance(struct sg_halo_plan *p, int wait, int *done) {
         for (int flag = 0; !flag;) {
           SG_MPI(MPI_Testall(n, r, &flag, stats));
           if (!flag && sg_deadline_passed(&dl))
-            SG_TRY(sg_halo_timeout(p, &dl, step_dim(p, p->step), -1, "adjoint, MPI messages"));
+            SG_TRY(sg_halo_timeout(p, &dl, step_dim(p, p->step), -1,
+                                   "adjoint, MPI messages"));
         }
       } else if (wait) {
         SG_MPI(MPI_Waitall(n, r, stats));

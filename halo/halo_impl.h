@@ -196,7 +196,7 @@ typedef struct halo_comm_cache {
   halo_win pool[HALO_POOL];
 } halo_comm_cache;
 
-/* ---- halo.c ---------------------------------------------------------------- */
+/* ---- halo.c -------------------------------------------------------------- */
 
 /* The region of the block along dim d from local index a, width w; dims
  * exchanged before d span their halos, dims after d their interior. */
@@ -205,7 +205,7 @@ sg_halo_box sg_halo_make_box(const struct sg_halo_plan *p, int d, int64_t a,
 /* The MPI tag of a message along dim d (up: towards the higher neighbour). */
 int sg_halo_tag(const struct sg_halo_plan *p, int d, int up, int adjoint);
 
-/* ---- halo_shm.c: the on-node path ------------------------------------------ */
+/* ---- halo_shm.c: the on-node path ---------------------------------------- */
 
 /* Decide the on-node path and lay out this rank's slots. Collective over
  * the mesh. */
@@ -215,7 +215,7 @@ sg_status sg_halo_shm_begin(struct sg_halo_plan *p, int d);
 sg_status sg_halo_shm_pump(struct sg_halo_plan *p, int d, int wait, int lazy,
                            int *done);
 
-/* ---- halo_exchange.c ------------------------------------------------------- */
+/* ---- halo_exchange.c ----------------------------------------------------- */
 
 /* Fill side s of dim d locally (physical edge or local wrap); the adjoint
  * adds the halo back into the cells it came from. */

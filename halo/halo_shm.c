@@ -348,7 +348,9 @@ static sg_status shm_send_begin(struct sg_halo_plan *p, int d, int s) {
   while (atomic_load_explicit(ack, memory_order_acquire) + 2 < k) {
     shm_pause(p, &spins);
     if (sg_deadline_passed(&dl))
-      return sg_halo_timeout(p, &dl, d, s, "shared memory: the neighbour never took an earlier message");
+      return sg_halo_timeout(
+          p, &dl, d, s,
+          "shared memory: the neighbour never took an earlier message");
   }
   q->spp[s] = pieces_of(send_box(p, q, s), p->esize, p->chunk);
   q->sdir[s] = p->cur >= 0 && q->dok[s][p->phase == PHASE_ADJ];
@@ -506,7 +508,8 @@ sg_status sg_halo_shm_pump(struct sg_halo_plan *p, int d, int wait, int lazy,
       shm_pause(p, &spins);
       if (sg_deadline_passed(&dl)) {
         int side = q->want[0] || q->dsend[0] ? 0 : 1;
-        SG_TRY(sg_halo_timeout(p, &dl, d, side, "shared memory: no message from the neighbour"));
+        SG_TRY(sg_halo_timeout(p, &dl, d, side,
+                               "shared memory: no message from the neighbour"));
       }
     }
   }
@@ -537,4 +540,3 @@ sg_status sg_halo_shm_begin(struct sg_halo_plan *p, int d) {
 fail:
   return st;
 }
-

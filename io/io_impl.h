@@ -193,7 +193,7 @@ sg_status sg_io_check_var_extent(const struct sg_nc_t_ *f, int varid);
 int sg_io_var_access(const struct sg_nc_t_ *f, int varid);
 #endif
 
-/* ---- nc_rw.c: shards, shared by the writes and the reads (nc_read.c) ------- */
+/* ---- nc_rw.c: shards, shared by the writes and the reads (nc_read.c) ----- */
 
 /* rc = fn_<type>(...) for the C type of dtype dt (float, double, int, long
  * long; bf16 moves as its bits, short): the typed netCDF and PnetCDF

@@ -555,8 +555,9 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
         else
           reqs[nreq++] = req;
       }
-      sg_io_pnc_wait_all(f, nreq, reqs, reqs ? reqs + (nread ? nread : 1) : NULL,
-                   "ncmpi_iget_vara (request)", &lst);
+      sg_io_pnc_wait_all(f, nreq, reqs,
+                         reqs ? reqs + (nread ? nread : 1) : NULL,
+                         "ncmpi_iget_vara (request)", &lst);
     }
     free(reqs);
   }

@@ -350,7 +350,7 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
     /* every rank takes part in the collective wait, failed or not */
     sg_status before = lst;
     sg_io_pnc_wait_all(f, nreq, reqs, reqs ? reqs + n : NULL,
-                 "ncmpi_iput_vara (request)", &lst);
+                       "ncmpi_iput_vara (request)", &lst);
     if (before == SG_OK && lst != SG_OK)
       lst = sg_io_write_error(f, lst, 0, NULL);
     free(reqs);
@@ -459,11 +459,11 @@ sg_status sg_nc_write_frame(sg_nc_t f, int varid, int64_t frame,
     SG_TRY(sg_io_record_count(f, &nrec));
     frame = nrec;
   }
-  sg_status lst = f->define_mode
-                      ? sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                                     "write_frame: %s is in define mode",
-                                     f->path)
-                      : sg_io_frame_shard(f, varid, frame, shard, 1, &full, nrec);
+  sg_status lst =
+      f->define_mode
+          ? sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                         "write_frame: %s is in define mode", f->path)
+          : sg_io_frame_shard(f, varid, frame, shard, 1, &full, nrec);
   const void *d = data;
   SG_TRY(write_many(f, lst, 1, &varid, &full, &d));
   if (frame_out) *frame_out = frame;
