@@ -256,10 +256,11 @@ fail:
   return st;
 }
 
-void sg_decomp_destroy(sg_decomp_t *dec) {
-  if (!dec) return;
+sg_status sg_decomp_destroy(sg_decomp_t *dec) {
+  if (!dec) return SG_OK;
   free(*dec);
   *dec = NULL;
+  return SG_OK;
 }
 
 int sg_decomp_ndims(sg_decomp_t dec) { return dec->ndims; }

@@ -133,8 +133,8 @@ sg_status sg_decomp_create(sg_mesh_t mesh, const sg_decomp_desc *desc,
  * recorded. Not collective. */
 sg_status sg_decomp_create_parts(const sg_decomp_desc *desc, const int *parts,
                                  const int *coords, sg_decomp_t *dec);
-/* Accepts NULL, sets *dec to NULL. */
-void sg_decomp_destroy(sg_decomp_t *dec);
+/* NULL and *dec == NULL are fine (SG_OK); sets *dec to NULL. */
+sg_status sg_decomp_destroy(sg_decomp_t *dec);
 
 int sg_decomp_ndims(sg_decomp_t dec);
 int64_t sg_decomp_global(sg_decomp_t dec, int d);

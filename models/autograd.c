@@ -316,8 +316,8 @@ fail:
   return st;
 }
 
-void sg_tape_destroy(sg_tape_t *tape) {
-  if (!tape || !*tape) return;
+sg_status sg_tape_destroy(sg_tape_t *tape) {
+  if (!tape || !*tape) return SG_OK;
   sg_tape_clear(*tape);
   for (int i = 0; i < (*tape)->nx; ++i) sg_sharded_exchange_destroy(&(*tape)->xcache[i].ex);
   free((*tape)->xcache);
@@ -327,6 +327,7 @@ void sg_tape_destroy(sg_tape_t *tape) {
   free((*tape)->owned);
   free(*tape);
   *tape = NULL;
+  return SG_OK;
 }
 
 void sg_tape_set_hooks(sg_tape_t tape, const sg_hooks *hooks) {

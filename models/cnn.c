@@ -28,12 +28,13 @@ sg_cnn_config sg_cnn_defaults(void) {
   return c;
 }
 
-void sg_cnn_destroy(sg_cnn_t *model) {
-  if (!model || !*model) return;
+sg_status sg_cnn_destroy(sg_cnn_t *model) {
+  if (!model || !*model) return SG_OK;
   struct sg_cnn *m = *model;
   sg_cn_base_release(&m->b);
   free(m);
   *model = NULL;
+  return SG_OK;
 }
 
 sg_status sg_cnn_create(sg_mesh_t mesh, const sg_cnn_config *cfg, int64_t ny, int64_t nx, int64_t batch,

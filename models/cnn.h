@@ -59,8 +59,8 @@ typedef struct sg_cnn *sg_cnn_t;
  * Not collective (no communication at create). */
 sg_status sg_cnn_create(sg_mesh_t mesh, const sg_cnn_config *cfg, int64_t ny,
                         int64_t nx, int64_t batch, sg_cnn_t *model);
-/* NULL and *model == NULL are fine; sets *model to NULL. */
-void sg_cnn_destroy(sg_cnn_t *model);
+/* NULL and *model == NULL are fine (SG_OK); sets *model to NULL. */
+sg_status sg_cnn_destroy(sg_cnn_t *model);
 
 /* y = model(x). x: (batch, cin, ny, nx), this rank's block; it is marked
  * with the model's sharding. y: (batch, cout, ny, nx), on the tape.

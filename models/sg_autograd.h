@@ -341,8 +341,9 @@ typedef struct sg_hooks {
 #define SG_TAPE_MAX_HOOKS 8
 
 sg_status sg_tape_create(sg_tape_t *tape);
-/* Frees everything the tape owns. NULL and *tape == NULL are fine. */
-void sg_tape_destroy(sg_tape_t *tape);
+/* Frees everything the tape owns and sets *tape to NULL. NULL and
+ * *tape == NULL are fine (SG_OK). */
+sg_status sg_tape_destroy(sg_tape_t *tape);
 /* Replace every listener by `hooks` (NULL: none). Not collective. */
 void sg_tape_set_hooks(sg_tape_t tape, const sg_hooks *hooks);
 /* Add a listener; *id (may be NULL) identifies it for removal.

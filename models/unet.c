@@ -28,12 +28,13 @@ sg_unet_config sg_unet_defaults(void) {
   return c;
 }
 
-void sg_unet_destroy(sg_unet_t *model) {
-  if (!model || !*model) return;
+sg_status sg_unet_destroy(sg_unet_t *model) {
+  if (!model || !*model) return SG_OK;
   struct sg_unet *m = *model;
   sg_cn_base_release(&m->b);
   free(m);
   *model = NULL;
+  return SG_OK;
 }
 
 /* conv1, norm1, conv2, norm2: 8 parameters */

@@ -123,9 +123,9 @@ sg_status sg_shardtensor_create(sg_shardtensor *x, sg_mesh_t mesh,
                                 const int64_t *global_shape,
                                 const sg_placement *placements,
                                 const int64_t (*halo)[2]);
-/* Free the local block and reset x; NULL and reset structs are fine. Not
- * collective. */
-void sg_shardtensor_destroy(sg_shardtensor *x);
+/* Free the local block and reset x; NULL and reset structs are fine (a
+ * no-op, SG_OK). Not collective. */
+sg_status sg_shardtensor_destroy(sg_shardtensor *x);
 
 /* A view of the owned interior of the local block (no halo); a tensor
  * with ndim -1 for an invalid x. Not collective. */

@@ -226,10 +226,11 @@ fail:
   return st;
 }
 
-void sg_shardtensor_destroy(sg_shardtensor *x) {
-  if (!x) return;
-  sg_tensor_free(&x->local);
+sg_status sg_shardtensor_destroy(sg_shardtensor *x) {
+  if (!x) return SG_OK;
+  sg_status st = sg_tensor_free(&x->local);
   memset(x, 0, sizeof *x);
+  return st;
 }
 
 sg_tensor sg_shardtensor_interior(const sg_shardtensor *x) {

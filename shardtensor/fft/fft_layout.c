@@ -386,8 +386,8 @@ fail:
   return st;
 }
 
-void sg_fft_redist_free(sg_fft_redist *rd) {
-  if (!rd) return;
+sg_status sg_fft_redist_free(sg_fft_redist *rd) {
+  if (!rd) return SG_OK;
   free(rd->send_off);
   free(rd->send_len);
   free(rd->recv_off);
@@ -407,6 +407,7 @@ void sg_fft_redist_free(sg_fft_redist *rd) {
   memset(rd, 0, sizeof *rd);
   rd->etype = MPI_DATATYPE_NULL;
   rd->win = MPI_WIN_NULL;
+  return SG_OK;
 }
 
 static int needs_zero(const sg_fft_redist *rd) {
