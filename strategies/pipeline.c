@@ -79,6 +79,11 @@ static sg_status pp_setup(struct sg_pipe *pp, const sg_pipe_config *cfg) {
   pp->v = cfg->v > 0 ? cfg->v : cfg->kind == SG_PP_INTERLEAVED ? 2 : 1;
   pp->nv = pp->p * pp->v;
   SG_TRY(sg_pp_schedule_create(cfg->kind, pp->p, pp->m, pp->v, &pp->sched));
+  int *ub, flag = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+  if (flag && 4.0 * pp->nv * pp->m > (double)*ub + 1)
+    SG_RAISE(SG_ERR_INVALID_ARG, "pipeline: %d virtual stages x %d micro-batches need %d message tags, MPI "
+             "offers %d", pp->nv, pp->m, 4 * pp->nv * pp->m, *ub + 1);
   pp->first = calloc((size_t)pp->nv + 1, sizeof *pp->first);
   pp->rank_of = calloc((size_t)pp->p, sizeof *pp->rank_of);
   pp->tapes = calloc((size_t)(pp->m * pp->v), sizeof *pp->tapes);
@@ -350,10 +355,13 @@ fail:
   return st;
 }
 
-/* Peak bytes of the stage's tapes. */
+/* Peak bytes of the stage's activations: its tapes and the inputs received. */
 static void pp_note_bytes(struct sg_pipe *pp) {
   size_t b = 0;
-  for (int i = 0; i < pp->m * pp->v; ++i) b += sg_tape_bytes(pp->tapes[i]);
+  for (int i = 0; i < pp->m * pp->v; ++i) {
+    b += sg_tape_bytes(pp->tapes[i]);
+    if (pp->slots[i].has_in) b += sg_tensor_nbytes(&pp->slots[i].in.value);
+  }
   if (b > pp->stats.peak_bytes) pp->stats.peak_bytes = b;
 }
 
@@ -435,6 +443,25 @@ fail:
   return st;
 }
 
+/* Free the received activations whose gradient has been sent: a stage
+ * holds an input only while its micro-batch is in flight. */
+static sg_status pp_reap(struct sg_pipe *pp) {
+  sg_status st = SG_OK;
+  for (int i = 0; i < pp->m * pp->v; ++i) {
+    pp_slot *sl = &pp->slots[i];
+    int hdr = 0, data = 0; /* the SEND_B's header and payload */
+    if (!sl->has_in || sl->sq[2] == MPI_REQUEST_NULL) continue;
+    SG_MPI(MPI_Test(&sl->sq[3], &data, MPI_STATUS_IGNORE));
+    if (data) SG_MPI(MPI_Test(&sl->sq[2], &hdr, MPI_STATUS_IGNORE));
+    if (!hdr) continue;
+    sg_var_release(&sl->in);
+    sg_tensor_free(&sl->gzero);
+    sl->has_in = 0;
+  }
+fail:
+  return st;
+}
+
 static sg_status pp_action(pp_run *r, const sg_pp_action *a) {
   struct sg_pipe *pp = r->pp;
   pp_slot *sl = &pp->slots[a->mb * pp->v + a->chunk];
@@ -482,7 +509,10 @@ sg_status sg_pipe_run(sg_pipe_t pp, sg_pipe_forward_fn fn, void *ctx, double *lo
   }
   const sg_pp_schedule *s = pp->sched;
   SG_TRY(pp_post_headers(&r));
-  for (int i = s->off[pp->stage]; i < s->off[pp->stage + 1]; ++i) SG_TRY(pp_action(&r, &s->act[i]));
+  for (int i = s->off[pp->stage]; i < s->off[pp->stage + 1]; ++i) {
+    SG_TRY(pp_action(&r, &s->act[i]));
+    SG_TRY(pp_reap(pp));
+  }
   SG_TRY(pp_finish(pp));
   st = sg_agree(sg_mesh_comm(pp->mesh), r.st); /* the failing rank's message on every rank */
   if (st != SG_OK) goto fail;

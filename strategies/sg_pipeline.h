@@ -271,7 +271,9 @@ sg_status sg_pipe_reduce(sg_pipe_t pipe, double *grad_norm);
 
 /* Measured on this stage over the runs so far: the peak number of
  * (micro-batch, chunk) pairs between F and B, the schedule's formula for
- * it (sg_pp_peak_formula), the peak bytes the stage's tapes held. */
+ * it (sg_pp_peak_formula), the peak bytes of the stage's activations (its
+ * tapes' sg_tape_bytes and the inputs received, taken after each F). A
+ * received input is freed once its gradient has been sent. */
 typedef struct sg_pipe_stats {
   int peak_inflight, peak_formula;
   size_t peak_bytes;

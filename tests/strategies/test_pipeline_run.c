@@ -238,9 +238,10 @@ static double rel_diff(const float *a, const float *b, int64_t n) {
   return m > 0 ? d / m : d;
 }
 
-/* One pipelined run on `mesh` against the reference; the verdict. */
-static void check_run(const char *spec, sg_pp_kind kind, int m, int v, int nb, const int *split, int zero,
-                      const ref_run *R) {
+/* One pipelined run on `mesh` against the reference; the verdict. The
+ * stage's measured stats into *out (may be NULL). */
+static void check_run_stats(const char *spec, sg_pp_kind kind, int m, int v, int nb, const int *split, int zero,
+                            const ref_run *R, sg_pipe_stats *out) {
   const sg_parallel_config pc = sg_parallel_defaults();
   sg_mesh_t mesh = NULL;
   tmodel M;
@@ -277,6 +278,7 @@ static void check_run(const char *spec, sg_pp_kind kind, int m, int v, int nb, c
   }
   sg_pipe_stats ps;
   sg_pipe_get_stats(M.pipe, &ps);
+  if (out) *out = ps;
   ok = st == SG_OK && ldiff <= TOL && pdiff <= TOL && ps.peak_inflight == ps.peak_formula;
   SG_CHECK(ok, "%s %s m=%d v=%d zero=%d stage %d: loss diff %.2e, param diff %.2e (tolerance %.0e), "
            "peak in flight %d, formula %d", spec, sg_pp_kind_name(kind), m, v, zero, sg_pipe_stage(M.pipe),
@@ -296,11 +298,24 @@ done:
   sg_mesh_destroy(&mesh);
 }
 
+static void check_run(const char *spec, sg_pp_kind kind, int m, int v, int nb, const int *split, int zero,
+                      const ref_run *R) {
+  check_run_stats(spec, kind, m, v, nb, split, zero, R, NULL);
+}
+
+/* Every kind x m in {1, 2, 4}; and the activation memory: with the same
+ * micro-batch size a stage's peak bytes are proportional to its peak in
+ * flight, so 1F1B's over GPipe's (m = 4) is the ratio of the formulas. */
 static void check_kinds(const char *spec, int nb, const int *split, int zero, const ref_run *R) {
   const sg_pp_kind kinds[] = {SG_PP_GPIPE, SG_PP_1F1B, SG_PP_ZB_H1};
   const int ms[] = {1, 2, 4};
+  sg_pipe_stats s4[3] = {{0}};
   for (int k = 0; k < 3; ++k)
-    for (int i = 0; i < 3; ++i) check_run(spec, kinds[k], ms[i], 1, nb, split, zero, R);
+    for (int i = 0; i < 3; ++i) check_run_stats(spec, kinds[k], ms[i], 1, nb, split, zero, R, &s4[k]);
+  const double bytes = (double)s4[1].peak_bytes / (double)s4[0].peak_bytes;
+  const double slots = (double)s4[1].peak_formula / s4[0].peak_formula;
+  SG_CHECK(fabs(bytes - slots) <= 0.05 * slots, "%s: 1f1b / gpipe peak bytes %.3f, peak in flight %.3f", spec,
+           bytes, slots);
 }
 
 /* Bad input: the same clear error on every rank, no hang. */
