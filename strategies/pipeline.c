@@ -29,8 +29,15 @@ typedef struct pp_slot {
   sg_tensor gzero; /* zeros sent when the input got no gradient */
   int gin_posted;
   pp_hdr rf, rb, sf, sb; /* headers received (F, B) and sent */
-  MPI_Request rq_rf, rq_rb, rq_gin, sq[4]; /* sq: F header, payload; B ... */
+  int src_f, tag_f; /* where the activation's payload comes from */
+  MPI_Request rq_rf, rq_rb, rq_in, rq_gin, sq[4]; /* sq: F header, payload; B ... */
 } pp_slot;
+
+static void pp_slot_reset(pp_slot *sl) {
+  memset(sl, 0, sizeof *sl);
+  sl->rq_rf = sl->rq_rb = sl->rq_in = sl->rq_gin = MPI_REQUEST_NULL;
+  for (int k = 0; k < 4; ++k) sl->sq[k] = MPI_REQUEST_NULL;
+}
 
 struct sg_pipe {
   sg_mesh_t mesh, sub; /* the mesh (not owned), the stage mesh (owned) */
@@ -292,6 +299,7 @@ static sg_status pp_post_headers(pp_run *r) {
     const int src = pp->rank_of[sg_pp_peer(s, pp->stage, a)];
     SG_MPI(MPI_Irecv(f ? &sl->rf : &sl->rb, (int)sizeof(pp_hdr), MPI_BYTE, src,
                      pp_tag(pp, f ? 0 : 1, f ? g - 1 : g + 1, a->mb, 0), pp->comm, f ? &sl->rq_rf : &sl->rq_rb));
+    if (f) sl->src_f = src, sl->tag_f = pp_tag(pp, 0, g - 1, a->mb, 1);
   }
 fail:
   return st;
@@ -308,29 +316,35 @@ fail:
   return st;
 }
 
-static sg_status pp_recv_f(pp_run *r, const sg_pp_action *a, pp_slot *sl, int g) {
+/* The activation's header has arrived: its payload's receive, straight
+ * into a new leaf (the sharding is set at the RECV_F: it is collective). */
+static sg_status pp_post_in(struct sg_pipe *pp, pp_slot *sl) {
+  sg_status st = SG_OK;
+  const pp_hdr *h = &sl->rf;
+  SG_TRY(sg_var_init(&sl->in, "pipeline.in", (sg_dtype)h->dtype, h->ndim, h->shape, NULL, 1));
+  sl->has_in = 1;
+  SG_MPI(MPI_Irecv(sl->in.value.data, (int)sg_tensor_numel(&sl->in.value), pp_mpi_type(sl->in.value.dtype),
+                   sl->src_f, sl->tag_f, pp->comm, &sl->rq_in));
+fail:
+  return st;
+}
+
+static sg_status pp_recv_f(pp_run *r, pp_slot *sl) {
   sg_status st = SG_OK;
   struct sg_pipe *pp = r->pp;
-  const int src = pp->rank_of[sg_pp_peer(pp->sched, pp->stage, a)];
   SG_TRY(pp_wait(&sl->rq_rf, "pipeline: activation header", pp));
   if (sl->rf.failed) {
     r->failed = 1;
     return SG_OK;
   }
-  sg_tensor t;
-  SG_TRY(pp_recv_payload(r, &sl->rf, src, pp_tag(pp, 0, g - 1, a->mb, 1), &t));
+  if (!sl->has_in) SG_TRY(pp_post_in(pp, sl));
+  SG_TRY(pp_wait(&sl->rq_in, "pipeline: activation", pp));
   if (r->failed) { /* consumed, not used */
-    sg_tensor_free(&t);
+    sg_var_release(&sl->in);
+    sl->has_in = 0;
     return SG_OK;
   }
-  sg_status s2 = sg_var_init(&sl->in, "pipeline.in", t.dtype, t.ndim, t.shape, NULL, 1);
-  if (s2 == SG_OK) {
-    memcpy(sl->in.value.data, t.data, sg_tensor_nbytes(&t));
-    sl->has_in = 1;
-    if (sl->rf.sharded) s2 = sg_var_set_sharding(&sl->in, pp->sub, sl->rf.pl, sl->rf.gshape);
-  }
-  sg_tensor_free(&t);
-  pp_fail_check(r, s2);
+  pp_fail_check(r, sl->rf.sharded ? sg_var_set_sharding(&sl->in, pp->sub, sl->rf.pl, sl->rf.gshape) : SG_OK);
 fail:
   return st;
 }
@@ -355,14 +369,15 @@ fail:
   return st;
 }
 
-/* Peak bytes of the stage's activations: its tapes and the inputs received. */
+/* Peak bytes of the stage's tapes and of its received inputs. */
 static void pp_note_bytes(struct sg_pipe *pp) {
-  size_t b = 0;
+  size_t b = 0, in = 0;
   for (int i = 0; i < pp->m * pp->v; ++i) {
     b += sg_tape_bytes(pp->tapes[i]);
-    if (pp->slots[i].has_in) b += sg_tensor_nbytes(&pp->slots[i].in.value);
+    if (pp->slots[i].has_in) in += sg_tensor_nbytes(&pp->slots[i].in.value);
   }
   if (b > pp->stats.peak_bytes) pp->stats.peak_bytes = b;
+  if (in > pp->stats.peak_input_bytes) pp->stats.peak_input_bytes = in;
 }
 
 static sg_status pp_forward(pp_run *r, const sg_pp_action *a, pp_slot *sl, int g) {
@@ -443,13 +458,20 @@ fail:
   return st;
 }
 
-/* Free the received activations whose gradient has been sent: a stage
- * holds an input only while its micro-batch is in flight. */
-static sg_status pp_reap(struct sg_pipe *pp) {
+/* Between actions: post the payload receive of every activation header
+ * that has arrived, and free the received activations whose gradient has
+ * been sent (a stage holds an input only while its micro-batch is in
+ * flight). */
+static sg_status pp_progress(struct sg_pipe *pp) {
   sg_status st = SG_OK;
   for (int i = 0; i < pp->m * pp->v; ++i) {
     pp_slot *sl = &pp->slots[i];
     int hdr = 0, data = 0; /* the SEND_B's header and payload */
+    if (sl->rq_rf != MPI_REQUEST_NULL) {
+      SG_MPI(MPI_Test(&sl->rq_rf, &hdr, MPI_STATUS_IGNORE));
+      if (hdr && !sl->rf.failed) SG_TRY(pp_post_in(pp, sl));
+      hdr = 0;
+    }
     if (!sl->has_in || sl->sq[2] == MPI_REQUEST_NULL) continue;
     SG_MPI(MPI_Test(&sl->sq[3], &data, MPI_STATUS_IGNORE));
     if (data) SG_MPI(MPI_Test(&sl->sq[2], &hdr, MPI_STATUS_IGNORE));
@@ -471,7 +493,7 @@ static sg_status pp_action(pp_run *r, const sg_pp_action *a) {
   case SG_PP_B: return pp_backward(r, a, sl, g);
   case SG_PP_W: return SG_OK; /* B ran the whole backward (the tape does not split it yet) */
   case SG_PP_SEND_F: return pp_send_f(r, a, sl, g);
-  case SG_PP_RECV_F: return pp_recv_f(r, a, sl, g);
+  case SG_PP_RECV_F: return pp_recv_f(r, sl);
   case SG_PP_SEND_B: return pp_send_b(r, a, sl, g);
   case SG_PP_RECV_B: return pp_recv_b(r, a, sl, g);
   default: return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__, "pipeline: bad action %d", (int)a->op);
@@ -491,9 +513,7 @@ static sg_status pp_finish(struct sg_pipe *pp) {
     sg_tensor_free(&sl->gin);
     sg_tensor_free(&sl->gzero);
     sg_tape_clear(pp->tapes[i]);
-    memset(sl, 0, sizeof *sl);
-    sl->rq_rf = sl->rq_rb = sl->rq_gin = MPI_REQUEST_NULL;
-    for (int k = 0; k < 4; ++k) sl->sq[k] = MPI_REQUEST_NULL;
+    pp_slot_reset(sl);
   }
   return st;
 }
@@ -502,16 +522,12 @@ sg_status sg_pipe_run(sg_pipe_t pp, sg_pipe_forward_fn fn, void *ctx, double *lo
   sg_status st = SG_OK;
   if (!pp || !fn) SG_RAISE(SG_ERR_INVALID_ARG, "sg_pipe_run: pipe and forward function are required");
   pp_run r = {.pp = pp, .fn = fn, .ctx = ctx};
-  for (int i = 0; i < pp->m * pp->v; ++i) {
-    pp_slot *sl = &pp->slots[i];
-    sl->rq_rf = sl->rq_rb = sl->rq_gin = MPI_REQUEST_NULL;
-    for (int k = 0; k < 4; ++k) sl->sq[k] = MPI_REQUEST_NULL;
-  }
+  for (int i = 0; i < pp->m * pp->v; ++i) pp_slot_reset(&pp->slots[i]);
   const sg_pp_schedule *s = pp->sched;
   SG_TRY(pp_post_headers(&r));
   for (int i = s->off[pp->stage]; i < s->off[pp->stage + 1]; ++i) {
     SG_TRY(pp_action(&r, &s->act[i]));
-    SG_TRY(pp_reap(pp));
+    SG_TRY(pp_progress(pp));
   }
   SG_TRY(pp_finish(pp));
   st = sg_agree(sg_mesh_comm(pp->mesh), r.st); /* the failing rank's message on every rank */

@@ -269,14 +269,15 @@ sg_status sg_pipe_run(sg_pipe_t pipe, sg_pipe_forward_fn fn, void *ctx,
  * Collective over the mesh. */
 sg_status sg_pipe_reduce(sg_pipe_t pipe, double *grad_norm);
 
-/* Measured on this stage over the runs so far: the peak number of
- * (micro-batch, chunk) pairs between F and B, the schedule's formula for
- * it (sg_pp_peak_formula), the peak bytes of the stage's activations (its
- * tapes' sg_tape_bytes and the inputs received, taken after each F). A
- * received input is freed once its gradient has been sent. */
+/* Measured on this stage over the runs so far (after each F): the peak
+ * number of (micro-batch, chunk) pairs between F and B, the schedule's
+ * formula for it (sg_pp_peak_formula), the peak bytes of the stage's
+ * tapes (sg_tape_bytes: the activations and saved state of the pairs in
+ * flight) and of the inputs received (from the arrival of their header,
+ * when their receive is posted, until their gradient has been sent). */
 typedef struct sg_pipe_stats {
   int peak_inflight, peak_formula;
-  size_t peak_bytes;
+  size_t peak_bytes, peak_input_bytes;
 } sg_pipe_stats;
 void sg_pipe_get_stats(sg_pipe_t pipe, sg_pipe_stats *stats);
 

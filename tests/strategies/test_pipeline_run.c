@@ -287,9 +287,10 @@ static void check_run_stats(const char *spec, sg_pp_kind kind, int m, int v, int
   double mx[2] = {ldiff, pdiff};
   MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (sg_mesh_rank(M.mesh) == 0)
-    printf("%-10s %-11s m=%d v=%d zero=%d stage %d: peak in flight %d (formula %d), %zu bytes; "
-           "max rel diff loss %.1e params %.1e\n", spec, sg_pp_kind_name(kind), m, v, zero,
-           sg_pipe_stage(M.pipe), ps.peak_inflight, ps.peak_formula, ps.peak_bytes, mx[0], mx[1]);
+    printf("%-10s %-11s m=%d v=%d zero=%d stage %d: peak in flight %d (formula %d), tapes %zu bytes, "
+           "inputs %zu bytes; max rel diff loss %.1e params %.1e\n", spec, sg_pp_kind_name(kind), m, v, zero,
+           sg_pipe_stage(M.pipe), ps.peak_inflight, ps.peak_formula, ps.peak_bytes, ps.peak_input_bytes, mx[0],
+           mx[1]);
   fflush(stdout);
 done:
   tm_release_data(&M);
@@ -304,8 +305,8 @@ static void check_run(const char *spec, sg_pp_kind kind, int m, int v, int nb, c
 }
 
 /* Every kind x m in {1, 2, 4}; and the activation memory: with the same
- * micro-batch size a stage's peak bytes are proportional to its peak in
- * flight, so 1F1B's over GPipe's (m = 4) is the ratio of the formulas. */
+ * micro-batch size a stage's peak tape bytes are proportional to its peak
+ * in flight, so 1F1B's over GPipe's (m = 4) is the ratio of the formulas. */
 static void check_kinds(const char *spec, int nb, const int *split, int zero, const ref_run *R) {
   const sg_pp_kind kinds[] = {SG_PP_GPIPE, SG_PP_1F1B, SG_PP_ZB_H1};
   const int ms[] = {1, 2, 4};
@@ -314,7 +315,7 @@ static void check_kinds(const char *spec, int nb, const int *split, int zero, co
     for (int i = 0; i < 3; ++i) check_run_stats(spec, kinds[k], ms[i], 1, nb, split, zero, R, &s4[k]);
   const double bytes = (double)s4[1].peak_bytes / (double)s4[0].peak_bytes;
   const double slots = (double)s4[1].peak_formula / s4[0].peak_formula;
-  SG_CHECK(fabs(bytes - slots) <= 0.05 * slots, "%s: 1f1b / gpipe peak bytes %.3f, peak in flight %.3f", spec,
+  SG_CHECK(fabs(bytes - slots) <= 0.05 * slots, "%s: 1f1b / gpipe peak tape bytes %.3f, peak in flight %.3f", spec,
            bytes, slots);
 }
 
