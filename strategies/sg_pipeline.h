@@ -201,9 +201,11 @@ void sg_pp_sim_free(sg_pp_sim *sim);
  * stage's last B, so the DDP buckets are reduced while that backward runs.
  *
  * Transfers: the receive of every header (shape, dtype, sharding, a
- * failure flag) is posted when the step starts, the receive of a gradient
- * as soon as its forward made the output it belongs to; sends are
- * non-blocking and completed at the end of the step. Failures: a stage
+ * failure flag) is posted when the step starts; the receive of an
+ * activation as soon as its header is seen to have arrived (tested
+ * between actions), straight into the leaf; the receive of a gradient as
+ * soon as the forward made the output it belongs to. Sends are
+ * non-blocking; an input is freed once its gradient has been sent. Failures: a stage
  * whose forward or backward fails (agreed over its sub-mesh) stops
  * computing but keeps every transfer of its list, flagged failed, so the
  * stages it talks to stop computing too and nobody waits for a message
