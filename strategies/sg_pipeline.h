@@ -14,8 +14,8 @@
  *   sg_pp_schedule_check    invariants + a no-deadlock proof + peak memory
  *   sg_pp_simulate          simulated time: per-action start/end, bubble
  *
- * Only the schedules exist today: no stage executes them yet (the `pp` mesh
- * dim is still refused by the parallel plan).
+ * The runtime (strategies/pipeline.c, the second half of this header)
+ * executes the lists: sg_pipe_*.
  *
  * Chunks (virtual stages). With v chunks per stage the model is cut into
  * p*v pieces; chunk c of stage s is virtual stage g = c*p + s (Megatron's
@@ -32,12 +32,17 @@
  * receives block: the semantics under which the checker proves that every
  * list runs to its end. With p = 1 there are no transfers.
  *
- * Everything here is pure logic: no MPI, not collective, the same result on
- * every rank.
+ * The schedule functions are pure logic: no MPI, not collective, the same
+ * result on every rank.
  */
 #ifndef SG_PIPELINE_H
 #define SG_PIPELINE_H
 
+#include <stddef.h>
+
+#include "sg_autograd.h"
+#include "sg_mesh.h"
+#include "sg_parallel.h"
 #include "sg_status.h"
 
 #ifdef __cplusplus
@@ -155,6 +160,128 @@ typedef struct sg_pp_sim {
 sg_status sg_pp_simulate(const sg_pp_schedule *s, const sg_pp_costs *costs,
                          sg_pp_sim *out);
 void sg_pp_sim_free(sg_pp_sim *sim);
+
+
+/* ---- execution (strategies/pipeline.c) ----------------------------------
+ * The runtime runs a schedule's lists on a mesh with a "pp" dim: the rank's
+ * coordinate along pp is its stage; the other dims form the stage's
+ * sub-mesh (sg_pipe_stage_mesh), on which the stage builds its own
+ * parallel plan with its own blocks' parameters only, so dp, fsdp (ZeRO 1)
+ * and domain dims work inside a stage as they do without a pipeline. An
+ * activation goes from a rank to the rank of the next stage with the same
+ * coordinates in the other dims (its block of a domain-sharded tensor
+ * included), its gradient back the same way.
+ *
+ *   sg_pipe_t pp;
+ *   sg_pipe_create(mesh, &(sg_pipe_config){.kind = SG_PP_1F1B, .m = 4,
+ *                  .nblocks = L}, &pp);
+ *   for each chunk c: sg_pipe_blocks(pp, c, &first, &count);  // my blocks
+ *   sg_pipe_plan_create(pp, &pcfg, nparams, table, nlocal, &plan);
+ *   bind and initialise the stage's parameters (sg_parallel_params/grads);
+ *   sg_pipe_attach(pp, plan, vars);
+ *   for each step t:
+ *     sg_pipe_run(pp, forward, ctx, &loss);    // every F, B, transfer
+ *     sg_pipe_reduce(pp, &grad_norm);          // norm over all stages
+ *     sg_parallel_step(plan, t, lr, sg_clip_scale(grad_norm, clip));
+ *
+ * forward(tape, ctx, mb, chunk, in, &out) runs the blocks of `chunk` of
+ * this stage on micro-batch mb, recording on `tape`:
+ *  - on the first virtual stage in is NULL: the function makes the
+ *    micro-batch's input itself (its share of it under dp/domain dims);
+ *    elsewhere in is a leaf holding the activation received (shape, dtype
+ *    and sharding as the previous stage's output; requires_grad);
+ *  - on the last virtual stage out is the micro-batch's scalar loss, as
+ *    its part of the step's loss (e.g. the mean over the micro-batch / m):
+ *    backward starts from it with gradient 1, and the step's loss is the
+ *    sum over micro-batches; elsewhere out is the activation to send.
+ * Each (micro-batch, chunk) has its own tape (a backward clears its tape;
+ * other micro-batches are in flight). Gradients accumulate in the plan's
+ * buffers over the micro-batches (sg_parallel_begin_micro before every B,
+ * counting the stage's B's); the plan's hooks are on the tape of the
+ * stage's last B, so the DDP buckets are reduced while that backward runs.
+ *
+ * Transfers: the receive of every header (shape, dtype, sharding, a
+ * failure flag) is posted when the step starts; the receive of an
+ * activation as soon as its header is seen to have arrived (tested
+ * between actions), straight into the leaf; the receive of a gradient as
+ * soon as the forward made the output it belongs to. Sends are
+ * non-blocking; an input is freed once its gradient has been sent. Failures: a stage
+ * whose forward or backward fails (agreed over its sub-mesh) stops
+ * computing but keeps every transfer of its list, flagged failed, so the
+ * stages it talks to stop computing too and nobody waits for a message
+ * that never comes; sg_pipe_run then returns the failing rank's error on
+ * every rank.
+ *
+ * Not yet: ZB-H1's W is a no-op (B runs the whole backward: the tape does
+ * not split input and weight gradients yet), so ZB-H1 computes the right
+ * numbers with 1F1B's timing; zero >= 2 and bf16 need the plan's hooks on
+ * every tape (refused by sg_pipe_plan_create). */
+typedef struct sg_pipe *sg_pipe_t;
+
+typedef struct sg_pipe_config {
+  sg_pp_kind kind;
+  int m;            /* micro-batches per step, >= 1 */
+  int v;            /* chunks per stage; 0: 1 (2 for interleaved) */
+  int nblocks;      /* blocks of the model, cut into p * v pieces */
+  const int *split; /* NULL: balanced (the first nblocks % (p v) pieces get
+                       one more block); else p v - 1 increasing block
+                       indices in (0, nblocks): where pieces 1.. start */
+} sg_pipe_config;
+
+typedef sg_status (*sg_pipe_forward_fn)(sg_tape_t tape, void *ctx, int mb,
+                                        int chunk, sg_var *in, sg_var **out);
+
+/* The runtime for mesh (its "pp" dim: the stages; no pp dim: one stage).
+ * Errors (SG_ERR_INVALID_ARG naming the rule, on every rank): m < 1, more
+ * virtual stages than blocks, a bad split, the schedule's own rules.
+ * Collective over the mesh. */
+sg_status sg_pipe_create(sg_mesh_t mesh, const sg_pipe_config *cfg,
+                         sg_pipe_t *pipe);
+/* NULL and *pipe == NULL are fine; sets *pipe to NULL. Collective. */
+sg_status sg_pipe_destroy(sg_pipe_t *pipe);
+
+/* Queries, not collective. The stage mesh: the mesh without pp (a mesh
+ * "dp=1" of this rank alone when pp was the only dim); owned by the
+ * runtime. */
+int sg_pipe_stage(sg_pipe_t pipe);
+int sg_pipe_nstages(sg_pipe_t pipe);
+sg_mesh_t sg_pipe_stage_mesh(sg_pipe_t pipe);
+const sg_pp_schedule *sg_pipe_schedule(sg_pipe_t pipe);
+/* The blocks [*first, *first + *count) of this stage's chunk. */
+void sg_pipe_blocks(sg_pipe_t pipe, int chunk, int *first, int *count);
+
+/* sg_parallel_create on the stage mesh with this stage's parameter table;
+ * refuses (SG_ERR_NOT_SUPPORTED, every rank) zero >= 2 and bf16. The
+ * caller owns the plan (sg_parallel_destroy). Collective. */
+sg_status sg_pipe_plan_create(sg_pipe_t pipe, const sg_parallel_config *cfg,
+                              int nparams, const sg_param_info *table,
+                              int64_t nlocal, sg_parallel_t *plan);
+/* The plan (not owned) whose gradients the runs accumulate; vars as for
+ * sg_parallel_attach. Once. Not collective. */
+sg_status sg_pipe_attach(sg_pipe_t pipe, sg_parallel_t plan,
+                         sg_var *const *vars);
+
+/* One step's forwards and backwards: this stage's list, in order. *loss
+ * (may be NULL): the step's loss (the sum of the last stage's micro-batch
+ * losses), the same on every rank. Collective over the mesh. */
+sg_status sg_pipe_run(sg_pipe_t pipe, sg_pipe_forward_fn fn, void *ctx,
+                      double *loss);
+/* sg_parallel_reduce on the stage, and the global gradient norm over
+ * every stage (each element counted once; stage order: deterministic).
+ * Collective over the mesh. */
+sg_status sg_pipe_reduce(sg_pipe_t pipe, double *grad_norm);
+
+/* Measured on this stage over the runs so far (after each F): the peak
+ * number of (micro-batch, chunk) pairs between F and B, the schedule's
+ * formula for it (sg_pp_peak_formula), the peak bytes of the stage's
+ * tapes (sg_tape_bytes: the activations and saved state of the pairs in
+ * flight) and of the inputs received (from the arrival of their header,
+ * when their receive is posted, until their gradient has been sent). */
+typedef struct sg_pipe_stats {
+  int peak_inflight, peak_formula;
+  size_t peak_bytes, peak_input_bytes;
+} sg_pipe_stats;
+void sg_pipe_get_stats(sg_pipe_t pipe, sg_pipe_stats *stats);
 
 #ifdef __cplusplus
 }
