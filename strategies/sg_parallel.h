@@ -188,6 +188,11 @@ sg_status sg_parallel_reduce(sg_parallel_t plan, double *grad_norm);
 sg_status sg_parallel_step(sg_parallel_t plan, int64_t t, double lr,
                            double grad_scale);
 
+/* zero = 3: the most floats of gathered parameter values this rank held at
+ * once since the previous call (the parameters of the op in use plus the
+ * one prefetched); 0 for the other stages. Not collective. */
+int64_t sg_parallel_gathered_peak(sg_parallel_t plan);
+
 /* The whole local box of parameter i into out (numel floats): a copy, or
  * for zero = 3 an all-gather of the pieces. Collective over the mesh when
  * zero = 3 (every rank calls it for the same i). */

@@ -9,7 +9,13 @@
  *     plus the largest parameter (the largest gathered unit);
  *  3. communication volume per step (float elements, counted by PMPI
  *     wrappers in this executable; an all-reduce of n counts 2n, as in the
- *     ZeRO paper): zero 1 and 2 move what DDP moves, zero 3 1.5x.
+ *     ZeRO paper): zero 1 and 2 move what DDP moves, zero 3 1.5x;
+ *  4. overlap, from a log of the PMPI wrappers and a listener on the tape:
+ *     the reduce-scatters of zero 1, 2, 3 start from grad-ready before
+ *     backward ends (before the first layer's backward), none is blocking;
+ *     zero 3 starts the all-gather of the next layer's weight before the
+ *     current layer's op ends, in forward and in backward, and holds at
+ *     most the op's parameters plus the prefetched one.
  * Runs at 1-4 ranks; verdict reduced over all ranks. */
 #include "sg_comm.h"
 #include "sg_device.h"
@@ -26,8 +32,32 @@
 static int count_on;
 static double moved; /* float elements, all-reduce counted twice */
 
+/* The event log of test 4: collectives started (kind, elements) and the
+ * listener's hook events (kind, parameter index). */
+enum { MAXEV = 256 };
+static int log_on, nev;
+static struct {
+  char kind;
+  int id;
+} ev[MAXEV];
+
+static void log_event(char kind, int id) {
+  if (log_on && nev < MAXEV) {
+    ev[nev].kind = kind;
+    ev[nev++].id = id;
+  }
+}
+
 static void add_moved(MPI_Datatype t, double n) {
   if (count_on && t == MPI_FLOAT) moved += n;
+}
+
+static double sum_counts(const int rc[], MPI_Comm c) {
+  int p = 0;
+  PMPI_Comm_size(c, &p);
+  double n = 0;
+  for (int i = 0; i < p; ++i) n += rc[i];
+  return n;
 }
 int MPI_Allreduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
   add_moved(t, 2.0 * n);
@@ -38,21 +68,27 @@ int MPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI
   return PMPI_Iallreduce(s, r, n, t, op, c, q);
 }
 int MPI_Reduce_scatter(const void *s, void *r, const int rc[], MPI_Datatype t, MPI_Op op, MPI_Comm c) {
-  int p = 0;
-  PMPI_Comm_size(c, &p);
-  double n = 0;
-  for (int i = 0; i < p; ++i) n += rc[i];
-  add_moved(t, n);
+  add_moved(t, sum_counts(rc, c));
+  log_event('r', (int)sum_counts(rc, c));
   return PMPI_Reduce_scatter(s, r, rc, t, op, c);
+}
+int MPI_Ireduce_scatter(const void *s, void *r, const int rc[], MPI_Datatype t, MPI_Op op, MPI_Comm c,
+                        MPI_Request *q) {
+  add_moved(t, sum_counts(rc, c));
+  log_event('R', (int)sum_counts(rc, c));
+  return PMPI_Ireduce_scatter(s, r, rc, t, op, c, q);
 }
 int MPI_Allgatherv(const void *s, int sc, MPI_Datatype st, void *r, const int rc[], const int d[], MPI_Datatype rt,
                    MPI_Comm c) {
-  int p = 0;
-  PMPI_Comm_size(c, &p);
-  double n = 0;
-  for (int i = 0; i < p; ++i) n += rc[i];
-  add_moved(rt, n);
+  add_moved(rt, sum_counts(rc, c));
+  log_event('g', (int)sum_counts(rc, c));
   return PMPI_Allgatherv(s, sc, st, r, rc, d, rt, c);
+}
+int MPI_Iallgatherv(const void *s, int sc, MPI_Datatype st, void *r, const int rc[], const int d[], MPI_Datatype rt,
+                    MPI_Comm c, MPI_Request *q) {
+  add_moved(rt, sum_counts(rc, c));
+  log_event('G', (int)sum_counts(rc, c));
+  return PMPI_Iallgatherv(s, sc, st, r, rc, d, rt, c, q);
 }
 
 /* ---- the toy model: y = W2 gelu(W1 x + b1) + b2 ---------------------------- */
@@ -160,7 +196,7 @@ fail:
   return st;
 }
 
-enum { NTOT = HID * CIN + HID + COUT * HID + COUT, STEPS = 6 };
+enum { NTOT = HID * CIN + HID + COUT * HID + COUT, STEPS = 6, NTOT_W1 = HID * CIN, NTOT_W2 = COUT * HID };
 
 /* 1. the same parameters and norms as one process; 3. traffic. */
 static void check_mesh(const char *spec, int zero, int det, double *traffic) {
@@ -231,6 +267,80 @@ done:
   sg_mesh_destroy(&self);
 }
 
+/* 4. overlap and prefetch: a listener added after the plan's logs the
+ * hook events, after the plan's own hooks ran. */
+static toy *log_toy;
+static int param_index(const sg_var *v) {
+  for (int i = 0; i < NP; ++i)
+    if (log_toy && v == log_toy->pv[i]) return i;
+  return -1;
+}
+static sg_status ev_pre_use(sg_var *v, void *u) { (void)u; log_event('U', param_index(v)); return SG_OK; }
+static sg_status ev_post_use(sg_var *v, void *u) { (void)u; log_event('E', param_index(v)); return SG_OK; }
+static sg_status ev_pre_bwd(sg_var *v, void *u) { (void)u; log_event('B', param_index(v)); return SG_OK; }
+static sg_status ev_post_bwd_use(sg_var *v, void *u) { (void)u; log_event('F', param_index(v)); return SG_OK; }
+static sg_status ev_post_bwd(sg_tape_t tape, void *u) { (void)tape; (void)u; log_event('Z', -1); return SG_OK; }
+
+/* The first event (kind, id) at or after `from`; nev if none. */
+static int find_ev(int from, char kind, int id) {
+  for (int k = from; k < nev; ++k)
+    if (ev[k].kind == kind && ev[k].id == id) return k;
+  return nev;
+}
+static int count_ev(char kind) {
+  int c = 0;
+  for (int k = 0; k < nev; ++k) c += ev[k].kind == kind;
+  return c;
+}
+
+static void check_overlap(const char *spec, int zero) {
+  sg_mesh_t mesh = NULL;
+  toy t;
+  memset(&t, 0, sizeof t);
+  double gn, lv;
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  SG_REQUIRE_OK(toy_create(mesh, zero, 0, &t));
+  sg_hooks hk = {ev_pre_use, ev_post_use, ev_pre_bwd, ev_post_bwd_use, NULL, ev_post_bwd, NULL};
+  SG_REQUIRE_OK(sg_tape_add_hooks(t.tape, &hk, NULL));
+  log_toy = &t;
+  SG_REQUIRE_OK(toy_step(&t, 1, &gn, &lv)); /* zero 3 records the order of uses */
+  (void)sg_parallel_gathered_peak(t.plan);
+  nev = 0;
+  log_on = 1;
+  sg_status st = toy_step(&t, 2, &gn, &lv);
+  log_on = 0;
+  SG_REQUIRE_OK(st);
+  SG_CHECK(nev < MAXEV, "%s zero %d: event log full", spec, zero);
+  /* the last op of backward is the first layer's: its last pre-backward */
+  int last_b = -1, end = find_ev(0, 'Z', -1), first_r = find_ev(0, 'R', NTOT_W2);
+  for (int k = 0; k < nev; ++k)
+    if (ev[k].kind == 'B') last_b = k;
+  SG_CHECK(count_ev('R') == NP && count_ev('r') == 0, "%s zero %d: %d reduce-scatters started non-blocking, %d "
+           "blocking (want %d, 0)", spec, zero, count_ev('R'), count_ev('r'), NP);
+  SG_CHECK(first_r < last_b && last_b < end, "%s zero %d: w2's reduce-scatter (event %d) did not start before the "
+           "first layer's backward (event %d)", spec, zero, first_r, last_b);
+  if (zero == 3) {
+    /* forward: w2's gather starts before linear(w1, b1) ends (post-use of w1) */
+    const int f_end = find_ev(0, 'E', 0), f_g = find_ev(0, 'G', NTOT_W2);
+    SG_CHECK(f_g < f_end, "%s zero 3: w2's all-gather (event %d) not in flight before w1's op ended (event %d)",
+             spec, f_g, f_end);
+    /* backward: w1's gather starts before linear(w2, b2)'s backward ends */
+    const int b0 = find_ev(0, 'B', 2), b_end = find_ev(b0, 'F', 2), b_g = find_ev(b0, 'G', NTOT_W1);
+    SG_CHECK(b_g < b_end, "%s zero 3: w1's all-gather (event %d) not in flight before w2's backward ended (event "
+             "%d)", spec, b_g, b_end);
+    /* memory: the op's parameters (at most w1 + b1) plus the prefetched one (at most w1) */
+    const int64_t pk = sg_parallel_gathered_peak(t.plan), bound = 2 * NTOT_W1 + HID;
+    SG_CHECK(pk <= bound && pk > NTOT_W1 + HID, "%s zero 3: %lld floats gathered at once (want prefetch, at most "
+             "%lld)", spec, (long long)pk, (long long)bound);
+    if (sg_test_rank == 0) printf("zero 3 on %s: at most %lld floats gathered at once\n", spec, (long long)pk);
+  }
+done:
+  log_on = 0;
+  log_toy = NULL;
+  toy_destroy(&t);
+  sg_mesh_destroy(&mesh);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   char spec[32];
@@ -255,5 +365,7 @@ int main(int argc, char **argv) {
     SG_CHECK(vol[3] == 1.5 * vol[0], "zero 3 moves 1.5x DDP's volume: %.0f vs %.0f", vol[3], 1.5 * vol[0]);
   }
   check_memory(spec);
+  if (sg_test_size > 1)
+    for (int zero = 1; zero <= 3; ++zero) check_overlap(spec, zero);
   return sg_test_finish();
 }
