@@ -3,7 +3,7 @@
  *  1. for zero = 0..3, on fsdp=N (and dp x fsdp when N = 4), 6 AdamW steps
  *     give the parameters of one process (each rank also runs the one-
  *     process reference on MPI_COMM_SELF), and the same global gradient
- *     norms;
+ *     norms; for zero 1..3 also with 2 or 3 micro-batches per step;
  *  2. memory (core's accounting): with zero = 3 the parameters, gradients
  *     and optimizer state a rank holds are at most 1/N of one process's
  *     plus the largest parameter (the largest gathered unit);
@@ -154,35 +154,55 @@ static void toy_destroy(toy *t) {
   sg_parallel_destroy(&t->plan);
 }
 
-/* One step on this rank's share of the global batch of step `step`. */
-static sg_status toy_step(toy *t, int64_t step, double *gnorm, double *loss_out) {
+/* Micro-batch k of K of this rank's share of the global batch of step
+ * `step`: forward, loss (mse, 1/K of it: the K add up to the step's mean)
+ * and backward. */
+static sg_status toy_micro(toy *t, int64_t step, int k, int K, double *loss_out) {
   sg_status st = SG_OK;
-  const int64_t lb = GB / t->dsize;
+  const int64_t lb = GB / t->dsize, mb = lb / K;
   float x[GB * CIN * S], y[GB * COUT * S];
-  for (int64_t j = 0; j < lb; ++j) {
-    const int64_t s = step * GB + t->dindex * lb + j;
+  for (int64_t j = 0; j < mb; ++j) {
+    const int64_t s = step * GB + t->dindex * lb + k * mb + j;
     for (int64_t c = 0; c < CIN; ++c)
-      for (int64_t k = 0; k < S; ++k) x[(j * CIN + c) * S + k] = sample(s, c, k, 1);
+      for (int64_t e = 0; e < S; ++e) x[(j * CIN + c) * S + e] = sample(s, c, e, 1);
     for (int64_t c = 0; c < COUT; ++c)
-      for (int64_t k = 0; k < S; ++k) y[(j * COUT + c) * S + k] = sample(s, c, k, 2);
+      for (int64_t e = 0; e < S; ++e) y[(j * COUT + c) * S + e] = sample(s, c, e, 2);
   }
-  const int64_t xs[3] = {lb, CIN, S}, ys[3] = {lb, COUT, S};
+  const int64_t xs[3] = {mb, CIN, S}, ys[3] = {mb, COUT, S};
   sg_var xv, yv, *h = NULL, *a = NULL, *p = NULL, *loss = NULL;
   SG_TRY(sg_var_init(&xv, "x", SG_DTYPE_F32, 3, xs, x, 0));
   SG_TRY(sg_var_init(&yv, "y", SG_DTYPE_F32, 3, ys, y, 0));
-  SG_TRY(sg_parallel_begin_micro(t->plan, 0, 1));
+  SG_TRY(sg_parallel_begin_micro(t->plan, k, K));
   SG_TRY(sg_ag_linear(t->tape, &xv, &t->v[0], &t->v[1], &h));
   SG_TRY(sg_ag_act(t->tape, SG_ACT_GELU, h, &a));
   SG_TRY(sg_ag_linear(t->tape, a, &t->v[2], &t->v[3], &p));
   sg_dist_loss_ctx lc = {NULL, t->data, GB};
   SG_TRY(sg_ag_dist_loss(t->tape, SG_LOSS_MSE, p, &yv, NULL, &lc, &loss));
-  *loss_out = sg_dist_loss_value(loss);
+  double lv = sg_dist_loss_value(loss);
+  if (K > 1) {
+    SG_TRY(sg_ag_scale(t->tape, 1.0 / K, loss, &loss));
+    lv /= K;
+  }
+  *loss_out += lv;
   SG_TRY(sg_tape_backward(t->tape, loss));
-  SG_TRY(sg_parallel_reduce(t->plan, gnorm));
-  SG_TRY(sg_parallel_step(t->plan, step, 1e-2, 1.0));
 fail:
   if (st != SG_OK) sg_tape_clear(t->tape);
   return st;
+}
+
+/* One step of K micro-batches. */
+static sg_status toy_step_k(toy *t, int64_t step, int K, double *gnorm, double *loss_out) {
+  sg_status st = SG_OK;
+  *loss_out = 0.0;
+  for (int k = 0; k < K; ++k) SG_TRY(toy_micro(t, step, k, K, loss_out));
+  SG_TRY(sg_parallel_reduce(t->plan, gnorm));
+  SG_TRY(sg_parallel_step(t->plan, step, 1e-2, 1.0));
+fail:
+  return st;
+}
+
+static sg_status toy_step(toy *t, int64_t step, double *gnorm, double *loss_out) {
+  return toy_step_k(t, step, 1, gnorm, loss_out);
 }
 
 static sg_status toy_params(toy *t, float *out) {
@@ -198,8 +218,9 @@ fail:
 
 enum { NTOT = HID * CIN + HID + COUT * HID + COUT, STEPS = 6, NTOT_W1 = HID * CIN, NTOT_W2 = COUT * HID };
 
-/* 1. the same parameters and norms as one process; 3. traffic. */
-static void check_mesh(const char *spec, int zero, int det, double *traffic) {
+/* 1. the same parameters and norms as one process (K micro-batches per
+ * step); 3. traffic. */
+static void check_mesh_k(const char *spec, int zero, int det, int K, double *traffic) {
   sg_mesh_t mesh = NULL, self = NULL;
   toy t, r;
   memset(&t, 0, sizeof t);
@@ -214,10 +235,10 @@ static void check_mesh(const char *spec, int zero, int det, double *traffic) {
   moved = 0;
   for (int64_t s = 1; s <= STEPS; ++s) {
     count_on = s == 2;
-    sg_status st = toy_step(&t, s, &n1, &l1);
+    sg_status st = toy_step_k(&t, s, K, &n1, &l1);
     count_on = 0;
     SG_REQUIRE_OK(st);
-    SG_REQUIRE_OK(toy_step(&r, s, &n2, &l2));
+    SG_REQUIRE_OK(toy_step_k(&r, s, K, &n2, &l2));
     bad += fabs(n1 - n2) > 1e-5 * n2 || fabs(l1 - l2) > 1e-5 * fabs(l2);
   }
   if (traffic) *traffic = moved;
@@ -226,7 +247,8 @@ static void check_mesh(const char *spec, int zero, int det, double *traffic) {
   SG_REQUIRE_OK(toy_params(&t, got));
   SG_REQUIRE_OK(toy_params(&r, want));
   char what[96];
-  snprintf(what, sizeof what, "parameters after %d steps, %s zero %d%s", STEPS, spec, zero, det ? " det" : "");
+  snprintf(what, sizeof what, "parameters after %d steps, %s zero %d%s, %d micro-batches", STEPS, spec, zero,
+           det ? " det" : "", K);
   sg_test_cmp_f32(what, got, want, NTOT, 1e-5, 1e-7);
   SG_CHECK_OK(sg_parallel_check_replicas(t.plan, STEPS));
 done:
@@ -234,6 +256,10 @@ done:
   toy_destroy(&r);
   sg_mesh_destroy(&mesh);
   sg_mesh_destroy(&self);
+}
+
+static void check_mesh(const char *spec, int zero, int det, double *traffic) {
+  check_mesh_k(spec, zero, det, 1, traffic);
 }
 
 /* 2. memory held by the plan after attach, zero 3 against one process. */
@@ -354,6 +380,10 @@ int main(int argc, char **argv) {
   }
   if (sg_test_size == 4)
     for (int zero = 1; zero <= 3; ++zero) check_mesh("dp=2,fsdp=2", zero, 0, NULL);
+  /* gradient accumulation: the reduce-scatters of every micro-batch (zero
+   * >= 2) or of the last (zero 1) overlap backward; HSDP sums once a step */
+  const int K = (GB / sg_test_size) % 2 == 0 ? 2 : 3;
+  for (int zero = 1; zero <= 3; ++zero) check_mesh_k(sg_test_size == 4 ? "dp=2,fsdp=2" : spec, zero, 0, K, NULL);
   if (sg_test_size > 1) {
     const double psi = NTOT;
     if (sg_test_rank == 0)
