@@ -446,8 +446,9 @@ sg_status sg_parallel_create(sg_mesh_t mesh, const sg_parallel_config *cfg, int 
     if (!p->p || !p->rs_order) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "sg_parallel_create: out of memory");
   }
   if (st == SG_OK) st = plan_roles(p);
-  /* DDP reducers take grad-ready marks unless ZeRO reduces (at the end,
-   * zero 1; per parameter when its gradient is ready, zero >= 2) */
+  /* DDP reducers take grad-ready marks unless ZeRO reduce-scatters (not
+   * deterministic; deterministic zero 1 sums DDP's buckets in fixed order,
+   * zero >= 2 each gradient when it is ready) */
   if (p) p->hooked_reductions = p->cfg.zero == 0 || (p->cfg.zero == 1 && p->cfg.deterministic);
   if (p) p->hooked_rs = p->cfg.zero >= 1 && !p->cfg.deterministic;
   if (p) p->pf = -1;

@@ -3,10 +3,14 @@
 # ZeRO-1/2/3 and HSDP, FNO / CNN / U-Net, at 1, 2 and 4 ranks, on one
 # NS dataset (made here by sg-ns2d). Prints one JSON object per run and a
 # markdown table (ZeRO stages side by side with DDP on the same rank count).
-#   bench/strategies/run.sh BUILD_DIR WORK_DIR [STEPS]
+#   bench/strategies/run.sh BUILD_DIR WORK_DIR [STEPS] [MODELS] [CONFIGS]
+# MODELS: e.g. "fno cnn"; CONFIGS: "RANKS:MESH:ZERO ...", e.g. the 2-rank
+# ones "2:dp=2:0 2:fsdp=2:3" (default: all models and configurations).
 # Medians over the steps after the first 3 (warm-up).
 set -euo pipefail
 build=$(cd "$1" && pwd) work=$2 steps=${3:-23}
+models=${4:-fno cnn unet}
+configs=${5:-1:h=1:0 2:dp=2:0 2:fsdp=2:1 2:fsdp=2:2 2:fsdp=2:3 4:dp=4:0 4:fsdp=4:3 4:dp=2,fsdp=2:3 4:fsdp=2,h=2:3}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 . "$src/tools/env.sh"
 mkdir -p "$work"
@@ -16,9 +20,8 @@ cd "$work"
 export OMP_NUM_THREADS=1
 out=results.jsonl
 : > "$out"
-for model in fno cnn unet; do
-  for cfg in "1:h=1:0" "2:dp=2:0" "2:fsdp=2:1" "2:fsdp=2:2" "2:fsdp=2:3" \
-             "4:dp=4:0" "4:fsdp=4:3" "4:dp=2,fsdp=2:3" "4:fsdp=2,h=2:3"; do
+for model in $models; do
+  for cfg in $configs; do
     n=${cfg%%:*} rest=${cfg#*:} mesh=${rest%%:*} zero=${rest#*:}
     rm -f m.jsonl
     "$SG_MPIEXEC" -n "$n" "$build/bin/sg-train" --model "$model" --data ns64.nc --steps "$steps" --batch 8 \
