@@ -77,6 +77,7 @@ struct sg_parallel {
   int *uses;             /* zero 3: the parameters' use order (first micro-batch) */
   int nuses, cap_uses, uses_done;
   int in_window, use_pos; /* between begin_micro and the end of backward; the next event */
+  int in_backward;        /* in the window, backward has begun */
   int pf;                /* zero 3: the parameter prefetched (-1: none) */
   sg_request_t pf_req;
   int64_t gathered, gathered_peak; /* zero 3: floats of gathered values held */
@@ -689,13 +690,18 @@ static sg_status on_post_use(sg_var *v, void *user) {
   struct sg_parallel *p = user;
   const int i = p->cfg.zero >= 3 ? param_of_var(p, v) : -1;
   if (i < 0 || !p->p[i].vfull || p->pf == i) return SG_OK;
+  const int next = p->in_window && p->uses_done && p->use_pos >= 0 && p->use_pos < p->nuses
+                       ? p->uses[p->use_pos] : -1;
+  /* in backward, a parameter whose use comes next stays gathered (freeing
+   * it would gather it again at once): the last op of a checkpointed
+   * block's recomputation hands its parameter to its backward. Not between
+   * forward and backward: that gather is one the traffic model counts. */
+  if (p->in_backward && next == i) return SG_OK;
   v->value.data = NULL;
   vfull_free(p, &p->p[i]);
   /* the next use's parameter may have been in use when it was predicted
    * (the last layer's weight between forward and backward): gather it now */
-  if (p->in_window && p->uses_done && p->use_pos >= 0 && p->use_pos < p->nuses)
-    return prefetch_start(p, p->uses[p->use_pos]);
-  return SG_OK;
+  return next >= 0 ? prefetch_start(p, next) : SG_OK;
 }
 
 /* ---- ZeRO reduce-scatters (zero >= 1, not deterministic) ---------------------
@@ -787,6 +793,7 @@ static sg_status on_pre_backward(sg_var *v, void *user) {
   const int i = p->cfg.zero >= 2 ? param_of_var(p, v) : -1;
   if (i < 0) return SG_OK;
   pl_param *q = &p->p[i];
+  p->in_backward = p->in_window;
   SG_TRY(on_pre_use(v, user));
   if (q->info.numel == 0) return SG_OK;
   if (q->gfull && !v->grad.data) SG_TRY(rs_drain(p)); /* still in flight from a backward without begin_micro */
@@ -816,14 +823,27 @@ static sg_status on_grad_ready(sg_var *v, void *user) {
   return sg_ddp_mark_ready(sp->ddp, q->info.offset - sp->off, q->info.numel);
 }
 
+/* zero 3, between ops: nothing stays prefetched or gathered (a parameter
+ * kept for a next use that did not come: its value would be stale after
+ * the step). Not collective. */
+static sg_status release_gathered(struct sg_parallel *p) {
+  const sg_status st = prefetch_drop(p);
+  for (int i = 0; i < p->np; ++i)
+    if (p->p[i].vfull) {
+      p->p[i].var->value.data = NULL;
+      vfull_free(p, &p->p[i]);
+    }
+  return st;
+}
+
 /* The end of a backward: the recording of the uses (first micro-batch) is
- * complete, and nothing stays prefetched. */
+ * complete, and every gathered value is freed. */
 static sg_status on_post_backward(sg_tape_t tape, void *user) {
   struct sg_parallel *p = user;
   (void)tape;
   if (p->in_window) p->uses_done = 1;
-  p->in_window = 0;
-  return prefetch_drop(p);
+  p->in_window = p->in_backward = 0;
+  return release_gathered(p);
 }
 
 static sg_var **sort_vars_base;
@@ -892,8 +912,9 @@ sg_status sg_parallel_begin_micro(sg_parallel_t p, int k, int n) {
   /* the previous micro-batch's reduce-scatters complete before its gradient
    * buffers are used again; a new window of uses to record or replay */
   SG_TRY(rs_drain(p));
-  SG_TRY(prefetch_drop(p));
+  SG_TRY(release_gathered(p));
   p->in_window = 1;
+  p->in_backward = 0;
   p->use_pos = 0;
   if (!p->uses_done) p->nuses = 0;
   if (k == n - 1 && p->hooked_reductions)
