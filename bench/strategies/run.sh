@@ -5,10 +5,16 @@
 # NS dataset (made here by sg-ns2d). Prints one JSON object per run and a
 # markdown table (each run side by side with fp32 DDP on the same rank
 # count).
-#   bench/strategies/run.sh BUILD_DIR WORK_DIR [STEPS]
+#   bench/strategies/run.sh BUILD_DIR WORK_DIR [STEPS] [MODELS] [CONFIGS]
+# MODELS: e.g. "fno cnn"; CONFIGS: "RANKS:MESH:ZERO[:VARIANT] ...", VARIANT
+# fp32 (default), bf16 (param_dtype) or ckpt (activation_checkpointing =
+# blocks), e.g. "2:dp=2:0 2:fsdp=2:3:bf16" (default: all of the below).
 # Medians over the steps after the first 3 (warm-up).
 set -euo pipefail
 build=$(cd "$1" && pwd) work=$2 steps=${3:-23}
+models=${4:-fno cnn unet}
+configs=${5:-1:h=1:0 1:h=1:0:bf16 1:h=1:0:ckpt 2:dp=2:0 2:dp=2:0:bf16 2:dp=2:0:ckpt 2:fsdp=2:1 2:fsdp=2:2
+  2:fsdp=2:3 2:fsdp=2:3:bf16 2:fsdp=2:3:ckpt 4:dp=4:0 4:fsdp=4:3 4:dp=2,fsdp=2:3 4:fsdp=2,h=2:3}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 . "$src/tools/env.sh"
 mkdir -p "$work"
@@ -18,10 +24,8 @@ cd "$work"
 export OMP_NUM_THREADS=1
 out=results.jsonl
 : > "$out"
-for model in fno cnn unet; do
-  for cfg in "1:h=1:0" "1:h=1:0:bf16" "1:h=1:0:ckpt" "2:dp=2:0" "2:dp=2:0:bf16" "2:dp=2:0:ckpt" \
-             "2:fsdp=2:1" "2:fsdp=2:2" "2:fsdp=2:3" "2:fsdp=2:3:bf16" "2:fsdp=2:3:ckpt" \
-             "4:dp=4:0" "4:fsdp=4:3" "4:dp=2,fsdp=2:3" "4:fsdp=2,h=2:3"; do
+for model in $models; do
+  for cfg in $configs; do
     IFS=: read -r n mesh zero variant <<<"$cfg"
     variant=${variant:-fp32}
     extra=()

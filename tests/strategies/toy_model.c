@@ -55,35 +55,74 @@ void toy_destroy(toy *t) {
   sg_parallel_destroy(&t->plan);
 }
 
-/* One step on this rank's share of the global batch of step `step`. */
-sg_status toy_step(toy *t, int64_t step, double *gnorm, double *loss_out, float *hidden) {
+static sg_status toy_block(sg_tape_t tape, void *ctx, sg_var *const *in, sg_var **out) {
+  toy *t = ctx;
+  sg_var *h = NULL;
+  sg_status st = sg_ag_linear(tape, in[0], &t->v[0], &t->v[1], &h);
+  if (st == SG_OK) st = sg_ag_act(tape, SG_ACT_GELU, h, &out[0]);
+  return st;
+}
+
+/* Micro-batch k of K of this rank's share of the global batch of step
+ * `step`: forward, loss (mse, 1/K of it: the K add up to the step's mean)
+ * and backward. */
+sg_status toy_micro(toy *t, int64_t step, int k, int K, double *loss_out, float *hidden) {
   sg_status st = SG_OK;
-  const int64_t lb = GB / t->dsize;
+  const int64_t lb = GB / t->dsize, mb = lb / K;
   float x[GB * CIN * S], y[GB * COUT * S];
-  for (int64_t j = 0; j < lb; ++j) {
-    const int64_t s = step * GB + t->dindex * lb + j;
+  for (int64_t j = 0; j < mb; ++j) {
+    const int64_t s = step * GB + t->dindex * lb + k * mb + j;
     for (int64_t c = 0; c < CIN; ++c)
-      for (int64_t k = 0; k < S; ++k) x[(j * CIN + c) * S + k] = sample(s, c, k, 1);
+      for (int64_t e = 0; e < S; ++e) x[(j * CIN + c) * S + e] = sample(s, c, e, 1);
     for (int64_t c = 0; c < COUT; ++c)
-      for (int64_t k = 0; k < S; ++k) y[(j * COUT + c) * S + k] = sample(s, c, k, 2);
+      for (int64_t e = 0; e < S; ++e) y[(j * COUT + c) * S + e] = sample(s, c, e, 2);
   }
-  const int64_t xs[3] = {lb, CIN, S}, ys[3] = {lb, COUT, S};
+  const int64_t xs[3] = {mb, CIN, S}, ys[3] = {mb, COUT, S};
   sg_var xv, yv, *h = NULL, *a = NULL, *p = NULL, *loss = NULL;
   SG_TRY(sg_var_init(&xv, "x", SG_DTYPE_F32, 3, xs, x, 0));
   SG_TRY(sg_var_init(&yv, "y", SG_DTYPE_F32, 3, ys, y, 0));
-  SG_TRY(sg_parallel_begin_micro(t->plan, 0, 1));
-  SG_TRY(sg_ag_linear(t->tape, &xv, &t->v[0], &t->v[1], &h));
-  if (hidden) memcpy(hidden, h->value.data, (size_t)(lb * HID * S) * sizeof *hidden);
-  SG_TRY(sg_ag_act(t->tape, SG_ACT_GELU, h, &a));
+  SG_TRY(sg_parallel_begin_micro(t->plan, k, K));
+  sg_var *xin = &xv;
+  if (t->ckpt) {
+    SG_TRY(sg_ag_checkpoint(t->tape, toy_block, t, 1, &xin, 1, &a));
+  } else {
+    SG_TRY(sg_ag_linear(t->tape, &xv, &t->v[0], &t->v[1], &h));
+    if (hidden) memcpy(hidden, h->value.data, (size_t)(mb * HID * S) * sizeof *hidden);
+    SG_TRY(sg_ag_act(t->tape, SG_ACT_GELU, h, &a));
+  }
   SG_TRY(sg_ag_linear(t->tape, a, &t->v[2], &t->v[3], &p));
   sg_dist_loss_ctx lc = {NULL, t->data, GB};
   SG_TRY(sg_ag_dist_loss(t->tape, SG_LOSS_MSE, p, &yv, NULL, &lc, &loss));
-  *loss_out = sg_dist_loss_value(loss);
+  double lv = sg_dist_loss_value(loss);
+  if (K > 1) {
+    SG_TRY(sg_ag_scale(t->tape, 1.0 / K, loss, &loss));
+    lv /= K;
+  }
+  *loss_out += lv;
   SG_TRY(sg_tape_backward(t->tape, loss));
+fail:
+  if (st != SG_OK) sg_tape_clear(t->tape);
+  return st;
+}
+
+/* One step of K micro-batches. */
+sg_status toy_step_k(toy *t, int64_t step, int K, double *gnorm, double *loss_out) {
+  sg_status st = SG_OK;
+  *loss_out = 0.0;
+  for (int k = 0; k < K; ++k) SG_TRY(toy_micro(t, step, k, K, loss_out, NULL));
   SG_TRY(sg_parallel_reduce(t->plan, gnorm));
   SG_TRY(sg_parallel_step(t->plan, step, 1e-2, 1.0));
 fail:
-  if (st != SG_OK) sg_tape_clear(t->tape);
+  return st;
+}
+
+sg_status toy_step(toy *t, int64_t step, double *gnorm, double *loss_out, float *hidden) {
+  sg_status st = SG_OK;
+  *loss_out = 0.0;
+  SG_TRY(toy_micro(t, step, 0, 1, loss_out, hidden));
+  SG_TRY(sg_parallel_reduce(t->plan, gnorm));
+  SG_TRY(sg_parallel_step(t->plan, step, 1e-2, 1.0));
+fail:
   return st;
 }
 
