@@ -24,6 +24,7 @@ typedef struct pl_param {
   int64_t moff;      /* offset of the piece in the optimizer state */
   sg_var *var;       /* its variable (sg_parallel_attach) */
   float *vfull;      /* zero 3: the gathered value while in use */
+  sg_bf16 *vfull16;  /* zero 3 under the bf16 policy: what the gather receives */
   float *gfull;      /* zero >= 2: the full gradient during backward */
   int64_t *pcount, *pdispl; /* zero >= 1: every ZeRO-group rank's piece (elements) */
   sg_request_t rs_req;      /* zero >= 1: its reduce-scatter in flight */
@@ -515,6 +516,7 @@ sg_status sg_parallel_destroy(sg_parallel_t *plan) {
   sg_free(h, (void **)&p->gpiece);
   for (int i = 0; i < p->np; ++i) {
     sg_free(h, (void **)&p->p[i].vfull);
+    sg_free(h, (void **)&p->p[i].vfull16);
     sg_free(h, (void **)&p->p[i].gfull);
     free(p->p[i].pcount);
     free(p->p[i].pdispl);
@@ -594,10 +596,52 @@ fail:
   return st;
 }
 
+/* zero 3: what the gather of q for a use sends (its piece) and receives:
+ * the master piece in f32, or under the bf16 policy its bf16 values (half
+ * the bytes), widened into vfull by use_widen once they are in. */
+static sg_status use_buffers(struct sg_parallel *p, pl_param *q, const void **send, void **recv, sg_dtype *dt) {
+  sg_status st = SG_OK;
+  *dt = SG_DTYPE_F32;
+  *send = p->ppiece + q->moff;
+  *recv = q->vfull;
+  if (p->prec.param_dt == SG_DTYPE_BF16) {
+    const sg_bf16 *pieces = pl_precision_pieces(&p->prec, p->ppiece, p->nstate);
+    if (!pieces) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory for the bf16 pieces");
+    *dt = SG_DTYPE_BF16;
+    *send = pieces + q->moff;
+    *recv = q->vfull16;
+  }
+fail:
+  return st;
+}
+
+static void use_widen(pl_param *q) {
+  if (q->vfull16) (void)sg_dtype_convert(q->vfull16, SG_DTYPE_BF16, q->vfull, SG_DTYPE_F32, q->info.numel);
+}
+
+/* zero 3: q's value for a use into vfull (allocated): a copy of the piece
+ * when the group has one rank, else the all-gather of use_buffers. */
+static sg_status gather_use(struct sg_parallel *p, pl_param *q) {
+  sg_status st = SG_OK;
+  int g, me;
+  sg_group_t zg = zgroup(p, q, &g, &me);
+  if (!zg || g == 1) return gather_value(p, q, q->vfull);
+  const void *send;
+  void *recv;
+  sg_dtype dt;
+  SG_TRY(use_buffers(p, q, &send, &recv, &dt));
+  SG_TRY(sg_allgatherv(zg, send, q->pcount[me], recv, q->pcount, q->pdispl, dt));
+  use_widen(q);
+fail:
+  return st;
+}
+
 /* zero 3: q's gathered value (vfull), counted in the floats gathered at
  * once (sg_parallel_gathered_peak). */
 static sg_status vfull_alloc(struct sg_parallel *p, pl_param *q) {
   sg_status st = sg_malloc(sg_device_host(), (size_t)q->info.numel * sizeof(float), (void **)&q->vfull);
+  if (st == SG_OK && p->prec.param_dt == SG_DTYPE_BF16)
+    st = sg_malloc(sg_device_host(), (size_t)q->info.numel * sizeof(sg_bf16), (void **)&q->vfull16);
   if (st == SG_OK && (p->gathered += q->info.numel) > p->gathered_peak) p->gathered_peak = p->gathered;
   return st;
 }
@@ -606,6 +650,7 @@ static void vfull_free(struct sg_parallel *p, pl_param *q) {
   if (!q->vfull) return;
   p->gathered -= q->info.numel;
   sg_free(sg_device_host(), (void **)&q->vfull);
+  sg_free(sg_device_host(), (void **)&q->vfull16);
 }
 
 /* ---- zero 3: prefetch -------------------------------------------------------
@@ -665,8 +710,11 @@ static sg_status prefetch_start(struct sg_parallel *p, int j) {
   sg_group_t zg = zgroup(p, q, &g, &me);
   if (p->pf >= 0 || q->info.numel == 0 || q->var->value.data || q->vfull || !zg || g == 1) return SG_OK;
   SG_TRY(vfull_alloc(p, q));
-  SG_TRY(sg_iallgatherv(zg, p->ppiece + q->moff, q->pcount[me], q->vfull, q->pcount, q->pdispl, SG_DTYPE_F32,
-                        &p->pf_req));
+  const void *send;
+  void *recv;
+  sg_dtype dt;
+  SG_TRY(use_buffers(p, q, &send, &recv, &dt));
+  SG_TRY(sg_iallgatherv(zg, send, q->pcount[me], recv, q->pcount, q->pdispl, dt, &p->pf_req));
   p->pf = j;
 fail:
   if (st != SG_OK) vfull_free(p, q);
@@ -686,9 +734,10 @@ static sg_status on_pre_use(sg_var *v, void *user) {
     if (p->pf == i) { /* prefetched: in flight since the previous use */
       p->pf = -1;
       SG_TRY(sg_wait(&p->pf_req));
+      use_widen(q);
     } else {
       SG_TRY(vfull_alloc(p, q));
-      SG_TRY(gather_value(p, q, q->vfull));
+      SG_TRY(gather_use(p, q));
     }
     v->value.data = q->vfull;
   }

@@ -75,8 +75,27 @@ fail:
   return st;
 }
 
+const sg_bf16 *pl_precision_pieces(pl_precision *pp, const float *pieces, int64_t n) {
+  if (!pp->pieces || pp->npieces != n) {
+    sg_free(sg_device_host(), (void **)&pp->pieces);
+    if (sg_malloc(sg_device_host(), (size_t)(n + 1) * sizeof *pp->pieces, (void **)&pp->pieces) != SG_OK) return NULL;
+    pp->npieces = n;
+    pp->stale = 1;
+  }
+  if (pp->stale) {
+    for (int64_t k = 0; k < n; ++k) pp->pieces[k] = sg_bf16_from_f32(pieces[k]);
+    pp->stale = 0;
+  }
+  return pp->pieces;
+}
+
 void pl_precision_invalidate(pl_precision *pp) { pp->stale = 1; }
 
-size_t pl_precision_bytes(const pl_precision *pp) { return pp->compute ? (size_t)pp->n * sizeof(float) : 0; }
+size_t pl_precision_bytes(const pl_precision *pp) {
+  return (pp->compute ? (size_t)pp->n * sizeof(float) : 0) + (pp->pieces ? (size_t)pp->npieces * sizeof(sg_bf16) : 0);
+}
 
-void pl_precision_free(pl_precision *pp) { sg_free(sg_device_host(), (void **)&pp->compute); }
+void pl_precision_free(pl_precision *pp) {
+  sg_free(sg_device_host(), (void **)&pp->compute);
+  sg_free(sg_device_host(), (void **)&pp->pieces);
+}

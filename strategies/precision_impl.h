@@ -10,7 +10,9 @@
  *   - the value listener, installed after the plan's: for zero < 3 the
  *     variables are bound to a compute copy (the master rounded), made
  *     fresh at the first use after the master changed (a step, a
- *     checkpoint load); for zero = 3 it rounds the gathered parameter.
+ *     checkpoint load); for zero = 3 it rounds the gathered parameter
+ *     (the plan gathers the pieces' bf16 values: half the bytes on the
+ *     wire, widened to f32 for the kernels).
  * The buffers are f32 holding bf16 values until bf16 kernels exist.
  */
 #ifndef SG_PRECISION_IMPL_H
@@ -24,6 +26,8 @@ typedef struct pl_precision {
   const float *master; /* zero < 3: the plan's full parameter buffer */
   float *compute;      /* zero < 3: master rounded (f32 storage) */
   int64_t n;
+  sg_bf16 *pieces;     /* zero = 3: the master pieces as bf16 (what is gathered) */
+  int64_t npieces;
   int stale;
 } pl_precision;
 
@@ -37,6 +41,10 @@ sg_status pl_precision_attach_grads(pl_precision *pp, sg_tape_t tape);
  * are bound to (zero < 3), NULL for zero = 3. */
 sg_status pl_precision_attach_values(pl_precision *pp, sg_tape_t tape, const float *master, int64_t n,
                                      int np, sg_var *const *vars);
+/* zero = 3: the bf16 values of the n floats of master pieces, refreshed
+ * when the master changed (NULL on allocation failure, with the error
+ * set). */
+const sg_bf16 *pl_precision_pieces(pl_precision *pp, const float *pieces, int64_t n);
 /* The master weights changed: refresh the compute copy before next use. */
 void pl_precision_invalidate(pl_precision *pp);
 /* Bytes held for the policy (the compute copy). */

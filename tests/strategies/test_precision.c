@@ -15,7 +15,9 @@
  *     fp32 run (losses within 1e-2 relative);
  *  4. a checkpoint load (the plan's arrays read into) refreshes the compute
  *     copy: the next use sees the new master, rounded;
- *  5. bad policies: param_dtype = f64 and reduce_dtype = bf16 are refused
+ *  5. under zero 3 the parameters' all-gathers move bf16: half the bytes
+ *     of the fp32 run's (PMPI wrappers count the bytes);
+ *  6. bad policies: param_dtype = f64 and reduce_dtype = bf16 are refused
  *     on every rank.
  * Verdict reduced over all ranks. */
 #include "sg_test.h"
@@ -26,6 +28,29 @@
 #include <string.h>
 
 enum { STEPS = 6 };
+
+/* ---- PMPI: bytes all-gathered --------------------------------------------- */
+static int count_on;
+static double gathered_bytes;
+
+static void add_gathered(MPI_Datatype t, const int rc[], MPI_Comm c) {
+  if (!count_on) return;
+  int p = 0, sz = 0;
+  PMPI_Comm_size(c, &p);
+  PMPI_Type_size(t, &sz);
+  if (t != MPI_FLOAT && sz != 2) return; /* parameters: f32 or bf16, not the loss's or norm's doubles */
+  for (int i = 0; i < p; ++i) gathered_bytes += (double)rc[i] * sz;
+}
+int MPI_Allgatherv(const void *s, int sc, MPI_Datatype st, void *r, const int rc[], const int d[], MPI_Datatype rt,
+                   MPI_Comm c) {
+  add_gathered(rt, rc, c);
+  return PMPI_Allgatherv(s, sc, st, r, rc, d, rt, c);
+}
+int MPI_Iallgatherv(const void *s, int sc, MPI_Datatype st, void *r, const int rc[], const int d[], MPI_Datatype rt,
+                    MPI_Comm c, MPI_Request *q) {
+  add_gathered(rt, rc, c);
+  return PMPI_Iallgatherv(s, sc, st, r, rc, d, rt, c, q);
+}
 
 static int is_bf16(float x) {
   float r = x;
@@ -185,7 +210,41 @@ done:
   sg_mesh_destroy(&mesh);
 }
 
-/* 5. refused policies: the same status on every rank. */
+/* 5. zero 3's gathers in bf16 move half the bytes of fp32's. */
+static double gather_bytes_per_step(sg_mesh_t mesh, sg_dtype dt) {
+  toy t;
+  memset(&t, 0, sizeof t);
+  double n, l, bytes = -1;
+  const sg_parallel_config pc = policy(3, dt);
+  SG_REQUIRE_OK(toy_create_cfg(mesh, &pc, &t));
+  SG_REQUIRE_OK(toy_step(&t, 1, &n, &l, NULL));
+  gathered_bytes = 0;
+  count_on = 1;
+  sg_status st = toy_step(&t, 2, &n, &l, NULL);
+  count_on = 0;
+  SG_REQUIRE_OK(st);
+  bytes = gathered_bytes;
+done:
+  toy_destroy(&t);
+  return bytes;
+}
+
+static void check_wire(void) {
+  sg_mesh_t mesh = NULL;
+  char spec[32];
+  snprintf(spec, sizeof spec, "fsdp=%d", sg_test_size);
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  const double b32 = gather_bytes_per_step(mesh, SG_DTYPE_F32), b16 = gather_bytes_per_step(mesh, SG_DTYPE_BF16);
+  if (sg_test_size > 1) {
+    SG_CHECK(b32 > 0 && b16 * 2 == b32, "zero 3 on %s: bf16 gathers %.0f bytes per step, fp32 %.0f (want half)", spec,
+             b16, b32);
+    if (sg_test_rank == 0) printf("zero 3 on %s: all-gathered per step: fp32 %.0f B, bf16 %.0f B\n", spec, b32, b16);
+  }
+done:
+  sg_mesh_destroy(&mesh);
+}
+
+/* 6. refused policies: the same status on every rank. */
 static void check_refused(void) {
   sg_mesh_t mesh = NULL;
   sg_parallel_t p = NULL;
@@ -218,6 +277,7 @@ int main(int argc, char **argv) {
   if (sg_test_size == 4) check_mesh("dp=2,fsdp=2", 3);
   check_reload(0);
   check_reload(3);
+  check_wire();
   check_refused();
   return sg_test_finish();
 }
