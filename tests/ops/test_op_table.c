@@ -97,31 +97,28 @@ static const known_failure known_failures[] = {
 
 static sg_status f_conv_k3_zero(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                 sg_var **p, sg_var **out) {
-  sg_conv_args ca = {.nsp = 2, .pad = {{1, 1}, {1, 1}}};
-  return sg_ag_conv(t, a[0], p[0], p[1], &ca, out);
+  sg_window ca[2] = {{.pad = {1, 1}}, {.pad = {1, 1}}};
+  return sg_ag_conv(t, a[0], p[0], p[1], ca, out);
 }
 static sg_status f_conv_s2_periodic_reflect(sg_tape_t t, const op_case *c, const run_ctx *rc,
                                             sg_var **a, sg_var **p, sg_var **out) {
-  sg_conv_args ca = {.nsp = 2, .stride = {2, 2}, .pad = {{1, 1}, {1, 1}},
-                     .mode = {SG_PAD_PERIODIC, SG_PAD_REFLECT}};
-  return sg_ag_conv(t, a[0], p[0], p[1], &ca, out);
+  sg_window ca[2] = {{.stride = 2, .pad = {1, 1}, .boundary = SG_PAD_PERIODIC}, {.stride = 2, .pad = {1, 1}, .boundary = SG_PAD_REFLECT}};
+  return sg_ag_conv(t, a[0], p[0], p[1], ca, out);
 }
 static sg_status f_conv_dil2_replicate(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                        sg_var **p, sg_var **out) {
-  sg_conv_args ca = {.nsp = 2, .dilation = {2, 2}, .pad = {{2, 2}, {1, 3}},
-                     .mode = {SG_PAD_REPLICATE, SG_PAD_REPLICATE}};
-  return sg_ag_conv(t, a[0], p[0], NULL, &ca, out);
+  sg_window ca[2] = {{.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REPLICATE}, {.dilation = 2, .pad = {1, 3}, .boundary = SG_PAD_REPLICATE}};
+  return sg_ag_conv(t, a[0], p[0], NULL, ca, out);
 }
 static sg_status f_conv_1d(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
                            sg_var **out) {
-  sg_conv_args ca = {.nsp = 1, .stride = {2}, .pad = {{1, 1}}, .mode = {SG_PAD_PERIODIC}};
-  return sg_ag_conv(t, a[0], p[0], p[1], &ca, out);
+  sg_window ca[1] = {{.stride = 2, .pad = {1, 1}, .boundary = SG_PAD_PERIODIC}};
+  return sg_ag_conv(t, a[0], p[0], p[1], ca, out);
 }
 static sg_status f_conv_3d(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
                            sg_var **out) {
-  sg_conv_args ca = {.nsp = 3, .pad = {{1, 1}, {1, 1}, {1, 1}},
-                     .mode = {SG_PAD_ZERO, SG_PAD_PERIODIC, SG_PAD_REFLECT}};
-  return sg_ag_conv(t, a[0], p[0], p[1], &ca, out);
+  sg_window ca[3] = {{.pad = {1, 1}, .boundary = SG_PAD_ZERO}, {.pad = {1, 1}, .boundary = SG_PAD_PERIODIC}, {.pad = {1, 1}, .boundary = SG_PAD_REFLECT}};
+  return sg_ag_conv(t, a[0], p[0], p[1], ca, out);
 }
 static sg_status f_convt(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
                          sg_var **out) {
@@ -130,28 +127,26 @@ static sg_status f_convt(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_va
 static sg_status f_pool_max_k3s2p1(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                    sg_var **p, sg_var **out) {
   int64_t k[2] = {3, 3};
-  sg_conv_args pa = {.nsp = 2, .stride = {2, 2}, .pad = {{1, 1}, {1, 1}}};
-  return sg_ag_pool(t, SG_POOL_MAX, a[0], k, &pa, out);
+  sg_window pa[2] = {{.kernel = k[0], .stride = 2, .pad = {1, 1}}, {.kernel = k[1], .stride = 2, .pad = {1, 1}}};
+  return sg_ag_pool(t, SG_POOL_MAX, a[0], pa, out);
 }
 static sg_status f_pool_avg_k2s2(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                  sg_var **p, sg_var **out) {
   int64_t k[2] = {2, 2};
-  sg_conv_args pa = {.nsp = 2, .stride = {2, 2}};
-  return sg_ag_pool(t, SG_POOL_AVG, a[0], k, &pa, out);
+  sg_window pa[2] = {{.kernel = k[0], .stride = 2}, {.kernel = k[1], .stride = 2}};
+  return sg_ag_pool(t, SG_POOL_AVG, a[0], pa, out);
 }
 static sg_status f_pool_max_dil2(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                  sg_var **p, sg_var **out) {
   int64_t k[2] = {2, 2};
-  sg_conv_args pa = {.nsp = 2, .dilation = {2, 2}, .pad = {{1, 1}, {1, 0}},
-                     .mode = {SG_PAD_ZERO, SG_PAD_REPLICATE}};
-  return sg_ag_pool(t, SG_POOL_MAX, a[0], k, &pa, out);
+  sg_window pa[2] = {{.kernel = k[0], .dilation = 2, .pad = {1, 1}, .boundary = SG_PAD_ZERO}, {.kernel = k[1], .dilation = 2, .pad = {1, 0}, .boundary = SG_PAD_REPLICATE}};
+  return sg_ag_pool(t, SG_POOL_MAX, a[0], pa, out);
 }
 static sg_status f_pool_avg_periodic(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                      sg_var **p, sg_var **out) {
   int64_t k[2] = {3, 2};
-  sg_conv_args pa = {.nsp = 2, .stride = {1, 2}, .pad = {{1, 1}, {0, 1}},
-                     .mode = {SG_PAD_PERIODIC, SG_PAD_ZERO}};
-  return sg_ag_pool(t, SG_POOL_AVG, a[0], k, &pa, out);
+  sg_window pa[2] = {{.kernel = k[0], .stride = 1, .pad = {1, 1}, .boundary = SG_PAD_PERIODIC}, {.kernel = k[1], .stride = 2, .pad = {0, 1}, .boundary = SG_PAD_ZERO}};
+  return sg_ag_pool(t, SG_POOL_AVG, a[0], pa, out);
 }
 static sg_status f_up_linear(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                              sg_var **p, sg_var **out) {
@@ -241,9 +236,9 @@ typedef struct ckpt_block_ctx {
 static sg_status ckpt_block(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **out) {
   sg_status st = SG_OK;
   const ckpt_block_ctx *k = ctx;
-  sg_conv_args ca = {.nsp = 2, .pad = {{1, 1}, {1, 1}}};
+  sg_window ca[2] = {{.pad = {1, 1}}, {.pad = {1, 1}}};
   sg_var *h = NULL;
-  SG_TRY(sg_ag_conv(t, in[0], k->w, k->b, &ca, &h));
+  SG_TRY(sg_ag_conv(t, in[0], k->w, k->b, ca, &h));
   SG_TRY(sg_ag_act(t, SG_ACT_GELU, h, &out[0]));
 fail:
   return st;
