@@ -23,7 +23,8 @@
  * rank with an error (no hang); it is reported as SKIP with the reason,
  * never as a pass; so is a shard thinner than the op's halo (SG_ERR_HALO on
  * every rank, a documented limit). Likewise a mesh that splits a dim the case's tensor does
- * not have, and the FNO (f32 parameters, dims dp/h/w only).
+ * not have, the spectral convolution (dims dp/h/w only: its FFT) and the
+ * FNO (also f32 parameters only).
  *
  * Coverage: every op of the registry must have a case here and must have
  * been exercised (found on the tape) by a case that ran; a case naming an
@@ -40,6 +41,7 @@
 #include "sg_fno.h"
 #include "sg_mesh.h"
 #include "sg_op_registry.h"
+#include "sg_spectral.h"
 #include "sg_test.h"
 #include "sg_test_tensor.h"
 
@@ -78,7 +80,7 @@ typedef struct op_case {
   op_fn fn;
   int iattr;    /* an op code (activation, binary op, kind...) */
   double lo;    /* inputs uniform in [lo, lo + 2) */
-  int fno;      /* the FNO (spectral convolution): its own runner */
+  int fno;      /* 1: the FNO, 2: the spectral convolution alone (own runners) */
 } op_case;
 
 typedef struct known_failure {
@@ -341,7 +343,10 @@ static const op_case cases[] = {
      .fn = f_dist_loss, .iattr = SG_LOSS_MSE, .lo = -1},
     {.op = "dist_loss", .label = "dist_loss rel_l2", .nd = 4, .nact = 2, .act = {X4(3), X4(3)},
      .nout = 1, .fn = f_dist_loss, .iattr = SG_LOSS_REL_L2, .lo = -1},
-    /* the spectral convolution, through the FNO (lift, 2 layers, projection) */
+    /* the spectral convolution on its own (f32 and f64), and through the FNO
+     * (lift, 2 layers, projection; f32) */
+    {.op = "spectral_conv", .label = "spectral_conv 9x7 modes 2x2 3->2", .nd = 4, .nact = 1,
+     .act = {{2, 3, 9, 7}}, .nout = 1, .fno = 2, .iattr = 2, .lo = -1},
     {.op = "spectral_conv", .label = "fno 9x7 modes 2x2 width 4", .nd = 4, .nact = 1,
      .act = {{2, 1, 9, 7}}, .nout = 1, .fno = 1, .lo = -1},
 };
@@ -449,11 +454,11 @@ static int layout_check(const op_case *c, const sg_op_def *op, sg_mesh_t mesh, c
     for (int m = 0; m < sg_mesh_ndims(mesh); ++m) {
       const char *n = sg_mesh_dim_name(mesh, m);
       if (strcmp(n, "dp") && strcmp(n, "h") && strcmp(n, "w")) {
-        snprintf(why, whysz, "the FNO splits only over mesh dims dp, h, w (not '%s')", n);
+        snprintf(why, whysz, "the FFT splits only over mesh dims dp, h, w (not '%s')", n);
         return 1;
       }
       if (!strcmp(n, "dp") && sg_mesh_dim_size(mesh, m) > c->act[0][0]) {
-        snprintf(why, whysz, "the FNO needs a sample per dp rank (batch %lld on dp=%d)",
+        snprintf(why, whysz, "the FFT needs a sample per dp rank (batch %lld on dp=%d)",
                  (long long)c->act[0][0], sg_mesh_dim_size(mesh, m));
         return 1;
       }
@@ -855,6 +860,138 @@ done:
   return result;
 }
 
+/* ---- the spectral convolution on its own (sg_ag_spectral_conv) ------------------------ */
+
+/* One spectral convolution (modes 2x2, replicated W) forward/backward on
+ * mesh (NULL: a mesh over MPI_COMM_SELF) in dtype dt with the case's global
+ * input; compares with (or fills) ref: y, dx and dW summed over the ranks. */
+static int run_spectral(const op_case *c, sg_dtype dt, sg_mesh_t mesh, fno_ref *ref,
+                        const double *gx, verdict *vd) {
+  sg_mesh_t self = NULL;
+  sg_spectral_conv_t conv = NULL;
+  sg_tape_t tape = NULL;
+  sg_test_buf xv, xg, wv, wg, sb;
+  sg_var x, w, *y = NULL;
+  int result = 0;
+  memset(&x, 0, sizeof x), memset(&w, 0, sizeof w);
+  memset(&xv, 0, sizeof xv), memset(&xg, 0, sizeof xg), memset(&wv, 0, sizeof wv);
+  memset(&wg, 0, sizeof wg), memset(&sb, 0, sizeof sb);
+  const int64_t N = c->act[0][0], CIN = c->act[0][1], NY = c->act[0][2], NX = c->act[0][3];
+  const int64_t COUT = c->iattr;
+  sg_status st = SG_OK;
+  if (!mesh) st = sg_mesh_create(MPI_COMM_SELF, "h=1", &self);
+  sg_mesh_t use = mesh ? mesh : self;
+  int64_t b0 = 0, nb = N;
+  int dpd = use ? sg_mesh_find_dim(use, "dp") : -1;
+  if (dpd >= 0) {
+    int p = sg_mesh_dim_size(use, dpd), k = sg_mesh_coord(use, dpd);
+    nb = N / p + (k < N % p);
+    b0 = k * (N / p) + (k < N % p ? k : N % p);
+  }
+  sg_fft_desc d;
+  sg_fft_desc_init(&d);
+  d.dtype = dt, d.ndim = 2, d.shape[0] = NY, d.shape[1] = NX, d.batch = nb;
+  d.keep[0] = d.keep[1] = 2;
+  static const char *const hw[2] = {"h", "w"};
+  MPI_Comm axes[2], comm = MPI_COMM_NULL;
+  unsigned mask = 0;
+  if (st == SG_OK) st = sg_fft_mesh_axes(use, 2, hw, axes, d.split, &comm, &mask);
+  if (st == SG_OK) st = sg_spectral_conv_create_comms(comm, 2, axes, &d, CIN, COUT, &conv);
+  if (!sg_test_all(MPI_COMM_WORLD, st == SG_OK)) {
+    note(vd, "%s: %s", "sg_spectral_conv_create", sg_last_error());
+    goto done;
+  }
+  int64_t o2[2], s2[2];
+  sg_fft_plan_local_box(sg_spectral_conv_plan(conv, 0), SG_FFT_SPACE_REAL, o2, s2);
+  int64_t off[4] = {b0, 0, o2[0], o2[1]}, shape[4] = {nb, CIN, s2[0], s2[1]};
+  const int64_t gshape[4] = {N, CIN, NY, NX}, nloc = sg_test_numel(4, shape);
+  const int64_t nw = sg_spectral_conv_weight_count(conv);
+  st = sg_test_buf_alloc(&xv, dt, nloc);
+  if (st == SG_OK) st = sg_test_buf_alloc(&xg, dt, nloc);
+  if (st == SG_OK) st = sg_test_buf_alloc(&wv, dt, nw);
+  if (st == SG_OK) st = sg_test_buf_alloc(&wg, dt, nw);
+  if (st == SG_OK) {
+    sg_test_box_copy(4, gshape, off, shape, (double *)gx, xv.data, dt, 0);
+    for (int64_t k = 0; k < nw; ++k) /* the same W on every rank */
+      sg_test_set(wv.data, dt, k, sg_test_rand(0x5BEC, k, -0.5, 0.5));
+    st = sg_var_init(&x, "x", dt, 4, shape, xv.data, 1);
+  }
+  if (st == SG_OK) {
+    x.grad = x.value, x.grad.data = xg.data, x.grad.owns = 0;
+    st = sg_var_init_param(&w, "W", dt, 1, &nw, wv.data, wg.data);
+  }
+  if (st == SG_OK) st = sg_tape_create(&tape);
+  if (!sg_test_all(MPI_COMM_WORLD, st == SG_OK)) {
+    note(vd, "%s: %s", "setup", sg_last_error());
+    goto done;
+  }
+  st = sg_ag_spectral_conv(tape, conv, &x, &w, &y);
+  if (st == SG_OK) mark_seen(y, 0);
+  if (!sg_test_all(MPI_COMM_WORLD, st == SG_OK)) {
+    note(vd, "%s: %s", "forward", st != SG_OK ? sg_last_error() : "failed on another rank");
+    goto done;
+  }
+  const double tol = dt == SG_DTYPE_F32 ? 1e-4 : 1e-10;
+  int64_t yshape[4] = {nb, COUT, s2[0], s2[1]}, ygshape[4] = {N, COUT, NY, NX};
+  const int64_t ny = sg_test_numel(4, yshape), nyg = sg_test_numel(4, ygshape);
+  char msg[300];
+  if (!mesh) {
+    ref->y = malloc((size_t)nyg * sizeof(double));
+    for (int64_t k = 0; k < nyg; ++k) ref->y[k] = sg_test_get(y->value.data, dt, k);
+  } else {
+    double *want = malloc((size_t)(ny ? ny : 1) * sizeof *want);
+    sg_test_box_copy(4, ygshape, off, yshape, ref->y, want, SG_DTYPE_F64, 0);
+    if (sg_test_cmp_ref(y->value.data, dt, want, ny, tol, msg, sizeof msg))
+      note(vd, "%s: %s", "output", msg);
+    free(want);
+  }
+  double *seed = malloc((size_t)nyg * sizeof *seed);
+  for (int64_t k = 0; k < nyg; ++k) seed[k] = sg_test_rand(0xF00u, k, -1.0, 1.0);
+  st = sg_test_buf_alloc(&sb, dt, ny);
+  if (st == SG_OK) sg_test_box_copy(4, ygshape, off, yshape, seed, sb.data, dt, 0);
+  free(seed);
+  sg_tensor sd = y->value;
+  sd.data = sb.data, sd.owns = 0;
+  if (st == SG_OK) st = sg_tape_backward_from(tape, 1, &y, &sd);
+  if (!sg_test_all(MPI_COMM_WORLD, st == SG_OK)) {
+    note(vd, "%s: %s", "backward", st != SG_OK ? sg_last_error() : "failed on another rank");
+    goto done;
+  }
+  if (!sg_test_buf_guards_ok(&xv) || !sg_test_buf_guards_ok(&xg) || !sg_test_buf_guards_ok(&wv) ||
+      !sg_test_buf_guards_ok(&wg))
+    note(vd, "%s%s", "guard values overwritten", NULL);
+  const int64_t nxg = sg_test_numel(4, gshape);
+  double *gw = malloc((size_t)nw * sizeof *gw);
+  for (int64_t k = 0; k < nw; ++k) gw[k] = sg_test_get(wg.data, dt, k);
+  if (!mesh) {
+    ref->dx = malloc((size_t)nxg * sizeof(double));
+    for (int64_t k = 0; k < nxg; ++k) ref->dx[k] = sg_test_get(xg.data, dt, k);
+    ref->np = nw;
+    ref->dp = gw;
+    gw = NULL;
+  } else {
+    double *want = malloc((size_t)(nloc ? nloc : 1) * sizeof *want);
+    sg_test_box_copy(4, gshape, off, shape, ref->dx, want, SG_DTYPE_F64, 0);
+    if (sg_test_cmp_ref(xg.data, dt, want, nloc, tol, msg, sizeof msg))
+      note(vd, "%s: %s", "d(input)", msg);
+    free(want);
+    sum_all(gw, nw, MPI_COMM_WORLD); /* W is replicated: partial sums */
+    if (sg_test_cmp_ref(gw, SG_DTYPE_F64, ref->dp, nw, tol, msg, sizeof msg))
+      note(vd, "%s: %s", "d(W) summed", msg);
+  }
+  free(gw);
+  result = sg_test_all(MPI_COMM_WORLD, vd->bad == 0);
+done:
+  sg_tape_destroy(&tape);
+  sg_var_release(&x);
+  sg_var_release(&w);
+  sg_spectral_conv_destroy(&conv);
+  sg_mesh_destroy(&self);
+  sg_test_buf_free(&xv), sg_test_buf_free(&xg), sg_test_buf_free(&wv), sg_test_buf_free(&wg);
+  sg_test_buf_free(&sb);
+  return result;
+}
+
 /* ---- driver -------------------------------------------------------------------------- */
 
 static const char *known_failure_of(const op_case *c, const char *layout, sg_dtype dt) {
@@ -910,7 +1047,7 @@ static void run_table(int run_all) {
     }
     for (int di = 0; di < 2; ++di) {
       const sg_dtype dt = di ? SG_DTYPE_F64 : SG_DTYPE_F32;
-      if (c->fno && dt == SG_DTYPE_F64) {
+      if (c->fno == 1 && dt == SG_DTYPE_F64) {
         for (int l = 0; l < nl; ++l, ++nskip)
           report(c, specs[l], dt, "SKIP", "the FNO's parameters are f32 (sg_fno_bind)");
         continue;
@@ -922,7 +1059,9 @@ static void run_table(int run_all) {
       memset(&fr, 0, sizeof fr);
       memset(&vd, 0, sizeof vd);
       gen_inputs(c, dt, 0xC0FFEEu + 1000u * (uint64_t)ci, &r);
-      int ok = c->fno ? run_fno(c, NULL, &fr, r.act[0], &vd) : run_case(c, dt, NULL, NULL, 0, &r, &vd);
+      int ok = c->fno == 2 ? run_spectral(c, dt, NULL, &fr, r.act[0], &vd)
+               : c->fno  ? run_fno(c, NULL, &fr, r.act[0], &vd)
+                         : run_case(c, dt, NULL, NULL, 0, &r, &vd);
       if (ok != 1) {
         print_notes(&vd, c, "one process", dt);
         SG_CHECK(0, "%s %s: the one-process reference failed", c->label, sg_dtype_name(dt));
@@ -948,8 +1087,9 @@ static void run_table(int run_all) {
           continue;
         }
         memset(&vd, 0, sizeof vd);
-        ok = c->fno ? run_fno(c, meshes[l], &fr, r.act[0], &vd)
-                    : run_case(c, dt, meshes[l], pls[l], chk == 2, &r, &vd);
+        ok = c->fno == 2 ? run_spectral(c, dt, meshes[l], &fr, r.act[0], &vd)
+             : c->fno    ? run_fno(c, meshes[l], &fr, r.act[0], &vd)
+                         : run_case(c, dt, meshes[l], pls[l], chk == 2, &r, &vd);
         if (ok == -2) {
           report(c, specs[l], dt, "SKIP", vd.first);
           ++nskip;
