@@ -198,16 +198,32 @@ static sg_status ctx_backward(sg_sharded_ctx_t c, const sg_tensor *g, void *cons
     if (pgrad && pgrad[i]) c->par[i].grad.data = pgrad[i];
     if (pval && pval[i]) c->par[i].value.data = (void *)pval[i];
   }
+  /* the wanted input gradients: new ShardTensors (contiguous interiors, no
+   * margins) that the tape writes into directly, no copy */
+  const sg_tensor none = {0};
+  for (int i = 0; i < c->nact && st == SG_OK; ++i) {
+    if (!dacts[i]) continue;
+    st = var_to_shardtensor(&c->act[i], &none, dacts[i]);
+    sg_tensor in = sg_shardtensor_interior(dacts[i]);
+    if (st == SG_OK && sg_tensor_numel(&in) > 0) {
+      c->act[i].grad = c->act[i].value;
+      c->act[i].grad.data = in.data;
+      c->act[i].grad.owns = 0;
+      c->act[i].owns_grad = 0;
+    }
+  }
+  st = sg_agree(sg_mesh_comm(c->mesh), st); /* before the backward's collectives */
   sg_var *out = c->out;
   c->out = NULL; /* the tape is emptied: once per context */
-  st = sg_tape_backward_from(c->tape, 1, &out, g);
+  if (st == SG_OK) st = sg_tape_backward_from(c->tape, 1, &out, g);
   for (int i = 0; i < c->npar; ++i) {
     c->par[i].grad.data = own[i];
     c->par[i].value.data = (void *)val[i];
   }
-  for (int i = 0; i < c->nact && st == SG_OK; ++i)
-    if (dacts[i]) st = var_to_shardtensor(&c->act[i], &c->act[i].grad, dacts[i]);
-  return sg_agree(sg_mesh_comm(c->mesh), st);
+  st = sg_agree(sg_mesh_comm(c->mesh), st);
+  for (int i = 0; i < c->nact && st != SG_OK; ++i)
+    if (dacts[i]) sg_shardtensor_destroy(dacts[i]);
+  return st;
 }
 
 /* The backward of an op with a ShardTensor output: dy checked, then
