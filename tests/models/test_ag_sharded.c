@@ -130,7 +130,8 @@ static sg_status model_body(sg_tape_t t, model *m, sg_var *x, sg_var **out) {
   sg_status st = SG_OK;
   sg_var *h1, *h2, *h3, *h4, *h5, *h6, *skip, *h7;
   sg_var *P = m->p;
-  sg_window c1[2] = {{.pad = {1, 1}, .boundary = SG_PAD_PERIODIC}, {.pad = {1, 1}, .boundary = SG_PAD_PERIODIC}};
+  sg_window c1[2] = {{.pad = {1, 1}, .boundary = SG_PAD_PERIODIC},
+                     {.pad = {1, 1}, .boundary = SG_PAD_PERIODIC}};
   SG_TRY(sg_ag_conv(t, x, &P[0], &P[1], c1, &h1));
   sg_norm_desc nd = {.kind = SG_NORM_GROUP, .groups = 2, .eps = 1e-5};
   SG_TRY(sg_ag_norm(t, &nd, h1, &P[2], &P[3], &h2));
@@ -141,10 +142,12 @@ static sg_status model_body(sg_tape_t t, model *m, sg_var *x, sg_var **out) {
     SG_TRY(sg_ag_pool(t, SG_POOL_AVG, h3, pa, &h4));
   } else {
     int64_t k[2] = {3, 3};
-    sg_window pa[2] = {{.kernel = k[0], .stride = 2, .pad = {1, 1}, .boundary = SG_PAD_REPLICATE}, {.kernel = k[1], .stride = 2, .pad = {1, 1}, .boundary = SG_PAD_REPLICATE}};
+    sg_window pa[2] = {{.kernel = k[0], .stride = 2, .pad = {1, 1}, .boundary = SG_PAD_REPLICATE},
+                       {.kernel = k[1], .stride = 2, .pad = {1, 1}, .boundary = SG_PAD_REPLICATE}};
     SG_TRY(sg_ag_pool(t, SG_POOL_MAX, h3, pa, &h4));
   }
-  sg_window c2[2] = {{.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REFLECT}, {.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REFLECT}};
+  sg_window c2[2] = {{.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REFLECT},
+                     {.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REFLECT}};
   SG_TRY(sg_ag_conv(t, h4, &P[4], &P[5], c2, &h5));
   int64_t two[2] = {2, 2};
   if (m->variant == 0)
@@ -309,12 +312,16 @@ fail:
 static sg_status chain_3d(sg_tape_t t, sg_var *prm, sg_var *x, sg_var **out) {
   sg_status st = SG_OK;
   sg_var *h1, *h2, *h3, *h4, *h5;
-  sg_window a1[3] = {{.pad = {1, 1}, .boundary = SG_PAD_PERIODIC}, {.pad = {1, 1}, .boundary = SG_PAD_REFLECT}, {.pad = {1, 1}, .boundary = SG_PAD_ZERO}};
+  sg_window a1[3] = {{.pad = {1, 1}, .boundary = SG_PAD_PERIODIC},
+                     {.pad = {1, 1}, .boundary = SG_PAD_REFLECT},
+                     {.pad = {1, 1}, .boundary = SG_PAD_ZERO}};
   SG_TRY(sg_ag_conv(t, x, &prm[0], &prm[1], a1, &h1));
   sg_norm_desc nd = {.kind = SG_NORM_INSTANCE, .eps = 1e-5};
   SG_TRY(sg_ag_norm(t, &nd, h1, NULL, NULL, &h2));
   int64_t k[3] = {2, 2, 2};
-  sg_window pa[3] = {{.kernel = k[0], .stride = 2}, {.kernel = k[1], .stride = 2}, {.kernel = k[2], .stride = 2}};
+  sg_window pa[3] = {{.kernel = k[0], .stride = 2},
+                     {.kernel = k[1], .stride = 2},
+                     {.kernel = k[2], .stride = 2}};
   SG_TRY(sg_ag_pool(t, SG_POOL_MAX, h2, pa, &h3));
   SG_TRY(sg_ag_upsample(t, SG_UPSAMPLE_NEAREST, h3, k, &h4));
   SG_TRY(sg_ag_linear(t, h4, &prm[2], NULL, &h5));

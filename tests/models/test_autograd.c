@@ -34,7 +34,8 @@ typedef struct model1 {
 static sg_status model1_forward(sg_tape_t tape, model1 *m, sg_var **loss) {
   sg_status st = SG_OK;
   sg_var *h1, *h2, *h3, *h4;
-  sg_window ca[2] = {{.pad = {1, 1}, .boundary = SG_PAD_ZERO}, {.pad = {1, 1}, .boundary = SG_PAD_PERIODIC}};
+  sg_window ca[2] = {{.pad = {1, 1}, .boundary = SG_PAD_ZERO},
+                     {.pad = {1, 1}, .boundary = SG_PAD_PERIODIC}};
   SG_TRY(sg_ag_conv(tape, &m->vx, &m->vw, NULL, ca, &h1)); /* (2, 3, 9, 7) */
   SG_TRY(sg_ag_bias(tape, h1, &m->vb, &h2));
   SG_TRY(sg_ag_act(tape, SG_ACT_RELU, h2, &h3));
@@ -212,7 +213,8 @@ typedef struct model2 {
 static sg_status model2_forward(sg_tape_t tape, model2 *m, sg_var **loss) {
   sg_status st = SG_OK;
   sg_var *a, *b, *c, *d, *parts[2], *e, *f, *g, *h, *i, *j, *k, *l, *o, *q;
-  sg_window ca[2] = {{.pad = {1, 1}, .boundary = SG_PAD_REFLECT}, {.pad = {1, 1}, .boundary = SG_PAD_REPLICATE}};
+  sg_window ca[2] = {{.pad = {1, 1}, .boundary = SG_PAD_REFLECT},
+                     {.pad = {1, 1}, .boundary = SG_PAD_REPLICATE}};
   SG_TRY(sg_ag_conv(tape, &m->vx, &m->vp[P1], &m->vp[P2], ca, &a)); /* (1, 4, 5, 6) */
   sg_norm_desc nd = {.kind = SG_NORM_GROUP, .groups = 2, .eps = 1e-5};
   SG_TRY(sg_ag_norm(tape, &nd, a, &m->vp[P3], &m->vp[P4], &b));

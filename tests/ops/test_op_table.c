@@ -71,12 +71,14 @@ static sg_status f_conv_k3_zero(sg_tape_t t, const op_case *c, const run_ctx *rc
 }
 static sg_status f_conv_s2_periodic_reflect(sg_tape_t t, const op_case *c, const run_ctx *rc,
                                             sg_var **a, sg_var **p, sg_var **out) {
-  sg_window ca[2] = {{.stride = 2, .pad = {1, 1}, .boundary = SG_PAD_PERIODIC}, {.stride = 2, .pad = {1, 1}, .boundary = SG_PAD_REFLECT}};
+  sg_window ca[2] = {{.stride = 2, .pad = {1, 1}, .boundary = SG_PAD_PERIODIC},
+                     {.stride = 2, .pad = {1, 1}, .boundary = SG_PAD_REFLECT}};
   return sg_ag_conv(t, a[0], p[0], p[1], ca, out);
 }
 static sg_status f_conv_dil2_replicate(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                        sg_var **p, sg_var **out) {
-  sg_window ca[2] = {{.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REPLICATE}, {.dilation = 2, .pad = {1, 3}, .boundary = SG_PAD_REPLICATE}};
+  sg_window ca[2] = {{.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REPLICATE},
+                     {.dilation = 2, .pad = {1, 3}, .boundary = SG_PAD_REPLICATE}};
   return sg_ag_conv(t, a[0], p[0], NULL, ca, out);
 }
 static sg_status f_conv_1d(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
@@ -86,7 +88,9 @@ static sg_status f_conv_1d(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_
 }
 static sg_status f_conv_3d(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
                            sg_var **out) {
-  sg_window ca[3] = {{.pad = {1, 1}, .boundary = SG_PAD_ZERO}, {.pad = {1, 1}, .boundary = SG_PAD_PERIODIC}, {.pad = {1, 1}, .boundary = SG_PAD_REFLECT}};
+  sg_window ca[3] = {{.pad = {1, 1}, .boundary = SG_PAD_ZERO},
+                     {.pad = {1, 1}, .boundary = SG_PAD_PERIODIC},
+                     {.pad = {1, 1}, .boundary = SG_PAD_REFLECT}};
   return sg_ag_conv(t, a[0], p[0], p[1], ca, out);
 }
 static sg_status f_convt(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
@@ -96,7 +100,8 @@ static sg_status f_convt(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_va
 static sg_status f_pool_max_k3s2p1(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                    sg_var **p, sg_var **out) {
   int64_t k[2] = {3, 3};
-  sg_window pa[2] = {{.kernel = k[0], .stride = 2, .pad = {1, 1}}, {.kernel = k[1], .stride = 2, .pad = {1, 1}}};
+  sg_window pa[2] = {{.kernel = k[0], .stride = 2, .pad = {1, 1}},
+                     {.kernel = k[1], .stride = 2, .pad = {1, 1}}};
   return sg_ag_pool(t, SG_POOL_MAX, a[0], pa, out);
 }
 static sg_status f_pool_avg_k2s2(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
@@ -108,13 +113,15 @@ static sg_status f_pool_avg_k2s2(sg_tape_t t, const op_case *c, const run_ctx *r
 static sg_status f_pool_max_dil2(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                  sg_var **p, sg_var **out) {
   int64_t k[2] = {2, 2};
-  sg_window pa[2] = {{.kernel = k[0], .dilation = 2, .pad = {1, 1}, .boundary = SG_PAD_ZERO}, {.kernel = k[1], .dilation = 2, .pad = {1, 0}, .boundary = SG_PAD_REPLICATE}};
+  sg_window pa[2] = {{.kernel = k[0], .dilation = 2, .pad = {1, 1}, .boundary = SG_PAD_ZERO},
+                     {.kernel = k[1], .dilation = 2, .pad = {1, 0}, .boundary = SG_PAD_REPLICATE}};
   return sg_ag_pool(t, SG_POOL_MAX, a[0], pa, out);
 }
 static sg_status f_pool_avg_periodic(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                      sg_var **p, sg_var **out) {
   int64_t k[2] = {3, 2};
-  sg_window pa[2] = {{.kernel = k[0], .stride = 1, .pad = {1, 1}, .boundary = SG_PAD_PERIODIC}, {.kernel = k[1], .stride = 2, .pad = {0, 1}, .boundary = SG_PAD_ZERO}};
+  sg_window pa[2] = {{.kernel = k[0], .stride = 1, .pad = {1, 1}, .boundary = SG_PAD_PERIODIC},
+                     {.kernel = k[1], .stride = 2, .pad = {0, 1}, .boundary = SG_PAD_ZERO}};
   return sg_ag_pool(t, SG_POOL_AVG, a[0], pa, out);
 }
 static sg_status f_up_linear(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
