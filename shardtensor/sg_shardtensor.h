@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "sg_comm.h"
+#include "sg_decomp.h" /* the balanced split (sg_split_part) */
 #include "sg_mesh.h"
 #include "sg_status.h"
 #include "sg_tensor.h"
@@ -81,14 +82,6 @@ typedef struct sg_shardtensor {
   int64_t halo[SG_TENSOR_MAX_DIMS][2];        /* margins (lo, hi), >= 0 */
   sg_tensor local; /* interior + margins: shape local_shape + lo + hi */
 } sg_shardtensor;
-
-/* The balanced split: the part of n owned by index i of p. Not collective. */
-static inline void sg_split_balanced(int64_t n, int p, int i, int64_t *offset,
-                                     int64_t *size) {
-  int64_t base = n / p, extra = n % p;
-  *size = base + (i < extra ? 1 : 0);
-  *offset = (int64_t)i * base + (i < extra ? i : extra);
-}
 
 /* The box rule. For each tensor dim d, start from [0, n); for each mesh dim
  * m in order (outermost first) whose placement is Shard(d), replace the

@@ -102,7 +102,7 @@ sg_status sg_shardtensor_box_coords(int mesh_ndims, const int *mesh_sizes,
     if (placements[m].kind != SG_PLACEMENT_SHARD) continue;
     const int d = placements[m].dim;
     int64_t o, n;
-    sg_split_balanced(shape[d], mesh_sizes[m], coords[m], &o, &n);
+    sg_split_part(shape[d], mesh_sizes[m], coords[m], &o, &n);
     offset[d] += o;
     shape[d] = n;
   }
