@@ -141,11 +141,7 @@ fail:
 
 static sg_status tm_block(sg_tape_t tape, tmodel *M, int k, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
-  sg_conv_args a;
-  memset(&a, 0, sizeof a);
-  a.nsp = 1;
-  a.pad[0][0] = a.pad[0][1] = 1;
-  a.mode[0] = SG_PAD_ZERO;
+  sg_window a = SG_WINDOW_SYM(3, 1, 1, 1); /* zero boundary */
   sg_var *h, *g;
   SG_TRY(sg_ag_conv(tape, x, &M->w[k], &M->b[k], &a, &h));
   SG_TRY(sg_ag_act(tape, SG_ACT_GELU, h, &g));
