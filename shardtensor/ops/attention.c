@@ -15,12 +15,16 @@
 #include "sg_device.h"
 #include "sg_ops_inl.h"
 
-/* 64 x 64 tiles: a d = 64 tile of q, k, v, o and the score tile are 16 KiB
- * each in f32, so a query tile's working set (q, o, s) stays in L1/L2 while
- * key tiles stream through; the tile GEMMs (64 x 64 x d) are large enough
- * for the BLAS's small-matrix kernels. */
+/* Tiles of 64 queries x 128 keys: at d = 64 in f32 a query tile's q^T and
+ * output (16 KiB each) and the score tile (32 KiB) stay in L1/L2 while the
+ * key and value tiles (32 KiB each) stream through. 64 x 64 and 128 x 128
+ * measured within 5% (bench/RESULTS.md); 64 x 128 was a little ahead. */
+#ifndef SG_ATTN_BQ
 #define SG_ATTN_BQ 64
-#define SG_ATTN_BK 64
+#endif
+#ifndef SG_ATTN_BK
+#define SG_ATTN_BK 128
+#endif
 #define SG_ATTN_VL 16 /* lanes of the vectorised row reductions */
 
 typedef struct sg_attn_geom {
@@ -63,30 +67,116 @@ static inline void *sg_attn_thread_ws(const sg_attn_geom *g, void *ws) {
   return (char *)ws + (size_t)tid * g->ws_per_thread;
 }
 
+/* ---- tile GEMMs -----------------------------------------------------------
+ * c (m x n, row stride ldc) (+)= a b, a's element (r, p) at a[r*ar + p*ac]
+ * (so a transposed operand needs no copy), b (k x n) with row stride ldb.
+ * f32 on register-blocked AVX-512 kernels where the build targets
+ * AVX-512F: no packing, tiles straight from L1/L2 (a BLAS packs both
+ * operands on every call, and OpenBLAS 0.3.21 does not know this CPU and
+ * runs its SSE3 "Prescott" kernels); elsewhere, and f64 always, the BLAS.
+ * Each element sums over p in increasing order (one FMA each): the same
+ * bits for every thread count. */
+static void attn_gemm_f64(int64_t m, int64_t n, int64_t k, const double *a, int64_t ar,
+                          int64_t ac, const double *b, int64_t ldb, double *c, int64_t ldc,
+                          int acc) {
+  cblas_dgemm(CblasRowMajor, ac == 1 ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)m,
+              (int)n, (int)k, 1, a, (int)(ac == 1 ? ar : ac), b, (int)ldb, acc ? 1 : 0, c,
+              (int)ldc);
+}
+
+/* SG_ATTN_BLAS: the BLAS for f32 too (to compare; bench/RESULTS.md) */
+#if defined(__AVX512F__) && !defined(SG_ATTN_BLAS)
+#include <immintrin.h>
+
+enum { AT_MR = 6, AT_NV = 4 }; /* 6 rows x 64 columns: 24 accumulators */
+
+/* One register tile: MR rows of c over NV vectors of 16 columns (masks m). */
+#define AT_TILE(MR, NV)                                                        \
+  static void at_tile_##MR##_##NV(int64_t k, const float *a, int64_t ar,      \
+                                  int64_t ac, const float *b, int64_t ldb,    \
+                                  float *c, int64_t ldc, int acc,             \
+                                  const __mmask16 *m) {                       \
+    __m512 cr[MR][NV];                                                        \
+    _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r)                      \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                    \
+        cr[r][v] = acc ? _mm512_maskz_loadu_ps(m[v], c + r * ldc + 16 * v)    \
+                       : _mm512_setzero_ps();                                 \
+    for (int64_t p = 0; p < k; ++p) {                                         \
+      __m512 bv[NV];                                                          \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                    \
+        bv[v] = _mm512_maskz_loadu_ps(m[v], b + p * ldb + 16 * v);            \
+      _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                  \
+        const __m512 av = _mm512_set1_ps(a[r * ar + p * ac]);                 \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                  \
+          cr[r][v] = _mm512_fmadd_ps(av, bv[v], cr[r][v]);                    \
+      }                                                                       \
+    }                                                                         \
+    _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r)                      \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                    \
+        _mm512_mask_storeu_ps(c + r * ldc + 16 * v, m[v], cr[r][v]);          \
+  }
+#define AT_TILES(MR) AT_TILE(MR, 1) AT_TILE(MR, 2) AT_TILE(MR, 3) AT_TILE(MR, 4)
+AT_TILES(1)
+AT_TILES(2)
+AT_TILES(3)
+AT_TILES(4)
+AT_TILES(5)
+AT_TILES(6)
+
+typedef void (*at_tile_fn)(int64_t, const float *, int64_t, int64_t, const float *, int64_t,
+                           float *, int64_t, int, const __mmask16 *);
+#define AT_ROW(MR) {NULL, at_tile_##MR##_1, at_tile_##MR##_2, at_tile_##MR##_3, at_tile_##MR##_4}
+static const at_tile_fn at_tiles[AT_MR + 1][AT_NV + 1] = {
+    {NULL}, AT_ROW(1), AT_ROW(2), AT_ROW(3), AT_ROW(4), AT_ROW(5), AT_ROW(6)};
+
+static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t ar,
+                          int64_t ac, const float *b, int64_t ldb, float *c, int64_t ldc,
+                          int acc) {
+  for (int64_t n0 = 0; n0 < n; n0 += 16 * AT_NV) {
+    const int64_t len = n - n0 < 16 * AT_NV ? n - n0 : 16 * AT_NV;
+    const int nv = (int)((len + 15) / 16);
+    __mmask16 msk[AT_NV];
+    for (int v = 0; v < AT_NV; ++v) {
+      int64_t l = len - 16 * v;
+      l = l < 0 ? 0 : l > 16 ? 16 : l;
+      msk[v] = (__mmask16)((1u << l) - 1u);
+    }
+    for (int64_t r0 = 0; r0 < m; r0 += AT_MR) {
+      const int mr = (int)(m - r0 < AT_MR ? m - r0 : AT_MR);
+      at_tiles[mr][nv](k, a + r0 * ar, ar, ac, b + n0, ldb, c + r0 * ldc + n0, ldc, acc, msk);
+    }
+  }
+}
+#else
+static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t ar,
+                          int64_t ac, const float *b, int64_t ldb, float *c, int64_t ldc,
+                          int acc) {
+  cblas_sgemm(CblasRowMajor, ac == 1 ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)m,
+              (int)n, (int)k, 1, a, (int)(ac == 1 ? ar : ac), b, (int)ldb, acc ? 1 : 0, c,
+              (int)ldc);
+}
+#endif
+
 #define R float
 #define S f32
-#define SG_AGEMM cblas_sgemm
 #define SG_AEXP sg_expf
 #define SG_AMEXP expf
 #define SG_ALOG logf
 #include "attention_tmpl.h"
 #undef R
 #undef S
-#undef SG_AGEMM
 #undef SG_AEXP
 #undef SG_AMEXP
 #undef SG_ALOG
 
 #define R double
 #define S f64
-#define SG_AGEMM cblas_dgemm
 #define SG_AEXP exp
 #define SG_AMEXP exp
 #define SG_ALOG log
 #include "attention_tmpl.h"
 #undef R
 #undef S
-#undef SG_AGEMM
 #undef SG_AEXP
 #undef SG_AMEXP
 #undef SG_ALOG
@@ -132,8 +222,10 @@ static sg_status sg_attn_geom_make(const sg_attn_desc *d, sg_dtype dt, sg_attn_g
   g->nthreads = 1;
 #endif
   size_t esz = sg_dtype_size(dt);
-  size_t fwd = (size_t)(SG_ATTN_BQ * SG_ATTN_BK + 2 * SG_ATTN_BQ);
-  size_t bwd = (size_t)(2 * SG_ATTN_BQ * SG_ATTN_BK) + (size_t)d->nq;
+  /* forward: q^T of a query tile, a score tile, 3 statistics per query;
+   * backward: q^T and dout^T of a head, D, two score tiles */
+  size_t fwd = (size_t)(SG_ATTN_BQ * (d->head_dim + SG_ATTN_BK + 3));
+  size_t bwd = (size_t)(2 * SG_ATTN_BQ * SG_ATTN_BK) + (size_t)(d->nq * (2 * d->head_dim + 1));
   g->ws_per_thread = ((fwd > bwd ? fwd : bwd) * esz + 63) / 64 * 64;
 fail:
   return st;

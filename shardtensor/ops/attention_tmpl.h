@@ -1,38 +1,23 @@
 /* shardgrid — typed attention kernels, instantiated twice by attention.c.
- * Before including define R (element type), S (suffix), SG_AGEMM (cblas
- * xgemm), SG_AEXP (e^x of an R, vectorisable for f32) and SG_ALOG. Internal.
+ * Before including define R (element type), S (suffix), SG_AEXP (e^x of an
+ * R, vectorisable for f32), SG_AMEXP (libm's e^x) and SG_ALOG, and the
+ * tile GEMM attn_gemm_<S>. Internal.
  *
- * Tiles: SG_ATTN_BQ queries x SG_ATTN_BK keys. The score tile s lives in
- * the thread's workspace with row stride SG_ATTN_BK; q, k, v, o rows are
- * read and written in place (a tile of rows of a head is contiguous). */
+ * Scores are kept KEY-major: a tile st[j * BQ + i] holds key j's score for
+ * query i, so the per-query softmax statistics (running max, sum, lse, D)
+ * are vectors over the query lanes and every row pass vectorises, and the
+ * tile GEMMs read q transposed (copied once per query tile in the forward,
+ * once per head in the backward) and k, v, o, dout in place. */
 #define SG_ACAT2_(a, b) a##_##b
 #define SG_ACAT_(a, b) SG_ACAT2_(a, b)
 #define AFN(name) SG_ACAT_(name, S)
 
-/* Max and sum over n elements in SG_ATTN_VL interleaved lanes, combined in
- * lane order: a plain reduction loop stays scalar without reassociation;
- * this vectorises and gives the same bits on every call. */
-static inline R AFN(attn_vmax)(const R *p, int64_t n) {
-  R acc[SG_ATTN_VL];
-  for (int l = 0; l < SG_ATTN_VL; ++l) acc[l] = -INFINITY;
-  int64_t j = 0;
-  for (; j + SG_ATTN_VL <= n; j += SG_ATTN_VL)
-    for (int l = 0; l < SG_ATTN_VL; ++l) acc[l] = p[j + l] > acc[l] ? p[j + l] : acc[l];
-  R t = -INFINITY;
-  for (; j < n; ++j) t = p[j] > t ? p[j] : t;
-  for (int l = 0; l < SG_ATTN_VL; ++l) t = acc[l] > t ? acc[l] : t;
-  return t;
-}
-
-static inline R AFN(attn_vsum)(const R *p, int64_t n) {
-  R acc[SG_ATTN_VL] = {0};
-  int64_t j = 0;
-  for (; j + SG_ATTN_VL <= n; j += SG_ATTN_VL)
-    for (int l = 0; l < SG_ATTN_VL; ++l) acc[l] += p[j + l];
-  R t = 0;
-  for (; j < n; ++j) t += p[j];
-  for (int l = 0; l < SG_ATTN_VL; ++l) t += acc[l];
-  return t;
+/* xt[c * ldt + r] = scale * x[r * d + c] for r < rows, c < d. */
+static void AFN(attn_transpose)(const R *x, int64_t rows, int64_t d, R scale, R *xt,
+                                int64_t ldt) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 16)
+    for (int64_t c = 0; c < d; ++c)
+      for (int64_t r = r0; r < rows && r < r0 + 16; ++r) xt[c * ldt + r] = scale * x[r * d + c];
 }
 
 static inline R AFN(attn_vdot)(const R *a, const R *b, int64_t n) {
@@ -46,61 +31,72 @@ static inline R AFN(attn_vdot)(const R *a, const R *b, int64_t n) {
   return t;
 }
 
-/* p[j] = e^{p[j] - m} for j < cnt, 0 for cnt <= j < bk (masked keys are
- * exactly 0, not SG_AEXP's clamped floor). */
-static inline void AFN(attn_exp_row)(R *p, int64_t cnt, int64_t bk, R m) {
-  for (int64_t j = 0; j < cnt; ++j) p[j] = SG_AEXP(p[j] - m);
-  for (int64_t j = cnt; j < bk; ++j) p[j] = 0;
-}
-
-/* One row of the online softmax: fold the scores p[0..cnt) into the running
- * max *m and sum *l; p becomes the unnormalised probabilities e^{p - m_new}.
- * Returns the factor the row's output accumulator must be rescaled by. */
-static inline R AFN(attn_online_row)(R *p, int64_t cnt, int64_t bk, R *m, R *l) {
-  if (cnt == 0) {
-    AFN(attn_exp_row)(p, 0, bk, 0);
-    return 1;
+/* The online softmax over one score tile st (bk keys x bq queries): m, l
+ * (per query: running max and sum) updated, st replaced by the
+ * unnormalised probabilities e^{st - m_new} (exactly 0 where masked), and
+ * al[i] the factor query i's output accumulator must be rescaled by. Key
+ * j is visible to query i where i >= t_j = j0 + j - offset - i0 (causal). */
+static void AFN(attn_fwd_softmax)(const sg_attn_geom *g, R *st, int64_t bk, int64_t bq,
+                                  int64_t i0, int64_t j0, R *m, R *l, R *al) {
+  const int64_t BQ = SG_ATTN_BQ;
+  /* the whole tile visible: query i0 (the most restricted) sees the last key */
+  const int full = !g->causal || j0 + bk - 1 <= i0 + g->offset;
+  const int64_t t0 = j0 - g->offset - i0;
+  for (int64_t i = 0; i < bq; ++i) al[i] = -INFINITY; /* the tile's max first */
+  for (int64_t j = 0; j < bk; ++j) {
+    const R *row = st + j * BQ;
+    const int64_t t = full ? 0 : t0 + j;
+    for (int64_t i = 0; i < bq; ++i) {
+      R x = i >= t ? row[i] : -INFINITY;
+      al[i] = x > al[i] ? x : al[i];
+    }
   }
-  R mx = AFN(attn_vmax)(p, cnt);
-  R mnew = mx > *m ? mx : *m;
-  R alpha = *m == -INFINITY ? 0 : SG_AEXP(*m - mnew);
-  AFN(attn_exp_row)(p, cnt, bk, mnew);
-  *l = *l * alpha + AFN(attn_vsum)(p, cnt);
-  *m = mnew;
-  return alpha;
+  for (int64_t i = 0; i < bq; ++i) {
+    R mnew = al[i] > m[i] ? al[i] : m[i];
+    al[i] = m[i] == -INFINITY ? 0 : SG_AEXP(m[i] - mnew);
+    l[i] *= al[i];
+    m[i] = mnew;
+  }
+  for (int64_t j = 0; j < bk; ++j) {
+    R *row = st + j * BQ;
+    const int64_t t = full ? 0 : t0 + j;
+    for (int64_t i = 0; i < bq; ++i) {
+      R p = SG_AEXP(row[i] - m[i]);
+      p = i >= t ? p : 0;
+      row[i] = p;
+      l[i] += p;
+    }
+  }
 }
 
 /* Forward of one query tile (rows i0 .. i0+bq of one head; q, o point at
- * the tile, k, v at the head). w: BQ*BK scores + BQ maxima + BQ sums. */
+ * the tile, k, v at the head). w: qt (d x BQ), st (BK x BQ), m, l, al. */
 static void AFN(attn_fwd_tile)(const sg_attn_geom *g, const R *q, const R *k,
                                const R *v, R *o, R *lse, int64_t i0, int64_t bq,
                                R *w) {
-  const int64_t d = g->d, BK = SG_ATTN_BK;
-  R *s = w, *m = w + SG_ATTN_BQ * BK, *l = m + SG_ATTN_BQ;
+  const int64_t d = g->d, BQ = SG_ATTN_BQ, BK = SG_ATTN_BK;
+  R *qt = w, *st = qt + d * BQ, *m = st + BK * BQ, *l = m + BQ, *al = l + BQ;
+  AFN(attn_transpose)(q, bq, d, (R)g->scale, qt, BQ);
   memset(o, 0, (size_t)(bq * d) * sizeof *o);
-  for (int64_t r = 0; r < bq; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0;
+  for (int64_t i = 0; i < bq; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0;
   }
   const int64_t kend = sg_attn_key_end(g, i0 + bq);
   for (int64_t j0 = 0; j0 < kend; j0 += BK) {
     const int64_t bk = kend - j0 < BK ? kend - j0 : BK;
-    SG_AGEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)bq, (int)bk, (int)d,
-             (R)g->scale, q, (int)d, k + j0 * d, (int)d, 0, s, (int)BK);
-    for (int64_t r = 0; r < bq; ++r) {
-      R alpha = AFN(attn_online_row)(s + r * BK, sg_attn_visible(g, i0 + r, j0, bk),
-                                     bk, m + r, l + r);
-      if (alpha != 1)
-        for (int64_t c = 0; c < d; ++c) o[r * d + c] *= alpha;
-    }
-    SG_AGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bq, (int)d, (int)bk, 1, s,
-             (int)BK, v + j0 * d, (int)d, 1, o, (int)d);
+    AFN(attn_gemm)(bk, bq, d, k + j0 * d, d, 1, qt, BQ, st, BQ, 0); /* st = k q^T */
+    AFN(attn_fwd_softmax)(g, st, bk, bq, i0, j0, m, l, al);
+    for (int64_t i = 0; i < bq; ++i)
+      if (al[i] != 1)
+        for (int64_t c = 0; c < d; ++c) o[i * d + c] *= al[i];
+    AFN(attn_gemm)(bq, d, bk, st, 1, BQ, v + j0 * d, d, o, d, 1); /* o += p v */
   }
-  for (int64_t r = 0; r < bq; ++r) {
+  for (int64_t i = 0; i < bq; ++i) {
     /* no visible key: o stays 0, lse = -inf (an empty part for the merge) */
-    R inv = l[r] > 0 ? 1 / l[r] : 0;
-    for (int64_t c = 0; c < d; ++c) o[r * d + c] *= inv;
-    if (lse) lse[r] = l[r] > 0 ? m[r] + SG_ALOG(l[r]) : -INFINITY;
+    R inv = l[i] > 0 ? 1 / l[i] : 0;
+    for (int64_t c = 0; c < d; ++c) o[i * d + c] *= inv;
+    if (lse) lse[i] = l[i] > 0 ? m[i] + SG_ALOG(l[i]) : -INFINITY;
   }
 }
 
@@ -126,57 +122,65 @@ static void AFN(attn_fwd)(const sg_attn_geom *g, const R *q, const R *k, const R
   sg_blas_threads_end(saved);
 }
 
-/* Backward of one (query tile, key tile) pair of one head: the tile's
- * probabilities recomputed from the scores and lse, then
- * dv += p^T dout, ds = p (dout v^T - D), dq += scale ds k,
- * dk += scale ds^T q. Pointers at the tiles; s, dp: BQ*BK scratch. */
-static void AFN(attn_bwd_tile)(const sg_attn_geom *g, const R *q, const R *k,
-                               const R *v, const R *lse, const R *dout,
-                               const R *dd, R *dq, R *dk, R *dv, int64_t i0,
-                               int64_t bq, int64_t j0, int64_t bk, R *s, R *dp) {
-  const int d = (int)g->d, BK = SG_ATTN_BK;
-  const R sc = (R)g->scale;
-  SG_AGEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)bq, (int)bk, d, sc, q, d, k, d, 0,
-           s, BK);
-  for (int64_t r = 0; r < bq; ++r) {
-    int64_t cnt = lse[r] == -INFINITY ? 0 : sg_attn_visible(g, i0 + r, j0, bk);
-    AFN(attn_exp_row)(s + r * BK, cnt, bk, lse[r]);
+/* The backward's per-tile arrays of one head: qt = scale q^T and dot =
+ * dout^T (d x nq each), dd = D (nq), and two BK x BQ tiles. */
+typedef struct AFN(attn_bwd_ws) {
+  R *qt, *dot, *dd, *st, *dpt;
+} AFN(attn_bwd_ws);
+
+/* Backward of one (key tile, query tile) pair of one head, key-major:
+ * pt = e^{st - lse} (the forward's probabilities, recomputed),
+ * dv += p^T dout, dst = pt (v dout^T - D) scale, dq += ds k, dk += ds^T q.
+ * q, dout, dq, lse at the query tile; k, v, dk, dv at the key tile. */
+static void AFN(attn_bwd_tile)(const sg_attn_geom *g, const AFN(attn_bwd_ws) *w,
+                               const R *q, const R *k, const R *v, const R *lse,
+                               const R *dout, R *dq, R *dk, R *dv, int64_t i0,
+                               int64_t bq, int64_t j0, int64_t bk) {
+  const int64_t d = g->d, nq = g->nq, BQ = SG_ATTN_BQ;
+  const int full = !g->causal || j0 + bk - 1 <= i0 + g->offset;
+  const int64_t t0 = j0 - g->offset - i0;
+  R *st = w->st, *dpt = w->dpt;
+  const R *dd = w->dd + i0, sc = (R)g->scale;
+  AFN(attn_gemm)(bk, bq, d, k, d, 1, w->qt + i0, nq, st, BQ, 0);
+  for (int64_t j = 0; j < bk; ++j) {
+    R *row = st + j * BQ;
+    const int64_t t = full ? 0 : t0 + j;
+    for (int64_t i = 0; i < bq; ++i) {
+      R p = SG_AEXP(row[i] - lse[i]);
+      row[i] = i >= t && lse[i] != -INFINITY ? p : 0; /* a row with no key: 0 */
+    }
   }
-  if (dv)
-    SG_AGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)bk, d, (int)bq, 1, s, BK, dout,
-             d, 1, dv, d);
+  if (dv) AFN(attn_gemm)(bk, d, bq, st, BQ, 1, dout, d, dv, d, 1);
   if (!dq && !dk) return;
-  SG_AGEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)bq, (int)bk, d, 1, dout, d, v, d,
-           0, dp, BK);
-  for (int64_t r = 0; r < bq; ++r)
-    for (int64_t j = 0; j < bk; ++j) dp[r * BK + j] = s[r * BK + j] * (dp[r * BK + j] - dd[r]);
-  if (dq)
-    SG_AGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bq, d, (int)bk, sc, dp, BK, k,
-             d, 1, dq, d);
-  if (dk)
-    SG_AGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)bk, d, (int)bq, sc, dp, BK, q, d,
-             1, dk, d);
+  AFN(attn_gemm)(bk, bq, d, v, d, 1, w->dot + i0, nq, dpt, BQ, 0);
+  for (int64_t j = 0; j < bk; ++j)
+    for (int64_t i = 0; i < bq; ++i)
+      dpt[j * BQ + i] = st[j * BQ + i] * (dpt[j * BQ + i] - dd[i]) * sc;
+  if (dq) AFN(attn_gemm)(bq, d, bk, dpt, 1, BQ, k, d, dq, d, 1);
+  if (dk) AFN(attn_gemm)(bk, d, bq, dpt, BQ, 1, q, d, dk, d, 1);
 }
 
 /* Backward of one head: key tiles outside, query tiles inside (FA2), so
- * dk and dv of a key tile accumulate in place in the outputs. w: 2 BQ*BK
- * scratch + nq for D. */
+ * dk and dv of a key tile accumulate in place in the outputs. */
 static void AFN(attn_bwd_head)(const sg_attn_geom *g, const R *q, const R *k, const R *v,
                                const R *o, const R *lse, const R *dout, R *dq, R *dk,
-                               R *dv, R *w) {
-  const int64_t d = g->d, BK = SG_ATTN_BK, BQ = SG_ATTN_BQ;
-  R *s = w, *dp = w + BQ * BK, *dd = dp + BQ * BK;
-  for (int64_t i = 0; i < g->nq; ++i) dd[i] = AFN(attn_vdot)(dout + i * d, o + i * d, d);
-  if (dq) memset(dq, 0, (size_t)(g->nq * d) * sizeof *dq);
+                               R *dv, R *ws) {
+  const int64_t d = g->d, nq = g->nq, BK = SG_ATTN_BK, BQ = SG_ATTN_BQ;
+  AFN(attn_bwd_ws) w = {ws, ws + d * nq, ws + 2 * d * nq, ws + 2 * d * nq + nq, NULL};
+  w.dpt = w.st + BK * BQ;
+  AFN(attn_transpose)(q, nq, d, (R)g->scale, w.qt, nq);
+  AFN(attn_transpose)(dout, nq, d, 1, w.dot, nq);
+  for (int64_t i = 0; i < nq; ++i) w.dd[i] = AFN(attn_vdot)(dout + i * d, o + i * d, d);
+  if (dq) memset(dq, 0, (size_t)(nq * d) * sizeof *dq);
   if (dk) memset(dk, 0, (size_t)(g->nk * d) * sizeof *dk);
   if (dv) memset(dv, 0, (size_t)(g->nk * d) * sizeof *dv);
   for (int64_t j0 = 0; j0 < g->nk; j0 += BK) {
     const int64_t bk = g->nk - j0 < BK ? g->nk - j0 : BK;
-    for (int64_t i0 = sg_attn_query_begin(g, j0); i0 < g->nq; i0 += BQ) {
-      const int64_t bq = g->nq - i0 < BQ ? g->nq - i0 : BQ;
-      AFN(attn_bwd_tile)(g, q + i0 * d, k + j0 * d, v + j0 * d, lse + i0, dout + i0 * d,
-                         dd + i0, dq ? dq + i0 * d : NULL, dk ? dk + j0 * d : NULL,
-                         dv ? dv + j0 * d : NULL, i0, bq, j0, bk, s, dp);
+    for (int64_t i0 = sg_attn_query_begin(g, j0); i0 < nq; i0 += BQ) {
+      const int64_t bq = nq - i0 < BQ ? nq - i0 : BQ;
+      AFN(attn_bwd_tile)(g, &w, q + i0 * d, k + j0 * d, v + j0 * d, lse + i0, dout + i0 * d,
+                         dq ? dq + i0 * d : NULL, dk ? dk + j0 * d : NULL,
+                         dv ? dv + j0 * d : NULL, i0, bq, j0, bk);
     }
   }
 }
