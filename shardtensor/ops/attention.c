@@ -43,14 +43,6 @@ static inline int64_t sg_attn_key_end(const sg_attn_geom *g, int64_t i_end) {
   return e < 0 ? 0 : e > g->nk ? g->nk : e;
 }
 
-/* Keys of the tile [j0, j0 + bk) that query i sees: the first count. */
-static inline int64_t sg_attn_visible(const sg_attn_geom *g, int64_t i, int64_t j0,
-                                      int64_t bk) {
-  if (!g->causal) return bk;
-  int64_t c = i + g->offset - j0 + 1;
-  return c < 0 ? 0 : c > bk ? bk : c;
-}
-
 /* First query that sees key j0. */
 static inline int64_t sg_attn_query_begin(const sg_attn_geom *g, int64_t j0) {
   if (!g->causal) return 0;
@@ -209,6 +201,10 @@ static sg_status sg_attn_geom_make(const sg_attn_desc *d, sg_dtype dt, sg_attn_g
     SG_RAISE(SG_ERR_INVALID_ARG, "attention: scale must be finite, got %g", d->scale);
   if (d->causal != 0 && d->causal != 1)
     SG_RAISE(SG_ERR_INVALID_ARG, "attention: causal must be 0 or 1, got %d", d->causal);
+  /* positions plus the offset must not overflow */
+  if (d->causal && (d->causal_offset > INT64_MAX / 4 || d->causal_offset < -(INT64_MAX / 4)))
+    SG_RAISE(SG_ERR_INVALID_ARG, "attention: causal_offset %lld out of range",
+             (long long)d->causal_offset);
   g->bh = d->batch * d->heads;
   g->nq = d->nq;
   g->nk = d->nk;

@@ -375,6 +375,14 @@ static void test_bad_args(void) {
   bad.scale = NAN;
   SG_CHECK_STATUS(sg_attention_forward(&bad, SG_DTYPE_F32, x, x, x, x, x, NULL),
                   SG_ERR_INVALID_ARG);
+  bad = d;
+  bad.causal = 2;
+  SG_CHECK_STATUS(sg_attention_forward(&bad, SG_DTYPE_F64, x, x, x, x, x, NULL),
+                  SG_ERR_INVALID_ARG);
+  bad.causal = 1;
+  bad.causal_offset = INT64_MAX;
+  SG_CHECK_STATUS(sg_attention_forward(&bad, SG_DTYPE_F64, x, x, x, x, x, NULL),
+                  SG_ERR_INVALID_ARG);
   SG_CHECK_STATUS(sg_attention_forward(NULL, SG_DTYPE_F64, x, x, x, x, x, NULL),
                   SG_ERR_INVALID_ARG);
   SG_CHECK_STATUS(sg_attention_forward(&d, SG_DTYPE_F64, NULL, x, x, x, x, NULL),
