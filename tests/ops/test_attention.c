@@ -2,7 +2,7 @@
  * naive full-softmax reference in f64 (f64 tight, f32 at fp32 tolerance),
  * Nq != Nk, sizes that are not multiples of the 64-token tiles, causal
  * (top-left, bottom-right and with rows that see no key) and not,
- * head_dim 8/16/24; backward against the reference's analytic gradient and
+ * head_dim 8/16/24 (and 80); backward against the reference's analytic gradient and
  * against central finite differences of sum(dout * o) in f64; the merge
  * primitive (attention over [K1; K2] = merge of the two parts, forward and
  * the ring-attention backward contract); the same bits for 1 and 3
@@ -269,6 +269,9 @@ static void test_cases(void) {
         .causal_offset = -3},
        1},
       {"nk 0", {.batch = 1, .heads = 2, .nq = 5, .nk = 0, .head_dim = 8}, 0},
+      /* head_dim over the GEMM kernels' 64-column strips */
+      {"d80", {.batch = 1, .heads = 1, .nq = 20, .nk = 30, .head_dim = 80, .causal = 1,
+               .causal_offset = 12}, 0},
   };
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; ++i) {
     attn_case c;
