@@ -332,6 +332,61 @@ sg_status sg_loss_backward(sg_loss_kind kind, sg_dtype dt, int64_t batch,
                            const double *partial, double g, void *dp,
                            void *dt_grad);
 
+/* ---- attention (fused, blocked; docs/attention.md) -----------------------
+ * Scaled dot-product attention per (batch, head) without the Nq x Nk score
+ * matrix in memory: FlashAttention-2's tiling with an online softmax.
+ * Layout (batch, heads, tokens, head_dim), row-major and contiguous:
+ * q, o: (B, H, Nq, d); k, v: (B, H, Nk, d); lse: (B, H, Nq), the per-row
+ * log-sum-exp of the scaled scores, lse[i] = log sum_j e^{scale q_i.k_j},
+ * kept for the backward and for merging partial results (ring attention).
+ * lse has the element type (f32 or f64), like q.
+ *
+ * Causal masking: query i sees key j only where j <= i + causal_offset
+ * (causal_offset 0: PyTorch's is_causal, top-left aligned; Nk - Nq: the
+ * last query sees every key; for a K/V block of a longer sequence, the
+ * query block's first global position minus the key block's). A query row
+ * that sees no key (all masked, or Nk == 0) gets o = 0 and lse = -inf,
+ * which sg_attention_merge treats as empty.
+ *
+ * Threading: forward OpenMP over (batch, head, query block); backward over
+ * (batch, head) (each thread owns a head's dk, dv and dq, no atomics); BLAS
+ * single-threaded inside. Both give the same bits for any thread count. */
+typedef struct sg_attn_desc {
+  int64_t batch, heads;  /* B, H >= 0 */
+  int64_t nq, nk;        /* query and key/value tokens per head, >= 0 */
+  int64_t head_dim;      /* d >= 1 */
+  double scale;          /* softmax scale; 0 means 1/sqrt(head_dim) */
+  int causal;            /* 1: mask keys j > i + causal_offset */
+  int64_t causal_offset;
+} sg_attn_desc;
+
+/* Workspace of forward and backward (both fit; depends on the thread
+ * count and on nq). 0 for a bad descriptor. */
+size_t sg_attention_workspace_bytes(const sg_attn_desc *d, sg_dtype dt);
+/* o = softmax(scale q k^T [masked]) v, and lse (may be NULL: not kept). */
+sg_status sg_attention_forward(const sg_attn_desc *d, sg_dtype dt,
+                               const void *q, const void *k, const void *v,
+                               void *o, void *lse, void *ws);
+/* The FlashAttention-2 backward: scores recomputed per tile from q, k and
+ * lse; D = rowsum(dout * o). dq, dk, dv OVERWRITTEN (each may be NULL: not
+ * needed). For a K/V block of ring attention pass the MERGED o and lse of
+ * the whole sequence: dk, dv are then that block's and dq its share (the
+ * caller sums dq over the blocks). */
+sg_status sg_attention_backward(const sg_attn_desc *d, sg_dtype dt,
+                                const void *q, const void *k, const void *v,
+                                const void *o, const void *lse,
+                                const void *dout, void *dq, void *dk,
+                                void *dv, void *ws);
+/* Merge partial attention over disjoint key sets, row by row (rows =
+ * B*H*Nq, each head_dim wide): (o, lse) = (o, lse) (+) (o_b, lse_b), with
+ * w = e^{lse - m}, w_b = e^{lse_b - m}, m = max(lse, lse_b):
+ * o = (w o + w_b o_b) / (w + w_b), lse = m + log(w + w_b); an lse of -inf
+ * is an empty part. Attention over [K1; K2] = merge(attn(K1), attn(K2)) up
+ * to rounding: what ring attention does with each K/V block it receives. */
+sg_status sg_attention_merge(sg_dtype dt, int64_t rows, int64_t head_dim,
+                             void *o, void *lse, const void *o_b,
+                             const void *lse_b);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,313 @@
+/* shardgrid — fused, blocked scaled dot-product attention (FlashAttention-2
+ * tiling with an online softmax) on the host: argument checks, geometry,
+ * workspace, dispatch, and the f32 and f64 kernels (attention_tmpl.h).
+ * The algorithm, its memory and its use by ring attention: docs/attention.md. */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "ops_impl.h"
+#include "sg_device.h"
+#include "sg_ops_inl.h"
+
+/* Tiles of 64 queries x 128 keys: at d = 64 in f32 a query tile's q^T and
+ * output (16 KiB each) and the score tile (32 KiB) stay in L1/L2 while the
+ * key and value tiles (32 KiB each) stream through. 64 x 64 and 128 x 128
+ * measured within 5% (bench/RESULTS.md); 64 x 128 was a little ahead. */
+#ifndef SG_ATTN_BQ
+#define SG_ATTN_BQ 64
+#endif
+#ifndef SG_ATTN_BK
+#define SG_ATTN_BK 128
+#endif
+#define SG_ATTN_VL 16 /* lanes of the vectorised row reductions */
+
+typedef struct sg_attn_geom {
+  int64_t bh, nq, nk, d; /* batch * heads, tokens, head_dim */
+  double scale;
+  int causal;
+  int64_t offset;
+  int nthreads;
+  size_t ws_per_thread; /* bytes, multiple of 64 */
+} sg_attn_geom;
+
+/* Keys [0, end) that some query of rows [0, i_end) sees. */
+static inline int64_t sg_attn_key_end(const sg_attn_geom *g, int64_t i_end) {
+  if (!g->causal) return g->nk;
+  int64_t e = i_end + g->offset; /* query i_end - 1 sees keys <= i_end - 1 + offset */
+  return e < 0 ? 0 : e > g->nk ? g->nk : e;
+}
+
+/* First query that sees key j0. */
+static inline int64_t sg_attn_query_begin(const sg_attn_geom *g, int64_t j0) {
+  if (!g->causal) return 0;
+  int64_t i = j0 - g->offset;
+  return i < 0 ? 0 : i > g->nq ? g->nq : i;
+}
+
+static inline void *sg_attn_thread_ws(const sg_attn_geom *g, void *ws) {
+#ifdef _OPENMP
+  int tid = omp_get_thread_num();
+#else
+  int tid = 0;
+#endif
+  return (char *)ws + (size_t)tid * g->ws_per_thread;
+}
+
+/* ---- tile GEMMs -----------------------------------------------------------
+ * c (m x n, row stride ldc) (+)= a b, a's element (r, p) at a[r*ar + p*ac]
+ * (so a transposed operand needs no copy), b (k x n) with row stride ldb.
+ * f32 on register-blocked AVX-512 kernels where the build targets
+ * AVX-512F: no packing, tiles straight from L1/L2 (a BLAS packs both
+ * operands on every call, and OpenBLAS 0.3.21 does not know this CPU and
+ * runs its SSE3 "Prescott" kernels); elsewhere, and f64 always, the BLAS.
+ * Each element sums over p in increasing order (one FMA each): the same
+ * bits for every thread count. */
+static void attn_gemm_f64(int64_t m, int64_t n, int64_t k, const double *a, int64_t ar,
+                          int64_t ac, const double *b, int64_t ldb, double *c, int64_t ldc,
+                          int acc) {
+  cblas_dgemm(CblasRowMajor, ac == 1 ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)m,
+              (int)n, (int)k, 1, a, (int)(ac == 1 ? ar : ac), b, (int)ldb, acc ? 1 : 0, c,
+              (int)ldc);
+}
+
+/* SG_ATTN_BLAS: the BLAS for f32 too (to compare; bench/RESULTS.md) */
+#if defined(__AVX512F__) && !defined(SG_ATTN_BLAS)
+#include <immintrin.h>
+
+enum { AT_MR = 6, AT_NV = 4 }; /* 6 rows x 64 columns: 24 accumulators */
+
+/* One register tile: MR rows of c over NV vectors of 16 columns (masks m). */
+#define AT_TILE(MR, NV)                                                        \
+  static void at_tile_##MR##_##NV(int64_t k, const float *a, int64_t ar,      \
+                                  int64_t ac, const float *b, int64_t ldb,    \
+                                  float *c, int64_t ldc, int acc,             \
+                                  const __mmask16 *m) {                       \
+    __m512 cr[MR][NV];                                                        \
+    _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r)                      \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                    \
+        cr[r][v] = acc ? _mm512_maskz_loadu_ps(m[v], c + r * ldc + 16 * v)    \
+                       : _mm512_setzero_ps();                                 \
+    for (int64_t p = 0; p < k; ++p) {                                         \
+      __m512 bv[NV];                                                          \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                    \
+        bv[v] = _mm512_maskz_loadu_ps(m[v], b + p * ldb + 16 * v);            \
+      _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                  \
+        const __m512 av = _mm512_set1_ps(a[r * ar + p * ac]);                 \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                  \
+          cr[r][v] = _mm512_fmadd_ps(av, bv[v], cr[r][v]);                    \
+      }                                                                       \
+    }                                                                         \
+    _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r)                      \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                    \
+        _mm512_mask_storeu_ps(c + r * ldc + 16 * v, m[v], cr[r][v]);          \
+  }
+#define AT_TILES(MR) AT_TILE(MR, 1) AT_TILE(MR, 2) AT_TILE(MR, 3) AT_TILE(MR, 4)
+AT_TILES(1)
+AT_TILES(2)
+AT_TILES(3)
+AT_TILES(4)
+AT_TILES(5)
+AT_TILES(6)
+
+typedef void (*at_tile_fn)(int64_t, const float *, int64_t, int64_t, const float *, int64_t,
+                           float *, int64_t, int, const __mmask16 *);
+#define AT_ROW(MR) {NULL, at_tile_##MR##_1, at_tile_##MR##_2, at_tile_##MR##_3, at_tile_##MR##_4}
+static const at_tile_fn at_tiles[AT_MR + 1][AT_NV + 1] = {
+    {NULL}, AT_ROW(1), AT_ROW(2), AT_ROW(3), AT_ROW(4), AT_ROW(5), AT_ROW(6)};
+
+static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t ar,
+                          int64_t ac, const float *b, int64_t ldb, float *c, int64_t ldc,
+                          int acc) {
+  for (int64_t n0 = 0; n0 < n; n0 += 16 * AT_NV) {
+    const int64_t len = n - n0 < 16 * AT_NV ? n - n0 : 16 * AT_NV;
+    const int nv = (int)((len + 15) / 16);
+    __mmask16 msk[AT_NV];
+    for (int v = 0; v < AT_NV; ++v) {
+      int64_t l = len - 16 * v;
+      l = l < 0 ? 0 : l > 16 ? 16 : l;
+      msk[v] = (__mmask16)((1u << l) - 1u);
+    }
+    for (int64_t r0 = 0; r0 < m; r0 += AT_MR) {
+      const int mr = (int)(m - r0 < AT_MR ? m - r0 : AT_MR);
+      at_tiles[mr][nv](k, a + r0 * ar, ar, ac, b + n0, ldb, c + r0 * ldc + n0, ldc, acc, msk);
+    }
+  }
+}
+#else
+static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t ar,
+                          int64_t ac, const float *b, int64_t ldb, float *c, int64_t ldc,
+                          int acc) {
+  cblas_sgemm(CblasRowMajor, ac == 1 ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)m,
+              (int)n, (int)k, 1, a, (int)(ac == 1 ? ar : ac), b, (int)ldb, acc ? 1 : 0, c,
+              (int)ldc);
+}
+#endif
+
+#define R float
+#define S f32
+#define SG_AEXP sg_expf
+#define SG_AMEXP expf
+#define SG_ALOG logf
+#include "attention_tmpl.h"
+#undef R
+#undef S
+#undef SG_AEXP
+#undef SG_AMEXP
+#undef SG_ALOG
+
+#define R double
+#define S f64
+#define SG_AEXP exp
+#define SG_AMEXP exp
+#define SG_ALOG log
+#include "attention_tmpl.h"
+#undef R
+#undef S
+#undef SG_AEXP
+#undef SG_AMEXP
+#undef SG_ALOG
+
+/* ---- checks, geometry, dispatch ----------------------------------------- */
+
+static sg_status sg_attn_check_dt(sg_dtype dt) {
+  sg_status st = SG_OK;
+  if (dt != SG_DTYPE_F32 && dt != SG_DTYPE_F64)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "attention takes f32 or f64, not %s (bf16 storage: "
+             "not yet)", sg_dtype_name(dt));
+fail:
+  return st;
+}
+
+static sg_status sg_attn_geom_make(const sg_attn_desc *d, sg_dtype dt, sg_attn_geom *g) {
+  sg_status st = SG_OK;
+  memset(g, 0, sizeof *g);
+  if (!d) SG_RAISE(SG_ERR_INVALID_ARG, "attention descriptor is NULL");
+  SG_TRY(sg_attn_check_dt(dt));
+  if (d->batch < 0 || d->heads < 0 || d->nq < 0 || d->nk < 0)
+    SG_RAISE(SG_ERR_INVALID_ARG, "attention: negative size (batch %lld, heads %lld, "
+             "nq %lld, nk %lld)", (long long)d->batch, (long long)d->heads,
+             (long long)d->nq, (long long)d->nk);
+  /* the tile GEMMs take int leading dimensions and sizes */
+  if (d->head_dim < 1 || d->head_dim > INT_MAX / SG_ATTN_BK)
+    SG_RAISE(SG_ERR_INVALID_ARG, "attention: head_dim must be 1..%d, got %lld",
+             INT_MAX / SG_ATTN_BK, (long long)d->head_dim);
+  if (!isfinite(d->scale))
+    SG_RAISE(SG_ERR_INVALID_ARG, "attention: scale must be finite, got %g", d->scale);
+  if (d->causal != 0 && d->causal != 1)
+    SG_RAISE(SG_ERR_INVALID_ARG, "attention: causal must be 0 or 1, got %d", d->causal);
+  /* positions plus the offset must not overflow */
+  if (d->causal && (d->causal_offset > INT64_MAX / 4 || d->causal_offset < -(INT64_MAX / 4)))
+    SG_RAISE(SG_ERR_INVALID_ARG, "attention: causal_offset %lld out of range",
+             (long long)d->causal_offset);
+  g->bh = d->batch * d->heads;
+  g->nq = d->nq;
+  g->nk = d->nk;
+  g->d = d->head_dim;
+  g->scale = d->scale != 0 ? d->scale : 1 / sqrt((double)d->head_dim);
+  g->causal = d->causal;
+  g->offset = d->causal ? d->causal_offset : 0;
+#ifdef _OPENMP
+  g->nthreads = omp_get_max_threads();
+#else
+  g->nthreads = 1;
+#endif
+  size_t esz = sg_dtype_size(dt);
+  /* forward: q^T of a query tile, a score tile, 3 statistics per query;
+   * backward: q^T and dout^T of a head, D, two score tiles */
+  size_t fwd = (size_t)(SG_ATTN_BQ * (d->head_dim + SG_ATTN_BK + 3));
+  size_t bwd = (size_t)(2 * SG_ATTN_BQ * SG_ATTN_BK) + (size_t)(d->nq * (2 * d->head_dim + 1));
+  g->ws_per_thread = ((fwd > bwd ? fwd : bwd) * esz + 63) / 64 * 64;
+fail:
+  return st;
+}
+
+size_t sg_attention_workspace_bytes(const sg_attn_desc *d, sg_dtype dt) {
+  sg_attn_geom g;
+  if (sg_attn_geom_make(d, dt, &g) != SG_OK) return 0;
+  return (size_t)g.nthreads * g.ws_per_thread;
+}
+
+static sg_status sg_attn_ws_get(const sg_attn_geom *g, void *given, void **ws, void **own) {
+  *own = NULL;
+  *ws = given;
+  if (given) return SG_OK;
+  sg_status st = sg_malloc(sg_device_host(), (size_t)g->nthreads * g->ws_per_thread, own);
+  *ws = *own;
+  return st;
+}
+
+#define SG_ATTN_PTR(p)                                                        \
+  do {                                                                        \
+    if (!(p)) SG_RAISE(SG_ERR_INVALID_ARG, "attention: %s is NULL", #p);      \
+  } while (0)
+
+sg_status sg_attention_forward(const sg_attn_desc *d, sg_dtype dt, const void *q,
+                               const void *k, const void *v, void *o, void *lse, void *ws) {
+  sg_status st = SG_OK;
+  sg_attn_geom g;
+  void *own = NULL;
+  SG_TRY(sg_attn_geom_make(d, dt, &g));
+  SG_ATTN_PTR(q);
+  SG_ATTN_PTR(k);
+  SG_ATTN_PTR(v);
+  SG_ATTN_PTR(o);
+  if (g.bh == 0 || g.nq == 0) goto fail;
+  SG_TRY(sg_attn_ws_get(&g, ws, &ws, &own));
+  if (dt == SG_DTYPE_F32)
+    attn_fwd_f32(&g, q, k, v, o, lse, ws);
+  else
+    attn_fwd_f64(&g, q, k, v, o, lse, ws);
+fail:
+  if (own) sg_free(sg_device_host(), &own);
+  return st;
+}
+
+sg_status sg_attention_backward(const sg_attn_desc *d, sg_dtype dt, const void *q,
+                                const void *k, const void *v, const void *o,
+                                const void *lse, const void *dout, void *dq, void *dk,
+                                void *dv, void *ws) {
+  sg_status st = SG_OK;
+  sg_attn_geom g;
+  void *own = NULL;
+  SG_TRY(sg_attn_geom_make(d, dt, &g));
+  SG_ATTN_PTR(q);
+  SG_ATTN_PTR(k);
+  SG_ATTN_PTR(v);
+  SG_ATTN_PTR(o);
+  SG_ATTN_PTR(lse);
+  SG_ATTN_PTR(dout);
+  if (g.bh == 0 || (!dq && !dk && !dv)) goto fail;
+  SG_TRY(sg_attn_ws_get(&g, ws, &ws, &own));
+  if (dt == SG_DTYPE_F32)
+    attn_bwd_f32(&g, q, k, v, o, lse, dout, dq, dk, dv, ws);
+  else
+    attn_bwd_f64(&g, q, k, v, o, lse, dout, dq, dk, dv, ws);
+fail:
+  if (own) sg_free(sg_device_host(), &own);
+  return st;
+}
+
+sg_status sg_attention_merge(sg_dtype dt, int64_t rows, int64_t head_dim, void *o, void *lse,
+                             const void *o_b, const void *lse_b) {
+  sg_status st = SG_OK;
+  SG_TRY(sg_attn_check_dt(dt));
+  if (rows < 0 || head_dim < 1)
+    SG_RAISE(SG_ERR_INVALID_ARG, "attention merge: rows must be >= 0 and head_dim >= 1, "
+             "got %lld, %lld", (long long)rows, (long long)head_dim);
+  SG_ATTN_PTR(o);
+  SG_ATTN_PTR(lse);
+  SG_ATTN_PTR(o_b);
+  SG_ATTN_PTR(lse_b);
+  if (dt == SG_DTYPE_F32)
+    attn_merge_f32(rows, head_dim, o, lse, o_b, lse_b);
+  else
+    attn_merge_f64(rows, head_dim, o, lse, o_b, lse_b);
+fail:
+  return st;
+}
