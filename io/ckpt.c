@@ -168,7 +168,7 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
   int *vids = NULL;
   sg_nc_shard *shards = NULL;
   const void **data = NULL;
-  int rank = 0;
+  int rank = 0, tmp_made = 0;
   MPI_Comm_rank(comm, &rank);
 
   sg_status lst = SG_OK;
@@ -215,6 +215,7 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
   co.backend = opts ? opts->backend : SG_NC_BACKEND_AUTO;
   co.overwrite = 1; /* the temporary file of an earlier, killed write */
   SG_TRY(sg_nc_create(comm, tmp, &co, &f));
+  tmp_made = 1;
   vids = calloc((size_t)(n > 0 ? n : 1), sizeof *vids);
   shards = calloc((size_t)(n > 0 ? n : 1), sizeof *shards);
   data = calloc((size_t)(n > 0 ? n : 1), sizeof *data);
@@ -267,6 +268,7 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
   SG_TRY(sg_nc_write_many(f, n, vids, shards, data));
   SG_TRY(sg_nc_sync(f));
   SG_TRY(sg_nc_close(&f));
+  tmp_made = 0; /* complete: from here on it is renamed, not removed */
   /* complete and on disk: make it the checkpoint */
   lst = SG_OK;
   if (rank == 0) {
@@ -284,7 +286,16 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
   }
   SG_TRY(sg_io_agree(comm, lst));
 fail:
-  if (f) sg_nc_close(&f);
+  /* a failed write (a full disk, say) removes its incomplete temporary
+   * file: it frees the space and nothing mistakes it for a checkpoint */
+  if (f) sg_nc_discard(&f);
+  else if (st != SG_OK && tmp_made) { /* the close failed, on every rank */
+    if (rank == 0) remove(tmp);
+    char msg[1400];
+    snprintf(msg, sizeof msg, "%.1100s; the incomplete %.250s was removed",
+             sg_last_error(), tmp);
+    sg_error_set_raw(msg);
+  }
   free(tmp);
   free(red);
   free(vids);
