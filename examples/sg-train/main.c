@@ -138,6 +138,7 @@ static void metrics_line(run_t *r, int64_t step, int n, const char *const *names
     json_num(r->metrics, vals[i]);
   }
   fputs("}\n", r->metrics);
+  fflush(r->metrics); /* a killed run's metrics end where the run did */
 }
 
 /* Predict a batch (no tape kept): pred gets the model's output in physical
@@ -917,7 +918,13 @@ int main(int argc, char **argv) {
     if (!r.metrics) st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "cannot write '%s'", sg_kv_str(r.kv, "metrics"));
   }
   st = sg_agree(MPI_COMM_WORLD, st);
-  if (st == SG_OK) st = sg_agree(MPI_COMM_WORLD, train(&r));
+  if (st == SG_OK) {
+    st = train(&r);
+    if (!sg_timed_out()) st = sg_agree(MPI_COMM_WORLD, st);
+  }
+  /* after a timeout no collective can complete, the clean-up's neither (the
+   * FFT's MPI_Win_free would wait for the rank that never came): abort */
+  if (sg_timed_out()) sg_die("sg-train", st, 1);
   if (st == SG_OK && *sg_kv_str(r.kv, "trace")) st = sg_trace_write(sg_kv_str(r.kv, "trace"), MPI_COMM_WORLD);
   cleanup(&r);
   sg_kv_destroy(&r.kv);
