@@ -3,26 +3,28 @@
 # FNO (16x16 grid, 2-3 ranks); see docs/reliability.md, "Fault tests".
 #   train_faults.sh CASE BIN_DIR MPIEXEC DATA WORK_DIR SRC_DIR [SHIM]
 # CASE:
-#   kill          SIGKILL to rank 1 during training: the launcher ends the
-#                 job at once (non-zero, "Killed (signal 9)"); the last
-#                 complete checkpoint loads and resuming it gives the losses
-#                 of an uninterrupted run
-#   kill_nocleanup  the same with mpiexec -disable-auto-cleanup and
-#                 SG_TIMEOUT=3: the job still ends within seconds
-#   stop_timeout  SIGSTOP to rank 1 (alive but silent, like a lost node) with
-#                 SG_TIMEOUT=2: the others time out naming rank 1 and abort
-#   sigterm, sigint  the signal to mpiexec: hydra forwards it to every rank;
-#                 they stop at the next step boundary, write a checkpoint,
-#                 say so, and exit 128+signal (every rank); resuming the
-#                 checkpoint gives the uninterrupted run's losses
-#   sigterm_rank  SIGTERM to rank 2 of 3 only: every rank stops
-#   enospc        a full disk during the checkpoint of step 4 (SHIM, an
-#                 LD_PRELOAD library): while writing the header, and after
-#                 8 KiB (the data); every rank fails naming the file and "no
-#                 space left on device", no .tmp is left, step 2's
-#                 checkpoint loads and resumes
-#   erofs         a read-only file system at the checkpoint of step 4: the
-#                 same, naming "Read-only file system"
+#   kill_rank           SIGKILL to rank 1 during training: the launcher ends
+#                       the job at once (non-zero, "Killed (signal 9)"); the
+#                       last complete checkpoint loads and resuming it gives
+#                       the losses of an uninterrupted run
+#   kill_rank_nocleanup the same with mpiexec -disable-auto-cleanup and
+#                       SG_TIMEOUT=3: the job still ends within seconds
+#   stop_rank_timeout   SIGSTOP to rank 1 (alive but silent, like a lost
+#                       node) with SG_TIMEOUT=2: the others time out naming
+#                       rank 1 and abort
+#   sigterm_launcher,   the signal to mpiexec: hydra forwards it to every
+#   sigint_launcher     rank; they stop at the next step boundary, write a
+#                       checkpoint, say so, and exit 128+signal; resuming
+#                       the checkpoint gives the uninterrupted run's losses
+#   sigterm_one_rank    SIGTERM to rank 2 of 3 only: every rank stops (each
+#                       rank's own exit status checked)
+#   ckpt_enospc         a full disk during the checkpoint of step 4 (SHIM,
+#                       an LD_PRELOAD library): while writing the header, and
+#                       after 8 KiB (the data); every rank fails naming the
+#                       file and "no space left on device", no .tmp is left,
+#                       step 2's checkpoint loads and resumes
+#   ckpt_erofs          a read-only file system at the checkpoint of step 4:
+#                       the same, naming "Read-only file system"
 # Exit 0 when every check holds; each failed check prints a line.
 set -u
 case_=$1 bin=$2 mpiexec=$3 data=$4 work=$5 src=$6 shim=${7:-}
@@ -91,9 +93,11 @@ finish() {
   awk -v t="$took" -v l="$1" 'BEGIN { exit !(t <= l) }' || bad "the run took $took s to end (limit $1 s)"
 }
 # every rank's exit status (hydra -print-all-exitcodes: wait statuses).
-# Hydra kills the other ranks as soon as one exits non-zero and then lists
-# 0 for them: with the default clean-up, a status may be 0 (CLEANED=1);
-# under -disable-auto-cleanup each status is the rank's own.
+# Hydra kills the other ranks as soon as one exits non-zero and lists 0 for
+# them; after it forwarded a signal it lists 0 for ranks that exited
+# 128+signal (strace shows their exit_group(130) and the proxy reaping 130):
+# there (CLEANED=1) a 0 is accepted. Under -disable-auto-cleanup and
+# without a forwarded signal each status is the rank's own.
 codes() { sed -n 's/.*Exit codes: \[[^]]*\] //p' run.log | tr ',' ' '; }
 CLEANED=0
 all_codes() { # WANT: exact exit status, or "nonzero"
@@ -145,21 +149,21 @@ fault_at_step3() { # SIGNAL TARGET(launcher|RANK)
 }
 
 case $case_ in
-kill | kill_nocleanup)
-  if [ "$case_" = kill_nocleanup ]; then
+kill_rank | kill_rank_nocleanup)
+  if [ "$case_" = kill_rank_nocleanup ]; then
     MPIOPTS="-disable-auto-cleanup -genv SG_TIMEOUT 3"
   fi
   start 2 --mesh h=2 --steps 100000 --ckpt-dir ck --ckpt-every 2 --metrics int.jsonl
   fault_at_step3 KILL 1
   finish 20
   [ "$rc" -ne 0 ] || bad "exit status 0 after a rank was killed"
-  [ "$case_" = kill ] && expect "Killed \(signal 9\)"
+  [ "$case_" = kill_rank ] && expect "Killed \(signal 9\)"
   no_leftovers
   ls ck
   # int.jsonl: the killed run's metrics (flushed every step)
-  resume_check "$(last_ckpt)" 2 h=2 $([ "$case_" = kill ] && echo compare)
+  resume_check "$(last_ckpt)" 2 h=2 $([ "$case_" = kill_rank ] && echo compare)
   ;;
-stop_timeout)
+stop_rank_timeout)
   MPIOPTS="-genv SG_TIMEOUT 2"
   start 2 --mesh h=2 --steps 100000
   fault_at_step3 STOP 1
@@ -168,17 +172,24 @@ stop_timeout)
   expect "timed out.*did not arrive.*1"
   no_leftovers
   ;;
-sigterm | sigint | sigterm_rank)
+sigterm_launcher | sigint_launcher | sigterm_one_rank)
   np=2 mesh=h=2 target=launcher sig=TERM code=143 name=SIGTERM
-  [ "$case_" = sigint ] && sig=INT code=130 name=SIGINT
+  [ "$case_" = sigint_launcher ] && sig=INT code=130 name=SIGINT
   # to one rank: every rank's own status, without hydra's clean-up
-  [ "$case_" = sigterm_rank ] && np=3 mesh=h=3 target=2 MPIOPTS=-disable-auto-cleanup
-  [ "$case_" = sigterm_rank ] || CLEANED=1
+  [ "$case_" = sigterm_one_rank ] && np=3 mesh=h=3 target=2 MPIOPTS=-disable-auto-cleanup
+  [ "$case_" = sigterm_one_rank ] || CLEANED=1
   start $np --mesh $mesh --steps 100000 --ckpt-dir ck --metrics int.jsonl
   fault_at_step3 $sig $target
   finish 20
-  [ "$rc" -eq $code ] || bad "launcher exit status $rc, not $code"
-  all_codes $code
+  if [ "$target" = launcher ] && [ "$rc" -eq 0 ] && [ -z "$(codes | tr -d ' 0')" ]; then
+    # MPICH 4.0.2's hydra, after forwarding a signal, lists 0 for ranks
+    # that exited 128+signal (seen under strace), and once in a few SIGINT
+    # runs for all of them, and then returns 0 (docs/reliability.md)
+    echo "note: hydra reported every rank as 0 and returned 0 (its known misreport)"
+  else
+    [ "$rc" -eq $code ] || bad "launcher exit status $rc, not $code"
+    all_codes $code
+  fi
   expect "stopped by $name after step [0-9]+ \(exit status $code\); checkpoint written: resume with --resume ck/step_[0-9]+\.nc"
   no_leftovers
   ls ck
@@ -186,19 +197,20 @@ sigterm | sigint | sigterm_rank)
   [ "$n" -eq 1 ] || bad "$n files in ck/, expected the stop's checkpoint alone"
   stopped=$(sed -n 's/.*stopped by [A-Z]* after step \([0-9]*\).*/\1/p' run.log)
   [ "$(ckpt_step "$(last_ckpt)")" = "$stopped" ] || bad "the checkpoint is not of the stop's step $stopped"
-  if [ "$case_" = sigterm_rank ]; then resume_check "$(last_ckpt)" $np $mesh
+  if [ "$case_" = sigterm_one_rank ]; then resume_check "$(last_ckpt)" $np $mesh
   else resume_check "$(last_ckpt)" $np $mesh compare; fi
   ;;
-enospc | erofs)
+ckpt_enospc | ckpt_erofs)
   [ -f "$shim" ] || { echo "no fault shim: skipped"; exit 77; }
-  if [ "$case_" = enospc ]; then
+  if [ "$case_" = ckpt_enospc ]; then
     runs="0:writing.the.header.of 8192:writing" msg="no space left on device" fault=ENOSPC
   else
     runs="0:cannot.create" msg="Read-only file system" fault=EROFS
   fi
   for r in $runs; do
     rm -rf ck
-    MPIOPTS="-disable-auto-cleanup -genv LD_PRELOAD $shim -genv SG_FAULT $fault -genv SG_FAULT_PATH step_000004 -genv SG_FAULT_BYTES ${r%%:*}"
+    MPIOPTS="-disable-auto-cleanup -genv LD_PRELOAD $shim -genv SG_FAULT $fault -genv SG_FAULT_PATH step_000004
+             -genv SG_FAULT_BYTES ${r%%:*} -genv ASAN_OPTIONS ${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
     t0=$(now)
     start 2 --mesh h=2 --steps 6 --ckpt-dir ck --ckpt-every 2
     finish 60
