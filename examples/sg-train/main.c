@@ -7,7 +7,9 @@
  *                         --mesh dp=2,h=2 --steps 200
  *
  * Rank 0 prints one line per step (step, loss, lr, samples/s, and the time
- * split compute / halo / collectives / io); --metrics writes JSON lines. */
+ * split compute / halo / collectives / io); --metrics writes JSON lines.
+ * SIGTERM or SIGINT (to mpiexec or any rank) stops every rank at the next
+ * step with a checkpoint and exit status 128 + signal (docs/reliability.md). */
 #if SG_TRAIN_CKPT
 #include "sg_ckpt.h"
 #endif
