@@ -10,7 +10,7 @@
 #   kill_rank_nocleanup the same with mpiexec -disable-auto-cleanup and
 #                       SG_TIMEOUT=3: the job still ends within seconds
 #   stop_rank_timeout   SIGSTOP to rank 1 (alive but silent, like a lost
-#                       node) with SG_TIMEOUT=2: the others time out naming
+#                       node) with SG_TIMEOUT=3: the others time out naming
 #                       rank 1 and abort
 #   sigterm_launcher,   the signal to mpiexec: hydra forwards it to every
 #   sigint_launcher     rank; they stop at the next step boundary, write a
@@ -164,7 +164,7 @@ kill_rank | kill_rank_nocleanup)
   resume_check "$(last_ckpt)" 2 h=2 $([ "$case_" = kill_rank ] && echo compare)
   ;;
 stop_rank_timeout)
-  MPIOPTS="-genv SG_TIMEOUT 2"
+  MPIOPTS="-genv SG_TIMEOUT 3" # above any legitimate wait of these tiny runs
   start 2 --mesh h=2 --steps 100000
   fault_at_step3 STOP 1
   finish 30
