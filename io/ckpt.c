@@ -170,6 +170,9 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
   const void **data = NULL;
   int rank = 0, tmp_made = 0;
   MPI_Comm_rank(comm, &rank);
+  /* PnetCDF's MPI-IO collectives cannot time out: a rank lost in the
+   * write would leave the others there for good */
+  sg_watchdog_begin("checkpoint write");
 
   sg_status lst = SG_OK;
   if (!path || !*path)
@@ -296,6 +299,7 @@ fail:
              sg_last_error(), tmp);
     sg_error_set_raw(msg);
   }
+  sg_watchdog_end();
   free(tmp);
   free(red);
   free(vids);
@@ -326,6 +330,7 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
+  sg_watchdog_begin("checkpoint read"); /* as in sg_ckpt_write */
 
   lst = path ? check_arrays(n, a, 0)
              : sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
@@ -490,6 +495,7 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
   SG_TRY(sg_nc_close(&f));
 fail:
   if (f) sg_nc_close(&f);
+  sg_watchdog_end();
   sg_free(sg_device_host(), &tmpbuf);
   free(config);
   free(want);

@@ -10,6 +10,10 @@
  *   SG_FAULT_BYTES=N            ... once this process wrote N bytes to them
  *                               (default 0; the write that crosses N is
  *                               short, as on a real file system)
+ *   SG_FAULT=STOP               the first write to such a file stops the
+ *                               process (SIGSTOP): a rank lost inside a
+ *                               write, alive but silent
+ *   SG_FAULT_RANK=R             only the rank whose PMI_RANK is R
  *   SG_FAULT=EROFS              opening such a path for writing (O_WRONLY,
  *                               O_RDWR, O_CREAT, O_TRUNC; creat; fopen "w",
  *                               "a", "+") fails with EROFS, as do mkdir,
@@ -24,6 +28,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -34,7 +39,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-enum { MODE_OFF, MODE_ENOSPC, MODE_EROFS };
+enum { MODE_OFF, MODE_ENOSPC, MODE_EROFS, MODE_STOP };
 enum { MAX_FD = 65536 };
 
 static int mode = -1; /* -1: not read yet */
@@ -51,7 +56,10 @@ static void init(void) {
   if (!pattern || !*pattern || !f) mode = MODE_OFF;
   else if (strcmp(f, "ENOSPC") == 0) mode = MODE_ENOSPC;
   else if (strcmp(f, "EROFS") == 0) mode = MODE_EROFS;
+  else if (strcmp(f, "STOP") == 0) mode = MODE_STOP;
   else mode = MODE_OFF;
+  const char *only = getenv("SG_FAULT_RANK"), *me = getenv("PMI_RANK");
+  if (only && *only && (!me || strcmp(only, me) != 0)) mode = MODE_OFF;
 }
 
 static int hit(const char *path) {
@@ -78,7 +86,7 @@ static int writes_to(int flags) { return (flags & (O_WRONLY | O_RDWR | O_CREAT |
     return -1;                                                                 \
   }                                                                            \
   int fd = REAL(name)(__VA_ARGS__, m);                                         \
-  if (fd >= 0 && fd < MAX_FD) atomic_store(&doomed[fd], h && mode == MODE_ENOSPC); \
+  if (fd >= 0 && fd < MAX_FD) atomic_store(&doomed[fd], h && (mode == MODE_ENOSPC || mode == MODE_STOP)); \
   return fd;
 
 typedef int (*open_fn)(const char *, int, ...);
@@ -118,7 +126,9 @@ int close(int fd) {
 
 static int is_doomed(int fd) {
   init();
-  return fd >= 0 && fd < MAX_FD && atomic_load(&doomed[fd]);
+  const int d = fd >= 0 && fd < MAX_FD && atomic_load(&doomed[fd]);
+  if (d && mode == MODE_STOP) raise(SIGSTOP); /* lost inside the write */
+  return d && mode == MODE_ENOSPC;
 }
 
 /* A write of n bytes to fd: 1 (errno ENOSPC) if it must fail, else 0 with

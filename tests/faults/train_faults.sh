@@ -12,6 +12,11 @@
 #   stop_rank_timeout   SIGSTOP to rank 1 (alive but silent, like a lost
 #                       node) with SG_TIMEOUT=3: the others time out naming
 #                       rank 1 and abort
+#   stop_rank_in_ckpt   rank 0 stops (SIGSTOP, by SHIM) at its first write of
+#                       the checkpoint of step 4, SG_TIMEOUT=3: rank 1,
+#                       waiting in PnetCDF's MPI-IO collectives (no timeout
+#                       of their own), is ended by the io watchdog; step 2's
+#                       checkpoint loads and resumes
 #   sigterm_launcher,   the signal to mpiexec: hydra forwards it to every
 #   sigint_launcher     rank; they stop at the next step boundary, write a
 #                       checkpoint, say so, and exit 128+signal; resuming
@@ -171,6 +176,19 @@ stop_rank_timeout)
   [ "$rc" -ne 0 ] || bad "exit status 0 after a rank stopped"
   expect "timed out.*did not arrive.*1"
   no_leftovers
+  ;;
+stop_rank_in_ckpt)
+  [ -f "$shim" ] || { echo "no fault shim: skipped"; exit 77; }
+  MPIOPTS="-genv SG_TIMEOUT 3 -genv LD_PRELOAD $shim -genv SG_FAULT STOP -genv SG_FAULT_PATH step_000004
+           -genv SG_FAULT_RANK 0 -genv ASAN_OPTIONS ${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
+  t0=$(now)
+  start 2 --mesh h=2 --steps 6 --ckpt-dir ck --ckpt-every 2
+  finish 60
+  [ "$rc" -ne 0 ] || bad "exit status 0 after a rank stopped"
+  expect "timed out after 3 s \(SG_TIMEOUT\)"
+  no_leftovers
+  ls ck
+  resume_check ck/step_000002.nc 2 h=2
   ;;
 sigterm_launcher | sigint_launcher | sigterm_one_rank)
   np=2 mesh=h=2 target=launcher sig=TERM code=143 name=SIGTERM
