@@ -177,7 +177,7 @@ int sg_wait_yield(MPI_Request *req, MPI_Status *status);
  * default) means no timeout and waits cost what they did. The environment
  * variable SG_TIMEOUT=<seconds> sets the initial value. Set it well above
  * the longest legitimate wait (a slow rank's checkpoint write, a first
- * step's plan creation). */
+ * step's plan creation, a whole checkpoint write: sg_watchdog_begin). */
 void sg_comm_set_timeout(double seconds);
 double sg_comm_timeout(void);
 
