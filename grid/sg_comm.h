@@ -177,7 +177,7 @@ int sg_wait_yield(MPI_Request *req, MPI_Status *status);
  * default) means no timeout and waits cost what they did. The environment
  * variable SG_TIMEOUT=<seconds> sets the initial value. Set it well above
  * the longest legitimate wait (a slow rank's checkpoint write, a first
- * step's plan creation). */
+ * step's plan creation, a whole checkpoint write: sg_watchdog_begin). */
 void sg_comm_set_timeout(double seconds);
 double sg_comm_timeout(void);
 
@@ -195,6 +195,18 @@ int sg_deadline_passed(sg_deadline *d);
  * answer (comm may be MPI_COMM_NULL: not known). Returns SG_ERR_TIMEOUT.
  * Not collective (peers that wait on comm answer). */
 sg_status sg_timeout_error(const sg_deadline *d, const char *what, MPI_Comm comm, int peer);
+/* A watchdog for blocking calls that cannot time out themselves: the MPI-IO
+ * collectives inside PnetCDF's create, open, writes and close (a rank lost
+ * in a checkpoint write leaves the others there; found by the fault tests).
+ * With a timeout set (sg_comm_set_timeout, SG_TIMEOUT), a watchdog thread
+ * aborts the job (MPI_Abort) when the calls between sg_watchdog_begin and
+ * sg_watchdog_end take longer than the timeout, after printing "WHAT: timed
+ * out after N s (SG_TIMEOUT) in a blocking MPI-IO call ...". Calls nest
+ * (the outermost deadline counts); without a timeout they cost nothing.
+ * Not collective; from the thread that calls MPI. */
+void sg_watchdog_begin(const char *what);
+void sg_watchdog_end(void);
+
 /* Wait for an MPI request with the timeout (MPI_Wait without one; yield:
  * sg_wait_yield's sleeps); what names the operation in the message, comm
  * (or MPI_COMM_NULL) is asked who did not arrive. On SG_ERR_TIMEOUT the

@@ -5,6 +5,7 @@
 #include "mesh_impl.h"
 #include "sg_comm.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -341,3 +342,77 @@ sg_status sg_group_agree(sg_group_t g, sg_status local) {
   return sg_agree(g->comm, local);
 }
 
+
+/* ---- the watchdog of blocking calls ----------------------------------------
+ * One thread, started at the first armed call, sleeps on a condition until
+ * the deadline of the outermost armed section; sections end by disarming.
+ * The abort comes from the watchdog thread while the main thread is blocked
+ * inside MPI: MPICH's MPI_Abort only asks the process manager to end the
+ * job and exits, which is what a job stuck for good needs. */
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int depth;       /* nesting of the caller's sections */
+  unsigned gen;    /* sections started: a new one re-arms */
+  double deadline; /* of the outermost section (CLOCK_REALTIME seconds) */
+  double limit;
+  char what[160];
+  int started;
+} wd = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0.0, 0.0, "", 0};
+
+static double realtime_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *watchdog_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&wd.mu);
+  for (;;) {
+    while (wd.depth == 0) pthread_cond_wait(&wd.cv, &wd.mu);
+    const unsigned g = wd.gen;
+    struct timespec ts = {(time_t)wd.deadline, (long)((wd.deadline - (double)(time_t)wd.deadline) * 1e9)};
+    int rc = 0;
+    while (wd.depth > 0 && wd.gen == g && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&wd.cv, &wd.mu, &ts);
+    if (wd.depth > 0 && wd.gen == g && rc == ETIMEDOUT) {
+      int me = -1;
+      MPI_Comm_rank(MPI_COMM_WORLD, &me);
+      fprintf(stderr, "shardgrid: error: [rank %d] %s: timed out after %.3g s (SG_TIMEOUT) in a blocking MPI-IO "
+                      "call: another rank did not arrive (which one is not known here); aborting the job\n",
+              me, wd.what, wd.limit);
+      fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  return NULL;
+}
+
+void sg_watchdog_begin(const char *what) {
+  const double limit = sg_comm_timeout();
+  if (limit <= 0) return;
+  pthread_mutex_lock(&wd.mu);
+  if (!wd.started) {
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    wd.started = pthread_create(&th, &at, watchdog_main, NULL) == 0;
+    pthread_attr_destroy(&at);
+  }
+  if (wd.depth++ == 0) {
+    ++wd.gen;
+    wd.limit = limit;
+    wd.deadline = realtime_now() + limit;
+    snprintf(wd.what, sizeof wd.what, "%s", what ? what : "a blocking call");
+    pthread_cond_signal(&wd.cv);
+  }
+  pthread_mutex_unlock(&wd.mu);
+}
+
+void sg_watchdog_end(void) {
+  if (!wd.started) return; /* set under the lock by this (the calling) thread */
+  pthread_mutex_lock(&wd.mu);
+  if (wd.depth > 0 && --wd.depth == 0) pthread_cond_signal(&wd.cv);
+  pthread_mutex_unlock(&wd.mu);
+}

@@ -168,8 +168,11 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
   int *vids = NULL;
   sg_nc_shard *shards = NULL;
   const void **data = NULL;
-  int rank = 0;
+  int rank = 0, tmp_made = 0;
   MPI_Comm_rank(comm, &rank);
+  /* PnetCDF's MPI-IO collectives cannot time out: a rank lost in the
+   * write would leave the others there for good */
+  sg_watchdog_begin("checkpoint write");
 
   sg_status lst = SG_OK;
   if (!path || !*path)
@@ -215,6 +218,7 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
   co.backend = opts ? opts->backend : SG_NC_BACKEND_AUTO;
   co.overwrite = 1; /* the temporary file of an earlier, killed write */
   SG_TRY(sg_nc_create(comm, tmp, &co, &f));
+  tmp_made = 1;
   vids = calloc((size_t)(n > 0 ? n : 1), sizeof *vids);
   shards = calloc((size_t)(n > 0 ? n : 1), sizeof *shards);
   data = calloc((size_t)(n > 0 ? n : 1), sizeof *data);
@@ -267,6 +271,7 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
   SG_TRY(sg_nc_write_many(f, n, vids, shards, data));
   SG_TRY(sg_nc_sync(f));
   SG_TRY(sg_nc_close(&f));
+  tmp_made = 0; /* complete: from here on it is renamed, not removed */
   /* complete and on disk: make it the checkpoint */
   lst = SG_OK;
   if (rank == 0) {
@@ -284,7 +289,17 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
   }
   SG_TRY(sg_io_agree(comm, lst));
 fail:
-  if (f) sg_nc_close(&f);
+  /* a failed write (a full disk, say) removes its incomplete temporary
+   * file: it frees the space and nothing mistakes it for a checkpoint */
+  if (f) sg_nc_discard(&f);
+  else if (st != SG_OK && tmp_made) { /* the close failed, on every rank */
+    if (rank == 0) remove(tmp);
+    char msg[1400];
+    snprintf(msg, sizeof msg, "%.1100s; the incomplete %.250s was removed",
+             sg_last_error(), tmp);
+    sg_error_set_raw(msg);
+  }
+  sg_watchdog_end();
   free(tmp);
   free(red);
   free(vids);
@@ -315,6 +330,7 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
+  sg_watchdog_begin("checkpoint read"); /* as in sg_ckpt_write */
 
   lst = path ? check_arrays(n, a, 0)
              : sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
@@ -479,6 +495,7 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
   SG_TRY(sg_nc_close(&f));
 fail:
   if (f) sg_nc_close(&f);
+  sg_watchdog_end();
   sg_free(sg_device_host(), &tmpbuf);
   free(config);
   free(want);

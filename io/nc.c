@@ -130,9 +130,24 @@ fail:
 
 #if SG_HAVE_PNETCDF || SG_HAVE_NETCDF
 /* Turn a library error code on open/create into a clear status. */
+/* The error of a failed open or create. sys: the errno the library's call
+ * left (0: none or not known), named first when it is a file system's
+ * refusal: the libraries' codes hide it (PnetCDF reports a read-only file
+ * system as "Write to read only", a full disk as an unknown error). */
 static sg_status open_error(int rc, int pnc, const char *what,
-                            const char *path, int line) {
+                            const char *path, int line, int sys) {
   (void)pnc;
+  if (sys == EROFS || sys == EACCES || sys == ENOSPC || sys == EDQUOT) {
+    const char *lib = "";
+#if SG_HAVE_PNETCDF
+    if (pnc) lib = ncmpi_strerror(rc);
+#endif
+#if SG_HAVE_NETCDF
+    if (!pnc) lib = nc_strerror(rc);
+#endif
+    return sg_error_set(SG_ERR_IO, __FILE__, line, "%s %s: %s (%s, code %d)",
+                        what, path, strerror(sys), lib, rc);
+  }
 #if SG_HAVE_PNETCDF
   if (pnc && rc == NC_ENOENT)
     return sg_error_set(SG_ERR_IO, __FILE__, line, "%s %s: no such file",
@@ -359,10 +374,13 @@ sg_status sg_nc_create(MPI_Comm comm, const char *path,
     f->shadow = shadow;
     if (shadow && f->rank != 0)
       rc = 0;
-    else
+    else {
+      errno = 0;
       rc = ncmpi_create(shadow ? MPI_COMM_SELF : f->comm, f->path, cmode,
                         f->info, &f->ncid);
-    lst = rc ? open_error(rc, 1, "cannot create", f->path, __LINE__) : SG_OK;
+    }
+    lst = rc ? open_error(rc, 1, "cannot create", f->path, __LINE__, errno)
+             : SG_OK;
   }
 #endif
 #if SG_HAVE_NETCDF_PAR
@@ -370,8 +388,10 @@ sg_status sg_nc_create(MPI_Comm comm, const char *path,
     f->format = SG_NC_FORMAT_NETCDF4;
     int cmode = (o.overwrite || f->atomic ? NC_CLOBBER : NC_NOCLOBBER) |
                 NC_NETCDF4;
+    errno = 0;
     rc = nc_create_par(f->path, cmode, f->comm, f->info, &f->ncid);
-    lst = rc ? open_error(rc, 0, "cannot create", f->path, __LINE__) : SG_OK;
+    lst = rc ? open_error(rc, 0, "cannot create", f->path, __LINE__, errno)
+             : SG_OK;
     if (!rc) {
       int old = 0;
       rc = nc_set_fill(f->ncid, NC_NOFILL, &old);
@@ -512,7 +532,7 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
                 ? sg_error_set(SG_ERR_CORRUPT, __FILE__, __LINE__,
                                "cannot open %s: bad header: %s", f->path,
                                ncmpi_strerror(rc))
-                : open_error(rc, 1, "cannot open", f->path, __LINE__);
+                : open_error(rc, 1, "cannot open", f->path, __LINE__, 0);
     } else {
       int fmt = 0;
       ncmpi_inq_format(f->ncid, &fmt);
@@ -537,7 +557,7 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
                 ? sg_error_set(SG_ERR_CORRUPT, __FILE__, __LINE__,
                                "cannot open %s: bad or truncated file: %s",
                                f->path, nc_strerror(rc))
-                : open_error(rc, 0, "cannot open", f->path, __LINE__);
+                : open_error(rc, 0, "cannot open", f->path, __LINE__, 0);
     } else {
       int fmt = 0;
       nc_inq_format(f->ncid, &fmt);

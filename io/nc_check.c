@@ -48,6 +48,7 @@ static void need_bytes(hreader *h, int64_t n, const char *what) {
 
 static uint64_t rd_be(hreader *h, int bytes) {
   unsigned char b[8];
+  need_bytes(h, bytes, "a header field"); /* a file cut inside its header */
   if (h->bad || fread(b, 1, (size_t)bytes, h->fp) != (size_t)bytes) {
     h->bad = 1;
     return 0;

@@ -391,6 +391,8 @@ sg_status sg_nc_enddef(sg_nc_t f) {
     lst = sg_error_netcdf(rc, "nc_enddef", __FILE__, __LINE__);
 #endif
   (void)rc;
+  /* enddef writes the header: name the file, and a full disk */
+  if (lst != SG_OK) lst = sg_io_write_error(f, lst, 0, "writing the header of");
 #if SG_HAVE_PNETCDF
   /* per-rank create: the shadows' layout must be the file's (it is, for
    * the same define calls and hints, unless a layer aligns by the file

@@ -11,7 +11,9 @@
  * (sg_nc_sync, then fsync of the file by rank 0), and renamed to
  * path only when complete (then the directory is fsync'd). A run killed
  * before the rename leaves the previous checkpoint at path untouched; a
- * stale "<path>.tmp" is simply overwritten by the next write.
+ * stale "<path>.tmp" is simply overwritten by the next write. A write that
+ * fails (a full disk, a read-only file system) removes its "<path>.tmp"
+ * and leaves path untouched too.
  *
  * Checksums are decomposition-independent: the 64-bit sum (mod 2^64) over
  * all elements of a per-element hash of (global linear index, element

@@ -7,7 +7,9 @@
  *                         --mesh dp=2,h=2 --steps 200
  *
  * Rank 0 prints one line per step (step, loss, lr, samples/s, and the time
- * split compute / halo / collectives / io); --metrics writes JSON lines. */
+ * split compute / halo / collectives / io); --metrics writes JSON lines.
+ * SIGTERM or SIGINT (to mpiexec or any rank) stops every rank at the next
+ * step with a checkpoint and exit status 128 + signal (docs/reliability.md). */
 #if SG_TRAIN_CKPT
 #include "sg_ckpt.h"
 #endif
@@ -22,6 +24,7 @@
 #include "sg_nc.h"
 #include "sg_optim.h"
 #include "sg_parallel.h"
+#include "sg_stop.h"
 #include "sg_threads.h"
 #include "sg_trace.h"
 #include "train.h"
@@ -123,6 +126,7 @@ typedef struct run {
   int64_t cin, cout;
   float *xb, *yb, *mb;
   sg_loss_kind loss_kind;
+  int stop; /* the signal that stopped the run (SIGTERM, SIGINT), 0: none */
 } run_t;
 
 /* A JSON number: non-finite values are written as null (JSON has no NaN). */
@@ -140,6 +144,7 @@ static void metrics_line(run_t *r, int64_t step, int n, const char *const *names
     json_num(r->metrics, vals[i]);
   }
   fputs("}\n", r->metrics);
+  fflush(r->metrics); /* a killed run's metrics end where the run did */
 }
 
 /* Predict a batch (no tape kept): pred gets the model's output in physical
@@ -308,6 +313,11 @@ fail:
   return st;
 }
 
+/* The checkpoint of a step: <ckpt_dir>/step_NNNNNN.nc */
+static void ckpt_path(const run_t *r, int64_t step, char *buf, size_t size) {
+  snprintf(buf, size, "%s/step_%06lld.nc", sg_kv_str(r->kv, "ckpt_dir"), (long long)step);
+}
+
 #if SG_TRAIN_CKPT
 /* Checkpoints: every parameter and its AdamW moments as a global variable
  * ("params.<name>", "adam_m.<name>", "adam_v.<name>") of the parameter's
@@ -322,7 +332,7 @@ static sg_status save_checkpoint(run_t *r, int64_t step) {
   int narr = 0;
   sg_ckpt_meta meta;
   memset(&meta, 0, sizeof meta);
-  snprintf(path, sizeof path, "%s/step_%06lld.nc", sg_kv_str(r->kv, "ckpt_dir"), (long long)step);
+  ckpt_path(r, step, path, sizeof path);
   SG_TRY(sg_parallel_ckpt_arrays(r->plan, 1, &arr, &narr));
   meta.step = step;
   meta.rng_seed = (uint64_t)sg_kv_int(r->kv, "seed");
@@ -436,6 +446,32 @@ static sg_status make_dir(const char *path, int rank) {
     }
   }
   return sg_agree(MPI_COMM_WORLD, st);
+}
+
+/* A clean stop (sg_stop.h): at a step boundary, after `done` steps, the
+ * ranks agree whether any of them received SIGTERM or SIGINT. If so, the
+ * checkpoint of step `done` is written (with ckpt_dir, unless `saved`: the
+ * schedule just wrote it; none when this run did no step, first > done),
+ * rank 0 says so, and r->stop is set: the caller ends the run, which exits
+ * with 128 + the signal. Collective. */
+static sg_status stop_check(run_t *r, int64_t done, int64_t first, int saved) {
+  sg_status st = SG_OK;
+  int sig = 0;
+  SG_TRY(sg_stop_agree(MPI_COMM_WORLD, SG_OK, &sig));
+  if (!sig) return SG_OK;
+  const int ck = *sg_kv_str(r->kv, "ckpt_dir") && done >= first;
+  char path[4096] = "";
+  if (ck && !saved) SG_TRY(save_checkpoint(r, done));
+  if (ck) ckpt_path(r, done, path, sizeof path);
+  if (r->rank == 0) {
+    printf("sg-train: stopped by %s after step %lld (exit status %d); %s%s\n", sg_stop_signal_name(sig),
+           (long long)done, sg_stop_exit_code(sig), ck ? "checkpoint written: resume with --resume " :
+           "no checkpoint of this run", path);
+    fflush(stdout);
+  }
+  r->stop = sig;
+fail:
+  return st;
 }
 
 /* The model's kind and sizes from the config. Not collective. */
@@ -739,7 +775,8 @@ static sg_status train(run_t *r) {
   sg_mem_info mem0;
   SG_TRY(sg_mem_get_info(sg_device_host(), &mem0));
   SG_TRY(sg_mem_reset_peak(sg_device_host()));
-  for (int64_t step = first; step <= steps; ++step) {
+  SG_TRY(stop_check(r, first - 1, first, 0)); /* signalled while setting up */
+  for (int64_t step = first; step <= steps && !r->stop; ++step) {
     double t0 = sg_wtime(), halo0 = sg_timer_total("halo"), io0 = sg_timer_total("io");
     int64_t e = (step - 1) / spe, pos = (step - 1) % spe;
     if (e != epoch) {
@@ -784,7 +821,8 @@ static sg_status train(run_t *r) {
       metrics_line(r, step, 7, mk, mv);
     }
     if (check_every > 0 && step % check_every == 0) SG_TRY(sg_parallel_check_replicas(r->plan, step));
-    if (*ckdir && ((ckpt_every > 0 && step % ckpt_every == 0) || step == steps)) SG_TRY(save_checkpoint(r, step));
+    const int saved = *ckdir && ((ckpt_every > 0 && step % ckpt_every == 0) || step == steps);
+    if (saved) SG_TRY(save_checkpoint(r, step));
     if (eval_every > 0 && step % eval_every == 0 && step != steps) {
       double rel = 0;
       SG_TRY(evaluate(r, NULL, &rel));
@@ -792,7 +830,10 @@ static sg_status train(run_t *r) {
       static const char *const ek[] = {"eval_rel_l2"};
       metrics_line(r, step, 1, ek, &rel);
     }
+    SG_TRY(stop_check(r, step, first, saved));
   }
+  if (r->stop) goto fail; /* stopped cleanly: no final evaluation */
+  SG_TRY(sg_stop_uninstall()); /* a signal during the evaluation ends the run as usual */
   /* peak accounted memory per rank during training: all of it, and the
    * part above what was held before the first step (parameters, gradients,
    * optimizer state): activations and workspace */
@@ -859,7 +900,8 @@ int main(int argc, char **argv) {
   memset(&r, 0, sizeof r);
   MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &r.size);
-  sg_status st = sg_kv_create(keys, NKEYS, &r.kv);
+  sg_status st = sg_stop_install(); /* SIGTERM, SIGINT: stop at the next step boundary */
+  if (st == SG_OK) st = sg_kv_create(keys, NKEYS, &r.kv);
   for (int i = 1; i < argc; ++i)
     if (st == SG_OK && (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)) {
       if (r.rank == 0) {
@@ -888,7 +930,13 @@ int main(int argc, char **argv) {
     if (!r.metrics) st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "cannot write '%s'", sg_kv_str(r.kv, "metrics"));
   }
   st = sg_agree(MPI_COMM_WORLD, st);
-  if (st == SG_OK) st = sg_agree(MPI_COMM_WORLD, train(&r));
+  if (st == SG_OK) {
+    st = train(&r);
+    if (!sg_timed_out()) st = sg_agree(MPI_COMM_WORLD, st);
+  }
+  /* after a timeout no collective can complete, the clean-up's neither (the
+   * FFT's MPI_Win_free would wait for the rank that never came): abort */
+  if (sg_timed_out()) sg_die("sg-train", st, 1);
   if (st == SG_OK && *sg_kv_str(r.kv, "trace")) st = sg_trace_write(sg_kv_str(r.kv, "trace"), MPI_COMM_WORLD);
   cleanup(&r);
   sg_kv_destroy(&r.kv);
@@ -898,5 +946,5 @@ int main(int argc, char **argv) {
     return 1;
   }
   MPI_Finalize();
-  return 0;
+  return r.stop ? sg_stop_exit_code(r.stop) : 0;
 }
