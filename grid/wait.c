@@ -358,7 +358,8 @@ static struct {
   double limit;
   char what[160];
   int started;
-} wd = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0.0, 0.0, "", 0};
+  int rank; /* world rank, asked by the calling thread (the MPI one) */
+} wd = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0.0, 0.0, "", 0, -1};
 
 static double realtime_now(void) {
   struct timespec ts;
@@ -376,11 +377,9 @@ static void *watchdog_main(void *arg) {
     int rc = 0;
     while (wd.depth > 0 && wd.gen == g && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&wd.cv, &wd.mu, &ts);
     if (wd.depth > 0 && wd.gen == g && rc == ETIMEDOUT) {
-      int me = -1;
-      MPI_Comm_rank(MPI_COMM_WORLD, &me);
       fprintf(stderr, "shardgrid: error: [rank %d] %s: timed out after %.3g s (SG_TIMEOUT) in a blocking MPI-IO "
                       "call: another rank did not arrive (which one is not known here); aborting the job\n",
-              me, wd.what, wd.limit);
+              wd.rank, wd.what, wd.limit);
       fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -391,7 +390,10 @@ static void *watchdog_main(void *arg) {
 void sg_watchdog_begin(const char *what) {
   const double limit = sg_comm_timeout();
   if (limit <= 0) return;
+  int me = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
   pthread_mutex_lock(&wd.mu);
+  wd.rank = me;
   if (!wd.started) {
     pthread_t th;
     pthread_attr_t at;
