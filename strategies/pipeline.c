@@ -110,25 +110,33 @@ fail:
 /* The stage mesh: the mesh without pp, over the group of the other dims
  * (its ranks follow their coordinates row-major, as the mesh lays them
  * out); "dp=1" when nothing is left. */
-static sg_status pp_stage_mesh(struct sg_pipe *pp) {
+sg_status sg_pipe_stage_mesh_create(sg_mesh_t mesh, sg_mesh_t *sub) {
   sg_status st = SG_OK;
-  const int nd = sg_mesh_ndims(pp->mesh), d = sg_mesh_find_dim(pp->mesh, "pp");
+  const int nd = sg_mesh_ndims(mesh), d = sg_mesh_find_dim(mesh, "pp");
   sg_mesh_spec spec;
   memset(&spec, 0, sizeof spec);
   unsigned mask = 0;
   for (int k = 0; k < nd; ++k) {
     if (k == d) continue;
     mask |= 1u << k;
-    snprintf(spec.names[spec.ndims], SG_MESH_NAME_MAX, "%s", sg_mesh_dim_name(pp->mesh, k));
-    spec.sizes[spec.ndims++] = sg_mesh_dim_size(pp->mesh, k);
+    snprintf(spec.names[spec.ndims], SG_MESH_NAME_MAX, "%s", sg_mesh_dim_name(mesh, k));
+    spec.sizes[spec.ndims++] = sg_mesh_dim_size(mesh, k);
   }
   if (spec.ndims == 0) {
     snprintf(spec.names[0], SG_MESH_NAME_MAX, "dp");
     spec.sizes[spec.ndims++] = 1;
   }
   sg_group_t g;
-  SG_TRY(sg_mesh_group(pp->mesh, mask, &g));
-  SG_TRY(sg_mesh_create_from_spec(sg_group_comm(g), &spec, &pp->sub));
+  SG_TRY(sg_mesh_group(mesh, mask, &g));
+  SG_TRY(sg_mesh_create_from_spec(sg_group_comm(g), &spec, sub));
+fail:
+  return st;
+}
+
+static sg_status pp_stage_mesh(struct sg_pipe *pp) {
+  sg_status st = SG_OK;
+  const int d = sg_mesh_find_dim(pp->mesh, "pp");
+  SG_TRY(sg_pipe_stage_mesh_create(pp->mesh, &pp->sub));
   SG_TRY(sg_mesh_group(pp->mesh, d >= 0 ? 1u << d : 0u, &pp->ppg));
 fail:
   return st;

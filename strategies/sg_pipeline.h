@@ -237,6 +237,10 @@ typedef sg_status (*sg_pipe_forward_fn)(sg_tape_t tape, void *ctx, int mb,
  * Collective over the mesh. */
 sg_status sg_pipe_create(sg_mesh_t mesh, const sg_pipe_config *cfg,
                          sg_pipe_t *pipe);
+/* A mesh like sg_pipe_stage_mesh, owned by the caller (sg_mesh_destroy):
+ * to build a model on a stage before the runtime exists (the model's
+ * pieces give cfg.nblocks). Collective over mesh. */
+sg_status sg_pipe_stage_mesh_create(sg_mesh_t mesh, sg_mesh_t *sub);
 /* NULL and *pipe == NULL are fine; sets *pipe to NULL. Collective. */
 sg_status sg_pipe_destroy(sg_pipe_t *pipe);
 
