@@ -40,7 +40,8 @@ static void pp_slot_reset(pp_slot *sl) {
 }
 
 struct sg_pipe {
-  sg_mesh_t mesh, sub; /* the mesh (not owned), the stage mesh (owned) */
+  sg_mesh_t mesh, sub; /* the mesh (not owned), the stage mesh (owned unless given) */
+  int own_sub;
   MPI_Comm comm;       /* the transfers' own communicator */
   sg_group_t ppg;      /* the stages of this rank's coordinates */
   int p, stage, m, v, nv;
@@ -133,10 +134,12 @@ fail:
   return st;
 }
 
-static sg_status pp_stage_mesh(struct sg_pipe *pp) {
+static sg_status pp_stage_mesh(struct sg_pipe *pp, sg_mesh_t given) {
   sg_status st = SG_OK;
   const int d = sg_mesh_find_dim(pp->mesh, "pp");
-  SG_TRY(sg_pipe_stage_mesh_create(pp->mesh, &pp->sub));
+  pp->own_sub = !given;
+  if (given) pp->sub = given;
+  else SG_TRY(sg_pipe_stage_mesh_create(pp->mesh, &pp->sub));
   SG_TRY(sg_mesh_group(pp->mesh, d >= 0 ? 1u << d : 0u, &pp->ppg));
 fail:
   return st;
@@ -155,7 +158,7 @@ sg_status sg_pipe_create(sg_mesh_t mesh, const sg_pipe_config *cfg, sg_pipe_t *p
   pp->hooked = -1;
   st = sg_agree(sg_mesh_comm(mesh), pp_setup(pp, cfg)); /* no collective before every rank passed */
   if (st != SG_OK) goto fail;
-  SG_TRY(pp_stage_mesh(pp));
+  SG_TRY(pp_stage_mesh(pp, cfg->stage_mesh));
   SG_MPI(MPI_Comm_dup(sg_mesh_comm(mesh), &pp->comm));
   for (int i = 0; i < pp->m * pp->v; ++i) SG_TRY(sg_tape_create(&pp->tapes[i]));
   pp->stats.peak_formula = sg_pp_peak_formula(pp->sched, pp->stage);
@@ -176,7 +179,7 @@ sg_status sg_pipe_destroy(sg_pipe_t *pipe) {
   struct sg_pipe *pp = *pipe;
   if (pp->tapes)
     for (int i = 0; i < pp->m * pp->v; ++i) sg_tape_destroy(&pp->tapes[i]);
-  sg_status st = sg_mesh_destroy(&pp->sub);
+  sg_status st = pp->own_sub ? sg_mesh_destroy(&pp->sub) : SG_OK;
   if (pp->comm != MPI_COMM_NULL) MPI_Comm_free(&pp->comm);
   sg_pp_schedule_destroy(&pp->sched);
   free(pp->first);

@@ -226,6 +226,11 @@ typedef struct sg_pipe_config {
   const int *split; /* NULL: balanced (the first nblocks % (p v) pieces get
                        one more block); else p v - 1 increasing block
                        indices in (0, nblocks): where pieces 1.. start */
+  sg_mesh_t stage_mesh; /* NULL: the runtime makes its stage mesh; else
+                           one from sg_pipe_stage_mesh_create on the same
+                           mesh (not owned; outlives the runtime), e.g.
+                           the mesh a model was built on: received
+                           activations are placed on it */
 } sg_pipe_config;
 
 typedef sg_status (*sg_pipe_forward_fn)(sg_tape_t tape, void *ctx, int mb,
@@ -239,7 +244,8 @@ sg_status sg_pipe_create(sg_mesh_t mesh, const sg_pipe_config *cfg,
                          sg_pipe_t *pipe);
 /* A mesh like sg_pipe_stage_mesh, owned by the caller (sg_mesh_destroy):
  * to build a model on a stage before the runtime exists (the model's
- * pieces give cfg.nblocks). Collective over mesh. */
+ * pieces give cfg.nblocks); pass it as cfg.stage_mesh. Collective over
+ * mesh. */
 sg_status sg_pipe_stage_mesh_create(sg_mesh_t mesh, sg_mesh_t *sub);
 /* NULL and *pipe == NULL are fine; sets *pipe to NULL. Collective. */
 sg_status sg_pipe_destroy(sg_pipe_t *pipe);

@@ -715,7 +715,7 @@ static sg_status setup(run_t *r) {
   r->cin = mc.cin;
   r->cout = mc.cout;
   SG_TRY(sg_agree(MPI_COMM_WORLD, sg_model_create(r->smesh, &mc, ny, nx, r->lbatch, &r->model)));
-  if (pp) SG_TRY(sg_train_pp_create(kv, r->mesh, r->model, sg_kv_str(kv, "model"), &r->pipe));
+  if (pp) SG_TRY(sg_train_pp_create(kv, r->mesh, r->smesh, r->model, sg_kv_str(kv, "model"), &r->pipe));
   int64_t y0, lny, x0, lnx;
   sg_model_box(r->model, &y0, &lny, &x0, &lnx);
   sg_trace_begin("io");

@@ -43,9 +43,6 @@ sg_status sg_train_pp_check(sg_kv_t kv, sg_mesh_t mesh) {
   if (sg_kv_int(kv, "eval_every") > 0 || sg_kv_int(kv, "rollout") > 0)
     SG_RAISE(SG_ERR_NOT_SUPPORTED, "pp does not combine with eval_every or rollout: the evaluation does not run "
              "through the pipeline yet");
-  if (strcmp(sg_kv_str(kv, "activation_checkpointing"), "none") != 0)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "pp does not combine with activation_checkpointing yet (a stage runs its "
-             "pieces without recomputation)");
   if (sg_kv_int(kv, "grad_accum") != 1)
     SG_RAISE(SG_ERR_CONFIG, "grad_accum = %lld with pp: the pipeline's micro-batches are set by microbatches",
              (long long)sg_kv_int(kv, "grad_accum"));
@@ -76,15 +73,15 @@ fail:
   return st;
 }
 
-sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_model_t model, const char *model_name,
-                             sg_pipe_t *pipe) {
+sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh, sg_model_t model,
+                             const char *model_name, sg_pipe_t *pipe) {
   sg_status st = SG_OK;
   int *split = NULL, use = 0;
   const int nb = sg_model_nblocks(model);
   if (nb <= 0)
     SG_RAISE(SG_ERR_NOT_SUPPORTED, "model %s has no pipeline pieces yet (pp runs the cnn)", model_name);
   sg_pipe_config cfg = {.m = (int)sg_kv_int(kv, "microbatches"), .v = (int)sg_kv_int(kv, "pp_virtual"),
-                        .nblocks = nb};
+                        .nblocks = nb, .stage_mesh = stage_mesh};
   SG_TRY(sg_pp_kind_parse(sg_kv_str(kv, "pp_schedule"), &cfg.kind));
   const int p = sg_mesh_dim_size(mesh, sg_mesh_find_dim(mesh, "pp"));
   const int nv = p * (cfg.v > 0 ? cfg.v : cfg.kind == SG_PP_INTERLEAVED ? 2 : 1);

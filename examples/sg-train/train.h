@@ -85,9 +85,10 @@ int sg_train_pp_on(sg_mesh_t mesh);
  * (config only: the same verdict on every rank). Not collective. */
 sg_status sg_train_pp_check(sg_kv_t kv, sg_mesh_t mesh);
 /* The runtime from pp_schedule, microbatches, pp_virtual, pp_split for a
- * model built on the stage mesh; "model X has no pipeline pieces yet" for
- * a model without pieces. Collective over mesh. */
-sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_model_t model,
+ * model built on stage_mesh (sg_pipe_stage_mesh_create of mesh); "model X
+ * has no pipeline pieces yet" for a model without pieces. Collective over
+ * mesh. */
+sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh, sg_model_t model,
                              const char *model_name, sg_pipe_t *pipe);
 /* This stage's parameter table and the entries' indices in the model's
  * (calloc'd). */
