@@ -1,7 +1,8 @@
 /* sg-train — train a spectral or convolutional model on a sharded NetCDF
  * dataset under mpiexec, on any mesh the parallel plan supports (data: dp;
- * sharded data, ZeRO: fsdp; domain: h, w). The parallelism itself lives in
- * the library (strategies/sg_parallel.h); this is a thin driver over it.
+ * sharded data, ZeRO: fsdp; domain: h, w; pipeline stages: pp, for models
+ * with pieces, see pipe.c). The parallelism itself lives in the library
+ * (strategies/sg_parallel.h, sg_pipeline.h); this is a thin driver over it.
  *
  *   mpiexec -n 4 sg-train --config examples/configs/ns2d_fno.cfg \
  *                         --mesh dp=2,h=2 --steps 200
@@ -478,8 +479,9 @@ static sg_status stop_check(run_t *r, int64_t done, int64_t first, int saved) {
   if (ck) ckpt_path(r, done, path, sizeof path);
   if (r->rank == 0) {
     printf("sg-train: stopped by %s after step %lld (exit status %d); %s%s\n", sg_stop_signal_name(sig),
-           (long long)done, sg_stop_exit_code(sig), ck ? "checkpoint written: resume with --resume " :
-           "no checkpoint of this run", path);
+           (long long)done, sg_stop_exit_code(sig),
+           !ck ? "no checkpoint of this run" : r->pipe ? "per-stage checkpoints (not resumable yet) next to " :
+           "checkpoint written: resume with --resume ", ck ? path : "");
     fflush(stdout);
   }
   r->stop = sig;
