@@ -7,6 +7,7 @@
 # parameter) too: pp=2 under gpipe and 1f1b, pp=3 (pieces 2, 2, 1), an
 # explicit pp_split, interleaved (pp=2 x 2 chunks), zb-h1, pp=2,dp=2 and
 # pp=2,h=2 (halos and GroupNorm statistics over the domain in a stage),
+# pp=2,fsdp=2 with zero 1,
 # activation checkpointing inside the stages.
 #   pipeline_trajectories.sh BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
@@ -53,5 +54,6 @@ same il 2 pp=2 --pp-schedule interleaved --microbatches 2 --pp-virtual 2
 same zb 2 pp=2 --pp-schedule zb-h1 --microbatches 2
 same dp 4 pp=2,dp=2 --pp-schedule 1f1b --microbatches 2
 same h 4 pp=2,h=2 --pp-schedule gpipe --microbatches 2
+same z1 4 pp=2,fsdp=2 --zero 1 --pp-schedule 1f1b --microbatches 2
 same ac 2 pp=2 --pp-schedule 1f1b --microbatches 2 --activation-checkpointing blocks
 echo "pipeline trajectories: all equal to one process"
