@@ -4,6 +4,7 @@
 
 #include "sg_comm.h"
 #include "sg_device.h"
+#include "sg_model.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -218,6 +219,56 @@ sg_status sg_pipe_plan_create(sg_pipe_t pp, const sg_parallel_config *cfg, int n
              "be needed on every micro-batch's tape)");
   SG_TRY(sg_parallel_create(pp->sub, cfg, nparams, table, nlocal, plan));
 fail:
+  return st;
+}
+
+/* The stage's entries of the model's table (its chunks' pieces, in chunk
+ * order) and their indices in it. */
+static sg_status pp_model_table(sg_pipe_t pp, sg_model_t model, sg_param_info *tab, int *idx, int *n) {
+  sg_status st = SG_OK;
+  *n = 0;
+  for (int c = 0; c < pp->v; ++c) {
+    int b0, nb;
+    sg_pipe_blocks(pp, c, &b0, &nb);
+    for (int b = b0; b < b0 + nb; ++b) {
+      int q0, qn;
+      sg_model_block_params(model, b, &q0, &qn);
+      for (int i = q0; i < q0 + qn; ++i) {
+        SG_TRY(sg_model_param_info(model, i, &tab[*n]));
+        idx[(*n)++] = i;
+      }
+    }
+  }
+fail:
+  return st;
+}
+
+sg_status sg_pipe_model_plan(sg_pipe_t pp, sg_model_t model, const sg_parallel_config *cfg, uint64_t seed,
+                             sg_parallel_t *plan) {
+  sg_status st = SG_OK;
+  sg_var **all = NULL, **mine = NULL;
+  if (!pp || !model || !plan)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_pipe_model_plan: pipe, model and plan are required");
+  const int np = sg_model_params(model, &all);
+  sg_param_info *tab = calloc((size_t)np + 1, sizeof *tab);
+  int *idx = calloc((size_t)np + 1, sizeof *idx), n = 0;
+  mine = calloc((size_t)np + 1, sizeof *mine);
+  if (!tab || !idx || !mine) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "pipeline: out of memory");
+  else if (sg_model_nblocks(model) != pp->first[pp->nv])
+    st = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_pipe_model_plan: the model has %d pieces, "
+                      "the pipeline was cut for %d", sg_model_nblocks(model), pp->first[pp->nv]);
+  else st = pp_model_table(pp, model, tab, idx, &n);
+  SG_TRY(sg_agree(sg_mesh_comm(pp->mesh), st));
+  SG_TRY(sg_pipe_plan_create(pp, cfg, n, tab, sg_model_param_count(model), plan));
+  SG_TRY(sg_model_bind(model, sg_parallel_params(*plan), sg_parallel_grads(*plan)));
+  SG_TRY(sg_model_init(model, seed));
+  sg_model_params(model, &all); /* the variables exist once bound */
+  for (int i = 0; i < n; ++i) mine[i] = all[idx[i]];
+  SG_TRY(sg_pipe_attach(pp, *plan, mine));
+fail:
+  free(tab);
+  free(idx);
+  free(mine);
   return st;
 }
 

@@ -42,6 +42,7 @@
 
 #include "sg_autograd.h"
 #include "sg_mesh.h"
+#include "sg_model.h"
 #include "sg_parallel.h"
 #include "sg_status.h"
 
@@ -270,6 +271,15 @@ sg_status sg_pipe_plan_create(sg_pipe_t pipe, const sg_parallel_config *cfg,
  * sg_parallel_attach. Once. Not collective. */
 sg_status sg_pipe_attach(sg_pipe_t pipe, sg_parallel_t plan,
                          sg_var *const *vars);
+/* All of the above for a model of the zoo with pieces (sg_model_nblocks
+ * == cfg.nblocks), built on the stage mesh: the plan over this stage's
+ * pieces (every chunk's, in chunk order; the model's own offsets, the
+ * other stages' parameters are gaps in its buffers), the model bound to
+ * it and initialised from seed (the values of one process), the pieces'
+ * variables attached. The caller owns the plan. Collective. */
+sg_status sg_pipe_model_plan(sg_pipe_t pipe, sg_model_t model,
+                             const sg_parallel_config *cfg, uint64_t seed,
+                             sg_parallel_t *plan);
 
 /* One step's forwards and backwards: this stage's list, in order. *loss
  * (may be NULL): the step's loss (the sum of the last stage's micro-batch

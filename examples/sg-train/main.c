@@ -593,36 +593,22 @@ fail:
  * the plan's buffers. Collective. */
 static sg_status make_plan(run_t *r) {
   sg_status st = SG_OK;
-  sg_var **vars = NULL, **svars = NULL;
-  sg_param_info *tab = NULL;
-  int *idx = NULL, np = sg_model_params(r->model, &vars);
-  if (r->pipe) { /* the stage's pieces only; the other stages' are gaps in its buffers */
-    st = sg_train_pp_table(r->pipe, r->model, &tab, &idx, &np);
-  } else {
-    tab = calloc((size_t)np + 1, sizeof *tab);
-    if (!tab) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
-    for (int i = 0; i < np && st == SG_OK; ++i) st = sg_model_param_info(r->model, i, &tab[i]);
-  }
+  sg_var **vars = NULL;
+  const uint64_t seed = (uint64_t)sg_kv_int(r->kv, "seed");
+  if (r->pipe) return sg_pipe_model_plan(r->pipe, r->model, &r->pcfg, seed, &r->plan); /* the stage's pieces */
+  const int np = sg_model_params(r->model, &vars);
+  sg_param_info *tab = calloc((size_t)np + 1, sizeof *tab);
+  if (!tab) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
+  for (int i = 0; i < np && st == SG_OK; ++i) st = sg_model_param_info(r->model, i, &tab[i]);
   SG_TRY(sg_agree(MPI_COMM_WORLD, st));
-  const int64_t n = sg_model_param_count(r->model);
-  if (r->pipe) SG_TRY(sg_pipe_plan_create(r->pipe, &r->pcfg, np, tab, n, &r->plan));
-  else SG_TRY(sg_parallel_create(r->mesh, &r->pcfg, np, tab, n, &r->plan));
+  SG_TRY(sg_parallel_create(r->mesh, &r->pcfg, np, tab, sg_model_param_count(r->model), &r->plan));
   SG_TRY(sg_model_bind(r->model, sg_parallel_params(r->plan), sg_parallel_grads(r->plan)));
-  SG_TRY(sg_model_init(r->model, (uint64_t)sg_kv_int(r->kv, "seed")));
-  if (r->pipe) { /* the variables exist once bound */
-    sg_model_params(r->model, &vars);
-    svars = calloc((size_t)np + 1, sizeof *svars);
-    if (!svars) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-    for (int i = 0; i < np; ++i) svars[i] = vars[idx[i]];
-    SG_TRY(sg_pipe_attach(r->pipe, r->plan, svars));
-  } else {
-    SG_TRY(sg_tape_create(&r->tape));
-    SG_TRY(sg_parallel_attach(r->plan, r->tape, vars));
-  }
+  SG_TRY(sg_model_init(r->model, seed));
+  SG_TRY(sg_tape_create(&r->tape));
+  sg_model_params(r->model, &vars);
+  SG_TRY(sg_parallel_attach(r->plan, r->tape, vars));
 fail:
   free(tab);
-  free(idx);
-  free(svars);
   return st;
 }
 

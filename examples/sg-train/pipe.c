@@ -97,33 +97,6 @@ fail:
   return st;
 }
 
-/* The stage's parameter entries (its chunks' pieces, in chunk order) and
- * their indices in the model's table; freed by the caller. Not
- * collective. */
-sg_status sg_train_pp_table(sg_pipe_t pipe, sg_model_t model, sg_param_info **tab, int **idx, int *n) {
-  sg_status st = SG_OK;
-  sg_var **all = NULL;
-  const int np = sg_model_params(model, &all);
-  *tab = calloc((size_t)np + 1, sizeof **tab);
-  *idx = calloc((size_t)np + 1, sizeof **idx);
-  *n = 0;
-  if (!*tab || !*idx) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  for (int c = 0; c < sg_pipe_schedule(pipe)->v; ++c) {
-    int b0, nb;
-    sg_pipe_blocks(pipe, c, &b0, &nb);
-    for (int b = b0; b < b0 + nb; ++b) {
-      int q0, qn;
-      sg_model_block_params(model, b, &q0, &qn);
-      for (int i = q0; i < q0 + qn; ++i) {
-        SG_TRY(sg_model_param_info(model, i, &(*tab)[*n]));
-        (*idx)[(*n)++] = i;
-      }
-    }
-  }
-fail:
-  return st;
-}
-
 /* One micro-batch's data (every buffer; each stage uses what it needs). */
 static sg_status pp_fill(sg_train_pp_step *S, int mb) {
   sg_status st = SG_OK;

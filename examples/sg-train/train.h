@@ -90,11 +90,6 @@ sg_status sg_train_pp_check(sg_kv_t kv, sg_mesh_t mesh);
  * mesh. */
 sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh, sg_model_t model,
                              const char *model_name, sg_pipe_t *pipe);
-/* This stage's parameter table and the entries' indices in the model's
- * (calloc'd). */
-sg_status sg_train_pp_table(sg_pipe_t pipe, sg_model_t model,
-                            sg_param_info **tab, int **idx, int *n);
-
 /* One step's pipeline run: micro-batch k is the training examples
  * perm[k * lbatch .. (k + 1) * lbatch) of this data rank; x, y, mask hold
  * micro micro-batches (vx, vy, vm: micro variables each). */
