@@ -65,6 +65,7 @@ static sg_status parse_split(const char *s, int n, int *split, int *use) {
     if (k < n) split[k] = (int)v;
     ++k;
     p = *end ? end + 1 : end;
+    if (*end && !*p) SG_RAISE(SG_ERR_CONFIG, "pp_split '%s' ends with a comma", s);
   }
   if (k != n)
     SG_RAISE(SG_ERR_CONFIG, "pp_split '%s' lists %d split point(s); %d pieces (pp x pp_virtual) need %d", s, k,
@@ -77,11 +78,13 @@ sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh, s
                              const char *model_name, sg_pipe_t *pipe) {
   sg_status st = SG_OK;
   int *split = NULL, use = 0;
-  const int nb = sg_model_nblocks(model);
-  if (nb <= 0)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "model %s has no pipeline pieces yet (pp runs the cnn)", model_name);
   sg_pipe_config cfg = {.m = (int)sg_kv_int(kv, "microbatches"), .v = (int)sg_kv_int(kv, "pp_virtual"),
-                        .nblocks = nb, .stage_mesh = stage_mesh};
+                        .nblocks = sg_model_nblocks(model), .stage_mesh = stage_mesh};
+  /* every check before the create reads the config only: the same verdict
+   * on every rank, so either all ranks reach the (collective) create or
+   * none does */
+  if (cfg.nblocks <= 0)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "model %s has no pipeline pieces yet (pp runs the cnn)", model_name);
   SG_TRY(sg_pp_kind_parse(sg_kv_str(kv, "pp_schedule"), &cfg.kind));
   const int p = sg_mesh_dim_size(mesh, sg_mesh_find_dim(mesh, "pp"));
   const int nv = p * (cfg.v > 0 ? cfg.v : cfg.kind == SG_PP_INTERLEAVED ? 2 : 1);
@@ -89,10 +92,8 @@ sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh, s
   if (!split) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   SG_TRY(parse_split(sg_kv_str(kv, "pp_split"), nv - 1, split, &use));
   cfg.split = use ? split : NULL;
+  SG_TRY(sg_pipe_create(mesh, &cfg, pipe));
 fail:
-  /* the create agrees over the mesh: every rank reaches it, with its own
-   * verdict so far (the same on every rank: config only) */
-  if (st == SG_OK) st = sg_pipe_create(mesh, &cfg, pipe);
   free(split);
   return st;
 }
