@@ -150,6 +150,22 @@ sg_status sg_model_forward(sg_model_t m, sg_tape_t t, sg_var *x, sg_var **y) {
   return m->i->forward(m->impl, t, x, y);
 }
 
+int sg_model_nblocks(sg_model_t m) {
+  return m && m->i->nblocks && m->i->block_params && m->i->forward_blocks ? m->i->nblocks(m->impl) : 0;
+}
+
+void sg_model_block_params(sg_model_t m, int k, int *first, int *count) {
+  *first = *count = 0;
+  if (sg_model_nblocks(m) > 0) m->i->block_params(m->impl, k, first, count);
+}
+
+sg_status sg_model_forward_blocks(sg_model_t m, sg_tape_t t, int first, int count, sg_var *x, sg_var **y) {
+  if (sg_model_nblocks(m) <= 0)
+    return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__, "model %s has no pipeline pieces yet",
+                        m ? m->i->name : "(null)");
+  return m->i->forward_blocks(m->impl, t, first, count, x, y);
+}
+
 double sg_model_collective_seconds(sg_model_t m) {
   return m && m->i->collective_seconds ? m->i->collective_seconds(m->impl) : 0.0;
 }

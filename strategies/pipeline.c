@@ -4,6 +4,7 @@
 
 #include "sg_comm.h"
 #include "sg_device.h"
+#include "sg_model.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -40,7 +41,8 @@ static void pp_slot_reset(pp_slot *sl) {
 }
 
 struct sg_pipe {
-  sg_mesh_t mesh, sub; /* the mesh (not owned), the stage mesh (owned) */
+  sg_mesh_t mesh, sub; /* the mesh (not owned), the stage mesh (owned unless given) */
+  int own_sub;
   MPI_Comm comm;       /* the transfers' own communicator */
   sg_group_t ppg;      /* the stages of this rank's coordinates */
   int p, stage, m, v, nv;
@@ -110,25 +112,35 @@ fail:
 /* The stage mesh: the mesh without pp, over the group of the other dims
  * (its ranks follow their coordinates row-major, as the mesh lays them
  * out); "dp=1" when nothing is left. */
-static sg_status pp_stage_mesh(struct sg_pipe *pp) {
+sg_status sg_pipe_stage_mesh_create(sg_mesh_t mesh, sg_mesh_t *sub) {
   sg_status st = SG_OK;
-  const int nd = sg_mesh_ndims(pp->mesh), d = sg_mesh_find_dim(pp->mesh, "pp");
+  const int nd = sg_mesh_ndims(mesh), d = sg_mesh_find_dim(mesh, "pp");
   sg_mesh_spec spec;
   memset(&spec, 0, sizeof spec);
   unsigned mask = 0;
   for (int k = 0; k < nd; ++k) {
     if (k == d) continue;
     mask |= 1u << k;
-    snprintf(spec.names[spec.ndims], SG_MESH_NAME_MAX, "%s", sg_mesh_dim_name(pp->mesh, k));
-    spec.sizes[spec.ndims++] = sg_mesh_dim_size(pp->mesh, k);
+    snprintf(spec.names[spec.ndims], SG_MESH_NAME_MAX, "%s", sg_mesh_dim_name(mesh, k));
+    spec.sizes[spec.ndims++] = sg_mesh_dim_size(mesh, k);
   }
   if (spec.ndims == 0) {
     snprintf(spec.names[0], SG_MESH_NAME_MAX, "dp");
     spec.sizes[spec.ndims++] = 1;
   }
   sg_group_t g;
-  SG_TRY(sg_mesh_group(pp->mesh, mask, &g));
-  SG_TRY(sg_mesh_create_from_spec(sg_group_comm(g), &spec, &pp->sub));
+  SG_TRY(sg_mesh_group(mesh, mask, &g));
+  SG_TRY(sg_mesh_create_from_spec(sg_group_comm(g), &spec, sub));
+fail:
+  return st;
+}
+
+static sg_status pp_stage_mesh(struct sg_pipe *pp, sg_mesh_t given) {
+  sg_status st = SG_OK;
+  const int d = sg_mesh_find_dim(pp->mesh, "pp");
+  pp->own_sub = !given;
+  if (given) pp->sub = given;
+  else SG_TRY(sg_pipe_stage_mesh_create(pp->mesh, &pp->sub));
   SG_TRY(sg_mesh_group(pp->mesh, d >= 0 ? 1u << d : 0u, &pp->ppg));
 fail:
   return st;
@@ -147,7 +159,7 @@ sg_status sg_pipe_create(sg_mesh_t mesh, const sg_pipe_config *cfg, sg_pipe_t *p
   pp->hooked = -1;
   st = sg_agree(sg_mesh_comm(mesh), pp_setup(pp, cfg)); /* no collective before every rank passed */
   if (st != SG_OK) goto fail;
-  SG_TRY(pp_stage_mesh(pp));
+  SG_TRY(pp_stage_mesh(pp, cfg->stage_mesh));
   SG_MPI(MPI_Comm_dup(sg_mesh_comm(mesh), &pp->comm));
   for (int i = 0; i < pp->m * pp->v; ++i) SG_TRY(sg_tape_create(&pp->tapes[i]));
   pp->stats.peak_formula = sg_pp_peak_formula(pp->sched, pp->stage);
@@ -168,7 +180,7 @@ sg_status sg_pipe_destroy(sg_pipe_t *pipe) {
   struct sg_pipe *pp = *pipe;
   if (pp->tapes)
     for (int i = 0; i < pp->m * pp->v; ++i) sg_tape_destroy(&pp->tapes[i]);
-  sg_status st = sg_mesh_destroy(&pp->sub);
+  sg_status st = pp->own_sub ? sg_mesh_destroy(&pp->sub) : SG_OK;
   if (pp->comm != MPI_COMM_NULL) MPI_Comm_free(&pp->comm);
   sg_pp_schedule_destroy(&pp->sched);
   free(pp->first);
@@ -207,6 +219,56 @@ sg_status sg_pipe_plan_create(sg_pipe_t pp, const sg_parallel_config *cfg, int n
              "be needed on every micro-batch's tape)");
   SG_TRY(sg_parallel_create(pp->sub, cfg, nparams, table, nlocal, plan));
 fail:
+  return st;
+}
+
+/* The stage's entries of the model's table (its chunks' pieces, in chunk
+ * order) and their indices in it. */
+static sg_status pp_model_table(sg_pipe_t pp, sg_model_t model, sg_param_info *tab, int *idx, int *n) {
+  sg_status st = SG_OK;
+  *n = 0;
+  for (int c = 0; c < pp->v; ++c) {
+    int b0, nb;
+    sg_pipe_blocks(pp, c, &b0, &nb);
+    for (int b = b0; b < b0 + nb; ++b) {
+      int q0, qn;
+      sg_model_block_params(model, b, &q0, &qn);
+      for (int i = q0; i < q0 + qn; ++i) {
+        SG_TRY(sg_model_param_info(model, i, &tab[*n]));
+        idx[(*n)++] = i;
+      }
+    }
+  }
+fail:
+  return st;
+}
+
+sg_status sg_pipe_model_plan(sg_pipe_t pp, sg_model_t model, const sg_parallel_config *cfg, uint64_t seed,
+                             sg_parallel_t *plan) {
+  sg_status st = SG_OK;
+  sg_var **all = NULL, **mine = NULL;
+  if (!pp || !model || !plan)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_pipe_model_plan: pipe, model and plan are required");
+  const int np = sg_model_params(model, &all);
+  sg_param_info *tab = calloc((size_t)np + 1, sizeof *tab);
+  int *idx = calloc((size_t)np + 1, sizeof *idx), n = 0;
+  mine = calloc((size_t)np + 1, sizeof *mine);
+  if (!tab || !idx || !mine) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "pipeline: out of memory");
+  else if (sg_model_nblocks(model) != pp->first[pp->nv])
+    st = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_pipe_model_plan: the model has %d pieces, "
+                      "the pipeline was cut for %d", sg_model_nblocks(model), pp->first[pp->nv]);
+  else st = pp_model_table(pp, model, tab, idx, &n);
+  SG_TRY(sg_agree(sg_mesh_comm(pp->mesh), st));
+  SG_TRY(sg_pipe_plan_create(pp, cfg, n, tab, sg_model_param_count(model), plan));
+  SG_TRY(sg_model_bind(model, sg_parallel_params(*plan), sg_parallel_grads(*plan)));
+  SG_TRY(sg_model_init(model, seed));
+  sg_model_params(model, &all); /* the variables exist once bound */
+  for (int i = 0; i < n; ++i) mine[i] = all[idx[i]];
+  SG_TRY(sg_pipe_attach(pp, *plan, mine));
+fail:
+  free(tab);
+  free(idx);
+  free(mine);
   return st;
 }
 

@@ -42,6 +42,7 @@
 
 #include "sg_autograd.h"
 #include "sg_mesh.h"
+#include "sg_model.h"
 #include "sg_parallel.h"
 #include "sg_status.h"
 
@@ -226,6 +227,11 @@ typedef struct sg_pipe_config {
   const int *split; /* NULL: balanced (the first nblocks % (p v) pieces get
                        one more block); else p v - 1 increasing block
                        indices in (0, nblocks): where pieces 1.. start */
+  sg_mesh_t stage_mesh; /* NULL: the runtime makes its stage mesh; else
+                           one from sg_pipe_stage_mesh_create on the same
+                           mesh (not owned; outlives the runtime), e.g.
+                           the mesh a model was built on: received
+                           activations are placed on it */
 } sg_pipe_config;
 
 typedef sg_status (*sg_pipe_forward_fn)(sg_tape_t tape, void *ctx, int mb,
@@ -237,6 +243,11 @@ typedef sg_status (*sg_pipe_forward_fn)(sg_tape_t tape, void *ctx, int mb,
  * Collective over the mesh. */
 sg_status sg_pipe_create(sg_mesh_t mesh, const sg_pipe_config *cfg,
                          sg_pipe_t *pipe);
+/* A mesh like sg_pipe_stage_mesh, owned by the caller (sg_mesh_destroy):
+ * to build a model on a stage before the runtime exists (the model's
+ * pieces give cfg.nblocks); pass it as cfg.stage_mesh. Collective over
+ * mesh. */
+sg_status sg_pipe_stage_mesh_create(sg_mesh_t mesh, sg_mesh_t *sub);
 /* NULL and *pipe == NULL are fine; sets *pipe to NULL. Collective. */
 sg_status sg_pipe_destroy(sg_pipe_t *pipe);
 
@@ -260,6 +271,15 @@ sg_status sg_pipe_plan_create(sg_pipe_t pipe, const sg_parallel_config *cfg,
  * sg_parallel_attach. Once. Not collective. */
 sg_status sg_pipe_attach(sg_pipe_t pipe, sg_parallel_t plan,
                          sg_var *const *vars);
+/* All of the above for a model of the zoo with pieces (sg_model_nblocks
+ * == cfg.nblocks), built on the stage mesh: the plan over this stage's
+ * pieces (every chunk's, in chunk order; the model's own offsets, the
+ * other stages' parameters are gaps in its buffers), the model bound to
+ * it and initialised from seed (the values of one process), the pieces'
+ * variables attached. The caller owns the plan. Collective. */
+sg_status sg_pipe_model_plan(sg_pipe_t pipe, sg_model_t model,
+                             const sg_parallel_config *cfg, uint64_t seed,
+                             sg_parallel_t *plan);
 
 /* One step's forwards and backwards: this stage's list, in order. *loss
  * (may be NULL): the step's loss (the sum of the last stage's micro-batch

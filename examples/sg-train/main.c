@@ -1,7 +1,8 @@
 /* sg-train — train a spectral or convolutional model on a sharded NetCDF
  * dataset under mpiexec, on any mesh the parallel plan supports (data: dp;
- * sharded data, ZeRO: fsdp; domain: h, w). The parallelism itself lives in
- * the library (strategies/sg_parallel.h); this is a thin driver over it.
+ * sharded data, ZeRO: fsdp; domain: h, w; pipeline stages: pp, for models
+ * with pieces, see pipe.c). The parallelism itself lives in the library
+ * (strategies/sg_parallel.h, sg_pipeline.h); this is a thin driver over it.
  *
  *   mpiexec -n 4 sg-train --config examples/configs/ns2d_fno.cfg \
  *                         --mesh dp=2,h=2 --steps 200
@@ -37,8 +38,13 @@
 #include <string.h>
 
 static const sg_kv_key keys[] = {
-    {"mesh", SG_KV_STRING, "", "device mesh over dp (samples), fsdp (samples, ZeRO-sharded state), h (y), w (x); "
-     "default h=<ranks>"},
+    {"mesh", SG_KV_STRING, "", "device mesh over dp (samples), fsdp (samples, ZeRO-sharded state), h (y), w (x), "
+     "pp (pipeline stages); default h=<ranks>"},
+    {"pp_schedule", SG_KV_STRING, "1f1b", "pipeline schedule over the pp dim: gpipe | 1f1b | interleaved | zb-h1"},
+    {"microbatches", SG_KV_INT, "1", "pipeline micro-batches per step (with a pp dim; gradients accumulate)"},
+    {"pp_virtual", SG_KV_INT, "0", "pipeline chunks per stage (interleaved; 0: the schedule's default)"},
+    {"pp_split", SG_KV_STRING, "auto",
+     "auto (balanced pieces) | i,j,...: the model's pieces where stages 1.. (virtual stages) start"},
     {"zero", SG_KV_INT, "0",
      "ZeRO stage over the fsdp dim: 0 (DDP) | 1 (optimizer state sharded) | 2 (+ gradients) | 3 (+ parameters)"},
     {"zero_over_domain", SG_KV_BOOL, "false", "ZeRO also shards over the domain dims h, w"},
@@ -106,6 +112,9 @@ static const sg_kv_key keys[] = {
 typedef struct run {
   sg_kv_t kv;
   sg_mesh_t mesh;
+  sg_mesh_t smesh; /* the model's mesh: the stage mesh under pp (owned), else mesh */
+  sg_pipe_t pipe;  /* pipeline runtime (a pp dim), else NULL */
+  sg_train_pp_step pps;
   int rank, size;
   int ndp, cdp;
   sg_group_t domain, data;
@@ -333,6 +342,11 @@ static sg_status save_checkpoint(run_t *r, int64_t step) {
   sg_ckpt_meta meta;
   memset(&meta, 0, sizeof meta);
   ckpt_path(r, step, path, sizeof path);
+  MPI_Comm comm = MPI_COMM_WORLD;
+  if (r->pipe) { /* each stage writes its parameters (not resumable yet) */
+    snprintf(path + strlen(path) - 3, sizeof path - strlen(path) + 3, ".stage%d.nc", sg_pipe_stage(r->pipe));
+    comm = sg_mesh_comm(sg_pipe_stage_mesh(r->pipe));
+  }
   SG_TRY(sg_parallel_ckpt_arrays(r->plan, 1, &arr, &narr));
   meta.step = step;
   meta.rng_seed = (uint64_t)sg_kv_int(r->kv, "seed");
@@ -341,7 +355,7 @@ static sg_status save_checkpoint(run_t *r, int64_t step) {
   meta.config = sg_kv_dump(r->kv);
   double t0 = sg_wtime();
   sg_trace_begin("io");
-  st = sg_ckpt_write(MPI_COMM_WORLD, path, narr, arr, &meta, NULL);
+  st = sg_ckpt_write(comm, path, narr, arr, &meta, NULL);
   sg_trace_end("io");
   free(meta.config);
   SG_TRY(st);
@@ -465,8 +479,9 @@ static sg_status stop_check(run_t *r, int64_t done, int64_t first, int saved) {
   if (ck) ckpt_path(r, done, path, sizeof path);
   if (r->rank == 0) {
     printf("sg-train: stopped by %s after step %lld (exit status %d); %s%s\n", sg_stop_signal_name(sig),
-           (long long)done, sg_stop_exit_code(sig), ck ? "checkpoint written: resume with --resume " :
-           "no checkpoint of this run", path);
+           (long long)done, sg_stop_exit_code(sig),
+           !ck ? "no checkpoint of this run" : r->pipe ? "per-stage checkpoints (not resumable yet) next to " :
+           "checkpoint written: resume with --resume ", ck ? path : "");
     fflush(stdout);
   }
   r->stop = sig;
@@ -579,6 +594,8 @@ fail:
 static sg_status make_plan(run_t *r) {
   sg_status st = SG_OK;
   sg_var **vars = NULL;
+  const uint64_t seed = (uint64_t)sg_kv_int(r->kv, "seed");
+  if (r->pipe) return sg_pipe_model_plan(r->pipe, r->model, &r->pcfg, seed, &r->plan); /* the stage's pieces */
   const int np = sg_model_params(r->model, &vars);
   sg_param_info *tab = calloc((size_t)np + 1, sizeof *tab);
   if (!tab) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
@@ -586,8 +603,32 @@ static sg_status make_plan(run_t *r) {
   SG_TRY(sg_agree(MPI_COMM_WORLD, st));
   SG_TRY(sg_parallel_create(r->mesh, &r->pcfg, np, tab, sg_model_param_count(r->model), &r->plan));
   SG_TRY(sg_model_bind(r->model, sg_parallel_params(r->plan), sg_parallel_grads(r->plan)));
+  SG_TRY(sg_model_init(r->model, seed));
+  SG_TRY(sg_tape_create(&r->tape));
+  sg_model_params(r->model, &vars);
+  SG_TRY(sg_parallel_attach(r->plan, r->tape, vars));
 fail:
   free(tab);
+  return st;
+}
+
+/* The pipeline step's context: data, loss and buffers of every
+ * micro-batch. Not collective. */
+static sg_status pp_step_init(run_t *r) {
+  sg_status st = SG_OK;
+  sg_train_pp_step *S = &r->pps;
+  *S = (sg_train_pp_step){.pipe = r->pipe, .model = r->model, .ds = &r->ds, .dopt = &r->dopt, .train = r->train,
+                          .lbatch = r->lbatch, .cin = r->cin, .cout = r->cout, .gbatch = r->gbatch,
+                          .micro = (int)r->micro, .has_mask = r->ds.has_mask, .loss = r->loss_kind,
+                          .domain = r->domain, .data = r->data, .x = r->xb, .y = r->yb, .mask = r->mb};
+  S->vx = calloc((size_t)r->micro, sizeof *S->vx);
+  S->vy = calloc((size_t)r->micro, sizeof *S->vy);
+  S->vm = calloc((size_t)r->micro, sizeof *S->vm);
+  if (!S->vx || !S->vy || !S->vm) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  sg_log_info("pipeline: %d stages, schedule %s, %lld micro-batches, %d chunk(s) per stage",
+              sg_pipe_nstages(r->pipe), sg_pp_kind_name(sg_pipe_schedule(r->pipe)->kind), (long long)r->micro,
+              sg_pipe_schedule(r->pipe)->v);
+fail:
   return st;
 }
 
@@ -602,6 +643,9 @@ static sg_status setup(run_t *r) {
   if (*m) snprintf(spec, sizeof spec, "%s", m);
   else snprintf(spec, sizeof spec, "h=%d", r->size);
   SG_TRY(sg_mesh_create(MPI_COMM_WORLD, spec, &r->mesh));
+  SG_TRY(sg_agree(MPI_COMM_WORLD, sg_train_pp_check(kv, r->mesh)));
+  r->smesh = r->mesh;
+  if (sg_train_pp_on(r->mesh)) SG_TRY(sg_pipe_stage_mesh_create(r->mesh, &r->smesh));
   { /* one OpenMP thread per core of the node, shared by its ranks */
     int nth = 1, on_node = 1;
     SG_TRY(sg_threads_auto(MPI_COMM_WORLD, &nth, &on_node));
@@ -612,11 +656,11 @@ static sg_status setup(run_t *r) {
   snprintf(r->mesh_spec, sizeof r->mesh_spec, "%s", spec);
   SG_TRY(plan_config(kv, &r->pcfg));
   sg_parallel_mesh_info mi;
-  SG_TRY(sg_parallel_check_mesh(r->mesh, &r->pcfg, &mi));
+  SG_TRY(sg_parallel_check_mesh(r->smesh, &r->pcfg, &mi));
   r->ndp = mi.data_size;
   r->cdp = mi.data_index;
-  SG_TRY(sg_mesh_group(r->mesh, mi.domain_dims, &r->domain));
-  SG_TRY(sg_mesh_group(r->mesh, mi.batch_dims, &r->data));
+  SG_TRY(sg_mesh_group(r->smesh, mi.domain_dims, &r->domain));
+  SG_TRY(sg_mesh_group(r->smesh, mi.batch_dims, &r->data));
   sg_model_config mc;
   SG_TRY(model_config(kv, &mc));
   const char *lk = sg_kv_str(kv, "loss");
@@ -627,10 +671,11 @@ static sg_status setup(run_t *r) {
   if (r->gbatch < 1 || r->gbatch % r->ndp)
     SG_RAISE(SG_ERR_CONFIG, "global batch %lld is not divisible by the %d data-parallel ranks (dp x fsdp)",
              (long long)r->gbatch, r->ndp);
-  r->micro = sg_kv_int(kv, "grad_accum");
+  const int pp = sg_train_pp_on(r->mesh);
+  r->micro = sg_kv_int(kv, pp ? "microbatches" : "grad_accum");
   if (r->micro < 1 || (r->gbatch / r->ndp) % r->micro)
-    SG_RAISE(SG_ERR_CONFIG, "grad_accum = %lld must be >= 1 and divide the %lld samples per data rank (batch %lld "
-             "over %d data-parallel ranks)", (long long)r->micro, (long long)(r->gbatch / r->ndp),
+    SG_RAISE(SG_ERR_CONFIG, "%s = %lld must be >= 1 and divide the %lld samples per data rank (batch %lld "
+             "over %d data-parallel ranks)", pp ? "microbatches" : "grad_accum", (long long)r->micro, (long long)(r->gbatch / r->ndp),
              (long long)r->gbatch, r->ndp);
   r->lbatch = r->gbatch / r->ndp / r->micro; /* the model's batch: one micro-batch */
   r->ebatch = r->lbatch * r->ndp;
@@ -657,7 +702,8 @@ static sg_status setup(run_t *r) {
   mc.cout = nv;
   r->cin = mc.cin;
   r->cout = mc.cout;
-  SG_TRY(sg_agree(MPI_COMM_WORLD, sg_model_create(r->mesh, &mc, ny, nx, r->lbatch, &r->model)));
+  SG_TRY(sg_agree(MPI_COMM_WORLD, sg_model_create(r->smesh, &mc, ny, nx, r->lbatch, &r->model)));
+  if (pp) SG_TRY(sg_train_pp_create(kv, r->mesh, r->smesh, r->model, sg_kv_str(kv, "model"), &r->pipe));
   int64_t y0, lny, x0, lnx;
   sg_model_box(r->model, &y0, &lny, &x0, &lnx);
   sg_trace_begin("io");
@@ -677,18 +723,12 @@ static sg_status setup(run_t *r) {
 
   /* parameters, gradients and optimizer state: the plan's flat buffers */
   SG_TRY(make_plan(r));
-  SG_TRY(sg_model_init(r->model, (uint64_t)sg_kv_int(kv, "seed")));
-  SG_TRY(sg_tape_create(&r->tape));
-  {
-    sg_var **vars = NULL;
-    sg_model_params(r->model, &vars);
-    SG_TRY(sg_parallel_attach(r->plan, r->tape, vars));
-  }
-  const int64_t plane = lny * lnx;
-  r->xb = malloc((size_t)(r->lbatch * r->cin * plane + 1) * sizeof *r->xb);
-  r->yb = malloc((size_t)(r->lbatch * r->cout * plane + 1) * sizeof *r->yb);
-  r->mb = malloc((size_t)(r->lbatch * r->cout * plane + 1) * sizeof *r->mb);
+  const int64_t plane = lny * lnx, nbuf = r->pipe ? r->micro : 1; /* a pipeline holds every micro-batch */
+  r->xb = malloc((size_t)(nbuf * r->lbatch * r->cin * plane + 1) * sizeof *r->xb);
+  r->yb = malloc((size_t)(nbuf * r->lbatch * r->cout * plane + 1) * sizeof *r->yb);
+  r->mb = malloc((size_t)(nbuf * r->lbatch * r->cout * plane + 1) * sizeof *r->mb);
   if (!r->xb || !r->yb || !r->mb) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  if (r->pipe) SG_TRY(pp_step_init(r));
   char desc[256];
   sg_model_describe(r->model, desc, sizeof desc);
   char pdesc[256];
@@ -785,13 +825,18 @@ static sg_status train(run_t *r) {
     }
     const double tr0 = sg_model_collective_seconds(r->model);
     double lval = 0.0;
-    for (int64_t k = 0; k < r->micro; ++k) /* micro-batches: gradients accumulate */
-      SG_TRY(micro_step(r, perm + pos * r->gbatch + r->cdp * r->lbatch * r->micro + k * r->lbatch, ex, (int)k,
-                        &lval));
+    const int64_t *mine = perm + pos * r->gbatch + r->cdp * r->lbatch * r->micro; /* this data rank's */
+    if (r->pipe) {
+      r->pps.perm = mine;
+      SG_TRY(sg_train_pp_run(&r->pps, &lval));
+    } else {
+      for (int64_t k = 0; k < r->micro; ++k) /* micro-batches: gradients accumulate */
+        SG_TRY(micro_step(r, mine + k * r->lbatch, ex, (int)k, &lval));
+    }
     double tc = sg_wtime();
     sg_trace_begin("collectives");
     double gnorm = 0.0;
-    st = sg_parallel_reduce(r->plan, &gnorm);
+    st = r->pipe ? sg_pipe_reduce(r->pipe, &gnorm) : sg_parallel_reduce(r->plan, &gnorm);
     sg_trace_end("collectives");
     SG_TRY(st);
     double tcoll = sg_wtime() - tc;
@@ -846,6 +891,12 @@ static sg_status train(run_t *r) {
               pk[0], pk[1]);
   static const char *const pkk[] = {"peak_mem_mib", "peak_work_mib"};
   metrics_line(r, steps, 2, pkk, pk);
+  if (r->pipe) { /* the evaluation does not run through the pipeline yet */
+    if (r->rank == 0)
+      printf("trained %lld steps in %.1f s (%.1f s in collectives); pp: no test evaluation yet\n", (long long)steps,
+             sg_wtime() - t_start, t_coll);
+    goto fail;
+  }
   double rel = 0;
   SG_TRY(evaluate(r, sg_kv_str(kv, "predict"), &rel));
   if (r->rank == 0)
@@ -884,12 +935,17 @@ static void cleanup(run_t *r) {
   sg_tape_destroy(&r->tape);
   sg_model_destroy(&r->model);
   sg_parallel_destroy(&r->plan);
+  sg_pipe_destroy(&r->pipe);
+  free(r->pps.vx);
+  free(r->pps.vy);
+  free(r->pps.vm);
   free(r->xb);
   free(r->yb);
   free(r->mb);
   free(r->train);
   free(r->test);
   sg_dataset_free(&r->ds);
+  if (r->smesh != r->mesh) sg_mesh_destroy(&r->smesh);
   sg_mesh_destroy(&r->mesh);
 }
 

@@ -4,8 +4,11 @@
 
 #include <stdint.h>
 
+#include "sg_dist_loss.h"
 #include "sg_kv.h"
 #include "sg_mesh.h"
+#include "sg_model.h"
+#include "sg_pipeline.h"
 #include "sg_status.h"
 
 /* A dataset held in memory: every rank keeps its (y, x) slab of every
@@ -74,5 +77,38 @@ void sg_dataset_fill(const sg_dataset *ds, const sg_data_opts *o,
 /* The order of the training examples in an epoch: a permutation of
  * [0, n) keyed by (seed, epoch), the same on every rank and mesh. */
 void sg_epoch_order(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm);
+
+/* Pipeline parallelism (pipe.c): a "pp" mesh dim runs the model's pieces
+ * (sg_model_nblocks) as stages under strategies/pipeline.c. */
+int sg_train_pp_on(sg_mesh_t mesh);
+/* Refuse what a pipeline cannot do yet and pipeline keys without pp
+ * (config only: the same verdict on every rank). Not collective. */
+sg_status sg_train_pp_check(sg_kv_t kv, sg_mesh_t mesh);
+/* The runtime from pp_schedule, microbatches, pp_virtual, pp_split for a
+ * model built on stage_mesh (sg_pipe_stage_mesh_create of mesh); "model X
+ * has no pipeline pieces yet" for a model without pieces. Collective over
+ * mesh. */
+sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh, sg_model_t model,
+                             const char *model_name, sg_pipe_t *pipe);
+/* One step's pipeline run: micro-batch k is the training examples
+ * perm[k * lbatch .. (k + 1) * lbatch) of this data rank; x, y, mask hold
+ * micro micro-batches (vx, vy, vm: micro variables each). */
+typedef struct sg_train_pp_step {
+  sg_pipe_t pipe;
+  sg_model_t model;
+  const sg_dataset *ds;
+  const sg_data_opts *dopt;
+  const sg_example *train;
+  const int64_t *perm;
+  int64_t lbatch, cin, cout, gbatch;
+  int micro, has_mask;
+  sg_loss_kind loss;
+  sg_group_t domain, data;
+  float *x, *y, *mask;
+  sg_var *vx, *vy, *vm;
+} sg_train_pp_step;
+/* Forwards and backwards of the step (sg_pipe_run); *loss the step's loss
+ * on every rank. Collective. */
+sg_status sg_train_pp_run(sg_train_pp_step *s, double *loss);
 
 #endif /* SG_TRAIN_H */
