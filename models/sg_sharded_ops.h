@@ -48,7 +48,7 @@ extern "C" {
 
 typedef struct sg_sharded_ctx *sg_sharded_ctx_t;
 /* Free a context; NULL and *ctx == NULL are fine. Not collective. */
-void sg_sharded_ctx_destroy(sg_sharded_ctx_t *ctx);
+sg_status sg_sharded_ctx_destroy(sg_sharded_ctx_t *ctx);
 
 /* Mesh dims whose gradient sums are Partial for activations placed like x
  * (every mesh dim that shards x's batch or spatial dims), as a dim mask

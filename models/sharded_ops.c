@@ -24,8 +24,8 @@ struct sg_sharded_ctx {
   sg_var *out;               /* the op's output on the tape (NULL after backward) */
 };
 
-void sg_sharded_ctx_destroy(sg_sharded_ctx_t *ctx) {
-  if (!ctx || !*ctx) return;
+sg_status sg_sharded_ctx_destroy(sg_sharded_ctx_t *ctx) {
+  if (!ctx || !*ctx) return SG_OK;
   sg_sharded_ctx_t c = *ctx;
   sg_tape_destroy(&c->tape); /* before the leaves it points to */
   for (int i = 0; i < c->nact; ++i) {
@@ -35,6 +35,7 @@ void sg_sharded_ctx_destroy(sg_sharded_ctx_t *ctx) {
   for (int i = 0; i < c->npar; ++i) sg_var_release(&c->par[i]);
   free(c);
   *ctx = NULL;
+  return SG_OK;
 }
 
 unsigned sg_sharded_reduce_dims(const sg_shardtensor *x) {

@@ -187,12 +187,13 @@ fail:
   return st;
 }
 
-void sg_pp_schedule_destroy(sg_pp_schedule **s) {
-  if (!s || !*s) return;
+sg_status sg_pp_schedule_destroy(sg_pp_schedule **s) {
+  if (!s || !*s) return SG_OK;
   free((*s)->off);
   free((*s)->act);
   free(*s);
   *s = NULL;
+  return SG_OK;
 }
 
 /* ---- spec parsing --------------------------------------------------------- */
@@ -568,11 +569,12 @@ fail:
   return st;
 }
 
-void sg_pp_sim_free(sg_pp_sim *sim) {
-  if (!sim) return;
+sg_status sg_pp_sim_free(sg_pp_sim *sim) {
+  if (!sim) return SG_OK;
   free(sim->start);
   free(sim->end);
   free(sim->busy);
   free(sim->bubble);
   memset(sim, 0, sizeof *sim);
+  return SG_OK;
 }

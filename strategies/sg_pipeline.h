@@ -99,7 +99,7 @@ sg_status sg_pp_schedule_create(sg_pp_kind kind, int p, int m, int v,
 /* The same from a spec "pp=4,m=8,kind=1f1b[,v=2]" (keys in any order; p is
  * an alias of pp; v defaults to 1; pp, m and kind are required). */
 sg_status sg_pp_schedule_parse(const char *spec, sg_pp_schedule **out);
-void sg_pp_schedule_destroy(sg_pp_schedule **s);
+sg_status sg_pp_schedule_destroy(sg_pp_schedule **s);
 
 /* Virtual stage of (stage, chunk) and the stage a transfer goes to or comes
  * from (-1 for a compute action). */
@@ -160,7 +160,7 @@ typedef struct sg_pp_sim {
  * sg_pp_schedule_check. Free with sg_pp_sim_free. */
 sg_status sg_pp_simulate(const sg_pp_schedule *s, const sg_pp_costs *costs,
                          sg_pp_sim *out);
-void sg_pp_sim_free(sg_pp_sim *sim);
+sg_status sg_pp_sim_free(sg_pp_sim *sim);
 
 
 /* ---- execution (strategies/pipeline.c) ----------------------------------

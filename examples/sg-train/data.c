@@ -103,10 +103,12 @@ fail:
   return st;
 }
 
-void sg_dataset_free(sg_dataset *ds) {
+sg_status sg_dataset_free(sg_dataset *ds) {
+  if (!ds) return SG_OK;
   free(ds->data);
   free(ds->mask);
   ds->data = ds->mask = NULL;
+  return SG_OK;
 }
 
 static int64_t n_test_frames(const sg_dataset *ds, const sg_data_opts *o) {

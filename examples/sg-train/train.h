@@ -61,7 +61,7 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
  * header (to build the model before the slab is known). Collective. */
 sg_status sg_dataset_peek(const sg_data_opts *o, int64_t *ny, int64_t *nx,
                           int *nvars);
-void sg_dataset_free(sg_dataset *ds);
+sg_status sg_dataset_free(sg_dataset *ds);
 
 /* Train and test examples (malloc'd arrays). */
 sg_status sg_dataset_examples(const sg_dataset *ds, const sg_data_opts *o,

@@ -147,11 +147,12 @@ fail:
   return st;
 }
 
-void sg_sharded_exchange_destroy(sg_sharded_exchange_t *ex) {
-  if (!ex || !*ex) return;
+sg_status sg_sharded_exchange_destroy(sg_sharded_exchange_t *ex) {
+  if (!ex || !*ex) return SG_OK;
   sg_halo_plan_destroy(&(*ex)->plan);
   free(*ex);
   *ex = NULL;
+  return SG_OK;
 }
 
 void sg_sharded_exchange_get_info(sg_sharded_exchange_t ex, sg_exchange_info *info) {

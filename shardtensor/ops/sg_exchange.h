@@ -78,7 +78,7 @@ sg_status sg_sharded_exchange_create(sg_mesh_t mesh, sg_dtype dtype, int ndim,
                                      const sg_window *win,
                                      sg_sharded_exchange_t *ex);
 /* NULL and *ex == NULL are fine. Not collective. Before the mesh. */
-void sg_sharded_exchange_destroy(sg_sharded_exchange_t *ex);
+sg_status sg_sharded_exchange_destroy(sg_sharded_exchange_t *ex);
 /* The geometry of this rank. Not collective. */
 void sg_sharded_exchange_get_info(sg_sharded_exchange_t ex,
                                   sg_exchange_info *info);
