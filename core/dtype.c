@@ -64,6 +64,18 @@ static void sg_store_f64(void *p, sg_dtype dt, int64_t i, double v) {
   }
 }
 
+/* sg_bf16_from_f32 then back, branch-free so that the loop vectorises. */
+void sg_round_bf16(float *x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    memcpy(&u, x + i, sizeof u);
+    const uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+    const uint32_t even = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    u = nan ? (u | 0x00400000u) & 0xffff0000u : even;
+    memcpy(x + i, &u, sizeof u);
+  }
+}
+
 sg_status sg_dtype_convert(const void *src, sg_dtype src_dt, void *dst,
                            sg_dtype dst_dt, int64_t n) {
   sg_status st = SG_OK;

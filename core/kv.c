@@ -105,14 +105,15 @@ fail:
   return st;
 }
 
-void sg_kv_destroy(sg_kv_t *kv) {
-  if (!kv || !*kv) return;
+sg_status sg_kv_destroy(sg_kv_t *kv) {
+  if (!kv || !*kv) return SG_OK;
   if ((*kv)->values)
     for (int i = 0; i < (*kv)->nkeys; ++i) free((*kv)->values[i]);
   free((*kv)->values);
   free((*kv)->set);
   free(*kv);
   *kv = NULL;
+  return SG_OK;
 }
 
 static sg_status sg_kv_set_n(sg_kv_t kv, const char *key, size_t klen,

@@ -71,6 +71,10 @@ static inline SG_HD float sg_bf16_to_f32(sg_bf16 b) {
   return f;
 }
 
+/* Round n f32 values to the nearest bf16 value in place (round to nearest
+ * even, NaN stays NaN): f32 storage holding bf16 values. */
+void sg_round_bf16(float *x, int64_t n);
+
 /* Convert n elements between any two dtypes (host memory). Integers
  * convert by C rules; floats to integers truncate toward zero. */
 sg_status sg_dtype_convert(const void *src, sg_dtype src_dt, void *dst,

@@ -40,7 +40,8 @@ typedef struct sg_kv *sg_kv_t;
 
 /* A config over nkeys keys (the array must outlive the config). */
 sg_status sg_kv_create(const sg_kv_key *keys, int nkeys, sg_kv_t *kv);
-void sg_kv_destroy(sg_kv_t *kv);
+/* NULL and *kv == NULL are fine (SG_OK); sets *kv to NULL. */
+sg_status sg_kv_destroy(sg_kv_t *kv);
 
 /* Read "key = value" lines from a file. */
 sg_status sg_kv_load_file(sg_kv_t kv, const char *path);

@@ -49,27 +49,33 @@ fail:
 
 static sg_status window_check(sg_window w) {
   sg_status st = SG_OK;
-  if (w.kernel < 1 || w.stride < 1 || w.padding < 0 || w.dilation < 1)
+  if (w.kernel < 1 || w.stride < 1 || w.dilation < 1 || w.up < 1 ||
+      w.pad[0] < 0 || w.pad[1] < 0 || (int)w.boundary < 0 ||
+      w.boundary >= SG_BOUNDARY_COUNT)
     SG_RAISE(SG_ERR_INVALID_ARG,
-             "bad window: kernel %lld, stride %lld, padding %lld, dilation "
-             "%lld (need kernel, stride, dilation >= 1 and padding >= 0)",
-             (long long)w.kernel, (long long)w.stride, (long long)w.padding,
-             (long long)w.dilation);
+             "bad window: kernel %lld, stride %lld, dilation %lld, padding "
+             "(%lld, %lld), up-sampling %lld, boundary %d (need kernel, "
+             "stride, dilation, up-sampling >= 1, padding >= 0 and a "
+             "boundary kind)",
+             (long long)w.kernel, (long long)w.stride, (long long)w.dilation,
+             (long long)w.pad[0], (long long)w.pad[1], (long long)w.up,
+             (int)w.boundary);
 fail:
   return st;
 }
 
 sg_status sg_window_output_size(sg_window w, int64_t n, int64_t *n_out) {
   sg_status st = SG_OK;
+  w = sg_window_normal(w);
   SG_TRY(window_check(w));
-  int64_t span = n + 2 * w.padding - w.dilation * (w.kernel - 1) - 1;
-  if (span < 0)
+  int64_t span = n + w.pad[0] + w.pad[1] - w.dilation * (w.kernel - 1) - 1;
+  if (n < 1 || span < 0)
     SG_RAISE(SG_ERR_SHAPE,
-             "window (kernel %lld, dilation %lld, padding %lld) does not fit "
-             "in %lld cells",
-             (long long)w.kernel, (long long)w.dilation, (long long)w.padding,
-             (long long)n);
-  *n_out = span / w.stride + 1;
+             "window (kernel %lld, dilation %lld, padding (%lld, %lld)) does "
+             "not fit in %lld cells",
+             (long long)w.kernel, (long long)w.dilation, (long long)w.pad[0],
+             (long long)w.pad[1], (long long)n);
+  *n_out = w.up * (span / w.stride + 1);
 fail:
   return st;
 }
@@ -78,6 +84,7 @@ sg_status sg_window_halos(int64_t n, int p, sg_window w, int64_t *halo,
                           int64_t *out_sizes, int64_t *out_offsets) {
   sg_status st = SG_OK;
   int64_t n_out = 0;
+  w = sg_window_normal(w);
   SG_TRY(sg_window_output_size(w, n, &n_out));
   if (p < 1) SG_RAISE(SG_ERR_INVALID_ARG, "split over %d parts (need >= 1)", p);
   if (n < p)
@@ -94,8 +101,9 @@ sg_status sg_window_halos(int64_t n, int p, sg_window w, int64_t *halo,
     int64_t x1 = x0 + sg_split_size(n, p, r) - 1;
     int64_t y0 = sg_split_offset(n_out, p, r);
     int64_t y1 = y0 + sg_split_size(n_out, p, r) - 1;
-    int64_t need0 = w.stride * y0 - w.padding;
-    int64_t need1 = w.stride * y1 - w.padding + w.dilation * (w.kernel - 1);
+    int64_t need0 = w.stride * (y0 / w.up) - w.pad[0];
+    int64_t need1 =
+        w.stride * (y1 / w.up) - w.pad[0] + w.dilation * (w.kernel - 1);
     if (halo) {
       halo[2 * r] = x0 - need0;
       halo[2 * r + 1] = need1 - x1;
@@ -256,10 +264,11 @@ fail:
   return st;
 }
 
-void sg_decomp_destroy(sg_decomp_t *dec) {
-  if (!dec) return;
+sg_status sg_decomp_destroy(sg_decomp_t *dec) {
+  if (!dec) return SG_OK;
   free(*dec);
   *dec = NULL;
+  return SG_OK;
 }
 
 int sg_decomp_ndims(sg_decomp_t dec) { return dec->ndims; }

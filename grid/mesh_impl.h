@@ -1,5 +1,5 @@
 /* shardgrid — internal: the mesh and group structures (not installed).
- * Shared by mesh.c, comm.c and cuda/nccl.c. */
+ * Shared by mesh.c, comm.c, comm_mpi.c and cuda/nccl.c. */
 #ifndef SG_MESH_IMPL_H
 #define SG_MESH_IMPL_H
 
@@ -42,7 +42,9 @@ struct sg_mesh {
 
 #include "sg_comm.h"
 sg_status sg_nccl_mesh_enable(sg_mesh_t mesh);
-void sg_nccl_group_free(struct sg_group *g);
+/* Destroys g's NCCL communicator and sets g->nccl to NULL; NULL and a
+ * group without one are fine (SG_OK). */
+sg_status sg_nccl_group_free(struct sg_group *g);
 /* 1 if p points to CUDA device (or managed) memory. */
 int sg_nccl_is_device(const void *p);
 sg_status sg_nccl_allreduce(struct sg_group *g, const void *send, void *recv,

@@ -8,11 +8,12 @@
  * here communicates and no code needs to assume even splits.
  *
  * Halos come from the output partition of a window op (kernel k, stride s,
- * symmetric padding p, dilation d): the op's n_out outputs are split with the
- * same balanced rule; a rank owning outputs [y0, y1] needs inputs
- * [s*y0 - p, s*y1 - p + d*(k-1)]; its halo on each side is what lies outside
- * its own inputs [x0, x1]:
- *     halo_lo = x0 - (s*y0 - p),   halo_hi = (s*y1 - p + d*(k-1)) - x1.
+ * padding (lo, hi), dilation d, up-sampling u; sg_window): the op's n_out
+ * outputs are split with the same balanced rule; a rank owning outputs
+ * [y0, y1] computes the coarse outputs [z0, z1] = [y0/u, y1/u] and needs
+ * inputs [s*z0 - lo, s*z1 - lo + d*(k-1)]; its halo on each side is what
+ * lies outside its own inputs [x0, x1]:
+ *     halo_lo = x0 - (s*z0 - lo),   halo_hi = (s*z1 - lo + d*(k-1)) - x1.
  * A halo may be negative (the rank holds inputs it does not need) and may
  * differ per side and per rank. The exchanged width is max(0, halo). Cells
  * outside [0, n) (the op's padding) are filled by the dim's boundary kind.
@@ -63,6 +64,13 @@ static inline int64_t sg_split_offset(int64_t n, int p, int r) {
   int64_t q = n / p, m = n % p;
   return (int64_t)r * q + (r < m ? r : m);
 }
+/* Both at once: the one balanced split of the library (ShardTensor boxes,
+ * the FFT's slabs and the halos all use it). */
+static inline void sg_split_part(int64_t n, int p, int r, int64_t *offset,
+                                 int64_t *size) {
+  *offset = sg_split_offset(n, p, r);
+  *size = sg_split_size(n, p, r);
+}
 /* The part owning global cell i (0 <= i < n). */
 static inline int sg_split_owner(int64_t n, int p, int64_t i) {
   int64_t q = n / p, m = n % p;
@@ -77,17 +85,45 @@ sg_status sg_split_table(int64_t n, int p, int allow_empty, int64_t *sizes,
 
 /* ---- halos of a window op ----------------------------------------------- */
 
-/* A window op along one dim (convolution, pooling). An identity op is
- * {1, 1, 0, 1}. */
+/* A window op along one spatial dim: the one window struct of the library
+ * (the halos here, the halo exchange of the sharded ops, the tape's window
+ * ops and their arguments; arrays of it, one per spatial dim, describe an
+ * N-D window). Kernel k, stride s, dilation d, padding (lo, hi) and an
+ * up-sampling factor u: the op has nc = (n + lo + hi - d(k-1) - 1) / s + 1
+ * "coarse" outputs, coarse output z reads inputs s*z - lo + d*j (j < k) and
+ * gives the u outputs u*z .. u*z+u-1 (u = 1: a plain window; nearest
+ * up-sampling and the transposed convolution k = s are {k 1, up s}).
+ * `boundary` says how the padding is filled at the global edges. Zero
+ * means 1 for kernel, stride, dilation and up, so a zeroed struct is the
+ * identity window (nothing read beyond the cell itself). */
 typedef struct sg_window {
-  int64_t kernel;   /* >= 1 */
-  int64_t stride;   /* >= 1 */
-  int64_t padding;  /* >= 0, on both sides */
-  int64_t dilation; /* >= 1 */
+  int64_t kernel;       /* >= 1 (0: 1) */
+  int64_t stride;       /* >= 1 (0: 1) */
+  int64_t dilation;     /* >= 1 (0: 1) */
+  int64_t pad[2];       /* padding (lo, hi) >= 0 */
+  int64_t up;           /* up-sampling factor >= 1 (0: 1) */
+  sg_boundary boundary; /* fill beyond the global edges */
 } sg_window;
 
-/* Number of outputs: floor((n + 2p - d(k-1) - 1) / s) + 1.
- * SG_ERR_SHAPE when the window does not fit (no output). */
+/* An initializer of the common symmetric window (kernel, stride, padding
+ * on both sides, dilation; zero boundary, no up-sampling). */
+#define SG_WINDOW_SYM(k, s, p, d)                                  \
+  {                                                                \
+    .kernel = (k), .stride = (s), .dilation = (d), .pad = {(p), (p)} \
+  }
+
+/* w with the zeros that mean 1 replaced by 1. */
+static inline sg_window sg_window_normal(sg_window w) {
+  if (w.kernel == 0) w.kernel = 1;
+  if (w.stride == 0) w.stride = 1;
+  if (w.dilation == 0) w.dilation = 1;
+  if (w.up == 0) w.up = 1;
+  return w;
+}
+
+/* Number of outputs: u * (floor((n + lo + hi - d(k-1) - 1) / s) + 1).
+ * SG_ERR_INVALID_ARG for a bad window, SG_ERR_SHAPE when it does not fit
+ * (no output). */
 sg_status sg_window_output_size(sg_window w, int64_t n, int64_t *n_out);
 
 /* Halos of every part for a window op on n cells split over p parts:
@@ -133,8 +169,8 @@ sg_status sg_decomp_create(sg_mesh_t mesh, const sg_decomp_desc *desc,
  * recorded. Not collective. */
 sg_status sg_decomp_create_parts(const sg_decomp_desc *desc, const int *parts,
                                  const int *coords, sg_decomp_t *dec);
-/* Accepts NULL, sets *dec to NULL. */
-void sg_decomp_destroy(sg_decomp_t *dec);
+/* NULL and *dec == NULL are fine (SG_OK); sets *dec to NULL. */
+sg_status sg_decomp_destroy(sg_decomp_t *dec);
 
 int sg_decomp_ndims(sg_decomp_t dec);
 int64_t sg_decomp_global(sg_decomp_t dec, int d);

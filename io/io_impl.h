@@ -186,6 +186,65 @@ sg_status sg_io_classic_extent_mem(const void *bytes, size_t len,
  * sg_io_classic_extent at open). Not collective. */
 sg_status sg_io_check_var_extent(const struct sg_nc_t_ *f, int varid);
 
+#if SG_HAVE_NETCDF_PAR
+/* netCDF-4 access mode of a variable (NC_COLLECTIVE or NC_INDEPENDENT):
+ * independent when asked, except where the library needs collective
+ * access. Local. */
+int sg_io_var_access(const struct sg_nc_t_ *f, int varid);
+#endif
+
+/* ---- nc_rw.c: shards, shared by the writes and the reads (nc_read.c) ----- */
+
+/* rc = fn_<type>(...) for the C type of dtype dt (float, double, int, long
+ * long; bf16 moves as its bits, short): the typed netCDF and PnetCDF
+ * get/put calls. */
+#define SG_NC_TYPED_CALL(rc, dt, fn, ...)                                     \
+  do {                                                                        \
+    switch (dt) {                                                             \
+    case SG_DTYPE_F32: (rc) = fn##_float(__VA_ARGS__); break;                 \
+    case SG_DTYPE_F64: (rc) = fn##_double(__VA_ARGS__); break;                \
+    case SG_DTYPE_I32: (rc) = fn##_int(__VA_ARGS__); break;                   \
+    case SG_DTYPE_I64: (rc) = fn##_longlong(__VA_ARGS__); break;              \
+    default: (rc) = fn##_short(__VA_ARGS__); break;                           \
+    }                                                                         \
+  } while (0)
+
+/* Variable info by id. Local. */
+sg_status sg_io_info_by_id(struct sg_nc_t_ *f, int varid, sg_nc_var_info *info);
+/* The variable's name (or "#varid") into buf. Local. */
+const char *sg_io_var_label(struct sg_nc_t_ *f, int varid, char *buf,
+                            size_t cap);
+/* Check a shard against a variable (local). For writes the record dim may
+ * have any length. */
+sg_status sg_io_check_shard(struct sg_nc_t_ *f, const sg_nc_var_info *info,
+                            const sg_nc_shard *s, int for_write);
+/* Is the box (start, len) of a fixed-size variable one contiguous run of
+ * the file? *first: the run's first element. */
+int sg_io_run_contiguous(const sg_nc_var_info *info, const int64_t *start,
+                         const int64_t *len, int64_t *first);
+/* Does a variable of netCDF type t store dtype dt as is (up to byte
+ * order)? */
+int sg_io_same_type(int t, sg_dtype dt);
+#if SG_HAVE_PNETCDF
+/* Bytes per write round of a direct write (and read): swapped in a buffer
+ * of this size, in the cache. */
+#define SG_IO_DIRECT_CHUNK ((int64_t)8 << 20)
+
+int sg_io_host_little_endian(void);
+/* In-place byte swap of n elements of es bytes (4 or 8). */
+void sg_io_swap_in_place(void *buf, int64_t n, size_t es);
+/* Wait for nreq PnetCDF requests; the first failure goes to *lst unless
+ * it holds one already. Collective. */
+void sg_io_pnc_wait_all(struct sg_nc_t_ *f, int nreq, int *reqs, int *sts,
+                        const char *what, sg_status *lst);
+#endif
+/* Current number of records, agreed over the ranks (max). */
+sg_status sg_io_record_count(struct sg_nc_t_ *f, int64_t *len);
+/* The full shard of a record variable for one frame. */
+sg_status sg_io_frame_shard(struct sg_nc_t_ *f, int varid, int64_t frame,
+                            const sg_nc_shard *s, int for_write,
+                            sg_nc_shard *full, int64_t nrec);
+
 /* Enter/leave define mode around an attribute change on a writable file.
  * Collective. */
 sg_status sg_io_ensure_define(struct sg_nc_t_ *f, int *entered);

@@ -7,7 +7,7 @@
 #include "op_registry_impl.h"
 #include "sg_autograd.h"
 #include "sg_device.h"
-#include "sg_sharded_ops.h"
+#include "sg_exchange.h"
 
 static int64_t spatial_of(const sg_tensor *t) {
   int64_t n = 1;
@@ -29,15 +29,15 @@ static sg_conv_desc window_desc_of(const sg_node *node, int64_t cout) {
   const sg_tensor *x = &node->xin;
   sg_conv_desc d;
   memset(&d, 0, sizeof d);
-  d.nsp = node->win.nsp;
+  d.nsp = node->nsp;
   d.batch = x->shape[0];
   d.cin = x->shape[1];
   d.cout = cout;
   for (int i = 0; i < d.nsp; ++i) {
     d.in[i] = x->shape[2 + i];
-    d.kernel[i] = node->win.kernel[i];
-    d.stride[i] = node->win.stride[i];
-    d.dilation[i] = node->win.dilation[i];
+    d.kernel[i] = node->win[i].kernel;
+    d.stride[i] = node->win[i].stride;
+    d.dilation[i] = node->win[i].dilation;
   }
   return d;
 }
@@ -82,8 +82,8 @@ static const sg_op_def conv_op = {
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
 
-static sg_status check_window_args(const char *what, const sg_var *x, int nsp,
-                                   const sg_conv_args *a) {
+/* x has nsp spatial dims (1..3). */
+static sg_status check_window_input(const char *what, const sg_var *x, int nsp) {
   sg_status st = SG_OK;
   if (!x) SG_RAISE(SG_ERR_INVALID_ARG, "%s: input is NULL", what);
   if (nsp < 1 || nsp > SG_OPS_MAX_SPATIAL)
@@ -91,58 +91,58 @@ static sg_status check_window_args(const char *what, const sg_var *x, int nsp,
   if (x->value.ndim != 2 + nsp)
     SG_RAISE(SG_ERR_SHAPE, "%s: input has %d dims, expected (N, C) + %d spatial",
              what, x->value.ndim, nsp);
-  if (a && a->nsp != nsp)
-    SG_RAISE(SG_ERR_SHAPE, "%s: arguments for %d spatial dims, input has %d",
-             what, a->nsp, nsp);
 fail:
   return st;
 }
 
-static void window_from_args(sg_op_window *w, int nsp, const int64_t *kernel,
-                             const sg_conv_args *a) {
-  memset(w, 0, sizeof *w);
-  w->nsp = nsp;
+/* The caller's window (nsp dims) with the kernel taken from kernel[] when
+ * given (conv: w's shape; the caller's kernel must be 0 or the same) and no
+ * up-sampling (the window ops that up-sample build their own). */
+static sg_status window_of(const char *what, int nsp, const sg_window *in, const int64_t *kernel,
+                           sg_window *w) {
+  sg_status st = SG_OK;
   for (int i = 0; i < nsp; ++i) {
-    w->kernel[i] = kernel[i];
-    w->stride[i] = a && a->stride[i] ? a->stride[i] : 1;
-    w->dilation[i] = a && a->dilation[i] ? a->dilation[i] : 1;
-    w->pad[i][0] = a ? a->pad[i][0] : 0;
-    w->pad[i][1] = a ? a->pad[i][1] : 0;
-    w->mode[i] = a ? a->mode[i] : SG_PAD_ZERO;
+    w[i] = sg_window_normal(in[i]);
+    if (kernel && in[i].kernel != 0 && in[i].kernel != kernel[i])
+      SG_RAISE(SG_ERR_SHAPE, "%s: window kernel %lld in spatial dim %d, the weight's is %lld", what,
+               (long long)in[i].kernel, i, (long long)kernel[i]);
+    if (kernel) w[i].kernel = kernel[i];
+    if (w[i].up != 1)
+      SG_RAISE(SG_ERR_INVALID_ARG, "%s: up-sampling %lld in spatial dim %d (use sg_ag_upsample or "
+               "sg_ag_convt)", what, (long long)w[i].up, i);
   }
+fail:
+  return st;
 }
 
 sg_status sg_ag_conv(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
-                     const sg_conv_args *a, sg_var **y) {
+                     const sg_window *win, sg_var **y) {
   sg_status st = SG_OK;
-  if (!w || !a) SG_RAISE(SG_ERR_INVALID_ARG, "conv: weight and arguments are required");
+  if (!w || !win) SG_RAISE(SG_ERR_INVALID_ARG, "conv: weight and window are required");
   int nsp = w->value.ndim - 2;
-  SG_TRY(check_window_args("conv", x, nsp, a));
+  SG_TRY(check_window_input("conv", x, nsp));
   if (w->value.shape[1] != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "conv: weight takes %lld channels, input has %lld",
              (long long)w->value.shape[1], (long long)sg_var_global_shape(x)[1]);
   if (b && (b->value.ndim != 1 || b->value.shape[0] != w->value.shape[0]))
     SG_RAISE(SG_ERR_SHAPE, "conv: bias must be (%lld)", (long long)w->value.shape[0]);
-  sg_op_window win;
-  window_from_args(&win, nsp, w->value.shape + 2, a);
+  sg_window ww[SG_OPS_MAX_SPATIAL];
+  SG_TRY(window_of("conv", nsp, win, w->value.shape + 2, ww));
   conv_attr at = {.has_bias = b != NULL};
   sg_var *in[3] = {x, w, b};
-  SG_TRY(sg_tape_apply(t, &conv_op, b ? 3 : 2, in, 1, &win, &at, sizeof at, y));
+  SG_TRY(sg_tape_apply(t, &conv_op, b ? 3 : 2, in, 1, ww, &at, sizeof at, y));
 fail:
   return st;
 }
 
 /* The window of an up-sampling by scale[] (kernel 1, or 3 with a replicate
  * margin of one cell for the linear kinds). */
-static void up_window(sg_op_window *win, int nsp, int linear, const int64_t *scale) {
-  memset(win, 0, sizeof *win);
-  win->nsp = nsp;
+static void up_window(sg_window *win, int nsp, int linear, const int64_t *scale) {
   for (int i = 0; i < nsp; ++i) {
-    win->kernel[i] = linear ? 3 : 1;
-    win->stride[i] = win->dilation[i] = 1;
-    win->pad[i][0] = win->pad[i][1] = linear ? 1 : 0;
-    win->mode[i] = linear ? SG_PAD_REPLICATE : SG_PAD_ZERO;
-    win->up[i] = scale[i];
+    sg_window w = {.kernel = linear ? 3 : 1, .stride = 1, .dilation = 1,
+                   .pad = {linear ? 1 : 0, linear ? 1 : 0}, .up = scale[i],
+                   .boundary = linear ? SG_BOUNDARY_REPLICATE : SG_BOUNDARY_ZERO};
+    win[i] = w;
   }
 }
 
@@ -201,7 +201,7 @@ sg_status sg_ag_convt(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
   sg_status st = SG_OK;
   if (!w) SG_RAISE(SG_ERR_INVALID_ARG, "convt: weight is required");
   int nsp = w->value.ndim - 2;
-  SG_TRY(check_window_args("convt", x, nsp, NULL));
+  SG_TRY(check_window_input("convt", x, nsp));
   if (w->value.shape[0] != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "convt: weight takes %lld channels, input has %lld",
              (long long)w->value.shape[0], (long long)sg_var_global_shape(x)[1]);
@@ -210,9 +210,9 @@ sg_status sg_ag_convt(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
   conv_attr at = {.has_bias = b != NULL};
   sg_var *in[3] = {x, w, b};
   /* output i*k + a reads input i: a window of one cell, up-sampled by k */
-  sg_op_window win;
-  up_window(&win, nsp, 0, w->value.shape + 2);
-  SG_TRY(sg_tape_apply(t, &convt_op, b ? 3 : 2, in, 1, &win, &at, sizeof at, y));
+  sg_window win[SG_OPS_MAX_SPATIAL];
+  up_window(win, nsp, 0, w->value.shape + 2);
+  SG_TRY(sg_tape_apply(t, &convt_op, b ? 3 : 2, in, 1, win, &at, sizeof at, y));
 fail:
   return st;
 }
@@ -243,8 +243,10 @@ static sg_conv_desc pool_desc_of(const sg_node *node) {
  * box lies in the global input. */
 static sg_status pool_fill_padding(sg_node *node) {
   const sg_tensor *x = &node->xin;
-  const int nsp = node->win.nsp;
+  const int nsp = node->nsp;
   int64_t origin[SG_OPS_MAX_SPATIAL], extent[SG_OPS_MAX_SPATIAL];
+  sg_pad_mode mode[SG_OPS_MAX_SPATIAL];
+  for (int i = 0; i < nsp; ++i) mode[i] = node->win[i].boundary;
   if (!x->owns) return SG_OK;
   if (node->ex) {
     sg_exchange_info info;
@@ -256,12 +258,12 @@ static sg_status pool_fill_padding(sg_node *node) {
     }
   } else {
     for (int i = 0; i < nsp; ++i) {
-      origin[i] = -node->win.pad[i][0];
+      origin[i] = -node->win[i].pad[0];
       extent[i] = node->in[0]->value.shape[2 + i];
     }
   }
   return sg_pad_fill_outside(x->dtype, nsp, x->shape[0] * x->shape[1], x->shape + 2, origin,
-                             extent, node->win.mode, -INFINITY, x->data);
+                             extent, mode, -INFINITY, x->data);
 }
 
 static sg_status pool_fwd(sg_node *node) {
@@ -294,15 +296,15 @@ static const sg_op_def pool_op = {
     .rule = {.windowed_input = 0, .accepts = WINDOW_ACCEPTS, .out = SG_OUT_LIKE_INPUT}};
 
 sg_status sg_ag_pool(sg_tape_t t, sg_pool_kind kind, sg_var *x,
-                     const int64_t *kernel, const sg_conv_args *a,
-                     sg_var **y) {
+                     const sg_window *win, sg_var **y) {
   sg_status st = SG_OK;
-  if (!kernel || !a) SG_RAISE(SG_ERR_INVALID_ARG, "pool: kernel and arguments are required");
-  SG_TRY(check_window_args("pool", x, a->nsp, a));
-  sg_op_window win;
-  window_from_args(&win, a->nsp, kernel, a);
+  if (!x || !win) SG_RAISE(SG_ERR_INVALID_ARG, "pool: input and window are required");
+  const int nsp = x->value.ndim - 2;
+  SG_TRY(check_window_input("pool", x, nsp));
+  sg_window ww[SG_OPS_MAX_SPATIAL];
+  SG_TRY(window_of("pool", nsp, win, NULL, ww));
   pool_attr at = {.kind = kind};
-  SG_TRY(sg_tape_apply(t, &pool_op, 1, &x, 1, &win, &at, sizeof at, y));
+  SG_TRY(sg_tape_apply(t, &pool_op, 1, &x, 1, ww, &at, sizeof at, y));
 fail:
   return st;
 }
@@ -358,17 +360,17 @@ sg_status sg_ag_upsample(sg_tape_t t, sg_upsample_kind kind, sg_var *x,
   sg_status st = SG_OK;
   if (!x || !scale) SG_RAISE(SG_ERR_INVALID_ARG, "upsample: input and scale are required");
   int nsp = x->value.ndim - 2;
-  SG_TRY(check_window_args("upsample", x, nsp, NULL));
+  SG_TRY(check_window_input("upsample", x, nsp));
   up_attr at = {.kind = kind, .nsp = nsp};
   for (int i = 0; i < nsp; ++i) at.scale[i] = scale[i];
   for (int i = 0; i < nsp; ++i)
     if (scale[i] < 1) SG_RAISE(SG_ERR_INVALID_ARG, "upsample: scale %lld", (long long)scale[i]);
-  sg_op_window win;
-  up_window(&win, nsp, kind == SG_UPSAMPLE_LINEAR, scale);
+  sg_window win[SG_OPS_MAX_SPATIAL];
+  up_window(win, nsp, kind == SG_UPSAMPLE_LINEAR, scale);
   if (kind == SG_UPSAMPLE_LINEAR) {
-    SG_TRY(sg_tape_apply(t, &up_linear_op, 1, &x, 1, &win, &at, sizeof at, y));
+    SG_TRY(sg_tape_apply(t, &up_linear_op, 1, &x, 1, win, &at, sizeof at, y));
   } else if (kind == SG_UPSAMPLE_NEAREST) {
-    SG_TRY(sg_tape_apply(t, &up_nearest_op, 1, &x, 1, &win, &at, sizeof at, y));
+    SG_TRY(sg_tape_apply(t, &up_nearest_op, 1, &x, 1, win, &at, sizeof at, y));
   } else {
     SG_RAISE(SG_ERR_INVALID_ARG, "upsample: unknown kind %d", (int)kind);
   }
@@ -882,7 +884,8 @@ static const sg_op_def loss_op = {
     .backward = loss_bwd,
     .rule = {.windowed_input = -1,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
-             .out = SG_OUT_REPLICATE}};
+             .out = SG_OUT_REPLICATE,
+             .keep_f32 = 1}};
 
 sg_status sg_ag_loss(sg_tape_t t, sg_loss_kind kind, sg_var *pred,
                      sg_var *target, sg_var **loss) {

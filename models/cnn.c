@@ -28,12 +28,13 @@ sg_cnn_config sg_cnn_defaults(void) {
   return c;
 }
 
-void sg_cnn_destroy(sg_cnn_t *model) {
-  if (!model || !*model) return;
+sg_status sg_cnn_destroy(sg_cnn_t *model) {
+  if (!model || !*model) return SG_OK;
   struct sg_cnn *m = *model;
   sg_cn_base_release(&m->b);
   free(m);
   *model = NULL;
+  return SG_OK;
 }
 
 sg_status sg_cnn_create(sg_mesh_t mesh, const sg_cnn_config *cfg, int64_t ny, int64_t nx, int64_t batch,
@@ -98,27 +99,51 @@ fail:
   return st;
 }
 
-sg_status sg_cnn_forward(sg_cnn_t m, sg_tape_t t, sg_var *x, sg_var **y) {
+/* Pipeline pieces: 0 the lift, 1..blocks the residual blocks, blocks + 1
+ * the projection. */
+int sg_cnn_nblocks(sg_cnn_t m) { return m ? (int)m->cfg.blocks + 2 : 0; }
+
+void sg_cnn_block_params(sg_cnn_t m, int k, int *first, int *count) {
+  const int nb = (int)m->cfg.blocks;
+  *first = k == 0 ? m->lift : k <= nb ? m->block0 + 6 * (k - 1) : m->proj;
+  *count = k == 0 ? 2 : k <= nb ? 6 : 4;
+}
+
+/* Residual block b on the tape, checkpointed if the config says so. */
+static sg_status cnn_run_block(struct sg_cnn *m, sg_tape_t t, int b, sg_var **h) {
+  cnn_block_ctx *bc = &m->bctx[b];
+  bc->m = m, bc->b = b;
+  const int ck = m->cfg.act_ckpt_every > 0 && (b + 1) % m->cfg.act_ckpt_every == 0;
+  return ck ? sg_ag_checkpoint(t, cnn_block, bc, 1, h, 1, h) : cnn_block(t, bc, h, h);
+}
+
+sg_status sg_cnn_forward_blocks(sg_cnn_t m, sg_tape_t t, int first, int count, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
-  if (!m || !t || !x || !y || !m->b.p.bound) SG_RAISE(SG_ERR_INVALID_ARG, "sg_cnn_forward: bad arguments");
-  SG_TRY(sg_cn_domain_check_input(&m->b.dom, x, m->cfg.cin, "sg_cnn_forward"));
-  sg_var *P = m->b.p.vars, *h = NULL;
+  const int nb = sg_cnn_nblocks(m);
+  if (!m || !t || !x || !y || !m->b.p.bound || first < 0 || count < 1 || first + count > nb)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_cnn_forward: bad arguments (pieces %d..%d of %d)", first, first + count - 1, nb);
+  sg_var *P = m->b.p.vars, *h = x;
   const sg_pad_mode *mode = m->cfg.pad;
-  SG_TRY(sg_cn_domain_input(&m->b.dom, t, x, &h));
-  SG_TRY(sg_cn_conv_same(t, h, &P[m->lift], &P[m->lift + 1], mode, &h));
-  for (int b = 0; b < (int)m->cfg.blocks; ++b) {
-    cnn_block_ctx *bc = &m->bctx[b];
-    bc->m = m, bc->b = b;
-    const int ck = m->cfg.act_ckpt_every > 0 && (b + 1) % m->cfg.act_ckpt_every == 0;
-    if (ck) SG_TRY(sg_ag_checkpoint(t, cnn_block, bc, 1, &h, 1, &h));
-    else SG_TRY(cnn_block(t, bc, &h, &h));
+  for (int k = first; k < first + count; ++k) {
+    if (k == 0) {
+      SG_TRY(sg_cn_domain_check_input(&m->b.dom, x, m->cfg.cin, "sg_cnn_forward"));
+      SG_TRY(sg_cn_domain_input(&m->b.dom, t, x, &h));
+      SG_TRY(sg_cn_conv_same(t, h, &P[m->lift], &P[m->lift + 1], mode, &h));
+    } else if (k < nb - 1) {
+      SG_TRY(cnn_run_block(m, t, k - 1, &h));
+    } else {
+      SG_TRY(sg_ag_linear(t, h, &P[m->proj], &P[m->proj + 1], &h));
+      SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
+      SG_TRY(sg_ag_linear(t, h, &P[m->proj + 2], &P[m->proj + 3], &h));
+    }
   }
-  SG_TRY(sg_ag_linear(t, h, &P[m->proj], &P[m->proj + 1], &h));
-  SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
-  SG_TRY(sg_ag_linear(t, h, &P[m->proj + 2], &P[m->proj + 3], &h));
   *y = h;
 fail:
   return st;
+}
+
+sg_status sg_cnn_forward(sg_cnn_t m, sg_tape_t t, sg_var *x, sg_var **y) {
+  return sg_cnn_forward_blocks(m, t, 0, sg_cnn_nblocks(m), x, y);
 }
 
 /* ---- the model table ----------------------------------------------------- */
@@ -150,6 +175,12 @@ static void cnn_describe(void *impl, const sg_model_config *c, char *buf, size_t
 
 static sg_status cnn_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) { return sg_cnn_forward(impl, t, x, y); }
 
+static int cnn_nblocks(void *impl) { return sg_cnn_nblocks(impl); }
+static void cnn_block_params(void *impl, int k, int *first, int *count) { sg_cnn_block_params(impl, k, first, count); }
+static sg_status cnn_forward_blocks(void *impl, sg_tape_t t, int first, int count, sg_var *x, sg_var **y) {
+  return sg_cnn_forward_blocks(impl, t, first, count, x, y);
+}
+
 static const char *const cnn_size_keys[] = {"width", "proj_width", "blocks", "kernel", "groups", "pad_y", "pad_x",
                                             NULL};
 
@@ -157,4 +188,5 @@ const sg_model_i sg_cnn_model_i = {
     .name = "cnn", .size_keys = cnn_size_keys, .defaults = cnn_defaults, .create = cnn_create,
     .destroy = cnn_destroy, .param_count = sg_cn_i_param_count, .param_info = sg_cn_i_param_info,
     .bind = sg_cn_i_bind, .init = sg_cn_i_init, .params = sg_cn_i_params, .box = sg_cn_i_box,
-    .describe = cnn_describe, .mark = sg_cn_i_mark, .forward = cnn_forward, .collective_seconds = NULL};
+    .describe = cnn_describe, .mark = sg_cn_i_mark, .forward = cnn_forward, .collective_seconds = NULL,
+    .nblocks = cnn_nblocks, .block_params = cnn_block_params, .forward_blocks = cnn_forward_blocks};

@@ -59,12 +59,24 @@ typedef struct sg_cnn *sg_cnn_t;
  * Not collective (no communication at create). */
 sg_status sg_cnn_create(sg_mesh_t mesh, const sg_cnn_config *cfg, int64_t ny,
                         int64_t nx, int64_t batch, sg_cnn_t *model);
-/* NULL and *model == NULL are fine; sets *model to NULL. */
-void sg_cnn_destroy(sg_cnn_t *model);
+/* NULL and *model == NULL are fine (SG_OK); sets *model to NULL. */
+sg_status sg_cnn_destroy(sg_cnn_t *model);
 
 /* y = model(x). x: (batch, cin, ny, nx), this rank's block; it is marked
  * with the model's sharding. y: (batch, cout, ny, nx), on the tape.
  * Collective over the mesh when the grid is split (halos, statistics). */
+/* Pipeline pieces (docs/pipeline.md): the CNN as sg_cnn_nblocks = blocks + 2
+ * pieces in sequence: 0 the lift (from the model input, grid channels
+ * included), 1..blocks the residual blocks, blocks + 1 the projection.
+ * sg_cnn_block_params: piece k's parameters are the table entries
+ * [*first, *first + *count). sg_cnn_forward_blocks runs pieces
+ * first .. first + count - 1 on x: the model input when first == 0 (as
+ * sg_cnn_forward, which runs them all), else the output of piece
+ * first - 1. Collective like sg_cnn_forward. */
+int sg_cnn_nblocks(sg_cnn_t m);
+void sg_cnn_block_params(sg_cnn_t m, int k, int *first, int *count);
+sg_status sg_cnn_forward_blocks(sg_cnn_t m, sg_tape_t t, int first, int count,
+                                sg_var *x, sg_var **y);
 sg_status sg_cnn_forward(sg_cnn_t model, sg_tape_t tape, sg_var *x,
                          sg_var **y);
 

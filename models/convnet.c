@@ -219,16 +219,15 @@ fail:
 }
 
 sg_status sg_cn_conv_same(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b, const sg_pad_mode *mode, sg_var **y) {
-  sg_conv_args a;
-  memset(&a, 0, sizeof a);
-  a.nsp = 2;
+  sg_window a[2];
+  memset(a, 0, sizeof a);
   for (int i = 0; i < 2; ++i) {
     int64_t k = w->value.shape[2 + i];
-    a.pad[i][0] = (k - 1) / 2;
-    a.pad[i][1] = k - 1 - (k - 1) / 2;
-    a.mode[i] = mode[i];
+    a[i].pad[0] = (k - 1) / 2;
+    a[i].pad[1] = k - 1 - (k - 1) / 2;
+    a[i].boundary = mode[i];
   }
-  return sg_ag_conv(t, x, w, b, &a, y);
+  return sg_ag_conv(t, x, w, b, a, y);
 }
 
 /* ---- the shared part of the model table ---------------------------------- */

@@ -197,7 +197,7 @@ static const sg_op_def dist_loss_op = {
     .slots = {SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT},
     .forward = dloss_fwd,
     .backward = dloss_bwd,
-    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_REPLICATE}};
+    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_REPLICATE, .keep_f32 = 1}};
 
 sg_status sg_ag_dist_loss(sg_tape_t tape, sg_loss_kind kind, sg_var *pred,
                           sg_var *target, sg_var *mask,

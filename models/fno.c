@@ -265,43 +265,6 @@ void sg_fno_fft_times(sg_fno_t m, double *fft_s, double *transpose_s) {
   *transpose_s = t0 + t1;
 }
 
-/* ---- the spectral convolution as an autograd op -------------------------- */
-
-typedef struct spec_attr {
-  sg_spectral_conv_t conv;
-  int64_t cout;
-} spec_attr;
-
-static sg_status spec_fwd(sg_node *node) {
-  sg_status st = SG_OK;
-  const spec_attr *a = (const spec_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  int64_t shape[4] = {x->shape[0], a->cout, x->shape[2], x->shape[3]};
-  void *xhat = NULL;
-  SG_TRY(sg_node_alloc_out(node, 0, 4, shape));
-  int64_t ns = sg_spectral_conv_spectrum_count(a->conv);
-  SG_TRY(sg_node_save(node, (size_t)(ns > 0 ? ns : 1) * sizeof(float), &xhat));
-  SG_TRY(sg_spectral_conv_forward(a->conv, x->data, node->in[1]->value.data, node->out[0]->value.data, xhat));
-fail:
-  return st;
-}
-
-static sg_status spec_bwd(sg_node *node) {
-  const spec_attr *a = (const spec_attr *)node->attr;
-  return sg_spectral_conv_backward(a->conv, node->in[0]->value.data, node->saved, node->in[1]->value.data,
-                                   node->out[0]->grad.data, node->gin[0], node->gin[1]);
-}
-
-static const sg_op_def spec_op = {
-    .name = "spectral_conv",
-    .slots = {SG_SLOT_ACT, SG_SLOT_PARAM},
-    .forward = spec_fwd,
-    .backward = spec_bwd,
-    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
-             .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
-
-const sg_op_def *sg_fno_spectral_op_def(void) { return &spec_op; }
-
 /* Spectral layer l: h -> act(spectral(h) + linear(h)) (no act after the
  * last); its parameters from index p. */
 static sg_status fno_layer(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **out) {
@@ -309,9 +272,7 @@ static sg_status fno_layer(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **o
   const fno_layer_ctx *lc = ctx;
   struct sg_fno *m = lc->m;
   sg_var *h = in[0], *s = NULL, *c = NULL;
-  spec_attr sa = {m->spec, m->cfg.width};
-  sg_var *in2[2] = {h, &m->params[lc->p]};
-  SG_TRY(sg_tape_apply(t, &spec_op, 2, in2, 1, NULL, &sa, sizeof sa, &s));
+  SG_TRY(sg_ag_spectral_conv(t, m->spec, h, &m->params[lc->p], &s));
   SG_TRY(sg_ag_linear(t, h, &m->params[lc->p + 1], &m->params[lc->p + 2], &c));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, s, c, &h));
   if (lc->l + 1 < m->cfg.layers) SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));

@@ -72,12 +72,13 @@ sg_model_config sg_model_defaults(sg_model_kind kind) {
   return c;
 }
 
-void sg_model_destroy(sg_model_t *model) {
-  if (!model || !*model) return;
+sg_status sg_model_destroy(sg_model_t *model) {
+  if (!model || !*model) return SG_OK;
   struct sg_model *m = *model;
   if (m->impl) m->i->destroy(m->impl);
   free(m);
   *model = NULL;
+  return SG_OK;
 }
 
 sg_status sg_model_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny, int64_t nx, int64_t batch,

@@ -15,7 +15,7 @@ static int ops_of(const sg_op_def **ops) {
   const sg_op_def *const *ag = sg_ag_ops_builtin(&k);
   for (int i = 0; i < k && n < SG_OP_REGISTRY_MAX; ++i) ops[n++] = ag[i];
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_dist_loss_op_def();
-  if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_fno_spectral_op_def();
+  if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_spectral_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_checkpoint_op_def();
   return n;
 }

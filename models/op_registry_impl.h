@@ -9,8 +9,8 @@
 const sg_op_def *const *sg_ag_ops_builtin(int *n);
 /* dist_loss.c: the distributed loss. */
 const sg_op_def *sg_dist_loss_op_def(void);
-/* fno.c: the spectral convolution of the FNO. */
-const sg_op_def *sg_fno_spectral_op_def(void);
+/* ag_spectral.c: the spectral convolution (sg_ag_spectral_conv). */
+const sg_op_def *sg_ag_spectral_op_def(void);
 /* autograd.c: the activation checkpoint (sg_ag_checkpoint). */
 const sg_op_def *sg_ag_checkpoint_op_def(void);
 

@@ -80,6 +80,7 @@
 
 #include <stdint.h>
 
+#include "sg_decomp.h"
 #include "sg_ops.h"
 #include "sg_shardtensor.h"
 #include "sg_status.h"
@@ -173,21 +174,15 @@ const int64_t *sg_var_global_shape(const sg_var *v);
 
 /* ---- the sharding rule and the op table ---------------------------------- */
 
-typedef struct sg_op_window {
-  int nsp;                             /* spatial dims (1..3) */
-  int64_t kernel[SG_OPS_MAX_SPATIAL];
-  int64_t stride[SG_OPS_MAX_SPATIAL];
-  int64_t dilation[SG_OPS_MAX_SPATIAL];
-  int64_t pad[SG_OPS_MAX_SPATIAL][2];  /* margins (low, high) per dim */
-  sg_pad_mode mode[SG_OPS_MAX_SPATIAL];/* boundary per dim */
-  /* up-sampling factor per dim (0 or 1: none): the window's outputs are
-   * "coarse", and coarse output z gives outputs up*z .. up*z+up-1 (nearest
-   * up-sampling: kernel 1, up s). On a sharded input the framework may
-   * crop the outputs the forward computes to this rank's balanced share
-   * (and zero-pads their gradients back before backward): an op with up > 1
-   * must not read its outputs' values in backward. */
-  int64_t up[SG_OPS_MAX_SPATIAL];
-} sg_op_window;
+/* The window of a windowed op: one sg_window (grid/sg_decomp.h: kernel,
+ * stride, dilation, padding (lo, hi), up-sampling factor, boundary) per
+ * spatial dim of the windowed input, the same struct the halo layer and
+ * the exchange take. With an up-sampling factor u > 1 the window's outputs
+ * are "coarse", and coarse output z gives outputs u*z .. u*z+u-1 (nearest
+ * up-sampling: kernel 1, up s). On a sharded input the framework may crop
+ * the outputs the forward computes to this rank's balanced share (and
+ * zero-pads their gradients back before backward): an op with up > 1 must
+ * not read its outputs' values in backward. */
 
 /* Placements an op accepts for its inputs (bit mask). */
 enum {
@@ -236,6 +231,10 @@ typedef struct sg_op_rule {
    * hands the output's gradient buffer over to the first such input that
    * has no gradient yet, and copies or adds it for the others. */
   unsigned grad_identity;
+  /* 1: the outputs are kept in f32 under a bf16 storage policy
+   * (sg_tape_set_storage_dtype): reductions such as losses, as autocast
+   * keeps them. */
+  int keep_f32;
 } sg_op_rule;
 
 typedef struct sg_op_def {
@@ -258,7 +257,8 @@ struct sg_node {
   sg_var *in[SG_NODE_MAX_IN];
   sg_var *out[SG_NODE_MAX_OUT];
   int has_window;
-  sg_op_window win;
+  int nsp;                     /* spatial dims of the windowed input */
+  sg_window win[SG_OPS_MAX_SPATIAL]; /* normalised: no zeros that mean 1 */
   sg_tensor xin;               /* windowed input with margins */
   void *gin[SG_NODE_MAX_IN];   /* backward targets, NULL: not needed */
   unsigned char attr[256];     /* op attributes (copied at apply) */
@@ -273,10 +273,11 @@ struct sg_node {
 };
 
 /* Record (or, in no-grad mode, just run) an op. attr (attr_bytes <= 256) is
- * copied into node->attr; win is required iff op->rule.windowed_input >= 0.
+ * copied into node->attr; win (one entry per spatial dim of the windowed
+ * input) is required iff op->rule.windowed_input >= 0.
  * Outputs are tape-owned variables returned in out[0..nout). */
 sg_status sg_tape_apply(sg_tape_t tape, const sg_op_def *op, int nin,
-                        sg_var *const *in, int nout, const sg_op_window *win,
+                        sg_var *const *in, int nout, const sg_window *win,
                         const void *attr, size_t attr_bytes, sg_var **out);
 /* For op forwards: allocate output j (zero-filled, dtype of input 0). */
 sg_status sg_node_alloc_out(sg_node *node, int j, int ndim,
@@ -337,8 +338,9 @@ typedef struct sg_hooks {
 #define SG_TAPE_MAX_HOOKS 8
 
 sg_status sg_tape_create(sg_tape_t *tape);
-/* Frees everything the tape owns. NULL and *tape == NULL are fine. */
-void sg_tape_destroy(sg_tape_t *tape);
+/* Frees everything the tape owns and sets *tape to NULL. NULL and
+ * *tape == NULL are fine (SG_OK). */
+sg_status sg_tape_destroy(sg_tape_t *tape);
 /* Replace every listener by `hooks` (NULL: none). Not collective. */
 void sg_tape_set_hooks(sg_tape_t tape, const sg_hooks *hooks);
 /* Add a listener; *id (may be NULL) identifies it for removal.
@@ -353,6 +355,18 @@ sg_status sg_tape_remove_hooks(sg_tape_t tape, int id);
 void sg_tape_set_comm(sg_tape_t tape, MPI_Comm comm);
 /* 1: record (default); 0: no-grad mode. Returns the previous setting. */
 int sg_tape_set_grad_enabled(sg_tape_t tape, int enabled);
+
+/* Mixed precision: the dtype activations are stored in. SG_DTYPE_BF16:
+ * every f32 output of an op (but ops whose rule says keep_f32: losses) and
+ * every activation gradient (when whole, before its producer's backward)
+ * is rounded to the nearest bf16 value, in place: the values a bf16
+ * kernel stores, which accumulates in f32 as these kernels do. The
+ * buffers stay f32 (bf16 kernels and storage are the speed issue's); the
+ * numerics are bf16's. SG_DTYPE_F32 (the default): no rounding. A
+ * checkpointed block's child tape follows. The parallel plan sets it from
+ * its param_dtype. */
+sg_status sg_tape_set_storage_dtype(sg_tape_t tape, sg_dtype dt);
+sg_dtype sg_tape_storage_dtype(sg_tape_t tape);
 /* Backward from a scalar variable produced on this tape, seeded with 1;
  * then the tape is cleared. */
 sg_status sg_tape_backward(sg_tape_t tape, sg_var *loss);
@@ -413,29 +427,24 @@ sg_status sg_ag_checkpoint(sg_tape_t tape, sg_block_fn fn, void *ctx, int nin,
                            sg_var *const *in, int nout, sg_var **out);
 
 /* ---- ops (all record on the tape) -----------------------------------------
- * x: (N, C, spatial...). Window ops take padding and a boundary mode per
- * spatial dim; the framework adds them (see above). */
-typedef struct sg_conv_args {
-  int nsp;
-  int64_t stride[SG_OPS_MAX_SPATIAL];   /* 0 means 1 */
-  int64_t dilation[SG_OPS_MAX_SPATIAL]; /* 0 means 1 */
-  int64_t pad[SG_OPS_MAX_SPATIAL][2];
-  sg_pad_mode mode[SG_OPS_MAX_SPATIAL];
-} sg_conv_args;
+ * x: (N, C, spatial...). Window ops take a window per spatial dim (win[d],
+ * sg_window: stride, dilation, padding (lo, hi) and boundary; zeros mean 1
+ * for kernel, stride and dilation); the framework adds the padding (see
+ * above). */
 
-/* w: (Cout, Cin, kernel...), b: (Cout) or NULL. Kernel from w's shape. */
+/* w: (Cout, Cin, kernel...), b: (Cout) or NULL. The kernel comes from
+ * w's shape (win[d].kernel: 0 or the same); no up-sampling. */
 sg_status sg_ag_conv(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
-                     const sg_conv_args *a, sg_var **y);
+                     const sg_window *win, sg_var **y);
 /* Transposed convolution with kernel == stride; w: (Cin, Cout, kernel...). */
 sg_status sg_ag_convt(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
                       sg_var **y);
-/* Pooling with kernel, stride, dilation, padding and boundary mode per dim
- * (a). Max pooling pads zero-mode dims with -inf (the identity of max, as
- * PyTorch); average pooling divides by the full window, zero padding
- * included (count_include_pad). */
+/* Pooling with kernel, stride, dilation, padding and boundary per spatial
+ * dim (win[d]; no up-sampling). Max pooling pads zero-boundary dims with
+ * -inf (the identity of max, as PyTorch); average pooling divides by the
+ * full window, zero padding included (count_include_pad). */
 sg_status sg_ag_pool(sg_tape_t t, sg_pool_kind kind, sg_var *x,
-                     const int64_t *kernel, const sg_conv_args *a,
-                     sg_var **y);
+                     const sg_window *win, sg_var **y);
 /* Up-sampling by integer factors (linear: align_corners=False; the
  * framework adds a replicate margin of 1). */
 sg_status sg_ag_upsample(sg_tape_t t, sg_upsample_kind kind, sg_var *x,
@@ -460,6 +469,18 @@ sg_status sg_ag_split(sg_tape_t t, sg_var *x, int k, const int64_t *channels,
  * LAYER (over channels) local. */
 sg_status sg_ag_norm(sg_tape_t t, const sg_norm_desc *d, sg_var *x,
                      sg_var *gamma, sg_var *beta, sg_var **y);
+/* The spectral convolution of the FNO (shardtensor/fft/sg_spectral.h):
+ * y = irfftn(W . trunc(rfftn(x))) over the spatial dims, on the
+ * distributed FFT of conv (made for this layout: its plans' real blocks are
+ * the variables' local blocks). x: (N, Cin, spatial...) this rank's block
+ * (sharded over batch and the FFT's spatial mesh dims, or plain on one
+ * process); w: a parameter holding W in conv's weight layout (all of W,
+ * REPLICATE, or this rank's modes, SHARD_MODES); y: (N, Cout, spatial...)
+ * placed like x. The FFT's transposes carry the sharded logic (no window,
+ * no halo). Checks against conv's plans agree over x's mesh. */
+struct sg_spectral_conv; /* sg_spectral_conv_t of sg_spectral.h */
+sg_status sg_ag_spectral_conv(sg_tape_t t, struct sg_spectral_conv *conv, sg_var *x,
+                              sg_var *w, sg_var **y);
 /* A scalar loss (target ignored by SUM/MEAN, may be NULL then). On a
  * sharded pred (target sharded alike) the value is the global loss over all
  * shards, the same on every rank (rank-order sums: deterministic). */

@@ -78,8 +78,8 @@ typedef struct sg_model *sg_model_t;
 sg_status sg_model_create(sg_mesh_t mesh, const sg_model_config *cfg,
                           int64_t ny, int64_t nx, int64_t batch,
                           sg_model_t *model);
-/* NULL and *model == NULL are fine; sets *model to NULL. */
-void sg_model_destroy(sg_model_t *model);
+/* NULL and *model == NULL are fine (SG_OK); sets *model to NULL. */
+sg_status sg_model_destroy(sg_model_t *model);
 
 sg_model_kind sg_model_kind_of(sg_model_t model);
 /* The config keys that fix the model's parameter shapes (NULL-ended), e.g.

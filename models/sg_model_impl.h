@@ -48,6 +48,15 @@ typedef struct sg_model_i {
   sg_status (*forward)(void *impl, sg_tape_t tape, sg_var *x, sg_var **y);
   /* Seconds in the model's own collectives (NULL: 0). */
   double (*collective_seconds)(void *impl);
+  /* Pipeline parallelism (docs/pipeline.md; all NULL: the model is not
+   * cut into stages): the model as a sequence of nblocks pieces; piece k's
+   * parameters are the table entries [*first, *first + *count); forward of
+   * pieces first .. first + count - 1 on x (the model input when
+   * first == 0, else the output of piece first - 1). */
+  int (*nblocks)(void *impl);
+  void (*block_params)(void *impl, int k, int *first, int *count);
+  sg_status (*forward_blocks)(void *impl, sg_tape_t tape, int first, int count,
+                              sg_var *x, sg_var **y);
 } sg_model_i;
 
 /* Register a model (the table must outlive its use; at most 16 models in

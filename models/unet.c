@@ -28,12 +28,13 @@ sg_unet_config sg_unet_defaults(void) {
   return c;
 }
 
-void sg_unet_destroy(sg_unet_t *model) {
-  if (!model || !*model) return;
+sg_status sg_unet_destroy(sg_unet_t *model) {
+  if (!model || !*model) return SG_OK;
   struct sg_unet *m = *model;
   sg_cn_base_release(&m->b);
   free(m);
   *model = NULL;
+  return SG_OK;
 }
 
 /* conv1, norm1, conv2, norm2: 8 parameters */
@@ -121,11 +122,8 @@ static sg_status unet_level(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **
   const int64_t two[2] = {2, 2};
   sg_var *h = in[0];
   if (!lc->dec && lc->l > 0) {
-    sg_conv_args pa;
-    memset(&pa, 0, sizeof pa);
-    pa.nsp = 2;
-    pa.stride[0] = pa.stride[1] = 2;
-    SG_TRY(sg_ag_pool(t, SG_POOL_AVG, h, two, &pa, &h));
+    const sg_window pw[2] = {{.kernel = 2, .stride = 2}, {.kernel = 2, .stride = 2}};
+    SG_TRY(sg_ag_pool(t, SG_POOL_AVG, h, pw, &h));
   }
   if (lc->dec) {
     sg_var *parts[2] = {NULL, in[1]};

@@ -61,8 +61,8 @@ typedef struct sg_unet *sg_unet_t;
 sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg,
                          int64_t ny, int64_t nx, int64_t batch,
                          sg_unet_t *model);
-/* NULL and *model == NULL are fine; sets *model to NULL. */
-void sg_unet_destroy(sg_unet_t *model);
+/* NULL and *model == NULL are fine (SG_OK); sets *model to NULL. */
+sg_status sg_unet_destroy(sg_unet_t *model);
 
 /* y = model(x). x: (batch, cin, ny, nx), this rank's block (marked with the
  * model's sharding); y: (batch, cout, ny, nx) on the tape. Collective over

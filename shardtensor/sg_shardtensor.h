@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "sg_comm.h"
+#include "sg_decomp.h" /* the balanced split (sg_split_part) */
 #include "sg_mesh.h"
 #include "sg_status.h"
 #include "sg_tensor.h"
@@ -82,14 +83,6 @@ typedef struct sg_shardtensor {
   sg_tensor local; /* interior + margins: shape local_shape + lo + hi */
 } sg_shardtensor;
 
-/* The balanced split: the part of n owned by index i of p. Not collective. */
-static inline void sg_split_balanced(int64_t n, int p, int i, int64_t *offset,
-                                     int64_t *size) {
-  int64_t base = n / p, extra = n % p;
-  *size = base + (i < extra ? 1 : 0);
-  *offset = (int64_t)i * base + (i < extra ? i : extra);
-}
-
 /* The box rule. For each tensor dim d, start from [0, n); for each mesh dim
  * m in order (outermost first) whose placement is Shard(d), replace the
  * current piece by part coords[m] of mesh_sizes[m] of it (balanced split).
@@ -123,9 +116,9 @@ sg_status sg_shardtensor_create(sg_shardtensor *x, sg_mesh_t mesh,
                                 const int64_t *global_shape,
                                 const sg_placement *placements,
                                 const int64_t (*halo)[2]);
-/* Free the local block and reset x; NULL and reset structs are fine. Not
- * collective. */
-void sg_shardtensor_destroy(sg_shardtensor *x);
+/* Free the local block and reset x; NULL and reset structs are fine (a
+ * no-op, SG_OK). Not collective. */
+sg_status sg_shardtensor_destroy(sg_shardtensor *x);
 
 /* A view of the owned interior of the local block (no halo); a tensor
  * with ndim -1 for an invalid x. Not collective. */

@@ -34,8 +34,10 @@ typedef struct sg_tensor {
 /* Allocate a zero-filled, contiguous row-major tensor. */
 sg_status sg_tensor_alloc(sg_tensor *t, sg_dtype dtype, sg_device device,
                           int ndim, const int64_t *shape);
-/* Release owned data and reset the struct; NULL and empty tensors are fine. */
-void sg_tensor_free(sg_tensor *t);
+/* Release owned data and reset the struct; NULL and empty tensors are fine
+ * (a no-op, SG_OK). The status of freeing the data (the struct is reset
+ * all the same). */
+sg_status sg_tensor_free(sg_tensor *t);
 /* A non-owning view of a box [offset, offset + shape) of t. */
 sg_status sg_tensor_view(const sg_tensor *t, const int64_t *offset,
                          const int64_t *shape, sg_tensor *view);

@@ -102,7 +102,7 @@ sg_status sg_shardtensor_box_coords(int mesh_ndims, const int *mesh_sizes,
     if (placements[m].kind != SG_PLACEMENT_SHARD) continue;
     const int d = placements[m].dim;
     int64_t o, n;
-    sg_split_balanced(shape[d], mesh_sizes[m], coords[m], &o, &n);
+    sg_split_part(shape[d], mesh_sizes[m], coords[m], &o, &n);
     offset[d] += o;
     shape[d] = n;
   }
@@ -226,10 +226,11 @@ fail:
   return st;
 }
 
-void sg_shardtensor_destroy(sg_shardtensor *x) {
-  if (!x) return;
-  sg_tensor_free(&x->local);
+sg_status sg_shardtensor_destroy(sg_shardtensor *x) {
+  if (!x) return SG_OK;
+  sg_status st = sg_tensor_free(&x->local);
   memset(x, 0, sizeof *x);
+  return st;
 }
 
 sg_tensor sg_shardtensor_interior(const sg_shardtensor *x) {

@@ -96,10 +96,12 @@ fail:
   return st;
 }
 
-void sg_tensor_free(sg_tensor *t) {
-  if (!t) return;
-  if (t->owns && t->data) sg_free(t->device, &t->data);
+sg_status sg_tensor_free(sg_tensor *t) {
+  sg_status st = SG_OK;
+  if (!t) return SG_OK;
+  if (t->owns && t->data) st = sg_free(t->device, &t->data);
   memset(t, 0, sizeof *t);
+  return st;
 }
 
 sg_status sg_tensor_view(const sg_tensor *t, const int64_t *offset,

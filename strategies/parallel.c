@@ -1,6 +1,8 @@
 /* shardgrid — the parallel plan (see sg_parallel.h). */
 #include "sg_parallel.h"
 
+#include "precision_impl.h"
+
 #include "sg_comm.h"
 #include "sg_ddp.h"
 #include "sg_decomp.h"
@@ -22,8 +24,11 @@ typedef struct pl_param {
   int64_t moff;      /* offset of the piece in the optimizer state */
   sg_var *var;       /* its variable (sg_parallel_attach) */
   float *vfull;      /* zero 3: the gathered value while in use */
+  sg_bf16 *vfull16;  /* zero 3 under the bf16 policy: what the gather receives */
   float *gfull;      /* zero >= 2: the full gradient during backward */
-  int64_t *pcount, *pdispl; /* zero >= 2: every ZeRO-group rank's piece (elements) */
+  int64_t *pcount, *pdispl; /* zero >= 1: every ZeRO-group rank's piece (elements) */
+  sg_request_t rs_req;      /* zero >= 1: its reduce-scatter in flight */
+  int rs_started;           /* zero 1: started in this step */
 } pl_param;
 
 /* A span: a contiguous run of the flat buffer whose parameters share a
@@ -68,8 +73,20 @@ struct sg_parallel {
   float *pack, *piece; /* ZeRO scratch: npack max, counts max */
   int micro, nmicro;
   int hooked_reductions; /* DDP reducers get grad-ready marks */
+  int hooked_rs;         /* zero >= 1, not deterministic: grad-ready starts reduce-scatters */
+  int *rs_order;         /* reduce-scatters in flight, in start order: [rs_head, rs_tail) */
+  int rs_head, rs_tail;
+  int64_t rs_inflight;   /* zero >= 2: floats of full gradients in flight */
+  int *uses;             /* zero 3: the parameters' use order (first micro-batch) */
+  int nuses, cap_uses, uses_done;
+  int in_window, use_pos; /* between begin_micro and the end of backward; the next event */
+  int in_backward;        /* in the window, backward has begun */
+  int pf;                /* zero 3: the parameter prefetched (-1: none) */
+  sg_request_t pf_req;
+  int64_t gathered, gathered_peak; /* zero 3: floats of gathered values held */
   sg_ckpt_array *ck;
   char (*ck_names)[96];
+  pl_precision prec; /* mixed precision (precision_impl.h) */
 };
 
 static const char *const role_names[SG_DIM_ROLE_COUNT] = {"data",     "fsdp",     "domain", "tensor",
@@ -129,6 +146,12 @@ static int64_t numel_of(const sg_param_info *pi) {
   int64_t n = 1;
   for (int d = 0; d < pi->ndim; ++d) n *= pi->count[d];
   return n;
+}
+
+/* DDP bucket size; also the bound on the full gradients of zero >= 2 whose
+ * reduce-scatter is in flight. */
+static int64_t bucket_elems(const struct sg_parallel *p) {
+  return (p->cfg.bucket_bytes > 0 ? p->cfg.bucket_bytes : (int64_t)25 << 20) / (int64_t)sizeof(float);
 }
 
 /* ---- creation --------------------------------------------------------------- */
@@ -310,7 +333,7 @@ static sg_status plan_layouts(struct sg_parallel *p) {
       }
       q->moff = p->nstate;
       p->nstate += q->own_rows * q->row;
-      if (p->cfg.zero >= 2 && g > 1) { /* the pieces tile the box row-major, in rank order */
+      if (p->cfg.zero >= 1 && g > 1) { /* the pieces tile the box row-major, in rank order */
         q->pcount = malloc((size_t)g * sizeof *q->pcount);
         q->pdispl = malloc((size_t)g * sizeof *q->pdispl);
         if (!q->pcount || !q->pdispl) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
@@ -379,8 +402,7 @@ static sg_status plan_layouts(struct sg_parallel *p) {
     if (sp->n == 0) sp->off = q->info.offset;
     sp->n += q->info.numel;
   }
-  const int64_t bucket =
-      (p->cfg.bucket_bytes > 0 ? p->cfg.bucket_bytes : (int64_t)25 << 20) / (int64_t)sizeof(float);
+  const int64_t bucket = bucket_elems(p);
   for (int k = 0; k < p->nspan && st == SG_OK && p->hooked_reductions; ++k)
     st = sg_ddp_create(p->mesh, p->l[span_layout[k]].reduce_dims, p->grads + p->span[k].off, p->span[k].n, bucket,
                        p->cfg.deterministic, &p->span[k].ddp);
@@ -425,12 +447,21 @@ sg_status sg_parallel_create(sg_mesh_t mesh, const sg_parallel_config *cfg, int 
     p->nlocal = nlocal;
     p->nmicro = 1;
     p->p = calloc((size_t)(nparams + 1), sizeof *p->p);
-    if (!p->p) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "sg_parallel_create: out of memory");
+    p->rs_order = calloc((size_t)(nparams + 1), sizeof *p->rs_order);
+    if (!p->p || !p->rs_order) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "sg_parallel_create: out of memory");
   }
   if (st == SG_OK) st = plan_roles(p);
-  /* DDP reducers take grad-ready marks unless ZeRO reduces (at the end,
-   * zero 1; per parameter when its gradient is ready, zero >= 2) */
+  if (st == SG_OK) st = pl_precision_check(&p->cfg);
+  if (p) {
+    p->prec.param_dt = p->cfg.param_dtype;
+    p->prec.reduce_dt = p->cfg.reduce_dtype;
+  }
+  /* DDP reducers take grad-ready marks unless ZeRO reduce-scatters (not
+   * deterministic; deterministic zero 1 sums DDP's buckets in fixed order,
+   * zero >= 2 each gradient when it is ready) */
   if (p) p->hooked_reductions = p->cfg.zero == 0 || (p->cfg.zero == 1 && p->cfg.deterministic);
+  if (p) p->hooked_rs = p->cfg.zero >= 1 && !p->cfg.deterministic;
+  if (p) p->pf = -1;
   if (st == SG_OK) st = plan_params(p, table);
   SG_TRY(sg_agree(comm, st));
   SG_TRY(plan_check_table(p));
@@ -461,7 +492,11 @@ fail:
 sg_status sg_parallel_destroy(sg_parallel_t *plan) {
   if (!plan || !*plan) return SG_OK;
   struct sg_parallel *p = *plan;
-  sg_status st = SG_OK;
+  sg_status st = sg_wait(&p->pf_req); /* nothing may still write a buffer freed here */
+  for (int i = 0; i < p->np; ++i) {
+    sg_status s2 = sg_wait(&p->p[i].rs_req);
+    if (st == SG_OK) st = s2;
+  }
   for (int k = 0; k < p->nspan; ++k) {
     sg_status s2 = sg_ddp_destroy(&p->span[k].ddp);
     if (st == SG_OK) st = s2;
@@ -481,17 +516,21 @@ sg_status sg_parallel_destroy(sg_parallel_t *plan) {
   sg_free(h, (void **)&p->gpiece);
   for (int i = 0; i < p->np; ++i) {
     sg_free(h, (void **)&p->p[i].vfull);
+    sg_free(h, (void **)&p->p[i].vfull16);
     sg_free(h, (void **)&p->p[i].gfull);
     free(p->p[i].pcount);
     free(p->p[i].pdispl);
   }
   free(p->var_sorted);
   free(p->var_index);
+  free(p->rs_order);
+  free(p->uses);
   free(p->l);
   free(p->span);
   free(p->p);
   free(p->ck);
   free(p->ck_names);
+  pl_precision_free(&p->prec);
   free(p);
   *plan = NULL;
   return st;
@@ -513,6 +552,8 @@ void sg_parallel_describe(sg_parallel_t p, char *buf, size_t size) {
     o += (size_t)snprintf(buf + o, size - o, "; %d data replicas; %d layouts, %d spans; %lld floats, %lld of "
                           "optimizer state per moment", p->data_size, p->nl, p->nspan, (long long)p->nlocal,
                           (long long)p->nstate);
+  if (o < size && p->cfg.param_dtype == SG_DTYPE_BF16)
+    snprintf(buf + o, size - o, "; bf16 compute, f32 master weights, %s reductions", sg_dtype_name(p->cfg.reduce_dtype));
 }
 
 /* ---- hooks --------------------------------------------------------------------- */
@@ -555,15 +596,152 @@ fail:
   return st;
 }
 
+/* zero 3: what the gather of q for a use sends (its piece) and receives:
+ * the master piece in f32, or under the bf16 policy its bf16 values (half
+ * the bytes), widened into vfull by use_widen once they are in. */
+static sg_status use_buffers(struct sg_parallel *p, pl_param *q, const void **send, void **recv, sg_dtype *dt) {
+  sg_status st = SG_OK;
+  *dt = SG_DTYPE_F32;
+  *send = p->ppiece + q->moff;
+  *recv = q->vfull;
+  if (p->prec.param_dt == SG_DTYPE_BF16) {
+    const sg_bf16 *pieces = pl_precision_pieces(&p->prec, p->ppiece, p->nstate);
+    if (!pieces) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory for the bf16 pieces");
+    *dt = SG_DTYPE_BF16;
+    *send = pieces + q->moff;
+    *recv = q->vfull16;
+  }
+fail:
+  return st;
+}
+
+static void use_widen(pl_param *q) {
+  if (q->vfull16) (void)sg_dtype_convert(q->vfull16, SG_DTYPE_BF16, q->vfull, SG_DTYPE_F32, q->info.numel);
+}
+
+/* zero 3: q's value for a use into vfull (allocated): a copy of the piece
+ * when the group has one rank, else the all-gather of use_buffers. */
+static sg_status gather_use(struct sg_parallel *p, pl_param *q) {
+  sg_status st = SG_OK;
+  int g, me;
+  sg_group_t zg = zgroup(p, q, &g, &me);
+  if (!zg || g == 1) return gather_value(p, q, q->vfull);
+  const void *send;
+  void *recv;
+  sg_dtype dt;
+  SG_TRY(use_buffers(p, q, &send, &recv, &dt));
+  SG_TRY(sg_allgatherv(zg, send, q->pcount[me], recv, q->pcount, q->pdispl, dt));
+  use_widen(q);
+fail:
+  return st;
+}
+
+/* zero 3: q's gathered value (vfull), counted in the floats gathered at
+ * once (sg_parallel_gathered_peak). */
+static sg_status vfull_alloc(struct sg_parallel *p, pl_param *q) {
+  sg_status st = sg_malloc(sg_device_host(), (size_t)q->info.numel * sizeof(float), (void **)&q->vfull);
+  if (st == SG_OK && p->prec.param_dt == SG_DTYPE_BF16)
+    st = sg_malloc(sg_device_host(), (size_t)q->info.numel * sizeof(sg_bf16), (void **)&q->vfull16);
+  if (st == SG_OK && (p->gathered += q->info.numel) > p->gathered_peak) p->gathered_peak = p->gathered;
+  return st;
+}
+
+static void vfull_free(struct sg_parallel *p, pl_param *q) {
+  if (!q->vfull) return;
+  p->gathered -= q->info.numel;
+  sg_free(sg_device_host(), (void **)&q->vfull);
+  sg_free(sg_device_host(), (void **)&q->vfull16);
+}
+
+/* ---- zero 3: prefetch -------------------------------------------------------
+ * The first micro-batch records the order of the parameters' uses (every
+ * pre-use and pre-backward event: forward, then backward with a
+ * checkpointed block's recomputation in place); later micro-batches replay
+ * it: when the parameter of event k is about to be used, the all-gather of
+ * event k+1's parameter starts, non-blocking, so it moves while event k's op
+ * computes, and its pre-use waits for it. At most the parameters of the op
+ * in use plus that one are gathered at once. The events are the same on
+ * every rank (the same ops in the same order), hence so are the predictions
+ * and the collectives; whether a gather is needed depends only on the
+ * parameter's own box, alike over its ZeRO group. A use that differs from
+ * the recording (another code path) drops the prefetch and stops
+ * predicting until the next micro-batch. */
+
+/* Parameter i is about to be used: record the event, or check it against
+ * the recording and return the next event's parameter (-1: none). */
+static sg_status use_event(struct sg_parallel *p, int i, int *next) {
+  sg_status st = SG_OK;
+  *next = -1;
+  if (!p->in_window) return SG_OK;
+  if (!p->uses_done) {
+    if (p->nuses == p->cap_uses) {
+      const int cap = p->cap_uses ? 2 * p->cap_uses : 64;
+      int *u = realloc(p->uses, (size_t)cap * sizeof *u);
+      if (!u) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory for the prefetch order");
+      p->uses = u;
+      p->cap_uses = cap;
+    }
+    p->uses[p->nuses++] = i;
+  } else if (p->use_pos < 0 || p->use_pos >= p->nuses || p->uses[p->use_pos] != i) {
+    p->use_pos = -1;
+  } else if (++p->use_pos < p->nuses) {
+    *next = p->uses[p->use_pos];
+  }
+fail:
+  return st;
+}
+
+/* Wait for the prefetch in flight and drop it (a misprediction, or the end
+ * of a backward). Not collective. */
+static sg_status prefetch_drop(struct sg_parallel *p) {
+  if (p->pf < 0) return SG_OK;
+  sg_status st = sg_wait(&p->pf_req);
+  vfull_free(p, &p->p[p->pf]);
+  p->pf = -1;
+  return st;
+}
+
+/* Start the all-gather of parameter j, unless it is gathered already or has
+ * nothing to move (empty, or one piece: copied at its use). */
+static sg_status prefetch_start(struct sg_parallel *p, int j) {
+  sg_status st = SG_OK;
+  pl_param *q = &p->p[j];
+  int g, me;
+  sg_group_t zg = zgroup(p, q, &g, &me);
+  if (p->pf >= 0 || q->info.numel == 0 || q->var->value.data || q->vfull || !zg || g == 1) return SG_OK;
+  SG_TRY(vfull_alloc(p, q));
+  const void *send;
+  void *recv;
+  sg_dtype dt;
+  SG_TRY(use_buffers(p, q, &send, &recv, &dt));
+  SG_TRY(sg_iallgatherv(zg, send, q->pcount[me], recv, q->pcount, q->pdispl, dt, &p->pf_req));
+  p->pf = j;
+fail:
+  if (st != SG_OK) vfull_free(p, q);
+  return st;
+}
+
 static sg_status on_pre_use(sg_var *v, void *user) {
   struct sg_parallel *p = user;
   sg_status st = SG_OK;
   const int i = p->cfg.zero >= 3 ? param_of_var(p, v) : -1;
-  if (i < 0 || p->p[i].info.numel == 0 || v->value.data) return SG_OK;
+  if (i < 0) return SG_OK;
   pl_param *q = &p->p[i];
-  SG_TRY(sg_malloc(sg_device_host(), (size_t)q->info.numel * sizeof(float), (void **)&q->vfull));
-  SG_TRY(gather_value(p, q, q->vfull));
-  v->value.data = q->vfull;
+  int next;
+  SG_TRY(use_event(p, i, &next));
+  if (p->pf >= 0 && p->pf != i) SG_TRY(prefetch_drop(p));
+  if (q->info.numel > 0 && !v->value.data) {
+    if (p->pf == i) { /* prefetched: in flight since the previous use */
+      p->pf = -1;
+      SG_TRY(sg_wait(&p->pf_req));
+      use_widen(q);
+    } else {
+      SG_TRY(vfull_alloc(p, q));
+      SG_TRY(gather_use(p, q));
+    }
+    v->value.data = q->vfull;
+  }
+  if (next >= 0) SG_TRY(prefetch_start(p, next));
 fail:
   return st;
 }
@@ -571,19 +749,114 @@ fail:
 static sg_status on_post_use(sg_var *v, void *user) {
   struct sg_parallel *p = user;
   const int i = p->cfg.zero >= 3 ? param_of_var(p, v) : -1;
-  if (i < 0 || !p->p[i].vfull) return SG_OK;
+  if (i < 0 || !p->p[i].vfull || p->pf == i) return SG_OK;
+  const int next = p->in_window && p->uses_done && p->use_pos >= 0 && p->use_pos < p->nuses
+                       ? p->uses[p->use_pos] : -1;
+  /* in backward, a parameter whose use comes next stays gathered (freeing
+   * it would gather it again at once): the last op of a checkpointed
+   * block's recomputation hands its parameter to its backward. Not between
+   * forward and backward: that gather is one the traffic model counts. */
+  if (p->in_backward && next == i) return SG_OK;
   v->value.data = NULL;
-  sg_free(sg_device_host(), (void **)&p->p[i].vfull);
-  return SG_OK;
+  vfull_free(p, &p->p[i]);
+  /* the next use's parameter may have been in use when it was predicted
+   * (the last layer's weight between forward and backward): gather it now */
+  return next >= 0 ? prefetch_start(p, next) : SG_OK;
+}
+
+/* ---- ZeRO reduce-scatters (zero >= 1, not deterministic) ---------------------
+ * A parameter's reduce-scatter over its ZeRO group starts, non-blocking,
+ * from its grad-ready hook while backward goes on (zero 1: in the last
+ * micro-batch only), in place on its full gradient (the piece lands in the
+ * first elements). They complete in start order: zero >= 2 completes the
+ * oldest ones when the full gradients in flight pass the bucket size (the
+ * memory bound), sg_parallel_reduce (and a new micro-batch) the rest. Only
+ * the starts are collective, and they come in grad-ready order, the same on
+ * every rank; completions are local. The all-reduce of the pieces over the
+ * other data dims (HSDP) runs once per step, over the accumulated pieces
+ * (rs_finish). Deterministic mode keeps the fixed-order all-reduce over the
+ * whole group (DDP's bits). */
+
+/* q's full local gradient: its box of the flat buffer (zero 1), or the
+ * buffer it has during backward (zero >= 2). */
+static float *full_grad(const struct sg_parallel *p, const pl_param *q) {
+  return p->cfg.zero == 1 ? p->grads + q->info.offset : q->gfull;
+}
+
+/* Complete the oldest reduce-scatter in flight: its piece goes to the owned
+ * rows of the flat buffer (zero 1), or is added to the piece (zero >= 2:
+ * micro-batches accumulate) and the full gradient freed. Not collective. */
+static sg_status rs_complete(struct sg_parallel *p) {
+  sg_status st = SG_OK;
+  pl_param *q = &p->p[p->rs_order[p->rs_head++]];
+  float *full = full_grad(p, q);
+  const int64_t n = q->own_rows * q->row;
+  SG_TRY(sg_wait(&q->rs_req));
+  if (p->cfg.zero == 1) {
+    memmove(full + q->own_row0 * q->row, full, (size_t)n * sizeof *full);
+  } else {
+    float *dst = p->gpiece + q->moff;
+    for (int64_t k = 0; k < n; ++k) dst[k] += full[k];
+    p->rs_inflight -= q->info.numel;
+    sg_free(sg_device_host(), (void **)&q->gfull);
+  }
+fail:
+  if (p->rs_head == p->rs_tail) p->rs_head = p->rs_tail = 0;
+  return st;
+}
+
+static sg_status rs_drain(struct sg_parallel *p) {
+  sg_status st = SG_OK;
+  while (st == SG_OK && p->rs_head < p->rs_tail) st = rs_complete(p);
+  return st;
+}
+
+/* Start parameter i's reduce-scatter (nothing to start with one piece: the
+ * box is the piece). Collective over its ZeRO group (non-blocking). */
+static sg_status rs_start(struct sg_parallel *p, int i) {
+  sg_status st = SG_OK;
+  pl_param *q = &p->p[i];
+  int g, me;
+  sg_group_t zg = zgroup(p, q, &g, &me);
+  float *full = full_grad(p, q);
+  if (p->rs_tail == p->np) SG_TRY(rs_drain(p)); /* a backward without begin_micro */
+  q->rs_started = 1;
+  if (zg && g > 1) SG_TRY(sg_ireduce_scatter(zg, full, full, q->pcount, SG_DTYPE_F32, SG_REDUCE_SUM, &q->rs_req));
+  p->rs_order[p->rs_tail++] = i;
+  if (p->cfg.zero >= 2) p->rs_inflight += q->info.numel;
+  while (p->cfg.zero >= 2 && p->rs_inflight > bucket_elems(p) && p->rs_tail - p->rs_head > 1)
+    SG_TRY(rs_complete(p));
+fail:
+  return st;
+}
+
+/* zero >= 2, deterministic: the fixed-order all-reduce of q's full gradient
+ * over the whole group (DDP's bits), its rows added to the piece, the full
+ * gradient freed. */
+static sg_status reduce_piece_det(struct sg_parallel *p, pl_param *q) {
+  sg_status st = SG_OK;
+  const pl_layout *L = &p->l[q->layout];
+  const int64_t n = q->own_rows * q->row;
+  if (sg_group_size(L->reduce_g) > 1)
+    SG_TRY(sg_allreduce_det(L->reduce_g, q->gfull, q->gfull, q->info.numel, SG_DTYPE_F32, SG_REDUCE_SUM));
+  const float *src = q->gfull + q->own_row0 * q->row;
+  float *dst = p->gpiece + q->moff;
+  for (int64_t k = 0; k < n; ++k) dst[k] += src[k];
+fail:
+  sg_free(sg_device_host(), (void **)&q->gfull);
+  return st;
 }
 
 static sg_status on_pre_backward(sg_var *v, void *user) {
   struct sg_parallel *p = user;
   sg_status st = SG_OK;
   const int i = p->cfg.zero >= 2 ? param_of_var(p, v) : -1;
-  if (i < 0 || p->p[i].info.numel == 0) return SG_OK;
+  if (i < 0) return SG_OK;
   pl_param *q = &p->p[i];
+  p->in_backward = p->in_window;
   SG_TRY(on_pre_use(v, user));
+  if (q->info.numel == 0) return SG_OK;
+  if (q->gfull && !v->grad.data) SG_TRY(rs_drain(p)); /* still in flight from a backward without begin_micro */
   if (!v->grad.data) { /* the full gradient until it is ready */
     SG_TRY(sg_calloc(sg_device_host(), (size_t)q->info.numel * sizeof(float), (void **)&q->gfull));
     v->grad.data = q->gfull;
@@ -592,50 +865,45 @@ fail:
   return st;
 }
 
-/* zero >= 2: the ready gradient of q, reduced onto this rank's piece
- * (accumulated: micro-batches), then freed. In deterministic mode the
- * fixed-order all-reduce over the whole group (DDP's bits). */
-static sg_status reduce_piece(struct sg_parallel *p, pl_param *q) {
-  sg_status st = SG_OK;
-  const pl_layout *L = &p->l[q->layout];
-  int g, me;
-  sg_group_t zg = zgroup(p, q, &g, &me);
-  const int64_t n = q->own_rows * q->row;
-  float *src = q->gfull + q->own_row0 * q->row, *dst = p->gpiece + q->moff;
-  if (p->cfg.deterministic) {
-    if (sg_group_size(L->reduce_g) > 1)
-      SG_TRY(sg_allreduce_det(L->reduce_g, q->gfull, q->gfull, q->info.numel, SG_DTYPE_F32, SG_REDUCE_SUM));
-  } else {
-    if (zg && g > 1) {
-      SG_TRY(sg_reduce_scatter(zg, q->gfull, q->gfull, q->pcount, SG_DTYPE_F32, SG_REDUCE_SUM)); /* in place */
-      src = q->gfull;
-    }
-    if (sg_group_size(L->rest_g) > 1) SG_TRY(sg_allreduce(L->rest_g, src, src, n, SG_DTYPE_F32, SG_REDUCE_SUM));
+static sg_status on_grad_ready(sg_var *v, void *user) {
+  struct sg_parallel *p = user;
+  const int i = param_of_var(p, v);
+  if (i < 0 || p->p[i].info.numel == 0) return SG_OK; /* not one of the plan's */
+  pl_param *q = &p->p[i];
+  if (p->cfg.zero >= 2) {
+    if (!q->gfull) return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__, "parallel plan: '%s' has no gradient", q->name);
+    v->grad.data = NULL; /* the tape is done with it; the buffer lives until the reduction completes */
+    return p->cfg.deterministic ? reduce_piece_det(p, q) : rs_start(p, i);
   }
-  for (int64_t k = 0; k < n; ++k) dst[k] += src[k];
-fail:
+  if (p->micro != p->nmicro - 1) return SG_OK; /* no_sync */
+  if (p->hooked_rs) return rs_start(p, i);
+  if (!p->hooked_reductions) return SG_OK;
+  pl_span *sp = span_at(p, q->info.offset);
+  if (!sp) return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__, "parallel plan: '%s' is in no span", q->name);
+  return sg_ddp_mark_ready(sp->ddp, q->info.offset - sp->off, q->info.numel);
+}
+
+/* zero 3, between ops: nothing stays prefetched or gathered (a parameter
+ * kept for a next use that did not come: its value would be stale after
+ * the step). Not collective. */
+static sg_status release_gathered(struct sg_parallel *p) {
+  const sg_status st = prefetch_drop(p);
+  for (int i = 0; i < p->np; ++i)
+    if (p->p[i].vfull) {
+      p->p[i].var->value.data = NULL;
+      vfull_free(p, &p->p[i]);
+    }
   return st;
 }
 
-static sg_status on_grad_ready(sg_var *v, void *user) {
+/* The end of a backward: the recording of the uses (first micro-batch) is
+ * complete, and every gathered value is freed. */
+static sg_status on_post_backward(sg_tape_t tape, void *user) {
   struct sg_parallel *p = user;
-  sg_status st = SG_OK;
-  if (p->cfg.zero >= 2) {
-    const int i = param_of_var(p, v);
-    if (i < 0 || p->p[i].info.numel == 0) return SG_OK;
-    pl_param *q = &p->p[i];
-    if (!q->gfull) return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__, "parallel plan: '%s' has no gradient", q->name);
-    st = reduce_piece(p, q);
-    v->grad.data = NULL;
-    sg_free(sg_device_host(), (void **)&q->gfull);
-    return st;
-  }
-  if (!p->hooked_reductions || p->micro != p->nmicro - 1) return SG_OK;
-  const int i = param_of_var(p, v);
-  if (i < 0 || p->p[i].info.numel == 0) return SG_OK; /* not one of the plan's */
-  pl_span *sp = span_at(p, p->p[i].info.offset);
-  if (!sp) return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__, "parallel plan: '%s' is in no span", p->p[i].name);
-  return sg_ddp_mark_ready(sp->ddp, p->p[i].info.offset - sp->off, p->p[i].info.numel);
+  (void)tape;
+  if (p->in_window) p->uses_done = 1;
+  p->in_window = p->in_backward = 0;
+  return release_gathered(p);
 }
 
 static sg_var **sort_vars_base;
@@ -679,6 +947,7 @@ sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape, sg_var *const *var
     }
     sg_free(h, (void **)&p->params);
   }
+  SG_TRY(pl_precision_attach_grads(&p->prec, tape)); /* rounds before the plan reduces */
   sg_hooks hk;
   memset(&hk, 0, sizeof hk);
   hk.pre_use = on_pre_use;
@@ -686,8 +955,10 @@ sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape, sg_var *const *var
   hk.pre_backward = on_pre_backward;
   hk.post_backward_use = on_post_use;
   hk.grad_ready = on_grad_ready;
+  hk.post_backward = on_post_backward;
   hk.user = p;
   SG_TRY(sg_tape_add_hooks(tape, &hk, NULL));
+  SG_TRY(pl_precision_attach_values(&p->prec, tape, p->params, p->nlocal, p->np, vars)); /* after the gathers */
   sg_tape_set_comm(tape, sg_mesh_comm(p->mesh));
   p->attached = 1;
 fail:
@@ -700,6 +971,14 @@ sg_status sg_parallel_begin_micro(sg_parallel_t p, int k, int n) {
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_begin_micro: micro-batch %d of %d", k, n);
   p->micro = k;
   p->nmicro = n;
+  /* the previous micro-batch's reduce-scatters complete before its gradient
+   * buffers are used again; a new window of uses to record or replay */
+  SG_TRY(rs_drain(p));
+  SG_TRY(release_gathered(p));
+  p->in_window = 1;
+  p->in_backward = 0;
+  p->use_pos = 0;
+  if (!p->uses_done) p->nuses = 0;
   if (k == n - 1 && p->hooked_reductions)
     for (int s = 0; s < p->nspan; ++s) SG_TRY(sg_ddp_begin(p->span[s].ddp));
 fail:
@@ -741,21 +1020,36 @@ static void piece_io(const struct sg_parallel *p, const pl_layout *L, float *buf
   }
 }
 
-/* ZeRO (not deterministic): reduce-scatter over the ZeRO group onto the
- * pieces, all-reduce of the pieces over the other data dims. */
-static sg_status zero_reduce(struct sg_parallel *p, pl_layout *L) {
+/* HSDP: layout L's pieces summed over the data dims outside its ZeRO group
+ * (the pieces of zero >= 2 are contiguous per layout). Collective. */
+static sg_status rest_reduce(struct sg_parallel *p, const pl_layout *L) {
   sg_status st = SG_OK;
-  const int me = L->zero_g ? sg_group_rank(L->zero_g) : 0;
-  if (L->zero_g && sg_group_size(L->zero_g) > 1) {
-    zero_pack(p, L, p->grads, p->pack, 1);
-    SG_TRY(sg_reduce_scatter(L->zero_g, p->pack, p->piece, L->counts, SG_DTYPE_F32, SG_REDUCE_SUM));
+  const int64_t n = L->counts[L->zero_g ? sg_group_rank(L->zero_g) : 0];
+  if (sg_group_size(L->rest_g) == 1) return SG_OK;
+  if (p->gpiece) {
+    float *b = p->gpiece + p->p[L->members[0]].moff;
+    SG_TRY(sg_allreduce(L->rest_g, b, b, n, SG_DTYPE_F32, SG_REDUCE_SUM));
   } else {
     piece_io(p, L, p->grads, p->piece, 1);
+    SG_TRY(sg_allreduce(L->rest_g, p->piece, p->piece, n, SG_DTYPE_F32, SG_REDUCE_SUM));
+    piece_io(p, L, p->grads, p->piece, 0);
   }
-  if (sg_group_size(L->rest_g) > 1)
-    SG_TRY(sg_allreduce(L->rest_g, p->piece, p->piece, L->counts[me], SG_DTYPE_F32, SG_REDUCE_SUM));
-  piece_io(p, L, p->grads, p->piece, 0);
 fail:
+  return st;
+}
+
+/* ZeRO, not deterministic: start what grad-ready did not (zero 1: a plan
+ * used without hooks, or parameters without a use this step; in table
+ * order, alike on every rank), complete every reduce-scatter, then the
+ * HSDP all-reduce. Collective. */
+static sg_status rs_finish(struct sg_parallel *p) {
+  sg_status st = SG_OK;
+  for (int i = 0; i < p->np && p->cfg.zero == 1; ++i)
+    if (p->p[i].info.numel > 0 && !p->p[i].rs_started) SG_TRY(rs_start(p, i));
+  SG_TRY(rs_drain(p));
+  for (int k = 0; k < p->nl; ++k) SG_TRY(rest_reduce(p, &p->l[k]));
+fail:
+  for (int i = 0; i < p->np; ++i) p->p[i].rs_started = 0;
   return st;
 }
 
@@ -778,9 +1072,9 @@ sg_status sg_parallel_reduce(sg_parallel_t p, double *grad_norm) {
              "plan first", p->cfg.zero);
   if (p->hooked_reductions)
     for (int k = 0; k < p->nspan; ++k) SG_TRY(sg_ddp_finish(p->span[k].ddp, 1.0));
-  else if (p->cfg.zero == 1)
-    for (int k = 0; k < p->nl; ++k) SG_TRY(zero_reduce(p, &p->l[k]));
-  /* zero >= 2: every piece was reduced when its gradient was ready */
+  else if (p->hooked_rs)
+    SG_TRY(rs_finish(p));
+  /* zero >= 2, deterministic: every piece was reduced when its gradient was ready */
   double total = 0.0;
   for (int k = 0; k < p->nl; ++k) {
     double s = layout_sumsq(p, &p->l[k]);
@@ -818,8 +1112,16 @@ sg_status sg_parallel_step(sg_parallel_t p, int64_t t, double lr, double grad_sc
   }
   if (p->gpiece) memset(p->gpiece, 0, (size_t)p->nstate * sizeof *p->gpiece);
   else memset(p->grads, 0, (size_t)p->nlocal * sizeof *p->grads);
+  pl_precision_invalidate(&p->prec);
 fail:
   return st;
+}
+
+int64_t sg_parallel_gathered_peak(sg_parallel_t p) {
+  if (!p) return 0;
+  const int64_t pk = p->gathered_peak;
+  p->gathered_peak = p->gathered;
+  return pk;
 }
 
 sg_status sg_parallel_gather_param(sg_parallel_t p, int i, float *out) {
@@ -926,6 +1228,7 @@ sg_status sg_parallel_ckpt_arrays(sg_parallel_t p, int writing, sg_ckpt_array **
   }
   *arrays = p->ck;
   *n = c;
+  if (!writing) pl_precision_invalidate(&p->prec); /* the caller reads into the master */
 fail:
   return st;
 }

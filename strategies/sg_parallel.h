@@ -24,12 +24,13 @@
  *     reduce-scattered onto the pieces (then all-reduced over the other
  *     data dims: HSDP), the optimizer updates the piece, and an all-gather
  *     restores the parameters;
- *   - the hooks on the tape (grad-ready starts DDP bucket reductions while
- *     backward goes on; gradient accumulation reduces on the last
- *     micro-batch only), the global gradient norm over every mesh dim (each
- *     element counted once), clipping, the optimizer step, the replica
- *     check, and the checkpoint boxes (one global variable per parameter
- *     and per moment, so any mesh reads any other's checkpoint).
+ *   - the hooks on the tape (grad-ready starts DDP bucket reductions, and
+ *     the ZeRO reduce-scatters, non-blocking while backward goes on;
+ *     gradient accumulation reduces on the last micro-batch only), the
+ *     ZeRO-3 prefetch (below), the global gradient norm over every mesh
+ *     dim (each element counted once), clipping, the optimizer step, the
+ *     replica check, and the checkpoint boxes (one global variable per
+ *     parameter and per moment, so any mesh reads any other's checkpoint).
  *
  *   sg_parallel_t p;
  *   sg_parallel_create(mesh, &cfg, nparams, table, nlocal, &p);  // table: sg_param_info
@@ -48,17 +49,24 @@
  * same bits as DDP on the same mesh.
  *
  * zero = 2 also keeps only the pieces of the gradients: a parameter's full
- * gradient exists from its first backward use until it is ready, then it
- * is reduce-scattered onto the piece and freed. zero = 3 (FSDP) also keeps
- * only the pieces of the parameters: a parameter is all-gathered before
- * each use (forward and backward, by the tape's pre-use / pre-backward
- * hooks) and freed after it. Per step that moves 3 parameter volumes
- * (all-gather forward, all-gather backward, reduce-scatter) against DDP's
- * 2 (the ZeRO paper's 1.5x); zero 1 and 2 move DDP's 2. With zero >= 2
+ * gradient exists from its first backward use until it is ready, then its
+ * reduce-scatter onto the piece starts (non-blocking) and it is freed when
+ * that completes (at most bucket_bytes of them in flight). zero = 3 (FSDP)
+ * also keeps only the pieces of the parameters: a parameter is
+ * all-gathered before each use (forward and backward, by the tape's
+ * pre-use / pre-backward hooks) and freed after it; the first micro-batch
+ * records the order of the uses, and later ones start the (non-blocking)
+ * all-gather of the next use's parameter while the current op computes, so
+ * at most one op's parameters plus the next one are gathered at once. Per
+ * step that moves 3 parameter volumes (all-gather forward, all-gather
+ * backward, reduce-scatter) against DDP's 2 (the ZeRO paper's 1.5x); zero
+ * 1 and 2 move DDP's 2. With zero >= 2
  * the reduction runs at every micro-batch (there is no full gradient to
  * accumulate into); in deterministic mode it is the fixed-order all-reduce
  * over the whole group (DDP's bits with one micro-batch per step, at DDP's
- * traffic plus the gathers).
+ * traffic plus the gathers), blocking in the grad-ready hook, and ZeRO-1
+ * takes DDP's buckets: the reduce-scatters overlap backward only when not
+ * deterministic.
  * For zero >= 2 the full buffers exist only from create to attach (bind
  * and initialise the model in between); sg_parallel_params/grads return
  * NULL after that where the stage frees them.
@@ -105,6 +113,15 @@ typedef struct sg_parallel_config {
   int shard_over_domain; /* ZeRO also shards over the domain dims */
   int deterministic;     /* fixed-order reductions: same bits every run */
   int64_t bucket_bytes;  /* DDP bucket size (0: 25 MiB, like PyTorch) */
+  /* Mixed precision. param_dtype SG_DTYPE_BF16: the model computes with
+   * the parameters rounded to bf16 and stores bf16 activations and
+   * activation gradients; parameter gradients are rounded to bf16 when
+   * ready, then reduced in reduce_dtype (f32: the only one supported);
+   * the optimizer keeps fp32 master weights and fp32 moments (checkpoints
+   * hold them). Buffers stay f32 (holding bf16 values) until the bf16
+   * kernels exist. SG_DTYPE_F32 (the default, 0): plain fp32. */
+  sg_dtype param_dtype;
+  sg_dtype reduce_dtype;
   sg_adamw_config adamw;
 } sg_parallel_config;
 
@@ -187,6 +204,11 @@ sg_status sg_parallel_reduce(sg_parallel_t plan, double *grad_norm);
  * gradients zeroed. Collective over the mesh. */
 sg_status sg_parallel_step(sg_parallel_t plan, int64_t t, double lr,
                            double grad_scale);
+
+/* zero = 3: the most floats of gathered parameter values this rank held at
+ * once since the previous call (the parameters of the op in use plus the
+ * one prefetched); 0 for the other stages. Not collective. */
+int64_t sg_parallel_gathered_peak(sg_parallel_t plan);
 
 /* The whole local box of parameter i into out (numel floats): a copy, or
  * for zero = 3 an all-gather of the pieces. Collective over the mesh when

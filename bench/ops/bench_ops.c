@@ -149,8 +149,8 @@ static int sharded_bench(const char *spec, int64_t nb, int64_t c, int64_t k, int
     if (!strcmp(nm, "h")) pl[m] = sg_shard(2);
     if (!strcmp(nm, "w")) pl[m] = sg_shard(3);
   }
-  sg_window w1 = {.kernel = 3, .stride = 1, .padding = 1, .dilation = 1};
-  sg_sharded_window win = {2, {w1, w1}, {SG_BOUNDARY_ZERO, SG_BOUNDARY_PERIODIC}};
+  const sg_window win[2] = {{.kernel = 3, .pad = {1, 1}, .boundary = SG_BOUNDARY_ZERO},
+                           {.kernel = 3, .pad = {1, 1}, .boundary = SG_BOUNDARY_PERIODIC}};
   const int64_t xs[4] = {nb, c, h, w}, ys[4] = {nb, k, h, w};
   float *wt = frand(k * c * 9), *b = frand(k), *dw = calloc((size_t)(k * c * 9), sizeof *dw),
         *db = calloc((size_t)k, sizeof *db);
@@ -177,7 +177,7 @@ static int sharded_bench(const char *spec, int64_t nb, int64_t c, int64_t k, int
     sg_sharded_ctx_t ctx = NULL;
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = now();
-    st = sg_sharded_conv_forward(&x, &win, k, wt, b, &y, &ctx);
+    st = sg_sharded_conv_forward(&x, win, k, wt, b, &y, &ctx);
     if (st == SG_OK) st = sg_sharded_conv_backward(ctx, wt, &dy, &dx, dw, db);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rep >= 0) t[rep] = now() - t0;

@@ -1,6 +1,7 @@
 /* sg-info: print shardgrid's build configuration and the layout of a mesh.
  *
  *   mpiexec -n N sg-info [--mesh SPEC] [--json] [--log-level L]
+ *   sg-info --schedule pp=4,m=8,kind=1f1b[,v=2] [--csv] [--trace FILE]
  *
  * Without --mesh the mesh is one dim, "world=N". With --json, rank 0 prints
  * one JSON object:
@@ -10,12 +11,20 @@
  *    "build": {...}}
  * where groups[d] lists the world ranks of the rank's group along dim d in
  * group-rank order. Bad input gives one clear error line and a non-zero exit
- * on every rank (the ranks agree on the failure first, so none hangs). */
+ * on every rank (the ranks agree on the failure first, so none hangs).
+ *
+ * With --schedule it prints a pipeline schedule instead (sg_pipeline.h):
+ * the action lists laid out in simulated time, one row per time slot and
+ * one column per stage, after the checker passed; --csv prints every
+ * action (transfers included) as CSV; --trace FILE writes the simulated
+ * timeline as Chrome-trace JSON. Nothing runs a model: the times are the
+ * simulator's, F = B = W = 1 slot, no latency. */
 #include "sg_comm.h"
 #include "sg_config.h"
 #include "sg_device.h"
 #include "sg_log.h"
 #include "sg_mesh.h"
+#include "sg_pipeline.h"
 #include "sg_status.h"
 
 #include <mpi.h>
@@ -27,18 +36,36 @@
 
 typedef struct options {
   const char *mesh;
-  int json;
+  const char *schedule;
+  const char *trace;
+  const char *log_name;
+  int json, csv;
   int log_level;
   int help;
 } options;
 
 static const char usage[] =
     "usage: mpiexec -n N sg-info [--mesh SPEC] [--json] [--log-level L]\n"
+    "       sg-info --schedule SPEC [--csv] [--trace FILE]\n"
     "  --mesh SPEC       mesh, outermost dim first, e.g. pp=2,dp=2,tp=2\n"
     "                    (default: world=N)\n"
     "  --json            print the layout as one JSON object (rank 0)\n"
     "  --log-level L     error, warn, info, debug or trace\n"
+    "  --schedule SPEC   print a pipeline schedule, e.g. pp=4,m=8,kind=1f1b\n"
+    "                    (kind gpipe, 1f1b, interleaved with v=V, zb-h1)\n"
+    "  --csv             with --schedule: every action as CSV\n"
+    "  --trace FILE      with --schedule: its simulated timeline as a\n"
+    "                    Chrome-trace JSON file\n"
     "  --help            this text\n";
+
+/* Where an option that takes a value stores it (NULL: not one of them). */
+static const char **value_option(const char *a, size_t nlen, options *o) {
+  static const char *const names[] = {"--mesh", "--log-level", "--schedule", "--trace"};
+  const char **slots[] = {&o->mesh, &o->log_name, &o->schedule, &o->trace};
+  for (int k = 0; k < 4; ++k)
+    if (nlen == strlen(names[k]) && strncmp(a, names[k], nlen) == 0) return slots[k];
+  return NULL;
+}
 
 static sg_status parse_args(int argc, char **argv, options *o) {
   sg_status st = SG_OK;
@@ -49,9 +76,8 @@ static sg_status parse_args(int argc, char **argv, options *o) {
     const char *val = NULL;
     const char *eq = strchr(a, '=');
     size_t nlen = eq && strncmp(a, "--", 2) == 0 ? (size_t)(eq - a) : strlen(a);
-    int takes_value = (nlen == 6 && strncmp(a, "--mesh", 6) == 0) ||
-                      (nlen == 11 && strncmp(a, "--log-level", 11) == 0);
-    if (takes_value) {
+    const char **slot = value_option(a, nlen, o);
+    if (slot) {
       if (eq && (size_t)(eq - a) == nlen) {
         val = eq + 1;
       } else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
@@ -59,22 +85,25 @@ static sg_status parse_args(int argc, char **argv, options *o) {
       } else {
         SG_RAISE(SG_ERR_INVALID_ARG, "option %.*s needs a value", (int)nlen, a);
       }
-      if (a[2] == 'm') {
-        o->mesh = val;
-      } else {
-        o->log_level = sg_log_parse_level(val);
-        if (o->log_level < 0)
-          SG_RAISE(SG_ERR_INVALID_ARG, "unknown log level '%s' (use error, "
-                   "warn, info, debug or trace)", val);
-      }
+      *slot = val;
     } else if (strcmp(a, "--json") == 0) {
       o->json = 1;
+    } else if (strcmp(a, "--csv") == 0) {
+      o->csv = 1;
     } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       o->help = 1;
     } else {
       SG_RAISE(SG_ERR_INVALID_ARG, "unknown option '%s' (see --help)", a);
     }
   }
+  if (o->log_name) {
+    o->log_level = sg_log_parse_level(o->log_name);
+    if (o->log_level < 0)
+      SG_RAISE(SG_ERR_INVALID_ARG, "unknown log level '%s' (use error, "
+               "warn, info, debug or trace)", o->log_name);
+  }
+  if ((o->csv || o->trace) && !o->schedule)
+    SG_RAISE(SG_ERR_INVALID_ARG, "--csv and --trace go with --schedule");
 fail:
   return st;
 }
@@ -242,6 +271,124 @@ static void print_layout_json(sg_mesh_t m, const int *table, int rec) {
   printf("]");
 }
 
+/* ---- --schedule -------------------------------------------------------- */
+
+static int is_compute(sg_pp_op op) {
+  return op == SG_PP_F || op == SG_PP_B || op == SG_PP_W;
+}
+
+/* "F3", or "F3.1" for micro-batch 3 on chunk 1 when there are chunks. */
+static void cell_name(const sg_pp_schedule *s, const sg_pp_action *a, char *out, size_t n) {
+  if (s->v > 1)
+    snprintf(out, n, "%s%d.%d", sg_pp_op_name(a->op), a->mb, a->chunk);
+  else
+    snprintf(out, n, "%s%d", sg_pp_op_name(a->op), a->mb);
+}
+
+/* One row per time slot, one column per stage: with unit costs every
+ * compute action fills exactly one slot. */
+static sg_status print_schedule_table(const sg_pp_schedule *s, const sg_pp_sim *sim,
+                                      const int *peak_fb, const int *peak_fw) {
+  sg_status st = SG_OK;
+  int rows = (int)(sim->makespan + 0.5), p = s->p;
+  enum { W = 10 };
+  char *cells = calloc((size_t)rows * (size_t)p, W);
+  if (!cells) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  for (int stage = 0; stage < p; ++stage)
+    for (int i = s->off[stage]; i < s->off[stage + 1]; ++i)
+      if (is_compute(s->act[i].op)) {
+        int t = (int)(sim->start[i] + 0.5);
+        cell_name(s, &s->act[i], cells + ((size_t)t * p + stage) * W, W);
+      }
+  printf("pipeline schedule %s: p = %d stages, m = %d micro-batches, v = %d\n"
+         "(simulated: one slot per F, B or W, no latency; a cell is op micro-batch%s; "
+         ". idle)\n", sg_pp_kind_name(s->kind), p, s->m, s->v, s->v > 1 ? ".chunk" : "");
+  printf("slot");
+  for (int stage = 0; stage < p; ++stage) printf(stage + 1 < p ? "  stage %-3d" : "  stage %d", stage);
+  for (int t = 0; t < rows; ++t) {
+    printf("\n%4d", t);
+    for (int stage = 0; stage < p; ++stage) {
+      const char *c = cells + ((size_t)t * p + stage) * W;
+      printf(stage + 1 < p ? "  %-9s" : "  %s", *c ? c : ".");
+    }
+  }
+  printf("\npeak in flight (F..B)");
+  for (int stage = 0; stage < p; ++stage) printf(" %d", peak_fb[stage]);
+  if (s->kind == SG_PP_ZB_H1) {
+    printf("\npeak in flight (F..W)");
+    for (int stage = 0; stage < p; ++stage) printf(" %d", peak_fw[stage]);
+  }
+  printf("\nbubble (idle fraction)");
+  for (int stage = 0; stage < p; ++stage) printf(" %.1f%%", 100 * sim->bubble[stage]);
+  printf("\nchecked: one F and B%s per micro-batch, stage and chunk in order, matched "
+         "transfers, no deadlock\n", s->kind == SG_PP_ZB_H1 ? " and W" : "");
+fail:
+  free(cells);
+  return st;
+}
+
+static void print_schedule_csv(const sg_pp_schedule *s, const sg_pp_sim *sim) {
+  printf("stage,index,op,microbatch,chunk,peer,start,end\n");
+  for (int stage = 0; stage < s->p; ++stage)
+    for (int i = s->off[stage]; i < s->off[stage + 1]; ++i) {
+      const sg_pp_action *a = &s->act[i];
+      printf("%d,%d,%s,%d,%d,%d,%g,%g\n", stage, i - s->off[stage], sg_pp_op_name(a->op),
+             a->mb, a->chunk, sg_pp_peer(s, stage, a), sim->start[i], sim->end[i]);
+    }
+}
+
+/* Chrome trace: one thread per stage, one slot = 1 ms. */
+static sg_status write_schedule_trace(const sg_pp_schedule *s, const sg_pp_sim *sim,
+                                      const char *path) {
+  sg_status st = SG_OK;
+  FILE *f = fopen(path, "w");
+  if (!f) SG_RAISE(SG_ERR_IO, "cannot write trace file '%s'", path);
+  fprintf(f, "{\"traceEvents\": [");
+  for (int stage = 0; stage < s->p; ++stage)
+    fprintf(f, "%s\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+            "\"args\": {\"name\": \"stage %d\"}}", stage ? "," : "", stage, stage);
+  for (int stage = 0; stage < s->p; ++stage)
+    for (int i = s->off[stage]; i < s->off[stage + 1]; ++i) {
+      char name[16];
+      if (!is_compute(s->act[i].op)) continue;
+      cell_name(s, &s->act[i], name, sizeof name);
+      fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, "
+              "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}", name,
+              sg_pp_op_name(s->act[i].op), stage, 1000 * sim->start[i],
+              1000 * (sim->end[i] - sim->start[i]));
+    }
+  fprintf(f, "\n], \"displayTimeUnit\": \"ms\"}\n");
+  if (fclose(f) != 0) SG_RAISE(SG_ERR_IO, "cannot write trace file '%s'", path);
+fail:
+  return st;
+}
+
+/* Generate, check, simulate and print (rank 0 prints and writes). */
+static sg_status show_schedule(const options *o, int rank) {
+  sg_status st = SG_OK;
+  sg_pp_schedule *s = NULL;
+  sg_pp_sim sim = {0};
+  int *peaks = NULL;
+  SG_TRY(sg_pp_schedule_parse(o->schedule, &s));
+  peaks = malloc(2 * (size_t)s->p * sizeof *peaks);
+  if (!peaks) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  SG_TRY(sg_pp_schedule_check(s, peaks, peaks + s->p));
+  SG_TRY(sg_pp_simulate(s, &(sg_pp_costs){1.0, 1.0, 1.0, 0.0}, &sim));
+  if (rank == 0) {
+    if (o->csv)
+      print_schedule_csv(s, &sim);
+    else
+      SG_TRY(print_schedule_table(s, &sim, peaks, peaks + s->p));
+    if (o->trace) SG_TRY(write_schedule_trace(s, &sim, o->trace));
+    fflush(stdout);
+  }
+fail:
+  free(peaks);
+  sg_pp_sim_free(&sim);
+  sg_pp_schedule_destroy(&s);
+  return st;
+}
+
 /* After the ranks agreed on a failure: rank 0 prints the one error line
  * (sg_die), every rank finalises MPI and exits with code. */
 static void die_agreed(int rank, sg_status st, int code) {
@@ -266,6 +413,12 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (o.log_level >= 0) sg_log_set_level(o.log_level);
+  if (o.schedule) {
+    st = sg_agree(MPI_COMM_WORLD, show_schedule(&o, rank));
+    if (st != SG_OK) die_agreed(rank, st, 2);
+    MPI_Finalize();
+    return 0;
+  }
 
   char spec[64];
   snprintf(spec, sizeof spec, "world=%d", size);

@@ -41,6 +41,10 @@ static const sg_kv_key keys[] = {
     {"zero_over_domain", SG_KV_BOOL, "false", "ZeRO also shards over the domain dims h, w"},
     {"grad_accum", SG_KV_INT, "1", "micro-batches per step (gradients accumulate; one reduction per step)"},
     {"bucket_mib", SG_KV_FLOAT, "25", "DDP gradient bucket size in MiB"},
+    {"param_dtype", SG_KV_STRING, "f32",
+     "f32 | bf16: bf16 parameters, activations and their gradients for compute, fp32 master weights and "
+     "optimizer state"},
+    {"reduce_dtype", SG_KV_STRING, "f32", "gradient reduction dtype: f32"},
     {"model", SG_KV_STRING, "fno", "model: fno | cnn (ResNet-style) | unet"},
     {"width", SG_KV_INT, "32", "channels (fno, cnn); channels at full resolution (unet)"},
     {"modes", SG_KV_INT, "12", "fno: modes kept per dim"},
@@ -524,6 +528,12 @@ static sg_status plan_config(sg_kv_t kv, sg_parallel_config *pc) {
   if (!(mib > 0.0 && mib < 1e6)) SG_RAISE(SG_ERR_CONFIG, "bucket_mib must be > 0, not %g", mib);
   pc->bucket_bytes = (int64_t)(mib * 1048576.0);
   pc->adamw.weight_decay = sg_kv_float(kv, "weight_decay");
+  if (sg_dtype_parse(sg_kv_str(kv, "param_dtype"), &pc->param_dtype) != SG_OK ||
+      (pc->param_dtype != SG_DTYPE_F32 && pc->param_dtype != SG_DTYPE_BF16))
+    SG_RAISE(SG_ERR_CONFIG, "param_dtype must be f32 or bf16, not '%s'", sg_kv_str(kv, "param_dtype"));
+  if (sg_dtype_parse(sg_kv_str(kv, "reduce_dtype"), &pc->reduce_dtype) != SG_OK ||
+      !sg_dtype_is_float(pc->reduce_dtype))
+    SG_RAISE(SG_ERR_CONFIG, "reduce_dtype must be f32, not '%s'", sg_kv_str(kv, "reduce_dtype"));
 fail:
   return st;
 }

@@ -54,12 +54,9 @@ static const sg_op_def lap_op = {
              .out = SG_OUT_LIKE_INPUT}};
 
 sg_status ag_laplacian(sg_tape_t t, sg_var *x, sg_var **y) {
-  sg_op_window win = {.nsp = 2,
-                      .kernel = {3, 3},
-                      .stride = {1, 1},
-                      .dilation = {1, 1},
-                      .pad = {{1, 1}, {1, 1}},
-                      .mode = {SG_PAD_PERIODIC, SG_PAD_PERIODIC}};
-  return sg_tape_apply(t, &lap_op, 1, &x, 1, &win, NULL, 0, y);
+  /* one window per spatial dim: 3 wide, one periodic cell each side */
+  const sg_window w = {.kernel = 3, .pad = {1, 1}, .boundary = SG_BOUNDARY_PERIODIC};
+  const sg_window win[2] = {w, w};
+  return sg_tape_apply(t, &lap_op, 1, &x, 1, win, NULL, 0, y);
 }
 

@@ -74,11 +74,15 @@ fail:
   return st;
 }
 
-void sg_nccl_group_free(struct sg_group *g) {
+sg_status sg_nccl_group_free(struct sg_group *g) {
+  sg_status st = SG_OK;
   if (g && g->nccl) {
-    ncclCommDestroy(comm_of(g));
+    ncclResult_t rc = ncclCommDestroy(comm_of(g));
     g->nccl = NULL;
+    if (rc != ncclSuccess)
+      st = sg_error_nccl((int)rc, "ncclCommDestroy", __FILE__, __LINE__);
   }
+  return st;
 }
 
 static sg_status group_init(struct sg_group *g) {

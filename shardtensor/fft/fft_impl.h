@@ -93,7 +93,9 @@ sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes,
                              const int64_t *src_phys, const int64_t *src_log,
                              const sg_fft_map *src_map, int use_shm,
                              const int64_t *from_parent_len);
-void sg_fft_redist_free(sg_fft_redist *rd);
+/* Free what rd holds and reset it; NULL and reset redistributions are
+ * fine (SG_OK). Not collective. */
+sg_status sg_fft_redist_free(sg_fft_redist *rd);
 /* Collective over the axis's group when axis >= 0 (the shared window).
  * Forward: src -> dst using send/recv scratch (send_total / recv_total
  * elements). Reverse: dst -> src (src zero-filled where logical < phys). */
@@ -123,6 +125,7 @@ sg_status sg_fft_cuda_stage_create(int f64, int r2c, int nd,
                                    const int *tdims, sg_fft_cuda_stage **out);
 sg_status sg_fft_cuda_stage_exec(sg_fft_cuda_stage *s, int fwd, void *in,
                                  void *out);
-void sg_fft_cuda_stage_destroy(sg_fft_cuda_stage **s);
+/* NULL and *s == NULL are fine (SG_OK); sets *s to NULL. */
+sg_status sg_fft_cuda_stage_destroy(sg_fft_cuda_stage **s);
 
 #endif /* SG_FFT_IMPL_H */

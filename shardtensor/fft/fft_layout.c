@@ -21,7 +21,7 @@ void sg_fft_layout_dim_box(const sg_fft_layout *l, int d, const int *axis_size,
   for (int s = 0; s < l->nsplit[d]; ++s) {
     int a = l->split[d][s];
     int64_t po, pn;
-    sg_split_balanced(n, axis_size[a], coords[a], &po, &pn);
+    sg_split_part(n, axis_size[a], coords[a], &po, &pn);
     o += po;
     n = pn;
   }
@@ -269,7 +269,7 @@ sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes,
     rd->comm = axes->comm[axis];
     rd->dst_shape[from] = *from_parent_len;
     int64_t o, n;
-    sg_split_balanced(src_log[to], rd->P, rd->r, &o, &n);
+    sg_split_part(src_log[to], rd->P, rd->r, &o, &n);
     rd->dst_shape[to] = n;
   }
   int P = rd->P;
@@ -295,8 +295,8 @@ sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes,
       rl[d] = rd->dst_shape[d];
     }
     if (axis >= 0) {
-      sg_split_balanced(src_log[to], P, q, &so[to], &sl[to]);
-      sg_split_balanced(*from_parent_len, P, q, &ro[from], &rl[from]);
+      sg_split_part(src_log[to], P, q, &so[to], &sl[to]);
+      sg_split_part(*from_parent_len, P, q, &ro[from], &rl[from]);
     }
     int64_t sc = prod(sl, nd), rc = prod(rl, nd);
     if (q == rd->r) sc = rc = 0; /* own block: copied directly */
@@ -386,8 +386,8 @@ fail:
   return st;
 }
 
-void sg_fft_redist_free(sg_fft_redist *rd) {
-  if (!rd) return;
+sg_status sg_fft_redist_free(sg_fft_redist *rd) {
+  if (!rd) return SG_OK;
   free(rd->send_off);
   free(rd->send_len);
   free(rd->recv_off);
@@ -407,6 +407,7 @@ void sg_fft_redist_free(sg_fft_redist *rd) {
   memset(rd, 0, sizeof *rd);
   rd->etype = MPI_DATATYPE_NULL;
   rd->win = MPI_WIN_NULL;
+  return SG_OK;
 }
 
 static int needs_zero(const sg_fft_redist *rd) {

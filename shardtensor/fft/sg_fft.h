@@ -3,7 +3,7 @@
  * The data is a raw description of a sharded array, so that a ShardTensor
  * can wrap it: a global spatial shape (2-D or 3-D), for every spatial dim
  * the mesh dim that splits it (or -1), the balanced split rule
- * (sg_split_balanced: the first n % p ranks get one more), and leading
+ * (sg_split_part: the first n % p ranks get one more), and leading
  * batch x channel dims carried along whole ("batch", their product). The
  * local block of a rank is row-major (batch, n0, n1[, n2]); real data holds
  * one scalar per element, complex data two (re, im interleaved), in the

@@ -100,6 +100,19 @@ static void test_dtype(void) {
   SG_CHECK_OK(sg_dtype_convert(b, SG_DTYPE_BF16, back, SG_DTYPE_F64, 4));
   SG_CHECK(back[0] == 1.5 && back[1] == -2.25 && back[3] == 7.0, "bf16 round trip");
   SG_CHECK_STATUS(sg_dtype_convert(d, (sg_dtype)42, f, SG_DTYPE_F32, 4), SG_ERR_INVALID_ARG);
+  /* the vector rounding is the scalar conversion, bit for bit: a sweep of
+   * bit patterns (every sign, exponent, ties, denormals, inf, NaN) */
+  enum { NR = 1 << 16 };
+  static float r[NR], want[NR];
+  for (uint32_t k = 0; k < NR; ++k) {
+    const uint32_t u = k * 65537u + (k & 3u) * 0x7fffu; /* hits the tie bits */
+    memcpy(&r[k], &u, sizeof u);
+    want[k] = sg_bf16_to_f32(sg_bf16_from_f32(r[k]));
+  }
+  sg_round_bf16(r, NR);
+  int diff = 0;
+  for (int k = 0; k < NR; ++k) diff += isnan(want[k]) ? !isnan(r[k]) : memcmp(&r[k], &want[k], sizeof r[k]) != 0;
+  SG_CHECK(diff == 0, "sg_round_bf16 differs from the scalar conversion in %d of %d values", diff, NR);
 }
 
 static void test_device(void) {

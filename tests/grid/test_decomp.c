@@ -45,7 +45,7 @@ static void test_split(void) {
 static void test_issue_case(void) {
   /* N=10, P=4, k=s=2, p=0: exchanged halos [[0,1],[0,0],[0,0],[0,0]]; rank 1
    * holds one input it does not need (signed lower halo -1). */
-  sg_window w = {2, 2, 0, 1};
+  sg_window w = SG_WINDOW_SYM(2, 2, 0, 1);
   int64_t halo[8], width[8], osz[4], ooff[4];
   SG_CHECK_OK(sg_window_halos(10, 4, w, halo, osz, ooff));
   sg_halo_widths(4, halo, width);
@@ -66,13 +66,13 @@ static void test_issue_case(void) {
   SG_CHECK_OK(sg_halo_check(0, 4, sizes, SG_BOUNDARY_ZERO, halo));
 
   /* 3-wide conv, padding 1 on 17 over 3: halos 1 everywhere */
-  sg_window c3 = {3, 1, 1, 1};
+  sg_window c3 = SG_WINDOW_SYM(3, 1, 1, 1);
   int64_t h3[6];
   SG_CHECK_OK(sg_window_halos(17, 3, c3, h3, osz, NULL));
   for (int i = 0; i < 6; ++i) SG_CHECK(h3[i] == 1, "conv3 halo %d", i);
   SG_CHECK(osz[0] == 6 && osz[1] == 6 && osz[2] == 5, "conv3 out sizes");
   /* identity op: no halo */
-  sg_window id = {1, 1, 0, 1};
+  sg_window id = SG_WINDOW_SYM(1, 1, 0, 1);
   SG_CHECK_OK(sg_window_halos(17, 3, id, h3, NULL, NULL));
   for (int i = 0; i < 6; ++i) SG_CHECK(h3[i] == 0, "identity halo %d", i);
 }
@@ -88,7 +88,7 @@ static void test_brute_force(void) {
         for (int64_t s = 1; s <= 3; ++s)
           for (int64_t pad = 0; pad <= 2; ++pad)
             for (int64_t d = 1; d <= 2; ++d) {
-              sg_window w = {k, s, pad, d};
+              sg_window w = SG_WINDOW_SYM(k, s, pad, d);
               int64_t n_out;
               if (sg_window_output_size(w, n, &n_out) != SG_OK) continue;
               if (n_out < p) continue;
@@ -120,12 +120,12 @@ static void test_brute_force(void) {
   SG_CHECK(cases > 500, "brute force covered %d cases", cases);
   /* output size formula (PyTorch's) */
   int64_t n_out;
-  sg_window w = {3, 2, 1, 2};
+  sg_window w = SG_WINDOW_SYM(3, 2, 1, 2);
   SG_CHECK_OK(sg_window_output_size(w, 10, &n_out));
   SG_CHECK(n_out == 4, "output size %lld", (long long)n_out);
-  sg_window big = {5, 1, 0, 3};
+  sg_window big = SG_WINDOW_SYM(5, 1, 0, 3);
   SG_CHECK_STATUS(sg_window_output_size(big, 10, &n_out), SG_ERR_SHAPE);
-  sg_window bad = {0, 1, 0, 1};
+  sg_window bad = SG_WINDOW_SYM(-1, 1, 0, 1); /* 0 would mean 1 */
   SG_CHECK_STATUS(sg_window_output_size(bad, 10, &n_out), SG_ERR_INVALID_ARG);
 }
 
@@ -134,7 +134,7 @@ static void test_thin(void) {
    * part (1 cell) would have to supply 2 cells to part 2. */
   int64_t sizes[4], halo[8];
   SG_CHECK_OK(sg_split_table(7, 4, 0, sizes, NULL));
-  sg_window w = {5, 1, 2, 1};
+  sg_window w = SG_WINDOW_SYM(5, 1, 2, 1);
   SG_CHECK_OK(sg_window_halos(7, 4, w, halo, NULL, NULL));
   SG_CHECK_STATUS(sg_halo_check(1, 4, sizes, SG_BOUNDARY_ZERO, halo),
                   SG_ERR_HALO);
@@ -191,14 +191,14 @@ static void test_decomp_nd(void) {
       total += shape[0] * shape[1] * shape[2];
     }
   SG_CHECK(total == 17 * 23 * 9, "table covers the grid");
-  sg_window w[3] = {{3, 1, 1, 1}, {5, 1, 2, 1}, {3, 1, 1, 1}};
+  sg_window w[3] = {SG_WINDOW_SYM(3, 1, 1, 1), SG_WINDOW_SYM(5, 1, 2, 1), SG_WINDOW_SYM(3, 1, 1, 1)};
   int64_t width[3][2];
   SG_CHECK_OK(sg_decomp_local_halo(dec, w, width));
   SG_CHECK(width[0][0] == 1 && width[0][1] == 1 && width[1][0] == 2 &&
                width[1][1] == 2 && width[2][0] == 1 && width[2][1] == 1,
            "local widths");
   /* too-wide window along dim 1 (shards of 5 and 6 cells) */
-  sg_window wide[3] = {{3, 1, 1, 1}, {15, 1, 7, 1}, {3, 1, 1, 1}};
+  sg_window wide[3] = {SG_WINDOW_SYM(3, 1, 1, 1), SG_WINDOW_SYM(15, 1, 7, 1), SG_WINDOW_SYM(3, 1, 1, 1)};
   SG_CHECK_STATUS(sg_decomp_local_halo(dec, wide, width), SG_ERR_HALO);
   SG_CHECK(strstr(sg_last_error(), "dim 1") != NULL, "dim named: %s",
            sg_last_error());

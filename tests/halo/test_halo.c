@@ -210,7 +210,7 @@ static sg_status make_desc(sg_mesh_t mesh, const cfg *c, sg_dtype dt,
       int64_t *osz = malloc(sizeof(int64_t) * (size_t)p * 4);
       SG_TRY(sg_decomp_window_halos(dec, d, c->win[d], osz + 2 * p, osz,
                                     osz + p));
-      *s = (sdim){c->win[d].kernel, c->win[d].stride, -c->win[d].padding,
+      *s = (sdim){c->win[d].kernel, c->win[d].stride, -c->win[d].pad[0],
                   c->win[d].dilation, osz[p + me], osz[me]};
       free(osz);
     } else {
@@ -540,12 +540,12 @@ static void run_all(int nd) {
                                   {{1, 2}, {0, 1}, {2, 0}}};
   /* window ops per dim: kernel, stride, padding, dilation */
   const sg_window wins2[][3] = {
-      {{3, 1, 1, 1}, {7, 1, 3, 1}, {1, 1, 0, 1}},
-      {{2, 2, 0, 1}, {3, 2, 1, 1}, {1, 1, 0, 1}},
-      {{3, 1, 2, 2}, {4, 1, 1, 1}, {1, 1, 0, 1}},
-      {{5, 1, 2, 1}, {3, 3, 0, 1}, {1, 1, 0, 1}}};
-  const sg_window wins3[][3] = {{{3, 1, 1, 1}, {3, 1, 1, 1}, {3, 1, 1, 1}},
-                                {{2, 2, 0, 1}, {5, 1, 2, 1}, {3, 2, 1, 1}}};
+      {SG_WINDOW_SYM(3, 1, 1, 1), SG_WINDOW_SYM(7, 1, 3, 1), SG_WINDOW_SYM(1, 1, 0, 1)},
+      {SG_WINDOW_SYM(2, 2, 0, 1), SG_WINDOW_SYM(3, 2, 1, 1), SG_WINDOW_SYM(1, 1, 0, 1)},
+      {SG_WINDOW_SYM(3, 1, 2, 2), SG_WINDOW_SYM(4, 1, 1, 1), SG_WINDOW_SYM(1, 1, 0, 1)},
+      {SG_WINDOW_SYM(5, 1, 2, 1), SG_WINDOW_SYM(3, 3, 0, 1), SG_WINDOW_SYM(1, 1, 0, 1)}};
+  const sg_window wins3[][3] = {{SG_WINDOW_SYM(3, 1, 1, 1), SG_WINDOW_SYM(3, 1, 1, 1), SG_WINDOW_SYM(3, 1, 1, 1)},
+                                {SG_WINDOW_SYM(2, 2, 0, 1), SG_WINDOW_SYM(5, 1, 2, 1), SG_WINDOW_SYM(3, 2, 1, 1)}};
   int nfixed = nd == 2 ? 5 : 3, nwin = nd == 2 ? 4 : 2;
   int toggle = 0;
   const char *paths[5] = {"auto", "mpi", "pack", "direct", "shm"};

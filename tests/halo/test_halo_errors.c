@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
   SG_CHECK_OK(sg_decomp_create(mesh, &dd, &dec));
   if (P > 1) {
     /* 1. pure detection from the decomposition: same error on every rank */
-    sg_window w[2] = {{3, 1, 1, 1}, {5, 1, 2, 1}};
+    sg_window w[2] = {SG_WINDOW_SYM(3, 1, 1, 1), SG_WINDOW_SYM(5, 1, 2, 1)};
     sg_halo_desc desc;
     SG_CHECK_STATUS(sg_halo_desc_from_decomp(dec, w, 1, SG_DTYPE_F32, &desc),
                     SG_ERR_HALO);

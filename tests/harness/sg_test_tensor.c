@@ -108,10 +108,11 @@ int sg_test_buf_guards_ok(const sg_test_buf *b) {
   return 1;
 }
 
-void sg_test_buf_free(sg_test_buf *b) {
-  if (!b) return;
+sg_status sg_test_buf_free(sg_test_buf *b) {
+  if (!b) return SG_OK;
   free(b->base);
   memset(b, 0, sizeof *b);
+  return SG_OK;
 }
 
 /* ---- sharded leaves ---------------------------------------------------------- */

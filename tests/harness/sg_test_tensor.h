@@ -55,7 +55,8 @@ sg_status sg_test_buf_alloc(sg_test_buf *b, sg_dtype dt, int64_t n);
 /* 1 if both guards still hold the sentinel (1 for a buffer never
  * allocated). */
 int sg_test_buf_guards_ok(const sg_test_buf *b);
-void sg_test_buf_free(sg_test_buf *b);
+/* Free b's memory and reset it; NULL and reset buffers are fine (SG_OK). */
+sg_status sg_test_buf_free(sg_test_buf *b);
 
 /* ---- sharded leaves ----------------------------------------------------------- */
 /* v: a leaf holding this rank's block of the global double array (nd,

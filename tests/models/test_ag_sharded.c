@@ -130,24 +130,25 @@ static sg_status model_body(sg_tape_t t, model *m, sg_var *x, sg_var **out) {
   sg_status st = SG_OK;
   sg_var *h1, *h2, *h3, *h4, *h5, *h6, *skip, *h7;
   sg_var *P = m->p;
-  sg_conv_args c1 = {.nsp = 2, .pad = {{1, 1}, {1, 1}}, .mode = {SG_PAD_PERIODIC, SG_PAD_PERIODIC}};
-  SG_TRY(sg_ag_conv(t, x, &P[0], &P[1], &c1, &h1));
+  sg_window c1[2] = {{.pad = {1, 1}, .boundary = SG_PAD_PERIODIC},
+                     {.pad = {1, 1}, .boundary = SG_PAD_PERIODIC}};
+  SG_TRY(sg_ag_conv(t, x, &P[0], &P[1], c1, &h1));
   sg_norm_desc nd = {.kind = SG_NORM_GROUP, .groups = 2, .eps = 1e-5};
   SG_TRY(sg_ag_norm(t, &nd, h1, &P[2], &P[3], &h2));
   SG_TRY(sg_ag_act(t, SG_ACT_GELU, h2, &h3));
   if (m->variant == 0) {
     int64_t k[2] = {2, 2};
-    sg_conv_args pa = {.nsp = 2, .stride = {2, 2}};
-    SG_TRY(sg_ag_pool(t, SG_POOL_AVG, h3, k, &pa, &h4));
+    sg_window pa[2] = {{.kernel = k[0], .stride = 2}, {.kernel = k[1], .stride = 2}};
+    SG_TRY(sg_ag_pool(t, SG_POOL_AVG, h3, pa, &h4));
   } else {
     int64_t k[2] = {3, 3};
-    sg_conv_args pa = {.nsp = 2, .stride = {2, 2}, .pad = {{1, 1}, {1, 1}},
-                       .mode = {SG_PAD_REPLICATE, SG_PAD_REPLICATE}};
-    SG_TRY(sg_ag_pool(t, SG_POOL_MAX, h3, k, &pa, &h4));
+    sg_window pa[2] = {{.kernel = k[0], .stride = 2, .pad = {1, 1}, .boundary = SG_PAD_REPLICATE},
+                       {.kernel = k[1], .stride = 2, .pad = {1, 1}, .boundary = SG_PAD_REPLICATE}};
+    SG_TRY(sg_ag_pool(t, SG_POOL_MAX, h3, pa, &h4));
   }
-  sg_conv_args c2 = {.nsp = 2, .dilation = {2, 2}, .pad = {{2, 2}, {2, 2}},
-                     .mode = {SG_PAD_REFLECT, SG_PAD_REFLECT}};
-  SG_TRY(sg_ag_conv(t, h4, &P[4], &P[5], &c2, &h5));
+  sg_window c2[2] = {{.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REFLECT},
+                     {.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REFLECT}};
+  SG_TRY(sg_ag_conv(t, h4, &P[4], &P[5], c2, &h5));
   int64_t two[2] = {2, 2};
   if (m->variant == 0)
     SG_TRY(sg_ag_upsample(t, SG_UPSAMPLE_LINEAR, h5, two, &h6));
@@ -161,8 +162,8 @@ static sg_status model_body(sg_tape_t t, model *m, sg_var *x, sg_var **out) {
     SG_TRY(sg_ag_upsample(t, SG_UPSAMPLE_NEAREST, h4, two, &skip));
   sg_var *cat[2] = {h6, skip};
   SG_TRY(sg_ag_concat(t, 2, cat, &h7));
-  sg_conv_args c3 = {.nsp = 2, .stride = {2, 2}, .pad = {{1, 1}, {1, 1}}};
-  SG_TRY(sg_ag_conv(t, h7, &P[8], &P[9], &c3, out));
+  sg_window c3[2] = {{.stride = 2, .pad = {1, 1}}, {.stride = 2, .pad = {1, 1}}};
+  SG_TRY(sg_ag_conv(t, h7, &P[8], &P[9], c3, out));
 fail:
   return st;
 }
@@ -297,11 +298,11 @@ typedef sg_status (*chain_fn)(sg_tape_t t, sg_var *prm, sg_var *x, sg_var **out)
 static sg_status chain_1d(sg_tape_t t, sg_var *prm, sg_var *x, sg_var **out) {
   sg_status st = SG_OK;
   sg_var *h1, *h2;
-  sg_conv_args a1 = {.nsp = 1, .stride = {2}, .pad = {{2, 2}}, .mode = {SG_PAD_PERIODIC}};
-  SG_TRY(sg_ag_conv(t, x, &prm[0], &prm[1], &a1, &h1));
+  sg_window a1[1] = {{.stride = 2, .pad = {2, 2}, .boundary = SG_PAD_PERIODIC}};
+  SG_TRY(sg_ag_conv(t, x, &prm[0], &prm[1], a1, &h1));
   SG_TRY(sg_ag_act(t, SG_ACT_SILU, h1, &h2));
-  sg_conv_args a2 = {.nsp = 1, .pad = {{2, 0}}, .mode = {SG_PAD_REPLICATE}};
-  SG_TRY(sg_ag_conv(t, h2, &prm[2], NULL, &a2, out));
+  sg_window a2[1] = {{.pad = {2, 0}, .boundary = SG_PAD_REPLICATE}};
+  SG_TRY(sg_ag_conv(t, h2, &prm[2], NULL, a2, out));
 fail:
   return st;
 }
@@ -311,14 +312,17 @@ fail:
 static sg_status chain_3d(sg_tape_t t, sg_var *prm, sg_var *x, sg_var **out) {
   sg_status st = SG_OK;
   sg_var *h1, *h2, *h3, *h4, *h5;
-  sg_conv_args a1 = {.nsp = 3, .pad = {{1, 1}, {1, 1}, {1, 1}},
-                     .mode = {SG_PAD_PERIODIC, SG_PAD_REFLECT, SG_PAD_ZERO}};
-  SG_TRY(sg_ag_conv(t, x, &prm[0], &prm[1], &a1, &h1));
+  sg_window a1[3] = {{.pad = {1, 1}, .boundary = SG_PAD_PERIODIC},
+                     {.pad = {1, 1}, .boundary = SG_PAD_REFLECT},
+                     {.pad = {1, 1}, .boundary = SG_PAD_ZERO}};
+  SG_TRY(sg_ag_conv(t, x, &prm[0], &prm[1], a1, &h1));
   sg_norm_desc nd = {.kind = SG_NORM_INSTANCE, .eps = 1e-5};
   SG_TRY(sg_ag_norm(t, &nd, h1, NULL, NULL, &h2));
   int64_t k[3] = {2, 2, 2};
-  sg_conv_args pa = {.nsp = 3, .stride = {2, 2, 2}};
-  SG_TRY(sg_ag_pool(t, SG_POOL_MAX, h2, k, &pa, &h3));
+  sg_window pa[3] = {{.kernel = k[0], .stride = 2},
+                     {.kernel = k[1], .stride = 2},
+                     {.kernel = k[2], .stride = 2}};
+  SG_TRY(sg_ag_pool(t, SG_POOL_MAX, h2, pa, &h3));
   SG_TRY(sg_ag_upsample(t, SG_UPSAMPLE_NEAREST, h3, k, &h4));
   SG_TRY(sg_ag_linear(t, h4, &prm[2], NULL, &h5));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h4, h5, out));
@@ -516,7 +520,7 @@ done:
 
 /* ---- errors: every rank gets the same status, nobody hangs ------------------- */
 
-static sg_status conv_on(sg_tape_t tape, sg_var *x, sg_var *w, const sg_conv_args *a) {
+static sg_status conv_on(sg_tape_t tape, sg_var *x, sg_var *w, const sg_window *a) {
   sg_var *y = NULL;
   return sg_ag_conv(tape, x, w, NULL, a, &y);
 }
@@ -529,9 +533,9 @@ static sg_status conv_on(sg_tape_t tape, sg_var *x, sg_var *w, const sg_conv_arg
  * inside). f64. */
 static void run_pool_ref(const char *spec) {
   enum { N = 2, C = 2, H = 13, W = 11 };
-  const int64_t gx[4] = {N, C, H, W}, k[2] = {3, 3};
-  const sg_conv_args a = {.nsp = 2, .stride = {1, 2}, .dilation = {2, 2},
-                          .pad = {{2, 2}, {2, 1}}, .mode = {SG_PAD_ZERO, SG_PAD_ZERO}};
+  const int64_t gx[4] = {N, C, H, W};
+  const sg_window a[2] = {{.kernel = 3, .stride = 1, .dilation = 2, .pad = {2, 2}},
+                         {.kernel = 3, .stride = 2, .dilation = 2, .pad = {2, 1}}};
   const int64_t OH = (H + 4 - 4 - 1) / 1 + 1, OW = (W + 3 - 4 - 1) / 2 + 1;
   const int64_t gy[4] = {N, C, OH, OW}, nx = N * C * H * W, ny = N * C * OH * OW;
   double *x = malloc(nx * sizeof *x), *r = malloc(ny * sizeof *r);
@@ -552,7 +556,7 @@ static void run_pool_ref(const char *spec) {
           int64_t best = -1;
           for (int u = 0; u < 3; ++u)
             for (int v = 0; v < 3; ++v) {
-              int64_t h = i * a.stride[0] - a.pad[0][0] + u * 2, w = j * a.stride[1] - a.pad[1][0] + v * 2;
+              int64_t h = i * a[0].stride - a[0].pad[0] + u * 2, w = j * a[1].stride - a[1].pad[0] + v * 2;
               if (h < 0 || h >= H || w < 0 || w >= W) continue;
               int64_t e = (p * H + h) * W + w;
               if (kind && (best < 0 || x[e] > acc)) acc = x[e], best = e;
@@ -574,7 +578,7 @@ static void run_pool_ref(const char *spec) {
     } else {
       SG_REQUIRE_OK(sg_var_init(&vx, "x", SG_DTYPE_F64, 4, gx, x, 1));
     }
-    SG_REQUIRE_OK(sg_ag_pool(tape, pk, &vx, k, &a, &y));
+    SG_REQUIRE_OK(sg_ag_pool(tape, pk, &vx, a, &y));
     SG_CHECK(!memcmp(sg_var_global_shape(y), gy, sizeof gy), "%s: output shape", label);
     if (spec) {
       cmp_local("output", label, y, &y->value, yref, 1e-13, 1e-14);
@@ -626,7 +630,7 @@ static void run_errors(void) {
   SG_REQUIRE_OK(make_sharded(&x, "x", SG_DTYPE_F64, mesh, 4, g5, g, 1, &bx));
   SG_REQUIRE_OK(make_sharded(&x7, "x7", SG_DTYPE_F64, mesh, 4, g7, g, 1, &b7));
   SG_REQUIRE_OK(sg_var_init_param(&w, "w", SG_DTYPE_F64, 4, wsh, NULL, NULL));
-  sg_conv_args a = {.nsp = 2, .pad = {{1, 1}, {1, 1}}};
+  sg_window a[2] = {{.pad = {1, 1}}, {.pad = {1, 1}}};
   /* channels sharded, Partial: placements conv does not accept */
   sg_placement pc[1] = {sg_shard(1)}, pp[1] = {sg_partial()};
   int64_t off[4], shp[4];
@@ -634,11 +638,11 @@ static void run_errors(void) {
   bc = calloc((size_t)sg_test_numel(4, shp) + 1, sizeof(double));
   SG_REQUIRE_OK(sg_var_init(&xc, "xc", SG_DTYPE_F64, 4, shp, bc, 1));
   SG_REQUIRE_OK(sg_var_set_sharding(&xc, mesh, pc, g5));
-  SG_CHECK_STATUS(conv_on(tape, &xc, &w, &a), SG_ERR_INVALID_ARG);
+  SG_CHECK_STATUS(conv_on(tape, &xc, &w, a), SG_ERR_INVALID_ARG);
   bp = calloc((size_t)sg_test_numel(4, g5), sizeof(double));
   SG_REQUIRE_OK(sg_var_init(&xp, "xp", SG_DTYPE_F64, 4, g5, bp, 1));
   SG_REQUIRE_OK(sg_var_set_sharding(&xp, mesh, pp, g5));
-  SG_CHECK_STATUS(conv_on(tape, &xp, &w, &a), SG_ERR_INVALID_ARG);
+  SG_CHECK_STATUS(conv_on(tape, &xp, &w, a), SG_ERR_INVALID_ARG);
   /* shapes: concat of different global grids, binary sharded vs plain */
   sg_var *two[2] = {&x, &x7};
   SG_CHECK_STATUS(sg_ag_concat(tape, 2, two, &y), SG_ERR_SHAPE);
@@ -648,11 +652,11 @@ static void run_errors(void) {
   SG_REQUIRE_OK(sg_var_init(&ws, "ws", SG_DTYPE_F64, 4, wsh, bp, 1));
   sg_placement pr[1] = {sg_replicate()};
   SG_REQUIRE_OK(sg_var_set_sharding(&ws, mesh, pr, wsh));
-  SG_CHECK_STATUS(conv_on(tape, &x, &ws, &a), SG_ERR_INVALID_ARG);
+  SG_CHECK_STATUS(conv_on(tape, &x, &ws, a), SG_ERR_INVALID_ARG);
   /* a shard thinner than the halo (5 rows over >= 2 ranks, halo 3) */
   if (sg_test_size > 1) {
-    sg_conv_args th = {.nsp = 2, .dilation = {3, 1}, .pad = {{3, 3}, {1, 1}}};
-    SG_CHECK_STATUS(conv_on(tape, &x, &w, &th), SG_ERR_HALO);
+    sg_window th[2] = {{.dilation = 3, .pad = {3, 3}}, {.dilation = 1, .pad = {1, 1}}};
+    SG_CHECK_STATUS(conv_on(tape, &x, &w, th), SG_ERR_HALO);
   }
   /* a wrong local block on rank 0 only: every rank fails */
   if (sg_test_size > 1) {
@@ -667,7 +671,7 @@ static void run_errors(void) {
   }
   SG_CHECK(sg_tape_size(tape) == 0, "failed ops left %d nodes", sg_tape_size(tape));
   /* and the tape still works */
-  SG_CHECK_OK(sg_ag_conv(tape, &x, &w, NULL, &a, &y));
+  SG_CHECK_OK(sg_ag_conv(tape, &x, &w, NULL, a, &y));
   if (y) {
     SG_CHECK_OK(sg_ag_loss(tape, SG_LOSS_MEAN, y, NULL, &loss));
     if (loss) SG_CHECK_OK(sg_tape_backward(tape, loss));

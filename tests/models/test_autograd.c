@@ -34,13 +34,14 @@ typedef struct model1 {
 static sg_status model1_forward(sg_tape_t tape, model1 *m, sg_var **loss) {
   sg_status st = SG_OK;
   sg_var *h1, *h2, *h3, *h4;
-  sg_conv_args ca = {.nsp = 2, .pad = {{1, 1}, {1, 1}}, .mode = {SG_PAD_ZERO, SG_PAD_PERIODIC}};
-  SG_TRY(sg_ag_conv(tape, &m->vx, &m->vw, NULL, &ca, &h1)); /* (2, 3, 9, 7) */
+  sg_window ca[2] = {{.pad = {1, 1}, .boundary = SG_PAD_ZERO},
+                     {.pad = {1, 1}, .boundary = SG_PAD_PERIODIC}};
+  SG_TRY(sg_ag_conv(tape, &m->vx, &m->vw, NULL, ca, &h1)); /* (2, 3, 9, 7) */
   SG_TRY(sg_ag_bias(tape, h1, &m->vb, &h2));
   SG_TRY(sg_ag_act(tape, SG_ACT_RELU, h2, &h3));
   int64_t pk[2] = {3, 3};
-  sg_conv_args pa = {.nsp = 2, .stride = {2, 2}};
-  SG_TRY(sg_ag_pool(tape, SG_POOL_MAX, h3, pk, &pa, &h4)); /* (2, 3, 4, 3) */
+  sg_window pa[2] = {{.kernel = pk[0], .stride = 2}, {.kernel = pk[1], .stride = 2}};
+  SG_TRY(sg_ag_pool(tape, SG_POOL_MAX, h3, pa, &h4)); /* (2, 3, 4, 3) */
   SG_TRY(sg_ag_loss(tape, SG_LOSS_MSE, h4, &m->vt, loss));
 fail:
   return st;
@@ -181,12 +182,11 @@ static void test_model1(void) {
 
   /* bad input: clear errors */
   sg_var *y = NULL;
-  sg_conv_args ca1 = {.nsp = 1};
-  SG_CHECK_STATUS(sg_ag_conv(tape, &m->vx, &m->vw, NULL, &ca1, &y), SG_ERR_SHAPE);
+  sg_window ca1[2] = {{.kernel = 5}, {0}}; /* a kernel unlike the weight's */
+  SG_CHECK_STATUS(sg_ag_conv(tape, &m->vx, &m->vw, NULL, ca1, &y), SG_ERR_SHAPE);
   SG_CHECK_STATUS(sg_ag_binary(tape, SG_BINARY_ADD, &m->vx, &m->vt, &y), SG_ERR_SHAPE);
-  sg_conv_args big = {.nsp = 2};
-  int64_t pk[2] = {11, 3};
-  SG_CHECK_STATUS(sg_ag_pool(tape, SG_POOL_AVG, &m->vx, pk, &big, &y), SG_ERR_SHAPE);
+  sg_window big[2] = {{.kernel = 11}, {.kernel = 3}};
+  SG_CHECK_STATUS(sg_ag_pool(tape, SG_POOL_AVG, &m->vx, big, &y), SG_ERR_SHAPE);
   sg_tape_clear(tape);
 done:
   sg_tape_destroy(&tape);
@@ -213,8 +213,9 @@ typedef struct model2 {
 static sg_status model2_forward(sg_tape_t tape, model2 *m, sg_var **loss) {
   sg_status st = SG_OK;
   sg_var *a, *b, *c, *d, *parts[2], *e, *f, *g, *h, *i, *j, *k, *l, *o, *q;
-  sg_conv_args ca = {.nsp = 2, .pad = {{1, 1}, {1, 1}}, .mode = {SG_PAD_REFLECT, SG_PAD_REPLICATE}};
-  SG_TRY(sg_ag_conv(tape, &m->vx, &m->vp[P1], &m->vp[P2], &ca, &a)); /* (1, 4, 5, 6) */
+  sg_window ca[2] = {{.pad = {1, 1}, .boundary = SG_PAD_REFLECT},
+                     {.pad = {1, 1}, .boundary = SG_PAD_REPLICATE}};
+  SG_TRY(sg_ag_conv(tape, &m->vx, &m->vp[P1], &m->vp[P2], ca, &a)); /* (1, 4, 5, 6) */
   sg_norm_desc nd = {.kind = SG_NORM_GROUP, .groups = 2, .eps = 1e-5};
   SG_TRY(sg_ag_norm(tape, &nd, a, &m->vp[P3], &m->vp[P4], &b));
   SG_TRY(sg_ag_act(tape, SG_ACT_GELU, b, &c));
@@ -222,8 +223,8 @@ static sg_status model2_forward(sg_tape_t tape, model2 *m, sg_var **loss) {
   SG_TRY(sg_ag_split(tape, c, 2, ch, parts));
   int64_t sc[2] = {2, 2}, pk[2] = {2, 2};
   SG_TRY(sg_ag_upsample(tape, SG_UPSAMPLE_LINEAR, parts[0], sc, &d)); /* (1,1,10,12) */
-  sg_conv_args pa = {.nsp = 2, .stride = {2, 2}};
-  SG_TRY(sg_ag_pool(tape, SG_POOL_AVG, d, pk, &pa, &e)); /* (1,1,5,6) */
+  sg_window pa[2] = {{.kernel = pk[0], .stride = 2}, {.kernel = pk[1], .stride = 2}};
+  SG_TRY(sg_ag_pool(tape, SG_POOL_AVG, d, pa, &e)); /* (1,1,5,6) */
   SG_TRY(sg_ag_act(tape, SG_ACT_TANH, parts[1], &f));
   sg_var *cat[2] = {e, f};
   SG_TRY(sg_ag_concat(tape, 2, cat, &g)); /* (1,4,5,6) */
@@ -232,8 +233,8 @@ static sg_status model2_forward(sg_tape_t tape, model2 *m, sg_var **loss) {
   SG_TRY(sg_ag_act(tape, SG_ACT_SILU, i, &j));
   SG_TRY(sg_ag_scale(tape, 0.75, j, &k));
   SG_TRY(sg_ag_convt(tape, k, &m->vp[P7], NULL, &l)); /* (1,2,10,12) */
-  sg_conv_args pm = {.nsp = 2, .stride = {2, 2}};
-  SG_TRY(sg_ag_pool(tape, SG_POOL_MAX, l, pk, &pm, &o)); /* (1,2,5,6) */
+  sg_window pm[2] = {{.kernel = pk[0], .stride = 2}, {.kernel = pk[1], .stride = 2}};
+  SG_TRY(sg_ag_pool(tape, SG_POOL_MAX, l, pm, &o)); /* (1,2,5,6) */
   SG_TRY(sg_ag_binary(tape, SG_BINARY_ADD, o, &m->vx, &q));
   SG_TRY(sg_ag_loss(tape, SG_LOSS_REL_L2, q, &m->vt, loss));
 fail:

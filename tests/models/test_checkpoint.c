@@ -42,13 +42,9 @@ typedef struct net {
 enum { W0, B0, W1, B1, G1, BE1, W2, B2, G2, BE2, B5, WX };
 
 static sg_status conv(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b, sg_var **y) {
-  sg_conv_args a;
-  memset(&a, 0, sizeof a);
-  a.nsp = 2;
-  a.pad[0][0] = a.pad[0][1] = a.pad[1][0] = a.pad[1][1] = 1;
-  a.mode[0] = SG_PAD_ZERO;
-  a.mode[1] = SG_PAD_PERIODIC;
-  return sg_ag_conv(t, x, w, b, &a, y);
+  const sg_window a[2] = {{.pad = {1, 1}, .boundary = SG_BOUNDARY_ZERO},
+                         {.pad = {1, 1}, .boundary = SG_BOUNDARY_PERIODIC}};
+  return sg_ag_conv(t, x, w, b, a, y);
 }
 
 static sg_status norm_act(sg_tape_t t, sg_var *x, sg_var *g, sg_var *b, sg_var **y) {

@@ -108,15 +108,9 @@ fail:
 
 static sg_status net_forward(sg_tape_t t, net *n, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
-  sg_conv_args a;
-  memset(&a, 0, sizeof a);
-  a.nsp = 2;
-  for (int d = 0; d < 2; ++d) {
-    a.pad[d][0] = a.pad[d][1] = 1;
-    a.mode[d] = SG_PAD_ZERO;
-  }
+  const sg_window a[2] = {{.pad = {1, 1}}, {.pad = {1, 1}}};
   sg_var *h = NULL, *g = NULL;
-  SG_TRY(sg_ag_conv(t, x, &n->vw, &n->vb, &a, &h));
+  SG_TRY(sg_ag_conv(t, x, &n->vw, &n->vb, a, &h));
   sg_norm_desc nd;
   memset(&nd, 0, sizeof nd);
   nd.kind = SG_NORM_GROUP;

@@ -27,14 +27,9 @@ static sg_status run(sg_var *x, double *loss, sg_tape_t tape) {
   memset(wgrad, 0, sizeof wgrad);
   const int64_t ws[4] = {K, C, 3, 3};
   SG_TRY(sg_var_init_param(&w, "w", SG_DTYPE_F64, 4, ws, gw, wgrad));
-  sg_conv_args a;
-  memset(&a, 0, sizeof a);
-  a.nsp = 2;
-  for (int d = 0; d < 2; ++d) {
-    a.pad[d][0] = a.pad[d][1] = 1;
-    a.mode[d] = d ? SG_PAD_PERIODIC : SG_PAD_ZERO;
-  }
-  SG_TRY(sg_ag_conv(tape, x, &w, NULL, &a, &y));
+  const sg_window a[2] = {{.pad = {1, 1}, .boundary = SG_BOUNDARY_ZERO},
+                         {.pad = {1, 1}, .boundary = SG_BOUNDARY_PERIODIC}};
+  SG_TRY(sg_ag_conv(tape, x, &w, NULL, a, &y));
   SG_TRY(sg_ag_binary(tape, SG_BINARY_MUL, y, y, &y2));
   SG_TRY(sg_ag_loss(tape, SG_LOSS_SUM, y2, NULL, &l));
   *loss = sg_var_item(l);

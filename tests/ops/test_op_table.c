@@ -23,7 +23,8 @@
  * rank with an error (no hang); it is reported as SKIP with the reason,
  * never as a pass; so is a shard thinner than the op's halo (SG_ERR_HALO on
  * every rank, a documented limit). Likewise a mesh that splits a dim the case's tensor does
- * not have, and the FNO (f32 parameters, dims dp/h/w only).
+ * not have, the spectral convolution (dims dp/h/w only: its FFT) and the
+ * FNO (also f32 parameters only).
  *
  * Coverage: every op of the registry must have a case here and must have
  * been exercised (found on the tape) by a case that ran; a case naming an
@@ -34,10 +35,10 @@
  * known_failures[] with the reason: they are reported as DISABLED, never as
  * passes; `test_op_table --all` runs them too. `--list` prints the
  * registry. */
+#include "op_table.h"
 #include "sg_autograd.h"
 #include "sg_comm.h"
 #include "sg_dist_loss.h"
-#include "sg_fno.h"
 #include "sg_mesh.h"
 #include "sg_op_registry.h"
 #include "sg_test.h"
@@ -48,38 +49,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAXA 3 /* activation inputs */
-#define MAXP 3 /* parameters */
-#define MAXO 4 /* outputs */
-#define MAXL 8 /* layouts per rank count */
-
-enum { IN_DATA = 0, IN_NOGRAD, IN_MASK };
-
-struct op_case;
-typedef struct run_ctx {
-  sg_mesh_t mesh; /* NULL: one process */
-  const sg_placement *pl;
-  sg_dtype dt;
-} run_ctx;
-typedef sg_status (*op_fn)(sg_tape_t t, const struct op_case *c, const run_ctx *rc, sg_var **a,
-                           sg_var **p, sg_var **out);
-
-typedef struct op_case {
-  const char *op;    /* the registry name of the op it exercises */
-  const char *label; /* unique */
-  int nd;            /* dims of the activation inputs */
-  int nact;
-  int64_t act[MAXA][5];
-  int act_kind[MAXA];
-  int npar;
-  int par_nd[MAXP];
-  int64_t par[MAXP][5];
-  int nout;
-  op_fn fn;
-  int iattr;    /* an op code (activation, binary op, kind...) */
-  double lo;    /* inputs uniform in [lo, lo + 2) */
-  int fno;      /* the FNO (spectral convolution): its own runner */
-} op_case;
 
 typedef struct known_failure {
   const char *label;  /* case */
@@ -97,31 +66,32 @@ static const known_failure known_failures[] = {
 
 static sg_status f_conv_k3_zero(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                 sg_var **p, sg_var **out) {
-  sg_conv_args ca = {.nsp = 2, .pad = {{1, 1}, {1, 1}}};
-  return sg_ag_conv(t, a[0], p[0], p[1], &ca, out);
+  sg_window ca[2] = {{.pad = {1, 1}}, {.pad = {1, 1}}};
+  return sg_ag_conv(t, a[0], p[0], p[1], ca, out);
 }
 static sg_status f_conv_s2_periodic_reflect(sg_tape_t t, const op_case *c, const run_ctx *rc,
                                             sg_var **a, sg_var **p, sg_var **out) {
-  sg_conv_args ca = {.nsp = 2, .stride = {2, 2}, .pad = {{1, 1}, {1, 1}},
-                     .mode = {SG_PAD_PERIODIC, SG_PAD_REFLECT}};
-  return sg_ag_conv(t, a[0], p[0], p[1], &ca, out);
+  sg_window ca[2] = {{.stride = 2, .pad = {1, 1}, .boundary = SG_PAD_PERIODIC},
+                     {.stride = 2, .pad = {1, 1}, .boundary = SG_PAD_REFLECT}};
+  return sg_ag_conv(t, a[0], p[0], p[1], ca, out);
 }
 static sg_status f_conv_dil2_replicate(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                        sg_var **p, sg_var **out) {
-  sg_conv_args ca = {.nsp = 2, .dilation = {2, 2}, .pad = {{2, 2}, {1, 3}},
-                     .mode = {SG_PAD_REPLICATE, SG_PAD_REPLICATE}};
-  return sg_ag_conv(t, a[0], p[0], NULL, &ca, out);
+  sg_window ca[2] = {{.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REPLICATE},
+                     {.dilation = 2, .pad = {1, 3}, .boundary = SG_PAD_REPLICATE}};
+  return sg_ag_conv(t, a[0], p[0], NULL, ca, out);
 }
 static sg_status f_conv_1d(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
                            sg_var **out) {
-  sg_conv_args ca = {.nsp = 1, .stride = {2}, .pad = {{1, 1}}, .mode = {SG_PAD_PERIODIC}};
-  return sg_ag_conv(t, a[0], p[0], p[1], &ca, out);
+  sg_window ca[1] = {{.stride = 2, .pad = {1, 1}, .boundary = SG_PAD_PERIODIC}};
+  return sg_ag_conv(t, a[0], p[0], p[1], ca, out);
 }
 static sg_status f_conv_3d(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
                            sg_var **out) {
-  sg_conv_args ca = {.nsp = 3, .pad = {{1, 1}, {1, 1}, {1, 1}},
-                     .mode = {SG_PAD_ZERO, SG_PAD_PERIODIC, SG_PAD_REFLECT}};
-  return sg_ag_conv(t, a[0], p[0], p[1], &ca, out);
+  sg_window ca[3] = {{.pad = {1, 1}, .boundary = SG_PAD_ZERO},
+                     {.pad = {1, 1}, .boundary = SG_PAD_PERIODIC},
+                     {.pad = {1, 1}, .boundary = SG_PAD_REFLECT}};
+  return sg_ag_conv(t, a[0], p[0], p[1], ca, out);
 }
 static sg_status f_convt(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
                          sg_var **out) {
@@ -130,28 +100,29 @@ static sg_status f_convt(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_va
 static sg_status f_pool_max_k3s2p1(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                    sg_var **p, sg_var **out) {
   int64_t k[2] = {3, 3};
-  sg_conv_args pa = {.nsp = 2, .stride = {2, 2}, .pad = {{1, 1}, {1, 1}}};
-  return sg_ag_pool(t, SG_POOL_MAX, a[0], k, &pa, out);
+  sg_window pa[2] = {{.kernel = k[0], .stride = 2, .pad = {1, 1}},
+                     {.kernel = k[1], .stride = 2, .pad = {1, 1}}};
+  return sg_ag_pool(t, SG_POOL_MAX, a[0], pa, out);
 }
 static sg_status f_pool_avg_k2s2(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                  sg_var **p, sg_var **out) {
   int64_t k[2] = {2, 2};
-  sg_conv_args pa = {.nsp = 2, .stride = {2, 2}};
-  return sg_ag_pool(t, SG_POOL_AVG, a[0], k, &pa, out);
+  sg_window pa[2] = {{.kernel = k[0], .stride = 2}, {.kernel = k[1], .stride = 2}};
+  return sg_ag_pool(t, SG_POOL_AVG, a[0], pa, out);
 }
 static sg_status f_pool_max_dil2(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                  sg_var **p, sg_var **out) {
   int64_t k[2] = {2, 2};
-  sg_conv_args pa = {.nsp = 2, .dilation = {2, 2}, .pad = {{1, 1}, {1, 0}},
-                     .mode = {SG_PAD_ZERO, SG_PAD_REPLICATE}};
-  return sg_ag_pool(t, SG_POOL_MAX, a[0], k, &pa, out);
+  sg_window pa[2] = {{.kernel = k[0], .dilation = 2, .pad = {1, 1}, .boundary = SG_PAD_ZERO},
+                     {.kernel = k[1], .dilation = 2, .pad = {1, 0}, .boundary = SG_PAD_REPLICATE}};
+  return sg_ag_pool(t, SG_POOL_MAX, a[0], pa, out);
 }
 static sg_status f_pool_avg_periodic(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                                      sg_var **p, sg_var **out) {
   int64_t k[2] = {3, 2};
-  sg_conv_args pa = {.nsp = 2, .stride = {1, 2}, .pad = {{1, 1}, {0, 1}},
-                     .mode = {SG_PAD_PERIODIC, SG_PAD_ZERO}};
-  return sg_ag_pool(t, SG_POOL_AVG, a[0], k, &pa, out);
+  sg_window pa[2] = {{.kernel = k[0], .stride = 1, .pad = {1, 1}, .boundary = SG_PAD_PERIODIC},
+                     {.kernel = k[1], .stride = 2, .pad = {0, 1}, .boundary = SG_PAD_ZERO}};
+  return sg_ag_pool(t, SG_POOL_AVG, a[0], pa, out);
 }
 static sg_status f_up_linear(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
                              sg_var **p, sg_var **out) {
@@ -241,9 +212,9 @@ typedef struct ckpt_block_ctx {
 static sg_status ckpt_block(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **out) {
   sg_status st = SG_OK;
   const ckpt_block_ctx *k = ctx;
-  sg_conv_args ca = {.nsp = 2, .pad = {{1, 1}, {1, 1}}};
+  sg_window ca[2] = {{.pad = {1, 1}}, {.pad = {1, 1}}};
   sg_var *h = NULL;
-  SG_TRY(sg_ag_conv(t, in[0], k->w, k->b, &ca, &h));
+  SG_TRY(sg_ag_conv(t, in[0], k->w, k->b, ca, &h));
   SG_TRY(sg_ag_act(t, SG_ACT_GELU, h, &out[0]));
 fail:
   return st;
@@ -346,7 +317,10 @@ static const op_case cases[] = {
      .fn = f_dist_loss, .iattr = SG_LOSS_MSE, .lo = -1},
     {.op = "dist_loss", .label = "dist_loss rel_l2", .nd = 4, .nact = 2, .act = {X4(3), X4(3)},
      .nout = 1, .fn = f_dist_loss, .iattr = SG_LOSS_REL_L2, .lo = -1},
-    /* the spectral convolution, through the FNO (lift, 2 layers, projection) */
+    /* the spectral convolution on its own (f32 and f64), and through the FNO
+     * (lift, 2 layers, projection; f32) */
+    {.op = "spectral_conv", .label = "spectral_conv 9x7 modes 2x2 3->2", .nd = 4, .nact = 1,
+     .act = {{2, 3, 9, 7}}, .nout = 1, .fno = 2, .iattr = 2, .lo = -1},
     {.op = "spectral_conv", .label = "fno 9x7 modes 2x2 width 4", .nd = 4, .nact = 1,
      .act = {{2, 1, 9, 7}}, .nout = 1, .fno = 1, .lo = -1},
 };
@@ -383,7 +357,7 @@ static int layouts_for(int np, const char **specs) {
 static const sg_op_def *seen[64];
 static int nseen;
 
-static void mark_seen(const sg_var *v, int depth) {
+void mark_seen(const sg_var *v, int depth) {
   if (!v || !v->producer || depth > 64) return;
   const sg_node *n = v->producer;
   int found = 0;
@@ -393,7 +367,7 @@ static void mark_seen(const sg_var *v, int depth) {
 }
 
 /* In-place sum over comm with a yielding wait (ranks may outnumber cores). */
-static void sum_all(double *v, int64_t n, MPI_Comm comm) {
+void sum_all(double *v, int64_t n, MPI_Comm comm) {
   MPI_Request req;
   if (MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, comm, &req) == MPI_SUCCESS)
     sg_wait_yield(&req, MPI_STATUS_IGNORE);
@@ -454,11 +428,11 @@ static int layout_check(const op_case *c, const sg_op_def *op, sg_mesh_t mesh, c
     for (int m = 0; m < sg_mesh_ndims(mesh); ++m) {
       const char *n = sg_mesh_dim_name(mesh, m);
       if (strcmp(n, "dp") && strcmp(n, "h") && strcmp(n, "w")) {
-        snprintf(why, whysz, "the FNO splits only over mesh dims dp, h, w (not '%s')", n);
+        snprintf(why, whysz, "the FFT splits only over mesh dims dp, h, w (not '%s')", n);
         return 1;
       }
       if (!strcmp(n, "dp") && sg_mesh_dim_size(mesh, m) > c->act[0][0]) {
-        snprintf(why, whysz, "the FNO needs a sample per dp rank (batch %lld on dp=%d)",
+        snprintf(why, whysz, "the FFT needs a sample per dp rank (batch %lld on dp=%d)",
                  (long long)c->act[0][0], sg_mesh_dim_size(mesh, m));
         return 1;
       }
@@ -480,13 +454,8 @@ static int layout_check(const op_case *c, const sg_op_def *op, sg_mesh_t mesh, c
   return 0;
 }
 
-/* Local failure notes of one run (the first few are printed by the rank). */
-typedef struct verdict {
-  int bad;
-  char first[600];
-} verdict;
 
-static void note(verdict *v, const char *fmt, const char *what, const char *detail) {
+void note(verdict *v, const char *fmt, const char *what, const char *detail) {
   if (v->bad++ == 0) snprintf(v->first, sizeof v->first, fmt, what, detail ? detail : "");
 }
 
@@ -705,161 +674,6 @@ done:
   return result;
 }
 
-/* ---- the FNO (the spectral convolution) ---------------------------------------------- */
-
-typedef struct fno_ref {
-  int64_t np;
-  double *y, *dx, *dp; /* dp: the global parameters' gradients, in the
-                          reference's flat order */
-  int ok;
-} fno_ref;
-
-/* One FNO forward/backward on mesh (NULL: a mesh over MPI_COMM_SELF) with
- * the case's global input; compares with (or fills) ref. */
-static int run_fno(const op_case *c, sg_mesh_t mesh, fno_ref *ref, const double *gx, verdict *vd) {
-  sg_mesh_t self = NULL;
-  sg_fno_t m = NULL;
-  sg_tape_t tape = NULL;
-  sg_test_buf xv, xg, pv, pg, sb;
-  sg_var x, *y = NULL;
-  int result = 0;
-  memset(&x, 0, sizeof x);
-  memset(&xv, 0, sizeof xv), memset(&xg, 0, sizeof xg), memset(&pv, 0, sizeof pv);
-  memset(&pg, 0, sizeof pg), memset(&sb, 0, sizeof sb);
-  const int64_t N = c->act[0][0], CIN = c->act[0][1], NY = c->act[0][2], NX = c->act[0][3];
-  sg_fno_config cfg = sg_fno_defaults();
-  cfg.cin = CIN, cfg.cout = 1, cfg.width = 4, cfg.modes1 = 2, cfg.modes2 = 2, cfg.layers = 2;
-  cfg.proj_width = 4;
-  sg_status st = SG_OK;
-  if (!mesh) st = sg_mesh_create(MPI_COMM_SELF, "h=1", &self);
-  sg_mesh_t use = mesh ? mesh : self;
-  /* the local batch: this rank's share over dp */
-  int64_t b0 = 0, nb = N;
-  int dpd = use ? sg_mesh_find_dim(use, "dp") : -1;
-  if (dpd >= 0) {
-    int p = sg_mesh_dim_size(use, dpd), k = sg_mesh_coord(use, dpd);
-    nb = N / p + (k < N % p);
-    b0 = k * (N / p) + (k < N % p ? k : N % p);
-  }
-  if (st == SG_OK) st = sg_fno_create(use, &cfg, NY, NX, nb, &m);
-  if (!sg_test_all(MPI_COMM_WORLD, st == SG_OK)) {
-    note(vd, "%s: %s", "sg_fno_create", sg_last_error());
-    goto done;
-  }
-  const int64_t np = sg_fno_param_count(m);
-  st = sg_test_buf_alloc(&pv, SG_DTYPE_F32, np);
-  if (st == SG_OK) st = sg_test_buf_alloc(&pg, SG_DTYPE_F32, np);
-  if (st == SG_OK) st = sg_fno_bind(m, pv.data, pg.data);
-  if (st == SG_OK) st = sg_fno_init(m, 42);
-  int64_t y0, ly, x0, lx;
-  sg_fno_box(m, &y0, &ly, &x0, &lx);
-  int64_t off[4] = {b0, 0, y0, x0}, shape[4] = {nb, CIN, ly, lx}, gshape[4] = {N, CIN, NY, NX};
-  const int64_t nloc = sg_test_numel(4, shape);
-  if (st == SG_OK) st = sg_test_buf_alloc(&xv, SG_DTYPE_F32, nloc);
-  if (st == SG_OK) st = sg_test_buf_alloc(&xg, SG_DTYPE_F32, nloc);
-  if (st == SG_OK) {
-    sg_test_box_copy(4, gshape, off, shape, (double *)gx, xv.data, SG_DTYPE_F32, 0);
-    st = sg_var_init(&x, "x", SG_DTYPE_F32, 4, shape, xv.data, 1);
-    x.grad = x.value, x.grad.data = xg.data, x.grad.owns = 0;
-  }
-  if (st == SG_OK) st = sg_tape_create(&tape);
-  if (!sg_test_all(MPI_COMM_WORLD, st == SG_OK)) {
-    note(vd, "%s: %s", "setup", sg_last_error());
-    goto done;
-  }
-  st = sg_fno_forward(m, tape, &x, &y);
-  if (st == SG_OK) mark_seen(y, 0);
-  if (!sg_test_all(MPI_COMM_WORLD, st == SG_OK)) {
-    note(vd, "%s: %s", "forward", st != SG_OK ? sg_last_error() : "failed on another rank");
-    goto done;
-  }
-  int64_t yshape[4] = {nb, 1, ly, lx}, ygshape[4] = {N, 1, NY, NX};
-  const int64_t ny = sg_test_numel(4, yshape), nyg = sg_test_numel(4, ygshape);
-  for (int d = 0; d < 4; ++d)
-    if (y->value.shape[d] != yshape[d]) note(vd, "%s: %s", "output", "local shape");
-  double *seed = malloc((size_t)nyg * sizeof *seed);
-  for (int64_t k = 0; k < nyg; ++k) seed[k] = (double)(float)sg_test_rand(0xF00u, k, -1.0, 1.0);
-  if (!mesh) {
-    ref->y = malloc((size_t)nyg * sizeof(double));
-    for (int64_t k = 0; k < nyg; ++k) ref->y[k] = sg_test_get(y->value.data, SG_DTYPE_F32, k);
-  } else if (vd->bad == 0) {
-    double *want = malloc((size_t)(ny ? ny : 1) * sizeof *want);
-    char msg[300];
-    sg_test_box_copy(4, ygshape, off, yshape, ref->y, want, SG_DTYPE_F64, 0);
-    if (sg_test_cmp_ref(y->value.data, SG_DTYPE_F32, want, ny, 1e-4, msg, sizeof msg))
-      note(vd, "%s: %s", "output", msg);
-    free(want);
-  }
-  st = sg_test_buf_alloc(&sb, SG_DTYPE_F32, ny);
-  if (st == SG_OK) sg_test_box_copy(4, ygshape, off, yshape, seed, sb.data, SG_DTYPE_F32, 0);
-  free(seed);
-  sg_tensor sd = y->value;
-  sd.data = sb.data, sd.owns = 0;
-  if (st == SG_OK) st = sg_tape_backward_from(tape, 1, &y, &sd);
-  if (!sg_test_all(MPI_COMM_WORLD, st == SG_OK)) {
-    note(vd, "%s: %s", "backward", st != SG_OK ? sg_last_error() : "failed on another rank");
-    goto done;
-  }
-  if (!sg_test_buf_guards_ok(&xv) || !sg_test_buf_guards_ok(&xg) || !sg_test_buf_guards_ok(&pv) ||
-      !sg_test_buf_guards_ok(&pg))
-    note(vd, "%s%s", "guard values overwritten", NULL);
-  /* input gradient */
-  const int64_t nxg = sg_test_numel(4, gshape);
-  if (!mesh) {
-    ref->dx = malloc((size_t)nxg * sizeof(double));
-    for (int64_t k = 0; k < nxg; ++k) ref->dx[k] = sg_test_get(xg.data, SG_DTYPE_F32, k);
-  } else {
-    double *want = malloc((size_t)(nloc ? nloc : 1) * sizeof *want);
-    char msg[300];
-    sg_test_box_copy(4, gshape, off, shape, ref->dx, want, SG_DTYPE_F64, 0);
-    if (sg_test_cmp_ref(xg.data, SG_DTYPE_F32, want, nloc, 1e-4, msg, sizeof msg))
-      note(vd, "%s: %s", "d(input)", msg);
-    free(want);
-  }
-  /* parameter gradients: each parameter's box placed into its global
-   * array, summed over every rank (Partial over the data-splitting dims,
-   * disjoint boxes over the domain for the sharded spectral weights) */
-  sg_var **vars = NULL;
-  const int nparam = sg_fno_params(m, &vars);
-  int64_t total = 0;
-  for (int i = 0; i < nparam; ++i) {
-    sg_param_info pi;
-    if (sg_fno_param_info(m, i, &pi) != SG_OK) continue;
-    total += sg_test_numel(pi.ndim, pi.global_shape);
-  }
-  double *gall = calloc((size_t)total, sizeof *gall);
-  int64_t at = 0;
-  for (int i = 0; i < nparam; ++i) {
-    sg_param_info pi;
-    if (sg_fno_param_info(m, i, &pi) != SG_OK) continue;
-    sg_test_box_copy(pi.ndim, pi.global_shape, pi.start, pi.count, gall + at,
-                     (float *)pg.data + pi.offset, SG_DTYPE_F32, 1);
-    at += sg_test_numel(pi.ndim, pi.global_shape);
-  }
-  if (!mesh) {
-    ref->np = total;
-    ref->dp = gall;
-    gall = NULL;
-  } else {
-    sum_all(gall, total, MPI_COMM_WORLD);
-    char msg[300];
-    if (total != ref->np)
-      note(vd, "%s: %s", "parameters", "count differs");
-    else if (sg_test_cmp_ref(gall, SG_DTYPE_F64, ref->dp, total, 1e-4, msg, sizeof msg))
-      note(vd, "%s: %s", "d(parameters) summed", msg);
-  }
-  free(gall);
-  result = sg_test_all(MPI_COMM_WORLD, vd->bad == 0);
-done:
-  sg_tape_destroy(&tape);
-  sg_var_release(&x);
-  sg_fno_destroy(&m);
-  sg_mesh_destroy(&self);
-  sg_test_buf_free(&xv), sg_test_buf_free(&xg), sg_test_buf_free(&pv), sg_test_buf_free(&pg);
-  sg_test_buf_free(&sb);
-  return result;
-}
-
 /* ---- driver -------------------------------------------------------------------------- */
 
 static const char *known_failure_of(const op_case *c, const char *layout, sg_dtype dt) {
@@ -915,7 +729,7 @@ static void run_table(int run_all) {
     }
     for (int di = 0; di < 2; ++di) {
       const sg_dtype dt = di ? SG_DTYPE_F64 : SG_DTYPE_F32;
-      if (c->fno && dt == SG_DTYPE_F64) {
+      if (c->fno == 1 && dt == SG_DTYPE_F64) {
         for (int l = 0; l < nl; ++l, ++nskip)
           report(c, specs[l], dt, "SKIP", "the FNO's parameters are f32 (sg_fno_bind)");
         continue;
@@ -927,7 +741,9 @@ static void run_table(int run_all) {
       memset(&fr, 0, sizeof fr);
       memset(&vd, 0, sizeof vd);
       gen_inputs(c, dt, 0xC0FFEEu + 1000u * (uint64_t)ci, &r);
-      int ok = c->fno ? run_fno(c, NULL, &fr, r.act[0], &vd) : run_case(c, dt, NULL, NULL, 0, &r, &vd);
+      int ok = c->fno == 2 ? run_spectral(c, dt, NULL, &fr, r.act[0], &vd)
+               : c->fno  ? run_fno(c, NULL, &fr, r.act[0], &vd)
+                         : run_case(c, dt, NULL, NULL, 0, &r, &vd);
       if (ok != 1) {
         print_notes(&vd, c, "one process", dt);
         SG_CHECK(0, "%s %s: the one-process reference failed", c->label, sg_dtype_name(dt));
@@ -953,8 +769,9 @@ static void run_table(int run_all) {
           continue;
         }
         memset(&vd, 0, sizeof vd);
-        ok = c->fno ? run_fno(c, meshes[l], &fr, r.act[0], &vd)
-                    : run_case(c, dt, meshes[l], pls[l], chk == 2, &r, &vd);
+        ok = c->fno == 2 ? run_spectral(c, dt, meshes[l], &fr, r.act[0], &vd)
+             : c->fno    ? run_fno(c, meshes[l], &fr, r.act[0], &vd)
+                         : run_case(c, dt, meshes[l], pls[l], chk == 2, &r, &vd);
         if (ok == -2) {
           report(c, specs[l], dt, "SKIP", vd.first);
           ++nskip;

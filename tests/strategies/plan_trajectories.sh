@@ -8,7 +8,8 @@
 # for zero = 1, 2, 3; ZeRO with
 # deterministic reductions gives the same bits as DDP on a mesh of the same
 # shape; a checkpoint written under zero=3 on fsdp=4 resumes on 1 rank, on
-# h=2 and on dp=2,fsdp=2 (zero 1) with the losses of the uninterrupted run.
+# h=2 and on dp=2,fsdp=2 (zero 1) with the losses of the uninterrupted run;
+# a bf16 (param_dtype) checkpoint resumes with the same bits.
 #   plan_trajectories.sh fno|cnn|unet BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 model=$1 bin=$2 mpiexec=$3 work=$4 src=$5
@@ -68,6 +69,14 @@ if [ "$model" = fno ]; then
   $cmp resh2.jsonl full4.jsonl 1e-5
   run reshsdp 4 dp=2,fsdp=2 --zero 1 --resume ck/step_000010.nc
   $cmp reshsdp.jsonl full4.jsonl 1e-5
+  # bf16 (param_dtype): the fp32 master weights and moments are what a
+  # checkpoint holds; a resume makes the bf16 compute copy from them and
+  # continues with the same bits
+  run b16 2 fsdp=2 --zero 3 --param-dtype bf16 --ckpt-dir ck16 --ckpt-every 10
+  run b16r 2 fsdp=2 --zero 3 --param-dtype bf16 --resume ck16/step_000010.nc
+  $cmp b16r.jsonl b16.jsonl 0
+  run b16d 2 dp=2 --param-dtype bf16 --resume ck16/step_000010.nc
+  $cmp b16d.jsonl b16.jsonl 0 # deterministic: zero 3 reduces as DDP does
   # resuming at or past the last step is an error, not a silent exit 0
   # shellcheck disable=SC2086
   sh "$src/tests/examples/expect_fail.sh" "is at step 20: nothing left of 20 steps" 60 \

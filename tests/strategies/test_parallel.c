@@ -1,21 +1,31 @@
 /* The parallel plan on a toy model whose parameters have awkward shapes
- * (W1 7x15 — uneven ZeRO pieces on 2, 3, 4 ranks —, b1 7, W2 5x7, b2 5):
+ * (toy_model.h: W1 7x15 — uneven ZeRO pieces on 2, 3, 4 ranks):
  *  1. for zero = 0..3, on fsdp=N (and dp x fsdp when N = 4), 6 AdamW steps
  *     give the parameters of one process (each rank also runs the one-
  *     process reference on MPI_COMM_SELF), and the same global gradient
- *     norms;
+ *     norms; for zero 1..3 also with 2 or 3 micro-batches per step;
  *  2. memory (core's accounting): with zero = 3 the parameters, gradients
  *     and optimizer state a rank holds are at most 1/N of one process's
  *     plus the largest parameter (the largest gathered unit);
  *  3. communication volume per step (float elements, counted by PMPI
  *     wrappers in this executable; an all-reduce of n counts 2n, as in the
- *     ZeRO paper): zero 1 and 2 move what DDP moves, zero 3 1.5x.
+ *     ZeRO paper): zero 1 and 2 move what DDP moves, zero 3 1.5x;
+ *  4. overlap, from a log of the PMPI wrappers and a listener on the tape:
+ *     the reduce-scatters of zero 1, 2, 3 start from grad-ready before
+ *     backward ends (before the first layer's backward), none is blocking;
+ *     zero 3 starts the all-gather of the next layer's weight before the
+ *     current layer's op ends, in forward and in backward, and holds at
+ *     most the op's parameters plus the prefetched one;
+ *  5. zero 3 with a checkpointed layer: the parameters of one process,
+ *     the recomputation's gathers prefetched, and the block's last weight
+ *     kept from its recomputation to its backward (2 gathers, not 3).
  * Runs at 1-4 ranks; verdict reduced over all ranks. */
 #include "sg_comm.h"
 #include "sg_device.h"
 #include "sg_dist_loss.h"
 #include "sg_parallel.h"
 #include "sg_test.h"
+#include "toy_model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -26,8 +36,32 @@
 static int count_on;
 static double moved; /* float elements, all-reduce counted twice */
 
+/* The event log of test 4: collectives started (kind, elements) and the
+ * listener's hook events (kind, parameter index). */
+enum { MAXEV = 256 };
+static int log_on, nev;
+static struct {
+  char kind;
+  int id;
+} ev[MAXEV];
+
+static void log_event(char kind, int id) {
+  if (log_on && nev < MAXEV) {
+    ev[nev].kind = kind;
+    ev[nev++].id = id;
+  }
+}
+
 static void add_moved(MPI_Datatype t, double n) {
   if (count_on && t == MPI_FLOAT) moved += n;
+}
+
+static double sum_counts(const int rc[], MPI_Comm c) {
+  int p = 0;
+  PMPI_Comm_size(c, &p);
+  double n = 0;
+  for (int i = 0; i < p; ++i) n += rc[i];
+  return n;
 }
 int MPI_Allreduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
   add_moved(t, 2.0 * n);
@@ -38,132 +72,41 @@ int MPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI
   return PMPI_Iallreduce(s, r, n, t, op, c, q);
 }
 int MPI_Reduce_scatter(const void *s, void *r, const int rc[], MPI_Datatype t, MPI_Op op, MPI_Comm c) {
-  int p = 0;
-  PMPI_Comm_size(c, &p);
-  double n = 0;
-  for (int i = 0; i < p; ++i) n += rc[i];
-  add_moved(t, n);
+  add_moved(t, sum_counts(rc, c));
+  log_event('r', (int)sum_counts(rc, c));
   return PMPI_Reduce_scatter(s, r, rc, t, op, c);
+}
+int MPI_Ireduce_scatter(const void *s, void *r, const int rc[], MPI_Datatype t, MPI_Op op, MPI_Comm c,
+                        MPI_Request *q) {
+  add_moved(t, sum_counts(rc, c));
+  log_event('R', (int)sum_counts(rc, c));
+  return PMPI_Ireduce_scatter(s, r, rc, t, op, c, q);
 }
 int MPI_Allgatherv(const void *s, int sc, MPI_Datatype st, void *r, const int rc[], const int d[], MPI_Datatype rt,
                    MPI_Comm c) {
-  int p = 0;
-  PMPI_Comm_size(c, &p);
-  double n = 0;
-  for (int i = 0; i < p; ++i) n += rc[i];
-  add_moved(rt, n);
+  add_moved(rt, sum_counts(rc, c));
+  log_event('g', (int)sum_counts(rc, c));
   return PMPI_Allgatherv(s, sc, st, r, rc, d, rt, c);
 }
-
-/* ---- the toy model: y = W2 gelu(W1 x + b1) + b2 ---------------------------- */
-enum { CIN = 15, HID = 7, COUT = 5, S = 3, GB = 12, NP = 4 };
-static const int64_t shapes[NP][2] = {{HID, CIN}, {HID, 1}, {COUT, HID}, {COUT, 1}};
-static const int ndims[NP] = {2, 1, 2, 1};
-static const char *const names[NP] = {"w1", "b1", "w2", "b2"};
-
-typedef struct toy {
-  sg_parallel_t plan;
-  sg_tape_t tape;
-  sg_var v[NP];
-  sg_var *pv[NP];
-  sg_group_t data;
-  int dsize, dindex;
-} toy;
-
-static int64_t pnumel(int i) { return shapes[i][0] * (ndims[i] > 1 ? shapes[i][1] : 1); }
-
-static float sample(int64_t s, int64_t c, int64_t k, int which) {
-  return (float)sin(0.37 * (double)(s * 31 + c * 7 + k) + 1.1 * which);
+int MPI_Iallgatherv(const void *s, int sc, MPI_Datatype st, void *r, const int rc[], const int d[], MPI_Datatype rt,
+                    MPI_Comm c, MPI_Request *q) {
+  add_moved(rt, sum_counts(rc, c));
+  log_event('G', (int)sum_counts(rc, c));
+  return PMPI_Iallgatherv(s, sc, st, r, rc, d, rt, c, q);
 }
 
 static sg_status toy_create(sg_mesh_t mesh, int zero, int det, toy *t) {
-  sg_status st = SG_OK;
-  sg_param_info tab[NP];
-  int64_t off = 0;
-  memset(t, 0, sizeof *t);
-  memset(tab, 0, sizeof tab);
-  for (int i = 0; i < NP; ++i) {
-    tab[i].name = names[i];
-    tab[i].ndim = ndims[i];
-    for (int d = 0; d < ndims[i]; ++d) tab[i].global_shape[d] = tab[i].count[d] = shapes[i][d];
-    tab[i].offset = off;
-    tab[i].numel = pnumel(i);
-    off += tab[i].numel + 1; /* gaps between parameters are allowed */
-  }
   sg_parallel_config pc = sg_parallel_defaults();
   pc.zero = zero;
   pc.deterministic = det;
-  sg_parallel_mesh_info mi;
-  SG_TRY(sg_parallel_check_mesh(mesh, &pc, &mi));
-  t->dsize = mi.data_size;
-  t->dindex = mi.data_index;
-  SG_TRY(sg_mesh_group(mesh, mi.batch_dims, &t->data));
-  SG_TRY(sg_parallel_create(mesh, &pc, NP, tab, off, &t->plan));
-  float *pp = sg_parallel_params(t->plan), *gg = sg_parallel_grads(t->plan);
-  for (int i = 0; i < NP; ++i) {
-    for (int64_t k = 0; k < tab[i].numel; ++k) pp[tab[i].offset + k] = 0.3f * sample(i, k, 0, 5);
-    SG_TRY(sg_var_init_param(&t->v[i], names[i], SG_DTYPE_F32, ndims[i], shapes[i], pp + tab[i].offset,
-                             gg + tab[i].offset));
-    t->pv[i] = &t->v[i];
-  }
-  SG_TRY(sg_tape_create(&t->tape));
-  SG_TRY(sg_parallel_attach(t->plan, t->tape, t->pv));
-fail:
-  return st;
+  return toy_create_cfg(mesh, &pc, t);
 }
 
-static void toy_destroy(toy *t) {
-  sg_tape_destroy(&t->tape);
-  for (int i = 0; i < NP; ++i) sg_var_release(&t->v[i]);
-  sg_parallel_destroy(&t->plan);
-}
+enum { STEPS = 6 };
 
-/* One step on this rank's share of the global batch of step `step`. */
-static sg_status toy_step(toy *t, int64_t step, double *gnorm, double *loss_out) {
-  sg_status st = SG_OK;
-  const int64_t lb = GB / t->dsize;
-  float x[GB * CIN * S], y[GB * COUT * S];
-  for (int64_t j = 0; j < lb; ++j) {
-    const int64_t s = step * GB + t->dindex * lb + j;
-    for (int64_t c = 0; c < CIN; ++c)
-      for (int64_t k = 0; k < S; ++k) x[(j * CIN + c) * S + k] = sample(s, c, k, 1);
-    for (int64_t c = 0; c < COUT; ++c)
-      for (int64_t k = 0; k < S; ++k) y[(j * COUT + c) * S + k] = sample(s, c, k, 2);
-  }
-  const int64_t xs[3] = {lb, CIN, S}, ys[3] = {lb, COUT, S};
-  sg_var xv, yv, *h = NULL, *a = NULL, *p = NULL, *loss = NULL;
-  SG_TRY(sg_var_init(&xv, "x", SG_DTYPE_F32, 3, xs, x, 0));
-  SG_TRY(sg_var_init(&yv, "y", SG_DTYPE_F32, 3, ys, y, 0));
-  SG_TRY(sg_parallel_begin_micro(t->plan, 0, 1));
-  SG_TRY(sg_ag_linear(t->tape, &xv, &t->v[0], &t->v[1], &h));
-  SG_TRY(sg_ag_act(t->tape, SG_ACT_GELU, h, &a));
-  SG_TRY(sg_ag_linear(t->tape, a, &t->v[2], &t->v[3], &p));
-  sg_dist_loss_ctx lc = {NULL, t->data, GB};
-  SG_TRY(sg_ag_dist_loss(t->tape, SG_LOSS_MSE, p, &yv, NULL, &lc, &loss));
-  *loss_out = sg_dist_loss_value(loss);
-  SG_TRY(sg_tape_backward(t->tape, loss));
-  SG_TRY(sg_parallel_reduce(t->plan, gnorm));
-  SG_TRY(sg_parallel_step(t->plan, step, 1e-2, 1.0));
-fail:
-  if (st != SG_OK) sg_tape_clear(t->tape);
-  return st;
-}
-
-static sg_status toy_params(toy *t, float *out) {
-  sg_status st = SG_OK;
-  int64_t o = 0;
-  for (int i = 0; i < NP; ++i) {
-    SG_TRY(sg_parallel_gather_param(t->plan, i, out + o));
-    o += pnumel(i);
-  }
-fail:
-  return st;
-}
-
-enum { NTOT = HID * CIN + HID + COUT * HID + COUT, STEPS = 6 };
-
-/* 1. the same parameters and norms as one process; 3. traffic. */
-static void check_mesh(const char *spec, int zero, int det, double *traffic) {
+/* 1. the same parameters and norms as one process (K micro-batches per
+ * step); 3. traffic. */
+static void check_mesh_k(const char *spec, int zero, int det, int K, double *traffic) {
   sg_mesh_t mesh = NULL, self = NULL;
   toy t, r;
   memset(&t, 0, sizeof t);
@@ -178,10 +121,10 @@ static void check_mesh(const char *spec, int zero, int det, double *traffic) {
   moved = 0;
   for (int64_t s = 1; s <= STEPS; ++s) {
     count_on = s == 2;
-    sg_status st = toy_step(&t, s, &n1, &l1);
+    sg_status st = toy_step_k(&t, s, K, &n1, &l1);
     count_on = 0;
     SG_REQUIRE_OK(st);
-    SG_REQUIRE_OK(toy_step(&r, s, &n2, &l2));
+    SG_REQUIRE_OK(toy_step_k(&r, s, K, &n2, &l2));
     bad += fabs(n1 - n2) > 1e-5 * n2 || fabs(l1 - l2) > 1e-5 * fabs(l2);
   }
   if (traffic) *traffic = moved;
@@ -190,7 +133,8 @@ static void check_mesh(const char *spec, int zero, int det, double *traffic) {
   SG_REQUIRE_OK(toy_params(&t, got));
   SG_REQUIRE_OK(toy_params(&r, want));
   char what[96];
-  snprintf(what, sizeof what, "parameters after %d steps, %s zero %d%s", STEPS, spec, zero, det ? " det" : "");
+  snprintf(what, sizeof what, "parameters after %d steps, %s zero %d%s, %d micro-batches", STEPS, spec, zero,
+           det ? " det" : "", K);
   sg_test_cmp_f32(what, got, want, NTOT, 1e-5, 1e-7);
   SG_CHECK_OK(sg_parallel_check_replicas(t.plan, STEPS));
 done:
@@ -198,6 +142,10 @@ done:
   toy_destroy(&r);
   sg_mesh_destroy(&mesh);
   sg_mesh_destroy(&self);
+}
+
+static void check_mesh(const char *spec, int zero, int det, double *traffic) {
+  check_mesh_k(spec, zero, det, 1, traffic);
 }
 
 /* 2. memory held by the plan after attach, zero 3 against one process. */
@@ -231,6 +179,137 @@ done:
   sg_mesh_destroy(&self);
 }
 
+/* 4. overlap and prefetch: a listener added after the plan's logs the
+ * hook events, after the plan's own hooks ran. */
+static toy *log_toy;
+static int param_index(const sg_var *v) {
+  for (int i = 0; i < NP; ++i)
+    if (log_toy && v == log_toy->pv[i]) return i;
+  return -1;
+}
+static sg_status ev_pre_use(sg_var *v, void *u) { (void)u; log_event('U', param_index(v)); return SG_OK; }
+static sg_status ev_post_use(sg_var *v, void *u) { (void)u; log_event('E', param_index(v)); return SG_OK; }
+static sg_status ev_pre_bwd(sg_var *v, void *u) { (void)u; log_event('B', param_index(v)); return SG_OK; }
+static sg_status ev_post_bwd_use(sg_var *v, void *u) { (void)u; log_event('F', param_index(v)); return SG_OK; }
+static sg_status ev_post_bwd(sg_tape_t tape, void *u) { (void)tape; (void)u; log_event('Z', -1); return SG_OK; }
+
+/* The first event (kind, id) at or after `from`; nev if none. */
+static int find_ev(int from, char kind, int id) {
+  for (int k = from; k < nev; ++k)
+    if (ev[k].kind == kind && ev[k].id == id) return k;
+  return nev;
+}
+static int count_ev(char kind) {
+  int c = 0;
+  for (int k = 0; k < nev; ++k) c += ev[k].kind == kind;
+  return c;
+}
+
+static void check_overlap(const char *spec, int zero) {
+  sg_mesh_t mesh = NULL;
+  toy t;
+  memset(&t, 0, sizeof t);
+  double gn, lv;
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  SG_REQUIRE_OK(toy_create(mesh, zero, 0, &t));
+  sg_hooks hk = {ev_pre_use, ev_post_use, ev_pre_bwd, ev_post_bwd_use, NULL, ev_post_bwd, NULL};
+  SG_REQUIRE_OK(sg_tape_add_hooks(t.tape, &hk, NULL));
+  log_toy = &t;
+  SG_REQUIRE_OK(toy_step(&t, 1, &gn, &lv, NULL)); /* zero 3 records the order of uses */
+  (void)sg_parallel_gathered_peak(t.plan);
+  nev = 0;
+  log_on = 1;
+  sg_status st = toy_step(&t, 2, &gn, &lv, NULL);
+  log_on = 0;
+  SG_REQUIRE_OK(st);
+  SG_CHECK(nev < MAXEV, "%s zero %d: event log full", spec, zero);
+  /* the last op of backward is the first layer's: its last pre-backward */
+  int last_b = -1, end = find_ev(0, 'Z', -1), first_r = find_ev(0, 'R', NTOT_W2);
+  for (int k = 0; k < nev; ++k)
+    if (ev[k].kind == 'B') last_b = k;
+  SG_CHECK(count_ev('R') == NP && count_ev('r') == 0, "%s zero %d: %d reduce-scatters started non-blocking, %d "
+           "blocking (want %d, 0)", spec, zero, count_ev('R'), count_ev('r'), NP);
+  SG_CHECK(first_r < last_b && last_b < end, "%s zero %d: w2's reduce-scatter (event %d) did not start before the "
+           "first layer's backward (event %d)", spec, zero, first_r, last_b);
+  if (zero == 3) {
+    /* forward: w2's gather starts before linear(w1, b1) ends (post-use of w1) */
+    const int f_end = find_ev(0, 'E', 0), f_g = find_ev(0, 'G', NTOT_W2);
+    SG_CHECK(f_g < f_end, "%s zero 3: w2's all-gather (event %d) not in flight before w1's op ended (event %d)",
+             spec, f_g, f_end);
+    /* backward: w1's gather starts before linear(w2, b2)'s backward ends */
+    const int b0 = find_ev(0, 'B', 2), b_end = find_ev(b0, 'F', 2), b_g = find_ev(b0, 'G', NTOT_W1);
+    SG_CHECK(b_g < b_end, "%s zero 3: w1's all-gather (event %d) not in flight before w2's backward ended (event "
+             "%d)", spec, b_g, b_end);
+    /* memory: the op's parameters (at most w1 + b1) plus the prefetched one (at most w1) */
+    const int64_t pk = sg_parallel_gathered_peak(t.plan), bound = 2 * NTOT_W1 + HID;
+    SG_CHECK(pk <= bound && pk > NTOT_W1 + HID, "%s zero 3: %lld floats gathered at once (want prefetch, at most "
+             "%lld)", spec, (long long)pk, (long long)bound);
+    if (sg_test_rank == 0) printf("zero 3 on %s: at most %lld floats gathered at once\n", spec, (long long)pk);
+  }
+done:
+  log_on = 0;
+  log_toy = NULL;
+  toy_destroy(&t);
+  sg_mesh_destroy(&mesh);
+}
+
+/* Gathers (blocking or not) of a parameter of n elements in the log. */
+static int gathers_of(int n) {
+  int c = 0;
+  for (int k = 0; k < nev; ++k) c += (ev[k].kind == 'g' || ev[k].kind == 'G') && ev[k].id == n;
+  return c;
+}
+
+/* 5. zero 3 with the first layer checkpointed: the parameters of one
+ * process; the recomputation's gathers are prefetched; w1, used last in
+ * the recomputation and first in the block's backward, stays gathered
+ * between them (2 gathers a step, not 3; b1, used right after it, 3). */
+static void check_ckpt(const char *spec) {
+  sg_mesh_t mesh = NULL, self = NULL;
+  toy t, r;
+  memset(&t, 0, sizeof t);
+  memset(&r, 0, sizeof r);
+  float got[NTOT], want[NTOT];
+  double n1, n2, l1, l2;
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_SELF, "fsdp=1", &self));
+  SG_REQUIRE_OK(toy_create(mesh, 3, 0, &t));
+  SG_REQUIRE_OK(toy_create(self, 0, 0, &r));
+  t.ckpt = 1;
+  sg_hooks hk = {ev_pre_use, ev_post_use, ev_pre_bwd, ev_post_bwd_use, NULL, ev_post_bwd, NULL};
+  SG_REQUIRE_OK(sg_tape_add_hooks(t.tape, &hk, NULL));
+  log_toy = &t;
+  for (int64_t s = 1; s <= STEPS; ++s) {
+    nev = 0;
+    log_on = s == 2;
+    sg_status st = toy_step(&t, s, &n1, &l1, NULL);
+    log_on = 0;
+    SG_REQUIRE_OK(st);
+    SG_REQUIRE_OK(toy_step(&r, s, &n2, &l2, NULL));
+    if (s == 2 && sg_test_size > 1) {
+      SG_CHECK(gathers_of(NTOT_W1) == 2 && gathers_of(HID) == 3 && gathers_of(NTOT_W2) == 2,
+               "%s zero 3, checkpointed: gathers of w1, b1, w2 per step %d, %d, %d (want 2, 3, 2)", spec,
+               gathers_of(NTOT_W1), gathers_of(HID), gathers_of(NTOT_W2));
+      /* the recomputation's w1 moves while w2's backward computes */
+      const int b0 = find_ev(0, 'B', 2), b_end = find_ev(b0, 'F', 2), b_g = find_ev(b0, 'G', NTOT_W1);
+      SG_CHECK(b_g < b_end, "%s zero 3, checkpointed: w1's gather for the recomputation (event %d) not in flight "
+               "before w2's backward ended (event %d)", spec, b_g, b_end);
+    }
+  }
+  SG_CHECK(fabs(n1 - n2) <= 1e-5 * n2 && fabs(l1 - l2) <= 1e-5 * fabs(l2),
+           "%s zero 3, checkpointed: norm %.9g vs %.9g, loss %.9g vs %.9g", spec, n1, n2, l1, l2);
+  SG_REQUIRE_OK(toy_params(&t, got));
+  SG_REQUIRE_OK(toy_params(&r, want));
+  sg_test_cmp_f32("parameters, zero 3 with a checkpointed block", got, want, NTOT, 1e-5, 1e-7);
+done:
+  log_on = 0;
+  log_toy = NULL;
+  toy_destroy(&t);
+  toy_destroy(&r);
+  sg_mesh_destroy(&mesh);
+  sg_mesh_destroy(&self);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   char spec[32];
@@ -244,6 +323,10 @@ int main(int argc, char **argv) {
   }
   if (sg_test_size == 4)
     for (int zero = 1; zero <= 3; ++zero) check_mesh("dp=2,fsdp=2", zero, 0, NULL);
+  /* gradient accumulation: the reduce-scatters of every micro-batch (zero
+   * >= 2) or of the last (zero 1) overlap backward; HSDP sums once a step */
+  const int K = (GB / sg_test_size) % 2 == 0 ? 2 : 3;
+  for (int zero = 1; zero <= 3; ++zero) check_mesh_k(sg_test_size == 4 ? "dp=2,fsdp=2" : spec, zero, 0, K, NULL);
   if (sg_test_size > 1) {
     const double psi = NTOT;
     if (sg_test_rank == 0)
@@ -255,5 +338,8 @@ int main(int argc, char **argv) {
     SG_CHECK(vol[3] == 1.5 * vol[0], "zero 3 moves 1.5x DDP's volume: %.0f vs %.0f", vol[3], 1.5 * vol[0]);
   }
   check_memory(spec);
+  if (sg_test_size > 1)
+    for (int zero = 1; zero <= 3; ++zero) check_overlap(spec, zero);
+  check_ckpt(spec);
   return sg_test_finish();
 }

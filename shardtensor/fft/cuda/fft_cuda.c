@@ -90,8 +90,8 @@ fail:
   return st;
 }
 
-void sg_fft_cuda_stage_destroy(sg_fft_cuda_stage **sp) {
-  if (!sp || !*sp) return;
+sg_status sg_fft_cuda_stage_destroy(sg_fft_cuda_stage **sp) {
+  if (!sp || !*sp) return SG_OK;
   sg_fft_cuda_stage *s = *sp;
   for (int i = 0; i < s->nsub; ++i) {
     if (s->sub[i].h) cufftDestroy(s->sub[i].h);
@@ -99,6 +99,7 @@ void sg_fft_cuda_stage_destroy(sg_fft_cuda_stage **sp) {
   }
   free(s);
   *sp = NULL;
+  return SG_OK;
 }
 
 static sg_status c2c(const sg_fft_cuda_stage *s, const sg_fft_cuda_sub *u,

@@ -1,0 +1,271 @@
+/* shardgrid — autograd tape: backward (gradient buffers, the adjoint of
+ * the margins, routing, hooks). */
+#include "autograd_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sg_comm.h"
+#include "sg_device.h"
+
+/* ---- backward ----------------------------------------------------------------- */
+
+typedef struct ag_bwd {
+  enum { DIRECT = 0, ADD, PAD, IDENT } how[SG_NODE_MAX_IN];
+  sg_tensor tmp[SG_NODE_MAX_IN];
+  sg_tensor tmp2;
+  sg_tensor grad[SG_NODE_MAX_OUT]; /* cropped outputs: their own gradients */
+  unsigned swapped;
+} ag_bwd;
+
+/* Input i takes output 0's gradient unchanged (sg_op_rule.grad_identity). */
+static int ag_grad_identity(const sg_node *node, int i) {
+  const sg_var *v = node->in[i], *o = node->out[0];
+  return (node->op->rule.grad_identity & (1u << i)) && node->op->slots[i] == SG_SLOT_ACT &&
+         i != node->op->rule.windowed_input && !node->cropped && node->nout >= 1 &&
+         v->value.dtype == o->value.dtype && ag_numel(&v->value) == ag_numel(&o->value);
+}
+
+/* Gradient buffers, the op's backward (outputs' gradients zero-padded to
+ * the window's natural extent where the forward was cropped). */
+static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
+  sg_status st = SG_OK;
+  const int wi = node->op->rule.windowed_input;
+  for (int j = 0; j < node->nout; ++j) SG_TRY(ag_ensure_grad(tape, node->out[j]));
+  for (int i = 0; i < node->nin; ++i) {
+    sg_var *v = node->in[i];
+    node->gin[i] = NULL;
+    if (!v->requires_grad || ag_numel(&v->value) == 0) continue;
+    /* activation inputs the op's backward writes whole: no zero fill */
+    const int zero = node->op->slots[i] == SG_SLOT_PARAM ||
+                     !(node->op->rule.writes_gin & (1u << i));
+    if (ag_grad_identity(node, i)) {
+      b->how[i] = IDENT; /* routed after the backward, gin[i] stays NULL */
+    } else if (i == wi && node->xin.owns) {
+      SG_TRY(ag_alloc_z(&b->tmp[i], node->xin.dtype, node->xin.ndim,
+                        node->xin.shape, zero));
+      node->gin[i] = b->tmp[i].data;
+      b->how[i] = PAD;
+    } else if (node->op->slots[i] == SG_SLOT_PARAM) {
+      SG_TRY(ag_ensure_grad(tape, v));
+      v->has_grad = 1;
+      node->gin[i] = v->grad.data;
+      b->how[i] = DIRECT;
+    } else if (!v->is_leaf && !v->has_grad) {
+      SG_TRY(ag_ensure_grad_z(tape, v, zero));
+      v->has_grad = 1;
+      node->gin[i] = v->grad.data;
+      b->how[i] = DIRECT;
+    } else {
+      SG_TRY(ag_alloc_z(&b->tmp[i], v->value.dtype, v->value.ndim,
+                        v->value.shape, zero));
+      node->gin[i] = b->tmp[i].data;
+      b->how[i] = ADD;
+    }
+  }
+  if (node->cropped) {
+    sg_exchange_info info = ag_node_info(node);
+    for (int j = 0; j < node->nout; ++j) {
+      if (!(node->cropped & (1u << j))) continue;
+      sg_var *v = node->out[j];
+      int64_t off[SG_TENSOR_MAX_DIMS] = {0}, shape[SG_TENSOR_MAX_DIMS];
+      shape[0] = v->value.shape[0];
+      shape[1] = v->value.shape[1];
+      for (int d = 0; d < info.nsp; ++d) {
+        off[2 + d] = info.crop[d];
+        shape[2 + d] = info.natural[d];
+      }
+      sg_tensor part;
+      SG_TRY(ag_alloc(&b->grad[j], v->grad.dtype, v->grad.ndim, shape));
+      SG_TRY(sg_tensor_view(&b->grad[j], off, v->grad.shape, &part));
+      SG_TRY(sg_tensor_copy(&part, &v->grad));
+      sg_tensor t = v->grad; /* swap: the op sees the natural extent */
+      v->grad = b->grad[j];
+      b->grad[j] = t;
+      b->swapped |= 1u << j;
+    }
+  }
+  ag_current_tape = tape;
+  st = node->op->backward(node);
+  ag_current_tape = NULL;
+fail:
+  for (int j = 0; j < node->nout; ++j)
+    if (b->swapped & (1u << j)) {
+      sg_tensor t = node->out[j]->grad;
+      node->out[j]->grad = b->grad[j];
+      b->grad[j] = t;
+    }
+  return st;
+}
+
+/* The adjoint of the margins, and the routing of the input gradients. */
+static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
+  sg_status st = SG_OK;
+  /* identity inputs: the output's gradient, read from gsrc (still alive
+   * when handed over: the input that took it is released after this node) */
+  sg_var *o = node->out[0];
+  const void *gsrc = node->nout > 0 ? o->grad.data : NULL;
+  for (int i = 0; i < node->nin; ++i) {
+    sg_var *v = node->in[i];
+    if (b->how[i] == IDENT && v->requires_grad && ag_numel(&v->value) > 0) {
+      if (!v->is_leaf && !v->has_grad && !v->grad.data && o->owns_grad && o->grad.data == gsrc) {
+        v->grad = o->grad; /* hand over: same bytes on the tape's account */
+        v->owns_grad = 1;
+        memset(&o->grad, 0, sizeof o->grad);
+        o->owns_grad = 0;
+      } else if (!v->is_leaf && !v->has_grad) {
+        SG_TRY(ag_ensure_grad_z(tape, v, 0));
+        memcpy(v->grad.data, gsrc, ag_nbytes(&v->grad));
+      } else {
+        SG_TRY(ag_ensure_grad(tape, v));
+        sg_tensor src = v->grad;
+        src.data = (void *)gsrc;
+        ag_add_into(&v->grad, &src);
+      }
+      v->has_grad = 1;
+      continue;
+    }
+    if (!node->gin[i]) continue;
+    if (b->how[i] == PAD) {
+      int64_t pad[SG_OPS_MAX_SPATIAL][2];
+      sg_pad_mode mode[SG_OPS_MAX_SPATIAL];
+      ag_pads(node, pad, mode);
+      SG_TRY(ag_alloc(&b->tmp2, v->value.dtype, v->value.ndim, v->value.shape));
+      if (node->mesh)
+        SG_TRY(sg_sharded_exchange_adjoint((sg_sharded_exchange_t)node->ex, b->tmp[i].data,
+                                           &b->tmp2));
+      else
+        SG_TRY(sg_pad_backward(v->value.dtype, node->nsp, v->value.shape[0] * v->value.shape[1],
+                               v->value.shape + 2, (const int64_t(*)[2])pad, mode,
+                               b->tmp[i].data, b->tmp2.data));
+      SG_TRY(ag_ensure_grad(tape, v));
+      if (!v->is_leaf && !v->has_grad)
+        memcpy(v->grad.data, b->tmp2.data, ag_nbytes(&b->tmp2));
+      else
+        ag_add_into(&v->grad, &b->tmp2);
+      v->has_grad = 1;
+      ag_free(&b->tmp2);
+    } else if (b->how[i] == ADD) {
+      SG_TRY(ag_ensure_grad(tape, v));
+      ag_add_into(&v->grad, &b->tmp[i]);
+      v->has_grad = 1;
+    }
+  }
+fail:
+  return st;
+}
+
+/* Run one node's backward and route its input gradients. A sharded node
+ * agrees before the adjoint exchange and at the end; the parameter hooks
+ * (pre_backward before the kernels, post_backward_use and grad_ready after)
+ * join those agreements (or the tape's, for a plain node). */
+static sg_status ag_node_backward(sg_tape_t tape, sg_node *node) {
+  sg_status st = SG_OK;
+  if (node->op == &ag_ckpt_op) return ag_ckpt_backward(tape, node);
+  ag_bwd b;
+  memset(&b, 0, sizeof b);
+  /* every consumer has added its part: the activation gradient is whole */
+  for (int j = 0; j < node->nout; ++j) ag_store_round(tape, &node->out[j]->grad);
+  const int hooked = ag_hooked(tape, node->nin, node->in);
+  const MPI_Comm comm = ag_agree_comm(tape, node->mesh ? sg_mesh_comm(node->mesh) : MPI_COMM_NULL, hooked);
+  st = ag_call_param_hooks(tape, AG_PRE_BACKWARD, node->nin, node->in);
+  /* the kernels may be collective (statistics): a failed hook must not
+   * leave the other ranks in them */
+  if (hooked) st = ag_agree(comm, st);
+  if (st == SG_OK) st = ag_backward_local(tape, node, &b);
+  if (node->mesh && node->has_window) st = ag_agree(comm, st);
+  if (st == SG_OK) st = ag_backward_route(tape, node, &b);
+  if (st == SG_OK) st = ag_call_param_hooks(tape, AG_POST_BACKWARD_USE, node->nin, node->in);
+  for (int i = 0; i < node->nin && st == SG_OK; ++i) {
+    sg_var *v = node->in[i];
+    if (!v->requires_grad) continue;
+    if (--v->pending == 0 && v->is_param) st = ag_call_hooks(tape, AG_GRAD_READY, v);
+  }
+  st = ag_agree(comm, st);
+  for (int i = 0; i < SG_NODE_MAX_IN; ++i) ag_free(&b.tmp[i]);
+  for (int j = 0; j < SG_NODE_MAX_OUT; ++j) ag_free(&b.grad[j]);
+  ag_free(&b.tmp2);
+  return st;
+}
+
+/* Walk the tape in reverse from gradients already seeded. */
+sg_status ag_backward_walk(sg_tape_t tape) {
+  sg_status st = SG_OK;
+  for (int k = tape->nnodes - 1; k >= 0; --k) {
+    sg_node *node = tape->nodes[k];
+    SG_TRY(ag_node_backward(tape, node));
+    /* every consumer of this node's outputs ran before it: release them */
+    for (int j = 0; j < node->nout; ++j) ag_var_drop_memory(tape, node->out[j]);
+    ag_node_release(tape, node);
+    tape->nodes[k] = NULL;
+    tape->nnodes = k;
+  }
+  for (int k = 0; k < tape->nhooks && st == SG_OK; ++k)
+    if (tape->hooks[k].post_backward) st = tape->hooks[k].post_backward(tape, tape->hooks[k].user);
+  st = ag_agree(ag_agree_comm(tape, MPI_COMM_NULL, tape->nhooks > 0), st);
+fail:
+  return st;
+}
+
+/* Checks of a backward seed (not collective). */
+static sg_status ag_seed_check(const sg_var *v, const char *what) {
+  sg_status st = SG_OK;
+  if (!v) SG_RAISE(SG_ERR_INVALID_ARG, "backward: %s is NULL", what);
+  if (!v->producer || !v->requires_grad)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "backward from '%s': not produced on this tape with gradients "
+             "(no-grad mode, or no input requires a gradient)", v->name);
+fail:
+  return st;
+}
+
+sg_status sg_tape_backward(sg_tape_t tape, sg_var *loss) {
+  sg_status st = SG_OK;
+  if (!tape) SG_RAISE(SG_ERR_INVALID_ARG, "tape and loss are required");
+  SG_TRY(ag_seed_check(loss, "the loss"));
+  if (ag_numel(&loss->value) != 1)
+    SG_RAISE(SG_ERR_SHAPE, "backward from '%s': not a scalar (%lld elements)",
+             loss->name, (long long)ag_numel(&loss->value));
+  SG_TRY(ag_ensure_grad(tape, loss));
+  if (loss->grad.dtype == SG_DTYPE_F32)
+    *(float *)loss->grad.data = 1.0f;
+  else
+    *(double *)loss->grad.data = 1.0;
+  loss->has_grad = 1;
+  SG_TRY(ag_backward_walk(tape));
+fail:
+  if (tape) sg_tape_clear(tape);
+  return st;
+}
+
+sg_status sg_tape_backward_from(sg_tape_t tape, int n, sg_var *const *vars, const sg_tensor *grads) {
+  sg_status st = SG_OK;
+  if (!tape || n < 1 || !vars || !grads)
+    SG_RAISE(SG_ERR_INVALID_ARG, "backward from pairs: tape, n >= 1, variables and gradients are required");
+  for (int i = 0; i < n; ++i) {
+    sg_var *v = vars[i];
+    const sg_tensor *g = &grads[i];
+    SG_TRY(ag_seed_check(v, "a variable"));
+    if (g->dtype != v->value.dtype || g->ndim != v->value.ndim)
+      SG_RAISE(SG_ERR_SHAPE, "backward from '%s': gradient %d is %s with %d dims, the variable %s with %d",
+               v->name, i, sg_dtype_name(g->dtype), g->ndim, sg_dtype_name(v->value.dtype), v->value.ndim);
+    for (int d = 0; d < g->ndim; ++d)
+      if (g->shape[d] != v->value.shape[d])
+        SG_RAISE(SG_ERR_SHAPE, "backward from '%s': gradient %d has extent %lld in dim %d, the variable %lld",
+                 v->name, i, (long long)g->shape[d], d, (long long)v->value.shape[d]);
+    if (ag_numel(&v->value) == 0) continue;
+    if (!g->data) SG_RAISE(SG_ERR_INVALID_ARG, "backward from '%s': gradient %d has no data", v->name, i);
+    SG_TRY(ag_ensure_grad(tape, v));
+    sg_tensor src = v->grad;
+    src.data = g->data;
+    if (v->has_grad) ag_add_into(&v->grad, &src); /* the same variable twice: sum */
+    else memcpy(v->grad.data, g->data, ag_nbytes(&v->grad));
+    v->has_grad = 1;
+  }
+  SG_TRY(ag_backward_walk(tape));
+fail:
+  if (tape) sg_tape_clear(tape);
+  return st;
+}

@@ -1,0 +1,108 @@
+/* shardgrid — internal: the autograd tape's state and the helpers its
+ * files share (autograd.c: tensors, variables, the tape and its hooks;
+ * ag_apply.c: recording an op, its margins or halo exchange and the
+ * sharding of its outputs; ag_backward.c: backward; ag_checkpoint.c:
+ * activation checkpointing). Not installed. */
+#ifndef SG_AUTOGRAD_IMPL_H
+#define SG_AUTOGRAD_IMPL_H
+
+#include "sg_autograd.h"
+#include "sg_exchange.h"
+
+/* A cached exchange (halo plan) of a window op: key = (mesh, dtype, global
+ * shape, placements, window). Every rank makes the same calls in the same
+ * order, so every rank hits and misses alike and creates plans (collective)
+ * in the same order. Entries in use by a recorded node are not evicted. */
+typedef struct ag_xkey {
+  sg_mesh_t mesh;
+  sg_dtype dtype;
+  int ndim;
+  int64_t global[SG_TENSOR_MAX_DIMS];
+  sg_placement pl[SG_MESH_MAX_DIMS];
+  sg_window win[SG_OPS_MAX_SPATIAL];
+} ag_xkey;
+
+typedef struct ag_xentry {
+  ag_xkey key;
+  sg_sharded_exchange_t ex;
+  int uses; /* recorded nodes using it */
+} ag_xentry;
+
+enum { AG_XCACHE_MAX = 64 };
+
+struct sg_tape {
+  sg_node **nodes;
+  int nnodes, cap_nodes;
+  sg_var **owned; /* variables made by ops */
+  int nowned, cap_owned;
+  int grad_enabled;
+  sg_dtype store_dt; /* SG_DTYPE_BF16: f32 activations rounded to bf16 */
+  sg_hooks hooks[SG_TAPE_MAX_HOOKS];
+  int hook_id[SG_TAPE_MAX_HOOKS];
+  int nhooks, next_hook_id;
+  MPI_Comm comm; /* agreement on hook failures of plain ops */
+  size_t bytes;
+  ag_xentry *xcache;
+  int nx, cap_x;
+  /* activation checkpointing: checkpointed blocks run on the child (made
+   * at the first checkpoint; it keeps its own halo plans) */
+  struct sg_tape *child;
+  /* while a checkpointed block's forward runs on this tape: the leaves
+   * requiring gradients it uses (parameters: first-use order) and the
+   * stand-ins of its inputs */
+  int collecting;
+  sg_var **coll;
+  int ncoll, cap_coll;
+  sg_var *const *ck_in;
+  int ck_nin;
+};
+
+/* The checkpoint node (sg_ag_checkpoint; ag_checkpoint.c): its op has no
+ * kernels, the tape runs it itself. */
+extern const sg_op_def ag_ckpt_op;
+typedef struct ag_ckpt {
+  sg_block_fn fn;
+  void *ctx;
+  int ncap;
+  sg_var *cap[]; /* leaves requiring gradients used inside (parameters) */
+} ag_ckpt;
+
+/* Which per-parameter hook to call. */
+typedef enum ag_hook { AG_PRE_USE, AG_POST_USE, AG_PRE_BACKWARD, AG_POST_BACKWARD_USE, AG_GRAD_READY } ag_hook;
+
+/* The tape of the node being run, for byte accounting in callbacks. */
+extern _Thread_local sg_tape_t ag_current_tape;
+
+/* autograd.c: host tensors (contiguous), gradients, hooks, agreement,
+ * node and variable memory, arrays */
+int64_t ag_numel(const sg_tensor *t);
+/* Under a bf16 storage policy: t's f32 values rounded to bf16 in place. */
+void ag_store_round(const struct sg_tape *tape, sg_tensor *t);
+size_t ag_nbytes(const sg_tensor *t);
+sg_status ag_alloc_z(sg_tensor *t, sg_dtype dt, int ndim, const int64_t *shape, int zero);
+sg_status ag_alloc(sg_tensor *t, sg_dtype dt, int ndim, const int64_t *shape);
+void ag_free(sg_tensor *t);
+void ag_add_into(sg_tensor *y, const sg_tensor *x);
+sg_status ag_ensure_grad_z(sg_tape_t tape, sg_var *v, int zero);
+sg_status ag_ensure_grad(sg_tape_t tape, sg_var *v);
+sg_status ag_call_hooks(sg_tape_t tape, ag_hook which, sg_var *v);
+sg_status ag_call_param_hooks(sg_tape_t tape, ag_hook which, int nin, sg_var *const *in);
+int ag_hooked(const sg_tape_t tape, int nin, sg_var *const *in);
+MPI_Comm ag_agree_comm(sg_tape_t tape, MPI_Comm mesh_comm, int hooked);
+sg_status ag_agree(MPI_Comm comm, sg_status st);
+void ag_node_release(sg_tape_t tape, sg_node *node);
+void ag_var_drop_memory(sg_tape_t tape, sg_var *v);
+sg_status ag_grow(void **arr, int *cap, int need, size_t elem);
+
+/* ag_apply.c: the geometry of a sharded windowed node's exchange; the
+ * padding of a node's window as sg_pad_forward takes it */
+sg_exchange_info ag_node_info(const sg_node *node);
+void ag_pads(const sg_node *node, int64_t (*pad)[2], sg_pad_mode *mode);
+/* ag_backward.c: walk the tape in reverse from gradients already seeded */
+sg_status ag_backward_walk(sg_tape_t tape);
+/* ag_checkpoint.c: note a checkpointed block's reads; a checkpoint node's
+ * backward */
+sg_status ag_collect(sg_tape_t t, const char *who, int nin, sg_var *const *in);
+sg_status ag_ckpt_backward(sg_tape_t tape, sg_node *node);
+
+#endif /* SG_AUTOGRAD_IMPL_H */

@@ -1,0 +1,289 @@
+/* shardgrid — pipeline schedules as data (issue 18, section 2).
+ *
+ * A schedule says, for every stage (a coordinate of the `pp` mesh dim), the
+ * ordered list of actions it performs in one training step: forward (F),
+ * backward (B), weight gradient (W, zero-bubble only) of a micro-batch on
+ * one of its model chunks, and the point-to-point transfers between
+ * neighbouring stages (SEND_F/RECV_F: activations, SEND_B/RECV_B:
+ * gradients). Runs will execute the lists as they are; everything about a
+ * schedule that can be proved without running a model is proved here, on
+ * the lists:
+ *
+ *   sg_pp_schedule_create   generators: GPipe, 1F1B, interleaved 1F1B,
+ *                           ZB-H1 (see docs/pipeline.md for each)
+ *   sg_pp_schedule_check    invariants + a no-deadlock proof + peak memory
+ *   sg_pp_simulate          simulated time: per-action start/end, bubble
+ *
+ * The runtime (strategies/pipeline.c, the second half of this header)
+ * executes the lists: sg_pipe_*.
+ *
+ * Chunks (virtual stages). With v chunks per stage the model is cut into
+ * p*v pieces; chunk c of stage s is virtual stage g = c*p + s (Megatron's
+ * layout), so activations flow s -> s+1 and from stage p-1 chunk c to
+ * stage 0 chunk c+1. v = 1 for every kind but interleaved.
+ *
+ * Transfers. Every F of a virtual stage g > 0 is preceded by RECV_F of the
+ * same (micro-batch, chunk); every F of g < p*v-1 is followed by SEND_F;
+ * every B of g < p*v-1 is preceded by RECV_B and every B of g > 0 followed
+ * by SEND_B. The action's chunk is the local chunk; its peer is the stage
+ * holding virtual stage g-1 or g+1 (sg_pp_peer). A SEND_F of (mb, g)
+ * matches the RECV_F of (mb, g+1), a SEND_B of (mb, g) the RECV_B of
+ * (mb, g-1). Sends are non-blocking (posted as soon as the data exist),
+ * receives block: the semantics under which the checker proves that every
+ * list runs to its end. With p = 1 there are no transfers.
+ *
+ * The schedule functions are pure logic: no MPI, not collective, the same
+ * result on every rank.
+ */
+#ifndef SG_PIPELINE_H
+#define SG_PIPELINE_H
+
+#include <stddef.h>
+
+#include "sg_autograd.h"
+#include "sg_mesh.h"
+#include "sg_parallel.h"
+#include "sg_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sg_pp_kind {
+  SG_PP_GPIPE,       /* all forwards, then all backwards */
+  SG_PP_1F1B,        /* PipeDream-flush: warm-up, one F one B, cool-down */
+  SG_PP_INTERLEAVED, /* Megatron's interleaved 1F1B, v >= 2 chunks */
+  SG_PP_ZB_H1,       /* zero bubble H1: B (input grad) and W split */
+  SG_PP_KIND_COUNT
+} sg_pp_kind;
+
+typedef enum sg_pp_op {
+  SG_PP_F,      /* forward of (mb, chunk) */
+  SG_PP_B,      /* backward: input gradient (ZB-H1), full backward else */
+  SG_PP_W,      /* weight gradient (ZB-H1 only) */
+  SG_PP_SEND_F, /* activations of (mb, chunk) to the next virtual stage */
+  SG_PP_RECV_F, /* activations of (mb, chunk) from the previous one */
+  SG_PP_SEND_B, /* input gradient of (mb, chunk) to the previous one */
+  SG_PP_RECV_B, /* output gradient of (mb, chunk) from the next one */
+  SG_PP_OP_COUNT
+} sg_pp_op;
+
+typedef struct sg_pp_action {
+  sg_pp_op op;
+  int mb;    /* micro-batch, 0..m-1 */
+  int chunk; /* local chunk, 0..v-1 */
+} sg_pp_action;
+
+/* Stage s's actions are act[off[s] .. off[s+1]). */
+typedef struct sg_pp_schedule {
+  sg_pp_kind kind;
+  int p, m, v;
+  int *off;          /* p + 1 offsets */
+  sg_pp_action *act; /* off[p] actions */
+} sg_pp_schedule;
+
+/* "gpipe", "1f1b", "interleaved", "zb-h1" (the sg-train pp_schedule
+ * values); "?" for an invalid kind. Op names: "F", "B", "W", "SEND_F", ... */
+const char *sg_pp_kind_name(sg_pp_kind kind);
+const char *sg_pp_op_name(sg_pp_op op);
+sg_status sg_pp_kind_parse(const char *name, sg_pp_kind *kind);
+
+/* Generate a schedule for p stages, m micro-batches, v chunks per stage.
+ * Errors (SG_ERR_INVALID_ARG, message says which): p < 1, m < 1, v < 1,
+ * v > 1 for a kind without chunks; interleaved with p < 2, v < 2, m < p or
+ * m not a multiple of p (Megatron's rule: micro-batches go round in groups
+ * of p). Free with sg_pp_schedule_destroy. */
+sg_status sg_pp_schedule_create(sg_pp_kind kind, int p, int m, int v,
+                                sg_pp_schedule **out);
+/* The same from a spec "pp=4,m=8,kind=1f1b[,v=2]" (keys in any order; p is
+ * an alias of pp; v defaults to 1; pp, m and kind are required). */
+sg_status sg_pp_schedule_parse(const char *spec, sg_pp_schedule **out);
+void sg_pp_schedule_destroy(sg_pp_schedule **s);
+
+/* Virtual stage of (stage, chunk) and the stage a transfer goes to or comes
+ * from (-1 for a compute action). */
+int sg_pp_virtual_stage(const sg_pp_schedule *s, int stage, int chunk);
+int sg_pp_peer(const sg_pp_schedule *s, int stage, const sg_pp_action *a);
+
+/* The peak number of (micro-batch, chunk) pairs a stage holds between F
+ * and B, as the schedule's formula says (docs/pipeline.md):
+ *   gpipe m;  1f1b and zb-h1 min(m, p - s);
+ *   interleaved min(m v, (v - 1) p + 2 (p - 1 - s) + 1). */
+int sg_pp_peak_formula(const sg_pp_schedule *s, int stage);
+/* The peak number of pairs between F and W (a pair whose B is done but not
+ * its W still holds the weight gradient's inputs): ZB-H1 min(m, p) on every
+ * stage, the peak of 1F1B's first stage; the F..B peak for the others. */
+int sg_pp_peak_fw_formula(const sg_pp_schedule *s, int stage);
+
+/* Check a schedule (any list, generated or not):
+ *  - every action well formed (op, micro-batch, chunk, no transfer past the
+ *    first or last virtual stage, no W outside ZB-H1);
+ *  - per (stage, chunk, micro-batch) exactly one F and one B (and one W for
+ *    ZB-H1); B after its F, W after its B; RECV_F before the F that needs
+ *    it, SEND_F after it, RECV_B before B, SEND_B after it; no transfer
+ *    twice;
+ *  - every SEND has its RECV on the peer stage and the other way round, and
+ *    the lists, run with non-blocking sends and blocking receives, all
+ *    complete (no deadlock: a stuck run names the stages and what they wait
+ *    for);
+ *  - per stage the peak of pairs between F and B equals
+ *    sg_pp_peak_formula, the peak between F and W sg_pp_peak_fw_formula.
+ * peak_fb[s] (may be NULL): that peak; peak_fw[s] (may be NULL): the peak
+ * of pairs between F and W (the weight gradient's inputs are still held;
+ * equal to peak_fb for kinds without W). Arrays of p ints.
+ * SG_ERR_INVALID_ARG with the first violation found. */
+sg_status sg_pp_schedule_check(const sg_pp_schedule *s, int *peak_fb,
+                               int *peak_fw);
+
+/* Durations of one action (per chunk): F, B (the full backward for kinds
+ * without W), W, and the latency of a transfer (from its send to the
+ * earliest end of the matching receive). Transfers cost their stage no
+ * time. */
+typedef struct sg_pp_costs {
+  double f, b, w, p2p;
+} sg_pp_costs;
+
+/* The result of a simulated run: start/end of every action (indexed like
+ * act), per stage its busy time (F, B, W) and its bubble = 1 - busy /
+ * makespan (the idle fraction of the step), and the makespan (the end of
+ * the last action; every stage starts at 0). */
+typedef struct sg_pp_sim {
+  double makespan;
+  double *start, *end; /* off[p] each */
+  double *busy, *bubble; /* p each */
+} sg_pp_sim;
+
+/* Execute the lists in simulated time: a compute action starts when its
+ * stage is free, a receive ends when its stage reaches it and the message
+ * has arrived (send time + p2p). Fails like the deadlock part of
+ * sg_pp_schedule_check. Free with sg_pp_sim_free. */
+sg_status sg_pp_simulate(const sg_pp_schedule *s, const sg_pp_costs *costs,
+                         sg_pp_sim *out);
+void sg_pp_sim_free(sg_pp_sim *sim);
+
+
+/* ---- execution (strategies/pipeline.c) ----------------------------------
+ * The runtime runs a schedule's lists on a mesh with a "pp" dim: the rank's
+ * coordinate along pp is its stage; the other dims form the stage's
+ * sub-mesh (sg_pipe_stage_mesh), on which the stage builds its own
+ * parallel plan with its own blocks' parameters only, so dp, fsdp (ZeRO 1)
+ * and domain dims work inside a stage as they do without a pipeline. An
+ * activation goes from a rank to the rank of the next stage with the same
+ * coordinates in the other dims (its block of a domain-sharded tensor
+ * included), its gradient back the same way.
+ *
+ *   sg_pipe_t pp;
+ *   sg_pipe_create(mesh, &(sg_pipe_config){.kind = SG_PP_1F1B, .m = 4,
+ *                  .nblocks = L}, &pp);
+ *   for each chunk c: sg_pipe_blocks(pp, c, &first, &count);  // my blocks
+ *   sg_pipe_plan_create(pp, &pcfg, nparams, table, nlocal, &plan);
+ *   bind and initialise the stage's parameters (sg_parallel_params/grads);
+ *   sg_pipe_attach(pp, plan, vars);
+ *   for each step t:
+ *     sg_pipe_run(pp, forward, ctx, &loss);    // every F, B, transfer
+ *     sg_pipe_reduce(pp, &grad_norm);          // norm over all stages
+ *     sg_parallel_step(plan, t, lr, sg_clip_scale(grad_norm, clip));
+ *
+ * forward(tape, ctx, mb, chunk, in, &out) runs the blocks of `chunk` of
+ * this stage on micro-batch mb, recording on `tape`:
+ *  - on the first virtual stage in is NULL: the function makes the
+ *    micro-batch's input itself (its share of it under dp/domain dims);
+ *    elsewhere in is a leaf holding the activation received (shape, dtype
+ *    and sharding as the previous stage's output; requires_grad);
+ *  - on the last virtual stage out is the micro-batch's scalar loss, as
+ *    its part of the step's loss (e.g. the mean over the micro-batch / m):
+ *    backward starts from it with gradient 1, and the step's loss is the
+ *    sum over micro-batches; elsewhere out is the activation to send.
+ * Each (micro-batch, chunk) has its own tape (a backward clears its tape;
+ * other micro-batches are in flight). Gradients accumulate in the plan's
+ * buffers over the micro-batches (sg_parallel_begin_micro before every B,
+ * counting the stage's B's); the plan's hooks are on the tape of the
+ * stage's last B, so the DDP buckets are reduced while that backward runs.
+ *
+ * Transfers: the receive of every header (shape, dtype, sharding, a
+ * failure flag) is posted when the step starts; the receive of an
+ * activation as soon as its header is seen to have arrived (tested
+ * between actions), straight into the leaf; the receive of a gradient as
+ * soon as the forward made the output it belongs to. Sends are
+ * non-blocking; an input is freed once its gradient has been sent. Failures: a stage
+ * whose forward or backward fails (agreed over its sub-mesh) stops
+ * computing but keeps every transfer of its list, flagged failed, so the
+ * stages it talks to stop computing too and nobody waits for a message
+ * that never comes; sg_pipe_run then returns the failing rank's error on
+ * every rank.
+ *
+ * Not yet: ZB-H1's W is a no-op (B runs the whole backward: the tape does
+ * not split input and weight gradients yet), so ZB-H1 computes the right
+ * numbers with 1F1B's timing; zero >= 2 and bf16 need the plan's hooks on
+ * every tape (refused by sg_pipe_plan_create). */
+typedef struct sg_pipe *sg_pipe_t;
+
+typedef struct sg_pipe_config {
+  sg_pp_kind kind;
+  int m;            /* micro-batches per step, >= 1 */
+  int v;            /* chunks per stage; 0: 1 (2 for interleaved) */
+  int nblocks;      /* blocks of the model, cut into p * v pieces */
+  const int *split; /* NULL: balanced (the first nblocks % (p v) pieces get
+                       one more block); else p v - 1 increasing block
+                       indices in (0, nblocks): where pieces 1.. start */
+} sg_pipe_config;
+
+typedef sg_status (*sg_pipe_forward_fn)(sg_tape_t tape, void *ctx, int mb,
+                                        int chunk, sg_var *in, sg_var **out);
+
+/* The runtime for mesh (its "pp" dim: the stages; no pp dim: one stage).
+ * Errors (SG_ERR_INVALID_ARG naming the rule, on every rank): m < 1, more
+ * virtual stages than blocks, a bad split, the schedule's own rules.
+ * Collective over the mesh. */
+sg_status sg_pipe_create(sg_mesh_t mesh, const sg_pipe_config *cfg,
+                         sg_pipe_t *pipe);
+/* NULL and *pipe == NULL are fine; sets *pipe to NULL. Collective. */
+sg_status sg_pipe_destroy(sg_pipe_t *pipe);
+
+/* Queries, not collective. The stage mesh: the mesh without pp (a mesh
+ * "dp=1" of this rank alone when pp was the only dim); owned by the
+ * runtime. */
+int sg_pipe_stage(sg_pipe_t pipe);
+int sg_pipe_nstages(sg_pipe_t pipe);
+sg_mesh_t sg_pipe_stage_mesh(sg_pipe_t pipe);
+const sg_pp_schedule *sg_pipe_schedule(sg_pipe_t pipe);
+/* The blocks [*first, *first + *count) of this stage's chunk. */
+void sg_pipe_blocks(sg_pipe_t pipe, int chunk, int *first, int *count);
+
+/* sg_parallel_create on the stage mesh with this stage's parameter table;
+ * refuses (SG_ERR_NOT_SUPPORTED, every rank) zero >= 2 and bf16. The
+ * caller owns the plan (sg_parallel_destroy). Collective. */
+sg_status sg_pipe_plan_create(sg_pipe_t pipe, const sg_parallel_config *cfg,
+                              int nparams, const sg_param_info *table,
+                              int64_t nlocal, sg_parallel_t *plan);
+/* The plan (not owned) whose gradients the runs accumulate; vars as for
+ * sg_parallel_attach. Once. Not collective. */
+sg_status sg_pipe_attach(sg_pipe_t pipe, sg_parallel_t plan,
+                         sg_var *const *vars);
+
+/* One step's forwards and backwards: this stage's list, in order. *loss
+ * (may be NULL): the step's loss (the sum of the last stage's micro-batch
+ * losses), the same on every rank. Collective over the mesh. */
+sg_status sg_pipe_run(sg_pipe_t pipe, sg_pipe_forward_fn fn, void *ctx,
+                      double *loss);
+/* sg_parallel_reduce on the stage, and the global gradient norm over
+ * every stage (each element counted once; stage order: deterministic).
+ * Collective over the mesh. */
+sg_status sg_pipe_reduce(sg_pipe_t pipe, double *grad_norm);
+
+/* Measured on this stage over the runs so far (after each F): the peak
+ * number of (micro-batch, chunk) pairs between F and B, the schedule's
+ * formula for it (sg_pp_peak_formula), the peak bytes of the stage's
+ * tapes (sg_tape_bytes: the activations and saved state of the pairs in
+ * flight) and of the inputs received (from the arrival of their header,
+ * when their receive is posted, until their gradient has been sent). */
+typedef struct sg_pipe_stats {
+  int peak_inflight, peak_formula;
+  size_t peak_bytes, peak_input_bytes;
+} sg_pipe_stats;
+void sg_pipe_get_stats(sg_pipe_t pipe, sg_pipe_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SG_PIPELINE_H */
