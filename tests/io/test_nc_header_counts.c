@@ -3,8 +3,9 @@
  * only up to the first value the parser cannot use. Found by fuzzing
  * (tests/fuzz/regress/ckpt/oom_numrecs_attr_2gb): a record count past 2^62
  * made the check give up on the rest of the header ("the library
- * decides"), so a global attribute of ~10^18 values went to PnetCDF, which
- * allocated 2.2 GB before refusing the file. The same held after a dim
+ * decides"), so a global attribute of 352 million int64 values (2.8 GB in
+ * a 1 KB file) went to PnetCDF, which allocated 2.2 GB before refusing the
+ * file. The same held after a dim
  * length or a begin past 2^62, a dim id out of range, a variable of an
  * unknown type, or any count of 2^62 or more. Every case here is a small
  * CDF-5 header in memory (sg_io_classic_extent_mem); values no file can
@@ -127,7 +128,7 @@ static void check_extent(const char *what, const hdr *c, int64_t ea,
 
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
-  const uint64_t huge = (uint64_t)0x15000001 << 32; /* < 2^62: ~10^18 */
+  const uint64_t huge = 0x15000001; /* the finding's: 2.8 GB of int64 */
   const uint64_t past = ((uint64_t)1 << 62) + 1;
   /* a: 2 records of 4 bytes from 536, alone (unpadded); b: 3 doubles */
   check_extent("well formed", &(hdr){0}, 544, 536);
