@@ -172,7 +172,8 @@ sg_status sg_io_mark_failed(struct sg_nc_t_ *f, sg_status st);
  * asks for more bytes than the file has: no library is given such a
  * header), *have the file's size, var (cap bytes) the variable that ends
  * last; ends (may be NULL; malloc'd) the end of every variable by varid
- * (0: no data), *nends their number. Not collective. */
+ * (0: no data; INT64_MAX: more than any file holds), *nends their number.
+ * Not collective. */
 sg_status sg_io_classic_extent(const char *path, int64_t *need, int64_t *have,
                                char *var, size_t cap, int64_t **ends,
                                int *nends);

@@ -21,13 +21,32 @@ typedef struct hreader {
   FILE *fp;
   int64_t size; /* of the file */
   int ver; /* 1, 2 or 5 */
-  int bad; /* a read failed or a value is out of range */
+  int bad; /* a read failed or the structure is broken: stop here */
   /* a count asks for more header bytes than the file has left: no valid
    * file has such a header (the libraries would allocate what it says:
    * gigabytes for a flipped bit in a 1 KB file) */
   int impossible;
+  /* the structure is followed to its end (every later count is bounded)
+   * but the shapes give no extents (a dim id out of range, an unknown
+   * type): the library decides */
+  int noextent;
   char why[200];
 } hreader;
+
+/* Sizes saturate at INT64_MAX: past 2^62 bytes no file holds the data, and
+ * a header that says so is still read to its end. */
+static int64_t sat_add(int64_t a, int64_t b) {
+  return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+static int64_t sat_mul(int64_t a, int64_t b) {
+  return a != 0 && b > INT64_MAX / a ? INT64_MAX : a * b;
+}
+static int64_t sat_u64(uint64_t v) {
+  return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
+}
+static int64_t pad4(int64_t n) {
+  return n > INT64_MAX - 3 ? INT64_MAX : (n + 3) & ~(int64_t)3;
+}
 
 /* The next n bytes of the header must be in the file. */
 static void need_bytes(hreader *h, int64_t n, const char *what) {
@@ -58,30 +77,22 @@ static uint64_t rd_be(hreader *h, int bytes) {
   return v;
 }
 
-/* NON_NEG: 32-bit (CDF-1, CDF-2) or 64-bit (CDF-5), below `limit`. */
-static int64_t rd_count(hreader *h, int64_t limit) {
-  uint64_t v = rd_be(h, h->ver == 5 ? 8 : 4);
-  if (v >= (uint64_t)limit) h->bad = 1;
-  return h->bad ? 0 : (int64_t)v;
+/* NON_NEG: 32-bit (CDF-1, CDF-2) or 64-bit (CDF-5), any value (saturated) */
+static int64_t rd_nonneg(hreader *h) {
+  return sat_u64(rd_be(h, h->ver == 5 ? 8 : 4));
 }
 
 static void skip(hreader *h, int64_t n) {
   if (!h->bad && (n < 0 || fseeko(h->fp, (off_t)n, SEEK_CUR) != 0)) h->bad = 1;
 }
 
-static int64_t pad4(int64_t n) { return (n + 3) & ~(int64_t)3; }
-
-/* n entries of `each` (<= 8) bytes, saturated (n < 2^62) */
-static int64_t nbytes(int64_t n, int each) {
-  return n > ((int64_t)1 << 59) ? INT64_MAX : pad4(n * each);
-}
-
-/* A count below 2^62 whose entries of `each` bytes must be in the file,
- * then below `limit` (what this parser follows). */
+/* A count whose entries of `each` (<= 8) bytes must be in the file (any
+ * value, 2^64 - 1 included), then below `limit` (what this parser
+ * follows). */
 static int64_t rd_count_in_file(hreader *h, int each, int64_t limit,
                                 const char *what) {
-  int64_t n = rd_count(h, (int64_t)1 << 62);
-  need_bytes(h, nbytes(n, each), what);
+  int64_t n = rd_nonneg(h);
+  need_bytes(h, pad4(sat_mul(n, each)), what);
   if (!h->bad && n >= limit) h->bad = 1;
   return h->bad ? 0 : n;
 }
@@ -98,9 +109,8 @@ static int type_size(uint64_t t) {
 }
 
 static void rd_name(hreader *h, char *buf, size_t cap) {
-  int64_t n = rd_count(h, 65536);
+  int64_t n = rd_count_in_file(h, 1, 65536, "a name");
   buf[0] = '\0';
-  need_bytes(h, pad4(n), "a name");
   if (h->bad) return;
   size_t keep = (size_t)n < cap - 1 ? (size_t)n : cap - 1;
   if (fread(buf, 1, keep, h->fp) != keep) {
@@ -129,7 +139,7 @@ static void skip_atts(hreader *h) {
   for (int64_t i = 0; i < n && !h->bad; ++i) {
     rd_name(h, name, sizeof name);
     int es = type_size(rd_be(h, 4));
-    if (es == 0) h->bad = 1;
+    if (es == 0) h->bad = 1; /* the values' length is unknown */
     int64_t len = rd_count_in_file(h, es, (int64_t)1 << 40,
                                    "the values of an attribute");
     skip(h, pad4(len * es));
@@ -142,13 +152,57 @@ typedef struct recvar {
   char name[SG_IO_NAME_BUF];
 } recvar;
 
+/* One variable's entry after its name: *rec if its first dim is the
+ * record dim, its bytes (of one record; saturated) and where it begins. */
+static void rd_var(hreader *h, const int64_t *dimlen, int64_t ndims,
+                   int *rec, int64_t *bytes, int64_t *begin) {
+  int64_t nd = rd_count_in_file(h, h->ver == 5 ? 8 : 4, 1025,
+                                "the dim ids of a variable");
+  int64_t n = 1;
+  *rec = 0;
+  for (int64_t k = 0; k < nd && !h->bad; ++k) {
+    int64_t id = rd_nonneg(h);
+    if (id >= ndims) h->noextent = 1;
+    else if (dimlen[id] != 0) n = sat_mul(n, dimlen[id]);
+    else if (k != 0) h->noextent = 1; /* only the first may be the record dim */
+    else *rec = 1;
+  }
+  skip_atts(h);
+  int es = type_size(rd_be(h, 4));
+  if (es == 0) h->noextent = 1;
+  (void)rd_nonneg(h); /* vsize: computed instead */
+  *begin = sat_u64(rd_be(h, h->ver == 1 ? 4 : 8));
+  *bytes = sat_mul(n, es);
+}
+
+/* The end of the last record of every record variable, as both libraries
+ * lay records out: the records' vsizes (padded to 4 bytes), one record
+ * variable alone unpadded. */
+static void record_ends(const recvar *rv, int64_t nrv, int64_t numrecs,
+                        int64_t *vend, int64_t *end, char *worst,
+                        size_t cap) {
+  int64_t recsize = 0;
+  for (int64_t i = 0; i < nrv; ++i)
+    recsize = sat_add(recsize, nrv == 1 ? rv[i].bytes : pad4(rv[i].bytes));
+  for (int64_t i = 0; i < nrv; ++i) {
+    if (rv[i].bytes == 0) continue;
+    int64_t e = sat_add(sat_add(rv[i].begin, sat_mul(numrecs - 1, recsize)),
+                        rv[i].bytes);
+    vend[rv[i].varid] = e;
+    if (e > *end) {
+      *end = e;
+      snprintf(worst, cap, "%s", rv[i].name);
+    }
+  }
+}
+
 /* The header parser proper, on an open stream positioned at the start. */
 static sg_status classic_extent_fp(FILE *fp, int64_t size, int64_t *need,
                                    char *var, size_t cap, int64_t **ends,
                                    int *nends) {
   sg_status st = SG_OK;
   int64_t *vend = NULL;
-  hreader h = {fp, size, 0, 0, 0, ""};
+  hreader h = {fp, size, 0, 0, 0, 0, ""};
   int64_t *dimlen = NULL;
   recvar *rv = NULL;
   int64_t nrv = 0, caprv = 0, end = 0;
@@ -158,53 +212,28 @@ static sg_status classic_extent_fp(FILE *fp, int64_t size, int64_t *need,
       (magic[3] != 1 && magic[3] != 2 && magic[3] != 5))
     goto done; /* not classic: nothing to say */
   h.ver = magic[3];
+  /* any record count: one that no file can hold saturates the record
+   * variables' ends; the rest of the header is still bounded (a huge
+   * count here once let an attribute of 2 GB through) */
   uint64_t numrecs = rd_be(&h, h.ver == 5 ? 8 : 4);
   const int streaming = numrecs == (h.ver == 5 ? UINT64_MAX : 0xFFFFFFFFu);
-  if (!streaming && numrecs >= ((uint64_t)1 << 62)) h.bad = 1;
   int64_t ndims = rd_list(&h, 0x0A, (int64_t)1 << 20, "a list of dims");
   if (!h.bad && ndims > 0 && !(dimlen = malloc((size_t)ndims * sizeof *dimlen)))
     SG_RAISE(SG_ERR_ALLOC, "out of memory");
   for (int64_t d = 0; d < ndims && !h.bad; ++d) {
     rd_name(&h, name, sizeof name);
-    dimlen[d] = rd_count(&h, (int64_t)1 << 62);
+    dimlen[d] = rd_nonneg(&h);
   }
   skip_atts(&h); /* global attributes */
   int64_t nvars = rd_list(&h, 0x0B, (int64_t)1 << 24, "a list of variables");
   if (!h.bad && nvars > 0 && !(vend = calloc((size_t)nvars, sizeof *vend)))
     SG_RAISE(SG_ERR_ALLOC, "out of memory");
   for (int64_t v = 0; v < nvars && !h.bad; ++v) {
-    rd_name(&h, name, sizeof name);
-    int64_t nd = rd_count_in_file(&h, h.ver == 5 ? 8 : 4, 1025,
-                                  "the dim ids of a variable");
-    int64_t n = 1;
     int rec = 0;
-    for (int64_t k = 0; k < nd && !h.bad; ++k) {
-      int64_t id = rd_count(&h, ndims > 0 ? ndims : 1);
-      if (h.bad || ndims == 0) {
-        h.bad = 1;
-        break;
-      }
-      if (dimlen[id] == 0) {
-        if (k != 0) h.bad = 1; /* only the first dim may be the record dim */
-        rec = 1;
-        continue;
-      }
-      /* a size past 2^62 bytes: no extent to check, but the rest of the
-       * header (this variable's attributes) is still read and bounded */
-      if (n < 0 || n > ((int64_t)1 << 62) / dimlen[id]) n = -1;
-      else n *= dimlen[id];
-    }
-    skip_atts(&h);
-    int es = type_size(rd_be(&h, 4));
-    rd_count(&h, (int64_t)1 << 62); /* vsize: computed below instead */
-    uint64_t begin = rd_be(&h, h.ver == 1 ? 4 : 8);
-    if (h.bad) break;
-    if (es == 0 || begin >= ((uint64_t)1 << 62)) {
-      h.bad = 1;
-      break;
-    }
-    if (n < 0 || n > ((int64_t)1 << 59)) continue; /* too large to have an extent */
-    int64_t bytes = n * es;
+    int64_t bytes = 0, begin = 0;
+    rd_name(&h, name, sizeof name);
+    rd_var(&h, dimlen, ndims, &rec, &bytes, &begin);
+    if (h.bad || h.noextent) continue; /* the rest is still bounded */
     if (rec) {
       if (nrv == caprv) {
         caprv = caprv ? 2 * caprv : 16;
@@ -212,13 +241,13 @@ static sg_status classic_extent_fp(FILE *fp, int64_t size, int64_t *need,
         if (!t) SG_RAISE(SG_ERR_ALLOC, "out of memory");
         rv = t;
       }
-      rv[nrv].begin = (int64_t)begin;
+      rv[nrv].begin = begin;
       rv[nrv].bytes = bytes;
       rv[nrv].varid = v;
       snprintf(rv[nrv].name, sizeof rv[nrv].name, "%s", name);
       ++nrv;
-    } else if (n > 0) {
-      vend[v] = (int64_t)begin + bytes;
+    } else if (bytes > 0) {
+      vend[v] = sat_add(begin, bytes);
       if (vend[v] > end) {
         end = vend[v];
         snprintf(worst, sizeof worst, "%s", name);
@@ -227,32 +256,9 @@ static sg_status classic_extent_fp(FILE *fp, int64_t size, int64_t *need,
   }
   if (h.impossible)
     SG_RAISE(SG_ERR_CORRUPT, "corrupt NetCDF header: %s", h.why);
-  if (h.bad) goto done; /* a header we cannot follow: the library decides */
-  if (nrv > 0 && numrecs > 0 && !streaming) {
-    /* the record size as both libraries compute it: the records' vsizes
-     * (padded to 4 bytes), one record variable alone unpadded */
-    const int64_t big = (int64_t)1 << 62;
-    int64_t recsize = 0;
-    for (int64_t i = 0; i < nrv; ++i) {
-      const int64_t term = nrv == 1 ? rv[i].bytes : pad4(rv[i].bytes);
-      if (term > big - recsize) goto done; /* each term is <= 2^62 */
-      recsize += term;
-    }
-    if (recsize > 0 && (int64_t)numrecs - 1 > big / recsize)
-      goto done;
-    for (int64_t i = 0; i < nrv; ++i) {
-      if (rv[i].bytes == 0) continue;
-      /* each of the three terms is <= 2^62: no overflow */
-      int64_t e = rv[i].begin + ((int64_t)numrecs - 1) * recsize;
-      if (e > big || rv[i].bytes > big) goto done;
-      e += rv[i].bytes;
-      vend[rv[i].varid] = e;
-      if (e > end) {
-        end = e;
-        snprintf(worst, sizeof worst, "%s", rv[i].name);
-      }
-    }
-  }
+  if (h.bad || h.noextent) goto done; /* the library decides */
+  if (nrv > 0 && numrecs > 0 && !streaming)
+    record_ends(rv, nrv, sat_u64(numrecs), vend, &end, worst, sizeof worst);
   *need = end;
   if (var && cap) snprintf(var, cap, "%s", worst);
   if (ends && nends) {
