@@ -27,8 +27,7 @@ static void sg_mem_add(sg_device dev, size_t bytes) {
   sg_mem_counter *c = &sg_mem[dev.kind][dev.index];
   size_t now = atomic_fetch_add(&c->current, bytes) + bytes;
   size_t peak = atomic_load(&c->peak);
-  while (now > peak && !atomic_compare_exchange_weak(&c->peak, &peak, now)) {
-  }
+  while (now > peak && !atomic_compare_exchange_weak(&c->peak, &peak, now)) {}
   atomic_fetch_add(&c->allocations, 1);
 }
 
@@ -51,9 +50,11 @@ static sg_status host_alloc(int index, size_t bytes, void **ptr) {
   void *raw = NULL;
   if (bytes > SIZE_MAX - SG_HOST_ALIGN)
     SG_RAISE(SG_ERR_ALLOC, "host allocation of %zu bytes is too large", bytes);
-  size_t total = (bytes + SG_HOST_ALIGN + SG_HOST_ALIGN - 1) / SG_HOST_ALIGN * SG_HOST_ALIGN;
+  size_t total = (bytes + SG_HOST_ALIGN + SG_HOST_ALIGN - 1) / SG_HOST_ALIGN *
+                 SG_HOST_ALIGN;
   raw = aligned_alloc(SG_HOST_ALIGN, total);
-  if (!raw) SG_RAISE(SG_ERR_ALLOC, "host allocation of %zu bytes failed", bytes);
+  if (!raw)
+    SG_RAISE(SG_ERR_ALLOC, "host allocation of %zu bytes failed", bytes);
   memcpy(raw, &bytes, sizeof bytes);
   *ptr = (char *)raw + SG_HOST_ALIGN;
 fail:
@@ -135,9 +136,9 @@ static const sg_device_ops sg_host_ops = {
 
 const char *sg_device_kind_name(sg_device_kind kind) {
   switch (kind) {
-    case SG_DEVICE_HOST: return "host";
-    case SG_DEVICE_CUDA: return "cuda";
-    default: return "invalid";
+  case SG_DEVICE_HOST: return "host";
+  case SG_DEVICE_CUDA: return "cuda";
+  default: return "invalid";
   }
 }
 
@@ -223,7 +224,9 @@ sg_status sg_free(sg_device dev, void **ptr) {
   sg_status st = SG_OK;
   if (!ptr || !*ptr) return SG_OK;
   const sg_device_ops *ops = sg_ops(dev.kind);
-  if (!ops) SG_RAISE(SG_ERR_NO_DEVICE, "sg_free: %s backend not built", sg_device_kind_name(dev.kind));
+  if (!ops)
+    SG_RAISE(SG_ERR_NO_DEVICE, "sg_free: %s backend not built",
+             sg_device_kind_name(dev.kind));
   size_t bytes = dev.kind == SG_DEVICE_HOST ? host_block_size(*ptr)
                                             : sg_device_cuda_block_size(*ptr);
   SG_TRY(ops->release(dev.index, *ptr));
@@ -238,9 +241,12 @@ sg_status sg_memcpy(sg_device dst_dev, void *dst, sg_device src_dev,
   sg_status st = SG_OK;
   if (bytes == 0) return SG_OK;
   if (!dst || !src) SG_RAISE(SG_ERR_INVALID_ARG, "sg_memcpy: NULL buffer");
-  sg_device_kind k = dst_dev.kind != SG_DEVICE_HOST ? dst_dev.kind : src_dev.kind;
+  sg_device_kind k = dst_dev.kind != SG_DEVICE_HOST ? dst_dev.kind
+                                                    : src_dev.kind;
   const sg_device_ops *ops = sg_ops(k);
-  if (!ops) SG_RAISE(SG_ERR_NO_DEVICE, "sg_memcpy: %s backend not built", sg_device_kind_name(k));
+  if (!ops)
+    SG_RAISE(SG_ERR_NO_DEVICE, "sg_memcpy: %s backend not built",
+             sg_device_kind_name(k));
   SG_TRY(ops->copy(dst_dev, dst, src_dev, src, bytes));
 fail:
   return st;
@@ -251,7 +257,9 @@ sg_status sg_memset(sg_device dev, void *ptr, int value, size_t bytes) {
   if (bytes == 0) return SG_OK;
   if (!ptr) SG_RAISE(SG_ERR_INVALID_ARG, "sg_memset: NULL buffer");
   const sg_device_ops *ops = sg_ops(dev.kind);
-  if (!ops) SG_RAISE(SG_ERR_NO_DEVICE, "sg_memset: %s backend not built", sg_device_kind_name(dev.kind));
+  if (!ops)
+    SG_RAISE(SG_ERR_NO_DEVICE, "sg_memset: %s backend not built",
+             sg_device_kind_name(dev.kind));
   SG_TRY(ops->set(dev.index, ptr, value, bytes));
 fail:
   return st;
@@ -349,7 +357,8 @@ sg_status sg_event_record(sg_event_t event, sg_stream_t stream) {
   sg_status st = SG_OK;
   if (!event) SG_RAISE(SG_ERR_INVALID_ARG, "sg_event_record: NULL event");
   event->host_time = sg_wtime();
-  SG_TRY(sg_ops(event->dev.kind)->event_record(event->native, stream ? stream->native : NULL));
+  SG_TRY(sg_ops(event->dev.kind)
+             ->event_record(event->native, stream ? stream->native : NULL));
 fail:
   return st;
 }
@@ -357,7 +366,8 @@ fail:
 sg_status sg_stream_wait_event(sg_stream_t stream, sg_event_t event) {
   sg_status st = SG_OK;
   if (!event) SG_RAISE(SG_ERR_INVALID_ARG, "sg_stream_wait_event: NULL event");
-  SG_TRY(sg_ops(event->dev.kind)->stream_wait(stream ? stream->native : NULL, event->native));
+  SG_TRY(sg_ops(event->dev.kind)
+             ->stream_wait(stream ? stream->native : NULL, event->native));
 fail:
   return st;
 }
@@ -372,9 +382,11 @@ fail:
 
 sg_status sg_event_elapsed_ms(sg_event_t start, sg_event_t end, float *ms) {
   sg_status st = SG_OK;
-  if (!start || !end || !ms) SG_RAISE(SG_ERR_INVALID_ARG, "sg_event_elapsed_ms: NULL argument");
+  if (!start || !end || !ms)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_event_elapsed_ms: NULL argument");
   if (start->dev.kind != end->dev.kind)
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_event_elapsed_ms: events of different devices");
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_event_elapsed_ms: events of different devices");
   const sg_device_ops *ops = sg_ops(start->dev.kind);
   if (ops->event_elapsed)
     SG_TRY(ops->event_elapsed(start->native, end->native, ms));

@@ -53,8 +53,7 @@ static void sg_vlog(int force, sg_log_level level, const char *fmt,
   if (!force && !sg_all_ranks && rank != 0) return;
   char buf[2048];
   vsnprintf(buf, sizeof buf, fmt, ap);
-  static const char *const tag[] = {"ERROR", "WARN", "INFO", "DEBUG",
-                                    "TRACE"};
+  static const char *const tag[] = {"ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
   fprintf(stderr, "[shardgrid %s r%d] %s\n", tag[level], rank, buf);
 }
 

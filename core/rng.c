@@ -2,9 +2,9 @@
 #include "sg_rng.h"
 
 static inline double sg_rng_value(sg_rng_dist dist, double a, double b,
-                                  uint64_t seed, uint64_t stream,
-                                  uint64_t g) {
-  if (dist == SG_RNG_UNIFORM) return a + (b - a) * sg_rng_uniform_f64(seed, stream, g);
+                                  uint64_t seed, uint64_t stream, uint64_t g) {
+  if (dist == SG_RNG_UNIFORM)
+    return a + (b - a) * sg_rng_uniform_f64(seed, stream, g);
   return a + b * sg_rng_normal_f64(seed, stream, g);
 }
 
@@ -12,7 +12,8 @@ static inline float sg_rng_value_f32(sg_rng_dist dist, double a, double b,
                                      uint64_t seed, uint64_t stream,
                                      uint64_t g) {
   if (dist == SG_RNG_UNIFORM)
-    return (float)a + ((float)b - (float)a) * sg_rng_uniform_f32(seed, stream, g);
+    return (float)a +
+           ((float)b - (float)a) * sg_rng_uniform_f32(seed, stream, g);
   return (float)sg_rng_value(dist, a, b, seed, stream, g);
 }
 
@@ -32,7 +33,8 @@ sg_status sg_rng_fill(sg_rng_dist dist, double a, double b, uint64_t seed,
                       sg_dtype dtype, void *out) {
   sg_status st = SG_OK;
   SG_TRY(sg_rng_check(dist, dtype));
-  if (n < 0) SG_RAISE(SG_ERR_INVALID_ARG, "sg_rng_fill: n = %lld < 0", (long long)n);
+  if (n < 0)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_rng_fill: n = %lld < 0", (long long)n);
   if (n > 0 && !out) SG_RAISE(SG_ERR_INVALID_ARG, "sg_rng_fill: NULL out");
   if (dtype == SG_DTYPE_F32) {
     float *o = out;
@@ -59,7 +61,8 @@ sg_status sg_rng_fill_box(sg_rng_dist dist, double a, double b, uint64_t seed,
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_rng_fill_box: ndim %d not in 1..8", ndim);
   int64_t rows = 1;
   for (int d = 0; d < ndim; ++d) {
-    if (offset[d] < 0 || extent[d] < 0 || offset[d] + extent[d] > global_shape[d])
+    if (offset[d] < 0 || extent[d] < 0 ||
+        offset[d] + extent[d] > global_shape[d])
       SG_RAISE(SG_ERR_SHAPE,
                "sg_rng_fill_box: dim %d box [%lld, %lld) outside [0, %lld)", d,
                (long long)offset[d], (long long)(offset[d] + extent[d]),
@@ -69,7 +72,7 @@ sg_status sg_rng_fill_box(sg_rng_dist dist, double a, double b, uint64_t seed,
   const int64_t inner = extent[ndim - 1];
   if (rows == 0 || inner == 0) return SG_OK;
   if (!out) SG_RAISE(SG_ERR_INVALID_ARG, "sg_rng_fill_box: NULL out");
-  /* one "row" is a run along the last dim: contiguous global indices */
+    /* one "row" is a run along the last dim: contiguous global indices */
 #pragma omp parallel for schedule(static) if (rows * inner > 65536)
   for (int64_t r = 0; r < rows; ++r) {
     int64_t rem = r, g = 0, stride = 1;

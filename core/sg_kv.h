@@ -30,9 +30,9 @@ typedef enum sg_kv_type {
 } sg_kv_type;
 
 typedef struct sg_kv_key {
-  const char *name;  /* [a-z0-9_-]+; "--name" on the command line */
+  const char *name; /* [a-z0-9_-]+; "--name" on the command line */
   sg_kv_type type;
-  const char *def;   /* default value as text ("" for none) */
+  const char *def; /* default value as text ("" for none) */
   const char *help;
 } sg_kv_key;
 

@@ -24,8 +24,8 @@ typedef struct sg_philox4 {
   uint32_t v[4];
 } sg_philox4;
 
-static inline SG_HD void sg_philox_mulhilo(uint32_t a, uint32_t b,
-                                           uint32_t *hi, uint32_t *lo) {
+static inline SG_HD void sg_philox_mulhilo(uint32_t a, uint32_t b, uint32_t *hi,
+                                           uint32_t *lo) {
   uint64_t p = (uint64_t)a * (uint64_t)b;
   *hi = (uint32_t)(p >> 32);
   *lo = (uint32_t)p;

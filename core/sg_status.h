@@ -47,8 +47,8 @@ typedef enum sg_status {
   SG_ERR_FFTW,
   SG_ERR_NETCDF,
   SG_ERR_PNETCDF,
-  SG_ERR_INTERNAL,      /* a bug in shardgrid: please report it */
-  SG_ERR_TIMEOUT,       /* a wait ran past the timeout (sg_comm_set_timeout,
+  SG_ERR_INTERNAL, /* a bug in shardgrid: please report it */
+  SG_ERR_TIMEOUT,  /* a wait ran past the timeout (sg_comm_set_timeout,
                            SG_TIMEOUT): a peer died or never arrived; the
                            operation stays pending, the run must abort */
   SG_STATUS_COUNT
@@ -114,100 +114,98 @@ const char *sg_timeout_message(void);
 void sg_die(const char *prog, sg_status st, int code);
 void sg_die_local(const char *prog, sg_status st, int code);
 
-#define SG_RAISE(status, ...)                                                 \
-  do {                                                                        \
-    st = sg_error_set((status), __FILE__, __LINE__, __VA_ARGS__);             \
-    goto fail;                                                                \
+#define SG_RAISE(status, ...)                                     \
+  do {                                                            \
+    st = sg_error_set((status), __FILE__, __LINE__, __VA_ARGS__); \
+    goto fail;                                                    \
   } while (0)
 
-#define SG_TRY(call)                                                          \
-  do {                                                                        \
-    sg_status sg_try_st_ = (call);                                            \
-    if (sg_try_st_ != SG_OK) {                                                \
-      st = sg_try_st_;                                                        \
-      goto fail;                                                              \
-    }                                                                         \
+#define SG_TRY(call)               \
+  do {                             \
+    sg_status sg_try_st_ = (call); \
+    if (sg_try_st_ != SG_OK) {     \
+      st = sg_try_st_;             \
+      goto fail;                   \
+    }                              \
   } while (0)
 
 /* Wrap an MPI call: on failure record the call, MPI's message, file, line,
  * rank. */
-#define SG_MPI(call)                                                          \
-  do {                                                                        \
-    int sg_mpi_rc_ = (call);                                                  \
-    if (sg_mpi_rc_ != 0 /* MPI_SUCCESS */) {                                  \
-      st = sg_error_mpi(sg_mpi_rc_, #call, __FILE__, __LINE__);               \
-      goto fail;                                                              \
-    }                                                                         \
+#define SG_MPI(call)                                            \
+  do {                                                          \
+    int sg_mpi_rc_ = (call);                                    \
+    if (sg_mpi_rc_ != 0 /* MPI_SUCCESS */) {                    \
+      st = sg_error_mpi(sg_mpi_rc_, #call, __FILE__, __LINE__); \
+      goto fail;                                                \
+    }                                                           \
   } while (0)
 
 /* Wrap an FFTW plan creation: a NULL plan is a failure. */
-#define SG_FFTW_PLAN(plan, call)                                              \
-  do {                                                                        \
-    (plan) = (call);                                                          \
-    if (!(plan))                                                              \
-      SG_RAISE(SG_ERR_FFTW, "%s returned NULL", #call);                       \
+#define SG_FFTW_PLAN(plan, call)                                   \
+  do {                                                             \
+    (plan) = (call);                                               \
+    if (!(plan)) SG_RAISE(SG_ERR_FFTW, "%s returned NULL", #call); \
   } while (0)
 
 /* Wrap a netCDF-C call (nc_*): nonzero is a failure with nc_strerror. */
-#define SG_NC(call)                                                           \
-  do {                                                                        \
-    int sg_nc_rc_ = (call);                                                   \
-    if (sg_nc_rc_ != 0) {                                                     \
-      st = sg_error_netcdf(sg_nc_rc_, #call, __FILE__, __LINE__);             \
-      goto fail;                                                              \
-    }                                                                         \
+#define SG_NC(call)                                               \
+  do {                                                            \
+    int sg_nc_rc_ = (call);                                       \
+    if (sg_nc_rc_ != 0) {                                         \
+      st = sg_error_netcdf(sg_nc_rc_, #call, __FILE__, __LINE__); \
+      goto fail;                                                  \
+    }                                                             \
   } while (0)
 
 /* Wrap a PnetCDF call (ncmpi_*): nonzero is a failure with ncmpi_strerror. */
-#define SG_PNC(call)                                                          \
-  do {                                                                        \
-    int sg_pnc_rc_ = (call);                                                  \
-    if (sg_pnc_rc_ != 0) {                                                    \
-      st = sg_error_pnetcdf(sg_pnc_rc_, #call, __FILE__, __LINE__);           \
-      goto fail;                                                              \
-    }                                                                         \
+#define SG_PNC(call)                                                \
+  do {                                                              \
+    int sg_pnc_rc_ = (call);                                        \
+    if (sg_pnc_rc_ != 0) {                                          \
+      st = sg_error_pnetcdf(sg_pnc_rc_, #call, __FILE__, __LINE__); \
+      goto fail;                                                    \
+    }                                                               \
   } while (0)
 
 /* Wrap CUDA runtime / cuBLAS / cuFFT / NCCL calls (only in CUDA files). */
-#define SG_CUDA(call)                                                         \
-  do {                                                                        \
-    int sg_cu_rc_ = (int)(call);                                              \
-    if (sg_cu_rc_ != 0) {                                                     \
-      st = sg_error_cuda(sg_cu_rc_, #call, __FILE__, __LINE__);               \
-      goto fail;                                                              \
-    }                                                                         \
+#define SG_CUDA(call)                                           \
+  do {                                                          \
+    int sg_cu_rc_ = (int)(call);                                \
+    if (sg_cu_rc_ != 0) {                                       \
+      st = sg_error_cuda(sg_cu_rc_, #call, __FILE__, __LINE__); \
+      goto fail;                                                \
+    }                                                           \
   } while (0)
-#define SG_CUBLAS(call)                                                       \
-  do {                                                                        \
-    int sg_cb_rc_ = (int)(call);                                              \
-    if (sg_cb_rc_ != 0) {                                                     \
-      st = sg_error_set(SG_ERR_CUBLAS, __FILE__, __LINE__,                    \
-                        "%s failed: cuBLAS status %d", #call, sg_cb_rc_);     \
-      goto fail;                                                              \
-    }                                                                         \
+#define SG_CUBLAS(call)                                                   \
+  do {                                                                    \
+    int sg_cb_rc_ = (int)(call);                                          \
+    if (sg_cb_rc_ != 0) {                                                 \
+      st = sg_error_set(SG_ERR_CUBLAS, __FILE__, __LINE__,                \
+                        "%s failed: cuBLAS status %d", #call, sg_cb_rc_); \
+      goto fail;                                                          \
+    }                                                                     \
   } while (0)
-#define SG_CUFFT(call)                                                        \
-  do {                                                                        \
-    int sg_cf_rc_ = (int)(call);                                              \
-    if (sg_cf_rc_ != 0) {                                                     \
-      st = sg_error_set(SG_ERR_CUFFT, __FILE__, __LINE__,                     \
-                        "%s failed: cuFFT status %d", #call, sg_cf_rc_);      \
-      goto fail;                                                              \
-    }                                                                         \
+#define SG_CUFFT(call)                                                   \
+  do {                                                                   \
+    int sg_cf_rc_ = (int)(call);                                         \
+    if (sg_cf_rc_ != 0) {                                                \
+      st = sg_error_set(SG_ERR_CUFFT, __FILE__, __LINE__,                \
+                        "%s failed: cuFFT status %d", #call, sg_cf_rc_); \
+      goto fail;                                                         \
+    }                                                                    \
   } while (0)
-#define SG_NCCL(call)                                                         \
-  do {                                                                        \
-    int sg_nccl_rc_ = (int)(call);                                            \
-    if (sg_nccl_rc_ != 0) {                                                   \
-      st = sg_error_nccl(sg_nccl_rc_, #call, __FILE__, __LINE__);             \
-      goto fail;                                                              \
-    }                                                                         \
+#define SG_NCCL(call)                                             \
+  do {                                                            \
+    int sg_nccl_rc_ = (int)(call);                                \
+    if (sg_nccl_rc_ != 0) {                                       \
+      st = sg_error_nccl(sg_nccl_rc_, #call, __FILE__, __LINE__); \
+      goto fail;                                                  \
+    }                                                             \
   } while (0)
 
 /* Helpers behind the macros. Not collective. */
 sg_status sg_error_mpi(int rc, const char *call, const char *file, int line);
-sg_status sg_error_netcdf(int rc, const char *call, const char *file,
-                          int line);
+sg_status sg_error_netcdf(int rc, const char *call, const char *file, int line);
 sg_status sg_error_pnetcdf(int rc, const char *call, const char *file,
                            int line);
 sg_status sg_error_cuda(int rc, const char *call, const char *file, int line);

@@ -156,8 +156,7 @@ sg_status sg_error_pnetcdf(int rc, const char *call, const char *file,
                       call, text, rc);
 }
 
-sg_status sg_error_cuda(int rc, const char *call, const char *file,
-                        int line) {
+sg_status sg_error_cuda(int rc, const char *call, const char *file, int line) {
 #if SG_HAVE_CUDA
   const char *text = cudaGetErrorString((cudaError_t)rc);
 #else
@@ -167,8 +166,7 @@ sg_status sg_error_cuda(int rc, const char *call, const char *file,
                       text, rc);
 }
 
-sg_status sg_error_nccl(int rc, const char *call, const char *file,
-                        int line) {
+sg_status sg_error_nccl(int rc, const char *call, const char *file, int line) {
 #if SG_HAVE_NCCL
   const char *text = ncclGetErrorString((ncclResult_t)rc);
 #else
@@ -187,11 +185,15 @@ static int sg_timeout_keyval = MPI_KEYVAL_INVALID;
 /* Called at the start of MPI_Finalize (MPI_COMM_SELF's attributes are
  * deleted first): a timed-out collective is still pending, and the peers it
  * waits for may be dead: abort instead of finalising. */
-static int timeout_at_finalize(MPI_Comm comm, int keyval, void *attr, void *extra) {
+static int timeout_at_finalize(MPI_Comm comm, int keyval, void *attr,
+                               void *extra) {
   (void)comm, (void)keyval, (void)attr, (void)extra;
   if (atomic_load(&sg_timeout_flag)) {
-    fprintf(stderr, "shardgrid: error: %s\nshardgrid: aborting in MPI_Finalize: a collective timed out "
-                    "and cannot complete\n", sg_timeout_msg);
+    fprintf(
+        stderr,
+        "shardgrid: error: %s\nshardgrid: aborting in MPI_Finalize: a collective timed out "
+        "and cannot complete\n",
+        sg_timeout_msg);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -211,8 +213,8 @@ sg_status sg_error_timeout(const char *file, int line, const char *fmt, ...) {
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
     if (init && !fin && sg_timeout_keyval == MPI_KEYVAL_INVALID &&
-        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, timeout_at_finalize, &sg_timeout_keyval, NULL) ==
-            MPI_SUCCESS)
+        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, timeout_at_finalize,
+                               &sg_timeout_keyval, NULL) == MPI_SUCCESS)
       MPI_Comm_set_attr(MPI_COMM_SELF, sg_timeout_keyval, NULL);
   }
   return st;
@@ -230,8 +232,10 @@ static void die_exit(int abort_run, int code) {
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
   if (init && !fin) {
-    if (abort_run) MPI_Abort(MPI_COMM_WORLD, code);
-    else MPI_Finalize();
+    if (abort_run)
+      MPI_Abort(MPI_COMM_WORLD, code);
+    else
+      MPI_Finalize();
   }
   exit(code);
 }
@@ -239,20 +243,25 @@ static void die_exit(int abort_run, int code) {
 void sg_die(const char *prog, sg_status st, int code) {
   const char *who = prog ? prog : "shardgrid", *msg = sg_last_error();
   if (st == SG_ERR_TIMEOUT || sg_timed_out()) {
-    fprintf(stderr, "%s: error: %s\n", who, msg[0] ? msg : sg_status_string(st));
-    if (sg_timeout_msg[0] && strcmp(sg_timeout_msg, msg) != 0) fprintf(stderr, "%s: error: %s\n", who, sg_timeout_msg);
-    fprintf(stderr, "%s: aborting: a collective timed out and cannot complete\n", who);
+    fprintf(stderr, "%s: error: %s\n", who,
+            msg[0] ? msg : sg_status_string(st));
+    if (sg_timeout_msg[0] && strcmp(sg_timeout_msg, msg) != 0)
+      fprintf(stderr, "%s: error: %s\n", who, sg_timeout_msg);
+    fprintf(stderr,
+            "%s: aborting: a collective timed out and cannot complete\n", who);
     die_exit(1, code);
   }
   if (msg[0])
     fprintf(stderr, "%s: error: %s\n", who, msg);
   else
-    fprintf(stderr, "%s: error: %s (%s)\n", who, sg_status_string(st), sg_status_name(st));
+    fprintf(stderr, "%s: error: %s (%s)\n", who, sg_status_string(st),
+            sg_status_name(st));
   die_exit(0, code);
 }
 
 void sg_die_local(const char *prog, sg_status st, int code) {
   const char *msg = sg_last_error();
-  fprintf(stderr, "%s: fatal: %s\n", prog ? prog : "shardgrid", msg[0] ? msg : sg_status_string(st));
+  fprintf(stderr, "%s: fatal: %s\n", prog ? prog : "shardgrid",
+          msg[0] ? msg : sg_status_string(st));
   die_exit(1, code);
 }

@@ -125,14 +125,18 @@ sg_status sg_trace_write(const char *path, MPI_Comm comm) {
   mine = malloc(cap);
   if (!mine) ok = 0;
   for (int64_t i = 0; ok && i < sg_nevents; ++i) {
-    int w = snprintf(mine + len, cap - len, "%.80s\t%.3f\t%.3f\n", sg_events[i].name,
-                     (sg_events[i].t0 - tmin) * 1e6,
+    int w = snprintf(mine + len, cap - len, "%.80s\t%.3f\t%.3f\n",
+                     sg_events[i].name, (sg_events[i].t0 - tmin) * 1e6,
                      (sg_events[i].t1 - sg_events[i].t0) * 1e6);
-    if (w < 0 || (size_t)w >= cap - len) { ok = 0; break; }
+    if (w < 0 || (size_t)w >= cap - len) {
+      ok = 0;
+      break;
+    }
     len += (size_t)w;
   }
   SG_MPI(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm));
-  if (!all_ok) SG_RAISE(SG_ERR_ALLOC, "sg_trace_write: out of memory on some rank");
+  if (!all_ok)
+    SG_RAISE(SG_ERR_ALLOC, "sg_trace_write: out of memory on some rank");
   int mylen = (int)len;
   if (rank == 0) {
     counts = malloc((size_t)size * sizeof *counts);
@@ -147,7 +151,8 @@ sg_status sg_trace_write(const char *path, MPI_Comm comm) {
     }
     all = malloc(total + 1);
   }
-  SG_MPI(MPI_Gatherv(mine, mylen, MPI_CHAR, all, counts, displs, MPI_CHAR, 0, comm));
+  SG_MPI(MPI_Gatherv(mine, mylen, MPI_CHAR, all, counts, displs, MPI_CHAR, 0,
+                     comm));
   ok = 1;
   if (rank == 0) {
     f = fopen(path, "w");
@@ -157,9 +162,11 @@ sg_status sg_trace_write(const char *path, MPI_Comm comm) {
       fprintf(f, "{\"traceEvents\": [\n");
       int first = 1;
       for (int r = 0; r < size; ++r) {
-        fprintf(f, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, "
-                   "\"args\": {\"name\": \"rank %d\"}}",
-                first ? "" : ",\n", r, r);
+        fprintf(
+            f,
+            "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, "
+            "\"args\": {\"name\": \"rank %d\"}}",
+            first ? "" : ",\n", r, r);
         first = 0;
         char *p = all + displs[r], *end = p + counts[r];
         while (p < end) {
@@ -170,8 +177,11 @@ sg_status sg_trace_write(const char *path, MPI_Comm comm) {
           char *tab2 = tab1 ? strchr(tab1 + 1, '\t') : NULL;
           if (tab1 && tab2) {
             *tab1 = *tab2 = '\0';
-            fprintf(f, ",\n{\"name\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, "
-                       "\"ts\": %s, \"dur\": %s}", p, r, tab1 + 1, tab2 + 1);
+            fprintf(
+                f,
+                ",\n{\"name\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, "
+                "\"ts\": %s, \"dur\": %s}",
+                p, r, tab1 + 1, tab2 + 1);
           }
           p = nl + 1;
         }

@@ -83,7 +83,9 @@ MPI_Op sg_reduce_op_mpi(sg_reduce_op op) {
 
 static atomic_int sg_det_default;
 
-void sg_comm_set_deterministic(int on) { atomic_store(&sg_det_default, on != 0); }
+void sg_comm_set_deterministic(int on) {
+  atomic_store(&sg_det_default, on != 0);
+}
 int sg_comm_deterministic(void) { return atomic_load(&sg_det_default); }
 
 /* ---- argument checks ------------------------------------------------------*/
@@ -96,8 +98,8 @@ static sg_status check_args(const char *fn, sg_group_t g, sg_dtype dt,
     SG_RAISE(SG_ERR_INVALID_ARG, "%s: invalid dtype %d", fn, (int)dt);
   *t = sg_dtype_mpi(dt);
   if (*t == MPI_DATATYPE_NULL)
-    SG_RAISE(SG_ERR_MPI, "%s: no MPI datatype for %s (is MPI initialised?)",
-             fn, sg_dtype_name(dt));
+    SG_RAISE(SG_ERR_MPI, "%s: no MPI datatype for %s (is MPI initialised?)", fn,
+             sg_dtype_name(dt));
 fail:
   return st;
 }
@@ -105,8 +107,10 @@ fail:
 static sg_status check_reduce(const char *fn, sg_dtype dt, sg_reduce_op op) {
   sg_status st = SG_OK;
   if (dt == SG_DTYPE_BF16)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: reductions on bf16 are not "
-             "supported (bf16 is a storage type: reduce in f32)", fn);
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "%s: reductions on bf16 are not "
+             "supported (bf16 is a storage type: reduce in f32)",
+             fn);
   if (sg_reduce_op_mpi(op) == MPI_OP_NULL)
     SG_RAISE(SG_ERR_INVALID_ARG, "%s: invalid reduce op %d", fn, (int)op);
 fail:
@@ -138,7 +142,7 @@ struct sg_request {
   sg_comm_keep k;
   sg_comm_det_op *det; /* deterministic reduction: more work after mpi
                          completes */
-  int stage;   /* det: 1 all-to-all-v in flight, 2 all-gather-v in flight */
+  int stage; /* det: 1 all-to-all-v in flight, 2 all-gather-v in flight */
 };
 
 static sg_status request_new(sg_request_t *req, const char *fn,
@@ -188,8 +192,8 @@ static void request_done(sg_request_t *req, sg_request_t *r) {
 
 /* The error of a non-blocking entry point called without a request. */
 static sg_status request_missing(const char *fn) {
-  return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                      "%s: req is NULL", fn);
+  return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "%s: req is NULL",
+                      fn);
 }
 
 /* Advance a request; block when wait is set (with the timeout). *done = 1
@@ -225,7 +229,8 @@ sg_status sg_wait(sg_request_t *req) {
   int done = 0;
   st = request_progress(*req, 1, &done);
   if (st == SG_ERR_TIMEOUT)
-    *req = NULL; /* still pending in MPI: its request and buffers must live on */
+    *req =
+        NULL; /* still pending in MPI: its request and buffers must live on */
   else
     request_free(req);
   return st;
@@ -280,19 +285,18 @@ fail:
 static sg_status wait_started(sg_status st, sg_request_t *r) {
   return st == SG_OK ? sg_wait(r) : st;
 }
-#define SG_BLOCKING(impl, ...)                                                \
-  do {                                                                        \
-    if (sg_comm_timeout() > 0) {                                              \
-      sg_request_t blk_r_ = NULL;                                             \
-      return wait_started(impl(__VA_ARGS__, &blk_r_), &blk_r_);               \
-    }                                                                         \
-    return impl(__VA_ARGS__, NULL);                                           \
+#define SG_BLOCKING(impl, ...)                                  \
+  do {                                                          \
+    if (sg_comm_timeout() > 0) {                                \
+      sg_request_t blk_r_ = NULL;                               \
+      return wait_started(impl(__VA_ARGS__, &blk_r_), &blk_r_); \
+    }                                                           \
+    return impl(__VA_ARGS__, NULL);                             \
   } while (0)
 
-static sg_status allreduce_impl(const char *fn, sg_group_t g,
-                                const void *send, void *recv, int64_t count,
-                                sg_dtype dt, sg_reduce_op op, int det,
-                                sg_request_t *req) {
+static sg_status allreduce_impl(const char *fn, sg_group_t g, const void *send,
+                                void *recv, int64_t count, sg_dtype dt,
+                                sg_reduce_op op, int det, sg_request_t *req) {
   sg_status st = SG_OK;
   MPI_Datatype t;
   sg_request_t r = NULL;
@@ -303,8 +307,10 @@ static sg_status allreduce_impl(const char *fn, sg_group_t g,
   if (SG_ON_DEVICE(g, recv)) {
 #if SG_HAVE_NCCL
     if (det)
-      SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: deterministic reductions of device "
-               "buffers are not supported (copy to the host)", fn);
+      SG_RAISE(SG_ERR_NOT_SUPPORTED,
+               "%s: deterministic reductions of device "
+               "buffers are not supported (copy to the host)",
+               fn);
     SG_TRY(sg_nccl_allreduce(g, send, recv, count, dt, op));
     return SG_OK;
 #endif
@@ -340,12 +346,13 @@ fail:
 sg_status sg_allreduce(sg_group_t g, const void *send, void *recv,
                        int64_t count, sg_dtype dt, sg_reduce_op op) {
   SG_BLOCKING(allreduce_impl, "sg_allreduce", g, send, recv, count, dt, op,
-                        sg_comm_deterministic());
+              sg_comm_deterministic());
 }
 
 sg_status sg_allreduce_det(sg_group_t g, const void *send, void *recv,
                            int64_t count, sg_dtype dt, sg_reduce_op op) {
-  SG_BLOCKING(allreduce_impl, "sg_allreduce_det", g, send, recv, count, dt, op, 1);
+  SG_BLOCKING(allreduce_impl, "sg_allreduce_det", g, send, recv, count, dt, op,
+              1);
 }
 
 sg_status sg_iallreduce(sg_group_t g, const void *send, void *recv,
@@ -380,11 +387,10 @@ static sg_status bcast_impl(const char *fn, sg_group_t g, void *buf,
     else
       SG_MPI(MPI_Bcast(buf, (int)count, t, root, g->comm));
   } else if (mr) {
-    SG_MPI_LARGE_CALL(fn, MPI_Ibcast_c(buf, (MPI_Count)count, t, root,
-                                       g->comm, mr));
+    SG_MPI_LARGE_CALL(fn, MPI_Ibcast_c(buf, (MPI_Count)count, t, root, g->comm,
+                                       mr));
   } else {
-    SG_MPI_LARGE_CALL(fn, MPI_Bcast_c(buf, (MPI_Count)count, t, root,
-                                      g->comm));
+    SG_MPI_LARGE_CALL(fn, MPI_Bcast_c(buf, (MPI_Count)count, t, root, g->comm));
   }
   request_done(req, &r);
 fail:
@@ -415,8 +421,7 @@ sg_status sg_allgather(sg_group_t g, const void *send, int64_t count,
     return SG_OK;
 #endif
   }
-  const void *s = send == (const char *)recv + (size_t)g->rank *
-                                                   (size_t)count *
+  const void *s = send == (const char *)recv + (size_t)g->rank * (size_t)count *
                                                    sg_dtype_size(dt)
                       ? MPI_IN_PLACE
                       : send;
@@ -427,15 +432,16 @@ sg_status sg_allgather(sg_group_t g, const void *send, int64_t count,
   } else if (sg_comm_fits_int(count))
     SG_MPI(MPI_Allgather(s, (int)count, t, recv, (int)count, t, g->comm));
   else
-    SG_MPI_LARGE_CALL("sg_allgather", MPI_Allgather_c(s, (MPI_Count)count, t,
-        recv, (MPI_Count)count, t, g->comm));
+    SG_MPI_LARGE_CALL("sg_allgather",
+                      MPI_Allgather_c(s, (MPI_Count)count, t, recv,
+                                      (MPI_Count)count, t, g->comm));
 fail:
   return st;
 }
 
-static sg_status allgatherv_impl(const char *fn, sg_group_t g,
-                                 const void *send, int64_t sendcount,
-                                 void *recv, const int64_t *recvcounts,
+static sg_status allgatherv_impl(const char *fn, sg_group_t g, const void *send,
+                                 int64_t sendcount, void *recv,
+                                 const int64_t *recvcounts,
                                  const int64_t *displs, sg_dtype dt,
                                  sg_request_t *req) {
   sg_status st = SG_OK;
@@ -448,8 +454,8 @@ static sg_status allgatherv_impl(const char *fn, sg_group_t g,
   if (!recvcounts) SG_RAISE(SG_ERR_INVALID_ARG, "%s: recvcounts is NULL", fn);
   if (SG_ON_DEVICE(g, recv)) {
 #if SG_HAVE_NCCL
-    SG_TRY(sg_nccl_allgatherv(g, send, sendcount, recv, recvcounts, displs,
-                              dt));
+    SG_TRY(
+        sg_nccl_allgatherv(g, send, sendcount, recv, recvcounts, displs, dt));
     return SG_OK;
 #endif
   }
@@ -468,7 +474,7 @@ sg_status sg_allgatherv(sg_group_t g, const void *send, int64_t sendcount,
                         void *recv, const int64_t *recvcounts,
                         const int64_t *displs, sg_dtype dt) {
   SG_BLOCKING(allgatherv_impl, "sg_allgatherv", g, send, sendcount, recv,
-                         recvcounts, displs, dt);
+              recvcounts, displs, dt);
 }
 
 sg_status sg_iallgatherv(sg_group_t g, const void *send, int64_t sendcount,
@@ -476,8 +482,8 @@ sg_status sg_iallgatherv(sg_group_t g, const void *send, int64_t sendcount,
                          const int64_t *displs, sg_dtype dt,
                          sg_request_t *req) {
   if (!req) return request_missing("sg_iallgatherv");
-  return allgatherv_impl("sg_iallgatherv", g, send, sendcount, recv,
-                         recvcounts, displs, dt, req);
+  return allgatherv_impl("sg_iallgatherv", g, send, sendcount, recv, recvcounts,
+                         displs, dt, req);
 }
 
 static sg_status reduce_scatter_impl(const char *fn, sg_group_t g,
@@ -493,13 +499,15 @@ static sg_status reduce_scatter_impl(const char *fn, sg_group_t g,
   SG_TRY(check_args(fn, g, dt, &t));
   SG_TRY(check_reduce(fn, dt, op));
   int fit = 1;
-  SG_TRY(sg_comm_counts_check(fn, "recvcounts", g->size, recvcounts, NULL,
-                              &fit));
+  SG_TRY(
+      sg_comm_counts_check(fn, "recvcounts", g->size, recvcounts, NULL, &fit));
   if (SG_ON_DEVICE(g, recv)) {
 #if SG_HAVE_NCCL
     if (det)
-      SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: deterministic reductions of device "
-               "buffers are not supported (copy to the host)", fn);
+      SG_RAISE(SG_ERR_NOT_SUPPORTED,
+               "%s: deterministic reductions of device "
+               "buffers are not supported (copy to the host)",
+               fn);
     SG_TRY(sg_nccl_reduce_scatter(g, send, recv, recvcounts, dt, op));
     return SG_OK;
 #endif
@@ -534,8 +542,8 @@ fail:
 sg_status sg_reduce_scatter(sg_group_t g, const void *send, void *recv,
                             const int64_t *recvcounts, sg_dtype dt,
                             sg_reduce_op op) {
-  SG_BLOCKING(reduce_scatter_impl, "sg_reduce_scatter", g, send, recv, recvcounts,
-                             dt, op);
+  SG_BLOCKING(reduce_scatter_impl, "sg_reduce_scatter", g, send, recv,
+              recvcounts, dt, op);
 }
 
 sg_status sg_ireduce_scatter(sg_group_t g, const void *send, void *recv,
@@ -546,8 +554,8 @@ sg_status sg_ireduce_scatter(sg_group_t g, const void *send, void *recv,
                              dt, op, req);
 }
 
-sg_status sg_alltoall(sg_group_t g, const void *send, void *recv,
-                      int64_t count, sg_dtype dt) {
+sg_status sg_alltoall(sg_group_t g, const void *send, void *recv, int64_t count,
+                      sg_dtype dt) {
   sg_status st = SG_OK;
   MPI_Datatype t;
   SG_TRY(check_args("sg_alltoall", g, dt, &t));
@@ -566,14 +574,15 @@ sg_status sg_alltoall(sg_group_t g, const void *send, void *recv,
   } else if (sg_comm_fits_int(count))
     SG_MPI(MPI_Alltoall(s, (int)count, t, recv, (int)count, t, g->comm));
   else
-    SG_MPI_LARGE_CALL("sg_alltoall", MPI_Alltoall_c(s, (MPI_Count)count, t,
-        recv, (MPI_Count)count, t, g->comm));
+    SG_MPI_LARGE_CALL("sg_alltoall",
+                      MPI_Alltoall_c(s, (MPI_Count)count, t, recv,
+                                     (MPI_Count)count, t, g->comm));
 fail:
   return st;
 }
 
-static sg_status alltoallv_impl(const char *fn, sg_group_t g,
-                                const void *send, const int64_t *sendcounts,
+static sg_status alltoallv_impl(const char *fn, sg_group_t g, const void *send,
+                                const int64_t *sendcounts,
                                 const int64_t *sdispls, void *recv,
                                 const int64_t *recvcounts,
                                 const int64_t *rdispls, sg_dtype dt,
@@ -606,8 +615,8 @@ sg_status sg_alltoallv(sg_group_t g, const void *send,
                        const int64_t *sendcounts, const int64_t *sdispls,
                        void *recv, const int64_t *recvcounts,
                        const int64_t *rdispls, sg_dtype dt) {
-  SG_BLOCKING(alltoallv_impl, "sg_alltoallv", g, send, sendcounts, sdispls, recv,
-                        recvcounts, rdispls, dt);
+  SG_BLOCKING(alltoallv_impl, "sg_alltoallv", g, send, sendcounts, sdispls,
+              recv, recvcounts, rdispls, dt);
 }
 
 sg_status sg_ialltoallv(sg_group_t g, const void *send,
@@ -622,9 +631,9 @@ sg_status sg_ialltoallv(sg_group_t g, const void *send,
 
 /* ---- point to point -------------------------------------------------------*/
 
-static sg_status p2p_impl(const char *fn, int is_send, sg_group_t g,
-                          void *buf, int64_t count, sg_dtype dt, int peer,
-                          int tag, sg_request_t *req) {
+static sg_status p2p_impl(const char *fn, int is_send, sg_group_t g, void *buf,
+                          int64_t count, sg_dtype dt, int peer, int tag,
+                          sg_request_t *req) {
   sg_status st = SG_OK;
   MPI_Datatype t;
   sg_request_t r = NULL;
@@ -645,10 +654,14 @@ static sg_status p2p_impl(const char *fn, int is_send, sg_group_t g,
   SG_TRY(request_open(fn, g, req, &r, &mr));
   if (sg_comm_fits_int(count)) {
     int c = (int)count;
-    if (is_send && mr) SG_MPI(MPI_Isend(buf, c, t, peer, tag, g->comm, mr));
-    else if (is_send) SG_MPI(MPI_Send(buf, c, t, peer, tag, g->comm));
-    else if (mr) SG_MPI(MPI_Irecv(buf, c, t, peer, tag, g->comm, mr));
-    else SG_MPI(MPI_Recv(buf, c, t, peer, tag, g->comm, MPI_STATUS_IGNORE));
+    if (is_send && mr)
+      SG_MPI(MPI_Isend(buf, c, t, peer, tag, g->comm, mr));
+    else if (is_send)
+      SG_MPI(MPI_Send(buf, c, t, peer, tag, g->comm));
+    else if (mr)
+      SG_MPI(MPI_Irecv(buf, c, t, peer, tag, g->comm, mr));
+    else
+      SG_MPI(MPI_Recv(buf, c, t, peer, tag, g->comm, MPI_STATUS_IGNORE));
   } else {
     MPI_Count c = (MPI_Count)count;
     (void)c;
@@ -673,8 +686,8 @@ sg_status sg_send(sg_group_t g, const void *buf, int64_t count, sg_dtype dt,
   SG_BLOCKING(p2p_impl, "sg_send", 1, g, (void *)buf, count, dt, dest, tag);
 }
 
-sg_status sg_recv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
-                  int src, int tag) {
+sg_status sg_recv(sg_group_t g, void *buf, int64_t count, sg_dtype dt, int src,
+                  int tag) {
   SG_BLOCKING(p2p_impl, "sg_recv", 0, g, buf, count, dt, src, tag);
 }
 
@@ -684,8 +697,8 @@ sg_status sg_isend(sg_group_t g, const void *buf, int64_t count, sg_dtype dt,
   return p2p_impl("sg_isend", 1, g, (void *)buf, count, dt, dest, tag, req);
 }
 
-sg_status sg_irecv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
-                   int src, int tag, sg_request_t *req) {
+sg_status sg_irecv(sg_group_t g, void *buf, int64_t count, sg_dtype dt, int src,
+                   int tag, sg_request_t *req) {
   if (!req) return request_missing("sg_irecv");
   return p2p_impl("sg_irecv", 0, g, buf, count, dt, src, tag, req);
 }
@@ -698,7 +711,8 @@ sg_status sg_mesh_enable_nccl(sg_mesh_t mesh) {
 #if SG_HAVE_NCCL
   SG_TRY(sg_nccl_mesh_enable(mesh));
 #else
-  SG_RAISE(SG_ERR_NOT_SUPPORTED, "sg_mesh_enable_nccl: shardgrid was built "
+  SG_RAISE(SG_ERR_NOT_SUPPORTED,
+           "sg_mesh_enable_nccl: shardgrid was built "
            "without CUDA/NCCL (configure with -DSG_ENABLE_CUDA=ON)");
 #endif
 fail:

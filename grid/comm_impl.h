@@ -18,17 +18,16 @@
 #define SG_MPI_LARGE 0
 #endif
 
-static inline int sg_comm_fits_int(int64_t c) {
-  return c >= 0 && c <= INT_MAX;
-}
+static inline int sg_comm_fits_int(int64_t c) { return c >= 0 && c <= INT_MAX; }
 
 #if SG_MPI_LARGE
 #define SG_MPI_LARGE_CALL(fn, call) SG_MPI(call)
 #else
-#define SG_MPI_LARGE_CALL(fn, call)                                           \
-  SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: counts above INT_MAX need an MPI-4 "   \
-           "library (this one is MPI %d.%d)", fn, MPI_VERSION,               \
-           MPI_SUBVERSION)
+#define SG_MPI_LARGE_CALL(fn, call)                  \
+  SG_RAISE(SG_ERR_NOT_SUPPORTED,                     \
+           "%s: counts above INT_MAX need an MPI-4 " \
+           "library (this one is MPI %d.%d)",        \
+           fn, MPI_VERSION, MPI_SUBVERSION)
 #endif
 
 /* Allocations a call (or a request) owns until it completes. */
@@ -44,10 +43,10 @@ typedef struct sg_comm_det_op {
   sg_dtype dt;
   sg_reduce_op op;
   MPI_Datatype t;
-  int allreduce;  /* 1: then all-gather the blocks into recv */
+  int allreduce; /* 1: then all-gather the blocks into recv */
   void *recv;
-  void *out;      /* where this rank's reduced block goes */
-  void *scratch;  /* p blocks of counts[me] elements, rank order */
+  void *out;     /* where this rank's reduced block goes */
+  void *scratch; /* p blocks of counts[me] elements, rank order */
   int64_t *counts, *displs, *sc, *sd, *rc, *rd;
 } sg_comm_det_op;
 
@@ -76,10 +75,10 @@ sg_status sg_comm_mpi_alltoallv(sg_group_t g, const void *send,
                                 void *recv, const int64_t *rc,
                                 const int64_t *rd, MPI_Datatype t,
                                 sg_comm_keep *k, MPI_Request *req);
-sg_status sg_comm_mpi_reduce_scatter(sg_group_t g, const void *send,
-                                     void *recv, const int64_t *counts,
-                                     MPI_Datatype t, MPI_Op op,
-                                     sg_comm_keep *k, MPI_Request *req);
+sg_status sg_comm_mpi_reduce_scatter(sg_group_t g, const void *send, void *recv,
+                                     const int64_t *counts, MPI_Datatype t,
+                                     MPI_Op op, sg_comm_keep *k,
+                                     MPI_Request *req);
 
 /* Deterministic reductions: plan and start (or run, when req is NULL) the
  * all-to-all-v phase; after it, reduce the own block and start (or run)
@@ -87,10 +86,9 @@ sg_status sg_comm_mpi_reduce_scatter(sg_group_t g, const void *send,
  * det_run does all of it, blocking. */
 void sg_comm_det_free(sg_comm_det_op *d);
 sg_status sg_comm_det_start(sg_group_t g, const void *send, void *recv,
-                            int64_t count, const int64_t *blocks,
-                            sg_dtype dt, sg_reduce_op op, MPI_Datatype t,
-                            sg_comm_keep *k, sg_comm_det_op **out,
-                            MPI_Request *req);
+                            int64_t count, const int64_t *blocks, sg_dtype dt,
+                            sg_reduce_op op, MPI_Datatype t, sg_comm_keep *k,
+                            sg_comm_det_op **out, MPI_Request *req);
 sg_status sg_comm_det_finish(sg_comm_det_op *d, sg_comm_keep *k,
                              MPI_Request *req, int *more);
 sg_status sg_comm_det_run(sg_group_t g, const void *send, void *recv,

@@ -41,8 +41,10 @@ sg_status sg_comm_counts_check(const char *fn, const char *what, int n,
   for (int r = 0; r < n; ++r) {
     int64_t d = displs ? displs[r] : off;
     if (counts[r] < 0 || d < 0)
-      SG_RAISE(SG_ERR_SHAPE, "%s: %s[%d] = %lld (displacement %lld) is "
-               "negative", fn, what, r, (long long)counts[r], (long long)d);
+      SG_RAISE(SG_ERR_SHAPE,
+               "%s: %s[%d] = %lld (displacement %lld) is "
+               "negative",
+               fn, what, r, (long long)counts[r], (long long)d);
     if (!sg_comm_fits_int(counts[r]) || !sg_comm_fits_int(d)) *all_fit = 0;
     off += counts[r];
   }
@@ -53,21 +55,21 @@ fail:
 /* The counts and displacements (packed offsets when displs is NULL) as the
  * arrays an MPI call takes: CT/DT are int for the classic calls, MPI_Count
  * and MPI_Aint for the large-count ones. */
-#define SG_COUNTS_CONVERT(name, CT, DT)                                       \
-  static sg_status name(sg_comm_keep *k, int n, const int64_t *counts,        \
-                        const int64_t *displs, CT **c, DT **d) {              \
-    *c = keep_alloc(k, (size_t)n * sizeof **c);                               \
-    *d = keep_alloc(k, (size_t)n * sizeof **d);                               \
-    if (!*c || !*d)                                                           \
-      return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,                   \
-                          "out of memory for %d counts", n);                  \
-    int64_t off = 0;                                                          \
-    for (int r = 0; r < n; ++r) {                                             \
-      (*c)[r] = (CT)counts[r];                                                \
-      (*d)[r] = (DT)(displs ? displs[r] : off);                               \
-      off += counts[r];                                                       \
-    }                                                                         \
-    return SG_OK;                                                             \
+#define SG_COUNTS_CONVERT(name, CT, DT)                                \
+  static sg_status name(sg_comm_keep *k, int n, const int64_t *counts, \
+                        const int64_t *displs, CT **c, DT **d) {       \
+    *c = keep_alloc(k, (size_t)n * sizeof **c);                        \
+    *d = keep_alloc(k, (size_t)n * sizeof **d);                        \
+    if (!*c || !*d)                                                    \
+      return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,            \
+                          "out of memory for %d counts", n);           \
+    int64_t off = 0;                                                   \
+    for (int r = 0; r < n; ++r) {                                      \
+      (*c)[r] = (CT)counts[r];                                         \
+      (*d)[r] = (DT)(displs ? displs[r] : off);                        \
+      off += counts[r];                                                \
+    }                                                                  \
+    return SG_OK;                                                      \
   }
 
 SG_COUNTS_CONVERT(counts_int, int, int)
@@ -88,11 +90,12 @@ sg_status sg_comm_mpi_allreduce(sg_group_t g, const void *send, void *recv,
     else
       SG_MPI(MPI_Allreduce(s, recv, (int)count, t, op, g->comm));
   } else if (req) {
-    SG_MPI_LARGE_CALL("sg_iallreduce", MPI_Iallreduce_c(s, recv,
-        (MPI_Count)count, t, op, g->comm, req));
+    SG_MPI_LARGE_CALL("sg_iallreduce",
+                      MPI_Iallreduce_c(s, recv, (MPI_Count)count, t, op,
+                                       g->comm, req));
   } else {
-    SG_MPI_LARGE_CALL("sg_allreduce", MPI_Allreduce_c(s, recv,
-        (MPI_Count)count, t, op, g->comm));
+    SG_MPI_LARGE_CALL("sg_allreduce", MPI_Allreduce_c(s, recv, (MPI_Count)count,
+                                                      t, op, g->comm));
   }
 fail:
   return st;
@@ -108,9 +111,10 @@ sg_status sg_comm_mpi_allgatherv(sg_group_t g, const void *send,
   int fit = sg_comm_fits_int(sendcount);
   SG_TRY(sg_comm_counts_check(fn, "recvcounts", g->size, counts, displs, &fit));
   if (sendcount != counts[g->rank])
-    SG_RAISE(SG_ERR_SHAPE, "%s: sendcount %lld differs from recvcounts[%d] ="
-             " %lld", fn, (long long)sendcount, g->rank,
-             (long long)counts[g->rank]);
+    SG_RAISE(SG_ERR_SHAPE,
+             "%s: sendcount %lld differs from recvcounts[%d] ="
+             " %lld",
+             fn, (long long)sendcount, g->rank, (long long)counts[g->rank]);
   int64_t own = displs ? displs[g->rank] : 0;
   if (!displs)
     for (int r = 0; r < g->rank; ++r) own += counts[r];
@@ -129,8 +133,8 @@ sg_status sg_comm_mpi_allgatherv(sg_group_t g, const void *send,
     int *c, *d;
     SG_TRY(counts_int(k, g->size, counts, displs, &c, &d));
     if (req)
-      SG_MPI(MPI_Iallgatherv(s, (int)sendcount, t, recv, c, d, t, g->comm,
-                             req));
+      SG_MPI(
+          MPI_Iallgatherv(s, (int)sendcount, t, recv, c, d, t, g->comm, req));
     else
       SG_MPI(MPI_Allgatherv(s, (int)sendcount, t, recv, c, d, t, g->comm));
   } else {
@@ -142,8 +146,8 @@ sg_status sg_comm_mpi_allgatherv(sg_group_t g, const void *send,
       SG_MPI(MPI_Iallgatherv_c(s, (MPI_Count)sendcount, t, recv, c, d, t,
                                g->comm, req));
     else
-      SG_MPI(MPI_Allgatherv_c(s, (MPI_Count)sendcount, t, recv, c, d, t,
-                              g->comm));
+      SG_MPI(
+          MPI_Allgatherv_c(s, (MPI_Count)sendcount, t, recv, c, d, t, g->comm));
 #else
     SG_MPI_LARGE_CALL(fn, 0);
 #endif
@@ -228,24 +232,24 @@ fail:
 /* ---- deterministic reductions ---------------------------------------------*/
 
 /* out[i] = in[0][i] op in[1][i] op ... in rank order (blocks of n). */
-#define SG_REDUCE_LOOP(T)                                                     \
-  do {                                                                        \
-    const T *x = (const T *)in;                                               \
-    T *y = (T *)out;                                                          \
-    if (y != x) memcpy(y, x, (size_t)n * sizeof(T));                          \
-    for (int r = 1; r < p; ++r) {                                             \
-      const T *xr = x + (int64_t)r * n;                                       \
-      if (op == SG_REDUCE_SUM) {                                              \
-        _Pragma("omp parallel for simd if (n > 65536) schedule(static)")      \
-        for (int64_t i = 0; i < n; ++i) y[i] = y[i] + xr[i];                  \
-      } else if (op == SG_REDUCE_MAX) {                                       \
-        _Pragma("omp parallel for simd if (n > 65536) schedule(static)")      \
-        for (int64_t i = 0; i < n; ++i) y[i] = xr[i] > y[i] ? xr[i] : y[i];   \
-      } else {                                                                \
-        _Pragma("omp parallel for simd if (n > 65536) schedule(static)")      \
-        for (int64_t i = 0; i < n; ++i) y[i] = xr[i] < y[i] ? xr[i] : y[i];   \
-      }                                                                       \
-    }                                                                         \
+#define SG_REDUCE_LOOP(T)                                                   \
+  do {                                                                      \
+    const T *x = (const T *)in;                                             \
+    T *y = (T *)out;                                                        \
+    if (y != x) memcpy(y, x, (size_t)n * sizeof(T));                        \
+    for (int r = 1; r < p; ++r) {                                           \
+      const T *xr = x + (int64_t)r * n;                                     \
+      if (op == SG_REDUCE_SUM) {                                            \
+        _Pragma("omp parallel for simd if (n > 65536) schedule(static)")    \
+        for (int64_t i = 0; i < n; ++i) y[i] = y[i] + xr[i];                \
+      } else if (op == SG_REDUCE_MAX) {                                     \
+        _Pragma("omp parallel for simd if (n > 65536) schedule(static)")    \
+        for (int64_t i = 0; i < n; ++i) y[i] = xr[i] > y[i] ? xr[i] : y[i]; \
+      } else {                                                              \
+        _Pragma("omp parallel for simd if (n > 65536) schedule(static)")    \
+        for (int64_t i = 0; i < n; ++i) y[i] = xr[i] < y[i] ? xr[i] : y[i]; \
+      }                                                                     \
+    }                                                                       \
   } while (0)
 
 static void reduce_blocks(sg_dtype dt, sg_reduce_op op, const void *in, int p,
@@ -346,8 +350,8 @@ sg_status sg_comm_det_run(sg_group_t g, const void *send, void *recv,
   sg_comm_keep k = {{0}, 0};
   sg_comm_det_op *d = NULL;
   int more = 0;
-  SG_TRY(sg_comm_det_start(g, send, recv, count, blocks, dt, op, t, &k, &d,
-                           NULL));
+  SG_TRY(
+      sg_comm_det_start(g, send, recv, count, blocks, dt, op, t, &k, &d, NULL));
   SG_TRY(sg_comm_det_finish(d, &k, NULL, &more));
 fail:
   sg_comm_det_free(d);

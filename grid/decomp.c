@@ -102,8 +102,8 @@ sg_status sg_window_halos(int64_t n, int p, sg_window w, int64_t *halo,
     int64_t y0 = sg_split_offset(n_out, p, r);
     int64_t y1 = y0 + sg_split_size(n_out, p, r) - 1;
     int64_t need0 = w.stride * (y0 / w.up) - w.pad[0];
-    int64_t need1 =
-        w.stride * (y1 / w.up) - w.pad[0] + w.dilation * (w.kernel - 1);
+    int64_t need1 = w.stride * (y1 / w.up) - w.pad[0] +
+                    w.dilation * (w.kernel - 1);
     if (halo) {
       halo[2 * r] = x0 - need0;
       halo[2 * r + 1] = need1 - x1;
@@ -124,7 +124,7 @@ static int64_t edge_need(sg_boundary b, int64_t h) {
   switch (b) {
   case SG_BOUNDARY_REFLECT: return h + 1; /* cells 0..h */
   case SG_BOUNDARY_REPLICATE: return 1;
-  case SG_BOUNDARY_PERIODIC: return h;    /* local wrap */
+  case SG_BOUNDARY_PERIODIC: return h; /* local wrap */
   default: return 0;
   }
 }
@@ -206,12 +206,11 @@ sg_status sg_decomp_create_parts(const sg_decomp_desc *desc, const int *parts,
       SG_RAISE(SG_ERR_INVALID_ARG, "dim %d: global extent %lld", i,
                (long long)desc->global[i]);
     if (parts[i] < 1)
-      SG_RAISE(SG_ERR_INVALID_ARG, "dim %d: %d parts (need >= 1)", i,
-               parts[i]);
+      SG_RAISE(SG_ERR_INVALID_ARG, "dim %d: %d parts (need >= 1)", i, parts[i]);
     int c = coords ? coords[i] : 0;
     if (c < 0 || c >= parts[i])
-      SG_RAISE(SG_ERR_INVALID_ARG, "dim %d: coordinate %d outside 0..%d", i,
-               c, parts[i] - 1);
+      SG_RAISE(SG_ERR_INVALID_ARG, "dim %d: coordinate %d outside 0..%d", i, c,
+               parts[i] - 1);
     if ((int)desc->boundary[i] < 0 || desc->boundary[i] >= SG_BOUNDARY_COUNT)
       SG_RAISE(SG_ERR_INVALID_ARG, "dim %d: invalid boundary kind %d", i,
                (int)desc->boundary[i]);
@@ -249,13 +248,13 @@ sg_status sg_decomp_create(sg_mesh_t mesh, const sg_decomp_desc *desc,
     if (m < 0) continue;
     if (m >= sg_mesh_ndims(mesh))
       SG_RAISE(SG_ERR_INVALID_ARG,
-               "spatial dim %d: mesh dim %d out of range (mesh has %d dims)",
-               i, m, sg_mesh_ndims(mesh));
+               "spatial dim %d: mesh dim %d out of range (mesh has %d dims)", i,
+               m, sg_mesh_ndims(mesh));
     for (int j = 0; j < i; ++j)
       if (desc->mesh_dim[j] == m)
         SG_RAISE(SG_ERR_INVALID_ARG,
-                 "spatial dims %d and %d are both split by mesh dim %d (%s)",
-                 j, i, m, sg_mesh_dim_name(mesh, m));
+                 "spatial dims %d and %d are both split by mesh dim %d (%s)", j,
+                 i, m, sg_mesh_dim_name(mesh, m));
     parts[i] = sg_mesh_dim_size(mesh, m);
     coords[i] = sg_mesh_coord(mesh, m);
   }

@@ -52,8 +52,8 @@ sg_status sg_mesh_spec_parse(const char *text, sg_mesh_spec *spec) {
     int tl = (int)(e - s);
     const char *eq = memchr(s, '=', (size_t)(e - s));
     if (!eq)
-      SG_RAISE(SG_ERR_MESH,
-               "mesh spec '%.200s': '%.*s' is not name=size", text, tl, s);
+      SG_RAISE(SG_ERR_MESH, "mesh spec '%.200s': '%.*s' is not name=size", text,
+               tl, s);
     const char *ne, *ve;
     const char *ns = trim(s, eq, &ne);
     const char *vs = trim(eq + 1, e, &ve);
@@ -71,8 +71,10 @@ sg_status sg_mesh_spec_parse(const char *text, sg_mesh_spec *spec) {
     for (int d = 0; d < spec->ndims; ++d)
       if ((int)strlen(spec->names[d]) == nl &&
           strncmp(spec->names[d], ns, (size_t)nl) == 0)
-        SG_RAISE(SG_ERR_MESH, "mesh spec '%.200s': dim name '%.*s' appears "
-                 "twice", text, nl, ns);
+        SG_RAISE(SG_ERR_MESH,
+                 "mesh spec '%.200s': dim name '%.*s' appears "
+                 "twice",
+                 text, nl, ns);
     int digits = vl > 0;
     for (int i = 0; i < vl; ++i)
       if (!isdigit((unsigned char)vs[i])) digits = 0;
@@ -100,8 +102,10 @@ sg_status sg_mesh_spec_parse(const char *text, sg_mesh_spec *spec) {
                ">= 1",
                text, nl, ns, v);
     if (v > INT_MAX)
-      SG_RAISE(SG_ERR_MESH, "mesh spec '%.200s': size '%.*s' of dim '%.*s' "
-               "is too large", text, vl, vs, nl, ns);
+      SG_RAISE(SG_ERR_MESH,
+               "mesh spec '%.200s': size '%.*s' of dim '%.*s' "
+               "is too large",
+               text, vl, vs, nl, ns);
     if (spec->ndims == SG_MESH_MAX_DIMS)
       SG_RAISE(SG_ERR_MESH, "mesh spec '%.200s': more than %d dims", text,
                SG_MESH_MAX_DIMS);
@@ -150,16 +154,19 @@ static sg_status spec_check(const sg_mesh_spec *spec, int comm_size,
         SG_RAISE(SG_ERR_MESH, "mesh '%s': dim name '%s' appears twice", text,
                  spec->names[d]);
     if (spec->sizes[d] < 1)
-      SG_RAISE(SG_ERR_MESH, "mesh '%s': dim '%s' has size %d; sizes must be "
-               ">= 1", text, spec->names[d], spec->sizes[d]);
+      SG_RAISE(SG_ERR_MESH,
+               "mesh '%s': dim '%s' has size %d; sizes must be "
+               ">= 1",
+               text, spec->names[d], spec->sizes[d]);
     product *= spec->sizes[d];
     if (product > INT_MAX)
-      SG_RAISE(SG_ERR_MESH, "mesh '%s' has more than %d ranks", text,
-               INT_MAX);
+      SG_RAISE(SG_ERR_MESH, "mesh '%s' has more than %d ranks", text, INT_MAX);
   }
   if (product != comm_size)
-    SG_RAISE(SG_ERR_MESH, "mesh '%s' has %lld ranks but the communicator has "
-             "%d", text, (long long)product, comm_size);
+    SG_RAISE(SG_ERR_MESH,
+             "mesh '%s' has %lld ranks but the communicator has "
+             "%d",
+             text, (long long)product, comm_size);
 fail:
   return st;
 }
@@ -225,8 +232,10 @@ static sg_status group_create(sg_mesh_t m, unsigned mask,
   SG_MPI(MPI_Comm_rank(g->comm, &grank));
   SG_MPI(MPI_Comm_size(g->comm, &gsize));
   if (grank != key || gsize != size)
-    SG_RAISE(SG_ERR_INTERNAL, "group 0x%x: MPI_Comm_split gave rank %d of %d,"
-             " expected %d of %d", mask, grank, gsize, key, size);
+    SG_RAISE(SG_ERR_INTERNAL,
+             "group 0x%x: MPI_Comm_split gave rank %d of %d,"
+             " expected %d of %d",
+             mask, grank, gsize, key, size);
   *out = g;
   return SG_OK;
 fail:
@@ -264,8 +273,10 @@ static sg_status mesh_create(MPI_Comm comm, const sg_mesh_spec *spec,
     long long in[2] = {(long long)h, -(long long)h}, out[2];
     SG_MPI(MPI_Allreduce(in, out, 2, MPI_LONG_LONG, MPI_MAX, comm));
     if (out[0] != -out[1])
-      SG_RAISE(SG_ERR_MESH, "sg_mesh_create: the ranks passed different mesh "
-               "specs (this rank: '%.200s')", text);
+      SG_RAISE(SG_ERR_MESH,
+               "sg_mesh_create: the ranks passed different mesh "
+               "specs (this rank: '%.200s')",
+               text);
   }
   if (local != SG_OK) {
     sg_error_set_raw(saved);
@@ -377,8 +388,10 @@ sg_status sg_mesh_coords_of(sg_mesh_t m, int rank, int *coords) {
   if (!m || !coords)
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_mesh_coords_of: NULL argument");
   if (rank < 0 || rank >= m->size)
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_mesh_coords_of: rank %d is not in "
-             "mesh '%s' (0..%d)", rank, m->spec, m->size - 1);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_mesh_coords_of: rank %d is not in "
+             "mesh '%s' (0..%d)",
+             rank, m->spec, m->size - 1);
   for (int d = 0; d < m->ndims; ++d)
     coords[d] = (rank / m->strides[d]) % m->sizes[d];
 fail:
@@ -392,9 +405,10 @@ sg_status sg_mesh_rank_of(sg_mesh_t m, const int *coords, int *rank) {
   int r = 0;
   for (int d = 0; d < m->ndims; ++d) {
     if (coords[d] < 0 || coords[d] >= m->sizes[d])
-      SG_RAISE(SG_ERR_INVALID_ARG, "sg_mesh_rank_of: coordinate %d along "
-               "dim '%s' is outside 0..%d", coords[d], m->names[d],
-               m->sizes[d] - 1);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "sg_mesh_rank_of: coordinate %d along "
+               "dim '%s' is outside 0..%d",
+               coords[d], m->names[d], m->sizes[d] - 1);
     r += coords[d] * m->strides[d];
   }
   *rank = r;
@@ -408,8 +422,10 @@ sg_status sg_mesh_neighbor(sg_mesh_t m, int dim, int disp, int periodic,
   if (!m || !rank)
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_mesh_neighbor: NULL argument");
   if (dim < 0 || dim >= m->ndims)
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_mesh_neighbor: dim %d is not in mesh "
-             "'%s' (0..%d)", dim, m->spec, m->ndims - 1);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_mesh_neighbor: dim %d is not in mesh "
+             "'%s' (0..%d)",
+             dim, m->spec, m->ndims - 1);
   long long n = m->sizes[dim];
   long long c = (long long)m->coords[dim] + disp;
   if (periodic) {
@@ -430,13 +446,16 @@ sg_status sg_mesh_group(sg_mesh_t m, unsigned dim_mask, sg_group_t *group) {
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_mesh_group: NULL argument");
   *group = NULL;
   if (dim_mask >> m->ndims)
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_mesh_group: mask 0x%x names dims "
-             "beyond the %d of mesh '%s'", dim_mask, m->ndims, m->spec);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_mesh_group: mask 0x%x names dims "
+             "beyond the %d of mesh '%s'",
+             dim_mask, m->ndims, m->spec);
   if (!m->groups[dim_mask])
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "sg_mesh_group: mesh '%s' has %d dims; "
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "sg_mesh_group: mesh '%s' has %d dims; "
              "beyond %d dims only single-dim groups and the whole mesh are "
-             "created (mask 0x%x)", m->spec, m->ndims,
-             SG_MESH_EAGER_ALL_DIMS, dim_mask);
+             "created (mask 0x%x)",
+             m->spec, m->ndims, SG_MESH_EAGER_ALL_DIMS, dim_mask);
   *group = m->groups[dim_mask];
 fail:
   return st;

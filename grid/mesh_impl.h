@@ -12,8 +12,8 @@
 
 struct sg_group {
   sg_mesh_t mesh;
-  unsigned dims;   /* bit d set: dim d belongs to the group */
-  MPI_Comm comm;   /* from MPI_Comm_split of the mesh communicator */
+  unsigned dims; /* bit d set: dim d belongs to the group */
+  MPI_Comm comm; /* from MPI_Comm_split of the mesh communicator */
   int size;
   int rank;        /* == key: mixed-radix index of the coords in dims */
   int *mesh_ranks; /* mesh rank of group rank r, r < size */
@@ -51,8 +51,8 @@ sg_status sg_nccl_allreduce(struct sg_group *g, const void *send, void *recv,
                             int64_t count, sg_dtype dt, sg_reduce_op op);
 sg_status sg_nccl_bcast(struct sg_group *g, void *buf, int64_t count,
                         sg_dtype dt, int root);
-sg_status sg_nccl_allgather(struct sg_group *g, const void *send,
-                            int64_t count, void *recv, sg_dtype dt);
+sg_status sg_nccl_allgather(struct sg_group *g, const void *send, int64_t count,
+                            void *recv, sg_dtype dt);
 sg_status sg_nccl_allgatherv(struct sg_group *g, const void *send,
                              int64_t sendcount, void *recv,
                              const int64_t *recvcounts, const int64_t *displs,
@@ -60,14 +60,14 @@ sg_status sg_nccl_allgatherv(struct sg_group *g, const void *send,
 sg_status sg_nccl_reduce_scatter(struct sg_group *g, const void *send,
                                  void *recv, const int64_t *recvcounts,
                                  sg_dtype dt, sg_reduce_op op);
-sg_status sg_nccl_alltoall(struct sg_group *g, const void *send,
-                           int64_t count, void *recv, sg_dtype dt);
+sg_status sg_nccl_alltoall(struct sg_group *g, const void *send, int64_t count,
+                           void *recv, sg_dtype dt);
 sg_status sg_nccl_alltoallv(struct sg_group *g, const void *send,
                             const int64_t *sendcounts, const int64_t *sdispls,
                             void *recv, const int64_t *recvcounts,
                             const int64_t *rdispls, sg_dtype dt);
-sg_status sg_nccl_p2p(struct sg_group *g, int is_send, void *buf,
-                      int64_t count, sg_dtype dt, int peer);
+sg_status sg_nccl_p2p(struct sg_group *g, int is_send, void *buf, int64_t count,
+                      sg_dtype dt, int peer);
 #endif
 
 #endif /* SG_MESH_IMPL_H */

@@ -82,8 +82,8 @@ sg_status sg_reduce_scatter(sg_group_t g, const void *send, void *recv,
                             const int64_t *recvcounts, sg_dtype dt,
                             sg_reduce_op op);
 /* count elements to every rank. */
-sg_status sg_alltoall(sg_group_t g, const void *send, void *recv,
-                      int64_t count, sg_dtype dt);
+sg_status sg_alltoall(sg_group_t g, const void *send, void *recv, int64_t count,
+                      sg_dtype dt);
 /* NULL displs: packed in rank order. */
 sg_status sg_alltoallv(sg_group_t g, const void *send,
                        const int64_t *sendcounts, const int64_t *sdispls,
@@ -92,8 +92,8 @@ sg_status sg_alltoallv(sg_group_t g, const void *send,
 /* Point to point; peer is a group rank. Collective only with the peer. */
 sg_status sg_send(sg_group_t g, const void *buf, int64_t count, sg_dtype dt,
                   int dest, int tag);
-sg_status sg_recv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
-                  int src, int tag);
+sg_status sg_recv(sg_group_t g, void *buf, int64_t count, sg_dtype dt, int src,
+                  int tag);
 
 /* Non-blocking variants. A request must be completed with sg_wait (or
  * sg_waitall) which frees it; buffers must stay valid until then. */
@@ -103,22 +103,20 @@ sg_status sg_iallreduce(sg_group_t g, const void *send, void *recv,
                         sg_request_t *req);
 sg_status sg_iallgatherv(sg_group_t g, const void *send, int64_t sendcount,
                          void *recv, const int64_t *recvcounts,
-                         const int64_t *displs, sg_dtype dt,
-                         sg_request_t *req);
+                         const int64_t *displs, sg_dtype dt, sg_request_t *req);
 sg_status sg_ireduce_scatter(sg_group_t g, const void *send, void *recv,
                              const int64_t *recvcounts, sg_dtype dt,
                              sg_reduce_op op, sg_request_t *req);
 sg_status sg_ialltoallv(sg_group_t g, const void *send,
                         const int64_t *sendcounts, const int64_t *sdispls,
                         void *recv, const int64_t *recvcounts,
-                        const int64_t *rdispls, sg_dtype dt,
-                        sg_request_t *req);
+                        const int64_t *rdispls, sg_dtype dt, sg_request_t *req);
 sg_status sg_ibcast(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
                     int root, sg_request_t *req);
 sg_status sg_isend(sg_group_t g, const void *buf, int64_t count, sg_dtype dt,
                    int dest, int tag, sg_request_t *req);
-sg_status sg_irecv(sg_group_t g, void *buf, int64_t count, sg_dtype dt,
-                   int src, int tag, sg_request_t *req);
+sg_status sg_irecv(sg_group_t g, void *buf, int64_t count, sg_dtype dt, int src,
+                   int tag, sg_request_t *req);
 /* Complete and free; NULL requests are fine. Not collective. With a
  * timeout (sg_comm_set_timeout) it may return SG_ERR_TIMEOUT: *req is then
  * set to NULL but the operation stays pending (its buffers must stay
@@ -194,7 +192,8 @@ int sg_deadline_passed(sg_deadline *d);
  * of comm, which did not arrive"; else the ranks of comm that do not
  * answer (comm may be MPI_COMM_NULL: not known). Returns SG_ERR_TIMEOUT.
  * Not collective (peers that wait on comm answer). */
-sg_status sg_timeout_error(const sg_deadline *d, const char *what, MPI_Comm comm, int peer);
+sg_status sg_timeout_error(const sg_deadline *d, const char *what,
+                           MPI_Comm comm, int peer);
 /* A watchdog for blocking calls that cannot time out themselves: the MPI-IO
  * collectives inside PnetCDF's create, open, writes and close (a rank lost
  * in a checkpoint write leaves the others there; found by the fault tests).
@@ -211,8 +210,8 @@ void sg_watchdog_end(void);
  * sg_wait_yield's sleeps); what names the operation in the message, comm
  * (or MPI_COMM_NULL) is asked who did not arrive. On SG_ERR_TIMEOUT the
  * request stays pending. Not collective. */
-sg_status sg_wait_timed(MPI_Request *req, MPI_Status *status, int yield, const char *what,
-                        MPI_Comm comm);
+sg_status sg_wait_timed(MPI_Request *req, MPI_Status *status, int yield,
+                        const char *what, MPI_Comm comm);
 
 /* CUDA + NCCL: create NCCL communicators matching every group of the mesh
  * (collective over the mesh). SG_ERR_NOT_SUPPORTED when not built with

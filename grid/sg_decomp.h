@@ -107,9 +107,9 @@ typedef struct sg_window {
 
 /* An initializer of the common symmetric window (kernel, stride, padding
  * on both sides, dilation; zero boundary, no up-sampling). */
-#define SG_WINDOW_SYM(k, s, p, d)                                  \
-  {                                                                \
-    .kernel = (k), .stride = (s), .dilation = (d), .pad = {(p), (p)} \
+#define SG_WINDOW_SYM(k, s, p, d)                                     \
+  {                                                                   \
+    .kernel = (k), .stride = (s), .dilation = (d), .pad = {(p), (p) } \
   }
 
 /* w with the zeros that mean 1 replaced by 1. */
@@ -149,11 +149,11 @@ sg_status sg_halo_check(int dim, int p, const int64_t *sizes, sg_boundary b,
 /* ---- N-D decomposition -------------------------------------------------- */
 
 typedef struct sg_decomp_desc {
-  int ndims;                              /* spatial dims, 1..3 */
-  int64_t global[SG_DECOMP_MAX_DIMS];     /* global extent per dim */
-  int mesh_dim[SG_DECOMP_MAX_DIMS];       /* mesh dim splitting it, or -1 */
+  int ndims;                          /* spatial dims, 1..3 */
+  int64_t global[SG_DECOMP_MAX_DIMS]; /* global extent per dim */
+  int mesh_dim[SG_DECOMP_MAX_DIMS];   /* mesh dim splitting it, or -1 */
   sg_boundary boundary[SG_DECOMP_MAX_DIMS];
-  int allow_empty;                        /* accept empty shards (p > n) */
+  int allow_empty; /* accept empty shards (p > n) */
 } sg_decomp_desc;
 
 typedef struct sg_decomp *sg_decomp_t;

@@ -28,7 +28,8 @@ sg_status sg_stop_install(void) {
   for (int i = 0; i < NSTOP; ++i)
     if (sigaction(stop_signals[i], &sa, &saved[i]) != 0) {
       for (int k = 0; k < i; ++k) sigaction(stop_signals[k], &saved[k], NULL);
-      return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__, "sigaction(%s) failed",
+      return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__,
+                          "sigaction(%s) failed",
                           sg_stop_signal_name(stop_signals[i]));
     }
   installed = 1;

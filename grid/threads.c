@@ -12,7 +12,8 @@ sg_status sg_threads_auto(MPI_Comm comm, int *nthreads, int *ranks_on_node) {
   sg_status st = SG_OK;
   MPI_Comm node = MPI_COMM_NULL;
   int local = 1;
-  SG_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  SG_MPI(
+      MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   SG_MPI(MPI_Comm_size(node, &local));
   const char *env = getenv("OMP_NUM_THREADS");
   int use = 1;

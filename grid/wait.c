@@ -26,8 +26,11 @@ static void timeout_from_env(void) {
   char *end = NULL;
   double v = strtod(e, &end);
   if (end == e || *end != '\0' || !(v >= 0) || v > 1e9) {
-    fprintf(stderr, "shardgrid: warning: SG_TIMEOUT='%s' is not a number of seconds >= 0; "
-                    "no timeout\n", e);
+    fprintf(
+        stderr,
+        "shardgrid: warning: SG_TIMEOUT='%s' is not a number of seconds >= 0; "
+        "no timeout\n",
+        e);
     return;
   }
   atomic_store(&timeout_s, v);
@@ -58,7 +61,8 @@ int sg_deadline_passed(sg_deadline *d) {
 static int world_rank_of(MPI_Comm comm, int r) {
   MPI_Group g = MPI_GROUP_NULL, w = MPI_GROUP_NULL;
   int out = -1;
-  if (MPI_Comm_group(comm, &g) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &w) == MPI_SUCCESS)
+  if (MPI_Comm_group(comm, &g) == MPI_SUCCESS &&
+      MPI_Comm_group(MPI_COMM_WORLD, &w) == MPI_SUCCESS)
     MPI_Group_translate_ranks(g, 1, &r, w, &out);
   if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
   if (w != MPI_GROUP_NULL) MPI_Group_free(&w);
@@ -100,9 +104,11 @@ static void census_free(census *c) {
 }
 
 static void census_send(census *c, int to, int what) {
-  static int msg[2] = {CENSUS_PING, CENSUS_PONG}; /* static: outlives the send */
+  static int msg[2] = {CENSUS_PING,
+                       CENSUS_PONG}; /* static: outlives the send */
   MPI_Request r = MPI_REQUEST_NULL;
-  if (MPI_Isend(&msg[what == CENSUS_PONG], 1, MPI_INT, to, CENSUS_TAG, c->comm, &r) == MPI_SUCCESS)
+  if (MPI_Isend(&msg[what == CENSUS_PONG], 1, MPI_INT, to, CENSUS_TAG, c->comm,
+                &r) == MPI_SUCCESS)
     MPI_Request_free(&r);
 }
 
@@ -112,8 +118,12 @@ static void census_poll(census *c) {
   for (;;) {
     int flag = 0, msg = 0;
     MPI_Status s;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, CENSUS_TAG, c->comm, &flag, &s) != MPI_SUCCESS || !flag) return;
-    if (MPI_Recv(&msg, 1, MPI_INT, s.MPI_SOURCE, CENSUS_TAG, c->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+    if (MPI_Iprobe(MPI_ANY_SOURCE, CENSUS_TAG, c->comm, &flag, &s) !=
+            MPI_SUCCESS ||
+        !flag)
+      return;
+    if (MPI_Recv(&msg, 1, MPI_INT, s.MPI_SOURCE, CENSUS_TAG, c->comm,
+                 MPI_STATUS_IGNORE) != MPI_SUCCESS)
       return;
     if (s.MPI_SOURCE >= 0 && s.MPI_SOURCE < c->size) c->heard[s.MPI_SOURCE] = 1;
     if (msg == CENSUS_PING) census_send(c, s.MPI_SOURCE, CENSUS_PONG);
@@ -142,29 +152,35 @@ static void census_run(census *c, double grace, char *out, size_t n) {
     if (r == c->me || c->heard[r]) continue;
     if (missing++ < 16 && len + 32 < n) {
       int w = world_rank_of(c->comm, r);
-      len += (size_t)snprintf(out + len, n - len, "%s%d (world rank %d)", missing > 1 ? ", " : "", r, w);
+      len += (size_t)snprintf(out + len, n - len, "%s%d (world rank %d)",
+                              missing > 1 ? ", " : "", r, w);
     }
   }
-  if (missing > 16 && len + 32 < n) snprintf(out + len, n - len, " and %d more", missing - 16);
-  if (!missing) snprintf(out, n, "none (every rank is waiting on this communicator)");
+  if (missing > 16 && len + 32 < n)
+    snprintf(out + len, n - len, " and %d more", missing - 16);
+  if (!missing)
+    snprintf(out, n, "none (every rank is waiting on this communicator)");
 }
 
 /* Record the timeout of a wait on comm ("what" names the collective). */
-static sg_status timeout_raise(census *c, const sg_deadline *d, const char *what) {
+static sg_status timeout_raise(census *c, const sg_deadline *d,
+                               const char *what) {
   char who[512] = "";
   if (c->comm != MPI_COMM_NULL) {
     const double grace = d->limit < 1.0 ? d->limit : 1.0;
     census_run(c, grace, who, sizeof who);
-    return sg_error_timeout(__FILE__, __LINE__,
-                            "%s: timed out after %.3g s (SG_TIMEOUT) waiting for the other ranks of a "
-                            "communicator of %d (this is its rank %d); ranks that did not arrive (no "
-                            "answer within %.3g s): %s; the operation cannot be cancelled: abort the run",
-                            what, d->limit, c->size, c->me, grace, who);
+    return sg_error_timeout(
+        __FILE__, __LINE__,
+        "%s: timed out after %.3g s (SG_TIMEOUT) waiting for the other ranks of a "
+        "communicator of %d (this is its rank %d); ranks that did not arrive (no "
+        "answer within %.3g s): %s; the operation cannot be cancelled: abort the run",
+        what, d->limit, c->size, c->me, grace, who);
   }
-  return sg_error_timeout(__FILE__, __LINE__,
-                          "%s: timed out after %.3g s (SG_TIMEOUT) waiting for other ranks (which "
-                          "ones is not known here); the operation cannot be cancelled: abort the run",
-                          what, d->limit);
+  return sg_error_timeout(
+      __FILE__, __LINE__,
+      "%s: timed out after %.3g s (SG_TIMEOUT) waiting for other ranks (which "
+      "ones is not known here); the operation cannot be cancelled: abort the run",
+      what, d->limit);
 }
 
 /* The sleeps of a yielding wait: after 64 yields, 20 us doubling to 1 ms. */
@@ -183,8 +199,8 @@ static void yield_step(int k, long *ns) {
  * yield) until the deadline, answering the census of comm (may be
  * MPI_COMM_NULL) meanwhile. On a timeout *req stays pending (never free
  * it or its buffers) and the status is SG_ERR_TIMEOUT. */
-static sg_status wait_timed(MPI_Request *req, MPI_Status *status, int yield, const char *what,
-                            MPI_Comm comm) {
+static sg_status wait_timed(MPI_Request *req, MPI_Status *status, int yield,
+                            const char *what, MPI_Comm comm) {
   sg_status st = SG_OK;
   MPI_Status ignored;
   if (!status) status = &ignored;
@@ -203,7 +219,8 @@ static sg_status wait_timed(MPI_Request *req, MPI_Status *status, int yield, con
         yield_step(k, &ns);
       }
     }
-    return rc == MPI_SUCCESS ? SG_OK : sg_error_mpi(rc, what, __FILE__, __LINE__);
+    return rc == MPI_SUCCESS ? SG_OK
+                             : sg_error_mpi(rc, what, __FILE__, __LINE__);
   }
   census c;
   census_init(&c, comm);
@@ -227,17 +244,19 @@ static sg_status wait_timed(MPI_Request *req, MPI_Status *status, int yield, con
   return st;
 }
 
-sg_status sg_wait_timed(MPI_Request *req, MPI_Status *status, int yield, const char *what,
-                        MPI_Comm comm) {
+sg_status sg_wait_timed(MPI_Request *req, MPI_Status *status, int yield,
+                        const char *what, MPI_Comm comm) {
   return wait_timed(req, status, yield, what ? what : "a wait", comm);
 }
 
-sg_status sg_timeout_error(const sg_deadline *d, const char *what, MPI_Comm comm, int peer) {
+sg_status sg_timeout_error(const sg_deadline *d, const char *what,
+                           MPI_Comm comm, int peer) {
   if (peer >= 0 && comm != MPI_COMM_NULL)
-    return sg_error_timeout(__FILE__, __LINE__,
-                            "%s: timed out after %.3g s (SG_TIMEOUT) waiting for rank %d (world rank %d), "
-                            "which did not arrive; the operation cannot be cancelled: abort the run",
-                            what, d->limit, peer, world_rank_of(comm, peer));
+    return sg_error_timeout(
+        __FILE__, __LINE__,
+        "%s: timed out after %.3g s (SG_TIMEOUT) waiting for rank %d (world rank %d), "
+        "which did not arrive; the operation cannot be cancelled: abort the run",
+        what, d->limit, peer, world_rank_of(comm, peer));
   census c;
   census_init(&c, comm);
   sg_status st = timeout_raise(&c, d, what);
@@ -248,11 +267,13 @@ sg_status sg_timeout_error(const sg_deadline *d, const char *what, MPI_Comm comm
 /* ---- failure agreement ----------------------------------------------------*/
 
 int sg_wait_yield(MPI_Request *req, MPI_Status *status) {
-  sg_status st = wait_timed(req, status, 1, "a yielding wait (sg_wait_yield)", MPI_COMM_NULL);
+  sg_status st = wait_timed(req, status, 1, "a yielding wait (sg_wait_yield)",
+                            MPI_COMM_NULL);
   return st == SG_OK ? MPI_SUCCESS : MPI_ERR_OTHER;
 }
 
-sg_status sg_agree_vals(MPI_Comm comm, sg_status local, int *vals, int n, int yield) {
+sg_status sg_agree_vals(MPI_Comm comm, sg_status local, int *vals, int n,
+                        int yield) {
   sg_status st = SG_OK;
   int me = 0, size = 1, stack_buf[1 + SG_AGREE_MAX_VALS];
   MPI_Request req = MPI_REQUEST_NULL;
@@ -266,16 +287,19 @@ sg_status sg_agree_vals(MPI_Comm comm, sg_status local, int *vals, int n, int yi
   const int timed = sg_comm_timeout() > 0;
   if (n < 0 || n > SG_AGREE_MAX_VALS || (n > 0 && !vals))
     return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                        "sg_agree_vals: n = %d values (0..%d)", n, SG_AGREE_MAX_VALS);
+                        "sg_agree_vals: n = %d values (0..%d)", n,
+                        SG_AGREE_MAX_VALS);
   SG_MPI(MPI_Comm_rank(comm, &me));
   SG_MPI(MPI_Comm_size(comm, &size));
   if (timed && !(buf = malloc(sizeof stack_buf)))
-    return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "sg_agree: out of memory");
+    return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,
+                        "sg_agree: out of memory");
   /* success path: one all-reduce (max of size - rank: the lowest failing
    * rank, 0 when none failed), the values riding along */
   buf[0] = local != SG_OK ? size - me : 0;
   for (int i = 0; i < n; ++i) buf[i + 1] = vals[i];
-  SG_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n + 1, MPI_INT, MPI_MAX, comm, &req));
+  SG_MPI(
+      MPI_Iallreduce(MPI_IN_PLACE, buf, n + 1, MPI_INT, MPI_MAX, comm, &req));
   SG_TRY(wait_timed(&req, NULL, yield, "sg_agree", comm));
   for (int i = 0; i < n; ++i) vals[i] = buf[i + 1];
   if (buf[0] == 0) goto fail;
@@ -294,7 +318,8 @@ sg_status sg_agree_vals(MPI_Comm comm, sg_status local, int *vals, int n, int yi
                sg_status_string(local), sg_status_name(local));
   }
   SG_MPI(MPI_Ibcast(info, (int)sizeof *info, MPI_BYTE, lowest, comm, &req));
-  SG_TRY(wait_timed(&req, NULL, yield, "sg_agree (the failing rank's message)", comm));
+  SG_TRY(wait_timed(&req, NULL, yield, "sg_agree (the failing rank's message)",
+                    comm));
   info->msg[sizeof info->msg - 1] = '\0';
   sg_error_set_raw(info->msg);
   st = info->status > SG_OK && info->status < SG_STATUS_COUNT
@@ -326,7 +351,8 @@ static void agree_wait_from_env(void) {
   }
   const char *n = getenv("MPI_LOCALNRANKS");
   if (!n) n = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  long local = n ? strtol(n, NULL, 10) : 0, cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long local = n ? strtol(n, NULL, 10) : 0,
+       cores = sysconf(_SC_NPROCESSORS_ONLN);
   agree_yields = local > 0 && cores > 0 && local > cores;
 }
 
@@ -359,7 +385,15 @@ static struct {
   char what[160];
   int started;
   int rank; /* world rank, asked by the calling thread (the MPI one) */
-} wd = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0.0, 0.0, "", 0, -1};
+} wd = {PTHREAD_MUTEX_INITIALIZER,
+        PTHREAD_COND_INITIALIZER,
+        0,
+        0,
+        0.0,
+        0.0,
+        "",
+        0,
+        -1};
 
 static double realtime_now(void) {
   struct timespec ts;
@@ -373,13 +407,18 @@ static void *watchdog_main(void *arg) {
   for (;;) {
     while (wd.depth == 0) pthread_cond_wait(&wd.cv, &wd.mu);
     const unsigned g = wd.gen;
-    struct timespec ts = {(time_t)wd.deadline, (long)((wd.deadline - (double)(time_t)wd.deadline) * 1e9)};
+    struct timespec ts = {(time_t)wd.deadline,
+                          (long)((wd.deadline - (double)(time_t)wd.deadline) *
+                                 1e9)};
     int rc = 0;
-    while (wd.depth > 0 && wd.gen == g && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&wd.cv, &wd.mu, &ts);
+    while (wd.depth > 0 && wd.gen == g && rc != ETIMEDOUT)
+      rc = pthread_cond_timedwait(&wd.cv, &wd.mu, &ts);
     if (wd.depth > 0 && wd.gen == g && rc == ETIMEDOUT) {
-      fprintf(stderr, "shardgrid: error: [rank %d] %s: timed out after %.3g s (SG_TIMEOUT) in a blocking MPI-IO "
-                      "call: another rank did not arrive (which one is not known here); aborting the job\n",
-              wd.rank, wd.what, wd.limit);
+      fprintf(
+          stderr,
+          "shardgrid: error: [rank %d] %s: timed out after %.3g s (SG_TIMEOUT) in a blocking MPI-IO "
+          "call: another rank did not arrive (which one is not known here); aborting the job\n",
+          wd.rank, wd.what, wd.limit);
       fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }

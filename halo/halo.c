@@ -40,7 +40,8 @@ sg_status sg_halo_desc_from_decomp(sg_decomp_t dec, const sg_window *w,
   desc->dtype = dtype;
   sg_decomp_shard(dec, NULL, desc->interior, NULL);
   for (int d = 0; d < desc->ndims; ++d) {
-    for (int s = 0; s < 2; ++s) desc->halo[d][s] = desc->margin[d][s] = width[d][s];
+    for (int s = 0; s < 2; ++s)
+      desc->halo[d][s] = desc->margin[d][s] = width[d][s];
     desc->mesh_dim[d] = sg_decomp_mesh_dim(dec, d);
     desc->boundary[d] = sg_decomp_boundary(dec, d);
   }
@@ -96,8 +97,8 @@ static int box_memory_order(const sg_halo_desc *desc, int *perm) {
   const int first = SG_HALO_BOX_DIMS - 1 - nd; /* perm[first..] used */
   if (!packed) /* stable insertion sort, larger strides first */
     for (int i = first + 1; i < SG_HALO_BOX_DIMS; ++i)
-      for (int j = i; j > first && desc->strides[perm[j]] >
-                                       desc->strides[perm[j - 1]];
+      for (int j = i;
+           j > first && desc->strides[perm[j]] > desc->strides[perm[j - 1]];
            --j) {
         int t = perm[j];
         perm[j] = perm[j - 1];
@@ -134,13 +135,13 @@ static sg_status validate(const sg_mesh_t mesh, const sg_halo_desc *desc) {
     int m = desc->mesh_dim[d];
     if (m >= sg_mesh_ndims(mesh) || m < -1)
       SG_RAISE(SG_ERR_INVALID_ARG,
-               "halo plan: spatial dim %d on mesh dim %d (mesh has %d dims)",
-               d, m, sg_mesh_ndims(mesh));
+               "halo plan: spatial dim %d on mesh dim %d (mesh has %d dims)", d,
+               m, sg_mesh_ndims(mesh));
     for (int e = 0; e < d; ++e)
       if (m >= 0 && desc->mesh_dim[e] == m)
         SG_RAISE(SG_ERR_INVALID_ARG,
-                 "halo plan: spatial dims %d and %d both on mesh dim %d", e,
-                 d, m);
+                 "halo plan: spatial dims %d and %d both on mesh dim %d", e, d,
+                 m);
   }
 fail:
   return st;
@@ -455,11 +456,14 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
       const char *env = getenv("SG_HALO_PATH");
       const char *old = getenv("SG_HALO_DTYPES");
       p->path = HALO_PATH_AUTO;
-      if (env && !strcmp(env, "pack")) p->path = HALO_PATH_PACK;
+      if (env && !strcmp(env, "pack"))
+        p->path = HALO_PATH_PACK;
       else if ((env && !strcmp(env, "direct")) || (old && old[0] == '1'))
         p->path = HALO_PATH_DIRECT;
-      else if (env && !strcmp(env, "mpi")) p->path = HALO_PATH_MPI;
-      else if (env && !strcmp(env, "shm")) p->path = HALO_PATH_SHM;
+      else if (env && !strcmp(env, "mpi"))
+        p->path = HALO_PATH_MPI;
+      else if (env && !strcmp(env, "shm"))
+        p->path = HALO_PATH_SHM;
     }
     table = malloc((size_t)sg_mesh_size(mesh) * REC_LEN * sizeof *table);
     if (local == SG_OK && (!p || !table))
@@ -501,9 +505,9 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
   int64_t ext[SG_HALO_MAX_DIMS], mlo[SG_HALO_MAX_DIMS];
   for (int d = 0; d < p->ndims; ++d) {
     int64_t m0 = desc->margin[d][0] > desc->halo[d][0] ? desc->margin[d][0]
-                                                      : desc->halo[d][0];
+                                                       : desc->halo[d][0];
     int64_t m1 = desc->margin[d][1] > desc->halo[d][1] ? desc->margin[d][1]
-                                                      : desc->halo[d][1];
+                                                       : desc->halo[d][1];
     ext[d] = m0 + desc->interior[d] + m1;
     mlo[d] = m0;
     p->bnd[d] = desc->boundary[d];
@@ -564,8 +568,8 @@ sg_status sg_halo_plan_create(sg_mesh_t mesh, const sg_halo_desc *desc,
     }
     sg_group_t g = NULL;
     SG_TRY(sg_mesh_group(mesh, 1u << m, &g));
-    SG_MPI(MPI_Allgather(rec, REC_LEN, MPI_INT64_T, table, REC_LEN,
-                         MPI_INT64_T, sg_group_comm(g)));
+    SG_MPI(MPI_Allgather(rec, REC_LEN, MPI_INT64_T, table, REC_LEN, MPI_INT64_T,
+                         sg_group_comm(g)));
     int c = sg_mesh_coord(mesh, m);
     if (local == SG_OK) local = check_dim(desc, d, parts, table, mesh);
     SG_TRY(sg_mesh_neighbor(mesh, m, -1, periodic, &q->nb[0]));
@@ -626,9 +630,7 @@ int64_t sg_halo_plan_origin(sg_halo_plan_t plan) { return plan->origin; }
 void sg_halo_plan_strides(sg_halo_plan_t plan, int64_t *strides) {
   for (int k = 0; k <= plan->ndims; ++k) strides[k] = plan->strides[k];
 }
-size_t sg_halo_plan_send_bytes(sg_halo_plan_t plan) {
-  return plan->send_bytes;
-}
+size_t sg_halo_plan_send_bytes(sg_halo_plan_t plan) { return plan->send_bytes; }
 const char *sg_halo_plan_path(sg_halo_plan_t plan) {
   if (plan->shm) return "shm";
   switch (plan->path) {
@@ -637,4 +639,3 @@ const char *sg_halo_plan_path(sg_halo_plan_t plan) {
   default: return "mpi";
   }
 }
-

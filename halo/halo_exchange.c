@@ -52,8 +52,11 @@ sg_status sg_halo_timeout(const struct sg_halo_plan *p, const sg_deadline *dl,
     snprintf(what, sizeof what, "halo exchange (dim %d, %s)", d, how);
     return sg_timeout_error(dl, what, p->comm, q->nb[side]);
   }
-  snprintf(what, sizeof what, "halo exchange (dim %d, %s, neighbours: ranks %d and %d of the halo's "
-           "communicator; one of them did not arrive)", d, how, q->nb[0], q->nb[1]);
+  snprintf(
+      what, sizeof what,
+      "halo exchange (dim %d, %s, neighbours: ranks %d and %d of the halo's "
+      "communicator; one of them did not arrive)",
+      d, how, q->nb[0], q->nb[1]);
   return sg_timeout_error(dl, what, MPI_COMM_NULL, -1);
 }
 
@@ -127,8 +130,8 @@ static sg_status end_step(struct sg_halo_plan *p) {
   for (int s = 0; s < 2; ++s) {
     if (q->local[s]) continue;
     if (p->phase == PHASE_ADJ && q->s[s] > 0) {
-      SG_TRY(sg_halo_unpack_add_host(p->block, &q->sbox[s], p->dtype,
-                                     q->sbuf[s]));
+      SG_TRY(
+          sg_halo_unpack_add_host(p->block, &q->sbox[s], p->dtype, q->sbuf[s]));
     }
   }
 fail:

@@ -80,19 +80,19 @@ enum {
 #define HALO_SHM_CHUNK 262144 /* default bytes per piece of a message */
 
 typedef struct piece_plan {
-  int k;                  /* box dim cut into pieces */
+  int k;                   /* box dim cut into pieces */
   int64_t m, nk, n, inner; /* slices per piece, pieces per row of dim k,
                               pieces, elements per slice */
 } piece_plan;
 
 typedef struct hdim {
-  int64_t n;              /* owned cells */
-  int64_t h[2];           /* halo widths this rank fills (lo, hi) */
-  int64_t s[2];           /* widths this rank supplies to its lo/hi neighbour */
-  int nb[2];              /* neighbour ranks, MPI_PROC_NULL at an edge */
-  int local[2];           /* side filled locally (edge or local wrap) */
-  sg_halo_box sbox[2];    /* owned slabs sent to the neighbours */
-  sg_halo_box rbox[2];    /* halo slabs received */
+  int64_t n;           /* owned cells */
+  int64_t h[2];        /* halo widths this rank fills (lo, hi) */
+  int64_t s[2];        /* widths this rank supplies to its lo/hi neighbour */
+  int nb[2];           /* neighbour ranks, MPI_PROC_NULL at an edge */
+  int local[2];        /* side filled locally (edge or local wrap) */
+  sg_halo_box sbox[2]; /* owned slabs sent to the neighbours */
+  sg_halo_box rbox[2]; /* halo slabs received */
   void *sbuf[2], *rbuf[2];
   MPI_Request frecv[2], fsend[2]; /* persistent, forward, packed sides */
   MPI_Request areq[4];            /* persistent, adjoint (always packed) */
@@ -113,8 +113,8 @@ typedef struct hdim {
    * still to receive in the current step */
   size_t soff[2], ssize[2], poff[2], psize[2];
   char *pseg[2];
-  uint64_t nsent[2], nrecv[2]; /* messages sent / received per side */
-  uint64_t pub[2], got[2];     /* pieces published / consumed per side */
+  uint64_t nsent[2], nrecv[2];      /* messages sent / received per side */
+  uint64_t pub[2], got[2];          /* pieces published / consumed per side */
   struct piece_plan spp[2], rpp[2]; /* the current messages' pieces */
   int64_t spos[2], rpos[2];         /* pieces done of them */
   int sending[2], want[2];          /* sides with a message out / in */
@@ -141,7 +141,7 @@ struct sg_halo_plan {
   sg_boundary bnd[SG_HALO_MAX_DIMS];
   hdim dim[SG_HALO_MAX_DIMS];
   size_t send_bytes;
-  int path;     /* HALO_PATH_*: how forward messages are formed */
+  int path; /* HALO_PATH_*: how forward messages are formed */
   int order[SG_HALO_MAX_DIMS]; /* forward step -> dim: dims filled locally
                                   on both sides first, then the split dims */
   int pos[SG_HALO_MAX_DIMS];   /* dim -> forward step */
@@ -154,8 +154,8 @@ struct sg_halo_plan {
   /* shared-memory path (path SHM once agreed; else shm = 0) */
   int shm;
   struct halo_comm_cache *cache;
-  int win;  /* pool index */
-  char *seg; /* own segment */
+  int win;      /* pool index */
+  char *seg;    /* own segment */
   size_t chunk; /* bytes per piece (SG_HALO_SHM_CHUNK, same on all ranks) */
   /* blocks from sg_halo_plan_alloc_block: in pool windows bwin[] on the
    * shm path (bwin = -1: private memory, freed with the plan); the index
@@ -219,8 +219,7 @@ sg_status sg_halo_shm_pump(struct sg_halo_plan *p, int d, int wait, int lazy,
 
 /* Fill side s of dim d locally (physical edge or local wrap); the adjoint
  * adds the halo back into the cells it came from. */
-sg_status sg_halo_fill_local(struct sg_halo_plan *p, int d, int s,
-                             int adjoint);
+sg_status sg_halo_fill_local(struct sg_halo_plan *p, int d, int s, int adjoint);
 /* The error of a halo wait past the timeout on dim d (side -1: either
  * neighbour). */
 sg_status sg_halo_timeout(const struct sg_halo_plan *p, const sg_deadline *dl,

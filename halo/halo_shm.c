@@ -34,8 +34,8 @@ static sg_halo_box *shm_boxes(char *seg, int d, int s) {
  * enough) names, else a new one (collective; unified memory model on every
  * rank, else none). *w = -1 when there is none; the outcome is the same on
  * every rank. Collective over the mesh. */
-static sg_status pool_take(struct sg_halo_plan *p, size_t need,
-                           uint64_t mask, int *w) {
+static sg_status pool_take(struct sg_halo_plan *p, size_t need, uint64_t mask,
+                           int *w) {
   sg_status st = SG_OK;
   halo_comm_cache *c = p->cache;
   *w = -1;
@@ -50,8 +50,8 @@ static sg_status pool_take(struct sg_halo_plan *p, size_t need,
   MPI_Info info = MPI_INFO_NULL;
   SG_MPI(MPI_Info_create(&info));
   MPI_Info_set(info, "alloc_shared_noncontig", "true");
-  int rc = MPI_Win_allocate_shared((MPI_Aint)need, 1, info, c->node,
-                                   &hw->seg, &hw->win);
+  int rc = MPI_Win_allocate_shared((MPI_Aint)need, 1, info, c->node, &hw->seg,
+                                   &hw->win);
   MPI_Info_free(&info);
   SG_MPI(rc);
   hw->bytes = need;
@@ -225,8 +225,10 @@ sg_status sg_halo_plan_alloc_block(sg_halo_plan_t p, void **block) {
     int w = -1; /* the same on every rank (pool_take agrees) */
     SG_TRY(pool_take(p, need, r, &w));
     if (w < 0)
-      SG_RAISE(SG_ERR_ALLOC, "sg_halo_plan_alloc_block: the pool of %d "
-               "shared windows is exhausted", HALO_POOL);
+      SG_RAISE(SG_ERR_ALLOC,
+               "sg_halo_plan_alloc_block: the pool of %d "
+               "shared windows is exhausted",
+               HALO_POOL);
     halo_win *hw = &p->cache->pool[w];
     const int j = p->nblk;
     memset(hw->seg, 0, bytes);
@@ -239,8 +241,8 @@ sg_status sg_halo_plan_alloc_block(sg_halo_plan_t p, void **block) {
         MPI_Aint sz = 0;
         int du = 0;
         void *base = NULL;
-        SG_MPI(MPI_Win_shared_query(hw->win, p->cache->node_rank[q->nb[s]],
-                                    &sz, &du, &base));
+        SG_MPI(MPI_Win_shared_query(hw->win, p->cache->node_rank[q->nb[s]], &sz,
+                                    &du, &base));
         q->pblk[j][s] = base;
       }
     /* the neighbours' blocks are zeroed before anyone exchanges */
@@ -327,12 +329,12 @@ static void shm_pause(const struct sg_halo_plan *p, unsigned *spins) {
 
 /* The box a side sends (forward: the owned slab; adjoint: the halo) and
  * the box it receives into. */
-static const sg_halo_box *send_box(const struct sg_halo_plan *p,
-                                   const hdim *q, int s) {
+static const sg_halo_box *send_box(const struct sg_halo_plan *p, const hdim *q,
+                                   int s) {
   return p->phase == PHASE_ADJ ? &q->rbox[s] : &q->sbox[s];
 }
-static const sg_halo_box *recv_box(const struct sg_halo_plan *p,
-                                   const hdim *q, int s) {
+static const sg_halo_box *recv_box(const struct sg_halo_plan *p, const hdim *q,
+                                   int s) {
   return p->phase == PHASE_ADJ ? &q->sbox[s] : &q->rbox[s];
 }
 
@@ -379,7 +381,8 @@ static sg_status shm_send_piece(struct sg_halo_plan *p, int d, int s) {
                 (size_t)first * p->esize;
     const sg_halo_box sq = sg_halo_box_simplify(pb, 1);
     const size_t bytes = (size_t)sg_halo_box_size(&pb) * p->esize;
-    if (sq.count[0] * sq.count[1] * sq.count[2] > 1 && bytes <= p->stage_bytes) {
+    if (sq.count[0] * sq.count[1] * sq.count[2] > 1 &&
+        bytes <= p->stage_bytes) {
       /* gathered from several runs: into private memory first, then one
        * memcpy into the window. Stores of a few bytes into lines the
        * receiver still holds (it read the buffer two messages ago) each
@@ -403,8 +406,7 @@ fail:
  * arrived: unpack them into the halo (forward) or add them into the edge
  * cells (adjoint) straight from the neighbour's segment; acknowledge the
  * message when its last piece is in. */
-static sg_status shm_recv(struct sg_halo_plan *p, int d, int s,
-                          int64_t most) {
+static sg_status shm_recv(struct sg_halo_plan *p, int d, int s, int64_t most) {
   sg_status st = SG_OK;
   hdim *q = &p->dim[d];
   MPI_Win win = p->cache->pool[p->win].win;
@@ -435,8 +437,8 @@ static sg_status shm_recv(struct sg_halo_plan *p, int d, int s,
     q->rpos[s] = q->rpp[s].n;
     avail = 1;
   } else {
-    const char *src =
-        q->pseg[s] + q->poff[s] + ((q->nrecv[s] + 1) & 1) * q->psize[s];
+    const char *src = q->pseg[s] + q->poff[s] +
+                      ((q->nrecv[s] + 1) & 1) * q->psize[s];
     for (int64_t i = 0; i < avail; ++i) {
       int64_t first = 0;
       sg_halo_box pb = piece_box(b, &q->rpp[s], q->rpos[s]++, &first);

@@ -85,18 +85,18 @@ extern "C" {
 #define SG_HALO_MAX_BLOCKS 4 /* sg_halo_plan_alloc_block per plan */
 
 typedef struct sg_halo_desc {
-  int ndims;                             /* spatial dims, 1..3 */
-  int64_t interior[SG_HALO_MAX_DIMS];    /* owned cells per spatial dim */
-  int64_t halo[SG_HALO_MAX_DIMS][2];     /* widths to fill (lo, hi), >= 0 */
-  int64_t margin[SG_HALO_MAX_DIMS][2];   /* allocated margins >= halo; a
+  int ndims;                           /* spatial dims, 1..3 */
+  int64_t interior[SG_HALO_MAX_DIMS];  /* owned cells per spatial dim */
+  int64_t halo[SG_HALO_MAX_DIMS][2];   /* widths to fill (lo, hi), >= 0 */
+  int64_t margin[SG_HALO_MAX_DIMS][2]; /* allocated margins >= halo; a
                                             margin below the width is taken
                                             to equal the width */
-  int64_t lead;                          /* leading elements (batch*channels) */
+  int64_t lead;                        /* leading elements (batch*channels) */
   /* Element strides: [0] of the leading dim, [1 + d] of spatial dim d. All
    * zero: packed row-major (lead, d0, d1, d2) with the margins. */
   int64_t strides[1 + SG_HALO_MAX_DIMS];
   sg_dtype dtype;
-  int mesh_dim[SG_HALO_MAX_DIMS];        /* mesh dim splitting it, or -1 */
+  int mesh_dim[SG_HALO_MAX_DIMS]; /* mesh dim splitting it, or -1 */
   sg_boundary boundary[SG_HALO_MAX_DIMS];
 } sg_halo_desc;
 

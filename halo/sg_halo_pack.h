@@ -65,8 +65,7 @@ static inline SG_HD int64_t sg_halo_box_row(const sg_halo_box *b, int64_t r) {
  * merge is set, adjacent dims that are contiguous in memory merged, so the
  * last dim (a row) is as long as possible. Element order is unchanged, so
  * a packed buffer does not depend on it. */
-static inline SG_HD sg_halo_box sg_halo_box_simplify(sg_halo_box b,
-                                                     int merge) {
+static inline SG_HD sg_halo_box sg_halo_box_simplify(sg_halo_box b, int merge) {
   if (sg_halo_box_size(&b) == 0) return b;
   sg_halo_box o;
   int j = SG_HALO_BOX_DIMS - 1;
@@ -138,8 +137,8 @@ sg_status sg_halo_move_add_host(void *block, const sg_halo_box *dst,
  * on the stream. */
 sg_status sg_halo_pack_cuda(const void *block, const sg_halo_box *box,
                             size_t esize, void *buf, void *stream);
-sg_status sg_halo_unpack_cuda(void *block, const sg_halo_box *box,
-                              size_t esize, const void *buf, void *stream);
+sg_status sg_halo_unpack_cuda(void *block, const sg_halo_box *box, size_t esize,
+                              const void *buf, void *stream);
 sg_status sg_halo_unpack_add_cuda(void *block, const sg_halo_box *box,
                                   sg_dtype dt, const void *buf, void *stream);
 sg_status sg_halo_zero_cuda(void *block, const sg_halo_box *box, size_t esize,

@@ -60,7 +60,8 @@ uint64_t sg_ckpt_shard_hash(const sg_nc_shard *s, const void *data) {
     g += s->start[nd - 1];
     uint64_t part = 0;
     for (int64_t i = 0; i < inner; ++i)
-      part += elem_hash((uint64_t)(g + i), b + (size_t)(r * inner + i) * sz, sz);
+      part += elem_hash((uint64_t)(g + i), b + (size_t)(r * inner + i) * sz,
+                        sz);
     sum += part;
   }
   return sum;
@@ -108,21 +109,26 @@ static sg_status check_arrays(int n, const sg_ckpt_array *a, int for_write) {
   for (int i = 0; i < n; ++i) {
     const sg_nc_shard *s = &a[i].shard;
     if (!valid_name(a[i].name))
-      SG_RAISE(SG_ERR_INVALID_ARG, "checkpoint: array %d has an invalid name "
-               "'%s' ([A-Za-z_][A-Za-z0-9_.@+-]*)", i,
-               a[i].name ? a[i].name : "(null)");
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "checkpoint: array %d has an invalid name "
+               "'%s' ([A-Za-z_][A-Za-z0-9_.@+-]*)",
+               i, a[i].name ? a[i].name : "(null)");
     for (int k = 0; k < i; ++k)
       if (strcmp(a[k].name, a[i].name) == 0)
         SG_RAISE(SG_ERR_INVALID_ARG, "checkpoint: array name %s used twice",
                  a[i].name);
     if (s->ndims < 1 || s->ndims > SG_NC_MAX_DIMS || !sg_dtype_valid(s->dtype))
-      SG_RAISE(SG_ERR_INVALID_ARG, "checkpoint: array %s: ndims %d (1..%d) "
-               "or dtype invalid", a[i].name, s->ndims, SG_NC_MAX_DIMS);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "checkpoint: array %s: ndims %d (1..%d) "
+               "or dtype invalid",
+               a[i].name, s->ndims, SG_NC_MAX_DIMS);
     for (int d = 0; d < s->ndims; ++d)
       if (s->global_shape[d] < 1 || s->start[d] < 0 || s->count[d] < 0 ||
           s->start[d] + s->count[d] > s->global_shape[d])
-        SG_RAISE(SG_ERR_SHAPE, "checkpoint: array %s dim %d: slab [%lld, %lld) "
-                 "of %lld", a[i].name, d, (long long)s->start[d],
+        SG_RAISE(SG_ERR_SHAPE,
+                 "checkpoint: array %s dim %d: slab [%lld, %lld) "
+                 "of %lld",
+                 a[i].name, d, (long long)s->start[d],
                  (long long)(s->start[d] + s->count[d]),
                  (long long)s->global_shape[d]);
     if (sg_nc_shard_numel(s) > 0 && !a[i].data)
@@ -207,8 +213,9 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
       lst = sg_error_set(SG_ERR_SHAPE, __FILE__, __LINE__,
                          "checkpoint: the shards of %s cover %lld elements of "
                          "%lld: they must partition the array (replicas pass "
-                         "count 0) and agree on its global shape", a[i].name,
-                         (long long)red[i], (long long)global_numel(&a[i].shard));
+                         "count 0) and agree on its global shape",
+                         a[i].name, (long long)red[i],
+                         (long long)global_numel(&a[i].shard));
   SG_TRY(sg_io_agree(comm, lst));
 
   tmp = malloc(strlen(path) + 8);
@@ -243,7 +250,8 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
     snprintf(sum, sizeof sum, "%016" PRIx64, red[n + i]);
     SG_TRY(sg_nc_put_att_text(f, vids[i], "sg_checksum", sum));
     if (s->dtype != SG_DTYPE_BF16)
-      SG_TRY(sg_nc_put_att_text(f, vids[i], "sg_dtype", sg_dtype_name(s->dtype)));
+      SG_TRY(
+          sg_nc_put_att_text(f, vids[i], "sg_dtype", sg_dtype_name(s->dtype)));
     shards[i] = *s;
     data[i] = a[i].data;
   }
@@ -264,7 +272,8 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
                             meta->config ? meta->config : ""));
   {
     char mh[64];
-    snprintf(mh, sizeof mh, "%016" PRIx64, meta_hash(meta, meta->config ? meta->config : ""));
+    snprintf(mh, sizeof mh, "%016" PRIx64,
+             meta_hash(meta, meta->config ? meta->config : ""));
     SG_TRY(sg_nc_put_att_text(f, SG_NC_GLOBAL, "sg_meta_checksum", mh));
   }
   SG_TRY(sg_nc_enddef(f));
@@ -291,7 +300,8 @@ sg_status sg_ckpt_write(MPI_Comm comm, const char *path, int n,
 fail:
   /* a failed write (a full disk, say) removes its incomplete temporary
    * file: it frees the space and nothing mistakes it for a checkpoint */
-  if (f) sg_nc_discard(&f);
+  if (f)
+    sg_nc_discard(&f);
   else if (st != SG_OK && tmp_made) { /* the close failed, on every rank */
     if (rank == 0) remove(tmp);
     char msg[1400];
@@ -319,8 +329,8 @@ static int parse_hex64(const char *s, uint64_t *v) {
   return 1;
 }
 
-sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
-                       sg_ckpt_array *a, sg_ckpt_meta *meta) {
+sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n, sg_ckpt_array *a,
+                       sg_ckpt_meta *meta) {
   sg_status st = SG_OK, lst = SG_OK;
   sg_nc_t f = NULL;
   uint64_t *want = NULL, *red = NULL;
@@ -340,8 +350,10 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
   if (st != SG_OK) {
     if (st != SG_ERR_IO && st != SG_ERR_CORRUPT) {
       char msg[1100];
-      snprintf(msg, sizeof msg, "checkpoint %.400s is unreadable (truncated or "
-               "corrupted): %.600s", path, sg_last_error());
+      snprintf(msg, sizeof msg,
+               "checkpoint %.400s is unreadable (truncated or "
+               "corrupted): %.600s",
+               path, sg_last_error());
       sg_error_set_raw(msg);
       st = SG_ERR_CORRUPT;
     }
@@ -353,12 +365,12 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
   if (!want || !red || !vids)
     lst = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
   char fmt[64] = "";
-  if (lst == SG_OK &&
-      (sg_nc_get_att_text(f, SG_NC_GLOBAL, "sg_format", fmt, sizeof fmt) != SG_OK ||
-       strcmp(fmt, CKPT_FORMAT) != 0))
+  if (lst == SG_OK && (sg_nc_get_att_text(f, SG_NC_GLOBAL, "sg_format", fmt,
+                                          sizeof fmt) != SG_OK ||
+                       strcmp(fmt, CKPT_FORMAT) != 0))
     lst = sg_error_set(SG_ERR_CORRUPT, __FILE__, __LINE__,
-                       "%s is not a shardgrid checkpoint (sg_format '%s')", path,
-                       fmt);
+                       "%s is not a shardgrid checkpoint (sg_format '%s')",
+                       path, fmt);
   for (int i = 0; lst == SG_OK && i < n; ++i) {
     sg_nc_var_info vi;
     const sg_nc_shard *s = &a[i].shard;
@@ -375,7 +387,8 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
     if (fdt != s->dtype) {
       lst = sg_error_set(SG_ERR_SHAPE, __FILE__, __LINE__,
                          "checkpoint array %s is %s, the caller asks for %s",
-                         a[i].name, sg_dtype_name(fdt), sg_dtype_name(s->dtype));
+                         a[i].name, sg_dtype_name(fdt),
+                         sg_dtype_name(s->dtype));
       break;
     }
     int same = vi.ndims == s->ndims;
@@ -384,21 +397,23 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
     if (!same) {
       char fs[160] = "", cs[160] = "";
       for (int d = 0; d < vi.ndims; ++d)
-        snprintf(fs + strlen(fs), sizeof fs - strlen(fs), "%s%lld", d ? "x" : "",
-                 (long long)vi.shape[d]);
+        snprintf(fs + strlen(fs), sizeof fs - strlen(fs), "%s%lld",
+                 d ? "x" : "", (long long)vi.shape[d]);
       for (int d = 0; d < s->ndims; ++d)
-        snprintf(cs + strlen(cs), sizeof cs - strlen(cs), "%s%lld", d ? "x" : "",
-                 (long long)s->global_shape[d]);
+        snprintf(cs + strlen(cs), sizeof cs - strlen(cs), "%s%lld",
+                 d ? "x" : "", (long long)s->global_shape[d]);
       lst = sg_error_set(SG_ERR_SHAPE, __FILE__, __LINE__,
                          "checkpoint array %s has shape %s, the caller's is %s",
                          a[i].name, fs, cs);
       break;
     }
     char sum[64] = "";
-    if (sg_nc_get_att_text(f, vi.varid, "sg_checksum", sum, sizeof sum) != SG_OK ||
+    if (sg_nc_get_att_text(f, vi.varid, "sg_checksum", sum, sizeof sum) !=
+            SG_OK ||
         !parse_hex64(sum, &want[i]))
       lst = sg_error_set(SG_ERR_CORRUPT, __FILE__, __LINE__,
-                         "checkpoint array %s has no valid checksum", a[i].name);
+                         "checkpoint array %s has no valid checksum",
+                         a[i].name);
   }
   SG_TRY(sg_io_agree(comm, lst));
 
@@ -410,9 +425,10 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
     st = sg_nc_read(f, vids[i], &a[i].shard, &ro, a[i].data, NULL);
     if (st == SG_ERR_PNETCDF || st == SG_ERR_NETCDF || st == SG_ERR_IO) {
       char msg[1100];
-      snprintf(msg, sizeof msg, "checkpoint %.400s: array %.100s unreadable "
-               "(truncated or corrupted): %.500s", path, a[i].name,
-               sg_last_error());
+      snprintf(msg, sizeof msg,
+               "checkpoint %.400s: array %.100s unreadable "
+               "(truncated or corrupted): %.500s",
+               path, a[i].name, sg_last_error());
       sg_error_set_raw(msg);
       st = SG_ERR_CORRUPT;
     }
@@ -443,9 +459,11 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
       sg_free(sg_device_host(), &tmpbuf);
     }
     if (got != want[i])
-      SG_RAISE(SG_ERR_CORRUPT, "checkpoint %s: array %s fails its checksum "
+      SG_RAISE(SG_ERR_CORRUPT,
+               "checkpoint %s: array %s fails its checksum "
                "(stored %016" PRIx64 ", read %016" PRIx64 "): the file is "
-               "truncated or corrupted", path, a[i].name, want[i], got);
+               "truncated or corrupted",
+               path, a[i].name, want[i], got);
   }
 
   /* meta */
@@ -460,12 +478,14 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
       lst = sg_nc_get_att_i64(f, SG_NC_GLOBAL, "rng_seed", iv, 1, &k);
     if (lst == SG_OK) memcpy(&m.rng_seed, iv, sizeof m.rng_seed);
     if (lst == SG_OK && sg_nc_has_att(f, SG_NC_GLOBAL, "rng_state")) {
-      lst = sg_nc_get_att_i64(f, SG_NC_GLOBAL, "rng_state", iv, SG_CKPT_RNG_MAX, &k);
+      lst = sg_nc_get_att_i64(f, SG_NC_GLOBAL, "rng_state", iv, SG_CKPT_RNG_MAX,
+                              &k);
       m.n_rng_state = (int)(k < SG_CKPT_RNG_MAX ? k : SG_CKPT_RNG_MAX);
       memcpy(m.rng_state, iv, (size_t)m.n_rng_state * sizeof(uint64_t));
     }
     if (lst == SG_OK)
-      lst = sg_nc_get_att_i64(f, SG_NC_GLOBAL, "data_position", &m.data_position, 1, &k);
+      lst = sg_nc_get_att_i64(f, SG_NC_GLOBAL, "data_position",
+                              &m.data_position, 1, &k);
     if (lst == SG_OK)
       lst = sg_nc_get_att_text(f, SG_NC_GLOBAL, "mesh", m.mesh, sizeof m.mesh);
     int64_t alen = 0;
@@ -476,11 +496,13 @@ sg_status sg_ckpt_read(MPI_Comm comm, const char *path, int n,
     if (lst == SG_OK)
       lst = sg_nc_get_att_text(f, SG_NC_GLOBAL, "config", config, clen);
     if (lst == SG_OK &&
-        (sg_nc_get_att_text(f, SG_NC_GLOBAL, "sg_meta_checksum", mh, sizeof mh) != SG_OK ||
+        (sg_nc_get_att_text(f, SG_NC_GLOBAL, "sg_meta_checksum", mh,
+                            sizeof mh) != SG_OK ||
          !parse_hex64(mh, &mwant) || mwant != meta_hash(&m, config)))
       lst = sg_error_set(SG_ERR_CORRUPT, __FILE__, __LINE__,
                          "checkpoint %s: step/RNG/data position/config/mesh "
-                         "fail their checksum", path);
+                         "fail their checksum",
+                         path);
     else if (lst != SG_OK) {
       char prev[600];
       snprintf(prev, sizeof prev, "%s", sg_last_error());

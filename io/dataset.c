@@ -141,9 +141,10 @@ sg_status sg_ds_stats_compute(MPI_Comm comm, const char *path,
       sg_nc_var_info li;
       lst = sg_nc_inq_var(f, sg_io_map_to_file(f, "lat"), &li);
       if (lst == SG_OK && (li.ndims != 1 || li.shape[0] != nlat))
-        lst = sg_error_set(SG_ERR_SHAPE, __FILE__, __LINE__,
-                           "latitude coordinate of %s is not 1-D of length %lld",
-                           path, (long long)nlat);
+        lst = sg_error_set(
+            SG_ERR_SHAPE, __FILE__, __LINE__,
+            "latitude coordinate of %s is not 1-D of length %lld", path,
+            (long long)nlat);
       if (lst == SG_OK) {
         lat = realloc(lat, (size_t)nlat * sizeof(double));
         w = malloc((size_t)(n ? n : 1) * sizeof(double));
@@ -194,7 +195,8 @@ sg_status sg_ds_stats_save(MPI_Comm comm, const char *path,
   sg_nc_t f = NULL;
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
-  sg_status lst = (!stats || stats->nchan < 1 || stats->nchan > SG_DS_MAX_CHANNELS)
+  sg_status lst = (!stats || stats->nchan < 1 ||
+                   stats->nchan > SG_DS_MAX_CHANNELS)
                       ? sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                                      "statistics: no channels")
                       : SG_OK;
@@ -210,7 +212,8 @@ sg_status sg_ds_stats_save(MPI_Comm comm, const char *path,
   SG_TRY(sg_nc_def_var(f, "std", SG_DTYPE_F64, 1, dn, NULL, &vs));
   SG_TRY(sg_nc_def_var(f, "count", SG_DTYPE_I64, 1, dn, NULL, &vc));
   SG_TRY(sg_nc_put_att_text(f, vm, "long_name", "per-channel mean"));
-  SG_TRY(sg_nc_put_att_text(f, vs, "long_name", "per-channel standard deviation"));
+  SG_TRY(
+      sg_nc_put_att_text(f, vs, "long_name", "per-channel standard deviation"));
   {
     char chans[SG_DS_MAX_CHANNELS * 64] = "";
     for (int c = 0; c < stats->nchan; ++c)
@@ -220,13 +223,15 @@ sg_status sg_ds_stats_save(MPI_Comm comm, const char *path,
   }
   int32_t aw = stats->area_weighted;
   SG_TRY(sg_nc_put_att(f, SG_NC_GLOBAL, "area_weighted", SG_DTYPE_I32, 1, &aw));
-  SG_TRY(sg_nc_put_global_cf(f, "shardgrid normalisation statistics", NULL, NULL));
+  SG_TRY(
+      sg_nc_put_global_cf(f, "shardgrid normalisation statistics", NULL, NULL));
   SG_TRY(sg_nc_enddef(f));
   sg_nc_shard s[3];
   int ids[3] = {vm, vs, vc};
   const void *d[3] = {stats->mean, stats->std, stats->count};
   for (int i = 0; i < 3; ++i) {
-    SG_TRY(sg_nc_shard_split(1, &nc, i == 2 ? SG_DTYPE_I64 : SG_DTYPE_F64, 0, 1, 0, &s[i]));
+    SG_TRY(sg_nc_shard_split(1, &nc, i == 2 ? SG_DTYPE_I64 : SG_DTYPE_F64, 0, 1,
+                             0, &s[i]));
     if (rank != 0) s[i].count[0] = 0;
   }
   SG_TRY(sg_nc_write_many(f, 3, ids, s, d));
@@ -236,7 +241,8 @@ fail:
   return st;
 }
 
-sg_status sg_ds_stats_load(MPI_Comm comm, const char *path, sg_ds_stats *stats) {
+sg_status sg_ds_stats_load(MPI_Comm comm, const char *path,
+                           sg_ds_stats *stats) {
   sg_status st = SG_OK, lst = SG_OK;
   sg_nc_t f = NULL;
   sg_ds_stats t;
@@ -249,8 +255,8 @@ sg_status sg_ds_stats_load(MPI_Comm comm, const char *path, sg_ds_stats *stats) 
   if (lst == SG_OK) lst = sg_nc_inq_var(f, "count", &vc);
   if (lst == SG_OK)
     lst = sg_nc_get_att_text(f, SG_NC_GLOBAL, "channels", chans, sizeof chans);
-  if (lst == SG_OK && (vm.ndims != 1 || vm.shape[0] < 1 ||
-                       vm.shape[0] > SG_DS_MAX_CHANNELS))
+  if (lst == SG_OK &&
+      (vm.ndims != 1 || vm.shape[0] < 1 || vm.shape[0] > SG_DS_MAX_CHANNELS))
     lst = sg_error_set(SG_ERR_SHAPE, __FILE__, __LINE__,
                        "%s: not a statistics file", path);
   SG_TRY(sg_io_agree(comm, lst));
@@ -283,13 +289,15 @@ sg_status sg_ds_num_samples(int64_t ntime, int64_t history, int64_t lead,
                             int64_t *nsamples) {
   sg_status st = SG_OK;
   if (!nsamples || history < 1 || lead < 0)
-    SG_RAISE(SG_ERR_INVALID_ARG, "samples: history %lld (>= 1), lead %lld (>= 0)",
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "samples: history %lld (>= 1), lead %lld (>= 0)",
              (long long)history, (long long)lead);
   *nsamples = ntime - history - lead + 1;
   if (*nsamples < 1)
-    SG_RAISE(SG_ERR_SHAPE, "the dataset has %lld time frames, shorter than one "
-             "sample (%lld history + %lld lead frames)", (long long)ntime,
-             (long long)history, (long long)lead);
+    SG_RAISE(SG_ERR_SHAPE,
+             "the dataset has %lld time frames, shorter than one "
+             "sample (%lld history + %lld lead frames)",
+             (long long)ntime, (long long)history, (long long)lead);
 fail:
   return st;
 }
@@ -334,9 +342,10 @@ sg_status sg_ds_batch_samples(const int64_t *order, int64_t n, int64_t batch,
       dp_rank < 0 || dp_rank >= dp_size)
     SG_RAISE(SG_ERR_INVALID_ARG, "batch samples: bad arguments");
   if ((step + 1) * batch > n)
-    SG_RAISE(SG_ERR_INVALID_ARG, "step %lld with batch %lld is past the %lld "
-             "samples of the epoch", (long long)step, (long long)batch,
-             (long long)n);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "step %lld with batch %lld is past the %lld "
+             "samples of the epoch",
+             (long long)step, (long long)batch, (long long)n);
   int64_t q = batch / dp_size, r = batch % dp_size;
   int64_t b0 = dp_rank * q + (dp_rank < r ? dp_rank : r);
   int64_t c = q + (dp_rank < r ? 1 : 0);

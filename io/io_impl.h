@@ -45,32 +45,32 @@ struct sg_nc_t_ {
   char map_to[SG_NC_MAP_MAX][SG_NC_NAME_MAX];
   int npending;
   sg_nc_pending_coord *pending;
-  MPI_Info info;      /* hints given at create/open (MPI_INFO_NULL: none) */
-  int independent;    /* netCDF-4: independent data access */
-  int direct_read;    /* PnetCDF read-only: MPI-IO reads allowed */
-  int direct_write;   /* PnetCDF created file: MPI-IO writes allowed */
-  int dfh_open;       /* dfh is open (on this rank: MPI_COMM_SELF) */
-  MPI_File dfh;       /* MPI-IO handle of the direct reads or writes, opened
+  MPI_Info info;    /* hints given at create/open (MPI_INFO_NULL: none) */
+  int independent;  /* netCDF-4: independent data access */
+  int direct_read;  /* PnetCDF read-only: MPI-IO reads allowed */
+  int direct_write; /* PnetCDF created file: MPI-IO writes allowed */
+  int dfh_open;     /* dfh is open (on this rank: MPI_COMM_SELF) */
+  MPI_File dfh;     /* MPI-IO handle of the direct reads or writes, opened
                          per rank on MPI_COMM_SELF: no collective inside */
-  int pnc_dirty;      /* PnetCDF: data went through the library's own handle
+  int pnc_dirty;    /* PnetCDF: data went through the library's own handle
                          since the last sync (see sg_nc_sync) */
-  int shadow;         /* PnetCDF file being created with per-rank handles:
+  int shadow;       /* PnetCDF file being created with per-rank handles:
                          rank 0's handle is the file (MPI_COMM_SELF), the
                          others' a private copy of the header (shadow_path)
                          that sees the same define calls; see nc.c */
   char shadow_path[4096];
-  int64_t *var_end;   /* read-only classic file: the byte each variable's
+  int64_t *var_end; /* read-only classic file: the byte each variable's
                          data ends at, by varid (sg_io_classic_extent) */
   int nvar_end;
-  int64_t file_size;  /* its size at open */
-  int created;        /* made by sg_nc_create (not opened) */
-  int atomic;         /* written as path ".partial", renamed at close */
+  int64_t file_size;     /* its size at open */
+  int created;           /* made by sg_nc_create (not opened) */
+  int atomic;            /* written as path ".partial", renamed at close */
   char final_path[4096]; /* atomic: the path it gets at a good close */
-  int failed;         /* a collective call on the file failed (agreed) */
-  int discard;        /* sg_nc_discard: remove the created file at close */
+  int failed;            /* a collective call on the file failed (agreed) */
+  int discard;           /* sg_nc_discard: remove the created file at close */
   sg_status fail_status;
   char fail_msg[1200];
-  int local_handle;   /* the library handle (ncid) is this rank's own, opened
+  int local_handle; /* the library handle (ncid) is this rank's own, opened
                          on MPI_COMM_SELF (read-only files): its calls are
                          not collective, only the io layer's agreements are */
 };
@@ -117,14 +117,14 @@ const char *sg_io_map_to_file(const struct sg_nc_t_ *f, const char *user_name);
  * netCDF-4 and serial; -1 when that library is not built in. Its code, 0 on
  * success. As collective as the call itself. */
 #if SG_HAVE_PNETCDF && SG_HAVE_NETCDF
-#define SG_IO_CALL(f, call, ...)                                              \
-  ((f)->backend == SG_NC_BACKEND_PNETCDF ? ncmpi_##call(__VA_ARGS__)          \
+#define SG_IO_CALL(f, call, ...)                                     \
+  ((f)->backend == SG_NC_BACKEND_PNETCDF ? ncmpi_##call(__VA_ARGS__) \
                                          : nc_##call(__VA_ARGS__))
 #elif SG_HAVE_PNETCDF
-#define SG_IO_CALL(f, call, ...)                                              \
+#define SG_IO_CALL(f, call, ...) \
   ((f)->backend == SG_NC_BACKEND_PNETCDF ? ncmpi_##call(__VA_ARGS__) : -1)
 #elif SG_HAVE_NETCDF
-#define SG_IO_CALL(f, call, ...)                                              \
+#define SG_IO_CALL(f, call, ...) \
   ((f)->backend != SG_NC_BACKEND_PNETCDF ? nc_##call(__VA_ARGS__) : -1)
 #else
 #define SG_IO_CALL(f, call, ...) ((void)(f), sg_io_no_library(__VA_ARGS__))
@@ -179,9 +179,9 @@ sg_status sg_io_classic_extent(const char *path, int64_t *need, int64_t *have,
                                int *nends);
 /* The same on the first len bytes of a file held in memory (the fuzz
  * target's entry point; no *have: the caller knows the length). */
-sg_status sg_io_classic_extent_mem(const void *bytes, size_t len,
-                                   int64_t *need, char *var, size_t cap,
-                                   int64_t **ends, int *nends);
+sg_status sg_io_classic_extent_mem(const void *bytes, size_t len, int64_t *need,
+                                   char *var, size_t cap, int64_t **ends,
+                                   int *nends);
 /* SG_ERR_CORRUPT naming the file and the variable when variable varid of a
  * read-only classic file ends beyond the end of the file (f->var_end, from
  * sg_io_classic_extent at open). Not collective. */
@@ -199,15 +199,15 @@ int sg_io_var_access(const struct sg_nc_t_ *f, int varid);
 /* rc = fn_<type>(...) for the C type of dtype dt (float, double, int, long
  * long; bf16 moves as its bits, short): the typed netCDF and PnetCDF
  * get/put calls. */
-#define SG_NC_TYPED_CALL(rc, dt, fn, ...)                                     \
-  do {                                                                        \
-    switch (dt) {                                                             \
-    case SG_DTYPE_F32: (rc) = fn##_float(__VA_ARGS__); break;                 \
-    case SG_DTYPE_F64: (rc) = fn##_double(__VA_ARGS__); break;                \
-    case SG_DTYPE_I32: (rc) = fn##_int(__VA_ARGS__); break;                   \
-    case SG_DTYPE_I64: (rc) = fn##_longlong(__VA_ARGS__); break;              \
-    default: (rc) = fn##_short(__VA_ARGS__); break;                           \
-    }                                                                         \
+#define SG_NC_TYPED_CALL(rc, dt, fn, ...)                        \
+  do {                                                           \
+    switch (dt) {                                                \
+    case SG_DTYPE_F32: (rc) = fn##_float(__VA_ARGS__); break;    \
+    case SG_DTYPE_F64: (rc) = fn##_double(__VA_ARGS__); break;   \
+    case SG_DTYPE_I32: (rc) = fn##_int(__VA_ARGS__); break;      \
+    case SG_DTYPE_I64: (rc) = fn##_longlong(__VA_ARGS__); break; \
+    default: (rc) = fn##_short(__VA_ARGS__); break;              \
+    }                                                            \
   } while (0)
 
 /* Variable info by id. Local. */

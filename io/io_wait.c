@@ -37,12 +37,15 @@ static int spin_waits(void) {
 /* The failure of an io collective: its timeout (SG_TIMEOUT) when a wait
  * gave up, else the MPI failure. */
 static sg_status io_fail(const char *call, int line) {
-  if (sg_timed_out()) return sg_error_set(SG_ERR_TIMEOUT, __FILE__, line, "%s: %s", call, sg_timeout_message());
+  if (sg_timed_out())
+    return sg_error_set(SG_ERR_TIMEOUT, __FILE__, line, "%s: %s", call,
+                        sg_timeout_message());
   return sg_error_set(SG_ERR_MPI, __FILE__, line, "%s failed", call);
 }
 
 int sg_io_wait(MPI_Request *req, MPI_Status *status) {
-  return spin_waits() ? MPI_Wait(req, status ? status : MPI_STATUS_IGNORE) : sg_wait_yield(req, status);
+  return spin_waits() ? MPI_Wait(req, status ? status : MPI_STATUS_IGNORE)
+                      : sg_wait_yield(req, status);
 }
 
 sg_status sg_io_agree_max(MPI_Comm comm, sg_status local, int *vals, int n) {

@@ -78,8 +78,15 @@ sg_dtype sg_io_dtype_of_nc(int t, int *ok) {
   switch (t) {
   case 5: return SG_DTYPE_F32;
   case 6: return SG_DTYPE_F64;
-  case 1: case 2: case 3: case 4: case 7: case 8: return SG_DTYPE_I32;
-  case 9: case 10: case 11: return SG_DTYPE_I64;
+  case 1:
+  case 2:
+  case 3:
+  case 4:
+  case 7:
+  case 8: return SG_DTYPE_I32;
+  case 9:
+  case 10:
+  case 11: return SG_DTYPE_I64;
   default: *ok = 0; return SG_DTYPE_F64;
   }
 }
@@ -134,8 +141,8 @@ fail:
  * left (0: none or not known), named first when it is a file system's
  * refusal: the libraries' codes hide it (PnetCDF reports a read-only file
  * system as "Write to read only", a full disk as an unknown error). */
-static sg_status open_error(int rc, int pnc, const char *what,
-                            const char *path, int line, int sys) {
+static sg_status open_error(int rc, int pnc, const char *what, const char *path,
+                            int line, int sys) {
   (void)pnc;
   if (sys == EROFS || sys == EACCES || sys == ENOSPC || sys == EDQUOT) {
     const char *lib = "";
@@ -150,8 +157,8 @@ static sg_status open_error(int rc, int pnc, const char *what,
   }
 #if SG_HAVE_PNETCDF
   if (pnc && rc == NC_ENOENT)
-    return sg_error_set(SG_ERR_IO, __FILE__, line, "%s %s: no such file",
-                        what, path);
+    return sg_error_set(SG_ERR_IO, __FILE__, line, "%s %s: no such file", what,
+                        path);
   if (pnc && rc == NC_EEXIST)
     return sg_error_set(SG_ERR_IO, __FILE__, line,
                         "%s %s: file exists (set overwrite to replace it)",
@@ -159,8 +166,8 @@ static sg_status open_error(int rc, int pnc, const char *what,
 #endif
 #if SG_HAVE_NETCDF
   if (!pnc && rc == ENOENT)
-    return sg_error_set(SG_ERR_IO, __FILE__, line, "%s %s: no such file",
-                        what, path);
+    return sg_error_set(SG_ERR_IO, __FILE__, line, "%s %s: no such file", what,
+                        path);
   if (!pnc && (rc == EEXIST || rc == NC_EEXIST))
     return sg_error_set(SG_ERR_IO, __FILE__, line,
                         "%s %s: file exists (set overwrite to replace it)",
@@ -228,8 +235,8 @@ sg_status sg_io_hints_info(const char *hints, MPI_Info *info) {
     char key[MPI_MAX_INFO_KEY + 1], val[256];
     if (!eq || eq == p || (size_t)(eq - p) > MPI_MAX_INFO_KEY ||
         n - (size_t)(eq - p) - 1 >= sizeof val || eq + 1 == p + n)
-      SG_RAISE(SG_ERR_CONFIG, "I/O hints: expected key=value in '%.*s'",
-               (int)n, p);
+      SG_RAISE(SG_ERR_CONFIG, "I/O hints: expected key=value in '%.*s'", (int)n,
+               p);
     size_t lk = (size_t)(eq - p), lv = n - lk - 1;
     while (lk && p[lk - 1] == ' ') --lk;
     const char *v = eq + 1;
@@ -266,8 +273,7 @@ int sg_io_var_access(const struct sg_nc_t_ *f, int varid) {
   nc_inq_unlimdim(f->ncid, &unlim);
   for (int d = 0; d < nd; ++d)
     if (dimids[d] == unlim) return NC_COLLECTIVE;
-  if (nc_inq_var_deflate(f->ncid, varid, NULL, &deflate, NULL) == 0 &&
-      deflate)
+  if (nc_inq_var_deflate(f->ncid, varid, NULL, &deflate, NULL) == 0 && deflate)
     return NC_COLLECTIVE;
   return NC_INDEPENDENT;
 }
@@ -278,13 +284,13 @@ sg_status sg_nc_create(MPI_Comm comm, const char *path,
   sg_status st = SG_OK;
   struct sg_nc_t_ *f = NULL;
   sg_nc_create_opts o = opts ? *opts : sg_nc_create_opts_default();
-  if (!file) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                                 "sg_nc_create: file is NULL");
+  if (!file)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_nc_create: file is NULL");
   *file = NULL;
   sg_status lst = file_alloc(comm, path, &f);
   if (o.backend == SG_NC_BACKEND_AUTO)
-    o.backend = SG_HAVE_PNETCDF ? SG_NC_BACKEND_PNETCDF
-                                : SG_NC_BACKEND_NETCDF4;
+    o.backend = SG_HAVE_PNETCDF ? SG_NC_BACKEND_PNETCDF : SG_NC_BACKEND_NETCDF4;
   if (lst == SG_OK && o.atomic) {
     /* written under a temporary name, renamed at a good close */
     if (strlen(path) + sizeof ".partial" > sizeof f->path)
@@ -302,11 +308,13 @@ sg_status sg_nc_create(MPI_Comm comm, const char *path,
            access(f->final_path, F_OK) == 0)
     lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
                        "cannot create %s: file exists (set overwrite to "
-                       "replace it)", f->final_path);
+                       "replace it)",
+                       f->final_path);
   else if (o.backend == SG_NC_BACKEND_SERIAL)
     lst = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
                        "the serial netCDF backend reads only; create %s with "
-                       "pnetcdf or netcdf4", f->path);
+                       "pnetcdf or netcdf4",
+                       f->path);
   else if (!sg_nc_backend_available(o.backend, 1))
     lst = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
                        "I/O backend %s is not built into this shardgrid",
@@ -348,7 +356,8 @@ sg_status sg_nc_create(MPI_Comm comm, const char *path,
      * needs PnetCDF's collective data path reopens the file collectively
      * (sg_io_shadow_promote). SG_IO_SHADOW=0: collective create. */
     const char *env = getenv("SG_IO_SHADOW");
-    int shadow = f->size > 1 && f->direct_write && !(env && strcmp(env, "0") == 0);
+    int shadow = f->size > 1 && f->direct_write &&
+                 !(env && strcmp(env, "0") == 0);
     int bad[1] = {0};
     if (shadow && f->rank != 0) {
       static int serial = 0;
@@ -410,8 +419,7 @@ sg_status sg_nc_create(MPI_Comm comm, const char *path,
       ncmpi_abort(f->ncid);
 #endif
 #if SG_HAVE_NETCDF_PAR
-    if (f->ncid >= 0 && f->backend == SG_NC_BACKEND_NETCDF4)
-      nc_abort(f->ncid);
+    if (f->ncid >= 0 && f->backend == SG_NC_BACKEND_NETCDF4) nc_abort(f->ncid);
 #endif
     goto fail;
   }
@@ -443,8 +451,9 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
   sg_status st = SG_OK;
   struct sg_nc_t_ *f = NULL;
   sg_nc_open_opts o = opts ? *opts : sg_nc_open_opts_default();
-  if (!file) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                                 "sg_nc_open: file is NULL");
+  if (!file)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_nc_open: file is NULL");
   *file = NULL;
   sg_status lst = file_alloc(comm, path, &f);
   if (lst == SG_OK) lst = parse_map(f, o.dim_map);
@@ -455,8 +464,8 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
   if (lst != SG_OK)
     ;
   else if (kind == 0)
-    lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "cannot open %s: no such file",
-                       f->path);
+    lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
+                       "cannot open %s: no such file", f->path);
   else if (kind == 4)
     lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
                        "cannot open %s: not readable", f->path);
@@ -467,8 +476,9 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
   sg_nc_backend b = o.backend;
   if (b == SG_NC_BACKEND_AUTO) {
     if (kind == 1)
-      b = SG_HAVE_PNETCDF ? SG_NC_BACKEND_PNETCDF
-          : SG_HAVE_NETCDF_PAR ? SG_NC_BACKEND_NETCDF4 : SG_NC_BACKEND_SERIAL;
+      b = SG_HAVE_PNETCDF      ? SG_NC_BACKEND_PNETCDF
+          : SG_HAVE_NETCDF_PAR ? SG_NC_BACKEND_NETCDF4
+                               : SG_NC_BACKEND_SERIAL;
     else
       b = SG_HAVE_NETCDF_PAR ? SG_NC_BACKEND_NETCDF4 : SG_NC_BACKEND_SERIAL;
   }
@@ -479,11 +489,13 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
                        "I/O backend %s is not built into this shardgrid%s",
                        sg_nc_backend_name(b),
                        b == SG_NC_BACKEND_SERIAL && o.writable
-                           ? " for writing (serial is read-only)" : "");
+                           ? " for writing (serial is read-only)"
+                           : "");
   else if (b == SG_NC_BACKEND_PNETCDF && kind == 2)
     lst = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
                        "%s is netCDF-4/HDF5: PnetCDF cannot read it (use "
-                       "netcdf4 or serial)", f->path);
+                       "netcdf4 or serial)",
+                       f->path);
   /* A read-only file is opened by every rank on its own (MPI_COMM_SELF):
    * the libraries' opens, header reads and data reads then contain no
    * collective, and the only synchronisation of sg_nc_open/sg_nc_read is
@@ -495,10 +507,11 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
   if (!local) {
     SG_TRY(sg_io_agree_max(comm, lst, kinds, 2));
     if (kinds[0] != -kinds[1])
-      SG_TRY(sg_io_agree(comm, sg_error_set(
-                                   SG_ERR_IO, __FILE__, __LINE__,
-                                   "cannot open %s: the ranks see different "
-                                   "files", f->path)));
+      SG_TRY(sg_io_agree(comm,
+                         sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
+                                      "cannot open %s: the ranks see different "
+                                      "files",
+                                      f->path)));
   }
   if (lst == SG_OK) {
     f->backend = b;
@@ -524,8 +537,8 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
   int rc = 0;
 #if SG_HAVE_PNETCDF
   if (lst == SG_OK && b == SG_NC_BACKEND_PNETCDF) {
-    rc = ncmpi_open(lcomm, f->path, o.writable ? NC_WRITE : NC_NOWRITE,
-                    f->info, &f->ncid);
+    rc = ncmpi_open(lcomm, f->path, o.writable ? NC_WRITE : NC_NOWRITE, f->info,
+                    &f->ncid);
     if (rc) {
       lst = (rc == NC_ENOTNC || rc == NC_EBADDIM || rc == NC_EVARSIZE ||
              rc == NC_ENOTBUILT || rc == NC_EMAXNAME)
@@ -536,8 +549,7 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
     } else {
       int fmt = 0;
       ncmpi_inq_format(f->ncid, &fmt);
-      f->format = fmt == NC_FORMAT_CDF5 ? SG_NC_FORMAT_CDF5
-                                        : SG_NC_FORMAT_CDF2;
+      f->format = fmt == NC_FORMAT_CDF5 ? SG_NC_FORMAT_CDF5 : SG_NC_FORMAT_CDF2;
     }
   }
 #endif
@@ -549,8 +561,7 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
       rc = nc_open_par(f->path, o.writable ? NC_WRITE : NC_NOWRITE, lcomm,
                        f->info, &f->ncid);
 #endif
-    if (b == SG_NC_BACKEND_SERIAL)
-      rc = nc_open(f->path, NC_NOWRITE, &f->ncid);
+    if (b == SG_NC_BACKEND_SERIAL) rc = nc_open(f->path, NC_NOWRITE, &f->ncid);
     if (rc) {
       lst = (rc == NC_ENOTNC || rc == NC_EHDFERR || rc == NC_EBADDIM ||
              rc == NC_EVARSIZE || rc == NC_EINVAL)
@@ -587,8 +598,7 @@ sg_status sg_nc_open(MPI_Comm comm, const char *path,
   st = sg_io_agree_max(comm, lst, kinds, 2);
   if (st == SG_OK && kinds[0] != -kinds[1])
     st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
-                      "cannot open %s: the ranks see different files",
-                      f->path);
+                      "cannot open %s: the ranks see different files", f->path);
   if (st != SG_OK) {
     if (lst == SG_OK && f->ncid >= 0) { /* others failed: close ours */
 #if SG_HAVE_PNETCDF
@@ -616,9 +626,8 @@ static sg_status finish_created(struct sg_nc_t_ *f, sg_status st) {
   const char *name = f->atomic ? f->final_path : f->path;
   if (st == SG_OK && !f->failed && !f->discard) {
     if (f->rank == 0 && rename(f->path, f->final_path) != 0)
-      lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
-                         "rename %s -> %s: %s", f->path, f->final_path,
-                         strerror(errno));
+      lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "rename %s -> %s: %s",
+                         f->path, f->final_path, strerror(errno));
     return sg_io_mark_failed(f, sg_io_agree(f->comm, lst));
   }
   if (f->rank == 0) remove(f->path);
@@ -704,8 +713,8 @@ fail:
 sg_status sg_nc_sync(sg_nc_t f) {
   sg_status lst = SG_OK;
   int rc = 0;
-  if (!f) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                              "file is NULL");
+  if (!f)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "file is NULL");
 #if SG_HAVE_PNETCDF
   /* PnetCDF file whose data all went through the direct writes (and whose
    * header PnetCDF wrote at enddef, straight to the file: it buffers

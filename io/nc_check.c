@@ -20,8 +20,8 @@
 typedef struct hreader {
   FILE *fp;
   int64_t size; /* of the file */
-  int ver; /* 1, 2 or 5 */
-  int bad; /* a read failed or the structure is broken: stop here */
+  int ver;      /* 1, 2 or 5 */
+  int bad;      /* a read failed or the structure is broken: stop here */
   /* a count asks for more header bytes than the file has left: no valid
    * file has such a header (the libraries would allocate what it says:
    * gigabytes for a flipped bit in a 1 KB file) */
@@ -100,10 +100,17 @@ static int64_t rd_count_in_file(hreader *h, int each, int64_t limit,
 /* Bytes of one value of a classic nc_type; 0 if unknown. */
 static int type_size(uint64_t t) {
   switch (t) {
-  case 1: case 2: case 7: return 1;  /* byte, char, ubyte */
-  case 3: case 8: return 2;          /* short, ushort */
-  case 4: case 5: case 9: return 4;  /* int, float, uint */
-  case 6: case 10: case 11: return 8; /* double, int64, uint64 */
+  case 1:
+  case 2:
+  case 7: return 1; /* byte, char, ubyte */
+  case 3:
+  case 8: return 2; /* short, ushort */
+  case 4:
+  case 5:
+  case 9: return 4; /* int, float, uint */
+  case 6:
+  case 10:
+  case 11: return 8; /* double, int64, uint64 */
   default: return 0;
   }
 }
@@ -154,18 +161,22 @@ typedef struct recvar {
 
 /* One variable's entry after its name: *rec if its first dim is the
  * record dim, its bytes (of one record; saturated) and where it begins. */
-static void rd_var(hreader *h, const int64_t *dimlen, int64_t ndims,
-                   int *rec, int64_t *bytes, int64_t *begin) {
+static void rd_var(hreader *h, const int64_t *dimlen, int64_t ndims, int *rec,
+                   int64_t *bytes, int64_t *begin) {
   int64_t nd = rd_count_in_file(h, h->ver == 5 ? 8 : 4, 1025,
                                 "the dim ids of a variable");
   int64_t n = 1;
   *rec = 0;
   for (int64_t k = 0; k < nd && !h->bad; ++k) {
     int64_t id = rd_nonneg(h);
-    if (id >= ndims) h->noextent = 1;
-    else if (dimlen[id] != 0) n = sat_mul(n, dimlen[id]);
-    else if (k != 0) h->noextent = 1; /* only the first may be the record dim */
-    else *rec = 1;
+    if (id >= ndims)
+      h->noextent = 1;
+    else if (dimlen[id] != 0)
+      n = sat_mul(n, dimlen[id]);
+    else if (k != 0)
+      h->noextent = 1; /* only the first may be the record dim */
+    else
+      *rec = 1;
   }
   skip_atts(h);
   int es = type_size(rd_be(h, 4));
@@ -179,8 +190,7 @@ static void rd_var(hreader *h, const int64_t *dimlen, int64_t ndims,
  * lay records out: the records' vsizes (padded to 4 bytes), one record
  * variable alone unpadded. */
 static void record_ends(const recvar *rv, int64_t nrv, int64_t numrecs,
-                        int64_t *vend, int64_t *end, char *worst,
-                        size_t cap) {
+                        int64_t *vend, int64_t *end, char *worst, size_t cap) {
   int64_t recsize = 0;
   for (int64_t i = 0; i < nrv; ++i)
     recsize = sat_add(recsize, nrv == 1 ? rv[i].bytes : pad4(rv[i].bytes));
@@ -283,9 +293,9 @@ static void extent_reset(int64_t *need, int64_t *have, char *var, size_t cap,
   if (var && cap) var[0] = '\0';
 }
 
-sg_status sg_io_classic_extent(const char *path, int64_t *need,
-                               int64_t *have, char *var, size_t cap,
-                               int64_t **ends, int *nends) {
+sg_status sg_io_classic_extent(const char *path, int64_t *need, int64_t *have,
+                               char *var, size_t cap, int64_t **ends,
+                               int *nends) {
   sg_status st = SG_OK;
   FILE *fp = NULL;
   struct stat sb;
@@ -306,9 +316,9 @@ fail:
   return st;
 }
 
-sg_status sg_io_classic_extent_mem(const void *bytes, size_t len,
-                                   int64_t *need, char *var, size_t cap,
-                                   int64_t **ends, int *nends) {
+sg_status sg_io_classic_extent_mem(const void *bytes, size_t len, int64_t *need,
+                                   char *var, size_t cap, int64_t **ends,
+                                   int *nends) {
   sg_status st = SG_OK;
   FILE *fp = NULL;
   extent_reset(need, NULL, var, cap, ends, nends);
@@ -330,9 +340,12 @@ static int fs_full(const char *path) {
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", path);
   char *slash = strrchr(dir, '/');
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == dir) dir[1] = '\0';
-  else *slash = '\0';
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == dir)
+    dir[1] = '\0';
+  else
+    *slash = '\0';
   struct statvfs sv;
   return statvfs(dir, &sv) == 0 && sv.f_bavail == 0;
 }

@@ -38,8 +38,7 @@ fail:
   return st;
 }
 
-sg_status sg_nc_def_dim(sg_nc_t f, const char *name, int64_t len,
-                        int *dimid) {
+sg_status sg_nc_def_dim(sg_nc_t f, const char *name, int64_t len, int *dimid) {
   sg_status st = SG_OK;
   sg_status lst = need_define(f, "sg_nc_def_dim");
   if (lst == SG_OK && (!name || len < 0))
@@ -74,8 +73,8 @@ static int lookup_dim(struct sg_nc_t_ *f, const char *name, int *id) {
   return SG_IO_CALL(f, inq_dimid, f->ncid, name, id);
 }
 
-sg_status sg_nc_def_var(sg_nc_t f, const char *name, sg_dtype dtype,
-                        int ndims, const char *const *dim_names,
+sg_status sg_nc_def_var(sg_nc_t f, const char *name, sg_dtype dtype, int ndims,
+                        const char *const *dim_names,
                         const sg_nc_var_opts *opts, int *varid) {
   sg_status st = SG_OK;
   sg_status lst = need_define(f, "sg_nc_def_var");
@@ -163,8 +162,7 @@ fail:
 
 sg_status sg_nc_def_coord(sg_nc_t f, const char *name, int64_t len,
                           const char *units, const char *standard_name,
-                          const char *axis, const double *values,
-                          int *varid) {
+                          const char *axis, const double *values, int *varid) {
   sg_status st = SG_OK;
   int id = -1;
   SG_TRY(sg_nc_def_dim(f, name, len, NULL));
@@ -175,8 +173,8 @@ sg_status sg_nc_def_coord(sg_nc_t f, const char *name, int64_t len,
     SG_TRY(sg_nc_put_att_text(f, id, "standard_name", standard_name));
   if (axis) SG_TRY(sg_nc_put_att_text(f, id, "axis", axis));
   if (values && len > 0) {
-    sg_nc_pending_coord *p =
-        realloc(f->pending, (size_t)(f->npending + 1) * sizeof *p);
+    sg_nc_pending_coord *p = realloc(f->pending,
+                                     (size_t)(f->npending + 1) * sizeof *p);
     sg_status lst = SG_OK;
     double *copy = malloc((size_t)len * sizeof(double));
     if (p) f->pending = p;
@@ -218,9 +216,9 @@ static sg_status put_att_raw(struct sg_nc_t_ *f, int varid, const char *name,
                              const void *values) {
   sg_status st = SG_OK;
   int entered = 0;
-  if (!f) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                              "attribute %s: file is NULL",
-                              name ? name : "(null)");
+  if (!f)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "attribute %s: file is NULL", name ? name : "(null)");
   SG_TRY(sg_io_ensure_define(f, &entered));
   sg_status lst = need_define(f, "attribute");
   if (lst == SG_OK && (!name || n < 0 || (n > 0 && !values)))
@@ -290,8 +288,8 @@ sg_status sg_nc_put_att_text(sg_nc_t f, int varid, const char *name,
                      text ? (int64_t)strlen(text) : 0, text);
 }
 
-sg_status sg_nc_put_att(sg_nc_t f, int varid, const char *name,
-                        sg_dtype dtype, int64_t n, const void *values) {
+sg_status sg_nc_put_att(sg_nc_t f, int varid, const char *name, sg_dtype dtype,
+                        int64_t n, const void *values) {
   return put_att_raw(f, varid, name, 0, dtype, n, values);
 }
 
@@ -303,8 +301,9 @@ static int var_type(struct sg_nc_t_ *f, int varid, int *t) {
 sg_status sg_nc_put_cf(sg_nc_t f, int varid, const sg_nc_cf *cf) {
   sg_status st = SG_OK;
   int entered = 0;
-  if (!f || !cf) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                                     "sg_nc_put_cf: NULL argument");
+  if (!f || !cf)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_nc_put_cf: NULL argument");
   SG_TRY(sg_io_ensure_define(f, &entered));
   if (cf->units) SG_TRY(sg_nc_put_att_text(f, varid, "units", cf->units));
   if (cf->long_name)
@@ -334,9 +333,9 @@ sg_status sg_nc_put_cf(sg_nc_t f, int varid, const sg_nc_cf *cf) {
       SG_TRY(sg_nc_put_att(f, varid, "_FillValue", SG_DTYPE_I64, 1, &v));
     } else {
       (void)dt;
-      SG_TRY(def_result(f, sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__,
-                                               __LINE__,
-                                               "_FillValue for nc type %d", t)));
+      SG_TRY(
+          def_result(f, sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                                     "_FillValue for nc type %d", t)));
     }
   }
   SG_TRY(sg_io_leave_define(f, entered));
@@ -346,12 +345,13 @@ fail:
   return st;
 }
 
-sg_status sg_nc_put_global_cf(sg_nc_t f, const char *title,
-                              const char *history, const char *conventions) {
+sg_status sg_nc_put_global_cf(sg_nc_t f, const char *title, const char *history,
+                              const char *conventions) {
   sg_status st = SG_OK;
   int entered = 0;
-  if (!f) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                              "sg_nc_put_global_cf: file is NULL");
+  if (!f)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_nc_put_global_cf: file is NULL");
   SG_TRY(sg_io_ensure_define(f, &entered));
   SG_TRY(sg_nc_put_att_text(f, SG_NC_GLOBAL, "Conventions",
                             conventions ? conventions : "CF-1.8"));
@@ -407,7 +407,8 @@ sg_status sg_nc_enddef(sg_nc_t f) {
     for (int v = -1; v < nv; ++v) {
       MPI_Offset off = hx;
       if (v >= 0) ncmpi_inq_varoffset(f->ncid, v, &off);
-      for (int k = 0; k < 8; ++k) h = (h ^ (uint32_t)((off >> (8 * k)) & 255)) * 16777619u;
+      for (int k = 0; k < 8; ++k)
+        h = (h ^ (uint32_t)((off >> (8 * k)) & 255)) * 16777619u;
     }
     lay[0] = (int)(h & 0x3fffffff);
     lay[1] = -lay[0];
@@ -457,8 +458,9 @@ fail:
 sg_status sg_nc_redef(sg_nc_t f) {
   sg_status st = SG_OK;
   sg_status lst = SG_OK;
-  if (!f) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                              "sg_nc_redef: file is NULL");
+  if (!f)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_nc_redef: file is NULL");
   if (!f->writable)
     lst = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                        "%s is open read-only", f->path);
@@ -535,8 +537,9 @@ sg_status sg_nc_inq_var(sg_nc_t f, const char *name, sg_nc_var_info *info) {
   if (nd > SG_NC_MAX_DIMS)
     SG_RAISE(SG_ERR_NOT_SUPPORTED, "variable %s in %s has %d dims (max %d)",
              name, f->path, nd, SG_NC_MAX_DIMS);
-  if (rc) SG_RAISE(SG_ERR_IO, "cannot inquire variable %s in %s (code %d)",
-                   name, f->path, rc);
+  if (rc)
+    SG_RAISE(SG_ERR_IO, "cannot inquire variable %s in %s (code %d)", name,
+             f->path, rc);
   int ok = 0;
   info->varid = id;
   info->ndims = nd;
@@ -594,8 +597,7 @@ int sg_nc_has_att(sg_nc_t f, int varid, const char *name) {
   return f && name && att_inq(f, varid, name, &t, &len) == 0;
 }
 
-sg_status sg_nc_inq_att(sg_nc_t f, int varid, const char *name,
-                        int64_t *len) {
+sg_status sg_nc_inq_att(sg_nc_t f, int varid, const char *name, int64_t *len) {
   sg_status st = SG_OK;
   int t = 0;
   if (!f || !name || !len)
@@ -606,8 +608,8 @@ fail:
   return st;
 }
 
-sg_status sg_nc_get_att_text(sg_nc_t f, int varid, const char *name,
-                             char *buf, size_t cap) {
+sg_status sg_nc_get_att_text(sg_nc_t f, int varid, const char *name, char *buf,
+                             size_t cap) {
   sg_status st = SG_OK;
   char *tmp = NULL;
   int t = 0, rc = -1;

@@ -142,8 +142,7 @@ static int direct_ok(const struct sg_nc_t_ *f, const sg_nc_var_info *info,
   if (!sg_io_same_type(info->nc_type, rt)) return 0;
   for (int d = 0; d < info->ndims; ++d)
     if (info->shape[d] > INT_MAX) return 0;
-  if (nread == 1 && (boxes[0].buf != out || boxes[0].numel > INT_MAX))
-    return 0;
+  if (nread == 1 && (boxes[0].buf != out || boxes[0].numel > INT_MAX)) return 0;
   return 1;
 }
 
@@ -233,21 +232,22 @@ static sg_status direct_read(struct sg_nc_t_ *f, int varid,
     char *dst = (char *)b->buf + (size_t)at * es;
     MPI_Status status;
     if (indep)
-      rc = MPI_File_read_at(f->dfh, disp + (MPI_Offset)((run0 + at) * (int64_t)es),
-                            dst, cnt, elem, &status);
+      rc = MPI_File_read_at(f->dfh,
+                            disp + (MPI_Offset)((run0 + at) * (int64_t)es), dst,
+                            cnt, elem, &status);
     else
       rc = MPI_File_read(f->dfh, dst, cnt, elem, &status);
     if (rc != MPI_SUCCESS) {
       lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "%s on %s failed",
-                         indep ? "MPI_File_read_at" : "MPI_File_read",
-                         f->path);
+                         indep ? "MPI_File_read_at" : "MPI_File_read", f->path);
     } else {
       int got = 0;
       MPI_Get_count(&status, elem, &got);
       if (got != cnt)
         lst = sg_error_set(SG_ERR_CORRUPT, __FILE__, __LINE__,
                            "%s: short read (%d of %d elements): truncated "
-                           "file?", f->path, got, cnt);
+                           "file?",
+                           f->path, got, cnt);
       else if (swap)
         sg_io_swap_in_place(dst, cnt, es);
     }
@@ -261,8 +261,8 @@ static sg_status direct_read(struct sg_nc_t_ *f, int varid,
 #endif
 
 /* Segments of the logical range [a, b) of a dim of length n. */
-static int dim_segments(int64_t a, int64_t b, int64_t n, int periodic,
-                        int flip, rseg *seg, int *outside) {
+static int dim_segments(int64_t a, int64_t b, int64_t n, int periodic, int flip,
+                        rseg *seg, int *outside) {
   int ns = 0;
   *outside = 0;
   if (periodic) {
@@ -353,8 +353,9 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
   xform x;
   memset(&x, 0, sizeof x);
   memset(&info, 0, sizeof info);
-  if (!f) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                              "read: file is NULL");
+  if (!f)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "read: file is NULL");
   char lbl[SG_IO_NAME_BUF + 8];
   /* reading back a file being created with per-rank handles: the others'
    * handles see only their header copies */
@@ -377,11 +378,12 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
       periodic[d] = o.periodic[d] ||
                     (o.periodic_lon && strcmp(info.dim_names[d], "lon") == 0);
       if (strcmp(info.dim_names[d], "lat") == 0) lat_dim = d;
-      if (periodic[d] && (o.halo_lo[d] > info.shape[d] ||
-                          o.halo_hi[d] > info.shape[d])) {
+      if (periodic[d] &&
+          (o.halo_lo[d] > info.shape[d] || o.halo_hi[d] > info.shape[d])) {
         lst = sg_error_set(SG_ERR_HALO, __FILE__, __LINE__,
                            "read %s: periodic halo (%lld, %lld) wider than "
-                           "dim %s (%lld)", lbl, (long long)o.halo_lo[d],
+                           "dim %s (%lld)",
+                           lbl, (long long)o.halo_lo[d],
                            (long long)o.halo_hi[d], info.dim_names[d],
                            (long long)info.shape[d]);
         break;
@@ -401,7 +403,8 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
       lst = sg_nc_get_att_f64(f, varid, "_FillValue", x.maskv, 1, &na);
       x.nmask = na > 0 ? 1 : 0;
     }
-    if (lst == SG_OK && !o.no_mask && sg_nc_has_att(f, varid, "missing_value")) {
+    if (lst == SG_OK && !o.no_mask &&
+        sg_nc_has_att(f, varid, "missing_value")) {
       double mv[8];
       lst = sg_nc_get_att_f64(f, varid, "missing_value", mv, 8, &na);
       for (int64_t k = 0; k < na && k < 8; ++k) x.maskv[x.nmask++] = mv[k];
@@ -420,15 +423,14 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
       if (lst == SG_OK && x.unpack && !sg_dtype_is_float(s->dtype))
         lst = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                            "read %s: packed (scale_factor/add_offset) needs a "
-                           "float output, not %s", lbl,
-                           sg_dtype_name(s->dtype));
+                           "float output, not %s",
+                           lbl, sg_dtype_name(s->dtype));
     }
     x.masked_value = o.masked_value;
     x.nonfinite = !o.no_mask && o.mask_nonfinite;
   }
   if (lst == SG_OK && o.flip_lat && lat_dim >= 0 &&
-      SG_IO_CALL(f, inq_varid, f->ncid, sg_io_map_to_file(f, "lat"),
-                 &lat_cvid))
+      SG_IO_CALL(f, inq_varid, f->ncid, sg_io_map_to_file(f, "lat"), &lat_cvid))
     lat_cvid = -1;
 
   /* descending latitude? (flip_lat is the same on every rank) */
@@ -565,7 +567,8 @@ sg_status sg_nc_read(sg_nc_t f, int varid, const sg_nc_shard *s,
 #if SG_HAVE_NETCDF
   if (f->backend != SG_NC_BACKEND_PNETCDF) {
     int nmax = f->backend == SG_NC_BACKEND_NETCDF4 && !f->local_handle
-                   ? flags[0] : nread;
+                   ? flags[0]
+                   : nread;
     for (int i = 0; i < nmax; ++i) {
       size_t ns[SG_NC_MAX_DIMS] = {0}, nc[SG_NC_MAX_DIMS] = {0};
       static double dummy[1];
@@ -628,12 +631,14 @@ sg_status sg_nc_read_frame(sg_nc_t f, int varid, int64_t frame,
   sg_status st = SG_OK;
   sg_nc_shard full;
   int64_t nrec = 0;
-  if (!f) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                              "read_frame: file is NULL");
+  if (!f)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "read_frame: file is NULL");
   if (f->shadow && !f->define_mode) SG_TRY(sg_io_shadow_promote(f));
   SG_TRY(sg_io_record_count(f, &nrec));
   sg_status lst = sg_io_frame_shard(f, varid, frame, s, 0, &full, nrec);
-  if (!f->local_handle) SG_TRY(sg_io_agree(f->comm, lst));
+  if (!f->local_handle)
+    SG_TRY(sg_io_agree(f->comm, lst));
   else if (lst != SG_OK) {
     /* the other ranks' reads end in one agreement: take part in it */
     return sg_io_agree(f->comm, lst);

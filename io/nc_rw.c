@@ -20,8 +20,8 @@ sg_status sg_nc_shard_split(int ndims, const int64_t *global_shape,
   if (!s || ndims < 0 || ndims > SG_NC_MAX_DIMS || (ndims && !global_shape))
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_nc_shard_split: ndims %d (0..%d)", ndims,
              SG_NC_MAX_DIMS);
-  if (ndims > 0 && (dim < 0 || dim >= ndims || parts < 1 || index < 0 ||
-                    index >= parts))
+  if (ndims > 0 &&
+      (dim < 0 || dim >= ndims || parts < 1 || index < 0 || index >= parts))
     SG_RAISE(SG_ERR_INVALID_ARG,
              "sg_nc_shard_split: dim %d of %d, part %d of %d", dim, ndims,
              index, parts);
@@ -68,7 +68,8 @@ const char *sg_io_var_label(struct sg_nc_t_ *f, int varid, char *buf,
                             size_t cap) {
   char n[SG_IO_NAME_BUF];
   snprintf(buf, cap, "#%d", varid);
-  if (!SG_IO_CALL(f, inq_varname, f->ncid, varid, n)) snprintf(buf, cap, "%s", n);
+  if (!SG_IO_CALL(f, inq_varname, f->ncid, varid, n))
+    snprintf(buf, cap, "%s", n);
   return buf;
 }
 
@@ -83,16 +84,16 @@ sg_status sg_io_check_shard(struct sg_nc_t_ *f, const sg_nc_var_info *info,
   if (!sg_dtype_valid(s->dtype))
     SG_RAISE(SG_ERR_INVALID_ARG, "variable %s: invalid shard dtype", lbl);
   if (s->ndims != info->ndims)
-    SG_RAISE(SG_ERR_SHAPE,
-             "variable %s in %s has %d dims, the shard has %d", lbl, f->path,
-             info->ndims, s->ndims);
+    SG_RAISE(SG_ERR_SHAPE, "variable %s in %s has %d dims, the shard has %d",
+             lbl, f->path, info->ndims, s->ndims);
   for (int d = 0; d < s->ndims; ++d) {
     int rec = d == 0 && info->unlimited0 && for_write;
     if (!rec && s->global_shape[d] != info->shape[d])
       SG_RAISE(SG_ERR_SHAPE,
                "variable %s in %s: dim %d (%s) has length %lld, the shard's "
-               "global shape says %lld", lbl, f->path, d, info->dim_names[d],
-               (long long)info->shape[d], (long long)s->global_shape[d]);
+               "global shape says %lld",
+               lbl, f->path, d, info->dim_names[d], (long long)info->shape[d],
+               (long long)s->global_shape[d]);
     if (s->start[d] < 0 || s->count[d] < 0 ||
         (!rec && s->start[d] + s->count[d] > info->shape[d]))
       SG_RAISE(SG_ERR_SHAPE,
@@ -156,8 +157,7 @@ void sg_io_swap_in_place(void *buf, int64_t n, size_t es) {
  * request's (of call what), goes to *lst unless that holds one already. */
 void sg_io_pnc_wait_all(struct sg_nc_t_ *f, int nreq, int *reqs, int *sts,
                         const char *what, sg_status *lst) {
-  int rc = ncmpi_wait_all(f->ncid, nreq, nreq ? reqs : NULL,
-                          nreq ? sts : NULL);
+  int rc = ncmpi_wait_all(f->ncid, nreq, nreq ? reqs : NULL, nreq ? sts : NULL);
   if (rc && *lst == SG_OK)
     *lst = sg_error_pnetcdf(rc, "ncmpi_wait_all", __FILE__, __LINE__);
   for (int i = 0; i < nreq && *lst == SG_OK; ++i)
@@ -178,8 +178,8 @@ typedef struct wjob {
   MPI_Offset pstart[SG_NC_MAX_DIMS], pcount[SG_NC_MAX_DIMS];
 #endif
   size_t nstart[SG_NC_MAX_DIMS], ncount[SG_NC_MAX_DIMS];
-  int direct;    /* this job can go straight through MPI-IO */
-  int64_t run0;  /* its first element in the variable (direct) */
+  int direct;   /* this job can go straight through MPI-IO */
+  int64_t run0; /* its first element in the variable (direct) */
 } wjob;
 
 #if SG_HAVE_PNETCDF
@@ -237,17 +237,22 @@ static sg_status direct_write(struct sg_nc_t_ *f, int n, wjob *jobs) {
         src = bounce;
       }
       MPI_Status status;
-      rc = MPI_File_write_at(f->dfh, off + (MPI_Offset)((j->run0 + at) * (int64_t)es),
+      rc = MPI_File_write_at(f->dfh,
+                             off + (MPI_Offset)((j->run0 + at) * (int64_t)es),
                              src, (int)((size_t)cnt * es), MPI_BYTE, &status);
       int got = 0, cls = MPI_SUCCESS;
-      if (rc == MPI_SUCCESS) MPI_Get_count(&status, MPI_BYTE, &got);
-      else MPI_Error_class(rc, &cls);
+      if (rc == MPI_SUCCESS)
+        MPI_Get_count(&status, MPI_BYTE, &got);
+      else
+        MPI_Error_class(rc, &cls);
       if (rc != MPI_SUCCESS || got != (int)((size_t)cnt * es)) {
         lst = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
                            "MPI_File_write_at failed (%d of %lld bytes "
-                           "written)", got, (long long)((size_t)cnt * es));
-        lst = sg_io_write_error(f, lst, cls == MPI_ERR_NO_SPACE ||
-                                            cls == MPI_ERR_QUOTA, NULL);
+                           "written)",
+                           got, (long long)((size_t)cnt * es));
+        lst = sg_io_write_error(f, lst,
+                                cls == MPI_ERR_NO_SPACE || cls == MPI_ERR_QUOTA,
+                                NULL);
       }
     }
   }
@@ -262,8 +267,9 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
                             const void *const *data) {
   sg_status st = SG_OK, lst = pre;
   wjob *jobs = NULL;
-  if (!f) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                              "write: file is NULL");
+  if (!f)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "write: file is NULL");
   if (lst != SG_OK)
     ;
   else if (n < 0 || (n > 0 && (!varids || !shards || !data)))
@@ -340,8 +346,8 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
       wjob *j = &jobs[i];
       if (j->numel == 0) continue;
       int req = NC_REQ_NULL;
-      SG_NC_TYPED_CALL(rc, j->dt, ncmpi_iput_vara, f->ncid, j->varid,
-                       j->pstart, j->pcount, j->buf, &req);
+      SG_NC_TYPED_CALL(rc, j->dt, ncmpi_iput_vara, f->ncid, j->varid, j->pstart,
+                       j->pcount, j->buf, &req);
       if (rc)
         lst = sg_error_pnetcdf(rc, "ncmpi_iput_vara", __FILE__, __LINE__);
       else
@@ -366,8 +372,7 @@ static sg_status write_many(sg_nc_t f, sg_status pre, int n, const int *varids,
                        j->ncount, b);
       if (rc && lst == SG_OK)
         lst = sg_io_write_error(
-            f, sg_error_netcdf(rc, "nc_put_vara", __FILE__, __LINE__), 0,
-            NULL);
+            f, sg_error_netcdf(rc, "nc_put_vara", __FILE__, __LINE__), 0, NULL);
     }
   }
 #endif
@@ -384,8 +389,7 @@ fail:
 }
 
 sg_status sg_nc_write_many(sg_nc_t f, int n, const int *varids,
-                           const sg_nc_shard *shards,
-                           const void *const *data) {
+                           const sg_nc_shard *shards, const void *const *data) {
   return write_many(f, SG_OK, n, varids, shards, data);
 }
 
@@ -418,12 +422,15 @@ sg_status sg_io_frame_shard(struct sg_nc_t_ *f, int varid, int64_t frame,
   SG_TRY(sg_io_info_by_id(f, varid, &info));
   sg_io_var_label(f, varid, lbl, sizeof lbl);
   if (!info.unlimited0)
-    SG_RAISE(SG_ERR_SHAPE, "variable %s in %s has no record (unlimited) dim "
-             "first", lbl, f->path);
+    SG_RAISE(SG_ERR_SHAPE,
+             "variable %s in %s has no record (unlimited) dim "
+             "first",
+             lbl, f->path);
   if (!s || s->ndims + 1 != info.ndims || s->ndims + 1 > SG_NC_MAX_DIMS)
-    SG_RAISE(SG_ERR_SHAPE, "variable %s in %s has %d dims: a frame shard needs "
-             "%d, got %d", lbl, f->path, info.ndims, info.ndims - 1,
-             s ? s->ndims : -1);
+    SG_RAISE(SG_ERR_SHAPE,
+             "variable %s in %s has %d dims: a frame shard needs "
+             "%d, got %d",
+             lbl, f->path, info.ndims, info.ndims - 1, s ? s->ndims : -1);
   if (frame < 0 || (!for_write && frame >= nrec))
     SG_RAISE(SG_ERR_SHAPE, "variable %s: frame %lld outside [0, %lld)", lbl,
              (long long)frame, (long long)nrec);
@@ -452,18 +459,20 @@ sg_status sg_nc_write_frame(sg_nc_t f, int varid, int64_t frame,
   sg_status st = SG_OK;
   sg_nc_shard full;
   int64_t nrec = 0;
-  if (!f) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                              "write_frame: file is NULL");
+  if (!f)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "write_frame: file is NULL");
   memset(&full, 0, sizeof full);
   if (frame < 0) { /* append: the number of records, agreed */
     SG_TRY(sg_io_record_count(f, &nrec));
     frame = nrec;
   }
-  sg_status lst =
-      f->define_mode
-          ? sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                         "write_frame: %s is in define mode", f->path)
-          : sg_io_frame_shard(f, varid, frame, shard, 1, &full, nrec);
+  sg_status lst = f->define_mode
+                      ? sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                                     "write_frame: %s is in define mode",
+                                     f->path)
+                      : sg_io_frame_shard(f, varid, frame, shard, 1, &full,
+                                          nrec);
   const void *d = data;
   SG_TRY(write_many(f, lst, 1, &varid, &full, &d));
   if (frame_out) *frame_out = frame;

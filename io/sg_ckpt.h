@@ -52,7 +52,7 @@ typedef struct sg_ckpt_meta {
   uint64_t rng_seed;
   int n_rng_state; /* <= SG_CKPT_RNG_MAX */
   uint64_t rng_state[SG_CKPT_RNG_MAX];
-  int64_t data_position; /* e.g. samples consumed in the epoch */
+  int64_t data_position;       /* e.g. samples consumed in the epoch */
   char mesh[SG_CKPT_MESH_MAX]; /* mesh spec, e.g. "dp=2,h=2,w=1" */
   /* write: the config text (NULL: none); read: allocated with malloc by
    * sg_ckpt_read (free it) */

@@ -70,8 +70,7 @@ sg_status sg_ds_stats_compute(MPI_Comm comm, const char *path,
  * attribute. Collective over comm. */
 sg_status sg_ds_stats_save(MPI_Comm comm, const char *path,
                            const sg_ds_stats *stats);
-sg_status sg_ds_stats_load(MPI_Comm comm, const char *path,
-                           sg_ds_stats *stats);
+sg_status sg_ds_stats_load(MPI_Comm comm, const char *path, sg_ds_stats *stats);
 
 /* Number of samples of a series of ntime frames with history input and
  * lead target frames: ntime - history - lead + 1. SG_ERR_SHAPE (a clear

@@ -247,9 +247,9 @@ typedef struct sg_nc_var_info {
   int ndims;
   int64_t shape[SG_NC_MAX_DIMS]; /* record dim: current number of records */
   char dim_names[SG_NC_MAX_DIMS][SG_NC_NAME_MAX]; /* after dim_map */
-  int unlimited0;  /* 1 if dim 0 is the record dim */
-  int nc_type;     /* the file's type code (NC_FLOAT, ...) */
-  sg_dtype dtype;  /* the nearest shardgrid dtype (i8/i16 report i32) */
+  int unlimited0; /* 1 if dim 0 is the record dim */
+  int nc_type;    /* the file's type code (NC_FLOAT, ...) */
+  sg_dtype dtype; /* the nearest shardgrid dtype (i8/i16 report i32) */
 } sg_nc_var_info;
 
 /* Find a variable by name; SG_ERR_INVALID_ARG naming the variable and the
@@ -306,8 +306,7 @@ sg_status sg_nc_write(sg_nc_t file, int varid, const sg_nc_shard *shard,
 /* Several variables in one collective operation (PnetCDF: all iputs, one
  * wait_all). Collective. */
 sg_status sg_nc_write_many(sg_nc_t file, int n, const int *varids,
-                           const sg_nc_shard *shards,
-                           const void *const *data);
+                           const sg_nc_shard *shards, const void *const *data);
 
 /* Write record `frame` (-1: append after the last record) of a variable
  * whose dim 0 is the record dim; shard describes the other dims (a 1-D
@@ -330,7 +329,7 @@ typedef struct sg_nc_read_opts {
   double outside_value;
   /* Masked elements (_FillValue, missing_value) get masked_value. */
   double masked_value;
-  int no_mask;   /* 1: do not mask */
+  int no_mask; /* 1: do not mask */
   /* 1: NaN and +-Inf values (of a float variable, before unpacking) are
    * masked too, like _FillValue (files often mark missing points with NaN
    * while declaring another _FillValue). Default 0: they are returned as

@@ -36,10 +36,12 @@ static sg_status ag_make_margins(sg_node *node, const sg_var *x) {
   int64_t shape[SG_TENSOR_MAX_DIMS];
   shape[0] = v->shape[0];
   shape[1] = v->shape[1];
-  for (int i = 0; i < node->nsp; ++i) shape[2 + i] = v->shape[2 + i] + pad[i][0] + pad[i][1];
+  for (int i = 0; i < node->nsp; ++i)
+    shape[2 + i] = v->shape[2 + i] + pad[i][0] + pad[i][1];
   SG_TRY(ag_alloc(&node->xin, v->dtype, v->ndim, shape));
-  SG_TRY(sg_pad_forward(v->dtype, node->nsp, v->shape[0] * v->shape[1], v->shape + 2,
-                        (const int64_t(*)[2])pad, mode, v->data, node->xin.data));
+  SG_TRY(sg_pad_forward(v->dtype, node->nsp, v->shape[0] * v->shape[1],
+                        v->shape + 2, (const int64_t(*)[2])pad, mode, v->data,
+                        node->xin.data));
 fail:
   return st;
 }
@@ -48,7 +50,9 @@ fail:
 
 static int ag_dim_sharded(const sg_node *node, int t) {
   for (int m = 0; m < sg_mesh_ndims(node->mesh); ++m)
-    if (node->placements[m].kind == SG_PLACEMENT_SHARD && node->placements[m].dim == t) return 1;
+    if (node->placements[m].kind == SG_PLACEMENT_SHARD &&
+        node->placements[m].dim == t)
+      return 1;
   return 0;
 }
 
@@ -74,42 +78,56 @@ static sg_status ag_node_sharding(sg_node *node) {
   const sg_op_def *op = node->op;
   for (int i = 0; i < node->nin; ++i)
     if (op->slots[i] == SG_SLOT_PARAM && node->in[i]->mesh)
-      SG_RAISE(SG_ERR_INVALID_ARG, "%s: input %d ('%s') is a parameter but sharded: parameters "
-               "are plain (Replicate) variables", op->name, i, node->in[i]->name);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "%s: input %d ('%s') is a parameter but sharded: parameters "
+               "are plain (Replicate) variables",
+               op->name, i, node->in[i]->name);
   int r = ag_sharded_ref(op, node->nin, node->in);
   if (r < 0) goto fail;
   const sg_var *x = node->in[r];
   const int md = sg_mesh_ndims(x->mesh);
-  const unsigned acc = op->rule.accepts ? op->rule.accepts
-                                        : SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
-                                              SG_ACCEPT_SHARD_SPATIAL;
+  const unsigned acc = op->rule.accepts
+                           ? op->rule.accepts
+                           : SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
+                                 SG_ACCEPT_SHARD_SPATIAL;
   for (int m = 0; m < md; ++m) {
     sg_placement p = x->placements[m];
     if (p.kind == SG_PLACEMENT_PARTIAL)
-      SG_RAISE(SG_ERR_INVALID_ARG, "%s: placement Partial (mesh dim '%s') of input %d ('%s') is "
-               "not accepted", op->name, sg_mesh_dim_name(x->mesh, m), r, x->name);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "%s: placement Partial (mesh dim '%s') of input %d ('%s') is "
+               "not accepted",
+               op->name, sg_mesh_dim_name(x->mesh, m), r, x->name);
     if (p.kind != SG_PLACEMENT_SHARD) continue;
-    unsigned need = p.dim == 0 ? SG_ACCEPT_SHARD_BATCH
-                    : p.dim == 1 ? SG_ACCEPT_SHARD_CHANNEL : SG_ACCEPT_SHARD_SPATIAL;
+    unsigned need = p.dim == 0   ? SG_ACCEPT_SHARD_BATCH
+                    : p.dim == 1 ? SG_ACCEPT_SHARD_CHANNEL
+                                 : SG_ACCEPT_SHARD_SPATIAL;
     if (!(acc & need))
-      SG_RAISE(SG_ERR_INVALID_ARG, "%s: placement Shard(%d) (%s, mesh dim '%s') of input %d ('%s') "
-               "is not accepted", op->name, p.dim,
-               p.dim == 0 ? "batch" : p.dim == 1 ? "channels" : "spatial",
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "%s: placement Shard(%d) (%s, mesh dim '%s') of input %d ('%s') "
+               "is not accepted",
+               op->name, p.dim,
+               p.dim == 0   ? "batch"
+               : p.dim == 1 ? "channels"
+                            : "spatial",
                sg_mesh_dim_name(x->mesh, m), r, x->name);
   }
   for (int i = 0; i < node->nin; ++i) {
     const sg_var *v = node->in[i];
     if (op->slots[i] != SG_SLOT_ACT || i == r) continue;
     if (!v->mesh)
-      SG_RAISE(SG_ERR_INVALID_ARG, "%s: input %d ('%s') is not sharded but input %d ('%s') is: "
-               "activation inputs must be sharded alike", op->name, i, v->name, r, x->name);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "%s: input %d ('%s') is not sharded but input %d ('%s') is: "
+               "activation inputs must be sharded alike",
+               op->name, i, v->name, r, x->name);
     int same = v->mesh == x->mesh && v->value.ndim == x->value.ndim;
     for (int m = 0; same && m < md; ++m)
       same = sg_placement_equal(v->placements[m], x->placements[m]);
     if (!same)
-      SG_RAISE(SG_ERR_INVALID_ARG, "%s: inputs %d ('%s') and %d ('%s') are placed differently "
-               "(mesh, dims or placements): activation inputs must be sharded alike", op->name,
-               r, x->name, i, v->name);
+      SG_RAISE(
+          SG_ERR_INVALID_ARG,
+          "%s: inputs %d ('%s') and %d ('%s') are placed differently "
+          "(mesh, dims or placements): activation inputs must be sharded alike",
+          op->name, r, x->name, i, v->name);
   }
   node->mesh = x->mesh;
   memcpy(node->placements, x->placements, sizeof node->placements);
@@ -118,19 +136,24 @@ static sg_status ag_node_sharding(sg_node *node) {
     if (op->slots[i] != SG_SLOT_ACT) continue;
     for (int t = 0; t < v->value.ndim; ++t)
       if (ag_dim_sharded(node, t) && v->global_shape[t] != x->global_shape[t])
-        SG_RAISE(SG_ERR_SHAPE, "%s: inputs %d ('%s') and %d ('%s') differ in the global extent "
-                 "of sharded dim %d (%lld and %lld)", op->name, r, x->name, i, v->name, t,
-                 (long long)x->global_shape[t], (long long)v->global_shape[t]);
+        SG_RAISE(
+            SG_ERR_SHAPE,
+            "%s: inputs %d ('%s') and %d ('%s') differ in the global extent "
+            "of sharded dim %d (%lld and %lld)",
+            op->name, r, x->name, i, v->name, t, (long long)x->global_shape[t],
+            (long long)v->global_shape[t]);
   }
-  SG_TRY(sg_sharded_split_masks(x->mesh, x->value.ndim, x->placements, &node->split_batch,
-                                &node->split_channel, &node->split_space));
+  SG_TRY(sg_sharded_split_masks(x->mesh, x->value.ndim, x->placements,
+                                &node->split_batch, &node->split_channel,
+                                &node->split_space));
 fail:
   return st;
 }
 
 /* The cached exchange of the windowed input (created on a miss: collective,
  * in the same order on every rank). */
-static sg_status ag_node_exchange(sg_tape_t tape, sg_node *node, const sg_var *x) {
+static sg_status ag_node_exchange(sg_tape_t tape, sg_node *node,
+                                  const sg_var *x) {
   sg_status st = SG_OK;
   ag_xkey k;
   memset(&k, 0, sizeof k);
@@ -140,7 +163,9 @@ static sg_status ag_node_exchange(sg_tape_t tape, sg_node *node, const sg_var *x
   memcpy(k.global, x->global_shape, (size_t)k.ndim * sizeof *k.global);
   for (int m = 0; m < sg_mesh_ndims(x->mesh); ++m) {
     k.pl[m].kind = x->placements[m].kind;
-    k.pl[m].dim = x->placements[m].kind == SG_PLACEMENT_SHARD ? x->placements[m].dim : -1;
+    k.pl[m].dim = x->placements[m].kind == SG_PLACEMENT_SHARD
+                      ? x->placements[m].dim
+                      : -1;
   }
   for (int d = 0; d < node->nsp; ++d) k.win[d] = node->win[d];
   ag_xentry *hit = NULL;
@@ -156,10 +181,11 @@ static sg_status ag_node_exchange(sg_tape_t tape, sg_node *node, const sg_var *x
           tape->nx--;
           break;
         }
-    SG_TRY(ag_grow((void **)&tape->xcache, &tape->cap_x, tape->nx + 1, sizeof *tape->xcache));
+    SG_TRY(ag_grow((void **)&tape->xcache, &tape->cap_x, tape->nx + 1,
+                   sizeof *tape->xcache));
     sg_sharded_exchange_t ex = NULL;
-    SG_TRY(sg_sharded_exchange_create(x->mesh, k.dtype, k.ndim, k.global, x->placements, k.win,
-                                      &ex));
+    SG_TRY(sg_sharded_exchange_create(x->mesh, k.dtype, k.ndim, k.global,
+                                      x->placements, k.win, &ex));
     hit = &tape->xcache[tape->nx++];
     hit->key = k;
     hit->ex = ex;
@@ -188,9 +214,12 @@ static sg_status ag_crop(sg_node *node, int j, const sg_exchange_info *info) {
   shape[1] = v->value.shape[1];
   for (int d = 0; d < info->nsp; ++d) {
     if (v->value.shape[2 + d] != info->natural[d])
-      SG_RAISE(SG_ERR_SHAPE, "%s: output %d has extent %lld in spatial dim %d, the window gives "
-               "%lld", node->op->name, j, (long long)v->value.shape[2 + d], d,
-               (long long)info->natural[d]);
+      SG_RAISE(
+          SG_ERR_SHAPE,
+          "%s: output %d has extent %lld in spatial dim %d, the window gives "
+          "%lld",
+          node->op->name, j, (long long)v->value.shape[2 + d], d,
+          (long long)info->natural[d]);
     off[2 + d] = info->crop[d];
     shape[2 + d] = info->out_local[d];
   }
@@ -212,13 +241,15 @@ static sg_status ag_partial_sum(sg_node *node, sg_var *v) {
   double *buf = NULL;
   sg_group_t g = NULL;
   const int64_t n = ag_numel(&v->value);
-  SG_TRY(sg_node_group(node, SG_SPLIT_BATCH | SG_SPLIT_CHANNEL | SG_SPLIT_SPACE, &g));
+  SG_TRY(sg_node_group(node, SG_SPLIT_BATCH | SG_SPLIT_CHANNEL | SG_SPLIT_SPACE,
+                       &g));
   if (!g || n == 0) goto fail;
   buf = malloc((size_t)n * sizeof *buf);
   if (!buf) SG_RAISE(SG_ERR_ALLOC, "partial sum");
   const int f32 = v->value.dtype == SG_DTYPE_F32;
   for (int64_t i = 0; i < n; ++i)
-    buf[i] = f32 ? (double)((const float *)v->value.data)[i] : ((const double *)v->value.data)[i];
+    buf[i] = f32 ? (double)((const float *)v->value.data)[i]
+                 : ((const double *)v->value.data)[i];
   SG_TRY(sg_sum_allreduce(buf, n, sg_group_comm(g)));
   for (int64_t i = 0; i < n; ++i) {
     if (f32)
@@ -246,7 +277,8 @@ static sg_status ag_outputs_sharding(sg_node *node) {
     }
     if (node->op->rule.out != SG_OUT_LIKE_INPUT) continue;
     if (v->value.ndim != ref->value.ndim)
-      SG_RAISE(SG_ERR_SHAPE, "%s: output %d has %d dims, its sharded input '%s' %d",
+      SG_RAISE(SG_ERR_SHAPE,
+               "%s: output %d has %d dims, its sharded input '%s' %d",
                node->op->name, j, v->value.ndim, ref->name, ref->value.ndim);
     if (node->has_window && info.cropped) SG_TRY(ag_crop(node, j, &info));
     for (int t = 0; t < v->value.ndim; ++t) {
@@ -257,8 +289,10 @@ static sg_status ag_outputs_sharding(sg_node *node) {
         g = win ? info.out_global[t - 2] : ref->global_shape[t];
       }
       if (v->value.shape[t] != want)
-        SG_RAISE(SG_ERR_SHAPE, "%s: output %d has extent %lld in sharded dim %d, this rank's "
-                 "share is %lld", node->op->name, j, (long long)v->value.shape[t], t,
+        SG_RAISE(SG_ERR_SHAPE,
+                 "%s: output %d has extent %lld in sharded dim %d, this rank's "
+                 "share is %lld",
+                 node->op->name, j, (long long)v->value.shape[t], t,
                  (long long)want);
       v->global_shape[t] = g;
     }
@@ -292,8 +326,9 @@ const int64_t *sg_node_in_global_shape(const sg_node *node, int i) {
 /* Everything before the first message: checks, the node, its margins on one
  * process or its cached exchange, the output variables. */
 static sg_status ag_apply_prepare(sg_tape_t tape, const sg_op_def *op, int nin,
-                                  sg_var *const *in, int nout, const sg_window *win,
-                                  const void *attr, size_t attr_bytes, sg_node **pnode) {
+                                  sg_var *const *in, int nout,
+                                  const sg_window *win, const void *attr,
+                                  size_t attr_bytes, sg_node **pnode) {
   sg_status st = SG_OK;
   sg_node *node = calloc(1, sizeof *node);
   if (!node) SG_RAISE(SG_ERR_ALLOC, "node");
@@ -312,14 +347,18 @@ static sg_status ag_apply_prepare(sg_tape_t tape, const sg_op_def *op, int nin,
     const sg_var *x = in[op->rule.windowed_input];
     const int nsp = x->value.ndim - 2;
     if (nsp < 1 || nsp > SG_OPS_MAX_SPATIAL)
-      SG_RAISE(SG_ERR_SHAPE, "%s: the windowed input has %d dims, expected (N, C) + 1..%d spatial",
-               op->name, x->value.ndim, SG_OPS_MAX_SPATIAL);
+      SG_RAISE(
+          SG_ERR_SHAPE,
+          "%s: the windowed input has %d dims, expected (N, C) + 1..%d spatial",
+          op->name, x->value.ndim, SG_OPS_MAX_SPATIAL);
     node->has_window = 1;
     node->nsp = nsp;
     for (int d = 0; d < nsp; ++d) node->win[d] = sg_window_normal(win[d]);
     if (node->mesh && !x->mesh)
-      SG_RAISE(SG_ERR_INVALID_ARG, "%s: the windowed input '%s' is not sharded but other inputs "
-               "are", op->name, x->name);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "%s: the windowed input '%s' is not sharded but other inputs "
+               "are",
+               op->name, x->name);
     if (node->mesh) {
       SG_TRY(ag_node_exchange(tape, node, x));
     } else {
@@ -353,7 +392,8 @@ static sg_status ag_apply_run(sg_tape_t tape, sg_node *node) {
       node->xin = x->value;
       node->xin.owns = 0;
     } else {
-      SG_TRY(sg_sharded_exchange_forward((sg_sharded_exchange_t)node->ex, &x->value, &node->xin));
+      SG_TRY(sg_sharded_exchange_forward((sg_sharded_exchange_t)node->ex,
+                                         &x->value, &node->xin));
       if (node->xin.owns) tape->bytes += ag_nbytes(&node->xin);
     }
   }
@@ -363,7 +403,8 @@ static sg_status ag_apply_run(sg_tape_t tape, sg_node *node) {
   if (st != SG_OK) goto fail;
   for (int j = 0; j < node->nout; ++j)
     if (!node->out[j]->value.data && ag_numel(&node->out[j]->value) != 0)
-      SG_RAISE(SG_ERR_INTERNAL, "%s did not produce output %d", node->op->name, j);
+      SG_RAISE(SG_ERR_INTERNAL, "%s did not produce output %d", node->op->name,
+               j);
   if (node->mesh) SG_TRY(ag_outputs_sharding(node));
 fail:
   return st;
@@ -372,14 +413,18 @@ fail:
 /* The inputs' data: NULL only for an empty tensor (an empty shard, e.g. a
  * rank with no samples of a batch split over more data ranks than samples),
  * one dtype. */
-static sg_status ag_check_inputs(const sg_op_def *op, int nin, sg_var *const *in) {
+static sg_status ag_check_inputs(const sg_op_def *op, int nin,
+                                 sg_var *const *in) {
   sg_status st = SG_OK;
   for (int i = 0; i < nin; ++i) {
-    if (!in[i]->value.data && (in[i]->value.ndim < 1 || ag_numel(&in[i]->value) != 0))
-      SG_RAISE(SG_ERR_INVALID_ARG, "%s: input %d ('%s') is released (no data)", op->name, i, in[i]->name);
+    if (!in[i]->value.data &&
+        (in[i]->value.ndim < 1 || ag_numel(&in[i]->value) != 0))
+      SG_RAISE(SG_ERR_INVALID_ARG, "%s: input %d ('%s') is released (no data)",
+               op->name, i, in[i]->name);
     if (in[i]->value.dtype != in[0]->value.dtype)
       SG_RAISE(SG_ERR_SHAPE, "%s: input %d is %s, input 0 is %s", op->name, i,
-               sg_dtype_name(in[i]->value.dtype), sg_dtype_name(in[0]->value.dtype));
+               sg_dtype_name(in[i]->value.dtype),
+               sg_dtype_name(in[0]->value.dtype));
   }
 fail:
   return st;
@@ -400,11 +445,14 @@ sg_status sg_tape_apply(sg_tape_t tape, const sg_op_def *op, int nin,
     SG_RAISE(SG_ERR_INVALID_ARG, "%s: attributes of %zu bytes (max %zu)",
              op->name, attr_bytes, sizeof node->attr);
   for (int i = 0; i < nin; ++i)
-    if (!in[i]) SG_RAISE(SG_ERR_INVALID_ARG, "%s: input %d is NULL", op->name, i);
+    if (!in[i])
+      SG_RAISE(SG_ERR_INVALID_ARG, "%s: input %d is NULL", op->name, i);
   if (tape->collecting) SG_TRY(ag_collect(tape, op->name, nin, in));
   const int r = ag_sharded_ref(op, nin, in);
-  const MPI_Comm comm =
-      ag_agree_comm(tape, r >= 0 ? sg_mesh_comm(in[r]->mesh) : MPI_COMM_NULL, ag_hooked(tape, nin, in));
+  const MPI_Comm comm = ag_agree_comm(tape,
+                                      r >= 0 ? sg_mesh_comm(in[r]->mesh)
+                                             : MPI_COMM_NULL,
+                                      ag_hooked(tape, nin, in));
   int requires = 0;
   for (int i = 0; i < nin; ++i) requires |= in[i]->requires_grad;
   requires = requires && tape->grad_enabled;
@@ -414,7 +462,9 @@ sg_status sg_tape_apply(sg_tape_t tape, const sg_op_def *op, int nin,
   if (st == SG_OK) st = ag_check_inputs(op, nin, in);
   /* before the preparation, which may create a halo plan (collective) */
   st = ag_agree(comm, st);
-  if (st == SG_OK) st = ag_apply_prepare(tape, op, nin, in, nout, win, attr, attr_bytes, &node);
+  if (st == SG_OK)
+    st = ag_apply_prepare(tape, op, nin, in, nout, win, attr, attr_bytes,
+                          &node);
   st = ag_agree(comm, st);
   if (st != SG_OK) goto fail;
   st = ag_apply_run(tape, node);

@@ -23,9 +23,11 @@ typedef struct ag_bwd {
 /* Input i takes output 0's gradient unchanged (sg_op_rule.grad_identity). */
 static int ag_grad_identity(const sg_node *node, int i) {
   const sg_var *v = node->in[i], *o = node->out[0];
-  return (node->op->rule.grad_identity & (1u << i)) && node->op->slots[i] == SG_SLOT_ACT &&
-         i != node->op->rule.windowed_input && !node->cropped && node->nout >= 1 &&
-         v->value.dtype == o->value.dtype && ag_numel(&v->value) == ag_numel(&o->value);
+  return (node->op->rule.grad_identity & (1u << i)) &&
+         node->op->slots[i] == SG_SLOT_ACT &&
+         i != node->op->rule.windowed_input && !node->cropped &&
+         node->nout >= 1 && v->value.dtype == o->value.dtype &&
+         ag_numel(&v->value) == ag_numel(&o->value);
 }
 
 /* Gradient buffers, the op's backward (outputs' gradients zero-padded to
@@ -33,7 +35,8 @@ static int ag_grad_identity(const sg_node *node, int i) {
 static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
   sg_status st = SG_OK;
   const int wi = node->op->rule.windowed_input;
-  for (int j = 0; j < node->nout; ++j) SG_TRY(ag_ensure_grad(tape, node->out[j]));
+  for (int j = 0; j < node->nout; ++j)
+    SG_TRY(ag_ensure_grad(tape, node->out[j]));
   for (int i = 0; i < node->nin; ++i) {
     sg_var *v = node->in[i];
     node->gin[i] = NULL;
@@ -110,7 +113,8 @@ static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
   for (int i = 0; i < node->nin; ++i) {
     sg_var *v = node->in[i];
     if (b->how[i] == IDENT && v->requires_grad && ag_numel(&v->value) > 0) {
-      if (!v->is_leaf && !v->has_grad && !v->grad.data && o->owns_grad && o->grad.data == gsrc) {
+      if (!v->is_leaf && !v->has_grad && !v->grad.data && o->owns_grad &&
+          o->grad.data == gsrc) {
         v->grad = o->grad; /* hand over: same bytes on the tape's account */
         v->owns_grad = 1;
         memset(&o->grad, 0, sizeof o->grad);
@@ -134,12 +138,13 @@ static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
       ag_pads(node, pad, mode);
       SG_TRY(ag_alloc(&b->tmp2, v->value.dtype, v->value.ndim, v->value.shape));
       if (node->mesh)
-        SG_TRY(sg_sharded_exchange_adjoint((sg_sharded_exchange_t)node->ex, b->tmp[i].data,
-                                           &b->tmp2));
+        SG_TRY(sg_sharded_exchange_adjoint((sg_sharded_exchange_t)node->ex,
+                                           b->tmp[i].data, &b->tmp2));
       else
-        SG_TRY(sg_pad_backward(v->value.dtype, node->nsp, v->value.shape[0] * v->value.shape[1],
-                               v->value.shape + 2, (const int64_t(*)[2])pad, mode,
-                               b->tmp[i].data, b->tmp2.data));
+        SG_TRY(sg_pad_backward(v->value.dtype, node->nsp,
+                               v->value.shape[0] * v->value.shape[1],
+                               v->value.shape + 2, (const int64_t(*)[2])pad,
+                               mode, b->tmp[i].data, b->tmp2.data));
       SG_TRY(ag_ensure_grad(tape, v));
       if (!v->is_leaf && !v->has_grad)
         memcpy(v->grad.data, b->tmp2.data, ag_nbytes(&b->tmp2));
@@ -167,9 +172,11 @@ static sg_status ag_node_backward(sg_tape_t tape, sg_node *node) {
   ag_bwd b;
   memset(&b, 0, sizeof b);
   /* every consumer has added its part: the activation gradient is whole */
-  for (int j = 0; j < node->nout; ++j) ag_store_round(tape, &node->out[j]->grad);
+  for (int j = 0; j < node->nout; ++j)
+    ag_store_round(tape, &node->out[j]->grad);
   const int hooked = ag_hooked(tape, node->nin, node->in);
-  const MPI_Comm comm = ag_agree_comm(tape, node->mesh ? sg_mesh_comm(node->mesh) : MPI_COMM_NULL, hooked);
+  const MPI_Comm comm = ag_agree_comm(
+      tape, node->mesh ? sg_mesh_comm(node->mesh) : MPI_COMM_NULL, hooked);
   st = ag_call_param_hooks(tape, AG_PRE_BACKWARD, node->nin, node->in);
   /* the kernels may be collective (statistics): a failed hook must not
    * leave the other ranks in them */
@@ -177,11 +184,13 @@ static sg_status ag_node_backward(sg_tape_t tape, sg_node *node) {
   if (st == SG_OK) st = ag_backward_local(tape, node, &b);
   if (node->mesh && node->has_window) st = ag_agree(comm, st);
   if (st == SG_OK) st = ag_backward_route(tape, node, &b);
-  if (st == SG_OK) st = ag_call_param_hooks(tape, AG_POST_BACKWARD_USE, node->nin, node->in);
+  if (st == SG_OK)
+    st = ag_call_param_hooks(tape, AG_POST_BACKWARD_USE, node->nin, node->in);
   for (int i = 0; i < node->nin && st == SG_OK; ++i) {
     sg_var *v = node->in[i];
     if (!v->requires_grad) continue;
-    if (--v->pending == 0 && v->is_param) st = ag_call_hooks(tape, AG_GRAD_READY, v);
+    if (--v->pending == 0 && v->is_param)
+      st = ag_call_hooks(tape, AG_GRAD_READY, v);
   }
   st = ag_agree(comm, st);
   for (int i = 0; i < SG_NODE_MAX_IN; ++i) ag_free(&b.tmp[i]);
@@ -203,7 +212,8 @@ sg_status ag_backward_walk(sg_tape_t tape) {
     tape->nnodes = k;
   }
   for (int k = 0; k < tape->nhooks && st == SG_OK; ++k)
-    if (tape->hooks[k].post_backward) st = tape->hooks[k].post_backward(tape, tape->hooks[k].user);
+    if (tape->hooks[k].post_backward)
+      st = tape->hooks[k].post_backward(tape, tape->hooks[k].user);
   st = ag_agree(ag_agree_comm(tape, MPI_COMM_NULL, tape->nhooks > 0), st);
 fail:
   return st;
@@ -216,7 +226,8 @@ static sg_status ag_seed_check(const sg_var *v, const char *what) {
   if (!v->producer || !v->requires_grad)
     SG_RAISE(SG_ERR_INVALID_ARG,
              "backward from '%s': not produced on this tape with gradients "
-             "(no-grad mode, or no input requires a gradient)", v->name);
+             "(no-grad mode, or no input requires a gradient)",
+             v->name);
 fail:
   return st;
 }
@@ -240,28 +251,41 @@ fail:
   return st;
 }
 
-sg_status sg_tape_backward_from(sg_tape_t tape, int n, sg_var *const *vars, const sg_tensor *grads) {
+sg_status sg_tape_backward_from(sg_tape_t tape, int n, sg_var *const *vars,
+                                const sg_tensor *grads) {
   sg_status st = SG_OK;
   if (!tape || n < 1 || !vars || !grads)
-    SG_RAISE(SG_ERR_INVALID_ARG, "backward from pairs: tape, n >= 1, variables and gradients are required");
+    SG_RAISE(
+        SG_ERR_INVALID_ARG,
+        "backward from pairs: tape, n >= 1, variables and gradients are required");
   for (int i = 0; i < n; ++i) {
     sg_var *v = vars[i];
     const sg_tensor *g = &grads[i];
     SG_TRY(ag_seed_check(v, "a variable"));
     if (g->dtype != v->value.dtype || g->ndim != v->value.ndim)
-      SG_RAISE(SG_ERR_SHAPE, "backward from '%s': gradient %d is %s with %d dims, the variable %s with %d",
-               v->name, i, sg_dtype_name(g->dtype), g->ndim, sg_dtype_name(v->value.dtype), v->value.ndim);
+      SG_RAISE(
+          SG_ERR_SHAPE,
+          "backward from '%s': gradient %d is %s with %d dims, the variable %s with %d",
+          v->name, i, sg_dtype_name(g->dtype), g->ndim,
+          sg_dtype_name(v->value.dtype), v->value.ndim);
     for (int d = 0; d < g->ndim; ++d)
       if (g->shape[d] != v->value.shape[d])
-        SG_RAISE(SG_ERR_SHAPE, "backward from '%s': gradient %d has extent %lld in dim %d, the variable %lld",
-                 v->name, i, (long long)g->shape[d], d, (long long)v->value.shape[d]);
+        SG_RAISE(
+            SG_ERR_SHAPE,
+            "backward from '%s': gradient %d has extent %lld in dim %d, the variable %lld",
+            v->name, i, (long long)g->shape[d], d,
+            (long long)v->value.shape[d]);
     if (ag_numel(&v->value) == 0) continue;
-    if (!g->data) SG_RAISE(SG_ERR_INVALID_ARG, "backward from '%s': gradient %d has no data", v->name, i);
+    if (!g->data)
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "backward from '%s': gradient %d has no data", v->name, i);
     SG_TRY(ag_ensure_grad(tape, v));
     sg_tensor src = v->grad;
     src.data = g->data;
-    if (v->has_grad) ag_add_into(&v->grad, &src); /* the same variable twice: sum */
-    else memcpy(v->grad.data, g->data, ag_nbytes(&v->grad));
+    if (v->has_grad)
+      ag_add_into(&v->grad, &src); /* the same variable twice: sum */
+    else
+      memcpy(v->grad.data, g->data, ag_nbytes(&v->grad));
     v->has_grad = 1;
   }
   SG_TRY(ag_backward_walk(tape));

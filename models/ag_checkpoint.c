@@ -10,7 +10,8 @@
 #include "sg_comm.h"
 #include "sg_device.h"
 
-const sg_op_def ag_ckpt_op = {.name = "checkpoint", .rule = {.windowed_input = -1}};
+const sg_op_def ag_ckpt_op = {.name = "checkpoint",
+                              .rule = {.windowed_input = -1}};
 
 const sg_op_def *sg_ag_checkpoint_op_def(void) { return &ag_ckpt_op; }
 
@@ -20,7 +21,8 @@ static sg_status ag_coll_add(sg_tape_t t, sg_var *v) {
   sg_status st = SG_OK;
   for (int i = 0; i < t->ncoll; ++i)
     if (t->coll[i] == v) goto fail;
-  SG_TRY(ag_grow((void **)&t->coll, &t->cap_coll, t->ncoll + 1, sizeof *t->coll));
+  SG_TRY(
+      ag_grow((void **)&t->coll, &t->cap_coll, t->ncoll + 1, sizeof *t->coll));
   t->coll[t->ncoll++] = v;
 fail:
   return st;
@@ -38,8 +40,11 @@ sg_status ag_collect(sg_tape_t t, const char *who, int nin, sg_var *const *in) {
     for (int k = 0; !ok && k < t->ck_nin; ++k) ok = t->ck_in[k] == v;
     for (int k = t->nowned - 1; !ok && k >= 0; --k) ok = t->owned[k] == v;
     if (!ok)
-      SG_RAISE(SG_ERR_INVALID_ARG, "checkpointed block: %s reads '%s', an activation made outside the block: "
-               "pass it as one of the block's inputs", who, v->name);
+      SG_RAISE(
+          SG_ERR_INVALID_ARG,
+          "checkpointed block: %s reads '%s', an activation made outside the block: "
+          "pass it as one of the block's inputs",
+          who, v->name);
   }
 fail:
   return st;
@@ -81,15 +86,18 @@ static void ag_stand_in(sg_var *s, const sg_var *x) {
 
 /* Over which communicator a checkpoint agrees: its first sharded input's
  * mesh, else the tape's (when listeners could fail). */
-static MPI_Comm ag_ckpt_comm(sg_tape_t tape, int nin, sg_var *const *in, int *ref) {
+static MPI_Comm ag_ckpt_comm(sg_tape_t tape, int nin, sg_var *const *in,
+                             int *ref) {
   *ref = -1;
   for (int i = 0; i < nin && *ref < 0; ++i)
     if (in[i]->mesh) *ref = i;
-  return ag_agree_comm(tape, *ref >= 0 ? sg_mesh_comm(in[*ref]->mesh) : MPI_COMM_NULL, tape->nhooks > 0);
+  return ag_agree_comm(tape,
+                       *ref >= 0 ? sg_mesh_comm(in[*ref]->mesh) : MPI_COMM_NULL,
+                       tape->nhooks > 0);
 }
 
-sg_status sg_ag_checkpoint(sg_tape_t tape, sg_block_fn fn, void *ctx, int nin, sg_var *const *in, int nout,
-                           sg_var **out) {
+sg_status sg_ag_checkpoint(sg_tape_t tape, sg_block_fn fn, void *ctx, int nin,
+                           sg_var *const *in, int nout, sg_var **out) {
   sg_status st = SG_OK;
   sg_tape_t c = NULL;
   sg_node *node = NULL;
@@ -97,23 +105,28 @@ sg_status sg_ag_checkpoint(sg_tape_t tape, sg_block_fn fn, void *ctx, int nin, s
   sg_var stand[SG_NODE_MAX_IN], *sp[SG_NODE_MAX_IN], *co[SG_NODE_MAX_OUT];
   int recorded = 0, ref = -1;
   if (!tape || !fn || !in || !out)
-    SG_RAISE(SG_ERR_INVALID_ARG, "checkpoint: tape, block function, inputs and outputs are required");
+    SG_RAISE(
+        SG_ERR_INVALID_ARG,
+        "checkpoint: tape, block function, inputs and outputs are required");
   if (nin < 1 || nin > SG_NODE_MAX_IN || nout < 1 || nout > SG_NODE_MAX_OUT)
-    SG_RAISE(SG_ERR_INVALID_ARG, "checkpoint: %d inputs, %d outputs (1..%d, 1..%d)", nin, nout, SG_NODE_MAX_IN,
-             SG_NODE_MAX_OUT);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "checkpoint: %d inputs, %d outputs (1..%d, 1..%d)", nin, nout,
+             SG_NODE_MAX_IN, SG_NODE_MAX_OUT);
   for (int i = 0; i < nin; ++i)
     if (!in[i]) SG_RAISE(SG_ERR_INVALID_ARG, "checkpoint: input %d is NULL", i);
   sg_var *inl[SG_NODE_MAX_IN]; /* out may alias in (h = block(h)) */
   for (int i = 0; i < nin; ++i) inl[i] = in[i];
   in = inl;
   for (int j = 0; j < nout; ++j) out[j] = NULL;
-  if (tape->collecting) SG_TRY(ag_collect(tape, "a nested checkpoint", nin, in));
+  if (tape->collecting)
+    SG_TRY(ag_collect(tape, "a nested checkpoint", nin, in));
   const MPI_Comm comm = ag_ckpt_comm(tape, nin, in, &ref);
   /* this rank's preparation may fail alone: agree before the block runs */
   st = ag_child(tape, &c);
   if (st == SG_OK) {
     node = calloc(1, sizeof *node);
-    if (!node) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "checkpoint node");
+    if (!node)
+      st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "checkpoint node");
   }
   st = ag_agree(comm, st);
   if (st != SG_OK) goto fail;
@@ -135,18 +148,29 @@ sg_status sg_ag_checkpoint(sg_tape_t tape, sg_block_fn fn, void *ctx, int nin, s
   /* outputs: made by the block's ops, distinct */
   for (int j = 0; j < nout && st == SG_OK; ++j) {
     int mine = 0;
-    for (int k = 0; co[j] && k < c->nowned && !mine; ++k) mine = c->owned[k] == co[j];
+    for (int k = 0; co[j] && k < c->nowned && !mine; ++k)
+      mine = c->owned[k] == co[j];
     for (int i = 0; mine && i < j; ++i) mine = co[i] != co[j];
     if (!mine)
-      st = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "checkpointed block: output %d is %s", j,
-                        !co[j] ? "NULL" : "not a variable made by the block's ops (an input, a leaf or "
-                                          "another output returned as is)");
+      st = sg_error_set(
+          SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+          "checkpointed block: output %d is %s", j,
+          !co[j]
+              ? "NULL"
+              : "not a variable made by the block's ops (an input, a leaf or "
+                "another output returned as is)");
   }
   if (st == SG_OK)
-    st = sg_calloc(sg_device_host(), sizeof *ck + (size_t)(c->ncoll > 0 ? c->ncoll : 1) * sizeof(sg_var *),
+    st = sg_calloc(sg_device_host(),
+                   sizeof *ck +
+                       (size_t)(c->ncoll > 0 ? c->ncoll : 1) * sizeof(sg_var *),
                    (void **)&ck);
-  if (st == SG_OK) st = ag_grow((void **)&tape->owned, &tape->cap_owned, tape->nowned + nout, sizeof *tape->owned);
-  if (st == SG_OK) st = ag_grow((void **)&tape->nodes, &tape->cap_nodes, tape->nnodes + 1, sizeof *tape->nodes);
+  if (st == SG_OK)
+    st = ag_grow((void **)&tape->owned, &tape->cap_owned, tape->nowned + nout,
+                 sizeof *tape->owned);
+  if (st == SG_OK)
+    st = ag_grow((void **)&tape->nodes, &tape->cap_nodes, tape->nnodes + 1,
+                 sizeof *tape->nodes);
   st = ag_agree(comm, st);
   if (st != SG_OK) goto fail;
   /* the node: its inputs, the leaves used inside, the outputs (the block's
@@ -164,7 +188,8 @@ sg_status sg_ag_checkpoint(sg_tape_t tape, sg_block_fn fn, void *ctx, int nin, s
   ck->ncap = c->ncoll;
   memcpy(ck->cap, c->coll, (size_t)c->ncoll * sizeof *ck->cap);
   node->saved = ck;
-  node->saved_bytes = sizeof *ck + (size_t)(c->ncoll > 0 ? c->ncoll : 1) * sizeof(sg_var *);
+  node->saved_bytes = sizeof *ck +
+                      (size_t)(c->ncoll > 0 ? c->ncoll : 1) * sizeof(sg_var *);
   tape->bytes += node->saved_bytes;
   ck = NULL;
   int requires = 0;
@@ -184,9 +209,11 @@ sg_status sg_ag_checkpoint(sg_tape_t tape, sg_block_fn fn, void *ctx, int nin, s
       memset(&co[j]->value, 0, sizeof co[j]->value);
       co[j]->owns_value = 0;
     } else {
-      SG_TRY(ag_alloc_z(&v->value, co[j]->value.dtype, co[j]->value.ndim, co[j]->value.shape, 0));
+      SG_TRY(ag_alloc_z(&v->value, co[j]->value.dtype, co[j]->value.ndim,
+                        co[j]->value.shape, 0));
       v->owns_value = 1;
-      if (ag_numel(&v->value) > 0) memcpy(v->value.data, co[j]->value.data, ag_nbytes(&v->value));
+      if (ag_numel(&v->value) > 0)
+        memcpy(v->value.data, co[j]->value.data, ag_nbytes(&v->value));
     }
     v->mesh = co[j]->mesh;
     memcpy(v->placements, co[j]->placements, sizeof v->placements);
@@ -243,13 +270,16 @@ sg_status ag_ckpt_backward(sg_tape_t tape, sg_node *node) {
   }
   for (int j = 0; j < node->nout; ++j) co[j] = NULL;
   st = ag_child(tape, &c);
-  for (int j = 0; j < node->nout && st == SG_OK; ++j) st = ag_ensure_grad(tape, node->out[j]);
+  for (int j = 0; j < node->nout && st == SG_OK; ++j)
+    st = ag_ensure_grad(tape, node->out[j]);
   /* an input that has a gradient already (a leaf's accumulates; an
    * activation's from uses after the block): the block adds into it, as
    * the ops would on this tape */
   for (int i = 0; i < node->nin && st == SG_OK; ++i) {
     sg_var *v = node->in[i];
-    if (!v->requires_grad || ag_numel(&v->value) == 0 || !(v->is_leaf || v->has_grad)) continue;
+    if (!v->requires_grad || ag_numel(&v->value) == 0 ||
+        !(v->is_leaf || v->has_grad))
+      continue;
     st = ag_ensure_grad(tape, v);
     if (st != SG_OK) break;
     stand[i].grad = v->grad;
@@ -262,10 +292,16 @@ sg_status ag_ckpt_backward(sg_tape_t tape, sg_node *node) {
   SG_TRY(ck->fn(c, ck->ctx, sp, co));
   /* seed: the outputs' gradients, lent (not copied) */
   for (int j = 0; j < node->nout; ++j) {
-    if (!co[j]) SG_RAISE(SG_ERR_INVALID_ARG, "checkpointed block: output %d is NULL in the recomputation", j);
-    if (!co[j]->requires_grad || !co[j]->producer || ag_numel(&co[j]->value) == 0) continue;
-    if (ag_numel(&co[j]->value) != ag_numel(&node->out[j]->value) || co[j]->grad.data)
-      SG_RAISE(SG_ERR_INTERNAL, "checkpointed block: output %d differs in the recomputation", j);
+    if (!co[j])
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "checkpointed block: output %d is NULL in the recomputation", j);
+    if (!co[j]->requires_grad || !co[j]->producer ||
+        ag_numel(&co[j]->value) == 0)
+      continue;
+    if (ag_numel(&co[j]->value) != ag_numel(&node->out[j]->value) ||
+        co[j]->grad.data)
+      SG_RAISE(SG_ERR_INTERNAL,
+               "checkpointed block: output %d differs in the recomputation", j);
     co[j]->grad = node->out[j]->grad;
     co[j]->grad.owns = 0;
     co[j]->owns_grad = 0;
@@ -291,11 +327,13 @@ sg_status ag_ckpt_backward(sg_tape_t tape, sg_node *node) {
    * (last used first, as backward without the checkpoint meets them) */
   for (int i = 0; i < node->nin && st == SG_OK; ++i) {
     sg_var *v = node->in[i];
-    if (v->requires_grad && --v->pending == 0 && v->is_param) st = ag_call_hooks(tape, AG_GRAD_READY, v);
+    if (v->requires_grad && --v->pending == 0 && v->is_param)
+      st = ag_call_hooks(tape, AG_GRAD_READY, v);
   }
   for (int k = ck->ncap - 1; k >= 0 && st == SG_OK; --k) {
     sg_var *v = ck->cap[k];
-    if (--v->pending == 0 && v->is_param) st = ag_call_hooks(tape, AG_GRAD_READY, v);
+    if (--v->pending == 0 && v->is_param)
+      st = ag_call_hooks(tape, AG_GRAD_READY, v);
   }
 fail:
   if (c) {

@@ -79,18 +79,22 @@ static const sg_op_def conv_op = {
     .forward = conv_fwd,
     .backward = conv_bwd,
     .rule = {.windowed_input = 0,
-             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
-             .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
+             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
+                        SG_ACCEPT_SHARD_SPATIAL,
+             .out = SG_OUT_LIKE_INPUT,
+             .writes_gin = 1u}};
 
 /* x has nsp spatial dims (1..3). */
-static sg_status check_window_input(const char *what, const sg_var *x, int nsp) {
+static sg_status check_window_input(const char *what, const sg_var *x,
+                                    int nsp) {
   sg_status st = SG_OK;
   if (!x) SG_RAISE(SG_ERR_INVALID_ARG, "%s: input is NULL", what);
   if (nsp < 1 || nsp > SG_OPS_MAX_SPATIAL)
     SG_RAISE(SG_ERR_INVALID_ARG, "%s: %d spatial dims (1..3)", what, nsp);
   if (x->value.ndim != 2 + nsp)
-    SG_RAISE(SG_ERR_SHAPE, "%s: input has %d dims, expected (N, C) + %d spatial",
-             what, x->value.ndim, nsp);
+    SG_RAISE(SG_ERR_SHAPE,
+             "%s: input has %d dims, expected (N, C) + %d spatial", what,
+             x->value.ndim, nsp);
 fail:
   return st;
 }
@@ -98,18 +102,21 @@ fail:
 /* The caller's window (nsp dims) with the kernel taken from kernel[] when
  * given (conv: w's shape; the caller's kernel must be 0 or the same) and no
  * up-sampling (the window ops that up-sample build their own). */
-static sg_status window_of(const char *what, int nsp, const sg_window *in, const int64_t *kernel,
-                           sg_window *w) {
+static sg_status window_of(const char *what, int nsp, const sg_window *in,
+                           const int64_t *kernel, sg_window *w) {
   sg_status st = SG_OK;
   for (int i = 0; i < nsp; ++i) {
     w[i] = sg_window_normal(in[i]);
     if (kernel && in[i].kernel != 0 && in[i].kernel != kernel[i])
-      SG_RAISE(SG_ERR_SHAPE, "%s: window kernel %lld in spatial dim %d, the weight's is %lld", what,
-               (long long)in[i].kernel, i, (long long)kernel[i]);
+      SG_RAISE(SG_ERR_SHAPE,
+               "%s: window kernel %lld in spatial dim %d, the weight's is %lld",
+               what, (long long)in[i].kernel, i, (long long)kernel[i]);
     if (kernel) w[i].kernel = kernel[i];
     if (w[i].up != 1)
-      SG_RAISE(SG_ERR_INVALID_ARG, "%s: up-sampling %lld in spatial dim %d (use sg_ag_upsample or "
-               "sg_ag_convt)", what, (long long)w[i].up, i);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "%s: up-sampling %lld in spatial dim %d (use sg_ag_upsample or "
+               "sg_ag_convt)",
+               what, (long long)w[i].up, i);
   }
 fail:
   return st;
@@ -118,14 +125,17 @@ fail:
 sg_status sg_ag_conv(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
                      const sg_window *win, sg_var **y) {
   sg_status st = SG_OK;
-  if (!w || !win) SG_RAISE(SG_ERR_INVALID_ARG, "conv: weight and window are required");
+  if (!w || !win)
+    SG_RAISE(SG_ERR_INVALID_ARG, "conv: weight and window are required");
   int nsp = w->value.ndim - 2;
   SG_TRY(check_window_input("conv", x, nsp));
   if (w->value.shape[1] != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "conv: weight takes %lld channels, input has %lld",
-             (long long)w->value.shape[1], (long long)sg_var_global_shape(x)[1]);
+             (long long)w->value.shape[1],
+             (long long)sg_var_global_shape(x)[1]);
   if (b && (b->value.ndim != 1 || b->value.shape[0] != w->value.shape[0]))
-    SG_RAISE(SG_ERR_SHAPE, "conv: bias must be (%lld)", (long long)w->value.shape[0]);
+    SG_RAISE(SG_ERR_SHAPE, "conv: bias must be (%lld)",
+             (long long)w->value.shape[0]);
   sg_window ww[SG_OPS_MAX_SPATIAL];
   SG_TRY(window_of("conv", nsp, win, w->value.shape + 2, ww));
   conv_attr at = {.has_bias = b != NULL};
@@ -137,11 +147,16 @@ fail:
 
 /* The window of an up-sampling by scale[] (kernel 1, or 3 with a replicate
  * margin of one cell for the linear kinds). */
-static void up_window(sg_window *win, int nsp, int linear, const int64_t *scale) {
+static void up_window(sg_window *win, int nsp, int linear,
+                      const int64_t *scale) {
   for (int i = 0; i < nsp; ++i) {
-    sg_window w = {.kernel = linear ? 3 : 1, .stride = 1, .dilation = 1,
-                   .pad = {linear ? 1 : 0, linear ? 1 : 0}, .up = scale[i],
-                   .boundary = linear ? SG_BOUNDARY_REPLICATE : SG_BOUNDARY_ZERO};
+    sg_window w = {.kernel = linear ? 3 : 1,
+                   .stride = 1,
+                   .dilation = 1,
+                   .pad = {linear ? 1 : 0, linear ? 1 : 0},
+                   .up = scale[i],
+                   .boundary = linear ? SG_BOUNDARY_REPLICATE
+                                      : SG_BOUNDARY_ZERO};
     win[i] = w;
   }
 }
@@ -193,7 +208,9 @@ static const sg_op_def convt_op = {
     .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
     .forward = convt_fwd,
     .backward = convt_bwd,
-    .rule = {.windowed_input = 0, .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
+    .rule = {.windowed_input = 0,
+             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
+                        SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT}};
 
 sg_status sg_ag_convt(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
@@ -204,9 +221,11 @@ sg_status sg_ag_convt(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
   SG_TRY(check_window_input("convt", x, nsp));
   if (w->value.shape[0] != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "convt: weight takes %lld channels, input has %lld",
-             (long long)w->value.shape[0], (long long)sg_var_global_shape(x)[1]);
+             (long long)w->value.shape[0],
+             (long long)sg_var_global_shape(x)[1]);
   if (b && (b->value.ndim != 1 || b->value.shape[0] != w->value.shape[1]))
-    SG_RAISE(SG_ERR_SHAPE, "convt: bias must be (%lld)", (long long)w->value.shape[1]);
+    SG_RAISE(SG_ERR_SHAPE, "convt: bias must be (%lld)",
+             (long long)w->value.shape[1]);
   conv_attr at = {.has_bias = b != NULL};
   sg_var *in[3] = {x, w, b};
   /* output i*k + a reads input i: a window of one cell, up-sampled by k */
@@ -222,7 +241,8 @@ fail:
  * window op accepts one, even those that are per channel (pooling,
  * up-sampling): declaring it made the op table promise what the framework
  * refuses. */
-#define WINDOW_ACCEPTS (SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL)
+#define WINDOW_ACCEPTS \
+  (SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL)
 
 /* ---- pooling --------------------------------------------------------------- */
 
@@ -262,8 +282,9 @@ static sg_status pool_fill_padding(sg_node *node) {
       extent[i] = node->in[0]->value.shape[2 + i];
     }
   }
-  return sg_pad_fill_outside(x->dtype, nsp, x->shape[0] * x->shape[1], x->shape + 2, origin,
-                             extent, mode, -INFINITY, x->data);
+  return sg_pad_fill_outside(x->dtype, nsp, x->shape[0] * x->shape[1],
+                             x->shape + 2, origin, extent, mode, -INFINITY,
+                             x->data);
 }
 
 static sg_status pool_fwd(sg_node *node) {
@@ -288,17 +309,19 @@ static sg_status pool_bwd(sg_node *node) {
                           grad_of(node, 0), node->gin[0]);
 }
 
-static const sg_op_def pool_op = {
-    .name = "pool",
-    .slots = {SG_SLOT_ACT},
-    .forward = pool_fwd,
-    .backward = pool_bwd,
-    .rule = {.windowed_input = 0, .accepts = WINDOW_ACCEPTS, .out = SG_OUT_LIKE_INPUT}};
+static const sg_op_def pool_op = {.name = "pool",
+                                  .slots = {SG_SLOT_ACT},
+                                  .forward = pool_fwd,
+                                  .backward = pool_bwd,
+                                  .rule = {.windowed_input = 0,
+                                           .accepts = WINDOW_ACCEPTS,
+                                           .out = SG_OUT_LIKE_INPUT}};
 
 sg_status sg_ag_pool(sg_tape_t t, sg_pool_kind kind, sg_var *x,
                      const sg_window *win, sg_var **y) {
   sg_status st = SG_OK;
-  if (!x || !win) SG_RAISE(SG_ERR_INVALID_ARG, "pool: input and window are required");
+  if (!x || !win)
+    SG_RAISE(SG_ERR_INVALID_ARG, "pool: input and window are required");
   const int nsp = x->value.ndim - 2;
   SG_TRY(check_window_input("pool", x, nsp));
   sg_window ww[SG_OPS_MAX_SPATIAL];
@@ -325,10 +348,12 @@ static sg_status up_fwd(sg_node *node) {
   const sg_tensor *x = up_input(node);
   int lin = a->kind == SG_UPSAMPLE_LINEAR;
   int64_t shape[SG_TENSOR_MAX_DIMS] = {x->shape[0], x->shape[1]};
-  for (int i = 0; i < a->nsp; ++i) shape[2 + i] = a->scale[i] * (x->shape[2 + i] - (lin ? 2 : 0));
+  for (int i = 0; i < a->nsp; ++i)
+    shape[2 + i] = a->scale[i] * (x->shape[2 + i] - (lin ? 2 : 0));
   SG_TRY(sg_node_alloc_out(node, 0, 2 + a->nsp, shape));
-  SG_TRY(sg_upsample_forward(a->kind, a->nsp, x->shape[0] * x->shape[1], x->shape + 2,
-                             a->scale, x->dtype, x->data, node->out[0]->value.data));
+  SG_TRY(sg_upsample_forward(a->kind, a->nsp, x->shape[0] * x->shape[1],
+                             x->shape + 2, a->scale, x->dtype, x->data,
+                             node->out[0]->value.data));
 fail:
   return st;
 }
@@ -336,35 +361,40 @@ fail:
 static sg_status up_bwd(sg_node *node) {
   const up_attr *a = (const up_attr *)node->attr;
   const sg_tensor *x = up_input(node);
-  return sg_upsample_backward(a->kind, a->nsp, x->shape[0] * x->shape[1], x->shape + 2,
-                              a->scale, x->dtype, grad_of(node, 0), node->gin[0]);
+  return sg_upsample_backward(a->kind, a->nsp, x->shape[0] * x->shape[1],
+                              x->shape + 2, a->scale, x->dtype,
+                              grad_of(node, 0), node->gin[0]);
 }
 
 /* Linear: every input cell needs one neighbour per side (a window of 3,
  * stride 1, replicate at the global border: PyTorch's edge clamping). */
-static const sg_op_def up_linear_op = {
-    .name = "upsample_linear",
-    .slots = {SG_SLOT_ACT},
-    .forward = up_fwd,
-    .backward = up_bwd,
-    .rule = {.windowed_input = 0, .accepts = WINDOW_ACCEPTS, .out = SG_OUT_LIKE_INPUT}};
-static const sg_op_def up_nearest_op = {
-    .name = "upsample_nearest",
-    .slots = {SG_SLOT_ACT},
-    .forward = up_fwd,
-    .backward = up_bwd,
-    .rule = {.windowed_input = 0, .accepts = WINDOW_ACCEPTS, .out = SG_OUT_LIKE_INPUT}};
+static const sg_op_def up_linear_op = {.name = "upsample_linear",
+                                       .slots = {SG_SLOT_ACT},
+                                       .forward = up_fwd,
+                                       .backward = up_bwd,
+                                       .rule = {.windowed_input = 0,
+                                                .accepts = WINDOW_ACCEPTS,
+                                                .out = SG_OUT_LIKE_INPUT}};
+static const sg_op_def up_nearest_op = {.name = "upsample_nearest",
+                                        .slots = {SG_SLOT_ACT},
+                                        .forward = up_fwd,
+                                        .backward = up_bwd,
+                                        .rule = {.windowed_input = 0,
+                                                 .accepts = WINDOW_ACCEPTS,
+                                                 .out = SG_OUT_LIKE_INPUT}};
 
 sg_status sg_ag_upsample(sg_tape_t t, sg_upsample_kind kind, sg_var *x,
                          const int64_t *scale, sg_var **y) {
   sg_status st = SG_OK;
-  if (!x || !scale) SG_RAISE(SG_ERR_INVALID_ARG, "upsample: input and scale are required");
+  if (!x || !scale)
+    SG_RAISE(SG_ERR_INVALID_ARG, "upsample: input and scale are required");
   int nsp = x->value.ndim - 2;
   SG_TRY(check_window_input("upsample", x, nsp));
   up_attr at = {.kind = kind, .nsp = nsp};
   for (int i = 0; i < nsp; ++i) at.scale[i] = scale[i];
   for (int i = 0; i < nsp; ++i)
-    if (scale[i] < 1) SG_RAISE(SG_ERR_INVALID_ARG, "upsample: scale %lld", (long long)scale[i]);
+    if (scale[i] < 1)
+      SG_RAISE(SG_ERR_INVALID_ARG, "upsample: scale %lld", (long long)scale[i]);
   sg_window win[SG_OPS_MAX_SPATIAL];
   up_window(win, nsp, kind == SG_UPSAMPLE_LINEAR, scale);
   if (kind == SG_UPSAMPLE_LINEAR) {
@@ -403,9 +433,14 @@ static sg_status act_bwd(sg_node *node) {
                          grad_of(node, 0), node->gin[0]);
 }
 
-static const sg_op_def act_op = {
-    .name = "act", .slots = {SG_SLOT_ACT}, .forward = act_fwd, .backward = act_bwd,
-    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
+static const sg_op_def act_op = {.name = "act",
+                                 .slots = {SG_SLOT_ACT},
+                                 .forward = act_fwd,
+                                 .backward = act_bwd,
+                                 .rule = {.windowed_input = -1,
+                                          .accepts = SG_ACCEPT_ALL,
+                                          .out = SG_OUT_LIKE_INPUT,
+                                          .writes_gin = 1u}};
 
 sg_status sg_ag_act(sg_tape_t t, sg_act act, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
@@ -422,8 +457,9 @@ static sg_status binary_fwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_binary_forward((sg_binary)a->code, x->dtype, sg_tensor_numel(x), x->data,
-                           node->in[1]->value.data, node->out[0]->value.data));
+  SG_TRY(sg_binary_forward((sg_binary)a->code, x->dtype, sg_tensor_numel(x),
+                           x->data, node->in[1]->value.data,
+                           node->out[0]->value.data));
 fail:
   return st;
 }
@@ -431,24 +467,33 @@ fail:
 static sg_status binary_bwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  if (!node->gin[0] && !node->gin[1]) return SG_OK; /* addition: the tape routes both */
-  return sg_binary_backward((sg_binary)a->code, x->dtype, sg_tensor_numel(x), x->data,
-                            node->in[1]->value.data, grad_of(node, 0),
+  if (!node->gin[0] && !node->gin[1])
+    return SG_OK; /* addition: the tape routes both */
+  return sg_binary_backward((sg_binary)a->code, x->dtype, sg_tensor_numel(x),
+                            x->data, node->in[1]->value.data, grad_of(node, 0),
                             node->gin[0], node->gin[1]);
 }
 
-static const sg_op_def binary_op = {
-    .name = "binary", .slots = {SG_SLOT_ACT, SG_SLOT_ACT}, .forward = binary_fwd,
-    .backward = binary_bwd,
-    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT, .writes_gin = 3u}};
+static const sg_op_def binary_op = {.name = "binary",
+                                    .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
+                                    .forward = binary_fwd,
+                                    .backward = binary_bwd,
+                                    .rule = {.windowed_input = -1,
+                                             .accepts = SG_ACCEPT_ALL,
+                                             .out = SG_OUT_LIKE_INPUT,
+                                             .writes_gin = 3u}};
 
 /* a + b: both input gradients are the output's (no copies: the tape hands
  * the buffer over; the copy kernel was 1.9% of an FNO step) */
-static const sg_op_def binary_add_op = {
-    .name = "binary_add", .slots = {SG_SLOT_ACT, SG_SLOT_ACT}, .forward = binary_fwd,
-    .backward = binary_bwd,
-    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT,
-             .writes_gin = 3u, .grad_identity = 3u}};
+static const sg_op_def binary_add_op = {.name = "binary_add",
+                                        .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
+                                        .forward = binary_fwd,
+                                        .backward = binary_bwd,
+                                        .rule = {.windowed_input = -1,
+                                                 .accepts = SG_ACCEPT_ALL,
+                                                 .out = SG_OUT_LIKE_INPUT,
+                                                 .writes_gin = 3u,
+                                                 .grad_identity = 3u}};
 
 sg_status sg_ag_binary(sg_tape_t t, sg_binary op, sg_var *a, sg_var *b,
                        sg_var **y) {
@@ -457,12 +502,13 @@ sg_status sg_ag_binary(sg_tape_t t, sg_binary op, sg_var *a, sg_var *b,
   if ((int)op < 0 || op > SG_BINARY_MUL)
     SG_RAISE(SG_ERR_INVALID_ARG, "unknown binary op %d", (int)op);
   if (a->value.ndim != b->value.ndim ||
-      memcmp(sg_var_global_shape(a), sg_var_global_shape(b), sizeof(int64_t) * (size_t)a->value.ndim))
+      memcmp(sg_var_global_shape(a), sg_var_global_shape(b),
+             sizeof(int64_t) * (size_t)a->value.ndim))
     SG_RAISE(SG_ERR_SHAPE, "binary: operands of different (global) shapes");
   pw_attr at = {.code = (int)op};
   sg_var *in[2] = {a, b};
-  SG_TRY(sg_tape_apply(t, op == SG_BINARY_ADD ? &binary_add_op : &binary_op, 2, in, 1, NULL, &at,
-                       sizeof at, y));
+  SG_TRY(sg_tape_apply(t, op == SG_BINARY_ADD ? &binary_add_op : &binary_op, 2,
+                       in, 1, NULL, &at, sizeof at, y));
 fail:
   return st;
 }
@@ -472,7 +518,8 @@ static sg_status scale_fwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_scale(x->dtype, sg_tensor_numel(x), a->alpha, x->data, node->out[0]->value.data));
+  SG_TRY(sg_scale(x->dtype, sg_tensor_numel(x), a->alpha, x->data,
+                  node->out[0]->value.data));
 fail:
   return st;
 }
@@ -480,12 +527,18 @@ fail:
 static sg_status scale_bwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  return sg_scale(x->dtype, sg_tensor_numel(x), a->alpha, grad_of(node, 0), node->gin[0]);
+  return sg_scale(x->dtype, sg_tensor_numel(x), a->alpha, grad_of(node, 0),
+                  node->gin[0]);
 }
 
-static const sg_op_def scale_op = {
-    .name = "scale", .slots = {SG_SLOT_ACT}, .forward = scale_fwd, .backward = scale_bwd,
-    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
+static const sg_op_def scale_op = {.name = "scale",
+                                   .slots = {SG_SLOT_ACT},
+                                   .forward = scale_fwd,
+                                   .backward = scale_bwd,
+                                   .rule = {.windowed_input = -1,
+                                            .accepts = SG_ACCEPT_ALL,
+                                            .out = SG_OUT_LIKE_INPUT,
+                                            .writes_gin = 1u}};
 
 sg_status sg_ag_scale(sg_tape_t t, double alpha, sg_var *x, sg_var **y) {
   pw_attr at = {.alpha = alpha};
@@ -502,11 +555,13 @@ static sg_status bias_channel_offset(const sg_node *node, int64_t *c0) {
   *c0 = 0;
   if (!node->mesh || !node->split_channel) return SG_OK;
   const sg_tensor *x = &node->in[0]->value;
-  SG_TRY(sg_shardtensor_box(node->mesh, x->ndim, sg_node_in_global_shape(node, 0), node->placements,
+  SG_TRY(sg_shardtensor_box(node->mesh, x->ndim,
+                            sg_node_in_global_shape(node, 0), node->placements,
                             sg_mesh_rank(node->mesh), off, shape));
   if (shape[1] != x->shape[1])
-    SG_RAISE(SG_ERR_INTERNAL, "bias: local channels %lld, the layout gives %lld", (long long)x->shape[1],
-             (long long)shape[1]);
+    SG_RAISE(SG_ERR_INTERNAL,
+             "bias: local channels %lld, the layout gives %lld",
+             (long long)x->shape[1], (long long)shape[1]);
   *c0 = off[1];
 fail:
   return st;
@@ -519,8 +574,10 @@ static sg_status bias_fwd(sg_node *node) {
   SG_TRY(bias_channel_offset(node, &c0));
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
   if (sg_tensor_numel(x) == 0) goto fail; /* an empty shard: nothing to add */
-  SG_TRY(sg_bias_forward(x->dtype, x->shape[0], x->shape[1], spatial_of(x), x->data,
-                         (const char *)node->in[1]->value.data + c0 * (int64_t)sg_dtype_size(x->dtype),
+  SG_TRY(sg_bias_forward(x->dtype, x->shape[0], x->shape[1], spatial_of(x),
+                         x->data,
+                         (const char *)node->in[1]->value.data +
+                             c0 * (int64_t)sg_dtype_size(x->dtype),
                          node->out[0]->value.data));
 fail:
   return st;
@@ -531,25 +588,31 @@ static sg_status bias_bwd(sg_node *node) {
   const sg_tensor *x = &node->in[0]->value;
   int64_t c0 = 0;
   SG_TRY(bias_channel_offset(node, &c0));
-  if (sg_tensor_numel(x) == 0) goto fail; /* an empty shard adds nothing to db */
-  if (node->gin[0])
-    memcpy(node->gin[0], grad_of(node, 0), sg_tensor_nbytes(x));
+  if (sg_tensor_numel(x) == 0)
+    goto fail; /* an empty shard adds nothing to db */
+  if (node->gin[0]) memcpy(node->gin[0], grad_of(node, 0), sg_tensor_nbytes(x));
   if (node->gin[1])
-    SG_TRY(sg_bias_backward(x->dtype, x->shape[0], x->shape[1], spatial_of(x), grad_of(node, 0),
-                            (char *)node->gin[1] + c0 * (int64_t)sg_dtype_size(x->dtype)));
+    SG_TRY(sg_bias_backward(
+        x->dtype, x->shape[0], x->shape[1], spatial_of(x), grad_of(node, 0),
+        (char *)node->gin[1] + c0 * (int64_t)sg_dtype_size(x->dtype)));
 fail:
   return st;
 }
 
-static const sg_op_def bias_op = {
-    .name = "bias", .slots = {SG_SLOT_ACT, SG_SLOT_PARAM}, .forward = bias_fwd,
-    .backward = bias_bwd,
-    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
+static const sg_op_def bias_op = {.name = "bias",
+                                  .slots = {SG_SLOT_ACT, SG_SLOT_PARAM},
+                                  .forward = bias_fwd,
+                                  .backward = bias_bwd,
+                                  .rule = {.windowed_input = -1,
+                                           .accepts = SG_ACCEPT_ALL,
+                                           .out = SG_OUT_LIKE_INPUT,
+                                           .writes_gin = 1u}};
 
 sg_status sg_ag_bias(sg_tape_t t, sg_var *x, sg_var *b, sg_var **y) {
   sg_status st = SG_OK;
   if (!x || !b) SG_RAISE(SG_ERR_INVALID_ARG, "bias: inputs are required");
-  if (x->value.ndim < 2 || b->value.ndim != 1 || b->value.shape[0] != sg_var_global_shape(x)[1])
+  if (x->value.ndim < 2 || b->value.ndim != 1 ||
+      b->value.shape[0] != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "bias: needs x (N, C, ...) and b (C)");
   sg_var *in[2] = {x, b};
   SG_TRY(sg_tape_apply(t, &bias_op, 2, in, 1, NULL, NULL, 0, y));
@@ -567,8 +630,9 @@ static sg_status linear_fwd(sg_node *node) {
   memcpy(shape, x->shape, sizeof shape);
   shape[1] = w->shape[0];
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
-  SG_TRY(sg_linear_forward(x->dtype, x->shape[0], x->shape[1], w->shape[0], spatial_of(x),
-                           x->data, w->data, a->has_bias ? node->in[2]->value.data : NULL,
+  SG_TRY(sg_linear_forward(x->dtype, x->shape[0], x->shape[1], w->shape[0],
+                           spatial_of(x), x->data, w->data,
+                           a->has_bias ? node->in[2]->value.data : NULL,
                            node->out[0]->value.data));
 fail:
   return st;
@@ -577,29 +641,38 @@ fail:
 static sg_status linear_bwd(sg_node *node) {
   const conv_attr *a = (const conv_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
-  return sg_linear_backward(x->dtype, x->shape[0], x->shape[1], w->shape[0], spatial_of(x),
-                            x->data, w->data, grad_of(node, 0), node->gin[0], node->gin[1],
+  return sg_linear_backward(x->dtype, x->shape[0], x->shape[1], w->shape[0],
+                            spatial_of(x), x->data, w->data, grad_of(node, 0),
+                            node->gin[0], node->gin[1],
                             a->has_bias ? node->gin[2] : NULL);
 }
 
 static const sg_op_def linear_op = {
-    .name = "linear", .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
-    .forward = linear_fwd, .backward = linear_bwd,
+    .name = "linear",
+    .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
+    .forward = linear_fwd,
+    .backward = linear_bwd,
     .rule = {.windowed_input = -1,
-             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
-             .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
+             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
+                        SG_ACCEPT_SHARD_SPATIAL,
+             .out = SG_OUT_LIKE_INPUT,
+             .writes_gin = 1u}};
 
 sg_status sg_ag_linear(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
                        sg_var **y) {
   sg_status st = SG_OK;
-  if (!x || !w) SG_RAISE(SG_ERR_INVALID_ARG, "linear: input and weight are required");
-  if (x->value.ndim < 2 || w->value.ndim != 2 || w->value.shape[1] != sg_var_global_shape(x)[1])
+  if (!x || !w)
+    SG_RAISE(SG_ERR_INVALID_ARG, "linear: input and weight are required");
+  if (x->value.ndim < 2 || w->value.ndim != 2 ||
+      w->value.shape[1] != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "linear: needs x (N, C, ...) and w (Cout, C)");
   if (b && (b->value.ndim != 1 || b->value.shape[0] != w->value.shape[0]))
-    SG_RAISE(SG_ERR_SHAPE, "linear: bias must be (%lld)", (long long)w->value.shape[0]);
+    SG_RAISE(SG_ERR_SHAPE, "linear: bias must be (%lld)",
+             (long long)w->value.shape[0]);
   conv_attr at = {.has_bias = b != NULL};
   sg_var *in[3] = {x, w, b};
-  SG_TRY(sg_tape_apply(t, &linear_op, b ? 3 : 2, in, 1, NULL, &at, sizeof at, y));
+  SG_TRY(
+      sg_tape_apply(t, &linear_op, b ? 3 : 2, in, 1, NULL, &at, sizeof at, y));
 fail:
   return st;
 }
@@ -624,7 +697,8 @@ static sg_status concat_fwd(sg_node *node) {
     parts[i] = node->in[i]->value.data;
   }
   SG_TRY(sg_node_alloc_out(node, 0, x->ndim, shape));
-  if (sg_tensor_numel(&node->out[0]->value) == 0) goto fail; /* an empty shard */
+  if (sg_tensor_numel(&node->out[0]->value) == 0)
+    goto fail; /* an empty shard */
   SG_TRY(sg_concat(x->dtype, x->shape[0], spatial_of(x), node->nin, ch, parts,
                    node->out[0]->value.data));
 fail:
@@ -635,18 +709,21 @@ static sg_status concat_bwd(sg_node *node) {
   const sg_tensor *x = &node->in[0]->value;
   int64_t ch[SG_NODE_MAX_IN];
   for (int i = 0; i < node->nin; ++i) ch[i] = node->in[i]->value.shape[1];
-  if (sg_tensor_numel(&node->out[0]->value) == 0) return SG_OK; /* an empty shard */
-  return sg_split(x->dtype, x->shape[0], spatial_of(x), node->nin, ch, grad_of(node, 0),
-                  node->gin);
+  if (sg_tensor_numel(&node->out[0]->value) == 0)
+    return SG_OK; /* an empty shard */
+  return sg_split(x->dtype, x->shape[0], spatial_of(x), node->nin, ch,
+                  grad_of(node, 0), node->gin);
 }
 
 static const sg_op_def concat_op = {
     .name = "concat",
-    .slots = {SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT,
-              SG_SLOT_ACT, SG_SLOT_ACT},
-    .forward = concat_fwd, .backward = concat_bwd,
+    .slots = {SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT,
+              SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT},
+    .forward = concat_fwd,
+    .backward = concat_bwd,
     .rule = {.windowed_input = -1,
-             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
+             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
+                        SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT}};
 
 sg_status sg_ag_concat(sg_tape_t t, int k, sg_var *const *xs, sg_var **y) {
@@ -655,12 +732,15 @@ sg_status sg_ag_concat(sg_tape_t t, int k, sg_var *const *xs, sg_var **y) {
     SG_RAISE(SG_ERR_INVALID_ARG, "concat: 1..%d inputs", SG_NODE_MAX_IN);
   for (int i = 0; i < k; ++i) {
     if (!xs[i]) SG_RAISE(SG_ERR_INVALID_ARG, "concat: input %d is NULL", i);
-    const int64_t *a = sg_var_global_shape(xs[i]), *b = sg_var_global_shape(xs[0]);
+    const int64_t *a = sg_var_global_shape(xs[i]),
+                  *b = sg_var_global_shape(xs[0]);
     const int nd = xs[i]->value.ndim;
     int same = nd == xs[0]->value.ndim && nd >= 2 && a[0] == b[0];
     for (int d = 2; same && d < nd; ++d) same = a[d] == b[d];
     if (!same)
-      SG_RAISE(SG_ERR_SHAPE, "concat: input %d differs from input 0 outside the channel dim", i);
+      SG_RAISE(SG_ERR_SHAPE,
+               "concat: input %d differs from input 0 outside the channel dim",
+               i);
   }
   SG_TRY(sg_tape_apply(t, &concat_op, k, xs, 1, NULL, NULL, 0, y));
 fail:
@@ -680,7 +760,8 @@ static sg_status split_fwd(sg_node *node) {
     parts[j] = node->out[j]->value.data;
   }
   if (sg_tensor_numel(x) == 0) goto fail; /* an empty shard */
-  SG_TRY(sg_split(x->dtype, x->shape[0], spatial_of(x), a->k, a->channels, x->data, parts));
+  SG_TRY(sg_split(x->dtype, x->shape[0], spatial_of(x), a->k, a->channels,
+                  x->data, parts));
 fail:
   return st;
 }
@@ -690,16 +771,21 @@ static sg_status split_bwd(sg_node *node) {
   const sg_tensor *x = &node->in[0]->value;
   const void *parts[SG_NODE_MAX_OUT];
   for (int j = 0; j < a->k; ++j) parts[j] = grad_of(node, j);
-  if (sg_tensor_numel(x) == 0) return SG_OK; /* an empty shard: no gradient buffer */
-  return sg_concat(x->dtype, x->shape[0], spatial_of(x), a->k, a->channels, parts,
-                   node->gin[0]);
+  if (sg_tensor_numel(x) == 0)
+    return SG_OK; /* an empty shard: no gradient buffer */
+  return sg_concat(x->dtype, x->shape[0], spatial_of(x), a->k, a->channels,
+                   parts, node->gin[0]);
 }
 
-static const sg_op_def split_op = {
-    .name = "split", .slots = {SG_SLOT_ACT}, .forward = split_fwd, .backward = split_bwd,
-    .rule = {.windowed_input = -1,
-             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
-             .out = SG_OUT_LIKE_INPUT}};
+static const sg_op_def split_op = {.name = "split",
+                                   .slots = {SG_SLOT_ACT},
+                                   .forward = split_fwd,
+                                   .backward = split_bwd,
+                                   .rule = {.windowed_input = -1,
+                                            .accepts = SG_ACCEPT_REPLICATE |
+                                                       SG_ACCEPT_SHARD_BATCH |
+                                                       SG_ACCEPT_SHARD_SPATIAL,
+                                            .out = SG_OUT_LIKE_INPUT}};
 
 sg_status sg_ag_split(sg_tape_t t, sg_var *x, int k, const int64_t *channels,
                       sg_var **ys) {
@@ -715,7 +801,8 @@ sg_status sg_ag_split(sg_tape_t t, sg_var *x, int k, const int64_t *channels,
   }
   if (x->value.ndim < 2 || total != sg_var_global_shape(x)[1])
     SG_RAISE(SG_ERR_SHAPE, "split: parts sum to %lld channels, input has %lld",
-             (long long)total, (long long)(x->value.ndim >= 2 ? sg_var_global_shape(x)[1] : 0));
+             (long long)total,
+             (long long)(x->value.ndim >= 2 ? sg_var_global_shape(x)[1] : 0));
   SG_TRY(sg_tape_apply(t, &split_op, 1, &x, k, NULL, &at, sizeof at, ys));
 fail:
   return st;
@@ -733,15 +820,20 @@ typedef struct norm_attr {
 static sg_norm_desc norm_desc_of(const sg_node *node) {
   const norm_attr *a = (const norm_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  sg_norm_desc d = {.kind = a->kind, .batch = x->shape[0], .channels = x->shape[1],
-                    .spatial = spatial_of(x), .groups = a->groups, .eps = a->eps};
+  sg_norm_desc d = {.kind = a->kind,
+                    .batch = x->shape[0],
+                    .channels = x->shape[1],
+                    .spatial = spatial_of(x),
+                    .groups = a->groups,
+                    .eps = a->eps};
   return d;
 }
 
 /* The split dims a statistic spans (sharded input: global statistics). */
 static unsigned norm_split(sg_norm_kind kind) {
-  return kind == SG_NORM_BATCH ? SG_SPLIT_BATCH | SG_SPLIT_SPACE
-         : kind == SG_NORM_LAYER ? 0u : SG_SPLIT_SPACE;
+  return kind == SG_NORM_BATCH   ? SG_SPLIT_BATCH | SG_SPLIT_SPACE
+         : kind == SG_NORM_LAYER ? 0u
+                                 : SG_SPLIT_SPACE;
 }
 
 static sg_status norm_fwd(sg_node *node) {
@@ -784,13 +876,14 @@ static sg_status norm_bwd(sg_node *node) {
   sums = malloc((size_t)(2 * nstat) * sizeof *sums);
   if (!sums) SG_RAISE(SG_ERR_ALLOC, "norm sums");
   const void *gamma = a->gi >= 0 ? node->in[a->gi]->value.data : NULL;
-  SG_TRY(sg_norm_backward_sums(&d, x->dtype, x->data, node->saved, gamma, grad_of(node, 0),
-                               sums));
+  SG_TRY(sg_norm_backward_sums(&d, x->dtype, x->data, node->saved, gamma,
+                               grad_of(node, 0), sums));
   sg_group_t g = NULL;
   SG_TRY(sg_node_group(node, norm_split(a->kind), &g));
   if (g) SG_TRY(sg_sum_allreduce(sums, 2 * nstat, sg_group_comm(g)));
-  SG_TRY(sg_norm_backward(&d, x->dtype, x->data, node->saved, gamma, grad_of(node, 0), sums,
-                          node->gin[0], a->gi >= 0 ? node->gin[a->gi] : NULL,
+  SG_TRY(sg_norm_backward(&d, x->dtype, x->data, node->saved, gamma,
+                          grad_of(node, 0), sums, node->gin[0],
+                          a->gi >= 0 ? node->gin[a->gi] : NULL,
                           a->bi >= 0 ? node->gin[a->bi] : NULL));
 fail:
   free(sums);
@@ -798,24 +891,32 @@ fail:
 }
 
 static const sg_op_def norm_op = {
-    .name = "norm", .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
-    .forward = norm_fwd, .backward = norm_bwd,
+    .name = "norm",
+    .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
+    .forward = norm_fwd,
+    .backward = norm_bwd,
     .rule = {.windowed_input = -1,
-             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
-             .out = SG_OUT_LIKE_INPUT, .writes_gin = 1u}};
+             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
+                        SG_ACCEPT_SHARD_SPATIAL,
+             .out = SG_OUT_LIKE_INPUT,
+             .writes_gin = 1u}};
 
 sg_status sg_ag_norm(sg_tape_t t, const sg_norm_desc *d, sg_var *x,
                      sg_var *gamma, sg_var *beta, sg_var **y) {
   sg_status st = SG_OK;
-  if (!d || !x) SG_RAISE(SG_ERR_INVALID_ARG, "norm: descriptor and input are required");
-  if (x->value.ndim < 2) SG_RAISE(SG_ERR_SHAPE, "norm: input must be (N, C, ...)");
+  if (!d || !x)
+    SG_RAISE(SG_ERR_INVALID_ARG, "norm: descriptor and input are required");
+  if (x->value.ndim < 2)
+    SG_RAISE(SG_ERR_SHAPE, "norm: input must be (N, C, ...)");
   for (int k = 0; k < 2; ++k) {
     sg_var *p = k ? beta : gamma;
-    if (p && (p->value.ndim != 1 || p->value.shape[0] != sg_var_global_shape(x)[1]))
+    if (p &&
+        (p->value.ndim != 1 || p->value.shape[0] != sg_var_global_shape(x)[1]))
       SG_RAISE(SG_ERR_SHAPE, "norm: %s must be (%lld)", k ? "beta" : "gamma",
                (long long)sg_var_global_shape(x)[1]);
   }
-  norm_attr at = {.kind = d->kind, .groups = d->groups, .eps = d->eps, .gi = -1, .bi = -1};
+  norm_attr at = {
+      .kind = d->kind, .groups = d->groups, .eps = d->eps, .gi = -1, .bi = -1};
   sg_var *in[3] = {x, NULL, NULL};
   int nin = 1;
   if (gamma) {
@@ -845,15 +946,18 @@ static sg_status loss_fwd(sg_node *node) {
   const sg_tensor *p = &node->in[0]->value;
   int64_t batch = p->shape[0], np = sg_loss_npartial(a->kind, batch), one = 1;
   double *saved = NULL, value = 0;
-  SG_TRY(sg_node_save(node, (size_t)(np + 1) * sizeof(double), (void **)&saved));
+  SG_TRY(
+      sg_node_save(node, (size_t)(np + 1) * sizeof(double), (void **)&saved));
   saved[np] = 1.0;
   if (sg_tensor_numel(p) > 0)
-    SG_TRY(sg_loss_partial(a->kind, p->dtype, batch, sg_tensor_numel(p), p->data,
-                           a->has_target ? node->in[1]->value.data : NULL, saved));
+    SG_TRY(
+        sg_loss_partial(a->kind, p->dtype, batch, sg_tensor_numel(p), p->data,
+                        a->has_target ? node->in[1]->value.data : NULL, saved));
   if (node->mesh)
-    SG_TRY(sg_sharded_loss_reduce(node->mesh, a->kind, node->split_space, node->split_batch,
-                                  batch, sg_node_in_global_shape(node, 0)[0], saved, &value,
-                                  &saved[np]));
+    SG_TRY(sg_sharded_loss_reduce(node->mesh, a->kind, node->split_space,
+                                  node->split_batch, batch,
+                                  sg_node_in_global_shape(node, 0)[0], saved,
+                                  &value, &saved[np]));
   else
     SG_TRY(sg_loss_finish(a->kind, batch, saved, &value));
   SG_TRY(sg_node_alloc_out(node, 0, 1, &one));
@@ -874,32 +978,39 @@ static sg_status loss_bwd(sg_node *node) {
                                        : *(const double *)g->data;
   gv *= saved[sg_loss_npartial(a->kind, p->shape[0])];
   if (sg_tensor_numel(p) == 0) return SG_OK;
-  return sg_loss_backward(a->kind, p->dtype, p->shape[0], sg_tensor_numel(p), p->data,
-                          a->has_target ? node->in[1]->value.data : NULL, saved, gv,
-                          node->gin[0], a->has_target ? node->gin[1] : NULL);
+  return sg_loss_backward(a->kind, p->dtype, p->shape[0], sg_tensor_numel(p),
+                          p->data,
+                          a->has_target ? node->in[1]->value.data : NULL, saved,
+                          gv, node->gin[0],
+                          a->has_target ? node->gin[1] : NULL);
 }
 
-static const sg_op_def loss_op = {
-    .name = "loss", .slots = {SG_SLOT_ACT, SG_SLOT_ACT}, .forward = loss_fwd,
-    .backward = loss_bwd,
-    .rule = {.windowed_input = -1,
-             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
-             .out = SG_OUT_REPLICATE,
-             .keep_f32 = 1}};
+static const sg_op_def loss_op = {.name = "loss",
+                                  .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
+                                  .forward = loss_fwd,
+                                  .backward = loss_bwd,
+                                  .rule = {.windowed_input = -1,
+                                           .accepts = SG_ACCEPT_REPLICATE |
+                                                      SG_ACCEPT_SHARD_BATCH |
+                                                      SG_ACCEPT_SHARD_SPATIAL,
+                                           .out = SG_OUT_REPLICATE,
+                                           .keep_f32 = 1}};
 
 sg_status sg_ag_loss(sg_tape_t t, sg_loss_kind kind, sg_var *pred,
                      sg_var *target, sg_var **loss) {
   sg_status st = SG_OK;
   if (!pred) SG_RAISE(SG_ERR_INVALID_ARG, "loss: prediction is required");
   int needs_t = kind == SG_LOSS_MSE || kind == SG_LOSS_REL_L2;
-  if (needs_t && !target) SG_RAISE(SG_ERR_INVALID_ARG, "loss: target is required");
+  if (needs_t && !target)
+    SG_RAISE(SG_ERR_INVALID_ARG, "loss: target is required");
   if (needs_t && (target->value.ndim != pred->value.ndim ||
                   memcmp(sg_var_global_shape(target), sg_var_global_shape(pred),
                          sizeof(int64_t) * (size_t)pred->value.ndim)))
     SG_RAISE(SG_ERR_SHAPE, "loss: prediction and target differ in shape");
   loss_attr at = {.kind = kind, .has_target = needs_t};
   sg_var *in[2] = {pred, target};
-  SG_TRY(sg_tape_apply(t, &loss_op, needs_t ? 2 : 1, in, 1, NULL, &at, sizeof at, loss));
+  SG_TRY(sg_tape_apply(t, &loss_op, needs_t ? 2 : 1, in, 1, NULL, &at,
+                       sizeof at, loss));
 fail:
   return st;
 }
@@ -907,10 +1018,10 @@ fail:
 /* ---- the registry (op_registry.c) --------------------------------------------- */
 
 const sg_op_def *const *sg_ag_ops_builtin(int *n) {
-  static const sg_op_def *const ops[] = {&conv_op,   &convt_op,      &pool_op,   &up_linear_op,
-                                         &up_nearest_op, &act_op,    &binary_op, &binary_add_op,
-                                         &scale_op,  &bias_op,       &linear_op, &concat_op,
-                                         &split_op,  &norm_op,       &loss_op};
+  static const sg_op_def *const ops[] = {
+      &conv_op,   &convt_op,  &pool_op,       &up_linear_op, &up_nearest_op,
+      &act_op,    &binary_op, &binary_add_op, &scale_op,     &bias_op,
+      &linear_op, &concat_op, &split_op,      &norm_op,      &loss_op};
   *n = (int)(sizeof ops / sizeof *ops);
   return ops;
 }

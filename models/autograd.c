@@ -38,8 +38,8 @@ static void ag_describe(sg_tensor *t, sg_dtype dt, int ndim,
   t->owns = owns;
 }
 
-sg_status ag_alloc_z(sg_tensor *t, sg_dtype dt, int ndim,
-                            const int64_t *shape, int zero) {
+sg_status ag_alloc_z(sg_tensor *t, sg_dtype dt, int ndim, const int64_t *shape,
+                     int zero) {
   sg_status st = SG_OK;
   void *p = NULL;
   if (ndim < 1 || ndim > SG_TENSOR_MAX_DIMS)
@@ -48,15 +48,16 @@ sg_status ag_alloc_z(sg_tensor *t, sg_dtype dt, int ndim,
   for (int i = 0; i < ndim; ++i)
     if (shape[i] < 0) SG_RAISE(SG_ERR_SHAPE, "negative extent in dim %d", i);
   ag_describe(t, dt, ndim, shape, NULL, 1);
-  if (zero) SG_TRY(sg_calloc(sg_device_host(), ag_nbytes(t), &p));
-  else SG_TRY(sg_malloc(sg_device_host(), ag_nbytes(t), &p));
+  if (zero)
+    SG_TRY(sg_calloc(sg_device_host(), ag_nbytes(t), &p));
+  else
+    SG_TRY(sg_malloc(sg_device_host(), ag_nbytes(t), &p));
   t->data = p;
 fail:
   return st;
 }
 
-sg_status ag_alloc(sg_tensor *t, sg_dtype dt, int ndim,
-                          const int64_t *shape) {
+sg_status ag_alloc(sg_tensor *t, sg_dtype dt, int ndim, const int64_t *shape) {
   return ag_alloc_z(t, dt, ndim, shape, 1);
 }
 
@@ -171,26 +172,31 @@ static uint64_t ag_hash(uint64_t h, const void *p, size_t n) {
 
 /* This rank's part of the checks of sg_var_set_sharding. */
 static sg_status ag_sharding_check(const sg_var *v, sg_mesh_t mesh,
-                                   const sg_placement *placements, const int64_t *global_shape) {
+                                   const sg_placement *placements,
+                                   const int64_t *global_shape) {
   sg_status st = SG_OK;
   const int nd = v->value.ndim;
   int64_t off[SG_TENSOR_MAX_DIMS], box[SG_TENSOR_MAX_DIMS];
   if (!placements || !global_shape)
-    SG_RAISE(SG_ERR_INVALID_ARG, "set sharding of '%s': placements and global shape are required",
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "set sharding of '%s': placements and global shape are required",
              v->name);
   SG_TRY(sg_placements_check(sg_mesh_ndims(mesh), nd, placements));
-  SG_TRY(sg_shardtensor_box(mesh, nd, global_shape, placements, sg_mesh_rank(mesh), off, box));
+  SG_TRY(sg_shardtensor_box(mesh, nd, global_shape, placements,
+                            sg_mesh_rank(mesh), off, box));
   for (int d = 0; d < nd; ++d)
     if (box[d] != v->value.shape[d])
-      SG_RAISE(SG_ERR_SHAPE,
-               "set sharding of '%s': local extent %lld in dim %d, but this rank's box of the "
-               "global tensor is %lld", v->name, (long long)v->value.shape[d], d,
-               (long long)box[d]);
+      SG_RAISE(
+          SG_ERR_SHAPE,
+          "set sharding of '%s': local extent %lld in dim %d, but this rank's box of the "
+          "global tensor is %lld",
+          v->name, (long long)v->value.shape[d], d, (long long)box[d]);
 fail:
   return st;
 }
 
-sg_status sg_var_set_sharding(sg_var *v, sg_mesh_t mesh, const sg_placement *placements,
+sg_status sg_var_set_sharding(sg_var *v, sg_mesh_t mesh,
+                              const sg_placement *placements,
                               const int64_t *global_shape) {
   sg_status st = SG_OK;
   if (!v) SG_RAISE(SG_ERR_INVALID_ARG, "set sharding: variable is NULL");
@@ -201,21 +207,26 @@ sg_status sg_var_set_sharding(sg_var *v, sg_mesh_t mesh, const sg_placement *pla
     goto fail;
   }
   const int nd = v->value.ndim, md = sg_mesh_ndims(mesh);
-  SG_TRY(sg_agree(sg_mesh_comm(mesh), ag_sharding_check(v, mesh, placements, global_shape)));
+  SG_TRY(sg_agree(sg_mesh_comm(mesh),
+                  ag_sharding_check(v, mesh, placements, global_shape)));
   /* every rank must describe the same global tensor */
   uint64_t h = ag_hash(1469598103934665603ull, &nd, sizeof nd);
   h = ag_hash(h, &v->value.dtype, sizeof v->value.dtype);
   h = ag_hash(h, global_shape, (size_t)nd * sizeof *global_shape);
   for (int m = 0; m < md; ++m) {
     int k[2] = {(int)placements[m].kind,
-                placements[m].kind == SG_PLACEMENT_SHARD ? placements[m].dim : -1};
+                placements[m].kind == SG_PLACEMENT_SHARD ? placements[m].dim
+                                                         : -1};
     h = ag_hash(h, k, sizeof k);
   }
   unsigned long long hh[2] = {h, ~h}, mx[2];
-  SG_MPI(MPI_Allreduce(hh, mx, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, sg_mesh_comm(mesh)));
+  SG_MPI(MPI_Allreduce(hh, mx, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
+                       sg_mesh_comm(mesh)));
   if (mx[0] != hh[0] || mx[1] != hh[1])
-    SG_RAISE(SG_ERR_INVALID_ARG, "set sharding of '%s': the ranks describe different global "
-             "tensors (dtype, global shape or placements differ)", v->name);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "set sharding of '%s': the ranks describe different global "
+             "tensors (dtype, global shape or placements differ)",
+             v->name);
   v->mesh = mesh;
   memset(v->placements, 0, sizeof v->placements);
   memcpy(v->placements, placements, (size_t)md * sizeof *placements);
@@ -229,7 +240,8 @@ fail:
 sg_status ag_ensure_grad_z(sg_tape_t tape, sg_var *v, int zero) {
   sg_status st = SG_OK;
   if (v->grad.data || ag_numel(&v->value) == 0) goto fail;
-  SG_TRY(ag_alloc_z(&v->grad, v->value.dtype, v->value.ndim, v->value.shape, zero));
+  SG_TRY(ag_alloc_z(&v->grad, v->value.dtype, v->value.ndim, v->value.shape,
+                    zero));
   v->owns_grad = 1;
   if (!v->is_leaf) tape->bytes += ag_nbytes(&v->grad);
 fail:
@@ -257,7 +269,8 @@ fail:
 sg_status sg_tape_destroy(sg_tape_t *tape) {
   if (!tape || !*tape) return SG_OK;
   sg_tape_clear(*tape);
-  for (int i = 0; i < (*tape)->nx; ++i) sg_sharded_exchange_destroy(&(*tape)->xcache[i].ex);
+  for (int i = 0; i < (*tape)->nx; ++i)
+    sg_sharded_exchange_destroy(&(*tape)->xcache[i].ex);
   free((*tape)->xcache);
   sg_tape_destroy(&(*tape)->child);
   free((*tape)->coll);
@@ -276,9 +289,12 @@ void sg_tape_set_hooks(sg_tape_t tape, const sg_hooks *hooks) {
 
 sg_status sg_tape_add_hooks(sg_tape_t tape, const sg_hooks *hooks, int *id) {
   sg_status st = SG_OK;
-  if (!tape || !hooks) SG_RAISE(SG_ERR_INVALID_ARG, "add hooks: tape and hooks are required");
+  if (!tape || !hooks)
+    SG_RAISE(SG_ERR_INVALID_ARG, "add hooks: tape and hooks are required");
   if (tape->nhooks == SG_TAPE_MAX_HOOKS)
-    SG_RAISE(SG_ERR_INVALID_ARG, "add hooks: the tape has its %d listeners already", SG_TAPE_MAX_HOOKS);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "add hooks: the tape has its %d listeners already",
+             SG_TAPE_MAX_HOOKS);
   tape->hooks[tape->nhooks] = *hooks;
   tape->hook_id[tape->nhooks] = ++tape->next_hook_id;
   if (id) *id = tape->next_hook_id;
@@ -292,8 +308,10 @@ sg_status sg_tape_remove_hooks(sg_tape_t tape, int id) {
   if (!tape) SG_RAISE(SG_ERR_INVALID_ARG, "remove hooks: tape is NULL");
   for (int k = 0; k < tape->nhooks; ++k)
     if (tape->hook_id[k] == id) {
-      memmove(tape->hooks + k, tape->hooks + k + 1, (size_t)(tape->nhooks - k - 1) * sizeof *tape->hooks);
-      memmove(tape->hook_id + k, tape->hook_id + k + 1, (size_t)(tape->nhooks - k - 1) * sizeof *tape->hook_id);
+      memmove(tape->hooks + k, tape->hooks + k + 1,
+              (size_t)(tape->nhooks - k - 1) * sizeof *tape->hooks);
+      memmove(tape->hook_id + k, tape->hook_id + k + 1,
+              (size_t)(tape->nhooks - k - 1) * sizeof *tape->hook_id);
       tape->nhooks--;
       goto fail;
     }
@@ -313,18 +331,21 @@ sg_status ag_call_hooks(sg_tape_t tape, ag_hook which, sg_var *v) {
   sg_status st = SG_OK;
   for (int k = 0; k < tape->nhooks && st == SG_OK; ++k) {
     const sg_hooks *h = &tape->hooks[k];
-    sg_status (*f)(sg_var *, void *) = which == AG_PRE_USE        ? h->pre_use
-                                       : which == AG_POST_USE     ? h->post_use
-                                       : which == AG_PRE_BACKWARD ? h->pre_backward
-                                       : which == AG_POST_BACKWARD_USE ? h->post_backward_use
-                                                                   : h->grad_ready;
+    sg_status (*f)(sg_var *, void *) = which == AG_PRE_USE    ? h->pre_use
+                                       : which == AG_POST_USE ? h->post_use
+                                       : which == AG_PRE_BACKWARD
+                                           ? h->pre_backward
+                                       : which == AG_POST_BACKWARD_USE
+                                           ? h->post_backward_use
+                                           : h->grad_ready;
     if (f) st = f(v, h->user);
   }
   return st;
 }
 
 /* The same for every parameter input of a node (inputs 0..nin). */
-sg_status ag_call_param_hooks(sg_tape_t tape, ag_hook which, int nin, sg_var *const *in) {
+sg_status ag_call_param_hooks(sg_tape_t tape, ag_hook which, int nin,
+                              sg_var *const *in) {
   sg_status st = SG_OK;
   if (tape->nhooks == 0) return SG_OK;
   for (int i = 0; i < nin && st == SG_OK; ++i)
@@ -355,17 +376,21 @@ sg_status sg_tape_set_storage_dtype(sg_tape_t tape, sg_dtype dt) {
   sg_status st = SG_OK;
   if (!tape) SG_RAISE(SG_ERR_INVALID_ARG, "storage dtype: tape is NULL");
   if (dt != SG_DTYPE_F32 && dt != SG_DTYPE_BF16)
-    SG_RAISE(SG_ERR_INVALID_ARG, "storage dtype: %s (f32 or bf16)", sg_dtype_name(dt));
+    SG_RAISE(SG_ERR_INVALID_ARG, "storage dtype: %s (f32 or bf16)",
+             sg_dtype_name(dt));
   tape->store_dt = dt;
   if (tape->child) tape->child->store_dt = dt;
 fail:
   return st;
 }
 
-sg_dtype sg_tape_storage_dtype(sg_tape_t tape) { return tape ? tape->store_dt : SG_DTYPE_F32; }
+sg_dtype sg_tape_storage_dtype(sg_tape_t tape) {
+  return tape ? tape->store_dt : SG_DTYPE_F32;
+}
 
 void ag_store_round(const struct sg_tape *tape, sg_tensor *t) {
-  if (tape->store_dt != SG_DTYPE_BF16 || t->dtype != SG_DTYPE_F32 || !t->data) return;
+  if (tape->store_dt != SG_DTYPE_BF16 || t->dtype != SG_DTYPE_F32 || !t->data)
+    return;
   sg_round_bf16((float *)t->data, ag_numel(t));
 }
 
@@ -376,7 +401,9 @@ int sg_tape_set_grad_enabled(sg_tape_t tape, int enabled) {
   return prev;
 }
 
-size_t sg_tape_bytes(sg_tape_t tape) { return tape ? tape->bytes + sg_tape_bytes(tape->child) : 0; }
+size_t sg_tape_bytes(sg_tape_t tape) {
+  return tape ? tape->bytes + sg_tape_bytes(tape->child) : 0;
+}
 int sg_tape_size(sg_tape_t tape) { return tape ? tape->nnodes : 0; }
 
 /* Free a node's own state (margins block, saved state). */

@@ -68,7 +68,13 @@ typedef struct ag_ckpt {
 } ag_ckpt;
 
 /* Which per-parameter hook to call. */
-typedef enum ag_hook { AG_PRE_USE, AG_POST_USE, AG_PRE_BACKWARD, AG_POST_BACKWARD_USE, AG_GRAD_READY } ag_hook;
+typedef enum ag_hook {
+  AG_PRE_USE,
+  AG_POST_USE,
+  AG_PRE_BACKWARD,
+  AG_POST_BACKWARD_USE,
+  AG_GRAD_READY
+} ag_hook;
 
 /* The tape of the node being run, for byte accounting in callbacks. */
 extern _Thread_local sg_tape_t ag_current_tape;
@@ -79,14 +85,16 @@ int64_t ag_numel(const sg_tensor *t);
 /* Under a bf16 storage policy: t's f32 values rounded to bf16 in place. */
 void ag_store_round(const struct sg_tape *tape, sg_tensor *t);
 size_t ag_nbytes(const sg_tensor *t);
-sg_status ag_alloc_z(sg_tensor *t, sg_dtype dt, int ndim, const int64_t *shape, int zero);
+sg_status ag_alloc_z(sg_tensor *t, sg_dtype dt, int ndim, const int64_t *shape,
+                     int zero);
 sg_status ag_alloc(sg_tensor *t, sg_dtype dt, int ndim, const int64_t *shape);
 void ag_free(sg_tensor *t);
 void ag_add_into(sg_tensor *y, const sg_tensor *x);
 sg_status ag_ensure_grad_z(sg_tape_t tape, sg_var *v, int zero);
 sg_status ag_ensure_grad(sg_tape_t tape, sg_var *v);
 sg_status ag_call_hooks(sg_tape_t tape, ag_hook which, sg_var *v);
-sg_status ag_call_param_hooks(sg_tape_t tape, ag_hook which, int nin, sg_var *const *in);
+sg_status ag_call_param_hooks(sg_tape_t tape, ag_hook which, int nin,
+                              sg_var *const *in);
 int ag_hooked(const sg_tape_t tape, int nin, sg_var *const *in);
 MPI_Comm ag_agree_comm(sg_tape_t tape, MPI_Comm mesh_comm, int hooked);
 sg_status ag_agree(MPI_Comm comm, sg_status st);

@@ -36,16 +36,16 @@ extern "C" {
 #endif
 
 typedef struct sg_cnn_config {
-  int64_t cin, cout;   /* data channels in and out */
-  int64_t width;       /* channels of the residual stream (32) */
-  int64_t blocks;      /* residual blocks (4) */
-  int64_t kernel;      /* odd kernel size (3) */
-  int64_t groups;      /* GroupNorm groups (4), divides width */
-  int64_t proj_width;  /* projection hidden channels (128) */
-  int add_grid;        /* append (x, y) in [0,1) as two input channels */
-  sg_act act;          /* SG_ACT_GELU */
-  sg_pad_mode pad[2];  /* boundary of y and of x (periodic) */
-  int act_ckpt_every;  /* activation checkpointing (sg_ag_checkpoint) of the
+  int64_t cin, cout;  /* data channels in and out */
+  int64_t width;      /* channels of the residual stream (32) */
+  int64_t blocks;     /* residual blocks (4) */
+  int64_t kernel;     /* odd kernel size (3) */
+  int64_t groups;     /* GroupNorm groups (4), divides width */
+  int64_t proj_width; /* projection hidden channels (128) */
+  int add_grid;       /* append (x, y) in [0,1) as two input channels */
+  sg_act act;         /* SG_ACT_GELU */
+  sg_pad_mode pad[2]; /* boundary of y and of x (periodic) */
+  int act_ckpt_every; /* activation checkpointing (sg_ag_checkpoint) of the
                           residual blocks: 0 none (default), K >= 1 every
                           K-th (1: all) */
 } sg_cnn_config;
@@ -77,8 +77,7 @@ int sg_cnn_nblocks(sg_cnn_t m);
 void sg_cnn_block_params(sg_cnn_t m, int k, int *first, int *count);
 sg_status sg_cnn_forward_blocks(sg_cnn_t m, sg_tape_t t, int first, int count,
                                 sg_var *x, sg_var **y);
-sg_status sg_cnn_forward(sg_cnn_t model, sg_tape_t tape, sg_var *x,
-                         sg_var **y);
+sg_status sg_cnn_forward(sg_cnn_t model, sg_tape_t tape, sg_var *x, sg_var **y);
 
 #ifdef __cplusplus
 }

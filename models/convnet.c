@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int sg_cn_params_add(sg_cn_params *p, const char *name, int ndim, const int64_t *shape,
-                  sg_cn_init init, int64_t fan_in) {
+int sg_cn_params_add(sg_cn_params *p, const char *name, int ndim,
+                     const int64_t *shape, sg_cn_init init, int64_t fan_in) {
   if (p->n >= SG_CN_MAX_PARAMS || ndim < 1 || ndim > 4) return -1;
   int i = p->n++;
   p->ndim[i] = ndim;
@@ -27,17 +27,20 @@ int sg_cn_params_add(sg_cn_params *p, const char *name, int ndim, const int64_t 
   return i;
 }
 
-int sg_cn_add_conv(sg_cn_params *p, const char *name, int64_t cout, int64_t cin, int64_t k) {
+int sg_cn_add_conv(sg_cn_params *p, const char *name, int64_t cout, int64_t cin,
+                   int64_t k) {
   char nm[32];
   int64_t ws[4] = {cout, cin, k, k}, bs[1] = {cout};
   snprintf(nm, sizeof nm, "%s.w", name);
   int i = sg_cn_params_add(p, nm, 4, ws, SG_CN_INIT_UNIFORM, cin * k * k);
   snprintf(nm, sizeof nm, "%s.b", name);
-  if (sg_cn_params_add(p, nm, 1, bs, SG_CN_INIT_UNIFORM, cin * k * k) < 0) return -1;
+  if (sg_cn_params_add(p, nm, 1, bs, SG_CN_INIT_UNIFORM, cin * k * k) < 0)
+    return -1;
   return i;
 }
 
-int sg_cn_add_linear(sg_cn_params *p, const char *name, int64_t cout, int64_t cin) {
+int sg_cn_add_linear(sg_cn_params *p, const char *name, int64_t cout,
+                     int64_t cin) {
   char nm[32];
   int64_t ws[2] = {cout, cin}, bs[1] = {cout};
   snprintf(nm, sizeof nm, "%s.w", name);
@@ -62,8 +65,9 @@ sg_status sg_cn_params_bind(sg_cn_params *p, float *params, float *grads) {
   if (!params || !grads) SG_RAISE(SG_ERR_INVALID_ARG, "bind: NULL buffer");
   for (int i = 0; i < p->n; ++i) {
     sg_var_release(&p->vars[i]);
-    SG_TRY(sg_var_init_param(&p->vars[i], p->name[i], SG_DTYPE_F32, p->ndim[i], p->shape[i],
-                             params + p->offset[i], grads + p->offset[i]));
+    SG_TRY(sg_var_init_param(&p->vars[i], p->name[i], SG_DTYPE_F32, p->ndim[i],
+                             p->shape[i], params + p->offset[i],
+                             grads + p->offset[i]));
     p->ptrs[i] = &p->vars[i];
   }
   p->bound = 1;
@@ -73,13 +77,14 @@ fail:
 
 sg_status sg_cn_params_init(sg_cn_params *p, uint64_t seed) {
   sg_status st = SG_OK;
-  if (!p->bound) SG_RAISE(SG_ERR_INVALID_ARG, "init: model not bound to a buffer");
+  if (!p->bound)
+    SG_RAISE(SG_ERR_INVALID_ARG, "init: model not bound to a buffer");
   for (int i = 0; i < p->n; ++i) {
     float *v = p->vars[i].value.data;
     if (p->init[i] == SG_CN_INIT_UNIFORM) {
       double hi = 1.0 / sqrt((double)p->fan_in[i]);
-      SG_TRY(sg_rng_fill(SG_RNG_UNIFORM, -hi, hi, seed, p->stream + (uint64_t)i, 0, p->count[i], SG_DTYPE_F32,
-                         v));
+      SG_TRY(sg_rng_fill(SG_RNG_UNIFORM, -hi, hi, seed, p->stream + (uint64_t)i,
+                         0, p->count[i], SG_DTYPE_F32, v));
     } else {
       const float c = p->init[i] == SG_CN_INIT_ONE ? 1.0f : 0.0f;
       for (int64_t k = 0; k < p->count[i]; ++k) v[k] = c;
@@ -99,8 +104,9 @@ void sg_cn_params_release(sg_cn_params *p) {
   p->bound = 0;
 }
 
-sg_status sg_cn_grid_init(sg_var *grid, float **data, int64_t batch, int64_t y0, int64_t ny,
-                          int64_t x0, int64_t nx, int64_t ny_g, int64_t nx_g, const char *who) {
+sg_status sg_cn_grid_init(sg_var *grid, float **data, int64_t batch, int64_t y0,
+                          int64_t ny, int64_t x0, int64_t nx, int64_t ny_g,
+                          int64_t nx_g, const char *who) {
   sg_status st = SG_OK;
   const int64_t n = batch * 2 * ny * nx, gshape[4] = {batch, 2, ny, nx};
   float *g = *data = malloc((size_t)(n > 0 ? n : 1) * sizeof *g);
@@ -108,16 +114,19 @@ sg_status sg_cn_grid_init(sg_var *grid, float **data, int64_t batch, int64_t y0,
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t j = 0; j < ny; ++j)
       for (int64_t i = 0; i < nx; ++i) {
-        g[((b * 2 + 0) * ny + j) * nx + i] = (float)((double)(x0 + i) / (double)nx_g);
-        g[((b * 2 + 1) * ny + j) * nx + i] = (float)((double)(y0 + j) / (double)ny_g);
+        g[((b * 2 + 0) * ny + j) * nx + i] = (float)((double)(x0 + i) /
+                                                     (double)nx_g);
+        g[((b * 2 + 1) * ny + j) * nx + i] = (float)((double)(y0 + j) /
+                                                     (double)ny_g);
       }
   SG_TRY(sg_var_init(grid, "grid", SG_DTYPE_F32, 4, gshape, g, 0));
 fail:
   return st;
 }
 
-sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny, int64_t nx,
-                         int64_t batch, int add_grid, const char *who) {
+sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
+                            int64_t nx, int64_t batch, int add_grid,
+                            const char *who) {
   sg_status st = SG_OK;
   memset(d, 0, sizeof *d);
   d->mesh = mesh;
@@ -125,20 +134,28 @@ sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny, int64_t
   d->batch = batch;
   d->add_grid = add_grid;
   d->nmesh = sg_mesh_ndims(mesh);
-  if (d->nmesh > SG_CN_MAX_MESH_DIMS) SG_RAISE(SG_ERR_MESH, "%s: at most %d mesh dims", who, SG_CN_MAX_MESH_DIMS);
+  if (d->nmesh > SG_CN_MAX_MESH_DIMS)
+    SG_RAISE(SG_ERR_MESH, "%s: at most %d mesh dims", who, SG_CN_MAX_MESH_DIMS);
   int ph = 1, ch = 0, pw = 1, cw = 0, pd = 1;
   for (int k = 0; k < d->nmesh; ++k) {
     const char *nm = sg_mesh_dim_name(mesh, k);
     int sz = sg_mesh_dim_size(mesh, k);
     d->place[k] = sg_replicate();
-    if (strcmp(nm, "h") == 0) ph = sz, ch = sg_mesh_coord(mesh, k), d->place[k] = sg_shard(2);
-    else if (strcmp(nm, "w") == 0) pw = sz, cw = sg_mesh_coord(mesh, k), d->place[k] = sg_shard(3);
-    else if (strcmp(nm, "dp") == 0 || strcmp(nm, "fsdp") == 0) pd *= sz, d->place[k] = sg_shard(0);
-    else if (sz > 1) SG_RAISE(SG_ERR_MESH, "%s: mesh dim '%s' (size %d) is not one of dp, fsdp, h, w", who, nm, sz);
+    if (strcmp(nm, "h") == 0)
+      ph = sz, ch = sg_mesh_coord(mesh, k), d->place[k] = sg_shard(2);
+    else if (strcmp(nm, "w") == 0)
+      pw = sz, cw = sg_mesh_coord(mesh, k), d->place[k] = sg_shard(3);
+    else if (strcmp(nm, "dp") == 0 || strcmp(nm, "fsdp") == 0)
+      pd *= sz, d->place[k] = sg_shard(0);
+    else if (sz > 1)
+      SG_RAISE(SG_ERR_MESH,
+               "%s: mesh dim '%s' (size %d) is not one of dp, fsdp, h, w", who,
+               nm, sz);
   }
   if (ph > ny || pw > nx)
-    SG_RAISE(SG_ERR_SHAPE, "%s: a %lldx%lld grid cannot be split over h=%d, w=%d", who, (long long)ny,
-             (long long)nx, ph, pw);
+    SG_RAISE(SG_ERR_SHAPE,
+             "%s: a %lldx%lld grid cannot be split over h=%d, w=%d", who,
+             (long long)ny, (long long)nx, ph, pw);
   d->split = ph > 1 || pw > 1;
   d->gbatch = batch * pd;
   d->y0 = sg_split_offset(ny, ph, ch);
@@ -146,7 +163,8 @@ sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny, int64_t
   d->x0 = sg_split_offset(nx, pw, cw);
   d->nx = sg_split_size(nx, pw, cw);
   if (add_grid) {
-    SG_TRY(sg_cn_grid_init(&d->grid, &d->grid_data, batch, d->y0, d->ny, d->x0, d->nx, ny, nx, who));
+    SG_TRY(sg_cn_grid_init(&d->grid, &d->grid_data, batch, d->y0, d->ny, d->x0,
+                           d->nx, ny, nx, who));
     SG_TRY(sg_cn_domain_mark(d, &d->grid, 2));
   }
 fail:
@@ -159,20 +177,25 @@ void sg_cn_domain_release(sg_cn_domain *d) {
   d->grid_data = NULL;
 }
 
-sg_status sg_cn_domain_check_input(const sg_cn_domain *d, const sg_var *x, int64_t cin, const char *who) {
+sg_status sg_cn_domain_check_input(const sg_cn_domain *d, const sg_var *x,
+                                   int64_t cin, const char *who) {
   sg_status st = SG_OK;
   const sg_tensor *v = &x->value;
-  if (v->ndim != 4 || v->shape[0] != d->batch || v->shape[1] != cin || v->shape[2] != d->ny ||
-      v->shape[3] != d->nx)
-    SG_RAISE(SG_ERR_SHAPE, "%s: input (%lld, %lld, %lld, %lld), model expects (%lld, %lld, %lld, %lld)", who,
-             (long long)v->shape[0], (long long)(v->ndim > 1 ? v->shape[1] : 0),
-             (long long)(v->ndim > 2 ? v->shape[2] : 0), (long long)(v->ndim > 3 ? v->shape[3] : 0),
-             (long long)d->batch, (long long)cin, (long long)d->ny, (long long)d->nx);
+  if (v->ndim != 4 || v->shape[0] != d->batch || v->shape[1] != cin ||
+      v->shape[2] != d->ny || v->shape[3] != d->nx)
+    SG_RAISE(
+        SG_ERR_SHAPE,
+        "%s: input (%lld, %lld, %lld, %lld), model expects (%lld, %lld, %lld, %lld)",
+        who, (long long)v->shape[0], (long long)(v->ndim > 1 ? v->shape[1] : 0),
+        (long long)(v->ndim > 2 ? v->shape[2] : 0),
+        (long long)(v->ndim > 3 ? v->shape[3] : 0), (long long)d->batch,
+        (long long)cin, (long long)d->ny, (long long)d->nx);
 fail:
   return st;
 }
 
-sg_status sg_cn_domain_mark(const sg_cn_domain *d, sg_var *x, int64_t channels) {
+sg_status sg_cn_domain_mark(const sg_cn_domain *d, sg_var *x,
+                            int64_t channels) {
   /* Only a split grid needs the sharded tape (halo exchanges, global
    * statistics); with samples alone split over dp every op is local. */
   if (!d->split || x == NULL) return SG_OK;
@@ -185,14 +208,15 @@ void sg_cn_base_release(sg_cn_base *b) {
   sg_cn_domain_release(&b->dom);
 }
 
-sg_status sg_cn_check_kernel_groups(const char *who, int64_t kernel, int64_t groups,
-                                    int64_t width) {
+sg_status sg_cn_check_kernel_groups(const char *who, int64_t kernel,
+                                    int64_t groups, int64_t width) {
   sg_status st = SG_OK;
   if (kernel < 1 || kernel % 2 == 0)
-    SG_RAISE(SG_ERR_CONFIG, "%s: kernel must be odd (got %lld)", who, (long long)kernel);
+    SG_RAISE(SG_ERR_CONFIG, "%s: kernel must be odd (got %lld)", who,
+             (long long)kernel);
   if (groups < 1 || width % groups)
-    SG_RAISE(SG_ERR_CONFIG, "%s: groups (%lld) must divide width (%lld)", who, (long long)groups,
-             (long long)width);
+    SG_RAISE(SG_ERR_CONFIG, "%s: groups (%lld) must divide width (%lld)", who,
+             (long long)groups, (long long)width);
 fail:
   return st;
 }
@@ -200,13 +224,15 @@ fail:
 sg_status sg_cn_base_mark(sg_cn_base *b, sg_var *v, const char *who) {
   sg_status st = SG_OK;
   if (!b || !v) SG_RAISE(SG_ERR_INVALID_ARG, "%s: NULL argument", who);
-  SG_TRY(sg_cn_domain_check_input(&b->dom, v, v->value.ndim == 4 ? v->value.shape[1] : -1, who));
+  SG_TRY(sg_cn_domain_check_input(
+      &b->dom, v, v->value.ndim == 4 ? v->value.shape[1] : -1, who));
   SG_TRY(sg_cn_domain_mark(&b->dom, v, v->value.shape[1]));
 fail:
   return st;
 }
 
-sg_status sg_cn_domain_input(sg_cn_domain *d, sg_tape_t t, sg_var *x, sg_var **h) {
+sg_status sg_cn_domain_input(sg_cn_domain *d, sg_tape_t t, sg_var *x,
+                             sg_var **h) {
   sg_status st = SG_OK;
   SG_TRY(sg_cn_domain_mark(d, x, x->value.shape[1]));
   *h = x;
@@ -218,7 +244,8 @@ fail:
   return st;
 }
 
-sg_status sg_cn_conv_same(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b, const sg_pad_mode *mode, sg_var **y) {
+sg_status sg_cn_conv_same(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
+                          const sg_pad_mode *mode, sg_var **y) {
   sg_window a[2];
   memset(a, 0, sizeof a);
   for (int i = 0; i < 2; ++i) {
@@ -232,16 +259,20 @@ sg_status sg_cn_conv_same(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b, const sg
 
 /* ---- the shared part of the model table ---------------------------------- */
 
-int64_t sg_cn_i_param_count(void *impl) { return ((sg_cn_base *)impl)->p.total; }
+int64_t sg_cn_i_param_count(void *impl) {
+  return ((sg_cn_base *)impl)->p.total;
+}
 
 sg_status sg_cn_i_param_info(void *impl, int i, sg_param_info *pi) {
   const sg_cn_params *p = &((sg_cn_base *)impl)->p;
   if (i < 0 || i >= p->n)
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_model_param_info: bad parameter index %d", i);
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_model_param_info: bad parameter index %d", i);
   memset(pi, 0, sizeof *pi);
   pi->name = p->name[i];
   pi->ndim = p->ndim[i];
-  for (int d = 0; d < pi->ndim; ++d) pi->global_shape[d] = pi->count[d] = p->shape[i][d];
+  for (int d = 0; d < pi->ndim; ++d)
+    pi->global_shape[d] = pi->count[d] = p->shape[i][d];
   pi->offset = p->offset[i];
   pi->numel = p->count[i];
   return SG_OK;
@@ -251,7 +282,9 @@ sg_status sg_cn_i_bind(void *impl, float *params, float *grads) {
   return sg_cn_params_bind(&((sg_cn_base *)impl)->p, params, grads);
 }
 
-sg_status sg_cn_i_init(void *impl, uint64_t seed) { return sg_cn_params_init(&((sg_cn_base *)impl)->p, seed); }
+sg_status sg_cn_i_init(void *impl, uint64_t seed) {
+  return sg_cn_params_init(&((sg_cn_base *)impl)->p, seed);
+}
 
 int sg_cn_i_params(void *impl, sg_var ***vars) {
   sg_cn_params *p = &((sg_cn_base *)impl)->p;
@@ -259,9 +292,12 @@ int sg_cn_i_params(void *impl, sg_var ***vars) {
   return p->n;
 }
 
-void sg_cn_i_box(void *impl, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *nx) {
+void sg_cn_i_box(void *impl, int64_t *y0, int64_t *ny, int64_t *x0,
+                 int64_t *nx) {
   const sg_cn_domain *d = &((sg_cn_base *)impl)->dom;
   *y0 = d->y0, *ny = d->ny, *x0 = d->x0, *nx = d->nx;
 }
 
-sg_status sg_cn_i_mark(void *impl, sg_var *v) { return sg_cn_base_mark((sg_cn_base *)impl, v, "sg_model_mark"); }
+sg_status sg_cn_i_mark(void *impl, sg_var *v) {
+  return sg_cn_base_mark((sg_cn_base *)impl, v, "sg_model_mark");
+}

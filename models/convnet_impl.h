@@ -27,7 +27,8 @@
 enum { SG_CN_MAX_PARAMS = 160, SG_CN_MAX_MESH_DIMS = 8 };
 
 typedef enum sg_cn_init {
-  SG_CN_INIT_UNIFORM = 0, /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (PyTorch's default) */
+  SG_CN_INIT_UNIFORM =
+      0, /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (PyTorch's default) */
   SG_CN_INIT_ONE,
   SG_CN_INIT_ZERO
 } sg_cn_init;
@@ -49,13 +50,15 @@ typedef struct sg_cn_params {
 
 /* Append a parameter of ndim (1..4) dims; returns its index or -1 when the
  * table is full. */
-int sg_cn_params_add(sg_cn_params *p, const char *name, int ndim, const int64_t *shape,
-                  sg_cn_init init, int64_t fan_in);
+int sg_cn_params_add(sg_cn_params *p, const char *name, int ndim,
+                     const int64_t *shape, sg_cn_init init, int64_t fan_in);
 /* Convolution weight (cout, cin, k, k) and bias (cout); channel-wise linear
  * weight (cout, cin) and bias (cout); GroupNorm gamma (c) = 1, beta (c) = 0.
  * Each returns the index of its first parameter, -1 when the table is full. */
-int sg_cn_add_conv(sg_cn_params *p, const char *name, int64_t cout, int64_t cin, int64_t k);
-int sg_cn_add_linear(sg_cn_params *p, const char *name, int64_t cout, int64_t cin);
+int sg_cn_add_conv(sg_cn_params *p, const char *name, int64_t cout, int64_t cin,
+                   int64_t k);
+int sg_cn_add_linear(sg_cn_params *p, const char *name, int64_t cout,
+                     int64_t cin);
 int sg_cn_add_norm(sg_cn_params *p, const char *name, int64_t c);
 sg_status sg_cn_params_bind(sg_cn_params *p, float *params, float *grads);
 sg_status sg_cn_params_init(sg_cn_params *p, uint64_t seed);
@@ -64,14 +67,14 @@ void sg_cn_params_release(sg_cn_params *p);
 
 typedef struct sg_cn_domain {
   sg_mesh_t mesh;
-  int64_t ny_g, nx_g;  /* global grid */
+  int64_t ny_g, nx_g;     /* global grid */
   int64_t y0, ny, x0, nx; /* this rank's box */
   int64_t batch, gbatch;  /* local and global samples */
   int split;              /* the grid is split over h or w */
   int nmesh;
   sg_placement place[SG_CN_MAX_MESH_DIMS]; /* placements of an activation */
   int add_grid;
-  sg_var grid;     /* (batch, 2, ny, nx) coordinates x/nx, y/ny; constant */
+  sg_var grid; /* (batch, 2, ny, nx) coordinates x/nx, y/ny; constant */
   float *grid_data;
 } sg_cn_domain;
 
@@ -80,21 +83,24 @@ typedef struct sg_cn_domain {
  * y/ny_g, wrapped in the constant variable grid (the FNO's as well: one
  * convention for every model). On error *data may be set: the caller frees
  * it. Not collective. */
-sg_status sg_cn_grid_init(sg_var *grid, float **data, int64_t batch, int64_t y0, int64_t ny,
-                          int64_t x0, int64_t nx, int64_t ny_g, int64_t nx_g, const char *who);
+sg_status sg_cn_grid_init(sg_var *grid, float **data, int64_t batch, int64_t y0,
+                          int64_t ny, int64_t x0, int64_t nx, int64_t ny_g,
+                          int64_t nx_g, const char *who);
 /* The box of this rank and the placements. Not collective. */
-sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny, int64_t nx,
-                         int64_t batch, int add_grid, const char *who);
+sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
+                            int64_t nx, int64_t batch, int add_grid,
+                            const char *who);
 void sg_cn_domain_release(sg_cn_domain *d);
 /* Check the input block x: (batch, cin, ny, nx) of this rank. */
 sg_status sg_cn_domain_check_input(const sg_cn_domain *d, const sg_var *x,
-                                int64_t cin, const char *who);
+                                   int64_t cin, const char *who);
 /* Mark a leaf variable (an input block of this rank) with the activation
  * sharding, so the ops exchange halos and reduce statistics over the mesh.
  * Not collective. */
 sg_status sg_cn_domain_mark(const sg_cn_domain *d, sg_var *x, int64_t channels);
 /* x, plus the grid channels when the model adds them (concat). */
-sg_status sg_cn_domain_input(sg_cn_domain *d, sg_tape_t t, sg_var *x, sg_var **h);
+sg_status sg_cn_domain_input(sg_cn_domain *d, sg_tape_t t, sg_var *x,
+                             sg_var **h);
 
 /* What every convolutional model is made of; sg_model.h reaches the
  * parameters and the domain of a CNN or U-Net through it. */
@@ -107,8 +113,8 @@ typedef struct sg_cn_base {
 void sg_cn_base_release(sg_cn_base *b);
 /* SG_ERR_CONFIG "<who>: ..." unless kernel is odd and groups divides width
  * (every conv model's k x k "same" convolutions and GroupNorm). */
-sg_status sg_cn_check_kernel_groups(const char *who, int64_t kernel, int64_t groups,
-                                    int64_t width);
+sg_status sg_cn_check_kernel_groups(const char *who, int64_t kernel,
+                                    int64_t groups, int64_t width);
 /* Check v (N, C, ny, nx) against this rank's box and mark it with the
  * activation sharding (a target or a mask that meets the output in a
  * loss). Collective over the mesh when the grid is split. */
@@ -122,11 +128,12 @@ sg_status sg_cn_i_param_info(void *impl, int i, sg_param_info *pi);
 sg_status sg_cn_i_bind(void *impl, float *params, float *grads);
 sg_status sg_cn_i_init(void *impl, uint64_t seed);
 int sg_cn_i_params(void *impl, sg_var ***vars);
-void sg_cn_i_box(void *impl, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *nx);
+void sg_cn_i_box(void *impl, int64_t *y0, int64_t *ny, int64_t *x0,
+                 int64_t *nx);
 sg_status sg_cn_i_mark(void *impl, sg_var *v);
 
 /* conv k x k ("same" size, padding (k-1)/2 with the model's boundaries). */
 sg_status sg_cn_conv_same(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
-                       const sg_pad_mode *mode, sg_var **y);
+                          const sg_pad_mode *mode, sg_var **y);
 
 #endif /* SG_CONVNET_IMPL_H */

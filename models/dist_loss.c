@@ -17,7 +17,8 @@ typedef struct dist_loss_attr {
 /* saved: [value, then MSE: (S, M) | REL_L2: (a_i, b_i) per local sample] */
 
 static inline double ld(const void *p, sg_dtype dt, int64_t i) {
-  return dt == SG_DTYPE_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+  return dt == SG_DTYPE_F32 ? (double)((const float *)p)[i]
+                            : ((const double *)p)[i];
 }
 
 /* sums[2i] = sum m (p-t)^2, sums[2i+1] = sum m t^2 (REL_L2) or sum m (MSE)
@@ -25,8 +26,8 @@ static inline double ld(const void *p, sg_dtype dt, int64_t i) {
  * values of p or t at unmasked points (masked points are skipped whatever
  * they hold: 0 * NaN would be NaN) */
 static void local_sums(sg_loss_kind kind, sg_dtype dt, int64_t batch,
-                       int64_t per, const void *p, const void *t,
-                       const void *m, double *sums) {
+                       int64_t per, const void *p, const void *t, const void *m,
+                       double *sums) {
   double bad = 0.0;
 #pragma omp parallel for schedule(static) if (batch * per > 65536) reduction(+ : bad)
   for (int64_t i = 0; i < batch; ++i) {
@@ -52,12 +53,14 @@ static void local_sums(sg_loss_kind kind, sg_dtype dt, int64_t batch,
  * non-finite values is not 0, or the loss itself is not finite. */
 static sg_status nonfinite_error(const char *what, double bad, double value) {
   if (bad > 0)
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                        "%s: %.0f NaN/Inf value(s) in the prediction or the target at unmasked points "
-                        "(a diverged model, or missing data that are not masked)",
-                        what, bad);
+    return sg_error_set(
+        SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+        "%s: %.0f NaN/Inf value(s) in the prediction or the target at unmasked points "
+        "(a diverged model, or missing data that are not masked)",
+        what, bad);
   return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                      "%s: the loss is %g (overflow: a diverged model?)", what, value);
+                      "%s: the loss is %g (overflow: a diverged model?)", what,
+                      value);
 }
 
 static int same_shape(const sg_tensor *a, const sg_tensor *b) {
@@ -82,7 +85,8 @@ static sg_status rel_l2(sg_dtype dt, int64_t batch, int64_t per_sample,
   if (batch < 0 || per_sample < 0 || (batch > 0 && (!pred || !target || !rel)))
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_dist_rel_l2: bad arguments");
   if (dt != SG_DTYPE_F32 && dt != SG_DTYPE_F64)
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_dist_rel_l2: dtype %s (f32 or f64)", sg_dtype_name(dt));
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_dist_rel_l2: dtype %s (f32 or f64)",
+             sg_dtype_name(dt));
   s = malloc((size_t)(2 * batch + 1) * sizeof *s);
   if (!s) SG_RAISE(SG_ERR_ALLOC, "sg_dist_rel_l2: out of memory");
   local_sums(SG_LOSS_REL_L2, dt, batch, per_sample, pred, target, mask, s);
@@ -90,15 +94,16 @@ static sg_status rel_l2(sg_dtype dt, int64_t batch, int64_t per_sample,
   double bad = s[2 * batch];
   SG_TRY(reduce(data, &bad, 1));
   if (bad > 0) SG_TRY(nonfinite_error("relative L2", bad, 0.0));
-  for (int64_t i = 0; i < batch; ++i) rel[i] = s[2 * i + 1] > 0 ? sqrt(s[2 * i] / s[2 * i + 1]) : 0.0;
+  for (int64_t i = 0; i < batch; ++i)
+    rel[i] = s[2 * i + 1] > 0 ? sqrt(s[2 * i] / s[2 * i + 1]) : 0.0;
 fail:
   free(s);
   return st;
 }
 
 sg_status sg_dist_rel_l2(sg_dtype dt, int64_t batch, int64_t per_sample,
-                         const void *pred, const void *target,
-                         const void *mask, sg_group_t domain, double *rel) {
+                         const void *pred, const void *target, const void *mask,
+                         sg_group_t domain, double *rel) {
   return rel_l2(dt, batch, per_sample, pred, target, mask, domain, NULL, rel);
 }
 
@@ -107,8 +112,10 @@ sg_status sg_dist_rel_l2_ctx(sg_dtype dt, int64_t batch, int64_t per_sample,
                              const void *mask, const sg_dist_loss_ctx *ctx,
                              double *rel) {
   if (!ctx)
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_dist_rel_l2_ctx: ctx is NULL");
-  return rel_l2(dt, batch, per_sample, pred, target, mask, ctx->domain, ctx->data, rel);
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_dist_rel_l2_ctx: ctx is NULL");
+  return rel_l2(dt, batch, per_sample, pred, target, mask, ctx->domain,
+                ctx->data, rel);
 }
 
 static sg_status dloss_fwd(sg_node *node) {
@@ -120,7 +127,8 @@ static sg_status dloss_fwd(sg_node *node) {
   for (int d = 0; d < p->ndim; ++d) n *= p->shape[d];
   const int64_t per = batch ? n / batch : 0;
   double *saved = NULL, value = 0.0;
-  SG_TRY(sg_node_save(node, (size_t)(1 + 2 * batch + 2) * sizeof(double), (void **)&saved));
+  SG_TRY(sg_node_save(node, (size_t)(1 + 2 * batch + 2) * sizeof(double),
+                      (void **)&saved));
   double *sums = saved + 1;
   local_sums(a->kind, p->dtype, batch, per, p->data, node->in[1]->value.data,
              a->has_mask ? node->in[2]->value.data : NULL, sums);
@@ -148,12 +156,15 @@ static sg_status dloss_fwd(sg_node *node) {
     value = r[0] / (double)a->ctx.global_batch;
   }
   if (bad > 0 || !isfinite(value))
-    SG_TRY(nonfinite_error(a->kind == SG_LOSS_MSE ? "MSE loss" : "relative L2 loss", bad, value));
+    SG_TRY(nonfinite_error(
+        a->kind == SG_LOSS_MSE ? "MSE loss" : "relative L2 loss", bad, value));
   saved[0] = value;
   int64_t one = 1;
   SG_TRY(sg_node_alloc_out(node, 0, 1, &one));
-  if (p->dtype == SG_DTYPE_F32) *(float *)node->out[0]->value.data = (float)value;
-  else *(double *)node->out[0]->value.data = value;
+  if (p->dtype == SG_DTYPE_F32)
+    *(float *)node->out[0]->value.data = (float)value;
+  else
+    *(double *)node->out[0]->value.data = value;
 fail:
   return st;
 }
@@ -162,13 +173,15 @@ static sg_status dloss_bwd(sg_node *node) {
   const dist_loss_attr *a = (const dist_loss_attr *)node->attr;
   const sg_tensor *p = &node->in[0]->value;
   const sg_tensor *gt = &node->out[0]->grad;
-  const double g = gt->dtype == SG_DTYPE_F32 ? (double)*(const float *)gt->data : *(const double *)gt->data;
+  const double g = gt->dtype == SG_DTYPE_F32 ? (double)*(const float *)gt->data
+                                             : *(const double *)gt->data;
   const int64_t batch = p->shape[0];
   int64_t n = 1;
   for (int d = 0; d < p->ndim; ++d) n *= p->shape[d];
   const int64_t per = batch ? n / batch : 0;
   const double *sums = (const double *)node->saved + 1;
-  const void *t = node->in[1]->value.data, *m = a->has_mask ? node->in[2]->value.data : NULL;
+  const void *t = node->in[1]->value.data,
+             *m = a->has_mask ? node->in[2]->value.data : NULL;
   void *dp = node->gin[0];
   if (!dp) return SG_OK;
 #pragma omp parallel for schedule(static) if (n > 65536)
@@ -184,20 +197,27 @@ static sg_status dloss_bwd(sg_node *node) {
     for (int64_t j = i * per; j < (i + 1) * per; ++j) {
       double w = m ? ld(m, p->dtype, j) : 1.0;
       /* a masked point gets 0 whatever it holds (0 * NaN is NaN) */
-      double v = w == 0.0 ? 0.0 : c * w * (ld(p->data, p->dtype, j) - ld(t, p->dtype, j));
-      if (p->dtype == SG_DTYPE_F32) ((float *)dp)[j] = (float)v;
-      else ((double *)dp)[j] = v;
+      double v = w == 0.0
+                     ? 0.0
+                     : c * w * (ld(p->data, p->dtype, j) - ld(t, p->dtype, j));
+      if (p->dtype == SG_DTYPE_F32)
+        ((float *)dp)[j] = (float)v;
+      else
+        ((double *)dp)[j] = v;
     }
   }
   return SG_OK;
 }
 
-static const sg_op_def dist_loss_op = {
-    .name = "dist_loss",
-    .slots = {SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT},
-    .forward = dloss_fwd,
-    .backward = dloss_bwd,
-    .rule = {.windowed_input = -1, .accepts = SG_ACCEPT_ALL, .out = SG_OUT_REPLICATE, .keep_f32 = 1}};
+static const sg_op_def dist_loss_op = {.name = "dist_loss",
+                                       .slots = {SG_SLOT_ACT, SG_SLOT_ACT,
+                                                 SG_SLOT_ACT},
+                                       .forward = dloss_fwd,
+                                       .backward = dloss_bwd,
+                                       .rule = {.windowed_input = -1,
+                                                .accepts = SG_ACCEPT_ALL,
+                                                .out = SG_OUT_REPLICATE,
+                                                .keep_f32 = 1}};
 
 sg_status sg_ag_dist_loss(sg_tape_t tape, sg_loss_kind kind, sg_var *pred,
                           sg_var *target, sg_var *mask,
@@ -206,25 +226,33 @@ sg_status sg_ag_dist_loss(sg_tape_t tape, sg_loss_kind kind, sg_var *pred,
   if (!tape || !pred || !target || !ctx || !loss)
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_ag_dist_loss: NULL argument");
   if (kind != SG_LOSS_MSE && kind != SG_LOSS_REL_L2)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "sg_ag_dist_loss: only MSE and REL_L2 are supported");
-  if (!same_shape(&pred->value, &target->value) || (mask && !same_shape(&pred->value, &mask->value)))
-    SG_RAISE(SG_ERR_SHAPE, "sg_ag_dist_loss: prediction, target and mask differ in shape");
-  if (pred->value.dtype != target->value.dtype || (mask && mask->value.dtype != pred->value.dtype))
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_ag_dist_loss: prediction, target and mask differ in dtype");
-  if (ctx->global_batch < 1) SG_RAISE(SG_ERR_INVALID_ARG, "sg_ag_dist_loss: global_batch < 1");
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "sg_ag_dist_loss: only MSE and REL_L2 are supported");
+  if (!same_shape(&pred->value, &target->value) ||
+      (mask && !same_shape(&pred->value, &mask->value)))
+    SG_RAISE(SG_ERR_SHAPE,
+             "sg_ag_dist_loss: prediction, target and mask differ in shape");
+  if (pred->value.dtype != target->value.dtype ||
+      (mask && mask->value.dtype != pred->value.dtype))
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_ag_dist_loss: prediction, target and mask differ in dtype");
+  if (ctx->global_batch < 1)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_ag_dist_loss: global_batch < 1");
   dist_loss_attr at;
   memset(&at, 0, sizeof at);
   at.kind = kind;
   at.has_mask = mask != NULL;
   at.ctx = *ctx;
   sg_var *in[3] = {pred, target, mask};
-  SG_TRY(sg_tape_apply(tape, &dist_loss_op, mask ? 3 : 2, in, 1, NULL, &at, sizeof at, loss));
+  SG_TRY(sg_tape_apply(tape, &dist_loss_op, mask ? 3 : 2, in, 1, NULL, &at,
+                       sizeof at, loss));
 fail:
   return st;
 }
 
 double sg_dist_loss_value(const sg_var *loss) {
-  if (!loss || !loss->producer || !loss->producer->saved) return sg_var_item(loss);
+  if (!loss || !loss->producer || !loss->producer->saved)
+    return sg_var_item(loss);
   return *(const double *)loss->producer->saved;
 }
 

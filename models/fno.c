@@ -41,7 +41,7 @@ struct sg_fno {
   int64_t K[2], koff[2], klen[2];
   unsigned domain_mask; /* mesh dims h, w (those present) */
   int bound;
-  sg_var grid;  /* (batch, 2, ny, nx) coordinates, constant */
+  sg_var grid; /* (batch, 2, ny, nx) coordinates, constant */
   float *grid_data;
 };
 
@@ -50,7 +50,8 @@ sg_fno_config sg_fno_defaults(void) {
   return c;
 }
 
-static void add_param(struct sg_fno *m, const char *name, int kind, int64_t d0, int64_t d1, int fan_in) {
+static void add_param(struct sg_fno *m, const char *name, int kind, int64_t d0,
+                      int64_t d1, int fan_in) {
   int i = m->nparams++;
   snprintf(m->name[i], sizeof m->name[i], "%s", name);
   m->kind[i] = kind;
@@ -90,17 +91,25 @@ sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
                         int64_t nx, int64_t batch, sg_fno_t *out) {
   sg_status st = SG_OK;
   struct sg_fno *m = NULL;
-  if (!mesh || !cfg || !out) SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_create: NULL argument");
+  if (!mesh || !cfg || !out)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_create: NULL argument");
   *out = NULL;
-  if (cfg->layers < 1 || cfg->layers > FNO_MAX_LAYERS || cfg->width < 1 || cfg->cin < 1 ||
-      cfg->cout < 1 || cfg->proj_width < 1 || batch < 1)
-    SG_RAISE(SG_ERR_CONFIG, "FNO: need 1 <= layers <= %d, width, cin, cout, proj_width, batch >= 1",
-             FNO_MAX_LAYERS);
+  if (cfg->layers < 1 || cfg->layers > FNO_MAX_LAYERS || cfg->width < 1 ||
+      cfg->cin < 1 || cfg->cout < 1 || cfg->proj_width < 1 || batch < 1)
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "FNO: need 1 <= layers <= %d, width, cin, cout, proj_width, batch >= 1",
+        FNO_MAX_LAYERS);
   if (cfg->act_ckpt_every < 0)
-    SG_RAISE(SG_ERR_CONFIG, "FNO: act_ckpt_every must be >= 0 (got %d)", cfg->act_ckpt_every);
-  if (cfg->modes1 < 1 || cfg->modes2 < 1 || 2 * cfg->modes1 > ny || cfg->modes2 > nx / 2 + 1)
-    SG_RAISE(SG_ERR_CONFIG, "FNO: modes %lldx%lld do not fit a %lldx%lld grid (2*modes1 <= ny, modes2 <= nx/2+1)",
-             (long long)cfg->modes1, (long long)cfg->modes2, (long long)ny, (long long)nx);
+    SG_RAISE(SG_ERR_CONFIG, "FNO: act_ckpt_every must be >= 0 (got %d)",
+             cfg->act_ckpt_every);
+  if (cfg->modes1 < 1 || cfg->modes2 < 1 || 2 * cfg->modes1 > ny ||
+      cfg->modes2 > nx / 2 + 1)
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "FNO: modes %lldx%lld do not fit a %lldx%lld grid (2*modes1 <= ny, modes2 <= nx/2+1)",
+        (long long)cfg->modes1, (long long)cfg->modes2, (long long)ny,
+        (long long)nx);
   m = calloc(1, sizeof *m);
   if (!m) SG_RAISE(SG_ERR_ALLOC, "sg_fno_create: out of memory");
   m->cfg = *cfg;
@@ -130,20 +139,26 @@ sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
     if (axes[i] != MPI_COMM_NULL) SG_MPI(MPI_Comm_size(axes[i], &parts));
     const int64_t n = i == 0 ? ny : nx;
     if (n < parts)
-      SG_RAISE(SG_ERR_CONFIG, "FNO: a %lldx%lld grid split over %s=%d leaves %lld rank(s) with empty %s "
-               "(the FNO needs at least one %s per rank: %s <= %lld)",
-               (long long)ny, (long long)nx, hw[i], parts, (long long)(parts - n), i == 0 ? "rows" : "columns",
-               i == 0 ? "row" : "column", hw[i], (long long)n);
+      SG_RAISE(
+          SG_ERR_CONFIG,
+          "FNO: a %lldx%lld grid split over %s=%d leaves %lld rank(s) with empty %s "
+          "(the FNO needs at least one %s per rank: %s <= %lld)",
+          (long long)ny, (long long)nx, hw[i], parts, (long long)(parts - n),
+          i == 0 ? "rows" : "columns", i == 0 ? "row" : "column", hw[i],
+          (long long)n);
   }
-  SG_TRY(sg_spectral_conv_create_comms(comm, 2, axes, &d, cfg->width, cfg->width, &m->spec));
+  SG_TRY(sg_spectral_conv_create_comms(comm, 2, axes, &d, cfg->width,
+                                       cfg->width, &m->spec));
   int64_t off[2], shp[2];
-  sg_fft_plan_local_box(sg_spectral_conv_plan(m->spec, 0), SG_FFT_SPACE_REAL, off, shp);
+  sg_fft_plan_local_box(sg_spectral_conv_plan(m->spec, 0), SG_FFT_SPACE_REAL,
+                        off, shp);
   m->y0 = off[0], m->ny = shp[0], m->x0 = off[1], m->nx = shp[1];
 
   m->domain_mask = mask;
   sg_spectral_conv_weight_box(m->spec, m->K, m->koff, m->klen);
   if (cfg->shard_spectral) {
-    SG_TRY(sg_spectral_conv_set_weight_layout(m->spec, SG_SPECTRAL_WEIGHT_SHARD_MODES));
+    SG_TRY(sg_spectral_conv_set_weight_layout(m->spec,
+                                              SG_SPECTRAL_WEIGHT_SHARD_MODES));
   } else {
     m->koff[0] = m->koff[1] = 0;
     m->klen[0] = m->K[0], m->klen[1] = m->K[1];
@@ -171,8 +186,8 @@ sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
   place_params(m);
 
   if (cfg->add_grid)
-    SG_TRY(sg_cn_grid_init(&m->grid, &m->grid_data, batch, m->y0, m->ny, m->x0, m->nx, ny, nx,
-                           "sg_fno_create"));
+    SG_TRY(sg_cn_grid_init(&m->grid, &m->grid_data, batch, m->y0, m->ny, m->x0,
+                           m->nx, ny, nx, "sg_fno_create"));
   *out = m;
   return SG_OK;
 fail:
@@ -182,18 +197,21 @@ fail:
 
 int64_t sg_fno_param_count(sg_fno_t m) { return m ? m->total : 0; }
 
-void sg_fno_box(sg_fno_t m, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *nx) {
+void sg_fno_box(sg_fno_t m, int64_t *y0, int64_t *ny, int64_t *x0,
+                int64_t *nx) {
   *y0 = m->y0, *ny = m->ny, *x0 = m->x0, *nx = m->nx;
 }
 
 sg_status sg_fno_bind(sg_fno_t m, float *params, float *grads) {
   sg_status st = SG_OK;
-  if (!m || !params || !grads) SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_bind: NULL argument");
+  if (!m || !params || !grads)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_bind: NULL argument");
   for (int i = 0; i < m->nparams; ++i) {
     sg_var_release(&m->params[i]);
     int64_t shape[2] = {m->shape_p[i][0], m->shape_p[i][1]};
-    SG_TRY(sg_var_init_param(&m->params[i], m->name[i], SG_DTYPE_F32, (int)m->ndim_p[i], shape,
-                             params + m->offset[i], grads + m->offset[i]));
+    SG_TRY(sg_var_init_param(&m->params[i], m->name[i], SG_DTYPE_F32,
+                             (int)m->ndim_p[i], shape, params + m->offset[i],
+                             grads + m->offset[i]));
     m->param_ptrs[i] = &m->params[i];
   }
   m->bound = 1;
@@ -203,7 +221,8 @@ fail:
 
 sg_status sg_fno_init(sg_fno_t m, uint64_t seed) {
   sg_status st = SG_OK;
-  if (!m || !m->bound) SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_init: model not bound to a buffer");
+  if (!m || !m->bound)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_init: model not bound to a buffer");
   for (int i = 0; i < m->nparams; ++i) {
     float *p = m->params[i].value.data;
     double lo, hi;
@@ -212,13 +231,15 @@ sg_status sg_fno_init(sg_fno_t m, uint64_t seed) {
        * drawn by global index, so every mesh gets the same W */
       sg_param_info pi;
       sg_fno_param_info(m, i, &pi);
-      SG_TRY(sg_rng_fill_box(SG_RNG_UNIFORM, 0.0, 1.0 / (double)m->fan_in[i], seed, 1000 + (uint64_t)i, pi.ndim,
-                             pi.global_shape, pi.start, pi.count, SG_DTYPE_F32, p));
+      SG_TRY(sg_rng_fill_box(SG_RNG_UNIFORM, 0.0, 1.0 / (double)m->fan_in[i],
+                             seed, 1000 + (uint64_t)i, pi.ndim, pi.global_shape,
+                             pi.start, pi.count, SG_DTYPE_F32, p));
       continue;
     }
     hi = 1.0 / sqrt((double)m->fan_in[i]);
     lo = -hi;
-    SG_TRY(sg_rng_fill(SG_RNG_UNIFORM, lo, hi, seed, 1000 + (uint64_t)i, 0, m->count[i], SG_DTYPE_F32, p));
+    SG_TRY(sg_rng_fill(SG_RNG_UNIFORM, lo, hi, seed, 1000 + (uint64_t)i, 0,
+                       m->count[i], SG_DTYPE_F32, p));
   }
 fail:
   return st;
@@ -231,22 +252,26 @@ int sg_fno_params(sg_fno_t m, sg_var ***vars) {
 
 sg_status sg_fno_param_info(sg_fno_t m, int i, sg_param_info *pi) {
   if (!m || !pi || i < 0 || i >= m->nparams)
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_fno_param_info: bad parameter index %d", i);
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_fno_param_info: bad parameter index %d", i);
   memset(pi, 0, sizeof *pi);
   pi->name = m->name[i];
   pi->offset = m->offset[i];
   pi->numel = m->count[i];
   if (m->kind[i] == 1) {
     const int64_t w = m->cfg.width;
-    int64_t gs[5] = {w, w, m->K[0], m->K[1], 2}, s0[5] = {0, 0, m->koff[0], m->koff[1], 0},
+    int64_t gs[5] = {w, w, m->K[0], m->K[1], 2},
+            s0[5] = {0, 0, m->koff[0], m->koff[1], 0},
             c0[5] = {w, w, m->klen[0], m->klen[1], 2};
     pi->ndim = 5;
-    for (int d = 0; d < 5; ++d) pi->global_shape[d] = gs[d], pi->start[d] = s0[d], pi->count[d] = c0[d];
+    for (int d = 0; d < 5; ++d)
+      pi->global_shape[d] = gs[d], pi->start[d] = s0[d], pi->count[d] = c0[d];
     pi->shard_dims = m->cfg.shard_spectral ? m->domain_mask : 0u;
     return SG_OK;
   }
   pi->ndim = (int)m->ndim_p[i];
-  for (int d = 0; d < pi->ndim; ++d) pi->global_shape[d] = pi->count[d] = m->shape_p[i][d];
+  for (int d = 0; d < pi->ndim; ++d)
+    pi->global_shape[d] = pi->count[d] = m->shape_p[i][d];
   return SG_OK;
 }
 
@@ -258,7 +283,8 @@ int64_t sg_fno_param_offset(sg_fno_t m, const sg_var *param) {
 
 void sg_fno_fft_times(sg_fno_t m, double *fft_s, double *transpose_s) {
   double f0 = 0, t0 = 0, f1 = 0, t1 = 0;
-  sg_fft_plan_t p0 = sg_spectral_conv_plan(m->spec, 0), p1 = sg_spectral_conv_plan(m->spec, 1);
+  sg_fft_plan_t p0 = sg_spectral_conv_plan(m->spec, 0),
+                p1 = sg_spectral_conv_plan(m->spec, 1);
   sg_fft_plan_times(p0, &f0, &t0);
   if (p1 != p0) sg_fft_plan_times(p1, &f1, &t1); /* one plan when cin == cout */
   *fft_s = f0 + f1;
@@ -267,7 +293,8 @@ void sg_fno_fft_times(sg_fno_t m, double *fft_s, double *transpose_s) {
 
 /* Spectral layer l: h -> act(spectral(h) + linear(h)) (no act after the
  * last); its parameters from index p. */
-static sg_status fno_layer(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **out) {
+static sg_status fno_layer(sg_tape_t t, void *ctx, sg_var *const *in,
+                           sg_var **out) {
   sg_status st = SG_OK;
   const fno_layer_ctx *lc = ctx;
   struct sg_fno *m = lc->m;
@@ -283,13 +310,17 @@ fail:
 
 sg_status sg_fno_forward(sg_fno_t m, sg_tape_t t, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
-  if (!m || !t || !x || !y || !m->bound) SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_forward: bad arguments");
+  if (!m || !t || !x || !y || !m->bound)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_forward: bad arguments");
   const sg_tensor *xv = &x->value;
-  if (xv->ndim != 4 || xv->shape[0] != m->batch || xv->shape[1] != m->cfg.cin || xv->shape[2] != m->ny ||
-      xv->shape[3] != m->nx)
-    SG_RAISE(SG_ERR_SHAPE, "sg_fno_forward: input (%lld, %lld, %lld, %lld), model expects (%lld, %lld, %lld, %lld)",
-             (long long)xv->shape[0], (long long)xv->shape[1], (long long)xv->shape[2], (long long)xv->shape[3],
-             (long long)m->batch, (long long)m->cfg.cin, (long long)m->ny, (long long)m->nx);
+  if (xv->ndim != 4 || xv->shape[0] != m->batch || xv->shape[1] != m->cfg.cin ||
+      xv->shape[2] != m->ny || xv->shape[3] != m->nx)
+    SG_RAISE(
+        SG_ERR_SHAPE,
+        "sg_fno_forward: input (%lld, %lld, %lld, %lld), model expects (%lld, %lld, %lld, %lld)",
+        (long long)xv->shape[0], (long long)xv->shape[1],
+        (long long)xv->shape[2], (long long)xv->shape[3], (long long)m->batch,
+        (long long)m->cfg.cin, (long long)m->ny, (long long)m->nx);
   sg_var *h = x;
   int p = 0;
   if (m->cfg.add_grid) {
@@ -301,9 +332,12 @@ sg_status sg_fno_forward(sg_fno_t m, sg_tape_t t, sg_var *x, sg_var **y) {
   for (int l = 0; l < (int)m->cfg.layers; ++l) {
     fno_layer_ctx *lc = &m->lctx[l];
     lc->m = m, lc->l = l, lc->p = p;
-    const int ck = m->cfg.act_ckpt_every > 0 && (l + 1) % m->cfg.act_ckpt_every == 0;
-    if (ck) SG_TRY(sg_ag_checkpoint(t, fno_layer, lc, 1, &h, 1, &h));
-    else SG_TRY(fno_layer(t, lc, &h, &h));
+    const int ck = m->cfg.act_ckpt_every > 0 &&
+                   (l + 1) % m->cfg.act_ckpt_every == 0;
+    if (ck)
+      SG_TRY(sg_ag_checkpoint(t, fno_layer, lc, 1, &h, 1, &h));
+    else
+      SG_TRY(fno_layer(t, lc, &h, &h));
     p += 3;
   }
   SG_TRY(sg_ag_linear(t, h, &m->params[p], &m->params[p + 1], &h));
@@ -318,16 +352,19 @@ fail:
 
 static void fno_defaults(sg_model_config *c) {
   sg_fno_config f = sg_fno_defaults();
-  c->width = f.width, c->proj_width = f.proj_width, c->modes = f.modes1, c->layers = f.layers;
+  c->width = f.width, c->proj_width = f.proj_width, c->modes = f.modes1,
+  c->layers = f.layers;
   c->shard_spectral = f.shard_spectral;
 }
 
-static sg_status fno_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny, int64_t nx, int64_t batch,
+static sg_status fno_create(sg_mesh_t mesh, const sg_model_config *c,
+                            int64_t ny, int64_t nx, int64_t batch,
                             void **impl) {
   sg_fno_config f = sg_fno_defaults();
   f.cin = c->cin, f.cout = c->cout, f.width = c->width;
   f.modes1 = f.modes2 = c->modes;
-  f.layers = c->layers, f.proj_width = c->proj_width, f.add_grid = c->add_grid, f.act = c->act;
+  f.layers = c->layers, f.proj_width = c->proj_width, f.add_grid = c->add_grid,
+  f.act = c->act;
   f.shard_spectral = c->shard_spectral;
   f.act_ckpt_every = c->act_ckpt_every;
   return sg_fno_create(mesh, &f, ny, nx, batch, (sg_fno_t *)impl);
@@ -339,26 +376,44 @@ static void fno_destroy(void *impl) {
 }
 
 static int64_t fno_param_count(void *impl) { return sg_fno_param_count(impl); }
-static sg_status fno_param_info(void *impl, int i, sg_param_info *pi) { return sg_fno_param_info(impl, i, pi); }
-static sg_status fno_bind(void *impl, float *p, float *g) { return sg_fno_bind(impl, p, g); }
-static sg_status fno_init(void *impl, uint64_t seed) { return sg_fno_init(impl, seed); }
-static int fno_params(void *impl, sg_var ***vars) { return sg_fno_params(impl, vars); }
-static void fno_box(void *impl, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *nx) { sg_fno_box(impl, y0, ny, x0, nx); }
-static sg_status fno_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) { return sg_fno_forward(impl, t, x, y); }
+static sg_status fno_param_info(void *impl, int i, sg_param_info *pi) {
+  return sg_fno_param_info(impl, i, pi);
+}
+static sg_status fno_bind(void *impl, float *p, float *g) {
+  return sg_fno_bind(impl, p, g);
+}
+static sg_status fno_init(void *impl, uint64_t seed) {
+  return sg_fno_init(impl, seed);
+}
+static int fno_params(void *impl, sg_var ***vars) {
+  return sg_fno_params(impl, vars);
+}
+static void fno_box(void *impl, int64_t *y0, int64_t *ny, int64_t *x0,
+                    int64_t *nx) {
+  sg_fno_box(impl, y0, ny, x0, nx);
+}
+static sg_status fno_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) {
+  return sg_fno_forward(impl, t, x, y);
+}
 
-static void fno_describe(void *impl, const sg_model_config *c, char *buf, size_t size) {
+static void fno_describe(void *impl, const sg_model_config *c, char *buf,
+                         size_t size) {
   long long ng = 0;
-  for (int i = 0; i < ((sg_fno_t)impl)->nparams; ++i) { /* global parameters: every box counted once */
+  for (int i = 0; i < ((sg_fno_t)impl)->nparams;
+       ++i) { /* global parameters: every box counted once */
     sg_param_info pi;
     long long e = 1;
     if (sg_fno_param_info(impl, i, &pi) != SG_OK) continue;
     for (int d = 0; d < pi.ndim; ++d) e *= (long long)pi.global_shape[d];
     ng += e;
   }
-  snprintf(buf, size, "fno: width %lld, modes %lld, layers %lld, proj_width %lld, %lld parameters (%lld on this "
-           "rank: spectral weights %s)", (long long)c->width, (long long)c->modes, (long long)c->layers,
-           (long long)c->proj_width, ng, (long long)sg_fno_param_count(impl),
-           c->shard_spectral ? "sharded by modes" : "replicated");
+  snprintf(
+      buf, size,
+      "fno: width %lld, modes %lld, layers %lld, proj_width %lld, %lld parameters (%lld on this "
+      "rank: spectral weights %s)",
+      (long long)c->width, (long long)c->modes, (long long)c->layers,
+      (long long)c->proj_width, ng, (long long)sg_fno_param_count(impl),
+      c->shard_spectral ? "sharded by modes" : "replicated");
 }
 
 static double fno_collective_seconds(void *impl) {
@@ -367,10 +422,22 @@ static double fno_collective_seconds(void *impl) {
   return tr;
 }
 
-static const char *const fno_size_keys[] = {"width", "modes", "layers", "proj_width", NULL};
+static const char *const fno_size_keys[] = {"width", "modes", "layers",
+                                            "proj_width", NULL};
 
 const sg_model_i sg_fno_model_i = {
-    .name = "fno", .size_keys = fno_size_keys, .defaults = fno_defaults, .create = fno_create,
-    .destroy = fno_destroy, .param_count = fno_param_count, .param_info = fno_param_info, .bind = fno_bind,
-    .init = fno_init, .params = fno_params, .box = fno_box, .describe = fno_describe, .mark = NULL,
-    .forward = fno_forward, .collective_seconds = fno_collective_seconds};
+    .name = "fno",
+    .size_keys = fno_size_keys,
+    .defaults = fno_defaults,
+    .create = fno_create,
+    .destroy = fno_destroy,
+    .param_count = fno_param_count,
+    .param_info = fno_param_info,
+    .bind = fno_bind,
+    .init = fno_init,
+    .params = fno_params,
+    .box = fno_box,
+    .describe = fno_describe,
+    .mark = NULL,
+    .forward = fno_forward,
+    .collective_seconds = fno_collective_seconds};

@@ -11,7 +11,9 @@
 enum { MODELS_MAX = 16 };
 
 /* The registry: the built-ins first, in the order of sg_model_kind. */
-static const sg_model_i *registry[MODELS_MAX] = {&sg_fno_model_i, &sg_cnn_model_i, &sg_unet_model_i};
+static const sg_model_i *registry[MODELS_MAX] = {&sg_fno_model_i,
+                                                 &sg_cnn_model_i,
+                                                 &sg_unet_model_i};
 static int nregistry = SG_MODEL_COUNT;
 
 struct sg_model {
@@ -22,15 +24,22 @@ struct sg_model {
 
 sg_status sg_model_register(const sg_model_i *m) {
   sg_status st = SG_OK;
-  if (!m || !m->name || !*m->name || !m->size_keys || !m->defaults || !m->create || !m->destroy ||
-      !m->param_count || !m->param_info || !m->bind || !m->init || !m->params || !m->box || !m->describe ||
+  if (!m || !m->name || !*m->name || !m->size_keys || !m->defaults ||
+      !m->create || !m->destroy || !m->param_count || !m->param_info ||
+      !m->bind || !m->init || !m->params || !m->box || !m->describe ||
       !m->forward)
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_model_register: a name, size_keys and every function but mark and "
-             "collective_seconds are required");
+    SG_RAISE(
+        SG_ERR_INVALID_ARG,
+        "sg_model_register: a name, size_keys and every function but mark and "
+        "collective_seconds are required");
   for (int k = 0; k < nregistry; ++k)
     if (strcmp(registry[k]->name, m->name) == 0)
-      SG_RAISE(SG_ERR_INVALID_ARG, "sg_model_register: a model named '%s' is registered already", m->name);
-  if (nregistry == MODELS_MAX) SG_RAISE(SG_ERR_INVALID_ARG, "sg_model_register: %d models already", MODELS_MAX);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "sg_model_register: a model named '%s' is registered already",
+               m->name);
+  if (nregistry == MODELS_MAX)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_model_register: %d models already",
+             MODELS_MAX);
   registry[nregistry++] = m;
 fail:
   return st;
@@ -48,11 +57,16 @@ sg_status sg_model_kind_parse(const char *name, sg_model_kind *k) {
       *k = (sg_model_kind)i;
       return SG_OK;
     }
-    o += (size_t)snprintf(names + o, o < sizeof names ? sizeof names - o : 0, "%s%s",
-                          i == 0 ? "" : i == nregistry - 1 ? " or " : ", ", registry[i]->name);
+    o += (size_t)snprintf(names + o, o < sizeof names ? sizeof names - o : 0,
+                          "%s%s",
+                          i == 0               ? ""
+                          : i == nregistry - 1 ? " or "
+                                               : ", ",
+                          registry[i]->name);
     if (o >= sizeof names) o = sizeof names - 1;
   }
-  return sg_error_set(SG_ERR_CONFIG, __FILE__, __LINE__, "unknown model '%s' (choose %s)", name ? name : "(null)",
+  return sg_error_set(SG_ERR_CONFIG, __FILE__, __LINE__,
+                      "unknown model '%s' (choose %s)", name ? name : "(null)",
                       names);
 }
 
@@ -81,14 +95,16 @@ sg_status sg_model_destroy(sg_model_t *model) {
   return SG_OK;
 }
 
-sg_status sg_model_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny, int64_t nx, int64_t batch,
-                          sg_model_t *out) {
+sg_status sg_model_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
+                          int64_t nx, int64_t batch, sg_model_t *out) {
   sg_status st = SG_OK;
   struct sg_model *m = NULL;
-  if (!mesh || !c || !out) SG_RAISE(SG_ERR_INVALID_ARG, "sg_model_create: NULL argument");
+  if (!mesh || !c || !out)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_model_create: NULL argument");
   *out = NULL;
   if ((int)c->kind < 0 || (int)c->kind >= nregistry)
-    SG_RAISE(SG_ERR_CONFIG, "sg_model_create: unknown model kind %d", (int)c->kind);
+    SG_RAISE(SG_ERR_CONFIG, "sg_model_create: unknown model kind %d",
+             (int)c->kind);
   m = calloc(1, sizeof *m);
   if (!m) SG_RAISE(SG_ERR_ALLOC, "sg_model_create: out of memory");
   m->cfg = *c;
@@ -103,24 +119,36 @@ fail:
 
 sg_model_kind sg_model_kind_of(sg_model_t m) { return m->cfg.kind; }
 
-const char *const *sg_model_size_keys(sg_model_t m) { return m ? m->i->size_keys : NULL; }
+const char *const *sg_model_size_keys(sg_model_t m) {
+  return m ? m->i->size_keys : NULL;
+}
 
-int64_t sg_model_param_count(sg_model_t m) { return m ? m->i->param_count(m->impl) : 0; }
+int64_t sg_model_param_count(sg_model_t m) {
+  return m ? m->i->param_count(m->impl) : 0;
+}
 
 sg_status sg_model_bind(sg_model_t m, float *params, float *grads) {
-  if (!m) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_model_bind: NULL model");
+  if (!m)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_model_bind: NULL model");
   return m->i->bind(m->impl, params, grads);
 }
 
 sg_status sg_model_init(sg_model_t m, uint64_t seed) {
-  if (!m) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_model_init: NULL model");
+  if (!m)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_model_init: NULL model");
   return m->i->init(m->impl, seed);
 }
 
-int sg_model_params(sg_model_t m, sg_var ***vars) { return m->i->params(m->impl, vars); }
+int sg_model_params(sg_model_t m, sg_var ***vars) {
+  return m->i->params(m->impl, vars);
+}
 
 sg_status sg_model_param_info(sg_model_t m, int i, sg_param_info *pi) {
-  if (!m || !pi) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_model_param_info: NULL argument");
+  if (!m || !pi)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_model_param_info: NULL argument");
   return m->i->param_info(m->impl, i, pi);
 }
 
@@ -129,29 +157,39 @@ int64_t sg_model_param_offset(sg_model_t m, const sg_var *p) {
   const int n = sg_model_params(m, &vars);
   for (int i = 0; i < n; ++i) {
     sg_param_info pi;
-    if (vars[i] == p && sg_model_param_info(m, i, &pi) == SG_OK) return pi.offset;
+    if (vars[i] == p && sg_model_param_info(m, i, &pi) == SG_OK)
+      return pi.offset;
   }
   return -1;
 }
 
-void sg_model_box(sg_model_t m, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *nx) {
+void sg_model_box(sg_model_t m, int64_t *y0, int64_t *ny, int64_t *x0,
+                  int64_t *nx) {
   m->i->box(m->impl, y0, ny, x0, nx);
 }
 
-void sg_model_describe(sg_model_t m, char *buf, size_t size) { m->i->describe(m->impl, &m->cfg, buf, size); }
+void sg_model_describe(sg_model_t m, char *buf, size_t size) {
+  m->i->describe(m->impl, &m->cfg, buf, size);
+}
 
 sg_status sg_model_mark(sg_model_t m, sg_var *v) {
-  if (!m) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_model_mark: NULL model");
+  if (!m)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_model_mark: NULL model");
   return m->i->mark ? m->i->mark(m->impl, v) : SG_OK;
 }
 
 sg_status sg_model_forward(sg_model_t m, sg_tape_t t, sg_var *x, sg_var **y) {
-  if (!m) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_model_forward: NULL model");
+  if (!m)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_model_forward: NULL model");
   return m->i->forward(m->impl, t, x, y);
 }
 
 int sg_model_nblocks(sg_model_t m) {
-  return m && m->i->nblocks && m->i->block_params && m->i->forward_blocks ? m->i->nblocks(m->impl) : 0;
+  return m && m->i->nblocks && m->i->block_params && m->i->forward_blocks
+             ? m->i->nblocks(m->impl)
+             : 0;
 }
 
 void sg_model_block_params(sg_model_t m, int k, int *first, int *count) {
@@ -159,13 +197,16 @@ void sg_model_block_params(sg_model_t m, int k, int *first, int *count) {
   if (sg_model_nblocks(m) > 0) m->i->block_params(m->impl, k, first, count);
 }
 
-sg_status sg_model_forward_blocks(sg_model_t m, sg_tape_t t, int first, int count, sg_var *x, sg_var **y) {
+sg_status sg_model_forward_blocks(sg_model_t m, sg_tape_t t, int first,
+                                  int count, sg_var *x, sg_var **y) {
   if (sg_model_nblocks(m) <= 0)
-    return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__, "model %s has no pipeline pieces yet",
+    return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                        "model %s has no pipeline pieces yet",
                         m ? m->i->name : "(null)");
   return m->i->forward_blocks(m->impl, t, first, count, x, y);
 }
 
 double sg_model_collective_seconds(sg_model_t m) {
-  return m && m->i->collective_seconds ? m->i->collective_seconds(m->impl) : 0.0;
+  return m && m->i->collective_seconds ? m->i->collective_seconds(m->impl)
+                                       : 0.0;
 }

@@ -12,15 +12,17 @@ sg_adamw_config sg_adamw_defaults(void) {
   return c;
 }
 
-sg_status sg_adamw_step_f32(float *param, const float *grad, float *m,
-                            float *v, int64_t n, int64_t t, double lr,
-                            double grad_scale, const sg_adamw_config *cfg) {
+sg_status sg_adamw_step_f32(float *param, const float *grad, float *m, float *v,
+                            int64_t n, int64_t t, double lr, double grad_scale,
+                            const sg_adamw_config *cfg) {
   sg_status st = SG_OK;
   if (n < 0 || t < 1 || !cfg)
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_adamw_step_f32: n = %lld, t = %lld", (long long)n, (long long)t);
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_adamw_step_f32: n = %lld, t = %lld",
+             (long long)n, (long long)t);
   if (n > 0 && (!param || !grad || !m || !v))
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_adamw_step_f32: NULL buffer");
-  const double b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps, wd = cfg->weight_decay;
+  const double b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps,
+               wd = cfg->weight_decay;
   const double c1 = 1.0 - pow(b1, (double)t), c2 = 1.0 - pow(b2, (double)t);
   const double ic1 = 1.0 / c1, ic2 = 1.0 / c2;
   const float epsf = (float)eps;
@@ -44,11 +46,12 @@ fail:
   return st;
 }
 
-sg_status sg_sgd_step_f32(float *param, const float *grad, float *m,
-                          int64_t n, double lr, double momentum,
-                          double weight_decay, double grad_scale) {
+sg_status sg_sgd_step_f32(float *param, const float *grad, float *m, int64_t n,
+                          double lr, double momentum, double weight_decay,
+                          double grad_scale) {
   sg_status st = SG_OK;
-  if (n < 0) SG_RAISE(SG_ERR_INVALID_ARG, "sg_sgd_step_f32: n = %lld", (long long)n);
+  if (n < 0)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_sgd_step_f32: n = %lld", (long long)n);
   if (n > 0 && (!param || !grad || (momentum != 0.0 && !m)))
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_sgd_step_f32: NULL buffer");
 #pragma omp parallel for schedule(static) if (n > 32768)
@@ -67,30 +70,39 @@ fail:
 
 sg_status sg_lr_schedule_parse(const char *name, sg_lr_schedule *kind) {
   sg_status st = SG_OK;
-  if (!name || !kind) SG_RAISE(SG_ERR_INVALID_ARG, "sg_lr_schedule_parse: NULL argument");
-  if (strcmp(name, "constant") == 0) *kind = SG_LR_CONSTANT;
-  else if (strcmp(name, "cosine") == 0) *kind = SG_LR_COSINE;
-  else if (strcmp(name, "step") == 0) *kind = SG_LR_STEP;
-  else SG_RAISE(SG_ERR_CONFIG, "unknown learning-rate schedule '%s' (constant, cosine, step)", name);
+  if (!name || !kind)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_lr_schedule_parse: NULL argument");
+  if (strcmp(name, "constant") == 0)
+    *kind = SG_LR_CONSTANT;
+  else if (strcmp(name, "cosine") == 0)
+    *kind = SG_LR_COSINE;
+  else if (strcmp(name, "step") == 0)
+    *kind = SG_LR_STEP;
+  else
+    SG_RAISE(SG_ERR_CONFIG,
+             "unknown learning-rate schedule '%s' (constant, cosine, step)",
+             name);
 fail:
   return st;
 }
 
 double sg_lr_at(const sg_lr_config *c, int64_t t) {
-  if (c->warmup > 0 && t <= c->warmup) return c->lr * (double)t / (double)c->warmup;
+  if (c->warmup > 0 && t <= c->warmup)
+    return c->lr * (double)t / (double)c->warmup;
   switch (c->kind) {
-    case SG_LR_COSINE: {
-      int64_t span = c->total - c->warmup;
-      if (span <= 0) return c->lr;
-      double x = (double)(t - c->warmup) / (double)span;
-      if (x > 1.0) x = 1.0;
-      return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(3.14159265358979323846 * x));
-    }
-    case SG_LR_STEP: {
-      int64_t k = c->step_size > 0 ? (t - c->warmup) / c->step_size : 0;
-      return c->lr * pow(c->gamma, (double)k);
-    }
-    default: return c->lr;
+  case SG_LR_COSINE: {
+    int64_t span = c->total - c->warmup;
+    if (span <= 0) return c->lr;
+    double x = (double)(t - c->warmup) / (double)span;
+    if (x > 1.0) x = 1.0;
+    return c->min_lr +
+           0.5 * (c->lr - c->min_lr) * (1.0 + cos(3.14159265358979323846 * x));
+  }
+  case SG_LR_STEP: {
+    int64_t k = c->step_size > 0 ? (t - c->warmup) / c->step_size : 0;
+    return c->lr * pow(c->gamma, (double)k);
+  }
+  default: return c->lr;
   }
 }
 
@@ -127,7 +139,8 @@ sg_status sg_grad_global_norm(double local_sumsq, sg_group_t group,
   double total = local_sumsq;
   if (!norm) SG_RAISE(SG_ERR_INVALID_ARG, "sg_grad_global_norm: NULL norm");
   if (group && sg_group_size(group) > 1)
-    SG_TRY(sg_allreduce_det(group, &local_sumsq, &total, 1, SG_DTYPE_F64, SG_REDUCE_SUM));
+    SG_TRY(sg_allreduce_det(group, &local_sumsq, &total, 1, SG_DTYPE_F64,
+                            SG_REDUCE_SUM));
   *norm = sqrt(total);
 fail:
   return st;

@@ -103,7 +103,7 @@ typedef struct sg_var {
   int is_param;      /* parameters: hooks fire for them */
   char name[32];
   /* framework state (read-only for users) */
-  int is_leaf;       /* made by the user: gradient accumulates */
+  int is_leaf; /* made by the user: gradient accumulates */
   int owns_value, owns_grad;
   int pending;       /* recorded uses whose backward has not run yet */
   int has_grad;      /* an activation gradient arrived in this backward */
@@ -158,8 +158,7 @@ sg_status sg_var_scatter(sg_var *v, const char *name, sg_mesh_t mesh,
                          const sg_placement *placements, sg_dtype dtype,
                          int ndim, const int64_t *global_shape,
                          const sg_tensor *global, int root, int requires_grad);
-sg_status sg_var_gather(const sg_var *v, int grad, sg_tensor *global,
-                        int root);
+sg_status sg_var_gather(const sg_var *v, int grad, sg_tensor *global, int root);
 struct sg_nc_t_; /* sg_nc_t of io/sg_nc.h */
 sg_status sg_var_read_nc(sg_var *v, const char *name, sg_mesh_t mesh,
                          const sg_placement *placements, struct sg_nc_t_ *file,
@@ -257,19 +256,19 @@ struct sg_node {
   sg_var *in[SG_NODE_MAX_IN];
   sg_var *out[SG_NODE_MAX_OUT];
   int has_window;
-  int nsp;                     /* spatial dims of the windowed input */
+  int nsp;                           /* spatial dims of the windowed input */
   sg_window win[SG_OPS_MAX_SPATIAL]; /* normalised: no zeros that mean 1 */
-  sg_tensor xin;               /* windowed input with margins */
-  void *gin[SG_NODE_MAX_IN];   /* backward targets, NULL: not needed */
-  unsigned char attr[256];     /* op attributes (copied at apply) */
-  void *saved;                 /* op state for backward (freed by the tape) */
+  sg_tensor xin;                     /* windowed input with margins */
+  void *gin[SG_NODE_MAX_IN];         /* backward targets, NULL: not needed */
+  unsigned char attr[256];           /* op attributes (copied at apply) */
+  void *saved; /* op state for backward (freed by the tape) */
   size_t saved_bytes;
   /* framework state: sharded inputs (mesh NULL: none) */
   sg_mesh_t mesh;
   sg_placement placements[SG_MESH_MAX_DIMS];
   unsigned split_batch, split_channel, split_space; /* mesh dim masks */
-  void *ex;                    /* the windowed input's exchange (cached) */
-  unsigned cropped;            /* outputs cropped to this rank's share */
+  void *ex;         /* the windowed input's exchange (cached) */
+  unsigned cropped; /* outputs cropped to this rank's share */
 };
 
 /* Record (or, in no-grad mode, just run) an op. attr (attr_bytes <= 256) is
@@ -297,7 +296,11 @@ sg_status sg_node_save(sg_node *node, size_t bytes, void **ptr);
  * whole tensor along those dims). A reduction over it is collective over
  * that group; e.g. sg_sum_allreduce(v, n, sg_group_comm(g)) when g. Not
  * collective. */
-enum { SG_SPLIT_BATCH = 1u << 0, SG_SPLIT_CHANNEL = 1u << 1, SG_SPLIT_SPACE = 1u << 2 };
+enum {
+  SG_SPLIT_BATCH = 1u << 0,
+  SG_SPLIT_CHANNEL = 1u << 1,
+  SG_SPLIT_SPACE = 1u << 2
+};
 sg_status sg_node_group(const sg_node *node, unsigned which, sg_group_t *g);
 /* The global shape of input i (its local shape if it is not sharded). */
 const int64_t *sg_node_in_global_shape(const sg_node *node, int i);
@@ -437,8 +440,7 @@ sg_status sg_ag_checkpoint(sg_tape_t tape, sg_block_fn fn, void *ctx, int nin,
 sg_status sg_ag_conv(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
                      const sg_window *win, sg_var **y);
 /* Transposed convolution with kernel == stride; w: (Cin, Cout, kernel...). */
-sg_status sg_ag_convt(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
-                      sg_var **y);
+sg_status sg_ag_convt(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b, sg_var **y);
 /* Pooling with kernel, stride, dilation, padding and boundary per spatial
  * dim (win[d]; no up-sampling). Max pooling pads zero-boundary dims with
  * -inf (the identity of max, as PyTorch); average pooling divides by the
@@ -479,8 +481,8 @@ sg_status sg_ag_norm(sg_tape_t t, const sg_norm_desc *d, sg_var *x,
  * placed like x. The FFT's transposes carry the sharded logic (no window,
  * no halo). Checks against conv's plans agree over x's mesh. */
 struct sg_spectral_conv; /* sg_spectral_conv_t of sg_spectral.h */
-sg_status sg_ag_spectral_conv(sg_tape_t t, struct sg_spectral_conv *conv, sg_var *x,
-                              sg_var *w, sg_var **y);
+sg_status sg_ag_spectral_conv(sg_tape_t t, struct sg_spectral_conv *conv,
+                              sg_var *x, sg_var *w, sg_var **y);
 /* A scalar loss (target ignored by SUM/MEAN, may be NULL then). On a
  * sharded pred (target sharded alike) the value is the global loss over all
  * shards, the same on every rank (rank-order sums: deterministic). */

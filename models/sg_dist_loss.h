@@ -56,8 +56,8 @@ double sg_dist_loss_value(const sg_var *loss);
  * ranks do not know: use sg_dist_rel_l2_ctx under data parallelism).
  * Collective over domain. */
 sg_status sg_dist_rel_l2(sg_dtype dt, int64_t batch, int64_t per_sample,
-                         const void *pred, const void *target,
-                         const void *mask, sg_group_t domain, double *rel);
+                         const void *pred, const void *target, const void *mask,
+                         sg_group_t domain, double *rel);
 
 /* The same, with the NaN/Inf check agreed over ctx->domain and ctx->data
  * (global_batch is not used): every rank fails alike. Collective over

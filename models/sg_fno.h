@@ -38,16 +38,16 @@ extern "C" {
 #endif
 
 typedef struct sg_fno_config {
-  int64_t cin, cout;     /* data channels in and out */
-  int64_t width;         /* 32 in the paper */
-  int64_t modes1, modes2;/* 12, 12 in the paper */
-  int64_t layers;        /* 4 */
-  int64_t proj_width;    /* 128 */
-  int add_grid;          /* append (x, y) in [0,1) as two input channels */
-  sg_act act;            /* SG_ACT_GELU */
-  int shard_spectral;    /* 1 (default): spectral weights Shard by modes;
+  int64_t cin, cout;      /* data channels in and out */
+  int64_t width;          /* 32 in the paper */
+  int64_t modes1, modes2; /* 12, 12 in the paper */
+  int64_t layers;         /* 4 */
+  int64_t proj_width;     /* 128 */
+  int add_grid;           /* append (x, y) in [0,1) as two input channels */
+  sg_act act;             /* SG_ACT_GELU */
+  int shard_spectral;     /* 1 (default): spectral weights Shard by modes;
                             0: Replicate on every rank */
-  int act_ckpt_every;    /* activation checkpointing (sg_ag_checkpoint) of
+  int act_ckpt_every;     /* activation checkpointing (sg_ag_checkpoint) of
                             the spectral layers: 0 none (default), K >= 1
                             every K-th (1: all) */
 } sg_fno_config;
@@ -83,8 +83,7 @@ void sg_fno_box(sg_fno_t model, int64_t *y0, int64_t *ny, int64_t *x0,
                 int64_t *nx);
 
 /* y = model(x). x: (batch, cin, ny, nx) local block. Collective. */
-sg_status sg_fno_forward(sg_fno_t model, sg_tape_t tape, sg_var *x,
-                         sg_var **y);
+sg_status sg_fno_forward(sg_fno_t model, sg_tape_t tape, sg_var *x, sg_var **y);
 
 /* Seconds in FFTs and in transposes (all spectral layers). */
 void sg_fno_fft_times(sg_fno_t model, double *fft_s, double *transpose_s);

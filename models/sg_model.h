@@ -47,21 +47,21 @@ sg_status sg_model_kind_parse(const char *name, sg_model_kind *kind);
 
 typedef struct sg_model_config {
   sg_model_kind kind;
-  int64_t cin, cout;   /* data channels in and out */
-  int64_t width;       /* all: channels (FNO, CNN) / at full resolution (U-Net) */
-  int64_t proj_width;  /* FNO, CNN: projection hidden channels */
-  int64_t modes;       /* FNO: modes kept per dim */
-  int64_t layers;      /* FNO: spectral layers */
-  int64_t blocks;      /* CNN: residual blocks */
-  int64_t levels;      /* U-Net: resolutions */
-  int64_t kernel;      /* CNN, U-Net: odd convolution kernel size */
-  int64_t groups;      /* CNN, U-Net: GroupNorm groups */
-  int add_grid;        /* append (x, y) coordinates as input channels */
+  int64_t cin, cout; /* data channels in and out */
+  int64_t width;     /* all: channels (FNO, CNN) / at full resolution (U-Net) */
+  int64_t proj_width; /* FNO, CNN: projection hidden channels */
+  int64_t modes;      /* FNO: modes kept per dim */
+  int64_t layers;     /* FNO: spectral layers */
+  int64_t blocks;     /* CNN: residual blocks */
+  int64_t levels;     /* U-Net: resolutions */
+  int64_t kernel;     /* CNN, U-Net: odd convolution kernel size */
+  int64_t groups;     /* CNN, U-Net: GroupNorm groups */
+  int add_grid;       /* append (x, y) coordinates as input channels */
   sg_act act;
-  sg_pad_mode pad[2];  /* CNN, U-Net: boundary of y and of x */
-  int shard_spectral;  /* FNO: spectral weights Shard by modes over the
+  sg_pad_mode pad[2]; /* CNN, U-Net: boundary of y and of x */
+  int shard_spectral; /* FNO: spectral weights Shard by modes over the
                           domain (1, the default) or Replicate (0) */
-  int act_ckpt_every;  /* activation checkpointing of the blocks (FNO
+  int act_ckpt_every; /* activation checkpointing of the blocks (FNO
                           spectral layers, CNN residual blocks, U-Net
                           levels: sg_ag_checkpoint): 0 none (default), K >= 1
                           every K-th block (1: every block); the same

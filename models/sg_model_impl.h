@@ -42,7 +42,8 @@ typedef struct sg_model_i {
   sg_status (*init)(void *impl, uint64_t seed);
   int (*params)(void *impl, sg_var ***vars);
   void (*box)(void *impl, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *nx);
-  void (*describe)(void *impl, const sg_model_config *c, char *buf, size_t size);
+  void (*describe)(void *impl, const sg_model_config *c, char *buf,
+                   size_t size);
   /* Mark a target/mask leaf with the outputs' sharding (NULL: nothing). */
   sg_status (*mark)(void *impl, sg_var *v);
   sg_status (*forward)(void *impl, sg_tape_t tape, sg_var *x, sg_var **y);

@@ -37,27 +37,27 @@ sg_adamw_config sg_adamw_defaults(void);
  * grad_scale multiplies g first (gradient clipping, loss scaling).
  * The arithmetic is done in double per element and rounded to float once,
  * so it is the same whatever the partition or thread count. */
-sg_status sg_adamw_step_f32(float *param, const float *grad, float *m,
-                            float *v, int64_t n, int64_t t, double lr,
-                            double grad_scale, const sg_adamw_config *cfg);
+sg_status sg_adamw_step_f32(float *param, const float *grad, float *m, float *v,
+                            int64_t n, int64_t t, double lr, double grad_scale,
+                            const sg_adamw_config *cfg);
 
 /* Plain SGD with momentum (m = mu m + g; p -= lr (m + wd p)). */
-sg_status sg_sgd_step_f32(float *param, const float *grad, float *m,
-                          int64_t n, double lr, double momentum,
-                          double weight_decay, double grad_scale);
+sg_status sg_sgd_step_f32(float *param, const float *grad, float *m, int64_t n,
+                          double lr, double momentum, double weight_decay,
+                          double grad_scale);
 
 typedef enum sg_lr_schedule {
   SG_LR_CONSTANT = 0,
-  SG_LR_COSINE,   /* warmup, then cosine from lr to min_lr at total steps */
-  SG_LR_STEP      /* warmup, then lr * gamma^(floor(step / step_size)) */
+  SG_LR_COSINE, /* warmup, then cosine from lr to min_lr at total steps */
+  SG_LR_STEP    /* warmup, then lr * gamma^(floor(step / step_size)) */
 } sg_lr_schedule;
 
 typedef struct sg_lr_config {
   sg_lr_schedule kind;
   double lr, min_lr;
-  int64_t warmup, total;     /* steps */
-  int64_t step_size;         /* SG_LR_STEP */
-  double gamma;              /* SG_LR_STEP */
+  int64_t warmup, total; /* steps */
+  int64_t step_size;     /* SG_LR_STEP */
+  double gamma;          /* SG_LR_STEP */
 } sg_lr_config;
 
 /* Parse "constant", "cosine" or "step". */

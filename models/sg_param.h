@@ -27,14 +27,14 @@ extern "C" {
 #define SG_PARAM_MAX_DIMS 8
 
 typedef struct sg_param_info {
-  const char *name;        /* unique within the model, a valid NetCDF name */
-  int ndim;                /* 1..SG_PARAM_MAX_DIMS */
+  const char *name; /* unique within the model, a valid NetCDF name */
+  int ndim;         /* 1..SG_PARAM_MAX_DIMS */
   int64_t global_shape[SG_PARAM_MAX_DIMS];
   int64_t start[SG_PARAM_MAX_DIMS]; /* this rank's box of the global array */
   int64_t count[SG_PARAM_MAX_DIMS]; /* (may be empty: a count of 0) */
-  int64_t offset;          /* first element in the flat buffer */
-  int64_t numel;           /* local elements: the product of count */
-  unsigned shard_dims;     /* mesh dims the parameter is Shard over (mask) */
+  int64_t offset;                   /* first element in the flat buffer */
+  int64_t numel;                    /* local elements: the product of count */
+  unsigned shard_dims; /* mesh dims the parameter is Shard over (mask) */
 } sg_param_info;
 
 #ifdef __cplusplus

@@ -58,14 +58,13 @@ unsigned sg_sharded_reduce_dims(const sg_shardtensor *x);
 /* Convolution: win[d] per spatial dim of x (sg_window: kernel, stride,
  * dilation, padding, boundary; no up-sampling), w (Cout, Cin, kernel...),
  * b (Cout) or NULL; y = (N, Cout, out...) placed like x (sg_ag_conv). */
-sg_status sg_sharded_conv_forward(const sg_shardtensor *x,
-                                  const sg_window *win, int64_t cout,
-                                  const void *w, const void *b,
+sg_status sg_sharded_conv_forward(const sg_shardtensor *x, const sg_window *win,
+                                  int64_t cout, const void *w, const void *b,
                                   sg_shardtensor *y, sg_sharded_ctx_t *ctx);
 /* dx (created; NULL: not wanted), dw and db (+=, partial; may be NULL). */
 sg_status sg_sharded_conv_backward(sg_sharded_ctx_t ctx, const void *w,
-                                   const sg_shardtensor *dy,
-                                   sg_shardtensor *dx, void *dw, void *db);
+                                   const sg_shardtensor *dy, sg_shardtensor *dx,
+                                   void *dw, void *db);
 
 /* Pooling (win[d]: kernel, stride, padding, dilation and boundary per
  * spatial dim; sg_ag_pool). Max pooling fills the padding of
@@ -74,8 +73,8 @@ sg_status sg_sharded_conv_backward(sg_sharded_ctx_t ctx, const void *w,
  * boundary kinds pad with data. Average pooling divides by the full window
  * (count_include_pad: zero padding counts). */
 sg_status sg_sharded_pool_forward(sg_pool_kind kind, const sg_shardtensor *x,
-                                  const sg_window *win,
-                                  sg_shardtensor *y, sg_sharded_ctx_t *ctx);
+                                  const sg_window *win, sg_shardtensor *y,
+                                  sg_sharded_ctx_t *ctx);
 sg_status sg_sharded_pool_backward(sg_sharded_ctx_t ctx,
                                    const sg_shardtensor *dy,
                                    sg_shardtensor *dx);
@@ -123,11 +122,9 @@ sg_status sg_sharded_bias_backward(const sg_shardtensor *dy, void *db);
 sg_status sg_sharded_act_forward(sg_act act, const sg_shardtensor *x,
                                  sg_shardtensor *y);
 sg_status sg_sharded_act_backward(sg_act act, const sg_shardtensor *x,
-                                  const sg_shardtensor *dy,
-                                  sg_shardtensor *dx);
+                                  const sg_shardtensor *dy, sg_shardtensor *dx);
 sg_status sg_sharded_binary_forward(sg_binary op, const sg_shardtensor *a,
-                                    const sg_shardtensor *b,
-                                    sg_shardtensor *y);
+                                    const sg_shardtensor *b, sg_shardtensor *y);
 /* da, db created (either may be NULL). */
 sg_status sg_sharded_binary_backward(sg_binary op, const sg_shardtensor *a,
                                      const sg_shardtensor *b,
@@ -144,9 +141,8 @@ sg_status sg_sharded_norm_forward(const sg_norm_desc *d,
                                   sg_sharded_ctx_t *ctx);
 /* dx created; dgamma, dbeta (+=, partial; may be NULL). */
 sg_status sg_sharded_norm_backward(sg_sharded_ctx_t ctx, const void *gamma,
-                                   const sg_shardtensor *dy,
-                                   sg_shardtensor *dx, void *dgamma,
-                                   void *dbeta);
+                                   const sg_shardtensor *dy, sg_shardtensor *dx,
+                                   void *dgamma, void *dbeta);
 
 /* A global loss (the same value on every rank; sg_ag_loss): *value is the
  * tape's loss, in the dtype of p (an f32 loss is rounded to f32). t may be

@@ -18,10 +18,10 @@ struct sg_sharded_ctx {
   sg_dtype dtype;
   sg_tape_t tape;
   int nact, npar;
-  sg_var act[CTX_MAX_ACT];   /* leaves over the activation inputs' interiors */
+  sg_var act[CTX_MAX_ACT];    /* leaves over the activation inputs' interiors */
   void *act_own[CTX_MAX_ACT]; /* contiguous copies (NULL: the caller's data) */
-  sg_var par[CTX_MAX_PAR];   /* parameters over the caller's arrays */
-  sg_var *out;               /* the op's output on the tape (NULL after backward) */
+  sg_var par[CTX_MAX_PAR];    /* parameters over the caller's arrays */
+  sg_var *out; /* the op's output on the tape (NULL after backward) */
 };
 
 sg_status sg_sharded_ctx_destroy(sg_sharded_ctx_t *ctx) {
@@ -41,7 +41,8 @@ sg_status sg_sharded_ctx_destroy(sg_sharded_ctx_t *ctx) {
 unsigned sg_sharded_reduce_dims(const sg_shardtensor *x) {
   unsigned batch = 0, space = 0;
   if (!x || !x->mesh ||
-      sg_sharded_split_masks(x->mesh, x->ndim, x->placements, &batch, NULL, &space) != SG_OK) {
+      sg_sharded_split_masks(x->mesh, x->ndim, x->placements, &batch, NULL,
+                             &space) != SG_OK) {
     sg_clear_error();
     return 0;
   }
@@ -53,26 +54,32 @@ unsigned sg_sharded_reduce_dims(const sg_shardtensor *x) {
 /* x: created, on a mesh, f32 or f64. Local (the caller's arguments). */
 static sg_status check_input(const sg_shardtensor *x, const char *op) {
   sg_status st = SG_OK;
-  if (!x || !x->mesh) SG_RAISE(SG_ERR_INVALID_ARG, "%s: input is NULL or not created", op);
+  if (!x || !x->mesh)
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s: input is NULL or not created", op);
   if (x->local.dtype != SG_DTYPE_F32 && x->local.dtype != SG_DTYPE_F64)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: f32 or f64, not %s", op, sg_dtype_name(x->local.dtype));
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: f32 or f64, not %s", op,
+             sg_dtype_name(x->local.dtype));
 fail:
   return st;
 }
 
 /* A contiguous view of x's interior: its data when contiguous, else a copy
  * (*own, to free). */
-static sg_status interior_contig(const sg_shardtensor *x, void **data, void **own) {
+static sg_status interior_contig(const sg_shardtensor *x, void **data,
+                                 void **own) {
   sg_status st = SG_OK;
   sg_tensor in = sg_shardtensor_interior(x);
-  sg_tensor flat = sg_tensor_wrap(NULL, x->local.dtype, sg_device_host(), x->ndim, x->local_shape);
+  sg_tensor flat = sg_tensor_wrap(NULL, x->local.dtype, sg_device_host(),
+                                  x->ndim, x->local_shape);
   int contig = 1;
-  for (int d = 0; d < x->ndim; ++d) contig &= x->local_shape[d] <= 1 || in.strides[d] == flat.strides[d];
+  for (int d = 0; d < x->ndim; ++d)
+    contig &= x->local_shape[d] <= 1 || in.strides[d] == flat.strides[d];
   *own = NULL;
   *data = in.data;
   const int64_t n = sg_tensor_numel(&flat);
   if (contig || n == 0) goto fail;
-  SG_TRY(sg_malloc(sg_device_host(), (size_t)n * sg_dtype_size(x->local.dtype), own));
+  SG_TRY(sg_malloc(sg_device_host(), (size_t)n * sg_dtype_size(x->local.dtype),
+                   own));
   flat.data = *own;
   SG_TRY(sg_tensor_copy(&flat, &in));
   *data = *own;
@@ -83,7 +90,8 @@ fail:
 /* The context of an op on the activations acts[0..nact) (placed alike: the
  * tape checks): the tape and a sharded leaf per activation. Local steps
  * first, agreed over the mesh, then the collective sharding. */
-static sg_status ctx_open(const char *op, int nact, const sg_shardtensor *const *acts,
+static sg_status ctx_open(const char *op, int nact,
+                          const sg_shardtensor *const *acts,
                           sg_sharded_ctx_t *out) {
   sg_status st = SG_OK;
   sg_sharded_ctx_t c = NULL;
@@ -91,7 +99,8 @@ static sg_status ctx_open(const char *op, int nact, const sg_shardtensor *const 
   for (int i = 0; i < nact; ++i) SG_TRY(check_input(acts[i], op));
   const sg_shardtensor *x = acts[0];
   c = calloc(1, sizeof *c);
-  st = c ? SG_OK : sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "%s: context", op);
+  st = c ? SG_OK
+         : sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "%s: context", op);
   if (st == SG_OK) {
     c->op = op;
     c->mesh = x->mesh;
@@ -102,8 +111,8 @@ static sg_status ctx_open(const char *op, int nact, const sg_shardtensor *const 
     void *data = NULL;
     st = interior_contig(acts[i], &data, &c->act_own[i]);
     if (st == SG_OK)
-      st = sg_var_init(&c->act[i], i ? "b" : "x", acts[i]->local.dtype, acts[i]->ndim,
-                       acts[i]->local_shape, data, 1);
+      st = sg_var_init(&c->act[i], i ? "b" : "x", acts[i]->local.dtype,
+                       acts[i]->ndim, acts[i]->local_shape, data, 1);
     if (st == SG_OK) c->nact = i + 1;
     /* an activation, like the output of an earlier op: backward writes its
      * gradient (the kernel's bits) instead of adding it to a zero-filled
@@ -112,7 +121,8 @@ static sg_status ctx_open(const char *op, int nact, const sg_shardtensor *const 
   }
   st = sg_agree(sg_mesh_comm(x->mesh), st);
   for (int i = 0; i < nact && st == SG_OK; ++i)
-    st = sg_var_set_sharding(&c->act[i], acts[i]->mesh, acts[i]->placements, acts[i]->global_shape);
+    st = sg_var_set_sharding(&c->act[i], acts[i]->mesh, acts[i]->placements,
+                             acts[i]->global_shape);
   if (st != SG_OK) goto fail;
   *out = c;
   c = NULL;
@@ -124,12 +134,15 @@ fail:
 /* Parameter i: a plain variable over the caller's array (shape ndim,
  * shape[]) with a zero-filled gradient of its own (backward points it at
  * the caller's gradient array). Local. */
-static sg_status ctx_param(sg_sharded_ctx_t c, const char *name, int ndim, const int64_t *shape,
-                           const void *data) {
+static sg_status ctx_param(sg_sharded_ctx_t c, const char *name, int ndim,
+                           const int64_t *shape, const void *data) {
   sg_status st = SG_OK;
-  if (!data) SG_RAISE(SG_ERR_INVALID_ARG, "%s: parameter '%s' is NULL", c->op, name);
-  if (c->npar == CTX_MAX_PAR) SG_RAISE(SG_ERR_INTERNAL, "%s: too many parameters", c->op);
-  SG_TRY(sg_var_init_param(&c->par[c->npar], name, c->dtype, ndim, shape, (void *)data, NULL));
+  if (!data)
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s: parameter '%s' is NULL", c->op, name);
+  if (c->npar == CTX_MAX_PAR)
+    SG_RAISE(SG_ERR_INTERNAL, "%s: too many parameters", c->op);
+  SG_TRY(sg_var_init_param(&c->par[c->npar], name, c->dtype, ndim, shape,
+                           (void *)data, NULL));
   c->npar++;
 fail:
   return st;
@@ -137,10 +150,11 @@ fail:
 
 /* A new ShardTensor holding the value of v (a sharded variable of the
  * tape, or the activation gradient `grad`). */
-static sg_status var_to_shardtensor(const sg_var *v, const sg_tensor *t, sg_shardtensor *y) {
+static sg_status var_to_shardtensor(const sg_var *v, const sg_tensor *t,
+                                    sg_shardtensor *y) {
   sg_status st = SG_OK;
-  SG_TRY(sg_shardtensor_create(y, v->mesh, v->value.dtype, v->value.ndim, v->global_shape,
-                               v->placements, NULL));
+  SG_TRY(sg_shardtensor_create(y, v->mesh, v->value.dtype, v->value.ndim,
+                               v->global_shape, v->placements, NULL));
   sg_tensor in = sg_shardtensor_interior(y);
   if (t->data && sg_tensor_numel(&in) > 0) SG_TRY(sg_tensor_copy(&in, t));
 fail:
@@ -149,37 +163,45 @@ fail:
 
 /* The end of a forward: y from the op's output (when wanted), agreed over
  * the mesh; on failure the context and y are freed and *ctx is NULL. */
-static sg_status forward_end(sg_status st, sg_sharded_ctx_t c, sg_shardtensor *y,
-                             sg_sharded_ctx_t *ctx) {
+static sg_status forward_end(sg_status st, sg_sharded_ctx_t c,
+                             sg_shardtensor *y, sg_sharded_ctx_t *ctx) {
   if (st == SG_OK && y) st = var_to_shardtensor(c->out, &c->out->value, y);
   if (c) st = sg_agree(sg_mesh_comm(c->mesh), st);
   if (st != SG_OK) {
     if (y) sg_shardtensor_destroy(y);
     sg_sharded_ctx_destroy(&c);
   }
-  if (ctx) *ctx = c;
-  else sg_sharded_ctx_destroy(&c);
+  if (ctx)
+    *ctx = c;
+  else
+    sg_sharded_ctx_destroy(&c);
   return st;
 }
 
 /* The upstream gradient dy: on the context's mesh, in its dtype, placed and
  * shaped like the output. From global information (every rank finds the
  * same). */
-static sg_status grad_check(const sg_sharded_ctx_t c, const sg_shardtensor *dy) {
+static sg_status grad_check(const sg_sharded_ctx_t c,
+                            const sg_shardtensor *dy) {
   sg_status st = SG_OK;
   const sg_var *o = c->out;
-  if (!dy || !dy->mesh) SG_RAISE(SG_ERR_INVALID_ARG, "%s backward: dy is NULL or not created", c->op);
+  if (!dy || !dy->mesh)
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s backward: dy is NULL or not created",
+             c->op);
   if (dy->mesh != c->mesh)
-    SG_RAISE(SG_ERR_INVALID_ARG, "%s backward: dy is on another mesh than the forward", c->op);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "%s backward: dy is on another mesh than the forward", c->op);
   if (dy->local.dtype != c->dtype)
-    SG_RAISE(SG_ERR_INVALID_ARG, "%s backward: dy is %s, the forward ran in %s", c->op,
-             sg_dtype_name(dy->local.dtype), sg_dtype_name(c->dtype));
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s backward: dy is %s, the forward ran in %s",
+             c->op, sg_dtype_name(dy->local.dtype), sg_dtype_name(c->dtype));
   int same = dy->ndim == o->value.ndim;
-  for (int d = 0; same && d < dy->ndim; ++d) same = dy->global_shape[d] == o->global_shape[d];
+  for (int d = 0; same && d < dy->ndim; ++d)
+    same = dy->global_shape[d] == o->global_shape[d];
   for (int m = 0; same && m < sg_mesh_ndims(c->mesh); ++m)
     same = sg_placement_equal(dy->placements[m], o->placements[m]);
   if (!same)
-    SG_RAISE(SG_ERR_SHAPE, "%s backward: dy is not shaped and placed like the output", c->op);
+    SG_RAISE(SG_ERR_SHAPE,
+             "%s backward: dy is not shaped and placed like the output", c->op);
 fail:
   return st;
 }
@@ -188,8 +210,9 @@ fail:
  * parameter i accumulates into pgrad[i] (NULL: not wanted) and reads
  * pval[i] (NULL: the forward's array); dacts[i] (NULL: not wanted) gets the
  * gradient of activation i. Collective; agreed over the mesh. */
-static sg_status ctx_backward(sg_sharded_ctx_t c, const sg_tensor *g, void *const *pgrad,
-                              const void *const *pval, sg_shardtensor *const *dacts) {
+static sg_status ctx_backward(sg_sharded_ctx_t c, const sg_tensor *g,
+                              void *const *pgrad, const void *const *pval,
+                              sg_shardtensor *const *dacts) {
   sg_status st = SG_OK;
   void *own[CTX_MAX_PAR];
   const void *val[CTX_MAX_PAR];
@@ -213,7 +236,8 @@ static sg_status ctx_backward(sg_sharded_ctx_t c, const sg_tensor *g, void *cons
       c->act[i].owns_grad = 0;
     }
   }
-  st = sg_agree(sg_mesh_comm(c->mesh), st); /* before the backward's collectives */
+  st = sg_agree(sg_mesh_comm(c->mesh),
+                st); /* before the backward's collectives */
   sg_var *out = c->out;
   c->out = NULL; /* the tape is emptied: once per context */
   if (st == SG_OK) st = sg_tape_backward_from(c->tape, 1, &out, g);
@@ -229,19 +253,23 @@ static sg_status ctx_backward(sg_sharded_ctx_t c, const sg_tensor *g, void *cons
 
 /* The backward of an op with a ShardTensor output: dy checked, then
  * ctx_backward. */
-static sg_status ctx_backward_dy(sg_sharded_ctx_t c, const char *op, const sg_shardtensor *dy,
-                                 void *const *pgrad, const void *const *pval,
+static sg_status ctx_backward_dy(sg_sharded_ctx_t c, const char *op,
+                                 const sg_shardtensor *dy, void *const *pgrad,
+                                 const void *const *pval,
                                  sg_shardtensor *const *dacts) {
   sg_status st = SG_OK;
   void *data = NULL, *own = NULL;
   for (int i = 0; i < c->nact; ++i)
     if (dacts[i]) memset(dacts[i], 0, sizeof *dacts[i]);
-  if (!c->out) SG_RAISE(SG_ERR_INVALID_ARG, "%s backward: the context's backward ran already", op);
+  if (!c->out)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "%s backward: the context's backward ran already", op);
   SG_TRY(grad_check(c, dy));
   st = interior_contig(dy, &data, &own);
   st = sg_agree(sg_mesh_comm(c->mesh), st);
   if (st != SG_OK) goto fail;
-  sg_tensor g = sg_tensor_wrap(data, c->dtype, sg_device_host(), dy->ndim, dy->local_shape);
+  sg_tensor g = sg_tensor_wrap(data, c->dtype, sg_device_host(), dy->ndim,
+                               dy->local_shape);
   st = ctx_backward(c, &g, pgrad, pval, dacts);
 fail:
   sg_free(sg_device_host(), &own);
@@ -251,36 +279,41 @@ fail:
 /* The context of a backward: kind and state checked. Local. */
 static sg_status ctx_check(sg_sharded_ctx_t c, const char *op) {
   if (!c || !c->op || strcmp(c->op, op))
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "%s backward: not a %s context", op, op);
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "%s backward: not a %s context", op, op);
   return SG_OK;
 }
 
 /* ---- window ops ----------------------------------------------------------------- */
 
-sg_status sg_sharded_conv_forward(const sg_shardtensor *x, const sg_window *win, int64_t cout,
-                                  const void *w, const void *b, sg_shardtensor *y,
-                                  sg_sharded_ctx_t *ctx) {
+sg_status sg_sharded_conv_forward(const sg_shardtensor *x, const sg_window *win,
+                                  int64_t cout, const void *w, const void *b,
+                                  sg_shardtensor *y, sg_sharded_ctx_t *ctx) {
   sg_status st = SG_OK;
   sg_sharded_ctx_t c = NULL;
   if (y) memset(y, 0, sizeof *y);
   if (ctx) *ctx = NULL;
   SG_TRY(ctx_open("conv", 1, &x, &c));
   int64_t ws[SG_TENSOR_MAX_DIMS] = {cout, x->global_shape[1]}, nb[1] = {cout};
-  st = win && cout >= 1 ? SG_OK
-                        : sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                                       "conv: window and cout >= 1 are required");
-  for (int d = 0; st == SG_OK && d < x->ndim - 2; ++d) ws[2 + d] = sg_window_normal(win[d]).kernel;
+  st = win && cout >= 1
+           ? SG_OK
+           : sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                          "conv: window and cout >= 1 are required");
+  for (int d = 0; st == SG_OK && d < x->ndim - 2; ++d)
+    ws[2 + d] = sg_window_normal(win[d]).kernel;
   if (st == SG_OK) st = ctx_param(c, "w", x->ndim, ws, w);
   if (st == SG_OK && b) st = ctx_param(c, "b", 1, nb, b);
   st = sg_agree(sg_mesh_comm(c->mesh), st);
   if (st == SG_OK)
-    st = sg_ag_conv(c->tape, &c->act[0], &c->par[0], b ? &c->par[1] : NULL, win, &c->out);
+    st = sg_ag_conv(c->tape, &c->act[0], &c->par[0], b ? &c->par[1] : NULL, win,
+                    &c->out);
 fail:
   return forward_end(st, c, y, ctx);
 }
 
-sg_status sg_sharded_conv_backward(sg_sharded_ctx_t c, const void *w, const sg_shardtensor *dy,
-                                   sg_shardtensor *dx, void *dw, void *db) {
+sg_status sg_sharded_conv_backward(sg_sharded_ctx_t c, const void *w,
+                                   const sg_shardtensor *dy, sg_shardtensor *dx,
+                                   void *dw, void *db) {
   sg_status st = SG_OK;
   SG_TRY(ctx_check(c, "conv"));
   void *pg[2] = {dw, db};
@@ -290,8 +323,9 @@ fail:
   return st;
 }
 
-sg_status sg_sharded_pool_forward(sg_pool_kind kind, const sg_shardtensor *x, const sg_window *win,
-                                  sg_shardtensor *y, sg_sharded_ctx_t *ctx) {
+sg_status sg_sharded_pool_forward(sg_pool_kind kind, const sg_shardtensor *x,
+                                  const sg_window *win, sg_shardtensor *y,
+                                  sg_sharded_ctx_t *ctx) {
   sg_status st = SG_OK;
   sg_sharded_ctx_t c = NULL;
   if (y) memset(y, 0, sizeof *y);
@@ -311,7 +345,8 @@ fail:
   return st;
 }
 
-sg_status sg_sharded_upsample_forward(sg_upsample_kind kind, const sg_shardtensor *x,
+sg_status sg_sharded_upsample_forward(sg_upsample_kind kind,
+                                      const sg_shardtensor *x,
                                       const int64_t *scale, sg_shardtensor *y,
                                       sg_sharded_ctx_t *ctx) {
   sg_status st = SG_OK;
@@ -324,7 +359,8 @@ fail:
   return forward_end(st, c, y, ctx);
 }
 
-sg_status sg_sharded_upsample_backward(sg_sharded_ctx_t c, const sg_shardtensor *dy,
+sg_status sg_sharded_upsample_backward(sg_sharded_ctx_t c,
+                                       const sg_shardtensor *dy,
                                        sg_shardtensor *dx) {
   sg_status st = SG_OK;
   SG_TRY(ctx_check(c, "upsample"));
@@ -333,28 +369,33 @@ fail:
   return st;
 }
 
-sg_status sg_sharded_convt_forward(const sg_shardtensor *x, const int64_t *kernel, int64_t cout,
-                                   const void *w, const void *b, sg_shardtensor *y,
-                                   sg_sharded_ctx_t *ctx) {
+sg_status sg_sharded_convt_forward(const sg_shardtensor *x,
+                                   const int64_t *kernel, int64_t cout,
+                                   const void *w, const void *b,
+                                   sg_shardtensor *y, sg_sharded_ctx_t *ctx) {
   sg_status st = SG_OK;
   sg_sharded_ctx_t c = NULL;
   if (y) memset(y, 0, sizeof *y);
   if (ctx) *ctx = NULL;
   SG_TRY(ctx_open("convt", 1, &x, &c));
   int64_t ws[SG_TENSOR_MAX_DIMS] = {x->global_shape[1], cout}, nb[1] = {cout};
-  st = kernel && cout >= 1 ? SG_OK
-                           : sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                                          "convt: kernel and cout >= 1 are required");
+  st = kernel && cout >= 1
+           ? SG_OK
+           : sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                          "convt: kernel and cout >= 1 are required");
   for (int d = 0; st == SG_OK && d < x->ndim - 2; ++d) ws[2 + d] = kernel[d];
   if (st == SG_OK) st = ctx_param(c, "w", x->ndim, ws, w);
   if (st == SG_OK && b) st = ctx_param(c, "b", 1, nb, b);
   st = sg_agree(sg_mesh_comm(c->mesh), st);
-  if (st == SG_OK) st = sg_ag_convt(c->tape, &c->act[0], &c->par[0], b ? &c->par[1] : NULL, &c->out);
+  if (st == SG_OK)
+    st = sg_ag_convt(c->tape, &c->act[0], &c->par[0], b ? &c->par[1] : NULL,
+                     &c->out);
 fail:
   return forward_end(st, c, y, ctx);
 }
 
-sg_status sg_sharded_convt_backward(sg_sharded_ctx_t c, const void *w, const sg_shardtensor *dy,
+sg_status sg_sharded_convt_backward(sg_sharded_ctx_t c, const void *w,
+                                    const sg_shardtensor *dy,
                                     sg_shardtensor *dx, void *dw, void *db) {
   sg_status st = SG_OK;
   SG_TRY(ctx_check(c, "convt"));
@@ -369,22 +410,24 @@ fail:
 
 /* linear (w (cout, C), b (cout) or NULL) or bias-add (w NULL, b (C)) of x
  * on a new context. */
-static sg_status affine_open(const char *op, const sg_shardtensor *x, int64_t cout, const void *w,
-                             const void *b, sg_sharded_ctx_t *pc) {
+static sg_status affine_open(const char *op, const sg_shardtensor *x,
+                             int64_t cout, const void *w, const void *b,
+                             sg_sharded_ctx_t *pc) {
   sg_status st = SG_OK;
   sg_sharded_ctx_t c = NULL;
   SG_TRY(ctx_open(op, 1, &x, &c));
   const int64_t cin = x->global_shape[1];
   int64_t ws[2] = {cout, cin}, nb[1] = {w ? cout : cin};
   st = !w || cout >= 1 ? SG_OK
-                       : sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "%s: cout %lld", op,
-                                      (long long)cout);
+                       : sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                                      "%s: cout %lld", op, (long long)cout);
   if (st == SG_OK && w) st = ctx_param(c, "w", 2, ws, w);
   if (st == SG_OK && b) st = ctx_param(c, "b", 1, nb, b);
   st = sg_agree(sg_mesh_comm(c->mesh), st);
   if (st != SG_OK) goto fail;
   if (w)
-    st = sg_ag_linear(c->tape, &c->act[0], &c->par[0], b ? &c->par[1] : NULL, &c->out);
+    st = sg_ag_linear(c->tape, &c->act[0], &c->par[0], b ? &c->par[1] : NULL,
+                      &c->out);
   else
     st = sg_ag_bias(c->tape, &c->act[0], &c->par[0], &c->out);
 fail:
@@ -393,8 +436,9 @@ fail:
   return st;
 }
 
-sg_status sg_sharded_linear_forward(const sg_shardtensor *x, int64_t cout, const void *w,
-                                    const void *b, sg_shardtensor *y) {
+sg_status sg_sharded_linear_forward(const sg_shardtensor *x, int64_t cout,
+                                    const void *w, const void *b,
+                                    sg_shardtensor *y) {
   sg_status st = SG_OK;
   sg_sharded_ctx_t c = NULL;
   if (y) memset(y, 0, sizeof *y);
@@ -405,12 +449,13 @@ fail:
 }
 
 sg_status sg_sharded_linear_backward(const sg_shardtensor *x, const void *w,
-                                     const sg_shardtensor *dy, sg_shardtensor *dx, void *dw,
-                                     void *db) {
+                                     const sg_shardtensor *dy,
+                                     sg_shardtensor *dx, void *dw, void *db) {
   sg_status st = SG_OK;
   sg_sharded_ctx_t c = NULL;
   if (dx) memset(dx, 0, sizeof *dx);
-  if (!w || !dy) SG_RAISE(SG_ERR_INVALID_ARG, "linear backward: weight and dy are required");
+  if (!w || !dy)
+    SG_RAISE(SG_ERR_INVALID_ARG, "linear backward: weight and dy are required");
   /* the bias only when its gradient is wanted: db is then also its value
    * (the forward's output is not used) */
   SG_TRY(affine_open("linear", x, dy->global_shape[1], w, db, &c));
@@ -421,7 +466,8 @@ fail:
   return st;
 }
 
-sg_status sg_sharded_bias_forward(const sg_shardtensor *x, const void *b, sg_shardtensor *y) {
+sg_status sg_sharded_bias_forward(const sg_shardtensor *x, const void *b,
+                                  sg_shardtensor *y) {
   sg_status st = SG_OK;
   sg_sharded_ctx_t c = NULL;
   if (y) memset(y, 0, sizeof *y);
@@ -447,28 +493,32 @@ fail:
 
 /* ---- pointwise -------------------------------------------------------------------- */
 
-static sg_status pointwise_open(const char *op, int nact, const sg_shardtensor *const *acts,
-                                int code, sg_sharded_ctx_t *pc) {
+static sg_status pointwise_open(const char *op, int nact,
+                                const sg_shardtensor *const *acts, int code,
+                                sg_sharded_ctx_t *pc) {
   sg_status st = SG_OK;
   SG_TRY(ctx_open(op, nact, acts, pc));
   sg_sharded_ctx_t c = *pc;
   if (nact == 1)
     st = sg_ag_act(c->tape, (sg_act)code, &c->act[0], &c->out);
   else
-    st = sg_ag_binary(c->tape, (sg_binary)code, &c->act[0], &c->act[1], &c->out);
+    st = sg_ag_binary(c->tape, (sg_binary)code, &c->act[0], &c->act[1],
+                      &c->out);
   if (st != SG_OK) sg_sharded_ctx_destroy(pc);
 fail:
   return st;
 }
 
-sg_status sg_sharded_act_forward(sg_act act, const sg_shardtensor *x, sg_shardtensor *y) {
+sg_status sg_sharded_act_forward(sg_act act, const sg_shardtensor *x,
+                                 sg_shardtensor *y) {
   sg_sharded_ctx_t c = NULL;
   if (y) memset(y, 0, sizeof *y);
   sg_status st = pointwise_open("act", 1, &x, (int)act, &c);
   return forward_end(st, c, y, NULL);
 }
 
-sg_status sg_sharded_act_backward(sg_act act, const sg_shardtensor *x, const sg_shardtensor *dy,
+sg_status sg_sharded_act_backward(sg_act act, const sg_shardtensor *x,
+                                  const sg_shardtensor *dy,
                                   sg_shardtensor *dx) {
   sg_status st = SG_OK;
   sg_sharded_ctx_t c = NULL;
@@ -481,7 +531,8 @@ fail:
 }
 
 sg_status sg_sharded_binary_forward(sg_binary op, const sg_shardtensor *a,
-                                    const sg_shardtensor *b, sg_shardtensor *y) {
+                                    const sg_shardtensor *b,
+                                    sg_shardtensor *y) {
   sg_sharded_ctx_t c = NULL;
   if (y) memset(y, 0, sizeof *y);
   const sg_shardtensor *ab[2] = {a, b};
@@ -490,7 +541,8 @@ sg_status sg_sharded_binary_forward(sg_binary op, const sg_shardtensor *a,
 }
 
 sg_status sg_sharded_binary_backward(sg_binary op, const sg_shardtensor *a,
-                                     const sg_shardtensor *b, const sg_shardtensor *dy,
+                                     const sg_shardtensor *b,
+                                     const sg_shardtensor *dy,
                                      sg_shardtensor *da, sg_shardtensor *db) {
   sg_status st = SG_OK;
   sg_sharded_ctx_t c = NULL;
@@ -507,8 +559,9 @@ fail:
 
 /* ---- normalisation ------------------------------------------------------------------ */
 
-sg_status sg_sharded_norm_forward(const sg_norm_desc *d, const sg_shardtensor *x,
-                                  const void *gamma, const void *beta, sg_shardtensor *y,
+sg_status sg_sharded_norm_forward(const sg_norm_desc *d,
+                                  const sg_shardtensor *x, const void *gamma,
+                                  const void *beta, sg_shardtensor *y,
                                   sg_sharded_ctx_t *ctx) {
   sg_status st = SG_OK;
   sg_sharded_ctx_t c = NULL;
@@ -528,8 +581,8 @@ fail:
 }
 
 sg_status sg_sharded_norm_backward(sg_sharded_ctx_t c, const void *gamma,
-                                   const sg_shardtensor *dy, sg_shardtensor *dx, void *dgamma,
-                                   void *dbeta) {
+                                   const sg_shardtensor *dy, sg_shardtensor *dx,
+                                   void *dgamma, void *dbeta) {
   sg_status st = SG_OK;
   SG_TRY(ctx_check(c, "norm"));
   /* the parameters in the order the forward added them (gamma, beta) */
@@ -544,23 +597,26 @@ fail:
 /* ---- losses --------------------------------------------------------------------------- */
 
 sg_status sg_sharded_loss_forward(sg_loss_kind kind, const sg_shardtensor *p,
-                                  const sg_shardtensor *t, double *value, sg_sharded_ctx_t *ctx) {
+                                  const sg_shardtensor *t, double *value,
+                                  sg_sharded_ctx_t *ctx) {
   sg_status st = SG_OK;
   sg_sharded_ctx_t c = NULL;
   if (ctx) *ctx = NULL;
   const int needs_t = kind == SG_LOSS_MSE || kind == SG_LOSS_REL_L2;
   if (!value) SG_RAISE(SG_ERR_INVALID_ARG, "loss: value is NULL");
-  if (needs_t && !t) SG_RAISE(SG_ERR_INVALID_ARG, "loss: the target is required");
+  if (needs_t && !t)
+    SG_RAISE(SG_ERR_INVALID_ARG, "loss: the target is required");
   const sg_shardtensor *pt[2] = {p, t};
   SG_TRY(ctx_open("loss", needs_t ? 2 : 1, pt, &c));
-  st = sg_ag_loss(c->tape, kind, &c->act[0], needs_t ? &c->act[1] : NULL, &c->out);
+  st = sg_ag_loss(c->tape, kind, &c->act[0], needs_t ? &c->act[1] : NULL,
+                  &c->out);
   if (st == SG_OK) *value = sg_var_item(c->out);
 fail:
   return forward_end(st, c, NULL, ctx);
 }
 
-sg_status sg_sharded_loss_backward(sg_sharded_ctx_t c, double g, sg_shardtensor *dp,
-                                   sg_shardtensor *dt) {
+sg_status sg_sharded_loss_backward(sg_sharded_ctx_t c, double g,
+                                   sg_shardtensor *dp, sg_shardtensor *dt) {
   sg_status st = SG_OK;
   double gd = g;
   float gf = (float)g;
@@ -568,10 +624,13 @@ sg_status sg_sharded_loss_backward(sg_sharded_ctx_t c, double g, sg_shardtensor 
   if (dt) memset(dt, 0, sizeof *dt);
   SG_TRY(ctx_check(c, "loss"));
   if (!dp) SG_RAISE(SG_ERR_INVALID_ARG, "loss backward: dp is required");
-  if (!c->out) SG_RAISE(SG_ERR_INVALID_ARG, "loss backward: the context's backward ran already");
+  if (!c->out)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "loss backward: the context's backward ran already");
   const int64_t one = 1;
-  sg_tensor gt = sg_tensor_wrap(c->dtype == SG_DTYPE_F32 ? (void *)&gf : (void *)&gd, c->dtype,
-                                sg_device_host(), 1, &one);
+  sg_tensor gt = sg_tensor_wrap(c->dtype == SG_DTYPE_F32 ? (void *)&gf
+                                                         : (void *)&gd,
+                                c->dtype, sg_device_host(), 1, &one);
   sg_shardtensor *d[2] = {dp, c->nact > 1 ? dt : NULL};
   SG_TRY(ctx_backward(c, &gt, NULL, NULL, d));
 fail:

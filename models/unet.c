@@ -17,14 +17,16 @@ typedef struct unet_level_ctx { /* a level's block as a checkpointed block */
 } unet_level_ctx;
 
 struct sg_unet {
-  sg_cn_base b; /* first: the convnet part of the model table (convnet_impl.h) */
+  sg_cn_base
+      b; /* first: the convnet part of the model table (convnet_impl.h) */
   sg_unet_config cfg;
   unet_level_ctx lctx[2 * UNET_MAX_LEVELS];
   int enc[UNET_MAX_LEVELS], dec[UNET_MAX_LEVELS], out; /* parameter indices */
 };
 
 sg_unet_config sg_unet_defaults(void) {
-  sg_unet_config c = {1, 1, 32, 3, 3, 4, 1, SG_ACT_GELU, {SG_PAD_PERIODIC, SG_PAD_PERIODIC}, 0};
+  sg_unet_config c = {
+      1, 1, 32, 3, 3, 4, 1, SG_ACT_GELU, {SG_PAD_PERIODIC, SG_PAD_PERIODIC}, 0};
   return c;
 }
 
@@ -38,7 +40,8 @@ sg_status sg_unet_destroy(sg_unet_t *model) {
 }
 
 /* conv1, norm1, conv2, norm2: 8 parameters */
-static int add_block(sg_cn_params *p, const char *name, int64_t cin, int64_t c, int64_t k) {
+static int add_block(sg_cn_params *p, const char *name, int64_t cin, int64_t c,
+                     int64_t k) {
   char nm[32];
   snprintf(nm, sizeof nm, "%s.conv1", name);
   int i = sg_cn_add_conv(p, nm, c, cin, k);
@@ -51,30 +54,37 @@ static int add_block(sg_cn_params *p, const char *name, int64_t cin, int64_t c, 
   return ok ? i : -1;
 }
 
-sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg, int64_t ny, int64_t nx, int64_t batch,
-                         sg_unet_t *out) {
+sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg, int64_t ny,
+                         int64_t nx, int64_t batch, sg_unet_t *out) {
   sg_status st = SG_OK;
   struct sg_unet *m = NULL;
-  if (!mesh || !cfg || !out) SG_RAISE(SG_ERR_INVALID_ARG, "sg_unet_create: NULL argument");
+  if (!mesh || !cfg || !out)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_unet_create: NULL argument");
   *out = NULL;
   if (cfg->cin < 1 || cfg->cout < 1 || cfg->width < 1 || batch < 1)
     SG_RAISE(SG_ERR_CONFIG, "U-Net: cin, cout, width and batch must be >= 1");
   if (cfg->levels < 1 || cfg->levels > UNET_MAX_LEVELS)
-    SG_RAISE(SG_ERR_CONFIG, "U-Net: levels must be in 1..%d (got %lld)", UNET_MAX_LEVELS, (long long)cfg->levels);
+    SG_RAISE(SG_ERR_CONFIG, "U-Net: levels must be in 1..%d (got %lld)",
+             UNET_MAX_LEVELS, (long long)cfg->levels);
   if (cfg->act_ckpt_every < 0)
-    SG_RAISE(SG_ERR_CONFIG, "U-Net: act_ckpt_every must be >= 0 (got %d)", cfg->act_ckpt_every);
-  SG_TRY(sg_cn_check_kernel_groups("U-Net", cfg->kernel, cfg->groups, cfg->width));
+    SG_RAISE(SG_ERR_CONFIG, "U-Net: act_ckpt_every must be >= 0 (got %d)",
+             cfg->act_ckpt_every);
+  SG_TRY(
+      sg_cn_check_kernel_groups("U-Net", cfg->kernel, cfg->groups, cfg->width));
   const int64_t f = (int64_t)1 << (cfg->levels - 1);
   if (ny % f || nx % f || ny / f < cfg->kernel || nx / f < cfg->kernel)
-    SG_RAISE(SG_ERR_SHAPE,
-             "U-Net: a %lldx%lld grid does not fit %lld levels (each dim divisible by %lld and at least %lld "
-             "cells at the coarsest level)",
-             (long long)ny, (long long)nx, (long long)cfg->levels, (long long)f, (long long)cfg->kernel);
+    SG_RAISE(
+        SG_ERR_SHAPE,
+        "U-Net: a %lldx%lld grid does not fit %lld levels (each dim divisible by %lld and at least %lld "
+        "cells at the coarsest level)",
+        (long long)ny, (long long)nx, (long long)cfg->levels, (long long)f,
+        (long long)cfg->kernel);
   m = calloc(1, sizeof *m);
   if (!m) SG_RAISE(SG_ERR_ALLOC, "sg_unet_create: out of memory");
   m->cfg = *cfg;
   m->b.p.stream = 3000;
-  SG_TRY(sg_cn_domain_init(&m->b.dom, mesh, ny, nx, batch, cfg->add_grid, "U-Net"));
+  SG_TRY(sg_cn_domain_init(&m->b.dom, mesh, ny, nx, batch, cfg->add_grid,
+                           "U-Net"));
   const int64_t L = cfg->levels, w = cfg->width, k = cfg->kernel;
   int64_t c_in = cfg->cin + (cfg->add_grid ? 2 : 0);
   int ok = 1;
@@ -87,10 +97,13 @@ sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg, int64_t ny, 
   for (int l = (int)L - 2; ok && l >= 0; --l) {
     char nm[16];
     snprintf(nm, sizeof nm, "dec%d", l);
-    ok = (m->dec[l] = add_block(&m->b.p, nm, (w << (l + 1)) + (w << l), w << l, k)) >= 0;
+    ok = (m->dec[l] = add_block(&m->b.p, nm, (w << (l + 1)) + (w << l), w << l,
+                                k)) >= 0;
   }
   ok = ok && (m->out = sg_cn_add_linear(&m->b.p, "out", cfg->cout, w)) >= 0;
-  if (!ok) SG_RAISE(SG_ERR_CONFIG, "U-Net: too many parameter tensors (at most %d)", SG_CN_MAX_PARAMS);
+  if (!ok)
+    SG_RAISE(SG_ERR_CONFIG, "U-Net: too many parameter tensors (at most %d)",
+             SG_CN_MAX_PARAMS);
   *out = m;
   return SG_OK;
 fail:
@@ -99,10 +112,13 @@ fail:
 }
 
 
-static sg_status block(struct sg_unet *m, sg_tape_t t, int first, sg_var *x, sg_var **y) {
+static sg_status block(struct sg_unet *m, sg_tape_t t, int first, sg_var *x,
+                       sg_var **y) {
   sg_status st = SG_OK;
   sg_var *q = &m->b.p.vars[first], *h = x;
-  sg_norm_desc nd = {.kind = SG_NORM_GROUP, .groups = m->cfg.groups, .eps = 1e-5};
+  sg_norm_desc nd = {.kind = SG_NORM_GROUP,
+                     .groups = m->cfg.groups,
+                     .eps = 1e-5};
   for (int j = 0; j < 2; ++j, q += 4) {
     SG_TRY(sg_cn_conv_same(t, h, &q[0], &q[1], m->cfg.pad, &h));
     SG_TRY(sg_ag_norm(t, &nd, h, &q[2], &q[3], &h));
@@ -115,14 +131,16 @@ fail:
 
 /* A level: encoder l > 0: pool, block; encoder 0: block; decoder l:
  * up-sample in[0], concat with the skip in[1], block. */
-static sg_status unet_level(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **out) {
+static sg_status unet_level(sg_tape_t t, void *ctx, sg_var *const *in,
+                            sg_var **out) {
   sg_status st = SG_OK;
   const unet_level_ctx *lc = ctx;
   struct sg_unet *m = lc->m;
   const int64_t two[2] = {2, 2};
   sg_var *h = in[0];
   if (!lc->dec && lc->l > 0) {
-    const sg_window pw[2] = {{.kernel = 2, .stride = 2}, {.kernel = 2, .stride = 2}};
+    const sg_window pw[2] = {{.kernel = 2, .stride = 2},
+                             {.kernel = 2, .stride = 2}};
     SG_TRY(sg_ag_pool(t, SG_POOL_AVG, h, pw, &h));
   }
   if (lc->dec) {
@@ -137,8 +155,8 @@ fail:
 
 /* Level block k (encoder 0..L-1, then decoder L-2..0), checkpointed when
  * act_ckpt_every selects it. */
-static sg_status unet_run_level(struct sg_unet *m, sg_tape_t t, int k, int l, int dec, int nin, sg_var **in,
-                                sg_var **out) {
+static sg_status unet_run_level(struct sg_unet *m, sg_tape_t t, int k, int l,
+                                int dec, int nin, sg_var **in, sg_var **out) {
   unet_level_ctx *lc = &m->lctx[k];
   lc->m = m, lc->l = l, lc->dec = dec;
   if (m->cfg.act_ckpt_every > 0 && (k + 1) % m->cfg.act_ckpt_every == 0)
@@ -148,7 +166,8 @@ static sg_status unet_run_level(struct sg_unet *m, sg_tape_t t, int k, int l, in
 
 sg_status sg_unet_forward(sg_unet_t m, sg_tape_t t, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
-  if (!m || !t || !x || !y || !m->b.p.bound) SG_RAISE(SG_ERR_INVALID_ARG, "sg_unet_forward: bad arguments");
+  if (!m || !t || !x || !y || !m->b.p.bound)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_unet_forward: bad arguments");
   SG_TRY(sg_cn_domain_check_input(&m->b.dom, x, m->cfg.cin, "sg_unet_forward"));
   const int64_t L = m->cfg.levels;
   sg_var *skip[UNET_MAX_LEVELS] = {NULL}, *h = NULL;
@@ -163,7 +182,8 @@ sg_status sg_unet_forward(sg_unet_t m, sg_tape_t t, sg_var *x, sg_var **y) {
     sg_var *in2[2] = {h, skip[l]};
     SG_TRY(unet_run_level(m, t, k, l, 1, 2, in2, &h));
   }
-  SG_TRY(sg_ag_linear(t, h, &m->b.p.vars[m->out], &m->b.p.vars[m->out + 1], &h));
+  SG_TRY(
+      sg_ag_linear(t, h, &m->b.p.vars[m->out], &m->b.p.vars[m->out + 1], &h));
   *y = h;
 fail:
   return st;
@@ -173,14 +193,18 @@ fail:
 
 static void unet_defaults(sg_model_config *c) {
   sg_unet_config u = sg_unet_defaults();
-  c->width = u.width, c->levels = u.levels, c->kernel = u.kernel, c->groups = u.groups;
+  c->width = u.width, c->levels = u.levels, c->kernel = u.kernel,
+  c->groups = u.groups;
   c->pad[0] = u.pad[0], c->pad[1] = u.pad[1];
 }
 
-static sg_status unet_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny, int64_t nx, int64_t batch,
+static sg_status unet_create(sg_mesh_t mesh, const sg_model_config *c,
+                             int64_t ny, int64_t nx, int64_t batch,
                              void **impl) {
-  sg_unet_config u = {c->cin, c->cout, c->width, c->levels, c->kernel, c->groups,
-                      c->add_grid, c->act, {c->pad[0], c->pad[1]}, c->act_ckpt_every};
+  sg_unet_config u = {c->cin,           c->cout,   c->width,
+                      c->levels,        c->kernel, c->groups,
+                      c->add_grid,      c->act,    {c->pad[0], c->pad[1]},
+                      c->act_ckpt_every};
   return sg_unet_create(mesh, &u, ny, nx, batch, (sg_unet_t *)impl);
 }
 
@@ -189,20 +213,36 @@ static void unet_destroy(void *impl) {
   sg_unet_destroy(&m);
 }
 
-static void unet_describe(void *impl, const sg_model_config *c, char *buf, size_t size) {
-  snprintf(buf, size, "unet: width %lld, levels %lld, kernel %lld, groups %lld, pad %s/%s, %lld parameters",
-           (long long)c->width, (long long)c->levels, (long long)c->kernel, (long long)c->groups,
-           sg_boundary_name(c->pad[0]), sg_boundary_name(c->pad[1]), (long long)sg_cn_i_param_count(impl));
+static void unet_describe(void *impl, const sg_model_config *c, char *buf,
+                          size_t size) {
+  snprintf(
+      buf, size,
+      "unet: width %lld, levels %lld, kernel %lld, groups %lld, pad %s/%s, %lld parameters",
+      (long long)c->width, (long long)c->levels, (long long)c->kernel,
+      (long long)c->groups, sg_boundary_name(c->pad[0]),
+      sg_boundary_name(c->pad[1]), (long long)sg_cn_i_param_count(impl));
 }
 
 static sg_status unet_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) {
   return sg_unet_forward(impl, t, x, y);
 }
 
-static const char *const unet_size_keys[] = {"width", "levels", "kernel", "groups", "pad_y", "pad_x", NULL};
+static const char *const unet_size_keys[] = {"width",  "levels", "kernel",
+                                             "groups", "pad_y",  "pad_x",
+                                             NULL};
 
-const sg_model_i sg_unet_model_i = {
-    .name = "unet", .size_keys = unet_size_keys, .defaults = unet_defaults, .create = unet_create,
-    .destroy = unet_destroy, .param_count = sg_cn_i_param_count, .param_info = sg_cn_i_param_info,
-    .bind = sg_cn_i_bind, .init = sg_cn_i_init, .params = sg_cn_i_params, .box = sg_cn_i_box,
-    .describe = unet_describe, .mark = sg_cn_i_mark, .forward = unet_forward, .collective_seconds = NULL};
+const sg_model_i sg_unet_model_i = {.name = "unet",
+                                    .size_keys = unet_size_keys,
+                                    .defaults = unet_defaults,
+                                    .create = unet_create,
+                                    .destroy = unet_destroy,
+                                    .param_count = sg_cn_i_param_count,
+                                    .param_info = sg_cn_i_param_info,
+                                    .bind = sg_cn_i_bind,
+                                    .init = sg_cn_i_init,
+                                    .params = sg_cn_i_params,
+                                    .box = sg_cn_i_box,
+                                    .describe = unet_describe,
+                                    .mark = sg_cn_i_mark,
+                                    .forward = unet_forward,
+                                    .collective_seconds = NULL};

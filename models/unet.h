@@ -58,9 +58,8 @@ typedef struct sg_unet *sg_unet_t;
 
 /* A model for a global grid ny x nx and `batch` local samples per step on
  * this rank's part of the mesh (dims dp, h, w). Not collective. */
-sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg,
-                         int64_t ny, int64_t nx, int64_t batch,
-                         sg_unet_t *model);
+sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg, int64_t ny,
+                         int64_t nx, int64_t batch, sg_unet_t *model);
 /* NULL and *model == NULL are fine (SG_OK); sets *model to NULL. */
 sg_status sg_unet_destroy(sg_unet_t *model);
 

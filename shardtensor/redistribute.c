@@ -54,15 +54,15 @@ static sg_status plan(int nm, const sg_placement *src, const sg_placement *dst,
                 sg_placement_equal(src[m], dst[m]) &&
                 chain_equal_before(src, dst, src[m].dim, m);
   }
-#define ST_ADD(mm, kk, pp)                                                    \
-  do {                                                                        \
-    if (n >= ST_MAX_STEPS)                                                    \
-      SG_RAISE(SG_ERR_INTERNAL, "redistribute: plan too long");               \
-    R->steps[n].m = (mm);                                                     \
-    R->steps[n].kind = (kk);                                                  \
-    R->steps[n].to = (pp);                                                    \
-    cur[mm] = (pp);                                                           \
-    ++n;                                                                      \
+#define ST_ADD(mm, kk, pp)                                      \
+  do {                                                          \
+    if (n >= ST_MAX_STEPS)                                      \
+      SG_RAISE(SG_ERR_INTERNAL, "redistribute: plan too long"); \
+    R->steps[n].m = (mm);                                       \
+    R->steps[n].kind = (kk);                                    \
+    R->steps[n].to = (pp);                                      \
+    cur[mm] = (pp);                                             \
+    ++n;                                                        \
   } while (0)
   /* 1. Partial -> Replicate (the block keeps its box) */
   for (int m = 0; m < nm; ++m)
@@ -74,8 +74,10 @@ static sg_status plan(int nm, const sg_placement *src, const sg_placement *dst,
   for (int m = nm - 1; m >= 0; --m) {
     if (cur[m].kind != SG_PLACEMENT_SHARD || stable[m]) continue;
     if (!inner_free(cur, nm, cur[m].dim, m))
-      SG_RAISE(SG_ERR_INTERNAL, "redistribute: mesh dim %d is not the "
-               "innermost shard of tensor dim %d", m, cur[m].dim);
+      SG_RAISE(SG_ERR_INTERNAL,
+               "redistribute: mesh dim %d is not the "
+               "innermost shard of tensor dim %d",
+               m, cur[m].dim);
     if (dst[m].kind == SG_PLACEMENT_SHARD &&
         chain_equal_before(cur, dst, dst[m].dim, m) &&
         inner_free(cur, nm, dst[m].dim, m))
@@ -100,8 +102,7 @@ static sg_status plan(int nm, const sg_placement *src, const sg_placement *dst,
     if (dst[m].kind == SG_PLACEMENT_SHARD) {
       if (!chain_equal_before(cur, dst, dst[m].dim, m) ||
           !inner_free(cur, nm, dst[m].dim, m))
-        SG_RAISE(SG_ERR_INTERNAL, "redistribute: cannot slice mesh dim %d",
-                 m);
+        SG_RAISE(SG_ERR_INTERNAL, "redistribute: cannot slice mesh dim %d", m);
       ST_ADD(m, ST_SLICE, dst[m]);
     } else if (dst[m].kind == SG_PLACEMENT_PARTIAL) {
       ST_ADD(m, ST_TO_PARTIAL, dst[m]);
@@ -110,8 +111,10 @@ static sg_status plan(int nm, const sg_placement *src, const sg_placement *dst,
 #undef ST_ADD
   for (int m = 0; m < nm; ++m)
     if (!sg_placement_equal(cur[m], dst[m]))
-      SG_RAISE(SG_ERR_INTERNAL, "redistribute: plan ends at the wrong "
-               "placement on mesh dim %d", m);
+      SG_RAISE(SG_ERR_INTERNAL,
+               "redistribute: plan ends at the wrong "
+               "placement on mesh dim %d",
+               m);
   R->nsteps = n;
 fail:
   return st;
@@ -136,8 +139,8 @@ static sg_status member_box(const sg_st_redist *R, const sg_placement *pl,
   int co[SG_MESH_MAX_DIMS];
   memcpy(co, R->coords, sizeof co);
   co[m] = q;
-  return sg_shardtensor_box_coords(R->nm, R->sizes, co, R->nd, R->gshape, pl,
-                                   o, l);
+  return sg_shardtensor_box_coords(R->nm, R->sizes, co, R->nd, R->gshape, pl, o,
+                                   l);
 }
 
 /* 1 if blocks split along tensor dim d, packed in order, lay out exactly
@@ -150,14 +153,14 @@ static int packs_in_place(int d, const int64_t *l) {
 
 typedef struct st_needs {
   int64_t send, recv; /* scratch elements */
-  int direct;         /* allgather: receive into dst; reduce-scatter: send src */
+  int direct; /* allgather: receive into dst; reduce-scatter: send src */
 } st_needs;
 
 static sg_status step_needs(const sg_st_redist *R, int i,
                             const sg_placement *cpl, const sg_placement *npl,
-                            const int64_t *so, const int64_t *sl, int src_contig,
-                            const int64_t *dof, const int64_t *dl,
-                            int dst_contig, st_needs *n) {
+                            const int64_t *so, const int64_t *sl,
+                            int src_contig, const int64_t *dof,
+                            const int64_t *dl, int dst_contig, st_needs *n) {
   sg_status st = SG_OK;
   const int m = R->steps[i].m, nd = R->nd;
   const int64_t nsrc = sg_st_numel(nd, sl), ndst = sg_st_numel(nd, dl);
@@ -211,8 +214,8 @@ static sg_status run_step(sg_st_redist *R, int i, const sg_placement *cpl,
   int64_t o[SG_TENSOR_MAX_DIMS], l[SG_TENSOR_MAX_DIMS];
   int64_t io[SG_TENSOR_MAX_DIMS], il[SG_TENSOR_MAX_DIMS];
 
-  SG_TRY(step_needs(R, i, cpl, npl, so, src->shape, src_contig, dof,
-                    dst->shape, dst_contig, &nd_));
+  SG_TRY(step_needs(R, i, cpl, npl, so, src->shape, src_contig, dof, dst->shape,
+                    dst_contig, &nd_));
   SG_TRY(sg_mesh_group(R->mesh, 1u << m, &g));
   switch (R->steps[i].kind) {
   case ST_ALLREDUCE: {
@@ -305,8 +308,10 @@ static sg_status run_step(sg_st_redist *R, int i, const sg_placement *cpl,
     break;
   }
   case ST_TO_PARTIAL:
-    if (q == 0) SG_TRY(sg_tensor_copy(dst, src));
-    else SG_TRY(sg_tensor_fill(dst, 0.0));
+    if (q == 0)
+      SG_TRY(sg_tensor_copy(dst, src));
+    else
+      SG_TRY(sg_tensor_fill(dst, 0.0));
     break;
   }
 fail:
@@ -326,9 +331,8 @@ void sg_st_redist_release(sg_st_redist *R) {
   R->nsteps = 0;
 }
 
-sg_status sg_st_redist_prepare(sg_st_redist *R, sg_mesh_t mesh,
-                               sg_dtype dtype, int ndim,
-                               const int64_t *global_shape,
+sg_status sg_st_redist_prepare(sg_st_redist *R, sg_mesh_t mesh, sg_dtype dtype,
+                               int ndim, const int64_t *global_shape,
                                const sg_placement *spl, const sg_tensor *src,
                                const sg_placement *dpl, const sg_tensor *dst) {
   sg_status st = SG_OK;
@@ -344,7 +348,7 @@ sg_status sg_st_redist_prepare(sg_st_redist *R, sg_mesh_t mesh,
   SG_TRY(plan(R->nm, spl, dpl, R));
   if (dtype == SG_DTYPE_BF16 && plan_reduces(R))
     SG_RAISE(SG_ERR_NOT_SUPPORTED, "redistribute: a Partial bf16 tensor "
-             "cannot be summed (bf16 is for moves only)");
+                                   "cannot be summed (bf16 is for moves only)");
   /* walk the plan to size the workspace */
   sg_placement cpl[SG_MESH_MAX_DIMS], npl[SG_MESH_MAX_DIMS];
   int64_t so[SG_TENSOR_MAX_DIMS], sl[SG_TENSOR_MAX_DIMS];
@@ -397,8 +401,8 @@ sg_status sg_st_redist_run(sg_st_redist *R, const sg_tensor *src,
   int64_t so[SG_TENSOR_MAX_DIMS], sl[SG_TENSOR_MAX_DIMS];
   int64_t no[SG_TENSOR_MAX_DIMS], nl[SG_TENSOR_MAX_DIMS];
   memcpy(cpl, R->spl, sizeof cpl);
-  SG_TRY(sg_shardtensor_box_coords(R->nm, R->sizes, R->coords, R->nd,
-                                   R->gshape, cpl, so, sl));
+  SG_TRY(sg_shardtensor_box_coords(R->nm, R->sizes, R->coords, R->nd, R->gshape,
+                                   cpl, so, sl));
   sg_tensor cur = *src, nxt;
   for (int i = 0; i < R->nsteps; ++i) {
     const int last = i == R->nsteps - 1;

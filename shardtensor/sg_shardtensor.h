@@ -68,18 +68,17 @@ sg_status sg_placements_check(int mesh_ndims, int ndim,
                               const sg_placement *placements);
 /* Write "(Shard(0), Replicate, Partial)" into buf (always terminated);
  * returns buf. Not collective. */
-const char *sg_placements_format(int mesh_ndims,
-                                 const sg_placement *placements, char *buf,
-                                 size_t size);
+const char *sg_placements_format(int mesh_ndims, const sg_placement *placements,
+                                 char *buf, size_t size);
 
 typedef struct sg_shardtensor {
-  sg_mesh_t mesh;                             /* not owned */
+  sg_mesh_t mesh; /* not owned */
   int ndim;
   int64_t global_shape[SG_TENSOR_MAX_DIMS];
-  sg_placement placements[SG_MESH_MAX_DIMS];  /* one per mesh dim */
-  int64_t local_shape[SG_TENSOR_MAX_DIMS];    /* owned interior, this rank */
-  int64_t local_offset[SG_TENSOR_MAX_DIMS];   /* global index of interior[0] */
-  int64_t halo[SG_TENSOR_MAX_DIMS][2];        /* margins (lo, hi), >= 0 */
+  sg_placement placements[SG_MESH_MAX_DIMS]; /* one per mesh dim */
+  int64_t local_shape[SG_TENSOR_MAX_DIMS];   /* owned interior, this rank */
+  int64_t local_offset[SG_TENSOR_MAX_DIMS];  /* global index of interior[0] */
+  int64_t halo[SG_TENSOR_MAX_DIMS][2];       /* margins (lo, hi), >= 0 */
   sg_tensor local; /* interior + margins: shape local_shape + lo + hi */
 } sg_shardtensor;
 

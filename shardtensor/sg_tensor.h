@@ -44,8 +44,8 @@ sg_status sg_tensor_view(const sg_tensor *t, const int64_t *offset,
 /* Wrap caller memory (contiguous row-major); never owned. An invalid ndim
  * (< 0 or > SG_TENSOR_MAX_DIMS) gives a tensor with ndim -1 that every
  * other function rejects. */
-sg_tensor sg_tensor_wrap(void *data, sg_dtype dtype, sg_device device,
-                         int ndim, const int64_t *shape);
+sg_tensor sg_tensor_wrap(void *data, sg_dtype dtype, sg_device device, int ndim,
+                         const int64_t *shape);
 
 int64_t sg_tensor_numel(const sg_tensor *t);
 size_t sg_tensor_nbytes(const sg_tensor *t);

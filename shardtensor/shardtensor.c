@@ -29,17 +29,19 @@ sg_status sg_placements_check(int mesh_ndims, int ndim,
       if (p.dim < 0 || p.dim >= ndim)
         SG_RAISE(SG_ERR_INVALID_ARG,
                  "placements: mesh dim %d is Shard(%d) but the tensor has %d "
-                 "dims", m, p.dim, ndim);
+                 "dims",
+                 m, p.dim, ndim);
       break;
     case SG_PLACEMENT_PARTIAL:
       if (p.op != SG_REDUCE_SUM)
         SG_RAISE(SG_ERR_NOT_SUPPORTED,
                  "placements: mesh dim %d is Partial with reduce op %d; only "
-                 "Partial(sum) is supported", m, (int)p.op);
+                 "Partial(sum) is supported",
+                 m, (int)p.op);
       break;
     default:
-      SG_RAISE(SG_ERR_INVALID_ARG, "placements: mesh dim %d has unknown kind %d",
-               m, (int)p.kind);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "placements: mesh dim %d has unknown kind %d", m, (int)p.kind);
     }
   }
 fail:
@@ -51,12 +53,12 @@ const char *sg_placements_format(int mesh_ndims, const sg_placement *pl,
   if (!buf || size == 0) return buf;
   size_t used = 0;
   buf[0] = '\0';
-#define SG_PUT(...)                                                           \
-  do {                                                                        \
-    if (used < size) {                                                        \
-      int w_ = snprintf(buf + used, size - used, __VA_ARGS__);                \
-      if (w_ > 0) used += (size_t)w_;                                         \
-    }                                                                         \
+#define SG_PUT(...)                                            \
+  do {                                                         \
+    if (used < size) {                                         \
+      int w_ = snprintf(buf + used, size - used, __VA_ARGS__); \
+      if (w_ > 0) used += (size_t)w_;                          \
+    }                                                          \
   } while (0)
   SG_PUT("(");
   for (int m = 0; pl && m < mesh_ndims && m < SG_MESH_MAX_DIMS; ++m) {
@@ -65,8 +67,10 @@ const char *sg_placements_format(int mesh_ndims, const sg_placement *pl,
     case SG_PLACEMENT_REPLICATE: SG_PUT("Replicate"); break;
     case SG_PLACEMENT_SHARD: SG_PUT("Shard(%d)", pl[m].dim); break;
     case SG_PLACEMENT_PARTIAL:
-      if (pl[m].op == SG_REDUCE_SUM) SG_PUT("Partial");
-      else SG_PUT("Partial(op %d)", (int)pl[m].op);
+      if (pl[m].op == SG_REDUCE_SUM)
+        SG_PUT("Partial");
+      else
+        SG_PUT("Partial(op %d)", (int)pl[m].op);
       break;
     default: SG_PUT("?%d", (int)pl[m].kind);
     }
@@ -93,8 +97,9 @@ sg_status sg_shardtensor_box_coords(int mesh_ndims, const int *mesh_sizes,
                coords[m], mesh_sizes[m]);
   for (int d = 0; d < ndim; ++d) {
     if (global_shape[d] < 0)
-      SG_RAISE(SG_ERR_INVALID_ARG, "sg_shardtensor_box: global shape[%d] = %lld",
-               d, (long long)global_shape[d]);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "sg_shardtensor_box: global shape[%d] = %lld", d,
+               (long long)global_shape[d]);
     offset[d] = 0;
     shape[d] = global_shape[d];
   }
@@ -155,8 +160,10 @@ sg_status sg_st_check(const char *fn, const sg_shardtensor *x) {
   if (x->ndim < 0 || x->ndim > SG_TENSOR_MAX_DIMS)
     SG_RAISE(SG_ERR_INVALID_ARG, "%s: ndim %d", fn, x->ndim);
   if (x->local.ndim != x->ndim || !sg_dtype_valid(x->local.dtype))
-    SG_RAISE(SG_ERR_INVALID_ARG, "%s: the local block does not match (ndim %d, "
-             "local ndim %d)", fn, x->ndim, x->local.ndim);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "%s: the local block does not match (ndim %d, "
+             "local ndim %d)",
+             fn, x->ndim, x->local.ndim);
   if (x->local.device.kind != SG_DEVICE_HOST)
     SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: local blocks on %s are not supported",
              fn, sg_device_kind_name(x->local.device.kind));
@@ -168,15 +175,18 @@ sg_status sg_st_check(const char *fn, const sg_shardtensor *x) {
                               sg_mesh_rank(x->mesh), off, len));
     for (int d = 0; d < x->ndim; ++d) {
       if (off[d] != x->local_offset[d] || len[d] != x->local_shape[d])
-        SG_RAISE(SG_ERR_SHAPE, "%s: local box of dim %d is [%lld, +%lld) but "
-                 "the placements give [%lld, +%lld)", fn, d,
-                 (long long)x->local_offset[d], (long long)x->local_shape[d],
-                 (long long)off[d], (long long)len[d]);
+        SG_RAISE(SG_ERR_SHAPE,
+                 "%s: local box of dim %d is [%lld, +%lld) but "
+                 "the placements give [%lld, +%lld)",
+                 fn, d, (long long)x->local_offset[d],
+                 (long long)x->local_shape[d], (long long)off[d],
+                 (long long)len[d]);
       if (x->halo[d][0] < 0 || x->halo[d][1] < 0 ||
           x->local.shape[d] != len[d] + x->halo[d][0] + x->halo[d][1])
-        SG_RAISE(SG_ERR_SHAPE, "%s: local block of dim %d has %lld elements "
-                 "for interior %lld and margins %lld, %lld", fn, d,
-                 (long long)x->local.shape[d], (long long)len[d],
+        SG_RAISE(SG_ERR_SHAPE,
+                 "%s: local block of dim %d has %lld elements "
+                 "for interior %lld and margins %lld, %lld",
+                 fn, d, (long long)x->local.shape[d], (long long)len[d],
                  (long long)x->halo[d][0], (long long)x->halo[d][1]);
     }
   }
@@ -197,8 +207,10 @@ sg_status sg_shardtensor_create(sg_shardtensor *x, sg_mesh_t mesh,
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_shardtensor_create: invalid dtype %d",
              (int)dtype);
   if (ndim < 0 || ndim > SG_TENSOR_MAX_DIMS)
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_shardtensor_create: ndim %d is outside "
-             "0..%d", ndim, SG_TENSOR_MAX_DIMS);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_shardtensor_create: ndim %d is outside "
+             "0..%d",
+             ndim, SG_TENSOR_MAX_DIMS);
   const int nm = sg_mesh_ndims(mesh);
   SG_TRY(sg_shardtensor_box(mesh, ndim, global_shape, placements,
                             sg_mesh_rank(mesh), x->local_offset,
@@ -207,9 +219,10 @@ sg_status sg_shardtensor_create(sg_shardtensor *x, sg_mesh_t mesh,
   for (int d = 0; d < ndim; ++d) {
     int64_t lo = halo ? halo[d][0] : 0, hi = halo ? halo[d][1] : 0;
     if (lo < 0 || hi < 0)
-      SG_RAISE(SG_ERR_INVALID_ARG, "sg_shardtensor_create: halo of dim %d is "
-               "(%lld, %lld); margins must be >= 0", d, (long long)lo,
-               (long long)hi);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "sg_shardtensor_create: halo of dim %d is "
+               "(%lld, %lld); margins must be >= 0",
+               d, (long long)lo, (long long)hi);
     x->halo[d][0] = lo;
     x->halo[d][1] = hi;
     x->global_shape[d] = global_shape[d];
@@ -262,8 +275,8 @@ int64_t sg_st_box_isect(int ndim, const int64_t *ao, const int64_t *al,
   return n;
 }
 
-sg_status sg_st_pack(const sg_tensor *t, const int64_t *toff,
-                     const int64_t *bo, const int64_t *bl, void *buf) {
+sg_status sg_st_pack(const sg_tensor *t, const int64_t *toff, const int64_t *bo,
+                     const int64_t *bl, void *buf) {
   sg_status st = SG_OK;
   if (sg_st_numel(t->ndim, bl) == 0) return SG_OK;
   int64_t rel[SG_TENSOR_MAX_DIMS];
@@ -281,8 +294,8 @@ sg_status sg_st_unpack(sg_tensor *t, const int64_t *toff, const int64_t *bo,
   if (sg_st_numel(t->ndim, bl) == 0) return SG_OK;
   int64_t rel[SG_TENSOR_MAX_DIMS];
   for (int d = 0; d < t->ndim; ++d) rel[d] = bo[d] - toff[d];
-  sg_tensor v, b = sg_tensor_wrap((void *)buf, t->dtype, t->device, t->ndim,
-                                  bl);
+  sg_tensor v,
+      b = sg_tensor_wrap((void *)buf, t->dtype, t->device, t->ndim, bl);
   SG_TRY(sg_tensor_view(t, rel, bl, &v));
   SG_TRY(sg_tensor_copy(&v, &b));
 fail:
@@ -331,9 +344,12 @@ sg_status sg_st_agree_descs(sg_mesh_t mesh, sg_status local, int n,
   for (int i = 0; i < len; ++i)
     if (v[1 + i] != -v[1 + len + i]) {
       const int which = i / SG_ST_DESC_LEN, k = i % SG_ST_DESC_LEN;
-      const char *what = k == 0 ? "dtype" : k <= 2 ? "ndim" :
-                         k < 3 + SG_TENSOR_MAX_DIMS ? "global shape" : "placements";
-      SG_RAISE(SG_ERR_SHAPE, "ShardTensor %d: the %s differs between ranks of "
+      const char *what = k == 0                       ? "dtype"
+                         : k <= 2                     ? "ndim"
+                         : k < 3 + SG_TENSOR_MAX_DIMS ? "global shape"
+                                                      : "placements";
+      SG_RAISE(SG_ERR_SHAPE,
+               "ShardTensor %d: the %s differs between ranks of "
                "the mesh (every rank must describe the same global tensor)",
                which, what);
     }
@@ -363,9 +379,10 @@ static sg_status check_global(const char *fn, const sg_shardtensor *x,
              g->ndim, x->ndim);
   for (int d = 0; d < x->ndim; ++d)
     if (g->shape[d] != x->global_shape[d])
-      SG_RAISE(SG_ERR_SHAPE, "%s: global tensor dim %d has %lld elements, "
-               "ShardTensor %lld", fn, d, (long long)g->shape[d],
-               (long long)x->global_shape[d]);
+      SG_RAISE(SG_ERR_SHAPE,
+               "%s: global tensor dim %d has %lld elements, "
+               "ShardTensor %lld",
+               fn, d, (long long)g->shape[d], (long long)x->global_shape[d]);
   if (g->device.kind != SG_DEVICE_HOST)
     SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: global tensor must be in host memory",
              fn);
@@ -453,7 +470,8 @@ sg_status sg_shardtensor_scatter(sg_shardtensor *x, const sg_tensor *global,
     int64_t pos = 0;
     for (int r = 0; r < p; ++r) {
       int c[SG_MESH_MAX_DIMS];
-      int64_t o[SG_TENSOR_MAX_DIMS], l[SG_TENSOR_MAX_DIMS], z[SG_TENSOR_MAX_DIMS] = {0};
+      int64_t o[SG_TENSOR_MAX_DIMS], l[SG_TENSOR_MAX_DIMS],
+          z[SG_TENSOR_MAX_DIMS] = {0};
       SG_TRY(sg_mesh_coords_of(mesh, r, c));
       if (!st_is_leader(nm, c, x->placements)) continue;
       SG_TRY(sg_shardtensor_box_coords(nm, sizes, c, nd, x->global_shape,
@@ -494,7 +512,8 @@ sg_status sg_shardtensor_scatter(sg_shardtensor *x, const sg_tensor *global,
     if (contig) {
       SG_TRY(sg_bcast(g, in.data, nloc, x->local.dtype, 0));
     } else {
-      sg_tensor b = sg_tensor_wrap(tmp, in.dtype, in.device, nd, x->local_shape);
+      sg_tensor b = sg_tensor_wrap(tmp, in.dtype, in.device, nd,
+                                   x->local_shape);
       if (coords[m] == 0) SG_TRY(sg_tensor_copy(&b, &in));
       SG_TRY(sg_bcast(g, tmp, nloc, x->local.dtype, 0));
       if (coords[m] != 0) SG_TRY(sg_tensor_copy(&in, &b));
@@ -530,7 +549,8 @@ sg_status sg_shardtensor_gather(const sg_shardtensor *x, sg_tensor *global,
   if (lst == SG_OK && root >= p)
     lst = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                        "%s: root %d is not a rank of the mesh (0..%d, or < 0 "
-                       "for all)", fn, root, p - 1);
+                       "for all)",
+                       fn, root, p - 1);
   if (lst == SG_OK && (root < 0 || me == root))
     lst = check_global(fn, x, global);
   int nm, sizes[SG_MESH_MAX_DIMS], coords[SG_MESH_MAX_DIMS];
@@ -561,7 +581,8 @@ sg_status sg_shardtensor_gather(const sg_shardtensor *x, sg_tensor *global,
     if (has_partial) { /* sum the Partial dims first (they become Replicate) */
       for (int m = 0; m < nm; ++m)
         pl[m] = x->placements[m].kind == SG_PLACEMENT_PARTIAL
-                    ? sg_replicate() : x->placements[m];
+                    ? sg_replicate()
+                    : x->placements[m];
       lst = sg_shardtensor_create(&tmpx, mesh, x->local.dtype, nd,
                                   x->global_shape, pl, NULL);
       if (lst == SG_OK) {
@@ -652,7 +673,8 @@ sg_status sg_shardtensor_gather(const sg_shardtensor *x, sg_tensor *global,
   } else if (leader && nloc > 0) {
     const void *send = in.data;
     if (buf) {
-      sg_tensor b = sg_tensor_wrap(buf, in.dtype, in.device, nd, src->local_shape);
+      sg_tensor b = sg_tensor_wrap(buf, in.dtype, in.device, nd,
+                                   src->local_shape);
       SG_TRY(sg_tensor_copy(&b, &in));
       send = buf;
     }

@@ -35,17 +35,16 @@ typedef struct sg_st_redist {
     int kind;
     sg_placement to;
   } steps[SG_ST_MAX_STEPS];
-  char *blk[2];       /* ping-pong intermediate blocks */
-  char *sbuf, *rbuf;  /* send / receive scratch */
+  char *blk[2];      /* ping-pong intermediate blocks */
+  char *sbuf, *rbuf; /* send / receive scratch */
   int64_t *cnt, *rcnt;
 } sg_st_redist;
 
 /* Plan and allocate (local; no communication). src and dst are views of
  * this rank's boxes under spl and dpl (any strides, host). On failure r is
  * released. */
-sg_status sg_st_redist_prepare(sg_st_redist *r, sg_mesh_t mesh,
-                               sg_dtype dtype, int ndim,
-                               const int64_t *global_shape,
+sg_status sg_st_redist_prepare(sg_st_redist *r, sg_mesh_t mesh, sg_dtype dtype,
+                               int ndim, const int64_t *global_shape,
                                const sg_placement *spl, const sg_tensor *src,
                                const sg_placement *dpl, const sg_tensor *dst);
 /* Run it: collective over the mesh (after the ranks agreed). */
@@ -56,8 +55,8 @@ void sg_st_redist_release(sg_st_redist *r);
 
 /* Copy the sub-box (bo, bl) (global indices) of t, whose element 0 sits at
  * global index toff, to or from the contiguous buffer buf. */
-sg_status sg_st_pack(const sg_tensor *t, const int64_t *toff,
-                     const int64_t *bo, const int64_t *bl, void *buf);
+sg_status sg_st_pack(const sg_tensor *t, const int64_t *toff, const int64_t *bo,
+                     const int64_t *bl, void *buf);
 sg_status sg_st_unpack(sg_tensor *t, const int64_t *toff, const int64_t *bo,
                        const int64_t *bl, const void *buf);
 

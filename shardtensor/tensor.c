@@ -41,8 +41,8 @@ static sg_status check_tensor(const char *fn, const sg_tensor *t) {
     SG_RAISE(SG_ERR_INVALID_ARG, "%s: invalid dtype %d", fn, (int)t->dtype);
   for (int d = 0; d < t->ndim; ++d)
     if (t->shape[d] < 0 || t->strides[d] < 0)
-      SG_RAISE(SG_ERR_INVALID_ARG, "%s: dim %d has shape %lld, stride %lld",
-               fn, d, (long long)t->shape[d], (long long)t->strides[d]);
+      SG_RAISE(SG_ERR_INVALID_ARG, "%s: dim %d has shape %lld, stride %lld", fn,
+               d, (long long)t->shape[d], (long long)t->strides[d]);
   if (sg_tensor_numel(t) > 0 && !t->data)
     SG_RAISE(SG_ERR_INVALID_ARG, "%s: NULL data for %lld elements", fn,
              (long long)sg_tensor_numel(t));
@@ -81,7 +81,8 @@ sg_status sg_tensor_alloc(sg_tensor *t, sg_dtype dtype, sg_device device,
   }
   size_t es = sg_dtype_size(dtype);
   if ((uint64_t)n > SIZE_MAX / es)
-    SG_RAISE(SG_ERR_ALLOC, "sg_tensor_alloc: %lld elements do not fit in memory",
+    SG_RAISE(SG_ERR_ALLOC,
+             "sg_tensor_alloc: %lld elements do not fit in memory",
              (long long)n);
   t->dtype = dtype;
   t->device = device;
@@ -115,10 +116,11 @@ sg_status sg_tensor_view(const sg_tensor *t, const int64_t *offset,
   for (int d = 0; d < t->ndim; ++d) {
     if (offset[d] < 0 || shape[d] < 0 || offset[d] > t->shape[d] ||
         shape[d] > t->shape[d] - offset[d])
-      SG_RAISE(SG_ERR_SHAPE,
-               "sg_tensor_view: box [%lld, %lld) of dim %d is outside [0, %lld)",
-               (long long)offset[d], (long long)(offset[d] + shape[d]), d,
-               (long long)t->shape[d]);
+      SG_RAISE(
+          SG_ERR_SHAPE,
+          "sg_tensor_view: box [%lld, %lld) of dim %d is outside [0, %lld)",
+          (long long)offset[d], (long long)(offset[d] + shape[d]), d,
+          (long long)t->shape[d]);
     lin += offset[d] * t->strides[d];
     n *= shape[d];
   }
@@ -132,8 +134,8 @@ fail:
   return st;
 }
 
-sg_tensor sg_tensor_wrap(void *data, sg_dtype dtype, sg_device device,
-                         int ndim, const int64_t *shape) {
+sg_tensor sg_tensor_wrap(void *data, sg_dtype dtype, sg_device device, int ndim,
+                         const int64_t *shape) {
   sg_tensor t;
   memset(&t, 0, sizeof t);
   t.dtype = dtype;
@@ -244,7 +246,8 @@ sg_status sg_tensor_copy(sg_tensor *dst, const sg_tensor *src) {
   const int64_t n = sg_tensor_numel(src);
   if (n == 0 || dst->data == src->data) return SG_OK;
   const size_t es = sg_dtype_size(src->dtype);
-  const int both_contig = sg_tensor_is_contiguous(dst) && sg_tensor_is_contiguous(src);
+  const int both_contig = sg_tensor_is_contiguous(dst) &&
+                          sg_tensor_is_contiguous(src);
   if (both_contig)
     return sg_memcpy(dst->device, dst->data, src->device, src->data,
                      (size_t)n * es);
@@ -295,10 +298,22 @@ sg_status sg_tensor_fill(sg_tensor *t, double value) {
   const size_t es = sg_dtype_size(t->dtype);
   unsigned char pat[8];
   switch (t->dtype) {
-  case SG_DTYPE_F32: { float v = (float)value; memcpy(pat, &v, 4); break; }
+  case SG_DTYPE_F32: {
+    float v = (float)value;
+    memcpy(pat, &v, 4);
+    break;
+  }
   case SG_DTYPE_F64: memcpy(pat, &value, 8); break;
-  case SG_DTYPE_I32: { int32_t v = (int32_t)value; memcpy(pat, &v, 4); break; }
-  case SG_DTYPE_I64: { int64_t v = (int64_t)value; memcpy(pat, &v, 8); break; }
+  case SG_DTYPE_I32: {
+    int32_t v = (int32_t)value;
+    memcpy(pat, &v, 4);
+    break;
+  }
+  case SG_DTYPE_I64: {
+    int64_t v = (int64_t)value;
+    memcpy(pat, &v, 8);
+    break;
+  }
   case SG_DTYPE_BF16: {
     sg_bf16 v = sg_bf16_from_f32((float)value);
     memcpy(pat, &v.bits, 2);

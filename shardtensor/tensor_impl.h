@@ -16,8 +16,8 @@
 #define SG_LAYOUT_MAX_OPS 2
 
 typedef struct sg_layout {
-  int nd;                                            /* >= 1 */
-  int64_t shape[SG_TENSOR_MAX_DIMS];                 /* merged shape */
+  int nd;                                                /* >= 1 */
+  int64_t shape[SG_TENSOR_MAX_DIMS];                     /* merged shape */
   int64_t stride[SG_LAYOUT_MAX_OPS][SG_TENSOR_MAX_DIMS]; /* per operand */
 } sg_layout;
 
@@ -43,9 +43,8 @@ typedef struct sg_rows_iter {
   int64_t off[SG_LAYOUT_MAX_OPS];
 } sg_rows_iter;
 
-static inline SG_HD void sg_rows_iter_init(sg_rows_iter *it,
-                                           const sg_layout *L, int nop,
-                                           int64_t r) {
+static inline SG_HD void sg_rows_iter_init(sg_rows_iter *it, const sg_layout *L,
+                                           int nop, int64_t r) {
   for (int o = 0; o < nop; ++o) it->off[o] = 0;
   for (int k = L->nd - 2; k >= 0; --k) {
     it->idx[k] = r % L->shape[k];
@@ -54,8 +53,8 @@ static inline SG_HD void sg_rows_iter_init(sg_rows_iter *it,
   }
 }
 
-static inline SG_HD void sg_rows_iter_next(sg_rows_iter *it,
-                                           const sg_layout *L, int nop) {
+static inline SG_HD void sg_rows_iter_next(sg_rows_iter *it, const sg_layout *L,
+                                           int nop) {
   for (int k = L->nd - 2; k >= 0; --k) {
     ++it->idx[k];
     for (int o = 0; o < nop; ++o) it->off[o] += L->stride[o][k];

@@ -19,7 +19,8 @@ struct sg_ddp {
 unsigned sg_ddp_reduce_dims(sg_mesh_t mesh, const sg_placement *act) {
   unsigned mask = 0;
   for (int d = 0; d < sg_mesh_ndims(mesh); ++d)
-    if (act[d].kind == SG_PLACEMENT_SHARD || act[d].kind == SG_PLACEMENT_PARTIAL)
+    if (act[d].kind == SG_PLACEMENT_SHARD ||
+        act[d].kind == SG_PLACEMENT_PARTIAL)
       mask |= 1u << d;
   return mask;
 }
@@ -30,7 +31,8 @@ sg_status sg_ddp_create(sg_mesh_t mesh, unsigned dim_mask, float *grad,
   sg_status st = SG_OK;
   struct sg_ddp *d = NULL;
   if (!mesh || !out || n < 0 || (n > 0 && !grad))
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_ddp_create: bad arguments (n = %lld)", (long long)n);
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_ddp_create: bad arguments (n = %lld)",
+             (long long)n);
   *out = NULL;
   d = calloc(1, sizeof *d);
   if (!d) SG_RAISE(SG_ERR_ALLOC, "sg_ddp_create: out of memory");
@@ -44,7 +46,8 @@ sg_status sg_ddp_create(sg_mesh_t mesh, unsigned dim_mask, float *grad,
   d->ready = calloc(nb, sizeof *d->ready);
   d->reqs = calloc(nb, sizeof *d->reqs);
   d->started = calloc(nb, 1);
-  if (!d->ready || !d->reqs || !d->started) SG_RAISE(SG_ERR_ALLOC, "sg_ddp_create: out of memory");
+  if (!d->ready || !d->reqs || !d->started)
+    SG_RAISE(SG_ERR_ALLOC, "sg_ddp_create: out of memory");
   *out = d;
   return SG_OK;
 fail:
@@ -65,13 +68,17 @@ sg_status sg_ddp_destroy(sg_ddp_t *ddp) {
   return st;
 }
 
-int sg_ddp_group_size(sg_ddp_t ddp) { return ddp ? sg_group_size(ddp->group) : 0; }
+int sg_ddp_group_size(sg_ddp_t ddp) {
+  return ddp ? sg_group_size(ddp->group) : 0;
+}
 
 sg_status sg_ddp_begin(sg_ddp_t d) {
   sg_status st = SG_OK;
   if (!d) SG_RAISE(SG_ERR_INVALID_ARG, "sg_ddp_begin: NULL reducer");
   for (int64_t b = 0; b < d->nbuckets; ++b) {
-    if (d->reqs[b]) SG_RAISE(SG_ERR_INVALID_ARG, "sg_ddp_begin: previous backward not finished");
+    if (d->reqs[b])
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "sg_ddp_begin: previous backward not finished");
     d->ready[b] = 0;
     d->started[b] = 0;
   }
@@ -87,9 +94,11 @@ static int64_t bucket_len(const struct sg_ddp *d, int64_t b) {
 static sg_status start_bucket(struct sg_ddp *d, int64_t b) {
   sg_status st = SG_OK;
   d->started[b] = 1;
-  if (sg_group_size(d->group) == 1 || d->deterministic) return SG_OK; /* at finish */
+  if (sg_group_size(d->group) == 1 || d->deterministic)
+    return SG_OK; /* at finish */
   float *p = d->grad + b * d->bucket;
-  SG_TRY(sg_iallreduce(d->group, p, p, bucket_len(d, b), SG_DTYPE_F32, SG_REDUCE_SUM, &d->reqs[b]));
+  SG_TRY(sg_iallreduce(d->group, p, p, bucket_len(d, b), SG_DTYPE_F32,
+                       SG_REDUCE_SUM, &d->reqs[b]));
 fail:
   return st;
 }
@@ -97,16 +106,21 @@ fail:
 sg_status sg_ddp_mark_ready(sg_ddp_t d, int64_t offset, int64_t count) {
   sg_status st = SG_OK;
   if (!d || offset < 0 || count < 0 || offset + count > d->n)
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_ddp_mark_ready: range [%lld, %lld) outside [0, %lld)",
-             (long long)offset, (long long)(offset + count), (long long)(d ? d->n : 0));
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_ddp_mark_ready: range [%lld, %lld) outside [0, %lld)",
+             (long long)offset, (long long)(offset + count),
+             (long long)(d ? d->n : 0));
   int64_t end = offset + count;
   for (int64_t i = offset; i < end;) {
     int64_t b = i / d->bucket;
     int64_t bend = (b + 1) * d->bucket < end ? (b + 1) * d->bucket : end;
     d->ready[b] += bend - i;
     if (d->ready[b] > bucket_len(d, b))
-      SG_RAISE(SG_ERR_INVALID_ARG, "sg_ddp_mark_ready: elements of bucket %lld marked twice", (long long)b);
-    if (d->ready[b] == bucket_len(d, b) && !d->started[b]) SG_TRY(start_bucket(d, b));
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "sg_ddp_mark_ready: elements of bucket %lld marked twice",
+               (long long)b);
+    if (d->ready[b] == bucket_len(d, b) && !d->started[b])
+      SG_TRY(start_bucket(d, b));
     i = bend;
   }
 fail:
@@ -125,7 +139,8 @@ sg_status sg_ddp_finish(sg_ddp_t d, double scale) {
   if (d->deterministic && sg_group_size(d->group) > 1)
     for (int64_t b = 0; b < d->nbuckets; ++b) {
       float *p = d->grad + b * d->bucket;
-      SG_TRY(sg_allreduce_det(d->group, p, p, bucket_len(d, b), SG_DTYPE_F32, SG_REDUCE_SUM));
+      SG_TRY(sg_allreduce_det(d->group, p, p, bucket_len(d, b), SG_DTYPE_F32,
+                              SG_REDUCE_SUM));
     }
   if (scale != 1.0) {
     const float s = (float)scale;

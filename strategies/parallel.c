@@ -10,8 +10,8 @@
 #include <string.h>
 
 
-static const char *const role_names[SG_DIM_ROLE_COUNT] = {"data",     "fsdp",     "domain", "tensor",
-                                                          "pipeline", "sequence", "expert"};
+static const char *const role_names[SG_DIM_ROLE_COUNT] = {
+    "data", "fsdp", "domain", "tensor", "pipeline", "sequence", "expert"};
 
 const char *sg_dim_role_name(sg_dim_role r) {
   return (unsigned)r < SG_DIM_ROLE_COUNT ? role_names[r] : "invalid";
@@ -21,19 +21,21 @@ sg_status sg_dim_role_of(const char *name, sg_dim_role *role) {
   static const struct {
     const char *name;
     sg_dim_role role;
-  } known[] = {{"dp", SG_DIM_ROLE_DATA},     {"fsdp", SG_DIM_ROLE_FSDP},    {"h", SG_DIM_ROLE_DOMAIN},
-               {"w", SG_DIM_ROLE_DOMAIN},    {"d", SG_DIM_ROLE_DOMAIN},     {"tp", SG_DIM_ROLE_TENSOR},
-               {"pp", SG_DIM_ROLE_PIPELINE}, {"sp", SG_DIM_ROLE_SEQUENCE},  {"cp", SG_DIM_ROLE_SEQUENCE},
-               {"ep", SG_DIM_ROLE_EXPERT}};
+  } known[] = {{"dp", SG_DIM_ROLE_DATA},     {"fsdp", SG_DIM_ROLE_FSDP},
+               {"h", SG_DIM_ROLE_DOMAIN},    {"w", SG_DIM_ROLE_DOMAIN},
+               {"d", SG_DIM_ROLE_DOMAIN},    {"tp", SG_DIM_ROLE_TENSOR},
+               {"pp", SG_DIM_ROLE_PIPELINE}, {"sp", SG_DIM_ROLE_SEQUENCE},
+               {"cp", SG_DIM_ROLE_SEQUENCE}, {"ep", SG_DIM_ROLE_EXPERT}};
   for (size_t i = 0; name && i < sizeof known / sizeof known[0]; ++i)
     if (strcmp(name, known[i].name) == 0) {
       *role = known[i].role;
       return SG_OK;
     }
-  return sg_error_set(SG_ERR_MESH, __FILE__, __LINE__,
-                      "mesh dim '%s' has no role in the parallel plan (known: dp, fsdp, h, w, d, tp, pp, sp, "
-                      "cp, ep)",
-                      name ? name : "(null)");
+  return sg_error_set(
+      SG_ERR_MESH, __FILE__, __LINE__,
+      "mesh dim '%s' has no role in the parallel plan (known: dp, fsdp, h, w, d, tp, pp, sp, "
+      "cp, ep)",
+      name ? name : "(null)");
 }
 
 sg_parallel_config sg_parallel_defaults(void) {
@@ -47,7 +49,9 @@ float *sg_parallel_params(sg_parallel_t p) { return p ? p->params : NULL; }
 float *sg_parallel_grads(sg_parallel_t p) { return p ? p->grads : NULL; }
 int64_t sg_parallel_local_count(sg_parallel_t p) { return p ? p->nlocal : 0; }
 int64_t sg_parallel_state_count(sg_parallel_t p) { return p ? p->nstate : 0; }
-unsigned sg_parallel_data_dims(sg_parallel_t p) { return p ? p->data_dims : 0u; }
+unsigned sg_parallel_data_dims(sg_parallel_t p) {
+  return p ? p->data_dims : 0u;
+}
 int sg_parallel_data_size(sg_parallel_t p) { return p ? p->data_size : 1; }
 int sg_parallel_data_index(sg_parallel_t p) { return p ? p->data_index : 0; }
 
@@ -72,7 +76,8 @@ static int64_t numel_of(const sg_param_info *pi) {
 /* DDP bucket size; also the bound on the full gradients of zero >= 2 whose
  * reduce-scatter is in flight. */
 int64_t pl_bucket_elems(const struct sg_parallel *p) {
-  return (p->cfg.bucket_bytes > 0 ? p->cfg.bucket_bytes : (int64_t)25 << 20) / (int64_t)sizeof(float);
+  return (p->cfg.bucket_bytes > 0 ? p->cfg.bucket_bytes : (int64_t)25 << 20) /
+         (int64_t)sizeof(float);
 }
 
 /* ---- creation --------------------------------------------------------------- */
@@ -101,27 +106,38 @@ static sg_status plan_roles(struct sg_parallel *p) {
       break;
     default:
       if (sz > 1)
-        SG_RAISE(SG_ERR_NOT_SUPPORTED,
-                 "mesh dim '%s' (size %d): %s parallelism is not supported by the parallel plan yet "
-                 "(supported: dp, fsdp, h, w, d; a size-1 %s dim is fine)",
-                 nm, sz, role_names[p->role[d]], nm);
+        SG_RAISE(
+            SG_ERR_NOT_SUPPORTED,
+            "mesh dim '%s' (size %d): %s parallelism is not supported by the parallel plan yet "
+            "(supported: dp, fsdp, h, w, d; a size-1 %s dim is fine)",
+            nm, sz, role_names[p->role[d]], nm);
     }
   }
   if (p->cfg.zero < 0 || p->cfg.zero > 3)
-    SG_RAISE(SG_ERR_CONFIG, "zero = %d: the ZeRO stage is 0 (DDP), 1 (optimizer state), 2 (+ gradients) or "
-             "3 (+ parameters)", p->cfg.zero);
-  if (p->cfg.shard_over_domain && p->cfg.zero >= 1) p->zero_dims_all |= p->domain_dims;
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "zero = %d: the ZeRO stage is 0 (DDP), 1 (optimizer state), 2 (+ gradients) or "
+        "3 (+ parameters)",
+        p->cfg.zero);
+  if (p->cfg.shard_over_domain && p->cfg.zero >= 1)
+    p->zero_dims_all |= p->domain_dims;
   unsigned fsdp_big = 0;
   for (int d = 0; d < nd; ++d)
-    if (p->role[d] == SG_DIM_ROLE_FSDP && sg_mesh_dim_size(p->mesh, d) > 1) fsdp_big |= 1u << d;
+    if (p->role[d] == SG_DIM_ROLE_FSDP && sg_mesh_dim_size(p->mesh, d) > 1)
+      fsdp_big |= 1u << d;
   if (fsdp_big && p->cfg.zero == 0)
-    SG_RAISE(SG_ERR_CONFIG, "mesh dim 'fsdp' shards the model state: set zero = 1, 2 or 3 (or use 'dp' for "
-             "plain data parallelism)");
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "mesh dim 'fsdp' shards the model state: set zero = 1, 2 or 3 (or use 'dp' for "
+        "plain data parallelism)");
   int has_fsdp = 0;
   for (int d = 0; d < nd; ++d) has_fsdp |= p->role[d] == SG_DIM_ROLE_FSDP;
   if (p->cfg.zero >= 1 && !has_fsdp && !p->cfg.shard_over_domain)
-    SG_RAISE(SG_ERR_CONFIG, "zero = %d shards over the 'fsdp' mesh dim (or the domain dims with "
-             "zero_over_domain): this mesh has neither", p->cfg.zero);
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "zero = %d shards over the 'fsdp' mesh dim (or the domain dims with "
+        "zero_over_domain): this mesh has neither",
+        p->cfg.zero);
   if (p->cfg.zero == 0) p->zero_dims_all = 0;
 fail:
   return st;
@@ -132,10 +148,11 @@ fail:
 static sg_status plan_check_table(struct sg_parallel *p) {
   sg_status st = SG_OK;
   uint64_t h = 1469598103934665603ull;
-#define PL_HASH(ptr, n)                                                                                         \
-  do {                                                                                                        \
-    const unsigned char *b_ = (const unsigned char *)(ptr);                                                   \
-    for (size_t i_ = 0; i_ < (size_t)(n); ++i_) h = (h ^ b_[i_]) * 1099511628211ull;                           \
+#define PL_HASH(ptr, n)                                     \
+  do {                                                      \
+    const unsigned char *b_ = (const unsigned char *)(ptr); \
+    for (size_t i_ = 0; i_ < (size_t)(n); ++i_)             \
+      h = (h ^ b_[i_]) * 1099511628211ull;                  \
   } while (0)
   PL_HASH(&p->np, sizeof p->np);
   for (int i = 0; i < p->np; ++i) {
@@ -147,22 +164,27 @@ static sg_status plan_check_table(struct sg_parallel *p) {
   }
 #undef PL_HASH
   unsigned long long hh[2] = {h, ~h}, mx[2];
-  SG_MPI(MPI_Allreduce(hh, mx, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, sg_mesh_comm(p->mesh)));
+  SG_MPI(MPI_Allreduce(hh, mx, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
+                       sg_mesh_comm(p->mesh)));
   if (mx[0] != hh[0] || mx[1] != hh[1])
-    SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: the ranks describe different parameter tables (names, "
-             "global shapes or layouts differ)");
+    SG_RAISE(
+        SG_ERR_INVALID_ARG,
+        "parallel plan: the ranks describe different parameter tables (names, "
+        "global shapes or layouts differ)");
 fail:
   return st;
 }
 
 static const pl_param *cmp_params;
 static int cmp_by_offset(const void *a, const void *b) {
-  int64_t x = cmp_params[*(const int *)a].info.offset, y = cmp_params[*(const int *)b].info.offset;
+  int64_t x = cmp_params[*(const int *)a].info.offset,
+          y = cmp_params[*(const int *)b].info.offset;
   return x < y ? -1 : x > y;
 }
 
 /* Table entries: validity on this rank. Not collective. */
-static sg_status plan_params(struct sg_parallel *p, const sg_param_info *table) {
+static sg_status plan_params(struct sg_parallel *p,
+                             const sg_param_info *table) {
   sg_status st = SG_OK;
   int *by_offset = NULL, nby = 0;
   const unsigned all = (1u << sg_mesh_ndims(p->mesh)) - 1u;
@@ -170,24 +192,36 @@ static sg_status plan_params(struct sg_parallel *p, const sg_param_info *table) 
     pl_param *q = &p->p[i];
     q->info = table[i];
     if (!table[i].name || !*table[i].name)
-      SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: parameter %d has no name", i);
+      SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: parameter %d has no name",
+               i);
     snprintf(q->name, sizeof q->name, "%s", table[i].name);
     q->info.name = q->name;
     const sg_param_info *pi = &q->info;
     if (pi->ndim < 1 || pi->ndim > SG_PARAM_MAX_DIMS)
-      SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: parameter '%s' has %d dims", q->name, pi->ndim);
+      SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: parameter '%s' has %d dims",
+               q->name, pi->ndim);
     if (pi->shard_dims & ~all)
-      SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: parameter '%s' is Shard over mesh dims 0x%x the mesh lacks",
-               q->name, pi->shard_dims);
+      SG_RAISE(
+          SG_ERR_INVALID_ARG,
+          "parallel plan: parameter '%s' is Shard over mesh dims 0x%x the mesh lacks",
+          q->name, pi->shard_dims);
     for (int d = 0; d < pi->ndim; ++d)
-      if (pi->count[d] < 0 || pi->start[d] < 0 || pi->start[d] + pi->count[d] > pi->global_shape[d])
-        SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: parameter '%s': box [%lld, +%lld) outside extent %lld "
-                 "in dim %d", q->name, (long long)pi->start[d], (long long)pi->count[d],
-                 (long long)pi->global_shape[d], d);
-    if (numel_of(pi) != pi->numel || pi->offset < 0 || pi->offset + pi->numel > p->nlocal)
-      SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: parameter '%s': %lld elements at offset %lld do not fit "
-               "the %lld local floats", q->name, (long long)pi->numel, (long long)pi->offset,
-               (long long)p->nlocal);
+      if (pi->count[d] < 0 || pi->start[d] < 0 ||
+          pi->start[d] + pi->count[d] > pi->global_shape[d])
+        SG_RAISE(
+            SG_ERR_INVALID_ARG,
+            "parallel plan: parameter '%s': box [%lld, +%lld) outside extent %lld "
+            "in dim %d",
+            q->name, (long long)pi->start[d], (long long)pi->count[d],
+            (long long)pi->global_shape[d], d);
+    if (numel_of(pi) != pi->numel || pi->offset < 0 ||
+        pi->offset + pi->numel > p->nlocal)
+      SG_RAISE(
+          SG_ERR_INVALID_ARG,
+          "parallel plan: parameter '%s': %lld elements at offset %lld do not fit "
+          "the %lld local floats",
+          q->name, (long long)pi->numel, (long long)pi->offset,
+          (long long)p->nlocal);
     q->row = pi->count[0] > 0 ? pi->numel / pi->count[0] : 0;
   }
   /* no two parameters overlap in the buffer: sorted by offset */
@@ -200,8 +234,10 @@ static sg_status plan_params(struct sg_parallel *p, const sg_param_info *table) 
   for (int k = 1; k < nby; ++k) {
     const pl_param *a = &p->p[by_offset[k - 1]], *b = &p->p[by_offset[k]];
     if (a->info.offset + a->info.numel > b->info.offset)
-      SG_RAISE(SG_ERR_INVALID_ARG, "parallel plan: parameters '%s' and '%s' overlap in the flat buffer",
-               a->name, b->name);
+      SG_RAISE(
+          SG_ERR_INVALID_ARG,
+          "parallel plan: parameters '%s' and '%s' overlap in the flat buffer",
+          a->name, b->name);
   }
 fail:
   free(by_offset);
@@ -237,7 +273,8 @@ static sg_status plan_layouts(struct sg_parallel *p) {
     SG_TRY(sg_mesh_group(p->mesh, L->reduce_dims & ~L->zero_dims, &L->rest_g));
     SG_TRY(sg_mesh_group(p->mesh, L->zero_dims | L->shard_dims, &L->norm_g));
     if (L->zero_dims) SG_TRY(sg_mesh_group(p->mesh, L->zero_dims, &L->zero_g));
-    const int g = L->zero_g ? sg_group_size(L->zero_g) : 1, me = L->zero_g ? sg_group_rank(L->zero_g) : 0;
+    const int g = L->zero_g ? sg_group_size(L->zero_g) : 1,
+              me = L->zero_g ? sg_group_rank(L->zero_g) : 0;
     L->counts = calloc((size_t)g, sizeof *L->counts);
     if (!L->counts) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
     for (int j = 0; j < L->nmembers; ++j) {
@@ -254,10 +291,12 @@ static sg_status plan_layouts(struct sg_parallel *p) {
       }
       q->moff = p->nstate;
       p->nstate += q->own_rows * q->row;
-      if (p->cfg.zero >= 1 && g > 1) { /* the pieces tile the box row-major, in rank order */
+      if (p->cfg.zero >= 1 &&
+          g > 1) { /* the pieces tile the box row-major, in rank order */
         q->pcount = malloc((size_t)g * sizeof *q->pcount);
         q->pdispl = malloc((size_t)g * sizeof *q->pdispl);
-        if (!q->pcount || !q->pdispl) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
+        if (!q->pcount || !q->pdispl)
+          SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
         for (int r = 0; r < g; ++r) {
           int64_t r0, nr;
           split_rows(rows, g, r, &r0, &nr);
@@ -271,22 +310,30 @@ static sg_status plan_layouts(struct sg_parallel *p) {
     if (L->counts[me] > maxpiece) maxpiece = L->counts[me];
   }
   sg_device h = sg_device_host();
-  if ((p->cfg.zero == 1 || p->cfg.zero == 2) && maxpack > 0) { /* zero 3 gathers per parameter */
+  if ((p->cfg.zero == 1 || p->cfg.zero == 2) &&
+      maxpack > 0) { /* zero 3 gathers per parameter */
     SG_TRY(sg_malloc(h, (size_t)maxpack * sizeof(float), (void **)&p->pack));
-    SG_TRY(sg_malloc(h, (size_t)(maxpiece + 1) * sizeof(float), (void **)&p->piece));
+    SG_TRY(sg_malloc(h, (size_t)(maxpiece + 1) * sizeof(float),
+                     (void **)&p->piece));
   }
-  if (p->cfg.zero == 0) p->nstate = p->nlocal; /* the moments mirror the flat buffer */
+  if (p->cfg.zero == 0)
+    p->nstate = p->nlocal; /* the moments mirror the flat buffer */
   { /* a ZeRO dim of size > 1 with nothing to cut is a mistake, not DDP */
     long long cut = 0;
     for (int k = 0; k < p->nl; ++k)
-      if (p->l[k].zero_g && sg_group_size(p->l[k].zero_g) > 1) cut += p->l[k].npack;
-    SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &cut, 1, MPI_LONG_LONG, MPI_MAX, sg_mesh_comm(p->mesh)));
+      if (p->l[k].zero_g && sg_group_size(p->l[k].zero_g) > 1)
+        cut += p->l[k].npack;
+    SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &cut, 1, MPI_LONG_LONG, MPI_MAX,
+                         sg_mesh_comm(p->mesh)));
     int big = 0;
     for (int d = 0; d < sg_mesh_ndims(p->mesh); ++d)
       big |= (p->zero_dims_all >> d & 1u) && sg_mesh_dim_size(p->mesh, d) > 1;
     if (big && cut == 0)
-      SG_RAISE(SG_ERR_CONFIG, "zero = %d: the model has no parameter to shard over the ZeRO dims (every "
-               "parameter is Shard over them already, or there are none)", p->cfg.zero);
+      SG_RAISE(
+          SG_ERR_CONFIG,
+          "zero = %d: the model has no parameter to shard over the ZeRO dims (every "
+          "parameter is Shard over them already, or there are none)",
+          p->cfg.zero);
   }
   /* DDP spans: runs of parameters of one layout, contiguous in the buffer
    * (an empty parameter joins any run). Where a run breaks is agreed over
@@ -301,13 +348,16 @@ static sg_status plan_layouts(struct sg_parallel *p) {
   int64_t end = -1;
   for (int i = 0; i < p->np; ++i) {
     const pl_param *q = &p->p[i];
-    brk[i] = i == 0 || q->layout != p->p[i - 1].layout || (q->info.numel > 0 && end >= 0 && q->info.offset != end);
+    brk[i] = i == 0 || q->layout != p->p[i - 1].layout ||
+             (q->info.numel > 0 && end >= 0 && q->info.offset != end);
     if (brk[i]) end = -1;
     if (q->info.numel > 0) end = q->info.offset + q->info.numel;
   }
-  if (p->np > 0 && MPI_Allreduce(MPI_IN_PLACE, brk, p->np, MPI_INT, MPI_MAX, sg_mesh_comm(p->mesh)) != MPI_SUCCESS) {
+  if (p->np > 0 && MPI_Allreduce(MPI_IN_PLACE, brk, p->np, MPI_INT, MPI_MAX,
+                                 sg_mesh_comm(p->mesh)) != MPI_SUCCESS) {
     free(brk);
-    SG_RAISE(SG_ERR_MPI, "parallel plan: MPI_Allreduce of the span breaks failed");
+    SG_RAISE(SG_ERR_MPI,
+             "parallel plan: MPI_Allreduce of the span breaks failed");
   }
   int *span_layout = brk; /* reused: the layout of each span */
   for (int i = 0; i < p->np; ++i) {
@@ -325,17 +375,21 @@ static sg_status plan_layouts(struct sg_parallel *p) {
   }
   const int64_t bucket = pl_bucket_elems(p);
   for (int k = 0; k < p->nspan && st == SG_OK && p->hooked_reductions; ++k)
-    st = sg_ddp_create(p->mesh, p->l[span_layout[k]].reduce_dims, p->grads + p->span[k].off, p->span[k].n, bucket,
+    st = sg_ddp_create(p->mesh, p->l[span_layout[k]].reduce_dims,
+                       p->grads + p->span[k].off, p->span[k].n, bucket,
                        p->cfg.deterministic, &p->span[k].ddp);
   free(brk);
 fail:
   return st;
 }
 
-sg_status sg_parallel_check_mesh(sg_mesh_t mesh, const sg_parallel_config *cfg, sg_parallel_mesh_info *info) {
+sg_status sg_parallel_check_mesh(sg_mesh_t mesh, const sg_parallel_config *cfg,
+                                 sg_parallel_mesh_info *info) {
   sg_status st = SG_OK;
   struct sg_parallel p;
-  if (!mesh) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_parallel_check_mesh: NULL mesh");
+  if (!mesh)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_parallel_check_mesh: NULL mesh");
   memset(&p, 0, sizeof p);
   p.mesh = mesh;
   p.cfg = cfg ? *cfg : sg_parallel_defaults();
@@ -349,18 +403,23 @@ sg_status sg_parallel_check_mesh(sg_mesh_t mesh, const sg_parallel_config *cfg, 
   return st;
 }
 
-sg_status sg_parallel_create(sg_mesh_t mesh, const sg_parallel_config *cfg, int nparams,
-                             const sg_param_info *table, int64_t nlocal, sg_parallel_t *out) {
+sg_status sg_parallel_create(sg_mesh_t mesh, const sg_parallel_config *cfg,
+                             int nparams, const sg_param_info *table,
+                             int64_t nlocal, sg_parallel_t *out) {
   sg_status st = SG_OK;
   struct sg_parallel *p = NULL;
-  if (!mesh || !out) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_parallel_create: NULL mesh or plan");
+  if (!mesh || !out)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_parallel_create: NULL mesh or plan");
   *out = NULL;
   const MPI_Comm comm = sg_mesh_comm(mesh);
   if (nparams < 0 || nlocal < 0 || (nparams > 0 && !table))
-    st = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_parallel_create: %d parameters, %lld floats",
-                      nparams, (long long)nlocal);
+    st = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                      "sg_parallel_create: %d parameters, %lld floats", nparams,
+                      (long long)nlocal);
   if (st == SG_OK && !(p = calloc(1, sizeof *p)))
-    st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "sg_parallel_create: out of memory");
+    st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,
+                      "sg_parallel_create: out of memory");
   if (st == SG_OK) {
     p->mesh = mesh;
     p->cfg = cfg ? *cfg : sg_parallel_defaults();
@@ -369,7 +428,9 @@ sg_status sg_parallel_create(sg_mesh_t mesh, const sg_parallel_config *cfg, int 
     p->nmicro = 1;
     p->p = calloc((size_t)(nparams + 1), sizeof *p->p);
     p->rs_order = calloc((size_t)(nparams + 1), sizeof *p->rs_order);
-    if (!p->p || !p->rs_order) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "sg_parallel_create: out of memory");
+    if (!p->p || !p->rs_order)
+      st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,
+                        "sg_parallel_create: out of memory");
   }
   if (st == SG_OK) st = plan_roles(p);
   if (st == SG_OK) st = pl_precision_check(&p->cfg);
@@ -380,7 +441,9 @@ sg_status sg_parallel_create(sg_mesh_t mesh, const sg_parallel_config *cfg, int 
   /* DDP reducers take grad-ready marks unless ZeRO reduce-scatters (not
    * deterministic; deterministic zero 1 sums DDP's buckets in fixed order,
    * zero >= 2 each gradient when it is ready) */
-  if (p) p->hooked_reductions = p->cfg.zero == 0 || (p->cfg.zero == 1 && p->cfg.deterministic);
+  if (p)
+    p->hooked_reductions = p->cfg.zero == 0 ||
+                           (p->cfg.zero == 1 && p->cfg.deterministic);
   if (p) p->hooked_rs = p->cfg.zero >= 1 && !p->cfg.deterministic;
   if (p) p->pf = -1;
   if (st == SG_OK) st = plan_params(p, table);
@@ -399,8 +462,10 @@ sg_status sg_parallel_create(sg_mesh_t mesh, const sg_parallel_config *cfg, int 
     size_t nb = (size_t)(p->nstate + 1) * sizeof(float);
     st = sg_calloc(h, nb, (void **)&p->m);
     if (st == SG_OK) st = sg_calloc(h, nb, (void **)&p->v);
-    if (st == SG_OK && p->cfg.zero >= 2) st = sg_calloc(h, nb, (void **)&p->gpiece);
-    if (st == SG_OK && p->cfg.zero >= 3) st = sg_calloc(h, nb, (void **)&p->ppiece);
+    if (st == SG_OK && p->cfg.zero >= 2)
+      st = sg_calloc(h, nb, (void **)&p->gpiece);
+    if (st == SG_OK && p->cfg.zero >= 3)
+      st = sg_calloc(h, nb, (void **)&p->ppiece);
   }
   SG_TRY(sg_agree(comm, st));
   *out = p;
@@ -413,7 +478,8 @@ fail:
 sg_status sg_parallel_destroy(sg_parallel_t *plan) {
   if (!plan || !*plan) return SG_OK;
   struct sg_parallel *p = *plan;
-  sg_status st = sg_wait(&p->pf_req); /* nothing may still write a buffer freed here */
+  sg_status st = sg_wait(
+      &p->pf_req); /* nothing may still write a buffer freed here */
   for (int i = 0; i < p->np; ++i) {
     sg_status s2 = sg_wait(&p->p[i].rs_req);
     if (st == SG_OK) st = s2;
@@ -462,19 +528,26 @@ void sg_parallel_describe(sg_parallel_t p, char *buf, size_t size) {
   size_t o = 0;
   o += (size_t)snprintf(buf + o, size - o, "zero %d", p->cfg.zero);
   if (p->zero_dims_all) {
-    o += (size_t)snprintf(buf + o < buf + size ? buf + o : buf, o < size ? size - o : 0, " over");
+    o += (size_t)snprintf(buf + o < buf + size ? buf + o : buf,
+                          o < size ? size - o : 0, " over");
     for (int d = 0, first = 1; d < sg_mesh_ndims(p->mesh) && o < size; ++d)
       if (p->zero_dims_all & (1u << d)) {
-        o += (size_t)snprintf(buf + o, size - o, "%s%s", first ? " " : ",", sg_mesh_dim_name(p->mesh, d));
+        o += (size_t)snprintf(buf + o, size - o, "%s%s", first ? " " : ",",
+                              sg_mesh_dim_name(p->mesh, d));
         first = 0;
       }
   }
   if (o < size)
-    o += (size_t)snprintf(buf + o, size - o, "; %d data replicas; %d layouts, %d spans; %lld floats, %lld of "
-                          "optimizer state per moment", p->data_size, p->nl, p->nspan, (long long)p->nlocal,
-                          (long long)p->nstate);
+    o += (size_t)snprintf(
+        buf + o, size - o,
+        "; %d data replicas; %d layouts, %d spans; %lld floats, %lld of "
+        "optimizer state per moment",
+        p->data_size, p->nl, p->nspan, (long long)p->nlocal,
+        (long long)p->nstate);
   if (o < size && p->cfg.param_dtype == SG_DTYPE_BF16)
-    snprintf(buf + o, size - o, "; bf16 compute, f32 master weights, %s reductions", sg_dtype_name(p->cfg.reduce_dtype));
+    snprintf(buf + o, size - o,
+             "; bf16 compute, f32 master weights, %s reductions",
+             sg_dtype_name(p->cfg.reduce_dtype));
 }
 
 /* ---- reduction, norm, step --------------------------------------------------- */
@@ -482,7 +555,8 @@ void sg_parallel_describe(sg_parallel_t p, char *buf, size_t size) {
 /* The members of layout L between buf and pack, pack in ZeRO-group rank
  * order: rank r's rows of every member, members in table order
  * (to_pack: buf -> pack, else pack -> buf). */
-static void zero_pack(const struct sg_parallel *p, const pl_layout *L, float *buf, float *pack, int to_pack) {
+static void zero_pack(const struct sg_parallel *p, const pl_layout *L,
+                      float *buf, float *pack, int to_pack) {
   const int g = L->zero_g ? sg_group_size(L->zero_g) : 1;
   int64_t o = 0;
   for (int r = 0; r < g; ++r)
@@ -493,21 +567,26 @@ static void zero_pack(const struct sg_parallel *p, const pl_layout *L, float *bu
       split_rows(rows, g, r, &r0, &nr);
       float *b = buf + q->info.offset + r0 * q->row;
       const size_t nb = (size_t)(nr * q->row) * sizeof *pack;
-      if (to_pack) memcpy(pack + o, b, nb);
-      else memcpy(b, pack + o, nb);
+      if (to_pack)
+        memcpy(pack + o, b, nb);
+      else
+        memcpy(b, pack + o, nb);
       o += nr * q->row;
     }
 }
 
 /* This rank's pieces of layout L (members in table order) <-> buf. */
-static void piece_io(const struct sg_parallel *p, const pl_layout *L, float *buf, float *piece, int to_piece) {
+static void piece_io(const struct sg_parallel *p, const pl_layout *L,
+                     float *buf, float *piece, int to_piece) {
   int64_t o = 0;
   for (int j = 0; j < L->nmembers; ++j) {
     const pl_param *q = &p->p[L->members[j]];
     float *b = buf + q->info.offset + q->own_row0 * q->row;
     const size_t nb = (size_t)(q->own_rows * q->row) * sizeof *b;
-    if (to_piece) memcpy(piece + o, b, nb);
-    else memcpy(b, piece + o, nb);
+    if (to_piece)
+      memcpy(piece + o, b, nb);
+    else
+      memcpy(b, piece + o, nb);
     o += q->own_rows * q->row;
   }
 }
@@ -523,7 +602,8 @@ static sg_status rest_reduce(struct sg_parallel *p, const pl_layout *L) {
     SG_TRY(sg_allreduce(L->rest_g, b, b, n, SG_DTYPE_F32, SG_REDUCE_SUM));
   } else {
     piece_io(p, L, p->grads, p->piece, 1);
-    SG_TRY(sg_allreduce(L->rest_g, p->piece, p->piece, n, SG_DTYPE_F32, SG_REDUCE_SUM));
+    SG_TRY(sg_allreduce(L->rest_g, p->piece, p->piece, n, SG_DTYPE_F32,
+                        SG_REDUCE_SUM));
     piece_io(p, L, p->grads, p->piece, 0);
   }
 fail:
@@ -537,7 +617,8 @@ fail:
 static sg_status rs_finish(struct sg_parallel *p) {
   sg_status st = SG_OK;
   for (int i = 0; i < p->np && p->cfg.zero == 1; ++i)
-    if (p->p[i].info.numel > 0 && !p->p[i].rs_started) SG_TRY(pl_rs_start(p, i));
+    if (p->p[i].info.numel > 0 && !p->p[i].rs_started)
+      SG_TRY(pl_rs_start(p, i));
   SG_TRY(pl_rs_drain(p));
   for (int k = 0; k < p->nl; ++k) SG_TRY(rest_reduce(p, &p->l[k]));
 fail:
@@ -550,7 +631,9 @@ static double layout_sumsq(const struct sg_parallel *p, const pl_layout *L) {
   double s = 0.0;
   for (int j = 0; j < L->nmembers; ++j) {
     const pl_param *q = &p->p[L->members[j]];
-    const float *g = p->gpiece ? p->gpiece + q->moff : p->grads + q->info.offset + q->own_row0 * q->row;
+    const float *g = p->gpiece
+                         ? p->gpiece + q->moff
+                         : p->grads + q->info.offset + q->own_row0 * q->row;
     s += sg_sumsq_f32(g, q->own_rows * q->row);
   }
   return s;
@@ -560,10 +643,14 @@ sg_status sg_parallel_reduce(sg_parallel_t p, double *grad_norm) {
   sg_status st = SG_OK;
   if (!p) SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_reduce: NULL plan");
   if (p->cfg.zero >= 2 && !p->attached)
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_reduce: zero = %d reduces through the tape's hooks: attach the "
-             "plan first", p->cfg.zero);
+    SG_RAISE(
+        SG_ERR_INVALID_ARG,
+        "sg_parallel_reduce: zero = %d reduces through the tape's hooks: attach the "
+        "plan first",
+        p->cfg.zero);
   if (p->hooked_reductions)
-    for (int k = 0; k < p->nspan; ++k) SG_TRY(sg_ddp_finish(p->span[k].ddp, 1.0));
+    for (int k = 0; k < p->nspan; ++k)
+      SG_TRY(sg_ddp_finish(p->span[k].ddp, 1.0));
   else if (p->hooked_rs)
     SG_TRY(rs_finish(p));
   /* zero >= 2, deterministic: every piece was reduced when its gradient was ready */
@@ -571,7 +658,8 @@ sg_status sg_parallel_reduce(sg_parallel_t p, double *grad_norm) {
   for (int k = 0; k < p->nl; ++k) {
     double s = layout_sumsq(p, &p->l[k]);
     if (sg_group_size(p->l[k].norm_g) > 1)
-      SG_TRY(sg_allreduce_det(p->l[k].norm_g, &s, &s, 1, SG_DTYPE_F64, SG_REDUCE_SUM));
+      SG_TRY(sg_allreduce_det(p->l[k].norm_g, &s, &s, 1, SG_DTYPE_F64,
+                              SG_REDUCE_SUM));
     total += s;
   }
   if (grad_norm) *grad_norm = sqrt(total);
@@ -579,31 +667,41 @@ fail:
   return st;
 }
 
-sg_status sg_parallel_step(sg_parallel_t p, int64_t t, double lr, double grad_scale) {
+sg_status sg_parallel_step(sg_parallel_t p, int64_t t, double lr,
+                           double grad_scale) {
   sg_status st = SG_OK;
-  if (!p || t < 1) SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_step: NULL plan or step %lld < 1", (long long)t);
+  if (!p || t < 1)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_step: NULL plan or step %lld < 1",
+             (long long)t);
   if (p->cfg.zero == 0) {
-    SG_TRY(sg_adamw_step_f32(p->params, p->grads, p->m, p->v, p->nlocal, t, lr, grad_scale, &p->cfg.adamw));
+    SG_TRY(sg_adamw_step_f32(p->params, p->grads, p->m, p->v, p->nlocal, t, lr,
+                             grad_scale, &p->cfg.adamw));
   } else {
     for (int i = 0; i < p->np; ++i) {
       const pl_param *q = &p->p[i];
-      const int64_t o = q->info.offset + q->own_row0 * q->row, n = q->own_rows * q->row;
+      const int64_t o = q->info.offset + q->own_row0 * q->row,
+                    n = q->own_rows * q->row;
       float *w = p->ppiece ? p->ppiece + q->moff : p->params + o;
       const float *g = p->gpiece ? p->gpiece + q->moff : p->grads + o;
       if (n > 0)
-        SG_TRY(sg_adamw_step_f32(w, g, p->m + q->moff, p->v + q->moff, n, t, lr, grad_scale, &p->cfg.adamw));
+        SG_TRY(sg_adamw_step_f32(w, g, p->m + q->moff, p->v + q->moff, n, t, lr,
+                                 grad_scale, &p->cfg.adamw));
     }
-    for (int k = 0; k < p->nl && p->cfg.zero <= 2; ++k) { /* zero 3 keeps the pieces */
+    for (int k = 0; k < p->nl && p->cfg.zero <= 2;
+         ++k) { /* zero 3 keeps the pieces */
       pl_layout *L = &p->l[k];
       if (!L->zero_g || sg_group_size(L->zero_g) == 1) continue;
       const int me = sg_group_rank(L->zero_g);
       piece_io(p, L, p->params, p->piece, 1);
-      SG_TRY(sg_allgatherv(L->zero_g, p->piece, L->counts[me], p->pack, L->counts, NULL, SG_DTYPE_F32));
+      SG_TRY(sg_allgatherv(L->zero_g, p->piece, L->counts[me], p->pack,
+                           L->counts, NULL, SG_DTYPE_F32));
       zero_pack(p, L, p->params, p->pack, 0);
     }
   }
-  if (p->gpiece) memset(p->gpiece, 0, (size_t)p->nstate * sizeof *p->gpiece);
-  else memset(p->grads, 0, (size_t)p->nlocal * sizeof *p->grads);
+  if (p->gpiece)
+    memset(p->gpiece, 0, (size_t)p->nstate * sizeof *p->gpiece);
+  else
+    memset(p->grads, 0, (size_t)p->nlocal * sizeof *p->grads);
   pl_precision_invalidate(&p->prec);
 fail:
   return st;
@@ -619,11 +717,15 @@ int64_t sg_parallel_gathered_peak(sg_parallel_t p) {
 sg_status sg_parallel_gather_param(sg_parallel_t p, int i, float *out) {
   sg_status st = SG_OK;
   if (!p || i < 0 || i >= p->np || (!out && p->p[i].info.numel > 0))
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_gather_param: bad plan, index %d or buffer", i);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_parallel_gather_param: bad plan, index %d or buffer", i);
   pl_param *q = &p->p[i];
   if (q->info.numel == 0) goto fail;
-  if (p->ppiece) SG_TRY(pl_gather_value(p, q, out));
-  else memcpy(out, p->params + q->info.offset, (size_t)q->info.numel * sizeof *out);
+  if (p->ppiece)
+    SG_TRY(pl_gather_value(p, q, out));
+  else
+    memcpy(out, p->params + q->info.offset,
+           (size_t)q->info.numel * sizeof *out);
 fail:
   return st;
 }
@@ -640,47 +742,66 @@ static uint64_t fnv1a(const void *ptr, size_t n) {
 sg_status sg_parallel_check_replicas(sg_parallel_t p, int64_t step) {
   sg_status st = SG_OK;
   uint64_t *lo = NULL, *hi = NULL;
-  if (!p) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_parallel_check_replicas: NULL plan");
+  if (!p)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_parallel_check_replicas: NULL plan");
   lo = malloc((size_t)(p->np + 1) * sizeof *lo);
   hi = malloc((size_t)(p->np + 1) * sizeof *hi);
-  if (!lo || !hi) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
+  if (!lo || !hi)
+    st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
   SG_TRY(sg_agree(sg_mesh_comm(p->mesh), st));
   const unsigned all = (1u << sg_mesh_ndims(p->mesh)) - 1u;
   for (int i = 0; i < p->np; ++i) {
     const pl_param *q = &p->p[i];
-    lo[i] = hi[i] = p->ppiece ? fnv1a(p->ppiece + q->moff, (size_t)(q->own_rows * q->row) * sizeof(float))
-                              : fnv1a(p->params + q->info.offset, (size_t)q->info.numel * sizeof(float));
+    lo[i] = hi[i] = p->ppiece
+                        ? fnv1a(p->ppiece + q->moff,
+                                (size_t)(q->own_rows * q->row) * sizeof(float))
+                        : fnv1a(p->params + q->info.offset,
+                                (size_t)q->info.numel * sizeof(float));
   }
-  for (int k = 0; k < p->nl; ++k) { /* the ranks holding copies: every dim but the Shard (and, of zero-3
+  for (
+      int k = 0; k < p->nl;
+      ++k) { /* the ranks holding copies: every dim but the Shard (and, of zero-3
                                        pieces, the ZeRO) ones */
     sg_group_t g = NULL;
-    SG_TRY(sg_mesh_group(p->mesh, all & ~(p->l[k].shard_dims | (p->ppiece ? p->l[k].zero_dims : 0u)), &g));
+    SG_TRY(sg_mesh_group(p->mesh,
+                         all & ~(p->l[k].shard_dims |
+                                 (p->ppiece ? p->l[k].zero_dims : 0u)),
+                         &g));
     for (int j = 0; j < p->l[k].nmembers; ++j) {
       const int i = p->l[k].members[j];
-      SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &lo[i], 1, MPI_UINT64_T, MPI_MIN, sg_group_comm(g)));
-      SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &hi[i], 1, MPI_UINT64_T, MPI_MAX, sg_group_comm(g)));
+      SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &lo[i], 1, MPI_UINT64_T, MPI_MIN,
+                           sg_group_comm(g)));
+      SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &hi[i], 1, MPI_UINT64_T, MPI_MAX,
+                           sg_group_comm(g)));
     }
   }
   for (int i = 0; i < p->np; ++i)
     if (lo[i] != hi[i])
-      SG_RAISE(SG_ERR_INTERNAL,
-               "replicas diverged at step %lld: parameter %d ('%s', %lld elements) differs across ranks",
-               (long long)step, i, p->p[i].name, (long long)p->p[i].info.numel);
+      SG_RAISE(
+          SG_ERR_INTERNAL,
+          "replicas diverged at step %lld: parameter %d ('%s', %lld elements) differs across ranks",
+          (long long)step, i, p->p[i].name, (long long)p->p[i].info.numel);
 fail:
   free(lo);
   free(hi);
-  return sg_agree(sg_mesh_comm(p->mesh), st); /* a divergence may show in one group only */
+  return sg_agree(sg_mesh_comm(p->mesh),
+                  st); /* a divergence may show in one group only */
 }
 
-sg_status sg_parallel_ckpt_arrays(sg_parallel_t p, int writing, sg_ckpt_array **arrays, int *n) {
+sg_status sg_parallel_ckpt_arrays(sg_parallel_t p, int writing,
+                                  sg_ckpt_array **arrays, int *n) {
   sg_status st = SG_OK;
   static const char *const states[3] = {"params", "adam_m", "adam_v"};
-  if (!p || !arrays || !n) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_parallel_ckpt_arrays: NULL argument");
+  if (!p || !arrays || !n)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_parallel_ckpt_arrays: NULL argument");
   free(p->ck);
   free(p->ck_names);
   p->ck = calloc((size_t)(3 * p->np + 1), sizeof *p->ck);
   p->ck_names = calloc((size_t)(3 * p->np + 1), sizeof *p->ck_names);
-  if (!p->ck || !p->ck_names) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
+  if (!p->ck || !p->ck_names)
+    st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
   SG_TRY(sg_agree(sg_mesh_comm(p->mesh), st));
   const unsigned all = (1u << sg_mesh_ndims(p->mesh)) - 1u;
   int c = 0;
@@ -688,18 +809,22 @@ sg_status sg_parallel_ckpt_arrays(sg_parallel_t p, int writing, sg_ckpt_array **
     const pl_param *q = &p->p[i];
     const pl_layout *L = &p->l[q->layout];
     if (q->info.ndim > SG_NC_MAX_DIMS)
-      SG_RAISE(SG_ERR_NOT_SUPPORTED, "parameter '%s' has %d dims (checkpoints: %d)", q->name, q->info.ndim,
-               SG_NC_MAX_DIMS);
+      SG_RAISE(SG_ERR_NOT_SUPPORTED,
+               "parameter '%s' has %d dims (checkpoints: %d)", q->name,
+               q->info.ndim, SG_NC_MAX_DIMS);
     /* identical copies of the parameter: every dim but its Shard dims; of
      * its moments: every dim but the Shard and the ZeRO dims */
     sg_group_t rep = NULL, rep_state = NULL;
     SG_TRY(sg_mesh_group(p->mesh, all & ~L->shard_dims, &rep));
-    SG_TRY(sg_mesh_group(p->mesh, all & ~(L->shard_dims | L->zero_dims), &rep_state));
+    SG_TRY(sg_mesh_group(p->mesh, all & ~(L->shard_dims | L->zero_dims),
+                         &rep_state));
     for (int s = 0; s < 3; ++s) {
       sg_ckpt_array *a = &p->ck[c];
-      const int piece = s > 0 ? p->cfg.zero >= 1 : p->cfg.zero >= 3; /* this rank's rows only */
+      const int piece = s > 0 ? p->cfg.zero >= 1
+                              : p->cfg.zero >= 3; /* this rank's rows only */
       const int writer = sg_group_rank(piece ? rep_state : rep) == 0;
-      snprintf(p->ck_names[c], sizeof p->ck_names[c], "%s.%s", states[s], q->name);
+      snprintf(p->ck_names[c], sizeof p->ck_names[c], "%s.%s", states[s],
+               q->name);
       a->name = p->ck_names[c];
       a->shard.ndims = q->info.ndim;
       a->shard.dtype = SG_DTYPE_F32;
@@ -712,15 +837,18 @@ sg_status sg_parallel_ckpt_arrays(sg_parallel_t p, int writing, sg_ckpt_array **
         a->shard.start[0] += q->own_row0;
         a->shard.count[0] = q->own_rows;
       }
-      a->data = s == 0 ? (piece ? p->ppiece + q->moff : p->params + q->info.offset)
-                       : (s == 1 ? p->m : p->v) + (p->cfg.zero >= 1 ? q->moff : q->info.offset);
+      a->data = s == 0
+                    ? (piece ? p->ppiece + q->moff : p->params + q->info.offset)
+                    : (s == 1 ? p->m : p->v) +
+                          (p->cfg.zero >= 1 ? q->moff : q->info.offset);
       if (writing && !writer) a->shard.count[0] = 0;
       ++c;
     }
   }
   *arrays = p->ck;
   *n = c;
-  if (!writing) pl_precision_invalidate(&p->prec); /* the caller reads into the master */
+  if (!writing)
+    pl_precision_invalidate(&p->prec); /* the caller reads into the master */
 fail:
   return st;
 }

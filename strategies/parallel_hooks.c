@@ -14,7 +14,8 @@
 /* The span holding offset off (spans are few: linear). */
 static pl_span *span_at(struct sg_parallel *p, int64_t off) {
   for (int k = 0; k < p->nspan; ++k)
-    if (off >= p->span[k].off && off < p->span[k].off + p->span[k].n) return &p->span[k];
+    if (off >= p->span[k].off && off < p->span[k].off + p->span[k].n)
+      return &p->span[k];
   return NULL;
 }
 
@@ -23,15 +24,19 @@ static int param_of_var(const struct sg_parallel *p, const sg_var *v) {
   int lo = 0, hi = p->np - 1;
   while (p->var_sorted && lo <= hi) {
     int mid = (lo + hi) / 2;
-    if ((uintptr_t)v < (uintptr_t)p->var_sorted[mid]) hi = mid - 1;
-    else if ((uintptr_t)v > (uintptr_t)p->var_sorted[mid]) lo = mid + 1;
-    else return p->var_index[mid];
+    if ((uintptr_t)v < (uintptr_t)p->var_sorted[mid])
+      hi = mid - 1;
+    else if ((uintptr_t)v > (uintptr_t)p->var_sorted[mid])
+      lo = mid + 1;
+    else
+      return p->var_index[mid];
   }
   return -1;
 }
 
 /* ZeRO group of parameter q and its size and rank (1, 0 without one). */
-static sg_group_t zgroup(const struct sg_parallel *p, const pl_param *q, int *g, int *me) {
+static sg_group_t zgroup(const struct sg_parallel *p, const pl_param *q, int *g,
+                         int *me) {
   sg_group_t zg = p->l[q->layout].zero_g;
   *g = zg ? sg_group_size(zg) : 1;
   *me = zg ? sg_group_rank(zg) : 0;
@@ -43,8 +48,11 @@ sg_status pl_gather_value(struct sg_parallel *p, pl_param *q, float *out) {
   sg_status st = SG_OK;
   int g, me;
   sg_group_t zg = zgroup(p, q, &g, &me);
-  if (!zg || g == 1) memcpy(out, p->ppiece + q->moff, (size_t)q->info.numel * sizeof *out);
-  else SG_TRY(sg_allgatherv(zg, p->ppiece + q->moff, q->pcount[me], out, q->pcount, q->pdispl, SG_DTYPE_F32));
+  if (!zg || g == 1)
+    memcpy(out, p->ppiece + q->moff, (size_t)q->info.numel * sizeof *out);
+  else
+    SG_TRY(sg_allgatherv(zg, p->ppiece + q->moff, q->pcount[me], out, q->pcount,
+                         q->pdispl, SG_DTYPE_F32));
 fail:
   return st;
 }
@@ -52,14 +60,17 @@ fail:
 /* zero 3: what the gather of q for a use sends (its piece) and receives:
  * the master piece in f32, or under the bf16 policy its bf16 values (half
  * the bytes), widened into vfull by use_widen once they are in. */
-static sg_status use_buffers(struct sg_parallel *p, pl_param *q, const void **send, void **recv, sg_dtype *dt) {
+static sg_status use_buffers(struct sg_parallel *p, pl_param *q,
+                             const void **send, void **recv, sg_dtype *dt) {
   sg_status st = SG_OK;
   *dt = SG_DTYPE_F32;
   *send = p->ppiece + q->moff;
   *recv = q->vfull;
   if (p->prec.param_dt == SG_DTYPE_BF16) {
     const sg_bf16 *pieces = pl_precision_pieces(&p->prec, p->ppiece, p->nstate);
-    if (!pieces) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory for the bf16 pieces");
+    if (!pieces)
+      SG_RAISE(SG_ERR_ALLOC,
+               "parallel plan: out of memory for the bf16 pieces");
     *dt = SG_DTYPE_BF16;
     *send = pieces + q->moff;
     *recv = q->vfull16;
@@ -69,7 +80,9 @@ fail:
 }
 
 static void use_widen(pl_param *q) {
-  if (q->vfull16) (void)sg_dtype_convert(q->vfull16, SG_DTYPE_BF16, q->vfull, SG_DTYPE_F32, q->info.numel);
+  if (q->vfull16)
+    (void)sg_dtype_convert(q->vfull16, SG_DTYPE_BF16, q->vfull, SG_DTYPE_F32,
+                           q->info.numel);
 }
 
 /* zero 3: q's value for a use into vfull (allocated): a copy of the piece
@@ -83,7 +96,8 @@ static sg_status gather_use(struct sg_parallel *p, pl_param *q) {
   void *recv;
   sg_dtype dt;
   SG_TRY(use_buffers(p, q, &send, &recv, &dt));
-  SG_TRY(sg_allgatherv(zg, send, q->pcount[me], recv, q->pcount, q->pdispl, dt));
+  SG_TRY(
+      sg_allgatherv(zg, send, q->pcount[me], recv, q->pcount, q->pdispl, dt));
   use_widen(q);
 fail:
   return st;
@@ -92,10 +106,14 @@ fail:
 /* zero 3: q's gathered value (vfull), counted in the floats gathered at
  * once (sg_parallel_gathered_peak). */
 static sg_status vfull_alloc(struct sg_parallel *p, pl_param *q) {
-  sg_status st = sg_malloc(sg_device_host(), (size_t)q->info.numel * sizeof(float), (void **)&q->vfull);
+  sg_status st = sg_malloc(sg_device_host(),
+                           (size_t)q->info.numel * sizeof(float),
+                           (void **)&q->vfull);
   if (st == SG_OK && p->prec.param_dt == SG_DTYPE_BF16)
-    st = sg_malloc(sg_device_host(), (size_t)q->info.numel * sizeof(sg_bf16), (void **)&q->vfull16);
-  if (st == SG_OK && (p->gathered += q->info.numel) > p->gathered_peak) p->gathered_peak = p->gathered;
+    st = sg_malloc(sg_device_host(), (size_t)q->info.numel * sizeof(sg_bf16),
+                   (void **)&q->vfull16);
+  if (st == SG_OK && (p->gathered += q->info.numel) > p->gathered_peak)
+    p->gathered_peak = p->gathered;
   return st;
 }
 
@@ -130,12 +148,15 @@ static sg_status use_event(struct sg_parallel *p, int i, int *next) {
     if (p->nuses == p->cap_uses) {
       const int cap = p->cap_uses ? 2 * p->cap_uses : 64;
       int *u = realloc(p->uses, (size_t)cap * sizeof *u);
-      if (!u) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory for the prefetch order");
+      if (!u)
+        SG_RAISE(SG_ERR_ALLOC,
+                 "parallel plan: out of memory for the prefetch order");
       p->uses = u;
       p->cap_uses = cap;
     }
     p->uses[p->nuses++] = i;
-  } else if (p->use_pos < 0 || p->use_pos >= p->nuses || p->uses[p->use_pos] != i) {
+  } else if (p->use_pos < 0 || p->use_pos >= p->nuses ||
+             p->uses[p->use_pos] != i) {
     p->use_pos = -1;
   } else if (++p->use_pos < p->nuses) {
     *next = p->uses[p->use_pos];
@@ -161,13 +182,16 @@ static sg_status prefetch_start(struct sg_parallel *p, int j) {
   pl_param *q = &p->p[j];
   int g, me;
   sg_group_t zg = zgroup(p, q, &g, &me);
-  if (p->pf >= 0 || q->info.numel == 0 || q->var->value.data || q->vfull || !zg || g == 1) return SG_OK;
+  if (p->pf >= 0 || q->info.numel == 0 || q->var->value.data || q->vfull ||
+      !zg || g == 1)
+    return SG_OK;
   SG_TRY(vfull_alloc(p, q));
   const void *send;
   void *recv;
   sg_dtype dt;
   SG_TRY(use_buffers(p, q, &send, &recv, &dt));
-  SG_TRY(sg_iallgatherv(zg, send, q->pcount[me], recv, q->pcount, q->pdispl, dt, &p->pf_req));
+  SG_TRY(sg_iallgatherv(zg, send, q->pcount[me], recv, q->pcount, q->pdispl, dt,
+                        &p->pf_req));
   p->pf = j;
 fail:
   if (st != SG_OK) vfull_free(p, q);
@@ -203,8 +227,10 @@ static sg_status on_post_use(sg_var *v, void *user) {
   struct sg_parallel *p = user;
   const int i = p->cfg.zero >= 3 ? param_of_var(p, v) : -1;
   if (i < 0 || !p->p[i].vfull || p->pf == i) return SG_OK;
-  const int next = p->in_window && p->uses_done && p->use_pos >= 0 && p->use_pos < p->nuses
-                       ? p->uses[p->use_pos] : -1;
+  const int next = p->in_window && p->uses_done && p->use_pos >= 0 &&
+                           p->use_pos < p->nuses
+                       ? p->uses[p->use_pos]
+                       : -1;
   /* in backward, a parameter whose use comes next stays gathered (freeing
    * it would gather it again at once): the last op of a checkpointed
    * block's recomputation hands its parameter to its backward. Not between
@@ -272,12 +298,16 @@ sg_status pl_rs_start(struct sg_parallel *p, int i) {
   int g, me;
   sg_group_t zg = zgroup(p, q, &g, &me);
   float *full = full_grad(p, q);
-  if (p->rs_tail == p->np) SG_TRY(pl_rs_drain(p)); /* a backward without begin_micro */
+  if (p->rs_tail == p->np)
+    SG_TRY(pl_rs_drain(p)); /* a backward without begin_micro */
   q->rs_started = 1;
-  if (zg && g > 1) SG_TRY(sg_ireduce_scatter(zg, full, full, q->pcount, SG_DTYPE_F32, SG_REDUCE_SUM, &q->rs_req));
+  if (zg && g > 1)
+    SG_TRY(sg_ireduce_scatter(zg, full, full, q->pcount, SG_DTYPE_F32,
+                              SG_REDUCE_SUM, &q->rs_req));
   p->rs_order[p->rs_tail++] = i;
   if (p->cfg.zero >= 2) p->rs_inflight += q->info.numel;
-  while (p->cfg.zero >= 2 && p->rs_inflight > pl_bucket_elems(p) && p->rs_tail - p->rs_head > 1)
+  while (p->cfg.zero >= 2 && p->rs_inflight > pl_bucket_elems(p) &&
+         p->rs_tail - p->rs_head > 1)
     SG_TRY(rs_complete(p));
 fail:
   return st;
@@ -291,7 +321,8 @@ static sg_status reduce_piece_det(struct sg_parallel *p, pl_param *q) {
   const pl_layout *L = &p->l[q->layout];
   const int64_t n = q->own_rows * q->row;
   if (sg_group_size(L->reduce_g) > 1)
-    SG_TRY(sg_allreduce_det(L->reduce_g, q->gfull, q->gfull, q->info.numel, SG_DTYPE_F32, SG_REDUCE_SUM));
+    SG_TRY(sg_allreduce_det(L->reduce_g, q->gfull, q->gfull, q->info.numel,
+                            SG_DTYPE_F32, SG_REDUCE_SUM));
   const float *src = q->gfull + q->own_row0 * q->row;
   float *dst = p->gpiece + q->moff;
   for (int64_t k = 0; k < n; ++k) dst[k] += src[k];
@@ -309,9 +340,12 @@ static sg_status on_pre_backward(sg_var *v, void *user) {
   p->in_backward = p->in_window;
   SG_TRY(on_pre_use(v, user));
   if (q->info.numel == 0) return SG_OK;
-  if (q->gfull && !v->grad.data) SG_TRY(pl_rs_drain(p)); /* still in flight from a backward without begin_micro */
+  if (q->gfull && !v->grad.data)
+    SG_TRY(pl_rs_drain(
+        p));           /* still in flight from a backward without begin_micro */
   if (!v->grad.data) { /* the full gradient until it is ready */
-    SG_TRY(sg_calloc(sg_device_host(), (size_t)q->info.numel * sizeof(float), (void **)&q->gfull));
+    SG_TRY(sg_calloc(sg_device_host(), (size_t)q->info.numel * sizeof(float),
+                     (void **)&q->gfull));
     v->grad.data = q->gfull;
   }
 fail:
@@ -321,18 +355,24 @@ fail:
 static sg_status on_grad_ready(sg_var *v, void *user) {
   struct sg_parallel *p = user;
   const int i = param_of_var(p, v);
-  if (i < 0 || p->p[i].info.numel == 0) return SG_OK; /* not one of the plan's */
+  if (i < 0 || p->p[i].info.numel == 0)
+    return SG_OK; /* not one of the plan's */
   pl_param *q = &p->p[i];
   if (p->cfg.zero >= 2) {
-    if (!q->gfull) return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__, "parallel plan: '%s' has no gradient", q->name);
-    v->grad.data = NULL; /* the tape is done with it; the buffer lives until the reduction completes */
+    if (!q->gfull)
+      return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__,
+                          "parallel plan: '%s' has no gradient", q->name);
+    v->grad.data =
+        NULL; /* the tape is done with it; the buffer lives until the reduction completes */
     return p->cfg.deterministic ? reduce_piece_det(p, q) : pl_rs_start(p, i);
   }
   if (p->micro != p->nmicro - 1) return SG_OK; /* no_sync */
   if (p->hooked_rs) return pl_rs_start(p, i);
   if (!p->hooked_reductions) return SG_OK;
   pl_span *sp = span_at(p, q->info.offset);
-  if (!sp) return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__, "parallel plan: '%s' is in no span", q->name);
+  if (!sp)
+    return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__,
+                        "parallel plan: '%s' is in no span", q->name);
   return sg_ddp_mark_ready(sp->ddp, q->info.offset - sp->off, q->info.numel);
 }
 
@@ -361,22 +401,35 @@ static sg_status on_post_backward(sg_tape_t tape, void *user) {
 
 static sg_var **sort_vars_base;
 static int cmp_var(const void *a, const void *b) {
-  uintptr_t x = (uintptr_t)sort_vars_base[*(const int *)a], y = (uintptr_t)sort_vars_base[*(const int *)b];
+  uintptr_t x = (uintptr_t)sort_vars_base[*(const int *)a],
+            y = (uintptr_t)sort_vars_base[*(const int *)b];
   return x < y ? -1 : x > y;
 }
 
-sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape, sg_var *const *vars) {
+sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape,
+                             sg_var *const *vars) {
   sg_status st = SG_OK;
-  if (!p || !tape || (p->np > 0 && !vars)) SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_attach: NULL plan, tape or variables");
-  if (p->attached) SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_attach: the plan is attached already");
+  if (!p || !tape || (p->np > 0 && !vars))
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_parallel_attach: NULL plan, tape or variables");
+  if (p->attached)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_parallel_attach: the plan is attached already");
   p->var_sorted = malloc((size_t)(p->np + 1) * sizeof *p->var_sorted);
   p->var_index = malloc((size_t)(p->np + 1) * sizeof *p->var_index);
-  if (!p->var_sorted || !p->var_index) SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
+  if (!p->var_sorted || !p->var_index)
+    SG_RAISE(SG_ERR_ALLOC, "parallel plan: out of memory");
   for (int i = 0; i < p->np; ++i) {
-    if (!vars[i]) SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_attach: variable %d ('%s') is NULL", i, p->p[i].name);
-    if (vars[i]->value.data != (void *)(p->params + p->p[i].info.offset) && p->p[i].info.numel > 0)
-      SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_attach: variable %d ('%s') is not bound to the plan's buffer",
-               i, p->p[i].name);
+    if (!vars[i])
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "sg_parallel_attach: variable %d ('%s') is NULL", i,
+               p->p[i].name);
+    if (vars[i]->value.data != (void *)(p->params + p->p[i].info.offset) &&
+        p->p[i].info.numel > 0)
+      SG_RAISE(
+          SG_ERR_INVALID_ARG,
+          "sg_parallel_attach: variable %d ('%s') is not bound to the plan's buffer",
+          i, p->p[i].name);
     p->p[i].var = vars[i];
     p->var_index[i] = i;
   }
@@ -384,7 +437,8 @@ sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape, sg_var *const *var
   qsort(p->var_index, (size_t)p->np, sizeof *p->var_index, cmp_var);
   for (int k = 0; k < p->np; ++k) p->var_sorted[k] = vars[p->var_index[k]];
   sg_device h = sg_device_host();
-  if (p->cfg.zero >= 2) { /* gradients live in the pieces; full ones only during backward */
+  if (p->cfg.zero >=
+      2) { /* gradients live in the pieces; full ones only during backward */
     for (int i = 0; i < p->np; ++i) {
       p->p[i].var->grad.data = NULL;
       p->p[i].var->owns_grad = 0;
@@ -394,13 +448,15 @@ sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape, sg_var *const *var
   if (p->cfg.zero >= 3) { /* parameters too: each rank keeps its pieces */
     for (int i = 0; i < p->np; ++i) {
       const pl_param *q = &p->p[i];
-      memcpy(p->ppiece + q->moff, p->params + q->info.offset + q->own_row0 * q->row,
+      memcpy(p->ppiece + q->moff,
+             p->params + q->info.offset + q->own_row0 * q->row,
              (size_t)(q->own_rows * q->row) * sizeof(float));
       q->var->value.data = NULL;
     }
     sg_free(h, (void **)&p->params);
   }
-  SG_TRY(pl_precision_attach_grads(&p->prec, tape)); /* rounds before the plan reduces */
+  SG_TRY(pl_precision_attach_grads(&p->prec,
+                                   tape)); /* rounds before the plan reduces */
   sg_hooks hk;
   memset(&hk, 0, sizeof hk);
   hk.pre_use = on_pre_use;
@@ -411,7 +467,8 @@ sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape, sg_var *const *var
   hk.post_backward = on_post_backward;
   hk.user = p;
   SG_TRY(sg_tape_add_hooks(tape, &hk, NULL));
-  SG_TRY(pl_precision_attach_values(&p->prec, tape, p->params, p->nlocal, p->np, vars)); /* after the gathers */
+  SG_TRY(pl_precision_attach_values(&p->prec, tape, p->params, p->nlocal, p->np,
+                                    vars)); /* after the gathers */
   sg_tape_set_comm(tape, sg_mesh_comm(p->mesh));
   p->attached = 1;
 fail:
@@ -421,7 +478,8 @@ fail:
 sg_status sg_parallel_begin_micro(sg_parallel_t p, int k, int n) {
   sg_status st = SG_OK;
   if (!p || n < 1 || k < 0 || k >= n)
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_begin_micro: micro-batch %d of %d", k, n);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_parallel_begin_micro: micro-batch %d of %d", k, n);
   p->micro = k;
   p->nmicro = n;
   /* the previous micro-batch's reduce-scatters complete before its gradient
@@ -437,4 +495,3 @@ sg_status sg_parallel_begin_micro(sg_parallel_t p, int k, int n) {
 fail:
   return st;
 }
-

@@ -16,17 +16,18 @@ typedef struct pl_param {
   sg_param_info info;
   char name[64];
   int layout;
-  int64_t row;       /* elements per dim-0 row of the local box */
-  int64_t own_row0;  /* first owned row of the local box */
-  int64_t own_rows;  /* owned rows (ZeRO piece; the whole box when zero = 0) */
-  int64_t moff;      /* offset of the piece in the optimizer state */
-  sg_var *var;       /* its variable (sg_parallel_attach) */
-  float *vfull;      /* zero 3: the gathered value while in use */
-  sg_bf16 *vfull16;  /* zero 3 under the bf16 policy: what the gather receives */
-  float *gfull;      /* zero >= 2: the full gradient during backward */
-  int64_t *pcount, *pdispl; /* zero >= 1: every ZeRO-group rank's piece (elements) */
-  sg_request_t rs_req;      /* zero >= 1: its reduce-scatter in flight */
-  int rs_started;           /* zero 1: started in this step */
+  int64_t row;      /* elements per dim-0 row of the local box */
+  int64_t own_row0; /* first owned row of the local box */
+  int64_t own_rows; /* owned rows (ZeRO piece; the whole box when zero = 0) */
+  int64_t moff;     /* offset of the piece in the optimizer state */
+  sg_var *var;      /* its variable (sg_parallel_attach) */
+  float *vfull;     /* zero 3: the gathered value while in use */
+  sg_bf16 *vfull16; /* zero 3 under the bf16 policy: what the gather receives */
+  float *gfull;     /* zero >= 2: the full gradient during backward */
+  int64_t *pcount,
+      *pdispl;         /* zero >= 1: every ZeRO-group rank's piece (elements) */
+  sg_request_t rs_req; /* zero >= 1: its reduce-scatter in flight */
+  int rs_started;      /* zero 1: started in this step */
 } pl_param;
 
 /* A span: a contiguous run of the flat buffer whose parameters share a
@@ -39,14 +40,14 @@ typedef struct pl_span {
 /* Parameters that share (shard_dims): the same groups. */
 typedef struct pl_layout {
   unsigned shard_dims, reduce_dims, zero_dims;
-  sg_group_t reduce_g;     /* gradient reduction: data dims \ shard */
-  sg_group_t zero_g;       /* ZeRO pieces: zero dims \ shard (NULL: none) */
-  sg_group_t rest_g;       /* reduce \ zero: all-reduce of the pieces */
-  sg_group_t norm_g;       /* zero \cup shard: the norm's distinct parts */
-  int *members;            /* parameter indices, table order */
+  sg_group_t reduce_g; /* gradient reduction: data dims \ shard */
+  sg_group_t zero_g;   /* ZeRO pieces: zero dims \ shard (NULL: none) */
+  sg_group_t rest_g;   /* reduce \ zero: all-reduce of the pieces */
+  sg_group_t norm_g;   /* zero \cup shard: the norm's distinct parts */
+  int *members;        /* parameter indices, table order */
   int nmembers;
-  int64_t *counts;         /* per ZeRO-group rank: elements of its pieces */
-  int64_t npack;           /* elements of all members (the pack buffer) */
+  int64_t *counts; /* per ZeRO-group rank: elements of its pieces */
+  int64_t npack;   /* elements of all members (the pack buffer) */
 } pl_layout;
 
 struct sg_parallel {
@@ -71,15 +72,17 @@ struct sg_parallel {
   float *pack, *piece; /* ZeRO scratch: npack max, counts max */
   int micro, nmicro;
   int hooked_reductions; /* DDP reducers get grad-ready marks */
-  int hooked_rs;         /* zero >= 1, not deterministic: grad-ready starts reduce-scatters */
-  int *rs_order;         /* reduce-scatters in flight, in start order: [rs_head, rs_tail) */
+  int hooked_rs; /* zero >= 1, not deterministic: grad-ready starts reduce-scatters */
+  int *
+      rs_order; /* reduce-scatters in flight, in start order: [rs_head, rs_tail) */
   int rs_head, rs_tail;
-  int64_t rs_inflight;   /* zero >= 2: floats of full gradients in flight */
-  int *uses;             /* zero 3: the parameters' use order (first micro-batch) */
+  int64_t rs_inflight; /* zero >= 2: floats of full gradients in flight */
+  int *uses; /* zero 3: the parameters' use order (first micro-batch) */
   int nuses, cap_uses, uses_done;
-  int in_window, use_pos; /* between begin_micro and the end of backward; the next event */
-  int in_backward;        /* in the window, backward has begun */
-  int pf;                /* zero 3: the parameter prefetched (-1: none) */
+  int in_window,
+      use_pos; /* between begin_micro and the end of backward; the next event */
+  int in_backward; /* in the window, backward has begun */
+  int pf;          /* zero 3: the parameter prefetched (-1: none) */
   sg_request_t pf_req;
   int64_t gathered, gathered_peak; /* zero 3: floats of gathered values held */
   sg_ckpt_array *ck;

@@ -23,15 +23,16 @@ typedef struct pp_hdr {
 
 /* Per (micro-batch, chunk) of this stage, for one step. */
 typedef struct pp_slot {
-  sg_var in;       /* the activation received (a leaf), when has_in */
+  sg_var in; /* the activation received (a leaf), when has_in */
   int has_in;
   sg_var *out;     /* the forward's output (tape-owned) until B */
   sg_tensor gin;   /* the output's gradient, received (RECV_B) */
   sg_tensor gzero; /* zeros sent when the input got no gradient */
   int gin_posted;
   pp_hdr rf, rb, sf, sb; /* headers received (F, B) and sent */
-  int src_f, tag_f; /* where the activation's payload comes from */
-  MPI_Request rq_rf, rq_rb, rq_in, rq_gin, sq[4]; /* sq: F header, payload; B ... */
+  int src_f, tag_f;      /* where the activation's payload comes from */
+  MPI_Request rq_rf, rq_rb, rq_in, rq_gin,
+      sq[4]; /* sq: F header, payload; B ... */
 } pp_slot;
 
 static void pp_slot_reset(pp_slot *sl) {
@@ -41,18 +42,19 @@ static void pp_slot_reset(pp_slot *sl) {
 }
 
 struct sg_pipe {
-  sg_mesh_t mesh, sub; /* the mesh (not owned), the stage mesh (owned unless given) */
+  sg_mesh_t mesh,
+      sub; /* the mesh (not owned), the stage mesh (owned unless given) */
   int own_sub;
-  MPI_Comm comm;       /* the transfers' own communicator */
-  sg_group_t ppg;      /* the stages of this rank's coordinates */
+  MPI_Comm comm;  /* the transfers' own communicator */
+  sg_group_t ppg; /* the stages of this rank's coordinates */
   int p, stage, m, v, nv;
-  int *rank_of;        /* mesh rank of each stage, same other coordinates */
-  int *first;          /* nv + 1: blocks of virtual stage g: [first[g], first[g+1]) */
+  int *rank_of; /* mesh rank of each stage, same other coordinates */
+  int *first;   /* nv + 1: blocks of virtual stage g: [first[g], first[g+1]) */
   sg_pp_schedule *sched;
   sg_parallel_t plan;
-  sg_tape_t *tapes;    /* m * v */
-  pp_slot *slots;      /* m * v */
-  int hooked;          /* the slot whose tape carries the plan's hooks */
+  sg_tape_t *tapes; /* m * v */
+  pp_slot *slots;   /* m * v */
+  int hooked;       /* the slot whose tape carries the plan's hooks */
   sg_pipe_stats stats;
 };
 
@@ -63,15 +65,22 @@ static sg_status pp_cut(struct sg_pipe *pp, const sg_pipe_config *cfg) {
   sg_status st = SG_OK;
   const int n = cfg->nblocks, nv = pp->nv;
   if (n < nv)
-    SG_RAISE(SG_ERR_INVALID_ARG, "pipeline: %d virtual stages (pp = %d x v = %d) but the model has %d blocks: "
-             "every virtual stage needs at least one block", nv, pp->p, pp->v, n);
+    SG_RAISE(
+        SG_ERR_INVALID_ARG,
+        "pipeline: %d virtual stages (pp = %d x v = %d) but the model has %d blocks: "
+        "every virtual stage needs at least one block",
+        nv, pp->p, pp->v, n);
   pp->first[0] = 0;
   pp->first[nv] = n;
   for (int g = 1; g < nv; ++g) {
-    pp->first[g] = cfg->split ? cfg->split[g - 1] : g * (n / nv) + (g < n % nv ? g : n % nv);
+    pp->first[g] = cfg->split ? cfg->split[g - 1]
+                              : g * (n / nv) + (g < n % nv ? g : n % nv);
     if (pp->first[g] <= pp->first[g - 1] || pp->first[g] >= n)
-      SG_RAISE(SG_ERR_INVALID_ARG, "pipeline: split point %d is block %d: split points must increase "
-               "within 1 .. %d (the model has %d blocks)", g - 1, pp->first[g], n - 1, n);
+      SG_RAISE(
+          SG_ERR_INVALID_ARG,
+          "pipeline: split point %d is block %d: split points must increase "
+          "within 1 .. %d (the model has %d blocks)",
+          g - 1, pp->first[g], n - 1, n);
   }
 fail:
   return st;
@@ -83,7 +92,9 @@ static sg_status pp_setup(struct sg_pipe *pp, const sg_pipe_config *cfg) {
   const int d = sg_mesh_find_dim(pp->mesh, "pp");
   pp->p = d >= 0 ? sg_mesh_dim_size(pp->mesh, d) : 1;
   pp->stage = d >= 0 ? sg_mesh_coord(pp->mesh, d) : 0;
-  if (cfg->m < 1) SG_RAISE(SG_ERR_INVALID_ARG, "pipeline: m = %d micro-batches: m must be >= 1", cfg->m);
+  if (cfg->m < 1)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "pipeline: m = %d micro-batches: m must be >= 1", cfg->m);
   pp->m = cfg->m;
   pp->v = cfg->v > 0 ? cfg->v : cfg->kind == SG_PP_INTERLEAVED ? 2 : 1;
   pp->nv = pp->p * pp->v;
@@ -91,13 +102,17 @@ static sg_status pp_setup(struct sg_pipe *pp, const sg_pipe_config *cfg) {
   int *ub, flag = 0;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
   if (flag && 4.0 * pp->nv * pp->m > (double)*ub + 1)
-    SG_RAISE(SG_ERR_INVALID_ARG, "pipeline: %d virtual stages x %d micro-batches need %d message tags, MPI "
-             "offers %d", pp->nv, pp->m, 4 * pp->nv * pp->m, *ub + 1);
+    SG_RAISE(
+        SG_ERR_INVALID_ARG,
+        "pipeline: %d virtual stages x %d micro-batches need %d message tags, MPI "
+        "offers %d",
+        pp->nv, pp->m, 4 * pp->nv * pp->m, *ub + 1);
   pp->first = calloc((size_t)pp->nv + 1, sizeof *pp->first);
   pp->rank_of = calloc((size_t)pp->p, sizeof *pp->rank_of);
   pp->tapes = calloc((size_t)(pp->m * pp->v), sizeof *pp->tapes);
   pp->slots = calloc((size_t)(pp->m * pp->v), sizeof *pp->slots);
-  if (!pp->first || !pp->rank_of || !pp->tapes || !pp->slots) SG_RAISE(SG_ERR_ALLOC, "pipeline: out of memory");
+  if (!pp->first || !pp->rank_of || !pp->tapes || !pp->slots)
+    SG_RAISE(SG_ERR_ALLOC, "pipeline: out of memory");
   SG_TRY(pp_cut(pp, cfg));
   int c[SG_MESH_MAX_DIMS];
   sg_mesh_coords(pp->mesh, c);
@@ -121,7 +136,8 @@ sg_status sg_pipe_stage_mesh_create(sg_mesh_t mesh, sg_mesh_t *sub) {
   for (int k = 0; k < nd; ++k) {
     if (k == d) continue;
     mask |= 1u << k;
-    snprintf(spec.names[spec.ndims], SG_MESH_NAME_MAX, "%s", sg_mesh_dim_name(mesh, k));
+    snprintf(spec.names[spec.ndims], SG_MESH_NAME_MAX, "%s",
+             sg_mesh_dim_name(mesh, k));
     spec.sizes[spec.ndims++] = sg_mesh_dim_size(mesh, k);
   }
   if (spec.ndims == 0) {
@@ -139,25 +155,33 @@ static sg_status pp_stage_mesh(struct sg_pipe *pp, sg_mesh_t given) {
   sg_status st = SG_OK;
   const int d = sg_mesh_find_dim(pp->mesh, "pp");
   pp->own_sub = !given;
-  if (given) pp->sub = given;
-  else SG_TRY(sg_pipe_stage_mesh_create(pp->mesh, &pp->sub));
+  if (given)
+    pp->sub = given;
+  else
+    SG_TRY(sg_pipe_stage_mesh_create(pp->mesh, &pp->sub));
   SG_TRY(sg_mesh_group(pp->mesh, d >= 0 ? 1u << d : 0u, &pp->ppg));
 fail:
   return st;
 }
 
-sg_status sg_pipe_create(sg_mesh_t mesh, const sg_pipe_config *cfg, sg_pipe_t *pipe) {
+sg_status sg_pipe_create(sg_mesh_t mesh, const sg_pipe_config *cfg,
+                         sg_pipe_t *pipe) {
   sg_status st = SG_OK;
   struct sg_pipe *pp = NULL;
-  if (!pipe) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_pipe_create: pipe is NULL");
+  if (!pipe)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_pipe_create: pipe is NULL");
   *pipe = NULL;
-  if (!mesh || !cfg) SG_RAISE(SG_ERR_INVALID_ARG, "sg_pipe_create: mesh and config are required");
+  if (!mesh || !cfg)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_pipe_create: mesh and config are required");
   pp = calloc(1, sizeof *pp);
   if (!pp) SG_RAISE(SG_ERR_ALLOC, "pipeline: out of memory");
   pp->mesh = mesh;
   pp->comm = MPI_COMM_NULL;
   pp->hooked = -1;
-  st = sg_agree(sg_mesh_comm(mesh), pp_setup(pp, cfg)); /* no collective before every rank passed */
+  st = sg_agree(sg_mesh_comm(mesh),
+                pp_setup(pp, cfg)); /* no collective before every rank passed */
   if (st != SG_OK) goto fail;
   SG_TRY(pp_stage_mesh(pp, cfg->stage_mesh));
   SG_MPI(MPI_Comm_dup(sg_mesh_comm(mesh), &pp->comm));
@@ -195,7 +219,9 @@ sg_status sg_pipe_destroy(sg_pipe_t *pipe) {
 int sg_pipe_stage(sg_pipe_t pipe) { return pipe ? pipe->stage : -1; }
 int sg_pipe_nstages(sg_pipe_t pipe) { return pipe ? pipe->p : 0; }
 sg_mesh_t sg_pipe_stage_mesh(sg_pipe_t pipe) { return pipe ? pipe->sub : NULL; }
-const sg_pp_schedule *sg_pipe_schedule(sg_pipe_t pipe) { return pipe ? pipe->sched : NULL; }
+const sg_pp_schedule *sg_pipe_schedule(sg_pipe_t pipe) {
+  return pipe ? pipe->sched : NULL;
+}
 
 void sg_pipe_blocks(sg_pipe_t pipe, int chunk, int *first, int *count) {
   const int g = sg_pp_virtual_stage(pipe->sched, pipe->stage, chunk);
@@ -207,16 +233,24 @@ void sg_pipe_get_stats(sg_pipe_t pipe, sg_pipe_stats *stats) {
   if (pipe && stats) *stats = pipe->stats;
 }
 
-sg_status sg_pipe_plan_create(sg_pipe_t pp, const sg_parallel_config *cfg, int nparams,
-                              const sg_param_info *table, int64_t nlocal, sg_parallel_t *plan) {
+sg_status sg_pipe_plan_create(sg_pipe_t pp, const sg_parallel_config *cfg,
+                              int nparams, const sg_param_info *table,
+                              int64_t nlocal, sg_parallel_t *plan) {
   sg_status st = SG_OK;
-  if (!pp || !cfg || !plan) SG_RAISE(SG_ERR_INVALID_ARG, "sg_pipe_plan_create: pipe, config and plan are required");
+  if (!pp || !cfg || !plan)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_pipe_plan_create: pipe, config and plan are required");
   if (cfg->zero >= 2)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "pipeline: zero = %d inside a stage is not supported yet (the plan's hooks "
-             "would be needed on every micro-batch's tape): use zero 0 or 1", cfg->zero);
+    SG_RAISE(
+        SG_ERR_NOT_SUPPORTED,
+        "pipeline: zero = %d inside a stage is not supported yet (the plan's hooks "
+        "would be needed on every micro-batch's tape): use zero 0 or 1",
+        cfg->zero);
   if (cfg->param_dtype == SG_DTYPE_BF16)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "pipeline: param_dtype = bf16 is not supported yet (its rounding hooks would "
-             "be needed on every micro-batch's tape)");
+    SG_RAISE(
+        SG_ERR_NOT_SUPPORTED,
+        "pipeline: param_dtype = bf16 is not supported yet (its rounding hooks would "
+        "be needed on every micro-batch's tape)");
   SG_TRY(sg_parallel_create(pp->sub, cfg, nparams, table, nlocal, plan));
 fail:
   return st;
@@ -224,7 +258,8 @@ fail:
 
 /* The stage's entries of the model's table (its chunks' pieces, in chunk
  * order) and their indices in it. */
-static sg_status pp_model_table(sg_pipe_t pp, sg_model_t model, sg_param_info *tab, int *idx, int *n) {
+static sg_status pp_model_table(sg_pipe_t pp, sg_model_t model,
+                                sg_param_info *tab, int *idx, int *n) {
   sg_status st = SG_OK;
   *n = 0;
   for (int c = 0; c < pp->v; ++c) {
@@ -243,24 +278,34 @@ fail:
   return st;
 }
 
-sg_status sg_pipe_model_plan(sg_pipe_t pp, sg_model_t model, const sg_parallel_config *cfg, uint64_t seed,
+sg_status sg_pipe_model_plan(sg_pipe_t pp, sg_model_t model,
+                             const sg_parallel_config *cfg, uint64_t seed,
                              sg_parallel_t *plan) {
   sg_status st = SG_OK;
   sg_var **all = NULL, **mine = NULL;
   if (!pp || !model || !plan)
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_pipe_model_plan: pipe, model and plan are required");
+    return sg_error_set(
+        SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+        "sg_pipe_model_plan: pipe, model and plan are required");
   const int np = sg_model_params(model, &all);
   sg_param_info *tab = calloc((size_t)np + 1, sizeof *tab);
   int *idx = calloc((size_t)np + 1, sizeof *idx), n = 0;
   mine = calloc((size_t)np + 1, sizeof *mine);
-  if (!tab || !idx || !mine) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "pipeline: out of memory");
+  if (!tab || !idx || !mine)
+    st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,
+                      "pipeline: out of memory");
   else if (sg_model_nblocks(model) != pp->first[pp->nv])
-    st = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "sg_pipe_model_plan: the model has %d pieces, "
-                      "the pipeline was cut for %d", sg_model_nblocks(model), pp->first[pp->nv]);
-  else st = pp_model_table(pp, model, tab, idx, &n);
+    st = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                      "sg_pipe_model_plan: the model has %d pieces, "
+                      "the pipeline was cut for %d",
+                      sg_model_nblocks(model), pp->first[pp->nv]);
+  else
+    st = pp_model_table(pp, model, tab, idx, &n);
   SG_TRY(sg_agree(sg_mesh_comm(pp->mesh), st));
-  SG_TRY(sg_pipe_plan_create(pp, cfg, n, tab, sg_model_param_count(model), plan));
-  SG_TRY(sg_model_bind(model, sg_parallel_params(*plan), sg_parallel_grads(*plan)));
+  SG_TRY(
+      sg_pipe_plan_create(pp, cfg, n, tab, sg_model_param_count(model), plan));
+  SG_TRY(sg_model_bind(model, sg_parallel_params(*plan),
+                       sg_parallel_grads(*plan)));
   SG_TRY(sg_model_init(model, seed));
   sg_model_params(model, &all); /* the variables exist once bound */
   for (int i = 0; i < n; ++i) mine[i] = all[idx[i]];
@@ -273,13 +318,17 @@ fail:
 }
 
 /* The slot of this stage's last B: its tape gets the plan's hooks. */
-sg_status sg_pipe_attach(sg_pipe_t pp, sg_parallel_t plan, sg_var *const *vars) {
+sg_status sg_pipe_attach(sg_pipe_t pp, sg_parallel_t plan,
+                         sg_var *const *vars) {
   sg_status st = SG_OK;
-  if (!pp || !plan) SG_RAISE(SG_ERR_INVALID_ARG, "sg_pipe_attach: pipe and plan are required");
-  if (pp->plan) SG_RAISE(SG_ERR_INVALID_ARG, "sg_pipe_attach: a plan is attached already");
+  if (!pp || !plan)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_pipe_attach: pipe and plan are required");
+  if (pp->plan)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_pipe_attach: a plan is attached already");
   const sg_pp_schedule *s = pp->sched;
   for (int i = s->off[pp->stage]; i < s->off[pp->stage + 1]; ++i)
-    if (s->act[i].op == SG_PP_B) pp->hooked = s->act[i].mb * pp->v + s->act[i].chunk;
+    if (s->act[i].op == SG_PP_B)
+      pp->hooked = s->act[i].mb * pp->v + s->act[i].chunk;
   SG_TRY(sg_parallel_attach(plan, pp->tapes[pp->hooked], vars));
   pp->plan = plan;
 fail:
@@ -293,20 +342,24 @@ typedef struct pp_run {
   struct sg_pipe *pp;
   sg_pipe_forward_fn fn;
   void *ctx;
-  sg_status st;    /* this rank's own failure (agreed over the stage) */
-  int failed;      /* this stage computes no more: own or a peer's failure */
+  sg_status st;     /* this rank's own failure (agreed over the stage) */
+  int failed;       /* this stage computes no more: own or a peer's failure */
   int inflight, nb; /* pairs between F and B; B's done */
   double loss;
 } pp_run;
 
 /* Message tags: (direction, sending virtual stage, micro-batch, part). */
-static int pp_tag(const struct sg_pipe *pp, int dir, int g_src, int mb, int part) {
+static int pp_tag(const struct sg_pipe *pp, int dir, int g_src, int mb,
+                  int part) {
   return (((dir * pp->nv + g_src) * pp->m + mb) << 1) | part;
 }
 
-static MPI_Datatype pp_mpi_type(sg_dtype dt) { return dt == SG_DTYPE_F64 ? MPI_DOUBLE : MPI_FLOAT; }
+static MPI_Datatype pp_mpi_type(sg_dtype dt) {
+  return dt == SG_DTYPE_F64 ? MPI_DOUBLE : MPI_FLOAT;
+}
 
-static sg_status pp_wait(MPI_Request *rq, const char *what, struct sg_pipe *pp) {
+static sg_status pp_wait(MPI_Request *rq, const char *what,
+                         struct sg_pipe *pp) {
   if (*rq == MPI_REQUEST_NULL) return SG_OK;
   return sg_wait_timed(rq, MPI_STATUS_IGNORE, 1, what, pp->comm);
 }
@@ -320,7 +373,8 @@ static void pp_fail_check(pp_run *r, sg_status st) {
   }
 }
 
-static void pp_hdr_of(pp_hdr *h, const sg_var *v, const sg_tensor *t, int failed) {
+static void pp_hdr_of(pp_hdr *h, const sg_var *v, const sg_tensor *t,
+                      int failed) {
   memset(h, 0, sizeof *h);
   h->failed = failed;
   if (failed) return;
@@ -335,15 +389,16 @@ static void pp_hdr_of(pp_hdr *h, const sg_var *v, const sg_tensor *t, int failed
 }
 
 /* Send a header and, unless failed, the tensor t (SEND_F, SEND_B). */
-static sg_status pp_send(pp_run *r, int dir, int g, int mb, int peer, pp_hdr *h, const sg_tensor *t,
-                         MPI_Request *rq) {
+static sg_status pp_send(pp_run *r, int dir, int g, int mb, int peer, pp_hdr *h,
+                         const sg_tensor *t, MPI_Request *rq) {
   sg_status st = SG_OK;
   struct sg_pipe *pp = r->pp;
   const int dest = pp->rank_of[peer];
-  SG_MPI(MPI_Isend(h, (int)sizeof *h, MPI_BYTE, dest, pp_tag(pp, dir, g, mb, 0), pp->comm, &rq[0]));
+  SG_MPI(MPI_Isend(h, (int)sizeof *h, MPI_BYTE, dest, pp_tag(pp, dir, g, mb, 0),
+                   pp->comm, &rq[0]));
   if (!h->failed)
-    SG_MPI(MPI_Isend(t->data, (int)sg_tensor_numel(t), pp_mpi_type(t->dtype), dest, pp_tag(pp, dir, g, mb, 1),
-                     pp->comm, &rq[1]));
+    SG_MPI(MPI_Isend(t->data, (int)sg_tensor_numel(t), pp_mpi_type(t->dtype),
+                     dest, pp_tag(pp, dir, g, mb, 1), pp->comm, &rq[1]));
 fail:
   return st;
 }
@@ -357,10 +412,12 @@ static sg_status pp_post_headers(pp_run *r) {
     const sg_pp_action *a = &s->act[i];
     if (a->op != SG_PP_RECV_F && a->op != SG_PP_RECV_B) continue;
     pp_slot *sl = &pp->slots[a->mb * pp->v + a->chunk];
-    const int g = sg_pp_virtual_stage(s, pp->stage, a->chunk), f = a->op == SG_PP_RECV_F;
+    const int g = sg_pp_virtual_stage(s, pp->stage, a->chunk),
+              f = a->op == SG_PP_RECV_F;
     const int src = pp->rank_of[sg_pp_peer(s, pp->stage, a)];
     SG_MPI(MPI_Irecv(f ? &sl->rf : &sl->rb, (int)sizeof(pp_hdr), MPI_BYTE, src,
-                     pp_tag(pp, f ? 0 : 1, f ? g - 1 : g + 1, a->mb, 0), pp->comm, f ? &sl->rq_rf : &sl->rq_rb));
+                     pp_tag(pp, f ? 0 : 1, f ? g - 1 : g + 1, a->mb, 0),
+                     pp->comm, f ? &sl->rq_rf : &sl->rq_rb));
     if (f) sl->src_f = src, sl->tag_f = pp_tag(pp, 0, g - 1, a->mb, 1);
   }
 fail:
@@ -368,11 +425,14 @@ fail:
 }
 
 /* The payload a header announces, into t (allocated here). */
-static sg_status pp_recv_payload(pp_run *r, const pp_hdr *h, int src, int tag, sg_tensor *t) {
+static sg_status pp_recv_payload(pp_run *r, const pp_hdr *h, int src, int tag,
+                                 sg_tensor *t) {
   sg_status st = SG_OK;
   MPI_Request rq;
-  SG_TRY(sg_tensor_alloc(t, (sg_dtype)h->dtype, sg_device_host(), h->ndim, h->shape));
-  SG_MPI(MPI_Irecv(t->data, (int)sg_tensor_numel(t), pp_mpi_type(t->dtype), src, tag, r->pp->comm, &rq));
+  SG_TRY(sg_tensor_alloc(t, (sg_dtype)h->dtype, sg_device_host(), h->ndim,
+                         h->shape));
+  SG_MPI(MPI_Irecv(t->data, (int)sg_tensor_numel(t), pp_mpi_type(t->dtype), src,
+                   tag, r->pp->comm, &rq));
   SG_TRY(pp_wait(&rq, "pipeline: receive", r->pp));
 fail:
   return st;
@@ -383,10 +443,12 @@ fail:
 static sg_status pp_post_in(struct sg_pipe *pp, pp_slot *sl) {
   sg_status st = SG_OK;
   const pp_hdr *h = &sl->rf;
-  SG_TRY(sg_var_init(&sl->in, "pipeline.in", (sg_dtype)h->dtype, h->ndim, h->shape, NULL, 1));
+  SG_TRY(sg_var_init(&sl->in, "pipeline.in", (sg_dtype)h->dtype, h->ndim,
+                     h->shape, NULL, 1));
   sl->has_in = 1;
-  SG_MPI(MPI_Irecv(sl->in.value.data, (int)sg_tensor_numel(&sl->in.value), pp_mpi_type(sl->in.value.dtype),
-                   sl->src_f, sl->tag_f, pp->comm, &sl->rq_in));
+  SG_MPI(MPI_Irecv(sl->in.value.data, (int)sg_tensor_numel(&sl->in.value),
+                   pp_mpi_type(sl->in.value.dtype), sl->src_f, sl->tag_f,
+                   pp->comm, &sl->rq_in));
 fail:
   return st;
 }
@@ -406,12 +468,16 @@ static sg_status pp_recv_f(pp_run *r, pp_slot *sl) {
     sl->has_in = 0;
     return SG_OK;
   }
-  pp_fail_check(r, sl->rf.sharded ? sg_var_set_sharding(&sl->in, pp->sub, sl->rf.pl, sl->rf.gshape) : SG_OK);
+  pp_fail_check(r, sl->rf.sharded
+                       ? sg_var_set_sharding(&sl->in, pp->sub, sl->rf.pl,
+                                             sl->rf.gshape)
+                       : SG_OK);
 fail:
   return st;
 }
 
-static sg_status pp_recv_b(pp_run *r, const sg_pp_action *a, pp_slot *sl, int g) {
+static sg_status pp_recv_b(pp_run *r, const sg_pp_action *a, pp_slot *sl,
+                           int g) {
   sg_status st = SG_OK;
   struct sg_pipe *pp = r->pp;
   const int src = pp->rank_of[sg_pp_peer(pp->sched, pp->stage, a)];
@@ -424,8 +490,11 @@ static sg_status pp_recv_b(pp_run *r, const sg_pp_action *a, pp_slot *sl, int g)
     }
     return SG_OK;
   }
-  if (sl->gin_posted) SG_TRY(pp_wait(&sl->rq_gin, "pipeline: gradient", pp));
-  else SG_TRY(pp_recv_payload(r, &sl->rb, src, pp_tag(pp, 1, g + 1, a->mb, 1), &sl->gin));
+  if (sl->gin_posted)
+    SG_TRY(pp_wait(&sl->rq_gin, "pipeline: gradient", pp));
+  else
+    SG_TRY(pp_recv_payload(r, &sl->rb, src, pp_tag(pp, 1, g + 1, a->mb, 1),
+                           &sl->gin));
   sl->gin_posted = 1;
 fail:
   return st;
@@ -442,50 +511,63 @@ static void pp_note_bytes(struct sg_pipe *pp) {
   if (in > pp->stats.peak_input_bytes) pp->stats.peak_input_bytes = in;
 }
 
-static sg_status pp_forward(pp_run *r, const sg_pp_action *a, pp_slot *sl, int g) {
+static sg_status pp_forward(pp_run *r, const sg_pp_action *a, pp_slot *sl,
+                            int g) {
   sg_status st = SG_OK;
   struct sg_pipe *pp = r->pp;
   if (r->failed) return SG_OK;
   sg_tape_t tape = pp->tapes[a->mb * pp->v + a->chunk];
-  sg_status s2 = r->fn(tape, r->ctx, a->mb, a->chunk, g > 0 ? &sl->in : NULL, &sl->out);
+  sg_status s2 = r->fn(tape, r->ctx, a->mb, a->chunk, g > 0 ? &sl->in : NULL,
+                       &sl->out);
   if (s2 == SG_OK && !sl->out)
-    s2 = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "pipeline: the forward of micro-batch %d chunk %d "
-                      "gave no output", a->mb, a->chunk);
+    s2 = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                      "pipeline: the forward of micro-batch %d chunk %d "
+                      "gave no output",
+                      a->mb, a->chunk);
   if (s2 == SG_OK && g == pp->nv - 1 && sg_tensor_numel(&sl->out->value) != 1)
-    s2 = sg_error_set(SG_ERR_SHAPE, __FILE__, __LINE__, "pipeline: the last stage's forward must give the scalar "
-                      "loss of micro-batch %d, not %lld elements", a->mb,
-                      (long long)sg_tensor_numel(&sl->out->value));
+    s2 = sg_error_set(SG_ERR_SHAPE, __FILE__, __LINE__,
+                      "pipeline: the last stage's forward must give the scalar "
+                      "loss of micro-batch %d, not %lld elements",
+                      a->mb, (long long)sg_tensor_numel(&sl->out->value));
   pp_fail_check(r, s2);
   if (r->failed) return SG_OK;
   if (g == pp->nv - 1) r->loss += sg_var_item(sl->out);
-  if (++r->inflight > pp->stats.peak_inflight) pp->stats.peak_inflight = r->inflight;
+  if (++r->inflight > pp->stats.peak_inflight)
+    pp->stats.peak_inflight = r->inflight;
   pp_note_bytes(pp);
   if (g < pp->nv - 1) { /* the gradient's receive, posted ahead */
     const sg_tensor *o = &sl->out->value;
     const int src = pp->rank_of[(g + 1) % pp->p];
-    SG_TRY(sg_tensor_alloc(&sl->gin, o->dtype, sg_device_host(), o->ndim, o->shape));
-    SG_MPI(MPI_Irecv(sl->gin.data, (int)sg_tensor_numel(&sl->gin), pp_mpi_type(o->dtype), src,
-                     pp_tag(pp, 1, g + 1, a->mb, 1), pp->comm, &sl->rq_gin));
+    SG_TRY(sg_tensor_alloc(&sl->gin, o->dtype, sg_device_host(), o->ndim,
+                           o->shape));
+    SG_MPI(MPI_Irecv(sl->gin.data, (int)sg_tensor_numel(&sl->gin),
+                     pp_mpi_type(o->dtype), src, pp_tag(pp, 1, g + 1, a->mb, 1),
+                     pp->comm, &sl->rq_gin));
     sl->gin_posted = 1;
   }
 fail:
   return st;
 }
 
-static sg_status pp_backward(pp_run *r, const sg_pp_action *a, pp_slot *sl, int g) {
+static sg_status pp_backward(pp_run *r, const sg_pp_action *a, pp_slot *sl,
+                             int g) {
   sg_status st = SG_OK;
   struct sg_pipe *pp = r->pp;
   sg_tape_t tape = pp->tapes[a->mb * pp->v + a->chunk];
-  SG_TRY(pp_wait(&sl->sq[0], "pipeline: send", pp)); /* the output's memory goes with the tape */
+  SG_TRY(pp_wait(&sl->sq[0], "pipeline: send",
+                 pp)); /* the output's memory goes with the tape */
   SG_TRY(pp_wait(&sl->sq[1], "pipeline: send", pp));
   if (r->failed || !sl->out) {
     sg_tape_clear(tape);
     sl->out = NULL;
     return SG_OK;
   }
-  sg_status s2 = pp->plan ? sg_parallel_begin_micro(pp->plan, r->nb, pp->m * pp->v) : SG_OK;
+  sg_status s2 = pp->plan
+                     ? sg_parallel_begin_micro(pp->plan, r->nb, pp->m * pp->v)
+                     : SG_OK;
   if (s2 == SG_OK)
-    s2 = g == pp->nv - 1 ? sg_tape_backward(tape, sl->out) : sg_tape_backward_from(tape, 1, &sl->out, &sl->gin);
+    s2 = g == pp->nv - 1 ? sg_tape_backward(tape, sl->out)
+                         : sg_tape_backward_from(tape, 1, &sl->out, &sl->gin);
   else
     sg_tape_clear(tape);
   sl->out = NULL;
@@ -497,25 +579,29 @@ fail:
   return st;
 }
 
-static sg_status pp_send_f(pp_run *r, const sg_pp_action *a, pp_slot *sl, int g) {
-  pp_hdr_of(&sl->sf, sl->out, sl->out ? &sl->out->value : NULL, r->failed || !sl->out);
-  return pp_send(r, 0, g, a->mb, sg_pp_peer(r->pp->sched, r->pp->stage, a), &sl->sf,
-                 sl->out ? &sl->out->value : NULL, &sl->sq[0]);
+static sg_status pp_send_f(pp_run *r, const sg_pp_action *a, pp_slot *sl,
+                           int g) {
+  pp_hdr_of(&sl->sf, sl->out, sl->out ? &sl->out->value : NULL,
+            r->failed || !sl->out);
+  return pp_send(r, 0, g, a->mb, sg_pp_peer(r->pp->sched, r->pp->stage, a),
+                 &sl->sf, sl->out ? &sl->out->value : NULL, &sl->sq[0]);
 }
 
-static sg_status pp_send_b(pp_run *r, const sg_pp_action *a, pp_slot *sl, int g) {
+static sg_status pp_send_b(pp_run *r, const sg_pp_action *a, pp_slot *sl,
+                           int g) {
   sg_status st = SG_OK;
   const int failed = r->failed || !sl->has_in;
   const sg_tensor *t = NULL;
   if (!failed && !sl->in.grad.data) { /* the input got no gradient: zeros */
-    SG_TRY(sg_tensor_alloc(&sl->gzero, sl->in.value.dtype, sg_device_host(), sl->in.value.ndim,
-                           sl->in.value.shape));
+    SG_TRY(sg_tensor_alloc(&sl->gzero, sl->in.value.dtype, sg_device_host(),
+                           sl->in.value.ndim, sl->in.value.shape));
     t = &sl->gzero;
   } else if (!failed) {
     t = &sl->in.grad;
   }
   pp_hdr_of(&sl->sb, &sl->in, t, failed);
-  SG_TRY(pp_send(r, 1, g, a->mb, sg_pp_peer(r->pp->sched, r->pp->stage, a), &sl->sb, t, &sl->sq[2]));
+  SG_TRY(pp_send(r, 1, g, a->mb, sg_pp_peer(r->pp->sched, r->pp->stage, a),
+                 &sl->sb, t, &sl->sq[2]));
 fail:
   return st;
 }
@@ -553,12 +639,15 @@ static sg_status pp_action(pp_run *r, const sg_pp_action *a) {
   switch (a->op) {
   case SG_PP_F: return pp_forward(r, a, sl, g);
   case SG_PP_B: return pp_backward(r, a, sl, g);
-  case SG_PP_W: return SG_OK; /* B ran the whole backward (the tape does not split it yet) */
+  case SG_PP_W:
+    return SG_OK; /* B ran the whole backward (the tape does not split it yet) */
   case SG_PP_SEND_F: return pp_send_f(r, a, sl, g);
   case SG_PP_RECV_F: return pp_recv_f(r, sl);
   case SG_PP_SEND_B: return pp_send_b(r, a, sl, g);
   case SG_PP_RECV_B: return pp_recv_b(r, a, sl, g);
-  default: return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__, "pipeline: bad action %d", (int)a->op);
+  default:
+    return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__,
+                        "pipeline: bad action %d", (int)a->op);
   }
 }
 
@@ -580,9 +669,12 @@ static sg_status pp_finish(struct sg_pipe *pp) {
   return st;
 }
 
-sg_status sg_pipe_run(sg_pipe_t pp, sg_pipe_forward_fn fn, void *ctx, double *loss) {
+sg_status sg_pipe_run(sg_pipe_t pp, sg_pipe_forward_fn fn, void *ctx,
+                      double *loss) {
   sg_status st = SG_OK;
-  if (!pp || !fn) SG_RAISE(SG_ERR_INVALID_ARG, "sg_pipe_run: pipe and forward function are required");
+  if (!pp || !fn)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_pipe_run: pipe and forward function are required");
   pp_run r = {.pp = pp, .fn = fn, .ctx = ctx};
   for (int i = 0; i < pp->m * pp->v; ++i) pp_slot_reset(&pp->slots[i]);
   const sg_pp_schedule *s = pp->sched;
@@ -592,7 +684,8 @@ sg_status sg_pipe_run(sg_pipe_t pp, sg_pipe_forward_fn fn, void *ctx, double *lo
     SG_TRY(pp_progress(pp));
   }
   SG_TRY(pp_finish(pp));
-  st = sg_agree(sg_mesh_comm(pp->mesh), r.st); /* the failing rank's message on every rank */
+  st = sg_agree(sg_mesh_comm(pp->mesh),
+                r.st); /* the failing rank's message on every rank */
   if (st != SG_OK) goto fail;
   SG_TRY(sg_bcast(pp->ppg, &r.loss, 1, SG_DTYPE_F64, pp->p - 1));
   if (loss) *loss = r.loss;
@@ -602,8 +695,11 @@ fail:
 
 sg_status sg_pipe_reduce(sg_pipe_t pp, double *grad_norm) {
   sg_status st = SG_OK;
-  if (!pp || !pp->plan) SG_RAISE(SG_ERR_INVALID_ARG, "sg_pipe_reduce: attach a plan first");
-  double n = 0.0, sq[64], *all = pp->p <= 64 ? sq : malloc((size_t)pp->p * sizeof *all), total = 0.0;
+  if (!pp || !pp->plan)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_pipe_reduce: attach a plan first");
+  double n = 0.0, sq[64],
+         *all = pp->p <= 64 ? sq : malloc((size_t)pp->p * sizeof *all),
+         total = 0.0;
   if (!all) SG_RAISE(SG_ERR_ALLOC, "pipeline: out of memory");
   st = sg_parallel_reduce(pp->plan, &n);
   n *= n;

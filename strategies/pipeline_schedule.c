@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kind_names[SG_PP_KIND_COUNT] = {
-    "gpipe", "1f1b", "interleaved", "zb-h1"};
+static const char *const kind_names[SG_PP_KIND_COUNT] = {"gpipe", "1f1b",
+                                                         "interleaved",
+                                                         "zb-h1"};
 static const char *const op_names[SG_PP_OP_COUNT] = {
     "F", "B", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
 
@@ -26,8 +27,10 @@ sg_status sg_pp_kind_parse(const char *name, sg_pp_kind *kind) {
       *kind = (sg_pp_kind)k;
       return SG_OK;
     }
-  SG_RAISE(SG_ERR_INVALID_ARG, "unknown pipeline schedule '%s' (use gpipe, "
-           "1f1b, interleaved or zb-h1)", name ? name : "(null)");
+  SG_RAISE(SG_ERR_INVALID_ARG,
+           "unknown pipeline schedule '%s' (use gpipe, "
+           "1f1b, interleaved or zb-h1)",
+           name ? name : "(null)");
 fail:
   return st;
 }
@@ -39,8 +42,10 @@ int sg_pp_virtual_stage(const sg_pp_schedule *s, int stage, int chunk) {
 int sg_pp_peer(const sg_pp_schedule *s, int stage, const sg_pp_action *a) {
   int g = sg_pp_virtual_stage(s, stage, a->chunk);
   switch (a->op) {
-  case SG_PP_SEND_F: case SG_PP_RECV_B: return (g + 1) % s->p;
-  case SG_PP_RECV_F: case SG_PP_SEND_B: return (g - 1 + s->p) % s->p;
+  case SG_PP_SEND_F:
+  case SG_PP_RECV_B: return (g + 1) % s->p;
+  case SG_PP_RECV_F:
+  case SG_PP_SEND_B: return (g - 1 + s->p) % s->p;
   default: return -1;
   }
 }
@@ -50,7 +55,8 @@ static int imin(int a, int b) { return a < b ? a : b; }
 int sg_pp_peak_formula(const sg_pp_schedule *s, int stage) {
   switch (s->kind) {
   case SG_PP_GPIPE: return s->m;
-  case SG_PP_1F1B: case SG_PP_ZB_H1: return imin(s->m, s->p - stage);
+  case SG_PP_1F1B:
+  case SG_PP_ZB_H1: return imin(s->m, s->p - stage);
   case SG_PP_INTERLEAVED:
     return imin(s->m * s->v, (s->v - 1) * s->p + 2 * (s->p - 1 - stage) + 1);
   default: return -1;
@@ -58,7 +64,8 @@ int sg_pp_peak_formula(const sg_pp_schedule *s, int stage) {
 }
 
 int sg_pp_peak_fw_formula(const sg_pp_schedule *s, int stage) {
-  return s->kind == SG_PP_ZB_H1 ? imin(s->m, s->p) : sg_pp_peak_formula(s, stage);
+  return s->kind == SG_PP_ZB_H1 ? imin(s->m, s->p)
+                                : sg_pp_peak_formula(s, stage);
 }
 
 /* ---- generators --------------------------------------------------------- */
@@ -67,25 +74,43 @@ static sg_status check_params(sg_pp_kind kind, int p, int m, int v) {
   sg_status st = SG_OK;
   const char *k = sg_pp_kind_name(kind);
   if (kind < 0 || kind >= SG_PP_KIND_COUNT)
-    SG_RAISE(SG_ERR_INVALID_ARG, "pipeline schedule: invalid kind %d", (int)kind);
-  if (p < 1) SG_RAISE(SG_ERR_INVALID_ARG, "pipeline schedule %s: p = %d stages, need p >= 1", k, p);
-  if (m < 1) SG_RAISE(SG_ERR_INVALID_ARG, "pipeline schedule %s: m = %d micro-batches, need m >= 1", k, m);
-  if (v < 1) SG_RAISE(SG_ERR_INVALID_ARG, "pipeline schedule %s: v = %d virtual stages per rank, need v >= 1", k, v);
+    SG_RAISE(SG_ERR_INVALID_ARG, "pipeline schedule: invalid kind %d",
+             (int)kind);
+  if (p < 1)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "pipeline schedule %s: p = %d stages, need p >= 1", k, p);
+  if (m < 1)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "pipeline schedule %s: m = %d micro-batches, need m >= 1", k, m);
+  if (v < 1)
+    SG_RAISE(
+        SG_ERR_INVALID_ARG,
+        "pipeline schedule %s: v = %d virtual stages per rank, need v >= 1", k,
+        v);
   if (kind != SG_PP_INTERLEAVED && v != 1)
-    SG_RAISE(SG_ERR_INVALID_ARG, "pipeline schedule %s has no virtual stages: v must be 1, "
-             "not %d (use kind = interleaved)", k, v);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "pipeline schedule %s has no virtual stages: v must be 1, "
+             "not %d (use kind = interleaved)",
+             k, v);
   if (kind == SG_PP_INTERLEAVED) {
     if (v < 2)
-      SG_RAISE(SG_ERR_INVALID_ARG, "pipeline schedule interleaved needs v >= 2 virtual "
-               "stages per rank, not %d (v = 1 is kind = 1f1b)", v);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "pipeline schedule interleaved needs v >= 2 virtual "
+               "stages per rank, not %d (v = 1 is kind = 1f1b)",
+               v);
     if (p < 2)
-      SG_RAISE(SG_ERR_INVALID_ARG, "pipeline schedule interleaved needs p >= 2 stages, not %d", p);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "pipeline schedule interleaved needs p >= 2 stages, not %d", p);
     if (m < p)
-      SG_RAISE(SG_ERR_INVALID_ARG, "pipeline schedule interleaved needs m >= p: m = %d "
-               "micro-batches < p = %d stages", m, p);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "pipeline schedule interleaved needs m >= p: m = %d "
+               "micro-batches < p = %d stages",
+               m, p);
     if (m % p)
-      SG_RAISE(SG_ERR_INVALID_ARG, "pipeline schedule interleaved needs m to be a multiple "
-               "of p (Megatron's rule): m = %d, p = %d", m, p);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "pipeline schedule interleaved needs m to be a multiple "
+               "of p (Megatron's rule): m = %d, p = %d",
+               m, p);
   }
 fail:
   return st;
@@ -170,7 +195,8 @@ sg_status sg_pp_schedule_create(sg_pp_kind kind, int p, int m, int v,
   *s = (sg_pp_schedule){kind, p, m, v, NULL, NULL};
   /* at most F, B, W and four transfers per (stage, chunk, micro-batch) */
   s->off = malloc((size_t)(p + 1) * sizeof *s->off);
-  s->act = malloc((size_t)7 * (size_t)p * (size_t)m * (size_t)v * sizeof *s->act);
+  s->act = malloc((size_t)7 * (size_t)p * (size_t)m * (size_t)v *
+                  sizeof *s->act);
   if (!s->off || !s->act) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   emitter e = {s, 0, 0, 0, 0};
   for (int stg = 0; stg < p; ++stg) {
@@ -204,8 +230,9 @@ static sg_status parse_int(const char *spec, const char *key, const char *val,
   char *end = NULL;
   long x = strtol(val, &end, 10);
   if (!*val || *end || x < -1000000 || x > 1000000)
-    SG_RAISE(SG_ERR_INVALID_ARG, "pipeline spec '%s': %s needs an integer, not '%s'",
-             spec, key, val);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "pipeline spec '%s': %s needs an integer, not '%s'", spec, key,
+             val);
   *out = (int)x;
 fail:
   return st;
@@ -217,8 +244,8 @@ static sg_status parse_entry(const char *spec, char *entry, int *p, int *m,
   sg_status st = SG_OK;
   char *eq = strchr(entry, '=');
   if (!eq || eq == entry)
-    SG_RAISE(SG_ERR_INVALID_ARG, "pipeline spec '%s': entry '%s' is not key=value",
-             spec, entry);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "pipeline spec '%s': entry '%s' is not key=value", spec, entry);
   *eq = '\0';
   const char *key = entry, *val = eq + 1;
   if (strcmp(key, "pp") == 0 || strcmp(key, "p") == 0) {
@@ -231,8 +258,10 @@ static sg_status parse_entry(const char *spec, char *entry, int *p, int *m,
     SG_TRY(sg_pp_kind_parse(val, kind));
     *have_kind = 1;
   } else {
-    SG_RAISE(SG_ERR_INVALID_ARG, "pipeline spec '%s': unknown key '%s' (use pp, m, "
-             "kind, v)", spec, key);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "pipeline spec '%s': unknown key '%s' (use pp, m, "
+             "kind, v)",
+             spec, key);
   }
 fail:
   return st;
@@ -256,8 +285,10 @@ sg_status sg_pp_schedule_parse(const char *spec, sg_pp_schedule **out) {
     SG_TRY(parse_entry(spec, e, &p, &m, &v, &kind, &have_kind));
   }
   if (!have_p || !have_m || !have_kind)
-    SG_RAISE(SG_ERR_INVALID_ARG, "pipeline spec '%s' needs pp, m and kind, e.g. "
-             "pp=4,m=8,kind=1f1b", spec);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "pipeline spec '%s' needs pp, m and kind, e.g. "
+             "pp=4,m=8,kind=1f1b",
+             spec);
   SG_TRY(sg_pp_schedule_create(kind, p, m, v, out));
 fail:
   free(buf);
@@ -274,19 +305,24 @@ static sg_status check_action(const sg_pp_schedule *s, int stage, int i) {
   int idx = i - s->off[stage];
   if (a->op < 0 || a->op >= SG_PP_OP_COUNT || a->mb < 0 || a->mb >= s->m ||
       a->chunk < 0 || a->chunk >= s->v)
-    SG_RAISE(SG_ERR_INVALID_ARG, "schedule stage %d action %d: op %d, micro-batch %d, "
-             "chunk %d out of range (m = %d, v = %d)", stage, idx, (int)a->op,
-             a->mb, a->chunk, s->m, s->v);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "schedule stage %d action %d: op %d, micro-batch %d, "
+             "chunk %d out of range (m = %d, v = %d)",
+             stage, idx, (int)a->op, a->mb, a->chunk, s->m, s->v);
   int g = sg_pp_virtual_stage(s, stage, a->chunk), last = s->p * s->v - 1;
   int to_next = a->op == SG_PP_SEND_F || a->op == SG_PP_RECV_B;
   int to_prev = a->op == SG_PP_RECV_F || a->op == SG_PP_SEND_B;
-  if ((to_next && g == last) || (to_prev && g == 0) || ((to_next || to_prev) && s->p == 1))
-    SG_RAISE(SG_ERR_INVALID_ARG, "schedule stage %d action %d: %s of micro-batch %d chunk "
-             "%d has no neighbour (virtual stage %d of %d)", stage, idx,
-             op_names[a->op], a->mb, a->chunk, g, last + 1);
+  if ((to_next && g == last) || (to_prev && g == 0) ||
+      ((to_next || to_prev) && s->p == 1))
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "schedule stage %d action %d: %s of micro-batch %d chunk "
+             "%d has no neighbour (virtual stage %d of %d)",
+             stage, idx, op_names[a->op], a->mb, a->chunk, g, last + 1);
   if (a->op == SG_PP_W && s->kind != SG_PP_ZB_H1)
-    SG_RAISE(SG_ERR_INVALID_ARG, "schedule stage %d action %d: W in a %s schedule (only "
-             "zb-h1 splits the backward)", stage, idx, sg_pp_kind_name(s->kind));
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "schedule stage %d action %d: W in a %s schedule (only "
+             "zb-h1 splits the backward)",
+             stage, idx, sg_pp_kind_name(s->kind));
 fail:
   return st;
 }
@@ -294,7 +330,8 @@ fail:
 static sg_status check_actions(const sg_pp_schedule *s) {
   sg_status st = SG_OK;
   for (int stage = 0; stage < s->p; ++stage)
-    for (int i = s->off[stage]; i < s->off[stage + 1]; ++i) SG_TRY(check_action(s, stage, i));
+    for (int i = s->off[stage]; i < s->off[stage + 1]; ++i)
+      SG_TRY(check_action(s, stage, i));
 fail:
   return st;
 }
@@ -312,11 +349,15 @@ typedef struct engine {
 } engine;
 
 static size_t msg_key(const sg_pp_schedule *s, int dir_b, int g, int mb) {
-  return ((size_t)dir_b * (size_t)(s->p * s->v) + (size_t)g) * (size_t)s->m + (size_t)mb;
+  return ((size_t)dir_b * (size_t)(s->p * s->v) + (size_t)g) * (size_t)s->m +
+         (size_t)mb;
 }
 
 static double duration(const sg_pp_costs *c, sg_pp_op op) {
-  return op == SG_PP_F ? c->f : op == SG_PP_B ? c->b : op == SG_PP_W ? c->w : 0.0;
+  return op == SG_PP_F   ? c->f
+         : op == SG_PP_B ? c->b
+         : op == SG_PP_W ? c->w
+                         : 0.0;
 }
 
 /* Run one action of stage if it can run now: 1 done, 0 blocked. */
@@ -329,17 +370,22 @@ static sg_status step(engine *e, int stage, int *ran) {
   double t0 = e->clock[stage], t1 = t0 + duration(e->c, a->op);
   *ran = 0;
   if (a->op == SG_PP_SEND_F || a->op == SG_PP_SEND_B) {
-    size_t k = msg_key(s, a->op == SG_PP_SEND_B, a->op == SG_PP_SEND_F ? g + 1 : g - 1, a->mb);
+    size_t k = msg_key(s, a->op == SG_PP_SEND_B,
+                       a->op == SG_PP_SEND_F ? g + 1 : g - 1, a->mb);
     if (e->arrive[k] >= 0)
-      SG_RAISE(SG_ERR_INVALID_ARG, "schedule stage %d: %s of micro-batch %d chunk %d "
-               "twice", stage, op_names[a->op], a->mb, a->chunk);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "schedule stage %d: %s of micro-batch %d chunk %d "
+               "twice",
+               stage, op_names[a->op], a->mb, a->chunk);
     e->arrive[k] = t0 + e->c->p2p;
   } else if (a->op == SG_PP_RECV_F || a->op == SG_PP_RECV_B) {
     size_t k = msg_key(s, a->op == SG_PP_RECV_B, g, a->mb);
     if (e->arrive[k] < 0) return SG_OK; /* blocks until the peer sends */
     if (e->taken[k])
-      SG_RAISE(SG_ERR_INVALID_ARG, "schedule stage %d: %s of micro-batch %d chunk %d "
-               "twice", stage, op_names[a->op], a->mb, a->chunk);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "schedule stage %d: %s of micro-batch %d chunk %d "
+               "twice",
+               stage, op_names[a->op], a->mb, a->chunk);
     e->taken[k] = 1;
     if (e->arrive[k] > t1) t1 = e->arrive[k];
   }
@@ -362,11 +408,14 @@ static sg_status report_deadlock(const engine *e) {
     if (e->pc[stage] == e->s->off[stage + 1]) continue;
     const sg_pp_action *a = &e->s->act[e->pc[stage]];
     if (shown++ < 4 && n < (int)sizeof msg)
-      n += snprintf(msg + n, sizeof msg - (size_t)n, "%sstage %d waits at %s of micro-batch "
-                    "%d chunk %d (action %d)", shown > 1 ? "; " : "", stage,
-                    op_names[a->op], a->mb, a->chunk, e->pc[stage] - e->s->off[stage]);
+      n += snprintf(msg + n, sizeof msg - (size_t)n,
+                    "%sstage %d waits at %s of micro-batch "
+                    "%d chunk %d (action %d)",
+                    shown > 1 ? "; " : "", stage, op_names[a->op], a->mb,
+                    a->chunk, e->pc[stage] - e->s->off[stage]);
   }
-  SG_RAISE(SG_ERR_INVALID_ARG, "schedule %s deadlocks: %s", sg_pp_kind_name(e->s->kind), msg);
+  SG_RAISE(SG_ERR_INVALID_ARG, "schedule %s deadlocks: %s",
+           sg_pp_kind_name(e->s->kind), msg);
 fail:
   return st;
 }
@@ -382,9 +431,11 @@ static sg_status check_all_taken(const engine *e) {
       for (int mb = 0; mb < s->m; ++mb) {
         size_t k = msg_key(s, dir, g, mb);
         if (e->arrive[k] >= 0 && !e->taken[k])
-          SG_RAISE(SG_ERR_INVALID_ARG, "schedule: %s of micro-batch %d to virtual stage "
-                   "%d (stage %d chunk %d) has no matching %s", dir ? "SEND_B" : "SEND_F",
-                   mb, g, g % s->p, g / s->p, dir ? "RECV_B" : "RECV_F");
+          SG_RAISE(SG_ERR_INVALID_ARG,
+                   "schedule: %s of micro-batch %d to virtual stage "
+                   "%d (stage %d chunk %d) has no matching %s",
+                   dir ? "SEND_B" : "SEND_F", mb, g, g % s->p, g / s->p,
+                   dir ? "RECV_B" : "RECV_F");
       }
 fail:
   return st;
@@ -397,8 +448,14 @@ static sg_status execute(const sg_pp_schedule *s, const sg_pp_costs *c,
                          double *start, double *end, double *clock) {
   sg_status st = SG_OK;
   size_t nmsg = 2 * (size_t)s->p * (size_t)s->v * (size_t)s->m;
-  engine e = {s, c, malloc(nmsg * sizeof(double)), calloc(nmsg, 1),
-              malloc((size_t)s->p * sizeof(int)), clock, start, end};
+  engine e = {s,
+              c,
+              malloc(nmsg * sizeof(double)),
+              calloc(nmsg, 1),
+              malloc((size_t)s->p * sizeof(int)),
+              clock,
+              start,
+              end};
   if (!e.arrive || !e.taken || !e.pc) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   for (size_t k = 0; k < nmsg; ++k) e.arrive[k] = -1.0;
   for (int stage = 0; stage < s->p; ++stage) {
@@ -429,8 +486,10 @@ fail:
  * an action: -1 nothing, else an op (RECV_F before F is handled apart). */
 static int prerequisite(sg_pp_op op) {
   switch (op) {
-  case SG_PP_SEND_F: case SG_PP_B: return SG_PP_F;
-  case SG_PP_SEND_B: case SG_PP_W: return SG_PP_B;
+  case SG_PP_SEND_F:
+  case SG_PP_B: return SG_PP_F;
+  case SG_PP_SEND_B:
+  case SG_PP_W: return SG_PP_B;
   default: return -1;
   }
 }
@@ -440,8 +499,11 @@ typedef struct order_state {
   int fb, fw; /* pairs between F and B, F and W, on the current stage */
 } order_state;
 
-static char *done_at(const sg_pp_schedule *s, char *done, int op, int g, int mb) {
-  return done + ((size_t)op * (size_t)(s->p * s->v) + (size_t)g) * (size_t)s->m + (size_t)mb;
+static char *done_at(const sg_pp_schedule *s, char *done, int op, int g,
+                     int mb) {
+  return done +
+         ((size_t)op * (size_t)(s->p * s->v) + (size_t)g) * (size_t)s->m +
+         (size_t)mb;
 }
 
 static sg_status check_order(const sg_pp_schedule *s, order_state *o, int stage,
@@ -452,17 +514,22 @@ static sg_status check_order(const sg_pp_schedule *s, order_state *o, int stage,
   if (s->p > 1 && a->op == SG_PP_F && g > 0) pre = SG_PP_RECV_F;
   const char *what = "";
   if (pre >= 0 && !*done_at(s, o->done, pre, g, a->mb)) what = op_names[pre];
-  if (s->p > 1 && a->op == SG_PP_B && g < last && !*done_at(s, o->done, SG_PP_RECV_B, g, a->mb))
+  if (s->p > 1 && a->op == SG_PP_B && g < last &&
+      !*done_at(s, o->done, SG_PP_RECV_B, g, a->mb))
     what = "RECV_B";
   if (*what)
-    SG_RAISE(SG_ERR_INVALID_ARG, "schedule %s stage %d action %d: %s of micro-batch %d "
-             "chunk %d before its %s", sg_pp_kind_name(s->kind), stage, idx,
-             op_names[a->op], a->mb, a->chunk, what);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "schedule %s stage %d action %d: %s of micro-batch %d "
+             "chunk %d before its %s",
+             sg_pp_kind_name(s->kind), stage, idx, op_names[a->op], a->mb,
+             a->chunk, what);
   char *d = done_at(s, o->done, a->op, g, a->mb);
   if (*d)
-    SG_RAISE(SG_ERR_INVALID_ARG, "schedule %s stage %d action %d: %s of micro-batch %d "
-             "chunk %d twice", sg_pp_kind_name(s->kind), stage, idx, op_names[a->op],
-             a->mb, a->chunk);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "schedule %s stage %d action %d: %s of micro-batch %d "
+             "chunk %d twice",
+             sg_pp_kind_name(s->kind), stage, idx, op_names[a->op], a->mb,
+             a->chunk);
   *d = 1;
 fail:
   return st;
@@ -476,8 +543,11 @@ static sg_status check_complete(const sg_pp_schedule *s, const char *done) {
     for (int mb = 0; mb < s->m; ++mb)
       for (int op = 0; op < nops; ++op)
         if (!*done_at(s, (char *)done, op, g, mb))
-          SG_RAISE(SG_ERR_INVALID_ARG, "schedule %s: stage %d has no %s of micro-batch %d "
-                   "chunk %d", sg_pp_kind_name(s->kind), g % s->p, op_names[op], mb, g / s->p);
+          SG_RAISE(SG_ERR_INVALID_ARG,
+                   "schedule %s: stage %d has no %s of micro-batch %d "
+                   "chunk %d",
+                   sg_pp_kind_name(s->kind), g % s->p, op_names[op], mb,
+                   g / s->p);
 fail:
   return st;
 }
@@ -507,7 +577,8 @@ sg_status sg_pp_schedule_check(const sg_pp_schedule *s, int *peak_fb,
   order_state o = {0};
   double *clock = NULL;
   int *pk = NULL;
-  if (!s || !s->off || !s->act) SG_RAISE(SG_ERR_INVALID_ARG, "schedule is NULL");
+  if (!s || !s->off || !s->act)
+    SG_RAISE(SG_ERR_INVALID_ARG, "schedule is NULL");
   SG_TRY(check_params(s->kind, s->p, s->m, s->v));
   SG_TRY(check_actions(s));
   size_t G = (size_t)s->p * (size_t)s->v;
@@ -521,12 +592,15 @@ sg_status sg_pp_schedule_check(const sg_pp_schedule *s, int *peak_fb,
   sg_pp_costs unit = {1.0, 1.0, 1.0, 0.0};
   SG_TRY(execute(s, &unit, NULL, NULL, clock));
   for (int stage = 0; stage < s->p; ++stage) {
-    int want = sg_pp_peak_formula(s, stage), want_fw = sg_pp_peak_fw_formula(s, stage);
+    int want = sg_pp_peak_formula(s, stage),
+        want_fw = sg_pp_peak_fw_formula(s, stage);
     if (pk[stage] != want || pk[s->p + stage] != want_fw)
-      SG_RAISE(SG_ERR_INVALID_ARG, "schedule %s (p = %d, m = %d, v = %d) stage %d: %d "
-               "micro-batches in flight at the peak (%d until W), the formula says %d (%d)",
-               sg_pp_kind_name(s->kind), s->p, s->m, s->v, stage, pk[stage],
-               pk[s->p + stage], want, want_fw);
+      SG_RAISE(
+          SG_ERR_INVALID_ARG,
+          "schedule %s (p = %d, m = %d, v = %d) stage %d: %d "
+          "micro-batches in flight at the peak (%d until W), the formula says %d (%d)",
+          sg_pp_kind_name(s->kind), s->p, s->m, s->v, stage, pk[stage],
+          pk[s->p + stage], want, want_fw);
     if (peak_fb) peak_fb[stage] = pk[stage];
     if (peak_fw) peak_fw[stage] = pk[s->p + stage];
   }
@@ -545,8 +619,9 @@ sg_status sg_pp_simulate(const sg_pp_schedule *s, const sg_pp_costs *costs,
   memset(out, 0, sizeof *out);
   if (!s || !costs) SG_RAISE(SG_ERR_INVALID_ARG, "schedule or costs is NULL");
   if (!(costs->f >= 0 && costs->b >= 0 && costs->w >= 0 && costs->p2p >= 0))
-    SG_RAISE(SG_ERR_INVALID_ARG, "pipeline costs must be >= 0 (f %g, b %g, w %g, p2p %g)",
-             costs->f, costs->b, costs->w, costs->p2p);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "pipeline costs must be >= 0 (f %g, b %g, w %g, p2p %g)", costs->f,
+             costs->b, costs->w, costs->p2p);
   SG_TRY(check_params(s->kind, s->p, s->m, s->v));
   SG_TRY(check_actions(s));
   size_t n = (size_t)s->off[s->p];
@@ -563,7 +638,9 @@ sg_status sg_pp_simulate(const sg_pp_schedule *s, const sg_pp_costs *costs,
       out->busy[stage] += duration(costs, s->act[i].op);
   }
   for (int stage = 0; stage < s->p; ++stage)
-    out->bubble[stage] = out->makespan > 0 ? 1.0 - out->busy[stage] / out->makespan : 0.0;
+    out->bubble[stage] = out->makespan > 0
+                             ? 1.0 - out->busy[stage] / out->makespan
+                             : 0.0;
 fail:
   if (st != SG_OK) sg_pp_sim_free(out);
   return st;

@@ -26,7 +26,7 @@ typedef struct pl_precision {
   const float *master; /* zero < 3: the plan's full parameter buffer */
   float *compute;      /* zero < 3: master rounded (f32 storage) */
   int64_t n;
-  sg_bf16 *pieces;     /* zero = 3: the master pieces as bf16 (what is gathered) */
+  sg_bf16 *pieces; /* zero = 3: the master pieces as bf16 (what is gathered) */
   int64_t npieces;
   int stale;
 } pl_precision;
@@ -39,12 +39,14 @@ sg_status pl_precision_attach_grads(pl_precision *pp, sg_tape_t tape);
 /* Install the value listener (after the plan's) and set the tape's
  * storage dtype. master: the plan's full buffer of n floats that vars[0..np)
  * are bound to (zero < 3), NULL for zero = 3. */
-sg_status pl_precision_attach_values(pl_precision *pp, sg_tape_t tape, const float *master, int64_t n,
-                                     int np, sg_var *const *vars);
+sg_status pl_precision_attach_values(pl_precision *pp, sg_tape_t tape,
+                                     const float *master, int64_t n, int np,
+                                     sg_var *const *vars);
 /* zero = 3: the bf16 values of the n floats of master pieces, refreshed
  * when the master changed (NULL on allocation failure, with the error
  * set). */
-const sg_bf16 *pl_precision_pieces(pl_precision *pp, const float *pieces, int64_t n);
+const sg_bf16 *pl_precision_pieces(pl_precision *pp, const float *pieces,
+                                   int64_t n);
 /* The master weights changed: refresh the compute copy before next use. */
 void pl_precision_invalidate(pl_precision *pp);
 /* Bytes held for the policy (the compute copy). */

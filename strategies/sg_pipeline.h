@@ -150,7 +150,7 @@ typedef struct sg_pp_costs {
  * the last action; every stage starts at 0). */
 typedef struct sg_pp_sim {
   double makespan;
-  double *start, *end; /* off[p] each */
+  double *start, *end;   /* off[p] each */
   double *busy, *bubble; /* p each */
 } sg_pp_sim;
 
@@ -221,10 +221,10 @@ typedef struct sg_pipe *sg_pipe_t;
 
 typedef struct sg_pipe_config {
   sg_pp_kind kind;
-  int m;            /* micro-batches per step, >= 1 */
-  int v;            /* chunks per stage; 0: 1 (2 for interleaved) */
-  int nblocks;      /* blocks of the model, cut into p * v pieces */
-  const int *split; /* NULL: balanced (the first nblocks % (p v) pieces get
+  int m;                /* micro-batches per step, >= 1 */
+  int v;                /* chunks per stage; 0: 1 (2 for interleaved) */
+  int nblocks;          /* blocks of the model, cut into p * v pieces */
+  const int *split;     /* NULL: balanced (the first nblocks % (p v) pieces get
                        one more block); else p v - 1 increasing block
                        indices in (0, nblocks): where pieces 1.. start */
   sg_mesh_t stage_mesh; /* NULL: the runtime makes its stage mesh; else

@@ -23,8 +23,7 @@ static int cmp_d(const void *a, const void *b) {
 
 static void busy(double us) {
   const double t0 = MPI_Wtime();
-  while ((MPI_Wtime() - t0) * 1e6 < us) {
-  }
+  while ((MPI_Wtime() - t0) * 1e6 < us) {}
 }
 
 int main(int argc, char **argv) {
@@ -32,9 +31,12 @@ int main(int argc, char **argv) {
   int rank = 0, size = 1, iters = 2000, reps = 7;
   double work_us = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--work-us")) work_us = atof(argv[i + 1]);
-    else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--iters"))
+      iters = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--work-us"))
+      work_us = atof(argv[i + 1]);
+    else if (!strcmp(argv[i], "--reps"))
+      reps = atoi(argv[i + 1]);
   }
   if (iters < 1) iters = 1;
   if (reps < 1 || reps > 64) reps = 7;
@@ -57,10 +59,11 @@ int main(int argc, char **argv) {
   if (rank == 0)
     for (int mode = 0; mode < 2; ++mode) {
       qsort(t[mode], (size_t)reps, sizeof(double), cmp_d);
-      printf("{\"op\": \"agree\", \"wait\": \"%s\", \"ranks\": %d, \"iters\": %d, \"work_us\": %g, "
-             "\"reps\": %d, \"median_us\": %.2f, \"min_us\": %.2f, \"max_us\": %.2f}\n",
-             mode ? "yield" : "spin", size, iters, work_us, reps, 1e6 * t[mode][reps / 2], 1e6 * t[mode][0],
-             1e6 * t[mode][reps - 1]);
+      printf(
+          "{\"op\": \"agree\", \"wait\": \"%s\", \"ranks\": %d, \"iters\": %d, \"work_us\": %g, "
+          "\"reps\": %d, \"median_us\": %.2f, \"min_us\": %.2f, \"max_us\": %.2f}\n",
+          mode ? "yield" : "spin", size, iters, work_us, reps,
+          1e6 * t[mode][reps / 2], 1e6 * t[mode][0], 1e6 * t[mode][reps - 1]);
     }
   MPI_Finalize();
   return 0;

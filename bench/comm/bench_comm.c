@@ -53,20 +53,24 @@ static int run_once(ctx *c, op_kind op, int impl, size_t bytes) {
   int64_t n = (int64_t)(bytes / sizeof(float));
   if (op == OP_ALLREDUCE) {
     if (impl == 0)
-      return sg_allreduce(c->g, c->send, c->recv, n, SG_DTYPE_F32, SG_REDUCE_SUM) != SG_OK;
-    return MPI_Allreduce(c->send, c->recv, (int)n, MPI_FLOAT, MPI_SUM, c->comm) != MPI_SUCCESS;
+      return sg_allreduce(c->g, c->send, c->recv, n, SG_DTYPE_F32,
+                          SG_REDUCE_SUM) != SG_OK;
+    return MPI_Allreduce(c->send, c->recv, (int)n, MPI_FLOAT, MPI_SUM,
+                         c->comm) != MPI_SUCCESS;
   }
   int64_t per = n / c->p;
-  if (impl == 0) return sg_alltoall(c->g, c->send, c->recv, per, SG_DTYPE_F32) != SG_OK;
-  return MPI_Alltoall(c->send, (int)per, MPI_FLOAT, c->recv, (int)per, MPI_FLOAT, c->comm) !=
-         MPI_SUCCESS;
+  if (impl == 0)
+    return sg_alltoall(c->g, c->send, c->recv, per, SG_DTYPE_F32) != SG_OK;
+  return MPI_Alltoall(c->send, (int)per, MPI_FLOAT, c->recv, (int)per,
+                      MPI_FLOAT, c->comm) != MPI_SUCCESS;
 }
 
 /* One repetition: k rounds, each calling both implementations back to back
  * (which goes first alternates), timing every call. t[impl] = seconds per
  * call on the slowest rank. Interleaving call by call makes the load of a
  * shared machine hit both implementations alike. */
-static void time_pair(ctx *c, op_kind op, size_t bytes, int k, double t[2], int *err) {
+static void time_pair(ctx *c, op_kind op, size_t bytes, int k, double t[2],
+                      int *err) {
   double sum[2] = {0, 0};
   MPI_Barrier(c->comm);
   for (int i = 0; i < k; ++i)
@@ -91,22 +95,26 @@ static int iters_for(size_t bytes) {
   return (int)k;
 }
 
-static void emit(const char *op, const char *impl, size_t bytes, int p, double *t, int reps,
-                 double bus, int iters) {
+static void emit(const char *op, const char *impl, size_t bytes, int p,
+                 double *t, int reps, double bus, int iters) {
   double tmin = t[0];
   for (int r = 1; r < reps; ++r) tmin = t[r] < tmin ? t[r] : tmin;
   double med = median(t, reps);
   double gbps = (double)bytes / med / 1e9;
-  printf("{\"op\": \"%s\", \"impl\": \"%s\", \"bytes\": %zu, \"ranks\": %d, \"median_s\": %.6e, "
-         "\"min_s\": %.6e, \"gbps\": %.4g, \"busbw_gbps\": %.4g, \"reps\": %d, \"iters\": %d}\n",
-         op, impl, bytes, p, med, tmin, gbps, gbps * bus, reps, iters);
+  printf(
+      "{\"op\": \"%s\", \"impl\": \"%s\", \"bytes\": %zu, \"ranks\": %d, \"median_s\": %.6e, "
+      "\"min_s\": %.6e, \"gbps\": %.4g, \"busbw_gbps\": %.4g, \"reps\": %d, \"iters\": %d}\n",
+      op, impl, bytes, p, med, tmin, gbps, gbps * bus, reps, iters);
   fflush(stdout);
 }
 
-static void bench_collective(ctx *c, op_kind op, size_t bytes, int reps, int warmup, int *err) {
+static void bench_collective(ctx *c, op_kind op, size_t bytes, int reps,
+                             int warmup, int *err) {
   const char *name = op == OP_ALLREDUCE ? "allreduce" : "alltoall";
   /* all-to-all needs a multiple of p floats */
-  if (op == OP_ALLTOALL) bytes = bytes / (sizeof(float) * (size_t)c->p) * sizeof(float) * (size_t)c->p;
+  if (op == OP_ALLTOALL)
+    bytes = bytes / (sizeof(float) * (size_t)c->p) * sizeof(float) *
+            (size_t)c->p;
   if (bytes == 0) return;
   int k = iters_for(bytes);
   double t[2][MAX_REPS], pair[2];
@@ -116,16 +124,18 @@ static void bench_collective(ctx *c, op_kind op, size_t bytes, int reps, int war
     t[0][r] = pair[0];
     t[1][r] = pair[1];
   }
-  double bus = op == OP_ALLREDUCE ? 2.0 * (c->p - 1) / c->p : (double)(c->p - 1) / c->p;
+  double bus = op == OP_ALLREDUCE ? 2.0 * (c->p - 1) / c->p
+                                  : (double)(c->p - 1) / c->p;
   if (c->rank == 0) {
     double ratio[MAX_REPS];
     for (int r = 0; r < reps; ++r) ratio[r] = t[0][r] / t[1][r];
     double mr = median(ratio, reps);
     emit(name, "sg", bytes, c->p, t[0], reps, bus, k);
     emit(name, "mpi", bytes, c->p, t[1], reps, bus, k);
-    printf("{\"op\": \"%s\", \"impl\": \"ratio\", \"bytes\": %zu, \"ranks\": %d, "
-           "\"sg_over_mpi\": %.4f}\n",
-           name, bytes, c->p, mr);
+    printf(
+        "{\"op\": \"%s\", \"impl\": \"ratio\", \"bytes\": %zu, \"ranks\": %d, "
+        "\"sg_over_mpi\": %.4f}\n",
+        name, bytes, c->p, mr);
     fflush(stdout);
   }
 }
@@ -143,9 +153,11 @@ static void bench_pingpong(ctx *c, size_t bytes, int reps, int warmup) {
     for (int i = 0; i < kk && c->rank < 2; ++i) {
       if (c->rank == 0) {
         MPI_Send(buf, (int)bytes, MPI_BYTE, peer, 7, c->comm);
-        MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, 7, c->comm, MPI_STATUS_IGNORE);
+        MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, 7, c->comm,
+                 MPI_STATUS_IGNORE);
       } else {
-        MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, 7, c->comm, MPI_STATUS_IGNORE);
+        MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, 7, c->comm,
+                 MPI_STATUS_IGNORE);
         MPI_Send(buf, (int)bytes, MPI_BYTE, peer, 7, c->comm);
       }
     }
@@ -158,9 +170,12 @@ static int parse_size(const char *s, size_t *out) {
   char *end = NULL;
   unsigned long long v = strtoull(s, &end, 10);
   if (end == s) return 0;
-  if (*end == 'K' || *end == 'k') v <<= 10, ++end;
-  else if (*end == 'M' || *end == 'm') v <<= 20, ++end;
-  else if (*end == 'G' || *end == 'g') v <<= 30, ++end;
+  if (*end == 'K' || *end == 'k')
+    v <<= 10, ++end;
+  else if (*end == 'M' || *end == 'm')
+    v <<= 20, ++end;
+  else if (*end == 'G' || *end == 'g')
+    v <<= 30, ++end;
   if (*end == 'i' || *end == 'B') ++end;
   if (*end == 'B') ++end;
   if (*end) return 0;
@@ -178,18 +193,25 @@ int main(int argc, char **argv) {
   int reps = 11, warmup = 2;
   for (int i = 1; i < argc; ++i) {
     int ok = i + 1 < argc;
-    if (ok && strcmp(argv[i], "--min-bytes") == 0) ok = parse_size(argv[++i], &min_b);
-    else if (ok && strcmp(argv[i], "--max-bytes") == 0) ok = parse_size(argv[++i], &max_b);
-    else if (ok && strcmp(argv[i], "--reps") == 0) reps = atoi(argv[++i]);
-    else if (ok && strcmp(argv[i], "--warmup") == 0) warmup = atoi(argv[++i]);
-    else if (ok && strcmp(argv[i], "--max-iters") == 0) max_iters = atoi(argv[++i]);
-    else ok = 0;
-    if (!ok || reps < 1 || reps > MAX_REPS || warmup < 0 || max_iters < 1 || min_b < 4 || max_b < min_b ||
-        max_b > ((size_t)1 << 30)) {
+    if (ok && strcmp(argv[i], "--min-bytes") == 0)
+      ok = parse_size(argv[++i], &min_b);
+    else if (ok && strcmp(argv[i], "--max-bytes") == 0)
+      ok = parse_size(argv[++i], &max_b);
+    else if (ok && strcmp(argv[i], "--reps") == 0)
+      reps = atoi(argv[++i]);
+    else if (ok && strcmp(argv[i], "--warmup") == 0)
+      warmup = atoi(argv[++i]);
+    else if (ok && strcmp(argv[i], "--max-iters") == 0)
+      max_iters = atoi(argv[++i]);
+    else
+      ok = 0;
+    if (!ok || reps < 1 || reps > MAX_REPS || warmup < 0 || max_iters < 1 ||
+        min_b < 4 || max_b < min_b || max_b > ((size_t)1 << 30)) {
       if (c.rank == 0)
-        fprintf(stderr, "sg-bench-comm: error: bad or unknown argument '%s' (options: "
-                        "--min-bytes B --max-bytes B (<= 1GiB) --reps 1..%d --warmup W "
-                        "--max-iters K)\n",
+        fprintf(stderr,
+                "sg-bench-comm: error: bad or unknown argument '%s' (options: "
+                "--min-bytes B --max-bytes B (<= 1GiB) --reps 1..%d --warmup W "
+                "--max-iters K)\n",
                 argv[i], MAX_REPS);
       MPI_Finalize();
       return 2;
@@ -200,7 +222,8 @@ int main(int argc, char **argv) {
   sg_mesh_t mesh = NULL;
   if (sg_mesh_create(MPI_COMM_WORLD, spec, &mesh) != SG_OK ||
       sg_mesh_group(mesh, 1u, &c.g) != SG_OK) {
-    if (c.rank == 0) fprintf(stderr, "sg-bench-comm: error: %s\n", sg_last_error());
+    if (c.rank == 0)
+      fprintf(stderr, "sg-bench-comm: error: %s\n", sg_last_error());
     MPI_Finalize();
     return 1;
   }
@@ -208,7 +231,8 @@ int main(int argc, char **argv) {
   c.send = malloc(max_b);
   c.recv = malloc(max_b);
   if (!c.send || !c.recv) {
-    fprintf(stderr, "sg-bench-comm: error: out of memory for 2 x %zu bytes\n", max_b);
+    fprintf(stderr, "sg-bench-comm: error: out of memory for 2 x %zu bytes\n",
+            max_b);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   for (size_t i = 0; i < max_b / sizeof(float); ++i) {
@@ -223,7 +247,8 @@ int main(int argc, char **argv) {
   }
   int any = 0;
   MPI_Allreduce(&err, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (any && c.rank == 0) fprintf(stderr, "sg-bench-comm: error: a call failed\n");
+  if (any && c.rank == 0)
+    fprintf(stderr, "sg-bench-comm: error: a call failed\n");
   free(c.send);
   free(c.recv);
   sg_mesh_destroy(&mesh);

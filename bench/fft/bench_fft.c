@@ -91,8 +91,7 @@ typedef struct plain {
   void *x, *y, *plan;
 } plain;
 
-static void plain_create(plain *p, int n, int channels, int f64,
-                         int nthreads) {
+static void plain_create(plain *p, int n, int channels, int f64, int nthreads) {
   int dims[2] = {n, n};
   size_t nr = (size_t)n * n * channels, nc = (size_t)n * (n / 2 + 1) * channels;
   p->f64 = f64;
@@ -110,9 +109,8 @@ static void plain_create(plain *p, int n, int channels, int f64,
     fftwf_complex *y = fftwf_malloc(sizeof(fftwf_complex) * nc);
     for (size_t i = 0; i < nr; ++i) x[i] = (float)(i % 97) * 0.01f;
     fftwf_plan_with_nthreads(nthreads);
-    p->plan = fftwf_plan_many_dft_r2c(2, dims, channels, x, NULL, 1, n * n,
-                                      y, NULL, 1, n * (n / 2 + 1),
-                                      FFTW_ESTIMATE);
+    p->plan = fftwf_plan_many_dft_r2c(2, dims, channels, x, NULL, 1, n * n, y,
+                                      NULL, 1, n * (n / 2 + 1), FFTW_ESTIMATE);
     p->x = x;
     p->y = y;
   }
@@ -120,8 +118,10 @@ static void plain_create(plain *p, int n, int channels, int f64,
 
 static double plain_run(plain *p) {
   double t0 = MPI_Wtime();
-  if (p->f64) fftw_execute((fftw_plan)p->plan);
-  else fftwf_execute((fftwf_plan)p->plan);
+  if (p->f64)
+    fftw_execute((fftw_plan)p->plan);
+  else
+    fftwf_execute((fftwf_plan)p->plan);
   return MPI_Wtime() - t0;
 }
 
@@ -152,30 +152,50 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   char sizes[256] = "128,256,512";
   int channels = 32, f64 = 0, reps = 20, warmup = 3, nthreads = 1, pencil = 0,
-      do_fftw = 1, describe = 0, alltoallv = 0, keep = 0,
-      cache = CACHE_WARM, flush_mb = 128;
+      do_fftw = 1, describe = 0, alltoallv = 0, keep = 0, cache = CACHE_WARM,
+      flush_mb = 128;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--sizes") && v) { snprintf(sizes, sizeof sizes, "%s", v); ++i; }
-    else if (!strcmp(a, "--channels") && v) { channels = atoi(v); ++i; }
-    else if (!strcmp(a, "--dtype") && v) { f64 = !strcmp(v, "f64"); ++i; }
-    else if (!strcmp(a, "--reps") && v) { reps = atoi(v); ++i; }
-    else if (!strcmp(a, "--warmup") && v) { warmup = atoi(v); ++i; }
-    else if (!strcmp(a, "--threads") && v) { nthreads = atoi(v); ++i; }
-    else if (!strcmp(a, "--pencil")) pencil = 1;
-    else if (!strcmp(a, "--no-fftw")) do_fftw = 0;
-    else if (!strcmp(a, "--describe")) describe = 1;
-    else if (!strcmp(a, "--alltoallv")) alltoallv = 1;
-    else if (!strcmp(a, "--keep") && v) { keep = atoi(v); ++i; }
-    else if (!strcmp(a, "--cache") && v) {
-      cache = !strcmp(v, "warm") ? CACHE_WARM
-              : !strcmp(v, "cold") ? CACHE_COLD
-              : !strcmp(v, "interleaved") ? CACHE_INTERLEAVED : -1;
+    if (!strcmp(a, "--sizes") && v) {
+      snprintf(sizes, sizeof sizes, "%s", v);
       ++i;
-    }
-    else if (!strcmp(a, "--flush-mb") && v) { flush_mb = atoi(v); ++i; }
-    else {
+    } else if (!strcmp(a, "--channels") && v) {
+      channels = atoi(v);
+      ++i;
+    } else if (!strcmp(a, "--dtype") && v) {
+      f64 = !strcmp(v, "f64");
+      ++i;
+    } else if (!strcmp(a, "--reps") && v) {
+      reps = atoi(v);
+      ++i;
+    } else if (!strcmp(a, "--warmup") && v) {
+      warmup = atoi(v);
+      ++i;
+    } else if (!strcmp(a, "--threads") && v) {
+      nthreads = atoi(v);
+      ++i;
+    } else if (!strcmp(a, "--pencil"))
+      pencil = 1;
+    else if (!strcmp(a, "--no-fftw"))
+      do_fftw = 0;
+    else if (!strcmp(a, "--describe"))
+      describe = 1;
+    else if (!strcmp(a, "--alltoallv"))
+      alltoallv = 1;
+    else if (!strcmp(a, "--keep") && v) {
+      keep = atoi(v);
+      ++i;
+    } else if (!strcmp(a, "--cache") && v) {
+      cache = !strcmp(v, "warm")          ? CACHE_WARM
+              : !strcmp(v, "cold")        ? CACHE_COLD
+              : !strcmp(v, "interleaved") ? CACHE_INTERLEAVED
+                                          : -1;
+      ++i;
+    } else if (!strcmp(a, "--flush-mb") && v) {
+      flush_mb = atoi(v);
+      ++i;
+    } else {
       if (rank == 0) usage();
       MPI_Finalize();
       return 2;
@@ -237,8 +257,10 @@ int main(int argc, char **argv) {
         sg_malloc(sg_device_host(), (size_t)(nc + 1) * es, &y) != SG_OK)
       sg_die_local("sg-bench-fft", SG_ERR_ALLOC, 1);
     for (int64_t i = 0; i < nr; ++i) {
-      if (f64) ((double *)x)[i] = (double)(i % 101) * 0.01;
-      else ((float *)x)[i] = (float)(i % 101) * 0.01f;
+      if (f64)
+        ((double *)x)[i] = (double)(i % 101) * 0.01;
+      else
+        ((float *)x)[i] = (float)(i % 101) * 0.01f;
     }
     double *tt = malloc(sizeof(double) * (size_t)reps);
     double *tf = malloc(sizeof(double) * (size_t)reps);
@@ -262,14 +284,18 @@ int main(int argc, char **argv) {
     for (int r = 0; r < reps; ++r) {
       if (do_fftw) {
         if (rank == 0) {
-          if (cache == CACHE_WARM) plain_run(&pl);
-          else if (cache == CACHE_COLD) flush_run(flush, flush_bytes);
+          if (cache == CACHE_WARM)
+            plain_run(&pl);
+          else if (cache == CACHE_COLD)
+            flush_run(flush, flush_bytes);
           tp[r] = plain_run(&pl);
         }
         idle_barrier(MPI_COMM_WORLD);
       }
-      if (cache == CACHE_WARM) sg_fft_forward(plan, x, y);
-      else if (cache == CACHE_COLD) flush_run(flush, flush_bytes);
+      if (cache == CACHE_WARM)
+        sg_fft_forward(plan, x, y);
+      else if (cache == CACHE_COLD)
+        flush_run(flush, flush_bytes);
       MPI_Barrier(MPI_COMM_WORLD);
       sg_fft_plan_reset_times(plan);
       double t0 = MPI_Wtime();
@@ -301,7 +327,11 @@ int main(int argc, char **argv) {
     double t_dist = median(tt, reps), t_fft = median(tf, reps),
            t_xp = median(tx, reps);
     /* every rank's own medians: wall of its call, local FFTs, transposes */
-    double mine[7] = {median(tl, reps), t_fft, t_xp, first(tf), first(tx),
+    double mine[7] = {median(tl, reps),
+                      t_fft,
+                      t_xp,
+                      first(tf),
+                      first(tx),
                       (double)(ru1.ru_nivcsw - ru0.ru_nivcsw),
                       (double)(ru1.ru_nvcsw - ru0.ru_nvcsw)};
     double t_dist_min = first(tt);
@@ -345,9 +375,10 @@ int main(int argc, char **argv) {
              n, channels, f64 ? "f64" : "f32", size, spec,
              pencil ? "pencil" : "slab", alltoallv ? "alltoallv" : "auto(shm)",
              nthreads, reps,
-             cache == CACHE_WARM ? "warm"
-             : cache == CACHE_COLD ? "cold" : "interleaved", t_dist, t_fft, t_xp,
-             keep, sg_fft_plan_ntransposes(plan),
+             cache == CACHE_WARM   ? "warm"
+             : cache == CACHE_COLD ? "cold"
+                                   : "interleaved",
+             t_dist, t_fft, t_xp, keep, sg_fft_plan_ntransposes(plan),
              (long long)sg_fft_plan_bytes_moved(plan), t_fftw,
              t_fftw > 0 ? t_fftw / t_dist : 0.0,
              t_fftw > 0 ? t_fftw / (size * t_dist) : 0.0, t_dist_min,

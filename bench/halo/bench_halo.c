@@ -61,8 +61,7 @@ static int cmp_d(const void *a, const void *b) {
 
 /* max over ranks per repetition; median into *med, minimum into *mn (the
  * least disturbed repetition on a shared machine) */
-static void stats(double *t, int reps, MPI_Comm comm, double *med,
-                  double *mn) {
+static void stats(double *t, int reps, MPI_Comm comm, double *med, double *mn) {
   MPI_Allreduce(MPI_IN_PLACE, t, reps, MPI_DOUBLE, MPI_MAX, comm);
   qsort(t, (size_t)reps, sizeof *t, cmp_d);
   *mn = t[0];
@@ -73,9 +72,9 @@ static void stats(double *t, int reps, MPI_Comm comm, double *med,
 #define S 32
 
 static int rank_, size_;
-static int cl_; /* --layout cl: channels-last blocks (lead innermost) */
+static int cl_;         /* --layout cl: channels-last blocks (lead innermost) */
 static int plan_block_; /* --block plan: sg_halo_plan_alloc_block */
-static int periodic_; /* --boundary periodic: the split dim wraps */
+static int periodic_;   /* --boundary periodic: the split dim wraps */
 /* --yield on|off (default: on when the node's ranks outnumber its cores):
  * the benchmark's own barriers and the raw-MPI and ping-pong references
  * wait with MPI_Test + sched_yield instead of MPI's spinning waits, so
@@ -107,10 +106,10 @@ static void die(sg_status st, const char *what) {
   fprintf(stderr, "bench_halo: %s: %s\n", what, sg_last_error());
   MPI_Abort(MPI_COMM_WORLD, (int)st);
 }
-#define CK(call)                                                              \
-  do {                                                                        \
-    sg_status s_ = (call);                                                    \
-    if (s_ != SG_OK) die(s_, #call);                                          \
+#define CK(call)                     \
+  do {                               \
+    sg_status s_ = (call);           \
+    if (s_ != SG_OK) die(s_, #call); \
   } while (0)
 
 static const char *path_name(void) {
@@ -286,27 +285,27 @@ static void bench_exchange(int split, int64_t n, int64_t w, int reps) {
   if (rank_ == 0) {
     double bw = maxsent / t_plan / 1e9, bw_raw = maxsent / t_raw / 1e9;
     double bw_pp = (double)msg / t_pp / 1e9;
-    printf("{\"bench\":\"halo_exchange\",\"ranks\":%d,\"mesh\":\"%s\","
-           "\"split\":\"%s\",\"boundary\":\"%s\",\"layout\":\"%s\",\"path\":\"%s\","
-           "\"block\":\"%s\",\"yield\":%d,"
-           "\"plan_path\":\"%s\","
-           "\"interior\":[%lld,%lld],"
-           "\"lead\":%d,\"width\":%lld,\"msg_bytes\":%zu,\"sent_bytes\":%.0f,"
-           "\"exchange_us\":%.2f,\"raw_us\":%.2f,\"pingpong_oneway_us\":%.2f,"
-           "\"exchange_GBps\":%.3f,\"raw_GBps\":%.3f,\"pingpong_GBps\":%.3f,"
-           "\"exchange_vs_pingpong\":%.3f,\"exchange_vs_raw\":%.3f,"
-           "\"min_exchange_us\":%.2f,\"min_raw_us\":%.2f,"
-           "\"min_pingpong_oneway_us\":%.2f,\"min_exchange_vs_pingpong\":%.3f,"
-           "\"pack_us\":%.2f,\"unpack_us\":%.2f,\"memcpy_us\":%.2f}\n",
-           size_, spec, split ? "w" : "h", periodic_ ? "periodic" : "zero",
-           cl_ ? "channels-last" : "packed",
-           path_name(), plan_block_ ? "plan" : "user", yield_, sg_halo_plan_path(plan),
-           (long long)desc.interior[0], (long long)desc.interior[1], C,
-           (long long)w, msg, maxsent, t_plan * 1e6, t_raw * 1e6, t_pp * 1e6,
-           bw, bw_raw, bw_pp, bw / bw_pp, bw / bw_raw, m_plan * 1e6,
-           m_raw * 1e6, m_pp * 1e6,
-           (maxsent / m_plan) / ((double)msg / m_pp), pk * 1e6, up * 1e6,
-           cp * 1e6);
+    printf(
+        "{\"bench\":\"halo_exchange\",\"ranks\":%d,\"mesh\":\"%s\","
+        "\"split\":\"%s\",\"boundary\":\"%s\",\"layout\":\"%s\",\"path\":\"%s\","
+        "\"block\":\"%s\",\"yield\":%d,"
+        "\"plan_path\":\"%s\","
+        "\"interior\":[%lld,%lld],"
+        "\"lead\":%d,\"width\":%lld,\"msg_bytes\":%zu,\"sent_bytes\":%.0f,"
+        "\"exchange_us\":%.2f,\"raw_us\":%.2f,\"pingpong_oneway_us\":%.2f,"
+        "\"exchange_GBps\":%.3f,\"raw_GBps\":%.3f,\"pingpong_GBps\":%.3f,"
+        "\"exchange_vs_pingpong\":%.3f,\"exchange_vs_raw\":%.3f,"
+        "\"min_exchange_us\":%.2f,\"min_raw_us\":%.2f,"
+        "\"min_pingpong_oneway_us\":%.2f,\"min_exchange_vs_pingpong\":%.3f,"
+        "\"pack_us\":%.2f,\"unpack_us\":%.2f,\"memcpy_us\":%.2f}\n",
+        size_, spec, split ? "w" : "h", periodic_ ? "periodic" : "zero",
+        cl_ ? "channels-last" : "packed", path_name(),
+        plan_block_ ? "plan" : "user", yield_, sg_halo_plan_path(plan),
+        (long long)desc.interior[0], (long long)desc.interior[1], C,
+        (long long)w, msg, maxsent, t_plan * 1e6, t_raw * 1e6, t_pp * 1e6, bw,
+        bw_raw, bw_pp, bw / bw_pp, bw / bw_raw, m_plan * 1e6, m_raw * 1e6,
+        m_pp * 1e6, (maxsent / m_plan) / ((double)msg / m_pp), pk * 1e6,
+        up * 1e6, cp * 1e6);
     fflush(stdout);
   }
   free(t);
@@ -334,8 +333,8 @@ static void stencil(const float *restrict x, int64_t ld, int64_t org,
   }
 }
 
-static void bench_overlap(int64_t nh, int64_t nw, int64_t lead,
-                          int64_t fields, int64_t w, int reps, int every) {
+static void bench_overlap(int64_t nh, int64_t nw, int64_t lead, int64_t fields,
+                          int64_t w, int reps, int every) {
   char spec[64];
   snprintf(spec, sizeof spec, "h=%d,w=1", size_);
   sg_mesh_t mesh = NULL;
@@ -367,9 +366,9 @@ static void bench_overlap(int64_t nh, int64_t nw, int64_t lead,
   double sent = (double)sg_halo_plan_send_bytes(plan);
   enum { T_EX, T_ST, T_IN, T_BLK, T_OV0, T_OV1, T_N };
   double *t = malloc((size_t)T_N * (size_t)reps * sizeof *t);
-#define STENCIL_ROWS(r0, r1)                                                  \
-  for (int64_t c = 0; c < fields; ++c)                                        \
-    stencil(x + c * st[0], st[1], org, y + c * nh * nw, nw, w, r0, r1)
+#define STENCIL_ROWS(r0, r1)           \
+  for (int64_t c = 0; c < fields; ++c) \
+  stencil(x + c * st[0], st[1], org, y + c * nh * nw, nw, w, r0, r1)
   for (int r = -2; r < reps; ++r) {
     double t0, t1;
     /* exchange alone */
@@ -427,26 +426,27 @@ static void bench_overlap(int64_t nh, int64_t nw, int64_t lead,
     stats(t + k * reps, reps, MPI_COMM_WORLD, &med[k], &mn[k]);
   if (rank_ == 0) {
     double ex = med[T_EX], mex = mn[T_EX];
-    printf("{\"bench\":\"halo_overlap\",\"ranks\":%d,\"mesh\":\"%s\","
-           "\"path\":\"%s\",\"block\":\"%s\",\"plan_path\":\"%s\",\"interior\":[%lld,%lld],\"lead\":%lld,"
-           "\"fields\":%lld,\"width\":%lld,\"sent_bytes\":%.0f,"
-           "\"exchange_us\":%.1f,\"stencil_us\":%.1f,"
-           "\"interior_stencil_us\":%.1f,\"interior_vs_exchange\":%.2f,"
-           "\"blocking_us\":%.1f,\"overlap_noprogress_us\":%.1f,"
-           "\"overlap_progress_us\":%.1f,\"progress_every_rows\":%d,"
-           "\"hidden_noprogress\":%.3f,\"hidden_progress\":%.3f,"
-           "\"min_exchange_us\":%.1f,\"min_stencil_us\":%.1f,"
-           "\"min_blocking_us\":%.1f,\"min_overlap_noprogress_us\":%.1f,"
-           "\"min_overlap_progress_us\":%.1f,\"min_hidden_noprogress\":%.3f,"
-           "\"min_hidden_progress\":%.3f}\n",
-           size_, spec, path_name(), plan_block_ ? "plan" : "user", sg_halo_plan_path(plan), (long long)nh, (long long)nw,
-           (long long)lead, (long long)fields, (long long)w, sent, ex * 1e6,
-           med[T_ST] * 1e6, med[T_IN] * 1e6, med[T_IN] / ex,
-           med[T_BLK] * 1e6, med[T_OV0] * 1e6, med[T_OV1] * 1e6, every,
-           (med[T_BLK] - med[T_OV0]) / ex, (med[T_BLK] - med[T_OV1]) / ex,
-           mex * 1e6, mn[T_ST] * 1e6, mn[T_BLK] * 1e6, mn[T_OV0] * 1e6,
-           mn[T_OV1] * 1e6, (mn[T_BLK] - mn[T_OV0]) / mex,
-           (mn[T_BLK] - mn[T_OV1]) / mex);
+    printf(
+        "{\"bench\":\"halo_overlap\",\"ranks\":%d,\"mesh\":\"%s\","
+        "\"path\":\"%s\",\"block\":\"%s\",\"plan_path\":\"%s\",\"interior\":[%lld,%lld],\"lead\":%lld,"
+        "\"fields\":%lld,\"width\":%lld,\"sent_bytes\":%.0f,"
+        "\"exchange_us\":%.1f,\"stencil_us\":%.1f,"
+        "\"interior_stencil_us\":%.1f,\"interior_vs_exchange\":%.2f,"
+        "\"blocking_us\":%.1f,\"overlap_noprogress_us\":%.1f,"
+        "\"overlap_progress_us\":%.1f,\"progress_every_rows\":%d,"
+        "\"hidden_noprogress\":%.3f,\"hidden_progress\":%.3f,"
+        "\"min_exchange_us\":%.1f,\"min_stencil_us\":%.1f,"
+        "\"min_blocking_us\":%.1f,\"min_overlap_noprogress_us\":%.1f,"
+        "\"min_overlap_progress_us\":%.1f,\"min_hidden_noprogress\":%.3f,"
+        "\"min_hidden_progress\":%.3f}\n",
+        size_, spec, path_name(), plan_block_ ? "plan" : "user",
+        sg_halo_plan_path(plan), (long long)nh, (long long)nw, (long long)lead,
+        (long long)fields, (long long)w, sent, ex * 1e6, med[T_ST] * 1e6,
+        med[T_IN] * 1e6, med[T_IN] / ex, med[T_BLK] * 1e6, med[T_OV0] * 1e6,
+        med[T_OV1] * 1e6, every, (med[T_BLK] - med[T_OV0]) / ex,
+        (med[T_BLK] - med[T_OV1]) / ex, mex * 1e6, mn[T_ST] * 1e6,
+        mn[T_BLK] * 1e6, mn[T_OV0] * 1e6, mn[T_OV1] * 1e6,
+        (mn[T_BLK] - mn[T_OV0]) / mex, (mn[T_BLK] - mn[T_OV1]) / mex);
     fflush(stdout);
   }
   free(t);
@@ -463,11 +463,14 @@ int main(int argc, char **argv) {
   int quick = 0, reps = 31, every = 2, splits = 3;
   const char *only = "";
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--quick")) quick = 1;
-    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    if (!strcmp(argv[i], "--quick"))
+      quick = 1;
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--progress-every") && i + 1 < argc)
       every = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
     else if (!strcmp(argv[i], "--boundary") && i + 1 < argc)
       periodic_ = !strcmp(argv[++i], "periodic");
     else if (!strcmp(argv[i], "--yield") && i + 1 < argc)
@@ -484,8 +487,8 @@ int main(int argc, char **argv) {
   if (yield_ < 0) {
     MPI_Comm node;
     int nn = 1;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
-                        MPI_INFO_NULL, &node);
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                        &node);
     MPI_Comm_size(node, &nn);
     MPI_Comm_free(&node);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -514,15 +517,16 @@ int main(int argc, char **argv) {
     /* (n_h, n_w, lead, fields, width): messages of 16 KiB - 1 MiB (lead *
      * width * n_w * 4 bytes), interior stencils from below the exchange
      * time to several times it */
-    const int64_t cfgs[][5] = {
-        {16, 1024, 4, 1, 1},  {64, 1024, 4, 1, 1},  {16, 4096, 4, 1, 1},
-        {32, 4096, 4, 1, 1},  {64, 4096, 4, 1, 1},  {128, 4096, 4, 2, 1},
-        {16, 16384, 4, 1, 1}, {32, 16384, 4, 1, 1}, {64, 16384, 4, 2, 1},
-        {32, 16384, 4, 1, 4}, {64, 65536, 4, 1, 1}};
+    const int64_t cfgs[][5] = {{16, 1024, 4, 1, 1},  {64, 1024, 4, 1, 1},
+                               {16, 4096, 4, 1, 1},  {32, 4096, 4, 1, 1},
+                               {64, 4096, 4, 1, 1},  {128, 4096, 4, 2, 1},
+                               {16, 16384, 4, 1, 1}, {32, 16384, 4, 1, 1},
+                               {64, 16384, 4, 2, 1}, {32, 16384, 4, 1, 4},
+                               {64, 65536, 4, 1, 1}};
     int nc = (int)(sizeof cfgs / sizeof cfgs[0]);
     for (int a = 0; a < (quick ? 2 : nc); ++a)
-      bench_overlap(cfgs[a][0], cfgs[a][1], cfgs[a][2], cfgs[a][3],
-                    cfgs[a][4], reps, every);
+      bench_overlap(cfgs[a][0], cfgs[a][1], cfgs[a][2], cfgs[a][3], cfgs[a][4],
+                    reps, every);
   }
   MPI_Finalize();
   return 0;

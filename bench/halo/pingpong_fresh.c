@@ -7,10 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  int r; MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  int r;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
   size_t sizes[] = {65536, 262144, 1048576, 4194304};
   for (int si = 0; si < 4; ++si) {
     size_t n = sizes[si];
@@ -24,9 +28,11 @@ int main(int argc, char **argv) {
         if (r == 0) {
           if (mode) memset(s, it & 0xff, n);
           MPI_Send(s, (int)n, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
-          MPI_Recv(b, (int)n, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          MPI_Recv(b, (int)n, MPI_BYTE, 1, 0, MPI_COMM_WORLD,
+                   MPI_STATUS_IGNORE);
         } else {
-          MPI_Recv(b, (int)n, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          MPI_Recv(b, (int)n, MPI_BYTE, 0, 0, MPI_COMM_WORLD,
+                   MPI_STATUS_IGNORE);
           if (mode) memset(s, it & 0xff, n);
           MPI_Send(s, (int)n, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
         }
@@ -34,11 +40,18 @@ int main(int argc, char **argv) {
         if (it >= 0) t[it] = (t1 - t0) / 2;
       }
       /* memset time alone */
-      double m0 = MPI_Wtime(); for (int k = 0; k < 20; ++k) memset(s, k, n); double m1 = MPI_Wtime();
+      double m0 = MPI_Wtime();
+      for (int k = 0; k < 20; ++k) memset(s, k, n);
+      double m1 = MPI_Wtime();
       qsort(t, 201, sizeof *t, cmp);
-      if (r == 0) printf("%zu KiB %s: one-way median %.1f us min %.1f us (memset alone %.1f us, counted in the rewritten case)\n", n / 1024, mode ? "rewritten" : "unchanged", t[100] * 1e6, t[0] * 1e6, (m1 - m0) / 20 * 1e6);
+      if (r == 0)
+        printf(
+            "%zu KiB %s: one-way median %.1f us min %.1f us (memset alone %.1f us, counted in the rewritten case)\n",
+            n / 1024, mode ? "rewritten" : "unchanged", t[100] * 1e6,
+            t[0] * 1e6, (m1 - m0) / 20 * 1e6);
     }
-    free(s); free(b);
+    free(s);
+    free(b);
   }
   MPI_Finalize();
 }

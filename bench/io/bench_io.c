@@ -74,24 +74,37 @@ int main(int argc, char **argv) {
   const char *backend = "pnetcdf", *dir = "/tmp", *hints = NULL;
   int independent = 0, no_direct = 0, no_direct_write = 0, posix = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--mib")) mib = atoll(argv[i + 1]);
-    else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--backend")) backend = argv[i + 1];
-    else if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
-    else if (!strcmp(argv[i], "--hints")) hints = argv[i + 1];
-    else if (!strcmp(argv[i], "--independent")) independent = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--no-direct")) no_direct = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--no-direct-write")) no_direct_write = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--posix")) posix = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--mib"))
+      mib = atoll(argv[i + 1]);
+    else if (!strcmp(argv[i], "--reps"))
+      reps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--backend"))
+      backend = argv[i + 1];
+    else if (!strcmp(argv[i], "--dir"))
+      dir = argv[i + 1];
+    else if (!strcmp(argv[i], "--hints"))
+      hints = argv[i + 1];
+    else if (!strcmp(argv[i], "--independent"))
+      independent = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--no-direct"))
+      no_direct = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--no-direct-write"))
+      no_direct_write = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--posix"))
+      posix = atoi(argv[i + 1]);
     else {
-      if (rank == 0) fprintf(stderr, "sg-bench-io: error: unknown option %s\n", argv[i]);
+      if (rank == 0)
+        fprintf(stderr, "sg-bench-io: error: unknown option %s\n", argv[i]);
       MPI_Finalize();
       return 2;
     }
   }
   sg_nc_backend b;
-  if (sg_nc_backend_parse(backend, &b) != SG_OK || !sg_nc_backend_available(b, 1)) {
-    if (rank == 0) fprintf(stderr, "sg-bench-io: error: backend %s not available\n", backend);
+  if (sg_nc_backend_parse(backend, &b) != SG_OK ||
+      !sg_nc_backend_available(b, 1)) {
+    if (rank == 0)
+      fprintf(stderr, "sg-bench-io: error: backend %s not available\n",
+              backend);
     MPI_Finalize();
     return 2;
   }
@@ -108,13 +121,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sg-bench-io: error: out of memory\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  for (int64_t i = 0; i < n; ++i) buf[i] = (float)((s.start[0] * nx + i) % 1000003);
+  for (int64_t i = 0; i < n; ++i)
+    buf[i] = (float)((s.start[0] * nx + i) % 1000003);
   char path[1024];
   snprintf(path, sizeof path, "%s/sg-bench-io-%s-np%d.nc", dir, backend, size);
-  double *tw = calloc((size_t)reps, sizeof(double)), *tr = calloc((size_t)reps, sizeof(double));
+  double *tw = calloc((size_t)reps, sizeof(double)),
+         *tr = calloc((size_t)reps, sizeof(double));
   double *tph = calloc((size_t)reps * 3, sizeof(double));
-  double *pw = calloc((size_t)reps, sizeof(double)), *pr = calloc((size_t)reps, sizeof(double));
-  double *qw = calloc((size_t)reps, sizeof(double)), *qr = calloc((size_t)reps, sizeof(double));
+  double *pw = calloc((size_t)reps, sizeof(double)),
+         *pr = calloc((size_t)reps, sizeof(double));
+  double *qw = calloc((size_t)reps, sizeof(double)),
+         *qr = calloc((size_t)reps, sizeof(double));
   char rawpath[1100];
   snprintf(rawpath, sizeof rawpath, "%s.raw", path);
   const size_t mybytes = (size_t)n * 4;
@@ -128,7 +145,8 @@ int main(int argc, char **argv) {
       pw[r] = posix_io(rawpath, 1, (char *)buf, mybytes, myoff, MPI_COMM_WORLD);
       if (rank == 0) c0 = drop_caches();
       MPI_Bcast(&c0, 1, MPI_INT, 0, MPI_COMM_WORLD);
-      pr[r] = posix_io(rawpath, 0, (char *)back, mybytes, myoff, MPI_COMM_WORLD);
+      pr[r] = posix_io(rawpath, 0, (char *)back, mybytes, myoff,
+                       MPI_COMM_WORLD);
       MPI_Barrier(MPI_COMM_WORLD);
       if (rank == 0) remove(rawpath);
     }
@@ -148,13 +166,16 @@ int main(int argc, char **argv) {
     if ((st = sg_nc_create(MPI_COMM_WORLD, path, &co, &f)) == SG_OK &&
         (st = sg_nc_def_dim(f, "y", ny, NULL)) == SG_OK &&
         (st = sg_nc_def_dim(f, "x", nx, NULL)) == SG_OK &&
-        (st = sg_nc_def_var(f, "field", SG_DTYPE_F32, 2, dims, &vo, &v)) == SG_OK &&
-        (st = sg_nc_enddef(f)) == SG_OK && (st = sg_nc_write(f, v, &s, buf)) == SG_OK &&
+        (st = sg_nc_def_var(f, "field", SG_DTYPE_F32, 2, dims, &vo, &v)) ==
+            SG_OK &&
+        (st = sg_nc_enddef(f)) == SG_OK &&
+        (st = sg_nc_write(f, v, &s, buf)) == SG_OK &&
         (st = sg_nc_sync(f)) == SG_OK)
       st = sg_nc_close(&f);
     double t1 = MPI_Wtime();
     if (st != SG_OK) {
-      if (rank == 0) fprintf(stderr, "sg-bench-io: error: write: %s\n", sg_last_error());
+      if (rank == 0)
+        fprintf(stderr, "sg-bench-io: error: write: %s\n", sg_last_error());
       sg_nc_close(&f);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -183,7 +204,8 @@ int main(int argc, char **argv) {
     double t3 = MPI_Wtime();
     ph[2] = t3 - t2 - ph[0] - ph[1];
     if (st != SG_OK) {
-      if (rank == 0) fprintf(stderr, "sg-bench-io: error: read: %s\n", sg_last_error());
+      if (rank == 0)
+        fprintf(stderr, "sg-bench-io: error: read: %s\n", sg_last_error());
       sg_nc_close(&f);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -232,17 +254,19 @@ int main(int argc, char **argv) {
            hints ? hints : "", independent, !no_direct, !no_direct_write, opt);
   double mw = tw[reps / 2], mr = tr[reps / 2];
   if (rank == 0) {
-    printf("{\"bench\": \"io\", \"op\": \"write\", \"backend\": \"%s\", \"ranks\": %d, "
-           "\"mib\": %lld, \"reps\": %d, \"median_s\": %.4f, \"mib_per_s\": %.1f, "
-           "\"best_mib_per_s\": %.1f, \"synced\": 1, %s}\n",
-           backend, size, (long long)mib, reps, mw, (double)mib / mw,
-           (double)mib / tw[0], cfg);
-    printf("{\"bench\": \"io\", \"op\": \"read\", \"backend\": \"%s\", \"ranks\": %d, "
-           "\"mib\": %lld, \"reps\": %d, \"median_s\": %.4f, \"mib_per_s\": %.1f, "
-           "\"best_mib_per_s\": %.1f, \"cold\": %d, \"verified\": %d, "
-           "\"open_s\": %.4f, \"read_s\": %.4f, \"close_s\": %.4f, %s}\n",
-           backend, size, (long long)mib, reps, mr, (double)mib / mr,
-           (double)mib / tr[0], cold, bad == 0, rph[0], rph[1], rph[2], cfg);
+    printf(
+        "{\"bench\": \"io\", \"op\": \"write\", \"backend\": \"%s\", \"ranks\": %d, "
+        "\"mib\": %lld, \"reps\": %d, \"median_s\": %.4f, \"mib_per_s\": %.1f, "
+        "\"best_mib_per_s\": %.1f, \"synced\": 1, %s}\n",
+        backend, size, (long long)mib, reps, mw, (double)mib / mw,
+        (double)mib / tw[0], cfg);
+    printf(
+        "{\"bench\": \"io\", \"op\": \"read\", \"backend\": \"%s\", \"ranks\": %d, "
+        "\"mib\": %lld, \"reps\": %d, \"median_s\": %.4f, \"mib_per_s\": %.1f, "
+        "\"best_mib_per_s\": %.1f, \"cold\": %d, \"verified\": %d, "
+        "\"open_s\": %.4f, \"read_s\": %.4f, \"close_s\": %.4f, %s}\n",
+        backend, size, (long long)mib, reps, mr, (double)mib / mr,
+        (double)mib / tr[0], cold, bad == 0, rph[0], rph[1], rph[2], cfg);
     remove(path);
   }
   free(tw);

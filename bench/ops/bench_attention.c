@@ -54,7 +54,8 @@ typedef struct bench_case {
   sg_attn_desc d;
   int64_t nqe, nke;
   float *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv;
-  float *p, *dp; /* naive: one head's Nq x Nk probabilities and their gradient */
+  float *p,
+      *dp; /* naive: one head's Nq x Nk probabilities and their gradient */
 } bench_case;
 
 /* Naive scores of head h: p = softmax(scale q k^T) (row-wise, causal
@@ -62,8 +63,8 @@ typedef struct bench_case {
 static void naive_probs(const bench_case *c, int64_t h, float scale) {
   const sg_attn_desc *d = &c->d;
   const int n = (int)d->nq, m = (int)d->nk, hd = (int)d->head_dim;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, hd, scale, c->q + h * n * hd, hd,
-              c->k + h * m * hd, hd, 0, c->p, m);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, hd, scale,
+              c->q + h * n * hd, hd, c->k + h * m * hd, hd, 0, c->p, m);
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < n; ++i) {
     float *row = c->p + (int64_t)i * m, mx = -INFINITY, sum = 0;
@@ -91,24 +92,26 @@ static void naive_forward(const bench_case *c, float scale) {
 static void naive_backward(const bench_case *c, float scale) {
   const int n = (int)c->d.nq, m = (int)c->d.nk, hd = (int)c->d.head_dim;
   for (int64_t h = 0; h < c->d.batch * c->d.heads; ++h) {
-    const float *q = c->q + h * n * hd, *k = c->k + h * m * hd, *v = c->v + h * m * hd;
+    const float *q = c->q + h * n * hd, *k = c->k + h * m * hd,
+                *v = c->v + h * m * hd;
     const float *o = c->o + h * n * hd, *g = c->dout + h * n * hd;
     naive_probs(c, h, scale);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, n, 1, c->p, m, g, hd, 0,
-                c->dv + h * m * hd, hd);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, hd, 1, g, hd, v, hd, 0, c->dp,
-                m);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, n, 1, c->p, m,
+                g, hd, 0, c->dv + h * m * hd, hd);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, hd, 1, g, hd, v,
+                hd, 0, c->dp, m);
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < n; ++i) {
       float dd = 0;
-      for (int t = 0; t < hd; ++t) dd += g[(int64_t)i * hd + t] * o[(int64_t)i * hd + t];
+      for (int t = 0; t < hd; ++t)
+        dd += g[(int64_t)i * hd + t] * o[(int64_t)i * hd + t];
       float *pr = c->p + (int64_t)i * m, *dr = c->dp + (int64_t)i * m;
       for (int j = 0; j < m; ++j) dr[j] = pr[j] * (dr[j] - dd);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, m, scale, c->dp, m, k, hd, 0,
-                c->dq + h * n * hd, hd);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, n, scale, c->dp, m, q, hd, 0,
-                c->dk + h * m * hd, hd);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, m, scale,
+                c->dp, m, k, hd, 0, c->dq + h * n * hd, hd);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, hd, n, scale, c->dp,
+                m, q, hd, 0, c->dk + h * m * hd, hd);
   }
 }
 
@@ -118,8 +121,8 @@ static double sgemm_same_flops(int64_t n, double flops) {
   int64_t kk = (int64_t)(flops / (2.0 * (double)n * (double)n) + 0.5);
   if (kk < 1) kk = 1;
   double t0 = now();
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)kk, 1, gem_a,
-              (int)kk, gem_b, (int)n, 0, gem_c, (int)n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n,
+              (int)kk, 1, gem_a, (int)kk, gem_b, (int)n, 0, gem_c, (int)n);
   return 2.0 * (double)n * (double)n * (double)kk / (now() - t0) / 1e9;
 }
 
@@ -128,15 +131,24 @@ static int run_case(sg_attn_desc d, int reps, int naive) {
   const int64_t bh = d.batch * d.heads;
   c.nqe = bh * d.nq * d.head_dim;
   c.nke = bh * d.nk * d.head_dim;
-  c.q = frand(c.nqe); c.k = frand(c.nke); c.v = frand(c.nke); c.dout = frand(c.nqe);
-  c.o = frand(c.nqe); c.dq = frand(c.nqe); c.dk = frand(c.nke); c.dv = frand(c.nke);
+  c.q = frand(c.nqe);
+  c.k = frand(c.nke);
+  c.v = frand(c.nke);
+  c.dout = frand(c.nqe);
+  c.o = frand(c.nqe);
+  c.dq = frand(c.nqe);
+  c.dk = frand(c.nke);
+  c.dv = frand(c.nke);
   c.lse = frand(bh * d.nq);
   const double frac = d.causal ? 0.5 : 1.0;
-  const double ffwd = frac * 4.0 * (double)bh * (double)d.nq * (double)d.nk * (double)d.head_dim;
+  const double ffwd = frac * 4.0 * (double)bh * (double)d.nq * (double)d.nk *
+                      (double)d.head_dim;
   const double fbwd = 2.5 * ffwd;
   const float scale = (float)(1 / sqrt((double)d.head_dim));
   int64_t kk = (int64_t)(ffwd / (2.0 * (double)d.nq * (double)d.nq) + 0.5);
-  gem_a = frand(d.nq * kk); gem_b = frand(kk * d.nq); gem_c = frand(d.nq * d.nq);
+  gem_a = frand(d.nq * kk);
+  gem_b = frand(kk * d.nq);
+  gem_c = frand(d.nq * d.nq);
   if (naive) {
     c.p = frand(d.nq * d.nk);
     c.dp = frand(d.nq * d.nk);
@@ -151,8 +163,8 @@ static int run_case(sg_attn_desc d, int reps, int naive) {
     double t0 = now();
     st |= sg_attention_forward(&d, SG_DTYPE_F32, c.q, c.k, c.v, c.o, c.lse, ws);
     double t1 = now();
-    st |= sg_attention_backward(&d, SG_DTYPE_F32, c.q, c.k, c.v, c.o, c.lse, c.dout, c.dq,
-                                c.dk, c.dv, ws);
+    st |= sg_attention_backward(&d, SG_DTYPE_F32, c.q, c.k, c.v, c.o, c.lse,
+                                c.dout, c.dq, c.dk, c.dv, ws);
     double t2 = now(), t3 = t2, t4 = t2;
     if (naive) {
       naive_forward(&c, scale);
@@ -170,24 +182,39 @@ static int run_case(sg_attn_desc d, int reps, int naive) {
   if (st != SG_OK) {
     fprintf(stderr, "bench_attention: %s\n", sg_last_error());
   } else {
-    double pk = median(t[0], reps), tf = median(t[1], reps), tb = median(t[2], reps);
+    double pk = median(t[0], reps), tf = median(t[1], reps),
+           tb = median(t[2], reps);
     double nf = median(t[3], reps), nb = median(t[4], reps);
-    printf("{\"bench\":\"attention\",\"dtype\":\"f32\",\"batch\":%lld,\"heads\":%lld,"
-           "\"tokens\":%lld,\"head_dim\":%lld,\"causal\":%d,\"threads\":%d,"
-           "\"fwd_ms\":%.1f,\"bwd_ms\":%.1f,\"fwd_gflops\":%.1f,\"bwd_gflops\":%.1f,"
-           "\"naive_fwd_ms\":%.1f,\"naive_bwd_ms\":%.1f,\"naive_fwd_gflops\":%.1f,"
-           "\"naive_bwd_gflops\":%.1f,\"sgemm_gflops\":%.1f,\"fwd_of_sgemm\":%.2f,"
-           "\"bwd_of_sgemm\":%.2f,\"workspace_kib\":%.1f,\"naive_scores_mib\":%.1f}\n",
-           (long long)d.batch, (long long)d.heads, (long long)d.nq, (long long)d.head_dim,
-           d.causal, omp_get_max_threads(), 1e3 * tf, 1e3 * tb, ffwd / tf / 1e9,
-           fbwd / tb / 1e9, 1e3 * nf, 1e3 * nb, naive ? ffwd / nf / 1e9 : 0,
-           naive ? fbwd / nb / 1e9 : 0, pk, ffwd / tf / 1e9 / pk, fbwd / tb / 1e9 / pk,
-           (double)wsb / 1024, naive ? 2.0 * (double)(d.nq * d.nk) * 4 / 1048576 : 0);
+    printf(
+        "{\"bench\":\"attention\",\"dtype\":\"f32\",\"batch\":%lld,\"heads\":%lld,"
+        "\"tokens\":%lld,\"head_dim\":%lld,\"causal\":%d,\"threads\":%d,"
+        "\"fwd_ms\":%.1f,\"bwd_ms\":%.1f,\"fwd_gflops\":%.1f,\"bwd_gflops\":%.1f,"
+        "\"naive_fwd_ms\":%.1f,\"naive_bwd_ms\":%.1f,\"naive_fwd_gflops\":%.1f,"
+        "\"naive_bwd_gflops\":%.1f,\"sgemm_gflops\":%.1f,\"fwd_of_sgemm\":%.2f,"
+        "\"bwd_of_sgemm\":%.2f,\"workspace_kib\":%.1f,\"naive_scores_mib\":%.1f}\n",
+        (long long)d.batch, (long long)d.heads, (long long)d.nq,
+        (long long)d.head_dim, d.causal, omp_get_max_threads(), 1e3 * tf,
+        1e3 * tb, ffwd / tf / 1e9, fbwd / tb / 1e9, 1e3 * nf, 1e3 * nb,
+        naive ? ffwd / nf / 1e9 : 0, naive ? fbwd / nb / 1e9 : 0, pk,
+        ffwd / tf / 1e9 / pk, fbwd / tb / 1e9 / pk, (double)wsb / 1024,
+        naive ? 2.0 * (double)(d.nq * d.nk) * 4 / 1048576 : 0);
     fflush(stdout);
   }
-  free(c.q); free(c.k); free(c.v); free(c.dout); free(c.o); free(c.dq); free(c.dk);
-  free(c.dv); free(c.lse); free(c.p); free(c.dp); free(ws);
-  free(gem_a); free(gem_b); free(gem_c);
+  free(c.q);
+  free(c.k);
+  free(c.v);
+  free(c.dout);
+  free(c.o);
+  free(c.dq);
+  free(c.dk);
+  free(c.dv);
+  free(c.lse);
+  free(c.p);
+  free(c.dp);
+  free(ws);
+  free(gem_a);
+  free(gem_b);
+  free(gem_c);
   for (int i = 0; i < 5; ++i) free(t[i]);
   return st != SG_OK;
 }
@@ -197,13 +224,20 @@ int main(int argc, char **argv) {
   int64_t batch = 4, heads = 8, dim = 64;
   const char *ns = "1024,4096";
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--n") && i + 1 < argc) ns = argv[++i];
-    else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoll(argv[++i]);
-    else if (!strcmp(argv[i], "--heads") && i + 1 < argc) heads = atoll(argv[++i]);
-    else if (!strcmp(argv[i], "--dim") && i + 1 < argc) dim = atoll(argv[++i]);
-    else if (!strcmp(argv[i], "--causal")) causal = 1;
-    else if (!strcmp(argv[i], "--no-naive")) naive = 0;
+    if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--n") && i + 1 < argc)
+      ns = argv[++i];
+    else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+      batch = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--heads") && i + 1 < argc)
+      heads = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--dim") && i + 1 < argc)
+      dim = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--causal"))
+      causal = 1;
+    else if (!strcmp(argv[i], "--no-naive"))
+      naive = 0;
     else {
       fprintf(stderr, "bench_attention: unknown argument '%s'\n", argv[i]);
       return 2;
@@ -218,7 +252,11 @@ int main(int argc, char **argv) {
       fprintf(stderr, "bench_attention: bad --n '%s'\n", ns);
       return 2;
     }
-    sg_attn_desc d = {.batch = batch, .heads = heads, .nq = n, .nk = n, .head_dim = dim,
+    sg_attn_desc d = {.batch = batch,
+                      .heads = heads,
+                      .nq = n,
+                      .nk = n,
+                      .head_dim = dim,
                       .causal = causal};
     rc |= run_case(d, reps, naive);
     p = *end == ',' ? end + 1 : end;

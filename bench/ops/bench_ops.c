@@ -49,19 +49,25 @@ static float *frand(int64_t n) {
 }
 
 static double sgemm_peak(int n, int reps) {
-  float *a = frand((int64_t)n * n), *b = frand((int64_t)n * n), *c = frand((int64_t)n * n);
+  float *a = frand((int64_t)n * n), *b = frand((int64_t)n * n),
+        *c = frand((int64_t)n * n);
   double *t = malloc((size_t)reps * sizeof *t);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n,
+              0, c, n);
   for (int r = 0; r < reps; ++r) {
     double t0 = now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b,
+                n, 0, c, n);
     t[r] = now() - t0;
   }
   double gf = 2.0 * n * n * (double)n / median(t, reps) / 1e9;
   printf("{\"bench\":\"sgemm\",\"n\":%d,\"threads\":%d,\"gflops\":%.1f}\n", n,
          openblas_get_num_threads(), gf);
   fflush(stdout);
-  free(a); free(b); free(c); free(t);
+  free(a);
+  free(b);
+  free(c);
+  free(t);
   return gf;
 }
 
@@ -76,23 +82,34 @@ static double sgemm_once(void) {
     gem_c = frand((int64_t)n * n);
   }
   double t0 = now();
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, gem_a, n, gem_b, n, 0, gem_c, n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, gem_a, n,
+              gem_b, n, 0, gem_c, n);
   return 2.0 * n * n * (double)n / (now() - t0) / 1e9;
 }
 
-static void conv_bench(const char *name, int64_t nb, int64_t c, int64_t k, int64_t h,
-                       int64_t w, int reps, double peak) {
+static void conv_bench(const char *name, int64_t nb, int64_t c, int64_t k,
+                       int64_t h, int64_t w, int reps, double peak) {
   double *pk = malloc((size_t)reps * sizeof *pk);
-  sg_conv_desc d = {.nsp = 2, .batch = nb, .cin = c, .cout = k, .in = {h + 2, w + 2},
-                    .kernel = {3, 3}, .stride = {1, 1}, .dilation = {1, 1}};
+  sg_conv_desc d = {.nsp = 2,
+                    .batch = nb,
+                    .cin = c,
+                    .cout = k,
+                    .in = {h + 2, w + 2},
+                    .kernel = {3, 3},
+                    .stride = {1, 1},
+                    .dilation = {1, 1}};
   int64_t out[2];
   if (sg_conv_out_shape(&d, out) != SG_OK) return;
-  int64_t nx = nb * c * (h + 2) * (w + 2), ny = nb * k * out[0] * out[1], nw = k * c * 9;
-  float *x = frand(nx), *wt = frand(nw), *b = frand(k), *y = frand(ny), *dy = frand(ny);
-  float *dx = frand(nx), *dw = calloc((size_t)nw, sizeof *dw), *db = calloc((size_t)k, sizeof *db);
+  int64_t nx = nb * c * (h + 2) * (w + 2), ny = nb * k * out[0] * out[1],
+          nw = k * c * 9;
+  float *x = frand(nx), *wt = frand(nw), *b = frand(k), *y = frand(ny),
+        *dy = frand(ny);
+  float *dx = frand(nx), *dw = calloc((size_t)nw, sizeof *dw),
+        *db = calloc((size_t)k, sizeof *db);
   size_t wsb = sg_conv_workspace_bytes(&d, SG_DTYPE_F32);
   void *ws = aligned_alloc(64, (wsb + 63) / 64 * 64);
-  double *tf = malloc((size_t)reps * sizeof *tf), *tb = malloc((size_t)reps * sizeof *tb);
+  double *tf = malloc((size_t)reps * sizeof *tf),
+         *tb = malloc((size_t)reps * sizeof *tb);
   double *tt = malloc((size_t)reps * sizeof *tt);
   sg_status st = sg_conv_forward(&d, SG_DTYPE_F32, x, wt, b, y, ws);
   st |= sg_conv_backward(&d, SG_DTYPE_F32, x, wt, dy, dx, dw, db, ws);
@@ -116,15 +133,27 @@ static void conv_bench(const char *name, int64_t nb, int64_t c, int64_t k, int64
   free(pk);
   double gf = fl / median(tf, reps) / 1e9, gb = 2 * fl / median(tb, reps) / 1e9;
   double gt = 3 * fl / median(tt, reps) / 1e9;
-  printf("{\"bench\":\"conv2d\",\"case\":\"%s\",\"batch\":%lld,\"cin\":%lld,\"cout\":%lld,"
-         "\"h\":%lld,\"w\":%lld,\"kernel\":3,\"threads\":%d,\"fwd_gflops\":%.1f,"
-         "\"bwd_gflops\":%.1f,\"fwd_bwd_gflops\":%.1f,\"fwd_bwd_ms\":%.1f,"
-         "\"sgemm_peak_gflops\":%.1f,\"fraction_of_peak\":%.2f}\n",
-         name, (long long)nb, (long long)c, (long long)k, (long long)h, (long long)w,
-         omp_get_max_threads(), gf, gb, gt, 1e3 * median(tt, reps), peak, gt / peak);
+  printf(
+      "{\"bench\":\"conv2d\",\"case\":\"%s\",\"batch\":%lld,\"cin\":%lld,\"cout\":%lld,"
+      "\"h\":%lld,\"w\":%lld,\"kernel\":3,\"threads\":%d,\"fwd_gflops\":%.1f,"
+      "\"bwd_gflops\":%.1f,\"fwd_bwd_gflops\":%.1f,\"fwd_bwd_ms\":%.1f,"
+      "\"sgemm_peak_gflops\":%.1f,\"fraction_of_peak\":%.2f}\n",
+      name, (long long)nb, (long long)c, (long long)k, (long long)h,
+      (long long)w, omp_get_max_threads(), gf, gb, gt, 1e3 * median(tt, reps),
+      peak, gt / peak);
   fflush(stdout);
-  free(x); free(wt); free(b); free(y); free(dy); free(dx); free(dw); free(db); free(ws);
-  free(tf); free(tb); free(tt);
+  free(x);
+  free(wt);
+  free(b);
+  free(y);
+  free(dy);
+  free(dx);
+  free(dw);
+  free(db);
+  free(ws);
+  free(tf);
+  free(tb);
+  free(tt);
 }
 
 #ifdef SG_BENCH_SHARDED
@@ -132,8 +161,8 @@ static void conv_bench(const char *name, int64_t nb, int64_t c, int64_t k, int64
  * batch, H, W): time per step (median), GFLOP/s of the global problem, and
  * the peak memory of each rank (core's accounting) from before the input is
  * made to after backward. */
-static int sharded_bench(const char *spec, int64_t nb, int64_t c, int64_t k, int64_t h,
-                         int64_t w, int reps) {
+static int sharded_bench(const char *spec, int64_t nb, int64_t c, int64_t k,
+                         int64_t h, int64_t w, int reps) {
   sg_mesh_t mesh = NULL;
   sg_status st = sg_mesh_create(MPI_COMM_WORLD, spec, &mesh);
   if (st != SG_OK) {
@@ -149,10 +178,12 @@ static int sharded_bench(const char *spec, int64_t nb, int64_t c, int64_t k, int
     if (!strcmp(nm, "h")) pl[m] = sg_shard(2);
     if (!strcmp(nm, "w")) pl[m] = sg_shard(3);
   }
-  const sg_window win[2] = {{.kernel = 3, .pad = {1, 1}, .boundary = SG_BOUNDARY_ZERO},
-                           {.kernel = 3, .pad = {1, 1}, .boundary = SG_BOUNDARY_PERIODIC}};
+  const sg_window win[2] = {
+      {.kernel = 3, .pad = {1, 1}, .boundary = SG_BOUNDARY_ZERO},
+      {.kernel = 3, .pad = {1, 1}, .boundary = SG_BOUNDARY_PERIODIC}};
   const int64_t xs[4] = {nb, c, h, w}, ys[4] = {nb, k, h, w};
-  float *wt = frand(k * c * 9), *b = frand(k), *dw = calloc((size_t)(k * c * 9), sizeof *dw),
+  float *wt = frand(k * c * 9), *b = frand(k),
+        *dw = calloc((size_t)(k * c * 9), sizeof *dw),
         *db = calloc((size_t)k, sizeof *db);
   double *t = malloc((size_t)reps * sizeof *t);
   sg_shardtensor x, dy;
@@ -160,7 +191,8 @@ static int sharded_bench(const char *spec, int64_t nb, int64_t c, int64_t k, int
   sg_mem_info m0;
   sg_mem_get_info(sg_device_host(), &m0);
   st = sg_shardtensor_create(&x, mesh, SG_DTYPE_F32, 4, xs, pl, NULL);
-  if (st == SG_OK) st = sg_shardtensor_create(&dy, mesh, SG_DTYPE_F32, 4, ys, pl, NULL);
+  if (st == SG_OK)
+    st = sg_shardtensor_create(&dy, mesh, SG_DTYPE_F32, 4, ys, pl, NULL);
   if (st == SG_OK) {
     int64_t nx = 1, ny = 1;
     for (int d = 0; d < 4; ++d) {
@@ -198,17 +230,23 @@ static int sharded_bench(const char *spec, int64_t nb, int64_t c, int64_t k, int
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == 0)
-      printf("{\"bench\":\"sharded_conv2d\",\"mesh\":\"%s\",\"ranks\":%d,\"threads_per_rank\":%d,"
-             "\"batch\":%lld,\"cin\":%lld,\"cout\":%lld,\"h\":%lld,\"w\":%lld,"
-             "\"fwd_bwd_ms\":%.1f,\"gflops\":%.1f,\"peak_mib_per_rank\":%.1f}\n",
-             spec, size, omp_get_max_threads(), (long long)nb, (long long)c, (long long)k,
-             (long long)h, (long long)w, 1e3 * tm, fl / tm / 1e9, maxpeak / 1048576.0);
+      printf(
+          "{\"bench\":\"sharded_conv2d\",\"mesh\":\"%s\",\"ranks\":%d,\"threads_per_rank\":%d,"
+          "\"batch\":%lld,\"cin\":%lld,\"cout\":%lld,\"h\":%lld,\"w\":%lld,"
+          "\"fwd_bwd_ms\":%.1f,\"gflops\":%.1f,\"peak_mib_per_rank\":%.1f}\n",
+          spec, size, omp_get_max_threads(), (long long)nb, (long long)c,
+          (long long)k, (long long)h, (long long)w, 1e3 * tm, fl / tm / 1e9,
+          maxpeak / 1048576.0);
     fflush(stdout);
   }
   sg_shardtensor_destroy(&x);
   sg_shardtensor_destroy(&dy);
   sg_mesh_destroy(&mesh);
-  free(wt); free(b); free(dw); free(db); free(t);
+  free(wt);
+  free(b);
+  free(dw);
+  free(db);
+  free(t);
   return st != SG_OK;
 }
 #endif
@@ -218,8 +256,10 @@ int main(int argc, char **argv) {
   int reps = 5;
   const char *mesh_spec = NULL;
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--mesh") && i + 1 < argc) mesh_spec = argv[++i];
+    if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--mesh") && i + 1 < argc)
+      mesh_spec = argv[++i];
   }
   if (reps < 1) reps = 1;
   if (mesh_spec) {

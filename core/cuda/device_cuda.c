@@ -45,7 +45,8 @@ static int sg_blocks_insert(const void *p, size_t bytes) {
     sg_nblocks_cap = cap;
   }
   size_t h = sg_hash(p, sg_nblocks_cap);
-  while (sg_blocks[h].ptr && sg_blocks[h].ptr != sg_tomb) h = (h + 1) & (sg_nblocks_cap - 1);
+  while (sg_blocks[h].ptr && sg_blocks[h].ptr != sg_tomb)
+    h = (h + 1) & (sg_nblocks_cap - 1);
   sg_blocks[h].ptr = p;
   sg_blocks[h].bytes = bytes;
   ++sg_nblocks;

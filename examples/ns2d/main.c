@@ -31,21 +31,26 @@ static const sg_kv_key keys[] = {
     {"frame_dt", SG_KV_FLOAT, "1.0", "time between frames"},
     {"dt", SG_KV_FLOAT, "1e-3", "solver time step"},
     {"nu", SG_KV_FLOAT, "1e-3", "viscosity"},
-    {"forcing", SG_KV_FLOAT, "0.1", "forcing amplitude A in A(sin 2pi(x+y) + cos 2pi(x+y))"},
+    {"forcing", SG_KV_FLOAT, "0.1",
+     "forcing amplitude A in A(sin 2pi(x+y) + cos 2pi(x+y))"},
     {"init", SG_KV_STRING, "grf", "initial condition: grf | taylor-green"},
-    {"grf_scale", SG_KV_STRING, "code", "GRF amplitude: code (the FNO reference generator, 2*7^3 (-lap+49)^-2.5) | text (the paper's printed 7^1.5 (-lap+49)^-2.5)"},
+    {"grf_scale", SG_KV_STRING, "code",
+     "GRF amplitude: code (the FNO reference generator, 2*7^3 (-lap+49)^-2.5) | text (the paper's printed 7^1.5 (-lap+49)^-2.5)"},
     {"seed", SG_KV_INT, "0", "random seed"},
-    {"mesh", SG_KV_STRING, "", "device mesh, dims dp (samples), h (y), w (x); default h=<ranks>"},
+    {"mesh", SG_KV_STRING, "",
+     "device mesh, dims dp (samples), h (y), w (x); default h=<ranks>"},
     {"batch", SG_KV_INT, "16", "samples solved at once per data rank"},
-    {"backend", SG_KV_STRING, "auto", "NetCDF backend: auto | pnetcdf | netcdf4"},
+    {"backend", SG_KV_STRING, "auto",
+     "NetCDF backend: auto | pnetcdf | netcdf4"},
     {"overwrite", SG_KV_BOOL, "false", "replace an existing output file"},
     {"log_level", SG_KV_STRING, "info", "error | warn | info | debug"},
 };
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
 
 static void usage(sg_kv_t kv) {
-  printf("usage: mpiexec -n N sg-ns2d [--config FILE] [--key value ...]\n\n"
-         "Generates 2-D Navier-Stokes vorticity data (FNO setup) as NetCDF.\n\n");
+  printf(
+      "usage: mpiexec -n N sg-ns2d [--config FILE] [--key value ...]\n\n"
+      "Generates 2-D Navier-Stokes vorticity data (FNO setup) as NetCDF.\n\n");
   sg_kv_print_help(kv, stdout);
 }
 
@@ -59,20 +64,25 @@ static sg_status run(sg_kv_t kv, int wsize) {
   double *times = NULL, *coords = NULL;
   char spec[128];
   const char *m = sg_kv_str(kv, "mesh");
-  if (*m) snprintf(spec, sizeof spec, "%s", m);
-  else snprintf(spec, sizeof spec, "h=%d", wsize);
+  if (*m)
+    snprintf(spec, sizeof spec, "%s", m);
+  else
+    snprintf(spec, sizeof spec, "h=%d", wsize);
   SG_TRY(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   { /* one OpenMP thread per core of the node, shared by its ranks */
     int nth = 1, on_node = 1;
     SG_TRY(sg_threads_auto(MPI_COMM_WORLD, &nth, &on_node));
-    sg_log_info("%d rank(s) on this node, %d OpenMP thread(s) per rank", on_node, nth);
+    sg_log_info("%d rank(s) on this node, %d OpenMP thread(s) per rank",
+                on_node, nth);
   }
   /* activation blocks are freed and reallocated every step: keep them */
   if (sg_host_keep_memory() != SG_OK) sg_log_info("%s", sg_last_error());
   for (int d = 0; d < sg_mesh_ndims(mesh); ++d) {
     const char *nm = sg_mesh_dim_name(mesh, d);
-    if (strcmp(nm, "dp") && strcmp(nm, "h") && strcmp(nm, "w") && sg_mesh_dim_size(mesh, d) > 1)
-      SG_RAISE(SG_ERR_MESH, "sg-ns2d: mesh dim '%s' of size %d is not one of dp, h, w", nm,
+    if (strcmp(nm, "dp") && strcmp(nm, "h") && strcmp(nm, "w") &&
+        sg_mesh_dim_size(mesh, d) > 1)
+      SG_RAISE(SG_ERR_MESH,
+               "sg-ns2d: mesh dim '%s' of size %d is not one of dp, h, w", nm,
                sg_mesh_dim_size(mesh, d));
   }
   sg_ns2d_config cfg = {0};
@@ -82,26 +92,41 @@ static sg_status run(sg_kv_t kv, int wsize) {
   cfg.forcing = sg_kv_float(kv, "forcing");
   cfg.seed = (uint64_t)sg_kv_int(kv, "seed");
   const char *init = sg_kv_str(kv, "init");
-  if (strcmp(init, "grf") == 0) cfg.init = SG_NS2D_INIT_GRF;
-  else if (strcmp(init, "taylor-green") == 0) cfg.init = SG_NS2D_INIT_TAYLOR_GREEN;
-  else SG_RAISE(SG_ERR_CONFIG, "--init must be grf or taylor-green, not '%s'", init);
+  if (strcmp(init, "grf") == 0)
+    cfg.init = SG_NS2D_INIT_GRF;
+  else if (strcmp(init, "taylor-green") == 0)
+    cfg.init = SG_NS2D_INIT_TAYLOR_GREEN;
+  else
+    SG_RAISE(SG_ERR_CONFIG, "--init must be grf or taylor-green, not '%s'",
+             init);
   const char *grf_scale = sg_kv_str(kv, "grf_scale");
-  if (strcmp(grf_scale, "code") == 0) cfg.grf_scale = SG_NS2D_GRF_CODE;
-  else if (strcmp(grf_scale, "text") == 0) cfg.grf_scale = SG_NS2D_GRF_TEXT;
-  else SG_RAISE(SG_ERR_CONFIG, "--grf-scale must be code or text, not '%s'", grf_scale);
-  const int64_t nsamp = sg_kv_int(kv, "samples"), nframes = sg_kv_int(kv, "frames");
+  if (strcmp(grf_scale, "code") == 0)
+    cfg.grf_scale = SG_NS2D_GRF_CODE;
+  else if (strcmp(grf_scale, "text") == 0)
+    cfg.grf_scale = SG_NS2D_GRF_TEXT;
+  else
+    SG_RAISE(SG_ERR_CONFIG, "--grf-scale must be code or text, not '%s'",
+             grf_scale);
+  const int64_t nsamp = sg_kv_int(kv, "samples"),
+                nframes = sg_kv_int(kv, "frames");
   const double frame_dt = sg_kv_float(kv, "frame_dt");
-  if (cfg.n < 4 || nsamp < 1 || nframes < 1 || cfg.dt <= 0 || frame_dt <= 0 || cfg.nu < 0)
-    SG_RAISE(SG_ERR_CONFIG, "sg-ns2d: need n >= 4, samples >= 1, frames >= 1, dt > 0, frame_dt > 0, nu >= 0");
+  if (cfg.n < 4 || nsamp < 1 || nframes < 1 || cfg.dt <= 0 || frame_dt <= 0 ||
+      cfg.nu < 0)
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "sg-ns2d: need n >= 4, samples >= 1, frames >= 1, dt > 0, frame_dt > 0, nu >= 0");
   const int64_t steps_per_frame = (int64_t)llround(frame_dt / cfg.dt);
   if (fabs((double)steps_per_frame * cfg.dt - frame_dt) > 1e-9 * frame_dt)
-    SG_RAISE(SG_ERR_CONFIG, "frame_dt (%g) must be a multiple of dt (%g)", frame_dt, cfg.dt);
+    SG_RAISE(SG_ERR_CONFIG, "frame_dt (%g) must be a multiple of dt (%g)",
+             frame_dt, cfg.dt);
 
   /* samples over the data-parallel dim, in chunks of `batch` */
   int dp = sg_mesh_find_dim(mesh, "dp");
-  int ndp = dp >= 0 ? sg_mesh_dim_size(mesh, dp) : 1, cdp = dp >= 0 ? sg_mesh_coord(mesh, dp) : 0;
+  int ndp = dp >= 0 ? sg_mesh_dim_size(mesh, dp) : 1,
+      cdp = dp >= 0 ? sg_mesh_coord(mesh, dp) : 0;
   int64_t per = (nsamp + ndp - 1) / ndp;
-  int64_t my0 = (int64_t)cdp * (nsamp / ndp) + (cdp < nsamp % ndp ? cdp : nsamp % ndp);
+  int64_t my0 = (int64_t)cdp * (nsamp / ndp) +
+                (cdp < nsamp % ndp ? cdp : nsamp % ndp);
   int64_t mine = nsamp / ndp + (cdp < nsamp % ndp);
   int64_t batch = sg_kv_int(kv, "batch");
   if (batch < 1) SG_RAISE(SG_ERR_CONFIG, "--batch must be >= 1");
@@ -126,27 +151,45 @@ static sg_status run(sg_kv_t kv, int wsize) {
   if (!times || !coords) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   for (int64_t j = 0; j < nframes; ++j) times[j] = (double)j * frame_dt;
   for (int64_t j = 0; j < nsamp; ++j) coords[j] = (double)j;
-  SG_TRY(sg_nc_def_coord(file, "sample", nsamp, "1", NULL, NULL, coords, &vid_s));
-  SG_TRY(sg_nc_def_coord(file, "time", nframes, "1", "time", "T", times, &vid_t));
+  SG_TRY(
+      sg_nc_def_coord(file, "sample", nsamp, "1", NULL, NULL, coords, &vid_s));
+  SG_TRY(
+      sg_nc_def_coord(file, "time", nframes, "1", "time", "T", times, &vid_t));
   for (int64_t j = 0; j < cfg.n; ++j) coords[j] = (double)j / (double)cfg.n;
-  SG_TRY(sg_nc_def_coord(file, "y", cfg.n, "1", "projection_y_coordinate", "Y", coords, &vid_y));
-  SG_TRY(sg_nc_def_coord(file, "x", cfg.n, "1", "projection_x_coordinate", "X", coords, &vid_x));
+  SG_TRY(sg_nc_def_coord(file, "y", cfg.n, "1", "projection_y_coordinate", "Y",
+                         coords, &vid_y));
+  SG_TRY(sg_nc_def_coord(file, "x", cfg.n, "1", "projection_x_coordinate", "X",
+                         coords, &vid_x));
   const char *dims[] = {"sample", "time", "y", "x"};
   SG_TRY(sg_nc_def_var(file, "vorticity", SG_DTYPE_F32, 4, dims, NULL, &vid_w));
-  sg_nc_cf cf = {"s-1", "vorticity of the velocity field", "atmosphere_relative_vorticity", 0, 0};
+  sg_nc_cf cf = {"s-1", "vorticity of the velocity field",
+                 "atmosphere_relative_vorticity", 0, 0};
   SG_TRY(sg_nc_put_cf(file, vid_w, &cf));
   char hist[512];
-  snprintf(hist, sizeof hist, "sg-ns2d (shardgrid %s) on %d ranks, mesh %s", SG_VERSION_STRING, wsize, spec);
-  SG_TRY(sg_nc_put_global_cf(file, "2-D incompressible Navier-Stokes, vorticity form, periodic unit square", hist, NULL));
-  double params[6] = {cfg.nu, cfg.dt, frame_dt, cfg.forcing, (double)cfg.n, (double)cfg.seed};
-  const char *pnames[6] = {"viscosity", "solver_dt", "frame_dt", "forcing_amplitude", "grid_n", "seed"};
-  for (int i = 0; i < 6; ++i) SG_TRY(sg_nc_put_att(file, SG_NC_GLOBAL, pnames[i], SG_DTYPE_F64, 1, &params[i]));
+  snprintf(hist, sizeof hist, "sg-ns2d (shardgrid %s) on %d ranks, mesh %s",
+           SG_VERSION_STRING, wsize, spec);
+  SG_TRY(sg_nc_put_global_cf(
+      file,
+      "2-D incompressible Navier-Stokes, vorticity form, periodic unit square",
+      hist, NULL));
+  double params[6] = {cfg.nu,      cfg.dt,        frame_dt,
+                      cfg.forcing, (double)cfg.n, (double)cfg.seed};
+  const char *pnames[6] = {"viscosity",         "solver_dt", "frame_dt",
+                           "forcing_amplitude", "grid_n",    "seed"};
+  for (int i = 0; i < 6; ++i)
+    SG_TRY(sg_nc_put_att(file, SG_NC_GLOBAL, pnames[i], SG_DTYPE_F64, 1,
+                         &params[i]));
   SG_TRY(sg_nc_put_att_text(file, SG_NC_GLOBAL, "initial_condition",
-                            cfg.init == SG_NS2D_INIT_TAYLOR_GREEN ? "sin(2 pi x) sin(2 pi y)"
-                            : cfg.grf_scale == SG_NS2D_GRF_TEXT ? "N(0, 7^1.5 (-Laplacian + 49 I)^-2.5)"
-                                                                : "N(0, 2 7^3 (-Laplacian + 49 I)^-2.5)"));
-  SG_TRY(sg_nc_put_att_text(file, SG_NC_GLOBAL, "forcing", "A (sin(2 pi (x + y)) + cos(2 pi (x + y)))"));
-  SG_TRY(sg_nc_put_att_text(file, SG_NC_GLOBAL, "scheme", "pseudo-spectral, Heun + Crank-Nicolson, 2/3 dealiasing"));
+                            cfg.init == SG_NS2D_INIT_TAYLOR_GREEN
+                                ? "sin(2 pi x) sin(2 pi y)"
+                            : cfg.grf_scale == SG_NS2D_GRF_TEXT
+                                ? "N(0, 7^1.5 (-Laplacian + 49 I)^-2.5)"
+                                : "N(0, 2 7^3 (-Laplacian + 49 I)^-2.5)"));
+  SG_TRY(sg_nc_put_att_text(file, SG_NC_GLOBAL, "forcing",
+                            "A (sin(2 pi (x + y)) + cos(2 pi (x + y)))"));
+  SG_TRY(sg_nc_put_att_text(
+      file, SG_NC_GLOBAL, "scheme",
+      "pseudo-spectral, Heun + Crank-Nicolson, 2/3 dealiasing"));
   SG_TRY(sg_nc_enddef(file));
 
   w = malloc((size_t)(batch * ny * nx) * sizeof *w);
@@ -162,20 +205,26 @@ static sg_status run(sg_kv_t kv, int wsize) {
       if (j > 0) SG_TRY(sg_ns2d_step(ns, steps_per_frame));
       SG_TRY(sg_ns2d_vorticity(ns, w));
       for (int64_t q = 0; q < batch * ny * nx; ++q) wf[q] = (float)w[q];
-      sg_nc_shard sh = {4, {nsamp, nframes, cfg.n, cfg.n}, {cnt ? s0 : 0, j, y0, x0}, {cnt, 1, ny, nx}, SG_DTYPE_F32};
+      sg_nc_shard sh = {4,
+                        {nsamp, nframes, cfg.n, cfg.n},
+                        {cnt ? s0 : 0, j, y0, x0},
+                        {cnt, 1, ny, nx},
+                        SG_DTYPE_F32};
       double ti = sg_wtime();
       SG_TRY(sg_nc_write(file, vid_w, &sh, wf));
       tio += sg_wtime() - ti;
     }
-    sg_log_info("chunk %lld/%lld done (samples %lld.., %.1f s)", (long long)(c + 1), (long long)nchunks,
-                (long long)s0, sg_wtime() - t0);
+    sg_log_info("chunk %lld/%lld done (samples %lld.., %.1f s)",
+                (long long)(c + 1), (long long)nchunks, (long long)s0,
+                sg_wtime() - t0);
   }
   SG_TRY(sg_nc_close(&file));
   double tfft, ttr;
   sg_ns2d_times(ns, &tfft, &ttr);
-  sg_log_info("wrote %s: %lld samples x %lld frames of %lldx%lld in %.2f s (fft %.2f s, transposes %.2f s, io %.2f s)",
-              sg_kv_str(kv, "out"), (long long)nsamp, (long long)nframes, (long long)cfg.n, (long long)cfg.n,
-              sg_wtime() - t0, tfft, ttr, tio);
+  sg_log_info(
+      "wrote %s: %lld samples x %lld frames of %lldx%lld in %.2f s (fft %.2f s, transposes %.2f s, io %.2f s)",
+      sg_kv_str(kv, "out"), (long long)nsamp, (long long)nframes,
+      (long long)cfg.n, (long long)cfg.n, sg_wtime() - t0, tfft, ttr, tio);
 fail:
   if (file) sg_nc_discard(&file); /* a failure: remove the incomplete file */
   sg_ns2d_destroy(&ns);
@@ -207,10 +256,14 @@ int main(int argc, char **argv) {
   if (st == SG_OK) st = sg_kv_parse_args(kv, argc, argv, 1, skip);
   if (st == SG_OK) {
     int lvl = sg_log_parse_level(sg_kv_str(kv, "log_level"));
-    if (lvl < 0) st = sg_error_set(SG_ERR_CONFIG, __FILE__, __LINE__, "unknown --log-level '%s'", sg_kv_str(kv, "log_level"));
-    else sg_log_set_level(lvl);
+    if (lvl < 0)
+      st = sg_error_set(SG_ERR_CONFIG, __FILE__, __LINE__,
+                        "unknown --log-level '%s'", sg_kv_str(kv, "log_level"));
+    else
+      sg_log_set_level(lvl);
   }
-  st = sg_agree(MPI_COMM_WORLD, st); /* argument errors are the same everywhere */
+  st = sg_agree(MPI_COMM_WORLD,
+                st); /* argument errors are the same everywhere */
   if (st == SG_OK) st = run(kv, size);
   st = sg_agree(MPI_COMM_WORLD, st);
   sg_kv_destroy(&kv);

@@ -26,9 +26,9 @@ struct sg_ns2d {
 
 static void free_all(struct sg_ns2d *s) {
   sg_device h = sg_device_host();
-  void **bufs[] = {(void **)&s->w_hat, (void **)&s->f_hat, (void **)&s->n1, (void **)&s->n2,
-                   (void **)&s->tmp_hat, (void **)&s->u, (void **)&s->v, (void **)&s->wx,
-                   (void **)&s->wy};
+  void **bufs[] = {(void **)&s->w_hat, (void **)&s->f_hat,   (void **)&s->n1,
+                   (void **)&s->n2,    (void **)&s->tmp_hat, (void **)&s->u,
+                   (void **)&s->v,     (void **)&s->wx,      (void **)&s->wy};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) sg_free(h, bufs[i]);
   free(s->kx);
   free(s->ky);
@@ -48,7 +48,8 @@ sg_status sg_ns2d_create(sg_mesh_t mesh, const sg_ns2d_config *cfg,
   sg_status st = SG_OK;
   struct sg_ns2d *s = NULL;
   if (!mesh || !cfg || !out || batch < 1 || cfg->n < 4)
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_ns2d_create: bad arguments (n = %lld, batch = %lld)",
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_ns2d_create: bad arguments (n = %lld, batch = %lld)",
              (long long)(cfg ? cfg->n : 0), (long long)batch);
   *out = NULL;
   s = calloc(1, sizeof *s);
@@ -77,8 +78,10 @@ sg_status sg_ns2d_create(sg_mesh_t mesh, const sg_ns2d_config *cfg,
   s->kx = malloc((size_t)(s->nkx ? s->nkx : 1) * sizeof *s->kx);
   s->ky = malloc((size_t)(s->nky ? s->nky : 1) * sizeof *s->ky);
   if (!s->kx || !s->ky) SG_RAISE(SG_ERR_ALLOC, "sg_ns2d_create: out of memory");
-  for (int64_t j = 0; j < s->nky; ++j) s->ky[j] = 2 * SG_PI * (double)sg_fft_plan_freq(s->plan, 0, s->ky0 + j);
-  for (int64_t j = 0; j < s->nkx; ++j) s->kx[j] = 2 * SG_PI * (double)sg_fft_plan_freq(s->plan, 1, s->kx0 + j);
+  for (int64_t j = 0; j < s->nky; ++j)
+    s->ky[j] = 2 * SG_PI * (double)sg_fft_plan_freq(s->plan, 0, s->ky0 + j);
+  for (int64_t j = 0; j < s->nkx; ++j)
+    s->kx[j] = 2 * SG_PI * (double)sg_fft_plan_freq(s->plan, 1, s->kx0 + j);
   sg_device h = sg_device_host();
   size_t spec = (size_t)(batch * s->nspec) * sizeof(double);
   size_t real = (size_t)(batch * s->nreal) * sizeof(double);
@@ -137,8 +140,10 @@ sg_status sg_ns2d_init_state(sg_ns2d_t s, int64_t sample0) {
     for (int64_t b = 0; b < s->batch; ++b)
       for (int64_t j = 0; j < s->rny; ++j)
         for (int64_t i = 0; i < s->rnx; ++i) {
-          double y = (double)(s->ry0 + j) / (double)n, x = (double)(s->rx0 + i) / (double)n;
-          s->u[(b * s->rny + j) * s->rnx + i] = sin(2 * SG_PI * x) * sin(2 * SG_PI * y);
+          double y = (double)(s->ry0 + j) / (double)n,
+                 x = (double)(s->rx0 + i) / (double)n;
+          s->u[(b * s->rny + j) * s->rnx + i] = sin(2 * SG_PI * x) *
+                                                sin(2 * SG_PI * y);
         }
     SG_TRY(sg_fft_forward(s->plan, s->u, s->w_hat));
     return SG_OK;
@@ -147,12 +152,16 @@ sg_status sg_ns2d_init_state(sg_ns2d_t s, int64_t sample0) {
    * w_hat = N s(k) fft(xi), s(k)^2 = c (4 pi^2 |k|^2 + 49)^{-2.5} with
    * c = 2 * 7^3 (reference generator) or 7^{3/2} (paper text); the inverse
    * transform carries 1/N^2, so Var w = sum_k s(k)^2 */
-  const int64_t gshape[2] = {n, n}, off[2] = {s->ry0, s->rx0}, ext[2] = {s->rny, s->rnx};
+  const int64_t gshape[2] = {n, n}, off[2] = {s->ry0, s->rx0},
+                ext[2] = {s->rny, s->rnx};
   for (int64_t b = 0; b < s->batch; ++b)
-    SG_TRY(sg_rng_fill_box(SG_RNG_NORMAL, 0.0, 1.0, s->cfg.seed, (uint64_t)(sample0 + b), 2,
-                           gshape, off, ext, SG_DTYPE_F64, s->u + b * s->nreal));
+    SG_TRY(sg_rng_fill_box(SG_RNG_NORMAL, 0.0, 1.0, s->cfg.seed,
+                           (uint64_t)(sample0 + b), 2, gshape, off, ext,
+                           SG_DTYPE_F64, s->u + b * s->nreal));
   SG_TRY(sg_fft_forward(s->plan, s->u, s->w_hat));
-  const double amp = (s->cfg.grf_scale == SG_NS2D_GRF_TEXT ? pow(7.0, 0.75) : sqrt(2.0) * pow(7.0, 1.5)) *
+  const double amp = (s->cfg.grf_scale == SG_NS2D_GRF_TEXT
+                          ? pow(7.0, 0.75)
+                          : sqrt(2.0) * pow(7.0, 1.5)) *
                      (double)n;
   for (int64_t b = 0; b < s->batch; ++b)
     for (int64_t j = 0; j < s->nky; ++j)
@@ -168,7 +177,8 @@ fail:
 }
 
 /* nonlinear term N = fft(u wx + v wy), dealiased (2/3 rule) */
-static sg_status nonlinear(struct sg_ns2d *s, const double *w_hat, double *out) {
+static sg_status nonlinear(struct sg_ns2d *s, const double *w_hat,
+                           double *out) {
   sg_status st = SG_OK;
   const int64_t nb = s->batch, nk = s->nky * s->nkx;
   const double kmax = 2 * SG_PI * (double)s->cfg.n / 3.0;
@@ -182,25 +192,30 @@ static sg_status nonlinear(struct sg_ns2d *s, const double *w_hat, double *out) 
       const double *z = w_hat + 2 * q;
       double fac; /* multiply z by i * fac */
       switch (pass) {
-        case 0: fac = k2 == 0.0 ? 0.0 : ky / k2; break;   /* u */
-        case 1: fac = k2 == 0.0 ? 0.0 : -kx / k2; break;  /* v */
-        case 2: fac = kx; break;                          /* w_x */
-        default: fac = ky; break;                         /* w_y */
+      case 0: fac = k2 == 0.0 ? 0.0 : ky / k2; break;  /* u */
+      case 1: fac = k2 == 0.0 ? 0.0 : -kx / k2; break; /* v */
+      case 2: fac = kx; break;                         /* w_x */
+      default: fac = ky; break;                        /* w_y */
       }
       h[2 * q] = -fac * z[1];
       h[2 * q + 1] = fac * z[0];
     }
-    double *dst = pass == 0 ? s->u : pass == 1 ? s->v : pass == 2 ? s->wx : s->wy;
+    double *dst = pass == 0   ? s->u
+                  : pass == 1 ? s->v
+                  : pass == 2 ? s->wx
+                              : s->wy;
     SG_TRY(sg_fft_inverse(s->plan, h, dst));
   }
   const int64_t nr = nb * s->nreal;
 #pragma omp parallel for schedule(static) if (nr > 16384)
-  for (int64_t q = 0; q < nr; ++q) s->u[q] = s->u[q] * s->wx[q] + s->v[q] * s->wy[q];
+  for (int64_t q = 0; q < nr; ++q)
+    s->u[q] = s->u[q] * s->wx[q] + s->v[q] * s->wy[q];
   SG_TRY(sg_fft_forward(s->plan, s->u, out));
 #pragma omp parallel for schedule(static) if (nb * nk > 16384)
   for (int64_t q = 0; q < nb * nk; ++q) {
     int64_t r = q % nk, j = r / s->nkx, i = r % s->nkx;
-    if (fabs(s->kx[i]) > kmax || fabs(s->ky[j]) > kmax) out[2 * q] = out[2 * q + 1] = 0.0;
+    if (fabs(s->kx[i]) > kmax || fabs(s->ky[j]) > kmax)
+      out[2 * q] = out[2 * q + 1] = 0.0;
   }
 fail:
   return st;
@@ -208,7 +223,8 @@ fail:
 
 /* Crank-Nicolson for diffusion with the explicit term dt (f - nl): one
  * stage of Heun's method for a mode with a = dt nu |k|^2 / 2 */
-static inline double cn_stage(double a, double dt, double w, double f, double nl) {
+static inline double cn_stage(double a, double dt, double w, double f,
+                              double nl) {
   return ((1 - a) * w + dt * (f - nl)) / (1 + a);
 }
 
@@ -225,7 +241,8 @@ sg_status sg_ns2d_step(sg_ns2d_t s, int64_t nsteps) {
       int64_t r = q % nk, j = r / s->nkx, i = r % s->nkx;
       double a = 0.5 * dt * nu * (s->kx[i] * s->kx[i] + s->ky[j] * s->ky[j]);
       for (int c = 0; c < 2; ++c)
-        wt[2 * q + c] = cn_stage(a, dt, s->w_hat[2 * q + c], s->f_hat[2 * r + c], s->n1[2 * q + c]);
+        wt[2 * q + c] = cn_stage(a, dt, s->w_hat[2 * q + c],
+                                 s->f_hat[2 * r + c], s->n1[2 * q + c]);
     }
     /* N2 = N(w~) into tmp_hat (its use as scratch ends before the output
      * is written) */
@@ -236,8 +253,9 @@ sg_status sg_ns2d_step(sg_ns2d_t s, int64_t nsteps) {
       int64_t r = q % nk, j = r / s->nkx, i = r % s->nkx;
       double a = 0.5 * dt * nu * (s->kx[i] * s->kx[i] + s->ky[j] * s->ky[j]);
       for (int c = 0; c < 2; ++c)
-        s->w_hat[2 * q + c] = cn_stage(a, dt, s->w_hat[2 * q + c], s->f_hat[2 * r + c],
-                                       0.5 * (s->n1[2 * q + c] + n2v[2 * q + c]));
+        s->w_hat[2 * q + c] = cn_stage(
+            a, dt, s->w_hat[2 * q + c], s->f_hat[2 * r + c],
+            0.5 * (s->n1[2 * q + c] + n2v[2 * q + c]));
     }
     s->t += dt;
   }

@@ -41,10 +41,10 @@ typedef enum sg_ns2d_grf_scale {
 } sg_ns2d_grf_scale;
 
 typedef struct sg_ns2d_config {
-  int64_t n;          /* grid points per side */
-  double nu;          /* viscosity */
-  double dt;          /* solver time step */
-  double forcing;     /* amplitude A of the forcing (0: none) */
+  int64_t n;      /* grid points per side */
+  double nu;      /* viscosity */
+  double dt;      /* solver time step */
+  double forcing; /* amplitude A of the forcing (0: none) */
   uint64_t seed;
   sg_ns2d_init init;
   sg_ns2d_grf_scale grf_scale; /* amplitude of the GRF initial condition */

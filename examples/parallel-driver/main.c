@@ -23,10 +23,12 @@ enum { NY = 12, NX = 10, BATCH = 4, STEPS = 8 };
 
 /* Sample s of the global batch at global cell (y, x): input and target. */
 static float field(int64_t s, int64_t y, int64_t x) {
-  return (float)(sin(0.5 * (double)y + 0.3 * (double)s) * cos(0.4 * (double)x - 0.2 * (double)s));
+  return (float)(sin(0.5 * (double)y + 0.3 * (double)s) *
+                 cos(0.4 * (double)x - 0.2 * (double)s));
 }
 static float target(int64_t s, int64_t y, int64_t x) {
-  return 0.5f * field(s, y, x) + 0.25f * (field(s, (y + 1) % NY, x) + field(s, y, (x + 1) % NX));
+  return 0.5f * field(s, y, x) +
+         0.25f * (field(s, (y + 1) % NY, x) + field(s, y, (x + 1) % NX));
 }
 
 static sg_status run(const char *spec, int zero) {
@@ -45,7 +47,8 @@ static sg_status run(const char *spec, int zero) {
   sg_parallel_mesh_info mi;
   SG_TRY(sg_parallel_check_mesh(mesh, &pc, &mi));
   if (BATCH % mi.data_size)
-    SG_RAISE(SG_ERR_CONFIG, "batch %d is not divisible by %d data replicas", BATCH, mi.data_size);
+    SG_RAISE(SG_ERR_CONFIG, "batch %d is not divisible by %d data replicas",
+             BATCH, mi.data_size);
   const int64_t lb = BATCH / mi.data_size;
   sg_group_t domain = NULL, data = NULL;
   SG_TRY(sg_mesh_group(mesh, mi.domain_dims, &domain));
@@ -59,8 +62,10 @@ static sg_status run(const char *spec, int zero) {
   tab = calloc((size_t)np, sizeof *tab);
   if (!tab) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   for (int i = 0; i < np; ++i) SG_TRY(sg_model_param_info(model, i, &tab[i]));
-  SG_TRY(sg_parallel_create(mesh, &pc, np, tab, sg_model_param_count(model), &plan));
-  SG_TRY(sg_model_bind(model, sg_parallel_params(plan), sg_parallel_grads(plan)));
+  SG_TRY(sg_parallel_create(mesh, &pc, np, tab, sg_model_param_count(model),
+                            &plan));
+  SG_TRY(
+      sg_model_bind(model, sg_parallel_params(plan), sg_parallel_grads(plan)));
   SG_TRY(sg_model_init(model, 7));
   SG_TRY(sg_tape_create(&tape));
   SG_TRY(sg_parallel_attach(plan, tape, vars));
@@ -73,7 +78,8 @@ static sg_status run(const char *spec, int zero) {
   /* 4. train: forward, loss, backward; the plan reduces and steps */
   for (int64_t t = 1; t <= STEPS; ++t) {
     for (int64_t j = 0; j < lb; ++j) {
-      const int64_t s = (t * BATCH + mi.data_index * lb + j) % 17; /* sample ids */
+      const int64_t s = (t * BATCH + mi.data_index * lb + j) %
+                        17; /* sample ids */
       for (int64_t y = 0; y < ny; ++y)
         for (int64_t x = 0; x < nx; ++x) {
           xb[(j * ny + y) * nx + x] = field(s, y0 + y, x0 + x);
@@ -94,7 +100,8 @@ static sg_status run(const char *spec, int zero) {
     double gnorm = 0.0;
     SG_TRY(sg_parallel_reduce(plan, &gnorm));
     SG_TRY(sg_parallel_step(plan, t, 3e-3, sg_clip_scale(gnorm, 1.0)));
-    if (sg_mesh_rank(mesh) == 0) printf("step %lld loss %.9e grad_norm %.9e\n", (long long)t, l, gnorm);
+    if (sg_mesh_rank(mesh) == 0)
+      printf("step %lld loss %.9e grad_norm %.9e\n", (long long)t, l, gnorm);
   }
   SG_TRY(sg_parallel_check_replicas(plan, STEPS));
 fail:
@@ -115,7 +122,8 @@ int main(int argc, char **argv) {
   const char *spec = argc > 1 ? argv[1] : "h=1";
   const int zero = argc > 2 ? atoi(argv[2]) : 0;
   sg_status st = sg_agree(MPI_COMM_WORLD, run(spec, zero));
-  if (st != SG_OK && rank == 0) fprintf(stderr, "sg-parallel-driver: %s\n", sg_last_error());
+  if (st != SG_OK && rank == 0)
+    fprintf(stderr, "sg-parallel-driver: %s\n", sg_last_error());
   MPI_Finalize();
   return st == SG_OK ? 0 : 1;
 }

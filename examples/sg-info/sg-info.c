@@ -60,10 +60,12 @@ static const char usage[] =
 
 /* Where an option that takes a value stores it (NULL: not one of them). */
 static const char **value_option(const char *a, size_t nlen, options *o) {
-  static const char *const names[] = {"--mesh", "--log-level", "--schedule", "--trace"};
+  static const char *const names[] = {"--mesh", "--log-level", "--schedule",
+                                      "--trace"};
   const char **slots[] = {&o->mesh, &o->log_name, &o->schedule, &o->trace};
   for (int k = 0; k < 4; ++k)
-    if (nlen == strlen(names[k]) && strncmp(a, names[k], nlen) == 0) return slots[k];
+    if (nlen == strlen(names[k]) && strncmp(a, names[k], nlen) == 0)
+      return slots[k];
   return NULL;
 }
 
@@ -99,8 +101,10 @@ static sg_status parse_args(int argc, char **argv, options *o) {
   if (o->log_name) {
     o->log_level = sg_log_parse_level(o->log_name);
     if (o->log_level < 0)
-      SG_RAISE(SG_ERR_INVALID_ARG, "unknown log level '%s' (use error, "
-               "warn, info, debug or trace)", o->log_name);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "unknown log level '%s' (use error, "
+               "warn, info, debug or trace)",
+               o->log_name);
   }
   if ((o->csv || o->trace) && !o->schedule)
     SG_RAISE(SG_ERR_INVALID_ARG, "--csv and --trace go with --schedule");
@@ -158,9 +162,9 @@ static void print_build_text(int cuda_devices) {
   printf("  BLAS       %s\n", SG_BLAS_NAME);
   printf("  FFT        %s\n", SG_FFT_NAME);
   printf("  netCDF     %s%s\n", SG_HAVE_NETCDF ? "yes" : "no",
-         SG_HAVE_NETCDF ? (SG_HAVE_NETCDF_PAR ? " (parallel netCDF-4)"
-                                              : " (serial only)")
-                        : "");
+         SG_HAVE_NETCDF
+             ? (SG_HAVE_NETCDF_PAR ? " (parallel netCDF-4)" : " (serial only)")
+             : "");
   printf("  PnetCDF    %s\n", SG_HAVE_PNETCDF ? "yes" : "no");
 }
 
@@ -206,14 +210,15 @@ static sg_status gather_layout(sg_mesh_t m, int **table, int *rec) {
   for (int d = 0; d < nd; ++d) {
     sg_group_t g = NULL;
     SG_TRY(sg_mesh_group(m, 1u << d, &g));
-    for (int r = 0; r < sg_group_size(g); ++r) mine[k++] = sg_group_mesh_rank(g, r);
+    for (int r = 0; r < sg_group_size(g); ++r)
+      mine[k++] = sg_group_mesh_rank(g, r);
   }
   if (sg_mesh_rank(m) == 0) {
     *table = malloc((size_t)len * (size_t)n * sizeof **table);
     if (!*table) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   }
-  SG_MPI(MPI_Gather(mine, len, MPI_INT, *table, len, MPI_INT, 0,
-                    sg_mesh_comm(m)));
+  SG_MPI(
+      MPI_Gather(mine, len, MPI_INT, *table, len, MPI_INT, 0, sg_mesh_comm(m)));
 fail:
   free(mine);
   return st;
@@ -223,17 +228,20 @@ static void print_layout_text(sg_mesh_t m, const int *table, int rec) {
   int nd = sg_mesh_ndims(m), n = sg_mesh_size(m);
   printf("mesh: %d ranks =", n);
   for (int d = 0; d < nd; ++d)
-    printf("%s %s=%d", d ? " x" : "", sg_mesh_dim_name(m, d), sg_mesh_dim_size(m, d));
+    printf("%s %s=%d", d ? " x" : "", sg_mesh_dim_name(m, d),
+           sg_mesh_dim_size(m, d));
   printf(" (row-major, last dim fastest)\n");
   for (int r = 0; r < n; ++r) {
     const int *t = table + (size_t)r * rec;
     printf("  rank %3d  coords (", r);
-    for (int d = 0; d < nd; ++d) printf("%s%s=%d", d ? ", " : "", sg_mesh_dim_name(m, d), t[d]);
+    for (int d = 0; d < nd; ++d)
+      printf("%s%s=%d", d ? ", " : "", sg_mesh_dim_name(m, d), t[d]);
     printf(")  groups");
     int k = nd;
     for (int d = 0; d < nd; ++d) {
       printf(" %s=[", sg_mesh_dim_name(m, d));
-      for (int i = 0; i < sg_mesh_dim_size(m, d); ++i) printf("%s%d", i ? "," : "", t[k++]);
+      for (int i = 0; i < sg_mesh_dim_size(m, d); ++i)
+        printf("%s%d", i ? "," : "", t[k++]);
       printf("]");
     }
     printf("\n");
@@ -263,7 +271,8 @@ static void print_layout_json(sg_mesh_t m, const int *table, int rec) {
       printf("%s", d ? ", " : "");
       json_str(sg_mesh_dim_name(m, d));
       printf(": [");
-      for (int i = 0; i < sg_mesh_dim_size(m, d); ++i) printf("%s%d", i ? ", " : "", t[k++]);
+      for (int i = 0; i < sg_mesh_dim_size(m, d); ++i)
+        printf("%s%d", i ? ", " : "", t[k++]);
       printf("]");
     }
     printf("}}");
@@ -278,7 +287,8 @@ static int is_compute(sg_pp_op op) {
 }
 
 /* "F3", or "F3.1" for micro-batch 3 on chunk 1 when there are chunks. */
-static void cell_name(const sg_pp_schedule *s, const sg_pp_action *a, char *out, size_t n) {
+static void cell_name(const sg_pp_schedule *s, const sg_pp_action *a, char *out,
+                      size_t n) {
   if (s->v > 1)
     snprintf(out, n, "%s%d.%d", sg_pp_op_name(a->op), a->mb, a->chunk);
   else
@@ -287,8 +297,9 @@ static void cell_name(const sg_pp_schedule *s, const sg_pp_action *a, char *out,
 
 /* One row per time slot, one column per stage: with unit costs every
  * compute action fills exactly one slot. */
-static sg_status print_schedule_table(const sg_pp_schedule *s, const sg_pp_sim *sim,
-                                      const int *peak_fb, const int *peak_fw) {
+static sg_status print_schedule_table(const sg_pp_schedule *s,
+                                      const sg_pp_sim *sim, const int *peak_fb,
+                                      const int *peak_fw) {
   sg_status st = SG_OK;
   int rows = (int)(sim->makespan + 0.5), p = s->p;
   enum { W = 10 };
@@ -300,11 +311,14 @@ static sg_status print_schedule_table(const sg_pp_schedule *s, const sg_pp_sim *
         int t = (int)(sim->start[i] + 0.5);
         cell_name(s, &s->act[i], cells + ((size_t)t * p + stage) * W, W);
       }
-  printf("pipeline schedule %s: p = %d stages, m = %d micro-batches, v = %d\n"
-         "(simulated: one slot per F, B or W, no latency; a cell is op micro-batch%s; "
-         ". idle)\n", sg_pp_kind_name(s->kind), p, s->m, s->v, s->v > 1 ? ".chunk" : "");
+  printf(
+      "pipeline schedule %s: p = %d stages, m = %d micro-batches, v = %d\n"
+      "(simulated: one slot per F, B or W, no latency; a cell is op micro-batch%s; "
+      ". idle)\n",
+      sg_pp_kind_name(s->kind), p, s->m, s->v, s->v > 1 ? ".chunk" : "");
   printf("slot");
-  for (int stage = 0; stage < p; ++stage) printf(stage + 1 < p ? "  stage %-3d" : "  stage %d", stage);
+  for (int stage = 0; stage < p; ++stage)
+    printf(stage + 1 < p ? "  stage %-3d" : "  stage %d", stage);
   for (int t = 0; t < rows; ++t) {
     printf("\n%4d", t);
     for (int stage = 0; stage < p; ++stage) {
@@ -319,9 +333,12 @@ static sg_status print_schedule_table(const sg_pp_schedule *s, const sg_pp_sim *
     for (int stage = 0; stage < p; ++stage) printf(" %d", peak_fw[stage]);
   }
   printf("\nbubble (idle fraction)");
-  for (int stage = 0; stage < p; ++stage) printf(" %.1f%%", 100 * sim->bubble[stage]);
-  printf("\nchecked: one F and B%s per micro-batch, stage and chunk in order, matched "
-         "transfers, no deadlock\n", s->kind == SG_PP_ZB_H1 ? " and W" : "");
+  for (int stage = 0; stage < p; ++stage)
+    printf(" %.1f%%", 100 * sim->bubble[stage]);
+  printf(
+      "\nchecked: one F and B%s per micro-batch, stage and chunk in order, matched "
+      "transfers, no deadlock\n",
+      s->kind == SG_PP_ZB_H1 ? " and W" : "");
 fail:
   free(cells);
   return st;
@@ -332,30 +349,36 @@ static void print_schedule_csv(const sg_pp_schedule *s, const sg_pp_sim *sim) {
   for (int stage = 0; stage < s->p; ++stage)
     for (int i = s->off[stage]; i < s->off[stage + 1]; ++i) {
       const sg_pp_action *a = &s->act[i];
-      printf("%d,%d,%s,%d,%d,%d,%g,%g\n", stage, i - s->off[stage], sg_pp_op_name(a->op),
-             a->mb, a->chunk, sg_pp_peer(s, stage, a), sim->start[i], sim->end[i]);
+      printf("%d,%d,%s,%d,%d,%d,%g,%g\n", stage, i - s->off[stage],
+             sg_pp_op_name(a->op), a->mb, a->chunk, sg_pp_peer(s, stage, a),
+             sim->start[i], sim->end[i]);
     }
 }
 
 /* Chrome trace: one thread per stage, one slot = 1 ms. */
-static sg_status write_schedule_trace(const sg_pp_schedule *s, const sg_pp_sim *sim,
-                                      const char *path) {
+static sg_status write_schedule_trace(const sg_pp_schedule *s,
+                                      const sg_pp_sim *sim, const char *path) {
   sg_status st = SG_OK;
   FILE *f = fopen(path, "w");
   if (!f) SG_RAISE(SG_ERR_IO, "cannot write trace file '%s'", path);
   fprintf(f, "{\"traceEvents\": [");
   for (int stage = 0; stage < s->p; ++stage)
-    fprintf(f, "%s\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
-            "\"args\": {\"name\": \"stage %d\"}}", stage ? "," : "", stage, stage);
+    fprintf(
+        f,
+        "%s\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+        "\"args\": {\"name\": \"stage %d\"}}",
+        stage ? "," : "", stage, stage);
   for (int stage = 0; stage < s->p; ++stage)
     for (int i = s->off[stage]; i < s->off[stage + 1]; ++i) {
       char name[16];
       if (!is_compute(s->act[i].op)) continue;
       cell_name(s, &s->act[i], name, sizeof name);
-      fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, "
-              "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}", name,
-              sg_pp_op_name(s->act[i].op), stage, 1000 * sim->start[i],
-              1000 * (sim->end[i] - sim->start[i]));
+      fprintf(
+          f,
+          ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, "
+          "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}",
+          name, sg_pp_op_name(s->act[i].op), stage, 1000 * sim->start[i],
+          1000 * (sim->end[i] - sim->start[i]));
     }
   fprintf(f, "\n], \"displayTimeUnit\": \"ms\"}\n");
   if (fclose(f) != 0) SG_RAISE(SG_ERR_IO, "cannot write trace file '%s'", path);
@@ -427,7 +450,8 @@ int main(int argc, char **argv) {
   st = sg_mesh_create(MPI_COMM_WORLD, o.mesh ? o.mesh : spec, &mesh);
   st = sg_agree(MPI_COMM_WORLD, st);
   if (st != SG_OK) die_agreed(rank, st, 2);
-  sg_log_debug("mesh created: %d dims over %d ranks", sg_mesh_ndims(mesh), size);
+  sg_log_debug("mesh created: %d dims over %d ranks", sg_mesh_ndims(mesh),
+               size);
 
   int cuda_devices = 0;
   if (sg_device_count(SG_DEVICE_CUDA, &cuda_devices) != SG_OK) cuda_devices = 0;

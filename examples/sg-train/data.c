@@ -20,8 +20,10 @@ static sg_status parse_vars(const char *list, sg_dataset *ds) {
     size_t n = e ? (size_t)(e - p) : strlen(p);
     while (n && *p == ' ') ++p, --n;
     while (n && p[n - 1] == ' ') --n;
-    if (n == 0 || n >= sizeof ds->vars[0]) SG_RAISE(SG_ERR_CONFIG, "bad variable list '%s'", list);
-    if (ds->nvars == 8) SG_RAISE(SG_ERR_CONFIG, "at most 8 variables (got '%s')", list);
+    if (n == 0 || n >= sizeof ds->vars[0])
+      SG_RAISE(SG_ERR_CONFIG, "bad variable list '%s'", list);
+    if (ds->nvars == 8)
+      SG_RAISE(SG_ERR_CONFIG, "at most 8 variables (got '%s')", list);
     memcpy(ds->vars[ds->nvars], p, n);
     ds->vars[ds->nvars][n] = '\0';
     ++ds->nvars;
@@ -35,7 +37,8 @@ fail:
 static sg_status open_file(const sg_data_opts *o, sg_nc_t *f) {
   sg_status st = SG_OK;
   sg_nc_open_opts oo = sg_nc_open_opts_default();
-  SG_TRY(sg_nc_backend_parse(o->backend && *o->backend ? o->backend : "auto", &oo.backend));
+  SG_TRY(sg_nc_backend_parse(o->backend && *o->backend ? o->backend : "auto",
+                             &oo.backend));
   oo.dim_map = o->dim_map;
   SG_TRY(sg_nc_open(MPI_COMM_WORLD, o->path, &oo, f));
 fail:
@@ -50,33 +53,37 @@ static sg_status check_vars(sg_nc_t f, const sg_data_opts *o, sg_dataset *ds) {
     sg_nc_var_info info;
     SG_TRY(sg_nc_inq_var(f, ds->vars[v], &info));
     if (info.ndims != 3 && info.ndims != 4)
-      SG_RAISE(SG_ERR_SHAPE,
-               "variable '%s' in '%s' has %d dims; expected (time, lat, lon) or (sample, time, y, x)",
-               ds->vars[v], o->path, info.ndims);
+      SG_RAISE(
+          SG_ERR_SHAPE,
+          "variable '%s' in '%s' has %d dims; expected (time, lat, lon) or (sample, time, y, x)",
+          ds->vars[v], o->path, info.ndims);
     int climate = info.ndims == 3;
     /* the dims' meaning is read from their names (after dim_map), never
      * guessed from their number: (time, level, lat, lon) is not
      * (sample, time, y, x) */
     const char *want0 = climate ? "time" : "sample";
-    if (strcasecmp(info.dim_names[0], want0) != 0 || (!climate && strcasecmp(info.dim_names[1], "time") != 0)) {
+    if (strcasecmp(info.dim_names[0], want0) != 0 ||
+        (!climate && strcasecmp(info.dim_names[1], "time") != 0)) {
       char have[4 * SG_NC_NAME_MAX + 8] = "";
       for (int d = 0; d < info.ndims; ++d) {
         strncat(have, d ? ", " : "", sizeof have - strlen(have) - 1);
         strncat(have, info.dim_names[d], sizeof have - strlen(have) - 1);
       }
-      SG_RAISE(SG_ERR_SHAPE,
-               "variable '%s' in '%s' has dims (%s); sg-train reads (sample, time, y, x) or (time, y, x): "
-               "rename dims with dim_map (e.g. TIME=time), a level dim is not supported",
-               ds->vars[v], o->path, have);
+      SG_RAISE(
+          SG_ERR_SHAPE,
+          "variable '%s' in '%s' has dims (%s); sg-train reads (sample, time, y, x) or (time, y, x): "
+          "rename dims with dim_map (e.g. TIME=time), a level dim is not supported",
+          ds->vars[v], o->path, have);
     }
     int64_t ns = climate ? 1 : info.shape[0], nt = info.shape[climate ? 0 : 1];
     int64_t ny = info.shape[info.ndims - 2], nx = info.shape[info.ndims - 1];
     if (v == 0) {
       ds->climate = climate;
       ds->nseries = ns, ds->nframes = nt, ds->ny_g = ny, ds->nx_g = nx;
-    } else if (climate != ds->climate || ns != ds->nseries || nt != ds->nframes || ny != ds->ny_g ||
-               nx != ds->nx_g) {
-      SG_RAISE(SG_ERR_SHAPE, "variable '%s' does not have the shape of '%s'", ds->vars[v], ds->vars[0]);
+    } else if (climate != ds->climate || ns != ds->nseries ||
+               nt != ds->nframes || ny != ds->ny_g || nx != ds->nx_g) {
+      SG_RAISE(SG_ERR_SHAPE, "variable '%s' does not have the shape of '%s'",
+               ds->vars[v], ds->vars[0]);
     }
   }
 fail:
@@ -127,19 +134,22 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
   SG_TRY(open_file(o, &f));
   SG_TRY(sg_agree(MPI_COMM_WORLD, check_vars(f, o, ds)));
   ds->y0 = y0, ds->ny = ny, ds->x0 = x0, ds->nx = nx;
-  const int64_t S = ds->nseries, T = ds->nframes, V = ds->nvars, plane = ny * nx;
+  const int64_t S = ds->nseries, T = ds->nframes, V = ds->nvars,
+                plane = ny * nx;
   if (T < o->history + o->lead)
-    lst = sg_error_set(SG_ERR_SHAPE, __FILE__, __LINE__,
-                       "dataset '%s' has %lld frames, shorter than one sample (history %lld + lead %lld)",
-                       o->path, (long long)T, (long long)o->history, (long long)o->lead);
+    lst = sg_error_set(
+        SG_ERR_SHAPE, __FILE__, __LINE__,
+        "dataset '%s' has %lld frames, shorter than one sample (history %lld + lead %lld)",
+        o->path, (long long)T, (long long)o->history, (long long)o->lead);
   else if (!ds->climate && o->test_samples >= S)
     lst = sg_error_set(SG_ERR_CONFIG, __FILE__, __LINE__,
-                       "test_samples (%lld) leaves no training samples of %lld", (long long)o->test_samples,
-                       (long long)S);
+                       "test_samples (%lld) leaves no training samples of %lld",
+                       (long long)o->test_samples, (long long)S);
   else if (ds->climate && T - o->test_frames < o->history + o->lead)
-    lst = sg_error_set(SG_ERR_CONFIG, __FILE__, __LINE__,
-                       "test_frames (%lld) leaves no training sample in %lld frames", (long long)o->test_frames,
-                       (long long)T);
+    lst = sg_error_set(
+        SG_ERR_CONFIG, __FILE__, __LINE__,
+        "test_frames (%lld) leaves no training sample in %lld frames",
+        (long long)o->test_frames, (long long)T);
   SG_TRY(sg_agree(MPI_COMM_WORLD, lst));
   const size_t total = (size_t)(S * T * V * plane);
   ds->data = malloc((total ? total : 1) * sizeof *ds->data);
@@ -148,7 +158,8 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
   buf = malloc((size_t)nslab * sizeof *buf);
   mbuf = malloc((size_t)nslab);
   lst = (!ds->data || !ds->mask || !buf || !mbuf)
-            ? sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory loading '%s'", o->path)
+            ? sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,
+                           "out of memory loading '%s'", o->path)
             : SG_OK;
   SG_TRY(sg_agree(MPI_COMM_WORLD, lst));
   /* statistics over the training part, per variable: Welford on each
@@ -159,7 +170,8 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
   memset(mom, 0, sizeof mom);
   sg_nc_read_opts ro = sg_nc_read_opts_default();
   ro.masked_value = 0.0;
-  ro.mask_nonfinite = !o->reject_nonfinite; /* NaN/Inf: missing, or checked below */
+  ro.mask_nonfinite =
+      !o->reject_nonfinite; /* NaN/Inf: missing, or checked below */
   for (int64_t v = 0; v < V; ++v) {
     sg_nc_var_info info;
     SG_TRY(sg_nc_inq_var(f, ds->vars[v], &info));
@@ -179,13 +191,16 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
     SG_TRY(sg_nc_read(f, info.varid, &sh, &ro, buf, mbuf));
     if (o->reject_nonfinite) { /* NaN/Inf that are not fill values: an error */
       double bad = 0;
-      for (int64_t i = 0; i < S * T * plane; ++i) bad += mbuf[i] && !isfinite(buf[i]);
-      SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+      for (int64_t i = 0; i < S * T * plane; ++i)
+        bad += mbuf[i] && !isfinite(buf[i]);
+      SG_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_DOUBLE, MPI_SUM,
+                           MPI_COMM_WORLD));
       if (bad > 0)
-        SG_RAISE(SG_ERR_CORRUPT,
-                 "dataset '%s': variable '%s' has %.0f NaN/Inf values that are not its _FillValue or "
-                 "missing_value (reject_nonfinite is set; unset it to treat them as missing points)",
-                 o->path, ds->vars[v], bad);
+        SG_RAISE(
+            SG_ERR_CORRUPT,
+            "dataset '%s': variable '%s' has %.0f NaN/Inf values that are not its _FillValue or "
+            "missing_value (reject_nonfinite is set; unset it to treat them as missing points)",
+            o->path, ds->vars[v], bad);
     }
     for (int64_t s = 0; s < S; ++s)
       for (int64_t t = 0; t < T; ++t) {
@@ -197,12 +212,14 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
           dst[i] = src[i];
           md[i] = ms[i] ? 1.0f : 0.0f;
         }
-        if (s < s_train && t < t_train) sg_ds_moments_add(&mom[v], src, NULL, ms, plane);
+        if (s < s_train && t < t_train)
+          sg_ds_moments_add(&mom[v], src, NULL, ms, plane);
       }
   }
   /* statistics over the training part (accumulated while reading): merge
    * over the domain in rank order (the same bits on every rank) */
-  if (domain && sg_group_size(domain) > 1) SG_TRY(sg_ds_moments_allmerge(sg_group_comm(domain), (int)V, mom));
+  if (domain && sg_group_size(domain) > 1)
+    SG_TRY(sg_ds_moments_allmerge(sg_group_comm(domain), (int)V, mom));
   double nmask = 0;
   for (int64_t v = 0; v < V; ++v) {
     ds->mean[v] = mom[v].w > 0 ? mom[v].mean : 0.0;
@@ -244,9 +261,12 @@ sg_status sg_dataset_examples(const sg_dataset *ds, const sg_data_opts *o,
   for (int64_t s = 0; s < ds->nseries; ++s)
     for (int64_t t0 = 0; t0 + span <= T; ++t0) {
       sg_example e = {s, t0};
-      int is_test = ds->climate ? (t0 + span - 1 >= T - o->test_frames) : (s >= ds->nseries - o->test_samples);
-      if (is_test) (*test)[(*ntest)++] = e;
-      else (*train)[(*ntrain)++] = e;
+      int is_test = ds->climate ? (t0 + span - 1 >= T - o->test_frames)
+                                : (s >= ds->nseries - o->test_samples);
+      if (is_test)
+        (*test)[(*ntest)++] = e;
+      else
+        (*train)[(*ntrain)++] = e;
     }
 fail:
   return st;
@@ -259,10 +279,15 @@ void sg_dataset_fill(const sg_dataset *ds, const sg_data_opts *o,
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t h = 0; h < o->history; ++h)
       memcpy(x + (b * o->history + h) * V * plane,
-             ds->data + ((ex[b].series * T + ex[b].t0 + h) * V) * plane, (size_t)(V * plane) * sizeof *x);
+             ds->data + ((ex[b].series * T + ex[b].t0 + h) * V) * plane,
+             (size_t)(V * plane) * sizeof *x);
     int64_t tt = ex[b].t0 + o->history - 1 + o->lead;
-    memcpy(y + b * V * plane, ds->data + ((ex[b].series * T + tt) * V) * plane, (size_t)(V * plane) * sizeof *y);
-    if (m) memcpy(m + b * V * plane, ds->mask + ((ex[b].series * T + tt) * V) * plane, (size_t)(V * plane) * sizeof *m);
+    memcpy(y + b * V * plane, ds->data + ((ex[b].series * T + tt) * V) * plane,
+           (size_t)(V * plane) * sizeof *y);
+    if (m)
+      memcpy(m + b * V * plane,
+             ds->mask + ((ex[b].series * T + tt) * V) * plane,
+             (size_t)(V * plane) * sizeof *m);
   }
 }
 
@@ -279,7 +304,8 @@ void sg_epoch_order(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm) {
     return;
   }
   for (int64_t i = 0; i < n; ++i) {
-    k[2 * i] = sg_rng_uniform_f64(seed, 0x5eed0000u + (uint64_t)epoch, (uint64_t)i);
+    k[2 * i] = sg_rng_uniform_f64(seed, 0x5eed0000u + (uint64_t)epoch,
+                                  (uint64_t)i);
     k[2 * i + 1] = (double)i;
   }
   qsort(k, (size_t)n, 2 * sizeof *k, cmp_key);

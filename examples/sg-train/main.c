@@ -38,52 +38,71 @@
 #include <string.h>
 
 static const sg_kv_key keys[] = {
-    {"mesh", SG_KV_STRING, "", "device mesh over dp (samples), fsdp (samples, ZeRO-sharded state), h (y), w (x), "
+    {"mesh", SG_KV_STRING, "",
+     "device mesh over dp (samples), fsdp (samples, ZeRO-sharded state), h (y), w (x), "
      "pp (pipeline stages); default h=<ranks>"},
-    {"pp_schedule", SG_KV_STRING, "1f1b", "pipeline schedule over the pp dim: gpipe | 1f1b | interleaved | zb-h1"},
-    {"microbatches", SG_KV_INT, "1", "pipeline micro-batches per step (with a pp dim; gradients accumulate)"},
-    {"pp_virtual", SG_KV_INT, "0", "pipeline chunks per stage (interleaved; 0: the schedule's default)"},
+    {"pp_schedule", SG_KV_STRING, "1f1b",
+     "pipeline schedule over the pp dim: gpipe | 1f1b | interleaved | zb-h1"},
+    {"microbatches", SG_KV_INT, "1",
+     "pipeline micro-batches per step (with a pp dim; gradients accumulate)"},
+    {"pp_virtual", SG_KV_INT, "0",
+     "pipeline chunks per stage (interleaved; 0: the schedule's default)"},
     {"pp_split", SG_KV_STRING, "auto",
      "auto (balanced pieces) | i,j,...: the model's pieces where stages 1.. (virtual stages) start"},
     {"zero", SG_KV_INT, "0",
      "ZeRO stage over the fsdp dim: 0 (DDP) | 1 (optimizer state sharded) | 2 (+ gradients) | 3 (+ parameters)"},
-    {"zero_over_domain", SG_KV_BOOL, "false", "ZeRO also shards over the domain dims h, w"},
-    {"grad_accum", SG_KV_INT, "1", "micro-batches per step (gradients accumulate; one reduction per step)"},
+    {"zero_over_domain", SG_KV_BOOL, "false",
+     "ZeRO also shards over the domain dims h, w"},
+    {"grad_accum", SG_KV_INT, "1",
+     "micro-batches per step (gradients accumulate; one reduction per step)"},
     {"bucket_mib", SG_KV_FLOAT, "25", "DDP gradient bucket size in MiB"},
     {"param_dtype", SG_KV_STRING, "f32",
      "f32 | bf16: bf16 parameters, activations and their gradients for compute, fp32 master weights and "
      "optimizer state"},
     {"reduce_dtype", SG_KV_STRING, "f32", "gradient reduction dtype: f32"},
     {"model", SG_KV_STRING, "fno", "model: fno | cnn (ResNet-style) | unet"},
-    {"width", SG_KV_INT, "32", "channels (fno, cnn); channels at full resolution (unet)"},
+    {"width", SG_KV_INT, "32",
+     "channels (fno, cnn); channels at full resolution (unet)"},
     {"modes", SG_KV_INT, "12", "fno: modes kept per dim"},
     {"layers", SG_KV_INT, "4", "fno: spectral layers"},
     {"proj_width", SG_KV_INT, "128", "fno, cnn: projection hidden channels"},
-    {"blocks", SG_KV_INT, "4", "cnn: residual blocks (conv-GroupNorm-act-conv + skip)"},
-    {"levels", SG_KV_INT, "3", "unet: resolutions (grid divisible by 2^(levels-1))"},
+    {"blocks", SG_KV_INT, "4",
+     "cnn: residual blocks (conv-GroupNorm-act-conv + skip)"},
+    {"levels", SG_KV_INT, "3",
+     "unet: resolutions (grid divisible by 2^(levels-1))"},
     {"kernel", SG_KV_INT, "3", "cnn, unet: odd convolution kernel size"},
     {"groups", SG_KV_INT, "4", "cnn, unet: GroupNorm groups (divides width)"},
-    {"pad_y", SG_KV_STRING, "periodic", "cnn, unet: boundary in y: periodic | zero | reflect | replicate"},
-    {"pad_x", SG_KV_STRING, "periodic", "cnn, unet: boundary in x: periodic | zero | reflect | replicate"},
-    {"grid", SG_KV_BOOL, "true", "append the (x, y) coordinates as two input channels"},
+    {"pad_y", SG_KV_STRING, "periodic",
+     "cnn, unet: boundary in y: periodic | zero | reflect | replicate"},
+    {"pad_x", SG_KV_STRING, "periodic",
+     "cnn, unet: boundary in x: periodic | zero | reflect | replicate"},
+    {"grid", SG_KV_BOOL, "true",
+     "append the (x, y) coordinates as two input channels"},
     {"shard_spectral", SG_KV_BOOL, "true",
      "fno: spectral weights sharded by modes over the domain ranks (false: replicated)"},
     {"activation_checkpointing", SG_KV_STRING, "none",
      "none | blocks | every:K: keep only the inputs of the blocks (fno layers, cnn residual blocks, unet levels; "
      "every K-th block) and recompute their activations in backward"},
-    {"data", SG_KV_STRING, "", "NetCDF dataset: var(sample, time, y, x) or var(time, lat, lon)"},
+    {"data", SG_KV_STRING, "",
+     "NetCDF dataset: var(sample, time, y, x) or var(time, lat, lon)"},
     {"vars", SG_KV_STRING, "vorticity", "comma-separated variables (channels)"},
     {"reject_nonfinite", SG_KV_BOOL, "false",
      "NaN/Inf data values that are not _FillValue: false = missing points (masked), true = reject the file"},
-    {"dim_map", SG_KV_STRING, "", "map non-CF dim names, e.g. TIME=time,LAT=lat"},
-    {"backend", SG_KV_STRING, "auto", "NetCDF backend for reading: auto | pnetcdf | netcdf4 | serial"},
+    {"dim_map", SG_KV_STRING, "",
+     "map non-CF dim names, e.g. TIME=time,LAT=lat"},
+    {"backend", SG_KV_STRING, "auto",
+     "NetCDF backend for reading: auto | pnetcdf | netcdf4 | serial"},
     {"history", SG_KV_INT, "1", "input frames"},
-    {"lead", SG_KV_INT, "1", "frames ahead of the last input that the model predicts"},
-    {"test_samples", SG_KV_INT, "4", "samples held out for testing (sample datasets)"},
-    {"test_frames", SG_KV_INT, "12", "final frames held out for testing (time-series datasets)"},
+    {"lead", SG_KV_INT, "1",
+     "frames ahead of the last input that the model predicts"},
+    {"test_samples", SG_KV_INT, "4",
+     "samples held out for testing (sample datasets)"},
+    {"test_frames", SG_KV_INT, "12",
+     "final frames held out for testing (time-series datasets)"},
     {"batch", SG_KV_INT, "8", "global batch (divisible by the dp size)"},
     {"steps", SG_KV_INT, "100", "optimizer steps (ignored when epochs > 0)"},
-    {"epochs", SG_KV_INT, "0", "epochs over the training examples (0: use steps)"},
+    {"epochs", SG_KV_INT, "0",
+     "epochs over the training examples (0: use steps)"},
     {"lr", SG_KV_FLOAT, "1e-3", "peak learning rate"},
     {"min_lr", SG_KV_FLOAT, "0", "final learning rate (cosine)"},
     {"schedule", SG_KV_STRING, "cosine", "constant | cosine | step"},
@@ -92,18 +111,25 @@ static const sg_kv_key keys[] = {
     {"gamma", SG_KV_FLOAT, "0.5", "decay factor (schedule step)"},
     {"weight_decay", SG_KV_FLOAT, "1e-4", "AdamW weight decay"},
     {"clip", SG_KV_FLOAT, "0", "clip gradients to this global norm (0: off)"},
-    {"loss", SG_KV_STRING, "rel_l2", "rel_l2 | mse (masked values are left out)"},
+    {"loss", SG_KV_STRING, "rel_l2",
+     "rel_l2 | mse (masked values are left out)"},
     {"seed", SG_KV_INT, "0", "seed of initialisation and data order"},
-    {"deterministic", SG_KV_BOOL, "false", "fixed-order reductions: same bits on every run"},
-    {"eval_every", SG_KV_INT, "0", "evaluate on the test examples every N steps (0: at the end)"},
-    {"rollout", SG_KV_INT, "0", "autoregressive rollout frames in the final evaluation (sample datasets)"},
-    {"check_every", SG_KV_INT, "0", "check every N steps that replicas hold identical parameters"},
+    {"deterministic", SG_KV_BOOL, "false",
+     "fixed-order reductions: same bits on every run"},
+    {"eval_every", SG_KV_INT, "0",
+     "evaluate on the test examples every N steps (0: at the end)"},
+    {"rollout", SG_KV_INT, "0",
+     "autoregressive rollout frames in the final evaluation (sample datasets)"},
+    {"check_every", SG_KV_INT, "0",
+     "check every N steps that replicas hold identical parameters"},
     {"log_every", SG_KV_INT, "1", "print a line every N steps"},
     {"metrics", SG_KV_STRING, "", "write JSON lines here"},
     {"trace", SG_KV_STRING, "", "write a Chrome-trace timeline here"},
-    {"predict", SG_KV_STRING, "", "write test predictions and targets to this NetCDF file"},
+    {"predict", SG_KV_STRING, "",
+     "write test predictions and targets to this NetCDF file"},
     {"ckpt_dir", SG_KV_STRING, "", "directory for checkpoints"},
-    {"ckpt_every", SG_KV_INT, "0", "checkpoint every N steps (0: only at the end when ckpt_dir is set)"},
+    {"ckpt_every", SG_KV_INT, "0",
+     "checkpoint every N steps (0: only at the end when ckpt_dir is set)"},
     {"resume", SG_KV_STRING, "", "resume from this checkpoint"},
     {"log_level", SG_KV_STRING, "info", "error | warn | info | debug"},
 };
@@ -112,8 +138,9 @@ static const sg_kv_key keys[] = {
 typedef struct run {
   sg_kv_t kv;
   sg_mesh_t mesh;
-  sg_mesh_t smesh; /* the model's mesh: the stage mesh under pp (owned), else mesh */
-  sg_pipe_t pipe;  /* pipeline runtime (a pp dim), else NULL */
+  sg_mesh_t
+      smesh; /* the model's mesh: the stage mesh under pp (owned), else mesh */
+  sg_pipe_t pipe; /* pipeline runtime (a pp dim), else NULL */
   sg_train_pp_step pps;
   int rank, size;
   int ndp, cdp;
@@ -122,7 +149,8 @@ typedef struct run {
   sg_dataset ds;
   sg_example *train, *test;
   int64_t ntrain, ntest;
-  int64_t gbatch, lbatch, ebatch; /* global per step; the model's (a micro-batch); per evaluation batch */
+  int64_t gbatch, lbatch,
+      ebatch; /* global per step; the model's (a micro-batch); per evaluation batch */
   char mesh_spec[128];
   sg_model_t model;
   int64_t nparam;
@@ -140,12 +168,15 @@ typedef struct run {
 
 /* A JSON number: non-finite values are written as null (JSON has no NaN). */
 static void json_num(FILE *f, double x) {
-  if (isfinite(x)) fprintf(f, "%.17g", x);
-  else fputs("null", f);
+  if (isfinite(x))
+    fprintf(f, "%.17g", x);
+  else
+    fputs("null", f);
 }
 
 /* One metrics line {"step": s, key: value, ...} (rank 0's file). */
-static void metrics_line(run_t *r, int64_t step, int n, const char *const *names, const double *vals) {
+static void metrics_line(run_t *r, int64_t step, int n,
+                         const char *const *names, const double *vals) {
   if (!r->metrics) return;
   fprintf(r->metrics, "{\"step\": %lld", (long long)step);
   for (int i = 0; i < n; ++i) {
@@ -182,7 +213,8 @@ static void to_physical(run_t *r, float *a, const float *mask) {
     for (int64_t v = 0; v < V; ++v) {
       float *p = a + (j * V + v) * plane;
       const float *mk = mask + (j * V + v) * plane;
-      for (int64_t i = 0; i < plane; ++i) p[i] = (float)(p[i] * r->ds.std[v] + r->ds.mean[v]) * mk[i];
+      for (int64_t i = 0; i < plane; ++i)
+        p[i] = (float)(p[i] * r->ds.std[v] + r->ds.mean[v]) * mk[i];
     }
 }
 
@@ -212,11 +244,13 @@ static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
     const char *dims[4] = {"example", "channel", "y", "x"};
     SG_TRY(sg_nc_def_var(f, "prediction", SG_DTYPE_F32, 4, dims, NULL, &vp));
     SG_TRY(sg_nc_def_var(f, "target", SG_DTYPE_F32, 4, dims, NULL, &vt));
-    sg_nc_cf cp = {NULL, "model prediction", NULL, 0, 0}, ct = {NULL, "true value", NULL, 0, 0};
+    sg_nc_cf cp = {NULL, "model prediction", NULL, 0, 0},
+             ct = {NULL, "true value", NULL, 0, 0};
     SG_TRY(sg_nc_put_cf(f, vp, &cp));
     SG_TRY(sg_nc_put_cf(f, vt, &ct));
     SG_TRY(sg_nc_put_att_text(f, SG_NC_GLOBAL, "variables", r->dopt.vars));
-    SG_TRY(sg_nc_put_global_cf(f, "sg-train test predictions", "sg-train --predict", NULL));
+    SG_TRY(sg_nc_put_global_cf(f, "sg-train test predictions",
+                               "sg-train --predict", NULL));
     SG_TRY(sg_nc_enddef(f));
   }
   const int64_t nb = (r->ntest + r->ebatch - 1) / r->ebatch;
@@ -232,12 +266,16 @@ static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
     SG_TRY(predict_batch(r, r->xb, pred));
     to_physical(r, pred, r->mb);
     to_physical(r, r->yb, r->mb);
-    SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch, V * plane, pred, r->yb, NULL, &lc, rel));
+    SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch, V * plane, pred, r->yb,
+                              NULL, &lc, rel));
     for (int64_t j = 0; j < valid; ++j) sum += rel[j];
     cnt += (double)valid;
     if (f) {
-      sg_nc_shard sh = {4, {r->ntest, V, r->ds.ny_g, r->ds.nx_g}, {valid ? first : 0, 0, r->ds.y0, r->ds.x0},
-                        {valid, V, r->ds.ny, r->ds.nx}, SG_DTYPE_F32};
+      sg_nc_shard sh = {4,
+                        {r->ntest, V, r->ds.ny_g, r->ds.nx_g},
+                        {valid ? first : 0, 0, r->ds.y0, r->ds.x0},
+                        {valid, V, r->ds.ny, r->ds.nx},
+                        SG_DTYPE_F32};
       SG_TRY(sg_nc_write(f, vp, &sh, pred));
       SG_TRY(sg_nc_write(f, vt, &sh, r->yb));
     }
@@ -260,25 +298,35 @@ fail:
  * times; rel[k] is the mean relative L2 of frame history + k. */
 static sg_status rollout(run_t *r, int64_t steps, double *rel_out) {
   sg_status st = SG_OK;
-  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx, H = r->dopt.history, T = r->ds.nframes;
+  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx,
+                H = r->dopt.history, T = r->ds.nframes;
   const int64_t nser = r->dopt.test_samples, s0 = r->ds.nseries - nser;
-  double *rel = malloc((size_t)r->lbatch * sizeof *rel), *acc = calloc((size_t)steps, sizeof *acc);
+  double *rel = malloc((size_t)r->lbatch * sizeof *rel),
+         *acc = calloc((size_t)steps, sizeof *acc);
   float *x = malloc((size_t)(r->lbatch * H * V * plane + 1) * sizeof *x);
   float *pred = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *pred);
   float *phys = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *phys);
   float *truth = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *truth);
   float *mask = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *mask);
-  if (!rel || !acc || !x || !pred || !phys || !truth || !mask) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  if (r->ds.climate) SG_RAISE(SG_ERR_NOT_SUPPORTED, "rollout needs a sample dataset (sample, time, y, x)");
-  if (H + steps > T) SG_RAISE(SG_ERR_CONFIG, "rollout of %lld frames after %lld history frames exceeds the %lld frames",
-                              (long long)steps, (long long)H, (long long)T);
+  if (!rel || !acc || !x || !pred || !phys || !truth || !mask)
+    SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  if (r->ds.climate)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "rollout needs a sample dataset (sample, time, y, x)");
+  if (H + steps > T)
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "rollout of %lld frames after %lld history frames exceeds the %lld frames",
+        (long long)steps, (long long)H, (long long)T);
   const int64_t nb = (nser + r->ebatch - 1) / r->ebatch;
   const sg_dist_loss_ctx lc = {r->domain, r->data, r->ebatch};
   double cnt = 0.0;
   for (int64_t b = 0; b < nb; ++b) {
     int64_t valid = 0;
     sg_example ex[64];
-    if (r->lbatch > 64) SG_RAISE(SG_ERR_NOT_SUPPORTED, "rollout supports a local batch of at most 64");
+    if (r->lbatch > 64)
+      SG_RAISE(SG_ERR_NOT_SUPPORTED,
+               "rollout supports a local batch of at most 64");
     for (int64_t j = 0; j < r->lbatch; ++j) {
       int64_t g = b * r->ebatch + r->cdp * r->lbatch + j;
       ex[j].series = s0 + (g < nser ? g : nser - 1);
@@ -295,20 +343,24 @@ static sg_status rollout(run_t *r, int64_t steps, double *rel_out) {
       memcpy(phys, pred, (size_t)(r->lbatch * V * plane) * sizeof *phys);
       to_physical(r, phys, mask);
       to_physical(r, truth, mask);
-      SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch, V * plane, phys, truth, NULL, &lc, rel));
+      SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch, V * plane, phys, truth,
+                                NULL, &lc, rel));
       for (int64_t j = 0; j < valid; ++j) acc[k] += rel[j];
       /* shift the window and append the (normalised) prediction */
       for (int64_t j = 0; j < r->lbatch; ++j) {
         float *xj = x + j * H * V * plane;
         memmove(xj, xj + V * plane, (size_t)((H - 1) * V * plane) * sizeof *xj);
-        memcpy(xj + (H - 1) * V * plane, pred + j * V * plane, (size_t)(V * plane) * sizeof *xj);
+        memcpy(xj + (H - 1) * V * plane, pred + j * V * plane,
+               (size_t)(V * plane) * sizeof *xj);
       }
     }
     cnt += (double)valid;
   }
   if (r->data && sg_group_size(r->data) > 1) {
-    SG_TRY(sg_allreduce_det(r->data, acc, acc, steps, SG_DTYPE_F64, SG_REDUCE_SUM));
-    SG_TRY(sg_allreduce_det(r->data, &cnt, &cnt, 1, SG_DTYPE_F64, SG_REDUCE_SUM));
+    SG_TRY(sg_allreduce_det(r->data, acc, acc, steps, SG_DTYPE_F64,
+                            SG_REDUCE_SUM));
+    SG_TRY(
+        sg_allreduce_det(r->data, &cnt, &cnt, 1, SG_DTYPE_F64, SG_REDUCE_SUM));
   }
   for (int64_t k = 0; k < steps; ++k) rel_out[k] = cnt > 0 ? acc[k] / cnt : 0.0;
 fail:
@@ -324,7 +376,8 @@ fail:
 
 /* The checkpoint of a step: <ckpt_dir>/step_NNNNNN.nc */
 static void ckpt_path(const run_t *r, int64_t step, char *buf, size_t size) {
-  snprintf(buf, size, "%s/step_%06lld.nc", sg_kv_str(r->kv, "ckpt_dir"), (long long)step);
+  snprintf(buf, size, "%s/step_%06lld.nc", sg_kv_str(r->kv, "ckpt_dir"),
+           (long long)step);
 }
 
 #if SG_TRAIN_CKPT
@@ -344,7 +397,8 @@ static sg_status save_checkpoint(run_t *r, int64_t step) {
   ckpt_path(r, step, path, sizeof path);
   MPI_Comm comm = MPI_COMM_WORLD;
   if (r->pipe) { /* each stage writes its parameters (not resumable yet) */
-    snprintf(path + strlen(path) - 3, sizeof path - strlen(path) + 3, ".stage%d.nc", sg_pipe_stage(r->pipe));
+    snprintf(path + strlen(path) - 3, sizeof path - strlen(path) + 3,
+             ".stage%d.nc", sg_pipe_stage(r->pipe));
     comm = sg_mesh_comm(sg_pipe_stage_mesh(r->pipe));
   }
   SG_TRY(sg_parallel_ckpt_arrays(r->plan, 1, &arr, &narr));
@@ -365,12 +419,14 @@ fail:
 }
 
 /* The value of `key` in a config dump ("key = value" lines) into buf. */
-static int config_value(const char *text, const char *key, char *buf, size_t size) {
+static int config_value(const char *text, const char *key, char *buf,
+                        size_t size) {
   size_t kl = strlen(key);
   for (const char *p = text; p && *p;) {
     const char *e = strchr(p, '\n');
     size_t n = e ? (size_t)(e - p) : strlen(p);
-    if (n > kl + 3 && strncmp(p, key, kl) == 0 && strncmp(p + kl, " = ", 3) == 0) {
+    if (n > kl + 3 && strncmp(p, key, kl) == 0 &&
+        strncmp(p + kl, " = ", 3) == 0) {
       size_t vl = n - kl - 3 < size - 1 ? n - kl - 3 : size - 1;
       memcpy(buf, p + kl + 3, vl);
       buf[vl] = '\0';
@@ -384,21 +440,27 @@ static int config_value(const char *text, const char *key, char *buf, size_t siz
 /* The checkpoint must hold the model this run builds: same kind (recorded
  * in the checkpoint's config; checkpoints without one are FNO checkpoints)
  * and the same sizes. Not collective. */
-static sg_status check_ckpt_model(run_t *r, const char *path, const char *config) {
+static sg_status check_ckpt_model(run_t *r, const char *path,
+                                  const char *config) {
   sg_status st = SG_OK;
   const char *kind = sg_kv_str(r->kv, "model");
   char ck[256] = "fno", mine[256];
   if (config) config_value(config, "model", ck, sizeof ck);
   if (strcmp(ck, kind) != 0)
-    SG_RAISE(SG_ERR_CONFIG, "checkpoint %s holds a '%s' model; this run builds '%s' (--model %s to resume it)",
-             path, ck, kind, ck);
-  const char *const *skeys = sg_model_size_keys(r->model); /* the model table's */
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "checkpoint %s holds a '%s' model; this run builds '%s' (--model %s to resume it)",
+        path, ck, kind, ck);
+  const char *const *skeys = sg_model_size_keys(
+      r->model); /* the model table's */
   for (int i = 0; config && skeys && skeys[i]; ++i) {
     if (!config_value(config, skeys[i], ck, sizeof ck)) continue;
     snprintf(mine, sizeof mine, "%s", sg_kv_str(r->kv, skeys[i]));
     if (strcmp(ck, mine) != 0)
-      SG_RAISE(SG_ERR_CONFIG, "checkpoint %s holds a %s model with %s = %s; this run has %s = %s", path, kind,
-               skeys[i], ck, skeys[i], mine);
+      SG_RAISE(
+          SG_ERR_CONFIG,
+          "checkpoint %s holds a %s model with %s = %s; this run has %s = %s",
+          path, kind, skeys[i], ck, skeys[i], mine);
   }
 fail:
   return st;
@@ -413,15 +475,19 @@ static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   SG_TRY(sg_parallel_ckpt_arrays(r->plan, 0, &arr, &narr));
   sg_trace_begin("io");
   st = sg_ckpt_read(MPI_COMM_WORLD, path, 0, arr, &meta);
-  if (st == SG_OK) st = sg_agree(MPI_COMM_WORLD, check_ckpt_model(r, path, meta.config));
+  if (st == SG_OK)
+    st = sg_agree(MPI_COMM_WORLD, check_ckpt_model(r, path, meta.config));
   if (st == SG_OK) st = sg_ckpt_read(MPI_COMM_WORLD, path, narr, arr, NULL);
   sg_trace_end("io");
   SG_TRY(st);
   if (meta.rng_seed != (uint64_t)sg_kv_int(r->kv, "seed"))
-    SG_RAISE(SG_ERR_CONFIG, "checkpoint %s was written with seed %llu, this run has seed %lld", path,
-             (unsigned long long)meta.rng_seed, (long long)sg_kv_int(r->kv, "seed"));
+    SG_RAISE(SG_ERR_CONFIG,
+             "checkpoint %s was written with seed %llu, this run has seed %lld",
+             path, (unsigned long long)meta.rng_seed,
+             (long long)sg_kv_int(r->kv, "seed"));
   *step = meta.step;
-  sg_log_info("resumed from %s: step %lld (written on mesh %s)", path, (long long)meta.step, meta.mesh);
+  sg_log_info("resumed from %s: step %lld (written on mesh %s)", path,
+              (long long)meta.step, meta.mesh);
 fail:
   free(meta.config);
   return st;
@@ -431,14 +497,17 @@ fail:
 static sg_status save_checkpoint(run_t *r, int64_t step) {
   (void)r;
   (void)step;
-  return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
-                      "checkpoints are not supported by this build (io/sg_ckpt.h missing)");
+  return sg_error_set(
+      SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+      "checkpoints are not supported by this build (io/sg_ckpt.h missing)");
 }
 static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   (void)r;
   (void)step;
-  return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
-                      "cannot resume from %s: checkpoints are not supported by this build", path);
+  return sg_error_set(
+      SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+      "cannot resume from %s: checkpoints are not supported by this build",
+      path);
 }
 #endif
 
@@ -453,7 +522,9 @@ static sg_status make_dir(const char *path, int rank) {
       if (c == '/' || c == '\0') {
         *p = '\0';
         if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-          st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "cannot create directory '%s': %s", buf, strerror(errno));
+          st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
+                            "cannot create directory '%s': %s", buf,
+                            strerror(errno));
         *p = c;
         if (c == '\0') break;
       }
@@ -478,10 +549,12 @@ static sg_status stop_check(run_t *r, int64_t done, int64_t first, int saved) {
   if (ck && !saved) SG_TRY(save_checkpoint(r, done));
   if (ck) ckpt_path(r, done, path, sizeof path);
   if (r->rank == 0) {
-    printf("sg-train: stopped by %s after step %lld (exit status %d); %s%s\n", sg_stop_signal_name(sig),
-           (long long)done, sg_stop_exit_code(sig),
-           !ck ? "no checkpoint of this run" : r->pipe ? "per-stage checkpoints (not resumable yet) next to " :
-           "checkpoint written: resume with --resume ", ck ? path : "");
+    printf("sg-train: stopped by %s after step %lld (exit status %d); %s%s\n",
+           sg_stop_signal_name(sig), (long long)done, sg_stop_exit_code(sig),
+           !ck       ? "no checkpoint of this run"
+           : r->pipe ? "per-stage checkpoints (not resumable yet) next to "
+                     : "checkpoint written: resume with --resume ",
+           ck ? path : "");
     fflush(stdout);
   }
   r->stop = sig;
@@ -509,19 +582,26 @@ static sg_status model_config(sg_kv_t kv, sg_model_config *mc) {
     const char *ac = sg_kv_str(kv, "activation_checkpointing");
     char *end = NULL;
     long k = 0;
-    if (strcmp(ac, "none") == 0) mc->act_ckpt_every = 0;
-    else if (strcmp(ac, "blocks") == 0) mc->act_ckpt_every = 1;
-    else if (strncmp(ac, "every:", 6) == 0 && (k = strtol(ac + 6, &end, 10)) >= 1 && k <= 1000000 && end != ac + 6 &&
-             *end == '\0')
+    if (strcmp(ac, "none") == 0)
+      mc->act_ckpt_every = 0;
+    else if (strcmp(ac, "blocks") == 0)
+      mc->act_ckpt_every = 1;
+    else if (strncmp(ac, "every:", 6) == 0 &&
+             (k = strtol(ac + 6, &end, 10)) >= 1 && k <= 1000000 &&
+             end != ac + 6 && *end == '\0')
       mc->act_ckpt_every = (int)k;
     else
-      SG_RAISE(SG_ERR_CONFIG, "activation_checkpointing must be none, blocks or every:K with K >= 1, not '%s'", ac);
+      SG_RAISE(
+          SG_ERR_CONFIG,
+          "activation_checkpointing must be none, blocks or every:K with K >= 1, not '%s'",
+          ac);
   }
   const char *pk[2] = {"pad_y", "pad_x"};
   for (int i = 0; i < 2; ++i)
     if (sg_boundary_parse(sg_kv_str(kv, pk[i]), &mc->pad[i]) != SG_OK)
-      SG_RAISE(SG_ERR_CONFIG, "%s must be periodic, zero, reflect or replicate, not '%s'", pk[i],
-               sg_kv_str(kv, pk[i]));
+      SG_RAISE(SG_ERR_CONFIG,
+               "%s must be periodic, zero, reflect or replicate, not '%s'",
+               pk[i], sg_kv_str(kv, pk[i]));
 fail:
   return st;
 }
@@ -531,24 +611,31 @@ fail:
  * collective. */
 static sg_status check_config(sg_kv_t kv) {
   sg_status st = SG_OK;
-  static const char *const positive[] = {"batch", "width", "history", "lead", "log_every"};
-  static const char *const nonneg[] = {"steps", "epochs", "test_samples", "test_frames", "warmup", "eval_every",
-                                       "rollout", "check_every", "ckpt_every"};
+  static const char *const positive[] = {"batch", "width", "history", "lead",
+                                         "log_every"};
+  static const char *const nonneg[] = {
+      "steps",      "epochs",  "test_samples", "test_frames", "warmup",
+      "eval_every", "rollout", "check_every",  "ckpt_every"};
   for (size_t i = 0; i < sizeof positive / sizeof *positive; ++i)
     if (sg_kv_int(kv, positive[i]) < 1)
-      SG_RAISE(SG_ERR_CONFIG, "%s must be >= 1, not %lld", positive[i], (long long)sg_kv_int(kv, positive[i]));
+      SG_RAISE(SG_ERR_CONFIG, "%s must be >= 1, not %lld", positive[i],
+               (long long)sg_kv_int(kv, positive[i]));
   for (size_t i = 0; i < sizeof nonneg / sizeof *nonneg; ++i)
     if (sg_kv_int(kv, nonneg[i]) < 0)
-      SG_RAISE(SG_ERR_CONFIG, "%s must be >= 0, not %lld", nonneg[i], (long long)sg_kv_int(kv, nonneg[i]));
+      SG_RAISE(SG_ERR_CONFIG, "%s must be >= 0, not %lld", nonneg[i],
+               (long long)sg_kv_int(kv, nonneg[i]));
   if (sg_kv_int(kv, "steps") == 0 && sg_kv_int(kv, "epochs") == 0)
     SG_RAISE(SG_ERR_CONFIG, "nothing to train: steps and epochs are both 0");
-  static const char *const finite_nonneg[] = {"lr", "min_lr", "weight_decay", "clip"};
+  static const char *const finite_nonneg[] = {"lr", "min_lr", "weight_decay",
+                                              "clip"};
   for (size_t i = 0; i < sizeof finite_nonneg / sizeof *finite_nonneg; ++i) {
     const double x = sg_kv_float(kv, finite_nonneg[i]);
     if (!(isfinite(x) && x >= 0.0))
-      SG_RAISE(SG_ERR_CONFIG, "%s must be a finite number >= 0, not %g", finite_nonneg[i], x);
+      SG_RAISE(SG_ERR_CONFIG, "%s must be a finite number >= 0, not %g",
+               finite_nonneg[i], x);
   }
-  if (!(sg_kv_float(kv, "lr") > 0.0)) SG_RAISE(SG_ERR_CONFIG, "lr must be > 0, not %g", sg_kv_float(kv, "lr"));
+  if (!(sg_kv_float(kv, "lr") > 0.0))
+    SG_RAISE(SG_ERR_CONFIG, "lr must be > 0, not %g", sg_kv_float(kv, "lr"));
 fail:
   return st;
 }
@@ -560,8 +647,11 @@ static sg_status check_writable(const char *path, int rank) {
   if (!path || !*path) return SG_OK;
   if (rank == 0) {
     FILE *f = fopen(path, "a");
-    if (!f) st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "cannot write '%s': %s", path, strerror(errno));
-    else fclose(f);
+    if (!f)
+      st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "cannot write '%s': %s",
+                        path, strerror(errno));
+    else
+      fclose(f);
   }
   return sg_agree(MPI_COMM_WORLD, st);
 }
@@ -571,20 +661,26 @@ static sg_status plan_config(sg_kv_t kv, sg_parallel_config *pc) {
   sg_status st = SG_OK;
   *pc = sg_parallel_defaults();
   const int64_t zero = sg_kv_int(kv, "zero");
-  if (zero < 0 || zero > 3) SG_RAISE(SG_ERR_CONFIG, "zero must be 0, 1, 2 or 3, not %lld", (long long)zero);
+  if (zero < 0 || zero > 3)
+    SG_RAISE(SG_ERR_CONFIG, "zero must be 0, 1, 2 or 3, not %lld",
+             (long long)zero);
   pc->zero = (int)zero;
   pc->shard_over_domain = sg_kv_bool(kv, "zero_over_domain");
   pc->deterministic = sg_kv_bool(kv, "deterministic");
   const double mib = sg_kv_float(kv, "bucket_mib");
-  if (!(mib > 0.0 && mib < 1e6)) SG_RAISE(SG_ERR_CONFIG, "bucket_mib must be > 0, not %g", mib);
+  if (!(mib > 0.0 && mib < 1e6))
+    SG_RAISE(SG_ERR_CONFIG, "bucket_mib must be > 0, not %g", mib);
   pc->bucket_bytes = (int64_t)(mib * 1048576.0);
   pc->adamw.weight_decay = sg_kv_float(kv, "weight_decay");
   if (sg_dtype_parse(sg_kv_str(kv, "param_dtype"), &pc->param_dtype) != SG_OK ||
       (pc->param_dtype != SG_DTYPE_F32 && pc->param_dtype != SG_DTYPE_BF16))
-    SG_RAISE(SG_ERR_CONFIG, "param_dtype must be f32 or bf16, not '%s'", sg_kv_str(kv, "param_dtype"));
-  if (sg_dtype_parse(sg_kv_str(kv, "reduce_dtype"), &pc->reduce_dtype) != SG_OK ||
+    SG_RAISE(SG_ERR_CONFIG, "param_dtype must be f32 or bf16, not '%s'",
+             sg_kv_str(kv, "param_dtype"));
+  if (sg_dtype_parse(sg_kv_str(kv, "reduce_dtype"), &pc->reduce_dtype) !=
+          SG_OK ||
       !sg_dtype_is_float(pc->reduce_dtype))
-    SG_RAISE(SG_ERR_CONFIG, "reduce_dtype must be f32, not '%s'", sg_kv_str(kv, "reduce_dtype"));
+    SG_RAISE(SG_ERR_CONFIG, "reduce_dtype must be f32, not '%s'",
+             sg_kv_str(kv, "reduce_dtype"));
 fail:
   return st;
 }
@@ -595,14 +691,20 @@ static sg_status make_plan(run_t *r) {
   sg_status st = SG_OK;
   sg_var **vars = NULL;
   const uint64_t seed = (uint64_t)sg_kv_int(r->kv, "seed");
-  if (r->pipe) return sg_pipe_model_plan(r->pipe, r->model, &r->pcfg, seed, &r->plan); /* the stage's pieces */
+  if (r->pipe)
+    return sg_pipe_model_plan(r->pipe, r->model, &r->pcfg, seed,
+                              &r->plan); /* the stage's pieces */
   const int np = sg_model_params(r->model, &vars);
   sg_param_info *tab = calloc((size_t)np + 1, sizeof *tab);
-  if (!tab) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
-  for (int i = 0; i < np && st == SG_OK; ++i) st = sg_model_param_info(r->model, i, &tab[i]);
+  if (!tab)
+    st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
+  for (int i = 0; i < np && st == SG_OK; ++i)
+    st = sg_model_param_info(r->model, i, &tab[i]);
   SG_TRY(sg_agree(MPI_COMM_WORLD, st));
-  SG_TRY(sg_parallel_create(r->mesh, &r->pcfg, np, tab, sg_model_param_count(r->model), &r->plan));
-  SG_TRY(sg_model_bind(r->model, sg_parallel_params(r->plan), sg_parallel_grads(r->plan)));
+  SG_TRY(sg_parallel_create(r->mesh, &r->pcfg, np, tab,
+                            sg_model_param_count(r->model), &r->plan));
+  SG_TRY(sg_model_bind(r->model, sg_parallel_params(r->plan),
+                       sg_parallel_grads(r->plan)));
   SG_TRY(sg_model_init(r->model, seed));
   SG_TRY(sg_tape_create(&r->tape));
   sg_model_params(r->model, &vars);
@@ -617,17 +719,32 @@ fail:
 static sg_status pp_step_init(run_t *r) {
   sg_status st = SG_OK;
   sg_train_pp_step *S = &r->pps;
-  *S = (sg_train_pp_step){.pipe = r->pipe, .model = r->model, .ds = &r->ds, .dopt = &r->dopt, .train = r->train,
-                          .lbatch = r->lbatch, .cin = r->cin, .cout = r->cout, .gbatch = r->gbatch,
-                          .micro = (int)r->micro, .has_mask = r->ds.has_mask, .loss = r->loss_kind,
-                          .domain = r->domain, .data = r->data, .x = r->xb, .y = r->yb, .mask = r->mb};
+  *S = (sg_train_pp_step){.pipe = r->pipe,
+                          .model = r->model,
+                          .ds = &r->ds,
+                          .dopt = &r->dopt,
+                          .train = r->train,
+                          .lbatch = r->lbatch,
+                          .cin = r->cin,
+                          .cout = r->cout,
+                          .gbatch = r->gbatch,
+                          .micro = (int)r->micro,
+                          .has_mask = r->ds.has_mask,
+                          .loss = r->loss_kind,
+                          .domain = r->domain,
+                          .data = r->data,
+                          .x = r->xb,
+                          .y = r->yb,
+                          .mask = r->mb};
   S->vx = calloc((size_t)r->micro, sizeof *S->vx);
   S->vy = calloc((size_t)r->micro, sizeof *S->vy);
   S->vm = calloc((size_t)r->micro, sizeof *S->vm);
   if (!S->vx || !S->vy || !S->vm) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  sg_log_info("pipeline: %d stages, schedule %s, %lld micro-batches, %d chunk(s) per stage",
-              sg_pipe_nstages(r->pipe), sg_pp_kind_name(sg_pipe_schedule(r->pipe)->kind), (long long)r->micro,
-              sg_pipe_schedule(r->pipe)->v);
+  sg_log_info(
+      "pipeline: %d stages, schedule %s, %lld micro-batches, %d chunk(s) per stage",
+      sg_pipe_nstages(r->pipe),
+      sg_pp_kind_name(sg_pipe_schedule(r->pipe)->kind), (long long)r->micro,
+      sg_pipe_schedule(r->pipe)->v);
 fail:
   return st;
 }
@@ -640,16 +757,20 @@ static sg_status setup(run_t *r) {
   SG_TRY(check_writable(sg_kv_str(kv, "trace"), r->rank));
   char spec[128];
   const char *m = sg_kv_str(kv, "mesh");
-  if (*m) snprintf(spec, sizeof spec, "%s", m);
-  else snprintf(spec, sizeof spec, "h=%d", r->size);
+  if (*m)
+    snprintf(spec, sizeof spec, "%s", m);
+  else
+    snprintf(spec, sizeof spec, "h=%d", r->size);
   SG_TRY(sg_mesh_create(MPI_COMM_WORLD, spec, &r->mesh));
   SG_TRY(sg_agree(MPI_COMM_WORLD, sg_train_pp_check(kv, r->mesh)));
   r->smesh = r->mesh;
-  if (sg_train_pp_on(r->mesh)) SG_TRY(sg_pipe_stage_mesh_create(r->mesh, &r->smesh));
+  if (sg_train_pp_on(r->mesh))
+    SG_TRY(sg_pipe_stage_mesh_create(r->mesh, &r->smesh));
   { /* one OpenMP thread per core of the node, shared by its ranks */
     int nth = 1, on_node = 1;
     SG_TRY(sg_threads_auto(MPI_COMM_WORLD, &nth, &on_node));
-    sg_log_info("%d rank(s) on this node, %d OpenMP thread(s) per rank", on_node, nth);
+    sg_log_info("%d rank(s) on this node, %d OpenMP thread(s) per rank",
+                on_node, nth);
   }
   /* activation blocks are freed and reallocated every step: keep them */
   if (sg_host_keep_memory() != SG_OK) sg_log_info("%s", sg_last_error());
@@ -664,20 +785,29 @@ static sg_status setup(run_t *r) {
   sg_model_config mc;
   SG_TRY(model_config(kv, &mc));
   const char *lk = sg_kv_str(kv, "loss");
-  if (strcmp(lk, "rel_l2") == 0) r->loss_kind = SG_LOSS_REL_L2;
-  else if (strcmp(lk, "mse") == 0) r->loss_kind = SG_LOSS_MSE;
-  else SG_RAISE(SG_ERR_CONFIG, "--loss must be rel_l2 or mse, not '%s'", lk);
+  if (strcmp(lk, "rel_l2") == 0)
+    r->loss_kind = SG_LOSS_REL_L2;
+  else if (strcmp(lk, "mse") == 0)
+    r->loss_kind = SG_LOSS_MSE;
+  else
+    SG_RAISE(SG_ERR_CONFIG, "--loss must be rel_l2 or mse, not '%s'", lk);
   r->gbatch = sg_kv_int(kv, "batch");
   if (r->gbatch < 1 || r->gbatch % r->ndp)
-    SG_RAISE(SG_ERR_CONFIG, "global batch %lld is not divisible by the %d data-parallel ranks (dp x fsdp)",
-             (long long)r->gbatch, r->ndp);
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "global batch %lld is not divisible by the %d data-parallel ranks (dp x fsdp)",
+        (long long)r->gbatch, r->ndp);
   const int pp = sg_train_pp_on(r->mesh);
   r->micro = sg_kv_int(kv, pp ? "microbatches" : "grad_accum");
   if (r->micro < 1 || (r->gbatch / r->ndp) % r->micro)
-    SG_RAISE(SG_ERR_CONFIG, "%s = %lld must be >= 1 and divide the %lld samples per data rank (batch %lld "
-             "over %d data-parallel ranks)", pp ? "microbatches" : "grad_accum", (long long)r->micro, (long long)(r->gbatch / r->ndp),
-             (long long)r->gbatch, r->ndp);
-  r->lbatch = r->gbatch / r->ndp / r->micro; /* the model's batch: one micro-batch */
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "%s = %lld must be >= 1 and divide the %lld samples per data rank (batch %lld "
+        "over %d data-parallel ranks)",
+        pp ? "microbatches" : "grad_accum", (long long)r->micro,
+        (long long)(r->gbatch / r->ndp), (long long)r->gbatch, r->ndp);
+  r->lbatch = r->gbatch / r->ndp /
+              r->micro; /* the model's batch: one micro-batch */
   r->ebatch = r->lbatch * r->ndp;
   r->deterministic = sg_kv_bool(kv, "deterministic");
   sg_comm_set_deterministic(r->deterministic);
@@ -693,7 +823,8 @@ static sg_status setup(run_t *r) {
   r->dopt.test_frames = sg_kv_int(kv, "test_frames");
   r->dopt.reject_nonfinite = sg_kv_bool(kv, "reject_nonfinite");
   if (!*r->dopt.path) SG_RAISE(SG_ERR_CONFIG, "no dataset given (--data FILE)");
-  if (r->dopt.history < 1 || r->dopt.lead < 1) SG_RAISE(SG_ERR_CONFIG, "history and lead must be >= 1");
+  if (r->dopt.history < 1 || r->dopt.lead < 1)
+    SG_RAISE(SG_ERR_CONFIG, "history and lead must be >= 1");
   int64_t ny = 0, nx = 0;
   int nv = 0;
   double t_io = sg_wtime();
@@ -702,50 +833,67 @@ static sg_status setup(run_t *r) {
   mc.cout = nv;
   r->cin = mc.cin;
   r->cout = mc.cout;
-  SG_TRY(sg_agree(MPI_COMM_WORLD, sg_model_create(r->smesh, &mc, ny, nx, r->lbatch, &r->model)));
-  if (pp) SG_TRY(sg_train_pp_create(kv, r->mesh, r->smesh, r->model, sg_kv_str(kv, "model"), &r->pipe));
+  SG_TRY(sg_agree(MPI_COMM_WORLD, sg_model_create(r->smesh, &mc, ny, nx,
+                                                  r->lbatch, &r->model)));
+  if (pp)
+    SG_TRY(sg_train_pp_create(kv, r->mesh, r->smesh, r->model,
+                              sg_kv_str(kv, "model"), &r->pipe));
   int64_t y0, lny, x0, lnx;
   sg_model_box(r->model, &y0, &lny, &x0, &lnx);
   sg_trace_begin("io");
   SG_TRY(sg_dataset_load(&r->dopt, y0, lny, x0, lnx, r->domain, &r->ds));
   sg_trace_end("io");
-  SG_TRY(sg_dataset_examples(&r->ds, &r->dopt, &r->train, &r->ntrain, &r->test, &r->ntest));
+  SG_TRY(sg_dataset_examples(&r->ds, &r->dopt, &r->train, &r->ntrain, &r->test,
+                             &r->ntest));
   if (r->micro > 1 && r->loss_kind == SG_LOSS_MSE && r->ds.has_mask)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "grad_accum > 1 with loss = mse on masked data is not supported (the mean's "
-             "denominator differs between micro-batches): use loss = rel_l2 or grad_accum = 1");
+    SG_RAISE(
+        SG_ERR_NOT_SUPPORTED,
+        "grad_accum > 1 with loss = mse on masked data is not supported (the mean's "
+        "denominator differs between micro-batches): use loss = rel_l2 or grad_accum = 1");
   if (r->ntrain < r->gbatch)
-    SG_RAISE(SG_ERR_CONFIG, "only %lld training examples for a global batch of %lld", (long long)r->ntrain,
-             (long long)r->gbatch);
-  sg_log_info("data %s: %lld series x %lld frames of %lldx%lld, %d var(s); %lld train / %lld test examples "
-              "(loaded in %.2f s)",
-              r->dopt.path, (long long)r->ds.nseries, (long long)r->ds.nframes, (long long)ny, (long long)nx, nv,
-              (long long)r->ntrain, (long long)r->ntest, sg_wtime() - t_io);
+    SG_RAISE(SG_ERR_CONFIG,
+             "only %lld training examples for a global batch of %lld",
+             (long long)r->ntrain, (long long)r->gbatch);
+  sg_log_info(
+      "data %s: %lld series x %lld frames of %lldx%lld, %d var(s); %lld train / %lld test examples "
+      "(loaded in %.2f s)",
+      r->dopt.path, (long long)r->ds.nseries, (long long)r->ds.nframes,
+      (long long)ny, (long long)nx, nv, (long long)r->ntrain,
+      (long long)r->ntest, sg_wtime() - t_io);
 
   /* parameters, gradients and optimizer state: the plan's flat buffers */
   SG_TRY(make_plan(r));
-  const int64_t plane = lny * lnx, nbuf = r->pipe ? r->micro : 1; /* a pipeline holds every micro-batch */
-  r->xb = malloc((size_t)(nbuf * r->lbatch * r->cin * plane + 1) * sizeof *r->xb);
-  r->yb = malloc((size_t)(nbuf * r->lbatch * r->cout * plane + 1) * sizeof *r->yb);
-  r->mb = malloc((size_t)(nbuf * r->lbatch * r->cout * plane + 1) * sizeof *r->mb);
+  const int64_t plane = lny * lnx,
+                nbuf = r->pipe ? r->micro
+                               : 1; /* a pipeline holds every micro-batch */
+  r->xb = malloc((size_t)(nbuf * r->lbatch * r->cin * plane + 1) *
+                 sizeof *r->xb);
+  r->yb = malloc((size_t)(nbuf * r->lbatch * r->cout * plane + 1) *
+                 sizeof *r->yb);
+  r->mb = malloc((size_t)(nbuf * r->lbatch * r->cout * plane + 1) *
+                 sizeof *r->mb);
   if (!r->xb || !r->yb || !r->mb) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   if (r->pipe) SG_TRY(pp_step_init(r));
   char desc[256];
   sg_model_describe(r->model, desc, sizeof desc);
   char pdesc[256];
   sg_parallel_describe(r->plan, pdesc, sizeof pdesc);
-  sg_log_info("model %s; mesh %s (%d data replicas), global batch %lld in %lld micro-batch(es); plan: %s", desc,
-              spec, r->ndp, (long long)r->gbatch, (long long)r->micro, pdesc);
+  sg_log_info(
+      "model %s; mesh %s (%d data replicas), global batch %lld in %lld micro-batch(es); plan: %s",
+      desc, spec, r->ndp, (long long)r->gbatch, (long long)r->micro, pdesc);
 fail:
   return st;
 }
 
 /* Forward and backward of one micro-batch k: the examples perm[0..lbatch)
  * of the training set; *lval accumulates the loss. Collective. */
-static sg_status micro_step(run_t *r, const int64_t *perm, sg_example *ex, int k, double *lval) {
+static sg_status micro_step(run_t *r, const int64_t *perm, sg_example *ex,
+                            int k, double *lval) {
   sg_status st = SG_OK;
   for (int64_t j = 0; j < r->lbatch; ++j) ex[j] = r->train[perm[j]];
   sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, r->yb, r->mb);
-  int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx}, ys[4] = {r->lbatch, r->cout, r->ds.ny, r->ds.nx};
+  int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx},
+          ys[4] = {r->lbatch, r->cout, r->ds.ny, r->ds.nx};
   sg_var x, y, mk, *pred = NULL, *loss = NULL;
   memset(&x, 0, sizeof x);
   memset(&y, 0, sizeof y);
@@ -761,7 +909,9 @@ static sg_status micro_step(run_t *r, const int64_t *perm, sg_example *ex, int k
   /* rel_l2 sums over samples / global batch: micro-batch losses add up;
    * mse is a mean over each micro-batch's elements: 1/micro of each */
   sg_dist_loss_ctx lc = {r->domain, r->data, r->gbatch};
-  if (st == SG_OK) st = sg_ag_dist_loss(r->tape, r->loss_kind, pred, &y, r->ds.has_mask ? &mk : NULL, &lc, &loss);
+  if (st == SG_OK)
+    st = sg_ag_dist_loss(r->tape, r->loss_kind, pred, &y,
+                         r->ds.has_mask ? &mk : NULL, &lc, &loss);
   double lv = st == SG_OK ? sg_dist_loss_value(loss) : 0.0;
   if (st == SG_OK && r->loss_kind == SG_LOSS_MSE && r->micro > 1) {
     st = sg_ag_scale(r->tape, 1.0 / (double)r->micro, loss, &loss);
@@ -790,25 +940,36 @@ static sg_status train(run_t *r) {
   const int64_t spe = r->ntrain / r->gbatch; /* steps per epoch (drop last) */
   int64_t steps = sg_kv_int(kv, "steps");
   if (sg_kv_int(kv, "epochs") > 0) steps = sg_kv_int(kv, "epochs") * spe;
-  sg_lr_config lr = {SG_LR_CONSTANT, sg_kv_float(kv, "lr"), sg_kv_float(kv, "min_lr"), sg_kv_int(kv, "warmup"),
-                     steps, sg_kv_int(kv, "step_size"), sg_kv_float(kv, "gamma")};
+  sg_lr_config lr = {SG_LR_CONSTANT,
+                     sg_kv_float(kv, "lr"),
+                     sg_kv_float(kv, "min_lr"),
+                     sg_kv_int(kv, "warmup"),
+                     steps,
+                     sg_kv_int(kv, "step_size"),
+                     sg_kv_float(kv, "gamma")};
   SG_TRY(sg_lr_schedule_parse(sg_kv_str(kv, "schedule"), &lr.kind));
   const double clip = sg_kv_float(kv, "clip");
-  const int64_t eval_every = sg_kv_int(kv, "eval_every"), check_every = sg_kv_int(kv, "check_every");
-  const int64_t log_every = sg_kv_int(kv, "log_every") > 0 ? sg_kv_int(kv, "log_every") : 1;
+  const int64_t eval_every = sg_kv_int(kv, "eval_every"),
+                check_every = sg_kv_int(kv, "check_every");
+  const int64_t log_every = sg_kv_int(kv, "log_every") > 0
+                                ? sg_kv_int(kv, "log_every")
+                                : 1;
   perm = malloc((size_t)r->ntrain * sizeof *perm);
   ex = malloc((size_t)r->lbatch * sizeof *ex);
   if (!perm || !ex) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   int64_t epoch = -1, first = 1;
-  const char *resume = sg_kv_str(kv, "resume"), *ckdir = sg_kv_str(kv, "ckpt_dir");
+  const char *resume = sg_kv_str(kv, "resume"),
+             *ckdir = sg_kv_str(kv, "ckpt_dir");
   const int64_t ckpt_every = sg_kv_int(kv, "ckpt_every");
   if (*ckdir) SG_TRY(make_dir(ckdir, r->rank));
   if (*resume) {
     int64_t done = 0;
     SG_TRY(load_checkpoint(r, resume, &done));
     if (done >= steps)
-      SG_RAISE(SG_ERR_CONFIG, "checkpoint %s is at step %lld: nothing left of %lld steps (raise --steps to go on)",
-               resume, (long long)done, (long long)steps);
+      SG_RAISE(
+          SG_ERR_CONFIG,
+          "checkpoint %s is at step %lld: nothing left of %lld steps (raise --steps to go on)",
+          resume, (long long)done, (long long)steps);
     first = done + 1;
   }
   double t_start = sg_wtime(), t_coll = 0.0;
@@ -817,7 +978,8 @@ static sg_status train(run_t *r) {
   SG_TRY(sg_mem_reset_peak(sg_device_host()));
   SG_TRY(stop_check(r, first - 1, first, 0)); /* signalled while setting up */
   for (int64_t step = first; step <= steps && !r->stop; ++step) {
-    double t0 = sg_wtime(), halo0 = sg_timer_total("halo"), io0 = sg_timer_total("io");
+    double t0 = sg_wtime(), halo0 = sg_timer_total("halo"),
+           io0 = sg_timer_total("io");
     int64_t e = (step - 1) / spe, pos = (step - 1) % spe;
     if (e != epoch) {
       epoch = e;
@@ -825,18 +987,21 @@ static sg_status train(run_t *r) {
     }
     const double tr0 = sg_model_collective_seconds(r->model);
     double lval = 0.0;
-    const int64_t *mine = perm + pos * r->gbatch + r->cdp * r->lbatch * r->micro; /* this data rank's */
+    const int64_t *mine = perm + pos * r->gbatch +
+                          r->cdp * r->lbatch * r->micro; /* this data rank's */
     if (r->pipe) {
       r->pps.perm = mine;
       SG_TRY(sg_train_pp_run(&r->pps, &lval));
     } else {
-      for (int64_t k = 0; k < r->micro; ++k) /* micro-batches: gradients accumulate */
+      for (int64_t k = 0; k < r->micro;
+           ++k) /* micro-batches: gradients accumulate */
         SG_TRY(micro_step(r, mine + k * r->lbatch, ex, (int)k, &lval));
     }
     double tc = sg_wtime();
     sg_trace_begin("collectives");
     double gnorm = 0.0;
-    st = r->pipe ? sg_pipe_reduce(r->pipe, &gnorm) : sg_parallel_reduce(r->plan, &gnorm);
+    st = r->pipe ? sg_pipe_reduce(r->pipe, &gnorm)
+                 : sg_parallel_reduce(r->plan, &gnorm);
     sg_trace_end("collectives");
     SG_TRY(st);
     double tcoll = sg_wtime() - tc;
@@ -849,24 +1014,33 @@ static sg_status train(run_t *r) {
     double dt = sg_wtime() - t0;
     double coll = tcoll + (tr1 - tr0), halo = sg_timer_total("halo") - halo0;
     t_coll += coll;
-    if (!isfinite(lval)) SG_RAISE(SG_ERR_INTERNAL, "loss is %g at step %lld: diverged (lower --lr?)", lval, (long long)step);
+    if (!isfinite(lval))
+      SG_RAISE(SG_ERR_INTERNAL,
+               "loss is %g at step %lld: diverged (lower --lr?)", lval,
+               (long long)step);
     double sps = (double)r->gbatch / dt;
     if (r->rank == 0 && (step % log_every == 0 || step == 1 || step == steps)) {
-      double el = sg_wtime() - t_start, eta = el / (double)(step - first + 1) * (double)(steps - step);
-      printf("step %5lld/%lld  loss %.6e  lr %.3e  |g| %.3e  %7.1f samples/s  compute %.3f s  halo %.3f s  "
-             "collectives %.3f s  io %.3f s  eta %.0f s\n",
-             (long long)step, (long long)steps, lval, lr_t, gnorm, sps, dt - coll - halo, halo, coll,
-             sg_timer_total("io") - io0, eta);
+      double el = sg_wtime() - t_start,
+             eta = el / (double)(step - first + 1) * (double)(steps - step);
+      printf(
+          "step %5lld/%lld  loss %.6e  lr %.3e  |g| %.3e  %7.1f samples/s  compute %.3f s  halo %.3f s  "
+          "collectives %.3f s  io %.3f s  eta %.0f s\n",
+          (long long)step, (long long)steps, lval, lr_t, gnorm, sps,
+          dt - coll - halo, halo, coll, sg_timer_total("io") - io0, eta);
       fflush(stdout);
     }
     {
-      static const char *const mk[] = {"loss", "lr", "grad_norm", "samples_per_s", "time_compute", "time_halo",
-                                        "time_collectives"};
-      const double mv[] = {lval, lr_t, gnorm, sps, dt - coll - halo, halo, coll};
+      static const char *const mk[] = {
+          "loss",         "lr",        "grad_norm",       "samples_per_s",
+          "time_compute", "time_halo", "time_collectives"};
+      const double mv[] = {lval, lr_t, gnorm, sps, dt - coll - halo,
+                           halo, coll};
       metrics_line(r, step, 7, mk, mv);
     }
-    if (check_every > 0 && step % check_every == 0) SG_TRY(sg_parallel_check_replicas(r->plan, step));
-    const int saved = *ckdir && ((ckpt_every > 0 && step % ckpt_every == 0) || step == steps);
+    if (check_every > 0 && step % check_every == 0)
+      SG_TRY(sg_parallel_check_replicas(r->plan, step));
+    const int saved = *ckdir && ((ckpt_every > 0 && step % ckpt_every == 0) ||
+                                 step == steps);
     if (saved) SG_TRY(save_checkpoint(r, step));
     if (eval_every > 0 && step % eval_every == 0 && step != steps) {
       double rel = 0;
@@ -878,7 +1052,8 @@ static sg_status train(run_t *r) {
     SG_TRY(stop_check(r, step, first, saved));
   }
   if (r->stop) goto fail; /* stopped cleanly: no final evaluation */
-  SG_TRY(sg_stop_uninstall()); /* a signal during the evaluation ends the run as usual */
+  SG_TRY(
+      sg_stop_uninstall()); /* a signal during the evaluation ends the run as usual */
   /* peak accounted memory per rank during training: all of it, and the
    * part above what was held before the first step (parameters, gradients,
    * optimizer state): activations and workspace */
@@ -886,22 +1061,26 @@ static sg_status train(run_t *r) {
   SG_TRY(sg_mem_get_info(sg_device_host(), &mem1));
   double pk[2] = {(double)mem1.peak_bytes / 1048576.0,
                   (double)(mem1.peak_bytes - mem0.current_bytes) / 1048576.0};
-  SG_MPI(MPI_Allreduce(MPI_IN_PLACE, pk, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-  sg_log_info("peak memory per rank (max over ranks): %.1f MiB, of which %.1f MiB activations and workspace",
-              pk[0], pk[1]);
+  SG_MPI(
+      MPI_Allreduce(MPI_IN_PLACE, pk, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  sg_log_info(
+      "peak memory per rank (max over ranks): %.1f MiB, of which %.1f MiB activations and workspace",
+      pk[0], pk[1]);
   static const char *const pkk[] = {"peak_mem_mib", "peak_work_mib"};
   metrics_line(r, steps, 2, pkk, pk);
   if (r->pipe) { /* the evaluation does not run through the pipeline yet */
     if (r->rank == 0)
-      printf("trained %lld steps in %.1f s (%.1f s in collectives); pp: no test evaluation yet\n", (long long)steps,
-             sg_wtime() - t_start, t_coll);
+      printf(
+          "trained %lld steps in %.1f s (%.1f s in collectives); pp: no test evaluation yet\n",
+          (long long)steps, sg_wtime() - t_start, t_coll);
     goto fail;
   }
   double rel = 0;
   SG_TRY(evaluate(r, sg_kv_str(kv, "predict"), &rel));
   if (r->rank == 0)
-    printf("test relative L2 %.5f after %lld steps (%.1f s; %.1f s in collectives)\n", rel, (long long)steps,
-           sg_wtime() - t_start, t_coll);
+    printf(
+        "test relative L2 %.5f after %lld steps (%.1f s; %.1f s in collectives)\n",
+        rel, (long long)steps, sg_wtime() - t_start, t_coll);
   static const char *const fk[] = {"eval_rel_l2"};
   metrics_line(r, steps, 1, fk, &rel);
   const int64_t nroll = sg_kv_int(kv, "rollout");
@@ -915,7 +1094,8 @@ static sg_status train(run_t *r) {
       printf("\n");
     }
     if (r->metrics) {
-      fprintf(r->metrics, "{\"step\": %lld, \"rollout_rel_l2\": [", (long long)steps);
+      fprintf(r->metrics, "{\"step\": %lld, \"rollout_rel_l2\": [",
+              (long long)steps);
       for (int64_t k = 0; k < nroll; ++k) {
         fputs(k ? ", " : "", r->metrics);
         json_num(r->metrics, roll[k]);
@@ -956,12 +1136,15 @@ int main(int argc, char **argv) {
   memset(&r, 0, sizeof r);
   MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &r.size);
-  sg_status st = sg_stop_install(); /* SIGTERM, SIGINT: stop at the next step boundary */
+  sg_status st =
+      sg_stop_install(); /* SIGTERM, SIGINT: stop at the next step boundary */
   if (st == SG_OK) st = sg_kv_create(keys, NKEYS, &r.kv);
   for (int i = 1; i < argc; ++i)
-    if (st == SG_OK && (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)) {
+    if (st == SG_OK &&
+        (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)) {
       if (r.rank == 0) {
-        printf("usage: mpiexec -n N sg-train [--config FILE] [--key value ...]\n\n");
+        printf(
+            "usage: mpiexec -n N sg-train [--config FILE] [--key value ...]\n\n");
         sg_kv_print_help(r.kv, stdout);
       }
       sg_kv_destroy(&r.kv);
@@ -971,8 +1154,12 @@ int main(int argc, char **argv) {
   if (st == SG_OK) st = sg_kv_parse_args(r.kv, argc, argv, 1, NULL);
   if (st == SG_OK) {
     int lvl = sg_log_parse_level(sg_kv_str(r.kv, "log_level"));
-    if (lvl < 0) st = sg_error_set(SG_ERR_CONFIG, __FILE__, __LINE__, "unknown --log-level '%s'", sg_kv_str(r.kv, "log_level"));
-    else sg_log_set_level(lvl);
+    if (lvl < 0)
+      st = sg_error_set(SG_ERR_CONFIG, __FILE__, __LINE__,
+                        "unknown --log-level '%s'",
+                        sg_kv_str(r.kv, "log_level"));
+    else
+      sg_log_set_level(lvl);
   }
   st = sg_agree(MPI_COMM_WORLD, st);
   if (st == SG_OK) {
@@ -983,7 +1170,9 @@ int main(int argc, char **argv) {
   }
   if (st == SG_OK && r.rank == 0 && *sg_kv_str(r.kv, "metrics")) {
     r.metrics = fopen(sg_kv_str(r.kv, "metrics"), "w");
-    if (!r.metrics) st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "cannot write '%s'", sg_kv_str(r.kv, "metrics"));
+    if (!r.metrics)
+      st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "cannot write '%s'",
+                        sg_kv_str(r.kv, "metrics"));
   }
   st = sg_agree(MPI_COMM_WORLD, st);
   if (st == SG_OK) {
@@ -993,7 +1182,8 @@ int main(int argc, char **argv) {
   /* after a timeout no collective can complete, the clean-up's neither (the
    * FFT's MPI_Win_free would wait for the rank that never came): abort */
   if (sg_timed_out()) sg_die("sg-train", st, 1);
-  if (st == SG_OK && *sg_kv_str(r.kv, "trace")) st = sg_trace_write(sg_kv_str(r.kv, "trace"), MPI_COMM_WORLD);
+  if (st == SG_OK && *sg_kv_str(r.kv, "trace"))
+    st = sg_trace_write(sg_kv_str(r.kv, "trace"), MPI_COMM_WORLD);
   cleanup(&r);
   sg_kv_destroy(&r.kv);
   if (st != SG_OK) {

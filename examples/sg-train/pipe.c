@@ -23,29 +23,42 @@ sg_status sg_train_pp_check(sg_kv_t kv, sg_mesh_t mesh) {
   sg_pp_kind kind;
   SG_TRY(sg_pp_kind_parse(sg_kv_str(kv, "pp_schedule"), &kind));
   if (sg_kv_int(kv, "microbatches") < 1)
-    SG_RAISE(SG_ERR_CONFIG, "microbatches must be >= 1, not %lld", (long long)sg_kv_int(kv, "microbatches"));
+    SG_RAISE(SG_ERR_CONFIG, "microbatches must be >= 1, not %lld",
+             (long long)sg_kv_int(kv, "microbatches"));
   if (sg_kv_int(kv, "pp_virtual") < 0)
-    SG_RAISE(SG_ERR_CONFIG, "pp_virtual must be >= 1 (0: the schedule's default), not %lld",
+    SG_RAISE(SG_ERR_CONFIG,
+             "pp_virtual must be >= 1 (0: the schedule's default), not %lld",
              (long long)sg_kv_int(kv, "pp_virtual"));
   if (!sg_train_pp_on(mesh)) {
     if (sg_kv_int(kv, "microbatches") > 1)
-      SG_RAISE(SG_ERR_CONFIG, "microbatches = %lld needs a 'pp' mesh dim (without a pipeline use grad_accum)",
-               (long long)sg_kv_int(kv, "microbatches"));
+      SG_RAISE(
+          SG_ERR_CONFIG,
+          "microbatches = %lld needs a 'pp' mesh dim (without a pipeline use grad_accum)",
+          (long long)sg_kv_int(kv, "microbatches"));
     return SG_OK;
   }
-  static const struct { const char *key, *why; } refused[] = {
-      {"resume", "resume: checkpoints of a pipeline are written per stage and cannot be read back yet"},
-      {"predict", "predict: the evaluation does not run through the pipeline yet"},
+  static const struct {
+    const char *key, *why;
+  } refused[] = {
+      {"resume",
+       "resume: checkpoints of a pipeline are written per stage and cannot be read back yet"},
+      {"predict",
+       "predict: the evaluation does not run through the pipeline yet"},
   };
   for (size_t i = 0; i < sizeof refused / sizeof *refused; ++i)
     if (*sg_kv_str(kv, refused[i].key))
-      SG_RAISE(SG_ERR_NOT_SUPPORTED, "pp does not combine with %s", refused[i].why);
+      SG_RAISE(SG_ERR_NOT_SUPPORTED, "pp does not combine with %s",
+               refused[i].why);
   if (sg_kv_int(kv, "eval_every") > 0 || sg_kv_int(kv, "rollout") > 0)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "pp does not combine with eval_every or rollout: the evaluation does not run "
-             "through the pipeline yet");
+    SG_RAISE(
+        SG_ERR_NOT_SUPPORTED,
+        "pp does not combine with eval_every or rollout: the evaluation does not run "
+        "through the pipeline yet");
   if (sg_kv_int(kv, "grad_accum") != 1)
-    SG_RAISE(SG_ERR_CONFIG, "grad_accum = %lld with pp: the pipeline's micro-batches are set by microbatches",
-             (long long)sg_kv_int(kv, "grad_accum"));
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "grad_accum = %lld with pp: the pipeline's micro-batches are set by microbatches",
+        (long long)sg_kv_int(kv, "grad_accum"));
 fail:
   return st;
 }
@@ -61,33 +74,46 @@ static sg_status parse_split(const char *s, int n, int *split, int *use) {
     char *end = NULL;
     long v = strtol(p, &end, 10);
     if (end == p || (*end && *end != ',') || v < 0 || v > 1000000)
-      SG_RAISE(SG_ERR_CONFIG, "pp_split must be auto or a list of block indices i,j,..., not '%s'", s);
+      SG_RAISE(
+          SG_ERR_CONFIG,
+          "pp_split must be auto or a list of block indices i,j,..., not '%s'",
+          s);
     if (k < n) split[k] = (int)v;
     ++k;
     p = *end ? end + 1 : end;
-    if (*end && !*p) SG_RAISE(SG_ERR_CONFIG, "pp_split '%s' ends with a comma", s);
+    if (*end && !*p)
+      SG_RAISE(SG_ERR_CONFIG, "pp_split '%s' ends with a comma", s);
   }
   if (k != n)
-    SG_RAISE(SG_ERR_CONFIG, "pp_split '%s' lists %d split point(s); %d pieces (pp x pp_virtual) need %d", s, k,
-             n + 1, n);
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "pp_split '%s' lists %d split point(s); %d pieces (pp x pp_virtual) need %d",
+        s, k, n + 1, n);
 fail:
   return st;
 }
 
-sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh, sg_model_t model,
-                             const char *model_name, sg_pipe_t *pipe) {
+sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh,
+                             sg_model_t model, const char *model_name,
+                             sg_pipe_t *pipe) {
   sg_status st = SG_OK;
   int *split = NULL, use = 0;
-  sg_pipe_config cfg = {.m = (int)sg_kv_int(kv, "microbatches"), .v = (int)sg_kv_int(kv, "pp_virtual"),
-                        .nblocks = sg_model_nblocks(model), .stage_mesh = stage_mesh};
+  sg_pipe_config cfg = {.m = (int)sg_kv_int(kv, "microbatches"),
+                        .v = (int)sg_kv_int(kv, "pp_virtual"),
+                        .nblocks = sg_model_nblocks(model),
+                        .stage_mesh = stage_mesh};
   /* every check before the create reads the config only: the same verdict
    * on every rank, so either all ranks reach the (collective) create or
    * none does */
   if (cfg.nblocks <= 0)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "model %s has no pipeline pieces yet (pp runs the cnn)", model_name);
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "model %s has no pipeline pieces yet (pp runs the cnn)",
+             model_name);
   SG_TRY(sg_pp_kind_parse(sg_kv_str(kv, "pp_schedule"), &cfg.kind));
   const int p = sg_mesh_dim_size(mesh, sg_mesh_find_dim(mesh, "pp"));
-  const int nv = p * (cfg.v > 0 ? cfg.v : cfg.kind == SG_PP_INTERLEAVED ? 2 : 1);
+  const int nv = p * (cfg.v > 0                       ? cfg.v
+                      : cfg.kind == SG_PP_INTERLEAVED ? 2
+                                                      : 1);
   split = calloc((size_t)nv, sizeof *split);
   if (!split) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   SG_TRY(parse_split(sg_kv_str(kv, "pp_split"), nv - 1, split, &use));
@@ -102,13 +128,17 @@ fail:
 static sg_status pp_fill(sg_train_pp_step *S, int mb) {
   sg_status st = SG_OK;
   const int64_t plane = S->ds->ny * S->ds->nx, n = S->lbatch;
-  float *x = S->x + mb * n * S->cin * plane, *y = S->y + mb * n * S->cout * plane,
+  float *x = S->x + mb * n * S->cin * plane,
+        *y = S->y + mb * n * S->cout * plane,
         *m = S->mask + mb * n * S->cout * plane;
   sg_example ex[256];
-  if (n > 256) SG_RAISE(SG_ERR_NOT_SUPPORTED, "pp supports a micro-batch of at most 256 samples per rank");
+  if (n > 256)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "pp supports a micro-batch of at most 256 samples per rank");
   for (int64_t j = 0; j < n; ++j) ex[j] = S->train[S->perm[mb * n + j]];
   sg_dataset_fill(S->ds, S->dopt, ex, n, x, y, m);
-  const int64_t xs[4] = {n, S->cin, S->ds->ny, S->ds->nx}, ys[4] = {n, S->cout, S->ds->ny, S->ds->nx};
+  const int64_t xs[4] = {n, S->cin, S->ds->ny, S->ds->nx},
+                ys[4] = {n, S->cout, S->ds->ny, S->ds->nx};
   SG_TRY(sg_var_init(&S->vx[mb], "x", SG_DTYPE_F32, 4, xs, x, 0));
   SG_TRY(sg_var_init(&S->vy[mb], "y", SG_DTYPE_F32, 4, ys, y, 0));
   SG_TRY(sg_var_init(&S->vm[mb], "mask", SG_DTYPE_F32, 4, ys, m, 0));
@@ -119,7 +149,8 @@ fail:
 /* The stage's forward (sg_pipe_forward_fn): its pieces of `chunk`; the
  * micro-batch's input on the first piece, its loss (as micro_step in
  * main.c computes it) after the last. */
-static sg_status pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk, sg_var *in, sg_var **out) {
+static sg_status pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
+                            sg_var *in, sg_var **out) {
   sg_status st = SG_OK;
   sg_train_pp_step *S = ctx;
   int first, count;
@@ -132,8 +163,10 @@ static sg_status pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk, sg_var
     SG_TRY(sg_model_mark(S->model, &S->vy[mb]));
     if (S->has_mask) SG_TRY(sg_model_mark(S->model, &S->vm[mb]));
     const sg_dist_loss_ctx lc = {S->domain, S->data, S->gbatch};
-    SG_TRY(sg_ag_dist_loss(tape, S->loss, x, &S->vy[mb], S->has_mask ? &S->vm[mb] : NULL, &lc, &x));
-    if (S->loss == SG_LOSS_MSE && S->micro > 1) SG_TRY(sg_ag_scale(tape, 1.0 / (double)S->micro, x, &x));
+    SG_TRY(sg_ag_dist_loss(tape, S->loss, x, &S->vy[mb],
+                           S->has_mask ? &S->vm[mb] : NULL, &lc, &x));
+    if (S->loss == SG_LOSS_MSE && S->micro > 1)
+      SG_TRY(sg_ag_scale(tape, 1.0 / (double)S->micro, x, &x));
   }
   *out = x;
 fail:

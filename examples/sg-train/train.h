@@ -35,13 +35,13 @@ typedef struct sg_example {
 
 typedef struct sg_data_opts {
   const char *path;
-  const char *vars;      /* comma-separated */
-  const char *dim_map;   /* "FROM=to,..." */
-  const char *backend;   /* auto | pnetcdf | netcdf4 | serial */
+  const char *vars;    /* comma-separated */
+  const char *dim_map; /* "FROM=to,..." */
+  const char *backend; /* auto | pnetcdf | netcdf4 | serial */
   int64_t history, lead;
-  int64_t test_samples;  /* NS: last samples held out */
-  int64_t test_frames;   /* climate: last frames held out (targets) */
-  int split_h, split_w;  /* mesh dims splitting y and x (-1: none) */
+  int64_t test_samples; /* NS: last samples held out */
+  int64_t test_frames;  /* climate: last frames held out (targets) */
+  int split_h, split_w; /* mesh dims splitting y and x (-1: none) */
   /* NaN/Inf values that are not _FillValue/missing_value: 0 (default)
    * treats them as missing (mask 0, like fill values: real files mark land
    * points with NaN while declaring _FillValue = 1e20); 1 rejects the file
@@ -88,8 +88,9 @@ sg_status sg_train_pp_check(sg_kv_t kv, sg_mesh_t mesh);
  * model built on stage_mesh (sg_pipe_stage_mesh_create of mesh); "model X
  * has no pipeline pieces yet" for a model without pieces. Collective over
  * mesh. */
-sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh, sg_model_t model,
-                             const char *model_name, sg_pipe_t *pipe);
+sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh,
+                             sg_model_t model, const char *model_name,
+                             sg_pipe_t *pipe);
 /* One step's pipeline run: micro-batch k is the training examples
  * perm[k * lbatch .. (k + 1) * lbatch) of this data rank; x, y, mask hold
  * micro micro-batches (vx, vy, vm: micro variables each). */

@@ -17,20 +17,20 @@
 
 static int failures = 0;
 
-#define CHECK(cond, ...)                                                      \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      ++failures;                                                             \
-      fprintf(stderr, "user-kernel: " __VA_ARGS__);                           \
-      fprintf(stderr, "\n");                                                  \
-    }                                                                         \
+#define CHECK(cond, ...)                            \
+  do {                                              \
+    if (!(cond)) {                                  \
+      ++failures;                                   \
+      fprintf(stderr, "user-kernel: " __VA_ARGS__); \
+      fprintf(stderr, "\n");                        \
+    }                                               \
   } while (0)
 #define CHECK_OK(call) CHECK((call) == SG_OK, "%s: %s", #call, sg_last_error())
-#define REQUIRE_OK(call)                                                      \
-  do {                                                                        \
-    sg_status req_st_ = (call);                                               \
-    CHECK(req_st_ == SG_OK, "%s: %s", #call, sg_last_error());                \
-    if (req_st_ != SG_OK) goto done;                                          \
+#define REQUIRE_OK(call)                                       \
+  do {                                                         \
+    sg_status req_st_ = (call);                                \
+    CHECK(req_st_ == SG_OK, "%s: %s", #call, sg_last_error()); \
+    if (req_st_ != SG_OK) goto done;                           \
   } while (0)
 
 /* max |a - b| <= rel * (1 + |b|) */
@@ -59,8 +59,8 @@ static double run(sg_tape_t t, sg_var *x, sg_var *r, int grad) {
   return v;
 }
 
-static void local_of(sg_mesh_t mesh, const sg_placement *pl, const double *g, double *l,
-                     int64_t *shape) {
+static void local_of(sg_mesh_t mesh, const sg_placement *pl, const double *g,
+                     double *l, int64_t *shape) {
   const int64_t gs[4] = {N, C, H, W};
   int64_t off[4];
   sg_shardtensor_box(mesh, 4, gs, pl, sg_mesh_rank(mesh), off, shape);
@@ -80,8 +80,10 @@ static void check(const char *spec) {
   memset(&x, 0, sizeof x);
   memset(&r, 0, sizeof r);
   const int64_t gs[4] = {N, C, H, W};
-  double X[N * C * H * W], R[N * C * H * W], lx[N * C * H * W], lr[N * C * H * W];
-  for (int i = 0; i < N * C * H * W; ++i) X[i] = sin(0.7 * i) + 0.1 * i, R[i] = cos(1.3 * i);
+  double X[N * C * H * W], R[N * C * H * W], lx[N * C * H * W],
+      lr[N * C * H * W];
+  for (int i = 0; i < N * C * H * W; ++i)
+    X[i] = sin(0.7 * i) + 0.1 * i, R[i] = cos(1.3 * i);
   REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   REQUIRE_OK(sg_tape_create(&tape));
   /* one process, on every rank */
@@ -100,12 +102,13 @@ static void check(const char *spec) {
   REQUIRE_OK(sg_var_set_sharding(&x, mesh, pl, gs));
   REQUIRE_OK(sg_var_set_sharding(&r, mesh, pl, gs));
   double val = run(tape, &x, &r, 1);
-  CHECK(fabs(val - ref) <= 1e-12 * fabs(ref), "%s: loss %.17g vs one process %.17g", spec, val,
-           ref);
+  CHECK(fabs(val - ref) <= 1e-12 * fabs(ref),
+        "%s: loss %.17g vs one process %.17g", spec, val, ref);
   double want[N * C * H * W];
   int64_t n = ls[0] * ls[1] * ls[2] * ls[3];
   local_of(mesh, pl, gx.grad.data, want, ls);
-  CHECK(close_all(x.grad.data, want, n, 1e-12), "%s: dx differs from one process", spec);
+  CHECK(close_all(x.grad.data, want, n, 1e-12),
+        "%s: dx differs from one process", spec);
   /* finite differences of the sharded loss at a few global elements */
   for (int q = 0; q < 4; ++q) {
     int i = (q * 37 + 5) % (N * C * H * W), bad = 0;
@@ -141,7 +144,8 @@ int main(int argc, char **argv) {
   check(spec);
   if (size == 4) check("h=2,w=2");
   MPI_Allreduce(&failures, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0) printf("user-kernel: %s (%d ranks)\n", bad ? "FAILED" : "ok", size);
+  if (rank == 0)
+    printf("user-kernel: %s (%d ranks)\n", bad ? "FAILED" : "ok", size);
   MPI_Finalize();
   return bad ? 1 : 0;
 }

@@ -48,8 +48,9 @@ static sg_status nccl_type(sg_dtype dt, ncclDataType_t *t) {
 }
 
 static ncclRedOp_t nccl_op(sg_reduce_op op) {
-  return op == SG_REDUCE_MAX ? ncclMax : op == SG_REDUCE_MIN ? ncclMin
-                                                               : ncclSum;
+  return op == SG_REDUCE_MAX   ? ncclMax
+         : op == SG_REDUCE_MIN ? ncclMin
+                               : ncclSum;
 }
 
 static sg_status sync_stream(void) {
@@ -150,12 +151,12 @@ fail:
   return st;
 }
 
-sg_status sg_nccl_allgather(struct sg_group *g, const void *send,
-                            int64_t count, void *recv, sg_dtype dt) {
+sg_status sg_nccl_allgather(struct sg_group *g, const void *send, int64_t count,
+                            void *recv, sg_dtype dt) {
   sg_status st = SG_OK;
   size_t bytes = (size_t)count * sg_dtype_size(dt);
-  SG_NCCL(ncclAllGather(send, recv, bytes, ncclUint8, comm_of(g),
-                        SG_NCCL_STREAM));
+  SG_NCCL(
+      ncclAllGather(send, recv, bytes, ncclUint8, comm_of(g), SG_NCCL_STREAM));
   SG_TRY(sync_stream());
 fail:
   return st;
@@ -168,9 +169,10 @@ sg_status sg_nccl_allgatherv(struct sg_group *g, const void *send,
   sg_status st = SG_OK;
   size_t es = sg_dtype_size(dt);
   if (sendcount != recvcounts[g->rank])
-    SG_RAISE(SG_ERR_SHAPE, "sg_allgatherv: sendcount %lld differs from "
-             "recvcounts[%d] = %lld", (long long)sendcount, g->rank,
-             (long long)recvcounts[g->rank]);
+    SG_RAISE(SG_ERR_SHAPE,
+             "sg_allgatherv: sendcount %lld differs from "
+             "recvcounts[%d] = %lld",
+             (long long)sendcount, g->rank, (long long)recvcounts[g->rank]);
   SG_NCCL(ncclGroupStart());
   ncclResult_t rc = ncclSuccess;
   int64_t off = 0;
@@ -195,12 +197,12 @@ sg_status sg_nccl_reduce_scatter(struct sg_group *g, const void *send,
   SG_TRY(nccl_type(dt, &t));
   if (send == recv)
     SG_RAISE(SG_ERR_NOT_SUPPORTED, "sg_reduce_scatter: in place on device "
-             "buffers is not supported");
+                                   "buffers is not supported");
   int even = 1;
   for (int r = 1; r < g->size; ++r) even &= recvcounts[r] == recvcounts[0];
   if (even) {
-    SG_NCCL(ncclReduceScatter(send, recv, (size_t)recvcounts[0], t,
-                              nccl_op(op), comm_of(g), SG_NCCL_STREAM));
+    SG_NCCL(ncclReduceScatter(send, recv, (size_t)recvcounts[0], t, nccl_op(op),
+                              comm_of(g), SG_NCCL_STREAM));
     SG_TRY(sync_stream());
   } else {
     size_t es = sg_dtype_size(dt);
@@ -227,7 +229,7 @@ sg_status sg_nccl_alltoallv(struct sg_group *g, const void *send,
   size_t es = sg_dtype_size(dt);
   if (send == recv)
     SG_RAISE(SG_ERR_NOT_SUPPORTED, "sg_alltoallv: in place on device "
-             "buffers is not supported");
+                                   "buffers is not supported");
   ncclResult_t rc = ncclSuccess;
   int64_t so = 0, ro = 0;
   SG_NCCL(ncclGroupStart());
@@ -237,9 +239,8 @@ sg_status sg_nccl_alltoallv(struct sg_group *g, const void *send,
                   (size_t)sendcounts[r] * es, ncclUint8, r, comm_of(g),
                   SG_NCCL_STREAM);
     if (rc == ncclSuccess)
-      rc = ncclRecv((char *)recv + (size_t)rd * es,
-                    (size_t)recvcounts[r] * es, ncclUint8, r, comm_of(g),
-                    SG_NCCL_STREAM);
+      rc = ncclRecv((char *)recv + (size_t)rd * es, (size_t)recvcounts[r] * es,
+                    ncclUint8, r, comm_of(g), SG_NCCL_STREAM);
     so += sendcounts[r];
     ro += recvcounts[r];
   }
@@ -248,8 +249,8 @@ fail:
   return st;
 }
 
-sg_status sg_nccl_alltoall(struct sg_group *g, const void *send,
-                           int64_t count, void *recv, sg_dtype dt) {
+sg_status sg_nccl_alltoall(struct sg_group *g, const void *send, int64_t count,
+                           void *recv, sg_dtype dt) {
   sg_status st = SG_OK;
   int64_t *c = malloc((size_t)g->size * sizeof *c);
   if (!c) SG_RAISE(SG_ERR_ALLOC, "out of memory for %d counts", g->size);
@@ -260,8 +261,8 @@ fail:
   return st;
 }
 
-sg_status sg_nccl_p2p(struct sg_group *g, int is_send, void *buf,
-                      int64_t count, sg_dtype dt, int peer) {
+sg_status sg_nccl_p2p(struct sg_group *g, int is_send, void *buf, int64_t count,
+                      sg_dtype dt, int peer) {
   sg_status st = SG_OK;
   size_t bytes = (size_t)count * sg_dtype_size(dt);
   if (is_send)

@@ -25,7 +25,7 @@ __global__ void box_k(T *__restrict__ block, sg_halo_box box,
     Op::at(block, sg_halo_box_offset(&box, e), buf, e);
 }
 
-struct PackOp {   // buf[e] = block[o]
+struct PackOp {  // buf[e] = block[o]
   template <typename T>
   __device__ static void at(T *block, int64_t o, T *buf, int64_t e) {
     buf[e] = block[o];
@@ -88,7 +88,8 @@ sg_status launch_by_size(const char *what, size_t esize, void *block,
   case 2: launch<uint16_t, Op>(block, l.box, buf, l.n, l.s); break;
   case 4: launch<uint32_t, Op>(block, l.box, buf, l.n, l.s); break;
   case 8: launch<uint64_t, Op>(block, l.box, buf, l.n, l.s); break;
-  default: SG_RAISE(SG_ERR_INVALID_ARG, "halo %s: element size %zu", what, esize);
+  default:
+    SG_RAISE(SG_ERR_INVALID_ARG, "halo %s: element size %zu", what, esize);
   }
   SG_CUDA(cudaGetLastError());
 fail:
@@ -126,7 +127,9 @@ extern "C" sg_status sg_halo_unpack_add_cuda(void *block,
   case SG_DTYPE_F64: launch<double, AddOp>(block, l.box, buf, l.n, l.s); break;
   case SG_DTYPE_I32: launch<int32_t, AddOp>(block, l.box, buf, l.n, l.s); break;
   case SG_DTYPE_I64: launch<int64_t, AddOp>(block, l.box, buf, l.n, l.s); break;
-  case SG_DTYPE_BF16: launch<sg_bf16, AddOp>(block, l.box, buf, l.n, l.s); break;
+  case SG_DTYPE_BF16:
+    launch<sg_bf16, AddOp>(block, l.box, buf, l.n, l.s);
+    break;
   default: SG_RAISE(SG_ERR_INVALID_ARG, "halo add: invalid dtype %d", (int)dt);
   }
   SG_CUDA(cudaGetLastError());

@@ -50,7 +50,8 @@ static sg_status validate(const sg_fft_desc *d, const sg_fft_axes *ax) {
              sg_dtype_name(d->dtype));
   if (d->device.kind == SG_DEVICE_CUDA) {
 #if !SG_HAVE_CUDA
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "distributed FFT on CUDA: shardgrid was "
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "distributed FFT on CUDA: shardgrid was "
              "built without CUDA (configure with -DSG_ENABLE_CUDA=ON)");
 #endif
   } else if (d->device.kind != SG_DEVICE_HOST) {
@@ -72,8 +73,8 @@ static sg_status validate(const sg_fft_desc *d, const sg_fft_axes *ax) {
     if (d->shape[i] < 1)
       SG_RAISE(SG_ERR_SHAPE, "FFT shape[%d] must be >= 1, got %lld", i,
                (long long)d->shape[i]);
-    int64_t maxk =
-        i == d->ndim - 1 ? sg_fft_halved(d->shape[i]) : d->shape[i] / 2;
+    int64_t maxk = i == d->ndim - 1 ? sg_fft_halved(d->shape[i])
+                                    : d->shape[i] / 2;
     if (d->keep[i] < 0 || d->keep[i] > maxk)
       SG_RAISE(SG_ERR_SHAPE,
                "FFT keep[%d] = %lld out of range [0, %lld] for length %lld%s",
@@ -85,12 +86,16 @@ static sg_status validate(const sg_fft_desc *d, const sg_fft_axes *ax) {
     if (a < -1 || a >= ax->naxes)
       SG_RAISE(SG_ERR_INVALID_ARG, "FFT split[%d] = %d is not an axis", i, a);
     if (a >= 0 && ax->comm[a] == MPI_COMM_NULL)
-      SG_RAISE(SG_ERR_INVALID_ARG, "FFT split[%d]: axis %d has no "
-               "communicator", i, a);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "FFT split[%d]: axis %d has no "
+               "communicator",
+               i, a);
     for (int j = 0; j < i; ++j)
       if (a >= 0 && d->split[j] == a)
-        SG_RAISE(SG_ERR_INVALID_ARG, "FFT dims %d and %d are both split by "
-                 "axis %d", j, i, a);
+        SG_RAISE(SG_ERR_INVALID_ARG,
+                 "FFT dims %d and %d are both split by "
+                 "axis %d",
+                 j, i, a);
   }
 fail:
   return st;
@@ -187,7 +192,10 @@ static sg_status plan_stages(sg_fft_plan_t p) {
       if (target < 0) {
         int best = 1 << 30;
         for (int d = 0; d < D; ++d)
-          if (!done[d] && L.nsplit[d] <= best) { best = L.nsplit[d]; target = d; }
+          if (!done[d] && L.nsplit[d] <= best) {
+            best = L.nsplit[d];
+            target = d;
+          }
       }
     }
     sg_fft_stage *s = &p->st[p->nstages];
@@ -226,8 +234,8 @@ static sg_status plan_stages(sg_fft_plan_t p) {
       for (int i = 0; i < s->nt; ++i) {
         int d = s->tdims[i] - 1;
         done[d] = 1;
-        int64_t full =
-            (d == D - 1) ? sg_fft_halved(p->desc.shape[d]) : p->desc.shape[d];
+        int64_t full = (d == D - 1) ? sg_fft_halved(p->desc.shape[d])
+                                    : p->desc.shape[d];
         L.shape[d] = kept_len(&p->desc, d, full);
         if (d != D - 1 && p->desc.keep[d] > 0)
           pmap[d + 1] = (sg_fft_map){p->desc.keep[d], p->desc.shape[d]};
@@ -238,11 +246,17 @@ static sg_status plan_stages(sg_fft_plan_t p) {
       int g = L.split[target][L.nsplit[target] - 1];
       int dest = -1, best = 1 << 30;
       for (int d = 0; d < D; ++d)
-        if (done[d] && L.nsplit[d] < best) { best = L.nsplit[d]; dest = d; }
+        if (done[d] && L.nsplit[d] < best) {
+          best = L.nsplit[d];
+          dest = d;
+        }
       if (dest < 0) {
         best = 1 << 30;
         for (int d = 0; d < D; ++d)
-          if (d != target && L.nsplit[d] <= best) { best = L.nsplit[d]; dest = d; }
+          if (d != target && L.nsplit[d] <= best) {
+            best = L.nsplit[d];
+            dest = d;
+          }
       }
       if (dest < 0 || L.nsplit[dest] >= SG_FFT_MAX_DIMS)
         SG_RAISE(SG_ERR_INTERNAL, "FFT planner found no dim to transpose to");
@@ -252,15 +266,18 @@ static sg_status plan_stages(sg_fft_plan_t p) {
       L2.nsplit[target]--;
       L2.split[dest][L2.nsplit[dest]++] = g;
       int64_t po, plen;
-      sg_fft_layout_dim_box(&L2, target, p->axes.size, p->axes.rank, &po, &plen);
+      sg_fft_layout_dim_box(&L2, target, p->axes.size, p->axes.rank, &po,
+                            &plen);
       s->kind = STAGE_REDIST;
       SG_TRY(sg_fft_redist_init(&s->rd, &p->axes, nd, es, g, target + 1,
                                 dest + 1, phys, log, pmap,
                                 !(p->desc.flags & SG_FFT_MPI_ALLTOALL), &plen));
       size_t ob = (size_t)sg_fft_prod64(s->rd.dst_shape, nd) * es;
       if (ob > maxab) maxab = ob;
-      if ((size_t)s->rd.send_total * es > maxs) maxs = (size_t)s->rd.send_total * es;
-      if ((size_t)s->rd.recv_total * es > maxr) maxr = (size_t)s->rd.recv_total * es;
+      if ((size_t)s->rd.send_total * es > maxs)
+        maxs = (size_t)s->rd.send_total * es;
+      if ((size_t)s->rd.recv_total * es > maxr)
+        maxr = (size_t)s->rd.recv_total * es;
       p->ntrans++;
       p->bytes_moved += (int64_t)((size_t)s->rd.send_total * es);
       for (int d = 0; d < nd; ++d) phys[d] = s->rd.dst_shape[d];
@@ -296,8 +313,8 @@ static sg_status plan_stages(sg_fft_plan_t p) {
     for (int i = 0; i < p->nstages; ++i) {
       sg_fft_stage *s = &p->st[i];
       if (s->kind != STAGE_FFT || s->empty) continue;
-      SG_TRY(sg_fft_cuda_stage_create(p->desc.dtype == SG_DTYPE_F64, s->r2c,
-                                      nd, s->in_shape, s->out_shape, s->nt,
+      SG_TRY(sg_fft_cuda_stage_create(p->desc.dtype == SG_DTYPE_F64, s->r2c, nd,
+                                      s->in_shape, s->out_shape, s->nt,
                                       s->tdims, &p->cst[i]));
     }
 #endif
@@ -308,8 +325,7 @@ static sg_status plan_stages(sg_fft_plan_t p) {
       if (b > tile) tile = b;
     }
     p->bytes_tile = tile;
-    if (tile)
-      SG_TRY(sg_malloc(sg_device_host(), tile * (size_t)p->nth, &p->T));
+    if (tile) SG_TRY(sg_malloc(sg_device_host(), tile * (size_t)p->nth, &p->T));
     for (int i = 0; i < p->nstages; ++i)
       if (p->st[i].kind == STAGE_FFT && !p->st[i].empty)
         SG_TRY(sg_fft_stage_make_fftw(p, &p->st[i], p->A, p->B));
@@ -319,8 +335,7 @@ fail:
 }
 
 static sg_status plan_create_axes(MPI_Comm comm, const sg_fft_axes *axes,
-                                  const sg_fft_desc *desc,
-                                  sg_fft_plan_t *out) {
+                                  const sg_fft_desc *desc, sg_fft_plan_t *out) {
   sg_status st = SG_OK;
   struct sg_fft_plan *p = NULL;
   int agreed = 0;
@@ -328,8 +343,7 @@ static sg_status plan_create_axes(MPI_Comm comm, const sg_fft_axes *axes,
   *out = NULL;
   SG_TRY(validate(desc, axes));
   pthread_once(&fftw_once, fftw_threads_init);
-  if (!fftw_threads_ok)
-    SG_RAISE(SG_ERR_FFTW, "fftw_init_threads failed");
+  if (!fftw_threads_ok) SG_RAISE(SG_ERR_FFTW, "fftw_init_threads failed");
   p = calloc(1, sizeof *p);
   if (!p) SG_RAISE(SG_ERR_ALLOC, "out of memory for an FFT plan");
   p->desc = *desc;
@@ -348,8 +362,8 @@ static sg_status plan_create_axes(MPI_Comm comm, const sg_fft_axes *axes,
       p->real_layout.nsplit[d] = 1;
       p->real_layout.split[d][0] = a;
     }
-    int64_t full =
-        d == p->D - 1 ? sg_fft_halved(desc->shape[d]) : desc->shape[d];
+    int64_t full = d == p->D - 1 ? sg_fft_halved(desc->shape[d])
+                                 : desc->shape[d];
     p->kmap[d] = (d != p->D - 1 && desc->keep[d] > 0)
                      ? (sg_fft_map){desc->keep[d], desc->shape[d]}
                      : (sg_fft_map){0, full};
@@ -359,7 +373,8 @@ static sg_status plan_create_axes(MPI_Comm comm, const sg_fft_axes *axes,
   p->fwd_scale = desc->norm == SG_FFT_NORM_ORTHO ? 1.0 / sqrt(n) : 1.0;
   p->inv_scale = desc->norm == SG_FFT_NORM_NONE
                      ? 1.0
-                     : (desc->norm == SG_FFT_NORM_ORTHO ? 1.0 / sqrt(n) : 1.0 / n);
+                     : (desc->norm == SG_FFT_NORM_ORTHO ? 1.0 / sqrt(n)
+                                                        : 1.0 / n);
   /* planning makes collective calls (shared windows): agree first, so a
    * rank with a bad description cannot leave its peers waiting there */
   st = sg_fft_agree(comm, st);
@@ -370,8 +385,7 @@ static sg_status plan_create_axes(MPI_Comm comm, const sg_fft_axes *axes,
   p->nchunk = p->desc.batch / p->cb;
   SG_TRY(plan_stages(p));
   p->bytes_moved *= p->nchunk;
-  if (p->nchunk > 1)
-    SG_TRY(sg_malloc(sg_device_host(), p->bytes_ab, &p->W));
+  if (p->nchunk > 1) SG_TRY(sg_malloc(sg_device_host(), p->bytes_ab, &p->W));
   sg_fft_layout_box(&p->real_layout, p->axes.size, p->axes.rank, p->real_off,
                     p->real_len);
   sg_fft_layout_box(&p->spec_layout, p->axes.size, p->axes.rank, p->spec_off,
@@ -397,12 +411,15 @@ sg_status sg_fft_plan_create_comms(MPI_Comm comm, int naxes,
 }
 
 sg_status sg_fft_mesh_axes(sg_mesh_t mesh, int n, const char *const *dims,
-                           MPI_Comm *axes, int *split, MPI_Comm *comm, unsigned *mask) {
+                           MPI_Comm *axes, int *split, MPI_Comm *comm,
+                           unsigned *mask) {
   sg_status st = SG_OK;
   unsigned found = 0;
   sg_group_t g = NULL;
-  if (!mesh || !dims || !axes || !split || !comm || n < 1 || n > SG_FFT_MAX_DIMS)
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_fft_mesh_axes: NULL argument or %d dims (1..%d)", n,
+  if (!mesh || !dims || !axes || !split || !comm || n < 1 ||
+      n > SG_FFT_MAX_DIMS)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_fft_mesh_axes: NULL argument or %d dims (1..%d)", n,
              SG_FFT_MAX_DIMS);
   for (int d = 0; d < n; ++d) {
     int m = dims[d] ? sg_mesh_find_dim(mesh, dims[d]) : -1;
@@ -424,8 +441,9 @@ fail:
 sg_status sg_fft_plan_create(sg_mesh_t mesh, const sg_fft_desc *desc,
                              sg_fft_plan_t *plan) {
   sg_fft_axes ax;
-  if (!mesh) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                                 "sg_fft_plan_create: mesh is NULL");
+  if (!mesh)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_fft_plan_create: mesh is NULL");
   sg_status st = sg_fft_axes_from_mesh(&ax, mesh);
   if (st != SG_OK) return sg_fft_agree(sg_mesh_comm(mesh), st);
   return plan_create_axes(sg_mesh_comm(mesh), &ax, desc, plan);
@@ -435,8 +453,10 @@ sg_status sg_fft_plan_destroy(sg_fft_plan_t *plan) {
   if (!plan || !*plan) return SG_OK;
   struct sg_fft_plan *p = *plan;
   for (int i = 0; i < p->nstages; ++i) {
-    if (!p->cuda) sg_fft_stage_free(p, &p->st[i]);
-    else if (p->st[i].kind == STAGE_REDIST) sg_fft_redist_free(&p->st[i].rd);
+    if (!p->cuda)
+      sg_fft_stage_free(p, &p->st[i]);
+    else if (p->st[i].kind == STAGE_REDIST)
+      sg_fft_redist_free(&p->st[i].rd);
 #if SG_HAVE_CUDA
     sg_fft_cuda_stage_destroy(&p->cst[i]);
 #endif
@@ -468,8 +488,10 @@ void sg_fft_plan_layout(sg_fft_plan_t plan, sg_fft_space space,
 void sg_fft_plan_local_box(sg_fft_plan_t plan, sg_fft_space space,
                            int64_t *offset, int64_t *shape) {
   for (int d = 0; d < plan->D; ++d) {
-    offset[d] = space == SG_FFT_SPACE_REAL ? plan->real_off[d] : plan->spec_off[d];
-    shape[d] = space == SG_FFT_SPACE_REAL ? plan->real_len[d] : plan->spec_len[d];
+    offset[d] = space == SG_FFT_SPACE_REAL ? plan->real_off[d]
+                                           : plan->spec_off[d];
+    shape[d] = space == SG_FFT_SPACE_REAL ? plan->real_len[d]
+                                          : plan->spec_len[d];
   }
 }
 
@@ -494,7 +516,9 @@ int64_t sg_fft_plan_freq(sg_fft_plan_t plan, int d, int64_t j) {
 }
 
 int sg_fft_plan_ntransposes(sg_fft_plan_t plan) { return plan->ntrans; }
-int64_t sg_fft_plan_bytes_moved(sg_fft_plan_t plan) { return plan->bytes_moved; }
+int64_t sg_fft_plan_bytes_moved(sg_fft_plan_t plan) {
+  return plan->bytes_moved;
+}
 
 void sg_fft_plan_times(sg_fft_plan_t plan, double *fft_seconds,
                        double *transpose_seconds) {
@@ -537,7 +561,8 @@ sg_status sg_fft_plan_describe(sg_fft_plan_t p, char *buf, size_t n) {
   if (p->nchunk > 1 && used < n)
     snprintf(buf + used, n - used,
              "stages run in %lld chunks of %lld batch elements (sizes above "
-             "per chunk)\n", (long long)p->nchunk, (long long)p->cb);
+             "per chunk)\n",
+             (long long)p->nchunk, (long long)p->cb);
 fail:
   return st;
 }

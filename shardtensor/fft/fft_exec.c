@@ -55,7 +55,7 @@ static sg_status stage_make_blocked(sg_fft_plan_t p, sg_fft_stage *s) {
   fftw_iodim64 how = {s->b_w, s->b_ld, s->b_ld},
                hrest = {s->b_w + rest, s->b_ld, s->b_ld}; /* the last tile */
   unsigned flags = (p->desc.flags & SG_FFT_MEASURE) ? FFTW_MEASURE
-                                                     : FFTW_ESTIMATE;
+                                                    : FFTW_ESTIMATE;
   /* threads run over tiles; each tile's transform is single-threaded */
   if (p->desc.dtype == SG_DTYPE_F64) {
     fftw_complex *t = p->T;
@@ -125,35 +125,35 @@ sg_status sg_fft_stage_make_fftw(sg_fft_plan_t p, sg_fft_stage *s, void *in,
     bhow[i].os = how[i].is;
   }
   unsigned flags = (p->desc.flags & SG_FFT_MEASURE) ? FFTW_MEASURE
-                                                     : FFTW_ESTIMATE;
+                                                    : FFTW_ESTIMATE;
   int nth = p->nth;
   if (p->desc.dtype == SG_DTYPE_F64) {
     fftw_plan_with_nthreads(nth);
     if (s->r2c) {
       SG_FFTW_PLAN(s->pf, fftw_plan_guru64_dft_r2c(s->nt, dims, nh, how, in,
                                                    out, flags));
-      SG_FFTW_PLAN(s->pb, fftw_plan_guru64_dft_c2r(
-                              s->nt, bdims, nh, bhow, out, in,
-                              flags | FFTW_DESTROY_INPUT));
+      SG_FFTW_PLAN(s->pb,
+                   fftw_plan_guru64_dft_c2r(s->nt, bdims, nh, bhow, out, in,
+                                            flags | FFTW_DESTROY_INPUT));
     } else {
       SG_FFTW_PLAN(s->pf, fftw_plan_guru64_dft(s->nt, dims, nh, how, in, out,
                                                FFTW_FORWARD, flags));
-      SG_FFTW_PLAN(s->pb, fftw_plan_guru64_dft(s->nt, bdims, nh, bhow, out,
-                                               in, FFTW_BACKWARD, flags));
+      SG_FFTW_PLAN(s->pb, fftw_plan_guru64_dft(s->nt, bdims, nh, bhow, out, in,
+                                               FFTW_BACKWARD, flags));
     }
   } else {
     fftwf_plan_with_nthreads(nth);
     if (s->r2c) {
       SG_FFTW_PLAN(s->pf, fftwf_plan_guru64_dft_r2c(s->nt, dims, nh, how, in,
                                                     out, flags));
-      SG_FFTW_PLAN(s->pb, fftwf_plan_guru64_dft_c2r(
-                              s->nt, bdims, nh, bhow, out, in,
-                              flags | FFTW_DESTROY_INPUT));
+      SG_FFTW_PLAN(s->pb,
+                   fftwf_plan_guru64_dft_c2r(s->nt, bdims, nh, bhow, out, in,
+                                             flags | FFTW_DESTROY_INPUT));
     } else {
       SG_FFTW_PLAN(s->pf, fftwf_plan_guru64_dft(s->nt, dims, nh, how, in, out,
                                                 FFTW_FORWARD, flags));
-      SG_FFTW_PLAN(s->pb, fftwf_plan_guru64_dft(s->nt, bdims, nh, bhow, out,
-                                                in, FFTW_BACKWARD, flags));
+      SG_FFTW_PLAN(s->pb, fftwf_plan_guru64_dft(s->nt, bdims, nh, bhow, out, in,
+                                                FFTW_BACKWARD, flags));
     }
   }
 fail:
@@ -165,8 +165,10 @@ void sg_fft_stage_free(sg_fft_plan_t p, sg_fft_stage *s) {
     void **pl[6] = {&s->pf, &s->pb, &s->bpf, &s->bpb, &s->brf, &s->brb};
     for (int i = 0; i < 6; ++i) {
       if (!*pl[i]) continue;
-      if (p->desc.dtype == SG_DTYPE_F64) fftw_destroy_plan((fftw_plan)*pl[i]);
-      else fftwf_destroy_plan((fftwf_plan)*pl[i]);
+      if (p->desc.dtype == SG_DTYPE_F64)
+        fftw_destroy_plan((fftw_plan)*pl[i]);
+      else
+        fftwf_destroy_plan((fftwf_plan)*pl[i]);
       *pl[i] = NULL;
     }
   } else {
@@ -183,38 +185,42 @@ static int misaligned(sg_fft_plan_t p, const void *ptr) {
 /* Tile gather / scatter of a blocked stage: nb columns of an (n, inner)
  * slice (row stride `inner` elements) to / from nb tile rows of length n
  * (stride ld). E is the complex element type. */
-#define SG_FFT_TILE_FNS(E, sfx)                                               \
-  static void tile_gather_##sfx(E *restrict tile, const E *restrict src,    \
-                                int64_t n, int64_t inner, int64_t nb,       \
-                                int64_t ld) {                               \
-    for (int64_t i = 0; i < n; ++i) {                                       \
-      const E *row = src + i * inner;                                       \
-      for (int64_t k = 0; k < nb; ++k) tile[k * ld + i] = row[k];           \
-    }                                                                       \
-  }                                                                         \
-  static void tile_scatter_##sfx(E *restrict dst, const E *restrict tile,   \
-                                 int64_t n, int64_t inner, int64_t nb,      \
-                                 int64_t ld) {                              \
-    for (int64_t i = 0; i < n; ++i) {                                       \
-      E *row = dst + i * inner;                                             \
-      for (int64_t k = 0; k < nb; ++k) row[k] = tile[k * ld + i];           \
-    }                                                                       \
+#define SG_FFT_TILE_FNS(E, sfx)                                           \
+  static void tile_gather_##sfx(E *restrict tile, const E *restrict src,  \
+                                int64_t n, int64_t inner, int64_t nb,     \
+                                int64_t ld) {                             \
+    for (int64_t i = 0; i < n; ++i) {                                     \
+      const E *row = src + i * inner;                                     \
+      for (int64_t k = 0; k < nb; ++k) tile[k * ld + i] = row[k];         \
+    }                                                                     \
+  }                                                                       \
+  static void tile_scatter_##sfx(E *restrict dst, const E *restrict tile, \
+                                 int64_t n, int64_t inner, int64_t nb,    \
+                                 int64_t ld) {                            \
+    for (int64_t i = 0; i < n; ++i) {                                     \
+      E *row = dst + i * inner;                                           \
+      for (int64_t k = 0; k < nb; ++k) row[k] = tile[k * ld + i];         \
+    }                                                                     \
   }
-typedef struct { float re, im; } sg_fft_c32;
-typedef struct { double re, im; } sg_fft_c64;
+typedef struct {
+  float re, im;
+} sg_fft_c32;
+typedef struct {
+  double re, im;
+} sg_fft_c64;
 SG_FFT_TILE_FNS(sg_fft_c32, c32)
 SG_FFT_TILE_FNS(sg_fft_c64, c64)
 
 /* A blocked c2c stage (in may equal out: tiles are disjoint columns). */
-static void stage_exec_blocked(sg_fft_plan_t p, const sg_fft_stage *s,
-                               int fwd, const void *in, void *out) {
+static void stage_exec_blocked(sg_fft_plan_t p, const sg_fft_stage *s, int fwd,
+                               const void *in, void *out) {
   const int64_t n = s->b_n, inner = s->b_inner, bw = s->b_w, ld = s->b_ld;
   const int64_t nblk = inner / bw, ntask = s->b_outer * nblk;
   const int f64 = p->desc.dtype == SG_DTYPE_F64;
   const size_t cs = 2 * p->real_size;
   void *full = fwd ? s->bpf : s->bpb, *part = fwd ? s->brf : s->brb;
-#pragma omp parallel for schedule(static) num_threads(p->nth) \
-    if (p->nth > 1 && ntask > 1 && n * inner * s->b_outer > 32768)
+#pragma omp parallel for schedule(static) num_threads( \
+    p->nth) if (p->nth > 1 && ntask > 1 && n * inner * s->b_outer > 32768)
   for (int64_t task = 0; task < ntask; ++task) {
     const int64_t o = task / nblk, j0 = (task % nblk) * bw;
     const int64_t nb = task % nblk == nblk - 1 ? inner - j0 : bw;
@@ -223,16 +229,16 @@ static void stage_exec_blocked(sg_fft_plan_t p, const sg_fft_stage *s,
     void *plan = nb == bw ? full : part;
     if (f64) {
       tile_gather_c64((sg_fft_c64 *)tile,
-                      (const sg_fft_c64 *)((const char *)in + at), n, inner,
-                      nb, ld);
+                      (const sg_fft_c64 *)((const char *)in + at), n, inner, nb,
+                      ld);
       fftw_execute_dft((fftw_plan)plan, (fftw_complex *)tile,
                        (fftw_complex *)tile);
       tile_scatter_c64((sg_fft_c64 *)((char *)out + at),
                        (const sg_fft_c64 *)tile, n, inner, nb, ld);
     } else {
       tile_gather_c32((sg_fft_c32 *)tile,
-                      (const sg_fft_c32 *)((const char *)in + at), n, inner,
-                      nb, ld);
+                      (const sg_fft_c32 *)((const char *)in + at), n, inner, nb,
+                      ld);
       fftwf_execute_dft((fftwf_plan)plan, (fftwf_complex *)tile,
                         (fftwf_complex *)tile);
       tile_scatter_c32((sg_fft_c32 *)((char *)out + at),
@@ -266,28 +272,37 @@ static void stage_exec_fft(sg_fft_plan_t p, const sg_fft_stage *s, int fwd,
   int bounce_out = 0;
   if (misaligned(p, in)) {
     for (int i = 0; i < 3; ++i)
-      if (scr[i] != out) { tin = scr[i]; break; }
+      if (scr[i] != out) {
+        tin = scr[i];
+        break;
+      }
     memcpy(tin, in, in_bytes);
   }
   if (misaligned(p, out)) {
     for (int i = 0; i < 3; ++i)
-      if (scr[i] != tin) { tout = scr[i]; break; }
+      if (scr[i] != tin) {
+        tout = scr[i];
+        break;
+      }
     bounce_out = 1;
   }
   if (p->desc.dtype == SG_DTYPE_F64) {
     if (s->r2c) {
-      if (fwd) fftw_execute_dft_r2c((fftw_plan)s->pf, tin, tout);
-      else fftw_execute_dft_c2r((fftw_plan)s->pb, tin, tout);
+      if (fwd)
+        fftw_execute_dft_r2c((fftw_plan)s->pf, tin, tout);
+      else
+        fftw_execute_dft_c2r((fftw_plan)s->pb, tin, tout);
     } else {
       fftw_execute_dft(fwd ? (fftw_plan)s->pf : (fftw_plan)s->pb, tin, tout);
     }
   } else {
     if (s->r2c) {
-      if (fwd) fftwf_execute_dft_r2c((fftwf_plan)s->pf, tin, tout);
-      else fftwf_execute_dft_c2r((fftwf_plan)s->pb, tin, tout);
+      if (fwd)
+        fftwf_execute_dft_r2c((fftwf_plan)s->pf, tin, tout);
+      else
+        fftwf_execute_dft_c2r((fftwf_plan)s->pb, tin, tout);
     } else {
-      fftwf_execute_dft(fwd ? (fftwf_plan)s->pf : (fftwf_plan)s->pb, tin,
-                        tout);
+      fftwf_execute_dft(fwd ? (fftwf_plan)s->pf : (fftwf_plan)s->pb, tin, tout);
     }
   }
   if (bounce_out) memcpy(out, tout, out_bytes);
@@ -315,8 +330,8 @@ static void scale_buf(void *buf, int64_t n, double f, sg_dtype dt) {
 
 /* Multiply spectral block y by w(k) along the halved dim: 1 for the
  * self-conjugate modes (k = 0, k = n/2 for even n), else `w` — then by s. */
-static void weight_halved_n(sg_fft_plan_t p, void *y, int64_t batch,
-                            double w, double s) {
+static void weight_halved_n(sg_fft_plan_t p, void *y, int64_t batch, double w,
+                            double s) {
   const int D = p->D;
   int64_t n = p->desc.shape[D - 1];
   int64_t nl = p->spec_len[D - 1], ol = p->spec_off[D - 1];
@@ -337,7 +352,8 @@ static void weight_halved_n(sg_fft_plan_t p, void *y, int64_t batch,
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < nl; ++j) {
         int64_t k = ol + j;
-        double f = wt ? wt[j] : ((k == 0 || (n % 2 == 0 && k == n / 2)) ? 1.0 : w) * s;
+        double f = wt ? wt[j]
+                      : ((k == 0 || (n % 2 == 0 && k == n / 2)) ? 1.0 : w) * s;
         x[2 * (r * nl + j)] *= f;
         x[2 * (r * nl + j) + 1] *= f;
       }
@@ -347,7 +363,10 @@ static void weight_halved_n(sg_fft_plan_t p, void *y, int64_t batch,
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < nl; ++j) {
         int64_t k = ol + j;
-        float f = (float)(wt ? wt[j] : ((k == 0 || (n % 2 == 0 && k == n / 2)) ? 1.0 : w) * s);
+        float f = (float)(wt ? wt[j]
+                             : ((k == 0 || (n % 2 == 0 && k == n / 2)) ? 1.0
+                                                                       : w) *
+                                   s);
         x[2 * (r * nl + j)] *= f;
         x[2 * (r * nl + j) + 1] *= f;
       }
@@ -457,7 +476,8 @@ static sg_status run_forward_cuda(sg_fft_plan_t p, const void *x, void *y) {
     double t0 = MPI_Wtime();
     if (s->kind == STAGE_FFT) {
       if (!s->empty)
-        SG_TRY(sg_fft_cuda_stage_exec(p->cst[i], 1, (void *)(uintptr_t)cur, out));
+        SG_TRY(
+            sg_fft_cuda_stage_exec(p->cst[i], 1, (void *)(uintptr_t)cur, out));
       p->t_fft += MPI_Wtime() - t0;
     } else {
       size_t sb = (size_t)sg_fft_prod64(s->rd.src_phys, nd) * s->rd.esize;
@@ -485,7 +505,8 @@ static sg_status run_backward_cuda(sg_fft_plan_t p, const void *y, void *x) {
     if (s->kind == STAGE_FFT) {
       if (!s->empty) {
         void *in = (void *)(uintptr_t)cur;
-        if (cur != p->Ad && cur != p->Bd) { /* the backward destroys its input */
+        if (cur != p->Ad &&
+            cur != p->Bd) { /* the backward destroys its input */
           void *tmp = out == p->Ad ? p->Bd : p->Ad;
           SG_TRY(sg_memcpy(dv, tmp, dv, cur,
                            (size_t)sg_fft_prod64(s->out_shape, nd) * 2 *
@@ -513,16 +534,19 @@ fail:
 static sg_status cuda_scale(sg_fft_plan_t p, void *buf, int64_t n, double f) {
   sg_status st = SG_OK;
   if (f == 1.0) return SG_OK;
-  SG_TRY(sg_memcpy(sg_device_host(), p->A, p->desc.device, buf, (size_t)n * p->real_size));
+  SG_TRY(sg_memcpy(sg_device_host(), p->A, p->desc.device, buf,
+                   (size_t)n * p->real_size));
   scale_buf(p->A, n, f, p->desc.dtype);
-  SG_TRY(sg_memcpy(p->desc.device, buf, sg_device_host(), p->A, (size_t)n * p->real_size));
+  SG_TRY(sg_memcpy(p->desc.device, buf, sg_device_host(), p->A,
+                   (size_t)n * p->real_size));
 fail:
   return st;
 }
 
 static sg_status cuda_weight(sg_fft_plan_t p, void *buf, double w, double f) {
   sg_status st = SG_OK;
-  size_t b = (size_t)sg_fft_plan_local_count(p, SG_FFT_SPACE_SPECTRAL) * p->real_size;
+  size_t b = (size_t)sg_fft_plan_local_count(p, SG_FFT_SPACE_SPECTRAL) *
+             p->real_size;
   SG_TRY(sg_memcpy(sg_device_host(), p->A, p->desc.device, buf, b));
   weight_halved(p, p->A, w, f);
   SG_TRY(sg_memcpy(p->desc.device, buf, sg_device_host(), p->A, b));
@@ -536,14 +560,17 @@ static sg_status cuda_dispatch(sg_fft_plan_t p, int which, const void *in,
   switch (which) {
   case 0:
     SG_TRY(run_forward_cuda(p, in, out));
-    SG_TRY(cuda_scale(p, out, sg_fft_plan_local_count(p, SG_FFT_SPACE_SPECTRAL), p->fwd_scale));
+    SG_TRY(cuda_scale(p, out, sg_fft_plan_local_count(p, SG_FFT_SPACE_SPECTRAL),
+                      p->fwd_scale));
     break;
   case 1:
     SG_TRY(run_backward_cuda(p, in, out));
-    SG_TRY(cuda_scale(p, out, sg_fft_plan_local_count(p, SG_FFT_SPACE_REAL), p->inv_scale));
+    SG_TRY(cuda_scale(p, out, sg_fft_plan_local_count(p, SG_FFT_SPACE_REAL),
+                      p->inv_scale));
     break;
   case 2: {
-    size_t b = (size_t)sg_fft_plan_local_count(p, SG_FFT_SPACE_SPECTRAL) * p->real_size;
+    size_t b = (size_t)sg_fft_plan_local_count(p, SG_FFT_SPACE_SPECTRAL) *
+               p->real_size;
     SG_TRY(sg_memcpy(p->desc.device, p->Ad, p->desc.device, in, b));
     SG_TRY(cuda_weight(p, p->Ad, 0.5, p->fwd_scale));
     SG_TRY(run_backward_cuda(p, p->Ad, out));
@@ -557,9 +584,9 @@ static sg_status cuda_dispatch(sg_fft_plan_t p, int which, const void *in,
 fail:
   return st;
 }
-#define SG_FFT_CUDA_DISPATCH(p, which, in, out)                               \
-  do {                                                                        \
-    if ((p)->cuda) return cuda_dispatch((p), (which), (in), (out));           \
+#define SG_FFT_CUDA_DISPATCH(p, which, in, out)                     \
+  do {                                                              \
+    if ((p)->cuda) return cuda_dispatch((p), (which), (in), (out)); \
   } while (0)
 #else
 #define SG_FFT_CUDA_DISPATCH(p, which, in, out) ((void)0)

@@ -38,11 +38,11 @@ typedef struct sg_fft_axes {
  * truncated dim: its logical index j lives at sg_fft_map_index(map, j)).
  * Sizes are in elements of esize bytes; all dims include batch as dim 0. */
 typedef struct sg_fft_redist {
-  int nd;                      /* 1 + spatial dims */
-  size_t esize;                /* bytes per element */
-  int axis;                    /* -1: local copy only */
-  int from, to;                /* array dims (1-based with batch at 0) */
-  int P, r;                    /* group size and own index */
+  int nd;       /* 1 + spatial dims */
+  size_t esize; /* bytes per element */
+  int axis;     /* -1: local copy only */
+  int from, to; /* array dims (1-based with batch at 0) */
+  int P, r;     /* group size and own index */
   MPI_Comm comm;
   int64_t src_phys[SG_FFT_ND]; /* source buffer shape */
   int64_t src_log[SG_FFT_ND];  /* logical (kept) source extents */
@@ -50,8 +50,8 @@ typedef struct sg_fft_redist {
   int64_t dst_shape[SG_FFT_ND];
   /* per peer: box of the source (logical coords) sent to it and box of the
    * destination received from it */
-  int64_t *send_off, *send_len; /* P x nd */
-  int64_t *recv_off, *recv_len; /* P x nd */
+  int64_t *send_off, *send_len;           /* P x nd */
+  int64_t *recv_off, *recv_len;           /* P x nd */
   int *scount, *sdispl, *rcount, *rdispl; /* in elements */
   int64_t send_total, recv_total;
   MPI_Datatype etype;
@@ -61,8 +61,8 @@ typedef struct sg_fft_redist {
    * segments; no MPI message copies and one synchronisation per
    * transpose. */
   int shm;
-  int phase;        /* which half of the segments the next call uses */
-  size_t half;      /* bytes of one half */
+  int phase;   /* which half of the segments the next call uses */
+  size_t half; /* bytes of one half */
   /* Synchronisation of the shared-memory path: every segment ends in a
    * 64-byte line holding its rank's arrival count; a rank publishes its
    * count and waits until every peer's has reached it, spinning for
@@ -72,7 +72,7 @@ typedef struct sg_fft_redist {
    * (SG_FFT_SHM_SYNC=mpi). */
   int flag_sync;
   long spin_ns;
-  uint64_t epoch;   /* arrivals so far (same on every rank) */
+  uint64_t epoch; /* arrivals so far (same on every rank) */
   MPI_Win win;
   char *seg;
   char **peer_seg;  /* P: base of each rank's segment */
@@ -88,8 +88,8 @@ void sg_fft_box_copy(char *dst, const int64_t *dshape, const int64_t *doff,
                      const sg_fft_map *smap, const int64_t *box, int nd,
                      size_t esize);
 
-sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes,
-                             int nd, size_t esize, int axis, int from, int to,
+sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes, int nd,
+                             size_t esize, int axis, int from, int to,
                              const int64_t *src_phys, const int64_t *src_log,
                              const sg_fft_map *src_map, int use_shm,
                              const int64_t *from_parent_len);

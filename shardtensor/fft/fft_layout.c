@@ -122,7 +122,8 @@ void sg_fft_box_copy(char *dst, const int64_t *dshape, const int64_t *doff,
   cut[ncut] = inner;
   const int64_t total = nouter * inner;
   (void)total;
-#pragma omp parallel for schedule(static) if (total * (int64_t)esize > (1 << 18))
+#pragma omp parallel for schedule(static) if (total * (int64_t)esize > \
+                                              (1 << 18))
   for (int64_t o = 0; o < nouter; ++o) {
     int64_t rem = o, so = 0, dof = 0;
     for (int d = nd - 2; d >= 0; --d) {
@@ -158,8 +159,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
                "the shared-memory transpose needs lock-free 64-bit atomics");
 
 static _Atomic unsigned long long *shm_ctl(const sg_fft_redist *rd, int q) {
-  return (_Atomic unsigned long long *)(void *)(rd->peer_seg[q] +
-                                                2 * rd->half);
+  return (_Atomic unsigned long long *)(void *)(rd->peer_seg[q] + 2 * rd->half);
 }
 
 /* SG_FFT_SHM_SYNC=mpi: MPI_Barrier (the previous behaviour) */
@@ -221,7 +221,8 @@ static sg_status shm_flag_barrier(sg_fft_redist *rd) {
     unsigned spins = 0;
     while (atomic_load_explicit(c, memory_order_acquire) < e) {
       if (sg_deadline_passed(&dl)) /* the peer never arrived */
-        return sg_timeout_error(&dl, "FFT transpose (shared-memory barrier)", rd->comm, q);
+        return sg_timeout_error(&dl, "FFT transpose (shared-memory barrier)",
+                                rd->comm, q);
       if (rd->spin_ns < 0 || ++spins < 64) {
         cpu_relax();
         continue;
@@ -239,8 +240,8 @@ static sg_status shm_flag_barrier(sg_fft_redist *rd) {
   return SG_OK;
 }
 
-sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes,
-                             int nd, size_t esize, int axis, int from, int to,
+sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes, int nd,
+                             size_t esize, int axis, int from, int to,
                              const int64_t *src_phys, const int64_t *src_log,
                              const sg_fft_map *src_map, int use_shm,
                              const int64_t *from_parent_len) {
@@ -286,8 +287,10 @@ sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes,
     SG_RAISE(SG_ERR_ALLOC, "out of memory for a transpose of %d ranks", P);
   int64_t sacc = 0, racc = 0;
   for (int q = 0; q < P; ++q) {
-    int64_t *so = rd->send_off + (size_t)q * nd, *sl = rd->send_len + (size_t)q * nd;
-    int64_t *ro = rd->recv_off + (size_t)q * nd, *rl = rd->recv_len + (size_t)q * nd;
+    int64_t *so = rd->send_off + (size_t)q * nd,
+            *sl = rd->send_len + (size_t)q * nd;
+    int64_t *ro = rd->recv_off + (size_t)q * nd,
+            *rl = rd->recv_len + (size_t)q * nd;
     for (int d = 0; d < nd; ++d) {
       so[d] = 0;
       sl[d] = src_log[d];
@@ -322,8 +325,8 @@ sg_status sg_fft_redist_init(sg_fft_redist *rd, const sg_fft_axes *axes,
     /* the same decision on every rank of the group */
     MPI_Comm node = MPI_COMM_NULL;
     int nsize = 0;
-    SG_MPI(MPI_Comm_split_type(rd->comm, MPI_COMM_TYPE_SHARED, 0,
-                               MPI_INFO_NULL, &node));
+    SG_MPI(MPI_Comm_split_type(rd->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                               &node));
     MPI_Comm_size(node, &nsize);
     MPI_Comm_free(&node);
     rd->shm = use_shm && nsize == P;
@@ -461,8 +464,8 @@ static sg_status shm_forward(const sg_fft_redist *rdc, const void *src,
       sg_fft_box_copy(dst, rd->dst_shape, rd->recv_off + (size_t)q * nd, NULL,
                       src, rd->src_phys, so, rd->src_map, sl, nd, es);
     else
-      sg_fft_box_copy(rd->seg + h + (size_t)rd->sdispl[q] * es, sl, zero,
-                      NULL, src, rd->src_phys, so, rd->src_map, sl, nd, es);
+      sg_fft_box_copy(rd->seg + h + (size_t)rd->sdispl[q] * es, sl, zero, NULL,
+                      src, rd->src_phys, so, rd->src_map, sl, nd, es);
   }
   SG_TRY(shm_sync(rd));
   for (int q = 0; q < P; ++q) {
@@ -492,8 +495,8 @@ static sg_status shm_reverse(const sg_fft_redist *rdc, const void *dst,
       sg_fft_box_copy(src, rd->src_phys, rd->send_off + (size_t)q * nd,
                       rd->src_map, dst, rd->dst_shape, ro, NULL, rl, nd, es);
     else
-      sg_fft_box_copy(rd->seg + h + (size_t)rd->rdispl[q] * es, rl, zero,
-                      NULL, dst, rd->dst_shape, ro, NULL, rl, nd, es);
+      sg_fft_box_copy(rd->seg + h + (size_t)rd->rdispl[q] * es, rl, zero, NULL,
+                      dst, rd->dst_shape, ro, NULL, rl, nd, es);
   }
   SG_TRY(shm_sync(rd));
   for (int q = 0; q < P; ++q) {
@@ -511,15 +514,19 @@ fail:
 
 /* The transpose's all-to-all-v; with a timeout set (sg_comm_set_timeout)
  * the non-blocking one and a wait that gives up. */
-static sg_status alltoallv_timed(const void *sb, const int *sc, const int *sd, void *rb, const int *rc,
-                                 const int *rdp, const sg_fft_redist *rd) {
+static sg_status alltoallv_timed(const void *sb, const int *sc, const int *sd,
+                                 void *rb, const int *rc, const int *rdp,
+                                 const sg_fft_redist *rd) {
   sg_status st = SG_OK;
   if (sg_comm_timeout() > 0) {
     MPI_Request r = MPI_REQUEST_NULL;
-    SG_MPI(MPI_Ialltoallv(sb, sc, sd, rd->etype, rb, rc, rdp, rd->etype, rd->comm, &r));
-    SG_TRY(sg_wait_timed(&r, NULL, 0, "FFT transpose (MPI_Alltoallv)", rd->comm));
+    SG_MPI(MPI_Ialltoallv(sb, sc, sd, rd->etype, rb, rc, rdp, rd->etype,
+                          rd->comm, &r));
+    SG_TRY(
+        sg_wait_timed(&r, NULL, 0, "FFT transpose (MPI_Alltoallv)", rd->comm));
   } else {
-    SG_MPI(MPI_Alltoallv(sb, sc, sd, rd->etype, rb, rc, rdp, rd->etype, rd->comm));
+    SG_MPI(
+        MPI_Alltoallv(sb, sc, sd, rd->etype, rb, rc, rdp, rd->etype, rd->comm));
   }
 fail:
   return st;
@@ -539,17 +546,18 @@ sg_status sg_fft_redist_forward(const sg_fft_redist *rd, const void *src,
       sg_fft_box_copy(dst, rd->dst_shape, rd->recv_off + (size_t)q * nd, NULL,
                       src, rd->src_phys, so, rd->src_map, sl, nd, es);
     else
-      sg_fft_box_copy((char *)sbuf + (size_t)rd->sdispl[q] * es, sl, zero,
-                      NULL, src, rd->src_phys, so, rd->src_map, sl, nd, es);
+      sg_fft_box_copy((char *)sbuf + (size_t)rd->sdispl[q] * es, sl, zero, NULL,
+                      src, rd->src_phys, so, rd->src_map, sl, nd, es);
   }
   if (P > 1) {
-    SG_TRY(alltoallv_timed(sbuf, rd->scount, rd->sdispl, rbuf, rd->rcount, rd->rdispl, rd));
+    SG_TRY(alltoallv_timed(sbuf, rd->scount, rd->sdispl, rbuf, rd->rcount,
+                           rd->rdispl, rd));
     for (int q = 0; q < P; ++q) {
       if (q == rd->r) continue;
       const int64_t *rl = rd->recv_len + (size_t)q * nd;
       sg_fft_box_copy(dst, rd->dst_shape, rd->recv_off + (size_t)q * nd, NULL,
-                      (const char *)rbuf + (size_t)rd->rdispl[q] * es, rl,
-                      zero, NULL, rl, nd, es);
+                      (const char *)rbuf + (size_t)rd->rdispl[q] * es, rl, zero,
+                      NULL, rl, nd, es);
     }
   }
 fail:
@@ -571,17 +579,19 @@ sg_status sg_fft_redist_reverse(const sg_fft_redist *rd, const void *dst,
       sg_fft_box_copy(src, rd->src_phys, rd->send_off + (size_t)q * nd,
                       rd->src_map, dst, rd->dst_shape, ro, NULL, rl, nd, es);
     else
-      sg_fft_box_copy((char *)rbuf + (size_t)rd->rdispl[q] * es, rl, zero,
-                      NULL, dst, rd->dst_shape, ro, NULL, rl, nd, es);
+      sg_fft_box_copy((char *)rbuf + (size_t)rd->rdispl[q] * es, rl, zero, NULL,
+                      dst, rd->dst_shape, ro, NULL, rl, nd, es);
   }
   if (P > 1) {
-    SG_TRY(alltoallv_timed(rbuf, rd->rcount, rd->rdispl, sbuf, rd->scount, rd->sdispl, rd));
+    SG_TRY(alltoallv_timed(rbuf, rd->rcount, rd->rdispl, sbuf, rd->scount,
+                           rd->sdispl, rd));
     for (int q = 0; q < P; ++q) {
       if (q == rd->r) continue;
       const int64_t *sl = rd->send_len + (size_t)q * nd;
       sg_fft_box_copy(src, rd->src_phys, rd->send_off + (size_t)q * nd,
-                      rd->src_map, (const char *)sbuf + (size_t)rd->sdispl[q] * es,
-                      sl, zero, NULL, sl, nd, es);
+                      rd->src_map,
+                      (const char *)sbuf + (size_t)rd->sdispl[q] * es, sl, zero,
+                      NULL, sl, nd, es);
     }
   }
 fail:
@@ -635,12 +645,16 @@ sg_status sg_fft_transpose_create_comms(MPI_Comm comm, int naxes,
     for (int s = 0; s < from->nsplit[d]; ++s) {
       int a = from->split[d][s];
       if (a < 0 || a >= naxes || t->axes.comm[a] == MPI_COMM_NULL)
-        SG_RAISE(SG_ERR_INVALID_ARG, "dim %d split by axis %d with no "
-                 "communicator", d, a);
+        SG_RAISE(SG_ERR_INVALID_ARG,
+                 "dim %d split by axis %d with no "
+                 "communicator",
+                 d, a);
       if (a == axis) {
         if (s != from->nsplit[d] - 1)
-          SG_RAISE(SG_ERR_INVALID_ARG, "axis %d is not the innermost "
-                   "splitter of dim %d", axis, d);
+          SG_RAISE(SG_ERR_INVALID_ARG,
+                   "axis %d is not the innermost "
+                   "splitter of dim %d",
+                   axis, d);
         fd = d;
       }
     }
@@ -693,8 +707,9 @@ sg_status sg_fft_transpose_create(sg_mesh_t mesh, sg_dtype dtype, int ncomp,
                                   int64_t batch, const sg_fft_layout *from,
                                   int axis, int to, sg_fft_transpose_t *tr) {
   sg_fft_axes ax;
-  if (!mesh) return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                                 "sg_fft_transpose_create: mesh is NULL");
+  if (!mesh)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_fft_transpose_create: mesh is NULL");
   sg_status st = sg_fft_axes_from_mesh(&ax, mesh);
   if (st != SG_OK) return sg_agree(sg_mesh_comm(mesh), st);
   return sg_fft_transpose_create_comms(sg_mesh_comm(mesh), ax.naxes, ax.comm,

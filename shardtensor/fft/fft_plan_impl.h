@@ -49,9 +49,9 @@ struct sg_fft_plan {
   int nstages;
   sg_fft_stage st[SG_FFT_MAX_STAGES];
   void *A, *B, *S, *R;
-  void *T;        /* tiles of the blocked stages, one per thread */
+  void *T;           /* tiles of the blocked stages, one per thread */
   size_t bytes_tile; /* bytes of one thread's tile */
-  int nth;        /* FFTW / OpenMP threads */
+  int nth;           /* FFTW / OpenMP threads */
   /* Cache blocking (host): the stages are planned for cb batch elements
    * and run chunk by chunk over the user's blocks (batch is their outer
    * dim), so a chunk's intermediate blocks, messages and tiles stay in the
@@ -60,10 +60,10 @@ struct sg_fft_plan {
    * rank (it is derived from global sizes): each chunk's transposes are
    * collective. */
   int64_t cb, nchunk;
-  void *W;        /* one chunk of spectral data (forward adjoint) */
+  void *W; /* one chunk of spectral data (forward adjoint) */
   size_t bytes_ab;
-  int cuda;                /* CUDA plan: x, y are device pointers */
-  void *Ad, *Bd;           /* device scratch */
+  int cuda;      /* CUDA plan: x, y are device pointers */
+  void *Ad, *Bd; /* device scratch */
   sg_fft_cuda_stage *cst[SG_FFT_MAX_STAGES];
   double fwd_scale, inv_scale;
   double t_fft, t_xpose;

@@ -77,8 +77,8 @@ typedef enum sg_fft_norm {
 #define SG_FFT_MPI_ALLTOALL 2u
 
 typedef enum sg_fft_space {
-  SG_FFT_SPACE_REAL = 0,   /* the real input of the forward transform */
-  SG_FFT_SPACE_SPECTRAL    /* the (kept) modes, complex */
+  SG_FFT_SPACE_REAL = 0, /* the real input of the forward transform */
+  SG_FFT_SPACE_SPECTRAL  /* the (kept) modes, complex */
 } sg_fft_space;
 
 typedef struct sg_fft_desc {
@@ -91,9 +91,9 @@ typedef struct sg_fft_desc {
   int64_t batch;                  /* product of the leading dims, >= 1 */
   int64_t keep[SG_FFT_MAX_DIMS];  /* kept modes per dim (see above); 0: all */
   sg_fft_norm norm;
-  int nthreads;                   /* FFTW threads; 0: omp_get_max_threads() */
-  unsigned flags;                 /* SG_FFT_MEASURE, SG_FFT_MPI_ALLTOALL */
-  int64_t chunk;                  /* host: batch elements run through all
+  int nthreads;   /* FFTW threads; 0: omp_get_max_threads() */
+  unsigned flags; /* SG_FFT_MEASURE, SG_FFT_MPI_ALLTOALL */
+  int64_t chunk;  /* host: batch elements run through all
                                      stages at a time (cache blocking); must
                                      divide batch; 0: chosen so a chunk's
                                      complex block is about
@@ -146,7 +146,8 @@ sg_status sg_fft_plan_create_comms(MPI_Comm comm, int naxes,
  * sg_fft_plan_create_comms / sg_spectral_conv_create_comms. Collective
  * over the mesh (the first use of a group creates it). */
 sg_status sg_fft_mesh_axes(sg_mesh_t mesh, int n, const char *const *dims,
-                           MPI_Comm *axes, int *split, MPI_Comm *comm, unsigned *mask);
+                           MPI_Comm *axes, int *split, MPI_Comm *comm,
+                           unsigned *mask);
 /* Free; accepts NULL and sets *plan to NULL. Collective over the plan's
  * axes (it frees the shared-memory windows of its transposes); the
  * communicators belong to the caller or mesh and must outlive the plan. */
@@ -193,10 +194,8 @@ sg_status sg_fft_inverse(sg_fft_plan_t plan, const void *y, void *x);
  * backward of sg_fft_forward. inverse_adjoint maps a real block to a
  * spectral block; it is the backward of sg_fft_inverse. Inputs are not
  * modified; outputs are overwritten. Collective over the plan's axes. */
-sg_status sg_fft_forward_adjoint(sg_fft_plan_t plan, const void *dy,
-                                 void *dx);
-sg_status sg_fft_inverse_adjoint(sg_fft_plan_t plan, const void *dx,
-                                 void *dy);
+sg_status sg_fft_forward_adjoint(sg_fft_plan_t plan, const void *dy, void *dx);
+sg_status sg_fft_inverse_adjoint(sg_fft_plan_t plan, const void *dx, void *dy);
 
 /* ---- transposes ---------------------------------------------------------
  * A transpose moves one axis from being the innermost splitter of array
@@ -208,8 +207,7 @@ sg_status sg_fft_inverse_adjoint(sg_fft_plan_t plan, const void *dx,
 /* Collective over the mesh (or comm). */
 sg_status sg_fft_transpose_create(sg_mesh_t mesh, sg_dtype dtype, int ncomp,
                                   int64_t batch, const sg_fft_layout *from,
-                                  int axis, int to,
-                                  sg_fft_transpose_t *tr);
+                                  int axis, int to, sg_fft_transpose_t *tr);
 sg_status sg_fft_transpose_create_comms(MPI_Comm comm, int naxes,
                                         const MPI_Comm *axes, sg_dtype dtype,
                                         int ncomp, int64_t batch,

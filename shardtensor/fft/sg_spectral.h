@@ -62,8 +62,7 @@ sg_status sg_spectral_conv_create(sg_mesh_t mesh, const sg_fft_desc *desc,
 sg_status sg_spectral_conv_create_comms(MPI_Comm comm, int naxes,
                                         const MPI_Comm *axes,
                                         const sg_fft_desc *desc, int64_t cin,
-                                        int64_t cout,
-                                        sg_spectral_conv_t *conv);
+                                        int64_t cout, sg_spectral_conv_t *conv);
 /* Accepts NULL, sets *conv to NULL. Collective (as sg_fft_plan_destroy). */
 sg_status sg_spectral_conv_destroy(sg_spectral_conv_t *conv);
 /* The layout of the W and dW passed to forward and backward from now on.

@@ -15,7 +15,7 @@
 struct sg_spectral_conv {
   sg_fft_desc desc;
   int64_t cin, cout, nb;
-  sg_fft_plan_t pin, pout; /* pout == pin when cin == cout */
+  sg_fft_plan_t pin, pout;          /* pout == pin when cin == cout */
   int64_t K[SG_FFT_MAX_DIMS], ktot; /* kept global lengths, their product */
   int64_t M;                        /* local modes */
   int64_t *gidx;                    /* global flat mode index of local m */
@@ -60,92 +60,94 @@ static int64_t prod64(const int64_t *v, int n) {
 
 /* Channel mixing over the local modes, run by run (see nrun/rlen/rbase):
  * W[i,o,k] of global mode k = rbase[r] + j for local mode m = r*rlen + j. */
-#define SG_MIX_KERNELS(T, SFX)                                                \
-  static void mix_fwd_##SFX(const struct sg_spectral_conv *c,                \
-                            const mix_geom *g, const T *x, const T *w,       \
-                            T *y) {                                          \
-    const int64_t nb = c->nb, ci = c->cin, co = c->cout, M = c->M,           \
-                  K = g->K, L = g->L, R = g->R;                     \
-    _Pragma("omp parallel for collapse(2) schedule(static) if (nb * co * M * ci > 16384)") \
-    for (int64_t b = 0; b < nb; ++b)                                         \
-      for (int64_t o = 0; o < co; ++o) {                                     \
-        T *yo = y + 2 * (b * co + o) * M;                                    \
-        for (int64_t m = 0; m < 2 * M; ++m) yo[m] = 0;                       \
-        for (int64_t i = 0; i < ci; ++i)                                     \
-          for (int64_t r = 0; r < R; ++r) {                                  \
-            const T *xi = x + 2 * ((b * ci + i) * M + r * L);                \
-            const T *wk = w + 2 * ((i * co + o) * K + g->rbase[r]);          \
-            T *yr = yo + 2 * r * L;                                          \
-            for (int64_t j = 0; j < L; ++j) {                                \
-              T wr = wk[2 * j], wi = wk[2 * j + 1];                          \
-              T xr = xi[2 * j], xim = xi[2 * j + 1];                         \
-              yr[2 * j] += xr * wr - xim * wi;                               \
-              yr[2 * j + 1] += xr * wi + xim * wr;                           \
-            }                                                                \
-          }                                                                  \
-      }                                                                      \
-  }                                                                          \
-  /* dx[b,i,m] = sum_o dy[b,o,m] conj(W[i,o,k]) */                           \
-  static void mix_bwd_x_##SFX(const struct sg_spectral_conv *c,              \
-                              const mix_geom *g, const T *dy, const T *w,    \
-                              T *dx) {                                       \
-    const int64_t nb = c->nb, ci = c->cin, co = c->cout, M = c->M,           \
-                  K = g->K, L = g->L, R = g->R;                     \
-    _Pragma("omp parallel for collapse(2) schedule(static) if (nb * co * M * ci > 16384)") \
-    for (int64_t b = 0; b < nb; ++b)                                         \
-      for (int64_t i = 0; i < ci; ++i) {                                     \
-        T *xo = dx + 2 * (b * ci + i) * M;                                   \
-        for (int64_t m = 0; m < 2 * M; ++m) xo[m] = 0;                       \
-        for (int64_t o = 0; o < co; ++o)                                     \
-          for (int64_t r = 0; r < R; ++r) {                                  \
-            const T *d = dy + 2 * ((b * co + o) * M + r * L);                \
-            const T *wk = w + 2 * ((i * co + o) * K + g->rbase[r]);          \
-            T *xr_ = xo + 2 * r * L;                                         \
-            for (int64_t j = 0; j < L; ++j) {                                \
-              T wr = wk[2 * j], wi = wk[2 * j + 1];                          \
-              T dr = d[2 * j], di = d[2 * j + 1];                            \
-              xr_[2 * j] += dr * wr + di * wi;                               \
-              xr_[2 * j + 1] += di * wr - dr * wi;                           \
-            }                                                                \
-          }                                                                  \
-      }                                                                      \
-  }                                                                          \
-  /* dW[i,o,k] += sum_b conj(x[b,i,m]) dy[b,o,m] */                          \
-  static void mix_bwd_w_##SFX(const struct sg_spectral_conv *c,              \
-                              const mix_geom *g, const T *x, const T *dy,    \
-                              T *dw) {                                       \
-    const int64_t nb = c->nb, ci = c->cin, co = c->cout, M = c->M,           \
-                  K = g->K, L = g->L, R = g->R;                     \
-    _Pragma("omp parallel for collapse(2) schedule(static) if (nb * co * M * ci > 16384)") \
-    for (int64_t i = 0; i < ci; ++i)                                         \
-      for (int64_t o = 0; o < co; ++o)                                       \
-        for (int64_t b = 0; b < nb; ++b)                                     \
-          for (int64_t r = 0; r < R; ++r) {                                  \
-            const T *xi = x + 2 * ((b * ci + i) * M + r * L);                \
-            const T *d = dy + 2 * ((b * co + o) * M + r * L);                \
-            T *wk = dw + 2 * ((i * co + o) * K + g->rbase[r]);               \
-            for (int64_t j = 0; j < L; ++j) {                                \
-              T xr = xi[2 * j], xim = xi[2 * j + 1];                         \
-              T dr = d[2 * j], di = d[2 * j + 1];                            \
-              wk[2 * j] += xr * dr + xim * di;                               \
-              wk[2 * j + 1] += xr * di - xim * dr;                           \
-            }                                                                \
-          }                                                                  \
-  }                                                                          \
-  /* wl[i,o,m] = W[i,o,k(m)] (add == 0), or W[i,o,k(m)] += wl[i,o,m] */      \
-  static void mix_local_##SFX(const struct sg_spectral_conv *c, T *W, T *wl, \
-                              int add) {                                     \
-    const int64_t io = c->cin * c->cout, M = c->M, K = c->ktot,              \
-                  L = c->rlen, R = c->nrun;                                  \
-    _Pragma("omp parallel for schedule(static) if (io * M > 16384)")         \
-    for (int64_t p = 0; p < io; ++p)                                         \
-      for (int64_t r = 0; r < R; ++r) {                                      \
-        T *a = W + 2 * (p * K + c->rbase[r]), *b = wl + 2 * (p * M + r * L); \
-        if (add)                                                             \
-          for (int64_t j = 0; j < 2 * L; ++j) a[j] += b[j];                  \
-        else                                                                 \
-          for (int64_t j = 0; j < 2 * L; ++j) b[j] = a[j];                   \
-      }                                                                      \
+#define SG_MIX_KERNELS(T, SFX)                                                         \
+  static void mix_fwd_##SFX(const struct sg_spectral_conv *c,                          \
+                            const mix_geom *g, const T *x, const T *w, T *y) {         \
+    const int64_t nb = c->nb, ci = c->cin, co = c->cout, M = c->M, K = g->K,           \
+                  L = g->L, R = g->R;                                                  \
+    _Pragma(                                                                           \
+        "omp parallel for collapse(2) schedule(static) if (nb * co * M * ci > 16384)") \
+    for (int64_t b = 0; b < nb; ++b)                                                   \
+      for (int64_t o = 0; o < co; ++o) {                                               \
+        T *yo = y + 2 * (b * co + o) * M;                                              \
+        for (int64_t m = 0; m < 2 * M; ++m) yo[m] = 0;                                 \
+        for (int64_t i = 0; i < ci; ++i)                                               \
+          for (int64_t r = 0; r < R; ++r) {                                            \
+            const T *xi = x + 2 * ((b * ci + i) * M + r * L);                          \
+            const T *wk = w + 2 * ((i * co + o) * K + g->rbase[r]);                    \
+            T *yr = yo + 2 * r * L;                                                    \
+            for (int64_t j = 0; j < L; ++j) {                                          \
+              T wr = wk[2 * j], wi = wk[2 * j + 1];                                    \
+              T xr = xi[2 * j], xim = xi[2 * j + 1];                                   \
+              yr[2 * j] += xr * wr - xim * wi;                                         \
+              yr[2 * j + 1] += xr * wi + xim * wr;                                     \
+            }                                                                          \
+          }                                                                            \
+      }                                                                                \
+  }                                                                                    \
+  /* dx[b,i,m] = sum_o dy[b,o,m] conj(W[i,o,k]) */                                     \
+  static void mix_bwd_x_##SFX(const struct sg_spectral_conv *c,                        \
+                              const mix_geom *g, const T *dy, const T *w,              \
+                              T *dx) {                                                 \
+    const int64_t nb = c->nb, ci = c->cin, co = c->cout, M = c->M, K = g->K,           \
+                  L = g->L, R = g->R;                                                  \
+    _Pragma(                                                                           \
+        "omp parallel for collapse(2) schedule(static) if (nb * co * M * ci > 16384)") \
+    for (int64_t b = 0; b < nb; ++b)                                                   \
+      for (int64_t i = 0; i < ci; ++i) {                                               \
+        T *xo = dx + 2 * (b * ci + i) * M;                                             \
+        for (int64_t m = 0; m < 2 * M; ++m) xo[m] = 0;                                 \
+        for (int64_t o = 0; o < co; ++o)                                               \
+          for (int64_t r = 0; r < R; ++r) {                                            \
+            const T *d = dy + 2 * ((b * co + o) * M + r * L);                          \
+            const T *wk = w + 2 * ((i * co + o) * K + g->rbase[r]);                    \
+            T *xr_ = xo + 2 * r * L;                                                   \
+            for (int64_t j = 0; j < L; ++j) {                                          \
+              T wr = wk[2 * j], wi = wk[2 * j + 1];                                    \
+              T dr = d[2 * j], di = d[2 * j + 1];                                      \
+              xr_[2 * j] += dr * wr + di * wi;                                         \
+              xr_[2 * j + 1] += di * wr - dr * wi;                                     \
+            }                                                                          \
+          }                                                                            \
+      }                                                                                \
+  }                                                                                    \
+  /* dW[i,o,k] += sum_b conj(x[b,i,m]) dy[b,o,m] */                                    \
+  static void mix_bwd_w_##SFX(const struct sg_spectral_conv *c,                        \
+                              const mix_geom *g, const T *x, const T *dy,              \
+                              T *dw) {                                                 \
+    const int64_t nb = c->nb, ci = c->cin, co = c->cout, M = c->M, K = g->K,           \
+                  L = g->L, R = g->R;                                                  \
+    _Pragma(                                                                           \
+        "omp parallel for collapse(2) schedule(static) if (nb * co * M * ci > 16384)") \
+    for (int64_t i = 0; i < ci; ++i)                                                   \
+      for (int64_t o = 0; o < co; ++o)                                                 \
+        for (int64_t b = 0; b < nb; ++b)                                               \
+          for (int64_t r = 0; r < R; ++r) {                                            \
+            const T *xi = x + 2 * ((b * ci + i) * M + r * L);                          \
+            const T *d = dy + 2 * ((b * co + o) * M + r * L);                          \
+            T *wk = dw + 2 * ((i * co + o) * K + g->rbase[r]);                         \
+            for (int64_t j = 0; j < L; ++j) {                                          \
+              T xr = xi[2 * j], xim = xi[2 * j + 1];                                   \
+              T dr = d[2 * j], di = d[2 * j + 1];                                      \
+              wk[2 * j] += xr * dr + xim * di;                                         \
+              wk[2 * j + 1] += xr * di - xim * dr;                                     \
+            }                                                                          \
+          }                                                                            \
+  }                                                                                    \
+  /* wl[i,o,m] = W[i,o,k(m)] (add == 0), or W[i,o,k(m)] += wl[i,o,m] */                \
+  static void mix_local_##SFX(const struct sg_spectral_conv *c, T *W, T *wl,           \
+                              int add) {                                               \
+    const int64_t io = c->cin * c->cout, M = c->M, K = c->ktot, L = c->rlen,           \
+                  R = c->nrun;                                                         \
+    _Pragma("omp parallel for schedule(static) if (io * M > 16384)")                   \
+    for (int64_t p = 0; p < io; ++p)                                                   \
+      for (int64_t r = 0; r < R; ++r) {                                                \
+        T *a = W + 2 * (p * K + c->rbase[r]), *b = wl + 2 * (p * M + r * L);           \
+        if (add)                                                                       \
+          for (int64_t j = 0; j < 2 * L; ++j) a[j] += b[j];                            \
+        else                                                                           \
+          for (int64_t j = 0; j < 2 * L; ++j) b[j] = a[j];                             \
+      }                                                                                \
   }
 
 SG_MIX_KERNELS(double, f64)
@@ -162,18 +164,22 @@ static sg_status conv_create(sg_mesh_t mesh, MPI_Comm comm, int naxes,
   if (!out || !desc) SG_RAISE(SG_ERR_INVALID_ARG, "conv or desc is NULL");
   *out = NULL;
   if (cin < 1 || cout < 1)
-    SG_RAISE(SG_ERR_INVALID_ARG, "spectral conv channels must be >= 1 "
-             "(cin %lld, cout %lld)", (long long)cin, (long long)cout);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "spectral conv channels must be >= 1 "
+             "(cin %lld, cout %lld)",
+             (long long)cin, (long long)cout);
   if (desc->ndim < 2 || desc->ndim > SG_FFT_MAX_DIMS)
     SG_RAISE(SG_ERR_INVALID_ARG, "spectral conv ndim must be 2 or 3");
   for (int d = 0; d < desc->ndim; ++d)
     if (desc->keep[d] < 1)
-      SG_RAISE(SG_ERR_INVALID_ARG, "spectral conv keep[%d] must be >= 1 "
-               "(got %lld)", d, (long long)desc->keep[d]);
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "spectral conv keep[%d] must be >= 1 "
+               "(got %lld)",
+               d, (long long)desc->keep[d]);
   if (desc->batch < 1) SG_RAISE(SG_ERR_INVALID_ARG, "nbatch must be >= 1");
   if (desc->device.kind != SG_DEVICE_HOST)
     SG_RAISE(SG_ERR_NOT_SUPPORTED, "spectral conv runs on the host only "
-             "(its channel mixing has no CUDA kernel)");
+                                   "(its channel mixing has no CUDA kernel)");
   c = calloc(1, sizeof *c);
   if (!c) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   c->desc = *desc;
@@ -325,7 +331,8 @@ sg_status sg_spectral_conv_set_weight_layout(sg_spectral_conv_t c,
   if (c->wsharded && c->wloc) sg_free(sg_device_host(), &c->wloc);
   if (!c->wsharded && !c->wloc && c->nrun > 1)
     return sg_malloc(sg_device_host(),
-                     (size_t)(2 * c->cin * c->cout * c->M) * sg_dtype_size(c->desc.dtype),
+                     (size_t)(2 * c->cin * c->cout * c->M) *
+                         sg_dtype_size(c->desc.dtype),
                      &c->wloc);
   return SG_OK;
 }
@@ -349,8 +356,10 @@ sg_status sg_spectral_conv_forward(sg_spectral_conv_t c, const void *x,
   if (c->wsharded) {
     g = geom_local(c); /* W holds exactly the local modes, in box order */
   } else if (c->wloc) {
-    if (f64) mix_local_f64(c, (double *)(uintptr_t)w, c->wloc, 0);
-    else mix_local_f32(c, (float *)(uintptr_t)w, c->wloc, 0);
+    if (f64)
+      mix_local_f64(c, (double *)(uintptr_t)w, c->wloc, 0);
+    else
+      mix_local_f32(c, (float *)(uintptr_t)w, c->wloc, 0);
     g = geom_local(c);
     w = c->wloc;
   }
@@ -380,13 +389,16 @@ sg_status sg_spectral_conv_backward(sg_spectral_conv_t c, const void *x,
     }
     if (c->wsharded) {
       const mix_geom g = geom_local(c);
-      if (f64) mix_bwd_w_f64(c, &g, xh, c->ybuf, dw);
-      else mix_bwd_w_f32(c, &g, xh, c->ybuf, dw);
+      if (f64)
+        mix_bwd_w_f64(c, &g, xh, c->ybuf, dw);
+      else
+        mix_bwd_w_f32(c, &g, xh, c->ybuf, dw);
     } else if (c->wloc) {
       /* accumulate the local modes' gradient in wloc, then add it in */
       const mix_geom g = geom_local(c);
       memset(c->wloc, 0,
-             (size_t)(2 * c->cin * c->cout * c->M) * sg_dtype_size(c->desc.dtype));
+             (size_t)(2 * c->cin * c->cout * c->M) *
+                 sg_dtype_size(c->desc.dtype));
       if (f64) {
         mix_bwd_w_f64(c, &g, xh, c->ybuf, c->wloc);
         mix_local_f64(c, dw, c->wloc, 1);
@@ -396,8 +408,10 @@ sg_status sg_spectral_conv_backward(sg_spectral_conv_t c, const void *x,
       }
     } else {
       const mix_geom g = geom_natural(c);
-      if (f64) mix_bwd_w_f64(c, &g, xh, c->ybuf, dw);
-      else mix_bwd_w_f32(c, &g, xh, c->ybuf, dw);
+      if (f64)
+        mix_bwd_w_f64(c, &g, xh, c->ybuf, dw);
+      else
+        mix_bwd_w_f32(c, &g, xh, c->ybuf, dw);
     }
   }
   if (dx) {
@@ -405,8 +419,10 @@ sg_status sg_spectral_conv_backward(sg_spectral_conv_t c, const void *x,
     if (c->wsharded) {
       g = geom_local(c);
     } else if (c->wloc) {
-      if (f64) mix_local_f64(c, (double *)(uintptr_t)w, c->wloc, 0);
-      else mix_local_f32(c, (float *)(uintptr_t)w, c->wloc, 0);
+      if (f64)
+        mix_local_f64(c, (double *)(uintptr_t)w, c->wloc, 0);
+      else
+        mix_local_f32(c, (float *)(uintptr_t)w, c->wloc, 0);
       g = geom_local(c);
       w = c->wloc;
     }
@@ -431,13 +447,14 @@ sg_status sg_spectral_apply(sg_fft_plan_t plan, sg_spectral_op op, int dim,
   const sg_fft_desc *desc = sg_fft_plan_desc(plan);
   const int D = desc->ndim;
   if (desc->device.kind != SG_DEVICE_HOST)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "spectral derivatives run on host plans only");
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "spectral derivatives run on host plans only");
   if (op != SG_SPECTRAL_DERIV && op != SG_SPECTRAL_LAPLACIAN &&
       op != SG_SPECTRAL_INV_LAPLACIAN)
     SG_RAISE(SG_ERR_INVALID_ARG, "unknown spectral op %d", (int)op);
   if (op == SG_SPECTRAL_DERIV && (dim < 0 || dim >= D))
-    SG_RAISE(SG_ERR_INVALID_ARG, "derivative dim %d out of range [0, %d)",
-             dim, D);
+    SG_RAISE(SG_ERR_INVALID_ARG, "derivative dim %d out of range [0, %d)", dim,
+             D);
   for (int d = 0; lengths && d < D; ++d)
     if (!(lengths[d] > 0))
       SG_RAISE(SG_ERR_INVALID_ARG, "box length %d must be > 0", d);

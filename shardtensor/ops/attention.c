@@ -39,7 +39,8 @@ typedef struct sg_attn_geom {
 /* Keys [0, end) that some query of rows [0, i_end) sees. */
 static inline int64_t sg_attn_key_end(const sg_attn_geom *g, int64_t i_end) {
   if (!g->causal) return g->nk;
-  int64_t e = i_end + g->offset; /* query i_end - 1 sees keys <= i_end - 1 + offset */
+  int64_t e = i_end +
+              g->offset; /* query i_end - 1 sees keys <= i_end - 1 + offset */
   return e < 0 ? 0 : e > g->nk ? g->nk : e;
 }
 
@@ -68,12 +69,12 @@ static inline void *sg_attn_thread_ws(const sg_attn_geom *g, void *ws) {
  * runs its SSE3 "Prescott" kernels); elsewhere, and f64 always, the BLAS.
  * Each element sums over p in increasing order (one FMA each): the same
  * bits for every thread count. */
-static void attn_gemm_f64(int64_t m, int64_t n, int64_t k, const double *a, int64_t ar,
-                          int64_t ac, const double *b, int64_t ldb, double *c, int64_t ldc,
-                          int acc) {
-  cblas_dgemm(CblasRowMajor, ac == 1 ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)m,
-              (int)n, (int)k, 1, a, (int)(ac == 1 ? ar : ac), b, (int)ldb, acc ? 1 : 0, c,
-              (int)ldc);
+static void attn_gemm_f64(int64_t m, int64_t n, int64_t k, const double *a,
+                          int64_t ar, int64_t ac, const double *b, int64_t ldb,
+                          double *c, int64_t ldc, int acc) {
+  cblas_dgemm(CblasRowMajor, ac == 1 ? CblasNoTrans : CblasTrans, CblasNoTrans,
+              (int)m, (int)n, (int)k, 1, a, (int)(ac == 1 ? ar : ac), b,
+              (int)ldb, acc ? 1 : 0, c, (int)ldc);
 }
 
 /* SG_ATTN_BLAS: the BLAS for f32 too (to compare; bench/RESULTS.md) */
@@ -83,29 +84,34 @@ static void attn_gemm_f64(int64_t m, int64_t n, int64_t k, const double *a, int6
 enum { AT_MR = 6, AT_NV = 4 }; /* 6 rows x 64 columns: 24 accumulators */
 
 /* One register tile: MR rows of c over NV vectors of 16 columns (masks m). */
-#define AT_TILE(MR, NV)                                                        \
-  static void at_tile_##MR##_##NV(int64_t k, const float *a, int64_t ar,      \
-                                  int64_t ac, const float *b, int64_t ldb,    \
-                                  float *c, int64_t ldc, int acc,             \
-                                  const __mmask16 *m) {                       \
-    __m512 cr[MR][NV];                                                        \
-    _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r)                      \
-      _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                    \
-        cr[r][v] = acc ? _mm512_maskz_loadu_ps(m[v], c + r * ldc + 16 * v)    \
-                       : _mm512_setzero_ps();                                 \
-    for (int64_t p = 0; p < k; ++p) {                                         \
-      __m512 bv[NV];                                                          \
-      _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                    \
-        bv[v] = _mm512_maskz_loadu_ps(m[v], b + p * ldb + 16 * v);            \
-      _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {                  \
-        const __m512 av = _mm512_set1_ps(a[r * ar + p * ac]);                 \
-        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                  \
-          cr[r][v] = _mm512_fmadd_ps(av, bv[v], cr[r][v]);                    \
-      }                                                                       \
-    }                                                                         \
-    _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r)                      \
-      _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                    \
-        _mm512_mask_storeu_ps(c + r * ldc + 16 * v, m[v], cr[r][v]);          \
+#define AT_TILE(MR, NV)                                                    \
+  static void at_tile_##MR##_##NV(int64_t k, const float *a, int64_t ar,   \
+                                  int64_t ac, const float *b, int64_t ldb, \
+                                  float *c, int64_t ldc, int acc,          \
+                                  const __mmask16 *m) {                    \
+    __m512 cr[MR][NV];                                                     \
+    _Pragma("GCC unroll 6")                                                \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 4")                   \
+    for (int v = 0; v < NV; ++v)                                           \
+      cr[r][v] = acc ? _mm512_maskz_loadu_ps(m[v], c + r * ldc + 16 * v)   \
+                     : _mm512_setzero_ps();                                \
+    for (int64_t p = 0; p < k; ++p) {                                      \
+      __m512 bv[NV];                                                       \
+      _Pragma("GCC unroll 4")                                              \
+      for (int v = 0; v < NV; ++v)                                         \
+        bv[v] = _mm512_maskz_loadu_ps(m[v], b + p * ldb + 16 * v);         \
+      _Pragma("GCC unroll 6")                                              \
+      for (int r = 0; r < MR; ++r) {                                       \
+        const __m512 av = _mm512_set1_ps(a[r * ar + p * ac]);              \
+        _Pragma("GCC unroll 4")                                            \
+        for (int v = 0; v < NV; ++v)                                       \
+          cr[r][v] = _mm512_fmadd_ps(av, bv[v], cr[r][v]);                 \
+      }                                                                    \
+    }                                                                      \
+    _Pragma("GCC unroll 6")                                                \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 4")                   \
+    for (int v = 0; v < NV; ++v)                                           \
+      _mm512_mask_storeu_ps(c + r * ldc + 16 * v, m[v], cr[r][v]);         \
   }
 #define AT_TILES(MR) AT_TILE(MR, 1) AT_TILE(MR, 2) AT_TILE(MR, 3) AT_TILE(MR, 4)
 AT_TILES(1)
@@ -115,15 +121,20 @@ AT_TILES(4)
 AT_TILES(5)
 AT_TILES(6)
 
-typedef void (*at_tile_fn)(int64_t, const float *, int64_t, int64_t, const float *, int64_t,
-                           float *, int64_t, int, const __mmask16 *);
-#define AT_ROW(MR) {NULL, at_tile_##MR##_1, at_tile_##MR##_2, at_tile_##MR##_3, at_tile_##MR##_4}
+typedef void (*at_tile_fn)(int64_t, const float *, int64_t, int64_t,
+                           const float *, int64_t, float *, int64_t, int,
+                           const __mmask16 *);
+#define AT_ROW(MR)                                              \
+  {                                                             \
+    NULL, at_tile_##MR##_1, at_tile_##MR##_2, at_tile_##MR##_3, \
+        at_tile_##MR##_4                                        \
+  }
 static const at_tile_fn at_tiles[AT_MR + 1][AT_NV + 1] = {
     {NULL}, AT_ROW(1), AT_ROW(2), AT_ROW(3), AT_ROW(4), AT_ROW(5), AT_ROW(6)};
 
-static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t ar,
-                          int64_t ac, const float *b, int64_t ldb, float *c, int64_t ldc,
-                          int acc) {
+static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
+                          int64_t ar, int64_t ac, const float *b, int64_t ldb,
+                          float *c, int64_t ldc, int acc) {
   for (int64_t n0 = 0; n0 < n; n0 += 16 * AT_NV) {
     const int64_t len = n - n0 < 16 * AT_NV ? n - n0 : 16 * AT_NV;
     const int nv = (int)((len + 15) / 16);
@@ -135,17 +146,18 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64
     }
     for (int64_t r0 = 0; r0 < m; r0 += AT_MR) {
       const int mr = (int)(m - r0 < AT_MR ? m - r0 : AT_MR);
-      at_tiles[mr][nv](k, a + r0 * ar, ar, ac, b + n0, ldb, c + r0 * ldc + n0, ldc, acc, msk);
+      at_tiles[mr][nv](k, a + r0 * ar, ar, ac, b + n0, ldb, c + r0 * ldc + n0,
+                       ldc, acc, msk);
     }
   }
 }
 #else
-static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t ar,
-                          int64_t ac, const float *b, int64_t ldb, float *c, int64_t ldc,
-                          int acc) {
-  cblas_sgemm(CblasRowMajor, ac == 1 ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)m,
-              (int)n, (int)k, 1, a, (int)(ac == 1 ? ar : ac), b, (int)ldb, acc ? 1 : 0, c,
-              (int)ldc);
+static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
+                          int64_t ar, int64_t ac, const float *b, int64_t ldb,
+                          float *c, int64_t ldc, int acc) {
+  cblas_sgemm(CblasRowMajor, ac == 1 ? CblasNoTrans : CblasTrans, CblasNoTrans,
+              (int)m, (int)n, (int)k, 1, a, (int)(ac == 1 ? ar : ac), b,
+              (int)ldb, acc ? 1 : 0, c, (int)ldc);
 }
 #endif
 
@@ -178,31 +190,39 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64
 static sg_status sg_attn_check_dt(sg_dtype dt) {
   sg_status st = SG_OK;
   if (dt != SG_DTYPE_F32 && dt != SG_DTYPE_F64)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "attention takes f32 or f64, not %s (bf16 storage: "
-             "not yet)", sg_dtype_name(dt));
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "attention takes f32 or f64, not %s (bf16 storage: "
+             "not yet)",
+             sg_dtype_name(dt));
 fail:
   return st;
 }
 
-static sg_status sg_attn_geom_make(const sg_attn_desc *d, sg_dtype dt, sg_attn_geom *g) {
+static sg_status sg_attn_geom_make(const sg_attn_desc *d, sg_dtype dt,
+                                   sg_attn_geom *g) {
   sg_status st = SG_OK;
   memset(g, 0, sizeof *g);
   if (!d) SG_RAISE(SG_ERR_INVALID_ARG, "attention descriptor is NULL");
   SG_TRY(sg_attn_check_dt(dt));
   if (d->batch < 0 || d->heads < 0 || d->nq < 0 || d->nk < 0)
-    SG_RAISE(SG_ERR_INVALID_ARG, "attention: negative size (batch %lld, heads %lld, "
-             "nq %lld, nk %lld)", (long long)d->batch, (long long)d->heads,
-             (long long)d->nq, (long long)d->nk);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "attention: negative size (batch %lld, heads %lld, "
+             "nq %lld, nk %lld)",
+             (long long)d->batch, (long long)d->heads, (long long)d->nq,
+             (long long)d->nk);
   /* the tile GEMMs take int leading dimensions and sizes */
   if (d->head_dim < 1 || d->head_dim > INT_MAX / SG_ATTN_BK)
     SG_RAISE(SG_ERR_INVALID_ARG, "attention: head_dim must be 1..%d, got %lld",
              INT_MAX / SG_ATTN_BK, (long long)d->head_dim);
   if (!isfinite(d->scale))
-    SG_RAISE(SG_ERR_INVALID_ARG, "attention: scale must be finite, got %g", d->scale);
+    SG_RAISE(SG_ERR_INVALID_ARG, "attention: scale must be finite, got %g",
+             d->scale);
   if (d->causal != 0 && d->causal != 1)
-    SG_RAISE(SG_ERR_INVALID_ARG, "attention: causal must be 0 or 1, got %d", d->causal);
+    SG_RAISE(SG_ERR_INVALID_ARG, "attention: causal must be 0 or 1, got %d",
+             d->causal);
   /* positions plus the offset must not overflow */
-  if (d->causal && (d->causal_offset > INT64_MAX / 4 || d->causal_offset < -(INT64_MAX / 4)))
+  if (d->causal &&
+      (d->causal_offset > INT64_MAX / 4 || d->causal_offset < -(INT64_MAX / 4)))
     SG_RAISE(SG_ERR_INVALID_ARG, "attention: causal_offset %lld out of range",
              (long long)d->causal_offset);
   g->bh = d->batch * d->heads;
@@ -221,7 +241,8 @@ static sg_status sg_attn_geom_make(const sg_attn_desc *d, sg_dtype dt, sg_attn_g
   /* forward: q^T of a query tile, a score tile, 3 statistics per query;
    * backward: q^T and dout^T of a head, D, two score tiles */
   size_t fwd = (size_t)(SG_ATTN_BQ * (d->head_dim + SG_ATTN_BK + 3));
-  size_t bwd = (size_t)(2 * SG_ATTN_BQ * SG_ATTN_BK) + (size_t)(d->nq * (2 * d->head_dim + 1));
+  size_t bwd = (size_t)(2 * SG_ATTN_BQ * SG_ATTN_BK) +
+               (size_t)(d->nq * (2 * d->head_dim + 1));
   g->ws_per_thread = ((fwd > bwd ? fwd : bwd) * esz + 63) / 64 * 64;
 fail:
   return st;
@@ -233,22 +254,25 @@ size_t sg_attention_workspace_bytes(const sg_attn_desc *d, sg_dtype dt) {
   return (size_t)g.nthreads * g.ws_per_thread;
 }
 
-static sg_status sg_attn_ws_get(const sg_attn_geom *g, void *given, void **ws, void **own) {
+static sg_status sg_attn_ws_get(const sg_attn_geom *g, void *given, void **ws,
+                                void **own) {
   *own = NULL;
   *ws = given;
   if (given) return SG_OK;
-  sg_status st = sg_malloc(sg_device_host(), (size_t)g->nthreads * g->ws_per_thread, own);
+  sg_status st = sg_malloc(sg_device_host(),
+                           (size_t)g->nthreads * g->ws_per_thread, own);
   *ws = *own;
   return st;
 }
 
-#define SG_ATTN_PTR(p)                                                        \
-  do {                                                                        \
-    if (!(p)) SG_RAISE(SG_ERR_INVALID_ARG, "attention: %s is NULL", #p);      \
+#define SG_ATTN_PTR(p)                                                   \
+  do {                                                                   \
+    if (!(p)) SG_RAISE(SG_ERR_INVALID_ARG, "attention: %s is NULL", #p); \
   } while (0)
 
-sg_status sg_attention_forward(const sg_attn_desc *d, sg_dtype dt, const void *q,
-                               const void *k, const void *v, void *o, void *lse, void *ws) {
+sg_status sg_attention_forward(const sg_attn_desc *d, sg_dtype dt,
+                               const void *q, const void *k, const void *v,
+                               void *o, void *lse, void *ws) {
   sg_status st = SG_OK;
   sg_attn_geom g;
   void *own = NULL;
@@ -268,10 +292,11 @@ fail:
   return st;
 }
 
-sg_status sg_attention_backward(const sg_attn_desc *d, sg_dtype dt, const void *q,
-                                const void *k, const void *v, const void *o,
-                                const void *lse, const void *dout, void *dq, void *dk,
-                                void *dv, void *ws) {
+sg_status sg_attention_backward(const sg_attn_desc *d, sg_dtype dt,
+                                const void *q, const void *k, const void *v,
+                                const void *o, const void *lse,
+                                const void *dout, void *dq, void *dk, void *dv,
+                                void *ws) {
   sg_status st = SG_OK;
   sg_attn_geom g;
   void *own = NULL;
@@ -293,13 +318,16 @@ fail:
   return st;
 }
 
-sg_status sg_attention_merge(sg_dtype dt, int64_t rows, int64_t head_dim, void *o, void *lse,
-                             const void *o_b, const void *lse_b) {
+sg_status sg_attention_merge(sg_dtype dt, int64_t rows, int64_t head_dim,
+                             void *o, void *lse, const void *o_b,
+                             const void *lse_b) {
   sg_status st = SG_OK;
   SG_TRY(sg_attn_check_dt(dt));
   if (rows < 0 || head_dim < 1)
-    SG_RAISE(SG_ERR_INVALID_ARG, "attention merge: rows must be >= 0 and head_dim >= 1, "
-             "got %lld, %lld", (long long)rows, (long long)head_dim);
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "attention merge: rows must be >= 0 and head_dim >= 1, "
+             "got %lld, %lld",
+             (long long)rows, (long long)head_dim);
   SG_ATTN_PTR(o);
   SG_ATTN_PTR(lse);
   SG_ATTN_PTR(o_b);

@@ -13,11 +13,12 @@
 #define AFN(name) SG_ACAT_(name, S)
 
 /* xt[c * ldt + r] = scale * x[r * d + c] for r < rows, c < d. */
-static void AFN(attn_transpose)(const R *x, int64_t rows, int64_t d, R scale, R *xt,
-                                int64_t ldt) {
+static void AFN(attn_transpose)(const R *x, int64_t rows, int64_t d, R scale,
+                                R *xt, int64_t ldt) {
   for (int64_t r0 = 0; r0 < rows; r0 += 16)
     for (int64_t c = 0; c < d; ++c)
-      for (int64_t r = r0; r < rows && r < r0 + 16; ++r) xt[c * ldt + r] = scale * x[r * d + c];
+      for (int64_t r = r0; r < rows && r < r0 + 16; ++r)
+        xt[c * ldt + r] = scale * x[r * d + c];
 }
 
 static inline R AFN(attn_vdot)(const R *a, const R *b, int64_t n) {
@@ -36,8 +37,9 @@ static inline R AFN(attn_vdot)(const R *a, const R *b, int64_t n) {
  * unnormalised probabilities e^{st - m_new} (exactly 0 where masked), and
  * al[i] the factor query i's output accumulator must be rescaled by. Key
  * j is visible to query i where i >= t_j = j0 + j - offset - i0 (causal). */
-static void AFN(attn_fwd_softmax)(const sg_attn_geom *g, R *st, int64_t bk, int64_t bq,
-                                  int64_t i0, int64_t j0, R *m, R *l, R *al) {
+static void AFN(attn_fwd_softmax)(const sg_attn_geom *g, R *st, int64_t bk,
+                                  int64_t bq, int64_t i0, int64_t j0, R *m,
+                                  R *l, R *al) {
   const int64_t BQ = SG_ATTN_BQ;
   /* the whole tile visible: query i0 (the most restricted) sees the last key */
   const int full = !g->causal || j0 + bk - 1 <= i0 + g->offset;
@@ -85,7 +87,8 @@ static void AFN(attn_fwd_tile)(const sg_attn_geom *g, const R *q, const R *k,
   const int64_t kend = sg_attn_key_end(g, i0 + bq);
   for (int64_t j0 = 0; j0 < kend; j0 += BK) {
     const int64_t bk = kend - j0 < BK ? kend - j0 : BK;
-    AFN(attn_gemm)(bk, bq, d, k + j0 * d, d, 1, qt, BQ, st, BQ, 0); /* st = k q^T */
+    AFN(attn_gemm)
+    (bk, bq, d, k + j0 * d, d, 1, qt, BQ, st, BQ, 0); /* st = k q^T */
     AFN(attn_fwd_softmax)(g, st, bk, bq, i0, j0, m, l, al);
     for (int64_t i = 0; i < bq; ++i)
       if (al[i] != 1)
@@ -100,9 +103,10 @@ static void AFN(attn_fwd_tile)(const sg_attn_geom *g, const R *q, const R *k,
   }
 }
 
-static void AFN(attn_fwd)(const sg_attn_geom *g, const R *q, const R *k, const R *v,
-                          R *o, R *lse, void *ws) {
-  const int64_t nqb = (g->nq + SG_ATTN_BQ - 1) / SG_ATTN_BQ, ntask = g->bh * nqb;
+static void AFN(attn_fwd)(const sg_attn_geom *g, const R *q, const R *k,
+                          const R *v, R *o, R *lse, void *ws) {
+  const int64_t nqb = (g->nq + SG_ATTN_BQ - 1) / SG_ATTN_BQ,
+                ntask = g->bh * nqb;
   const int saved = sg_blas_threads_begin();
 #pragma omp parallel num_threads(g->nthreads) if (g->nthreads > 1 && ntask > 1)
   {
@@ -114,9 +118,10 @@ static void AFN(attn_fwd)(const sg_attn_geom *g, const R *q, const R *k, const R
     for (int64_t t = 0; t < ntask; ++t) {
       const int64_t h = t / nqb, i0 = (nqb - 1 - t % nqb) * SG_ATTN_BQ;
       const int64_t bq = g->nq - i0 < SG_ATTN_BQ ? g->nq - i0 : SG_ATTN_BQ;
-      AFN(attn_fwd_tile)(g, q + (h * g->nq + i0) * g->d, k + h * g->nk * g->d,
-                         v + h * g->nk * g->d, o + (h * g->nq + i0) * g->d,
-                         lse ? lse + h * g->nq + i0 : NULL, i0, bq, w);
+      AFN(attn_fwd_tile)
+      (g, q + (h * g->nq + i0) * g->d, k + h * g->nk * g->d,
+       v + h * g->nk * g->d, o + (h * g->nq + i0) * g->d,
+       lse ? lse + h * g->nq + i0 : NULL, i0, bq, w);
     }
   }
   sg_blas_threads_end(saved);
@@ -132,8 +137,9 @@ typedef struct AFN(attn_bwd_ws) {
  * pt = e^{st - lse} (the forward's probabilities, recomputed),
  * dv += p^T dout, dst = pt (v dout^T - D) scale, dq += ds k, dk += ds^T q.
  * q, dout, dq, lse at the query tile; k, v, dk, dv at the key tile. */
-static void AFN(attn_bwd_tile)(const sg_attn_geom *g, const AFN(attn_bwd_ws) *w,
-                               const R *q, const R *k, const R *v, const R *lse,
+static void AFN(attn_bwd_tile)(const sg_attn_geom *g,
+                               const AFN(attn_bwd_ws) * w, const R *q,
+                               const R *k, const R *v, const R *lse,
                                const R *dout, R *dq, R *dk, R *dv, int64_t i0,
                                int64_t bq, int64_t j0, int64_t bk) {
   const int64_t d = g->d, nq = g->nq, BQ = SG_ATTN_BQ;
@@ -162,15 +168,17 @@ static void AFN(attn_bwd_tile)(const sg_attn_geom *g, const AFN(attn_bwd_ws) *w,
 
 /* Backward of one head: key tiles outside, query tiles inside (FA2), so
  * dk and dv of a key tile accumulate in place in the outputs. */
-static void AFN(attn_bwd_head)(const sg_attn_geom *g, const R *q, const R *k, const R *v,
-                               const R *o, const R *lse, const R *dout, R *dq, R *dk,
-                               R *dv, R *ws) {
+static void AFN(attn_bwd_head)(const sg_attn_geom *g, const R *q, const R *k,
+                               const R *v, const R *o, const R *lse,
+                               const R *dout, R *dq, R *dk, R *dv, R *ws) {
   const int64_t d = g->d, nq = g->nq, BK = SG_ATTN_BK, BQ = SG_ATTN_BQ;
-  AFN(attn_bwd_ws) w = {ws, ws + d * nq, ws + 2 * d * nq, ws + 2 * d * nq + nq, NULL};
+  AFN(attn_bwd_ws)
+  w = {ws, ws + d * nq, ws + 2 * d * nq, ws + 2 * d * nq + nq, NULL};
   w.dpt = w.st + BK * BQ;
   AFN(attn_transpose)(q, nq, d, (R)g->scale, w.qt, nq);
   AFN(attn_transpose)(dout, nq, d, 1, w.dot, nq);
-  for (int64_t i = 0; i < nq; ++i) w.dd[i] = AFN(attn_vdot)(dout + i * d, o + i * d, d);
+  for (int64_t i = 0; i < nq; ++i)
+    w.dd[i] = AFN(attn_vdot)(dout + i * d, o + i * d, d);
   if (dq) memset(dq, 0, (size_t)(nq * d) * sizeof *dq);
   if (dk) memset(dk, 0, (size_t)(g->nk * d) * sizeof *dk);
   if (dv) memset(dv, 0, (size_t)(g->nk * d) * sizeof *dv);
@@ -178,26 +186,27 @@ static void AFN(attn_bwd_head)(const sg_attn_geom *g, const R *q, const R *k, co
     const int64_t bk = g->nk - j0 < BK ? g->nk - j0 : BK;
     for (int64_t i0 = sg_attn_query_begin(g, j0); i0 < nq; i0 += BQ) {
       const int64_t bq = nq - i0 < BQ ? nq - i0 : BQ;
-      AFN(attn_bwd_tile)(g, &w, q + i0 * d, k + j0 * d, v + j0 * d, lse + i0, dout + i0 * d,
-                         dq ? dq + i0 * d : NULL, dk ? dk + j0 * d : NULL,
-                         dv ? dv + j0 * d : NULL, i0, bq, j0, bk);
+      AFN(attn_bwd_tile)
+      (g, &w, q + i0 * d, k + j0 * d, v + j0 * d, lse + i0, dout + i0 * d,
+       dq ? dq + i0 * d : NULL, dk ? dk + j0 * d : NULL,
+       dv ? dv + j0 * d : NULL, i0, bq, j0, bk);
     }
   }
 }
 
-static void AFN(attn_bwd)(const sg_attn_geom *g, const R *q, const R *k, const R *v,
-                          const R *o, const R *lse, const R *dout, R *dq, R *dk, R *dv,
-                          void *ws) {
+static void AFN(attn_bwd)(const sg_attn_geom *g, const R *q, const R *k,
+                          const R *v, const R *o, const R *lse, const R *dout,
+                          R *dq, R *dk, R *dv, void *ws) {
   const int saved = sg_blas_threads_begin();
   const int64_t qs = g->nq * g->d, ks = g->nk * g->d;
 #pragma omp parallel num_threads(g->nthreads) if (g->nthreads > 1 && g->bh > 1)
   {
     R *w = (R *)sg_attn_thread_ws(g, ws);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t h = 0; h < g->bh; ++h)
-      AFN(attn_bwd_head)(g, q + h * qs, k + h * ks, v + h * ks, o + h * qs, lse + h * g->nq,
-                         dout + h * qs, dq ? dq + h * qs : NULL, dk ? dk + h * ks : NULL,
-                         dv ? dv + h * ks : NULL, w);
+    for (int64_t h = 0; h < g->bh; ++h) AFN(attn_bwd_head)
+    (g, q + h * qs, k + h * ks, v + h * ks, o + h * qs, lse + h * g->nq,
+     dout + h * qs, dq ? dq + h * qs : NULL, dk ? dk + h * ks : NULL,
+     dv ? dv + h * ks : NULL, w);
   }
   sg_blas_threads_end(saved);
 }
@@ -218,7 +227,8 @@ static void AFN(attn_merge)(int64_t rows, int64_t d, R *o, R *lse, const R *ob,
     R wa = SG_AMEXP(la - m), wb = SG_AMEXP(b - m), sum = wa + wb;
     wa /= sum;
     wb /= sum;
-    for (int64_t c = 0; c < d; ++c) o[i * d + c] = wa * o[i * d + c] + wb * ob[i * d + c];
+    for (int64_t c = 0; c < d; ++c)
+      o[i * d + c] = wa * o[i * d + c] + wb * ob[i * d + c];
     lse[i] = m + SG_ALOG(sum);
   }
 }

@@ -42,26 +42,26 @@ static int sg_max_threads(void) {
 #endif
 }
 
-#define SG_CHECK_DT(dt)                                                       \
-  do {                                                                        \
-    if ((dt) != SG_DTYPE_F32 && (dt) != SG_DTYPE_F64)                         \
-      SG_RAISE(SG_ERR_NOT_SUPPORTED, "op kernels take f32 or f64, not %s",    \
-               sg_dtype_name(dt));                                            \
+#define SG_CHECK_DT(dt)                                                    \
+  do {                                                                     \
+    if ((dt) != SG_DTYPE_F32 && (dt) != SG_DTYPE_F64)                      \
+      SG_RAISE(SG_ERR_NOT_SUPPORTED, "op kernels take f32 or f64, not %s", \
+               sg_dtype_name(dt));                                         \
   } while (0)
 
-#define SG_CHECK_PTR(p)                                                       \
-  do {                                                                        \
-    if (!(p)) SG_RAISE(SG_ERR_INVALID_ARG, "%s is NULL", #p);                 \
+#define SG_CHECK_PTR(p)                                       \
+  do {                                                        \
+    if (!(p)) SG_RAISE(SG_ERR_INVALID_ARG, "%s is NULL", #p); \
   } while (0)
 
 /* Call the f32 or the f64 instance (ops_tmpl.h) of typed kernel fn, for a
  * dtype SG_CHECK_DT accepted. */
-#define SG_DISPATCH(dt, fn, ...)                                              \
-  do {                                                                        \
-    if ((dt) == SG_DTYPE_F32)                                                 \
-      fn##_f32(__VA_ARGS__);                                                  \
-    else                                                                      \
-      fn##_f64(__VA_ARGS__);                                                  \
+#define SG_DISPATCH(dt, fn, ...) \
+  do {                           \
+    if ((dt) == SG_DTYPE_F32)    \
+      fn##_f32(__VA_ARGS__);     \
+    else                         \
+      fn##_f64(__VA_ARGS__);     \
   } while (0)
 
 /* Allocate a workspace if the caller gave none. */
@@ -111,10 +111,12 @@ static sg_status sg_conv_geom_make(const sg_conv_desc *d, int pool, int trans,
     if (g->ker[j] < 1 || g->str[j] < 1 || g->dil[j] < 1)
       SG_RAISE(SG_ERR_INVALID_ARG,
                "dim %d: kernel, stride and dilation must be >= 1 "
-               "(%lld, %lld, %lld)", i, (long long)g->ker[j],
-               (long long)g->str[j], (long long)g->dil[j]);
-    if (g->in[j] < 1) SG_RAISE(SG_ERR_SHAPE, "dim %d: input extent %lld", i,
-                               (long long)g->in[j]);
+               "(%lld, %lld, %lld)",
+               i, (long long)g->ker[j], (long long)g->str[j],
+               (long long)g->dil[j]);
+    if (g->in[j] < 1)
+      SG_RAISE(SG_ERR_SHAPE, "dim %d: input extent %lld", i,
+               (long long)g->in[j]);
     if (trans) {
       g->out[j] = g->in[j] * g->ker[j];
     } else {
@@ -122,8 +124,8 @@ static sg_status sg_conv_geom_make(const sg_conv_desc *d, int pool, int trans,
       if (g->in[j] < span)
         SG_RAISE(SG_ERR_SHAPE,
                  "dim %d: input extent %lld (with margins) is smaller than "
-                 "the window span %lld", i, (long long)g->in[j],
-                 (long long)span);
+                 "the window span %lld",
+                 i, (long long)g->in[j], (long long)span);
       g->out[j] = (g->in[j] - span) / g->str[j] + 1;
     }
   }
@@ -163,7 +165,8 @@ fail:
   return st;
 }
 
-static sg_status sg_window_out_shape(const sg_conv_desc *d, int pool, int64_t *out) {
+static sg_status sg_window_out_shape(const sg_conv_desc *d, int pool,
+                                     int64_t *out) {
   sg_status st = SG_OK;
   sg_conv_geom g;
   SG_TRY(sg_conv_geom_make(d, pool, 0, SG_DTYPE_F32, &g));
@@ -225,9 +228,12 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   if (dt == SG_DTYPE_F32 && g.pointwise && sg_pw_f32_available()) {
     /* dx = W^T dy, and dW += dy x^T with db in the same pass, in place */
     if (db && !dw) sg_conv_bwd_f32(&g, x, w, dy, NULL, NULL, db, NULL, NULL);
-    if (dx) sg_pw_apply_f32(g.n, g.k, g.c, g.sout, w, 1, g.ckk, dy, NULL, dx, 0, g.nthreads);
+    if (dx)
+      sg_pw_apply_f32(g.n, g.k, g.c, g.sout, w, 1, g.ckk, dy, NULL, dx, 0,
+                      g.nthreads);
     if (dw) {
-      SG_TRY(sg_malloc(sg_device_host(), (size_t)((g.k * g.c + g.k) * 16) * sizeof(float), &own));
+      SG_TRY(sg_malloc(sg_device_host(),
+                       (size_t)((g.k * g.c + g.k) * 16) * sizeof(float), &own));
       sg_pw_wgrad_f32(g.n, g.c, g.k, g.sout, x, dy, dw, db, own, g.nthreads);
     }
     goto fail;
@@ -235,8 +241,11 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   SG_TRY(sg_ws_get(ws, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
   if (dt == SG_DTYPE_F32 && dw && sg_pw_f32_available())
     SG_TRY(sg_malloc(sg_device_host(),
-                     (size_t)g.nthreads * (size_t)(g.k * g.ckk * 16) * sizeof(float), &wpart));
-  SG_DISPATCH(dt, sg_conv_bwd, &g, x, w, dy, dx, dw, db, buf, wpart); /* wpart: f32 only */
+                     (size_t)g.nthreads * (size_t)(g.k * g.ckk * 16) *
+                         sizeof(float),
+                     &wpart));
+  SG_DISPATCH(dt, sg_conv_bwd, &g, x, w, dy, dx, dw, db, buf,
+              wpart); /* wpart: f32 only */
 fail:
   sg_ws_put(&wpart);
   sg_ws_put(&own);
@@ -245,8 +254,13 @@ fail:
 
 static sg_conv_desc sg_linear_desc(int64_t batch, int64_t cin, int64_t cout,
                                    int64_t spatial) {
-  sg_conv_desc d = {.nsp = 1, .batch = batch, .cin = cin, .cout = cout,
-                    .in = {spatial}, .kernel = {1}, .stride = {1},
+  sg_conv_desc d = {.nsp = 1,
+                    .batch = batch,
+                    .cin = cin,
+                    .cout = cout,
+                    .in = {spatial},
+                    .kernel = {1},
+                    .stride = {1},
                     .dilation = {1}};
   return d;
 }
@@ -260,8 +274,8 @@ sg_status sg_linear_forward(sg_dtype dt, int64_t batch, int64_t cin,
 
 sg_status sg_linear_backward(sg_dtype dt, int64_t batch, int64_t cin,
                              int64_t cout, int64_t spatial, const void *x,
-                             const void *w, const void *dy, void *dx,
-                             void *dw, void *db) {
+                             const void *w, const void *dy, void *dx, void *dw,
+                             void *db) {
   sg_conv_desc d = sg_linear_desc(batch, cin, cout, spatial);
   return sg_conv_backward(&d, dt, x, w, dy, dx, dw, db, NULL);
 }
@@ -301,8 +315,8 @@ fail:
   return st;
 }
 
-sg_status sg_pool_forward(sg_pool_kind kind, const sg_conv_desc *d,
-                          sg_dtype dt, const void *x, void *y) {
+sg_status sg_pool_forward(sg_pool_kind kind, const sg_conv_desc *d, sg_dtype dt,
+                          const void *x, void *y) {
   sg_status st = SG_OK;
   sg_conv_geom g;
   SG_TRY(sg_conv_geom_make(d, 1, 0, dt, &g));
@@ -355,8 +369,8 @@ sg_status sg_pad_fill_outside(sg_dtype dt, int nsp, int64_t planes,
   for (int i = 0; i < nsp; ++i) {
     const int j = SG_OPS_MAX_SPATIAL - nsp + i;
     if (box[i] < 0 || extent[i] < 1)
-      SG_RAISE(SG_ERR_SHAPE, "dim %d: box %lld, domain %lld", i, (long long)box[i],
-               (long long)extent[i]);
+      SG_RAISE(SG_ERR_SHAPE, "dim %d: box %lld, domain %lld", i,
+               (long long)box[i], (long long)extent[i]);
     b3[j] = box[i];
     /* box cells [lo, hi) are inside the domain (or filled with data) */
     lo[j] = 0;
@@ -377,8 +391,10 @@ sg_status sg_pad_fill_outside(sg_dtype dt, int nsp, int64_t planes,
   for (int64_t p = 0; p < planes; ++p)
     for (int64_t i0 = 0; i0 < b3[0]; ++i0)
       for (int64_t i1 = 0; i1 < b3[1]; ++i1) {
-        const int out01 = i0 < lo[0] || i0 >= hi[0] || i1 < lo[1] || i1 >= hi[1];
-        char *row = (char *)x + (size_t)((p * b3[0] + i0) * b3[1] + i1) * (size_t)b3[2] * es;
+        const int out01 = i0 < lo[0] || i0 >= hi[0] || i1 < lo[1] ||
+                          i1 >= hi[1];
+        char *row = (char *)x + (size_t)((p * b3[0] + i0) * b3[1] + i1) *
+                                    (size_t)b3[2] * es;
         for (int64_t i2 = 0; i2 < b3[2]; ++i2) {
           if (!out01 && i2 >= lo[2] && i2 < hi[2]) continue;
           if (dt == SG_DTYPE_F32)
@@ -393,10 +409,9 @@ fail:
 
 /* ---- up-sampling -------------------------------------------------------- */
 
-static sg_status sg_up_geom_make(sg_upsample_kind kind, int nsp,
-                                 int64_t planes, const int64_t *in,
-                                 const int64_t *scale, sg_dtype dt,
-                                 sg_up_geom *g) {
+static sg_status sg_up_geom_make(sg_upsample_kind kind, int nsp, int64_t planes,
+                                 const int64_t *in, const int64_t *scale,
+                                 sg_dtype dt, sg_up_geom *g) {
   sg_status st = SG_OK;
   memset(g, 0, sizeof *g);
   SG_CHECK_DT(dt);
@@ -412,11 +427,13 @@ static sg_status sg_up_geom_make(sg_upsample_kind kind, int nsp,
   for (int i = 0; i < 3; ++i) g->in[i] = g->out[i] = g->scale[i] = 1;
   for (int i = 0; i < nsp; ++i) {
     int j = off + i;
-    if (scale[i] < 1) SG_RAISE(SG_ERR_INVALID_ARG, "scale %lld", (long long)scale[i]);
+    if (scale[i] < 1)
+      SG_RAISE(SG_ERR_INVALID_ARG, "scale %lld", (long long)scale[i]);
     int lin = kind == SG_UPSAMPLE_LINEAR;
     if (in[i] < (lin ? 3 : 1))
       SG_RAISE(SG_ERR_SHAPE, "dim %d: extent %lld too small%s", i,
-               (long long)in[i], lin ? " (linear needs a 1-cell margin per side)" : "");
+               (long long)in[i],
+               lin ? " (linear needs a 1-cell margin per side)" : "");
     g->in[j] = in[i];
     g->scale[j] = scale[i];
     g->linear[j] = lin;
@@ -578,8 +595,8 @@ fail:
   return st;
 }
 
-sg_status sg_binary_forward(sg_binary op, sg_dtype dt, int64_t n,
-                            const void *a, const void *b, void *y) {
+sg_status sg_binary_forward(sg_binary op, sg_dtype dt, int64_t n, const void *a,
+                            const void *b, void *y) {
   sg_status st = SG_OK;
   SG_TRY(sg_elementwise_check(dt, "binary op", (int)op, SG_BINARY_MUL + 1, n));
   if (n == 0) goto fail;
@@ -668,8 +685,9 @@ static sg_status sg_concat_split(int split, sg_dtype dt, int64_t batch,
   SG_CHECK_PTR(whole);
   int64_t total = 0;
   for (int i = 0; i < k; ++i) {
-    if (channels[i] < 0) SG_RAISE(SG_ERR_SHAPE, "part %d: %lld channels", i,
-                                  (long long)channels[i]);
+    if (channels[i] < 0)
+      SG_RAISE(SG_ERR_SHAPE, "part %d: %lld channels", i,
+               (long long)channels[i]);
     if (!split && channels[i] > 0 && batch * spatial > 0 && !parts[i])
       SG_RAISE(SG_ERR_INVALID_ARG, "part %d is NULL", i);
     total += channels[i];
@@ -703,8 +721,7 @@ sg_status sg_concat(sg_dtype dt, int64_t batch, int64_t spatial, int k,
 }
 
 sg_status sg_split(sg_dtype dt, int64_t batch, int64_t spatial, int k,
-                   const int64_t *channels, const void *x,
-                   void *const *parts) {
+                   const int64_t *channels, const void *x, void *const *parts) {
   return sg_concat_split(1, dt, batch, spatial, k, channels, parts, (void *)x);
 }
 
@@ -748,8 +765,7 @@ void sg_moments_merge(sg_moments *a, const sg_moments *b, int64_t n) {
   }
 }
 
-sg_status sg_norm_stats_allreduce(sg_moments *stats, int64_t n,
-                                  MPI_Comm comm) {
+sg_status sg_norm_stats_allreduce(sg_moments *stats, int64_t n, MPI_Comm comm) {
   sg_status st = SG_OK;
   sg_moments *all = NULL;
   int size = 1, rank = 0;
@@ -763,7 +779,8 @@ sg_status sg_norm_stats_allreduce(sg_moments *stats, int64_t n,
   SG_MPI(MPI_Allgather(stats, (int)(3 * n), MPI_DOUBLE, all, (int)(3 * n),
                        MPI_DOUBLE, comm));
   memcpy(stats, all, (size_t)n * sizeof *all);
-  for (int r = 1; r < size; ++r) sg_moments_merge(stats, all + (size_t)r * n, n);
+  for (int r = 1; r < size; ++r)
+    sg_moments_merge(stats, all + (size_t)r * n, n);
 fail:
   free(all);
   return st;
@@ -948,7 +965,8 @@ sg_status sg_loss_backward(sg_loss_kind kind, sg_dtype dt, int64_t batch,
   SG_TRY(sg_loss_check(kind, batch, n, p, t));
   SG_CHECK_PTR(partial);
   if (n == 0) goto fail;
-  SG_DISPATCH(dt, sg_loss_bwd, (int)kind, batch, n, p, t, partial, g, dp, dt_grad);
+  SG_DISPATCH(dt, sg_loss_bwd, (int)kind, batch, n, p, t, partial, g, dp,
+              dt_grad);
 fail:
   return st;
 }

@@ -14,9 +14,10 @@
  * a[r*ar + c*ac], B (k x n, row stride ldb): the register-blocked AVX-512
  * kernels where built (pointwise.c; 1 returned), else 0 and the caller
  * uses the BLAS. */
-static inline int sg_gemm_fast(int64_t m, int64_t n, int64_t k, const float *a, int64_t ar,
-                               int64_t ac, const float *b, int64_t ldb, const float *bias,
-                               float *y, int64_t ldy) {
+static inline int sg_gemm_fast(int64_t m, int64_t n, int64_t k, const float *a,
+                               int64_t ar, int64_t ac, const float *b,
+                               int64_t ldb, const float *bias, float *y,
+                               int64_t ldy) {
   if (!sg_pw_f32_available()) return 0;
   sg_pw_gemm_f32(k, m, n, a, ar, ac, b, ldb, bias, y, ldy);
   return 1;

@@ -10,15 +10,15 @@
 
 /* A window op over 3 spatial dims (missing leading dims have extent 1). */
 typedef struct sg_conv_geom {
-  int64_t n, c, k;                 /* batch, in channels, out channels */
+  int64_t n, c, k; /* batch, in channels, out channels */
   int64_t in[3], out[3], ker[3], str[3], dil[3];
-  int64_t sin, sout, kk, ckk;      /* products */
-  int t;                           /* dim the tiles split (output rows) */
-  int64_t inner;                   /* output columns per row of dim t */
-  int64_t rows, ntile, cols;       /* rows per tile, tiles, max columns */
-  int pointwise;                   /* 1x1, stride 1: no im2col */
+  int64_t sin, sout, kk, ckk; /* products */
+  int t;                      /* dim the tiles split (output rows) */
+  int64_t inner;              /* output columns per row of dim t */
+  int64_t rows, ntile, cols;  /* rows per tile, tiles, max columns */
+  int pointwise;              /* 1x1, stride 1: no im2col */
   int nthreads;
-  size_t ws_per_thread;            /* bytes, multiple of 64 */
+  size_t ws_per_thread; /* bytes, multiple of 64 */
 } sg_conv_geom;
 
 typedef struct sg_up_geom {
@@ -39,16 +39,18 @@ void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
 /* One thread's y[r][p] = b[r] + sum_ci w[r*wr + ci*wc] x[ci*ldx + p], p in
  * [0, np), rows r < cout at stride ldy (b may be NULL): the GEMMs of the
  * im2col convolution. */
-void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w, int64_t wr,
-                    int64_t wc, const float *x, int64_t ldx, const float *b, float *y,
-                    int64_t ldy);
+void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
+                    int64_t wr, int64_t wc, const float *x, int64_t ldx,
+                    const float *b, float *y, int64_t ldy);
 /* One thread's share of a weight gradient: part (layout of sg_pw_wgrad_f32,
  * cout * cin * 16 floats, zeroed by the caller) += lane partials of
  * dy[k][p] x[c][p] over p < np (row strides ldd, ldx); sum: dw[k][c] +=
  * the lanes of part. */
-void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x, int64_t ldx,
-                         const float *dy, int64_t ldd, float *part);
-void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part, float *dw);
+void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x,
+                         int64_t ldx, const float *dy, int64_t ldd,
+                         float *part);
+void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
+                         float *dw);
 void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *x, const float *dy, float *dw, float *db,
                      float *part, int nthreads);
@@ -56,56 +58,57 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
 /* f32 GELU on AVX-512F (act_simd.c); available() 0 elsewhere. */
 int sg_gelu_simd_available(void);
 void sg_gelu_fwd_simd_f32(int64_t n, const float *x, float *y);
-void sg_gelu_bwd_simd_f32(int64_t n, const float *x, const float *dy, float *dx);
+void sg_gelu_bwd_simd_f32(int64_t n, const float *x, const float *dy,
+                          float *dx);
 
 /* OpenBLAS single-threaded for the duration of an OpenMP region. */
 int sg_blas_threads_begin(void);
 void sg_blas_threads_end(int saved);
 
 #define SG_OPS_DECLARE(R, S)                                                  \
-  void sg_conv_fwd_##S(const sg_conv_geom *g, const R *x, const R *w,        \
+  void sg_conv_fwd_##S(const sg_conv_geom *g, const R *x, const R *w,         \
                        const R *b, R *y, void *ws);                           \
-  void sg_conv_bwd_##S(const sg_conv_geom *g, const R *x, const R *w,        \
+  void sg_conv_bwd_##S(const sg_conv_geom *g, const R *x, const R *w,         \
                        const R *dy, R *dx, R *dw, R *db, void *ws,            \
                        float *wpart);                                         \
-  void sg_convt_fwd_##S(const sg_conv_geom *g, const R *x, const R *w,       \
+  void sg_convt_fwd_##S(const sg_conv_geom *g, const R *x, const R *w,        \
                         const R *b, R *y, void *ws);                          \
-  void sg_convt_bwd_##S(const sg_conv_geom *g, const R *x, const R *w,       \
+  void sg_convt_bwd_##S(const sg_conv_geom *g, const R *x, const R *w,        \
                         const R *dy, R *dx, R *dw, R *db, void *ws);          \
-  void sg_pool_fwd_##S(int kind, const sg_conv_geom *g, const R *x, R *y);   \
-  void sg_pool_bwd_##S(int kind, const sg_conv_geom *g, const R *x,          \
+  void sg_pool_fwd_##S(int kind, const sg_conv_geom *g, const R *x, R *y);    \
+  void sg_pool_bwd_##S(int kind, const sg_conv_geom *g, const R *x,           \
                        const R *dy, R *dx);                                   \
-  void sg_up_fwd_##S(int linear, const sg_up_geom *g, const R *x, R *y);     \
-  void sg_up_bwd_##S(int linear, const sg_up_geom *g, const R *dy, R *dx);   \
-  void sg_pad_fwd_##S(const int64_t *in, const int64_t *out,                 \
+  void sg_up_fwd_##S(int linear, const sg_up_geom *g, const R *x, R *y);      \
+  void sg_up_bwd_##S(int linear, const sg_up_geom *g, const R *dy, R *dx);    \
+  void sg_pad_fwd_##S(const int64_t *in, const int64_t *out,                  \
                       const int64_t *lo, const int *mode, int64_t planes,     \
                       const R *src, R *dst);                                  \
-  void sg_pad_bwd_##S(const int64_t *in, const int64_t *out,                 \
+  void sg_pad_bwd_##S(const int64_t *in, const int64_t *out,                  \
                       const int64_t *lo, const int *mode, int64_t planes,     \
                       const R *dpad, R *dsrc);                                \
-  void sg_act_fwd_##S(int act, int64_t n, const R *x, R *y);                 \
-  void sg_act_bwd_##S(int act, int64_t n, const R *x, const R *dy, R *dx);   \
-  void sg_binary_fwd_##S(int op, int64_t n, const R *a, const R *b, R *y);   \
-  void sg_binary_bwd_##S(int op, int64_t n, const R *a, const R *b,          \
+  void sg_act_fwd_##S(int act, int64_t n, const R *x, R *y);                  \
+  void sg_act_bwd_##S(int act, int64_t n, const R *x, const R *dy, R *dx);    \
+  void sg_binary_fwd_##S(int op, int64_t n, const R *a, const R *b, R *y);    \
+  void sg_binary_bwd_##S(int op, int64_t n, const R *a, const R *b,           \
                          const R *dy, R *da, R *db);                          \
-  void sg_scale_##S(int64_t n, double alpha, const R *x, R *y);              \
-  void sg_bias_fwd_##S(int64_t nb, int64_t c, int64_t s, const R *x,         \
+  void sg_scale_##S(int64_t n, double alpha, const R *x, R *y);               \
+  void sg_bias_fwd_##S(int64_t nb, int64_t c, int64_t s, const R *x,          \
                        const R *b, R *y);                                     \
-  void sg_bias_bwd_##S(int64_t nb, int64_t c, int64_t s, const R *dy, R *db);\
-  void sg_norm_stats_##S(const sg_norm_desc *d, const R *x, sg_moments *st,  \
+  void sg_bias_bwd_##S(int64_t nb, int64_t c, int64_t s, const R *dy, R *db); \
+  void sg_norm_stats_##S(const sg_norm_desc *d, const R *x, sg_moments *st,   \
                          void *scratch);                                      \
-  void sg_norm_fwd_##S(const sg_norm_desc *d, const R *x,                    \
+  void sg_norm_fwd_##S(const sg_norm_desc *d, const R *x,                     \
                        const sg_moments *st, const R *gamma, const R *beta,   \
                        R *y);                                                 \
-  void sg_norm_sums_##S(const sg_norm_desc *d, const R *x,                   \
+  void sg_norm_sums_##S(const sg_norm_desc *d, const R *x,                    \
                         const sg_moments *st, const R *gamma, const R *dy,    \
-                        double *sums, void *scratch);                                        \
-  void sg_norm_bwd_##S(const sg_norm_desc *d, const R *x,                    \
+                        double *sums, void *scratch);                         \
+  void sg_norm_bwd_##S(const sg_norm_desc *d, const R *x,                     \
                        const sg_moments *st, const R *gamma, const R *dy,     \
                        const double *sums, R *dx, R *dgamma, R *dbeta);       \
-  void sg_loss_partial_##S(int kind, int64_t batch, int64_t n, const R *p,   \
-                           const R *t, double *partial, void *scratch);                      \
-  void sg_loss_bwd_##S(int kind, int64_t batch, int64_t n, const R *p,       \
+  void sg_loss_partial_##S(int kind, int64_t batch, int64_t n, const R *p,    \
+                           const R *t, double *partial, void *scratch);       \
+  void sg_loss_bwd_##S(int kind, int64_t batch, int64_t n, const R *p,        \
                        const R *t, const double *partial, double g, R *dp,    \
                        R *dt);
 
@@ -113,8 +116,8 @@ SG_OPS_DECLARE(float, f32)
 SG_OPS_DECLARE(double, f64)
 
 /* Norm statistic group of element (n, c, s). */
-static inline int64_t sg_norm_group(const sg_norm_desc *d, int64_t n,
-                                    int64_t c, int64_t s) {
+static inline int64_t sg_norm_group(const sg_norm_desc *d, int64_t n, int64_t c,
+                                    int64_t s) {
   switch (d->kind) {
   case SG_NORM_BATCH: return c;
   case SG_NORM_INSTANCE: return n * d->channels + c;

@@ -142,8 +142,8 @@ static const R *FN(conv_operand)(const sg_conv_geom *g, const R *xn, int64_t r0,
   return col;
 }
 
-void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w,
-                     const R *b, R *y, void *ws) {
+void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
+                     R *y, void *ws) {
   const int64_t items = g->n * g->ntile;
   const int nth = g->nthreads;
   int saved = nth > 1 ? sg_blas_threads_begin() : 0;
@@ -158,9 +158,12 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w,
       int64_t ncol = (r1 - r0) * g->inner;
       R *yt = y + n * g->k * g->sout + r0 * g->inner;
       int64_t ldb;
-      const R *bm = FN(conv_operand)(g, x + n * g->c * g->sin, r0, r1, col, &ldb);
+      const R *bm = FN(conv_operand)(g, x + n * g->c * g->sin, r0, r1, col,
+                                     &ldb);
       /* f32 on AVX-512: register-blocked kernel, bias as its start */
-      if (SG_GEMM_FAST(g->k, ncol, g->ckk, w, g->ckk, 1, bm, ldb, b, yt, g->sout)) continue;
+      if (SG_GEMM_FAST(g->k, ncol, g->ckk, w, g->ckk, 1, bm, ldb, b, yt,
+                       g->sout))
+        continue;
       R beta = 0;
       if (b) {
         for (int64_t k = 0; k < g->k; ++k)
@@ -178,8 +181,8 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w,
 /* wpart (f32 on AVX-512 only, else NULL): per-thread lane partials of the
  * weight gradient, nthreads * k * ckk * 16 floats, for the register-blocked
  * kernel (sg_pw_wgrad_acc_f32) in place of the BLAS GEMM. */
-void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
-                     const R *dy, R *dx, R *dw, R *db, void *ws, float *wpart) {
+void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
+                     R *dx, R *dw, R *db, void *ws, float *wpart) {
   const int nth = g->nthreads;
   const int64_t wsz = g->k * g->ckk;
   if (db) FN(sg_bias_bwd)(g->n, g->k, g->sout, dy, db);
@@ -215,7 +218,8 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
         const R *dyt = dy + n * g->k * g->sout + r0 * g->inner;
         if (dw) {
           int64_t ldb;
-          const R *bm = FN(conv_operand)(g, x + n * g->c * g->sin, r0, r1, col, &ldb);
+          const R *bm = FN(conv_operand)(g, x + n * g->c * g->sin, r0, r1, col,
+                                         &ldb);
           /* dw^T (ckk x k) += col dy^T: with the long ncol axis as the
            * inner dimension of both operands OpenBLAS packs them without a
            * transposing copy (dw = dy col^T ran at 48 GF/s, this at 83 on
@@ -223,19 +227,18 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w,
           if (wp)
             SG_WGRAD_ACC(g->ckk, g->k, ncol, bm, ldb, dyt, g->sout, wp);
           else
-          SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->ckk,
-                  (int)g->k, (int)ncol, 1, bm, (int)ldb, dyt, (int)g->sout,
-                  1, dwp, (int)g->k);
+            SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->ckk,
+                    (int)g->k, (int)ncol, 1, bm, (int)ldb, dyt, (int)g->sout, 1,
+                    dwp, (int)g->k);
         }
         if (dx) {
           if (g->pointwise) {
             SG_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->ckk,
-                    (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt,
-                    (int)g->sout, 0, dx + n * g->c * g->sin + r0 * g->inner,
-                    (int)g->sin);
+                    (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt, (int)g->sout,
+                    0, dx + n * g->c * g->sin + r0 * g->inner, (int)g->sin);
           } else {
-            if (!SG_GEMM_FAST(g->ckk, ncol, g->k, w, 1, g->ckk, dyt, g->sout, NULL, dcol,
-                              ncol))
+            if (!SG_GEMM_FAST(g->ckk, ncol, g->k, w, 1, g->ckk, dyt, g->sout,
+                              NULL, dcol, ncol))
               SG_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->ckk,
                       (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt,
                       (int)g->sout, 0, dcol, (int)ncol);
@@ -272,11 +275,12 @@ static inline int64_t FN(convt_index)(const sg_conv_geom *g, int64_t j,
   int64_t i2 = j % g->in[2], r = j / g->in[2];
   int64_t i1 = r % g->in[1], i0 = r / g->in[1];
   return ((i0 * g->ker[0] + a0) * g->out[1] + (i1 * g->ker[1] + a1)) *
-             g->out[2] + i2 * g->ker[2] + a2;
+             g->out[2] +
+         i2 * g->ker[2] + a2;
 }
 
-void FN(sg_convt_fwd)(const sg_conv_geom *g, const R *x, const R *w,
-                      const R *b, R *y, void *ws) {
+void FN(sg_convt_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
+                      R *y, void *ws) {
   const int nth = g->nthreads;
   const int64_t ntile = (g->sin + g->cols - 1) / g->cols;
   const int64_t items = g->n * ntile, kk = g->kk, m = g->k * kk;
@@ -291,8 +295,8 @@ void FN(sg_convt_fwd)(const sg_conv_geom *g, const R *x, const R *w,
       int64_t ncol = j0 + g->cols < g->sin ? g->cols : g->sin - j0;
       /* T[(k, a), j] = sum_c w[c, (k, a)] x[c, j] */
       SG_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m, (int)ncol,
-              (int)g->c, 1, w, (int)m, x + n * g->c * g->sin + j0,
-              (int)g->sin, 0, tbuf, (int)ncol);
+              (int)g->c, 1, w, (int)m, x + n * g->c * g->sin + j0, (int)g->sin,
+              0, tbuf, (int)ncol);
       R *yn = y + n * g->k * g->sout;
       for (int64_t k = 0; k < g->k; ++k) {
         R bk = b ? b[k] : 0;
@@ -341,8 +345,8 @@ void FN(sg_convt_bwd)(const sg_conv_geom *g, const R *x, const R *w,
             dst[j] = dk[FN(convt_index)(g, j0 + j, a0, a1, a2)];
         }
       if (dx)
-        SG_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->c,
-                (int)ncol, (int)m, 1, w, (int)m, tbuf, (int)ncol, 0,
+        SG_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->c, (int)ncol,
+                (int)m, 1, w, (int)m, tbuf, (int)ncol, 0,
                 dx + n * g->c * g->sin + j0, (int)g->sin);
       if (dw)
         SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->c, (int)m,
@@ -366,7 +370,8 @@ void FN(sg_convt_bwd)(const sg_conv_geom *g, const R *x, const R *w,
 void FN(sg_pool_fwd)(int kind, const sg_conv_geom *g, const R *x, R *y) {
   const int64_t planes = g->n * g->c;
   const R inv = (R)(1.0 / (double)g->kk);
-#pragma omp parallel for schedule(static) if (planes * g->sout * g->kk > SG_OMP_MIN)
+#pragma omp parallel for schedule(static) if (planes * g->sout * g->kk > \
+                                              SG_OMP_MIN)
   for (int64_t p = 0; p < planes; ++p) {
     const R *xp = x + p * g->sin;
     R *yp = y + p * g->sout;
@@ -376,8 +381,10 @@ void FN(sg_pool_fwd)(int kind, const sg_conv_geom *g, const R *x, R *y) {
           R acc = kind == SG_POOL_MAX ? -INFINITY : 0;
           for (int64_t a = 0; a < g->ker[0]; ++a)
             for (int64_t b = 0; b < g->ker[1]; ++b) {
-              const R *row = xp + ((o0 * g->str[0] + a * g->dil[0]) * g->in[1] +
-                                   o1 * g->str[1] + b * g->dil[1]) * g->in[2] +
+              const R *row = xp +
+                             ((o0 * g->str[0] + a * g->dil[0]) * g->in[1] +
+                              o1 * g->str[1] + b * g->dil[1]) *
+                                 g->in[2] +
                              o2 * g->str[2];
               if (kind == SG_POOL_MAX) {
                 for (int64_t e = 0; e < g->ker[2]; ++e) {
@@ -385,20 +392,23 @@ void FN(sg_pool_fwd)(int kind, const sg_conv_geom *g, const R *x, R *y) {
                   if (v > acc || v != v) acc = v;
                 }
               } else {
-                for (int64_t e = 0; e < g->ker[2]; ++e) acc += row[e * g->dil[2]];
+                for (int64_t e = 0; e < g->ker[2]; ++e)
+                  acc += row[e * g->dil[2]];
               }
             }
-          yp[(o0 * g->out[1] + o1) * g->out[2] + o2] =
-              kind == SG_POOL_MAX ? acc : acc * inv;
+          yp[(o0 * g->out[1] + o1) * g->out[2] + o2] = kind == SG_POOL_MAX
+                                                           ? acc
+                                                           : acc * inv;
         }
   }
 }
 
-void FN(sg_pool_bwd)(int kind, const sg_conv_geom *g, const R *x,
-                     const R *dy, R *dx) {
+void FN(sg_pool_bwd)(int kind, const sg_conv_geom *g, const R *x, const R *dy,
+                     R *dx) {
   const int64_t planes = g->n * g->c;
   const R inv = (R)(1.0 / (double)g->kk);
-#pragma omp parallel for schedule(static) if (planes * g->sout * g->kk > SG_OMP_MIN)
+#pragma omp parallel for schedule(static) if (planes * g->sout * g->kk > \
+                                              SG_OMP_MIN)
   for (int64_t p = 0; p < planes; ++p) {
     const R *xp = x + p * g->sin;
     const R *dyp = dy + p * g->sout;
@@ -413,7 +423,9 @@ void FN(sg_pool_bwd)(int kind, const sg_conv_geom *g, const R *x,
           for (int64_t a = 0; a < g->ker[0]; ++a)
             for (int64_t b = 0; b < g->ker[1]; ++b) {
               int64_t base = ((o0 * g->str[0] + a * g->dil[0]) * g->in[1] +
-                              o1 * g->str[1] + b * g->dil[1]) * g->in[2] + o2 * g->str[2];
+                              o1 * g->str[1] + b * g->dil[1]) *
+                                 g->in[2] +
+                             o2 * g->str[2];
               if (kind == SG_POOL_MAX) {
                 for (int64_t e = 0; e < g->ker[2]; ++e) {
                   const int64_t i = base + e * g->dil[2];
@@ -461,8 +473,11 @@ void FN(sg_up_fwd)(int linear, const sg_up_geom *g, const R *x, R *y) {
       for (int64_t o1 = 0; o1 < g->out[1]; ++o1) {
         R *yr = yp + (o0 * g->out[1] + o1) * g->out[2];
         if (!linear) {
-          const R *xr = xp + ((o0 / g->scale[0]) * g->in[1] + o1 / g->scale[1]) * g->in[2];
-          for (int64_t o2 = 0; o2 < g->out[2]; ++o2) yr[o2] = xr[o2 / g->scale[2]];
+          const R *xr = xp +
+                        ((o0 / g->scale[0]) * g->in[1] + o1 / g->scale[1]) *
+                            g->in[2];
+          for (int64_t o2 = 0; o2 < g->out[2]; ++o2)
+            yr[o2] = xr[o2 / g->scale[2]];
           continue;
         }
         int64_t a0, a1, b0, b1;
@@ -499,8 +514,10 @@ void FN(sg_up_bwd)(int linear, const sg_up_geom *g, const R *dy, R *dx) {
       for (int64_t o1 = 0; o1 < g->out[1]; ++o1) {
         const R *yr = yp + (o0 * g->out[1] + o1) * g->out[2];
         if (!linear) {
-          R *xr = xp + ((o0 / g->scale[0]) * g->in[1] + o1 / g->scale[1]) * g->in[2];
-          for (int64_t o2 = 0; o2 < g->out[2]; ++o2) xr[o2 / g->scale[2]] += yr[o2];
+          R *xr = xp +
+                  ((o0 / g->scale[0]) * g->in[1] + o1 / g->scale[1]) * g->in[2];
+          for (int64_t o2 = 0; o2 < g->out[2]; ++o2)
+            xr[o2 / g->scale[2]] += yr[o2];
           continue;
         }
         int64_t a0, a1, b0, b1;
@@ -518,10 +535,14 @@ void FN(sg_up_bwd)(int linear, const sg_up_geom *g, const R *dy, R *dx) {
           R lc;
           FN(up_src)(g, 2, o2, &c0, &c1, &lc);
           R g0 = (1 - lc) * yr[o2], g1 = lc * yr[o2];
-          r00[c0] += w00 * g0; r01[c0] += w01 * g0;
-          r10[c0] += w10 * g0; r11[c0] += w11 * g0;
-          r00[c1] += w00 * g1; r01[c1] += w01 * g1;
-          r10[c1] += w10 * g1; r11[c1] += w11 * g1;
+          r00[c0] += w00 * g0;
+          r01[c0] += w01 * g0;
+          r10[c0] += w10 * g0;
+          r11[c0] += w11 * g0;
+          r00[c1] += w00 * g1;
+          r01[c1] += w01 * g1;
+          r10[c1] += w10 * g1;
+          r11[c1] += w11 * g1;
         }
       }
   }
@@ -580,18 +601,19 @@ void FN(sg_pad_bwd)(const int64_t *in, const int64_t *out, const int64_t *lo,
 
 /* One loop per activation (a constant `act` in each, so the inlined body
  * is straight-line code the compiler vectorises). */
-#define SG_ACT_LOOP(K, BODY)                                                  \
-  {                                                                           \
-    enum { A = K };                                                           \
-    _Pragma("omp parallel for schedule(static) if (n > SG_OMP_MIN)")          \
-    for (int64_t i = 0; i < n; ++i) BODY;                                     \
-  } break;
-#define SG_ACT_LOOPS(BODY)                                                    \
-  switch (act) {                                                              \
-  case 0: SG_ACT_LOOP(0, BODY)                                                \
-  case 1: SG_ACT_LOOP(1, BODY)                                                \
-  case 2: SG_ACT_LOOP(2, BODY)                                                \
-  default: SG_ACT_LOOP(3, BODY)                                               \
+#define SG_ACT_LOOP(K, BODY)                                         \
+  {                                                                  \
+    enum { A = K };                                                  \
+    _Pragma("omp parallel for schedule(static) if (n > SG_OMP_MIN)") \
+    for (int64_t i = 0; i < n; ++i) BODY;                            \
+  }                                                                  \
+  break;
+#define SG_ACT_LOOPS(BODY)      \
+  switch (act) {                \
+  case 0: SG_ACT_LOOP(0, BODY)  \
+  case 1: SG_ACT_LOOP(1, BODY)  \
+  case 2: SG_ACT_LOOP(2, BODY)  \
+  default: SG_ACT_LOOP(3, BODY) \
   }
 
 void FN(sg_act_fwd)(int act, int64_t n, const R *x, R *y) {
@@ -617,8 +639,8 @@ void FN(sg_binary_fwd)(int op, int64_t n, const R *a, const R *b, R *y) {
   }
 }
 
-void FN(sg_binary_bwd)(int op, int64_t n, const R *a, const R *b,
-                       const R *dy, R *da, R *db) {
+void FN(sg_binary_bwd)(int op, int64_t n, const R *a, const R *b, const R *dy,
+                       R *da, R *db) {
 #pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
   for (int64_t i = 0; i < n; ++i) {
     R g = dy[i];
@@ -635,8 +657,8 @@ void FN(sg_scale)(int64_t n, double alpha, const R *x, R *y) {
   for (int64_t i = 0; i < n; ++i) y[i] = al * x[i];
 }
 
-void FN(sg_bias_fwd)(int64_t nb, int64_t c, int64_t s, const R *x,
-                     const R *b, R *y) {
+void FN(sg_bias_fwd)(int64_t nb, int64_t c, int64_t s, const R *x, const R *b,
+                     R *y) {
 #pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
   for (int64_t p = 0; p < nb * c; ++p) {
     R bv = b[p % c];
@@ -926,9 +948,8 @@ void FN(sg_loss_partial)(int kind, int64_t batch, int64_t n, const R *p,
   }
 }
 
-void FN(sg_loss_bwd)(int kind, int64_t batch, int64_t n, const R *p,
-                     const R *t, const double *partial, double g, R *dp,
-                     R *dt) {
+void FN(sg_loss_bwd)(int kind, int64_t batch, int64_t n, const R *p, const R *t,
+                     const double *partial, double g, R *dp, R *dt) {
   const int64_t per = batch > 0 ? n / batch : 0;
 #pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
   for (int64_t i = 0; i < n; ++i) {

@@ -34,7 +34,7 @@
 #include <immintrin.h>
 
 enum {
-  PW_NV = 3,      /* vectors of 16 pixels per forward tile (48) */
+  PW_NV = 3, /* vectors of 16 pixels per forward tile (48) */
   PW_NP = 16 * PW_NV,
   PW_MR = 8,      /* output channels per forward tile (32 = 4 x 8) */
   PW_MK = 4,      /* dW tile: output channels ... */
@@ -49,40 +49,47 @@ int sg_pw_f32_available(void) { return 1; }
  * zero without one), mode 1 the current y. `full`: all 48 pixels (plain
  * loads and stores), else masks m[]. */
 #define PW_TILE(MR, FULL)                                                      \
-  static void pw_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,    \
-                                    int64_t wc, const float *x, int64_t ldx,  \
-                                    const float *b, float *y, int64_t ldy,    \
-                                    int accumulate, const __mmask16 *m) {     \
-    __m512 acc[MR][PW_NV];                                                    \
-    _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r) {                    \
-      _Pragma("GCC unroll 4") for (int v = 0; v < PW_NV; ++v) {               \
-        if (accumulate)                                                       \
-          acc[r][v] = FULL ? _mm512_loadu_ps(y + r * ldy + 16 * v)            \
-                           : _mm512_maskz_loadu_ps(m[v], y + r * ldy + 16 * v); \
-        else                                                                  \
-          acc[r][v] = b ? _mm512_set1_ps(b[r]) : _mm512_setzero_ps();         \
-      }                                                                       \
-    }                                                                         \
-    for (int64_t ci = 0; ci < c; ++ci) {                                      \
-      const float *xc = x + ci * ldx;                                         \
-      __m512 xv[PW_NV];                                                       \
-      _Pragma("GCC unroll 4") for (int v = 0; v < PW_NV; ++v)                 \
-        xv[v] = FULL ? _mm512_loadu_ps(xc + 16 * v)                           \
-                     : _mm512_maskz_loadu_ps(m[v], xc + 16 * v);              \
-      const float *wp = w + ci * wc;                                          \
-      _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r) {                  \
-        const __m512 wv = _mm512_set1_ps(wp[r * wr]);                         \
-        _Pragma("GCC unroll 4") for (int v = 0; v < PW_NV; ++v)               \
-          acc[r][v] = _mm512_fmadd_ps(wv, xv[v], acc[r][v]);                  \
-      }                                                                       \
-    }                                                                         \
-    _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r)                      \
-      _Pragma("GCC unroll 4") for (int v = 0; v < PW_NV; ++v) {               \
-        if (FULL)                                                             \
-          _mm512_storeu_ps(y + r * ldy + 16 * v, acc[r][v]);                  \
-        else                                                                  \
-          _mm512_mask_storeu_ps(y + r * ldy + 16 * v, m[v], acc[r][v]);       \
-      }                                                                       \
+  static void pw_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,     \
+                                    int64_t wc, const float *x, int64_t ldx,   \
+                                    const float *b, float *y, int64_t ldy,     \
+                                    int accumulate, const __mmask16 *m) {      \
+    __m512 acc[MR][PW_NV];                                                     \
+    _Pragma("GCC unroll 8")                                                    \
+    for (int r = 0; r < MR; ++r) {                                             \
+      _Pragma("GCC unroll 4")                                                  \
+      for (int v = 0; v < PW_NV; ++v) {                                        \
+        if (accumulate)                                                        \
+          acc[r][v] = FULL                                                     \
+                          ? _mm512_loadu_ps(y + r * ldy + 16 * v)              \
+                          : _mm512_maskz_loadu_ps(m[v], y + r * ldy + 16 * v); \
+        else                                                                   \
+          acc[r][v] = b ? _mm512_set1_ps(b[r]) : _mm512_setzero_ps();          \
+      }                                                                        \
+    }                                                                          \
+    for (int64_t ci = 0; ci < c; ++ci) {                                       \
+      const float *xc = x + ci * ldx;                                          \
+      __m512 xv[PW_NV];                                                        \
+      _Pragma("GCC unroll 4")                                                  \
+      for (int v = 0; v < PW_NV; ++v)                                          \
+        xv[v] = FULL ? _mm512_loadu_ps(xc + 16 * v)                            \
+                     : _mm512_maskz_loadu_ps(m[v], xc + 16 * v);               \
+      const float *wp = w + ci * wc;                                           \
+      _Pragma("GCC unroll 8")                                                  \
+      for (int r = 0; r < MR; ++r) {                                           \
+        const __m512 wv = _mm512_set1_ps(wp[r * wr]);                          \
+        _Pragma("GCC unroll 4")                                                \
+        for (int v = 0; v < PW_NV; ++v)                                        \
+          acc[r][v] = _mm512_fmadd_ps(wv, xv[v], acc[r][v]);                   \
+      }                                                                        \
+    }                                                                          \
+    _Pragma("GCC unroll 8")                                                    \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 4")                       \
+    for (int v = 0; v < PW_NV; ++v) {                                          \
+      if (FULL)                                                                \
+        _mm512_storeu_ps(y + r * ldy + 16 * v, acc[r][v]);                     \
+      else                                                                     \
+        _mm512_mask_storeu_ps(y + r * ldy + 16 * v, m[v], acc[r][v]);          \
+    }                                                                          \
   }
 
 #define PW_TILES(MR) PW_TILE(MR, 1) PW_TILE(MR, 0)
@@ -106,9 +113,9 @@ static const pw_tile_fn pw_tiles[2][PW_MR + 1] = {
 
 /* Strip of up to 48 pixels starting at p0 of the (cout x np) product. */
 static inline void pw_strip(int64_t cin, int64_t cout, int64_t np, int64_t p0,
-                            const float *w, int64_t wr, int64_t wc, const float *x,
-                            int64_t ldx, const float *b, float *y, int64_t ldy,
-                            int accumulate) {
+                            const float *w, int64_t wr, int64_t wc,
+                            const float *x, int64_t ldx, const float *b,
+                            float *y, int64_t ldy, int accumulate) {
   const int64_t len = np - p0 < PW_NP ? np - p0 : PW_NP;
   const int full = len == PW_NP;
   __mmask16 m[PW_NV];
@@ -128,50 +135,60 @@ void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *w, int64_t wr, int64_t wc, const float *x,
                      const float *b, float *y, int accumulate, int nthreads) {
   const int64_t nstrip = (s + PW_NP - 1) / PW_NP, items = n * nstrip;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
+#pragma omp parallel for schedule(static) \
+    num_threads(nthreads) if (nthreads > 1)
   for (int64_t it = 0; it < items; ++it) {
     const int64_t nn = it / nstrip, p0 = (it % nstrip) * PW_NP;
-    pw_strip(cin, cout, s, p0, w, wr, wc, x + nn * cin * s, s, b, y + nn * cout * s, s,
-             accumulate);
+    pw_strip(cin, cout, s, p0, w, wr, wc, x + nn * cin * s, s, b,
+             y + nn * cout * s, s, accumulate);
   }
 }
 
-void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w, int64_t wr,
-                    int64_t wc, const float *x, int64_t ldx, const float *b, float *y,
-                    int64_t ldy) {
+void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
+                    int64_t wr, int64_t wc, const float *x, int64_t ldx,
+                    const float *b, float *y, int64_t ldy) {
   for (int64_t p0 = 0; p0 < np; p0 += PW_NP)
     pw_strip(cin, cout, np, p0, w, wr, wc, x, ldx, b, y, ldy, 0);
 }
 
 /* One dW tile over `nv` vectors of pixels (the last one masked by `mt`):
  * part[(i * MC + j) * 16 + lane] += dy[i] * x[j]. */
-#define PW_WTILE(MK, MC)                                                       \
+#define PW_WTILE(MK, MC)                                                      \
   static void pw_wtile_##MK##_##MC(int64_t nv, __mmask16 mt, const float *dy, \
                                    int64_t ldd, const float *x, int64_t ld,   \
                                    float *part) {                             \
     __m512 acc[MK][MC];                                                       \
-    _Pragma("GCC unroll 4") for (int i = 0; i < MK; ++i)                      \
-      _Pragma("GCC unroll 6") for (int j = 0; j < MC; ++j)                    \
-        acc[i][j] = _mm512_loadu_ps(part + (i * MC + j) * 16);                \
+    _Pragma("GCC unroll 4")                                                   \
+    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 6")                      \
+    for (int j = 0; j < MC; ++j)                                              \
+      acc[i][j] = _mm512_loadu_ps(part + (i * MC + j) * 16);                  \
     for (int64_t v = 0; v < nv; ++v) {                                        \
       const __mmask16 mv = v + 1 < nv ? (__mmask16)0xFFFF : mt;               \
       __m512 dv[MK];                                                          \
-      _Pragma("GCC unroll 4") for (int i = 0; i < MK; ++i)                    \
+      _Pragma("GCC unroll 4")                                                 \
+      for (int i = 0; i < MK; ++i)                                            \
         dv[i] = _mm512_maskz_loadu_ps(mv, dy + i * ldd + 16 * v);             \
-      _Pragma("GCC unroll 6") for (int j = 0; j < MC; ++j) {                  \
+      _Pragma("GCC unroll 6")                                                 \
+      for (int j = 0; j < MC; ++j) {                                          \
         const __m512 xv = _mm512_maskz_loadu_ps(mv, x + j * ld + 16 * v);     \
-        _Pragma("GCC unroll 4") for (int i = 0; i < MK; ++i)                  \
+        _Pragma("GCC unroll 4")                                               \
+        for (int i = 0; i < MK; ++i)                                          \
           acc[i][j] = _mm512_fmadd_ps(dv[i], xv, acc[i][j]);                  \
       }                                                                       \
     }                                                                         \
-    _Pragma("GCC unroll 4") for (int i = 0; i < MK; ++i)                      \
-      _Pragma("GCC unroll 6") for (int j = 0; j < MC; ++j)                    \
-        _mm512_storeu_ps(part + (i * MC + j) * 16, acc[i][j]);                \
+    _Pragma("GCC unroll 4")                                                   \
+    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 6")                      \
+    for (int j = 0; j < MC; ++j)                                              \
+      _mm512_storeu_ps(part + (i * MC + j) * 16, acc[i][j]);                  \
   }
 
-#define PW_WTILES(MK)                                                          \
-  PW_WTILE(MK, 1) PW_WTILE(MK, 2) PW_WTILE(MK, 3) PW_WTILE(MK, 4)             \
-  PW_WTILE(MK, 5) PW_WTILE(MK, 6)
+#define PW_WTILES(MK) \
+  PW_WTILE(MK, 1)     \
+  PW_WTILE(MK, 2)     \
+  PW_WTILE(MK, 3)     \
+  PW_WTILE(MK, 4)     \
+  PW_WTILE(MK, 5)     \
+  PW_WTILE(MK, 6)
 PW_WTILES(1)
 PW_WTILES(2)
 PW_WTILES(3)
@@ -179,17 +196,19 @@ PW_WTILES(4)
 
 typedef void (*pw_wtile_fn)(int64_t, __mmask16, const float *, int64_t,
                             const float *, int64_t, float *);
-#define PW_WROW(MK)                                                            \
-  {NULL, pw_wtile_##MK##_1, pw_wtile_##MK##_2, pw_wtile_##MK##_3,             \
-   pw_wtile_##MK##_4, pw_wtile_##MK##_5, pw_wtile_##MK##_6}
+#define PW_WROW(MK)                                                \
+  {                                                                \
+    NULL, pw_wtile_##MK##_1, pw_wtile_##MK##_2, pw_wtile_##MK##_3, \
+        pw_wtile_##MK##_4, pw_wtile_##MK##_5, pw_wtile_##MK##_6    \
+  }
 /* every edge tile register-blocked too: 32 channels = 5 x 6 + 2 */
 static const pw_wtile_fn pw_wtiles[PW_MK + 1][7] = {
     {NULL}, PW_WROW(1), PW_WROW(2), PW_WROW(3), PW_WROW(4)};
 
 /* Lane partials of the bias gradient for rows [k0, k0 + mk) over one
  * chunk (cache-hot: the weight tiles of the chunk just read it). */
-static void pw_btile(int mk, int64_t nv, __mmask16 mt, const float *dy, int64_t ld,
-                     float *part) {
+static void pw_btile(int mk, int64_t nv, __mmask16 mt, const float *dy,
+                     int64_t ld, float *part) {
   for (int i = 0; i < mk; ++i) {
     __m512 acc = _mm512_loadu_ps(part + 16 * i);
     for (int64_t v = 0; v < nv; ++v) {
@@ -206,19 +225,22 @@ static void pw_btile(int mk, int64_t nv, __mmask16 mt, const float *dy, int64_t 
 
 /* dw[k0.., c0..] += the lane sums of tile (k0, c0)'s partials (a block of
  * mk * mc vectors of 16 lanes at part + (k0 * cin + c0 * mk) * 16) */
-static void pw_tile_sum(int64_t cin, int64_t cout, int64_t k0, int64_t c0, const float *part, float *dw) {
+static void pw_tile_sum(int64_t cin, int64_t cout, int64_t k0, int64_t c0,
+                        const float *part, float *dw) {
   const int mk = (int)(cout - k0 < PW_MK ? cout - k0 : PW_MK);
   const int mc = (int)(cin - c0 < PW_MC ? cin - c0 : PW_MC);
   const float *pt = part + (k0 * cin + c0 * mk) * 16;
   for (int i = 0; i < mk; ++i)
     for (int j = 0; j < mc; ++j)
-      dw[(k0 + i) * cin + c0 + j] += _mm512_reduce_add_ps(_mm512_loadu_ps(pt + (i * mc + j) * 16));
+      dw[(k0 + i) * cin + c0 + j] += _mm512_reduce_add_ps(
+          _mm512_loadu_ps(pt + (i * mc + j) * 16));
 }
 
 void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *x, const float *dy, float *dw, float *db,
                      float *part, int nthreads) {
-  const int64_t nkb = (cout + PW_MK - 1) / PW_MK, ncb = (cin + PW_MC - 1) / PW_MC;
+  const int64_t nkb = (cout + PW_MK - 1) / PW_MK,
+                ncb = (cin + PW_MC - 1) / PW_MC;
   const int64_t ntile = nkb * ncb, nchunk = (s + PW_CHUNK - 1) / PW_CHUNK;
   const int64_t nitem = ntile + (db ? nkb : 0);
   float *bpart = part + cout * cin * 16;
@@ -246,15 +268,20 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
       pw_wtiles[mk][mc](nv, mt, ds + k0 * s, s, xs + c0 * s, s, pt);
     }
   }
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-  for (int64_t t = 0; t < ntile; ++t) pw_tile_sum(cin, cout, (t / ncb) * PW_MK, (t % ncb) * PW_MC, part, dw);
+#pragma omp parallel for schedule(static) \
+    num_threads(nthreads) if (nthreads > 1)
+  for (int64_t t = 0; t < ntile; ++t)
+    pw_tile_sum(cin, cout, (t / ncb) * PW_MK, (t % ncb) * PW_MC, part, dw);
   if (db)
-    for (int64_t k = 0; k < cout; ++k) db[k] += _mm512_reduce_add_ps(_mm512_loadu_ps(bpart + 16 * k));
+    for (int64_t k = 0; k < cout; ++k)
+      db[k] += _mm512_reduce_add_ps(_mm512_loadu_ps(bpart + 16 * k));
 }
 
-void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x, int64_t ldx,
-                         const float *dy, int64_t ldd, float *part) {
-  const int64_t nkb = (cout + PW_MK - 1) / PW_MK, ncb = (cin + PW_MC - 1) / PW_MC;
+void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x,
+                         int64_t ldx, const float *dy, int64_t ldd,
+                         float *part) {
+  const int64_t nkb = (cout + PW_MK - 1) / PW_MK,
+                ncb = (cin + PW_MC - 1) / PW_MC;
   for (int64_t p0 = 0; p0 < np; p0 += PW_CHUNK) {
     const int64_t len = np - p0 < PW_CHUNK ? np - p0 : PW_CHUNK;
     const int64_t nv = (len + 15) / 16, tail = len - 16 * (nv - 1);
@@ -269,18 +296,24 @@ void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x, 
   }
 }
 
-void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part, float *dw) {
-  const int64_t nkb = (cout + PW_MK - 1) / PW_MK, ncb = (cin + PW_MC - 1) / PW_MC;
-  for (int64_t t = 0; t < nkb * ncb; ++t) pw_tile_sum(cin, cout, (t / ncb) * PW_MK, (t % ncb) * PW_MC, part, dw);
+void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
+                         float *dw) {
+  const int64_t nkb = (cout + PW_MK - 1) / PW_MK,
+                ncb = (cin + PW_MC - 1) / PW_MC;
+  for (int64_t t = 0; t < nkb * ncb; ++t)
+    pw_tile_sum(cin, cout, (t / ncb) * PW_MK, (t % ncb) * PW_MC, part, dw);
 }
 
 #else /* no AVX-512F: callers use BLAS */
 
-void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x, int64_t ldx,
-                         const float *dy, int64_t ldd, float *part) {
-  (void)cin, (void)cout, (void)np, (void)x, (void)ldx, (void)dy, (void)ldd, (void)part;
+void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x,
+                         int64_t ldx, const float *dy, int64_t ldd,
+                         float *part) {
+  (void)cin, (void)cout, (void)np, (void)x, (void)ldx, (void)dy, (void)ldd,
+      (void)part;
 }
-void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part, float *dw) {
+void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
+                         float *dw) {
   (void)cin, (void)cout, (void)part, (void)dw;
 }
 
@@ -293,17 +326,19 @@ void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
   (void)x, (void)b, (void)y, (void)accumulate, (void)nthreads;
 }
 
-void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w, int64_t wr,
-                    int64_t wc, const float *x, int64_t ldx, const float *b, float *y,
-                    int64_t ldy) {
-  (void)cin, (void)cout, (void)np, (void)w, (void)wr, (void)wc, (void)x, (void)ldx;
+void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
+                    int64_t wr, int64_t wc, const float *x, int64_t ldx,
+                    const float *b, float *y, int64_t ldy) {
+  (void)cin, (void)cout, (void)np, (void)w, (void)wr, (void)wc, (void)x,
+      (void)ldx;
   (void)b, (void)y, (void)ldy;
 }
 
 void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *x, const float *dy, float *dw, float *db,
                      float *part, int nthreads) {
-  (void)n, (void)cin, (void)cout, (void)s, (void)x, (void)dy, (void)dw, (void)db;
+  (void)n, (void)cin, (void)cout, (void)s, (void)x, (void)dy, (void)dw,
+      (void)db;
   (void)part, (void)nthreads;
 }
 

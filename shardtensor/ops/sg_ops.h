@@ -57,10 +57,12 @@ extern "C" {
 /* The boundary kinds of the decomposition (sg_boundary, grid/sg_decomp.h),
  * so the one-process padding and the halo layer's edge fills agree. */
 typedef sg_boundary sg_pad_mode;
-#define SG_PAD_ZERO SG_BOUNDARY_ZERO         /* zeros outside */
-#define SG_PAD_PERIODIC SG_BOUNDARY_PERIODIC /* circular: x[-1] = x[n-1]
+#define SG_PAD_ZERO SG_BOUNDARY_ZERO /* zeros outside */
+#define SG_PAD_PERIODIC \
+  SG_BOUNDARY_PERIODIC /* circular: x[-1] = x[n-1]
                                                 (pad may exceed n) */
-#define SG_PAD_REFLECT SG_BOUNDARY_REFLECT   /* mirror without the edge:
+#define SG_PAD_REFLECT \
+  SG_BOUNDARY_REFLECT                          /* mirror without the edge:
                                                 x[-1] = x[1] (pad < n) */
 #define SG_PAD_REPLICATE SG_BOUNDARY_REPLICATE /* edge repeated: x[-1] = x[0] */
 
@@ -103,12 +105,12 @@ sg_status sg_pad_fill_outside(sg_dtype dt, int nsp, int64_t planes,
  * AVX-512 kernels (pointwise.c) where the build targets AVX-512F, else on
  * the BLAS; f64 always on the BLAS. */
 typedef struct sg_conv_desc {
-  int nsp;                               /* spatial dims: 1, 2 or 3 */
+  int nsp; /* spatial dims: 1, 2 or 3 */
   int64_t batch, cin, cout;
-  int64_t in[SG_OPS_MAX_SPATIAL];        /* padded input extent */
+  int64_t in[SG_OPS_MAX_SPATIAL]; /* padded input extent */
   int64_t kernel[SG_OPS_MAX_SPATIAL];
-  int64_t stride[SG_OPS_MAX_SPATIAL];    /* >= 1 */
-  int64_t dilation[SG_OPS_MAX_SPATIAL];  /* >= 1 */
+  int64_t stride[SG_OPS_MAX_SPATIAL];   /* >= 1 */
+  int64_t dilation[SG_OPS_MAX_SPATIAL]; /* >= 1 */
 } sg_conv_desc;
 
 /* Check a descriptor and give the output extent per spatial dim. */
@@ -129,8 +131,8 @@ sg_status sg_linear_forward(sg_dtype dt, int64_t batch, int64_t cin,
 /* dx OVERWRITTEN; dw, db (+=); each may be NULL. */
 sg_status sg_linear_backward(sg_dtype dt, int64_t batch, int64_t cin,
                              int64_t cout, int64_t spatial, const void *x,
-                             const void *w, const void *dy, void *dx,
-                             void *dw, void *db);
+                             const void *w, const void *dy, void *dx, void *dw,
+                             void *db);
 
 /* Transposed convolution with kernel == stride (no halo needed):
  * y[n,k, i*s + a] = b[k] + sum_c x[n,c,i] w[c,k,a]   (per spatial dim)
@@ -157,8 +159,8 @@ typedef enum sg_pool_kind { SG_POOL_AVG = 0, SG_POOL_MAX } sg_pool_kind;
 
 /* Output extent per spatial dim (validates d for pooling). */
 sg_status sg_pool_out_shape(const sg_conv_desc *d, int64_t *out);
-sg_status sg_pool_forward(sg_pool_kind kind, const sg_conv_desc *d,
-                          sg_dtype dt, const void *x, void *y);
+sg_status sg_pool_forward(sg_pool_kind kind, const sg_conv_desc *d, sg_dtype dt,
+                          const void *x, void *y);
 /* dx (padded block) OVERWRITTEN. d->batch * d->cin planes; cout ignored. */
 sg_status sg_pool_backward(sg_pool_kind kind, const sg_conv_desc *d,
                            sg_dtype dt, const void *x, const void *dy,
@@ -211,8 +213,8 @@ typedef enum sg_binary {
 } sg_binary;
 
 /* y = a (op) b. */
-sg_status sg_binary_forward(sg_binary op, sg_dtype dt, int64_t n,
-                            const void *a, const void *b, void *y);
+sg_status sg_binary_forward(sg_binary op, sg_dtype dt, int64_t n, const void *a,
+                            const void *b, void *y);
 /* da, db OVERWRITTEN (either may be NULL); a, b needed for MUL only. */
 sg_status sg_binary_backward(sg_binary op, sg_dtype dt, int64_t n,
                              const void *a, const void *b, const void *dy,
@@ -232,11 +234,9 @@ sg_status sg_bias_backward(sg_dtype dt, int64_t batch, int64_t channels,
  * split is the inverse (and each is the other's backward); split skips
  * NULL parts. */
 sg_status sg_concat(sg_dtype dt, int64_t batch, int64_t spatial, int k,
-                    const int64_t *channels, const void *const *parts,
-                    void *y);
+                    const int64_t *channels, const void *const *parts, void *y);
 sg_status sg_split(sg_dtype dt, int64_t batch, int64_t spatial, int k,
-                   const int64_t *channels, const void *x,
-                   void *const *parts);
+                   const int64_t *channels, const void *x, void *const *parts);
 
 /* ---- normalisation -------------------------------------------------------
  * x: (N, C, S) with S the local spatial size. Statistic groups:
@@ -278,8 +278,7 @@ sg_status sg_norm_stats(const sg_norm_desc *d, sg_dtype dt, const void *x,
 void sg_moments_merge(sg_moments *a, const sg_moments *b, int64_t n);
 /* Merge partial statistics over comm in rank order (all ranks get the same
  * bits). Collective over comm. */
-sg_status sg_norm_stats_allreduce(sg_moments *stats, int64_t n,
-                                  MPI_Comm comm);
+sg_status sg_norm_stats_allreduce(sg_moments *stats, int64_t n, MPI_Comm comm);
 sg_status sg_norm_forward(const sg_norm_desc *d, sg_dtype dt, const void *x,
                           const sg_moments *stats, const void *gamma,
                           const void *beta, void *y);
@@ -352,11 +351,11 @@ sg_status sg_loss_backward(sg_loss_kind kind, sg_dtype dt, int64_t batch,
  * (batch, head) (each thread owns a head's dk, dv and dq, no atomics); BLAS
  * single-threaded inside. Both give the same bits for any thread count. */
 typedef struct sg_attn_desc {
-  int64_t batch, heads;  /* B, H >= 0 */
-  int64_t nq, nk;        /* query and key/value tokens per head, >= 0 */
-  int64_t head_dim;      /* d >= 1 */
-  double scale;          /* softmax scale; 0 means 1/sqrt(head_dim) */
-  int causal;            /* 1: mask keys j > i + causal_offset */
+  int64_t batch, heads; /* B, H >= 0 */
+  int64_t nq, nk;       /* query and key/value tokens per head, >= 0 */
+  int64_t head_dim;     /* d >= 1 */
+  double scale;         /* softmax scale; 0 means 1/sqrt(head_dim) */
+  int causal;           /* 1: mask keys j > i + causal_offset */
   int64_t causal_offset;
 } sg_attn_desc;
 
@@ -375,8 +374,8 @@ sg_status sg_attention_forward(const sg_attn_desc *d, sg_dtype dt,
 sg_status sg_attention_backward(const sg_attn_desc *d, sg_dtype dt,
                                 const void *q, const void *k, const void *v,
                                 const void *o, const void *lse,
-                                const void *dout, void *dq, void *dk,
-                                void *dv, void *ws);
+                                const void *dout, void *dq, void *dk, void *dv,
+                                void *ws);
 /* Merge partial attention over disjoint key sets, row by row (rows =
  * B*H*Nq, each head_dim wide): (o, lse) = (o, lse) (+) (o_b, lse_b), with
  * w = e^{lse - m}, w_b = e^{lse_b - m}, m = max(lse, lse_b):

@@ -16,7 +16,8 @@
 static inline SG_HD double sg_act_f64(int act, double x) {
   switch (act) {
   case 0: return x > 0 ? x : 0;
-  case 1: return 0.5 * x * (1 + tanh(SG_GELU_K0 * (x + SG_GELU_K1 * x * x * x)));
+  case 1:
+    return 0.5 * x * (1 + tanh(SG_GELU_K0 * (x + SG_GELU_K1 * x * x * x)));
   case 2: return x / (1 + exp(-x));
   default: return tanh(x);
   }
@@ -65,8 +66,8 @@ static inline SG_HD float sg_expf(float x) {
   x = x > sg_expf_bounds[1] ? sg_expf_bounds[1] : x;
   const float shifter = 12582912.0f; /* 1.5 * 2^23 */
   const float n = (x * 1.44269504088896341f + shifter) - shifter;
-  float r = x - n * 0.693359375f;   /* ln2, high part (exact product) */
-  r = r - n * -2.12194440e-4f;      /* ln2, low part */
+  float r = x - n * 0.693359375f; /* ln2, high part (exact product) */
+  r = r - n * -2.12194440e-4f;    /* ln2, low part */
   float p = 1.0f / 720;
   p = p * r + 1.0f / 120;
   p = p * r + 1.0f / 24;
@@ -122,7 +123,10 @@ static inline SG_HD int64_t sg_pad_src_index(int mode, int64_t i, int64_t n) {
   if (i >= 0 && i < n) return i;
   switch (mode) {
   case 0: return -1;
-  case 1: { int64_t r = i % n; return r < 0 ? r + n : r; }
+  case 1: {
+    int64_t r = i % n;
+    return r < 0 ? r + n : r;
+  }
   case 2: {
     if (n == 1) return 0;
     int64_t period = 2 * (n - 1);

@@ -26,16 +26,22 @@ static void test_status(void) {
   int reached = 0;
   SG_CHECK_STATUS(raise_twice(&reached), SG_ERR_SHAPE);
   SG_CHECK(!reached, "code after SG_RAISE ran");
-  SG_CHECK(strstr(sg_last_error(), "shape 3 != 4") != NULL, "message: %s", sg_last_error());
-  SG_CHECK(strstr(sg_last_error(), "test_core.c:") != NULL, "file:line missing: %s", sg_last_error());
+  SG_CHECK(strstr(sg_last_error(), "shape 3 != 4") != NULL, "message: %s",
+           sg_last_error());
+  SG_CHECK(strstr(sg_last_error(), "test_core.c:") != NULL,
+           "file:line missing: %s", sg_last_error());
   char want[32];
   snprintf(want, sizeof want, "[rank %d]", sg_test_rank);
-  SG_CHECK(strstr(sg_last_error(), want) != NULL, "rank missing: %s", sg_last_error());
+  SG_CHECK(strstr(sg_last_error(), want) != NULL, "rank missing: %s",
+           sg_last_error());
   for (int s = 0; s < SG_STATUS_COUNT; ++s) {
-    SG_CHECK(strncmp(sg_status_name((sg_status)s), "SG_", 3) == 0, "name of %d", s);
-    SG_CHECK(strcmp(sg_status_string((sg_status)s), "unknown status") != 0, "text of %d", s);
+    SG_CHECK(strncmp(sg_status_name((sg_status)s), "SG_", 3) == 0, "name of %d",
+             s);
+    SG_CHECK(strcmp(sg_status_string((sg_status)s), "unknown status") != 0,
+             "text of %d", s);
   }
-  SG_CHECK(strcmp(sg_status_name((sg_status)999), "SG_ERR_UNKNOWN") == 0, "unknown name");
+  SG_CHECK(strcmp(sg_status_name((sg_status)999), "SG_ERR_UNKNOWN") == 0,
+           "unknown name");
   sg_clear_error();
   SG_CHECK(sg_last_error()[0] == '\0', "clear");
 }
@@ -51,7 +57,8 @@ fail:
 
 static void test_mpi_wrap(void) {
   SG_CHECK_STATUS(wrap_mpi(), SG_ERR_MPI);
-  SG_CHECK(strstr(sg_last_error(), "MPI_Bcast") != NULL, "call recorded: %s", sg_last_error());
+  SG_CHECK(strstr(sg_last_error(), "MPI_Bcast") != NULL, "call recorded: %s",
+           sg_last_error());
 }
 
 static void test_log(void) {
@@ -66,8 +73,10 @@ static void test_log(void) {
 }
 
 static void test_dtype(void) {
-  SG_CHECK(sg_dtype_size(SG_DTYPE_F32) == 4 && sg_dtype_size(SG_DTYPE_F64) == 8 &&
-               sg_dtype_size(SG_DTYPE_I32) == 4 && sg_dtype_size(SG_DTYPE_I64) == 8 &&
+  SG_CHECK(sg_dtype_size(SG_DTYPE_F32) == 4 &&
+               sg_dtype_size(SG_DTYPE_F64) == 8 &&
+               sg_dtype_size(SG_DTYPE_I32) == 4 &&
+               sg_dtype_size(SG_DTYPE_I64) == 8 &&
                sg_dtype_size(SG_DTYPE_BF16) == 2,
            "sizes");
   sg_dtype dt;
@@ -77,10 +86,14 @@ static void test_dtype(void) {
   /* bf16: exact for values with 8 significant bits, round to nearest even */
   float exact[] = {0.0f, 1.0f, -2.5f, 0x1.fep127f, 1.0f / 128.0f};
   for (int i = 0; i < 5; ++i)
-    SG_CHECK(sg_bf16_to_f32(sg_bf16_from_f32(exact[i])) == exact[i], "bf16 exact %g", exact[i]);
+    SG_CHECK(sg_bf16_to_f32(sg_bf16_from_f32(exact[i])) == exact[i],
+             "bf16 exact %g", exact[i]);
   /* 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even -> 1 */
-  SG_CHECK(sg_bf16_to_f32(sg_bf16_from_f32(1.0f + 0x1.0p-8f)) == 1.0f, "tie to even");
-  SG_CHECK(sg_bf16_to_f32(sg_bf16_from_f32(1.0f + 0x1.8p-8f)) == 1.0f + 0x1.0p-7f, "round up");
+  SG_CHECK(sg_bf16_to_f32(sg_bf16_from_f32(1.0f + 0x1.0p-8f)) == 1.0f,
+           "tie to even");
+  SG_CHECK(sg_bf16_to_f32(sg_bf16_from_f32(1.0f + 0x1.8p-8f)) ==
+               1.0f + 0x1.0p-7f,
+           "round up");
   SG_CHECK(isnan(sg_bf16_to_f32(sg_bf16_from_f32(NAN))), "NaN stays NaN");
   SG_CHECK(isinf(sg_bf16_to_f32(sg_bf16_from_f32(INFINITY))), "inf");
   /* conversions */
@@ -93,13 +106,16 @@ static void test_dtype(void) {
   SG_CHECK_OK(sg_dtype_convert(d, SG_DTYPE_F64, f, SG_DTYPE_F32, 4));
   SG_CHECK(f[0] == 1.5f && f[1] == -2.25f && f[2] == 1e6f, "f64->f32");
   SG_CHECK_OK(sg_dtype_convert(d, SG_DTYPE_F64, i32, SG_DTYPE_I32, 4));
-  SG_CHECK(i32[0] == 1 && i32[1] == -2 && i32[2] == 1000000, "f64->i32 truncates");
+  SG_CHECK(i32[0] == 1 && i32[1] == -2 && i32[2] == 1000000,
+           "f64->i32 truncates");
   SG_CHECK_OK(sg_dtype_convert(i32, SG_DTYPE_I32, i64, SG_DTYPE_I64, 4));
   SG_CHECK(i64[2] == 1000000 && i64[1] == -2, "i32->i64");
   SG_CHECK_OK(sg_dtype_convert(f, SG_DTYPE_F32, b, SG_DTYPE_BF16, 4));
   SG_CHECK_OK(sg_dtype_convert(b, SG_DTYPE_BF16, back, SG_DTYPE_F64, 4));
-  SG_CHECK(back[0] == 1.5 && back[1] == -2.25 && back[3] == 7.0, "bf16 round trip");
-  SG_CHECK_STATUS(sg_dtype_convert(d, (sg_dtype)42, f, SG_DTYPE_F32, 4), SG_ERR_INVALID_ARG);
+  SG_CHECK(back[0] == 1.5 && back[1] == -2.25 && back[3] == 7.0,
+           "bf16 round trip");
+  SG_CHECK_STATUS(sg_dtype_convert(d, (sg_dtype)42, f, SG_DTYPE_F32, 4),
+                  SG_ERR_INVALID_ARG);
   /* the vector rounding is the scalar conversion, bit for bit: a sweep of
    * bit patterns (every sign, exponent, ties, denormals, inf, NaN) */
   enum { NR = 1 << 16 };
@@ -111,8 +127,13 @@ static void test_dtype(void) {
   }
   sg_round_bf16(r, NR);
   int diff = 0;
-  for (int k = 0; k < NR; ++k) diff += isnan(want[k]) ? !isnan(r[k]) : memcmp(&r[k], &want[k], sizeof r[k]) != 0;
-  SG_CHECK(diff == 0, "sg_round_bf16 differs from the scalar conversion in %d of %d values", diff, NR);
+  for (int k = 0; k < NR; ++k)
+    diff += isnan(want[k]) ? !isnan(r[k])
+                           : memcmp(&r[k], &want[k], sizeof r[k]) != 0;
+  SG_CHECK(
+      diff == 0,
+      "sg_round_bf16 differs from the scalar conversion in %d of %d values",
+      diff, NR);
 }
 
 static void test_device(void) {
@@ -124,7 +145,8 @@ static void test_device(void) {
   SG_CHECK(p != NULL && ((uintptr_t)p % 64) == 0, "64-byte aligned");
   SG_CHECK_OK(sg_calloc(host, 1 << 23, &q));
   SG_CHECK_OK(sg_mem_get_info(host, &mid));
-  SG_CHECK(mid.current_bytes == before.current_bytes + 1000 + (1 << 23), "current %zu", mid.current_bytes);
+  SG_CHECK(mid.current_bytes == before.current_bytes + 1000 + (1 << 23),
+           "current %zu", mid.current_bytes);
   SG_CHECK(mid.peak_bytes >= mid.current_bytes, "peak");
   SG_CHECK(mid.allocations == before.allocations + 2, "allocations");
   int zero = 1;
@@ -148,14 +170,16 @@ static void test_device(void) {
    * sg_calloc still zero-fills it */
   {
     sg_status ks = sg_host_keep_memory();
-    SG_CHECK(ks == SG_OK || ks == SG_ERR_NOT_SUPPORTED, "keep memory: %s", sg_last_error());
+    SG_CHECK(ks == SG_OK || ks == SG_ERR_NOT_SUPPORTED, "keep memory: %s",
+             sg_last_error());
     void *a = NULL;
     SG_CHECK_OK(sg_malloc(host, (size_t)16 << 20, &a));
     memset(a, 0x5a, (size_t)16 << 20);
     SG_CHECK_OK(sg_free(host, &a));
     SG_CHECK_OK(sg_calloc(host, (size_t)16 << 20, &a));
     int zz = 1;
-    for (size_t i = 0; i < ((size_t)16 << 20); i += 4093) zz &= ((unsigned char *)a)[i] == 0;
+    for (size_t i = 0; i < ((size_t)16 << 20); i += 4093)
+      zz &= ((unsigned char *)a)[i] == 0;
     SG_CHECK(zz, "calloc of reused memory zero-filled");
     SG_CHECK_OK(sg_free(host, &a));
   }
@@ -199,14 +223,15 @@ static void test_trace(void) {
     sg_trace_begin("outer");
     sg_trace_begin("inner");
     double t = sg_wtime();
-    while (sg_wtime() - t < 1e-4) {
-    }
+    while (sg_wtime() - t < 1e-4) {}
     sg_trace_end("inner");
     sg_trace_end("outer");
   }
-  SG_CHECK(sg_timer_count("inner") == 3 && sg_timer_count("outer") == 3, "counts");
+  SG_CHECK(sg_timer_count("inner") == 3 && sg_timer_count("outer") == 3,
+           "counts");
   SG_CHECK(sg_timer_total("outer") >= sg_timer_total("inner"), "nesting");
-  SG_CHECK(sg_timer_total("inner") >= 3e-4, "inner total %g", sg_timer_total("inner"));
+  SG_CHECK(sg_timer_total("inner") >= 3e-4, "inner total %g",
+           sg_timer_total("inner"));
   SG_CHECK(sg_timer_total("missing") == 0.0, "missing");
   char path[256];
   snprintf(path, sizeof path, "test_core_trace_np%d.json", sg_test_size);
@@ -227,7 +252,8 @@ static void test_trace(void) {
       remove(path);
     }
   }
-  SG_CHECK_STATUS(sg_trace_write("/nonexistent-dir/x.json", MPI_COMM_WORLD), SG_ERR_IO);
+  SG_CHECK_STATUS(sg_trace_write("/nonexistent-dir/x.json", MPI_COMM_WORLD),
+                  SG_ERR_IO);
   sg_timer_reset();
   SG_CHECK(sg_timer_total("inner") == 0.0, "reset");
   sg_trace_enable(0);

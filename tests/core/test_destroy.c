@@ -76,8 +76,8 @@ static void value_structs(void) {
   sg_shardtensor x;
   memset(&x, 0, sizeof x);
   x.ndim = 2;
-  SG_CHECK_OK(sg_tensor_alloc(&x.local, SG_DTYPE_F64, sg_device_host(), 2,
-                              shape));
+  SG_CHECK_OK(
+      sg_tensor_alloc(&x.local, SG_DTYPE_F64, sg_device_host(), 2, shape));
   SG_CHECK_OK(sg_shardtensor_destroy(&x));
   SG_CHECK(zeroed(&x, sizeof x), "sg_shardtensor_destroy leaves it set");
   SG_CHECK_OK(sg_shardtensor_destroy(&x));

@@ -17,7 +17,8 @@ static void taylor_green(const char *spec) {
   sg_ns2d_t ns = NULL;
   double *w = NULL;
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
-  sg_ns2d_config c = {32, 5e-3, 2e-3, 0.0, 0, SG_NS2D_INIT_TAYLOR_GREEN, SG_NS2D_GRF_CODE};
+  sg_ns2d_config c = {
+      32, 5e-3, 2e-3, 0.0, 0, SG_NS2D_INIT_TAYLOR_GREEN, SG_NS2D_GRF_CODE};
   SG_REQUIRE_OK(sg_ns2d_create(mesh, &c, 2, &ns));
   int64_t y0, ny, x0, nx;
   sg_ns2d_box(ns, &y0, &ny, &x0, &nx);
@@ -38,7 +39,8 @@ static void taylor_green(const char *spec) {
       }
   double g[2] = {err, ref}, gm[2];
   MPI_Allreduce(g, gm, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  SG_CHECK(gm[0] <= 1e-6 * gm[1], "Taylor-Green on %s: max error %.3g relative to %.3g (t = %g)", spec,
+  SG_CHECK(gm[0] <= 1e-6 * gm[1],
+           "Taylor-Green on %s: max error %.3g relative to %.3g (t = %g)", spec,
            gm[0], gm[1], t);
 done:
   sg_ns2d_destroy(&ns);
@@ -51,7 +53,8 @@ static void grf_vs_one(const char *spec) {
   sg_ns2d_t ns = NULL, ns1 = NULL;
   double *w = NULL, *w1 = NULL;
   const int64_t n = 36, batch = 2;
-  sg_ns2d_config c = {n, 1e-3, 2e-3, 0.1, 7, SG_NS2D_INIT_GRF, SG_NS2D_GRF_CODE};
+  sg_ns2d_config c = {
+      n, 1e-3, 2e-3, 0.1, 7, SG_NS2D_INIT_GRF, SG_NS2D_GRF_CODE};
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_SELF, "h=1", &one));
   SG_REQUIRE_OK(sg_ns2d_create(mesh, &c, batch, &ns));
@@ -70,14 +73,16 @@ static void grf_vs_one(const char *spec) {
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t j = 0; j < ny; ++j)
       for (int64_t i = 0; i < nx; ++i) {
-        double a = w[(b * ny + j) * nx + i], r = w1[(b * n + y0 + j) * n + x0 + i];
+        double a = w[(b * ny + j) * nx + i],
+               r = w1[(b * n + y0 + j) * n + x0 + i];
         err = fabs(a - r) > err ? fabs(a - r) : err;
         ref = fabs(r) > ref ? fabs(r) : ref;
       }
   double g[2] = {err, ref}, gm[2];
   MPI_Allreduce(g, gm, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   SG_CHECK(gm[1] > 0.1, "field is not trivial (max %g)", gm[1]);
-  SG_CHECK(gm[0] <= 1e-6 * gm[1], "GRF run on %s vs one process: max diff %.3g relative to %.3g", spec,
+  SG_CHECK(gm[0] <= 1e-6 * gm[1],
+           "GRF run on %s vs one process: max diff %.3g relative to %.3g", spec,
            gm[0], gm[1]);
 done:
   sg_ns2d_destroy(&ns);
@@ -108,17 +113,21 @@ static void grf_variance(sg_ns2d_grf_scale scale) {
   double var = 0.0, mean = 0.0;
   for (int64_t q = 0; q < batch * n * n; ++q) mean += w[q];
   mean /= (double)(batch * n * n);
-  for (int64_t q = 0; q < batch * n * n; ++q) var += (w[q] - mean) * (w[q] - mean);
+  for (int64_t q = 0; q < batch * n * n; ++q)
+    var += (w[q] - mean) * (w[q] - mean);
   var /= (double)(batch * n * n);
-  const double cc = scale == SG_NS2D_GRF_TEXT ? pow(7.0, 1.5) : 2.0 * pow(7.0, 3.0);
+  const double cc = scale == SG_NS2D_GRF_TEXT ? pow(7.0, 1.5)
+                                              : 2.0 * pow(7.0, 3.0);
   double theory = 0.0;
   for (int64_t j = 0; j < n; ++j)
     for (int64_t i = 0; i < n; ++i) {
-      double ky = (double)(j <= n / 2 ? j : j - n), kx = (double)(i <= n / 2 ? i : i - n);
+      double ky = (double)(j <= n / 2 ? j : j - n),
+             kx = (double)(i <= n / 2 ? i : i - n);
       double k2 = 4.0 * M_PI_SQ * (kx * kx + ky * ky);
       if (k2 > 0.0) theory += cc * pow(k2 + 49.0, -2.5);
     }
-  SG_CHECK(fabs(var / theory - 1.0) < 0.35, "GRF (%s scale): variance %.4g, covariance gives %.4g",
+  SG_CHECK(fabs(var / theory - 1.0) < 0.35,
+           "GRF (%s scale): variance %.4g, covariance gives %.4g",
            scale == SG_NS2D_GRF_TEXT ? "text" : "code", var, theory);
 done:
   sg_ns2d_destroy(&ns);

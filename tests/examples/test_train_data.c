@@ -19,8 +19,12 @@
 enum { NT = 5, NY = 6, NX = 8 };
 
 static int is_nan_cell(int64_t y, int64_t x) { return (y * NX + x) % 7 == 3; }
-static int is_fill_cell(int64_t t, int64_t y, int64_t x) { return t == 1 && y == 2 && x == 5; }
-static int is_inf_cell(int64_t t, int64_t y, int64_t x) { return t == 3 && y == 4 && x == 1; }
+static int is_fill_cell(int64_t t, int64_t y, int64_t x) {
+  return t == 1 && y == 2 && x == 5;
+}
+static int is_inf_cell(int64_t t, int64_t y, int64_t x) {
+  return t == 3 && y == 4 && x == 1;
+}
 static int missing(int64_t t, int64_t y, int64_t x) {
   return is_nan_cell(y, x) || is_fill_cell(t, y, x) || is_inf_cell(t, y, x);
 }
@@ -51,7 +55,8 @@ static void write_file(const char *path) {
   SG_REQUIRE_OK(sg_nc_shard_split(3, g, SG_DTYPE_F32, 0, 1, 0, &s));
   for (int64_t t = 0; t < NT; ++t)
     for (int64_t y = 0; y < NY; ++y)
-      for (int64_t x = 0; x < NX; ++x) buf[(t * NY + y) * NX + x] = value(t, y, x);
+      for (int64_t x = 0; x < NX; ++x)
+        buf[(t * NY + y) * NX + x] = value(t, y, x);
   if (sg_test_rank != 0) s.count[0] = 0;
   SG_CHECK_OK(sg_nc_write(f, v, &s, buf));
 done:
@@ -65,8 +70,8 @@ static void balanced(int64_t n, int parts, int i, int64_t *a, int64_t *c) {
   *c = q + (i < r ? 1 : 0);
 }
 
-static void check_layout(const char *path, int ph, int pw, const char *backend, double ref_mean,
-                         double ref_std) {
+static void check_layout(const char *path, int ph, int pw, const char *backend,
+                         double ref_mean, double ref_std) {
   char spec[64];
   snprintf(spec, sizeof spec, "h=%d,w=%d", ph, pw);
   sg_mesh_t mesh = NULL;
@@ -94,24 +99,29 @@ static void check_layout(const char *path, int ph, int pw, const char *backend, 
     for (int64_t t = 0; t < NT; ++t)
       for (int64_t y = 0; y < ny; ++y)
         for (int64_t x = 0; x < nx; ++x) {
-          int64_t i = (t * ny + y) * nx + x; /* (series 1, frame, var 1, y, x) */
+          int64_t i = (t * ny + y) * nx +
+                      x; /* (series 1, frame, var 1, y, x) */
           int miss = missing(t, y0 + y, x0 + x);
           bad_mask += ds.mask[i] != (miss ? 0.0f : 1.0f);
           bad_val += !isfinite(ds.data[i]) || (miss && ds.data[i] != 0.0f);
         }
-    SG_CHECK(bad_mask == 0 && bad_val == 0, "%s, %s: %lld wrong masks, %lld bad values", spec, backend,
+    SG_CHECK(bad_mask == 0 && bad_val == 0,
+             "%s, %s: %lld wrong masks, %lld bad values", spec, backend,
              (long long)bad_mask, (long long)bad_val);
     SG_CHECK(ds.has_mask, "%s, %s: has_mask is 0", spec, backend);
-    SG_CHECK(fabs(ds.mean[0] - ref_mean) <= 1e-9 * fabs(ref_mean) && fabs(ds.std[0] - ref_std) <= 1e-9 * ref_std,
-             "%s, %s: mean %.17g std %.17g, one process: %.17g %.17g", spec, backend, ds.mean[0], ds.std[0],
-             ref_mean, ref_std);
+    SG_CHECK(fabs(ds.mean[0] - ref_mean) <= 1e-9 * fabs(ref_mean) &&
+                 fabs(ds.std[0] - ref_std) <= 1e-9 * ref_std,
+             "%s, %s: mean %.17g std %.17g, one process: %.17g %.17g", spec,
+             backend, ds.mean[0], ds.std[0], ref_mean, ref_std);
   }
   sg_dataset_free(&ds);
   /* rejecting them instead: an error naming the file, on every rank */
   o.reject_nonfinite = 1;
   st = sg_dataset_load(&o, y0, ny, x0, nx, dom, &ds);
-  SG_CHECK(st == SG_ERR_CORRUPT && strstr(sg_last_error(), path) && strstr(sg_last_error(), "NaN"),
-           "%s, %s, reject_nonfinite: %s: %s", spec, backend, sg_status_name(st), sg_last_error());
+  SG_CHECK(st == SG_ERR_CORRUPT && strstr(sg_last_error(), path) &&
+               strstr(sg_last_error(), "NaN"),
+           "%s, %s, reject_nonfinite: %s: %s", spec, backend,
+           sg_status_name(st), sg_last_error());
   sg_dataset_free(&ds);
 done:
   sg_mesh_destroy(&mesh);
@@ -132,7 +142,8 @@ int main(int argc, char **argv) {
   for (int64_t t = 0; t < NT - 1; ++t)
     for (int64_t y = 0; y < NY; ++y)
       for (int64_t x = 0; x < NX; ++x)
-        if (!missing(t, y, x)) m2 += (value(t, y, x) - mean) * (value(t, y, x) - mean);
+        if (!missing(t, y, x))
+          m2 += (value(t, y, x) - mean) * (value(t, y, x) - mean);
   double sd = sqrt(m2 / n);
   const char *backends[2] = {"auto", "serial"};
   for (int b = 0; b < 2; ++b)

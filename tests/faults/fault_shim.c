@@ -44,7 +44,7 @@ enum { MAX_FD = 65536 };
 
 static int mode = -1; /* -1: not read yet */
 static const char *pattern;
-static atomic_llong budget; /* bytes the doomed files may still take */
+static atomic_llong budget;        /* bytes the doomed files may still take */
 static atomic_char doomed[MAX_FD]; /* descriptors whose writes fail */
 
 static void init(void) {
@@ -53,11 +53,16 @@ static void init(void) {
   pattern = getenv("SG_FAULT_PATH");
   const char *b = getenv("SG_FAULT_BYTES");
   atomic_store(&budget, b ? atoll(b) : 0);
-  if (!pattern || !*pattern || !f) mode = MODE_OFF;
-  else if (strcmp(f, "ENOSPC") == 0) mode = MODE_ENOSPC;
-  else if (strcmp(f, "EROFS") == 0) mode = MODE_EROFS;
-  else if (strcmp(f, "STOP") == 0) mode = MODE_STOP;
-  else mode = MODE_OFF;
+  if (!pattern || !*pattern || !f)
+    mode = MODE_OFF;
+  else if (strcmp(f, "ENOSPC") == 0)
+    mode = MODE_ENOSPC;
+  else if (strcmp(f, "EROFS") == 0)
+    mode = MODE_EROFS;
+  else if (strcmp(f, "STOP") == 0)
+    mode = MODE_STOP;
+  else
+    mode = MODE_OFF;
   const char *only = getenv("SG_FAULT_RANK"), *me = getenv("PMI_RANK");
   if (only && *only && (!me || strcmp(only, me) != 0)) mode = MODE_OFF;
 }
@@ -67,26 +72,30 @@ static int hit(const char *path) {
   return mode != MODE_OFF && path && strstr(path, pattern) != NULL;
 }
 
-static int writes_to(int flags) { return (flags & (O_WRONLY | O_RDWR | O_CREAT | O_TRUNC)) != 0; }
+static int writes_to(int flags) {
+  return (flags & (O_WRONLY | O_RDWR | O_CREAT | O_TRUNC)) != 0;
+}
 
 #define REAL(name) ((name##_fn)dlsym(RTLD_NEXT, #name))
 
 /* Open with the real `name`; apply the fault of the path. */
-#define OPEN_BODY(name, ...)                                                   \
-  mode_t m = 0;                                                                \
-  if (flags & (O_CREAT | O_TMPFILE)) {                                         \
-    va_list ap;                                                                \
-    va_start(ap, flags);                                                       \
-    m = (mode_t)va_arg(ap, int);                                               \
-    va_end(ap);                                                                \
-  }                                                                            \
-  const int h = hit(path);                                                     \
-  if (h && mode == MODE_EROFS && writes_to(flags)) {                           \
-    errno = EROFS;                                                             \
-    return -1;                                                                 \
-  }                                                                            \
-  int fd = REAL(name)(__VA_ARGS__, m);                                         \
-  if (fd >= 0 && fd < MAX_FD) atomic_store(&doomed[fd], h && (mode == MODE_ENOSPC || mode == MODE_STOP)); \
+#define OPEN_BODY(name, ...)                                       \
+  mode_t m = 0;                                                    \
+  if (flags & (O_CREAT | O_TMPFILE)) {                             \
+    va_list ap;                                                    \
+    va_start(ap, flags);                                           \
+    m = (mode_t)va_arg(ap, int);                                   \
+    va_end(ap);                                                    \
+  }                                                                \
+  const int h = hit(path);                                         \
+  if (h && mode == MODE_EROFS && writes_to(flags)) {               \
+    errno = EROFS;                                                 \
+    return -1;                                                     \
+  }                                                                \
+  int fd = REAL(name)(__VA_ARGS__, m);                             \
+  if (fd >= 0 && fd < MAX_FD)                                      \
+    atomic_store(&doomed[fd],                                      \
+                 h && (mode == MODE_ENOSPC || mode == MODE_STOP)); \
   return fd;
 
 typedef int (*open_fn)(const char *, int, ...);
@@ -95,14 +104,24 @@ typedef int (*openat_fn)(int, const char *, int, ...);
 typedef int (*openat64_fn)(int, const char *, int, ...);
 int open(const char *path, int flags, ...) { OPEN_BODY(open, path, flags) }
 int open64(const char *path, int flags, ...) { OPEN_BODY(open64, path, flags) }
-int openat(int dir, const char *path, int flags, ...) { OPEN_BODY(openat, dir, path, flags) }
-int openat64(int dir, const char *path, int flags, ...) { OPEN_BODY(openat64, dir, path, flags) }
-int creat(const char *path, mode_t m) { return open(path, O_CREAT | O_WRONLY | O_TRUNC, m); }
-int creat64(const char *path, mode_t m) { return open(path, O_CREAT | O_WRONLY | O_TRUNC, m); }
+int openat(int dir, const char *path, int flags, ...) {
+  OPEN_BODY(openat, dir, path, flags)
+}
+int openat64(int dir, const char *path, int flags, ...) {
+  OPEN_BODY(openat64, dir, path, flags)
+}
+int creat(const char *path, mode_t m) {
+  return open(path, O_CREAT | O_WRONLY | O_TRUNC, m);
+}
+int creat64(const char *path, mode_t m) {
+  return open(path, O_CREAT | O_WRONLY | O_TRUNC, m);
+}
 
 typedef FILE *(*fopen_fn)(const char *, const char *);
 typedef FILE *(*fopen64_fn)(const char *, const char *);
-static int fopen_writes(const char *how) { return how && strpbrk(how, "wa+") != NULL; }
+static int fopen_writes(const char *how) {
+  return how && strpbrk(how, "wa+") != NULL;
+}
 FILE *fopen(const char *path, const char *how) {
   if (hit(path) && mode == MODE_EROFS && fopen_writes(how)) {
     errno = EROFS;
@@ -172,7 +191,9 @@ typedef ssize_t (*pwritev64_fn)(int, const struct iovec *, int, off_t);
 typedef ssize_t (*pwritev2_fn)(int, const struct iovec *, int, off_t, int);
 typedef int (*fallocate_fn)(int, int, off_t, off_t);
 typedef int (*posix_fallocate_fn)(int, off_t, off_t);
-ssize_t write(int fd, const void *b, size_t n) { return full_n(fd, &n) ? -1 : REAL(write)(fd, b, n); }
+ssize_t write(int fd, const void *b, size_t n) {
+  return full_n(fd, &n) ? -1 : REAL(write)(fd, b, n);
+}
 ssize_t pwrite(int fd, const void *b, size_t n, off_t o) {
   return full_n(fd, &n) ? -1 : REAL(pwrite)(fd, b, n, o);
 }
@@ -191,7 +212,9 @@ ssize_t pwritev64(int fd, const struct iovec *v, int c, off_t o) {
 ssize_t pwritev2(int fd, const struct iovec *v, int c, off_t o, int fl) {
   return full_all(fd, iov_bytes(v, c)) ? -1 : REAL(pwritev2)(fd, v, c, o, fl);
 }
-int fallocate(int fd, int m, off_t o, off_t n) { return full_all(fd, n) ? -1 : REAL(fallocate)(fd, m, o, n); }
+int fallocate(int fd, int m, off_t o, off_t n) {
+  return full_all(fd, n) ? -1 : REAL(fallocate)(fd, m, o, n);
+}
 int posix_fallocate(int fd, off_t o, off_t n) {
   return full_all(fd, n) ? ENOSPC : REAL(posix_fallocate)(fd, o, n);
 }
@@ -209,6 +232,10 @@ typedef int (*rename_fn)(const char *, const char *);
 typedef int (*unlink_fn)(const char *);
 typedef int (*truncate_fn)(const char *, off_t);
 int mkdir(const char *p, mode_t m) { return ro(p) ? -1 : REAL(mkdir)(p, m); }
-int rename(const char *a, const char *b) { return ro(a) || ro(b) ? -1 : REAL(rename)(a, b); }
+int rename(const char *a, const char *b) {
+  return ro(a) || ro(b) ? -1 : REAL(rename)(a, b);
+}
 int unlink(const char *p) { return ro(p) ? -1 : REAL(unlink)(p); }
-int truncate(const char *p, off_t n) { return ro(p) ? -1 : REAL(truncate)(p, n); }
+int truncate(const char *p, off_t n) {
+  return ro(p) ? -1 : REAL(truncate)(p, n);
+}

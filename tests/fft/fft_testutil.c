@@ -34,9 +34,19 @@ int ft_layouts(int D, ft_layout *out) {
   int size;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int meshes[3][2], nm = 0;
-  meshes[nm][0] = size; meshes[nm][1] = 1; ++nm;
-  if (size > 1) { meshes[nm][0] = 1; meshes[nm][1] = size; ++nm; }
-  if (size == 4) { meshes[nm][0] = 2; meshes[nm][1] = 2; ++nm; }
+  meshes[nm][0] = size;
+  meshes[nm][1] = 1;
+  ++nm;
+  if (size > 1) {
+    meshes[nm][0] = 1;
+    meshes[nm][1] = size;
+    ++nm;
+  }
+  if (size == 4) {
+    meshes[nm][0] = 2;
+    meshes[nm][1] = 2;
+    ++nm;
+  }
   int n = 0;
   for (int m = 0; m < nm; ++m) {
     MPI_Comm ax[2];
@@ -65,17 +75,20 @@ int ft_layouts(int D, ft_layout *out) {
       l->ax[0] = ax[0];
       l->ax[1] = ax[1];
       memcpy(l->split, sp, sizeof sp);
-      snprintf(l->name, sizeof l->name, "mesh %dx%d split (%d,%d,%d)",
-               l->p[0], l->p[1], sp[0], sp[1], D == 3 ? sp[2] : -1);
+      snprintf(l->name, sizeof l->name, "mesh %dx%d split (%d,%d,%d)", l->p[0],
+               l->p[1], sp[0], sp[1], D == 3 ? sp[2] : -1);
     }
   }
   return n;
 }
 
 double ft_value(uint64_t seed, int64_t i) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xBF58476D1CE4E5B9ull + 1;
-  z ^= z >> 30; z *= 0xBF58476D1CE4E5B9ull;
-  z ^= z >> 27; z *= 0x94D049BB133111EBull;
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull +
+               (uint64_t)i * 0xBF58476D1CE4E5B9ull + 1;
+  z ^= z >> 30;
+  z *= 0xBF58476D1CE4E5B9ull;
+  z ^= z >> 27;
+  z *= 0x94D049BB133111EBull;
   z ^= z >> 31;
   return (double)(z >> 11) / (double)(1ull << 53) * 2.0 - 1.0;
 }
@@ -86,7 +99,8 @@ void ft_fill(double *x, int64_t n, uint64_t seed) {
 
 /* FFTW's int extents of a D-dim real transform, and the real / complex
  * element counts of one batch entry (the last dim halved + 1). */
-static void ref_geom(int D, const int64_t *shape, int *n, int64_t *nr, int64_t *nc) {
+static void ref_geom(int D, const int64_t *shape, int *n, int64_t *nr,
+                     int64_t *nc) {
   *nr = *nc = 1;
   for (int d = 0; d < D; ++d) {
     n[d] = (int)shape[d];
@@ -165,15 +179,17 @@ static void box_walk(double *g, int D, const int64_t *shape, int64_t batch,
 }
 
 void ft_extract(const double *g, int D, const int64_t *shape, int64_t batch,
-                int ncomp, const int64_t *off, const int64_t *len,
-                void *local, sg_dtype dt) {
-  box_walk((double *)(uintptr_t)g, D, shape, batch, ncomp, off, len, local, dt, 0);
+                int ncomp, const int64_t *off, const int64_t *len, void *local,
+                sg_dtype dt) {
+  box_walk((double *)(uintptr_t)g, D, shape, batch, ncomp, off, len, local, dt,
+           0);
 }
 
-void ft_insert(double *g, int D, const int64_t *shape, int64_t batch,
-               int ncomp, const int64_t *off, const int64_t *len,
-               const void *local, sg_dtype dt) {
-  box_walk(g, D, shape, batch, ncomp, off, len, (void *)(uintptr_t)local, dt, 1);
+void ft_insert(double *g, int D, const int64_t *shape, int64_t batch, int ncomp,
+               const int64_t *off, const int64_t *len, const void *local,
+               sg_dtype dt) {
+  box_walk(g, D, shape, batch, ncomp, off, len, (void *)(uintptr_t)local, dt,
+           1);
 }
 
 void ft_to_f64(const void *x, sg_dtype dt, int64_t n, double *out) {
@@ -193,8 +209,8 @@ int64_t ft_cmp(const char *what, const double *a, const double *b, int64_t n,
   return sg_test_cmp_f64(what, a, b, n, 0.0, tol);
 }
 
-void ft_ref_c2r_sep(int D, const int64_t *shape, int64_t batch,
-                    const double *y, double *x) {
+void ft_ref_c2r_sep(int D, const int64_t *shape, int64_t batch, const double *y,
+                    double *x) {
   int64_t nh = shape[D - 1] / 2 + 1, nother = 1;
   int n[3];
   for (int d = 0; d < D - 1; ++d) {
@@ -239,11 +255,17 @@ static void trunc_walk(int D, const int64_t *shape, int64_t batch,
   ft_kept_shape(D, shape, keep, K);
   for (int d = 0; d < D; ++d) F[d] = d == D - 1 ? shape[d] / 2 + 1 : shape[d];
   int64_t nk = batch, nf = batch;
-  for (int d = 0; d < D; ++d) { nk *= K[d]; nf *= F[d]; }
+  for (int d = 0; d < D; ++d) {
+    nk *= K[d];
+    nf *= F[d];
+  }
   if (pad) memset(full, 0, sizeof(double) * 2 * (size_t)nf);
   for (int64_t i = 0; i < nk; ++i) {
     int64_t rem = i, fi = 0, mul = 1, j[3];
-    for (int d = D - 1; d >= 0; --d) { j[d] = rem % K[d]; rem /= K[d]; }
+    for (int d = D - 1; d >= 0; --d) {
+      j[d] = rem % K[d];
+      rem /= K[d];
+    }
     for (int d = D - 1; d >= 0; --d) {
       int64_t m = keep[d], src = j[d];
       if (d != D - 1 && m > 0 && j[d] >= m) src = shape[d] - 2 * m + j[d];
@@ -252,8 +274,10 @@ static void trunc_walk(int D, const int64_t *shape, int64_t batch,
     }
     fi += rem * mul;
     for (int c = 0; c < 2; ++c) {
-      if (pad) full[2 * fi + c] = kept[2 * i + c];
-      else kept[2 * i + c] = full[2 * fi + c];
+      if (pad)
+        full[2 * fi + c] = kept[2 * i + c];
+      else
+        kept[2 * i + c] = full[2 * fi + c];
     }
   }
 }

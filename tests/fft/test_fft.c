@@ -22,7 +22,8 @@ static int64_t prodn(const int64_t *v, int n) {
 static void run_grid(int D, const int64_t *shape, int64_t batch, sg_dtype dt,
                      const ft_layout *L, int nl) {
   int64_t cshape[3];
-  for (int d = 0; d < D; ++d) cshape[d] = d == D - 1 ? shape[d] / 2 + 1 : shape[d];
+  for (int d = 0; d < D; ++d)
+    cshape[d] = d == D - 1 ? shape[d] / 2 + 1 : shape[d];
   const int64_t nr = batch * prodn(shape, D), nc = batch * prodn(cshape, D);
   double ntot = (double)prodn(shape, D);
   double *x = malloc(sizeof(double) * (size_t)nr);
@@ -68,7 +69,8 @@ static void run_grid(int D, const int64_t *shape, int64_t batch, sg_dtype dt,
     if (li % 2 == 0)
       SG_REQUIRE_OK(sg_fft_plan_create(L[li].mesh, &desc, &plan));
     else
-      SG_REQUIRE_OK(sg_fft_plan_create_comms(MPI_COMM_WORLD, 2, L[li].ax, &desc, &plan));
+      SG_REQUIRE_OK(
+          sg_fft_plan_create_comms(MPI_COMM_WORLD, 2, L[li].ax, &desc, &plan));
     int64_t ro[3], rl[3], so[3], sl[3];
     sg_fft_plan_local_box(plan, SG_FFT_SPACE_REAL, ro, rl);
     sg_fft_plan_local_box(plan, SG_FFT_SPACE_SPECTRAL, so, sl);
@@ -81,9 +83,13 @@ static void run_grid(int D, const int64_t *shape, int64_t batch, sg_dtype dt,
       int64_t cnt[2] = {prodn(rl, D), prodn(sl, D)}, tot[2];
       MPI_Allreduce(cnt, tot, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
       int dup = 1;
-      for (int a2 = 0; a2 < 2; ++a2) if (L[li].split[0] != a2 && L[li].split[1] != a2 && (D < 3 || L[li].split[2] != a2)) dup *= L[li].p[a2];
+      for (int a2 = 0; a2 < 2; ++a2)
+        if (L[li].split[0] != a2 && L[li].split[1] != a2 &&
+            (D < 3 || L[li].split[2] != a2))
+          dup *= L[li].p[a2];
       SG_CHECK(tot[0] == dup * prodn(shape, D), "%s: real boxes tile", what);
-      SG_CHECK(tot[1] == dup * prodn(cshape, D), "%s: spectral boxes tile", what);
+      SG_CHECK(tot[1] == dup * prodn(cshape, D), "%s: spectral boxes tile",
+               what);
     }
     SG_REQUIRE_OK(sg_malloc(sg_device_host(), (size_t)(nrl + 1) * es, &xl));
     SG_REQUIRE_OK(sg_malloc(sg_device_host(), (size_t)(nrl + 1) * es, &x2));

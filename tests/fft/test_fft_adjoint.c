@@ -31,8 +31,8 @@ static void check_adjoint(const char *what, double lhs, double rhs) {
            what, lhs, rhs, rel);
 }
 
-static void run(int D, const int64_t *shape, int64_t batch,
-                const int64_t *keep, const ft_layout *L, int nl) {
+static void run(int D, const int64_t *shape, int64_t batch, const int64_t *keep,
+                const ft_layout *L, int nl) {
   int64_t F[3], K[3];
   for (int d = 0; d < D; ++d) F[d] = d == D - 1 ? shape[d] / 2 + 1 : shape[d];
   ft_kept_shape(D, shape, keep, K);
@@ -52,7 +52,8 @@ static void run(int D, const int64_t *shape, int64_t batch,
   ft_ref_c2r_sep(D, shape, batch, zf, xr);
   const double ntot = (double)prodn(shape, D);
   for (int64_t i = 0; i < nr; ++i) xr[i] /= ntot;
-  const double ty = 1e-12 * ft_maxabs(yk, 2 * nk), tx = 1e-12 * ft_maxabs(xr, nr);
+  const double ty = 1e-12 * ft_maxabs(yk, 2 * nk),
+               tx = 1e-12 * ft_maxabs(xr, nr);
   for (int li = 0; li < nl; ++li) {
     sg_fft_desc desc;
     sg_fft_desc_init(&desc);
@@ -61,15 +62,15 @@ static void run(int D, const int64_t *shape, int64_t batch,
     desc.nthreads = 1;
     desc.norm = (sg_fft_norm)(li % 3); /* every norm somewhere */
     if ((li / 2) % 2) desc.flags |= SG_FFT_MPI_ALLTOALL; /* both paths */
-    if (batch > 1 && li % 2 == 1) desc.chunk = 1; /* stages per chunk */
+    if (batch > 1 && li % 2 == 1) desc.chunk = 1;        /* stages per chunk */
     for (int d = 0; d < D; ++d) {
       desc.shape[d] = shape[d];
       desc.split[d] = L[li].split[d];
       desc.keep[d] = keep[d];
     }
     char what[200];
-    snprintf(what, sizeof what, "%dD %lldx%lldx%lld keep %lld,%lld,%lld %s",
-             D, (long long)shape[0], (long long)shape[1],
+    snprintf(what, sizeof what, "%dD %lldx%lldx%lld keep %lld,%lld,%lld %s", D,
+             (long long)shape[0], (long long)shape[1],
              (long long)(D == 3 ? shape[2] : 1), (long long)keep[0],
              (long long)keep[1], (long long)(D == 3 ? keep[2] : 0), L[li].name);
     if (desc.chunk) {
@@ -95,8 +96,9 @@ static void run(int D, const int64_t *shape, int64_t batch,
     b = malloc(sizeof(double) * (size_t)(nrl + ncl + 1));
     c = malloc(sizeof(double) * (size_t)(nrl + ncl + 1));
     double fs = desc.norm == SG_FFT_NORM_ORTHO ? 1 / sqrt(ntot) : 1.0;
-    double is = desc.norm == SG_FFT_NORM_NONE ? ntot
-                : desc.norm == SG_FFT_NORM_ORTHO ? sqrt(ntot) : 1.0;
+    double is = desc.norm == SG_FFT_NORM_NONE    ? ntot
+                : desc.norm == SG_FFT_NORM_ORTHO ? sqrt(ntot)
+                                                 : 1.0;
     char w2[300];
     /* truncated forward == kept modes of FFTW */
     ft_extract(x, D, shape, batch, 1, ro, rl, xl, SG_DTYPE_F64);
@@ -118,17 +120,18 @@ static void run(int D, const int64_t *shape, int64_t batch,
       MPI_Comm_rank(MPI_COMM_WORLD, &r);
       ft_fill(xl, nrl, 100 + (uint64_t)r);
       ft_fill(yl, ncl, 200 + (uint64_t)r);
-      SG_CHECK_OK(sg_fft_forward(plan, xl, a));       /* a = F x */
+      SG_CHECK_OK(sg_fft_forward(plan, xl, a));         /* a = F x */
       SG_CHECK_OK(sg_fft_forward_adjoint(plan, yl, b)); /* b = F^T y */
       snprintf(w2, sizeof w2, "%s forward adjoint", what);
       check_adjoint(w2, dot_all(a, yl, ncl), dot_all(xl, b, nrl));
-      SG_CHECK_OK(sg_fft_inverse(plan, yl, a));        /* a = G y */
+      SG_CHECK_OK(sg_fft_inverse(plan, yl, a));         /* a = G y */
       SG_CHECK_OK(sg_fft_inverse_adjoint(plan, xl, b)); /* b = G^T x */
       snprintf(w2, sizeof w2, "%s inverse adjoint", what);
       check_adjoint(w2, dot_all(a, xl, nrl), dot_all(yl, b, ncl));
       /* the inputs of the adjoints are untouched */
       ft_fill(c, ncl, 200 + (uint64_t)r);
-      SG_CHECK(sg_test_cmp_bytes("adjoint input", yl, c, sizeof(double) * (size_t)ncl) == 0,
+      SG_CHECK(sg_test_cmp_bytes("adjoint input", yl, c,
+                                 sizeof(double) * (size_t)ncl) == 0,
                "%s: input modified", what);
     }
   done:
@@ -172,7 +175,8 @@ static void run_transposes(int D, const int64_t *shape, const ft_layout *L,
           int r;
           MPI_Comm_rank(MPI_COMM_WORLD, &r);
           SG_REQUIRE_OK(sg_fft_transpose_create(L[li].mesh, SG_DTYPE_F64, ncomp,
-                                                3, &lay, lay.split[d][0], to, &tr));
+                                                3, &lay, lay.split[d][0], to,
+                                                &tr));
           int64_t n0 = sg_fft_transpose_local_count(tr, 0);
           int64_t n1 = sg_fft_transpose_local_count(tr, 1);
           x = malloc(sizeof(double) * (size_t)(n0 + 1));
@@ -184,8 +188,8 @@ static void run_transposes(int D, const int64_t *shape, const ft_layout *L,
           SG_CHECK_OK(sg_fft_transpose_execute(tr, x, b));
           SG_CHECK_OK(sg_fft_transpose_adjoint(tr, y, a));
           char w[160];
-          snprintf(w, sizeof w, "transpose %s dim %d -> %d ncomp %d", L[li].name,
-                   d, to, ncomp);
+          snprintf(w, sizeof w, "transpose %s dim %d -> %d ncomp %d",
+                   L[li].name, d, to, ncomp);
           check_adjoint(w, dot_all(b, y, n1), dot_all(x, a, n0));
           SG_CHECK_OK(sg_fft_transpose_adjoint(tr, b, a));
           SG_CHECK(sg_test_cmp_bytes(w, a, x, sizeof(double) * (size_t)n0) == 0,
@@ -220,7 +224,8 @@ int main(int argc, char **argv) {
   ft_layout L2[FT_MAX_LAYOUTS], L3[FT_MAX_LAYOUTS];
   int n2 = ft_layouts(2, L2), n3 = ft_layouts(3, L3);
   {
-    const int64_t s[2] = {24, 30}, k0[2] = {0, 0}, k1[2] = {5, 7}, k2[2] = {12, 16};
+    const int64_t s[2] = {24, 30}, k0[2] = {0, 0}, k1[2] = {5, 7},
+                  k2[2] = {12, 16};
     run(2, s, 2, k0, L2, n2);
     run(2, s, 2, k1, L2, n2);
     run(2, s, 1, k2, L2, n2); /* keep everything, truncation path */

@@ -33,13 +33,15 @@ int main(int argc, char **argv) {
   d.keep[0] = 7; /* > 12 / 2 */
   SG_CHECK_STATUS(sg_fft_plan_create(mesh, &d, &plan), SG_ERR_SHAPE);
   SG_CHECK(plan == NULL, "plan set on failure");
-  SG_CHECK(strstr(sg_last_error(), "keep[0]") != NULL, "message: %s", sg_last_error());
+  SG_CHECK(strstr(sg_last_error(), "keep[0]") != NULL, "message: %s",
+           sg_last_error());
 
   base_desc(&d);
   d.chunk = 3; /* does not divide the batch 2 */
   SG_CHECK_STATUS(sg_fft_plan_create(mesh, &d, &plan), SG_ERR_INVALID_ARG);
   SG_CHECK(plan == NULL, "plan set on failure");
-  SG_CHECK(strstr(sg_last_error(), "chunk") != NULL, "message: %s", sg_last_error());
+  SG_CHECK(strstr(sg_last_error(), "chunk") != NULL, "message: %s",
+           sg_last_error());
 
   base_desc(&d);
   d.split[1] = 0; /* both dims on one mesh dim */
@@ -58,7 +60,8 @@ int main(int argc, char **argv) {
   if (sg_test_rank == 0) d.ndim = 4;
   sg_status st = sg_fft_plan_create(mesh, &d, &plan);
   SG_CHECK(st != SG_OK, "a peer's bad description must fail everywhere");
-  SG_CHECK(strstr(sg_last_error(), "ndim") != NULL, "peer message: %s", sg_last_error());
+  SG_CHECK(strstr(sg_last_error(), "ndim") != NULL, "peer message: %s",
+           sg_last_error());
   SG_CHECK(plan == NULL, "plan set on failure");
 
   /* CUDA plans: not built, or no device here */
@@ -74,10 +77,12 @@ int main(int argc, char **argv) {
   {
     sg_spectral_conv_t conv = NULL;
     base_desc(&d);
-    SG_CHECK_STATUS(sg_spectral_conv_create(mesh, &d, 2, 3, &conv), SG_ERR_INVALID_ARG);
+    SG_CHECK_STATUS(sg_spectral_conv_create(mesh, &d, 2, 3, &conv),
+                    SG_ERR_INVALID_ARG);
     d.keep[0] = 2;
     d.keep[1] = 2;
-    SG_CHECK_STATUS(sg_spectral_conv_create(mesh, &d, 0, 3, &conv), SG_ERR_INVALID_ARG);
+    SG_CHECK_STATUS(sg_spectral_conv_create(mesh, &d, 0, 3, &conv),
+                    SG_ERR_INVALID_ARG);
     SG_CHECK(conv == NULL, "conv set on failure");
     SG_CHECK_OK(sg_spectral_conv_destroy(&conv));
   }
@@ -93,11 +98,14 @@ int main(int argc, char **argv) {
     l.split[0][0] = 0;
     l.split[0][1] = 1;
     sg_fft_transpose_t tr = NULL;
-    SG_CHECK_STATUS(sg_fft_transpose_create(mesh, SG_DTYPE_F64, 1, 1, &l, 0, 1, &tr),
+    SG_CHECK_STATUS(sg_fft_transpose_create(mesh, SG_DTYPE_F64, 1, 1, &l, 0, 1,
+                                            &tr),
                     SG_ERR_INVALID_ARG);
-    SG_CHECK_STATUS(sg_fft_transpose_create(mesh, SG_DTYPE_F64, 3, 1, &l, 1, 1, &tr),
+    SG_CHECK_STATUS(sg_fft_transpose_create(mesh, SG_DTYPE_F64, 3, 1, &l, 1, 1,
+                                            &tr),
                     SG_ERR_INVALID_ARG);
-    SG_CHECK_OK(sg_fft_transpose_create(mesh, SG_DTYPE_F64, 2, 1, &l, 1, 1, &tr));
+    SG_CHECK_OK(
+        sg_fft_transpose_create(mesh, SG_DTYPE_F64, 2, 1, &l, 1, 1, &tr));
     sg_fft_transpose_destroy(&tr);
     SG_CHECK(tr == NULL, "destroy sets NULL");
   }
@@ -140,8 +148,10 @@ int main(int argc, char **argv) {
       }
       if (c == 1) {
         /* kept modes of dim 1 (keep 2 of 12): 0, 1, -2, -1 */
-        SG_CHECK(sg_fft_plan_freq(plan, 1, 0) == 0 && sg_fft_plan_freq(plan, 1, 1) == 1 &&
-                 sg_fft_plan_freq(plan, 1, 2) == -2 && sg_fft_plan_freq(plan, 1, 3) == -1,
+        SG_CHECK(sg_fft_plan_freq(plan, 1, 0) == 0 &&
+                     sg_fft_plan_freq(plan, 1, 1) == 1 &&
+                     sg_fft_plan_freq(plan, 1, 2) == -2 &&
+                     sg_fft_plan_freq(plan, 1, 3) == -1,
                  "kept frequencies");
         SG_CHECK(sg_fft_plan_freq(plan, 2, 3) == 3, "halved dim frequency");
         SG_CHECK(sg_fft_plan_freq(plan, 0, 8) == -1, "full dim frequency");
@@ -159,17 +169,20 @@ int main(int argc, char **argv) {
     unsigned mask = 0;
     SG_REQUIRE_OK(sg_fft_mesh_axes(mesh, 3, names, axes, split, &comm, &mask));
     SG_CHECK(mask == 3u, "mask %u (mesh dims h=0, w=1)", mask);
-    SG_CHECK(split[0] == 0 && split[1] == -1 && split[2] == 2, "split %d %d %d", split[0],
-             split[1], split[2]);
-    SG_CHECK(axes[1] == MPI_COMM_NULL && axes[0] != MPI_COMM_NULL && axes[2] != MPI_COMM_NULL,
+    SG_CHECK(split[0] == 0 && split[1] == -1 && split[2] == 2, "split %d %d %d",
+             split[0], split[1], split[2]);
+    SG_CHECK(axes[1] == MPI_COMM_NULL && axes[0] != MPI_COMM_NULL &&
+                 axes[2] != MPI_COMM_NULL,
              "axes");
     MPI_Comm_size(axes[0], &n0);
     MPI_Comm_size(axes[2], &n2);
     MPI_Comm_size(comm, &nc);
-    SG_CHECK(n0 == 1 && n2 == sg_test_size && nc == sg_test_size, "sizes %d %d %d", n0, n2, nc);
+    SG_CHECK(n0 == 1 && n2 == sg_test_size && nc == sg_test_size,
+             "sizes %d %d %d", n0, n2, nc);
     SG_CHECK_STATUS(sg_fft_mesh_axes(mesh, 0, names, axes, split, &comm, NULL),
                     SG_ERR_INVALID_ARG);
-    SG_CHECK_STATUS(sg_fft_mesh_axes(mesh, 2, names, axes, NULL, &comm, NULL), SG_ERR_INVALID_ARG);
+    SG_CHECK_STATUS(sg_fft_mesh_axes(mesh, 2, names, axes, NULL, &comm, NULL),
+                    SG_ERR_INVALID_ARG);
   }
 done:
   sg_fft_plan_destroy(&plan);

@@ -91,12 +91,14 @@ static void run_conv(int D, const int64_t *shape, const int64_t *keep,
   if (f64) {
     sg_spectral_conv_t c1 = NULL;
     double *y1 = malloc(sizeof(double) * (size_t)(nb * co * nr));
-    SG_CHECK_OK(sg_spectral_conv_create_comms(MPI_COMM_SELF, 0, NULL, &desc, ci, co, &c1));
+    SG_CHECK_OK(sg_spectral_conv_create_comms(MPI_COMM_SELF, 0, NULL, &desc, ci,
+                                              co, &c1));
     if (c1) {
       SG_CHECK(sg_spectral_conv_weight_count(c1) == nw, "weight count");
       SG_CHECK_OK(sg_spectral_conv_forward(c1, x, w, y1, NULL));
       SG_CHECK(ft_cmp("one-process conv vs reference", y1, y, nb * co * nr,
-                      rel * ft_maxabs(y, nb * co * nr)) == 0, "1p conv");
+                      rel * ft_maxabs(y, nb * co * nr)) == 0,
+               "1p conv");
       SG_CHECK_OK(sg_spectral_conv_backward(c1, x, NULL, w, r, dx1, dw1));
     }
     sg_spectral_conv_destroy(&c1);
@@ -108,12 +110,14 @@ static void run_conv(int D, const int64_t *shape, const int64_t *keep,
   for (int li = 0; li < nl; ++li) {
     for (int d = 0; d < D; ++d) desc.split[d] = L[li].split[d];
     char what[200];
-    snprintf(what, sizeof what, "conv %dD %lldx%lldx%lld %s cin %lld cout %lld %s",
-             D, (long long)shape[0], (long long)shape[1],
+    snprintf(what, sizeof what,
+             "conv %dD %lldx%lldx%lld %s cin %lld cout %lld %s", D,
+             (long long)shape[0], (long long)shape[1],
              (long long)(D == 3 ? shape[2] : 1), sg_dtype_name(dt),
              (long long)ci, (long long)co, L[li].name);
     sg_spectral_conv_t conv = NULL;
-    void *xl = NULL, *yl = NULL, *wl = NULL, *rl_ = NULL, *dxl = NULL, *xh = NULL;
+    void *xl = NULL, *yl = NULL, *wl = NULL, *rl_ = NULL, *dxl = NULL,
+         *xh = NULL;
     double *a = NULL, *b = NULL, *dw = NULL;
     SG_REQUIRE_OK(sg_spectral_conv_create(L[li].mesh, &desc, ci, co, &conv));
     sg_fft_plan_t pin = sg_spectral_conv_plan(conv, 0);
@@ -134,8 +138,10 @@ static void run_conv(int D, const int64_t *shape, const int64_t *keep,
     ft_extract(x, D, shape, nb * ci, 1, ro, rl, xl, dt);
     ft_extract(r, D, shape, nb * co, 1, ro, rl, rl_, dt);
     for (int64_t i = 0; i < nw; ++i) {
-      if (f64) ((double *)wl)[i] = w[i];
-      else ((float *)wl)[i] = (float)w[i];
+      if (f64)
+        ((double *)wl)[i] = w[i];
+      else
+        ((float *)wl)[i] = (float)w[i];
     }
     SG_CHECK_OK(sg_spectral_conv_forward(conv, xl, wl, yl, xh));
     ft_to_f64(yl, dt, nyl, a);
@@ -149,15 +155,18 @@ static void run_conv(int D, const int64_t *shape, const int64_t *keep,
     ft_extract(dx1, D, shape, nb * ci, 1, ro, rl, b, SG_DTYPE_F64);
     snprintf(w2, sizeof w2, "%s dx", what);
     SG_CHECK(ft_cmp(w2, dxl, b, nxl, tdx) == 0, "%s", w2);
-    MPI_Allreduce(MPI_IN_PLACE, dw, (int)nw, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, dw, (int)nw, MPI_DOUBLE, MPI_SUM,
+                  MPI_COMM_WORLD);
     snprintf(w2, sizeof w2, "%s dw", what);
     SG_CHECK(ft_cmp(w2, dw, dw1, nw, tdw) == 0, "%s", w2);
     /* backward without the saved spectrum, dw accumulates */
     {
       double *dw2 = malloc(sizeof(double) * (size_t)nw);
       for (int64_t i = 0; i < nw; ++i) dw2[i] = 1.0;
-      SG_CHECK_OK(sg_spectral_conv_backward(conv, xl, NULL, wl, rl_, NULL, dw2));
-      MPI_Allreduce(MPI_IN_PLACE, dw2, (int)nw, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      SG_CHECK_OK(
+          sg_spectral_conv_backward(conv, xl, NULL, wl, rl_, NULL, dw2));
+      MPI_Allreduce(MPI_IN_PLACE, dw2, (int)nw, MPI_DOUBLE, MPI_SUM,
+                    MPI_COMM_WORLD);
       int size;
       MPI_Comm_size(MPI_COMM_WORLD, &size);
       for (int64_t i = 0; i < nw; ++i) dw2[i] -= size;
@@ -173,9 +182,12 @@ static void run_conv(int D, const int64_t *shape, const int64_t *keep,
       const int64_t nloc = sg_spectral_conv_local_weight_count(conv);
       int64_t m = 1;
       for (int d = 0; d < nd; ++d) m *= bl[d];
-      SG_CHECK(nd == D && nloc == 2 * ci * co * m, "%s: local weight count %lld", what, (long long)nloc);
-      double *ws = malloc(sizeof(double) * (size_t)(nloc + 1)), *dws = calloc((size_t)(nloc + 1), sizeof(double));
-      double *dwb = malloc(sizeof(double) * (size_t)(nloc + 1)), *ys = malloc(sizeof(double) * (size_t)(nyl + 1));
+      SG_CHECK(nd == D && nloc == 2 * ci * co * m,
+               "%s: local weight count %lld", what, (long long)nloc);
+      double *ws = malloc(sizeof(double) * (size_t)(nloc + 1)),
+             *dws = calloc((size_t)(nloc + 1), sizeof(double));
+      double *dwb = malloc(sizeof(double) * (size_t)(nloc + 1)),
+             *ys = malloc(sizeof(double) * (size_t)(nyl + 1));
       double *dxs = malloc(sizeof(double) * (size_t)(nxl + 1));
       int *cover = calloc((size_t)nw, sizeof(int));
       /* W_local[p, j] = W[p, box(j)], p = (i, o); dwb the same box of dw1 */
@@ -194,21 +206,29 @@ static void run_conv(int D, const int64_t *shape, const int64_t *keep,
             cover[src + c] += 1;
           }
         }
-      MPI_Allreduce(MPI_IN_PLACE, cover, (int)nw, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, cover, (int)nw, MPI_INT, MPI_SUM,
+                    MPI_COMM_WORLD);
       int even = 1;
-      for (int64_t i = 0; i < nw; ++i) even &= cover[i] == cover[0] && cover[i] >= 1;
-      SG_CHECK(even, "%s: the ranks' weight boxes do not tile the kept modes evenly", what);
-      SG_CHECK_OK(sg_spectral_conv_set_weight_layout(conv, SG_SPECTRAL_WEIGHT_SHARD_MODES));
+      for (int64_t i = 0; i < nw; ++i)
+        even &= cover[i] == cover[0] && cover[i] >= 1;
+      SG_CHECK(even,
+               "%s: the ranks' weight boxes do not tile the kept modes evenly",
+               what);
+      SG_CHECK_OK(sg_spectral_conv_set_weight_layout(
+          conv, SG_SPECTRAL_WEIGHT_SHARD_MODES));
       SG_CHECK_OK(sg_spectral_conv_forward(conv, xl, ws, ys, xh));
       snprintf(w2, sizeof w2, "%s sharded W forward", what);
       SG_CHECK(ft_cmp(w2, ys, yl, nyl, 0.0) == 0, "%s", w2);
       SG_CHECK_OK(sg_spectral_conv_backward(conv, xl, xh, ws, rl_, dxs, dws));
       snprintf(w2, sizeof w2, "%s sharded W dx", what);
       SG_CHECK(ft_cmp(w2, dxs, dxl, nxl, 0.0) == 0, "%s", w2);
-      snprintf(w2, sizeof w2, "%s sharded W dw (local box, no reduction)", what);
+      snprintf(w2, sizeof w2, "%s sharded W dw (local box, no reduction)",
+               what);
       SG_CHECK(ft_cmp(w2, dws, dwb, nloc, tdw) == 0, "%s", w2);
-      SG_CHECK_OK(sg_spectral_conv_set_weight_layout(conv, SG_SPECTRAL_WEIGHT_REPLICATE));
-      SG_CHECK(sg_spectral_conv_set_weight_layout(conv, (sg_spectral_weight_layout)7) == SG_ERR_INVALID_ARG,
+      SG_CHECK_OK(sg_spectral_conv_set_weight_layout(
+          conv, SG_SPECTRAL_WEIGHT_REPLICATE));
+      SG_CHECK(sg_spectral_conv_set_weight_layout(
+                   conv, (sg_spectral_weight_layout)7) == SG_ERR_INVALID_ARG,
                "unknown layout refused");
       free(ws);
       free(dws);
@@ -221,10 +241,15 @@ static void run_conv(int D, const int64_t *shape, const int64_t *keep,
     {
       const double h = 1e-4;
       for (int probe = 0; probe < 4; ++probe) {
-        int64_t gi = (int64_t)((ft_value(31, probe) + 1) * 0.5 * (double)(nb * ci * nr)) % (nb * ci * nr);
+        int64_t gi = (int64_t)((ft_value(31, probe) + 1) * 0.5 *
+                               (double)(nb * ci * nr)) %
+                     (nb * ci * nr);
         /* owner of global index gi: decode it */
         int64_t rem = gi, idx[4];
-        for (int d = D - 1; d >= 0; --d) { idx[d + 1] = rem % shape[d]; rem /= shape[d]; }
+        for (int d = D - 1; d >= 0; --d) {
+          idx[d + 1] = rem % shape[d];
+          rem /= shape[d];
+        }
         idx[0] = rem;
         int64_t li_ = -1;
         int mine = 1;
@@ -240,31 +265,44 @@ static void run_conv(int D, const int64_t *shape, const int64_t *keep,
           if (mine) ((double *)xl)[li_] = x0 + (s ? -h : h);
           SG_CHECK_OK(sg_spectral_conv_forward(conv, xl, wl, yl, NULL));
           double l = 0;
-          for (int64_t i = 0; i < nyl; ++i) l += ((double *)yl)[i] * ((double *)rl_)[i];
-          MPI_Allreduce(MPI_IN_PLACE, &l, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-          if (s) lm = l; else lp = l;
+          for (int64_t i = 0; i < nyl; ++i)
+            l += ((double *)yl)[i] * ((double *)rl_)[i];
+          MPI_Allreduce(MPI_IN_PLACE, &l, 1, MPI_DOUBLE, MPI_SUM,
+                        MPI_COMM_WORLD);
+          if (s)
+            lm = l;
+          else
+            lp = l;
         }
         if (mine) ((double *)xl)[li_] = x0;
         MPI_Allreduce(&g, &gsum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         double fd = (lp - lm) / (2 * h);
         SG_CHECK(fabs(fd - gsum) <= 1e-7 * fmax(1.0, fabs(gsum)),
-                 "%s: dL/dx[%lld] fd %.12g vs %.12g", what, (long long)gi, fd, gsum);
+                 "%s: dL/dx[%lld] fd %.12g vs %.12g", what, (long long)gi, fd,
+                 gsum);
       }
       for (int probe = 0; probe < 4; ++probe) {
-        int64_t k = (int64_t)((ft_value(41, probe) + 1) * 0.5 * (double)nw) % nw;
+        int64_t k = (int64_t)((ft_value(41, probe) + 1) * 0.5 * (double)nw) %
+                    nw;
         double w0 = ((double *)wl)[k], lp = 0, lm = 0;
         for (int s = 0; s < 2; ++s) {
           ((double *)wl)[k] = w0 + (s ? -h : h);
           SG_CHECK_OK(sg_spectral_conv_forward(conv, xl, wl, yl, NULL));
           double l = 0;
-          for (int64_t i = 0; i < nyl; ++i) l += ((double *)yl)[i] * ((double *)rl_)[i];
-          MPI_Allreduce(MPI_IN_PLACE, &l, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-          if (s) lm = l; else lp = l;
+          for (int64_t i = 0; i < nyl; ++i)
+            l += ((double *)yl)[i] * ((double *)rl_)[i];
+          MPI_Allreduce(MPI_IN_PLACE, &l, 1, MPI_DOUBLE, MPI_SUM,
+                        MPI_COMM_WORLD);
+          if (s)
+            lm = l;
+          else
+            lp = l;
         }
         ((double *)wl)[k] = w0;
         double fd = (lp - lm) / (2 * h);
         SG_CHECK(fabs(fd - dw[k]) <= 1e-7 * fmax(1.0, fabs(dw[k])),
-                 "%s: dL/dW[%lld] fd %.12g vs %.12g", what, (long long)k, fd, dw[k]);
+                 "%s: dL/dW[%lld] fd %.12g vs %.12g", what, (long long)k, fd,
+                 dw[k]);
       }
     }
   done:
@@ -312,12 +350,18 @@ static void run_deriv(int D, const int64_t *shape, const ft_layout *L, int nl) {
     int64_t n = sg_fft_plan_local_count(plan, SG_FFT_SPACE_REAL);
     u = malloc(sizeof(double) * (size_t)(n + 1));
     out = malloc(sizeof(double) * (size_t)(n + 1));
-    work = malloc(sizeof(double) * (size_t)(sg_fft_plan_local_count(plan, SG_FFT_SPACE_SPECTRAL) + 1));
-    for (int k = 0; k < 5; ++k) want[k] = malloc(sizeof(double) * (size_t)(n + 1));
+    work = malloc(
+        sizeof(double) *
+        (size_t)(sg_fft_plan_local_count(plan, SG_FFT_SPACE_SPECTRAL) + 1));
+    for (int k = 0; k < 5; ++k)
+      want[k] = malloc(sizeof(double) * (size_t)(n + 1));
     int64_t S = n / 2;
     for (int64_t s = 0; s < S; ++s) {
       int64_t rem = s, j[3] = {0, 0, 0};
-      for (int d = D - 1; d >= 0; --d) { j[d] = rem % rl[d]; rem /= rl[d]; }
+      for (int d = D - 1; d >= 0; --d) {
+        j[d] = rem % rl[d];
+        rem /= rl[d];
+      }
       double X = (double)(ro[0] + j[0]) * Lb[0] / (double)shape[0];
       double Y = (double)(ro[1] + j[1]) * Lb[1] / (double)shape[1];
       double Z = D == 3 ? (double)(ro[2] + j[2]) * Lb[2] / (double)shape[2] : 0;
@@ -327,7 +371,8 @@ static void run_deriv(int D, const int64_t *shape, const ft_layout *L, int nl) {
       double dxv = a * cos(a * X) * cos(b * Y) * sz - 0.5 * e * sin(e * X);
       double dyv = -b * sin(a * X) * sin(b * Y) * sz;
       double dzv = D == 3 ? c * sin(a * X) * cos(b * Y) * cz : 0;
-      double lap = -(a * a + b * b + cc) * sin(a * X) * cos(b * Y) * sz - 0.5 * e * e * cos(e * X);
+      double lap = -(a * a + b * b + cc) * sin(a * X) * cos(b * Y) * sz -
+                   0.5 * e * e * cos(e * X);
       double vals[5] = {v, dxv, dyv, dzv, lap};
       for (int bb = 0; bb < 2; ++bb) {
         u[bb * S + s] = (bb + 1) * v;
@@ -340,7 +385,8 @@ static void run_deriv(int D, const int64_t *shape, const ft_layout *L, int nl) {
     for (int k = 0; k < 5; ++k) mx[k] = ft_maxabs(want[k], n);
     MPI_Allreduce(MPI_IN_PLACE, mx, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     for (int d = 0; d < D; ++d) {
-      SG_CHECK_OK(sg_spectral_derivative(plan, d, lens, u, out, d % 2 ? NULL : work));
+      SG_CHECK_OK(
+          sg_spectral_derivative(plan, d, lens, u, out, d % 2 ? NULL : work));
       snprintf(w, sizeof w, "d/dx%d %dD %s", d, D, L[li].name);
       SG_CHECK(ft_cmp(w, out, want[1 + d], n, 1e-10 * mx[1 + d]) == 0, "%s", w);
     }
@@ -355,9 +401,11 @@ static void run_deriv(int D, const int64_t *shape, const ft_layout *L, int nl) {
     SG_CHECK_OK(sg_spectral_inv_laplacian(plan, lens, u, out, work));
     SG_CHECK_OK(sg_spectral_laplacian(plan, lens, out, out, work));
     for (int64_t i = 0; i < n; ++i) u[i] -= 1.0;
-    snprintf(w, sizeof w, "laplacian(inverse laplacian(u + 1)) %dD %s", D, L[li].name);
+    snprintf(w, sizeof w, "laplacian(inverse laplacian(u + 1)) %dD %s", D,
+             L[li].name);
     SG_CHECK(ft_cmp(w, out, u, n, 1e-10 * mx[0]) == 0, "%s", w);
-    SG_CHECK_STATUS(sg_spectral_derivative(plan, D, NULL, u, out, work), SG_ERR_INVALID_ARG);
+    SG_CHECK_STATUS(sg_spectral_derivative(plan, D, NULL, u, out, work),
+                    SG_ERR_INVALID_ARG);
   done:
     sg_fft_plan_destroy(&plan);
     free(u);

@@ -27,7 +27,10 @@ static int run_file(const char *path) {
     n += r;
     if (n == cap) {
       uint8_t *t = realloc(buf, cap *= 2);
-      if (!t) { free(buf); buf = NULL; }
+      if (!t) {
+        free(buf);
+        buf = NULL;
+      }
       buf = t;
     }
   }
@@ -60,7 +63,10 @@ int main(int argc, char **argv) {
       continue;
     }
     DIR *d = opendir(argv[i]);
-    if (!d) { bad = 1; continue; }
+    if (!d) {
+      bad = 1;
+      continue;
+    }
     char **names = NULL;
     size_t nn = 0;
     for (struct dirent *e; (e = readdir(d));) {

@@ -57,10 +57,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int i = 0; i < NKEYS; ++i) {
     const char *k = keys[i].name;
     switch (keys[i].type) {
-      case SG_KV_INT: (void)sg_kv_int(kv, k); break;
-      case SG_KV_FLOAT: (void)sg_kv_float(kv, k); break;
-      case SG_KV_BOOL: (void)sg_kv_bool(kv, k); break;
-      default: (void)strlen(sg_kv_str(kv, k)); break;
+    case SG_KV_INT: (void)sg_kv_int(kv, k); break;
+    case SG_KV_FLOAT: (void)sg_kv_float(kv, k); break;
+    case SG_KV_BOOL: (void)sg_kv_bool(kv, k); break;
+    default: (void)strlen(sg_kv_str(kv, k)); break;
     }
     (void)sg_kv_is_set(kv, k);
   }

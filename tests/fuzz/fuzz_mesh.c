@@ -24,7 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (nl == 0 || nl == SG_MESH_NAME_MAX) abort();
       if (isdigit((unsigned char)spec.names[d][0])) abort();
       for (size_t i = 0; i < nl; ++i)
-        if (!isalnum((unsigned char)spec.names[d][i]) && spec.names[d][i] != '_')
+        if (!isalnum((unsigned char)spec.names[d][i]) &&
+            spec.names[d][i] != '_')
           abort();
       if (spec.sizes[d] < 1) abort();
       for (int e = 0; e < d; ++e)

@@ -12,9 +12,9 @@
 #include "fuzz_tmpfile.h"
 #include "sg_nc.h"
 
-static const char *const names[] = {"vorticity", "sample", "time", "y", "x",
-                                    "lat", "lon", "level", "t2m", "u",
-                                    "SST", "AIRT", "label"};
+static const char *const names[] = {"vorticity", "sample", "time",  "y",   "x",
+                                    "lat",       "lon",    "level", "t2m", "u",
+                                    "SST",       "AIRT",   "label"};
 static const char *const atts[] = {"_FillValue", "missing_value",
                                    "scale_factor", "add_offset", "valid_min"};
 

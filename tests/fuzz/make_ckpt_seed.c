@@ -28,7 +28,8 @@ int main(int argc, char **argv) {
   meta.data_position = 16;
   snprintf(meta.mesh, sizeof meta.mesh, "dp=1,h=1");
   meta.config = "model = fno\nwidth = 8\nlr = 1e-3\n";
-  sg_status st = sg_ckpt_write(MPI_COMM_SELF, argv[1], FZ_CKPT_N, a, &meta, NULL);
+  sg_status st = sg_ckpt_write(MPI_COMM_SELF, argv[1], FZ_CKPT_N, a, &meta,
+                               NULL);
   if (st != SG_OK) fprintf(stderr, "%s\n", sg_last_error());
   MPI_Finalize();
   return st == SG_OK ? 0 : 1;

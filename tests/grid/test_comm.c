@@ -16,42 +16,51 @@
 #include <string.h>
 #include <sys/mman.h>
 
-static const sg_dtype num_dtypes[] = {SG_DTYPE_F32, SG_DTYPE_F64, SG_DTYPE_I32, SG_DTYPE_I64};
-static const sg_dtype all_dtypes[] = {SG_DTYPE_F32, SG_DTYPE_F64, SG_DTYPE_I32, SG_DTYPE_I64,
-                                      SG_DTYPE_BF16};
+static const sg_dtype num_dtypes[] = {SG_DTYPE_F32, SG_DTYPE_F64, SG_DTYPE_I32,
+                                      SG_DTYPE_I64};
+static const sg_dtype all_dtypes[] = {SG_DTYPE_F32, SG_DTYPE_F64, SG_DTYPE_I32,
+                                      SG_DTYPE_I64, SG_DTYPE_BF16};
 #define NUM_DT 4
 #define ALL_DT 5
 
 /* Contribution of group rank r to global index i (values of many
  * magnitudes so that the order of a float sum matters). */
-static void put(sg_dtype dt, void *buf, int64_t at, int r, int64_t i, int salt) {
-  double s = sin(0.37 * (double)i + 1.3 * r + salt) * pow(10.0, (double)((i + r) % 7) - 3.0);
+static void put(sg_dtype dt, void *buf, int64_t at, int r, int64_t i,
+                int salt) {
+  double s = sin(0.37 * (double)i + 1.3 * r + salt) *
+             pow(10.0, (double)((i + r) % 7) - 3.0);
   switch (dt) {
   case SG_DTYPE_F32: ((float *)buf)[at] = (float)s; break;
   case SG_DTYPE_F64: ((double *)buf)[at] = s; break;
   case SG_DTYPE_I32:
-    ((int32_t *)buf)[at] = (int32_t)((i * 2654435761ll + r * 40503ll + salt) % 20001) - 10000;
+    ((int32_t *)buf)[at] = (int32_t)((i * 2654435761ll + r * 40503ll + salt) %
+                                     20001) -
+                           10000;
     break;
   case SG_DTYPE_I64:
-    ((int64_t *)buf)[at] = ((int64_t)(r + 1) << 34) - (i * 7919 + salt) * (r % 2 ? 1 : -1);
+    ((int64_t *)buf)[at] = ((int64_t)(r + 1) << 34) -
+                           (i * 7919 + salt) * (r % 2 ? 1 : -1);
     break;
   case SG_DTYPE_BF16: ((sg_bf16 *)buf)[at] = sg_bf16_from_f32((float)s); break;
   default: break;
   }
 }
 
-static void fill(sg_dtype dt, void *buf, int64_t n, int r, int64_t i0, int salt) {
+static void fill(sg_dtype dt, void *buf, int64_t n, int r, int64_t i0,
+                 int salt) {
   for (int64_t k = 0; k < n; ++k) put(dt, buf, k, r, i0 + k, salt);
 }
 
 /* acc[k] = acc[k] op x[k] */
-#define RED(T)                                                                                     \
-  for (int64_t k = 0; k < n; ++k) {                                                                \
-    T a = ((T *)acc)[k], b = ((const T *)x)[k];                                                    \
-    ((T *)acc)[k] = op == SG_REDUCE_SUM ? a + b : op == SG_REDUCE_MAX ? (b > a ? b : a)            \
-                                                                      : (b < a ? b : a);           \
+#define RED(T)                                               \
+  for (int64_t k = 0; k < n; ++k) {                          \
+    T a = ((T *)acc)[k], b = ((const T *)x)[k];              \
+    ((T *)acc)[k] = op == SG_REDUCE_SUM   ? a + b            \
+                    : op == SG_REDUCE_MAX ? (b > a ? b : a)  \
+                                          : (b < a ? b : a); \
   }
-static void reduce_into(sg_dtype dt, sg_reduce_op op, void *acc, const void *x, int64_t n) {
+static void reduce_into(sg_dtype dt, sg_reduce_op op, void *acc, const void *x,
+                        int64_t n) {
   switch (dt) {
   case SG_DTYPE_F32: RED(float) break;
   case SG_DTYPE_F64: RED(double) break;
@@ -63,8 +72,8 @@ static void reduce_into(sg_dtype dt, sg_reduce_op op, void *acc, const void *x, 
 
 /* Serial reference: reduction over ranks 0..p-1 in order of the
  * contributions to global indices [i0, i0+n). */
-static void ref_reduce(sg_dtype dt, sg_reduce_op op, int p, int64_t i0, int64_t n, int salt,
-                       void *out) {
+static void ref_reduce(sg_dtype dt, sg_reduce_op op, int p, int64_t i0,
+                       int64_t n, int salt, void *out) {
   size_t es = sg_dtype_size(dt);
   void *x = malloc((size_t)n * es + 1);
   fill(dt, out, n, 0, i0, salt);
@@ -77,14 +86,18 @@ static void ref_reduce(sg_dtype dt, sg_reduce_op op, int p, int64_t i0, int64_t 
 
 /* Compare: bitwise for moves, integer and deterministic results; float
  * reductions by MPI's own algorithm within tolerance. */
-static void compare(const char *what, sg_dtype dt, const void *got, const void *want, int64_t n,
-                    int exact) {
-  if (exact || dt == SG_DTYPE_I32 || dt == SG_DTYPE_I64 || dt == SG_DTYPE_BF16) {
-    SG_CHECK(sg_test_cmp_bytes(what, got, want, (size_t)n * sg_dtype_size(dt)) == 0, "%s", what);
+static void compare(const char *what, sg_dtype dt, const void *got,
+                    const void *want, int64_t n, int exact) {
+  if (exact || dt == SG_DTYPE_I32 || dt == SG_DTYPE_I64 ||
+      dt == SG_DTYPE_BF16) {
+    SG_CHECK(sg_test_cmp_bytes(what, got, want,
+                               (size_t)n * sg_dtype_size(dt)) == 0,
+             "%s", what);
   } else if (dt == SG_DTYPE_F32) {
     SG_CHECK(sg_test_cmp_f32(what, got, want, n, 1e-5, 1e-6) == 0, "%s", what);
   } else {
-    SG_CHECK(sg_test_cmp_f64(what, got, want, n, 1e-12, 1e-13) == 0, "%s", what);
+    SG_CHECK(sg_test_cmp_f64(what, got, want, n, 1e-12, 1e-13) == 0, "%s",
+             what);
   }
 }
 
@@ -105,8 +118,10 @@ static void test_allreduce(sg_group_t g, const char *gname) {
       sg_reduce_op op = (sg_reduce_op)oi;
       for (int ci = 0; ci < 4; ++ci) {
         int64_t n = counts[ci];
-        void *send = malloc((size_t)n * es + 8), *recv = malloc((size_t)n * es + 8),
-             *ref = malloc((size_t)n * es + 8), *root = malloc((size_t)n * es + 8);
+        void *send = malloc((size_t)n * es + 8),
+             *recv = malloc((size_t)n * es + 8),
+             *ref = malloc((size_t)n * es + 8),
+             *root = malloc((size_t)n * es + 8);
         ref_reduce(dt, op, p, 0, n, ci, ref);
         /* mode 0: default (MPI), 1: default in place, 2: _det, 3: _det in
          * place, 4: default set deterministic, 5: non-blocking, 6:
@@ -138,16 +153,18 @@ static void test_allreduce(sg_group_t g, const char *gname) {
           } else
             st = sg_allreduce(g, in, recv, n, dt, op);
           sg_comm_set_deterministic(0);
-          snprintf(what, sizeof what, "%s allreduce %s %s n=%lld mode %d", gname,
-                   sg_dtype_name(dt), opname(op), (long long)n, mode);
+          snprintf(what, sizeof what, "%s allreduce %s %s n=%lld mode %d",
+                   gname, sg_dtype_name(dt), opname(op), (long long)n, mode);
           SG_CHECK(st == SG_OK, "%s: %s", what, sg_last_error());
           int det = mode >= 2 && mode != 5;
           compare(what, dt, recv, ref, n, det);
-          SG_CHECK(((unsigned char *)recv)[n * (int64_t)es] == 0xab, "%s: wrote past end", what);
+          SG_CHECK(((unsigned char *)recv)[n * (int64_t)es] == 0xab,
+                   "%s: wrote past end", what);
           if (det || mode == 0) {
             /* identical bits on every rank */
             memcpy(root, recv, (size_t)n * es);
-            MPI_Bcast(root, (int)(n * (int64_t)es), MPI_BYTE, 0, sg_group_comm(g));
+            MPI_Bcast(root, (int)(n * (int64_t)es), MPI_BYTE, 0,
+                      sg_group_comm(g));
             int same = memcmp(root, recv, (size_t)n * es) == 0;
             if (det) SG_CHECK(same, "%s: bits differ from group rank 0", what);
           }
@@ -161,13 +178,18 @@ static void test_allreduce(sg_group_t g, const char *gname) {
   }
   /* bf16 reductions are refused, on every rank */
   sg_bf16 b[4] = {{0}};
-  SG_CHECK_STATUS(sg_allreduce(g, b, b, 4, SG_DTYPE_BF16, SG_REDUCE_SUM), SG_ERR_NOT_SUPPORTED);
+  SG_CHECK_STATUS(sg_allreduce(g, b, b, 4, SG_DTYPE_BF16, SG_REDUCE_SUM),
+                  SG_ERR_NOT_SUPPORTED);
   SG_CHECK(strstr(sg_last_error(), "bf16") != NULL, "%s", sg_last_error());
   float f = 0;
-  SG_CHECK_STATUS(sg_allreduce(g, &f, &f, -1, SG_DTYPE_F32, SG_REDUCE_SUM), SG_ERR_SHAPE);
-  SG_CHECK_STATUS(sg_allreduce(g, &f, &f, 1, SG_DTYPE_F32, (sg_reduce_op)9), SG_ERR_INVALID_ARG);
-  SG_CHECK_STATUS(sg_allreduce(g, &f, &f, 1, (sg_dtype)42, SG_REDUCE_SUM), SG_ERR_INVALID_ARG);
-  SG_CHECK_STATUS(sg_allreduce(NULL, &f, &f, 1, SG_DTYPE_F32, SG_REDUCE_SUM), SG_ERR_INVALID_ARG);
+  SG_CHECK_STATUS(sg_allreduce(g, &f, &f, -1, SG_DTYPE_F32, SG_REDUCE_SUM),
+                  SG_ERR_SHAPE);
+  SG_CHECK_STATUS(sg_allreduce(g, &f, &f, 1, SG_DTYPE_F32, (sg_reduce_op)9),
+                  SG_ERR_INVALID_ARG);
+  SG_CHECK_STATUS(sg_allreduce(g, &f, &f, 1, (sg_dtype)42, SG_REDUCE_SUM),
+                  SG_ERR_INVALID_ARG);
+  SG_CHECK_STATUS(sg_allreduce(NULL, &f, &f, 1, SG_DTYPE_F32, SG_REDUCE_SUM),
+                  SG_ERR_INVALID_ARG);
 }
 
 /* ---- moves: bcast, allgather(v), alltoall(v), send/recv --------------------*/
@@ -194,8 +216,8 @@ static void test_bcast(sg_group_t g, const char *gname) {
         } else {
           SG_CHECK_OK(sg_bcast(g, buf, n, dt, root));
         }
-        snprintf(what, sizeof what, "%s bcast %s root %d nb %d", gname, sg_dtype_name(dt), root,
-                 nb);
+        snprintf(what, sizeof what, "%s bcast %s root %d nb %d", gname,
+                 sg_dtype_name(dt), root, nb);
         compare(what, dt, buf, ref, n, 1);
       }
     }
@@ -209,15 +231,18 @@ static void test_bcast(sg_group_t g, const char *gname) {
 static void test_allgather(sg_group_t g, const char *gname) {
   int p = sg_group_size(g), me = sg_group_rank(g);
   char what[320];
-  int64_t *counts = malloc((size_t)p * sizeof *counts), *displs = malloc((size_t)p * sizeof *displs);
+  int64_t *counts = malloc((size_t)p * sizeof *counts),
+          *displs = malloc((size_t)p * sizeof *displs);
   for (int di = 0; di < ALL_DT; ++di) {
     sg_dtype dt = all_dtypes[di];
     size_t es = sg_dtype_size(dt);
     /* allgather: 11 each, out of place and in place */
     int64_t n = 11;
-    char *recv = malloc((size_t)(n * p) * es), *ref = malloc((size_t)(n * p) * es);
+    char *recv = malloc((size_t)(n * p) * es),
+         *ref = malloc((size_t)(n * p) * es);
     char *send = malloc((size_t)n * es);
-    for (int r = 0; r < p; ++r) fill(dt, ref + (size_t)(r * n) * es, n, r, 0, 3);
+    for (int r = 0; r < p; ++r)
+      fill(dt, ref + (size_t)(r * n) * es, n, r, 0, 3);
     for (int inplace = 0; inplace < 2; ++inplace) {
       memset(recv, 0, (size_t)(n * p) * es);
       fill(dt, send, n, me, 0, 3);
@@ -227,7 +252,8 @@ static void test_allgather(sg_group_t g, const char *gname) {
         in = recv + (size_t)(me * n) * es;
       }
       SG_CHECK_OK(sg_allgather(g, in, n, recv, dt));
-      snprintf(what, sizeof what, "%s allgather %s inplace %d", gname, sg_dtype_name(dt), inplace);
+      snprintf(what, sizeof what, "%s allgather %s inplace %d", gname,
+               sg_dtype_name(dt), inplace);
       compare(what, dt, recv, ref, n * p, 1);
     }
     free(recv);
@@ -252,7 +278,8 @@ static void test_allgather(sg_group_t g, const char *gname) {
       memset(ref, 0x5a, (size_t)extent * es);
       for (int r = 0; r < p; ++r)
         fill(dt, ref + (size_t)displs[r] * es, counts[r], r, displs[r], 4);
-      for (int mode = 0; mode < 3; ++mode) { /* blocking, in place, non-blocking */
+      for (int mode = 0; mode < 3;
+           ++mode) { /* blocking, in place, non-blocking */
         memset(recv, 0x5a, (size_t)extent * es);
         fill(dt, send, counts[me], me, displs[me], 4);
         const void *in = send;
@@ -263,16 +290,18 @@ static void test_allgather(sg_group_t g, const char *gname) {
         const int64_t *d = gaps ? displs : NULL;
         if (mode == 2) {
           sg_request_t req = NULL;
-          SG_CHECK_OK(sg_iallgatherv(g, in, counts[me], recv, counts, d, dt, &req));
+          SG_CHECK_OK(
+              sg_iallgatherv(g, in, counts[me], recv, counts, d, dt, &req));
           SG_CHECK_OK(sg_wait(&req));
         } else {
           SG_CHECK_OK(sg_allgatherv(g, in, counts[me], recv, counts, d, dt));
         }
-        snprintf(what, sizeof what, "%s allgatherv %s gaps %d mode %d", gname, sg_dtype_name(dt),
-                 gaps, mode);
+        snprintf(what, sizeof what, "%s allgatherv %s gaps %d mode %d", gname,
+                 sg_dtype_name(dt), gaps, mode);
         compare(what, dt, recv, ref, extent, 1);
       }
-      SG_CHECK_STATUS(sg_allgatherv(g, send, counts[me] + 1, recv, counts, NULL, dt),
+      SG_CHECK_STATUS(sg_allgatherv(g, send, counts[me] + 1, recv, counts, NULL,
+                                    dt),
                       SG_ERR_SHAPE);
       free(recv);
       free(ref);
@@ -289,13 +318,15 @@ static int64_t a2a_count(int j, int r) { return (j + 2 * r) % 4; }
 static void test_alltoall(sg_group_t g, const char *gname) {
   int p = sg_group_size(g), me = sg_group_rank(g);
   char what[320];
-  int64_t *sc = malloc(4 * (size_t)p * sizeof *sc), *sd = sc + p, *rc = sc + 2 * p, *rd = sc + 3 * p;
+  int64_t *sc = malloc(4 * (size_t)p * sizeof *sc), *sd = sc + p,
+          *rc = sc + 2 * p, *rd = sc + 3 * p;
   for (int di = 0; di < ALL_DT; ++di) {
     sg_dtype dt = all_dtypes[di];
     size_t es = sg_dtype_size(dt);
     /* alltoall: block r of rank j holds global index (j * p + r) * n.. */
     int64_t n = 5;
-    char *send = malloc((size_t)(n * p) * es), *recv = malloc((size_t)(n * p) * es),
+    char *send = malloc((size_t)(n * p) * es),
+         *recv = malloc((size_t)(n * p) * es),
          *ref = malloc((size_t)(n * p) * es);
     for (int r = 0; r < p; ++r) {
       fill(dt, send + (size_t)(r * n) * es, n, me, (int64_t)r * 100, 6);
@@ -338,8 +369,8 @@ static void test_alltoall(sg_group_t g, const char *gname) {
         } else {
           SG_CHECK_OK(sg_alltoallv(g, send, sc, psd, recv, rc, prd, dt));
         }
-        snprintf(what, sizeof what, "%s alltoallv %s gaps %d nb %d", gname, sg_dtype_name(dt),
-                 gaps, nb);
+        snprintf(what, sizeof what, "%s alltoallv %s gaps %d nb %d", gname,
+                 sg_dtype_name(dt), gaps, nb);
         compare(what, dt, recv, ref, ro, 1);
       }
       free(send);
@@ -349,7 +380,8 @@ static void test_alltoall(sg_group_t g, const char *gname) {
   }
   sc[0] = -1;
   float f[64];
-  SG_CHECK_STATUS(sg_alltoallv(g, f, sc, NULL, f + 32, sc, NULL, SG_DTYPE_F32), SG_ERR_SHAPE);
+  SG_CHECK_STATUS(sg_alltoallv(g, f, sc, NULL, f + 32, sc, NULL, SG_DTYPE_F32),
+                  SG_ERR_SHAPE);
   free(sc);
 }
 
@@ -413,7 +445,8 @@ static void test_reduce_scatter(sg_group_t g, const char *gname) {
   for (int di = 0; di < NUM_DT; ++di) {
     sg_dtype dt = num_dtypes[di];
     size_t es = sg_dtype_size(dt);
-    char *send = malloc((size_t)total * es + 1), *recv = malloc((size_t)total * es + 1),
+    char *send = malloc((size_t)total * es + 1),
+         *recv = malloc((size_t)total * es + 1),
          *ref = malloc((size_t)counts[me] * es + 1);
     for (int oi = 0; oi < 3; ++oi) {
       sg_reduce_op op = (sg_reduce_op)oi;
@@ -438,12 +471,12 @@ static void test_reduce_scatter(sg_group_t g, const char *gname) {
           SG_CHECK_OK(sg_reduce_scatter(g, in, recv, counts, dt, op));
         }
         sg_comm_set_deterministic(0);
-        snprintf(what, sizeof what, "%s reduce_scatter %s %s mode %d", gname, sg_dtype_name(dt),
-                 opname(op), mode);
+        snprintf(what, sizeof what, "%s reduce_scatter %s %s mode %d", gname,
+                 sg_dtype_name(dt), opname(op), mode);
         compare(what, dt, recv, ref, counts[me], det);
         if (mode != 1 && mode != 4)
-          SG_CHECK(((unsigned char *)recv)[counts[me] * (int64_t)es] == 0x33, "%s: past end",
-                   what);
+          SG_CHECK(((unsigned char *)recv)[counts[me] * (int64_t)es] == 0x33,
+                   "%s: past end", what);
       }
     }
     free(send);
@@ -451,7 +484,8 @@ static void test_reduce_scatter(sg_group_t g, const char *gname) {
     free(ref);
   }
   float f[8] = {0};
-  SG_CHECK_STATUS(sg_reduce_scatter(g, f, f, counts, SG_DTYPE_BF16, SG_REDUCE_SUM),
+  SG_CHECK_STATUS(sg_reduce_scatter(g, f, f, counts, SG_DTYPE_BF16,
+                                    SG_REDUCE_SUM),
                   SG_ERR_NOT_SUPPORTED);
   free(counts);
 }
@@ -477,24 +511,29 @@ static void test_agree(sg_group_t g, const char *gname) {
   sg_clear_error();
   sg_status st = sg_group_agree(g, local_step(me == bad));
   SG_CHECK(st == SG_ERR_SHAPE, "%s agree: got %s", gname, sg_status_name(st));
-  snprintf(want, sizeof want, "[rank %d] local shape check failed here", bad_world);
-  SG_CHECK(strstr(sg_last_error(), want) != NULL, "%s agree: message '%s' lacks '%s'", gname,
-           sg_last_error(), want);
+  snprintf(want, sizeof want, "[rank %d] local shape check failed here",
+           bad_world);
+  SG_CHECK(strstr(sg_last_error(), want) != NULL,
+           "%s agree: message '%s' lacks '%s'", gname, sg_last_error(), want);
   /* two fail: the lowest one's status and message win */
   if (p > 1) {
     sg_status mine = SG_OK;
-    if (me == 0) mine = sg_error_set(SG_ERR_IO, "f.c", 1, "rank zero cannot read");
-    if (me == 1) mine = sg_error_set(SG_ERR_HALO, "f.c", 1, "rank one is too thin");
+    if (me == 0)
+      mine = sg_error_set(SG_ERR_IO, "f.c", 1, "rank zero cannot read");
+    if (me == 1)
+      mine = sg_error_set(SG_ERR_HALO, "f.c", 1, "rank one is too thin");
     st = sg_group_agree(g, mine);
-    SG_CHECK(st == SG_ERR_IO, "%s agree lowest: got %s", gname, sg_status_name(st));
-    SG_CHECK(strstr(sg_last_error(), "rank zero cannot read") != NULL, "%s: %s", gname,
-             sg_last_error());
+    SG_CHECK(st == SG_ERR_IO, "%s agree lowest: got %s", gname,
+             sg_status_name(st));
+    SG_CHECK(strstr(sg_last_error(), "rank zero cannot read") != NULL, "%s: %s",
+             gname, sg_last_error());
   }
   /* a status without a message still tells which rank and what */
   sg_clear_error();
   st = sg_agree(sg_group_comm(g), me == bad ? SG_ERR_CORRUPT : SG_OK);
   SG_CHECK(st == SG_ERR_CORRUPT, "%s: got %s", gname, sg_status_name(st));
-  SG_CHECK(strstr(sg_last_error(), "SG_ERR_CORRUPT") != NULL, "%s: %s", gname, sg_last_error());
+  SG_CHECK(strstr(sg_last_error(), "SG_ERR_CORRUPT") != NULL, "%s: %s", gname,
+           sg_last_error());
   SG_CHECK_STATUS(sg_group_agree(NULL, SG_OK), SG_ERR_INVALID_ARG);
 }
 
@@ -505,16 +544,18 @@ static void test_large_displs(sg_group_t g, const char *gname) {
   int p = sg_group_size(g), me = sg_group_rank(g);
   const int64_t far = (int64_t)INT32_MAX + 1000; /* elements of f32 */
   size_t bytes = (size_t)(far + 64 * p) * sizeof(float);
-  void *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+  void *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   int ok = map != MAP_FAILED;
   if (!sg_test_all(sg_group_comm(g), ok)) {
     if (ok) munmap(map, bytes);
-    sg_test_skip("cannot reserve 8 GiB of address space for the large-count test");
+    sg_test_skip(
+        "cannot reserve 8 GiB of address space for the large-count test");
     return;
   }
   float *big = map, small[256], ref[256];
-  int64_t *c = malloc(4 * (size_t)p * sizeof *c), *d = c + p, *c2 = c + 2 * p, *d2 = c + 3 * p;
+  int64_t *c = malloc(4 * (size_t)p * sizeof *c), *d = c + p, *c2 = c + 2 * p,
+          *d2 = c + 3 * p;
   /* allgatherv: rank r's 3 elements land at far + 5 r */
   for (int r = 0; r < p; ++r) {
     c[r] = 3;
@@ -526,12 +567,13 @@ static void test_large_displs(sg_group_t g, const char *gname) {
   SG_CHECK(st == SG_OK, "%s large allgatherv: %s", gname, sg_last_error());
   for (int r = 0; r < p && st == SG_OK; ++r) {
     fill(SG_DTYPE_F32, ref, 3, r, 0, 11);
-    SG_CHECK(sg_test_cmp_bytes("large allgatherv", big + far + 5 * r, ref, 3 * sizeof(float)) == 0,
+    SG_CHECK(sg_test_cmp_bytes("large allgatherv", big + far + 5 * r, ref,
+                               3 * sizeof(float)) == 0,
              "%s large allgatherv block %d", gname, r);
   }
 #else
-  SG_CHECK(st == SG_ERR_NOT_SUPPORTED, "%s large allgatherv on MPI-3: %s", gname,
-           sg_status_name(st));
+  SG_CHECK(st == SG_ERR_NOT_SUPPORTED, "%s large allgatherv on MPI-3: %s",
+           gname, sg_status_name(st));
 #endif
   /* alltoallv: send 2 elements to each rank from far offsets, receive
    * packed into a small buffer */
@@ -547,7 +589,8 @@ static void test_large_displs(sg_group_t g, const char *gname) {
   SG_CHECK(st == SG_OK, "%s large alltoallv: %s", gname, sg_last_error());
   for (int r = 0; r < p && st == SG_OK; ++r) {
     fill(SG_DTYPE_F32, ref, 2, r, me, 12);
-    SG_CHECK(sg_test_cmp_bytes("large alltoallv", small + 2 * r, ref, 2 * sizeof(float)) == 0,
+    SG_CHECK(sg_test_cmp_bytes("large alltoallv", small + 2 * r, ref,
+                               2 * sizeof(float)) == 0,
              "%s large alltoallv block %d", gname, r);
   }
 #else
@@ -582,7 +625,8 @@ int main(int argc, char **argv) {
     sg_group_t g = NULL;
     SG_REQUIRE_OK(sg_mesh_group(m, mask, &g));
     char gname[96];
-    snprintf(gname, sizeof gname, "[%s mask %x, %d ranks]", spec, mask, sg_group_size(g));
+    snprintf(gname, sizeof gname, "[%s mask %x, %d ranks]", spec, mask,
+             sg_group_size(g));
     run_group(g, gname);
   }
   {
@@ -600,7 +644,8 @@ int main(int argc, char **argv) {
   /* NCCL: not built, or built without a GPU here */
   sg_status st = sg_mesh_enable_nccl(m);
 #if SG_HAVE_NCCL
-  SG_CHECK(st == SG_OK || st == SG_ERR_NO_DEVICE, "enable_nccl: %s", sg_status_name(st));
+  SG_CHECK(st == SG_OK || st == SG_ERR_NO_DEVICE, "enable_nccl: %s",
+           sg_status_name(st));
 #else
   SG_CHECK(st == SG_ERR_NOT_SUPPORTED, "enable_nccl: %s", sg_status_name(st));
 #endif

@@ -25,8 +25,8 @@ static void test_split(void) {
       int64_t sum = 0;
       for (int r = 0; r < p; ++r) {
         int64_t s = sg_split_size(n, p, r), o = sg_split_offset(n, p, r);
-        SG_CHECK(o == sum, "n=%lld p=%d r=%d offset %lld != %lld",
-                 (long long)n, p, r, (long long)o, (long long)sum);
+        SG_CHECK(o == sum, "n=%lld p=%d r=%d offset %lld != %lld", (long long)n,
+                 p, r, (long long)o, (long long)sum);
         SG_CHECK(s == n / p || s == n / p + 1, "unbalanced");
         for (int64_t i = o; i < o + s; ++i)
           SG_CHECK(sg_split_owner(n, p, i) == r, "owner of %lld", (long long)i);
@@ -169,7 +169,9 @@ static void test_thin(void) {
 }
 
 static void test_decomp_nd(void) {
-  sg_decomp_desc desc = {3, {17, 23, 9}, {0, 1, -1},
+  sg_decomp_desc desc = {3,
+                         {17, 23, 9},
+                         {0, 1, -1},
                          {SG_BOUNDARY_ZERO, SG_BOUNDARY_PERIODIC,
                           SG_BOUNDARY_REFLECT},
                          0};
@@ -191,14 +193,16 @@ static void test_decomp_nd(void) {
       total += shape[0] * shape[1] * shape[2];
     }
   SG_CHECK(total == 17 * 23 * 9, "table covers the grid");
-  sg_window w[3] = {SG_WINDOW_SYM(3, 1, 1, 1), SG_WINDOW_SYM(5, 1, 2, 1), SG_WINDOW_SYM(3, 1, 1, 1)};
+  sg_window w[3] = {SG_WINDOW_SYM(3, 1, 1, 1), SG_WINDOW_SYM(5, 1, 2, 1),
+                    SG_WINDOW_SYM(3, 1, 1, 1)};
   int64_t width[3][2];
   SG_CHECK_OK(sg_decomp_local_halo(dec, w, width));
   SG_CHECK(width[0][0] == 1 && width[0][1] == 1 && width[1][0] == 2 &&
                width[1][1] == 2 && width[2][0] == 1 && width[2][1] == 1,
            "local widths");
   /* too-wide window along dim 1 (shards of 5 and 6 cells) */
-  sg_window wide[3] = {SG_WINDOW_SYM(3, 1, 1, 1), SG_WINDOW_SYM(15, 1, 7, 1), SG_WINDOW_SYM(3, 1, 1, 1)};
+  sg_window wide[3] = {SG_WINDOW_SYM(3, 1, 1, 1), SG_WINDOW_SYM(15, 1, 7, 1),
+                       SG_WINDOW_SYM(3, 1, 1, 1)};
   SG_CHECK_STATUS(sg_decomp_local_halo(dec, wide, width), SG_ERR_HALO);
   SG_CHECK(strstr(sg_last_error(), "dim 1") != NULL, "dim named: %s",
            sg_last_error());
@@ -209,8 +213,7 @@ static void test_decomp_nd(void) {
   /* empty shards */
   sg_decomp_desc small = {1, {3}, {0}, {SG_BOUNDARY_ZERO}, 0};
   int p4[1] = {4};
-  SG_CHECK_STATUS(sg_decomp_create_parts(&small, p4, NULL, &dec),
-                  SG_ERR_SHAPE);
+  SG_CHECK_STATUS(sg_decomp_create_parts(&small, p4, NULL, &dec), SG_ERR_SHAPE);
   SG_CHECK(dec == NULL, "no handle on failure");
   small.allow_empty = 1;
   SG_CHECK_OK(sg_decomp_create_parts(&small, p4, NULL, &dec));

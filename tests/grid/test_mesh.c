@@ -57,30 +57,36 @@ static void test_create_errors(void) {
   sg_mesh_t m = NULL;
   char spec[64], want[128];
   snprintf(spec, sizeof spec, "pp=2,tp=%d", n + 1);
-  snprintf(want, sizeof want, "mesh 'pp=2,tp=%d' has %d ranks but the communicator has %d", n + 1,
+  snprintf(want, sizeof want,
+           "mesh 'pp=2,tp=%d' has %d ranks but the communicator has %d", n + 1,
            2 * (n + 1), n);
   SG_CHECK_STATUS(sg_mesh_create(MPI_COMM_WORLD, spec, &m), SG_ERR_MESH);
   SG_CHECK(m == NULL, "mesh set on failure");
-  SG_CHECK(strstr(sg_last_error(), want) != NULL, "message '%s' lacks '%s'", sg_last_error(),
-           want);
-  SG_CHECK_STATUS(sg_mesh_create(MPI_COMM_WORLD, "dp=2,,tp=1", &m), SG_ERR_MESH);
-  SG_CHECK(strstr(sg_last_error(), "entry 2 is empty") != NULL, "%s", sg_last_error());
+  SG_CHECK(strstr(sg_last_error(), want) != NULL, "message '%s' lacks '%s'",
+           sg_last_error(), want);
+  SG_CHECK_STATUS(sg_mesh_create(MPI_COMM_WORLD, "dp=2,,tp=1", &m),
+                  SG_ERR_MESH);
+  SG_CHECK(strstr(sg_last_error(), "entry 2 is empty") != NULL, "%s",
+           sg_last_error());
   SG_CHECK_STATUS(sg_mesh_create(MPI_COMM_WORLD, "dp=1,dp=1", &m), SG_ERR_MESH);
-  SG_CHECK(strstr(sg_last_error(), "appears twice") != NULL, "%s", sg_last_error());
+  SG_CHECK(strstr(sg_last_error(), "appears twice") != NULL, "%s",
+           sg_last_error());
   SG_CHECK_STATUS(sg_mesh_create(MPI_COMM_WORLD, "dp=0", &m), SG_ERR_MESH);
   SG_CHECK(strstr(sg_last_error(), "size 0") != NULL, "%s", sg_last_error());
   if (n > 1) {
     /* rank 0 passes another spec than the others: all fail, none waits */
     snprintf(spec, sizeof spec, sg_test_rank == 0 ? "a=%d" : "b=%d", n);
     SG_CHECK_STATUS(sg_mesh_create(MPI_COMM_WORLD, spec, &m), SG_ERR_MESH);
-    SG_CHECK(strstr(sg_last_error(), "different mesh specs") != NULL, "%s", sg_last_error());
+    SG_CHECK(strstr(sg_last_error(), "different mesh specs") != NULL, "%s",
+             sg_last_error());
     /* one rank's spec is malformed */
     snprintf(spec, sizeof spec, sg_test_rank == 1 ? "a=%d," : "a=%d", n);
     SG_CHECK_STATUS(sg_mesh_create(MPI_COMM_WORLD, spec, &m), SG_ERR_MESH);
   }
   sg_mesh_spec s;
   memset(&s, 0, sizeof s);
-  SG_CHECK_STATUS(sg_mesh_create_from_spec(MPI_COMM_WORLD, &s, &m), SG_ERR_MESH);
+  SG_CHECK_STATUS(sg_mesh_create_from_spec(MPI_COMM_WORLD, &s, &m),
+                  SG_ERR_MESH);
   /* the mesh is still usable afterwards: a good one works */
   snprintf(spec, sizeof spec, "world=%d", n);
   SG_CHECK_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &m));
@@ -91,8 +97,8 @@ static void test_create_errors(void) {
 }
 
 /* Expected members of this rank's group over mask, from the layout rule. */
-static void expected_members(const int *sizes, int nd, const int *coords, unsigned mask,
-                             int *members, int *count) {
+static void expected_members(const int *sizes, int nd, const int *coords,
+                             unsigned mask, int *members, int *count) {
   int n = 1;
   for (int d = 0; d < nd; ++d)
     if (mask & (1u << d)) n *= sizes[d];
@@ -117,21 +123,25 @@ static void check_mesh(const char *spec) {
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &m));
   int nd = sg_mesh_ndims(m), sizes[SG_MESH_MAX_DIMS], coords[SG_MESH_MAX_DIMS];
   int me = sg_test_rank;
-  SG_CHECK(sg_mesh_size(m) == sg_test_size && sg_mesh_rank(m) == me, "%s: size/rank", spec);
+  SG_CHECK(sg_mesh_size(m) == sg_test_size && sg_mesh_rank(m) == me,
+           "%s: size/rank", spec);
   int result = 0;
   MPI_Comm_compare(sg_mesh_comm(m), MPI_COMM_WORLD, &result);
-  SG_CHECK(result == MPI_CONGRUENT, "%s: mesh comm is not a duplicate (%d)", spec, result);
+  SG_CHECK(result == MPI_CONGRUENT, "%s: mesh comm is not a duplicate (%d)",
+           spec, result);
   sg_mesh_coords(m, coords);
   int rest = me;
   for (int d = nd - 1; d >= 0; --d) {
     sizes[d] = sg_mesh_dim_size(m, d);
     SG_CHECK(coords[d] == rest % sizes[d], "%s: coord %d", spec, d);
     SG_CHECK(sg_mesh_coord(m, d) == coords[d], "%s: coord %d", spec, d);
-    SG_CHECK(sg_mesh_find_dim(m, sg_mesh_dim_name(m, d)) == d, "%s: find dim %d", spec, d);
+    SG_CHECK(sg_mesh_find_dim(m, sg_mesh_dim_name(m, d)) == d,
+             "%s: find dim %d", spec, d);
     rest /= sizes[d];
   }
   SG_CHECK(sg_mesh_find_dim(m, "nope") == -1, "find unknown");
-  SG_CHECK(sg_mesh_dim_name(m, nd) == NULL && sg_mesh_dim_size(m, -1) == 0, "out of range");
+  SG_CHECK(sg_mesh_dim_name(m, nd) == NULL && sg_mesh_dim_size(m, -1) == 0,
+           "out of range");
   for (int r = 0; r < sg_test_size; ++r) {
     int c[SG_MESH_MAX_DIMS], back = -1;
     SG_CHECK_OK(sg_mesh_coords_of(m, r, c));
@@ -157,11 +167,13 @@ static void check_mesh(const char *spec) {
         c[d] = t;
         sg_mesh_rank_of(m, c, &want);
       }
-      SG_CHECK(nb == want, "%s: neighbour dim %d disp %d = %d, want %d", spec, d, disp, nb, want);
+      SG_CHECK(nb == want, "%s: neighbour dim %d disp %d = %d, want %d", spec,
+               d, disp, nb, want);
       c[d] = ((t % sizes[d]) + sizes[d]) % sizes[d];
       sg_mesh_rank_of(m, c, &want);
-      SG_CHECK(nbp == want, "%s: periodic neighbour dim %d disp %d = %d, want %d", spec, d, disp,
-               nbp, want);
+      SG_CHECK(nbp == want,
+               "%s: periodic neighbour dim %d disp %d = %d, want %d", spec, d,
+               disp, nbp, want);
     }
   }
   SG_CHECK_STATUS(sg_mesh_neighbor(m, nd, 1, 0, &r), SG_ERR_INVALID_ARG);
@@ -173,20 +185,23 @@ static void check_mesh(const char *spec) {
     SG_CHECK_OK(sg_mesh_group(m, mask, &g));
     if (!g) continue;
     expected_members(sizes, nd, coords, mask, members, &count);
-    SG_CHECK(sg_group_size(g) == count, "%s mask %x: size %d want %d", spec, mask,
-             sg_group_size(g), count);
-    SG_CHECK(sg_group_dims(g) == mask && sg_group_mesh(g) == m, "%s: dims", spec);
+    SG_CHECK(sg_group_size(g) == count, "%s mask %x: size %d want %d", spec,
+             mask, sg_group_size(g), count);
+    SG_CHECK(sg_group_dims(g) == mask && sg_group_mesh(g) == m, "%s: dims",
+             spec);
     int gsize = 0;
     MPI_Comm_size(sg_group_comm(g), &gsize);
     int *got = malloc((size_t)gsize * sizeof *got);
     MPI_Allgather(&me, 1, MPI_INT, got, 1, MPI_INT, sg_group_comm(g));
     for (int i = 0; i < gsize && i < count; ++i) {
-      SG_CHECK(got[i] == members[i], "%s mask %x: group rank %d is mesh rank %d, want %d", spec,
-               mask, i, got[i], members[i]);
-      SG_CHECK(sg_group_mesh_rank(g, i) == members[i], "%s mask %x: group_mesh_rank(%d)", spec,
-               mask, i);
+      SG_CHECK(got[i] == members[i],
+               "%s mask %x: group rank %d is mesh rank %d, want %d", spec, mask,
+               i, got[i], members[i]);
+      SG_CHECK(sg_group_mesh_rank(g, i) == members[i],
+               "%s mask %x: group_mesh_rank(%d)", spec, mask, i);
     }
-    SG_CHECK(members[sg_group_rank(g)] == me, "%s mask %x: own group rank", spec, mask);
+    SG_CHECK(members[sg_group_rank(g)] == me, "%s mask %x: own group rank",
+             spec, mask);
     free(got);
   }
   sg_group_t g = NULL;

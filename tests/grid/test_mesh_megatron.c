@@ -8,13 +8,15 @@ static void check_group(sg_mesh_t m, const char *name, const int *want, int n) {
   sg_group_t g = NULL;
   SG_CHECK_OK(sg_mesh_group_named(m, name, &g));
   if (!g) return;
-  SG_CHECK(sg_group_size(g) == n, "%s: size %d, want %d", name, sg_group_size(g), n);
+  SG_CHECK(sg_group_size(g) == n, "%s: size %d, want %d", name,
+           sg_group_size(g), n);
   int got[16] = {0};
   int me = sg_test_rank;
   MPI_Allgather(&me, 1, MPI_INT, got, 1, MPI_INT, sg_group_comm(g));
   for (int i = 0; i < n && i < sg_group_size(g); ++i)
     SG_CHECK(got[i] == want[i] && sg_group_mesh_rank(g, i) == want[i],
-             "%s group of rank %d: member %d is %d, want %d", name, me, i, got[i], want[i]);
+             "%s group of rank %d: member %d is %d, want %d", name, me, i,
+             got[i], want[i]);
 }
 
 int main(int argc, char **argv) {

@@ -19,10 +19,12 @@ int main(int argc, char **argv) {
 
   unsetenv("OMP_NUM_THREADS");
   SG_REQUIRE_OK(sg_threads_auto(MPI_COMM_WORLD, &nth, &on_node));
-  SG_CHECK(on_node == sg_test_size, "ranks on node %d, expected %d", on_node, sg_test_size);
+  SG_CHECK(on_node == sg_test_size, "ranks on node %d, expected %d", on_node,
+           sg_test_size);
 #ifdef _OPENMP
-  SG_CHECK(nth == expect, "auto: %d threads with %ld cores and %d ranks, expected %d", nth, cores,
-           sg_test_size, expect);
+  SG_CHECK(nth == expect,
+           "auto: %d threads with %ld cores and %d ranks, expected %d", nth,
+           cores, sg_test_size, expect);
   /* a user setting is left alone */
   omp_set_num_threads(3);
   setenv("OMP_NUM_THREADS", "3", 1);

@@ -83,20 +83,24 @@ int main(int argc, char **argv) {
     if (argc > 3 && !strcmp(argv[3], "mpi")) d.flags |= SG_FFT_MPI_ALLTOALL;
     st = sg_fft_plan_create(mesh, &d, &fft);
     if (st != SG_OK) sg_die_local("timeout_prog", st, 2);
-    fx = calloc((size_t)sg_fft_plan_local_count(fft, SG_FFT_SPACE_REAL) + 1, sizeof *fx);
-    fy = calloc((size_t)sg_fft_plan_local_count(fft, SG_FFT_SPACE_SPECTRAL) + 1, sizeof *fy);
+    fx = calloc((size_t)sg_fft_plan_local_count(fft, SG_FFT_SPACE_REAL) + 1,
+                sizeof *fx);
+    fy = calloc((size_t)sg_fft_plan_local_count(fft, SG_FFT_SPACE_SPECTRAL) + 1,
+                sizeof *fy);
   }
   const int absent = rank == 1;
   const double t0 = MPI_Wtime();
   const char *call = mode;
   double x = 1.0, y = 0.0;
   if (!strcmp(mode, "kill") && absent) raise(SIGKILL);
-  if (!strcmp(mode, "stop") && absent) raise(SIGSTOP); /* killed (stopped) by the others' abort */
+  if (!strcmp(mode, "stop") && absent)
+    raise(SIGSTOP); /* killed (stopped) by the others' abort */
   if (absent) {
-    MPI_Barrier(MPI_COMM_WORLD); /* the others never come: killed by their abort */
+    MPI_Barrier(
+        MPI_COMM_WORLD); /* the others never come: killed by their abort */
     st = SG_OK;
-  } else if (!strcmp(mode, "agree") || !strcmp(mode, "kill") || !strcmp(mode, "stop") ||
-             !strcmp(mode, "finalize")) {
+  } else if (!strcmp(mode, "agree") || !strcmp(mode, "kill") ||
+             !strcmp(mode, "stop") || !strcmp(mode, "finalize")) {
     call = "sg_agree";
     st = sg_agree(dup, SG_OK);
   } else if (!strcmp(mode, "wait")) {
@@ -117,8 +121,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "timeout_prog: unknown mode '%s'\n", mode);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  fprintf(stderr, "timeout_prog: rank %d: %s returned %s after %.1f s: %s\n", rank, call, sg_status_name(st),
-          MPI_Wtime() - t0, sg_last_error());
+  fprintf(stderr, "timeout_prog: rank %d: %s returned %s after %.1f s: %s\n",
+          rank, call, sg_status_name(st), MPI_Wtime() - t0, sg_last_error());
   fflush(stderr);
   /* give the launcher time to forward this line before an abort tears the
    * job down (a line was once lost under load) */

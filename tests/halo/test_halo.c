@@ -124,13 +124,13 @@ static int64_t blk_at(const blk *b, int ch, const int64_t *i) {
 static void mesh_list(int size, int nd, const char **specs, int (*md)[3],
                       int *count) {
   int n = 0;
-#define ADD(s, a, b, c)                                                       \
-  do {                                                                        \
-    specs[n] = s;                                                             \
-    md[n][0] = a;                                                             \
-    md[n][1] = b;                                                             \
-    md[n][2] = c;                                                             \
-    ++n;                                                                      \
+#define ADD(s, a, b, c) \
+  do {                  \
+    specs[n] = s;       \
+    md[n][0] = a;       \
+    md[n][1] = b;       \
+    md[n][2] = c;       \
+    ++n;                \
   } while (0)
   if (nd == 2) {
     switch (size) {
@@ -208,14 +208,18 @@ static sg_status make_desc(sg_mesh_t mesh, const cfg *c, sg_dtype dt,
     if (c->use_window) {
       int p = sg_decomp_parts(dec, d), me = sg_decomp_coord(dec, d);
       int64_t *osz = malloc(sizeof(int64_t) * (size_t)p * 4);
-      SG_TRY(sg_decomp_window_halos(dec, d, c->win[d], osz + 2 * p, osz,
-                                    osz + p));
-      *s = (sdim){c->win[d].kernel, c->win[d].stride, -c->win[d].pad[0],
-                  c->win[d].dilation, osz[p + me], osz[me]};
+      SG_TRY(
+          sg_decomp_window_halos(dec, d, c->win[d], osz + 2 * p, osz, osz + p));
+      *s = (sdim){c->win[d].kernel,   c->win[d].stride, -c->win[d].pad[0],
+                  c->win[d].dilation, osz[p + me],      osz[me]};
       free(osz);
     } else {
-      *s = (sdim){c->hw[d][0] + c->hw[d][1] + 1, 1, -c->hw[d][0], 1,
-                  in_off[d], desc->interior[d]};
+      *s = (sdim){c->hw[d][0] + c->hw[d][1] + 1,
+                  1,
+                  -c->hw[d][0],
+                  1,
+                  in_off[d],
+                  desc->interior[d]};
     }
   }
   if (c->channels_last) {
@@ -245,9 +249,9 @@ static void blk_from(sg_halo_plan_t plan, const sg_halo_desc *desc,
   }
 }
 
-#define FOR_BOX(i, lo0, hi0, lo1, hi1, lo2, hi2)                              \
-  for (i[0] = (lo0); i[0] < (hi0); ++i[0])                                    \
-    for (i[1] = (lo1); i[1] < (hi1); ++i[1])                                  \
+#define FOR_BOX(i, lo0, hi0, lo1, hi1, lo2, hi2) \
+  for (i[0] = (lo0); i[0] < (hi0); ++i[0])       \
+    for (i[1] = (lo1); i[1] < (hi1); ++i[1])     \
       for (i[2] = (lo2); i[2] < (hi2); ++i[2])
 
 static int in_box(const blk *b, const int64_t *i) {
@@ -315,8 +319,8 @@ static void run_adjoint(sg_mesh_t mesh, const cfg *c, const char *label,
     FOR_BOX(i, -b.h[0][0], b.n[0] + b.h[0][1], -b.h[1][0], b.n[1] + b.h[1][1],
             -b.h[2][0], b.n[2] + b.h[2][1]) {
       int64_t e = blk_at(&b, ch, i);
-      loc[0] += x[e] * y0[e];  /* <Hx, y> over interior + halo */
-      loc[1] += x0[e] * y[e];  /* <x, H^T y>: x0 is zero in the halo */
+      loc[0] += x[e] * y0[e]; /* <Hx, y> over interior + halo */
+      loc[1] += x0[e] * y[e]; /* <x, H^T y>: x0 is zero in the halo */
     }
   MPI_Allreduce(loc, tot, 2, MPI_DOUBLE, MPI_SUM, sg_mesh_comm(mesh));
   double rel = fabs(tot[0] - tot[1]) / fmax(fabs(tot[0]), 1e-300);
@@ -350,8 +354,8 @@ static void run_forward(sg_mesh_t mesh, const cfg *c, const char *label) {
                "%s: plan path %s, expected %s", label, got,
                all > 0 ? "shm" : "mpi");
     else if (want)
-      SG_CHECK(!strcmp(got, want), "%s: plan path %s, expected %s", label,
-               got, want);
+      SG_CHECK(!strcmp(got, want), "%s: plan path %s, expected %s", label, got,
+               want);
   }
   blk b;
   blk_from(plan, &desc, in_off, &b);
@@ -436,8 +440,10 @@ static void run_forward(sg_mesh_t mesh, const cfg *c, const char *label) {
     }
   SG_CHECK(oob == 0, "%s: stencil reads %lld cells outside the halo", label,
            (long long)oob);
-  SG_CHECK(sbad == 0, "%s: %lld stencil outputs differ from the global "
-           "stencil", label, (long long)sbad);
+  SG_CHECK(sbad == 0,
+           "%s: %lld stencil outputs differ from the global "
+           "stencil",
+           label, (long long)sbad);
   run_adjoint(mesh, c, label, plan, &b);
 done:
   if (xown) free(x);
@@ -465,8 +471,8 @@ static void run_repeat(sg_mesh_t mesh, const cfg *c, const char *label) {
   for (int it = 0; it < 7; ++it) {
     const double scale = (double)(it + 1); /* exact: small multiples */
     for (int ch = 0; ch < L; ++ch)
-      FOR_BOX(i, -b.h[0][0], b.n[0] + b.h[0][1], -b.h[1][0],
-              b.n[1] + b.h[1][1], -b.h[2][0], b.n[2] + b.h[2][1]) {
+      FOR_BOX(i, -b.h[0][0], b.n[0] + b.h[0][1], -b.h[1][0], b.n[1] + b.h[1][1],
+              -b.h[2][0], b.n[2] + b.h[2][1]) {
         int interior = 1;
         for (int d = 0; d < 3; ++d) {
           g[d] = b.in_off[d] + i[d];
@@ -483,8 +489,8 @@ static void run_repeat(sg_mesh_t mesh, const cfg *c, const char *label) {
       SG_CHECK_OK(sg_halo_exchange(plan, x));
     }
     for (int ch = 0; ch < L; ++ch)
-      FOR_BOX(i, -b.h[0][0], b.n[0] + b.h[0][1], -b.h[1][0],
-              b.n[1] + b.h[1][1], -b.h[2][0], b.n[2] + b.h[2][1]) {
+      FOR_BOX(i, -b.h[0][0], b.n[0] + b.h[0][1], -b.h[1][0], b.n[1] + b.h[1][1],
+              -b.h[2][0], b.n[2] + b.h[2][1]) {
         for (int d = 0; d < 3; ++d) g[d] = b.in_off[d] + i[d];
         double want = scale * gref(c, ch, g), got = x[blk_at(&b, ch, i)];
         if (memcmp(&want, &got, sizeof want) != 0) {
@@ -508,10 +514,10 @@ static void run_repeat(sg_mesh_t mesh, const cfg *c, const char *label) {
         }
     }
   }
-  SG_CHECK(bad == 0, "%s: %lld cells differ over back-to-back exchanges",
-           label, (long long)bad);
-  SG_CHECK(hbad == 0, "%s: %lld halo cells nonzero after an adjoint",
-           label, (long long)hbad);
+  SG_CHECK(bad == 0, "%s: %lld cells differ over back-to-back exchanges", label,
+           (long long)bad);
+  SG_CHECK(hbad == 0, "%s: %lld halo cells nonzero after an adjoint", label,
+           (long long)hbad);
 done:
   if (xown) free(x);
   SG_CHECK_OK(sg_halo_plan_destroy(&plan));
@@ -540,12 +546,19 @@ static void run_all(int nd) {
                                   {{1, 2}, {0, 1}, {2, 0}}};
   /* window ops per dim: kernel, stride, padding, dilation */
   const sg_window wins2[][3] = {
-      {SG_WINDOW_SYM(3, 1, 1, 1), SG_WINDOW_SYM(7, 1, 3, 1), SG_WINDOW_SYM(1, 1, 0, 1)},
-      {SG_WINDOW_SYM(2, 2, 0, 1), SG_WINDOW_SYM(3, 2, 1, 1), SG_WINDOW_SYM(1, 1, 0, 1)},
-      {SG_WINDOW_SYM(3, 1, 2, 2), SG_WINDOW_SYM(4, 1, 1, 1), SG_WINDOW_SYM(1, 1, 0, 1)},
-      {SG_WINDOW_SYM(5, 1, 2, 1), SG_WINDOW_SYM(3, 3, 0, 1), SG_WINDOW_SYM(1, 1, 0, 1)}};
-  const sg_window wins3[][3] = {{SG_WINDOW_SYM(3, 1, 1, 1), SG_WINDOW_SYM(3, 1, 1, 1), SG_WINDOW_SYM(3, 1, 1, 1)},
-                                {SG_WINDOW_SYM(2, 2, 0, 1), SG_WINDOW_SYM(5, 1, 2, 1), SG_WINDOW_SYM(3, 2, 1, 1)}};
+      {SG_WINDOW_SYM(3, 1, 1, 1), SG_WINDOW_SYM(7, 1, 3, 1),
+       SG_WINDOW_SYM(1, 1, 0, 1)},
+      {SG_WINDOW_SYM(2, 2, 0, 1), SG_WINDOW_SYM(3, 2, 1, 1),
+       SG_WINDOW_SYM(1, 1, 0, 1)},
+      {SG_WINDOW_SYM(3, 1, 2, 2), SG_WINDOW_SYM(4, 1, 1, 1),
+       SG_WINDOW_SYM(1, 1, 0, 1)},
+      {SG_WINDOW_SYM(5, 1, 2, 1), SG_WINDOW_SYM(3, 3, 0, 1),
+       SG_WINDOW_SYM(1, 1, 0, 1)}};
+  const sg_window wins3[][3] = {
+      {SG_WINDOW_SYM(3, 1, 1, 1), SG_WINDOW_SYM(3, 1, 1, 1),
+       SG_WINDOW_SYM(3, 1, 1, 1)},
+      {SG_WINDOW_SYM(2, 2, 0, 1), SG_WINDOW_SYM(5, 1, 2, 1),
+       SG_WINDOW_SYM(3, 2, 1, 1)}};
   int nfixed = nd == 2 ? 5 : 3, nwin = nd == 2 ? 4 : 2;
   int toggle = 0;
   const char *paths[5] = {"auto", "mpi", "pack", "direct", "shm"};
@@ -584,8 +597,7 @@ static void run_all(int nd) {
         c.nonblocking = toggle & 1;
         c.channels_last = (toggle >> 1) & 1;
         c.extra_margin = (toggle % 3) == 0;
-        const char *path =
-            force && *force ? force : paths[(toggle / 4) % 5];
+        const char *path = force && *force ? force : paths[(toggle / 4) % 5];
         const char *fb = getenv("SG_HALO_TEST_BLOCK");
         c.block = toggle % 3;
         for (int j = 0; j < 3; ++j)
@@ -594,10 +606,9 @@ static void run_all(int nd) {
         char label[160];
         snprintf(label, sizeof label,
                  "%dD mesh %s, %s/%s/%s, %s %d, %s, %s, %s path, %s "
-                 "blocks%s", nd,
-                 specs[m],
-                 bname(c.bnd[0]), bname(c.bnd[1]), bname(c.bnd[2]),
-                 c.use_window ? "window" : "widths",
+                 "blocks%s",
+                 nd, specs[m], bname(c.bnd[0]), bname(c.bnd[1]),
+                 bname(c.bnd[2]), c.use_window ? "window" : "widths",
                  c.use_window ? v - nfixed : v,
                  c.nonblocking ? "start/finish" : "blocking",
                  c.channels_last ? "channels-last" : "packed", path,

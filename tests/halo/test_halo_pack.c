@@ -66,14 +66,17 @@ static void test_kernels(void) {
     sg_halo_box b = random_box(&bc);
     int64_t n = sg_halo_box_size(&b);
     size_t es = sizes[it % 4];
-    unsigned char *blk = malloc((size_t)bc * es), *ref = malloc((size_t)bc * es);
+    unsigned char *blk = malloc((size_t)bc * es),
+                  *ref = malloc((size_t)bc * es);
     unsigned char *buf = malloc((size_t)n * es), *want = malloc((size_t)n * es);
-    for (int64_t i = 0; i < bc * (int64_t)es; ++i) blk[i] = (unsigned char)rnd(256);
+    for (int64_t i = 0; i < bc * (int64_t)es; ++i)
+      blk[i] = (unsigned char)rnd(256);
     for (int64_t e = 0; e < n; ++e)
       memcpy(want + e * es, blk + sg_halo_box_offset(&b, e) * es, es);
     sg_halo_pack_host(blk, &b, es, buf);
     SG_CHECK(memcmp(buf, want, (size_t)n * es) == 0, "pack it %d", it);
-    for (int64_t i = 0; i < n * (int64_t)es; ++i) buf[i] = (unsigned char)rnd(256);
+    for (int64_t i = 0; i < n * (int64_t)es; ++i)
+      buf[i] = (unsigned char)rnd(256);
     memcpy(ref, blk, (size_t)bc * es);
     for (int64_t e = 0; e < n; ++e)
       memcpy(ref + sg_halo_box_offset(&b, e) * es, buf + e * es, es);
@@ -104,7 +107,8 @@ static void test_short_rows(void) {
         int64_t lead = shapes[sh][0], rows = shapes[sh][1], cols = 19;
         int64_t bc = lead * rows * cols;
         /* the hi halo: columns [cols - w, cols) */
-        sg_halo_box b = {{1, lead, rows, w}, {0, rows * cols, cols, 1},
+        sg_halo_box b = {{1, lead, rows, w},
+                         {0, rows * cols, cols, 1},
                          cols - w};
         int64_t n = sg_halo_box_size(&b);
         unsigned char *blk = malloc((size_t)bc * es),
@@ -146,12 +150,17 @@ static void test_add(void) {
     int64_t bc;
     sg_halo_box b = random_box(&bc);
     int64_t n = sg_halo_box_size(&b);
-    double *bd = malloc((size_t)bc * sizeof *bd), *rd = malloc((size_t)bc * sizeof *rd);
+    double *bd = malloc((size_t)bc * sizeof *bd),
+           *rd = malloc((size_t)bc * sizeof *rd);
     double *buf = malloc((size_t)n * sizeof *buf);
-    float *bf = malloc((size_t)bc * sizeof *bf), *buff = malloc((size_t)n * sizeof *buff);
-    int32_t *bi = malloc((size_t)bc * sizeof *bi), *bufi = malloc((size_t)n * sizeof *bufi);
-    for (int64_t i = 0; i < bc; ++i) bd[i] = rd[i] = bf[i] = bi[i] = (int32_t)rnd(100);
-    for (int64_t e = 0; e < n; ++e) buf[e] = buff[e] = bufi[e] = (int32_t)rnd(100);
+    float *bf = malloc((size_t)bc * sizeof *bf),
+          *buff = malloc((size_t)n * sizeof *buff);
+    int32_t *bi = malloc((size_t)bc * sizeof *bi),
+            *bufi = malloc((size_t)n * sizeof *bufi);
+    for (int64_t i = 0; i < bc; ++i)
+      bd[i] = rd[i] = bf[i] = bi[i] = (int32_t)rnd(100);
+    for (int64_t e = 0; e < n; ++e)
+      buf[e] = buff[e] = bufi[e] = (int32_t)rnd(100);
     for (int64_t e = 0; e < n; ++e) rd[sg_halo_box_offset(&b, e)] += buf[e];
     SG_CHECK_OK(sg_halo_unpack_add_host(bd, &b, SG_DTYPE_F64, buf));
     SG_CHECK_OK(sg_halo_unpack_add_host(bf, &b, SG_DTYPE_F32, buff));
@@ -160,7 +169,13 @@ static void test_add(void) {
     for (int64_t i = 0; i < bc; ++i)
       bad += bd[i] != rd[i] || (double)bf[i] != rd[i] || (double)bi[i] != rd[i];
     SG_CHECK(bad == 0, "unpack_add it %d: %d wrong", it, bad);
-    free(bd); free(rd); free(buf); free(bf); free(buff); free(bi); free(bufi);
+    free(bd);
+    free(rd);
+    free(buf);
+    free(bf);
+    free(buff);
+    free(bi);
+    free(bufi);
   }
   sg_bf16 x = sg_bf16_from_f32(1.5f), y = sg_bf16_from_f32(2.25f);
   sg_halo_box one = {{1, 1, 1, 1}, {0, 0, 0, 1}, 0};

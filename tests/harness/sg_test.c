@@ -50,7 +50,8 @@ int sg_test_all(MPI_Comm comm, int ok) {
   ok = ok != 0;
   /* a yielding wait: with more ranks than cores a busy-polling all-reduce
    * costs a time slice (tests run up to 4 ranks on 2 cores) */
-  if (MPI_Iallreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm, &req) != MPI_SUCCESS ||
+  if (MPI_Iallreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm, &req) !=
+          MPI_SUCCESS ||
       sg_wait_yield(&req, MPI_STATUS_IGNORE) != MPI_SUCCESS)
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
   return all;
@@ -60,11 +61,13 @@ int sg_test_finish(void) {
   int64_t local[2] = {sg_test_passed, sg_test_failed}, total[2] = {0, 0};
   int skipped = 0;
   MPI_Allreduce(local, total, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Allreduce(&sg_test_skipped, &skipped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(&sg_test_skipped, &skipped, 1, MPI_INT, MPI_MAX,
+                MPI_COMM_WORLD);
   int code = total[1] ? 1 : (skipped ? 77 : 0);
   if (sg_test_rank == 0) {
     if (skipped && !total[1])
-      printf("SKIPPED: %s\n", sg_test_skip_reason[0] ? sg_test_skip_reason : "(no reason)");
+      printf("SKIPPED: %s\n",
+             sg_test_skip_reason[0] ? sg_test_skip_reason : "(no reason)");
     printf("%lld passed, %lld failed%s (over %d ranks)\n", (long long)total[0],
            (long long)total[1], skipped ? ", 1 skipped" : "", sg_test_size);
     fflush(stdout);
@@ -74,7 +77,8 @@ int sg_test_finish(void) {
 }
 
 static int64_t sg_test_cmp_impl(const char *what, int64_t n, double rel,
-                                double abs_tol, double (*get)(const void *, int64_t),
+                                double abs_tol,
+                                double (*get)(const void *, int64_t),
                                 const void *a, const void *b) {
   int64_t bad = 0, first = -1;
   double worst = 0.0;
@@ -100,8 +104,12 @@ static int64_t sg_test_cmp_impl(const char *what, int64_t n, double rel,
   return bad;
 }
 
-static double sg_get_f32(const void *p, int64_t i) { return ((const float *)p)[i]; }
-static double sg_get_f64(const void *p, int64_t i) { return ((const double *)p)[i]; }
+static double sg_get_f32(const void *p, int64_t i) {
+  return ((const float *)p)[i];
+}
+static double sg_get_f64(const void *p, int64_t i) {
+  return ((const double *)p)[i];
+}
 
 int64_t sg_test_cmp_f32(const char *what, const float *a, const float *b,
                         int64_t n, double rel, double abs_tol) {
@@ -123,8 +131,9 @@ int64_t sg_test_cmp_bytes(const char *what, const void *a, const void *b,
       ++bad;
     }
   if (bad)
-    sg_test_fail_at(__FILE__, __LINE__, "%s: %lld of %zu bytes differ, first at byte %lld",
-                    what, (long long)bad, n, (long long)first);
+    sg_test_fail_at(__FILE__, __LINE__,
+                    "%s: %lld of %zu bytes differ, first at byte %lld", what,
+                    (long long)bad, n, (long long)first);
   else
     ++sg_test_passed;
   return bad;

@@ -55,36 +55,36 @@ int64_t sg_test_cmp_f64(const char *what, const double *a, const double *b,
 int64_t sg_test_cmp_bytes(const char *what, const void *a, const void *b,
                           size_t n);
 
-#define SG_CHECK(cond, ...)                                                   \
-  do {                                                                        \
-    if (cond)                                                                 \
-      ++sg_test_passed;                                                       \
-    else                                                                      \
-      sg_test_fail_at(__FILE__, __LINE__, __VA_ARGS__);                       \
+#define SG_CHECK(cond, ...)                             \
+  do {                                                  \
+    if (cond)                                           \
+      ++sg_test_passed;                                 \
+    else                                                \
+      sg_test_fail_at(__FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 
-#define SG_CHECK_OK(call)                                                     \
-  do {                                                                        \
-    sg_status sg_chk_st_ = (call);                                            \
-    SG_CHECK(sg_chk_st_ == SG_OK, "%s returned %s: %s", #call,                \
-             sg_status_name(sg_chk_st_), sg_last_error());                    \
+#define SG_CHECK_OK(call)                                      \
+  do {                                                         \
+    sg_status sg_chk_st_ = (call);                             \
+    SG_CHECK(sg_chk_st_ == SG_OK, "%s returned %s: %s", #call, \
+             sg_status_name(sg_chk_st_), sg_last_error());     \
   } while (0)
 
-#define SG_CHECK_STATUS(call, expected)                                       \
-  do {                                                                        \
-    sg_status sg_chk_st_ = (call);                                            \
-    SG_CHECK(sg_chk_st_ == (expected), "%s returned %s, expected %s (%s)",    \
-             #call, sg_status_name(sg_chk_st_), sg_status_name(expected),     \
-             sg_last_error());                                                \
+#define SG_CHECK_STATUS(call, expected)                                    \
+  do {                                                                     \
+    sg_status sg_chk_st_ = (call);                                         \
+    SG_CHECK(sg_chk_st_ == (expected), "%s returned %s, expected %s (%s)", \
+             #call, sg_status_name(sg_chk_st_), sg_status_name(expected),  \
+             sg_last_error());                                             \
   } while (0)
 
 /* Like SG_CHECK_OK but jumps to "done" on failure. */
-#define SG_REQUIRE_OK(call)                                                   \
-  do {                                                                        \
-    sg_status sg_chk_st_ = (call);                                            \
-    SG_CHECK(sg_chk_st_ == SG_OK, "%s returned %s: %s", #call,                \
-             sg_status_name(sg_chk_st_), sg_last_error());                    \
-    if (sg_chk_st_ != SG_OK) goto done;                                       \
+#define SG_REQUIRE_OK(call)                                    \
+  do {                                                         \
+    sg_status sg_chk_st_ = (call);                             \
+    SG_CHECK(sg_chk_st_ == SG_OK, "%s returned %s: %s", #call, \
+             sg_status_name(sg_chk_st_), sg_last_error());     \
+    if (sg_chk_st_ != SG_OK) goto done;                        \
   } while (0)
 
 #ifdef __cplusplus

@@ -23,7 +23,8 @@ extern "C" {
 /* Value i of stream `seed`, uniform in [lo, hi) (a counter-based hash: the
  * same on every rank, independent of the order of calls). */
 double sg_test_rand(uint64_t seed, int64_t i, double lo, double hi);
-void sg_test_rand_fill(double *a, int64_t n, uint64_t seed, double lo, double hi);
+void sg_test_rand_fill(double *a, int64_t n, uint64_t seed, double lo,
+                       double hi);
 
 /* ---- elements and boxes ------------------------------------------------------ */
 int64_t sg_test_numel(int nd, const int64_t *shape);
@@ -46,8 +47,8 @@ sg_status sg_test_var_box(const sg_var *v, int64_t *off, int64_t *shape);
  * changes them. */
 #define SG_TEST_GUARD 16
 typedef struct sg_test_buf {
-  void *data;  /* the n elements */
-  void *base;  /* the allocation */
+  void *data; /* the n elements */
+  void *base; /* the allocation */
   int64_t n;
   sg_dtype dtype;
 } sg_test_buf;

@@ -132,13 +132,15 @@ int main(int argc, char **argv) {
     sg_ckpt_array a[CKT_N];
     void *bufs[CKT_N];
     ckt_arrays(sg_test_rank, sg_test_size, 1, 0, a, bufs);
-    sg_status st = sg_ckpt_read(MPI_COMM_WORLD, "no_such_ckpt.nc", CKT_N, a, NULL);
+    sg_status st = sg_ckpt_read(MPI_COMM_WORLD, "no_such_ckpt.nc", CKT_N, a,
+                                NULL);
     SG_CHECK(sg_test_all(MPI_COMM_WORLD, st == SG_ERR_IO), "missing file: %s",
              sg_status_name(st));
     a[1].name = "no_such_array";
     st = sg_ckpt_read(MPI_COMM_WORLD, path, CKT_N, a, NULL);
-    SG_CHECK(sg_test_all(MPI_COMM_WORLD, st == SG_ERR_INVALID_ARG &&
-                                             strstr(sg_last_error(), "no_such_array")),
+    SG_CHECK(sg_test_all(MPI_COMM_WORLD,
+                         st == SG_ERR_INVALID_ARG &&
+                             strstr(sg_last_error(), "no_such_array")),
              "missing array: %s %s", sg_status_name(st), sg_last_error());
     a[1].name = ckt_defs[1].name;
     a[0].shard.global_shape[0] += 1;

@@ -35,7 +35,8 @@ static char tmp_path[1100];
 static int delay_ms = 20;
 
 static void sleep_ms(double ms) {
-  struct timespec ts = {(time_t)(ms / 1000), (long)((ms - 1000 * (time_t)(ms / 1000)) * 1e6)};
+  struct timespec ts = {(time_t)(ms / 1000),
+                        (long)((ms - 1000 * (time_t)(ms / 1000)) * 1e6)};
   nanosleep(&ts, NULL);
 }
 
@@ -74,7 +75,8 @@ int main(int argc, char **argv) {
   /* the writer splits rows, the checker columns */
   sg_nc_shard_split(2, shape, SG_DTYPE_F32, argv[1][0] == 'w' ? 0 : 1,
                     sg_test_size, sg_test_rank, &a.shard);
-  float *buf = malloc(sizeof(float) * (size_t)(sg_nc_shard_numel(&a.shard) + 1));
+  float *buf = malloc(sizeof(float) *
+                      (size_t)(sg_nc_shard_numel(&a.shard) + 1));
   a.data = buf;
   sg_ckpt_meta m;
   memset(&m, 0, sizeof m);
@@ -89,13 +91,15 @@ int main(int argc, char **argv) {
     MPI_Barrier(MPI_COMM_WORLD);
     pthread_t th;
     SG_REQUIRE_OK(pthread_create(&th, NULL, watcher, NULL) == 0
-                      ? SG_OK : SG_ERR_INTERNAL);
+                      ? SG_OK
+                      : SG_ERR_INTERNAL);
     for (m.step = 1;; ++m.step) {
       fill(m.step, &a.shard, buf);
       if (m.step == 3) {
         if (sg_test_rank == 0) {
           printf("steps 1-2 written; the write of step 3 gets killed %d ms "
-                 "after %s appears\n", delay_ms, tmp_path);
+                 "after %s appears\n",
+                 delay_ms, tmp_path);
           fflush(stdout);
         }
         atomic_store(&armed, 1);
@@ -120,8 +124,9 @@ int main(int argc, char **argv) {
     SG_CHECK(m.step >= 2 && bad == 0,
              "checkpoint of step %lld: %lld values differ from that step's",
              (long long)m.step, (long long)bad);
-    if (sg_test_rank == 0) printf("loaded the complete checkpoint of step %lld\n",
-                                  (long long)m.step);
+    if (sg_test_rank == 0)
+      printf("loaded the complete checkpoint of step %lld\n",
+             (long long)m.step);
     free(m.config);
   }
 done:

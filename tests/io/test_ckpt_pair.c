@@ -44,8 +44,8 @@ int main(int argc, char **argv) {
     }
     SG_CHECK(m.step == 777 && m.data_position == 777 * 32, "step %lld",
              (long long)m.step);
-    SG_CHECK(strcmp(m.mesh, "h=2,w=2") == 0, "written on mesh %s, expected h=2,w=2",
-             m.mesh);
+    SG_CHECK(strcmp(m.mesh, "h=2,w=2") == 0,
+             "written on mesh %s, expected h=2,w=2", m.mesh);
     free(m.config);
   }
   for (int k = 0; k < CKT_N; ++k) free(bufs[k]);

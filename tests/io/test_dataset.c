@@ -34,9 +34,10 @@ static void test_moments(void) {
   sg_ds_moments m = {0, 0, 0, 0};
   sg_ds_moments_add(&m, x + a, w + a, NULL, c);
   SG_CHECK_OK(sg_ds_moments_allmerge(MPI_COMM_WORLD, 1, &m));
-  SG_CHECK(fabs(m.mean - mean) <= 1e-12 * fabs(mean) && fabs(m.m2 - M2) <= 1e-10 * M2 &&
-               m.n == N,
-           "merged mean %.17g vs %.17g, M2 %.17g vs %.17g", m.mean, mean, m.m2, M2);
+  SG_CHECK(fabs(m.mean - mean) <= 1e-12 * fabs(mean) &&
+               fabs(m.m2 - M2) <= 1e-10 * M2 && m.n == N,
+           "merged mean %.17g vs %.17g, M2 %.17g vs %.17g", m.mean, mean, m.m2,
+           M2);
   /* the same bits on every rank */
   double all[2] = {m.mean, m.m2}, mx[2], mn[2];
   MPI_Allreduce(all, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -48,13 +49,15 @@ static void test_moments(void) {
 
 static void test_stats_coads(void) {
   if (access(COADS, R_OK) != 0) {
-    if (sg_test_rank == 0) printf("ferret-datasets missing: statistics on real data not tested\n");
+    if (sg_test_rank == 0)
+      printf("ferret-datasets missing: statistics on real data not tested\n");
     return;
   }
   const char *map = "COADSX=lon,COADSY=lat,TIME=time";
   const char *names[2] = {"SST", "AIRT"};
   sg_ds_stats st;
-  SG_CHECK_OK(sg_ds_stats_compute(MPI_COMM_WORLD, COADS, map, 2, names, 1, &st));
+  SG_CHECK_OK(
+      sg_ds_stats_compute(MPI_COMM_WORLD, COADS, map, 2, names, 1, &st));
   /* serial two-pass reference */
   sg_nc_t f = NULL;
   sg_nc_open_opts oo = sg_nc_open_opts_default();
@@ -121,8 +124,8 @@ done:
 static void test_samples(void) {
   int64_t ns = 0;
   SG_CHECK_STATUS(sg_ds_num_samples(3, 2, 2, &ns), SG_ERR_SHAPE);
-  SG_CHECK(strstr(sg_last_error(), "shorter than one sample") != NULL, "message: %s",
-           sg_last_error());
+  SG_CHECK(strstr(sg_last_error(), "shorter than one sample") != NULL,
+           "message: %s", sg_last_error());
   SG_CHECK_OK(sg_ds_num_samples(12, 2, 1, &ns));
   SG_CHECK(ns == 10, "samples %lld", (long long)ns);
   enum { N = 101 };
@@ -141,7 +144,8 @@ static void test_samples(void) {
   /* data ranks: disjoint slices whose union is the global batch */
   int64_t batch = 10, step = 3, got[N], cnt = 0, mark[N] = {0};
   for (int d = 0; d < sg_test_size; ++d) {
-    SG_CHECK_OK(sg_ds_batch_samples(o, N, batch, step, d, sg_test_size, got, &cnt));
+    SG_CHECK_OK(
+        sg_ds_batch_samples(o, N, batch, step, d, sg_test_size, got, &cnt));
     for (int64_t i = 0; i < cnt; ++i) mark[got[i]]++;
   }
   int ok = 1;

@@ -21,8 +21,8 @@ static void check_open(const char *path, sg_nc_backend b) {
   oo.backend = b;
   sg_nc_t f = NULL;
   sg_status st = sg_nc_open(MPI_COMM_WORLD, path, &oo, &f);
-  SG_CHECK(st == SG_ERR_CORRUPT, "%s (%s): %s: %s", path,
-           sg_nc_backend_name(b), sg_status_name(st), sg_last_error());
+  SG_CHECK(st == SG_ERR_CORRUPT, "%s (%s): %s: %s", path, sg_nc_backend_name(b),
+           sg_status_name(st), sg_last_error());
   SG_CHECK(strstr(sg_last_error(), "corrupt NetCDF header") &&
                strstr(sg_last_error(), path),
            "message: %s", sg_last_error());
@@ -74,5 +74,3 @@ int main(int argc, char **argv) {
   for (int i = 2; i < argc; ++i) check_ckpt(argv[i]);
   return sg_test_finish();
 }
-
-

@@ -31,7 +31,8 @@ static void expect(sg_status got, sg_status want, const char *needle,
   if (needle)
     SG_CHECK(strstr(sg_last_error(), needle) != NULL,
              "%s: message '%s' lacks '%s'", what, sg_last_error(), needle);
-  SG_CHECK(sg_test_all(MPI_COMM_WORLD, got == want), "%s: not on every rank", what);
+  SG_CHECK(sg_test_all(MPI_COMM_WORLD, got == want), "%s: not on every rank",
+           what);
 }
 
 static void make_file(const char *path, sg_nc_backend b) {
@@ -60,7 +61,8 @@ done:
 static void test_backend(sg_nc_backend b) {
   if (!sg_nc_backend_available(b, 1)) return;
   char path[128];
-  snprintf(path, sizeof path, "err_%s_np%d.nc", sg_nc_backend_name(b), sg_test_size);
+  snprintf(path, sizeof path, "err_%s_np%d.nc", sg_nc_backend_name(b),
+           sg_test_size);
   make_file(path, b);
   MPI_Barrier(MPI_COMM_WORLD);
   long long n0 = 0, n1 = 0;
@@ -79,8 +81,8 @@ static void test_backend(sg_nc_backend b) {
   sg_nc_open_opts ho = sg_nc_open_opts_default();
   ho.hints = sg_test_rank == sg_test_size - 1 ? "romio_cb_read"
                                               : "romio_cb_read=disable";
-  expect(sg_nc_open(MPI_COMM_WORLD, path, &ho, &f), SG_ERR_CONFIG,
-         "key=value", "malformed open hints");
+  expect(sg_nc_open(MPI_COMM_WORLD, path, &ho, &f), SG_ERR_CONFIG, "key=value",
+         "malformed open hints");
   SG_CHECK(f == NULL, "handle set on failure");
   co.overwrite = 1;
   co.hints = "cb_buffer_size=";
@@ -131,7 +133,8 @@ static void test_backend(sg_nc_backend b) {
   SG_CHECK_OK(sg_nc_close(&f));
   MPI_Barrier(MPI_COMM_WORLD);
   char *after = slurp(path, &n1);
-  SG_CHECK(before && after && n0 == n1 && memcmp(before, after, (size_t)n0) == 0,
+  SG_CHECK(before && after && n0 == n1 &&
+               memcmp(before, after, (size_t)n0) == 0,
            "%s changed by failed calls (%lld -> %lld bytes)", path, n0, n1);
   free(before);
   free(after);

@@ -21,9 +21,18 @@ typedef struct dset {
 } dset;
 
 static const dset sets[] = {
-    {"coads_climatology.cdf", "COADSX=lon,COADSY=lat,TIME=time", {"SST", "UWND"}, 1},
-    {"levitus_climatology.cdf", "XAXLEVITR=lon,YAXLEVITR=lat,ZAXLEVITR=level", {"TEMP", NULL}, 1},
-    {"monthly_navy_winds.cdf", "FNOCX=lon,FNOCY=lat,TIME=time", {"VWND", NULL}, 0},
+    {"coads_climatology.cdf",
+     "COADSX=lon,COADSY=lat,TIME=time",
+     {"SST", "UWND"},
+     1},
+    {"levitus_climatology.cdf",
+     "XAXLEVITR=lon,YAXLEVITR=lat,ZAXLEVITR=level",
+     {"TEMP", NULL},
+     1},
+    {"monthly_navy_winds.cdf",
+     "FNOCX=lon,FNOCY=lat,TIME=time",
+     {"VWND", NULL},
+     0},
 };
 
 /* The whole variable, raw, read by this rank alone (serial backend). */
@@ -50,7 +59,8 @@ static float *whole_read(const char *path, const char *map, const char *var,
       sg_nc_get_att_f64(f, info->varid, "_FillValue", fills, 1, &k) == SG_OK)
     *nfill += 1;
   if (sg_nc_has_att(f, info->varid, "missing_value") &&
-      sg_nc_get_att_f64(f, info->varid, "missing_value", fills + *nfill, 1, &k) == SG_OK)
+      sg_nc_get_att_f64(f, info->varid, "missing_value", fills + *nfill, 1,
+                        &k) == SG_OK)
     *nfill += 1;
 done:
   sg_nc_close(&f);
@@ -96,7 +106,8 @@ static void check_var(const dset *ds, const char *var) {
       ro.periodic_lon = 1;
       ro.masked_value = -999.0;
       ro.outside_value = 0.0;
-      int64_t oz = s.count[0], oy = s.count[1] + 2 * hy, ox = s.count[2] + 2 * hx;
+      int64_t oz = s.count[0], oy = s.count[1] + 2 * hy,
+              ox = s.count[2] + 2 * hx;
       int64_t on = oz * oy * ox;
       float *got = malloc((size_t)(on ? on : 1) * sizeof(float));
       uint8_t *mk = malloc((size_t)(on ? on : 1));
@@ -124,7 +135,8 @@ static void check_var(const dset *ds, const char *var) {
             }
           }
       char sd[32];
-      SG_CHECK(bad == 0, "%s %s by %s on %s: %lld of %lld differ (first at %lld)",
+      SG_CHECK(bad == 0,
+               "%s %s by %s on %s: %lld of %lld differ (first at %lld)",
                ds->file, var, sg_nc_backend_name(readers[r]),
                iot_decomp_str(&dcs[k], sd, sizeof sd), (long long)bad,
                (long long)on, (long long)first);
@@ -140,7 +152,8 @@ static void check_var(const dset *ds, const char *var) {
     if (ref.unlimited0 && r == 0) {
       sg_nc_shard s2;
       int64_t gs2[2] = {gs[1], gs[2]};
-      sg_nc_shard_split(2, gs2, SG_DTYPE_F64, 1, sg_test_size, sg_test_rank, &s2);
+      sg_nc_shard_split(2, gs2, SG_DTYPE_F64, 1, sg_test_size, sg_test_rank,
+                        &s2);
       int64_t n2 = s2.count[0] * s2.count[1], bad = 0;
       double *fr = malloc((size_t)(n2 ? n2 : 1) * sizeof(double));
       sg_nc_read_opts ro = sg_nc_read_opts_default();

@@ -20,14 +20,14 @@
 
 /* What a case changes in the header; zero fields keep the default. */
 typedef struct hdr {
-  uint64_t numrecs;   /* default 2 */
-  uint64_t xlen;      /* dim x; default 3 */
-  uint64_t gcount;    /* values of global attribute g; default 1 */
-  uint64_t a_dimid;   /* var a's dim; default 0 (time: a record variable) */
-  uint32_t a_type;    /* var a's type; default float (5) */
-  uint64_t a_begin;   /* default 536 */
-  uint64_t bcount;    /* values of var b's attribute; default 1 */
-  uint64_t namelen;   /* of var b's name; default 1 */
+  uint64_t numrecs; /* default 2 */
+  uint64_t xlen;    /* dim x; default 3 */
+  uint64_t gcount;  /* values of global attribute g; default 1 */
+  uint64_t a_dimid; /* var a's dim; default 0 (time: a record variable) */
+  uint32_t a_type;  /* var a's type; default float (5) */
+  uint64_t a_begin; /* default 536 */
+  uint64_t bcount;  /* values of var b's attribute; default 1 */
+  uint64_t namelen; /* of var b's name; default 1 */
   int a_dimid_set;
 } hdr;
 
@@ -37,7 +37,8 @@ typedef struct buf {
 } buf;
 
 static void be(buf *o, uint64_t v, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i) o->b[o->n++] = (unsigned char)(v >> (8 * i));
+  for (int i = bytes - 1; i >= 0; --i)
+    o->b[o->n++] = (unsigned char)(v >> (8 * i));
 }
 
 static void name(buf *o, const char *s, uint64_t len) {
@@ -121,8 +122,7 @@ static void check_extent(const char *what, const hdr *c, int64_t ea,
            (long long)(ends && nends == 2 ? ends[0] : -1),
            (long long)(ends && nends == 2 ? ends[1] : -1), (long long)ea,
            (long long)eb);
-  SG_CHECK(need == (ea > eb ? ea : eb), "%s: need %lld", what,
-           (long long)need);
+  SG_CHECK(need == (ea > eb ? ea : eb), "%s: need %lld", what, (long long)need);
   free(ends);
 }
 
@@ -141,8 +141,10 @@ int main(int argc, char **argv) {
   /* the fuzz finding: a huge record count, then a huge attribute */
   check_refused("records past 2^62, global attribute",
                 &(hdr){.numrecs = (uint64_t)0xff01 << 48, .gcount = huge});
-  check_refused("global attribute count 2^64 - 1", &(hdr){.gcount = UINT64_MAX});
-  check_refused("variable attribute count 2^63", &(hdr){.bcount = (uint64_t)1 << 63});
+  check_refused("global attribute count 2^64 - 1",
+                &(hdr){.gcount = UINT64_MAX});
+  check_refused("variable attribute count 2^63",
+                &(hdr){.bcount = (uint64_t)1 << 63});
   check_refused("name length 2^40", &(hdr){.namelen = (uint64_t)1 << 40});
   check_refused("dim past 2^62, then an attribute",
                 &(hdr){.xlen = past, .bcount = huge});

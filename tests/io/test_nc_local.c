@@ -29,7 +29,9 @@
 
 enum { NT = 3, NY = 10, NX = 12 };
 
-static float val(int t, int y, int x) { return (float)(t * 10000 + y * 100 + x); }
+static float val(int t, int y, int x) {
+  return (float)(t * 10000 + y * 100 + x);
+}
 
 static void expect_all(sg_status got, sg_status want, const char *needle,
                        const char *what) {
@@ -189,8 +191,8 @@ static void test_backend(sg_nc_backend b, const char *other) {
   /* the last rank names a file that does not exist */
   sg_nc_t f = NULL;
   const char *p = sg_test_rank == sg_test_size - 1 ? "local_missing.nc" : path;
-  expect_all(sg_nc_open(MPI_COMM_WORLD, p, NULL, &f), SG_ERR_IO,
-             "no such file", "missing file on the last rank");
+  expect_all(sg_nc_open(MPI_COMM_WORLD, p, NULL, &f), SG_ERR_IO, "no such file",
+             "missing file on the last rank");
   SG_CHECK(f == NULL, "handle set on failure");
   /* rank 0 opens a file of the other kind (auto backend) */
   if (other && sg_test_size > 1) {
@@ -220,12 +222,16 @@ static void test_create_paths(int variant) {
   co.backend = SG_NC_BACKEND_PNETCDF;
   co.overwrite = 1;
   co.header_reserve = 1024;
-  float *buf = malloc(sizeof(float) * NY * NX), *out = malloc(sizeof(float) * NY * NX);
+  float *buf = malloc(sizeof(float) * NY * NX),
+        *out = malloc(sizeof(float) * NY * NX);
   char *big = malloc(200000);
   memset(big, 'a', 199999);
   big[199999] = '\0';
   SG_REQUIRE_OK(sg_nc_create(MPI_COMM_WORLD, path, &co, &f));
-  if (old_tmp) setenv("TMPDIR", old_tmp, 1); else unsetenv("TMPDIR");
+  if (old_tmp)
+    setenv("TMPDIR", old_tmp, 1);
+  else
+    unsetenv("TMPDIR");
   int vf = -1, vg = -1;
   SG_CHECK_OK(sg_nc_def_dim(f, "lat", NY, NULL));
   SG_CHECK_OK(sg_nc_def_dim(f, "lon", NX, NULL));
@@ -237,7 +243,8 @@ static void test_create_paths(int variant) {
   sg_nc_shard s;
   sg_nc_shard_split(2, gs, SG_DTYPE_F32, 0, sg_test_size, sg_test_rank, &s);
   for (int64_t y = 0; y < s.count[0]; ++y)
-    for (int x = 0; x < NX; ++x) buf[y * NX + x] = val(7, (int)(s.start[0] + y), x);
+    for (int x = 0; x < NX; ++x)
+      buf[y * NX + x] = val(7, (int)(s.start[0] + y), x);
   SG_CHECK_OK(sg_nc_write(f, vf, &s, buf));
   if (variant == 1) /* outgrow the header: the data move */
     SG_CHECK_OK(sg_nc_put_att_text(f, SG_NC_GLOBAL, "history", big));

@@ -70,7 +70,8 @@ static void write_case(const tcase *c, const iot_decomp *A, sg_nc_backend b,
   if (variant % 2) {
     co.independent = 1;
     co.no_direct_write = 1;
-    co.hints = "romio_cb_write=enable, cb_buffer_size=65536;romio_ds_write=disable";
+    co.hints =
+        "romio_cb_write=enable, cb_buffer_size=65536;romio_ds_write=disable";
   }
   SG_REQUIRE_OK(sg_nc_create(MPI_COMM_WORLD, path, &co, &f));
   SG_CHECK(sg_nc_backend_of(f) == b, "backend in use %s",
@@ -79,8 +80,9 @@ static void write_case(const tcase *c, const iot_decomp *A, sg_nc_backend b,
   for (int d = 0; d < c->nd; ++d) {
     double *vals = malloc((size_t)c->shape[d] * sizeof(double));
     for (int64_t i = 0; i < c->shape[d]; ++i)
-      vals[i] = strcmp(c->dims[d], "lat") == 0 ? -80.0 + 160.0 * (double)i / (double)(c->shape[d] - 1)
-                                               : (double)i * 10.0;
+      vals[i] = strcmp(c->dims[d], "lat") == 0
+                    ? -80.0 + 160.0 * (double)i / (double)(c->shape[d] - 1)
+                    : (double)i * 10.0;
     const char *units = strcmp(c->dims[d], "lat") == 0   ? "degrees_north"
                         : strcmp(c->dims[d], "lon") == 0 ? "degrees_east"
                                                          : "hPa";
@@ -90,15 +92,15 @@ static void write_case(const tcase *c, const iot_decomp *A, sg_nc_backend b,
     const char *ax = strcmp(c->dims[d], "lat") == 0   ? "Y"
                      : strcmp(c->dims[d], "lon") == 0 ? "X"
                                                       : "Z";
-    SG_CHECK_OK(sg_nc_def_coord(f, c->dims[d], c->shape[d], units, sn, ax,
-                                vals, NULL));
+    SG_CHECK_OK(
+        sg_nc_def_coord(f, c->dims[d], c->shape[d], units, sn, ax, vals, NULL));
     free(vals);
   }
   int tid = -1;
   if (c->with_record)
     SG_CHECK_OK(sg_nc_def_coord(f, "time", SG_NC_UNLIMITED,
-                                "hours since 2000-01-01 00:00:00", "time",
-                                "T", NULL, &tid));
+                                "hours since 2000-01-01 00:00:00", "time", "T",
+                                NULL, &tid));
   sg_nc_var_opts vo;
   memset(&vo, 0, sizeof vo);
   vo.slab_count = s.count;
@@ -111,16 +113,19 @@ static void write_case(const tcase *c, const iot_decomp *A, sg_nc_backend b,
     sg_nc_cf rcf = {"m s-1", "record field", "eastward_wind", 1, 1e20};
     SG_CHECK_OK(sg_nc_put_cf(f, rid, &rcf));
   }
-  SG_CHECK_OK(sg_nc_put_global_cf(f, "shardgrid io test", "written by test_nc_roundtrip", NULL));
+  SG_CHECK_OK(sg_nc_put_global_cf(f, "shardgrid io test",
+                                  "written by test_nc_roundtrip", NULL));
   SG_REQUIRE_OK(sg_nc_enddef(f));
   int64_t n = sg_nc_shard_numel(&s);
-  SG_REQUIRE_OK(sg_malloc(sg_device_host(), (size_t)(n ? n : 1) * sg_dtype_size(c->dt), &buf));
+  SG_REQUIRE_OK(sg_malloc(sg_device_host(),
+                          (size_t)(n ? n : 1) * sg_dtype_size(c->dt), &buf));
   fill(c, &s, 1, buf);
   SG_CHECK_OK(sg_nc_write(f, vid, &s, buf));
   if (c->with_record) {
     iot_shard(A, sg_test_rank, c->shape, SG_DTYPE_F32, &rs);
     int64_t rn = sg_nc_shard_numel(&rs);
-    SG_REQUIRE_OK(sg_malloc(sg_device_host(), (size_t)(rn ? rn : 1) * 4, &rbuf));
+    SG_REQUIRE_OK(
+        sg_malloc(sg_device_host(), (size_t)(rn ? rn : 1) * 4, &rbuf));
     for (int k = 0; k < 2; ++k) {
       int64_t fr = -2;
       fill(c, &rs, 100 + (uint64_t)k, rbuf);
@@ -163,7 +168,8 @@ static void check_cf(const char *path) {
   for (int i = 0; i < 3; ++i)
     SG_CHECK(sg_nc_has_att(f, SG_NC_GLOBAL, ga[i]), "no global %s", ga[i]);
   char conv[64];
-  SG_CHECK_OK(sg_nc_get_att_text(f, SG_NC_GLOBAL, "Conventions", conv, sizeof conv));
+  SG_CHECK_OK(
+      sg_nc_get_att_text(f, SG_NC_GLOBAL, "Conventions", conv, sizeof conv));
   SG_CHECK(strncmp(conv, "CF-", 3) == 0, "Conventions = %s", conv);
   for (int d = 0; d < vi.ndims; ++d) {
     sg_nc_var_info ci;
@@ -197,7 +203,8 @@ static void read_case(const tcase *c, const iot_decomp *A, const iot_decomp *B,
   snprintf(what, sizeof what, "%s written %s read %s by %s", c->name,
            iot_decomp_str(A, sa, sizeof sa), iot_decomp_str(B, sb, sizeof sb),
            sg_nc_backend_name(rb));
-  SG_CHECK(sg_test_cmp_bytes(what, got, want, (size_t)n * sg_dtype_size(c->dt)) == 0,
+  SG_CHECK(sg_test_cmp_bytes(what, got, want,
+                             (size_t)n * sg_dtype_size(c->dt)) == 0,
            "%s differs", what);
   if (c->with_record) {
     sg_nc_var_info ri;
@@ -242,7 +249,8 @@ static void test_roundtrip(sg_nc_backend wb) {
   }
   if (sg_nc_backend_available(SG_NC_BACKEND_NETCDF4, 0)) {
     readers[nr++] = (reader){SG_NC_BACKEND_NETCDF4, 0, 0, NULL};
-    readers[nr++] = (reader){SG_NC_BACKEND_NETCDF4, 0, 1, "romio_cb_read=disable"};
+    readers[nr++] = (reader){SG_NC_BACKEND_NETCDF4, 0, 1,
+                             "romio_cb_read=disable"};
   }
   if (sg_nc_backend_available(SG_NC_BACKEND_SERIAL, 0))
     readers[nr++] = (reader){SG_NC_BACKEND_SERIAL, 0, 0, NULL};
@@ -268,7 +276,8 @@ static void test_roundtrip(sg_nc_backend wb) {
       double t1 = MPI_Wtime();
       check_tools(path, wb);
       double t2 = MPI_Wtime();
-      if (getenv("IOT_TIME") && sg_test_rank == 0) printf("write %.2f tools %.2f\n", t1 - t0, t2 - t1);
+      if (getenv("IOT_TIME") && sg_test_rank == 0)
+        printf("write %.2f tools %.2f\n", t1 - t0, t2 - t1);
       if (a == 0) check_cf(path);
       /* the writer's parallel backend reads on every decomposition, the
        * other readers on a rotating subset (keeps the test short) */
@@ -298,7 +307,8 @@ static void test_roundtrip(sg_nc_backend wb) {
 static void test_flip_and_pack(sg_nc_backend wb) {
   if (!sg_nc_backend_available(wb, 1)) return;
   char path[128];
-  snprintf(path, sizeof path, "flip_%s_np%d.nc", sg_nc_backend_name(wb), sg_test_size);
+  snprintf(path, sizeof path, "flip_%s_np%d.nc", sg_nc_backend_name(wb),
+           sg_test_size);
   const int64_t NY = 9, NX = 12;
   int64_t shape[2] = {NY, NX};
   sg_nc_t f = NULL;
@@ -317,8 +327,10 @@ static void test_flip_and_pack(sg_nc_backend wb) {
   SG_REQUIRE_OK(sg_nc_create(MPI_COMM_WORLD, path, &co, &f));
   int v = -1, p = -1;
   const char *dims[2] = {"lat", "lon"};
-  SG_CHECK_OK(sg_nc_def_coord(f, "lat", NY, "degrees_north", "latitude", "Y", lat, NULL));
-  SG_CHECK_OK(sg_nc_def_coord(f, "lon", NX, "degrees_east", "longitude", "X", NULL, NULL));
+  SG_CHECK_OK(sg_nc_def_coord(f, "lat", NY, "degrees_north", "latitude", "Y",
+                              lat, NULL));
+  SG_CHECK_OK(sg_nc_def_coord(f, "lon", NX, "degrees_east", "longitude", "X",
+                              NULL, NULL));
   SG_CHECK_OK(sg_nc_def_var(f, "v", SG_DTYPE_F32, 2, dims, NULL, &v));
   SG_CHECK_OK(sg_nc_def_var(f, "p", SG_DTYPE_I32, 2, dims, NULL, &p));
   double sc = 0.5, off = 10.0;
@@ -371,7 +383,8 @@ static void test_flip_and_pack(sg_nc_backend wb) {
       double got_v = pd[j * pr.count[1] + i];
       if (g == 5) {
         if (!isnan(got_v) || pm[j * pr.count[1] + i] != 0) ++bad;
-      } else if (got_v != packed[g] * 0.5 + 10.0 || pm[j * pr.count[1] + i] != 1) {
+      } else if (got_v != packed[g] * 0.5 + 10.0 ||
+                 pm[j * pr.count[1] + i] != 1) {
         ++bad;
       }
     }
@@ -407,8 +420,8 @@ static void test_header_reserve(void) {
   sg_nc_create_opts co = sg_nc_create_opts_default();
   co.overwrite = 1;
   SG_REQUIRE_OK(sg_nc_create(MPI_COMM_WORLD, path, &co, &f));
-  SG_CHECK(sg_nc_backend_of(f) == SG_NC_BACKEND_PNETCDF, "default backend is %s",
-           sg_nc_backend_name(sg_nc_backend_of(f)));
+  SG_CHECK(sg_nc_backend_of(f) == SG_NC_BACKEND_PNETCDF,
+           "default backend is %s", sg_nc_backend_name(sg_nc_backend_of(f)));
   SG_CHECK(sg_nc_format_of(f) == SG_NC_FORMAT_CDF5, "default format is CDF-5");
   const char *dims[2] = {"y", "x"};
   int v = -1;
@@ -467,7 +480,8 @@ int main(int argc, char **argv) {
     if (bs[i] == SG_NC_BACKEND_PNETCDF) test_header_reserve();
     ++tested;
     if (sg_test_rank == 0)
-      printf("backend %s: %.1f s\n", sg_nc_backend_name(bs[i]), MPI_Wtime() - t0);
+      printf("backend %s: %.1f s\n", sg_nc_backend_name(bs[i]),
+             MPI_Wtime() - t0);
   }
   if (!tested) {
     char why[128];

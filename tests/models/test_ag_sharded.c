@@ -29,7 +29,8 @@ static double urand(void) {
   rs ^= rs >> 12;
   rs ^= rs << 25;
   rs ^= rs >> 27;
-  return (double)((rs * 2685821657736338717ull) >> 11) / 4503599627370496.0 - 1.0;
+  return (double)((rs * 2685821657736338717ull) >> 11) / 4503599627370496.0 -
+         1.0;
 }
 
 /* dp -> Shard(0), h -> Shard(2), w -> Shard(3), z -> Shard(4). */
@@ -45,14 +46,15 @@ static void placements_for(sg_mesh_t mesh, sg_placement *pl) {
 }
 
 /* A sharded leaf from a global double array: local copy in *buf. */
-static sg_status make_sharded(sg_var *v, const char *name, sg_dtype dt, sg_mesh_t mesh, int nd,
-                              const int64_t *gshape, double *global, int requires_grad,
-                              void **buf) {
+static sg_status make_sharded(sg_var *v, const char *name, sg_dtype dt,
+                              sg_mesh_t mesh, int nd, const int64_t *gshape,
+                              double *global, int requires_grad, void **buf) {
   sg_status st = SG_OK;
   sg_placement pl[SG_MESH_MAX_DIMS];
   int64_t off[SG_TENSOR_MAX_DIMS], shape[SG_TENSOR_MAX_DIMS];
   placements_for(mesh, pl);
-  SG_TRY(sg_shardtensor_box(mesh, nd, gshape, pl, sg_mesh_rank(mesh), off, shape));
+  SG_TRY(
+      sg_shardtensor_box(mesh, nd, gshape, pl, sg_mesh_rank(mesh), off, shape));
   *buf = calloc((size_t)sg_test_numel(nd, shape) + 1, sizeof(double));
   sg_test_box_copy(nd, gshape, off, shape, global, *buf, dt, 0);
   SG_TRY(sg_var_init(v, name, dt, nd, shape, *buf, requires_grad));
@@ -63,24 +65,28 @@ fail:
 
 /* Compare a sharded variable's local tensor (value or grad) with the box
  * of a global reference. */
-static void cmp_local(const char *what, const char *spec, const sg_var *v, const sg_tensor *t,
-                      double *ref, double rel, double abs_tol) {
+static void cmp_local(const char *what, const char *spec, const sg_var *v,
+                      const sg_tensor *t, double *ref, double rel,
+                      double abs_tol) {
   int64_t off[SG_TENSOR_MAX_DIMS], shape[SG_TENSOR_MAX_DIMS];
   const int nd = v->value.ndim;
-  if (sg_shardtensor_box(v->mesh, nd, v->global_shape, v->placements, sg_mesh_rank(v->mesh), off,
-                         shape) != SG_OK) {
+  if (sg_shardtensor_box(v->mesh, nd, v->global_shape, v->placements,
+                         sg_mesh_rank(v->mesh), off, shape) != SG_OK) {
     SG_CHECK(0, "%s on %s: box", what, spec);
     return;
   }
-  for (int d = 0; d < nd; ++d) SG_CHECK(shape[d] == t->shape[d], "%s on %s: local extent", what, spec);
+  for (int d = 0; d < nd; ++d)
+    SG_CHECK(shape[d] == t->shape[d], "%s on %s: local extent", what, spec);
   int64_t n = sg_test_numel(nd, shape);
-  double *mine = malloc((size_t)(n + 1) * sizeof *mine), *want = malloc((size_t)(n + 1) * sizeof *want);
+  double *mine = malloc((size_t)(n + 1) * sizeof *mine),
+         *want = malloc((size_t)(n + 1) * sizeof *want);
   double *tmp = calloc((size_t)sg_test_numel(nd, v->global_shape), sizeof *tmp);
   for (int64_t i = 0; i < n; ++i) mine[i] = sg_test_get(t->data, t->dtype, i);
   sg_test_box_copy(nd, v->global_shape, off, shape, ref, want, SG_DTYPE_F64, 0);
   char label[160];
   snprintf(label, sizeof label, "%s on %s", what, spec);
-  SG_CHECK(sg_test_cmp_f64(label, mine, want, n, rel, abs_tol) == 0, "%s", label);
+  SG_CHECK(sg_test_cmp_f64(label, mine, want, n, rel, abs_tol) == 0, "%s",
+           label);
   free(mine);
   free(want);
   free(tmp);
@@ -102,16 +108,21 @@ static sg_status model_init(model *m, sg_dtype dt, int variant) {
   memset(m, 0, sizeof *m);
   m->dt = dt;
   m->variant = variant;
-  const int64_t shapes[NPARAM][4] = {{CH, CI, 3, 3}, {CH}, {CH}, {CH}, {CH, CH, 3, 3}, {CH},
-                                     {CH, CH, 2, 2}, {CH}, {CO, 2 * CH, 3, 3}, {CO}};
+  const int64_t shapes[NPARAM][4] = {
+      {CH, CI, 3, 3},     {CH}, {CH},           {CH},
+      {CH, CH, 3, 3},     {CH}, {CH, CH, 2, 2}, {CH},
+      {CO, 2 * CH, 3, 3}, {CO}};
   const int nds[NPARAM] = {4, 1, 1, 1, 4, 1, 4, 1, 4, 1};
-  const char *names[NPARAM] = {"w1", "b1", "gamma", "beta", "w2", "b2", "wu", "bu", "w3", "b3"};
+  const char *names[NPARAM] = {"w1", "b1", "gamma", "beta", "w2",
+                               "b2", "wu", "bu",    "w3",   "b3"};
   rs = 0x1234567ull;
   for (int k = 0; k < NPARAM; ++k) {
-    SG_TRY(sg_var_init_param(&m->p[k], names[k], dt, nds[k], shapes[k], NULL, NULL));
+    SG_TRY(sg_var_init_param(&m->p[k], names[k], dt, nds[k], shapes[k], NULL,
+                             NULL));
     int64_t n = sg_test_numel(nds[k], shapes[k]);
     for (int64_t i = 0; i < n; ++i)
-      sg_test_set(m->p[k].value.data, dt, i, k == 2 ? 1.0 + 0.2 * urand() : 0.4 * urand());
+      sg_test_set(m->p[k].value.data, dt, i,
+                  k == 2 ? 1.0 + 0.2 * urand() : 0.4 * urand());
     m->ref_grad[k] = calloc((size_t)n, sizeof(double));
   }
 fail:
@@ -138,16 +149,24 @@ static sg_status model_body(sg_tape_t t, model *m, sg_var *x, sg_var **out) {
   SG_TRY(sg_ag_act(t, SG_ACT_GELU, h2, &h3));
   if (m->variant == 0) {
     int64_t k[2] = {2, 2};
-    sg_window pa[2] = {{.kernel = k[0], .stride = 2}, {.kernel = k[1], .stride = 2}};
+    sg_window pa[2] = {{.kernel = k[0], .stride = 2},
+                       {.kernel = k[1], .stride = 2}};
     SG_TRY(sg_ag_pool(t, SG_POOL_AVG, h3, pa, &h4));
   } else {
     int64_t k[2] = {3, 3};
-    sg_window pa[2] = {{.kernel = k[0], .stride = 2, .pad = {1, 1}, .boundary = SG_PAD_REPLICATE},
-                       {.kernel = k[1], .stride = 2, .pad = {1, 1}, .boundary = SG_PAD_REPLICATE}};
+    sg_window pa[2] = {{.kernel = k[0],
+                        .stride = 2,
+                        .pad = {1, 1},
+                        .boundary = SG_PAD_REPLICATE},
+                       {.kernel = k[1],
+                        .stride = 2,
+                        .pad = {1, 1},
+                        .boundary = SG_PAD_REPLICATE}};
     SG_TRY(sg_ag_pool(t, SG_POOL_MAX, h3, pa, &h4));
   }
-  sg_window c2[2] = {{.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REFLECT},
-                     {.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REFLECT}};
+  sg_window c2[2] = {
+      {.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REFLECT},
+      {.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REFLECT}};
   SG_TRY(sg_ag_conv(t, h4, &P[4], &P[5], c2, &h5));
   int64_t two[2] = {2, 2};
   if (m->variant == 0)
@@ -162,7 +181,8 @@ static sg_status model_body(sg_tape_t t, model *m, sg_var *x, sg_var **out) {
     SG_TRY(sg_ag_upsample(t, SG_UPSAMPLE_NEAREST, h4, two, &skip));
   sg_var *cat[2] = {h6, skip};
   SG_TRY(sg_ag_concat(t, 2, cat, &h7));
-  sg_window c3[2] = {{.stride = 2, .pad = {1, 1}}, {.stride = 2, .pad = {1, 1}}};
+  sg_window c3[2] = {{.stride = 2, .pad = {1, 1}},
+                     {.stride = 2, .pad = {1, 1}}};
   SG_TRY(sg_ag_conv(t, h7, &P[8], &P[9], c3, out));
 fail:
   return st;
@@ -207,10 +227,12 @@ static void run_reference(model *m, int64_t H, int64_t W, ref_run *r) {
   SG_REQUIRE_OK(sg_ag_loss(tape, SG_LOSS_MSE, y, &vt, &loss));
   r->loss = sg_var_item(loss);
   SG_REQUIRE_OK(sg_tape_backward(tape, loss));
-  for (int64_t i = 0; i < nx; ++i) r->dx[i] = sg_test_get(vx.grad.data, m->dt, i);
+  for (int64_t i = 0; i < nx; ++i)
+    r->dx[i] = sg_test_get(vx.grad.data, m->dt, i);
   for (int k = 0; k < NPARAM; ++k) {
     int64_t n = sg_test_numel(m->p[k].value.ndim, m->p[k].value.shape);
-    for (int64_t i = 0; i < n; ++i) m->ref_grad[k][i] = sg_test_get(m->p[k].grad.data, m->dt, i);
+    for (int64_t i = 0; i < n; ++i)
+      m->ref_grad[k][i] = sg_test_get(m->p[k].grad.data, m->dt, i);
     sg_var_zero_grad(&m->p[k]);
   }
 done:
@@ -229,7 +251,8 @@ static void ref_free(ref_run *r) {
 }
 
 /* One model on one mesh against the reference. */
-static void run_chain(const char *spec, sg_dtype dt, int variant, int64_t H, int64_t W) {
+static void run_chain(const char *spec, sg_dtype dt, int variant, int64_t H,
+                      int64_t W) {
   model m;
   ref_run r;
   sg_mesh_t mesh = NULL;
@@ -239,26 +262,30 @@ static void run_chain(const char *spec, sg_dtype dt, int variant, int64_t H, int
   memset(&r, 0, sizeof r);
   memset(&vx, 0, sizeof vx);
   memset(&vt, 0, sizeof vt);
-  const double rel = dt == SG_DTYPE_F64 ? 1e-10 : 1e-5, abs_tol = dt == SG_DTYPE_F64 ? 1e-12 : 1e-6;
+  const double rel = dt == SG_DTYPE_F64 ? 1e-10 : 1e-5,
+               abs_tol = dt == SG_DTYPE_F64 ? 1e-12 : 1e-6;
   char what[200];
-  snprintf(what, sizeof what, "%s %s variant %d %lldx%lld", spec, sg_dtype_name(dt), variant,
-           (long long)H, (long long)W);
+  snprintf(what, sizeof what, "%s %s variant %d %lldx%lld", spec,
+           sg_dtype_name(dt), variant, (long long)H, (long long)W);
   if (sg_test_rank == 0) printf("chain: %s\n", what), fflush(stdout);
   SG_REQUIRE_OK(model_init(&m, dt, variant));
   run_reference(&m, H, W, &r);
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   SG_REQUIRE_OK(sg_tape_create(&tape));
   SG_REQUIRE_OK(make_sharded(&vx, "x", dt, mesh, 4, r.gx, r.x, 1, &xb));
-  for (int step = 0; step < 2; ++step) { /* the second step reuses the cached plans */
+  for (int step = 0; step < 2;
+       ++step) { /* the second step reuses the cached plans */
     SG_REQUIRE_OK(model_body(tape, &m, &vx, &y));
     SG_CHECK(sg_var_is_sharded(y), "%s: output not sharded", what);
-    SG_CHECK(!memcmp(sg_var_global_shape(y), r.gy, sizeof r.gy), "%s: output global shape", what);
+    SG_CHECK(!memcmp(sg_var_global_shape(y), r.gy, sizeof r.gy),
+             "%s: output global shape", what);
     cmp_local("output", what, y, &y->value, r.y, rel, abs_tol);
-    if (step == 0) SG_REQUIRE_OK(make_sharded(&vt, "t", dt, mesh, 4, r.gy, r.tgt, 0, &tb));
+    if (step == 0)
+      SG_REQUIRE_OK(make_sharded(&vt, "t", dt, mesh, 4, r.gy, r.tgt, 0, &tb));
     SG_REQUIRE_OK(sg_ag_loss(tape, SG_LOSS_MSE, y, &vt, &loss));
     double l = sg_var_item(loss);
-    SG_CHECK(fabs(l - r.loss) <= rel * fabs(r.loss), "%s: loss %.17g vs one process %.17g", what, l,
-             r.loss);
+    SG_CHECK(fabs(l - r.loss) <= rel * fabs(r.loss),
+             "%s: loss %.17g vs one process %.17g", what, l, r.loss);
     SG_REQUIRE_OK(sg_tape_backward(tape, loss));
     cmp_local("dx", what, &vx, &vx.grad, r.dx, rel, abs_tol);
     SG_REQUIRE_OK(sg_var_zero_grad(&vx));
@@ -269,11 +296,14 @@ static void run_chain(const char *spec, sg_dtype dt, int variant, int64_t H, int
       double *g = malloc((size_t)n * sizeof *g);
       for (int64_t i = 0; i < n; ++i) g[i] = sg_test_get(p->grad.data, dt, i);
       /* partial sums over the mesh dims that split the data: every dim here */
-      MPI_Allreduce(MPI_IN_PLACE, g, (int)n, MPI_DOUBLE, MPI_SUM, sg_mesh_comm(mesh));
+      MPI_Allreduce(MPI_IN_PLACE, g, (int)n, MPI_DOUBLE, MPI_SUM,
+                    sg_mesh_comm(mesh));
       char label[240];
       snprintf(label, sizeof label, "d%s on %s", p->name, what);
-      SG_CHECK(sg_test_cmp_f64(label, g, m.ref_grad[k], n, dt == SG_DTYPE_F64 ? 1e-9 : 1e-4,
-                               dt == SG_DTYPE_F64 ? 1e-11 : 1e-5) == 0, "%s", label);
+      SG_CHECK(sg_test_cmp_f64(label, g, m.ref_grad[k], n,
+                               dt == SG_DTYPE_F64 ? 1e-9 : 1e-4,
+                               dt == SG_DTYPE_F64 ? 1e-11 : 1e-5) == 0,
+               "%s", label);
       free(g);
       sg_var_zero_grad(p);
     }
@@ -292,7 +322,8 @@ done:
 
 /* ---- a generic small chain: one process vs sharded -------------------------- */
 
-typedef sg_status (*chain_fn)(sg_tape_t t, sg_var *prm, sg_var *x, sg_var **out);
+typedef sg_status (*chain_fn)(sg_tape_t t, sg_var *prm, sg_var *x,
+                              sg_var **out);
 
 /* conv 1-D k5 s2 periodic pad 2 -> SiLU -> conv k3 replicate pad (2, 0) */
 static sg_status chain_1d(sg_tape_t t, sg_var *prm, sg_var *x, sg_var **out) {
@@ -332,9 +363,9 @@ fail:
 
 /* Run chain on the global x (every rank) and on the mesh; compare output,
  * MSE loss, dx and the summed parameter gradients (f64). */
-static void run_generic(const char *what, const char *spec, chain_fn chain, int nd,
-                        const int64_t *gx, int npar, const int64_t (*pshape)[5],
-                        const int *pnd) {
+static void run_generic(const char *what, const char *spec, chain_fn chain,
+                        int nd, const int64_t *gx, int npar,
+                        const int64_t (*pshape)[5], const int *pnd) {
   sg_var prm[4], vx, vt, gxv, gtv, *y = NULL, *loss = NULL;
   sg_tape_t tape = NULL;
   sg_mesh_t mesh = NULL;
@@ -352,9 +383,11 @@ static void run_generic(const char *what, const char *spec, chain_fn chain, int 
   if (sg_test_rank == 0) printf("generic: %s\n", label), fflush(stdout);
   rs = 0x777ull;
   for (int k = 0; k < npar; ++k) {
-    SG_REQUIRE_OK(sg_var_init_param(&prm[k], "p", SG_DTYPE_F64, pnd[k], pshape[k], NULL, NULL));
+    SG_REQUIRE_OK(sg_var_init_param(&prm[k], "p", SG_DTYPE_F64, pnd[k],
+                                    pshape[k], NULL, NULL));
     int64_t n = sg_test_numel(pnd[k], pshape[k]);
-    for (int64_t i = 0; i < n; ++i) ((double *)prm[k].value.data)[i] = 0.5 * urand();
+    for (int64_t i = 0; i < n; ++i)
+      ((double *)prm[k].value.data)[i] = 0.5 * urand();
     pgref[k] = calloc((size_t)n, sizeof(double));
   }
   int64_t nx = sg_test_numel(nd, gx);
@@ -369,32 +402,37 @@ static void run_generic(const char *what, const char *spec, chain_fn chain, int 
   int64_t ny = sg_test_numel(nd, gy);
   tg = malloc((size_t)ny * sizeof *tg);
   yref = malloc((size_t)ny * sizeof *yref);
-  for (int64_t i = 0; i < ny; ++i) tg[i] = urand(), yref[i] = ((double *)y->value.data)[i];
+  for (int64_t i = 0; i < ny; ++i)
+    tg[i] = urand(), yref[i] = ((double *)y->value.data)[i];
   SG_REQUIRE_OK(sg_var_init(&gtv, "t", SG_DTYPE_F64, nd, gy, tg, 0));
   SG_REQUIRE_OK(sg_ag_loss(tape, SG_LOSS_MSE, y, &gtv, &loss));
   lref = sg_var_item(loss);
   SG_REQUIRE_OK(sg_tape_backward(tape, loss));
   memcpy(dxref, gxv.grad.data, (size_t)nx * sizeof *dxref);
   for (int k = 0; k < npar; ++k) {
-    memcpy(pgref[k], prm[k].grad.data, (size_t)sg_test_numel(pnd[k], pshape[k]) * sizeof(double));
+    memcpy(pgref[k], prm[k].grad.data,
+           (size_t)sg_test_numel(pnd[k], pshape[k]) * sizeof(double));
     sg_var_zero_grad(&prm[k]);
   }
   /* sharded */
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   SG_REQUIRE_OK(make_sharded(&vx, "x", SG_DTYPE_F64, mesh, nd, gx, x, 1, &xb));
   SG_REQUIRE_OK(chain(tape, prm, &vx, &y));
-  SG_CHECK(!memcmp(sg_var_global_shape(y), gy, (size_t)nd * sizeof *gy), "%s: global shape", label);
+  SG_CHECK(!memcmp(sg_var_global_shape(y), gy, (size_t)nd * sizeof *gy),
+           "%s: global shape", label);
   cmp_local("output", label, y, &y->value, yref, 1e-10, 1e-12);
   SG_REQUIRE_OK(make_sharded(&vt, "t", SG_DTYPE_F64, mesh, nd, gy, tg, 0, &tb));
   SG_REQUIRE_OK(sg_ag_loss(tape, SG_LOSS_MSE, y, &vt, &loss));
-  SG_CHECK(fabs(sg_var_item(loss) - lref) <= 1e-10 * fabs(lref), "%s: loss %.17g vs %.17g", label,
-           sg_var_item(loss), lref);
+  SG_CHECK(fabs(sg_var_item(loss) - lref) <= 1e-10 * fabs(lref),
+           "%s: loss %.17g vs %.17g", label, sg_var_item(loss), lref);
   SG_REQUIRE_OK(sg_tape_backward(tape, loss));
   cmp_local("dx", label, &vx, &vx.grad, dxref, 1e-10, 1e-12);
   for (int k = 0; k < npar; ++k) {
     int64_t n = sg_test_numel(pnd[k], pshape[k]);
-    MPI_Allreduce(MPI_IN_PLACE, prm[k].grad.data, (int)n, MPI_DOUBLE, MPI_SUM, sg_mesh_comm(mesh));
-    SG_CHECK(sg_test_cmp_f64(label, prm[k].grad.data, pgref[k], n, 1e-9, 1e-11) == 0,
+    MPI_Allreduce(MPI_IN_PLACE, prm[k].grad.data, (int)n, MPI_DOUBLE, MPI_SUM,
+                  sg_mesh_comm(mesh));
+    SG_CHECK(sg_test_cmp_f64(label, prm[k].grad.data, pgref[k], n, 1e-9,
+                             1e-11) == 0,
              "%s: parameter %d gradient", label, k);
   }
 done:
@@ -419,8 +457,9 @@ done:
 /* ---- finite differences of the uneven up-sampling paths (f64) --------------- */
 
 /* sum(r * op(x)) on the mesh; with grads: backward, dx gathered into gdx. */
-static double up_loss(sg_tape_t tape, sg_mesh_t mesh, int kind, const int64_t *gx, double *x,
-                      sg_var *w, sg_var *b, double *r, double *gdx) {
+static double up_loss(sg_tape_t tape, sg_mesh_t mesh, int kind,
+                      const int64_t *gx, double *x, sg_var *w, sg_var *b,
+                      double *r, double *gdx) {
   sg_var vx, vr, *y = NULL, *m = NULL, *loss = NULL;
   void *xb = NULL, *rb = NULL;
   double val = NAN;
@@ -432,18 +471,22 @@ static double up_loss(sg_tape_t tape, sg_mesh_t mesh, int kind, const int64_t *g
   if (kind == 2)
     SG_REQUIRE_OK(sg_ag_convt(tape, &vx, w, b, &y));
   else
-    SG_REQUIRE_OK(sg_ag_upsample(tape, kind ? SG_UPSAMPLE_LINEAR : SG_UPSAMPLE_NEAREST, &vx, sc, &y));
-  SG_REQUIRE_OK(make_sharded(&vr, "r", SG_DTYPE_F64, mesh, 4, sg_var_global_shape(y), r, 0, &rb));
+    SG_REQUIRE_OK(sg_ag_upsample(
+        tape, kind ? SG_UPSAMPLE_LINEAR : SG_UPSAMPLE_NEAREST, &vx, sc, &y));
+  SG_REQUIRE_OK(make_sharded(&vr, "r", SG_DTYPE_F64, mesh, 4,
+                             sg_var_global_shape(y), r, 0, &rb));
   SG_REQUIRE_OK(sg_ag_binary(tape, SG_BINARY_MUL, y, &vr, &m));
   SG_REQUIRE_OK(sg_ag_loss(tape, SG_LOSS_SUM, m, NULL, &loss));
   val = sg_var_item(loss);
   if (gdx) {
     SG_REQUIRE_OK(sg_tape_backward(tape, loss));
     int64_t off[4], shape[4];
-    SG_REQUIRE_OK(sg_shardtensor_box(mesh, 4, gx, vx.placements, sg_mesh_rank(mesh), off, shape));
+    SG_REQUIRE_OK(sg_shardtensor_box(mesh, 4, gx, vx.placements,
+                                     sg_mesh_rank(mesh), off, shape));
     memset(gdx, 0, (size_t)sg_test_numel(4, gx) * sizeof *gdx);
     sg_test_box_copy(4, gx, off, shape, gdx, vx.grad.data, SG_DTYPE_F64, 1);
-    MPI_Allreduce(MPI_IN_PLACE, gdx, (int)sg_test_numel(4, gx), MPI_DOUBLE, MPI_SUM, sg_mesh_comm(mesh));
+    MPI_Allreduce(MPI_IN_PLACE, gdx, (int)sg_test_numel(4, gx), MPI_DOUBLE,
+                  MPI_SUM, sg_mesh_comm(mesh));
   }
 done:
   sg_tape_clear(tape);
@@ -461,7 +504,8 @@ static void run_up_fd(const char *spec) {
   sg_var w, b;
   memset(&w, 0, sizeof w);
   memset(&b, 0, sizeof b);
-  const int64_t gx[4] = {1, 2, 7, 5}, gy[4] = {1, 3, 14, 15}, ws[4] = {2, 3, 2, 3}, bs[1] = {3};
+  const int64_t gx[4] = {1, 2, 7, 5}, gy[4] = {1, 3, 14, 15},
+                ws[4] = {2, 3, 2, 3}, bs[1] = {3};
   double x[70], r[3 * 14 * 15], dx[70], dw[36];
   rs = 0x4242ull;
   for (int i = 0; i < 70; ++i) x[i] = urand();
@@ -479,7 +523,8 @@ static void run_up_fd(const char *spec) {
     up_loss(tape, mesh, kind, gx, x, &w, &b, r, dx);
     if (kind == 2) {
       memcpy(dw, w.grad.data, sizeof dw);
-      MPI_Allreduce(MPI_IN_PLACE, dw, 36, MPI_DOUBLE, MPI_SUM, sg_mesh_comm(mesh));
+      MPI_Allreduce(MPI_IN_PLACE, dw, 36, MPI_DOUBLE, MPI_SUM,
+                    sg_mesh_comm(mesh));
       sg_var_zero_grad(&w);
       sg_var_zero_grad(&b);
     }
@@ -488,7 +533,8 @@ static void run_up_fd(const char *spec) {
     const int pick[6] = {10, 13, 16, 19, 22, 45};
     double *at[12], an[12];
     int nt = 0;
-    for (int q = 0; q < 6; ++q, ++nt) at[nt] = &x[pick[q]], an[nt] = dx[pick[q]];
+    for (int q = 0; q < 6; ++q, ++nt)
+      at[nt] = &x[pick[q]], an[nt] = dx[pick[q]];
     for (int i = 1; kind == 2 && i < 36; i += 7, ++nt)
       at[nt] = (double *)w.value.data + i, an[nt] = dw[i];
     const double h = 1e-6;
@@ -503,13 +549,16 @@ static void run_up_fd(const char *spec) {
       double fd = (up - dn) / (2 * h);
       if (fabs(fd - an[q]) > 1e-8 + 1e-7 * fabs(fd)) {
         if (!bad)
-          sg_test_fail_at(__FILE__, __LINE__, "%s on %s: gradient %d = %.12g, finite difference "
-                          "%.12g", name, spec, q, an[q], fd);
+          sg_test_fail_at(__FILE__, __LINE__,
+                          "%s on %s: gradient %d = %.12g, finite difference "
+                          "%.12g",
+                          name, spec, q, an[q], fd);
         ++bad;
       }
     }
-    SG_CHECK(bad == 0, "%s on %s: %lld gradients differ from finite differences", name, spec,
-             (long long)bad);
+    SG_CHECK(bad == 0,
+             "%s on %s: %lld gradients differ from finite differences", name,
+             spec, (long long)bad);
   }
 done:
   sg_tape_destroy(&tape);
@@ -520,7 +569,8 @@ done:
 
 /* ---- errors: every rank gets the same status, nobody hangs ------------------- */
 
-static sg_status conv_on(sg_tape_t tape, sg_var *x, sg_var *w, const sg_window *a) {
+static sg_status conv_on(sg_tape_t tape, sg_var *x, sg_var *w,
+                         const sg_window *a) {
   sg_var *y = NULL;
   return sg_ag_conv(tape, x, w, NULL, a, &y);
 }
@@ -534,10 +584,12 @@ static sg_status conv_on(sg_tape_t tape, sg_var *x, sg_var *w, const sg_window *
 static void run_pool_ref(const char *spec) {
   enum { N = 2, C = 2, H = 13, W = 11 };
   const int64_t gx[4] = {N, C, H, W};
-  const sg_window a[2] = {{.kernel = 3, .stride = 1, .dilation = 2, .pad = {2, 2}},
-                         {.kernel = 3, .stride = 2, .dilation = 2, .pad = {2, 1}}};
+  const sg_window a[2] = {
+      {.kernel = 3, .stride = 1, .dilation = 2, .pad = {2, 2}},
+      {.kernel = 3, .stride = 2, .dilation = 2, .pad = {2, 1}}};
   const int64_t OH = (H + 4 - 4 - 1) / 1 + 1, OW = (W + 3 - 4 - 1) / 2 + 1;
-  const int64_t gy[4] = {N, C, OH, OW}, nx = N * C * H * W, ny = N * C * OH * OW;
+  const int64_t gy[4] = {N, C, OH, OW}, nx = N * C * H * W,
+                ny = N * C * OH * OW;
   double *x = malloc(nx * sizeof *x), *r = malloc(ny * sizeof *r);
   double *yref = malloc(ny * sizeof *yref), *dxref = malloc(nx * sizeof *dxref);
   rs = 0x5151ull;
@@ -556,7 +608,8 @@ static void run_pool_ref(const char *spec) {
           int64_t best = -1;
           for (int u = 0; u < 3; ++u)
             for (int v = 0; v < 3; ++v) {
-              int64_t h = i * a[0].stride - a[0].pad[0] + u * 2, w = j * a[1].stride - a[1].pad[0] + v * 2;
+              int64_t h = i * a[0].stride - a[0].pad[0] + u * 2,
+                      w = j * a[1].stride - a[1].pad[0] + v * 2;
               if (h < 0 || h >= H || w < 0 || w >= W) continue;
               int64_t e = (p * H + h) * W + w;
               if (kind && (best < 0 || x[e] > acc)) acc = x[e], best = e;
@@ -574,29 +627,37 @@ static void run_pool_ref(const char *spec) {
     SG_REQUIRE_OK(sg_tape_create(&tape));
     if (spec) {
       SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
-      SG_REQUIRE_OK(make_sharded(&vx, "x", SG_DTYPE_F64, mesh, 4, gx, x, 1, &xb));
+      SG_REQUIRE_OK(
+          make_sharded(&vx, "x", SG_DTYPE_F64, mesh, 4, gx, x, 1, &xb));
     } else {
       SG_REQUIRE_OK(sg_var_init(&vx, "x", SG_DTYPE_F64, 4, gx, x, 1));
     }
     SG_REQUIRE_OK(sg_ag_pool(tape, pk, &vx, a, &y));
-    SG_CHECK(!memcmp(sg_var_global_shape(y), gy, sizeof gy), "%s: output shape", label);
+    SG_CHECK(!memcmp(sg_var_global_shape(y), gy, sizeof gy), "%s: output shape",
+             label);
     if (spec) {
       cmp_local("output", label, y, &y->value, yref, 1e-13, 1e-14);
-      SG_REQUIRE_OK(make_sharded(&vr, "r", SG_DTYPE_F64, mesh, 4, gy, r, 0, &rb));
+      SG_REQUIRE_OK(
+          make_sharded(&vr, "r", SG_DTYPE_F64, mesh, 4, gy, r, 0, &rb));
     } else {
-      SG_CHECK(sg_test_cmp_f64(label, y->value.data, yref, ny, 1e-13, 1e-14) == 0, "%s", label);
+      SG_CHECK(sg_test_cmp_f64(label, y->value.data, yref, ny, 1e-13, 1e-14) ==
+                   0,
+               "%s", label);
       SG_REQUIRE_OK(sg_var_init(&vr, "r", SG_DTYPE_F64, 4, gy, r, 0));
     }
     int64_t zeros = 0, nl = sg_test_numel(4, y->value.shape);
     for (int64_t i = 0; i < nl; ++i) zeros += ((double *)y->value.data)[i] == 0;
-    SG_CHECK(zeros == 0, "%s: %lld padded zeros in the output", label, (long long)zeros);
+    SG_CHECK(zeros == 0, "%s: %lld padded zeros in the output", label,
+             (long long)zeros);
     SG_REQUIRE_OK(sg_ag_binary(tape, SG_BINARY_MUL, y, &vr, &yr));
     SG_REQUIRE_OK(sg_ag_loss(tape, SG_LOSS_SUM, yr, NULL, &loss));
     SG_REQUIRE_OK(sg_tape_backward(tape, loss));
     if (spec)
       cmp_local("dx", label, &vx, &vx.grad, dxref, 1e-12, 1e-13);
     else
-      SG_CHECK(sg_test_cmp_f64(label, vx.grad.data, dxref, nx, 1e-12, 1e-13) == 0, "%s dx", label);
+      SG_CHECK(sg_test_cmp_f64(label, vx.grad.data, dxref, nx, 1e-12, 1e-13) ==
+                   0,
+               "%s dx", label);
   done:
     sg_tape_destroy(&tape);
     sg_var_release(&vx);
@@ -605,7 +666,10 @@ static void run_pool_ref(const char *spec) {
     free(xb);
     free(rb);
   }
-  free(x); free(r); free(yref); free(dxref);
+  free(x);
+  free(r);
+  free(yref);
+  free(dxref);
 }
 
 static void run_errors(void) {
@@ -626,7 +690,8 @@ static void run_errors(void) {
   snprintf(spec, sizeof spec, "h=%d", sg_test_size);
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   SG_REQUIRE_OK(sg_tape_create(&tape));
-  const int64_t g5[4] = {1, 4, 5, 5}, g7[4] = {1, 4, 7, 5}, wsh[4] = {4, 4, 3, 3};
+  const int64_t g5[4] = {1, 4, 5, 5}, g7[4] = {1, 4, 7, 5},
+                wsh[4] = {4, 4, 3, 3};
   SG_REQUIRE_OK(make_sharded(&x, "x", SG_DTYPE_F64, mesh, 4, g5, g, 1, &bx));
   SG_REQUIRE_OK(make_sharded(&x7, "x7", SG_DTYPE_F64, mesh, 4, g7, g, 1, &b7));
   SG_REQUIRE_OK(sg_var_init_param(&w, "w", SG_DTYPE_F64, 4, wsh, NULL, NULL));
@@ -634,7 +699,8 @@ static void run_errors(void) {
   /* channels sharded, Partial: placements conv does not accept */
   sg_placement pc[1] = {sg_shard(1)}, pp[1] = {sg_partial()};
   int64_t off[4], shp[4];
-  SG_REQUIRE_OK(sg_shardtensor_box(mesh, 4, g5, pc, sg_mesh_rank(mesh), off, shp));
+  SG_REQUIRE_OK(
+      sg_shardtensor_box(mesh, 4, g5, pc, sg_mesh_rank(mesh), off, shp));
   bc = calloc((size_t)sg_test_numel(4, shp) + 1, sizeof(double));
   SG_REQUIRE_OK(sg_var_init(&xc, "xc", SG_DTYPE_F64, 4, shp, bc, 1));
   SG_REQUIRE_OK(sg_var_set_sharding(&xc, mesh, pc, g5));
@@ -647,7 +713,8 @@ static void run_errors(void) {
   sg_var *two[2] = {&x, &x7};
   SG_CHECK_STATUS(sg_ag_concat(tape, 2, two, &y), SG_ERR_SHAPE);
   SG_REQUIRE_OK(sg_var_init(&xu, "xu", SG_DTYPE_F64, 4, g5, bp, 0));
-  SG_CHECK_STATUS(sg_ag_binary(tape, SG_BINARY_ADD, &x, &xu, &y), SG_ERR_INVALID_ARG);
+  SG_CHECK_STATUS(sg_ag_binary(tape, SG_BINARY_ADD, &x, &xu, &y),
+                  SG_ERR_INVALID_ARG);
   /* a parameter that is sharded */
   SG_REQUIRE_OK(sg_var_init(&ws, "ws", SG_DTYPE_F64, 4, wsh, bp, 1));
   sg_placement pr[1] = {sg_replicate()};
@@ -655,21 +722,24 @@ static void run_errors(void) {
   SG_CHECK_STATUS(conv_on(tape, &x, &ws, a), SG_ERR_INVALID_ARG);
   /* a shard thinner than the halo (5 rows over >= 2 ranks, halo 3) */
   if (sg_test_size > 1) {
-    sg_window th[2] = {{.dilation = 3, .pad = {3, 3}}, {.dilation = 1, .pad = {1, 1}}};
+    sg_window th[2] = {{.dilation = 3, .pad = {3, 3}},
+                       {.dilation = 1, .pad = {1, 1}}};
     SG_CHECK_STATUS(conv_on(tape, &x, &w, th), SG_ERR_HALO);
   }
   /* a wrong local block on rank 0 only: every rank fails */
   if (sg_test_size > 1) {
     sg_var bad;
     memset(&bad, 0, sizeof bad);
-    int64_t l0 = sg_split_size(5, sg_test_size, sg_test_rank) + (sg_test_rank == 0);
+    int64_t l0 = sg_split_size(5, sg_test_size, sg_test_rank) +
+                 (sg_test_rank == 0);
     int64_t ls[4] = {1, 4, l0, 5};
     sg_placement ph[1] = {sg_shard(2)};
     SG_CHECK_OK(sg_var_init(&bad, "bad", SG_DTYPE_F64, 4, ls, NULL, 0));
     SG_CHECK_STATUS(sg_var_set_sharding(&bad, mesh, ph, g5), SG_ERR_SHAPE);
     sg_var_release(&bad);
   }
-  SG_CHECK(sg_tape_size(tape) == 0, "failed ops left %d nodes", sg_tape_size(tape));
+  SG_CHECK(sg_tape_size(tape) == 0, "failed ops left %d nodes",
+           sg_tape_size(tape));
   /* and the tape still works */
   SG_CHECK_OK(sg_ag_conv(tape, &x, &w, NULL, a, &y));
   if (y) {
@@ -709,7 +779,8 @@ int main(int argc, char **argv) {
   /* 1-D and 3-D */
   const int64_t gx1[3] = {2, 2, 23}, p1[3][5] = {{3, 2, 5}, {3}, {2, 3, 3}};
   const int n1[3] = {3, 1, 3};
-  const int64_t gx3[5] = {2, 2, 9, 7, 6}, p3[3][5] = {{3, 2, 3, 3, 3}, {3}, {3, 3}};
+  const int64_t gx3[5] = {2, 2, 9, 7, 6},
+                p3[3][5] = {{3, 2, 3, 3, 3}, {3}, {3, 3}};
   const int n3[3] = {5, 1, 2};
   for (int s = 0; s < 4 && specs[p][s]; ++s) {
     if (!strchr(specs[p][s], 'w'))

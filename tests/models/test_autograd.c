@@ -16,7 +16,8 @@ static double urand(void) {
   rs ^= rs >> 12;
   rs ^= rs << 25;
   rs ^= rs >> 27;
-  return (double)((rs * 2685821657736338717ull) >> 11) / 4503599627370496.0 - 1.0;
+  return (double)((rs * 2685821657736338717ull) >> 11) / 4503599627370496.0 -
+         1.0;
 }
 static void fill(double *p, int64_t n, double scale) {
   for (int64_t i = 0; i < n; ++i) p[i] = scale * urand();
@@ -40,7 +41,8 @@ static sg_status model1_forward(sg_tape_t tape, model1 *m, sg_var **loss) {
   SG_TRY(sg_ag_bias(tape, h1, &m->vb, &h2));
   SG_TRY(sg_ag_act(tape, SG_ACT_RELU, h2, &h3));
   int64_t pk[2] = {3, 3};
-  sg_window pa[2] = {{.kernel = pk[0], .stride = 2}, {.kernel = pk[1], .stride = 2}};
+  sg_window pa[2] = {{.kernel = pk[0], .stride = 2},
+                     {.kernel = pk[1], .stride = 2}};
   SG_TRY(sg_ag_pool(tape, SG_POOL_MAX, h3, pa, &h4)); /* (2, 3, 4, 3) */
   SG_TRY(sg_ag_loss(tape, SG_LOSS_MSE, h4, &m->vt, loss));
 fail:
@@ -97,12 +99,15 @@ static void fd_check(const char *what, sg_tape_t tape, model1 *m, double *p,
     p[i] = s;
     double fd = (lp - lm) / (2 * h);
     if (!(fabs(fd - g[i]) <= 1e-6 * (1 + fabs(fd)))) {
-      if (!bad) sg_test_fail_at(__FILE__, __LINE__, "%s[%lld]: fd %.10g, backward %.10g",
-                                what, (long long)i, fd, g[i]);
+      if (!bad)
+        sg_test_fail_at(__FILE__, __LINE__,
+                        "%s[%lld]: fd %.10g, backward %.10g", what,
+                        (long long)i, fd, g[i]);
       bad++;
     }
   }
-  SG_CHECK(bad == 0, "%s: %d entries differ from finite differences", what, bad);
+  SG_CHECK(bad == 0, "%s: %d entries differ from finite differences", what,
+           bad);
 }
 
 static void test_model1(void) {
@@ -114,13 +119,18 @@ static void test_model1(void) {
   fill(m->w, K * C * 9, 0.5);
   fill(m->b, K, 0.3);
   fill(m->t, N * K * 12, 1);
-  const int64_t xs[4] = {N, C, H, W}, ws[4] = {K, C, 3, 3}, bs[1] = {K}, ts[4] = {N, K, 4, 3};
+  const int64_t xs[4] = {N, C, H, W}, ws[4] = {K, C, 3, 3}, bs[1] = {K},
+                ts[4] = {N, K, 4, 3};
   SG_REQUIRE_OK(sg_var_init(&m->vx, "x", SG_DTYPE_F64, 4, xs, m->x, 1));
-  SG_REQUIRE_OK(sg_var_init_param(&m->vw, "w", SG_DTYPE_F64, 4, ws, m->w, m->gw));
-  SG_REQUIRE_OK(sg_var_init_param(&m->vb, "b", SG_DTYPE_F64, 1, bs, m->b, m->gb));
+  SG_REQUIRE_OK(
+      sg_var_init_param(&m->vw, "w", SG_DTYPE_F64, 4, ws, m->w, m->gw));
+  SG_REQUIRE_OK(
+      sg_var_init_param(&m->vb, "b", SG_DTYPE_F64, 1, bs, m->b, m->gb));
   SG_REQUIRE_OK(sg_var_init(&m->vt, "t", SG_DTYPE_F64, 4, ts, m->t, 0));
   SG_REQUIRE_OK(sg_tape_create(&tape));
-  sg_hooks hooks = {.pre_use = on_pre_use, .grad_ready = on_ready, .post_backward = on_post,
+  sg_hooks hooks = {.pre_use = on_pre_use,
+                    .grad_ready = on_ready,
+                    .post_backward = on_post,
                     .user = &log};
   sg_tape_set_hooks(tape, &hooks);
 
@@ -128,21 +138,25 @@ static void test_model1(void) {
   sg_mem_get_info(sg_device_host(), &before);
   sg_var *loss = NULL;
   SG_REQUIRE_OK(model1_forward(tape, m, &loss));
-  SG_CHECK(sg_tape_size(tape) == 5, "5 ops recorded, got %d", sg_tape_size(tape));
+  SG_CHECK(sg_tape_size(tape) == 5, "5 ops recorded, got %d",
+           sg_tape_size(tape));
   SG_CHECK(sg_tape_bytes(tape) > 0, "activations held");
   double l1 = sg_var_item(loss);
   SG_CHECK(isfinite(l1) && l1 > 0, "loss %g", l1);
   SG_CHECK_OK(sg_tape_backward(tape, loss));
-  SG_CHECK(sg_tape_size(tape) == 0 && sg_tape_bytes(tape) == 0, "tape empty after backward");
+  SG_CHECK(sg_tape_size(tape) == 0 && sg_tape_bytes(tape) == 0,
+           "tape empty after backward");
   sg_mem_get_info(sg_device_host(), &after);
   /* the input x owns a gradient now (it requires one); nothing else stays */
   SG_CHECK(after.current_bytes == before.current_bytes + sizeof m->x,
            "activation memory released: %zu -> %zu bytes", before.current_bytes,
            after.current_bytes);
-  SG_CHECK(log.pre_use == 2 && log.ready_w == 1 && log.ready_b == 1 && log.post == 1,
-           "hooks: pre_use %d, ready w %d b %d, post %d", log.pre_use, log.ready_w, log.ready_b,
-           log.post);
-  SG_CHECK(memcmp(log.w_at_ready, m->gw, sizeof m->gw) == 0, "w gradient final when its hook fired");
+  SG_CHECK(log.pre_use == 2 && log.ready_w == 1 && log.ready_b == 1 &&
+               log.post == 1,
+           "hooks: pre_use %d, ready w %d b %d, post %d", log.pre_use,
+           log.ready_w, log.ready_b, log.post);
+  SG_CHECK(memcmp(log.w_at_ready, m->gw, sizeof m->gw) == 0,
+           "w gradient final when its hook fired");
 
   double gw1[K * C * 9], gb1[K], gx1[N * C * H * W];
   memcpy(gw1, m->gw, sizeof gw1);
@@ -159,7 +173,8 @@ static void test_model1(void) {
   int ok = 1;
   for (int i = 0; i < K * C * 9; ++i) ok &= m->gw[i] == 2 * gw1[i];
   for (int i = 0; i < K; ++i) ok &= m->gb[i] == 2 * gb1[i];
-  for (int i = 0; i < N * C * H * W; ++i) ok &= ((double *)m->vx.grad.data)[i] == 2 * gx1[i];
+  for (int i = 0; i < N * C * H * W; ++i)
+    ok &= ((double *)m->vx.grad.data)[i] == 2 * gx1[i];
   SG_CHECK(ok, "gradients accumulate over two backwards");
 
   /* zero-grad */
@@ -167,7 +182,8 @@ static void test_model1(void) {
   SG_CHECK_OK(sg_tape_zero_grad(params, 3));
   ok = 1;
   for (int i = 0; i < K * C * 9; ++i) ok &= m->gw[i] == 0;
-  for (int i = 0; i < N * C * H * W; ++i) ok &= ((double *)m->vx.grad.data)[i] == 0;
+  for (int i = 0; i < N * C * H * W; ++i)
+    ok &= ((double *)m->vx.grad.data)[i] == 0;
   SG_CHECK(ok, "zero-grad");
 
   /* no-grad: nothing recorded, same value, backward refused */
@@ -183,8 +199,10 @@ static void test_model1(void) {
   /* bad input: clear errors */
   sg_var *y = NULL;
   sg_window ca1[2] = {{.kernel = 5}, {0}}; /* a kernel unlike the weight's */
-  SG_CHECK_STATUS(sg_ag_conv(tape, &m->vx, &m->vw, NULL, ca1, &y), SG_ERR_SHAPE);
-  SG_CHECK_STATUS(sg_ag_binary(tape, SG_BINARY_ADD, &m->vx, &m->vt, &y), SG_ERR_SHAPE);
+  SG_CHECK_STATUS(sg_ag_conv(tape, &m->vx, &m->vw, NULL, ca1, &y),
+                  SG_ERR_SHAPE);
+  SG_CHECK_STATUS(sg_ag_binary(tape, SG_BINARY_ADD, &m->vx, &m->vt, &y),
+                  SG_ERR_SHAPE);
   sg_window big[2] = {{.kernel = 11}, {.kernel = 3}};
   SG_CHECK_STATUS(sg_ag_pool(tape, SG_POOL_AVG, &m->vx, big, &y), SG_ERR_SHAPE);
   sg_tape_clear(tape);
@@ -215,25 +233,29 @@ static sg_status model2_forward(sg_tape_t tape, model2 *m, sg_var **loss) {
   sg_var *a, *b, *c, *d, *parts[2], *e, *f, *g, *h, *i, *j, *k, *l, *o, *q;
   sg_window ca[2] = {{.pad = {1, 1}, .boundary = SG_PAD_REFLECT},
                      {.pad = {1, 1}, .boundary = SG_PAD_REPLICATE}};
-  SG_TRY(sg_ag_conv(tape, &m->vx, &m->vp[P1], &m->vp[P2], ca, &a)); /* (1, 4, 5, 6) */
+  SG_TRY(sg_ag_conv(tape, &m->vx, &m->vp[P1], &m->vp[P2], ca,
+                    &a)); /* (1, 4, 5, 6) */
   sg_norm_desc nd = {.kind = SG_NORM_GROUP, .groups = 2, .eps = 1e-5};
   SG_TRY(sg_ag_norm(tape, &nd, a, &m->vp[P3], &m->vp[P4], &b));
   SG_TRY(sg_ag_act(tape, SG_ACT_GELU, b, &c));
   int64_t ch[2] = {1, 3};
   SG_TRY(sg_ag_split(tape, c, 2, ch, parts));
   int64_t sc[2] = {2, 2}, pk[2] = {2, 2};
-  SG_TRY(sg_ag_upsample(tape, SG_UPSAMPLE_LINEAR, parts[0], sc, &d)); /* (1,1,10,12) */
-  sg_window pa[2] = {{.kernel = pk[0], .stride = 2}, {.kernel = pk[1], .stride = 2}};
+  SG_TRY(sg_ag_upsample(tape, SG_UPSAMPLE_LINEAR, parts[0], sc,
+                        &d)); /* (1,1,10,12) */
+  sg_window pa[2] = {{.kernel = pk[0], .stride = 2},
+                     {.kernel = pk[1], .stride = 2}};
   SG_TRY(sg_ag_pool(tape, SG_POOL_AVG, d, pa, &e)); /* (1,1,5,6) */
   SG_TRY(sg_ag_act(tape, SG_ACT_TANH, parts[1], &f));
   sg_var *cat[2] = {e, f};
-  SG_TRY(sg_ag_concat(tape, 2, cat, &g)); /* (1,4,5,6) */
+  SG_TRY(sg_ag_concat(tape, 2, cat, &g));                    /* (1,4,5,6) */
   SG_TRY(sg_ag_linear(tape, g, &m->vp[P5], &m->vp[P6], &h)); /* (1,2,5,6) */
   SG_TRY(sg_ag_binary(tape, SG_BINARY_MUL, h, h, &i));
   SG_TRY(sg_ag_act(tape, SG_ACT_SILU, i, &j));
   SG_TRY(sg_ag_scale(tape, 0.75, j, &k));
   SG_TRY(sg_ag_convt(tape, k, &m->vp[P7], NULL, &l)); /* (1,2,10,12) */
-  sg_window pm[2] = {{.kernel = pk[0], .stride = 2}, {.kernel = pk[1], .stride = 2}};
+  sg_window pm[2] = {{.kernel = pk[0], .stride = 2},
+                     {.kernel = pk[1], .stride = 2}};
   SG_TRY(sg_ag_pool(tape, SG_POOL_MAX, l, pm, &o)); /* (1,2,5,6) */
   SG_TRY(sg_ag_binary(tape, SG_BINARY_ADD, o, &m->vx, &q));
   SG_TRY(sg_ag_loss(tape, SG_LOSS_REL_L2, q, &m->vt, loss));
@@ -254,7 +276,8 @@ static double model2_value(sg_tape_t tape, model2 *m) {
 static void test_model2(void) {
   model2 *m = calloc(1, sizeof *m);
   sg_tape_t tape = NULL;
-  const int64_t shapes[NP][4] = {{4, 2, 3, 3}, {4}, {4}, {4}, {2, 4}, {2}, {2, 2, 2, 2}};
+  const int64_t shapes[NP][4] = {{4, 2, 3, 3}, {4}, {4},         {4},
+                                 {2, 4},       {2}, {2, 2, 2, 2}};
   const int nd[NP] = {4, 1, 1, 1, 2, 1, 4};
   fill(m->x, 60, 1);
   fill(m->t, 60, 1);
@@ -268,7 +291,8 @@ static void test_model2(void) {
     fill(m->p[k], m->n[k], 0.6);
     if (k == P3)
       for (int64_t i = 0; i < m->n[k]; ++i) m->p[k][i] += 1.0;
-    SG_REQUIRE_OK(sg_var_init_param(&m->vp[k], "p", SG_DTYPE_F64, nd[k], shapes[k], m->p[k], NULL));
+    SG_REQUIRE_OK(sg_var_init_param(&m->vp[k], "p", SG_DTYPE_F64, nd[k],
+                                    shapes[k], m->p[k], NULL));
     m->g[k] = m->vp[k].grad.data;
   }
   SG_REQUIRE_OK(sg_tape_create(&tape));
@@ -288,12 +312,16 @@ static void test_model2(void) {
       m->p[k][i] = s;
       double fd = (lp - lm) / (2 * h);
       if (!(fabs(fd - m->g[k][i]) <= 1e-5 * (1 + fabs(fd)))) {
-        if (!bad) sg_test_fail_at(__FILE__, __LINE__, "param %d [%lld]: fd %.10g, backward %.10g",
-                                  k, (long long)i, fd, m->g[k][i]);
+        if (!bad)
+          sg_test_fail_at(__FILE__, __LINE__,
+                          "param %d [%lld]: fd %.10g, backward %.10g", k,
+                          (long long)i, fd, m->g[k][i]);
         bad++;
       }
     }
-    SG_CHECK(bad == 0, "model2 param %d: %d entries differ from finite differences", k, bad);
+    SG_CHECK(bad == 0,
+             "model2 param %d: %d entries differ from finite differences", k,
+             bad);
   }
 done:
   sg_tape_destroy(&tape);
@@ -376,8 +404,10 @@ static void test_model3(void) {
   const int64_t xs[4] = {1, 2, 3, 3}, ws[2] = {2, 2}, bs[1] = {2};
   SG_REQUIRE_OK(sg_var_init(&m->vx, "x", SG_DTYPE_F64, 4, xs, m->x, 0));
   SG_REQUIRE_OK(sg_var_init(&m->vt, "t", SG_DTYPE_F64, 4, xs, m->t, 0));
-  SG_REQUIRE_OK(sg_var_init_param(&m->vw, "w", SG_DTYPE_F64, 2, ws, m->w, NULL));
-  SG_REQUIRE_OK(sg_var_init_param(&m->vb, "b", SG_DTYPE_F64, 1, bs, m->b, NULL));
+  SG_REQUIRE_OK(
+      sg_var_init_param(&m->vw, "w", SG_DTYPE_F64, 2, ws, m->w, NULL));
+  SG_REQUIRE_OK(
+      sg_var_init_param(&m->vb, "b", SG_DTYPE_F64, 1, bs, m->b, NULL));
   SG_REQUIRE_OK(sg_tape_create(&tape));
   sg_var *loss = NULL;
   SG_REQUIRE_OK(model3_forward(tape, m, &loss));
@@ -400,12 +430,16 @@ static void test_model3(void) {
       ps[k][i] = s0;
       const double fd = (v[0] - v[1]) / (2 * h);
       if (!(fabs(fd - gs[k][i]) <= 1e-6 * (1 + fabs(fd)))) {
-        if (!bad) sg_test_fail_at(__FILE__, __LINE__, "model3 param %d [%d]: fd %.10g, backward %.10g",
-                                  k, i, fd, gs[k][i]);
+        if (!bad)
+          sg_test_fail_at(__FILE__, __LINE__,
+                          "model3 param %d [%d]: fd %.10g, backward %.10g", k,
+                          i, fd, gs[k][i]);
         bad++;
       }
     }
-    SG_CHECK(bad == 0, "model3 param %d: %d entries differ from finite differences", k, bad);
+    SG_CHECK(bad == 0,
+             "model3 param %d: %d entries differ from finite differences", k,
+             bad);
   }
 done:
   sg_tape_destroy(&tape);

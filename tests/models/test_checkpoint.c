@@ -29,25 +29,29 @@
 
 enum { N = 2, C = 3, H = 7, W = 5, NP = 12 };
 
-static double gval(int64_t i, int seed) { return sin(0.37 * (double)(i + 1) + 1.3 * seed); }
+static double gval(int64_t i, int seed) {
+  return sin(0.37 * (double)(i + 1) + 1.3 * seed);
+}
 
 /* ---- 1-3: a net of blocks ------------------------------------------------- */
 
 typedef struct net {
-  sg_var p[NP]; /* w0 b0 w1 b1 g1 be1 w2 b2 g2 be2 b5 wx */
-  int ck;       /* checkpoint the blocks */
+  sg_var p[NP];  /* w0 b0 w1 b1 g1 be1 w2 b2 g2 be2 b5 wx */
+  int ck;        /* checkpoint the blocks */
   sg_var *outer; /* for the refused block: an outer activation */
 } net;
 
 enum { W0, B0, W1, B1, G1, BE1, W2, B2, G2, BE2, B5, WX };
 
-static sg_status conv(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b, sg_var **y) {
+static sg_status conv(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
+                      sg_var **y) {
   const sg_window a[2] = {{.pad = {1, 1}, .boundary = SG_BOUNDARY_ZERO},
-                         {.pad = {1, 1}, .boundary = SG_BOUNDARY_PERIODIC}};
+                          {.pad = {1, 1}, .boundary = SG_BOUNDARY_PERIODIC}};
   return sg_ag_conv(t, x, w, b, a, y);
 }
 
-static sg_status norm_act(sg_tape_t t, sg_var *x, sg_var *g, sg_var *b, sg_var **y) {
+static sg_status norm_act(sg_tape_t t, sg_var *x, sg_var *g, sg_var *b,
+                          sg_var **y) {
   sg_status st = SG_OK;
   sg_norm_desc nd;
   memset(&nd, 0, sizeof nd);
@@ -61,19 +65,22 @@ fail:
 }
 
 /* block A: conv(x) */
-static sg_status blk_a(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **out) {
+static sg_status blk_a(sg_tape_t t, void *ctx, sg_var *const *in,
+                       sg_var **out) {
   net *n = ctx;
   return conv(t, in[0], &n->p[W0], &n->p[B0], out);
 }
 
 /* nested: norm + act with g2, be2 */
-static sg_status blk_inner(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **out) {
+static sg_status blk_inner(sg_tape_t t, void *ctx, sg_var *const *in,
+                           sg_var **out) {
   net *n = ctx;
   return norm_act(t, in[0], &n->p[G2], &n->p[BE2], out);
 }
 
 /* R1: h + conv(norm_act(conv(h, w1)), w2) */
-static sg_status blk_r1(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **out) {
+static sg_status blk_r1(sg_tape_t t, void *ctx, sg_var *const *in,
+                        sg_var **out) {
   sg_status st = SG_OK;
   net *n = ctx;
   sg_var *r = NULL;
@@ -86,13 +93,16 @@ fail:
 }
 
 /* R2(h, h0): h + (conv(inner(conv(h, w1)), w2) + h0), inner nested */
-static sg_status blk_r2(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **out) {
+static sg_status blk_r2(sg_tape_t t, void *ctx, sg_var *const *in,
+                        sg_var **out) {
   sg_status st = SG_OK;
   net *n = ctx;
   sg_var *r = NULL;
   SG_TRY(conv(t, in[0], &n->p[W1], &n->p[B1], &r));
-  if (n->ck) SG_TRY(sg_ag_checkpoint(t, blk_inner, n, 1, &r, 1, &r));
-  else SG_TRY(blk_inner(t, n, &r, &r));
+  if (n->ck)
+    SG_TRY(sg_ag_checkpoint(t, blk_inner, n, 1, &r, 1, &r));
+  else
+    SG_TRY(blk_inner(t, n, &r, &r));
   SG_TRY(conv(t, r, &n->p[W2], &n->p[B2], &r));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, r, in[1], &r));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, in[0], r, out));
@@ -100,12 +110,14 @@ fail:
   return st;
 }
 
-static sg_status run_block(net *n, sg_tape_t t, sg_block_fn fn, int nin, sg_var **in, sg_var **out) {
+static sg_status run_block(net *n, sg_tape_t t, sg_block_fn fn, int nin,
+                           sg_var **in, sg_var **out) {
   if (n->ck) return sg_ag_checkpoint(t, fn, n, nin, in, 1, out);
   return fn(t, n, in, out);
 }
 
-static sg_status net_loss(net *n, sg_tape_t t, sg_var *x, sg_var *tgt, sg_var **loss) {
+static sg_status net_loss(net *n, sg_tape_t t, sg_var *x, sg_var *tgt,
+                          sg_var **loss) {
   sg_status st = SG_OK;
   sg_var *h0 = NULL, *h1 = NULL, *h2 = NULL, *y = NULL;
   SG_TRY(run_block(n, t, blk_a, 1, &x, &h0));
@@ -123,16 +135,26 @@ static sg_status net_init(net *n, sg_dtype dt) {
   sg_status st = SG_OK;
   const int64_t ws[4] = {C, C, 3, 3}, cs[1] = {C}, xs[2] = {C, C};
   memset(n, 0, sizeof *n);
-  static const char *const names[NP] = {"w0", "b0", "w1", "b1", "g1", "be1", "w2", "b2", "g2", "be2", "b5", "wx"};
+  static const char *const names[NP] = {"w0", "b0", "w1", "b1",  "g1", "be1",
+                                        "w2", "b2", "g2", "be2", "b5", "wx"};
   for (int i = 0; i < NP; ++i) {
     const int isw = i == W0 || i == W1 || i == W2;
-    SG_TRY(sg_var_init_param(&n->p[i], names[i], dt, isw ? 4 : i == WX ? 2 : 1, isw ? ws : i == WX ? xs : cs,
+    SG_TRY(sg_var_init_param(&n->p[i], names[i], dt,
+                             isw       ? 4
+                             : i == WX ? 2
+                                       : 1,
+                             isw       ? ws
+                             : i == WX ? xs
+                                       : cs,
                              NULL, NULL));
     const int64_t ne = isw ? C * C * 9 : i == WX ? C * C : C;
     for (int64_t k = 0; k < ne; ++k) {
-      double v = (i == G1 || i == G2 ? 1.0 : 0.0) + (isw ? 0.3 : 0.2) * gval(k, 10 + i);
-      if (dt == SG_DTYPE_F32) ((float *)n->p[i].value.data)[k] = (float)v;
-      else ((double *)n->p[i].value.data)[k] = v;
+      double v = (i == G1 || i == G2 ? 1.0 : 0.0) +
+                 (isw ? 0.3 : 0.2) * gval(k, 10 + i);
+      if (dt == SG_DTYPE_F32)
+        ((float *)n->p[i].value.data)[k] = (float)v;
+      else
+        ((double *)n->p[i].value.data)[k] = v;
     }
   }
 fail:
@@ -151,7 +173,8 @@ static void rows(int64_t *y0, int64_t *ny) {
 }
 
 /* A sharded leaf (N, C, H, W) of this rank: global values from seed. */
-static sg_status make_input(sg_mesh_t mesh, sg_var *v, const char *name, sg_dtype dt, int seed, int rg) {
+static sg_status make_input(sg_mesh_t mesh, sg_var *v, const char *name,
+                            sg_dtype dt, int seed, int rg) {
   sg_status st = SG_OK;
   int64_t y0, ny;
   rows(&y0, &ny);
@@ -162,8 +185,10 @@ static sg_status make_input(sg_mesh_t mesh, sg_var *v, const char *name, sg_dtyp
       for (int64_t c = 0; c < W; ++c) {
         double g = gval((i * H + y0 + r) * W + c, seed);
         int64_t k = (i * ny + r) * W + c;
-        if (dt == SG_DTYPE_F32) ((float *)v->value.data)[k] = (float)g;
-        else ((double *)v->value.data)[k] = g;
+        if (dt == SG_DTYPE_F32)
+          ((float *)v->value.data)[k] = (float)g;
+        else
+          ((double *)v->value.data)[k] = g;
       }
   sg_placement pl[1] = {sg_shard(2)};
   SG_TRY(sg_var_set_sharding(v, mesh, pl, gs));
@@ -229,7 +254,8 @@ static void result_free(result *r) {
 
 /* One forward and backward; ck: checkpoints; hooks: the releasing
  * listeners (checked here). */
-static void run_net(sg_mesh_t mesh, sg_dtype dt, int ck, int hooks, int passes, result *res) {
+static void run_net(sg_mesh_t mesh, sg_dtype dt, int ck, int hooks, int passes,
+                    result *res) {
   net n;
   sg_tape_t tape = NULL;
   sg_var x, tg, *loss = NULL;
@@ -259,7 +285,8 @@ static void run_net(sg_mesh_t mesh, sg_dtype dt, int ck, int hooks, int passes, 
     SG_REQUIRE_OK(sg_tape_add_hooks(tape, &h, NULL));
     sg_tape_set_comm(tape, sg_mesh_comm(mesh));
   }
-  for (int pass = 0; pass < passes; ++pass) { /* twice: the tape (and its child) reused */
+  for (int pass = 0; pass < passes;
+       ++pass) { /* twice: the tape (and its child) reused */
     for (int i = 0; i < NP; ++i) SG_REQUIRE_OK(sg_var_zero_grad(&n.p[i]));
     SG_REQUIRE_OK(sg_var_zero_grad(&x));
     memset(s.ready, 0, sizeof s.ready);
@@ -269,13 +296,16 @@ static void run_net(sg_mesh_t mesh, sg_dtype dt, int ck, int hooks, int passes, 
     SG_REQUIRE_OK(sg_tape_backward(tape, loss));
     if (hooks) {
       for (int i = 0; i < NP; ++i) {
-        SG_CHECK(s.ready[i] == 1, "ck %d: grad_ready fired %d times for %s (once per backward)", ck, s.ready[i],
-                 n.p[i].name);
-        SG_CHECK(n.p[i].value.data == NULL, "ck %d: %s released after backward", ck, n.p[i].name);
-        sg_test_cmp_bytes("gradient when grad_ready fired == final gradient", s.snap[i], n.p[i].grad.data,
-                          vbytes(&n.p[i]));
+        SG_CHECK(s.ready[i] == 1,
+                 "ck %d: grad_ready fired %d times for %s (once per backward)",
+                 ck, s.ready[i], n.p[i].name);
+        SG_CHECK(n.p[i].value.data == NULL, "ck %d: %s released after backward",
+                 ck, n.p[i].name);
+        sg_test_cmp_bytes("gradient when grad_ready fired == final gradient",
+                          s.snap[i], n.p[i].grad.data, vbytes(&n.p[i]));
       }
-      SG_CHECK(s.early == 0, "ck %d: grad_ready before the last use (%d)", ck, s.early);
+      SG_CHECK(s.early == 0, "ck %d: grad_ready before the last use (%d)", ck,
+               s.early);
     }
   }
   for (int i = 0; i < NP; ++i) {
@@ -305,7 +335,8 @@ static void test_net(sg_mesh_t mesh, sg_dtype dt) {
   run_net(mesh, dt, 1, 1, f64 ? 2 : 1, &ckh);
   const char *dn = sg_dtype_name(dt);
   SG_CHECK(ref.loss == ck.loss && ref.loss == ckh.loss && isfinite(ref.loss),
-           "%s loss: %.17g without, %.17g checkpointed, %.17g with listeners", dn, ref.loss, ck.loss, ckh.loss);
+           "%s loss: %.17g without, %.17g checkpointed, %.17g with listeners",
+           dn, ref.loss, ck.loss, ckh.loss);
   size_t gb[NP];
   {
     net n;
@@ -316,13 +347,20 @@ static void test_net(sg_mesh_t mesh, sg_dtype dt) {
   for (int i = 0; i < NP; ++i) {
     char what[64];
     snprintf(what, sizeof what, "%s: gradient %d checkpointed", dn, i);
-    if (ref.grad[i] && ck.grad[i]) sg_test_cmp_bytes(what, ck.grad[i], ref.grad[i], gb[i]);
-    snprintf(what, sizeof what, "%s: gradient %d checkpointed, released", dn, i);
-    if (ref.grad[i] && ckh.grad[i]) sg_test_cmp_bytes(what, ckh.grad[i], ref.grad[i], gb[i]);
+    if (ref.grad[i] && ck.grad[i])
+      sg_test_cmp_bytes(what, ck.grad[i], ref.grad[i], gb[i]);
+    snprintf(what, sizeof what, "%s: gradient %d checkpointed, released", dn,
+             i);
+    if (ref.grad[i] && ckh.grad[i])
+      sg_test_cmp_bytes(what, ckh.grad[i], ref.grad[i], gb[i]);
   }
-  if (ref.gx && ck.gx) sg_test_cmp_bytes("input gradient checkpointed", ck.gx, ref.gx, ref.gxb);
-  if (ref.gx && ckh.gx) sg_test_cmp_bytes("input gradient checkpointed, released", ckh.gx, ref.gx, ref.gxb);
-  SG_CHECK(ck.bytes_fwd < ref.bytes_fwd, "%s: bytes held after forward %zu checkpointed, %zu without", dn,
+  if (ref.gx && ck.gx)
+    sg_test_cmp_bytes("input gradient checkpointed", ck.gx, ref.gx, ref.gxb);
+  if (ref.gx && ckh.gx)
+    sg_test_cmp_bytes("input gradient checkpointed, released", ckh.gx, ref.gx,
+                      ref.gxb);
+  SG_CHECK(ck.bytes_fwd < ref.bytes_fwd,
+           "%s: bytes held after forward %zu checkpointed, %zu without", dn,
            ck.bytes_fwd, ref.bytes_fwd);
   result_free(&ref);
   result_free(&ck);
@@ -330,11 +368,13 @@ static void test_net(sg_mesh_t mesh, sg_dtype dt) {
 }
 
 /* 3. refused blocks */
-static sg_status blk_reads_outer(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **out) {
+static sg_status blk_reads_outer(sg_tape_t t, void *ctx, sg_var *const *in,
+                                 sg_var **out) {
   net *n = ctx;
   return sg_ag_binary(t, SG_BINARY_ADD, in[0], n->outer, out);
 }
-static sg_status blk_identity(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **out) {
+static sg_status blk_identity(sg_tape_t t, void *ctx, sg_var *const *in,
+                              sg_var **out) {
   (void)t, (void)ctx;
   out[0] = in[0];
   return SG_OK;
@@ -352,10 +392,13 @@ static void test_refused(sg_mesh_t mesh) {
   SG_REQUIRE_OK(blk_a(tape, &n, &xp, &h));
   n.outer = h;
   sg_status st = sg_ag_checkpoint(tape, blk_reads_outer, &n, 1, &xp, 1, &y);
-  SG_CHECK(st == SG_ERR_INVALID_ARG && strstr(sg_last_error(), "made outside the block"),
-           "a block reading an outer activation: %s (%s)", sg_status_name(st), sg_last_error());
+  SG_CHECK(st == SG_ERR_INVALID_ARG &&
+               strstr(sg_last_error(), "made outside the block"),
+           "a block reading an outer activation: %s (%s)", sg_status_name(st),
+           sg_last_error());
   st = sg_ag_checkpoint(tape, blk_identity, &n, 1, &xp, 1, &y);
-  SG_CHECK(st == SG_ERR_INVALID_ARG, "a block returning its input: %s (%s)", sg_status_name(st), sg_last_error());
+  SG_CHECK(st == SG_ERR_INVALID_ARG, "a block returning its input: %s (%s)",
+           sg_status_name(st), sg_last_error());
   SG_CHECK(sg_test_all(MPI_COMM_WORLD, 1), "every rank got here");
 done:
   sg_tape_destroy(&tape);
@@ -369,11 +412,12 @@ typedef struct mrun {
   double loss;
   float *grads;
   int64_t np;
-  size_t tape_fwd, peak_work; /* bytes: tape after forward; peak above the start */
+  size_t tape_fwd,
+      peak_work; /* bytes: tape after forward; peak above the start */
 } mrun;
 
-static void run_model(sg_mesh_t mesh, sg_model_kind kind, int every, int64_t ny, int64_t nx, int64_t width,
-                      int passes, mrun *r) {
+static void run_model(sg_mesh_t mesh, sg_model_kind kind, int every, int64_t ny,
+                      int64_t nx, int64_t width, int passes, mrun *r) {
   sg_model_t m = NULL;
   sg_tape_t tape = NULL;
   float *params = NULL, *xd = NULL, *td = NULL;
@@ -382,7 +426,8 @@ static void run_model(sg_mesh_t mesh, sg_model_kind kind, int every, int64_t ny,
   memset(&tg, 0, sizeof tg);
   memset(r, 0, sizeof *r);
   sg_model_config c = sg_model_defaults(kind);
-  c.cin = 2, c.cout = 1, c.width = width, c.proj_width = 8, c.modes = 3, c.layers = 4, c.blocks = 4, c.levels = 2;
+  c.cin = 2, c.cout = 1, c.width = width, c.proj_width = 8, c.modes = 3,
+  c.layers = 4, c.blocks = 4, c.levels = 2;
   c.groups = 2;
   c.act_ckpt_every = every;
   const int64_t batch = 2;
@@ -401,14 +446,18 @@ static void run_model(sg_mesh_t mesh, sg_model_kind kind, int every, int64_t ny,
   for (int64_t i = 0; i < batch * 2; ++i)
     for (int64_t a = 0; a < lny; ++a)
       for (int64_t b = 0; b < lnx; ++b) {
-        xd[(i * lny + a) * lnx + b] = (float)gval((i * ny + y0 + a) * nx + x0 + b, 3);
-        if (i < batch) td[(i * lny + a) * lnx + b] = (float)gval((i * ny + y0 + a) * nx + x0 + b, 4);
+        xd[(i * lny + a) * lnx + b] = (float)gval(
+            (i * ny + y0 + a) * nx + x0 + b, 3);
+        if (i < batch)
+          td[(i * lny + a) * lnx + b] = (float)gval(
+              (i * ny + y0 + a) * nx + x0 + b, 4);
       }
   SG_REQUIRE_OK(sg_var_init(&x, "x", SG_DTYPE_F32, 4, xs, xd, 0));
   SG_REQUIRE_OK(sg_var_init(&tg, "t", SG_DTYPE_F32, 4, ts, td, 0));
   SG_REQUIRE_OK(sg_model_mark(m, &tg));
   SG_REQUIRE_OK(sg_tape_create(&tape));
-  for (int pass = 0; pass < passes; ++pass) { /* the second: plans made, the peak is the step's */
+  for (int pass = 0; pass < passes;
+       ++pass) { /* the second: plans made, the peak is the step's */
     memset(r->grads, 0, (size_t)r->np * sizeof *r->grads);
     sg_mem_info m0, m1;
     SG_REQUIRE_OK(sg_mem_reset_peak(sg_device_host()));
@@ -432,17 +481,21 @@ done:
 }
 
 static void test_models(sg_mesh_t mesh) {
-  static const sg_model_kind kinds[3] = {SG_MODEL_FNO, SG_MODEL_CNN, SG_MODEL_UNET};
+  static const sg_model_kind kinds[3] = {SG_MODEL_FNO, SG_MODEL_CNN,
+                                         SG_MODEL_UNET};
   for (int k = 0; k < 3; ++k)
     for (int every = 1; every <= (kinds[k] == SG_MODEL_CNN ? 2 : 1); ++every) {
       mrun a, b;
       run_model(mesh, kinds[k], 0, 16, 10, 4, 1, &a);
       run_model(mesh, kinds[k], every, 16, 10, 4, 1, &b);
-      SG_CHECK(a.loss == b.loss && isfinite(a.loss), "%s every %d: loss %.9g checkpointed, %.9g without",
+      SG_CHECK(a.loss == b.loss && isfinite(a.loss),
+               "%s every %d: loss %.9g checkpointed, %.9g without",
                sg_model_kind_name(kinds[k]), every, b.loss, a.loss);
       char what[64];
-      snprintf(what, sizeof what, "%s every %d: gradients", sg_model_kind_name(kinds[k]), every);
-      if (a.grads && b.grads && a.np == b.np) sg_test_cmp_bytes(what, b.grads, a.grads, (size_t)a.np * sizeof(float));
+      snprintf(what, sizeof what, "%s every %d: gradients",
+               sg_model_kind_name(kinds[k]), every);
+      if (a.grads && b.grads && a.np == b.np)
+        sg_test_cmp_bytes(what, b.grads, a.grads, (size_t)a.np * sizeof(float));
       free(a.grads);
       free(b.grads);
     }
@@ -458,20 +511,26 @@ static void test_peak(sg_mesh_t mesh) {
   const int64_t L = 4, width = 8, ny = 24, nx = 16;
   run_model(mesh, SG_MODEL_CNN, 0, ny, nx, width, 2, &a);
   run_model(mesh, SG_MODEL_CNN, 1, ny, nx, width, 2, &b);
-  const int64_t q = ny / sg_test_size, lny = q + (sg_test_rank < ny % sg_test_size ? 1 : 0), lnx = nx;
-  const double s = (double)(2 * width * lny * lnx) * sizeof(float); /* a block's output */
-  const double held = (double)a.tape_fwd - (double)b.tape_fwd;      /* L*(A - s) */
+  const int64_t q = ny / sg_test_size,
+                lny = q + (sg_test_rank < ny % sg_test_size ? 1 : 0), lnx = nx;
+  const double s = (double)(2 * width * lny * lnx) *
+                   sizeof(float); /* a block's output */
+  const double held = (double)a.tape_fwd - (double)b.tape_fwd; /* L*(A - s) */
   const double A = held / (double)L + s;
-  const double predicted = held - A, drop = (double)a.peak_work - (double)b.peak_work;
+  const double predicted = held - A,
+               drop = (double)a.peak_work - (double)b.peak_work;
   if (sg_test_rank == 0)
-    printf("CNN %lld blocks, width %d: peak work %.1f KiB without, %.1f KiB checkpointed; drop %.1f KiB, predicted "
-           "%.1f KiB (A %.1f KiB, s %.1f KiB)\n",
-           (long long)L, (int)width, a.peak_work / 1024.0, b.peak_work / 1024.0, drop / 1024.0, predicted / 1024.0,
-           A / 1024.0, s / 1024.0);
-  SG_CHECK(held > 0 && b.peak_work < a.peak_work, "checkpointing lowers the peak (%zu -> %zu)", a.peak_work,
+    printf(
+        "CNN %lld blocks, width %d: peak work %.1f KiB without, %.1f KiB checkpointed; drop %.1f KiB, predicted "
+        "%.1f KiB (A %.1f KiB, s %.1f KiB)\n",
+        (long long)L, (int)width, a.peak_work / 1024.0, b.peak_work / 1024.0,
+        drop / 1024.0, predicted / 1024.0, A / 1024.0, s / 1024.0);
+  SG_CHECK(held > 0 && b.peak_work < a.peak_work,
+           "checkpointing lowers the peak (%zu -> %zu)", a.peak_work,
            b.peak_work);
   SG_CHECK(drop >= 0.8 * predicted && drop <= 1.2 * predicted,
-           "peak drop %.0f B within 20%% of the prediction %.0f B", drop, predicted);
+           "peak drop %.0f B within 20%% of the prediction %.0f B", drop,
+           predicted);
   free(a.grads);
   free(b.grads);
 }

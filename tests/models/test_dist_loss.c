@@ -16,7 +16,8 @@
 
 enum { B = 4, C = 2, NY = 7, NX = 5 };
 
-static double whole_loss(sg_loss_kind k, const double *p, const double *t, const double *m) {
+static double whole_loss(sg_loss_kind k, const double *p, const double *t,
+                         const double *m) {
   if (k == SG_LOSS_MSE) {
     double s = 0, c = 0;
     for (int i = 0; i < B * C * NY * NX; ++i) {
@@ -46,13 +47,17 @@ static void run(const char *spec, int ndp, sg_loss_kind kind) {
   memset(&vt, 0, sizeof vt);
   memset(&vm, 0, sizeof vm);
   double p[B * C * NY * NX], t[B * C * NY * NX], m[B * C * NY * NX];
-  SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 1, 0, 0, B * C * NY * NX, SG_DTYPE_F64, p));
-  SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 1, 1, 0, B * C * NY * NX, SG_DTYPE_F64, t));
+  SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 1, 0, 0, B * C * NY * NX,
+                          SG_DTYPE_F64, p));
+  SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 1, 1, 0, B * C * NY * NX,
+                          SG_DTYPE_F64, t));
   for (int i = 0; i < B * C * NY * NX; ++i) m[i] = (i % 7) ? 1.0 : 0.0;
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
-  int nh = sg_test_size / ndp, cd = sg_mesh_coord(mesh, 0), ch = sg_mesh_coord(mesh, 1);
+  int nh = sg_test_size / ndp, cd = sg_mesh_coord(mesh, 0),
+      ch = sg_mesh_coord(mesh, 1);
   int64_t lb = B / ndp, b0 = cd * lb;
-  int64_t y0 = (int64_t)ch * (NY / nh) + (ch < NY % nh ? ch : NY % nh), ny = NY / nh + (ch < NY % nh);
+  int64_t y0 = (int64_t)ch * (NY / nh) + (ch < NY % nh ? ch : NY % nh),
+          ny = NY / nh + (ch < NY % nh);
   int64_t n = lb * C * ny * NX;
   lp = malloc((size_t)(n + 1) * sizeof *lp);
   lt = malloc((size_t)(n + 1) * sizeof *lt);
@@ -61,7 +66,8 @@ static void run(const char *spec, int ndp, sg_loss_kind kind) {
     for (int64_t c = 0; c < C; ++c)
       for (int64_t j = 0; j < ny; ++j)
         for (int64_t i = 0; i < NX; ++i) {
-          int64_t g = (((b0 + b) * C + c) * NY + y0 + j) * NX + i, l = ((b * C + c) * ny + j) * NX + i;
+          int64_t g = (((b0 + b) * C + c) * NY + y0 + j) * NX + i,
+                  l = ((b * C + c) * ny + j) * NX + i;
           lp[l] = p[g], lt[l] = t[g], lm[l] = m[g];
         }
   sg_group_t dom = NULL, dat = NULL;
@@ -75,13 +81,15 @@ static void run(const char *spec, int ndp, sg_loss_kind kind) {
   SG_REQUIRE_OK(sg_var_init(&vm, "m", SG_DTYPE_F64, 4, shape, lm, 0));
   SG_REQUIRE_OK(sg_ag_dist_loss(tape, kind, &vp, &vt, &vm, &ctx, &loss));
   double val = sg_dist_loss_value(loss), ref = whole_loss(kind, p, t, m);
-  SG_CHECK(fabs(val - ref) <= 1e-13 * fabs(ref), "%s kind %d: loss %.17g vs one process %.17g", spec, kind, val, ref);
+  SG_CHECK(fabs(val - ref) <= 1e-13 * fabs(ref),
+           "%s kind %d: loss %.17g vs one process %.17g", spec, kind, val, ref);
   SG_REQUIRE_OK(sg_tape_backward(tape, loss));
   /* gradient vs central differences of the one-process loss */
   const double h = 1e-6;
   int64_t bad = 0;
   for (int64_t l = 0; l < n; l += 3) {
-    int64_t b = l / (C * ny * NX), r = l % (C * ny * NX), c = r / (ny * NX), j = (r / NX) % ny, i = r % NX;
+    int64_t b = l / (C * ny * NX), r = l % (C * ny * NX), c = r / (ny * NX),
+            j = (r / NX) % ny, i = r % NX;
     int64_t g = (((b0 + b) * C + c) * NY + y0 + j) * NX + i;
     double keep = p[g];
     p[g] = keep + h;
@@ -91,14 +99,19 @@ static void run(const char *spec, int ndp, sg_loss_kind kind) {
     p[g] = keep;
     double fd = (up - dn) / (2 * h), an = ((double *)vp.grad.data)[l];
     if (fabs(fd - an) > 1e-7 + 1e-6 * fabs(fd)) {
-      if (!bad) sg_test_fail_at(__FILE__, __LINE__, "%s kind %d: dL/dp[%lld] = %.10g, finite difference %.10g", spec, kind, (long long)g, an, fd);
+      if (!bad)
+        sg_test_fail_at(
+            __FILE__, __LINE__,
+            "%s kind %d: dL/dp[%lld] = %.10g, finite difference %.10g", spec,
+            kind, (long long)g, an, fd);
       ++bad;
     }
   }
   SG_CHECK(bad == 0, "%lld gradient mismatches", (long long)bad);
   /* evaluation helper: per-sample relative L2 over the domain */
   double rel[B];
-  SG_CHECK_OK(sg_dist_rel_l2(SG_DTYPE_F64, lb, C * ny * NX, lp, lt, lm, dom, rel));
+  SG_CHECK_OK(
+      sg_dist_rel_l2(SG_DTYPE_F64, lb, C * ny * NX, lp, lt, lm, dom, rel));
 done:
   sg_tape_destroy(&tape);
   sg_var_release(&vp);
@@ -111,8 +124,9 @@ done:
 }
 
 /* The loss of (p, t, m) on a fresh tape: its status, and its value. */
-static sg_status loss_of(sg_loss_kind kind, const int64_t *shape, double *p, double *t, double *m,
-                         const sg_dist_loss_ctx *ctx, double *value) {
+static sg_status loss_of(sg_loss_kind kind, const int64_t *shape, double *p,
+                         double *t, double *m, const sg_dist_loss_ctx *ctx,
+                         double *value) {
   sg_tape_t tape = NULL;
   sg_var vp, vt, vm, *loss = NULL;
   memset(&vp, 0, sizeof vp);
@@ -124,12 +138,14 @@ static sg_status loss_of(sg_loss_kind kind, const int64_t *shape, double *p, dou
   if (st == SG_OK) st = sg_var_init(&vm, "m", SG_DTYPE_F64, 4, shape, m, 0);
   if (st == SG_OK) st = sg_ag_dist_loss(tape, kind, &vp, &vt, &vm, ctx, &loss);
   *value = st == SG_OK ? sg_dist_loss_value(loss) : NAN;
-  if (st == SG_OK) { /* backward: a masked NaN gets gradient 0, no NaN anywhere */
+  if (st ==
+      SG_OK) { /* backward: a masked NaN gets gradient 0, no NaN anywhere */
     st = sg_tape_backward(tape, loss);
     int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
     for (int64_t i = 0; st == SG_OK && i < n; ++i)
       if (!isfinite(((double *)vp.grad.data)[i])) {
-        sg_test_fail_at(__FILE__, __LINE__, "gradient %lld is %g", (long long)i, ((double *)vp.grad.data)[i]);
+        sg_test_fail_at(__FILE__, __LINE__, "gradient %lld is %g", (long long)i,
+                        ((double *)vp.grad.data)[i]);
         break;
       }
   }
@@ -155,8 +171,10 @@ static void run_nonfinite(const char *spec, int ndp, sg_loss_kind kind) {
     SG_CHECK(0, "out of memory");
     goto done;
   }
-  SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 3, (uint64_t)sg_test_rank, 0, n, SG_DTYPE_F64, p));
-  SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 4, (uint64_t)sg_test_rank, 0, n, SG_DTYPE_F64, t));
+  SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 3, (uint64_t)sg_test_rank, 0, n,
+                          SG_DTYPE_F64, p));
+  SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 4, (uint64_t)sg_test_rank, 0, n,
+                          SG_DTYPE_F64, t));
   for (int64_t i = 0; i < n; ++i) m[i] = i % 5 == 2 ? 0.0 : 1.0;
   sg_group_t dom = NULL, dat = NULL;
   SG_REQUIRE_OK(sg_mesh_group(mesh, 2u, &dom));
@@ -169,8 +187,9 @@ static void run_nonfinite(const char *spec, int ndp, sg_loss_kind kind) {
   p[2] = NAN;
   t[7] = INFINITY;
   sg_status st = loss_of(kind, shape, p, t, m, &ctx, &v);
-  SG_CHECK(st == SG_OK && v == clean, "%s kind %d: masked NaN/Inf: %s, loss %.17g vs %.17g (%s)", spec, kind,
-           sg_status_name(st), v, clean, sg_last_error());
+  SG_CHECK(st == SG_OK && v == clean,
+           "%s kind %d: masked NaN/Inf: %s, loss %.17g vs %.17g (%s)", spec,
+           kind, sg_status_name(st), v, clean, sg_last_error());
   /* a NaN prediction on the last rank only, an Inf target on rank 0 only */
   for (int c = 0; c < 2; ++c) {
     int who = c == 0 ? sg_test_size - 1 : 0;
@@ -178,15 +197,18 @@ static void run_nonfinite(const char *spec, int ndp, sg_loss_kind kind) {
     if (sg_test_rank == who) arr[1] = c == 0 ? NAN : -INFINITY;
     st = loss_of(kind, shape, p, t, m, &ctx, &v);
     SG_CHECK(st == SG_ERR_INVALID_ARG && strstr(sg_last_error(), "NaN/Inf"),
-             "%s kind %d: %s on rank %d: %s (%s), loss %g", spec, kind, c == 0 ? "NaN prediction" : "Inf target", who,
-             sg_status_name(st), sg_last_error(), v);
+             "%s kind %d: %s on rank %d: %s (%s), loss %g", spec, kind,
+             c == 0 ? "NaN prediction" : "Inf target", who, sg_status_name(st),
+             sg_last_error(), v);
     /* the evaluation metric too, agreed over both groups */
     double rel[B];
     st = sg_dist_rel_l2_ctx(SG_DTYPE_F64, lb, C * ny * NX, p, t, m, &ctx, rel);
-    SG_CHECK(st == SG_ERR_INVALID_ARG, "%s: sg_dist_rel_l2_ctx with a %s on rank %d: %s", spec,
+    SG_CHECK(st == SG_ERR_INVALID_ARG,
+             "%s: sg_dist_rel_l2_ctx with a %s on rank %d: %s", spec,
              c == 0 ? "NaN" : "Inf", who, sg_status_name(st));
     st = sg_dist_rel_l2(SG_DTYPE_F64, lb, C * ny * NX, p, t, m, dom, rel);
-    SG_CHECK(sg_test_rank != who || st == SG_ERR_INVALID_ARG, "%s: sg_dist_rel_l2 with a NaN here: %s", spec,
+    SG_CHECK(sg_test_rank != who || st == SG_ERR_INVALID_ARG,
+             "%s: sg_dist_rel_l2 with a NaN here: %s", spec,
              sg_status_name(st));
     arr[1] = keep;
   }

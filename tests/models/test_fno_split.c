@@ -26,7 +26,8 @@ static sg_status fno_step(sg_mesh_t mesh, int64_t ny, int64_t nx) {
   c.width = 4, c.modes1 = 1, c.modes2 = 1, c.layers = 1, c.proj_width = 4;
   SG_TRY(sg_fno_create(mesh, &c, ny, nx, 1, &m));
   int64_t np = sg_fno_param_count(m);
-  params = calloc((size_t)np, sizeof *params), grads = calloc((size_t)np, sizeof *grads);
+  params = calloc((size_t)np, sizeof *params),
+  grads = calloc((size_t)np, sizeof *grads);
   if (!params || !grads) SG_RAISE(SG_ERR_ALLOC, "test: out of memory");
   SG_TRY(sg_fno_bind(m, params, grads));
   SG_TRY(sg_fno_init(m, 7));
@@ -55,14 +56,19 @@ static void expect(const char *spec, int64_t ny, int64_t nx, int ok) {
   sg_clear_error();
   sg_status st = fno_step(mesh, ny, nx);
   if (ok) {
-    SG_CHECK(st == SG_OK, "%lldx%lld on %s: %s: %s", (long long)ny, (long long)nx, spec, sg_status_name(st),
-             sg_last_error());
-  } else {
-    SG_CHECK(st == SG_ERR_CONFIG, "%lldx%lld on %s: got %s (%s), expected SG_ERR_CONFIG", (long long)ny,
+    SG_CHECK(st == SG_OK, "%lldx%lld on %s: %s: %s", (long long)ny,
              (long long)nx, spec, sg_status_name(st), sg_last_error());
-    SG_CHECK(strstr(sg_last_error(), "empty") != NULL, "%lldx%lld on %s: message '%s' does not say 'empty'",
+  } else {
+    SG_CHECK(st == SG_ERR_CONFIG,
+             "%lldx%lld on %s: got %s (%s), expected SG_ERR_CONFIG",
+             (long long)ny, (long long)nx, spec, sg_status_name(st),
+             sg_last_error());
+    SG_CHECK(strstr(sg_last_error(), "empty") != NULL,
+             "%lldx%lld on %s: message '%s' does not say 'empty'",
              (long long)ny, (long long)nx, spec, sg_last_error());
-    if (sg_test_rank == 0) printf("%lldx%lld on %s: %s\n", (long long)ny, (long long)nx, spec, sg_last_error());
+    if (sg_test_rank == 0)
+      printf("%lldx%lld on %s: %s\n", (long long)ny, (long long)nx, spec,
+             sg_last_error());
   }
 done:
   sg_mesh_destroy(&mesh);

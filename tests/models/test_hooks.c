@@ -24,7 +24,8 @@
 enum { C = 2, K = 3, H = 6, W = 5 };
 
 static void fill(double *a, int64_t n, double s, int seed) {
-  for (int64_t i = 0; i < n; ++i) a[i] = s * sin(0.7 * (double)(i + 1) + 1.3 * seed);
+  for (int64_t i = 0; i < n; ++i)
+    a[i] = s * sin(0.7 * (double)(i + 1) + 1.3 * seed);
 }
 
 typedef struct hk_state {
@@ -42,7 +43,8 @@ static sg_status hk_pre_use(sg_var *p, void *u) {
   if (s->norder < 16) s->order[s->norder++] = s->tag;
   if (s->param == p) p->value.data = s->home;
   if (s->fail_pre_use)
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "pre-use hook failed on rank %d", sg_test_rank);
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "pre-use hook failed on rank %d", sg_test_rank);
   return SG_OK;
 }
 static sg_status hk_post_use(sg_var *p, void *u) {
@@ -56,7 +58,8 @@ static sg_status hk_pre_bwd(sg_var *p, void *u) {
   s->calls[2]++;
   if (s->param == p) p->value.data = s->home;
   if (s->fail_pre_bwd)
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "pre-backward hook failed on rank %d", sg_test_rank);
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "pre-backward hook failed on rank %d", sg_test_rank);
   return SG_OK;
 }
 static sg_status hk_post_bwd_use(sg_var *p, void *u) {
@@ -70,7 +73,8 @@ static sg_status hk_ready(sg_var *p, void *u) {
   (void)p;
   s->calls[4]++;
   if (s->fail_ready)
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__, "grad-ready hook failed on rank %d", sg_test_rank);
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "grad-ready hook failed on rank %d", sg_test_rank);
   return SG_OK;
 }
 
@@ -122,7 +126,8 @@ fail:
   return st;
 }
 
-static sg_status net_loss(sg_tape_t t, net *n, sg_var *x, sg_var *tgt, sg_var **loss) {
+static sg_status net_loss(sg_tape_t t, net *n, sg_var *x, sg_var *tgt,
+                          sg_var **loss) {
   sg_status st = SG_OK;
   sg_var *y = NULL;
   SG_TRY(net_forward(t, n, x, &y));
@@ -156,26 +161,30 @@ static void test_failures(sg_mesh_t mesh) {
   s.fail_pre_use = last;
   SG_CHECK(sg_tape_apply != NULL, "apply");
   sg_status st = net_loss(tape, &n, &x, &tg, &loss);
-  SG_CHECK(st == SG_ERR_INVALID_ARG, "plain op, pre-use hook failing on the last rank: %s on rank %d (%s)",
-           sg_status_name(st), sg_test_rank, sg_last_error());
-  SG_CHECK(strstr(sg_last_error(), "pre-use hook failed on rank") != NULL, "the failing rank's message: %s",
-           sg_last_error());
+  SG_CHECK(
+      st == SG_ERR_INVALID_ARG,
+      "plain op, pre-use hook failing on the last rank: %s on rank %d (%s)",
+      sg_status_name(st), sg_test_rank, sg_last_error());
+  SG_CHECK(strstr(sg_last_error(), "pre-use hook failed on rank") != NULL,
+           "the failing rank's message: %s", sg_last_error());
   sg_tape_clear(tape);
   s.fail_pre_use = 0;
   /* grad-ready failing on one rank: backward fails everywhere */
   s.fail_ready = last;
   SG_REQUIRE_OK(net_loss(tape, &n, &x, &tg, &loss));
   st = sg_tape_backward(tape, loss);
-  SG_CHECK(st == SG_ERR_INVALID_ARG, "grad-ready failing on the last rank: %s on rank %d", sg_status_name(st),
-           sg_test_rank);
+  SG_CHECK(st == SG_ERR_INVALID_ARG,
+           "grad-ready failing on the last rank: %s on rank %d",
+           sg_status_name(st), sg_test_rank);
   s.fail_ready = 0;
   /* pre-backward failing on one rank (the GroupNorm backward after it is
    * collective on sharded inputs; here it must not run on the others) */
   s.fail_pre_bwd = last;
   SG_REQUIRE_OK(net_loss(tape, &n, &x, &tg, &loss));
   st = sg_tape_backward(tape, loss);
-  SG_CHECK(st == SG_ERR_INVALID_ARG, "pre-backward failing on the last rank: %s on rank %d", sg_status_name(st),
-           sg_test_rank);
+  SG_CHECK(st == SG_ERR_INVALID_ARG,
+           "pre-backward failing on the last rank: %s on rank %d",
+           sg_status_name(st), sg_test_rank);
   s.fail_pre_bwd = 0;
   /* sharded input over every rank (spatial split over h): the failure joins
    * the op's own agreement */
@@ -189,7 +198,8 @@ static void test_failures(sg_mesh_t mesh) {
     double *xl = malloc((size_t)(2 * C * ny * W + 1) * sizeof *xl);
     for (int64_t i = 0; i < 2; ++i)
       for (int64_t c = 0; c < C; ++c)
-        memcpy(xl + ((i * C + c) * ny) * W, xd + ((i * C + c) * H + y0) * W, (size_t)(ny * W) * sizeof *xl);
+        memcpy(xl + ((i * C + c) * ny) * W, xd + ((i * C + c) * H + y0) * W,
+               (size_t)(ny * W) * sizeof *xl);
     sg_var xs2;
     const int64_t ls[4] = {2, C, ny, W}, gs[4] = {2, C, H, W};
     sg_placement pl[1] = {sg_shard(2)};
@@ -199,7 +209,8 @@ static void test_failures(sg_mesh_t mesh) {
     s.fail_pre_use = last;
     sg_var *y = NULL;
     st = net_forward(tape, &n, &xs2, &y);
-    SG_CHECK(st == SG_ERR_INVALID_ARG, "sharded op, pre-use failing on the last rank: %s on rank %d",
+    SG_CHECK(st == SG_ERR_INVALID_ARG,
+             "sharded op, pre-use failing on the last rank: %s on rank %d",
              sg_status_name(st), sg_test_rank);
     s.fail_pre_use = 0;
     sg_tape_clear(tape);
@@ -253,16 +264,20 @@ static void test_release_listeners_pairs(void) {
   SG_CHECK(b.vw.value.data == NULL, "released again after the backward");
   sg_test_cmp_f64("dw with a released weight", b.gw, a.gw, K * C * 9, 0, 0);
   sg_test_cmp_f64("db with a released weight", b.gb, a.gb, K, 0, 0);
-  SG_CHECK(s1.calls[0] == 2 && s1.calls[1] == 2 && s1.calls[2] == 2 && s1.calls[3] == 2 && s1.calls[4] == 2,
-           "hooks per parameter use: pre %d post %d pre-bwd %d post-bwd %d ready %d", s1.calls[0], s1.calls[1],
-           s1.calls[2], s1.calls[3], s1.calls[4]);
-  SG_CHECK(s2.calls[0] == 2 && s1.norder == 2 && s2.norder == 2, "both listeners ran");
+  SG_CHECK(
+      s1.calls[0] == 2 && s1.calls[1] == 2 && s1.calls[2] == 2 &&
+          s1.calls[3] == 2 && s1.calls[4] == 2,
+      "hooks per parameter use: pre %d post %d pre-bwd %d post-bwd %d ready %d",
+      s1.calls[0], s1.calls[1], s1.calls[2], s1.calls[3], s1.calls[4]);
+  SG_CHECK(s2.calls[0] == 2 && s1.norder == 2 && s2.norder == 2,
+           "both listeners ran");
   /* removal: listener 2 no longer called */
   SG_CHECK_OK(sg_tape_remove_hooks(tape, id2));
   SG_CHECK_STATUS(sg_tape_remove_hooks(tape, id2), SG_ERR_INVALID_ARG);
   SG_REQUIRE_OK(net_loss(tape, &b, &x, &tg, &loss));
   sg_tape_clear(tape);
-  SG_CHECK(s2.calls[0] == 2 && s1.calls[0] == 4, "removed listener not called (%d, %d)", s2.calls[0], s1.calls[0]);
+  SG_CHECK(s2.calls[0] == 2 && s1.calls[0] == 4,
+           "removed listener not called (%d, %d)", s2.calls[0], s1.calls[0]);
   sg_tape_set_hooks(tape, NULL);
   b.vw.value.data = b.w;
   /* 4. backward from (y, gy) == backward of sum(y * gy) */
@@ -328,22 +343,28 @@ static void test_empty_batch_shard(sg_mesh_t dpmesh) {
   const double lref = sg_var_item(loss);
   SG_REQUIRE_OK(sg_tape_backward(tape, loss));
   /* sharded: rank 0 holds the sample, the others an empty block */
-  SG_REQUIRE_OK(sg_var_init(&xl, "x", SG_DTYPE_F64, 4, ls, mine ? xd : NULL, 0));
-  SG_REQUIRE_OK(sg_var_init(&tl, "t", SG_DTYPE_F64, 4, lt, mine ? td : NULL, 0));
+  SG_REQUIRE_OK(
+      sg_var_init(&xl, "x", SG_DTYPE_F64, 4, ls, mine ? xd : NULL, 0));
+  SG_REQUIRE_OK(
+      sg_var_init(&tl, "t", SG_DTYPE_F64, 4, lt, mine ? td : NULL, 0));
   sg_placement pl[1] = {sg_shard(0)};
   sg_status st = sg_var_set_sharding(&xl, dpmesh, pl, xs);
   if (st == SG_OK) st = sg_var_set_sharding(&tl, dpmesh, pl, ts);
   SG_REQUIRE_OK(st);
   st = net_loss(tape, &sh, &xl, &tl, &loss);
-  SG_CHECK(st == SG_OK, "forward with an empty batch shard: %s (%s)", sg_status_name(st), sg_last_error());
+  SG_CHECK(st == SG_OK, "forward with an empty batch shard: %s (%s)",
+           sg_status_name(st), sg_last_error());
   if (st == SG_OK) {
-    SG_CHECK(fabs(sg_var_item(loss) - lref) <= 1e-12 * fabs(lref), "loss %.17g, one process %.17g",
-             sg_var_item(loss), lref);
+    SG_CHECK(fabs(sg_var_item(loss) - lref) <= 1e-12 * fabs(lref),
+             "loss %.17g, one process %.17g", sg_var_item(loss), lref);
     st = sg_tape_backward(tape, loss);
-    SG_CHECK(st == SG_OK, "backward with an empty batch shard: %s (%s)", sg_status_name(st), sg_last_error());
-    MPI_Allreduce(MPI_IN_PLACE, sh.gw, K * C * 9, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    SG_CHECK(st == SG_OK, "backward with an empty batch shard: %s (%s)",
+             sg_status_name(st), sg_last_error());
+    MPI_Allreduce(MPI_IN_PLACE, sh.gw, K * C * 9, MPI_DOUBLE, MPI_SUM,
+                  MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, sh.gb, K, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    sg_test_cmp_f64("dw, empty batch shards", sh.gw, ref.gw, K * C * 9, 1e-12, 1e-14);
+    sg_test_cmp_f64("dw, empty batch shards", sh.gw, ref.gw, K * C * 9, 1e-12,
+                    1e-14);
     sg_test_cmp_f64("db, empty batch shards", sh.gb, ref.gb, K, 1e-12, 1e-14);
   }
   sg_tape_clear(tape);

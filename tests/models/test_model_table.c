@@ -20,12 +20,14 @@ typedef struct affine {
 
 static void af_defaults(sg_model_config *c) { (void)c; }
 
-static sg_status af_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny, int64_t nx, int64_t batch,
-                           void **impl) {
+static sg_status af_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
+                           int64_t nx, int64_t batch, void **impl) {
   (void)mesh;
   (void)batch;
   affine *a = calloc(1, sizeof *a);
-  if (!a) return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "affine: out of memory");
+  if (!a)
+    return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,
+                        "affine: out of memory");
   a->cin = c->cin, a->cout = c->cout, a->ny = ny, a->nx = nx;
   *impl = a;
   return SG_OK;
@@ -56,7 +58,8 @@ static sg_status af_bind(void *impl, float *p, float *g) {
   sg_status st = SG_OK;
   const int64_t ws[2] = {a->cout, a->cin}, bs[1] = {a->cout};
   SG_TRY(sg_var_init_param(&a->w, "w", SG_DTYPE_F32, 2, ws, p, g));
-  SG_TRY(sg_var_init_param(&a->b, "b", SG_DTYPE_F32, 1, bs, p + a->cout * a->cin, g + a->cout * a->cin));
+  SG_TRY(sg_var_init_param(&a->b, "b", SG_DTYPE_F32, 1, bs,
+                           p + a->cout * a->cin, g + a->cout * a->cin));
   a->ptrs[0] = &a->w, a->ptrs[1] = &a->b;
 fail:
   return st;
@@ -64,18 +67,21 @@ fail:
 static sg_status af_init(void *impl, uint64_t seed) {
   affine *a = impl;
   float *p = a->w.value.data;
-  for (int64_t i = 0; i < af_count(impl); ++i) p[i] = (float)(0.1 * (double)(i + 1) + (double)seed);
+  for (int64_t i = 0; i < af_count(impl); ++i)
+    p[i] = (float)(0.1 * (double)(i + 1) + (double)seed);
   return SG_OK;
 }
 static int af_params(void *impl, sg_var ***vars) {
   *vars = ((affine *)impl)->ptrs;
   return 2;
 }
-static void af_box(void *impl, int64_t *y0, int64_t *ny, int64_t *x0, int64_t *nx) {
+static void af_box(void *impl, int64_t *y0, int64_t *ny, int64_t *x0,
+                   int64_t *nx) {
   affine *a = impl;
   *y0 = 0, *ny = a->ny, *x0 = 0, *nx = a->nx;
 }
-static void af_describe(void *impl, const sg_model_config *c, char *buf, size_t size) {
+static void af_describe(void *impl, const sg_model_config *c, char *buf,
+                        size_t size) {
   (void)c;
   snprintf(buf, size, "affine: %lld parameters", (long long)af_count(impl));
 }
@@ -86,10 +92,18 @@ static sg_status af_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) {
 
 static const char *const af_keys[] = {"width", NULL};
 
-static const sg_model_i affine_i = {.name = "affine", .size_keys = af_keys, .defaults = af_defaults,
-                                    .create = af_create, .destroy = af_destroy, .param_count = af_count,
-                                    .param_info = af_info, .bind = af_bind, .init = af_init,
-                                    .params = af_params, .box = af_box, .describe = af_describe,
+static const sg_model_i affine_i = {.name = "affine",
+                                    .size_keys = af_keys,
+                                    .defaults = af_defaults,
+                                    .create = af_create,
+                                    .destroy = af_destroy,
+                                    .param_count = af_count,
+                                    .param_info = af_info,
+                                    .bind = af_bind,
+                                    .init = af_init,
+                                    .params = af_params,
+                                    .box = af_box,
+                                    .describe = af_describe,
                                     .forward = af_forward};
 
 int main(int argc, char **argv) {
@@ -110,16 +124,20 @@ int main(int argc, char **argv) {
   broken.forward = NULL;
   SG_CHECK_STATUS(sg_model_register(&broken), SG_ERR_INVALID_ARG);
   SG_REQUIRE_OK(sg_model_kind_parse("affine", &k));
-  SG_CHECK((int)k == SG_MODEL_COUNT, "the first registered model gets kind %d, got %d", SG_MODEL_COUNT, (int)k);
-  SG_CHECK(strcmp(sg_model_kind_name(k), "affine") == 0, "name of kind %d: %s", (int)k, sg_model_kind_name(k));
+  SG_CHECK((int)k == SG_MODEL_COUNT,
+           "the first registered model gets kind %d, got %d", SG_MODEL_COUNT,
+           (int)k);
+  SG_CHECK(strcmp(sg_model_kind_name(k), "affine") == 0, "name of kind %d: %s",
+           (int)k, sg_model_kind_name(k));
   SG_CHECK_STATUS(sg_model_kind_parse("resnet", &k), SG_ERR_CONFIG);
-  SG_CHECK(strstr(sg_last_error(), "choose fno, cnn, unet or affine") != NULL, "message lists every model: %s",
-           sg_last_error());
+  SG_CHECK(strstr(sg_last_error(), "choose fno, cnn, unet or affine") != NULL,
+           "message lists every model: %s", sg_last_error());
   SG_REQUIRE_OK(sg_model_kind_parse("affine", &k));
   sg_model_config c = sg_model_defaults(k);
   c.cin = 3, c.cout = 2;
   SG_REQUIRE_OK(sg_model_create(mesh, &c, 4, 5, 2, &m));
-  SG_CHECK(sg_model_param_count(m) == 8, "8 parameters, got %lld", (long long)sg_model_param_count(m));
+  SG_CHECK(sg_model_param_count(m) == 8, "8 parameters, got %lld",
+           (long long)sg_model_param_count(m));
   SG_REQUIRE_OK(sg_model_bind(m, buf, grad));
   SG_REQUIRE_OK(sg_model_init(m, 0));
   for (int i = 0; i < 2 * 3 * 20; ++i) xd[i] = (float)sin(0.3 * i);
@@ -134,24 +152,31 @@ int main(int argc, char **argv) {
     for (int o = 0; o < 2; ++o)
       for (int p = 0; p < 20; ++p) {
         double want = buf[6 + o];
-        for (int i = 0; i < 3; ++i) want += (double)buf[o * 3 + i] * xd[(n * 3 + i) * 20 + p];
+        for (int i = 0; i < 3; ++i)
+          want += (double)buf[o * 3 + i] * xd[(n * 3 + i) * 20 + p];
         bad += fabs(yd[(n * 2 + o) * 20 + p] - want) > 1e-5 * (1 + fabs(want));
       }
   SG_CHECK(bad == 0, "affine forward: %d values differ from W x + b", bad);
-  SG_CHECK(strcmp(sg_model_size_keys(m)[0], "width") == 0, "the model's size keys");
+  SG_CHECK(strcmp(sg_model_size_keys(m)[0], "width") == 0,
+           "the model's size keys");
   sg_tape_clear(tape);
   sg_model_destroy(&m);
   /* the built-ins through their tables */
-  const char *const want[3][2] = {{"fno", "modes"}, {"cnn", "blocks"}, {"unet", "levels"}};
+  const char *const want[3][2] = {{"fno", "modes"},
+                                  {"cnn", "blocks"},
+                                  {"unet", "levels"}};
   for (int i = 0; i < 3; ++i) {
     sg_model_config bc = sg_model_defaults((sg_model_kind)i);
-    bc.width = 4, bc.modes = 2, bc.layers = 1, bc.proj_width = 4, bc.blocks = 1, bc.levels = 2, bc.groups = 2;
+    bc.width = 4, bc.modes = 2, bc.layers = 1, bc.proj_width = 4, bc.blocks = 1,
+    bc.levels = 2, bc.groups = 2;
     SG_REQUIRE_OK(sg_model_create(mesh, &bc, 8, 8, 1, &m));
     const char *const *keys = sg_model_size_keys(m);
     int found = 0;
-    for (int j = 0; keys && keys[j]; ++j) found |= strcmp(keys[j], want[i][1]) == 0;
-    SG_CHECK(found && strcmp(sg_model_kind_name((sg_model_kind)i), want[i][0]) == 0, "%s reports '%s' as a size key",
-             want[i][0], want[i][1]);
+    for (int j = 0; keys && keys[j]; ++j)
+      found |= strcmp(keys[j], want[i][1]) == 0;
+    SG_CHECK(found &&
+                 strcmp(sg_model_kind_name((sg_model_kind)i), want[i][0]) == 0,
+             "%s reports '%s' as a size key", want[i][0], want[i][1]);
     sg_model_destroy(&m);
   }
 done:

@@ -15,11 +15,16 @@ static void test_adamw_reference(void) {
   float p[N], g[N], m[N], v[N];
   double pr[N], mr[N], vr[N];
   SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 1, 0, 0, N, SG_DTYPE_F32, p));
-  for (int i = 0; i < N; ++i) { pr[i] = p[i]; m[i] = v[i] = 0; mr[i] = vr[i] = 0; }
+  for (int i = 0; i < N; ++i) {
+    pr[i] = p[i];
+    m[i] = v[i] = 0;
+    mr[i] = vr[i] = 0;
+  }
   sg_adamw_config c = sg_adamw_defaults();
   c.weight_decay = 0.01;
   for (int t = 1; t <= 5; ++t) {
-    SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 2, (uint64_t)t, 0, N, SG_DTYPE_F32, g));
+    SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 2, (uint64_t)t, 0, N,
+                            SG_DTYPE_F32, g));
     SG_CHECK_OK(sg_adamw_step_f32(p, g, m, v, N, t, 1e-2, 0.5, &c));
     for (int i = 0; i < N; ++i) {
       double gi = 0.5 * g[i];
@@ -32,7 +37,8 @@ static void test_adamw_reference(void) {
   float pf[N];
   for (int i = 0; i < N; ++i) pf[i] = (float)pr[i];
   sg_test_cmp_f32("adamw vs reference", p, pf, N, 1e-5, 1e-6);
-  SG_CHECK_STATUS(sg_adamw_step_f32(p, g, m, v, N, 0, 1e-2, 1, &c), SG_ERR_INVALID_ARG);
+  SG_CHECK_STATUS(sg_adamw_step_f32(p, g, m, v, N, 0, 1e-2, 1, &c),
+                  SG_ERR_INVALID_ARG);
 }
 
 static void test_partition_invariance(void) {
@@ -43,13 +49,15 @@ static void test_partition_invariance(void) {
   sg_adamw_config c = sg_adamw_defaults();
   c.weight_decay = 0.1;
   for (int t = 1; t <= 3; ++t) {
-    SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 4, (uint64_t)t, 0, N, SG_DTYPE_F32, g));
+    SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 4, (uint64_t)t, 0, N,
+                            SG_DTYPE_F32, g));
     SG_CHECK_OK(sg_adamw_step_f32(a, g, ma, va, N, t, 3e-3, 1.0, &c));
     /* the same step on three uneven shards */
     int64_t cut[4] = {0, 259, 500, N};
     for (int s = 0; s < 3; ++s)
-      SG_CHECK_OK(sg_adamw_step_f32(b + cut[s], g + cut[s], mb + cut[s], vb + cut[s],
-                                    cut[s + 1] - cut[s], t, 3e-3, 1.0, &c));
+      SG_CHECK_OK(sg_adamw_step_f32(b + cut[s], g + cut[s], mb + cut[s],
+                                    vb + cut[s], cut[s + 1] - cut[s], t, 3e-3,
+                                    1.0, &c));
   }
   sg_test_cmp_bytes("sharded adamw == whole", a, b, sizeof a);
   sg_test_cmp_bytes("sharded state == whole", va, vb, sizeof va);
@@ -63,17 +71,23 @@ static void test_schedule(void) {
   sg_lr_config c = {SG_LR_COSINE, 1.0, 0.1, 10, 110, 0, 0};
   SG_CHECK(fabs(sg_lr_at(&c, 5) - 0.5) < 1e-15, "warmup");
   SG_CHECK(fabs(sg_lr_at(&c, 10) - 1.0) < 1e-15, "end of warmup");
-  SG_CHECK(fabs(sg_lr_at(&c, 60) - 0.55) < 1e-12, "cosine middle %g", sg_lr_at(&c, 60));
+  SG_CHECK(fabs(sg_lr_at(&c, 60) - 0.55) < 1e-12, "cosine middle %g",
+           sg_lr_at(&c, 60));
   SG_CHECK(fabs(sg_lr_at(&c, 110) - 0.1) < 1e-12, "cosine end");
   SG_CHECK(fabs(sg_lr_at(&c, 500) - 0.1) < 1e-12, "after end");
   sg_lr_config s = {SG_LR_STEP, 1.0, 0, 0, 0, 10, 0.5};
-  SG_CHECK(sg_lr_at(&s, 9) == 1.0 && sg_lr_at(&s, 10) == 0.5 && sg_lr_at(&s, 25) == 0.25, "step");
+  SG_CHECK(sg_lr_at(&s, 9) == 1.0 && sg_lr_at(&s, 10) == 0.5 &&
+               sg_lr_at(&s, 25) == 0.25,
+           "step");
   sg_lr_schedule k;
   SG_CHECK_OK(sg_lr_schedule_parse("cosine", &k));
   SG_CHECK(k == SG_LR_COSINE, "parse");
   SG_CHECK_STATUS(sg_lr_schedule_parse("linear", &k), SG_ERR_CONFIG);
-  SG_CHECK(sg_clip_scale(2.0, 1.0) < 0.5 + 1e-6 && sg_clip_scale(2.0, 1.0) > 0.49, "clip");
-  SG_CHECK(sg_clip_scale(0.5, 1.0) == 1.0 && sg_clip_scale(5.0, 0.0) == 1.0, "no clip");
+  SG_CHECK(sg_clip_scale(2.0, 1.0) < 0.5 + 1e-6 &&
+               sg_clip_scale(2.0, 1.0) > 0.49,
+           "clip");
+  SG_CHECK(sg_clip_scale(0.5, 1.0) == 1.0 && sg_clip_scale(5.0, 0.0) == 1.0,
+           "no clip");
 }
 
 static void test_global_norm(void) {
@@ -95,7 +109,8 @@ static void test_global_norm(void) {
   int64_t off = r * base + (r < extra ? r : extra), cnt = base + (r < extra);
   double norm = 0;
   SG_CHECK_OK(sg_grad_global_norm(sg_sumsq_f32(x + off, cnt), g, &norm));
-  SG_CHECK(fabs(norm - whole) <= 1e-12 * whole, "norm %.17g vs %.17g", norm, whole);
+  SG_CHECK(fabs(norm - whole) <= 1e-12 * whole, "norm %.17g vs %.17g", norm,
+           whole);
   double all[2] = {norm, -norm}, mx[2];
   MPI_Allreduce(all, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   SG_CHECK(mx[0] == norm && -mx[1] == norm, "same bits on every rank");

@@ -28,7 +28,7 @@ static sg_status run(sg_var *x, double *loss, sg_tape_t tape) {
   const int64_t ws[4] = {K, C, 3, 3};
   SG_TRY(sg_var_init_param(&w, "w", SG_DTYPE_F64, 4, ws, gw, wgrad));
   const sg_window a[2] = {{.pad = {1, 1}, .boundary = SG_BOUNDARY_ZERO},
-                         {.pad = {1, 1}, .boundary = SG_BOUNDARY_PERIODIC}};
+                          {.pad = {1, 1}, .boundary = SG_BOUNDARY_PERIODIC}};
   SG_TRY(sg_ag_conv(tape, x, &w, NULL, a, &y));
   SG_TRY(sg_ag_binary(tape, SG_BINARY_MUL, y, y, &y2));
   SG_TRY(sg_ag_loss(tape, SG_LOSS_SUM, y2, NULL, &l));
@@ -39,8 +39,8 @@ fail:
   return st;
 }
 
-static void check(const char *spec, const sg_placement *pl, const double *ref_dx, double ref_loss,
-                  const char *ncpath) {
+static void check(const char *spec, const sg_placement *pl,
+                  const double *ref_dx, double ref_loss, const char *ncpath) {
   sg_mesh_t mesh = NULL;
   sg_tape_t tape = NULL; /* its halo plans live on the mesh: destroyed first */
   sg_var x;
@@ -53,7 +53,8 @@ static void check(const char *spec, const sg_placement *pl, const double *ref_dx
     if (from_nc && !ncpath) continue;
     sg_tensor g = sg_tensor_wrap(gx, SG_DTYPE_F64, sg_device_host(), 4, gs);
     if (!from_nc) {
-      SG_REQUIRE_OK(sg_var_scatter(&x, "x", mesh, pl, SG_DTYPE_F64, 4, gs, sg_test_rank == 0 ? &g : NULL, 0, 1));
+      SG_REQUIRE_OK(sg_var_scatter(&x, "x", mesh, pl, SG_DTYPE_F64, 4, gs,
+                                   sg_test_rank == 0 ? &g : NULL, 0, 1));
     } else {
       sg_nc_t f = NULL;
       SG_REQUIRE_OK(sg_nc_open(MPI_COMM_WORLD, ncpath, NULL, &f));
@@ -63,16 +64,20 @@ static void check(const char *spec, const sg_placement *pl, const double *ref_dx
     }
     double loss = 0;
     SG_REQUIRE_OK(run(&x, &loss, tape));
-    SG_CHECK(fabs(loss - ref_loss) <= 1e-12 * fabs(ref_loss), "%s%s: loss %.17g vs %.17g", spec,
-             from_nc ? " (NetCDF)" : "", loss, ref_loss);
+    SG_CHECK(fabs(loss - ref_loss) <= 1e-12 * fabs(ref_loss),
+             "%s%s: loss %.17g vs %.17g", spec, from_nc ? " (NetCDF)" : "",
+             loss, ref_loss);
     sg_tensor out = sg_tensor_wrap(got, SG_DTYPE_F64, sg_device_host(), 4, gs);
     memset(got, 0, sizeof(double) * N * C * H * W);
     SG_REQUIRE_OK(sg_var_gather(&x, 1, &out, -1));
     char what[96];
-    snprintf(what, sizeof what, "dL/dx gathered on %s%s", spec, from_nc ? " (NetCDF)" : "");
+    snprintf(what, sizeof what, "dL/dx gathered on %s%s", spec,
+             from_nc ? " (NetCDF)" : "");
     sg_test_cmp_f64(what, got, ref_dx, N * C * H * W, 1e-12, 1e-14);
-    SG_REQUIRE_OK(sg_var_gather(&x, 0, &out, 0)); /* the value, on rank 0 only */
-    if (sg_test_rank == 0) sg_test_cmp_f64("x gathered", got, gx, N * C * H * W, 0, 0);
+    SG_REQUIRE_OK(
+        sg_var_gather(&x, 0, &out, 0)); /* the value, on rank 0 only */
+    if (sg_test_rank == 0)
+      sg_test_cmp_f64("x gathered", got, gx, N * C * H * W, 0, 0);
     sg_var_release(&x);
   }
 done:
@@ -108,10 +113,12 @@ int main(int argc, char **argv) {
     if (sg_nc_create(MPI_COMM_WORLD, ncpath, &co, &f) == SG_OK) {
       int id, vid;
       const char *dn[4] = {"n", "c", "y", "x"};
-      for (int d = 0; d < 4; ++d) SG_REQUIRE_OK(sg_nc_def_dim(f, dn[d], gs[d], &id));
+      for (int d = 0; d < 4; ++d)
+        SG_REQUIRE_OK(sg_nc_def_dim(f, dn[d], gs[d], &id));
       SG_REQUIRE_OK(sg_nc_def_var(f, "x", SG_DTYPE_F64, 4, dn, NULL, &vid));
       SG_REQUIRE_OK(sg_nc_enddef(f));
-      sg_nc_shard sh = {4, {N, C, H, W}, {0, 0, 0, 0}, {N, C, H, W}, SG_DTYPE_F64};
+      sg_nc_shard sh = {
+          4, {N, C, H, W}, {0, 0, 0, 0}, {N, C, H, W}, SG_DTYPE_F64};
       if (sg_test_rank != 0) sh.count[0] = 0;
       SG_REQUIRE_OK(sg_nc_write(f, vid, &sh, gx));
       SG_REQUIRE_OK(sg_nc_close(&f));

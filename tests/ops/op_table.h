@@ -23,8 +23,9 @@ typedef struct run_ctx {
   const sg_placement *pl;
   sg_dtype dt;
 } run_ctx;
-typedef sg_status (*op_fn)(sg_tape_t t, const struct op_case *c, const run_ctx *rc, sg_var **a,
-                           sg_var **p, sg_var **out);
+typedef sg_status (*op_fn)(sg_tape_t t, const struct op_case *c,
+                           const run_ctx *rc, sg_var **a, sg_var **p,
+                           sg_var **out);
 
 typedef struct op_case {
   const char *op;    /* the registry name of the op it exercises */
@@ -38,9 +39,9 @@ typedef struct op_case {
   int64_t par[MAXP][5];
   int nout;
   op_fn fn;
-  int iattr;    /* an op code (activation, binary op, kind...) */
-  double lo;    /* inputs uniform in [lo, lo + 2) */
-  int fno;      /* 1: the FNO, 2: the spectral convolution alone (own runners) */
+  int iattr; /* an op code (activation, binary op, kind...) */
+  double lo; /* inputs uniform in [lo, lo + 2) */
+  int fno;   /* 1: the FNO, 2: the spectral convolution alone (own runners) */
 } op_case;
 
 /* Local failure notes of one run (the first few are printed by the rank). */
@@ -64,8 +65,9 @@ void sum_all(double *v, int64_t n, MPI_Comm comm);
 
 /* op_table_fft.c: one run of an FFT case on mesh (NULL: the one-process
  * reference, which fills ref); 1 when it matches on every rank. */
-int run_fno(const op_case *c, sg_mesh_t mesh, fno_ref *ref, const double *gx, verdict *vd);
-int run_spectral(const op_case *c, sg_dtype dt, sg_mesh_t mesh, fno_ref *ref, const double *gx,
-                 verdict *vd);
+int run_fno(const op_case *c, sg_mesh_t mesh, fno_ref *ref, const double *gx,
+            verdict *vd);
+int run_spectral(const op_case *c, sg_dtype dt, sg_mesh_t mesh, fno_ref *ref,
+                 const double *gx, verdict *vd);
 
 #endif /* SG_OP_TABLE_H */

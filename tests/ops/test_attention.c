@@ -20,14 +20,18 @@ static double urand(void) { /* xorshift64*, in [-1, 1) */
   rng_state ^= rng_state >> 12;
   rng_state ^= rng_state << 25;
   rng_state ^= rng_state >> 27;
-  return (double)((rng_state * 2685821657736338717ull) >> 11) / 4503599627370496.0 - 1.0;
+  return (double)((rng_state * 2685821657736338717ull) >> 11) /
+             4503599627370496.0 -
+         1.0;
 }
 static double *rnd(int64_t n, double amp) {
   double *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
   for (int64_t i = 0; i < n; ++i) p[i] = amp * urand();
   return p;
 }
-static double *zeros(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(double)); }
+static double *zeros(int64_t n) {
+  return calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+}
 static float *to_f32(const double *x, int64_t n) {
   float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
   for (int64_t i = 0; i < n; ++i) p[i] = (float)x[i];
@@ -56,16 +60,17 @@ static int sees(const sg_attn_desc *d, int64_t i, int64_t j) {
 
 /* The textbook computation: a full score row, softmax, weighted sum; and
  * the analytic gradient through the normalised probabilities. */
-static void naive(const sg_attn_desc *d, const double *q, const double *k, const double *v,
-                  const double *dout, double *o, double *lse, double *dq, double *dk,
-                  double *dv) {
+static void naive(const sg_attn_desc *d, const double *q, const double *k,
+                  const double *v, const double *dout, double *o, double *lse,
+                  double *dq, double *dk, double *dv) {
   const int64_t nq = d->nq, nk = d->nk, hd = d->head_dim;
   const double sc = eff_scale(d);
   double *p = zeros(nk), *dp = zeros(nk);
   if (dk) memset(dk, 0, (size_t)(d->batch * d->heads * nk * hd) * sizeof *dk);
   if (dv) memset(dv, 0, (size_t)(d->batch * d->heads * nk * hd) * sizeof *dv);
   for (int64_t h = 0; h < d->batch * d->heads; ++h) {
-    const double *qh = q + h * nq * hd, *kh = k + h * nk * hd, *vh = v + h * nk * hd;
+    const double *qh = q + h * nq * hd, *kh = k + h * nk * hd,
+                 *vh = v + h * nk * hd;
     for (int64_t i = 0; i < nq; ++i) {
       double m = -INFINITY, l = 0;
       for (int64_t j = 0; j < nk; ++j) {
@@ -81,7 +86,8 @@ static void naive(const sg_attn_desc *d, const double *q, const double *k, const
       double *oi = o + (h * nq + i) * hd;
       for (int64_t c = 0; c < hd; ++c) {
         double acc = 0;
-        for (int64_t j = 0; j < nk; ++j) acc += (l > 0 ? p[j] / l : 0) * vh[j * hd + c];
+        for (int64_t j = 0; j < nk; ++j)
+          acc += (l > 0 ? p[j] / l : 0) * vh[j * hd + c];
         oi[c] = acc;
       }
       if (lse) lse[h * nq + i] = l > 0 ? m + log(l) : -INFINITY;
@@ -124,16 +130,20 @@ static void case_init(attn_case *c, const char *name, sg_attn_desc d) {
 }
 
 static void case_free(attn_case *c) {
-  free(c->q); free(c->k); free(c->v); free(c->dout);
+  free(c->q);
+  free(c->k);
+  free(c->v);
+  free(c->dout);
 }
 
 /* lse arrays may hold -inf (rows that see no key): equal infinities pass */
-static int64_t cmp_lse(const char *what, const double *a, const double *b, int64_t n,
-                       double tol) {
+static int64_t cmp_lse(const char *what, const double *a, const double *b,
+                       int64_t n, double tol) {
   int64_t bad = 0;
   for (int64_t i = 0; i < n; ++i) {
-    int ok = (isinf(a[i]) || isinf(b[i])) ? a[i] == b[i]
-                                          : fabs(a[i] - b[i]) <= tol * (1 + fabs(b[i]));
+    int ok = (isinf(a[i]) || isinf(b[i]))
+                 ? a[i] == b[i]
+                 : fabs(a[i] - b[i]) <= tol * (1 + fabs(b[i]));
     if (!ok && !bad++)
       sg_test_fail_at(__FILE__, __LINE__, "%s: lse[%lld] %.17g vs %.17g", what,
                       (long long)i, a[i], b[i]);
@@ -148,18 +158,20 @@ typedef struct fd_ctx {
   double *o;
 } fd_ctx;
 static double fd_loss(fd_ctx *x) {
-  SG_CHECK_OK(sg_attention_forward(&x->c->d, SG_DTYPE_F64, x->c->q, x->c->k, x->c->v, x->o,
-                                   NULL, NULL));
+  SG_CHECK_OK(sg_attention_forward(&x->c->d, SG_DTYPE_F64, x->c->q, x->c->k,
+                                   x->c->v, x->o, NULL, NULL));
   double s = 0;
   for (int64_t i = 0; i < x->c->nqe; ++i) s += x->c->dout[i] * x->o[i];
   return s;
 }
 
 /* Central differences at up to 30 sampled entries of p against g. */
-static void check_fd(const char *what, fd_ctx *x, double *p, const double *g, int64_t n) {
+static void check_fd(const char *what, fd_ctx *x, double *p, const double *g,
+                     int64_t n) {
   const double h = 1e-6;
   int64_t step = n > 30 ? n / 30 : 1, bad = 0;
-  for (int64_t i = n > 30 ? (int64_t)(rng_state % (uint64_t)step) : 0; i < n; i += step) {
+  for (int64_t i = n > 30 ? (int64_t)(rng_state % (uint64_t)step) : 0; i < n;
+       i += step) {
     double save = p[i];
     p[i] = save + h;
     double lp = fd_loss(x);
@@ -168,7 +180,8 @@ static void check_fd(const char *what, fd_ctx *x, double *p, const double *g, in
     p[i] = save;
     double fd = (lp - lm) / (2 * h);
     if (!(fabs(fd - g[i]) <= 1e-6 * (1 + fabs(fd))) && !bad++)
-      sg_test_fail_at(__FILE__, __LINE__, "%s: d/d[%lld] fd %.12g analytic %.12g", what,
+      sg_test_fail_at(__FILE__, __LINE__,
+                      "%s: d/d[%lld] fd %.12g analytic %.12g", what,
                       (long long)i, fd, g[i]);
   }
   SG_CHECK(bad == 0, "%s: %lld entries differ from finite differences", what,
@@ -177,36 +190,44 @@ static void check_fd(const char *what, fd_ctx *x, double *p, const double *g, in
 
 static void test_f64(attn_case *c, int fd) {
   const sg_attn_desc *d = &c->d;
-  double *o = zeros(c->nqe), *lse = zeros(c->nl), *oref = zeros(c->nqe), *lref = zeros(c->nl);
+  double *o = zeros(c->nqe), *lse = zeros(c->nl), *oref = zeros(c->nqe),
+         *lref = zeros(c->nl);
   double *dq = zeros(c->nqe), *dk = zeros(c->nke), *dv = zeros(c->nke);
   double *dqr = zeros(c->nqe), *dkr = zeros(c->nke), *dvr = zeros(c->nke);
   naive(d, c->q, c->k, c->v, c->dout, oref, lref, dqr, dkr, dvr);
-  SG_CHECK_OK(sg_attention_forward(d, SG_DTYPE_F64, c->q, c->k, c->v, o, lse, NULL));
-  SG_CHECK(sg_test_cmp_f64(c->name, o, oref, c->nqe, 1e-12, 1e-12) == 0, "%s: f64 o", c->name);
-  SG_CHECK(cmp_lse(c->name, lse, lref, c->nl, 1e-12) == 0, "%s: f64 lse", c->name);
-  SG_CHECK_OK(sg_attention_backward(d, SG_DTYPE_F64, c->q, c->k, c->v, o, lse, c->dout, dq,
-                                    dk, dv, NULL));
-  SG_CHECK(sg_test_cmp_f64(c->name, dq, dqr, c->nqe, 1e-11, 1e-11) == 0, "%s: f64 dq", c->name);
-  SG_CHECK(sg_test_cmp_f64(c->name, dk, dkr, c->nke, 1e-11, 1e-11) == 0, "%s: f64 dk", c->name);
-  SG_CHECK(sg_test_cmp_f64(c->name, dv, dvr, c->nke, 1e-11, 1e-11) == 0, "%s: f64 dv", c->name);
+  SG_CHECK_OK(
+      sg_attention_forward(d, SG_DTYPE_F64, c->q, c->k, c->v, o, lse, NULL));
+  SG_CHECK(sg_test_cmp_f64(c->name, o, oref, c->nqe, 1e-12, 1e-12) == 0,
+           "%s: f64 o", c->name);
+  SG_CHECK(cmp_lse(c->name, lse, lref, c->nl, 1e-12) == 0, "%s: f64 lse",
+           c->name);
+  SG_CHECK_OK(sg_attention_backward(d, SG_DTYPE_F64, c->q, c->k, c->v, o, lse,
+                                    c->dout, dq, dk, dv, NULL));
+  SG_CHECK(sg_test_cmp_f64(c->name, dq, dqr, c->nqe, 1e-11, 1e-11) == 0,
+           "%s: f64 dq", c->name);
+  SG_CHECK(sg_test_cmp_f64(c->name, dk, dkr, c->nke, 1e-11, 1e-11) == 0,
+           "%s: f64 dk", c->name);
+  SG_CHECK(sg_test_cmp_f64(c->name, dv, dvr, c->nke, 1e-11, 1e-11) == 0,
+           "%s: f64 dv", c->name);
   /* NULL gradients are skipped, the others unchanged */
   double *dv2 = zeros(c->nke);
-  SG_CHECK_OK(sg_attention_backward(d, SG_DTYPE_F64, c->q, c->k, c->v, o, lse, c->dout, NULL,
-                                    NULL, dv2, NULL));
-  SG_CHECK(sg_test_cmp_bytes(c->name, dv2, dv, (size_t)c->nke * 8) == 0, "%s: dv alone",
-           c->name);
+  SG_CHECK_OK(sg_attention_backward(d, SG_DTYPE_F64, c->q, c->k, c->v, o, lse,
+                                    c->dout, NULL, NULL, dv2, NULL));
+  SG_CHECK(sg_test_cmp_bytes(c->name, dv2, dv, (size_t)c->nke * 8) == 0,
+           "%s: dv alone", c->name);
   /* 3 threads: the same bits (tiles independent in the forward, a head per
    * thread in the backward) */
   double *o3 = zeros(c->nqe), *dq3 = zeros(c->nqe);
   omp_set_num_threads(3);
-  SG_CHECK_OK(sg_attention_forward(d, SG_DTYPE_F64, c->q, c->k, c->v, o3, NULL, NULL));
-  SG_CHECK_OK(sg_attention_backward(d, SG_DTYPE_F64, c->q, c->k, c->v, o, lse, c->dout, dq3,
-                                    NULL, NULL, NULL));
+  SG_CHECK_OK(
+      sg_attention_forward(d, SG_DTYPE_F64, c->q, c->k, c->v, o3, NULL, NULL));
+  SG_CHECK_OK(sg_attention_backward(d, SG_DTYPE_F64, c->q, c->k, c->v, o, lse,
+                                    c->dout, dq3, NULL, NULL, NULL));
   omp_set_num_threads(1);
-  SG_CHECK(sg_test_cmp_bytes(c->name, o3, o, (size_t)c->nqe * 8) == 0, "%s: o, 3 threads",
-           c->name);
-  SG_CHECK(sg_test_cmp_bytes(c->name, dq3, dq, (size_t)c->nqe * 8) == 0, "%s: dq, 3 threads",
-           c->name);
+  SG_CHECK(sg_test_cmp_bytes(c->name, o3, o, (size_t)c->nqe * 8) == 0,
+           "%s: o, 3 threads", c->name);
+  SG_CHECK(sg_test_cmp_bytes(c->name, dq3, dq, (size_t)c->nqe * 8) == 0,
+           "%s: dq, 3 threads", c->name);
   if (fd) {
     fd_ctx x = {c, zeros(c->nqe)};
     check_fd(c->name, &x, c->q, dq, c->nqe);
@@ -214,37 +235,78 @@ static void test_f64(attn_case *c, int fd) {
     check_fd(c->name, &x, c->v, dv, c->nke);
     free(x.o);
   }
-  free(o); free(lse); free(oref); free(lref); free(dq); free(dk); free(dv);
-  free(dqr); free(dkr); free(dvr); free(dv2); free(o3); free(dq3);
+  free(o);
+  free(lse);
+  free(oref);
+  free(lref);
+  free(dq);
+  free(dk);
+  free(dv);
+  free(dqr);
+  free(dkr);
+  free(dvr);
+  free(dv2);
+  free(o3);
+  free(dq3);
 }
 
 static void test_f32(attn_case *c) {
   const sg_attn_desc *d = &c->d;
-  float *q = to_f32(c->q, c->nqe), *k = to_f32(c->k, c->nke), *v = to_f32(c->v, c->nke);
+  float *q = to_f32(c->q, c->nqe), *k = to_f32(c->k, c->nke),
+        *v = to_f32(c->v, c->nke);
   float *g = to_f32(c->dout, c->nqe);
   /* reference from the rounded inputs, so only the kernel's f32 rounding
    * counts */
-  double *qd = to_f64(q, c->nqe), *kd = to_f64(k, c->nke), *vd = to_f64(v, c->nke);
+  double *qd = to_f64(q, c->nqe), *kd = to_f64(k, c->nke),
+         *vd = to_f64(v, c->nke);
   double *gd = to_f64(g, c->nqe);
   double *oref = zeros(c->nqe), *lref = zeros(c->nl);
   double *dqr = zeros(c->nqe), *dkr = zeros(c->nke), *dvr = zeros(c->nke);
   naive(d, qd, kd, vd, gd, oref, lref, dqr, dkr, dvr);
   float *o = calloc((size_t)c->nqe + 1, 4), *lse = calloc((size_t)c->nl + 1, 4);
-  float *dq = calloc((size_t)c->nqe + 1, 4), *dk = calloc((size_t)c->nke + 1, 4);
+  float *dq = calloc((size_t)c->nqe + 1, 4),
+        *dk = calloc((size_t)c->nke + 1, 4);
   float *dv = calloc((size_t)c->nke + 1, 4);
   SG_CHECK_OK(sg_attention_forward(d, SG_DTYPE_F32, q, k, v, o, lse, NULL));
-  SG_CHECK_OK(sg_attention_backward(d, SG_DTYPE_F32, q, k, v, o, lse, g, dq, dk, dv, NULL));
-  float *of = to_f32(oref, c->nqe), *dqf = to_f32(dqr, c->nqe), *dkf = to_f32(dkr, c->nke);
+  SG_CHECK_OK(sg_attention_backward(d, SG_DTYPE_F32, q, k, v, o, lse, g, dq, dk,
+                                    dv, NULL));
+  float *of = to_f32(oref, c->nqe), *dqf = to_f32(dqr, c->nqe),
+        *dkf = to_f32(dkr, c->nke);
   float *dvf = to_f32(dvr, c->nke);
   double *ld = to_f64(lse, c->nl);
-  SG_CHECK(sg_test_cmp_f32(c->name, o, of, c->nqe, 2e-5, 2e-5) == 0, "%s: f32 o", c->name);
-  SG_CHECK(cmp_lse(c->name, ld, lref, c->nl, 2e-6) == 0, "%s: f32 lse", c->name);
-  SG_CHECK(sg_test_cmp_f32(c->name, dq, dqf, c->nqe, 1e-4, 1e-4) == 0, "%s: f32 dq", c->name);
-  SG_CHECK(sg_test_cmp_f32(c->name, dk, dkf, c->nke, 1e-4, 1e-4) == 0, "%s: f32 dk", c->name);
-  SG_CHECK(sg_test_cmp_f32(c->name, dv, dvf, c->nke, 1e-4, 1e-4) == 0, "%s: f32 dv", c->name);
-  free(q); free(k); free(v); free(g); free(qd); free(kd); free(vd); free(gd); free(oref);
-  free(lref); free(dqr); free(dkr); free(dvr); free(o); free(lse); free(dq); free(dk);
-  free(dv); free(of); free(dqf); free(dkf); free(dvf); free(ld);
+  SG_CHECK(sg_test_cmp_f32(c->name, o, of, c->nqe, 2e-5, 2e-5) == 0,
+           "%s: f32 o", c->name);
+  SG_CHECK(cmp_lse(c->name, ld, lref, c->nl, 2e-6) == 0, "%s: f32 lse",
+           c->name);
+  SG_CHECK(sg_test_cmp_f32(c->name, dq, dqf, c->nqe, 1e-4, 1e-4) == 0,
+           "%s: f32 dq", c->name);
+  SG_CHECK(sg_test_cmp_f32(c->name, dk, dkf, c->nke, 1e-4, 1e-4) == 0,
+           "%s: f32 dk", c->name);
+  SG_CHECK(sg_test_cmp_f32(c->name, dv, dvf, c->nke, 1e-4, 1e-4) == 0,
+           "%s: f32 dv", c->name);
+  free(q);
+  free(k);
+  free(v);
+  free(g);
+  free(qd);
+  free(kd);
+  free(vd);
+  free(gd);
+  free(oref);
+  free(lref);
+  free(dqr);
+  free(dkr);
+  free(dvr);
+  free(o);
+  free(lse);
+  free(dq);
+  free(dk);
+  free(dv);
+  free(of);
+  free(dqf);
+  free(dkf);
+  free(dvf);
+  free(ld);
 }
 
 static void test_cases(void) {
@@ -253,25 +315,56 @@ static void test_cases(void) {
     sg_attn_desc d;
     int fd;
   } cs[] = {
-      {"plain d8", {.batch = 2, .heads = 3, .nq = 37, .nk = 53, .head_dim = 8}, 1},
-      {"causal d16", {.batch = 1, .heads = 2, .nq = 70, .nk = 131, .head_dim = 16, .causal = 1},
+      {"plain d8",
+       {.batch = 2, .heads = 3, .nq = 37, .nk = 53, .head_dim = 8},
+       1},
+      {"causal d16",
+       {.batch = 1,
+        .heads = 2,
+        .nq = 70,
+        .nk = 131,
+        .head_dim = 16,
+        .causal = 1},
        0},
       /* bottom-right: the last query sees every key, the first 61 none */
       {"causal bottom-right d24",
-       {.batch = 2, .heads = 1, .nq = 131, .nk = 70, .head_dim = 24, .causal = 1,
+       {.batch = 2,
+        .heads = 1,
+        .nq = 131,
+        .nk = 70,
+        .head_dim = 24,
+        .causal = 1,
         .causal_offset = 70 - 131},
        0},
       {"causal scale d16",
-       {.batch = 1, .heads = 1, .nq = 65, .nk = 65, .head_dim = 16, .scale = 0.3, .causal = 1},
+       {.batch = 1,
+        .heads = 1,
+        .nq = 65,
+        .nk = 65,
+        .head_dim = 16,
+        .scale = 0.3,
+        .causal = 1},
        0},
       {"causal fd d8",
-       {.batch = 1, .heads = 2, .nq = 29, .nk = 23, .head_dim = 8, .causal = 1,
+       {.batch = 1,
+        .heads = 2,
+        .nq = 29,
+        .nk = 23,
+        .head_dim = 8,
+        .causal = 1,
         .causal_offset = -3},
        1},
       {"nk 0", {.batch = 1, .heads = 2, .nq = 5, .nk = 0, .head_dim = 8}, 0},
       /* head_dim over the GEMM kernels' 64-column strips */
-      {"d80", {.batch = 1, .heads = 1, .nq = 20, .nk = 30, .head_dim = 80, .causal = 1,
-               .causal_offset = 12}, 0},
+      {"d80",
+       {.batch = 1,
+        .heads = 1,
+        .nq = 20,
+        .nk = 30,
+        .head_dim = 80,
+        .causal = 1,
+        .causal_offset = 12},
+       0},
   };
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; ++i) {
     attn_case c;
@@ -283,11 +376,12 @@ static void test_cases(void) {
 }
 
 /* Tokens [t0, t0 + n) of every head of x (bh heads of `tokens` rows of hd). */
-static double *slice_tokens(const double *x, int64_t bh, int64_t tokens, int64_t hd,
-                            int64_t t0, int64_t n) {
+static double *slice_tokens(const double *x, int64_t bh, int64_t tokens,
+                            int64_t hd, int64_t t0, int64_t n) {
   double *y = zeros(bh * n * hd);
   for (int64_t h = 0; h < bh; ++h)
-    memcpy(y + h * n * hd, x + (h * tokens + t0) * hd, (size_t)(n * hd) * sizeof *y);
+    memcpy(y + h * n * hd, x + (h * tokens + t0) * hd,
+           (size_t)(n * hd) * sizeof *y);
   return y;
 }
 
@@ -297,16 +391,23 @@ static double *slice_tokens(const double *x, int64_t bh, int64_t tokens, int64_t
  * the whole. Causal: the key block's position enters as causal_offset. */
 static void test_merge_case(const char *name, int causal) {
   const int64_t bh = 2, nq = 41, nk = 77, n1 = 30, hd = 16;
-  sg_attn_desc d = {.batch = 1, .heads = bh, .nq = nq, .nk = nk, .head_dim = hd,
-                    .causal = causal, .causal_offset = 20};
+  sg_attn_desc d = {.batch = 1,
+                    .heads = bh,
+                    .nq = nq,
+                    .nk = nk,
+                    .head_dim = hd,
+                    .causal = causal,
+                    .causal_offset = 20};
   attn_case c;
   case_init(&c, name, d);
-  double *o = zeros(c.nqe), *lse = zeros(c.nl), *dq = zeros(c.nqe), *dk = zeros(c.nke),
-         *dv = zeros(c.nke);
-  SG_CHECK_OK(sg_attention_forward(&d, SG_DTYPE_F64, c.q, c.k, c.v, o, lse, NULL));
-  SG_CHECK_OK(sg_attention_backward(&d, SG_DTYPE_F64, c.q, c.k, c.v, o, lse, c.dout, dq, dk,
-                                    dv, NULL));
-  double *om = zeros(c.nqe), *lm = zeros(c.nl), *ob = zeros(c.nqe), *lb = zeros(c.nl);
+  double *o = zeros(c.nqe), *lse = zeros(c.nl), *dq = zeros(c.nqe),
+         *dk = zeros(c.nke), *dv = zeros(c.nke);
+  SG_CHECK_OK(
+      sg_attention_forward(&d, SG_DTYPE_F64, c.q, c.k, c.v, o, lse, NULL));
+  SG_CHECK_OK(sg_attention_backward(&d, SG_DTYPE_F64, c.q, c.k, c.v, o, lse,
+                                    c.dout, dq, dk, dv, NULL));
+  double *om = zeros(c.nqe), *lm = zeros(c.nl), *ob = zeros(c.nqe),
+         *lb = zeros(c.nl);
   double *dqs = zeros(c.nqe), *dqb = zeros(c.nqe);
   int64_t t0[2] = {0, n1}, n[2] = {n1, nk - n1};
   double *kb[2], *vb[2];
@@ -320,11 +421,13 @@ static void test_merge_case(const char *name, int causal) {
     sg_attn_desc dp = d;
     dp.nk = n[p];
     dp.causal_offset = d.causal_offset - t0[p];
-    SG_CHECK_OK(sg_attention_forward(&dp, SG_DTYPE_F64, c.q, kb[p], vb[p], p == 1 ? om : ob,
-                                     p == 1 ? lm : lb, NULL));
-    if (p == 0) SG_CHECK_OK(sg_attention_merge(SG_DTYPE_F64, c.nl, hd, om, lm, ob, lb));
+    SG_CHECK_OK(sg_attention_forward(&dp, SG_DTYPE_F64, c.q, kb[p], vb[p],
+                                     p == 1 ? om : ob, p == 1 ? lm : lb, NULL));
+    if (p == 0)
+      SG_CHECK_OK(sg_attention_merge(SG_DTYPE_F64, c.nl, hd, om, lm, ob, lb));
   }
-  SG_CHECK(sg_test_cmp_f64(name, om, o, c.nqe, 1e-13, 1e-13) == 0, "%s: merged o", name);
+  SG_CHECK(sg_test_cmp_f64(name, om, o, c.nqe, 1e-13, 1e-13) == 0,
+           "%s: merged o", name);
   SG_CHECK(cmp_lse(name, lm, lse, c.nl, 1e-13) == 0, "%s: merged lse", name);
   for (int p = 0; p < 2; ++p) {
     sg_attn_desc dp = d;
@@ -332,30 +435,58 @@ static void test_merge_case(const char *name, int causal) {
     dp.causal_offset = d.causal_offset - t0[p];
     int64_t nb = bh * n[p] * hd;
     double *dkb = zeros(nb), *dvb = zeros(nb);
-    SG_CHECK_OK(sg_attention_backward(&dp, SG_DTYPE_F64, c.q, kb[p], vb[p], om, lm, c.dout,
-                                      dqb, dkb, dvb, NULL));
+    SG_CHECK_OK(sg_attention_backward(&dp, SG_DTYPE_F64, c.q, kb[p], vb[p], om,
+                                      lm, c.dout, dqb, dkb, dvb, NULL));
     for (int64_t i = 0; i < c.nqe; ++i) dqs[i] += dqb[i];
     double *dkr = slice_tokens(dk, bh, nk, hd, t0[p], n[p]);
     double *dvr = slice_tokens(dv, bh, nk, hd, t0[p], n[p]);
-    SG_CHECK(sg_test_cmp_f64(name, dkb, dkr, nb, 1e-12, 1e-12) == 0, "%s: block %d dk", name, p);
-    SG_CHECK(sg_test_cmp_f64(name, dvb, dvr, nb, 1e-12, 1e-12) == 0, "%s: block %d dv", name, p);
-    free(dkb); free(dvb); free(dkr); free(dvr); free(kb[p]); free(vb[p]);
+    SG_CHECK(sg_test_cmp_f64(name, dkb, dkr, nb, 1e-12, 1e-12) == 0,
+             "%s: block %d dk", name, p);
+    SG_CHECK(sg_test_cmp_f64(name, dvb, dvr, nb, 1e-12, 1e-12) == 0,
+             "%s: block %d dv", name, p);
+    free(dkb);
+    free(dvb);
+    free(dkr);
+    free(dvr);
+    free(kb[p]);
+    free(vb[p]);
   }
-  SG_CHECK(sg_test_cmp_f64(name, dqs, dq, c.nqe, 1e-12, 1e-12) == 0, "%s: summed dq", name);
+  SG_CHECK(sg_test_cmp_f64(name, dqs, dq, c.nqe, 1e-12, 1e-12) == 0,
+           "%s: summed dq", name);
   /* f32: the merge to fp32 rounding */
-  float *of = to_f32(ob, c.nqe), *lf = to_f32(lb, c.nl), *of2 = to_f32(om, c.nqe);
+  float *of = to_f32(ob, c.nqe), *lf = to_f32(lb, c.nl),
+        *of2 = to_f32(om, c.nqe);
   float *lf2 = to_f32(lm, c.nl);
-  float *empty_o = calloc((size_t)c.nqe, 4), *empty_l = malloc((size_t)c.nl * 4);
+  float *empty_o = calloc((size_t)c.nqe, 4),
+        *empty_l = malloc((size_t)c.nl * 4);
   for (int64_t i = 0; i < c.nl; ++i) empty_l[i] = -INFINITY;
   /* merging into an empty part copies; merging an empty part changes nothing */
-  SG_CHECK_OK(sg_attention_merge(SG_DTYPE_F32, c.nl, hd, empty_o, empty_l, of2, lf2));
-  SG_CHECK(sg_test_cmp_bytes(name, empty_o, of2, (size_t)c.nqe * 4) == 0, "%s: into empty", name);
+  SG_CHECK_OK(
+      sg_attention_merge(SG_DTYPE_F32, c.nl, hd, empty_o, empty_l, of2, lf2));
+  SG_CHECK(sg_test_cmp_bytes(name, empty_o, of2, (size_t)c.nqe * 4) == 0,
+           "%s: into empty", name);
   for (int64_t i = 0; i < c.nl; ++i) empty_l[i] = -INFINITY;
-  SG_CHECK_OK(sg_attention_merge(SG_DTYPE_F32, c.nl, hd, of2, lf2, empty_o, empty_l));
-  SG_CHECK(sg_test_cmp_bytes(name, empty_o, of2, (size_t)c.nqe * 4) == 0, "%s: add empty", name);
-  free(of); free(lf); free(of2); free(lf2); free(empty_o); free(empty_l);
-  free(o); free(lse); free(dq); free(dk); free(dv); free(om); free(lm); free(ob); free(lb);
-  free(dqs); free(dqb);
+  SG_CHECK_OK(
+      sg_attention_merge(SG_DTYPE_F32, c.nl, hd, of2, lf2, empty_o, empty_l));
+  SG_CHECK(sg_test_cmp_bytes(name, empty_o, of2, (size_t)c.nqe * 4) == 0,
+           "%s: add empty", name);
+  free(of);
+  free(lf);
+  free(of2);
+  free(lf2);
+  free(empty_o);
+  free(empty_l);
+  free(o);
+  free(lse);
+  free(dq);
+  free(dk);
+  free(dv);
+  free(om);
+  free(lm);
+  free(ob);
+  free(lb);
+  free(dqs);
+  free(dqb);
   case_free(&c);
 }
 
@@ -366,14 +497,17 @@ static void test_bad_args(void) {
   bad.head_dim = 0;
   SG_CHECK_STATUS(sg_attention_forward(&bad, SG_DTYPE_F64, x, x, x, x, x, NULL),
                   SG_ERR_INVALID_ARG);
-  SG_CHECK(strstr(sg_last_error(), "head_dim") != NULL, "message names head_dim: %s",
-           sg_last_error());
-  SG_CHECK(sg_attention_workspace_bytes(&bad, SG_DTYPE_F64) == 0, "no workspace for d = 0");
+  SG_CHECK(strstr(sg_last_error(), "head_dim") != NULL,
+           "message names head_dim: %s", sg_last_error());
+  SG_CHECK(sg_attention_workspace_bytes(&bad, SG_DTYPE_F64) == 0,
+           "no workspace for d = 0");
   bad = d;
   bad.nk = -1;
-  SG_CHECK_STATUS(sg_attention_backward(&bad, SG_DTYPE_F64, x, x, x, x, x, x, x, x, x, NULL),
+  SG_CHECK_STATUS(sg_attention_backward(&bad, SG_DTYPE_F64, x, x, x, x, x, x, x,
+                                        x, x, NULL),
                   SG_ERR_INVALID_ARG);
-  SG_CHECK(strstr(sg_last_error(), "negative") != NULL, "message: %s", sg_last_error());
+  SG_CHECK(strstr(sg_last_error(), "negative") != NULL, "message: %s",
+           sg_last_error());
   bad = d;
   bad.scale = NAN;
   SG_CHECK_STATUS(sg_attention_forward(&bad, SG_DTYPE_F32, x, x, x, x, x, NULL),
@@ -388,17 +522,24 @@ static void test_bad_args(void) {
                   SG_ERR_INVALID_ARG);
   SG_CHECK_STATUS(sg_attention_forward(NULL, SG_DTYPE_F64, x, x, x, x, x, NULL),
                   SG_ERR_INVALID_ARG);
-  SG_CHECK_STATUS(sg_attention_forward(&d, SG_DTYPE_F64, NULL, x, x, x, x, NULL),
+  SG_CHECK_STATUS(sg_attention_forward(&d, SG_DTYPE_F64, NULL, x, x, x, x,
+                                       NULL),
                   SG_ERR_INVALID_ARG);
-  SG_CHECK(strstr(sg_last_error(), "q is NULL") != NULL, "message: %s", sg_last_error());
-  SG_CHECK_STATUS(sg_attention_backward(&d, SG_DTYPE_F64, x, x, x, x, NULL, x, x, x, x, NULL),
+  SG_CHECK(strstr(sg_last_error(), "q is NULL") != NULL, "message: %s",
+           sg_last_error());
+  SG_CHECK_STATUS(sg_attention_backward(&d, SG_DTYPE_F64, x, x, x, x, NULL, x,
+                                        x, x, x, NULL),
                   SG_ERR_INVALID_ARG);
-  SG_CHECK(strstr(sg_last_error(), "lse is NULL") != NULL, "message: %s", sg_last_error());
+  SG_CHECK(strstr(sg_last_error(), "lse is NULL") != NULL, "message: %s",
+           sg_last_error());
   SG_CHECK_STATUS(sg_attention_forward(&d, SG_DTYPE_I32, x, x, x, x, x, NULL),
                   SG_ERR_NOT_SUPPORTED);
-  SG_CHECK_STATUS(sg_attention_merge(SG_DTYPE_F64, -1, 4, x, x, x, x), SG_ERR_INVALID_ARG);
-  SG_CHECK_STATUS(sg_attention_merge(SG_DTYPE_F64, 2, 0, x, x, x, x), SG_ERR_INVALID_ARG);
-  SG_CHECK_STATUS(sg_attention_merge(SG_DTYPE_F64, 2, 4, x, NULL, x, x), SG_ERR_INVALID_ARG);
+  SG_CHECK_STATUS(sg_attention_merge(SG_DTYPE_F64, -1, 4, x, x, x, x),
+                  SG_ERR_INVALID_ARG);
+  SG_CHECK_STATUS(sg_attention_merge(SG_DTYPE_F64, 2, 0, x, x, x, x),
+                  SG_ERR_INVALID_ARG);
+  SG_CHECK_STATUS(sg_attention_merge(SG_DTYPE_F64, 2, 4, x, NULL, x, x),
+                  SG_ERR_INVALID_ARG);
 }
 
 int main(int argc, char **argv) {

@@ -64,124 +64,142 @@ static const known_failure known_failures[] = {
 
 /* ---- the ops ------------------------------------------------------------------ */
 
-static sg_status f_conv_k3_zero(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
-                                sg_var **p, sg_var **out) {
+static sg_status f_conv_k3_zero(sg_tape_t t, const op_case *c,
+                                const run_ctx *rc, sg_var **a, sg_var **p,
+                                sg_var **out) {
   sg_window ca[2] = {{.pad = {1, 1}}, {.pad = {1, 1}}};
   return sg_ag_conv(t, a[0], p[0], p[1], ca, out);
 }
-static sg_status f_conv_s2_periodic_reflect(sg_tape_t t, const op_case *c, const run_ctx *rc,
-                                            sg_var **a, sg_var **p, sg_var **out) {
+static sg_status f_conv_s2_periodic_reflect(sg_tape_t t, const op_case *c,
+                                            const run_ctx *rc, sg_var **a,
+                                            sg_var **p, sg_var **out) {
   sg_window ca[2] = {{.stride = 2, .pad = {1, 1}, .boundary = SG_PAD_PERIODIC},
                      {.stride = 2, .pad = {1, 1}, .boundary = SG_PAD_REFLECT}};
   return sg_ag_conv(t, a[0], p[0], p[1], ca, out);
 }
-static sg_status f_conv_dil2_replicate(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
+static sg_status f_conv_dil2_replicate(sg_tape_t t, const op_case *c,
+                                       const run_ctx *rc, sg_var **a,
                                        sg_var **p, sg_var **out) {
-  sg_window ca[2] = {{.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REPLICATE},
-                     {.dilation = 2, .pad = {1, 3}, .boundary = SG_PAD_REPLICATE}};
+  sg_window ca[2] = {
+      {.dilation = 2, .pad = {2, 2}, .boundary = SG_PAD_REPLICATE},
+      {.dilation = 2, .pad = {1, 3}, .boundary = SG_PAD_REPLICATE}};
   return sg_ag_conv(t, a[0], p[0], NULL, ca, out);
 }
-static sg_status f_conv_1d(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
-                           sg_var **out) {
+static sg_status f_conv_1d(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                           sg_var **a, sg_var **p, sg_var **out) {
   sg_window ca[1] = {{.stride = 2, .pad = {1, 1}, .boundary = SG_PAD_PERIODIC}};
   return sg_ag_conv(t, a[0], p[0], p[1], ca, out);
 }
-static sg_status f_conv_3d(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
-                           sg_var **out) {
+static sg_status f_conv_3d(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                           sg_var **a, sg_var **p, sg_var **out) {
   sg_window ca[3] = {{.pad = {1, 1}, .boundary = SG_PAD_ZERO},
                      {.pad = {1, 1}, .boundary = SG_PAD_PERIODIC},
                      {.pad = {1, 1}, .boundary = SG_PAD_REFLECT}};
   return sg_ag_conv(t, a[0], p[0], p[1], ca, out);
 }
-static sg_status f_convt(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
-                         sg_var **out) {
+static sg_status f_convt(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                         sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_convt(t, a[0], p[0], p[1], out);
 }
-static sg_status f_pool_max_k3s2p1(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
-                                   sg_var **p, sg_var **out) {
+static sg_status f_pool_max_k3s2p1(sg_tape_t t, const op_case *c,
+                                   const run_ctx *rc, sg_var **a, sg_var **p,
+                                   sg_var **out) {
   int64_t k[2] = {3, 3};
   sg_window pa[2] = {{.kernel = k[0], .stride = 2, .pad = {1, 1}},
                      {.kernel = k[1], .stride = 2, .pad = {1, 1}}};
   return sg_ag_pool(t, SG_POOL_MAX, a[0], pa, out);
 }
-static sg_status f_pool_avg_k2s2(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
-                                 sg_var **p, sg_var **out) {
+static sg_status f_pool_avg_k2s2(sg_tape_t t, const op_case *c,
+                                 const run_ctx *rc, sg_var **a, sg_var **p,
+                                 sg_var **out) {
   int64_t k[2] = {2, 2};
-  sg_window pa[2] = {{.kernel = k[0], .stride = 2}, {.kernel = k[1], .stride = 2}};
+  sg_window pa[2] = {{.kernel = k[0], .stride = 2},
+                     {.kernel = k[1], .stride = 2}};
   return sg_ag_pool(t, SG_POOL_AVG, a[0], pa, out);
 }
-static sg_status f_pool_max_dil2(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
-                                 sg_var **p, sg_var **out) {
+static sg_status f_pool_max_dil2(sg_tape_t t, const op_case *c,
+                                 const run_ctx *rc, sg_var **a, sg_var **p,
+                                 sg_var **out) {
   int64_t k[2] = {2, 2};
-  sg_window pa[2] = {{.kernel = k[0], .dilation = 2, .pad = {1, 1}, .boundary = SG_PAD_ZERO},
-                     {.kernel = k[1], .dilation = 2, .pad = {1, 0}, .boundary = SG_PAD_REPLICATE}};
+  sg_window pa[2] = {
+      {.kernel = k[0], .dilation = 2, .pad = {1, 1}, .boundary = SG_PAD_ZERO},
+      {.kernel = k[1],
+       .dilation = 2,
+       .pad = {1, 0},
+       .boundary = SG_PAD_REPLICATE}};
   return sg_ag_pool(t, SG_POOL_MAX, a[0], pa, out);
 }
-static sg_status f_pool_avg_periodic(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
-                                     sg_var **p, sg_var **out) {
+static sg_status f_pool_avg_periodic(sg_tape_t t, const op_case *c,
+                                     const run_ctx *rc, sg_var **a, sg_var **p,
+                                     sg_var **out) {
   int64_t k[2] = {3, 2};
-  sg_window pa[2] = {{.kernel = k[0], .stride = 1, .pad = {1, 1}, .boundary = SG_PAD_PERIODIC},
-                     {.kernel = k[1], .stride = 2, .pad = {0, 1}, .boundary = SG_PAD_ZERO}};
+  sg_window pa[2] = {
+      {.kernel = k[0], .stride = 1, .pad = {1, 1}, .boundary = SG_PAD_PERIODIC},
+      {.kernel = k[1], .stride = 2, .pad = {0, 1}, .boundary = SG_PAD_ZERO}};
   return sg_ag_pool(t, SG_POOL_AVG, a[0], pa, out);
 }
-static sg_status f_up_linear(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
-                             sg_var **p, sg_var **out) {
+static sg_status f_up_linear(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                             sg_var **a, sg_var **p, sg_var **out) {
   int64_t s[2] = {2, c->iattr};
   return sg_ag_upsample(t, SG_UPSAMPLE_LINEAR, a[0], s, out);
 }
-static sg_status f_up_nearest(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
-                              sg_var **p, sg_var **out) {
+static sg_status f_up_nearest(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                              sg_var **a, sg_var **p, sg_var **out) {
   int64_t s[2] = {2, c->iattr};
   return sg_ag_upsample(t, SG_UPSAMPLE_NEAREST, a[0], s, out);
 }
-static sg_status f_act(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
-                       sg_var **out) {
+static sg_status f_act(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                       sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_act(t, (sg_act)c->iattr, a[0], out);
 }
-static sg_status f_binary(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
-                          sg_var **out) {
+static sg_status f_binary(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                          sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_binary(t, (sg_binary)c->iattr, a[0], a[1], out);
 }
-static sg_status f_add_self(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
-                            sg_var **p, sg_var **out) {
+static sg_status f_add_self(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                            sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_binary(t, SG_BINARY_ADD, a[0], a[0], out);
 }
-static sg_status f_scale(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
-                         sg_var **out) {
+static sg_status f_scale(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                         sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_scale(t, -1.75, a[0], out);
 }
-static sg_status f_bias(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
-                        sg_var **out) {
+static sg_status f_bias(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                        sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_bias(t, a[0], p[0], out);
 }
-static sg_status f_linear(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
-                          sg_var **out) {
+static sg_status f_linear(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                          sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_linear(t, a[0], p[0], c->npar > 1 ? p[1] : NULL, out);
 }
-static sg_status f_concat(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
-                          sg_var **out) {
+static sg_status f_concat(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                          sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_concat(t, c->nact, a, out);
 }
-static sg_status f_split(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
-                         sg_var **out) {
+static sg_status f_split(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                         sg_var **a, sg_var **p, sg_var **out) {
   int64_t ch[3] = {1, 2, 1};
   return sg_ag_split(t, a[0], c->nout, ch, out);
 }
-static sg_status f_norm(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
-                        sg_var **out) {
+static sg_status f_norm(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                        sg_var **a, sg_var **p, sg_var **out) {
   sg_norm_desc d = {.kind = (sg_norm_kind)c->iattr, .groups = 2, .eps = 1e-5};
-  return sg_ag_norm(t, &d, a[0], c->npar > 0 ? p[0] : NULL, c->npar > 1 ? p[1] : NULL, out);
+  return sg_ag_norm(t, &d, a[0], c->npar > 0 ? p[0] : NULL,
+                    c->npar > 1 ? p[1] : NULL, out);
 }
-static sg_status f_loss(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
-                        sg_var **out) {
-  return sg_ag_loss(t, (sg_loss_kind)c->iattr, a[0], c->nact > 1 ? a[1] : NULL, out);
+static sg_status f_loss(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                        sg_var **a, sg_var **p, sg_var **out) {
+  return sg_ag_loss(t, (sg_loss_kind)c->iattr, a[0], c->nact > 1 ? a[1] : NULL,
+                    out);
 }
 /* the distributed loss: domain = mesh dims splitting dims >= 1, data = those
  * splitting the batch */
-static sg_status f_dist_loss(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a,
-                             sg_var **p, sg_var **out) {
+static sg_status f_dist_loss(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                             sg_var **a, sg_var **p, sg_var **out) {
   sg_status st = SG_OK;
-  sg_dist_loss_ctx ctx = {.domain = NULL, .data = NULL, .global_batch = c->act[0][0]};
+  sg_dist_loss_ctx ctx = {.domain = NULL,
+                          .data = NULL,
+                          .global_batch = c->act[0][0]};
   if (rc->mesh) {
     unsigned dom = 0, dat = 0;
     for (int m = 0; m < sg_mesh_ndims(rc->mesh); ++m)
@@ -194,22 +212,26 @@ static sg_status f_dist_loss(sg_tape_t t, const op_case *c, const run_ctx *rc, s
     if (dom) SG_TRY(sg_mesh_group(rc->mesh, dom, &ctx.domain));
     if (dat) SG_TRY(sg_mesh_group(rc->mesh, dat, &ctx.data));
   }
-  SG_TRY(sg_ag_dist_loss(t, (sg_loss_kind)c->iattr, a[0], a[1], c->nact > 2 ? a[2] : NULL, &ctx, out));
+  SG_TRY(sg_ag_dist_loss(t, (sg_loss_kind)c->iattr, a[0], a[1],
+                         c->nact > 2 ? a[2] : NULL, &ctx, out));
 fail:
   return st;
 }
 
 /* ---- the table ------------------------------------------------------------------- */
 
-#define X4(c) {2, c, 9, 7}
-#define P1(n) {n}
+#define X4(c) \
+  { 2, c, 9, 7 }
+#define P1(n) \
+  { n }
 
 /* a checkpointed block: conv k3 (zero padding) + bias, then GELU; the
  * parameters reach the block through its context */
 typedef struct ckpt_block_ctx {
   sg_var *w, *b;
 } ckpt_block_ctx;
-static sg_status ckpt_block(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **out) {
+static sg_status ckpt_block(sg_tape_t t, void *ctx, sg_var *const *in,
+                            sg_var **out) {
   sg_status st = SG_OK;
   const ckpt_block_ctx *k = ctx;
   sg_window ca[2] = {{.pad = {1, 1}}, {.pad = {1, 1}}};
@@ -219,9 +241,10 @@ static sg_status ckpt_block(sg_tape_t t, void *ctx, sg_var *const *in, sg_var **
 fail:
   return st;
 }
-static sg_status f_checkpoint(sg_tape_t t, const op_case *c, const run_ctx *rc, sg_var **a, sg_var **p,
-                              sg_var **out) {
-  static _Thread_local ckpt_block_ctx k; /* valid until the backward of this case */
+static sg_status f_checkpoint(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                              sg_var **a, sg_var **p, sg_var **out) {
+  static _Thread_local ckpt_block_ctx
+      k; /* valid until the backward of this case */
   k.w = p[0];
   k.b = p[1];
   return sg_ag_checkpoint(t, ckpt_block, &k, 1, a, 1, out);
@@ -230,99 +253,393 @@ static sg_status f_checkpoint(sg_tape_t t, const op_case *c, const run_ctx *rc, 
 static const op_case cases[] = {
     /* convolution: kernel 3 zero, stride 2 periodic/reflect, dilation 2
      * replicate with asymmetric padding, 1-D, 3-D */
-    {.op = "conv", .label = "conv k3 zero", .nd = 4, .nact = 1, .act = {X4(3)}, .npar = 2,
-     .par_nd = {4, 1}, .par = {{4, 3, 3, 3}, P1(4)}, .nout = 1, .fn = f_conv_k3_zero, .lo = -1},
-    {.op = "conv", .label = "conv k3 s2 periodic/reflect", .nd = 4, .nact = 1, .act = {X4(3)},
-     .npar = 2, .par_nd = {4, 1}, .par = {{2, 3, 3, 3}, P1(2)}, .nout = 1,
-     .fn = f_conv_s2_periodic_reflect, .lo = -1},
-    {.op = "conv", .label = "conv k3 dil2 replicate pad (2,2),(1,3)", .nd = 4, .nact = 1,
-     .act = {X4(2)}, .npar = 1, .par_nd = {4}, .par = {{3, 2, 3, 3}}, .nout = 1,
-     .fn = f_conv_dil2_replicate, .lo = -1},
-    {.op = "conv", .label = "conv 1-D k3 s2 periodic", .nd = 3, .nact = 1, .act = {{2, 3, 11}},
-     .npar = 2, .par_nd = {3, 1}, .par = {{2, 3, 3}, P1(2)}, .nout = 1, .fn = f_conv_1d, .lo = -1},
-    {.op = "conv", .label = "conv 3-D k3 zero/periodic/reflect", .nd = 5, .nact = 1,
-     .act = {{2, 2, 6, 5, 4}}, .npar = 2, .par_nd = {5, 1}, .par = {{2, 2, 3, 3, 3}, P1(2)},
-     .nout = 1, .fn = f_conv_3d, .lo = -1},
-    {.op = "convt", .label = "convt k2", .nd = 4, .nact = 1, .act = {X4(3)}, .npar = 2,
-     .par_nd = {4, 1}, .par = {{3, 2, 2, 2}, P1(2)}, .nout = 1, .fn = f_convt, .lo = -1},
-    {.op = "checkpoint", .label = "checkpoint conv k3 + gelu", .nd = 4, .nact = 1, .act = {X4(3)},
-     .npar = 2, .par_nd = {4, 1}, .par = {{3, 3, 3, 3}, P1(3)}, .nout = 1, .fn = f_checkpoint, .lo = -1},
+    {.op = "conv",
+     .label = "conv k3 zero",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .npar = 2,
+     .par_nd = {4, 1},
+     .par = {{4, 3, 3, 3}, P1(4)},
+     .nout = 1,
+     .fn = f_conv_k3_zero,
+     .lo = -1},
+    {.op = "conv",
+     .label = "conv k3 s2 periodic/reflect",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .npar = 2,
+     .par_nd = {4, 1},
+     .par = {{2, 3, 3, 3}, P1(2)},
+     .nout = 1,
+     .fn = f_conv_s2_periodic_reflect,
+     .lo = -1},
+    {.op = "conv",
+     .label = "conv k3 dil2 replicate pad (2,2),(1,3)",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(2)},
+     .npar = 1,
+     .par_nd = {4},
+     .par = {{3, 2, 3, 3}},
+     .nout = 1,
+     .fn = f_conv_dil2_replicate,
+     .lo = -1},
+    {.op = "conv",
+     .label = "conv 1-D k3 s2 periodic",
+     .nd = 3,
+     .nact = 1,
+     .act = {{2, 3, 11}},
+     .npar = 2,
+     .par_nd = {3, 1},
+     .par = {{2, 3, 3}, P1(2)},
+     .nout = 1,
+     .fn = f_conv_1d,
+     .lo = -1},
+    {.op = "conv",
+     .label = "conv 3-D k3 zero/periodic/reflect",
+     .nd = 5,
+     .nact = 1,
+     .act = {{2, 2, 6, 5, 4}},
+     .npar = 2,
+     .par_nd = {5, 1},
+     .par = {{2, 2, 3, 3, 3}, P1(2)},
+     .nout = 1,
+     .fn = f_conv_3d,
+     .lo = -1},
+    {.op = "convt",
+     .label = "convt k2",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .npar = 2,
+     .par_nd = {4, 1},
+     .par = {{3, 2, 2, 2}, P1(2)},
+     .nout = 1,
+     .fn = f_convt,
+     .lo = -1},
+    {.op = "checkpoint",
+     .label = "checkpoint conv k3 + gelu",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .npar = 2,
+     .par_nd = {4, 1},
+     .par = {{3, 3, 3, 3}, P1(3)},
+     .nout = 1,
+     .fn = f_checkpoint,
+     .lo = -1},
     /* pooling: max on negative inputs (pads with -inf), average, dilation */
-    {.op = "pool", .label = "pool max k3 s2 p1 (negative inputs)", .nd = 4, .nact = 1,
-     .act = {X4(3)}, .nout = 1, .fn = f_pool_max_k3s2p1, .lo = -3},
-    {.op = "pool", .label = "pool avg k2 s2", .nd = 4, .nact = 1, .act = {X4(3)}, .nout = 1,
-     .fn = f_pool_avg_k2s2, .lo = -1},
-    {.op = "pool", .label = "pool max k2 dil2 zero/replicate", .nd = 4, .nact = 1, .act = {X4(3)},
-     .nout = 1, .fn = f_pool_max_dil2, .lo = -3},
-    {.op = "pool", .label = "pool avg k3x2 s1x2 periodic/zero", .nd = 4, .nact = 1, .act = {X4(3)},
-     .nout = 1, .fn = f_pool_avg_periodic, .lo = -1},
-    {.op = "upsample_linear", .label = "upsample linear 2x2", .nd = 4, .nact = 1, .act = {X4(3)},
-     .nout = 1, .fn = f_up_linear, .iattr = 2, .lo = -1},
-    {.op = "upsample_linear", .label = "upsample linear 2x3", .nd = 4, .nact = 1, .act = {X4(2)},
-     .nout = 1, .fn = f_up_linear, .iattr = 3, .lo = -1},
-    {.op = "upsample_nearest", .label = "upsample nearest 2x3", .nd = 4, .nact = 1,
-     .act = {X4(3)}, .nout = 1, .fn = f_up_nearest, .iattr = 3, .lo = -1},
+    {.op = "pool",
+     .label = "pool max k3 s2 p1 (negative inputs)",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_pool_max_k3s2p1,
+     .lo = -3},
+    {.op = "pool",
+     .label = "pool avg k2 s2",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_pool_avg_k2s2,
+     .lo = -1},
+    {.op = "pool",
+     .label = "pool max k2 dil2 zero/replicate",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_pool_max_dil2,
+     .lo = -3},
+    {.op = "pool",
+     .label = "pool avg k3x2 s1x2 periodic/zero",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_pool_avg_periodic,
+     .lo = -1},
+    {.op = "upsample_linear",
+     .label = "upsample linear 2x2",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_up_linear,
+     .iattr = 2,
+     .lo = -1},
+    {.op = "upsample_linear",
+     .label = "upsample linear 2x3",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(2)},
+     .nout = 1,
+     .fn = f_up_linear,
+     .iattr = 3,
+     .lo = -1},
+    {.op = "upsample_nearest",
+     .label = "upsample nearest 2x3",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_up_nearest,
+     .iattr = 3,
+     .lo = -1},
     /* pointwise */
-    {.op = "act", .label = "act relu", .nd = 4, .nact = 1, .act = {X4(3)}, .nout = 1, .fn = f_act,
-     .iattr = SG_ACT_RELU, .lo = -1},
-    {.op = "act", .label = "act gelu", .nd = 4, .nact = 1, .act = {X4(3)}, .nout = 1, .fn = f_act,
-     .iattr = SG_ACT_GELU, .lo = -1},
-    {.op = "act", .label = "act silu", .nd = 4, .nact = 1, .act = {X4(3)}, .nout = 1, .fn = f_act,
-     .iattr = SG_ACT_SILU, .lo = -1},
-    {.op = "act", .label = "act tanh", .nd = 4, .nact = 1, .act = {X4(3)}, .nout = 1, .fn = f_act,
-     .iattr = SG_ACT_TANH, .lo = -1},
-    {.op = "binary", .label = "binary sub", .nd = 4, .nact = 2, .act = {X4(3), X4(3)}, .nout = 1,
-     .fn = f_binary, .iattr = SG_BINARY_SUB, .lo = -1},
-    {.op = "binary", .label = "binary mul", .nd = 4, .nact = 2, .act = {X4(3), X4(3)}, .nout = 1,
-     .fn = f_binary, .iattr = SG_BINARY_MUL, .lo = -1},
-    {.op = "binary_add", .label = "binary add", .nd = 4, .nact = 2, .act = {X4(3), X4(3)},
-     .nout = 1, .fn = f_binary, .iattr = SG_BINARY_ADD, .lo = -1},
-    {.op = "binary_add", .label = "binary add x + x", .nd = 4, .nact = 1, .act = {X4(3)}, .nout = 1,
-     .fn = f_add_self, .lo = -1},
-    {.op = "scale", .label = "scale -1.75", .nd = 4, .nact = 1, .act = {X4(3)}, .nout = 1,
-     .fn = f_scale, .lo = -1},
-    {.op = "bias", .label = "bias", .nd = 4, .nact = 1, .act = {X4(3)}, .npar = 1, .par_nd = {1},
-     .par = {P1(3)}, .nout = 1, .fn = f_bias, .lo = -1},
-    {.op = "linear", .label = "linear 3->4 bias", .nd = 4, .nact = 1, .act = {X4(3)}, .npar = 2,
-     .par_nd = {2, 1}, .par = {{4, 3}, P1(4)}, .nout = 1, .fn = f_linear, .lo = -1},
-    {.op = "linear", .label = "linear 3->2", .nd = 4, .nact = 1, .act = {X4(3)}, .npar = 1,
-     .par_nd = {2}, .par = {{2, 3}}, .nout = 1, .fn = f_linear, .lo = -1},
-    {.op = "concat", .label = "concat 3+2+1", .nd = 4, .nact = 3, .act = {X4(3), X4(2), X4(1)},
-     .nout = 1, .fn = f_concat, .lo = -1},
-    {.op = "split", .label = "split 1+2+1", .nd = 4, .nact = 1, .act = {X4(4)}, .nout = 3,
-     .fn = f_split, .lo = -1},
+    {.op = "act",
+     .label = "act relu",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_act,
+     .iattr = SG_ACT_RELU,
+     .lo = -1},
+    {.op = "act",
+     .label = "act gelu",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_act,
+     .iattr = SG_ACT_GELU,
+     .lo = -1},
+    {.op = "act",
+     .label = "act silu",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_act,
+     .iattr = SG_ACT_SILU,
+     .lo = -1},
+    {.op = "act",
+     .label = "act tanh",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_act,
+     .iattr = SG_ACT_TANH,
+     .lo = -1},
+    {.op = "binary",
+     .label = "binary sub",
+     .nd = 4,
+     .nact = 2,
+     .act = {X4(3), X4(3)},
+     .nout = 1,
+     .fn = f_binary,
+     .iattr = SG_BINARY_SUB,
+     .lo = -1},
+    {.op = "binary",
+     .label = "binary mul",
+     .nd = 4,
+     .nact = 2,
+     .act = {X4(3), X4(3)},
+     .nout = 1,
+     .fn = f_binary,
+     .iattr = SG_BINARY_MUL,
+     .lo = -1},
+    {.op = "binary_add",
+     .label = "binary add",
+     .nd = 4,
+     .nact = 2,
+     .act = {X4(3), X4(3)},
+     .nout = 1,
+     .fn = f_binary,
+     .iattr = SG_BINARY_ADD,
+     .lo = -1},
+    {.op = "binary_add",
+     .label = "binary add x + x",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_add_self,
+     .lo = -1},
+    {.op = "scale",
+     .label = "scale -1.75",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_scale,
+     .lo = -1},
+    {.op = "bias",
+     .label = "bias",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .npar = 1,
+     .par_nd = {1},
+     .par = {P1(3)},
+     .nout = 1,
+     .fn = f_bias,
+     .lo = -1},
+    {.op = "linear",
+     .label = "linear 3->4 bias",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .npar = 2,
+     .par_nd = {2, 1},
+     .par = {{4, 3}, P1(4)},
+     .nout = 1,
+     .fn = f_linear,
+     .lo = -1},
+    {.op = "linear",
+     .label = "linear 3->2",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .npar = 1,
+     .par_nd = {2},
+     .par = {{2, 3}},
+     .nout = 1,
+     .fn = f_linear,
+     .lo = -1},
+    {.op = "concat",
+     .label = "concat 3+2+1",
+     .nd = 4,
+     .nact = 3,
+     .act = {X4(3), X4(2), X4(1)},
+     .nout = 1,
+     .fn = f_concat,
+     .lo = -1},
+    {.op = "split",
+     .label = "split 1+2+1",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(4)},
+     .nout = 3,
+     .fn = f_split,
+     .lo = -1},
     /* normalisation (group: 2 groups of 2 channels) */
-    {.op = "norm", .label = "norm batch", .nd = 4, .nact = 1, .act = {X4(4)}, .npar = 2,
-     .par_nd = {1, 1}, .par = {P1(4), P1(4)}, .nout = 1, .fn = f_norm, .iattr = SG_NORM_BATCH,
+    {.op = "norm",
+     .label = "norm batch",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(4)},
+     .npar = 2,
+     .par_nd = {1, 1},
+     .par = {P1(4), P1(4)},
+     .nout = 1,
+     .fn = f_norm,
+     .iattr = SG_NORM_BATCH,
      .lo = -1},
-    {.op = "norm", .label = "norm instance", .nd = 4, .nact = 1, .act = {X4(4)}, .npar = 2,
-     .par_nd = {1, 1}, .par = {P1(4), P1(4)}, .nout = 1, .fn = f_norm, .iattr = SG_NORM_INSTANCE,
+    {.op = "norm",
+     .label = "norm instance",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(4)},
+     .npar = 2,
+     .par_nd = {1, 1},
+     .par = {P1(4), P1(4)},
+     .nout = 1,
+     .fn = f_norm,
+     .iattr = SG_NORM_INSTANCE,
      .lo = -1},
-    {.op = "norm", .label = "norm group 2", .nd = 4, .nact = 1, .act = {X4(4)}, .npar = 2,
-     .par_nd = {1, 1}, .par = {P1(4), P1(4)}, .nout = 1, .fn = f_norm, .iattr = SG_NORM_GROUP,
+    {.op = "norm",
+     .label = "norm group 2",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(4)},
+     .npar = 2,
+     .par_nd = {1, 1},
+     .par = {P1(4), P1(4)},
+     .nout = 1,
+     .fn = f_norm,
+     .iattr = SG_NORM_GROUP,
      .lo = -1},
-    {.op = "norm", .label = "norm layer (no affine)", .nd = 4, .nact = 1, .act = {X4(4)},
-     .nout = 1, .fn = f_norm, .iattr = SG_NORM_LAYER, .lo = -1},
+    {.op = "norm",
+     .label = "norm layer (no affine)",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(4)},
+     .nout = 1,
+     .fn = f_norm,
+     .iattr = SG_NORM_LAYER,
+     .lo = -1},
     /* losses */
-    {.op = "loss", .label = "loss sum", .nd = 4, .nact = 1, .act = {X4(3)}, .nout = 1,
-     .fn = f_loss, .iattr = SG_LOSS_SUM, .lo = -1},
-    {.op = "loss", .label = "loss mean", .nd = 4, .nact = 1, .act = {X4(3)}, .nout = 1,
-     .fn = f_loss, .iattr = SG_LOSS_MEAN, .lo = -1},
-    {.op = "loss", .label = "loss mse", .nd = 4, .nact = 2, .act = {X4(3), X4(3)}, .nout = 1,
-     .fn = f_loss, .iattr = SG_LOSS_MSE, .lo = -1},
-    {.op = "loss", .label = "loss rel_l2", .nd = 4, .nact = 2, .act = {X4(3), X4(3)}, .nout = 1,
-     .fn = f_loss, .iattr = SG_LOSS_REL_L2, .lo = -1},
-    {.op = "dist_loss", .label = "dist_loss mse masked", .nd = 4, .nact = 3,
-     .act = {X4(3), X4(3), X4(3)}, .act_kind = {IN_DATA, IN_DATA, IN_MASK}, .nout = 1,
-     .fn = f_dist_loss, .iattr = SG_LOSS_MSE, .lo = -1},
-    {.op = "dist_loss", .label = "dist_loss rel_l2", .nd = 4, .nact = 2, .act = {X4(3), X4(3)},
-     .nout = 1, .fn = f_dist_loss, .iattr = SG_LOSS_REL_L2, .lo = -1},
+    {.op = "loss",
+     .label = "loss sum",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_loss,
+     .iattr = SG_LOSS_SUM,
+     .lo = -1},
+    {.op = "loss",
+     .label = "loss mean",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_loss,
+     .iattr = SG_LOSS_MEAN,
+     .lo = -1},
+    {.op = "loss",
+     .label = "loss mse",
+     .nd = 4,
+     .nact = 2,
+     .act = {X4(3), X4(3)},
+     .nout = 1,
+     .fn = f_loss,
+     .iattr = SG_LOSS_MSE,
+     .lo = -1},
+    {.op = "loss",
+     .label = "loss rel_l2",
+     .nd = 4,
+     .nact = 2,
+     .act = {X4(3), X4(3)},
+     .nout = 1,
+     .fn = f_loss,
+     .iattr = SG_LOSS_REL_L2,
+     .lo = -1},
+    {.op = "dist_loss",
+     .label = "dist_loss mse masked",
+     .nd = 4,
+     .nact = 3,
+     .act = {X4(3), X4(3), X4(3)},
+     .act_kind = {IN_DATA, IN_DATA, IN_MASK},
+     .nout = 1,
+     .fn = f_dist_loss,
+     .iattr = SG_LOSS_MSE,
+     .lo = -1},
+    {.op = "dist_loss",
+     .label = "dist_loss rel_l2",
+     .nd = 4,
+     .nact = 2,
+     .act = {X4(3), X4(3)},
+     .nout = 1,
+     .fn = f_dist_loss,
+     .iattr = SG_LOSS_REL_L2,
+     .lo = -1},
     /* the spectral convolution on its own (f32 and f64), and through the FNO
      * (lift, 2 layers, projection; f32) */
-    {.op = "spectral_conv", .label = "spectral_conv 9x7 modes 2x2 3->2", .nd = 4, .nact = 1,
-     .act = {{2, 3, 9, 7}}, .nout = 1, .fno = 2, .iattr = 2, .lo = -1},
-    {.op = "spectral_conv", .label = "fno 9x7 modes 2x2 width 4", .nd = 4, .nact = 1,
-     .act = {{2, 1, 9, 7}}, .nout = 1, .fno = 1, .lo = -1},
+    {.op = "spectral_conv",
+     .label = "spectral_conv 9x7 modes 2x2 3->2",
+     .nd = 4,
+     .nact = 1,
+     .act = {{2, 3, 9, 7}},
+     .nout = 1,
+     .fno = 2,
+     .iattr = 2,
+     .lo = -1},
+    {.op = "spectral_conv",
+     .label = "fno 9x7 modes 2x2 width 4",
+     .nd = 4,
+     .nact = 1,
+     .act = {{2, 1, 9, 7}},
+     .nout = 1,
+     .fno = 1,
+     .lo = -1},
 };
 #define NCASES ((int)(sizeof cases / sizeof *cases))
 
@@ -345,8 +662,13 @@ static int layouts_for(int np, const char **specs) {
   static const char *l1[] = {"h=1", "dp=1,c=1"};
   static const char *l2[] = {"h=2", "w=2", "dp=2", "c=2", "r=2"};
   static const char *l3[] = {"h=3", "w=3", "c=3", "dp=3"};
-  static const char *l4[] = {"h=2,w=2", "dp=2,h=2", "h=4", "c=2,w=2", "r=2,h=2", "dp=2,c=2"};
-  const char **l = np == 1 ? l1 : np == 2 ? l2 : np == 3 ? l3 : np == 4 ? l4 : NULL;
+  static const char *l4[] = {"h=2,w=2", "dp=2,h=2", "h=4",
+                             "c=2,w=2", "r=2,h=2",  "dp=2,c=2"};
+  const char **l = np == 1   ? l1
+                   : np == 2 ? l2
+                   : np == 3 ? l3
+                   : np == 4 ? l4
+                             : NULL;
   int n = np == 1 ? 2 : np == 2 ? 5 : np == 3 ? 4 : np == 4 ? 6 : 0;
   for (int i = 0; i < n; ++i) specs[i] = l[i];
   return n;
@@ -369,7 +691,8 @@ void mark_seen(const sg_var *v, int depth) {
 /* In-place sum over comm with a yielding wait (ranks may outnumber cores). */
 void sum_all(double *v, int64_t n, MPI_Comm comm) {
   MPI_Request req;
-  if (MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, comm, &req) == MPI_SUCCESS)
+  if (MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, comm,
+                     &req) == MPI_SUCCESS)
     sg_wait_yield(&req, MPI_STATUS_IGNORE);
 }
 
@@ -391,15 +714,19 @@ static void ref_free(ref_data *r) {
   memset(r, 0, sizeof *r);
 }
 
-static double round_to(sg_dtype dt, double v) { return dt == SG_DTYPE_F32 ? (double)(float)v : v; }
+static double round_to(sg_dtype dt, double v) {
+  return dt == SG_DTYPE_F32 ? (double)(float)v : v;
+}
 
-static void gen_inputs(const op_case *c, sg_dtype dt, uint64_t seed, ref_data *r) {
+static void gen_inputs(const op_case *c, sg_dtype dt, uint64_t seed,
+                       ref_data *r) {
   for (int i = 0; i < c->nact; ++i) {
     int64_t n = sg_test_numel(c->nd, c->act[i]);
     r->act[i] = malloc((size_t)n * sizeof(double));
     for (int64_t k = 0; k < n; ++k) {
       double v = sg_test_rand(seed + 11u * (uint64_t)i, k, c->lo, c->lo + 2.0);
-      if (c->act_kind[i] == IN_MASK) v = v > c->lo + 0.6 ? 1.0 : 0.0; /* 70% valid */
+      if (c->act_kind[i] == IN_MASK)
+        v = v > c->lo + 0.6 ? 1.0 : 0.0; /* 70% valid */
       r->act[i][k] = round_to(dt, v);
     }
   }
@@ -407,20 +734,21 @@ static void gen_inputs(const op_case *c, sg_dtype dt, uint64_t seed, ref_data *r
     int64_t n = sg_test_numel(c->par_nd[i], c->par[i]);
     r->par[i] = malloc((size_t)n * sizeof(double));
     for (int64_t k = 0; k < n; ++k)
-      r->par[i][k] = round_to(dt, sg_test_rand(seed + 101u + 7u * (uint64_t)i, k, -0.8, 0.8));
+      r->par[i][k] = round_to(dt, sg_test_rand(seed + 101u + 7u * (uint64_t)i,
+                                               k, -0.8, 0.8));
   }
 }
 
 /* The placement check of an op against a layout: 0 runnable; 1 the case's
  * tensor has no such dim (not run); 2 the op does not accept it (must fail
  * on every rank). */
-static int layout_check(const op_case *c, const sg_op_def *op, sg_mesh_t mesh, const sg_placement *pl,
-                        char *why, size_t whysz) {
+static int layout_check(const op_case *c, const sg_op_def *op, sg_mesh_t mesh,
+                        const sg_placement *pl, char *why, size_t whysz) {
   for (int m = 0; m < sg_mesh_ndims(mesh); ++m) {
     if (pl[m].kind != SG_PLACEMENT_SHARD) continue;
     if (pl[m].dim >= c->nd) {
-      snprintf(why, whysz, "the %d-dim tensor has no dim %d for mesh dim '%s'", c->nd, pl[m].dim,
-               sg_mesh_dim_name(mesh, m));
+      snprintf(why, whysz, "the %d-dim tensor has no dim %d for mesh dim '%s'",
+               c->nd, pl[m].dim, sg_mesh_dim_name(mesh, m));
       return 1;
     }
   }
@@ -428,26 +756,36 @@ static int layout_check(const op_case *c, const sg_op_def *op, sg_mesh_t mesh, c
     for (int m = 0; m < sg_mesh_ndims(mesh); ++m) {
       const char *n = sg_mesh_dim_name(mesh, m);
       if (strcmp(n, "dp") && strcmp(n, "h") && strcmp(n, "w")) {
-        snprintf(why, whysz, "the FFT splits only over mesh dims dp, h, w (not '%s')", n);
+        snprintf(why, whysz,
+                 "the FFT splits only over mesh dims dp, h, w (not '%s')", n);
         return 1;
       }
       if (!strcmp(n, "dp") && sg_mesh_dim_size(mesh, m) > c->act[0][0]) {
-        snprintf(why, whysz, "the FFT needs a sample per dp rank (batch %lld on dp=%d)",
+        snprintf(why, whysz,
+                 "the FFT needs a sample per dp rank (batch %lld on dp=%d)",
                  (long long)c->act[0][0], sg_mesh_dim_size(mesh, m));
         return 1;
       }
     }
     return 0;
   }
-  const unsigned acc = op->rule.accepts ? op->rule.accepts
-                                        : SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL;
+  const unsigned acc = op->rule.accepts
+                           ? op->rule.accepts
+                           : SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
+                                 SG_ACCEPT_SHARD_SPATIAL;
   for (int m = 0; m < sg_mesh_ndims(mesh); ++m) {
     if (pl[m].kind != SG_PLACEMENT_SHARD) continue;
-    unsigned need = pl[m].dim == 0 ? SG_ACCEPT_SHARD_BATCH
-                    : pl[m].dim == 1 ? SG_ACCEPT_SHARD_CHANNEL : SG_ACCEPT_SHARD_SPATIAL;
+    unsigned need = pl[m].dim == 0   ? SG_ACCEPT_SHARD_BATCH
+                    : pl[m].dim == 1 ? SG_ACCEPT_SHARD_CHANNEL
+                                     : SG_ACCEPT_SHARD_SPATIAL;
     if (!(acc & need)) {
-      snprintf(why, whysz, "op '%s' does not accept Shard(%d) (%s, mesh dim '%s')", op->name, pl[m].dim,
-               pl[m].dim == 0 ? "batch" : pl[m].dim == 1 ? "channels" : "spatial", sg_mesh_dim_name(mesh, m));
+      snprintf(why, whysz,
+               "op '%s' does not accept Shard(%d) (%s, mesh dim '%s')",
+               op->name, pl[m].dim,
+               pl[m].dim == 0   ? "batch"
+               : pl[m].dim == 1 ? "channels"
+                                : "spatial",
+               sg_mesh_dim_name(mesh, m));
       return 2;
     }
   }
@@ -456,13 +794,14 @@ static int layout_check(const op_case *c, const sg_op_def *op, sg_mesh_t mesh, c
 
 
 void note(verdict *v, const char *fmt, const char *what, const char *detail) {
-  if (v->bad++ == 0) snprintf(v->first, sizeof v->first, fmt, what, detail ? detail : "");
+  if (v->bad++ == 0)
+    snprintf(v->first, sizeof v->first, fmt, what, detail ? detail : "");
 }
 
 /* Compare this rank's block (local tensor t of v's box) with the box of
  * the global reference. */
-static void cmp_block(verdict *vd, const char *what, const sg_var *v, const sg_tensor *t, const double *ref,
-                      sg_dtype dt) {
+static void cmp_block(verdict *vd, const char *what, const sg_var *v,
+                      const sg_tensor *t, const double *ref, sg_dtype dt) {
   int64_t off[SG_TENSOR_MAX_DIMS], shape[SG_TENSOR_MAX_DIMS];
   char msg[400];
   const int nd = v->value.ndim;
@@ -472,8 +811,8 @@ static void cmp_block(verdict *vd, const char *what, const sg_var *v, const sg_t
   }
   for (int d = 0; d < nd; ++d)
     if (shape[d] != t->shape[d]) {
-      snprintf(msg, sizeof msg, "local extent %lld in dim %d, the box %lld", (long long)t->shape[d], d,
-               (long long)shape[d]);
+      snprintf(msg, sizeof msg, "local extent %lld in dim %d, the box %lld",
+               (long long)t->shape[d], d, (long long)shape[d]);
       note(vd, "%s: %s", what, msg);
       return;
     }
@@ -484,7 +823,8 @@ static void cmp_block(verdict *vd, const char *what, const sg_var *v, const sg_t
     return;
   }
   double *want = malloc((size_t)n * sizeof *want);
-  sg_test_box_copy(nd, sg_var_global_shape(v), off, shape, (double *)ref, want, SG_DTYPE_F64, 0);
+  sg_test_box_copy(nd, sg_var_global_shape(v), off, shape, (double *)ref, want,
+                   SG_DTYPE_F64, 0);
   /* the reference array's scale, not the box's: use the global maximum */
   double scale = 0.0;
   for (int64_t i = 0; i < sg_test_numel(nd, sg_var_global_shape(v)); ++i)
@@ -493,12 +833,17 @@ static void cmp_block(verdict *vd, const char *what, const sg_var *v, const sg_t
   const double rel = sg_test_rel_tol(dt);
   for (int64_t i = 0; i < n; ++i) {
     double x = sg_test_get(t->data, t->dtype, i), y = want[i];
-    if (!(isfinite(x) && isfinite(y) && fabs(x - y) <= rel * (fabs(y) + scale)) && bad++ == 0) first = i;
+    if (!(isfinite(x) && isfinite(y) &&
+          fabs(x - y) <= rel * (fabs(y) + scale)) &&
+        bad++ == 0)
+      first = i;
   }
   if (bad) {
-    snprintf(msg, sizeof msg, "%lld of %lld differ, first at local %lld: %.17g vs one process %.17g",
-             (long long)bad, (long long)n, (long long)first, sg_test_get(t->data, t->dtype, first),
-             want[first]);
+    snprintf(
+        msg, sizeof msg,
+        "%lld of %lld differ, first at local %lld: %.17g vs one process %.17g",
+        (long long)bad, (long long)n, (long long)first,
+        sg_test_get(t->data, t->dtype, first), want[first]);
     note(vd, "%s: %s", what, msg);
   }
   free(want);
@@ -511,14 +856,22 @@ typedef struct run_state {
 
 static int guards_ok(const run_state *s, const op_case *c) {
   int ok = 1;
-  for (int i = 0; i < c->nact; ++i) ok &= sg_test_buf_guards_ok(&s->aval[i]) & sg_test_buf_guards_ok(&s->agrad[i]);
-  for (int i = 0; i < c->npar; ++i) ok &= sg_test_buf_guards_ok(&s->pval[i]) & sg_test_buf_guards_ok(&s->pgrad[i]);
+  for (int i = 0; i < c->nact; ++i)
+    ok &= sg_test_buf_guards_ok(&s->aval[i]) &
+          sg_test_buf_guards_ok(&s->agrad[i]);
+  for (int i = 0; i < c->npar; ++i)
+    ok &= sg_test_buf_guards_ok(&s->pval[i]) &
+          sg_test_buf_guards_ok(&s->pgrad[i]);
   return ok;
 }
 
 static void state_free(run_state *s) {
-  for (int i = 0; i < MAXA; ++i) sg_var_release(&s->act[i]), sg_test_buf_free(&s->aval[i]), sg_test_buf_free(&s->agrad[i]);
-  for (int i = 0; i < MAXP; ++i) sg_var_release(&s->par[i]), sg_test_buf_free(&s->pval[i]), sg_test_buf_free(&s->pgrad[i]);
+  for (int i = 0; i < MAXA; ++i)
+    sg_var_release(&s->act[i]), sg_test_buf_free(&s->aval[i]),
+        sg_test_buf_free(&s->agrad[i]);
+  for (int i = 0; i < MAXP; ++i)
+    sg_var_release(&s->par[i]), sg_test_buf_free(&s->pval[i]),
+        sg_test_buf_free(&s->pgrad[i]);
 }
 
 /* Run case c once: mesh NULL computes the reference into r; else runs
@@ -526,8 +879,9 @@ static void state_free(run_state *s) {
  * failure of a placement the op does not accept (skipped), -2 a shard
  * thinner than the halo, refused on every rank (skipped). Every rank
  * returns the same. */
-static int run_case(const op_case *c, sg_dtype dt, sg_mesh_t mesh, const sg_placement *pl, int expect_error,
-                    ref_data *r, verdict *vd) {
+static int run_case(const op_case *c, sg_dtype dt, sg_mesh_t mesh,
+                    const sg_placement *pl, int expect_error, ref_data *r,
+                    verdict *vd) {
   run_state s;
   sg_tape_t tape = NULL;
   sg_var *a[MAXA], *p[MAXP], *out[MAXO] = {NULL};
@@ -542,8 +896,9 @@ static int run_case(const op_case *c, sg_dtype dt, sg_mesh_t mesh, const sg_plac
   sg_status st = sg_tape_create(&tape);
   for (int i = 0; i < c->nact && st == SG_OK; ++i) {
     snprintf(what, sizeof what, "x%d", i);
-    st = sg_test_var_scatter(&s.act[i], &s.aval[i], &s.agrad[i], what, dt, mesh, pl, c->nd, c->act[i],
-                             r->act[i], c->act_kind[i] == IN_DATA);
+    st = sg_test_var_scatter(&s.act[i], &s.aval[i], &s.agrad[i], what, dt, mesh,
+                             pl, c->nd, c->act[i], r->act[i],
+                             c->act_kind[i] == IN_DATA);
     a[i] = &s.act[i];
   }
   for (int i = 0; i < c->npar && st == SG_OK; ++i) {
@@ -551,9 +906,11 @@ static int run_case(const op_case *c, sg_dtype dt, sg_mesh_t mesh, const sg_plac
     st = sg_test_buf_alloc(&s.pval[i], dt, n);
     if (st == SG_OK) st = sg_test_buf_alloc(&s.pgrad[i], dt, n);
     if (st != SG_OK) break;
-    for (int64_t k = 0; k < n; ++k) sg_test_set(s.pval[i].data, dt, k, r->par[i][k]);
+    for (int64_t k = 0; k < n; ++k)
+      sg_test_set(s.pval[i].data, dt, k, r->par[i][k]);
     snprintf(what, sizeof what, "p%d", i);
-    st = sg_var_init_param(&s.par[i], what, dt, c->par_nd[i], c->par[i], s.pval[i].data, s.pgrad[i].data);
+    st = sg_var_init_param(&s.par[i], what, dt, c->par_nd[i], c->par[i],
+                           s.pval[i].data, s.pgrad[i].data);
     p[i] = &s.par[i];
   }
   if (!sg_test_all(MPI_COMM_WORLD, st == SG_OK)) {
@@ -568,7 +925,9 @@ static int run_case(const op_case *c, sg_dtype dt, sg_mesh_t mesh, const sg_plac
   if (expect_error) {
     /* every rank must fail (and none hang) */
     int all_failed = sg_test_all(MPI_COMM_WORLD, st != SG_OK);
-    if (!all_failed) note(vd, "%s: %s", "placement not accepted", "the op ran (or failed on some ranks only)");
+    if (!all_failed)
+      note(vd, "%s: %s", "placement not accepted",
+           "the op ran (or failed on some ranks only)");
     result = all_failed ? -1 : 0;
     goto done;
   }
@@ -576,14 +935,17 @@ static int run_case(const op_case *c, sg_dtype dt, sg_mesh_t mesh, const sg_plac
     /* a shard thinner than the op's halo is a documented limit, refused on
      * every rank before any message: not supported, said as such */
     if (sg_test_all(MPI_COMM_WORLD, st == SG_ERR_HALO)) {
-      snprintf(vd->first, sizeof vd->first, "a shard is thinner than the op's halo (SG_ERR_HALO)");
+      snprintf(vd->first, sizeof vd->first,
+               "a shard is thinner than the op's halo (SG_ERR_HALO)");
       result = -2;
       goto done;
     }
-    note(vd, "forward: %s%s", sg_status_name(st), st != SG_OK ? sg_last_error() : " (failed on another rank)");
+    note(vd, "forward: %s%s", sg_status_name(st),
+         st != SG_OK ? sg_last_error() : " (failed on another rank)");
     goto done;
   }
-  if (!guards_ok(&s, c)) note(vd, "%s%s", "guard values overwritten in forward", NULL);
+  if (!guards_ok(&s, c))
+    note(vd, "%s%s", "guard values overwritten in forward", NULL);
   /* outputs */
   for (int j = 0; j < c->nout; ++j) {
     sg_var *y = out[j];
@@ -596,11 +958,13 @@ static int run_case(const op_case *c, sg_dtype dt, sg_mesh_t mesh, const sg_plac
       r->seed[j] = malloc((size_t)(n ? n : 1) * sizeof(double));
       for (int64_t k = 0; k < n; ++k) {
         r->out[j][k] = sg_test_get(y->value.data, dt, k);
-        r->seed[j][k] = round_to(dt, sg_test_rand(0x5EEDu + (uint64_t)j, k, -1.0, 1.0));
+        r->seed[j][k] = round_to(dt, sg_test_rand(0x5EEDu + (uint64_t)j, k,
+                                                  -1.0, 1.0));
       }
     } else {
       snprintf(what, sizeof what, "output %d", j);
-      if (y->value.ndim != r->ond[j] || memcmp(gs, r->oshape[j], (size_t)r->ond[j] * sizeof *gs)) {
+      if (y->value.ndim != r->ond[j] ||
+          memcmp(gs, r->oshape[j], (size_t)r->ond[j] * sizeof *gs)) {
         note(vd, "%s: %s", what, "global shape differs from one process");
         continue;
       }
@@ -608,11 +972,14 @@ static int run_case(const op_case *c, sg_dtype dt, sg_mesh_t mesh, const sg_plac
     }
     /* the upstream gradient: this rank's box of the global seed */
     int64_t off[SG_TENSOR_MAX_DIMS], shape[SG_TENSOR_MAX_DIMS];
-    if (sg_test_var_box(y, off, shape) != SG_OK || sg_test_buf_alloc(&sbuf[j], dt, sg_test_numel(y->value.ndim, shape)) != SG_OK) {
+    if (sg_test_var_box(y, off, shape) != SG_OK ||
+        sg_test_buf_alloc(&sbuf[j], dt, sg_test_numel(y->value.ndim, shape)) !=
+            SG_OK) {
       note(vd, "%s: %s", "seed", sg_last_error());
       continue;
     }
-    sg_test_box_copy(y->value.ndim, gs, off, shape, r->seed[j], sbuf[j].data, dt, 0);
+    sg_test_box_copy(y->value.ndim, gs, off, shape, r->seed[j], sbuf[j].data,
+                     dt, 0);
     seeds[j] = y->value;
     memcpy(seeds[j].shape, shape, sizeof shape);
     seeds[j].data = sbuf[j].data;
@@ -625,19 +992,23 @@ static int run_case(const op_case *c, sg_dtype dt, sg_mesh_t mesh, const sg_plac
   /* backward */
   st = sg_tape_backward_from(tape, c->nout, out, seeds);
   if (!sg_test_all(MPI_COMM_WORLD, st == SG_OK)) {
-    note(vd, "backward: %s%s", st != SG_OK ? sg_last_error() : "failed on another rank", NULL);
+    note(vd, "backward: %s%s",
+         st != SG_OK ? sg_last_error() : "failed on another rank", NULL);
     goto done;
   }
-  if (!guards_ok(&s, c)) note(vd, "%s%s", "guard values overwritten in backward", NULL);
+  if (!guards_ok(&s, c))
+    note(vd, "%s%s", "guard values overwritten in backward", NULL);
   for (int i = 0; i < c->nact; ++i) {
     /* inputs unchanged: exactly the box of the global input */
     snprintf(what, sizeof what, "input %d after backward", i);
-    cmp_block(vd, what, &s.act[i], &s.act[i].value, r->act[i], SG_DTYPE_F64); /* 1e-11 of exact copies */
+    cmp_block(vd, what, &s.act[i], &s.act[i].value, r->act[i],
+              SG_DTYPE_F64); /* 1e-11 of exact copies */
     if (c->act_kind[i] != IN_DATA) continue;
     int64_t n = sg_test_numel(c->nd, c->act[i]);
     if (!mesh) {
       r->dact[i] = malloc((size_t)n * sizeof(double));
-      for (int64_t k = 0; k < n; ++k) r->dact[i][k] = sg_test_get(s.agrad[i].data, dt, k);
+      for (int64_t k = 0; k < n; ++k)
+        r->dact[i][k] = sg_test_get(s.agrad[i].data, dt, k);
     } else {
       snprintf(what, sizeof what, "d(input %d)", i);
       cmp_block(vd, what, &s.act[i], &s.act[i].grad, r->dact[i], dt);
@@ -649,12 +1020,14 @@ static int run_case(const op_case *c, sg_dtype dt, sg_mesh_t mesh, const sg_plac
   if (mesh) {
     for (int m = 0; m < sg_mesh_ndims(mesh); ++m)
       if (pl[m].kind == SG_PLACEMENT_SHARD) split |= 1u << m;
-    if (sg_mesh_group(mesh, split, &g) != SG_OK) note(vd, "%s: %s", "group", sg_last_error());
+    if (sg_mesh_group(mesh, split, &g) != SG_OK)
+      note(vd, "%s: %s", "group", sg_last_error());
   }
   for (int i = 0; i < c->npar; ++i) {
     int64_t n = sg_test_numel(c->par_nd[i], c->par[i]);
     double *gsum = malloc((size_t)n * sizeof *gsum);
-    for (int64_t k = 0; k < n; ++k) gsum[k] = sg_test_get(s.pgrad[i].data, dt, k);
+    for (int64_t k = 0; k < n; ++k)
+      gsum[k] = sg_test_get(s.pgrad[i].data, dt, k);
     if (!mesh) {
       r->dpar[i] = gsum;
       continue;
@@ -662,7 +1035,8 @@ static int run_case(const op_case *c, sg_dtype dt, sg_mesh_t mesh, const sg_plac
     if (g) sum_all(gsum, n, sg_group_comm(g));
     char msg[300];
     snprintf(what, sizeof what, "d(param %d) summed", i);
-    if (sg_test_cmp_ref(gsum, SG_DTYPE_F64, r->dpar[i], n, sg_test_rel_tol(dt), msg, sizeof msg))
+    if (sg_test_cmp_ref(gsum, SG_DTYPE_F64, r->dpar[i], n, sg_test_rel_tol(dt),
+                        msg, sizeof msg))
       note(vd, "%s: %s", what, msg);
     free(gsum);
   }
@@ -676,7 +1050,8 @@ done:
 
 /* ---- driver -------------------------------------------------------------------------- */
 
-static const char *known_failure_of(const op_case *c, const char *layout, sg_dtype dt) {
+static const char *known_failure_of(const op_case *c, const char *layout,
+                                    sg_dtype dt) {
   for (size_t i = 0; i < sizeof known_failures / sizeof *known_failures; ++i) {
     const known_failure *k = &known_failures[i];
     if (!k->label || strcmp(k->label, c->label)) continue;
@@ -689,19 +1064,21 @@ static const char *known_failure_of(const op_case *c, const char *layout, sg_dty
 
 static int npass, nfail, nskip, ndisabled;
 
-static void report(const op_case *c, const char *layout, sg_dtype dt, const char *verdict_s, const char *why) {
+static void report(const op_case *c, const char *layout, sg_dtype dt,
+                   const char *verdict_s, const char *why) {
   if (sg_test_rank != 0) return;
-  printf("%-9s %-16s %-42s %-9s %s%s%s\n", verdict_s, c->op, c->label, layout, sg_dtype_name(dt),
-         why ? ": " : "", why ? why : "");
+  printf("%-9s %-16s %-42s %-9s %s%s%s\n", verdict_s, c->op, c->label, layout,
+         sg_dtype_name(dt), why ? ": " : "", why ? why : "");
   fflush(stdout);
 }
 
 /* Print this rank's first failure note, ranks in order. */
-static void print_notes(const verdict *vd, const op_case *c, const char *layout, sg_dtype dt) {
+static void print_notes(const verdict *vd, const op_case *c, const char *layout,
+                        sg_dtype dt) {
   for (int r = 0; r < sg_test_size; ++r) {
     if (r == sg_test_rank && vd->bad)
-      fprintf(stderr, "  [rank %d] %s on %s %s: %s (%d problem(s))\n", r, c->label, layout, sg_dtype_name(dt),
-              vd->first, vd->bad);
+      fprintf(stderr, "  [rank %d] %s on %s %s: %s (%d problem(s))\n", r,
+              c->label, layout, sg_dtype_name(dt), vd->first, vd->bad);
     fflush(stderr);
     MPI_Barrier(MPI_COMM_WORLD);
   }
@@ -724,14 +1101,16 @@ static void run_table(int run_all) {
     const op_case *c = &cases[ci];
     const sg_op_def *op = sg_ag_op_find(c->op);
     if (!op) {
-      SG_CHECK(0, "case '%s' names op '%s', which is not in the registry", c->label, c->op);
+      SG_CHECK(0, "case '%s' names op '%s', which is not in the registry",
+               c->label, c->op);
       continue;
     }
     for (int di = 0; di < 2; ++di) {
       const sg_dtype dt = di ? SG_DTYPE_F64 : SG_DTYPE_F32;
       if (c->fno == 1 && dt == SG_DTYPE_F64) {
         for (int l = 0; l < nl; ++l, ++nskip)
-          report(c, specs[l], dt, "SKIP", "the FNO's parameters are f32 (sg_fno_bind)");
+          report(c, specs[l], dt, "SKIP",
+                 "the FNO's parameters are f32 (sg_fno_bind)");
         continue;
       }
       ref_data r;
@@ -742,11 +1121,12 @@ static void run_table(int run_all) {
       memset(&vd, 0, sizeof vd);
       gen_inputs(c, dt, 0xC0FFEEu + 1000u * (uint64_t)ci, &r);
       int ok = c->fno == 2 ? run_spectral(c, dt, NULL, &fr, r.act[0], &vd)
-               : c->fno  ? run_fno(c, NULL, &fr, r.act[0], &vd)
-                         : run_case(c, dt, NULL, NULL, 0, &r, &vd);
+               : c->fno    ? run_fno(c, NULL, &fr, r.act[0], &vd)
+                           : run_case(c, dt, NULL, NULL, 0, &r, &vd);
       if (ok != 1) {
         print_notes(&vd, c, "one process", dt);
-        SG_CHECK(0, "%s %s: the one-process reference failed", c->label, sg_dtype_name(dt));
+        SG_CHECK(0, "%s %s: the one-process reference failed", c->label,
+                 sg_dtype_name(dt));
         report(c, "(1 proc)", dt, "FAIL", "the reference run failed");
         ++nfail;
         ref_free(&r);
@@ -771,7 +1151,7 @@ static void run_table(int run_all) {
         memset(&vd, 0, sizeof vd);
         ok = c->fno == 2 ? run_spectral(c, dt, meshes[l], &fr, r.act[0], &vd)
              : c->fno    ? run_fno(c, meshes[l], &fr, r.act[0], &vd)
-                         : run_case(c, dt, meshes[l], pls[l], chk == 2, &r, &vd);
+                      : run_case(c, dt, meshes[l], pls[l], chk == 2, &r, &vd);
         if (ok == -2) {
           report(c, specs[l], dt, "SKIP", vd.first);
           ++nskip;
@@ -789,7 +1169,8 @@ static void run_table(int run_all) {
           print_notes(&vd, c, specs[l], dt);
           ++nfail;
           if (sg_test_rank == 0)
-            sg_test_fail_at(__FILE__, __LINE__, "%s on %s %s differs from one process", c->label,
+            sg_test_fail_at(__FILE__, __LINE__,
+                            "%s on %s %s differs from one process", c->label,
                             specs[l], sg_dtype_name(dt));
         }
       }
@@ -805,20 +1186,27 @@ static void check_coverage(void) {
   for (int i = 0; i < sg_ag_op_count(); ++i) {
     const sg_op_def *op = sg_ag_op(i);
     int has_case = 0, was_seen = 0;
-    for (int ci = 0; ci < NCASES; ++ci) has_case |= !strcmp(cases[ci].op, op->name);
+    for (int ci = 0; ci < NCASES; ++ci)
+      has_case |= !strcmp(cases[ci].op, op->name);
     for (int k = 0; k < nseen; ++k) was_seen |= seen[k] == op;
-    SG_CHECK(has_case, "op '%s' of the registry has no case in the op table (tests/ops/test_op_table.c)",
-             op->name);
-    SG_CHECK(!has_case || was_seen, "op '%s' has a case but no case recorded it on a tape", op->name);
+    SG_CHECK(
+        has_case,
+        "op '%s' of the registry has no case in the op table (tests/ops/test_op_table.c)",
+        op->name);
+    SG_CHECK(!has_case || was_seen,
+             "op '%s' has a case but no case recorded it on a tape", op->name);
     for (int j = 0; j < i; ++j)
-      SG_CHECK(strcmp(sg_ag_op(j)->name, op->name), "two ops of the registry are named '%s'", op->name);
+      SG_CHECK(strcmp(sg_ag_op(j)->name, op->name),
+               "two ops of the registry are named '%s'", op->name);
   }
   /* ops found on a tape must be in the registry */
   for (int k = 0; k < nseen; ++k) {
     int in = 0;
     for (int i = 0; i < sg_ag_op_count(); ++i) in |= sg_ag_op(i) == seen[k];
-    SG_CHECK(in, "op '%s' was recorded by a case but is not in the registry (models/op_registry.c)",
-             seen[k]->name);
+    SG_CHECK(
+        in,
+        "op '%s' was recorded by a case but is not in the registry (models/op_registry.c)",
+        seen[k]->name);
   }
 }
 
@@ -831,7 +1219,8 @@ int main(int argc, char **argv) {
   }
   if (list) {
     if (sg_test_rank == 0)
-      for (int i = 0; i < sg_ag_op_count(); ++i) printf("%s\n", sg_ag_op(i)->name);
+      for (int i = 0; i < sg_ag_op_count(); ++i)
+        printf("%s\n", sg_ag_op(i)->name);
     MPI_Finalize();
     return 0;
   }
@@ -839,7 +1228,8 @@ int main(int argc, char **argv) {
   run_table(run_all);
   check_coverage();
   if (sg_test_rank == 0)
-    printf("op table on %d rank(s): %d ok, %d FAIL, %d skipped, %d disabled (known failures); %.1f s\n",
-           sg_test_size, npass, nfail, nskip, ndisabled, MPI_Wtime() - t0);
+    printf(
+        "op table on %d rank(s): %d ok, %d FAIL, %d skipped, %d disabled (known failures); %.1f s\n",
+        sg_test_size, npass, nfail, nskip, ndisabled, MPI_Wtime() - t0);
   return sg_test_finish();
 }

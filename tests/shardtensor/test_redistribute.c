@@ -37,7 +37,8 @@ static void model_init(model *md, int nm, const sg_placement *pl) {
     md->orig[m] = pl[m].kind == SG_PLACEMENT_PARTIAL ? M_KEPT : M_NONE;
 }
 
-static void model_move(model *md, const sg_placement *a, const sg_placement *b) {
+static void model_move(model *md, const sg_placement *a,
+                       const sg_placement *b) {
   for (int m = 0; m < md->nm; ++m) {
     const int pa = a[m].kind == SG_PLACEMENT_PARTIAL;
     const int pb = b[m].kind == SG_PLACEMENT_PARTIAL;
@@ -156,17 +157,23 @@ static void round_trip(sg_mesh_t mesh, const char *spec, sg_dtype dt, int ndim,
   char sa[128], sb[128];
   sg_placements_format(nm, A, sa, sizeof sa);
   sg_placements_format(nm, B, sb, sizeof sb);
-  const int64_t hx[3][2] = {{0, 1}, {2, 0}, {1, 1}}, hy[3][2] = {{1, 2}, {0, 1}, {2, 0}};
+  const int64_t hx[3][2] = {{0, 1}, {2, 0}, {1, 1}},
+                hy[3][2] = {{1, 2}, {0, 1}, {2, 0}};
   model md;
   model_init(&md, nm, A);
-  SG_REQUIRE_OK(sg_shardtensor_create(&x, mesh, dt, ndim, gs, A, halo_on ? hx : NULL));
-  SG_REQUIRE_OK(sg_shardtensor_create(&y, mesh, dt, ndim, gs, B, halo_on ? hy : NULL));
-  SG_REQUIRE_OK(sg_shardtensor_create(&z, mesh, dt, ndim, gs, A, halo_on ? hy : NULL));
+  SG_REQUIRE_OK(
+      sg_shardtensor_create(&x, mesh, dt, ndim, gs, A, halo_on ? hx : NULL));
+  SG_REQUIRE_OK(
+      sg_shardtensor_create(&y, mesh, dt, ndim, gs, B, halo_on ? hy : NULL));
+  SG_REQUIRE_OK(
+      sg_shardtensor_create(&z, mesh, dt, ndim, gs, A, halo_on ? hy : NULL));
   SG_REQUIRE_OK(st_fill_local(&y, -77.0));
   SG_REQUIRE_OK(st_fill_local(&z, -77.0));
   model_apply(&md, &x, G, 1);
 
-  const sg_status want1 = dt == SG_DTYPE_BF16 && plan_sums(nm, A, B) ? SG_ERR_NOT_SUPPORTED : SG_OK;
+  const sg_status want1 = dt == SG_DTYPE_BF16 && plan_sums(nm, A, B)
+                              ? SG_ERR_NOT_SUPPORTED
+                              : SG_OK;
   sg_status st = sg_shardtensor_redistribute(&x, &y);
   ++g_moves;
   SG_CHECK(st == want1, "%s %s %s -> %s: %s (%s)", spec, sg_dtype_name(dt), sa,
@@ -174,8 +181,9 @@ static void round_trip(sg_mesh_t mesh, const char *spec, sg_dtype dt, int ndim,
   if (st != SG_OK) goto done;
   model_move(&md, A, B);
   int64_t bad = model_apply(&md, &y, G, 0);
-  SG_CHECK(bad == 0, "%s %s %s -> %s (shape %lldx%lldx%lld): %lld elements wrong",
-           spec, sg_dtype_name(dt), sa, sb, (long long)gs[0],
+  SG_CHECK(bad == 0,
+           "%s %s %s -> %s (shape %lldx%lldx%lld): %lld elements wrong", spec,
+           sg_dtype_name(dt), sa, sb, (long long)gs[0],
            (long long)(ndim > 1 ? gs[1] : 1), (long long)(ndim > 2 ? gs[2] : 1),
            (long long)bad);
   bad = st_margin_changed(&y, -77.0);
@@ -186,7 +194,9 @@ static void round_trip(sg_mesh_t mesh, const char *spec, sg_dtype dt, int ndim,
     ++g_pairs;
     goto done;
   }
-  const sg_status want2 = dt == SG_DTYPE_BF16 && plan_sums(nm, B, A) ? SG_ERR_NOT_SUPPORTED : SG_OK;
+  const sg_status want2 = dt == SG_DTYPE_BF16 && plan_sums(nm, B, A)
+                              ? SG_ERR_NOT_SUPPORTED
+                              : SG_OK;
   st = sg_shardtensor_redistribute(&y, &z);
   ++g_moves;
   SG_CHECK(st == want2, "%s %s %s -> %s (back): %s (%s)", spec,
@@ -241,7 +251,8 @@ static void test_sampled_pairs(sg_mesh_t mesh, const char *spec) {
         round_trip(mesh, spec, SG_DTYPE_F64, 3, g3, &G, combos[a], combos[b],
                    a % 2, 0);
   sg_tensor_free(&G);
-  const sg_dtype dts[4] = {SG_DTYPE_F32, SG_DTYPE_I32, SG_DTYPE_I64, SG_DTYPE_BF16};
+  const sg_dtype dts[4] = {SG_DTYPE_F32, SG_DTYPE_I32, SG_DTYPE_I64,
+                           SG_DTYPE_BF16};
   for (int k = 0; k < 4; ++k) {
     if (st_make_global(&G, dts[k], 2, g2, 9) != SG_OK) return;
     for (int a = 0; a < nc; ++a)
@@ -295,7 +306,8 @@ static void test_errors(sg_mesh_t mesh) {
   memset(&y, 0, sizeof y);
   SG_REQUIRE_OK(sg_shardtensor_create(&x, mesh, SG_DTYPE_F64, 3, gs, A, NULL));
   /* different global shapes */
-  SG_REQUIRE_OK(sg_shardtensor_create(&y, mesh, SG_DTYPE_F64, 3, other, B, NULL));
+  SG_REQUIRE_OK(
+      sg_shardtensor_create(&y, mesh, SG_DTYPE_F64, 3, other, B, NULL));
   SG_CHECK_STATUS(sg_shardtensor_redistribute(&x, &y), SG_ERR_SHAPE);
   sg_shardtensor_destroy(&y);
   /* different dtypes */
@@ -328,7 +340,8 @@ static void test_errors(sg_mesh_t mesh) {
                "message: %s", sg_last_error());
     }
     sg_shardtensor_destroy(&y);
-    SG_REQUIRE_OK(sg_shardtensor_create(&y, mesh, SG_DTYPE_F64, 3, gs, B, NULL));
+    SG_REQUIRE_OK(
+        sg_shardtensor_create(&y, mesh, SG_DTYPE_F64, 3, gs, B, NULL));
   }
   /* bf16 Partial -> Replicate: not supported, on every rank */
   {
@@ -338,9 +351,12 @@ static void test_errors(sg_mesh_t mesh) {
       P[m] = sg_partial();
       R[m] = sg_replicate();
     }
-    SG_REQUIRE_OK(sg_shardtensor_create(&bx, mesh, SG_DTYPE_BF16, 3, gs, P, NULL));
-    SG_REQUIRE_OK(sg_shardtensor_create(&by, mesh, SG_DTYPE_BF16, 3, gs, R, NULL));
-    SG_CHECK_STATUS(sg_shardtensor_redistribute(&bx, &by), SG_ERR_NOT_SUPPORTED);
+    SG_REQUIRE_OK(
+        sg_shardtensor_create(&bx, mesh, SG_DTYPE_BF16, 3, gs, P, NULL));
+    SG_REQUIRE_OK(
+        sg_shardtensor_create(&by, mesh, SG_DTYPE_BF16, 3, gs, R, NULL));
+    SG_CHECK_STATUS(sg_shardtensor_redistribute(&bx, &by),
+                    SG_ERR_NOT_SUPPORTED);
     SG_CHECK(strstr(sg_last_error(), "bf16") != NULL, "message: %s",
              sg_last_error());
     sg_shardtensor_destroy(&bx);
@@ -367,8 +383,9 @@ int main(int argc, char **argv) {
   const int p = sg_test_size;
   /* "pairs": all pairs only; "more": the samples, nested shards, 3-D
    * meshes and errors; no argument: everything */
-  const int part = argc > 1 && !strcmp(argv[1], "pairs") ? 1
-                   : argc > 1 && !strcmp(argv[1], "more") ? 2 : 0;
+  const int part = argc > 1 && !strcmp(argv[1], "pairs")  ? 1
+                   : argc > 1 && !strcmp(argv[1], "more") ? 2
+                                                          : 0;
   /* 1-D, 2-D (1 x P and, for 4 ranks, 2 x 2) and, for even P, a 3-D mesh
    * with a size-1 dim */
   char specs[4][64];
@@ -399,6 +416,7 @@ int main(int argc, char **argv) {
     printf("%lld placement pairs checked\n", (long long)g_pairs);
   sg_mem_info mi;
   SG_CHECK_OK(sg_mem_get_info(sg_device_host(), &mi));
-  SG_CHECK(mi.current_bytes == 0, "%zu bytes still allocated", mi.current_bytes);
+  SG_CHECK(mi.current_bytes == 0, "%zu bytes still allocated",
+           mi.current_bytes);
   return sg_test_finish();
 }

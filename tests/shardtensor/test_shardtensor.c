@@ -25,8 +25,10 @@ static void ref_box(int nm, const int *sizes, const int *coords, int ndim,
       for (int k = 0; k <= coords[m]; ++k) {
         int64_t cnt = 0;
         for (int64_t j = 0; j < len; ++j) cnt += j % sizes[m] == k;
-        if (k < coords[m]) before += cnt;
-        else mine = cnt;
+        if (k < coords[m])
+          before += cnt;
+        else
+          mine = cnt;
       }
       start += before;
       len = mine;
@@ -37,10 +39,10 @@ static void ref_box(int nm, const int *sizes, const int *coords, int ndim,
 }
 
 static void test_box_rule(void) {
-  const int meshes[][4] = {{1, 1}, {1, 2}, {1, 3}, {1, 5}, {2, 2, 3},
-                           {2, 3, 2}, {3, 2, 2, 2}, {3, 4, 1, 3}};
-  const int64_t shapes[][3] = {{7, 5, 3}, {1, 2, 3}, {0, 4, 1}, {10, 9, 2},
-                               {4, 4, 4}};
+  const int meshes[][4] = {{1, 1},    {1, 2},    {1, 3},       {1, 5},
+                           {2, 2, 3}, {2, 3, 2}, {3, 2, 2, 2}, {3, 4, 1, 3}};
+  const int64_t shapes[][3] = {
+      {7, 5, 3}, {1, 2, 3}, {0, 4, 1}, {10, 9, 2}, {4, 4, 4}};
   int64_t checked = 0, bad = 0, badcov = 0;
   for (size_t mi = 0; mi < sizeof meshes / sizeof meshes[0]; ++mi) {
     const int nm = meshes[mi][0];
@@ -63,19 +65,23 @@ static void test_box_rule(void) {
             q /= sizes[m];
           }
           int64_t o[3], l[3], ro[3], rl[3];
-          sg_status st = sg_shardtensor_box_coords(nm, sizes, co, 3, gs, pl, o, l);
+          sg_status st = sg_shardtensor_box_coords(nm, sizes, co, 3, gs, pl, o,
+                                                   l);
           ref_box(nm, sizes, co, 3, gs, pl, ro, rl);
           ++checked;
-          if (st != SG_OK || memcmp(o, ro, sizeof o) || memcmp(l, rl, sizeof l)) {
+          if (st != SG_OK || memcmp(o, ro, sizeof o) ||
+              memcmp(l, rl, sizeof l)) {
             char b[128];
             if (++bad <= 5)
-              SG_CHECK(0, "box of %s on mesh %d dims, rank %d: (%lld %lld %lld)+"
-                       "(%lld %lld %lld), reference (%lld %lld %lld)+(%lld %lld %lld)",
-                       sg_placements_format(nm, pl, b, sizeof b), nm, r,
-                       (long long)o[0], (long long)o[1], (long long)o[2],
-                       (long long)l[0], (long long)l[1], (long long)l[2],
-                       (long long)ro[0], (long long)ro[1], (long long)ro[2],
-                       (long long)rl[0], (long long)rl[1], (long long)rl[2]);
+              SG_CHECK(
+                  0,
+                  "box of %s on mesh %d dims, rank %d: (%lld %lld %lld)+"
+                  "(%lld %lld %lld), reference (%lld %lld %lld)+(%lld %lld %lld)",
+                  sg_placements_format(nm, pl, b, sizeof b), nm, r,
+                  (long long)o[0], (long long)o[1], (long long)o[2],
+                  (long long)l[0], (long long)l[1], (long long)l[2],
+                  (long long)ro[0], (long long)ro[1], (long long)ro[2],
+                  (long long)rl[0], (long long)rl[1], (long long)rl[2]);
             continue;
           }
           for (int64_t i = 0; i < l[0]; ++i)
@@ -150,7 +156,8 @@ static void test_box_rule(void) {
     char b[96];
     pl[1] = sg_partial();
     SG_CHECK(strcmp(sg_placements_format(2, pl, b, sizeof b),
-                    "(Shard(0), Partial)") == 0, "format: %s", b);
+                    "(Shard(0), Partial)") == 0,
+             "format: %s", b);
   }
 }
 
@@ -169,21 +176,24 @@ static void test_tables(sg_mesh_t mesh) {
   for (int c = 0; c < nc; ++c) {
     sg_shardtensor x;
     const int64_t halo[3][2] = {{1, 0}, {0, 2}, {1, 1}};
-    if (sg_shardtensor_create(&x, mesh, SG_DTYPE_F32, 3, gs, combos[c], halo) != SG_OK) {
+    if (sg_shardtensor_create(&x, mesh, SG_DTYPE_F32, 3, gs, combos[c], halo) !=
+        SG_OK) {
       ++bad;
       continue;
     }
     for (int d = 0; d < 3; ++d)
       bad += x.local.shape[d] != x.local_shape[d] + halo[d][0] + halo[d][1];
     sg_tensor in = sg_shardtensor_interior(&x);
-    bad += in.ndim != 3 || memcmp(in.shape, x.local_shape, sizeof in.shape) != 0;
+    bad += in.ndim != 3 ||
+           memcmp(in.shape, x.local_shape, sizeof in.shape) != 0;
     bad += sg_shardtensor_box_table(&x, to, tl) != SG_OK;
     for (int r = 0; r < p; ++r) {
       int co[SG_MESH_MAX_DIMS];
       int64_t ro[3], rl[3];
       sg_mesh_coords_of(mesh, r, co);
       ref_box(nm, sizes, co, 3, gs, combos[c], ro, rl);
-      bad += memcmp(ro, to + 3 * r, sizeof ro) != 0 || memcmp(rl, tl + 3 * r, sizeof rl) != 0;
+      bad += memcmp(ro, to + 3 * r, sizeof ro) != 0 ||
+             memcmp(rl, tl + 3 * r, sizeof rl) != 0;
       if (r == sg_mesh_rank(mesh))
         bad += memcmp(ro, x.local_offset, sizeof ro) != 0 ||
                memcmp(rl, x.local_shape, sizeof rl) != 0;
@@ -199,8 +209,8 @@ static void test_tables(sg_mesh_t mesh) {
 
 /* Scatter from root, check every interior (and margins untouched), gather
  * to root and to all, compare with the global tensor bit for bit. */
-static void scatter_gather_case(sg_mesh_t mesh, const char *spec,
-                                sg_dtype dt, int ndim, const int64_t *gs,
+static void scatter_gather_case(sg_mesh_t mesh, const char *spec, sg_dtype dt,
+                                int ndim, const int64_t *gs,
                                 const sg_placement *pl, int root, int halo_on) {
   sg_tensor G, H;
   sg_shardtensor x;
@@ -212,32 +222,37 @@ static void scatter_gather_case(sg_mesh_t mesh, const char *spec,
   sg_placements_format(nm, pl, b, sizeof b);
   const int64_t halo[3][2] = {{1, 2}, {0, 1}, {2, 0}};
   SG_REQUIRE_OK(st_make_global(&G, dt, ndim, gs, 11));
-  SG_REQUIRE_OK(sg_shardtensor_create(&x, mesh, dt, ndim, gs, pl,
-                                      halo_on ? halo : NULL));
+  SG_REQUIRE_OK(
+      sg_shardtensor_create(&x, mesh, dt, ndim, gs, pl, halo_on ? halo : NULL));
   SG_REQUIRE_OK(st_fill_local(&x, -77.0));
   SG_CHECK_OK(sg_shardtensor_scatter(&x, me == root ? &G : NULL, root));
   int64_t bad = st_interior_mismatch(&x, &G, 1);
-  SG_CHECK(bad == 0, "%s %s %s root %d: %lld interior elements wrong after "
-           "scatter", spec, sg_dtype_name(dt), b, root, (long long)bad);
+  SG_CHECK(bad == 0,
+           "%s %s %s root %d: %lld interior elements wrong after "
+           "scatter",
+           spec, sg_dtype_name(dt), b, root, (long long)bad);
   bad = st_margin_changed(&x, -77.0);
   SG_CHECK(bad == 0, "%s %s %s: scatter changed %lld margin elements", spec,
            sg_dtype_name(dt), b, (long long)bad);
 
   int partial = 0;
   for (int m = 0; m < nm; ++m) partial |= pl[m].kind == SG_PLACEMENT_PARTIAL;
-  const sg_status want = partial && dt == SG_DTYPE_BF16 ? SG_ERR_NOT_SUPPORTED : SG_OK;
+  const sg_status want = partial && dt == SG_DTYPE_BF16 ? SG_ERR_NOT_SUPPORTED
+                                                        : SG_OK;
   for (int pass = 0; pass < 2; ++pass) {
     const int groot = pass == 0 ? (root + 1) % sg_mesh_size(mesh) : -1;
     SG_REQUIRE_OK(sg_tensor_alloc(&H, dt, sg_device_host(), ndim, gs));
     SG_REQUIRE_OK(sg_tensor_fill(&H, -5.0));
-    sg_status st = sg_shardtensor_gather(&x, (groot < 0 || me == groot) ? &H : NULL,
+    sg_status st = sg_shardtensor_gather(&x,
+                                         (groot < 0 || me == groot) ? &H : NULL,
                                          groot);
     SG_CHECK(st == want, "%s %s %s gather to %d: %s (%s)", spec,
              sg_dtype_name(dt), b, groot, sg_status_name(st), sg_last_error());
     if (st == SG_OK && (groot < 0 || me == groot))
-      SG_CHECK(sg_test_cmp_bytes("gather", H.data, G.data, sg_tensor_nbytes(&G)) == 0,
-               "%s %s %s: gather to %d differs from the scattered tensor",
-               spec, sg_dtype_name(dt), b, groot);
+      SG_CHECK(sg_test_cmp_bytes("gather", H.data, G.data,
+                                 sg_tensor_nbytes(&G)) == 0,
+               "%s %s %s: gather to %d differs from the scattered tensor", spec,
+               sg_dtype_name(dt), b, groot);
     sg_tensor_free(&H);
   }
 done:
@@ -259,7 +274,8 @@ static void test_scatter_gather(sg_mesh_t mesh, const char *spec) {
         scatter_gather_case(mesh, spec, SG_DTYPE_F64, 3, shapes[s], combos[c],
                             c % p, c % 2);
   /* other dtypes on a 2-D tensor with Shard(0), Shard(1), R, P */
-  const sg_dtype dts[4] = {SG_DTYPE_F32, SG_DTYPE_I32, SG_DTYPE_I64, SG_DTYPE_BF16};
+  const sg_dtype dts[4] = {SG_DTYPE_F32, SG_DTYPE_I32, SG_DTYPE_I64,
+                           SG_DTYPE_BF16};
   const int64_t g2[2] = {5, 3};
   nc = st_placement_combos(nm, 2, combos, 512);
   for (int k = 0; k < 4; ++k)
@@ -267,7 +283,7 @@ static void test_scatter_gather(sg_mesh_t mesh, const char *spec) {
       if (nm == 1 || (nm == 2 && c % 3 == k % 3) || (nm == 3 && c % 16 == k))
         /* a sample on 2-D and 3-D meshes */
         scatter_gather_case(mesh, spec, dts[k], 2, g2, combos[c], (c + k) % p,
-                          (c + k) % 2);
+                            (c + k) % 2);
 }
 
 static void test_errors(sg_mesh_t mesh) {
@@ -284,11 +300,13 @@ static void test_errors(sg_mesh_t mesh) {
   memset(&Gf, 0, sizeof Gf);
   /* create: local errors */
   pl[0] = sg_shard(3);
-  SG_CHECK_STATUS(sg_shardtensor_create(&x, mesh, SG_DTYPE_F64, 3, gs, pl, NULL),
+  SG_CHECK_STATUS(sg_shardtensor_create(&x, mesh, SG_DTYPE_F64, 3, gs, pl,
+                                        NULL),
                   SG_ERR_INVALID_ARG);
   pl[0] = sg_partial();
   pl[0].op = SG_REDUCE_MIN;
-  SG_CHECK_STATUS(sg_shardtensor_create(&x, mesh, SG_DTYPE_F64, 3, gs, pl, NULL),
+  SG_CHECK_STATUS(sg_shardtensor_create(&x, mesh, SG_DTYPE_F64, 3, gs, pl,
+                                        NULL),
                   SG_ERR_NOT_SUPPORTED);
   const int64_t neg[3][2] = {{0, 0}, {-1, 0}, {0, 0}};
   pl[0] = sg_shard(0);
@@ -316,9 +334,10 @@ static void test_errors(sg_mesh_t mesh) {
                   SG_ERR_SHAPE);
   /* a rank whose ShardTensor describes another global tensor */
   sg_shardtensor_destroy(&x);
-  SG_REQUIRE_OK(sg_shardtensor_create(&x, mesh, SG_DTYPE_F64, 3,
-                                      me == p - 1 && p > 1 ? other : gs, pl, NULL));
-  SG_CHECK_STATUS(sg_shardtensor_gather(&x, me == p - 1 && p > 1 ? &Gbad : &G, -1),
+  SG_REQUIRE_OK(sg_shardtensor_create(
+      &x, mesh, SG_DTYPE_F64, 3, me == p - 1 && p > 1 ? other : gs, pl, NULL));
+  SG_CHECK_STATUS(sg_shardtensor_gather(&x, me == p - 1 && p > 1 ? &Gbad : &G,
+                                        -1),
                   p > 1 ? SG_ERR_SHAPE : SG_OK);
   if (p > 1)
     SG_CHECK(strstr(sg_last_error(), "differs between ranks") != NULL,
@@ -360,6 +379,7 @@ int main(int argc, char **argv) {
   }
   sg_mem_info mi;
   SG_CHECK_OK(sg_mem_get_info(sg_device_host(), &mi));
-  SG_CHECK(mi.current_bytes == 0, "%zu bytes still allocated", mi.current_bytes);
+  SG_CHECK(mi.current_bytes == 0, "%zu bytes still allocated",
+           mi.current_bytes);
   return sg_test_finish();
 }

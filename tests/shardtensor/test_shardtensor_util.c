@@ -18,7 +18,8 @@ int st_mesh_specs(int p, int with3, char specs[][64]) {
 }
 
 double st_value(int64_t i, sg_dtype dt, uint64_t seed) {
-  uint64_t h = (uint64_t)i * 0x9E3779B97F4A7C15ull + seed * 0xBF58476D1CE4E5B9ull;
+  uint64_t h = (uint64_t)i * 0x9E3779B97F4A7C15ull +
+               seed * 0xBF58476D1CE4E5B9ull;
   h ^= h >> 29;
   h *= 0x94D049BB133111EBull;
   h ^= h >> 32;
@@ -132,7 +133,8 @@ int64_t st_margin_changed(const sg_shardtensor *x, double v) {
     int in = 1;
     int64_t o = 0;
     for (int d = 0; d < x->ndim; ++d) {
-      in &= idx[d] >= x->halo[d][0] && idx[d] < x->halo[d][0] + x->local_shape[d];
+      in &= idx[d] >= x->halo[d][0] &&
+            idx[d] < x->halo[d][0] + x->local_shape[d];
       o += idx[d] * x->local.strides[d];
     }
     if (!in && st_load(x->local.data, dt, o) != want) ++bad;
@@ -151,17 +153,18 @@ int64_t st_interior_mismatch(const sg_shardtensor *x, const sg_tensor *G,
   unsigned char zero[8] = {0};
   int64_t idx[SG_TENSOR_MAX_DIMS] = {0};
   do {
-    const unsigned char *have =
-        (const unsigned char *)x->local.data + local_off(x, idx) * (int64_t)es;
-    const unsigned char *want =
-        k > 0 ? zero : (const unsigned char *)G->data + global_lin(x, idx) * (int64_t)es;
+    const unsigned char *have = (const unsigned char *)x->local.data +
+                                local_off(x, idx) * (int64_t)es;
+    const unsigned char *want = k > 0 ? zero
+                                      : (const unsigned char *)G->data +
+                                            global_lin(x, idx) * (int64_t)es;
     if (memcmp(have, want, es)) ++bad;
   } while (next_index(x->ndim, x->local_shape, idx));
   return bad;
 }
 
-int st_placement_combos(int nm, int nshard, sg_placement (*out)[SG_MESH_MAX_DIMS],
-                        int max) {
+int st_placement_combos(int nm, int nshard,
+                        sg_placement (*out)[SG_MESH_MAX_DIMS], int max) {
   const int opts = nshard + 2;
   int total = 1;
   for (int m = 0; m < nm; ++m) total *= opts;
@@ -171,7 +174,9 @@ int st_placement_combos(int nm, int nshard, sg_placement (*out)[SG_MESH_MAX_DIMS
     for (int m = nm - 1; m >= 0; --m) {
       int o = q % opts;
       q /= opts;
-      out[c][m] = o < nshard ? sg_shard(o) : o == nshard ? sg_replicate() : sg_partial();
+      out[c][m] = o < nshard    ? sg_shard(o)
+                  : o == nshard ? sg_replicate()
+                                : sg_partial();
     }
   }
   return total;

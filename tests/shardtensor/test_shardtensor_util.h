@@ -45,7 +45,7 @@ int64_t st_interior_mismatch(const sg_shardtensor *x, const sg_tensor *G,
 
 /* All combinations of {Shard(0), Shard(1), ..., Replicate, Partial} over
  * nm mesh dims (nshard tensor dims shardable); returns the count. */
-int st_placement_combos(int nm, int nshard, sg_placement (*out)[SG_MESH_MAX_DIMS],
-                        int max);
+int st_placement_combos(int nm, int nshard,
+                        sg_placement (*out)[SG_MESH_MAX_DIMS], int max);
 
 #endif

@@ -64,9 +64,8 @@ static void test_alloc_and_accounting(void) {
                   SG_ERR_INVALID_ARG);
   SG_CHECK_STATUS(sg_tensor_alloc(&t, SG_DTYPE_F32, sg_device_host(), 6, shape),
                   SG_ERR_INVALID_ARG);
-  SG_CHECK_STATUS(
-      sg_tensor_alloc(&t, (sg_dtype)99, sg_device_host(), 2, shape),
-      SG_ERR_INVALID_ARG);
+  SG_CHECK_STATUS(sg_tensor_alloc(&t, (sg_dtype)99, sg_device_host(), 2, shape),
+                  SG_ERR_INVALID_ARG);
   sg_tensor w = sg_tensor_wrap(NULL, SG_DTYPE_F32, sg_device_host(), 7, shape);
   SG_CHECK(w.ndim == -1, "invalid wrap is marked");
   SG_CHECK_STATUS(sg_tensor_fill(&w, 0.0), SG_ERR_INVALID_ARG);
@@ -106,7 +105,8 @@ static void test_views_and_copy(sg_dtype dt) {
     SG_CHECK_OK(sg_tensor_copy(&pk, &va)); /* pack */
     int64_t idx[4] = {0, 0, 0, 0}, bad = 0, j = 0;
     if (cnt > 0) do {
-        int64_t g[4] = {o[0] + idx[0], o[1] + idx[1], o[2] + idx[2], o[3] + idx[3]};
+        int64_t g[4] = {o[0] + idx[0], o[1] + idx[1], o[2] + idx[2],
+                        o[3] + idx[3]};
         if (memcmp(buf + j * (int64_t)es,
                    (unsigned char *)a.data + off_of(&a, g) * (int64_t)es, es))
           ++bad;
@@ -127,12 +127,12 @@ static void test_views_and_copy(sg_dtype dt) {
     bad = 0;
     do {
       int in = 1;
-      for (int d = 0; d < 4; ++d)
-        in &= all[d] >= o[d] && all[d] < o[d] + l[d];
-      const unsigned char *pb = (unsigned char *)b.data + off_of(&b, all) * (int64_t)es;
-      const unsigned char *want =
-          in ? (unsigned char *)a.data + off_of(&a, all) * (int64_t)es
-             : (unsigned char *)guard.data;
+      for (int d = 0; d < 4; ++d) in &= all[d] >= o[d] && all[d] < o[d] + l[d];
+      const unsigned char *pb = (unsigned char *)b.data +
+                                off_of(&b, all) * (int64_t)es;
+      const unsigned char *want = in ? (unsigned char *)a.data +
+                                           off_of(&a, all) * (int64_t)es
+                                     : (unsigned char *)guard.data;
       if (memcmp(pb, want, es)) ++bad;
     } while (next_index(4, shape, all));
     SG_CHECK(bad == 0, "%s box %zu: %lld unpacked elements wrong",
@@ -142,7 +142,8 @@ static void test_views_and_copy(sg_dtype dt) {
   }
   /* strided to strided (both views non-contiguous) */
   {
-    const int64_t o1[4] = {1, 1, 0, 1}, o2[4] = {2, 0, 1, 0}, l[4] = {3, 4, 3, 5};
+    const int64_t o1[4] = {1, 1, 0, 1}, o2[4] = {2, 0, 1, 0},
+                  l[4] = {3, 4, 3, 5};
     sg_tensor va, vb;
     SG_CHECK_OK(sg_tensor_view(&a, o1, l, &va));
     SG_CHECK_OK(sg_tensor_view(&b, o2, l, &vb));
@@ -163,7 +164,8 @@ static void test_views_and_copy(sg_dtype dt) {
   }
   /* errors: out-of-range box, shape and dtype mismatch */
   {
-    const int64_t o[4] = {5, 0, 0, 0}, l[4] = {2, 1, 1, 1}, neg[4] = {-1, 0, 0, 0};
+    const int64_t o[4] = {5, 0, 0, 0}, l[4] = {2, 1, 1, 1},
+                  neg[4] = {-1, 0, 0, 0};
     sg_tensor v;
     SG_CHECK_STATUS(sg_tensor_view(&a, o, l, &v), SG_ERR_SHAPE);
     SG_CHECK_STATUS(sg_tensor_view(&a, neg, l, &v), SG_ERR_SHAPE);
@@ -171,8 +173,9 @@ static void test_views_and_copy(sg_dtype dt) {
     SG_CHECK_OK(sg_tensor_view(&a, ok, l, &v));
     SG_CHECK_STATUS(sg_tensor_copy(&b, &v), SG_ERR_SHAPE);
     sg_tensor c;
-    SG_CHECK_OK(sg_tensor_alloc(&c, dt == SG_DTYPE_F64 ? SG_DTYPE_F32 : SG_DTYPE_F64,
-                                sg_device_host(), 4, shape));
+    SG_CHECK_OK(
+        sg_tensor_alloc(&c, dt == SG_DTYPE_F64 ? SG_DTYPE_F32 : SG_DTYPE_F64,
+                        sg_device_host(), 4, shape));
     SG_CHECK_STATUS(sg_tensor_copy(&b, &c), SG_ERR_INVALID_ARG);
     sg_tensor_free(&c);
   }
@@ -203,7 +206,10 @@ static void test_fill(void) {
       case SG_DTYPE_I64: x = (double)((int64_t *)t.data)[i]; break;
       default: x = sg_bf16_to_f32(((sg_bf16 *)t.data)[i]);
       }
-      const double want = in ? (dts[k] == SG_DTYPE_I32 || dts[k] == SG_DTYPE_I64 ? 2.0 : 2.5) : 0.0;
+      const double want = in ? (dts[k] == SG_DTYPE_I32 || dts[k] == SG_DTYPE_I64
+                                    ? 2.0
+                                    : 2.5)
+                             : 0.0;
       if (x != want) ++bad;
     } while (next_index(3, shape, idx));
     SG_CHECK(bad == 0, "fill %s: %lld wrong", sg_dtype_name(dts[k]),
@@ -219,7 +225,8 @@ static void test_large_copy(void) {
   sg_tensor a, b;
   SG_CHECK_OK(sg_tensor_alloc(&a, SG_DTYPE_F32, sg_device_host(), 3, shape));
   SG_CHECK_OK(sg_tensor_alloc(&b, SG_DTYPE_F32, sg_device_host(), 3, l));
-  for (int64_t i = 0; i < sg_tensor_numel(&a); ++i) ((float *)a.data)[i] = (float)i;
+  for (int64_t i = 0; i < sg_tensor_numel(&a); ++i)
+    ((float *)a.data)[i] = (float)i;
   sg_tensor v;
   SG_CHECK_OK(sg_tensor_view(&a, o, l, &v));
   SG_CHECK_OK(sg_tensor_copy(&b, &v));
@@ -227,7 +234,8 @@ static void test_large_copy(void) {
   for (int64_t i = 0; i < l[0]; ++i)
     for (int64_t j = 0; j < l[1]; ++j)
       bad += memcmp((float *)b.data + (i * l[1] + j) * l[2],
-                    (float *)a.data + ((o[0] + i) * shape[1] + o[1] + j) * shape[2] + o[2],
+                    (float *)a.data +
+                        ((o[0] + i) * shape[1] + o[1] + j) * shape[2] + o[2],
                     (size_t)l[2] * 4) != 0;
   SG_CHECK(bad == 0, "large copy: %lld rows wrong", (long long)bad);
   sg_tensor_free(&a);

@@ -16,7 +16,8 @@ static void run(const char *spec, int deterministic) {
   enum { N = 1000 };
   sg_mesh_t mesh = NULL;
   sg_ddp_t ddp = NULL;
-  float *g = malloc(N * sizeof *g), *ref = calloc(N, sizeof *ref), *tmp = malloc(N * sizeof *tmp);
+  float *g = malloc(N * sizeof *g), *ref = calloc(N, sizeof *ref),
+        *tmp = malloc(N * sizeof *tmp);
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   /* activations (Shard(batch) on dp, Shard(H) on h): both dims reduce */
   sg_placement act[2] = {sg_shard(0), sg_shard(2)};
@@ -24,9 +25,12 @@ static void run(const char *spec, int deterministic) {
   SG_CHECK(mask == 3u, "mask %u", mask);
   sg_placement act2[2] = {sg_shard(0), sg_replicate()};
   SG_CHECK(sg_ddp_reduce_dims(mesh, act2) == 1u, "replicate dim not reduced");
-  SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 9, (uint64_t)sg_test_rank, 0, N, SG_DTYPE_F32, g));
-  for (int r = 0; r < sg_test_size; ++r) { /* every rank is in the group (mask = all) */
-    SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 9, (uint64_t)r, 0, N, SG_DTYPE_F32, tmp));
+  SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 9, (uint64_t)sg_test_rank, 0, N,
+                          SG_DTYPE_F32, g));
+  for (int r = 0; r < sg_test_size;
+       ++r) { /* every rank is in the group (mask = all) */
+    SG_CHECK_OK(sg_rng_fill(SG_RNG_NORMAL, 0, 1, 9, (uint64_t)r, 0, N,
+                            SG_DTYPE_F32, tmp));
     for (int i = 0; i < N; ++i) ref[i] += tmp[i];
   }
   for (int i = 0; i < N; ++i) ref[i] *= 0.5f;
@@ -45,7 +49,8 @@ static void run(const char *spec, int deterministic) {
     float *mx = malloc(N * sizeof *mx), *mn = malloc(N * sizeof *mn);
     MPI_Allreduce(g, mx, N, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(g, mn, N, MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD);
-    sg_test_cmp_bytes("deterministic: same bits on every rank", mx, mn, N * sizeof *mx);
+    sg_test_cmp_bytes("deterministic: same bits on every rank", mx, mn,
+                      N * sizeof *mx);
     free(mx);
     free(mn);
   }

@@ -24,10 +24,10 @@ enum { NY = 8, NX = 8, GB = 8, MMAX = 4, STEPS = 3, PMAX = 64 };
 typedef struct cmodel {
   const sg_model_i *I;
   void *impl;
-  sg_mesh_t mesh;  /* the stage mesh (the reference: one rank) */
-  sg_pipe_t pipe;  /* NULL: the reference */
+  sg_mesh_t mesh; /* the stage mesh (the reference: one rank) */
+  sg_pipe_t pipe; /* NULL: the reference */
   sg_parallel_t plan;
-  int m, p0, np;   /* the plan's entries: the model's [p0, p0 + np) */
+  int m, p0, np; /* the plan's entries: the model's [p0, p0 + np) */
   int dsize, dindex;
   sg_group_t domain, data; /* the loss's groups (sg_dist_loss.h) */
   int64_t step;
@@ -36,7 +36,8 @@ typedef struct cmodel {
 
 static sg_model_config cnn_config(void) {
   sg_model_config c = sg_model_defaults(SG_MODEL_CNN);
-  c.cin = 2, c.cout = 2, c.width = 4, c.blocks = 3, c.groups = 2, c.proj_width = 8;
+  c.cin = 2, c.cout = 2, c.width = 4, c.blocks = 3, c.groups = 2,
+  c.proj_width = 8;
   return c;
 }
 
@@ -71,16 +72,20 @@ static sg_status cm_create(cmodel *M) {
   sg_param_info tab[PMAX];
   int64_t nlocal = 0;
   sg_var **vars;
-  const int n = M->I->params(M->impl, &vars); /* tensors (param_count counts elements) */
+  const int n = M->I->params(M->impl,
+                             &vars); /* tensors (param_count counts elements) */
   for (int i = 0; i < n; ++i) {
     sg_param_info pi;
     SG_TRY(M->I->param_info(M->impl, i, &pi));
     if (pi.offset + pi.numel > nlocal) nlocal = pi.offset + pi.numel;
     if (i >= M->p0 && i < M->p0 + M->np) tab[i - M->p0] = pi;
   }
-  if (M->pipe) SG_TRY(sg_pipe_plan_create(M->pipe, &pc, M->np, tab, nlocal, &M->plan));
-  else SG_TRY(sg_parallel_create(M->mesh, &pc, M->np, tab, nlocal, &M->plan));
-  SG_TRY(M->I->bind(M->impl, sg_parallel_params(M->plan), sg_parallel_grads(M->plan)));
+  if (M->pipe)
+    SG_TRY(sg_pipe_plan_create(M->pipe, &pc, M->np, tab, nlocal, &M->plan));
+  else
+    SG_TRY(sg_parallel_create(M->mesh, &pc, M->np, tab, nlocal, &M->plan));
+  SG_TRY(M->I->bind(M->impl, sg_parallel_params(M->plan),
+                    sg_parallel_grads(M->plan)));
   SG_TRY(M->I->init(M->impl, 7));
   if (M->pipe) SG_TRY(sg_pipe_attach(M->pipe, M->plan, vars + M->p0));
 fail:
@@ -106,23 +111,27 @@ static sg_status cm_data(cmodel *M, int mb, int which, sg_var *v) {
   sg_status st = SG_OK;
   int64_t y0, ny, x0, nx;
   M->I->box(M->impl, &y0, &ny, &x0, &nx);
-  const int64_t gmb = GB / M->m, lb = gmb / M->dsize, shape[4] = {lb, 2, ny, nx};
-  SG_TRY(sg_var_init(v, which ? "target" : "x", SG_DTYPE_F32, 4, shape, NULL, 0));
+  const int64_t gmb = GB / M->m, lb = gmb / M->dsize,
+                shape[4] = {lb, 2, ny, nx};
+  SG_TRY(
+      sg_var_init(v, which ? "target" : "x", SG_DTYPE_F32, 4, shape, NULL, 0));
   float *d = v->value.data;
   for (int64_t i = 0; i < lb; ++i)
     for (int64_t c = 0; c < 2; ++c)
       for (int64_t y = 0; y < ny; ++y)
         for (int64_t x = 0; x < nx; ++x) {
           const int64_t s = M->step * GB + mb * gmb + M->dindex * lb + i;
-          d[((i * 2 + c) * ny + y) * nx + x] =
-              (float)sin(0.37 * (double)(s * 31 + c * 7 + (y0 + y) * 3 + x0 + x) + 1.1 + which);
+          d[((i * 2 + c) * ny + y) * nx + x] = (float)sin(
+              0.37 * (double)(s * 31 + c * 7 + (y0 + y) * 3 + x0 + x) + 1.1 +
+              which);
         }
 fail:
   return st;
 }
 
 /* The stage's forward (sg_pipe_forward_fn); the reference runs every piece. */
-static sg_status cm_forward(sg_tape_t tape, void *ctx, int mb, int chunk, sg_var *in, sg_var **out) {
+static sg_status cm_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
+                            sg_var *in, sg_var **out) {
   sg_status st = SG_OK;
   cmodel *M = ctx;
   const int nb = M->I->nblocks(M->impl);
@@ -184,14 +193,17 @@ fail:
   return st;
 }
 
-static void check_run(const char *spec, sg_pp_kind kind, int m, const ref_run *R) {
+static void check_run(const char *spec, sg_pp_kind kind, int m,
+                      const ref_run *R) {
   sg_mesh_t mesh = NULL;
   cmodel M;
   memset(&M, 0, sizeof M);
   M.m = m;
   double loss, ldiff = 0.0, d = 0.0, mx = 0.0;
   SG_CHECK_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
-  sg_pipe_config cfg = {.kind = kind, .m = m, .nblocks = (int)cnn_config().blocks + 2};
+  sg_pipe_config cfg = {.kind = kind,
+                        .m = m,
+                        .nblocks = (int)cnn_config().blocks + 2};
   sg_status st = sg_pipe_create(mesh, &cfg, &M.pipe);
   if (st == SG_OK) {
     M.mesh = sg_pipe_stage_mesh(M.pipe);
@@ -204,9 +216,11 @@ static void check_run(const char *spec, sg_pp_kind kind, int m, const ref_run *R
     cm_release_data(&M);
     if (st == SG_OK) st = sg_pipe_reduce(M.pipe, &gn);
     if (st == SG_OK) st = sg_parallel_step(M.plan, t + 1, 1e-2, 1.0);
-    if (st == SG_OK) ldiff = fmax(ldiff, fabs(loss - R->loss[t]) / fabs(R->loss[t]));
+    if (st == SG_OK)
+      ldiff = fmax(ldiff, fabs(loss - R->loss[t]) / fabs(R->loss[t]));
   }
-  SG_CHECK(st == SG_OK, "%s %s m=%d: %s", spec, sg_pp_kind_name(kind), m, sg_last_error());
+  SG_CHECK(st == SG_OK, "%s %s m=%d: %s", spec, sg_pp_kind_name(kind), m,
+           sg_last_error());
   if (st == SG_OK) { /* this stage's parameters against the reference's */
     const float *p = sg_parallel_params(M.plan);
     for (int i = 0; i < M.np; ++i) {
@@ -221,14 +235,17 @@ static void check_run(const char *spec, sg_pp_kind kind, int m, const ref_run *R
   const double pdiff = mx > 0 ? d / mx : d;
   sg_pipe_stats ps = {0};
   sg_pipe_get_stats(M.pipe, &ps);
-  SG_CHECK(st == SG_OK && ldiff <= TOL && pdiff <= TOL && ps.peak_inflight == ps.peak_formula,
-           "%s %s m=%d stage %d: loss diff %.2e, param diff %.2e, peak in flight %d (formula %d)", spec,
-           sg_pp_kind_name(kind), m, sg_pipe_stage(M.pipe), ldiff, pdiff, ps.peak_inflight, ps.peak_formula);
+  SG_CHECK(
+      st == SG_OK && ldiff <= TOL && pdiff <= TOL &&
+          ps.peak_inflight == ps.peak_formula,
+      "%s %s m=%d stage %d: loss diff %.2e, param diff %.2e, peak in flight %d (formula %d)",
+      spec, sg_pp_kind_name(kind), m, sg_pipe_stage(M.pipe), ldiff, pdiff,
+      ps.peak_inflight, ps.peak_formula);
   double all[2] = {ldiff, pdiff};
   MPI_Allreduce(MPI_IN_PLACE, all, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (sg_test_rank == 0)
-    printf("cnn %-10s %-6s m=%d: max rel diff loss %.1e params %.1e\n", spec, sg_pp_kind_name(kind), m, all[0],
-           all[1]);
+    printf("cnn %-10s %-6s m=%d: max rel diff loss %.1e params %.1e\n", spec,
+           sg_pp_kind_name(kind), m, all[0], all[1]);
   fflush(stdout);
   cm_destroy(&M);
   sg_pipe_destroy(&M.pipe);
@@ -239,7 +256,9 @@ int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   ref_run R = {0};
   SG_CHECK_OK(reference(&R));
-  const char *spec = sg_test_size == 2 ? "pp=2" : sg_test_size == 3 ? "pp=3" : "pp=2,h=2";
+  const char *spec = sg_test_size == 2   ? "pp=2"
+                     : sg_test_size == 3 ? "pp=3"
+                                         : "pp=2,h=2";
   const sg_pp_kind kinds[] = {SG_PP_GPIPE, SG_PP_1F1B};
   for (int k = 0; k < 2 && R.params; ++k)
     for (int m = 1; m <= MMAX; m *= 2) {

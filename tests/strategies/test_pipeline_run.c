@@ -29,8 +29,8 @@ enum { C = 4, S = 8, GB = 8, NBMAX = 8, MMAX = 4, STEPS = 3 };
 
 typedef struct tmodel {
   int nb, m;
-  sg_mesh_t mesh;      /* the stage mesh (the reference: one rank) */
-  sg_pipe_t pipe;      /* NULL: the reference */
+  sg_mesh_t mesh; /* the stage mesh (the reference: one rank) */
+  sg_pipe_t pipe; /* NULL: the reference */
   sg_parallel_t plan;
   int np, blk[2 * NBMAX]; /* table entry -> block; entries 2k, 2k+1: w, b */
   sg_var w[NBMAX], b[NBMAX];
@@ -86,7 +86,8 @@ static sg_status tm_create(tmodel *M, const sg_parallel_config *pc, int zero) {
         q->name = names[M->np];
         q->ndim = j ? 1 : 3;
         const int64_t sh[3] = {C, j ? 1 : C, 3};
-        for (int d = 0; d < q->ndim; ++d) q->global_shape[d] = q->count[d] = sh[d];
+        for (int d = 0; d < q->ndim; ++d)
+          q->global_shape[d] = q->count[d] = sh[d];
         q->numel = j ? C : wnumel();
         q->offset = off;
         off += q->numel;
@@ -95,16 +96,20 @@ static sg_status tm_create(tmodel *M, const sg_parallel_config *pc, int zero) {
   }
   sg_parallel_config cfg = *pc;
   cfg.zero = zero;
-  if (M->pipe) SG_TRY(sg_pipe_plan_create(M->pipe, &cfg, M->np, tab, off, &M->plan));
-  else SG_TRY(sg_parallel_create(M->mesh, &cfg, M->np, tab, off, &M->plan));
+  if (M->pipe)
+    SG_TRY(sg_pipe_plan_create(M->pipe, &cfg, M->np, tab, off, &M->plan));
+  else
+    SG_TRY(sg_parallel_create(M->mesh, &cfg, M->np, tab, off, &M->plan));
   float *pp = sg_parallel_params(M->plan), *gg = sg_parallel_grads(M->plan);
   sg_var *vars[2 * NBMAX];
   for (int i = 0; i < M->np; ++i) {
     const int k = M->blk[i], j = i & 1;
-    for (int64_t e = 0; e < tab[i].numel; ++e) pp[tab[i].offset + e] = 0.3f * wave(k, e, j, 0.5);
+    for (int64_t e = 0; e < tab[i].numel; ++e)
+      pp[tab[i].offset + e] = 0.3f * wave(k, e, j, 0.5);
     sg_var *v = j ? &M->b[k] : &M->w[k];
     const int64_t sh[3] = {C, C, 3};
-    SG_TRY(sg_var_init_param(v, names[i], SG_DTYPE_F32, j ? 1 : 3, sh, pp + tab[i].offset, gg + tab[i].offset));
+    SG_TRY(sg_var_init_param(v, names[i], SG_DTYPE_F32, j ? 1 : 3, sh,
+                             pp + tab[i].offset, gg + tab[i].offset));
     vars[i] = v;
   }
   if (M->pipe) SG_TRY(sg_pipe_attach(M->pipe, M->plan, vars));
@@ -126,7 +131,8 @@ static sg_status tm_data(tmodel *M, int mb, int which, sg_var *v) {
   sg_status st = SG_OK;
   const int64_t gmb = GB / M->m, lb = gmb / M->dsize, ls = S / M->hsize;
   const int64_t shape[3] = {lb, C, ls}, gshape[3] = {gmb, C, S};
-  SG_TRY(sg_var_init(v, which ? "target" : "x", SG_DTYPE_F32, 3, shape, NULL, 0));
+  SG_TRY(
+      sg_var_init(v, which ? "target" : "x", SG_DTYPE_F32, 3, shape, NULL, 0));
   float *d = v->value.data;
   for (int64_t i = 0; i < lb; ++i)
     for (int64_t c = 0; c < C; ++c)
@@ -139,7 +145,8 @@ fail:
   return st;
 }
 
-static sg_status tm_block(sg_tape_t tape, tmodel *M, int k, sg_var *x, sg_var **y) {
+static sg_status tm_block(sg_tape_t tape, tmodel *M, int k, sg_var *x,
+                          sg_var **y) {
   sg_status st = SG_OK;
   sg_window a = SG_WINDOW_SYM(3, 1, 1, 1); /* zero boundary */
   sg_var *h, *g;
@@ -152,19 +159,22 @@ fail:
 
 /* The stage's forward (sg_pipe_forward_fn); the reference calls it with
  * every block. */
-static sg_status tm_forward(sg_tape_t tape, void *ctx, int mb, int chunk, sg_var *in, sg_var **out) {
+static sg_status tm_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
+                            sg_var *in, sg_var **out) {
   sg_status st = SG_OK;
   tmodel *M = ctx;
   int first = 0, count = M->nb;
   if (M->pipe) sg_pipe_blocks(M->pipe, chunk, &first, &count);
   if (M->pipe && sg_pipe_stage(M->pipe) == M->fail_stage && mb == M->fail_mb)
-    SG_RAISE(SG_ERR_INVALID_ARG, "injected failure on stage %d, micro-batch %d", M->fail_stage, mb);
+    SG_RAISE(SG_ERR_INVALID_ARG, "injected failure on stage %d, micro-batch %d",
+             M->fail_stage, mb);
   sg_var *x = in;
   if (!x) {
     SG_TRY(tm_data(M, mb, 0, &M->x[mb]));
     x = &M->x[mb];
   }
-  for (int k = first; k < first + count; ++k) SG_TRY(tm_block(tape, M, k, x, &x));
+  for (int k = first; k < first + count; ++k)
+    SG_TRY(tm_block(tape, M, k, x, &x));
   if (first + count == M->nb) {
     sg_var *l;
     SG_TRY(tm_data(M, mb, 1, &M->t[mb]));
@@ -236,7 +246,8 @@ static double rel_diff(const float *a, const float *b, int64_t n) {
 
 /* One pipelined run on `mesh` against the reference; the verdict. The
  * stage's measured stats into *out (may be NULL). */
-static void check_run_stats(const char *spec, sg_pp_kind kind, int m, int v, int nb, const int *split, int zero,
+static void check_run_stats(const char *spec, sg_pp_kind kind, int m, int v,
+                            int nb, const int *split, int zero,
                             const ref_run *R, sg_pipe_stats *out) {
   const sg_parallel_config pc = sg_parallel_defaults();
   sg_mesh_t mesh = NULL;
@@ -248,9 +259,11 @@ static void check_run_stats(const char *spec, sg_pp_kind kind, int m, int v, int
   double loss[STEPS], ldiff = 0.0, pdiff = 0.0;
   int ok = 1;
   SG_CHECK_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
-  sg_pipe_config cfg = {.kind = kind, .m = m, .v = v, .nblocks = nb, .split = split};
+  sg_pipe_config cfg = {
+      .kind = kind, .m = m, .v = v, .nblocks = nb, .split = split};
   sg_status st = sg_pipe_create(mesh, &cfg, &M.pipe);
-  SG_CHECK(st == SG_OK, "%s %s m=%d: sg_pipe_create: %s", spec, sg_pp_kind_name(kind), m, sg_last_error());
+  SG_CHECK(st == SG_OK, "%s %s m=%d: sg_pipe_create: %s", spec,
+           sg_pp_kind_name(kind), m, sg_last_error());
   if (st != SG_OK) goto done;
   M.mesh = sg_pipe_stage_mesh(M.pipe);
   tm_layout(&M);
@@ -262,31 +275,41 @@ static void check_run_stats(const char *spec, sg_pp_kind kind, int m, int v, int
     tm_release_data(&M);
     if (st == SG_OK) st = sg_pipe_reduce(M.pipe, &gn);
     if (st == SG_OK) st = sg_parallel_step(M.plan, t + 1, 1e-2, 1.0);
-    if (st == SG_OK) ldiff = fmax(ldiff, fabs(loss[t] - R->loss[t]) / fabs(R->loss[t]));
+    if (st == SG_OK)
+      ldiff = fmax(ldiff, fabs(loss[t] - R->loss[t]) / fabs(R->loss[t]));
   }
-  SG_CHECK(st == SG_OK, "%s %s m=%d: %s", spec, sg_pp_kind_name(kind), m, sg_last_error());
+  SG_CHECK(st == SG_OK, "%s %s m=%d: %s", spec, sg_pp_kind_name(kind), m,
+           sg_last_error());
   float buf[C * C * 3];
   for (int i = 0; i < M.np && st == SG_OK; ++i) {
     const int k = M.blk[i], j = i & 1;
     const int64_t n = j ? C : wnumel();
     st = sg_parallel_gather_param(M.plan, i, buf);
-    pdiff = fmax(pdiff, rel_diff(buf, R->params + k * (wnumel() + C) + (j ? wnumel() : 0), n));
+    pdiff = fmax(
+        pdiff,
+        rel_diff(buf, R->params + k * (wnumel() + C) + (j ? wnumel() : 0), n));
   }
   sg_pipe_stats ps;
   sg_pipe_get_stats(M.pipe, &ps);
   if (out) *out = ps;
-  ok = st == SG_OK && ldiff <= TOL && pdiff <= TOL && ps.peak_inflight == ps.peak_formula;
-  SG_CHECK(ok, "%s %s m=%d v=%d zero=%d stage %d: loss diff %.2e, param diff %.2e (tolerance %.0e), "
-           "peak in flight %d, formula %d", spec, sg_pp_kind_name(kind), m, v, zero, sg_pipe_stage(M.pipe),
-           ldiff, pdiff, TOL, ps.peak_inflight, ps.peak_formula);
+  ok = st == SG_OK && ldiff <= TOL && pdiff <= TOL &&
+       ps.peak_inflight == ps.peak_formula;
+  SG_CHECK(
+      ok,
+      "%s %s m=%d v=%d zero=%d stage %d: loss diff %.2e, param diff %.2e (tolerance %.0e), "
+      "peak in flight %d, formula %d",
+      spec, sg_pp_kind_name(kind), m, v, zero, sg_pipe_stage(M.pipe), ldiff,
+      pdiff, TOL, ps.peak_inflight, ps.peak_formula);
   /* the table: one line per stage from the stage's first rank */
   double mx[2] = {ldiff, pdiff};
   MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (sg_mesh_rank(M.mesh) == 0)
-    printf("%-10s %-11s m=%d v=%d zero=%d stage %d: peak in flight %d (formula %d), tapes %zu bytes, "
-           "inputs %zu bytes; max rel diff loss %.1e params %.1e\n", spec, sg_pp_kind_name(kind), m, v, zero,
-           sg_pipe_stage(M.pipe), ps.peak_inflight, ps.peak_formula, ps.peak_bytes, ps.peak_input_bytes, mx[0],
-           mx[1]);
+    printf(
+        "%-10s %-11s m=%d v=%d zero=%d stage %d: peak in flight %d (formula %d), tapes %zu bytes, "
+        "inputs %zu bytes; max rel diff loss %.1e params %.1e\n",
+        spec, sg_pp_kind_name(kind), m, v, zero, sg_pipe_stage(M.pipe),
+        ps.peak_inflight, ps.peak_formula, ps.peak_bytes, ps.peak_input_bytes,
+        mx[0], mx[1]);
   fflush(stdout);
 done:
   tm_release_data(&M);
@@ -295,40 +318,46 @@ done:
   sg_mesh_destroy(&mesh);
 }
 
-static void check_run(const char *spec, sg_pp_kind kind, int m, int v, int nb, const int *split, int zero,
-                      const ref_run *R) {
+static void check_run(const char *spec, sg_pp_kind kind, int m, int v, int nb,
+                      const int *split, int zero, const ref_run *R) {
   check_run_stats(spec, kind, m, v, nb, split, zero, R, NULL);
 }
 
 /* Every kind x m in {1, 2, 4}; and the activation memory: with the same
  * micro-batch size a stage's peak tape bytes are proportional to its peak
  * in flight, so 1F1B's over GPipe's (m = 4) is the ratio of the formulas. */
-static void check_kinds(const char *spec, int nb, const int *split, int zero, const ref_run *R) {
+static void check_kinds(const char *spec, int nb, const int *split, int zero,
+                        const ref_run *R) {
   const sg_pp_kind kinds[] = {SG_PP_GPIPE, SG_PP_1F1B, SG_PP_ZB_H1};
   const int ms[] = {1, 2, 4};
   sg_pipe_stats s4[3] = {{0}};
   for (int k = 0; k < 3; ++k)
-    for (int i = 0; i < 3; ++i) check_run_stats(spec, kinds[k], ms[i], 1, nb, split, zero, R, &s4[k]);
+    for (int i = 0; i < 3; ++i)
+      check_run_stats(spec, kinds[k], ms[i], 1, nb, split, zero, R, &s4[k]);
   const double bytes = (double)s4[1].peak_bytes / (double)s4[0].peak_bytes;
   const double slots = (double)s4[1].peak_formula / s4[0].peak_formula;
-  SG_CHECK(fabs(bytes - slots) <= 0.05 * slots, "%s: 1f1b / gpipe peak tape bytes %.3f, peak in flight %.3f", spec,
+  SG_CHECK(fabs(bytes - slots) <= 0.05 * slots,
+           "%s: 1f1b / gpipe peak tape bytes %.3f, peak in flight %.3f", spec,
            bytes, slots);
 }
 
 /* Bad input: the same clear error on every rank, no hang. */
-static void check_error(const char *spec, const sg_pipe_config *cfg, const char *expect) {
+static void check_error(const char *spec, const sg_pipe_config *cfg,
+                        const char *expect) {
   sg_mesh_t mesh = NULL;
   sg_pipe_t pipe = NULL;
   SG_CHECK_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   sg_status st = sg_pipe_create(mesh, cfg, &pipe);
   SG_CHECK(st == SG_ERR_INVALID_ARG && strstr(sg_last_error(), expect) && !pipe,
-           "%s: expected '%s', got %s: %s", spec, expect, sg_status_name(st), sg_last_error());
+           "%s: expected '%s', got %s: %s", spec, expect, sg_status_name(st),
+           sg_last_error());
   sg_pipe_destroy(&pipe);
   sg_mesh_destroy(&mesh);
 }
 
 /* A forward that fails on one stage: every rank returns its error. */
-static void check_failure(const char *spec, sg_pp_kind kind, int nb, int fail_stage) {
+static void check_failure(const char *spec, sg_pp_kind kind, int nb,
+                          int fail_stage) {
   const sg_parallel_config pc = sg_parallel_defaults();
   sg_mesh_t mesh = NULL;
   tmodel M;
@@ -347,9 +376,11 @@ static void check_failure(const char *spec, sg_pp_kind kind, int nb, int fail_st
   for (int t = 0; t < 2; ++t) { /* the second step runs after a failed one */
     sg_status st = sg_pipe_run(M.pipe, tm_forward, &M, &loss);
     tm_release_data(&M);
-    SG_CHECK(st == SG_ERR_INVALID_ARG && strstr(sg_last_error(), "injected failure on stage"),
-             "%s %s: a failing stage %d gave %s: %s", spec, sg_pp_kind_name(kind), fail_stage,
-             sg_status_name(st), sg_last_error());
+    SG_CHECK(st == SG_ERR_INVALID_ARG &&
+                 strstr(sg_last_error(), "injected failure on stage"),
+             "%s %s: a failing stage %d gave %s: %s", spec,
+             sg_pp_kind_name(kind), fail_stage, sg_status_name(st),
+             sg_last_error());
   }
   tm_destroy(&M);
   sg_pipe_destroy(&M.pipe);
@@ -361,11 +392,15 @@ static void check_refusals(void) {
   sg_pipe_t pipe = NULL;
   sg_parallel_t plan = NULL;
   SG_CHECK_OK(sg_mesh_create(MPI_COMM_WORLD, "pp=2", &mesh));
-  SG_CHECK_OK(sg_pipe_create(mesh, &(sg_pipe_config){.kind = SG_PP_1F1B, .m = 2, .nblocks = 2}, &pipe));
+  SG_CHECK_OK(sg_pipe_create(
+      mesh, &(sg_pipe_config){.kind = SG_PP_1F1B, .m = 2, .nblocks = 2},
+      &pipe));
   sg_parallel_config pc = sg_parallel_defaults();
   pc.zero = 2;
-  sg_param_info q = {.name = "w", .ndim = 1, .global_shape = {4}, .count = {4}, .numel = 4};
-  SG_CHECK_STATUS(sg_pipe_plan_create(pipe, &pc, 1, &q, 4, &plan), SG_ERR_NOT_SUPPORTED);
+  sg_param_info q = {
+      .name = "w", .ndim = 1, .global_shape = {4}, .count = {4}, .numel = 4};
+  SG_CHECK_STATUS(sg_pipe_plan_create(pipe, &pc, 1, &q, 4, &plan),
+                  SG_ERR_NOT_SUPPORTED);
   sg_pipe_destroy(&pipe);
   sg_mesh_destroy(&mesh);
 }
@@ -382,20 +417,29 @@ int main(int argc, char **argv) {
     check_kinds("pp=1", 4, NULL, 0, &R4);
   } else if (n == 2) {
     check_kinds("pp=2", 4, NULL, 0, &R4);
-    for (int m = 2; m <= 4; m += 2) check_run("pp=2", SG_PP_INTERLEAVED, m, 2, 4, NULL, 0, &R4);
-    check_error("pp=2", &(sg_pipe_config){.kind = SG_PP_1F1B, .m = 2, .nblocks = 1},
+    for (int m = 2; m <= 4; m += 2)
+      check_run("pp=2", SG_PP_INTERLEAVED, m, 2, 4, NULL, 0, &R4);
+    check_error("pp=2",
+                &(sg_pipe_config){.kind = SG_PP_1F1B, .m = 2, .nblocks = 1},
                 "2 virtual stages (pp = 2 x v = 1) but the model has 1 blocks");
-    check_error("pp=2", &(sg_pipe_config){.kind = SG_PP_GPIPE, .m = 0, .nblocks = 4},
+    check_error("pp=2",
+                &(sg_pipe_config){.kind = SG_PP_GPIPE, .m = 0, .nblocks = 4},
                 "m = 0 micro-batches: m must be >= 1");
-    check_error("pp=2", &(sg_pipe_config){.kind = SG_PP_INTERLEAVED, .m = 2, .v = 2, .nblocks = 3},
+    check_error("pp=2",
+                &(sg_pipe_config){
+                    .kind = SG_PP_INTERLEAVED, .m = 2, .v = 2, .nblocks = 3},
                 "4 virtual stages (pp = 2 x v = 2) but the model has 3 blocks");
-    check_error("pp=2", &(sg_pipe_config){.kind = SG_PP_1F1B, .m = 2, .nblocks = 4, .split = (int[]){4}},
+    check_error("pp=2",
+                &(sg_pipe_config){.kind = SG_PP_1F1B,
+                                  .m = 2,
+                                  .nblocks = 4,
+                                  .split = (int[]){4}},
                 "split point 0 is block 4");
     check_failure("pp=2", SG_PP_1F1B, 4, 1);
     check_failure("pp=2", SG_PP_GPIPE, 4, 0);
     check_refusals();
   } else if (n == 3) {
-    check_kinds("pp=3", 5, NULL, 0, &R5);                  /* blocks 2, 2, 1 */
+    check_kinds("pp=3", 5, NULL, 0, &R5); /* blocks 2, 2, 1 */
     check_run("pp=3", SG_PP_1F1B, 4, 1, 5, (int[]){1, 3}, 0, &R5); /* 1, 2, 2 */
     check_failure("pp=3", SG_PP_1F1B, 5, 1);
   } else if (n == 4) {

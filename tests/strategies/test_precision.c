@@ -38,16 +38,18 @@ static void add_gathered(MPI_Datatype t, const int rc[], MPI_Comm c) {
   int p = 0, sz = 0;
   PMPI_Comm_size(c, &p);
   PMPI_Type_size(t, &sz);
-  if (t != MPI_FLOAT && sz != 2) return; /* parameters: f32 or bf16, not the loss's or norm's doubles */
+  if (t != MPI_FLOAT && sz != 2)
+    return; /* parameters: f32 or bf16, not the loss's or norm's doubles */
   for (int i = 0; i < p; ++i) gathered_bytes += (double)rc[i] * sz;
 }
-int MPI_Allgatherv(const void *s, int sc, MPI_Datatype st, void *r, const int rc[], const int d[], MPI_Datatype rt,
-                   MPI_Comm c) {
+int MPI_Allgatherv(const void *s, int sc, MPI_Datatype st, void *r,
+                   const int rc[], const int d[], MPI_Datatype rt, MPI_Comm c) {
   add_gathered(rt, rc, c);
   return PMPI_Allgatherv(s, sc, st, r, rc, d, rt, c);
 }
-int MPI_Iallgatherv(const void *s, int sc, MPI_Datatype st, void *r, const int rc[], const int d[], MPI_Datatype rt,
-                    MPI_Comm c, MPI_Request *q) {
+int MPI_Iallgatherv(const void *s, int sc, MPI_Datatype st, void *r,
+                    const int rc[], const int d[], MPI_Datatype rt, MPI_Comm c,
+                    MPI_Request *q) {
   add_gathered(rt, rc, c);
   return PMPI_Iallgatherv(s, sc, st, r, rc, d, rt, c, q);
 }
@@ -98,7 +100,8 @@ static sg_status add_listener(toy *t, seen *s) {
   s->w1 = &t->v[0];
   /* one data rank (nothing summed after the rounding) and a gradient that
    * outlives the plan's grad-ready (zero >= 2 frees it there) */
-  s->check_grads = sg_parallel_data_size(t->plan) == 1 && sg_parallel_grads(t->plan) != NULL;
+  s->check_grads = sg_parallel_data_size(t->plan) == 1 &&
+                   sg_parallel_grads(t->plan) != NULL;
   sg_hooks hk;
   memset(&hk, 0, sizeof hk);
   hk.pre_use = see_value;
@@ -124,9 +127,11 @@ static void check_mesh(const char *spec, int zero) {
   memset(&f, 0, sizeof f);
   seen s;
   float hidden[GB * HID * S], got[NTOT], want[NTOT];
-  double n1 = 0, n2 = 0, n3 = 0, l1 = 0, l2 = 0, l3 = 0, worst_ref = 0, worst_f32 = 0;
+  double n1 = 0, n2 = 0, n3 = 0, l1 = 0, l2 = 0, l3 = 0, worst_ref = 0,
+         worst_f32 = 0;
   int64_t hid_bad = 0;
-  const sg_parallel_config bf = policy(zero, SG_DTYPE_BF16), fp = policy(zero, SG_DTYPE_F32);
+  const sg_parallel_config bf = policy(zero, SG_DTYPE_BF16),
+                           fp = policy(zero, SG_DTYPE_F32);
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_SELF, "fsdp=1", &self));
   SG_REQUIRE_OK(toy_create_cfg(mesh, &bf, &t));
@@ -139,30 +144,39 @@ static void check_mesh(const char *spec, int zero) {
     SG_REQUIRE_OK(toy_step(&r, k, &n2, &l2, NULL));
     SG_REQUIRE_OK(toy_step(&f, k, &n3, &l3, NULL));
     hid_bad += count_not_bf16(hidden, lb * HID * S);
-    worst_ref = fmax(worst_ref, fmax(fabs(l1 - l2) / fabs(l2), fabs(n1 - n2) / n2));
+    worst_ref = fmax(worst_ref,
+                     fmax(fabs(l1 - l2) / fabs(l2), fabs(n1 - n2) / n2));
     worst_f32 = fmax(worst_f32, fabs(l1 - l3) / fabs(l3));
   }
-  SG_CHECK(s.values > 0 && s.not_bf16 == 0, "%s zero %d: %lld of %lld parameter values used are not bf16", spec,
+  SG_CHECK(s.values > 0 && s.not_bf16 == 0,
+           "%s zero %d: %lld of %lld parameter values used are not bf16", spec,
            zero, (long long)s.not_bf16, (long long)s.values);
-  SG_CHECK(hid_bad == 0, "%s zero %d: %lld activations are not bf16", spec, zero, (long long)hid_bad);
-  SG_CHECK(!s.check_grads || (s.grads > 0 && s.grads_not_bf16 == 0),
-           "%s zero %d: %lld of %lld gradient values at grad-ready are not bf16", spec, zero,
-           (long long)s.grads_not_bf16, (long long)s.grads);
+  SG_CHECK(hid_bad == 0, "%s zero %d: %lld activations are not bf16", spec,
+           zero, (long long)hid_bad);
+  SG_CHECK(
+      !s.check_grads || (s.grads > 0 && s.grads_not_bf16 == 0),
+      "%s zero %d: %lld of %lld gradient values at grad-ready are not bf16",
+      spec, zero, (long long)s.grads_not_bf16, (long long)s.grads);
   SG_REQUIRE_OK(toy_params(&t, got));
   SG_REQUIRE_OK(toy_params(&r, want));
   const int64_t master_f32 = count_not_bf16(got, NTOT);
-  SG_CHECK(master_f32 > NTOT / 2, "%s zero %d: only %lld of %d master weights are not bf16 values", spec, zero,
-           (long long)master_f32, NTOT);
+  SG_CHECK(master_f32 > NTOT / 2,
+           "%s zero %d: only %lld of %d master weights are not bf16 values",
+           spec, zero, (long long)master_f32, NTOT);
   double dp = 0;
   for (int k = 0; k < NTOT; ++k) dp = fmax(dp, fabs((double)got[k] - want[k]));
-  SG_CHECK(worst_ref < 0x1.0p-8 && dp < 2e-3,
-           "%s zero %d: bf16 differs from one process's bf16 run: losses/norms %.3g relative, parameters %.3g", spec,
-           zero, worst_ref, dp);
-  SG_CHECK(worst_f32 < 1e-2, "%s zero %d: bf16 losses differ from fp32's by %.3g relative", spec, zero, worst_f32);
+  SG_CHECK(
+      worst_ref < 0x1.0p-8 && dp < 2e-3,
+      "%s zero %d: bf16 differs from one process's bf16 run: losses/norms %.3g relative, parameters %.3g",
+      spec, zero, worst_ref, dp);
+  SG_CHECK(worst_f32 < 1e-2,
+           "%s zero %d: bf16 losses differ from fp32's by %.3g relative", spec,
+           zero, worst_f32);
   if (sg_test_rank == 0)
-    printf("%-12s zero %d: bf16 vs one process bf16: %.2e (losses, norms), %.2e (parameters); vs fp32 losses "
-           "%.2e\n",
-           spec, zero, worst_ref, dp, worst_f32);
+    printf(
+        "%-12s zero %d: bf16 vs one process bf16: %.2e (losses, norms), %.2e (parameters); vs fp32 losses "
+        "%.2e\n",
+        spec, zero, worst_ref, dp, worst_f32);
 done:
   toy_destroy(&t);
   toy_destroy(&r);
@@ -201,10 +215,13 @@ static void check_reload(int zero) {
   SG_REQUIRE_OK(sg_parallel_ckpt_arrays(t.plan, 0, &a, &na));
   /* "params.w1": this rank's rows; w1[0] lives on the rank owning row 0 */
   const float loaded = 1.0f + 0x1.0p-9f; /* not a bf16 value: rounds to 1 */
-  if (a[0].shard.start[0] == 0 && a[0].shard.count[0] > 0) ((float *)a[0].data)[0] = loaded;
+  if (a[0].shard.start[0] == 0 && a[0].shard.count[0] > 0)
+    ((float *)a[0].data)[0] = loaded;
   SG_REQUIRE_OK(toy_step(&t, 2, &n, &l, NULL));
-  SG_CHECK(s.first_w1 == 1.0f, "zero %d on %s: after a load w1[0] is used as %.9g, want 1 (the load, rounded)", zero,
-           spec, (double)s.first_w1);
+  SG_CHECK(
+      s.first_w1 == 1.0f,
+      "zero %d on %s: after a load w1[0] is used as %.9g, want 1 (the load, rounded)",
+      zero, spec, (double)s.first_w1);
 done:
   toy_destroy(&t);
   sg_mesh_destroy(&mesh);
@@ -234,11 +251,16 @@ static void check_wire(void) {
   char spec[32];
   snprintf(spec, sizeof spec, "fsdp=%d", sg_test_size);
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
-  const double b32 = gather_bytes_per_step(mesh, SG_DTYPE_F32), b16 = gather_bytes_per_step(mesh, SG_DTYPE_BF16);
+  const double b32 = gather_bytes_per_step(mesh, SG_DTYPE_F32),
+               b16 = gather_bytes_per_step(mesh, SG_DTYPE_BF16);
   if (sg_test_size > 1) {
-    SG_CHECK(b32 > 0 && b16 * 2 == b32, "zero 3 on %s: bf16 gathers %.0f bytes per step, fp32 %.0f (want half)", spec,
-             b16, b32);
-    if (sg_test_rank == 0) printf("zero 3 on %s: all-gathered per step: fp32 %.0f B, bf16 %.0f B\n", spec, b32, b16);
+    SG_CHECK(
+        b32 > 0 && b16 * 2 == b32,
+        "zero 3 on %s: bf16 gathers %.0f bytes per step, fp32 %.0f (want half)",
+        spec, b16, b32);
+    if (sg_test_rank == 0)
+      printf("zero 3 on %s: all-gathered per step: fp32 %.0f B, bf16 %.0f B\n",
+             spec, b32, b16);
   }
 done:
   sg_mesh_destroy(&mesh);
@@ -258,10 +280,12 @@ static void check_refused(void) {
   snprintf(spec, sizeof spec, "dp=%d", sg_test_size);
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   sg_parallel_config pc = policy(0, SG_DTYPE_F64);
-  SG_CHECK_STATUS(sg_parallel_create(mesh, &pc, 1, &tab, 3, &p), SG_ERR_INVALID_ARG);
+  SG_CHECK_STATUS(sg_parallel_create(mesh, &pc, 1, &tab, 3, &p),
+                  SG_ERR_INVALID_ARG);
   pc = policy(0, SG_DTYPE_BF16);
   pc.reduce_dtype = SG_DTYPE_BF16;
-  SG_CHECK_STATUS(sg_parallel_create(mesh, &pc, 1, &tab, 3, &p), SG_ERR_NOT_SUPPORTED);
+  SG_CHECK_STATUS(sg_parallel_create(mesh, &pc, 1, &tab, 3, &p),
+                  SG_ERR_NOT_SUPPORTED);
   SG_CHECK(p == NULL, "no plan on a refused policy");
 done:
   sg_parallel_destroy(&p);

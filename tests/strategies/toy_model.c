@@ -6,17 +6,21 @@
 #include <math.h>
 #include <string.h>
 
-static const int64_t shapes[NP][2] = {{HID, CIN}, {HID, 1}, {COUT, HID}, {COUT, 1}};
+static const int64_t shapes[NP][2] = {
+    {HID, CIN}, {HID, 1}, {COUT, HID}, {COUT, 1}};
 static const int ndims[NP] = {2, 1, 2, 1};
 static const char *const names[NP] = {"w1", "b1", "w2", "b2"};
 
-int64_t toy_numel(int i) { return shapes[i][0] * (ndims[i] > 1 ? shapes[i][1] : 1); }
+int64_t toy_numel(int i) {
+  return shapes[i][0] * (ndims[i] > 1 ? shapes[i][1] : 1);
+}
 
 static float sample(int64_t s, int64_t c, int64_t k, int which) {
   return (float)sin(0.37 * (double)(s * 31 + c * 7 + k) + 1.1 * which);
 }
 
-sg_status toy_create_cfg(sg_mesh_t mesh, const sg_parallel_config *cfg, toy *t) {
+sg_status toy_create_cfg(sg_mesh_t mesh, const sg_parallel_config *cfg,
+                         toy *t) {
   sg_status st = SG_OK;
   sg_param_info tab[NP];
   int64_t off = 0;
@@ -25,7 +29,8 @@ sg_status toy_create_cfg(sg_mesh_t mesh, const sg_parallel_config *cfg, toy *t) 
   for (int i = 0; i < NP; ++i) {
     tab[i].name = names[i];
     tab[i].ndim = ndims[i];
-    for (int d = 0; d < ndims[i]; ++d) tab[i].global_shape[d] = tab[i].count[d] = shapes[i][d];
+    for (int d = 0; d < ndims[i]; ++d)
+      tab[i].global_shape[d] = tab[i].count[d] = shapes[i][d];
     tab[i].offset = off;
     tab[i].numel = toy_numel(i);
     off += tab[i].numel + 1; /* gaps between parameters are allowed */
@@ -38,8 +43,10 @@ sg_status toy_create_cfg(sg_mesh_t mesh, const sg_parallel_config *cfg, toy *t) 
   SG_TRY(sg_parallel_create(mesh, cfg, NP, tab, off, &t->plan));
   float *pp = sg_parallel_params(t->plan), *gg = sg_parallel_grads(t->plan);
   for (int i = 0; i < NP; ++i) {
-    for (int64_t k = 0; k < tab[i].numel; ++k) pp[tab[i].offset + k] = 0.3f * sample(i, k, 0, 5);
-    SG_TRY(sg_var_init_param(&t->v[i], names[i], SG_DTYPE_F32, ndims[i], shapes[i], pp + tab[i].offset,
+    for (int64_t k = 0; k < tab[i].numel; ++k)
+      pp[tab[i].offset + k] = 0.3f * sample(i, k, 0, 5);
+    SG_TRY(sg_var_init_param(&t->v[i], names[i], SG_DTYPE_F32, ndims[i],
+                             shapes[i], pp + tab[i].offset,
                              gg + tab[i].offset));
     t->pv[i] = &t->v[i];
   }
@@ -55,7 +62,8 @@ void toy_destroy(toy *t) {
   sg_parallel_destroy(&t->plan);
 }
 
-static sg_status toy_block(sg_tape_t tape, void *ctx, sg_var *const *in, sg_var **out) {
+static sg_status toy_block(sg_tape_t tape, void *ctx, sg_var *const *in,
+                           sg_var **out) {
   toy *t = ctx;
   sg_var *h = NULL;
   sg_status st = sg_ag_linear(tape, in[0], &t->v[0], &t->v[1], &h);
@@ -66,16 +74,19 @@ static sg_status toy_block(sg_tape_t tape, void *ctx, sg_var *const *in, sg_var 
 /* Micro-batch k of K of this rank's share of the global batch of step
  * `step`: forward, loss (mse, 1/K of it: the K add up to the step's mean)
  * and backward. */
-sg_status toy_micro(toy *t, int64_t step, int k, int K, double *loss_out, float *hidden) {
+sg_status toy_micro(toy *t, int64_t step, int k, int K, double *loss_out,
+                    float *hidden) {
   sg_status st = SG_OK;
   const int64_t lb = GB / t->dsize, mb = lb / K;
   float x[GB * CIN * S], y[GB * COUT * S];
   for (int64_t j = 0; j < mb; ++j) {
     const int64_t s = step * GB + t->dindex * lb + k * mb + j;
     for (int64_t c = 0; c < CIN; ++c)
-      for (int64_t e = 0; e < S; ++e) x[(j * CIN + c) * S + e] = sample(s, c, e, 1);
+      for (int64_t e = 0; e < S; ++e)
+        x[(j * CIN + c) * S + e] = sample(s, c, e, 1);
     for (int64_t c = 0; c < COUT; ++c)
-      for (int64_t e = 0; e < S; ++e) y[(j * COUT + c) * S + e] = sample(s, c, e, 2);
+      for (int64_t e = 0; e < S; ++e)
+        y[(j * COUT + c) * S + e] = sample(s, c, e, 2);
   }
   const int64_t xs[3] = {mb, CIN, S}, ys[3] = {mb, COUT, S};
   sg_var xv, yv, *h = NULL, *a = NULL, *p = NULL, *loss = NULL;
@@ -87,7 +98,8 @@ sg_status toy_micro(toy *t, int64_t step, int k, int K, double *loss_out, float 
     SG_TRY(sg_ag_checkpoint(t->tape, toy_block, t, 1, &xin, 1, &a));
   } else {
     SG_TRY(sg_ag_linear(t->tape, &xv, &t->v[0], &t->v[1], &h));
-    if (hidden) memcpy(hidden, h->value.data, (size_t)(mb * HID * S) * sizeof *hidden);
+    if (hidden)
+      memcpy(hidden, h->value.data, (size_t)(mb * HID * S) * sizeof *hidden);
     SG_TRY(sg_ag_act(t->tape, SG_ACT_GELU, h, &a));
   }
   SG_TRY(sg_ag_linear(t->tape, a, &t->v[2], &t->v[3], &p));
@@ -106,7 +118,8 @@ fail:
 }
 
 /* One step of K micro-batches. */
-sg_status toy_step_k(toy *t, int64_t step, int K, double *gnorm, double *loss_out) {
+sg_status toy_step_k(toy *t, int64_t step, int K, double *gnorm,
+                     double *loss_out) {
   sg_status st = SG_OK;
   *loss_out = 0.0;
   for (int k = 0; k < K; ++k) SG_TRY(toy_micro(t, step, k, K, loss_out, NULL));
@@ -116,7 +129,8 @@ fail:
   return st;
 }
 
-sg_status toy_step(toy *t, int64_t step, double *gnorm, double *loss_out, float *hidden) {
+sg_status toy_step(toy *t, int64_t step, double *gnorm, double *loss_out,
+                   float *hidden) {
   sg_status st = SG_OK;
   *loss_out = 0.0;
   SG_TRY(toy_micro(t, step, 0, 1, loss_out, hidden));
@@ -136,4 +150,3 @@ sg_status toy_params(toy *t, float *out) {
 fail:
   return st;
 }
-

@@ -8,7 +8,11 @@
 #include "sg_parallel.h"
 
 enum { CIN = 15, HID = 7, COUT = 5, S = 3, GB = 12, NP = 4 };
-enum { NTOT = HID * CIN + HID + COUT * HID + COUT, NTOT_W1 = HID * CIN, NTOT_W2 = COUT * HID };
+enum {
+  NTOT = HID * CIN + HID + COUT * HID + COUT,
+  NTOT_W1 = HID * CIN,
+  NTOT_W2 = COUT * HID
+};
 
 typedef struct toy {
   sg_parallel_t plan;
@@ -30,14 +34,17 @@ int64_t toy_numel(int i);
  * of the global batch of step `step`; the global gradient norm and loss.
  * hidden (may be NULL): the first layer's output of this rank's share,
  * GB * HID * S floats, copied after the forward. Collective. */
-sg_status toy_step(toy *t, int64_t step, double *gnorm, double *loss_out, float *hidden);
+sg_status toy_step(toy *t, int64_t step, double *gnorm, double *loss_out,
+                   float *hidden);
 /* Micro-batch k of K of this rank's share of the global batch of step
  * `step`: forward, loss (mse, 1/K of it: the K add up to the step's mean)
  * and backward; the loss added to *loss_out; hidden as for toy_step.
  * Collective. */
-sg_status toy_micro(toy *t, int64_t step, int k, int K, double *loss_out, float *hidden);
+sg_status toy_micro(toy *t, int64_t step, int k, int K, double *loss_out,
+                    float *hidden);
 /* One step of K micro-batches (toy_micro, reduce, AdamW lr 1e-2). */
-sg_status toy_step_k(toy *t, int64_t step, int K, double *gnorm, double *loss_out);
+sg_status toy_step_k(toy *t, int64_t step, int K, double *gnorm,
+                     double *loss_out);
 /* Every parameter, whole, in table order (NTOT floats). Collective. */
 sg_status toy_params(toy *t, float *out);
 

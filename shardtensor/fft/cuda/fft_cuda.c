@@ -16,9 +16,9 @@
 
 typedef struct sg_fft_cuda_sub {
   cufftHandle h, hb; /* hb: the c2r of a kind-0 sub */
-  int kind;      /* 0 r2c/c2r (last dim), 1 c2c */
-  int64_t outer; /* calls (1 when the dim is innermost) */
-  int64_t step;  /* elements between consecutive calls (in and out) */
+  int kind;          /* 0 r2c/c2r (last dim), 1 c2c */
+  int64_t outer;     /* calls (1 when the dim is innermost) */
+  int64_t step;      /* elements between consecutive calls (in and out) */
   int64_t step_out;
 } sg_fft_cuda_sub;
 
@@ -37,8 +37,7 @@ static int64_t prodr(const int64_t *v, int a, int b) {
 sg_status sg_fft_cuda_stage_create(int f64, int r2c, int nd,
                                    const int64_t *in_shape,
                                    const int64_t *out_shape, int nt,
-                                   const int *tdims,
-                                   sg_fft_cuda_stage **out) {
+                                   const int *tdims, sg_fft_cuda_stage **out) {
   sg_status st = SG_OK;
   sg_fft_cuda_stage *s = calloc(1, sizeof *s);
   if (!s) SG_RAISE(SG_ERR_ALLOC, "out of memory");
