@@ -15,6 +15,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
+
 #include "sg_device.h"
 #include "sg_ops.h"
 #ifdef SG_BENCH_SHARDED
@@ -22,31 +24,6 @@
 #include "sg_sharded_ops.h"
 #endif
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static float *frand(int64_t n) {
-  float *p = malloc((size_t)n * sizeof *p);
-  uint64_t s = 12345;
-  for (int64_t i = 0; i < n; ++i) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    p[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
-  }
-  return p;
-}
 
 static double sgemm_peak(int n, int reps) {
   float *a = frand((int64_t)n * n), *b = frand((int64_t)n * n),
