@@ -219,6 +219,7 @@ sg_status sg_pipe_destroy(sg_pipe_t *pipe) {
 int sg_pipe_stage(sg_pipe_t pipe) { return pipe ? pipe->stage : -1; }
 int sg_pipe_nstages(sg_pipe_t pipe) { return pipe ? pipe->p : 0; }
 sg_mesh_t sg_pipe_stage_mesh(sg_pipe_t pipe) { return pipe ? pipe->sub : NULL; }
+sg_mesh_t sg_pipe_mesh(sg_pipe_t pipe) { return pipe ? pipe->mesh : NULL; }
 const sg_pp_schedule *sg_pipe_schedule(sg_pipe_t pipe) {
   return pipe ? pipe->sched : NULL;
 }

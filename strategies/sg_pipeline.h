@@ -303,6 +303,35 @@ typedef struct sg_pipe_stats {
 } sg_pipe_stats;
 void sg_pipe_get_stats(sg_pipe_t pipe, sg_pipe_stats *stats);
 
+/* The whole mesh the runtime was created on (pp and the stage dims; not
+ * owned). Not collective. */
+sg_mesh_t sg_pipe_mesh(sg_pipe_t pipe);
+
+/* ---- checkpoints (strategies/pipeline_ckpt.c) ----------------------------
+ * One checkpoint per step for the whole pipeline, in the format of a run
+ * without one (sg_parallel_ckpt_arrays: "params.<name>", "adam_m.<name>",
+ * "adam_v.<name>", each a global array), so it loads on any mesh and a
+ * pipeline loads any mesh's: every rank of the mesh passes the arrays of
+ * the whole model's table (table[0..nparams): every parameter of the
+ * model, the same on every rank; a stage builds the whole model, so it
+ * knows every global shape), in table order. The arrays of this stage's
+ * plan are the plan's (its box; for writing, one writer per group of
+ * copies inside the stage); the other stages' parameters get count 0 —
+ * each parameter lives on exactly one stage, so the writers partition
+ * every array. Hand them to sg_ckpt_write / sg_ckpt_read over the whole
+ * mesh's communicator. *arrays is one allocation (sg_pipe_ckpt_arrays_free);
+ * the data pointers are the plan's buffers. Errors (a plan parameter that
+ * the table lacks) on every rank. Collective over the mesh. */
+sg_status sg_pipe_ckpt_arrays(sg_pipe_t pipe, sg_parallel_t plan, int nparams,
+                              const sg_param_info *table, int writing,
+                              sg_ckpt_array **arrays, int *n);
+/* The same with the table of a zoo model (sg_model_param_info of every
+ * parameter), for a plan made by sg_pipe_model_plan. Collective. */
+sg_status sg_pipe_model_ckpt_arrays(sg_pipe_t pipe, sg_parallel_t plan,
+                                    sg_model_t model, int writing,
+                                    sg_ckpt_array **arrays, int *n);
+sg_status sg_pipe_ckpt_arrays_free(sg_ckpt_array **arrays);
+
 #ifdef __cplusplus
 }
 #endif

@@ -381,6 +381,16 @@ static void ckpt_path(const run_t *r, int64_t step, char *buf, size_t size) {
 }
 
 #if SG_TRAIN_CKPT
+/* The checkpoint's arrays: the plan's, or under a pipeline the whole
+ * model's (each stage its parameters, the others' with count 0), so a
+ * pipeline writes one file in the same format. Collective. */
+static sg_status ckpt_arrays(run_t *r, int writing, sg_ckpt_array **arr,
+                             int *narr) {
+  return r->pipe ? sg_pipe_model_ckpt_arrays(r->pipe, r->plan, r->model,
+                                             writing, arr, narr)
+                 : sg_parallel_ckpt_arrays(r->plan, writing, arr, narr);
+}
+
 /* Checkpoints: every parameter and its AdamW moments as a global variable
  * ("params.<name>", "adam_m.<name>", "adam_v.<name>") of the parameter's
  * global shape, written by its shards — one rank of each replica group
@@ -395,13 +405,7 @@ static sg_status save_checkpoint(run_t *r, int64_t step) {
   sg_ckpt_meta meta;
   memset(&meta, 0, sizeof meta);
   ckpt_path(r, step, path, sizeof path);
-  MPI_Comm comm = MPI_COMM_WORLD;
-  if (r->pipe) { /* each stage writes its parameters (not resumable yet) */
-    snprintf(path + strlen(path) - 3, sizeof path - strlen(path) + 3,
-             ".stage%d.nc", sg_pipe_stage(r->pipe));
-    comm = sg_mesh_comm(sg_pipe_stage_mesh(r->pipe));
-  }
-  SG_TRY(sg_parallel_ckpt_arrays(r->plan, 1, &arr, &narr));
+  SG_TRY(ckpt_arrays(r, 1, &arr, &narr));
   meta.step = step;
   meta.rng_seed = (uint64_t)sg_kv_int(r->kv, "seed");
   meta.data_position = step * r->gbatch;
@@ -409,9 +413,10 @@ static sg_status save_checkpoint(run_t *r, int64_t step) {
   meta.config = sg_kv_dump(r->kv);
   double t0 = sg_wtime();
   sg_trace_begin("io");
-  st = sg_ckpt_write(comm, path, narr, arr, &meta, NULL);
+  st = sg_ckpt_write(MPI_COMM_WORLD, path, narr, arr, &meta, NULL);
   sg_trace_end("io");
   free(meta.config);
+  if (r->pipe) sg_pipe_ckpt_arrays_free(&arr);
   SG_TRY(st);
   sg_log_info("checkpoint %s written (%.2f s)", path, sg_wtime() - t0);
 fail:
@@ -472,7 +477,7 @@ static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   int narr = 0;
   sg_ckpt_meta meta;
   memset(&meta, 0, sizeof meta);
-  SG_TRY(sg_parallel_ckpt_arrays(r->plan, 0, &arr, &narr));
+  SG_TRY(ckpt_arrays(r, 0, &arr, &narr));
   sg_trace_begin("io");
   st = sg_ckpt_read(MPI_COMM_WORLD, path, 0, arr, &meta);
   if (st == SG_OK)
@@ -489,6 +494,7 @@ static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   sg_log_info("resumed from %s: step %lld (written on mesh %s)", path,
               (long long)meta.step, meta.mesh);
 fail:
+  if (r->pipe) sg_pipe_ckpt_arrays_free(&arr);
   free(meta.config);
   return st;
 }
@@ -551,9 +557,8 @@ static sg_status stop_check(run_t *r, int64_t done, int64_t first, int saved) {
   if (r->rank == 0) {
     printf("sg-train: stopped by %s after step %lld (exit status %d); %s%s\n",
            sg_stop_signal_name(sig), (long long)done, sg_stop_exit_code(sig),
-           !ck       ? "no checkpoint of this run"
-           : r->pipe ? "per-stage checkpoints (not resumable yet) next to "
-                     : "checkpoint written: resume with --resume ",
+           !ck ? "no checkpoint of this run"
+               : "checkpoint written: resume with --resume ",
            ck ? path : "");
     fflush(stdout);
   }

@@ -40,8 +40,6 @@ sg_status sg_train_pp_check(sg_kv_t kv, sg_mesh_t mesh) {
   static const struct {
     const char *key, *why;
   } refused[] = {
-      {"resume",
-       "resume: checkpoints of a pipeline are written per stage and cannot be read back yet"},
       {"predict",
        "predict: the evaluation does not run through the pipeline yet"},
   };
