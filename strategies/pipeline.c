@@ -405,12 +405,12 @@ fail:
 }
 
 /* Post the header receives of this stage's list. */
-static sg_status pp_post_headers(pp_run *r) {
+static sg_status pp_post_headers_of(pp_run *r, const sg_pp_action *act, int n) {
   sg_status st = SG_OK;
   struct sg_pipe *pp = r->pp;
   const sg_pp_schedule *s = pp->sched;
-  for (int i = s->off[pp->stage]; i < s->off[pp->stage + 1]; ++i) {
-    const sg_pp_action *a = &s->act[i];
+  for (int i = 0; i < n; ++i) {
+    const sg_pp_action *a = &act[i];
     if (a->op != SG_PP_RECV_F && a->op != SG_PP_RECV_B) continue;
     pp_slot *sl = &pp->slots[a->mb * pp->v + a->chunk];
     const int g = sg_pp_virtual_stage(s, pp->stage, a->chunk),
@@ -423,6 +423,12 @@ static sg_status pp_post_headers(pp_run *r) {
   }
 fail:
   return st;
+}
+
+static sg_status pp_post_headers(pp_run *r) {
+  const sg_pp_schedule *s = r->pp->sched;
+  const int s0 = s->off[r->pp->stage];
+  return pp_post_headers_of(r, s->act + s0, s->off[r->pp->stage + 1] - s0);
 }
 
 /* The payload a header announces, into t (allocated here). */
@@ -710,4 +716,96 @@ sg_status sg_pipe_reduce(sg_pipe_t pp, double *grad_norm) {
   if (st == SG_OK && grad_norm) *grad_norm = sqrt(total);
 fail:
   return st;
+}
+
+/* ---- forward only (evaluation) -------------------------------------------------- */
+
+/* This stage's forward-only list: per micro-batch, per chunk, RECV_F, F,
+ * SEND_F. It is ordered by (micro-batch, virtual stage) on every stage and
+ * every receive's data comes from an earlier pair in that order, so the
+ * lists run to their end with blocking receives (no deadlock). */
+static sg_status pp_fwd_list(const struct sg_pipe *pp, sg_pp_action **act,
+                             int *n) {
+  sg_status st = SG_OK;
+  *n = 0;
+  *act = malloc((size_t)(3 * pp->m * pp->v) * sizeof **act);
+  if (!*act) SG_RAISE(SG_ERR_ALLOC, "pipeline: out of memory");
+  for (int mb = 0; mb < pp->m; ++mb)
+    for (int c = 0; c < pp->v; ++c) {
+      const int g = sg_pp_virtual_stage(pp->sched, pp->stage, c);
+      if (g > 0) (*act)[(*n)++] = (sg_pp_action){SG_PP_RECV_F, mb, c};
+      (*act)[(*n)++] = (sg_pp_action){SG_PP_F, mb, c};
+      if (g < pp->nv - 1) (*act)[(*n)++] = (sg_pp_action){SG_PP_SEND_F, mb, c};
+    }
+fail:
+  return st;
+}
+
+/* A forward with gradients off; the last virtual stage's output is the
+ * caller's (fn used it): its tape is cleared at once. The others' outputs
+ * stay on their tapes until their sends complete (pp_finish). */
+static sg_status pp_fwd_only(pp_run *r, const sg_pp_action *a, pp_slot *sl,
+                             int g) {
+  struct sg_pipe *pp = r->pp;
+  if (r->failed) return SG_OK;
+  sg_tape_t tape = pp->tapes[a->mb * pp->v + a->chunk];
+  const int prev = sg_tape_set_grad_enabled(tape, 0);
+  sg_status s2 = r->fn(tape, r->ctx, a->mb, a->chunk, g > 0 ? &sl->in : NULL,
+                       &sl->out);
+  sg_tape_set_grad_enabled(tape, prev);
+  if (s2 == SG_OK && !sl->out && g < pp->nv - 1)
+    s2 = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                      "pipeline: the forward of micro-batch %d chunk %d "
+                      "gave no output",
+                      a->mb, a->chunk);
+  pp_fail_check(r, s2);
+  if (g == pp->nv - 1) {
+    sg_tape_clear(tape);
+    sl->out = NULL;
+  }
+  return SG_OK;
+}
+
+static sg_status pp_fwd_action(pp_run *r, const sg_pp_action *a) {
+  struct sg_pipe *pp = r->pp;
+  pp_slot *sl = &pp->slots[a->mb * pp->v + a->chunk];
+  const int g = sg_pp_virtual_stage(pp->sched, pp->stage, a->chunk);
+  switch (a->op) {
+  case SG_PP_F: return pp_fwd_only(r, a, sl, g);
+  case SG_PP_SEND_F: return pp_send_f(r, a, sl, g);
+  case SG_PP_RECV_F: return pp_recv_f(r, sl);
+  default:
+    return sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__,
+                        "pipeline: bad forward-only action %d", (int)a->op);
+  }
+}
+
+sg_status sg_pipe_forward(sg_pipe_t pp, sg_pipe_forward_fn fn, void *ctx) {
+  sg_status st = SG_OK;
+  sg_pp_action *act = NULL;
+  int n = 0;
+  if (!pp || !fn)
+    return sg_error_set(
+        SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+        "sg_pipe_forward: pipe and forward function are required");
+  pp_run r = {.pp = pp, .fn = fn, .ctx = ctx};
+  for (int i = 0; i < pp->m * pp->v; ++i) pp_slot_reset(&pp->slots[i]);
+  SG_TRY(sg_agree(sg_mesh_comm(pp->mesh), pp_fwd_list(pp, &act, &n)));
+  SG_TRY(pp_post_headers_of(&r, act, n));
+  for (int i = 0; i < n; ++i) {
+    SG_TRY(pp_fwd_action(&r, &act[i]));
+    SG_TRY(pp_progress(pp));
+  }
+  SG_TRY(pp_finish(pp));
+  st = sg_agree(sg_mesh_comm(pp->mesh), r.st);
+fail:
+  free(act);
+  return st;
+}
+
+sg_status sg_pipe_bcast_last(sg_pipe_t pp, double *vals, int n) {
+  if (!pp || (n > 0 && !vals))
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_pipe_bcast_last: NULL argument");
+  return n > 0 ? sg_bcast(pp->ppg, vals, n, SG_DTYPE_F64, pp->p - 1) : SG_OK;
 }

@@ -303,6 +303,22 @@ typedef struct sg_pipe_stats {
 } sg_pipe_stats;
 void sg_pipe_get_stats(sg_pipe_t pipe, sg_pipe_stats *stats);
 
+/* A forward-only run (evaluation, prediction): on this stage, for each of
+ * the m micro-batches and each chunk in turn, RECV_F, F, SEND_F — no
+ * backward, no gradient transfers. fn as for sg_pipe_run, recording on a
+ * tape with gradients off; on the last virtual stage fn consumes the
+ * model's output itself (metrics, predictions: *out is ignored there and
+ * may be NULL), elsewhere *out is the activation to send. The same
+ * micro-batch size as training (a model is built for it); the lists are
+ * ordered by (micro-batch, virtual stage) on every stage, so they cannot
+ * deadlock. Failures as for sg_pipe_run: the failing rank's error on every
+ * rank. Collective over the mesh. */
+sg_status sg_pipe_forward(sg_pipe_t pipe, sg_pipe_forward_fn fn, void *ctx);
+/* n doubles from the last stage (where a forward-only run's metrics are
+ * computed) to every stage: a broadcast over pp. Collective over the
+ * mesh. */
+sg_status sg_pipe_bcast_last(sg_pipe_t pipe, double *vals, int n);
+
 /* The whole mesh the runtime was created on (pp and the stage dims; not
  * owned). Not collective. */
 sg_mesh_t sg_pipe_mesh(sg_pipe_t pipe);

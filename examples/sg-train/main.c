@@ -218,78 +218,180 @@ static void to_physical(run_t *r, float *a, const float *mask) {
     }
 }
 
+/* An evaluation in progress: the predictions file (NULL: none), the sums
+ * of the relative L2 and the count of valid examples, scratch. */
+typedef struct eval_state {
+  run_t *r;
+  sg_nc_t f;
+  int vp, vt;
+  double sum, cnt;
+  double *rel;
+  sg_example *ex;
+  float *pred;
+  int64_t pass; /* under pp: the forward-only run (m evaluation batches) */
+} eval_state;
+
+/* The predictions file: prediction and target (example, channel, y, x),
+ * written as out.partial and renamed only when complete. Collective over
+ * comm (the ranks that write). */
+static sg_status eval_open(eval_state *E, MPI_Comm comm, const char *out) {
+  sg_status st = SG_OK;
+  run_t *r = E->r;
+  sg_nc_create_opts co = sg_nc_create_opts_default();
+  co.overwrite = 1;
+  co.atomic = 1;
+  SG_TRY(sg_nc_create(comm, out, &co, &E->f));
+  int id;
+  SG_TRY(sg_nc_def_dim(E->f, "example", r->ntest, &id));
+  SG_TRY(sg_nc_def_dim(E->f, "channel", r->ds.nvars, &id));
+  SG_TRY(sg_nc_def_dim(E->f, "y", r->ds.ny_g, &id));
+  SG_TRY(sg_nc_def_dim(E->f, "x", r->ds.nx_g, &id));
+  const char *dims[4] = {"example", "channel", "y", "x"};
+  SG_TRY(
+      sg_nc_def_var(E->f, "prediction", SG_DTYPE_F32, 4, dims, NULL, &E->vp));
+  SG_TRY(sg_nc_def_var(E->f, "target", SG_DTYPE_F32, 4, dims, NULL, &E->vt));
+  sg_nc_cf cp = {NULL, "model prediction", NULL, 0, 0},
+           ct = {NULL, "true value", NULL, 0, 0};
+  SG_TRY(sg_nc_put_cf(E->f, E->vp, &cp));
+  SG_TRY(sg_nc_put_cf(E->f, E->vt, &ct));
+  SG_TRY(sg_nc_put_att_text(E->f, SG_NC_GLOBAL, "variables", r->dopt.vars));
+  SG_TRY(sg_nc_put_global_cf(E->f, "sg-train test predictions",
+                             "sg-train --predict", NULL));
+  SG_TRY(sg_nc_enddef(E->f));
+fail:
+  return st;
+}
+
+/* This data rank's examples of evaluation batch b into ex (padded with the
+ * last test example) and x, y, mask; returns how many are real, *first the
+ * index of the first. Not collective. */
+static int64_t eval_fill(run_t *r, int64_t b, sg_example *ex, float *x,
+                         float *y, float *mask, int64_t *first) {
+  int64_t valid = 0;
+  *first = b * r->ebatch + r->cdp * r->lbatch;
+  for (int64_t j = 0; j < r->lbatch; ++j) {
+    const int64_t g = *first + j;
+    ex[j] = r->test[g < r->ntest ? g : r->ntest - 1];
+    valid += g < r->ntest;
+  }
+  sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, x, y, mask);
+  return valid;
+}
+
+/* Score the predictions of one batch (normalised; y, mask from eval_fill):
+ * relative L2 in physical units over the domain, the valid examples
+ * summed, predictions and targets written. Collective over the stage. */
+static sg_status eval_score(eval_state *E, int64_t first, int64_t valid,
+                            float *pred, float *y, const float *mask) {
+  sg_status st = SG_OK;
+  run_t *r = E->r;
+  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
+  const sg_dist_loss_ctx lc = {r->domain, r->data, r->ebatch};
+  to_physical(r, pred, mask);
+  to_physical(r, y, mask);
+  SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch, V * plane, pred, y, NULL,
+                            &lc, E->rel));
+  for (int64_t j = 0; j < valid; ++j) E->sum += E->rel[j];
+  E->cnt += (double)valid;
+  if (E->f) {
+    sg_nc_shard sh = {4,
+                      {r->ntest, V, r->ds.ny_g, r->ds.nx_g},
+                      {valid ? first : 0, 0, r->ds.y0, r->ds.x0},
+                      {valid, V, r->ds.ny, r->ds.nx},
+                      SG_DTYPE_F32};
+    SG_TRY(sg_nc_write(E->f, E->vp, &sh, pred));
+    SG_TRY(sg_nc_write(E->f, E->vt, &sh, y));
+  }
+fail:
+  return st;
+}
+
+/* Under pp (sg_pipe_forward_fn): micro-batch mb of a forward-only run is
+ * evaluation batch pass * m + mb; the first stage reads its inputs, the
+ * last scores the model's output. */
+static sg_status eval_pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
+                                 sg_var *in, sg_var **out) {
+  sg_status st = SG_OK;
+  eval_state *E = ctx;
+  run_t *r = E->r;
+  const int64_t plane = r->ds.ny * r->ds.nx, n = r->lbatch;
+  float *x = r->xb + mb * n * r->cin * plane,
+        *y = r->yb + mb * n * r->cout * plane,
+        *m = r->mb + mb * n * r->cout * plane;
+  int first, count;
+  sg_pipe_blocks(r->pipe, chunk, &first, &count);
+  const int last = first + count == sg_model_nblocks(r->model);
+  int64_t valid = 0, ex0 = 0;
+  if (!in || last)
+    valid = eval_fill(r, E->pass * r->micro + mb, E->ex, x, y, m, &ex0);
+  if (!in) {
+    const int64_t xs[4] = {n, r->cin, r->ds.ny, r->ds.nx};
+    SG_TRY(sg_var_init(&r->pps.vx[mb], "x", SG_DTYPE_F32, 4, xs, x, 0));
+    in = &r->pps.vx[mb];
+  }
+  SG_TRY(sg_model_forward_blocks(r->model, tape, first, count, in, out));
+  if (last) {
+    memcpy(E->pred, (*out)->value.data,
+           (size_t)(n * r->cout * plane) * sizeof *E->pred);
+    SG_TRY(eval_score(E, ex0, valid, E->pred, y, m));
+  }
+fail:
+  return st;
+}
+
+/* The evaluation batches through the pipeline: forward-only runs of m
+ * batches each, scored on the last stage. Collective. */
+static sg_status eval_pp(eval_state *E, int64_t nb) {
+  sg_status st = SG_OK;
+  run_t *r = E->r;
+  for (E->pass = 0; E->pass * r->micro < nb; ++E->pass) {
+    st = sg_pipe_forward(r->pipe, eval_pp_forward, E);
+    for (int64_t k = 0; k < r->micro; ++k) sg_var_release(&r->pps.vx[k]);
+    SG_TRY(st);
+  }
+fail:
+  return st;
+}
+
 /* Mean relative L2 over the test examples (one step ahead), in physical
  * units, every data rank taking its share; with `out` the predictions and
- * targets are written to a NetCDF file (example, channel, y, x). */
+ * targets are written to a NetCDF file (example, channel, y, x). Under pp
+ * the batches run forward through the stages and the last stage scores
+ * them (and writes the file); every rank gets the result. */
 static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
   sg_status st = SG_OK;
   const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
-  double sum = 0.0, cnt = 0.0;
-  double *rel = malloc((size_t)r->lbatch * sizeof *rel);
-  sg_example *ex = malloc((size_t)r->lbatch * sizeof *ex);
-  float *pred = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *pred);
-  sg_nc_t f = NULL;
-  int vp = -1, vt = -1;
-  if (!rel || !ex || !pred) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  if (out && *out) {
-    sg_nc_create_opts co = sg_nc_create_opts_default();
-    co.overwrite = 1;
-    co.atomic = 1; /* written as out.partial, renamed only when complete */
-    SG_TRY(sg_nc_create(MPI_COMM_WORLD, out, &co, &f));
-    int id;
-    SG_TRY(sg_nc_def_dim(f, "example", r->ntest, &id));
-    SG_TRY(sg_nc_def_dim(f, "channel", V, &id));
-    SG_TRY(sg_nc_def_dim(f, "y", r->ds.ny_g, &id));
-    SG_TRY(sg_nc_def_dim(f, "x", r->ds.nx_g, &id));
-    const char *dims[4] = {"example", "channel", "y", "x"};
-    SG_TRY(sg_nc_def_var(f, "prediction", SG_DTYPE_F32, 4, dims, NULL, &vp));
-    SG_TRY(sg_nc_def_var(f, "target", SG_DTYPE_F32, 4, dims, NULL, &vt));
-    sg_nc_cf cp = {NULL, "model prediction", NULL, 0, 0},
-             ct = {NULL, "true value", NULL, 0, 0};
-    SG_TRY(sg_nc_put_cf(f, vp, &cp));
-    SG_TRY(sg_nc_put_cf(f, vt, &ct));
-    SG_TRY(sg_nc_put_att_text(f, SG_NC_GLOBAL, "variables", r->dopt.vars));
-    SG_TRY(sg_nc_put_global_cf(f, "sg-train test predictions",
-                               "sg-train --predict", NULL));
-    SG_TRY(sg_nc_enddef(f));
-  }
+  eval_state E = {.r = r, .vp = -1, .vt = -1};
+  E.rel = malloc((size_t)r->lbatch * sizeof *E.rel);
+  E.ex = malloc((size_t)r->lbatch * sizeof *E.ex);
+  E.pred = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *E.pred);
+  const int scorer = !r->pipe ||
+                     sg_pipe_stage(r->pipe) == sg_pipe_nstages(r->pipe) - 1;
+  if (!E.rel || !E.ex || !E.pred)
+    st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
+  else if (out && *out && scorer) /* under pp the last stage writes */
+    st = eval_open(&E, r->pipe ? sg_mesh_comm(r->smesh) : MPI_COMM_WORLD, out);
+  SG_TRY(sg_agree(MPI_COMM_WORLD, st));
   const int64_t nb = (r->ntest + r->ebatch - 1) / r->ebatch;
-  const sg_dist_loss_ctx lc = {r->domain, r->data, r->ebatch};
-  for (int64_t b = 0; b < nb; ++b) {
-    int64_t valid = 0, first = b * r->ebatch + r->cdp * r->lbatch;
-    for (int64_t j = 0; j < r->lbatch; ++j) {
-      int64_t g = first + j;
-      ex[j] = r->test[g < r->ntest ? g : r->ntest - 1]; /* pad with the last */
-      valid += g < r->ntest;
-    }
-    sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, r->yb, r->mb);
-    SG_TRY(predict_batch(r, r->xb, pred));
-    to_physical(r, pred, r->mb);
-    to_physical(r, r->yb, r->mb);
-    SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch, V * plane, pred, r->yb,
-                              NULL, &lc, rel));
-    for (int64_t j = 0; j < valid; ++j) sum += rel[j];
-    cnt += (double)valid;
-    if (f) {
-      sg_nc_shard sh = {4,
-                        {r->ntest, V, r->ds.ny_g, r->ds.nx_g},
-                        {valid ? first : 0, 0, r->ds.y0, r->ds.x0},
-                        {valid, V, r->ds.ny, r->ds.nx},
-                        SG_DTYPE_F32};
-      SG_TRY(sg_nc_write(f, vp, &sh, pred));
-      SG_TRY(sg_nc_write(f, vt, &sh, r->yb));
-    }
+  if (r->pipe) SG_TRY(eval_pp(&E, nb));
+  for (int64_t b = 0; b < nb && !r->pipe; ++b) {
+    int64_t first;
+    const int64_t valid = eval_fill(r, b, E.ex, r->xb, r->yb, r->mb, &first);
+    SG_TRY(predict_batch(r, r->xb, E.pred));
+    SG_TRY(eval_score(&E, first, valid, E.pred, r->yb, r->mb));
   }
-  double sc[2] = {sum, cnt};
+  double sc[2] = {E.sum, E.cnt};
   if (r->data && sg_group_size(r->data) > 1)
     SG_TRY(sg_allreduce_det(r->data, sc, sc, 2, SG_DTYPE_F64, SG_REDUCE_SUM));
+  if (r->pipe) SG_TRY(sg_pipe_bcast_last(r->pipe, sc, 2));
   *rel_out = sc[1] > 0 ? sc[0] / sc[1] : 0.0;
-  if (f) SG_TRY(sg_nc_close(&f));
+  st = E.f ? sg_nc_close(&E.f) : SG_OK;
+  if (r->pipe) st = sg_agree(MPI_COMM_WORLD, st);
 fail:
-  if (f) sg_nc_discard(&f);
-  free(rel);
-  free(ex);
-  free(pred);
+  if (E.f) sg_nc_discard(&E.f);
+  free(E.rel);
+  free(E.ex);
+  free(E.pred);
   return st;
 }
 
@@ -1073,13 +1175,6 @@ static sg_status train(run_t *r) {
       pk[0], pk[1]);
   static const char *const pkk[] = {"peak_mem_mib", "peak_work_mib"};
   metrics_line(r, steps, 2, pkk, pk);
-  if (r->pipe) { /* the evaluation does not run through the pipeline yet */
-    if (r->rank == 0)
-      printf(
-          "trained %lld steps in %.1f s (%.1f s in collectives); pp: no test evaluation yet\n",
-          (long long)steps, sg_wtime() - t_start, t_coll);
-    goto fail;
-  }
   double rel = 0;
   SG_TRY(evaluate(r, sg_kv_str(kv, "predict"), &rel));
   if (r->rank == 0)

@@ -37,21 +37,11 @@ sg_status sg_train_pp_check(sg_kv_t kv, sg_mesh_t mesh) {
           (long long)sg_kv_int(kv, "microbatches"));
     return SG_OK;
   }
-  static const struct {
-    const char *key, *why;
-  } refused[] = {
-      {"predict",
-       "predict: the evaluation does not run through the pipeline yet"},
-  };
-  for (size_t i = 0; i < sizeof refused / sizeof *refused; ++i)
-    if (*sg_kv_str(kv, refused[i].key))
-      SG_RAISE(SG_ERR_NOT_SUPPORTED, "pp does not combine with %s",
-               refused[i].why);
-  if (sg_kv_int(kv, "eval_every") > 0 || sg_kv_int(kv, "rollout") > 0)
+  if (sg_kv_int(kv, "rollout") > 0)
     SG_RAISE(
         SG_ERR_NOT_SUPPORTED,
-        "pp does not combine with eval_every or rollout: the evaluation does not run "
-        "through the pipeline yet");
+        "pp does not combine with rollout yet: each prediction would have to go "
+        "back from the last stage to the first");
   if (sg_kv_int(kv, "grad_accum") != 1)
     SG_RAISE(
         SG_ERR_CONFIG,
