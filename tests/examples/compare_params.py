@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Compare the parameters (variables params.*) of two sg-train checkpoints.
 
-usage: compare_params.py REFERENCE OTHER RTOL [ATOL]
-Every params.* variable of REFERENCE must be in OTHER with the same shape
-and values within RTOL relative (ATOL absolute, default 1e-7); exits 1 and
-says where otherwise. NaN never matches. Needs Debian's python3-netcdf4
+usage: compare_params.py REFERENCE OTHER RTOL [ATOL] [--prefix P]
+Every params.* variable of REFERENCE (every variable whose name starts with
+P; "" for all) must be in OTHER with the same shape and values within RTOL
+relative (ATOL absolute, default 1e-7); exits 1 and says where otherwise.
+NaN never matches. Needs Debian's python3-netcdf4
 (tools/install-deps), hence /usr/bin/python3."""
 import sys
 
@@ -13,12 +14,18 @@ import numpy as np
 
 
 def main():
-    ref_path, other_path, rtol = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    atol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-7
+    args = sys.argv[1:]
+    prefix = "params."
+    if "--prefix" in args:
+        k = args.index("--prefix")
+        prefix = args[k + 1]
+        del args[k : k + 2]
+    ref_path, other_path, rtol = args[0], args[1], float(args[2])
+    atol = float(args[3]) if len(args) > 3 else 1e-7
     with netCDF4.Dataset(ref_path) as a, netCDF4.Dataset(other_path) as b:
-        names = [n for n in a.variables if n.startswith("params.")]
+        names = [n for n in a.variables if n.startswith(prefix)]
         if not names:
-            print(f"no params.* variables in {ref_path}")
+            print(f"no {prefix}* variables in {ref_path}")
             return 1
         worst = 0.0
         for n in names:
@@ -36,7 +43,7 @@ def main():
                 print(f"{n}{list(i)}: {y[i]!r} vs reference {x[i]!r} ({int((~ok).sum())} of {ok.size} differ)")
                 return 1
             worst = max(worst, float((err / np.maximum(np.abs(x), atol)).max()))
-    print(f"{other_path}: {len(names)} parameters match {ref_path} (worst relative {worst:.3g})")
+    print(f"{other_path}: {len(names)} variables ({prefix or 'any'}*) match {ref_path} (worst relative {worst:.3g})")
     return 0
 
 
