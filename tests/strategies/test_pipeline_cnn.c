@@ -7,7 +7,12 @@
  * one process running the whole batch (every rank runs that reference on
  * MPI_COMM_SELF), to relative 1e-5. Runs at 2-4 ranks: pp=2; pp=3 (pieces
  * 2, 2, 1); pp=2,h=2 (halos and GroupNorm statistics over the domain
- * inside a stage) and pp=2,dp=2. Verdict over all ranks. */
+ * inside a stage) and pp=2,dp=2. A forward-only run (sg_pipe_forward,
+ * the evaluation) before every step gives that step's loss on every rank;
+ * one that fails on a stage fails on every rank, and the next one works.
+ * The pipeline's checkpoint arrays (sg_pipe_model_ckpt_arrays) cover every
+ * array of the model, each element written by exactly one rank. Verdict
+ * over all ranks. */
 #include "sg_dist_loss.h"
 #include "sg_model_impl.h"
 #include "sg_pipeline.h"
@@ -32,6 +37,8 @@ typedef struct cmodel {
   sg_group_t domain, data; /* the loss's groups (sg_dist_loss.h) */
   int64_t step;
   sg_var x[MMAX], t[MMAX];
+  double eval_loss; /* a forward-only run's: the last stage's sum */
+  int fail_stage;   /* a forward-only run fails there (-1: nowhere) */
 } cmodel;
 
 static sg_model_config cnn_config(void) {
@@ -156,6 +163,71 @@ fail:
   return st;
 }
 
+/* The forward of an evaluation (sg_pipe_forward): the training forward,
+ * the last stage summing the micro-batches' losses; fails on fail_stage. */
+static sg_status cm_eval(sg_tape_t tape, void *ctx, int mb, int chunk,
+                         sg_var *in, sg_var **out) {
+  sg_status st = SG_OK;
+  cmodel *M = ctx;
+  if (sg_pipe_stage(M->pipe) == M->fail_stage && mb == M->m - 1)
+    SG_RAISE(SG_ERR_INTERNAL, "injected evaluation failure on stage %d",
+             M->fail_stage);
+  SG_TRY(cm_forward(tape, ctx, mb, chunk, in, out));
+  int first, count;
+  sg_pipe_blocks(M->pipe, chunk, &first, &count);
+  if (first + count == M->I->nblocks(M->impl))
+    M->eval_loss += sg_var_item(*out);
+fail:
+  return st;
+}
+
+/* A forward-only run: the loss of the step about to run, on every rank. */
+static sg_status cm_evaluate(cmodel *M, double *loss) {
+  sg_status st = SG_OK;
+  M->eval_loss = 0.0;
+  st = sg_pipe_forward(M->pipe, cm_eval, M);
+  cm_release_data(M);
+  SG_TRY(st);
+  SG_TRY(sg_pipe_bcast_last(M->pipe, &M->eval_loss, 1));
+  *loss = M->eval_loss;
+fail:
+  return st;
+}
+
+/* Every checkpoint array of the model is written by exactly one rank per
+ * element (the writers partition it), whatever stage holds it. */
+static void check_ckpt_arrays(cmodel *M, const char *spec) {
+  sg_ckpt_array *a = NULL;
+  int n = 0;
+  sg_status st = SG_OK;
+  sg_var **vars;
+  const int np = M->I->params(M->impl, &vars);
+  sg_param_info tab[PMAX];
+  for (int i = 0; i < np && st == SG_OK; ++i)
+    st = M->I->param_info(M->impl, i, &tab[i]);
+  if (st == SG_OK)
+    st = sg_pipe_ckpt_arrays(M->pipe, M->plan, np, tab, 1, &a, &n);
+  SG_CHECK(st == SG_OK && n == 3 * np, "%s: checkpoint arrays: %s (%d of %d)",
+           spec, sg_last_error(), n, 3 * np);
+  int64_t got[3 * PMAX], want[3 * PMAX];
+  for (int i = 0; i < n && i < 3 * PMAX; ++i) {
+    got[i] = sg_nc_shard_numel(&a[i].shard);
+    want[i] = 1;
+    for (int d = 0; d < a[i].shard.ndims; ++d)
+      want[i] *= a[i].shard.global_shape[d];
+  }
+  MPI_Allreduce(MPI_IN_PLACE, got, n, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  int bad = -1;
+  for (int i = 0; i < n && bad < 0; ++i)
+    if (got[i] != want[i]) bad = i;
+  SG_CHECK(bad < 0, "%s: checkpoint array %s: %lld elements written, not %lld",
+           spec, bad >= 0 ? a[bad].name : "",
+           bad >= 0 ? (long long)got[bad] : 0,
+           bad >= 0 ? (long long)want[bad] : 0);
+  sg_pipe_ckpt_arrays_free(&a);
+  SG_CHECK(a == NULL, "sg_pipe_ckpt_arrays_free resets the pointer");
+}
+
 typedef struct ref_run {
   double loss[STEPS];
   float *params; /* the model's flat buffer */
@@ -199,7 +271,7 @@ static void check_run(const char *spec, sg_pp_kind kind, int m,
   cmodel M;
   memset(&M, 0, sizeof M);
   M.m = m;
-  double loss, ldiff = 0.0, d = 0.0, mx = 0.0;
+  double loss, ldiff = 0.0, ediff = 0.0, d = 0.0, mx = 0.0;
   SG_CHECK_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   sg_pipe_config cfg = {.kind = kind,
                         .m = m,
@@ -209,10 +281,14 @@ static void check_run(const char *spec, sg_pp_kind kind, int m,
     M.mesh = sg_pipe_stage_mesh(M.pipe);
     st = cm_create(&M);
   }
+  M.fail_stage = -1;
   for (int t = 0; t < STEPS && st == SG_OK; ++t) {
-    double gn;
+    double gn, ev = 0.0;
     M.step = t;
-    st = sg_pipe_run(M.pipe, cm_forward, &M, &loss);
+    st = cm_evaluate(&M, &ev); /* the step's loss, forward only */
+    if (st == SG_OK)
+      ediff = fmax(ediff, fabs(ev - R->loss[t]) / fabs(R->loss[t]));
+    if (st == SG_OK) st = sg_pipe_run(M.pipe, cm_forward, &M, &loss);
     cm_release_data(&M);
     if (st == SG_OK) st = sg_pipe_reduce(M.pipe, &gn);
     if (st == SG_OK) st = sg_parallel_step(M.plan, t + 1, 1e-2, 1.0);
@@ -232,20 +308,34 @@ static void check_run(const char *spec, sg_pp_kind kind, int m,
       }
     }
   }
+  if (st == SG_OK && m == 2) { /* a failing evaluation, then a good one */
+    double ev;
+    for (int k = 0; k < 2; ++k) { /* the last stage, the first */
+      M.fail_stage = k ? 0 : sg_pipe_nstages(M.pipe) - 1;
+      sg_status s2 = cm_evaluate(&M, &ev);
+      SG_CHECK(s2 != SG_OK && strstr(sg_last_error(), "injected evaluation"),
+               "%s: an evaluation failing on stage %d fails on every rank (%s)",
+               spec, M.fail_stage, sg_last_error());
+    }
+    M.fail_stage = -1;
+    SG_CHECK_OK(cm_evaluate(&M, &ev));
+    check_ckpt_arrays(&M, spec);
+  }
   const double pdiff = mx > 0 ? d / mx : d;
   sg_pipe_stats ps = {0};
   sg_pipe_get_stats(M.pipe, &ps);
   SG_CHECK(
-      st == SG_OK && ldiff <= TOL && pdiff <= TOL &&
+      st == SG_OK && ldiff <= TOL && ediff <= TOL && pdiff <= TOL &&
           ps.peak_inflight == ps.peak_formula,
-      "%s %s m=%d stage %d: loss diff %.2e, param diff %.2e, peak in flight %d (formula %d)",
-      spec, sg_pp_kind_name(kind), m, sg_pipe_stage(M.pipe), ldiff, pdiff,
-      ps.peak_inflight, ps.peak_formula);
-  double all[2] = {ldiff, pdiff};
-  MPI_Allreduce(MPI_IN_PLACE, all, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      "%s %s m=%d stage %d: loss diff %.2e, evaluation %.2e, param diff %.2e, peak in flight %d (formula %d)",
+      spec, sg_pp_kind_name(kind), m, sg_pipe_stage(M.pipe), ldiff, ediff,
+      pdiff, ps.peak_inflight, ps.peak_formula);
+  double all[3] = {ldiff, ediff, pdiff};
+  MPI_Allreduce(MPI_IN_PLACE, all, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (sg_test_rank == 0)
-    printf("cnn %-10s %-6s m=%d: max rel diff loss %.1e params %.1e\n", spec,
-           sg_pp_kind_name(kind), m, all[0], all[1]);
+    printf(
+        "cnn %-10s %-6s m=%d: max rel diff loss %.1e evaluation %.1e params %.1e\n",
+        spec, sg_pp_kind_name(kind), m, all[0], all[1], all[2]);
   fflush(stdout);
   cm_destroy(&M);
   sg_pipe_destroy(&M.pipe);
