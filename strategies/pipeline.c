@@ -803,9 +803,10 @@ fail:
   return st;
 }
 
-sg_status sg_pipe_bcast_last(sg_pipe_t pp, double *vals, int n) {
-  if (!pp || (n > 0 && !vals))
+sg_status sg_pipe_bcast_last(sg_pipe_t pp, void *buf, int64_t n,
+                             sg_dtype dtype) {
+  if (!pp || (n > 0 && !buf))
     return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                         "sg_pipe_bcast_last: NULL argument");
-  return n > 0 ? sg_bcast(pp->ppg, vals, n, SG_DTYPE_F64, pp->p - 1) : SG_OK;
+  return n > 0 ? sg_bcast(pp->ppg, buf, n, dtype, pp->p - 1) : SG_OK;
 }

@@ -314,10 +314,12 @@ void sg_pipe_get_stats(sg_pipe_t pipe, sg_pipe_stats *stats);
  * deadlock. Failures as for sg_pipe_run: the failing rank's error on every
  * rank. Collective over the mesh. */
 sg_status sg_pipe_forward(sg_pipe_t pipe, sg_pipe_forward_fn fn, void *ctx);
-/* n doubles from the last stage (where a forward-only run's metrics are
- * computed) to every stage: a broadcast over pp. Collective over the
- * mesh. */
-sg_status sg_pipe_bcast_last(sg_pipe_t pipe, double *vals, int n);
+/* n elements of dtype from the last stage (where a forward-only run's
+ * metrics and predictions are) to every stage, into buf: a broadcast over
+ * pp, between the ranks with this rank's stage-mesh coordinates.
+ * Collective over the mesh. */
+sg_status sg_pipe_bcast_last(sg_pipe_t pipe, void *buf, int64_t n,
+                             sg_dtype dtype);
 
 /* The whole mesh the runtime was created on (pp and the stage dims; not
  * owned). Not collective. */

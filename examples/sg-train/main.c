@@ -383,7 +383,7 @@ static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
   double sc[2] = {E.sum, E.cnt};
   if (r->data && sg_group_size(r->data) > 1)
     SG_TRY(sg_allreduce_det(r->data, sc, sc, 2, SG_DTYPE_F64, SG_REDUCE_SUM));
-  if (r->pipe) SG_TRY(sg_pipe_bcast_last(r->pipe, sc, 2));
+  if (r->pipe) SG_TRY(sg_pipe_bcast_last(r->pipe, sc, 2, SG_DTYPE_F64));
   *rel_out = sc[1] > 0 ? sc[0] / sc[1] : 0.0;
   st = E.f ? sg_nc_close(&E.f) : SG_OK;
   if (r->pipe) st = sg_agree(MPI_COMM_WORLD, st);
@@ -395,22 +395,138 @@ fail:
   return st;
 }
 
+/* A rollout in progress: per micro-batch (several under pp) its window of
+ * input frames and its latest prediction; the sums per frame. */
+typedef struct roll_state {
+  run_t *r;
+  int64_t steps, k, pass; /* frames; the one predicted now; under pp the run */
+  double *acc, cnt, *rel;
+  float *x, *pred;            /* windows, predictions: nmb of each */
+  float *phys, *truth, *mask; /* one batch */
+  sg_example ex[64];
+} roll_state;
+
+/* This data rank's test series of rollout batch b (padded with the last),
+ * their inputs starting at frame k; returns how many are real. */
+static int64_t roll_examples(run_t *r, int64_t b, int64_t k, sg_example *ex) {
+  const int64_t nser = r->dopt.test_samples, s0 = r->ds.nseries - nser;
+  int64_t valid = 0;
+  for (int64_t j = 0; j < r->lbatch; ++j) {
+    const int64_t g = b * r->ebatch + r->cdp * r->lbatch + j;
+    ex[j].series = s0 + (g < nser ? g : nser - 1);
+    ex[j].t0 = k;
+    valid += g < nser;
+  }
+  return valid;
+}
+
+/* The first window of batch b into x (frames 0 .. history - 1). */
+static void roll_start(roll_state *R, int64_t b, float *x) {
+  run_t *r = R->r;
+  roll_examples(r, b, 0, R->ex);
+  sg_dataset_fill(&r->ds, &r->dopt, R->ex, r->lbatch, x, R->truth, R->mask);
+}
+
+/* Score batch b's prediction of frame history + k: acc[k] += the relative
+ * L2 (physical units) of its real series. Collective over the stage. */
+static sg_status roll_score(roll_state *R, int64_t b, const float *pred) {
+  sg_status st = SG_OK;
+  run_t *r = R->r;
+  const int64_t n = r->lbatch * r->ds.nvars * r->ds.ny * r->ds.nx;
+  const sg_dist_loss_ctx lc = {r->domain, r->data, r->ebatch};
+  const int64_t valid = roll_examples(r, b, R->k, R->ex);
+  sg_dataset_fill(&r->ds, &r->dopt, R->ex, r->lbatch, r->xb, R->truth, R->mask);
+  memcpy(R->phys, pred, (size_t)n * sizeof *R->phys);
+  to_physical(r, R->phys, R->mask);
+  to_physical(r, R->truth, R->mask);
+  SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch, n / r->lbatch, R->phys,
+                            R->truth, NULL, &lc, R->rel));
+  for (int64_t j = 0; j < valid; ++j) R->acc[R->k] += R->rel[j];
+  if (R->k == 0) R->cnt += (double)valid;
+fail:
+  return st;
+}
+
+/* Shift the window and append the (normalised) prediction. */
+static void roll_shift(run_t *r, float *x, const float *pred) {
+  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history;
+  for (int64_t j = 0; j < r->lbatch; ++j) {
+    float *xj = x + j * H * F;
+    memmove(xj, xj + F, (size_t)((H - 1) * F) * sizeof *xj);
+    memcpy(xj + (H - 1) * F, pred + j * F, (size_t)F * sizeof *xj);
+  }
+}
+
+/* Under pp (sg_pipe_forward_fn): micro-batch mb is rollout batch
+ * pass * m + mb; the first stage feeds its window, the last stage keeps
+ * and scores the prediction. */
+static sg_status roll_pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
+                                 sg_var *in, sg_var **out) {
+  sg_status st = SG_OK;
+  roll_state *R = ctx;
+  run_t *r = R->r;
+  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, n = r->lbatch;
+  int first, count;
+  sg_pipe_blocks(r->pipe, chunk, &first, &count);
+  if (!in) {
+    const int64_t xs[4] = {n, r->cin, r->ds.ny, r->ds.nx};
+    SG_TRY(sg_var_init(&r->pps.vx[mb], "x", SG_DTYPE_F32, 4, xs,
+                       R->x + mb * n * r->cin * r->ds.ny * r->ds.nx, 0));
+    in = &r->pps.vx[mb];
+  }
+  SG_TRY(sg_model_forward_blocks(r->model, tape, first, count, in, out));
+  if (first + count == sg_model_nblocks(r->model)) {
+    float *pred = R->pred + mb * n * F;
+    memcpy(pred, (*out)->value.data, (size_t)(n * F) * sizeof *pred);
+    SG_TRY(roll_score(R, R->pass * r->micro + mb, pred));
+  }
+fail:
+  return st;
+}
+
+/* The rollout batches through the pipeline, m at a time: one forward-only
+ * run per frame, the predictions sent from the last stage to the others
+ * (the first feeds them back). Collective. */
+static sg_status roll_pp(roll_state *R, int64_t nb) {
+  sg_status st = SG_OK;
+  run_t *r = R->r;
+  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, n = r->lbatch;
+  for (R->pass = 0; R->pass * r->micro < nb; ++R->pass) {
+    for (int64_t mb = 0; mb < r->micro; ++mb)
+      roll_start(R, R->pass * r->micro + mb,
+                 R->x + mb * n * r->cin * r->ds.ny * r->ds.nx);
+    for (R->k = 0; R->k < R->steps; ++R->k) {
+      st = sg_pipe_forward(r->pipe, roll_pp_forward, R);
+      for (int64_t k = 0; k < r->micro; ++k) sg_var_release(&r->pps.vx[k]);
+      SG_TRY(st);
+      SG_TRY(
+          sg_pipe_bcast_last(r->pipe, R->pred, r->micro * n * F, SG_DTYPE_F32));
+      for (int64_t mb = 0; mb < r->micro; ++mb)
+        roll_shift(r, R->x + mb * n * r->cin * r->ds.ny * r->ds.nx,
+                   R->pred + mb * n * F);
+    }
+  }
+fail:
+  return st;
+}
+
 /* Autoregressive rollout on the test series (sample datasets): from the
  * first `history` frames, predict the next frame, feed it back, `steps`
- * times; rel[k] is the mean relative L2 of frame history + k. */
+ * times; rel[k] is the mean relative L2 of frame history + k. Under pp the
+ * frames run forward through the stages, the last stage scores them. */
 static sg_status rollout(run_t *r, int64_t steps, double *rel_out) {
   sg_status st = SG_OK;
-  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx,
-                H = r->dopt.history, T = r->ds.nframes;
-  const int64_t nser = r->dopt.test_samples, s0 = r->ds.nseries - nser;
-  double *rel = malloc((size_t)r->lbatch * sizeof *rel),
-         *acc = calloc((size_t)steps, sizeof *acc);
-  float *x = malloc((size_t)(r->lbatch * H * V * plane + 1) * sizeof *x);
-  float *pred = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *pred);
-  float *phys = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *phys);
-  float *truth = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *truth);
-  float *mask = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *mask);
-  if (!rel || !acc || !x || !pred || !phys || !truth || !mask)
+  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history,
+                T = r->ds.nframes, nmb = r->pipe ? r->micro : 1;
+  roll_state R = {.r = r, .steps = steps};
+  R.rel = malloc((size_t)r->lbatch * sizeof *R.rel);
+  R.acc = calloc((size_t)steps + 1, sizeof *R.acc);
+  R.x = malloc((size_t)(nmb * r->lbatch * H * F + 1) * sizeof *R.x);
+  R.pred = malloc((size_t)(nmb * r->lbatch * F + 1) * sizeof *R.pred);
+  R.phys = malloc((size_t)(r->lbatch * F + 1) * sizeof *R.phys);
+  R.truth = malloc((size_t)(r->lbatch * F + 1) * sizeof *R.truth);
+  R.mask = malloc((size_t)(r->lbatch * F + 1) * sizeof *R.mask);
+  if (!R.rel || !R.acc || !R.x || !R.pred || !R.phys || !R.truth || !R.mask)
     SG_RAISE(SG_ERR_ALLOC, "out of memory");
   if (r->ds.climate)
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
@@ -420,59 +536,35 @@ static sg_status rollout(run_t *r, int64_t steps, double *rel_out) {
         SG_ERR_CONFIG,
         "rollout of %lld frames after %lld history frames exceeds the %lld frames",
         (long long)steps, (long long)H, (long long)T);
-  const int64_t nb = (nser + r->ebatch - 1) / r->ebatch;
-  const sg_dist_loss_ctx lc = {r->domain, r->data, r->ebatch};
-  double cnt = 0.0;
-  for (int64_t b = 0; b < nb; ++b) {
-    int64_t valid = 0;
-    sg_example ex[64];
-    if (r->lbatch > 64)
-      SG_RAISE(SG_ERR_NOT_SUPPORTED,
-               "rollout supports a local batch of at most 64");
-    for (int64_t j = 0; j < r->lbatch; ++j) {
-      int64_t g = b * r->ebatch + r->cdp * r->lbatch + j;
-      ex[j].series = s0 + (g < nser ? g : nser - 1);
-      ex[j].t0 = 0;
-      valid += g < nser;
+  if (r->lbatch > 64)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "rollout supports a local batch of at most 64");
+  const int64_t nb = (r->dopt.test_samples + r->ebatch - 1) / r->ebatch;
+  if (r->pipe) SG_TRY(roll_pp(&R, nb));
+  for (int64_t b = 0; b < nb && !r->pipe; ++b) {
+    roll_start(&R, b, R.x);
+    for (R.k = 0; R.k < steps; ++R.k) {
+      SG_TRY(predict_batch(r, R.x, R.pred));
+      SG_TRY(roll_score(&R, b, R.pred));
+      roll_shift(r, R.x, R.pred);
     }
-    sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, x, truth, mask);
-    for (int64_t k = 0; k < steps; ++k) {
-      SG_TRY(predict_batch(r, x, pred));
-      for (int64_t j = 0; j < r->lbatch; ++j) { /* truth: frame H + k */
-        ex[j].t0 = k;
-      }
-      sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, truth, mask);
-      memcpy(phys, pred, (size_t)(r->lbatch * V * plane) * sizeof *phys);
-      to_physical(r, phys, mask);
-      to_physical(r, truth, mask);
-      SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch, V * plane, phys, truth,
-                                NULL, &lc, rel));
-      for (int64_t j = 0; j < valid; ++j) acc[k] += rel[j];
-      /* shift the window and append the (normalised) prediction */
-      for (int64_t j = 0; j < r->lbatch; ++j) {
-        float *xj = x + j * H * V * plane;
-        memmove(xj, xj + V * plane, (size_t)((H - 1) * V * plane) * sizeof *xj);
-        memcpy(xj + (H - 1) * V * plane, pred + j * V * plane,
-               (size_t)(V * plane) * sizeof *xj);
-      }
-    }
-    cnt += (double)valid;
   }
-  if (r->data && sg_group_size(r->data) > 1) {
-    SG_TRY(sg_allreduce_det(r->data, acc, acc, steps, SG_DTYPE_F64,
+  R.acc[steps] = R.cnt;
+  if (r->data && sg_group_size(r->data) > 1)
+    SG_TRY(sg_allreduce_det(r->data, R.acc, R.acc, steps + 1, SG_DTYPE_F64,
                             SG_REDUCE_SUM));
-    SG_TRY(
-        sg_allreduce_det(r->data, &cnt, &cnt, 1, SG_DTYPE_F64, SG_REDUCE_SUM));
-  }
-  for (int64_t k = 0; k < steps; ++k) rel_out[k] = cnt > 0 ? acc[k] / cnt : 0.0;
+  if (r->pipe)
+    SG_TRY(sg_pipe_bcast_last(r->pipe, R.acc, steps + 1, SG_DTYPE_F64));
+  for (int64_t k = 0; k < steps; ++k)
+    rel_out[k] = R.acc[steps] > 0 ? R.acc[k] / R.acc[steps] : 0.0;
 fail:
-  free(rel);
-  free(acc);
-  free(x);
-  free(pred);
-  free(phys);
-  free(truth);
-  free(mask);
+  free(R.rel);
+  free(R.acc);
+  free(R.x);
+  free(R.pred);
+  free(R.phys);
+  free(R.truth);
+  free(R.mask);
   return st;
 }
 

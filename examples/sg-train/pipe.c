@@ -37,11 +37,6 @@ sg_status sg_train_pp_check(sg_kv_t kv, sg_mesh_t mesh) {
           (long long)sg_kv_int(kv, "microbatches"));
     return SG_OK;
   }
-  if (sg_kv_int(kv, "rollout") > 0)
-    SG_RAISE(
-        SG_ERR_NOT_SUPPORTED,
-        "pp does not combine with rollout yet: each prediction would have to go "
-        "back from the last stage to the first");
   if (sg_kv_int(kv, "grad_accum") != 1)
     SG_RAISE(
         SG_ERR_CONFIG,

@@ -2,8 +2,9 @@
 """Compare the loss trajectories of two sg-train metrics files (JSON lines).
 
 usage: compare_losses.py REFERENCE OTHER RTOL [--eval | --key NAME]
-Every training step of REFERENCE must appear in OTHER with a loss within
-RTOL relative; exits 1 (and says where) otherwise."""
+Every training step of REFERENCE must appear in OTHER with a loss (the
+key's value; a list, e.g. rollout_rel_l2, element by element) within RTOL
+relative; exits 1 (and says where) otherwise."""
 import json
 import sys
 
@@ -33,7 +34,13 @@ def main():
             print(f"step {step} missing in {other_path}")
             return 1
         b = other[step]
-        rel = abs(a - b) / max(abs(a), 1e-30)
+        if isinstance(a, list):  # e.g. rollout_rel_l2: one value per frame
+            if not isinstance(b, list) or len(a) != len(b):
+                print(f"step {step}: {key} {b!r} vs reference {a!r}")
+                return 1
+            rel = max((abs(x - y) / max(abs(x), 1e-30) for x, y in zip(a, b)), default=0.0)
+        else:
+            rel = abs(a - b) / max(abs(a), 1e-30)
         worst = max(worst, rel)
         if not rel <= rtol:
             print(f"step {step}: {key} {b!r} vs reference {a!r} (relative {rel:.3g} > {rtol:g})")

@@ -4,16 +4,16 @@
 #  - a pp=2 run writes one checkpoint per step in the usual format: its
 #    parameters and moments equal the one-process checkpoint's, the same
 #    variables; its losses, evaluations (eval_every and the final test
-#    evaluation, run forward through the stages) and predictions (predict)
-#    equal the one-process run's;
+#    evaluation, run forward through the stages), predictions (predict)
+#    and 3-frame rollout equal the one-process run's;
 #  - checkpoints load on any mesh: pp=2's on 1 rank and on h=2 (which
 #    writes again), the 1-rank one on pp=2 and under interleaved (pp=2 x 2
 #    chunks: a stage's pieces are not contiguous in the table), h=2's on
 #    pp=3 and on pp=2,fsdp=2 (zero 1: moments sharded inside a stage), the
-#    interleaved run's on 1 rank; every continued run's losses and
-#    evaluations equal the uninterrupted one-process run's (relative 1e-5),
-#    and what the interleaved and the zero-1 pipelines write at the end
-#    equals the one-process checkpoint.
+#    interleaved run's on 1 rank; every continued run's losses,
+#    evaluations and rollout equal the uninterrupted one-process run's
+#    (relative 1e-5), and what the interleaved and the zero-1 pipelines
+#    write at the end equals the one-process checkpoint.
 #   pipeline_ckpt_eval.sh BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 bin=$1 mpiexec=$2 work=$3 src=$4
@@ -35,6 +35,7 @@ run() { # NAME RANKS MESH [extra args]: sg-train, metrics in NAME.jsonl
 same() { # NAME: its losses and evaluations equal the one-process run's
   $cmp "$1.jsonl" ref.jsonl 1e-5
   $cmp "$1.jsonl" ref.jsonl 1e-5 --eval
+  $cmp "$1.jsonl" ref.jsonl 1e-5 --key rollout_rel_l2
 }
 resume() { # NAME RANKS MESH CHECKPOINT [extra]: continue from CHECKPOINT
   name=$1 n=$2 spec=$3 ck=$4
@@ -50,12 +51,13 @@ check() { # MODEL [model args]: the whole matrix for one model
   mkdir -p "$model"
   cd "$model"
   common="--model $model --data ../ns.nc --steps 12 --batch 8 --history 2 --test-samples 2
-          --deterministic --log-every 1000 --log-level info --eval-every 4 $*"
+          --deterministic --log-every 1000 --log-level info --eval-every 4 --rollout 3 $*"
   rm -rf ck_ref ck_pp2
   run ref 1 h=1 --ckpt-dir ck_ref --ckpt-every 6 --predict ref.nc
   run pp2 2 pp=2 --microbatches 2 --ckpt-dir ck_pp2 --ckpt-every 6 --predict pp2.nc
   $cmp ref.jsonl pp2.jsonl 1e-5 # every step and evaluation of ref
   $cmp ref.jsonl pp2.jsonl 1e-5 --eval
+  $cmp ref.jsonl pp2.jsonl 1e-5 --key rollout_rel_l2
   [ "$(ls ck_pp2)" = "$(printf 'step_000006.nc\nstep_000012.nc')" ] ||
     { ls ck_pp2; echo "FAILED: pp=2 writes one checkpoint per step"; exit 1; }
   for s in 000006 000012; do

@@ -188,7 +188,7 @@ static sg_status cm_evaluate(cmodel *M, double *loss) {
   st = sg_pipe_forward(M->pipe, cm_eval, M);
   cm_release_data(M);
   SG_TRY(st);
-  SG_TRY(sg_pipe_bcast_last(M->pipe, &M->eval_loss, 1));
+  SG_TRY(sg_pipe_bcast_last(M->pipe, &M->eval_loss, 1, SG_DTYPE_F64));
   *loss = M->eval_loss;
 fail:
   return st;
