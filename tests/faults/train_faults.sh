@@ -23,6 +23,9 @@
 #                       the checkpoint gives the uninterrupted run's losses
 #   sigterm_one_rank    SIGTERM to rank 2 of 3 only: every rank stops (each
 #                       rank's own exit status checked)
+#   sigterm_pp          sigterm_launcher on a pipeline (the CNN on pp=2):
+#                       the stop writes the pipeline's one checkpoint, which
+#                       resumes with the uninterrupted run's losses
 #   ckpt_enospc         a full disk during the checkpoint of step 4 (SHIM,
 #                       an LD_PRELOAD library): while writing the header, and
 #                       after 8 KiB (the data); every rank fails naming the
@@ -190,8 +193,9 @@ stop_rank_in_ckpt)
   ls ck
   resume_check ck/step_000002.nc 2 h=2
   ;;
-sigterm_launcher | sigint_launcher | sigterm_one_rank)
+sigterm_launcher | sigint_launcher | sigterm_one_rank | sigterm_pp)
   np=2 mesh=h=2 target=launcher sig=TERM code=143 name=SIGTERM
+  [ "$case_" = sigterm_pp ] && mesh=pp=2 cfg="$cfg --model cnn --blocks 2 --groups 2"
   [ "$case_" = sigint_launcher ] && sig=INT code=130 name=SIGINT
   # to one rank: every rank's own status, without hydra's clean-up
   [ "$case_" = sigterm_one_rank ] && np=3 mesh=h=3 target=2 MPIOPTS=-disable-auto-cleanup
