@@ -3,11 +3,15 @@
 #define SG_TRAIN_H
 
 #include <stdint.h>
+#include <stdio.h>
 
+#include "sg_autograd.h"
+#include "sg_comm.h"
 #include "sg_dist_loss.h"
 #include "sg_kv.h"
 #include "sg_mesh.h"
 #include "sg_model.h"
+#include "sg_parallel.h"
 #include "sg_pipeline.h"
 #include "sg_status.h"
 
@@ -111,5 +115,47 @@ typedef struct sg_train_pp_step {
 /* Forwards and backwards of the step (sg_pipe_run); *loss the step's loss
  * on every rank. Collective. */
 sg_status sg_train_pp_run(sg_train_pp_step *s, double *loss);
+
+/* The driver's state (main.c; the evaluation in eval.c). */
+typedef struct run {
+  sg_kv_t kv;
+  sg_mesh_t mesh;
+  sg_mesh_t
+      smesh; /* the model's mesh: the stage mesh under pp (owned), else mesh */
+  sg_pipe_t pipe; /* pipeline runtime (a pp dim), else NULL */
+  sg_train_pp_step pps;
+  int rank, size;
+  int ndp, cdp;
+  sg_group_t domain, data;
+  sg_data_opts dopt;
+  sg_dataset ds;
+  sg_example *train, *test;
+  int64_t ntrain, ntest;
+  int64_t gbatch, lbatch,
+      ebatch; /* global per step; the model's (a micro-batch); per evaluation batch */
+  char mesh_spec[128];
+  sg_model_t model;
+  int64_t nparam;
+  sg_tape_t tape;
+  sg_parallel_config pcfg;
+  sg_parallel_t plan; /* the parallelism: buffers, reductions, optimizer */
+  int64_t micro;      /* micro-batches per step (grad_accum) */
+  int deterministic;
+  FILE *metrics;
+  int64_t cin, cout;
+  float *xb, *yb, *mb;
+  sg_loss_kind loss_kind;
+  int stop; /* the signal that stopped the run (SIGTERM, SIGINT), 0: none */
+} run_t;
+
+/* Evaluation (eval.c). The mean relative L2 over the test examples, one
+ * step ahead, in physical units (every data rank its share; under pp
+ * forward through the stages, scored on the last); with out the
+ * predictions and targets are written there (NetCDF). Collective. */
+sg_status sg_train_evaluate(run_t *r, const char *out, double *rel_out);
+/* Autoregressive rollout of `steps` frames on the test series (sample
+ * datasets): rel_out[k] the mean relative L2 of frame history + k.
+ * Collective. */
+sg_status sg_train_rollout(run_t *r, int64_t steps, double *rel_out);
 
 #endif /* SG_TRAIN_H */
