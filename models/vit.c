@@ -23,8 +23,15 @@
 
 enum { VIT_MAX_DEPTH = 24, VIT_MLP_RATIO = 4, VIT_PER_BLOCK = 12 };
 
+struct vit;
+typedef struct vit_block_ctx { /* a block as a checkpointed block */
+  struct vit *m;
+  int b;
+} vit_block_ctx;
+
 typedef struct vit {
   sg_cn_base b; /* first: the shared part of the model table */
+  vit_block_ctx bctx[VIT_MAX_DEPTH];
   sg_model_config cfg;
   int64_t hp, wp;               /* global patch grid */
   int64_t hp0, nhp, wp0, nwp;   /* this rank's patches (the tokens) */
@@ -47,6 +54,9 @@ static sg_status vit_check(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
   const int64_t p = c->patch;
   if (c->cin < 1 || c->cout < 1 || c->width < 1 || batch < 1)
     SG_RAISE(SG_ERR_CONFIG, "vit: cin, cout, width and batch must be >= 1");
+  if (c->act_ckpt_every < 0)
+    SG_RAISE(SG_ERR_CONFIG, "vit: act_ckpt_every must be >= 0 (got %d)",
+             c->act_ckpt_every);
   if (c->depth < 0 || c->depth > VIT_MAX_DEPTH)
     SG_RAISE(SG_ERR_CONFIG, "vit: depth must be in 0..%d (got %lld)",
              VIT_MAX_DEPTH, (long long)c->depth);
@@ -180,20 +190,34 @@ fail:
   return st;
 }
 
-/* Pre-LN block b: h + mhsa(ln1(h)), then h + fc2(gelu(fc1(ln2(h)))). */
-static sg_status vit_block(vit *m, sg_tape_t t, int b, sg_var **h) {
+/* Pre-LN block: h + mhsa(ln1(h)), then h + fc2(gelu(fc1(ln2(h)))). */
+static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
+                           sg_var **out) {
   sg_status st = SG_OK;
-  sg_var *q = &m->b.p.vars[m->block0 + VIT_PER_BLOCK * b], *r = NULL;
-  SG_TRY(sg_ag_layernorm(t, 1e-5, *h, &q[0], &q[1], &r));
+  const vit_block_ctx *bc = ctx;
+  vit *m = bc->m;
+  sg_var *q = &m->b.p.vars[m->block0 + VIT_PER_BLOCK * bc->b], *r = NULL,
+         *h = in[0];
+  SG_TRY(sg_ag_layernorm(t, 1e-5, h, &q[0], &q[1], &r));
   SG_TRY(sg_ag_mhsa(t, m->cfg.heads, r, &q[2], &q[3], &q[4], &q[5], &r));
-  SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, *h, r, h));
-  SG_TRY(sg_ag_layernorm(t, 1e-5, *h, &q[6], &q[7], &r));
+  SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &h));
+  SG_TRY(sg_ag_layernorm(t, 1e-5, h, &q[6], &q[7], &r));
   SG_TRY(sg_ag_linear(t, r, &q[8], &q[9], &r));
   SG_TRY(sg_ag_act(t, SG_ACT_GELU, r, &r));
   SG_TRY(sg_ag_linear(t, r, &q[10], &q[11], &r));
-  SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, *h, r, h));
+  SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &out[0]));
 fail:
   return st;
+}
+
+/* Block b on the tape, checkpointed if the config says so. */
+static sg_status vit_run_block(vit *m, sg_tape_t t, int b, sg_var **h) {
+  vit_block_ctx *bc = &m->bctx[b];
+  bc->m = m, bc->b = b;
+  const int ck = m->cfg.act_ckpt_every > 0 &&
+                 (b + 1) % m->cfg.act_ckpt_every == 0;
+  return ck ? sg_ag_checkpoint(t, vit_block, bc, 1, h, 1, h)
+            : vit_block(t, bc, h, h);
 }
 
 static sg_status vit_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) {
@@ -208,7 +232,8 @@ static sg_status vit_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) {
   SG_TRY(sg_cn_domain_input(&m->b.dom, t, x, &h));
   SG_TRY(sg_ag_conv(t, h, &P[m->embed], &P[m->embed + 1], pw, &h));
   SG_TRY(sg_ag_add_field(t, h, &P[m->pos], &h));
-  for (int b = 0; b < (int)m->cfg.depth; ++b) SG_TRY(vit_block(m, t, b, &h));
+  for (int b = 0; b < (int)m->cfg.depth; ++b)
+    SG_TRY(vit_run_block(m, t, b, &h));
   SG_TRY(sg_ag_layernorm(t, 1e-5, h, &P[m->head], &P[m->head + 1], &h));
   SG_TRY(sg_ag_convt(t, h, &P[m->head + 2], &P[m->head + 3], y));
 fail:

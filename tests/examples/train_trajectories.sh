@@ -15,7 +15,7 @@
 # attention over the domain ranks) for 10 steps on h=2, dp=2,h=2, h=2,w=2
 # and h=3 (8 patch rows over 3 ranks: uneven token blocks), then a h=2
 # checkpoint (the position field Shard over h) resumed on 1 rank and on
-# h=3.
+# h=3, and with activation checkpointing on h=2.
 #   train_trajectories.sh ns|navy|resume|cnn|unet|vit BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 task=$1 bin=$2 mpiexec=$3 work=$4 src=$5
@@ -110,4 +110,8 @@ if [ "$task" = vit ]; then
   "$mpiexec" -n 3 "$bin/sg-train" $common --mesh h=3 --resume ckv/step_000005.nc --metrics res3.jsonl
   $cmp res3.jsonl full.jsonl 1e-5
   echo "vit resume matches"
+  # activation checkpointing of the blocks (the ring runs again in backward)
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 2 "$bin/sg-train" $common --mesh h=2 --activation-checkpointing blocks --metrics ck.jsonl
+  $cmp ref.jsonl ck.jsonl 1e-5
 fi
