@@ -30,6 +30,9 @@
 
 enum { RING_TAG_KV = 0x7a11, RING_TAG_DKV = 0x7a12 };
 
+/* Bytes this rank received in the rings (sg_ag_attention_ring_bytes). */
+static _Atomic long long ring_rx[3];
+
 static int64_t tokens_of(const sg_tensor *t) {
   int64_t n = 1;
   for (int i = 2; i < t->ndim; ++i) n *= t->shape[i];
@@ -141,8 +144,10 @@ static sg_attn_desc desc_of(const attn_geo *g, int64_t nk) {
 /* Post the receive of `rn` elements from the left into rbuf and the send of
  * `sn` elements of sbuf to the right (tag). */
 static sg_status ring_post(const attn_geo *g, int tag, void *rbuf, int64_t rn,
-                           const void *sbuf, int64_t sn, MPI_Request *req) {
+                           const void *sbuf, int64_t sn, MPI_Request *req,
+                           int what) {
   sg_status st = SG_OK;
+  ring_rx[what] += (long long)((size_t)rn * g->es);
   const int left = (g->r - 1 + g->P) % g->P, right = (g->r + 1) % g->P;
   SG_MPI(
       MPI_Irecv(rbuf, (int)rn, mpi_type(g->dt), left, tag, g->comm, &req[0]));
@@ -189,7 +194,7 @@ static sg_status ring_forward(const attn_geo *g, const void *qt, void *kvt,
     const int last = s == g->P - 1;
     if (!last)
       SG_TRY(ring_post(g, RING_TAG_KV, buf[s % 2], 2 * blk(g, g->r - s - 1),
-                       cur, 2 * nb, req));
+                       cur, 2 * nb, req, SG_RING_FWD_KV));
     sg_attn_desc d = desc_of(g, blk_tok(g, g->r - s));
     const void *k = cur, *v = (const char *)cur + (size_t)nb * g->es;
     if (rows == 0) {
@@ -286,12 +291,15 @@ static sg_status ring_backward(const sg_node *node, const attn_geo *g,
     const int64_t nb = blk(g, g->r - s), nn = blk(g, g->r - s - 1);
     char *nxt = w->buf[s % 2];
     const int last = s == g->P - 1;
-    if (!last) SG_TRY(ring_post(g, RING_TAG_KV, nxt, 2 * nn, cur, 2 * nb, req));
+    if (!last)
+      SG_TRY(ring_post(g, RING_TAG_KV, nxt, 2 * nn, cur, 2 * nb, req,
+                       SG_RING_BWD_KV));
     SG_TRY(block_bwd(node, g, w, cur, g->r - s));
     if (!last) {
       /* this block's dK/dV follow its K/V to the right */
       SG_TRY(ring_post(g, RING_TAG_DKV, nxt + (size_t)(2 * nn) * g->es, 2 * nn,
-                       cur + (size_t)(2 * nb) * g->es, 2 * nb, req + 2));
+                       cur + (size_t)(2 * nb) * g->es, 2 * nb, req + 2,
+                       SG_RING_BWD_DKV));
       SG_TRY(ring_wait(g, req, 4));
       cur = nxt;
     }
@@ -301,7 +309,8 @@ static sg_status ring_backward(const sg_node *node, const attn_geo *g,
     char *own = cur == w->buf[0] ? w->buf[1] : w->buf[0];
     const int64_t nb = blk(g, g->r + 1);
     SG_TRY(ring_post(g, RING_TAG_DKV, own + (size_t)(2 * n0) * g->es, 2 * n0,
-                     cur + (size_t)(2 * nb) * g->es, 2 * nb, req));
+                     cur + (size_t)(2 * nb) * g->es, 2 * nb, req,
+                     SG_RING_BWD_DKV));
     SG_TRY(ring_wait(g, req, 2));
     cur = own;
   }
@@ -476,6 +485,13 @@ sg_status sg_ag_mhsa(sg_tape_t t, int64_t heads, sg_var *x, sg_var *wqkv,
   SG_TRY(sg_ag_linear(t, h, wo, bo, y));
 fail:
   return st;
+}
+
+void sg_ag_attention_ring_bytes(long long *bytes, int reset) {
+  for (int i = 0; i < 3; ++i) {
+    if (bytes) bytes[i] = ring_rx[i];
+    if (reset) ring_rx[i] = 0;
+  }
 }
 
 const sg_op_def *sg_ag_attention_op_def(void) { return &attention_op; }

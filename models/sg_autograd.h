@@ -497,6 +497,13 @@ sg_status sg_ag_spectral_conv(sg_tape_t t, struct sg_spectral_conv *conv,
  * (SG_ERR_CONFIG on every rank otherwise). */
 sg_status sg_ag_attention(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
                           sg_var *v, sg_var **o);
+/* Bytes this rank has received in ring attention since the last reset:
+ * bytes[SG_RING_FWD_KV] the K/V blocks of forwards, bytes[SG_RING_BWD_KV]
+ * those of backwards, bytes[SG_RING_BWD_DKV] the dK/dV accumulators
+ * (docs/transformers.md gives the volumes). reset: set them to 0 after
+ * reading. Process-wide; not collective. */
+enum { SG_RING_FWD_KV = 0, SG_RING_BWD_KV, SG_RING_BWD_DKV };
+void sg_ag_attention_ring_bytes(long long *bytes, int reset);
 /* y[n, c, s] = x[n, c, s] + p[c, s]: a field added to every sample (the
  * ViT's position embedding). p is a parameter holding THIS rank's
  * (C, spatial...) block of x, i.e. a field Shard over the mesh dims that

@@ -8,7 +8,9 @@
  *    the ring's blocks are uneven): loss, dx (each rank's box), the
  *    replicated parameters' gradients (summed over the split dims) and the
  *    position field's (this rank's box, summed over dp) against one
- *    process at relative 1e-10, f64. */
+ *    process at relative 1e-10, f64; the bytes the ring moved equal the
+ *    formulas (forward and backward: the K/V of the other ranks' tokens;
+ *    the dK/dV accumulators: all of dK/dV). */
 #include "sg_autograd.h"
 #include "sg_mesh.h"
 #include "sg_test.h"
@@ -282,11 +284,29 @@ static void test_sharded(const char *spec, block *b, const ref *r) {
                        field ? box + 1 : pshape[i], field ? off + 1 : z,
                        pshape[i], b->gp[i], 1));
   }
+  sg_ag_attention_ring_bytes(NULL, 1);
   SG_REQUIRE_OK(forward(t, b, &l));
   const double lv = sg_var_item(l);
   SG_CHECK(fabs(lv - r->loss) <= 1e-10 * fabs(r->loss),
            "%s: loss %.17g, one process %.17g", spec, lv, r->loss);
   SG_REQUIRE_OK(sg_tape_backward(t, l));
+  /* the ring's volume: forward and backward each receive the K/V of the
+   * tokens of the other ranks, (P-1)/P of K/V when even; the dK/dV
+   * accumulators make P shifts, one block each: all of dK/dV */
+  const int64_t ntok = HY * WX, mine = box[2] * box[3],
+                ring = box[2] < HY || box[3] < WX,
+                kv = 2 * box[0] * C * (int64_t)sizeof(double);
+  long long rx[3];
+  sg_ag_attention_ring_bytes(rx, 1);
+  SG_CHECK(rx[SG_RING_FWD_KV] == (ring ? kv * (ntok - mine) : 0) &&
+               rx[SG_RING_BWD_KV] == rx[SG_RING_FWD_KV] &&
+               rx[SG_RING_BWD_DKV] == (ring ? kv * ntok : 0),
+           "%s: ring bytes received %lld, %lld, %lld; expected %lld, %lld, "
+           "%lld",
+           spec, rx[0], rx[1], rx[2],
+           (long long)(ring ? kv * (ntok - mine) : 0),
+           (long long)(ring ? kv * (ntok - mine) : 0),
+           (long long)(ring ? kv * ntok : 0));
   /* dx: this rank's box */
   int64_t n = numel(4, box);
   want = malloc(sizeof(double) * (size_t)(n + 1));
