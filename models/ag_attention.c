@@ -286,7 +286,7 @@ static sg_status ring_backward(const sg_node *node, const attn_geo *g,
   MPI_Request req[4];
   char *cur = w->buf[1]; /* zero dK/dV (calloc) */
   const int64_t n0 = blk(g, g->r);
-  memcpy(cur, saved_at(node, g, 1), (size_t)(2 * n0) * g->es);
+  if (n0 > 0) memcpy(cur, saved_at(node, g, 1), (size_t)(2 * n0) * g->es);
   for (int s = 0; s < g->P; ++s) {
     const int64_t nb = blk(g, g->r - s), nn = blk(g, g->r - s - 1);
     char *nxt = w->buf[s % 2];
