@@ -483,6 +483,41 @@ sg_status sg_ag_norm(sg_tape_t t, const sg_norm_desc *d, sg_var *x,
 struct sg_spectral_conv; /* sg_spectral_conv_t of sg_spectral.h */
 sg_status sg_ag_spectral_conv(sg_tape_t t, struct sg_spectral_conv *conv,
                               sg_var *x, sg_var *w, sg_var **y);
+/* ---- transformer ops (models/ag_attention.c; docs/transformers.md) ----
+ * Tokens are the spatial positions of (N, C, spatial...) variables;
+ * C = heads * head_dim, channel c = head * head_dim + j.
+ *
+ * Multi-head self-attention o = softmax(q k^T / sqrt(head_dim)) v per
+ * (sample, head) over every token of the global tensor, on the fused
+ * kernel (sg_attention_forward/backward). q, k, v, o: (N, C, spatial...)
+ * of one global shape, placed alike. Tokens split over mesh dims (Shard of
+ * spatial dims): ring attention over the group of those dims (K/V blocks
+ * passed around the ring, merged by sg_attention_merge; backward sends
+ * dK/dV back around it); any token counts per rank. heads must divide C
+ * (SG_ERR_CONFIG on every rank otherwise). */
+sg_status sg_ag_attention(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
+                          sg_var *v, sg_var **o);
+/* Bytes this rank has received in ring attention since the last reset:
+ * bytes[SG_RING_FWD_KV] the K/V blocks of forwards, bytes[SG_RING_BWD_KV]
+ * those of backwards, bytes[SG_RING_BWD_DKV] the dK/dV accumulators
+ * (docs/transformers.md gives the volumes). reset: set them to 0 after
+ * reading. Process-wide; not collective. */
+enum { SG_RING_FWD_KV = 0, SG_RING_BWD_KV, SG_RING_BWD_DKV };
+void sg_ag_attention_ring_bytes(long long *bytes, int reset);
+/* y[n, c, s] = x[n, c, s] + p[c, s]: a field added to every sample (the
+ * ViT's position embedding). p is a parameter holding THIS rank's
+ * (C, spatial...) block of x, i.e. a field Shard over the mesh dims that
+ * split x's spatial dims like x (its gradient, summed over the batch, is
+ * Partial over the dims that split the batch only). */
+sg_status sg_ag_add_field(sg_tape_t t, sg_var *x, sg_var *p, sg_var **y);
+/* LayerNorm over the channels of each token (sg_ag_norm, SG_NORM_LAYER:
+ * local on any spatial split); gamma, beta (C) or NULL; eps <= 0: 1e-5. */
+sg_status sg_ag_layernorm(sg_tape_t t, double eps, sg_var *x, sg_var *gamma,
+                          sg_var *beta, sg_var **y);
+/* The MHSA block: qkv = linear(x; wqkv (3C, C), bqkv (3C) or NULL), split
+ * into q, k, v, sg_ag_attention, then linear(wo (C, C), bo (C) or NULL). */
+sg_status sg_ag_mhsa(sg_tape_t t, int64_t heads, sg_var *x, sg_var *wqkv,
+                     sg_var *bqkv, sg_var *wo, sg_var *bo, sg_var **y);
 /* A scalar loss (target ignored by SUM/MEAN, may be NULL then). On a
  * sharded pred (target sharded alike) the value is the global loss over all
  * shards, the same on every rank (rank-order sums: deterministic). */

@@ -1,5 +1,5 @@
 /* shardgrid — one interface over the model zoo's field-to-field models
- * (FNO-2D, ResNet-style CNN, U-Net), so a training driver handles them
+ * (FNO-2D, ResNet-style CNN, U-Net, ViT), so a training driver handles them
  * alike.
  *
  *   sg_model_config c = sg_model_defaults(SG_MODEL_CNN);
@@ -37,10 +37,11 @@ typedef enum sg_model_kind {
   SG_MODEL_FNO = 0,
   SG_MODEL_CNN,
   SG_MODEL_UNET,
+  SG_MODEL_VIT,
   SG_MODEL_COUNT
 } sg_model_kind;
 
-/* "fno", "cnn", "unet" or a registered model's name; "invalid" otherwise. */
+/* "fno", "cnn", "unet", "vit" or a registered model's name; "invalid" otherwise. */
 const char *sg_model_kind_name(sg_model_kind kind);
 /* SG_ERR_CONFIG (naming the choices) for an unknown name. Not collective. */
 sg_status sg_model_kind_parse(const char *name, sg_model_kind *kind);
@@ -61,6 +62,9 @@ typedef struct sg_model_config {
   sg_pad_mode pad[2]; /* CNN, U-Net: boundary of y and of x */
   int shard_spectral; /* FNO: spectral weights Shard by modes over the
                           domain (1, the default) or Replicate (0) */
+  int64_t patch;      /* ViT: patch size (divides the grid) */
+  int64_t heads;      /* ViT: attention heads (divides width) */
+  int64_t depth;      /* ViT: transformer blocks */
   int act_ckpt_every; /* activation checkpointing of the blocks (FNO
                           spectral layers, CNN residual blocks, U-Net
                           levels: sg_ag_checkpoint): 0 none (default), K >= 1

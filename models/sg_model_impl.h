@@ -3,7 +3,7 @@
  * table).
  *
  * A model is one file that defines a `const sg_model_i` and one
- * registration: the built-in models (FNO, CNN, U-Net) are listed in
+ * registration: the built-in models (FNO, CNN, U-Net, ViT) are listed in
  * model.c; a user's model calls sg_model_register once before
  * sg_model_kind_parse / sg_model_create, and is then selectable by name
  * (sg-train's --model) like the built-ins. Nothing else changes: the
@@ -66,10 +66,11 @@ typedef struct sg_model_i {
  * Not collective. */
 sg_status sg_model_register(const sg_model_i *iface);
 
-/* The built-in models' tables (fno.c, cnn.c, unet.c). */
+/* The built-in models' tables (fno.c, cnn.c, unet.c, vit.c). */
 extern const sg_model_i sg_fno_model_i;
 extern const sg_model_i sg_cnn_model_i;
 extern const sg_model_i sg_unet_model_i;
+extern const sg_model_i sg_vit_model_i;
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,8 @@
  *
  * Every sg_op_def the library records on a tape (models/ag_ops.c, the
  * distributed loss of models/dist_loss.c, the spectral convolution of
- * models/ag_spectral.c) is listed here, so that tests can check that each of them
+ * models/ag_spectral.c, attention and the added field of
+ * models/ag_attention.c) is listed here, so that tests can check that each of them
  * is covered (tests/ops/test_op_table.c fails for an op of the registry
  * without a case in its table). A new built-in op is added to the list in
  * models/op_registry.c. User kernels (sg_tape_apply with the caller's own

@@ -60,7 +60,8 @@ static const sg_kv_key keys[] = {
      "f32 | bf16: bf16 parameters, activations and their gradients for compute, fp32 master weights and "
      "optimizer state"},
     {"reduce_dtype", SG_KV_STRING, "f32", "gradient reduction dtype: f32"},
-    {"model", SG_KV_STRING, "fno", "model: fno | cnn (ResNet-style) | unet"},
+    {"model", SG_KV_STRING, "fno",
+     "model: fno | cnn (ResNet-style) | unet | vit"},
     {"width", SG_KV_INT, "32",
      "channels (fno, cnn); channels at full resolution (unet)"},
     {"modes", SG_KV_INT, "12", "fno: modes kept per dim"},
@@ -71,6 +72,10 @@ static const sg_kv_key keys[] = {
     {"levels", SG_KV_INT, "3",
      "unet: resolutions (grid divisible by 2^(levels-1))"},
     {"kernel", SG_KV_INT, "3", "cnn, unet: odd convolution kernel size"},
+    {"patch", SG_KV_INT, "4",
+     "vit: patch size (divides the grid; at most the smallest shard)"},
+    {"heads", SG_KV_INT, "4", "vit: attention heads (divides width)"},
+    {"depth", SG_KV_INT, "4", "vit: transformer blocks"},
     {"groups", SG_KV_INT, "4", "cnn, unet: GroupNorm groups (divides width)"},
     {"pad_y", SG_KV_STRING, "periodic",
      "cnn, unet: boundary in y: periodic | zero | reflect | replicate"},
@@ -364,6 +369,9 @@ static sg_status model_config(sg_kv_t kv, sg_model_config *mc) {
   mc->levels = sg_kv_int(kv, "levels");
   mc->kernel = sg_kv_int(kv, "kernel");
   mc->groups = sg_kv_int(kv, "groups");
+  mc->patch = sg_kv_int(kv, "patch");
+  mc->heads = sg_kv_int(kv, "heads");
+  mc->depth = sg_kv_int(kv, "depth");
   mc->add_grid = sg_kv_bool(kv, "grid");
   mc->shard_spectral = sg_kv_bool(kv, "shard_spectral");
   {

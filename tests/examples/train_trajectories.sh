@@ -11,8 +11,12 @@
 # steps. Tasks "cnn" and "unet": the same trajectories for the
 # convolutional models on a 32x32 NS dataset (uneven split on h=3), then
 # (cnn) resume bit for bit on one rank and refuse a checkpoint of another
-# model kind.
-#   train_trajectories.sh ns|navy|resume|cnn|unet BIN_DIR MPIEXEC WORK_DIR SRC_DIR
+# model kind. Task "vit": the ViT (patch 4, width 8, 2 heads, depth 2; ring
+# attention over the domain ranks) for 10 steps on h=2, dp=2,h=2, h=2,w=2
+# and h=3 (8 patch rows over 3 ranks: uneven token blocks), then a h=2
+# checkpoint (the position field Shard over h) resumed on 1 rank and on
+# h=3, and with activation checkpointing on h=2.
+#   train_trajectories.sh ns|navy|resume|cnn|unet|vit BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 task=$1 bin=$2 mpiexec=$3 work=$4 src=$5
 mkdir -p "$work"
@@ -25,6 +29,13 @@ if [ "$task" = cnn ] || [ "$task" = unet ]; then
           --groups 2 --proj-width 16 --history 2 --test-samples 2 --deterministic --log-every 1000
           --log-level warn"
   meshes="2:dp=2 2:h=2 2:w=2 4:h=2,w=2 4:dp=2,h=2 3:h=3"
+elif [ "$task" = vit ]; then
+  "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns32.nc --n 32 --samples 10 --frames 5 --dt 1e-2 \
+    --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
+  common="--model vit --data ns32.nc --steps 10 --batch 4 --width 8 --heads 2 --depth 2
+          --patch 4 --history 2 --test-samples 2 --deterministic --log-every 1000
+          --log-level warn --check-every 5"
+  meshes="2:h=2 4:dp=2,h=2 4:h=2,w=2 3:h=3"
 elif [ "$task" = ns ] || [ "$task" = resume ]; then
   "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns.nc --n 24 --samples 10 --frames 5 --dt 1e-2 \
     --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
@@ -87,4 +98,20 @@ if [ "$task" = cnn ]; then
   sh "$src/tests/examples/expect_fail.sh" "holds a 'cnn' model; this run builds 'unet'" 60 \
     "$mpiexec" -n 2 "$bin/sg-train" $common --model unet --mesh dp=2 --resume ckc/step_000010.nc
   echo "cnn resume matches"
+fi
+if [ "$task" = vit ]; then
+  rm -rf ckv
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 2 "$bin/sg-train" $common --mesh h=2 --ckpt-dir ckv --ckpt-every 5 --metrics full.jsonl
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --resume ckv/step_000005.nc --metrics res1.jsonl
+  $cmp res1.jsonl full.jsonl 1e-5
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 3 "$bin/sg-train" $common --mesh h=3 --resume ckv/step_000005.nc --metrics res3.jsonl
+  $cmp res3.jsonl full.jsonl 1e-5
+  echo "vit resume matches"
+  # activation checkpointing of the blocks (the ring runs again in backward)
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 2 "$bin/sg-train" $common --mesh h=2 --activation-checkpointing blocks --metrics ck.jsonl
+  $cmp ref.jsonl ck.jsonl 1e-5
 fi

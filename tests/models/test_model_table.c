@@ -130,7 +130,8 @@ int main(int argc, char **argv) {
   SG_CHECK(strcmp(sg_model_kind_name(k), "affine") == 0, "name of kind %d: %s",
            (int)k, sg_model_kind_name(k));
   SG_CHECK_STATUS(sg_model_kind_parse("resnet", &k), SG_ERR_CONFIG);
-  SG_CHECK(strstr(sg_last_error(), "choose fno, cnn, unet or affine") != NULL,
+  SG_CHECK(strstr(sg_last_error(), "choose fno, cnn, unet, vit or affine") !=
+               NULL,
            "message lists every model: %s", sg_last_error());
   SG_REQUIRE_OK(sg_model_kind_parse("affine", &k));
   sg_model_config c = sg_model_defaults(k);
@@ -162,13 +163,14 @@ int main(int argc, char **argv) {
   sg_tape_clear(tape);
   sg_model_destroy(&m);
   /* the built-ins through their tables */
-  const char *const want[3][2] = {{"fno", "modes"},
+  const char *const want[4][2] = {{"fno", "modes"},
                                   {"cnn", "blocks"},
-                                  {"unet", "levels"}};
-  for (int i = 0; i < 3; ++i) {
+                                  {"unet", "levels"},
+                                  {"vit", "patch"}};
+  for (int i = 0; i < 4; ++i) {
     sg_model_config bc = sg_model_defaults((sg_model_kind)i);
     bc.width = 4, bc.modes = 2, bc.layers = 1, bc.proj_width = 4, bc.blocks = 1,
-    bc.levels = 2, bc.groups = 2;
+    bc.levels = 2, bc.groups = 2, bc.heads = 2, bc.depth = 1;
     SG_REQUIRE_OK(sg_model_create(mesh, &bc, 8, 8, 1, &m));
     const char *const *keys = sg_model_size_keys(m);
     int found = 0;

@@ -42,6 +42,9 @@ typedef struct op_case {
   int iattr; /* an op code (activation, binary op, kind...) */
   double lo; /* inputs uniform in [lo, lo + 2) */
   int fno;   /* 1: the FNO, 2: the spectral convolution alone (own runners) */
+  int par_field; /* 1: the parameters are (C, spatial...) fields Shard like
+                    activation 0 (sg_ag_add_field): each rank holds its
+                    block, the gradient is Partial over the batch split */
 } op_case;
 
 /* Local failure notes of one run (the first few are printed by the rank). */

@@ -192,6 +192,14 @@ static sg_status f_loss(sg_tape_t t, const op_case *c, const run_ctx *rc,
   return sg_ag_loss(t, (sg_loss_kind)c->iattr, a[0], c->nact > 1 ? a[1] : NULL,
                     out);
 }
+static sg_status f_attention(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                             sg_var **a, sg_var **p, sg_var **out) {
+  return sg_ag_attention(t, c->iattr, a[0], a[1], a[2], out);
+}
+static sg_status f_add_field(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                             sg_var **a, sg_var **p, sg_var **out) {
+  return sg_ag_add_field(t, a[0], p[0], out);
+}
 /* the distributed loss: domain = mesh dims splitting dims >= 1, data = those
  * splitting the batch */
 static sg_status f_dist_loss(sg_tape_t t, const op_case *c, const run_ctx *rc,
@@ -565,6 +573,41 @@ static const op_case cases[] = {
      .fn = f_norm,
      .iattr = SG_NORM_LAYER,
      .lo = -1},
+    {.op = "norm",
+     .label = "norm layer (affine)",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(4)},
+     .npar = 2,
+     .par_nd = {1, 1},
+     .par = {P1(4), P1(4)},
+     .nout = 1,
+     .fn = f_norm,
+     .iattr = SG_NORM_LAYER,
+     .lo = -1},
+    /* transformer ops: attention over all 63 tokens (ring attention when
+     * they are split: uneven blocks on 2, 3, 4 ranks), 2 heads of 2 */
+    {.op = "attention",
+     .label = "attention 2 heads",
+     .nd = 4,
+     .nact = 3,
+     .act = {X4(4), X4(4), X4(4)},
+     .nout = 1,
+     .fn = f_attention,
+     .iattr = 2,
+     .lo = -1},
+    {.op = "add_field",
+     .label = "add_field (position embedding)",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .npar = 1,
+     .par_nd = {3},
+     .par = {{3, 9, 7}},
+     .nout = 1,
+     .fn = f_add_field,
+     .par_field = 1,
+     .lo = -1},
     /* losses */
     {.op = "loss",
      .label = "loss sum",
@@ -874,6 +917,20 @@ static void state_free(run_state *s) {
         sg_test_buf_free(&s->pgrad[i]);
 }
 
+/* This rank's box of parameter i: the whole of it, or for a field
+ * parameter (par_field) the (C, spatial...) part of activation 0's box. */
+static sg_status par_box(const op_case *c, int i, const sg_var *a0,
+                         int64_t *off, int64_t *shape) {
+  sg_status st = SG_OK;
+  int64_t ao[SG_TENSOR_MAX_DIMS], as[SG_TENSOR_MAX_DIMS];
+  for (int d = 0; d < c->par_nd[i]; ++d) off[d] = 0, shape[d] = c->par[i][d];
+  if (!c->par_field) return SG_OK;
+  st = sg_test_var_box(a0, ao, as);
+  for (int d = 0; st == SG_OK && d < c->par_nd[i]; ++d)
+    off[d] = ao[d + 1], shape[d] = as[d + 1];
+  return st;
+}
+
 /* Run case c once: mesh NULL computes the reference into r; else runs
  * sharded and compares with r. Returns 1 pass, 0 fail, -1 the expected
  * failure of a placement the op does not accept (skipped), -2 a shard
@@ -901,15 +958,17 @@ static int run_case(const op_case *c, sg_dtype dt, sg_mesh_t mesh,
                              c->act_kind[i] == IN_DATA);
     a[i] = &s.act[i];
   }
+  int64_t poff[SG_TENSOR_MAX_DIMS], pshape[MAXP][SG_TENSOR_MAX_DIMS];
   for (int i = 0; i < c->npar && st == SG_OK; ++i) {
-    int64_t n = sg_test_numel(c->par_nd[i], c->par[i]);
-    st = sg_test_buf_alloc(&s.pval[i], dt, n);
+    st = par_box(c, i, &s.act[0], poff, pshape[i]);
+    int64_t n = sg_test_numel(c->par_nd[i], pshape[i]);
+    if (st == SG_OK) st = sg_test_buf_alloc(&s.pval[i], dt, n);
     if (st == SG_OK) st = sg_test_buf_alloc(&s.pgrad[i], dt, n);
     if (st != SG_OK) break;
-    for (int64_t k = 0; k < n; ++k)
-      sg_test_set(s.pval[i].data, dt, k, r->par[i][k]);
+    sg_test_box_copy(c->par_nd[i], c->par[i], poff, pshape[i], r->par[i],
+                     s.pval[i].data, dt, 0);
     snprintf(what, sizeof what, "p%d", i);
-    st = sg_var_init_param(&s.par[i], what, dt, c->par_nd[i], c->par[i],
+    st = sg_var_init_param(&s.par[i], what, dt, c->par_nd[i], pshape[i],
                            s.pval[i].data, s.pgrad[i].data);
     p[i] = &s.par[i];
   }
@@ -1015,30 +1074,40 @@ static int run_case(const op_case *c, sg_dtype dt, sg_mesh_t mesh,
     }
   }
   /* parameter gradients: Partial over the mesh dims that split the data */
-  unsigned split = 0;
-  sg_group_t g = NULL;
+  unsigned split = 0, bsplit = 0;
+  sg_group_t g = NULL, gb = NULL;
   if (mesh) {
     for (int m = 0; m < sg_mesh_ndims(mesh); ++m)
-      if (pl[m].kind == SG_PLACEMENT_SHARD) split |= 1u << m;
-    if (sg_mesh_group(mesh, split, &g) != SG_OK)
+      if (pl[m].kind == SG_PLACEMENT_SHARD) {
+        split |= 1u << m;
+        if (pl[m].dim == 0) bsplit |= 1u << m;
+      }
+    if (sg_mesh_group(mesh, split, &g) != SG_OK ||
+        sg_mesh_group(mesh, bsplit, &gb) != SG_OK)
       note(vd, "%s: %s", "group", sg_last_error());
   }
   for (int i = 0; i < c->npar; ++i) {
-    int64_t n = sg_test_numel(c->par_nd[i], c->par[i]);
-    double *gsum = malloc((size_t)n * sizeof *gsum);
+    int64_t n = sg_test_numel(c->par_nd[i], pshape[i]);
+    double *gsum = malloc((size_t)(n ? n : 1) * sizeof *gsum);
     for (int64_t k = 0; k < n; ++k)
       gsum[k] = sg_test_get(s.pgrad[i].data, dt, k);
     if (!mesh) {
       r->dpar[i] = gsum;
       continue;
     }
-    if (g) sum_all(gsum, n, sg_group_comm(g));
+    sg_group_t gi = c->par_field ? gb : g;
+    if (gi) sum_all(gsum, n, sg_group_comm(gi));
+    double *want = malloc((size_t)(n ? n : 1) * sizeof *want);
+    par_box(c, i, &s.act[0], poff, pshape[i]);
+    sg_test_box_copy(c->par_nd[i], c->par[i], poff, pshape[i], r->dpar[i], want,
+                     SG_DTYPE_F64, 0);
     char msg[300];
     snprintf(what, sizeof what, "d(param %d) summed", i);
-    if (sg_test_cmp_ref(gsum, SG_DTYPE_F64, r->dpar[i], n, sg_test_rel_tol(dt),
-                        msg, sizeof msg))
+    if (sg_test_cmp_ref(gsum, SG_DTYPE_F64, want, n, sg_test_rel_tol(dt), msg,
+                        sizeof msg))
       note(vd, "%s: %s", what, msg);
     free(gsum);
+    free(want);
   }
   result = sg_test_all(MPI_COMM_WORLD, vd->bad == 0);
 done:

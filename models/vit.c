@@ -1,0 +1,271 @@
+/* shardgrid — ViT on a sharded grid (docs/transformers.md): patch
+ * embedding (a strided convolution of the field), a learned 2-D position
+ * embedding Shard over h, w like the tokens, pre-LN blocks (multi-head
+ * self-attention, MLP with GELU; ring attention when the tokens are split),
+ * a final LayerNorm and the un-patchify (a per-token linear map to
+ * cout x p x p values and the pixel shuffle back to the grid: a transposed
+ * convolution with kernel = stride = p).
+ *
+ * Tokens are the patches of the grid: the embedding's outputs are the
+ * balanced split of the patch grid over h, w (the output-partition rule of
+ * the window ops), so the domain dims split the sequence; the un-patchify
+ * returns to the balanced split of the field (the target's). A grid not
+ * divisible by the patch is refused (SG_ERR_CONFIG, no padding); so is a
+ * patch larger than the smallest shard. */
+#include "convnet_impl.h"
+#include "sg_decomp.h"
+#include "sg_model_impl.h"
+#include "sg_rng.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { VIT_MAX_DEPTH = 24, VIT_MLP_RATIO = 4, VIT_PER_BLOCK = 12 };
+
+struct vit;
+typedef struct vit_block_ctx { /* a block as a checkpointed block */
+  struct vit *m;
+  int b;
+} vit_block_ctx;
+
+typedef struct vit {
+  sg_cn_base b; /* first: the shared part of the model table */
+  vit_block_ctx bctx[VIT_MAX_DEPTH];
+  sg_model_config cfg;
+  int64_t hp, wp;               /* global patch grid */
+  int64_t hp0, nhp, wp0, nwp;   /* this rank's patches (the tokens) */
+  unsigned domain_mask;         /* mesh dims h, w: the position field's */
+  int embed, pos, block0, head; /* parameter indices */
+} vit;
+
+static void vit_destroy(void *impl) {
+  vit *m = impl;
+  if (!m) return;
+  sg_cn_base_release(&m->b);
+  free(m);
+}
+
+/* The checks that need only the config and the mesh: every rank finds
+ * the same error. */
+static sg_status vit_check(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
+                           int64_t nx, int64_t batch) {
+  sg_status st = SG_OK;
+  const int64_t p = c->patch;
+  if (c->cin < 1 || c->cout < 1 || c->width < 1 || batch < 1)
+    SG_RAISE(SG_ERR_CONFIG, "vit: cin, cout, width and batch must be >= 1");
+  if (c->act_ckpt_every < 0)
+    SG_RAISE(SG_ERR_CONFIG, "vit: act_ckpt_every must be >= 0 (got %d)",
+             c->act_ckpt_every);
+  if (c->depth < 0 || c->depth > VIT_MAX_DEPTH)
+    SG_RAISE(SG_ERR_CONFIG, "vit: depth must be in 0..%d (got %lld)",
+             VIT_MAX_DEPTH, (long long)c->depth);
+  if (c->heads < 1 || c->width % c->heads)
+    SG_RAISE(SG_ERR_CONFIG, "vit: heads (%lld) must divide width (%lld)",
+             (long long)c->heads, (long long)c->width);
+  if (p < 1)
+    SG_RAISE(SG_ERR_CONFIG, "vit: patch must be >= 1 (got %lld)", (long long)p);
+  if (ny % p || nx % p)
+    SG_RAISE(SG_ERR_CONFIG,
+             "vit: grid %lldx%lld is not divisible by patch %lld (patches "
+             "are not padded: choose a patch that divides both)",
+             (long long)ny, (long long)nx, (long long)p);
+  for (int k = 0; k < sg_mesh_ndims(mesh); ++k) {
+    const char *nm = sg_mesh_dim_name(mesh, k);
+    const int sz = sg_mesh_dim_size(mesh, k);
+    const int64_t n = !strcmp(nm, "h") ? ny : !strcmp(nm, "w") ? nx : 0;
+    if (n && p > n / sz)
+      SG_RAISE(SG_ERR_CONFIG,
+               "vit: patch %lld is larger than the smallest shard (%lld "
+               "cells of %lld over %s=%d): use a smaller patch or fewer "
+               "%s ranks",
+               (long long)p, (long long)(n / sz), (long long)n, nm, sz, nm);
+  }
+fail:
+  return st;
+}
+
+/* The parameter table: embedding, position field, blocks, head. */
+static int vit_params(vit *m, int64_t cin) {
+  sg_cn_params *P = &m->b.p;
+  const int64_t w = m->cfg.width, p = m->cfg.patch, cout = m->cfg.cout,
+                hid = VIT_MLP_RATIO * w;
+  int ok = (m->embed = sg_cn_add_conv(P, "embed", w, cin, p)) >= 0;
+  const int64_t pos_local[3] = {w, m->nhp, m->nwp};
+  ok = ok && (m->pos = sg_cn_params_add(P, "pos", 3, pos_local, SG_CN_INIT_ZERO,
+                                        1)) >= 0;
+  m->block0 = P->n;
+  for (int b = 0; ok && b < (int)m->cfg.depth; ++b) {
+    char nm[24];
+    snprintf(nm, sizeof nm, "block%d.ln1", b);
+    ok = ok && sg_cn_add_norm(P, nm, w) >= 0;
+    snprintf(nm, sizeof nm, "block%d.qkv", b);
+    ok = ok && sg_cn_add_linear(P, nm, 3 * w, w) >= 0;
+    snprintf(nm, sizeof nm, "block%d.out", b);
+    ok = ok && sg_cn_add_linear(P, nm, w, w) >= 0;
+    snprintf(nm, sizeof nm, "block%d.ln2", b);
+    ok = ok && sg_cn_add_norm(P, nm, w) >= 0;
+    snprintf(nm, sizeof nm, "block%d.fc1", b);
+    ok = ok && sg_cn_add_linear(P, nm, hid, w) >= 0;
+    snprintf(nm, sizeof nm, "block%d.fc2", b);
+    ok = ok && sg_cn_add_linear(P, nm, w, hid) >= 0;
+  }
+  m->head = P->n;
+  ok = ok && sg_cn_add_norm(P, "ln_f", w) >= 0;
+  /* un-patchify: (C, cout, p, p), a transposed convolution k = s = p */
+  const int64_t us[4] = {w, cout, p, p}, ub[1] = {cout};
+  ok = ok &&
+       sg_cn_params_add(P, "unpatch.w", 4, us, SG_CN_INIT_UNIFORM, w) >= 0;
+  ok = ok &&
+       sg_cn_params_add(P, "unpatch.b", 1, ub, SG_CN_INIT_UNIFORM, w) >= 0;
+  return ok;
+}
+
+static sg_status vit_create(sg_mesh_t mesh, const sg_model_config *c,
+                            int64_t ny, int64_t nx, int64_t batch,
+                            void **impl) {
+  sg_status st = SG_OK;
+  vit *m = NULL;
+  if (!mesh || !c || !impl) SG_RAISE(SG_ERR_INVALID_ARG, "vit: NULL argument");
+  *impl = NULL;
+  SG_TRY(vit_check(mesh, c, ny, nx, batch));
+  m = calloc(1, sizeof *m);
+  if (!m) SG_RAISE(SG_ERR_ALLOC, "vit: out of memory");
+  m->cfg = *c;
+  m->b.p.stream = 4000;
+  SG_TRY(sg_cn_domain_init(&m->b.dom, mesh, ny, nx, batch, c->add_grid, "vit"));
+  m->hp = ny / c->patch, m->wp = nx / c->patch;
+  m->hp0 = 0, m->nhp = m->hp, m->wp0 = 0, m->nwp = m->wp;
+  for (int k = 0; k < sg_mesh_ndims(mesh); ++k) {
+    const char *nm = sg_mesh_dim_name(mesh, k);
+    const int sz = sg_mesh_dim_size(mesh, k), co = sg_mesh_coord(mesh, k);
+    if (!strcmp(nm, "h"))
+      m->hp0 = sg_split_offset(m->hp, sz, co),
+      m->nhp = sg_split_size(m->hp, sz, co), m->domain_mask |= 1u << k;
+    if (!strcmp(nm, "w"))
+      m->wp0 = sg_split_offset(m->wp, sz, co),
+      m->nwp = sg_split_size(m->wp, sz, co), m->domain_mask |= 1u << k;
+  }
+  if (!vit_params(m, c->cin + (c->add_grid ? 2 : 0)))
+    SG_RAISE(SG_ERR_CONFIG, "vit: too many parameter tensors (at most %d)",
+             SG_CN_MAX_PARAMS);
+  *impl = m;
+  return SG_OK;
+fail:
+  vit_destroy(m);
+  return st;
+}
+
+static void vit_defaults(sg_model_config *c) {
+  c->patch = 4, c->heads = 4, c->depth = 4;
+}
+
+/* The position field: this rank's box of (C, hp, wp). */
+static sg_status vit_param_info(void *impl, int i, sg_param_info *pi) {
+  sg_status st = SG_OK;
+  vit *m = impl;
+  SG_TRY(sg_cn_i_param_info(impl, i, pi));
+  if (i == m->pos) {
+    pi->global_shape[1] = m->hp, pi->global_shape[2] = m->wp;
+    pi->start[1] = m->hp0, pi->start[2] = m->wp0;
+    pi->shard_dims = m->domain_mask;
+  }
+fail:
+  return st;
+}
+
+static sg_status vit_init(void *impl, uint64_t seed) {
+  sg_status st = SG_OK;
+  vit *m = impl;
+  SG_TRY(sg_cn_i_init(impl, seed));
+  /* the position field by global index (the same on every mesh), N(0, 0.02)
+   * as ViT's */
+  const int64_t g[3] = {m->cfg.width, m->hp, m->wp},
+                off[3] = {0, m->hp0, m->wp0},
+                ext[3] = {m->cfg.width, m->nhp, m->nwp};
+  SG_TRY(sg_rng_fill_box(SG_RNG_NORMAL, 0.0, 0.02, seed,
+                         m->b.p.stream + (uint64_t)m->pos, 3, g, off, ext,
+                         SG_DTYPE_F32, m->b.p.vars[m->pos].value.data));
+fail:
+  return st;
+}
+
+/* Pre-LN block: h + mhsa(ln1(h)), then h + fc2(gelu(fc1(ln2(h)))). */
+static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
+                           sg_var **out) {
+  sg_status st = SG_OK;
+  const vit_block_ctx *bc = ctx;
+  vit *m = bc->m;
+  sg_var *q = &m->b.p.vars[m->block0 + VIT_PER_BLOCK * bc->b], *r = NULL,
+         *h = in[0];
+  SG_TRY(sg_ag_layernorm(t, 1e-5, h, &q[0], &q[1], &r));
+  SG_TRY(sg_ag_mhsa(t, m->cfg.heads, r, &q[2], &q[3], &q[4], &q[5], &r));
+  SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &h));
+  SG_TRY(sg_ag_layernorm(t, 1e-5, h, &q[6], &q[7], &r));
+  SG_TRY(sg_ag_linear(t, r, &q[8], &q[9], &r));
+  SG_TRY(sg_ag_act(t, SG_ACT_GELU, r, &r));
+  SG_TRY(sg_ag_linear(t, r, &q[10], &q[11], &r));
+  SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &out[0]));
+fail:
+  return st;
+}
+
+/* Block b on the tape, checkpointed if the config says so. */
+static sg_status vit_run_block(vit *m, sg_tape_t t, int b, sg_var **h) {
+  vit_block_ctx *bc = &m->bctx[b];
+  bc->m = m, bc->b = b;
+  const int ck = m->cfg.act_ckpt_every > 0 &&
+                 (b + 1) % m->cfg.act_ckpt_every == 0;
+  return ck ? sg_ag_checkpoint(t, vit_block, bc, 1, h, 1, h)
+            : vit_block(t, bc, h, h);
+}
+
+static sg_status vit_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) {
+  sg_status st = SG_OK;
+  vit *m = impl;
+  if (!m || !t || !x || !y || !m->b.p.bound)
+    SG_RAISE(SG_ERR_INVALID_ARG, "vit forward: bad arguments (bound?)");
+  sg_var *P = m->b.p.vars, *h = NULL;
+  const int64_t p = m->cfg.patch;
+  sg_window pw[2] = {{.kernel = p, .stride = p}, {.kernel = p, .stride = p}};
+  SG_TRY(sg_cn_domain_check_input(&m->b.dom, x, m->cfg.cin, "vit forward"));
+  SG_TRY(sg_cn_domain_input(&m->b.dom, t, x, &h));
+  SG_TRY(sg_ag_conv(t, h, &P[m->embed], &P[m->embed + 1], pw, &h));
+  SG_TRY(sg_ag_add_field(t, h, &P[m->pos], &h));
+  for (int b = 0; b < (int)m->cfg.depth; ++b)
+    SG_TRY(vit_run_block(m, t, b, &h));
+  SG_TRY(sg_ag_layernorm(t, 1e-5, h, &P[m->head], &P[m->head + 1], &h));
+  SG_TRY(sg_ag_convt(t, h, &P[m->head + 2], &P[m->head + 3], y));
+fail:
+  return st;
+}
+
+static void vit_describe(void *impl, const sg_model_config *c, char *buf,
+                         size_t size) {
+  const vit *m = impl;
+  snprintf(buf, size,
+           "vit: width %lld, patch %lld (%lldx%lld tokens), heads %lld, "
+           "depth %lld, mlp %lld, %lld parameters",
+           (long long)c->width, (long long)c->patch, (long long)m->hp,
+           (long long)m->wp, (long long)c->heads, (long long)c->depth,
+           (long long)(VIT_MLP_RATIO * c->width),
+           (long long)sg_cn_i_param_count(impl));
+}
+
+/* heads does not change a shape: a checkpoint may be read with others */
+static const char *const vit_size_keys[] = {"width", "patch", "depth", NULL};
+
+const sg_model_i sg_vit_model_i = {.name = "vit",
+                                   .size_keys = vit_size_keys,
+                                   .defaults = vit_defaults,
+                                   .create = vit_create,
+                                   .destroy = vit_destroy,
+                                   .param_count = sg_cn_i_param_count,
+                                   .param_info = vit_param_info,
+                                   .bind = sg_cn_i_bind,
+                                   .init = vit_init,
+                                   .params = sg_cn_i_params,
+                                   .box = sg_cn_i_box,
+                                   .describe = vit_describe,
+                                   .mark = sg_cn_i_mark,
+                                   .forward = vit_forward};

@@ -1,0 +1,187 @@
+/* The vit model of the zoo (models/vit.c).
+ *  - one process: the model's gradient (backward through patch embedding,
+ *    position field, two pre-LN blocks, un-patchify) against central
+ *    differences of the loss along random directions of all parameters
+ *    (f32 parameters: a directional check, relative 2e-2);
+ *  - the parameter table: the position field is this rank's box of
+ *    (width, hp, wp), Shard over the domain dims;
+ *  - bad input, refused on every rank with SG_ERR_CONFIG and a message
+ *    naming the cause: a grid not divisible by the patch (no padding),
+ *    heads not dividing width, a patch larger than the smallest shard
+ *    (on 2, 3, 4 ranks), depth out of range. */
+#include "sg_model.h"
+#include "sg_test.h"
+#include "sg_test_tensor.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static sg_model_config tiny(void) {
+  sg_model_config c = sg_model_defaults(SG_MODEL_VIT);
+  c.cin = 2, c.cout = 1, c.width = 8, c.heads = 2, c.depth = 2, c.patch = 4;
+  return c;
+}
+
+typedef struct run {
+  sg_model_t m;
+  sg_tape_t t;
+  sg_var x, target;
+  float *p, *g;
+  int64_t np;
+} run;
+
+static double loss_of(run *r, int grad) {
+  sg_var *y = NULL, *l = NULL;
+  int prev = sg_tape_set_grad_enabled(r->t, grad);
+  double v = NAN;
+  if (sg_model_forward(r->m, r->t, &r->x, &y) == SG_OK &&
+      sg_model_mark(r->m, &r->target) == SG_OK &&
+      sg_ag_loss(r->t, SG_LOSS_MSE, y, &r->target, &l) == SG_OK) {
+    v = sg_var_item(l);
+    if (grad && sg_tape_backward(r->t, l) != SG_OK) v = NAN;
+  }
+  sg_tape_clear(r->t);
+  sg_tape_set_grad_enabled(r->t, prev);
+  return v;
+}
+
+static void test_gradient(void) {
+  run r;
+  memset(&r, 0, sizeof r);
+  sg_mesh_t mesh = NULL;
+  const sg_model_config c = tiny();
+  const int64_t xs[4] = {2, 2, 16, 16}, ts[4] = {2, 1, 16, 16};
+  float *dir = NULL, *p0 = NULL;
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_SELF, "h=1", &mesh));
+  SG_REQUIRE_OK(sg_model_create(mesh, &c, 16, 16, 2, &r.m));
+  SG_REQUIRE_OK(sg_tape_create(&r.t));
+  r.np = sg_model_param_count(r.m);
+  r.p = calloc((size_t)r.np, sizeof(float));
+  r.g = calloc((size_t)r.np, sizeof(float));
+  dir = calloc((size_t)r.np, sizeof(float));
+  p0 = calloc((size_t)r.np, sizeof(float));
+  SG_CHECK(r.p && r.g && dir && p0, "memory");
+  if (!r.p || !r.g || !dir || !p0) goto done;
+  SG_REQUIRE_OK(sg_model_bind(r.m, r.p, r.g));
+  SG_REQUIRE_OK(sg_model_init(r.m, 7));
+  SG_REQUIRE_OK(sg_var_init(&r.x, "x", SG_DTYPE_F32, 4, xs, NULL, 0));
+  SG_REQUIRE_OK(sg_var_init(&r.target, "t", SG_DTYPE_F32, 4, ts, NULL, 0));
+  for (int64_t i = 0; i < 2 * 2 * 256; ++i)
+    ((float *)r.x.value.data)[i] = (float)sg_test_rand(3, i, -1, 1);
+  for (int64_t i = 0; i < 2 * 256; ++i)
+    ((float *)r.target.value.data)[i] = (float)sg_test_rand(4, i, -1, 1);
+  const double l0 = loss_of(&r, 1);
+  SG_CHECK(isfinite(l0) && l0 > 0, "loss %g", l0);
+  memcpy(p0, r.p, (size_t)r.np * sizeof(float));
+  for (int k = 0; k < 3; ++k) {
+    double gd = 0;
+    for (int64_t i = 0; i < r.np; ++i) {
+      dir[i] = (float)sg_test_rand(100 + (uint64_t)k, i, -1, 1);
+      gd += (double)dir[i] * r.g[i];
+    }
+    const double e = 1e-3; /* |e dir| ~ 0.03: small curvature error */
+    for (int64_t i = 0; i < r.np; ++i) r.p[i] = p0[i] + (float)e * dir[i];
+    const double lp = loss_of(&r, 0);
+    for (int64_t i = 0; i < r.np; ++i) r.p[i] = p0[i] - (float)e * dir[i];
+    const double lm = loss_of(&r, 0);
+    memcpy(r.p, p0, (size_t)r.np * sizeof(float));
+    const double fd = (lp - lm) / (2 * e);
+    SG_CHECK(fabs(fd - gd) <= 2e-2 * fabs(gd) + 1e-3,
+             "direction %d: finite differences %.6g, gradient %.6g", k, fd, gd);
+  }
+done:
+  free(dir), free(p0), free(r.p), free(r.g);
+  sg_var_release(&r.x);
+  sg_var_release(&r.target);
+  sg_tape_destroy(&r.t);
+  sg_model_destroy(&r.m);
+  sg_mesh_destroy(&mesh);
+}
+
+/* the position field's entry of the parameter table on mesh spec */
+static void test_param_table(const char *spec) {
+  sg_mesh_t mesh = NULL;
+  sg_model_t m = NULL;
+  const sg_model_config c = tiny();
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  SG_REQUIRE_OK(sg_model_create(mesh, &c, 16, 24, 1, &m));
+  sg_var **vars = NULL;
+  int n = sg_model_params(m, &vars), found = 0;
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    sg_param_info pi;
+    SG_REQUIRE_OK(sg_model_param_info(m, i, &pi));
+    if (strcmp(pi.name, "pos")) continue;
+    found = 1;
+    total = pi.count[1] * pi.count[2];
+    SG_CHECK(pi.global_shape[0] == 8 && pi.global_shape[1] == 4 &&
+                 pi.global_shape[2] == 6,
+             "%s: pos is (8, 4, 6), got (%lld, %lld, %lld)", spec,
+             (long long)pi.global_shape[0], (long long)pi.global_shape[1],
+             (long long)pi.global_shape[2]);
+    SG_CHECK(pi.shard_dims != 0, "%s: pos Shard over the domain dims (mask %u)",
+             spec, pi.shard_dims);
+  }
+  SG_CHECK(found, "%s: a 'pos' parameter", spec);
+  /* the boxes tile the 4 x 6 patch grid */
+  MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  SG_CHECK(total == 24, "%s: the position boxes cover %lld of 24 patches", spec,
+           (long long)total);
+done:
+  sg_model_destroy(&m);
+  sg_mesh_destroy(&mesh);
+}
+
+/* create must fail with SG_ERR_CONFIG on every rank, naming `what` */
+static void expect_refused(const char *spec, sg_model_config c, int64_t ny,
+                           int64_t nx, const char *what) {
+  sg_mesh_t mesh = NULL;
+  sg_model_t m = NULL;
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  sg_status st = sg_model_create(mesh, &c, ny, nx, 1, &m);
+  int ok = st == SG_ERR_CONFIG && strstr(sg_last_error(), what) != NULL;
+  SG_CHECK(ok, "%s, %lldx%lld: expected SG_ERR_CONFIG naming '%s', got %s: %s",
+           spec, (long long)ny, (long long)nx, what, sg_status_name(st),
+           sg_last_error());
+  int all = ok;
+  MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  SG_CHECK(all, "%s: refused on every rank", spec);
+done:
+  sg_model_destroy(&m);
+  sg_mesh_destroy(&mesh);
+}
+
+static void test_bad_input(void) {
+  const char *spec = sg_test_size == 1   ? "h=1"
+                     : sg_test_size == 2 ? "h=2"
+                     : sg_test_size == 3 ? "h=3"
+                                         : "h=4";
+  sg_model_config c = tiny();
+  expect_refused(spec, c, 18, 16, "not divisible by patch 4");
+  c.heads = 3;
+  expect_refused(spec, c, 16, 16, "heads (3) must divide width (8)");
+  c = tiny();
+  c.depth = -1;
+  expect_refused(spec, c, 16, 16, "depth");
+  if (sg_test_size > 1) {
+    c = tiny();
+    c.patch = 8; /* 16 rows over 2: 8 (fits); over 3, 4: 5, 4 (too thin) */
+    if (sg_test_size > 2)
+      expect_refused(spec, c, 16, 16, "larger than the smallest shard");
+    c.patch = 4; /* 4 (np - 1) rows over np ranks: shards thinner than 4 */
+    expect_refused(spec, c, 4 * (sg_test_size - 1), 16,
+                   "larger than the smallest shard");
+  }
+}
+
+int main(int argc, char **argv) {
+  sg_test_init(&argc, &argv);
+  if (sg_test_size == 1) test_gradient();
+  test_param_table(sg_test_size == 1   ? "h=1"
+                   : sg_test_size == 2 ? "h=2"
+                   : sg_test_size == 3 ? "h=3"
+                                       : "h=2,w=2");
+  test_bad_input();
+  return sg_test_finish();
+}
