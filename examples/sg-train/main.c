@@ -120,6 +120,14 @@ static const sg_kv_key keys[] = {
      "evaluate on the test examples every N steps (0: at the end)"},
     {"rollout", SG_KV_INT, "0",
      "autoregressive rollout frames in the final evaluation (sample datasets)"},
+    {"rollout_train", SG_KV_INT, "1",
+     "K: the training loss over K autoregressive steps (the model fed its own predictions; "
+     "1: one step ahead)"},
+    {"rollout_grad", SG_KV_STRING, "full",
+     "full (gradient through all K steps, the loss their mean) | pushforward (steps 1..K-1 "
+     "without gradient, the loss on step K only)"},
+    {"rollout_curriculum", SG_KV_INT, "0",
+     "S > 0: K grows by one every S steps from 1 up to rollout_train (0: K from the start)"},
     {"check_every", SG_KV_INT, "0",
      "check every N steps that replicas hold identical parameters"},
     {"log_every", SG_KV_INT, "1", "print a line every N steps"},
@@ -163,6 +171,10 @@ typedef struct run {
   int64_t cin, cout;
   float *xb, *yb, *mb;
   sg_loss_kind loss_kind;
+  int64_t ar_steps, ar_curriculum; /* rollout_train, rollout_curriculum */
+  int ar_pushforward, ar_ckpt;     /* rollout_grad; checkpoint each step */
+  sg_var *ar_leaves;               /* 1 + 2 * ar_steps */
+  float *clim;                     /* climatology (nvars, ny, nx) */
   int stop; /* the signal that stopped the run (SIGTERM, SIGINT), 0: none */
 } run_t;
 
@@ -218,19 +230,66 @@ static void to_physical(run_t *r, float *a, const float *mask) {
     }
 }
 
+/* What an evaluation scores: the model and the baselines. */
+enum { EV_MODEL, EV_PERSISTENCE, EV_CLIMATOLOGY, EV_N };
+
+/* The baselines' forecasts (normalised) of lbatch examples: persistence,
+ * the last input frame of each example of x; climatology (r->clim). */
+static void baseline(run_t *r, int kind, const float *x, float *f) {
+  const int64_t fr = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history;
+  for (int64_t j = 0; j < r->lbatch; ++j)
+    memcpy(f + j * fr,
+           kind == EV_PERSISTENCE ? x + (j * H + H - 1) * fr : r->clim,
+           (size_t)fr * sizeof *f);
+}
+
+/* Add the relative L2 errors of the first `valid` examples of forecast f
+ * (normalised; turned into physical units, masked) against truth
+ * (physical, masked) to *sum. Collective. */
+static sg_status score(run_t *r, float *f, const float *truth,
+                       const float *mask, int64_t valid, double *sum) {
+  sg_status st = SG_OK;
+  const sg_dist_loss_ctx lc = {r->domain, r->data, r->ebatch};
+  double *rel = malloc((size_t)r->lbatch * sizeof *rel);
+  if (!rel) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  to_physical(r, f, mask);
+  SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch,
+                            r->ds.nvars * r->ds.ny * r->ds.nx, f, truth, NULL,
+                            &lc, rel));
+  for (int64_t j = 0; j < valid; ++j) *sum += rel[j];
+fail:
+  free(rel);
+  return st;
+}
+
+/* The baselines' scores of a batch whose inputs are x (normalised) beside
+ * the model's: sum[EV_PERSISTENCE], sum[EV_CLIMATOLOGY]. Collective. */
+static sg_status score_baselines(run_t *r, const float *x, float *buf,
+                                 const float *truth, const float *mask,
+                                 int64_t valid, double *sum) {
+  sg_status st = SG_OK;
+  for (int kind = EV_PERSISTENCE; kind <= EV_CLIMATOLOGY; ++kind) {
+    baseline(r, kind, x, buf);
+    SG_TRY(score(r, buf, truth, mask, valid, &sum[kind]));
+  }
+fail:
+  return st;
+}
+
 /* Mean relative L2 over the test examples (one step ahead), in physical
- * units, every data rank taking its share; with `out` the predictions and
- * targets are written to a NetCDF file (example, channel, y, x). */
+ * units, every data rank taking its share, of the model and of the
+ * baselines (rel_out[EV_*]); with `out` the predictions and targets are
+ * written to a NetCDF file (example, channel, y, x). */
 static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
   sg_status st = SG_OK;
   const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
-  double sum = 0.0, cnt = 0.0;
-  double *rel = malloc((size_t)r->lbatch * sizeof *rel);
+  double sc[EV_N + 1] = {0}; /* the sums of each, the count */
   sg_example *ex = malloc((size_t)r->lbatch * sizeof *ex);
   float *pred = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *pred);
+  float *base = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *base);
   sg_nc_t f = NULL;
   int vp = -1, vt = -1;
-  if (!rel || !ex || !pred) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  if (!ex || !pred || !base) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   if (out && *out) {
     sg_nc_create_opts co = sg_nc_create_opts_default();
     co.overwrite = 1;
@@ -254,7 +313,6 @@ static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
     SG_TRY(sg_nc_enddef(f));
   }
   const int64_t nb = (r->ntest + r->ebatch - 1) / r->ebatch;
-  const sg_dist_loss_ctx lc = {r->domain, r->data, r->ebatch};
   for (int64_t b = 0; b < nb; ++b) {
     int64_t valid = 0, first = b * r->ebatch + r->cdp * r->lbatch;
     for (int64_t j = 0; j < r->lbatch; ++j) {
@@ -264,12 +322,10 @@ static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
     }
     sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, r->yb, r->mb);
     SG_TRY(predict_batch(r, r->xb, pred));
-    to_physical(r, pred, r->mb);
     to_physical(r, r->yb, r->mb);
-    SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch, V * plane, pred, r->yb,
-                              NULL, &lc, rel));
-    for (int64_t j = 0; j < valid; ++j) sum += rel[j];
-    cnt += (double)valid;
+    SG_TRY(score(r, pred, r->yb, r->mb, valid, &sc[EV_MODEL]));
+    SG_TRY(score_baselines(r, r->xb, base, r->yb, r->mb, valid, sc));
+    sc[EV_N] += (double)valid;
     if (f) {
       sg_nc_shard sh = {4,
                         {r->ntest, V, r->ds.ny_g, r->ds.nx_g},
@@ -280,53 +336,52 @@ static sg_status evaluate(run_t *r, const char *out, double *rel_out) {
       SG_TRY(sg_nc_write(f, vt, &sh, r->yb));
     }
   }
-  double sc[2] = {sum, cnt};
   if (r->data && sg_group_size(r->data) > 1)
-    SG_TRY(sg_allreduce_det(r->data, sc, sc, 2, SG_DTYPE_F64, SG_REDUCE_SUM));
-  *rel_out = sc[1] > 0 ? sc[0] / sc[1] : 0.0;
+    SG_TRY(sg_allreduce_det(r->data, sc, sc, EV_N + 1, SG_DTYPE_F64,
+                            SG_REDUCE_SUM));
+  for (int i = 0; i < EV_N; ++i)
+    rel_out[i] = sc[EV_N] > 0 ? sc[i] / sc[EV_N] : 0.0;
   if (f) SG_TRY(sg_nc_close(&f));
 fail:
   if (f) sg_nc_discard(&f);
-  free(rel);
   free(ex);
   free(pred);
+  free(base);
   return st;
 }
 
 /* Autoregressive rollout on the test series (sample datasets): from the
- * first `history` frames, predict the next frame, feed it back, `steps`
- * times; rel[k] is the mean relative L2 of frame history + k. */
+ * first `history` frames, predict the next frame, feed it back
+ * (sg_train_feed_back, as multi-step training does), `steps` times;
+ * rel[i * steps + k] is the mean relative L2 at lead k + 1 (frame
+ * history - 1 + (k + 1) * lead) of the model (i = EV_MODEL) and of the
+ * baselines: persistence (the last input frame) and climatology. */
 static sg_status rollout(run_t *r, int64_t steps, double *rel_out) {
   sg_status st = SG_OK;
   const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx,
-                H = r->dopt.history, T = r->ds.nframes;
+                H = r->dopt.history, T = r->ds.nframes, L = r->dopt.lead;
   const int64_t nser = r->dopt.test_samples, s0 = r->ds.nseries - nser;
-  double *rel = malloc((size_t)r->lbatch * sizeof *rel),
-         *acc = calloc((size_t)steps, sizeof *acc);
+  const size_t nf = (size_t)(r->lbatch * V * plane + 1);
+  double *acc = calloc((size_t)(EV_N * steps + 1), sizeof *acc);
   float *x = malloc((size_t)(r->lbatch * H * V * plane + 1) * sizeof *x);
-  float *pred = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *pred);
-  float *phys = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *phys);
-  float *truth = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *truth);
-  float *mask = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *mask);
-  if (!rel || !acc || !x || !pred || !phys || !truth || !mask)
+  float *x0 = malloc((size_t)(r->lbatch * H * V * plane + 1) * sizeof *x0);
+  float *pred = malloc(nf * sizeof *pred), *phys = malloc(nf * sizeof *phys),
+        *truth = malloc(nf * sizeof *truth), *mask = malloc(nf * sizeof *mask);
+  sg_example *ex = malloc((size_t)r->lbatch * sizeof *ex);
+  if (!acc || !x || !x0 || !pred || !phys || !truth || !mask || !ex)
     SG_RAISE(SG_ERR_ALLOC, "out of memory");
   if (r->ds.climate)
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
              "rollout needs a sample dataset (sample, time, y, x)");
-  if (H + steps > T)
+  if (H - 1 + steps * L >= T)
     SG_RAISE(
         SG_ERR_CONFIG,
-        "rollout of %lld frames after %lld history frames exceeds the %lld frames",
-        (long long)steps, (long long)H, (long long)T);
+        "rollout of %lld frames (lead %lld) after %lld history frames exceeds the %lld frames",
+        (long long)steps, (long long)L, (long long)H, (long long)T);
   const int64_t nb = (nser + r->ebatch - 1) / r->ebatch;
-  const sg_dist_loss_ctx lc = {r->domain, r->data, r->ebatch};
   double cnt = 0.0;
   for (int64_t b = 0; b < nb; ++b) {
     int64_t valid = 0;
-    sg_example ex[64];
-    if (r->lbatch > 64)
-      SG_RAISE(SG_ERR_NOT_SUPPORTED,
-               "rollout supports a local batch of at most 64");
     for (int64_t j = 0; j < r->lbatch; ++j) {
       int64_t g = b * r->ebatch + r->cdp * r->lbatch + j;
       ex[j].series = s0 + (g < nser ? g : nser - 1);
@@ -334,43 +389,41 @@ static sg_status rollout(run_t *r, int64_t steps, double *rel_out) {
       valid += g < nser;
     }
     sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, x, truth, mask);
+    memcpy(x0, x, (size_t)(r->lbatch * H * V * plane) * sizeof *x0);
     for (int64_t k = 0; k < steps; ++k) {
       SG_TRY(predict_batch(r, x, pred));
-      for (int64_t j = 0; j < r->lbatch; ++j) { /* truth: frame H + k */
-        ex[j].t0 = k;
-      }
+      for (int64_t j = 0; j < r->lbatch; ++j) /* truth: lead k + 1 */
+        ex[j].t0 = k * L; /* lead 1 or history 1 (check_rollout) */
       sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, truth, mask);
-      memcpy(phys, pred, (size_t)(r->lbatch * V * plane) * sizeof *phys);
-      to_physical(r, phys, mask);
+      /* the (normalised) prediction fed back before it is scored */
+      sg_train_feed_back(x, pred, r->ds.has_mask ? mask : NULL, r->lbatch, H,
+                         V * plane);
       to_physical(r, truth, mask);
-      SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch, V * plane, phys, truth,
-                                NULL, &lc, rel));
-      for (int64_t j = 0; j < valid; ++j) acc[k] += rel[j];
-      /* shift the window and append the (normalised) prediction */
-      for (int64_t j = 0; j < r->lbatch; ++j) {
-        float *xj = x + j * H * V * plane;
-        memmove(xj, xj + V * plane, (size_t)((H - 1) * V * plane) * sizeof *xj);
-        memcpy(xj + (H - 1) * V * plane, pred + j * V * plane,
-               (size_t)(V * plane) * sizeof *xj);
-      }
+      memcpy(phys, pred, (size_t)(r->lbatch * V * plane) * sizeof *phys);
+      double sc[EV_N] = {0};
+      SG_TRY(score(r, phys, truth, mask, valid, &sc[EV_MODEL]));
+      SG_TRY(score_baselines(r, x0, phys, truth, mask, valid, sc));
+      for (int i = 0; i < EV_N; ++i) acc[i * steps + k] += sc[i];
     }
     cnt += (double)valid;
   }
   if (r->data && sg_group_size(r->data) > 1) {
-    SG_TRY(sg_allreduce_det(r->data, acc, acc, steps, SG_DTYPE_F64,
+    SG_TRY(sg_allreduce_det(r->data, acc, acc, EV_N * steps, SG_DTYPE_F64,
                             SG_REDUCE_SUM));
     SG_TRY(
         sg_allreduce_det(r->data, &cnt, &cnt, 1, SG_DTYPE_F64, SG_REDUCE_SUM));
   }
-  for (int64_t k = 0; k < steps; ++k) rel_out[k] = cnt > 0 ? acc[k] / cnt : 0.0;
+  for (int64_t i = 0; i < EV_N * steps; ++i)
+    rel_out[i] = cnt > 0 ? acc[i] / cnt : 0.0;
 fail:
-  free(rel);
   free(acc);
   free(x);
+  free(x0);
   free(pred);
   free(phys);
   free(truth);
   free(mask);
+  free(ex);
   return st;
 }
 
@@ -611,11 +664,13 @@ fail:
  * collective. */
 static sg_status check_config(sg_kv_t kv) {
   sg_status st = SG_OK;
-  static const char *const positive[] = {"batch", "width", "history", "lead",
-                                         "log_every"};
-  static const char *const nonneg[] = {
-      "steps",      "epochs",  "test_samples", "test_frames", "warmup",
-      "eval_every", "rollout", "check_every",  "ckpt_every"};
+  static const char *const positive[] = {"batch", "width",     "history",
+                                         "lead",  "log_every", "rollout_train"};
+  static const char *const nonneg[] = {"steps",        "epochs",
+                                       "test_samples", "test_frames",
+                                       "warmup",       "eval_every",
+                                       "rollout",      "check_every",
+                                       "ckpt_every",   "rollout_curriculum"};
   for (size_t i = 0; i < sizeof positive / sizeof *positive; ++i)
     if (sg_kv_int(kv, positive[i]) < 1)
       SG_RAISE(SG_ERR_CONFIG, "%s must be >= 1, not %lld", positive[i],
@@ -654,6 +709,39 @@ static sg_status check_writable(const char *path, int rank) {
       fclose(f);
   }
   return sg_agree(MPI_COMM_WORLD, st);
+}
+
+/* Multi-step training and the rollout: what they can run (config and
+ * mesh only: the same verdict on every rank). A prediction fed back is the
+ * newest input frame, so it must be the frame after the last input: lead 1,
+ * or history 1 (then the frames are lead apart). Not collective. */
+static sg_status check_rollout(run_t *r, sg_kv_t kv, sg_mesh_t mesh) {
+  sg_status st = SG_OK;
+  const char *g = sg_kv_str(kv, "rollout_grad");
+  r->ar_steps = sg_kv_int(kv, "rollout_train");
+  r->ar_curriculum = sg_kv_int(kv, "rollout_curriculum");
+  if (strcmp(g, "full") != 0 && strcmp(g, "pushforward") != 0)
+    SG_RAISE(SG_ERR_CONFIG,
+             "rollout_grad must be full or pushforward, not '%s'", g);
+  r->ar_pushforward = strcmp(g, "pushforward") == 0;
+  if (r->ar_steps > 1000)
+    SG_RAISE(SG_ERR_CONFIG, "rollout_train = %lld: at most 1000 steps",
+             (long long)r->ar_steps);
+  const int64_t H = sg_kv_int(kv, "history"), L = sg_kv_int(kv, "lead");
+  if ((r->ar_steps > 1 || sg_kv_int(kv, "rollout") > 0) && H > 1 && L > 1)
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "rollout_train > 1 and rollout feed a prediction back as the newest input frame: with "
+        "history = %lld they need lead = 1 (or history = 1), not lead = %lld",
+        (long long)H, (long long)L);
+  if (r->ar_steps > 1 && sg_train_pp_on(mesh))
+    SG_RAISE(
+        SG_ERR_NOT_SUPPORTED,
+        "rollout_train = %lld with a pp mesh dim: multi-step training does not run "
+        "through the pipeline yet (use rollout_train = 1 or a mesh without pp)",
+        (long long)r->ar_steps);
+fail:
+  return st;
 }
 
 /* The parallel plan's settings from the config. Not collective. */
@@ -763,6 +851,7 @@ static sg_status setup(run_t *r) {
     snprintf(spec, sizeof spec, "h=%d", r->size);
   SG_TRY(sg_mesh_create(MPI_COMM_WORLD, spec, &r->mesh));
   SG_TRY(sg_agree(MPI_COMM_WORLD, sg_train_pp_check(kv, r->mesh)));
+  SG_TRY(sg_agree(MPI_COMM_WORLD, check_rollout(r, kv, r->mesh)));
   r->smesh = r->mesh;
   if (sg_train_pp_on(r->mesh))
     SG_TRY(sg_pipe_stage_mesh_create(r->mesh, &r->smesh));
@@ -784,6 +873,7 @@ static sg_status setup(run_t *r) {
   SG_TRY(sg_mesh_group(r->smesh, mi.batch_dims, &r->data));
   sg_model_config mc;
   SG_TRY(model_config(kv, &mc));
+  r->ar_ckpt = mc.act_ckpt_every > 0;
   const char *lk = sg_kv_str(kv, "loss");
   if (strcmp(lk, "rel_l2") == 0)
     r->loss_kind = SG_LOSS_REL_L2;
@@ -819,6 +909,7 @@ static sg_status setup(run_t *r) {
   r->dopt.backend = sg_kv_str(kv, "backend");
   r->dopt.history = sg_kv_int(kv, "history");
   r->dopt.lead = sg_kv_int(kv, "lead");
+  r->dopt.steps = r->ar_steps;
   r->dopt.test_samples = sg_kv_int(kv, "test_samples");
   r->dopt.test_frames = sg_kv_int(kv, "test_frames");
   r->dopt.reject_nonfinite = sg_kv_bool(kv, "reject_nonfinite");
@@ -863,16 +954,21 @@ static sg_status setup(run_t *r) {
 
   /* parameters, gradients and optimizer state: the plan's flat buffers */
   SG_TRY(make_plan(r));
-  const int64_t plane = lny * lnx,
-                nbuf = r->pipe ? r->micro
-                               : 1; /* a pipeline holds every micro-batch */
-  r->xb = malloc((size_t)(nbuf * r->lbatch * r->cin * plane + 1) *
-                 sizeof *r->xb);
+  /* a pipeline holds every micro-batch; multi-step training every step's
+   * targets */
+  const int64_t plane = lny * lnx, nbuf = r->pipe ? r->micro : r->ar_steps;
+  r->xb = malloc(
+      (size_t)((r->pipe ? nbuf : 1) * r->lbatch * r->cin * plane + 1) *
+      sizeof *r->xb);
   r->yb = malloc((size_t)(nbuf * r->lbatch * r->cout * plane + 1) *
                  sizeof *r->yb);
   r->mb = malloc((size_t)(nbuf * r->lbatch * r->cout * plane + 1) *
                  sizeof *r->mb);
-  if (!r->xb || !r->yb || !r->mb) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  r->ar_leaves = calloc((size_t)(1 + 2 * r->ar_steps), sizeof *r->ar_leaves);
+  r->clim = malloc((size_t)(r->cout * plane + 1) * sizeof *r->clim);
+  if (!r->xb || !r->yb || !r->mb || !r->ar_leaves || !r->clim)
+    SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  SG_TRY(sg_dataset_climatology(&r->ds, &r->dopt, r->clim));
   if (r->pipe) SG_TRY(pp_step_init(r));
   char desc[256];
   sg_model_describe(r->model, desc, sizeof desc);
@@ -886,37 +982,37 @@ fail:
 }
 
 /* Forward and backward of one micro-batch k: the examples perm[0..lbatch)
- * of the training set; *lval accumulates the loss. Collective. */
+ * of the training set over K autoregressive steps (K = 1: one step
+ * ahead); *lval accumulates the loss. Collective. */
 static sg_status micro_step(run_t *r, const int64_t *perm, sg_example *ex,
-                            int k, double *lval) {
+                            int k, int64_t K, double *lval) {
   sg_status st = SG_OK;
   for (int64_t j = 0; j < r->lbatch; ++j) ex[j] = r->train[perm[j]];
-  sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, r->yb, r->mb);
-  int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx},
-          ys[4] = {r->lbatch, r->cout, r->ds.ny, r->ds.nx};
-  sg_var x, y, mk, *pred = NULL, *loss = NULL;
-  memset(&x, 0, sizeof x);
-  memset(&y, 0, sizeof y);
-  memset(&mk, 0, sizeof mk);
-  SG_TRY(sg_var_init(&x, "x", SG_DTYPE_F32, 4, xs, r->xb, 0));
-  SG_TRY(sg_var_init(&y, "y", SG_DTYPE_F32, 4, ys, r->yb, 0));
-  SG_TRY(sg_var_init(&mk, "mask", SG_DTYPE_F32, 4, ys, r->mb, 0));
-  SG_TRY(sg_model_mark(r->model, &y));
-  if (r->ds.has_mask) SG_TRY(sg_model_mark(r->model, &mk));
-  SG_TRY(sg_parallel_begin_micro(r->plan, k, (int)r->micro));
+  sg_dataset_fill_steps(&r->ds, &r->dopt, ex, r->lbatch, K, r->xb, r->yb,
+                        r->mb);
+  const sg_train_ar a = {.model = r->model,
+                         .tape = r->tape,
+                         .n = r->lbatch,
+                         .nvars = r->ds.nvars,
+                         .history = r->dopt.history,
+                         .ny = r->ds.ny,
+                         .nx = r->ds.nx,
+                         .steps = K,
+                         .pushforward = r->ar_pushforward,
+                         .ckpt = r->ar_ckpt && K > 1,
+                         .masked = r->ds.has_mask,
+                         .loss = r->loss_kind,
+                         .lc = {r->domain, r->data, r->gbatch},
+                         .div = r->loss_kind == SG_LOSS_MSE ? r->micro : 1,
+                         .x = r->xb,
+                         .y = r->yb,
+                         .m = r->mb};
+  sg_var *loss = NULL;
+  double lv = 0.0;
   sg_trace_begin("forward");
-  st = sg_model_forward(r->model, r->tape, &x, &pred);
-  /* rel_l2 sums over samples / global batch: micro-batch losses add up;
-   * mse is a mean over each micro-batch's elements: 1/micro of each */
-  sg_dist_loss_ctx lc = {r->domain, r->data, r->gbatch};
-  if (st == SG_OK)
-    st = sg_ag_dist_loss(r->tape, r->loss_kind, pred, &y,
-                         r->ds.has_mask ? &mk : NULL, &lc, &loss);
-  double lv = st == SG_OK ? sg_dist_loss_value(loss) : 0.0;
-  if (st == SG_OK && r->loss_kind == SG_LOSS_MSE && r->micro > 1) {
-    st = sg_ag_scale(r->tape, 1.0 / (double)r->micro, loss, &loss);
-    lv /= (double)r->micro;
-  }
+  st = sg_train_ar_detached(&a);
+  if (st == SG_OK) st = sg_parallel_begin_micro(r->plan, k, (int)r->micro);
+  if (st == SG_OK) st = sg_train_ar_loss(&a, r->ar_leaves, &loss, &lv);
   sg_trace_end("forward");
   SG_TRY(st);
   *lval += lv;
@@ -925,10 +1021,41 @@ static sg_status micro_step(run_t *r, const int64_t *perm, sg_example *ex,
   sg_trace_end("backward");
 fail:
   if (st != SG_OK) sg_tape_clear(r->tape);
-  sg_var_release(&x);
-  sg_var_release(&y);
-  sg_var_release(&mk);
+  sg_train_ar_release(r->ar_leaves, K);
   return st;
+}
+
+/* The metrics keys of an evaluation (EV_*). */
+static const char *const eval_keys[EV_N] = {"eval_rel_l2",
+                                            "eval_persistence_rel_l2",
+                                            "eval_climatology_rel_l2"};
+
+/* The rollout's errors per lead (rollout()'s layout) on stdout (rank 0)
+ * and as one metrics line of arrays. */
+static void report_rollout(run_t *r, int64_t step, int64_t n,
+                           const double *roll) {
+  static const char *const label[EV_N] = {"rollout relative L2 per frame:",
+                                          "  persistence:", "  climatology:"};
+  static const char *const key[EV_N] = {"rollout_rel_l2",
+                                        "rollout_persistence_rel_l2",
+                                        "rollout_climatology_rel_l2"};
+  for (int i = 0; i < EV_N && r->rank == 0; ++i) {
+    printf("%s", label[i]);
+    for (int64_t k = 0; k < n; ++k) printf(" %.4f", roll[i * n + k]);
+    printf("\n");
+  }
+  if (!r->metrics) return;
+  fprintf(r->metrics, "{\"step\": %lld", (long long)step);
+  for (int i = 0; i < EV_N; ++i) {
+    fprintf(r->metrics, ", \"%s\": [", key[i]);
+    for (int64_t k = 0; k < n; ++k) {
+      fputs(k ? ", " : "", r->metrics);
+      json_num(r->metrics, roll[i * n + k]);
+    }
+    fputs("]", r->metrics);
+  }
+  fputs("}\n", r->metrics);
+  fflush(r->metrics);
 }
 
 static sg_status train(run_t *r) {
@@ -986,6 +1113,7 @@ static sg_status train(run_t *r) {
       sg_epoch_order((uint64_t)sg_kv_int(kv, "seed"), epoch, r->ntrain, perm);
     }
     const double tr0 = sg_model_collective_seconds(r->model);
+    const int64_t K = sg_train_ar_steps_at(r->ar_steps, r->ar_curriculum, step);
     double lval = 0.0;
     const int64_t *mine = perm + pos * r->gbatch +
                           r->cdp * r->lbatch * r->micro; /* this data rank's */
@@ -995,7 +1123,7 @@ static sg_status train(run_t *r) {
     } else {
       for (int64_t k = 0; k < r->micro;
            ++k) /* micro-batches: gradients accumulate */
-        SG_TRY(micro_step(r, mine + k * r->lbatch, ex, (int)k, &lval));
+        SG_TRY(micro_step(r, mine + k * r->lbatch, ex, (int)k, K, &lval));
     }
     double tc = sg_wtime();
     sg_trace_begin("collectives");
@@ -1031,11 +1159,11 @@ static sg_status train(run_t *r) {
     }
     {
       static const char *const mk[] = {
-          "loss",         "lr",        "grad_norm",       "samples_per_s",
-          "time_compute", "time_halo", "time_collectives"};
-      const double mv[] = {lval, lr_t, gnorm, sps, dt - coll - halo,
-                           halo, coll};
-      metrics_line(r, step, 7, mk, mv);
+          "loss",         "lr",        "grad_norm",        "samples_per_s",
+          "time_compute", "time_halo", "time_collectives", "rollout_steps"};
+      const double mv[] = {lval, lr_t, gnorm,    sps, dt - coll - halo,
+                           halo, coll, (double)K};
+      metrics_line(r, step, r->ar_steps > 1 ? 8 : 7, mk, mv);
     }
     if (check_every > 0 && step % check_every == 0)
       SG_TRY(sg_parallel_check_replicas(r->plan, step));
@@ -1043,11 +1171,13 @@ static sg_status train(run_t *r) {
                                  step == steps);
     if (saved) SG_TRY(save_checkpoint(r, step));
     if (eval_every > 0 && step % eval_every == 0 && step != steps) {
-      double rel = 0;
-      SG_TRY(evaluate(r, NULL, &rel));
-      sg_log_info("step %lld: test relative L2 %.5f", (long long)step, rel);
-      static const char *const ek[] = {"eval_rel_l2"};
-      metrics_line(r, step, 1, ek, &rel);
+      double rel[EV_N] = {0};
+      SG_TRY(evaluate(r, NULL, rel));
+      sg_log_info(
+          "step %lld: test relative L2 %.5f (persistence %.5f, climatology %.5f)",
+          (long long)step, rel[EV_MODEL], rel[EV_PERSISTENCE],
+          rel[EV_CLIMATOLOGY]);
+      metrics_line(r, step, EV_N, eval_keys, rel);
     }
     SG_TRY(stop_check(r, step, first, saved));
   }
@@ -1075,33 +1205,21 @@ static sg_status train(run_t *r) {
           (long long)steps, sg_wtime() - t_start, t_coll);
     goto fail;
   }
-  double rel = 0;
-  SG_TRY(evaluate(r, sg_kv_str(kv, "predict"), &rel));
+  double rel[EV_N] = {0};
+  SG_TRY(evaluate(r, sg_kv_str(kv, "predict"), rel));
   if (r->rank == 0)
     printf(
-        "test relative L2 %.5f after %lld steps (%.1f s; %.1f s in collectives)\n",
-        rel, (long long)steps, sg_wtime() - t_start, t_coll);
-  static const char *const fk[] = {"eval_rel_l2"};
-  metrics_line(r, steps, 1, fk, &rel);
+        "test relative L2 %.5f after %lld steps (%.1f s; %.1f s in collectives); persistence "
+        "%.5f, climatology %.5f\n",
+        rel[EV_MODEL], (long long)steps, sg_wtime() - t_start, t_coll,
+        rel[EV_PERSISTENCE], rel[EV_CLIMATOLOGY]);
+  metrics_line(r, steps, EV_N, eval_keys, rel);
   const int64_t nroll = sg_kv_int(kv, "rollout");
   if (nroll > 0) {
-    roll = malloc((size_t)nroll * sizeof *roll);
+    roll = malloc((size_t)(EV_N * nroll) * sizeof *roll);
     if (!roll) SG_RAISE(SG_ERR_ALLOC, "out of memory");
     SG_TRY(rollout(r, nroll, roll));
-    if (r->rank == 0) {
-      printf("rollout relative L2 per frame:");
-      for (int64_t k = 0; k < nroll; ++k) printf(" %.4f", roll[k]);
-      printf("\n");
-    }
-    if (r->metrics) {
-      fprintf(r->metrics, "{\"step\": %lld, \"rollout_rel_l2\": [",
-              (long long)steps);
-      for (int64_t k = 0; k < nroll; ++k) {
-        fputs(k ? ", " : "", r->metrics);
-        json_num(r->metrics, roll[k]);
-      }
-      fprintf(r->metrics, "]}\n");
-    }
+    report_rollout(r, steps, nroll, roll);
   }
 fail:
   free(roll);
@@ -1122,6 +1240,8 @@ static void cleanup(run_t *r) {
   free(r->xb);
   free(r->yb);
   free(r->mb);
+  free(r->ar_leaves);
+  free(r->clim);
   free(r->train);
   free(r->test);
   sg_dataset_free(&r->ds);
