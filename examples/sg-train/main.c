@@ -731,8 +731,8 @@ static sg_status check_rollout(run_t *r, sg_kv_t kv, sg_mesh_t mesh) {
   if ((r->ar_steps > 1 || sg_kv_int(kv, "rollout") > 0) && H > 1 && L > 1)
     SG_RAISE(
         SG_ERR_CONFIG,
-        "rollout_train > 1 and rollout feed a prediction back as the newest input frame: with "
-        "history = %lld they need lead = 1 (or history = 1), not lead = %lld",
+        "multi-step training (rollout_train > 1) and the rollout feed each prediction back as the "
+        "newest input frame: with history = %lld that needs lead = 1 (or history = 1), not lead = %lld",
         (long long)H, (long long)L);
   if (r->ar_steps > 1 && sg_train_pp_on(mesh))
     SG_RAISE(
@@ -991,6 +991,7 @@ static sg_status micro_step(run_t *r, const int64_t *perm, sg_example *ex,
   sg_dataset_fill_steps(&r->ds, &r->dopt, ex, r->lbatch, K, r->xb, r->yb,
                         r->mb);
   const sg_train_ar a = {.model = r->model,
+                         .dtype = SG_DTYPE_F32,
                          .tape = r->tape,
                          .n = r->lbatch,
                          .nvars = r->ds.nvars,

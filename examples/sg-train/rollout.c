@@ -22,16 +22,27 @@ int64_t sg_train_ar_steps_at(int64_t steps, int64_t curriculum, int64_t step) {
   return k < steps ? k : steps;
 }
 
-/* One step's block for activation checkpointing: the model. */
+/* One step's block (for activation checkpointing): the model. */
 static sg_status model_block(sg_tape_t tape, void *ctx, sg_var *const *in,
                              sg_var **out) {
   return sg_model_forward((sg_model_t)ctx, tape, in[0], &out[0]);
 }
 
 static sg_status step_forward(const sg_train_ar *a, sg_var *x, sg_var **pred) {
+  sg_block_fn fn = a->step ? a->step : model_block;
+  void *ctx = a->step ? a->step_ctx : (void *)a->model;
   if (a->ckpt) /* keep only the step's input and output */
-    return sg_ag_checkpoint(a->tape, model_block, a->model, 1, &x, 1, pred);
-  return sg_model_forward(a->model, a->tape, x, pred);
+    return sg_ag_checkpoint(a->tape, fn, ctx, 1, &x, 1, pred);
+  return fn(a->tape, ctx, &x, pred);
+}
+
+static sg_status mark(const sg_train_ar *a, sg_var *v) {
+  return a->model ? sg_model_mark(a->model, v) : SG_OK;
+}
+
+/* Element e of buffer p (of a->dtype). */
+static void *at(const sg_train_ar *a, void *p, int64_t e) {
+  return (char *)p + (size_t)e * sg_dtype_size(a->dtype);
 }
 
 /* The next step's input, recorded: the history window of x shifted by one
@@ -61,6 +72,9 @@ static int64_t frame_of(const sg_train_ar *a) {
 sg_status sg_train_ar_detached(const sg_train_ar *a) {
   sg_status st = SG_OK;
   if (!a->pushforward) return SG_OK;
+  if (a->dtype != SG_DTYPE_F32)
+    return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                        "rollout_grad = pushforward: f32 data only");
   const int64_t fr = frame_of(a);
   int64_t xs[4] = {a->n, a->history * a->nvars, a->ny, a->nx};
   int prev = sg_tape_set_grad_enabled(a->tape, 0);
@@ -68,10 +82,10 @@ sg_status sg_train_ar_detached(const sg_train_ar *a) {
     sg_var x, *pred = NULL;
     memset(&x, 0, sizeof x);
     st = sg_var_init(&x, "x", SG_DTYPE_F32, 4, xs, a->x, 0);
-    if (st == SG_OK) st = sg_model_forward(a->model, a->tape, &x, &pred);
+    if (st == SG_OK) st = step_forward(a, &x, &pred);
     if (st == SG_OK)
       sg_train_feed_back(a->x, pred->value.data,
-                         a->masked ? a->m + k * a->n * fr : NULL, a->n,
+                         a->masked ? at(a, a->m, k * a->n * fr) : NULL, a->n,
                          a->history, fr);
     sg_tape_clear(a->tape);
     sg_var_release(&x);
@@ -89,14 +103,17 @@ sg_status sg_train_ar_loss(const sg_train_ar *a, sg_var *leaves, sg_var **loss,
           ys[4] = {a->n, a->nvars, a->ny, a->nx};
   sg_var *x = &leaves[0], *total = NULL, *pred = NULL, *lk = NULL;
   double sum = 0.0;
-  SG_TRY(sg_var_init(x, "x", SG_DTYPE_F32, 4, xs, a->x, 0));
+  SG_TRY(sg_var_init(x, "x", a->dtype, 4, xs, a->x, 0));
+  /* marked here, not only by the model: a checkpointed step's output takes
+   * its placement from its input */
+  SG_TRY(mark(a, x));
   for (int64_t k = first; k < K; ++k) {
     sg_var *y = &leaves[1 + 2 * k], *m = &leaves[2 + 2 * k];
-    SG_TRY(sg_var_init(y, "y", SG_DTYPE_F32, 4, ys, a->y + k * a->n * fr, 0));
+    SG_TRY(sg_var_init(y, "y", a->dtype, 4, ys, at(a, a->y, k * a->n * fr), 0));
     SG_TRY(
-        sg_var_init(m, "mask", SG_DTYPE_F32, 4, ys, a->m + k * a->n * fr, 0));
-    SG_TRY(sg_model_mark(a->model, y));
-    if (a->masked) SG_TRY(sg_model_mark(a->model, m));
+        sg_var_init(m, "mask", a->dtype, 4, ys, at(a, a->m, k * a->n * fr), 0));
+    SG_TRY(mark(a, y));
+    if (a->masked) SG_TRY(mark(a, m));
     if (k > first)
       SG_TRY(next_input(a, x, pred, a->masked ? &leaves[2 * k] : NULL, &x));
     SG_TRY(step_forward(a, x, &pred));

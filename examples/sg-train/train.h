@@ -109,7 +109,10 @@ void sg_epoch_order(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm);
  * frame with step k's prediction (times the mask of its target, as the
  * data hold 0 at masked points) as its newest frame. */
 typedef struct sg_train_ar {
-  sg_model_t model;
+  sg_model_t model; /* marks the leaves (sg_model_mark); NULL: none */
+  sg_block_fn step; /* a step's forward (ctx: step_ctx); NULL: the model's */
+  void *step_ctx;
+  sg_dtype dtype; /* of x, y, m: f32 (pushforward: f32 only) or f64 */
   sg_tape_t tape;
   int64_t n, nvars, history, ny, nx;
   int64_t steps;   /* K >= 1 */
@@ -121,7 +124,7 @@ typedef struct sg_train_ar {
   sg_loss_kind loss;
   sg_dist_loss_ctx lc;
   int64_t div; /* the loss is divided by this too (mse: micro-batches) */
-  float *x, *y, *m;
+  void *x, *y, *m;
 } sg_train_ar;
 /* K (rollout_train) at optimizer step `step` (1-based) with a curriculum
  * of `curriculum` steps per increment (0: none): min(K, 1 + (step-1)/S). */
