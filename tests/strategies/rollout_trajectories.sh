@@ -8,7 +8,7 @@
 # bits as without, with a lower peak; a masked time series (COADS SST, land
 # masked: the masked loss and feedback) on h=2; the baselines (persistence,
 # climatology) of the final evaluation and the rollout equal to a direct
-# computation from the file.
+# computation from the file (also with history 1, lead 2).
 #   rollout_trajectories.sh fno|cnn BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 model=$1 bin=$2 mpiexec=$3 work=$4 src=$5
@@ -42,6 +42,9 @@ same_bits() { # REF OTHER: loss and gradient-norm trajectories identical
 }
 run ref 1 h=1 --rollout 3
 /usr/bin/python3 "$src/tests/examples/check_baselines.py" ref.jsonl ns.nc vorticity 2 1 2 3 1e-5
+# history 1, lead 2: targets and the rollout's frames two apart
+run lead2 1 h=1 --history 1 --lead 2 --rollout-train 2 --rollout 3
+/usr/bin/python3 "$src/tests/examples/check_baselines.py" lead2.jsonl ns.nc vorticity 1 2 2 3 1e-5
 same ref h2 2 h=2
 same ref dph2 4 dp=2,h=2
 same ref w3 3 w=3
