@@ -122,6 +122,18 @@ static int64_t n_test_frames(const sg_dataset *ds, const sg_data_opts *o) {
   return ds->climate ? o->test_frames : 0;
 }
 
+/* Autoregressive steps of a training example, and the frames it spans. */
+static int64_t train_steps(const sg_data_opts *o) {
+  return o->steps > 1 ? o->steps : 1;
+}
+static int64_t train_span(const sg_data_opts *o) {
+  return o->history + train_steps(o) * o->lead;
+}
+
+int64_t sg_dataset_target_frame(const sg_data_opts *o, int64_t t0, int64_t k) {
+  return t0 + o->history - 1 + (k + 1) * o->lead;
+}
+
 sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
                           int64_t x0, int64_t nx, sg_group_t domain,
                           sg_dataset *ds) {
@@ -136,6 +148,7 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
   ds->y0 = y0, ds->ny = ny, ds->x0 = x0, ds->nx = nx;
   const int64_t S = ds->nseries, T = ds->nframes, V = ds->nvars,
                 plane = ny * nx;
+  const int64_t K = train_steps(o), span = train_span(o);
   if (T < o->history + o->lead)
     lst = sg_error_set(
         SG_ERR_SHAPE, __FILE__, __LINE__,
@@ -150,6 +163,14 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
         SG_ERR_CONFIG, __FILE__, __LINE__,
         "test_frames (%lld) leaves no training sample in %lld frames",
         (long long)o->test_frames, (long long)T);
+  else if (K > 1 && T - n_test_frames(ds, o) < span)
+    lst = sg_error_set(
+        SG_ERR_SHAPE, __FILE__, __LINE__,
+        "rollout_train = %lld needs %lld consecutive %sframes per training example (history %lld + "
+        "%lld x lead %lld); dataset '%s' has %lld",
+        (long long)K, (long long)span, ds->climate ? "training " : "",
+        (long long)o->history, (long long)K, (long long)o->lead, o->path,
+        (long long)(T - n_test_frames(ds, o)));
   SG_TRY(sg_agree(MPI_COMM_WORLD, lst));
   const size_t total = (size_t)(S * T * V * plane);
   ds->data = malloc((total ? total : 1) * sizeof *ds->data);
@@ -252,7 +273,10 @@ sg_status sg_dataset_examples(const sg_dataset *ds, const sg_data_opts *o,
                               sg_example **train, int64_t *ntrain,
                               sg_example **test, int64_t *ntest) {
   sg_status st = SG_OK;
-  const int64_t T = ds->nframes, span = o->history + o->lead;
+  /* test examples: one step; training examples: all their steps' targets
+   * in the training part (frames before the test frames of a time series) */
+  const int64_t T = ds->nframes, span = o->history + o->lead,
+                tend = T - n_test_frames(ds, o), tspan = train_span(o);
   int64_t cap = ds->nseries * (T - span + 1);
   *train = malloc((size_t)(cap > 0 ? cap : 1) * sizeof **train);
   *test = malloc((size_t)(cap > 0 ? cap : 1) * sizeof **test);
@@ -265,30 +289,63 @@ sg_status sg_dataset_examples(const sg_dataset *ds, const sg_data_opts *o,
                                 : (s >= ds->nseries - o->test_samples);
       if (is_test)
         (*test)[(*ntest)++] = e;
-      else
+      else if (t0 + tspan <= tend)
         (*train)[(*ntrain)++] = e;
     }
 fail:
   return st;
 }
 
+void sg_dataset_fill_steps(const sg_dataset *ds, const sg_data_opts *o,
+                           const sg_example *ex, int64_t n, int64_t steps,
+                           float *x, float *y, float *m) {
+  const int64_t T = ds->nframes, V = ds->nvars, plane = ds->ny * ds->nx;
+  const size_t fr = (size_t)(V * plane);
+  for (int64_t b = 0; b < n; ++b) {
+    const float *ser = ds->data + ex[b].series * T * V * plane,
+                *mser = ds->mask + ex[b].series * T * V * plane;
+    for (int64_t h = 0; h < o->history; ++h)
+      memcpy(x + (b * o->history + h) * V * plane,
+             ser + (ex[b].t0 + h) * V * plane, fr * sizeof *x);
+    for (int64_t k = 0; k < steps; ++k) {
+      const int64_t tt = sg_dataset_target_frame(o, ex[b].t0, k),
+                    at = (k * n + b) * V * plane;
+      memcpy(y + at, ser + tt * V * plane, fr * sizeof *y);
+      if (m) memcpy(m + at, mser + tt * V * plane, fr * sizeof *m);
+    }
+  }
+}
+
 void sg_dataset_fill(const sg_dataset *ds, const sg_data_opts *o,
                      const sg_example *ex, int64_t n, float *x, float *y,
                      float *m) {
+  sg_dataset_fill_steps(ds, o, ex, n, 1, x, y, m);
+}
+
+sg_status sg_dataset_climatology(const sg_dataset *ds, const sg_data_opts *o,
+                                 float *clim) {
+  sg_status st = SG_OK;
   const int64_t T = ds->nframes, V = ds->nvars, plane = ds->ny * ds->nx;
-  for (int64_t b = 0; b < n; ++b) {
-    for (int64_t h = 0; h < o->history; ++h)
-      memcpy(x + (b * o->history + h) * V * plane,
-             ds->data + ((ex[b].series * T + ex[b].t0 + h) * V) * plane,
-             (size_t)(V * plane) * sizeof *x);
-    int64_t tt = ex[b].t0 + o->history - 1 + o->lead;
-    memcpy(y + b * V * plane, ds->data + ((ex[b].series * T + tt) * V) * plane,
-           (size_t)(V * plane) * sizeof *y);
-    if (m)
-      memcpy(m + b * V * plane,
-             ds->mask + ((ex[b].series * T + tt) * V) * plane,
-             (size_t)(V * plane) * sizeof *m);
-  }
+  const int64_t s_train = ds->climate ? 1 : ds->nseries - o->test_samples,
+                t1 = ds->climate ? T - o->test_frames : T,
+                t0 = sg_dataset_target_frame(o, 0, 0);
+  double *sum = calloc((size_t)(2 * V * plane + 1), sizeof *sum);
+  if (!sum) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  double *cnt = sum + V * plane;
+  for (int64_t s = 0; s < s_train; ++s)
+    for (int64_t t = t0; t < t1; ++t) {
+      const float *d = ds->data + (s * T + t) * V * plane,
+                  *mk = ds->mask + (s * T + t) * V * plane;
+      for (int64_t i = 0; i < V * plane; ++i) {
+        sum[i] += (double)d[i] * mk[i];
+        cnt[i] += mk[i];
+      }
+    }
+  for (int64_t i = 0; i < V * plane; ++i)
+    clim[i] = cnt[i] > 0 ? (float)(sum[i] / cnt[i]) : 0.0f;
+fail:
+  free(sum);
+  return st;
 }
 
 static int cmp_key(const void *a, const void *b) {

@@ -40,16 +40,60 @@ static void to_physical(run_t *r, float *a, const float *mask) {
     }
 }
 
+/* The baselines' forecasts (normalised) of lbatch examples: persistence,
+ * the last input frame of each example of x; climatology (r->clim). */
+static void baseline(run_t *r, int kind, const float *x, float *f) {
+  const int64_t fr = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history;
+  for (int64_t j = 0; j < r->lbatch; ++j)
+    memcpy(f + j * fr,
+           kind == EV_PERSISTENCE ? x + (j * H + H - 1) * fr : r->clim,
+           (size_t)fr * sizeof *f);
+}
+
+/* Add the relative L2 errors of the first `valid` examples of forecast f
+ * (normalised; turned into physical units, masked) against truth
+ * (physical, masked) to *sum. Collective over the stage. */
+static sg_status score(run_t *r, float *f, const float *truth,
+                       const float *mask, int64_t valid, double *sum) {
+  sg_status st = SG_OK;
+  const sg_dist_loss_ctx lc = {r->domain, r->data, r->ebatch};
+  double *rel = malloc((size_t)r->lbatch * sizeof *rel);
+  if (!rel) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  to_physical(r, f, mask);
+  SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch,
+                            r->ds.nvars * r->ds.ny * r->ds.nx, f, truth, NULL,
+                            &lc, rel));
+  for (int64_t j = 0; j < valid; ++j) *sum += rel[j];
+fail:
+  free(rel);
+  return st;
+}
+
+/* The baselines' scores of a batch whose inputs are x (normalised) beside
+ * the model's: sum[EV_PERSISTENCE], sum[EV_CLIMATOLOGY]; buf: scratch of
+ * one batch's forecasts. Collective over the stage. */
+static sg_status score_baselines(run_t *r, const float *x, float *buf,
+                                 const float *truth, const float *mask,
+                                 int64_t valid, double *sum) {
+  sg_status st = SG_OK;
+  for (int kind = EV_PERSISTENCE; kind <= EV_CLIMATOLOGY; ++kind) {
+    baseline(r, kind, x, buf);
+    SG_TRY(score(r, buf, truth, mask, valid, &sum[kind]));
+  }
+fail:
+  return st;
+}
+
 /* An evaluation in progress: the predictions file (NULL: none), the sums
- * of the relative L2 and the count of valid examples, scratch. */
+ * of the relative L2 of the model and the baselines and the count of
+ * valid examples (sc[EV_N]), scratch. */
 typedef struct eval_state {
   run_t *r;
   sg_nc_t f;
   int vp, vt;
-  double sum, cnt;
-  double *rel;
+  double sc[EV_N + 1];
   sg_example *ex;
-  float *pred;
+  float *pred, *base;
   int64_t pass; /* under pp: the forward-only run (m evaluation batches) */
 } eval_state;
 
@@ -100,21 +144,20 @@ static int64_t eval_fill(run_t *r, int64_t b, sg_example *ex, float *x,
   return valid;
 }
 
-/* Score the predictions of one batch (normalised; y, mask from eval_fill):
- * relative L2 in physical units over the domain, the valid examples
- * summed, predictions and targets written. Collective over the stage. */
+/* Score the predictions of one batch (normalised; x, y, mask from
+ * eval_fill) and the baselines': relative L2 in physical units over the
+ * domain, the valid examples summed, predictions and targets written.
+ * Collective over the stage. */
 static sg_status eval_score(eval_state *E, int64_t first, int64_t valid,
-                            float *pred, float *y, const float *mask) {
+                            const float *x, float *pred, float *y,
+                            const float *mask) {
   sg_status st = SG_OK;
   run_t *r = E->r;
-  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
-  const sg_dist_loss_ctx lc = {r->domain, r->data, r->ebatch};
-  to_physical(r, pred, mask);
+  const int64_t V = r->ds.nvars;
   to_physical(r, y, mask);
-  SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch, V * plane, pred, y, NULL,
-                            &lc, E->rel));
-  for (int64_t j = 0; j < valid; ++j) E->sum += E->rel[j];
-  E->cnt += (double)valid;
+  SG_TRY(score(r, pred, y, mask, valid, &E->sc[EV_MODEL]));
+  SG_TRY(score_baselines(r, x, E->base, y, mask, valid, E->sc));
+  E->sc[EV_N] += (double)valid;
   if (E->f) {
     sg_nc_shard sh = {4,
                       {r->ntest, V, r->ds.ny_g, r->ds.nx_g},
@@ -155,7 +198,7 @@ static sg_status eval_pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
   if (last) {
     memcpy(E->pred, (*out)->value.data,
            (size_t)(n * r->cout * plane) * sizeof *E->pred);
-    SG_TRY(eval_score(E, ex0, valid, E->pred, y, m));
+    SG_TRY(eval_score(E, ex0, valid, x, E->pred, y, m));
   }
 fail:
   return st;
@@ -176,7 +219,8 @@ fail:
 }
 
 /* Mean relative L2 over the test examples (one step ahead), in physical
- * units, every data rank taking its share; with `out` the predictions and
+ * units, every data rank taking its share, of the model and of the
+ * baselines (rel_out[EV_*]); with `out` the predictions and
  * targets are written to a NetCDF file (example, channel, y, x). Under pp
  * the batches run forward through the stages and the last stage scores
  * them (and writes the file); every rank gets the result. */
@@ -184,12 +228,12 @@ sg_status sg_train_evaluate(run_t *r, const char *out, double *rel_out) {
   sg_status st = SG_OK;
   const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
   eval_state E = {.r = r, .vp = -1, .vt = -1};
-  E.rel = malloc((size_t)r->lbatch * sizeof *E.rel);
   E.ex = malloc((size_t)r->lbatch * sizeof *E.ex);
   E.pred = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *E.pred);
+  E.base = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *E.base);
   const int scorer = !r->pipe ||
                      sg_pipe_stage(r->pipe) == sg_pipe_nstages(r->pipe) - 1;
-  if (!E.rel || !E.ex || !E.pred)
+  if (!E.ex || !E.pred || !E.base)
     st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
   else if (out && *out && scorer) /* under pp the last stage writes */
     st = eval_open(&E, r->pipe ? sg_mesh_comm(r->smesh) : MPI_COMM_WORLD, out);
@@ -200,83 +244,99 @@ sg_status sg_train_evaluate(run_t *r, const char *out, double *rel_out) {
     int64_t first;
     const int64_t valid = eval_fill(r, b, E.ex, r->xb, r->yb, r->mb, &first);
     SG_TRY(predict_batch(r, r->xb, E.pred));
-    SG_TRY(eval_score(&E, first, valid, E.pred, r->yb, r->mb));
+    SG_TRY(eval_score(&E, first, valid, r->xb, E.pred, r->yb, r->mb));
   }
-  double sc[2] = {E.sum, E.cnt};
+  double *sc = E.sc;
   if (r->data && sg_group_size(r->data) > 1)
-    SG_TRY(sg_allreduce_det(r->data, sc, sc, 2, SG_DTYPE_F64, SG_REDUCE_SUM));
-  if (r->pipe) SG_TRY(sg_pipe_bcast_last(r->pipe, sc, 2, SG_DTYPE_F64));
-  *rel_out = sc[1] > 0 ? sc[0] / sc[1] : 0.0;
+    SG_TRY(sg_allreduce_det(r->data, sc, sc, EV_N + 1, SG_DTYPE_F64,
+                            SG_REDUCE_SUM));
+  if (r->pipe) SG_TRY(sg_pipe_bcast_last(r->pipe, sc, EV_N + 1, SG_DTYPE_F64));
+  for (int i = 0; i < EV_N; ++i)
+    rel_out[i] = sc[EV_N] > 0 ? sc[i] / sc[EV_N] : 0.0;
   st = E.f ? sg_nc_close(&E.f) : SG_OK;
   if (r->pipe) st = sg_agree(MPI_COMM_WORLD, st);
 fail:
   if (E.f) sg_nc_discard(&E.f);
-  free(E.rel);
   free(E.ex);
   free(E.pred);
+  free(E.base);
   return st;
 }
 
 /* A rollout in progress: per micro-batch (several under pp) its window of
- * input frames and its latest prediction; the sums per frame. */
+ * input frames, its first window (the persistence forecast) and its latest
+ * prediction; the sums per lead time of the model and the baselines
+ * (acc[i * steps + k], the count at acc[EV_N * steps]). */
 typedef struct roll_state {
   run_t *r;
   int64_t steps, k, pass; /* frames; the one predicted now; under pp the run */
-  double *acc, cnt, *rel;
-  float *x, *pred;            /* windows, predictions: nmb of each */
+  double *acc;
+  float *x, *x0, *pred; /* windows, first windows, predictions: nmb each */
   float *phys, *truth, *mask; /* one batch */
-  sg_example ex[64];
+  sg_example *ex;
 } roll_state;
 
 /* This data rank's test series of rollout batch b (padded with the last),
- * their inputs starting at frame k; returns how many are real. */
+ * their inputs starting at frame k * lead (the target: lead k + 1);
+ * returns how many are real. */
 static int64_t roll_examples(run_t *r, int64_t b, int64_t k, sg_example *ex) {
   const int64_t nser = r->dopt.test_samples, s0 = r->ds.nseries - nser;
   int64_t valid = 0;
   for (int64_t j = 0; j < r->lbatch; ++j) {
     const int64_t g = b * r->ebatch + r->cdp * r->lbatch + j;
     ex[j].series = s0 + (g < nser ? g : nser - 1);
-    ex[j].t0 = k;
+    ex[j].t0 = k * r->dopt.lead; /* lead 1 or history 1 (check_rollout) */
     valid += g < nser;
   }
   return valid;
 }
 
-/* The first window of batch b into x (frames 0 .. history - 1). */
-static void roll_start(roll_state *R, int64_t b, float *x) {
+/* Batch b's truth and mask at lead k + 1 into R->truth, R->mask. */
+static int64_t roll_truth(roll_state *R, int64_t b, int64_t k) {
   run_t *r = R->r;
-  roll_examples(r, b, 0, R->ex);
-  sg_dataset_fill(&r->ds, &r->dopt, R->ex, r->lbatch, x, R->truth, R->mask);
+  const int64_t valid = roll_examples(r, b, k, R->ex);
+  sg_dataset_fill(&r->ds, &r->dopt, R->ex, r->lbatch, r->xb, R->truth, R->mask);
+  return valid;
 }
 
-/* Score batch b's prediction of frame history + k: acc[k] += the relative
- * L2 (physical units) of its real series. Collective over the stage. */
-static sg_status roll_score(roll_state *R, int64_t b, const float *pred) {
+/* The first window of batch b into x and x0 (frames 0 .. history - 1). */
+static void roll_start(roll_state *R, int64_t b, float *x, float *x0) {
+  run_t *r = R->r;
+  const int64_t n = r->lbatch * r->dopt.history * r->ds.nvars * r->ds.ny *
+                    r->ds.nx;
+  roll_examples(r, b, 0, R->ex);
+  sg_dataset_fill(&r->ds, &r->dopt, R->ex, r->lbatch, x, R->truth, R->mask);
+  memcpy(x0, x, (size_t)n * sizeof *x0);
+}
+
+/* Score batch b's prediction at lead k + 1 and the baselines' (from the
+ * first window x0): acc[i * steps + k] += the relative L2 (physical units)
+ * of its real series. Collective over the stage. */
+static sg_status roll_score(roll_state *R, int64_t b, const float *pred,
+                            const float *x0) {
   sg_status st = SG_OK;
   run_t *r = R->r;
   const int64_t n = r->lbatch * r->ds.nvars * r->ds.ny * r->ds.nx;
-  const sg_dist_loss_ctx lc = {r->domain, r->data, r->ebatch};
-  const int64_t valid = roll_examples(r, b, R->k, R->ex);
-  sg_dataset_fill(&r->ds, &r->dopt, R->ex, r->lbatch, r->xb, R->truth, R->mask);
+  const int64_t valid = roll_truth(R, b, R->k);
+  double sc[EV_N] = {0};
   memcpy(R->phys, pred, (size_t)n * sizeof *R->phys);
-  to_physical(r, R->phys, R->mask);
   to_physical(r, R->truth, R->mask);
-  SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch, n / r->lbatch, R->phys,
-                            R->truth, NULL, &lc, R->rel));
-  for (int64_t j = 0; j < valid; ++j) R->acc[R->k] += R->rel[j];
-  if (R->k == 0) R->cnt += (double)valid;
+  SG_TRY(score(r, R->phys, R->truth, R->mask, valid, &sc[EV_MODEL]));
+  SG_TRY(score_baselines(r, x0, R->phys, R->truth, R->mask, valid, sc));
+  for (int i = 0; i < EV_N; ++i) R->acc[i * R->steps + R->k] += sc[i];
+  if (R->k == 0) R->acc[EV_N * R->steps] += (double)valid;
 fail:
   return st;
 }
 
-/* Shift the window and append the (normalised) prediction. */
-static void roll_shift(run_t *r, float *x, const float *pred) {
-  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history;
-  for (int64_t j = 0; j < r->lbatch; ++j) {
-    float *xj = x + j * H * F;
-    memmove(xj, xj + F, (size_t)((H - 1) * F) * sizeof *xj);
-    memcpy(xj + (H - 1) * F, pred + j * F, (size_t)F * sizeof *xj);
-  }
+/* Feed batch b's (normalised) prediction back into its window, masked
+ * like the truth at this lead (sg_train_feed_back, as multi-step training
+ * does). */
+static void roll_feed(roll_state *R, int64_t b, float *x, const float *pred) {
+  run_t *r = R->r;
+  if (r->ds.has_mask) roll_truth(R, b, R->k);
+  sg_train_feed_back(x, pred, r->ds.has_mask ? R->mask : NULL, r->lbatch,
+                     r->dopt.history, r->ds.nvars * r->ds.ny * r->ds.nx);
 }
 
 /* Under pp (sg_pipe_forward_fn): micro-batch mb is rollout batch
@@ -287,20 +347,21 @@ static sg_status roll_pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
   sg_status st = SG_OK;
   roll_state *R = ctx;
   run_t *r = R->r;
-  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, n = r->lbatch;
+  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, n = r->lbatch,
+                W = n * r->dopt.history * F;
   int first, count;
   sg_pipe_blocks(r->pipe, chunk, &first, &count);
   if (!in) {
     const int64_t xs[4] = {n, r->cin, r->ds.ny, r->ds.nx};
-    SG_TRY(sg_var_init(&r->pps.vx[mb], "x", SG_DTYPE_F32, 4, xs,
-                       R->x + mb * n * r->cin * r->ds.ny * r->ds.nx, 0));
+    SG_TRY(sg_var_init(&r->pps.vx[mb], "x", SG_DTYPE_F32, 4, xs, R->x + mb * W,
+                       0));
     in = &r->pps.vx[mb];
   }
   SG_TRY(sg_model_forward_blocks(r->model, tape, first, count, in, out));
   if (first + count == sg_model_nblocks(r->model)) {
     float *pred = R->pred + mb * n * F;
     memcpy(pred, (*out)->value.data, (size_t)(n * F) * sizeof *pred);
-    SG_TRY(roll_score(R, R->pass * r->micro + mb, pred));
+    SG_TRY(roll_score(R, R->pass * r->micro + mb, pred, R->x0 + mb * W));
   }
 fail:
   return st;
@@ -312,11 +373,11 @@ fail:
 static sg_status roll_pp(roll_state *R, int64_t nb) {
   sg_status st = SG_OK;
   run_t *r = R->r;
-  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, n = r->lbatch;
+  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, n = r->lbatch,
+                W = n * r->dopt.history * F;
   for (R->pass = 0; R->pass * r->micro < nb; ++R->pass) {
     for (int64_t mb = 0; mb < r->micro; ++mb)
-      roll_start(R, R->pass * r->micro + mb,
-                 R->x + mb * n * r->cin * r->ds.ny * r->ds.nx);
+      roll_start(R, R->pass * r->micro + mb, R->x + mb * W, R->x0 + mb * W);
     for (R->k = 0; R->k < R->steps; ++R->k) {
       st = sg_pipe_forward(r->pipe, roll_pp_forward, R);
       for (int64_t k = 0; k < r->micro; ++k) sg_var_release(&r->pps.vx[k]);
@@ -324,8 +385,8 @@ static sg_status roll_pp(roll_state *R, int64_t nb) {
       SG_TRY(
           sg_pipe_bcast_last(r->pipe, R->pred, r->micro * n * F, SG_DTYPE_F32));
       for (int64_t mb = 0; mb < r->micro; ++mb)
-        roll_shift(r, R->x + mb * n * r->cin * r->ds.ny * r->ds.nx,
-                   R->pred + mb * n * F);
+        roll_feed(R, R->pass * r->micro + mb, R->x + mb * W,
+                  R->pred + mb * n * F);
     }
   }
 fail:
@@ -333,59 +394,61 @@ fail:
 }
 
 /* Autoregressive rollout on the test series (sample datasets): from the
- * first `history` frames, predict the next frame, feed it back, `steps`
- * times; rel[k] is the mean relative L2 of frame history + k. Under pp the
- * frames run forward through the stages, the last stage scores them. */
+ * first `history` frames, predict the next frame, feed it back
+ * (sg_train_feed_back, as multi-step training does), `steps` times;
+ * rel_out[i * steps + k] is the mean relative L2 at lead k + 1 (frame
+ * history - 1 + (k + 1) * lead) of the model (i = EV_MODEL) and of the
+ * baselines: persistence (the last input frame) and climatology. Under pp
+ * the frames run forward through the stages, the last stage scores them. */
 sg_status sg_train_rollout(run_t *r, int64_t steps, double *rel_out) {
   sg_status st = SG_OK;
   const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history,
-                T = r->ds.nframes, nmb = r->pipe ? r->micro : 1;
+                T = r->ds.nframes, L = r->dopt.lead,
+                nmb = r->pipe ? r->micro : 1, na = EV_N * steps + 1;
   roll_state R = {.r = r, .steps = steps};
-  R.rel = malloc((size_t)r->lbatch * sizeof *R.rel);
-  R.acc = calloc((size_t)steps + 1, sizeof *R.acc);
+  R.acc = calloc((size_t)na, sizeof *R.acc);
   R.x = malloc((size_t)(nmb * r->lbatch * H * F + 1) * sizeof *R.x);
+  R.x0 = malloc((size_t)(nmb * r->lbatch * H * F + 1) * sizeof *R.x0);
   R.pred = malloc((size_t)(nmb * r->lbatch * F + 1) * sizeof *R.pred);
   R.phys = malloc((size_t)(r->lbatch * F + 1) * sizeof *R.phys);
   R.truth = malloc((size_t)(r->lbatch * F + 1) * sizeof *R.truth);
   R.mask = malloc((size_t)(r->lbatch * F + 1) * sizeof *R.mask);
-  if (!R.rel || !R.acc || !R.x || !R.pred || !R.phys || !R.truth || !R.mask)
+  R.ex = malloc((size_t)r->lbatch * sizeof *R.ex);
+  if (!R.acc || !R.x || !R.x0 || !R.pred || !R.phys || !R.truth || !R.mask ||
+      !R.ex)
     SG_RAISE(SG_ERR_ALLOC, "out of memory");
   if (r->ds.climate)
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
              "rollout needs a sample dataset (sample, time, y, x)");
-  if (H + steps > T)
+  if (H - 1 + steps * L >= T)
     SG_RAISE(
         SG_ERR_CONFIG,
-        "rollout of %lld frames after %lld history frames exceeds the %lld frames",
-        (long long)steps, (long long)H, (long long)T);
-  if (r->lbatch > 64)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "rollout supports a local batch of at most 64");
+        "rollout of %lld frames (lead %lld) after %lld history frames exceeds the %lld frames",
+        (long long)steps, (long long)L, (long long)H, (long long)T);
   const int64_t nb = (r->dopt.test_samples + r->ebatch - 1) / r->ebatch;
   if (r->pipe) SG_TRY(roll_pp(&R, nb));
   for (int64_t b = 0; b < nb && !r->pipe; ++b) {
-    roll_start(&R, b, R.x);
+    roll_start(&R, b, R.x, R.x0);
     for (R.k = 0; R.k < steps; ++R.k) {
       SG_TRY(predict_batch(r, R.x, R.pred));
-      SG_TRY(roll_score(&R, b, R.pred));
-      roll_shift(r, R.x, R.pred);
+      SG_TRY(roll_score(&R, b, R.pred, R.x0));
+      roll_feed(&R, b, R.x, R.pred);
     }
   }
-  R.acc[steps] = R.cnt;
   if (r->data && sg_group_size(r->data) > 1)
-    SG_TRY(sg_allreduce_det(r->data, R.acc, R.acc, steps + 1, SG_DTYPE_F64,
+    SG_TRY(sg_allreduce_det(r->data, R.acc, R.acc, na, SG_DTYPE_F64,
                             SG_REDUCE_SUM));
-  if (r->pipe)
-    SG_TRY(sg_pipe_bcast_last(r->pipe, R.acc, steps + 1, SG_DTYPE_F64));
-  for (int64_t k = 0; k < steps; ++k)
-    rel_out[k] = R.acc[steps] > 0 ? R.acc[k] / R.acc[steps] : 0.0;
+  if (r->pipe) SG_TRY(sg_pipe_bcast_last(r->pipe, R.acc, na, SG_DTYPE_F64));
+  for (int64_t i = 0; i < EV_N * steps; ++i)
+    rel_out[i] = R.acc[na - 1] > 0 ? R.acc[i] / R.acc[na - 1] : 0.0;
 fail:
-  free(R.rel);
   free(R.acc);
   free(R.x);
+  free(R.x0);
   free(R.pred);
   free(R.phys);
   free(R.truth);
   free(R.mask);
+  free(R.ex);
   return st;
 }

@@ -125,6 +125,14 @@ static const sg_kv_key keys[] = {
      "evaluate on the test examples every N steps (0: at the end)"},
     {"rollout", SG_KV_INT, "0",
      "autoregressive rollout frames in the final evaluation (sample datasets)"},
+    {"rollout_train", SG_KV_INT, "1",
+     "K: the training loss over K autoregressive steps (the model fed its own predictions; "
+     "1: one step ahead)"},
+    {"rollout_grad", SG_KV_STRING, "full",
+     "full (gradient through all K steps, the loss their mean) | pushforward (steps 1..K-1 "
+     "without gradient, the loss on step K only)"},
+    {"rollout_curriculum", SG_KV_INT, "0",
+     "S > 0: K grows by one every S steps from 1 up to rollout_train (0: K from the start)"},
     {"check_every", SG_KV_INT, "0",
      "check every N steps that replicas hold identical parameters"},
     {"log_every", SG_KV_INT, "1", "print a line every N steps"},
@@ -407,11 +415,13 @@ fail:
  * collective. */
 static sg_status check_config(sg_kv_t kv) {
   sg_status st = SG_OK;
-  static const char *const positive[] = {"batch", "width", "history", "lead",
-                                         "log_every"};
-  static const char *const nonneg[] = {
-      "steps",      "epochs",  "test_samples", "test_frames", "warmup",
-      "eval_every", "rollout", "check_every",  "ckpt_every"};
+  static const char *const positive[] = {"batch", "width",     "history",
+                                         "lead",  "log_every", "rollout_train"};
+  static const char *const nonneg[] = {"steps",        "epochs",
+                                       "test_samples", "test_frames",
+                                       "warmup",       "eval_every",
+                                       "rollout",      "check_every",
+                                       "ckpt_every",   "rollout_curriculum"};
   for (size_t i = 0; i < sizeof positive / sizeof *positive; ++i)
     if (sg_kv_int(kv, positive[i]) < 1)
       SG_RAISE(SG_ERR_CONFIG, "%s must be >= 1, not %lld", positive[i],
@@ -450,6 +460,39 @@ static sg_status check_writable(const char *path, int rank) {
       fclose(f);
   }
   return sg_agree(MPI_COMM_WORLD, st);
+}
+
+/* Multi-step training and the rollout: what they can run (config and
+ * mesh only: the same verdict on every rank). A prediction fed back is the
+ * newest input frame, so it must be the frame after the last input: lead 1,
+ * or history 1 (then the frames are lead apart). Not collective. */
+static sg_status check_rollout(run_t *r, sg_kv_t kv, sg_mesh_t mesh) {
+  sg_status st = SG_OK;
+  const char *g = sg_kv_str(kv, "rollout_grad");
+  r->ar_steps = sg_kv_int(kv, "rollout_train");
+  r->ar_curriculum = sg_kv_int(kv, "rollout_curriculum");
+  if (strcmp(g, "full") != 0 && strcmp(g, "pushforward") != 0)
+    SG_RAISE(SG_ERR_CONFIG,
+             "rollout_grad must be full or pushforward, not '%s'", g);
+  r->ar_pushforward = strcmp(g, "pushforward") == 0;
+  if (r->ar_steps > 1000)
+    SG_RAISE(SG_ERR_CONFIG, "rollout_train = %lld: at most 1000 steps",
+             (long long)r->ar_steps);
+  const int64_t H = sg_kv_int(kv, "history"), L = sg_kv_int(kv, "lead");
+  if ((r->ar_steps > 1 || sg_kv_int(kv, "rollout") > 0) && H > 1 && L > 1)
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "multi-step training (rollout_train > 1) and the rollout feed each prediction back as the "
+        "newest input frame: with history = %lld that needs lead = 1 (or history = 1), not lead = %lld",
+        (long long)H, (long long)L);
+  if (r->ar_steps > 1 && sg_train_pp_on(mesh))
+    SG_RAISE(
+        SG_ERR_NOT_SUPPORTED,
+        "rollout_train = %lld with a pp mesh dim: multi-step training does not run "
+        "through the pipeline yet (use rollout_train = 1 or a mesh without pp)",
+        (long long)r->ar_steps);
+fail:
+  return st;
 }
 
 /* The parallel plan's settings from the config. Not collective. */
@@ -559,6 +602,7 @@ static sg_status setup(run_t *r) {
     snprintf(spec, sizeof spec, "h=%d", r->size);
   SG_TRY(sg_mesh_create(MPI_COMM_WORLD, spec, &r->mesh));
   SG_TRY(sg_agree(MPI_COMM_WORLD, sg_train_pp_check(kv, r->mesh)));
+  SG_TRY(sg_agree(MPI_COMM_WORLD, check_rollout(r, kv, r->mesh)));
   r->smesh = r->mesh;
   if (sg_train_pp_on(r->mesh))
     SG_TRY(sg_pipe_stage_mesh_create(r->mesh, &r->smesh));
@@ -580,6 +624,7 @@ static sg_status setup(run_t *r) {
   SG_TRY(sg_mesh_group(r->smesh, mi.batch_dims, &r->data));
   sg_model_config mc;
   SG_TRY(model_config(kv, &mc));
+  r->ar_ckpt = mc.act_ckpt_every > 0;
   const char *lk = sg_kv_str(kv, "loss");
   if (strcmp(lk, "rel_l2") == 0)
     r->loss_kind = SG_LOSS_REL_L2;
@@ -615,6 +660,7 @@ static sg_status setup(run_t *r) {
   r->dopt.backend = sg_kv_str(kv, "backend");
   r->dopt.history = sg_kv_int(kv, "history");
   r->dopt.lead = sg_kv_int(kv, "lead");
+  r->dopt.steps = r->ar_steps;
   r->dopt.test_samples = sg_kv_int(kv, "test_samples");
   r->dopt.test_frames = sg_kv_int(kv, "test_frames");
   r->dopt.reject_nonfinite = sg_kv_bool(kv, "reject_nonfinite");
@@ -659,16 +705,21 @@ static sg_status setup(run_t *r) {
 
   /* parameters, gradients and optimizer state: the plan's flat buffers */
   SG_TRY(make_plan(r));
-  const int64_t plane = lny * lnx,
-                nbuf = r->pipe ? r->micro
-                               : 1; /* a pipeline holds every micro-batch */
-  r->xb = malloc((size_t)(nbuf * r->lbatch * r->cin * plane + 1) *
-                 sizeof *r->xb);
+  /* a pipeline holds every micro-batch; multi-step training every step's
+   * targets */
+  const int64_t plane = lny * lnx, nbuf = r->pipe ? r->micro : r->ar_steps;
+  r->xb = malloc(
+      (size_t)((r->pipe ? nbuf : 1) * r->lbatch * r->cin * plane + 1) *
+      sizeof *r->xb);
   r->yb = malloc((size_t)(nbuf * r->lbatch * r->cout * plane + 1) *
                  sizeof *r->yb);
   r->mb = malloc((size_t)(nbuf * r->lbatch * r->cout * plane + 1) *
                  sizeof *r->mb);
-  if (!r->xb || !r->yb || !r->mb) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  r->ar_leaves = calloc((size_t)(1 + 2 * r->ar_steps), sizeof *r->ar_leaves);
+  r->clim = malloc((size_t)(r->cout * plane + 1) * sizeof *r->clim);
+  if (!r->xb || !r->yb || !r->mb || !r->ar_leaves || !r->clim)
+    SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  SG_TRY(sg_dataset_climatology(&r->ds, &r->dopt, r->clim));
   if (r->pipe) SG_TRY(pp_step_init(r));
   char desc[256];
   sg_model_describe(r->model, desc, sizeof desc);
@@ -682,37 +733,38 @@ fail:
 }
 
 /* Forward and backward of one micro-batch k: the examples perm[0..lbatch)
- * of the training set; *lval accumulates the loss. Collective. */
+ * of the training set over K autoregressive steps (K = 1: one step
+ * ahead); *lval accumulates the loss. Collective. */
 static sg_status micro_step(run_t *r, const int64_t *perm, sg_example *ex,
-                            int k, double *lval) {
+                            int k, int64_t K, double *lval) {
   sg_status st = SG_OK;
   for (int64_t j = 0; j < r->lbatch; ++j) ex[j] = r->train[perm[j]];
-  sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, r->yb, r->mb);
-  int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx},
-          ys[4] = {r->lbatch, r->cout, r->ds.ny, r->ds.nx};
-  sg_var x, y, mk, *pred = NULL, *loss = NULL;
-  memset(&x, 0, sizeof x);
-  memset(&y, 0, sizeof y);
-  memset(&mk, 0, sizeof mk);
-  SG_TRY(sg_var_init(&x, "x", SG_DTYPE_F32, 4, xs, r->xb, 0));
-  SG_TRY(sg_var_init(&y, "y", SG_DTYPE_F32, 4, ys, r->yb, 0));
-  SG_TRY(sg_var_init(&mk, "mask", SG_DTYPE_F32, 4, ys, r->mb, 0));
-  SG_TRY(sg_model_mark(r->model, &y));
-  if (r->ds.has_mask) SG_TRY(sg_model_mark(r->model, &mk));
-  SG_TRY(sg_parallel_begin_micro(r->plan, k, (int)r->micro));
+  sg_dataset_fill_steps(&r->ds, &r->dopt, ex, r->lbatch, K, r->xb, r->yb,
+                        r->mb);
+  const sg_train_ar a = {.model = r->model,
+                         .dtype = SG_DTYPE_F32,
+                         .tape = r->tape,
+                         .n = r->lbatch,
+                         .nvars = r->ds.nvars,
+                         .history = r->dopt.history,
+                         .ny = r->ds.ny,
+                         .nx = r->ds.nx,
+                         .steps = K,
+                         .pushforward = r->ar_pushforward,
+                         .ckpt = r->ar_ckpt && K > 1,
+                         .masked = r->ds.has_mask,
+                         .loss = r->loss_kind,
+                         .lc = {r->domain, r->data, r->gbatch},
+                         .div = r->loss_kind == SG_LOSS_MSE ? r->micro : 1,
+                         .x = r->xb,
+                         .y = r->yb,
+                         .m = r->mb};
+  sg_var *loss = NULL;
+  double lv = 0.0;
   sg_trace_begin("forward");
-  st = sg_model_forward(r->model, r->tape, &x, &pred);
-  /* rel_l2 sums over samples / global batch: micro-batch losses add up;
-   * mse is a mean over each micro-batch's elements: 1/micro of each */
-  sg_dist_loss_ctx lc = {r->domain, r->data, r->gbatch};
-  if (st == SG_OK)
-    st = sg_ag_dist_loss(r->tape, r->loss_kind, pred, &y,
-                         r->ds.has_mask ? &mk : NULL, &lc, &loss);
-  double lv = st == SG_OK ? sg_dist_loss_value(loss) : 0.0;
-  if (st == SG_OK && r->loss_kind == SG_LOSS_MSE && r->micro > 1) {
-    st = sg_ag_scale(r->tape, 1.0 / (double)r->micro, loss, &loss);
-    lv /= (double)r->micro;
-  }
+  st = sg_train_ar_detached(&a);
+  if (st == SG_OK) st = sg_parallel_begin_micro(r->plan, k, (int)r->micro);
+  if (st == SG_OK) st = sg_train_ar_loss(&a, r->ar_leaves, &loss, &lv);
   sg_trace_end("forward");
   SG_TRY(st);
   *lval += lv;
@@ -721,10 +773,41 @@ static sg_status micro_step(run_t *r, const int64_t *perm, sg_example *ex,
   sg_trace_end("backward");
 fail:
   if (st != SG_OK) sg_tape_clear(r->tape);
-  sg_var_release(&x);
-  sg_var_release(&y);
-  sg_var_release(&mk);
+  sg_train_ar_release(r->ar_leaves, K);
   return st;
+}
+
+/* The metrics keys of an evaluation (EV_*). */
+static const char *const eval_keys[EV_N] = {"eval_rel_l2",
+                                            "eval_persistence_rel_l2",
+                                            "eval_climatology_rel_l2"};
+
+/* The rollout's errors per lead (rollout()'s layout) on stdout (rank 0)
+ * and as one metrics line of arrays. */
+static void report_rollout(run_t *r, int64_t step, int64_t n,
+                           const double *roll) {
+  static const char *const label[EV_N] = {"rollout relative L2 per frame:",
+                                          "  persistence:", "  climatology:"};
+  static const char *const key[EV_N] = {"rollout_rel_l2",
+                                        "rollout_persistence_rel_l2",
+                                        "rollout_climatology_rel_l2"};
+  for (int i = 0; i < EV_N && r->rank == 0; ++i) {
+    printf("%s", label[i]);
+    for (int64_t k = 0; k < n; ++k) printf(" %.4f", roll[i * n + k]);
+    printf("\n");
+  }
+  if (!r->metrics) return;
+  fprintf(r->metrics, "{\"step\": %lld", (long long)step);
+  for (int i = 0; i < EV_N; ++i) {
+    fprintf(r->metrics, ", \"%s\": [", key[i]);
+    for (int64_t k = 0; k < n; ++k) {
+      fputs(k ? ", " : "", r->metrics);
+      json_num(r->metrics, roll[i * n + k]);
+    }
+    fputs("]", r->metrics);
+  }
+  fputs("}\n", r->metrics);
+  fflush(r->metrics);
 }
 
 static sg_status train(run_t *r) {
@@ -782,6 +865,7 @@ static sg_status train(run_t *r) {
       sg_epoch_order((uint64_t)sg_kv_int(kv, "seed"), epoch, r->ntrain, perm);
     }
     const double tr0 = sg_model_collective_seconds(r->model);
+    const int64_t K = sg_train_ar_steps_at(r->ar_steps, r->ar_curriculum, step);
     double lval = 0.0;
     const int64_t *mine = perm + pos * r->gbatch +
                           r->cdp * r->lbatch * r->micro; /* this data rank's */
@@ -791,7 +875,7 @@ static sg_status train(run_t *r) {
     } else {
       for (int64_t k = 0; k < r->micro;
            ++k) /* micro-batches: gradients accumulate */
-        SG_TRY(micro_step(r, mine + k * r->lbatch, ex, (int)k, &lval));
+        SG_TRY(micro_step(r, mine + k * r->lbatch, ex, (int)k, K, &lval));
     }
     double tc = sg_wtime();
     sg_trace_begin("collectives");
@@ -827,11 +911,11 @@ static sg_status train(run_t *r) {
     }
     {
       static const char *const mk[] = {
-          "loss",         "lr",        "grad_norm",       "samples_per_s",
-          "time_compute", "time_halo", "time_collectives"};
-      const double mv[] = {lval, lr_t, gnorm, sps, dt - coll - halo,
-                           halo, coll};
-      metrics_line(r, step, 7, mk, mv);
+          "loss",         "lr",        "grad_norm",        "samples_per_s",
+          "time_compute", "time_halo", "time_collectives", "rollout_steps"};
+      const double mv[] = {lval, lr_t, gnorm,    sps, dt - coll - halo,
+                           halo, coll, (double)K};
+      metrics_line(r, step, r->ar_steps > 1 ? 8 : 7, mk, mv);
     }
     if (check_every > 0 && step % check_every == 0)
       SG_TRY(sg_parallel_check_replicas(r->plan, step));
@@ -839,11 +923,13 @@ static sg_status train(run_t *r) {
                                  step == steps);
     if (saved) SG_TRY(save_checkpoint(r, step));
     if (eval_every > 0 && step % eval_every == 0 && step != steps) {
-      double rel = 0;
-      SG_TRY(sg_train_evaluate(r, NULL, &rel));
-      sg_log_info("step %lld: test relative L2 %.5f", (long long)step, rel);
-      static const char *const ek[] = {"eval_rel_l2"};
-      metrics_line(r, step, 1, ek, &rel);
+      double rel[EV_N] = {0};
+      SG_TRY(sg_train_evaluate(r, NULL, rel));
+      sg_log_info(
+          "step %lld: test relative L2 %.5f (persistence %.5f, climatology %.5f)",
+          (long long)step, rel[EV_MODEL], rel[EV_PERSISTENCE],
+          rel[EV_CLIMATOLOGY]);
+      metrics_line(r, step, EV_N, eval_keys, rel);
     }
     SG_TRY(stop_check(r, step, first, saved));
   }
@@ -864,33 +950,21 @@ static sg_status train(run_t *r) {
       pk[0], pk[1]);
   static const char *const pkk[] = {"peak_mem_mib", "peak_work_mib"};
   metrics_line(r, steps, 2, pkk, pk);
-  double rel = 0;
-  SG_TRY(sg_train_evaluate(r, sg_kv_str(kv, "predict"), &rel));
+  double rel[EV_N] = {0};
+  SG_TRY(sg_train_evaluate(r, sg_kv_str(kv, "predict"), rel));
   if (r->rank == 0)
     printf(
-        "test relative L2 %.5f after %lld steps (%.1f s; %.1f s in collectives)\n",
-        rel, (long long)steps, sg_wtime() - t_start, t_coll);
-  static const char *const fk[] = {"eval_rel_l2"};
-  metrics_line(r, steps, 1, fk, &rel);
+        "test relative L2 %.5f after %lld steps (%.1f s; %.1f s in collectives); persistence "
+        "%.5f, climatology %.5f\n",
+        rel[EV_MODEL], (long long)steps, sg_wtime() - t_start, t_coll,
+        rel[EV_PERSISTENCE], rel[EV_CLIMATOLOGY]);
+  metrics_line(r, steps, EV_N, eval_keys, rel);
   const int64_t nroll = sg_kv_int(kv, "rollout");
   if (nroll > 0) {
-    roll = malloc((size_t)nroll * sizeof *roll);
+    roll = malloc((size_t)(EV_N * nroll) * sizeof *roll);
     if (!roll) SG_RAISE(SG_ERR_ALLOC, "out of memory");
     SG_TRY(sg_train_rollout(r, nroll, roll));
-    if (r->rank == 0) {
-      printf("rollout relative L2 per frame:");
-      for (int64_t k = 0; k < nroll; ++k) printf(" %.4f", roll[k]);
-      printf("\n");
-    }
-    if (r->metrics) {
-      fprintf(r->metrics, "{\"step\": %lld, \"rollout_rel_l2\": [",
-              (long long)steps);
-      for (int64_t k = 0; k < nroll; ++k) {
-        fputs(k ? ", " : "", r->metrics);
-        json_num(r->metrics, roll[k]);
-      }
-      fprintf(r->metrics, "]}\n");
-    }
+    report_rollout(r, steps, nroll, roll);
   }
 fail:
   free(roll);
@@ -911,6 +985,8 @@ static void cleanup(run_t *r) {
   free(r->xb);
   free(r->yb);
   free(r->mb);
+  free(r->ar_leaves);
+  free(r->clim);
   free(r->train);
   free(r->test);
   sg_dataset_free(&r->ds);

@@ -31,8 +31,10 @@ typedef struct sg_dataset {
   int climate;                          /* 1: series split by time */
 } sg_dataset;
 
-/* An example: inputs are frames [t0, t0 + history), the target is frame
- * t0 + history - 1 + lead of the same series. */
+/* An example: inputs are frames [t0, t0 + history), the target of
+ * autoregressive step k (0 for the one-step target) is frame
+ * t0 + history - 1 + (k + 1) * lead of the same series
+ * (sg_dataset_target_frame). */
 typedef struct sg_example {
   int64_t series, t0;
 } sg_example;
@@ -43,6 +45,10 @@ typedef struct sg_data_opts {
   const char *dim_map; /* "FROM=to,..." */
   const char *backend; /* auto | pnetcdf | netcdf4 | serial */
   int64_t history, lead;
+  /* autoregressive steps of a training example (rollout_train): its
+   * targets are steps 0 .. steps - 1 (0 or 1: the one-step target). The
+   * test examples stay one-step. */
+  int64_t steps;
   int64_t test_samples; /* NS: last samples held out */
   int64_t test_frames;  /* climate: last frames held out (targets) */
   int split_h, split_w; /* mesh dims splitting y and x (-1: none) */
@@ -72,15 +78,76 @@ sg_status sg_dataset_examples(const sg_dataset *ds, const sg_data_opts *o,
                               sg_example **train, int64_t *ntrain,
                               sg_example **test, int64_t *ntest);
 
+/* The frame of the target of autoregressive step k of an example that
+ * starts at frame t0 (k = 0: the one-step target). */
+int64_t sg_dataset_target_frame(const sg_data_opts *o, int64_t t0, int64_t k);
+
 /* Copy the inputs and target of `n` examples into x (n, nvars*history, ny,
  * nx), y (n, nvars, ny, nx) and m (mask of y). */
 void sg_dataset_fill(const sg_dataset *ds, const sg_data_opts *o,
                      const sg_example *ex, int64_t n, float *x, float *y,
                      float *m);
+/* The same with the targets of autoregressive steps 0 .. steps - 1: y and
+ * m (steps, n, nvars, ny, nx), step-major. */
+void sg_dataset_fill_steps(const sg_dataset *ds, const sg_data_opts *o,
+                           const sg_example *ex, int64_t n, int64_t steps,
+                           float *x, float *y, float *m);
+
+/* Climatology: the mean of the training targets (the one-step targets of
+ * the training examples: frames history - 1 + lead .. of the training
+ * series, or of the training frames of a time series) per variable and
+ * grid point of this rank's slab, normalised, over the valid values (0, the
+ * training mean, where none is valid). clim: (nvars, ny, nx). The same
+ * value on every mesh (per-point sums in a fixed order). Not collective. */
+sg_status sg_dataset_climatology(const sg_dataset *ds, const sg_data_opts *o,
+                                 float *clim);
 
 /* The order of the training examples in an epoch: a permutation of
  * [0, n) keyed by (seed, epoch), the same on every rank and mesh. */
 void sg_epoch_order(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm);
+
+/* Multi-step (autoregressive) training (rollout.c). One micro-batch of n
+ * examples: x (n, history*nvars, ny, nx) its inputs, y and m
+ * (steps, n, nvars, ny, nx) the targets of its steps and their masks
+ * (sg_dataset_fill_steps). Step k + 1's input is step k's shifted by one
+ * frame with step k's prediction (times the mask of its target, as the
+ * data hold 0 at masked points) as its newest frame. */
+typedef struct sg_train_ar {
+  sg_model_t model; /* marks the leaves (sg_model_mark); NULL: none */
+  sg_block_fn step; /* a step's forward (ctx: step_ctx); NULL: the model's */
+  void *step_ctx;
+  sg_dtype dtype; /* of x, y, m: f32 (pushforward: f32 only) or f64 */
+  sg_tape_t tape;
+  int64_t n, nvars, history, ny, nx;
+  int64_t steps;   /* K >= 1 */
+  int pushforward; /* 0: gradient through every step, the loss their mean;
+                    * 1: steps 0 .. K-2 without gradient, the loss step
+                    * K-1's (sg_train_ar_detached first) */
+  int ckpt;        /* checkpoint each step (sg_ag_checkpoint) */
+  int masked;      /* m masks the loss and the feedback */
+  sg_loss_kind loss;
+  sg_dist_loss_ctx lc;
+  int64_t div; /* the loss is divided by this too (mse: micro-batches) */
+  void *x, *y, *m;
+} sg_train_ar;
+/* K (rollout_train) at optimizer step `step` (1-based) with a curriculum
+ * of `curriculum` steps per increment (0: none): min(K, 1 + (step-1)/S). */
+int64_t sg_train_ar_steps_at(int64_t steps, int64_t curriculum, int64_t step);
+/* Pushforward: run steps 0 .. K-2 without a tape and leave step K-1's
+ * input in a->x (nothing when !pushforward). Collective. */
+sg_status sg_train_ar_detached(const sg_train_ar *a);
+/* The recorded steps and the loss on the tape (*loss; *lval its value in
+ * double). leaves: 1 + 2K variables the caller keeps until the backward,
+ * then sg_train_ar_release. K = 1: the one-step loss of sg_ag_dist_loss,
+ * the same ops as before multi-step training. Collective. */
+sg_status sg_train_ar_loss(const sg_train_ar *a, sg_var *leaves, sg_var **loss,
+                           double *lval);
+void sg_train_ar_release(sg_var *leaves, int64_t steps);
+/* Shift the input window x (n, history*frame) of each example by one
+ * frame and append pred (n, frame), times mask (NULL: none): the rollout's
+ * feedback, the values of the recorded one. */
+void sg_train_feed_back(float *x, const float *pred, const float *mask,
+                        int64_t n, int64_t history, int64_t frame);
 
 /* Pipeline parallelism (pipe.c): a "pp" mesh dim runs the model's pieces
  * (sg_model_nblocks) as stages under strategies/pipeline.c. */
@@ -145,17 +212,26 @@ typedef struct run {
   int64_t cin, cout;
   float *xb, *yb, *mb;
   sg_loss_kind loss_kind;
+  int64_t ar_steps, ar_curriculum; /* rollout_train, rollout_curriculum */
+  int ar_pushforward, ar_ckpt;     /* rollout_grad; checkpoint each step */
+  sg_var *ar_leaves;               /* 1 + 2 * ar_steps */
+  float *clim;                     /* climatology (nvars, ny, nx) */
   int stop; /* the signal that stopped the run (SIGTERM, SIGINT), 0: none */
 } run_t;
 
+/* What an evaluation scores: the model and the baselines (persistence:
+ * the last input frame; climatology: the training targets' mean). */
+enum { EV_MODEL, EV_PERSISTENCE, EV_CLIMATOLOGY, EV_N };
+
 /* Evaluation (eval.c). The mean relative L2 over the test examples, one
  * step ahead, in physical units (every data rank its share; under pp
- * forward through the stages, scored on the last); with out the
- * predictions and targets are written there (NetCDF). Collective. */
+ * forward through the stages, scored on the last), of the model and the
+ * baselines: rel_out[EV_*]; with out the predictions and targets are
+ * written there (NetCDF). Collective. */
 sg_status sg_train_evaluate(run_t *r, const char *out, double *rel_out);
 /* Autoregressive rollout of `steps` frames on the test series (sample
- * datasets): rel_out[k] the mean relative L2 of frame history + k.
- * Collective. */
+ * datasets): rel_out[i * steps + k] the mean relative L2 at lead k + 1 of
+ * the model (i = EV_MODEL) and the baselines. Collective. */
 sg_status sg_train_rollout(run_t *r, int64_t steps, double *rel_out);
 
 #endif /* SG_TRAIN_H */
