@@ -559,7 +559,7 @@ static void pp_note_bytes(struct sg_pipe *pp) {
   size_t b = 0, in = 0;
   for (int i = 0; i < pp->m * pp->v; ++i) {
     b += sg_tape_bytes(pp->tapes[i]);
-    for (int k = 0; k < PP_NT && pp->slots[i].has_in; ++k)
+    for (int k = 0; k < pp->slots[i].rf.n && pp->slots[i].has_in; ++k)
       in += sg_tensor_nbytes(&pp->slots[i].in[k].value);
   }
   if (b > pp->stats.peak_bytes) pp->stats.peak_bytes = b;
