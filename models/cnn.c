@@ -219,8 +219,11 @@ static void cnn_block_params(void *impl, int k, int *first, int *count) {
   sg_cnn_block_params(impl, k, first, count);
 }
 static sg_status cnn_forward_blocks(void *impl, sg_tape_t t, int first,
-                                    int count, sg_var *x, sg_var **y) {
-  return sg_cnn_forward_blocks(impl, t, first, count, x, y);
+                                    int count, sg_bundle *io) {
+  sg_status st = sg_model_bundle_one(io, "cnn");
+  if (st == SG_OK)
+    st = sg_cnn_forward_blocks(impl, t, first, count, io->v[0], &io->v[0]);
+  return st;
 }
 
 static const char *const cnn_size_keys[] = {"width",  "proj_width", "blocks",

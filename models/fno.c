@@ -308,10 +308,18 @@ fail:
   return st;
 }
 
-sg_status sg_fno_forward(sg_fno_t m, sg_tape_t t, sg_var *x, sg_var **y) {
+/* Pipeline pieces: 0 the lift, 1..layers the spectral layers (parameters
+ * 2 + 3 l ..: spectral, w, b), layers + 1 the projection. */
+int sg_fno_nblocks(sg_fno_t m) { return m ? (int)m->cfg.layers + 2 : 0; }
+
+void sg_fno_block_params(sg_fno_t m, int k, int *first, int *count) {
+  const int L = (int)m->cfg.layers;
+  *first = k == 0 ? 0 : k <= L ? 2 + 3 * (k - 1) : 2 + 3 * L;
+  *count = k == 0 ? 2 : k <= L ? 3 : 4;
+}
+
+static sg_status fno_check_input(const struct sg_fno *m, const sg_var *x) {
   sg_status st = SG_OK;
-  if (!m || !t || !x || !y || !m->bound)
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_forward: bad arguments");
   const sg_tensor *xv = &x->value;
   if (xv->ndim != 4 || xv->shape[0] != m->batch || xv->shape[1] != m->cfg.cin ||
       xv->shape[2] != m->ny || xv->shape[3] != m->nx)
@@ -321,31 +329,55 @@ sg_status sg_fno_forward(sg_fno_t m, sg_tape_t t, sg_var *x, sg_var **y) {
         (long long)xv->shape[0], (long long)xv->shape[1],
         (long long)xv->shape[2], (long long)xv->shape[3], (long long)m->batch,
         (long long)m->cfg.cin, (long long)m->ny, (long long)m->nx);
-  sg_var *h = x;
-  int p = 0;
-  if (m->cfg.add_grid) {
-    sg_var *parts[2] = {x, &m->grid};
-    SG_TRY(sg_ag_concat(t, 2, parts, &h));
+fail:
+  return st;
+}
+
+/* Spectral layer l on the tape, checkpointed if the config says so. */
+static sg_status fno_run_layer(struct sg_fno *m, sg_tape_t t, int l,
+                               sg_var **h) {
+  fno_layer_ctx *lc = &m->lctx[l];
+  lc->m = m, lc->l = l, lc->p = 2 + 3 * l;
+  const int ck = m->cfg.act_ckpt_every > 0 &&
+                 (l + 1) % m->cfg.act_ckpt_every == 0;
+  return ck ? sg_ag_checkpoint(t, fno_layer, lc, 1, h, 1, h)
+            : fno_layer(t, lc, h, h);
+}
+
+sg_status sg_fno_forward_blocks(sg_fno_t m, sg_tape_t t, int first, int count,
+                                sg_var *x, sg_var **y) {
+  sg_status st = SG_OK;
+  const int nb = sg_fno_nblocks(m);
+  if (!m || !t || !x || !y || !m->bound || first < 0 || count < 1 ||
+      first + count > nb)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_fno_forward: bad arguments (pieces %d..%d of %d)", first,
+             first + count - 1, nb);
+  sg_var *P = m->params, *h = x;
+  const int pj = 2 + 3 * (int)m->cfg.layers; /* the projection's parameters */
+  for (int k = first; k < first + count; ++k) {
+    if (k == 0) {
+      SG_TRY(fno_check_input(m, x));
+      if (m->cfg.add_grid) {
+        sg_var *parts[2] = {x, &m->grid};
+        SG_TRY(sg_ag_concat(t, 2, parts, &h));
+      }
+      SG_TRY(sg_ag_linear(t, h, &P[0], &P[1], &h));
+    } else if (k < nb - 1) {
+      SG_TRY(fno_run_layer(m, t, k - 1, &h));
+    } else {
+      SG_TRY(sg_ag_linear(t, h, &P[pj], &P[pj + 1], &h));
+      SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
+      SG_TRY(sg_ag_linear(t, h, &P[pj + 2], &P[pj + 3], &h));
+    }
   }
-  SG_TRY(sg_ag_linear(t, h, &m->params[p], &m->params[p + 1], &h));
-  p += 2;
-  for (int l = 0; l < (int)m->cfg.layers; ++l) {
-    fno_layer_ctx *lc = &m->lctx[l];
-    lc->m = m, lc->l = l, lc->p = p;
-    const int ck = m->cfg.act_ckpt_every > 0 &&
-                   (l + 1) % m->cfg.act_ckpt_every == 0;
-    if (ck)
-      SG_TRY(sg_ag_checkpoint(t, fno_layer, lc, 1, &h, 1, &h));
-    else
-      SG_TRY(fno_layer(t, lc, &h, &h));
-    p += 3;
-  }
-  SG_TRY(sg_ag_linear(t, h, &m->params[p], &m->params[p + 1], &h));
-  SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
-  SG_TRY(sg_ag_linear(t, h, &m->params[p + 2], &m->params[p + 3], &h));
   *y = h;
 fail:
   return st;
+}
+
+sg_status sg_fno_forward(sg_fno_t m, sg_tape_t t, sg_var *x, sg_var **y) {
+  return sg_fno_forward_blocks(m, t, 0, sg_fno_nblocks(m), x, y);
 }
 
 /* ---- the model table ----------------------------------------------------- */
@@ -395,6 +427,17 @@ static void fno_box(void *impl, int64_t *y0, int64_t *ny, int64_t *x0,
 static sg_status fno_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) {
   return sg_fno_forward(impl, t, x, y);
 }
+static int fno_nblocks(void *impl) { return sg_fno_nblocks(impl); }
+static void fno_block_params(void *impl, int k, int *first, int *count) {
+  sg_fno_block_params(impl, k, first, count);
+}
+static sg_status fno_forward_blocks(void *impl, sg_tape_t t, int first,
+                                    int count, sg_bundle *io) {
+  sg_status st = sg_model_bundle_one(io, "fno");
+  if (st == SG_OK)
+    st = sg_fno_forward_blocks(impl, t, first, count, io->v[0], &io->v[0]);
+  return st;
+}
 
 static void fno_describe(void *impl, const sg_model_config *c, char *buf,
                          size_t size) {
@@ -425,19 +468,21 @@ static double fno_collective_seconds(void *impl) {
 static const char *const fno_size_keys[] = {"width", "modes", "layers",
                                             "proj_width", NULL};
 
-const sg_model_i sg_fno_model_i = {
-    .name = "fno",
-    .size_keys = fno_size_keys,
-    .defaults = fno_defaults,
-    .create = fno_create,
-    .destroy = fno_destroy,
-    .param_count = fno_param_count,
-    .param_info = fno_param_info,
-    .bind = fno_bind,
-    .init = fno_init,
-    .params = fno_params,
-    .box = fno_box,
-    .describe = fno_describe,
-    .mark = NULL,
-    .forward = fno_forward,
-    .collective_seconds = fno_collective_seconds};
+const sg_model_i sg_fno_model_i = {.name = "fno",
+                                   .size_keys = fno_size_keys,
+                                   .defaults = fno_defaults,
+                                   .create = fno_create,
+                                   .destroy = fno_destroy,
+                                   .param_count = fno_param_count,
+                                   .param_info = fno_param_info,
+                                   .bind = fno_bind,
+                                   .init = fno_init,
+                                   .params = fno_params,
+                                   .box = fno_box,
+                                   .describe = fno_describe,
+                                   .mark = NULL,
+                                   .forward = fno_forward,
+                                   .collective_seconds = fno_collective_seconds,
+                                   .nblocks = fno_nblocks,
+                                   .block_params = fno_block_params,
+                                   .forward_blocks = fno_forward_blocks};

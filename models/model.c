@@ -197,12 +197,20 @@ void sg_model_block_params(sg_model_t m, int k, int *first, int *count) {
 }
 
 sg_status sg_model_forward_blocks(sg_model_t m, sg_tape_t t, int first,
-                                  int count, sg_var *x, sg_var **y) {
+                                  int count, sg_bundle *io) {
   if (sg_model_nblocks(m) <= 0)
     return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
                         "model %s has no pipeline pieces yet",
                         m ? m->i->name : "(null)");
-  return m->i->forward_blocks(m->impl, t, first, count, x, y);
+  return m->i->forward_blocks(m->impl, t, first, count, io);
+}
+
+sg_status sg_model_bundle_one(const sg_bundle *io, const char *model) {
+  if (!io || io->n != 1 || !io->v[0])
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "%s: the pieces pass one tensor, not a bundle of %d",
+                        model, io ? io->n : 0);
+  return SG_OK;
 }
 
 double sg_model_collective_seconds(sg_model_t m) {

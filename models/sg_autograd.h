@@ -115,6 +115,16 @@ typedef struct sg_var {
   int64_t global_shape[SG_TENSOR_MAX_DIMS];
 } sg_var;
 
+/* What flows from one pipeline piece to the next (docs/pipeline.md, "A zoo
+ * model as pieces"): v[0] the main activation, v[1..n-1] the tensors that
+ * stay alive across the cut (the U-Net's skips, in the model's order).
+ * The CNN and the FNO pass a bundle of one. */
+enum { SG_BUNDLE_MAX = 8 };
+typedef struct sg_bundle {
+  int n;
+  sg_var *v[SG_BUNDLE_MAX];
+} sg_bundle;
+
 /* ---- variables ------------------------------------------------------------
  * A leaf over caller memory (not owned; data must outlive its uses) or,
  * with data == NULL, over a zero-filled allocation the variable owns.

@@ -85,6 +85,20 @@ void sg_fno_box(sg_fno_t model, int64_t *y0, int64_t *ny, int64_t *x0,
 /* y = model(x). x: (batch, cin, ny, nx) local block. Collective. */
 sg_status sg_fno_forward(sg_fno_t model, sg_tape_t tape, sg_var *x, sg_var **y);
 
+/* Pipeline pieces (docs/pipeline.md): the FNO as sg_fno_nblocks = layers + 2
+ * pieces in sequence: 0 the lift (grid channels included), 1..layers the
+ * spectral layers, layers + 1 the projection. sg_fno_block_params: piece
+ * k's parameters are the table entries [*first, *first + *count) (a
+ * layer's spectral weights, Shard over the domain when shard_spectral,
+ * among them). sg_fno_forward_blocks runs pieces first .. first + count - 1
+ * on x: the model input when first == 0 (as sg_fno_forward, which runs
+ * them all), else the output of piece first - 1 (width channels, this
+ * rank's block). Collective like sg_fno_forward. */
+int sg_fno_nblocks(sg_fno_t m);
+void sg_fno_block_params(sg_fno_t m, int k, int *first, int *count);
+sg_status sg_fno_forward_blocks(sg_fno_t m, sg_tape_t t, int first, int count,
+                                sg_var *x, sg_var **y);
+
 /* Seconds in FFTs and in transposes (all spectral layers). */
 void sg_fno_fft_times(sg_fno_t model, double *fft_s, double *transpose_s);
 

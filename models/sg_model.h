@@ -123,16 +123,18 @@ sg_status sg_model_forward(sg_model_t model, sg_tape_t tape, sg_var *x,
                            sg_var **y);
 
 /* Pipeline pieces (docs/pipeline.md): the model as a sequence of pieces
- * that stages can split; 0 for a model without them (only the CNN has them
- * today). Piece k's parameters are the entries [*first, *first + *count)
- * of the model's table. sg_model_forward_blocks runs pieces first ..
- * first + count - 1 on x (the model input when first == 0, else the output
- * of piece first - 1); SG_ERR_NOT_SUPPORTED for a model without pieces.
- * Collective over the mesh like sg_model_forward. */
+ * that stages can split; 0 for a model without them (the FNO, the CNN and
+ * the U-Net have them). Piece k's parameters are the entries [*first,
+ * *first + *count) of the model's table. sg_model_forward_blocks runs
+ * pieces first .. first + count - 1 on the bundle io (on entry the model
+ * input {x} when first == 0, else the bundle piece first - 1 gave; on
+ * return what piece first + count - 1 gives: {y} after the last piece);
+ * SG_ERR_NOT_SUPPORTED for a model without pieces. Collective over the
+ * mesh like sg_model_forward. */
 int sg_model_nblocks(sg_model_t model);
 void sg_model_block_params(sg_model_t model, int k, int *first, int *count);
 sg_status sg_model_forward_blocks(sg_model_t model, sg_tape_t tape, int first,
-                                  int count, sg_var *x, sg_var **y);
+                                  int count, sg_bundle *io);
 
 /* Seconds spent so far in the model's own collectives that the halo timer
  * does not see (the FNO's FFT transposes; 0 for the conv nets). */

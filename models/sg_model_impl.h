@@ -52,12 +52,15 @@ typedef struct sg_model_i {
   /* Pipeline parallelism (docs/pipeline.md; all NULL: the model is not
    * cut into stages): the model as a sequence of nblocks pieces; piece k's
    * parameters are the table entries [*first, *first + *count); forward of
-   * pieces first .. first + count - 1 on x (the model input when
-   * first == 0, else the output of piece first - 1). */
+   * pieces first .. first + count - 1 on the bundle io, in place: on entry
+   * {x} (first == 0) or what piece first - 1 gave, on return what piece
+   * first + count - 1 gives ({y} after the last). A tensor the pieces
+   * neither make nor use (a skip crossing them) is passed on as the same
+   * variable: the pipeline routes its gradient back. */
   int (*nblocks)(void *impl);
   void (*block_params)(void *impl, int k, int *first, int *count);
   sg_status (*forward_blocks)(void *impl, sg_tape_t tape, int first, int count,
-                              sg_var *x, sg_var **y);
+                              sg_bundle *io);
 } sg_model_i;
 
 /* Register a model (the table must outlive its use; at most 16 models in
@@ -65,6 +68,10 @@ typedef struct sg_model_i {
  * Call it alike on every rank, before the model is parsed or created.
  * Not collective. */
 sg_status sg_model_register(const sg_model_i *iface);
+
+/* For a model whose pieces pass one tensor (the CNN, the FNO): SG_OK when
+ * io holds exactly one variable, else SG_ERR_INVALID_ARG naming the model. */
+sg_status sg_model_bundle_one(const sg_bundle *io, const char *model);
 
 /* The built-in models' tables (fno.c, cnn.c, unet.c, vit.c). */
 extern const sg_model_i sg_fno_model_i;

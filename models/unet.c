@@ -164,27 +164,79 @@ static sg_status unet_run_level(struct sg_unet *m, sg_tape_t t, int k, int l,
   return unet_level(t, lc, in, out);
 }
 
+/* Pipeline pieces: 0 .. L-1 the encoder levels, L .. 2L-2 the decoder
+ * levels L-2 .. 0, 2L-1 the output layer (8 parameters a level, in the
+ * order the pieces run; 2 for the output layer). */
+int sg_unet_nblocks(sg_unet_t m) { return m ? 2 * (int)m->cfg.levels : 0; }
+
+void sg_unet_block_params(sg_unet_t m, int k, int *first, int *count) {
+  const int out = k == sg_unet_nblocks(m) - 1;
+  *first = out ? m->out : 8 * k;
+  *count = out ? 2 : 8;
+}
+
+/* The bundle's size after piece k: 1 + the skips still to be consumed. */
+static int unet_bundle_n(const struct sg_unet *m, int k) {
+  const int L = (int)m->cfg.levels;
+  return 1 + (k < L ? k : k < 2 * L - 1 ? 2 * L - 2 - k : 0);
+}
+
+/* Piece k on the bundle io (v[0] the activation, v[1 + j] skip j). */
+static sg_status unet_piece(struct sg_unet *m, sg_tape_t t, int k,
+                            sg_bundle *io) {
+  sg_status st = SG_OK;
+  const int L = (int)m->cfg.levels;
+  sg_var **v = io->v;
+  if (k == 0) {
+    SG_TRY(sg_cn_domain_check_input(&m->b.dom, v[0], m->cfg.cin,
+                                    "sg_unet_forward"));
+    SG_TRY(sg_cn_domain_input(&m->b.dom, t, v[0], &v[0]));
+    SG_TRY(unet_run_level(m, t, 0, 0, 0, 1, v, &v[0]));
+  } else if (k < L) { /* encoder level k: its input becomes skip k - 1 */
+    v[k] = v[0];
+    SG_TRY(unet_run_level(m, t, k, k, 0, 1, &v[k], &v[0]));
+  } else if (k < 2 * L - 1) { /* decoder level l consumes skip l */
+    const int l = 2 * L - 2 - k;
+    sg_var *in2[2] = {v[0], v[1 + l]};
+    SG_TRY(unet_run_level(m, t, k, l, 1, 2, in2, &v[0]));
+  } else {
+    SG_TRY(sg_ag_linear(t, v[0], &m->b.p.vars[m->out], &m->b.p.vars[m->out + 1],
+                        &v[0]));
+  }
+  io->n = unet_bundle_n(m, k);
+fail:
+  return st;
+}
+
+sg_status sg_unet_forward_blocks(sg_unet_t m, sg_tape_t t, int first, int count,
+                                 sg_bundle *io) {
+  sg_status st = SG_OK;
+  const int nb = sg_unet_nblocks(m);
+  if (!m || !t || !io || !m->b.p.bound || first < 0 || count < 1 ||
+      first + count > nb)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_unet_forward: bad arguments (pieces %d..%d of %d)", first,
+             first + count - 1, nb);
+  const int want = first == 0 ? 1 : unet_bundle_n(m, first - 1);
+  if (io->n != want)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_unet_forward: piece %d takes a bundle of %d (the activation "
+             "and %d skips), not %d",
+             first, want, want - 1, io->n);
+  for (int k = 0; k < io->n; ++k)
+    if (!io->v[k])
+      SG_RAISE(SG_ERR_INVALID_ARG, "sg_unet_forward: tensor %d is NULL", k);
+  for (int k = first; k < first + count; ++k) SG_TRY(unet_piece(m, t, k, io));
+fail:
+  return st;
+}
+
 sg_status sg_unet_forward(sg_unet_t m, sg_tape_t t, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
-  if (!m || !t || !x || !y || !m->b.p.bound)
-    SG_RAISE(SG_ERR_INVALID_ARG, "sg_unet_forward: bad arguments");
-  SG_TRY(sg_cn_domain_check_input(&m->b.dom, x, m->cfg.cin, "sg_unet_forward"));
-  const int64_t L = m->cfg.levels;
-  sg_var *skip[UNET_MAX_LEVELS] = {NULL}, *h = NULL;
-  int k = 0;
-  SG_TRY(sg_cn_domain_input(&m->b.dom, t, x, &h));
-  for (int l = 0; l < (int)L; ++l, ++k) {
-    sg_var *in1[1] = {l > 0 ? skip[l - 1] : h};
-    SG_TRY(unet_run_level(m, t, k, l, 0, 1, in1, &skip[l]));
-  }
-  h = skip[L - 1];
-  for (int l = (int)L - 2; l >= 0; --l, ++k) {
-    sg_var *in2[2] = {h, skip[l]};
-    SG_TRY(unet_run_level(m, t, k, l, 1, 2, in2, &h));
-  }
-  SG_TRY(
-      sg_ag_linear(t, h, &m->b.p.vars[m->out], &m->b.p.vars[m->out + 1], &h));
-  *y = h;
+  if (!x || !y) SG_RAISE(SG_ERR_INVALID_ARG, "sg_unet_forward: bad arguments");
+  sg_bundle io = {.n = 1, .v = {x}};
+  SG_TRY(sg_unet_forward_blocks(m, t, 0, sg_unet_nblocks(m), &io));
+  *y = io.v[0];
 fail:
   return st;
 }
@@ -227,6 +279,15 @@ static sg_status unet_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) {
   return sg_unet_forward(impl, t, x, y);
 }
 
+static int unet_nblocks(void *impl) { return sg_unet_nblocks(impl); }
+static void unet_block_params(void *impl, int k, int *first, int *count) {
+  sg_unet_block_params(impl, k, first, count);
+}
+static sg_status unet_forward_blocks(void *impl, sg_tape_t t, int first,
+                                     int count, sg_bundle *io) {
+  return sg_unet_forward_blocks(impl, t, first, count, io);
+}
+
 static const char *const unet_size_keys[] = {"width",  "levels", "kernel",
                                              "groups", "pad_y",  "pad_x",
                                              NULL};
@@ -245,4 +306,7 @@ const sg_model_i sg_unet_model_i = {.name = "unet",
                                     .describe = unet_describe,
                                     .mark = sg_cn_i_mark,
                                     .forward = unet_forward,
-                                    .collective_seconds = NULL};
+                                    .collective_seconds = NULL,
+                                    .nblocks = unet_nblocks,
+                                    .block_params = unet_block_params,
+                                    .forward_blocks = unet_forward_blocks};

@@ -69,6 +69,24 @@ sg_status sg_unet_destroy(sg_unet_t *model);
 sg_status sg_unet_forward(sg_unet_t model, sg_tape_t tape, sg_var *x,
                           sg_var **y);
 
+/* Pipeline pieces (docs/pipeline.md): the U-Net as sg_unet_nblocks =
+ * 2 levels pieces in sequence: 0 .. levels-1 the encoder levels, then the
+ * decoder levels levels-2 .. 0, then the output layer. Piece k's
+ * parameters are the table entries [*first, *first + *count)
+ * (sg_unet_block_params). sg_unet_forward_blocks runs pieces first ..
+ * first + count - 1 on the bundle io, in place: io->v[0] the activation,
+ * io->v[1 + j] the skip of encoder level j still to be consumed. On entry
+ * {x} when first == 0 (as sg_unet_forward, which runs them all); after
+ * encoder level l or decoder level l the bundle holds l skips (encoder
+ * level l's output is the activation itself, and becomes skip l when the
+ * next encoder level runs); after the output layer {y}. A skip the pieces
+ * neither make nor use is passed on as the same variable. Collective like
+ * sg_unet_forward. */
+int sg_unet_nblocks(sg_unet_t m);
+void sg_unet_block_params(sg_unet_t m, int k, int *first, int *count);
+sg_status sg_unet_forward_blocks(sg_unet_t m, sg_tape_t t, int first, int count,
+                                 sg_bundle *io);
+
 #ifdef __cplusplus
 }
 #endif

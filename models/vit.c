@@ -220,23 +220,64 @@ static sg_status vit_run_block(vit *m, sg_tape_t t, int b, sg_var **h) {
             : vit_block(t, bc, h, h);
 }
 
-static sg_status vit_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) {
+/* Pipeline pieces (docs/pipeline.md): 0 the patch embedding and the
+ * position field, 1 .. depth the blocks, depth + 1 the final LayerNorm and
+ * the un-patchify; the tokens (N, C, hp, wp) pass between them. */
+static int vit_nblocks(void *impl) { return (int)((vit *)impl)->cfg.depth + 2; }
+
+static void vit_block_params(void *impl, int k, int *first, int *count) {
+  const vit *m = impl;
+  const int depth = (int)m->cfg.depth;
+  if (k == 0)
+    *first = m->embed, *count = m->block0 - m->embed;
+  else if (k <= depth)
+    *first = m->block0 + VIT_PER_BLOCK * (k - 1), *count = VIT_PER_BLOCK;
+  else
+    *first = m->head, *count = m->b.p.n - m->head;
+}
+
+/* Pieces first .. first + count - 1 on h (the field for piece 0, else the
+ * tokens); the result in *y. */
+static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
+                         sg_var **y) {
   sg_status st = SG_OK;
-  vit *m = impl;
-  if (!m || !t || !x || !y || !m->b.p.bound)
-    SG_RAISE(SG_ERR_INVALID_ARG, "vit forward: bad arguments (bound?)");
-  sg_var *P = m->b.p.vars, *h = NULL;
+  sg_var *P = m->b.p.vars;
   const int64_t p = m->cfg.patch;
-  sg_window pw[2] = {{.kernel = p, .stride = p}, {.kernel = p, .stride = p}};
-  SG_TRY(sg_cn_domain_check_input(&m->b.dom, x, m->cfg.cin, "vit forward"));
-  SG_TRY(sg_cn_domain_input(&m->b.dom, t, x, &h));
-  SG_TRY(sg_ag_conv(t, h, &P[m->embed], &P[m->embed + 1], pw, &h));
-  SG_TRY(sg_ag_add_field(t, h, &P[m->pos], &h));
-  for (int b = 0; b < (int)m->cfg.depth; ++b)
-    SG_TRY(vit_run_block(m, t, b, &h));
-  SG_TRY(sg_ag_layernorm(t, 1e-5, h, &P[m->head], &P[m->head + 1], &h));
-  SG_TRY(sg_ag_convt(t, h, &P[m->head + 2], &P[m->head + 3], y));
+  const int depth = (int)m->cfg.depth;
+  if (!m->b.p.bound)
+    SG_RAISE(SG_ERR_INVALID_ARG, "vit forward: parameters not bound");
+  for (int k = first; k < first + count; ++k) {
+    if (k == 0) {
+      sg_window pw[2] = {{.kernel = p, .stride = p},
+                         {.kernel = p, .stride = p}};
+      SG_TRY(sg_cn_domain_check_input(&m->b.dom, h, m->cfg.cin, "vit forward"));
+      SG_TRY(sg_cn_domain_input(&m->b.dom, t, h, &h));
+      SG_TRY(sg_ag_conv(t, h, &P[m->embed], &P[m->embed + 1], pw, &h));
+      SG_TRY(sg_ag_add_field(t, h, &P[m->pos], &h));
+    } else if (k <= depth) {
+      SG_TRY(vit_run_block(m, t, k - 1, &h));
+    } else {
+      SG_TRY(sg_ag_layernorm(t, 1e-5, h, &P[m->head], &P[m->head + 1], &h));
+      SG_TRY(sg_ag_convt(t, h, &P[m->head + 2], &P[m->head + 3], &h));
+    }
+  }
+  *y = h;
 fail:
+  return st;
+}
+
+static sg_status vit_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) {
+  vit *m = impl;
+  if (!m || !t || !x || !y)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "vit forward: bad arguments");
+  return vit_run(m, t, 0, vit_nblocks(m), x, y);
+}
+
+static sg_status vit_forward_blocks(void *impl, sg_tape_t t, int first,
+                                    int count, sg_bundle *io) {
+  sg_status st = sg_model_bundle_one(io, "vit");
+  if (st == SG_OK) st = vit_run(impl, t, first, count, io->v[0], &io->v[0]);
   return st;
 }
 
@@ -268,4 +309,7 @@ const sg_model_i sg_vit_model_i = {.name = "vit",
                                    .box = sg_cn_i_box,
                                    .describe = vit_describe,
                                    .mark = sg_cn_i_mark,
-                                   .forward = vit_forward};
+                                   .forward = vit_forward,
+                                   .nblocks = vit_nblocks,
+                                   .block_params = vit_block_params,
+                                   .forward_blocks = vit_forward_blocks};

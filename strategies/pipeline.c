@@ -12,33 +12,50 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The header of every transfer: what the payload is, or that the sender's
+/* A transfer carries a bundle (sg_bundle: the activation and the tensors
+ * alive across the cut, e.g. the U-Net's skips) or its gradients: one
+ * header, then one payload per tensor. */
+enum { PP_NT = SG_BUNDLE_MAX, PP_PART_BITS = 4 };
+_Static_assert(PP_NT + 1 <= 1 << PP_PART_BITS, "a tag part per payload");
+
+/* What one payload is. */
+typedef struct pp_meta {
+  int32_t dtype, ndim, sharded, unused;
+  int64_t shape[SG_TENSOR_MAX_DIMS], gshape[SG_TENSOR_MAX_DIMS];
+  sg_placement pl[SG_MESH_MAX_DIMS];
+} pp_meta;
+
+/* The header of every transfer: its n payloads, or that the sender's
  * pipeline failed (then no payload follows). Sent as bytes: every rank
  * runs the same binary. */
 typedef struct pp_hdr {
-  int32_t failed, dtype, ndim, sharded;
-  int64_t shape[SG_TENSOR_MAX_DIMS], gshape[SG_TENSOR_MAX_DIMS];
-  sg_placement pl[SG_MESH_MAX_DIMS];
+  int32_t failed, n;
+  pp_meta t[PP_NT];
 } pp_hdr;
 
 /* Per (micro-batch, chunk) of this stage, for one step. */
 typedef struct pp_slot {
-  sg_var in; /* the activation received (a leaf), when has_in */
+  sg_var in[PP_NT]; /* the bundle received (leaves; rf.n), when has_in */
   int has_in;
-  sg_var *out;     /* the forward's output (tape-owned) until B */
-  sg_tensor gin;   /* the output's gradient, received (RECV_B) */
-  sg_tensor gzero; /* zeros sent when the input got no gradient */
+  sg_bundle out;        /* the forward's outputs until B: tape-owned, or an
+                           input passed through */
+  sg_tensor gin[PP_NT]; /* the outputs' gradients, received (RECV_B) */
+  sg_tensor gx[PP_NT];  /* per input, sent by SEND_B instead of its tape
+                           gradient: zeros when it got none, the sum when
+                           it was also passed through */
   int gin_posted;
   pp_hdr rf, rb, sf, sb; /* headers received (F, B) and sent */
-  int src_f, tag_f;      /* where the activation's payload comes from */
-  MPI_Request rq_rf, rq_rb, rq_in, rq_gin,
-      sq[4]; /* sq: F header, payload; B ... */
+  int src_f, tag_f;      /* where the activation's header comes from */
+  MPI_Request rq_rf, rq_rb, rq_in[PP_NT], rq_gin[PP_NT];
+  MPI_Request sqf[PP_NT + 1], sqb[PP_NT + 1]; /* sends: header, payloads */
 } pp_slot;
 
 static void pp_slot_reset(pp_slot *sl) {
   memset(sl, 0, sizeof *sl);
-  sl->rq_rf = sl->rq_rb = sl->rq_in = sl->rq_gin = MPI_REQUEST_NULL;
-  for (int k = 0; k < 4; ++k) sl->sq[k] = MPI_REQUEST_NULL;
+  sl->rq_rf = sl->rq_rb = MPI_REQUEST_NULL;
+  for (int k = 0; k < PP_NT; ++k)
+    sl->rq_in[k] = sl->rq_gin[k] = MPI_REQUEST_NULL;
+  for (int k = 0; k <= PP_NT; ++k) sl->sqf[k] = sl->sqb[k] = MPI_REQUEST_NULL;
 }
 
 struct sg_pipe {
@@ -101,12 +118,13 @@ static sg_status pp_setup(struct sg_pipe *pp, const sg_pipe_config *cfg) {
   SG_TRY(sg_pp_schedule_create(cfg->kind, pp->p, pp->m, pp->v, &pp->sched));
   int *ub, flag = 0;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
-  if (flag && 4.0 * pp->nv * pp->m > (double)*ub + 1)
+  const double ntags = 2.0 * pp->nv * pp->m * (1 << PP_PART_BITS);
+  if (flag && ntags > (double)*ub + 1)
     SG_RAISE(
         SG_ERR_INVALID_ARG,
-        "pipeline: %d virtual stages x %d micro-batches need %d message tags, MPI "
+        "pipeline: %d virtual stages x %d micro-batches need %.0f message tags, MPI "
         "offers %d",
-        pp->nv, pp->m, 4 * pp->nv * pp->m, *ub + 1);
+        pp->nv, pp->m, ntags, *ub + 1);
   pp->first = calloc((size_t)pp->nv + 1, sizeof *pp->first);
   pp->rank_of = calloc((size_t)pp->p, sizeof *pp->rank_of);
   pp->tapes = calloc((size_t)(pp->m * pp->v), sizeof *pp->tapes);
@@ -349,10 +367,11 @@ typedef struct pp_run {
   double loss;
 } pp_run;
 
-/* Message tags: (direction, sending virtual stage, micro-batch, part). */
+/* Message tags: (direction, sending virtual stage, micro-batch, part);
+ * part 0 the header, 1 + k the payload of tensor k. */
 static int pp_tag(const struct sg_pipe *pp, int dir, int g_src, int mb,
                   int part) {
-  return (((dir * pp->nv + g_src) * pp->m + mb) << 1) | part;
+  return (((dir * pp->nv + g_src) * pp->m + mb) << PP_PART_BITS) | part;
 }
 
 static MPI_Datatype pp_mpi_type(sg_dtype dt) {
@@ -365,6 +384,14 @@ static sg_status pp_wait(MPI_Request *rq, const char *what,
   return sg_wait_timed(rq, MPI_STATUS_IGNORE, 1, what, pp->comm);
 }
 
+/* pp_wait on n requests, in order. */
+static sg_status pp_wait_n(MPI_Request *rq, int n, const char *what,
+                           struct sg_pipe *pp) {
+  sg_status st = SG_OK;
+  for (int k = 0; k < n && st == SG_OK; ++k) st = pp_wait(&rq[k], what, pp);
+  return st;
+}
+
 /* A local failure, agreed over the stage (its ranks compute together). */
 static void pp_fail_check(pp_run *r, sg_status st) {
   if (sg_mesh_size(r->pp->sub) > 1) st = sg_agree(sg_mesh_comm(r->pp->sub), st);
@@ -374,32 +401,40 @@ static void pp_fail_check(pp_run *r, sg_status st) {
   }
 }
 
-static void pp_hdr_of(pp_hdr *h, const sg_var *v, const sg_tensor *t,
-                      int failed) {
+/* The header of n payloads t[k], the values or gradients of v[k]. */
+static void pp_hdr_of(pp_hdr *h, int n, sg_var *const *v,
+                      const sg_tensor *const *t, int failed) {
   memset(h, 0, sizeof *h);
   h->failed = failed;
   if (failed) return;
-  h->dtype = (int32_t)t->dtype;
-  h->ndim = t->ndim;
-  memcpy(h->shape, t->shape, sizeof h->shape);
-  h->sharded = sg_var_is_sharded(v);
-  if (h->sharded) {
-    memcpy(h->gshape, v->global_shape, sizeof h->gshape);
-    memcpy(h->pl, v->placements, sizeof h->pl);
+  h->n = n;
+  for (int k = 0; k < n; ++k) {
+    pp_meta *e = &h->t[k];
+    e->dtype = (int32_t)t[k]->dtype;
+    e->ndim = t[k]->ndim;
+    memcpy(e->shape, t[k]->shape, sizeof e->shape);
+    e->sharded = sg_var_is_sharded(v[k]);
+    if (e->sharded) {
+      memcpy(e->gshape, v[k]->global_shape, sizeof e->gshape);
+      memcpy(e->pl, v[k]->placements, sizeof e->pl);
+    }
   }
 }
 
-/* Send a header and, unless failed, the tensor t (SEND_F, SEND_B). */
+/* Send a header and, unless failed, its payloads t (SEND_F, SEND_B). */
 static sg_status pp_send(pp_run *r, int dir, int g, int mb, int peer, pp_hdr *h,
-                         const sg_tensor *t, MPI_Request *rq) {
+                         const sg_tensor *const *t, MPI_Request *rq) {
   sg_status st = SG_OK;
   struct sg_pipe *pp = r->pp;
   const int dest = pp->rank_of[peer];
   SG_MPI(MPI_Isend(h, (int)sizeof *h, MPI_BYTE, dest, pp_tag(pp, dir, g, mb, 0),
                    pp->comm, &rq[0]));
-  if (!h->failed)
-    SG_MPI(MPI_Isend(t->data, (int)sg_tensor_numel(t), pp_mpi_type(t->dtype),
-                     dest, pp_tag(pp, dir, g, mb, 1), pp->comm, &rq[1]));
+  for (int k = 0; k < h->n && !h->failed; ++k) {
+    SG_MPI(MPI_Isend(t[k]->data, (int)sg_tensor_numel(t[k]),
+                     pp_mpi_type(t[k]->dtype), dest,
+                     pp_tag(pp, dir, g, mb, 1 + k), pp->comm, &rq[1 + k]));
+    pp->stats.bytes_sent += sg_tensor_nbytes(t[k]);
+  }
 fail:
   return st;
 }
@@ -419,7 +454,7 @@ static sg_status pp_post_headers_of(pp_run *r, const sg_pp_action *act, int n) {
     SG_MPI(MPI_Irecv(f ? &sl->rf : &sl->rb, (int)sizeof(pp_hdr), MPI_BYTE, src,
                      pp_tag(pp, f ? 0 : 1, f ? g - 1 : g + 1, a->mb, 0),
                      pp->comm, f ? &sl->rq_rf : &sl->rq_rb));
-    if (f) sl->src_f = src, sl->tag_f = pp_tag(pp, 0, g - 1, a->mb, 1);
+    if (f) sl->src_f = src, sl->tag_f = pp_tag(pp, 0, g - 1, a->mb, 0);
   }
 fail:
   return st;
@@ -431,33 +466,48 @@ static sg_status pp_post_headers(pp_run *r) {
   return pp_post_headers_of(r, s->act + s0, s->off[r->pp->stage + 1] - s0);
 }
 
-/* The payload a header announces, into t (allocated here). */
-static sg_status pp_recv_payload(pp_run *r, const pp_hdr *h, int src, int tag,
-                                 sg_tensor *t) {
+/* Post the receive of each payload a header announces, into t[k]
+ * (allocated here, with the header's dtype and shape). */
+static sg_status pp_post_payloads(struct sg_pipe *pp, const pp_hdr *h, int src,
+                                  int tag0, sg_tensor *t, MPI_Request *rq) {
   sg_status st = SG_OK;
-  MPI_Request rq;
-  SG_TRY(sg_tensor_alloc(t, (sg_dtype)h->dtype, sg_device_host(), h->ndim,
-                         h->shape));
-  SG_MPI(MPI_Irecv(t->data, (int)sg_tensor_numel(t), pp_mpi_type(t->dtype), src,
-                   tag, r->pp->comm, &rq));
-  SG_TRY(pp_wait(&rq, "pipeline: receive", r->pp));
+  for (int k = 0; k < h->n; ++k) {
+    const pp_meta *e = &h->t[k];
+    SG_TRY(sg_tensor_alloc(&t[k], (sg_dtype)e->dtype, sg_device_host(), e->ndim,
+                           e->shape));
+    SG_MPI(MPI_Irecv(t[k].data, (int)sg_tensor_numel(&t[k]),
+                     pp_mpi_type(t[k].dtype), src, tag0 + 1 + k, pp->comm,
+                     &rq[k]));
+  }
 fail:
   return st;
 }
 
-/* The activation's header has arrived: its payload's receive, straight
- * into a new leaf (the sharding is set at the RECV_F: it is collective). */
+/* The activations' header has arrived: their payloads' receives, straight
+ * into new leaves (the sharding is set at the RECV_F: it is collective). */
 static sg_status pp_post_in(struct sg_pipe *pp, pp_slot *sl) {
   sg_status st = SG_OK;
   const pp_hdr *h = &sl->rf;
-  SG_TRY(sg_var_init(&sl->in, "pipeline.in", (sg_dtype)h->dtype, h->ndim,
-                     h->shape, NULL, 1));
   sl->has_in = 1;
-  SG_MPI(MPI_Irecv(sl->in.value.data, (int)sg_tensor_numel(&sl->in.value),
-                   pp_mpi_type(sl->in.value.dtype), sl->src_f, sl->tag_f,
-                   pp->comm, &sl->rq_in));
+  for (int k = 0; k < h->n; ++k) {
+    const pp_meta *e = &h->t[k];
+    SG_TRY(sg_var_init(&sl->in[k], "pipeline.in", (sg_dtype)e->dtype, e->ndim,
+                       e->shape, NULL, 1));
+    SG_MPI(MPI_Irecv(sl->in[k].value.data,
+                     (int)sg_tensor_numel(&sl->in[k].value),
+                     pp_mpi_type(sl->in[k].value.dtype), sl->src_f,
+                     sl->tag_f + 1 + k, pp->comm, &sl->rq_in[k]));
+  }
 fail:
   return st;
+}
+
+static void pp_release_in(pp_slot *sl) {
+  for (int k = 0; k < PP_NT; ++k) {
+    sg_var_release(&sl->in[k]);
+    sg_tensor_free(&sl->gx[k]);
+  }
+  sl->has_in = 0;
 }
 
 static sg_status pp_recv_f(pp_run *r, pp_slot *sl) {
@@ -469,16 +519,20 @@ static sg_status pp_recv_f(pp_run *r, pp_slot *sl) {
     return SG_OK;
   }
   if (!sl->has_in) SG_TRY(pp_post_in(pp, sl));
-  SG_TRY(pp_wait(&sl->rq_in, "pipeline: activation", pp));
+  SG_TRY(pp_wait_n(sl->rq_in, sl->rf.n, "pipeline: activation", pp));
   if (r->failed) { /* consumed, not used */
-    sg_var_release(&sl->in);
-    sl->has_in = 0;
+    pp_release_in(sl);
     return SG_OK;
   }
-  pp_fail_check(r, sl->rf.sharded
-                       ? sg_var_set_sharding(&sl->in, pp->sub, sl->rf.pl,
-                                             sl->rf.gshape)
-                       : SG_OK);
+  sg_status s2 = SG_OK; /* every tensor's (collective) call, in order */
+  for (int k = 0; k < sl->rf.n; ++k) {
+    const pp_meta *e = &sl->rf.t[k];
+    sg_status s3 = e->sharded ? sg_var_set_sharding(&sl->in[k], pp->sub, e->pl,
+                                                    e->gshape)
+                              : SG_OK;
+    if (s2 == SG_OK) s2 = s3;
+  }
+  pp_fail_check(r, s2);
 fail:
   return st;
 }
@@ -491,18 +545,18 @@ static sg_status pp_recv_b(pp_run *r, const sg_pp_action *a, pp_slot *sl,
   SG_TRY(pp_wait(&sl->rq_rb, "pipeline: gradient header", pp));
   if (sl->rb.failed) {
     r->failed = 1;
-    if (sl->gin_posted) { /* nothing will come */
-      MPI_Cancel(&sl->rq_gin);
-      SG_MPI(MPI_Wait(&sl->rq_gin, MPI_STATUS_IGNORE));
+    for (int k = 0; k < PP_NT && sl->gin_posted; ++k) { /* nothing will come */
+      if (sl->rq_gin[k] == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&sl->rq_gin[k]);
+      SG_MPI(MPI_Wait(&sl->rq_gin[k], MPI_STATUS_IGNORE));
     }
     return SG_OK;
   }
-  if (sl->gin_posted)
-    SG_TRY(pp_wait(&sl->rq_gin, "pipeline: gradient", pp));
-  else
-    SG_TRY(pp_recv_payload(r, &sl->rb, src, pp_tag(pp, 1, g + 1, a->mb, 1),
-                           &sl->gin));
+  if (!sl->gin_posted)
+    SG_TRY(pp_post_payloads(pp, &sl->rb, src, pp_tag(pp, 1, g + 1, a->mb, 0),
+                            sl->gin, sl->rq_gin));
   sl->gin_posted = 1;
+  SG_TRY(pp_wait_n(sl->rq_gin, sl->rb.n, "pipeline: gradient", pp));
 fail:
   return st;
 }
@@ -512,10 +566,32 @@ static void pp_note_bytes(struct sg_pipe *pp) {
   size_t b = 0, in = 0;
   for (int i = 0; i < pp->m * pp->v; ++i) {
     b += sg_tape_bytes(pp->tapes[i]);
-    if (pp->slots[i].has_in) in += sg_tensor_nbytes(&pp->slots[i].in.value);
+    for (int k = 0; k < pp->slots[i].rf.n && pp->slots[i].has_in; ++k)
+      in += sg_tensor_nbytes(&pp->slots[i].in[k].value);
   }
   if (b > pp->stats.peak_bytes) pp->stats.peak_bytes = b;
   if (in > pp->stats.peak_input_bytes) pp->stats.peak_input_bytes = in;
+}
+
+/* What the forward gave: a bundle of 1 .. PP_NT variables; the scalar
+ * loss alone on the last virtual stage. */
+static sg_status pp_check_out(const struct sg_pipe *pp, const sg_bundle *o,
+                              const sg_pp_action *a, int g) {
+  int ok = o->n >= 1 && o->n <= PP_NT;
+  for (int k = 0; k < o->n && ok; ++k) ok = o->v[k] != NULL;
+  if (!ok)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "pipeline: the forward of micro-batch %d chunk %d "
+                        "gave no output (a bundle of %d, at most %d)",
+                        a->mb, a->chunk, o->n, PP_NT);
+  if (g == pp->nv - 1 && (o->n != 1 || sg_tensor_numel(&o->v[0]->value) != 1))
+    return sg_error_set(SG_ERR_SHAPE, __FILE__, __LINE__,
+                        "pipeline: the last stage's forward must give the "
+                        "scalar loss of micro-batch %d, not %d tensor(s) of "
+                        "%lld elements",
+                        a->mb, o->n,
+                        (long long)sg_tensor_numel(&o->v[0]->value));
+  return SG_OK;
 }
 
 static sg_status pp_forward(pp_run *r, const sg_pp_action *a, pp_slot *sl,
@@ -524,35 +600,74 @@ static sg_status pp_forward(pp_run *r, const sg_pp_action *a, pp_slot *sl,
   struct sg_pipe *pp = r->pp;
   if (r->failed) return SG_OK;
   sg_tape_t tape = pp->tapes[a->mb * pp->v + a->chunk];
-  sg_status s2 = r->fn(tape, r->ctx, a->mb, a->chunk, g > 0 ? &sl->in : NULL,
-                       &sl->out);
-  if (s2 == SG_OK && !sl->out)
-    s2 = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                      "pipeline: the forward of micro-batch %d chunk %d "
-                      "gave no output",
-                      a->mb, a->chunk);
-  if (s2 == SG_OK && g == pp->nv - 1 && sg_tensor_numel(&sl->out->value) != 1)
-    s2 = sg_error_set(SG_ERR_SHAPE, __FILE__, __LINE__,
-                      "pipeline: the last stage's forward must give the scalar "
-                      "loss of micro-batch %d, not %lld elements",
-                      a->mb, (long long)sg_tensor_numel(&sl->out->value));
+  sg_bundle io = {.n = g > 0 ? sl->rf.n : 0};
+  for (int k = 0; k < io.n; ++k) io.v[k] = &sl->in[k];
+  sg_status s2 = r->fn(tape, r->ctx, a->mb, a->chunk, &io);
+  if (s2 == SG_OK) s2 = pp_check_out(pp, &io, a, g);
   pp_fail_check(r, s2);
   if (r->failed) return SG_OK;
-  if (g == pp->nv - 1) r->loss += sg_var_item(sl->out);
+  sl->out = io;
+  if (g == pp->nv - 1) r->loss += sg_var_item(io.v[0]);
   if (++r->inflight > pp->stats.peak_inflight)
     pp->stats.peak_inflight = r->inflight;
   pp_note_bytes(pp);
-  if (g < pp->nv - 1) { /* the gradient's receive, posted ahead */
-    const sg_tensor *o = &sl->out->value;
-    const int src = pp->rank_of[(g + 1) % pp->p];
-    SG_TRY(sg_tensor_alloc(&sl->gin, o->dtype, sg_device_host(), o->ndim,
-                           o->shape));
-    SG_MPI(MPI_Irecv(sl->gin.data, (int)sg_tensor_numel(&sl->gin),
-                     pp_mpi_type(o->dtype), src, pp_tag(pp, 1, g + 1, a->mb, 1),
-                     pp->comm, &sl->rq_gin));
+  if (g < pp->nv - 1) { /* the gradients' receives, posted ahead */
+    pp_hdr h;
+    const sg_tensor *t[PP_NT];
+    for (int k = 0; k < io.n; ++k) t[k] = &io.v[k]->value;
+    pp_hdr_of(&h, io.n, io.v, t, 0);
+    SG_TRY(pp_post_payloads(pp, &h, pp->rank_of[(g + 1) % pp->p],
+                            pp_tag(pp, 1, g + 1, a->mb, 0), sl->gin,
+                            sl->rq_gin));
     sl->gin_posted = 1;
   }
 fail:
+  return st;
+}
+
+/* The input an output is (passed through), or -1. */
+static int pp_input_of(const pp_slot *sl, const sg_var *v) {
+  for (int j = 0; j < sl->rf.n && sl->has_in; ++j)
+    if (v == &sl->in[j]) return j;
+  return -1;
+}
+
+/* a += b (same dtype and shape, contiguous). */
+static void pp_add(sg_tensor *a, const sg_tensor *b) {
+  const int64_t n = sg_tensor_numel(a);
+  if (a->dtype == SG_DTYPE_F64)
+    for (int64_t i = 0; i < n; ++i)
+      ((double *)a->data)[i] += ((const double *)b->data)[i];
+  else
+    for (int64_t i = 0; i < n; ++i)
+      ((float *)a->data)[i] += ((const float *)b->data)[i];
+}
+
+/* Backward from the outputs seeded with their received gradients. An
+ * output that is an input passed through (a skip the stage neither made
+ * nor used) is no variable of the tape: its gradient goes to that input's
+ * gx, which SEND_B adds to what the tape gives the input. */
+static sg_status pp_backward_from(sg_tape_t tape, pp_slot *sl) {
+  sg_status st = SG_OK;
+  sg_var *v[PP_NT];
+  sg_tensor g[PP_NT];
+  int n = 0;
+  for (int k = 0; k < sl->out.n; ++k) {
+    const int j = pp_input_of(sl, sl->out.v[k]);
+    if (j < 0) {
+      v[n] = sl->out.v[k];
+      g[n++] = sl->gin[k];
+      continue;
+    }
+    const sg_tensor *x = &sl->in[j].value;
+    if (!sl->gx[j].data)
+      SG_TRY(sg_tensor_alloc(&sl->gx[j], x->dtype, sg_device_host(), x->ndim,
+                             x->shape));
+    pp_add(&sl->gx[j], &sl->gin[k]);
+  }
+  if (n > 0) SG_TRY(sg_tape_backward_from(tape, n, v, g));
+fail:
+  sg_tape_clear(tape);
   return st;
 }
 
@@ -561,26 +676,25 @@ static sg_status pp_backward(pp_run *r, const sg_pp_action *a, pp_slot *sl,
   sg_status st = SG_OK;
   struct sg_pipe *pp = r->pp;
   sg_tape_t tape = pp->tapes[a->mb * pp->v + a->chunk];
-  SG_TRY(pp_wait(&sl->sq[0], "pipeline: send",
-                 pp)); /* the output's memory goes with the tape */
-  SG_TRY(pp_wait(&sl->sq[1], "pipeline: send", pp));
-  if (r->failed || !sl->out) {
+  /* the outputs' memory goes with the tape */
+  SG_TRY(pp_wait_n(sl->sqf, PP_NT + 1, "pipeline: send", pp));
+  if (r->failed || sl->out.n == 0) {
     sg_tape_clear(tape);
-    sl->out = NULL;
+    sl->out.n = 0;
     return SG_OK;
   }
   sg_status s2 = pp->plan
                      ? sg_parallel_begin_micro(pp->plan, r->nb, pp->m * pp->v)
                      : SG_OK;
   if (s2 == SG_OK)
-    s2 = g == pp->nv - 1 ? sg_tape_backward(tape, sl->out)
-                         : sg_tape_backward_from(tape, 1, &sl->out, &sl->gin);
+    s2 = g == pp->nv - 1 ? sg_tape_backward(tape, sl->out.v[0])
+                         : pp_backward_from(tape, sl);
   else
     sg_tape_clear(tape);
-  sl->out = NULL;
+  sl->out.n = 0;
   r->nb++;
   r->inflight--;
-  sg_tensor_free(&sl->gin);
+  for (int k = 0; k < PP_NT; ++k) sg_tensor_free(&sl->gin[k]);
   pp_fail_check(r, s2);
 fail:
   return st;
@@ -588,52 +702,68 @@ fail:
 
 static sg_status pp_send_f(pp_run *r, const sg_pp_action *a, pp_slot *sl,
                            int g) {
-  pp_hdr_of(&sl->sf, sl->out, sl->out ? &sl->out->value : NULL,
-            r->failed || !sl->out);
+  const sg_tensor *t[PP_NT] = {NULL};
+  const int n = sl->out.n;
+  for (int k = 0; k < n; ++k) t[k] = &sl->out.v[k]->value;
+  pp_hdr_of(&sl->sf, n, sl->out.v, t, r->failed || n == 0);
   return pp_send(r, 0, g, a->mb, sg_pp_peer(r->pp->sched, r->pp->stage, a),
-                 &sl->sf, sl->out ? &sl->out->value : NULL, &sl->sq[0]);
+                 &sl->sf, t, sl->sqf);
+}
+
+/* The gradient SEND_B sends for input k: its tape gradient, plus what it
+ * got as an output passed through (gx), or zeros when it got nothing. */
+static sg_status pp_input_grad(pp_slot *sl, int k, const sg_tensor **t) {
+  sg_status st = SG_OK;
+  const sg_tensor *x = &sl->in[k].value, *tg = &sl->in[k].grad;
+  if (!sl->gx[k].data && tg->data) {
+    *t = tg;
+    return SG_OK;
+  }
+  if (!sl->gx[k].data)
+    SG_TRY(sg_tensor_alloc(&sl->gx[k], x->dtype, sg_device_host(), x->ndim,
+                           x->shape));
+  else if (tg->data)
+    pp_add(&sl->gx[k], tg);
+  *t = &sl->gx[k];
+fail:
+  return st;
 }
 
 static sg_status pp_send_b(pp_run *r, const sg_pp_action *a, pp_slot *sl,
                            int g) {
   sg_status st = SG_OK;
-  const int failed = r->failed || !sl->has_in;
-  const sg_tensor *t = NULL;
-  if (!failed && !sl->in.grad.data) { /* the input got no gradient: zeros */
-    SG_TRY(sg_tensor_alloc(&sl->gzero, sl->in.value.dtype, sg_device_host(),
-                           sl->in.value.ndim, sl->in.value.shape));
-    t = &sl->gzero;
-  } else if (!failed) {
-    t = &sl->in.grad;
+  const int failed = r->failed || !sl->has_in, n = sl->rf.n;
+  const sg_tensor *t[PP_NT] = {NULL};
+  sg_var *v[PP_NT] = {NULL};
+  for (int k = 0; k < n && !failed; ++k) {
+    v[k] = &sl->in[k];
+    SG_TRY(pp_input_grad(sl, k, &t[k]));
   }
-  pp_hdr_of(&sl->sb, &sl->in, t, failed);
+  pp_hdr_of(&sl->sb, n, v, t, failed);
   SG_TRY(pp_send(r, 1, g, a->mb, sg_pp_peer(r->pp->sched, r->pp->stage, a),
-                 &sl->sb, t, &sl->sq[2]));
+                 &sl->sb, t, sl->sqb));
 fail:
   return st;
 }
 
-/* Between actions: post the payload receive of every activation header
- * that has arrived, and free the received activations whose gradient has
- * been sent (a stage holds an input only while its micro-batch is in
+/* Between actions: post the payload receives of every activation header
+ * that has arrived, and free the received activations whose gradients
+ * have been sent (a stage holds an input only while its micro-batch is in
  * flight). */
 static sg_status pp_progress(struct sg_pipe *pp) {
   sg_status st = SG_OK;
   for (int i = 0; i < pp->m * pp->v; ++i) {
     pp_slot *sl = &pp->slots[i];
-    int hdr = 0, data = 0; /* the SEND_B's header and payload */
+    int done = 0;
     if (sl->rq_rf != MPI_REQUEST_NULL) {
-      SG_MPI(MPI_Test(&sl->rq_rf, &hdr, MPI_STATUS_IGNORE));
-      if (hdr && !sl->rf.failed) SG_TRY(pp_post_in(pp, sl));
-      hdr = 0;
+      SG_MPI(MPI_Test(&sl->rq_rf, &done, MPI_STATUS_IGNORE));
+      if (done && !sl->rf.failed) SG_TRY(pp_post_in(pp, sl));
     }
-    if (!sl->has_in || sl->sq[2] == MPI_REQUEST_NULL) continue;
-    SG_MPI(MPI_Test(&sl->sq[3], &data, MPI_STATUS_IGNORE));
-    if (data) SG_MPI(MPI_Test(&sl->sq[2], &hdr, MPI_STATUS_IGNORE));
-    if (!hdr) continue;
-    sg_var_release(&sl->in);
-    sg_tensor_free(&sl->gzero);
-    sl->has_in = 0;
+    if (!sl->has_in || sl->sqb[0] == MPI_REQUEST_NULL) continue;
+    done = 1;
+    for (int k = 0; k <= PP_NT && done; ++k)
+      SG_MPI(MPI_Test(&sl->sqb[k], &done, MPI_STATUS_IGNORE));
+    if (done) pp_release_in(sl);
   }
 fail:
   return st;
@@ -663,13 +793,14 @@ static sg_status pp_finish(struct sg_pipe *pp) {
   sg_status st = SG_OK;
   for (int i = 0; i < pp->m * pp->v; ++i) {
     pp_slot *sl = &pp->slots[i];
-    for (int k = 0; k < 4; ++k) {
-      sg_status s2 = pp_wait(&sl->sq[k], "pipeline: send", pp);
+    for (int k = 0; k <= PP_NT; ++k) {
+      sg_status s2 = pp_wait(&sl->sqf[k], "pipeline: send", pp);
+      if (st == SG_OK) st = s2;
+      s2 = pp_wait(&sl->sqb[k], "pipeline: send", pp);
       if (st == SG_OK) st = s2;
     }
-    if (sl->has_in) sg_var_release(&sl->in);
-    sg_tensor_free(&sl->gin);
-    sg_tensor_free(&sl->gzero);
+    pp_release_in(sl);
+    for (int k = 0; k < PP_NT; ++k) sg_tensor_free(&sl->gin[k]);
     sg_tape_clear(pp->tapes[i]);
     pp_slot_reset(sl);
   }
@@ -749,20 +880,17 @@ static sg_status pp_fwd_only(pp_run *r, const sg_pp_action *a, pp_slot *sl,
   struct sg_pipe *pp = r->pp;
   if (r->failed) return SG_OK;
   sg_tape_t tape = pp->tapes[a->mb * pp->v + a->chunk];
+  sg_bundle io = {.n = g > 0 ? sl->rf.n : 0};
+  for (int k = 0; k < io.n; ++k) io.v[k] = &sl->in[k];
   const int prev = sg_tape_set_grad_enabled(tape, 0);
-  sg_status s2 = r->fn(tape, r->ctx, a->mb, a->chunk, g > 0 ? &sl->in : NULL,
-                       &sl->out);
+  sg_status s2 = r->fn(tape, r->ctx, a->mb, a->chunk, &io);
   sg_tape_set_grad_enabled(tape, prev);
-  if (s2 == SG_OK && !sl->out && g < pp->nv - 1)
-    s2 = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                      "pipeline: the forward of micro-batch %d chunk %d "
-                      "gave no output",
-                      a->mb, a->chunk);
+  if (s2 == SG_OK && g < pp->nv - 1) s2 = pp_check_out(pp, &io, a, g);
   pp_fail_check(r, s2);
-  if (g == pp->nv - 1) {
-    sg_tape_clear(tape);
-    sl->out = NULL;
-  }
+  if (g == pp->nv - 1)
+    sg_tape_clear(tape); /* the caller used the output */
+  else if (!r->failed)
+    sl->out = io;
   return SG_OK;
 }
 

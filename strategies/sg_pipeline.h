@@ -185,16 +185,23 @@ sg_status sg_pp_sim_free(sg_pp_sim *sim);
  *     sg_pipe_reduce(pp, &grad_norm);          // norm over all stages
  *     sg_parallel_step(plan, t, lr, sg_clip_scale(grad_norm, clip));
  *
- * forward(tape, ctx, mb, chunk, in, &out) runs the blocks of `chunk` of
- * this stage on micro-batch mb, recording on `tape`:
- *  - on the first virtual stage in is NULL: the function makes the
- *    micro-batch's input itself (its share of it under dp/domain dims);
- *    elsewhere in is a leaf holding the activation received (shape, dtype
- *    and sharding as the previous stage's output; requires_grad);
- *  - on the last virtual stage out is the micro-batch's scalar loss, as
- *    its part of the step's loss (e.g. the mean over the micro-batch / m):
- *    backward starts from it with gradient 1, and the step's loss is the
- *    sum over micro-batches; elsewhere out is the activation to send.
+ * forward(tape, ctx, mb, chunk, io) runs the blocks of `chunk` of this
+ * stage on micro-batch mb, recording on `tape`; io is a bundle (sg_bundle:
+ * the activation and the tensors alive across the cut, e.g. the U-Net's
+ * skips; one tensor for a plain chain of blocks), in place:
+ *  - on entry, on the first virtual stage io->n == 0: the function makes
+ *    the micro-batch's input itself (its share of it under dp/domain
+ *    dims); elsewhere io holds leaves with the tensors received (shape,
+ *    dtype and sharding as the previous stage's outputs; requires_grad);
+ *  - on return, on the last virtual stage io is {the micro-batch's scalar
+ *    loss}, as its part of the step's loss (e.g. the mean over the
+ *    micro-batch / m): backward starts from it with gradient 1, and the
+ *    step's loss is the sum over micro-batches; elsewhere io is the
+ *    bundle to send (1 .. SG_BUNDLE_MAX tensors). An output may be an
+ *    input itself (passed through: a skip this stage neither makes nor
+ *    uses): its received gradient is added to that input's.
+ * Every tensor of a bundle travels with its own payload, and its gradient
+ * comes back the same way.
  * Each (micro-batch, chunk) has its own tape (a backward clears its tape;
  * other micro-batches are in flight). Gradients accumulate in the plan's
  * buffers over the micro-batches (sg_parallel_begin_micro before every B,
@@ -235,7 +242,7 @@ typedef struct sg_pipe_config {
 } sg_pipe_config;
 
 typedef sg_status (*sg_pipe_forward_fn)(sg_tape_t tape, void *ctx, int mb,
-                                        int chunk, sg_var *in, sg_var **out);
+                                        int chunk, sg_bundle *io);
 
 /* The runtime for mesh (its "pp" dim: the stages; no pp dim: one stage).
  * Errors (SG_ERR_INVALID_ARG naming the rule, on every rank): m < 1, more
@@ -296,10 +303,12 @@ sg_status sg_pipe_reduce(sg_pipe_t pipe, double *grad_norm);
  * formula for it (sg_pp_peak_formula), the peak bytes of the stage's
  * tapes (sg_tape_bytes: the activations and saved state of the pairs in
  * flight) and of the inputs received (from the arrival of their header,
- * when their receive is posted, until their gradient has been sent). */
+ * when their receive is posted, until their gradient has been sent), and
+ * the payload bytes this rank sent (every bundle tensor and gradient). */
 typedef struct sg_pipe_stats {
   int peak_inflight, peak_formula;
   size_t peak_bytes, peak_input_bytes;
+  size_t bytes_sent; /* payloads (activations and gradients) sent */
 } sg_pipe_stats;
 void sg_pipe_get_stats(sg_pipe_t pipe, sg_pipe_stats *stats);
 

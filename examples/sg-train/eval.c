@@ -175,7 +175,7 @@ fail:
  * evaluation batch pass * m + mb; the first stage reads its inputs, the
  * last scores the model's output. */
 static sg_status eval_pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
-                                 sg_var *in, sg_var **out) {
+                                 sg_bundle *io) {
   sg_status st = SG_OK;
   eval_state *E = ctx;
   run_t *r = E->r;
@@ -187,16 +187,16 @@ static sg_status eval_pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
   sg_pipe_blocks(r->pipe, chunk, &first, &count);
   const int last = first + count == sg_model_nblocks(r->model);
   int64_t valid = 0, ex0 = 0;
-  if (!in || last)
+  if (io->n == 0 || last)
     valid = eval_fill(r, E->pass * r->micro + mb, E->ex, x, y, m, &ex0);
-  if (!in) {
+  if (io->n == 0) {
     const int64_t xs[4] = {n, r->cin, r->ds.ny, r->ds.nx};
     SG_TRY(sg_var_init(&r->pps.vx[mb], "x", SG_DTYPE_F32, 4, xs, x, 0));
-    in = &r->pps.vx[mb];
+    *io = (sg_bundle){.n = 1, .v = {&r->pps.vx[mb]}};
   }
-  SG_TRY(sg_model_forward_blocks(r->model, tape, first, count, in, out));
+  SG_TRY(sg_model_forward_blocks(r->model, tape, first, count, io));
   if (last) {
-    memcpy(E->pred, (*out)->value.data,
+    memcpy(E->pred, io->v[0]->value.data,
            (size_t)(n * r->cout * plane) * sizeof *E->pred);
     SG_TRY(eval_score(E, ex0, valid, x, E->pred, y, m));
   }
@@ -343,7 +343,7 @@ static void roll_feed(roll_state *R, int64_t b, float *x, const float *pred) {
  * pass * m + mb; the first stage feeds its window, the last stage keeps
  * and scores the prediction. */
 static sg_status roll_pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
-                                 sg_var *in, sg_var **out) {
+                                 sg_bundle *io) {
   sg_status st = SG_OK;
   roll_state *R = ctx;
   run_t *r = R->r;
@@ -351,16 +351,16 @@ static sg_status roll_pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
                 W = n * r->dopt.history * F;
   int first, count;
   sg_pipe_blocks(r->pipe, chunk, &first, &count);
-  if (!in) {
+  if (io->n == 0) {
     const int64_t xs[4] = {n, r->cin, r->ds.ny, r->ds.nx};
     SG_TRY(sg_var_init(&r->pps.vx[mb], "x", SG_DTYPE_F32, 4, xs, R->x + mb * W,
                        0));
-    in = &r->pps.vx[mb];
+    *io = (sg_bundle){.n = 1, .v = {&r->pps.vx[mb]}};
   }
-  SG_TRY(sg_model_forward_blocks(r->model, tape, first, count, in, out));
+  SG_TRY(sg_model_forward_blocks(r->model, tape, first, count, io));
   if (first + count == sg_model_nblocks(r->model)) {
     float *pred = R->pred + mb * n * F;
-    memcpy(pred, (*out)->value.data, (size_t)(n * F) * sizeof *pred);
+    memcpy(pred, io->v[0]->value.data, (size_t)(n * F) * sizeof *pred);
     SG_TRY(roll_score(R, R->pass * r->micro + mb, pred, R->x0 + mb * W));
   }
 fail:

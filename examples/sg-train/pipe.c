@@ -90,7 +90,8 @@ sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh,
    * none does */
   if (cfg.nblocks <= 0)
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "model %s has no pipeline pieces yet (pp runs the cnn)",
+             "model %s has no pipeline pieces yet (pp runs the fno, cnn and "
+             "unet)",
              model_name);
   SG_TRY(sg_pp_kind_parse(sg_kv_str(kv, "pp_schedule"), &cfg.kind));
   const int p = sg_mesh_dim_size(mesh, sg_mesh_find_dim(mesh, "pp"));
@@ -133,15 +134,16 @@ fail:
  * micro-batch's input on the first piece, its loss (as micro_step in
  * main.c computes it) after the last. */
 static sg_status pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
-                            sg_var *in, sg_var **out) {
+                            sg_bundle *io) {
   sg_status st = SG_OK;
   sg_train_pp_step *S = ctx;
   int first, count;
   sg_pipe_blocks(S->pipe, chunk, &first, &count);
   const int last = first + count == sg_model_nblocks(S->model);
-  if (!in || last) SG_TRY(pp_fill(S, mb));
-  sg_var *x = in ? in : &S->vx[mb];
-  SG_TRY(sg_model_forward_blocks(S->model, tape, first, count, x, &x));
+  if (io->n == 0 || last) SG_TRY(pp_fill(S, mb));
+  if (io->n == 0) *io = (sg_bundle){.n = 1, .v = {&S->vx[mb]}};
+  SG_TRY(sg_model_forward_blocks(S->model, tape, first, count, io));
+  sg_var *x = io->v[0];
   if (last) {
     SG_TRY(sg_model_mark(S->model, &S->vy[mb]));
     if (S->has_mask) SG_TRY(sg_model_mark(S->model, &S->vm[mb]));
@@ -150,8 +152,8 @@ static sg_status pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
                            S->has_mask ? &S->vm[mb] : NULL, &lc, &x));
     if (S->loss == SG_LOSS_MSE && S->micro > 1)
       SG_TRY(sg_ag_scale(tape, 1.0 / (double)S->micro, x, &x));
+    *io = (sg_bundle){.n = 1, .v = {x}};
   }
-  *out = x;
 fail:
   return st;
 }

@@ -160,6 +160,15 @@ int main(int argc, char **argv) {
   SG_CHECK(bad == 0, "affine forward: %d values differ from W x + b", bad);
   SG_CHECK(strcmp(sg_model_size_keys(m)[0], "width") == 0,
            "the model's size keys");
+  { /* a model without pipeline pieces: 0 pieces, a clear error */
+    sg_bundle io = {.n = 1, .v = {&x}};
+    SG_CHECK(sg_model_nblocks(m) == 0, "affine has no pieces");
+    SG_CHECK_STATUS(sg_model_forward_blocks(m, tape, 0, 1, &io),
+                    SG_ERR_NOT_SUPPORTED);
+    SG_CHECK(strstr(sg_last_error(),
+                    "model affine has no pipeline pieces yet") != NULL,
+             "message: %s", sg_last_error());
+  }
   sg_tape_clear(tape);
   sg_model_destroy(&m);
   /* the built-ins through their tables */
@@ -179,6 +188,10 @@ int main(int argc, char **argv) {
     SG_CHECK(found &&
                  strcmp(sg_model_kind_name((sg_model_kind)i), want[i][0]) == 0,
              "%s reports '%s' as a size key", want[i][0], want[i][1]);
+    /* layers/blocks/depth + 2; the U-Net's 2 L */
+    const int pieces[4] = {1 + 2, 1 + 2, 2 * 2, 1 + 2};
+    SG_CHECK(sg_model_nblocks(m) == pieces[i], "%s has %d pieces, want %d",
+             want[i][0], sg_model_nblocks(m), pieces[i]);
     sg_model_destroy(&m);
   }
 done:

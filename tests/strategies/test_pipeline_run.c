@@ -160,7 +160,7 @@ fail:
 /* The stage's forward (sg_pipe_forward_fn); the reference calls it with
  * every block. */
 static sg_status tm_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
-                            sg_var *in, sg_var **out) {
+                            sg_bundle *io) {
   sg_status st = SG_OK;
   tmodel *M = ctx;
   int first = 0, count = M->nb;
@@ -168,7 +168,7 @@ static sg_status tm_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
   if (M->pipe && sg_pipe_stage(M->pipe) == M->fail_stage && mb == M->fail_mb)
     SG_RAISE(SG_ERR_INVALID_ARG, "injected failure on stage %d, micro-batch %d",
              M->fail_stage, mb);
-  sg_var *x = in;
+  sg_var *x = io->n ? io->v[0] : NULL;
   if (!x) {
     SG_TRY(tm_data(M, mb, 0, &M->x[mb]));
     x = &M->x[mb];
@@ -181,7 +181,7 @@ static sg_status tm_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
     SG_TRY(sg_ag_loss(tape, SG_LOSS_MSE, x, &M->t[mb], &l));
     SG_TRY(sg_ag_scale(tape, 1.0 / M->m, l, &x));
   }
-  *out = x;
+  *io = (sg_bundle){.n = 1, .v = {x}};
 fail:
   return st;
 }
@@ -211,13 +211,13 @@ static sg_status reference(int nb, const sg_parallel_config *pc, ref_run *R) {
   SG_TRY(tm_create(&M, pc, 0));
   SG_TRY(sg_tape_create(&tape));
   for (int t = 0; t < STEPS; ++t) {
-    sg_var *loss;
+    sg_bundle io = {0};
     double gn;
     M.step = t;
     SG_TRY(sg_parallel_begin_micro(M.plan, 0, 1));
-    SG_TRY(tm_forward(tape, &M, 0, 0, NULL, &loss));
-    R->loss[t] = sg_var_item(loss);
-    SG_TRY(sg_tape_backward(tape, loss));
+    SG_TRY(tm_forward(tape, &M, 0, 0, &io));
+    R->loss[t] = sg_var_item(io.v[0]);
+    SG_TRY(sg_tape_backward(tape, io.v[0]));
     tm_release_data(&M);
     SG_TRY(sg_parallel_reduce(M.plan, &gn));
     SG_TRY(sg_parallel_step(M.plan, t + 1, 1e-2, 1.0));

@@ -1,18 +1,24 @@
-/* The zoo's CNN (models/cnn.c) cut into pipeline stages through the model
- * table's block-range forward (sg_model_impl.h: nblocks, block_params,
- * forward_blocks): pieces lift, 3 residual blocks, projection. Each stage
- * builds its plan with its pieces' parameter entries (the model's own
- * offsets: the other stages' entries are gaps in its buffer). Per mesh,
- * schedule and m: STEPS AdamW steps give the losses and the parameters of
- * one process running the whole batch (every rank runs that reference on
- * MPI_COMM_SELF), to relative 1e-5. Runs at 2-4 ranks: pp=2; pp=3 (pieces
- * 2, 2, 1); pp=2,h=2 (halos and GroupNorm statistics over the domain
- * inside a stage) and pp=2,dp=2. A forward-only run (sg_pipe_forward,
- * the evaluation) before every step gives that step's loss on every rank;
- * one that fails on a stage fails on every rank, and the next one works.
- * The pipeline's checkpoint arrays (sg_pipe_model_ckpt_arrays) cover every
- * array of the model, each element written by exactly one rank. Verdict
- * over all ranks. */
+/* The zoo's models cut into pipeline stages through the model table's
+ * block-range forward (sg_model_impl.h: nblocks, block_params,
+ * forward_blocks): the CNN (lift, 3 residual blocks, projection: 5
+ * pieces), the FNO (lift, 3 spectral layers with their weights Shard by
+ * modes over the domain, projection: 5 pieces) and the U-Net (3 levels:
+ * encoders 0-2, decoders 1-0, output: 6 pieces, whose skips cross the
+ * cuts as a bundle), the ViT (patch embedding, 3 pre-LN blocks with ring
+ * attention over h inside a stage, head: 5 pieces). Each stage builds its plan with its pieces' parameter
+ * entries (the model's own offsets: the other stages' entries are gaps in
+ * its buffer). Per model, mesh, schedule and m: STEPS AdamW steps give the
+ * losses and the parameters of one process running the whole batch (every
+ * rank runs that reference on MPI_COMM_SELF), to relative 1e-5. Runs at
+ * 2-4 ranks: pp=2; pp=3 (CNN, FNO pieces 2, 2, 1; U-Net 2, 2, 2: skip 0
+ * crosses stage 1, which neither makes nor uses it, and the bytes sent
+ * equal the bundle formula); pp=2,h=2 (halos, GroupNorm statistics and
+ * the FFT over the domain inside a stage) and pp=2,dp=2. A forward-only run
+ * (sg_pipe_forward, the evaluation) before every step gives that step's
+ * loss on every rank; one that fails on a stage fails on every rank, and
+ * the next one works. The pipeline's checkpoint arrays
+ * (sg_pipe_ckpt_arrays) cover every array of the model, each element
+ * written by exactly one rank. Verdict over all ranks. */
 #include "sg_dist_loss.h"
 #include "sg_model_impl.h"
 #include "sg_pipeline.h"
@@ -23,10 +29,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { NY = 8, NX = 8, GB = 8, MMAX = 4, STEPS = 3, PMAX = 64 };
+enum { GB = 8, MMAX = 4, STEPS = 3, PMAX = 64 };
 #define TOL 1e-5
 
 typedef struct cmodel {
+  sg_model_kind kind;
+  int64_t n; /* the grid: n x n */
   const sg_model_i *I;
   void *impl;
   sg_mesh_t mesh; /* the stage mesh (the reference: one rank) */
@@ -37,14 +45,24 @@ typedef struct cmodel {
   sg_group_t domain, data; /* the loss's groups (sg_dist_loss.h) */
   int64_t step;
   sg_var x[MMAX], t[MMAX];
-  double eval_loss; /* a forward-only run's: the last stage's sum */
-  int fail_stage;   /* a forward-only run fails there (-1: nowhere) */
+  double eval_loss;  /* a forward-only run's: the last stage's sum */
+  int fail_stage;    /* a forward-only run fails there (-1: nowhere) */
+  size_t eval_bytes; /* payload bytes the forward-only runs sent */
 } cmodel;
 
-static sg_model_config cnn_config(void) {
-  sg_model_config c = sg_model_defaults(SG_MODEL_CNN);
+static const sg_model_i *const zoo[SG_MODEL_COUNT] = {
+    [SG_MODEL_FNO] = &sg_fno_model_i,
+    [SG_MODEL_CNN] = &sg_cnn_model_i,
+    [SG_MODEL_UNET] = &sg_unet_model_i,
+    [SG_MODEL_VIT] = &sg_vit_model_i};
+/* The U-Net's levels need a larger grid (16: 4 x 4 at the coarsest). */
+static const int64_t grid_n[SG_MODEL_COUNT] = {8, 8, 16, 8};
+
+static sg_model_config zoo_config(sg_model_kind kind) {
+  sg_model_config c = sg_model_defaults(kind);
   c.cin = 2, c.cout = 2, c.width = 4, c.blocks = 3, c.groups = 2,
-  c.proj_width = 8;
+  c.proj_width = 8, c.layers = 3, c.modes = 2, c.levels = 3, c.patch = 2,
+  c.heads = 2, c.depth = 3;
   return c;
 }
 
@@ -64,11 +82,12 @@ fail:
 /* The model (micro-batch size), the plan over this stage's pieces. */
 static sg_status cm_create(cmodel *M) {
   sg_status st = SG_OK;
-  const sg_model_config c = cnn_config();
+  const sg_model_config c = zoo_config(M->kind);
   const sg_parallel_config pc = sg_parallel_defaults();
-  M->I = &sg_cnn_model_i;
+  M->I = zoo[M->kind];
+  M->n = grid_n[M->kind];
   SG_TRY(cm_layout(M, &pc));
-  SG_TRY(M->I->create(M->mesh, &c, NY, NX, GB / M->m / M->dsize, &M->impl));
+  SG_TRY(M->I->create(M->mesh, &c, M->n, M->n, GB / M->m / M->dsize, &M->impl));
   const int nb = M->I->nblocks(M->impl);
   int first = 0, count = nb, q0, qn, q1, qm;
   if (M->pipe) sg_pipe_blocks(M->pipe, 0, &first, &count);
@@ -138,27 +157,27 @@ fail:
 
 /* The stage's forward (sg_pipe_forward_fn); the reference runs every piece. */
 static sg_status cm_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
-                            sg_var *in, sg_var **out) {
+                            sg_bundle *io) {
   sg_status st = SG_OK;
   cmodel *M = ctx;
   const int nb = M->I->nblocks(M->impl);
   int first = 0, count = nb;
   if (M->pipe) sg_pipe_blocks(M->pipe, chunk, &first, &count);
-  sg_var *x = in;
-  if (!x) {
+  if (io->n == 0) {
     SG_TRY(cm_data(M, mb, 0, &M->x[mb]));
-    x = &M->x[mb];
+    *io = (sg_bundle){.n = 1, .v = {&M->x[mb]}};
   }
-  SG_TRY(M->I->forward_blocks(M->impl, tape, first, count, x, &x));
+  SG_TRY(M->I->forward_blocks(M->impl, tape, first, count, io));
+  sg_var *x = io->v[0];
   if (first + count == nb) {
     sg_var *l;
     SG_TRY(cm_data(M, mb, 1, &M->t[mb]));
-    SG_TRY(M->I->mark(M->impl, &M->t[mb]));
+    if (M->I->mark) SG_TRY(M->I->mark(M->impl, &M->t[mb]));
     const sg_dist_loss_ctx lc = {M->domain, M->data, GB / M->m};
     SG_TRY(sg_ag_dist_loss(tape, SG_LOSS_MSE, x, &M->t[mb], NULL, &lc, &l));
     SG_TRY(sg_ag_scale(tape, 1.0 / M->m, l, &x));
+    *io = (sg_bundle){.n = 1, .v = {x}};
   }
-  *out = x;
 fail:
   return st;
 }
@@ -166,17 +185,17 @@ fail:
 /* The forward of an evaluation (sg_pipe_forward): the training forward,
  * the last stage summing the micro-batches' losses; fails on fail_stage. */
 static sg_status cm_eval(sg_tape_t tape, void *ctx, int mb, int chunk,
-                         sg_var *in, sg_var **out) {
+                         sg_bundle *io) {
   sg_status st = SG_OK;
   cmodel *M = ctx;
   if (sg_pipe_stage(M->pipe) == M->fail_stage && mb == M->m - 1)
     SG_RAISE(SG_ERR_INTERNAL, "injected evaluation failure on stage %d",
              M->fail_stage);
-  SG_TRY(cm_forward(tape, ctx, mb, chunk, in, out));
+  SG_TRY(cm_forward(tape, ctx, mb, chunk, io));
   int first, count;
   sg_pipe_blocks(M->pipe, chunk, &first, &count);
   if (first + count == M->I->nblocks(M->impl))
-    M->eval_loss += sg_var_item(*out);
+    M->eval_loss += sg_var_item(io->v[0]);
 fail:
   return st;
 }
@@ -184,8 +203,12 @@ fail:
 /* A forward-only run: the loss of the step about to run, on every rank. */
 static sg_status cm_evaluate(cmodel *M, double *loss) {
   sg_status st = SG_OK;
+  sg_pipe_stats s0, s1;
   M->eval_loss = 0.0;
+  sg_pipe_get_stats(M->pipe, &s0);
   st = sg_pipe_forward(M->pipe, cm_eval, M);
+  sg_pipe_get_stats(M->pipe, &s1);
+  M->eval_bytes += s1.bytes_sent - s0.bytes_sent;
   cm_release_data(M);
   SG_TRY(st);
   SG_TRY(sg_pipe_bcast_last(M->pipe, &M->eval_loss, 1, SG_DTYPE_F64));
@@ -228,9 +251,24 @@ static void check_ckpt_arrays(cmodel *M, const char *spec) {
   SG_CHECK(a == NULL, "sg_pipe_ckpt_arrays_free resets the pointer");
 }
 
+/* The key part of a ViT block's QKV bias (elements width .. 2 width - 1):
+ * it adds q.b_k to every score of a query, which the softmax ignores, so
+ * its gradient is exactly zero in exact arithmetic and its computed one
+ * rounding noise, which AdamW normalises into steps of about lr in any
+ * direction: its values say nothing about the pipeline (the losses do). */
+static int key_bias(const sg_param_info *pi, int64_t e) {
+  const size_t n = strlen(pi->name);
+  const int64_t w = pi->global_shape[0] / 3;
+  return n > 6 && strcmp(pi->name + n - 6, ".qkv.b") == 0 &&
+         pi->start[0] + e >= w && pi->start[0] + e < 2 * w;
+}
+
 typedef struct ref_run {
+  sg_model_kind kind;
+  int nb; /* the model's pieces */
   double loss[STEPS];
-  float *params; /* the model's flat buffer */
+  float *params;     /* the model's flat buffer */
+  int64_t off[PMAX]; /* each parameter's offset in it */
   int64_t n;
 } ref_run;
 
@@ -240,22 +278,29 @@ static sg_status reference(ref_run *R) {
   sg_tape_t tape = NULL;
   memset(&M, 0, sizeof M);
   M.m = 1;
+  M.kind = R->kind;
   SG_TRY(sg_mesh_create(MPI_COMM_SELF, "dp=1", &M.mesh));
   SG_TRY(cm_create(&M));
+  R->nb = M.I->nblocks(M.impl);
   SG_TRY(sg_tape_create(&tape));
   for (int t = 0; t < STEPS; ++t) {
-    sg_var *loss;
+    sg_bundle io = {0};
     double gn;
     M.step = t;
     SG_TRY(sg_parallel_begin_micro(M.plan, 0, 1));
-    SG_TRY(cm_forward(tape, &M, 0, 0, NULL, &loss));
-    R->loss[t] = sg_var_item(loss);
-    SG_TRY(sg_tape_backward(tape, loss));
+    SG_TRY(cm_forward(tape, &M, 0, 0, &io));
+    R->loss[t] = sg_var_item(io.v[0]);
+    SG_TRY(sg_tape_backward(tape, io.v[0]));
     cm_release_data(&M);
     SG_TRY(sg_parallel_reduce(M.plan, &gn));
     SG_TRY(sg_parallel_step(M.plan, t + 1, 1e-2, 1.0));
   }
   R->n = sg_parallel_local_count(M.plan);
+  for (int i = 0; i < M.np; ++i) {
+    sg_param_info pi;
+    SG_TRY(M.I->param_info(M.impl, i, &pi));
+    R->off[i] = pi.offset;
+  }
   R->params = malloc((size_t)R->n * sizeof(float));
   memcpy(R->params, sg_parallel_params(M.plan), (size_t)R->n * sizeof(float));
 fail:
@@ -265,17 +310,52 @@ fail:
   return st;
 }
 
+/* Element e of this rank's box of a parameter (the FNO's spectral weights
+ * are Shard by modes over the domain) as an index of the whole one. */
+static int64_t global_index(const sg_param_info *pi, int64_t e) {
+  int64_t g = 0;
+  for (int d = 0; d < pi->ndim; ++d) {
+    int64_t inner = 1;
+    for (int q = d + 1; q < pi->ndim; ++q) inner *= pi->count[q];
+    g = g * pi->global_shape[d] + pi->start[d] + (e / inner) % pi->count[d];
+  }
+  return g;
+}
+
+/* The U-Net on pp=3 (pieces 2, 2, 2: enc0 enc1 | enc2 dec1 | dec0 out):
+ * both cuts carry a bundle of 2, the activation (2w channels at n/2) and
+ * skip 0 (w channels at n), which crosses stage 1 untouched; each goes
+ * forward and its gradient back, every sample once per step: the payload
+ * bytes of all ranks are STEPS x 2 cuts x 2 directions x 4 bytes x GB x
+ * (2w (n/2)^2 + w n^2), the skip's share w n^2 of it. */
+static void check_bytes(const ref_run *R, const char *spec, size_t mine) {
+  if (R->kind != SG_MODEL_UNET || strcmp(spec, "pp=3") != 0) return;
+  const sg_model_config c = zoo_config(SG_MODEL_UNET);
+  const int64_t n = grid_n[SG_MODEL_UNET], w = c.width;
+  const int64_t skip = STEPS * 2 * 2 * 4 * GB * w * n * n,
+                want = skip +
+                       STEPS * 2 * 2 * 4 * GB * 2 * w * (n / 2) * (n / 2);
+  long long all = (long long)mine;
+  MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  SG_CHECK(all == want,
+           "unet pp=3: %lld payload bytes sent, the bundle formula says %lld",
+           all, (long long)want);
+  if (sg_test_rank == 0)
+    printf(
+        "unet pp=3: %lld payload bytes in %d steps (%lld per step, the skip's %lld)\n",
+        all, STEPS, all / STEPS, (long long)(skip / STEPS));
+}
+
 static void check_run(const char *spec, sg_pp_kind kind, int m,
                       const ref_run *R) {
   sg_mesh_t mesh = NULL;
   cmodel M;
   memset(&M, 0, sizeof M);
   M.m = m;
+  M.kind = R->kind;
   double loss, ldiff = 0.0, ediff = 0.0, d = 0.0, mx = 0.0;
   SG_CHECK_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
-  sg_pipe_config cfg = {.kind = kind,
-                        .m = m,
-                        .nblocks = (int)cnn_config().blocks + 2};
+  sg_pipe_config cfg = {.kind = kind, .m = m, .nblocks = R->nb};
   sg_status st = sg_pipe_create(mesh, &cfg, &M.pipe);
   if (st == SG_OK) {
     M.mesh = sg_pipe_stage_mesh(M.pipe);
@@ -295,16 +375,18 @@ static void check_run(const char *spec, sg_pp_kind kind, int m,
     if (st == SG_OK)
       ldiff = fmax(ldiff, fabs(loss - R->loss[t]) / fabs(R->loss[t]));
   }
-  SG_CHECK(st == SG_OK, "%s %s m=%d: %s", spec, sg_pp_kind_name(kind), m,
-           sg_last_error());
+  SG_CHECK(st == SG_OK, "%s %s %s m=%d: %s", M.I ? M.I->name : "?", spec,
+           sg_pp_kind_name(kind), m, sg_last_error());
   if (st == SG_OK) { /* this stage's parameters against the reference's */
     const float *p = sg_parallel_params(M.plan);
     for (int i = 0; i < M.np; ++i) {
       sg_param_info pi;
       M.I->param_info(M.impl, M.p0 + i, &pi);
-      for (int64_t e = pi.offset; e < pi.offset + pi.numel; ++e) {
-        d = fmax(d, fabs((double)p[e] - R->params[e]));
-        mx = fmax(mx, fabs((double)R->params[e]));
+      for (int64_t e = 0; e < pi.numel; ++e) {
+        const float r = R->params[R->off[M.p0 + i] + global_index(&pi, e)];
+        if (key_bias(&pi, e)) continue;
+        d = fmax(d, fabs((double)p[pi.offset + e] - r));
+        mx = fmax(mx, fabs((double)r));
       }
     }
   }
@@ -327,15 +409,17 @@ static void check_run(const char *spec, sg_pp_kind kind, int m,
   SG_CHECK(
       st == SG_OK && ldiff <= TOL && ediff <= TOL && pdiff <= TOL &&
           ps.peak_inflight == ps.peak_formula,
-      "%s %s m=%d stage %d: loss diff %.2e, evaluation %.2e, param diff %.2e, peak in flight %d (formula %d)",
-      spec, sg_pp_kind_name(kind), m, sg_pipe_stage(M.pipe), ldiff, ediff,
-      pdiff, ps.peak_inflight, ps.peak_formula);
+      "%s %s %s m=%d stage %d: loss diff %.2e, evaluation %.2e, param diff %.2e, peak in flight %d (formula %d)",
+      zoo[R->kind]->name, spec, sg_pp_kind_name(kind), m, sg_pipe_stage(M.pipe),
+      ldiff, ediff, pdiff, ps.peak_inflight, ps.peak_formula);
   double all[3] = {ldiff, ediff, pdiff};
   MPI_Allreduce(MPI_IN_PLACE, all, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  check_bytes(R, spec, ps.bytes_sent - M.eval_bytes); /* the training's */
   if (sg_test_rank == 0)
     printf(
-        "cnn %-10s %-6s m=%d: max rel diff loss %.1e evaluation %.1e params %.1e\n",
-        spec, sg_pp_kind_name(kind), m, all[0], all[1], all[2]);
+        "%-4s %-10s %-6s m=%d: max rel diff loss %.1e evaluation %.1e params %.1e\n",
+        zoo[R->kind]->name, spec, sg_pp_kind_name(kind), m, all[0], all[1],
+        all[2]);
   fflush(stdout);
   cm_destroy(&M);
   sg_pipe_destroy(&M.pipe);
@@ -344,17 +428,19 @@ static void check_run(const char *spec, sg_pp_kind kind, int m,
 
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
-  ref_run R = {0};
-  SG_CHECK_OK(reference(&R));
   const char *spec = sg_test_size == 2   ? "pp=2"
                      : sg_test_size == 3 ? "pp=3"
                                          : "pp=2,h=2";
   const sg_pp_kind kinds[] = {SG_PP_GPIPE, SG_PP_1F1B};
-  for (int k = 0; k < 2 && R.params; ++k)
-    for (int m = 1; m <= MMAX; m *= 2) {
-      check_run(spec, kinds[k], m, &R);
-      if (sg_test_size == 4) check_run("pp=2,dp=2", kinds[k], m, &R);
-    }
-  free(R.params);
+  for (int z = 0; z < SG_MODEL_COUNT; ++z) {
+    ref_run R = {.kind = (sg_model_kind)z};
+    SG_CHECK_OK(reference(&R));
+    for (int k = 0; k < 2 && R.params; ++k)
+      for (int m = 1; m <= MMAX; m *= 2) {
+        check_run(spec, kinds[k], m, &R);
+        if (sg_test_size == 4) check_run("pp=2,dp=2", kinds[k], m, &R);
+      }
+    free(R.params);
+  }
   return sg_test_finish();
 }

@@ -1,0 +1,77 @@
+#!/usr/bin/python3
+"""Check pipelined sg-train runs against the one-process run, in one process
+(a netCDF4 import per comparison would cost more than the runs).
+
+usage: pipeline_check.py RTOL ATOL RUN...
+In the current directory: ref.jsonl and ck_ref/step_NNNNNN.nc (the
+one-process run), and per RUN RUN.jsonl and ck_RUN/step_NNNNNN.nc (its
+checkpoint: one file, written by every stage). For every RUN: each step's
+loss and gradient norm, and the final test evaluation (forward through
+the stages), within RTOL relative of the reference's; the checkpoint holds
+every parameter of the reference, within RTOL relative or ATOL absolute.
+Exits 1, saying where, at the first difference. Needs Debian's python3-netcdf4, hence /usr/bin/python3."""
+import json
+import sys
+
+import netCDF4
+import numpy as np
+
+
+def metrics(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            rec = json.loads(line)
+            if "loss" in rec:
+                out[rec["step"]] = (rec["loss"], rec["grad_norm"])
+            elif "eval_rel_l2" in rec:
+                out["eval"] = (rec["eval_rel_l2"],)
+    return out
+
+
+def params(path):
+    with netCDF4.Dataset(path) as d:
+        return {n: np.asarray(v[:], dtype=np.float64) for n, v in d.variables.items() if n.startswith("params.")}
+
+
+def check_run(name, rtol, atol, ref_m, ref_p, last):
+    m = metrics(f"{name}.jsonl")
+    worst = 0.0
+    for step, a in ref_m.items():
+        if step not in m:
+            return f"{name}: step {step} missing"
+        for what, x, y in zip(("loss", "grad_norm") if step != "eval" else ("eval_rel_l2",), a, m[step]):
+            rel = abs(x - y) / max(abs(x), 1e-30)
+            worst = max(worst, rel)
+            if not rel <= rtol:
+                return f"{name}: step {step} {what} {y!r} vs reference {x!r} (relative {rel:.3g})"
+    f = f"ck_{name}/step_{last:06d}.nc"
+    got = params(f)
+    if sorted(got) != sorted(ref_p):
+        return f"{f}: holds {sorted(got)}, not the reference's {sorted(ref_p)}"
+    for n, y in got.items():
+        x = ref_p[n]
+        if x.shape != y.shape:
+            return f"{f}: {n} has shape {y.shape}, the reference {x.shape}"
+        ok = np.isfinite(y) & (np.abs(x - y) <= atol + rtol * np.abs(x))
+        if not ok.all():
+            return f"{f}: {n} differs from the reference ({int((~ok).sum())} of {ok.size})"
+    print(f"{name}: {len(ref_m)} steps and the evaluation, {len(got)} parameters match (worst {worst:.2g})")
+    return None
+
+
+def main():
+    rtol, atol, runs = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+    ref_m = metrics("ref.jsonl")
+    last = max(k for k in ref_m if k != "eval")
+    ref_p = params(f"ck_ref/step_{last:06d}.nc")
+    for name in runs:
+        err = check_run(name, rtol, atol, ref_m, ref_p, last)
+        if err:
+            print(err)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
