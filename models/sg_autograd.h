@@ -105,8 +105,9 @@ typedef struct sg_var {
   /* framework state (read-only for users) */
   int is_leaf; /* made by the user: gradient accumulates */
   int owns_value, owns_grad;
-  int pending;       /* recorded uses whose backward has not run yet */
-  int has_grad;      /* an activation gradient arrived in this backward */
+  int pending;  /* recorded uses whose backward has not run yet */
+  int has_grad; /* an activation gradient arrived in this backward */
+  int held;     /* nodes deferred to a split backward's W that read the value */
   sg_node *producer; /* NULL for leaves */
   /* domain sharding (sg_var_set_sharding; op outputs inherit it): value is
    * this rank's block of a global tensor; mesh NULL: not sharded */
@@ -380,6 +381,40 @@ sg_status sg_tape_backward(sg_tape_t tape, sg_var *loss);
  * it runs backward. */
 sg_status sg_tape_backward_from(sg_tape_t tape, int n, sg_var *const *vars,
                                 const sg_tensor *grads);
+/* The split backward (zero-bubble pipelines, ZB-H1): B computes the
+ * gradients of everything but the parameters — the input gradients a
+ * pipeline stage sends back at once — and W the parameters' gradients,
+ * later. B walks the tape in reverse like sg_tape_backward but an op with
+ * a parameter input (a leaf requiring a gradient in a SG_SLOT_PARAM slot)
+ * runs its backward with that input's gin NULL and stays on the tape
+ * ("deferred"), keeping its outputs' values and gradients, its saved state
+ * and margins block and the values of the inputs it reads; the rest is
+ * released as in one pass. After B the gradients of every non-parameter
+ * leaf are final and the parameters' gradients untouched. W runs the
+ * deferred ops' backwards for the parameter inputs only, in B's order
+ * (every parameter gradient gets its parts in the one-pass order: the same
+ * bits as sg_tape_backward), fires grad_ready (when a parameter's last use
+ * has run) and post_backward, and clears the tape. sg_tape_bytes counts
+ * what W still holds. Hooks: pre_backward and post_backward_use run in
+ * both passes for a deferred op (both read the parameter).
+ * Exceptions, run whole in B (W has nothing for them): activation
+ * checkpoints (sg_ag_checkpoint: the recomputation and its inner backward
+ * are one unit; grad_ready for parameters used only inside fires in B;
+ * a parameter used both inside and outside a checkpoint gets its parts
+ * in another order than one pass: equal to rounding), and a non-leaf in a
+ * parameter slot (a computed weight: on the input-gradient path).
+ * Collective like the ops: both passes make the same calls on every rank.
+ * A tape that waits for W refuses another backward (SG_ERR_INVALID_ARG);
+ * sg_tape_clear drops the deferred ops without their W. */
+sg_status sg_tape_backward_split(sg_tape_t tape, sg_var *loss);
+sg_status sg_tape_backward_from_split(sg_tape_t tape, int n,
+                                      sg_var *const *vars,
+                                      const sg_tensor *grads);
+/* W of a split backward; then the tape is cleared (also on failure).
+ * SG_ERR_INVALID_ARG when no split B ran. */
+sg_status sg_tape_backward_weights(sg_tape_t tape);
+/* 1 between a split backward's B and its W. */
+int sg_tape_weights_pending(sg_tape_t tape);
 /* Drop every recorded op and tape-owned variable (keeps the cached halo
  * plans). */
 void sg_tape_clear(sg_tape_t tape);
@@ -388,7 +423,7 @@ sg_status sg_tape_zero_grad(sg_var *const *vars, int n);
 /* Bytes held now by the tape's activations and saved state (a running
  * checkpointed block's included). */
 size_t sg_tape_bytes(sg_tape_t tape);
-/* Number of recorded ops. */
+/* Number of recorded ops (after a split backward's B: the deferred ops). */
 int sg_tape_size(sg_tape_t tape);
 
 /* ---- activation checkpointing --------------------------------------------
