@@ -242,16 +242,25 @@ static sg_status ag_node_backward(sg_tape_t tape, sg_node *node, ag_pass pass) {
   return st;
 }
 
-/* A node deferred to W keeps its outputs (their gradients: W's seed), its
- * saved state and margins block, and the values of its inputs (held: their
- * producers leave them). The windowed input's value is not read when the
- * node owns its margins block. */
-static void ag_hold_inputs(sg_node *node) {
+/* A node deferred to W keeps its outputs' gradients (W's seed), its saved
+ * state and margins block, and the values of its inputs (held: their
+ * producers leave them); the windowed input's value is not read when the
+ * node owns its margins block. Its outputs' values go unless its backward
+ * reads them (rule.out_unread 0) or a deferred consumer holds them (every
+ * consumer ran before it). */
+static void ag_defer_memory(sg_tape_t tape, sg_node *node) {
   for (int i = 0; i < node->nin; ++i) {
     sg_var *v = node->in[i];
     if (v->is_leaf || (i == node->op->rule.windowed_input && node->xin.owns))
       continue;
     v->held++;
+  }
+  for (int j = 0; j < node->nout && node->op->rule.out_unread; ++j) {
+    sg_var *v = node->out[j];
+    if (!v->held && v->owns_value && v->value.data) {
+      tape->bytes -= ag_nbytes(&v->value);
+      ag_free(&v->value);
+    }
   }
 }
 
@@ -285,7 +294,7 @@ sg_status ag_backward_walk(sg_tape_t tape, int split) {
     const int defer = split && ag_defers(node);
     st = ag_node_backward(tape, node, defer ? AG_INPUTS : AG_ALL);
     if (st != SG_OK || defer) {
-      if (defer) ag_hold_inputs(node);
+      if (defer) ag_defer_memory(tape, node);
       continue;
     }
     /* every consumer of this node's outputs ran before it: release them */

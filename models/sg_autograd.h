@@ -235,6 +235,10 @@ typedef struct sg_op_rule {
    * (sg_tape_set_storage_dtype): reductions such as losses, as autocast
    * keeps them. */
   int keep_f32;
+  /* 1: backward never reads the outputs' values, so a split backward
+   * (sg_tape_backward_split) frees them in B for an op deferred to W (the
+   * built-in ops with parameters); 0 (the default): they are kept until W. */
+  int out_unread;
 } sg_op_rule;
 
 typedef struct sg_op_def {
