@@ -5,7 +5,8 @@
 # mode) equal to the one-process run to 1e-5 relative per step, and the
 # final parameters (each stage's checkpoint, together covering every
 # parameter) too: pp=2 under gpipe and 1f1b, pp=3 (pieces 2, 2, 1), an
-# explicit pp_split, interleaved (pp=2 x 2 chunks), zb-h1, pp=2,dp=2 and
+# explicit pp_split, interleaved (pp=2 x 2 chunks), zb-h1 (the tape's split
+# backward; also on pp=2,h=2 with checkpointed blocks), pp=2,dp=2 and
 # pp=2,h=2 (halos and GroupNorm statistics over the domain in a stage),
 # pp=2,fsdp=2 with zero 1,
 # activation checkpointing inside the stages.
@@ -51,9 +52,12 @@ same f2 2 pp=2 --pp-schedule 1f1b --microbatches 4
 same f3 3 pp=3 --pp-schedule 1f1b --microbatches 4
 same split 2 pp=2 --pp-schedule 1f1b --microbatches 2 --pp-split 4
 same il 2 pp=2 --pp-schedule interleaved --microbatches 2 --pp-virtual 2
-same zb 2 pp=2 --pp-schedule zb-h1 --microbatches 2
+same zb 2 pp=2 --pp-schedule zb-h1 --microbatches 4
 same dp 4 pp=2,dp=2 --pp-schedule 1f1b --microbatches 2
 same h 4 pp=2,h=2 --pp-schedule gpipe --microbatches 2
 same z1 4 pp=2,fsdp=2 --zero 1 --pp-schedule 1f1b --microbatches 2
 same ac 2 pp=2 --pp-schedule 1f1b --microbatches 2 --activation-checkpointing blocks
+# zb-h1's split backward with halos and sharded GroupNorm statistics in both
+# passes, and checkpointed blocks (run whole in B)
+same zbh 4 pp=2,h=2 --pp-schedule zb-h1 --microbatches 2 --activation-checkpointing blocks
 echo "pipeline trajectories: all equal to one process"

@@ -7,7 +7,8 @@
  * one process running the whole batch (every rank runs that reference on
  * MPI_COMM_SELF), to relative 1e-5. Runs at 2-4 ranks: pp=2; pp=3 (pieces
  * 2, 2, 1); pp=2,h=2 (halos and GroupNorm statistics over the domain
- * inside a stage) and pp=2,dp=2. Verdict over all ranks. */
+ * inside a stage) and pp=2,dp=2; GPipe and 1F1B x m in {1, 2, 4}, ZB-H1
+ * (the tape's split backward) with m = 4. Verdict over all ranks. */
 #include "sg_dist_loss.h"
 #include "sg_model_impl.h"
 #include "sg_pipeline.h"
@@ -265,6 +266,9 @@ int main(int argc, char **argv) {
       check_run(spec, kinds[k], m, &R);
       if (sg_test_size == 4) check_run("pp=2,dp=2", kinds[k], m, &R);
     }
+  /* ZB-H1: the tape's split backward through the CNN's convs, biases and
+   * GroupNorms (sharded statistics on pp=2,h=2) */
+  if (R.params) check_run(spec, SG_PP_ZB_H1, MMAX, &R);
   free(R.params);
   return sg_test_finish();
 }
