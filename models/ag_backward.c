@@ -28,11 +28,12 @@ typedef struct ag_bwd {
 
 /* Input i's gradient waits for W in a split backward: a leaf requiring a
  * gradient in a parameter slot (the op accumulates into it). A non-leaf in
- * a parameter slot (a computed weight) is on the input-gradient path. */
+ * a parameter slot (a computed weight) is on the input-gradient path. Not
+ * the local size: a rank holding none of a sharded parameter (the spectral
+ * conv's modes) defers alike, its kernels make the same collective calls. */
 static int ag_deferred_input(const sg_node *node, int i) {
   const sg_var *v = node->in[i];
-  return node->op->slots[i] == SG_SLOT_PARAM && v->requires_grad &&
-         v->is_leaf && ag_numel(&v->value) > 0;
+  return node->op->slots[i] == SG_SLOT_PARAM && v->requires_grad && v->is_leaf;
 }
 
 /* The node runs its parameter gradients in W. Checkpoint nodes run whole
