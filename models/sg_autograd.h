@@ -386,30 +386,37 @@ sg_status sg_tape_backward(sg_tape_t tape, sg_var *loss);
 sg_status sg_tape_backward_from(sg_tape_t tape, int n, sg_var *const *vars,
                                 const sg_tensor *grads);
 /* The split backward (zero-bubble pipelines, ZB-H1): B computes the
- * gradients of everything but the parameters — the input gradients a
- * pipeline stage sends back at once — and W the parameters' gradients,
- * later. B walks the tape in reverse like sg_tape_backward but an op with
- * a parameter input (a leaf requiring a gradient in a SG_SLOT_PARAM slot)
+ * gradients of everything but the parameters (the input gradients a
+ * pipeline stage sends back at once), W the parameters' gradients, later.
+ *
+ * B walks the tape in reverse like sg_tape_backward, but an op with a
+ * parameter input (a leaf requiring a gradient in a SG_SLOT_PARAM slot)
  * runs its backward with that input's gin NULL and stays on the tape
- * ("deferred"), keeping its outputs' values and gradients, its saved state
- * and margins block and the values of the inputs it reads; the rest is
- * released as in one pass. After B the gradients of every non-parameter
- * leaf are final and the parameters' gradients untouched. W runs the
- * deferred ops' backwards for the parameter inputs only, in B's order
- * (every parameter gradient gets its parts in the one-pass order: the same
- * bits as sg_tape_backward), fires grad_ready (when a parameter's last use
- * has run) and post_backward, and clears the tape. sg_tape_bytes counts
- * what W still holds. Hooks: pre_backward and post_backward_use run in
- * both passes for a deferred op (both read the parameter).
- * Exceptions, run whole in B (W has nothing for them): activation
- * checkpoints (sg_ag_checkpoint: the recomputation and its inner backward
- * are one unit; grad_ready for parameters used only inside fires in B;
- * a parameter used both inside and outside a checkpoint gets its parts
- * in another order than one pass: equal to rounding), and a non-leaf in a
- * parameter slot (a computed weight: on the input-gradient path).
- * Collective like the ops: both passes make the same calls on every rank.
- * A tape that waits for W refuses another backward (SG_ERR_INVALID_ARG);
- * sg_tape_clear drops the deferred ops without their W. */
+ * ("deferred"), keeping its outputs' gradients, its saved state and
+ * margins block, the values of the inputs it reads and, unless its rule
+ * says out_unread, its outputs' values; the rest is released as in one
+ * pass. Leaves a deferred op reads (a received input) must stay alive
+ * until W. After B the gradients of every non-parameter leaf are final and
+ * the parameters' gradients untouched.
+ *
+ * W runs the deferred ops' backwards for their parameter inputs only, in
+ * B's order, so every parameter gradient gets its parts in the one-pass
+ * order (the same bits as sg_tape_backward); grad_ready fires when a
+ * parameter's last use has run, post_backward at the end; then the tape
+ * is cleared. sg_tape_bytes counts what W still holds. pre_backward and
+ * post_backward_use run in both passes for a deferred op (both read the
+ * parameter).
+ *
+ * Run whole in B (W has nothing for them): activation checkpoints
+ * (sg_ag_checkpoint: the recomputation and its inner backward are one
+ * unit; grad_ready for a parameter used only inside fires in B; one used
+ * inside and outside gets its parts in another order than one pass: equal
+ * to rounding) and a non-leaf in a parameter slot (a computed weight is on
+ * the input-gradient path). Collective like the ops: both passes make the
+ * same calls on every rank (a rank holding none of a sharded parameter
+ * defers alike). A tape that waits for W refuses another backward
+ * (SG_ERR_INVALID_ARG); sg_tape_clear drops the deferred ops without
+ * their W. */
 sg_status sg_tape_backward_split(sg_tape_t tape, sg_var *loss);
 sg_status sg_tape_backward_from_split(sg_tape_t tape, int n,
                                       sg_var *const *vars,
