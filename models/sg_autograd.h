@@ -22,7 +22,8 @@
  *    and its outputs' memory as soon as it is no longer needed; when it
  *    returns, the tape is empty and every variable the tape produced is
  *    gone (pointers to them are invalid). sg_tape_clear does the same
- *    without a backward (e.g. after an evaluation forward).
+ *    without a backward (e.g. after an evaluation forward). The split
+ *    backward (B, then W: sg_tape_backward_split) empties it after W.
  *  - No-grad mode (sg_tape_set_grad_enabled(tape, 0)): ops compute their
  *    outputs but record nothing and keep no saved state.
  *
