@@ -12,13 +12,38 @@
 
 /* ---- backward ----------------------------------------------------------------- */
 
+/* Which gradients a node's backward computes: all (one pass), the split
+ * backward's B (every input but the deferred parameters) or its W (the
+ * deferred parameters only). */
+typedef enum ag_pass { AG_ALL = 0, AG_INPUTS, AG_WEIGHTS } ag_pass;
+
 typedef struct ag_bwd {
   enum { DIRECT = 0, ADD, PAD, IDENT } how[SG_NODE_MAX_IN];
   sg_tensor tmp[SG_NODE_MAX_IN];
   sg_tensor tmp2;
   sg_tensor grad[SG_NODE_MAX_OUT]; /* cropped outputs: their own gradients */
   unsigned swapped;
+  ag_pass pass;
 } ag_bwd;
+
+/* Input i's gradient waits for W in a split backward: a leaf requiring a
+ * gradient in a parameter slot (the op accumulates into it). A non-leaf in
+ * a parameter slot (a computed weight) is on the input-gradient path. Not
+ * the local size: a rank holding none of a sharded parameter (the spectral
+ * conv's modes) defers alike, its kernels make the same collective calls. */
+static int ag_deferred_input(const sg_node *node, int i) {
+  const sg_var *v = node->in[i];
+  return node->op->slots[i] == SG_SLOT_PARAM && v->requires_grad && v->is_leaf;
+}
+
+/* The node runs its parameter gradients in W. Checkpoint nodes run whole
+ * in B (their recomputation and inner backward are one unit). */
+static int ag_defers(const sg_node *node) {
+  if (node->op == &ag_ckpt_op) return 0;
+  for (int i = 0; i < node->nin; ++i)
+    if (ag_deferred_input(node, i)) return 1;
+  return 0;
+}
 
 /* Input i takes output 0's gradient unchanged (sg_op_rule.grad_identity). */
 static int ag_grad_identity(const sg_node *node, int i) {
@@ -41,6 +66,9 @@ static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
     sg_var *v = node->in[i];
     node->gin[i] = NULL;
     if (!v->requires_grad || ag_numel(&v->value) == 0) continue;
+    if (b->pass != AG_ALL &&
+        ag_deferred_input(node, i) != (b->pass == AG_WEIGHTS))
+      continue; /* the other pass's gradient */
     /* activation inputs the op's backward writes whole: no zero fill */
     const int zero = node->op->slots[i] == SG_SLOT_PARAM ||
                      !(node->op->rule.writes_gin & (1u << i));
@@ -114,7 +142,7 @@ static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
     sg_var *v = node->in[i];
     if (b->how[i] == IDENT && v->requires_grad && ag_numel(&v->value) > 0) {
       if (!v->is_leaf && !v->has_grad && !v->grad.data && o->owns_grad &&
-          o->grad.data == gsrc) {
+          o->grad.data == gsrc && b->pass == AG_ALL) {
         v->grad = o->grad; /* hand over: same bytes on the tape's account */
         v->owns_grad = 1;
         memset(&o->grad, 0, sizeof o->grad);
@@ -162,17 +190,36 @@ fail:
   return st;
 }
 
-/* Run one node's backward and route its input gradients. A sharded node
- * agrees before the adjoint exchange and at the end; the parameter hooks
- * (pre_backward before the kernels, post_backward_use and grad_ready after)
- * join those agreements (or the tape's, for a plain node). */
-static sg_status ag_node_backward(sg_tape_t tape, sg_node *node) {
+/* The parameter inputs whose gradient this pass made final: grad_ready
+ * after the last use (the inputs of the other pass wait for it). */
+static sg_status ag_uses_done(sg_tape_t tape, sg_node *node, ag_pass pass) {
+  sg_status st = SG_OK;
+  for (int i = 0; i < node->nin && st == SG_OK; ++i) {
+    sg_var *v = node->in[i];
+    if (!v->requires_grad) continue;
+    if (pass != AG_ALL && ag_deferred_input(node, i) != (pass == AG_WEIGHTS))
+      continue;
+    if (--v->pending == 0 && v->is_param)
+      st = ag_call_hooks(tape, AG_GRAD_READY, v);
+  }
+  return st;
+}
+
+/* Run one node's backward (pass: which gradients) and route its input
+ * gradients. A sharded node agrees before the adjoint exchange and at the
+ * end; the parameter hooks (pre_backward before the kernels,
+ * post_backward_use and grad_ready after) join those agreements (or the
+ * tape's, for a plain node). Both passes of a split backward read the
+ * parameters (B: dx = W^T dy), so both run pre/post_backward_use. */
+static sg_status ag_node_backward(sg_tape_t tape, sg_node *node, ag_pass pass) {
   sg_status st = SG_OK;
   if (node->op == &ag_ckpt_op) return ag_ckpt_backward(tape, node);
   ag_bwd b;
   memset(&b, 0, sizeof b);
-  /* every consumer has added its part: the activation gradient is whole */
-  for (int j = 0; j < node->nout; ++j)
+  b.pass = pass;
+  /* every consumer has added its part: the activation gradient is whole
+   * (W: rounded in B already) */
+  for (int j = 0; j < node->nout && pass != AG_WEIGHTS; ++j)
     ag_store_round(tape, &node->out[j]->grad);
   const int hooked = ag_hooked(tape, node->nin, node->in);
   const MPI_Comm comm = ag_agree_comm(
@@ -182,16 +229,13 @@ static sg_status ag_node_backward(sg_tape_t tape, sg_node *node) {
    * leave the other ranks in them */
   if (hooked) st = ag_agree(comm, st);
   if (st == SG_OK) st = ag_backward_local(tape, node, &b);
-  if (node->mesh && node->has_window) st = ag_agree(comm, st);
-  if (st == SG_OK) st = ag_backward_route(tape, node, &b);
+  if (pass != AG_WEIGHTS) { /* W: parameter gradients only, no routing */
+    if (node->mesh && node->has_window) st = ag_agree(comm, st);
+    if (st == SG_OK) st = ag_backward_route(tape, node, &b);
+  }
   if (st == SG_OK)
     st = ag_call_param_hooks(tape, AG_POST_BACKWARD_USE, node->nin, node->in);
-  for (int i = 0; i < node->nin && st == SG_OK; ++i) {
-    sg_var *v = node->in[i];
-    if (!v->requires_grad) continue;
-    if (--v->pending == 0 && v->is_param)
-      st = ag_call_hooks(tape, AG_GRAD_READY, v);
-  }
+  if (st == SG_OK) st = ag_uses_done(tape, node, pass);
   st = ag_agree(comm, st);
   for (int i = 0; i < SG_NODE_MAX_IN; ++i) ag_free(&b.tmp[i]);
   for (int j = 0; j < SG_NODE_MAX_OUT; ++j) ag_free(&b.grad[j]);
@@ -199,24 +243,76 @@ static sg_status ag_node_backward(sg_tape_t tape, sg_node *node) {
   return st;
 }
 
-/* Walk the tape in reverse from gradients already seeded. */
-sg_status ag_backward_walk(sg_tape_t tape) {
-  sg_status st = SG_OK;
-  for (int k = tape->nnodes - 1; k >= 0; --k) {
-    sg_node *node = tape->nodes[k];
-    SG_TRY(ag_node_backward(tape, node));
-    /* every consumer of this node's outputs ran before it: release them */
-    for (int j = 0; j < node->nout; ++j) ag_var_drop_memory(tape, node->out[j]);
-    ag_node_release(tape, node);
-    tape->nodes[k] = NULL;
-    tape->nnodes = k;
+/* A node deferred to W keeps its outputs' gradients (W's seed), its saved
+ * state and margins block, and the values of its inputs (held: their
+ * producers leave them); the windowed input's value is not read when the
+ * node owns its margins block. Its outputs' values go unless its backward
+ * reads them (rule.out_unread 0) or a deferred consumer holds them (every
+ * consumer ran before it). */
+static void ag_defer_memory(sg_tape_t tape, sg_node *node) {
+  for (int i = 0; i < node->nin; ++i) {
+    sg_var *v = node->in[i];
+    if (v->is_leaf || (i == node->op->rule.windowed_input && node->xin.owns))
+      continue;
+    v->held++;
   }
+  for (int j = 0; j < node->nout && node->op->rule.out_unread; ++j) {
+    sg_var *v = node->out[j];
+    if (!v->held && v->owns_value && v->value.data) {
+      tape->bytes -= ag_nbytes(&v->value);
+      ag_free(&v->value);
+    }
+  }
+}
+
+/* A released node's output: its gradient goes; its value too unless a
+ * deferred node reads it. */
+static void ag_out_release(sg_tape_t tape, sg_var *v) {
+  if (!v->held) {
+    ag_var_drop_memory(tape, v);
+  } else if (v->owns_grad && v->grad.data) {
+    tape->bytes -= ag_nbytes(&v->grad);
+    ag_free(&v->grad);
+  }
+}
+
+/* The end of a whole backward: post_backward, agreed. */
+static sg_status ag_backward_end(sg_tape_t tape, sg_status st) {
   for (int k = 0; k < tape->nhooks && st == SG_OK; ++k)
     if (tape->hooks[k].post_backward)
       st = tape->hooks[k].post_backward(tape, tape->hooks[k].user);
-  st = ag_agree(ag_agree_comm(tape, MPI_COMM_NULL, tape->nhooks > 0), st);
-fail:
-  return st;
+  return ag_agree(ag_agree_comm(tape, MPI_COMM_NULL, tape->nhooks > 0), st);
+}
+
+/* Walk the tape in reverse from gradients already seeded. split: B of a
+ * split backward, the nodes with deferred parameter inputs stay on the
+ * tape (in order) and the end of the backward waits for W. */
+sg_status ag_backward_walk(sg_tape_t tape, int split) {
+  sg_status st = SG_OK;
+  const int n = tape->nnodes;
+  for (int k = n - 1; k >= 0 && st == SG_OK; --k) {
+    sg_node *node = tape->nodes[k];
+    const int defer = split && ag_defers(node);
+    st = ag_node_backward(tape, node, defer ? AG_INPUTS : AG_ALL);
+    if (st != SG_OK || defer) {
+      if (defer) ag_defer_memory(tape, node);
+      continue;
+    }
+    /* every consumer of this node's outputs ran before it: release them */
+    for (int j = 0; j < node->nout; ++j) ag_out_release(tape, node->out[j]);
+    ag_node_release(tape, node);
+    tape->nodes[k] = NULL;
+  }
+  int kept = 0; /* deferred (or, on failure, not run): in order */
+  for (int k = 0; k < n; ++k)
+    if (tape->nodes[k]) tape->nodes[kept++] = tape->nodes[k];
+  tape->nnodes = kept;
+  if (st != SG_OK) return st; /* agreed by the node that failed */
+  if (split) {
+    tape->wpending = 1;
+    return SG_OK;
+  }
+  return ag_backward_end(tape, st);
 }
 
 /* Checks of a backward seed (not collective). */
@@ -232,9 +328,14 @@ fail:
   return st;
 }
 
-sg_status sg_tape_backward(sg_tape_t tape, sg_var *loss) {
+/* Seed the loss's gradient with 1. */
+static sg_status ag_seed_loss(sg_tape_t tape, sg_var *loss) {
   sg_status st = SG_OK;
   if (!tape) SG_RAISE(SG_ERR_INVALID_ARG, "tape and loss are required");
+  if (tape->wpending)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "backward: the tape waits for the W of a split backward "
+             "(sg_tape_backward_weights)");
   SG_TRY(ag_seed_check(loss, "the loss"));
   if (ag_numel(&loss->value) != 1)
     SG_RAISE(SG_ERR_SHAPE, "backward from '%s': not a scalar (%lld elements)",
@@ -245,19 +346,22 @@ sg_status sg_tape_backward(sg_tape_t tape, sg_var *loss) {
   else
     *(double *)loss->grad.data = 1.0;
   loss->has_grad = 1;
-  SG_TRY(ag_backward_walk(tape));
 fail:
-  if (tape) sg_tape_clear(tape);
   return st;
 }
 
-sg_status sg_tape_backward_from(sg_tape_t tape, int n, sg_var *const *vars,
-                                const sg_tensor *grads) {
+/* Seed n (variable, gradient) pairs (copied; a variable twice: summed). */
+static sg_status ag_seed_pairs(sg_tape_t tape, int n, sg_var *const *vars,
+                               const sg_tensor *grads) {
   sg_status st = SG_OK;
   if (!tape || n < 1 || !vars || !grads)
     SG_RAISE(
         SG_ERR_INVALID_ARG,
         "backward from pairs: tape, n >= 1, variables and gradients are required");
+  if (tape->wpending)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "backward: the tape waits for the W of a split backward "
+             "(sg_tape_backward_weights)");
   for (int i = 0; i < n; ++i) {
     sg_var *v = vars[i];
     const sg_tensor *g = &grads[i];
@@ -288,8 +392,55 @@ sg_status sg_tape_backward_from(sg_tape_t tape, int n, sg_var *const *vars,
       memcpy(v->grad.data, g->data, ag_nbytes(&v->grad));
     v->has_grad = 1;
   }
-  SG_TRY(ag_backward_walk(tape));
 fail:
-  if (tape) sg_tape_clear(tape);
   return st;
 }
+
+/* The walk after a seed; the tape is cleared unless W follows. A tape that
+ * waits for W is left as it is (the refusal is the caller's mistake). */
+static sg_status ag_backward_run(sg_tape_t tape, sg_status seeded, int split) {
+  sg_status st = seeded;
+  if (!tape) return st;
+  if (st != SG_OK && tape->wpending) return st;
+  if (st == SG_OK) st = ag_backward_walk(tape, split);
+  if (st != SG_OK || !split) sg_tape_clear(tape);
+  return st;
+}
+
+sg_status sg_tape_backward(sg_tape_t tape, sg_var *loss) {
+  return ag_backward_run(tape, ag_seed_loss(tape, loss), 0);
+}
+
+sg_status sg_tape_backward_from(sg_tape_t tape, int n, sg_var *const *vars,
+                                const sg_tensor *grads) {
+  return ag_backward_run(tape, ag_seed_pairs(tape, n, vars, grads), 0);
+}
+
+sg_status sg_tape_backward_split(sg_tape_t tape, sg_var *loss) {
+  return ag_backward_run(tape, ag_seed_loss(tape, loss), 1);
+}
+
+sg_status sg_tape_backward_from_split(sg_tape_t tape, int n,
+                                      sg_var *const *vars,
+                                      const sg_tensor *grads) {
+  return ag_backward_run(tape, ag_seed_pairs(tape, n, vars, grads), 1);
+}
+
+/* W: the deferred nodes in B's order (the reverse of the tape's), so every
+ * parameter gradient gets its parts in the one-pass order. */
+sg_status sg_tape_backward_weights(sg_tape_t tape) {
+  sg_status st = SG_OK;
+  if (!tape) SG_RAISE(SG_ERR_INVALID_ARG, "backward weights: tape is NULL");
+  if (!tape->wpending)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "backward weights: no split backward ran on this tape "
+             "(sg_tape_backward_split first)");
+  for (int k = tape->nnodes - 1; k >= 0 && st == SG_OK; --k)
+    st = ag_node_backward(tape, tape->nodes[k], AG_WEIGHTS);
+  if (st == SG_OK) st = ag_backward_end(tape, st);
+  sg_tape_clear(tape);
+fail:
+  return st;
+}
+
+int sg_tape_weights_pending(sg_tape_t tape) { return tape && tape->wpending; }

@@ -307,7 +307,7 @@ sg_status ag_ckpt_backward(sg_tape_t tape, sg_node *node) {
     co[j]->owns_grad = 0;
     co[j]->has_grad = 1;
   }
-  SG_TRY(ag_backward_walk(c));
+  SG_TRY(ag_backward_walk(c, 0));
   /* the inputs' gradients that the block made itself: moved over */
   for (int i = 0; i < node->nin; ++i) {
     sg_var *v = node->in[i], *s = &stand[i];

@@ -82,6 +82,7 @@ static const sg_op_def conv_op = {
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT,
+             .out_unread = 1,
              .writes_gin = 1u}};
 
 /* x has nsp spatial dims (1..3). */
@@ -211,7 +212,8 @@ static const sg_op_def convt_op = {
     .rule = {.windowed_input = 0,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,
-             .out = SG_OUT_LIKE_INPUT}};
+             .out = SG_OUT_LIKE_INPUT,
+             .out_unread = 1}};
 
 sg_status sg_ag_convt(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
                       sg_var **y) {
@@ -606,6 +608,7 @@ static const sg_op_def bias_op = {.name = "bias",
                                   .rule = {.windowed_input = -1,
                                            .accepts = SG_ACCEPT_ALL,
                                            .out = SG_OUT_LIKE_INPUT,
+                                           .out_unread = 1,
                                            .writes_gin = 1u}};
 
 sg_status sg_ag_bias(sg_tape_t t, sg_var *x, sg_var *b, sg_var **y) {
@@ -656,6 +659,7 @@ static const sg_op_def linear_op = {
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT,
+             .out_unread = 1,
              .writes_gin = 1u}};
 
 sg_status sg_ag_linear(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
@@ -899,6 +903,7 @@ static const sg_op_def norm_op = {
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT,
+             .out_unread = 1,
              .writes_gin = 1u}};
 
 sg_status sg_ag_norm(sg_tape_t t, const sg_norm_desc *d, sg_var *x,

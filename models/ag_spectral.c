@@ -48,6 +48,7 @@ static const sg_op_def spec_op = {.name = "spectral_conv",
                                            .accepts = SG_ACCEPT_SHARD_BATCH |
                                                       SG_ACCEPT_SHARD_SPATIAL,
                                            .out = SG_OUT_LIKE_INPUT,
+                                           .out_unread = 1,
                                            .writes_gin = 1u}};
 
 const sg_op_def *sg_ag_spectral_op_def(void) { return &spec_op; }

@@ -454,6 +454,7 @@ void sg_tape_clear(sg_tape_t tape) {
   }
   tape->nowned = 0;
   tape->bytes = 0;
+  tape->wpending = 0;
   sg_tape_clear(tape->child);
 }
 

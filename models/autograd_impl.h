@@ -55,6 +55,9 @@ struct sg_tape {
   int ncoll, cap_coll;
   sg_var *const *ck_in;
   int ck_nin;
+  /* a split backward's B ran (sg_tape_backward_split): the nodes left on
+   * the tape are deferred to W (sg_tape_backward_weights) */
+  int wpending;
 };
 
 /* The checkpoint node (sg_ag_checkpoint; ag_checkpoint.c): its op has no
@@ -106,8 +109,10 @@ sg_status ag_grow(void **arr, int *cap, int need, size_t elem);
  * padding of a node's window as sg_pad_forward takes it */
 sg_exchange_info ag_node_info(const sg_node *node);
 void ag_pads(const sg_node *node, int64_t (*pad)[2], sg_pad_mode *mode);
-/* ag_backward.c: walk the tape in reverse from gradients already seeded */
-sg_status ag_backward_walk(sg_tape_t tape);
+/* ag_backward.c: walk the tape in reverse from gradients already seeded;
+ * split: B of a split backward (the nodes with parameter inputs stay on the
+ * tape for W, their parameter gradients not computed) */
+sg_status ag_backward_walk(sg_tape_t tape, int split);
 /* ag_checkpoint.c: note a checkpointed block's reads; a checkpoint node's
  * backward */
 sg_status ag_collect(sg_tape_t t, const char *who, int nin, sg_var *const *in);

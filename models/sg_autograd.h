@@ -22,7 +22,8 @@
  *    and its outputs' memory as soon as it is no longer needed; when it
  *    returns, the tape is empty and every variable the tape produced is
  *    gone (pointers to them are invalid). sg_tape_clear does the same
- *    without a backward (e.g. after an evaluation forward).
+ *    without a backward (e.g. after an evaluation forward). The split
+ *    backward (B, then W: sg_tape_backward_split) empties it after W.
  *  - No-grad mode (sg_tape_set_grad_enabled(tape, 0)): ops compute their
  *    outputs but record nothing and keep no saved state.
  *
@@ -105,8 +106,9 @@ typedef struct sg_var {
   /* framework state (read-only for users) */
   int is_leaf; /* made by the user: gradient accumulates */
   int owns_value, owns_grad;
-  int pending;       /* recorded uses whose backward has not run yet */
-  int has_grad;      /* an activation gradient arrived in this backward */
+  int pending;  /* recorded uses whose backward has not run yet */
+  int has_grad; /* an activation gradient arrived in this backward */
+  int held;     /* nodes deferred to a split backward's W that read the value */
   sg_node *producer; /* NULL for leaves */
   /* domain sharding (sg_var_set_sharding; op outputs inherit it): value is
    * this rank's block of a global tensor; mesh NULL: not sharded */
@@ -244,6 +246,10 @@ typedef struct sg_op_rule {
    * (sg_tape_set_storage_dtype): reductions such as losses, as autocast
    * keeps them. */
   int keep_f32;
+  /* 1: backward never reads the outputs' values, so a split backward
+   * (sg_tape_backward_split) frees them in B for an op deferred to W (the
+   * built-in ops with parameters); 0 (the default): they are kept until W. */
+  int out_unread;
 } sg_op_rule;
 
 typedef struct sg_op_def {
@@ -390,6 +396,47 @@ sg_status sg_tape_backward(sg_tape_t tape, sg_var *loss);
  * it runs backward. */
 sg_status sg_tape_backward_from(sg_tape_t tape, int n, sg_var *const *vars,
                                 const sg_tensor *grads);
+/* The split backward (zero-bubble pipelines, ZB-H1): B computes the
+ * gradients of everything but the parameters (the input gradients a
+ * pipeline stage sends back at once), W the parameters' gradients, later.
+ *
+ * B walks the tape in reverse like sg_tape_backward, but an op with a
+ * parameter input (a leaf requiring a gradient in a SG_SLOT_PARAM slot)
+ * runs its backward with that input's gin NULL and stays on the tape
+ * ("deferred"), keeping its outputs' gradients, its saved state and
+ * margins block, the values of the inputs it reads and, unless its rule
+ * says out_unread, its outputs' values; the rest is released as in one
+ * pass. Leaves a deferred op reads (a received input) must stay alive
+ * until W. After B the gradients of every non-parameter leaf are final and
+ * the parameters' gradients untouched.
+ *
+ * W runs the deferred ops' backwards for their parameter inputs only, in
+ * B's order, so every parameter gradient gets its parts in the one-pass
+ * order (the same bits as sg_tape_backward); grad_ready fires when a
+ * parameter's last use has run, post_backward at the end; then the tape
+ * is cleared. sg_tape_bytes counts what W still holds. pre_backward and
+ * post_backward_use run in both passes for a deferred op (both read the
+ * parameter).
+ *
+ * Run whole in B (W has nothing for them): activation checkpoints
+ * (sg_ag_checkpoint: the recomputation and its inner backward are one
+ * unit; grad_ready for a parameter used only inside fires in B; one used
+ * inside and outside gets its parts in another order than one pass: equal
+ * to rounding) and a non-leaf in a parameter slot (a computed weight is on
+ * the input-gradient path). Collective like the ops: both passes make the
+ * same calls on every rank (a rank holding none of a sharded parameter
+ * defers alike). A tape that waits for W refuses another backward
+ * (SG_ERR_INVALID_ARG); sg_tape_clear drops the deferred ops without
+ * their W. */
+sg_status sg_tape_backward_split(sg_tape_t tape, sg_var *loss);
+sg_status sg_tape_backward_from_split(sg_tape_t tape, int n,
+                                      sg_var *const *vars,
+                                      const sg_tensor *grads);
+/* W of a split backward; then the tape is cleared (also on failure).
+ * SG_ERR_INVALID_ARG when no split B ran. */
+sg_status sg_tape_backward_weights(sg_tape_t tape);
+/* 1 between a split backward's B and its W. */
+int sg_tape_weights_pending(sg_tape_t tape);
 /* Drop every recorded op and tape-owned variable (keeps the cached halo
  * plans). */
 void sg_tape_clear(sg_tape_t tape);
@@ -398,7 +445,7 @@ sg_status sg_tape_zero_grad(sg_var *const *vars, int n);
 /* Bytes held now by the tape's activations and saved state (a running
  * checkpointed block's included). */
 size_t sg_tape_bytes(sg_tape_t tape);
-/* Number of recorded ops. */
+/* Number of recorded ops (after a split backward's B: the deferred ops). */
 int sg_tape_size(sg_tape_t tape);
 
 /* ---- activation checkpointing --------------------------------------------

@@ -205,6 +205,7 @@ sg_status sg_pipe_create(sg_mesh_t mesh, const sg_pipe_config *cfg,
   SG_MPI(MPI_Comm_dup(sg_mesh_comm(mesh), &pp->comm));
   for (int i = 0; i < pp->m * pp->v; ++i) SG_TRY(sg_tape_create(&pp->tapes[i]));
   pp->stats.peak_formula = sg_pp_peak_formula(pp->sched, pp->stage);
+  pp->stats.peak_fw_formula = sg_pp_peak_fw_formula(pp->sched, pp->stage);
   *pipe = pp;
   return SG_OK;
 fail:
@@ -336,7 +337,8 @@ fail:
   return st;
 }
 
-/* The slot of this stage's last B: its tape gets the plan's hooks. */
+/* The slot of this stage's last B (ZB-H1: its last W, where the last
+ * parameter gradients are made): its tape gets the plan's hooks. */
 sg_status sg_pipe_attach(sg_pipe_t pp, sg_parallel_t plan,
                          sg_var *const *vars) {
   sg_status st = SG_OK;
@@ -346,7 +348,7 @@ sg_status sg_pipe_attach(sg_pipe_t pp, sg_parallel_t plan,
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_pipe_attach: a plan is attached already");
   const sg_pp_schedule *s = pp->sched;
   for (int i = s->off[pp->stage]; i < s->off[pp->stage + 1]; ++i)
-    if (s->act[i].op == SG_PP_B)
+    if (s->act[i].op == SG_PP_B || s->act[i].op == SG_PP_W)
       pp->hooked = s->act[i].mb * pp->v + s->act[i].chunk;
   SG_TRY(sg_parallel_attach(plan, pp->tapes[pp->hooked], vars));
   pp->plan = plan;
@@ -364,6 +366,7 @@ typedef struct pp_run {
   sg_status st;     /* this rank's own failure (agreed over the stage) */
   int failed;       /* this stage computes no more: own or a peer's failure */
   int inflight, nb; /* pairs between F and B; B's done */
+  int fw;           /* pairs between F and W (ZB-H1), F and B otherwise */
   double loss;
 } pp_run;
 
@@ -610,6 +613,7 @@ static sg_status pp_forward(pp_run *r, const sg_pp_action *a, pp_slot *sl,
   if (g == pp->nv - 1) r->loss += sg_var_item(io.v[0]);
   if (++r->inflight > pp->stats.peak_inflight)
     pp->stats.peak_inflight = r->inflight;
+  if (++r->fw > pp->stats.peak_fw) pp->stats.peak_fw = r->fw;
   pp_note_bytes(pp);
   if (g < pp->nv - 1) { /* the gradients' receives, posted ahead */
     pp_hdr h;
@@ -646,8 +650,9 @@ static void pp_add(sg_tensor *a, const sg_tensor *b) {
 /* Backward from the outputs seeded with their received gradients. An
  * output that is an input passed through (a skip the stage neither made
  * nor used) is no variable of the tape: its gradient goes to that input's
- * gx, which SEND_B adds to what the tape gives the input. */
-static sg_status pp_backward_from(sg_tape_t tape, pp_slot *sl) {
+ * gx, which SEND_B adds to what the tape gives the input. split (ZB-H1):
+ * the input-gradient pass only, the tape keeps the weight-gradient work. */
+static sg_status pp_backward_from(sg_tape_t tape, pp_slot *sl, int split) {
   sg_status st = SG_OK;
   sg_var *v[PP_NT];
   sg_tensor g[PP_NT];
@@ -665,17 +670,25 @@ static sg_status pp_backward_from(sg_tape_t tape, pp_slot *sl) {
                              x->shape));
     pp_add(&sl->gx[j], &sl->gin[k]);
   }
-  if (n > 0) SG_TRY(sg_tape_backward_from(tape, n, v, g));
+  if (n == 0) {
+    sg_tape_clear(tape); /* nothing of the tape reaches an output */
+    return SG_OK;
+  }
+  return split ? sg_tape_backward_from_split(tape, n, v, g)
+               : sg_tape_backward_from(tape, n, v, g);
 fail:
   sg_tape_clear(tape);
   return st;
 }
 
+/* B: the whole backward, or with ZB-H1 its input-gradient pass (the
+ * tape keeps the weight-gradient work for W). */
 static sg_status pp_backward(pp_run *r, const sg_pp_action *a, pp_slot *sl,
                              int g) {
   sg_status st = SG_OK;
   struct sg_pipe *pp = r->pp;
   sg_tape_t tape = pp->tapes[a->mb * pp->v + a->chunk];
+  const int split = pp->sched->kind == SG_PP_ZB_H1;
   /* the outputs' memory goes with the tape */
   SG_TRY(pp_wait_n(sl->sqf, PP_NT + 1, "pipeline: send", pp));
   if (r->failed || sl->out.n == 0) {
@@ -686,18 +699,41 @@ static sg_status pp_backward(pp_run *r, const sg_pp_action *a, pp_slot *sl,
   sg_status s2 = pp->plan
                      ? sg_parallel_begin_micro(pp->plan, r->nb, pp->m * pp->v)
                      : SG_OK;
-  if (s2 == SG_OK)
-    s2 = g == pp->nv - 1 ? sg_tape_backward(tape, sl->out.v[0])
-                         : pp_backward_from(tape, sl);
+  if (s2 == SG_OK && g == pp->nv - 1)
+    s2 = split ? sg_tape_backward_split(tape, sl->out.v[0])
+               : sg_tape_backward(tape, sl->out.v[0]);
+  else if (s2 == SG_OK)
+    s2 = pp_backward_from(tape, sl, split);
   else
     sg_tape_clear(tape);
   sl->out.n = 0;
   r->nb++;
   r->inflight--;
+  if (!split) r->fw--;
   for (int k = 0; k < PP_NT; ++k) sg_tensor_free(&sl->gin[k]);
+  pp_note_bytes(pp); /* ZB-H1: what W still holds */
   pp_fail_check(r, s2);
 fail:
   return st;
+}
+
+/* W (ZB-H1): the weight-gradient pass of the pair's tape; the parameter
+ * gradients accumulate in the plan's buffer in B's order, the same bits
+ * as a whole backward. After a failure the tape is just cleared. */
+static sg_status pp_weights(pp_run *r, const sg_pp_action *a) {
+  struct sg_pipe *pp = r->pp;
+  sg_tape_t tape = pp->tapes[a->mb * pp->v + a->chunk];
+  if (!sg_tape_weights_pending(tape)) { /* its F or B did not run */
+    sg_tape_clear(tape);
+    return SG_OK;
+  }
+  r->fw--;
+  if (r->failed) {
+    sg_tape_clear(tape);
+    return SG_OK;
+  }
+  pp_fail_check(r, sg_tape_backward_weights(tape));
+  return SG_OK;
 }
 
 static sg_status pp_send_f(pp_run *r, const sg_pp_action *a, pp_slot *sl,
@@ -759,7 +795,9 @@ static sg_status pp_progress(struct sg_pipe *pp) {
       SG_MPI(MPI_Test(&sl->rq_rf, &done, MPI_STATUS_IGNORE));
       if (done && !sl->rf.failed) SG_TRY(pp_post_in(pp, sl));
     }
-    if (!sl->has_in || sl->sqb[0] == MPI_REQUEST_NULL) continue;
+    if (!sl->has_in || sl->sqb[0] == MPI_REQUEST_NULL ||
+        sg_tape_weights_pending(pp->tapes[i]))
+      continue; /* ZB-H1: W may read the inputs (held until W) */
     done = 1;
     for (int k = 0; k <= PP_NT && done; ++k)
       SG_MPI(MPI_Test(&sl->sqb[k], &done, MPI_STATUS_IGNORE));
@@ -776,8 +814,7 @@ static sg_status pp_action(pp_run *r, const sg_pp_action *a) {
   switch (a->op) {
   case SG_PP_F: return pp_forward(r, a, sl, g);
   case SG_PP_B: return pp_backward(r, a, sl, g);
-  case SG_PP_W:
-    return SG_OK; /* B ran the whole backward (the tape does not split it yet) */
+  case SG_PP_W: return pp_weights(r, a);
   case SG_PP_SEND_F: return pp_send_f(r, a, sl, g);
   case SG_PP_RECV_F: return pp_recv_f(r, sl);
   case SG_PP_SEND_B: return pp_send_b(r, a, sl, g);

@@ -206,24 +206,31 @@ sg_status sg_pp_sim_free(sg_pp_sim *sim);
  * other micro-batches are in flight). Gradients accumulate in the plan's
  * buffers over the micro-batches (sg_parallel_begin_micro before every B,
  * counting the stage's B's); the plan's hooks are on the tape of the
- * stage's last B, so the DDP buckets are reduced while that backward runs.
+ * stage's last B (ZB-H1: last W), so the DDP buckets are reduced while
+ * that backward (weight pass) runs.
+ *
+ * ZB-H1: B is the tape's split backward's input-gradient pass
+ * (sg_tape_backward_split / _from_split: the gradient is sent back at
+ * once), W its weight pass (sg_tape_backward_weights) on the same
+ * (micro-batch, chunk)'s tape; between them the tape holds what W needs
+ * (sg_autograd.h), counted in the stats' peak bytes. Activation
+ * checkpoints run whole in B.
  *
  * Transfers: the receive of every header (shape, dtype, sharding, a
  * failure flag) is posted when the step starts; the receive of an
  * activation as soon as its header is seen to have arrived (tested
  * between actions), straight into the leaf; the receive of a gradient as
  * soon as the forward made the output it belongs to. Sends are
- * non-blocking; an input is freed once its gradient has been sent. Failures: a stage
+ * non-blocking; an input is freed once its gradient has been sent (ZB-H1:
+ * and its W has run). Failures: a stage
  * whose forward or backward fails (agreed over its sub-mesh) stops
  * computing but keeps every transfer of its list, flagged failed, so the
  * stages it talks to stop computing too and nobody waits for a message
  * that never comes; sg_pipe_run then returns the failing rank's error on
  * every rank.
  *
- * Not yet: ZB-H1's W is a no-op (B runs the whole backward: the tape does
- * not split input and weight gradients yet), so ZB-H1 computes the right
- * numbers with 1F1B's timing; zero >= 2 and bf16 need the plan's hooks on
- * every tape (refused by sg_pipe_plan_create). */
+ * Not yet: zero >= 2 and bf16 need the plan's hooks on every tape
+ * (refused by sg_pipe_plan_create). */
 typedef struct sg_pipe *sg_pipe_t;
 
 typedef struct sg_pipe_config {
@@ -298,16 +305,22 @@ sg_status sg_pipe_run(sg_pipe_t pipe, sg_pipe_forward_fn fn, void *ctx,
  * Collective over the mesh. */
 sg_status sg_pipe_reduce(sg_pipe_t pipe, double *grad_norm);
 
-/* Measured on this stage over the runs so far (after each F): the peak
- * number of (micro-batch, chunk) pairs between F and B, the schedule's
- * formula for it (sg_pp_peak_formula), the peak bytes of the stage's
- * tapes (sg_tape_bytes: the activations and saved state of the pairs in
- * flight) and of the inputs received (from the arrival of their header,
- * when their receive is posted, until their gradient has been sent), and
- * the payload bytes this rank sent (every bundle tensor and gradient). */
+/* Measured on this stage over the runs so far (after each F and B): the
+ * peak number of (micro-batch, chunk) pairs between F and B, the
+ * schedule's formula for it (sg_pp_peak_formula), the peak bytes of the
+ * stage's tapes (sg_tape_bytes: the activations and saved state of the
+ * pairs in flight; ZB-H1: and what the pairs waiting for their W hold) and
+ * of the inputs received (from the arrival of their header, when their
+ * receive is posted, until their gradient has been sent and, ZB-H1, their
+ * W has run: W may read them), and the payload bytes this rank sent
+ * (every bundle tensor and gradient). */
 typedef struct sg_pipe_stats {
   int peak_inflight, peak_formula;
   size_t peak_bytes, peak_input_bytes;
+  /* the peak number of pairs between F and W (ZB-H1: a pair whose B is
+   * done holds the W state until its W; other kinds: between F and B) and
+   * the formula for it (sg_pp_peak_fw_formula) */
+  int peak_fw, peak_fw_formula;
   size_t bytes_sent; /* payloads (activations and gradients) sent */
 } sg_pipe_stats;
 void sg_pipe_get_stats(sg_pipe_t pipe, sg_pipe_stats *stats);

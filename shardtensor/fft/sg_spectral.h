@@ -101,7 +101,7 @@ sg_status sg_spectral_conv_forward(sg_spectral_conv_t conv, const void *x,
  * dims) before use; with SHARD_MODES over the data-parallel dims only (dw
  * is the local box, like w). xhat is the
  * spectrum saved by forward, or NULL to recompute it from x. Collective
- * over the FFT's axes. */
+ * over the FFT's axes, whatever is NULL (every rank makes the calls). */
 sg_status sg_spectral_conv_backward(sg_spectral_conv_t conv, const void *x,
                                     const void *xhat, const void *w,
                                     const void *dy, void *dx, void *dw);

@@ -377,7 +377,9 @@ sg_status sg_spectral_conv_backward(sg_spectral_conv_t c, const void *x,
                                     const void *dy, void *dx, void *dw) {
   sg_status st = SG_OK;
   if (!c) SG_RAISE(SG_ERR_INVALID_ARG, "conv is NULL");
-  if (!dx && !dw) return SG_OK;
+  /* no shortcut when dx and dw are NULL: a rank without local modes gets
+   * dw NULL while the others compute theirs (a split backward's W), and
+   * the adjoint below is collective */
   const int f64 = c->desc.dtype == SG_DTYPE_F64;
   /* dyhat = Inv^T dy */
   SG_TRY(sg_fft_inverse_adjoint(c->pout, dy, c->ybuf));

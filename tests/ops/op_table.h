@@ -62,6 +62,14 @@ typedef struct fno_ref {
 } fno_ref;
 
 /* test_op_table.c */
+/* The backward of a run: one pass, or (split) the tape's split backward, B
+ * then W (ZB-H1's, sg_tape_backward_from_split and
+ * sg_tape_backward_weights). The one-process reference runs one pass; the
+ * meshes run split for f64 (f32: one pass; the f32-only FNO: every other
+ * mesh), so every op's backward is checked with the parameters' and the
+ * activations' gradient targets NULL in turn. */
+sg_status op_table_backward(sg_tape_t tape, int n, sg_var *const *out,
+                            const sg_tensor *seeds, int split);
 void note(verdict *v, const char *fmt, const char *what, const char *detail);
 void mark_seen(const sg_var *v, int depth);
 void sum_all(double *v, int64_t n, MPI_Comm comm);

@@ -17,7 +17,8 @@
  * gradients, parameters and their gradients) has guard values before and
  * after it, checked after forward and after backward; the inputs must be
  * unchanged. The verdict of each (case, mesh, dtype) is reduced over the
- * ranks.
+ * ranks. The meshes' f64 runs take the tape's split backward (B, then W:
+ * ZB-H1's), the rest one pass (op_table_backward).
  *
  * A placement an op does not accept (its rule.accepts) must fail on every
  * rank with an error (no hang); it is reported as SKIP with the reason,
@@ -836,6 +837,13 @@ static int layout_check(const op_case *c, const sg_op_def *op, sg_mesh_t mesh,
 }
 
 
+sg_status op_table_backward(sg_tape_t tape, int n, sg_var *const *out,
+                            const sg_tensor *seeds, int split) {
+  if (!split) return sg_tape_backward_from(tape, n, out, seeds);
+  sg_status st = sg_tape_backward_from_split(tape, n, out, seeds);
+  return st == SG_OK ? sg_tape_backward_weights(tape) : st;
+}
+
 void note(verdict *v, const char *fmt, const char *what, const char *detail) {
   if (v->bad++ == 0)
     snprintf(v->first, sizeof v->first, fmt, what, detail ? detail : "");
@@ -1049,7 +1057,7 @@ static int run_case(const op_case *c, sg_dtype dt, sg_mesh_t mesh,
     goto done;
   }
   /* backward */
-  st = sg_tape_backward_from(tape, c->nout, out, seeds);
+  st = op_table_backward(tape, c->nout, out, seeds, mesh && dt == SG_DTYPE_F64);
   if (!sg_test_all(MPI_COMM_WORLD, st == SG_OK)) {
     note(vd, "backward: %s%s",
          st != SG_OK ? sg_last_error() : "failed on another rank", NULL);

@@ -10,7 +10,8 @@
 # mode-sharded spectral weights over the domain inside a stage) and
 # pp=2,dp=2, each under gpipe, 1f1b, interleaved (pp=2 x 2 chunks; not on
 # pp=3: 6 virtual stages need m a multiple of 3) and zb-h1. The CNN also:
-# an explicit pp_split, pp=2,fsdp=2 with zero 1, activation checkpointing.
+# an explicit pp_split, pp=2,fsdp=2 with zero 1, activation checkpointing,
+# and zb-h1 (the tape's split backward) on pp=2,h=2 with checkpointed blocks.
 # The U-Net's skips cross the cuts (on pp=3 skip 0 crosses stage 1).
 #   pipeline_trajectories.sh BIN_DIR MPIEXEC WORK_DIR SRC_DIR DATA MODEL
 # MODEL data: make the dataset DATA (once, for every model: the CTest
@@ -64,6 +65,9 @@ if [ "$model" = cnn ]; then
   run split 2 pp=2 --pp-schedule 1f1b --microbatches 2 --pp-split 4
   run z1 4 pp=2,fsdp=2 --zero 1 --pp-schedule 1f1b --microbatches 2
   run ac 2 pp=2 --pp-schedule 1f1b --microbatches 2 --activation-checkpointing blocks
+  # zb-h1's split backward with halos and sharded GroupNorm statistics in
+  # both passes, and checkpointed blocks (run whole in B)
+  run zbh 4 pp=2,h=2 --pp-schedule zb-h1 --microbatches 2 --activation-checkpointing blocks
 fi
 # shellcheck disable=SC2086
 /usr/bin/python3 "$src/tests/strategies/pipeline_check.py" 1e-5 $atol $runs

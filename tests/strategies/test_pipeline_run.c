@@ -244,6 +244,10 @@ static double rel_diff(const float *a, const float *b, int64_t n) {
   return m > 0 ? d / m : d;
 }
 
+/* The stage of the last run on this rank, and whether the rank is its
+ * stage's first (it prints). */
+static int last_stage, last_first;
+
 /* One pipelined run on `mesh` against the reference; the verdict. The
  * stage's measured stats into *out (may be NULL). */
 static void check_run_stats(const char *spec, sg_pp_kind kind, int m, int v,
@@ -292,14 +296,17 @@ static void check_run_stats(const char *spec, sg_pp_kind kind, int m, int v,
   sg_pipe_stats ps;
   sg_pipe_get_stats(M.pipe, &ps);
   if (out) *out = ps;
+  last_stage = sg_pipe_stage(M.pipe);
+  last_first = sg_mesh_rank(M.mesh) == 0;
   ok = st == SG_OK && ldiff <= TOL && pdiff <= TOL &&
-       ps.peak_inflight == ps.peak_formula;
+       ps.peak_inflight == ps.peak_formula && ps.peak_fw == ps.peak_fw_formula;
   SG_CHECK(
       ok,
       "%s %s m=%d v=%d zero=%d stage %d: loss diff %.2e, param diff %.2e (tolerance %.0e), "
-      "peak in flight %d, formula %d",
+      "peak in flight %d, formula %d; until W %d, formula %d",
       spec, sg_pp_kind_name(kind), m, v, zero, sg_pipe_stage(M.pipe), ldiff,
-      pdiff, TOL, ps.peak_inflight, ps.peak_formula);
+      pdiff, TOL, ps.peak_inflight, ps.peak_formula, ps.peak_fw,
+      ps.peak_fw_formula);
   /* the table: one line per stage from the stage's first rank */
   double mx[2] = {ldiff, pdiff};
   MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -325,7 +332,10 @@ static void check_run(const char *spec, sg_pp_kind kind, int m, int v, int nb,
 
 /* Every kind x m in {1, 2, 4}; and the activation memory: with the same
  * micro-batch size a stage's peak tape bytes are proportional to its peak
- * in flight, so 1F1B's over GPipe's (m = 4) is the ratio of the formulas. */
+ * in flight, so 1F1B's over GPipe's (m = 4) is the ratio of the formulas.
+ * ZB-H1 holds 1F1B's pairs in flight plus the W state (less than a pair in
+ * flight) of the pairs whose B is done, up to min(m, p) pairs until W: its
+ * peak lies between 1F1B's and min(m, p) pairs' worth of GPipe's. */
 static void check_kinds(const char *spec, int nb, const int *split, int zero,
                         const ref_run *R) {
   const sg_pp_kind kinds[] = {SG_PP_GPIPE, SG_PP_1F1B, SG_PP_ZB_H1};
@@ -339,6 +349,17 @@ static void check_kinds(const char *spec, int nb, const int *split, int zero,
   SG_CHECK(fabs(bytes - slots) <= 0.05 * slots,
            "%s: 1f1b / gpipe peak tape bytes %.3f, peak in flight %.3f", spec,
            bytes, slots);
+  const double zb = (double)s4[2].peak_bytes / (double)s4[0].peak_bytes,
+               fw = (double)s4[2].peak_fw_formula / s4[0].peak_formula;
+  SG_CHECK(zb >= bytes && zb <= 1.05 * fw,
+           "%s: zb-h1 / gpipe peak tape bytes %.3f: not between 1f1b's %.3f "
+           "and the pairs until W %.3f",
+           spec, zb, bytes, fw);
+  if (last_first)
+    printf("%-10s stage %d peak tape bytes, m = 4: gpipe %zu, 1f1b %zu, "
+           "zb-h1 %zu (zb-h1 pairs until W %d, formula %d)\n",
+           spec, last_stage, s4[0].peak_bytes, s4[1].peak_bytes,
+           s4[2].peak_bytes, s4[2].peak_fw, s4[2].peak_fw_formula);
 }
 
 /* Bad input: the same clear error on every rank, no hang. */

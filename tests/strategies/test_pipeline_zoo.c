@@ -18,7 +18,8 @@
  * loss on every rank; one that fails on a stage fails on every rank, and
  * the next one works. The pipeline's checkpoint arrays
  * (sg_pipe_ckpt_arrays) cover every array of the model, each element
- * written by exactly one rank. Verdict over all ranks. */
+ * written by exactly one rank. GPipe and 1F1B x m in {1, 2, 4}; ZB-H1 (the
+ * tape's split backward) with m = 4. Verdict over all ranks. */
 #include "sg_dist_loss.h"
 #include "sg_model_impl.h"
 #include "sg_pipeline.h"
@@ -440,6 +441,9 @@ int main(int argc, char **argv) {
         check_run(spec, kinds[k], m, &R);
         if (sg_test_size == 4) check_run("pp=2,dp=2", kinds[k], m, &R);
       }
+    /* ZB-H1: the tape's split backward through the model's ops (sharded
+     * statistics, halos, the FFT, ring attention on pp=2,h=2) */
+    if (R.params) check_run(spec, SG_PP_ZB_H1, MMAX, &R);
     free(R.params);
   }
   return sg_test_finish();
