@@ -388,15 +388,16 @@ static void print_json(const run_cfg *c, const result *r) {
 
 static void print_row(const run_cfg *c, const result *r) {
   char kind[24];
-  snprintf(kind, sizeof kind, "%s%s", sg_pp_kind_name(c->kind),
-           c->kind == SG_PP_INTERLEAVED ? (c->v == 2 ? " v=2" : " v>2") : "");
+  if (c->kind == SG_PP_INTERLEAVED)
+    snprintf(kind, sizeof kind, "interleaved v=%d", c->v);
+  else
+    snprintf(kind, sizeof kind, "%s", sg_pp_kind_name(c->kind));
   fprintf(stderr,
           "| %d | %d | %s | %.2f/%.2f/%.2f | %.1f | %.1f%% | %.1f%% | "
           "%.1f%% | %.2f |",
           c->p, c->m, kind, 1e3 * r->f, 1e3 * r->b, 1e3 * r->w, 1e3 * r->step,
           100 * formula(c), 100 * r->sim, 100 * r->sim_lat, 1e3 * r->lat);
-  for (int s = 0; s < c->p; ++s)
-    fprintf(stderr, "%s%.1f%%", s ? " " : " ", 100 * r->bubble[s]);
+  for (int s = 0; s < c->p; ++s) fprintf(stderr, " %.1f%%", 100 * r->bubble[s]);
   fprintf(stderr, " |");
   for (int s = 0; s < c->p; ++s)
     fprintf(stderr, " %ld", (r->tape_bytes[s] + r->input_bytes[s]) / 1024);
