@@ -31,7 +31,10 @@
  *
  * Output: one JSON line per run on stdout; a table on stderr (rank 0).
  * With more ranks than cores the stages share cores and the measured
- * times include that: the output says so (oversubscribed). */
+ * times include that: the output says so (oversubscribed), and cpu_share
+ * (the CPU time over the wall time of the fixed work, all stages) says how
+ * much of its compute a stage had a core for: 1 on a quiet machine with a
+ * core per stage, less under load or oversubscription. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -52,11 +55,24 @@ static float spin_buf[1024];
 static volatile float spin_sink;
 static long spin_units = 1000; /* per forward, input and weight gradient */
 
-/* A fixed amount of arithmetic: units passes over a block in L1. */
+static double spin_wall, spin_cpu; /* summed over the timed steps */
+
+static double cpu_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* A fixed amount of arithmetic: units passes over a block in L1. Its wall
+ * and CPU time are summed: their ratio says how much of the compute the
+ * process had a core for (< 1: other processes, or other stages, ran). */
 static void spin(long units) {
+  const double w0 = now(), c0 = cpu_now();
   for (long r = 0; r < units; ++r)
     for (int i = 0; i < 1024; ++i) spin_buf[i] = spin_buf[i] * 0.9999f + 1e-4f;
   spin_sink = spin_buf[units % 1024];
+  spin_cpu += cpu_now() - c0;
+  spin_wall += now() - w0;
 }
 
 static sg_status busy_fwd(sg_node *node) {
@@ -175,6 +191,7 @@ typedef struct run_cfg {
 typedef struct result {
   double f, b, w;      /* mean duration of one F, B, W action (s) */
   double step, lat;    /* median step time; mean receive latency (s) */
+  double cpu_share;    /* CPU time / wall time of the fixed work */
   double *bubble;      /* p: median over the steps */
   double sim, sim_lat; /* simulated bubble (stage 0), latency 0 / lat */
   int *inflight, *inf_formula;
@@ -308,6 +325,7 @@ static sg_status measure(const run_cfg *c, bmodel *M, result *r) {
     SG_TRY(sg_pipe_run(M->pipe, bm_forward, M, NULL));
     release_data(M);
   }
+  spin_wall = spin_cpu = 0.0;
   for (int k = 0; k < c->steps; ++k) {
     const int traced = c->trace && k == c->steps - 1; /* the last step */
     sg_trace_enable(traced);
@@ -321,6 +339,9 @@ static sg_status measure(const run_cfg *c, bmodel *M, result *r) {
   MPI_Allreduce(MPI_IN_PLACE, count, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &lat, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &nlat, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  double spun[2] = {spin_cpu, spin_wall};
+  MPI_Allreduce(MPI_IN_PLACE, spun, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  r->cpu_share = spun[1] > 0 ? spun[0] / spun[1] : 0.0;
   r->f = count[0] > 0 ? sum[0] / count[0] : 0.0;
   r->b = count[1] > 0 ? sum[1] / count[1] : 0.0;
   r->w = count[2] > 0 ? sum[2] / count[2] : 0.0;
@@ -372,11 +393,11 @@ static void print_json(const run_cfg *c, const result *r) {
          "\"f_ms\":%.4f,\"b_ms\":%.4f,\"w_ms\":%.4f,\"w_separate\":%s,"
          "\"step_ms\":%.3f,\"recv_latency_ms\":%.4f,\"bubble_formula\":%.4f,"
          "\"bubble_sim\":%.4f,\"bubble_sim_latency\":%.4f,"
-         "\"bubble_measured_mean\":%.4f",
+         "\"bubble_measured_mean\":%.4f,\"cpu_share\":%.3f",
          sg_pp_kind_name(c->kind), c->p, c->m, c->v, c->steps, c->cores,
          c->p > c->cores ? "true" : "false", spin_units, 1e3 * r->f, 1e3 * r->b,
          1e3 * r->w, r->w > 0.5 * r->f ? "true" : "false", 1e3 * r->step,
-         1e3 * r->lat, formula(c), r->sim, r->sim_lat, mean);
+         1e3 * r->lat, formula(c), r->sim, r->sim_lat, mean, r->cpu_share);
   json_doubles("bubble_measured", r->bubble, c->p, 1.0);
   json_ints("peak_inflight", r->inflight, c->p);
   json_ints("peak_inflight_formula", r->inf_formula, c->p);
@@ -394,9 +415,10 @@ static void print_row(const run_cfg *c, const result *r) {
     snprintf(kind, sizeof kind, "%s", sg_pp_kind_name(c->kind));
   fprintf(stderr,
           "| %d | %d | %s | %.2f/%.2f/%.2f | %.1f | %.1f%% | %.1f%% | "
-          "%.1f%% | %.2f |",
+          "%.1f%% | %.2f | %.0f%% |",
           c->p, c->m, kind, 1e3 * r->f, 1e3 * r->b, 1e3 * r->w, 1e3 * r->step,
-          100 * formula(c), 100 * r->sim, 100 * r->sim_lat, 1e3 * r->lat);
+          100 * formula(c), 100 * r->sim, 100 * r->sim_lat, 1e3 * r->lat,
+          100 * r->cpu_share);
   for (int s = 0; s < c->p; ++s) fprintf(stderr, " %.1f%%", 100 * r->bubble[s]);
   fprintf(stderr, " |");
   for (int s = 0; s < c->p; ++s)
@@ -527,8 +549,8 @@ static void print_header(const options *o, int p, int cores) {
           "%d blocks of fixed work (about %.2f ms each per F, B, W), "
           "activations of %lld floats; median of %d steps after %d warm-up\n"
           "| p | m | schedule | F/B/W ms | step ms | formula | sim | sim+lat "
-          "| lat ms | measured per stage | peak KiB per stage |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|\n",
+          "| lat ms | cpu | measured per stage | peak KiB per stage |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|\n",
           p, cores,
           p > cores ? " (OVERSUBSCRIBED: stages share cores, the measured "
                       "times include that)"
