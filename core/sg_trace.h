@@ -32,6 +32,11 @@ int sg_trace_enabled(void);
 void sg_trace_begin(const char *name);
 void sg_trace_end(const char *name);
 
+/* Record a finished event [t0, t1] (sg_wtime seconds) under name, which
+ * is copied (it may be built on the stack, e.g. "F3" of a pipeline
+ * action). Only when tracing is enabled; adds to no timer total. */
+void sg_trace_add(const char *name, double t0, double t1);
+
 /* Total seconds and number of closed regions under a name (0 if none). */
 double sg_timer_total(const char *name);
 int64_t sg_timer_count(const char *name);

@@ -18,6 +18,7 @@ typedef struct sg_timer_slot {
 typedef struct sg_trace_event {
   const char *name;
   double t0, t1;
+  int owned; /* name is a copy (sg_trace_add), freed by sg_trace_clear */
 } sg_trace_event;
 
 static sg_timer_slot sg_timers[SG_TIMER_MAX];
@@ -57,6 +58,19 @@ void sg_trace_begin(const char *name) {
   ++sg_nopen;
 }
 
+/* Keep an event; on no memory drop it rather than fail the caller. */
+static int sg_event_push(const char *name, double t0, double t1, int owned) {
+  if (sg_nevents == sg_cap_events) {
+    int64_t cap = sg_cap_events ? 2 * sg_cap_events : 1024;
+    sg_trace_event *e = realloc(sg_events, (size_t)cap * sizeof *e);
+    if (!e) return 0;
+    sg_events = e;
+    sg_cap_events = cap;
+  }
+  sg_events[sg_nevents++] = (sg_trace_event){name, t0, t1, owned};
+  return 1;
+}
+
 void sg_trace_end(const char *name) {
   if (sg_nopen <= 0) return;
   --sg_nopen;
@@ -68,18 +82,15 @@ void sg_trace_end(const char *name) {
     s->total += t1 - sg_open[sg_nopen].t0;
     s->count += 1;
   }
-  if (!sg_tracing) return;
-  if (sg_nevents == sg_cap_events) {
-    int64_t cap = sg_cap_events ? 2 * sg_cap_events : 1024;
-    sg_trace_event *e = realloc(sg_events, (size_t)cap * sizeof *e);
-    if (!e) return; /* drop the event rather than fail the caller */
-    sg_events = e;
-    sg_cap_events = cap;
-  }
-  sg_events[sg_nevents].name = n;
-  sg_events[sg_nevents].t0 = sg_open[sg_nopen].t0;
-  sg_events[sg_nevents].t1 = t1;
-  ++sg_nevents;
+  if (sg_tracing) sg_event_push(n, sg_open[sg_nopen].t0, t1, 0);
+}
+
+void sg_trace_add(const char *name, double t0, double t1) {
+  if (!sg_tracing || !name) return;
+  char *copy = malloc(strlen(name) + 1);
+  if (!copy) return;
+  strcpy(copy, name);
+  if (!sg_event_push(copy, t0, t1, 1)) free(copy);
 }
 
 double sg_timer_total(const char *name) {
@@ -102,6 +113,8 @@ void sg_timer_reset(void) {
 void sg_trace_clear(void) {
   sg_ntimers = 0;
   sg_nopen = 0;
+  for (int64_t i = 0; i < sg_nevents; ++i)
+    if (sg_events[i].owned) free((void *)sg_events[i].name);
   free(sg_events);
   sg_events = NULL;
   sg_nevents = sg_cap_events = 0;
@@ -119,7 +132,9 @@ sg_status sg_trace_write(const char *path, MPI_Comm comm) {
   SG_MPI(MPI_Comm_size(comm, &size));
   /* a common time origin: the earliest event start over all ranks (clocks
    * are per node; good enough for a timeline on one machine) */
-  double t0 = sg_nevents ? sg_events[0].t0 : sg_wtime(), tmin = 0.0;
+  double t0 = sg_wtime(), tmin = 0.0; /* events are kept by their end */
+  for (int64_t i = 0; i < sg_nevents; ++i)
+    if (sg_events[i].t0 < t0) t0 = sg_events[i].t0;
   SG_MPI(MPI_Allreduce(&t0, &tmin, 1, MPI_DOUBLE, MPI_MIN, comm));
   size_t cap = 64 + (size_t)sg_nevents * 96, len = 0;
   mine = malloc(cap);

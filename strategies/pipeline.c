@@ -5,6 +5,7 @@
 #include "sg_comm.h"
 #include "sg_device.h"
 #include "sg_model.h"
+#include "sg_trace.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -73,6 +74,9 @@ struct sg_pipe {
   pp_slot *slots;   /* m * v */
   int hooked;       /* the slot whose tape carries the plan's hooks */
   sg_pipe_stats stats;
+  double *tl; /* the last run's start and end of each action of the list */
+  double run_t0, run_t1;
+  int64_t runs;
 };
 
 /* ---- creation ---------------------------------------------------------------- */
@@ -103,6 +107,11 @@ fail:
   return st;
 }
 
+/* The length of this stage's list. */
+static int pp_nact(const struct sg_pipe *pp) {
+  return pp->sched->off[pp->stage + 1] - pp->sched->off[pp->stage];
+}
+
 /* The checks that need no communication; the same on every rank. */
 static sg_status pp_setup(struct sg_pipe *pp, const sg_pipe_config *cfg) {
   sg_status st = SG_OK;
@@ -129,7 +138,8 @@ static sg_status pp_setup(struct sg_pipe *pp, const sg_pipe_config *cfg) {
   pp->rank_of = calloc((size_t)pp->p, sizeof *pp->rank_of);
   pp->tapes = calloc((size_t)(pp->m * pp->v), sizeof *pp->tapes);
   pp->slots = calloc((size_t)(pp->m * pp->v), sizeof *pp->slots);
-  if (!pp->first || !pp->rank_of || !pp->tapes || !pp->slots)
+  pp->tl = calloc(2 * (size_t)pp_nact(pp) + 1, sizeof *pp->tl);
+  if (!pp->first || !pp->rank_of || !pp->tapes || !pp->slots || !pp->tl)
     SG_RAISE(SG_ERR_ALLOC, "pipeline: out of memory");
   SG_TRY(pp_cut(pp, cfg));
   int c[SG_MESH_MAX_DIMS];
@@ -230,6 +240,7 @@ sg_status sg_pipe_destroy(sg_pipe_t *pipe) {
   free(pp->rank_of);
   free(pp->tapes);
   free(pp->slots);
+  free(pp->tl);
   free(pp);
   *pipe = NULL;
   return st;
@@ -251,6 +262,21 @@ void sg_pipe_blocks(sg_pipe_t pipe, int chunk, int *first, int *count) {
 
 void sg_pipe_get_stats(sg_pipe_t pipe, sg_pipe_stats *stats) {
   if (pipe && stats) *stats = pipe->stats;
+}
+
+void sg_pipe_get_timeline(sg_pipe_t pipe, sg_pipe_timeline *tl) {
+  if (!tl) return;
+  memset(tl, 0, sizeof *tl);
+  if (!pipe) return;
+  const int n = pp_nact(pipe);
+  *tl = (sg_pipe_timeline){.n = n,
+                           .act = pipe->sched->act +
+                                  pipe->sched->off[pipe->stage],
+                           .start = pipe->tl,
+                           .end = pipe->tl + n,
+                           .t0 = pipe->run_t0,
+                           .t1 = pipe->run_t1,
+                           .runs = pipe->runs};
 }
 
 sg_status sg_pipe_plan_create(sg_pipe_t pp, const sg_parallel_config *cfg,
@@ -825,6 +851,19 @@ static sg_status pp_action(pp_run *r, const sg_pp_action *a) {
   }
 }
 
+/* The last run's actions as Chrome-trace events (sg_trace_add: only when
+ * tracing is enabled), named as sg-info names them. */
+static void pp_trace(const struct sg_pipe *pp) {
+  if (!sg_trace_enabled()) return;
+  const int n = pp_nact(pp);
+  const sg_pp_action *a = pp->sched->act + pp->sched->off[pp->stage];
+  for (int i = 0; i < n; ++i) {
+    char name[32];
+    sg_pp_action_label(pp->sched, &a[i], name, sizeof name);
+    sg_trace_add(name, pp->tl[i], pp->tl[n + i]);
+  }
+}
+
 /* Complete the sends, free what the step held. */
 static sg_status pp_finish(struct sg_pipe *pp) {
   sg_status st = SG_OK;
@@ -853,12 +892,20 @@ sg_status sg_pipe_run(sg_pipe_t pp, sg_pipe_forward_fn fn, void *ctx,
   pp_run r = {.pp = pp, .fn = fn, .ctx = ctx};
   for (int i = 0; i < pp->m * pp->v; ++i) pp_slot_reset(&pp->slots[i]);
   const sg_pp_schedule *s = pp->sched;
+  const int n = pp_nact(pp);
+  double *t0 = pp->tl, *t1 = pp->tl + n;
+  pp->run_t0 = sg_wtime();
   SG_TRY(pp_post_headers(&r));
-  for (int i = s->off[pp->stage]; i < s->off[pp->stage + 1]; ++i) {
-    SG_TRY(pp_action(&r, &s->act[i]));
+  for (int i = 0; i < n; ++i) { /* the timeline: each action's interval */
+    t0[i] = sg_wtime();
+    SG_TRY(pp_action(&r, &s->act[s->off[pp->stage] + i]));
+    t1[i] = sg_wtime();
     SG_TRY(pp_progress(pp));
   }
   SG_TRY(pp_finish(pp));
+  pp->run_t1 = sg_wtime();
+  pp->runs++;
+  pp_trace(pp);
   st = sg_agree(sg_mesh_comm(pp->mesh),
                 r.st); /* the failing rank's message on every rank */
   if (st != SG_OK) goto fail;

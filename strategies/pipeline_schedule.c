@@ -20,6 +20,14 @@ const char *sg_pp_op_name(sg_pp_op op) {
   return op >= 0 && op < SG_PP_OP_COUNT ? op_names[op] : "?";
 }
 
+void sg_pp_action_label(const sg_pp_schedule *s, const sg_pp_action *a,
+                        char *out, size_t n) {
+  if (s->v > 1)
+    snprintf(out, n, "%s%d.%d", sg_pp_op_name(a->op), a->mb, a->chunk);
+  else
+    snprintf(out, n, "%s%d", sg_pp_op_name(a->op), a->mb);
+}
+
 sg_status sg_pp_kind_parse(const char *name, sg_pp_kind *kind) {
   sg_status st = SG_OK;
   for (int k = 0; k < SG_PP_KIND_COUNT; ++k)

@@ -88,6 +88,11 @@ typedef struct sg_pp_schedule {
 const char *sg_pp_kind_name(sg_pp_kind kind);
 const char *sg_pp_op_name(sg_pp_op op);
 sg_status sg_pp_kind_parse(const char *name, sg_pp_kind *kind);
+/* An action's label, as sg-info's table and the traces show it: the op
+ * and micro-batch ("F3", "RECV_B0"), with ".chunk" when s->v > 1
+ * ("B3.1"). Truncated to n - 1 characters. */
+void sg_pp_action_label(const sg_pp_schedule *s, const sg_pp_action *a,
+                        char *out, size_t n);
 
 /* Generate a schedule for p stages, m micro-batches, v chunks per stage.
  * Errors (SG_ERR_INVALID_ARG, message says which): p < 1, m < 1, v < 1,
@@ -371,6 +376,31 @@ sg_status sg_pipe_model_ckpt_arrays(sg_pipe_t pipe, sg_parallel_t plan,
                                     sg_model_t model, int writing,
                                     sg_ckpt_array **arrays, int *n);
 sg_status sg_pipe_ckpt_arrays_free(sg_ckpt_array **arrays);
+
+/* The last run's timeline on this stage: for action i of the stage's list
+ * (act[i], the schedule's own list) when it started and ended, in
+ * sg_wtime() seconds (CLOCK_MONOTONIC: comparable between the processes
+ * of one machine). What an interval covers: F the forward and posting its
+ * gradient's receive; B completing its outputs' sends, then the backward (ZB-H1: its input-gradient pass);
+ * W the weight gradient (ZB-H1's split backward);
+ * RECV_F / RECV_B the wait for
+ * the message; SEND_* posting it (non-blocking). Between actions the
+ * runtime posts the receives of headers that arrived; t0 / t1 are
+ * sg_pipe_run's start and end (posting the header receives before the
+ * first action, completing the sends after the last). runs: the runs so
+ * far (0: the arrays hold zeros). The arrays are the runtime's, valid
+ * until the next run or sg_pipe_destroy. When tracing is enabled
+ * (sg_trace_enable) every run also adds its actions to the Chrome trace
+ * (sg_trace_write: one row per rank, events named "F3", "RECV_B0", "B3.1"
+ * as sg-info names them). Not collective. */
+typedef struct sg_pipe_timeline {
+  int n;                   /* actions in this stage's list */
+  const sg_pp_action *act; /* the list: act[0 .. n) */
+  const double *start, *end;
+  double t0, t1;
+  int64_t runs;
+} sg_pipe_timeline;
+void sg_pipe_get_timeline(sg_pipe_t pipe, sg_pipe_timeline *tl);
 
 #ifdef __cplusplus
 }

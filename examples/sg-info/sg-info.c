@@ -286,15 +286,6 @@ static int is_compute(sg_pp_op op) {
   return op == SG_PP_F || op == SG_PP_B || op == SG_PP_W;
 }
 
-/* "F3", or "F3.1" for micro-batch 3 on chunk 1 when there are chunks. */
-static void cell_name(const sg_pp_schedule *s, const sg_pp_action *a, char *out,
-                      size_t n) {
-  if (s->v > 1)
-    snprintf(out, n, "%s%d.%d", sg_pp_op_name(a->op), a->mb, a->chunk);
-  else
-    snprintf(out, n, "%s%d", sg_pp_op_name(a->op), a->mb);
-}
-
 /* One row per time slot, one column per stage: with unit costs every
  * compute action fills exactly one slot. */
 static sg_status print_schedule_table(const sg_pp_schedule *s,
@@ -309,7 +300,8 @@ static sg_status print_schedule_table(const sg_pp_schedule *s,
     for (int i = s->off[stage]; i < s->off[stage + 1]; ++i)
       if (is_compute(s->act[i].op)) {
         int t = (int)(sim->start[i] + 0.5);
-        cell_name(s, &s->act[i], cells + ((size_t)t * p + stage) * W, W);
+        sg_pp_action_label(s, &s->act[i], cells + ((size_t)t * p + stage) * W,
+                           W);
       }
   printf(
       "pipeline schedule %s: p = %d stages, m = %d micro-batches, v = %d\n"
@@ -372,7 +364,7 @@ static sg_status write_schedule_trace(const sg_pp_schedule *s,
     for (int i = s->off[stage]; i < s->off[stage + 1]; ++i) {
       char name[16];
       if (!is_compute(s->act[i].op)) continue;
-      cell_name(s, &s->act[i], name, sizeof name);
+      sg_pp_action_label(s, &s->act[i], name, sizeof name);
       fprintf(
           f,
           ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, "

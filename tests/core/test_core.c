@@ -227,6 +227,11 @@ static void test_trace(void) {
     sg_trace_end("inner");
     sg_trace_end("outer");
   }
+  char added[16]; /* a name on the stack: sg_trace_add copies it */
+  snprintf(added, sizeof added, "added%d", 7);
+  sg_trace_add(added, sg_wtime() - 1e-3, sg_wtime());
+  memset(added, 0, sizeof added);
+  SG_CHECK(sg_timer_count("added7") == 0, "an added event has no timer");
   SG_CHECK(sg_timer_count("inner") == 3 && sg_timer_count("outer") == 3,
            "counts");
   SG_CHECK(sg_timer_total("outer") >= sg_timer_total("inner"), "nesting");
@@ -249,6 +254,7 @@ static void test_trace(void) {
       snprintf(want, sizeof want, "\"pid\": %d", sg_test_size - 1);
       SG_CHECK(strstr(buf, want) != NULL, "events of the last rank");
       SG_CHECK(strstr(buf, "\"name\": \"inner\"") != NULL, "inner event");
+      SG_CHECK(strstr(buf, "\"name\": \"added7\"") != NULL, "added event");
       remove(path);
     }
   }
