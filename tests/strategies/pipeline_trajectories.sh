@@ -1,6 +1,6 @@
 #!/bin/sh
 # Pipeline parallelism end to end (sg-train with a pp mesh dim, issue 18):
-# MODEL (fno, cnn or unet) cut into its pieces; per mesh and schedule, 12
+# MODEL (fno, cnn or unet) cut into its pieces; per mesh and schedule, 20
 # AdamW steps (deterministic mode) whose losses and gradient norms equal
 # the one-process run to 1e-5 relative per step, whose final test
 # evaluation (forward through the stages) does too, and whose final
@@ -34,7 +34,7 @@ cnn) size="--width 8 --blocks 3 --groups 2 --proj-width 16" p3="" atol=1e-6 ;; #
 unet) size="--width 4 --levels 3 --groups 2" p3="--pp-split 1,3" atol=5e-6 ;;  # 6 pieces: 1, 2, 3
 *) echo "unknown model $model"; exit 2 ;;
 esac
-common="--model $model $size --data $data --steps 12 --batch 8 --history 2 --test-samples 2
+common="--model $model $size --data $data --steps 20 --batch 8 --history 2 --test-samples 2
         --deterministic --log-every 1000 --log-level warn --check-every 4"
 runs=""
 run() { # NAME RANKS MESH [extra args]: sg-train, metrics in NAME.jsonl, checkpoints in ck_NAME
