@@ -290,6 +290,29 @@ sg_status sg_pipe_plan_create(sg_pipe_t pipe, const sg_parallel_config *cfg,
  * sg_parallel_attach. Once. Not collective. */
 sg_status sg_pipe_attach(sg_pipe_t pipe, sg_parallel_t plan,
                          sg_var *const *vars);
+/* Split points balanced by cost (strategies/pipeline_cost.c): the
+ * nblocks blocks of costs cost[0..nblocks) cut into `parts` contiguous
+ * pieces, each of at least one block, so that the most expensive piece is
+ * as cheap as possible (exact: dynamic programming); split[0..parts-2] as
+ * sg_pipe_config.split takes them (the first block of pieces 1, 2, ...).
+ * SG_ERR_INVALID_ARG for fewer blocks than parts or a negative cost. Not
+ * collective. */
+sg_status sg_pp_split_by_cost(int nblocks, const double *cost, int parts,
+                              int *split);
+/* The measured cost of each piece of a zoo model (sg_model_nblocks of
+ * them), for pp_split = auto: the model — built on the stage mesh, not
+ * yet bound — is bound to scratch buffers and initialised, and every piece
+ * runs forward in turn on a random input of batch x cin x its local box,
+ * recording on a tape as in training; cost[k] is piece k's median forward
+ * time over reps runs after a warm-up, the largest over the ranks of mesh
+ * (the whole mesh: every rank gets the same costs, hence the same split).
+ * The backward is taken to scale with the forward. Afterwards the model's
+ * parameters must be bound again (sg_pipe_model_plan does). Collective
+ * over mesh. */
+sg_status sg_pipe_model_piece_costs(sg_mesh_t mesh, sg_model_t model,
+                                    int64_t batch, int64_t cin, int reps,
+                                    double *cost);
+
 /* All of the above for a model of the zoo with pieces (sg_model_nblocks
  * == cfg.nblocks), built on the stage mesh: the plan over this stage's
  * pieces (every chunk's, in chunk order; the model's own offsets, the

@@ -48,7 +48,7 @@ static const sg_kv_key keys[] = {
     {"pp_virtual", SG_KV_INT, "0",
      "pipeline chunks per stage (interleaved; 0: the schedule's default)"},
     {"pp_split", SG_KV_STRING, "auto",
-     "auto (balanced pieces) | i,j,...: the model's pieces where stages 1.. (virtual stages) start"},
+     "auto (pieces balanced by their measured cost) | even (by count) | i,j,...: the model's pieces where stages 1.. (virtual stages) start"},
     {"zero", SG_KV_INT, "0",
      "ZeRO stage over the fsdp dim: 0 (DDP) | 1 (optimizer state sharded) | 2 (+ gradients) | 3 (+ parameters)"},
     {"zero_over_domain", SG_KV_BOOL, "false",
@@ -679,7 +679,8 @@ static sg_status setup(run_t *r) {
                                                   r->lbatch, &r->model)));
   if (pp)
     SG_TRY(sg_train_pp_create(kv, r->mesh, r->smesh, r->model,
-                              sg_kv_str(kv, "model"), &r->pipe));
+                              sg_kv_str(kv, "model"), r->lbatch, r->cin,
+                              &r->pipe));
   int64_t y0, lny, x0, lnx;
   sg_model_box(r->model, &y0, &lny, &x0, &lnx);
   sg_trace_begin("io");

@@ -46,11 +46,12 @@ fail:
   return st;
 }
 
-/* pp_split: "auto" (split = NULL) or n increasing block indices. */
+/* pp_split: "auto" (*use = 2: by measured cost), "even" (0: split = NULL,
+ * balanced by count) or n increasing block indices (1). */
 static sg_status parse_split(const char *s, int n, int *split, int *use) {
   sg_status st = SG_OK;
-  *use = strcmp(s, "auto") != 0;
-  if (!*use) return SG_OK;
+  *use = !strcmp(s, "auto") ? 2 : strcmp(s, "even") != 0;
+  if (*use != 1) return SG_OK;
   int k = 0;
   const char *p = s;
   while (*p) {
@@ -59,7 +60,7 @@ static sg_status parse_split(const char *s, int n, int *split, int *use) {
     if (end == p || (*end && *end != ',') || v < 0 || v > 1000000)
       SG_RAISE(
           SG_ERR_CONFIG,
-          "pp_split must be auto or a list of block indices i,j,..., not '%s'",
+          "pp_split must be auto, even or a list of block indices i,j,..., not '%s'",
           s);
     if (k < n) split[k] = (int)v;
     ++k;
@@ -76,9 +77,35 @@ fail:
   return st;
 }
 
+/* pp_split = auto: the pieces' measured costs and the split that balances
+ * them over the nv virtual stages (the same on every rank). Collective. */
+static sg_status split_by_cost(sg_mesh_t mesh, sg_model_t model, int64_t batch,
+                               int64_t cin, int nv, int *split) {
+  sg_status st = SG_OK;
+  const int n = sg_model_nblocks(model);
+  double *cost = calloc((size_t)n, sizeof *cost);
+  char buf[512];
+  int len = 0;
+  st = cost ? SG_OK
+            : sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
+  SG_TRY(sg_agree(sg_mesh_comm(mesh), st));
+  SG_TRY(sg_pipe_model_piece_costs(mesh, model, batch, cin, 3, cost));
+  SG_TRY(sg_pp_split_by_cost(n, cost, nv, split));
+  for (int k = 0; k < nv - 1 && len < (int)sizeof buf - 16; ++k)
+    len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%d", k ? "," : "",
+                    split[k]);
+  buf[len] = '\0';
+  sg_log_info("pipeline: pp_split auto = %s (piece forward times measured, "
+              "%d pieces, %d virtual stages)",
+              nv > 1 ? buf : "-", n, nv);
+fail:
+  free(cost);
+  return st;
+}
+
 sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh,
                              sg_model_t model, const char *model_name,
-                             sg_pipe_t *pipe) {
+                             int64_t batch, int64_t cin, sg_pipe_t *pipe) {
   sg_status st = SG_OK;
   int *split = NULL, use = 0;
   sg_pipe_config cfg = {.m = (int)sg_kv_int(kv, "microbatches"),
@@ -90,8 +117,9 @@ sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh,
    * none does */
   if (cfg.nblocks <= 0)
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "model %s has no pipeline pieces yet (pp runs the fno, cnn and "
-             "unet)",
+             "model %s has no pipeline pieces yet (every model of the zoo "
+             "has them; a registered model needs nblocks, block_params and "
+             "forward_blocks)",
              model_name);
   SG_TRY(sg_pp_kind_parse(sg_kv_str(kv, "pp_schedule"), &cfg.kind));
   const int p = sg_mesh_dim_size(mesh, sg_mesh_find_dim(mesh, "pp"));
@@ -101,7 +129,10 @@ sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh,
   split = calloc((size_t)nv, sizeof *split);
   if (!split) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   SG_TRY(parse_split(sg_kv_str(kv, "pp_split"), nv - 1, split, &use));
-  cfg.split = use ? split : NULL;
+  /* more virtual stages than pieces: sg_pipe_create says so */
+  if (use == 2 && nv <= cfg.nblocks)
+    SG_TRY(split_by_cost(mesh, model, batch, cin, nv, split));
+  cfg.split = use == 1 || (use == 2 && nv <= cfg.nblocks) ? split : NULL;
   SG_TRY(sg_pipe_create(mesh, &cfg, pipe));
 fail:
   free(split);

@@ -156,12 +156,14 @@ int sg_train_pp_on(sg_mesh_t mesh);
  * (config only: the same verdict on every rank). Not collective. */
 sg_status sg_train_pp_check(sg_kv_t kv, sg_mesh_t mesh);
 /* The runtime from pp_schedule, microbatches, pp_virtual, pp_split for a
- * model built on stage_mesh (sg_pipe_stage_mesh_create of mesh); "model X
- * has no pipeline pieces yet" for a model without pieces. Collective over
+ * model built on stage_mesh (sg_pipe_stage_mesh_create of mesh) for
+ * micro-batches of batch samples of cin channels (pp_split = auto times
+ * its pieces on them: the model is bound again afterwards); "model X has
+ * no pipeline pieces yet" for a model without pieces. Collective over
  * mesh. */
 sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh,
                              sg_model_t model, const char *model_name,
-                             sg_pipe_t *pipe);
+                             int64_t batch, int64_t cin, sg_pipe_t *pipe);
 /* One step's pipeline run: micro-batch k is the training examples
  * perm[k * lbatch .. (k + 1) * lbatch) of this data rank; x, y, mask hold
  * micro micro-batches (vx, vy, vm: micro variables each). */

@@ -12,7 +12,9 @@
 # pp=3: 6 virtual stages need m a multiple of 3) and zb-h1. The CNN also:
 # an explicit pp_split, pp=2,fsdp=2 with zero 1, activation checkpointing,
 # and zb-h1 (the tape's split backward) on pp=2,h=2 with checkpointed blocks.
-# The U-Net's skips cross the cuts (on pp=3 skip 0 crosses stage 1).
+# The U-Net's skips cross the cuts (on pp=3 skip 0 crosses stage 1). The
+# pp=2 runs split by measured cost (pp_split = auto, the default), pp=3 by
+# count (even) or an explicit list.
 #   pipeline_trajectories.sh BIN_DIR MPIEXEC WORK_DIR SRC_DIR DATA MODEL
 # MODEL data: make the dataset DATA (once, for every model: the CTest
 # fixture pipeline_traj_data).
@@ -29,8 +31,8 @@ case $model in
 # U-Net's 5e-6: one weight of 1152 (enc2.conv1.w, a near-zero gradient
 # that AdamW normalises) ends 2.6e-6 from one process on h=2 without any
 # pipeline too (the domain split's sums); the pipelines give the same.
-fno) size="--width 8 --modes 4 --layers 3 --proj-width 16" p3="" atol=1e-6 ;;  # 5 pieces: 2, 2, 1
-cnn) size="--width 8 --blocks 3 --groups 2 --proj-width 16" p3="" atol=1e-6 ;; # 5 pieces: 2, 2, 1
+fno) size="--width 8 --modes 4 --layers 3 --proj-width 16" p3="--pp-split even" atol=1e-6 ;;  # 5 pieces: 2, 2, 1
+cnn) size="--width 8 --blocks 3 --groups 2 --proj-width 16" p3="--pp-split even" atol=1e-6 ;; # 5 pieces: 2, 2, 1
 unet) size="--width 4 --levels 3 --groups 2" p3="--pp-split 1,3" atol=5e-6 ;;  # 6 pieces: 1, 2, 3
 *) echo "unknown model $model"; exit 2 ;;
 esac

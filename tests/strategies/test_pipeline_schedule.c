@@ -8,6 +8,7 @@
 #include "sg_test.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -326,8 +327,79 @@ done:
   sg_pp_schedule_destroy(&s);
 }
 
+/* The most expensive part of blocks cut at split[0..parts-2]. */
+static double max_part(const double *c, int n, int parts, const int *split) {
+  double worst = 0.0;
+  for (int k = 0; k < parts; ++k) {
+    const int a = k ? split[k - 1] : 0, b = k < parts - 1 ? split[k] : n;
+    double sum = 0.0;
+    for (int i = a; i < b; ++i) sum += c[i];
+    worst = sum > worst ? sum : worst;
+  }
+  return worst;
+}
+
+/* The best max part over every contiguous cut (parts <= 4), by brute
+ * force: the reference for sg_pp_split_by_cost. */
+static double brute(const double *c, int n, int parts) {
+  int s[3] = {0, 0, 0};
+  double best = 1e300;
+  for (s[0] = 1; s[0] < n || parts < 2; ++s[0]) {
+    for (s[1] = s[0] + 1; s[1] < n || parts < 3; ++s[1]) {
+      for (s[2] = s[1] + 1; s[2] < n || parts < 4; ++s[2]) {
+        const double m = max_part(c, n, parts, s);
+        best = m < best ? m : best;
+        if (parts < 4) break;
+      }
+      if (parts < 3) break;
+    }
+    if (parts < 2) break;
+  }
+  return best;
+}
+
+/* pp_split = auto's partition: optimal against brute force on random
+ * costs, contiguous, every part non-empty; the obvious cases; bad input. */
+static void split_by_cost(void) {
+  uint64_t r = 12345;
+  int bad = 0, cases = 0;
+  for (int n = 1; n <= 9; ++n)
+    for (int parts = 1; parts <= 4 && parts <= n; ++parts)
+      for (int rep = 0; rep < 20; ++rep) {
+        double c[9];
+        int split[3];
+        for (int i = 0; i < n; ++i) {
+          r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+          c[i] = (double)(r >> 40) / (double)(1ULL << 24) *
+                 (rep % 2 ? 1 : i + 1);
+        }
+        SG_CHECK_OK(sg_pp_split_by_cost(n, c, parts, split));
+        int ok = 1;
+        for (int k = 0; k < parts - 1; ++k)
+          ok &= split[k] > (k ? split[k - 1] : 0) && split[k] < n;
+        ok &= fabs(max_part(c, n, parts, split) - brute(c, n, parts)) <= 1e-12;
+        bad += !ok;
+        ++cases;
+      }
+  SG_CHECK(bad == 0, "split by cost: %d of %d cases not optimal or not valid",
+           bad, cases);
+  /* a heavy last block gets a stage of its own */
+  const double heavy[5] = {1, 1, 1, 1, 4};
+  int sp[2];
+  SG_CHECK(sg_pp_split_by_cost(5, heavy, 2, sp) == SG_OK && sp[0] == 4,
+           "1,1,1,1,4 into 2: split at 4, not %d", sp[0]);
+  const double even[6] = {1, 1, 1, 1, 1, 1};
+  SG_CHECK(sg_pp_split_by_cost(6, even, 3, sp) == SG_OK && sp[0] == 2 &&
+               sp[1] == 4,
+           "equal costs into 3: 2,4 (got %d,%d)", sp[0], sp[1]);
+  SG_CHECK_STATUS(sg_pp_split_by_cost(2, even, 3, sp), SG_ERR_INVALID_ARG);
+  const double neg[2] = {1, -1};
+  SG_CHECK_STATUS(sg_pp_split_by_cost(2, neg, 2, sp), SG_ERR_INVALID_ARG);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
+  split_by_cost();
   invariants();
   checker_catches();
   deadlocks();
