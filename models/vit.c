@@ -359,13 +359,19 @@ fail:
 static void vit_describe(void *impl, const sg_model_config *c, char *buf,
                          size_t size) {
   const vit *m = impl;
-  snprintf(buf, size,
-           "vit: width %lld, patch %lld (%lldx%lld tokens), heads %lld, "
-           "depth %lld, mlp %lld, %lld parameters",
-           (long long)c->width, (long long)c->patch, (long long)m->hp,
-           (long long)m->wp, (long long)c->heads, (long long)c->depth,
-           (long long)(VIT_MLP_RATIO * c->width),
-           (long long)sg_cn_i_param_count(impl));
+  const int n = snprintf(
+      buf, size,
+      "vit: width %lld, patch %lld (%lldx%lld tokens), heads %lld, "
+      "depth %lld, mlp %lld, %lld parameters",
+      (long long)c->width, (long long)c->patch, (long long)m->hp,
+      (long long)m->wp, (long long)c->heads, (long long)c->depth,
+      (long long)(VIT_MLP_RATIO * c->width),
+      (long long)sg_cn_i_param_count(impl));
+  if (m->tps > 1 && n > 0 && (size_t)n < size)
+    snprintf(buf + n, size - (size_t)n,
+             "; tensor parallel over tp=%d (%lld heads and the parameters "
+             "counted per rank)",
+             m->tps, (long long)(c->heads / m->tps));
 }
 
 /* heads does not change a shape: a checkpoint may be read with others */
