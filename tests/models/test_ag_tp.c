@@ -5,7 +5,10 @@
  * the ops take any split of the rows/columns (the ViT refuses one by
  * heads % tp). Checked: y and the loss (replicated: every tp rank), dx
  * (tp_copy's all-reduce), this rank's rows of dW1 and slice of db1, its
- * columns of dW2, and db2 (after the reduction: replicated). */
+ * columns of dW2, and db2 (after the reduction: replicated). And the two
+ * conjugate ops alone: y = tp_reduce(s_r * tp_copy(x)) with a different
+ * scale s_r = r + 1 per tp rank is (sum s_r) x, and dx = (sum s_r) dy on
+ * every rank. */
 #include "sg_autograd.h"
 #include "sg_decomp.h"
 #include "sg_mesh.h"
@@ -98,6 +101,32 @@ static void cmp_part(const char *what, const double *a, const double *b,
   }
 }
 
+static void test_conjugate(sg_group_t g, int me, int P) {
+  sg_tape_t tape = NULL;
+  sg_var x, *h = NULL, *y = NULL, *l = NULL;
+  memset(&x, 0, sizeof x);
+  const int64_t n = N * C * S;
+  const double tot = P * (P + 1) / 2.0;
+  SG_REQUIRE_OK(var_f64(&x, "x", 4, XS, 0, 1));
+  for (int64_t i = 0; i < n; ++i) ((double *)x.value.data)[i] = xv(i);
+  SG_REQUIRE_OK(sg_tape_create(&tape));
+  SG_REQUIRE_OK(sg_ag_tp_copy(tape, g, &x, &h));
+  SG_REQUIRE_OK(sg_ag_scale(tape, me + 1.0, h, &h));
+  SG_REQUIRE_OK(sg_ag_tp_reduce(tape, g, h, &y));
+  for (int64_t i = 0; i < n; ++i)
+    SG_CHECK(fabs(((double *)y->value.data)[i] - tot * xv(i)) <= 1e-12,
+             "tp_reduce: y[%lld]", (long long)i);
+  SG_REQUIRE_OK(sg_ag_loss(tape, SG_LOSS_SUM, y, NULL, &l));
+  SG_REQUIRE_OK(sg_tape_backward(tape, l));
+  for (int64_t i = 0; i < n; ++i)
+    SG_CHECK(fabs(((double *)x.grad.data)[i] - tot) <= 1e-12,
+             "tp_copy: dx[%lld] = %g, want %g", (long long)i,
+             ((double *)x.grad.data)[i], tot);
+done:
+  sg_tape_destroy(&tape);
+  sg_var_release(&x);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   sg_mesh_t mesh = NULL;
@@ -118,6 +147,7 @@ int main(int argc, char **argv) {
   cmp_part("db1 (slice)", got.db1, ref.db1, H, 1, h0, hl, 0);
   cmp_part("dW2 (columns)", got.dw2, ref.dw2, C * H, H, h0, hl, 1);
   cmp_part("db2", got.db2, ref.db2, C, 1, 0, 1, 0);
+  test_conjugate(g, me, P);
   { /* the replicated results are the same bits on every tp rank */
     double mx[2] = {got.loss, got.dx[7]}, mn[2] = {got.loss, got.dx[7]};
     MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
