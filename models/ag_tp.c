@@ -51,10 +51,13 @@ static sg_status copy_bwd(sg_node *node) {
 
 static sg_status reduce_fwd(sg_node *node) {
   sg_status st = SG_OK;
+  const tp_attr *a = (const tp_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(tp_sum((const tp_attr *)node->attr, x, x->data,
-                node->out[0]->value.data));
+  st = sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape);
+  /* a rank without its output must not leave the others in the sum */
+  if (a->g && sg_group_size(a->g) > 1) st = sg_group_agree(a->g, st);
+  SG_TRY(st);
+  SG_TRY(tp_sum(a, x, x->data, node->out[0]->value.data));
 fail:
   return st;
 }

@@ -19,8 +19,8 @@
 # ViT with Megatron tensor parallelism on tp=2, dp=2,tp=2, tp=2,h=2 (TP
 # composed with ring attention) and fsdp=2,tp=2 (ZeRO-1 on the tp boxes):
 # losses, gradient norms, test error and every final parameter equal to one
-# process; a tp=2 checkpoint resumed on 1 rank and a 1-rank one on
-# tp=2,h=2.
+# process; activation checkpointing on tp=2; a tp=2 checkpoint resumed on
+# 1 rank and a 1-rank one on tp=2,h=2.
 #   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 task=$1 bin=$2 mpiexec=$3 work=$4 src=$5
@@ -81,6 +81,9 @@ if [ "$task" = vit_tp ]; then
     /usr/bin/python3 "$src/tests/examples/compare_params.py" ck_ref/step_000010.nc \
       "ck_$name/step_000010.nc" 1e-5 1e-6 --exclude qkv.b
   done
+  # activation checkpointing: the block's tp collectives run again in backward
+  tp_run ack 2 tp=2 --activation-checkpointing blocks
+  $cmp ref.jsonl ack.jsonl 1e-5
   # shellcheck disable=SC2086
   "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --resume ck_tp2/step_000005.nc --metrics r1.jsonl
   $cmp r1.jsonl tp2.jsonl 1e-5
