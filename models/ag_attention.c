@@ -468,23 +468,33 @@ sg_status sg_ag_layernorm(sg_tape_t t, double eps, sg_var *x, sg_var *gamma,
   return sg_ag_norm(t, &d, x, gamma, beta, y);
 }
 
-sg_status sg_ag_mhsa(sg_tape_t t, int64_t heads, sg_var *x, sg_var *wqkv,
-                     sg_var *bqkv, sg_var *wo, sg_var *bo, sg_var **y) {
+sg_status sg_ag_mhsa_tp(sg_tape_t t, sg_group_t tp, int64_t heads_local,
+                        sg_var *x, sg_var *wqkv, sg_var *bqkv, sg_var *wo,
+                        sg_var *bo, sg_var **y) {
   sg_status st = SG_OK;
   if (!x || !wqkv || !wo || !y)
     SG_RAISE(SG_ERR_INVALID_ARG, "mhsa: x, wqkv, wo and y are required");
-  const int64_t c = x->value.ndim >= 2 ? sg_var_global_shape(x)[1] : 0;
-  if (wqkv->value.ndim != 2 || wqkv->value.shape[0] != 3 * c)
-    SG_RAISE(SG_ERR_SHAPE, "mhsa: wqkv must be (3C, C) = (%lld, %lld)",
-             (long long)(3 * c), (long long)c);
+  const int64_t c = x->value.ndim >= 2 ? sg_var_global_shape(x)[1] : 0,
+                cl = wqkv->value.ndim == 2 ? wqkv->value.shape[0] / 3 : 0;
+  if (wqkv->value.ndim != 2 || wqkv->value.shape[0] != 3 * cl ||
+      wqkv->value.shape[1] != c || (!(tp && sg_group_size(tp) > 1) && cl != c))
+    SG_RAISE(SG_ERR_SHAPE,
+             "mhsa: wqkv must be (3 C_local, C) with C = %lld (C_local = C "
+             "without tensor parallelism)",
+             (long long)c);
   sg_var *h = NULL, *qkv[3] = {NULL, NULL, NULL};
-  const int64_t parts[3] = {c, c, c};
-  SG_TRY(sg_ag_linear(t, x, wqkv, bqkv, &h));
+  const int64_t parts[3] = {cl, cl, cl};
+  SG_TRY(sg_ag_linear_col(t, tp, x, wqkv, bqkv, &h));
   SG_TRY(sg_ag_split(t, h, 3, parts, qkv));
-  SG_TRY(sg_ag_attention(t, heads, qkv[0], qkv[1], qkv[2], &h));
-  SG_TRY(sg_ag_linear(t, h, wo, bo, y));
+  SG_TRY(sg_ag_attention(t, heads_local, qkv[0], qkv[1], qkv[2], &h));
+  SG_TRY(sg_ag_linear_row(t, tp, h, wo, bo, y));
 fail:
   return st;
+}
+
+sg_status sg_ag_mhsa(sg_tape_t t, int64_t heads, sg_var *x, sg_var *wqkv,
+                     sg_var *bqkv, sg_var *wo, sg_var *bo, sg_var **y) {
+  return sg_ag_mhsa_tp(t, NULL, heads, x, wqkv, bqkv, wo, bo, y);
 }
 
 void sg_ag_attention_ring_bytes(long long *bytes, int reset) {

@@ -48,6 +48,7 @@ sg_status sg_cnn_create(sg_mesh_t mesh, const sg_cnn_config *cfg, int64_t ny,
   if (!mesh || !cfg || !out)
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_cnn_create: NULL argument");
   *out = NULL;
+  SG_TRY(sg_cn_refuse_tp(mesh, "CNN")); /* before the shape checks */
   if (cfg->cin < 1 || cfg->cout < 1 || cfg->width < 1 || cfg->proj_width < 1 ||
       batch < 1)
     SG_RAISE(SG_ERR_CONFIG,

@@ -124,9 +124,29 @@ fail:
   return st;
 }
 
+sg_status sg_cn_refuse_tp(sg_mesh_t mesh, const char *who) {
+  for (int k = 0; k < sg_mesh_ndims(mesh); ++k)
+    if (!strcmp(sg_mesh_dim_name(mesh, k), "tp") &&
+        sg_mesh_dim_size(mesh, k) > 1)
+      return sg_error_set(
+          SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+          "%s: mesh dim 'tp' (size %d): this model has no tensor parallelism "
+          "(models with TP: vit); split it with dp, fsdp, h or w instead",
+          who, sg_mesh_dim_size(mesh, k));
+  return SG_OK;
+}
+
 sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
                             int64_t nx, int64_t batch, int add_grid,
                             const char *who) {
+  sg_status st = sg_cn_refuse_tp(mesh, who);
+  if (st != SG_OK) return st;
+  return sg_cn_domain_init_tp(d, mesh, ny, nx, batch, add_grid, who);
+}
+
+sg_status sg_cn_domain_init_tp(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
+                               int64_t nx, int64_t batch, int add_grid,
+                               const char *who) {
   sg_status st = SG_OK;
   memset(d, 0, sizeof *d);
   d->mesh = mesh;
@@ -147,10 +167,10 @@ sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
       pw = sz, cw = sg_mesh_coord(mesh, k), d->place[k] = sg_shard(3);
     else if (strcmp(nm, "dp") == 0 || strcmp(nm, "fsdp") == 0)
       pd *= sz, d->place[k] = sg_shard(0);
-    else if (sz > 1)
+    else if (sz > 1 && strcmp(nm, "tp") != 0) /* tp: the model's own */
       SG_RAISE(SG_ERR_MESH,
-               "%s: mesh dim '%s' (size %d) is not one of dp, fsdp, h, w", who,
-               nm, sz);
+               "%s: mesh dim '%s' (size %d) is not one of dp, fsdp, h, w, tp",
+               who, nm, sz);
   }
   if (ph > ny || pw > nx)
     SG_RAISE(SG_ERR_SHAPE,

@@ -90,6 +90,15 @@ sg_status sg_cn_grid_init(sg_var *grid, float **data, int64_t batch, int64_t y0,
 sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
                             int64_t nx, int64_t batch, int add_grid,
                             const char *who);
+/* The same for a model with tensor parallelism: a "tp" mesh dim (any
+ * size) replicates the activations (the model splits its layers over it). */
+sg_status sg_cn_domain_init_tp(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
+                               int64_t nx, int64_t batch, int add_grid,
+                               const char *who);
+/* SG_ERR_NOT_SUPPORTED "<who>: mesh dim 'tp' ..." when the mesh has a tp
+ * dim of size > 1 (a model without tensor parallelism). Not collective
+ * (every rank finds the same). */
+sg_status sg_cn_refuse_tp(sg_mesh_t mesh, const char *who);
 void sg_cn_domain_release(sg_cn_domain *d);
 /* Check the input block x: (batch, cin, ny, nx) of this rank. */
 sg_status sg_cn_domain_check_input(const sg_cn_domain *d, const sg_var *x,

@@ -110,6 +110,7 @@ sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
         "FNO: modes %lldx%lld do not fit a %lldx%lld grid (2*modes1 <= ny, modes2 <= nx/2+1)",
         (long long)cfg->modes1, (long long)cfg->modes2, (long long)ny,
         (long long)nx);
+  SG_TRY(sg_cn_refuse_tp(mesh, "FNO"));
   m = calloc(1, sizeof *m);
   if (!m) SG_RAISE(SG_ERR_ALLOC, "sg_fno_create: out of memory");
   m->cfg = *cfg;

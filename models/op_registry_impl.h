@@ -15,6 +15,9 @@ const sg_op_def *sg_ag_spectral_op_def(void);
  * (sg_ag_add_field). */
 const sg_op_def *sg_ag_attention_op_def(void);
 const sg_op_def *sg_ag_add_field_op_def(void);
+/* ag_tp.c: the conjugate ops of tensor parallelism. */
+const sg_op_def *sg_ag_tp_copy_op_def(void);
+const sg_op_def *sg_ag_tp_reduce_op_def(void);
 /* autograd.c: the activation checkpoint (sg_ag_checkpoint). */
 const sg_op_def *sg_ag_checkpoint_op_def(void);
 

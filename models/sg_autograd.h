@@ -575,6 +575,42 @@ sg_status sg_ag_layernorm(sg_tape_t t, double eps, sg_var *x, sg_var *gamma,
  * into q, k, v, sg_ag_attention, then linear(wo (C, C), bo (C) or NULL). */
 sg_status sg_ag_mhsa(sg_tape_t t, int64_t heads, sg_var *x, sg_var *wqkv,
                      sg_var *bqkv, sg_var *wo, sg_var *bo, sg_var **y);
+
+/* ---- tensor parallelism (Megatron; models/ag_tp.c, docs/strategies.md) ----
+ * tp: the group of the tensor-parallel mesh dim (sg_mesh_group over the
+ * "tp" dim); NULL or a group of size 1 means one tp rank. Inside a TP
+ * region a variable is this tp rank's channel slice (its placements over
+ * the other mesh dims are the input's; its channel count is the local
+ * one). The collectives are fixed-order all-reduces over tp (every tp rank
+ * gets the same bits); collective over tp (and over x's mesh like any op).
+ *
+ * "Copy to TP region": y = x; backward: dx = the sum over tp of dy. */
+sg_status sg_ag_tp_copy(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var **y);
+/* "Reduce from TP region": y = the sum over tp of x (x is Partial over tp
+ * only: each tp rank's partial sum; y is the same on every tp rank);
+ * backward: dx = dy. */
+sg_status sg_ag_tp_reduce(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var **y);
+/* Column-parallel linear: x replicated over tp, w this rank's rows
+ * (Cout_local, C) of the global (Cout, C), b its slice (Cout_local) or
+ * NULL; y = x w^T + b is this rank's Cout_local output channels
+ * (tp_copy, then linear). Any split of the rows (uneven too) is the
+ * caller's. */
+sg_status sg_ag_linear_col(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
+                           sg_var *b, sg_var **y);
+/* Row-parallel linear: x this rank's C_local input channels, w its
+ * columns (Cout, C_local) of the global (Cout, C), b the whole (Cout)
+ * (replicated) or NULL; y = sum over tp of x w^T, then + b once
+ * (linear without bias, tp_reduce, bias). y is replicated over tp. */
+sg_status sg_ag_linear_row(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
+                           sg_var *b, sg_var **y);
+/* The MHSA block with its heads split over tp: wqkv this rank's
+ * (3 C_local, C) rows (its q, k, v channels, in that order), bqkv
+ * (3 C_local) or NULL, heads_local heads on them, wo (C, C_local)
+ * row-parallel, bo (C) replicated. tp NULL: sg_ag_mhsa. One all-reduce
+ * forward (after wo) and one backward (before wqkv). */
+sg_status sg_ag_mhsa_tp(sg_tape_t t, sg_group_t tp, int64_t heads_local,
+                        sg_var *x, sg_var *wqkv, sg_var *bqkv, sg_var *wo,
+                        sg_var *bo, sg_var **y);
 /* A scalar loss (target ignored by SUM/MEAN, may be NULL then). On a
  * sharded pred (target sharded alike) the value is the global loss over all
  * shards, the same on every rank (rank-order sums: deterministic). */

@@ -7,7 +7,8 @@
  * the modes each domain rank owns). From this description a driver derives
  * everything that depends on the layout:
  *   - the gradient reduction group: the mesh dims where the data is split
- *     (data-parallel, domain, sequence) minus shard_dims;
+ *     (data-parallel, domain, sequence; not tp, whose ranks see the same
+ *     data) minus shard_dims;
  *   - the replica group (ranks that must hold identical values): every mesh
  *     dim not in shard_dims;
  *   - the global gradient norm: Replicate parameters counted once, sharded

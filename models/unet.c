@@ -61,6 +61,7 @@ sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg, int64_t ny,
   if (!mesh || !cfg || !out)
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_unet_create: NULL argument");
   *out = NULL;
+  SG_TRY(sg_cn_refuse_tp(mesh, "U-Net")); /* before the shape checks */
   if (cfg->cin < 1 || cfg->cout < 1 || cfg->width < 1 || batch < 1)
     SG_RAISE(SG_ERR_CONFIG, "U-Net: cin, cout, width and batch must be >= 1");
   if (cfg->levels < 1 || cfg->levels > UNET_MAX_LEVELS)

@@ -17,6 +17,7 @@
 #include "sg_model_impl.h"
 #include "sg_rng.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,13 @@ typedef struct vit_block_ctx { /* a block as a checkpointed block */
   int b;
 } vit_block_ctx;
 
+/* A parameter split over tp: its box of the global array (the local
+ * variable is that box, stored contiguously). */
+typedef struct vit_box {
+  int ndim;
+  int64_t global[3], start[3], count[3];
+} vit_box;
+
 typedef struct vit {
   sg_cn_base b; /* first: the shared part of the model table */
   vit_block_ctx bctx[VIT_MAX_DEPTH];
@@ -37,6 +45,14 @@ typedef struct vit {
   int64_t hp0, nhp, wp0, nwp;   /* this rank's patches (the tokens) */
   unsigned domain_mask;         /* mesh dims h, w: the position field's */
   int embed, pos, block0, head; /* parameter indices */
+  /* tensor parallelism: the tp group (NULL: no tp dim), its size and this
+   * rank's index, the mesh dim's bit; this rank's channels [c0, c0 + cl)
+   * of the width and [f0, f0 + fl) of the MLP's hidden width */
+  sg_group_t tp;
+  int tps, tpr;
+  unsigned tp_mask;
+  int64_t c0, cl, f0, fl;
+  vit_box box[SG_CN_MAX_PARAMS]; /* ndim 0: not split over tp */
 } vit;
 
 static void vit_destroy(void *impl) {
@@ -63,6 +79,13 @@ static sg_status vit_check(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
   if (c->heads < 1 || c->width % c->heads)
     SG_RAISE(SG_ERR_CONFIG, "vit: heads (%lld) must divide width (%lld)",
              (long long)c->heads, (long long)c->width);
+  for (int k = 0; k < sg_mesh_ndims(mesh); ++k)
+    if (!strcmp(sg_mesh_dim_name(mesh, k), "tp") &&
+        c->heads % sg_mesh_dim_size(mesh, k))
+      SG_RAISE(SG_ERR_CONFIG,
+               "vit: heads (%lld) must be divisible by tp (%d): tensor "
+               "parallelism splits the heads over the tp ranks",
+               (long long)c->heads, sg_mesh_dim_size(mesh, k));
   if (p < 1)
     SG_RAISE(SG_ERR_CONFIG, "vit: patch must be >= 1 (got %lld)", (long long)p);
   if (ny % p || nx % p)
@@ -85,11 +108,75 @@ fail:
   return st;
 }
 
+/* A parameter whose local variable is the box (start, count) of a global
+ * array (ndim dims; the variable has vdim dims of vshape, the same
+ * elements), U(-1/sqrt(fan_in), +) by global index. */
+static int vit_add_box(vit *m, const char *name, int vdim,
+                       const int64_t *vshape, int ndim, const int64_t *global,
+                       const int64_t *start, const int64_t *count,
+                       int64_t fan_in) {
+  const int i = sg_cn_params_add(&m->b.p, name, vdim, vshape,
+                                 SG_CN_INIT_UNIFORM, fan_in);
+  if (i < 0) return -1;
+  vit_box *bx = &m->box[i];
+  bx->ndim = ndim;
+  for (int d = 0; d < ndim; ++d)
+    bx->global[d] = global[d], bx->start[d] = start[d], bx->count[d] = count[d];
+  return i;
+}
+
+/* Block b's attention and MLP linears, split over tp (Megatron): qkv
+ * (3, C, C) Shard by output channel (this rank's heads: rows c0.. of each
+ * of q, k, v), its bias (3, C) alike; out (C, C) Shard by input channel,
+ * its bias (C) replicated; fc1 (hid, C) Shard by output channel, its bias
+ * (hid) alike; fc2 (C, hid) Shard by input channel, its bias replicated.
+ * Without tp the boxes are the whole arrays. */
+static int vit_add_block_linears(vit *m, int b) {
+  sg_cn_params *P = &m->b.p;
+  const int64_t C = m->cfg.width, hid = VIT_MLP_RATIO * C, c0 = m->c0,
+                cl = m->cl, f0 = m->f0, fl = m->fl;
+  char nm[32];
+  int ok = 1;
+#define VIT_NAME(suffix) snprintf(nm, sizeof nm, "block%d.%s", b, suffix)
+  {
+    const int64_t v[2] = {3 * cl, C}, g[3] = {3, C, C}, s0[3] = {0, c0, 0},
+                  n[3] = {3, cl, C}, vb[1] = {3 * cl};
+    VIT_NAME("qkv.w");
+    ok = ok && vit_add_box(m, nm, 2, v, 3, g, s0, n, C) >= 0;
+    VIT_NAME("qkv.b");
+    ok = ok && vit_add_box(m, nm, 1, vb, 2, g, s0, n, C) >= 0;
+  }
+  {
+    const int64_t v[2] = {C, cl}, g[2] = {C, C}, s0[2] = {0, c0}, bs[1] = {C};
+    VIT_NAME("out.w");
+    ok = ok && vit_add_box(m, nm, 2, v, 2, g, s0, v, C) >= 0;
+    VIT_NAME("out.b");
+    ok = ok && sg_cn_params_add(P, nm, 1, bs, SG_CN_INIT_UNIFORM, C) >= 0;
+  }
+  VIT_NAME("ln2");
+  ok = ok && sg_cn_add_norm(P, nm, C) >= 0;
+  {
+    const int64_t v[2] = {fl, C}, g[2] = {hid, C}, s0[2] = {f0, 0};
+    VIT_NAME("fc1.w");
+    ok = ok && vit_add_box(m, nm, 2, v, 2, g, s0, v, C) >= 0;
+    VIT_NAME("fc1.b");
+    ok = ok && vit_add_box(m, nm, 1, v, 1, g, s0, v, C) >= 0;
+  }
+  {
+    const int64_t v[2] = {C, fl}, g[2] = {C, hid}, s0[2] = {0, f0}, bs[1] = {C};
+    VIT_NAME("fc2.w");
+    ok = ok && vit_add_box(m, nm, 2, v, 2, g, s0, v, hid) >= 0;
+    VIT_NAME("fc2.b");
+    ok = ok && sg_cn_params_add(P, nm, 1, bs, SG_CN_INIT_UNIFORM, hid) >= 0;
+  }
+#undef VIT_NAME
+  return ok;
+}
+
 /* The parameter table: embedding, position field, blocks, head. */
 static int vit_params(vit *m, int64_t cin) {
   sg_cn_params *P = &m->b.p;
-  const int64_t w = m->cfg.width, p = m->cfg.patch, cout = m->cfg.cout,
-                hid = VIT_MLP_RATIO * w;
+  const int64_t w = m->cfg.width, p = m->cfg.patch, cout = m->cfg.cout;
   int ok = (m->embed = sg_cn_add_conv(P, "embed", w, cin, p)) >= 0;
   const int64_t pos_local[3] = {w, m->nhp, m->nwp};
   ok = ok && (m->pos = sg_cn_params_add(P, "pos", 3, pos_local, SG_CN_INIT_ZERO,
@@ -99,16 +186,7 @@ static int vit_params(vit *m, int64_t cin) {
     char nm[24];
     snprintf(nm, sizeof nm, "block%d.ln1", b);
     ok = ok && sg_cn_add_norm(P, nm, w) >= 0;
-    snprintf(nm, sizeof nm, "block%d.qkv", b);
-    ok = ok && sg_cn_add_linear(P, nm, 3 * w, w) >= 0;
-    snprintf(nm, sizeof nm, "block%d.out", b);
-    ok = ok && sg_cn_add_linear(P, nm, w, w) >= 0;
-    snprintf(nm, sizeof nm, "block%d.ln2", b);
-    ok = ok && sg_cn_add_norm(P, nm, w) >= 0;
-    snprintf(nm, sizeof nm, "block%d.fc1", b);
-    ok = ok && sg_cn_add_linear(P, nm, hid, w) >= 0;
-    snprintf(nm, sizeof nm, "block%d.fc2", b);
-    ok = ok && sg_cn_add_linear(P, nm, w, hid) >= 0;
+    ok = ok && vit_add_block_linears(m, b);
   }
   m->head = P->n;
   ok = ok && sg_cn_add_norm(P, "ln_f", w) >= 0;
@@ -119,6 +197,23 @@ static int vit_params(vit *m, int64_t cin) {
   ok = ok &&
        sg_cn_params_add(P, "unpatch.b", 1, ub, SG_CN_INIT_UNIFORM, w) >= 0;
   return ok;
+}
+
+/* The tp group and this rank's channel slices (heads % tp == 0 checked). */
+static sg_status vit_tp_init(vit *m, sg_mesh_t mesh) {
+  sg_status st = SG_OK;
+  const int64_t C = m->cfg.width, hid = VIT_MLP_RATIO * C;
+  m->tps = 1, m->tpr = 0;
+  for (int k = 0; k < sg_mesh_ndims(mesh); ++k)
+    if (!strcmp(sg_mesh_dim_name(mesh, k), "tp")) {
+      m->tps = sg_mesh_dim_size(mesh, k), m->tpr = sg_mesh_coord(mesh, k);
+      m->tp_mask = 1u << k;
+      if (m->tps > 1) SG_TRY(sg_mesh_group(mesh, m->tp_mask, &m->tp));
+    }
+  m->cl = C / m->tps, m->c0 = m->cl * m->tpr;
+  m->fl = hid / m->tps, m->f0 = m->fl * m->tpr;
+fail:
+  return st;
 }
 
 static sg_status vit_create(sg_mesh_t mesh, const sg_model_config *c,
@@ -133,7 +228,9 @@ static sg_status vit_create(sg_mesh_t mesh, const sg_model_config *c,
   if (!m) SG_RAISE(SG_ERR_ALLOC, "vit: out of memory");
   m->cfg = *c;
   m->b.p.stream = 4000;
-  SG_TRY(sg_cn_domain_init(&m->b.dom, mesh, ny, nx, batch, c->add_grid, "vit"));
+  SG_TRY(
+      sg_cn_domain_init_tp(&m->b.dom, mesh, ny, nx, batch, c->add_grid, "vit"));
+  SG_TRY(vit_tp_init(m, mesh));
   m->hp = ny / c->patch, m->wp = nx / c->patch;
   m->hp0 = 0, m->nhp = m->hp, m->wp0 = 0, m->nwp = m->wp;
   for (int k = 0; k < sg_mesh_ndims(mesh); ++k) {
@@ -170,6 +267,14 @@ static sg_status vit_param_info(void *impl, int i, sg_param_info *pi) {
     pi->start[1] = m->hp0, pi->start[2] = m->wp0;
     pi->shard_dims = m->domain_mask;
   }
+  const vit_box *bx = &m->box[i];
+  if (bx->ndim > 0) { /* split over tp (when there is a tp dim) */
+    pi->ndim = bx->ndim;
+    for (int d = 0; d < bx->ndim; ++d)
+      pi->global_shape[d] = bx->global[d], pi->start[d] = bx->start[d],
+      pi->count[d] = bx->count[d];
+    pi->shard_dims = m->tp_mask;
+  }
 fail:
   return st;
 }
@@ -186,6 +291,16 @@ static sg_status vit_init(void *impl, uint64_t seed) {
   SG_TRY(sg_rng_fill_box(SG_RNG_NORMAL, 0.0, 0.02, seed,
                          m->b.p.stream + (uint64_t)m->pos, 3, g, off, ext,
                          SG_DTYPE_F32, m->b.p.vars[m->pos].value.data));
+  /* the tp-split linears by global index too: every tp starts alike */
+  for (int i = 0; i < m->b.p.n; ++i) {
+    const vit_box *bx = &m->box[i];
+    if (bx->ndim == 0) continue;
+    const double hi = 1.0 / sqrt((double)m->b.p.fan_in[i]);
+    SG_TRY(sg_rng_fill_box(SG_RNG_UNIFORM, -hi, hi, seed,
+                           m->b.p.stream + (uint64_t)i, bx->ndim, bx->global,
+                           bx->start, bx->count, SG_DTYPE_F32,
+                           m->b.p.vars[i].value.data));
+  }
 fail:
   return st;
 }
@@ -199,12 +314,13 @@ static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
   sg_var *q = &m->b.p.vars[m->block0 + VIT_PER_BLOCK * bc->b], *r = NULL,
          *h = in[0];
   SG_TRY(sg_ag_layernorm(t, 1e-5, h, &q[0], &q[1], &r));
-  SG_TRY(sg_ag_mhsa(t, m->cfg.heads, r, &q[2], &q[3], &q[4], &q[5], &r));
+  SG_TRY(sg_ag_mhsa_tp(t, m->tp, m->cfg.heads / m->tps, r, &q[2], &q[3], &q[4],
+                       &q[5], &r));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &h));
   SG_TRY(sg_ag_layernorm(t, 1e-5, h, &q[6], &q[7], &r));
-  SG_TRY(sg_ag_linear(t, r, &q[8], &q[9], &r));
+  SG_TRY(sg_ag_linear_col(t, m->tp, r, &q[8], &q[9], &r));
   SG_TRY(sg_ag_act(t, SG_ACT_GELU, r, &r));
-  SG_TRY(sg_ag_linear(t, r, &q[10], &q[11], &r));
+  SG_TRY(sg_ag_linear_row(t, m->tp, r, &q[10], &q[11], &r));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &out[0]));
 fail:
   return st;
@@ -284,13 +400,19 @@ static sg_status vit_forward_blocks(void *impl, sg_tape_t t, int first,
 static void vit_describe(void *impl, const sg_model_config *c, char *buf,
                          size_t size) {
   const vit *m = impl;
-  snprintf(buf, size,
-           "vit: width %lld, patch %lld (%lldx%lld tokens), heads %lld, "
-           "depth %lld, mlp %lld, %lld parameters",
-           (long long)c->width, (long long)c->patch, (long long)m->hp,
-           (long long)m->wp, (long long)c->heads, (long long)c->depth,
-           (long long)(VIT_MLP_RATIO * c->width),
-           (long long)sg_cn_i_param_count(impl));
+  const int n = snprintf(
+      buf, size,
+      "vit: width %lld, patch %lld (%lldx%lld tokens), heads %lld, "
+      "depth %lld, mlp %lld, %lld parameters",
+      (long long)c->width, (long long)c->patch, (long long)m->hp,
+      (long long)m->wp, (long long)c->heads, (long long)c->depth,
+      (long long)(VIT_MLP_RATIO * c->width),
+      (long long)sg_cn_i_param_count(impl));
+  if (m->tps > 1 && n > 0 && (size_t)n < size)
+    snprintf(buf + n, size - (size_t)n,
+             "; tensor parallel over tp=%d (%lld heads and the parameters "
+             "counted per rank)",
+             m->tps, (long long)(c->heads / m->tps));
 }
 
 /* heads does not change a shape: a checkpoint may be read with others */

@@ -104,12 +104,18 @@ static sg_status plan_roles(struct sg_parallel *p) {
       p->data_dims |= 1u << d;
       p->domain_dims |= 1u << d;
       break;
+    case SG_DIM_ROLE_TENSOR:
+      /* tp ranks hold the same data: not a data dim. A parameter Shard
+       * over tp is reduced over the data dims only; one replicated over
+       * tp gets the same gradient on every tp rank (the model's
+       * tp_copy/tp_reduce make it so) and is not summed over tp. */
+      break;
     default:
       if (sz > 1)
         SG_RAISE(
             SG_ERR_NOT_SUPPORTED,
             "mesh dim '%s' (size %d): %s parallelism is not supported by the parallel plan yet "
-            "(supported: dp, fsdp, h, w, d; a size-1 %s dim is fine)",
+            "(supported: dp, fsdp, h, w, d, tp; a size-1 %s dim is fine)",
             nm, sz, role_names[p->role[d]], nm);
     }
   }

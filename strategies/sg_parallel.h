@@ -5,9 +5,12 @@
  * is a thin driver over it; examples/parallel-driver shows a user's own
  * driver in a few calls). It owns:
  *   - the role of every mesh dim, from its name: "dp" replicate-data,
- *     "fsdp" shard-data (ZeRO), "h"/"w"/"d" domain, and the names kept for
- *     the strategies still to come: "tp" tensor, "pp" pipeline, "sp"/"cp"
- *     sequence, "ep" expert (a size-1 dim of any known role is fine);
+ *     "fsdp" shard-data (ZeRO), "h"/"w"/"d" domain, "tp" tensor (Megatron:
+ *     the model splits its layers over it, every tp rank sees the same
+ *     data; models without TP support refuse tp > 1), and the names kept
+ *     for the strategies still to come: "pp" pipeline (driven by
+ *     sg_pipeline.h), "sp"/"cp" sequence, "ep" expert (a size-1 dim of any
+ *     known role is fine);
  *   - the flat parameter and gradient buffers of this rank (bind the model
  *     to sg_parallel_params/sg_parallel_grads) and the optimizer state;
  *   - the gradient reduction of every parameter, derived from placements
@@ -71,7 +74,16 @@
  * and initialise the model in between); sg_parallel_params/grads return
  * NULL after that where the stage frees them.
  *
- * Not yet: the tp/pp/sp/ep roles with size > 1 are refused with
+ * Tensor parallelism: tp is not a data dim. A parameter Shard over tp
+ * (shard_dims) has its gradient reduced over the data dims only, its norm
+ * summed over tp (each element once), each tp rank writes its box to the
+ * checkpoint; a parameter replicated over tp must get the same gradient on
+ * every tp rank (the model's conjugate ops, sg_ag_tp_copy/reduce, see to
+ * it), is not summed over tp, is counted once in the norm and is checked
+ * identical over tp by the replica check. ZeRO composes (the pieces are
+ * cut within each tp rank's box).
+ *
+ * Not yet: the pp/sp/ep roles with size > 1 are refused with
  * SG_ERR_NOT_SUPPORTED naming what is missing.
  */
 #ifndef SG_PARALLEL_H

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Compare the parameters (variables params.*) of two sg-train checkpoints.
 
-usage: compare_params.py REFERENCE OTHER RTOL [ATOL] [--prefix P]
+usage: compare_params.py REFERENCE OTHER RTOL [ATOL] [--prefix P] [--exclude S]
 Every params.* variable of REFERENCE (every variable whose name starts with
-P; "" for all) must be in OTHER with the same shape and values within RTOL
+P; "" for all; none whose name contains S) must be in OTHER with the same shape and values within RTOL
 relative (ATOL absolute, default 1e-7); exits 1 and says where otherwise.
 NaN never matches. Needs Debian's python3-netcdf4
 (tools/install-deps), hence /usr/bin/python3."""
@@ -20,10 +20,15 @@ def main():
         k = args.index("--prefix")
         prefix = args[k + 1]
         del args[k : k + 2]
+    exclude = None
+    if "--exclude" in args:
+        k = args.index("--exclude")
+        exclude = args[k + 1]
+        del args[k : k + 2]
     ref_path, other_path, rtol = args[0], args[1], float(args[2])
     atol = float(args[3]) if len(args) > 3 else 1e-7
     with netCDF4.Dataset(ref_path) as a, netCDF4.Dataset(other_path) as b:
-        names = [n for n in a.variables if n.startswith(prefix)]
+        names = [n for n in a.variables if n.startswith(prefix) and not (exclude and exclude in n)]
         if not names:
             print(f"no {prefix}* variables in {ref_path}")
             return 1

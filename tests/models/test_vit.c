@@ -8,7 +8,16 @@
  *  - bad input, refused on every rank with SG_ERR_CONFIG and a message
  *    naming the cause: a grid not divisible by the patch (no padding),
  *    heads not dividing width, a patch larger than the smallest shard
- *    (on 2, 3, 4 ranks), depth out of range. */
+ *    (on 2, 3, 4 ranks), depth out of range, heads not divisible by tp;
+ *  - tensor parallelism (2, 4 ranks: tp=2, tp=4 with 4 heads, tp=2,h=2):
+ *    every parameter's gradient, summed over the dims that split the data
+ *    (none for tp alone; h) but never over tp, equals the one-process
+ *    gradient on this rank's box (the Shard-over-tp linears: their rows or
+ *    columns; the replicated LayerNorms, row-parallel biases, position
+ *    field, embedding and head: the whole array), and the replicated ones
+ *    are the same bits on every tp rank. */
+#include "sg_comm.h"
+#include "sg_mesh.h"
 #include "sg_model.h"
 #include "sg_test.h"
 #include "sg_test_tensor.h"
@@ -175,6 +184,120 @@ static void test_bad_input(void) {
   }
 }
 
+/* Global linear index of local element l of the box (start, count) of an
+ * array of shape g (row-major). */
+static int64_t box_index(const sg_param_info *pi, int64_t l) {
+  int64_t gi = 0, stride = 1;
+  for (int d = pi->ndim - 1; d >= 0; --d) {
+    gi += (pi->start[d] + l % pi->count[d]) * stride;
+    l /= pi->count[d];
+    stride *= pi->global_shape[d];
+  }
+  return gi;
+}
+
+/* The model on mesh (NULL: one process, MPI_COMM_SELF), config c, seed 7,
+ * the 16x16 input of global index: loss and backward; r keeps the
+ * gradients. */
+static sg_status grad_run(sg_mesh_t mesh, const sg_model_config *c, run *r) {
+  sg_status st = SG_OK;
+  int64_t y0, ny, x0, nx;
+  SG_TRY(sg_model_create(mesh, c, 16, 16, 2, &r->m));
+  SG_TRY(sg_tape_create(&r->t));
+  r->np = sg_model_param_count(r->m);
+  r->p = calloc((size_t)r->np + 1, sizeof(float));
+  r->g = calloc((size_t)r->np + 1, sizeof(float));
+  if (!r->p || !r->g) SG_RAISE(SG_ERR_ALLOC, "test: out of memory");
+  SG_TRY(sg_model_bind(r->m, r->p, r->g));
+  SG_TRY(sg_model_init(r->m, 7));
+  sg_model_box(r->m, &y0, &ny, &x0, &nx);
+  const int64_t xs[4] = {2, 2, ny, nx}, ts[4] = {2, 1, ny, nx};
+  SG_TRY(sg_var_init(&r->x, "x", SG_DTYPE_F32, 4, xs, NULL, 0));
+  SG_TRY(sg_var_init(&r->target, "t", SG_DTYPE_F32, 4, ts, NULL, 0));
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t k = 0; k < 2; ++k)
+      for (int64_t i = 0; i < ny * nx; ++i) {
+        const int64_t gy = y0 + i / nx, gx = x0 + i % nx,
+                      gc = (n * 2 + k) * 256 + gy * 16 + gx;
+        ((float *)r->x.value.data)[(n * 2 + k) * ny * nx + i] = (float)
+            sg_test_rand(3, gc, -1, 1);
+        if (k == 0)
+          ((float *)r->target.value.data)[n * ny * nx + i] = (float)
+              sg_test_rand(4, n * 256 + gy * 16 + gx, -1, 1);
+      }
+  if (!isfinite(loss_of(r, 1)))
+    SG_RAISE(SG_ERR_INTERNAL, "test: the loss is not finite");
+fail:
+  return st;
+}
+
+static void run_free(run *r) {
+  free(r->p), free(r->g);
+  sg_var_release(&r->x);
+  sg_var_release(&r->target);
+  sg_tape_destroy(&r->t);
+  sg_model_destroy(&r->m);
+}
+
+static void test_tp_gradients(const char *spec, int64_t heads) {
+  sg_mesh_t self = NULL, mesh = NULL;
+  run ref, got;
+  memset(&ref, 0, sizeof ref), memset(&got, 0, sizeof got);
+  sg_model_config c = tiny();
+  c.heads = heads;
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_SELF, "h=1", &self));
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  SG_REQUIRE_OK(grad_run(self, &c, &ref));
+  SG_REQUIRE_OK(grad_run(mesh, &c, &got));
+  unsigned data = 0, tp = 0; /* the dims that split the data; tp */
+  for (int k = 0; k < sg_mesh_ndims(mesh); ++k) {
+    const char *nm = sg_mesh_dim_name(mesh, k);
+    if (!strcmp(nm, "h") || !strcmp(nm, "w")) data |= 1u << k;
+    if (!strcmp(nm, "tp")) tp |= 1u << k;
+  }
+  sg_var **vars = NULL;
+  const int n = sg_model_params(got.m, &vars);
+  for (int i = 0; i < n; ++i) {
+    sg_param_info pi, pr;
+    SG_REQUIRE_OK(sg_model_param_info(got.m, i, &pi));
+    SG_REQUIRE_OK(sg_model_param_info(ref.m, i, &pr));
+    float *g = got.g + pi.offset;
+    sg_group_t dg = NULL, tg = NULL;
+    SG_REQUIRE_OK(sg_mesh_group(mesh, data & ~pi.shard_dims, &dg));
+    SG_REQUIRE_OK(
+        sg_allreduce_det(dg, g, g, pi.numel, SG_DTYPE_F32, SG_REDUCE_SUM));
+    double mx = 0;
+    for (int64_t l = 0; l < pr.numel; ++l)
+      mx = fmax(mx, fabs(ref.g[pr.offset + l]));
+    int64_t bad = 0, first = -1;
+    for (int64_t l = 0; l < pi.numel; ++l) {
+      const double want = ref.g[pr.offset + box_index(&pi, l)];
+      if (!(fabs(g[l] - want) <= 1e-4 * mx + 1e-7))
+        bad += first < 0 ? (first = l, 1) : 1;
+    }
+    SG_CHECK(bad == 0, "%s: gradient of %s: %lld of %lld differ (first %lld)",
+             spec, pi.name, (long long)bad, (long long)pi.numel,
+             (long long)first);
+    if (pi.shard_dims & tp) continue;
+    /* replicated over tp: the same bits on every tp rank */
+    SG_REQUIRE_OK(sg_mesh_group(mesh, tp, &tg));
+    float *all = calloc((size_t)(pi.numel * sg_group_size(tg)) + 1,
+                        sizeof *all);
+    SG_REQUIRE_OK(sg_allgather(tg, g, pi.numel, all, SG_DTYPE_F32));
+    int same = 1;
+    for (int r = 1; r < sg_group_size(tg); ++r)
+      same &= !memcmp(all, all + r * pi.numel, (size_t)pi.numel * sizeof *all);
+    free(all);
+    SG_CHECK(same, "%s: gradient of %s (replicated over tp) differs over tp",
+             spec, pi.name);
+  }
+done:
+  run_free(&ref);
+  run_free(&got);
+  sg_mesh_destroy(&mesh);
+  sg_mesh_destroy(&self);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   if (sg_test_size == 1) test_gradient();
@@ -183,5 +306,12 @@ int main(int argc, char **argv) {
                    : sg_test_size == 3 ? "h=3"
                                        : "h=2,w=2");
   test_bad_input();
+  if (sg_test_size == 2) test_tp_gradients("tp=2", 2);
+  if (sg_test_size == 4) {
+    test_tp_gradients("tp=4", 4);
+    test_tp_gradients("tp=2,h=2", 2);
+    sg_model_config c = tiny(); /* 2 heads over 4 tp ranks */
+    expect_refused("tp=4", c, 16, 16, "heads (2) must be divisible by tp (4)");
+  }
   return sg_test_finish();
 }

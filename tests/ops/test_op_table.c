@@ -201,6 +201,16 @@ static sg_status f_add_field(sg_tape_t t, const op_case *c, const run_ctx *rc,
                              sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_add_field(t, a[0], p[0], out);
 }
+/* the conjugate TP ops on one tp rank (no group): identities; their tp > 1
+ * runs are tests/models/test_ag_tp.c */
+static sg_status f_tp_copy(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                           sg_var **a, sg_var **p, sg_var **out) {
+  return sg_ag_tp_copy(t, NULL, a[0], out);
+}
+static sg_status f_tp_reduce(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                             sg_var **a, sg_var **p, sg_var **out) {
+  return sg_ag_tp_reduce(t, NULL, a[0], out);
+}
 /* the distributed loss: domain = mesh dims splitting dims >= 1, data = those
  * splitting the batch */
 static sg_status f_dist_loss(sg_tape_t t, const op_case *c, const run_ctx *rc,
@@ -608,6 +618,22 @@ static const op_case cases[] = {
      .nout = 1,
      .fn = f_add_field,
      .par_field = 1,
+     .lo = -1},
+    {.op = "tp_copy",
+     .label = "tp_copy (one tp rank)",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_tp_copy,
+     .lo = -1},
+    {.op = "tp_reduce",
+     .label = "tp_reduce (one tp rank)",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_tp_reduce,
      .lo = -1},
     /* losses */
     {.op = "loss",

@@ -252,16 +252,18 @@ static void check_ckpt_arrays(cmodel *M, const char *spec) {
   SG_CHECK(a == NULL, "sg_pipe_ckpt_arrays_free resets the pointer");
 }
 
-/* The key part of a ViT block's QKV bias (elements width .. 2 width - 1):
+/* The key part of a ViT block's QKV bias (row 1 of its (3, C)):
  * it adds q.b_k to every score of a query, which the softmax ignores, so
  * its gradient is exactly zero in exact arithmetic and its computed one
  * rounding noise, which AdamW normalises into steps of about lr in any
  * direction: its values say nothing about the pipeline (the losses do). */
 static int key_bias(const sg_param_info *pi, int64_t e) {
   const size_t n = strlen(pi->name);
-  const int64_t w = pi->global_shape[0] / 3;
-  return n > 6 && strcmp(pi->name + n - 6, ".qkv.b") == 0 &&
-         pi->start[0] + e >= w && pi->start[0] + e < 2 * w;
+  if (n <= 6 || strcmp(pi->name + n - 6, ".qkv.b") != 0) return 0;
+  if (pi->ndim == 2) /* (3, C): q, k, v rows */
+    return pi->start[0] + e / pi->count[1] == 1;
+  const int64_t w = pi->global_shape[0] / 3; /* (3 C) */
+  return pi->start[0] + e >= w && pi->start[0] + e < 2 * w;
 }
 
 typedef struct ref_run {
