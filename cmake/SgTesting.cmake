@@ -2,7 +2,9 @@
 #             [LABELS ...] [LIBS ...])
 # Builds one test executable and registers it under mpiexec once per rank
 # count, as NAME_npN, with PROCESSORS N, a TIMEOUT (a hang fails), labels
-# "mpi" and the folder's name, and exit code 77 meaning "skipped".
+# "mpi" and the folder's name (and "ranks4" for the 4-rank run: CI's
+# sanitizer pass runs only a chosen few of those, see .ci/run), and exit
+# code 77 meaning "skipped".
 if(SG_MPI_FLAVOR STREQUAL "openmpi")
   # root and more ranks than cores (CI machines have 2)
   list(APPEND MPIEXEC_PREFLAGS --allow-run-as-root --oversubscribe)
@@ -25,13 +27,17 @@ function(sg_add_test name)
       RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin/tests)
   endif()
   foreach(n ${T_RANKS})
+    set(_extra "")
+    if(n EQUAL 4)
+      set(_extra ";ranks4")
+    endif()
     add_test(NAME ${name}_np${n}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n}
               ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS}
               ${T_ARGS})
     set_tests_properties(${name}_np${n} PROPERTIES
       PROCESSORS ${n} TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77
-      LABELS "mpi;${_folder};${T_LABELS}"
+      LABELS "mpi;${_folder};${T_LABELS}${_extra}"
       ENVIRONMENT "OMP_NUM_THREADS=1;SG_TEST_RANKS=${n}")
   endforeach()
 endfunction()

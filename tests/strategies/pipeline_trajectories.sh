@@ -72,5 +72,5 @@ if [ "$model" = cnn ]; then
   run zbh 4 pp=2,h=2 --pp-schedule zb-h1 --microbatches 2 --activation-checkpointing blocks
 fi
 # shellcheck disable=SC2086
-/usr/bin/python3 "$src/tests/strategies/pipeline_check.py" 1e-5 $atol $runs
+/usr/bin/python3 "$src/tests/strategies/check_runs.py" 1e-5 $atol $runs
 echo "pipeline trajectories ($model): all equal to one process"

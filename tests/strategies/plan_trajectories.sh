@@ -29,13 +29,12 @@ run() { # NAME RANKS MESH [extra args]: run sg-train, metrics in NAME.jsonl
   "$mpiexec" -n "$n" "$bin/sg-train" $common --mesh "$spec" --metrics "$name.jsonl" "$@" >"$name.log" 2>&1 || rc=$?
   if [ $rc -ne 0 ]; then cat "$name.log"; echo "FAILED: $name (mesh $spec $*)"; exit 1; fi
 }
+runs=""
 same() { # NAME RANKS MESH [extra]: trajectory, gradient norms, final error
-          # and final parameters equal to ref
+  # and final parameters equal to ref (checked together by check_runs.py
+  # after the matrix: one Python process for all runs)
   run "$@" --ckpt-dir "ck_$1"
-  $cmp ref.jsonl "$1.jsonl" 1e-5
-  $cmp ref.jsonl "$1.jsonl" 1e-5 --key grad_norm
-  $cmp ref.jsonl "$1.jsonl" 1e-5 --eval
-  /usr/bin/python3 "$src/tests/examples/compare_params.py" ck_ref/step_000020.nc "ck_$1/step_000020.nc" 1e-5 1e-6
+  runs="$runs $1"
 }
 run ref 1 h=1 --ckpt-dir ck_ref
 same dp2 2 dp=2
@@ -54,6 +53,8 @@ if [ "$model" = fno ]; then # the conv nets take the same plan paths: fewer runs
   same accum 2 fsdp=2 --zero 1 --grad-accum 2
   same z3acc 2 fsdp=2 --zero 3 --grad-accum 2
 fi
+# shellcheck disable=SC2086
+/usr/bin/python3 "$src/tests/strategies/check_runs.py" 1e-5 1e-6 $runs
 # deterministic ZeRO reduces like DDP: the same bits as dp=2
 $cmp dp2.jsonl fsdp2.jsonl 0
 $cmp dp2.jsonl z2.jsonl 0

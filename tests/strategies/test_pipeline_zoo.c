@@ -18,7 +18,8 @@
  * loss on every rank; one that fails on a stage fails on every rank, and
  * the next one works. The pipeline's checkpoint arrays
  * (sg_pipe_ckpt_arrays) cover every array of the model, each element
- * written by exactly one rank. GPipe and 1F1B x m in {1, 2, 4}; ZB-H1 (the
+ * written by exactly one rank. GPipe and 1F1B x m in {1, 2, 4} (4 ranks:
+ * {1, 4}); ZB-H1 (the
  * tape's split backward) with m = 4. Verdict over all ranks. */
 #include "sg_dist_loss.h"
 #include "sg_model_impl.h"
@@ -393,7 +394,7 @@ static void check_run(const char *spec, sg_pp_kind kind, int m,
       }
     }
   }
-  if (st == SG_OK && m == 2) { /* a failing evaluation, then a good one */
+  if (st == SG_OK && m == MMAX) { /* a failing evaluation, then a good one */
     double ev;
     for (int k = 0; k < 2; ++k) { /* the last stage, the first */
       M.fail_stage = k ? 0 : sg_pipe_nstages(M.pipe) - 1;
@@ -440,6 +441,7 @@ int main(int argc, char **argv) {
     SG_CHECK_OK(reference(&R));
     for (int k = 0; k < 2 && R.params; ++k)
       for (int m = 1; m <= MMAX; m *= 2) {
+        if (sg_test_size == 4 && m == 2) continue; /* m = 2: 2 and 3 ranks */
         check_run(spec, kinds[k], m, &R);
         if (sg_test_size == 4) check_run("pp=2,dp=2", kinds[k], m, &R);
       }

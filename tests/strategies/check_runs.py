@@ -1,11 +1,12 @@
 #!/usr/bin/python3
-"""Check pipelined sg-train runs against the one-process run, in one process
-(a netCDF4 import per comparison would cost more than the runs).
+"""Check sg-train runs (pipelined or on any mesh) against the one-process
+run, in one process (a netCDF4 import per comparison would cost more than
+the runs).
 
-usage: pipeline_check.py RTOL ATOL RUN...
+usage: check_runs.py RTOL ATOL RUN...
 In the current directory: ref.jsonl and ck_ref/step_NNNNNN.nc (the
 one-process run), and per RUN RUN.jsonl and ck_RUN/step_NNNNNN.nc (its
-checkpoint: one file, written by every stage). For every RUN: each step's
+checkpoint: one file; a pipeline's is written by every stage). For every RUN: each step's
 loss and gradient norm, and the final test evaluation (forward through
 the stages), within RTOL relative of the reference's; the checkpoint holds
 every parameter of the reference, within RTOL relative or ATOL absolute.
