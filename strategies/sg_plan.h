@@ -1,0 +1,94 @@
+/* shardgrid — choosing a mesh (sg-plan; docs/choosing-a-mesh.md).
+ *
+ * A run is described without running it: the model and its config (the
+ * same keys as sg-train), the grid and channels of the data, and a
+ * candidate mesh. From that description this layer
+ *   - checks the mesh against the model (sg_plan_check: every violation —
+ *     divisibility, heads over tp, pieces over pp, a shard thinner than its
+ *     halo, a patch larger than a shard, a strategy the model lacks — in one
+ *     message, the same on every rank; sg-train calls it before it builds
+ *     anything);
+ *   - predicts the peak memory per rank from the same accounting a run
+ *     reports (parameters, gradients, optimizer state, activations per op,
+ *     workspaces: sg_plan_memory);
+ *   - predicts the step time from a cost model: per-op FLOPs and bytes at a
+ *     machine's calibrated rates, alpha + beta n per collective and halo
+ *     message (sg_plan_time, with a hardware description sg_plan_hw).
+ * None of it is collective: sg-plan runs on one process. */
+#ifndef SG_PLAN_H
+#define SG_PLAN_H
+
+#include "sg_kv.h"
+#include "sg_status.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { SG_PLAN_MAX_DIMS = 8 };
+
+/* A candidate mesh: named dims (pp, dp, fsdp, tp, sp, h, w, ...) in
+ * order, row-major like sg_mesh. */
+typedef struct sg_plan_mesh {
+  int ndims;
+  char name[SG_PLAN_MAX_DIMS][8];
+  int size[SG_PLAN_MAX_DIMS];
+} sg_plan_mesh;
+
+/* Parse "pp=2,fsdp=2,h=2" (the --mesh syntax of the drivers). */
+sg_status sg_plan_mesh_parse(const char *spec, sg_plan_mesh *m);
+/* The size of the named dim (1 when absent); the product of all sizes. */
+int sg_plan_mesh_dim(const sg_plan_mesh *m, const char *name);
+int sg_plan_mesh_ranks(const sg_plan_mesh *m);
+
+/* The problem: sg-train's config (model, width, modes, layers, blocks,
+ * levels, heads, patch, depth, batch, history, zero, microbatches,
+ * pp_schedule, param_dtype, activation_checkpointing, ...; the keys and
+ * defaults of sg-train) and the data's shape. */
+typedef struct sg_plan_problem {
+  sg_kv_t cfg;
+  int64_t ny, nx;      /* grid points */
+  int64_t vars;        /* variables (channels per frame) */
+  int64_t add_grid;    /* 1: the model adds grid-coordinate channels */
+} sg_plan_problem;
+
+/* Every way the mesh does not fit the problem, in one message (NULL-safe
+ * buffer of cap bytes; "" when it fits). Returns SG_OK when it fits,
+ * SG_ERR_CONFIG otherwise (the message also set as the error). */
+sg_status sg_plan_check(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                        char *why, size_t cap);
+
+/* Peak memory per rank (the largest over the ranks), bytes. */
+typedef struct sg_plan_mem {
+  double params, grads, optim, activations, workspace, peak;
+} sg_plan_mem;
+sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                         sg_plan_mem *out);
+
+/* A machine: rates and link costs (sg-plan --calibrate writes one). */
+typedef struct sg_plan_hw {
+  char name[64];
+  double gemm_flops, conv_flops, fft_flops, mem_bw; /* per rank, /s */
+  double mem_bytes;                                 /* memory per rank */
+  /* alpha (s) and beta (s/byte) for messages inside a node and between
+   * nodes; ranks_per_node decides which a group uses */
+  double alpha_intra, beta_intra, alpha_inter, beta_inter;
+  int ranks_per_node;
+} sg_plan_hw;
+sg_status sg_plan_hw_load(const char *path, sg_plan_hw *hw);
+sg_status sg_plan_hw_save(const char *path, const sg_plan_hw *hw);
+
+/* A step's predicted time, seconds, and its split. */
+typedef struct sg_plan_time {
+  double compute, halo, allreduce, reduce_scatter, allgather, alltoall,
+      p2p, bubble, io, total;
+} sg_plan_time;
+sg_status sg_plan_step_time(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                            const sg_plan_hw *hw, sg_plan_time *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SG_PLAN_H */
