@@ -1,4 +1,4 @@
-/* sg-train's multi-step loss (examples/sg-train/rollout.c) in double
+/* sg-train's multi-step loss (models/rollout_train.c) in double
  * precision on one process: a small step model (periodic 3x3 convolution,
  * bias, tanh) rolled K steps through the history window, the gradient of
  * the K-step loss (the mean of the steps' losses) equal to central finite

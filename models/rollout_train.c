@@ -1,7 +1,7 @@
-/* sg-train — multi-step (autoregressive) training: the loss over K steps
- * of the model fed its own predictions (rollout_train, rollout_grad), and
- * the feedback the rollout evaluation shares with it. */
-#include "train.h"
+/* shardgrid — multi-step (autoregressive) training: the loss over K steps
+ * of the model fed its own predictions (sg_rollout_train.h; sg-train's
+ * rollout_train, rollout_grad), and the feedback a rollout shares with it. */
+#include "sg_rollout_train.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +65,15 @@ fail:
   return st;
 }
 
+/* The weights of a step's loss: its mask m (NULL: none) times a->weight. */
+static sg_status loss_weights(const sg_train_ar *a, sg_var *m, sg_var **w) {
+  if (!a->weight || !m) {
+    *w = a->weight ? a->weight : m;
+    return SG_OK;
+  }
+  return sg_ag_binary(a->tape, SG_BINARY_MUL, m, a->weight, w);
+}
+
 static int64_t frame_of(const sg_train_ar *a) {
   return a->nvars * a->ny * a->nx;
 }
@@ -101,12 +110,13 @@ sg_status sg_train_ar_loss(const sg_train_ar *a, sg_var *leaves, sg_var **loss,
                 first = a->pushforward ? K - 1 : 0, graded = K - first;
   int64_t xs[4] = {a->n, a->history * a->nvars, a->ny, a->nx},
           ys[4] = {a->n, a->nvars, a->ny, a->nx};
-  sg_var *x = &leaves[0], *total = NULL, *pred = NULL, *lk = NULL;
+  sg_var *x = &leaves[0], *total = NULL, *pred = NULL, *lk = NULL, *lm = NULL;
   double sum = 0.0;
   SG_TRY(sg_var_init(x, "x", a->dtype, 4, xs, a->x, 0));
   /* marked here, not only by the model: a checkpointed step's output takes
    * its placement from its input */
   SG_TRY(mark(a, x));
+  if (a->weight) SG_TRY(mark(a, a->weight));
   for (int64_t k = first; k < K; ++k) {
     sg_var *y = &leaves[1 + 2 * k], *m = &leaves[2 + 2 * k];
     SG_TRY(sg_var_init(y, "y", a->dtype, 4, ys, at(a, a->y, k * a->n * fr), 0));
@@ -117,8 +127,8 @@ sg_status sg_train_ar_loss(const sg_train_ar *a, sg_var *leaves, sg_var **loss,
     if (k > first)
       SG_TRY(next_input(a, x, pred, a->masked ? &leaves[2 * k] : NULL, &x));
     SG_TRY(step_forward(a, x, &pred));
-    SG_TRY(sg_ag_dist_loss(a->tape, a->loss, pred, y, a->masked ? m : NULL,
-                           &a->lc, &lk));
+    SG_TRY(loss_weights(a, a->masked ? m : NULL, &lm));
+    SG_TRY(sg_ag_dist_loss(a->tape, a->loss, pred, y, lm, &a->lc, &lk));
     sum += sg_dist_loss_value(lk);
     if (total)
       SG_TRY(sg_ag_binary(a->tape, SG_BINARY_ADD, total, lk, &total));
