@@ -1,0 +1,66 @@
+/* shardgrid — forecast metrics on the sphere (WeatherBench 2 definitions).
+ *
+ * A forecast f and the observation o (N, V, ny, nx), N forecasts (e.g. init
+ * times) of V variables on a latitude-longitude grid split over the domain
+ * group (each rank its block of rows and columns), weighted by
+ *
+ *   w(lat) = cos(lat) / mean over the latitudes of cos(lat)
+ *
+ * and a mask m (1 valid, 0 masked: fill values, land), excluded from every
+ * sum. Per forecast i and variable v, over the grid:
+ *
+ *   MSE_iv = sum w m (f - o)^2 / sum w m
+ *   ACC_iv = sum w m f' o' / sqrt(sum w m f'^2 * sum w m o'^2),
+ *            f' = f - c, o' = o - c, c the climatology
+ *
+ * and over the N forecasts (WeatherBench 2):
+ *
+ *   RMSE_v = sqrt(mean_i MSE_iv),  ACC_v = mean_i ACC_iv.
+ *
+ * The sums are local sums in double in a fixed order, then summed over the
+ * domain group with the deterministic (rank-order) reduction: every rank
+ * gets the same bits, and any split equals one process to rounding.
+ */
+#ifndef SG_METRICS_H
+#define SG_METRICS_H
+
+#include <stdint.h>
+
+#include "sg_dtype.h"
+#include "sg_mesh.h"
+#include "sg_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* w[j] = cos(lat[j]) over the mean of cos over the n latitudes (degrees;
+ * the poles get 0). SG_ERR_INVALID_ARG when a latitude is not
+ * finite or outside [-90, 90], or no weight is positive. Not collective:
+ * pass the whole axis, then take this rank's rows. */
+sg_status sg_lat_weights(int64_t n, const double *lat_deg, double *w);
+
+/* This rank's block of N forecasts: f, o, mask (N, V, ny, nx) of dtype
+ * (f32 or f64; mask may be NULL: all valid), c the climatology (V, ny, nx),
+ * the same for every forecast (NULL: no ACC), wrow the weights of the ny
+ * rows (NULL: all 1). */
+typedef struct sg_metric_block {
+  sg_dtype dtype;
+  int64_t n, nvars, ny, nx;
+  const double *wrow;
+  const void *f, *o, *c, *mask;
+} sg_metric_block;
+
+/* Per forecast i and variable v (index i * V + v): mse (MSE_iv), acc
+ * (ACC_iv; may be NULL, needs c) and wsum (sum w m, may be NULL: a forecast
+ * with none valid has wsum 0 and MSE = ACC = 0; leave it out of the means).
+ * A NaN/Inf in f or o at a valid point (or in c there) is
+ * SG_ERR_INVALID_ARG on every rank of the domain group. Collective over
+ * domain (NULL: not split). */
+sg_status sg_dist_metrics(const sg_metric_block *b, sg_group_t domain,
+                          double *mse, double *acc, double *wsum);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SG_METRICS_H */
