@@ -114,7 +114,10 @@ sg_status sg_dataset_free(sg_dataset *ds) {
   if (!ds) return SG_OK;
   free(ds->data);
   free(ds->mask);
+  free(ds->lat);
+  free(ds->wrow);
   ds->data = ds->mask = NULL;
+  ds->lat = ds->wrow = NULL;
   return SG_OK;
 }
 
@@ -261,6 +264,7 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
   double any = nmask;
   SG_MPI(MPI_Allreduce(&nmask, &any, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
   ds->has_mask = any > 0;
+  SG_TRY(sg_dataset_latitudes(f, o, ds));
 fail:
   sg_nc_close(&f);
   free(buf);

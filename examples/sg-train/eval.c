@@ -54,7 +54,8 @@ static void baseline(run_t *r, int kind, const float *x, float *f) {
  * (normalised; turned into physical units, masked) against truth
  * (physical, masked) to *sum. Collective over the stage. */
 static sg_status score(run_t *r, float *f, const float *truth,
-                       const float *mask, int64_t valid, double *sum) {
+                       const float *mask, int64_t valid, double *sum, int kind,
+                       double *wm) {
   sg_status st = SG_OK;
   const sg_dist_loss_ctx lc = {r->domain, r->data, r->ebatch};
   double *rel = malloc((size_t)r->lbatch * sizeof *rel);
@@ -64,6 +65,7 @@ static sg_status score(run_t *r, float *f, const float *truth,
                             r->ds.nvars * r->ds.ny * r->ds.nx, f, truth, NULL,
                             &lc, rel));
   for (int64_t j = 0; j < valid; ++j) *sum += rel[j];
+  if (wm) SG_TRY(sg_train_wm_add(r, kind, f, truth, mask, valid, wm));
 fail:
   free(rel);
   return st;
@@ -74,11 +76,11 @@ fail:
  * one batch's forecasts. Collective over the stage. */
 static sg_status score_baselines(run_t *r, const float *x, float *buf,
                                  const float *truth, const float *mask,
-                                 int64_t valid, double *sum) {
+                                 int64_t valid, double *sum, double *wm) {
   sg_status st = SG_OK;
   for (int kind = EV_PERSISTENCE; kind <= EV_CLIMATOLOGY; ++kind) {
     baseline(r, kind, x, buf);
-    SG_TRY(score(r, buf, truth, mask, valid, &sum[kind]));
+    SG_TRY(score(r, buf, truth, mask, valid, &sum[kind], kind, wm));
   }
 fail:
   return st;
@@ -92,6 +94,7 @@ typedef struct eval_state {
   sg_nc_t f;
   int vp, vt;
   double sc[EV_N + 1];
+  double *wm; /* latitude-weighted metrics (climate.c), NULL: none */
   sg_example *ex;
   float *pred, *base;
   int64_t pass; /* under pp: the forward-only run (m evaluation batches) */
@@ -155,8 +158,8 @@ static sg_status eval_score(eval_state *E, int64_t first, int64_t valid,
   run_t *r = E->r;
   const int64_t V = r->ds.nvars;
   to_physical(r, y, mask);
-  SG_TRY(score(r, pred, y, mask, valid, &E->sc[EV_MODEL]));
-  SG_TRY(score_baselines(r, x, E->base, y, mask, valid, E->sc));
+  SG_TRY(score(r, pred, y, mask, valid, &E->sc[EV_MODEL], EV_MODEL, E->wm));
+  SG_TRY(score_baselines(r, x, E->base, y, mask, valid, E->sc, E->wm));
   E->sc[EV_N] += (double)valid;
   if (E->f) {
     sg_nc_shard sh = {4,
@@ -231,9 +234,10 @@ sg_status sg_train_evaluate(run_t *r, const char *out, double *rel_out) {
   E.ex = malloc((size_t)r->lbatch * sizeof *E.ex);
   E.pred = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *E.pred);
   E.base = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *E.base);
+  E.wm = sg_train_wm_alloc(r);
   const int scorer = !r->pipe ||
                      sg_pipe_stage(r->pipe) == sg_pipe_nstages(r->pipe) - 1;
-  if (!E.ex || !E.pred || !E.base)
+  if (!E.ex || !E.pred || !E.base || (r->ds.wrow && !E.wm))
     st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
   else if (out && *out && scorer) /* under pp the last stage writes */
     st = eval_open(&E, r->pipe ? sg_mesh_comm(r->smesh) : MPI_COMM_WORLD, out);
@@ -253,6 +257,7 @@ sg_status sg_train_evaluate(run_t *r, const char *out, double *rel_out) {
   if (r->pipe) SG_TRY(sg_pipe_bcast_last(r->pipe, sc, EV_N + 1, SG_DTYPE_F64));
   for (int i = 0; i < EV_N; ++i)
     rel_out[i] = sc[EV_N] > 0 ? sc[i] / sc[EV_N] : 0.0;
+  SG_TRY(sg_train_wm_finish(r, E.wm));
   st = E.f ? sg_nc_close(&E.f) : SG_OK;
   if (r->pipe) st = sg_agree(MPI_COMM_WORLD, st);
 fail:
@@ -260,6 +265,7 @@ fail:
   free(E.ex);
   free(E.pred);
   free(E.base);
+  free(E.wm);
   return st;
 }
 
@@ -321,8 +327,9 @@ static sg_status roll_score(roll_state *R, int64_t b, const float *pred,
   double sc[EV_N] = {0};
   memcpy(R->phys, pred, (size_t)n * sizeof *R->phys);
   to_physical(r, R->truth, R->mask);
-  SG_TRY(score(r, R->phys, R->truth, R->mask, valid, &sc[EV_MODEL]));
-  SG_TRY(score_baselines(r, x0, R->phys, R->truth, R->mask, valid, sc));
+  SG_TRY(score(r, R->phys, R->truth, R->mask, valid, &sc[EV_MODEL], EV_MODEL,
+               NULL));
+  SG_TRY(score_baselines(r, x0, R->phys, R->truth, R->mask, valid, sc, NULL));
   for (int i = 0; i < EV_N; ++i) R->acc[i * R->steps + R->k] += sc[i];
   if (R->k == 0) R->acc[EV_N * R->steps] += (double)valid;
 fail:

@@ -145,6 +145,8 @@ static const sg_kv_key keys[] = {
      "checkpoint every N steps (0: only at the end when ckpt_dir is set)"},
     {"resume", SG_KV_STRING, "", "resume from this checkpoint"},
     {"log_level", SG_KV_STRING, "info", "error | warn | info | debug"},
+    {"loss_weighting", SG_KV_STRING, "none",
+     "none | latitude (cos(lat) weights in the loss; climate data)"},
 };
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
 
@@ -722,6 +724,7 @@ static sg_status setup(run_t *r) {
     SG_RAISE(SG_ERR_ALLOC, "out of memory");
   SG_TRY(sg_dataset_climatology(&r->ds, &r->dopt, r->clim));
   if (r->pipe) SG_TRY(pp_step_init(r));
+  SG_TRY(sg_agree(MPI_COMM_WORLD, sg_train_loss_weights(r)));
   char desc[256];
   sg_model_describe(r->model, desc, sizeof desc);
   char pdesc[256];
@@ -754,6 +757,7 @@ static sg_status micro_step(run_t *r, const int64_t *perm, sg_example *ex,
                          .pushforward = r->ar_pushforward,
                          .ckpt = r->ar_ckpt && K > 1,
                          .masked = r->ds.has_mask,
+                         .weight = r->has_lw ? &r->lw : NULL,
                          .loss = r->loss_kind,
                          .lc = {r->domain, r->data, r->gbatch},
                          .div = r->loss_kind == SG_LOSS_MSE ? r->micro : 1,
@@ -931,6 +935,7 @@ static sg_status train(run_t *r) {
           (long long)step, rel[EV_MODEL], rel[EV_PERSISTENCE],
           rel[EV_CLIMATOLOGY]);
       metrics_line(r, step, EV_N, eval_keys, rel);
+      sg_train_wm_report(r, step);
     }
     SG_TRY(stop_check(r, step, first, saved));
   }
@@ -960,6 +965,7 @@ static sg_status train(run_t *r) {
         rel[EV_MODEL], (long long)steps, sg_wtime() - t_start, t_coll,
         rel[EV_PERSISTENCE], rel[EV_CLIMATOLOGY]);
   metrics_line(r, steps, EV_N, eval_keys, rel);
+  sg_train_wm_report(r, steps);
   const int64_t nroll = sg_kv_int(kv, "rollout");
   if (nroll > 0) {
     roll = malloc((size_t)(EV_N * nroll) * sizeof *roll);
@@ -988,6 +994,8 @@ static void cleanup(run_t *r) {
   free(r->mb);
   free(r->ar_leaves);
   free(r->clim);
+  free(r->wmetrics);
+  sg_var_release(&r->lw);
   free(r->train);
   free(r->test);
   sg_dataset_free(&r->ds);

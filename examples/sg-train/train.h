@@ -11,6 +11,7 @@
 #include "sg_kv.h"
 #include "sg_mesh.h"
 #include "sg_model.h"
+#include "sg_nc.h"
 #include "sg_parallel.h"
 #include "sg_pipeline.h"
 #include "sg_rollout_train.h"
@@ -30,6 +31,8 @@ typedef struct sg_dataset {
   int has_mask;                         /* any masked value anywhere */
   double mean[8], std[8];               /* per variable (training part) */
   int climate;                          /* 1: series split by time */
+  double *lat;  /* latitudes of the ny_g rows (degrees), NULL: none */
+  double *wrow; /* their weights (sg_lat_weights), this rank's ny rows */
 } sg_dataset;
 
 /* An example: inputs are frames [t0, t0 + history), the target of
@@ -107,6 +110,12 @@ sg_status sg_dataset_climatology(const sg_dataset *ds, const sg_data_opts *o,
  * [0, n) keyed by (seed, epoch), the same on every rank and mesh. */
 void sg_epoch_order(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm);
 
+/* Climate data (climate.c). ds->lat and ds->wrow when the y dim is named
+ * "lat" (after dim_map) and has a coordinate variable (else NULL). f: the
+ * open dataset. Collective. */
+sg_status sg_dataset_latitudes(sg_nc_t f, const sg_data_opts *o,
+                               sg_dataset *ds);
+
 /* Pipeline parallelism (pipe.c): a "pp" mesh dim runs the model's pieces
  * (sg_model_nblocks) as stages under strategies/pipeline.c. */
 int sg_train_pp_on(sg_mesh_t mesh);
@@ -176,7 +185,12 @@ typedef struct run {
   int ar_pushforward, ar_ckpt;     /* rollout_grad; checkpoint each step */
   sg_var *ar_leaves;               /* 1 + 2 * ar_steps */
   float *clim;                     /* climatology (nvars, ny, nx) */
-  int stop; /* the signal that stopped the run (SIGTERM, SIGINT), 0: none */
+  int stop;  /* the signal that stopped the run (SIGTERM, SIGINT), 0: none */
+  sg_var lw; /* loss_weighting = latitude: the loss weights */
+  int has_lw;
+  double *wmetrics; /* the last evaluation's latitude-weighted RMSE, ACC per
+                     * EV_* and variable ([2 * (k * nvars + v)] ..), NULL:
+                     * no latitudes */
 } run_t;
 
 /* What an evaluation scores: the model and the baselines (persistence:
@@ -193,5 +207,22 @@ sg_status sg_train_evaluate(run_t *r, const char *out, double *rel_out);
  * datasets): rel_out[i * steps + k] the mean relative L2 at lead k + 1 of
  * the model (i = EV_MODEL) and the baselines. Collective. */
 sg_status sg_train_rollout(run_t *r, int64_t steps, double *rel_out);
+
+/* Latitude weighting (climate.c). loss_weighting = none | latitude: r->lw
+ * the weights of a micro-batch's targets (cos(lat), sg_lat_weights).
+ * Config and dataset only: the same verdict on every rank. */
+sg_status sg_train_loss_weights(run_t *r);
+/* The latitude-weighted RMSE and ACC of an evaluation (sg_metrics.h):
+ * accumulators (NULL without latitudes), the sums of a batch's first
+ * `valid` forecasts f of kind EV_* (physical units, masked) against truth
+ * (collective over the domain), the result in r->wmetrics (reduced over
+ * the data ranks, from the last stage under pp: collective), reported on
+ * rank 0's log and as a metrics line. */
+double *sg_train_wm_alloc(const run_t *r);
+sg_status sg_train_wm_add(run_t *r, int kind, const float *f,
+                          const float *truth, const float *mask, int64_t valid,
+                          double *wm);
+sg_status sg_train_wm_finish(run_t *r, double *wm);
+void sg_train_wm_report(const run_t *r, int64_t step);
 
 #endif /* SG_TRAIN_H */

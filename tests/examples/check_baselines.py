@@ -14,7 +14,16 @@ ahead) and, with ROLLOUT > 0, over the test samples' rollouts from frame
 0 (lead k: the target frame history - 1 + k * lead). A point masked in an
 input frame or never valid in training holds the variable's training mean
 (the driver's normalised 0). METRICS' eval_*_rel_l2 and
-rollout_*_rel_l2 must agree within RTOL relative."""
+rollout_*_rel_l2 must agree within RTOL relative.
+
+A time series whose y dim has a latitude coordinate is also scored with
+the WeatherBench 2 latitude-weighted metrics, per variable, one step
+ahead: w = cos(lat) / mean(cos(lat)), RMSE = sqrt(mean over the test
+examples of sum w m (f - t)^2 / sum w m), ACC = mean of
+sum w m f'o' / sqrt(sum w m f'^2 sum w m o'^2) with f' = f - clim,
+o' = t - clim (the climatology's own ACC is 0: it has no anomaly):
+METRICS' rmse_VAR_persistence, acc_VAR_persistence, rmse_VAR_climatology
+must agree within RTOL (ACC: RTOL absolute)."""
 import json
 import sys
 
@@ -38,6 +47,30 @@ def load(path, names):
     if climate:
         v, m = v[None], m[None]
     return v, m, climate
+
+
+def latitudes(path, name):
+    """The latitudes of var name's y dim (its coordinate variable), or None."""
+    with netCDF4.Dataset(path) as f:
+        dim = f.variables[name].dimensions[-2]
+        if dim not in f.variables:
+            return None
+        return np.asarray(f.variables[dim][...], dtype=np.float64)
+
+
+def wb2(fc, tests, v, m, clim, w, step):
+    """Per variable: latitude-weighted RMSE and ACC of forecast fc over the
+    test examples (WeatherBench 2)."""
+    mse, acc = [], []
+    for s, t0 in tests:
+        f, o, mk = fc(s, t0), v[s, t0 + step], m[s, t0 + step]
+        W = w[None, :, None] * mk
+        fa, oa = np.where(mk, f - clim, 0.0), np.where(mk, o - clim, 0.0)
+        d = np.where(mk, f - o, 0.0)
+        mse.append((W * d * d).sum(axis=(1, 2)) / W.sum(axis=(1, 2)))
+        den = np.sqrt((W * fa * fa).sum(axis=(1, 2)) * (W * oa * oa).sum(axis=(1, 2)))
+        acc.append(np.where(den > 0, (W * fa * oa).sum(axis=(1, 2)) / np.where(den > 0, den, 1), 0))
+    return np.sqrt(np.mean(mse, axis=0)), np.mean(acc, axis=0)
 
 
 def rel_l2(f, t, m):
@@ -75,6 +108,18 @@ def main():
                 float(np.mean([rel_l2(fc(s, 0), v[s, h - 1 + k * lead], m[s, h - 1 + k * lead])
                                for s in range(S - test, S)]))
                 for k in range(1, nroll + 1)]
+    lat = latitudes(dpath, vars_.split(",")[0]) if climate else None
+    absolute = set()
+    if lat is not None:
+        w = np.where(np.abs(lat) == 90, 0.0, np.cos(np.deg2rad(lat)))
+        w = w / w.mean()
+        for key, fc in (("persistence", lambda s, t0: filled[s, t0 + h - 1]),
+                        ("climatology", lambda s, t0: clim)):
+            rmse, acc = wb2(fc, tests, v, m, clim, w, h - 1 + lead)
+            for i, name in enumerate(vars_.split(",")):
+                want[f"rmse_{name}_{key}"] = float(rmse[i])
+                want[f"acc_{name}_{key}"] = float(acc[i])
+                absolute.add(f"acc_{name}_{key}")
     got = {}
     with open(mpath) as f:
         for line in f:
@@ -83,7 +128,8 @@ def main():
     for k, w in want.items():
         g = got.get(k)
         ws, gs = np.atleast_1d(w), np.atleast_1d(g if g is not None else np.nan)
-        err = np.max(np.abs(gs - ws) / np.abs(ws)) if gs.shape == ws.shape else np.inf
+        scale = 1.0 if k in absolute else np.abs(ws)
+        err = np.max(np.abs(gs - ws) / scale) if gs.shape == ws.shape else np.inf
         ok = err <= rtol
         bad += not ok
         print(f"{k}: sg-train {g} direct {w} (relative {err:.3g}){'' if ok else '  MISMATCH'}")

@@ -8,7 +8,9 @@
 # bits as without, with a lower peak; a masked time series (COADS SST, land
 # masked: the masked loss and feedback) on h=2; the baselines (persistence,
 # climatology) of the final evaluation and the rollout equal to a direct
-# computation from the file (also with history 1, lead 2).
+# computation from the file (also with history 1, lead 2), and on SST the
+# latitude-weighted RMSE and ACC (WeatherBench 2) of the baselines too;
+# loss_weighting = latitude on h=2 equal to one process.
 #   rollout_trajectories.sh fno|cnn BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 model=$1 bin=$2 mpiexec=$3 work=$4 src=$5
@@ -79,4 +81,15 @@ run sst 1 h=1 $coads
   /usr/share/ferret-vis/data/coads_climatology.cdf SST 1 1 3 0 1e-5
 # shellcheck disable=SC2086
 same sst sst_h2 2 h=2 $coads
+for key in rmse_SST acc_SST rmse_SST_persistence; do $cmp sst.jsonl sst_h2.jsonl 1e-5 --key $key; done
+# the latitude-weighted loss (cos(lat) weights times the land mask): the
+# same trajectory on h=2 (rows split: each rank its rows' weights), and
+# not the unweighted one
+if [ "$model" = fno ]; then # (the loss is the model's business: once)
+  # shellcheck disable=SC2086
+  run sstw 1 h=1 $coads --loss-weighting latitude
+  # shellcheck disable=SC2086
+  same sstw sstw_h2 2 h=2 $coads --loss-weighting latitude
+  if $cmp sst.jsonl sstw.jsonl 1e-3 >/dev/null; then echo "FAILED: loss_weighting = latitude left the loss unchanged"; exit 1; fi
+fi
 echo "rollout trajectories match ($model)"
