@@ -208,7 +208,7 @@ static sg_status save_checkpoint(run_t *r, int64_t step) {
   meta.rng_seed = (uint64_t)sg_kv_int(r->kv, "seed");
   meta.data_position = step * r->gbatch;
   snprintf(meta.mesh, sizeof meta.mesh, "%s", r->mesh_spec);
-  meta.config = sg_kv_dump(r->kv);
+  meta.config = sg_train_ckpt_config(r);
   double t0 = sg_wtime();
   sg_trace_begin("io");
   st = sg_ckpt_write(MPI_COMM_WORLD, path, narr, arr, &meta, NULL);
@@ -361,53 +361,6 @@ static sg_status stop_check(run_t *r, int64_t done, int64_t first, int saved) {
     fflush(stdout);
   }
   r->stop = sig;
-fail:
-  return st;
-}
-
-/* The model's kind and sizes from the config. Not collective. */
-static sg_status model_config(sg_kv_t kv, sg_model_config *mc) {
-  sg_status st = SG_OK;
-  sg_model_kind kind;
-  SG_TRY(sg_model_kind_parse(sg_kv_str(kv, "model"), &kind));
-  *mc = sg_model_defaults(kind);
-  mc->width = sg_kv_int(kv, "width");
-  mc->modes = sg_kv_int(kv, "modes");
-  mc->layers = sg_kv_int(kv, "layers");
-  mc->proj_width = sg_kv_int(kv, "proj_width");
-  mc->blocks = sg_kv_int(kv, "blocks");
-  mc->levels = sg_kv_int(kv, "levels");
-  mc->kernel = sg_kv_int(kv, "kernel");
-  mc->groups = sg_kv_int(kv, "groups");
-  mc->patch = sg_kv_int(kv, "patch");
-  mc->heads = sg_kv_int(kv, "heads");
-  mc->depth = sg_kv_int(kv, "depth");
-  mc->add_grid = sg_kv_bool(kv, "grid");
-  mc->shard_spectral = sg_kv_bool(kv, "shard_spectral");
-  {
-    const char *ac = sg_kv_str(kv, "activation_checkpointing");
-    char *end = NULL;
-    long k = 0;
-    if (strcmp(ac, "none") == 0)
-      mc->act_ckpt_every = 0;
-    else if (strcmp(ac, "blocks") == 0)
-      mc->act_ckpt_every = 1;
-    else if (strncmp(ac, "every:", 6) == 0 &&
-             (k = strtol(ac + 6, &end, 10)) >= 1 && k <= 1000000 &&
-             end != ac + 6 && *end == '\0')
-      mc->act_ckpt_every = (int)k;
-    else
-      SG_RAISE(
-          SG_ERR_CONFIG,
-          "activation_checkpointing must be none, blocks or every:K with K >= 1, not '%s'",
-          ac);
-  }
-  const char *pk[2] = {"pad_y", "pad_x"};
-  for (int i = 0; i < 2; ++i)
-    if (sg_boundary_parse(sg_kv_str(kv, pk[i]), &mc->pad[i]) != SG_OK)
-      SG_RAISE(SG_ERR_CONFIG,
-               "%s must be periodic, zero, reflect or replicate, not '%s'",
-               pk[i], sg_kv_str(kv, pk[i]));
 fail:
   return st;
 }
@@ -625,7 +578,7 @@ static sg_status setup(run_t *r) {
   SG_TRY(sg_mesh_group(r->smesh, mi.domain_dims, &r->domain));
   SG_TRY(sg_mesh_group(r->smesh, mi.batch_dims, &r->data));
   sg_model_config mc;
-  SG_TRY(model_config(kv, &mc));
+  SG_TRY(sg_train_model_config(kv, &mc));
   r->ar_ckpt = mc.act_ckpt_every > 0;
   const char *lk = sg_kv_str(kv, "loss");
   if (strcmp(lk, "rel_l2") == 0)

@@ -225,4 +225,15 @@ sg_status sg_train_wm_add(run_t *r, int kind, const float *f,
 sg_status sg_train_wm_finish(run_t *r, double *wm);
 void sg_train_wm_report(const run_t *r, int64_t step);
 
+/* What a checkpoint records (ckpt_config.c). The model's kind and sizes
+ * from a config with sg-train's keys. Not collective. */
+sg_status sg_train_model_config(sg_kv_t kv, sg_model_config *mc);
+/* The config text of a checkpoint (malloc'd; NULL: out of memory): the
+ * run's config (sg_kv_dump) and the lines "grid_shape = NYxNX", "data_mean =
+ * m0,m1,..", "data_std = s0,s1,.." (the normalisation, per variable). */
+#define SG_CKPT_GRID_KEY "grid_shape"
+#define SG_CKPT_MEAN_KEY "data_mean"
+#define SG_CKPT_STD_KEY "data_std"
+char *sg_train_ckpt_config(const run_t *r);
+
 #endif /* SG_TRAIN_H */
