@@ -138,6 +138,15 @@ fail:
   return st;
 }
 
+/* RMSE and ACC (out[2k], out[2k+1]) from n accumulators (NaN: none). */
+static void wm_final(const double *wm, int64_t n, double *out) {
+  for (int64_t k = 0; k < n; ++k) {
+    const double *a = wm + 3 * k;
+    out[2 * k] = a[2] > 0 ? sqrt(a[0] / a[2]) : NAN;
+    out[2 * k + 1] = a[2] > 0 ? a[1] / a[2] : NAN;
+  }
+}
+
 sg_status sg_train_wm_finish(run_t *r, double *wm) {
   sg_status st = SG_OK;
   const int64_t n = 3 * EV_N * r->ds.nvars;
@@ -148,11 +157,7 @@ sg_status sg_train_wm_finish(run_t *r, double *wm) {
   free(r->wmetrics);
   r->wmetrics = malloc((size_t)(2 * EV_N * r->ds.nvars) * sizeof *r->wmetrics);
   if (!r->wmetrics) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  for (int64_t k = 0; k < EV_N * r->ds.nvars; ++k) {
-    const double *a = wm + 3 * k;
-    r->wmetrics[2 * k] = a[2] > 0 ? sqrt(a[0] / a[2]) : NAN;
-    r->wmetrics[2 * k + 1] = a[2] > 0 ? a[1] / a[2] : NAN;
-  }
+  wm_final(wm, EV_N * r->ds.nvars, r->wmetrics);
 fail:
   return st;
 }
@@ -189,4 +194,188 @@ void sg_train_wm_report(const run_t *r, int64_t step) {
       }
   fputs("}\n", r->metrics);
   fflush(r->metrics);
+}
+
+/* ---- the latitude-weighted metrics at leads 1 .. K of a time series ---- */
+
+/* A lead evaluation in progress: per data rank lbatch test inits, their
+ * first windows (persistence), the windows fed back, the scratch. */
+typedef struct lead_state {
+  run_t *r;
+  int64_t K;
+  double *wm;         /* (K, 3 * EV_N * nvars) accumulators */
+  float *x, *x0, *xs; /* windows, first windows, scratch (lbatch * H * F) */
+  float *pred, *f, *truth, *mask; /* one frame of the batch each */
+  sg_example *ex, *exk;
+} lead_state;
+
+/* The model's prediction of batch x (normalised; no tape kept). */
+static sg_status lead_predict(run_t *r, float *x, float *pred) {
+  sg_status st = SG_OK;
+  const int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx};
+  sg_var xv, *y = NULL;
+  memset(&xv, 0, sizeof xv);
+  int prev = sg_tape_set_grad_enabled(r->tape, 0);
+  SG_TRY(sg_var_init(&xv, "x", SG_DTYPE_F32, 4, xs, x, 0));
+  SG_TRY(sg_model_forward(r->model, r->tape, &xv, &y));
+  memcpy(pred, y->value.data,
+         (size_t)(r->lbatch * r->cout * r->ds.ny * r->ds.nx) * sizeof *pred);
+fail:
+  sg_tape_clear(r->tape);
+  sg_tape_set_grad_enabled(r->tape, prev);
+  sg_var_release(&xv);
+  return st;
+}
+
+/* normalised -> physical units, times the mask (lbatch frames) */
+static void lead_physical(const run_t *r, float *a, const float *mask) {
+  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
+  for (int64_t j = 0; j < r->lbatch * V; ++j)
+    for (int64_t i = 0; i < plane; ++i)
+      a[j * plane + i] = (float)(a[j * plane + i] * r->ds.std[j % V] +
+                                 r->ds.mean[j % V]) *
+                         mask[j * plane + i];
+}
+
+/* The batch's truth at lead k (1-based) into L->truth, L->mask (physical,
+ * masked; an init whose target lies past the data: mask 0, so it is left
+ * out of the lead's means). */
+static void lead_truth(lead_state *L, int64_t k) {
+  run_t *r = L->r;
+  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx;
+  for (int64_t j = 0; j < r->lbatch; ++j) {
+    L->exk[j] = L->ex[j];
+    if (sg_dataset_target_frame(&r->dopt, L->ex[j].t0, k - 1) < r->ds.nframes)
+      L->exk[j].t0 += (k - 1) * r->dopt.lead;
+  }
+  sg_dataset_fill(&r->ds, &r->dopt, L->exk, r->lbatch, L->xs, L->truth,
+                  L->mask);
+  for (int64_t j = 0; j < r->lbatch; ++j)
+    if (sg_dataset_target_frame(&r->dopt, L->ex[j].t0, k - 1) >= r->ds.nframes)
+      memset(L->mask + j * F, 0, (size_t)F * sizeof *L->mask);
+  lead_physical(r, L->truth, L->mask);
+}
+
+/* Score lead k of batch b: the model's prediction (normalised in
+ * L->pred) and the baselines, into the accumulators of lead k. */
+static sg_status lead_score(lead_state *L, int64_t k, int64_t valid) {
+  sg_status st = SG_OK;
+  run_t *r = L->r;
+  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history;
+  double *wm = L->wm + (k - 1) * 3 * EV_N * r->ds.nvars;
+  for (int kind = 0; kind < EV_N; ++kind) {
+    for (int64_t j = 0; j < r->lbatch; ++j)
+      memcpy(L->f + j * F,
+             kind == EV_MODEL         ? L->pred + j * F
+             : kind == EV_PERSISTENCE ? L->x0 + (j * H + H - 1) * F
+                                      : r->clim,
+             (size_t)F * sizeof *L->f);
+    lead_physical(r, L->f, L->mask);
+    SG_TRY(sg_train_wm_add(r, kind, L->f, L->truth, L->mask, valid, wm));
+  }
+fail:
+  return st;
+}
+
+/* Batch b: its inits (padded with the last), the rollout over K leads. */
+static sg_status lead_batch(lead_state *L, int64_t b) {
+  sg_status st = SG_OK;
+  run_t *r = L->r;
+  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history;
+  int64_t valid = 0;
+  for (int64_t j = 0; j < r->lbatch; ++j) {
+    const int64_t g = b * r->ebatch + r->cdp * r->lbatch + j;
+    L->ex[j] = r->test[g < r->ntest ? g : r->ntest - 1];
+    valid += g < r->ntest;
+  }
+  sg_dataset_fill(&r->ds, &r->dopt, L->ex, r->lbatch, L->x, L->truth, L->mask);
+  memcpy(L->x0, L->x, (size_t)(r->lbatch * H * F) * sizeof *L->x0);
+  for (int64_t k = 1; k <= L->K; ++k) {
+    SG_TRY(lead_predict(r, L->x, L->pred));
+    lead_truth(L, k);
+    SG_TRY(lead_score(L, k, valid));
+    /* feed back masked like the data (0 at masked points) */
+    for (int64_t i = 0; i < r->lbatch * F; ++i)
+      L->f[i] = L->mask[i] != 0.0f ? 1.0f : 0.0f;
+    sg_train_feed_back(L->x, L->pred, r->ds.has_mask ? L->f : NULL, r->lbatch,
+                       H, F);
+  }
+fail:
+  return st;
+}
+
+/* The leads' metrics on rank 0's log and as one metrics line of arrays
+ * (per lead) per metric, variable and forecast. res: (K, EV_N, V, 2). */
+static void lead_report(const run_t *r, int64_t K, int64_t step,
+                        const double *res) {
+  static const char *const base[EV_N] = {"", "_persistence", "_climatology"};
+  const int64_t V = r->ds.nvars;
+  for (int64_t k = 0; k < K && r->rank == 0; ++k)
+    for (int64_t v = 0; v < V; ++v) {
+      const double *m = res + k * EV_N * V * 2;
+      sg_log_info("%s at lead %lld: latitude-weighted RMSE %.4g (persistence "
+                  "%.4g, climatology %.4g), ACC %.4f (persistence %.4f)",
+                  r->ds.vars[v], (long long)((k + 1) * r->dopt.lead), m[2 * v],
+                  m[2 * (V + v)], m[2 * (2 * V + v)], m[2 * v + 1],
+                  m[2 * (V + v) + 1]);
+    }
+  if (!r->metrics) return;
+  fprintf(r->metrics, "{\"step\": %lld, \"leads\": [", (long long)step);
+  for (int64_t k = 0; k < K; ++k)
+    fprintf(r->metrics, "%s%lld", k ? ", " : "",
+            (long long)((k + 1) * r->dopt.lead));
+  fputs("]", r->metrics);
+  for (int what = 0; what < 2; ++what)
+    for (int i = 0; i < EV_N; ++i)
+      for (int64_t v = 0; v < V; ++v) {
+        fprintf(r->metrics, ", \"%s_%s%s_leads\": [", what ? "acc" : "rmse",
+                r->ds.vars[v], base[i]);
+        for (int64_t k = 0; k < K; ++k) {
+          fputs(k ? ", " : "", r->metrics);
+          json_num(r->metrics, res[((k * EV_N + i) * V + v) * 2 + what]);
+        }
+        fputs("]", r->metrics);
+      }
+  fputs("}\n", r->metrics);
+  fflush(r->metrics);
+}
+
+sg_status sg_train_climate_leads(run_t *r, int64_t K, int64_t step) {
+  sg_status st = SG_OK;
+  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history,
+                n = 3 * EV_N * r->ds.nvars * K, nf = r->lbatch * F + 1;
+  lead_state L = {.r = r, .K = K};
+  double *res = NULL;
+  if (!r->ds.wrow)
+    SG_RAISE(SG_ERR_CONFIG,
+             "rollout on a time series scores the latitude-weighted metrics "
+             "per lead: dataset '%s' has no latitude coordinate (a y dim "
+             "named lat, after dim_map, with a coordinate variable)",
+             r->dopt.path);
+  if (r->pipe)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "rollout on a time series with a pp mesh dim: not supported yet");
+  L.wm = calloc((size_t)n, sizeof *L.wm);
+  res = malloc((size_t)(2 * EV_N * r->ds.nvars * K) * sizeof *res);
+  L.x = malloc((size_t)(3 * r->lbatch * H * F + 1) * sizeof *L.x);
+  L.pred = malloc((size_t)(4 * nf) * sizeof *L.pred);
+  L.ex = malloc((size_t)(2 * r->lbatch) * sizeof *L.ex);
+  if (!L.wm || !res || !L.x || !L.pred || !L.ex)
+    SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  L.x0 = L.x + r->lbatch * H * F, L.xs = L.x0 + r->lbatch * H * F;
+  L.f = L.pred + nf, L.truth = L.f + nf, L.mask = L.truth + nf;
+  L.exk = L.ex + r->lbatch;
+  for (int64_t b = 0; b * r->ebatch < r->ntest; ++b) SG_TRY(lead_batch(&L, b));
+  if (r->data && sg_group_size(r->data) > 1)
+    SG_TRY(
+        sg_allreduce_det(r->data, L.wm, L.wm, n, SG_DTYPE_F64, SG_REDUCE_SUM));
+  wm_final(L.wm, n / 3, res);
+  lead_report(r, K, step, res);
+fail:
+  free(L.wm);
+  free(res);
+  free(L.x);
+  free(L.pred);
+  free(L.ex);
+  return st;
 }

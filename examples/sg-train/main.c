@@ -920,7 +920,9 @@ static sg_status train(run_t *r) {
   metrics_line(r, steps, EV_N, eval_keys, rel);
   sg_train_wm_report(r, steps);
   const int64_t nroll = sg_kv_int(kv, "rollout");
-  if (nroll > 0) {
+  if (nroll > 0 && r->ds.climate) /* per lead, latitude-weighted */
+    SG_TRY(sg_train_climate_leads(r, nroll, steps));
+  else if (nroll > 0) {
     roll = malloc((size_t)(EV_N * nroll) * sizeof *roll);
     if (!roll) SG_RAISE(SG_ERR_ALLOC, "out of memory");
     SG_TRY(sg_train_rollout(r, nroll, roll));

@@ -224,6 +224,13 @@ sg_status sg_train_wm_add(run_t *r, int kind, const float *f,
                           double *wm);
 sg_status sg_train_wm_finish(run_t *r, double *wm);
 void sg_train_wm_report(const run_t *r, int64_t step);
+/* rollout = K on a time series: from every test initialisation, the model
+ * fed its own predictions K times; the latitude-weighted RMSE and ACC of
+ * the model and the baselines (persistence: the init's last frame) at each
+ * lead over the inits whose target lies in the data, on the log and as a
+ * metrics line (rmse_VAR[_persistence|_climatology]_leads, acc_..._leads:
+ * arrays over the leads). Needs latitudes; not under pp. Collective. */
+sg_status sg_train_climate_leads(run_t *r, int64_t K, int64_t step);
 
 /* What a checkpoint records (ckpt_config.c). The model's kind and sizes
  * from a config with sg-train's keys. Not collective. */

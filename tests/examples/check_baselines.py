@@ -23,7 +23,9 @@ examples of sum w m (f - t)^2 / sum w m), ACC = mean of
 sum w m f'o' / sqrt(sum w m f'^2 sum w m o'^2) with f' = f - clim,
 o' = t - clim (the climatology's own ACC is 0: it has no anomaly):
 METRICS' rmse_VAR_persistence, acc_VAR_persistence, rmse_VAR_climatology
-must agree within RTOL (ACC: RTOL absolute)."""
+must agree within RTOL (ACC: RTOL absolute); with ROLLOUT > 0 also
+rmse_VAR_persistence_leads etc. at leads 1 .. ROLLOUT from every test
+init whose target lies in the data."""
 import json
 import sys
 
@@ -116,10 +118,17 @@ def main():
         for key, fc in (("persistence", lambda s, t0: filled[s, t0 + h - 1]),
                         ("climatology", lambda s, t0: clim)):
             rmse, acc = wb2(fc, tests, v, m, clim, w, h - 1 + lead)
+            # ROLLOUT > 0: per lead k, over the inits whose target is in the data
+            leads = [wb2(fc, [(s, t0) for s, t0 in tests if t0 + h - 1 + k * lead < T],
+                         v, m, clim, w, h - 1 + k * lead) for k in range(1, nroll + 1)]
             for i, name in enumerate(vars_.split(",")):
                 want[f"rmse_{name}_{key}"] = float(rmse[i])
                 want[f"acc_{name}_{key}"] = float(acc[i])
                 absolute.add(f"acc_{name}_{key}")
+                if nroll > 0:
+                    want[f"rmse_{name}_{key}_leads"] = [float(r[0][i]) for r in leads]
+                    want[f"acc_{name}_{key}_leads"] = [float(r[1][i]) for r in leads]
+                    absolute.add(f"acc_{name}_{key}_leads")
     got = {}
     with open(mpath) as f:
         for line in f:

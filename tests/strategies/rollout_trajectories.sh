@@ -9,7 +9,8 @@
 # masked: the masked loss and feedback) on h=2; the baselines (persistence,
 # climatology) of the final evaluation and the rollout equal to a direct
 # computation from the file (also with history 1, lead 2), and on SST the
-# latitude-weighted RMSE and ACC (WeatherBench 2) of the baselines too;
+# latitude-weighted RMSE and ACC (WeatherBench 2) of the baselines too,
+# at leads 1-3 from every test init (rollout = 3 on a time series);
 # loss_weighting = latitude on h=2 equal to one process.
 #   rollout_trajectories.sh fno|cnn BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
@@ -74,14 +75,17 @@ if not b < a:
 PY
 # a time series with land masked: masked loss, masked feedback, baselines
 coads="--data /usr/share/ferret-vis/data/coads_climatology.cdf --vars SST --dim-map COADSX=lon,COADSY=lat,TIME=time
-       --test-frames 3 --history 1 --steps 4 --batch 2 --width 4 --blocks 1 --proj-width 8 --rollout-train 3"
+       --test-frames 3 --history 1 --steps 4 --batch 2 --width 4 --blocks 1 --proj-width 8 --rollout-train 3
+       --rollout 3"
 # shellcheck disable=SC2086
 run sst 1 h=1 $coads
 /usr/bin/python3 "$src/tests/examples/check_baselines.py" sst.jsonl \
-  /usr/share/ferret-vis/data/coads_climatology.cdf SST 1 1 3 0 1e-5
+  /usr/share/ferret-vis/data/coads_climatology.cdf SST 1 1 3 3 1e-5
 # shellcheck disable=SC2086
 same sst sst_h2 2 h=2 $coads
-for key in rmse_SST acc_SST rmse_SST_persistence; do $cmp sst.jsonl sst_h2.jsonl 1e-5 --key $key; done
+for key in rmse_SST acc_SST rmse_SST_persistence rmse_SST_leads acc_SST_leads rmse_SST_persistence_leads; do
+  $cmp sst.jsonl sst_h2.jsonl 1e-5 --key $key
+done
 # the latitude-weighted loss (cos(lat) weights times the land mask): the
 # same trajectory on h=2 (rows split: each rank its rows' weights), and
 # not the unweighted one
