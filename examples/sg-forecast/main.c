@@ -213,6 +213,9 @@ static sg_status build_model(forecast *f) {
     snprintf(f->mesh_spec, sizeof f->mesh_spec, "h=%d", size);
   SG_TRY(sg_mesh_create(MPI_COMM_WORLD, f->mesh_spec, &f->mesh));
   sg_parallel_config pc = sg_parallel_defaults();
+  const char *pd = sg_kv_str(f->cfg, "param_dtype"); /* the training's */
+  if (*pd && sg_dtype_parse(pd, &pc.param_dtype) != SG_OK)
+    SG_RAISE(SG_ERR_CONFIG, "checkpoint: unknown param_dtype '%s'", pd);
   sg_parallel_mesh_info mi;
   SG_TRY(sg_parallel_check_mesh(f->mesh, &pc, &mi));
   if (mi.data_size > 1)
