@@ -17,6 +17,7 @@
 #include "sg_comm.h"
 #include "sg_config.h"
 #include "sg_decomp.h"
+#include "sg_device.h"
 #include "sg_dist_loss.h"
 #include "sg_kv.h"
 #include "sg_log.h"
@@ -1041,6 +1042,11 @@ int main(int argc, char **argv) {
                         sg_kv_str(r.kv, "metrics"));
   }
   st = sg_agree(MPI_COMM_WORLD, st);
+  if (st == SG_OK && r.rank == 0 && sg_blas_coretype_hint())
+    sg_log_warn(
+        "the BLAS runs %s kernels, narrower than this CPU's: export "
+        "OPENBLAS_CORETYPE=%s before mpiexec for faster GEMMs (sg-info)",
+        sg_blas_core(), sg_blas_coretype_hint());
   if (st == SG_OK) {
     st = train(&r);
     if (!sg_timed_out()) st = sg_agree(MPI_COMM_WORLD, st);
