@@ -144,6 +144,9 @@ static const sg_kv_key keys[] = {
     {"ckpt_every", SG_KV_INT, "0",
      "checkpoint every N steps (0: only at the end when ckpt_dir is set)"},
     {"resume", SG_KV_STRING, "", "resume from this checkpoint"},
+    {"stop_after", SG_KV_INT, "0",
+     "end this run after N steps (with ckpt_dir, their checkpoint is written; no final evaluation); "
+     "the lr schedule stays that of steps: resume to go on (0: run to steps)"},
     {"log_level", SG_KV_STRING, "info", "error | warn | info | debug"},
 };
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -852,12 +855,20 @@ static sg_status train(run_t *r) {
           resume, (long long)done, (long long)steps);
     first = done + 1;
   }
+  /* stop_after: this run is a segment of the run of `steps` steps */
+  const int64_t stop_after = sg_kv_int(kv, "stop_after");
+  if (stop_after < 0)
+    SG_RAISE(SG_ERR_CONFIG, "stop_after must be >= 0, not %lld",
+             (long long)stop_after);
+  const int64_t last = stop_after > 0 && first - 1 + stop_after < steps
+                           ? first - 1 + stop_after
+                           : steps;
   double t_start = sg_wtime(), t_coll = 0.0;
   sg_mem_info mem0;
   SG_TRY(sg_mem_get_info(sg_device_host(), &mem0));
   SG_TRY(sg_mem_reset_peak(sg_device_host()));
   SG_TRY(stop_check(r, first - 1, first, 0)); /* signalled while setting up */
-  for (int64_t step = first; step <= steps && !r->stop; ++step) {
+  for (int64_t step = first; step <= last && !r->stop; ++step) {
     double t0 = sg_wtime(), halo0 = sg_timer_total("halo"),
            io0 = sg_timer_total("io");
     int64_t e = (step - 1) / spe, pos = (step - 1) % spe;
@@ -900,7 +911,7 @@ static sg_status train(run_t *r) {
                "loss is %g at step %lld: diverged (lower --lr?)", lval,
                (long long)step);
     double sps = (double)r->gbatch / dt;
-    if (r->rank == 0 && (step % log_every == 0 || step == 1 || step == steps)) {
+    if (r->rank == 0 && (step % log_every == 0 || step == 1 || step == last)) {
       double el = sg_wtime() - t_start,
              eta = el / (double)(step - first + 1) * (double)(steps - step);
       printf(
@@ -921,7 +932,7 @@ static sg_status train(run_t *r) {
     if (check_every > 0 && step % check_every == 0)
       SG_TRY(sg_parallel_check_replicas(r->plan, step));
     const int saved = *ckdir && ((ckpt_every > 0 && step % ckpt_every == 0) ||
-                                 step == steps);
+                                 step == last);
     if (saved) SG_TRY(save_checkpoint(r, step));
     if (eval_every > 0 && step % eval_every == 0 && step != steps) {
       double rel[EV_N] = {0};
@@ -934,7 +945,12 @@ static sg_status train(run_t *r) {
     }
     SG_TRY(stop_check(r, step, first, saved));
   }
-  if (r->stop) goto fail; /* stopped cleanly: no final evaluation */
+  if (!r->stop && last < steps && r->rank == 0)
+    printf("sg-train: stopped after step %lld of %lld (stop_after %lld)%s\n",
+           (long long)last, (long long)steps, (long long)stop_after,
+           *ckdir ? "; resume from its checkpoint to go on" : "");
+  if (r->stop || last < steps)
+    goto fail; /* stopped cleanly or a segment: no final evaluation */
   SG_TRY(
       sg_stop_uninstall()); /* a signal during the evaluation ends the run as usual */
   /* peak accounted memory per rank during training: all of it, and the
