@@ -190,6 +190,23 @@ static sg_status ckpt_arrays(run_t *r, int writing, sg_ckpt_array **arr,
                  : sg_parallel_ckpt_arrays(r->plan, writing, arr, narr);
 }
 
+/* The checkpoint's config text: the settings ("key = value" lines), then
+ * what else fixes the data a run sees, as comment lines ("# key = value":
+ * a config reader skips them): the data's grid and number of training
+ * examples. With the global batch (data_position = step x batch) they must
+ * match on resume (check_ckpt_data), or the data order would not continue.
+ * NULL when out of memory (then no config is written). */
+static char *ckpt_config_text(const run_t *r) {
+  char *kv = sg_kv_dump(r->kv), *s = NULL;
+  size_t n = kv ? strlen(kv) + 128 : 0;
+  if (kv && (s = malloc(n)) != NULL)
+    snprintf(s, n, "%s# grid = %lld x %lld\n# train_examples = %lld\n", kv,
+             (long long)r->ds.ny_g, (long long)r->ds.nx_g,
+             (long long)r->ntrain);
+  free(kv);
+  return s;
+}
+
 /* Checkpoints: every parameter and its AdamW moments as a global variable
  * ("params.<name>", "adam_m.<name>", "adam_v.<name>") of the parameter's
  * global shape, written by its shards — one rank of each replica group
@@ -209,7 +226,7 @@ static sg_status save_checkpoint(run_t *r, int64_t step) {
   meta.rng_seed = (uint64_t)sg_kv_int(r->kv, "seed");
   meta.data_position = step * r->gbatch;
   snprintf(meta.mesh, sizeof meta.mesh, "%s", r->mesh_spec);
-  meta.config = sg_kv_dump(r->kv);
+  meta.config = ckpt_config_text(r);
   double t0 = sg_wtime();
   sg_trace_begin("io");
   st = sg_ckpt_write(MPI_COMM_WORLD, path, narr, arr, &meta, NULL);
@@ -270,6 +287,39 @@ fail:
   return st;
 }
 
+/* The checkpoint must have seen the data this run sees, in the same order:
+ * the same grid and training examples (recorded by ckpt_config_text; not
+ * checked for checkpoints without them) and the same global batch. Not
+ * collective. */
+static sg_status check_ckpt_data(const run_t *r, const char *path,
+                                 const sg_ckpt_meta *m) {
+  sg_status st = SG_OK;
+  char v[64];
+  long long ny = 0, nx = 0;
+  if (m->config && config_value(m->config, "# grid", v, sizeof v) &&
+      (sscanf(v, "%lld x %lld", &ny, &nx) != 2 || ny != r->ds.ny_g ||
+       nx != r->ds.nx_g))
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "checkpoint %s was written for a %s grid; the data %s are %lld x %lld",
+        path, v, sg_kv_str(r->kv, "data"), (long long)r->ds.ny_g,
+        (long long)r->ds.nx_g);
+  if (m->config && config_value(m->config, "# train_examples", v, sizeof v) &&
+      strtoll(v, NULL, 10) != r->ntrain)
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "checkpoint %s was written with %s training examples, this run has %lld: the data order would not continue",
+        path, v, (long long)r->ntrain);
+  if (m->data_position != m->step * r->gbatch)
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "checkpoint %s was written with global batch %lld (%lld examples consumed), this run has %lld: the data order would not continue",
+        path, (long long)(m->step > 0 ? m->data_position / m->step : 0),
+        (long long)m->data_position, (long long)r->gbatch);
+fail:
+  return st;
+}
+
 static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   sg_status st = SG_OK;
   sg_ckpt_array *arr = NULL;
@@ -281,6 +331,8 @@ static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   st = sg_ckpt_read(MPI_COMM_WORLD, path, 0, arr, &meta);
   if (st == SG_OK)
     st = sg_agree(MPI_COMM_WORLD, check_ckpt_model(r, path, meta.config));
+  if (st == SG_OK)
+    st = sg_agree(MPI_COMM_WORLD, check_ckpt_data(r, path, &meta));
   if (st == SG_OK) st = sg_ckpt_read(MPI_COMM_WORLD, path, narr, arr, NULL);
   sg_trace_end("io");
   SG_TRY(st);
@@ -306,6 +358,39 @@ static sg_status save_checkpoint(run_t *r, int64_t step) {
       SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
       "checkpoints are not supported by this build (io/sg_ckpt.h missing)");
 }
+/* The checkpoint must have seen the data this run sees, in the same order:
+ * the same grid and training examples (recorded by ckpt_config_text; not
+ * checked for checkpoints without them) and the same global batch. Not
+ * collective. */
+static sg_status check_ckpt_data(const run_t *r, const char *path,
+                                 const sg_ckpt_meta *m) {
+  sg_status st = SG_OK;
+  char v[64];
+  long long ny = 0, nx = 0;
+  if (m->config && config_value(m->config, "# grid", v, sizeof v) &&
+      (sscanf(v, "%lld x %lld", &ny, &nx) != 2 || ny != r->ds.ny_g ||
+       nx != r->ds.nx_g))
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "checkpoint %s was written for a %s grid; the data %s are %lld x %lld",
+        path, v, sg_kv_str(r->kv, "data"), (long long)r->ds.ny_g,
+        (long long)r->ds.nx_g);
+  if (m->config && config_value(m->config, "# train_examples", v, sizeof v) &&
+      strtoll(v, NULL, 10) != r->ntrain)
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "checkpoint %s was written with %s training examples, this run has %lld: the data order would not continue",
+        path, v, (long long)r->ntrain);
+  if (m->data_position != m->step * r->gbatch)
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "checkpoint %s was written with global batch %lld (%lld examples consumed), this run has %lld: the data order would not continue",
+        path, (long long)(m->step > 0 ? m->data_position / m->step : 0),
+        (long long)m->data_position, (long long)r->gbatch);
+fail:
+  return st;
+}
+
 static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   (void)r;
   (void)step;

@@ -93,3 +93,31 @@ $cmpp "$last" ck_s8/step_000016.nc 1e-4 1e-9 --prefix adam_ $ex
 # shellcheck disable=SC2086
 $cmpp ck_s8/step_000016.nc "$last" 1e-4 1e-6 --prefix "" $ex # no extra variables
 echo "checkpoint ring ($model): 8 meshes continue the one-process run"
+# checkpoints that do not fit the run: a clear error (agreed by every rank),
+# no hang (a truncated or corrupted file: tests/faults/corrupt_files.sh)
+bad() { # REGEX [args]: resuming ck_s4's checkpoint on h=2 with args fails so
+  regex=$1
+  shift
+  # shellcheck disable=SC2086
+  sh "$src/tests/examples/expect_fail.sh" "$regex" 60 "$mpiexec" -n 2 "$bin/sg-train" $common \
+    --mesh h=2 --resume ck_s4/step_000008.nc "$@"
+}
+"$mpiexec" -n 2 "$bin/sg-ns2d" --out ns24.nc --n 24 --samples 11 --frames 6 --dt 1e-2 \
+  --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
+# another grid (the FNO's weights would load: its spectral weights do not
+# depend on the grid)
+bad "checkpoint ck_s4/step_000008.nc was written for a 16 x 16 grid; the data ns24.nc are 24 x 24" \
+  --data ns24.nc
+# another global batch: the data order would not continue
+bad "checkpoint ck_s4/step_000008.nc was written with global batch 12 \\(96 examples consumed\\), this run has 8: the data order would not continue" \
+  --batch 8
+if [ "$model" = fno ]; then
+  bad "checkpoint ck_s4/step_000008.nc holds a fno model with width = 8; this run has width = 4" --width 4
+else
+  bad "checkpoint ck_s4/step_000008.nc holds a 'vit' model; this run builds 'fno' \\(--model vit to resume it\\)" \
+    --model fno --modes 4
+  # another split of the data (the data order would not continue either)
+  bad "checkpoint ck_s4/step_000008.nc was written with 36 training examples, this run has 32: the data order would not continue" \
+    --test-samples 3
+fi
+echo "checkpoints of another grid, batch or model refused ($model)"
