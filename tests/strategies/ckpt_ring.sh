@@ -6,7 +6,7 @@
 # cross epoch boundaries) against 8 runs of 2 steps each (--stop-after 2),
 # every one on another mesh, the first from scratch and each next one from
 # the previous one's last checkpoint:
-#   fno: 1 rank -> fsdp=2 (zero 3) -> pp=2 -> dp=2,h=2 -> w=3 (uneven)
+#   fno: 1 rank -> fsdp=2 (zero 3) -> pp=2 -> fsdp=2,h=2 (zero 2) -> w=3 (uneven)
 #        -> h=2,w=2 (zero 3 over the domain) -> dp=2 (grad_accum 2) -> 1 rank
 #   vit: 1 rank -> fsdp=2 (zero 3) -> pp=2,fsdp=2 (zero 1) -> dp=2,h=2
 #        -> w=3 -> tp=2 -> dp=2,tp=2 (grad_accum 2) -> 1 rank
@@ -56,15 +56,18 @@ seg() { # NAME RANKS MESH [extra]: 2 steps from the previous segment's checkpoin
     run "$@" --stop-after 2
   fi
   step=$((step + 2))
-  [ "$(grep -c '"loss"' "$name.jsonl")" = 2 ] && [ -f "$(printf 'ck_%s/step_%06d.nc' "$name" "$step")" ] ||
-    { cat "$name.log"; echo "FAILED: $name did not run steps $((step - 1)), $step and write step $step"; exit 1; }
+  if [ "$(grep -c '"loss"' "$name.jsonl")" != 2 ] || [ ! -f "$(printf 'ck_%s/step_%06d.nc' "$name" "$step")" ]; then
+    cat "$name.log"
+    echo "FAILED: $name did not run steps $((step - 1)), $step and write step $step"
+    exit 1
+  fi
   prev=$name ring="$ring $name"
 }
 seg s1 1 h=1
 seg s2 2 fsdp=2 --zero 3
 if [ "$model" = fno ]; then
   seg s3 2 pp=2 --microbatches 2
-  seg s4 4 dp=2,h=2
+  seg s4 4 fsdp=2,h=2 --zero 2
   seg s5 3 w=3
   seg s6 4 h=2,w=2 --zero 3 --zero-over-domain
   seg s7 2 dp=2 --grad-accum 2
