@@ -358,39 +358,6 @@ static sg_status save_checkpoint(run_t *r, int64_t step) {
       SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
       "checkpoints are not supported by this build (io/sg_ckpt.h missing)");
 }
-/* The checkpoint must have seen the data this run sees, in the same order:
- * the same grid and training examples (recorded by ckpt_config_text; not
- * checked for checkpoints without them) and the same global batch. Not
- * collective. */
-static sg_status check_ckpt_data(const run_t *r, const char *path,
-                                 const sg_ckpt_meta *m) {
-  sg_status st = SG_OK;
-  char v[64];
-  long long ny = 0, nx = 0;
-  if (m->config && config_value(m->config, "# grid", v, sizeof v) &&
-      (sscanf(v, "%lld x %lld", &ny, &nx) != 2 || ny != r->ds.ny_g ||
-       nx != r->ds.nx_g))
-    SG_RAISE(
-        SG_ERR_CONFIG,
-        "checkpoint %s was written for a %s grid; the data %s are %lld x %lld",
-        path, v, sg_kv_str(r->kv, "data"), (long long)r->ds.ny_g,
-        (long long)r->ds.nx_g);
-  if (m->config && config_value(m->config, "# train_examples", v, sizeof v) &&
-      strtoll(v, NULL, 10) != r->ntrain)
-    SG_RAISE(
-        SG_ERR_CONFIG,
-        "checkpoint %s was written with %s training examples, this run has %lld: the data order would not continue",
-        path, v, (long long)r->ntrain);
-  if (m->data_position != m->step * r->gbatch)
-    SG_RAISE(
-        SG_ERR_CONFIG,
-        "checkpoint %s was written with global batch %lld (%lld examples consumed), this run has %lld: the data order would not continue",
-        path, (long long)(m->step > 0 ? m->data_position / m->step : 0),
-        (long long)m->data_position, (long long)r->gbatch);
-fail:
-  return st;
-}
-
 static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   (void)r;
   (void)step;
