@@ -63,6 +63,17 @@ sg_status sg_calloc(sg_device dev, size_t bytes, void **ptr);
  * glibc's malloc (other libc, a sanitizer's or another allocator) a no-op
  * returning SG_ERR_NOT_SUPPORTED. Not collective. */
 sg_status sg_host_keep_memory(void);
+/* The host BLAS's kernels. OpenBLAS picks them at load time from a table of
+ * CPU models; a CPU newer than the table gets its oldest kernels (Debian's
+ * 0.3.21 runs the SSE3 "Prescott" kernels on Sapphire Rapids: SGEMM 4x
+ * slower, bench/RESULTS.md) unless OPENBLAS_CORETYPE is set before the
+ * process starts. sg_blas_core: the kernels in use ("Prescott",
+ * "Cooperlake", ...; NULL when the BLAS is not OpenBLAS). sg_blas_coretype_hint:
+ * the OPENBLAS_CORETYPE that would use this CPU's widest vectors, when the
+ * kernels in use are narrower (NULL when they fit, or unknown). tools/env.sh
+ * exports it for the project's scripts; sg-train and sg-info print it. */
+const char *sg_blas_core(void);
+const char *sg_blas_coretype_hint(void);
 /* Free memory from sg_malloc and set *ptr to NULL; a NULL ptr or *ptr is fine. */
 sg_status sg_free(sg_device dev, void **ptr);
 

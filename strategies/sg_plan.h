@@ -49,9 +49,9 @@ int sg_plan_mesh_ranks(const sg_plan_mesh *m);
  * defaults of sg-train) and the data's shape. */
 typedef struct sg_plan_problem {
   sg_kv_t cfg;
-  int64_t ny, nx;      /* grid points */
-  int64_t vars;        /* variables (channels per frame) */
-  int64_t add_grid;    /* 1: the model adds grid-coordinate channels */
+  int64_t ny, nx;   /* grid points */
+  int64_t vars;     /* variables (channels per frame) */
+  int64_t add_grid; /* 1: the model adds grid-coordinate channels */
 } sg_plan_problem;
 
 /* Every way the mesh does not fit the problem, in one message (NULL-safe
@@ -82,8 +82,8 @@ sg_status sg_plan_hw_save(const char *path, const sg_plan_hw *hw);
 
 /* A step's predicted time, seconds, and its split. */
 typedef struct sg_plan_time {
-  double compute, halo, allreduce, reduce_scatter, allgather, alltoall,
-      p2p, bubble, io, total;
+  double compute, halo, allreduce, reduce_scatter, allgather, alltoall, p2p,
+      bubble, io, total;
 } sg_plan_time;
 sg_status sg_plan_step_time(const sg_plan_problem *pb, const sg_plan_mesh *m,
                             const sg_plan_hw *hw, sg_plan_time *out);

@@ -24,3 +24,16 @@ export SG_MPI SG_ROOT
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=$PATH:/usr/local/cuda/bin
 fi
+# OpenBLAS picks its kernels from a table of CPU models at load time; a CPU
+# newer than the table gets the oldest (Debian's 0.3.21: SSE3 "Prescott" on
+# Sapphire Rapids, SGEMM 4x slower). Unless the caller chose, use the
+# widest kernels this CPU runs (what sg-info's hint says; core/blas_core.c).
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -r /proc/cpuinfo ]; then
+  _sg_flags=$(grep -m1 '^flags' /proc/cpuinfo)
+  case "$_sg_flags" in
+    *avx512_bf16*) export OPENBLAS_CORETYPE=Cooperlake ;;
+    *avx512f*) export OPENBLAS_CORETYPE=SkylakeX ;;
+    *" avx2 "*) export OPENBLAS_CORETYPE=Haswell ;;
+  esac
+  unset _sg_flags
+fi

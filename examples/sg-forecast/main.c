@@ -138,6 +138,25 @@ fail:
   return st;
 }
 
+/* The value of a comment line "# key = value" of a config text into buf
+ * ("" when absent). */
+static void comment_value(const char *text, const char *key, char *buf,
+                          size_t size) {
+  const size_t kl = strlen(key);
+  buf[0] = '\0';
+  for (const char *p = text; p && *p;) {
+    const char *e = strchr(p, '\n');
+    const size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n > kl + 5 && strncmp(p, "# ", 2) == 0 &&
+        strncmp(p + 2, key, kl) == 0 && strncmp(p + 2 + kl, " = ", 3) == 0) {
+      const size_t vl = n - kl - 5 < size - 1 ? n - kl - 5 : size - 1;
+      memcpy(buf, p + kl + 5, vl);
+      buf[vl] = '\0';
+    }
+    p = e ? e + 1 : NULL;
+  }
+}
+
 /* What the forecast needs from the checkpoint's config: the variables,
  * window, lead, grid and normalisation. Not collective. */
 static sg_status config_data(forecast *f, const char *path) {
@@ -157,14 +176,16 @@ static sg_status config_data(forecast *f, const char *path) {
   f->dim_map = *sg_kv_str(f->kv, "dim_map") ? sg_kv_str(f->kv, "dim_map")
                                             : sg_kv_str(c, "dim_map");
   long long gy = 0, gx = 0;
-  if (sscanf(sg_kv_str(c, SG_CKPT_GRID_KEY), "%lldx%lld", &gy, &gx) != 2 ||
-      parse_list(sg_kv_str(c, SG_CKPT_MEAN_KEY), f->mean, FC_MAX_VARS) !=
-          f->nvars ||
-      parse_list(sg_kv_str(c, SG_CKPT_STD_KEY), f->std, FC_MAX_VARS) !=
-          f->nvars)
+  char grid[64], mean[512], sd[512];
+  comment_value(f->cfg_text, SG_CKPT_GRID_KEY, grid, sizeof grid);
+  comment_value(f->cfg_text, SG_CKPT_MEAN_KEY, mean, sizeof mean);
+  comment_value(f->cfg_text, SG_CKPT_STD_KEY, sd, sizeof sd);
+  if (sscanf(grid, "%lld x %lld", &gy, &gx) != 2 ||
+      parse_list(mean, f->mean, FC_MAX_VARS) != f->nvars ||
+      parse_list(sd, f->std, FC_MAX_VARS) != f->nvars)
     SG_RAISE(
         SG_ERR_CONFIG,
-        "checkpoint %s does not record the grid and the data normalisation (%s, %s, %s): "
+        "checkpoint %s does not record the grid and the data normalisation (# %s, %s, %s): "
         "written by an older sg-train; train again or resume it for one step",
         path, SG_CKPT_GRID_KEY, SG_CKPT_MEAN_KEY, SG_CKPT_STD_KEY);
   f->ny_g = gy, f->nx_g = gx;

@@ -159,7 +159,15 @@ static void print_build_text(int cuda_devices) {
            cuda_devices, cuda_devices == 1 ? "" : "s");
   else
     printf("; cuda not built\n");
-  printf("  BLAS       %s\n", SG_BLAS_NAME);
+  const char *core = sg_blas_core(), *hint = sg_blas_coretype_hint();
+  printf("  BLAS       %s", SG_BLAS_NAME);
+  if (core) printf(" (kernels: %s)", core);
+  printf("\n");
+  if (hint)
+    printf(
+        "  note       this CPU has wider vectors than the BLAS kernels in use: "
+        "export OPENBLAS_CORETYPE=%s\n",
+        hint);
   printf("  FFT        %s\n", SG_FFT_NAME);
   printf("  netCDF     %s%s\n", SG_HAVE_NETCDF ? "yes" : "no",
          SG_HAVE_NETCDF
@@ -187,6 +195,10 @@ static void print_build_json(int cuda_devices) {
          SG_HAVE_CUDA ? "true" : "false", SG_HAVE_NCCL ? "true" : "false",
          cuda_devices);
   json_str(SG_BLAS_NAME);
+  printf(", \"blas_core\": ");
+  json_str(sg_blas_core() ? sg_blas_core() : "");
+  printf(", \"blas_coretype_hint\": ");
+  json_str(sg_blas_coretype_hint() ? sg_blas_coretype_hint() : "");
   printf(", \"fft\": ");
   json_str(SG_FFT_NAME);
   printf(", \"netcdf\": %s, \"netcdf_parallel\": %s, \"pnetcdf\": %s}",

@@ -17,6 +17,7 @@
 #include "sg_comm.h"
 #include "sg_config.h"
 #include "sg_decomp.h"
+#include "sg_device.h"
 #include "sg_dist_loss.h"
 #include "sg_kv.h"
 #include "sg_log.h"
@@ -144,6 +145,9 @@ static const sg_kv_key keys[] = {
     {"ckpt_every", SG_KV_INT, "0",
      "checkpoint every N steps (0: only at the end when ckpt_dir is set)"},
     {"resume", SG_KV_STRING, "", "resume from this checkpoint"},
+    {"stop_after", SG_KV_INT, "0",
+     "end this run after N steps (with ckpt_dir, their checkpoint is written; no final evaluation); "
+     "the lr schedule stays that of steps: resume to go on (0: run to steps)"},
     {"log_level", SG_KV_STRING, "info", "error | warn | info | debug"},
     {"loss_weighting", SG_KV_STRING, "none",
      "none | latitude (cos(lat) weights in the loss; climate data)"},
@@ -269,6 +273,39 @@ fail:
   return st;
 }
 
+/* The checkpoint must have seen the data this run sees, in the same order:
+ * the same grid and training examples (recorded by sg_train_ckpt_config; not
+ * checked for checkpoints without them) and the same global batch. Not
+ * collective. */
+static sg_status check_ckpt_data(const run_t *r, const char *path,
+                                 const sg_ckpt_meta *m) {
+  sg_status st = SG_OK;
+  char v[64];
+  long long ny = 0, nx = 0;
+  if (m->config && config_value(m->config, "# grid", v, sizeof v) &&
+      (sscanf(v, "%lld x %lld", &ny, &nx) != 2 || ny != r->ds.ny_g ||
+       nx != r->ds.nx_g))
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "checkpoint %s was written for a %s grid; the data %s are %lld x %lld",
+        path, v, sg_kv_str(r->kv, "data"), (long long)r->ds.ny_g,
+        (long long)r->ds.nx_g);
+  if (m->config && config_value(m->config, "# train_examples", v, sizeof v) &&
+      strtoll(v, NULL, 10) != r->ntrain)
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "checkpoint %s was written with %s training examples, this run has %lld: the data order would not continue",
+        path, v, (long long)r->ntrain);
+  if (m->data_position != m->step * r->gbatch)
+    SG_RAISE(
+        SG_ERR_CONFIG,
+        "checkpoint %s was written with global batch %lld (%lld examples consumed), this run has %lld: the data order would not continue",
+        path, (long long)(m->step > 0 ? m->data_position / m->step : 0),
+        (long long)m->data_position, (long long)r->gbatch);
+fail:
+  return st;
+}
+
 static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   sg_status st = SG_OK;
   sg_ckpt_array *arr = NULL;
@@ -280,6 +317,8 @@ static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   st = sg_ckpt_read(MPI_COMM_WORLD, path, 0, arr, &meta);
   if (st == SG_OK)
     st = sg_agree(MPI_COMM_WORLD, check_ckpt_model(r, path, meta.config));
+  if (st == SG_OK)
+    st = sg_agree(MPI_COMM_WORLD, check_ckpt_data(r, path, &meta));
   if (st == SG_OK) st = sg_ckpt_read(MPI_COMM_WORLD, path, narr, arr, NULL);
   sg_trace_end("io");
   SG_TRY(st);
@@ -809,12 +848,20 @@ static sg_status train(run_t *r) {
           resume, (long long)done, (long long)steps);
     first = done + 1;
   }
+  /* stop_after: this run is a segment of the run of `steps` steps */
+  const int64_t stop_after = sg_kv_int(kv, "stop_after");
+  if (stop_after < 0)
+    SG_RAISE(SG_ERR_CONFIG, "stop_after must be >= 0, not %lld",
+             (long long)stop_after);
+  const int64_t last = stop_after > 0 && first - 1 + stop_after < steps
+                           ? first - 1 + stop_after
+                           : steps;
   double t_start = sg_wtime(), t_coll = 0.0;
   sg_mem_info mem0;
   SG_TRY(sg_mem_get_info(sg_device_host(), &mem0));
   SG_TRY(sg_mem_reset_peak(sg_device_host()));
   SG_TRY(stop_check(r, first - 1, first, 0)); /* signalled while setting up */
-  for (int64_t step = first; step <= steps && !r->stop; ++step) {
+  for (int64_t step = first; step <= last && !r->stop; ++step) {
     double t0 = sg_wtime(), halo0 = sg_timer_total("halo"),
            io0 = sg_timer_total("io");
     int64_t e = (step - 1) / spe, pos = (step - 1) % spe;
@@ -857,7 +904,7 @@ static sg_status train(run_t *r) {
                "loss is %g at step %lld: diverged (lower --lr?)", lval,
                (long long)step);
     double sps = (double)r->gbatch / dt;
-    if (r->rank == 0 && (step % log_every == 0 || step == 1 || step == steps)) {
+    if (r->rank == 0 && (step % log_every == 0 || step == 1 || step == last)) {
       double el = sg_wtime() - t_start,
              eta = el / (double)(step - first + 1) * (double)(steps - step);
       printf(
@@ -878,7 +925,7 @@ static sg_status train(run_t *r) {
     if (check_every > 0 && step % check_every == 0)
       SG_TRY(sg_parallel_check_replicas(r->plan, step));
     const int saved = *ckdir && ((ckpt_every > 0 && step % ckpt_every == 0) ||
-                                 step == steps);
+                                 step == last);
     if (saved) SG_TRY(save_checkpoint(r, step));
     if (eval_every > 0 && step % eval_every == 0 && step != steps) {
       double rel[EV_N] = {0};
@@ -892,7 +939,12 @@ static sg_status train(run_t *r) {
     }
     SG_TRY(stop_check(r, step, first, saved));
   }
-  if (r->stop) goto fail; /* stopped cleanly: no final evaluation */
+  if (!r->stop && last < steps && r->rank == 0)
+    printf("sg-train: stopped after step %lld of %lld (stop_after %lld)%s\n",
+           (long long)last, (long long)steps, (long long)stop_after,
+           *ckdir ? "; resume from its checkpoint to go on" : "");
+  if (r->stop || last < steps)
+    goto fail; /* stopped cleanly or a segment: no final evaluation */
   SG_TRY(
       sg_stop_uninstall()); /* a signal during the evaluation ends the run as usual */
   /* peak accounted memory per rank during training: all of it, and the
@@ -1004,6 +1056,11 @@ int main(int argc, char **argv) {
                         sg_kv_str(r.kv, "metrics"));
   }
   st = sg_agree(MPI_COMM_WORLD, st);
+  if (st == SG_OK && r.rank == 0 && sg_blas_coretype_hint())
+    sg_log_warn(
+        "the BLAS runs %s kernels, narrower than this CPU's: export "
+        "OPENBLAS_CORETYPE=%s before mpiexec for faster GEMMs (sg-info)",
+        sg_blas_core(), sg_blas_coretype_hint());
   if (st == SG_OK) {
     st = train(&r);
     if (!sg_timed_out()) st = sg_agree(MPI_COMM_WORLD, st);

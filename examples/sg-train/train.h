@@ -236,9 +236,14 @@ sg_status sg_train_climate_leads(run_t *r, int64_t K, int64_t step);
  * from a config with sg-train's keys. Not collective. */
 sg_status sg_train_model_config(sg_kv_t kv, sg_model_config *mc);
 /* The config text of a checkpoint (malloc'd; NULL: out of memory): the
- * run's config (sg_kv_dump) and the lines "grid_shape = NYxNX", "data_mean =
- * m0,m1,..", "data_std = s0,s1,.." (the normalisation, per variable). */
-#define SG_CKPT_GRID_KEY "grid_shape"
+ * settings ("key = value" lines, sg_kv_dump), then what else fixes the data
+ * a run sees, as comment lines ("# key = value": a config reader skips
+ * them): "# grid = NY x NX" and "# train_examples = N" (with the global
+ * batch they must match on resume, or the data order would not continue),
+ * and the normalisation "# data_mean = m0,m1,..", "# data_std = s0,.."
+ * (per variable; sg-forecast's). */
+#define SG_CKPT_GRID_KEY "grid"
+#define SG_CKPT_EXAMPLES_KEY "train_examples"
 #define SG_CKPT_MEAN_KEY "data_mean"
 #define SG_CKPT_STD_KEY "data_std"
 char *sg_train_ckpt_config(const run_t *r);

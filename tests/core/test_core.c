@@ -266,8 +266,30 @@ static void test_trace(void) {
   sg_trace_clear();
 }
 
+/* The BLAS kernel query: a hint only for OpenBLAS, one of the coretypes
+ * tools/env.sh exports, and none once that coretype is in use (CTest runs
+ * under tools/env.sh's OPENBLAS_CORETYPE when tools/test runs it). */
+static void test_blas_core(void) {
+  const char *core = sg_blas_core(), *hint = sg_blas_coretype_hint();
+  if (!core) {
+    SG_CHECK(hint == NULL, "no OpenBLAS, no hint");
+    return;
+  }
+  SG_CHECK(*core != 0, "OpenBLAS names its kernels");
+  if (hint)
+    SG_CHECK(!strcmp(hint, "Cooperlake") || !strcmp(hint, "SkylakeX") ||
+                 !strcmp(hint, "Haswell"),
+             "hint %s is one of the coretypes tools/env.sh sets", hint);
+  const char *set = getenv("OPENBLAS_CORETYPE");
+  if (set && !strcmp(set, core))
+    SG_CHECK(hint == NULL,
+             "kernels %s chosen by OPENBLAS_CORETYPE, yet hint %s", core,
+             hint ? hint : "");
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
+  test_blas_core();
   test_status();
   test_mpi_wrap();
   test_log();

@@ -1,6 +1,6 @@
 #!/bin/sh
 # The parallel plan end to end (sg-train over strategies/sg_parallel.h):
-# 20-step loss trajectories (deterministic mode) of ZeRO-1 on fsdp meshes,
+# 10-step loss trajectories (deterministic mode) of ZeRO-1 on fsdp meshes,
 # HSDP (dp x fsdp), ZeRO over the domain dims, plain dp for every model
 # (the FNO's mode-sharded spectral weights included), and gradient
 # accumulation, each equal to the one-process run to 1e-5 relative per step
@@ -18,7 +18,7 @@ cd "$work"
 cmp="python3 $src/tests/examples/compare_losses.py"
 "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns.nc --n 24 --samples 10 --frames 5 --dt 1e-2 \
   --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
-common="--model $model --data ns.nc --steps 20 --batch 12 --width 8 --modes 4 --layers 2 --blocks 2
+common="--model $model --data ns.nc --steps 10 --batch 12 --width 8 --modes 4 --layers 2 --blocks 2
         --levels 2 --groups 2 --proj-width 16 --history 2 --test-samples 2 --deterministic
         --log-every 1000 --log-level warn --check-every 5"
 run() { # NAME RANKS MESH [extra args]: run sg-train, metrics in NAME.jsonl
@@ -62,25 +62,25 @@ if [ "$model" = fno ]; then
   # checkpoints of a zero=3 run on fsdp=4 (parameters and moments sharded)
   # resume anywhere
   rm -rf ck
-  run full4 4 fsdp=4 --zero 3 --ckpt-dir ck --ckpt-every 10
+  run full4 4 fsdp=4 --zero 3 --ckpt-dir ck --ckpt-every 5
   $cmp ref.jsonl full4.jsonl 1e-5
-  run res1 1 h=1 --resume ck/step_000010.nc
+  run res1 1 h=1 --resume ck/step_000005.nc
   $cmp res1.jsonl full4.jsonl 1e-5
-  run resh2 2 h=2 --resume ck/step_000010.nc
+  run resh2 2 h=2 --resume ck/step_000005.nc
   $cmp resh2.jsonl full4.jsonl 1e-5
-  run reshsdp 4 dp=2,fsdp=2 --zero 1 --resume ck/step_000010.nc
+  run reshsdp 4 dp=2,fsdp=2 --zero 1 --resume ck/step_000005.nc
   $cmp reshsdp.jsonl full4.jsonl 1e-5
   # bf16 (param_dtype): the fp32 master weights and moments are what a
   # checkpoint holds; a resume makes the bf16 compute copy from them and
   # continues with the same bits
-  run b16 2 fsdp=2 --zero 3 --param-dtype bf16 --ckpt-dir ck16 --ckpt-every 10
-  run b16r 2 fsdp=2 --zero 3 --param-dtype bf16 --resume ck16/step_000010.nc
+  run b16 2 fsdp=2 --zero 3 --param-dtype bf16 --ckpt-dir ck16 --ckpt-every 5
+  run b16r 2 fsdp=2 --zero 3 --param-dtype bf16 --resume ck16/step_000005.nc
   $cmp b16r.jsonl b16.jsonl 0
-  run b16d 2 dp=2 --param-dtype bf16 --resume ck16/step_000010.nc
+  run b16d 2 dp=2 --param-dtype bf16 --resume ck16/step_000005.nc
   $cmp b16d.jsonl b16.jsonl 0 # deterministic: zero 3 reduces as DDP does
   # resuming at or past the last step is an error, not a silent exit 0
   # shellcheck disable=SC2086
-  sh "$src/tests/examples/expect_fail.sh" "is at step 20: nothing left of 20 steps" 60 \
-    "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --resume ck/step_000020.nc
+  sh "$src/tests/examples/expect_fail.sh" "is at step 10: nothing left of 10 steps" 60 \
+    "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --resume ck/step_000010.nc
 fi
 echo "plan trajectories match ($model)"
