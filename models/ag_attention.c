@@ -52,8 +52,8 @@ static int64_t tokens_of(const sg_tensor *t) {
           for (int64_t t = 0; t < T; ++t) ys[t * d] = xs[t]; \
       }
 
-static void heads_copy(sg_dtype dt, int64_t B, int64_t H, int64_t T, int64_t d,
-                       void *x, void *y, int back) {
+void ag_heads_copy(sg_dtype dt, int64_t B, int64_t H, int64_t T, int64_t d,
+                   void *x, void *y, int back) {
   if (dt == SG_DTYPE_F32) {
     HEADS_COPY(float)
   } else {
@@ -223,13 +223,13 @@ static sg_status attn_fwd(sg_node *node) {
   void *sv = NULL;
   SG_TRY(sg_node_save(node, (size_t)(4 * g.n + g.B * g.H * g.T) * g.es, &sv));
   for (int i = 0; i < 3; ++i)
-    heads_copy(g.dt, g.B, g.H, g.T, g.d, node->in[i]->value.data,
-               saved_at(node, &g, i), 0);
+    ag_heads_copy(g.dt, g.B, g.H, g.T, g.d, node->in[i]->value.data,
+                  saved_at(node, &g, i), 0);
   SG_TRY(sg_node_alloc_out_uninit(node, 0, q->ndim, q->shape));
   SG_TRY(ring_forward(&g, saved_at(node, &g, 0), saved_at(node, &g, 1),
                       saved_at(node, &g, 3), saved_at(node, &g, 4)));
-  heads_copy(g.dt, g.B, g.H, g.T, g.d, node->out[0]->value.data,
-             saved_at(node, &g, 3), 1);
+  ag_heads_copy(g.dt, g.B, g.H, g.T, g.d, node->out[0]->value.data,
+                saved_at(node, &g, 3), 1);
 fail:
   geo_release(&g);
   return st;
@@ -328,13 +328,13 @@ static sg_status attn_bwd(sg_node *node) {
   st = ring_bwd_alloc(&g, &w);
   if (g.P > 1) st = sg_agree(g.comm, st);
   if (st) goto fail;
-  heads_copy(g.dt, g.B, g.H, g.T, g.d, node->out[0]->grad.data, w.dot, 0);
+  ag_heads_copy(g.dt, g.B, g.H, g.T, g.d, node->out[0]->grad.data, w.dot, 0);
   void *dkv = NULL;
   SG_TRY(ring_backward(node, &g, &w, &dkv));
   void *parts[3] = {w.dq, dkv, (char *)dkv + (size_t)g.n * g.es};
   for (int i = 0; i < 3; ++i)
     if (node->gin[i])
-      heads_copy(g.dt, g.B, g.H, g.T, g.d, node->gin[i], parts[i], 1);
+      ag_heads_copy(g.dt, g.B, g.H, g.T, g.d, node->gin[i], parts[i], 1);
 fail:
   ring_bwd_free(&w);
   geo_release(&g);
@@ -352,8 +352,8 @@ static const sg_op_def attention_op = {
              .out = SG_OUT_LIKE_INPUT,
              .writes_gin = 7u}};
 
-sg_status sg_ag_attention(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
-                          sg_var *v, sg_var **o) {
+sg_status sg_ag_attention_check(int64_t heads, const sg_var *q, const sg_var *k,
+                                const sg_var *v, sg_var **o) {
   sg_status st = SG_OK;
   if (!q || !k || !v || !o)
     SG_RAISE(SG_ERR_INVALID_ARG, "attention: q, k, v and o are required");
@@ -369,6 +369,14 @@ sg_status sg_ag_attention(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
     SG_RAISE(SG_ERR_CONFIG,
              "attention: heads (%lld) must divide the channels (%lld)",
              (long long)heads, (long long)c);
+fail:
+  return st;
+}
+
+sg_status sg_ag_attention(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
+                          sg_var *v, sg_var **o) {
+  sg_status st = SG_OK;
+  SG_TRY(sg_ag_attention_check(heads, q, k, v, o));
   attn_attr at = {.heads = heads};
   sg_var *in[3] = {q, k, v};
   SG_TRY(sg_tape_apply(t, &attention_op, 3, in, 1, NULL, &at, sizeof at, o));
@@ -471,6 +479,13 @@ sg_status sg_ag_layernorm(sg_tape_t t, double eps, sg_var *x, sg_var *gamma,
 sg_status sg_ag_mhsa_tp(sg_tape_t t, sg_group_t tp, int64_t heads_local,
                         sg_var *x, sg_var *wqkv, sg_var *bqkv, sg_var *wo,
                         sg_var *bo, sg_var **y) {
+  return sg_ag_mhsa_sp(t, tp, SG_SP_RING, heads_local, x, wqkv, bqkv, wo, bo,
+                       y);
+}
+
+sg_status sg_ag_mhsa_sp(sg_tape_t t, sg_group_t tp, sg_sp_mode mode,
+                        int64_t heads_local, sg_var *x, sg_var *wqkv,
+                        sg_var *bqkv, sg_var *wo, sg_var *bo, sg_var **y) {
   sg_status st = SG_OK;
   if (!x || !wqkv || !wo || !y)
     SG_RAISE(SG_ERR_INVALID_ARG, "mhsa: x, wqkv, wo and y are required");
@@ -486,7 +501,7 @@ sg_status sg_ag_mhsa_tp(sg_tape_t t, sg_group_t tp, int64_t heads_local,
   const int64_t parts[3] = {cl, cl, cl};
   SG_TRY(sg_ag_linear_col(t, tp, x, wqkv, bqkv, &h));
   SG_TRY(sg_ag_split(t, h, 3, parts, qkv));
-  SG_TRY(sg_ag_attention(t, heads_local, qkv[0], qkv[1], qkv[2], &h));
+  SG_TRY(sg_ag_attention_sp(t, mode, heads_local, qkv[0], qkv[1], qkv[2], &h));
   SG_TRY(sg_ag_linear_row(t, tp, h, wo, bo, y));
 fail:
   return st;

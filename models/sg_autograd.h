@@ -561,6 +561,34 @@ sg_status sg_ag_attention(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
  * reading. Process-wide; not collective. */
 enum { SG_RING_FWD_KV = 0, SG_RING_BWD_KV, SG_RING_BWD_DKV };
 void sg_ag_attention_ring_bytes(long long *bytes, int reset);
+/* Ulysses (DeepSpeed) sequence parallelism (models/ag_ulysses.c): the
+ * same function as sg_ag_attention, computed by one all-to-all(v) of q, k,
+ * v from the token split (every rank its tokens of all heads) to the head
+ * split (every rank all tokens of heads/P heads, P the ranks of the mesh
+ * dims that split the tokens), local attention, and one all-to-all(v) of o
+ * back; backward: dout token -> head, dq, dk, dv head -> token. Any token
+ * counts per rank. heads % P != 0: SG_ERR_CONFIG on every rank, before any
+ * data moves. */
+sg_status sg_ag_attention_ulysses(sg_tape_t t, int64_t heads, sg_var *q,
+                                  sg_var *k, sg_var *v, sg_var **o);
+/* Bytes this rank has received in Ulysses all-to-alls since the last
+ * reset: q, k, v and o of forwards, dout and dq, dk, dv of backwards
+ * (docs/transformers.md gives the volumes). Process-wide; not collective. */
+enum {
+  SG_ULYSSES_FWD_QKV = 0,
+  SG_ULYSSES_FWD_O,
+  SG_ULYSSES_BWD_DO,
+  SG_ULYSSES_BWD_DQKV,
+  SG_ULYSSES_NBYTES
+};
+void sg_ag_attention_ulysses_bytes(long long *bytes, int reset);
+/* How the sequence split over the domain dims is attended (the key
+ * sp_mode): ring attention (sg_ag_attention) or Ulysses. */
+typedef enum sg_sp_mode { SG_SP_RING = 0, SG_SP_ULYSSES = 1 } sg_sp_mode;
+/* "ring" | "ulysses"; SG_ERR_CONFIG naming the choices otherwise. */
+sg_status sg_sp_mode_parse(const char *name, sg_sp_mode *mode);
+sg_status sg_ag_attention_sp(sg_tape_t t, sg_sp_mode mode, int64_t heads,
+                             sg_var *q, sg_var *k, sg_var *v, sg_var **o);
 /* y[n, c, s] = x[n, c, s] + p[c, s]: a field added to every sample (the
  * ViT's position embedding). p is a parameter holding THIS rank's
  * (C, spatial...) block of x, i.e. a field Shard over the mesh dims that
@@ -611,6 +639,11 @@ sg_status sg_ag_linear_row(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
 sg_status sg_ag_mhsa_tp(sg_tape_t t, sg_group_t tp, int64_t heads_local,
                         sg_var *x, sg_var *wqkv, sg_var *bqkv, sg_var *wo,
                         sg_var *bo, sg_var **y);
+/* sg_ag_mhsa_tp with the attention of the local heads by `mode` over the
+ * domain dims (ring or Ulysses: heads_local % P must hold for Ulysses). */
+sg_status sg_ag_mhsa_sp(sg_tape_t t, sg_group_t tp, sg_sp_mode mode,
+                        int64_t heads_local, sg_var *x, sg_var *wqkv,
+                        sg_var *bqkv, sg_var *wo, sg_var *bo, sg_var **y);
 /* A scalar loss (target ignored by SUM/MEAN, may be NULL then). On a
  * sharded pred (target sharded alike) the value is the global loss over all
  * shards, the same on every rank (rank-order sums: deterministic). */
