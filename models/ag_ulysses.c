@@ -316,6 +316,30 @@ sg_status sg_sp_mode_parse(const char *name, sg_sp_mode *mode) {
                       name ? name : "(null)");
 }
 
+sg_status sg_sp_mode_check(sg_mesh_t mesh, sg_sp_mode mode, int64_t heads,
+                           const char *who) {
+  sg_status st = SG_OK;
+  int tp = 1, P = 1;
+  if (mode != SG_SP_RING && mode != SG_SP_ULYSSES)
+    SG_RAISE(SG_ERR_CONFIG, "%s: unknown sp_mode %d (ring or ulysses)", who,
+             (int)mode);
+  for (int k = 0; mesh && k < sg_mesh_ndims(mesh); ++k) {
+    const char *nm = sg_mesh_dim_name(mesh, k);
+    const int sz = sg_mesh_dim_size(mesh, k);
+    if (!strcmp(nm, "tp")) tp *= sz;
+    if (!strcmp(nm, "h") || !strcmp(nm, "w")) P *= sz;
+  }
+  if (mode == SG_SP_ULYSSES && (heads % tp || (heads / tp) % P))
+    SG_RAISE(SG_ERR_CONFIG,
+             "%s: sp_mode = ulysses needs the heads (%lld) divisible by tp x "
+             "the domain ranks that split the tokens (%d x %d): every rank "
+             "attends whole heads (use sp_mode = ring, which has no such "
+             "constraint)",
+             who, (long long)heads, tp, P);
+fail:
+  return st;
+}
+
 void sg_ag_attention_ulysses_bytes(long long *bytes, int reset) {
   for (int i = 0; i < SG_ULYSSES_NBYTES; ++i) {
     if (bytes) bytes[i] = uly_rx[i];

@@ -589,6 +589,13 @@ typedef enum sg_sp_mode { SG_SP_RING = 0, SG_SP_ULYSSES = 1 } sg_sp_mode;
 sg_status sg_sp_mode_parse(const char *name, sg_sp_mode *mode);
 sg_status sg_ag_attention_sp(sg_tape_t t, sg_sp_mode mode, int64_t heads,
                              sg_var *q, sg_var *k, sg_var *v, sg_var **o);
+/* A model's check from the config and the mesh alone (every rank finds the
+ * same error, before any data moves): with Ulysses, heads over tp (the
+ * mesh dim "tp") must be divisible by the ranks of the domain dims "h",
+ * "w" that split the tokens; SG_ERR_CONFIG naming `who` otherwise. An
+ * unknown mode: SG_ERR_CONFIG. Not collective. */
+sg_status sg_sp_mode_check(sg_mesh_t mesh, sg_sp_mode mode, int64_t heads,
+                           const char *who);
 /* y[n, c, s] = x[n, c, s] + p[c, s]: a field added to every sample (the
  * ViT's position embedding). p is a parameter holding THIS rank's
  * (C, spatial...) block of x, i.e. a field Shard over the mesh dims that

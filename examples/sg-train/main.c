@@ -76,6 +76,9 @@ static const sg_kv_key keys[] = {
      "vit: patch size (divides the grid; at most the smallest shard)"},
     {"heads", SG_KV_INT, "4", "vit: attention heads (divides width)"},
     {"depth", SG_KV_INT, "4", "vit: transformer blocks"},
+    {"sp_mode", SG_KV_STRING, "ring",
+     "vit: how the tokens split over h, w are attended: ring (K/V blocks around the ring) | ulysses "
+     "(all-to-all to a head split; heads divisible by tp x the h, w ranks)"},
     {"groups", SG_KV_INT, "4", "cnn, unet: GroupNorm groups (divides width)"},
     {"pad_y", SG_KV_STRING, "periodic",
      "cnn, unet: boundary in y: periodic | zero | reflect | replicate"},
@@ -380,6 +383,11 @@ static sg_status model_config(sg_kv_t kv, sg_model_config *mc) {
   mc->patch = sg_kv_int(kv, "patch");
   mc->heads = sg_kv_int(kv, "heads");
   mc->depth = sg_kv_int(kv, "depth");
+  {
+    sg_sp_mode spm = SG_SP_RING;
+    SG_TRY(sg_sp_mode_parse(sg_kv_str(kv, "sp_mode"), &spm));
+    mc->sp_mode = (int)spm;
+  }
   mc->add_grid = sg_kv_bool(kv, "grid");
   mc->shard_spectral = sg_kv_bool(kv, "shard_spectral");
   {
