@@ -14,10 +14,21 @@
  * Sequence order: the head-sharded sequence is the ranks' token blocks in
  * group rank order. Non-causal attention does not depend on the order of
  * the keys, and every query's output goes back to where it came from, so
- * the result is one process's. */
+ * the result is one process's.
+ *
+ * USP (the hybrid of Ulysses and ring attention on a 2-D token split):
+ * the all-to-alls run over the mesh dims that split the LAST spatial dim
+ * (w) only, and the head-sharded sequence of that group (the tokens of
+ * this rank's row of the mesh) is attended by ring attention over the
+ * mesh dims that split the other spatial dims (h): the ring's ranks hold
+ * the same heads (the same w coordinate), its blocks are the rows' token
+ * sets. Without a split of w it is ring attention, without a split of h
+ * Ulysses. The local attention of Ulysses is the ring's code with a ring
+ * of one rank. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_impl.h"
 #include "autograd_impl.h"
 #include "op_registry_impl.h"
 #include "sg_autograd.h"
@@ -28,6 +39,7 @@ static _Atomic long long uly_rx[SG_ULYSSES_NBYTES];
 
 typedef struct uly_attr {
   int64_t heads;
+  int usp; /* 0: Ulysses over every split spatial dim; 1: USP */
 } uly_attr;
 
 /* The geometry of a node: H heads, Hl = H/P of them per rank after the
@@ -37,7 +49,8 @@ typedef struct uly_geo {
   sg_dtype dt;
   size_t es;
   int64_t B, H, Hl, T, N, d;
-  sg_group_t g; /* NULL: the tokens are not split (P = 1) */
+  sg_group_t g;    /* the all-to-all's; NULL: P = 1 */
+  sg_group_t ring; /* USP: the ring's (NULL: none) */
   int P, r;
   int64_t *tok, *off;
   int64_t *sc, *sd, *rc, *rd; /* all-to-all counts (P each) */
@@ -46,6 +59,26 @@ typedef struct uly_geo {
 static void geo_release(uly_geo *g) {
   free(g->tok);
   g->tok = NULL;
+}
+
+/* The all-to-all's group and (USP) the ring's: the mesh dims that split
+ * the last spatial dim, and the others that split space. */
+static sg_status groups_of(const sg_node *node, int usp, uly_geo *g) {
+  sg_status st = SG_OK;
+  if (!usp) return sg_node_group(node, SG_SPLIT_SPACE, &g->g);
+  const sg_var *q = node->in[0];
+  unsigned last = 0, rest = 0;
+  for (int m = 0; node->mesh && m < sg_mesh_ndims(node->mesh); ++m)
+    if (node->split_space & (1u << m)) {
+      if (q->placements[m].dim == q->value.ndim - 1)
+        last |= 1u << m;
+      else
+        rest |= 1u << m;
+    }
+  if (last) SG_TRY(sg_mesh_group(node->mesh, last, &g->g));
+  if (rest) SG_TRY(sg_mesh_group(node->mesh, rest, &g->ring));
+fail:
+  return st;
 }
 
 static sg_status geo_of(const sg_node *node, uly_geo *g) {
@@ -60,12 +93,12 @@ static sg_status geo_of(const sg_node *node, uly_geo *g) {
   g->T = 1;
   for (int i = 2; i < q->ndim; ++i) g->T *= q->shape[i];
   g->P = 1;
-  SG_TRY(sg_node_group(node, SG_SPLIT_SPACE, &g->g));
+  SG_TRY(groups_of(node, ((const uly_attr *)node->attr)->usp, g));
   if (g->g) g->P = sg_group_size(g->g), g->r = sg_group_rank(g->g);
   if (g->H % g->P)
     SG_RAISE(SG_ERR_CONFIG,
              "attention (ulysses): heads (%lld) must be divisible by the "
-             "ranks that split the tokens (%d): Ulysses gives every rank "
+             "ranks of its all-to-all (%d): Ulysses gives every rank "
              "heads/%d whole heads (use sp_mode = ring)",
              (long long)g->H, g->P, g->P);
   g->Hl = g->H / g->P;
@@ -202,10 +235,10 @@ fail:
   return st;
 }
 
-static sg_attn_desc desc_of(const uly_geo *g) {
-  sg_attn_desc d = {
-      .batch = g->B, .heads = g->Hl, .nq = g->N, .nk = g->N, .head_dim = g->d};
-  return d;
+/* The attention of the head-sharded sequence: a ring over g->ring (USP)
+ * or of one rank (Ulysses). */
+static sg_status ring_of(const uly_geo *g, attn_geo *rg) {
+  return ag_ring_geo(g->dt, g->B, g->Hl, g->N, g->d, g->ring, rg);
 }
 
 /* saved: q, k, v, o head-sharded ((B, Hl, N, d) each), lse (B, Hl, N) */
@@ -216,6 +249,7 @@ static char *saved_at(const sg_node *node, const uly_geo *g, int k) {
 static sg_status uly_fwd(sg_node *node) {
   sg_status st = SG_OK;
   uly_geo g;
+  attn_geo rg = {0};
   uly_bufs w = {0};
   void *sv = NULL;
   SG_TRY(geo_of(node, &g));
@@ -229,14 +263,13 @@ static sg_status uly_fwd(sg_node *node) {
   char *hd[4];
   for (int i = 0; i < 4; ++i) hd[i] = saved_at(node, &g, i);
   SG_TRY(to_heads(&g, 3, in, hd, &w, SG_ULYSSES_FWD_QKV));
-  sg_attn_desc d = desc_of(&g);
-  if (g.B * g.Hl * g.N > 0) /* else no queries here */
-    SG_TRY(sg_attention_forward(&d, g.dt, hd[0], hd[1], hd[2], hd[3],
-                                saved_at(node, &g, 4), NULL));
+  SG_TRY(ring_of(&g, &rg));
+  SG_TRY(ag_ring_forward(&rg, hd[0], hd[1], hd[3], saved_at(node, &g, 4)));
   void *out[1] = {node->out[0]->value.data};
   SG_TRY(to_tokens(&g, 1, hd + 3, out, &w, SG_ULYSSES_FWD_O));
 fail:
   bufs_free(&w);
+  ag_ring_geo_release(&rg);
   geo_release(&g);
   return st;
 }
@@ -244,6 +277,7 @@ fail:
 static sg_status uly_bwd(sg_node *node) {
   sg_status st = SG_OK;
   uly_geo g;
+  attn_geo rg = {0};
   uly_bufs w = {0};
   char *dh = NULL;
   SG_TRY(geo_of(node, &g));
@@ -258,19 +292,19 @@ static sg_status uly_bwd(sg_node *node) {
   char *dd[4] = {dh, dh + nh, dh + 2 * nh, dh + 3 * nh};
   void *dout[1] = {node->out[0]->grad.data};
   SG_TRY(to_heads(&g, 1, dout, dd, &w, SG_ULYSSES_BWD_DO));
-  sg_attn_desc d = desc_of(&g);
-  if (g.B * g.Hl * g.N > 0) /* else no queries here */
-    SG_TRY(sg_attention_backward(&d, g.dt, saved_at(node, &g, 0),
-                                 saved_at(node, &g, 1), saved_at(node, &g, 2),
-                                 saved_at(node, &g, 3), saved_at(node, &g, 4),
-                                 dd[0], dd[1], dd[2], dd[3], NULL));
-  else if (nh)
-    memset(dd[1], 0, 3 * nh);
+  SG_TRY(ring_of(&g, &rg));
+  ring_saved sv = {.q = saved_at(node, &g, 0),
+                   .kv = saved_at(node, &g, 1),
+                   .o = saved_at(node, &g, 3),
+                   .lse = saved_at(node, &g, 4),
+                   .dout = dd[0]};
+  SG_TRY(ag_ring_backward(&rg, &sv, (void *const *)(dd + 1)));
   void *gin[3] = {node->gin[0], node->gin[1], node->gin[2]};
   SG_TRY(to_tokens(&g, 3, dd + 1, gin, &w, SG_ULYSSES_BWD_DQKV));
 fail:
   free(dh);
   bufs_free(&w);
+  ag_ring_geo_release(&rg);
   geo_release(&g);
   return st;
 }
@@ -286,15 +320,37 @@ static const sg_op_def ulysses_op = {
              .out = SG_OUT_LIKE_INPUT,
              .writes_gin = 7u}};
 
-sg_status sg_ag_attention_ulysses(sg_tape_t t, int64_t heads, sg_var *q,
-                                  sg_var *k, sg_var *v, sg_var **o) {
+static const sg_op_def usp_op = {
+    .name = "attention_usp",
+    .slots = {SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT},
+    .forward = uly_fwd,
+    .backward = uly_bwd,
+    .rule = {.windowed_input = -1,
+             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
+                        SG_ACCEPT_SHARD_SPATIAL,
+             .out = SG_OUT_LIKE_INPUT,
+             .writes_gin = 7u}};
+
+static sg_status uly_apply(sg_tape_t t, int usp, int64_t heads, sg_var *q,
+                           sg_var *k, sg_var *v, sg_var **o) {
   sg_status st = SG_OK;
   SG_TRY(sg_ag_attention_check(heads, q, k, v, o));
-  uly_attr at = {.heads = heads};
+  uly_attr at = {.heads = heads, .usp = usp};
   sg_var *in[3] = {q, k, v};
-  SG_TRY(sg_tape_apply(t, &ulysses_op, 3, in, 1, NULL, &at, sizeof at, o));
+  SG_TRY(sg_tape_apply(t, usp ? &usp_op : &ulysses_op, 3, in, 1, NULL, &at,
+                       sizeof at, o));
 fail:
   return st;
+}
+
+sg_status sg_ag_attention_ulysses(sg_tape_t t, int64_t heads, sg_var *q,
+                                  sg_var *k, sg_var *v, sg_var **o) {
+  return uly_apply(t, 0, heads, q, k, v, o);
+}
+
+sg_status sg_ag_attention_usp(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
+                              sg_var *v, sg_var **o) {
+  return uly_apply(t, 1, heads, q, k, v, o);
 }
 
 sg_status sg_ag_attention_sp(sg_tape_t t, sg_sp_mode mode, int64_t heads,
@@ -302,6 +358,7 @@ sg_status sg_ag_attention_sp(sg_tape_t t, sg_sp_mode mode, int64_t heads,
   switch (mode) {
   case SG_SP_RING: return sg_ag_attention(t, heads, q, k, v, o);
   case SG_SP_ULYSSES: return sg_ag_attention_ulysses(t, heads, q, k, v, o);
+  case SG_SP_USP: return sg_ag_attention_usp(t, heads, q, k, v, o);
   }
   return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                       "attention: unknown sequence-parallel mode %d",
@@ -311,8 +368,9 @@ sg_status sg_ag_attention_sp(sg_tape_t t, sg_sp_mode mode, int64_t heads,
 sg_status sg_sp_mode_parse(const char *name, sg_sp_mode *mode) {
   if (name && !strcmp(name, "ring")) return *mode = SG_SP_RING, SG_OK;
   if (name && !strcmp(name, "ulysses")) return *mode = SG_SP_ULYSSES, SG_OK;
+  if (name && !strcmp(name, "usp")) return *mode = SG_SP_USP, SG_OK;
   return sg_error_set(SG_ERR_CONFIG, __FILE__, __LINE__,
-                      "sp_mode must be ring or ulysses, not '%s'",
+                      "sp_mode must be ring, ulysses or usp, not '%s'",
                       name ? name : "(null)");
 }
 
@@ -320,22 +378,24 @@ sg_status sg_sp_mode_check(sg_mesh_t mesh, sg_sp_mode mode, int64_t heads,
                            const char *who) {
   sg_status st = SG_OK;
   int tp = 1, P = 1;
-  if (mode != SG_SP_RING && mode != SG_SP_ULYSSES)
-    SG_RAISE(SG_ERR_CONFIG, "%s: unknown sp_mode %d (ring or ulysses)", who,
-             (int)mode);
+  if (mode != SG_SP_RING && mode != SG_SP_ULYSSES && mode != SG_SP_USP)
+    SG_RAISE(SG_ERR_CONFIG, "%s: unknown sp_mode %d (ring, ulysses or usp)",
+             who, (int)mode);
   for (int k = 0; mesh && k < sg_mesh_ndims(mesh); ++k) {
     const char *nm = sg_mesh_dim_name(mesh, k);
     const int sz = sg_mesh_dim_size(mesh, k);
     if (!strcmp(nm, "tp")) tp *= sz;
-    if (!strcmp(nm, "h") || !strcmp(nm, "w")) P *= sz;
+    if ((!strcmp(nm, "h") && mode == SG_SP_ULYSSES) || !strcmp(nm, "w"))
+      P *= sz; /* the all-to-all's ranks: h and w, or (USP) w */
   }
-  if (mode == SG_SP_ULYSSES && (heads % tp || (heads / tp) % P))
+  if (mode != SG_SP_RING && (heads % tp || (heads / tp) % P))
     SG_RAISE(SG_ERR_CONFIG,
-             "%s: sp_mode = ulysses needs the heads (%lld) divisible by tp x "
-             "the domain ranks that split the tokens (%d x %d): every rank "
+             "%s: sp_mode = %s needs the heads (%lld) divisible by tp x "
+             "the domain ranks of its all-to-all (%d x %d: %s): every rank "
              "attends whole heads (use sp_mode = ring, which has no such "
              "constraint)",
-             who, (long long)heads, tp, P);
+             who, mode == SG_SP_USP ? "usp" : "ulysses", (long long)heads, tp,
+             P, mode == SG_SP_USP ? "w" : "h and w");
 fail:
   return st;
 }
@@ -348,3 +408,4 @@ void sg_ag_attention_ulysses_bytes(long long *bytes, int reset) {
 }
 
 const sg_op_def *sg_ag_attention_ulysses_op_def(void) { return &ulysses_op; }
+const sg_op_def *sg_ag_attention_usp_op_def(void) { return &usp_op; }

@@ -584,15 +584,28 @@ enum {
 void sg_ag_attention_ulysses_bytes(long long *bytes, int reset);
 /* How the sequence split over the domain dims is attended (the key
  * sp_mode): ring attention (sg_ag_attention) or Ulysses. */
-typedef enum sg_sp_mode { SG_SP_RING = 0, SG_SP_ULYSSES = 1 } sg_sp_mode;
-/* "ring" | "ulysses"; SG_ERR_CONFIG naming the choices otherwise. */
+typedef enum sg_sp_mode {
+  SG_SP_RING = 0,
+  SG_SP_ULYSSES = 1,
+  SG_SP_USP = 2
+} sg_sp_mode;
+/* USP (Ulysses x ring on a 2-D token split): the Ulysses all-to-alls over
+ * the mesh dims that split the LAST spatial dim only (heads % those ranks
+ * must hold), then ring attention of those heads over the mesh dims that
+ * split the other spatial dims; backward the adjoints. The same function;
+ * the ring's bytes count in sg_ag_attention_ring_bytes, the all-to-alls'
+ * in sg_ag_attention_ulysses_bytes. */
+sg_status sg_ag_attention_usp(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
+                              sg_var *v, sg_var **o);
+/* "ring" | "ulysses" | "usp"; SG_ERR_CONFIG naming the choices otherwise. */
 sg_status sg_sp_mode_parse(const char *name, sg_sp_mode *mode);
 sg_status sg_ag_attention_sp(sg_tape_t t, sg_sp_mode mode, int64_t heads,
                              sg_var *q, sg_var *k, sg_var *v, sg_var **o);
 /* A model's check from the config and the mesh alone (every rank finds the
  * same error, before any data moves): with Ulysses, heads over tp (the
  * mesh dim "tp") must be divisible by the ranks of the domain dims "h",
- * "w" that split the tokens; SG_ERR_CONFIG naming `who` otherwise. An
+ * "w" that split the tokens (USP: by the ranks of "w");
+ * SG_ERR_CONFIG naming `who` otherwise. An
  * unknown mode: SG_ERR_CONFIG. Not collective. */
 sg_status sg_sp_mode_check(sg_mesh_t mesh, sg_sp_mode mode, int64_t heads,
                            const char *who);
@@ -647,7 +660,8 @@ sg_status sg_ag_mhsa_tp(sg_tape_t t, sg_group_t tp, int64_t heads_local,
                         sg_var *x, sg_var *wqkv, sg_var *bqkv, sg_var *wo,
                         sg_var *bo, sg_var **y);
 /* sg_ag_mhsa_tp with the attention of the local heads by `mode` over the
- * domain dims (ring or Ulysses: heads_local % P must hold for Ulysses). */
+ * domain dims (ring, Ulysses or USP: heads_local % P must hold for the
+ * all-to-all's P ranks). */
 sg_status sg_ag_mhsa_sp(sg_tape_t t, sg_group_t tp, sg_sp_mode mode,
                         int64_t heads_local, sg_var *x, sg_var *wqkv,
                         sg_var *bqkv, sg_var *wo, sg_var *bo, sg_var **y);

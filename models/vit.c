@@ -416,8 +416,10 @@ static void vit_describe(void *impl, const sg_model_config *c, char *buf,
              "counted per rank)",
              m->tps, (long long)(c->heads / m->tps));
   const size_t k = strlen(buf);
-  if (c->sp_mode == SG_SP_ULYSSES && k < size)
-    snprintf(buf + k, size - k, "; attention by Ulysses (sp_mode ulysses)");
+  if (c->sp_mode != SG_SP_RING && k < size)
+    snprintf(buf + k, size - k, "; attention by %s",
+             c->sp_mode == SG_SP_USP ? "USP (Ulysses over w, ring over h)"
+                                     : "Ulysses");
 }
 
 /* heads does not change a shape: a checkpoint may be read with others */

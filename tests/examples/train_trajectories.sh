@@ -22,8 +22,9 @@
 # process; activation checkpointing on tp=2; a tp=2 checkpoint resumed on
 # 1 rank and a 1-rank one on tp=2,h=2. Task "vit_sp": the ViT with 4
 # heads, its attention by Ulysses (sp_mode = ulysses: all-to-all to a head
-# split) on h=2, h=2,w=2 and tp=2,h=2 (heads over tp x h): losses,
-# gradient norms and test error equal to one process.
+# split) on h=2, h=2,w=2 and tp=2,h=2 (heads over tp x h), and by USP
+# (Ulysses over w, ring over h) on h=2,w=2: losses, gradient norms and test
+# error equal to one process.
 #   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp|vit_sp BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 task=$1 bin=$2 mpiexec=$3 work=$4 src=$5
@@ -101,18 +102,19 @@ fi
 if [ "$task" = vit_sp ]; then
   # shellcheck disable=SC2086
   "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --metrics ref.jsonl
-  for m in 2:h=2 4:h=2,w=2 4:tp=2,h=2; do
-    n=${m%%:*} spec=${m#*:}
+  for m in ulysses:2:h=2 ulysses:4:h=2,w=2 ulysses:4:tp=2,h=2 usp:4:h=2,w=2; do
+    mode=${m%%:*} rest=${m#*:}
+    n=${rest%%:*} spec=${rest#*:}
     rc=0
     # shellcheck disable=SC2086
-    "$mpiexec" -n "$n" "$bin/sg-train" $common --mesh "$spec" --sp-mode ulysses \
-      --metrics "u_$spec.jsonl" >"u_$spec.log" 2>&1 || rc=$?
-    if [ $rc -ne 0 ]; then cat "u_$spec.log"; echo "FAILED: ulysses on $spec"; exit 1; fi
-    $cmp ref.jsonl "u_$spec.jsonl" 1e-5
-    $cmp ref.jsonl "u_$spec.jsonl" 1e-5 --key grad_norm
-    $cmp ref.jsonl "u_$spec.jsonl" 1e-5 --eval
+    "$mpiexec" -n "$n" "$bin/sg-train" $common --mesh "$spec" --sp-mode "$mode" \
+      --metrics "${mode}_$spec.jsonl" >"${mode}_$spec.log" 2>&1 || rc=$?
+    if [ $rc -ne 0 ]; then cat "${mode}_$spec.log"; echo "FAILED: $mode on $spec"; exit 1; fi
+    $cmp ref.jsonl "${mode}_$spec.jsonl" 1e-5
+    $cmp ref.jsonl "${mode}_$spec.jsonl" 1e-5 --key grad_norm
+    $cmp ref.jsonl "${mode}_$spec.jsonl" 1e-5 --eval
   done
-  echo "vit ulysses trajectories match"
+  echo "vit ulysses and usp trajectories match"
   exit 0
 fi
 if [ "$task" = resume ]; then

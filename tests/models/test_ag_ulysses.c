@@ -9,7 +9,10 @@
  *    alone is ~1 s, so one mesh);
  * the bytes this rank received in the four all-to-alls equal the formulas
  * (docs/transformers.md, "Ulysses"); heads not divisible by the ranks that
- * split the tokens are refused with SG_ERR_CONFIG on every rank. */
+ * split the tokens are refused with SG_ERR_CONFIG on every rank. USP
+ * (sg_ag_attention_usp: Ulysses over w, ring over h) on the same small
+ * meshes: the same checks, the ring's bytes too (on h=2,w=2 both run; on
+ * h alone it is the ring, on w alone Ulysses). */
 #include "sg_autograd.h"
 #include "sg_mesh.h"
 #include "sg_test.h"
@@ -98,38 +101,56 @@ static void placements_of(sg_mesh_t mesh, sg_placement *pl) {
 }
 
 /* The bytes this rank receives (per call; docs/transformers.md): with P
- * ranks splitting N tokens (this rank T of them), B local samples and C
- * channels, every all-to-all moves C/P channels of the other ranks'
- * tokens to this rank (token -> head), or this rank's T tokens of the
- * other ranks' C/P channels (head -> token). */
-static void expected_bytes(const prob *p, sg_mesh_t mesh, long long *e) {
-  int64_t off[4], box[4], P = 1;
+ * ranks in the all-to-all, splitting Nu tokens (this rank T of them), B
+ * local samples and C channels, every all-to-all moves C/P channels of
+ * the other ranks' tokens to this rank (token -> head), or this rank's T
+ * tokens of the other ranks' C/P channels (head -> token). Ulysses: P
+ * the ranks that split space, Nu = N. USP: P those of w, Nu the tokens of
+ * this rank's mesh row (its h rows, every column); the ring over h moves
+ * the K/V of the other rows (Cl = C/P channels) in forward and backward,
+ * and all of dK/dV. e: the 4 all-to-alls, then the ring's 3. */
+static void expected_bytes(const prob *p, sg_mesh_t mesh, int usp,
+                           long long *e) {
+  int64_t off[4], box[4], P = 1, R = 1;
   sg_placement pl[SG_MESH_MAX_DIMS];
   placements_of(mesh, pl);
   sg_shardtensor_box(mesh, 4, p->shape, pl, sg_mesh_rank(mesh), off, box);
   for (int m = 0; m < sg_mesh_ndims(mesh); ++m)
-    if (pl[m].kind == SG_PLACEMENT_SHARD && pl[m].dim >= 2)
-      P *= sg_mesh_dim_size(mesh, m);
+    if (pl[m].kind == SG_PLACEMENT_SHARD && pl[m].dim >= 2) {
+      if (usp && pl[m].dim == 2)
+        R *= sg_mesh_dim_size(mesh, m);
+      else
+        P *= sg_mesh_dim_size(mesh, m);
+    }
   const int64_t N = p->shape[2] * p->shape[3], T = box[2] * box[3],
-                cp = p->shape[1] / P, es = (int64_t)sizeof(double);
-  const int64_t in = box[0] * cp * (N - T) * es,
-                out = box[0] * T * cp * (P - 1) * es;
+                Nu = usp ? box[2] * p->shape[3] : N, cp = p->shape[1] / P,
+                es = (int64_t)sizeof(double);
+  const int64_t in = box[0] * cp * (Nu - T) * es,
+                out = box[0] * T * cp * (P - 1) * es,
+                kv = R > 1 ? 2 * box[0] * cp * es : 0;
   e[SG_ULYSSES_FWD_QKV] = 3 * in, e[SG_ULYSSES_FWD_O] = out;
   e[SG_ULYSSES_BWD_DO] = in, e[SG_ULYSSES_BWD_DQKV] = 3 * out;
+  long long *ring = e + SG_ULYSSES_NBYTES;
+  ring[SG_RING_FWD_KV] = ring[SG_RING_BWD_KV] = kv * (N - Nu);
+  ring[SG_RING_BWD_DKV] = kv * N;
 }
 
-static void check_mesh(const char *spec, const prob *p, const ref *r1) {
+static void check_mesh(const char *spec, sg_sp_mode mode, const prob *p,
+                       const ref *r1) {
   sg_mesh_t mesh = NULL;
   sg_placement pl[SG_MESH_MAX_DIMS];
   ref r;
   char msg[256];
-  long long got[SG_ULYSSES_NBYTES], want[SG_ULYSSES_NBYTES];
+  enum { NBYTES = SG_ULYSSES_NBYTES + 3 };
+  long long got[NBYTES], want[NBYTES];
   memset(&r, 0, sizeof r);
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   placements_of(mesh, pl);
   sg_ag_attention_ulysses_bytes(NULL, 1);
-  SG_REQUIRE_OK(run(p, mesh, pl, SG_SP_ULYSSES, &r));
+  sg_ag_attention_ring_bytes(NULL, 1);
+  SG_REQUIRE_OK(run(p, mesh, pl, mode, &r));
   sg_ag_attention_ulysses_bytes(got, 1);
+  sg_ag_attention_ring_bytes(got + SG_ULYSSES_NBYTES, 1);
   SG_CHECK(fabs(r.loss - r1->loss) <= 1e-10 * fabs(r1->loss),
            "%s: loss %.17g, one process %.17g", spec, r.loss, r1->loss);
   SG_CHECK(sg_test_cmp_ref(r.o, SG_DTYPE_F64, r1->o, numel(p), 1e-10, msg,
@@ -139,17 +160,20 @@ static void check_mesh(const char *spec, const prob *p, const ref *r1) {
     SG_CHECK(sg_test_cmp_ref(r.d[i], SG_DTYPE_F64, r1->d[i], numel(p), 1e-10,
                              msg, sizeof msg) == 0,
              "%s: gradient of %c: %s", spec, "qkv"[i], msg);
-  expected_bytes(p, mesh, want);
-  for (int i = 0; i < SG_ULYSSES_NBYTES; ++i)
+  expected_bytes(p, mesh, mode == SG_SP_USP, want);
+  for (int i = 0; i < NBYTES; ++i)
     SG_CHECK(got[i] == want[i],
-             "%s: all-to-all %d: received %lld bytes, the formula says %lld",
-             spec, i, got[i], want[i]);
+             "%s, %s: %s %d: received %lld bytes, the formula says %lld", spec,
+             mode == SG_SP_USP ? "usp" : "ulysses",
+             i < SG_ULYSSES_NBYTES ? "all-to-all" : "ring",
+             i % SG_ULYSSES_NBYTES, got[i], want[i]);
 done:
   ref_free(&r);
   sg_mesh_destroy(&mesh);
 }
 
-static void check_meshes(const prob *p, const char *const *specs, int n) {
+static void check_meshes(const prob *p, const char *const *specs, int n,
+                         int usp_too) {
   ref r1;
   memset(&r1, 0, sizeof r1);
   /* the one-process reference on rank 0 only (it costs P times a rank's
@@ -164,7 +188,10 @@ static void check_meshes(const prob *p, const char *const *specs, int n) {
     if (!*a) *a = malloc(sizeof(double) * (size_t)numel(p));
     MPI_Bcast(*a, (int)numel(p), MPI_DOUBLE, 0, MPI_COMM_WORLD);
   }
-  for (int k = 0; k < n; ++k) check_mesh(specs[k], p, &r1);
+  for (int k = 0; k < n; ++k) {
+    check_mesh(specs[k], SG_SP_ULYSSES, p, &r1);
+    if (usp_too) check_mesh(specs[k], SG_SP_USP, p, &r1);
+  }
 done:
   ref_free(&r1);
 }
@@ -199,17 +226,17 @@ int main(int argc, char **argv) {
   prob p;
   prob_init(&p, 2, 24, 7, 5, 12);
   if (np == 1) { /* one process: the plain attention itself */
-    check_meshes(&p, (const char *[]){"dp=1"}, 1);
+    check_meshes(&p, (const char *[]){"dp=1"}, 1, 1);
     sg_sp_mode m;
-    SG_CHECK_STATUS(sg_sp_mode_parse("usp", &m), SG_ERR_CONFIG);
+    SG_CHECK_STATUS(sg_sp_mode_parse("cp", &m), SG_ERR_CONFIG);
   }
-  if (np == 2) check_meshes(&p, l2, 3), check_bad_heads("h=2", 3);
-  if (np == 3) check_meshes(&p, l3, 2), check_bad_heads("w=3", 4);
+  if (np == 2) check_meshes(&p, l2, 3, 1), check_bad_heads("h=2", 3);
+  if (np == 3) check_meshes(&p, l3, 2, 1), check_bad_heads("w=3", 4);
   if (np == 4) {
-    check_meshes(&p, l4, 3), check_bad_heads("h=2,w=2", 6);
+    check_meshes(&p, l4, 3, 1), check_bad_heads("h=2,w=2", 6);
     prob q;
     prob_init(&q, 1, 4, 45, 90, 4);
-    check_meshes(&q, big, 1);
+    check_meshes(&q, big, 1, 0);
     prob_free(&q);
   }
   prob_free(&p);
