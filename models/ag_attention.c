@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_impl.h"
 #include "autograd_impl.h"
 #include "op_registry_impl.h"
 #include "sg_autograd.h"
@@ -52,8 +53,8 @@ static int64_t tokens_of(const sg_tensor *t) {
           for (int64_t t = 0; t < T; ++t) ys[t * d] = xs[t]; \
       }
 
-static void heads_copy(sg_dtype dt, int64_t B, int64_t H, int64_t T, int64_t d,
-                       void *x, void *y, int back) {
+void ag_heads_copy(sg_dtype dt, int64_t B, int64_t H, int64_t T, int64_t d,
+                   void *x, void *y, int back) {
   if (dt == SG_DTYPE_F32) {
     HEADS_COPY(float)
   } else {
@@ -72,40 +73,22 @@ typedef struct attn_attr {
   int64_t heads;
 } attn_attr;
 
-/* The local geometry of a node and its ring. */
-typedef struct attn_geo {
-  sg_dtype dt;
-  size_t es;
-  int64_t B, H, T, d, n; /* n = B*H*T*d: one of q, k, v, o */
-  MPI_Comm comm;         /* the ring; MPI_COMM_NULL: one block */
-  int P, r;
-  int64_t *tok; /* tokens of each ring rank (P entries) */
-  int64_t tmax;
-} attn_geo;
-
-static void geo_release(attn_geo *g) {
+void ag_ring_geo_release(attn_geo *g) {
   free(g->tok);
   g->tok = NULL;
 }
 
-/* The geometry; the tokens of every ring rank by an all-gather. */
-static sg_status geo_of(const sg_node *node, attn_geo *g) {
+sg_status ag_ring_geo(sg_dtype dt, int64_t B, int64_t H, int64_t T, int64_t d,
+                      sg_group_t grp, attn_geo *g) {
   sg_status st = SG_OK;
-  const attn_attr *a = (const attn_attr *)node->attr;
-  const sg_tensor *q = &node->in[0]->value;
-  sg_group_t grp = NULL;
   memset(g, 0, sizeof *g);
-  g->dt = q->dtype;
-  g->es = sg_dtype_size(q->dtype);
-  g->B = q->shape[0];
-  g->H = a->heads;
-  g->d = q->shape[1] / a->heads;
-  g->T = tokens_of(q);
+  g->dt = dt;
+  g->es = sg_dtype_size(dt);
+  g->B = B, g->H = H, g->T = T, g->d = d;
   g->n = g->B * g->H * g->T * g->d;
   g->comm = MPI_COMM_NULL;
   g->P = 1;
-  SG_TRY(sg_node_group(node, SG_SPLIT_SPACE, &grp));
-  if (grp) {
+  if (grp && sg_group_size(grp) > 1) {
     g->comm = sg_group_comm(grp);
     SG_MPI(MPI_Comm_size(g->comm, &g->P));
     SG_MPI(MPI_Comm_rank(g->comm, &g->r));
@@ -118,6 +101,20 @@ static sg_status geo_of(const sg_node *node, attn_geo *g) {
         MPI_Allgather(&g->T, 1, MPI_INT64_T, g->tok, 1, MPI_INT64_T, g->comm));
   for (int p = 0; p < g->P; ++p)
     if (g->tok[p] > g->tmax) g->tmax = g->tok[p];
+fail:
+  return st;
+}
+
+/* The geometry of a node; the tokens of every ring rank by an all-gather. */
+static sg_status geo_of(const sg_node *node, attn_geo *g) {
+  sg_status st = SG_OK;
+  const attn_attr *a = (const attn_attr *)node->attr;
+  const sg_tensor *q = &node->in[0]->value;
+  sg_group_t grp = NULL;
+  memset(g, 0, sizeof *g);
+  SG_TRY(sg_node_group(node, SG_SPLIT_SPACE, &grp));
+  SG_TRY(ag_ring_geo(q->dtype, q->shape[0], a->heads, tokens_of(q),
+                     q->shape[1] / a->heads, grp, g));
 fail:
   return st;
 }
@@ -173,8 +170,8 @@ static char *saved_at(const sg_node *node, const attn_geo *g, int k) {
 }
 
 /* o, lse of the local queries over every block of the ring. */
-static sg_status ring_forward(const attn_geo *g, const void *qt, void *kvt,
-                              void *ot, void *lse) {
+sg_status ag_ring_forward(const attn_geo *g, const void *qt, void *kvt,
+                          void *ot, void *lse) {
   sg_status st = SG_OK;
   const int64_t rows = g->B * g->H * g->T;
   void *buf[2] = {NULL, NULL}, *ob = NULL, *lb = NULL;
@@ -223,15 +220,15 @@ static sg_status attn_fwd(sg_node *node) {
   void *sv = NULL;
   SG_TRY(sg_node_save(node, (size_t)(4 * g.n + g.B * g.H * g.T) * g.es, &sv));
   for (int i = 0; i < 3; ++i)
-    heads_copy(g.dt, g.B, g.H, g.T, g.d, node->in[i]->value.data,
-               saved_at(node, &g, i), 0);
+    ag_heads_copy(g.dt, g.B, g.H, g.T, g.d, node->in[i]->value.data,
+                  saved_at(node, &g, i), 0);
   SG_TRY(sg_node_alloc_out_uninit(node, 0, q->ndim, q->shape));
-  SG_TRY(ring_forward(&g, saved_at(node, &g, 0), saved_at(node, &g, 1),
-                      saved_at(node, &g, 3), saved_at(node, &g, 4)));
-  heads_copy(g.dt, g.B, g.H, g.T, g.d, node->out[0]->value.data,
-             saved_at(node, &g, 3), 1);
+  SG_TRY(ag_ring_forward(&g, saved_at(node, &g, 0), saved_at(node, &g, 1),
+                         saved_at(node, &g, 3), saved_at(node, &g, 4)));
+  ag_heads_copy(g.dt, g.B, g.H, g.T, g.d, node->out[0]->value.data,
+                saved_at(node, &g, 3), 1);
 fail:
-  geo_release(&g);
+  ag_ring_geo_release(&g);
   return st;
 }
 
@@ -262,7 +259,7 @@ fail:
 }
 
 /* One block's backward: dq += its share; the block's dk, dv += its own. */
-static sg_status block_bwd(const sg_node *node, const attn_geo *g, ring_bwd *w,
+static sg_status block_bwd(const ring_saved *sv, const attn_geo *g, ring_bwd *w,
                            void *blkbuf, int p) {
   sg_status st = SG_OK;
   const int64_t nb = blk(g, p);
@@ -270,9 +267,8 @@ static sg_status block_bwd(const sg_node *node, const attn_geo *g, ring_bwd *w,
   if (g->n == 0) return SG_OK; /* no queries here: nothing to add */
   char *k = blkbuf, *v = k + (size_t)nb * g->es, *dk = v + (size_t)nb * g->es,
        *dv = dk + (size_t)nb * g->es;
-  SG_TRY(sg_attention_backward(&d, g->dt, saved_at(node, g, 0), k, v,
-                               saved_at(node, g, 3), saved_at(node, g, 4),
-                               w->dot, w->tq, w->tk, w->tv, NULL));
+  SG_TRY(sg_attention_backward(&d, g->dt, sv->q, k, v, sv->o, sv->lse, w->dot,
+                               w->tq, w->tk, w->tv, NULL));
   add_into(g->dt, g->n, w->dq, w->tq);
   add_into(g->dt, nb, dk, w->tk);
   add_into(g->dt, nb, dv, w->tv);
@@ -280,13 +276,13 @@ fail:
   return st;
 }
 
-static sg_status ring_backward(const sg_node *node, const attn_geo *g,
+static sg_status ring_backward(const ring_saved *sv, const attn_geo *g,
                                ring_bwd *w, void **home) {
   sg_status st = SG_OK;
   MPI_Request req[4];
   char *cur = w->buf[1]; /* zero dK/dV (calloc) */
   const int64_t n0 = blk(g, g->r);
-  if (n0 > 0) memcpy(cur, saved_at(node, g, 1), (size_t)(2 * n0) * g->es);
+  if (n0 > 0) memcpy(cur, sv->kv, (size_t)(2 * n0) * g->es);
   for (int s = 0; s < g->P; ++s) {
     const int64_t nb = blk(g, g->r - s), nn = blk(g, g->r - s - 1);
     char *nxt = w->buf[s % 2];
@@ -294,7 +290,7 @@ static sg_status ring_backward(const sg_node *node, const attn_geo *g,
     if (!last)
       SG_TRY(ring_post(g, RING_TAG_KV, nxt, 2 * nn, cur, 2 * nb, req,
                        SG_RING_BWD_KV));
-    SG_TRY(block_bwd(node, g, w, cur, g->r - s));
+    SG_TRY(block_bwd(sv, g, w, cur, g->r - s));
     if (!last) {
       /* this block's dK/dV follow its K/V to the right */
       SG_TRY(ring_post(g, RING_TAG_DKV, nxt + (size_t)(2 * nn) * g->es, 2 * nn,
@@ -319,25 +315,53 @@ fail:
   return st;
 }
 
+sg_status ag_ring_backward(const attn_geo *g, const ring_saved *sv,
+                           void *const *dx) {
+  sg_status st = SG_OK;
+  ring_bwd w;
+  memset(&w, 0, sizeof w);
+  st = ring_bwd_alloc(g, &w);
+  if (g->P > 1) st = sg_agree(g->comm, st);
+  if (st) goto fail;
+  if (g->n) memcpy(w.dot, sv->dout, (size_t)g->n * g->es);
+  void *dkv = NULL;
+  SG_TRY(ring_backward(sv, g, &w, &dkv));
+  const void *parts[3] = {w.dq, dkv, (char *)dkv + (size_t)g->n * g->es};
+  for (int i = 0; i < 3; ++i)
+    if (dx[i] && g->n) memcpy(dx[i], parts[i], (size_t)g->n * g->es);
+fail:
+  ring_bwd_free(&w);
+  return st;
+}
+
 static sg_status attn_bwd(sg_node *node) {
   sg_status st = SG_OK;
   attn_geo g;
-  ring_bwd w;
-  memset(&w, 0, sizeof w);
+  void *buf = NULL;
+  memset(&g, 0, sizeof g);
   SG_TRY(geo_of(node, &g));
-  st = ring_bwd_alloc(&g, &w);
+  const size_t n = (size_t)g.n * g.es;
+  buf = malloc(4 * n + 1); /* dout, dq, dk, dv in the kernel's layout */
+  if (!buf)
+    st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,
+                      "attention backward buffers");
   if (g.P > 1) st = sg_agree(g.comm, st);
-  if (st) goto fail;
-  heads_copy(g.dt, g.B, g.H, g.T, g.d, node->out[0]->grad.data, w.dot, 0);
-  void *dkv = NULL;
-  SG_TRY(ring_backward(node, &g, &w, &dkv));
-  void *parts[3] = {w.dq, dkv, (char *)dkv + (size_t)g.n * g.es};
+  SG_TRY(st);
+  char *b = buf;
+  ag_heads_copy(g.dt, g.B, g.H, g.T, g.d, node->out[0]->grad.data, b, 0);
+  ring_saved sv = {.q = saved_at(node, &g, 0),
+                   .kv = saved_at(node, &g, 1),
+                   .o = saved_at(node, &g, 3),
+                   .lse = saved_at(node, &g, 4),
+                   .dout = b};
+  void *dx[3] = {b + n, b + 2 * n, b + 3 * n};
+  SG_TRY(ag_ring_backward(&g, &sv, dx));
   for (int i = 0; i < 3; ++i)
     if (node->gin[i])
-      heads_copy(g.dt, g.B, g.H, g.T, g.d, node->gin[i], parts[i], 1);
+      ag_heads_copy(g.dt, g.B, g.H, g.T, g.d, node->gin[i], dx[i], 1);
 fail:
-  ring_bwd_free(&w);
-  geo_release(&g);
+  free(buf);
+  ag_ring_geo_release(&g);
   return st;
 }
 
@@ -352,8 +376,8 @@ static const sg_op_def attention_op = {
              .out = SG_OUT_LIKE_INPUT,
              .writes_gin = 7u}};
 
-sg_status sg_ag_attention(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
-                          sg_var *v, sg_var **o) {
+sg_status sg_ag_attention_check(int64_t heads, const sg_var *q, const sg_var *k,
+                                const sg_var *v, sg_var **o) {
   sg_status st = SG_OK;
   if (!q || !k || !v || !o)
     SG_RAISE(SG_ERR_INVALID_ARG, "attention: q, k, v and o are required");
@@ -369,6 +393,14 @@ sg_status sg_ag_attention(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
     SG_RAISE(SG_ERR_CONFIG,
              "attention: heads (%lld) must divide the channels (%lld)",
              (long long)heads, (long long)c);
+fail:
+  return st;
+}
+
+sg_status sg_ag_attention(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
+                          sg_var *v, sg_var **o) {
+  sg_status st = SG_OK;
+  SG_TRY(sg_ag_attention_check(heads, q, k, v, o));
   attn_attr at = {.heads = heads};
   sg_var *in[3] = {q, k, v};
   SG_TRY(sg_tape_apply(t, &attention_op, 3, in, 1, NULL, &at, sizeof at, o));
@@ -471,6 +503,13 @@ sg_status sg_ag_layernorm(sg_tape_t t, double eps, sg_var *x, sg_var *gamma,
 sg_status sg_ag_mhsa_tp(sg_tape_t t, sg_group_t tp, int64_t heads_local,
                         sg_var *x, sg_var *wqkv, sg_var *bqkv, sg_var *wo,
                         sg_var *bo, sg_var **y) {
+  return sg_ag_mhsa_sp(t, tp, SG_SP_RING, heads_local, x, wqkv, bqkv, wo, bo,
+                       y);
+}
+
+sg_status sg_ag_mhsa_sp(sg_tape_t t, sg_group_t tp, sg_sp_mode mode,
+                        int64_t heads_local, sg_var *x, sg_var *wqkv,
+                        sg_var *bqkv, sg_var *wo, sg_var *bo, sg_var **y) {
   sg_status st = SG_OK;
   if (!x || !wqkv || !wo || !y)
     SG_RAISE(SG_ERR_INVALID_ARG, "mhsa: x, wqkv, wo and y are required");
@@ -486,7 +525,7 @@ sg_status sg_ag_mhsa_tp(sg_tape_t t, sg_group_t tp, int64_t heads_local,
   const int64_t parts[3] = {cl, cl, cl};
   SG_TRY(sg_ag_linear_col(t, tp, x, wqkv, bqkv, &h));
   SG_TRY(sg_ag_split(t, h, 3, parts, qkv));
-  SG_TRY(sg_ag_attention(t, heads_local, qkv[0], qkv[1], qkv[2], &h));
+  SG_TRY(sg_ag_attention_sp(t, mode, heads_local, qkv[0], qkv[1], qkv[2], &h));
   SG_TRY(sg_ag_linear_row(t, tp, h, wo, bo, y));
 fail:
   return st;

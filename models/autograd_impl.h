@@ -117,5 +117,13 @@ sg_status ag_backward_walk(sg_tape_t tape, int split);
  * backward */
 sg_status ag_collect(sg_tape_t t, const char *who, int nin, sg_var *const *in);
 sg_status ag_ckpt_backward(sg_tape_t tape, sg_node *node);
+/* ag_attention.c: x (B, H*d, T) -> y (B, H, T, d), the attention kernel's
+ * layout (back = 1: y -> x); used by ag_ulysses.c too */
+void ag_heads_copy(sg_dtype dt, int64_t B, int64_t H, int64_t T, int64_t d,
+                   void *x, void *y, int back);
+/* ag_attention.c: the argument checks of the attention ops (q, k, v of one
+ * (N, C, spatial...) shape, heads dividing C) */
+sg_status sg_ag_attention_check(int64_t heads, const sg_var *q, const sg_var *k,
+                                const sg_var *v, sg_var **o);
 
 #endif /* SG_AUTOGRAD_IMPL_H */

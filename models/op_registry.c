@@ -18,6 +18,8 @@ static int ops_of(const sg_op_def **ops) {
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_spectral_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_checkpoint_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_attention_op_def();
+  if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_attention_ulysses_op_def();
+  if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_attention_usp_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_add_field_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_tp_copy_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_tp_reduce_op_def();

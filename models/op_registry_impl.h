@@ -14,6 +14,9 @@ const sg_op_def *sg_ag_spectral_op_def(void);
 /* ag_attention.c: attention (sg_ag_attention), the added field
  * (sg_ag_add_field). */
 const sg_op_def *sg_ag_attention_op_def(void);
+/* ag_ulysses.c: Ulysses attention (sg_ag_attention_ulysses) */
+const sg_op_def *sg_ag_attention_ulysses_op_def(void);
+const sg_op_def *sg_ag_attention_usp_op_def(void);
 const sg_op_def *sg_ag_add_field_op_def(void);
 /* ag_tp.c: the conjugate ops of tensor parallelism. */
 const sg_op_def *sg_ag_tp_copy_op_def(void);

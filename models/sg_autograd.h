@@ -561,6 +561,54 @@ sg_status sg_ag_attention(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
  * reading. Process-wide; not collective. */
 enum { SG_RING_FWD_KV = 0, SG_RING_BWD_KV, SG_RING_BWD_DKV };
 void sg_ag_attention_ring_bytes(long long *bytes, int reset);
+/* Ulysses (DeepSpeed) sequence parallelism (models/ag_ulysses.c): the
+ * same function as sg_ag_attention, computed by one all-to-all(v) of q, k,
+ * v from the token split (every rank its tokens of all heads) to the head
+ * split (every rank all tokens of heads/P heads, P the ranks of the mesh
+ * dims that split the tokens), local attention, and one all-to-all(v) of o
+ * back; backward: dout token -> head, dq, dk, dv head -> token. Any token
+ * counts per rank. heads % P != 0: SG_ERR_CONFIG on every rank, before any
+ * data moves. */
+sg_status sg_ag_attention_ulysses(sg_tape_t t, int64_t heads, sg_var *q,
+                                  sg_var *k, sg_var *v, sg_var **o);
+/* Bytes this rank has received in Ulysses all-to-alls since the last
+ * reset: q, k, v and o of forwards, dout and dq, dk, dv of backwards
+ * (docs/transformers.md gives the volumes). Process-wide; not collective. */
+enum {
+  SG_ULYSSES_FWD_QKV = 0,
+  SG_ULYSSES_FWD_O,
+  SG_ULYSSES_BWD_DO,
+  SG_ULYSSES_BWD_DQKV,
+  SG_ULYSSES_NBYTES
+};
+void sg_ag_attention_ulysses_bytes(long long *bytes, int reset);
+/* How the sequence split over the domain dims is attended (the key
+ * sp_mode): ring attention (sg_ag_attention) or Ulysses. */
+typedef enum sg_sp_mode {
+  SG_SP_RING = 0,
+  SG_SP_ULYSSES = 1,
+  SG_SP_USP = 2
+} sg_sp_mode;
+/* USP (Ulysses x ring on a 2-D token split): the Ulysses all-to-alls over
+ * the mesh dims that split the LAST spatial dim only (heads % those ranks
+ * must hold), then ring attention of those heads over the mesh dims that
+ * split the other spatial dims; backward the adjoints. The same function;
+ * the ring's bytes count in sg_ag_attention_ring_bytes, the all-to-alls'
+ * in sg_ag_attention_ulysses_bytes. */
+sg_status sg_ag_attention_usp(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
+                              sg_var *v, sg_var **o);
+/* "ring" | "ulysses" | "usp"; SG_ERR_CONFIG naming the choices otherwise. */
+sg_status sg_sp_mode_parse(const char *name, sg_sp_mode *mode);
+sg_status sg_ag_attention_sp(sg_tape_t t, sg_sp_mode mode, int64_t heads,
+                             sg_var *q, sg_var *k, sg_var *v, sg_var **o);
+/* A model's check from the config and the mesh alone (every rank finds the
+ * same error, before any data moves): with Ulysses, heads over tp (the
+ * mesh dim "tp") must be divisible by the ranks of the domain dims "h",
+ * "w" that split the tokens (USP: by the ranks of "w");
+ * SG_ERR_CONFIG naming `who` otherwise. An
+ * unknown mode: SG_ERR_CONFIG. Not collective. */
+sg_status sg_sp_mode_check(sg_mesh_t mesh, sg_sp_mode mode, int64_t heads,
+                           const char *who);
 /* y[n, c, s] = x[n, c, s] + p[c, s]: a field added to every sample (the
  * ViT's position embedding). p is a parameter holding THIS rank's
  * (C, spatial...) block of x, i.e. a field Shard over the mesh dims that
@@ -611,6 +659,12 @@ sg_status sg_ag_linear_row(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
 sg_status sg_ag_mhsa_tp(sg_tape_t t, sg_group_t tp, int64_t heads_local,
                         sg_var *x, sg_var *wqkv, sg_var *bqkv, sg_var *wo,
                         sg_var *bo, sg_var **y);
+/* sg_ag_mhsa_tp with the attention of the local heads by `mode` over the
+ * domain dims (ring, Ulysses or USP: heads_local % P must hold for the
+ * all-to-all's P ranks). */
+sg_status sg_ag_mhsa_sp(sg_tape_t t, sg_group_t tp, sg_sp_mode mode,
+                        int64_t heads_local, sg_var *x, sg_var *wqkv,
+                        sg_var *bqkv, sg_var *wo, sg_var *bo, sg_var **y);
 /* A scalar loss (target ignored by SUM/MEAN, may be NULL then). On a
  * sharded pred (target sharded alike) the value is the global loss over all
  * shards, the same on every rank (rank-order sums: deterministic). */

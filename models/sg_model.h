@@ -65,6 +65,9 @@ typedef struct sg_model_config {
   int64_t patch;      /* ViT: patch size (divides the grid) */
   int64_t heads;      /* ViT: attention heads (divides width) */
   int64_t depth;      /* ViT: transformer blocks */
+  int sp_mode;        /* ViT: sg_sp_mode, how the tokens split over the
+                          domain dims are attended (ring, the default,
+                          ulysses or usp) */
   int act_ckpt_every; /* activation checkpointing of the blocks (FNO
                           spectral layers, CNN residual blocks, U-Net
                           levels: sg_ag_checkpoint): 0 none (default), K >= 1

@@ -86,6 +86,7 @@ static sg_status vit_check(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
                "vit: heads (%lld) must be divisible by tp (%d): tensor "
                "parallelism splits the heads over the tp ranks",
                (long long)c->heads, sg_mesh_dim_size(mesh, k));
+  SG_TRY(sg_sp_mode_check(mesh, (sg_sp_mode)c->sp_mode, c->heads, "vit"));
   if (p < 1)
     SG_RAISE(SG_ERR_CONFIG, "vit: patch must be >= 1 (got %lld)", (long long)p);
   if (ny % p || nx % p)
@@ -314,8 +315,9 @@ static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
   sg_var *q = &m->b.p.vars[m->block0 + VIT_PER_BLOCK * bc->b], *r = NULL,
          *h = in[0];
   SG_TRY(sg_ag_layernorm(t, 1e-5, h, &q[0], &q[1], &r));
-  SG_TRY(sg_ag_mhsa_tp(t, m->tp, m->cfg.heads / m->tps, r, &q[2], &q[3], &q[4],
-                       &q[5], &r));
+  SG_TRY(sg_ag_mhsa_sp(t, m->tp, (sg_sp_mode)m->cfg.sp_mode,
+                       m->cfg.heads / m->tps, r, &q[2], &q[3], &q[4], &q[5],
+                       &r));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &h));
   SG_TRY(sg_ag_layernorm(t, 1e-5, h, &q[6], &q[7], &r));
   SG_TRY(sg_ag_linear_col(t, m->tp, r, &q[8], &q[9], &r));
@@ -413,6 +415,11 @@ static void vit_describe(void *impl, const sg_model_config *c, char *buf,
              "; tensor parallel over tp=%d (%lld heads and the parameters "
              "counted per rank)",
              m->tps, (long long)(c->heads / m->tps));
+  const size_t k = strlen(buf);
+  if (c->sp_mode != SG_SP_RING && k < size)
+    snprintf(buf + k, size - k, "; attention by %s",
+             c->sp_mode == SG_SP_USP ? "USP (Ulysses over w, ring over h)"
+                                     : "Ulysses");
 }
 
 /* heads does not change a shape: a checkpoint may be read with others */

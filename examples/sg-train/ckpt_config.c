@@ -25,6 +25,11 @@ sg_status sg_train_model_config(sg_kv_t kv, sg_model_config *mc) {
   mc->patch = sg_kv_int(kv, "patch");
   mc->heads = sg_kv_int(kv, "heads");
   mc->depth = sg_kv_int(kv, "depth");
+  {
+    sg_sp_mode spm = SG_SP_RING;
+    SG_TRY(sg_sp_mode_parse(sg_kv_str(kv, "sp_mode"), &spm));
+    mc->sp_mode = (int)spm;
+  }
   mc->add_grid = sg_kv_bool(kv, "grid");
   mc->shard_spectral = sg_kv_bool(kv, "shard_spectral");
   {

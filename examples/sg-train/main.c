@@ -77,6 +77,10 @@ static const sg_kv_key keys[] = {
      "vit: patch size (divides the grid; at most the smallest shard)"},
     {"heads", SG_KV_INT, "4", "vit: attention heads (divides width)"},
     {"depth", SG_KV_INT, "4", "vit: transformer blocks"},
+    {"sp_mode", SG_KV_STRING, "ring",
+     "vit: how the tokens split over h, w are attended: ring (K/V blocks around the ring) | ulysses "
+     "(all-to-all to a head split; heads divisible by tp x the h, w ranks) | usp (Ulysses over w, ring over h; heads "
+     "divisible by tp x the w ranks)"},
     {"groups", SG_KV_INT, "4", "cnn, unet: GroupNorm groups (divides width)"},
     {"pad_y", SG_KV_STRING, "periodic",
      "cnn, unet: boundary in y: periodic | zero | reflect | replicate"},

@@ -20,8 +20,12 @@
 # composed with ring attention) and fsdp=2,tp=2 (ZeRO-1 on the tp boxes):
 # losses, gradient norms, test error and every final parameter equal to one
 # process; activation checkpointing on tp=2; a tp=2 checkpoint resumed on
-# 1 rank and a 1-rank one on tp=2,h=2.
-#   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp BIN_DIR MPIEXEC WORK_DIR SRC_DIR
+# 1 rank and a 1-rank one on tp=2,h=2. Task "vit_sp": the ViT with 4
+# heads, its attention by Ulysses (sp_mode = ulysses: all-to-all to a head
+# split) on h=2, h=2,w=2 and tp=2,h=2 (heads over tp x h), and by USP
+# (Ulysses over w, ring over h) on h=2,w=2: losses, gradient norms and test
+# error equal to one process.
+#   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp|vit_sp BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 task=$1 bin=$2 mpiexec=$3 work=$4 src=$5
 mkdir -p "$work"
@@ -34,10 +38,12 @@ if [ "$task" = cnn ] || [ "$task" = unet ]; then
           --groups 2 --proj-width 16 --history 2 --test-samples 2 --deterministic --log-every 1000
           --log-level warn"
   meshes="2:dp=2 2:h=2 2:w=2 4:h=2,w=2 4:dp=2,h=2 3:h=3"
-elif [ "$task" = vit ] || [ "$task" = vit_tp ]; then
+elif [ "$task" = vit ] || [ "$task" = vit_tp ] || [ "$task" = vit_sp ]; then
   "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns32.nc --n 32 --samples 10 --frames 5 --dt 1e-2 \
     --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
-  common="--model vit --data ns32.nc --steps 10 --batch 4 --width 8 --heads 2 --depth 2
+  heads=2
+  if [ "$task" = vit_sp ]; then heads=4; fi
+  common="--model vit --data ns32.nc --steps 10 --batch 4 --width 8 --heads $heads --depth 2
           --patch 4 --history 2 --test-samples 2 --deterministic --log-every 1000
           --log-level warn --check-every 5"
   meshes="2:h=2 4:dp=2,h=2 4:h=2,w=2 3:h=3"
@@ -91,6 +97,24 @@ if [ "$task" = vit_tp ]; then
   "$mpiexec" -n 4 "$bin/sg-train" $common --mesh tp=2,h=2 --resume ck_ref/step_000005.nc --metrics r4.jsonl
   $cmp r4.jsonl ref.jsonl 1e-5
   echo "vit tp trajectories and resume match"
+  exit 0
+fi
+if [ "$task" = vit_sp ]; then
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --metrics ref.jsonl
+  for m in ulysses:2:h=2 ulysses:4:h=2,w=2 ulysses:4:tp=2,h=2 usp:4:h=2,w=2; do
+    mode=${m%%:*} rest=${m#*:}
+    n=${rest%%:*} spec=${rest#*:}
+    rc=0
+    # shellcheck disable=SC2086
+    "$mpiexec" -n "$n" "$bin/sg-train" $common --mesh "$spec" --sp-mode "$mode" \
+      --metrics "${mode}_$spec.jsonl" >"${mode}_$spec.log" 2>&1 || rc=$?
+    if [ $rc -ne 0 ]; then cat "${mode}_$spec.log"; echo "FAILED: $mode on $spec"; exit 1; fi
+    $cmp ref.jsonl "${mode}_$spec.jsonl" 1e-5
+    $cmp ref.jsonl "${mode}_$spec.jsonl" 1e-5 --key grad_norm
+    $cmp ref.jsonl "${mode}_$spec.jsonl" 1e-5 --eval
+  done
+  echo "vit ulysses and usp trajectories match"
   exit 0
 fi
 if [ "$task" = resume ]; then

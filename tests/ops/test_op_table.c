@@ -197,6 +197,14 @@ static sg_status f_attention(sg_tape_t t, const op_case *c, const run_ctx *rc,
                              sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_attention(t, c->iattr, a[0], a[1], a[2], out);
 }
+static sg_status f_ulysses(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                           sg_var **a, sg_var **p, sg_var **out) {
+  return sg_ag_attention_ulysses(t, c->iattr, a[0], a[1], a[2], out);
+}
+static sg_status f_usp(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                       sg_var **a, sg_var **p, sg_var **out) {
+  return sg_ag_attention_usp(t, c->iattr, a[0], a[1], a[2], out);
+}
 static sg_status f_add_field(sg_tape_t t, const op_case *c, const run_ctx *rc,
                              sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_add_field(t, a[0], p[0], out);
@@ -606,6 +614,26 @@ static const op_case cases[] = {
      .nout = 1,
      .fn = f_attention,
      .iattr = 2,
+     .lo = -1},
+    /* Ulysses: 12 heads of 1 (divisible by every token split of 1-4
+     * ranks), the 63 tokens over uneven blocks */
+    {.op = "attention_ulysses",
+     .label = "attention_ulysses 12 heads",
+     .nd = 4,
+     .nact = 3,
+     .act = {X4(12), X4(12), X4(12)},
+     .nout = 1,
+     .fn = f_ulysses,
+     .iattr = 12,
+     .lo = -1},
+    {.op = "attention_usp",
+     .label = "attention_usp 12 heads",
+     .nd = 4,
+     .nact = 3,
+     .act = {X4(12), X4(12), X4(12)},
+     .nout = 1,
+     .fn = f_usp,
+     .iattr = 12,
      .lo = -1},
     {.op = "add_field",
      .label = "add_field (position embedding)",
