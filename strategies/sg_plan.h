@@ -21,6 +21,7 @@
 #include "sg_kv.h"
 #include "sg_status.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -42,6 +43,11 @@ sg_status sg_plan_mesh_parse(const char *spec, sg_plan_mesh *m);
 /* The size of the named dim (1 when absent); the product of all sizes. */
 int sg_plan_mesh_dim(const sg_plan_mesh *m, const char *name);
 int sg_plan_mesh_ranks(const sg_plan_mesh *m);
+/* 1 when the mesh names the dim (a size-1 pp dim still turns the pipeline
+ * on, as in sg-train). */
+int sg_plan_has_dim(const sg_plan_mesh *m, const char *name);
+/* "pp=2,fsdp=2,h=2" into buf (cap bytes). */
+void sg_plan_mesh_format(const sg_plan_mesh *m, char *buf, size_t cap);
 
 /* The problem: sg-train's config (model, width, modes, layers, blocks,
  * levels, heads, patch, depth, batch, history, zero, microbatches,
@@ -49,9 +55,11 @@ int sg_plan_mesh_ranks(const sg_plan_mesh *m);
  * defaults of sg-train) and the data's shape. */
 typedef struct sg_plan_problem {
   sg_kv_t cfg;
-  int64_t ny, nx;      /* grid points */
-  int64_t vars;        /* variables (channels per frame) */
-  int64_t add_grid;    /* 1: the model adds grid-coordinate channels */
+  int64_t ny, nx;   /* grid points */
+  int64_t vars;     /* variables (channels per frame) */
+  int64_t add_grid; /* 1: the model adds grid-coordinate channels */
+  int ranks;        /* the run's rank count (0: any; the check then
+                          leaves the product of the mesh sizes alone) */
 } sg_plan_problem;
 
 /* Every way the mesh does not fit the problem, in one message (NULL-safe
@@ -82,8 +90,8 @@ sg_status sg_plan_hw_save(const char *path, const sg_plan_hw *hw);
 
 /* A step's predicted time, seconds, and its split. */
 typedef struct sg_plan_time {
-  double compute, halo, allreduce, reduce_scatter, allgather, alltoall,
-      p2p, bubble, io, total;
+  double compute, halo, allreduce, reduce_scatter, allgather, alltoall, p2p,
+      bubble, io, total;
 } sg_plan_time;
 sg_status sg_plan_step_time(const sg_plan_problem *pb, const sg_plan_mesh *m,
                             const sg_plan_hw *hw, sg_plan_time *out);
