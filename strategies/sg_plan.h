@@ -60,6 +60,8 @@ typedef struct sg_plan_problem {
   int64_t add_grid; /* 1: the model adds grid-coordinate channels */
   int ranks;        /* the run's rank count (0: any; the check then
                           leaves the product of the mesh sizes alone) */
+  int threads;      /* OpenMP threads per rank: the kernels' workspaces
+                          are per thread (0: 1) */
 } sg_plan_problem;
 
 /* Every way the mesh does not fit the problem, in one message (NULL-safe

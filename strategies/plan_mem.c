@@ -1,0 +1,381 @@
+/* shardgrid — the memory model of sg-plan (sg_plan.h): the peak bytes per
+ * rank of a training step, from the same accounting a run reports
+ * (sg_malloc's peak: sg-train's peak_mem_mib).
+ *
+ * Two parts, as sg-train splits them:
+ *   - held before the first step: the parallel plan's flat buffers
+ *     (parameters, gradients, AdamW moments, ZeRO pieces and packing
+ *     buffers: parallel.c sg_parallel_create) and the model's workspaces
+ *     made at build time (the FNO's FFT plans and spectral buffers);
+ *   - the step's own peak (peak_work_mib): a replay of the tape's
+ *     allocations. The model's forward is written down as its ops (the
+ *     shapes of models/fno.c, cnn.c, unet.c, vit.c at the rank's local
+ *     shape and batch), and the replay allocates what autograd allocates:
+ *     each op's output, the windowed input with its margins (xin), the
+ *     saved state, the kernels' workspaces (per OpenMP thread); backward
+ *     walks the ops in reverse with ag_backward.c's rules (gradients
+ *     allocated on first use, handed over by identity ops, temporaries for
+ *     margins and accumulation, outputs and saved state released after
+ *     their node). The peak of the replay is the step's peak.
+ * Pipeline stages hold the activations of their micro-batches in flight
+ * (the schedule's peak); activation checkpointing keeps a block's input
+ * and replays its forward in backward. */
+#include "plan_impl.h"
+#include "sg_model.h"
+#include "sg_pipeline.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the tape replay --------------------------------------------------- */
+
+enum { SIM_MAX = 4096, SIM_IN = 3 };
+
+typedef struct sim_var {
+  double bytes;
+  int requires, grad; /* needs a gradient; its gradient is allocated */
+  int value;          /* its value is held */
+} sim_var;
+
+typedef struct sim_node {
+  int nin, in[SIM_IN], out;
+  unsigned ident;    /* inputs whose gradient is the output's (add) */
+  int windowed;      /* input with the margins block, -1: none */
+  double xin, saved; /* held from the forward to the node's backward */
+  double bws;        /* backward workspace */
+} sim_node;
+
+typedef struct sim {
+  sim_var v[SIM_MAX];
+  sim_node n[SIM_MAX];
+  int nv, nn, threads;
+  double live, peak;
+  int overflow;
+} sim;
+
+static void sim_touch(sim *s, double extra) {
+  if (s->live + extra > s->peak) s->peak = s->live + extra;
+}
+
+/* A leaf (data): not on the account (the driver's own buffers). */
+static int sim_leaf(sim *s, double bytes) {
+  if (s->nv >= SIM_MAX) return s->overflow = 1, 0;
+  s->v[s->nv] = (sim_var){bytes, 0, 0, 0};
+  return s->nv++;
+}
+
+/* An op of inputs in[0..nin) with one output of out bytes; its margins
+ * block xin (0: none), saved state, forward and backward workspaces. */
+typedef struct sim_op {
+  int nin, in[SIM_IN];
+  double out, xin, saved, fws, bws;
+  unsigned ident;
+  int windowed, param; /* param: the op has a parameter input */
+} sim_op;
+
+static int sim_apply(sim *s, const sim_op *o) {
+  if (s->nv >= SIM_MAX || s->nn >= SIM_MAX) return s->overflow = 1, 0;
+  int req = o->param;
+  for (int i = 0; i < o->nin; ++i) req |= s->v[o->in[i]].requires;
+  s->live += o->xin + o->out + o->saved;
+  sim_touch(s, o->fws);
+  const int y = s->nv++;
+  s->v[y] = (sim_var){o->out, req, 0, 1};
+  sim_node *n = &s->n[s->nn++];
+  *n = (sim_node){o->nin,      {0},    y,        o->ident,
+                  o->windowed, o->xin, o->saved, o->bws};
+  for (int i = 0; i < o->nin; ++i) n->in[i] = o->in[i];
+  return y;
+}
+
+/* One node's backward (ag_backward_local and _route), then its release. */
+static void sim_node_backward(sim *s, sim_node *n) {
+  sim_var *y = &s->v[n->out];
+  if (y->requires && !y->grad) {
+    s->live += y->bytes;
+    y->grad = 1;
+  }
+  double tmp = 0.0;
+  int handed = 0;
+  for (int i = 0; y->requires && i < n->nin; ++i) {
+    sim_var *x = &s->v[n->in[i]];
+    if (!x->requires || (n->ident >> i & 1u)) continue;
+    if (i == n->windowed && n->xin > 0)
+      tmp += n->xin; /* PAD: the margins' gradient */
+    else if (!x->grad)
+      s->live += x->bytes, x->grad = 1; /* DIRECT */
+    else
+      tmp += x->bytes; /* ADD */
+  }
+  sim_touch(s, tmp + n->bws);
+  for (int i = 0; y->requires && i < n->nin; ++i) {
+    sim_var *x = &s->v[n->in[i]];
+    if (!x->requires) continue;
+    if (n->ident >> i & 1u) {
+      if (!x->grad && !handed && y->grad)
+        handed = 1; /* the output's gradient handed over */
+      else if (!x->grad)
+        s->live += x->bytes;
+      x->grad = 1;
+    } else if (i == n->windowed && n->xin > 0) {
+      sim_touch(s, tmp + x->bytes); /* tmp2: the margins' adjoint */
+      if (!x->grad) s->live += x->bytes, x->grad = 1;
+    }
+  }
+  /* release: the output's value and gradient, the node's own state */
+  s->live -= (y->value ? y->bytes : 0.0) +
+             (y->grad && !handed ? y->bytes : 0.0);
+  y->value = 0, y->grad = 0;
+  s->live -= n->xin + n->saved;
+}
+
+static void sim_backward(sim *s, int first_node) {
+  for (int k = s->nn - 1; k >= first_node; --k) sim_node_backward(s, &s->n[k]);
+  s->nn = first_node;
+}
+
+/* ---- the models' ops ------------------------------------------------- */
+
+typedef struct mshape {
+  double b, ny, nx; /* this rank's batch (one micro-batch) and shard */
+  int threads;
+  int kind;
+  const sg_plan_problem *pb;
+  int cin; /* input channels (history x vars) */
+  int tp;
+} mshape;
+
+static double fbytes(const mshape *m, double ch, double ny, double nx) {
+  return 4.0 * m->b * ch * ny * nx;
+}
+
+/* sg_conv_geom_make's workspace per thread (ops.c), bytes. */
+static double conv_ws(const mshape *m, double c, double k, double kk,
+                      double outx, double outy, int trans, double sin) {
+  (void)outy;
+  double inner = outx, rows = ceil(1024.0 / inner);
+  if (rows > outy) rows = outy;
+  double cols = rows * inner;
+  if (trans) cols = sin < 1024 ? sin : 1024;
+  double per = trans ? (k * kk * cols + c * k * kk)
+                     : (2 * c * kk * cols + k * c * kk);
+  return ceil(per * 4.0 / 64.0) * 64.0 * m->threads;
+}
+
+/* A 'same' convolution c -> k channels of kernel kw on an ny x nx shard. */
+static int op_conv(sim *s, const mshape *m, int x, double c, double k,
+                   double kw, double ny, double nx) {
+  const double kk = kw * kw;
+  const double ws = kw == 1 ? 0.0 : conv_ws(m, c, k, kk, nx, ny, 0, 0);
+  const double wpart = kw == 1 ? (k * c + k) * 64.0
+                               : m->threads * k * c * kk * 64.0;
+  const double xin = kw == 1 ? 0.0 : fbytes(m, c, ny + kw - 1, nx + kw - 1);
+  sim_op o = {.nin = 1,
+              .in = {x},
+              .out = fbytes(m, k, ny, nx),
+              .xin = xin,
+              .fws = ws,
+              .bws = ws + wpart,
+              .windowed = 0,
+              .param = 1};
+  return sim_apply(s, &o);
+}
+
+static int op_pointwise(sim *s, const mshape *m, int x, double k, double ny,
+                        double nx, int param, unsigned ident, int y2) {
+  sim_op o = {.nin = y2 >= 0 ? 2 : 1,
+              .in = {x, y2 >= 0 ? y2 : 0},
+              .out = fbytes(m, k, ny, nx),
+              .windowed = -1,
+              .param = param,
+              .ident = ident};
+  return sim_apply(s, &o);
+}
+
+static int op_linear(sim *s, const mshape *m, int x, double c, double k,
+                     double ny, double nx) {
+  sim_op o = {.nin = 1,
+              .in = {x},
+              .out = fbytes(m, k, ny, nx),
+              .bws = (k * c + k) * 64.0,
+              .windowed = -1,
+              .param = 1};
+  return sim_apply(s, &o);
+}
+
+static int op_act(sim *s, const mshape *m, int x, double k, double ny,
+                  double nx) {
+  return op_pointwise(s, m, x, k, ny, nx, 0, 0, -1);
+}
+
+static int op_add(sim *s, const mshape *m, int a, int b, double k, double ny,
+                  double nx) {
+  return op_pointwise(s, m, a, k, ny, nx, 0, 3u, b);
+}
+
+/* The input with the grid channels (sg_cn_domain_input, the FNO's concat). */
+static int op_input(sim *s, const mshape *m, int *c) {
+  int x = sim_leaf(s, fbytes(m, m->cin, m->ny, m->nx));
+  *c = m->cin;
+  if (!m->pb->add_grid) return x;
+  *c += 2;
+  return op_pointwise(s, m, x, *c, m->ny, m->nx, 0, 0, -1);
+}
+
+/* The driver's loss (rel_l2 / mse over the output). */
+static void op_loss(sim *s, const mshape *m, int y, double cout) {
+  int d = op_pointwise(s, m, y, cout, m->ny, m->nx, 0, 0, -1);
+  sim_op o = {.nin = 1, .in = {d}, .out = 8.0, .windowed = -1};
+  sim_apply(s, &o);
+}
+
+/* The FNO's local spectrum count (sg_spectral_conv_spectrum_count / b / c):
+ * 2 M floats, M the kept modes (2 modes x modes) over the domain ranks. */
+static double fno_modes(const mshape *m, int domain) {
+  const double md = (double)sg_plan_int(m->pb, "modes");
+  return ceil(2.0 * md * md / domain);
+}
+
+/* Runs the pieces [first, last) of the model's forward on the tape. */
+static int model_forward(sim *s, const mshape *m, int domain, int first,
+                         int last, int *cur, double *curc) {
+  const sg_plan_problem *pb = m->pb;
+  const double w = (double)sg_plan_int(pb, "width"), ny = m->ny, nx = m->nx,
+               P = (double)sg_plan_int(pb, "proj_width"),
+               cout = (double)pb->vars;
+  const int npieces = sg_plan_pieces(pb);
+  int h = *cur;
+  double c = *curc;
+  for (int k = first; k < last; ++k) {
+    const int lastp = k == npieces - 1;
+    if (m->kind == SG_MODEL_FNO || m->kind == SG_MODEL_CNN) {
+      if (k == 0) {
+        int cc = 0;
+        h = op_input(s, m, &cc);
+        h = m->kind == SG_MODEL_FNO
+                ? op_linear(s, m, h, cc, w, ny, nx)
+                : op_conv(s, m, h, cc, w, (double)sg_plan_int(pb, "kernel"), ny,
+                          nx);
+        c = w;
+      } else if (!lastp && m->kind == SG_MODEL_FNO) {
+        const double M = fno_modes(m, domain);
+        sim_op sp = {.nin = 1,
+                     .in = {h},
+                     .out = fbytes(m, w, ny, nx),
+                     .saved = 4.0 * 2.0 * m->b * w * M, /* 2 nb cin M */
+                     .windowed = -1,
+                     .param = 1};
+        int sv = sim_apply(s, &sp);
+        int lv = op_linear(s, m, h, w, w, ny, nx);
+        h = op_add(s, m, sv, lv, w, ny, nx);
+        if (k < npieces - 2) h = op_act(s, m, h, w, ny, nx);
+      } else if (!lastp) { /* a CNN residual block */
+        const double kw = (double)sg_plan_int(pb, "kernel");
+        int r = op_conv(s, m, h, w, w, kw, ny, nx);
+        r = op_pointwise(s, m, r, w, ny, nx, 1, 0, -1); /* GroupNorm */
+        r = op_act(s, m, r, w, ny, nx);
+        r = op_conv(s, m, r, w, w, kw, ny, nx);
+        h = op_add(s, m, h, r, w, ny, nx);
+      } else {
+        h = op_linear(s, m, h, w, P, ny, nx);
+        h = op_act(s, m, h, P, ny, nx);
+        h = op_linear(s, m, h, P, cout, ny, nx);
+        c = cout;
+      }
+    }
+  }
+  *cur = h;
+  *curc = c;
+  return 0;
+}
+
+/* ---- parameters ------------------------------------------------------- */
+
+/* Parameter floats this rank holds (the tables of models/fno.c, cnn.c, ...). */
+static double param_count(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
+                          int kind, int cin) {
+  const double w = (double)sg_plan_int(pb, "width"),
+               P = (double)sg_plan_int(pb, "proj_width"),
+               cout = (double)pb->vars;
+  const double c0 = cin + (pb->add_grid ? 2 : 0);
+  const double proj = P * w + P + cout * P + cout;
+  const int domain = sg_plan_mesh_dim(mesh, "h") * sg_plan_mesh_dim(mesh, "w");
+  if (kind == SG_MODEL_FNO) {
+    const double md = (double)sg_plan_int(pb, "modes"),
+                 L = (double)sg_plan_int(pb, "layers");
+    double spec = 2.0 * w * w * 2.0 * md * md;
+    if (sg_kv_bool(pb->cfg, "shard_spectral"))
+      spec = 2.0 * w * w * ceil(2.0 * md * md / domain);
+    return w * c0 + w + L * (spec + w * w + w) + proj;
+  }
+  if (kind == SG_MODEL_CNN) {
+    const double k = (double)sg_plan_int(pb, "kernel"),
+                 B = (double)sg_plan_int(pb, "blocks");
+    return (w * c0 * k * k + w) + B * (2 * (w * w * k * k + w) + 2 * w) + proj;
+  }
+  return 0.0;
+}
+
+sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
+                         sg_plan_mem *out) {
+  sg_status st = SG_OK;
+  sim *s = NULL;
+  if (!pb || !mesh || !out)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_plan_memory: NULL");
+  memset(out, 0, sizeof *out);
+  int kind = 0;
+  SG_TRY(sg_plan_model_kind(pb, &kind));
+  if (kind != SG_MODEL_FNO && kind != SG_MODEL_CNN)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "sg_plan_memory: no memory model for '%s' yet",
+             sg_kv_str(pb->cfg, "model"));
+  const int ph = sg_plan_mesh_dim(mesh, "h"), pw = sg_plan_mesh_dim(mesh, "w");
+  const int nd = sg_plan_data_ranks(mesh);
+  const int64_t micro = sg_plan_micro(pb, mesh);
+  const int cin = (int)(pb->vars * sg_plan_int(pb, "history"));
+  mshape m = {.b = (double)(sg_plan_int(pb, "batch") / nd /
+                            (micro > 0 ? micro : 1)),
+              .ny = ceil((double)pb->ny / ph),
+              .nx = ceil((double)pb->nx / pw),
+              .threads = pb->threads > 0 ? pb->threads : 1,
+              .kind = kind,
+              .pb = pb,
+              .cin = cin,
+              .tp = sg_plan_mesh_dim(mesh, "tp")};
+  /* the plan's buffers (parallel.c): parameters and gradients, moments */
+  const double n = param_count(pb, mesh, kind, cin);
+  const int64_t zero = sg_plan_int(pb, "zero");
+  const int f = sg_plan_mesh_dim(mesh, "fsdp");
+  const double nstate = zero == 0 ? n : ceil(n / f);
+  out->params = 4.0 * (n + 1);
+  out->grads = 4.0 * (n + 1);
+  out->optim = 2 * 4.0 * (nstate + 1);
+  if (zero == 1 || zero == 2) out->workspace += 4.0 * (n + nstate + 1);
+  if (zero >= 2) out->optim += 4.0 * (nstate + 1);
+  if (kind == SG_MODEL_FNO) { /* spectral buffers and the FFT plan */
+    const double w = (double)sg_plan_int(pb, "width"),
+                 M = fno_modes(&m, ph * pw);
+    const double spec = 4.0 * 2.0 * m.b * w * M;
+    const double real = fbytes(&m, w, m.ny, m.nx),
+                 half = 8.0 * m.b * w * m.ny * floor(m.nx / 2 + 1);
+    out->workspace += 3 * spec + 3 * (real > half ? real : half);
+  }
+  /* the step: the tape's replay */
+  s = calloc(1, sizeof *s);
+  if (!s) SG_RAISE(SG_ERR_ALLOC, "sg_plan_memory: out of memory");
+  s->threads = m.threads;
+  int h = 0;
+  double c = 0;
+  model_forward(s, &m, ph * pw, 0, sg_plan_pieces(pb), &h, &c);
+  op_loss(s, &m, h, c);
+  sim_backward(s, 0);
+  if (s->overflow)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "sg_plan_memory: model too large to replay");
+  out->activations = s->peak;
+  out->peak = out->params + out->grads + out->optim + out->workspace +
+              out->activations;
+fail:
+  free(s);
+  return st;
+}
