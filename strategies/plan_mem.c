@@ -230,6 +230,164 @@ static void op_loss(sim *s, const mshape *m, int y, double cout) {
   sim_apply(s, &o);
 }
 
+static int op_norm(sim *s, const mshape *m, int x, double k, double ny,
+                   double nx, double nstat) {
+  sim_op o = {.nin = 1,
+              .in = {x},
+              .out = fbytes(m, k, ny, nx),
+              .saved = 24.0 * nstat,
+              .windowed = -1,
+              .param = 1};
+  return sim_apply(s, &o);
+}
+
+/* A window op without parameters (pool, up-sampling) whose input has
+ * margins of xin bytes (0: none). */
+static int op_window(sim *s, const mshape *m, int x, double k, double ny,
+                     double nx, double xin) {
+  sim_op o = {.nin = 1,
+              .in = {x},
+              .out = fbytes(m, k, ny, nx),
+              .xin = xin,
+              .windowed = 0};
+  return sim_apply(s, &o);
+}
+
+/* A U-Net level block: (conv, GroupNorm, act) twice (unet.c block). */
+static int unet_block(sim *s, const mshape *m, int h, double ci, double co,
+                      double ny, double nx) {
+  const double kw = (double)sg_plan_int(m->pb, "kernel"),
+               g = (double)sg_plan_int(m->pb, "groups");
+  for (int j = 0; j < 2; ++j, ci = co) {
+    h = op_conv(s, m, h, ci, co, kw, ny, nx);
+    h = op_norm(s, m, h, co, ny, nx, m->b * g);
+    h = op_act(s, m, h, co, ny, nx);
+  }
+  return h;
+}
+
+/* The U-Net's pieces [first, last) (unet.c unet_piece); skips[l] the
+ * encoder outputs the decoder takes. */
+static int unet_forward(sim *s, const mshape *m, int first, int last, int h,
+                        int *skip) {
+  const int L = (int)sg_plan_int(m->pb, "levels");
+  const double w = (double)sg_plan_int(m->pb, "width");
+  for (int k = first; k < last; ++k) {
+    if (k < L) {
+      const double ny = m->ny / (1 << k), nx = m->nx / (1 << k);
+      double ci = w * (1 << (k > 0 ? k - 1 : 0));
+      if (k == 0) {
+        int c0 = 0;
+        h = op_input(s, m, &c0);
+        ci = c0;
+      } else {
+        skip[k - 1] = h;
+        h = op_window(s, m, h, ci, ny, nx, 0.0); /* 2x2 average pool */
+      }
+      h = unet_block(s, m, h, ci, w * (1 << k), ny, nx);
+    } else if (k < 2 * L - 1) {
+      const int l = 2 * L - 2 - k;
+      const double ny = m->ny / (1 << l), nx = m->nx / (1 << l),
+                   cu = w * (1 << (l + 1)), cl = w * (1 << l);
+      const double xin = fbytes(m, cu, ny / 2 + 2, nx / 2 + 2);
+      int u = op_window(s, m, h, cu, ny, nx, xin); /* linear up-sampling */
+      int c = op_pointwise(s, m, u, cu + cl, ny, nx, 0, 0, skip[l]);
+      h = unet_block(s, m, c, cu + cl, cl, ny, nx);
+    } else {
+      h = op_linear(s, m, h, w, (double)m->pb->vars, m->ny, m->nx);
+    }
+  }
+  return h;
+}
+
+/* The attention kernel's workspace (attention.c sg_attn_geom_make). */
+static double attn_ws(const mshape *m, double head_dim, double nq) {
+  const double bq = 64, bk = 128;
+  const double fwd = bq * (head_dim + bk + 3),
+               bwd = 2 * bq * bk + nq * (2 * head_dim + 1);
+  return ceil((fwd > bwd ? fwd : bwd) * 4.0 / 64.0) * 64.0 * m->threads;
+}
+
+/* A linear split over tp by output channels (sg_ag_linear_col). */
+static int op_linear_col(sim *s, const mshape *m, int x, double c, double k,
+                         double ny, double nx) {
+  if (m->tp > 1) x = op_pointwise(s, m, x, c, ny, nx, 0, 0, -1); /* tp_copy */
+  return op_linear(s, m, x, c, k / m->tp, ny, nx);
+}
+
+/* A linear split over tp by input channels (sg_ag_linear_row). */
+static int op_linear_row(sim *s, const mshape *m, int x, double c, double k,
+                         double ny, double nx) {
+  if (m->tp <= 1) return op_linear(s, m, x, c, k, ny, nx);
+  x = op_linear(s, m, x, c / m->tp, k, ny, nx);
+  x = op_pointwise(s, m, x, k, ny, nx, 0, 1u, -1);   /* tp_reduce */
+  return op_pointwise(s, m, x, k, ny, nx, 1, 0, -1); /* the bias */
+}
+
+/* A ViT block on ty x tx tokens (vit.c vit_block). */
+static int vit_block_ops(sim *s, const mshape *m, int h, double ty, double tx) {
+  const double C = (double)sg_plan_int(m->pb, "width"),
+               H = (double)sg_plan_int(m->pb, "heads") / m->tp, T = ty * tx;
+  int r = op_norm(s, m, h, C, ty, tx, m->b * T);
+  r = op_linear_col(s, m, r, C, 3 * C, ty, tx);
+  r = op_pointwise(s, m, r, 3 * C / m->tp, ty, tx, 0, 0, -1); /* split */
+  const double n = m->b * C / m->tp * T, ws = attn_ws(m, C / m->tp / H, T);
+  sim_op at = {.nin = 1,
+               .in = {r},
+               .out = fbytes(m, C / m->tp, ty, tx),
+               .saved = 4.0 * (4 * n + m->b * H * T),
+               .fws = ws,
+               .bws = ws,
+               .windowed = -1};
+  r = sim_apply(s, &at);
+  r = op_linear_row(s, m, r, C, C, ty, tx);
+  h = op_add(s, m, h, r, C, ty, tx);
+  r = op_norm(s, m, h, C, ty, tx, m->b * T);
+  r = op_linear_col(s, m, r, C, 4 * C, ty, tx);
+  r = op_act(s, m, r, 4 * C / m->tp, ty, tx);
+  r = op_linear_row(s, m, r, 4 * C, C, ty, tx);
+  return op_add(s, m, h, r, C, ty, tx);
+}
+
+/* The ViT's pieces [first, last) (vit.c vit_run). */
+static int vit_forward(sim *s, const mshape *m, int first, int last, int h) {
+  const double C = (double)sg_plan_int(m->pb, "width"),
+               p = (double)sg_plan_int(m->pb, "patch"),
+               cout = (double)m->pb->vars;
+  const double ty = floor(m->ny / p), tx = floor(m->nx / p);
+  const int depth = (int)sg_plan_int(m->pb, "depth");
+  for (int k = first; k < last; ++k) {
+    if (k == 0) {
+      int c0 = 0;
+      h = op_input(s, m, &c0);
+      const double ws = conv_ws(m, c0, C, p * p, tx, ty, 0, 0);
+      sim_op e = {.nin = 1,
+                  .in = {h},
+                  .out = fbytes(m, C, ty, tx),
+                  .fws = ws,
+                  .bws = ws + m->threads * C * c0 * p * p * 64.0,
+                  .windowed = 0,
+                  .param = 1};
+      h = sim_apply(s, &e);
+      h = op_pointwise(s, m, h, C, ty, tx, 1, 0, -1); /* + position field */
+    } else if (k <= depth) {
+      h = vit_block_ops(s, m, h, ty, tx);
+    } else {
+      h = op_norm(s, m, h, C, ty, tx, m->b * ty * tx);
+      const double ws = conv_ws(m, C, cout, p * p, tx, ty, 1, ty * tx);
+      sim_op u = {.nin = 1,
+                  .in = {h},
+                  .out = fbytes(m, cout, m->ny, m->nx),
+                  .fws = ws,
+                  .bws = ws,
+                  .windowed = 0,
+                  .param = 1};
+      h = sim_apply(s, &u);
+    }
+  }
+  return h;
+}
+
 /* The FNO's local spectrum count (sg_spectral_conv_spectrum_count / b / c):
  * 2 M floats, M the kept modes (2 modes x modes) over the domain ranks. */
 static double fno_modes(const mshape *m, int domain) {
@@ -247,6 +405,13 @@ static int model_forward(sim *s, const mshape *m, int domain, int first,
   const int npieces = sg_plan_pieces(pb);
   int h = *cur;
   double c = *curc;
+  if (m->kind == SG_MODEL_VIT || m->kind == SG_MODEL_UNET) {
+    int skip[16] = {0};
+    *cur = m->kind == SG_MODEL_VIT ? vit_forward(s, m, first, last, h)
+                                   : unet_forward(s, m, first, last, h, skip);
+    *curc = (double)pb->vars;
+    return 0;
+  }
   for (int k = first; k < last; ++k) {
     const int lastp = k == npieces - 1;
     if (m->kind == SG_MODEL_FNO || m->kind == SG_MODEL_CNN) {
@@ -314,6 +479,32 @@ static double param_count(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
                  B = (double)sg_plan_int(pb, "blocks");
     return (w * c0 * k * k + w) + B * (2 * (w * w * k * k + w) + 2 * w) + proj;
   }
+  if (kind == SG_MODEL_UNET) {
+    const double k = (double)sg_plan_int(pb, "kernel");
+    const int L = (int)sg_plan_int(pb, "levels");
+    double n = 0, ci = c0;
+    for (int l = 0; l < L; ++l) { /* add_block: conv, norm, conv, norm */
+      const double co = w * (1 << l);
+      n += co * ci * k * k + co + 2 * co + co * co * k * k + co + 2 * co;
+      ci = co;
+    }
+    for (int l = L - 2; l >= 0; --l) {
+      const double co = w * (1 << l), cj = w * (1 << (l + 1)) + co;
+      n += co * cj * k * k + co + 2 * co + co * co * k * k + co + 2 * co;
+    }
+    return n + cout * w + cout;
+  }
+  if (kind == SG_MODEL_VIT) {
+    const double p = (double)sg_plan_int(pb, "patch"),
+                 depth = (double)sg_plan_int(pb, "depth");
+    const double tp = sg_plan_mesh_dim(mesh, "tp");
+    const double T = ceil((double)pb->ny / p / sg_plan_mesh_dim(mesh, "h")) *
+                     ceil((double)pb->nx / p / sg_plan_mesh_dim(mesh, "w"));
+    const double blk = 2 * w + (3 * w * w + 3 * w) / tp + w * w / tp + w +
+                       2 * w + (4 * w * w + 4 * w) / tp + 4 * w * w / tp + w;
+    return w * c0 * p * p + w + w * T + depth * blk + 2 * w + w * cout * p * p +
+           cout;
+  }
   return 0.0;
 }
 
@@ -326,10 +517,6 @@ sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
   memset(out, 0, sizeof *out);
   int kind = 0;
   SG_TRY(sg_plan_model_kind(pb, &kind));
-  if (kind != SG_MODEL_FNO && kind != SG_MODEL_CNN)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "sg_plan_memory: no memory model for '%s' yet",
-             sg_kv_str(pb->cfg, "model"));
   const int ph = sg_plan_mesh_dim(mesh, "h"), pw = sg_plan_mesh_dim(mesh, "w");
   const int nd = sg_plan_data_ranks(mesh);
   const int64_t micro = sg_plan_micro(pb, mesh);
