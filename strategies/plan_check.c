@@ -106,6 +106,16 @@ int64_t sg_plan_micro(const sg_plan_problem *pb, const sg_plan_mesh *m) {
                      sg_plan_has_dim(m, "pp") ? "microbatches" : "grad_accum");
 }
 
+int64_t sg_plan_ckpt_every(const sg_plan_problem *pb) {
+  const char *ac = sg_kv_str(pb->cfg, "activation_checkpointing");
+  char *end = NULL;
+  if (!*ac || !strcmp(ac, "none")) return 0;
+  if (!strcmp(ac, "blocks")) return 1;
+  if (strncmp(ac, "every:", 6) != 0) return -1;
+  const long k = strtol(ac + 6, &end, 10);
+  return end != ac + 6 && *end == '\0' && k >= 1 && k <= 1000000 ? k : -1;
+}
+
 int sg_plan_has_dim(const sg_plan_mesh *m, const char *name) {
   for (int i = 0; m && i < m->ndims; ++i)
     if (!strcmp(m->name[i], name)) return 1;

@@ -16,4 +16,8 @@ int sg_plan_data_ranks(const sg_plan_mesh *m);
 /* Micro-batches of a step: microbatches under pp, grad_accum otherwise. */
 int64_t sg_plan_micro(const sg_plan_problem *pb, const sg_plan_mesh *m);
 
+/* activation_checkpointing: 0 none, K every K-th block (blocks: 1), -1
+ * not a value sg-train takes. */
+int64_t sg_plan_ckpt_every(const sg_plan_problem *pb);
+
 #endif

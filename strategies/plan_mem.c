@@ -44,12 +44,16 @@ typedef struct sim_node {
   int windowed;      /* input with the margins block, -1: none */
   double xin, saved; /* held from the forward to the node's backward */
   double bws;        /* backward workspace */
+  int ckpt;          /* 1 + the checkpointed piece it replays (0: an op) */
 } sim_node;
+
+struct mshape;
 
 typedef struct sim {
   sim_var v[SIM_MAX];
   sim_node n[SIM_MAX];
   int nv, nn, threads;
+  const struct mshape *m; /* the model, for checkpoint replays */
   double live, peak;
   int overflow;
 } sim;
@@ -83,14 +87,42 @@ static int sim_apply(sim *s, const sim_op *o) {
   const int y = s->nv++;
   s->v[y] = (sim_var){o->out, req, 0, 1};
   sim_node *n = &s->n[s->nn++];
-  *n = (sim_node){o->nin,      {0},    y,        o->ident,
-                  o->windowed, o->xin, o->saved, o->bws};
+  *n = (sim_node){.nin = o->nin,
+                  .out = y,
+                  .ident = o->ident,
+                  .windowed = o->windowed,
+                  .xin = o->xin,
+                  .saved = o->saved,
+                  .bws = o->bws};
   for (int i = 0; i < o->nin; ++i) n->in[i] = o->in[i];
   return y;
 }
 
+static int model_piece(sim *s, const struct mshape *m, int k, int h);
+static void sim_backward(sim *s, int first_node);
+
+/* A checkpoint's backward (ag_checkpoint.c): the block's forward again on
+ * a child tape, its backward from the output's gradient, then the node's
+ * release. */
+static void sim_ckpt_backward(sim *s, sim_node *n) {
+  sim_var *y = &s->v[n->out];
+  if (!y->grad) s->live += y->bytes, y->grad = 1;
+  const int n1 = s->nn, in = n->in[0], out = n->out;
+  const int y2 = model_piece(s, s->m, n->ckpt - 1, in);
+  s->live += s->v[y2].bytes; /* its seed: the output's gradient */
+  s->v[y2].grad = 1;
+  sim_backward(s, n1);
+  y = &s->v[out];
+  s->live -= y->bytes * (y->value + y->grad);
+  y->value = 0, y->grad = 0;
+}
+
 /* One node's backward (ag_backward_local and _route), then its release. */
 static void sim_node_backward(sim *s, sim_node *n) {
+  if (n->ckpt) {
+    sim_ckpt_backward(s, n);
+    return;
+  }
   sim_var *y = &s->v[n->out];
   if (y->requires && !y->grad) {
     s->live += y->bytes;
@@ -143,7 +175,8 @@ typedef struct mshape {
   int kind;
   const sg_plan_problem *pb;
   int cin; /* input channels (history x vars) */
-  int tp;
+  int tp, domain, ckpt_every;
+  int skip[16]; /* the U-Net's skips (encoder outputs) */
 } mshape;
 
 static double fbytes(const mshape *m, double ch, double ny, double nx) {
@@ -266,38 +299,35 @@ static int unet_block(sim *s, const mshape *m, int h, double ci, double co,
   return h;
 }
 
-/* The U-Net's pieces [first, last) (unet.c unet_piece); skips[l] the
- * encoder outputs the decoder takes. */
-static int unet_forward(sim *s, const mshape *m, int first, int last, int h,
-                        int *skip) {
+/* The U-Net's piece k (unet.c unet_piece) on h; the encoder outputs the
+ * decoder takes wait in m->skip. */
+static int unet_piece(sim *s, const mshape *m, int k, int h) {
   const int L = (int)sg_plan_int(m->pb, "levels");
   const double w = (double)sg_plan_int(m->pb, "width");
-  for (int k = first; k < last; ++k) {
-    if (k < L) {
-      const double ny = m->ny / (1 << k), nx = m->nx / (1 << k);
-      double ci = w * (1 << (k > 0 ? k - 1 : 0));
-      if (k == 0) {
-        int c0 = 0;
-        h = op_input(s, m, &c0);
-        ci = c0;
-      } else {
-        skip[k - 1] = h;
-        h = op_window(s, m, h, ci, ny, nx, 0.0); /* 2x2 average pool */
-      }
-      h = unet_block(s, m, h, ci, w * (1 << k), ny, nx);
-    } else if (k < 2 * L - 1) {
-      const int l = 2 * L - 2 - k;
-      const double ny = m->ny / (1 << l), nx = m->nx / (1 << l),
-                   cu = w * (1 << (l + 1)), cl = w * (1 << l);
-      const double xin = fbytes(m, cu, ny / 2 + 2, nx / 2 + 2);
-      int u = op_window(s, m, h, cu, ny, nx, xin); /* linear up-sampling */
-      int c = op_pointwise(s, m, u, cu + cl, ny, nx, 0, 0, skip[l]);
-      h = unet_block(s, m, c, cu + cl, cl, ny, nx);
+  int *skip = ((mshape *)m)->skip;
+  if (k < L) {
+    const double ny = m->ny / (1 << k), nx = m->nx / (1 << k);
+    double ci = w * (1 << (k > 0 ? k - 1 : 0));
+    if (k == 0) {
+      int c0 = 0;
+      h = op_input(s, m, &c0);
+      ci = c0;
     } else {
-      h = op_linear(s, m, h, w, (double)m->pb->vars, m->ny, m->nx);
+      skip[k - 1] = h;
+      h = op_window(s, m, h, ci, ny, nx, 0.0); /* 2x2 average pool */
     }
+    return unet_block(s, m, h, ci, w * (1 << k), ny, nx);
   }
-  return h;
+  if (k < 2 * L - 1) {
+    const int l = 2 * L - 2 - k;
+    const double ny = m->ny / (1 << l), nx = m->nx / (1 << l),
+                 cu = w * (1 << (l + 1)), cl = w * (1 << l);
+    const double xin = fbytes(m, cu, ny / 2 + 2, nx / 2 + 2);
+    int u = op_window(s, m, h, cu, ny, nx, xin); /* linear up-sampling */
+    int c = op_pointwise(s, m, u, cu + cl, ny, nx, 0, 0, skip[l]);
+    return unet_block(s, m, c, cu + cl, cl, ny, nx);
+  }
+  return op_linear(s, m, h, w, (double)m->pb->vars, m->ny, m->nx);
 }
 
 /* The attention kernel's workspace (attention.c sg_attn_geom_make). */
@@ -349,43 +379,38 @@ static int vit_block_ops(sim *s, const mshape *m, int h, double ty, double tx) {
   return op_add(s, m, h, r, C, ty, tx);
 }
 
-/* The ViT's pieces [first, last) (vit.c vit_run). */
-static int vit_forward(sim *s, const mshape *m, int first, int last, int h) {
+/* The ViT's piece k (vit.c vit_run) on h. */
+static int vit_piece(sim *s, const mshape *m, int k, int h) {
   const double C = (double)sg_plan_int(m->pb, "width"),
                p = (double)sg_plan_int(m->pb, "patch"),
                cout = (double)m->pb->vars;
   const double ty = floor(m->ny / p), tx = floor(m->nx / p);
   const int depth = (int)sg_plan_int(m->pb, "depth");
-  for (int k = first; k < last; ++k) {
-    if (k == 0) {
-      int c0 = 0;
-      h = op_input(s, m, &c0);
-      const double ws = conv_ws(m, c0, C, p * p, tx, ty, 0, 0);
-      sim_op e = {.nin = 1,
-                  .in = {h},
-                  .out = fbytes(m, C, ty, tx),
-                  .fws = ws,
-                  .bws = ws + m->threads * C * c0 * p * p * 64.0,
-                  .windowed = 0,
-                  .param = 1};
-      h = sim_apply(s, &e);
-      h = op_pointwise(s, m, h, C, ty, tx, 1, 0, -1); /* + position field */
-    } else if (k <= depth) {
-      h = vit_block_ops(s, m, h, ty, tx);
-    } else {
-      h = op_norm(s, m, h, C, ty, tx, m->b * ty * tx);
-      const double ws = conv_ws(m, C, cout, p * p, tx, ty, 1, ty * tx);
-      sim_op u = {.nin = 1,
-                  .in = {h},
-                  .out = fbytes(m, cout, m->ny, m->nx),
-                  .fws = ws,
-                  .bws = ws,
-                  .windowed = 0,
-                  .param = 1};
-      h = sim_apply(s, &u);
-    }
+  if (k == 0) {
+    int c0 = 0;
+    h = op_input(s, m, &c0);
+    const double ws = conv_ws(m, c0, C, p * p, tx, ty, 0, 0);
+    sim_op e = {.nin = 1,
+                .in = {h},
+                .out = fbytes(m, C, ty, tx),
+                .fws = ws,
+                .bws = ws + m->threads * C * c0 * p * p * 64.0,
+                .windowed = 0,
+                .param = 1};
+    h = sim_apply(s, &e);
+    return op_pointwise(s, m, h, C, ty, tx, 1, 0, -1); /* + position field */
   }
-  return h;
+  if (k <= depth) return vit_block_ops(s, m, h, ty, tx);
+  h = op_norm(s, m, h, C, ty, tx, m->b * ty * tx);
+  const double ws = conv_ws(m, C, cout, p * p, tx, ty, 1, ty * tx);
+  sim_op u = {.nin = 1,
+              .in = {h},
+              .out = fbytes(m, cout, m->ny, m->nx),
+              .fws = ws,
+              .bws = ws,
+              .windowed = 0,
+              .param = 1};
+  return sim_apply(s, &u);
 }
 
 /* The FNO's local spectrum count (sg_spectral_conv_spectrum_count / b / c):
@@ -395,117 +420,225 @@ static double fno_modes(const mshape *m, int domain) {
   return ceil(2.0 * md * md / domain);
 }
 
-/* Runs the pieces [first, last) of the model's forward on the tape. */
-static int model_forward(sim *s, const mshape *m, int domain, int first,
-                         int last, int *cur, double *curc) {
+/* Piece k of the FNO or the CNN (fno.c, cnn.c forward_blocks) on h. */
+static int fno_cnn_piece(sim *s, const mshape *m, int k, int h) {
   const sg_plan_problem *pb = m->pb;
   const double w = (double)sg_plan_int(pb, "width"), ny = m->ny, nx = m->nx,
                P = (double)sg_plan_int(pb, "proj_width"),
-               cout = (double)pb->vars;
+               cout = (double)pb->vars, kw = (double)sg_plan_int(pb, "kernel");
   const int npieces = sg_plan_pieces(pb);
-  int h = *cur;
-  double c = *curc;
-  if (m->kind == SG_MODEL_VIT || m->kind == SG_MODEL_UNET) {
-    int skip[16] = {0};
-    *cur = m->kind == SG_MODEL_VIT ? vit_forward(s, m, first, last, h)
-                                   : unet_forward(s, m, first, last, h, skip);
-    *curc = (double)pb->vars;
-    return 0;
+  if (k == 0) {
+    int cc = 0;
+    h = op_input(s, m, &cc);
+    return m->kind == SG_MODEL_FNO ? op_linear(s, m, h, cc, w, ny, nx)
+                                   : op_conv(s, m, h, cc, w, kw, ny, nx);
   }
-  for (int k = first; k < last; ++k) {
-    const int lastp = k == npieces - 1;
-    if (m->kind == SG_MODEL_FNO || m->kind == SG_MODEL_CNN) {
-      if (k == 0) {
-        int cc = 0;
-        h = op_input(s, m, &cc);
-        h = m->kind == SG_MODEL_FNO
-                ? op_linear(s, m, h, cc, w, ny, nx)
-                : op_conv(s, m, h, cc, w, (double)sg_plan_int(pb, "kernel"), ny,
-                          nx);
-        c = w;
-      } else if (!lastp && m->kind == SG_MODEL_FNO) {
-        const double M = fno_modes(m, domain);
-        sim_op sp = {.nin = 1,
-                     .in = {h},
-                     .out = fbytes(m, w, ny, nx),
-                     .saved = 4.0 * 2.0 * m->b * w * M, /* 2 nb cin M */
-                     .windowed = -1,
-                     .param = 1};
-        int sv = sim_apply(s, &sp);
-        int lv = op_linear(s, m, h, w, w, ny, nx);
-        h = op_add(s, m, sv, lv, w, ny, nx);
-        if (k < npieces - 2) h = op_act(s, m, h, w, ny, nx);
-      } else if (!lastp) { /* a CNN residual block */
-        const double kw = (double)sg_plan_int(pb, "kernel");
-        int r = op_conv(s, m, h, w, w, kw, ny, nx);
-        r = op_pointwise(s, m, r, w, ny, nx, 1, 0, -1); /* GroupNorm */
-        r = op_act(s, m, r, w, ny, nx);
-        r = op_conv(s, m, r, w, w, kw, ny, nx);
-        h = op_add(s, m, h, r, w, ny, nx);
-      } else {
-        h = op_linear(s, m, h, w, P, ny, nx);
-        h = op_act(s, m, h, P, ny, nx);
-        h = op_linear(s, m, h, P, cout, ny, nx);
-        c = cout;
-      }
-    }
+  if (k == npieces - 1) {
+    h = op_linear(s, m, h, w, P, ny, nx);
+    h = op_act(s, m, h, P, ny, nx);
+    return op_linear(s, m, h, P, cout, ny, nx);
   }
-  *cur = h;
-  *curc = c;
-  return 0;
+  if (m->kind == SG_MODEL_FNO) { /* spectral layer: act(spectral + linear) */
+    const double M = fno_modes(m, m->domain);
+    sim_op sp = {.nin = 1,
+                 .in = {h},
+                 .out = fbytes(m, w, ny, nx),
+                 .saved = 4.0 * 2.0 * m->b * w * M, /* 2 nb cin M */
+                 .windowed = -1,
+                 .param = 1};
+    int sv = sim_apply(s, &sp);
+    int lv = op_linear(s, m, h, w, w, ny, nx);
+    h = op_add(s, m, sv, lv, w, ny, nx);
+    return k < npieces - 2 ? op_act(s, m, h, w, ny, nx) : h;
+  }
+  int r = op_conv(s, m, h, w, w, kw, ny, nx); /* a CNN residual block */
+  r = op_norm(s, m, r, w, ny, nx, m->b * (double)sg_plan_int(pb, "groups"));
+  r = op_act(s, m, r, w, ny, nx);
+  r = op_conv(s, m, r, w, w, kw, ny, nx);
+  return op_add(s, m, h, r, w, ny, nx);
+}
+
+static int model_piece(sim *s, const struct mshape *m, int k, int h) {
+  if (m->kind == SG_MODEL_VIT) return vit_piece(s, m, k, h);
+  if (m->kind == SG_MODEL_UNET) return unet_piece(s, m, k, h);
+  return fno_cnn_piece(s, m, k, h);
+}
+
+/* Piece k is a checkpointed block (the blocks of fno.c, cnn.c, vit.c:
+ * every act_ckpt_every-th, counted from 1). */
+static int piece_checkpointed(const mshape *m, int k) {
+  const int every = m->ckpt_every, n = sg_plan_pieces(m->pb);
+  if (every < 1 || m->kind == SG_MODEL_UNET || k < 1 || k > n - 2) return 0;
+  return k % every == 0;
+}
+
+/* A checkpointed piece: its forward runs, then only its output stays (the
+ * block's activations go with its child tape); backward replays it. */
+static int sim_checkpoint(sim *s, const mshape *m, int k, int h) {
+  const double live0 = s->live;
+  const int n0 = s->nn;
+  const int y = model_piece(s, m, k, h);
+  s->nn = n0;
+  s->live = live0 + s->v[y].bytes;
+  if (s->nn >= SIM_MAX) return s->overflow = 1, y;
+  sim_node *n = &s->n[s->nn++];
+  *n = (sim_node){.nin = 1, .in = {h}, .out = y, .windowed = -1, .ckpt = k + 1};
+  return y;
+}
+
+/* Pieces [first, last) on h (-1 for the model's input). */
+static int model_forward(sim *s, const mshape *m, int first, int last, int h) {
+  for (int k = first; k < last; ++k)
+    h = piece_checkpointed(m, k) ? sim_checkpoint(s, m, k, h)
+                                 : model_piece(s, m, k, h);
+  return h;
 }
 
 /* ---- parameters ------------------------------------------------------- */
 
-/* Parameter floats this rank holds (the tables of models/fno.c, cnn.c, ...). */
-static double param_count(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
-                          int kind, int cin) {
+/* A conv (cout, cin, k, k) + bias; a norm's scale and shift. */
+static double conv_params(double co, double ci, double k) {
+  return co * ci * k * k + co;
+}
+
+/* The parameter floats of piece k this rank holds (the tables of
+ * models/fno.c, cnn.c, unet.c, vit.c, in the order of their pieces). */
+static double piece_params(const mshape *m, const sg_plan_mesh *mesh, int k) {
+  const sg_plan_problem *pb = m->pb;
   const double w = (double)sg_plan_int(pb, "width"),
                P = (double)sg_plan_int(pb, "proj_width"),
-               cout = (double)pb->vars;
-  const double c0 = cin + (pb->add_grid ? 2 : 0);
-  const double proj = P * w + P + cout * P + cout;
-  const int domain = sg_plan_mesh_dim(mesh, "h") * sg_plan_mesh_dim(mesh, "w");
-  if (kind == SG_MODEL_FNO) {
-    const double md = (double)sg_plan_int(pb, "modes"),
-                 L = (double)sg_plan_int(pb, "layers");
-    double spec = 2.0 * w * w * 2.0 * md * md;
-    if (sg_kv_bool(pb->cfg, "shard_spectral"))
-      spec = 2.0 * w * w * ceil(2.0 * md * md / domain);
-    return w * c0 + w + L * (spec + w * w + w) + proj;
+               cout = (double)pb->vars, kw = (double)sg_plan_int(pb, "kernel");
+  const double c0 = m->cin + (pb->add_grid ? 2 : 0);
+  const int n = sg_plan_pieces(pb), last = k == n - 1;
+  if (m->kind == SG_MODEL_FNO || m->kind == SG_MODEL_CNN) {
+    if (last) return conv_params(P, w, 1) + conv_params(cout, P, 1);
+    if (m->kind == SG_MODEL_FNO) {
+      if (k == 0) return conv_params(w, c0, 1);
+      const double md = (double)sg_plan_int(pb, "modes");
+      const double K = sg_kv_bool(pb->cfg, "shard_spectral")
+                           ? ceil(2.0 * md * md / m->domain)
+                           : 2.0 * md * md;
+      return 2.0 * w * w * K + conv_params(w, w, 1);
+    }
+    if (k == 0) return conv_params(w, c0, kw);
+    return 2 * conv_params(w, w, kw) + 2 * w;
   }
-  if (kind == SG_MODEL_CNN) {
-    const double k = (double)sg_plan_int(pb, "kernel"),
-                 B = (double)sg_plan_int(pb, "blocks");
-    return (w * c0 * k * k + w) + B * (2 * (w * w * k * k + w) + 2 * w) + proj;
-  }
-  if (kind == SG_MODEL_UNET) {
-    const double k = (double)sg_plan_int(pb, "kernel");
+  if (m->kind == SG_MODEL_UNET) { /* level blocks: conv, norm, conv, norm */
     const int L = (int)sg_plan_int(pb, "levels");
-    double n = 0, ci = c0;
-    for (int l = 0; l < L; ++l) { /* add_block: conv, norm, conv, norm */
-      const double co = w * (1 << l);
-      n += co * ci * k * k + co + 2 * co + co * co * k * k + co + 2 * co;
-      ci = co;
-    }
-    for (int l = L - 2; l >= 0; --l) {
-      const double co = w * (1 << l), cj = w * (1 << (l + 1)) + co;
-      n += co * cj * k * k + co + 2 * co + co * co * k * k + co + 2 * co;
-    }
-    return n + cout * w + cout;
+    if (last) return conv_params(cout, w, 1);
+    const int l = k < L ? k : 2 * L - 2 - k;
+    const double co = w * (1 << l);
+    const double ci = k < L ? (l == 0 ? c0 : w * (1 << (l - 1)))
+                            : w * (1 << (l + 1)) + co;
+    return conv_params(co, ci, kw) + 2 * co + conv_params(co, co, kw) + 2 * co;
   }
-  if (kind == SG_MODEL_VIT) {
-    const double p = (double)sg_plan_int(pb, "patch"),
-                 depth = (double)sg_plan_int(pb, "depth");
-    const double tp = sg_plan_mesh_dim(mesh, "tp");
-    const double T = ceil((double)pb->ny / p / sg_plan_mesh_dim(mesh, "h")) *
-                     ceil((double)pb->nx / p / sg_plan_mesh_dim(mesh, "w"));
-    const double blk = 2 * w + (3 * w * w + 3 * w) / tp + w * w / tp + w +
-                       2 * w + (4 * w * w + 4 * w) / tp + 4 * w * w / tp + w;
-    return w * c0 * p * p + w + w * T + depth * blk + 2 * w + w * cout * p * p +
-           cout;
+  /* vit: embedding and position field; blocks; final norm and un-patchify */
+  const double p = (double)sg_plan_int(pb, "patch"), tp = m->tp;
+  if (k == 0)
+    return conv_params(w, c0, p) + w * floor(m->ny / p) * floor(m->nx / p);
+  if (last) return 2 * w + w * cout * p * p + cout;
+  return 2 * w + (3 * w * w + 3 * w) / tp + w * w / tp + w + 2 * w +
+         (4 * w * w + 4 * w) / tp + 4 * w * w / tp + w;
+}
+
+/* The plan's buffers (parallel.c sg_parallel_create) over n parameter
+ * floats: parameters and gradients, the AdamW moments (ZeRO pieces over
+ * fsdp from stage 1), the packing buffers of ZeRO 1 and 2, the gradient
+ * pieces of ZeRO >= 2. */
+static void plan_buffers(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
+                         double n, sg_plan_mem *out) {
+  const int64_t zero = sg_plan_int(pb, "zero");
+  const int f = sg_plan_mesh_dim(mesh, "fsdp");
+  const double nstate = zero == 0 ? n : ceil(n / f);
+  out->params = 4.0 * (n + 1);
+  out->grads = 4.0 * (n + 1);
+  out->optim = 2 * 4.0 * (nstate + 1);
+  if (zero == 1 || zero == 2) out->workspace += 4.0 * (n + nstate + 1);
+  if (zero >= 2) out->optim += 4.0 * (nstate + 1);
+}
+
+/* The FNO's spectral buffers (x, y, z spectra) and FFT plan scratch. */
+static double fno_workspace(const mshape *m) {
+  const double w = (double)sg_plan_int(m->pb, "width"),
+               M = fno_modes(m, m->domain);
+  const double spec = 4.0 * 2.0 * m->b * w * M;
+  const double real = fbytes(m, w, m->ny, m->nx),
+               half = 8.0 * m->b * w * m->ny * floor(m->nx / 2 + 1);
+  return 3 * spec + 3 * (real > half ? real : half);
+}
+
+/* One micro-batch through the pieces [first, last): the replay's peak
+ * (*peak) and what its forward leaves held for backward (*held). The
+ * pieces after the first take the previous piece's output, received. */
+static void chunk_replay(sim *s, const mshape *m, int first, int last,
+                         double *held, double *peak) {
+  memset(s, 0, sizeof *s);
+  s->threads = m->threads, s->m = m;
+  int h = 0;
+  if (first > 0) { /* the received activation: its size from a dry run */
+    for (int k = 0; k < first; ++k) h = model_piece(s, m, k, h);
+    const double bytes = s->v[h].bytes;
+    memset(s, 0, sizeof *s);
+    s->threads = m->threads, s->m = m;
+    h = sim_leaf(s, bytes);
+    s->v[h].requires = 1;
+    s->live = bytes;
   }
-  return 0.0;
+  h = model_forward(s, m, first, last, h);
+  if (last == sg_plan_pieces(m->pb)) op_loss(s, m, h, (double)m->pb->vars);
+  *held = s->live;
+  sim_backward(s, 0);
+  *peak = s->peak;
+}
+
+/* The pipeline's stages: each holds its pieces' parameters and the
+ * activations of its micro-batches in flight (the schedule's peak), one of
+ * them replayed through backward; the largest stage. Without pp: one
+ * stage of every piece, one micro-batch. */
+static sg_status stages(sim *s, const mshape *m, const sg_plan_mesh *mesh,
+                        sg_plan_mem *out) {
+  sg_status st = SG_OK;
+  sg_pp_schedule *sch = NULL;
+  const int n = sg_plan_pieces(m->pb), pp = sg_plan_mesh_dim(mesh, "pp");
+  int v = 1;
+  if (sg_plan_has_dim(mesh, "pp")) {
+    sg_pp_kind kind;
+    SG_TRY(sg_pp_kind_parse(sg_kv_str(m->pb->cfg, "pp_schedule"), &kind));
+    const int64_t pv = sg_plan_int(m->pb, "pp_virtual");
+    v = pv > 0 ? (int)pv : kind == SG_PP_INTERLEAVED ? 2 : 1;
+    SG_TRY(sg_pp_schedule_create(kind, pp, (int)sg_plan_micro(m->pb, mesh), v,
+                                 &sch));
+  }
+  const int nv = pp * v;
+  /* the plan's flat buffers span the whole model's table on every stage
+   * (pipeline.c sg_pipe_model_plan: nlocal is the model's count) */
+  double params = 0;
+  for (int k = 0; k < n; ++k) params += piece_params(m, mesh, k);
+  for (int q = 0; q < pp; ++q) {
+    sg_plan_mem sm;
+    memset(&sm, 0, sizeof sm);
+    double held = 0, peak = 0;
+    for (int c = 0; c < v; ++c) { /* even split (pipeline.c pp_cut) */
+      const int g = c * pp + q;
+      const int a = g * (n / nv) + (g < n % nv ? g : n % nv),
+                b = (g + 1) * (n / nv) + (g + 1 < n % nv ? g + 1 : n % nv);
+      double hg = 0, pg = 0;
+      chunk_replay(s, m, a, b, &hg, &pg);
+      if (hg > held) held = hg;
+      if (pg > peak) peak = pg;
+    }
+    const int inflight = sch ? sg_pp_peak_formula(sch, q) : 1;
+    plan_buffers(m->pb, mesh, params, &sm);
+    if (m->kind == SG_MODEL_FNO) sm.workspace += fno_workspace(m);
+    sm.activations = (inflight - 1) * held + peak;
+    sm.peak = sm.params + sm.grads + sm.optim + sm.workspace + sm.activations;
+    if (sm.peak > out->peak) *out = sm;
+  }
+  if (s->overflow)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "sg_plan_memory: model too large to replay");
+fail:
+  sg_pp_schedule_destroy(&sch);
+  return st;
 }
 
 sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
@@ -518,50 +651,31 @@ sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
   int kind = 0;
   SG_TRY(sg_plan_model_kind(pb, &kind));
   const int ph = sg_plan_mesh_dim(mesh, "h"), pw = sg_plan_mesh_dim(mesh, "w");
-  const int nd = sg_plan_data_ranks(mesh);
   const int64_t micro = sg_plan_micro(pb, mesh);
-  const int cin = (int)(pb->vars * sg_plan_int(pb, "history"));
-  mshape m = {.b = (double)(sg_plan_int(pb, "batch") / nd /
-                            (micro > 0 ? micro : 1)),
+  const int64_t every = sg_plan_ckpt_every(pb);
+  if (every < 0)
+    SG_RAISE(SG_ERR_CONFIG,
+             "activation_checkpointing '%s': none, blocks or every:K",
+             sg_kv_str(pb->cfg, "activation_checkpointing"));
+  if (kind == SG_MODEL_UNET && (every > 0 || sg_plan_has_dim(mesh, "pp")))
+    SG_RAISE(
+        SG_ERR_NOT_SUPPORTED,
+        "sg_plan_memory: the U-Net's memory is modelled without activation "
+        "checkpointing and pp only");
+  mshape m = {.b = (double)(sg_plan_int(pb, "batch") /
+                            sg_plan_data_ranks(mesh) / (micro > 0 ? micro : 1)),
               .ny = ceil((double)pb->ny / ph),
               .nx = ceil((double)pb->nx / pw),
               .threads = pb->threads > 0 ? pb->threads : 1,
               .kind = kind,
               .pb = pb,
-              .cin = cin,
-              .tp = sg_plan_mesh_dim(mesh, "tp")};
-  /* the plan's buffers (parallel.c): parameters and gradients, moments */
-  const double n = param_count(pb, mesh, kind, cin);
-  const int64_t zero = sg_plan_int(pb, "zero");
-  const int f = sg_plan_mesh_dim(mesh, "fsdp");
-  const double nstate = zero == 0 ? n : ceil(n / f);
-  out->params = 4.0 * (n + 1);
-  out->grads = 4.0 * (n + 1);
-  out->optim = 2 * 4.0 * (nstate + 1);
-  if (zero == 1 || zero == 2) out->workspace += 4.0 * (n + nstate + 1);
-  if (zero >= 2) out->optim += 4.0 * (nstate + 1);
-  if (kind == SG_MODEL_FNO) { /* spectral buffers and the FFT plan */
-    const double w = (double)sg_plan_int(pb, "width"),
-                 M = fno_modes(&m, ph * pw);
-    const double spec = 4.0 * 2.0 * m.b * w * M;
-    const double real = fbytes(&m, w, m.ny, m.nx),
-                 half = 8.0 * m.b * w * m.ny * floor(m.nx / 2 + 1);
-    out->workspace += 3 * spec + 3 * (real > half ? real : half);
-  }
-  /* the step: the tape's replay */
+              .cin = (int)(pb->vars * sg_plan_int(pb, "history")),
+              .tp = sg_plan_mesh_dim(mesh, "tp"),
+              .domain = ph * pw,
+              .ckpt_every = (int)every};
   s = calloc(1, sizeof *s);
   if (!s) SG_RAISE(SG_ERR_ALLOC, "sg_plan_memory: out of memory");
-  s->threads = m.threads;
-  int h = 0;
-  double c = 0;
-  model_forward(s, &m, ph * pw, 0, sg_plan_pieces(pb), &h, &c);
-  op_loss(s, &m, h, c);
-  sim_backward(s, 0);
-  if (s->overflow)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "sg_plan_memory: model too large to replay");
-  out->activations = s->peak;
-  out->peak = out->params + out->grads + out->optim + out->workspace +
-              out->activations;
+  SG_TRY(stages(s, &m, mesh, out));
 fail:
   free(s);
   return st;

@@ -46,6 +46,9 @@ if [ "$set" = small ]; then
   case_ 2 tp=2 --model vit --batch 4
   case_ 3 dp=3 --model vit --batch 3 --width 64
   case_ 2 dp=2 --model unet --batch 4
+  case_ 1 h=1 --model cnn --batch 4 --activation-checkpointing blocks
+  case_ 2 dp=2 --model vit --batch 4 --activation-checkpointing every:2
+  case_ 2 pp=2 --model fno --batch 4 --microbatches 2 --pp-split even --width 16
 else
   case_ 4 h=2,w=2 --model fno --batch 4
   case_ 4 tp=2,w=2 --model vit --batch 4
