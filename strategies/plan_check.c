@@ -151,90 +151,119 @@ static void why_add(why_buf *w, const char *fmt, ...) {
                                "%s(%d) %s", w->n > 1 ? "; " : "", w->n, one);
 }
 
-/* The mesh itself: known, supported dims, each once; the rank count. */
+/* The mesh itself: known, supported dims, each once; the rank count
+ * (parallel.c plan_roles; the models take h and w, no d). */
 static void check_dims(const sg_plan_problem *pb, const sg_plan_mesh *m,
                        why_buf *w) {
   static const char *const usable[] = {"pp", "dp", "fsdp", "tp", "h", "w"};
-  static const char *const planned[] = {"d", "sp", "cp", "ep"};
+  static const char *const later[][2] = {{"d", "domain (3-D)"},
+                                         {"sp", "sequence"},
+                                         {"cp", "sequence"},
+                                         {"ep", "expert"}};
   for (int i = 0; i < m->ndims; ++i) {
     const char *nm = m->name[i];
-    int ok = 0, later = 0;
+    int ok = 0, l = -1;
     for (size_t k = 0; k < sizeof usable / sizeof *usable; ++k)
       ok |= !strcmp(nm, usable[k]);
-    for (size_t k = 0; k < sizeof planned / sizeof *planned; ++k)
-      later |= !strcmp(nm, planned[k]);
+    for (int k = 0; k < 4; ++k)
+      if (!strcmp(nm, later[k][0])) l = k;
     for (int j = 0; j < i; ++j)
       if (!strcmp(nm, m->name[j]))
         why_add(w, "mesh dim '%s' appears twice", nm);
-    if (later && m->size[i] > 1)
+    if (l >= 0 && m->size[i] > 1)
       why_add(w,
-              "mesh dim '%s' (size %d): not supported for these 2-D models "
-              "(use pp, dp, fsdp, tp, h, w)",
-              nm, m->size[i]);
-    else if (!ok && !later)
-      why_add(w, "unknown mesh dim '%s' (known: pp, dp, fsdp, tp, h, w)", nm);
+              "mesh dim '%s' (size %d): %s parallelism is not supported by "
+              "the parallel plan and the 2-D models yet (supported: pp, dp, "
+              "fsdp, tp, h, w; a size-1 %s dim is fine)",
+              nm, m->size[i], later[l][1], nm);
+    else if (!ok && l < 0)
+      why_add(w,
+              "mesh dim '%s' has no role in the parallel plan (known: dp, "
+              "fsdp, h, w, d, tp, pp, sp, cp, ep)",
+              nm);
   }
   if (pb->ranks > 0 && sg_plan_mesh_ranks(m) != pb->ranks)
     why_add(w, "the mesh has %d ranks (the product of its sizes), the run %d",
             sg_plan_mesh_ranks(m), pb->ranks);
 }
 
+/* The pipeline's schedule and pieces (sg-train's pipe.c, pipeline.c,
+ * pipeline_schedule.c: the schedule generator's own refusals). */
+static void check_pipeline(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                           why_buf *w) {
+  sg_pp_kind kind;
+  char msg[384];
+  if (sg_pp_kind_parse(sg_kv_str(pb->cfg, "pp_schedule"), &kind) != SG_OK) {
+    strip_error(sg_last_error(), msg, sizeof msg);
+    why_add(w, "%s", msg);
+    return;
+  }
+  const int64_t pv = sg_plan_int(pb, "pp_virtual"),
+                micro = sg_plan_int(pb, "microbatches");
+  const int v = pv > 0 ? (int)pv : kind == SG_PP_INTERLEAVED ? 2 : 1;
+  const int np = sg_plan_mesh_dim(m, "pp"), pieces = sg_plan_pieces(pb);
+  sg_pp_schedule *sch = NULL;
+  if (micro >= 1 && micro <= 1000000 &&
+      sg_pp_schedule_create(kind, np, (int)micro, v, &sch) != SG_OK) {
+    strip_error(sg_last_error(), msg, sizeof msg);
+    why_add(w, "%s", msg);
+  }
+  sg_pp_schedule_destroy(&sch);
+  if (pieces > 0 && np * v > pieces)
+    why_add(w,
+            "pipeline: %d virtual stages (pp = %d x v = %d) but the model has "
+            "%d blocks: every virtual stage needs at least one block",
+            np * v, np, v, pieces);
+}
+
 /* ZeRO stages and the pipeline (parallel.c plan_roles, pipeline.c, sg-train's
- * pipe.c). */
+ * pipe.c and check_rollout). */
 static void check_plan(const sg_plan_problem *pb, const sg_plan_mesh *m,
                        why_buf *w) {
   const int64_t zero = sg_plan_int(pb, "zero");
   const int fsdp = sg_plan_mesh_dim(m, "fsdp"), pp = sg_plan_has_dim(m, "pp");
   const int over_domain = sg_kv_bool(pb->cfg, "zero_over_domain");
   if (zero < 0 || zero > 3)
-    why_add(w, "zero = %lld: 0, 1, 2 or 3", (long long)zero);
-  if (fsdp > 1 && zero == 0)
+    why_add(w, "zero must be 0, 1, 2 or 3, not %lld", (long long)zero);
+  if (sg_plan_ckpt_every(pb) < 0)
     why_add(w,
-            "fsdp = %d shards the model state: needs zero = 1, 2 or 3 "
-            "(or dp for plain data parallelism)",
-            fsdp);
+            "activation_checkpointing must be none, blocks or every:K with K "
+            ">= 1, not '%s'",
+            sg_kv_str(pb->cfg, "activation_checkpointing"));
+  if (fsdp > 1 && zero == 0)
+    why_add(w, "mesh dim 'fsdp' shards the model state: set zero = 1, 2 or 3 "
+               "(or use 'dp' for plain data parallelism)");
   if (zero >= 1 && !sg_plan_has_dim(m, "fsdp") && !over_domain)
     why_add(w,
-            "zero = %lld shards over an fsdp dim (or the domain with "
-            "zero_over_domain): the mesh has none",
+            "zero = %lld shards over the 'fsdp' mesh dim (or the domain dims "
+            "with zero_over_domain): this mesh has neither",
             (long long)zero);
   if (!pp) {
     if (sg_plan_int(pb, "microbatches") > 1)
       why_add(w,
-              "microbatches = %lld needs a pp dim (without one use grad_accum)",
+              "microbatches = %lld needs a 'pp' mesh dim (without a pipeline "
+              "use grad_accum)",
               (long long)sg_plan_int(pb, "microbatches"));
     return;
   }
   if (sg_plan_int(pb, "grad_accum") != 1)
     why_add(w,
-            "grad_accum = %lld with pp (the pipeline's micro-batches are "
-            "set by microbatches)",
+            "grad_accum = %lld with pp: the pipeline's micro-batches are set "
+            "by microbatches",
             (long long)sg_plan_int(pb, "grad_accum"));
   if (zero >= 2)
-    why_add(
-        w, "zero = %lld inside a pipeline stage is not supported (zero 0 or 1)",
-        (long long)zero);
+    why_add(w,
+            "pipeline: zero = %lld inside a stage is not supported yet (use "
+            "zero 0 or 1)",
+            (long long)zero);
   if (strcmp(sg_kv_str(pb->cfg, "param_dtype"), "bf16") == 0)
-    why_add(w, "param_dtype = bf16 with pp is not supported");
+    why_add(w, "pipeline: param_dtype = bf16 is not supported yet");
   if (sg_plan_int(pb, "rollout_train") > 1)
     why_add(w,
-            "rollout_train = %lld with pp: multi-step training does not run "
-            "through the pipeline",
+            "rollout_train = %lld with a pp mesh dim: multi-step training "
+            "does not run through the pipeline yet",
             (long long)sg_plan_int(pb, "rollout_train"));
-  sg_pp_kind kind;
-  if (sg_pp_kind_parse(sg_kv_str(pb->cfg, "pp_schedule"), &kind) != SG_OK) {
-    why_add(w, "pp_schedule '%s': gpipe, 1f1b, interleaved or zb-h1",
-            sg_kv_str(pb->cfg, "pp_schedule"));
-    return;
-  }
-  const int64_t pv = sg_plan_int(pb, "pp_virtual");
-  const int v = pv > 0 ? (int)pv : kind == SG_PP_INTERLEAVED ? 2 : 1;
-  const int np = sg_plan_mesh_dim(m, "pp"), pieces = sg_plan_pieces(pb);
-  if (pieces > 0 && np * v > pieces)
-    why_add(w,
-            "pp = %d x %d chunk(s) = %d virtual stages, but the %s has %d "
-            "pieces (every stage needs one)",
-            np, v, np * v, sg_kv_str(pb->cfg, "model"), pieces);
+  check_pipeline(pb, m, w);
 }
 
 /* sg-train's batch split: batch over dp x fsdp, then over micro-batches. */
@@ -252,9 +281,11 @@ static void check_batch(const sg_plan_problem *pb, const sg_plan_mesh *m,
     return;
   }
   if (micro < 1 || (batch / nd) % micro)
-    why_add(w, "%s = %lld does not divide the %lld samples per data rank",
+    why_add(w,
+            "%s = %lld must be >= 1 and divide the %lld samples per data "
+            "rank (batch %lld over %d data-parallel ranks)",
             pp ? "microbatches" : "grad_accum", (long long)micro,
-            (long long)(batch / nd));
+            (long long)(batch / nd), (long long)batch, nd);
   else if (pp && batch / nd / micro > 256)
     why_add(w, "pp: a micro-batch of %lld samples per rank (at most 256)",
             (long long)(batch / nd / micro));
