@@ -54,6 +54,8 @@ typedef struct sim {
   sim_node n[SIM_MAX];
   int nv, nn, threads;
   const struct mshape *m; /* the model, for checkpoint replays */
+  double xkey[64][4];     /* the halo exchanges made (ag_apply.c xcache) */
+  int nx;
   double live, peak;
   int overflow;
 } sim;
@@ -175,7 +177,7 @@ typedef struct mshape {
   int kind;
   const sg_plan_problem *pb;
   int cin; /* input channels (history x vars) */
-  int tp, domain, ckpt_every;
+  int tp, domain, ckpt_every, ph, pw;
   int skip[16]; /* the U-Net's skips (encoder outputs) */
 } mshape;
 
@@ -197,8 +199,25 @@ static double conv_ws(const mshape *m, double c, double k, double kk,
 }
 
 /* A 'same' convolution c -> k channels of kernel kw on an ny x nx shard. */
+/* The halo exchange of a window op with a margin of hw cells on c
+ * channels of an ny x nx shard: the tape keeps one per shape (ag_apply.c
+ * xcache) for the step, with the halo plan's send and receive buffers per
+ * neighbour (halo.c) along the split dims. */
+static void sim_exchange(sim *s, const mshape *m, double c, double ny,
+                         double nx, double hw) {
+  if (hw <= 0 || (m->ph < 2 && m->pw < 2)) return;
+  const double key[4] = {c, ny, nx, hw};
+  for (int i = 0; i < s->nx; ++i)
+    if (!memcmp(s->xkey[i], key, sizeof key)) return;
+  if (s->nx < 64) memcpy(s->xkey[s->nx++], key, sizeof key);
+  const double per = 4.0 * m->b * c * hw;
+  if (m->ph > 1) s->live += 4 * per * (nx + 2 * hw); /* rows, both sides */
+  if (m->pw > 1) s->live += 4 * per * (ny + 2 * hw);
+}
+
 static int op_conv(sim *s, const mshape *m, int x, double c, double k,
                    double kw, double ny, double nx) {
+  sim_exchange(s, m, c, ny, nx, (kw - 1) / 2);
   const double kk = kw * kw;
   const double ws = kw == 1 ? 0.0 : conv_ws(m, c, k, kk, nx, ny, 0, 0);
   const double wpart = kw == 1 ? (k * c + k) * 64.0
@@ -278,6 +297,7 @@ static int op_norm(sim *s, const mshape *m, int x, double k, double ny,
  * margins of xin bytes (0: none). */
 static int op_window(sim *s, const mshape *m, int x, double k, double ny,
                      double nx, double xin) {
+  if (xin > 0) sim_exchange(s, m, k, ny / 2, nx / 2, 1);
   sim_op o = {.nin = 1,
               .in = {x},
               .out = fbytes(m, k, ny, nx),
@@ -672,6 +692,8 @@ sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
               .cin = (int)(pb->vars * sg_plan_int(pb, "history")),
               .tp = sg_plan_mesh_dim(mesh, "tp"),
               .domain = ph * pw,
+              .ph = ph,
+              .pw = pw,
               .ckpt_every = (int)every};
   s = calloc(1, sizeof *s);
   if (!s) SG_RAISE(SG_ERR_ALLOC, "sg_plan_memory: out of memory");

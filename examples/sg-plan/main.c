@@ -42,7 +42,7 @@ static const char *const dim_names[] = {"pp", "dp", "fsdp", "tp", "h", "w"};
 typedef struct row {
   sg_plan_mesh mesh;
   char spec[96];
-  int fits, has_time;
+  int fits, has_mem, has_time;
   sg_plan_mem mem;
   sg_plan_time time;
   char why[1024];
@@ -134,6 +134,7 @@ static const char *binding(const row *r) {
 static int by_rank(const void *a, const void *b) {
   const row *x = a, *y = b;
   if (x->fits != y->fits) return y->fits - x->fits;
+  if (x->has_mem != y->has_mem) return y->has_mem - x->has_mem;
   double kx = x->has_time ? x->time.total : x->mem.peak,
          ky = y->has_time ? y->time.total : y->mem.peak;
   return (kx > ky) - (kx < ky);
@@ -151,6 +152,11 @@ static void print_table(const row *rows, int n, int all, const sg_plan_hw *hw,
     }
     char t[32] = "-";
     if (r->has_time) snprintf(t, sizeof t, "%.4g", r->time.total);
+    if (!r->has_mem) {
+      printf("%-26s %10s %10s %10s %10s %12s  (memory not modelled)\n", r->spec,
+             "-", "-", "-", "-", t);
+      continue;
+    }
     const char *over = have_hw && hw->mem_bytes > 0 &&
                                r->mem.peak > hw->mem_bytes
                            ? " (over the memory per rank)"
@@ -172,6 +178,10 @@ static void print_json(const row *rows, int n, int all) {
       for (const char *p = r->why; *p; ++p)
         printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
       printf("\"}\n");
+      continue;
+    }
+    if (!r->has_mem) {
+      printf(", \"peak_mib\": null}\n");
       continue;
     }
     printf(
@@ -230,10 +240,8 @@ static sg_status plan(sg_kv_t kv) {
   for (int i = 0; i < n; ++i) {
     row *r = &rows[i];
     r->fits = sg_plan_check(&pb, &r->mesh, r->why, sizeof r->why) == SG_OK;
-    if (r->fits && sg_plan_memory(&pb, &r->mesh, &r->mem) != SG_OK) {
-      r->fits = 0;
-      snprintf(r->why, sizeof r->why, "%s", sg_last_error());
-    }
+    /* a mesh that fits but whose memory is not modelled shows "-" */
+    r->has_mem = r->fits && sg_plan_memory(&pb, &r->mesh, &r->mem) == SG_OK;
     if (r->fits && have_hw)
       r->has_time = sg_plan_step_time(&pb, &r->mesh, &hw, &r->time) == SG_OK;
     nfit += r->fits;
