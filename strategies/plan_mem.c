@@ -563,18 +563,19 @@ static double piece_params(const mshape *m, const sg_plan_mesh *mesh, int k) {
 
 /* The plan's buffers (parallel.c sg_parallel_create) over n parameter
  * floats: parameters and gradients, the AdamW moments (ZeRO pieces over
- * fsdp from stage 1), the packing buffers of ZeRO 1 and 2, the gradient
- * pieces of ZeRO >= 2. */
+ * fsdp from stage 1), the packing buffers of ZeRO 1 and 2; ZeRO >= 2 keeps
+ * the gradient pieces and frees the flat gradient, ZeRO 3 keeps the
+ * parameter pieces and frees the flat parameters (parallel_hooks.c: the
+ * full tensors are gathered per parameter, for a moment). */
 static void plan_buffers(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
                          double n, sg_plan_mem *out) {
   const int64_t zero = sg_plan_int(pb, "zero");
   const int f = sg_plan_mesh_dim(mesh, "fsdp");
   const double nstate = zero == 0 ? n : ceil(n / f);
-  out->params = 4.0 * (n + 1);
-  out->grads = 4.0 * (n + 1);
+  out->params = 4.0 * ((zero >= 3 ? nstate : n) + 1);
+  out->grads = 4.0 * ((zero >= 2 ? nstate : n) + 1);
   out->optim = 2 * 4.0 * (nstate + 1);
   if (zero == 1 || zero == 2) out->workspace += 4.0 * (n + nstate + 1);
-  if (zero >= 2) out->optim += 4.0 * (nstate + 1);
 }
 
 /* The FNO's spectral buffers (x, y, z spectra) and FFT plan scratch. */

@@ -41,6 +41,7 @@ if [ "$set" = small ]; then
   case_ 1 h=1 --model fno --batch 4
   case_ 2 h=2 --model fno --batch 4 --width 16 --modes 6
   case_ 2 fsdp=2 --model fno --batch 4 --zero 1
+  case_ 2 fsdp=2 --model cnn --batch 4 --zero 3
   case_ 1 h=1 --model cnn --batch 4
   case_ 2 w=2 --model cnn --batch 4 --kernel 5
   case_ 2 tp=2 --model vit --batch 4
