@@ -592,7 +592,7 @@ static double fno_workspace(const mshape *m) {
  * (*peak) and what its forward leaves held for backward (*held). The
  * pieces after the first take the previous piece's output, received. */
 static void chunk_replay(sim *s, const mshape *m, int first, int last,
-                         double *held, double *peak) {
+                         double *held, double *peak, double *outb) {
   memset(s, 0, sizeof *s);
   s->threads = m->threads, s->m = m;
   int h = 0;
@@ -606,6 +606,7 @@ static void chunk_replay(sim *s, const mshape *m, int first, int last,
     s->live = bytes;
   }
   h = model_forward(s, m, first, last, h);
+  *outb = last < sg_plan_pieces(m->pb) ? s->v[h].bytes : 0.0;
   if (last == sg_plan_pieces(m->pb)) op_loss(s, m, h, (double)m->pb->vars);
   *held = s->live;
   sim_backward(s, 0);
@@ -638,20 +639,26 @@ static sg_status stages(sim *s, const mshape *m, const sg_plan_mesh *mesh,
   for (int q = 0; q < pp; ++q) {
     sg_plan_mem sm;
     memset(&sm, 0, sizeof sm);
-    double held = 0, peak = 0;
+    double held = 0, peak = 0, grad_in = 0;
     for (int c = 0; c < v; ++c) { /* even split (pipeline.c pp_cut) */
       const int g = c * pp + q;
       const int a = g * (n / nv) + (g < n % nv ? g : n % nv),
                 b = (g + 1) * (n / nv) + (g + 1 < n % nv ? g + 1 : n % nv);
-      double hg = 0, pg = 0;
-      chunk_replay(s, m, a, b, &hg, &pg);
+      double hg = 0, pg = 0, og = 0;
+      chunk_replay(s, m, a, b, &hg, &pg, &og);
+      if (og > grad_in) grad_in = og;
       if (hg > held) held = hg;
       if (pg > peak) peak = pg;
     }
+    /* pairs held between F and B (ZB-H1's deferred W state, the inputs and
+     * output gradients of its parameter ops, is not modelled) */
     const int inflight = sch ? sg_pp_peak_formula(sch, q) : 1;
     plan_buffers(m->pb, mesh, params, &sm);
     if (m->kind == SG_MODEL_FNO) sm.workspace += fno_workspace(m);
-    sm.activations = (inflight - 1) * held + peak;
+    /* the gradients of a stage's outputs are received into buffers posted
+     * when their headers arrive (pipeline.c pp_post_payloads): one per
+     * pair in flight */
+    sm.activations = (inflight - 1) * held + peak + inflight * grad_in;
     sm.peak = sm.params + sm.grads + sm.optim + sm.workspace + sm.activations;
     if (sm.peak > out->peak) *out = sm;
   }
