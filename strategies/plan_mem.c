@@ -628,6 +628,10 @@ static sg_status stages(sim *s, const mshape *m, const sg_plan_mesh *mesh,
     SG_TRY(sg_pp_kind_parse(sg_kv_str(m->pb->cfg, "pp_schedule"), &kind));
     const int64_t pv = sg_plan_int(m->pb, "pp_virtual");
     v = pv > 0 ? (int)pv : kind == SG_PP_INTERLEAVED ? 2 : 1;
+    if (kind == SG_PP_ZB_H1) /* an under-estimate is worse than none */
+      SG_RAISE(SG_ERR_NOT_SUPPORTED,
+               "sg_plan_memory: ZB-H1's deferred weight-gradient state is not "
+               "modelled");
     SG_TRY(sg_pp_schedule_create(kind, pp, (int)sg_plan_micro(m->pb, mesh), v,
                                  &sch));
   }
@@ -650,8 +654,7 @@ static sg_status stages(sim *s, const mshape *m, const sg_plan_mesh *mesh,
       if (hg > held) held = hg;
       if (pg > peak) peak = pg;
     }
-    /* pairs held between F and B (ZB-H1's deferred W state, the inputs and
-     * output gradients of its parameter ops, is not modelled) */
+    /* pairs held between F and B */
     const int inflight = sch ? sg_pp_peak_formula(sch, q) : 1;
     plan_buffers(m->pb, mesh, params, &sm);
     if (m->kind == SG_MODEL_FNO) sm.workspace += fno_workspace(m);
