@@ -258,7 +258,7 @@ static sg_status plan(sg_kv_t kv) {
         (long long)pb.vars, (long long)sg_kv_int(kv, "batch"), pb.ranks, nfit,
         n);
     print_table(rows, n, all, &hw, have_hw);
-    if (nfit > 0)
+    if (nfit > 0 && rows[0].has_mem)
       printf("best: %s (%s: %.1f MiB per rank; bound by %s)\n", rows[0].spec,
              rows[0].has_time ? "fastest" : "least memory",
              mib(rows[0].mem.peak), binding(&rows[0]));
