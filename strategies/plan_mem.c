@@ -18,8 +18,9 @@
  *     margins and accumulation, outputs and saved state released after
  *     their node). The peak of the replay is the step's peak.
  * Pipeline stages hold the activations of their micro-batches in flight
- * (the schedule's peak); activation checkpointing keeps a block's input
- * and replays its forward in backward. */
+ * (the schedule's peak) and the received gradients of their outputs;
+ * activation checkpointing keeps a block's output and replays its forward
+ * in backward. */
 #include "plan_impl.h"
 #include "sg_model.h"
 #include "sg_pipeline.h"
