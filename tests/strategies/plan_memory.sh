@@ -50,6 +50,7 @@ if [ "$set" = small ]; then
   case_ 1 h=1 --model cnn --batch 4 --activation-checkpointing blocks
   case_ 2 dp=2 --model vit --batch 4 --activation-checkpointing every:2
   case_ 2 pp=2 --model fno --batch 4 --microbatches 2 --pp-split even --width 16
+  case_ 3 pp=3 --model cnn --batch 6 --microbatches 3 --pp-split even --pp-schedule interleaved
 else
   case_ 4 h=2,w=2 --model fno --batch 4
   case_ 4 tp=2,w=2 --model vit --batch 4
