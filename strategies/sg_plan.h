@@ -21,6 +21,7 @@
 #include "sg_kv.h"
 #include "sg_status.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -42,6 +43,11 @@ sg_status sg_plan_mesh_parse(const char *spec, sg_plan_mesh *m);
 /* The size of the named dim (1 when absent); the product of all sizes. */
 int sg_plan_mesh_dim(const sg_plan_mesh *m, const char *name);
 int sg_plan_mesh_ranks(const sg_plan_mesh *m);
+/* 1 when the mesh names the dim (a size-1 pp dim still turns the pipeline
+ * on, as in sg-train). */
+int sg_plan_has_dim(const sg_plan_mesh *m, const char *name);
+/* "pp=2,fsdp=2,h=2" into buf (cap bytes). */
+void sg_plan_mesh_format(const sg_plan_mesh *m, char *buf, size_t cap);
 
 /* The problem: sg-train's config (model, width, modes, layers, blocks,
  * levels, heads, patch, depth, batch, history, zero, microbatches,
@@ -52,6 +58,10 @@ typedef struct sg_plan_problem {
   int64_t ny, nx;   /* grid points */
   int64_t vars;     /* variables (channels per frame) */
   int64_t add_grid; /* 1: the model adds grid-coordinate channels */
+  int ranks;        /* the run's rank count (0: any; the check then
+                          leaves the product of the mesh sizes alone) */
+  int threads;      /* OpenMP threads per rank: the kernels' workspaces
+                          are per thread (0: 1) */
 } sg_plan_problem;
 
 /* Every way the mesh does not fit the problem, in one message (NULL-safe

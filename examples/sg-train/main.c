@@ -26,9 +26,11 @@
 #include "sg_nc.h"
 #include "sg_optim.h"
 #include "sg_parallel.h"
+#include "sg_plan.h"
 #include "sg_stop.h"
 #include "sg_threads.h"
 #include "sg_trace.h"
+#include "keys.h"
 #include "train.h"
 
 #include <errno.h>
@@ -37,126 +39,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const sg_kv_key keys[] = {
-    {"mesh", SG_KV_STRING, "",
-     "device mesh over dp (samples), fsdp (samples, ZeRO-sharded state), h (y), w (x), "
-     "pp (pipeline stages); default h=<ranks>"},
-    {"pp_schedule", SG_KV_STRING, "1f1b",
-     "pipeline schedule over the pp dim: gpipe | 1f1b | interleaved | zb-h1"},
-    {"microbatches", SG_KV_INT, "1",
-     "pipeline micro-batches per step (with a pp dim; gradients accumulate)"},
-    {"pp_virtual", SG_KV_INT, "0",
-     "pipeline chunks per stage (interleaved; 0: the schedule's default)"},
-    {"pp_split", SG_KV_STRING, "auto",
-     "auto (pieces balanced by their measured cost) | even (by count) | i,j,...: the model's pieces where stages 1.. (virtual stages) start"},
-    {"zero", SG_KV_INT, "0",
-     "ZeRO stage over the fsdp dim: 0 (DDP) | 1 (optimizer state sharded) | 2 (+ gradients) | 3 (+ parameters)"},
-    {"zero_over_domain", SG_KV_BOOL, "false",
-     "ZeRO also shards over the domain dims h, w"},
-    {"grad_accum", SG_KV_INT, "1",
-     "micro-batches per step (gradients accumulate; one reduction per step)"},
-    {"bucket_mib", SG_KV_FLOAT, "25", "DDP gradient bucket size in MiB"},
-    {"param_dtype", SG_KV_STRING, "f32",
-     "f32 | bf16: bf16 parameters, activations and their gradients for compute, fp32 master weights and "
-     "optimizer state"},
-    {"reduce_dtype", SG_KV_STRING, "f32", "gradient reduction dtype: f32"},
-    {"model", SG_KV_STRING, "fno",
-     "model: fno | cnn (ResNet-style) | unet | vit"},
-    {"width", SG_KV_INT, "32",
-     "channels (fno, cnn); channels at full resolution (unet)"},
-    {"modes", SG_KV_INT, "12", "fno: modes kept per dim"},
-    {"layers", SG_KV_INT, "4", "fno: spectral layers"},
-    {"proj_width", SG_KV_INT, "128", "fno, cnn: projection hidden channels"},
-    {"blocks", SG_KV_INT, "4",
-     "cnn: residual blocks (conv-GroupNorm-act-conv + skip)"},
-    {"levels", SG_KV_INT, "3",
-     "unet: resolutions (grid divisible by 2^(levels-1))"},
-    {"kernel", SG_KV_INT, "3", "cnn, unet: odd convolution kernel size"},
-    {"patch", SG_KV_INT, "4",
-     "vit: patch size (divides the grid; at most the smallest shard)"},
-    {"heads", SG_KV_INT, "4", "vit: attention heads (divides width)"},
-    {"depth", SG_KV_INT, "4", "vit: transformer blocks"},
-    {"sp_mode", SG_KV_STRING, "ring",
-     "vit: how the tokens split over h, w are attended: ring (K/V blocks around the ring) | ulysses "
-     "(all-to-all to a head split; heads divisible by tp x the h, w ranks) | usp (Ulysses over w, ring over h; heads "
-     "divisible by tp x the w ranks)"},
-    {"groups", SG_KV_INT, "4", "cnn, unet: GroupNorm groups (divides width)"},
-    {"pad_y", SG_KV_STRING, "periodic",
-     "cnn, unet: boundary in y: periodic | zero | reflect | replicate"},
-    {"pad_x", SG_KV_STRING, "periodic",
-     "cnn, unet: boundary in x: periodic | zero | reflect | replicate"},
-    {"grid", SG_KV_BOOL, "true",
-     "append the (x, y) coordinates as two input channels"},
-    {"shard_spectral", SG_KV_BOOL, "true",
-     "fno: spectral weights sharded by modes over the domain ranks (false: replicated)"},
-    {"activation_checkpointing", SG_KV_STRING, "none",
-     "none | blocks | every:K: keep only the inputs of the blocks (fno layers, cnn residual blocks, unet levels; "
-     "every K-th block) and recompute their activations in backward"},
-    {"data", SG_KV_STRING, "",
-     "NetCDF dataset: var(sample, time, y, x) or var(time, lat, lon)"},
-    {"vars", SG_KV_STRING, "vorticity", "comma-separated variables (channels)"},
-    {"reject_nonfinite", SG_KV_BOOL, "false",
-     "NaN/Inf data values that are not _FillValue: false = missing points (masked), true = reject the file"},
-    {"dim_map", SG_KV_STRING, "",
-     "map non-CF dim names, e.g. TIME=time,LAT=lat"},
-    {"backend", SG_KV_STRING, "auto",
-     "NetCDF backend for reading: auto | pnetcdf | netcdf4 | serial"},
-    {"history", SG_KV_INT, "1", "input frames"},
-    {"lead", SG_KV_INT, "1",
-     "frames ahead of the last input that the model predicts"},
-    {"test_samples", SG_KV_INT, "4",
-     "samples held out for testing (sample datasets)"},
-    {"test_frames", SG_KV_INT, "12",
-     "final frames held out for testing (time-series datasets)"},
-    {"batch", SG_KV_INT, "8", "global batch (divisible by the dp size)"},
-    {"steps", SG_KV_INT, "100", "optimizer steps (ignored when epochs > 0)"},
-    {"epochs", SG_KV_INT, "0",
-     "epochs over the training examples (0: use steps)"},
-    {"lr", SG_KV_FLOAT, "1e-3", "peak learning rate"},
-    {"min_lr", SG_KV_FLOAT, "0", "final learning rate (cosine)"},
-    {"schedule", SG_KV_STRING, "cosine", "constant | cosine | step"},
-    {"warmup", SG_KV_INT, "0", "warm-up steps"},
-    {"step_size", SG_KV_INT, "100", "steps per decay (schedule step)"},
-    {"gamma", SG_KV_FLOAT, "0.5", "decay factor (schedule step)"},
-    {"weight_decay", SG_KV_FLOAT, "1e-4", "AdamW weight decay"},
-    {"clip", SG_KV_FLOAT, "0", "clip gradients to this global norm (0: off)"},
-    {"loss", SG_KV_STRING, "rel_l2",
-     "rel_l2 | mse (masked values are left out)"},
-    {"seed", SG_KV_INT, "0", "seed of initialisation and data order"},
-    {"deterministic", SG_KV_BOOL, "false",
-     "fixed-order reductions: same bits on every run"},
-    {"eval_every", SG_KV_INT, "0",
-     "evaluate on the test examples every N steps (0: at the end)"},
-    {"rollout", SG_KV_INT, "0",
-     "autoregressive rollout frames in the final evaluation (sample datasets)"},
-    {"rollout_train", SG_KV_INT, "1",
-     "K: the training loss over K autoregressive steps (the model fed its own predictions; "
-     "1: one step ahead)"},
-    {"rollout_grad", SG_KV_STRING, "full",
-     "full (gradient through all K steps, the loss their mean) | pushforward (steps 1..K-1 "
-     "without gradient, the loss on step K only)"},
-    {"rollout_curriculum", SG_KV_INT, "0",
-     "S > 0: K grows by one every S steps from 1 up to rollout_train (0: K from the start)"},
-    {"check_every", SG_KV_INT, "0",
-     "check every N steps that replicas hold identical parameters"},
-    {"log_every", SG_KV_INT, "1", "print a line every N steps"},
-    {"metrics", SG_KV_STRING, "", "write JSON lines here"},
-    {"trace", SG_KV_STRING, "", "write a Chrome-trace timeline here"},
-    {"predict", SG_KV_STRING, "",
-     "write test predictions and targets to this NetCDF file"},
-    {"ckpt_dir", SG_KV_STRING, "", "directory for checkpoints"},
-    {"ckpt_every", SG_KV_INT, "0",
-     "checkpoint every N steps (0: only at the end when ckpt_dir is set)"},
-    {"resume", SG_KV_STRING, "", "resume from this checkpoint"},
-    {"stop_after", SG_KV_INT, "0",
-     "end this run after N steps (with ckpt_dir, their checkpoint is written; no final evaluation); "
-     "the lr schedule stays that of steps: resume to go on (0: run to steps)"},
-    {"log_level", SG_KV_STRING, "info", "error | warn | info | debug"},
-    {"loss_weighting", SG_KV_STRING, "none",
-     "none | latitude (cos(lat) weights in the loss; climate data)"},
-};
-#define NKEYS ((int)(sizeof keys / sizeof keys[0]))
 
 
 /* A JSON number: non-finite values are written as null (JSON has no NaN). */
@@ -493,6 +375,23 @@ fail:
   return st;
 }
 
+/* The mesh against the model, the config and the data's shape
+ * (sg_plan_check: every violation named in one message). Not collective:
+ * every rank finds the same verdict. */
+static sg_status check_mesh(sg_kv_t kv, const char *spec, int ranks, int64_t ny,
+                            int64_t nx, int nv) {
+  sg_plan_mesh pm;
+  sg_status st = sg_plan_mesh_parse(spec, &pm);
+  if (st != SG_OK) return st;
+  const sg_plan_problem pb = {.cfg = kv,
+                              .ny = ny,
+                              .nx = nx,
+                              .vars = nv,
+                              .add_grid = sg_kv_bool(kv, "grid"),
+                              .ranks = ranks};
+  return sg_plan_check(&pb, &pm, NULL, 0);
+}
+
 /* The parallel plan's settings from the config. Not collective. */
 static sg_status plan_config(sg_kv_t kv, sg_parallel_config *pc) {
   sg_status st = SG_OK;
@@ -598,6 +497,26 @@ static sg_status setup(run_t *r) {
     snprintf(spec, sizeof spec, "%s", m);
   else
     snprintf(spec, sizeof spec, "h=%d", r->size);
+  /* the data's description and shape, then the mesh against the model:
+   * every violation in one message, before anything is built */
+  r->dopt.path = sg_kv_str(kv, "data");
+  r->dopt.vars = sg_kv_str(kv, "vars");
+  r->dopt.dim_map = sg_kv_str(kv, "dim_map");
+  r->dopt.backend = sg_kv_str(kv, "backend");
+  r->dopt.history = sg_kv_int(kv, "history");
+  r->dopt.lead = sg_kv_int(kv, "lead");
+  r->dopt.steps = sg_kv_int(kv, "rollout_train");
+  r->dopt.test_samples = sg_kv_int(kv, "test_samples");
+  r->dopt.test_frames = sg_kv_int(kv, "test_frames");
+  r->dopt.reject_nonfinite = sg_kv_bool(kv, "reject_nonfinite");
+  if (!*r->dopt.path) SG_RAISE(SG_ERR_CONFIG, "no dataset given (--data FILE)");
+  if (r->dopt.history < 1 || r->dopt.lead < 1)
+    SG_RAISE(SG_ERR_CONFIG, "history and lead must be >= 1");
+  int64_t ny = 0, nx = 0;
+  int nv = 0;
+  double t_io = sg_wtime();
+  SG_TRY(sg_dataset_peek(&r->dopt, &ny, &nx, &nv));
+  SG_TRY(sg_agree(MPI_COMM_WORLD, check_mesh(kv, spec, r->size, ny, nx, nv)));
   SG_TRY(sg_mesh_create(MPI_COMM_WORLD, spec, &r->mesh));
   SG_TRY(sg_agree(MPI_COMM_WORLD, sg_train_pp_check(kv, r->mesh)));
   SG_TRY(sg_agree(MPI_COMM_WORLD, check_rollout(r, kv, r->mesh)));
@@ -651,24 +570,7 @@ static sg_status setup(run_t *r) {
   r->deterministic = sg_kv_bool(kv, "deterministic");
   sg_comm_set_deterministic(r->deterministic);
 
-  /* data description, then the model (which fixes the slab) */
-  r->dopt.path = sg_kv_str(kv, "data");
-  r->dopt.vars = sg_kv_str(kv, "vars");
-  r->dopt.dim_map = sg_kv_str(kv, "dim_map");
-  r->dopt.backend = sg_kv_str(kv, "backend");
-  r->dopt.history = sg_kv_int(kv, "history");
-  r->dopt.lead = sg_kv_int(kv, "lead");
-  r->dopt.steps = r->ar_steps;
-  r->dopt.test_samples = sg_kv_int(kv, "test_samples");
-  r->dopt.test_frames = sg_kv_int(kv, "test_frames");
-  r->dopt.reject_nonfinite = sg_kv_bool(kv, "reject_nonfinite");
-  if (!*r->dopt.path) SG_RAISE(SG_ERR_CONFIG, "no dataset given (--data FILE)");
-  if (r->dopt.history < 1 || r->dopt.lead < 1)
-    SG_RAISE(SG_ERR_CONFIG, "history and lead must be >= 1");
-  int64_t ny = 0, nx = 0;
-  int nv = 0;
-  double t_io = sg_wtime();
-  SG_TRY(sg_dataset_peek(&r->dopt, &ny, &nx, &nv));
+  /* the model (which fixes the slab) */
   mc.cin = nv * r->dopt.history;
   mc.cout = nv;
   r->cin = mc.cin;
@@ -1023,7 +925,7 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &r.size);
   sg_status st =
       sg_stop_install(); /* SIGTERM, SIGINT: stop at the next step boundary */
-  if (st == SG_OK) st = sg_kv_create(keys, NKEYS, &r.kv);
+  if (st == SG_OK) st = sg_kv_create(sg_train_keys, sg_train_nkeys, &r.kv);
   for (int i = 1; i < argc; ++i)
     if (st == SG_OK &&
         (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)) {

@@ -1,0 +1,496 @@
+/* shardgrid — the mesh check of sg-plan (sg_plan.h): every way a candidate
+ * mesh does not fit a model, named in one message.
+ *
+ * The rules are the ones the code enforces when it builds a run, restated
+ * here as pure functions of the config, the grid and the mesh sizes so that
+ * they can be evaluated without building anything (and without MPI):
+ *   - the parallel plan's mesh roles and ZeRO stages (parallel.c
+ *     plan_roles), the pipeline's limits (pipeline.c, sg-train's pipe.c);
+ *   - sg-train's batch split: the global batch over dp x fsdp, then over the
+ *     micro-batches (main.c setup);
+ *   - each model's refusals at build time (fno.c, cnn.c, unet.c, vit.c,
+ *     convnet.c), and the thin-shard check of every window op the model
+ *     runs on a split grid (sg_window_halos + sg_halo_check, the same pure
+ *     functions the halo exchange calls). */
+#include "sg_autograd.h"
+#include "sg_decomp.h"
+#include "sg_model.h"
+#include "sg_pipeline.h"
+#include "plan_impl.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the mesh ------------------------------------------------------------ */
+
+sg_status sg_plan_mesh_parse(const char *spec, sg_plan_mesh *m) {
+  sg_status st = SG_OK;
+  if (!spec || !m) SG_RAISE(SG_ERR_INVALID_ARG, "sg_plan_mesh_parse: NULL");
+  memset(m, 0, sizeof *m);
+  for (const char *p = spec; *p;) {
+    const char *eq = strchr(p, '='), *end = strchr(p, ',');
+    if (!end) end = p + strlen(p);
+    char *e = NULL;
+    long v = eq && eq < end ? strtol(eq + 1, &e, 10) : 0;
+    if (!eq || eq > end || eq == p || (size_t)(eq - p) >= sizeof m->name[0] ||
+        e != end || v < 1 || v > 1000000)
+      SG_RAISE(SG_ERR_CONFIG,
+               "mesh '%s': expected name=size,... (sizes >= 1, names of at "
+               "most %d characters)",
+               spec, (int)sizeof m->name[0] - 1);
+    if (m->ndims == SG_PLAN_MAX_DIMS)
+      SG_RAISE(SG_ERR_CONFIG, "mesh '%s': at most %d dims", spec,
+               SG_PLAN_MAX_DIMS);
+    memcpy(m->name[m->ndims], p, (size_t)(eq - p));
+    m->size[m->ndims++] = (int)v;
+    p = *end ? end + 1 : end;
+    if (*end && !*p)
+      SG_RAISE(SG_ERR_CONFIG, "mesh '%s' ends with a comma", spec);
+  }
+fail:
+  return st;
+}
+
+int sg_plan_mesh_dim(const sg_plan_mesh *m, const char *name) {
+  for (int i = 0; m && i < m->ndims; ++i)
+    if (!strcmp(m->name[i], name)) return m->size[i];
+  return 1;
+}
+
+int sg_plan_mesh_ranks(const sg_plan_mesh *m) {
+  int n = 1;
+  for (int i = 0; m && i < m->ndims; ++i) n *= m->size[i];
+  return n;
+}
+
+void sg_plan_mesh_format(const sg_plan_mesh *m, char *buf, size_t cap) {
+  size_t len = 0;
+  if (cap) buf[0] = '\0';
+  for (int i = 0; m && i < m->ndims && len < cap; ++i)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s=%d", i ? "," : "",
+                            m->name[i], m->size[i]);
+}
+
+/* ---- the facts the checks need, from the config ---------------------------- */
+
+sg_status sg_plan_model_kind(const sg_plan_problem *pb, int *kind) {
+  sg_model_kind k;
+  sg_status st = sg_model_kind_parse(sg_kv_str(pb->cfg, "model"), &k);
+  *kind = (int)k;
+  return st;
+}
+
+int64_t sg_plan_int(const sg_plan_problem *pb, const char *key) {
+  return sg_kv_int(pb->cfg, key);
+}
+
+int sg_plan_pieces(const sg_plan_problem *pb) {
+  int kind = 0;
+  if (sg_plan_model_kind(pb, &kind) != SG_OK) return 0;
+  switch (kind) {
+  case SG_MODEL_FNO: return (int)sg_plan_int(pb, "layers") + 2;
+  case SG_MODEL_CNN: return (int)sg_plan_int(pb, "blocks") + 2;
+  case SG_MODEL_UNET: return 2 * (int)sg_plan_int(pb, "levels");
+  case SG_MODEL_VIT: return (int)sg_plan_int(pb, "depth") + 2;
+  default: return 0;
+  }
+}
+
+int sg_plan_data_ranks(const sg_plan_mesh *m) {
+  return sg_plan_mesh_dim(m, "dp") * sg_plan_mesh_dim(m, "fsdp");
+}
+
+int64_t sg_plan_micro(const sg_plan_problem *pb, const sg_plan_mesh *m) {
+  return sg_plan_int(pb,
+                     sg_plan_has_dim(m, "pp") ? "microbatches" : "grad_accum");
+}
+
+int64_t sg_plan_ckpt_every(const sg_plan_problem *pb) {
+  const char *ac = sg_kv_str(pb->cfg, "activation_checkpointing");
+  char *end = NULL;
+  if (!*ac || !strcmp(ac, "none")) return 0;
+  if (!strcmp(ac, "blocks")) return 1;
+  if (strncmp(ac, "every:", 6) != 0) return -1;
+  const long k = strtol(ac + 6, &end, 10);
+  return end != ac + 6 && *end == '\0' && k >= 1 && k <= 1000000 ? k : -1;
+}
+
+int sg_plan_has_dim(const sg_plan_mesh *m, const char *name) {
+  for (int i = 0; m && i < m->ndims; ++i)
+    if (!strcmp(m->name[i], name)) return 1;
+  return 0;
+}
+
+/* An error message without its "[rank r] " head and " (file.c:line)" tail. */
+static void strip_error(const char *e, char *msg, size_t cap) {
+  if (e[0] == '[' && strstr(e, "] ")) e = strstr(e, "] ") + 2;
+  snprintf(msg, cap, "%s", e);
+  char *tail = strrchr(msg, '(');
+  if (tail && tail > msg && tail[-1] == ' ' && strstr(tail, ".c:"))
+    tail[-1] = '\0';
+}
+
+/* ---- the verdict ------------------------------------------------------------ */
+
+typedef struct why_buf {
+  char text[4096];
+  size_t len;
+  int n;
+} why_buf;
+
+static void why_add(why_buf *w, const char *fmt, ...) {
+  char one[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(one, sizeof one, fmt, ap);
+  va_end(ap);
+  ++w->n;
+  if (w->len < sizeof w->text)
+    w->len += (size_t)snprintf(w->text + w->len, sizeof w->text - w->len,
+                               "%s(%d) %s", w->n > 1 ? "; " : "", w->n, one);
+}
+
+/* The mesh itself: known, supported dims, each once; the rank count
+ * (parallel.c plan_roles; the models take h and w, no d). */
+static void check_dims(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                       why_buf *w) {
+  static const char *const usable[] = {"pp", "dp", "fsdp", "tp", "h", "w"};
+  static const char *const later[][2] = {{"d", "domain (3-D)"},
+                                         {"sp", "sequence"},
+                                         {"cp", "sequence"},
+                                         {"ep", "expert"}};
+  for (int i = 0; i < m->ndims; ++i) {
+    const char *nm = m->name[i];
+    int ok = 0, l = -1;
+    for (size_t k = 0; k < sizeof usable / sizeof *usable; ++k)
+      ok |= !strcmp(nm, usable[k]);
+    for (int k = 0; k < 4; ++k)
+      if (!strcmp(nm, later[k][0])) l = k;
+    for (int j = 0; j < i; ++j)
+      if (!strcmp(nm, m->name[j]))
+        why_add(w, "mesh dim '%s' appears twice", nm);
+    if (l >= 0 && m->size[i] > 1)
+      why_add(w,
+              "mesh dim '%s' (size %d): %s parallelism is not supported by "
+              "the parallel plan and the 2-D models yet (supported: pp, dp, "
+              "fsdp, tp, h, w; a size-1 %s dim is fine)",
+              nm, m->size[i], later[l][1], nm);
+    else if (!ok && l < 0)
+      why_add(w,
+              "mesh dim '%s' has no role in the parallel plan (known: dp, "
+              "fsdp, h, w, d, tp, pp, sp, cp, ep)",
+              nm);
+  }
+  if (pb->ranks > 0 && sg_plan_mesh_ranks(m) != pb->ranks)
+    why_add(w, "the mesh has %d ranks (the product of its sizes), the run %d",
+            sg_plan_mesh_ranks(m), pb->ranks);
+}
+
+/* The pipeline's schedule and pieces (sg-train's pipe.c, pipeline.c,
+ * pipeline_schedule.c: the schedule generator's own refusals). */
+static void check_pipeline(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                           why_buf *w) {
+  sg_pp_kind kind;
+  char msg[384];
+  if (sg_pp_kind_parse(sg_kv_str(pb->cfg, "pp_schedule"), &kind) != SG_OK) {
+    strip_error(sg_last_error(), msg, sizeof msg);
+    why_add(w, "%s", msg);
+    return;
+  }
+  const int64_t pv = sg_plan_int(pb, "pp_virtual"),
+                micro = sg_plan_int(pb, "microbatches");
+  const int v = pv > 0 ? (int)pv : kind == SG_PP_INTERLEAVED ? 2 : 1;
+  const int np = sg_plan_mesh_dim(m, "pp"), pieces = sg_plan_pieces(pb);
+  sg_pp_schedule *sch = NULL;
+  if (micro >= 1 && micro <= 1000000 &&
+      sg_pp_schedule_create(kind, np, (int)micro, v, &sch) != SG_OK) {
+    strip_error(sg_last_error(), msg, sizeof msg);
+    why_add(w, "%s", msg);
+  }
+  sg_pp_schedule_destroy(&sch);
+  if (pieces > 0 && np * v > pieces)
+    why_add(w,
+            "pipeline: %d virtual stages (pp = %d x v = %d) but the model has "
+            "%d blocks: every virtual stage needs at least one block",
+            np * v, np, v, pieces);
+}
+
+/* ZeRO stages and the pipeline (parallel.c plan_roles, pipeline.c, sg-train's
+ * pipe.c and check_rollout). */
+static void check_plan(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                       why_buf *w) {
+  const int64_t zero = sg_plan_int(pb, "zero");
+  const int fsdp = sg_plan_mesh_dim(m, "fsdp"), pp = sg_plan_has_dim(m, "pp");
+  const int over_domain = sg_kv_bool(pb->cfg, "zero_over_domain");
+  if (zero < 0 || zero > 3)
+    why_add(w, "zero must be 0, 1, 2 or 3, not %lld", (long long)zero);
+  if (sg_plan_ckpt_every(pb) < 0)
+    why_add(w,
+            "activation_checkpointing must be none, blocks or every:K with K "
+            ">= 1, not '%s'",
+            sg_kv_str(pb->cfg, "activation_checkpointing"));
+  if (fsdp > 1 && zero == 0)
+    why_add(w, "mesh dim 'fsdp' shards the model state: set zero = 1, 2 or 3 "
+               "(or use 'dp' for plain data parallelism)");
+  if (zero >= 1 && !sg_plan_has_dim(m, "fsdp") && !over_domain)
+    why_add(w,
+            "zero = %lld shards over the 'fsdp' mesh dim (or the domain dims "
+            "with zero_over_domain): this mesh has neither",
+            (long long)zero);
+  if (!pp) {
+    if (sg_plan_int(pb, "microbatches") > 1)
+      why_add(w,
+              "microbatches = %lld needs a 'pp' mesh dim (without a pipeline "
+              "use grad_accum)",
+              (long long)sg_plan_int(pb, "microbatches"));
+    return;
+  }
+  if (sg_plan_int(pb, "grad_accum") != 1)
+    why_add(w,
+            "grad_accum = %lld with pp: the pipeline's micro-batches are set "
+            "by microbatches",
+            (long long)sg_plan_int(pb, "grad_accum"));
+  if (zero >= 2)
+    why_add(w,
+            "pipeline: zero = %lld inside a stage is not supported yet (use "
+            "zero 0 or 1)",
+            (long long)zero);
+  if (strcmp(sg_kv_str(pb->cfg, "param_dtype"), "bf16") == 0)
+    why_add(w, "pipeline: param_dtype = bf16 is not supported yet");
+  if (sg_plan_int(pb, "rollout_train") > 1)
+    why_add(w,
+            "rollout_train = %lld with a pp mesh dim: multi-step training "
+            "does not run through the pipeline yet",
+            (long long)sg_plan_int(pb, "rollout_train"));
+  check_pipeline(pb, m, w);
+}
+
+/* sg-train's batch split: batch over dp x fsdp, then over micro-batches. */
+static void check_batch(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                        why_buf *w) {
+  const int64_t batch = sg_plan_int(pb, "batch");
+  const int nd = sg_plan_data_ranks(m);
+  const int pp = sg_plan_has_dim(m, "pp");
+  const int64_t micro = sg_plan_micro(pb, m);
+  if (batch < 1 || batch % nd) {
+    why_add(
+        w,
+        "global batch %lld is not divisible by the %d data-parallel ranks (dp x fsdp)",
+        (long long)batch, nd);
+    return;
+  }
+  if (micro < 1 || (batch / nd) % micro)
+    why_add(w,
+            "%s = %lld must be >= 1 and divide the %lld samples per data "
+            "rank (batch %lld over %d data-parallel ranks)",
+            pp ? "microbatches" : "grad_accum", (long long)micro,
+            (long long)(batch / nd), (long long)batch, nd);
+  else if (pp && batch / nd / micro > 256)
+    why_add(w, "pp: a micro-batch of %lld samples per rank (at most 256)",
+            (long long)(batch / nd / micro));
+}
+
+/* The thin-shard check of one window op on a grid dim of n cells over p
+ * ranks; *n_out gets the op's output size. 0 when it fits. */
+static int window_fits(int dim, int64_t n, int p, sg_window win, int64_t *n_out,
+                       char *msg, size_t cap) {
+  int64_t *halo = malloc(2 * (size_t)p * sizeof *halo),
+          *sizes = malloc((size_t)p * sizeof *sizes);
+  sg_status st = halo && sizes ? SG_OK : SG_ERR_ALLOC;
+  if (st == SG_OK) st = sg_window_output_size(sg_window_normal(win), n, n_out);
+  if (st == SG_OK) st = sg_window_halos(n, p, win, halo, NULL, NULL);
+  for (int r = 0; st == SG_OK && r < p; ++r) sizes[r] = sg_split_size(n, p, r);
+  if (st == SG_OK) st = sg_halo_check(dim, p, sizes, win.boundary, halo);
+  if (st != SG_OK) strip_error(sg_last_error(), msg, cap);
+  free(halo);
+  free(sizes);
+  return st != SG_OK;
+}
+
+/* A 'same' convolution of odd kernel k with boundary b (convnet.c). */
+static sg_window conv_same(int64_t k, sg_boundary b) {
+  sg_window win = {.kernel = k,
+                   .stride = 1,
+                   .dilation = 1,
+                   .pad = {(k - 1) / 2, k - 1 - (k - 1) / 2},
+                   .boundary = b};
+  return win;
+}
+
+/* The window ops the model runs along one grid dim (i: 0 y over h, 1 x
+ * over w), checked in order; the first that does not fit is reported. */
+static void check_windows(const sg_plan_problem *pb, int kind, int i, int p,
+                          why_buf *w) {
+  const int64_t n = i == 0 ? pb->ny : pb->nx, k = sg_plan_int(pb, "kernel");
+  const char *dim = i == 0 ? "h" : "w";
+  sg_boundary b = SG_BOUNDARY_ZERO;
+  if (sg_boundary_parse(sg_kv_str(pb->cfg, i == 0 ? "pad_y" : "pad_x"), &b) !=
+      SG_OK)
+    b = SG_BOUNDARY_ZERO;
+  char msg[384] = "";
+  int64_t out = 0;
+  int bad = 0;
+  if (kind == SG_MODEL_CNN) {
+    bad = window_fits(i, n, p, conv_same(k, b), &out, msg, sizeof msg);
+  } else if (kind == SG_MODEL_UNET) {
+    const int L = (int)sg_plan_int(pb, "levels");
+    const sg_window pool = {.kernel = 2, .stride = 2};
+    const sg_window up = {.kernel = 3,
+                          .stride = 1,
+                          .dilation = 1,
+                          .pad = {1, 1},
+                          .up = 2,
+                          .boundary = SG_BOUNDARY_REPLICATE};
+    for (int l = 0; l < L && !bad; ++l) {
+      const int64_t nl = n >> l;
+      bad = (l > 0 &&
+             window_fits(i, n >> (l - 1), p, pool, &out, msg, sizeof msg)) ||
+            window_fits(i, nl, p, conv_same(k, b), &out, msg, sizeof msg) ||
+            (l > 0 && window_fits(i, nl, p, up, &out, msg, sizeof msg));
+    }
+  } else if (kind == SG_MODEL_VIT) {
+    const int64_t ps = sg_plan_int(pb, "patch");
+    const sg_window patch = {.kernel = ps, .stride = ps};
+    if (ps >= 1 && n % ps == 0)
+      bad = window_fits(i, n, p, patch, &out, msg, sizeof msg);
+  }
+  if (bad)
+    why_add(w,
+            "%s = %d: a shard of the %lld cells is thinner than a halo the "
+            "model needs (%s)",
+            dim, p, (long long)n, msg);
+}
+
+/* The ViT's attention over the split tokens (sp_mode; models/ag_ulysses.c's
+ * sg_sp_mode_check, in its words): Ulysses attends whole heads on every rank
+ * of its all-to-all (h and w; USP: w). */
+static void check_sp_mode(const sg_plan_problem *pb, int64_t heads, int tp,
+                          int ph, int pw, why_buf *w) {
+  const char *name = sg_kv_str(pb->cfg, "sp_mode");
+  sg_sp_mode mode = SG_SP_RING;
+  if (*name && sg_sp_mode_parse(name, &mode) != SG_OK) {
+    char msg[384];
+    strip_error(sg_last_error(), msg, sizeof msg);
+    why_add(w, "%s", msg);
+    return;
+  }
+  const int P = mode == SG_SP_ULYSSES ? ph * pw : pw;
+  if (mode != SG_SP_RING && heads >= 1 && (heads % tp || (heads / tp) % P))
+    why_add(
+        w,
+        "vit: sp_mode = %s needs the heads (%lld) divisible by tp x the domain "
+        "ranks of its all-to-all (%d x %d: %s): every rank attends whole heads "
+        "(use sp_mode = ring, which has no such constraint)",
+        mode == SG_SP_USP ? "usp" : "ulysses", (long long)heads, tp, P,
+        mode == SG_SP_USP ? "w" : "h and w");
+}
+
+/* What each model refuses when it is built (fno.c, cnn.c, unet.c, vit.c,
+ * convnet.c), and the thin shards of its window ops. */
+static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                        int kind, why_buf *w) {
+  const int64_t ny = pb->ny, nx = pb->nx, width = sg_plan_int(pb, "width");
+  const int ph = sg_plan_mesh_dim(m, "h"), pw = sg_plan_mesh_dim(m, "w"),
+            tp = sg_plan_mesh_dim(m, "tp");
+  static const char *const whos[] = {"FNO", "CNN", "U-Net", "vit"};
+  const char *who = kind >= 0 && kind < 4 ? whos[kind] : "model";
+  if (tp > 1 && kind != SG_MODEL_VIT)
+    why_add(
+        w,
+        "%s: mesh dim 'tp' (size %d): this model has no tensor parallelism (models with TP: vit)",
+        who, tp);
+  if (ph > ny || pw > nx)
+    why_add(
+        w,
+        "a %lldx%lld grid cannot be split over h = %d, w = %d (empty shards)",
+        (long long)ny, (long long)nx, ph, pw);
+  if (kind == SG_MODEL_CNN || kind == SG_MODEL_UNET) {
+    const int64_t k = sg_plan_int(pb, "kernel"), g = sg_plan_int(pb, "groups");
+    if (k < 1 || k % 2 == 0)
+      why_add(w, "%s: kernel must be odd (got %lld)", who, (long long)k);
+    if (g < 1 || width % g)
+      why_add(w, "%s: groups (%lld) must divide width (%lld)", who,
+              (long long)g, (long long)width);
+    if (kind == SG_MODEL_CNN && (ny < k || nx < k))
+      why_add(w, "CNN: grid %lldx%lld smaller than the kernel %lld",
+              (long long)ny, (long long)nx, (long long)k);
+    if (kind == SG_MODEL_UNET) {
+      const int64_t L = sg_plan_int(pb, "levels");
+      const int64_t f = L >= 1 && L < 20 ? (int64_t)1 << (L - 1) : 1;
+      if (L < 1 || ny % f || nx % f || ny / f < k || nx / f < k) {
+        why_add(
+            w,
+            "U-Net: a %lldx%lld grid does not fit %lld levels (divisible by %lld, "
+            "at least %lld cells at the coarsest level)",
+            (long long)ny, (long long)nx, (long long)L, (long long)f,
+            (long long)k);
+        return; /* the window checks assume the levels fit */
+      }
+    }
+  } else if (kind == SG_MODEL_FNO) {
+    const int64_t md = sg_plan_int(pb, "modes");
+    if (md < 1 || 2 * md > ny || md > nx / 2 + 1)
+      why_add(w,
+              "FNO: modes %lld do not fit a %lldx%lld grid (2 modes <= ny, "
+              "modes <= nx/2+1)",
+              (long long)md, (long long)ny, (long long)nx);
+  } else if (kind == SG_MODEL_VIT) {
+    const int64_t heads = sg_plan_int(pb, "heads"),
+                  p = sg_plan_int(pb, "patch");
+    if (heads < 1 || width % heads)
+      why_add(w, "vit: heads (%lld) must divide width (%lld)", (long long)heads,
+              (long long)width);
+    if (heads >= 1 && heads % tp)
+      why_add(
+          w,
+          "vit: heads (%lld) must be divisible by tp (%d): tensor parallelism splits the heads",
+          (long long)heads, tp);
+    check_sp_mode(pb, heads, tp, ph, pw, w);
+    if (p < 1 || ny % p || nx % p)
+      why_add(
+          w,
+          "vit: grid %lldx%lld is not divisible by patch %lld (patches are not padded)",
+          (long long)ny, (long long)nx, (long long)p);
+    else if (p > ny / ph || p > nx / pw)
+      why_add(
+          w,
+          "vit: patch %lld is larger than the smallest shard (%lldx%lld cells "
+          "over h = %d, w = %d)",
+          (long long)p, (long long)(ny / ph), (long long)(nx / pw), ph, pw);
+  }
+  if (ph > ny || pw > nx) return;
+  if (ph > 1) check_windows(pb, kind, 0, ph, w);
+  if (pw > 1) check_windows(pb, kind, 1, pw, w);
+}
+
+sg_status sg_plan_check(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                        char *why, size_t cap) {
+  if (why && cap) why[0] = '\0';
+  if (!pb || !m)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_plan_check: NULL argument");
+  why_buf w;
+  memset(&w, 0, sizeof w);
+  int kind = -1;
+  if (sg_plan_model_kind(pb, &kind) != SG_OK) {
+    char msg[384];
+    strip_error(sg_last_error(), msg, sizeof msg);
+    why_add(&w, "%s", msg);
+    kind = -1;
+  }
+  check_dims(pb, m, &w);
+  check_plan(pb, m, &w);
+  check_batch(pb, m, &w);
+  if (kind >= 0) check_model(pb, m, kind, &w);
+  if (!w.n) return SG_OK;
+  char spec[128], head[256];
+  sg_plan_mesh_format(m, spec, sizeof spec);
+  snprintf(head, sizeof head,
+           "mesh %s does not fit the %s on a %lldx%lld grid (%d problem%s): ",
+           spec, sg_kv_str(pb->cfg, "model"), (long long)pb->ny,
+           (long long)pb->nx, w.n, w.n > 1 ? "s" : "");
+  if (why && cap) snprintf(why, cap, "%s%s", head, w.text);
+  return sg_error_set(SG_ERR_CONFIG, __FILE__, __LINE__, "%s%s", head, w.text);
+}

@@ -1,0 +1,716 @@
+/* shardgrid — the memory model of sg-plan (sg_plan.h): the peak bytes per
+ * rank of a training step, from the same accounting a run reports
+ * (sg_malloc's peak: sg-train's peak_mem_mib).
+ *
+ * Two parts, as sg-train splits them:
+ *   - held before the first step: the parallel plan's flat buffers
+ *     (parameters, gradients, AdamW moments, ZeRO pieces and packing
+ *     buffers: parallel.c sg_parallel_create) and the model's workspaces
+ *     made at build time (the FNO's FFT plans and spectral buffers);
+ *   - the step's own peak (peak_work_mib): a replay of the tape's
+ *     allocations. The model's forward is written down as its ops (the
+ *     shapes of models/fno.c, cnn.c, unet.c, vit.c at the rank's local
+ *     shape and batch), and the replay allocates what autograd allocates:
+ *     each op's output, the windowed input with its margins (xin), the
+ *     saved state, the kernels' workspaces (per OpenMP thread); backward
+ *     walks the ops in reverse with ag_backward.c's rules (gradients
+ *     allocated on first use, handed over by identity ops, temporaries for
+ *     margins and accumulation, outputs and saved state released after
+ *     their node). The peak of the replay is the step's peak.
+ * Pipeline stages hold the activations of their micro-batches in flight
+ * (the schedule's peak) and the received gradients of their outputs;
+ * activation checkpointing keeps a block's output and replays its forward
+ * in backward. */
+#include "plan_impl.h"
+#include "sg_model.h"
+#include "sg_pipeline.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the tape replay --------------------------------------------------- */
+
+enum { SIM_MAX = 4096, SIM_IN = 3 };
+
+typedef struct sim_var {
+  double bytes;
+  int requires, grad; /* needs a gradient; its gradient is allocated */
+  int value;          /* its value is held */
+} sim_var;
+
+typedef struct sim_node {
+  int nin, in[SIM_IN], out;
+  unsigned ident;    /* inputs whose gradient is the output's (add) */
+  int windowed;      /* input with the margins block, -1: none */
+  double xin, saved; /* held from the forward to the node's backward */
+  double bws;        /* backward workspace */
+  int ckpt;          /* 1 + the checkpointed piece it replays (0: an op) */
+} sim_node;
+
+struct mshape;
+
+typedef struct sim {
+  sim_var v[SIM_MAX];
+  sim_node n[SIM_MAX];
+  int nv, nn, threads;
+  const struct mshape *m; /* the model, for checkpoint replays */
+  double xkey[64][4];     /* the halo exchanges made (ag_apply.c xcache) */
+  int nx;
+  double live, peak;
+  int overflow;
+} sim;
+
+static void sim_touch(sim *s, double extra) {
+  if (s->live + extra > s->peak) s->peak = s->live + extra;
+}
+
+/* A leaf (data): not on the account (the driver's own buffers). */
+static int sim_leaf(sim *s, double bytes) {
+  if (s->nv >= SIM_MAX) return s->overflow = 1, 0;
+  s->v[s->nv] = (sim_var){bytes, 0, 0, 0};
+  return s->nv++;
+}
+
+/* An op of inputs in[0..nin) with one output of out bytes; its margins
+ * block xin (0: none), saved state, forward and backward workspaces. */
+typedef struct sim_op {
+  int nin, in[SIM_IN];
+  double out, xin, saved, fws, bws;
+  unsigned ident;
+  int windowed, param; /* param: the op has a parameter input */
+} sim_op;
+
+static int sim_apply(sim *s, const sim_op *o) {
+  if (s->nv >= SIM_MAX || s->nn >= SIM_MAX) return s->overflow = 1, 0;
+  int req = o->param;
+  for (int i = 0; i < o->nin; ++i) req |= s->v[o->in[i]].requires;
+  s->live += o->xin + o->out + o->saved;
+  sim_touch(s, o->fws);
+  const int y = s->nv++;
+  s->v[y] = (sim_var){o->out, req, 0, 1};
+  sim_node *n = &s->n[s->nn++];
+  *n = (sim_node){.nin = o->nin,
+                  .out = y,
+                  .ident = o->ident,
+                  .windowed = o->windowed,
+                  .xin = o->xin,
+                  .saved = o->saved,
+                  .bws = o->bws};
+  for (int i = 0; i < o->nin; ++i) n->in[i] = o->in[i];
+  return y;
+}
+
+static int model_piece(sim *s, const struct mshape *m, int k, int h);
+static void sim_backward(sim *s, int first_node);
+
+/* A checkpoint's backward (ag_checkpoint.c): the block's forward again on
+ * a child tape, its backward from the output's gradient, then the node's
+ * release. */
+static void sim_ckpt_backward(sim *s, sim_node *n) {
+  sim_var *y = &s->v[n->out];
+  if (!y->grad) s->live += y->bytes, y->grad = 1;
+  const int n1 = s->nn, in = n->in[0], out = n->out;
+  const int y2 = model_piece(s, s->m, n->ckpt - 1, in);
+  s->live += s->v[y2].bytes; /* its seed: the output's gradient */
+  s->v[y2].grad = 1;
+  sim_backward(s, n1);
+  y = &s->v[out];
+  s->live -= y->bytes * (y->value + y->grad);
+  y->value = 0, y->grad = 0;
+}
+
+/* One node's backward (ag_backward_local and _route), then its release. */
+static void sim_node_backward(sim *s, sim_node *n) {
+  if (n->ckpt) {
+    sim_ckpt_backward(s, n);
+    return;
+  }
+  sim_var *y = &s->v[n->out];
+  if (y->requires && !y->grad) {
+    s->live += y->bytes;
+    y->grad = 1;
+  }
+  double tmp = 0.0;
+  int handed = 0;
+  for (int i = 0; y->requires && i < n->nin; ++i) {
+    sim_var *x = &s->v[n->in[i]];
+    if (!x->requires || (n->ident >> i & 1u)) continue;
+    if (i == n->windowed && n->xin > 0)
+      tmp += n->xin; /* PAD: the margins' gradient */
+    else if (!x->grad)
+      s->live += x->bytes, x->grad = 1; /* DIRECT */
+    else
+      tmp += x->bytes; /* ADD */
+  }
+  sim_touch(s, tmp + n->bws);
+  for (int i = 0; y->requires && i < n->nin; ++i) {
+    sim_var *x = &s->v[n->in[i]];
+    if (!x->requires) continue;
+    if (n->ident >> i & 1u) {
+      if (!x->grad && !handed && y->grad)
+        handed = 1; /* the output's gradient handed over */
+      else if (!x->grad)
+        s->live += x->bytes;
+      x->grad = 1;
+    } else if (i == n->windowed && n->xin > 0) {
+      sim_touch(s, tmp + x->bytes); /* tmp2: the margins' adjoint */
+      if (!x->grad) s->live += x->bytes, x->grad = 1;
+    }
+  }
+  /* release: the output's value and gradient, the node's own state */
+  s->live -= (y->value ? y->bytes : 0.0) +
+             (y->grad && !handed ? y->bytes : 0.0);
+  y->value = 0, y->grad = 0;
+  s->live -= n->xin + n->saved;
+}
+
+static void sim_backward(sim *s, int first_node) {
+  for (int k = s->nn - 1; k >= first_node; --k) sim_node_backward(s, &s->n[k]);
+  s->nn = first_node;
+}
+
+/* ---- the models' ops ------------------------------------------------- */
+
+typedef struct mshape {
+  double b, ny, nx; /* this rank's batch (one micro-batch) and shard */
+  int threads;
+  int kind;
+  const sg_plan_problem *pb;
+  int cin; /* input channels (history x vars) */
+  int tp, domain, ckpt_every, ph, pw;
+  int skip[16]; /* the U-Net's skips (encoder outputs) */
+} mshape;
+
+static double fbytes(const mshape *m, double ch, double ny, double nx) {
+  return 4.0 * m->b * ch * ny * nx;
+}
+
+/* sg_conv_geom_make's workspace per thread (ops.c), bytes. */
+static double conv_ws(const mshape *m, double c, double k, double kk,
+                      double outx, double outy, int trans, double sin) {
+  (void)outy;
+  double inner = outx, rows = ceil(1024.0 / inner);
+  if (rows > outy) rows = outy;
+  double cols = rows * inner;
+  if (trans) cols = sin < 1024 ? sin : 1024;
+  double per = trans ? (k * kk * cols + c * k * kk)
+                     : (2 * c * kk * cols + k * c * kk);
+  return ceil(per * 4.0 / 64.0) * 64.0 * m->threads;
+}
+
+/* A 'same' convolution c -> k channels of kernel kw on an ny x nx shard. */
+/* The halo exchange of a window op with a margin of hw cells on c
+ * channels of an ny x nx shard: the tape keeps one per shape (ag_apply.c
+ * xcache) for the step, with the halo plan's send and receive buffers per
+ * neighbour (halo.c) along the split dims. */
+static void sim_exchange(sim *s, const mshape *m, double c, double ny,
+                         double nx, double hw) {
+  if (hw <= 0 || (m->ph < 2 && m->pw < 2)) return;
+  const double key[4] = {c, ny, nx, hw};
+  for (int i = 0; i < s->nx; ++i)
+    if (!memcmp(s->xkey[i], key, sizeof key)) return;
+  if (s->nx < 64) memcpy(s->xkey[s->nx++], key, sizeof key);
+  const double per = 4.0 * m->b * c * hw;
+  if (m->ph > 1) s->live += 4 * per * (nx + 2 * hw); /* rows, both sides */
+  if (m->pw > 1) s->live += 4 * per * (ny + 2 * hw);
+}
+
+static int op_conv(sim *s, const mshape *m, int x, double c, double k,
+                   double kw, double ny, double nx) {
+  sim_exchange(s, m, c, ny, nx, (kw - 1) / 2);
+  const double kk = kw * kw;
+  const double ws = kw == 1 ? 0.0 : conv_ws(m, c, k, kk, nx, ny, 0, 0);
+  const double wpart = kw == 1 ? (k * c + k) * 64.0
+                               : m->threads * k * c * kk * 64.0;
+  const double xin = kw == 1 ? 0.0 : fbytes(m, c, ny + kw - 1, nx + kw - 1);
+  sim_op o = {.nin = 1,
+              .in = {x},
+              .out = fbytes(m, k, ny, nx),
+              .xin = xin,
+              .fws = ws,
+              .bws = ws + wpart,
+              .windowed = 0,
+              .param = 1};
+  return sim_apply(s, &o);
+}
+
+static int op_pointwise(sim *s, const mshape *m, int x, double k, double ny,
+                        double nx, int param, unsigned ident, int y2) {
+  sim_op o = {.nin = y2 >= 0 ? 2 : 1,
+              .in = {x, y2 >= 0 ? y2 : 0},
+              .out = fbytes(m, k, ny, nx),
+              .windowed = -1,
+              .param = param,
+              .ident = ident};
+  return sim_apply(s, &o);
+}
+
+static int op_linear(sim *s, const mshape *m, int x, double c, double k,
+                     double ny, double nx) {
+  sim_op o = {.nin = 1,
+              .in = {x},
+              .out = fbytes(m, k, ny, nx),
+              .bws = (k * c + k) * 64.0,
+              .windowed = -1,
+              .param = 1};
+  return sim_apply(s, &o);
+}
+
+static int op_act(sim *s, const mshape *m, int x, double k, double ny,
+                  double nx) {
+  return op_pointwise(s, m, x, k, ny, nx, 0, 0, -1);
+}
+
+static int op_add(sim *s, const mshape *m, int a, int b, double k, double ny,
+                  double nx) {
+  return op_pointwise(s, m, a, k, ny, nx, 0, 3u, b);
+}
+
+/* The input with the grid channels (sg_cn_domain_input, the FNO's concat). */
+static int op_input(sim *s, const mshape *m, int *c) {
+  int x = sim_leaf(s, fbytes(m, m->cin, m->ny, m->nx));
+  *c = m->cin;
+  if (!m->pb->add_grid) return x;
+  *c += 2;
+  return op_pointwise(s, m, x, *c, m->ny, m->nx, 0, 0, -1);
+}
+
+/* The driver's loss (rel_l2 / mse over the output). */
+static void op_loss(sim *s, const mshape *m, int y, double cout) {
+  int d = op_pointwise(s, m, y, cout, m->ny, m->nx, 0, 0, -1);
+  sim_op o = {.nin = 1, .in = {d}, .out = 8.0, .windowed = -1};
+  sim_apply(s, &o);
+}
+
+static int op_norm(sim *s, const mshape *m, int x, double k, double ny,
+                   double nx, double nstat) {
+  sim_op o = {.nin = 1,
+              .in = {x},
+              .out = fbytes(m, k, ny, nx),
+              .saved = 24.0 * nstat,
+              .windowed = -1,
+              .param = 1};
+  return sim_apply(s, &o);
+}
+
+/* A window op without parameters (pool, up-sampling) whose input has
+ * margins of xin bytes (0: none). */
+static int op_window(sim *s, const mshape *m, int x, double k, double ny,
+                     double nx, double xin) {
+  if (xin > 0) sim_exchange(s, m, k, ny / 2, nx / 2, 1);
+  sim_op o = {.nin = 1,
+              .in = {x},
+              .out = fbytes(m, k, ny, nx),
+              .xin = xin,
+              .windowed = 0};
+  return sim_apply(s, &o);
+}
+
+/* A U-Net level block: (conv, GroupNorm, act) twice (unet.c block). */
+static int unet_block(sim *s, const mshape *m, int h, double ci, double co,
+                      double ny, double nx) {
+  const double kw = (double)sg_plan_int(m->pb, "kernel"),
+               g = (double)sg_plan_int(m->pb, "groups");
+  for (int j = 0; j < 2; ++j, ci = co) {
+    h = op_conv(s, m, h, ci, co, kw, ny, nx);
+    h = op_norm(s, m, h, co, ny, nx, m->b * g);
+    h = op_act(s, m, h, co, ny, nx);
+  }
+  return h;
+}
+
+/* The U-Net's piece k (unet.c unet_piece) on h; the encoder outputs the
+ * decoder takes wait in m->skip. */
+static int unet_piece(sim *s, const mshape *m, int k, int h) {
+  const int L = (int)sg_plan_int(m->pb, "levels");
+  const double w = (double)sg_plan_int(m->pb, "width");
+  int *skip = ((mshape *)m)->skip;
+  if (k < L) {
+    const double ny = m->ny / (1 << k), nx = m->nx / (1 << k);
+    double ci = w * (1 << (k > 0 ? k - 1 : 0));
+    if (k == 0) {
+      int c0 = 0;
+      h = op_input(s, m, &c0);
+      ci = c0;
+    } else {
+      skip[k - 1] = h;
+      h = op_window(s, m, h, ci, ny, nx, 0.0); /* 2x2 average pool */
+    }
+    return unet_block(s, m, h, ci, w * (1 << k), ny, nx);
+  }
+  if (k < 2 * L - 1) {
+    const int l = 2 * L - 2 - k;
+    const double ny = m->ny / (1 << l), nx = m->nx / (1 << l),
+                 cu = w * (1 << (l + 1)), cl = w * (1 << l);
+    const double xin = fbytes(m, cu, ny / 2 + 2, nx / 2 + 2);
+    int u = op_window(s, m, h, cu, ny, nx, xin); /* linear up-sampling */
+    int c = op_pointwise(s, m, u, cu + cl, ny, nx, 0, 0, skip[l]);
+    return unet_block(s, m, c, cu + cl, cl, ny, nx);
+  }
+  return op_linear(s, m, h, w, (double)m->pb->vars, m->ny, m->nx);
+}
+
+/* The attention kernel's workspace (attention.c sg_attn_geom_make). */
+static double attn_ws(const mshape *m, double head_dim, double nq) {
+  const double bq = 64, bk = 128;
+  const double fwd = bq * (head_dim + bk + 3),
+               bwd = 2 * bq * bk + nq * (2 * head_dim + 1);
+  return ceil((fwd > bwd ? fwd : bwd) * 4.0 / 64.0) * 64.0 * m->threads;
+}
+
+/* A linear split over tp by output channels (sg_ag_linear_col). */
+static int op_linear_col(sim *s, const mshape *m, int x, double c, double k,
+                         double ny, double nx) {
+  if (m->tp > 1) x = op_pointwise(s, m, x, c, ny, nx, 0, 0, -1); /* tp_copy */
+  return op_linear(s, m, x, c, k / m->tp, ny, nx);
+}
+
+/* A linear split over tp by input channels (sg_ag_linear_row). */
+static int op_linear_row(sim *s, const mshape *m, int x, double c, double k,
+                         double ny, double nx) {
+  if (m->tp <= 1) return op_linear(s, m, x, c, k, ny, nx);
+  x = op_linear(s, m, x, c / m->tp, k, ny, nx);
+  x = op_pointwise(s, m, x, k, ny, nx, 0, 1u, -1);   /* tp_reduce */
+  return op_pointwise(s, m, x, k, ny, nx, 1, 0, -1); /* the bias */
+}
+
+/* A ViT block on ty x tx tokens (vit.c vit_block). */
+static int vit_block_ops(sim *s, const mshape *m, int h, double ty, double tx) {
+  const double C = (double)sg_plan_int(m->pb, "width"),
+               H = (double)sg_plan_int(m->pb, "heads") / m->tp, T = ty * tx;
+  int r = op_norm(s, m, h, C, ty, tx, m->b * T);
+  r = op_linear_col(s, m, r, C, 3 * C, ty, tx);
+  r = op_pointwise(s, m, r, 3 * C / m->tp, ty, tx, 0, 0, -1); /* split */
+  const double n = m->b * C / m->tp * T, ws = attn_ws(m, C / m->tp / H, T);
+  sim_op at = {.nin = 1,
+               .in = {r},
+               .out = fbytes(m, C / m->tp, ty, tx),
+               .saved = 4.0 * (4 * n + m->b * H * T),
+               .fws = ws,
+               .bws = ws,
+               .windowed = -1};
+  r = sim_apply(s, &at);
+  r = op_linear_row(s, m, r, C, C, ty, tx);
+  h = op_add(s, m, h, r, C, ty, tx);
+  r = op_norm(s, m, h, C, ty, tx, m->b * T);
+  r = op_linear_col(s, m, r, C, 4 * C, ty, tx);
+  r = op_act(s, m, r, 4 * C / m->tp, ty, tx);
+  r = op_linear_row(s, m, r, 4 * C, C, ty, tx);
+  return op_add(s, m, h, r, C, ty, tx);
+}
+
+/* The ViT's piece k (vit.c vit_run) on h. */
+static int vit_piece(sim *s, const mshape *m, int k, int h) {
+  const double C = (double)sg_plan_int(m->pb, "width"),
+               p = (double)sg_plan_int(m->pb, "patch"),
+               cout = (double)m->pb->vars;
+  const double ty = floor(m->ny / p), tx = floor(m->nx / p);
+  const int depth = (int)sg_plan_int(m->pb, "depth");
+  if (k == 0) {
+    int c0 = 0;
+    h = op_input(s, m, &c0);
+    const double ws = conv_ws(m, c0, C, p * p, tx, ty, 0, 0);
+    sim_op e = {.nin = 1,
+                .in = {h},
+                .out = fbytes(m, C, ty, tx),
+                .fws = ws,
+                .bws = ws + m->threads * C * c0 * p * p * 64.0,
+                .windowed = 0,
+                .param = 1};
+    h = sim_apply(s, &e);
+    return op_pointwise(s, m, h, C, ty, tx, 1, 0, -1); /* + position field */
+  }
+  if (k <= depth) return vit_block_ops(s, m, h, ty, tx);
+  h = op_norm(s, m, h, C, ty, tx, m->b * ty * tx);
+  const double ws = conv_ws(m, C, cout, p * p, tx, ty, 1, ty * tx);
+  sim_op u = {.nin = 1,
+              .in = {h},
+              .out = fbytes(m, cout, m->ny, m->nx),
+              .fws = ws,
+              .bws = ws,
+              .windowed = 0,
+              .param = 1};
+  return sim_apply(s, &u);
+}
+
+/* The FNO's local spectrum count (sg_spectral_conv_spectrum_count / b / c):
+ * 2 M floats, M the kept modes (2 modes x modes) over the domain ranks. */
+static double fno_modes(const mshape *m, int domain) {
+  const double md = (double)sg_plan_int(m->pb, "modes");
+  return ceil(2.0 * md * md / domain);
+}
+
+/* Piece k of the FNO or the CNN (fno.c, cnn.c forward_blocks) on h. */
+static int fno_cnn_piece(sim *s, const mshape *m, int k, int h) {
+  const sg_plan_problem *pb = m->pb;
+  const double w = (double)sg_plan_int(pb, "width"), ny = m->ny, nx = m->nx,
+               P = (double)sg_plan_int(pb, "proj_width"),
+               cout = (double)pb->vars, kw = (double)sg_plan_int(pb, "kernel");
+  const int npieces = sg_plan_pieces(pb);
+  if (k == 0) {
+    int cc = 0;
+    h = op_input(s, m, &cc);
+    return m->kind == SG_MODEL_FNO ? op_linear(s, m, h, cc, w, ny, nx)
+                                   : op_conv(s, m, h, cc, w, kw, ny, nx);
+  }
+  if (k == npieces - 1) {
+    h = op_linear(s, m, h, w, P, ny, nx);
+    h = op_act(s, m, h, P, ny, nx);
+    return op_linear(s, m, h, P, cout, ny, nx);
+  }
+  if (m->kind == SG_MODEL_FNO) { /* spectral layer: act(spectral + linear) */
+    const double M = fno_modes(m, m->domain);
+    sim_op sp = {.nin = 1,
+                 .in = {h},
+                 .out = fbytes(m, w, ny, nx),
+                 .saved = 4.0 * 2.0 * m->b * w * M, /* 2 nb cin M */
+                 .windowed = -1,
+                 .param = 1};
+    int sv = sim_apply(s, &sp);
+    int lv = op_linear(s, m, h, w, w, ny, nx);
+    h = op_add(s, m, sv, lv, w, ny, nx);
+    return k < npieces - 2 ? op_act(s, m, h, w, ny, nx) : h;
+  }
+  int r = op_conv(s, m, h, w, w, kw, ny, nx); /* a CNN residual block */
+  r = op_norm(s, m, r, w, ny, nx, m->b * (double)sg_plan_int(pb, "groups"));
+  r = op_act(s, m, r, w, ny, nx);
+  r = op_conv(s, m, r, w, w, kw, ny, nx);
+  return op_add(s, m, h, r, w, ny, nx);
+}
+
+static int model_piece(sim *s, const struct mshape *m, int k, int h) {
+  if (m->kind == SG_MODEL_VIT) return vit_piece(s, m, k, h);
+  if (m->kind == SG_MODEL_UNET) return unet_piece(s, m, k, h);
+  return fno_cnn_piece(s, m, k, h);
+}
+
+/* Piece k is a checkpointed block (the blocks of fno.c, cnn.c, vit.c:
+ * every act_ckpt_every-th, counted from 1). */
+static int piece_checkpointed(const mshape *m, int k) {
+  const int every = m->ckpt_every, n = sg_plan_pieces(m->pb);
+  if (every < 1 || m->kind == SG_MODEL_UNET || k < 1 || k > n - 2) return 0;
+  return k % every == 0;
+}
+
+/* A checkpointed piece: its forward runs, then only its output stays (the
+ * block's activations go with its child tape); backward replays it. */
+static int sim_checkpoint(sim *s, const mshape *m, int k, int h) {
+  const double live0 = s->live;
+  const int n0 = s->nn;
+  const int y = model_piece(s, m, k, h);
+  s->nn = n0;
+  s->live = live0 + s->v[y].bytes;
+  if (s->nn >= SIM_MAX) return s->overflow = 1, y;
+  sim_node *n = &s->n[s->nn++];
+  *n = (sim_node){.nin = 1, .in = {h}, .out = y, .windowed = -1, .ckpt = k + 1};
+  return y;
+}
+
+/* Pieces [first, last) on h (-1 for the model's input). */
+static int model_forward(sim *s, const mshape *m, int first, int last, int h) {
+  for (int k = first; k < last; ++k)
+    h = piece_checkpointed(m, k) ? sim_checkpoint(s, m, k, h)
+                                 : model_piece(s, m, k, h);
+  return h;
+}
+
+/* ---- parameters ------------------------------------------------------- */
+
+/* A conv (cout, cin, k, k) + bias; a norm's scale and shift. */
+static double conv_params(double co, double ci, double k) {
+  return co * ci * k * k + co;
+}
+
+/* The parameter floats of piece k this rank holds (the tables of
+ * models/fno.c, cnn.c, unet.c, vit.c, in the order of their pieces). */
+static double piece_params(const mshape *m, const sg_plan_mesh *mesh, int k) {
+  const sg_plan_problem *pb = m->pb;
+  const double w = (double)sg_plan_int(pb, "width"),
+               P = (double)sg_plan_int(pb, "proj_width"),
+               cout = (double)pb->vars, kw = (double)sg_plan_int(pb, "kernel");
+  const double c0 = m->cin + (pb->add_grid ? 2 : 0);
+  const int n = sg_plan_pieces(pb), last = k == n - 1;
+  if (m->kind == SG_MODEL_FNO || m->kind == SG_MODEL_CNN) {
+    if (last) return conv_params(P, w, 1) + conv_params(cout, P, 1);
+    if (m->kind == SG_MODEL_FNO) {
+      if (k == 0) return conv_params(w, c0, 1);
+      const double md = (double)sg_plan_int(pb, "modes");
+      const double K = sg_kv_bool(pb->cfg, "shard_spectral")
+                           ? ceil(2.0 * md * md / m->domain)
+                           : 2.0 * md * md;
+      return 2.0 * w * w * K + conv_params(w, w, 1);
+    }
+    if (k == 0) return conv_params(w, c0, kw);
+    return 2 * conv_params(w, w, kw) + 2 * w;
+  }
+  if (m->kind == SG_MODEL_UNET) { /* level blocks: conv, norm, conv, norm */
+    const int L = (int)sg_plan_int(pb, "levels");
+    if (last) return conv_params(cout, w, 1);
+    const int l = k < L ? k : 2 * L - 2 - k;
+    const double co = w * (1 << l);
+    const double ci = k < L ? (l == 0 ? c0 : w * (1 << (l - 1)))
+                            : w * (1 << (l + 1)) + co;
+    return conv_params(co, ci, kw) + 2 * co + conv_params(co, co, kw) + 2 * co;
+  }
+  /* vit: embedding and position field; blocks; final norm and un-patchify */
+  const double p = (double)sg_plan_int(pb, "patch"), tp = m->tp;
+  if (k == 0)
+    return conv_params(w, c0, p) + w * floor(m->ny / p) * floor(m->nx / p);
+  if (last) return 2 * w + w * cout * p * p + cout;
+  return 2 * w + (3 * w * w + 3 * w) / tp + w * w / tp + w + 2 * w +
+         (4 * w * w + 4 * w) / tp + 4 * w * w / tp + w;
+}
+
+/* The plan's buffers (parallel.c sg_parallel_create) over n parameter
+ * floats: parameters and gradients, the AdamW moments (ZeRO pieces over
+ * fsdp from stage 1), the packing buffers of ZeRO 1 and 2; ZeRO >= 2 keeps
+ * the gradient pieces and frees the flat gradient, ZeRO 3 keeps the
+ * parameter pieces and frees the flat parameters (parallel_hooks.c: the
+ * full tensors are gathered per parameter, for a moment). */
+static void plan_buffers(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
+                         double n, sg_plan_mem *out) {
+  const int64_t zero = sg_plan_int(pb, "zero");
+  const int f = sg_plan_mesh_dim(mesh, "fsdp");
+  const double nstate = zero == 0 ? n : ceil(n / f);
+  out->params = 4.0 * ((zero >= 3 ? nstate : n) + 1);
+  out->grads = 4.0 * ((zero >= 2 ? nstate : n) + 1);
+  out->optim = 2 * 4.0 * (nstate + 1);
+  if (zero == 1 || zero == 2) out->workspace += 4.0 * (n + nstate + 1);
+}
+
+/* The FNO's spectral buffers (x, y, z spectra) and FFT plan scratch. */
+static double fno_workspace(const mshape *m) {
+  const double w = (double)sg_plan_int(m->pb, "width"),
+               M = fno_modes(m, m->domain);
+  const double spec = 4.0 * 2.0 * m->b * w * M;
+  const double real = fbytes(m, w, m->ny, m->nx),
+               half = 8.0 * m->b * w * m->ny * floor(m->nx / 2 + 1);
+  return 3 * spec + 3 * (real > half ? real : half);
+}
+
+/* One micro-batch through the pieces [first, last): the replay's peak
+ * (*peak) and what its forward leaves held for backward (*held). The
+ * pieces after the first take the previous piece's output, received. */
+static void chunk_replay(sim *s, const mshape *m, int first, int last,
+                         double *held, double *peak, double *outb) {
+  memset(s, 0, sizeof *s);
+  s->threads = m->threads, s->m = m;
+  int h = 0;
+  if (first > 0) { /* the received activation: its size from a dry run */
+    for (int k = 0; k < first; ++k) h = model_piece(s, m, k, h);
+    const double bytes = s->v[h].bytes;
+    memset(s, 0, sizeof *s);
+    s->threads = m->threads, s->m = m;
+    h = sim_leaf(s, bytes);
+    s->v[h].requires = 1;
+    s->live = bytes;
+  }
+  h = model_forward(s, m, first, last, h);
+  *outb = last < sg_plan_pieces(m->pb) ? s->v[h].bytes : 0.0;
+  if (last == sg_plan_pieces(m->pb)) op_loss(s, m, h, (double)m->pb->vars);
+  *held = s->live;
+  sim_backward(s, 0);
+  *peak = s->peak;
+}
+
+/* The pipeline's stages: each holds its pieces' parameters and the
+ * activations of its micro-batches in flight (the schedule's peak), one of
+ * them replayed through backward; the largest stage. Without pp: one
+ * stage of every piece, one micro-batch. */
+static sg_status stages(sim *s, const mshape *m, const sg_plan_mesh *mesh,
+                        sg_plan_mem *out) {
+  sg_status st = SG_OK;
+  sg_pp_schedule *sch = NULL;
+  const int n = sg_plan_pieces(m->pb), pp = sg_plan_mesh_dim(mesh, "pp");
+  int v = 1;
+  if (sg_plan_has_dim(mesh, "pp")) {
+    sg_pp_kind kind;
+    SG_TRY(sg_pp_kind_parse(sg_kv_str(m->pb->cfg, "pp_schedule"), &kind));
+    const int64_t pv = sg_plan_int(m->pb, "pp_virtual");
+    v = pv > 0 ? (int)pv : kind == SG_PP_INTERLEAVED ? 2 : 1;
+    if (kind == SG_PP_ZB_H1) /* an under-estimate is worse than none */
+      SG_RAISE(SG_ERR_NOT_SUPPORTED,
+               "sg_plan_memory: ZB-H1's deferred weight-gradient state is not "
+               "modelled");
+    SG_TRY(sg_pp_schedule_create(kind, pp, (int)sg_plan_micro(m->pb, mesh), v,
+                                 &sch));
+  }
+  const int nv = pp * v;
+  /* the plan's flat buffers span the whole model's table on every stage
+   * (pipeline.c sg_pipe_model_plan: nlocal is the model's count) */
+  double params = 0;
+  for (int k = 0; k < n; ++k) params += piece_params(m, mesh, k);
+  for (int q = 0; q < pp; ++q) {
+    sg_plan_mem sm;
+    memset(&sm, 0, sizeof sm);
+    double held = 0, peak = 0, grad_in = 0;
+    for (int c = 0; c < v; ++c) { /* even split (pipeline.c pp_cut) */
+      const int g = c * pp + q;
+      const int a = g * (n / nv) + (g < n % nv ? g : n % nv),
+                b = (g + 1) * (n / nv) + (g + 1 < n % nv ? g + 1 : n % nv);
+      double hg = 0, pg = 0, og = 0;
+      chunk_replay(s, m, a, b, &hg, &pg, &og);
+      if (og > grad_in) grad_in = og;
+      if (hg > held) held = hg;
+      if (pg > peak) peak = pg;
+    }
+    /* pairs held between F and B */
+    const int inflight = sch ? sg_pp_peak_formula(sch, q) : 1;
+    plan_buffers(m->pb, mesh, params, &sm);
+    if (m->kind == SG_MODEL_FNO) sm.workspace += fno_workspace(m);
+    /* the gradients of a stage's outputs are received into buffers posted
+     * when their headers arrive (pipeline.c pp_post_payloads): one per
+     * pair in flight */
+    sm.activations = (inflight - 1) * held + peak + inflight * grad_in;
+    sm.peak = sm.params + sm.grads + sm.optim + sm.workspace + sm.activations;
+    if (sm.peak > out->peak) *out = sm;
+  }
+  if (s->overflow)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "sg_plan_memory: model too large to replay");
+fail:
+  sg_pp_schedule_destroy(&sch);
+  return st;
+}
+
+sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
+                         sg_plan_mem *out) {
+  sg_status st = SG_OK;
+  sim *s = NULL;
+  if (!pb || !mesh || !out)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_plan_memory: NULL");
+  memset(out, 0, sizeof *out);
+  int kind = 0;
+  SG_TRY(sg_plan_model_kind(pb, &kind));
+  const int ph = sg_plan_mesh_dim(mesh, "h"), pw = sg_plan_mesh_dim(mesh, "w");
+  const int64_t micro = sg_plan_micro(pb, mesh);
+  const int64_t every = sg_plan_ckpt_every(pb);
+  if (every < 0)
+    SG_RAISE(SG_ERR_CONFIG,
+             "activation_checkpointing '%s': none, blocks or every:K",
+             sg_kv_str(pb->cfg, "activation_checkpointing"));
+  if (kind == SG_MODEL_UNET && (every > 0 || sg_plan_has_dim(mesh, "pp")))
+    SG_RAISE(
+        SG_ERR_NOT_SUPPORTED,
+        "sg_plan_memory: the U-Net's memory is modelled without activation "
+        "checkpointing and pp only");
+  mshape m = {.b = (double)(sg_plan_int(pb, "batch") /
+                            sg_plan_data_ranks(mesh) / (micro > 0 ? micro : 1)),
+              .ny = ceil((double)pb->ny / ph),
+              .nx = ceil((double)pb->nx / pw),
+              .threads = pb->threads > 0 ? pb->threads : 1,
+              .kind = kind,
+              .pb = pb,
+              .cin = (int)(pb->vars * sg_plan_int(pb, "history")),
+              .tp = sg_plan_mesh_dim(mesh, "tp"),
+              .domain = ph * pw,
+              .ph = ph,
+              .pw = pw,
+              .ckpt_every = (int)every};
+  s = calloc(1, sizeof *s);
+  if (!s) SG_RAISE(SG_ERR_ALLOC, "sg_plan_memory: out of memory");
+  SG_TRY(stages(s, &m, mesh, out));
+fail:
+  free(s);
+  return st;
+}
