@@ -21,6 +21,7 @@
 #include "sg_kv.h"
 #include "sg_status.h"
 
+#include <mpi.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -49,9 +50,9 @@ int sg_plan_mesh_ranks(const sg_plan_mesh *m);
  * defaults of sg-train) and the data's shape. */
 typedef struct sg_plan_problem {
   sg_kv_t cfg;
-  int64_t ny, nx;      /* grid points */
-  int64_t vars;        /* variables (channels per frame) */
-  int64_t add_grid;    /* 1: the model adds grid-coordinate channels */
+  int64_t ny, nx;   /* grid points */
+  int64_t vars;     /* variables (channels per frame) */
+  int64_t add_grid; /* 1: the model adds grid-coordinate channels */
 } sg_plan_problem;
 
 /* Every way the mesh does not fit the problem, in one message (NULL-safe
@@ -76,17 +77,50 @@ typedef struct sg_plan_hw {
    * nodes; ranks_per_node decides which a group uses */
   double alpha_intra, beta_intra, alpha_inter, beta_inter;
   int ranks_per_node;
+  /* cores per node (0: as many as ranks): more ranks than cores on a node
+   * share them, and the compute stretches by ranks / cores */
+  int cores_per_node;
+  double io_bw; /* bytes/s per rank reading the data (0: I/O not costed) */
 } sg_plan_hw;
 sg_status sg_plan_hw_load(const char *path, sg_plan_hw *hw);
 sg_status sg_plan_hw_save(const char *path, const sg_plan_hw *hw);
 
 /* A step's predicted time, seconds, and its split. */
 typedef struct sg_plan_time {
-  double compute, halo, allreduce, reduce_scatter, allgather, alltoall,
-      p2p, bubble, io, total;
+  double compute, halo, allreduce, reduce_scatter, allgather, alltoall, p2p,
+      bubble, io, total;
+  double ring; /* ring attention's K/V (and dK/dV) passes */
 } sg_plan_time;
 sg_status sg_plan_step_time(const sg_plan_problem *pb, const sg_plan_mesh *m,
                             const sg_plan_hw *hw, sg_plan_time *out);
+
+/* The counted work of one micro-batch on one rank (forward + backward):
+ * FLOPs by rate class, bytes of the memory-bound ops, and the parameters
+ * the rank holds (per pp stage). */
+typedef struct sg_plan_flops {
+  double gemm, conv, fft, bytes, params;
+} sg_plan_flops;
+sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                               const sg_plan_hw *hw, sg_plan_time *out,
+                               sg_plan_flops *work);
+sg_status sg_plan_flops_of(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                           const sg_plan_hw *hw, sg_plan_flops *out);
+
+/* The ring algorithm's alpha-beta costs (seconds): an all-reduce of
+ * `bytes` over p ranks, 2 (p - 1) alpha + 2 (p - 1) / p bytes beta; a
+ * reduce-scatter or all-gather of `bytes` in all, or an all-to-all of
+ * `bytes` per rank, (p - 1) alpha + (p - 1) / p bytes beta; one message,
+ * alpha + bytes beta. */
+double sg_plan_allreduce_s(int p, double bytes, double alpha, double beta);
+double sg_plan_scatter_s(int p, double bytes, double alpha, double beta);
+double sg_plan_p2p_s(double bytes, double alpha, double beta);
+
+/* Measure this machine (collective over comm: GEMM, conv, FFT and memory
+ * rates on every rank, the slowest kept; MPI latency and bandwidth between
+ * pairs of ranks by message size, and all-reduce by group size, fitted to
+ * alpha + beta n) into *out; ranks_per_node and cores_per_node from the
+ * launcher and the machine. quick != 0 measures fewer, smaller sizes. */
+sg_status sg_plan_calibrate(MPI_Comm comm, int quick, sg_plan_hw *out);
 
 #ifdef __cplusplus
 }

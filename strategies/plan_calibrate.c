@@ -1,0 +1,216 @@
+/* shardgrid — sg-plan --calibrate: this machine's rates, measured with
+ * the library's own kernels (the ones a step runs, one thread per rank as
+ * sg-train runs them) while every rank of comm measures at once (so the
+ * rates are those of a loaded node, as in a run), and the MPI link fitted
+ * to alpha + beta n from ping-pongs between ranks 0 and 1. */
+#include "sg_fft.h"
+#include "sg_ops.h"
+#include "sg_plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The best of `reps` timings of fn (all ranks start together). */
+typedef sg_status (*bench_fn)(void *ctx);
+
+static sg_status best_of(MPI_Comm comm, int reps, bench_fn fn, void *ctx,
+                         double *best) {
+  sg_status st = SG_OK;
+  *best = 1e30;
+  SG_TRY(fn(ctx)); /* warm-up: plans, caches, page faults */
+  for (int r = 0; r < reps; ++r) {
+    MPI_Barrier(comm);
+    const double t0 = MPI_Wtime();
+    SG_TRY(fn(ctx));
+    const double t = MPI_Wtime() - t0;
+    if (t < *best) *best = t;
+  }
+fail:
+  return st;
+}
+
+typedef struct cal_buf {
+  int64_t n, c, s; /* batch, channels, spatial points */
+  float *x, *y, *w, *dx, *dw, *ws;
+  sg_conv_desc cd;
+  sg_fft_plan_t fft;
+} cal_buf;
+
+static sg_status run_linear(void *p) {
+  cal_buf *b = p;
+  sg_status st = SG_OK;
+  SG_TRY(sg_linear_forward(SG_DTYPE_F32, b->n, b->c, b->c, b->s, b->x, b->w,
+                           NULL, b->y));
+  SG_TRY(sg_linear_backward(SG_DTYPE_F32, b->n, b->c, b->c, b->s, b->x, b->w,
+                            b->y, b->dx, b->dw, NULL));
+fail:
+  return st;
+}
+
+static sg_status run_conv(void *p) {
+  cal_buf *b = p;
+  sg_status st = SG_OK;
+  SG_TRY(sg_conv_forward(&b->cd, SG_DTYPE_F32, b->x, b->w, NULL, b->y, b->ws));
+  SG_TRY(sg_conv_backward(&b->cd, SG_DTYPE_F32, b->x, b->w, b->y, b->dx, b->dw,
+                          NULL, b->ws));
+fail:
+  return st;
+}
+
+static sg_status run_fft(void *p) {
+  cal_buf *b = p;
+  sg_status st = SG_OK;
+  SG_TRY(sg_fft_forward(b->fft, b->x, b->y));
+  SG_TRY(sg_fft_inverse(b->fft, b->y, b->dx));
+fail:
+  return st;
+}
+
+static sg_status run_stream(void *p) {
+  cal_buf *b = p;
+  return sg_binary_forward(SG_BINARY_ADD, SG_DTYPE_F32, b->n, b->x, b->dx,
+                           b->y);
+}
+
+static float *falloc(int64_t n) {
+  float *a = malloc((size_t)n * sizeof *a);
+  if (a)
+    for (int64_t i = 0; i < n; ++i) a[i] = (float)((i % 17) - 8) * 0.01f;
+  return a;
+}
+
+static void cal_free(cal_buf *b) {
+  free(b->x), free(b->y), free(b->w), free(b->dx), free(b->dw), free(b->ws);
+  sg_fft_plan_destroy(&b->fft);
+  memset(b, 0, sizeof *b);
+}
+
+/* GEMM (the 1x1 linear), 3x3 conv, 2-D r2c FFT and a streaming add; the
+ * slowest rank's best time. */
+static sg_status compute_rates(MPI_Comm comm, int quick, sg_plan_hw *hw) {
+  sg_status st = SG_OK;
+  cal_buf b = {0};
+  const int reps = quick ? 3 : 7;
+  const int64_t g = quick ? 64 : 128, n = 4, c = 32;
+  double t;
+  /* linear: c -> c over n x g x g points, forward + backward: 6 n c c s */
+  b.n = n, b.c = c, b.s = g * g;
+  b.x = falloc(n * c * (g + 2) * (g + 2)), b.y = falloc(n * c * g * g);
+  b.dx = falloc(n * c * (g + 2) * (g + 2)), b.w = falloc(c * c * 9);
+  b.dw = falloc(c * c * 9);
+  if (!b.x || !b.y || !b.dx || !b.w || !b.dw)
+    SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
+  SG_TRY(best_of(comm, reps, run_linear, &b, &t));
+  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+  hw->gemm_flops = 6.0 * n * c * c * g * g / t;
+  /* 3x3 conv, same padding (the input block padded by 1) */
+  b.cd = (sg_conv_desc){.nsp = 2,
+                        .batch = n,
+                        .cin = c,
+                        .cout = c,
+                        .in = {g + 2, g + 2},
+                        .kernel = {3, 3},
+                        .stride = {1, 1},
+                        .dilation = {1, 1}};
+  b.ws = malloc(sg_conv_workspace_bytes(&b.cd, SG_DTYPE_F32) + 64);
+  if (!b.ws) SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
+  SG_TRY(best_of(comm, reps, run_conv, &b, &t));
+  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+  hw->conv_flops = 6.0 * n * c * c * 9.0 * g * g / t;
+  /* FFT: r2c + c2r of n c planes g x g, one rank each */
+  sg_fft_desc d;
+  sg_fft_desc_init(&d);
+  d.dtype = SG_DTYPE_F32, d.ndim = 2, d.shape[0] = g, d.shape[1] = g;
+  d.split[0] = d.split[1] = -1, d.batch = n * c, d.nthreads = 1;
+  SG_TRY(sg_fft_plan_create_comms(MPI_COMM_SELF, 0, NULL, &d, &b.fft));
+  free(b.y);
+  b.y = falloc(2 * n * c * g * (g / 2 + 1));
+  if (!b.y) SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
+  SG_TRY(best_of(comm, reps, run_fft, &b, &t));
+  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+  hw->fft_flops = 2.0 * n * c * 2.5 * g * g * log2((double)g * g) / t;
+  cal_free(&b);
+  /* memory: y = x + z over 3 x 64 MiB (beyond the caches) */
+  b.n = (quick ? 4 : 16) << 20;
+  b.x = falloc(b.n), b.dx = falloc(b.n), b.y = falloc(b.n);
+  if (!b.x || !b.dx || !b.y) SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
+  SG_TRY(best_of(comm, reps, run_stream, &b, &t));
+  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+  hw->mem_bw = 12.0 * (double)b.n / t;
+fail:
+  cal_free(&b);
+  return st;
+}
+
+/* One-way time of a ping-pong of `bytes` between ranks 0 and 1 (the best
+ * of reps round trips / 2); every rank returns rank 0's number. */
+static double pingpong(MPI_Comm comm, char *buf, int bytes, int reps) {
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    MPI_Barrier(comm);
+    const double t0 = MPI_Wtime();
+    if (rank == 0) {
+      MPI_Send(buf, bytes, MPI_BYTE, 1, 7, comm);
+      MPI_Recv(buf, bytes, MPI_BYTE, 1, 7, comm, MPI_STATUS_IGNORE);
+    } else if (rank == 1) {
+      MPI_Recv(buf, bytes, MPI_BYTE, 0, 7, comm, MPI_STATUS_IGNORE);
+      MPI_Send(buf, bytes, MPI_BYTE, 0, 7, comm);
+    }
+    const double t = (MPI_Wtime() - t0) / 2;
+    if (t < best) best = t;
+  }
+  MPI_Bcast(&best, 1, MPI_DOUBLE, 0, comm);
+  return best;
+}
+
+/* alpha + beta n by least squares over sizes 8 B .. 16 MiB (4 MiB quick),
+ * weighted by 1 / t so small and large messages count alike. */
+static sg_status link_rates(MPI_Comm comm, int quick, sg_plan_hw *hw) {
+  sg_status st = SG_OK;
+  const int maxb = quick ? 4 << 20 : 16 << 20;
+  char *buf = calloc((size_t)maxb, 1);
+  if (!buf) SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (int b = 8; b <= maxb; b *= 8) {
+    const double t = pingpong(comm, buf, b, b < (1 << 20) ? 50 : 10);
+    const double w = 1.0 / (t * t);
+    sw += w, sx += w * b, sy += w * t, sxx += w * (double)b * b,
+        sxy += w * (double)b * t;
+  }
+  const double den = sw * sxx - sx * sx;
+  double beta = den > 0 ? (sw * sxy - sx * sy) / den : 0.0;
+  double alpha = (sy - beta * sx) / sw;
+  if (!(beta > 0)) beta = 1e-10;
+  if (!(alpha > 0)) alpha = 1e-7;
+  hw->alpha_intra = hw->alpha_inter = alpha;
+  hw->beta_intra = hw->beta_inter = beta;
+fail:
+  free(buf);
+  return st;
+}
+
+sg_status sg_plan_calibrate(MPI_Comm comm, int quick, sg_plan_hw *out) {
+  sg_status st = SG_OK;
+  int size = 1;
+  if (!out) SG_RAISE(SG_ERR_INVALID_ARG, "sg_plan_calibrate: NULL");
+  memset(out, 0, sizeof *out);
+  MPI_Comm_size(comm, &size);
+  snprintf(out->name, sizeof out->name, "this machine (calibrated)");
+  SG_TRY(compute_rates(comm, quick, out));
+  if (size > 1)
+    SG_TRY(link_rates(comm, quick, out));
+  else
+    out->alpha_intra = out->alpha_inter = 1e-6,
+    out->beta_intra = out->beta_inter = 1e-10;
+  const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  out->mem_bytes = pages > 0 && psz > 0 ? (double)pages * psz / size : 0.0;
+  out->ranks_per_node = 1 << 20; /* one node: every group is intra */
+  out->cores_per_node = cores > 0 ? (int)cores : 0;
+fail:
+  return st;
+}
