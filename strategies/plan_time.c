@@ -133,6 +133,7 @@ static double roof(double flops, double rate, double bytes, double bw) {
  * gradients); bytes: its operands once. kind 0 GEMM, 1 conv, 2 attention. */
 static void op_mm(pt *c, int kind, double r, double k, double n, double bwdx) {
   const double f = 2.0 * r * k * n, by = c->eb * (r * k + k * n + r * n);
+  c->flops.act += kind == 2 ? 0.0 : c->eb * r * n; /* the output is kept */
   const double rate = kind == 1 ? c->hw->conv_flops : c->hw->gemm_flops;
   c->fwd += roof(f, rate, by, c->hw->mem_bw);
   c->bwd += roof(bwdx * f, rate, 2.0 * by, c->hw->mem_bw);
@@ -146,6 +147,7 @@ static void op_mm(pt *c, int kind, double r, double k, double n, double bwdx) {
  * (backward reads twice that and writes the input gradients). */
 static void op_elem(pt *c, double n, double in) {
   const double by = c->eb * n * (in + 1.0);
+  c->flops.act += c->eb * n;
   c->fwd += roof(0, 0, by, c->hw->mem_bw);
   c->bwd += roof(0, 0, 2.0 * by, c->hw->mem_bw);
   c->flops.bytes += 3.0 * by;
@@ -209,6 +211,7 @@ static void model_fno(pt *c, double cin, double cout) {
     c->fwd += 2.0 * roof(ff, c->hw->fft_flops, fb, c->hw->mem_bw);
     c->bwd += 2.0 * roof(ff, c->hw->fft_flops, fb, c->hw->mem_bw);
     c->flops.fft += 4.0 * ff;
+    c->flops.act += 8.0 * c->nb * w * 2.0 * md * ny / dom; /* spectra */
     /* the mode mix: a complex w x w product per kept mode (8 flops a
      * complex multiply-add: 4x a real GEMM of the same shape) */
     op_mm(c, 0, c->nb * k_local, w, 4.0 * w, 2.0);

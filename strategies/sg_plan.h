@@ -95,10 +95,12 @@ sg_status sg_plan_step_time(const sg_plan_problem *pb, const sg_plan_mesh *m,
                             const sg_plan_hw *hw, sg_plan_time *out);
 
 /* The counted work of one micro-batch on one rank (forward + backward):
- * FLOPs by rate class, bytes of the memory-bound ops, and the parameters
- * the rank holds (per pp stage). */
+ * FLOPs by rate class, bytes of the memory-bound ops, the parameters the
+ * rank holds (per pp stage), and the bytes of the op outputs a forward
+ * keeps for backward (a rough activation estimate: sg_plan_memory is the
+ * accounting). */
 typedef struct sg_plan_flops {
-  double gemm, conv, fft, bytes, params;
+  double gemm, conv, fft, bytes, params, act;
 } sg_plan_flops;
 sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
                                const sg_plan_hw *hw, sg_plan_time *out,
