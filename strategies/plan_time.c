@@ -338,6 +338,13 @@ static void model_vit(pt *c, double cin, double cout) {
 
 /* ---- the step ---- */
 
+/* The latency of the buckets beyond the first of a reduction of `bytes`
+ * (the one all-reduce costed by g_allreduce carries the bandwidth). */
+static double extra_buckets(pt_group g, double bytes, double bucket) {
+  const double nb = ceil(bytes / bucket);
+  return nb > 1 && g.p > 1 ? (nb - 1) * 2.0 * (g.p - 1) * g.alpha : 0.0;
+}
+
 /* The gradient reduction and the optimizer of the parameters on this rank
  * (already divided over pp stages and tp). */
 static void grad_sync(pt *c, sg_plan_time *o, double micro) {
@@ -354,10 +361,9 @@ static void grad_sync(pt *c, sg_plan_time *o, double micro) {
   const double rep = c->par_rep * gb, dom = c->par_dom * gb;
   if (zero == 0 || pt_dim(c->m, "fsdp") * (zod ? c->sh * c->sw : 1) == 1) {
     /* DDP: buckets of bucket_mib, one ring all-reduce each */
-    const double nbk = ceil(rep / bucket) + ceil(dom / bucket);
     o->allreduce += g_allreduce(gall, rep) + g_allreduce(gdp, dom) +
-                    (nbk - 2 > 0 ? nbk - 2 : 0) * 2.0 * (gall.p - 1) *
-                        gall.alpha;
+                    extra_buckets(gall, rep, bucket) +
+                    extra_buckets(gdp, dom, bucket);
   } else {
     /* ZeRO over fsdp (and the domain with zero_over_domain); HSDP: the
      * pieces all-reduced over the other data dims */
