@@ -119,10 +119,13 @@ double sg_plan_p2p_s(double bytes, double alpha, double beta);
 
 /* Measure this machine (collective over comm: GEMM, conv, FFT and memory
  * rates on every rank, the slowest kept; MPI latency and bandwidth between
- * pairs of ranks by message size, and all-reduce by group size, fitted to
- * alpha + beta n) into *out; ranks_per_node and cores_per_node from the
- * launcher and the machine. quick != 0 measures fewer, smaller sizes. */
-sg_status sg_plan_calibrate(MPI_Comm comm, int quick, sg_plan_hw *out);
+ * ranks 0 and 1 by message size, fitted to alpha + beta n) into *out;
+ * ranks_per_node and cores_per_node from the machine. Flags:
+ * SG_PLAN_CAL_QUICK measures fewer, smaller sizes; SG_PLAN_CAL_CPU_TIME
+ * times the kernels in thread CPU time instead of wall time (the rates of
+ * a core of one's own on a machine shared with other jobs). */
+enum { SG_PLAN_CAL_QUICK = 1, SG_PLAN_CAL_CPU_TIME = 2 };
+sg_status sg_plan_calibrate(MPI_Comm comm, unsigned flags, sg_plan_hw *out);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,10 @@
 /* sg-plan-calibrate: measure this machine into an sg-plan hardware file.
  *
  *   mpiexec -n 2 sg-plan-calibrate [--out this-machine] [--quick]
- *                                  [--name "..."]
+ *                                  [--cpu-time] [--name "..."]
+ *
+ * --cpu-time times the kernels in thread CPU time: on a machine shared
+ * with other jobs, the rates of a core of one's own.
  *
  * Run it with as many ranks per node as the runs will use (one thread per
  * rank, OMP_NUM_THREADS=1, as sg-train runs): the compute rates are those
@@ -56,11 +59,14 @@ static void group_table(FILE *f, const sg_plan_hw *hw, int quick) {
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank, quick = 0;
+  unsigned flags = 0;
   const char *out = "this-machine", *name = NULL;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--quick"))
-      quick = 1;
+      quick = 1, flags |= SG_PLAN_CAL_QUICK;
+    else if (!strcmp(argv[i], "--cpu-time"))
+      flags |= SG_PLAN_CAL_CPU_TIME;
     else if (!strcmp(argv[i], "--out") && i + 1 < argc)
       out = argv[++i];
     else if (!strcmp(argv[i], "--name") && i + 1 < argc)
@@ -68,13 +74,14 @@ int main(int argc, char **argv) {
     else {
       if (rank == 0)
         fprintf(stderr,
-                "usage: sg-plan-calibrate [--out FILE] [--quick] [--name S]\n");
+                "usage: sg-plan-calibrate [--out FILE] [--quick] [--cpu-time] "
+                "[--name S]\n");
       MPI_Finalize();
       return 2;
     }
   }
   sg_plan_hw hw;
-  sg_status st = sg_plan_calibrate(MPI_COMM_WORLD, quick, &hw);
+  sg_status st = sg_plan_calibrate(MPI_COMM_WORLD, flags, &hw);
   if (st == SG_OK && name) snprintf(hw.name, sizeof hw.name, "%s", name);
   if (st == SG_OK && rank == 0) st = sg_plan_hw_save(out, &hw);
   MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD);
