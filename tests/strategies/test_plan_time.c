@@ -134,6 +134,15 @@ static void mesh_costs(sg_kv_t kv) {
   SG_CHECK(t.bubble > 0 && t.p2p > 0 && t.compute < t1.compute,
            "pp=2: a bubble and p2p (%g %g)", t.bubble, t.p2p);
   SG_CHECK_OK(sg_kv_set(kv, "microbatches", "1"));
+  /* 4 ranks on a node of 2 cores: the compute stretches by 2 */
+  sg_plan_time t4;
+  m = mesh1("h", 4, NULL, 0);
+  hw.ranks_per_node = 4;
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t));
+  hw.cores_per_node = 2;
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t4));
+  SG_CHECK(fabs(t4.compute - 2.0 * t.compute) < 0.05 * t4.compute,
+           "oversubscribed compute x2: %g vs %g", t4.compute, t.compute);
 }
 
 static void hw_round_trip(void) {
