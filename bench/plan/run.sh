@@ -8,8 +8,8 @@
 # This machine is shared with other jobs (load averages of 5-15 on its 2
 # cores are common), so a step's wall time measures the scheduler more
 # than the code. Both sides are therefore taken in CPU time: the rates are
-# calibrated in thread CPU time (sg-plan-calibrate --cpu-time, with 1 and
-# with 2 ranks busy), and a run's step costs the CPU time of its ranks per
+# calibrated in thread CPU time (sg-plan-calibrate --cpu-time, both ranks
+# busy; one file for every run), and a run's step costs the CPU time of its ranks per
 # step per rank, from two runs of 3 and 3 + steps steps (the difference
 # leaves out start-up, data loading and the final evaluation). MPICH
 # busy-polls its waits, so on a quiet machine with a core per rank the
@@ -50,9 +50,7 @@ subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(r.ru_utime + r.ru_stime)' "$@"
 }
-"$SG_MPIEXEC" -n 2 "$bin/sg-plan-calibrate" --cpu-time --out "$work/hw2" >&2
-"$SG_MPIEXEC" -n 1 "$bin/sg-plan-calibrate" --cpu-time --out "$work/hw1.tmp" >&2
-{ grep -vE '^(alpha|bw)_' "$work/hw1.tmp"; grep -E '^(alpha|bw)_' "$work/hw2"; } > "$work/hw1"
+"$SG_MPIEXEC" -n 2 "$bin/sg-plan-calibrate" --cpu-time --out "$work/hw" >&2
 [ -f "$work/ns.nc" ] || "$SG_MPIEXEC" -n 2 "$bin/sg-ns2d" --out "$work/ns.nc" --n "$n" --samples 6 \
   --frames $((history + 4)) --dt 1e-2 --frame-dt 0.1 --mesh h=2 --log-level warn
 echo "{\"machine\": \"$(grep -c ^processor /proc/cpuinfo) cores\", \"load_average\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
@@ -75,7 +73,7 @@ for model in $models; do
          --test-samples 1 --log-every 100000 --log-level warn)
     c0=$(cpu "${run[@]}" --steps 3)
     c1=$(cpu "${run[@]}" --steps $((steps + 3)) --metrics "$work/m.jsonl")
-    pred=$("$bin/bench/sg-plan-sim" predict --hardware "$work/hw$ranks" --ny "$n" --nx "$n" --vars 1 \
+    pred=$("$bin/bench/sg-plan-sim" predict --hardware "$work/hw" --ny "$n" --nx "$n" --vars 1 \
       "${common[@]}" --meshes "$mesh")
     /usr/bin/python3 - "$work/m.jsonl" "$model" "$spec" "$batch" "$pred" "$c0" "$c1" "$steps" "$ranks" \
       <<'PY' | tee -a "$work/runs.jsonl"
@@ -93,23 +91,6 @@ print(json.dumps({"model": model, "mesh": spec, "measured_cpu_s": meas, "measure
 PY
   done
 done
-/usr/bin/python3 - "$work/runs.jsonl" <<'PY'
-import json, sys, itertools
-runs = [json.loads(l) for l in open(sys.argv[1])]
-def tau(a, b):
-    s = n = 0
-    for i, j in itertools.combinations(range(len(a)), 2):
-        x = (a[i] - a[j]) * (b[i] - b[j])
-        s += (x > 0) - (x < 0); n += 1
-    return s / n if n else float("nan")
-for model in dict.fromkeys(r["model"] for r in runs):
-    rs = [r for r in runs if r["model"] == model]
-    two = [r for r in rs if r["mesh"].split(":")[0] != "h=1"]
-    within = sum(abs(r["ratio"] - 1) <= 0.25 for r in rs)
-    print(json.dumps({"model": model, "runs": len(rs), "within_25pct": within,
-                      "kendall_tau_2rank": tau([r["measured_cpu_s"] for r in two],
-                                               [r["predicted_busy_s"] for r in two]),
-                      "kendall_tau_2rank_wall": tau([r["measured_wall_s"] for r in two],
-                                                    [r["predicted_s"] for r in two])}))
-PY
+# one hardware file for every run: the table, the runs within 25%, tau
+/usr/bin/python3 "$root/bench/plan/compare.py" --sim "$bin/bench/sg-plan-sim" "$work/runs.jsonl" "$work/hw"
 echo "{\"load_average_end\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
