@@ -14,7 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The best of `reps` timings of fn (all ranks start together). */
 typedef sg_status (*bench_fn)(void *ctx);
 
 static int use_cpu_time;
@@ -27,23 +26,35 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static sg_status best_of(MPI_Comm comm, int reps, bench_fn fn, void *ctx,
-                         double *best) {
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The median of `reps` timings of fn (all ranks start together): the
+ * typical time, not the luckiest one (on a shared machine the best of a
+ * few runs is the one no other job disturbed, which a training run is
+ * not). */
+static sg_status median_of(MPI_Comm comm, int reps, bench_fn fn, void *ctx,
+                           double *med) {
   sg_status st = SG_OK;
-  *best = 1e30;
+  double t[16];
+  if (reps > 16) reps = 16;
   SG_TRY(fn(ctx)); /* warm-up: plans, caches, page faults */
   for (int r = 0; r < reps; ++r) {
     MPI_Barrier(comm);
     const double t0 = now();
     SG_TRY(fn(ctx));
-    const double t = now() - t0;
-    if (t < *best) *best = t;
+    t[r] = now() - t0;
   }
+  qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+  *med = t[reps / 2];
 fail:
   return st;
 }
 
 typedef struct cal_buf {
+  sg_attn_desc ad;
   int64_t n, c, s; /* batch, channels, spatial points */
   float *x, *y, *w, *dx, *dw, *ws;
   sg_conv_desc cd;
@@ -80,6 +91,19 @@ fail:
   return st;
 }
 
+static sg_status run_attn(void *p) {
+  cal_buf *b = p;
+  sg_status st = SG_OK;
+  const int64_t sz = b->ad.batch * b->ad.heads * b->ad.nq * b->ad.head_dim;
+  float *q = b->x, *k = b->x + sz, *v = b->x + 2 * sz, *o = b->y,
+        *lse = b->y + sz, *dq = b->dx, *dk = b->dx + sz, *dv = b->dx + 2 * sz;
+  SG_TRY(sg_attention_forward(&b->ad, SG_DTYPE_F32, q, k, v, o, lse, b->ws));
+  SG_TRY(sg_attention_backward(&b->ad, SG_DTYPE_F32, q, k, v, o, lse, o, dq, dk,
+                               dv, b->ws));
+fail:
+  return st;
+}
+
 static sg_status run_stream(void *p) {
   cal_buf *b = p;
   return sg_binary_forward(SG_BINARY_ADD, SG_DTYPE_F32, b->n, b->x, b->dx,
@@ -99,25 +123,23 @@ static void cal_free(cal_buf *b) {
   memset(b, 0, sizeof *b);
 }
 
-/* GEMM (the 1x1 linear), 3x3 conv, 2-D r2c FFT and a streaming add; the
- * slowest rank's best time. */
-static sg_status compute_rates(MPI_Comm comm, int quick, sg_plan_hw *hw) {
+/* The rates of the 1x1 linear and the 3x3 conv (same padding) at c -> c
+ * channels on n x g x g points, forward + backward (6 n c c g^2 and
+ * 6 n c c 9 g^2 flops); the slowest rank's best time. */
+static sg_status mm_rates(MPI_Comm comm, int reps, int64_t n, int64_t g,
+                          int64_t c, double *gemm, double *conv) {
   sg_status st = SG_OK;
   cal_buf b = {0};
-  const int reps = quick ? 3 : 7;
-  const int64_t g = quick ? 64 : 128, n = 4, c = 32;
   double t;
-  /* linear: c -> c over n x g x g points, forward + backward: 6 n c c s */
   b.n = n, b.c = c, b.s = g * g;
   b.x = falloc(n * c * (g + 2) * (g + 2)), b.y = falloc(n * c * g * g);
   b.dx = falloc(n * c * (g + 2) * (g + 2)), b.w = falloc(c * c * 9);
   b.dw = falloc(c * c * 9);
   if (!b.x || !b.y || !b.dx || !b.w || !b.dw)
     SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
-  SG_TRY(best_of(comm, reps, run_linear, &b, &t));
+  SG_TRY(median_of(comm, reps, run_linear, &b, &t));
   MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
-  hw->gemm_flops = 6.0 * n * c * c * g * g / t;
-  /* 3x3 conv, same padding (the input block padded by 1) */
+  *gemm = 6.0 * n * c * c * g * g / t;
   b.cd = (sg_conv_desc){.nsp = 2,
                         .batch = n,
                         .cin = c,
@@ -128,19 +150,79 @@ static sg_status compute_rates(MPI_Comm comm, int quick, sg_plan_hw *hw) {
                         .dilation = {1, 1}};
   b.ws = malloc(sg_conv_workspace_bytes(&b.cd, SG_DTYPE_F32) + 64);
   if (!b.ws) SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
-  SG_TRY(best_of(comm, reps, run_conv, &b, &t));
+  SG_TRY(median_of(comm, reps, run_conv, &b, &t));
   MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
-  hw->conv_flops = 6.0 * n * c * c * 9.0 * g * g / t;
+  *conv = 6.0 * n * c * c * 9.0 * g * g / t;
+fail:
+  cal_free(&b);
+  return st;
+}
+
+/* Hockney's r(n) = r_inf n / (n + n_half) fitted to rates r[i] at n[i]
+ * channels: 1 / r = 1 / r_inf + (n_half / r_inf) / n is a line in 1 / n,
+ * fitted by least squares; (the largest n's rate, 0) when the points do
+ * not show a rate that saturates. */
+static void fit_nhalf(int m, const double *n, const double *r, double *rinf,
+                      double *nhalf) {
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (int i = 0; i < m; ++i) {
+    const double x = 1.0 / n[i], y = 1.0 / r[i];
+    sx += x, sy += y, sxx += x * x, sxy += x * y;
+  }
+  const double slope = (m * sxy - sx * sy) / (m * sxx - sx * sx),
+               icpt = (sy - slope * sx) / m;
+  if (slope > 0 && icpt > 0)
+    *rinf = 1.0 / icpt, *nhalf = slope / icpt;
+  else
+    *rinf = r[m - 1], *nhalf = 0.0;
+}
+
+/* Fused attention forward + backward: B 8, 4 heads of 16, 256 tokens (the
+ * shape of bench/plan's ViT); 14 B H N^2 d flops. */
+static sg_status attn_rate(MPI_Comm comm, int reps, double *rate) {
+  sg_status st = SG_OK;
+  cal_buf b = {0};
+  double t;
+  b.ad = (sg_attn_desc){
+      .batch = 8, .heads = 4, .nq = 256, .nk = 256, .head_dim = 16};
+  const int64_t sz = 8 * 4 * 256 * 16;
+  b.x = falloc(3 * sz), b.y = falloc(sz + 8 * 4 * 256), b.dx = falloc(3 * sz);
+  b.ws = malloc(sg_attention_workspace_bytes(&b.ad, SG_DTYPE_F32) + 64);
+  if (!b.x || !b.y || !b.dx || !b.ws)
+    SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
+  SG_TRY(median_of(comm, reps, run_attn, &b, &t));
+  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+  *rate = 14.0 * 8 * 4 * 256.0 * 256.0 * 16 / t;
+fail:
+  cal_free(&b);
+  return st;
+}
+
+/* GEMM (the 1x1 linear) and 3x3 conv at 16, 32 and 64 channels, 2-D r2c
+ * FFT and a streaming add; the slowest rank's median time. */
+static sg_status compute_rates(MPI_Comm comm, int quick, sg_plan_hw *hw) {
+  sg_status st = SG_OK;
+  cal_buf b = {0};
+  const int reps = quick ? 3 : 9;
+  const int64_t g = quick ? 64 : 128, n = 4, c = 32;
+  const double ch[3] = {16, 32, 64};
+  double t, gr[3], cr[3];
+  for (int i = 0; i < 3; ++i)
+    SG_TRY(mm_rates(comm, reps, n, g, (int64_t)ch[i], &gr[i], &cr[i]));
+  fit_nhalf(3, ch, gr, &hw->gemm_flops, &hw->gemm_nhalf);
+  fit_nhalf(3, ch, cr, &hw->conv_flops, &hw->conv_nhalf);
+  SG_TRY(attn_rate(comm, reps, &hw->attn_flops));
+  b.x = falloc(n * c * g * g), b.dx = falloc(n * c * (g + 2) * (g + 2));
+  if (!b.x || !b.dx) SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
   /* FFT: r2c + c2r of n c planes g x g, one rank each */
   sg_fft_desc d;
   sg_fft_desc_init(&d);
   d.dtype = SG_DTYPE_F32, d.ndim = 2, d.shape[0] = g, d.shape[1] = g;
   d.split[0] = d.split[1] = -1, d.batch = n * c, d.nthreads = 1;
   SG_TRY(sg_fft_plan_create_comms(MPI_COMM_SELF, 0, NULL, &d, &b.fft));
-  free(b.y);
   b.y = falloc(2 * n * c * g * (g / 2 + 1));
   if (!b.y) SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
-  SG_TRY(best_of(comm, reps, run_fft, &b, &t));
+  SG_TRY(median_of(comm, reps, run_fft, &b, &t));
   MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
   hw->fft_flops = 2.0 * n * c * 2.5 * g * g * log2((double)g * g) / t;
   cal_free(&b);
@@ -148,7 +230,7 @@ static sg_status compute_rates(MPI_Comm comm, int quick, sg_plan_hw *hw) {
   b.n = (quick ? 4 : 16) << 20;
   b.x = falloc(b.n), b.dx = falloc(b.n), b.y = falloc(b.n);
   if (!b.x || !b.dx || !b.y) SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
-  SG_TRY(best_of(comm, reps, run_stream, &b, &t));
+  SG_TRY(median_of(comm, reps, run_stream, &b, &t));
   MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
   hw->mem_bw = 12.0 * (double)b.n / t;
 fail:

@@ -20,6 +20,12 @@ static const sg_kv_key hw_keys[] = {
     {"fft_flops", SG_KV_FLOAT, "2e9",
      "FFT rate per rank, flop/s counted as 2.5 N log2 N per real transform"},
     {"mem_bw", SG_KV_FLOAT, "1e10", "memory bandwidth per rank, bytes/s"},
+    {"attn_flops", SG_KV_FLOAT, "0",
+     "fused attention rate per rank, flop/s (0: gemm_flops)"},
+    {"gemm_nhalf", SG_KV_FLOAT, "0",
+     "channels at which a GEMM reaches half of gemm_flops (0: flat)"},
+    {"conv_nhalf", SG_KV_FLOAT, "0",
+     "channels at which a conv reaches half of conv_flops (0: flat)"},
     {"mem_bytes", SG_KV_FLOAT, "8e9", "memory per rank, bytes"},
     {"alpha_intra", SG_KV_FLOAT, "1e-6", "latency inside a node, s"},
     {"bw_intra", SG_KV_FLOAT, "1e10", "bandwidth inside a node, bytes/s"},
@@ -43,6 +49,9 @@ sg_status sg_plan_hw_load(const char *path, sg_plan_hw *hw) {
   hw->conv_flops = sg_kv_float(kv, "conv_flops");
   hw->fft_flops = sg_kv_float(kv, "fft_flops");
   hw->mem_bw = sg_kv_float(kv, "mem_bw");
+  hw->gemm_nhalf = sg_kv_float(kv, "gemm_nhalf");
+  hw->attn_flops = sg_kv_float(kv, "attn_flops");
+  hw->conv_nhalf = sg_kv_float(kv, "conv_nhalf");
   hw->mem_bytes = sg_kv_float(kv, "mem_bytes");
   hw->alpha_intra = sg_kv_float(kv, "alpha_intra");
   hw->alpha_inter = sg_kv_float(kv, "alpha_inter");
@@ -79,11 +88,13 @@ sg_status sg_plan_hw_save(const char *path, const sg_plan_hw *hw) {
           "name = \"%s\"\n"
           "gemm_flops = %.17g\nconv_flops = %.17g\nfft_flops = %.17g\n"
           "mem_bw = %.17g\nmem_bytes = %.17g\n"
+          "gemm_nhalf = %.17g\nconv_nhalf = %.17g\nattn_flops = %.17g\n"
           "alpha_intra = %.17g\nbw_intra = %.17g\n"
           "alpha_inter = %.17g\nbw_inter = %.17g\n"
           "ranks_per_node = %d\ncores_per_node = %d\nio_bw = %.17g\n",
           hw->name, hw->gemm_flops, hw->conv_flops, hw->fft_flops, hw->mem_bw,
-          hw->mem_bytes, hw->alpha_intra, 1.0 / hw->beta_intra, hw->alpha_inter,
+          hw->mem_bytes, hw->gemm_nhalf, hw->conv_nhalf, hw->attn_flops,
+          hw->alpha_intra, 1.0 / hw->beta_intra, hw->alpha_inter,
           1.0 / hw->beta_inter, hw->ranks_per_node, hw->cores_per_node,
           hw->io_bw);
   if (ferror(f)) SG_RAISE(SG_ERR_IO, "sg_plan_hw_save: writing %s", path);

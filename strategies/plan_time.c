@@ -134,7 +134,16 @@ static double roof(double flops, double rate, double bytes, double bw) {
 static void op_mm(pt *c, int kind, double r, double k, double n, double bwdx) {
   const double f = 2.0 * r * k * n, by = c->eb * (r * k + k * n + r * n);
   c->flops.act += kind == 2 ? 0.0 : c->eb * r * n; /* the output is kept */
-  const double rate = kind == 1 ? c->hw->conv_flops : c->hw->gemm_flops;
+  /* the rate at this shape: Hockney's n / (n + n_half) in the smaller of
+   * the GEMM's inner and output dims */
+  const double nh = kind == 1   ? c->hw->conv_nhalf
+                    : kind == 0 ? c->hw->gemm_nhalf
+                                : 0.0,
+               small = k < n ? k : n;
+  const double base = kind == 1                            ? c->hw->conv_flops
+                      : kind == 2 && c->hw->attn_flops > 0 ? c->hw->attn_flops
+                                                           : c->hw->gemm_flops;
+  const double rate = base * (nh > 0 ? small / (small + nh) : 1.0);
   c->fwd += roof(f, rate, by, c->hw->mem_bw);
   c->bwd += roof(bwdx * f, rate, 2.0 * by, c->hw->mem_bw);
   if (kind == 1)
@@ -304,7 +313,8 @@ static void model_unet(pt *c, double cin, double cout) {
  * of the activations per block forward and two backward. */
 static void model_vit(pt *c, double cin, double cout) {
   static const char *const dom[2] = {"h", "w"}, *const tpn[1] = {"tp"};
-  const double C = cfg_int(c->kv, "width", 32), D = cfg_int(c->kv, "depth", 4);
+  const double C = cfg_int(c->kv, "width", 32), D = cfg_int(c->kv, "depth", 4),
+               H = cfg_int(c->kv, "heads", 4);
   const double p = cfg_int(c->kv, "patch", 4), tp = c->tp;
   const double tl = (c->ly / p) * (c->lx / p),
                tg = ((double)c->ny / p) * ((double)c->nx / p);
@@ -316,8 +326,9 @@ static void model_vit(pt *c, double cin, double cout) {
   for (int b = 0; b < (int)D; ++b) {
     op_elem(c, n * C, 1.0); /* LayerNorm */
     op_mm(c, 0, n, C, 3.0 * C / tp, 2.0);
-    /* QK^T and AV against every token: 4 nb tl tg C / tp, bwd 2.5x */
-    op_mm(c, 2, n, tg, 2.0 * C / tp, 2.5);
+    /* QK^T and AV of every local head against every token: GEMMs of
+     * head_dim columns, 4 nb tl tg C / tp flops, backward 2.5x */
+    op_mm(c, 2, n * H / tp, tg, 2.0 * C / H, 2.5);
     op_mm(c, 0, n, C / tp, C, 2.0);
     op_elem(c, n * C, 2.0);
     op_elem(c, n * C, 1.0);

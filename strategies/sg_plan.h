@@ -72,7 +72,14 @@ sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *m,
 typedef struct sg_plan_hw {
   char name[64];
   double gemm_flops, conv_flops, fft_flops, mem_bw; /* per rank, /s */
-  double mem_bytes;                                 /* memory per rank */
+  /* Hockney's half-performance length of the GEMM and conv rates in the
+   * GEMM's smaller dim (channels): a GEMM over n of them runs at
+   * rate n / (n + n_half); 0: one rate for every shape */
+  double gemm_nhalf, conv_nhalf;
+  /* fused attention (forward + backward, flops counted as 4 B H Nq Nk d
+   * forward and 2.5x that backward) per rank, /s; 0: gemm_flops */
+  double attn_flops;
+  double mem_bytes; /* memory per rank */
   /* alpha (s) and beta (s/byte) for messages inside a node and between
    * nodes; ranks_per_node decides which a group uses */
   double alpha_intra, beta_intra, alpha_inter, beta_inter;

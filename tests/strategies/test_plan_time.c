@@ -152,7 +152,7 @@ static void hw_round_trip(void) {
   if (fd < 0) return;
   close(fd);
   sg_plan_hw a = hw_test(), b;
-  a.cores_per_node = 2, a.io_bw = 3e8;
+  a.cores_per_node = 2, a.io_bw = 3e8, a.conv_nhalf = 12.5;
   SG_CHECK_OK(sg_plan_hw_save(path, &a));
   SG_CHECK_OK(sg_plan_hw_load(path, &b));
   SG_CHECK(!strcmp(a.name, b.name) && a.gemm_flops == b.gemm_flops &&
@@ -161,7 +161,8 @@ static void hw_round_trip(void) {
                close_to(a.beta_intra, b.beta_intra) &&
                close_to(a.beta_inter, b.beta_inter) &&
                a.ranks_per_node == b.ranks_per_node &&
-               a.cores_per_node == b.cores_per_node && a.io_bw == b.io_bw,
+               a.cores_per_node == b.cores_per_node && a.io_bw == b.io_bw &&
+               a.conv_nhalf == b.conv_nhalf,
            "hardware file round trip");
   FILE *f = fopen(path, "w");
   if (f) fputs("gemm_flopz = 1\n", f), fclose(f);
