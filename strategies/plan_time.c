@@ -1,24 +1,522 @@
-/* shardgrid — placeholder for sg-plan's step-time model and hardware files
- * (sg_plan.h): the time model lands in this file from its own branch (on a
- * merge, take that file whole). Until then sg-plan prints "-" for time. */
+/* shardgrid — sg-plan's step-time model (docs/choosing-a-mesh-time.md).
+ *
+ * A step is the ops its model runs (forward + backward) at the rank's
+ * local shape, each costed as a roofline max(flops / rate, bytes / bw) at
+ * the machine's calibrated rates, plus alpha + beta n for every message
+ * the mesh makes it send: halo slabs per convolution, the FFT's
+ * transposes, TP all-reduces, ring attention's K/V passes, the gradient
+ * reduction of the parallel plan (DDP buckets, ZeRO reduce-scatter +
+ * all-gather, HSDP), the pipeline's p2p and its bubble from the simulated
+ * schedule. Nothing overlaps in the model (a CPU MPI progresses little in
+ * the background): the total is the sum of the parts, with the pipeline's
+ * makespan in place of its stages' compute. */
+#include "sg_pipeline.h"
 #include "sg_plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the problem's keys (absent or empty: the sg-train default) ---- */
+
+static int64_t cfg_int(sg_kv_t kv, const char *key, int64_t def) {
+  const char *s = kv ? sg_kv_str(kv, key) : NULL;
+  return s && *s ? (int64_t)strtoll(s, NULL, 10) : def;
+}
+
+static double cfg_num(sg_kv_t kv, const char *key, double def) {
+  const char *s = kv ? sg_kv_str(kv, key) : NULL;
+  return s && *s ? strtod(s, NULL) : def;
+}
+
+static const char *cfg_str(sg_kv_t kv, const char *key, const char *def) {
+  const char *s = kv ? sg_kv_str(kv, key) : NULL;
+  return s && *s ? s : def;
+}
+
+/* A mesh dim's size (1 when absent): private until plan_check.c's
+ * sg_plan_mesh_dim lands (then this folds into it). */
+static int pt_dim(const sg_plan_mesh *m, const char *name) {
+  for (int i = 0; i < m->ndims; ++i)
+    if (!strcmp(m->name[i], name)) return m->size[i];
+  return 1;
+}
+
+/* The ranks a group over the named dims spans in the row-major rank order
+ * (the product of the sizes after its outermost dim, times that dim's
+ * size): the group fits one node when that is at most ranks_per_node. */
+static int pt_span(const sg_plan_mesh *m, const char *const *names, int n) {
+  int span = 1, stride = 1;
+  for (int i = m->ndims - 1; i >= 0; --i) {
+    for (int j = 0; j < n; ++j)
+      if (!strcmp(m->name[i], names[j]) && m->size[i] > 1)
+        span = stride * m->size[i];
+    stride *= m->size[i];
+  }
+  return span;
+}
+
+static int pt_ranks(const sg_plan_mesh *m) {
+  int n = 1;
+  for (int i = 0; i < m->ndims; ++i) n *= m->size[i];
+  return n;
+}
+
+/* A communication group: its size and its link. */
+typedef struct pt_group {
+  int p;
+  double alpha, beta;
+} pt_group;
+
+static pt_group pt_group_of(const sg_plan_mesh *m, const sg_plan_hw *hw,
+                            const char *const *names, int n) {
+  pt_group g = {1, hw->alpha_intra, hw->beta_intra};
+  for (int j = 0; j < n; ++j) g.p *= pt_dim(m, names[j]);
+  const int rpn = hw->ranks_per_node > 0 ? hw->ranks_per_node : 1 << 30;
+  if (pt_span(m, names, n) > rpn)
+    g.alpha = hw->alpha_inter, g.beta = hw->beta_inter;
+  return g;
+}
+
+/* ---- collectives: the ring algorithm's alpha-beta costs ---- */
+
+double sg_plan_allreduce_s(int p, double bytes, double alpha, double beta) {
+  if (p <= 1 || bytes <= 0) return 0.0;
+  return 2.0 * (p - 1) * alpha + 2.0 * (p - 1) / p * bytes * beta;
+}
+
+/* Reduce-scatter and all-gather of `bytes` in all (each rank ends with or
+ * starts from bytes / p); an all-to-all where each rank holds `bytes`. */
+double sg_plan_scatter_s(int p, double bytes, double alpha, double beta) {
+  if (p <= 1 || bytes <= 0) return 0.0;
+  return (p - 1) * alpha + (double)(p - 1) / p * bytes * beta;
+}
+
+double sg_plan_p2p_s(double bytes, double alpha, double beta) {
+  return bytes > 0 ? alpha + bytes * beta : 0.0;
+}
+
+static double g_allreduce(pt_group g, double bytes) {
+  return sg_plan_allreduce_s(g.p, bytes, g.alpha, g.beta);
+}
+static double g_scatter(pt_group g, double bytes) {
+  return sg_plan_scatter_s(g.p, bytes, g.alpha, g.beta);
+}
+
+/* ---- one micro-batch's costs on this rank ---- */
+
+/* The local problem and the accumulated costs. */
+typedef struct pt {
+  const sg_plan_mesh *m;
+  const sg_plan_hw *hw;
+  sg_kv_t kv;
+  double nb;           /* samples in a micro-batch on this rank */
+  int64_t ny, nx;      /* global grid */
+  double ly, lx;       /* local grid (the largest shard) */
+  int sh, sw, tp;      /* domain and tensor splits */
+  double eb;           /* activation bytes per element */
+  sg_plan_flops flops; /* counted work of one micro-batch (fwd + bwd) */
+  double fwd, bwd;     /* compute seconds of one micro-batch */
+  double halo, alltoall, allreduce, ring;
+  /* parameters on this rank: gradients reduced over every data dim
+   * (replicated), over dp/fsdp only (domain-sharded), and the ViT's
+   * tp-sharded ones (reduced over the data dims) */
+  double par_rep, par_dom;
+} pt;
+
+static double roof(double flops, double rate, double bytes, double bw) {
+  const double a = rate > 0 ? flops / rate : 0.0, b = bw > 0 ? bytes / bw : 0.0;
+  return a > b ? a : b;
+}
+
+/* A GEMM-like op: fwd 2 r k n flops, bwd twice that (input and weight
+ * gradients); bytes: its operands once. kind 0 GEMM, 1 conv, 2 attention. */
+static void op_mm(pt *c, int kind, double r, double k, double n, double bwdx) {
+  const double f = 2.0 * r * k * n, by = c->eb * (r * k + k * n + r * n);
+  c->flops.act += kind == 2 ? 0.0 : c->eb * r * n; /* the output is kept */
+  /* the rate at this shape: Hockney's n / (n + n_half) in the smaller of
+   * the GEMM's inner and output dims */
+  const double nh = kind == 1   ? c->hw->conv_nhalf
+                    : kind == 0 ? c->hw->gemm_nhalf
+                                : 0.0,
+               small = k < n ? k : n;
+  const double base = kind == 1                            ? c->hw->conv_flops
+                      : kind == 2 && c->hw->attn_flops > 0 ? c->hw->attn_flops
+                                                           : c->hw->gemm_flops;
+  const double rate = base * (nh > 0 ? small / (small + nh) : 1.0);
+  c->fwd += roof(f, rate, by, c->hw->mem_bw);
+  c->bwd += roof(bwdx * f, rate, 2.0 * by, c->hw->mem_bw);
+  if (kind == 1)
+    c->flops.conv += (1.0 + bwdx) * f;
+  else
+    c->flops.gemm += (1.0 + bwdx) * f;
+}
+
+/* An element-wise op over n elements reading `in` and writing one array
+ * (backward reads twice that and writes the input gradients). */
+static void op_elem(pt *c, double n, double in) {
+  const double by = c->eb * n * (in + 1.0);
+  c->flops.act += c->eb * n;
+  c->fwd += roof(0, 0, by, c->hw->mem_bw);
+  c->bwd += roof(0, 0, 2.0 * by, c->hw->mem_bw);
+  c->flops.bytes += 3.0 * by;
+}
+
+/* Halo slabs of radius r around a (channels x ly x lx) block per sample,
+ * forward exchange + backward adjoint exchange; two messages per split
+ * dim (both neighbours). */
+static void op_halo(pt *c, double ch, double ly, double lx, int r) {
+  static const char *const h[1] = {"h"}, *const w[1] = {"w"};
+  if (r <= 0) return;
+  const pt_group gh = pt_group_of(c->m, c->hw, h, 1),
+                 gw = pt_group_of(c->m, c->hw, w, 1);
+  const double rows = c->nb * ch * r * c->eb;
+  if (gh.p > 1) c->halo += 4.0 * sg_plan_p2p_s(rows * lx, gh.alpha, gh.beta);
+  if (gw.p > 1)
+    c->halo += 4.0 * sg_plan_p2p_s(rows * (ly + 2 * r), gw.alpha, gw.beta);
+}
+
+/* A same-padded k x k convolution at a level of the grid (ly, lx local). */
+static void op_conv(pt *c, double cin, double cout, int k, double ly,
+                    double lx) {
+  op_halo(c, cin, ly, lx, k / 2);
+  op_mm(c, 1, c->nb * ly * lx, cin * k * k, cout, 2.0);
+}
+
+/* GroupNorm over a domain-split grid: the statistics are summed over the
+ * domain group (forward and backward). */
+static void op_groupnorm(pt *c, double ch, double pts) {
+  static const char *const dom[2] = {"h", "w"};
+  op_elem(c, c->nb * ch * pts, 2.0);
+  const pt_group g = pt_group_of(c->m, c->hw, dom, 2);
+  c->allreduce += 2.0 * g_allreduce(g, 2.0 * 8.0 * c->nb * ch);
+}
+
+static double lg2(double x) { return x > 1 ? log2(x) : 0.0; }
+
+/* ---- the models ---- */
+
+/* FNO: lift, `layers` x (spectral conv + 1x1 linear + add + act), the
+ * projection. A spectral conv is r2c along x, truncated to modes columns,
+ * c2c along y on them, the mode mix, and back; forward and backward run
+ * four such transforms per layer. Domain splits add the transposes
+ * (docs/spectral.md): h alone one, w alone two, both three, moving the
+ * truncated spectrum (the first w transpose moves the real block). */
+static void model_fno(pt *c, double cin, double cout) {
+  const double w = cfg_int(c->kv, "width", 32), L = cfg_int(c->kv, "layers", 4),
+               md = cfg_int(c->kv, "modes", 12),
+               pw = cfg_int(c->kv, "proj_width", 128);
+  const double pts = c->ly * c->lx, n = c->nb * pts, dom = c->sh * c->sw;
+  const double ny = (double)c->ny, nx = (double)c->nx;
+  const double k_local = 2.0 * md * md / dom; /* kept modes of this rank */
+  const int shard = strcmp(cfg_str(c->kv, "shard_spectral", "true"), "false");
+  static const char *const hw2[2] = {"h", "w"}, *const wn[1] = {"w"};
+  op_mm(c, 0, n, cin, w, 2.0);
+  for (int l = 0; l < (int)L; ++l) {
+    /* one transform on w channels: r2c rows + c2c over the kept columns */
+    const double ff = c->nb * w *
+                      (ny * 2.5 * nx * lg2(nx) + md * 5.0 * ny * lg2(ny)) / dom;
+    const double fb = c->nb * w * 4.0 * (pts + 2.0 * md * ny / dom);
+    c->fwd += 2.0 * roof(ff, c->hw->fft_flops, fb, c->hw->mem_bw);
+    c->bwd += 2.0 * roof(ff, c->hw->fft_flops, fb, c->hw->mem_bw);
+    c->flops.fft += 4.0 * ff;
+    c->flops.act += 8.0 * c->nb * w * 2.0 * md * ny / dom; /* spectra */
+    /* the mode mix: a complex w x w product per kept mode (8 flops a
+     * complex multiply-add: 4x a real GEMM of the same shape) */
+    op_mm(c, 0, c->nb * k_local, w, 4.0 * w, 2.0);
+    if (dom > 1) {
+      const pt_group g = pt_group_of(c->m, c->hw, hw2, 2);
+      const pt_group gw = pt_group_of(c->m, c->hw, wn, 1);
+      const double spec = c->nb * w * 8.0 * ny * md / dom;
+      double t = 0.0;
+      if (c->sw > 1) t += g_scatter(gw, c->nb * w * c->eb * pts);
+      const int more = (c->sh > 1) + (c->sw > 1);
+      t += more * g_scatter(g, spec);
+      c->alltoall += 4.0 * t; /* four transforms per layer and step */
+    }
+    op_mm(c, 0, n, w, w, 2.0);
+    op_elem(c, n * w, 2.0);
+    if (l + 1 < (int)L) op_elem(c, n * w, 1.0);
+    if (shard)
+      c->par_dom += 2.0 * w * w * 2.0 * md * md / dom;
+    else
+      c->par_rep += 2.0 * w * w * 2.0 * md * md;
+    c->par_rep += w * w + w;
+  }
+  op_mm(c, 0, n, w, pw, 2.0);
+  op_elem(c, n * pw, 1.0);
+  op_mm(c, 0, n, pw, cout, 2.0);
+  c->par_rep += cin * w + w + w * pw + pw + pw * cout + cout;
+}
+
+/* CNN: a k x k lift, `blocks` residual blocks (conv, GroupNorm, act, conv,
+ * add), the projection. */
+static void model_cnn(pt *c, double cin, double cout) {
+  const double w = cfg_int(c->kv, "width", 32), B = cfg_int(c->kv, "blocks", 4),
+               pw = cfg_int(c->kv, "proj_width", 128);
+  const int k = (int)cfg_int(c->kv, "kernel", 3);
+  const double pts = c->ly * c->lx, n = c->nb * pts;
+  op_conv(c, cin, w, k, c->ly, c->lx);
+  for (int b = 0; b < (int)B; ++b) {
+    op_conv(c, w, w, k, c->ly, c->lx);
+    op_groupnorm(c, w, pts);
+    op_elem(c, n * w, 1.0);
+    op_conv(c, w, w, k, c->ly, c->lx);
+    op_elem(c, n * w, 2.0);
+    c->par_rep += 2.0 * (k * k * w * w + w) + 2.0 * w;
+  }
+  op_mm(c, 0, n, w, pw, 2.0);
+  op_elem(c, n * pw, 1.0);
+  op_mm(c, 0, n, pw, cout, 2.0);
+  c->par_rep += k * k * cin * w + w + w * pw + pw + pw * cout + cout;
+}
+
+/* U-Net block: 2 x (conv, GroupNorm, act) at a level. */
+static void unet_block(pt *c, double cin, double ch, int k, double ly,
+                       double lx) {
+  for (int j = 0; j < 2; ++j) {
+    op_conv(c, j ? ch : cin, ch, k, ly, lx);
+    op_groupnorm(c, ch, ly * lx);
+    op_elem(c, c->nb * ly * lx * ch, 1.0);
+    c->par_rep += k * k * (j ? ch : cin) * ch + ch + 2.0 * ch;
+  }
+}
+
+static void model_unet(pt *c, double cin, double cout) {
+  const double w = cfg_int(c->kv, "width", 32);
+  const int L = (int)cfg_int(c->kv, "levels", 3),
+            k = (int)cfg_int(c->kv, "kernel", 3);
+  double ci = cin;
+  for (int l = 0; l < L; ++l) {
+    const double ly = c->ly / (1 << l), lx = c->lx / (1 << l);
+    if (l > 0) op_elem(c, c->nb * ly * lx * ci, 4.0); /* 2x2 average pool */
+    unet_block(c, ci, w * (1 << l), k, ly, lx);
+    ci = w * (1 << l);
+  }
+  for (int l = L - 2; l >= 0; --l) {
+    const double ly = c->ly / (1 << l), lx = c->lx / (1 << l),
+                 up = w * (1 << (l + 1)), ch = w * (1 << l);
+    op_halo(c, up, ly / 2, lx / 2, 1); /* the linear up-sample's halo */
+    op_elem(c, c->nb * ly * lx * up, 0.25);
+    op_elem(c, c->nb * ly * lx * (up + ch), 1.0); /* concat */
+    unet_block(c, up + ch, ch, k, ly, lx);
+  }
+  op_mm(c, 0, c->nb * c->ly * c->lx, w, cout, 2.0);
+  c->par_rep += w * cout + cout;
+}
+
+/* ViT: a p x p patch embedding, `depth` pre-norm blocks (LayerNorm,
+ * attention with column-parallel QKV and row-parallel output over tp,
+ * LayerNorm, MLP 4x over tp), LayerNorm and the un-patchify. The domain
+ * splits the tokens: attention is a ring over the domain group (P - 1 K/V
+ * passes forward, K/V and dK/dV passes backward); tp adds two all-reduces
+ * of the activations per block forward and two backward. */
+static void model_vit(pt *c, double cin, double cout) {
+  static const char *const dom[2] = {"h", "w"}, *const tpn[1] = {"tp"};
+  const double C = cfg_int(c->kv, "width", 32), D = cfg_int(c->kv, "depth", 4),
+               H = cfg_int(c->kv, "heads", 4);
+  const double p = cfg_int(c->kv, "patch", 4), tp = c->tp;
+  const double tl = (c->ly / p) * (c->lx / p),
+               tg = ((double)c->ny / p) * ((double)c->nx / p);
+  const double n = c->nb * tl;
+  const pt_group gd = pt_group_of(c->m, c->hw, dom, 2),
+                 gt = pt_group_of(c->m, c->hw, tpn, 1);
+  op_mm(c, 1, n, cin * p * p, C, 2.0);
+  op_elem(c, n * C, 2.0);
+  for (int b = 0; b < (int)D; ++b) {
+    op_elem(c, n * C, 1.0); /* LayerNorm */
+    op_mm(c, 0, n, C, 3.0 * C / tp, 2.0);
+    /* QK^T and AV of every local head against every token: GEMMs of
+     * head_dim columns, 4 nb tl tg C / tp flops, backward 2.5x */
+    op_mm(c, 2, n * H / tp, tg, 2.0 * C / H, 2.5);
+    op_mm(c, 0, n, C / tp, C, 2.0);
+    op_elem(c, n * C, 2.0);
+    op_elem(c, n * C, 1.0);
+    op_mm(c, 0, n, C, 4.0 * C / tp, 2.0);
+    op_elem(c, n * 4.0 * C / tp, 1.0);
+    op_mm(c, 0, n, 4.0 * C / tp, C, 2.0);
+    op_elem(c, n * C, 2.0);
+    const double act = n * C * c->eb, kv = 2.0 * n * C / tp * c->eb;
+    c->allreduce += 4.0 * g_allreduce(gt, act);
+    if (gd.p > 1) c->ring += 3.0 * gd.p * sg_plan_p2p_s(kv, gd.alpha, gd.beta);
+    c->par_rep += (12.0 * C * C + 9.0 * C) / tp + 4.0 * C + C;
+  }
+  op_elem(c, n * C, 1.0);
+  op_mm(c, 1, n, C, cout * p * p, 2.0);
+  c->par_rep += cin * p * p * C + C + 2.0 * C + C * cout * p * p + cout;
+  c->par_dom += tl * C; /* the position field, sharded like the tokens */
+}
+
+/* ---- the step ---- */
+
+/* The latency of the buckets beyond the first of a reduction of `bytes`
+ * (the one all-reduce costed by g_allreduce carries the bandwidth). */
+static double extra_buckets(pt_group g, double bytes, double bucket) {
+  const double nb = ceil(bytes / bucket);
+  return nb > 1 && g.p > 1 ? (nb - 1) * 2.0 * (g.p - 1) * g.alpha : 0.0;
+}
+
+/* The gradient reduction and the optimizer of the parameters on this rank
+ * (already divided over pp stages and tp). */
+static void grad_sync(pt *c, sg_plan_time *o, double micro) {
+  static const char *const data[4] = {"dp", "fsdp", "h", "w"},
+                           *const dpf[2] = {"dp", "fsdp"},
+                           *const fs[1] = {"fsdp"}, *const dpn[1] = {"dp"},
+                           *const dph[3] = {"dp", "h", "w"};
+  const int zero = (int)cfg_int(c->kv, "zero", 0);
+  const int zod = !strcmp(cfg_str(c->kv, "zero_over_domain", "false"), "true");
+  const double gb = 4.0; /* fp32 gradients (reduce_dtype f32) */
+  const double bucket = cfg_num(c->kv, "bucket_mib", 25) * 1048576.0;
+  const pt_group gall = pt_group_of(c->m, c->hw, data, 4),
+                 gdp = pt_group_of(c->m, c->hw, dpf, 2);
+  const double rep = c->par_rep * gb, dom = c->par_dom * gb;
+  if (zero == 0 || pt_dim(c->m, "fsdp") * (zod ? c->sh * c->sw : 1) == 1) {
+    /* DDP: buckets of bucket_mib, one ring all-reduce each */
+    o->allreduce += g_allreduce(gall, rep) + g_allreduce(gdp, dom) +
+                    extra_buckets(gall, rep, bucket) +
+                    extra_buckets(gdp, dom, bucket);
+  } else {
+    /* ZeRO over fsdp (and the domain with zero_over_domain); HSDP: the
+     * pieces all-reduced over the other data dims */
+    const pt_group gz = zod ? pt_group_of(
+                                  c->m, c->hw,
+                                  (const char *const[]){"fsdp", "h", "w"}, 3)
+                            : pt_group_of(c->m, c->hw, fs, 1);
+    const pt_group go = zod ? pt_group_of(c->m, c->hw, dpn, 1)
+                            : pt_group_of(c->m, c->hw, dph, 3);
+    const double v = rep + dom, reps = zero >= 2 ? micro : 1.0;
+    o->reduce_scatter += reps * g_scatter(gz, v);
+    o->allreduce += reps * g_allreduce(go, v / gz.p);
+    o->allgather += (zero == 3 ? 2.0 * micro : 1.0) * g_scatter(gz, v);
+  }
+  /* AdamW: params, grads, two moments read, three written (fp32) */
+  const double np = c->par_rep + c->par_dom;
+  o->compute += roof(0, 0, 28.0 * np, c->hw->mem_bw);
+}
+
+/* The model's counted work and costs for one micro-batch of nb samples. */
+static sg_status run_model(pt *c, const sg_plan_problem *pb) {
+  sg_status st = SG_OK;
+  const char *kind = cfg_str(c->kv, "model", "fno");
+  const int grid = strcmp(cfg_str(c->kv, "grid", "true"), "false") != 0;
+  const double cin = (double)(pb->vars * cfg_int(c->kv, "history", 1)) +
+                     (pb->add_grid || grid ? 2.0 : 0.0),
+               cout = (double)pb->vars;
+  if (!strcmp(kind, "fno"))
+    model_fno(c, cin, cout);
+  else if (!strcmp(kind, "cnn"))
+    model_cnn(c, cin, cout);
+  else if (!strcmp(kind, "unet"))
+    model_unet(c, cin, cout);
+  else if (!strcmp(kind, "vit"))
+    model_vit(c, cin, cout);
+  else
+    SG_RAISE(SG_ERR_CONFIG, "sg_plan_step_time: unknown model '%s'", kind);
+  /* the loss: a few passes over the output */
+  op_elem(c, c->nb * c->ly * c->lx * cout, 3.0);
+fail:
+  return st;
+}
+
+/* The pipeline: the stage's micro-batches through the schedule, simulated
+ * with the stage's per-micro-batch F and B and the activation transfer. */
+static sg_status pipeline(pt *c, int pp, int micro, double act_bytes,
+                          sg_plan_time *o) {
+  sg_status st = SG_OK;
+  sg_pp_schedule *s = NULL;
+  sg_pp_sim sim = {0};
+  sg_pp_kind kind;
+  static const char *const ppn[1] = {"pp"};
+  const pt_group g = pt_group_of(c->m, c->hw, ppn, 1);
+  const double p2p = sg_plan_p2p_s(act_bytes, g.alpha, g.beta);
+  SG_TRY(sg_pp_kind_parse(cfg_str(c->kv, "pp_schedule", "1f1b"), &kind));
+  int v = (int)cfg_int(c->kv, "pp_virtual", 0);
+  if (v < 1) v = kind == SG_PP_INTERLEAVED ? 2 : 1;
+  SG_TRY(sg_pp_schedule_create(kind, pp, micro, v, &s));
+  const double f = c->fwd / (pp * v), b = c->bwd / (pp * v);
+  const sg_pp_costs costs = {.f = f,
+                             .b = kind == SG_PP_ZB_H1 ? 0.5 * b : b,
+                             .w = kind == SG_PP_ZB_H1 ? 0.5 * b : 0.0,
+                             .p2p = p2p};
+  SG_TRY(sg_pp_simulate(s, &costs, &sim));
+  double busy = 0.0;
+  for (int i = 0; i < pp; ++i) busy = sim.busy[i] > busy ? sim.busy[i] : busy;
+  o->compute += busy;
+  o->p2p += 2.0 * micro * v * p2p;
+  o->bubble = sim.makespan - busy - o->p2p > 0 ? sim.makespan - busy - o->p2p
+                                               : 0.0;
+fail:
+  sg_pp_sim_free(&sim);
+  sg_pp_schedule_destroy(&s);
+  return st;
+}
+
+sg_status sg_plan_flops_of(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                           const sg_plan_hw *hw, sg_plan_flops *out) {
+  sg_plan_time t;
+  return sg_plan_step_time_ex(pb, m, hw, &t, out);
+}
 
 sg_status sg_plan_step_time(const sg_plan_problem *pb, const sg_plan_mesh *m,
                             const sg_plan_hw *hw, sg_plan_time *out) {
-  (void)pb, (void)m, (void)hw, (void)out;
-  return SG_ERR_NOT_SUPPORTED;
+  return sg_plan_step_time_ex(pb, m, hw, out, NULL);
 }
 
-sg_status sg_plan_hw_load(const char *path, sg_plan_hw *hw) {
-  (void)hw;
-  return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
-                      "hardware file %s: the time model is not in this build",
-                      path);
-}
-
-sg_status sg_plan_hw_save(const char *path, const sg_plan_hw *hw) {
-  (void)hw;
-  return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
-                      "hardware file %s: the time model is not in this build",
-                      path);
+sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                               const sg_plan_hw *hw, sg_plan_time *out,
+                               sg_plan_flops *work) {
+  sg_status st = SG_OK;
+  if (!pb || !m || !hw || !out)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_plan_step_time: NULL argument");
+  memset(out, 0, sizeof *out);
+  pt c = {.m = m, .hw = hw, .kv = pb->cfg, .ny = pb->ny, .nx = pb->nx};
+  const int pp = pt_dim(m, "pp");
+  const int data = pt_dim(m, "dp") * pt_dim(m, "fsdp");
+  const int64_t batch = cfg_int(c.kv, "batch", 8);
+  const int micro = (int)cfg_int(c.kv, pp > 1 ? "microbatches" : "grad_accum",
+                                 1);
+  if (batch < 1 || micro < 1 || batch % data || (batch / data) % micro)
+    SG_RAISE(SG_ERR_CONFIG,
+             "sg_plan_step_time: batch %lld does not split over %d data "
+             "ranks x %d micro-batches",
+             (long long)batch, data, micro);
+  c.sh = pt_dim(m, "h"), c.sw = pt_dim(m, "w"), c.tp = pt_dim(m, "tp");
+  c.nb = (double)(batch / data / micro);
+  c.ly = ceil((double)pb->ny / c.sh), c.lx = ceil((double)pb->nx / c.sw);
+  c.eb = !strcmp(cfg_str(c.kv, "param_dtype", "f32"), "bf16") ? 2.0 : 4.0;
+  SG_TRY(run_model(&c, pb));
+  /* activation checkpointing recomputes the forward in backward */
+  if (strcmp(cfg_str(c.kv, "activation_checkpointing", "none"), "none"))
+    c.bwd += c.fwd;
+  /* oversubscription: more ranks on a node than cores share them */
+  const int rpn = hw->ranks_per_node > 0 ? hw->ranks_per_node : 1;
+  const int on_node = pt_ranks(m) < rpn ? pt_ranks(m) : rpn;
+  if (hw->cores_per_node > 0 && on_node > hw->cores_per_node) {
+    const double f = (double)on_node / hw->cores_per_node;
+    c.fwd *= f, c.bwd *= f;
+  }
+  c.par_rep /= pp, c.par_dom /= pp;
+  out->halo = micro * c.halo / pp;
+  out->alltoall = micro * c.alltoall / pp;
+  out->allreduce = micro * c.allreduce / pp;
+  out->ring = micro * c.ring / pp;
+  if (pp > 1) {
+    const double act = c.nb * c.ly * c.lx * c.eb * cfg_int(c.kv, "width", 32);
+    SG_TRY(pipeline(&c, pp, micro, act, out));
+  } else {
+    out->compute = micro * (c.fwd + c.bwd);
+  }
+  grad_sync(&c, out, micro);
+  if (hw->io_bw > 0)
+    out->io = (double)batch / data * (double)pb->vars *
+              (cfg_int(c.kv, "history", 1) + 1) * c.ly * c.lx * 4.0 / hw->io_bw;
+  out->total = out->compute + out->halo + out->allreduce + out->reduce_scatter +
+               out->allgather + out->alltoall + out->ring + out->p2p +
+               out->bubble + out->io;
+  if (work) {
+    *work = c.flops;
+    work->params = c.par_rep + c.par_dom;
+  }
+fail:
+  return st;
 }

@@ -22,6 +22,7 @@
 #include "sg_status.h"
 
 #include <stddef.h>
+#include <mpi.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -81,11 +82,22 @@ sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *m,
 typedef struct sg_plan_hw {
   char name[64];
   double gemm_flops, conv_flops, fft_flops, mem_bw; /* per rank, /s */
-  double mem_bytes;                                 /* memory per rank */
+  /* Hockney's half-performance length of the GEMM and conv rates in the
+   * GEMM's smaller dim (channels): a GEMM over n of them runs at
+   * rate n / (n + n_half); 0: one rate for every shape */
+  double gemm_nhalf, conv_nhalf;
+  /* fused attention (forward + backward, flops counted as 4 B H Nq Nk d
+   * forward and 2.5x that backward) per rank, /s; 0: gemm_flops */
+  double attn_flops;
+  double mem_bytes; /* memory per rank */
   /* alpha (s) and beta (s/byte) for messages inside a node and between
    * nodes; ranks_per_node decides which a group uses */
   double alpha_intra, beta_intra, alpha_inter, beta_inter;
   int ranks_per_node;
+  /* cores per node (0: as many as ranks): more ranks than cores on a node
+   * share them, and the compute stretches by ranks / cores */
+  int cores_per_node;
+  double io_bw; /* bytes/s per rank reading the data (0: I/O not costed) */
 } sg_plan_hw;
 sg_status sg_plan_hw_load(const char *path, sg_plan_hw *hw);
 sg_status sg_plan_hw_save(const char *path, const sg_plan_hw *hw);
@@ -94,9 +106,43 @@ sg_status sg_plan_hw_save(const char *path, const sg_plan_hw *hw);
 typedef struct sg_plan_time {
   double compute, halo, allreduce, reduce_scatter, allgather, alltoall, p2p,
       bubble, io, total;
+  double ring; /* ring attention's K/V (and dK/dV) passes */
 } sg_plan_time;
 sg_status sg_plan_step_time(const sg_plan_problem *pb, const sg_plan_mesh *m,
                             const sg_plan_hw *hw, sg_plan_time *out);
+
+/* The counted work of one micro-batch on one rank (forward + backward):
+ * FLOPs by rate class, bytes of the memory-bound ops, the parameters the
+ * rank holds (per pp stage), and the bytes of the op outputs a forward
+ * keeps for backward (a rough activation estimate: sg_plan_memory is the
+ * accounting). */
+typedef struct sg_plan_flops {
+  double gemm, conv, fft, bytes, params, act;
+} sg_plan_flops;
+sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                               const sg_plan_hw *hw, sg_plan_time *out,
+                               sg_plan_flops *work);
+sg_status sg_plan_flops_of(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                           const sg_plan_hw *hw, sg_plan_flops *out);
+
+/* The ring algorithm's alpha-beta costs (seconds): an all-reduce of
+ * `bytes` over p ranks, 2 (p - 1) alpha + 2 (p - 1) / p bytes beta; a
+ * reduce-scatter or all-gather of `bytes` in all, or an all-to-all of
+ * `bytes` per rank, (p - 1) alpha + (p - 1) / p bytes beta; one message,
+ * alpha + bytes beta. */
+double sg_plan_allreduce_s(int p, double bytes, double alpha, double beta);
+double sg_plan_scatter_s(int p, double bytes, double alpha, double beta);
+double sg_plan_p2p_s(double bytes, double alpha, double beta);
+
+/* Measure this machine (collective over comm: GEMM, conv, FFT and memory
+ * rates on every rank, the slowest kept; MPI latency and bandwidth between
+ * ranks 0 and 1 by message size, fitted to alpha + beta n) into *out;
+ * ranks_per_node and cores_per_node from the machine. Flags:
+ * SG_PLAN_CAL_QUICK measures fewer, smaller sizes; SG_PLAN_CAL_CPU_TIME
+ * times the kernels in thread CPU time instead of wall time (the rates of
+ * a core of one's own on a machine shared with other jobs). */
+enum { SG_PLAN_CAL_QUICK = 1, SG_PLAN_CAL_CPU_TIME = 2 };
+sg_status sg_plan_calibrate(MPI_Comm comm, unsigned flags, sg_plan_hw *out);
 
 #ifdef __cplusplus
 }

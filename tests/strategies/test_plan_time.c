@@ -1,0 +1,188 @@
+/* sg-plan's step-time model, piece by piece (one process, no messages):
+ * the ring collectives' alpha-beta formulas, a tiny FNO's counted FLOPs
+ * and parameters against a hand count, the costs a mesh adds (halo,
+ * transposes, gradient all-reduce, ZeRO, TP, ring, pipeline bubble) where
+ * they must appear, and a hardware file's round trip. */
+#define _POSIX_C_SOURCE 200809L
+#include "sg_plan.h"
+#include "sg_test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const sg_kv_key keys[] = {
+    {"model", SG_KV_STRING, "fno", ""},
+    {"width", SG_KV_INT, "32", ""},
+    {"modes", SG_KV_INT, "12", ""},
+    {"layers", SG_KV_INT, "4", ""},
+    {"proj_width", SG_KV_INT, "128", ""},
+    {"blocks", SG_KV_INT, "4", ""},
+    {"levels", SG_KV_INT, "3", ""},
+    {"kernel", SG_KV_INT, "3", ""},
+    {"patch", SG_KV_INT, "4", ""},
+    {"heads", SG_KV_INT, "4", ""},
+    {"depth", SG_KV_INT, "4", ""},
+    {"batch", SG_KV_INT, "8", ""},
+    {"history", SG_KV_INT, "1", ""},
+    {"grid", SG_KV_BOOL, "true", ""},
+    {"zero", SG_KV_INT, "0", ""},
+    {"microbatches", SG_KV_INT, "1", ""},
+    {"pp_schedule", SG_KV_STRING, "1f1b", ""},
+};
+
+static int close_to(double a, double b) {
+  return fabs(a - b) <= 1e-12 * (fabs(a) + fabs(b)) + 1e-300;
+}
+
+static sg_plan_mesh mesh1(const char *a, int na, const char *b, int nb) {
+  sg_plan_mesh m = {0};
+  if (a) snprintf(m.name[m.ndims], 8, "%s", a), m.size[m.ndims++] = na;
+  if (b) snprintf(m.name[m.ndims], 8, "%s", b), m.size[m.ndims++] = nb;
+  return m;
+}
+
+static sg_plan_hw hw_test(void) {
+  sg_plan_hw hw = {.gemm_flops = 1e10,
+                   .conv_flops = 5e9,
+                   .fft_flops = 2e9,
+                   .mem_bw = 1e10,
+                   .mem_bytes = 1e9,
+                   .alpha_intra = 1e-6,
+                   .beta_intra = 1e-10,
+                   .alpha_inter = 5e-6,
+                   .beta_inter = 1e-9,
+                   .ranks_per_node = 2};
+  snprintf(hw.name, sizeof hw.name, "test");
+  return hw;
+}
+
+static void formulas(void) {
+  SG_CHECK(close_to(sg_plan_allreduce_s(4, 1000, 1e-6, 1e-9), 7.5e-6),
+           "all-reduce 2(p-1)a + 2(p-1)/p n b: %g",
+           sg_plan_allreduce_s(4, 1000, 1e-6, 1e-9));
+  SG_CHECK(close_to(sg_plan_scatter_s(4, 1000, 1e-6, 1e-9), 3.75e-6),
+           "reduce-scatter (p-1)a + (p-1)/p n b: %g",
+           sg_plan_scatter_s(4, 1000, 1e-6, 1e-9));
+  SG_CHECK(sg_plan_allreduce_s(1, 1000, 1, 1) == 0.0, "p = 1 costs nothing");
+  SG_CHECK(close_to(sg_plan_p2p_s(1000, 1e-6, 1e-9), 2e-6), "p2p a + n b");
+}
+
+/* FNO on 8 x 8, 1 variable, no grid channels, width 2, one layer, 2 modes,
+ * projection 4, batch 1: every GEMM 3 x 2 r k n (forward + two backward):
+ *   lift 64x1x2 = 256, mode mix 8 modes x 2 x (4 x 2) = 256 (complex: 4x),
+ *   linear 64x2x2 = 512, proj 64x2x4 = 1024, out 64x4x1 = 512 -> 7680;
+ * FFT: 4 transforms of 2 channels x (8 rows x 2.5 x 8 x 3 + 2 columns x
+ *   5 x 8 x 3) = 4 x 1440 = 5760;
+ * parameters: lift 2 + 2, spectral 2 x 2 x (4 x 2) complex = 64, linear
+ *   4 + 2, proj 8 + 4, out 4 + 1 -> 91. */
+static void fno_hand_count(sg_kv_t kv) {
+  const char *set[][2] = {{"width", "2"},  {"layers", "1"},
+                          {"modes", "2"},  {"proj_width", "4"},
+                          {"batch", "1"},  {"grid", "false"},
+                          {"model", "fno"}};
+  for (size_t i = 0; i < sizeof set / sizeof set[0]; ++i)
+    SG_CHECK_OK(sg_kv_set(kv, set[i][0], set[i][1]));
+  sg_plan_problem pb = {.cfg = kv, .ny = 8, .nx = 8, .vars = 1};
+  sg_plan_mesh m = mesh1("h", 1, NULL, 0);
+  sg_plan_hw hw = hw_test();
+  sg_plan_flops f;
+  SG_CHECK_OK(sg_plan_flops_of(&pb, &m, &hw, &f));
+  SG_CHECK(close_to(f.gemm, 7680), "gemm flops %g (7680)", f.gemm);
+  SG_CHECK(close_to(f.fft, 5760), "fft flops %g (5760)", f.fft);
+  SG_CHECK(close_to(f.params, 91), "params %g (91)", f.params);
+}
+
+/* What each mesh dim adds, on the default models. */
+static void mesh_costs(sg_kv_t kv) {
+  sg_plan_problem pb = {.cfg = kv, .ny = 64, .nx = 64, .vars = 1};
+  sg_plan_hw hw = hw_test();
+  sg_plan_time t1, t;
+  SG_CHECK_OK(sg_kv_set(kv, "model", "cnn"));
+  SG_CHECK_OK(sg_kv_set(kv, "batch", "8"));
+  sg_plan_mesh m = mesh1("h", 1, NULL, 0);
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t1));
+  SG_CHECK(t1.total > 0 && t1.halo == 0 && t1.allreduce == 0,
+           "one rank: compute only (%g %g)", t1.halo, t1.allreduce);
+  m = mesh1("h", 2, NULL, 0);
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t));
+  SG_CHECK(t.halo > 0 && t.allreduce > 0 && t.compute < 0.6 * t1.compute,
+           "h=2: halos, gradient all-reduce, half the compute");
+  m = mesh1("dp", 2, NULL, 0);
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t));
+  SG_CHECK(t.halo == 0 && t.allreduce > 0, "dp=2: no halo");
+  SG_CHECK_OK(sg_kv_set(kv, "zero", "3"));
+  m = mesh1("fsdp", 2, NULL, 0);
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t));
+  SG_CHECK(t.reduce_scatter > 0 && t.allgather > t.reduce_scatter,
+           "zero 3: two all-gathers per reduce-scatter");
+  SG_CHECK_OK(sg_kv_set(kv, "zero", "0"));
+  SG_CHECK_OK(sg_kv_set(kv, "model", "fno"));
+  m = mesh1("h", 2, "w", 1);
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t));
+  SG_CHECK(t.alltoall > 0 && t.halo == 0, "fno h=2: transposes, no halo");
+  SG_CHECK_OK(sg_kv_set(kv, "model", "vit"));
+  m = mesh1("tp", 2, "h", 2);
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t));
+  SG_CHECK(t.ring > 0 && t.allreduce > 0, "vit tp=2,h=2: ring and tp");
+  SG_CHECK_OK(sg_kv_set(kv, "model", "unet"));
+  SG_CHECK_OK(sg_kv_set(kv, "microbatches", "4"));
+  m = mesh1("pp", 2, NULL, 0);
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t));
+  SG_CHECK(t.bubble > 0 && t.p2p > 0 && t.compute < t1.compute,
+           "pp=2: a bubble and p2p (%g %g)", t.bubble, t.p2p);
+  SG_CHECK_OK(sg_kv_set(kv, "microbatches", "1"));
+  /* 4 ranks on a node of 2 cores: the compute stretches by 2 */
+  sg_plan_time t4;
+  m = mesh1("h", 4, NULL, 0);
+  hw.ranks_per_node = 4;
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t));
+  hw.cores_per_node = 2;
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t4));
+  SG_CHECK(fabs(t4.compute - 2.0 * t.compute) < 0.05 * t4.compute,
+           "oversubscribed compute x2: %g vs %g", t4.compute, t.compute);
+}
+
+static void hw_round_trip(void) {
+  char path[] = "/tmp/sg_plan_hw_XXXXXX";
+  const int fd = mkstemp(path);
+  SG_CHECK(fd >= 0, "mkstemp");
+  if (fd < 0) return;
+  close(fd);
+  sg_plan_hw a = hw_test(), b;
+  a.cores_per_node = 2, a.io_bw = 3e8, a.conv_nhalf = 12.5;
+  SG_CHECK_OK(sg_plan_hw_save(path, &a));
+  SG_CHECK_OK(sg_plan_hw_load(path, &b));
+  SG_CHECK(!strcmp(a.name, b.name) && a.gemm_flops == b.gemm_flops &&
+               a.fft_flops == b.fft_flops && a.mem_bw == b.mem_bw &&
+               a.alpha_inter == b.alpha_inter &&
+               close_to(a.beta_intra, b.beta_intra) &&
+               close_to(a.beta_inter, b.beta_inter) &&
+               a.ranks_per_node == b.ranks_per_node &&
+               a.cores_per_node == b.cores_per_node && a.io_bw == b.io_bw &&
+               a.conv_nhalf == b.conv_nhalf,
+           "hardware file round trip");
+  FILE *f = fopen(path, "w");
+  if (f) fputs("gemm_flopz = 1\n", f), fclose(f);
+  SG_CHECK(sg_plan_hw_load(path, &b) != SG_OK, "an unknown key is an error");
+  unlink(path);
+}
+
+int main(int argc, char **argv) {
+  sg_test_init(&argc, &argv);
+  sg_kv_t kv = NULL;
+  SG_REQUIRE_OK(sg_kv_create(keys, (int)(sizeof keys / sizeof keys[0]), &kv));
+  formulas();
+  fno_hand_count(kv);
+  SG_CHECK_OK(sg_kv_set(kv, "width", "8"));
+  SG_CHECK_OK(sg_kv_set(kv, "modes", "4"));
+  SG_CHECK_OK(sg_kv_set(kv, "proj_width", "16"));
+  SG_CHECK_OK(sg_kv_set(kv, "layers", "2"));
+  mesh_costs(kv);
+  hw_round_trip();
+done:
+  sg_kv_destroy(&kv);
+  return sg_test_finish();
+}
