@@ -34,14 +34,6 @@ static const char *cfg_str(sg_kv_t kv, const char *key, const char *def) {
   return s && *s ? s : def;
 }
 
-/* A mesh dim's size (1 when absent): private until plan_check.c's
- * sg_plan_mesh_dim lands (then this folds into it). */
-static int pt_dim(const sg_plan_mesh *m, const char *name) {
-  for (int i = 0; i < m->ndims; ++i)
-    if (!strcmp(m->name[i], name)) return m->size[i];
-  return 1;
-}
-
 /* The ranks a group over the named dims spans in the row-major rank order
  * (the product of the sizes after its outermost dim, times that dim's
  * size): the group fits one node when that is at most ranks_per_node. */
@@ -56,12 +48,6 @@ static int pt_span(const sg_plan_mesh *m, const char *const *names, int n) {
   return span;
 }
 
-static int pt_ranks(const sg_plan_mesh *m) {
-  int n = 1;
-  for (int i = 0; i < m->ndims; ++i) n *= m->size[i];
-  return n;
-}
-
 /* A communication group: its size and its link. */
 typedef struct pt_group {
   int p;
@@ -71,7 +57,7 @@ typedef struct pt_group {
 static pt_group pt_group_of(const sg_plan_mesh *m, const sg_plan_hw *hw,
                             const char *const *names, int n) {
   pt_group g = {1, hw->alpha_intra, hw->beta_intra};
-  for (int j = 0; j < n; ++j) g.p *= pt_dim(m, names[j]);
+  for (int j = 0; j < n; ++j) g.p *= sg_plan_mesh_dim(m, names[j]);
   const int rpn = hw->ranks_per_node > 0 ? hw->ranks_per_node : 1 << 30;
   if (pt_span(m, names, n) > rpn)
     g.alpha = hw->alpha_inter, g.beta = hw->beta_inter;
@@ -370,7 +356,8 @@ static void grad_sync(pt *c, sg_plan_time *o, double micro) {
   const pt_group gall = pt_group_of(c->m, c->hw, data, 4),
                  gdp = pt_group_of(c->m, c->hw, dpf, 2);
   const double rep = c->par_rep * gb, dom = c->par_dom * gb;
-  if (zero == 0 || pt_dim(c->m, "fsdp") * (zod ? c->sh * c->sw : 1) == 1) {
+  if (zero == 0 ||
+      sg_plan_mesh_dim(c->m, "fsdp") * (zod ? c->sh * c->sw : 1) == 1) {
     /* DDP: buckets of bucket_mib, one ring all-reduce each */
     o->allreduce += g_allreduce(gall, rep) + g_allreduce(gdp, dom) +
                     extra_buckets(gall, rep, bucket) +
@@ -470,8 +457,8 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_plan_step_time: NULL argument");
   memset(out, 0, sizeof *out);
   pt c = {.m = m, .hw = hw, .kv = pb->cfg, .ny = pb->ny, .nx = pb->nx};
-  const int pp = pt_dim(m, "pp");
-  const int data = pt_dim(m, "dp") * pt_dim(m, "fsdp");
+  const int pp = sg_plan_mesh_dim(m, "pp");
+  const int data = sg_plan_mesh_dim(m, "dp") * sg_plan_mesh_dim(m, "fsdp");
   const int64_t batch = cfg_int(c.kv, "batch", 8);
   const int micro = (int)cfg_int(c.kv, pp > 1 ? "microbatches" : "grad_accum",
                                  1);
@@ -480,7 +467,8 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
              "sg_plan_step_time: batch %lld does not split over %d data "
              "ranks x %d micro-batches",
              (long long)batch, data, micro);
-  c.sh = pt_dim(m, "h"), c.sw = pt_dim(m, "w"), c.tp = pt_dim(m, "tp");
+  c.sh = sg_plan_mesh_dim(m, "h"), c.sw = sg_plan_mesh_dim(m, "w"),
+  c.tp = sg_plan_mesh_dim(m, "tp");
   c.nb = (double)(batch / data / micro);
   c.ly = ceil((double)pb->ny / c.sh), c.lx = ceil((double)pb->nx / c.sw);
   c.eb = !strcmp(cfg_str(c.kv, "param_dtype", "f32"), "bf16") ? 2.0 : 4.0;
@@ -490,7 +478,7 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
     c.bwd += c.fwd;
   /* oversubscription: more ranks on a node than cores share them */
   const int rpn = hw->ranks_per_node > 0 ? hw->ranks_per_node : 1;
-  const int on_node = pt_ranks(m) < rpn ? pt_ranks(m) : rpn;
+  const int on_node = sg_plan_mesh_ranks(m) < rpn ? sg_plan_mesh_ranks(m) : rpn;
   if (hw->cores_per_node > 0 && on_node > hw->cores_per_node) {
     const double f = (double)on_node / hw->cores_per_node;
     c.fwd *= f, c.bwd *= f;

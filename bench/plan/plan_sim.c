@@ -9,8 +9,7 @@
  *       the ViT on the 0.25 degree ERA5 grid and an analytic 3-D FNO on a
  *       1024^3 grid, 8 .. 4096 GPUs, the best mesh per GPU count.
  *
- * The mesh parser here is private (sg_plan_mesh_parse lands with
- * sg-plan's mesh check); the memory column is this file's estimate
+ * The memory column is this file's estimate
  * (parameters, gradients and AdamW state, plus the op outputs the cost
  * model counts), not sg_plan_memory's accounting. */
 #include "sg_plan.h"
@@ -53,22 +52,6 @@ static const sg_kv_key keys[] = {
     {"meshes", SG_KV_STRING, "h=1", "meshes separated by ';'"},
 };
 
-/* "dp=2,h=2" into m (private: sg_plan_mesh_parse folds it). */
-static int mesh_parse(const char *spec, sg_plan_mesh *m) {
-  memset(m, 0, sizeof *m);
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", spec);
-  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t;
-       t = strtok_r(NULL, ",", &save)) {
-    char *eq = strchr(t, '=');
-    if (!eq || m->ndims == SG_PLAN_MAX_DIMS || eq - t >= 8) return -1;
-    *eq = 0;
-    snprintf(m->name[m->ndims], 8, "%s", t);
-    m->size[m->ndims++] = atoi(eq + 1);
-  }
-  return m->ndims > 0 ? 0 : -1;
-}
-
 static void print_time(const char *mesh, const sg_plan_time *t) {
   printf("{\"mesh\": \"%s\", \"total_s\": %.6g, \"compute_s\": %.6g, "
          "\"halo_s\": %.6g, \"allreduce_s\": %.6g, \"reduce_scatter_s\": "
@@ -89,7 +72,7 @@ static int predict(sg_kv_t kv, const sg_plan_hw *hw) {
        s = strtok_r(NULL, ";", &save)) {
     sg_plan_mesh m;
     sg_plan_time t;
-    if (mesh_parse(s, &m)) {
+    if (sg_plan_mesh_parse(s, &m) != SG_OK) {
       fprintf(stderr, "sg-plan-sim: bad mesh '%s'\n", s);
       return 1;
     }
