@@ -12,7 +12,8 @@
 # that each element counts once: TP-sharded weights not tp times,
 # replicated ones not once per replica, pipeline stages summed once.
 # pp runs use zero 1 (zero 2/3 inside a stage: docs/pipeline.md) and go
-# round the schedules (gpipe, 1f1b, interleaved, zb-h1).
+# round the schedules (gpipe, 1f1b, interleaved, zb-h1); pp need not be
+# the outermost dim (w=2,pp=2 and tp=2,pp=2).
 # The pairs that other tests already check the same way (losses, gradient
 # norms, evaluation and final parameters against one process) are not run
 # again here (CI time): the FNO's dp x fsdp (zero 1, 3) and fsdp x h
@@ -83,7 +84,7 @@ else
     vit_run pp_dp 4 pp=2,dp=2 $(pp gpipe)
     run pp_z1 4 pp=2,fsdp=2 --zero 1 $(pp 1f1b)
     vit_run pp_h 4 pp=2,h=2 $(pp zb-h1)
-    run pp_w 4 pp=2,w=2 $(pp interleaved)
+    run pp_w 4 w=2,pp=2 $(pp interleaved) # pp need not be outermost
     # the 8-rank triples without tp on the FNO only (CI time; the ViT's
     # ring attention inside a pipeline stage is in pp_h, pp_w, pp_tp_h)
     fno_run pp_z1_h 8 pp=2,fsdp=2,h=2 --zero 1 $(pp 1f1b)
@@ -94,7 +95,7 @@ else
     {
       run z3_tp 4 fsdp=2,tp=2 --zero 3
       run tp_w 4 tp=2,w=2
-      run pp_tp 4 pp=2,tp=2 $(pp 1f1b)
+      run pp_tp 4 tp=2,pp=2 $(pp 1f1b)
       run dp_tp_h 8 dp=2,tp=2,h=2
       run pp_tp_h 8 pp=2,tp=2,h=2 $(pp zb-h1)
     }
