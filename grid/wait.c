@@ -183,14 +183,20 @@ static sg_status timeout_raise(census *c, const sg_deadline *d,
       what, d->limit);
 }
 
-/* The sleeps of a yielding wait: after 64 yields, 20 us doubling to 1 ms. */
+/* The sleeps of a yielding wait: after 64 yields, 20 us, then 40 us. Short,
+ * because the rank waited for is usually runnable, only descheduled: a
+ * longer sleep (this was 20 us doubling to 1 ms) holds the waiter asleep
+ * well after its peer has arrived, at every one of a step's hundreds of
+ * waits. Measured on 2 cores (bench/RESULTS.md, "sg_agree's waits"): a
+ * 10-step ViT on dp=4 5.0-6.2 s -> 1.5 s, on dp=2,tp=2,h=2 (8 ranks) 24.0 ->
+ * 10.0 s, the FNO on h=2,w=2 3.9 -> 1.3 s; 100 us caps were in between. */
 static void yield_step(int k, long *ns) {
   if (k < 64) {
     sched_yield();
   } else {
     struct timespec ts = {0, *ns};
     nanosleep(&ts, NULL);
-    if (*ns < 1000000) *ns *= 2;
+    if (*ns < 40000) *ns *= 2;
   }
 }
 
