@@ -95,7 +95,9 @@ typedef struct eval_state {
   sg_example *ex;
   float *pred, *base;
   int64_t pass; /* under pp: the forward-only run (m evaluation batches) */
-  int64_t first, valid; /* under pp: the micro-batch's, from fill to output */
+  /* under pp: the micro-batch's examples and buffers, from fill to output */
+  int64_t first, valid;
+  float *x, *y, *m;
 } eval_state;
 
 /* The predictions file: prediction and target (example, channel, y, x),
@@ -183,10 +185,11 @@ static float *eval_pp_buf(run_t *r, float *buf, int64_t ch, int mb) {
 static sg_status eval_pp_fill(void *ctx, int mb) {
   eval_state *E = ctx;
   run_t *r = E->r;
-  E->valid = eval_fill(r, E->pass * r->micro + mb, E->ex,
-                       eval_pp_buf(r, r->xb, r->cin, mb),
-                       eval_pp_buf(r, r->yb, r->cout, mb),
-                       eval_pp_buf(r, r->mb, r->cout, mb), &E->first);
+  E->x = eval_pp_buf(r, r->xb, r->cin, mb);
+  E->y = eval_pp_buf(r, r->yb, r->cout, mb);
+  E->m = eval_pp_buf(r, r->mb, r->cout, mb);
+  E->valid = eval_fill(r, E->pass * r->micro + mb, E->ex, E->x, E->y, E->m,
+                       &E->first);
   return SG_OK;
 }
 
@@ -209,11 +212,10 @@ static sg_status eval_pp_output(void *ctx, sg_tape_t tape, int mb, sg_var *y,
   run_t *r = E->r;
   (void)tape;
   (void)loss;
+  (void)mb; /* fill just ran for it */
   memcpy(E->pred, y->value.data,
          (size_t)(r->lbatch * r->cout * r->ds.ny * r->ds.nx) * sizeof *E->pred);
-  return eval_score(E, E->first, E->valid, eval_pp_buf(r, r->xb, r->cin, mb),
-                    E->pred, eval_pp_buf(r, r->yb, r->cout, mb),
-                    eval_pp_buf(r, r->mb, r->cout, mb));
+  return eval_score(E, E->first, E->valid, E->x, E->pred, E->y, E->m);
 }
 
 /* The evaluation batches through the pipeline: forward-only runs of m

@@ -69,17 +69,19 @@ for mesh in pp=2:2 pp=3:3 pp=2,h=2:4 pp=2,dp=2:4; do
   run "g_$tag" "$n" "$ms" --pp-schedule gpipe --microbatches 2 $split
   # ZeRO inside the stages: on the FNO and the CNN, 1f1b and zb-h1 run on
   # pp=2,fsdp=2 in place of pp=2,dp=2 (gpipe, interleaved and the U-Net
-  # keep DDP inside a stage)
-  fspec=$ms ftag=$tag fz="" zspec=$ms ztag=$tag zz=""
+  # keep DDP inside a stage; m = 2: still two micro-batches in flight on
+  # stage 0, at half the collectives of m = 4)
+  fspec=$ms ftag=$tag fz="--microbatches 4" zspec=$ms ztag=$tag zz="--microbatches 4"
   if [ "$ms" = pp=2,dp=2 ] && [ "$model" != unet ]; then
     fspec=pp=2,fsdp=2 ftag=pp2fsdp2 zspec=pp=2,fsdp=2 ztag=pp2fsdp2
-    if [ "$model" = fno ]; then fz="--zero 3 --ckpt-every 10" zz="--zero 2"; else fz="--zero 2" zz="--zero 3"; fi
+    fz="--microbatches 2 --zero 3 --ckpt-every 10" zz="--microbatches 2 --zero 2"
+    [ "$model" = fno ] || fz="--microbatches 2 --zero 2" zz="--microbatches 2 --zero 3"
   fi
   # shellcheck disable=SC2086
-  run "f_$ftag" "$n" "$fspec" --pp-schedule 1f1b --microbatches 4 $split $fz
+  run "f_$ftag" "$n" "$fspec" --pp-schedule 1f1b $split $fz
   [ "$ms" = pp=3 ] || run "i_$tag" "$n" "$ms" --pp-schedule interleaved --microbatches 2 --pp-virtual 2
   # shellcheck disable=SC2086
-  run "z_$ztag" "$n" "$zspec" --pp-schedule zb-h1 --microbatches 4 $split $zz
+  run "z_$ztag" "$n" "$zspec" --pp-schedule zb-h1 $split $zz
 done
 if [ "$model" = cnn ]; then
   run split 2 pp=2 --pp-schedule 1f1b --microbatches 2 --pp-split 4
