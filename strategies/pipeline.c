@@ -356,8 +356,9 @@ fail:
  * parameter gradients are made): its tape gets the plan's hooks, where
  * zero 0 and 1 start their reductions. Every other tape gets what a
  * micro-batch needs on its own (sg_parallel_attach_tape): zero 2 and 3
- * reduce-scatter every micro-batch's gradients onto the pieces, zero 3
- * gathers the parameters of every F, B and W, bf16 rounds. */
+ * reduce-scatter a gradient onto the pieces once no micro-batch in flight
+ * still uses the parameter, zero 3 gathers the parameters of every F, B
+ * and W, bf16 rounds. */
 sg_status sg_pipe_attach(sg_pipe_t pp, sg_parallel_t plan,
                          sg_var *const *vars) {
   sg_status st = SG_OK;
