@@ -499,7 +499,9 @@ sg_status sg_parallel_attach_tape(sg_parallel_t p, sg_tape_t tape) {
   /* the variables are bound already (to the bf16 compute copy when there
    * is one): only the hooks. zero 0 and 1 reduce from the first tape only
    * (its backward is the step's last): a further tape's gradients just
-   * accumulate in the flat buffer. zero >= 2 reduces every backward's. */
+   * accumulate in the flat buffer. zero >= 2: any tape's backward may
+   * make a gradient ready (the last use in flight), and every F, B and W
+   * gathers under zero 3. */
   return attach_hooks(p, tape, NULL, NULL, p->cfg.zero >= 2);
 }
 
