@@ -438,6 +438,13 @@ sg_status sg_tape_backward_weights(sg_tape_t tape) {
   for (int k = tape->nnodes - 1; k >= 0 && st == SG_OK; --k)
     st = ag_node_backward(tape, tape->nodes[k], AG_WEIGHTS);
   if (st == SG_OK) st = ag_backward_end(tape, st);
+  /* every use is counted off: release the nodes without sg_tape_clear's
+   * reset of their inputs' use counts, which would cut the counts of
+   * another tape's uses of the same parameters (a pipeline stage's other
+   * micro-batches in flight: their grad_ready would never fire) */
+  for (int k = 0; k < tape->nnodes && st == SG_OK; ++k)
+    ag_node_release(tape, tape->nodes[k]);
+  if (st == SG_OK) tape->nnodes = 0;
   sg_tape_clear(tape);
 fail:
   return st;

@@ -406,6 +406,37 @@ static int cmp_var(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The plan's own hooks (gathers, reductions, the micro-batch window). */
+static sg_status attach_plan_hooks(struct sg_parallel *p, sg_tape_t tape) {
+  sg_hooks hk;
+  memset(&hk, 0, sizeof hk);
+  hk.pre_use = on_pre_use;
+  hk.post_use = on_post_use;
+  hk.pre_backward = on_pre_backward;
+  hk.post_backward_use = on_post_use;
+  hk.grad_ready = on_grad_ready;
+  hk.post_backward = on_post_backward;
+  hk.user = p;
+  return sg_tape_add_hooks(tape, &hk, NULL);
+}
+
+/* The plan's hooks on a tape: the bf16 gradient rounding first (before
+ * the plan reduces), the plan's own, then the bf16 value rounding (after
+ * the gathers). master: the flat parameters to bind the bf16 compute copy
+ * to (the first tape), NULL for a further tape. */
+static sg_status attach_hooks(struct sg_parallel *p, sg_tape_t tape,
+                              const float *master, sg_var *const *vars,
+                              int plan_hooks) {
+  sg_status st = SG_OK;
+  SG_TRY(pl_precision_attach_grads(&p->prec, tape));
+  if (plan_hooks) SG_TRY(attach_plan_hooks(p, tape));
+  SG_TRY(pl_precision_attach_values(&p->prec, tape, master, p->nlocal, p->np,
+                                    vars));
+  sg_tape_set_comm(tape, sg_mesh_comm(p->mesh));
+fail:
+  return st;
+}
+
 sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape,
                              sg_var *const *vars) {
   sg_status st = SG_OK;
@@ -455,24 +486,23 @@ sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape,
     }
     sg_free(h, (void **)&p->params);
   }
-  SG_TRY(pl_precision_attach_grads(&p->prec,
-                                   tape)); /* rounds before the plan reduces */
-  sg_hooks hk;
-  memset(&hk, 0, sizeof hk);
-  hk.pre_use = on_pre_use;
-  hk.post_use = on_post_use;
-  hk.pre_backward = on_pre_backward;
-  hk.post_backward_use = on_post_use;
-  hk.grad_ready = on_grad_ready;
-  hk.post_backward = on_post_backward;
-  hk.user = p;
-  SG_TRY(sg_tape_add_hooks(tape, &hk, NULL));
-  SG_TRY(pl_precision_attach_values(&p->prec, tape, p->params, p->nlocal, p->np,
-                                    vars)); /* after the gathers */
-  sg_tape_set_comm(tape, sg_mesh_comm(p->mesh));
+  SG_TRY(attach_hooks(p, tape, p->params, vars, 1));
   p->attached = 1;
 fail:
   return st;
+}
+
+sg_status sg_parallel_attach_tape(sg_parallel_t p, sg_tape_t tape) {
+  if (!p || !tape || !p->attached)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_parallel_attach_tape: attach the plan first");
+  /* the variables are bound already (to the bf16 compute copy when there
+   * is one): only the hooks. zero 0 and 1 reduce from the first tape only
+   * (its backward is the step's last): a further tape's gradients just
+   * accumulate in the flat buffer. zero >= 2: any tape's backward may
+   * make a gradient ready (the last use in flight), and every F, B and W
+   * gathers under zero 3. */
+  return attach_hooks(p, tape, NULL, NULL, p->cfg.zero >= 2);
 }
 
 sg_status sg_parallel_begin_micro(sg_parallel_t p, int k, int n) {

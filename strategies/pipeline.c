@@ -286,17 +286,6 @@ sg_status sg_pipe_plan_create(sg_pipe_t pp, const sg_parallel_config *cfg,
   if (!pp || !cfg || !plan)
     SG_RAISE(SG_ERR_INVALID_ARG,
              "sg_pipe_plan_create: pipe, config and plan are required");
-  if (cfg->zero >= 2)
-    SG_RAISE(
-        SG_ERR_NOT_SUPPORTED,
-        "pipeline: zero = %d inside a stage is not supported yet (the plan's hooks "
-        "would be needed on every micro-batch's tape): use zero 0 or 1",
-        cfg->zero);
-  if (cfg->param_dtype == SG_DTYPE_BF16)
-    SG_RAISE(
-        SG_ERR_NOT_SUPPORTED,
-        "pipeline: param_dtype = bf16 is not supported yet (its rounding hooks would "
-        "be needed on every micro-batch's tape)");
   SG_TRY(sg_parallel_create(pp->sub, cfg, nparams, table, nlocal, plan));
 fail:
   return st;
@@ -364,7 +353,12 @@ fail:
 }
 
 /* The slot of this stage's last B (ZB-H1: its last W, where the last
- * parameter gradients are made): its tape gets the plan's hooks. */
+ * parameter gradients are made): its tape gets the plan's hooks, where
+ * zero 0 and 1 start their reductions. Every other tape gets what a
+ * micro-batch needs on its own (sg_parallel_attach_tape): zero 2 and 3
+ * reduce-scatter a gradient onto the pieces once no micro-batch in flight
+ * still uses the parameter, zero 3 gathers the parameters of every F, B
+ * and W, bf16 rounds. */
 sg_status sg_pipe_attach(sg_pipe_t pp, sg_parallel_t plan,
                          sg_var *const *vars) {
   sg_status st = SG_OK;
@@ -377,6 +371,8 @@ sg_status sg_pipe_attach(sg_pipe_t pp, sg_parallel_t plan,
     if (s->act[i].op == SG_PP_B || s->act[i].op == SG_PP_W)
       pp->hooked = s->act[i].mb * pp->v + s->act[i].chunk;
   SG_TRY(sg_parallel_attach(plan, pp->tapes[pp->hooked], vars));
+  for (int i = 0; i < pp->m * pp->v; ++i)
+    if (i != pp->hooked) SG_TRY(sg_parallel_attach_tape(plan, pp->tapes[i]));
   pp->plan = plan;
 fail:
   return st;

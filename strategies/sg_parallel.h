@@ -198,6 +198,15 @@ void sg_parallel_describe(sg_parallel_t plan, char *buf, size_t size);
  * plan. Not collective. */
 sg_status sg_parallel_attach(sg_parallel_t plan, sg_tape_t tape,
                              sg_var *const *vars);
+/* The hooks on a further tape, after sg_parallel_attach: a pipeline
+ * stage records each (micro-batch, chunk) on its own tape, and every one
+ * of them needs the ZeRO-2/3 gathers and reduce-scatters and the bf16
+ * rounding (a parameter is ready, hence reduced, when no tape in flight
+ * still has to use it: the tape counts uses over all tapes). For zero 0 and 1 a further tape's backwards only
+ * accumulate (the reductions start from the first tape's, which must be
+ * the step's last backward). Backwards follow begin_micro as on one tape,
+ * one at a time. Not collective. */
+sg_status sg_parallel_attach_tape(sg_parallel_t plan, sg_tape_t tape);
 
 /* Before the forward of micro-batch k of n (0 <= k < n): gradients
  * accumulate over the micro-batches, and only the backward of the last one

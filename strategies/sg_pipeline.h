@@ -172,7 +172,7 @@ sg_status sg_pp_sim_free(sg_pp_sim *sim);
  * The runtime runs a schedule's lists on a mesh with a "pp" dim: the rank's
  * coordinate along pp is its stage; the other dims form the stage's
  * sub-mesh (sg_pipe_stage_mesh), on which the stage builds its own
- * parallel plan with its own blocks' parameters only, so dp, fsdp (ZeRO 1)
+ * parallel plan with its own blocks' parameters only, so dp, fsdp (ZeRO 1-3)
  * and domain dims work inside a stage as they do without a pipeline. An
  * activation goes from a rank to the rank of the next stage with the same
  * coordinates in the other dims (its block of a domain-sharded tensor
@@ -212,7 +212,9 @@ sg_status sg_pp_sim_free(sg_pp_sim *sim);
  * buffers over the micro-batches (sg_parallel_begin_micro before every B,
  * counting the stage's B's); the plan's hooks are on the tape of the
  * stage's last B (ZB-H1: last W), so the DDP buckets are reduced while
- * that backward (weight pass) runs.
+ * that backward (weight pass) runs, and every other tape gets the hooks a
+ * micro-batch needs on its own (sg_parallel_attach_tape: zero 2/3's
+ * gathers and reduce-scatters onto the gradient pieces, bf16's rounding).
  *
  * ZB-H1: B is the tape's split backward's input-gradient pass
  * (sg_tape_backward_split / _from_split: the gradient is sent back at
@@ -234,8 +236,9 @@ sg_status sg_pp_sim_free(sg_pp_sim *sim);
  * that never comes; sg_pipe_run then returns the failing rank's error on
  * every rank.
  *
- * Not yet: zero >= 2 and bf16 need the plan's hooks on every tape
- * (refused by sg_pipe_plan_create). */
+ * Every (micro-batch, chunk) tape carries the plan's hooks (sg_pipe_attach),
+ * so ZeRO 2/3 (gathers in every F, B and W; the gradient pieces) and bf16
+ * work inside a stage. */
 typedef struct sg_pipe *sg_pipe_t;
 
 typedef struct sg_pipe_config {
@@ -280,9 +283,8 @@ const sg_pp_schedule *sg_pipe_schedule(sg_pipe_t pipe);
 /* The blocks [*first, *first + *count) of this stage's chunk. */
 void sg_pipe_blocks(sg_pipe_t pipe, int chunk, int *first, int *count);
 
-/* sg_parallel_create on the stage mesh with this stage's parameter table;
- * refuses (SG_ERR_NOT_SUPPORTED, every rank) zero >= 2 and bf16. The
- * caller owns the plan (sg_parallel_destroy). Collective. */
+/* sg_parallel_create on the stage mesh with this stage's parameter table
+ * (any zero stage, bf16 too). The caller owns the plan (sg_parallel_destroy). Collective. */
 sg_status sg_pipe_plan_create(sg_pipe_t pipe, const sg_parallel_config *cfg,
                               int nparams, const sg_param_info *table,
                               int64_t nlocal, sg_parallel_t *plan);
@@ -374,6 +376,44 @@ sg_status sg_pipe_bcast_last(sg_pipe_t pipe, void *buf, int64_t n,
 /* The whole mesh the runtime was created on (pp and the stage dims; not
  * owned). Not collective. */
 sg_mesh_t sg_pipe_mesh(sg_pipe_t pipe);
+
+/* ---- a zoo model's runs (strategies/pipeline_model.c) --------------------
+ * The forward function every driver of a zoo model (sg_model_nblocks
+ * pieces, a plan from sg_pipe_model_plan) would write, with the driver's
+ * data in three callbacks: per (micro-batch, chunk) the stage runs its
+ * chunk's pieces (sg_model_forward_blocks); on the first virtual stage the
+ * micro-batch's input comes from `input`, on the last the model's output
+ * goes to `output`:
+ *  - fill(ctx, mb) (may be NULL): before the forward of micro-batch mb on
+ *    the first or the last virtual stage, once per such forward: read the
+ *    micro-batch's data (input, target, mask) into the driver's buffers;
+ *  - input(ctx, mb, x): initialise the leaf x (zeroed; sg_var_init over
+ *    the driver's buffer of this rank's share of the input): the run
+ *    releases it when it ends;
+ *  - output(ctx, tape, mb, y, loss): y is the model's output of mb. In a
+ *    training run *loss is set to the micro-batch's scalar loss recorded
+ *    on tape (its part of the step's loss, as for sg_pipe_run: e.g. the
+ *    mean / m); in a forward-only run loss is NULL and the driver consumes
+ *    y (scores it, keeps the predictions) before returning.
+ * Variables the callbacks init and mark for the tape (a target) are the
+ * driver's, alive until the run returns. */
+typedef struct sg_pipe_model_io {
+  sg_model_t model;
+  sg_status (*fill)(void *ctx, int mb);
+  sg_status (*input)(void *ctx, int mb, sg_var *x);
+  sg_status (*output)(void *ctx, sg_tape_t tape, int mb, sg_var *y,
+                      sg_var **loss);
+  void *ctx;
+} sg_pipe_model_io;
+
+/* sg_pipe_run over the model's pieces: one training step's forwards and
+ * backwards; *loss (may be NULL) as there. Collective over the mesh. */
+sg_status sg_pipe_model_run(sg_pipe_t pipe, const sg_pipe_model_io *io,
+                            double *loss);
+/* sg_pipe_forward over the model's pieces: a forward-only run of m
+ * micro-batches, each consumed by `output` on the last stage. Collective
+ * over the mesh. */
+sg_status sg_pipe_model_forward(sg_pipe_t pipe, const sg_pipe_model_io *io);
 
 /* ---- checkpoints (strategies/pipeline_ckpt.c) ----------------------------
  * One checkpoint per step for the whole pipeline, in the format of a run

@@ -98,6 +98,9 @@ typedef struct eval_state {
   sg_example *ex;
   float *pred, *base;
   int64_t pass; /* under pp: the forward-only run (m evaluation batches) */
+  /* under pp: the micro-batch's examples and buffers, from fill to output */
+  int64_t first, valid;
+  float *x, *y, *m;
 } eval_state;
 
 /* The predictions file: prediction and target (example, channel, y, x),
@@ -174,37 +177,48 @@ fail:
   return st;
 }
 
-/* Under pp (sg_pipe_forward_fn): micro-batch mb of a forward-only run is
+/* Under pp (sg_pipe_model_io): micro-batch mb of a forward-only run is
  * evaluation batch pass * m + mb; the first stage reads its inputs, the
- * last scores the model's output. */
-static sg_status eval_pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
-                                 sg_bundle *io) {
-  sg_status st = SG_OK;
+ * last scores the model's output (fill and output run in one forward, so
+ * the batch's first example and valid count wait in E). */
+static float *eval_pp_buf(run_t *r, float *buf, int64_t ch, int mb) {
+  return buf + mb * r->lbatch * ch * r->ds.ny * r->ds.nx;
+}
+
+static sg_status eval_pp_fill(void *ctx, int mb) {
   eval_state *E = ctx;
   run_t *r = E->r;
-  const int64_t plane = r->ds.ny * r->ds.nx, n = r->lbatch;
-  float *x = r->xb + mb * n * r->cin * plane,
-        *y = r->yb + mb * n * r->cout * plane,
-        *m = r->mb + mb * n * r->cout * plane;
-  int first, count;
-  sg_pipe_blocks(r->pipe, chunk, &first, &count);
-  const int last = first + count == sg_model_nblocks(r->model);
-  int64_t valid = 0, ex0 = 0;
-  if (io->n == 0 || last)
-    valid = eval_fill(r, E->pass * r->micro + mb, E->ex, x, y, m, &ex0);
-  if (io->n == 0) {
-    const int64_t xs[4] = {n, r->cin, r->ds.ny, r->ds.nx};
-    SG_TRY(sg_var_init(&r->pps.vx[mb], "x", SG_DTYPE_F32, 4, xs, x, 0));
-    *io = (sg_bundle){.n = 1, .v = {&r->pps.vx[mb]}};
-  }
-  SG_TRY(sg_model_forward_blocks(r->model, tape, first, count, io));
-  if (last) {
-    memcpy(E->pred, io->v[0]->value.data,
-           (size_t)(n * r->cout * plane) * sizeof *E->pred);
-    SG_TRY(eval_score(E, ex0, valid, x, E->pred, y, m));
-  }
-fail:
-  return st;
+  E->x = eval_pp_buf(r, r->xb, r->cin, mb);
+  E->y = eval_pp_buf(r, r->yb, r->cout, mb);
+  E->m = eval_pp_buf(r, r->mb, r->cout, mb);
+  E->valid = eval_fill(r, E->pass * r->micro + mb, E->ex, E->x, E->y, E->m,
+                       &E->first);
+  return SG_OK;
+}
+
+/* The first stage's input of micro-batch mb: from buffer x of micro-batch
+ * windows (evaluation: r->xb; rollout: the windows being fed). */
+static sg_status pp_input_of(run_t *r, float *x, int mb, sg_var *v) {
+  const int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx};
+  return sg_var_init(v, "x", SG_DTYPE_F32, 4, xs, eval_pp_buf(r, x, r->cin, mb),
+                     0);
+}
+
+static sg_status eval_pp_input(void *ctx, int mb, sg_var *x) {
+  eval_state *E = ctx;
+  return pp_input_of(E->r, E->r->xb, mb, x);
+}
+
+static sg_status eval_pp_output(void *ctx, sg_tape_t tape, int mb, sg_var *y,
+                                sg_var **loss) {
+  eval_state *E = ctx;
+  run_t *r = E->r;
+  (void)tape;
+  (void)loss;
+  (void)mb; /* fill just ran for it */
+  memcpy(E->pred, y->value.data,
+         (size_t)(r->lbatch * r->cout * r->ds.ny * r->ds.nx) * sizeof *E->pred);
+  return eval_score(E, E->first, E->valid, E->x, E->pred, E->y, E->m);
 }
 
 /* The evaluation batches through the pipeline: forward-only runs of m
@@ -212,11 +226,10 @@ fail:
 static sg_status eval_pp(eval_state *E, int64_t nb) {
   sg_status st = SG_OK;
   run_t *r = E->r;
-  for (E->pass = 0; E->pass * r->micro < nb; ++E->pass) {
-    st = sg_pipe_forward(r->pipe, eval_pp_forward, E);
-    for (int64_t k = 0; k < r->micro; ++k) sg_var_release(&r->pps.vx[k]);
-    SG_TRY(st);
-  }
+  const sg_pipe_model_io io = {r->model, eval_pp_fill, eval_pp_input,
+                               eval_pp_output, E};
+  for (E->pass = 0; E->pass * r->micro < nb; ++E->pass)
+    SG_TRY(sg_pipe_model_forward(r->pipe, &io));
 fail:
   return st;
 }
@@ -346,32 +359,25 @@ static void roll_feed(roll_state *R, int64_t b, float *x, const float *pred) {
                      r->dopt.history, r->ds.nvars * r->ds.ny * r->ds.nx);
 }
 
-/* Under pp (sg_pipe_forward_fn): micro-batch mb is rollout batch
+/* Under pp (sg_pipe_model_io): micro-batch mb is rollout batch
  * pass * m + mb; the first stage feeds its window, the last stage keeps
  * and scores the prediction. */
-static sg_status roll_pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
-                                 sg_bundle *io) {
-  sg_status st = SG_OK;
+static sg_status roll_pp_input(void *ctx, int mb, sg_var *x) {
+  roll_state *R = ctx;
+  return pp_input_of(R->r, R->x, mb, x);
+}
+
+static sg_status roll_pp_output(void *ctx, sg_tape_t tape, int mb, sg_var *y,
+                                sg_var **loss) {
   roll_state *R = ctx;
   run_t *r = R->r;
   const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, n = r->lbatch,
                 W = n * r->dopt.history * F;
-  int first, count;
-  sg_pipe_blocks(r->pipe, chunk, &first, &count);
-  if (io->n == 0) {
-    const int64_t xs[4] = {n, r->cin, r->ds.ny, r->ds.nx};
-    SG_TRY(sg_var_init(&r->pps.vx[mb], "x", SG_DTYPE_F32, 4, xs, R->x + mb * W,
-                       0));
-    *io = (sg_bundle){.n = 1, .v = {&r->pps.vx[mb]}};
-  }
-  SG_TRY(sg_model_forward_blocks(r->model, tape, first, count, io));
-  if (first + count == sg_model_nblocks(r->model)) {
-    float *pred = R->pred + mb * n * F;
-    memcpy(pred, io->v[0]->value.data, (size_t)(n * F) * sizeof *pred);
-    SG_TRY(roll_score(R, R->pass * r->micro + mb, pred, R->x0 + mb * W));
-  }
-fail:
-  return st;
+  float *pred = R->pred + mb * n * F;
+  (void)tape;
+  (void)loss;
+  memcpy(pred, y->value.data, (size_t)(n * F) * sizeof *pred);
+  return roll_score(R, R->pass * r->micro + mb, pred, R->x0 + mb * W);
 }
 
 /* The rollout batches through the pipeline, m at a time: one forward-only
@@ -382,13 +388,13 @@ static sg_status roll_pp(roll_state *R, int64_t nb) {
   run_t *r = R->r;
   const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, n = r->lbatch,
                 W = n * r->dopt.history * F;
+  const sg_pipe_model_io io = {r->model, NULL, roll_pp_input, roll_pp_output,
+                               R};
   for (R->pass = 0; R->pass * r->micro < nb; ++R->pass) {
     for (int64_t mb = 0; mb < r->micro; ++mb)
       roll_start(R, R->pass * r->micro + mb, R->x + mb * W, R->x0 + mb * W);
     for (R->k = 0; R->k < R->steps; ++R->k) {
-      st = sg_pipe_forward(r->pipe, roll_pp_forward, R);
-      for (int64_t k = 0; k < r->micro; ++k) sg_var_release(&r->pps.vx[k]);
-      SG_TRY(st);
+      SG_TRY(sg_pipe_model_forward(r->pipe, &io));
       SG_TRY(
           sg_pipe_bcast_last(r->pipe, R->pred, r->micro * n * F, SG_DTYPE_F32));
       for (int64_t mb = 0; mb < r->micro; ++mb)

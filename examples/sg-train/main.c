@@ -472,10 +472,9 @@ static sg_status pp_step_init(run_t *r) {
                           .x = r->xb,
                           .y = r->yb,
                           .mask = r->mb};
-  S->vx = calloc((size_t)r->micro, sizeof *S->vx);
   S->vy = calloc((size_t)r->micro, sizeof *S->vy);
   S->vm = calloc((size_t)r->micro, sizeof *S->vm);
-  if (!S->vx || !S->vy || !S->vm) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  if (!S->vy || !S->vm) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   sg_log_info(
       "pipeline: %d stages, schedule %s, %lld micro-batches, %d chunk(s) per stage",
       sg_pipe_nstages(r->pipe),
@@ -899,7 +898,6 @@ static void cleanup(run_t *r) {
   sg_model_destroy(&r->model);
   sg_parallel_destroy(&r->plan);
   sg_pipe_destroy(&r->pipe);
-  free(r->pps.vx);
   free(r->pps.vy);
   free(r->pps.vm);
   free(r->xb);

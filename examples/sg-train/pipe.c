@@ -139,60 +139,58 @@ fail:
   return st;
 }
 
-/* One micro-batch's data (every buffer; each stage uses what it needs). */
-static sg_status pp_fill(sg_train_pp_step *S, int mb) {
+/* Micro-batch mb's data (every buffer; each stage uses what it needs). */
+static sg_status pp_fill(void *ctx, int mb) {
   sg_status st = SG_OK;
+  sg_train_pp_step *S = ctx;
   const int64_t plane = S->ds->ny * S->ds->nx, n = S->lbatch;
-  float *x = S->x + mb * n * S->cin * plane,
-        *y = S->y + mb * n * S->cout * plane,
-        *m = S->mask + mb * n * S->cout * plane;
   sg_example ex[256];
   if (n > 256)
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
              "pp supports a micro-batch of at most 256 samples per rank");
   for (int64_t j = 0; j < n; ++j) ex[j] = S->train[S->perm[mb * n + j]];
-  sg_dataset_fill(S->ds, S->dopt, ex, n, x, y, m);
-  const int64_t xs[4] = {n, S->cin, S->ds->ny, S->ds->nx},
-                ys[4] = {n, S->cout, S->ds->ny, S->ds->nx};
-  SG_TRY(sg_var_init(&S->vx[mb], "x", SG_DTYPE_F32, 4, xs, x, 0));
-  SG_TRY(sg_var_init(&S->vy[mb], "y", SG_DTYPE_F32, 4, ys, y, 0));
-  SG_TRY(sg_var_init(&S->vm[mb], "mask", SG_DTYPE_F32, 4, ys, m, 0));
+  sg_dataset_fill(S->ds, S->dopt, ex, n, S->x + mb * n * S->cin * plane,
+                  S->y + mb * n * S->cout * plane,
+                  S->mask + mb * n * S->cout * plane);
 fail:
   return st;
 }
 
-/* The stage's forward (sg_pipe_forward_fn): its pieces of `chunk`; the
- * micro-batch's input on the first piece, its loss (as micro_step in
- * main.c computes it) after the last. */
-static sg_status pp_forward(sg_tape_t tape, void *ctx, int mb, int chunk,
-                            sg_bundle *io) {
+/* The first stage's input of micro-batch mb. */
+static sg_status pp_input(void *ctx, int mb, sg_var *x) {
+  sg_train_pp_step *S = ctx;
+  const int64_t n = S->lbatch, xs[4] = {n, S->cin, S->ds->ny, S->ds->nx};
+  return sg_var_init(x, "x", SG_DTYPE_F32, 4, xs,
+                     S->x + mb * n * S->cin * S->ds->ny * S->ds->nx, 0);
+}
+
+/* The last stage's loss of micro-batch mb, as micro_step in main.c
+ * computes it. */
+static sg_status pp_loss(void *ctx, sg_tape_t tape, int mb, sg_var *y,
+                         sg_var **loss) {
   sg_status st = SG_OK;
   sg_train_pp_step *S = ctx;
-  int first, count;
-  sg_pipe_blocks(S->pipe, chunk, &first, &count);
-  const int last = first + count == sg_model_nblocks(S->model);
-  if (io->n == 0 || last) SG_TRY(pp_fill(S, mb));
-  if (io->n == 0) *io = (sg_bundle){.n = 1, .v = {&S->vx[mb]}};
-  SG_TRY(sg_model_forward_blocks(S->model, tape, first, count, io));
-  sg_var *x = io->v[0];
-  if (last) {
-    SG_TRY(sg_model_mark(S->model, &S->vy[mb]));
-    if (S->has_mask) SG_TRY(sg_model_mark(S->model, &S->vm[mb]));
-    const sg_dist_loss_ctx lc = {S->domain, S->data, S->gbatch};
-    SG_TRY(sg_ag_dist_loss(tape, S->loss, x, &S->vy[mb],
-                           S->has_mask ? &S->vm[mb] : NULL, &lc, &x));
-    if (S->loss == SG_LOSS_MSE && S->micro > 1)
-      SG_TRY(sg_ag_scale(tape, 1.0 / (double)S->micro, x, &x));
-    *io = (sg_bundle){.n = 1, .v = {x}};
-  }
+  const int64_t n = S->lbatch, plane = S->ds->ny * S->ds->nx,
+                ys[4] = {n, S->cout, S->ds->ny, S->ds->nx};
+  SG_TRY(sg_var_init(&S->vy[mb], "y", SG_DTYPE_F32, 4, ys,
+                     S->y + mb * n * S->cout * plane, 0));
+  SG_TRY(sg_var_init(&S->vm[mb], "mask", SG_DTYPE_F32, 4, ys,
+                     S->mask + mb * n * S->cout * plane, 0));
+  SG_TRY(sg_model_mark(S->model, &S->vy[mb]));
+  if (S->has_mask) SG_TRY(sg_model_mark(S->model, &S->vm[mb]));
+  const sg_dist_loss_ctx lc = {S->domain, S->data, S->gbatch};
+  SG_TRY(sg_ag_dist_loss(tape, S->loss, y, &S->vy[mb],
+                         S->has_mask ? &S->vm[mb] : NULL, &lc, loss));
+  if (S->loss == SG_LOSS_MSE && S->micro > 1)
+    SG_TRY(sg_ag_scale(tape, 1.0 / (double)S->micro, *loss, loss));
 fail:
   return st;
 }
 
 sg_status sg_train_pp_run(sg_train_pp_step *S, double *loss) {
-  sg_status st = sg_pipe_run(S->pipe, pp_forward, S, loss);
+  const sg_pipe_model_io io = {S->model, pp_fill, pp_input, pp_loss, S};
+  sg_status st = sg_pipe_model_run(S->pipe, &io, loss);
   for (int k = 0; k < S->micro; ++k) {
-    sg_var_release(&S->vx[k]);
     sg_var_release(&S->vy[k]);
     sg_var_release(&S->vm[k]);
   }

@@ -133,7 +133,8 @@ sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh,
                              int64_t batch, int64_t cin, sg_pipe_t *pipe);
 /* One step's pipeline run: micro-batch k is the training examples
  * perm[k * lbatch .. (k + 1) * lbatch) of this data rank; x, y, mask hold
- * micro micro-batches (vx, vy, vm: micro variables each). */
+ * micro micro-batches (vy, vm: the last stage's targets and masks, micro
+ * variables each; the inputs are sg_pipe_model_run's). */
 typedef struct sg_train_pp_step {
   sg_pipe_t pipe;
   sg_model_t model;
@@ -146,9 +147,9 @@ typedef struct sg_train_pp_step {
   sg_loss_kind loss;
   sg_group_t domain, data;
   float *x, *y, *mask;
-  sg_var *vx, *vy, *vm;
+  sg_var *vy, *vm;
 } sg_train_pp_step;
-/* Forwards and backwards of the step (sg_pipe_run); *loss the step's loss
+/* Forwards and backwards of the step (sg_pipe_model_run); *loss the step's loss
  * on every rank. Collective. */
 sg_status sg_train_pp_run(sg_train_pp_step *s, double *loss);
 

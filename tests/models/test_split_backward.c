@@ -24,6 +24,7 @@
 #include "sg_test.h"
 #include "sg_test_tensor.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -387,6 +388,62 @@ done:
   sg_var_release(&w);
 }
 
+/* Two micro-batches in flight on their own tapes sharing a parameter (a
+ * ZB-H1 pipeline stage: F0 F1 B0 B1 W0 W1): the parameter's uses are
+ * counted over both tapes, so grad_ready fires once, after the last W
+ * (W0 must not reset the count of W1's uses), and the gradient is the sum
+ * of the two one-pass gradients. */
+static void test_two_tapes(void) {
+  sg_tape_t t[2] = {NULL, NULL};
+  sg_var x[2], *y = NULL, *l[2] = {NULL, NULL};
+  double xv[2][N * C * S], wv[C * C], wg[C * C] = {0}, ref[C * C] = {0};
+  counts k = {0};
+  run_ctx c = {.np = 1};
+  const int64_t xs[3] = {N, C, S}, ws[2] = {C, C};
+  memset(x, 0, sizeof x);
+  sg_test_rand_fill(wv, C * C, 4, -1, 1);
+  sg_var *w = &c.p[0]; /* the hooks count c's parameters */
+  SG_REQUIRE_OK(sg_var_init_param(w, "w", SG_DTYPE_F64, 2, ws, wv, wg));
+  k.c = &c;
+  sg_hooks h = {.grad_ready = on_ready, .post_backward = on_post, .user = &k};
+  for (int i = 0; i < 2; ++i) {
+    sg_test_rand_fill(xv[i], N * C * S, 20 + i, -1, 1);
+    SG_REQUIRE_OK(sg_var_init(&x[i], "x", SG_DTYPE_F64, 3, xs, xv[i], 0));
+    SG_REQUIRE_OK(sg_tape_create(&t[i]));
+  }
+  for (int pass = 0; pass < 2; ++pass) { /* one pass each, then split */
+    if (pass) {
+      memcpy(ref, wg, sizeof ref);
+      memset(wg, 0, sizeof wg);
+      for (int i = 0; i < 2; ++i) sg_tape_set_hooks(t[i], &h);
+    }
+    for (int i = 0; i < 2; ++i) {
+      SG_REQUIRE_OK(sg_ag_linear(t[i], &x[i], w, NULL, &y));
+      SG_REQUIRE_OK(sg_ag_loss(t[i], SG_LOSS_SUM, y, NULL, &l[i]));
+      if (!pass) SG_REQUIRE_OK(sg_tape_backward(t[i], l[i]));
+    }
+    if (!pass) continue;
+    for (int i = 0; i < 2; ++i) SG_CHECK_OK(sg_tape_backward_split(t[i], l[i]));
+    SG_CHECK_OK(sg_tape_backward_weights(t[0]));
+    SG_CHECK(k.ready[0] == 0, "two tapes: grad_ready after the first W");
+    SG_CHECK_OK(sg_tape_backward_weights(t[1]));
+    SG_CHECK(k.ready[0] == 1 && k.post_backward == 2,
+             "two tapes: grad_ready fired %d times (expected once, after "
+             "the last W), post_backward %d",
+             k.ready[0], k.post_backward);
+  }
+  for (int i = 0; i < C * C; ++i)
+    SG_CHECK(fabs(wg[i] - ref[i]) <= 1e-12 * (1 + fabs(ref[i])),
+             "two tapes: weight gradient %d: %g, one pass each %g", i, wg[i],
+             ref[i]);
+done:
+  for (int i = 0; i < 2; ++i) {
+    sg_tape_destroy(&t[i]);
+    sg_var_release(&x[i]);
+  }
+  sg_var_release(&c.p[0]);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   sg_mesh_t mesh = NULL;
@@ -397,6 +454,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof models / sizeof *models; ++i)
     for (int d = 0; d < 2; ++d) test_model(&models[i], dts[d], mesh);
   test_misuse();
+  test_two_tapes();
 done:
   sg_mesh_destroy(&mesh);
   return sg_test_finish();

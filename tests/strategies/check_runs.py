@@ -3,9 +3,9 @@
 run, in one process (a netCDF4 import per comparison would cost more than
 the runs).
 
-usage: check_runs.py RTOL ATOL [--exclude S | --exclude S[I]]... RUN...
-In the current directory: ref.jsonl and ck_ref/step_NNNNNN.nc (the
-one-process run), and per RUN RUN.jsonl and ck_RUN/step_NNNNNN.nc (its
+usage: check_runs.py [--ref REF] RTOL ATOL [--exclude S | --exclude S[I]]... RUN...
+In the current directory: REF.jsonl and ck_REF/step_NNNNNN.nc (the
+one-process run; REF defaults to ref), and per RUN RUN.jsonl and ck_RUN/step_NNNNNN.nc (its
 checkpoint: one file; a pipeline's is written by every stage). For every RUN: each step's
 loss and gradient norm, and the final test evaluation (forward through
 the stages), within RTOL relative of the reference's; the checkpoint holds
@@ -84,14 +84,17 @@ def check_run(name, rtol, atol, ref_m, ref_p, last, excludes):
 
 
 def main():
-    rtol, atol, runs = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+    args, ref = sys.argv[1:], "ref"
+    if args[:1] == ["--ref"]:
+        ref, args = args[1], args[2:]
+    rtol, atol, runs = float(args[0]), float(args[1]), args[2:]
     excludes = []
     while runs and runs[0] == "--exclude":
         excludes.append(runs[1])
         runs = runs[2:]
-    ref_m = metrics("ref.jsonl")
+    ref_m = metrics(f"{ref}.jsonl")
     last = max(k for k in ref_m if k != "eval")
-    ref_p = params(f"ck_ref/step_{last:06d}.nc")
+    ref_p = params(f"ck_{ref}/step_{last:06d}.nc")
     for name in runs:
         err = check_run(name, rtol, atol, ref_m, ref_p, last, excludes)
         if err:

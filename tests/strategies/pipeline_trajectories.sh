@@ -12,9 +12,19 @@
 # pp=3: 6 virtual stages need m a multiple of 3) and zb-h1. The CNN also:
 # an explicit pp_split, pp=2,fsdp=2 with zero 1, activation checkpointing,
 # and zb-h1 (the tape's split backward) on pp=2,h=2 with checkpointed blocks.
-# The U-Net's skips cross the cuts (on pp=3 skip 0 crosses stage 1). The
-# pp=2 runs split by measured cost (pp_split = auto, the default), pp=3 by
-# count (even) or an explicit list.
+# ZeRO inside the stages (pp=2,fsdp=2; every micro-batch's tape carries the
+# plan's hooks), in place of pp=2,dp=2 under 1f1b and zb-h1: zero 3 (FSDP:
+# gathers in every F, B and W) and zero 2, the FNO under 1f1b (zero 3) and
+# zb-h1 (zero 2), the CNN the other way round, at 1e-5 like the rest; the
+# FNO's zero-3 checkpoint of step 10 resumes on 1 rank with the
+# one-process losses. bf16 (param_dtype, CNN) against the one-process
+# bf16 run: pp=2 with one micro-batch at 1e-5 (the same roundings; f32
+# sums in another order only), pp=2,fsdp=2 zero 3 zb-h1 with 2
+# micro-batches at 5e-3 relative (parameters 1e-4 absolute): a gradient is
+# rounded to bf16 each time it is ready, and with micro-batches in flight,
+# or split over the fsdp ranks before the reduction, that happens to other
+# partial sums than in one process: bf16's 2^-8 resolution (measured
+# 7e-4 at worst over 20 steps; 1.3e-3 for pp=2 1f1b with 4).
 #   pipeline_trajectories.sh BIN_DIR MPIEXEC WORK_DIR SRC_DIR DATA MODEL
 # MODEL data: make the dataset DATA (once, for every model: the CTest
 # fixture pipeline_traj_data).
@@ -52,16 +62,26 @@ run() { # NAME RANKS MESH [extra args]: sg-train, metrics in NAME.jsonl, checkpo
 }
 run ref 1 h=1
 for mesh in pp=2:2 pp=3:3 pp=2,h=2:4 pp=2,dp=2:4; do
-  spec=${mesh%:*} n=${mesh#*:} tag=$(echo "${mesh%:*}" | tr -d '=,')
+  ms=${mesh%:*} n=${mesh#*:} tag=$(echo "${mesh%:*}" | tr -d '=,') # (run sets spec)
   split=""
-  [ "$spec" = pp=3 ] && split=$p3
+  [ "$ms" = pp=3 ] && split=$p3
   # shellcheck disable=SC2086
-  run "g_$tag" "$n" "$spec" --pp-schedule gpipe --microbatches 2 $split
+  run "g_$tag" "$n" "$ms" --pp-schedule gpipe --microbatches 2 $split
+  # ZeRO inside the stages: on the FNO and the CNN, 1f1b and zb-h1 run on
+  # pp=2,fsdp=2 in place of pp=2,dp=2 (gpipe, interleaved and the U-Net
+  # keep DDP inside a stage; m = 2: still two micro-batches in flight on
+  # stage 0, at half the collectives of m = 4)
+  fspec=$ms ftag=$tag fz="--microbatches 4" zspec=$ms ztag=$tag zz="--microbatches 4"
+  if [ "$ms" = pp=2,dp=2 ] && [ "$model" != unet ]; then
+    fspec=pp=2,fsdp=2 ftag=pp2fsdp2 zspec=pp=2,fsdp=2 ztag=pp2fsdp2
+    fz="--microbatches 2 --zero 3 --ckpt-every 10" zz="--microbatches 2 --zero 2"
+    [ "$model" = fno ] || fz="--microbatches 2 --zero 2" zz="--microbatches 2 --zero 3"
+  fi
   # shellcheck disable=SC2086
-  run "f_$tag" "$n" "$spec" --pp-schedule 1f1b --microbatches 4 $split
-  [ "$spec" = pp=3 ] || run "i_$tag" "$n" "$spec" --pp-schedule interleaved --microbatches 2 --pp-virtual 2
+  run "f_$ftag" "$n" "$fspec" --pp-schedule 1f1b $split $fz
+  [ "$ms" = pp=3 ] || run "i_$tag" "$n" "$ms" --pp-schedule interleaved --microbatches 2 --pp-virtual 2
   # shellcheck disable=SC2086
-  run "z_$tag" "$n" "$spec" --pp-schedule zb-h1 --microbatches 4 $split
+  run "z_$ztag" "$n" "$zspec" --pp-schedule zb-h1 $split $zz
 done
 if [ "$model" = cnn ]; then
   run split 2 pp=2 --pp-schedule 1f1b --microbatches 2 --pp-split 4
@@ -70,6 +90,19 @@ if [ "$model" = cnn ]; then
   # zb-h1's split backward with halos and sharded GroupNorm statistics in
   # both passes, and checkpointed blocks (run whole in B)
   run zbh 4 pp=2,h=2 --pp-schedule zb-h1 --microbatches 2 --activation-checkpointing blocks
+fi
+if [ "$model" = fno ]; then # the zero-3 pipeline's checkpoint on 1 rank
+  run z3res 1 h=1 --resume ck_f_pp2fsdp2/step_000010.nc
+  runs=${runs% z3res} # steps 11.. only: its losses
+  /usr/bin/python3 "$src/tests/examples/compare_losses.py" z3res.jsonl ref.jsonl 1e-5
+fi
+if [ "$model" = cnn ]; then # bf16 against the one-process bf16 run
+  run ref16 1 h=1 --param-dtype bf16
+  run b16 2 pp=2 --param-dtype bf16 --pp-schedule gpipe --microbatches 1
+  run b16z 4 pp=2,fsdp=2 --zero 3 --param-dtype bf16 --pp-schedule zb-h1 --microbatches 2
+  runs=${runs% ref16 b16 b16z}
+  /usr/bin/python3 "$src/tests/strategies/check_runs.py" --ref ref16 1e-5 1e-6 b16
+  /usr/bin/python3 "$src/tests/strategies/check_runs.py" --ref ref16 5e-3 1e-4 b16z
 fi
 # shellcheck disable=SC2086
 /usr/bin/python3 "$src/tests/strategies/check_runs.py" 1e-5 $atol $runs
