@@ -252,13 +252,6 @@ static void check_plan(const sg_plan_problem *pb, const sg_plan_mesh *m,
             "grad_accum = %lld with pp: the pipeline's micro-batches are set "
             "by microbatches",
             (long long)sg_plan_int(pb, "grad_accum"));
-  if (zero >= 2)
-    why_add(w,
-            "pipeline: zero = %lld inside a stage is not supported yet (use "
-            "zero 0 or 1)",
-            (long long)zero);
-  if (strcmp(sg_kv_str(pb->cfg, "param_dtype"), "bf16") == 0)
-    why_add(w, "pipeline: param_dtype = bf16 is not supported yet");
   if (sg_plan_int(pb, "rollout_train") > 1)
     why_add(w,
             "rollout_train = %lld with a pp mesh dim: multi-step training "
