@@ -356,6 +356,12 @@ static void model_vit(pt *c, double cin, double cout) {
     op_elem(c, n * C, 2.0);
     const double act = n * C * c->eb, kv = 2.0 * n * C / tp * c->eb;
     c->allreduce += 4.0 * g_allreduce(gt, act);
+    if (gt.p > 1) {
+      /* the TP regions (models/ag_tp.c): each forward reduce first agrees
+       * on the ranks' status, each entry copies the replicated input */
+      c->allreduce += 2.0 * g_allreduce(gt, 4.0);
+      op_copy(c, 2.0 * n * C);
+    }
     if (gd.p > 1) c->ring += 3.0 * gd.p * sg_plan_p2p_s(kv, gd.alpha, gd.beta);
     c->par_rep += (12.0 * C * C + 9.0 * C) / tp + 4.0 * C + C;
   }
