@@ -3,7 +3,8 @@
  *   sg-plan-sim predict --hardware F --ny N --nx N --vars V
  *               --meshes "h=1;h=2;dp=2" [--<sg-train key> value ...]
  *       one JSON line per mesh: the predicted split of a step (bench/plan
- *       compares them with sg-train's measured step times);
+ *       compares them with sg-train's measured step times) and
+ *       sg_plan_memory's peak per rank (null where it is not modelled);
  *   sg-plan-sim scale --hardware F
  *       the at-scale tables of docs/choosing-a-mesh-time.md: the FNO and
  *       the ViT on the 0.25 degree ERA5 grid and an analytic 3-D FNO on a
@@ -44,13 +45,17 @@ static sg_status make_kv(sg_kv_t *kv, sg_kv_key **tab) {
   return sg_kv_create(*tab, n + ns, kv);
 }
 
-static void print_time(const char *mesh, const sg_plan_time *t) {
+static void print_time(const char *mesh, const sg_plan_time *t, double mem) {
   printf("{\"mesh\": \"%s\", \"total_s\": %.6g, \"compute_s\": %.6g, "
          "\"halo_s\": %.6g, \"allreduce_s\": %.6g, \"reduce_scatter_s\": "
          "%.6g, \"allgather_s\": %.6g, \"alltoall_s\": %.6g, \"ring_s\": "
-         "%.6g, \"p2p_s\": %.6g, \"bubble_s\": %.6g, \"io_s\": %.6g}\n",
+         "%.6g, \"p2p_s\": %.6g, \"bubble_s\": %.6g, \"io_s\": %.6g, ",
          mesh, t->total, t->compute, t->halo, t->allreduce, t->reduce_scatter,
          t->allgather, t->alltoall, t->ring, t->p2p, t->bubble, t->io);
+  if (mem >= 0)
+    printf("\"memory_bytes\": %.6g}\n", mem);
+  else
+    printf("\"memory_bytes\": null}\n");
 }
 
 static int predict(sg_kv_t kv, const sg_plan_hw *hw) {
@@ -72,7 +77,9 @@ static int predict(sg_kv_t kv, const sg_plan_hw *hw) {
       fprintf(stderr, "sg-plan-sim: %s: %s\n", s, sg_last_error());
       return 1;
     }
-    print_time(s, &t);
+    sg_plan_mem pm; /* null where sg_plan_memory does not model it */
+    const int mem_ok = sg_plan_memory(&pb, &m, &pm) == SG_OK;
+    print_time(s, &t, mem_ok ? pm.peak : -1.0);
   }
   return 0;
 }
