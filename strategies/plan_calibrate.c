@@ -58,6 +58,7 @@ typedef struct cal_buf {
   int64_t n, c, s; /* batch, channels, spatial points */
   float *x, *y, *w, *dx, *dw, *ws;
   sg_conv_desc cd;
+  sg_norm_desc nd;
   sg_fft_plan_t fft;
 } cal_buf;
 
@@ -108,6 +109,44 @@ static sg_status run_stream(void *p) {
   cal_buf *b = p;
   return sg_binary_forward(SG_BINARY_ADD, SG_DTYPE_F32, b->n, b->x, b->dx,
                            b->y);
+}
+
+static sg_status run_act(void *p) {
+  cal_buf *b = p;
+  sg_status st = SG_OK;
+  SG_TRY(sg_act_forward(SG_ACT_GELU, SG_DTYPE_F32, b->n, b->x, b->y));
+  SG_TRY(sg_act_backward(SG_ACT_GELU, SG_DTYPE_F32, b->n, b->x, b->y, b->dx));
+fail:
+  return st;
+}
+
+/* A norm forward + backward as the tape runs it (statistics, normalise;
+ * the backward's sums, then the gradients). */
+static sg_status run_norm(void *p) {
+  cal_buf *b = p;
+  sg_status st = SG_OK;
+  sg_moments *m = (sg_moments *)b->ws;
+  double *sums = (double *)(m + b->c);
+  SG_TRY(sg_norm_stats(&b->nd, SG_DTYPE_F32, b->x, m));
+  SG_TRY(sg_norm_forward(&b->nd, SG_DTYPE_F32, b->x, m, b->w, NULL, b->y));
+  SG_TRY(
+      sg_norm_backward_sums(&b->nd, SG_DTYPE_F32, b->x, m, b->w, b->y, sums));
+  SG_TRY(sg_norm_backward(&b->nd, SG_DTYPE_F32, b->x, m, b->w, b->y, sums,
+                          b->dx, b->dw, NULL));
+fail:
+  return st;
+}
+
+static sg_status run_up(void *p) {
+  cal_buf *b = p;
+  sg_status st = SG_OK;
+  const int64_t in[2] = {b->s + 2, b->s + 2}, sc[2] = {2, 2};
+  SG_TRY(sg_upsample_forward(SG_UPSAMPLE_LINEAR, 2, b->c, in, sc, SG_DTYPE_F32,
+                             b->x, b->y));
+  SG_TRY(sg_upsample_backward(SG_UPSAMPLE_LINEAR, 2, b->c, in, sc, SG_DTYPE_F32,
+                              b->y, b->dx));
+fail:
+  return st;
 }
 
 static float *falloc(int64_t n) {
@@ -198,6 +237,55 @@ fail:
   return st;
 }
 
+/* Elements per second of fn over `elems` elements (x, y, dx of `elems`
+ * floats plus margins; w, dw of 4096; ws for a norm's statistics). */
+static sg_status elem_rate(MPI_Comm comm, int reps, bench_fn fn, cal_buf *b,
+                           double elems, double *rate) {
+  sg_status st = SG_OK;
+  double t;
+  const int64_t n = (int64_t)elems;
+  b->x = falloc(2 * n), b->y = falloc(2 * n), b->dx = falloc(2 * n);
+  b->w = falloc(4096), b->dw = falloc(4096);
+  b->ws = malloc((size_t)n * (sizeof(sg_moments) + 2 * sizeof(double)) / 16 +
+                 4096);
+  if (!b->x || !b->y || !b->dx || !b->w || !b->dw || !b->ws)
+    SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
+  SG_TRY(median_of(comm, reps, fn, b, &t));
+  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+  *rate = elems / t;
+fail:
+  cal_free(b);
+  return st;
+}
+
+/* The element-wise kernels that are compute-bound at activation sizes
+ * (1 Mi elements, 4 MiB, the size of an activation in bench/plan):
+ * GELU, GroupNorm (32 channels, 4 groups), LayerNorm over 64 channels
+ * of 256 tokens (the ViT's) and the linear 2x up-sample, forward + backward each. */
+static sg_status elem_rates(MPI_Comm comm, int reps, sg_plan_hw *hw) {
+  sg_status st = SG_OK;
+  const double e = 1 << 20;
+  cal_buf b = {0};
+  b.n = 1 << 20;
+  SG_TRY(elem_rate(comm, reps, run_act, &b, e, &hw->act_rate));
+  b.nd = (sg_norm_desc){.kind = SG_NORM_GROUP,
+                        .batch = 8,
+                        .channels = 32,
+                        .spatial = 4096,
+                        .groups = 4,
+                        .eps = 1e-5};
+  b.c = 32;
+  SG_TRY(elem_rate(comm, reps, run_norm, &b, e, &hw->norm_rate));
+  b.nd = (sg_norm_desc){
+      .kind = SG_NORM_LAYER, .batch = 64, .channels = 64, .spatial = 256};
+  b.nd.eps = 1e-5, b.c = 64 * 256;
+  SG_TRY(elem_rate(comm, reps, run_norm, &b, e, &hw->lnorm_rate));
+  b.c = 256, b.s = 32; /* 256 planes 34 x 34 (margins) -> 64 x 64 */
+  SG_TRY(elem_rate(comm, reps, run_up, &b, e, &hw->up_rate));
+fail:
+  return st;
+}
+
 /* GEMM (the 1x1 linear) and 3x3 conv at 16, 32 and 64 channels, 2-D r2c
  * FFT and a streaming add; the slowest rank's median time. */
 static sg_status compute_rates(MPI_Comm comm, int quick, sg_plan_hw *hw) {
@@ -212,6 +300,7 @@ static sg_status compute_rates(MPI_Comm comm, int quick, sg_plan_hw *hw) {
   fit_nhalf(3, ch, gr, &hw->gemm_flops, &hw->gemm_nhalf);
   fit_nhalf(3, ch, cr, &hw->conv_flops, &hw->conv_nhalf);
   SG_TRY(attn_rate(comm, reps, &hw->attn_flops));
+  SG_TRY(elem_rates(comm, reps, hw));
   b.x = falloc(n * c * g * g), b.dx = falloc(n * c * (g + 2) * (g + 2));
   if (!b.x || !b.dx) SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
   /* FFT: r2c + c2r of n c planes g x g, one rank each */

@@ -26,6 +26,15 @@ static const sg_kv_key hw_keys[] = {
      "channels at which a GEMM reaches half of gemm_flops (0: flat)"},
     {"conv_nhalf", SG_KV_FLOAT, "0",
      "channels at which a conv reaches half of conv_flops (0: flat)"},
+    {"act_rate", SG_KV_FLOAT, "0",
+     "activation forward + backward, elements/s (0: memory roofline)"},
+    {"norm_rate", SG_KV_FLOAT, "0",
+     "GroupNorm forward + backward, elements/s (0: memory roofline)"},
+    {"lnorm_rate", SG_KV_FLOAT, "0",
+     "LayerNorm forward + backward, elements/s (0: memory roofline)"},
+    {"up_rate", SG_KV_FLOAT, "0",
+     "linear 2x up-sample forward + backward, output elements/s (0: memory "
+     "roofline)"},
     {"mem_bytes", SG_KV_FLOAT, "8e9", "memory per rank, bytes"},
     {"alpha_intra", SG_KV_FLOAT, "1e-6", "latency inside a node, s"},
     {"bw_intra", SG_KV_FLOAT, "1e10", "bandwidth inside a node, bytes/s"},
@@ -52,6 +61,10 @@ sg_status sg_plan_hw_load(const char *path, sg_plan_hw *hw) {
   hw->gemm_nhalf = sg_kv_float(kv, "gemm_nhalf");
   hw->attn_flops = sg_kv_float(kv, "attn_flops");
   hw->conv_nhalf = sg_kv_float(kv, "conv_nhalf");
+  hw->act_rate = sg_kv_float(kv, "act_rate");
+  hw->norm_rate = sg_kv_float(kv, "norm_rate");
+  hw->lnorm_rate = sg_kv_float(kv, "lnorm_rate");
+  hw->up_rate = sg_kv_float(kv, "up_rate");
   hw->mem_bytes = sg_kv_float(kv, "mem_bytes");
   hw->alpha_intra = sg_kv_float(kv, "alpha_intra");
   hw->alpha_inter = sg_kv_float(kv, "alpha_inter");
@@ -89,11 +102,14 @@ sg_status sg_plan_hw_save(const char *path, const sg_plan_hw *hw) {
           "gemm_flops = %.17g\nconv_flops = %.17g\nfft_flops = %.17g\n"
           "mem_bw = %.17g\nmem_bytes = %.17g\n"
           "gemm_nhalf = %.17g\nconv_nhalf = %.17g\nattn_flops = %.17g\n"
+          "act_rate = %.17g\nnorm_rate = %.17g\nlnorm_rate = %.17g\n"
+          "up_rate = %.17g\n"
           "alpha_intra = %.17g\nbw_intra = %.17g\n"
           "alpha_inter = %.17g\nbw_inter = %.17g\n"
           "ranks_per_node = %d\ncores_per_node = %d\nio_bw = %.17g\n",
           hw->name, hw->gemm_flops, hw->conv_flops, hw->fft_flops, hw->mem_bw,
           hw->mem_bytes, hw->gemm_nhalf, hw->conv_nhalf, hw->attn_flops,
+          hw->act_rate, hw->norm_rate, hw->lnorm_rate, hw->up_rate,
           hw->alpha_intra, 1.0 / hw->beta_intra, hw->alpha_inter,
           1.0 / hw->beta_inter, hw->ranks_per_node, hw->cores_per_node,
           hw->io_bw);

@@ -148,6 +148,33 @@ static void op_elem(pt *c, double n, double in) {
   c->flops.bytes += 3.0 * by;
 }
 
+/* An element-wise kernel over n elements costed at its calibrated rate
+ * (elements/s, forward + backward; a third of it forward, as the backward
+ * reads twice what the forward does), or as op_elem's memory roofline
+ * where the hardware file has no rate. */
+static void op_rated(pt *c, double n, double in, double rate) {
+  if (!(rate > 0)) {
+    op_elem(c, n, in);
+    return;
+  }
+  c->flops.act += c->eb * n;
+  c->flops.bytes += 3.0 * c->eb * n * (in + 1.0);
+  c->fwd += n / rate / 3.0;
+  c->bwd += 2.0 * n / rate / 3.0;
+}
+
+/* The activation (GELU) over n elements. */
+static void op_act(pt *c, double n) { op_rated(c, n, 1.0, c->hw->act_rate); }
+
+/* A copy of n elements forward and its adjoint backward: padding a block
+ * into its margin'd copy, the heads' re-layout of attention. */
+static void op_copy(pt *c, double n) {
+  const double by = 2.0 * c->eb * n;
+  c->fwd += roof(0, 0, by, c->hw->mem_bw);
+  c->bwd += roof(0, 0, by, c->hw->mem_bw);
+  c->flops.bytes += 2.0 * by;
+}
+
 /* Halo slabs of radius r around a (channels x ly x lx) block per sample,
  * forward exchange + backward adjoint exchange; two messages per split
  * dim (both neighbours). */
@@ -165,7 +192,11 @@ static void op_halo(pt *c, double ch, double ly, double lx, int r) {
 /* A same-padded k x k convolution at a level of the grid (ly, lx local). */
 static void op_conv(pt *c, double cin, double cout, int k, double ly,
                     double lx) {
-  op_halo(c, cin, ly, lx, k / 2);
+  const int r = k / 2;
+  op_halo(c, cin, ly, lx, r);
+  /* the input's copy with its margins (padded on one rank, the halo
+   * written around it on a mesh) and the adjoint back */
+  if (r > 0) op_copy(c, c->nb * cin * (ly + 2 * r) * (lx + 2 * r));
   op_mm(c, 1, c->nb * ly * lx, cin * k * k, cout, 2.0);
 }
 
@@ -173,7 +204,7 @@ static void op_conv(pt *c, double cin, double cout, int k, double ly,
  * domain group (forward and backward). */
 static void op_groupnorm(pt *c, double ch, double pts) {
   static const char *const dom[2] = {"h", "w"};
-  op_elem(c, c->nb * ch * pts, 2.0);
+  op_rated(c, c->nb * ch * pts, 2.0, c->hw->norm_rate);
   const pt_group g = pt_group_of(c->m, c->hw, dom, 2);
   c->allreduce += 2.0 * g_allreduce(g, 2.0 * 8.0 * c->nb * ch);
 }
@@ -222,7 +253,7 @@ static void model_fno(pt *c, double cin, double cout) {
     }
     op_mm(c, 0, n, w, w, 2.0);
     op_elem(c, n * w, 2.0);
-    if (l + 1 < (int)L) op_elem(c, n * w, 1.0);
+    if (l + 1 < (int)L) op_act(c, n * w);
     if (shard)
       c->par_dom += 2.0 * w * w * 2.0 * md * md / dom;
     else
@@ -230,7 +261,7 @@ static void model_fno(pt *c, double cin, double cout) {
     c->par_rep += w * w + w;
   }
   op_mm(c, 0, n, w, pw, 2.0);
-  op_elem(c, n * pw, 1.0);
+  op_act(c, n * pw);
   op_mm(c, 0, n, pw, cout, 2.0);
   c->par_rep += cin * w + w + w * pw + pw + pw * cout + cout;
 }
@@ -246,13 +277,13 @@ static void model_cnn(pt *c, double cin, double cout) {
   for (int b = 0; b < (int)B; ++b) {
     op_conv(c, w, w, k, c->ly, c->lx);
     op_groupnorm(c, w, pts);
-    op_elem(c, n * w, 1.0);
+    op_act(c, n * w);
     op_conv(c, w, w, k, c->ly, c->lx);
     op_elem(c, n * w, 2.0);
     c->par_rep += 2.0 * (k * k * w * w + w) + 2.0 * w;
   }
   op_mm(c, 0, n, w, pw, 2.0);
-  op_elem(c, n * pw, 1.0);
+  op_act(c, n * pw);
   op_mm(c, 0, n, pw, cout, 2.0);
   c->par_rep += k * k * cin * w + w + w * pw + pw + pw * cout + cout;
 }
@@ -263,7 +294,7 @@ static void unet_block(pt *c, double cin, double ch, int k, double ly,
   for (int j = 0; j < 2; ++j) {
     op_conv(c, j ? ch : cin, ch, k, ly, lx);
     op_groupnorm(c, ch, ly * lx);
-    op_elem(c, c->nb * ly * lx * ch, 1.0);
+    op_act(c, c->nb * ly * lx * ch);
     c->par_rep += k * k * (j ? ch : cin) * ch + ch + 2.0 * ch;
   }
 }
@@ -283,7 +314,7 @@ static void model_unet(pt *c, double cin, double cout) {
     const double ly = c->ly / (1 << l), lx = c->lx / (1 << l),
                  up = w * (1 << (l + 1)), ch = w * (1 << l);
     op_halo(c, up, ly / 2, lx / 2, 1); /* the linear up-sample's halo */
-    op_elem(c, c->nb * ly * lx * up, 0.25);
+    op_rated(c, c->nb * ly * lx * up, 0.25, c->hw->up_rate);
     op_elem(c, c->nb * ly * lx * (up + ch), 1.0); /* concat */
     unet_block(c, up + ch, ch, k, ly, lx);
   }
@@ -310,24 +341,31 @@ static void model_vit(pt *c, double cin, double cout) {
   op_mm(c, 1, n, cin * p * p, C, 2.0);
   op_elem(c, n * C, 2.0);
   for (int b = 0; b < (int)D; ++b) {
-    op_elem(c, n * C, 1.0); /* LayerNorm */
+    op_rated(c, n * C, 1.0, c->hw->lnorm_rate);
     op_mm(c, 0, n, C, 3.0 * C / tp, 2.0);
+    op_copy(c, 4.0 * n * C / tp); /* q, k, v and o between layouts */
     /* QK^T and AV of every local head against every token: GEMMs of
      * head_dim columns, 4 nb tl tg C / tp flops, backward 2.5x */
     op_mm(c, 2, n * H / tp, tg, 2.0 * C / H, 2.5);
     op_mm(c, 0, n, C / tp, C, 2.0);
     op_elem(c, n * C, 2.0);
-    op_elem(c, n * C, 1.0);
+    op_rated(c, n * C, 1.0, c->hw->lnorm_rate);
     op_mm(c, 0, n, C, 4.0 * C / tp, 2.0);
-    op_elem(c, n * 4.0 * C / tp, 1.0);
+    op_act(c, n * 4.0 * C / tp);
     op_mm(c, 0, n, 4.0 * C / tp, C, 2.0);
     op_elem(c, n * C, 2.0);
     const double act = n * C * c->eb, kv = 2.0 * n * C / tp * c->eb;
     c->allreduce += 4.0 * g_allreduce(gt, act);
+    if (gt.p > 1) {
+      /* the TP regions (models/ag_tp.c): each forward reduce first agrees
+       * on the ranks' status, each entry copies the replicated input */
+      c->allreduce += 2.0 * g_allreduce(gt, 4.0);
+      op_copy(c, 2.0 * n * C);
+    }
     if (gd.p > 1) c->ring += 3.0 * gd.p * sg_plan_p2p_s(kv, gd.alpha, gd.beta);
     c->par_rep += (12.0 * C * C + 9.0 * C) / tp + 4.0 * C + C;
   }
-  op_elem(c, n * C, 1.0);
+  op_rated(c, n * C, 1.0, c->hw->lnorm_rate);
   op_mm(c, 1, n, C, cout * p * p, 2.0);
   c->par_rep += cin * p * p * C + C + 2.0 * C + C * cout * p * p + cout;
   c->par_dom += tl * C; /* the position field, sharded like the tokens */

@@ -89,6 +89,11 @@ typedef struct sg_plan_hw {
   /* fused attention (forward + backward, flops counted as 4 B H Nq Nk d
    * forward and 2.5x that backward) per rank, /s; 0: gemm_flops */
   double attn_flops;
+  /* elements per second of the library's element-wise kernels that are
+   * not memory-bound at activation sizes, forward + backward: the
+   * activation (GELU), GroupNorm, LayerNorm and the linear 2x up-sample
+   * (counted per output element); 0: the memory roofline */
+  double act_rate, norm_rate, lnorm_rate, up_rate;
   double mem_bytes; /* memory per rank */
   /* alpha (s) and beta (s/byte) for messages inside a node and between
    * nodes; ranks_per_node decides which a group uses */

@@ -3,15 +3,18 @@
  *   sg-plan-sim predict --hardware F --ny N --nx N --vars V
  *               --meshes "h=1;h=2;dp=2" [--<sg-train key> value ...]
  *       one JSON line per mesh: the predicted split of a step (bench/plan
- *       compares them with sg-train's measured step times);
+ *       compares them with sg-train's measured step times) and
+ *       sg_plan_memory's peak per rank (null where it is not modelled);
  *   sg-plan-sim scale --hardware F
  *       the at-scale tables of docs/choosing-a-mesh-time.md: the FNO and
  *       the ViT on the 0.25 degree ERA5 grid and an analytic 3-D FNO on a
  *       1024^3 grid, 8 .. 4096 GPUs, the best mesh per GPU count.
  *
- * The memory column is this file's estimate
- * (parameters, gradients and AdamW state, plus the op outputs the cost
- * model counts), not sg_plan_memory's accounting. */
+ * The memory column is sg_plan_memory's accounting (the replay of the
+ * tape's allocations, tested within 5% of measured peaks) where it models
+ * the configuration, else (marked "~") a rough estimate: parameters,
+ * gradients and AdamW state plus the op outputs the cost model counts. */
+#include "keys.h"
 #include "sg_plan.h"
 
 #include <math.h>
@@ -19,32 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const sg_kv_key keys[] = {
-    {"model", SG_KV_STRING, "fno", ""},
-    {"width", SG_KV_INT, "32", ""},
-    {"modes", SG_KV_INT, "12", ""},
-    {"layers", SG_KV_INT, "4", ""},
-    {"proj_width", SG_KV_INT, "128", ""},
-    {"blocks", SG_KV_INT, "4", ""},
-    {"levels", SG_KV_INT, "3", ""},
-    {"kernel", SG_KV_INT, "3", ""},
-    {"groups", SG_KV_INT, "4", ""},
-    {"patch", SG_KV_INT, "4", ""},
-    {"heads", SG_KV_INT, "4", ""},
-    {"depth", SG_KV_INT, "4", ""},
-    {"batch", SG_KV_INT, "8", ""},
-    {"history", SG_KV_INT, "1", ""},
-    {"grid", SG_KV_BOOL, "true", ""},
-    {"zero", SG_KV_INT, "0", ""},
-    {"zero_over_domain", SG_KV_BOOL, "false", ""},
-    {"grad_accum", SG_KV_INT, "1", ""},
-    {"microbatches", SG_KV_INT, "1", ""},
-    {"pp_schedule", SG_KV_STRING, "1f1b", ""},
-    {"pp_virtual", SG_KV_INT, "0", ""},
-    {"bucket_mib", SG_KV_FLOAT, "25", ""},
-    {"param_dtype", SG_KV_STRING, "f32", ""},
-    {"shard_spectral", SG_KV_BOOL, "true", ""},
-    {"activation_checkpointing", SG_KV_STRING, "none", ""},
+/* sg-train's keys (the model's and the plan's, with sg-train's
+ * defaults: sg_plan_memory reads them all) but "vars", and this
+ * program's own. */
+static const sg_kv_key sim_keys[] = {
     {"hardware", SG_KV_STRING, "", "hardware file"},
     {"ny", SG_KV_INT, "64", ""},
     {"nx", SG_KV_INT, "64", ""},
@@ -52,13 +33,29 @@ static const sg_kv_key keys[] = {
     {"meshes", SG_KV_STRING, "h=1", "meshes separated by ';'"},
 };
 
-static void print_time(const char *mesh, const sg_plan_time *t) {
+static sg_status make_kv(sg_kv_t *kv, sg_kv_key **tab) {
+  const int ns = (int)(sizeof sim_keys / sizeof *sim_keys);
+  int n = 0;
+  *tab = malloc((size_t)(sg_train_nkeys + ns) * sizeof **tab);
+  if (!*tab)
+    return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
+  for (int i = 0; i < sg_train_nkeys; ++i)
+    if (strcmp(sg_train_keys[i].name, "vars")) (*tab)[n++] = sg_train_keys[i];
+  memcpy(*tab + n, sim_keys, sizeof sim_keys);
+  return sg_kv_create(*tab, n + ns, kv);
+}
+
+static void print_time(const char *mesh, const sg_plan_time *t, double mem) {
   printf("{\"mesh\": \"%s\", \"total_s\": %.6g, \"compute_s\": %.6g, "
          "\"halo_s\": %.6g, \"allreduce_s\": %.6g, \"reduce_scatter_s\": "
          "%.6g, \"allgather_s\": %.6g, \"alltoall_s\": %.6g, \"ring_s\": "
-         "%.6g, \"p2p_s\": %.6g, \"bubble_s\": %.6g, \"io_s\": %.6g}\n",
+         "%.6g, \"p2p_s\": %.6g, \"bubble_s\": %.6g, \"io_s\": %.6g, ",
          mesh, t->total, t->compute, t->halo, t->allreduce, t->reduce_scatter,
          t->allgather, t->alltoall, t->ring, t->p2p, t->bubble, t->io);
+  if (mem >= 0)
+    printf("\"memory_bytes\": %.6g}\n", mem);
+  else
+    printf("\"memory_bytes\": null}\n");
 }
 
 static int predict(sg_kv_t kv, const sg_plan_hw *hw) {
@@ -80,7 +77,9 @@ static int predict(sg_kv_t kv, const sg_plan_hw *hw) {
       fprintf(stderr, "sg-plan-sim: %s: %s\n", s, sg_last_error());
       return 1;
     }
-    print_time(s, &t);
+    sg_plan_mem pm; /* null where sg_plan_memory does not model it */
+    const int mem_ok = sg_plan_memory(&pb, &m, &pm) == SG_OK;
+    print_time(s, &t, mem_ok ? pm.peak : -1.0);
   }
   return 0;
 }
@@ -93,6 +92,7 @@ typedef struct cand {
   sg_plan_time t;
   double mem, eff;
   int fits, lb; /* lb: samples per data rank */
+  int est;      /* mem is the rough estimate, not sg_plan_memory's */
 } cand;
 
 /* The estimate of the peak per rank (marked as such in the tables):
@@ -161,7 +161,9 @@ static int evaluate(sg_kv_t kv, const sg_plan_problem *pb, const sg_plan_hw *hw,
   snprintf(b, sizeof b, "%d", dp * lb);
   sg_kv_set(kv, "batch", b);
   if (sg_plan_step_time_ex(pb, m, hw, &c->t, &f) != SG_OK) return 0;
-  c->mem = mem_estimate(&f, m, (int)sg_kv_int(kv, "zero"));
+  sg_plan_mem pm;
+  c->est = sg_plan_memory(pb, m, &pm) != SG_OK;
+  c->mem = c->est ? mem_estimate(&f, m, (int)sg_kv_int(kv, "zero")) : pm.peak;
   c->fits = c->mem <= 0.9 * hw->mem_bytes;
   c->eff = t1 * dp * lb / (N * c->t.total);
   return 1;
@@ -202,14 +204,14 @@ static void scale_row(sg_kv_t kv, const sg_plan_problem *pb,
   }
   char ms[96];
   if (!have) {
-    printf("| %d | none fits | %.1f GiB (data parallel) | - | - | - | memory "
-           "|\n",
-           N, one.mem / 1073741824.0);
+    printf("| %d | none fits | %s%.1f GiB (data parallel) | - | - | - | "
+           "memory |\n",
+           N, one.est ? "~" : "", one.mem / 1073741824.0);
     return;
   }
   mesh_str(&best.m, ms, sizeof ms);
-  printf("| %d | %s | %d | %.1f GiB | %.3g s | %.2f | %s |\n", N, ms, best.lb,
-         best.mem / 1073741824.0, best.t.total, best.eff,
+  printf("| %d | %s | %d | %s%.1f GiB | %.3g s | %.2f | %s |\n", N, ms, best.lb,
+         best.est ? "~" : "", best.mem / 1073741824.0, best.t.total, best.eff,
          binding(&best, !one.fits));
 }
 
@@ -232,7 +234,7 @@ static void table(sg_kv_t kv, const sg_plan_problem *pb, const sg_plan_hw *hw,
                   const int *maxsz) {
   const double t1 = one_gpu(kv, pb, hw);
   printf("\n%s (1 GPU, compute per sample: %.3g s)\n\n", title, t1);
-  printf("| GPUs | mesh | samples/data rank | memory/GPU (estimate) | step | "
+  printf("| GPUs | mesh | samples/data rank | memory/GPU | step | "
          "efficiency | binding |\n|---|---|---|---|---|---|---|\n");
   for (int N = 8; N <= 4096; N *= 2)
     scale_row(kv, pb, hw, N, dims, nd, maxsz, t1);
@@ -348,13 +350,14 @@ static int scale(sg_kv_t kv, const sg_plan_hw *hw) {
 
 int main(int argc, char **argv) {
   sg_kv_t kv = NULL;
+  sg_kv_key *tab = NULL;
   sg_plan_hw hw;
   int rc = 2;
   if (argc < 2 || (strcmp(argv[1], "predict") && strcmp(argv[1], "scale"))) {
     fprintf(stderr, "usage: sg-plan-sim predict|scale --hardware FILE ...\n");
     return 2;
   }
-  if (sg_kv_create(keys, (int)(sizeof keys / sizeof keys[0]), &kv) != SG_OK ||
+  if (make_kv(&kv, &tab) != SG_OK ||
       sg_kv_parse_args(kv, argc, argv, 2, NULL) != SG_OK ||
       sg_plan_hw_load(sg_kv_str(kv, "hardware"), &hw) != SG_OK) {
     fprintf(stderr, "sg-plan-sim: %s\n", sg_last_error());
@@ -368,5 +371,6 @@ int main(int argc, char **argv) {
   }
 done:
   sg_kv_destroy(&kv);
+  free(tab);
   return rc;
 }

@@ -95,6 +95,34 @@ static void fno_hand_count(sg_kv_t kv) {
   SG_CHECK(close_to(f.params, 91), "params %g (91)", f.params);
 }
 
+/* The hand-count FNO's one activation (the projection's, 64 points x 4
+ * channels) at a calibrated act_rate costs 256 / act_rate in place of its
+ * memory roofline (2 x 4 B x 256 forward, twice that backward, at
+ * mem_bw). */
+static void act_rate_cost(void) {
+  sg_kv_t kv = NULL;
+  const char *set[][2] = {{"width", "2"},  {"layers", "1"},
+                          {"modes", "2"},  {"proj_width", "4"},
+                          {"batch", "1"},  {"grid", "false"},
+                          {"model", "fno"}};
+  SG_REQUIRE_OK(sg_kv_create(keys, (int)(sizeof keys / sizeof keys[0]), &kv));
+  for (size_t i = 0; i < sizeof set / sizeof set[0]; ++i)
+    SG_CHECK_OK(sg_kv_set(kv, set[i][0], set[i][1]));
+  sg_plan_problem pb = {.cfg = kv, .ny = 8, .nx = 8, .vars = 1};
+  sg_plan_mesh m = mesh1("h", 1, NULL, 0);
+  sg_plan_hw hw = hw_test();
+  sg_plan_time t0, t1;
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t0));
+  hw.act_rate = 1e3;
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t1));
+  const double want = 256.0 / 1e3 - 3.0 * 2.0 * 4.0 * 256.0 / 1e10;
+  SG_CHECK(fabs(t1.compute - t0.compute - want) < 1e-12,
+           "activation at act_rate: +%.12g s (%.12g)", t1.compute - t0.compute,
+           want);
+done:
+  sg_kv_destroy(&kv);
+}
+
 /* What each mesh dim adds, on the default models. */
 static void mesh_costs(sg_kv_t kv) {
   sg_plan_problem pb = {.cfg = kv, .ny = 64, .nx = 64, .vars = 1};
@@ -153,6 +181,7 @@ static void hw_round_trip(void) {
   close(fd);
   sg_plan_hw a = hw_test(), b;
   a.cores_per_node = 2, a.io_bw = 3e8, a.conv_nhalf = 12.5;
+  a.act_rate = 5e8, a.norm_rate = 2e8, a.lnorm_rate = 5e7, a.up_rate = 6e7;
   SG_CHECK_OK(sg_plan_hw_save(path, &a));
   SG_CHECK_OK(sg_plan_hw_load(path, &b));
   SG_CHECK(!strcmp(a.name, b.name) && a.gemm_flops == b.gemm_flops &&
@@ -162,7 +191,9 @@ static void hw_round_trip(void) {
                close_to(a.beta_inter, b.beta_inter) &&
                a.ranks_per_node == b.ranks_per_node &&
                a.cores_per_node == b.cores_per_node && a.io_bw == b.io_bw &&
-               a.conv_nhalf == b.conv_nhalf,
+               a.conv_nhalf == b.conv_nhalf && a.act_rate == b.act_rate &&
+               a.norm_rate == b.norm_rate && a.lnorm_rate == b.lnorm_rate &&
+               a.up_rate == b.up_rate,
            "hardware file round trip");
   FILE *f = fopen(path, "w");
   if (f) fputs("gemm_flopz = 1\n", f), fclose(f);
@@ -176,6 +207,7 @@ int main(int argc, char **argv) {
   SG_REQUIRE_OK(sg_kv_create(keys, (int)(sizeof keys / sizeof keys[0]), &kv));
   formulas();
   fno_hand_count(kv);
+  act_rate_cost();
   SG_CHECK_OK(sg_kv_set(kv, "width", "8"));
   SG_CHECK_OK(sg_kv_set(kv, "modes", "4"));
   SG_CHECK_OK(sg_kv_set(kv, "proj_width", "16"));
