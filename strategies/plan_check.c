@@ -396,11 +396,16 @@ static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
             tp = sg_plan_mesh_dim(m, "tp");
   static const char *const whos[] = {"FNO", "CNN", "U-Net", "vit"};
   const char *who = kind >= 0 && kind < 4 ? whos[kind] : "model";
-  if (tp > 1 && kind != SG_MODEL_VIT)
+  if (tp > 1 && kind != SG_MODEL_VIT && kind != SG_MODEL_FNO)
     why_add(
         w,
-        "%s: mesh dim 'tp' (size %d): this model has no tensor parallelism (models with TP: vit)",
+        "%s: mesh dim 'tp' (size %d): this model has no tensor parallelism (models with TP: vit, fno)",
         who, tp);
+  if (tp > 1 && kind == SG_MODEL_FNO && width < tp)
+    why_add(
+        w,
+        "FNO: width (%lld) must be >= tp (%d): tensor parallelism splits the channels of the spectral layers",
+        (long long)width, tp);
   if (ph > ny || pw > nx)
     why_add(
         w,
