@@ -7,9 +7,10 @@
  * output channels of the first layer's dW (its (C, C_local, modes) slice),
  * skip rows and bias slice, its input channels of the second layer's dW
  * ((C_local, C, modes)) and skip columns, and the second bias (after the
- * reduction: replicated). */
+ * reduction: replicated). And the FNO's refusal of a width below tp. */
 #include "sg_autograd.h"
 #include "sg_decomp.h"
+#include "sg_fno.h"
 #include "sg_mesh.h"
 #include "sg_spectral.h"
 #include "sg_test.h"
@@ -150,6 +151,19 @@ static void cmp_box(const char *what, const double *a, const double *b,
   }
 }
 
+/* The model refuses a width below tp, with SG_ERR_CONFIG on every rank. */
+static void width_below_tp(sg_mesh_t mesh, int P) {
+  if (P < 2) return;
+  sg_fno_config c = sg_fno_defaults();
+  c.width = P - 1, c.modes1 = c.modes2 = 2;
+  sg_fno_t m = NULL;
+  const sg_status st = sg_fno_create(mesh, &c, 8, 8, 1, &m);
+  SG_CHECK(st == SG_ERR_CONFIG && !m &&
+               strstr(sg_last_error(), "must be >= tp") != NULL,
+           "width %d on tp=%d: %s", P - 1, P, sg_last_error());
+  sg_fno_destroy(&m);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   sg_mesh_t self = NULL, mesh = NULL;
@@ -175,6 +189,7 @@ int main(int argc, char **argv) {
   cmp_box("dW1 (input channels)", got.dW[1], ref.dW[1], C, C, kn, c0, cl, 0, C);
   cmp_box("dw1 (columns)", got.dw[1], ref.dw[1], C, C, 1, 0, C, c0, cl);
   cmp_box("db1", got.db[1], ref.db[1], C, 1, 1, 0, C, 0, 1);
+  width_below_tp(mesh, P);
   { /* the replicated results are the same bits on every tp rank */
     double mx[2] = {got.loss, got.dx[7]}, mn[2] = {got.loss, got.dx[7]};
     MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
