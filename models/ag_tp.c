@@ -127,5 +127,26 @@ fail:
   return st;
 }
 
+sg_status sg_ag_spectral_linear_tp(sg_tape_t t, sg_group_t tp, int row,
+                                   struct sg_spectral_conv *conv, sg_var *x,
+                                   sg_var *W, sg_var *w, sg_var *b,
+                                   sg_var **y) {
+  sg_status st = SG_OK;
+  sg_var *h = x, *s = NULL, *c = NULL;
+  const int on = tp_on(tp);
+  if (on && !row) SG_TRY(sg_ag_tp_copy(t, tp, x, &h));
+  SG_TRY(sg_ag_spectral_conv(t, conv, h, W, &s));
+  /* the row layer's bias once, after the reduction of the partial sums */
+  SG_TRY(sg_ag_linear(t, h, w, on && row ? NULL : b, &c));
+  SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, s, c, &h));
+  if (on && row) {
+    SG_TRY(sg_ag_tp_reduce(t, tp, h, &h));
+    if (b) SG_TRY(sg_ag_bias(t, h, b, &h));
+  }
+  *y = h;
+fail:
+  return st;
+}
+
 const sg_op_def *sg_ag_tp_copy_op_def(void) { return &tp_copy_op; }
 const sg_op_def *sg_ag_tp_reduce_op_def(void) { return &tp_reduce_op; }

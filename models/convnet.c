@@ -131,7 +131,7 @@ sg_status sg_cn_refuse_tp(sg_mesh_t mesh, const char *who) {
       return sg_error_set(
           SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
           "%s: mesh dim 'tp' (size %d): this model has no tensor parallelism "
-          "(models with TP: vit); split it with dp, fsdp, h or w instead",
+          "(models with TP: vit, fno); split it with dp, fsdp, h or w instead",
           who, sg_mesh_dim_size(mesh, k));
   return SG_OK;
 }

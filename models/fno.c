@@ -1,9 +1,19 @@
-/* shardgrid — FNO-2D, domain- and data-parallel. */
+/* shardgrid — FNO-2D, domain-, data- and tensor-parallel.
+ *
+ * Tensor parallelism over the mesh dim "tp" (docs/strategies.md): the
+ * spectral layers are paired Megatron-style, layer 2k column-parallel (its
+ * output channels split over tp: W (width, width_local, modes) and the
+ * skip linear's rows), layer 2k + 1 row-parallel (its input channels: W
+ * (width_local, width, modes), the skip linear's columns, one all-reduce of
+ * the partial sums); the activation between them is channel-split. With an
+ * odd number of layers the last one is replicated over tp, as are the lift
+ * and the projection. */
 #include "sg_fno.h"
 #include "op_registry_impl.h"
 #include "sg_model_impl.h"
 
 #include "convnet_impl.h"
+#include "sg_decomp.h"
 #include "sg_rng.h"
 #include "sg_spectral.h"
 
@@ -13,6 +23,8 @@
 #include <string.h>
 
 enum { FNO_MAX_LAYERS = 16, FNO_MAX_PARAMS = 8 + 3 * FNO_MAX_LAYERS };
+/* a spectral layer's split over tp */
+enum { FNO_REP = 0, FNO_COL = 1, FNO_ROW = 2 };
 
 struct sg_fno;
 typedef struct fno_layer_ctx { /* a spectral layer as a checkpointed block */
@@ -25,7 +37,17 @@ struct sg_fno {
   fno_layer_ctx lctx[FNO_MAX_LAYERS];
   int64_t batch, ny_g, nx_g;
   int64_t y0, ny, x0, nx;
-  sg_spectral_conv_t spec;
+  sg_spectral_conv_t spec; /* width -> width (tp = 1, a replicated layer) */
+  /* tp > 1: [0] width -> wl (column-parallel), [1] wl -> width (row) */
+  sg_spectral_conv_t spec_tp[2];
+  /* tensor parallelism: the tp group (NULL: one tp rank), its size, this
+   * rank's index and the mesh dim's bit; this rank's channels [c0, c0 +
+   * wl) of the width; each spectral layer's role */
+  sg_group_t tp;
+  int tps, tpr;
+  unsigned tp_mask;
+  int64_t c0, wl;
+  int role[FNO_MAX_LAYERS];
   int nparams;
   sg_var params[FNO_MAX_PARAMS];
   sg_var *param_ptrs[FNO_MAX_PARAMS];
@@ -36,9 +58,14 @@ struct sg_fno {
   int64_t shape_p[FNO_MAX_PARAMS][2];
   char name[FNO_MAX_PARAMS][40];
   int64_t total;
-  /* spectral weights: (width, width, K0, K1, 2) global, this rank's box of
-   * modes [koff, koff + klen) when sharded (else the whole K) */
-  int64_t K[2], koff[2], klen[2];
+  /* each parameter's box of its global array (the local variable is the
+   * box, contiguous) and the mesh dims it is Shard over: the spectral
+   * weights (width, width, K0, K1, 2) by modes when sharded, the tp-split
+   * ones by channel */
+  int bndim[FNO_MAX_PARAMS];
+  int64_t bglob[FNO_MAX_PARAMS][5], bstart[FNO_MAX_PARAMS][5],
+      bcount[FNO_MAX_PARAMS][5];
+  unsigned bshard[FNO_MAX_PARAMS];
   unsigned domain_mask; /* mesh dims h, w (those present) */
   int bound;
   sg_var grid; /* (batch, 2, ny, nx) coordinates, constant */
@@ -60,6 +87,22 @@ static void add_param(struct sg_fno *m, const char *name, int kind, int64_t d0,
   m->shape_p[i][0] = d0;
   m->shape_p[i][1] = d1;
   m->count[i] = d1 > 0 ? d0 * d1 : d0;
+  m->bndim[i] = (int)m->ndim_p[i];
+  for (int d = 0; d < m->bndim[i]; ++d)
+    m->bglob[i][d] = m->bcount[i][d] = m->shape_p[i][d], m->bstart[i][d] = 0;
+}
+
+/* The last parameter's box: (global, start, count) of ndim dims, Shard
+ * over the mesh dims shard. */
+static void set_box(struct sg_fno *m, int ndim, const int64_t *global,
+                    const int64_t *start, const int64_t *count,
+                    unsigned shard) {
+  const int i = m->nparams - 1;
+  m->bndim[i] = ndim;
+  m->bshard[i] = shard;
+  for (int d = 0; d < ndim; ++d)
+    m->bglob[i][d] = global[d], m->bstart[i][d] = start[d],
+    m->bcount[i][d] = count[d];
 }
 
 /* Offsets in the flat buffer: the Replicate parameters first, then the
@@ -79,12 +122,181 @@ sg_status sg_fno_destroy(sg_fno_t *model) {
   if (!model || !*model) return SG_OK;
   struct sg_fno *m = *model;
   sg_spectral_conv_destroy(&m->spec);
+  sg_spectral_conv_destroy(&m->spec_tp[0]);
+  sg_spectral_conv_destroy(&m->spec_tp[1]);
   for (int i = 0; i < m->nparams; ++i) sg_var_release(&m->params[i]);
   sg_var_release(&m->grid);
   free(m->grid_data);
   free(m);
   *model = NULL;
   return SG_OK;
+}
+
+/* The convolution of a layer of this role. */
+static sg_spectral_conv_t fno_conv(const struct sg_fno *m, int role) {
+  return role == FNO_COL   ? m->spec_tp[0]
+         : role == FNO_ROW ? m->spec_tp[1]
+                           : m->spec;
+}
+
+/* One of them (they share the grid's layout). */
+static sg_spectral_conv_t fno_any_conv(const struct sg_fno *m) {
+  return m->spec ? m->spec : m->spec_tp[0];
+}
+
+/* Each tp rank needs a channel: width >= tp (any split, uneven too). From
+ * the config and the mesh, so every rank fails alike. */
+static sg_status fno_tp_check(sg_mesh_t mesh, int64_t width) {
+  for (int k = 0; k < sg_mesh_ndims(mesh); ++k)
+    if (!strcmp(sg_mesh_dim_name(mesh, k), "tp") &&
+        width < sg_mesh_dim_size(mesh, k))
+      return sg_error_set(
+          SG_ERR_CONFIG, __FILE__, __LINE__,
+          "FNO: width (%lld) must be >= tp (%d): tensor parallelism splits "
+          "the channels of the spectral layers over the tp ranks",
+          (long long)width, sg_mesh_dim_size(mesh, k));
+  return SG_OK;
+}
+
+/* The tp group, this rank's channel slice and the layers' roles: pairs
+ * (column, row), the last of an odd count replicated. */
+static sg_status fno_tp_init(struct sg_fno *m, sg_mesh_t mesh) {
+  sg_status st = SG_OK;
+  const int64_t w = m->cfg.width, L = m->cfg.layers;
+  m->tps = 1, m->tpr = 0;
+  for (int k = 0; k < sg_mesh_ndims(mesh); ++k)
+    if (!strcmp(sg_mesh_dim_name(mesh, k), "tp")) {
+      m->tps = sg_mesh_dim_size(mesh, k), m->tpr = sg_mesh_coord(mesh, k);
+      m->tp_mask = 1u << k;
+      if (m->tps > 1) SG_TRY(sg_mesh_group(mesh, m->tp_mask, &m->tp));
+    }
+  m->c0 = sg_split_offset(w, m->tps, m->tpr);
+  m->wl = sg_split_size(w, m->tps, m->tpr);
+  for (int64_t l = 0; l < L; ++l)
+    m->role[l] = m->tps == 1 ? FNO_REP
+                 : l % 2     ? FNO_ROW
+                 : l + 1 < L ? FNO_COL
+                             : FNO_REP;
+fail:
+  return st;
+}
+
+static int fno_has_role(const struct sg_fno *m, int role) {
+  for (int64_t l = 0; l < m->cfg.layers; ++l)
+    if (m->role[l] == role) return 1;
+  return 0;
+}
+
+/* The spectral convolutions the layers use (one per shape: the replicated
+ * one, the column- and the row-parallel one), the grid's box and the
+ * spectral weights' layout. */
+static sg_status fno_convs(struct sg_fno *m, sg_mesh_t mesh) {
+  sg_status st = SG_OK;
+  const sg_fno_config *cfg = &m->cfg;
+  const int64_t ny = m->ny_g, nx = m->nx_g, w = cfg->width;
+  sg_fft_desc d;
+  sg_fft_desc_init(&d);
+  d.dtype = SG_DTYPE_F32;
+  d.ndim = 2;
+  d.shape[0] = ny;
+  d.shape[1] = nx;
+  d.batch = m->batch;
+  d.keep[0] = cfg->modes1;
+  d.keep[1] = cfg->modes2;
+  static const char *const hw[2] = {"h", "w"};
+  MPI_Comm axes[2], comm;
+  unsigned mask = 0;
+  SG_TRY(sg_fft_mesh_axes(mesh, 2, hw, axes, d.split, &comm, &mask));
+  /* Every domain rank needs rows and columns: an empty slab would fail in
+   * the pointwise layers while its peers wait in the FFT redistribution.
+   * From global information (grid and mesh sizes), so every rank fails
+   * alike, before any transpose. */
+  for (int i = 0; i < 2; ++i) {
+    int parts = 1;
+    if (axes[i] != MPI_COMM_NULL) SG_MPI(MPI_Comm_size(axes[i], &parts));
+    const int64_t n = i == 0 ? ny : nx;
+    if (n < parts)
+      SG_RAISE(
+          SG_ERR_CONFIG,
+          "FNO: a %lldx%lld grid split over %s=%d leaves %lld rank(s) with empty %s "
+          "(the FNO needs at least one %s per rank: %s <= %lld)",
+          (long long)ny, (long long)nx, hw[i], parts, (long long)(parts - n),
+          i == 0 ? "rows" : "columns", i == 0 ? "row" : "column", hw[i],
+          (long long)n);
+  }
+  sg_spectral_conv_t *cv[3] = {&m->spec, &m->spec_tp[0], &m->spec_tp[1]};
+  const int64_t cin[3] = {w, w, m->wl}, cout[3] = {w, m->wl, w};
+  for (int k = 0; k < 3; ++k) {
+    if (!fno_has_role(m, k)) continue; /* FNO_REP, FNO_COL, FNO_ROW */
+    SG_TRY(sg_spectral_conv_create_comms(comm, 2, axes, &d, cin[k], cout[k],
+                                         cv[k]));
+    if (cfg->shard_spectral)
+      SG_TRY(sg_spectral_conv_set_weight_layout(
+          *cv[k], SG_SPECTRAL_WEIGHT_SHARD_MODES));
+  }
+  int64_t off[2], shp[2];
+  sg_fft_plan_local_box(sg_spectral_conv_plan(fno_any_conv(m), 0),
+                        SG_FFT_SPACE_REAL, off, shp);
+  m->y0 = off[0], m->ny = shp[0], m->x0 = off[1], m->nx = shp[1];
+  m->domain_mask = mask;
+fail:
+  return st;
+}
+
+/* Layer l's spectral weight (global (width, width, K0, K1, 2)): this
+ * rank's modes when sharded, its input or output channels when split over
+ * tp. */
+static void fno_add_spectral(struct sg_fno *m, int64_t l) {
+  const int role = m->role[l];
+  sg_spectral_conv_t cv = fno_conv(m, role);
+  const int64_t w = m->cfg.width;
+  int64_t K[2], ko[2], kl[2];
+  sg_spectral_conv_weight_box(cv, K, ko, kl);
+  if (!m->cfg.shard_spectral) ko[0] = ko[1] = 0, kl[0] = K[0], kl[1] = K[1];
+  const int64_t g[5] = {w, w, K[0], K[1], 2},
+                s0[5] = {role == FNO_ROW ? m->c0 : 0,
+                         role == FNO_COL ? m->c0 : 0, ko[0], ko[1], 0},
+                c0[5] = {role == FNO_ROW ? m->wl : w,
+                         role == FNO_COL ? m->wl : w, kl[0], kl[1], 2};
+  char nm[40];
+  snprintf(nm, sizeof nm, "layer%lld.spectral", (long long)l);
+  add_param(m, nm, 1, c0[0] * c0[1] * c0[2] * c0[3] * 2, 0, (int)(w * w));
+  set_box(m, 5, g, s0, c0,
+          (m->cfg.shard_spectral ? m->domain_mask : 0u) |
+              (role != FNO_REP ? m->tp_mask : 0u));
+}
+
+/* Layer l's skip linear (width, width) and bias: rows and bias slice
+ * Shard over tp in a column-parallel layer, columns in a row-parallel one
+ * (its bias replicated: added after the reduction). */
+static void fno_add_skip(struct sg_fno *m, int64_t l) {
+  const int role = m->role[l];
+  const int64_t w = m->cfg.width, c0 = m->c0, wl = m->wl;
+  const int64_t g[2] = {w, w},
+                s0[2] = {role == FNO_ROW ? 0 : c0, role == FNO_ROW ? c0 : 0},
+                ct[2] = {role == FNO_COL ? wl : w, role == FNO_ROW ? wl : w};
+  char nm[40];
+  snprintf(nm, sizeof nm, "layer%lld.w", (long long)l);
+  add_param(m, nm, 0, ct[0], ct[1], (int)w);
+  if (role != FNO_REP) set_box(m, 2, g, s0, ct, m->tp_mask);
+  snprintf(nm, sizeof nm, "layer%lld.b", (long long)l);
+  add_param(m, nm, 0, role == FNO_COL ? wl : w, 0, (int)w);
+  if (role == FNO_COL) set_box(m, 1, g, &c0, &wl, m->tp_mask);
+}
+
+static void fno_add_params(struct sg_fno *m) {
+  const sg_fno_config *cfg = &m->cfg;
+  const int64_t cin = cfg->cin + (cfg->add_grid ? 2 : 0), w = cfg->width;
+  add_param(m, "lift.w", 0, w, cin, (int)cin);
+  add_param(m, "lift.b", 0, w, 0, (int)cin);
+  for (int64_t l = 0; l < cfg->layers; ++l) {
+    fno_add_spectral(m, l);
+    fno_add_skip(m, l);
+  }
+  add_param(m, "proj.w", 0, cfg->proj_width, w, (int)w);
+  add_param(m, "proj.b", 0, cfg->proj_width, 0, (int)w);
+  add_param(m, "out.w", 0, cfg->cout, cfg->proj_width, (int)cfg->proj_width);
+  add_param(m, "out.b", 0, cfg->cout, 0, (int)cfg->proj_width);
 }
 
 sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
@@ -110,80 +322,16 @@ sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
         "FNO: modes %lldx%lld do not fit a %lldx%lld grid (2*modes1 <= ny, modes2 <= nx/2+1)",
         (long long)cfg->modes1, (long long)cfg->modes2, (long long)ny,
         (long long)nx);
-  SG_TRY(sg_cn_refuse_tp(mesh, "FNO"));
+  SG_TRY(fno_tp_check(mesh, cfg->width));
   m = calloc(1, sizeof *m);
   if (!m) SG_RAISE(SG_ERR_ALLOC, "sg_fno_create: out of memory");
   m->cfg = *cfg;
   m->batch = batch;
   m->ny_g = ny;
   m->nx_g = nx;
-  /* the spectral convolutions share one object: same shapes in every layer */
-  sg_fft_desc d;
-  sg_fft_desc_init(&d);
-  d.dtype = SG_DTYPE_F32;
-  d.ndim = 2;
-  d.shape[0] = ny;
-  d.shape[1] = nx;
-  d.batch = batch;
-  d.keep[0] = cfg->modes1;
-  d.keep[1] = cfg->modes2;
-  static const char *const hw[2] = {"h", "w"};
-  MPI_Comm axes[2], comm;
-  unsigned mask = 0;
-  SG_TRY(sg_fft_mesh_axes(mesh, 2, hw, axes, d.split, &comm, &mask));
-  /* Every domain rank needs rows and columns: an empty slab would fail in
-   * the pointwise layers while its peers wait in the FFT redistribution.
-   * From global information (grid and mesh sizes), so every rank fails
-   * alike, before any transpose. */
-  for (int i = 0; i < 2; ++i) {
-    int parts = 1;
-    if (axes[i] != MPI_COMM_NULL) SG_MPI(MPI_Comm_size(axes[i], &parts));
-    const int64_t n = i == 0 ? ny : nx;
-    if (n < parts)
-      SG_RAISE(
-          SG_ERR_CONFIG,
-          "FNO: a %lldx%lld grid split over %s=%d leaves %lld rank(s) with empty %s "
-          "(the FNO needs at least one %s per rank: %s <= %lld)",
-          (long long)ny, (long long)nx, hw[i], parts, (long long)(parts - n),
-          i == 0 ? "rows" : "columns", i == 0 ? "row" : "column", hw[i],
-          (long long)n);
-  }
-  SG_TRY(sg_spectral_conv_create_comms(comm, 2, axes, &d, cfg->width,
-                                       cfg->width, &m->spec));
-  int64_t off[2], shp[2];
-  sg_fft_plan_local_box(sg_spectral_conv_plan(m->spec, 0), SG_FFT_SPACE_REAL,
-                        off, shp);
-  m->y0 = off[0], m->ny = shp[0], m->x0 = off[1], m->nx = shp[1];
-
-  m->domain_mask = mask;
-  sg_spectral_conv_weight_box(m->spec, m->K, m->koff, m->klen);
-  if (cfg->shard_spectral) {
-    SG_TRY(sg_spectral_conv_set_weight_layout(m->spec,
-                                              SG_SPECTRAL_WEIGHT_SHARD_MODES));
-  } else {
-    m->koff[0] = m->koff[1] = 0;
-    m->klen[0] = m->K[0], m->klen[1] = m->K[1];
-  }
-
-  const int64_t cin = cfg->cin + (cfg->add_grid ? 2 : 0), w = cfg->width;
-  add_param(m, "lift.w", 0, w, cin, (int)cin);
-  add_param(m, "lift.b", 0, w, 0, (int)cin);
-  for (int64_t l = 0; l < cfg->layers; ++l) {
-    char nm[40];
-    snprintf(nm, sizeof nm, "layer%lld.spectral", (long long)l);
-    add_param(m, nm, 1,
-              cfg->shard_spectral ? sg_spectral_conv_local_weight_count(m->spec)
-                                  : sg_spectral_conv_weight_count(m->spec),
-              0, (int)(w * w));
-    snprintf(nm, sizeof nm, "layer%lld.w", (long long)l);
-    add_param(m, nm, 0, w, w, (int)w);
-    snprintf(nm, sizeof nm, "layer%lld.b", (long long)l);
-    add_param(m, nm, 0, w, 0, (int)w);
-  }
-  add_param(m, "proj.w", 0, cfg->proj_width, w, (int)w);
-  add_param(m, "proj.b", 0, cfg->proj_width, 0, (int)w);
-  add_param(m, "out.w", 0, cfg->cout, cfg->proj_width, (int)cfg->proj_width);
-  add_param(m, "out.b", 0, cfg->cout, 0, (int)cfg->proj_width);
+  SG_TRY(fno_tp_init(m, mesh));
+  SG_TRY(fno_convs(m, mesh));
+  fno_add_params(m);
   place_params(m);
 
   if (cfg->add_grid)
@@ -224,23 +372,15 @@ sg_status sg_fno_init(sg_fno_t m, uint64_t seed) {
   sg_status st = SG_OK;
   if (!m || !m->bound)
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_fno_init: model not bound to a buffer");
+  /* every parameter's box of its global array drawn by global index, so
+   * every mesh (domain, modes or tp split) starts alike */
   for (int i = 0; i < m->nparams; ++i) {
-    float *p = m->params[i].value.data;
-    double lo, hi;
-    if (m->kind[i] == 1) {
-      /* the box of global W (width, width, K0, K1, re/im) this rank holds:
-       * drawn by global index, so every mesh gets the same W */
-      sg_param_info pi;
-      sg_fno_param_info(m, i, &pi);
-      SG_TRY(sg_rng_fill_box(SG_RNG_UNIFORM, 0.0, 1.0 / (double)m->fan_in[i],
-                             seed, 1000 + (uint64_t)i, pi.ndim, pi.global_shape,
-                             pi.start, pi.count, SG_DTYPE_F32, p));
-      continue;
-    }
-    hi = 1.0 / sqrt((double)m->fan_in[i]);
-    lo = -hi;
-    SG_TRY(sg_rng_fill(SG_RNG_UNIFORM, lo, hi, seed, 1000 + (uint64_t)i, 0,
-                       m->count[i], SG_DTYPE_F32, p));
+    const double hi = m->kind[i] == 1 ? 1.0 / (double)m->fan_in[i]
+                                      : 1.0 / sqrt((double)m->fan_in[i]),
+                 lo = m->kind[i] == 1 ? 0.0 : -hi;
+    SG_TRY(sg_rng_fill_box(SG_RNG_UNIFORM, lo, hi, seed, 1000 + (uint64_t)i,
+                           m->bndim[i], m->bglob[i], m->bstart[i], m->bcount[i],
+                           SG_DTYPE_F32, m->params[i].value.data));
   }
 fail:
   return st;
@@ -259,20 +399,11 @@ sg_status sg_fno_param_info(sg_fno_t m, int i, sg_param_info *pi) {
   pi->name = m->name[i];
   pi->offset = m->offset[i];
   pi->numel = m->count[i];
-  if (m->kind[i] == 1) {
-    const int64_t w = m->cfg.width;
-    int64_t gs[5] = {w, w, m->K[0], m->K[1], 2},
-            s0[5] = {0, 0, m->koff[0], m->koff[1], 0},
-            c0[5] = {w, w, m->klen[0], m->klen[1], 2};
-    pi->ndim = 5;
-    for (int d = 0; d < 5; ++d)
-      pi->global_shape[d] = gs[d], pi->start[d] = s0[d], pi->count[d] = c0[d];
-    pi->shard_dims = m->cfg.shard_spectral ? m->domain_mask : 0u;
-    return SG_OK;
-  }
-  pi->ndim = (int)m->ndim_p[i];
+  pi->ndim = m->bndim[i];
   for (int d = 0; d < pi->ndim; ++d)
-    pi->global_shape[d] = pi->count[d] = m->shape_p[i][d];
+    pi->global_shape[d] = m->bglob[i][d], pi->start[d] = m->bstart[i][d],
+    pi->count[d] = m->bcount[i][d];
+  pi->shard_dims = m->bshard[i];
   return SG_OK;
 }
 
@@ -283,40 +414,67 @@ int64_t sg_fno_param_offset(sg_fno_t m, const sg_var *param) {
 }
 
 void sg_fno_fft_times(sg_fno_t m, double *fft_s, double *transpose_s) {
-  double f0 = 0, t0 = 0, f1 = 0, t1 = 0;
-  sg_fft_plan_t p0 = sg_spectral_conv_plan(m->spec, 0),
-                p1 = sg_spectral_conv_plan(m->spec, 1);
-  sg_fft_plan_times(p0, &f0, &t0);
-  if (p1 != p0) sg_fft_plan_times(p1, &f1, &t1); /* one plan when cin == cout */
-  *fft_s = f0 + f1;
-  *transpose_s = t0 + t1;
+  *fft_s = *transpose_s = 0.0;
+  const sg_spectral_conv_t cv[3] = {m->spec, m->spec_tp[0], m->spec_tp[1]};
+  for (int k = 0; k < 3; ++k) {
+    if (!cv[k]) continue;
+    double f0 = 0, t0 = 0, f1 = 0, t1 = 0;
+    sg_fft_plan_t p0 = sg_spectral_conv_plan(cv[k], 0),
+                  p1 = sg_spectral_conv_plan(cv[k], 1);
+    sg_fft_plan_times(p0, &f0, &t0);
+    if (p1 != p0) sg_fft_plan_times(p1, &f1, &t1); /* one when cin == cout */
+    *fft_s += f0 + f1;
+    *transpose_s += t0 + t1;
+  }
 }
 
 /* Spectral layer l: h -> act(spectral(h) + linear(h)) (no act after the
- * last); its parameters from index p. */
+ * last); its parameters from index p. Split over tp by its role (a column-
+ * parallel layer's output is channel-split, a row-parallel one's
+ * replicated). */
 static sg_status fno_layer(sg_tape_t t, void *ctx, sg_var *const *in,
                            sg_var **out) {
   sg_status st = SG_OK;
   const fno_layer_ctx *lc = ctx;
   struct sg_fno *m = lc->m;
-  sg_var *h = in[0], *s = NULL, *c = NULL;
-  SG_TRY(sg_ag_spectral_conv(t, m->spec, h, &m->params[lc->p], &s));
-  SG_TRY(sg_ag_linear(t, h, &m->params[lc->p + 1], &m->params[lc->p + 2], &c));
-  SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, s, c, &h));
+  sg_var *h = in[0];
+  const int role = m->role[lc->l];
+  SG_TRY(sg_ag_spectral_linear_tp(t, role == FNO_REP ? NULL : m->tp,
+                                  role == FNO_ROW, fno_conv(m, role), h,
+                                  &m->params[lc->p], &m->params[lc->p + 1],
+                                  &m->params[lc->p + 2], &h));
   if (lc->l + 1 < m->cfg.layers) SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
   out[0] = h;
 fail:
   return st;
 }
 
-/* Pipeline pieces: 0 the lift, 1..layers the spectral layers (parameters
- * 2 + 3 l ..: spectral, w, b), layers + 1 the projection. */
-int sg_fno_nblocks(sg_fno_t m) { return m ? (int)m->cfg.layers + 2 : 0; }
+/* Pipeline pieces: 0 the lift, then the units of spectral layers (one
+ * layer, or a column-/row-parallel pair under tp: a piece's input and
+ * output are replicated over tp), the projection last. Layer l's
+ * parameters are 2 + 3 l ..: spectral, w, b. */
+static int fno_units(const struct sg_fno *m) {
+  int n = 0;
+  for (int64_t l = 0; l < m->cfg.layers; ++l) n += m->role[l] != FNO_ROW;
+  return n;
+}
+
+/* Unit u (0-based): its first layer and its number of layers. */
+static void fno_unit(const struct sg_fno *m, int u, int *l0, int *n) {
+  int l = 0;
+  for (int k = 0; k < u; ++k) l += m->role[l] == FNO_COL ? 2 : 1;
+  *l0 = l;
+  *n = m->role[l] == FNO_COL ? 2 : 1;
+}
+
+int sg_fno_nblocks(sg_fno_t m) { return m ? fno_units(m) + 2 : 0; }
 
 void sg_fno_block_params(sg_fno_t m, int k, int *first, int *count) {
-  const int L = (int)m->cfg.layers;
-  *first = k == 0 ? 0 : k <= L ? 2 + 3 * (k - 1) : 2 + 3 * L;
-  *count = k == 0 ? 2 : k <= L ? 3 : 4;
+  const int L = (int)m->cfg.layers, U = fno_units(m);
+  int l0 = 0, n = 0;
+  if (k >= 1 && k <= U) fno_unit(m, k - 1, &l0, &n);
+  *first = k == 0 ? 0 : k <= U ? 2 + 3 * l0 : 2 + 3 * L;
+  *count = k == 0 ? 2 : k <= U ? 3 * n : 4;
 }
 
 static sg_status fno_check_input(const struct sg_fno *m, const sg_var *x) {
@@ -365,7 +523,9 @@ sg_status sg_fno_forward_blocks(sg_fno_t m, sg_tape_t t, int first, int count,
       }
       SG_TRY(sg_ag_linear(t, h, &P[0], &P[1], &h));
     } else if (k < nb - 1) {
-      SG_TRY(fno_run_layer(m, t, k - 1, &h));
+      int l0, n;
+      fno_unit(m, k - 1, &l0, &n);
+      for (int l = l0; l < l0 + n; ++l) SG_TRY(fno_run_layer(m, t, l, &h));
     } else {
       SG_TRY(sg_ag_linear(t, h, &P[pj], &P[pj + 1], &h));
       SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
@@ -458,6 +618,13 @@ static void fno_describe(void *impl, const sg_model_config *c, char *buf,
       (long long)c->width, (long long)c->modes, (long long)c->layers,
       (long long)c->proj_width, ng, (long long)sg_fno_param_count(impl),
       c->shard_spectral ? "sharded by modes" : "replicated");
+  const sg_fno_t m = impl;
+  const size_t n = strlen(buf);
+  if (m->tps > 1 && n < size)
+    snprintf(buf + n, size - n,
+             "; tensor parallel over tp=%d (%lld of the %lld channels of "
+             "the paired spectral layers on this rank)",
+             m->tps, (long long)m->wl, (long long)c->width);
 }
 
 static double fno_collective_seconds(void *impl) {

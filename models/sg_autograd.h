@@ -651,6 +651,19 @@ sg_status sg_ag_linear_col(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
  * (linear without bias, tp_reduce, bias). y is replicated over tp. */
 sg_status sg_ag_linear_row(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
                            sg_var *b, sg_var **y);
+/* The FNO spectral layer's pre-activation spectral(x; W) + linear(x; w, b)
+ * split over tp (Megatron; models/fno.c pairs the layers). row = 0,
+ * column-parallel: x replicated over tp, conv maps Cin to this rank's
+ * Cout_local channels, W its (Cin, Cout_local, modes) slice, w its rows
+ * (Cout_local, Cin), b its slice: y channel-split (tp_copy, then the two
+ * local ops; backward: one all-reduce). row = 1, row-parallel: x this
+ * rank's Cin_local channels, conv maps them to Cout, W its (Cin_local,
+ * Cout, modes) slice, w its columns (Cout, Cin_local), b whole: the two
+ * partial sums added, one tp_reduce, then b: y replicated. b may be NULL.
+ * tp NULL or of size 1: spectral(x) + linear(x) on the whole arrays. */
+sg_status sg_ag_spectral_linear_tp(sg_tape_t t, sg_group_t tp, int row,
+                                   struct sg_spectral_conv *conv, sg_var *x,
+                                   sg_var *W, sg_var *w, sg_var *b, sg_var **y);
 /* The MHSA block with its heads split over tp: wqkv this rank's
  * (3 C_local, C) rows (its q, k, v channels, in that order), bqkv
  * (3 C_local) or NULL, heads_local heads on them, wo (C, C_local)

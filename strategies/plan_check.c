@@ -188,6 +188,19 @@ static void check_dims(const sg_plan_problem *pb, const sg_plan_mesh *m,
             sg_plan_mesh_ranks(m), pb->ranks);
 }
 
+/* The model's pipeline pieces on this mesh: the FNO under tp > 1 pairs its
+ * spectral layers (a column- and a row-parallel one: one piece), the last
+ * of an odd count alone (fno.c). */
+static int pipeline_pieces(const sg_plan_problem *pb, const sg_plan_mesh *m) {
+  int kind = 0;
+  const int n = sg_plan_pieces(pb);
+  if (sg_plan_model_kind(pb, &kind) != SG_OK || kind != SG_MODEL_FNO ||
+      sg_plan_mesh_dim(m, "tp") <= 1)
+    return n;
+  const int L = (int)sg_plan_int(pb, "layers");
+  return (L + 1) / 2 + 2;
+}
+
 /* The pipeline's schedule and pieces (sg-train's pipe.c, pipeline.c,
  * pipeline_schedule.c: the schedule generator's own refusals). */
 static void check_pipeline(const sg_plan_problem *pb, const sg_plan_mesh *m,
@@ -202,7 +215,7 @@ static void check_pipeline(const sg_plan_problem *pb, const sg_plan_mesh *m,
   const int64_t pv = sg_plan_int(pb, "pp_virtual"),
                 micro = sg_plan_int(pb, "microbatches");
   const int v = pv > 0 ? (int)pv : kind == SG_PP_INTERLEAVED ? 2 : 1;
-  const int np = sg_plan_mesh_dim(m, "pp"), pieces = sg_plan_pieces(pb);
+  const int np = sg_plan_mesh_dim(m, "pp"), pieces = pipeline_pieces(pb, m);
   sg_pp_schedule *sch = NULL;
   if (micro >= 1 && micro <= 1000000 &&
       sg_pp_schedule_create(kind, np, (int)micro, v, &sch) != SG_OK) {
@@ -389,11 +402,16 @@ static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
             tp = sg_plan_mesh_dim(m, "tp");
   static const char *const whos[] = {"FNO", "CNN", "U-Net", "vit"};
   const char *who = kind >= 0 && kind < 4 ? whos[kind] : "model";
-  if (tp > 1 && kind != SG_MODEL_VIT)
+  if (tp > 1 && kind != SG_MODEL_VIT && kind != SG_MODEL_FNO)
     why_add(
         w,
-        "%s: mesh dim 'tp' (size %d): this model has no tensor parallelism (models with TP: vit)",
+        "%s: mesh dim 'tp' (size %d): this model has no tensor parallelism (models with TP: vit, fno)",
         who, tp);
+  if (tp > 1 && kind == SG_MODEL_FNO && width < tp)
+    why_add(
+        w,
+        "FNO: width (%lld) must be >= tp (%d): tensor parallelism splits the channels of the spectral layers",
+        (long long)width, tp);
   if (ph > ny || pw > nx)
     why_add(
         w,

@@ -24,8 +24,14 @@
 # heads, its attention by Ulysses (sp_mode = ulysses: all-to-all to a head
 # split) on h=2, h=2,w=2 and tp=2,h=2 (heads over tp x h), and by USP
 # (Ulysses over w, ring over h) on h=2,w=2: losses, gradient norms and test
-# error equal to one process.
-#   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp|vit_sp BIN_DIR MPIEXEC WORK_DIR SRC_DIR
+# error equal to one process. Task "fno_tp": the FNO (grid 16, width 8,
+# modes 4, 2 layers: one column-/row-parallel pair) with tensor parallelism
+# on tp=2, dp=2,tp=2, tp=2,h=2 (spectral weights Shard by modes over h and
+# by channel over tp) and tp=3 (width 8 split 3+3+2): losses, gradient
+# norms, test error and every final parameter equal to one process;
+# activation checkpointing on tp=2; a tp=2 checkpoint resumed on 1 rank and
+# a 1-rank one on tp=2,h=2.
+#   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp|vit_sp|fno_tp BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 task=$1 bin=$2 mpiexec=$3 work=$4 src=$5
 mkdir -p "$work"
@@ -47,6 +53,12 @@ elif [ "$task" = vit ] || [ "$task" = vit_tp ] || [ "$task" = vit_sp ]; then
           --patch 4 --history 2 --test-samples 2 --deterministic --log-every 1000
           --log-level warn --check-every 5"
   meshes="2:h=2 4:dp=2,h=2 4:h=2,w=2 3:h=3"
+elif [ "$task" = fno_tp ]; then
+  "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns16.nc --n 16 --samples 10 --frames 5 --dt 1e-2 \
+    --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
+  common="--data ns16.nc --steps 10 --batch 4 --modes 4 --width 8 --layers 2 --proj-width 16
+          --history 2 --test-samples 2 --deterministic --log-every 1000 --log-level warn
+          --check-every 5"
 elif [ "$task" = ns ] || [ "$task" = resume ]; then
   "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns.nc --n 24 --samples 10 --frames 5 --dt 1e-2 \
     --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
@@ -62,7 +74,7 @@ else
           --log-every 1000 --log-level warn"
   meshes="2:w=2 3:w=3"
 fi
-if [ "$task" = vit_tp ]; then
+if [ "$task" = vit_tp ] || [ "$task" = fno_tp ]; then
   rm -rf ck_*
   tp_run() { # NAME RANKS MESH [extra]: 10 steps, checkpoints at 5 and 10
     name=$1 n=$2 spec=$3
@@ -74,7 +86,9 @@ if [ "$task" = vit_tp ]; then
     if [ $rc -ne 0 ]; then cat "$name.log"; echo "FAILED: $name (mesh $spec $*)"; exit 1; fi
   }
   tp_run ref 1 h=1
-  for m in tp2:2:tp=2 dptp:4:dp=2,tp=2 tph:4:tp=2,h=2 z1tp:4:fsdp=2,tp=2; do
+  runs="tp2:2:tp=2 dptp:4:dp=2,tp=2 tph:4:tp=2,h=2 z1tp:4:fsdp=2,tp=2" excl="--exclude qkv.b"
+  if [ "$task" = fno_tp ]; then runs="tp2:2:tp=2 dptp:4:dp=2,tp=2 tph:4:tp=2,h=2 tp3:3:tp=3" excl=""; fi
+  for m in $runs; do
     name=${m%%:*} rest=${m#*:}
     n=${rest%%:*} spec=${rest#*:}
     if [ "$name" = z1tp ]; then tp_run "$name" "$n" "$spec" --zero 1; else tp_run "$name" "$n" "$spec"; fi
@@ -84,8 +98,9 @@ if [ "$task" = vit_tp ]; then
     # qkv.b is left out: the key bias has a zero gradient (softmax does not
     # see a shift of every score), so AdamW turns its rounding noise into
     # steps of size lr on any mesh (h=2 too); the loss does not depend on it
+    # shellcheck disable=SC2086
     /usr/bin/python3 "$src/tests/examples/compare_params.py" ck_ref/step_000010.nc \
-      "ck_$name/step_000010.nc" 1e-5 1e-6 --exclude qkv.b
+      "ck_$name/step_000010.nc" 1e-5 1e-6 $excl
   done
   # activation checkpointing: the block's tp collectives run again in backward
   tp_run ack 2 tp=2 --activation-checkpointing blocks
@@ -96,7 +111,7 @@ if [ "$task" = vit_tp ]; then
   # shellcheck disable=SC2086
   "$mpiexec" -n 4 "$bin/sg-train" $common --mesh tp=2,h=2 --resume ck_ref/step_000005.nc --metrics r4.jsonl
   $cmp r4.jsonl ref.jsonl 1e-5
-  echo "vit tp trajectories and resume match"
+  echo "$task trajectories and resume match"
   exit 0
 fi
 if [ "$task" = vit_sp ]; then

@@ -1,10 +1,11 @@
 #!/bin/sh
 # Hybrid runs on one mesh (issue 19 §1): the equivalence matrix. The pairs
-# of the mesh dims a model supports, {dp, fsdp (zero 1 and zero 3), pp, h,
-# w} for the FNO and those plus tp for the ViT (ring attention over h and
-# w, Megatron over tp), and the triples pp=2,fsdp=2,h=2 and pp=2,dp=2,w=2
-# (the FNO), dp=2,tp=2,h=2 and pp=2,tp=2,h=2 (the ViT: ring attention over
-# h inside tp inside a pipeline stage): 10 AdamW steps (deterministic
+# of the mesh dims a model supports, {dp, fsdp (zero 1 and zero 3), pp, tp,
+# h, w} (the ViT: ring attention over h and w, Megatron over tp; the FNO:
+# spectral layers paired column/row over tp), and the triples
+# pp=2,fsdp=2,h=2 and pp=2,dp=2,w=2 (the FNO), pp=2,tp=2,h=2 (both: for the
+# ViT ring attention over h inside tp inside a pipeline stage) and
+# dp=2,tp=2,h=2 (the ViT): 10 AdamW steps (deterministic
 # mode) whose losses and global gradient norms equal the one-process run
 # to 1e-5 relative per step, whose final test evaluation does too, and
 # whose final parameters equal the one-process checkpoint's (check_runs.py,
@@ -18,9 +19,9 @@
 # norms, evaluation and final parameters against one process) are not run
 # again here (CI time): the FNO's dp x fsdp (zero 1, 3) and fsdp x h
 # (zero 1, 3) in plan_trajectories.sh, pp x dp and pp x h in
-# pipeline_trajectories.sh; the ViT's dp x tp, fsdp x tp (zero 1) and
-# tp x h in train_trajectories.sh vit_tp (docs/strategies.md, "Hybrid
-# meshes", has the whole table).
+# pipeline_trajectories.sh; dp x tp and tp x h in train_trajectories.sh
+# vit_tp and fno_tp, the ViT's fsdp x tp (zero 1) there too
+# (docs/strategies.md, "Hybrid meshes", has the whole table).
 # Task vit16: one 16-rank run over four dims at once, the ViT on
 # pp=2,fsdp=2,tp=2,h=2 (zero 1), against one process the same way.
 #   hybrid_matrix.sh fno|vit|vit16 BIN_DIR MPIEXEC WORK_DIR SRC_DIR
@@ -90,16 +91,17 @@ else
     fno_run pp_z1_h 8 pp=2,fsdp=2,h=2 --zero 1 $(pp 1f1b)
     fno_run pp_dp_w 8 pp=2,dp=2,w=2 $(pp interleaved)
   }
-  if [ "$model" = vit ]; then # tensor parallelism: the ViT's
-    # shellcheck disable=SC2046
-    {
-      run z3_tp 4 fsdp=2,tp=2 --zero 3
-      run tp_w 4 tp=2,w=2
-      run pp_tp 4 tp=2,pp=2 $(pp 1f1b)
-      run dp_tp_h 8 dp=2,tp=2,h=2
-      run pp_tp_h 8 pp=2,tp=2,h=2 $(pp zb-h1)
-    }
-  fi
+  # tensor parallelism (the FNO: its spectral layers paired column/row
+  # over tp; a pipeline piece is the pair)
+  # shellcheck disable=SC2046
+  {
+    fno_run z1_tp 4 fsdp=2,tp=2 --zero 1
+    run z3_tp 4 fsdp=2,tp=2 --zero 3
+    run tp_w 4 tp=2,w=2
+    run pp_tp 4 tp=2,pp=2 $(pp 1f1b)
+    vit_run dp_tp_h 8 dp=2,tp=2,h=2
+    run pp_tp_h 8 pp=2,tp=2,h=2 $(pp zb-h1)
+  }
 fi
 exclude=""
 # the ViT's key bias (row 1 of qkv.b) has a zero gradient: AdamW turns its

@@ -34,6 +34,23 @@ static const row rows[] = {
      4,
      "pp=2,dp=2",
      {NULL}},
+    /* the FNO's tensor parallelism: any split of the width >= tp */
+    {"model = fno\nwidth = 8\nbatch = 4", 32, 32, 4, "tp=2,h=2", {NULL}},
+    {"model = fno\nwidth = 8\nbatch = 4", 32, 32, 6, "dp=2,tp=3", {NULL}},
+    /* under tp its 3 layers are 2 pipeline pieces (a pair, the last one) */
+    {"model = fno\nlayers = 3\nbatch = 4", 32, 32, 8, "pp=4,tp=2", {NULL}},
+    {"model = fno\nlayers = 3\nbatch = 4",
+     32,
+     32,
+     10,
+     "pp=5,tp=2",
+     {"the model has 4 blocks"}},
+    {"model = fno\nwidth = 2",
+     32,
+     32,
+     3,
+     "tp=3",
+     {"width (2) must be >= tp (3)"}},
     /* one violation each */
     {"model = fno", 32, 32, 4, "dp=2,x=2", {"mesh dim 'x' has no role"}},
     {"model = fno", 32, 32, 4, "dp=2,h=3", {"6 ranks", "the run 4"}},
