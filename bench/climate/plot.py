@@ -64,7 +64,7 @@ def plot(losses, evals, leads, out):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4), dpi=110)
-    ax.semilogy([s for s, _ in losses], [l for _, l in losses], label="training loss (lat-weighted MSE)")
+    ax.semilogy([s for s, _ in losses], [l for _, l in losses], label="training loss (normalised units)")
     if evals:
         ax.semilogy([s for s, _ in evals], [e for _, e in evals], "o-", label="test relative L2")
     ax.set_xlabel("step")
