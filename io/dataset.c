@@ -137,26 +137,16 @@ sg_status sg_ds_stats_compute(MPI_Comm comm, const char *path,
       lst = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
     SG_TRY(sg_io_agree(comm, lst));
     if (area_weight) {
-      /* the coordinate variable has the file's name of the lat dim */
-      sg_nc_var_info li;
-      lst = sg_nc_inq_var(f, sg_io_map_to_file(f, "lat"), &li);
-      if (lst == SG_OK && (li.ndims != 1 || li.shape[0] != nlat))
-        lst = sg_error_set(
-            SG_ERR_SHAPE, __FILE__, __LINE__,
-            "latitude coordinate of %s is not 1-D of length %lld", path,
-            (long long)nlat);
-      if (lst == SG_OK) {
-        lat = realloc(lat, (size_t)nlat * sizeof(double));
-        w = malloc((size_t)(n ? n : 1) * sizeof(double));
-        if (!lat || !w)
-          lst = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
-      }
+      int found = 0;
+      lat = realloc(lat, (size_t)nlat * sizeof(double));
+      w = malloc((size_t)(n ? n : 1) * sizeof(double));
+      if (!lat || !w)
+        lst = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
       SG_TRY(sg_io_agree(comm, lst));
-      sg_nc_shard ls;
-      SG_TRY(sg_nc_shard_split(1, &nlat, SG_DTYPE_F64, 0, 1, 0, &ls));
-      sg_nc_read_opts ro = sg_nc_read_opts_default();
-      ro.no_mask = 1;
-      SG_TRY(sg_nc_read(f, li.varid, &ls, &ro, lat, NULL));
+      SG_TRY(sg_nc_read_lat(f, nlat, lat, &found));
+      if (!found)
+        SG_RAISE(SG_ERR_SHAPE, "area weighting: %s has no latitude coordinate",
+                 path);
       for (int64_t i = 0; i < n; ++i) {
         int64_t row = (i / nlon) % s.count[nd - 2] + s.start[nd - 2];
         w[i] = cos(lat[row] * 3.14159265358979323846 / 180.0);

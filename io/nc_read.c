@@ -656,3 +656,30 @@ sg_status sg_nc_read_frame(sg_nc_t f, int varid, int64_t frame,
 fail:
   return st;
 }
+
+sg_status sg_nc_read_lat(sg_nc_t f, int64_t nlat, double *lat, int *found) {
+  sg_status st = SG_OK;
+  sg_nc_var_info li;
+  *found = 0;
+  if (!f || !lat || nlat < 1)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "read_lat: no file, buffer or latitudes");
+  const char *name = sg_io_map_to_file(f, "lat");
+  if (sg_nc_inq_var(f, name, &li) != SG_OK) {
+    sg_clear_error();
+    return SG_OK; /* no coordinate: the same verdict on every rank */
+  }
+  if (li.ndims != 1 || li.shape[0] != nlat)
+    SG_RAISE(SG_ERR_SHAPE,
+             "the latitude coordinate %s is not 1-D of length %lld (the lat "
+             "dim's)",
+             name, (long long)nlat);
+  sg_nc_shard sh;
+  SG_TRY(sg_nc_shard_split(1, &nlat, SG_DTYPE_F64, 0, 1, 0, &sh));
+  sg_nc_read_opts ro = sg_nc_read_opts_default();
+  ro.no_mask = 1;
+  SG_TRY(sg_nc_read(f, li.varid, &sh, &ro, lat, NULL));
+  *found = 1;
+fail:
+  return st;
+}

@@ -359,6 +359,13 @@ sg_status sg_nc_read_frame(sg_nc_t file, int varid, int64_t frame,
                            const sg_nc_read_opts *opts, void *out,
                            uint8_t *mask);
 
+/* The latitudes (degrees) of a file's "lat" dim: its 1-D coordinate
+ * variable (the file's name of "lat" after dim_map) read whole into lat
+ * (nlat values). *found = 0 and SG_OK when the file has no such variable;
+ * SG_ERR_SHAPE when it is not 1-D of length nlat. Collective (the same
+ * verdict on every rank: it depends on the header only). */
+sg_status sg_nc_read_lat(sg_nc_t file, int64_t nlat, double *lat, int *found);
+
 #ifdef __cplusplus
 }
 #endif

@@ -104,3 +104,68 @@ fail:
   free(s);
   return st;
 }
+
+sg_scores *sg_scores_new(int64_t nslots, int64_t nvars) {
+  sg_scores *s = calloc(1, sizeof *s);
+  if (!s || nslots < 1 || nvars < 1) {
+    free(s);
+    return NULL;
+  }
+  s->nslots = nslots, s->nvars = nvars;
+  s->sum = calloc((size_t)(4 * nslots * nvars), sizeof *s->sum);
+  if (!s->sum) {
+    free(s);
+    return NULL;
+  }
+  return s;
+}
+
+void sg_scores_free(sg_scores *s) {
+  if (!s) return;
+  free(s->sum);
+  free(s);
+}
+
+sg_status sg_scores_add(sg_scores *s, int64_t slot, const sg_metric_block *b,
+                        int64_t valid, sg_group_t domain) {
+  sg_status st = SG_OK;
+  const int64_t V = b->nvars, n = b->n * V;
+  double *mse = NULL;
+  if (!s || slot < 0 || slot >= s->nslots || V != s->nvars || valid > b->n)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_scores_add: slot %lld of %lld, %lld variables of %lld, %lld "
+             "valid of %lld forecasts",
+             (long long)slot, (long long)(s ? s->nslots : 0), (long long)V,
+             (long long)(s ? s->nvars : 0), (long long)valid, (long long)b->n);
+  mse = malloc((size_t)(3 * n + 1) * sizeof *mse);
+  if (!mse) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  double *acc = mse + n, *wsum = acc + n;
+  SG_TRY(sg_dist_metrics(b, domain, mse, b->c ? acc : NULL, wsum));
+  for (int64_t j = 0; j < valid; ++j)
+    for (int64_t v = 0; v < V; ++v) {
+      if (!(wsum[j * V + v] > 0)) continue; /* nothing valid */
+      double *a = s->sum + (slot * V + v) * 4;
+      a[0] += mse[j * V + v];
+      a[1] += 1.0;
+      if (b->c) a[2] += acc[j * V + v], a[3] += 1.0;
+    }
+fail:
+  free(mse);
+  return st;
+}
+
+sg_status sg_scores_allreduce(sg_scores *s, sg_group_t group) {
+  if (!group || sg_group_size(group) < 2) return SG_OK;
+  return sg_allreduce_det(group, s->sum, s->sum, 4 * s->nslots * s->nvars,
+                          SG_DTYPE_F64, SG_REDUCE_SUM);
+}
+
+double sg_scores_rmse(const sg_scores *s, int64_t slot, int64_t v) {
+  const double *a = s->sum + (slot * s->nvars + v) * 4;
+  return a[1] > 0 ? sqrt(a[0] / a[1]) : NAN;
+}
+
+double sg_scores_acc(const sg_scores *s, int64_t slot, int64_t v) {
+  const double *a = s->sum + (slot * s->nvars + v) * 4;
+  return a[3] > 0 ? a[2] / a[3] : NAN;
+}

@@ -60,6 +60,33 @@ typedef struct sg_metric_block {
 sg_status sg_dist_metrics(const sg_metric_block *b, sg_group_t domain,
                           double *mse, double *acc, double *wsum);
 
+/* Scores accumulated over many forecasts (WeatherBench 2's means): per
+ * slot (a lead time, a kind of forecast: the model, persistence,
+ * climatology, ...) and variable, the sums of MSE_iv and ACC_iv over the
+ * forecasts i scored into it and their counts. RMSE_v = sqrt(mean MSE),
+ * ACC_v = mean ACC. sum: (nslots, nvars, 4) = sum MSE, count, sum ACC,
+ * count of ACC; a driver may move it as a whole (e.g. broadcast it). */
+typedef struct sg_scores {
+  int64_t nslots, nvars;
+  double *sum;
+} sg_scores;
+
+/* A zeroed accumulator (NULL: out of memory); free with sg_scores_free. */
+sg_scores *sg_scores_new(int64_t nslots, int64_t nvars);
+void sg_scores_free(sg_scores *s);
+/* Score the first `valid` forecasts of a block (sg_dist_metrics; ACC when
+ * b->c is given) into slot; a forecast with no valid point is left out.
+ * Collective over domain (NULL: not split). */
+sg_status sg_scores_add(sg_scores *s, int64_t slot, const sg_metric_block *b,
+                        int64_t valid, sg_group_t domain);
+/* Sum the accumulators of the ranks of group (they scored different
+ * forecasts) in rank order: the same bits on every rank. Collective over
+ * group (NULL or one rank: nothing). */
+sg_status sg_scores_allreduce(sg_scores *s, sg_group_t group);
+/* The RMSE and ACC of variable v in slot (NaN: nothing scored). */
+double sg_scores_rmse(const sg_scores *s, int64_t slot, int64_t v);
+double sg_scores_acc(const sg_scores *s, int64_t slot, int64_t v);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,53 +15,31 @@
 #include <string.h>
 #include <strings.h>
 
-/* The file's name of the dim mapped to "lat" by dim_map ("FROM=lat"), or
- * "lat". */
-static void lat_file_name(const char *dim_map, char *buf, size_t size) {
-  snprintf(buf, size, "lat");
-  for (const char *p = dim_map; p && *p;) {
-    const char *e = strchr(p, ','), *eq = strchr(p, '=');
-    const size_t n = e ? (size_t)(e - p) : strlen(p);
-    if (eq && eq < p + n && (size_t)(p + n - eq - 1) == 3 &&
-        strncasecmp(eq + 1, "lat", 3) == 0 && (size_t)(eq - p) < size) {
-      memcpy(buf, p, (size_t)(eq - p));
-      buf[eq - p] = '\0';
-    }
-    p = e ? e + 1 : NULL;
-  }
-}
-
 /* ds->lat: the latitudes of the rows when the y dim is named "lat" (after
- * dim_map) and has a coordinate variable, and ds->wrow the weights of this
- * rank's rows; else both NULL. Collective. */
-sg_status sg_dataset_latitudes(sg_nc_t f, const sg_data_opts *o,
-                               sg_dataset *ds) {
+ * dim_map) and has a coordinate variable (sg_nc_read_lat), and ds->wrow the
+ * weights of this rank's rows; else both NULL. Collective. */
+sg_status sg_dataset_latitudes(sg_nc_t f, sg_dataset *ds) {
   sg_status st = SG_OK;
-  sg_nc_var_info vi, ci;
-  char name[SG_NC_NAME_MAX];
+  sg_nc_var_info vi;
   double *w = NULL;
+  int found = 0;
   SG_TRY(sg_nc_inq_var(f, ds->vars[0], &vi));
-  lat_file_name(o->dim_map, name, sizeof name);
-  if (strcasecmp(vi.dim_names[vi.ndims - 2], "lat") != 0 ||
-      sg_nc_inq_var(f, name, &ci) != SG_OK || ci.ndims != 1 ||
-      ci.shape[0] != ds->ny_g) {
+  if (strcasecmp(vi.dim_names[vi.ndims - 2], "lat") != 0)
     return SG_OK; /* no latitudes: the same verdict on every rank */
-  }
   ds->lat = malloc((size_t)ds->ny_g * sizeof *ds->lat);
   ds->wrow = malloc((size_t)(ds->ny + 1) * sizeof *ds->wrow);
   w = malloc((size_t)ds->ny_g * sizeof *w);
   if (!ds->lat || !ds->wrow || !w)
     st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
   SG_TRY(sg_agree(MPI_COMM_WORLD, st));
-  sg_nc_shard sh = {1, {ds->ny_g}, {0}, {ds->ny_g}, SG_DTYPE_F64};
-  sg_nc_read_opts ro = sg_nc_read_opts_default();
-  ro.no_mask = 1;
-  SG_TRY(sg_nc_read(f, ci.varid, &sh, &ro, ds->lat, NULL));
-  SG_TRY(sg_agree(MPI_COMM_WORLD, sg_lat_weights(ds->ny_g, ds->lat, w)));
-  memcpy(ds->wrow, w + ds->y0, (size_t)ds->ny * sizeof *w);
+  SG_TRY(sg_nc_read_lat(f, ds->ny_g, ds->lat, &found));
+  if (found) {
+    SG_TRY(sg_agree(MPI_COMM_WORLD, sg_lat_weights(ds->ny_g, ds->lat, w)));
+    memcpy(ds->wrow, w + ds->y0, (size_t)ds->ny * sizeof *w);
+  }
 fail:
   free(w);
-  if (st != SG_OK) {
+  if (st != SG_OK || !found) {
     free(ds->lat);
     free(ds->wrow);
     ds->lat = ds->wrow = NULL;
@@ -99,65 +77,51 @@ fail:
   return st;
 }
 
-/* The accumulators of an evaluation: per EV_* and variable, the sums over
- * the forecasts of MSE and ACC and their count (wm[(k * V + v) * 3 ..]). */
-double *sg_train_wm_alloc(const run_t *r) {
-  if (!r->ds.wrow) return NULL;
-  return calloc((size_t)(3 * EV_N * r->ds.nvars), sizeof(double));
+/* The accumulators of an evaluation: a slot per EV_* (NULL without
+ * latitudes). */
+sg_scores *sg_train_wm_alloc(const run_t *r) {
+  return r->ds.wrow ? sg_scores_new(EV_N, r->ds.nvars) : NULL;
 }
 
-sg_status sg_train_wm_add(run_t *r, int kind, const float *f,
+sg_status sg_train_wm_add(run_t *r, int64_t slot, const float *f,
                           const float *truth, const float *mask, int64_t valid,
-                          double *wm) {
+                          sg_scores *wm) {
   sg_status st = SG_OK;
   const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
-  double *mse = malloc((size_t)(2 * r->lbatch * V + 1) * sizeof *mse),
-         *acc = mse + r->lbatch * V, *wsum = NULL;
   float *clim = malloc((size_t)(V * plane + 1) * sizeof *clim);
-  wsum = malloc((size_t)(r->lbatch * V + 1) * sizeof *wsum);
-  if (!mse || !clim || !wsum) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  if (!clim) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   for (int64_t v = 0; v < V; ++v) /* the climatology in physical units */
     for (int64_t i = 0; i < plane; ++i)
       clim[v * plane + i] = (float)(r->clim[v * plane + i] * r->ds.std[v] +
                                     r->ds.mean[v]);
   const sg_metric_block b = {SG_DTYPE_F32, r->lbatch, V,     r->ds.ny, r->ds.nx,
                              r->ds.wrow,   f,         truth, clim,     mask};
-  SG_TRY(sg_dist_metrics(&b, r->domain, mse, acc, wsum));
-  for (int64_t j = 0; j < valid; ++j)
-    for (int64_t v = 0; v < V; ++v) {
-      if (!(wsum[j * V + v] > 0)) continue; /* nothing valid */
-      double *a = wm + (kind * V + v) * 3;
-      a[0] += mse[j * V + v];
-      a[1] += acc[j * V + v];
-      a[2] += 1.0;
-    }
+  SG_TRY(sg_scores_add(wm, slot, &b, valid, r->domain));
 fail:
-  free(mse);
-  free(wsum);
   free(clim);
   return st;
 }
 
-/* RMSE and ACC (out[2k], out[2k+1]) from n accumulators (NaN: none). */
-static void wm_final(const double *wm, int64_t n, double *out) {
-  for (int64_t k = 0; k < n; ++k) {
-    const double *a = wm + 3 * k;
-    out[2 * k] = a[2] > 0 ? sqrt(a[0] / a[2]) : NAN;
-    out[2 * k + 1] = a[2] > 0 ? a[1] / a[2] : NAN;
-  }
+/* RMSE and ACC (out[2k], out[2k+1]) of every slot and variable. */
+static void wm_final(const sg_scores *wm, double *out) {
+  for (int64_t k = 0; k < wm->nslots; ++k)
+    for (int64_t v = 0; v < wm->nvars; ++v) {
+      out[2 * (k * wm->nvars + v)] = sg_scores_rmse(wm, k, v);
+      out[2 * (k * wm->nvars + v) + 1] = sg_scores_acc(wm, k, v);
+    }
 }
 
-sg_status sg_train_wm_finish(run_t *r, double *wm) {
+sg_status sg_train_wm_finish(run_t *r, sg_scores *wm) {
   sg_status st = SG_OK;
-  const int64_t n = 3 * EV_N * r->ds.nvars;
   if (!wm) return SG_OK;
-  if (r->data && sg_group_size(r->data) > 1)
-    SG_TRY(sg_allreduce_det(r->data, wm, wm, n, SG_DTYPE_F64, SG_REDUCE_SUM));
-  if (r->pipe) SG_TRY(sg_pipe_bcast_last(r->pipe, wm, n, SG_DTYPE_F64));
+  SG_TRY(sg_scores_allreduce(wm, r->data));
+  if (r->pipe)
+    SG_TRY(sg_pipe_bcast_last(r->pipe, wm->sum, 4 * wm->nslots * wm->nvars,
+                              SG_DTYPE_F64));
   free(r->wmetrics);
   r->wmetrics = malloc((size_t)(2 * EV_N * r->ds.nvars) * sizeof *r->wmetrics);
   if (!r->wmetrics) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  wm_final(wm, EV_N * r->ds.nvars, r->wmetrics);
+  wm_final(wm, r->wmetrics);
 fail:
   return st;
 }
@@ -203,7 +167,7 @@ void sg_train_wm_report(const run_t *r, int64_t step) {
 typedef struct lead_state {
   run_t *r;
   int64_t K;
-  double *wm;         /* (K, 3 * EV_N * nvars) accumulators */
+  sg_scores *wm;      /* slots (lead - 1) * EV_N + kind */
   float *x, *x0, *xs; /* windows, first windows, scratch (lbatch * H * F) */
   float *pred, *f, *truth, *mask; /* one frame of the batch each */
   sg_example *ex, *exk;
@@ -262,7 +226,6 @@ static sg_status lead_score(lead_state *L, int64_t k, int64_t valid) {
   sg_status st = SG_OK;
   run_t *r = L->r;
   const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history;
-  double *wm = L->wm + (k - 1) * 3 * EV_N * r->ds.nvars;
   for (int kind = 0; kind < EV_N; ++kind) {
     for (int64_t j = 0; j < r->lbatch; ++j)
       memcpy(L->f + j * F,
@@ -271,7 +234,8 @@ static sg_status lead_score(lead_state *L, int64_t k, int64_t valid) {
                                       : r->clim,
              (size_t)F * sizeof *L->f);
     lead_physical(r, L->f, L->mask);
-    SG_TRY(sg_train_wm_add(r, kind, L->f, L->truth, L->mask, valid, wm));
+    SG_TRY(sg_train_wm_add(r, (k - 1) * EV_N + kind, L->f, L->truth, L->mask,
+                           valid, L->wm));
   }
 fail:
   return st;
@@ -343,7 +307,7 @@ static void lead_report(const run_t *r, int64_t K, int64_t step,
 sg_status sg_train_climate_leads(run_t *r, int64_t K, int64_t step) {
   sg_status st = SG_OK;
   const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history,
-                n = 3 * EV_N * r->ds.nvars * K, nf = r->lbatch * F + 1;
+                nf = r->lbatch * F + 1;
   lead_state L = {.r = r, .K = K};
   double *res = NULL;
   if (!r->ds.wrow)
@@ -355,7 +319,7 @@ sg_status sg_train_climate_leads(run_t *r, int64_t K, int64_t step) {
   if (r->pipe)
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
              "rollout on a time series with a pp mesh dim: not supported yet");
-  L.wm = calloc((size_t)n, sizeof *L.wm);
+  L.wm = sg_scores_new(K * EV_N, r->ds.nvars);
   res = malloc((size_t)(2 * EV_N * r->ds.nvars * K) * sizeof *res);
   L.x = malloc((size_t)(3 * r->lbatch * H * F + 1) * sizeof *L.x);
   L.pred = malloc((size_t)(4 * nf) * sizeof *L.pred);
@@ -366,13 +330,11 @@ sg_status sg_train_climate_leads(run_t *r, int64_t K, int64_t step) {
   L.f = L.pred + nf, L.truth = L.f + nf, L.mask = L.truth + nf;
   L.exk = L.ex + r->lbatch;
   for (int64_t b = 0; b * r->ebatch < r->ntest; ++b) SG_TRY(lead_batch(&L, b));
-  if (r->data && sg_group_size(r->data) > 1)
-    SG_TRY(
-        sg_allreduce_det(r->data, L.wm, L.wm, n, SG_DTYPE_F64, SG_REDUCE_SUM));
-  wm_final(L.wm, n / 3, res);
+  SG_TRY(sg_scores_allreduce(L.wm, r->data));
+  wm_final(L.wm, res);
   lead_report(r, K, step, res);
 fail:
-  free(L.wm);
+  sg_scores_free(L.wm);
   free(res);
   free(L.x);
   free(L.pred);

@@ -264,7 +264,7 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
   double any = nmask;
   SG_MPI(MPI_Allreduce(&nmask, &any, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
   ds->has_mask = any > 0;
-  SG_TRY(sg_dataset_latitudes(f, o, ds));
+  SG_TRY(sg_dataset_latitudes(f, ds));
 fail:
   sg_nc_close(&f);
   free(buf);

@@ -55,7 +55,7 @@ static void baseline(run_t *r, int kind, const float *x, float *f) {
  * (physical, masked) to *sum. Collective over the stage. */
 static sg_status score(run_t *r, float *f, const float *truth,
                        const float *mask, int64_t valid, double *sum, int kind,
-                       double *wm) {
+                       sg_scores *wm) {
   sg_status st = SG_OK;
   const sg_dist_loss_ctx lc = {r->domain, r->data, r->ebatch};
   double *rel = malloc((size_t)r->lbatch * sizeof *rel);
@@ -76,7 +76,7 @@ fail:
  * one batch's forecasts. Collective over the stage. */
 static sg_status score_baselines(run_t *r, const float *x, float *buf,
                                  const float *truth, const float *mask,
-                                 int64_t valid, double *sum, double *wm) {
+                                 int64_t valid, double *sum, sg_scores *wm) {
   sg_status st = SG_OK;
   for (int kind = EV_PERSISTENCE; kind <= EV_CLIMATOLOGY; ++kind) {
     baseline(r, kind, x, buf);
@@ -94,7 +94,7 @@ typedef struct eval_state {
   sg_nc_t f;
   int vp, vt;
   double sc[EV_N + 1];
-  double *wm; /* latitude-weighted metrics (climate.c), NULL: none */
+  sg_scores *wm; /* latitude-weighted metrics (climate.c), NULL: none */
   sg_example *ex;
   float *pred, *base;
   int64_t pass; /* under pp: the forward-only run (m evaluation batches) */
@@ -278,7 +278,7 @@ fail:
   free(E.ex);
   free(E.pred);
   free(E.base);
-  free(E.wm);
+  sg_scores_free(E.wm);
   return st;
 }
 

@@ -9,6 +9,7 @@
 #include "sg_comm.h"
 #include "sg_dist_loss.h"
 #include "sg_kv.h"
+#include "sg_metrics.h"
 #include "sg_mesh.h"
 #include "sg_model.h"
 #include "sg_nc.h"
@@ -113,8 +114,7 @@ void sg_epoch_order(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm);
 /* Climate data (climate.c). ds->lat and ds->wrow when the y dim is named
  * "lat" (after dim_map) and has a coordinate variable (else NULL). f: the
  * open dataset. Collective. */
-sg_status sg_dataset_latitudes(sg_nc_t f, const sg_data_opts *o,
-                               sg_dataset *ds);
+sg_status sg_dataset_latitudes(sg_nc_t f, sg_dataset *ds);
 
 /* Pipeline parallelism (pipe.c): a "pp" mesh dim runs the model's pieces
  * (sg_model_nblocks) as stages under strategies/pipeline.c. */
@@ -219,11 +219,11 @@ sg_status sg_train_loss_weights(run_t *r);
  * (collective over the domain), the result in r->wmetrics (reduced over
  * the data ranks, from the last stage under pp: collective), reported on
  * rank 0's log and as a metrics line. */
-double *sg_train_wm_alloc(const run_t *r);
-sg_status sg_train_wm_add(run_t *r, int kind, const float *f,
+sg_scores *sg_train_wm_alloc(const run_t *r);
+sg_status sg_train_wm_add(run_t *r, int64_t slot, const float *f,
                           const float *truth, const float *mask, int64_t valid,
-                          double *wm);
-sg_status sg_train_wm_finish(run_t *r, double *wm);
+                          sg_scores *wm);
+sg_status sg_train_wm_finish(run_t *r, sg_scores *wm);
 void sg_train_wm_report(const run_t *r, int64_t step);
 /* rollout = K on a time series: from every test initialisation, the model
  * fed its own predictions K times; the latitude-weighted RMSE and ACC of

@@ -3,7 +3,8 @@
  * AIRT, cos(lat) weighted, land masked) on 1-4 ranks equal a serial
  * two-pass reference; statistics files round-trip; the sample order depends
  * only on (seed, epoch) and data ranks get disjoint batch slices; a dataset
- * shorter than one sample is a clear error. */
+ * shorter than one sample is a clear error; sg_nc_read_lat reads the lat
+ * dim's coordinate (after dim_map), or finds none. */
 #include "sg_dataset.h"
 #include "sg_nc.h"
 #include "sg_rng.h"
@@ -71,6 +72,20 @@ static void test_stats_coads(void) {
   sg_nc_shard ls;
   sg_nc_shard_split(1, &nl, SG_DTYPE_F64, 0, 1, 0, &ls);
   SG_CHECK_OK(sg_nc_read(f, li.varid, &ls, NULL, lat, NULL));
+  { /* sg_nc_read_lat: the coordinate of the dim mapped to lat */
+    double lat2[90];
+    int found = 0;
+    SG_CHECK_OK(sg_nc_read_lat(f, 90, lat2, &found));
+    SG_CHECK(found && !memcmp(lat, lat2, sizeof lat),
+             "sg_nc_read_lat: found %d, not the COADSY values", found);
+    SG_CHECK_STATUS(sg_nc_read_lat(f, 89, lat2, &found), SG_ERR_SHAPE);
+    sg_nc_t g = NULL; /* without dim_map the file has no "lat" */
+    oo.dim_map = NULL;
+    SG_REQUIRE_OK(sg_nc_open(MPI_COMM_SELF, COADS, &oo, &g));
+    SG_CHECK_OK(sg_nc_read_lat(g, 90, lat2, &found));
+    SG_CHECK(!found, "sg_nc_read_lat found a lat without dim_map");
+    sg_nc_close(&g);
+  }
   for (int c = 0; c < 2; ++c) {
     sg_nc_var_info vi;
     SG_REQUIRE_OK(sg_nc_inq_var(f, names[c], &vi));
