@@ -127,13 +127,13 @@ if [ "$task" = vit_msp ]; then
   # zero follows its rounding noise (see qkv.b below)
   base="--model vit --data ns16.nc --steps 10 --batch 4 --depth 2 --patch 4 --history 2 --seed 2
         --test-samples 2 --deterministic --log-every 1000 --log-level warn --check-every 5
-        --ckpt-dir ck_NAME --ckpt-every 10"
+        --ckpt-every 10"
   msp_run() { # NAME RANKS MESH WIDTH HEADS [extra]
     name=$1 n=$2 spec=$3 width=$4 heads=$5
     shift 5
     rc=0
     # shellcheck disable=SC2086
-    "$mpiexec" -n "$n" "$bin/sg-train" $(echo "$base" | sed "s/NAME/$name/") --width "$width" \
+    "$mpiexec" -n "$n" "$bin/sg-train" $base --ckpt-dir "ck_$name" --width "$width" \
       --heads "$heads" --mesh "$spec" --metrics "$name.jsonl" "$@" >"$name.log" 2>&1 || rc=$?
     if [ $rc -ne 0 ]; then cat "$name.log"; echo "FAILED: $name (mesh $spec $*)"; exit 1; fi
   }
