@@ -5,7 +5,7 @@
  *    and 10 tokens (2 x 5: 4+3+3, 3+3+2+2): their values, and the adjoint
  *    identity <A x, w> = <x, A^T w> with A^T the op's backward (inner
  *    products over the ranks' slices, or once for a replicated tensor);
- *  - a whole pre-LN ViT block (LayerNorm, MHSA with heads over tp, residual,
+ *  - a whole pre-LN ViT block on 45 and 35 tokens (LayerNorm, MHSA with heads over tp, residual,
  *    LayerNorm, fc1 column-parallel, GELU, fc2 row-parallel, residual) on
  *    token slices: x scattered, y gathered, against one process at 1e-10:
  *    y, loss, dx, every parameter's gradient on this rank's box (the
@@ -117,7 +117,9 @@ done:
 
 /* ---- a ViT block -------------------------------------------------------- */
 
-enum { N = 2, C = 12, HEADS = 12, HID = 4 * C, A = 5, B = 9, T = A * B };
+enum { N = 2, C = 12, HEADS = 12, HID = 4 * C, TMAX = 45 };
+/* the block's token grid A x B (T tokens), set by test_block */
+static int64_t A = 5, B = 9, T = 45;
 enum { NP = 12 }; /* ln1 g b, qkv w b, out w b, ln2 g b, fc1 w b, fc2 w b */
 static const int64_t GN[NP] = {C, C, 3 * C *C, 3 * C, C *C,   C,
                                C, C, HID *C,   HID,   C *HID, C};
@@ -159,7 +161,7 @@ static double pval(int p, int64_t g) {
 }
 
 typedef struct result {
-  double y[N * C * T], loss, dx[N * C * T];
+  double y[N * C * TMAX], loss, dx[N * C * TMAX];
   double *grad[NP]; /* global layout, this rank's box filled */
   long long bytes_fwd, bytes_bwd;
 } result;
@@ -215,13 +217,13 @@ static sg_status block_run(sg_group_t g, int seq, result *res) {
   SG_TRY(sg_ag_binary(tape, SG_BINARY_ADD, h, u, &h));
   if (seq) SG_TRY(sg_ag_tp_seq_gather(tape, g, h, &x, &h));
   sg_ag_tp_bytes(&res->bytes_fwd, 1);
-  memcpy(res->y, h->value.data, sizeof res->y);
+  memcpy(res->y, h->value.data, (size_t)(N * C * T) * sizeof(double));
   SG_TRY(sg_ag_binary(tape, SG_BINARY_MUL, h, &t, &h));
   SG_TRY(sg_ag_loss(tape, SG_LOSS_SUM, h, NULL, &l));
   res->loss = sg_var_item(l);
   SG_TRY(sg_tape_backward(tape, l));
   sg_ag_tp_bytes(&res->bytes_bwd, 1);
-  memcpy(res->dx, x.grad.data, sizeof res->dx);
+  memcpy(res->dx, x.grad.data, (size_t)(N * C * T) * sizeof(double));
   for (int p = 0; p < NP; ++p) {
     res->grad[p] = calloc((size_t)GN[p], sizeof(double));
     if (!res->grad[p]) SG_RAISE(SG_ERR_ALLOC, "test: out of memory");
@@ -242,7 +244,8 @@ static double maxabs(const double *a, int64_t n) {
   return m;
 }
 
-static void test_block(sg_group_t g) {
+static void test_block(sg_group_t g, int64_t a, int64_t b) {
+  A = a, B = b, T = a * b;
   const int P = g ? sg_group_size(g) : 1, r = g ? sg_group_rank(g) : 0;
   const split s = {C / P * r, C / P, HID / P * r, HID / P};
   static result ref, got, tp;
@@ -292,10 +295,11 @@ static void test_block(sg_group_t g) {
            "tp=%d: over the ranks tp_sequence %lld B, plain TP %lld B", P,
            tot[0], tot[1]);
   if (r == 0)
-    printf("tp=%d: per block and step, over the tp ranks: tp_sequence %lld "
+    printf("tp=%d, %lld tokens: per block and step, over the tp ranks: "
+           "tp_sequence %lld "
            "B, plain TP (fixed-order all-reduce) %lld B, ring all-reduce "
            "%lld B\n",
-           P, tot[0], tot[1], 2LL * 2 * 2 * (P - 1) * pay);
+           P, (long long)T, tot[0], tot[1], 2LL * 2 * 2 * (P - 1) * pay);
 done:
   result_free(&ref), result_free(&got), result_free(&tp);
 }
@@ -312,7 +316,8 @@ int main(int argc, char **argv) {
     test_op(g, k, 5, 9);
     test_op(g, k, 2, 5);
   }
-  test_block(g);
+  test_block(g, 5, 9); /* 45 tokens: 23+22, 15x3, 12+11x3 */
+  test_block(g, 5, 7); /* 35 tokens: 18+17, 12+12+11, 9x3+8 */
 done:
   sg_mesh_destroy(&mesh);
   return sg_test_finish();
