@@ -510,6 +510,14 @@ sg_status sg_ag_mhsa_tp(sg_tape_t t, sg_group_t tp, int64_t heads_local,
 sg_status sg_ag_mhsa_sp(sg_tape_t t, sg_group_t tp, sg_sp_mode mode,
                         int64_t heads_local, sg_var *x, sg_var *wqkv,
                         sg_var *bqkv, sg_var *wo, sg_var *bo, sg_var **y) {
+  return sg_ag_mhsa_seq(t, tp, NULL, mode, heads_local, x, wqkv, bqkv, wo, bo,
+                        y);
+}
+
+sg_status sg_ag_mhsa_seq(sg_tape_t t, sg_group_t tp, const sg_var *like,
+                         sg_sp_mode mode, int64_t heads_local, sg_var *x,
+                         sg_var *wqkv, sg_var *bqkv, sg_var *wo, sg_var *bo,
+                         sg_var **y) {
   sg_status st = SG_OK;
   if (!x || !wqkv || !wo || !y)
     SG_RAISE(SG_ERR_INVALID_ARG, "mhsa: x, wqkv, wo and y are required");
@@ -523,10 +531,10 @@ sg_status sg_ag_mhsa_sp(sg_tape_t t, sg_group_t tp, sg_sp_mode mode,
              (long long)c);
   sg_var *h = NULL, *qkv[3] = {NULL, NULL, NULL};
   const int64_t parts[3] = {cl, cl, cl};
-  SG_TRY(sg_ag_linear_col(t, tp, x, wqkv, bqkv, &h));
+  SG_TRY(sg_ag_linear_col_seq(t, tp, like, x, wqkv, bqkv, &h));
   SG_TRY(sg_ag_split(t, h, 3, parts, qkv));
   SG_TRY(sg_ag_attention_sp(t, mode, heads_local, qkv[0], qkv[1], qkv[2], &h));
-  SG_TRY(sg_ag_linear_row(t, tp, h, wo, bo, y));
+  SG_TRY(sg_ag_linear_row_seq(t, tp, like != NULL, h, wo, bo, y));
 fail:
   return st;
 }

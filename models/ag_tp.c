@@ -15,10 +15,17 @@
 #include "op_registry_impl.h"
 #include "sg_autograd.h"
 #include "sg_comm.h"
+#include "sg_decomp.h"
+
+#include <stdlib.h>
+
+static int tp_on(sg_group_t tp) { return tp && sg_group_size(tp) > 1; }
 
 typedef struct tp_attr {
   sg_group_t g; /* NULL or size 1: no communication */
 } tp_attr;
+
+static long long tp_rx; /* bytes this rank received in the tp ops */
 
 static int64_t numel_of(const sg_tensor *t) { return sg_tensor_numel(t); }
 
@@ -26,8 +33,12 @@ static int64_t numel_of(const sg_tensor *t) { return sg_tensor_numel(t); }
 static sg_status tp_sum(const tp_attr *a, const sg_tensor *like,
                         const void *src, void *dst) {
   const int64_t n = numel_of(like);
-  if (a->g && sg_group_size(a->g) > 1)
+  if (a->g && sg_group_size(a->g) > 1) {
+    /* the fixed-order all-reduce gathers the other ranks' payloads */
+    tp_rx += (long long)(sg_group_size(a->g) - 1) *
+             (long long)sg_tensor_nbytes(like);
     return sg_allreduce_det(a->g, src, dst, n, like->dtype, SG_REDUCE_SUM);
+  }
   if (dst != src && n > 0) memcpy(dst, src, sg_tensor_nbytes(like));
   return SG_OK;
 }
@@ -103,28 +114,60 @@ sg_status sg_ag_tp_reduce(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var **y) {
   return tp_apply(t, &tp_reduce_op, tp, x, y);
 }
 
-static int tp_on(sg_group_t tp) { return tp && sg_group_size(tp) > 1; }
+/* The weights' replicated parameter p as used on token slices: its
+ * gradient there is partial over tp (tp_copy sums it); p itself without
+ * tp. */
+static sg_status tp_param(sg_tape_t t, sg_group_t tp, sg_var *p, sg_var **q) {
+  *q = p;
+  if (!p || !tp_on(tp)) return SG_OK;
+  return sg_ag_tp_copy(t, tp, p, q);
+}
 
-sg_status sg_ag_linear_col(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
-                           sg_var *b, sg_var **y) {
+sg_status sg_ag_tp_param(sg_tape_t t, sg_group_t tp, sg_var *p, sg_var **q) {
+  if (!t || !q)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "tp_param: tape and q are required");
+  return tp_param(t, tp, p, q);
+}
+
+sg_status sg_ag_linear_col_seq(sg_tape_t t, sg_group_t tp, const sg_var *like,
+                               sg_var *x, sg_var *w, sg_var *b, sg_var **y) {
   sg_status st = SG_OK;
   sg_var *h = x;
-  if (tp_on(tp)) SG_TRY(sg_ag_tp_copy(t, tp, x, &h));
+  if (like)
+    SG_TRY(sg_ag_tp_seq_allgather(t, tp, x, like, &h));
+  else if (tp_on(tp))
+    SG_TRY(sg_ag_tp_copy(t, tp, x, &h));
   SG_TRY(sg_ag_linear(t, h, w, b, y));
 fail:
   return st;
 }
 
-sg_status sg_ag_linear_row(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
-                           sg_var *b, sg_var **y) {
+sg_status sg_ag_linear_row_seq(sg_tape_t t, sg_group_t tp, int seq, sg_var *x,
+                               sg_var *w, sg_var *b, sg_var **y) {
   sg_status st = SG_OK;
-  if (!tp_on(tp)) return sg_ag_linear(t, x, w, b, y);
+  if (!tp_on(tp) && !seq) return sg_ag_linear(t, x, w, b, y);
   sg_var *h = NULL;
   SG_TRY(sg_ag_linear(t, x, w, NULL, &h));
-  SG_TRY(sg_ag_tp_reduce(t, tp, h, b ? &h : y));
+  if (seq) {
+    SG_TRY(sg_ag_tp_seq_reduce_scatter(t, tp, h, b ? &h : y));
+    SG_TRY(tp_param(t, tp, b, &b)); /* on the slice: partial over tp */
+  } else {
+    SG_TRY(sg_ag_tp_reduce(t, tp, h, b ? &h : y));
+  }
   if (b) SG_TRY(sg_ag_bias(t, h, b, y)); /* once, after the reduction */
 fail:
   return st;
+}
+
+sg_status sg_ag_linear_col(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
+                           sg_var *b, sg_var **y) {
+  return sg_ag_linear_col_seq(t, tp, NULL, x, w, b, y);
+}
+
+sg_status sg_ag_linear_row(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
+                           sg_var *b, sg_var **y) {
+  return sg_ag_linear_row_seq(t, tp, 0, x, w, b, y);
 }
 
 sg_status sg_ag_spectral_linear_tp(sg_tape_t t, sg_group_t tp, int row,
@@ -146,6 +189,253 @@ sg_status sg_ag_spectral_linear_tp(sg_tape_t t, sg_group_t tp, int row,
   *y = h;
 fail:
   return st;
+}
+
+/* ---- Megatron sequence parallelism (tp_sequence) -----------------------
+ * Between the TP regions the activations are token slices: tp rank r holds
+ * the balanced split r of this rank's T local tokens (flattened, row-major),
+ * as a plain (N, C, T_r) variable (LayerNorm, dropout and residuals are
+ * per token). A full tensor is (N, C, spatial...) sharded like `like`. */
+
+enum { SEQ_MAX_P = 256 }; /* tp ranks (the counts live on the stack) */
+
+typedef enum seq_move { SEQ_SLICE, SEQ_GATHER, SEQ_RSCATTER } seq_move;
+
+typedef struct seq_attr {
+  sg_group_t g;
+  seq_move fwd, bwd;
+  sg_mesh_t mesh; /* the full tensor's sharding (like's) */
+  int ndim;
+  int64_t shape[SG_TENSOR_MAX_DIMS], global[SG_TENSOR_MAX_DIMS];
+  sg_placement pl[SG_MESH_MAX_DIMS];
+} seq_attr;
+
+_Static_assert(sizeof(seq_attr) <= 256, "seq_attr fits a node's attributes");
+
+static int seq_size(const seq_attr *a) {
+  return a->g ? sg_group_size(a->g) : 1;
+}
+static int seq_rank(const seq_attr *a) {
+  return a->g ? sg_group_rank(a->g) : 0;
+}
+
+static int64_t seq_tokens(const seq_attr *a) {
+  int64_t n = 1;
+  for (int d = 2; d < a->ndim; ++d) n *= a->shape[d];
+  return n;
+}
+
+/* Rank q's token slice [off, off + cnt) of the T local tokens. */
+static void seq_slice(const seq_attr *a, int q, int64_t *off, int64_t *cnt) {
+  const int64_t T = seq_tokens(a);
+  *off = sg_split_offset(T, seq_size(a), q);
+  *cnt = sg_split_size(T, seq_size(a), q);
+}
+
+/* Copy between rank q's slice of full (rows = N * C of T tokens) and the
+ * packed (rows, cnt) block; to_full: packed -> full. */
+static void seq_pack(const seq_attr *a, int q, size_t es, char *full,
+                     char *packed, int to_full) {
+  int64_t off, cnt;
+  seq_slice(a, q, &off, &cnt);
+  const int64_t rows = a->shape[0] * a->shape[1], T = seq_tokens(a);
+  const size_t len = (size_t)cnt * es;
+  for (int64_t i = 0; i < rows && len; ++i) {
+    char *f = full + ((size_t)(i * T + off)) * es,
+         *p = packed + (size_t)(i * cnt) * es;
+    memcpy(to_full ? f : p, to_full ? p : f, len);
+  }
+}
+
+/* full (this rank's whole tensor) from the ranks' slices (mine: part). */
+static sg_status seq_allgather(const seq_attr *a, sg_dtype dt, const void *part,
+                               void *full) {
+  sg_status st = SG_OK;
+  const int P = seq_size(a), r = seq_rank(a);
+  const int64_t rows = a->shape[0] * a->shape[1];
+  const size_t es = sg_dtype_size(dt);
+  int64_t cnt[SEQ_MAX_P], dsp[SEQ_MAX_P], off, n;
+  char *buf = NULL;
+  if (P == 1) {
+    if (rows * seq_tokens(a) > 0)
+      memcpy(full, part, (size_t)(rows * seq_tokens(a)) * es);
+    return SG_OK;
+  }
+  int64_t tot = 0;
+  for (int q = 0; q < P; ++q) {
+    seq_slice(a, q, &off, &n);
+    cnt[q] = rows * n, dsp[q] = tot, tot += cnt[q];
+  }
+  buf = malloc((size_t)(tot > 0 ? tot : 1) * es);
+  st = sg_group_agree(a->g, buf ? SG_OK : SG_ERR_ALLOC);
+  SG_TRY(st);
+  SG_TRY(sg_allgatherv(a->g, part, cnt[r], buf, cnt, dsp, dt));
+  tp_rx += (long long)((size_t)(tot - cnt[r]) * es);
+  for (int q = 0; q < P; ++q)
+    seq_pack(a, q, es, full, buf + (size_t)dsp[q] * es, 1);
+fail:
+  free(buf);
+  return st;
+}
+
+#define SEQ_SUM(T)                                                 \
+  for (int q = 0; q < P; ++q) {                                    \
+    const T *s = (const T *)(buf + (size_t)(q * m) * es);          \
+    T *o = (T *)part;                                              \
+    for (int64_t i = 0; i < m; ++i) o[i] = q ? o[i] + s[i] : s[i]; \
+  }
+
+/* part = my slice of the sum over the group of full: every rank sends each
+ * slice to its owner (all-to-allv) and the owner sums them in rank order
+ * (deterministic; (P - 1) slices in per rank). */
+static sg_status seq_reduce_scatter(const seq_attr *a, sg_dtype dt,
+                                    const void *full, void *part) {
+  sg_status st = SG_OK;
+  const int P = seq_size(a), r = seq_rank(a);
+  const int64_t rows = a->shape[0] * a->shape[1];
+  const size_t es = sg_dtype_size(dt);
+  int64_t sc[SEQ_MAX_P], rc[SEQ_MAX_P], off, n;
+  char *sbuf = NULL, *buf = NULL;
+  if (P == 1) return seq_allgather(a, dt, full, part); /* a copy */
+  seq_slice(a, r, &off, &n);
+  const int64_t m = rows * n, tot = rows * seq_tokens(a);
+  for (int q = 0; q < P; ++q) {
+    int64_t o2, n2;
+    seq_slice(a, q, &o2, &n2);
+    sc[q] = rows * n2, rc[q] = m;
+  }
+  sbuf = malloc((size_t)(tot > 0 ? tot : 1) * es);
+  buf = malloc((size_t)(P * m > 0 ? P * m : 1) * es);
+  st = sg_group_agree(a->g, sbuf && buf ? SG_OK : SG_ERR_ALLOC);
+  SG_TRY(st);
+  for (int q = 0, d = 0; q < P; d += (int)sc[q], ++q)
+    seq_pack(a, q, es, (char *)full, sbuf + (size_t)d * es, 0);
+  SG_TRY(sg_alltoallv(a->g, sbuf, sc, NULL, buf, rc, NULL, dt));
+  tp_rx += (long long)((size_t)((P - 1) * m) * es);
+  if (dt == SG_DTYPE_F64) {
+    SEQ_SUM(double)
+  } else if (dt == SG_DTYPE_F32) {
+    SEQ_SUM(float)
+  } else {
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "tp reduce-scatter: f32 or f64 only");
+  }
+fail:
+  free(sbuf);
+  free(buf);
+  return st;
+}
+#undef SEQ_SUM
+
+/* dst (slice or full, by `move`'s result) from src. */
+static sg_status seq_do(const seq_attr *a, seq_move move, sg_dtype dt,
+                        const void *src, void *dst) {
+  if (move == SEQ_GATHER) return seq_allgather(a, dt, src, dst);
+  if (move == SEQ_RSCATTER) return seq_reduce_scatter(a, dt, src, dst);
+  seq_pack(a, seq_rank(a), sg_dtype_size(dt), (char *)src, dst, 0);
+  return SG_OK;
+}
+
+static sg_status seq_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const seq_attr *a = (const seq_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  sg_var *y = node->out[0];
+  int64_t off, n;
+  seq_slice(a, seq_rank(a), &off, &n);
+  const int64_t part[3] = {a->shape[0], a->shape[1], n};
+  const int full = a->fwd == SEQ_GATHER;
+  st = full ? sg_node_alloc_out_uninit(node, 0, a->ndim, a->shape)
+            : sg_node_alloc_out_uninit(node, 0, 3, part);
+  if (seq_size(a) > 1) st = sg_group_agree(a->g, st);
+  SG_TRY(st);
+  SG_TRY(seq_do(a, a->fwd, x->dtype, x->data, y->value.data));
+  if (full && a->mesh) { /* the full tensor is sharded like `like` */
+    y->mesh = a->mesh;
+    memcpy(y->placements, a->pl, sizeof a->pl);
+    memcpy(y->global_shape, a->global, sizeof a->global);
+  }
+fail:
+  return st;
+}
+
+static sg_status seq_bwd(sg_node *node) {
+  const seq_attr *a = (const seq_attr *)node->attr;
+  if (!node->gin[0] && a->bwd == SEQ_SLICE) return SG_OK;
+  /* a rank whose input needs no gradient still joins the collective */
+  void *dx = node->gin[0];
+  sg_status st = SG_OK;
+  if (!dx) {
+    dx = malloc(sg_tensor_nbytes(&node->in[0]->value) + 1);
+    if (!dx) st = SG_ERR_ALLOC;
+  }
+  if (st == SG_OK)
+    st = seq_do(a, a->bwd, node->out[0]->grad.dtype, node->out[0]->grad.data,
+                dx);
+  if (dx != node->gin[0]) free(dx);
+  return st;
+}
+
+#define SEQ_OP(nm)                                          \
+  {                                                         \
+    .name = nm, .slots = {SG_SLOT_ACT}, .forward = seq_fwd, \
+    .backward = seq_bwd, .rule = {                          \
+      .windowed_input = -1,                                 \
+      .accepts = SG_ACCEPT_ALL,                             \
+      .out = SG_OUT_REPLICATE,                              \
+      .writes_gin = 1u                                      \
+    }                                                       \
+  }
+static const sg_op_def seq_ops[4] = {SEQ_OP("tp_seq_scatter"),
+                                     SEQ_OP("tp_seq_gather"),
+                                     SEQ_OP("tp_seq_allgather"),
+                                     SEQ_OP("tp_seq_reduce_scatter")};
+#undef SEQ_OP
+
+static sg_status seq_apply(sg_tape_t t, int k, sg_group_t tp, sg_var *x,
+                           const sg_var *like, sg_var **y) {
+  static const seq_move mv[4][2] = {{SEQ_SLICE, SEQ_GATHER},
+                                    {SEQ_GATHER, SEQ_SLICE},
+                                    {SEQ_GATHER, SEQ_RSCATTER},
+                                    {SEQ_RSCATTER, SEQ_GATHER}};
+  if (!t || !x || !y || !like)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "%s: tape, x, like and y are required",
+                        seq_ops[k].name);
+  if (like->value.ndim < 3 || (tp && sg_group_size(tp) > SEQ_MAX_P))
+    return sg_error_set(SG_ERR_SHAPE, __FILE__, __LINE__,
+                        "%s: like must be (N, C, spatial...), tp <= %d",
+                        seq_ops[k].name, SEQ_MAX_P);
+  seq_attr a;
+  memset(&a, 0, sizeof a);
+  a.g = tp && sg_group_size(tp) > 1 ? tp : NULL;
+  a.fwd = mv[k][0], a.bwd = mv[k][1];
+  a.mesh = like->mesh, a.ndim = like->value.ndim;
+  memcpy(a.shape, like->value.shape, sizeof a.shape);
+  memcpy(a.global, like->global_shape, sizeof a.global);
+  memcpy(a.pl, like->placements, sizeof a.pl);
+  return sg_tape_apply(t, &seq_ops[k], 1, &x, 1, NULL, &a, sizeof a, y);
+}
+
+sg_status sg_ag_tp_seq_scatter(sg_tape_t t, sg_group_t tp, sg_var *x,
+                               sg_var **y) {
+  return seq_apply(t, 0, tp, x, x, y);
+}
+sg_status sg_ag_tp_seq_gather(sg_tape_t t, sg_group_t tp, sg_var *x,
+                              const sg_var *like, sg_var **y) {
+  return seq_apply(t, 1, tp, x, like, y);
+}
+sg_status sg_ag_tp_seq_allgather(sg_tape_t t, sg_group_t tp, sg_var *x,
+                                 const sg_var *like, sg_var **y) {
+  return seq_apply(t, 2, tp, x, like, y);
+}
+sg_status sg_ag_tp_seq_reduce_scatter(sg_tape_t t, sg_group_t tp, sg_var *x,
+                                      sg_var **y) {
+  return seq_apply(t, 3, tp, x, x, y);
+}
+
+void sg_ag_tp_bytes(long long *bytes, int reset) {
+  if (bytes) *bytes = tp_rx;
+  if (reset) tp_rx = 0;
 }
 
 const sg_op_def *sg_ag_tp_copy_op_def(void) { return &tp_copy_op; }

@@ -678,6 +678,58 @@ sg_status sg_ag_mhsa_tp(sg_tape_t t, sg_group_t tp, int64_t heads_local,
 sg_status sg_ag_mhsa_sp(sg_tape_t t, sg_group_t tp, sg_sp_mode mode,
                         int64_t heads_local, sg_var *x, sg_var *wqkv,
                         sg_var *bqkv, sg_var *wo, sg_var *bo, sg_var **y);
+/* ---- Megatron sequence parallelism (tp_sequence; models/ag_tp.c) --------
+ * Outside the TP regions the activations are token slices over tp: tp
+ * rank r holds the balanced split r of the T local tokens (the spatial
+ * positions of this rank's block, row-major) of a full tensor (N, C,
+ * spatial...) as a plain variable (N, C, T_r) (any T, uneven too; T_r may
+ * be 0). LayerNorm, bias and residual additions run on the slices. A full
+ * tensor is sharded over the other mesh dims like `like` (its local shape,
+ * mesh, placements, global shape), e.g. the tensor that was scattered.
+ * tp NULL or of size 1: the slice is the whole. Collective over tp (the
+ * moves agree allocation failures first).
+ *
+ * scatter: x full, replicated over tp -> y this rank's slice; backward:
+ * all-gather of the slices' gradients. */
+sg_status sg_ag_tp_seq_scatter(sg_tape_t t, sg_group_t tp, sg_var *x,
+                               sg_var **y);
+/* gather: the slices -> y full (replicated over tp: its consumers compute
+ * the same on every tp rank); backward: this rank's slice of dy. */
+sg_status sg_ag_tp_seq_gather(sg_tape_t t, sg_group_t tp, sg_var *x,
+                              const sg_var *like, sg_var **y);
+/* all-gather (enters a TP region: before a column-parallel linear): the
+ * slices -> y full; backward: reduce-scatter (dx = this rank's slice of
+ * the sum over tp of dy, summed in rank order: deterministic). */
+sg_status sg_ag_tp_seq_allgather(sg_tape_t t, sg_group_t tp, sg_var *x,
+                                 const sg_var *like, sg_var **y);
+/* reduce-scatter (leaves a TP region: after a row-parallel linear): x full,
+ * Partial over tp -> y this rank's slice of the sum; backward: all-gather. */
+sg_status sg_ag_tp_seq_reduce_scatter(sg_tape_t t, sg_group_t tp, sg_var *x,
+                                      sg_var **y);
+/* Bytes this rank received in the tp ops (tp_copy/tp_reduce: the fixed-order
+ * all-reduce's (tp - 1) payloads; all-gather: the other ranks' slices;
+ * reduce-scatter: (tp - 1) slices of this rank's), since the last reset;
+ * reset != 0 zeroes the counter. Not collective. */
+void sg_ag_tp_bytes(long long *bytes, int reset);
+/* A replicated parameter p used on token slices: q = tp_copy(p) (its
+ * gradient there is partial over tp; the copy's backward sums it), p
+ * itself when tp is off. */
+sg_status sg_ag_tp_param(sg_tape_t t, sg_group_t tp, sg_var *p, sg_var **q);
+/* sg_ag_linear_col with x this rank's token slice: all-gathered to the
+ * full tensor (like) first; like NULL: sg_ag_linear_col. */
+sg_status sg_ag_linear_col_seq(sg_tape_t t, sg_group_t tp, const sg_var *like,
+                               sg_var *x, sg_var *w, sg_var *b, sg_var **y);
+/* sg_ag_linear_row with seq != 0: the partial sums reduce-scattered to this
+ * rank's token slice, then b (through sg_ag_tp_param) on the slice. */
+sg_status sg_ag_linear_row_seq(sg_tape_t t, sg_group_t tp, int seq, sg_var *x,
+                               sg_var *w, sg_var *b, sg_var **y);
+/* sg_ag_mhsa_sp on token slices (like != NULL): x this rank's slice, the
+ * QKV linear after an all-gather, the out linear's sums reduce-scattered:
+ * y this rank's slice. like NULL: sg_ag_mhsa_sp. */
+sg_status sg_ag_mhsa_seq(sg_tape_t t, sg_group_t tp, const sg_var *like,
+                         sg_sp_mode mode, int64_t heads_local, sg_var *x,
+                         sg_var *wqkv, sg_var *bqkv, sg_var *wo, sg_var *bo,
+                         sg_var **y);
 /* A scalar loss (target ignored by SUM/MEAN, may be NULL then). On a
  * sharded pred (target sharded alike) the value is the global loss over all
  * shards, the same on every rank (rank-order sums: deterministic). */

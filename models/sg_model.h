@@ -68,6 +68,10 @@ typedef struct sg_model_config {
   int sp_mode;        /* ViT: sg_sp_mode, how the tokens split over the
                           domain dims are attended (ring, the default,
                           ulysses or usp) */
+  int tp_sequence;    /* ViT: Megatron sequence parallelism with tp > 1
+                          (LayerNorms and residuals on token slices over
+                          tp; all-gather / reduce-scatter instead of the
+                          all-reduces); 0 off (default) */
   int act_ckpt_every; /* activation checkpointing of the blocks (FNO
                           spectral layers, CNN residual blocks, U-Net
                           levels: sg_ag_checkpoint): 0 none (default), K >= 1

@@ -52,6 +52,11 @@ typedef struct vit {
   int tps, tpr;
   unsigned tp_mask;
   int64_t c0, cl, f0, fl;
+  /* Megatron-SP (cfg.tp_sequence with tp > 1): between the TP regions the
+   * tokens are split over tp; `like` is the full token tensor's shape and
+   * sharding (the embedding's output, no data), set by each forward */
+  int seq;
+  sg_var like;
   vit_box box[SG_CN_MAX_PARAMS]; /* ndim 0: not split over tp */
 } vit;
 
@@ -60,6 +65,35 @@ static void vit_destroy(void *impl) {
   if (!m) return;
   sg_cn_base_release(&m->b);
   free(m);
+}
+
+static int vit_mesh_size(sg_mesh_t mesh, const char *name) {
+  for (int k = 0; k < sg_mesh_ndims(mesh); ++k)
+    if (!strcmp(sg_mesh_dim_name(mesh, k), name))
+      return sg_mesh_dim_size(mesh, k);
+  return 1;
+}
+
+/* tp_sequence: no pipeline (its pieces pass whole token tensors) and at
+ * least one token per tp rank on the rank with the fewest tokens. */
+static sg_status vit_check_seq(sg_mesh_t mesh, const sg_model_config *c,
+                               int64_t ny, int64_t nx) {
+  sg_status st = SG_OK;
+  const int tp = vit_mesh_size(mesh, "tp");
+  const int64_t p = c->patch > 0 ? c->patch : 1,
+                tok = (ny / p / vit_mesh_size(mesh, "h")) *
+                      (nx / p / vit_mesh_size(mesh, "w"));
+  if (vit_mesh_size(mesh, "pp") > 1)
+    SG_RAISE(SG_ERR_CONFIG,
+             "vit: tp_sequence does not compose with a pp dim yet (the "
+             "pipeline pieces pass whole token tensors)");
+  if (tp > 1 && tok < tp)
+    SG_RAISE(SG_ERR_CONFIG,
+             "vit: tp_sequence needs at least one token per tp rank (%lld "
+             "tokens on the smallest shard, tp = %d)",
+             (long long)tok, tp);
+fail:
+  return st;
 }
 
 /* The checks that need only the config and the mesh: every rank finds
@@ -87,6 +121,7 @@ static sg_status vit_check(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
                "parallelism splits the heads over the tp ranks",
                (long long)c->heads, sg_mesh_dim_size(mesh, k));
   SG_TRY(sg_sp_mode_check(mesh, (sg_sp_mode)c->sp_mode, c->heads, "vit"));
+  if (c->tp_sequence) SG_TRY(vit_check_seq(mesh, c, ny, nx));
   if (p < 1)
     SG_RAISE(SG_ERR_CONFIG, "vit: patch must be >= 1 (got %lld)", (long long)p);
   if (ny % p || nx % p)
@@ -213,6 +248,7 @@ static sg_status vit_tp_init(vit *m, sg_mesh_t mesh) {
     }
   m->cl = C / m->tps, m->c0 = m->cl * m->tpr;
   m->fl = hid / m->tps, m->f0 = m->fl * m->tpr;
+  m->seq = m->cfg.tp_sequence && m->tps > 1;
 fail:
   return st;
 }
@@ -306,7 +342,22 @@ fail:
   return st;
 }
 
-/* Pre-LN block: h + mhsa(ln1(h)), then h + fc2(gelu(fc1(ln2(h)))). */
+/* LayerNorm with the parameters at P[0], P[1]: on token slices
+ * (Megatron-SP) their gradients are partial over tp (sg_ag_tp_param). */
+static sg_status vit_ln(vit *m, sg_tape_t t, sg_var *P, sg_var *x, sg_var **y) {
+  sg_status st = SG_OK;
+  sg_var *g = &P[0], *b = &P[1];
+  if (m->seq) {
+    SG_TRY(sg_ag_tp_param(t, m->tp, g, &g));
+    SG_TRY(sg_ag_tp_param(t, m->tp, b, &b));
+  }
+  SG_TRY(sg_ag_layernorm(t, 1e-5, x, g, b, y));
+fail:
+  return st;
+}
+
+/* Pre-LN block: h + mhsa(ln1(h)), then h + fc2(gelu(fc1(ln2(h)))). With
+ * Megatron-SP h, the LayerNorms and the residuals are token slices. */
 static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
                            sg_var **out) {
   sg_status st = SG_OK;
@@ -314,15 +365,16 @@ static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
   vit *m = bc->m;
   sg_var *q = &m->b.p.vars[m->block0 + VIT_PER_BLOCK * bc->b], *r = NULL,
          *h = in[0];
-  SG_TRY(sg_ag_layernorm(t, 1e-5, h, &q[0], &q[1], &r));
-  SG_TRY(sg_ag_mhsa_sp(t, m->tp, (sg_sp_mode)m->cfg.sp_mode,
-                       m->cfg.heads / m->tps, r, &q[2], &q[3], &q[4], &q[5],
-                       &r));
+  const sg_var *like = m->seq ? &m->like : NULL;
+  SG_TRY(vit_ln(m, t, &q[0], h, &r));
+  SG_TRY(sg_ag_mhsa_seq(t, m->tp, like, (sg_sp_mode)m->cfg.sp_mode,
+                        m->cfg.heads / m->tps, r, &q[2], &q[3], &q[4], &q[5],
+                        &r));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &h));
-  SG_TRY(sg_ag_layernorm(t, 1e-5, h, &q[6], &q[7], &r));
-  SG_TRY(sg_ag_linear_col(t, m->tp, r, &q[8], &q[9], &r));
+  SG_TRY(vit_ln(m, t, &q[6], h, &r));
+  SG_TRY(sg_ag_linear_col_seq(t, m->tp, like, r, &q[8], &q[9], &r));
   SG_TRY(sg_ag_act(t, SG_ACT_GELU, r, &r));
-  SG_TRY(sg_ag_linear_row(t, m->tp, r, &q[10], &q[11], &r));
+  SG_TRY(sg_ag_linear_row_seq(t, m->tp, m->seq, r, &q[10], &q[11], &r));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &out[0]));
 fail:
   return st;
@@ -372,10 +424,17 @@ static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
       SG_TRY(sg_cn_domain_input(&m->b.dom, t, h, &h));
       SG_TRY(sg_ag_conv(t, h, &P[m->embed], &P[m->embed + 1], pw, &h));
       SG_TRY(sg_ag_add_field(t, h, &P[m->pos], &h));
+      if (m->seq) { /* the tokens split over tp until the head */
+        m->like = *h;
+        memset(&m->like.grad, 0, sizeof m->like.grad);
+        m->like.value.data = NULL, m->like.producer = NULL;
+        SG_TRY(sg_ag_tp_seq_scatter(t, m->tp, h, &h));
+      }
     } else if (k <= depth) {
       SG_TRY(vit_run_block(m, t, k - 1, &h));
     } else {
-      SG_TRY(sg_ag_layernorm(t, 1e-5, h, &P[m->head], &P[m->head + 1], &h));
+      SG_TRY(vit_ln(m, t, &P[m->head], h, &h));
+      if (m->seq) SG_TRY(sg_ag_tp_seq_gather(t, m->tp, h, &m->like, &h));
       SG_TRY(sg_ag_convt(t, h, &P[m->head + 2], &P[m->head + 3], &h));
     }
   }
@@ -415,7 +474,11 @@ static void vit_describe(void *impl, const sg_model_config *c, char *buf,
              "; tensor parallel over tp=%d (%lld heads and the parameters "
              "counted per rank)",
              m->tps, (long long)(c->heads / m->tps));
-  const size_t k = strlen(buf);
+  size_t k = strlen(buf);
+  if (m->seq && k < size)
+    snprintf(buf + k, size - k,
+             "; Megatron-SP (tokens split over tp outside the TP regions)");
+  k = strlen(buf);
   if (c->sp_mode != SG_SP_RING && k < size)
     snprintf(buf + k, size - k, "; attention by %s",
              c->sp_mode == SG_SP_USP ? "USP (Ulysses over w, ring over h)"

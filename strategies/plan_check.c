@@ -393,6 +393,23 @@ static void check_sp_mode(const sg_plan_problem *pb, int64_t heads, int tp,
         mode == SG_SP_USP ? "w" : "h and w");
 }
 
+/* The ViT's tp_sequence (vit.c vit_check_seq, in its words): no pp, and
+ * a token per tp rank on the smallest shard. */
+static void check_tp_sequence(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                              int tp, int64_t p, why_buf *w) {
+  if (!sg_kv_bool(pb->cfg, "tp_sequence") || p < 1) return;
+  const int64_t tok = (pb->ny / p / sg_plan_mesh_dim(m, "h")) *
+                      (pb->nx / p / sg_plan_mesh_dim(m, "w"));
+  if (sg_plan_mesh_dim(m, "pp") > 1)
+    why_add(w, "vit: tp_sequence does not compose with a pp dim yet (the "
+               "pipeline pieces pass whole token tensors)");
+  if (tp > 1 && tok < tp)
+    why_add(w,
+            "vit: tp_sequence needs at least one token per tp rank (%lld "
+            "tokens on the smallest shard, tp = %d)",
+            (long long)tok, tp);
+}
+
 /* What each model refuses when it is built (fno.c, cnn.c, unet.c, vit.c,
  * convnet.c), and the thin shards of its window ops. */
 static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
@@ -459,6 +476,7 @@ static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
           "vit: heads (%lld) must be divisible by tp (%d): tensor parallelism splits the heads",
           (long long)heads, tp);
     check_sp_mode(pb, heads, tp, ph, pw, w);
+    check_tp_sequence(pb, m, tp, p, w);
     if (p < 1 || ny % p || nx % p)
       why_add(
           w,

@@ -179,6 +179,7 @@ typedef struct mshape {
   const sg_plan_problem *pb;
   int cin; /* input channels (history x vars) */
   int tp, domain, ckpt_every, ph, pw;
+  int seq;      /* the ViT's tp_sequence with tp > 1: token slices over tp */
   int skip[16]; /* the U-Net's skips (encoder outputs) */
 } mshape;
 
@@ -366,20 +367,35 @@ static int op_linear_col(sim *s, const mshape *m, int x, double c, double k,
   return op_linear(s, m, x, c, k / m->tp, ny, nx);
 }
 
-/* A linear split over tp by input channels (sg_ag_linear_row). */
+/* A linear split over tp by input channels (sg_ag_linear_row): its
+ * output's rows are (sy, sx): (ny, nx), or with tp_sequence this rank's
+ * token slice, the reduce-scatter's. */
 static int op_linear_row(sim *s, const mshape *m, int x, double c, double k,
-                         double ny, double nx) {
+                         double ny, double nx, double sy, double sx) {
   if (m->tp <= 1) return op_linear(s, m, x, c, k, ny, nx);
   x = op_linear(s, m, x, c / m->tp, k, ny, nx);
-  x = op_pointwise(s, m, x, k, ny, nx, 0, 1u, -1);   /* tp_reduce */
-  return op_pointwise(s, m, x, k, ny, nx, 1, 0, -1); /* the bias */
+  /* tp_reduce (its gradient the output's) or the reduce-scatter */
+  x = op_pointwise(s, m, x, k, sy, sx, 0, m->seq ? 0u : 1u, -1);
+  return op_pointwise(s, m, x, k, sy, sx, 1, 0, -1); /* the bias */
 }
 
-/* A ViT block on ty x tx tokens (vit.c vit_block). */
+/* The residual stream's rows: the ty x tx tokens, or with tp_sequence the
+ * largest token slice over tp (T_r x 1). */
+static void vit_rows(const mshape *m, double ty, double tx, double *sy,
+                     double *sx) {
+  *sy = m->seq ? ceil(ty * tx / m->tp) : ty;
+  *sx = m->seq ? 1.0 : tx;
+}
+
+/* A ViT block on ty x tx tokens (vit.c vit_block); with tp_sequence the
+ * LayerNorms and residuals on token slices (the all-gather before a
+ * column-parallel linear is tp_copy's op with a full output). */
 static int vit_block_ops(sim *s, const mshape *m, int h, double ty, double tx) {
   const double C = (double)sg_plan_int(m->pb, "width"),
                H = (double)sg_plan_int(m->pb, "heads") / m->tp, T = ty * tx;
-  int r = op_norm(s, m, h, C, ty, tx, m->b * T);
+  double sy, sx;
+  vit_rows(m, ty, tx, &sy, &sx);
+  int r = op_norm(s, m, h, C, sy, sx, m->b * sy * sx);
   r = op_linear_col(s, m, r, C, 3 * C, ty, tx);
   r = op_pointwise(s, m, r, 3 * C / m->tp, ty, tx, 0, 0, -1); /* split */
   const double n = m->b * C / m->tp * T, ws = attn_ws(m, C / m->tp / H, T);
@@ -391,13 +407,13 @@ static int vit_block_ops(sim *s, const mshape *m, int h, double ty, double tx) {
                .bws = ws,
                .windowed = -1};
   r = sim_apply(s, &at);
-  r = op_linear_row(s, m, r, C, C, ty, tx);
-  h = op_add(s, m, h, r, C, ty, tx);
-  r = op_norm(s, m, h, C, ty, tx, m->b * T);
+  r = op_linear_row(s, m, r, C, C, ty, tx, sy, sx);
+  h = op_add(s, m, h, r, C, sy, sx);
+  r = op_norm(s, m, h, C, sy, sx, m->b * sy * sx);
   r = op_linear_col(s, m, r, C, 4 * C, ty, tx);
   r = op_act(s, m, r, 4 * C / m->tp, ty, tx);
-  r = op_linear_row(s, m, r, 4 * C, C, ty, tx);
-  return op_add(s, m, h, r, C, ty, tx);
+  r = op_linear_row(s, m, r, 4 * C, C, ty, tx, sy, sx);
+  return op_add(s, m, h, r, C, sy, sx);
 }
 
 /* The ViT's piece k (vit.c vit_run) on h. */
@@ -407,6 +423,8 @@ static int vit_piece(sim *s, const mshape *m, int k, int h) {
                cout = (double)m->pb->vars;
   const double ty = floor(m->ny / p), tx = floor(m->nx / p);
   const int depth = (int)sg_plan_int(m->pb, "depth");
+  double sy, sx;
+  vit_rows(m, ty, tx, &sy, &sx);
   if (k == 0) {
     int c0 = 0;
     h = op_input(s, m, &c0);
@@ -419,10 +437,13 @@ static int vit_piece(sim *s, const mshape *m, int k, int h) {
                 .windowed = 0,
                 .param = 1};
     h = sim_apply(s, &e);
-    return op_pointwise(s, m, h, C, ty, tx, 1, 0, -1); /* + position field */
+    h = op_pointwise(s, m, h, C, ty, tx, 1, 0, -1); /* + position field */
+    /* tp_sequence: the scatter to this rank's token slice */
+    return m->seq ? op_pointwise(s, m, h, C, sy, sx, 0, 0, -1) : h;
   }
   if (k <= depth) return vit_block_ops(s, m, h, ty, tx);
-  h = op_norm(s, m, h, C, ty, tx, m->b * ty * tx);
+  h = op_norm(s, m, h, C, sy, sx, m->b * sy * sx);
+  if (m->seq) h = op_pointwise(s, m, h, C, ty, tx, 0, 0, -1); /* gather */
   const double ws = conv_ws(m, C, cout, p * p, tx, ty, 1, ty * tx);
   sim_op u = {.nin = 1,
               .in = {h},
@@ -707,6 +728,8 @@ sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
               .ph = ph,
               .pw = pw,
               .ckpt_every = (int)every};
+  m.seq = kind == SG_MODEL_VIT && m.tp > 1 &&
+          sg_kv_bool(pb->cfg, "tp_sequence");
   s = calloc(1, sizeof *s);
   if (!s) SG_RAISE(SG_ERR_ALLOC, "sg_plan_memory: out of memory");
   SG_TRY(stages(s, &m, mesh, out));

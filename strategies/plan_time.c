@@ -327,7 +327,27 @@ static void model_unet(pt *c, double cin, double cout) {
  * LayerNorm, MLP 4x over tp), LayerNorm and the un-patchify. The domain
  * splits the tokens: attention is a ring over the domain group (P - 1 K/V
  * passes forward, K/V and dK/dV passes backward); tp adds two all-reduces
- * of the activations per block forward and two backward. */
+ * of the activations per block forward and two backward, or with
+ * tp_sequence two all-gathers and two reduce-scatters each way (the same
+ * ring volume) and the LayerNorms and residuals on 1/tp of the tokens. */
+static void vit_tp_comm(pt *c, pt_group gt, int seq, double n, double C) {
+  const double act = n * C * c->eb;
+  if (gt.p <= 1) return;
+  if (!seq) {
+    c->allreduce += 4.0 * g_allreduce(gt, act);
+    /* the TP regions (models/ag_tp.c): each forward reduce first agrees
+     * on the ranks' status, each entry copies the replicated input */
+    c->allreduce += 2.0 * g_allreduce(gt, 4.0);
+    op_copy(c, 2.0 * n * C);
+    return;
+  }
+  c->allreduce += 8.0 * g_scatter(gt, act);
+  /* every move agrees on its buffers (12 small all-reduces), and the
+   * 6 replicated vectors' gradients (LayerNorms, row biases) sum over tp */
+  c->allreduce += 12.0 * g_allreduce(gt, 4.0) + 6.0 * g_allreduce(gt, 4.0 * C);
+  op_copy(c, 4.0 * n * C); /* packing the slices, both ways */
+}
+
 static void model_vit(pt *c, double cin, double cout) {
   static const char *const dom[2] = {"h", "w"}, *const tpn[1] = {"tp"};
   const double C = cfg_int(c->kv, "width", 32), D = cfg_int(c->kv, "depth", 4),
@@ -336,36 +356,32 @@ static void model_vit(pt *c, double cin, double cout) {
   const double tl = (c->ly / p) * (c->lx / p),
                tg = ((double)c->ny / p) * ((double)c->nx / p);
   const double n = c->nb * tl;
+  const int seq = tp > 1 && c->kv && sg_kv_bool(c->kv, "tp_sequence");
+  const double ns = seq ? n / tp : n; /* the residual stream's tokens */
   const pt_group gd = pt_group_of(c->m, c->hw, dom, 2),
                  gt = pt_group_of(c->m, c->hw, tpn, 1);
   op_mm(c, 1, n, cin * p * p, C, 2.0);
   op_elem(c, n * C, 2.0);
   for (int b = 0; b < (int)D; ++b) {
-    op_rated(c, n * C, 1.0, c->hw->lnorm_rate);
+    op_rated(c, ns * C, 1.0, c->hw->lnorm_rate);
     op_mm(c, 0, n, C, 3.0 * C / tp, 2.0);
     op_copy(c, 4.0 * n * C / tp); /* q, k, v and o between layouts */
     /* QK^T and AV of every local head against every token: GEMMs of
      * head_dim columns, 4 nb tl tg C / tp flops, backward 2.5x */
     op_mm(c, 2, n * H / tp, tg, 2.0 * C / H, 2.5);
     op_mm(c, 0, n, C / tp, C, 2.0);
-    op_elem(c, n * C, 2.0);
-    op_rated(c, n * C, 1.0, c->hw->lnorm_rate);
+    op_elem(c, ns * C, 2.0);
+    op_rated(c, ns * C, 1.0, c->hw->lnorm_rate);
     op_mm(c, 0, n, C, 4.0 * C / tp, 2.0);
     op_act(c, n * 4.0 * C / tp);
     op_mm(c, 0, n, 4.0 * C / tp, C, 2.0);
-    op_elem(c, n * C, 2.0);
-    const double act = n * C * c->eb, kv = 2.0 * n * C / tp * c->eb;
-    c->allreduce += 4.0 * g_allreduce(gt, act);
-    if (gt.p > 1) {
-      /* the TP regions (models/ag_tp.c): each forward reduce first agrees
-       * on the ranks' status, each entry copies the replicated input */
-      c->allreduce += 2.0 * g_allreduce(gt, 4.0);
-      op_copy(c, 2.0 * n * C);
-    }
+    op_elem(c, ns * C, 2.0);
+    const double kv = 2.0 * n * C / tp * c->eb;
+    vit_tp_comm(c, gt, seq, n, C);
     if (gd.p > 1) c->ring += 3.0 * gd.p * sg_plan_p2p_s(kv, gd.alpha, gd.beta);
     c->par_rep += (12.0 * C * C + 9.0 * C) / tp + 4.0 * C + C;
   }
-  op_rated(c, n * C, 1.0, c->hw->lnorm_rate);
+  op_rated(c, ns * C, 1.0, c->hw->lnorm_rate);
   op_mm(c, 1, n, C, cout * p * p, 2.0);
   c->par_rep += cin * p * p * C + C + 2.0 * C + C * cout * p * p + cout;
   c->par_dom += tl * C; /* the position field, sharded like the tokens */

@@ -30,6 +30,7 @@ sg_status sg_train_model_config(sg_kv_t kv, sg_model_config *mc) {
     SG_TRY(sg_sp_mode_parse(sg_kv_str(kv, "sp_mode"), &spm));
     mc->sp_mode = (int)spm;
   }
+  mc->tp_sequence = sg_kv_bool(kv, "tp_sequence");
   mc->add_grid = sg_kv_bool(kv, "grid");
   mc->shard_spectral = sg_kv_bool(kv, "shard_spectral");
   {

@@ -45,6 +45,9 @@ const sg_kv_key sg_train_keys[] = {
      "vit: how the tokens split over h, w are attended: ring (K/V blocks around the ring) | ulysses "
      "(all-to-all to a head split; heads divisible by tp x the h, w ranks) | usp (Ulysses over w, ring over h; heads "
      "divisible by tp x the w ranks)"},
+    {"tp_sequence", SG_KV_BOOL, "false",
+     "vit with tp > 1: Megatron sequence parallelism (LayerNorms and residuals on the tokens split over tp; "
+     "all-gather before the column-parallel linears, reduce-scatter after the row-parallel ones)"},
     {"groups", SG_KV_INT, "4", "cnn, unet: GroupNorm groups (divides width)"},
     {"pad_y", SG_KV_STRING, "periodic",
      "cnn, unet: boundary in y: periodic | zero | reflect | replicate"},

@@ -15,7 +15,12 @@
  *    gradient on this rank's box (the Shard-over-tp linears: their rows or
  *    columns; the replicated LayerNorms, row-parallel biases, position
  *    field, embedding and head: the whole array), and the replicated ones
- *    are the same bits on every tp rank. */
+ *    are the same bits on every tp rank; the same with tp_sequence
+ *    (Megatron-SP: tokens split over tp outside the TP regions) on tp=2,
+ *    tp=3 (16 tokens: 6+5+5, width 12, 3 heads), tp=4 and tp=2,h=2, where
+ *    the LayerNorms' and row biases' gradients are summed over tp by the
+ *    model;
+ *  - tp_sequence with a pp dim, or fewer tokens than tp ranks: refused. */
 #include "sg_comm.h"
 #include "sg_mesh.h"
 #include "sg_model.h"
@@ -239,15 +244,19 @@ static void run_free(run *r) {
   sg_model_destroy(&r->m);
 }
 
-static void test_tp_gradients(const char *spec, int64_t heads) {
+static void test_tp_gradients(const char *spec, int64_t heads, int seq) {
   sg_mesh_t self = NULL, mesh = NULL;
   run ref, got;
   memset(&ref, 0, sizeof ref), memset(&got, 0, sizeof got);
   sg_model_config c = tiny();
   c.heads = heads;
+  if (heads == 3) c.width = 12; /* tp = 3 */
+  c.tp_sequence = seq;
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_SELF, "h=1", &self));
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
-  SG_REQUIRE_OK(grad_run(self, &c, &ref));
+  sg_model_config c1 = c;
+  c1.tp_sequence = 0;
+  SG_REQUIRE_OK(grad_run(self, &c1, &ref));
   SG_REQUIRE_OK(grad_run(mesh, &c, &got));
   unsigned data = 0, tp = 0; /* the dims that split the data; tp */
   for (int k = 0; k < sg_mesh_ndims(mesh); ++k) {
@@ -275,9 +284,9 @@ static void test_tp_gradients(const char *spec, int64_t heads) {
       if (!(fabs(g[l] - want) <= 1e-4 * mx + 1e-7))
         bad += first < 0 ? (first = l, 1) : 1;
     }
-    SG_CHECK(bad == 0, "%s: gradient of %s: %lld of %lld differ (first %lld)",
-             spec, pi.name, (long long)bad, (long long)pi.numel,
-             (long long)first);
+    SG_CHECK(bad == 0, "%s%s: gradient of %s: %lld of %lld differ (first %lld)",
+             spec, seq ? " tp_sequence" : "", pi.name, (long long)bad,
+             (long long)pi.numel, (long long)first);
     if (pi.shard_dims & tp) continue;
     /* replicated over tp: the same bits on every tp rank */
     SG_REQUIRE_OK(sg_mesh_group(mesh, tp, &tg));
@@ -306,12 +315,21 @@ int main(int argc, char **argv) {
                    : sg_test_size == 3 ? "h=3"
                                        : "h=2,w=2");
   test_bad_input();
-  if (sg_test_size == 2) test_tp_gradients("tp=2", 2);
+  for (int seq = 0; seq < 2; ++seq) { /* plain TP, then Megatron-SP */
+    if (sg_test_size == 2) test_tp_gradients("tp=2", 2, seq);
+    if (sg_test_size == 3 && seq) test_tp_gradients("tp=3", 3, seq);
+    if (sg_test_size == 4) {
+      test_tp_gradients("tp=4", 4, seq);
+      test_tp_gradients("tp=2,h=2", 2, seq);
+    }
+  }
   if (sg_test_size == 4) {
-    test_tp_gradients("tp=4", 4);
-    test_tp_gradients("tp=2,h=2", 2);
     sg_model_config c = tiny(); /* 2 heads over 4 tp ranks */
     expect_refused("tp=4", c, 16, 16, "heads (2) must be divisible by tp (4)");
+    c.tp_sequence = 1;
+    expect_refused("tp=2,pp=2", c, 16, 16, "tp_sequence does not compose");
+    c.heads = 4;
+    expect_refused("tp=4", c, 4, 4, "at least one token per tp rank");
   }
   return sg_test_finish();
 }

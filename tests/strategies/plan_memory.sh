@@ -45,6 +45,8 @@ if [ "$set" = small ]; then
   case_ 1 h=1 --model cnn --batch 4
   case_ 2 w=2 --model cnn --batch 4 --kernel 5
   case_ 2 tp=2 --model vit --batch 4
+  case_ 2 tp=2 --model vit --batch 4 --tp-sequence true
+  case_ 3 tp=3 --model vit --batch 4 --heads 3 --width 48 --tp-sequence true
   case_ 3 dp=3 --model vit --batch 3 --width 64
   case_ 2 h=2 --model unet --batch 4 --levels 2
   case_ 1 h=1 --model cnn --batch 4 --activation-checkpointing blocks
@@ -54,6 +56,7 @@ if [ "$set" = small ]; then
 else
   case_ 4 h=2,w=2 --model fno --batch 4
   case_ 4 tp=2,w=2 --model vit --batch 4
+  case_ 4 tp=2,w=2 --model vit --batch 4 --tp-sequence true
 fi
 cat table.txt
 [ $fail -eq 0 ] || { echo "some predictions are more than 5% off"; exit 1; }

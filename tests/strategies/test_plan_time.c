@@ -25,6 +25,7 @@ static const sg_kv_key keys[] = {
     {"patch", SG_KV_INT, "4", ""},
     {"heads", SG_KV_INT, "4", ""},
     {"depth", SG_KV_INT, "4", ""},
+    {"tp_sequence", SG_KV_BOOL, "false", ""},
     {"batch", SG_KV_INT, "8", ""},
     {"history", SG_KV_INT, "1", ""},
     {"grid", SG_KV_BOOL, "true", ""},
@@ -155,6 +156,23 @@ static void mesh_costs(sg_kv_t kv) {
   m = mesh1("tp", 2, "h", 2);
   SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t));
   SG_CHECK(t.ring > 0 && t.allreduce > 0, "vit tp=2,h=2: ring and tp");
+  { /* tp_sequence: 2 all-gathers + 2 reduce-scatters per block each way,
+     * the ring time of plain TP's 4 all-reduces; besides, 12 agreements
+     * (plain: 2) and the 6 replicated vectors' gradients summed over tp */
+    sg_plan_time tq, ts;
+    m = mesh1("tp", 2, NULL, 0);
+    SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &tq));
+    SG_CHECK_OK(sg_kv_set(kv, "tp_sequence", "true"));
+    SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &ts));
+    SG_CHECK_OK(sg_kv_set(kv, "tp_sequence", "false"));
+    const double ar4 = sg_plan_allreduce_s(2, 4.0, 1e-6, 1e-10),
+                 arc = sg_plan_allreduce_s(2, 4.0 * sg_kv_int(kv, "width"),
+                                           1e-6, 1e-10);
+    const double want = sg_kv_int(kv, "depth") * (10 * ar4 + 6 * arc);
+    SG_CHECK(fabs(ts.allreduce - tq.allreduce - want) <= 1e-9 * want,
+             "vit tp=2 tp_sequence: %g s of tp collectives, plain %g s",
+             ts.allreduce, tq.allreduce);
+  }
   SG_CHECK_OK(sg_kv_set(kv, "model", "unet"));
   SG_CHECK_OK(sg_kv_set(kv, "microbatches", "4"));
   m = mesh1("pp", 2, NULL, 0);
