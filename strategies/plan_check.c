@@ -395,8 +395,9 @@ static void check_sp_mode(const sg_plan_problem *pb, int64_t heads, int tp,
 
 /* FNO-3D (fno.c): modes that fit the grid and the padded time axis (the
  * out_frames output steps + pad_t), one variable (its output channels are
- * the time steps). */
-static void check_fno3d(const sg_plan_problem *pb, why_buf *w) {
+ * the time steps), no pipeline (no pieces yet). */
+static void check_fno3d(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                        why_buf *w) {
   const int64_t ny = pb->ny, nx = pb->nx, md = sg_plan_int(pb, "modes"),
                 mt = sg_plan_int(pb, "modes_t"),
                 nt = sg_plan_int(pb, "out_frames"),
@@ -418,6 +419,8 @@ static void check_fno3d(const sg_plan_problem *pb, why_buf *w) {
             "FNO-3D: one variable (got %d): its output channels are the "
             "out_frames time steps",
             pb->vars);
+  if (sg_plan_mesh_dim(m, "pp") > 1)
+    why_add(w, "FNO-3D: mesh dim 'pp': the model has no pipeline pieces yet");
 }
 
 /* What each model refuses when it is built (fno.c, cnn.c, unet.c, vit.c,
@@ -475,7 +478,7 @@ static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
               "modes <= nx/2+1)",
               (long long)md, (long long)ny, (long long)nx);
   } else if (kind == SG_MODEL_FNO3D) {
-    check_fno3d(pb, w);
+    check_fno3d(pb, m, w);
   } else if (kind == SG_MODEL_VIT) {
     const int64_t heads = sg_plan_int(pb, "heads"),
                   p = sg_plan_int(pb, "patch");
