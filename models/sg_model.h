@@ -1,5 +1,5 @@
 /* shardgrid — one interface over the model zoo's field-to-field models
- * (FNO-2D, ResNet-style CNN, U-Net, ViT), so a training driver handles them
+ * (FNO-2D, ResNet-style CNN, U-Net, ViT, FNO-3D), so a training driver handles them
  * alike.
  *
  *   sg_model_config c = sg_model_defaults(SG_MODEL_CNN);
