@@ -13,6 +13,7 @@
 #include "sg_model_impl.h"
 
 #include "convnet_impl.h"
+#include "fno_impl.h"
 #include "sg_decomp.h"
 #include "sg_rng.h"
 #include "sg_spectral.h"
@@ -37,6 +38,8 @@ struct sg_fno {
   fno_layer_ctx lctx[FNO_MAX_LAYERS];
   int64_t batch, ny_g, nx_g;
   int64_t y0, ny, x0, nx;
+  int d3;                  /* FNO-3D: a time axis before (y, x) */
+  int64_t ntp;             /* its padded length, nt + pad_t */
   sg_spectral_conv_t spec; /* width -> width (tp = 1, a replicated layer) */
   /* tp > 1: [0] width -> wl (column-parallel), [1] wl -> width (row) */
   sg_spectral_conv_t spec_tp[2];
@@ -73,7 +76,7 @@ struct sg_fno {
 };
 
 sg_fno_config sg_fno_defaults(void) {
-  sg_fno_config c = {1, 1, 32, 12, 12, 4, 128, 1, SG_ACT_GELU, 1, 0};
+  sg_fno_config c = {1, 1, 32, 12, 12, 4, 128, 1, SG_ACT_GELU, 1, 0, 0, 0, 0};
   return c;
 }
 
@@ -194,26 +197,32 @@ static sg_status fno_convs(struct sg_fno *m, sg_mesh_t mesh) {
   sg_status st = SG_OK;
   const sg_fno_config *cfg = &m->cfg;
   const int64_t ny = m->ny_g, nx = m->nx_g, w = cfg->width;
+  const int t = m->d3, nd = 2 + t; /* FNO-3D: (t, y, x), t whole */
   sg_fft_desc d;
   sg_fft_desc_init(&d);
   d.dtype = SG_DTYPE_F32;
-  d.ndim = 2;
-  d.shape[0] = ny;
-  d.shape[1] = nx;
+  d.ndim = nd;
+  d.shape[0] = m->ntp;
+  d.keep[0] = cfg->modes_t;
+  d.shape[t] = ny;
+  d.shape[t + 1] = nx;
   d.batch = m->batch;
-  d.keep[0] = cfg->modes1;
-  d.keep[1] = cfg->modes2;
-  static const char *const hw[2] = {"h", "w"};
-  MPI_Comm axes[2], comm;
+  d.keep[t] = cfg->modes1;
+  d.keep[t + 1] = cfg->modes2;
+  /* no mesh dim has the time axis's name: it is never split */
+  static const char *const dims[3] = {"(time)", "h", "w"};
+  const char *const *hw = dims + 1;
+  MPI_Comm axes[3], comm;
   unsigned mask = 0;
-  SG_TRY(sg_fft_mesh_axes(mesh, 2, hw, axes, d.split, &comm, &mask));
+  SG_TRY(sg_fft_mesh_axes(mesh, nd, dims + 1 - t, axes, d.split, &comm, &mask));
   /* Every domain rank needs rows and columns: an empty slab would fail in
    * the pointwise layers while its peers wait in the FFT redistribution.
    * From global information (grid and mesh sizes), so every rank fails
    * alike, before any transpose. */
   for (int i = 0; i < 2; ++i) {
     int parts = 1;
-    if (axes[i] != MPI_COMM_NULL) SG_MPI(MPI_Comm_size(axes[i], &parts));
+    if (axes[t + i] != MPI_COMM_NULL)
+      SG_MPI(MPI_Comm_size(axes[t + i], &parts));
     const int64_t n = i == 0 ? ny : nx;
     if (n < parts)
       SG_RAISE(
@@ -228,39 +237,45 @@ static sg_status fno_convs(struct sg_fno *m, sg_mesh_t mesh) {
   const int64_t cin[3] = {w, w, m->wl}, cout[3] = {w, m->wl, w};
   for (int k = 0; k < 3; ++k) {
     if (!fno_has_role(m, k)) continue; /* FNO_REP, FNO_COL, FNO_ROW */
-    SG_TRY(sg_spectral_conv_create_comms(comm, 2, axes, &d, cin[k], cout[k],
+    SG_TRY(sg_spectral_conv_create_comms(comm, nd, axes, &d, cin[k], cout[k],
                                          cv[k]));
     if (cfg->shard_spectral)
       SG_TRY(sg_spectral_conv_set_weight_layout(
           *cv[k], SG_SPECTRAL_WEIGHT_SHARD_MODES));
   }
-  int64_t off[2], shp[2];
+  int64_t off[3], shp[3];
   sg_fft_plan_local_box(sg_spectral_conv_plan(fno_any_conv(m), 0),
                         SG_FFT_SPACE_REAL, off, shp);
-  m->y0 = off[0], m->ny = shp[0], m->x0 = off[1], m->nx = shp[1];
+  m->y0 = off[t], m->ny = shp[t], m->x0 = off[t + 1], m->nx = shp[t + 1];
   m->domain_mask = mask;
 fail:
   return st;
 }
 
-/* Layer l's spectral weight (global (width, width, K0, K1, 2)): this
+/* Layer l's spectral weight (global (width, width, K0, K1, 2), FNO-3D
+ * (width, width, K0, K1, 2 K2): re/im folded into the last dim): this
  * rank's modes when sharded, its input or output channels when split over
  * tp. */
 static void fno_add_spectral(struct sg_fno *m, int64_t l) {
   const int role = m->role[l];
   sg_spectral_conv_t cv = fno_conv(m, role);
   const int64_t w = m->cfg.width;
-  int64_t K[2], ko[2], kl[2];
-  sg_spectral_conv_weight_box(cv, K, ko, kl);
-  if (!m->cfg.shard_spectral) ko[0] = ko[1] = 0, kl[0] = K[0], kl[1] = K[1];
-  const int64_t g[5] = {w, w, K[0], K[1], 2},
-                s0[5] = {role == FNO_ROW ? m->c0 : 0,
-                         role == FNO_COL ? m->c0 : 0, ko[0], ko[1], 0},
-                c0[5] = {role == FNO_ROW ? m->wl : w,
-                         role == FNO_COL ? m->wl : w, kl[0], kl[1], 2};
+  int64_t K[3], ko[3], kl[3];
+  const int nd = sg_spectral_conv_weight_box(cv, K, ko, kl);
+  int64_t g[5] = {w, w, 1, 1, 2},
+          s0[5] = {role == FNO_ROW ? m->c0 : 0, role == FNO_COL ? m->c0 : 0},
+          c0[5] = {role == FNO_ROW ? m->wl : w, role == FNO_COL ? m->wl : w, 1,
+                   1, 2};
+  for (int d = 0; d < nd; ++d) {
+    const int j = 2 + d; /* 3-D: re/im folded into dim 4 */
+    const int sh = m->cfg.shard_spectral;
+    g[j] = K[d] * (j == 4 ? 2 : 1);
+    s0[j] = (sh ? ko[d] : 0) * (j == 4 ? 2 : 1);
+    c0[j] = (sh ? kl[d] : K[d]) * (j == 4 ? 2 : 1);
+  }
   char nm[40];
   snprintf(nm, sizeof nm, "layer%lld.spectral", (long long)l);
-  add_param(m, nm, 1, c0[0] * c0[1] * c0[2] * c0[3] * 2, 0, (int)(w * w));
+  add_param(m, nm, 1, c0[0] * c0[1] * c0[2] * c0[3] * c0[4], 0, (int)(w * w));
   set_box(m, 5, g, s0, c0,
           (m->cfg.shard_spectral ? m->domain_mask : 0u) |
               (role != FNO_REP ? m->tp_mask : 0u));
@@ -286,7 +301,8 @@ static void fno_add_skip(struct sg_fno *m, int64_t l) {
 
 static void fno_add_params(struct sg_fno *m) {
   const sg_fno_config *cfg = &m->cfg;
-  const int64_t cin = cfg->cin + (cfg->add_grid ? 2 : 0), w = cfg->width;
+  const int64_t cin = cfg->cin + (cfg->add_grid ? 2 + m->d3 : 0),
+                w = cfg->width;
   add_param(m, "lift.w", 0, w, cin, (int)cin);
   add_param(m, "lift.b", 0, w, 0, (int)cin);
   for (int64_t l = 0; l < cfg->layers; ++l) {
@@ -297,6 +313,51 @@ static void fno_add_params(struct sg_fno *m) {
   add_param(m, "proj.b", 0, cfg->proj_width, 0, (int)w);
   add_param(m, "out.w", 0, cfg->cout, cfg->proj_width, (int)cfg->proj_width);
   add_param(m, "out.b", 0, cfg->cout, 0, (int)cfg->proj_width);
+}
+
+/* FNO-3D's own limits (from the config and the mesh: every rank fails
+ * alike): one output value per space-time point, modes_t that fit the
+ * padded time axis, no tensor parallelism yet. */
+static sg_status fno3d_check(sg_mesh_t mesh, const sg_fno_config *cfg) {
+  sg_status st = SG_OK;
+  if (cfg->nt < 0 || cfg->pad_t < 0)
+    SG_RAISE(SG_ERR_CONFIG, "FNO-3D: nt and pad_t must be >= 0");
+  if (cfg->nt == 0) return SG_OK;
+  if (cfg->cout != 1)
+    SG_RAISE(SG_ERR_CONFIG,
+             "FNO-3D: one output value per space-time point (cout = 1, got "
+             "%lld): the output channels are the nt time steps",
+             (long long)cfg->cout);
+  if (cfg->modes_t < 1 || 2 * cfg->modes_t > cfg->nt + cfg->pad_t)
+    SG_RAISE(SG_ERR_CONFIG,
+             "FNO-3D: modes_t = %lld does not fit %lld time steps + %lld "
+             "padding (1 <= modes_t, 2*modes_t <= nt + pad_t)",
+             (long long)cfg->modes_t, (long long)cfg->nt,
+             (long long)cfg->pad_t);
+  SG_TRY(sg_cn_refuse_tp(mesh, "FNO-3D"));
+fail:
+  return st;
+}
+
+/* The constant coordinate channels of FNO-3D, (batch, 3, nt, ny, nx):
+ * x, y and t in [0, 1) (t over the output steps, before padding). */
+static sg_status fno3d_grid_init(struct sg_fno *m) {
+  sg_status st = SG_OK;
+  const int64_t T = m->cfg.nt, ny = m->ny, nx = m->nx,
+                sh[5] = {m->batch, 3, T, ny, nx};
+  const int64_t n = sh[0] * 3 * T * ny * nx;
+  float *g = m->grid_data = malloc((size_t)(n > 0 ? n : 1) * sizeof *g);
+  if (!g) SG_RAISE(SG_ERR_ALLOC, "sg_fno_create: out of memory");
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t ix = i % nx, iy = i / nx % ny, it = i / (nx * ny) % T,
+                  c = i / (nx * ny * T) % 3;
+    g[i] = (float)(c == 0   ? (double)(m->x0 + ix) / (double)m->nx_g
+                   : c == 1 ? (double)(m->y0 + iy) / (double)m->ny_g
+                            : (double)it / (double)T);
+  }
+  SG_TRY(sg_var_init(&m->grid, "grid", SG_DTYPE_F32, 5, sh, g, 0));
+fail:
+  return st;
 }
 
 sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
@@ -322,6 +383,7 @@ sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
         "FNO: modes %lldx%lld do not fit a %lldx%lld grid (2*modes1 <= ny, modes2 <= nx/2+1)",
         (long long)cfg->modes1, (long long)cfg->modes2, (long long)ny,
         (long long)nx);
+  SG_TRY(fno3d_check(mesh, cfg));
   SG_TRY(fno_tp_check(mesh, cfg->width));
   m = calloc(1, sizeof *m);
   if (!m) SG_RAISE(SG_ERR_ALLOC, "sg_fno_create: out of memory");
@@ -329,12 +391,16 @@ sg_status sg_fno_create(sg_mesh_t mesh, const sg_fno_config *cfg, int64_t ny,
   m->batch = batch;
   m->ny_g = ny;
   m->nx_g = nx;
+  m->d3 = cfg->nt > 0;
+  m->ntp = cfg->nt + cfg->pad_t;
   SG_TRY(fno_tp_init(m, mesh));
   SG_TRY(fno_convs(m, mesh));
   fno_add_params(m);
   place_params(m);
 
-  if (cfg->add_grid)
+  if (cfg->add_grid && m->d3)
+    SG_TRY(fno3d_grid_init(m));
+  else if (cfg->add_grid)
     SG_TRY(sg_cn_grid_init(&m->grid, &m->grid_data, batch, m->y0, m->ny, m->x0,
                            m->nx, ny, nx, "sg_fno_create"));
   *out = m;
@@ -517,19 +583,26 @@ sg_status sg_fno_forward_blocks(sg_fno_t m, sg_tape_t t, int first, int count,
   for (int k = first; k < first + count; ++k) {
     if (k == 0) {
       SG_TRY(fno_check_input(m, x));
+      if (m->d3) SG_TRY(sg_fno3d_broadcast_t(t, h, m->cfg.nt, &h));
       if (m->cfg.add_grid) {
-        sg_var *parts[2] = {x, &m->grid};
+        sg_var *parts[2] = {h, &m->grid};
         SG_TRY(sg_ag_concat(t, 2, parts, &h));
       }
       SG_TRY(sg_ag_linear(t, h, &P[0], &P[1], &h));
+      if (m->d3 && m->cfg.pad_t > 0)
+        SG_TRY(sg_fno3d_time_window(t, h, m->ntp, 0, &h));
     } else if (k < nb - 1) {
       int l0, n;
       fno_unit(m, k - 1, &l0, &n);
       for (int l = l0; l < l0 + n; ++l) SG_TRY(fno_run_layer(m, t, l, &h));
     } else {
+      if (m->d3 && m->cfg.pad_t > 0) /* the padding off, before the proj */
+        SG_TRY(sg_fno3d_time_window(t, h, m->cfg.nt, 0, &h));
       SG_TRY(sg_ag_linear(t, h, &P[pj], &P[pj + 1], &h));
       SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
       SG_TRY(sg_ag_linear(t, h, &P[pj + 2], &P[pj + 3], &h));
+      if (m->d3) /* (batch, 1, nt, ny, nx) -> (batch, nt, ny, nx) */
+        SG_TRY(sg_fno3d_time_window(t, h, m->cfg.nt, 1, &h));
     }
   }
   *y = h;
@@ -654,3 +727,57 @@ const sg_model_i sg_fno_model_i = {.name = "fno",
                                    .nblocks = fno_nblocks,
                                    .block_params = fno_block_params,
                                    .forward_blocks = fno_forward_blocks};
+
+/* ---- FNO-3D's table: the same model with a time axis (no pipeline pieces
+ * yet) --------------------------------------------------------------------- */
+
+static void fno3d_defaults(sg_model_config *c) {
+  /* the paper's FNO-3D for Navier-Stokes: width 20, 8 modes per dim */
+  c->width = 20, c->proj_width = 128, c->modes = 8, c->layers = 4;
+  c->modes_t = 8, c->pad_t = 6;
+  c->shard_spectral = 1;
+}
+
+static sg_status fno3d_create(sg_mesh_t mesh, const sg_model_config *c,
+                              int64_t ny, int64_t nx, int64_t batch,
+                              void **impl) {
+  sg_fno_config f = sg_fno_defaults();
+  f.cin = c->cin, f.cout = 1, f.nt = c->cout, f.width = c->width;
+  f.modes1 = f.modes2 = c->modes;
+  f.modes_t = c->modes_t, f.pad_t = c->pad_t;
+  f.layers = c->layers, f.proj_width = c->proj_width, f.add_grid = c->add_grid,
+  f.act = c->act;
+  f.shard_spectral = c->shard_spectral;
+  f.act_ckpt_every = c->act_ckpt_every;
+  return sg_fno_create(mesh, &f, ny, nx, batch, (sg_fno_t *)impl);
+}
+
+static void fno3d_describe(void *impl, const sg_model_config *c, char *buf,
+                           size_t size) {
+  char inner[512];
+  fno_describe(impl, c, inner, sizeof inner);
+  snprintf(buf, size,
+           "fno3d: %lld time steps out (+%lld padding), modes_t %lld; %s",
+           (long long)c->cout, (long long)c->pad_t, (long long)c->modes_t,
+           inner + 5 /* after "fno: " */);
+}
+
+static const char *const fno3d_size_keys[] = {"width",  "modes",      "modes_t",
+                                              "layers", "proj_width", NULL};
+
+const sg_model_i sg_fno3d_model_i = {
+    .name = "fno3d",
+    .size_keys = fno3d_size_keys,
+    .defaults = fno3d_defaults,
+    .create = fno3d_create,
+    .destroy = fno_destroy,
+    .param_count = fno_param_count,
+    .param_info = fno_param_info,
+    .bind = fno_bind,
+    .init = fno_init,
+    .params = fno_params,
+    .box = fno_box,
+    .describe = fno3d_describe,
+    .mark = NULL,
+    .forward = fno_forward,
+    .collective_seconds = fno_collective_seconds};

@@ -109,9 +109,14 @@ sg_status sg_train_ar_loss(const sg_train_ar *a, sg_var *leaves, sg_var **loss,
   const int64_t fr = frame_of(a), K = a->steps,
                 first = a->pushforward ? K - 1 : 0, graded = K - first;
   int64_t xs[4] = {a->n, a->history * a->nvars, a->ny, a->nx},
-          ys[4] = {a->n, a->nvars, a->ny, a->nx};
+          ys[4] = {a->n, a->cout > 0 ? a->cout : a->nvars, a->ny, a->nx};
   sg_var *x = &leaves[0], *total = NULL, *pred = NULL, *lk = NULL, *lm = NULL;
   double sum = 0.0;
+  if (a->cout > 0 && a->cout != a->nvars && K > 1)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "multi-step training feeds one frame back: the model's output "
+             "(%lld channels) must be one frame (%lld variables)",
+             (long long)a->cout, (long long)a->nvars);
   SG_TRY(sg_var_init(x, "x", a->dtype, 4, xs, a->x, 0));
   /* marked here, not only by the model: a checkpointed step's output takes
    * its placement from its input */

@@ -50,8 +50,27 @@ typedef struct sg_fno_config {
   int act_ckpt_every;     /* activation checkpointing (sg_ag_checkpoint) of
                             the spectral layers: 0 none (default), K >= 1
                             every K-th (1: all) */
+  /* FNO-3D (nt > 0): the space-time convolution over (t, y, x), see below */
+  int64_t nt;      /* output time steps (0: the 2-D FNO) */
+  int64_t modes_t; /* modes kept along time (2*modes_t frequencies) */
+  int64_t pad_t;   /* zero steps appended to the time axis (6 in the paper) */
 } sg_fno_config;
 
+/* FNO-3D (Li et al. 2021, the space-time variant; cfg.nt > 0, cout 1):
+ * the input x (batch, cin, ny, nx) (cin: the first time steps) is repeated
+ * along a time axis of nt steps, the coordinates (x, y, t) in [0,1) are
+ * appended (add_grid), the lift maps to width channels, the time axis is
+ * zero-padded by pad_t steps (against the FFT's periodic wrap-around, as
+ * the paper does), the layers' spectral convolutions run over (t, y, x)
+ * keeping 2*modes_t x 2*modes1 x modes2 modes (the halved dim is x, where
+ * the paper halves t: the same box of frequencies up to its boundary
+ * planes, as the spectrum of a real field is Hermitian), then the padding
+ * is cropped and the projection gives y (batch, nt, ny, nx): all nt steps
+ * at once. Activations are (batch, width, nt + pad_t, ny, nx) blocks, the
+ * time axis whole on every rank; the FFT splits y over h and x over w, as
+ * in 2-D. The spectral weights are (width, width, 2 modes_t, 2 modes1,
+ * 2 modes2) (re/im folded into the last dim). No tensor parallelism and
+ * no pipeline pieces yet. */
 sg_fno_config sg_fno_defaults(void);
 
 typedef struct sg_fno *sg_fno_t;

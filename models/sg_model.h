@@ -1,5 +1,5 @@
 /* shardgrid — one interface over the model zoo's field-to-field models
- * (FNO-2D, ResNet-style CNN, U-Net, ViT), so a training driver handles them
+ * (FNO-2D, ResNet-style CNN, U-Net, ViT, FNO-3D), so a training driver handles them
  * alike.
  *
  *   sg_model_config c = sg_model_defaults(SG_MODEL_CNN);
@@ -38,10 +38,11 @@ typedef enum sg_model_kind {
   SG_MODEL_CNN,
   SG_MODEL_UNET,
   SG_MODEL_VIT,
+  SG_MODEL_FNO3D, /* the FNO over (t, y, x): cout output time steps */
   SG_MODEL_COUNT
 } sg_model_kind;
 
-/* "fno", "cnn", "unet", "vit" or a registered model's name; "invalid" otherwise. */
+/* "fno", "cnn", "unet", "vit", "fno3d" or a registered model's name; "invalid" otherwise. */
 const char *sg_model_kind_name(sg_model_kind kind);
 /* SG_ERR_CONFIG (naming the choices) for an unknown name. Not collective. */
 sg_status sg_model_kind_parse(const char *name, sg_model_kind *kind);
@@ -52,6 +53,8 @@ typedef struct sg_model_config {
   int64_t width;     /* all: channels (FNO, CNN) / at full resolution (U-Net) */
   int64_t proj_width; /* FNO, CNN: projection hidden channels */
   int64_t modes;      /* FNO: modes kept per dim */
+  int64_t modes_t;    /* FNO-3D: modes kept along time */
+  int64_t pad_t;      /* FNO-3D: zero steps padding the time axis */
   int64_t layers;     /* FNO: spectral layers */
   int64_t blocks;     /* CNN: residual blocks */
   int64_t levels;     /* U-Net: resolutions */

@@ -75,6 +75,7 @@ sg_status sg_model_bundle_one(const sg_bundle *io, const char *model);
 
 /* The built-in models' tables (fno.c, cnn.c, unet.c, vit.c). */
 extern const sg_model_i sg_fno_model_i;
+extern const sg_model_i sg_fno3d_model_i;
 extern const sg_model_i sg_cnn_model_i;
 extern const sg_model_i sg_unet_model_i;
 extern const sg_model_i sg_vit_model_i;

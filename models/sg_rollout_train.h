@@ -46,6 +46,10 @@ typedef struct sg_train_ar {
   sg_dtype dtype; /* of x, y, m: f32 (pushforward: f32 only) or f64 */
   sg_tape_t tape;
   int64_t n, nvars, history, ny, nx;
+  /* channels of the model's output and of y and m (0: nvars); more (several
+   * frames predicted at once, sg-train's out_frames) with steps = 1 only:
+   * y and m are then (n, cout, ny, nx) */
+  int64_t cout;
   int64_t steps;   /* K >= 1 */
   int pushforward; /* 0: gradient through every step, the loss their mean;
                     * 1: steps 0 .. K-2 without gradient, the loss step

@@ -410,6 +410,36 @@ static void check_tp_sequence(const sg_plan_problem *pb, const sg_plan_mesh *m,
             (long long)tok, tp);
 }
 
+/* FNO-3D (fno.c): modes that fit the grid and the padded time axis (the
+ * out_frames output steps + pad_t), one variable (its output channels are
+ * the time steps), no pipeline (no pieces yet). */
+static void check_fno3d(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                        why_buf *w) {
+  const int64_t ny = pb->ny, nx = pb->nx, md = sg_plan_int(pb, "modes"),
+                mt = sg_plan_int(pb, "modes_t"),
+                nt = sg_plan_int(pb, "out_frames"),
+                pt = sg_plan_int(pb, "pad_t");
+  if (md < 1 || 2 * md > ny || md > nx / 2 + 1)
+    why_add(w,
+            "FNO-3D: modes %lld do not fit a %lldx%lld grid (2 modes <= ny, "
+            "modes <= nx/2+1)",
+            (long long)md, (long long)ny, (long long)nx);
+  if (pt < 0)
+    why_add(w, "FNO-3D: pad_t must be >= 0 (got %lld)", (long long)pt);
+  else if (mt < 1 || 2 * mt > nt + pt)
+    why_add(w,
+            "FNO-3D: modes_t %lld do not fit %lld output frames + %lld "
+            "padding (1 <= modes_t, 2 modes_t <= out_frames + pad_t)",
+            (long long)mt, (long long)nt, (long long)pt);
+  if (pb->vars != 1)
+    why_add(w,
+            "FNO-3D: one variable (got %d): its output channels are the "
+            "out_frames time steps",
+            pb->vars);
+  if (sg_plan_mesh_dim(m, "pp") > 1)
+    why_add(w, "FNO-3D: mesh dim 'pp': the model has no pipeline pieces yet");
+}
+
 /* What each model refuses when it is built (fno.c, cnn.c, unet.c, vit.c,
  * convnet.c), and the thin shards of its window ops. */
 static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
@@ -417,8 +447,8 @@ static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
   const int64_t ny = pb->ny, nx = pb->nx, width = sg_plan_int(pb, "width");
   const int ph = sg_plan_mesh_dim(m, "h"), pw = sg_plan_mesh_dim(m, "w"),
             tp = sg_plan_mesh_dim(m, "tp");
-  static const char *const whos[] = {"FNO", "CNN", "U-Net", "vit"};
-  const char *who = kind >= 0 && kind < 4 ? whos[kind] : "model";
+  static const char *const whos[] = {"FNO", "CNN", "U-Net", "vit", "FNO-3D"};
+  const char *who = kind >= 0 && kind < 5 ? whos[kind] : "model";
   if (tp > 1 && kind != SG_MODEL_VIT && kind != SG_MODEL_FNO)
     why_add(
         w,
@@ -464,6 +494,8 @@ static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
               "FNO: modes %lld do not fit a %lldx%lld grid (2 modes <= ny, "
               "modes <= nx/2+1)",
               (long long)md, (long long)ny, (long long)nx);
+  } else if (kind == SG_MODEL_FNO3D) {
+    check_fno3d(pb, m, w);
   } else if (kind == SG_MODEL_VIT) {
     const int64_t heads = sg_plan_int(pb, "heads"),
                   p = sg_plan_int(pb, "patch");

@@ -710,6 +710,10 @@ sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
     SG_RAISE(SG_ERR_CONFIG,
              "activation_checkpointing '%s': none, blocks or every:K",
              sg_kv_str(pb->cfg, "activation_checkpointing"));
+  if (kind == SG_MODEL_FNO3D)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "sg_plan_memory: no memory model for fno3d yet (its mesh "
+             "constraints are checked: sg_plan_check)");
   if (kind == SG_MODEL_UNET && (every > 0 || sg_plan_has_dim(mesh, "pp")))
     SG_RAISE(
         SG_ERR_NOT_SUPPORTED,

@@ -451,6 +451,10 @@ static sg_status run_model(pt *c, const sg_plan_problem *pb) {
     model_unet(c, cin, cout);
   else if (!strcmp(kind, "vit"))
     model_vit(c, cin, cout);
+  else if (!strcmp(kind, "fno3d"))
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "sg_plan_step_time: no time model for fno3d yet (its mesh "
+             "constraints are checked: sg_plan_check)");
   else
     SG_RAISE(SG_ERR_CONFIG, "sg_plan_step_time: unknown model '%s'", kind);
   /* the loss: a few passes over the output */

@@ -247,6 +247,11 @@ static sg_status build_model(forecast *f) {
   SG_TRY(sg_mesh_group(f->mesh, mi.domain_dims, &f->domain));
   sg_model_config mc;
   SG_TRY(sg_agree(MPI_COMM_WORLD, sg_train_model_config(f->cfg, &mc)));
+  if (mc.kind == SG_MODEL_FNO3D || sg_kv_int(f->cfg, "out_frames") > 1)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "sg-forecast rolls out one frame at a time: a checkpoint of a "
+             "model predicting several frames at once (fno3d, out_frames > "
+             "1) is not supported yet");
   mc.cin = f->nvars * f->history;
   mc.cout = f->nvars;
   mc.act_ckpt_every = 0; /* no backward here */

@@ -237,11 +237,14 @@ static sg_status plan(sg_kv_t kv) {
     enumerate(pb.ranks, 0, sz, rows, &n);
   }
   int nfit = 0;
+  char nomem[512] = ""; /* why a mesh that fits has no memory estimate */
   for (int i = 0; i < n; ++i) {
     row *r = &rows[i];
     r->fits = sg_plan_check(&pb, &r->mesh, r->why, sizeof r->why) == SG_OK;
     /* a mesh that fits but whose memory is not modelled shows "-" */
     r->has_mem = r->fits && sg_plan_memory(&pb, &r->mesh, &r->mem) == SG_OK;
+    if (r->fits && !r->has_mem && !*nomem)
+      snprintf(nomem, sizeof nomem, "%s", sg_last_error());
     if (r->fits && have_hw)
       r->has_time = sg_plan_step_time(&pb, &r->mesh, &hw, &r->time) == SG_OK;
     nfit += r->fits;
@@ -258,6 +261,7 @@ static sg_status plan(sg_kv_t kv) {
         (long long)pb.vars, (long long)sg_kv_int(kv, "batch"), pb.ranks, nfit,
         n);
     print_table(rows, n, all, &hw, have_hw);
+    if (*nomem) printf("note: %s\n", nomem);
     if (nfit > 0 && rows[0].has_mem)
       printf("best: %s (%s: %.1f MiB per rank; bound by %s)\n", rows[0].spec,
              rows[0].has_time ? "fastest" : "least memory",

@@ -16,6 +16,8 @@ sg_status sg_train_model_config(sg_kv_t kv, sg_model_config *mc) {
   *mc = sg_model_defaults(kind);
   mc->width = sg_kv_int(kv, "width");
   mc->modes = sg_kv_int(kv, "modes");
+  mc->modes_t = sg_kv_int(kv, "modes_t");
+  mc->pad_t = sg_kv_int(kv, "pad_t");
   mc->layers = sg_kv_int(kv, "layers");
   mc->proj_width = sg_kv_int(kv, "proj_width");
   mc->blocks = sg_kv_int(kv, "blocks");

@@ -125,12 +125,17 @@ static int64_t n_test_frames(const sg_dataset *ds, const sg_data_opts *o) {
   return ds->climate ? o->test_frames : 0;
 }
 
-/* Autoregressive steps of a training example, and the frames it spans. */
+/* Autoregressive steps of a training example, and the frames it spans
+ * (out_frames targets at once span as many). */
 static int64_t train_steps(const sg_data_opts *o) {
   return o->steps > 1 ? o->steps : 1;
 }
+static int64_t out_frames(const sg_data_opts *o) {
+  return o->out_frames > 1 ? o->out_frames : 1;
+}
 static int64_t train_span(const sg_data_opts *o) {
-  return o->history + train_steps(o) * o->lead;
+  const int64_t k = train_steps(o), f = out_frames(o);
+  return o->history + (k > f ? k : f) * o->lead;
 }
 
 int64_t sg_dataset_target_frame(const sg_data_opts *o, int64_t t0, int64_t k) {
@@ -152,11 +157,17 @@ sg_status sg_dataset_load(const sg_data_opts *o, int64_t y0, int64_t ny,
   const int64_t S = ds->nseries, T = ds->nframes, V = ds->nvars,
                 plane = ny * nx;
   const int64_t K = train_steps(o), span = train_span(o);
-  if (T < o->history + o->lead)
+  if (T < o->history + out_frames(o) * o->lead)
     lst = sg_error_set(
         SG_ERR_SHAPE, __FILE__, __LINE__,
-        "dataset '%s' has %lld frames, shorter than one sample (history %lld + lead %lld)",
-        o->path, (long long)T, (long long)o->history, (long long)o->lead);
+        "dataset '%s' has %lld frames, shorter than one sample (history %lld + out_frames %lld x lead %lld)",
+        o->path, (long long)T, (long long)o->history, (long long)out_frames(o),
+        (long long)o->lead);
+  else if (ds->climate && out_frames(o) > 1)
+    lst = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                       "out_frames = %lld needs a sample dataset (sample, "
+                       "time, y, x); '%s' is a time series",
+                       (long long)out_frames(o), o->path);
   else if (!ds->climate && o->test_samples >= S)
     lst = sg_error_set(SG_ERR_CONFIG, __FILE__, __LINE__,
                        "test_samples (%lld) leaves no training samples of %lld",
@@ -279,7 +290,7 @@ sg_status sg_dataset_examples(const sg_dataset *ds, const sg_data_opts *o,
   sg_status st = SG_OK;
   /* test examples: one step; training examples: all their steps' targets
    * in the training part (frames before the test frames of a time series) */
-  const int64_t T = ds->nframes, span = o->history + o->lead,
+  const int64_t T = ds->nframes, span = o->history + out_frames(o) * o->lead,
                 tend = T - n_test_frames(ds, o), tspan = train_span(o);
   int64_t cap = ds->nseries * (T - span + 1);
   *train = malloc((size_t)(cap > 0 ? cap : 1) * sizeof **train);
@@ -300,9 +311,11 @@ fail:
   return st;
 }
 
-void sg_dataset_fill_steps(const sg_dataset *ds, const sg_data_opts *o,
-                           const sg_example *ex, int64_t n, int64_t steps,
-                           float *x, float *y, float *m) {
+/* The inputs and the targets of steps 0 .. steps - 1: step-major
+ * (steps, n, nvars, ...) or example-major (n, steps * nvars, ...). */
+static void fill_targets(const sg_dataset *ds, const sg_data_opts *o,
+                         const sg_example *ex, int64_t n, int64_t steps,
+                         int step_major, float *x, float *y, float *m) {
   const int64_t T = ds->nframes, V = ds->nvars, plane = ds->ny * ds->nx;
   const size_t fr = (size_t)(V * plane);
   for (int64_t b = 0; b < n; ++b) {
@@ -313,17 +326,23 @@ void sg_dataset_fill_steps(const sg_dataset *ds, const sg_data_opts *o,
              ser + (ex[b].t0 + h) * V * plane, fr * sizeof *x);
     for (int64_t k = 0; k < steps; ++k) {
       const int64_t tt = sg_dataset_target_frame(o, ex[b].t0, k),
-                    at = (k * n + b) * V * plane;
+                    at = (step_major ? k * n + b : b * steps + k) * V * plane;
       memcpy(y + at, ser + tt * V * plane, fr * sizeof *y);
       if (m) memcpy(m + at, mser + tt * V * plane, fr * sizeof *m);
     }
   }
 }
 
+void sg_dataset_fill_steps(const sg_dataset *ds, const sg_data_opts *o,
+                           const sg_example *ex, int64_t n, int64_t steps,
+                           float *x, float *y, float *m) {
+  fill_targets(ds, o, ex, n, steps, 1, x, y, m);
+}
+
 void sg_dataset_fill(const sg_dataset *ds, const sg_data_opts *o,
                      const sg_example *ex, int64_t n, float *x, float *y,
                      float *m) {
-  sg_dataset_fill_steps(ds, o, ex, n, 1, x, y, m);
+  fill_targets(ds, o, ex, n, out_frames(o), 0, x, y, m);
 }
 
 sg_status sg_dataset_climatology(const sg_dataset *ds, const sg_data_opts *o,

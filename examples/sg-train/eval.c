@@ -13,14 +13,15 @@
  * units, masked; yb is turned into physical units too. */
 static sg_status predict_batch(run_t *r, const float *x, float *pred) {
   sg_status st = SG_OK;
-  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
+  const int64_t plane = r->ds.ny * r->ds.nx;
   int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx};
   sg_var xv, *y = NULL;
   memset(&xv, 0, sizeof xv);
   int prev = sg_tape_set_grad_enabled(r->tape, 0);
   SG_TRY(sg_var_init(&xv, "x", SG_DTYPE_F32, 4, xs, (void *)x, 0));
   SG_TRY(sg_model_forward(r->model, r->tape, &xv, &y));
-  memcpy(pred, y->value.data, (size_t)(r->lbatch * V * plane) * sizeof *pred);
+  memcpy(pred, y->value.data,
+         (size_t)(r->lbatch * r->cout * plane) * sizeof *pred);
 fail:
   sg_tape_clear(r->tape);
   sg_tape_set_grad_enabled(r->tape, prev);
@@ -28,26 +29,31 @@ fail:
   return st;
 }
 
-/* normalised -> physical units, masked */
+/* normalised -> physical units, masked; the cout channels of an example
+ * are out_frames frames of the variables (frame-major) */
 static void to_physical(run_t *r, float *a, const float *mask) {
-  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
+  const int64_t V = r->ds.nvars, C = r->cout, plane = r->ds.ny * r->ds.nx;
   for (int64_t j = 0; j < r->lbatch; ++j)
-    for (int64_t v = 0; v < V; ++v) {
-      float *p = a + (j * V + v) * plane;
-      const float *mk = mask + (j * V + v) * plane;
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t v = c % V;
+      float *p = a + (j * C + c) * plane;
+      const float *mk = mask + (j * C + c) * plane;
       for (int64_t i = 0; i < plane; ++i)
         p[i] = (float)(p[i] * r->ds.std[v] + r->ds.mean[v]) * mk[i];
     }
 }
 
 /* The baselines' forecasts (normalised) of lbatch examples: persistence,
- * the last input frame of each example of x; climatology (r->clim). */
+ * the last input frame of each example of x; climatology (r->clim); the
+ * same for each of the out_frames output frames. */
 static void baseline(run_t *r, int kind, const float *x, float *f) {
-  const int64_t fr = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history;
+  const int64_t fr = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history,
+                K = r->cout / r->ds.nvars;
   for (int64_t j = 0; j < r->lbatch; ++j)
-    memcpy(f + j * fr,
-           kind == EV_PERSISTENCE ? x + (j * H + H - 1) * fr : r->clim,
-           (size_t)fr * sizeof *f);
+    for (int64_t k = 0; k < K; ++k)
+      memcpy(f + (j * K + k) * fr,
+             kind == EV_PERSISTENCE ? x + (j * H + H - 1) * fr : r->clim,
+             (size_t)fr * sizeof *f);
 }
 
 /* Add the relative L2 errors of the first `valid` examples of forecast f
@@ -62,8 +68,8 @@ static sg_status score(run_t *r, float *f, const float *truth,
   if (!rel) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   to_physical(r, f, mask);
   SG_TRY(sg_dist_rel_l2_ctx(SG_DTYPE_F32, r->lbatch,
-                            r->ds.nvars * r->ds.ny * r->ds.nx, f, truth, NULL,
-                            &lc, rel));
+                            r->cout * r->ds.ny * r->ds.nx, f, truth, NULL, &lc,
+                            rel));
   for (int64_t j = 0; j < valid; ++j) *sum += rel[j];
   if (wm) SG_TRY(sg_train_wm_add(r, kind, f, truth, mask, valid, wm));
 fail:
@@ -115,7 +121,7 @@ static sg_status eval_open(eval_state *E, MPI_Comm comm, const char *out) {
   SG_TRY(sg_nc_create(comm, out, &co, &E->f));
   int id;
   SG_TRY(sg_nc_def_dim(E->f, "example", r->ntest, &id));
-  SG_TRY(sg_nc_def_dim(E->f, "channel", r->ds.nvars, &id));
+  SG_TRY(sg_nc_def_dim(E->f, "channel", r->cout, &id));
   SG_TRY(sg_nc_def_dim(E->f, "y", r->ds.ny_g, &id));
   SG_TRY(sg_nc_def_dim(E->f, "x", r->ds.nx_g, &id));
   const char *dims[4] = {"example", "channel", "y", "x"};
@@ -159,7 +165,7 @@ static sg_status eval_score(eval_state *E, int64_t first, int64_t valid,
                             const float *mask) {
   sg_status st = SG_OK;
   run_t *r = E->r;
-  const int64_t V = r->ds.nvars;
+  const int64_t V = r->cout; /* out_frames x the variables */
   to_physical(r, y, mask);
   SG_TRY(score(r, pred, y, mask, valid, &E->sc[EV_MODEL], EV_MODEL, E->wm));
   SG_TRY(score_baselines(r, x, E->base, y, mask, valid, E->sc, E->wm));
@@ -242,7 +248,7 @@ fail:
  * them (and writes the file); every rank gets the result. */
 sg_status sg_train_evaluate(run_t *r, const char *out, double *rel_out) {
   sg_status st = SG_OK;
-  const int64_t V = r->ds.nvars, plane = r->ds.ny * r->ds.nx;
+  const int64_t V = r->cout, plane = r->ds.ny * r->ds.nx;
   eval_state E = {.r = r, .vp = -1, .vt = -1};
   E.ex = malloc((size_t)r->lbatch * sizeof *E.ex);
   E.pred = malloc((size_t)(r->lbatch * V * plane + 1) * sizeof *E.pred);

@@ -295,8 +295,10 @@ fail:
  * collective. */
 static sg_status check_config(sg_kv_t kv) {
   sg_status st = SG_OK;
-  static const char *const positive[] = {"batch", "width",     "history",
-                                         "lead",  "log_every", "rollout_train"};
+  static const char *const positive[] = {"batch",     "width",
+                                         "history",   "lead",
+                                         "log_every", "rollout_train",
+                                         "out_frames"};
   static const char *const nonneg[] = {"steps",        "epochs",
                                        "test_samples", "test_frames",
                                        "warmup",       "eval_every",
@@ -365,6 +367,13 @@ static sg_status check_rollout(run_t *r, sg_kv_t kv, sg_mesh_t mesh) {
         "multi-step training (rollout_train > 1) and the rollout feed each prediction back as the "
         "newest input frame: with history = %lld that needs lead = 1 (or history = 1), not lead = %lld",
         (long long)H, (long long)L);
+  if (sg_kv_int(kv, "out_frames") > 1 &&
+      (r->ar_steps > 1 || sg_kv_int(kv, "rollout") > 0))
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "out_frames = %lld predicts its frames at once: multi-step "
+             "training (rollout_train > 1) and the rollout feed one frame "
+             "back at a time (use rollout_train = 1, rollout = 0)",
+             (long long)sg_kv_int(kv, "out_frames"));
   if (r->ar_steps > 1 && sg_train_pp_on(mesh))
     SG_RAISE(
         SG_ERR_NOT_SUPPORTED,
@@ -505,6 +514,7 @@ static sg_status setup(run_t *r) {
   r->dopt.history = sg_kv_int(kv, "history");
   r->dopt.lead = sg_kv_int(kv, "lead");
   r->dopt.steps = sg_kv_int(kv, "rollout_train");
+  r->dopt.out_frames = sg_kv_int(kv, "out_frames");
   r->dopt.test_samples = sg_kv_int(kv, "test_samples");
   r->dopt.test_frames = sg_kv_int(kv, "test_frames");
   r->dopt.reject_nonfinite = sg_kv_bool(kv, "reject_nonfinite");
@@ -571,7 +581,7 @@ static sg_status setup(run_t *r) {
 
   /* the model (which fixes the slab) */
   mc.cin = nv * r->dopt.history;
-  mc.cout = nv;
+  mc.cout = nv * r->dopt.out_frames; /* fno3d: its time steps */
   r->cin = mc.cin;
   r->cout = mc.cout;
   SG_TRY(sg_agree(MPI_COMM_WORLD, sg_model_create(r->smesh, &mc, ny, nx,
@@ -640,13 +650,17 @@ static sg_status micro_step(run_t *r, const int64_t *perm, sg_example *ex,
                             int k, int64_t K, double *lval) {
   sg_status st = SG_OK;
   for (int64_t j = 0; j < r->lbatch; ++j) ex[j] = r->train[perm[j]];
-  sg_dataset_fill_steps(&r->ds, &r->dopt, ex, r->lbatch, K, r->xb, r->yb,
-                        r->mb);
+  if (K == 1) /* one step: its out_frames targets, example-major */
+    sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, r->xb, r->yb, r->mb);
+  else
+    sg_dataset_fill_steps(&r->ds, &r->dopt, ex, r->lbatch, K, r->xb, r->yb,
+                          r->mb);
   const sg_train_ar a = {.model = r->model,
                          .dtype = SG_DTYPE_F32,
                          .tape = r->tape,
                          .n = r->lbatch,
                          .nvars = r->ds.nvars,
+                         .cout = r->cout,
                          .history = r->dopt.history,
                          .ny = r->ds.ny,
                          .nx = r->ds.nx,

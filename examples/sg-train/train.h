@@ -50,6 +50,11 @@ typedef struct sg_data_opts {
   const char *dim_map; /* "FROM=to,..." */
   const char *backend; /* auto | pnetcdf | netcdf4 | serial */
   int64_t history, lead;
+  /* frames predicted at once (>= 1; > 1: a space-time sample, e.g. for
+   * fno3d): the targets of an example are the frames of steps 0 ..
+   * out_frames - 1 (sg_dataset_target_frame), as out_frames x nvars
+   * channels (frame-major); sample datasets, one-step training only */
+  int64_t out_frames;
   /* autoregressive steps of a training example (rollout_train): its
    * targets are steps 0 .. steps - 1 (0 or 1: the one-step target). The
    * test examples stay one-step. */
@@ -88,7 +93,7 @@ sg_status sg_dataset_examples(const sg_dataset *ds, const sg_data_opts *o,
 int64_t sg_dataset_target_frame(const sg_data_opts *o, int64_t t0, int64_t k);
 
 /* Copy the inputs and target of `n` examples into x (n, nvars*history, ny,
- * nx), y (n, nvars, ny, nx) and m (mask of y). */
+ * nx), y (n, out_frames*nvars, ny, nx) and m (mask of y). */
 void sg_dataset_fill(const sg_dataset *ds, const sg_data_opts *o,
                      const sg_example *ex, int64_t n, float *x, float *y,
                      float *m);

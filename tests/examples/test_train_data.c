@@ -5,7 +5,9 @@
  * NaN/Inf/fill cell gets mask 0 and value 0, every other cell mask 1 and a
  * finite value, and the statistics equal the one-process ones over the
  * valid cells. With reject_nonfinite the load fails on every rank with an
- * error naming the file. */
+ * error naming the file. Space-time examples (out_frames, FNO-3D): the
+ * windows of a sample dataset in memory and the frames filled into the
+ * inputs and the out_frames target channels. */
 #include "sg_comm.h"
 #include "sg_mesh.h"
 #include "sg_nc.h"
@@ -127,8 +129,56 @@ done:
   sg_mesh_destroy(&mesh);
 }
 
+/* A sample dataset in memory (3 series x 7 frames of 2x2, value 100 s + t
+ * at every point): out_frames targets at lead, 2 lead, ... after the
+ * history, example-major channels; the windows that fit. Not collective. */
+static void check_out_frames(int64_t lead, int64_t nout, int64_t want_per) {
+  enum { S = 3, T = 7, P = 4 };
+  float data[S * T * P], mask[S * T * P];
+  for (int i = 0; i < S * T * P; ++i)
+    data[i] = (float)(100 * (i / (T * P)) + i / P % T), mask[i] = 1.0f;
+  sg_dataset ds;
+  memset(&ds, 0, sizeof ds);
+  ds.nvars = 1, ds.nseries = S, ds.nframes = T, ds.ny_g = ds.ny = 2,
+  ds.nx_g = ds.nx = 2, ds.data = data, ds.mask = mask;
+  sg_data_opts o;
+  memset(&o, 0, sizeof o);
+  o.history = 2, o.lead = lead, o.out_frames = nout, o.test_samples = 1;
+  sg_example *tr = NULL, *te = NULL;
+  int64_t ntr = 0, nte = 0;
+  SG_CHECK_OK(sg_dataset_examples(&ds, &o, &tr, &ntr, &te, &nte));
+  SG_CHECK(ntr == 2 * want_per && nte == want_per,
+           "lead %lld out_frames %lld: %lld train / %lld test windows, want "
+           "%lld / %lld",
+           (long long)lead, (long long)nout, (long long)ntr, (long long)nte,
+           (long long)(2 * want_per), (long long)want_per);
+  float x[2 * 2 * P], y[2 * 8 * P], m[2 * 8 * P];
+  int bad = 0;
+  if (ntr >= 2) {
+    sg_dataset_fill(&ds, &o, tr + ntr - 2, 2, x, y, m);
+    for (int b = 0; b < 2; ++b) {
+      const sg_example *e = &tr[ntr - 2 + b];
+      const float base = (float)(100 * e->series + e->t0);
+      for (int i = 0; i < P; ++i) {
+        for (int h = 0; h < 2; ++h) bad += x[(b * 2 + h) * P + i] != base + h;
+        for (int k = 0; k < nout; ++k)
+          bad += y[(b * nout + k) * P + i] !=
+                 base + (float)(o.history - 1 + (k + 1) * lead);
+      }
+    }
+  }
+  SG_CHECK(bad == 0, "lead %lld out_frames %lld: %d values filled wrong",
+           (long long)lead, (long long)nout, bad);
+  free(tr);
+  free(te);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
+  check_out_frames(1, 1, 5); /* one frame: t0 = 0 .. 4 */
+  check_out_frames(1, 3, 3); /* frames t0+2 .. t0+4: t0 = 0 .. 2 */
+  check_out_frames(1, 5, 1); /* the whole series: one window per sample */
+  check_out_frames(2, 2, 2); /* t0+3, t0+5: t0 = 0, 1 */
   char path[64];
   snprintf(path, sizeof path, "train_nan_np%d.nc", sg_test_size);
   write_file(path);

@@ -35,7 +35,14 @@
 # tp=2, dp=2,tp=2, tp=2,h=2 and tp=3 (width 12, 3 heads; 16 tokens split
 # 6+5+5), and with activation checkpointing on tp=2: losses, gradient
 # norms, test error and every final parameter equal to one process.
-#   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp|vit_sp|vit_msp|fno_tp BIN_DIR MPIEXEC WORK_DIR SRC_DIR
+# Task "fno3d": FNO-3D (16x16 grid, 2 input
+# frames, 8 output frames at once, width 4, modes 4, modes_t 2, 2 steps of
+# time padding, 1 layer) for 10 steps on h=2, w=3, dp=2,h=2, h=2,w=2 and
+# h=3 (16 rows over 3: uneven), and with ZeRO-1 over fsdp=2: losses,
+# gradient norms and test error equal to one process; activation
+# checkpointing on h=2; a h=2,w=2 checkpoint resumed on 1 rank; a rollout
+# and tensor parallelism refused with clear errors.
+#   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp|vit_sp|vit_msp|fno_tp|fno3d BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 task=$1 bin=$2 mpiexec=$3 work=$4 src=$5
 mkdir -p "$work"
@@ -63,6 +70,13 @@ elif [ "$task" = fno_tp ]; then
   common="--data ns16.nc --steps 10 --batch 4 --modes 4 --width 8 --layers 2 --proj-width 16
           --history 2 --test-samples 2 --deterministic --log-every 1000 --log-level warn
           --check-every 5"
+elif [ "$task" = fno3d ]; then
+  "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns16t.nc --n 16 --samples 10 --frames 10 --dt 1e-2 \
+    --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
+  common="--model fno3d --data ns16t.nc --steps 10 --batch 4 --modes 4 --modes-t 2 --pad-t 2
+          --width 4 --layers 1 --proj-width 8 --history 2 --out-frames 8 --test-samples 2
+          --deterministic --log-every 1000 --log-level warn --check-every 5"
+  meshes="2:h=2 3:w=3 4:dp=2,h=2 4:h=2,w=2 3:h=3"
 elif [ "$task" = ns ] || [ "$task" = resume ]; then
   "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns.nc --n 24 --samples 10 --frames 5 --dt 1e-2 \
     --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
@@ -208,8 +222,34 @@ for m in $meshes; do
   [ $rc -eq 0 ]
   $cmp ref.jsonl "m_$spec.jsonl" 1e-5
   $cmp ref.jsonl "m_$spec.jsonl" 1e-5 --eval
+  if [ "$task" = fno3d ]; then $cmp ref.jsonl "m_$spec.jsonl" 1e-5 --key grad_norm; fi
 done
 echo "trajectories match"
+if [ "$task" = fno3d ]; then
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 2 "$bin/sg-train" $common --mesh fsdp=2 --zero 1 --metrics z1.jsonl
+  $cmp ref.jsonl z1.jsonl 1e-5
+  $cmp ref.jsonl z1.jsonl 1e-5 --key grad_norm
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 2 "$bin/sg-train" $common --mesh h=2 --activation-checkpointing blocks --metrics ck.jsonl
+  $cmp ref.jsonl ck.jsonl 1e-5
+  rm -rf ck3
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 4 "$bin/sg-train" $common --mesh h=2,w=2 --ckpt-dir ck3 --ckpt-every 5 --metrics full4.jsonl
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --resume ck3/step_000005.nc --metrics res1.jsonl
+  $cmp res1.jsonl full4.jsonl 1e-5
+  # shellcheck disable=SC2086
+  sh "$src/tests/examples/expect_fail.sh" "out_frames = 8 predicts its frames at once" 60 \
+    "$mpiexec" -n 2 "$bin/sg-train" $common --mesh h=2 --rollout 4
+  # shellcheck disable=SC2086
+  sh "$src/tests/examples/expect_fail.sh" "FNO-3D: mesh dim 'tp' [(]size 2[)]: this model has no tensor parallelism" 60 \
+    "$mpiexec" -n 2 "$bin/sg-train" $common --mesh tp=2
+  # shellcheck disable=SC2086
+  sh "$src/tests/examples/expect_fail.sh" "FNO-3D: modes_t 6 do not fit 8 output frames [+] 2 padding" 60 \
+    "$mpiexec" -n 2 "$bin/sg-train" $common --mesh h=2 --modes-t 6
+  echo "fno3d zero-1, checkpointing, resume and refusals match"
+fi
 if [ "$task" = cnn ]; then
   rm -rf ckc
   # shellcheck disable=SC2086

@@ -2,7 +2,8 @@
  * f32) and gradients (input and weights, weights reduced over the ranks),
  * gradients against central finite differences in double; spectral
  * derivatives of analytic functions on a periodic box to 1e-10. Every mesh
- * and layout that fits the number of ranks. */
+ * and layout that fits the number of ranks (3-D: FNO-3D's (t, y, x) with t
+ * whole and y, x split among them). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -427,6 +428,10 @@ int main(int argc, char **argv) {
     run_conv(2, s2, k2, 1, 2, 2, SG_DTYPE_F64, L2, n2); /* cin == cout */
     const int64_t s3[3] = {8, 10, 9}, k3[3] = {2, 3, 2};
     run_conv(3, s3, k3, 1, 2, 3, SG_DTYPE_F64, L3, n3);
+    /* FNO-3D's layout (fno.c): (t, y, x), the padded time axis whole, y
+     * and x uneven over 2 and 3 ranks; 2*2 t, 2*2 y, 3 x modes kept */
+    const int64_t s4[3] = {10, 7, 9}, k4[3] = {2, 2, 3};
+    run_conv(3, s4, k4, 1, 2, 3, SG_DTYPE_F64, L3, n3);
   }
   {
     const int64_t s[2] = {24, 30}, s3[3] = {12, 10, 16};

@@ -130,8 +130,8 @@ int main(int argc, char **argv) {
   SG_CHECK(strcmp(sg_model_kind_name(k), "affine") == 0, "name of kind %d: %s",
            (int)k, sg_model_kind_name(k));
   SG_CHECK_STATUS(sg_model_kind_parse("resnet", &k), SG_ERR_CONFIG);
-  SG_CHECK(strstr(sg_last_error(), "choose fno, cnn, unet, vit or affine") !=
-               NULL,
+  SG_CHECK(strstr(sg_last_error(),
+                  "choose fno, cnn, unet, vit, fno3d or affine") != NULL,
            "message lists every model: %s", sg_last_error());
   SG_REQUIRE_OK(sg_model_kind_parse("affine", &k));
   sg_model_config c = sg_model_defaults(k);
