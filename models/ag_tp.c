@@ -105,26 +105,50 @@ sg_status sg_ag_tp_reduce(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var **y) {
 
 static int tp_on(sg_group_t tp) { return tp && sg_group_size(tp) > 1; }
 
-sg_status sg_ag_linear_col(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
-                           sg_var *b, sg_var **y) {
-  sg_status st = SG_OK;
-  sg_var *h = x;
-  if (tp_on(tp)) SG_TRY(sg_ag_tp_copy(t, tp, x, &h));
-  SG_TRY(sg_ag_linear(t, h, w, b, y));
-fail:
-  return st;
+/* The local layer of a column/row pair on this rank's weight slice: a
+ * channel-wise linear (win NULL) or a convolution. */
+static sg_status tp_local(sg_tape_t t, const sg_window *win, sg_var *x,
+                          sg_var *w, sg_var *b, sg_var **y) {
+  return win ? sg_ag_conv(t, x, w, b, win, y) : sg_ag_linear(t, x, w, b, y);
 }
 
-sg_status sg_ag_linear_row(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
-                           sg_var *b, sg_var **y) {
+/* Column-parallel (row 0): tp_copy, the local layer (its output channels).
+ * Row-parallel (row 1): the local layer without bias on this rank's input
+ * channels, tp_reduce of the partial sums, the bias once after. */
+static sg_status tp_layer(sg_tape_t t, sg_group_t tp, int row,
+                          const sg_window *win, sg_var *x, sg_var *w, sg_var *b,
+                          sg_var **y) {
   sg_status st = SG_OK;
-  if (!tp_on(tp)) return sg_ag_linear(t, x, w, b, y);
-  sg_var *h = NULL;
-  SG_TRY(sg_ag_linear(t, x, w, NULL, &h));
+  sg_var *h = x;
+  if (!tp_on(tp)) return tp_local(t, win, x, w, b, y);
+  if (!row) {
+    SG_TRY(sg_ag_tp_copy(t, tp, x, &h));
+    return tp_local(t, win, h, w, b, y);
+  }
+  SG_TRY(tp_local(t, win, x, w, NULL, &h));
   SG_TRY(sg_ag_tp_reduce(t, tp, h, b ? &h : y));
   if (b) SG_TRY(sg_ag_bias(t, h, b, y)); /* once, after the reduction */
 fail:
   return st;
+}
+
+sg_status sg_ag_linear_col(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
+                           sg_var *b, sg_var **y) {
+  return tp_layer(t, tp, 0, NULL, x, w, b, y);
+}
+
+sg_status sg_ag_linear_row(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
+                           sg_var *b, sg_var **y) {
+  return tp_layer(t, tp, 1, NULL, x, w, b, y);
+}
+
+sg_status sg_ag_conv_tp(sg_tape_t t, sg_group_t tp, int row, sg_var *x,
+                        sg_var *w, sg_var *b, const sg_window *win,
+                        sg_var **y) {
+  if (!win)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "conv_tp: windows are required");
+  return tp_layer(t, tp, row, win, x, w, b, y);
 }
 
 sg_status sg_ag_spectral_linear_tp(sg_tape_t t, sg_group_t tp, int row,

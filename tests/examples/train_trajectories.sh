@@ -31,7 +31,11 @@
 # norms, test error and every final parameter equal to one process;
 # activation checkpointing on tp=2; a tp=2 checkpoint resumed on 1 rank and
 # a 1-rank one on tp=2,h=2.
-#   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp|vit_sp|fno_tp BIN_DIR MPIEXEC WORK_DIR SRC_DIR
+# Tasks "cnn_tp", "unet_tp": the same for the CNN (2 residual blocks) and
+# the U-Net (2 levels), width 8, groups 4 (each block's convs a column-/
+# row-parallel pair over channels split by whole GroupNorm groups; tp=3:
+# 2+1+1 groups).
+#   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp|vit_sp|fno_tp|cnn_tp|unet_tp BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 task=$1 bin=$2 mpiexec=$3 work=$4 src=$5
 mkdir -p "$work"
@@ -59,6 +63,12 @@ elif [ "$task" = fno_tp ]; then
   common="--data ns16.nc --steps 10 --batch 4 --modes 4 --width 8 --layers 2 --proj-width 16
           --history 2 --test-samples 2 --deterministic --log-every 1000 --log-level warn
           --check-every 5"
+elif [ "$task" = cnn_tp ] || [ "$task" = unet_tp ]; then
+  "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns16.nc --n 16 --samples 10 --frames 5 --dt 1e-2 \
+    --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
+  common="--model ${task%_tp} --data ns16.nc --steps 10 --batch 4 --width 8 --blocks 2
+          --levels 2 --groups 4 --proj-width 16 --history 2 --test-samples 2 --deterministic
+          --log-every 1000 --log-level warn --check-every 5"
 elif [ "$task" = ns ] || [ "$task" = resume ]; then
   "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns.nc --n 24 --samples 10 --frames 5 --dt 1e-2 \
     --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
@@ -74,7 +84,7 @@ else
           --log-every 1000 --log-level warn"
   meshes="2:w=2 3:w=3"
 fi
-if [ "$task" = vit_tp ] || [ "$task" = fno_tp ]; then
+if [ "$task" = vit_tp ] || [ "${task#*_}" = tp ]; then
   rm -rf ck_*
   tp_run() { # NAME RANKS MESH [extra]: 10 steps, checkpoints at 5 and 10
     name=$1 n=$2 spec=$3
@@ -87,7 +97,7 @@ if [ "$task" = vit_tp ] || [ "$task" = fno_tp ]; then
   }
   tp_run ref 1 h=1
   runs="tp2:2:tp=2 dptp:4:dp=2,tp=2 tph:4:tp=2,h=2 z1tp:4:fsdp=2,tp=2" excl="--exclude qkv.b"
-  if [ "$task" = fno_tp ]; then runs="tp2:2:tp=2 dptp:4:dp=2,tp=2 tph:4:tp=2,h=2 tp3:3:tp=3" excl=""; fi
+  if [ "$task" != vit_tp ]; then runs="tp2:2:tp=2 dptp:4:dp=2,tp=2 tph:4:tp=2,h=2 tp3:3:tp=3" excl=""; fi
   for m in $runs; do
     name=${m%%:*} rest=${m#*:}
     n=${rest%%:*} spec=${rest#*:}
