@@ -12,11 +12,14 @@
  *
  * Checked: y, the loss and dx (replicated: every tp rank; the same bits on
  * every rank), this rank's output rows of dW1 and slices of db1, dgamma,
- * dbeta, its input columns of dW2, and db2 (after the reduction). */
+ * dbeta, its input columns of dW2, and db2 (after the reduction). And the
+ * CNN's and the U-Net's refusal of fewer GroupNorm groups than tp ranks. */
+#include "cnn.h"
 #include "sg_autograd.h"
 #include "sg_decomp.h"
 #include "sg_mesh.h"
 #include "sg_test.h"
+#include "unet.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -194,6 +197,27 @@ done:
   return;
 }
 
+/* The conv nets refuse groups below tp, SG_ERR_CONFIG on every rank. */
+static void groups_below_tp(sg_mesh_t mesh, int P) {
+  if (P < 2) return;
+  sg_cnn_config c = sg_cnn_defaults();
+  c.width = 6, c.groups = P - 1, c.blocks = 1;
+  sg_cnn_t cm = NULL;
+  sg_status st = sg_cnn_create(mesh, &c, 8, 8, 1, &cm);
+  SG_CHECK(st == SG_ERR_CONFIG && !cm &&
+               strstr(sg_last_error(), "must be >= tp") != NULL,
+           "CNN groups %d on tp=%d: %s", P - 1, P, sg_last_error());
+  sg_cnn_destroy(&cm);
+  sg_unet_config u = sg_unet_defaults();
+  u.width = 6, u.groups = P - 1, u.levels = 1;
+  sg_unet_t um = NULL;
+  st = sg_unet_create(mesh, &u, 8, 8, 1, &um);
+  SG_CHECK(st == SG_ERR_CONFIG && !um &&
+               strstr(sg_last_error(), "must be >= tp") != NULL,
+           "U-Net groups %d on tp=%d: %s", P - 1, P, sg_last_error());
+  sg_unet_destroy(&um);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   sg_mesh_t mesh = NULL;
@@ -206,6 +230,7 @@ int main(int argc, char **argv) {
   const tcase pair = {.H = 7, .groups = 0}, blk = {.H = 8, .groups = 4};
   check_case(&pair, g, P, me);
   check_case(&blk, g, P, me);
+  groups_below_tp(mesh, P);
 done:
   sg_mesh_destroy(&mesh);
   return sg_test_finish();
