@@ -22,7 +22,6 @@ int sg_cn_params_add_slice(sg_cn_params *p, const char *name, int ndim,
   int i = p->n++;
   p->ndim[i] = ndim;
   p->count[i] = 1;
-  p->sliced[i] = cut;
   p->shard[i] = cut ? s->mask : 0u;
   for (int d = 0; d < ndim; ++d) {
     p->global[i][d] = global[d];
@@ -202,7 +201,7 @@ sg_status sg_cn_domain_init_tp(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
       pd *= sz, d->place[k] = sg_shard(0);
     else if (strcmp(nm, "tp") == 0)
       d->tps = sz, d->tpr = sg_mesh_coord(mesh, k), d->tp_mask = 1u << k;
-    else if (sz > 1 && strcmp(nm, "tp") != 0) /* tp: the model's own */
+    else if (sz > 1)
       SG_RAISE(SG_ERR_MESH,
                "%s: mesh dim '%s' (size %d) is not one of dp, fsdp, h, w, tp",
                who, nm, sz);

@@ -44,10 +44,9 @@ typedef struct sg_cn_params {
   int64_t fan_in[SG_CN_MAX_PARAMS];
   sg_cn_init init[SG_CN_MAX_PARAMS];
   char name[SG_CN_MAX_PARAMS][32];
-  /* a parameter split over tp: its global shape and this rank's start (the
-   * local variable is the box shape[] from start[]), the mesh dims it is
-   * Shard over; 0 in sliced[]: the whole array, replicated */
-  int sliced[SG_CN_MAX_PARAMS];
+  /* each parameter's global shape and this rank's start (the local
+   * variable is the box shape[] from start[]: the whole array unless it is
+   * split over tp), the mesh dims it is Shard over (0: replicated) */
   int64_t global[SG_CN_MAX_PARAMS][4], start[SG_CN_MAX_PARAMS][4];
   unsigned shard[SG_CN_MAX_PARAMS];
   int64_t total;
@@ -120,7 +119,7 @@ sg_status sg_cn_grid_init(sg_var *grid, float **data, int64_t batch, int64_t y0,
                           int64_t nx_g, const char *who);
 /* The box of this rank, the placements and the tp group: a "tp" mesh dim
  * (any size) replicates the activations (the model splits its layers over
- * it). Collective over the tp ranks when tp > 1 (the group). */
+ * it). Not collective. */
 sg_status sg_cn_domain_init_tp(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
                                int64_t nx, int64_t batch, int add_grid,
                                const char *who);
