@@ -130,14 +130,39 @@ sg_status sg_ag_tp_param(sg_tape_t t, sg_group_t tp, sg_var *p, sg_var **q) {
   return tp_param(t, tp, p, q);
 }
 
+/* The local layer of a column/row pair on this rank's weight slice: a
+ * channel-wise linear (win NULL) or a convolution. */
+static sg_status tp_local(sg_tape_t t, const sg_window *win, sg_var *x,
+                          sg_var *w, sg_var *b, sg_var **y) {
+  return win ? sg_ag_conv(t, x, w, b, win, y) : sg_ag_linear(t, x, w, b, y);
+}
+
+/* Column-parallel (row 0): tp_copy, the local layer (its output channels).
+ * Row-parallel (row 1): the local layer without bias on this rank's input
+ * channels, tp_reduce of the partial sums, the bias once after. */
+static sg_status tp_layer(sg_tape_t t, sg_group_t tp, int row,
+                          const sg_window *win, sg_var *x, sg_var *w, sg_var *b,
+                          sg_var **y) {
+  sg_status st = SG_OK;
+  sg_var *h = x;
+  if (!tp_on(tp)) return tp_local(t, win, x, w, b, y);
+  if (!row) {
+    SG_TRY(sg_ag_tp_copy(t, tp, x, &h));
+    return tp_local(t, win, h, w, b, y);
+  }
+  SG_TRY(tp_local(t, win, x, w, NULL, &h));
+  SG_TRY(sg_ag_tp_reduce(t, tp, h, b ? &h : y));
+  if (b) SG_TRY(sg_ag_bias(t, h, b, y)); /* once, after the reduction */
+fail:
+  return st;
+}
+
 sg_status sg_ag_linear_col_seq(sg_tape_t t, sg_group_t tp, const sg_var *like,
                                sg_var *x, sg_var *w, sg_var *b, sg_var **y) {
   sg_status st = SG_OK;
-  sg_var *h = x;
-  if (like)
-    SG_TRY(sg_ag_tp_seq_allgather(t, tp, x, like, &h));
-  else if (tp_on(tp))
-    SG_TRY(sg_ag_tp_copy(t, tp, x, &h));
+  sg_var *h = NULL;
+  if (!like) return tp_layer(t, tp, 0, NULL, x, w, b, y);
+  SG_TRY(sg_ag_tp_seq_allgather(t, tp, x, like, &h));
   SG_TRY(sg_ag_linear(t, h, w, b, y));
 fail:
   return st;
@@ -146,16 +171,12 @@ fail:
 sg_status sg_ag_linear_row_seq(sg_tape_t t, sg_group_t tp, int seq, sg_var *x,
                                sg_var *w, sg_var *b, sg_var **y) {
   sg_status st = SG_OK;
-  if (!tp_on(tp) && !seq) return sg_ag_linear(t, x, w, b, y);
   sg_var *h = NULL;
+  if (!seq) return tp_layer(t, tp, 1, NULL, x, w, b, y);
   SG_TRY(sg_ag_linear(t, x, w, NULL, &h));
-  if (seq) {
-    SG_TRY(sg_ag_tp_seq_reduce_scatter(t, tp, h, b ? &h : y));
-    SG_TRY(tp_param(t, tp, b, &b)); /* on the slice: partial over tp */
-  } else {
-    SG_TRY(sg_ag_tp_reduce(t, tp, h, b ? &h : y));
-  }
-  if (b) SG_TRY(sg_ag_bias(t, h, b, y)); /* once, after the reduction */
+  SG_TRY(sg_ag_tp_seq_reduce_scatter(t, tp, h, b ? &h : y));
+  SG_TRY(tp_param(t, tp, b, &b)); /* on the slice: partial over tp */
+  if (b) SG_TRY(sg_ag_bias(t, h, b, y));
 fail:
   return st;
 }
@@ -168,6 +189,15 @@ sg_status sg_ag_linear_col(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
 sg_status sg_ag_linear_row(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
                            sg_var *b, sg_var **y) {
   return sg_ag_linear_row_seq(t, tp, 0, x, w, b, y);
+}
+
+sg_status sg_ag_conv_tp(sg_tape_t t, sg_group_t tp, int row, sg_var *x,
+                        sg_var *w, sg_var *b, const sg_window *win,
+                        sg_var **y) {
+  if (!win)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "conv_tp: windows are required");
+  return tp_layer(t, tp, row, win, x, w, b, y);
 }
 
 sg_status sg_ag_spectral_linear_tp(sg_tape_t t, sg_group_t tp, int row,

@@ -1,4 +1,12 @@
-/* shardgrid — ResNet-style CNN, domain- and data-parallel. */
+/* shardgrid — ResNet-style CNN, domain-, data- and tensor-parallel.
+ *
+ * Tensor parallelism over the mesh dim "tp" (docs/strategies.md): each
+ * residual block is a Megatron pair over channels, conv1 column-parallel
+ * (this rank's output channels: whole GroupNorm groups, groups >= tp), the
+ * norm and the activation on the channel-split activation, conv2
+ * row-parallel (its input channels, one all-reduce of the partial sums,
+ * the bias after); the lift, the residual sums and the projection are
+ * replicated over tp. */
 #include "cnn.h"
 
 #include "convnet_impl.h"
@@ -22,6 +30,7 @@ struct sg_cnn {
   sg_cnn_config cfg;
   cnn_block_ctx bctx[CNN_MAX_BLOCKS];
   int lift, block0, proj; /* parameter indices */
+  int64_t gl;             /* GroupNorm groups of this tp rank's channels */
 };
 
 sg_cnn_config sg_cnn_defaults(void) {
@@ -48,7 +57,6 @@ sg_status sg_cnn_create(sg_mesh_t mesh, const sg_cnn_config *cfg, int64_t ny,
   if (!mesh || !cfg || !out)
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_cnn_create: NULL argument");
   *out = NULL;
-  SG_TRY(sg_cn_refuse_tp(mesh, "CNN")); /* before the shape checks */
   if (cfg->cin < 1 || cfg->cout < 1 || cfg->width < 1 || cfg->proj_width < 1 ||
       batch < 1)
     SG_RAISE(SG_ERR_CONFIG,
@@ -61,6 +69,7 @@ sg_status sg_cnn_create(sg_mesh_t mesh, const sg_cnn_config *cfg, int64_t ny,
              cfg->act_ckpt_every);
   SG_TRY(
       sg_cn_check_kernel_groups("CNN", cfg->kernel, cfg->groups, cfg->width));
+  SG_TRY(sg_cn_check_tp_groups(mesh, cfg->groups, "CNN"));
   if (ny < cfg->kernel || nx < cfg->kernel)
     SG_RAISE(SG_ERR_SHAPE, "CNN: grid %lldx%lld smaller than the kernel %lld",
              (long long)ny, (long long)nx, (long long)cfg->kernel);
@@ -68,20 +77,25 @@ sg_status sg_cnn_create(sg_mesh_t mesh, const sg_cnn_config *cfg, int64_t ny,
   if (!m) SG_RAISE(SG_ERR_ALLOC, "sg_cnn_create: out of memory");
   m->cfg = *cfg;
   m->b.p.stream = 2000;
-  SG_TRY(
-      sg_cn_domain_init(&m->b.dom, mesh, ny, nx, batch, cfg->add_grid, "CNN"));
+  SG_TRY(sg_cn_domain_init_tp(&m->b.dom, mesh, ny, nx, batch, cfg->add_grid,
+                              "CNN"));
   const int64_t cin = cfg->cin + (cfg->add_grid ? 2 : 0), w = cfg->width,
                 k = cfg->kernel;
-  int ok = (m->lift = sg_cn_add_conv(&m->b.p, "lift", w, cin, k)) >= 0;
+  /* a block's channel slice over tp: conv1's and the norm's output
+   * channels, conv2's input channels */
+  sg_cn_slice col = sg_cn_tp_slice(&m->b.dom, w, cfg->groups, 0, &m->gl),
+              row = col;
+  row.dim = col.dim < 0 ? -1 : 1;
+  int ok = (m->lift = sg_cn_add_conv(&m->b.p, "lift", w, cin, k, NULL)) >= 0;
   m->block0 = m->b.p.n;
   for (int b = 0; ok && b < (int)cfg->blocks; ++b) {
     char nm[24];
     snprintf(nm, sizeof nm, "block%d.conv1", b);
-    ok = ok && sg_cn_add_conv(&m->b.p, nm, w, w, k) >= 0;
+    ok = ok && sg_cn_add_conv(&m->b.p, nm, w, w, k, &col) >= 0;
     snprintf(nm, sizeof nm, "block%d.norm", b);
-    ok = ok && sg_cn_add_norm(&m->b.p, nm, w) >= 0;
+    ok = ok && sg_cn_add_norm(&m->b.p, nm, w, &col) >= 0;
     snprintf(nm, sizeof nm, "block%d.conv2", b);
-    ok = ok && sg_cn_add_conv(&m->b.p, nm, w, w, k) >= 0;
+    ok = ok && sg_cn_add_conv(&m->b.p, nm, w, w, k, &row) >= 0;
   }
   m->proj = m->b.p.n;
   ok = ok && sg_cn_add_linear(&m->b.p, "proj1", cfg->proj_width, w) >= 0;
@@ -98,7 +112,8 @@ fail:
 }
 
 
-/* Residual block b: h + conv2(act(norm(conv1(h)))). */
+/* Residual block b: h + conv2(act(norm(conv1(h)))); conv1 column- and
+ * conv2 row-parallel over tp (the norm on this rank's whole groups). */
 static sg_status cnn_block(sg_tape_t t, void *ctx, sg_var *const *in,
                            sg_var **out) {
   sg_status st = SG_OK;
@@ -106,13 +121,12 @@ static sg_status cnn_block(sg_tape_t t, void *ctx, sg_var *const *in,
   struct sg_cnn *m = bc->m;
   sg_var *q = &m->b.p.vars[m->block0 + 6 * bc->b], *h = in[0], *r = NULL;
   const sg_pad_mode *mode = m->cfg.pad;
-  sg_norm_desc nd = {.kind = SG_NORM_GROUP,
-                     .groups = m->cfg.groups,
-                     .eps = 1e-5};
-  SG_TRY(sg_cn_conv_same(t, h, &q[0], &q[1], mode, &r));
+  sg_group_t tp = m->b.dom.tp;
+  sg_norm_desc nd = {.kind = SG_NORM_GROUP, .groups = m->gl, .eps = 1e-5};
+  SG_TRY(sg_cn_conv_same_tp(t, tp, 0, h, &q[0], &q[1], mode, &r));
   SG_TRY(sg_ag_norm(t, &nd, r, &q[2], &q[3], &r));
   SG_TRY(sg_ag_act(t, m->cfg.act, r, &r));
-  SG_TRY(sg_cn_conv_same(t, r, &q[4], &q[5], mode, &r));
+  SG_TRY(sg_cn_conv_same_tp(t, tp, 1, r, &q[4], &q[5], mode, &r));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &out[0]));
 fail:
   return st;
@@ -209,6 +223,7 @@ static void cnn_describe(void *impl, const sg_model_config *c, char *buf,
       (long long)c->groups, (long long)c->proj_width,
       sg_boundary_name(c->pad[0]), sg_boundary_name(c->pad[1]),
       (long long)sg_cn_i_param_count(impl));
+  sg_cn_describe_tp(impl, buf, size);
 }
 
 static sg_status cnn_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) {

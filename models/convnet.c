@@ -11,13 +11,23 @@
 
 int sg_cn_params_add(sg_cn_params *p, const char *name, int ndim,
                      const int64_t *shape, sg_cn_init init, int64_t fan_in) {
+  return sg_cn_params_add_slice(p, name, ndim, shape, NULL, init, fan_in);
+}
+
+int sg_cn_params_add_slice(sg_cn_params *p, const char *name, int ndim,
+                           const int64_t *global, const sg_cn_slice *s,
+                           sg_cn_init init, int64_t fan_in) {
   if (p->n >= SG_CN_MAX_PARAMS || ndim < 1 || ndim > 4) return -1;
+  const int cut = s && s->dim >= 0 && s->dim < ndim;
   int i = p->n++;
   p->ndim[i] = ndim;
   p->count[i] = 1;
+  p->shard[i] = cut ? s->mask : 0u;
   for (int d = 0; d < ndim; ++d) {
-    p->shape[i][d] = shape[d];
-    p->count[i] *= shape[d];
+    p->global[i][d] = global[d];
+    p->start[i][d] = cut && d == s->dim ? s->c0 : 0;
+    p->shape[i][d] = cut && d == s->dim ? s->cl : global[d];
+    p->count[i] *= p->shape[i][d];
   }
   p->init[i] = init;
   p->fan_in[i] = fan_in > 0 ? fan_in : 1;
@@ -28,13 +38,17 @@ int sg_cn_params_add(sg_cn_params *p, const char *name, int ndim,
 }
 
 int sg_cn_add_conv(sg_cn_params *p, const char *name, int64_t cout, int64_t cin,
-                   int64_t k) {
+                   int64_t k, const sg_cn_slice *s) {
   char nm[32];
   int64_t ws[4] = {cout, cin, k, k}, bs[1] = {cout};
   snprintf(nm, sizeof nm, "%s.w", name);
-  int i = sg_cn_params_add(p, nm, 4, ws, SG_CN_INIT_UNIFORM, cin * k * k);
+  int i = sg_cn_params_add_slice(p, nm, 4, ws, s, SG_CN_INIT_UNIFORM,
+                                 cin * k * k);
   snprintf(nm, sizeof nm, "%s.b", name);
-  if (sg_cn_params_add(p, nm, 1, bs, SG_CN_INIT_UNIFORM, cin * k * k) < 0)
+  /* a row-parallel conv's bias is added after the reduction: whole */
+  const sg_cn_slice *sb = s && s->dim == 0 ? s : NULL;
+  if (sg_cn_params_add_slice(p, nm, 1, bs, sb, SG_CN_INIT_UNIFORM,
+                             cin * k * k) < 0)
     return -1;
   return i;
 }
@@ -50,13 +64,15 @@ int sg_cn_add_linear(sg_cn_params *p, const char *name, int64_t cout,
   return i;
 }
 
-int sg_cn_add_norm(sg_cn_params *p, const char *name, int64_t c) {
+int sg_cn_add_norm(sg_cn_params *p, const char *name, int64_t c,
+                   const sg_cn_slice *s) {
   char nm[32];
-  int64_t s[1] = {c};
+  int64_t sh[1] = {c};
   snprintf(nm, sizeof nm, "%s.gamma", name);
-  int i = sg_cn_params_add(p, nm, 1, s, SG_CN_INIT_ONE, 1);
+  int i = sg_cn_params_add_slice(p, nm, 1, sh, s, SG_CN_INIT_ONE, 1);
   snprintf(nm, sizeof nm, "%s.beta", name);
-  if (sg_cn_params_add(p, nm, 1, s, SG_CN_INIT_ZERO, 1) < 0) return -1;
+  if (sg_cn_params_add_slice(p, nm, 1, sh, s, SG_CN_INIT_ZERO, 1) < 0)
+    return -1;
   return i;
 }
 
@@ -83,8 +99,10 @@ sg_status sg_cn_params_init(sg_cn_params *p, uint64_t seed) {
     float *v = p->vars[i].value.data;
     if (p->init[i] == SG_CN_INIT_UNIFORM) {
       double hi = 1.0 / sqrt((double)p->fan_in[i]);
-      SG_TRY(sg_rng_fill(SG_RNG_UNIFORM, -hi, hi, seed, p->stream + (uint64_t)i,
-                         0, p->count[i], SG_DTYPE_F32, v));
+      /* a slice by global index (the whole array: the same values) */
+      SG_TRY(sg_rng_fill_box(SG_RNG_UNIFORM, -hi, hi, seed,
+                             p->stream + (uint64_t)i, p->ndim[i], p->global[i],
+                             p->start[i], p->shape[i], SG_DTYPE_F32, v));
     } else {
       const float c = p->init[i] == SG_CN_INIT_ONE ? 1.0f : 0.0f;
       for (int64_t k = 0; k < p->count[i]; ++k) v[k] = c;
@@ -124,24 +142,37 @@ fail:
   return st;
 }
 
-sg_status sg_cn_refuse_tp(sg_mesh_t mesh, const char *who) {
+int sg_cn_mesh_tp(sg_mesh_t mesh) {
   for (int k = 0; k < sg_mesh_ndims(mesh); ++k)
-    if (!strcmp(sg_mesh_dim_name(mesh, k), "tp") &&
-        sg_mesh_dim_size(mesh, k) > 1)
-      return sg_error_set(
-          SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
-          "%s: mesh dim 'tp' (size %d): this model has no tensor parallelism "
-          "(models with TP: vit, fno); split it with dp, fsdp, h or w instead",
-          who, sg_mesh_dim_size(mesh, k));
+    if (!strcmp(sg_mesh_dim_name(mesh, k), "tp"))
+      return sg_mesh_dim_size(mesh, k);
+  return 1;
+}
+
+sg_status sg_cn_check_tp_groups(sg_mesh_t mesh, int64_t groups,
+                                const char *who) {
+  const int tp = sg_cn_mesh_tp(mesh);
+  if (tp > 1 && groups < tp)
+    return sg_error_set(
+        SG_ERR_CONFIG, __FILE__, __LINE__,
+        "%s: groups (%lld) must be >= tp (%d): tensor parallelism splits the "
+        "channels of the blocks over the tp ranks by whole GroupNorm groups",
+        who, (long long)groups, tp);
   return SG_OK;
 }
 
-sg_status sg_cn_domain_init(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
-                            int64_t nx, int64_t batch, int add_grid,
-                            const char *who) {
-  sg_status st = sg_cn_refuse_tp(mesh, who);
-  if (st != SG_OK) return st;
-  return sg_cn_domain_init_tp(d, mesh, ny, nx, batch, add_grid, who);
+sg_cn_slice sg_cn_tp_slice(const sg_cn_domain *d, int64_t c, int64_t groups,
+                           int dim, int64_t *gl) {
+  sg_cn_slice s = {.dim = -1, .c0 = 0, .cl = c, .mask = 0u};
+  *gl = groups;
+  if (d->tps <= 1) return s;
+  const int64_t cpg = c / groups; /* groups divides c: checked */
+  *gl = sg_split_size(groups, d->tps, d->tpr);
+  s.dim = dim;
+  s.c0 = sg_split_offset(groups, d->tps, d->tpr) * cpg;
+  s.cl = *gl * cpg;
+  s.mask = d->tp_mask;
+  return s;
 }
 
 sg_status sg_cn_domain_init_tp(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
@@ -154,6 +185,7 @@ sg_status sg_cn_domain_init_tp(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
   d->batch = batch;
   d->add_grid = add_grid;
   d->nmesh = sg_mesh_ndims(mesh);
+  d->tps = 1;
   if (d->nmesh > SG_CN_MAX_MESH_DIMS)
     SG_RAISE(SG_ERR_MESH, "%s: at most %d mesh dims", who, SG_CN_MAX_MESH_DIMS);
   int ph = 1, ch = 0, pw = 1, cw = 0, pd = 1;
@@ -167,7 +199,9 @@ sg_status sg_cn_domain_init_tp(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
       pw = sz, cw = sg_mesh_coord(mesh, k), d->place[k] = sg_shard(3);
     else if (strcmp(nm, "dp") == 0 || strcmp(nm, "fsdp") == 0)
       pd *= sz, d->place[k] = sg_shard(0);
-    else if (sz > 1 && strcmp(nm, "tp") != 0) /* tp: the model's own */
+    else if (strcmp(nm, "tp") == 0)
+      d->tps = sz, d->tpr = sg_mesh_coord(mesh, k), d->tp_mask = 1u << k;
+    else if (sz > 1)
       SG_RAISE(SG_ERR_MESH,
                "%s: mesh dim '%s' (size %d) is not one of dp, fsdp, h, w, tp",
                who, nm, sz);
@@ -177,6 +211,7 @@ sg_status sg_cn_domain_init_tp(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
              "%s: a %lldx%lld grid cannot be split over h=%d, w=%d", who,
              (long long)ny, (long long)nx, ph, pw);
   d->split = ph > 1 || pw > 1;
+  if (d->tps > 1) SG_TRY(sg_mesh_group(mesh, d->tp_mask, &d->tp));
   d->gbatch = batch * pd;
   d->y0 = sg_split_offset(ny, ph, ch);
   d->ny = sg_split_size(ny, ph, ch);
@@ -264,17 +299,30 @@ fail:
   return st;
 }
 
-sg_status sg_cn_conv_same(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
-                          const sg_pad_mode *mode, sg_var **y) {
-  sg_window a[2];
-  memset(a, 0, sizeof a);
+static void same_windows(const sg_var *w, const sg_pad_mode *mode,
+                         sg_window *a) {
+  memset(a, 0, 2 * sizeof *a);
   for (int i = 0; i < 2; ++i) {
     int64_t k = w->value.shape[2 + i];
     a[i].pad[0] = (k - 1) / 2;
     a[i].pad[1] = k - 1 - (k - 1) / 2;
     a[i].boundary = mode[i];
   }
+}
+
+sg_status sg_cn_conv_same(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
+                          const sg_pad_mode *mode, sg_var **y) {
+  sg_window a[2];
+  same_windows(w, mode, a);
   return sg_ag_conv(t, x, w, b, a, y);
+}
+
+sg_status sg_cn_conv_same_tp(sg_tape_t t, sg_group_t tp, int row, sg_var *x,
+                             sg_var *w, sg_var *b, const sg_pad_mode *mode,
+                             sg_var **y) {
+  sg_window a[2];
+  same_windows(w, mode, a);
+  return sg_ag_conv_tp(t, tp, row, x, w, b, a, y);
 }
 
 /* ---- the shared part of the model table ---------------------------------- */
@@ -292,7 +340,9 @@ sg_status sg_cn_i_param_info(void *impl, int i, sg_param_info *pi) {
   pi->name = p->name[i];
   pi->ndim = p->ndim[i];
   for (int d = 0; d < pi->ndim; ++d)
-    pi->global_shape[d] = pi->count[d] = p->shape[i][d];
+    pi->global_shape[d] = p->global[i][d], pi->start[d] = p->start[i][d],
+    pi->count[d] = p->shape[i][d];
+  pi->shard_dims = p->shard[i];
   pi->offset = p->offset[i];
   pi->numel = p->count[i];
   return SG_OK;
@@ -320,4 +370,20 @@ void sg_cn_i_box(void *impl, int64_t *y0, int64_t *ny, int64_t *x0,
 
 sg_status sg_cn_i_mark(void *impl, sg_var *v) {
   return sg_cn_base_mark((sg_cn_base *)impl, v, "sg_model_mark");
+}
+
+void sg_cn_describe_tp(void *impl, char *buf, size_t size) {
+  const sg_cn_base *b = impl;
+  const size_t n = strlen(buf);
+  if (b->dom.tps <= 1 || n >= size) return;
+  long long ng = 0;
+  for (int i = 0; i < b->p.n; ++i) {
+    long long e = 1;
+    for (int d = 0; d < b->p.ndim[i]; ++d) e *= (long long)b->p.global[i][d];
+    ng += e;
+  }
+  snprintf(buf + n, size - n,
+           " on this rank of %lld; tensor parallel over tp=%d (the blocks' "
+           "channels split by whole GroupNorm groups)",
+           ng, b->dom.tps);
 }

@@ -651,6 +651,17 @@ sg_status sg_ag_linear_col(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
  * (linear without bias, tp_reduce, bias). y is replicated over tp. */
 sg_status sg_ag_linear_row(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
                            sg_var *b, sg_var **y);
+/* A convolution (sg_ag_conv, windows win) split over tp like the linears
+ * above, over channels (Megatron; the conv nets pair them in their
+ * blocks). row = 0, column-parallel: x replicated, w this rank's output
+ * channels (Cout_local, Cin, k...), b its slice or NULL; y channel-split.
+ * row = 1, row-parallel: x this rank's Cin_local channels, w its input
+ * channels (Cout, Cin_local, k...), b whole or NULL: the partial sums
+ * reduced over tp, then b once; y replicated. A channel-split activation
+ * exchanges its halos over the domain dims as any other (the tp group is
+ * not one of them). tp NULL or of size 1: sg_ag_conv. */
+sg_status sg_ag_conv_tp(sg_tape_t t, sg_group_t tp, int row, sg_var *x,
+                        sg_var *w, sg_var *b, const sg_window *win, sg_var **y);
 /* The FNO spectral layer's pre-activation spectral(x; W) + linear(x; w, b)
  * split over tp (Megatron; models/fno.c pairs the layers). row = 0,
  * column-parallel: x replicated over tp, conv maps Cin to this rank's

@@ -1,4 +1,12 @@
-/* shardgrid — U-Net, domain- and data-parallel. */
+/* shardgrid — U-Net, domain-, data- and tensor-parallel.
+ *
+ * Tensor parallelism over the mesh dim "tp" (docs/strategies.md): each
+ * level's double conv is a Megatron pair over channels, conv1 column-
+ * parallel (this rank's output channels: whole GroupNorm groups, groups >=
+ * tp) with norm1 and the activation on the channel-split activation, conv2
+ * row-parallel (one all-reduce of the partial sums, its bias after), norm2
+ * on the replicated sum. Pooling, up-sampling, the skip concatenations and
+ * the output layer run on replicated tensors. */
 #include "unet.h"
 
 #include "convnet_impl.h"
@@ -22,6 +30,7 @@ struct sg_unet {
   sg_unet_config cfg;
   unet_level_ctx lctx[2 * UNET_MAX_LEVELS];
   int enc[UNET_MAX_LEVELS], dec[UNET_MAX_LEVELS], out; /* parameter indices */
+  int64_t gl; /* GroupNorm groups of this tp rank's channels in norm1 */
 };
 
 sg_unet_config sg_unet_defaults(void) {
@@ -39,18 +48,23 @@ sg_status sg_unet_destroy(sg_unet_t *model) {
   return SG_OK;
 }
 
-/* conv1, norm1, conv2, norm2: 8 parameters */
-static int add_block(sg_cn_params *p, const char *name, int64_t cin, int64_t c,
-                     int64_t k) {
+/* conv1, norm1, conv2, norm2: 8 parameters; conv1 and norm1 split over
+ * tp by output channel, conv2 by input channel, norm2 whole */
+static int add_block(struct sg_unet *m, const char *name, int64_t cin,
+                     int64_t c, int64_t k) {
+  sg_cn_params *p = &m->b.p;
+  sg_cn_slice col = sg_cn_tp_slice(&m->b.dom, c, m->cfg.groups, 0, &m->gl),
+              row = col;
+  row.dim = col.dim < 0 ? -1 : 1;
   char nm[32];
   snprintf(nm, sizeof nm, "%s.conv1", name);
-  int i = sg_cn_add_conv(p, nm, c, cin, k);
+  int i = sg_cn_add_conv(p, nm, c, cin, k, &col);
   snprintf(nm, sizeof nm, "%s.norm1", name);
-  int ok = i >= 0 && sg_cn_add_norm(p, nm, c) >= 0;
+  int ok = i >= 0 && sg_cn_add_norm(p, nm, c, &col) >= 0;
   snprintf(nm, sizeof nm, "%s.conv2", name);
-  ok = ok && sg_cn_add_conv(p, nm, c, c, k) >= 0;
+  ok = ok && sg_cn_add_conv(p, nm, c, c, k, &row) >= 0;
   snprintf(nm, sizeof nm, "%s.norm2", name);
-  ok = ok && sg_cn_add_norm(p, nm, c) >= 0;
+  ok = ok && sg_cn_add_norm(p, nm, c, NULL) >= 0;
   return ok ? i : -1;
 }
 
@@ -61,7 +75,6 @@ sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg, int64_t ny,
   if (!mesh || !cfg || !out)
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_unet_create: NULL argument");
   *out = NULL;
-  SG_TRY(sg_cn_refuse_tp(mesh, "U-Net")); /* before the shape checks */
   if (cfg->cin < 1 || cfg->cout < 1 || cfg->width < 1 || batch < 1)
     SG_RAISE(SG_ERR_CONFIG, "U-Net: cin, cout, width and batch must be >= 1");
   if (cfg->levels < 1 || cfg->levels > UNET_MAX_LEVELS)
@@ -72,6 +85,7 @@ sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg, int64_t ny,
              cfg->act_ckpt_every);
   SG_TRY(
       sg_cn_check_kernel_groups("U-Net", cfg->kernel, cfg->groups, cfg->width));
+  SG_TRY(sg_cn_check_tp_groups(mesh, cfg->groups, "U-Net"));
   const int64_t f = (int64_t)1 << (cfg->levels - 1);
   if (ny % f || nx % f || ny / f < cfg->kernel || nx / f < cfg->kernel)
     SG_RAISE(
@@ -84,22 +98,22 @@ sg_status sg_unet_create(sg_mesh_t mesh, const sg_unet_config *cfg, int64_t ny,
   if (!m) SG_RAISE(SG_ERR_ALLOC, "sg_unet_create: out of memory");
   m->cfg = *cfg;
   m->b.p.stream = 3000;
-  SG_TRY(sg_cn_domain_init(&m->b.dom, mesh, ny, nx, batch, cfg->add_grid,
-                           "U-Net"));
+  SG_TRY(sg_cn_domain_init_tp(&m->b.dom, mesh, ny, nx, batch, cfg->add_grid,
+                              "U-Net"));
   const int64_t L = cfg->levels, w = cfg->width, k = cfg->kernel;
   int64_t c_in = cfg->cin + (cfg->add_grid ? 2 : 0);
   int ok = 1;
   for (int l = 0; ok && l < (int)L; ++l) {
     char nm[16];
     snprintf(nm, sizeof nm, "enc%d", l);
-    ok = (m->enc[l] = add_block(&m->b.p, nm, c_in, w << l, k)) >= 0;
+    ok = (m->enc[l] = add_block(m, nm, c_in, w << l, k)) >= 0;
     c_in = w << l;
   }
   for (int l = (int)L - 2; ok && l >= 0; --l) {
     char nm[16];
     snprintf(nm, sizeof nm, "dec%d", l);
-    ok = (m->dec[l] = add_block(&m->b.p, nm, (w << (l + 1)) + (w << l), w << l,
-                                k)) >= 0;
+    ok = (m->dec[l] = add_block(m, nm, (w << (l + 1)) + (w << l), w << l, k)) >=
+         0;
   }
   ok = ok && (m->out = sg_cn_add_linear(&m->b.p, "out", cfg->cout, w)) >= 0;
   if (!ok)
@@ -117,11 +131,13 @@ static sg_status block(struct sg_unet *m, sg_tape_t t, int first, sg_var *x,
                        sg_var **y) {
   sg_status st = SG_OK;
   sg_var *q = &m->b.p.vars[first], *h = x;
-  sg_norm_desc nd = {.kind = SG_NORM_GROUP,
-                     .groups = m->cfg.groups,
-                     .eps = 1e-5};
   for (int j = 0; j < 2; ++j, q += 4) {
-    SG_TRY(sg_cn_conv_same(t, h, &q[0], &q[1], m->cfg.pad, &h));
+    /* j = 0 column-, j = 1 row-parallel: norm1 on this rank's groups */
+    sg_norm_desc nd = {.kind = SG_NORM_GROUP,
+                       .groups = j ? m->cfg.groups : m->gl,
+                       .eps = 1e-5};
+    SG_TRY(
+        sg_cn_conv_same_tp(t, m->b.dom.tp, j, h, &q[0], &q[1], m->cfg.pad, &h));
     SG_TRY(sg_ag_norm(t, &nd, h, &q[2], &q[3], &h));
     SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
   }
@@ -274,6 +290,7 @@ static void unet_describe(void *impl, const sg_model_config *c, char *buf,
       (long long)c->width, (long long)c->levels, (long long)c->kernel,
       (long long)c->groups, sg_boundary_name(c->pad[0]),
       sg_boundary_name(c->pad[1]), (long long)sg_cn_i_param_count(impl));
+  sg_cn_describe_tp(impl, buf, size);
 }
 
 static sg_status unet_forward(void *impl, sg_tape_t t, sg_var *x, sg_var **y) {

@@ -190,7 +190,7 @@ static int vit_add_block_linears(vit *m, int b) {
     ok = ok && sg_cn_params_add(P, nm, 1, bs, SG_CN_INIT_UNIFORM, C) >= 0;
   }
   VIT_NAME("ln2");
-  ok = ok && sg_cn_add_norm(P, nm, C) >= 0;
+  ok = ok && sg_cn_add_norm(P, nm, C, NULL) >= 0;
   {
     const int64_t v[2] = {fl, C}, g[2] = {hid, C}, s0[2] = {f0, 0};
     VIT_NAME("fc1.w");
@@ -213,7 +213,7 @@ static int vit_add_block_linears(vit *m, int b) {
 static int vit_params(vit *m, int64_t cin) {
   sg_cn_params *P = &m->b.p;
   const int64_t w = m->cfg.width, p = m->cfg.patch, cout = m->cfg.cout;
-  int ok = (m->embed = sg_cn_add_conv(P, "embed", w, cin, p)) >= 0;
+  int ok = (m->embed = sg_cn_add_conv(P, "embed", w, cin, p, NULL)) >= 0;
   const int64_t pos_local[3] = {w, m->nhp, m->nwp};
   ok = ok && (m->pos = sg_cn_params_add(P, "pos", 3, pos_local, SG_CN_INIT_ZERO,
                                         1)) >= 0;
@@ -221,11 +221,11 @@ static int vit_params(vit *m, int64_t cin) {
   for (int b = 0; ok && b < (int)m->cfg.depth; ++b) {
     char nm[24];
     snprintf(nm, sizeof nm, "block%d.ln1", b);
-    ok = ok && sg_cn_add_norm(P, nm, w) >= 0;
+    ok = ok && sg_cn_add_norm(P, nm, w, NULL) >= 0;
     ok = ok && vit_add_block_linears(m, b);
   }
   m->head = P->n;
-  ok = ok && sg_cn_add_norm(P, "ln_f", w) >= 0;
+  ok = ok && sg_cn_add_norm(P, "ln_f", w, NULL) >= 0;
   /* un-patchify: (C, cout, p, p), a transposed convolution k = s = p */
   const int64_t us[4] = {w, cout, p, p}, ub[1] = {cout};
   ok = ok &&

@@ -449,10 +449,11 @@ static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
             tp = sg_plan_mesh_dim(m, "tp");
   static const char *const whos[] = {"FNO", "CNN", "U-Net", "vit", "FNO-3D"};
   const char *who = kind >= 0 && kind < 5 ? whos[kind] : "model";
-  if (tp > 1 && kind != SG_MODEL_VIT && kind != SG_MODEL_FNO)
+  if (tp > 1 && (kind == SG_MODEL_FNO3D || kind < 0 ||
+                 kind >= SG_MODEL_COUNT)) /* fno3d or a registered one */
     why_add(
         w,
-        "%s: mesh dim 'tp' (size %d): this model has no tensor parallelism (models with TP: vit, fno)",
+        "%s: mesh dim 'tp' (size %d): this model has no tensor parallelism (models with TP: vit, fno, cnn, unet)",
         who, tp);
   if (tp > 1 && kind == SG_MODEL_FNO && width < tp)
     why_add(
@@ -471,6 +472,11 @@ static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
     if (g < 1 || width % g)
       why_add(w, "%s: groups (%lld) must divide width (%lld)", who,
               (long long)g, (long long)width);
+    if (tp > 1 && g >= 1 && g < tp)
+      why_add(
+          w,
+          "%s: groups (%lld) must be >= tp (%d): tensor parallelism splits the channels of the blocks by whole GroupNorm groups",
+          who, (long long)g, tp);
     if (kind == SG_MODEL_CNN && (ny < k || nx < k))
       why_add(w, "CNN: grid %lldx%lld smaller than the kernel %lld",
               (long long)ny, (long long)nx, (long long)k);

@@ -308,17 +308,46 @@ static int op_window(sim *s, const mshape *m, int x, double k, double ny,
   return sim_apply(s, &o);
 }
 
-/* A U-Net level block: (conv, GroupNorm, act) twice (unet.c block). */
+/* The conv nets' split over tp (convnet.c sg_cn_tp_slice): of c channels
+ * in g GroupNorm groups, the largest tp rank's (whole groups: ceil(g /
+ * tp)); *gl its groups. */
+static double cn_tp_channels(const mshape *m, double c, double g, double *gl) {
+  *gl = m->tp > 1 ? ceil(g / m->tp) : g;
+  return c / g * *gl;
+}
+
+/* A conv split over tp by output channels (column-parallel: tp_copy, the
+ * local conv to cl channels). */
+static int op_conv_col(sim *s, const mshape *m, int x, double c, double cl,
+                       double kw, double ny, double nx) {
+  if (m->tp > 1) x = op_pointwise(s, m, x, c, ny, nx, 0, 0, -1); /* tp_copy */
+  return op_conv(s, m, x, c, cl, kw, ny, nx);
+}
+
+/* A conv split over tp by input channels (row-parallel: the local conv
+ * from cl channels, tp_reduce, the bias). */
+static int op_conv_row(sim *s, const mshape *m, int x, double cl, double k,
+                       double kw, double ny, double nx) {
+  x = op_conv(s, m, x, cl, k, kw, ny, nx);
+  if (m->tp <= 1) return x;
+  x = op_pointwise(s, m, x, k, ny, nx, 0, 1u, -1);   /* tp_reduce */
+  return op_pointwise(s, m, x, k, ny, nx, 1, 0, -1); /* the bias */
+}
+
+/* A U-Net level block: (conv, GroupNorm, act) twice (unet.c block), the
+ * convs a column-/row-parallel pair over tp. */
 static int unet_block(sim *s, const mshape *m, int h, double ci, double co,
                       double ny, double nx) {
   const double kw = (double)sg_plan_int(m->pb, "kernel"),
                g = (double)sg_plan_int(m->pb, "groups");
-  for (int j = 0; j < 2; ++j, ci = co) {
-    h = op_conv(s, m, h, ci, co, kw, ny, nx);
-    h = op_norm(s, m, h, co, ny, nx, m->b * g);
-    h = op_act(s, m, h, co, ny, nx);
-  }
-  return h;
+  double gl = g;
+  const double cl = cn_tp_channels(m, co, g, &gl);
+  h = op_conv_col(s, m, h, ci, cl, kw, ny, nx);
+  h = op_norm(s, m, h, cl, ny, nx, m->b * gl);
+  h = op_act(s, m, h, cl, ny, nx);
+  h = op_conv_row(s, m, h, cl, co, kw, ny, nx);
+  h = op_norm(s, m, h, co, ny, nx, m->b * g);
+  return op_act(s, m, h, co, ny, nx);
 }
 
 /* The U-Net's piece k (unet.c unet_piece) on h; the encoder outputs the
@@ -493,10 +522,14 @@ static int fno_cnn_piece(sim *s, const mshape *m, int k, int h) {
     h = op_add(s, m, sv, lv, w, ny, nx);
     return k < npieces - 2 ? op_act(s, m, h, w, ny, nx) : h;
   }
-  int r = op_conv(s, m, h, w, w, kw, ny, nx); /* a CNN residual block */
-  r = op_norm(s, m, r, w, ny, nx, m->b * (double)sg_plan_int(pb, "groups"));
-  r = op_act(s, m, r, w, ny, nx);
-  r = op_conv(s, m, r, w, w, kw, ny, nx);
+  /* a CNN residual block: a column-/row-parallel pair over tp */
+  double gl = 0;
+  const double cl = cn_tp_channels(m, w, (double)sg_plan_int(pb, "groups"),
+                                   &gl);
+  int r = op_conv_col(s, m, h, w, cl, kw, ny, nx);
+  r = op_norm(s, m, r, cl, ny, nx, m->b * gl);
+  r = op_act(s, m, r, cl, ny, nx);
+  r = op_conv_row(s, m, r, cl, w, kw, ny, nx);
   return op_add(s, m, h, r, w, ny, nx);
 }
 
@@ -563,7 +596,10 @@ static double piece_params(const mshape *m, const sg_plan_mesh *mesh, int k) {
       return 2.0 * w * w * K + conv_params(w, w, 1);
     }
     if (k == 0) return conv_params(w, c0, kw);
-    return 2 * conv_params(w, w, kw) + 2 * w;
+    double gl = 0; /* conv1 and the norm by output, conv2 by input channel */
+    const double cl = cn_tp_channels(m, w, (double)sg_plan_int(pb, "groups"),
+                                     &gl);
+    return conv_params(cl, w, kw) + 2 * cl + conv_params(w, cl, kw);
   }
   if (m->kind == SG_MODEL_UNET) { /* level blocks: conv, norm, conv, norm */
     const int L = (int)sg_plan_int(pb, "levels");
@@ -572,7 +608,10 @@ static double piece_params(const mshape *m, const sg_plan_mesh *mesh, int k) {
     const double co = w * (1 << l);
     const double ci = k < L ? (l == 0 ? c0 : w * (1 << (l - 1)))
                             : w * (1 << (l + 1)) + co;
-    return conv_params(co, ci, kw) + 2 * co + conv_params(co, co, kw) + 2 * co;
+    double gl = 0; /* conv1 and norm1 split over tp, conv2 by input */
+    const double cl = cn_tp_channels(m, co, (double)sg_plan_int(pb, "groups"),
+                                     &gl);
+    return conv_params(cl, ci, kw) + 2 * cl + conv_params(co, cl, kw) + 2 * co;
   }
   /* vit: embedding and position field; blocks; final norm and un-patchify */
   const double p = (double)sg_plan_int(pb, "patch"), tp = m->tp;

@@ -266,21 +266,41 @@ static void model_fno(pt *c, double cin, double cout) {
   c->par_rep += cin * w + w + w * pw + pw + pw * cout + cout;
 }
 
+/* The conv nets' split over tp (convnet.c sg_cn_tp_slice): the largest
+ * tp rank's share of ch channels, whole GroupNorm groups. */
+static double cn_tp_ch(const pt *c, double ch) {
+  const double g = cfg_int(c->kv, "groups", 4);
+  return c->tp > 1 && g >= 1 ? ch / g * ceil(g / c->tp) : ch;
+}
+
+/* A column-/row-parallel conv pair's collectives over tp (models/ag_tp.c):
+ * the row conv's all-reduce of its n elements forward, the column conv's
+ * backward, the forward reduce's status agreement, tp_copy's copy. */
+static void cn_tp_pair(pt *c, double n) {
+  static const char *const tpn[1] = {"tp"};
+  const pt_group gt = pt_group_of(c->m, c->hw, tpn, 1);
+  if (gt.p <= 1) return;
+  c->allreduce += 2.0 * g_allreduce(gt, n * c->eb) + g_allreduce(gt, 4.0);
+  op_copy(c, n);
+}
+
 /* CNN: a k x k lift, `blocks` residual blocks (conv, GroupNorm, act, conv,
- * add), the projection. */
+ * add; the convs a column-/row-parallel pair over tp), the projection. */
 static void model_cnn(pt *c, double cin, double cout) {
   const double w = cfg_int(c->kv, "width", 32), B = cfg_int(c->kv, "blocks", 4),
                pw = cfg_int(c->kv, "proj_width", 128);
   const int k = (int)cfg_int(c->kv, "kernel", 3);
   const double pts = c->ly * c->lx, n = c->nb * pts;
   op_conv(c, cin, w, k, c->ly, c->lx);
+  const double wl = cn_tp_ch(c, w);
   for (int b = 0; b < (int)B; ++b) {
-    op_conv(c, w, w, k, c->ly, c->lx);
-    op_groupnorm(c, w, pts);
-    op_act(c, n * w);
-    op_conv(c, w, w, k, c->ly, c->lx);
+    op_conv(c, w, wl, k, c->ly, c->lx);
+    op_groupnorm(c, wl, pts);
+    op_act(c, n * wl);
+    op_conv(c, wl, w, k, c->ly, c->lx);
+    cn_tp_pair(c, n * w);
     op_elem(c, n * w, 2.0);
-    c->par_rep += 2.0 * (k * k * w * w + w) + 2.0 * w;
+    c->par_rep += 2.0 * k * k * w * wl + wl + w + 2.0 * wl;
   }
   op_mm(c, 0, n, w, pw, 2.0);
   op_act(c, n * pw);
@@ -288,14 +308,18 @@ static void model_cnn(pt *c, double cin, double cout) {
   c->par_rep += k * k * cin * w + w + w * pw + pw + pw * cout + cout;
 }
 
-/* U-Net block: 2 x (conv, GroupNorm, act) at a level. */
+/* U-Net block: 2 x (conv, GroupNorm, act) at a level, the convs a
+ * column-/row-parallel pair over tp (the first norm on the split). */
 static void unet_block(pt *c, double cin, double ch, int k, double ly,
                        double lx) {
+  const double cl = cn_tp_ch(c, ch), n = c->nb * ly * lx;
   for (int j = 0; j < 2; ++j) {
-    op_conv(c, j ? ch : cin, ch, k, ly, lx);
-    op_groupnorm(c, ch, ly * lx);
-    op_act(c, c->nb * ly * lx * ch);
-    c->par_rep += k * k * (j ? ch : cin) * ch + ch + 2.0 * ch;
+    const double co = j ? ch : cl;
+    op_conv(c, j ? cl : cin, co, k, ly, lx);
+    if (j) cn_tp_pair(c, n * ch);
+    op_groupnorm(c, co, ly * lx);
+    op_act(c, n * co);
+    c->par_rep += k * k * (j ? cl : cin) * co + (j ? ch : cl) + 2.0 * co;
   }
 }
 

@@ -5,7 +5,7 @@
 const sg_kv_key sg_train_keys[] = {
     {"mesh", SG_KV_STRING, "",
      "device mesh over dp (samples), fsdp (samples, ZeRO-sharded state), h (y), w (x), "
-     "pp (pipeline stages), tp (weights: vit, fno); default h=<ranks>"},
+     "pp (pipeline stages), tp (weights: vit, fno, cnn, unet); default h=<ranks>"},
     {"pp_schedule", SG_KV_STRING, "1f1b",
      "pipeline schedule over the pp dim: gpipe | 1f1b | interleaved | zb-h1"},
     {"microbatches", SG_KV_INT, "1",

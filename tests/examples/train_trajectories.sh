@@ -42,7 +42,11 @@
 # gradient norms and test error equal to one process; activation
 # checkpointing on h=2; a h=2,w=2 checkpoint resumed on 1 rank; a rollout
 # and tensor parallelism refused with clear errors.
-#   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp|vit_sp|vit_msp|fno_tp|fno3d BIN_DIR MPIEXEC WORK_DIR SRC_DIR
+# Tasks "cnn_tp", "unet_tp": the same for the CNN (2 residual blocks) and
+# the U-Net (2 levels), width 8, groups 4 (each block's convs a column-/
+# row-parallel pair over channels split by whole GroupNorm groups; tp=3:
+# 2+1+1 groups), and tp=2,pp=2 (1f1b), fsdp=2,tp=2 (zero 3; the CNN).
+#   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp|vit_sp|vit_msp|fno_tp|fno3d|cnn_tp|unet_tp BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 task=$1 bin=$2 mpiexec=$3 work=$4 src=$5
 mkdir -p "$work"
@@ -77,6 +81,12 @@ elif [ "$task" = fno3d ]; then
           --width 4 --layers 1 --proj-width 8 --history 2 --out-frames 8 --test-samples 2
           --deterministic --log-every 1000 --log-level warn --check-every 5"
   meshes="2:h=2 3:w=3 4:dp=2,h=2 4:h=2,w=2 3:h=3"
+elif [ "$task" = cnn_tp ] || [ "$task" = unet_tp ]; then
+  "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns16.nc --n 16 --samples 10 --frames 5 --dt 1e-2 \
+    --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
+  common="--model ${task%_tp} --data ns16.nc --steps 10 --batch 4 --width 8 --blocks 2
+          --levels 2 --groups 4 --proj-width 16 --history 2 --test-samples 2 --deterministic
+          --log-every 1000 --log-level warn --check-every 5"
 elif [ "$task" = ns ] || [ "$task" = resume ]; then
   "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns.nc --n 24 --samples 10 --frames 5 --dt 1e-2 \
     --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
@@ -92,7 +102,7 @@ else
           --log-every 1000 --log-level warn"
   meshes="2:w=2 3:w=3"
 fi
-if [ "$task" = vit_tp ] || [ "$task" = fno_tp ]; then
+if [ "$task" = vit_tp ] || [ "${task#*_}" = tp ]; then
   rm -rf ck_*
   tp_run() { # NAME RANKS MESH [extra]: 10 steps, checkpoints at 5 and 10
     name=$1 n=$2 spec=$3
@@ -105,11 +115,20 @@ if [ "$task" = vit_tp ] || [ "$task" = fno_tp ]; then
   }
   tp_run ref 1 h=1
   runs="tp2:2:tp=2 dptp:4:dp=2,tp=2 tph:4:tp=2,h=2 z1tp:4:fsdp=2,tp=2" excl="--exclude qkv.b"
-  if [ "$task" = fno_tp ]; then runs="tp2:2:tp=2 dptp:4:dp=2,tp=2 tph:4:tp=2,h=2 tp3:3:tp=3" excl=""; fi
+  if [ "$task" != vit_tp ]; then runs="tp2:2:tp=2 dptp:4:dp=2,tp=2 tph:4:tp=2,h=2 tp3:3:tp=3" excl=""; fi
+  # the conv nets: a pipeline (a piece is a block: its input and output
+  # replicated over tp; the U-Net's skips cross it) with tp too, and ZeRO-3
+  # (the plan's part, the same for both: the CNN alone, CI time)
+  case $task in cnn_tp) runs="$runs z3tp:4:fsdp=2,tp=2 pptp:4:tp=2,pp=2" ;; unet_tp) runs="$runs pptp:4:tp=2,pp=2" ;; esac
   for m in $runs; do
     name=${m%%:*} rest=${m#*:}
     n=${rest%%:*} spec=${rest#*:}
-    if [ "$name" = z1tp ]; then tp_run "$name" "$n" "$spec" --zero 1; else tp_run "$name" "$n" "$spec"; fi
+    case $name in
+    z1tp) tp_run "$name" "$n" "$spec" --zero 1 ;;
+    z3tp) tp_run "$name" "$n" "$spec" --zero 3 ;;
+    pptp) tp_run "$name" "$n" "$spec" --pp-schedule 1f1b --microbatches 2 ;;
+    *) tp_run "$name" "$n" "$spec" ;;
+    esac
     $cmp ref.jsonl "$name.jsonl" 1e-5
     $cmp ref.jsonl "$name.jsonl" 1e-5 --key grad_norm
     $cmp ref.jsonl "$name.jsonl" 1e-5 --eval
