@@ -334,7 +334,14 @@ static sg_status fno3d_check(sg_mesh_t mesh, const sg_fno_config *cfg) {
              "padding (1 <= modes_t, 2*modes_t <= nt + pad_t)",
              (long long)cfg->modes_t, (long long)cfg->nt,
              (long long)cfg->pad_t);
-  SG_TRY(sg_cn_refuse_tp(mesh, "FNO-3D"));
+  for (int k = 0; k < sg_mesh_ndims(mesh); ++k)
+    if (!strcmp(sg_mesh_dim_name(mesh, k), "tp") &&
+        sg_mesh_dim_size(mesh, k) > 1)
+      SG_RAISE(SG_ERR_NOT_SUPPORTED,
+               "FNO-3D: mesh dim 'tp' (size %d): this model has no tensor "
+               "parallelism (models with TP: vit, fno, cnn, unet); split it "
+               "with dp, fsdp, h or w instead",
+               sg_mesh_dim_size(mesh, k));
 fail:
   return st;
 }
