@@ -10,14 +10,15 @@
  * schedule. Nothing overlaps in the model (a CPU MPI progresses little in
  * the background): the total is the sum of the parts, with the pipeline's
  * makespan in place of its stages' compute. */
+#include "plan_impl.h"
 #include "sg_pipeline.h"
-#include "sg_plan.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- the problem's keys (absent or empty: the sg-train default) ---- */
+/* ---- the run's keys (absent or empty: the sg-train default); the
+ * model's are sg_model_config_from_kv's ---- */
 
 static int64_t cfg_int(sg_kv_t kv, const char *key, int64_t def) {
   const char *s = kv ? sg_kv_str(kv, key) : NULL;
@@ -96,6 +97,8 @@ typedef struct pt {
   const sg_plan_mesh *m;
   const sg_plan_hw *hw;
   sg_kv_t kv;
+  sg_model_config mc;  /* the model's keys (sg_model_config_from_kv) */
+  double wl;           /* the FNO's channels of a tp rank (the largest) */
   double nb;           /* samples in a micro-batch on this rank */
   int64_t ny, nx;      /* global grid */
   double ly, lx;       /* local grid (the largest shard) */
@@ -213,53 +216,76 @@ static double lg2(double x) { return x > 1 ? log2(x) : 0.0; }
 
 /* ---- the models ---- */
 
-/* FNO: lift, `layers` x (spectral conv + 1x1 linear + add + act), the
- * projection. A spectral conv is r2c along x, truncated to modes columns,
- * c2c along y on them, the mode mix, and back; forward and backward run
- * four such transforms per layer. Domain splits add the transposes
- * (docs/spectral.md): h alone one, w alone two, both three, moving the
- * truncated spectrum (the first w transpose moves the real block). */
-static void model_fno(pt *c, double cin, double cout) {
-  const double w = cfg_int(c->kv, "width", 32), L = cfg_int(c->kv, "layers", 4),
-               md = cfg_int(c->kv, "modes", 12),
-               pw = cfg_int(c->kv, "proj_width", 128);
-  const double pts = c->ly * c->lx, n = c->nb * pts, dom = c->sh * c->sw;
-  const double ny = (double)c->ny, nx = (double)c->nx;
-  const double k_local = 2.0 * md * md / dom; /* kept modes of this rank */
-  const int shard = strcmp(cfg_str(c->kv, "shard_spectral", "true"), "false");
+/* One FNO transform on ch channels (forward or backward): r2c along x,
+ * truncated to modes columns, c2c along y on them. Domain splits add the
+ * transposes (docs/spectral.md): h alone one, w alone two, both three,
+ * moving the truncated spectrum (the first w transpose moves the real
+ * block). */
+static void fno_transform(pt *c, double ch, int bwd) {
   static const char *const hw2[2] = {"h", "w"}, *const wn[1] = {"w"};
-  op_mm(c, 0, n, cin, w, 2.0);
-  for (int l = 0; l < (int)L; ++l) {
-    /* one transform on w channels: r2c rows + c2c over the kept columns */
-    const double ff = c->nb * w *
-                      (ny * 2.5 * nx * lg2(nx) + md * 5.0 * ny * lg2(ny)) / dom;
-    const double fb = c->nb * w * 4.0 * (pts + 2.0 * md * ny / dom);
-    c->fwd += 2.0 * roof(ff, c->hw->fft_flops, fb, c->hw->mem_bw);
-    c->bwd += 2.0 * roof(ff, c->hw->fft_flops, fb, c->hw->mem_bw);
-    c->flops.fft += 4.0 * ff;
-    c->flops.act += 8.0 * c->nb * w * 2.0 * md * ny / dom; /* spectra */
-    /* the mode mix: a complex w x w product per kept mode (8 flops a
-     * complex multiply-add: 4x a real GEMM of the same shape) */
-    op_mm(c, 0, c->nb * k_local, w, 4.0 * w, 2.0);
-    if (dom > 1) {
-      const pt_group g = pt_group_of(c->m, c->hw, hw2, 2);
-      const pt_group gw = pt_group_of(c->m, c->hw, wn, 1);
-      const double spec = c->nb * w * 8.0 * ny * md / dom;
-      double t = 0.0;
-      if (c->sw > 1) t += g_scatter(gw, c->nb * w * c->eb * pts);
-      const int more = (c->sh > 1) + (c->sw > 1);
-      t += more * g_scatter(g, spec);
-      c->alltoall += 4.0 * t; /* four transforms per layer and step */
-    }
-    op_mm(c, 0, n, w, w, 2.0);
-    op_elem(c, n * w, 2.0);
-    if (l + 1 < (int)L) op_act(c, n * w);
-    if (shard)
-      c->par_dom += 2.0 * w * w * 2.0 * md * md / dom;
-    else
-      c->par_rep += 2.0 * w * w * 2.0 * md * md;
-    c->par_rep += w * w + w;
+  const double md = (double)c->mc.modes, ny = (double)c->ny, nx = (double)c->nx,
+               pts = c->ly * c->lx, dom = c->sh * c->sw;
+  const double ff = c->nb * ch *
+                    (ny * 2.5 * nx * lg2(nx) + md * 5.0 * ny * lg2(ny)) / dom;
+  const double fb = c->nb * ch * 4.0 * (pts + 2.0 * md * ny / dom);
+  *(bwd ? &c->bwd : &c->fwd) += roof(ff, c->hw->fft_flops, fb, c->hw->mem_bw);
+  c->flops.fft += ff;
+  c->flops.act += 2.0 * c->nb * ch * 2.0 * md * ny / dom; /* spectra */
+  if (dom <= 1) return;
+  const pt_group g = pt_group_of(c->m, c->hw, hw2, 2),
+                 gw = pt_group_of(c->m, c->hw, wn, 1);
+  const double spec = c->nb * ch * 8.0 * ny * md / dom;
+  if (c->sw > 1) c->alltoall += g_scatter(gw, c->nb * ch * c->eb * pts);
+  c->alltoall += ((c->sh > 1) + (c->sw > 1)) * g_scatter(g, spec);
+}
+
+/* FNO spectral layer l: act(spectral conv + 1x1 linear), split over tp by
+ * its role (fno.c, ag_tp.c sg_ag_spectral_linear_tp): a column-parallel
+ * layer takes the w replicated channels (a copy in, its gradient
+ * all-reduced over tp backward) and makes wl; a row-parallel one takes wl,
+ * all-reduces its w partial outputs forward (after agreeing on the ranks'
+ * status) and adds the bias after. Forward transforms its input (ci
+ * channels) and inverse-transforms its output (co); backward the
+ * reverse. */
+static void fno_layer(pt *c, int l) {
+  static const char *const tpn[1] = {"tp"};
+  const double w = (double)c->mc.width, md = (double)c->mc.modes;
+  const double n = c->nb * c->ly * c->lx, dom = c->sh * c->sw;
+  const int role = sg_plan_fno_role(&c->mc, c->tp, l);
+  const double ci = role == 2 ? c->wl : w, co = role == 1 ? c->wl : w;
+  const pt_group gt = pt_group_of(c->m, c->hw, tpn, 1);
+  if (role == 1) {
+    op_copy(c, n * w);
+    c->allreduce += g_allreduce(gt, n * w * c->eb);
   }
+  fno_transform(c, ci, 0);
+  fno_transform(c, co, 0);
+  fno_transform(c, co, 1);
+  fno_transform(c, ci, 1);
+  /* the mode mix: a complex ci x co product per kept mode (8 flops a
+   * complex multiply-add: 4x a real GEMM of the same shape) */
+  op_mm(c, 0, c->nb * 2.0 * md * md / dom, ci, 4.0 * co, 2.0);
+  op_mm(c, 0, n, ci, co, 2.0);
+  op_elem(c, n * co, 2.0);
+  if (role == 2) {
+    c->allreduce += g_allreduce(gt, n * w * c->eb) + g_allreduce(gt, 4.0);
+    op_elem(c, n * w, 1.0); /* the bias */
+  }
+  if (l + 1 < (int)c->mc.layers) op_act(c, n * co);
+  const double spectral = 2.0 * ci * co * 2.0 * md * md;
+  if (c->mc.shard_spectral)
+    c->par_dom += spectral / dom;
+  else
+    c->par_rep += spectral;
+  c->par_rep += ci * co + (role == 1 ? c->wl : w);
+}
+
+/* FNO: lift, `layers` spectral layers, the projection. */
+static void model_fno(pt *c, double cin, double cout) {
+  const double w = (double)c->mc.width, pw = (double)c->mc.proj_width;
+  const double n = c->nb * c->ly * c->lx;
+  op_mm(c, 0, n, cin, w, 2.0);
+  for (int l = 0; l < (int)c->mc.layers; ++l) fno_layer(c, l);
   op_mm(c, 0, n, w, pw, 2.0);
   op_act(c, n * pw);
   op_mm(c, 0, n, pw, cout, 2.0);
@@ -269,9 +295,9 @@ static void model_fno(pt *c, double cin, double cout) {
 /* CNN: a k x k lift, `blocks` residual blocks (conv, GroupNorm, act, conv,
  * add), the projection. */
 static void model_cnn(pt *c, double cin, double cout) {
-  const double w = cfg_int(c->kv, "width", 32), B = cfg_int(c->kv, "blocks", 4),
-               pw = cfg_int(c->kv, "proj_width", 128);
-  const int k = (int)cfg_int(c->kv, "kernel", 3);
+  const double w = (double)c->mc.width, B = (double)c->mc.blocks,
+               pw = (double)c->mc.proj_width;
+  const int k = (int)c->mc.kernel;
   const double pts = c->ly * c->lx, n = c->nb * pts;
   op_conv(c, cin, w, k, c->ly, c->lx);
   for (int b = 0; b < (int)B; ++b) {
@@ -300,9 +326,8 @@ static void unet_block(pt *c, double cin, double ch, int k, double ly,
 }
 
 static void model_unet(pt *c, double cin, double cout) {
-  const double w = cfg_int(c->kv, "width", 32);
-  const int L = (int)cfg_int(c->kv, "levels", 3),
-            k = (int)cfg_int(c->kv, "kernel", 3);
+  const double w = (double)c->mc.width;
+  const int L = (int)c->mc.levels, k = (int)c->mc.kernel;
   double ci = cin;
   for (int l = 0; l < L; ++l) {
     const double ly = c->ly / (1 << l), lx = c->lx / (1 << l);
@@ -330,9 +355,9 @@ static void model_unet(pt *c, double cin, double cout) {
  * of the activations per block forward and two backward. */
 static void model_vit(pt *c, double cin, double cout) {
   static const char *const dom[2] = {"h", "w"}, *const tpn[1] = {"tp"};
-  const double C = cfg_int(c->kv, "width", 32), D = cfg_int(c->kv, "depth", 4),
-               H = cfg_int(c->kv, "heads", 4);
-  const double p = cfg_int(c->kv, "patch", 4), tp = c->tp;
+  const double C = (double)c->mc.width, D = (double)c->mc.depth,
+               H = (double)c->mc.heads;
+  const double p = (double)c->mc.patch, tp = c->tp;
   const double tl = (c->ly / p) * (c->lx / p),
                tg = ((double)c->ny / p) * ((double)c->nx / p);
   const double n = c->nb * tl;
@@ -422,21 +447,18 @@ static void grad_sync(pt *c, sg_plan_time *o, double micro) {
 /* The model's counted work and costs for one micro-batch of nb samples. */
 static sg_status run_model(pt *c, const sg_plan_problem *pb) {
   sg_status st = SG_OK;
-  const char *kind = cfg_str(c->kv, "model", "fno");
-  const int grid = strcmp(cfg_str(c->kv, "grid", "true"), "false") != 0;
-  const double cin = (double)(pb->vars * cfg_int(c->kv, "history", 1)) +
-                     (pb->add_grid || grid ? 2.0 : 0.0),
-               cout = (double)pb->vars;
-  if (!strcmp(kind, "fno"))
-    model_fno(c, cin, cout);
-  else if (!strcmp(kind, "cnn"))
-    model_cnn(c, cin, cout);
-  else if (!strcmp(kind, "unet"))
-    model_unet(c, cin, cout);
-  else if (!strcmp(kind, "vit"))
-    model_vit(c, cin, cout);
-  else
-    SG_RAISE(SG_ERR_CONFIG, "sg_plan_step_time: unknown model '%s'", kind);
+  const double cin = (double)c->mc.cin + (c->mc.add_grid ? 2.0 : 0.0),
+               cout = (double)c->mc.cout;
+  (void)pb;
+  switch (c->mc.kind) {
+  case SG_MODEL_FNO: model_fno(c, cin, cout); break;
+  case SG_MODEL_CNN: model_cnn(c, cin, cout); break;
+  case SG_MODEL_UNET: model_unet(c, cin, cout); break;
+  case SG_MODEL_VIT: model_vit(c, cin, cout); break;
+  default:
+    SG_RAISE(SG_ERR_CONFIG, "sg_plan_step_time: no time model for '%s'",
+             sg_model_kind_name(c->mc.kind));
+  }
   /* the loss: a few passes over the output */
   op_elem(c, c->nb * c->ly * c->lx * cout, 3.0);
 fail:
@@ -495,6 +517,7 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_plan_step_time: NULL argument");
   memset(out, 0, sizeof *out);
   pt c = {.m = m, .hw = hw, .kv = pb->cfg, .ny = pb->ny, .nx = pb->nx};
+  SG_TRY(sg_plan_model(pb, &c.mc));
   const int pp = sg_plan_mesh_dim(m, "pp");
   const int data = sg_plan_mesh_dim(m, "dp") * sg_plan_mesh_dim(m, "fsdp");
   const int64_t batch = cfg_int(c.kv, "batch", 8);
@@ -507,13 +530,13 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
              (long long)batch, data, micro);
   c.sh = sg_plan_mesh_dim(m, "h"), c.sw = sg_plan_mesh_dim(m, "w"),
   c.tp = sg_plan_mesh_dim(m, "tp");
+  c.wl = ceil(c.mc.width / (double)c.tp);
   c.nb = (double)(batch / data / micro);
   c.ly = ceil((double)pb->ny / c.sh), c.lx = ceil((double)pb->nx / c.sw);
   c.eb = !strcmp(cfg_str(c.kv, "param_dtype", "f32"), "bf16") ? 2.0 : 4.0;
   SG_TRY(run_model(&c, pb));
   /* activation checkpointing recomputes the forward in backward */
-  if (strcmp(cfg_str(c.kv, "activation_checkpointing", "none"), "none"))
-    c.bwd += c.fwd;
+  if (c.mc.act_ckpt_every > 0) c.bwd += c.fwd;
   /* oversubscription: more ranks on a node than cores share them */
   const int rpn = hw->ranks_per_node > 0 ? hw->ranks_per_node : 1;
   const int on_node = sg_plan_mesh_ranks(m) < rpn ? sg_plan_mesh_ranks(m) : rpn;
@@ -527,7 +550,7 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
   out->allreduce = micro * c.allreduce / pp;
   out->ring = micro * c.ring / pp;
   if (pp > 1) {
-    const double act = c.nb * c.ly * c.lx * c.eb * cfg_int(c.kv, "width", 32);
+    const double act = c.nb * c.ly * c.lx * c.eb * (double)c.mc.width;
     SG_TRY(pipeline(&c, pp, micro, act, out));
   } else {
     out->compute = micro * (c.fwd + c.bwd);

@@ -219,7 +219,6 @@ static sg_status plan(sg_kv_t kv) {
   row *rows = calloc(MAX_MESHES, sizeof *rows);
   if (!rows) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   sg_plan_problem pb = {.cfg = kv,
-                        .add_grid = sg_kv_bool(kv, "grid"),
                         .ranks = (int)sg_kv_int(kv, "ranks"),
                         .threads = (int)sg_kv_int(kv, "threads")};
   if (pb.ranks < 1) SG_RAISE(SG_ERR_CONFIG, "--ranks must be >= 1");

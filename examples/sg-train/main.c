@@ -387,7 +387,6 @@ static sg_status check_mesh(sg_kv_t kv, const char *spec, int ranks, int64_t ny,
                               .ny = ny,
                               .nx = nx,
                               .vars = nv,
-                              .add_grid = sg_kv_bool(kv, "grid"),
                               .ranks = ranks};
   return sg_plan_check(&pb, &pm, NULL, 0);
 }
@@ -539,7 +538,7 @@ static sg_status setup(run_t *r) {
   SG_TRY(sg_mesh_group(r->smesh, mi.domain_dims, &r->domain));
   SG_TRY(sg_mesh_group(r->smesh, mi.batch_dims, &r->data));
   sg_model_config mc;
-  SG_TRY(sg_train_model_config(kv, &mc));
+  SG_TRY(sg_model_config_from_kv(kv, &mc));
   r->ar_ckpt = mc.act_ckpt_every > 0;
   const char *lk = sg_kv_str(kv, "loss");
   if (strcmp(lk, "rel_l2") == 0)
