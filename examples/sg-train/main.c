@@ -383,11 +383,8 @@ static sg_status check_mesh(sg_kv_t kv, const char *spec, int ranks, int64_t ny,
   sg_plan_mesh pm;
   sg_status st = sg_plan_mesh_parse(spec, &pm);
   if (st != SG_OK) return st;
-  const sg_plan_problem pb = {.cfg = kv,
-                              .ny = ny,
-                              .nx = nx,
-                              .vars = nv,
-                              .ranks = ranks};
+  const sg_plan_problem pb = {
+      .cfg = kv, .ny = ny, .nx = nx, .vars = nv, .ranks = ranks};
   return sg_plan_check(&pb, &pm, NULL, 0);
 }
 
