@@ -111,6 +111,9 @@ typedef struct pt {
    * (replicated), over dp/fsdp only (domain-sharded), and the ViT's
    * tp-sharded ones (reduced over the data dims) */
   double par_rep, par_dom;
+  /* parameter tensors on this rank: ZeRO 2 and 3 reduce-scatter and
+   * gather them one at a time (parallel_hooks.c) */
+  double ntens;
 } pt;
 
 static double roof(double flops, double rate, double bytes, double bw) {
@@ -216,6 +219,30 @@ static double lg2(double x) { return x > 1 ? log2(x) : 0.0; }
 
 /* ---- the models ---- */
 
+/* The chunks a distributed FFT of `batch` fields splits into (fft.c
+ * chunk_batch: as many fields as fit 512 KiB of the local complex block,
+ * the largest divisor of the batch; SG_FFT_CHUNK_BYTES is not read here):
+ * every chunk transposes on its own, a synchronisation each. */
+static double fft_chunks(double batch, double ny, double nx, double dom) {
+  const double per = 2.0 * 4.0 * ny * nx / dom;
+  double target = floor(524288.0 / per);
+  if (target >= batch) return 1.0;
+  if (target < 1) target = 1;
+  for (double c = target; c > 1; --c)
+    if (fmod(batch, c) == 0) return batch / c;
+  return batch;
+}
+
+/* One FFT transpose of `bytes` per rank over group g in `chunks` pieces:
+ * alpha per piece, the bytes at the link's beta, and the pack into the
+ * send block and the unpack out of the received one (fft_layout.c: two
+ * local copies, read and write, at mem_bw). */
+static double fft_transpose(const pt *c, pt_group g, double bytes,
+                            double chunks) {
+  return chunks * (g.p - 1) * g.alpha + (g.p - 1.0) / g.p * bytes * g.beta +
+         roof(0, 0, 4.0 * bytes, c->hw->mem_bw);
+}
+
 /* One FNO transform on ch channels (forward or backward): r2c along x,
  * truncated to modes columns, c2c along y on them. Domain splits add the
  * transposes (docs/spectral.md): h alone one, w alone two, both three,
@@ -234,9 +261,12 @@ static void fno_transform(pt *c, double ch, int bwd) {
   if (dom <= 1) return;
   const pt_group g = pt_group_of(c->m, c->hw, hw2, 2),
                  gw = pt_group_of(c->m, c->hw, wn, 1);
-  const double spec = c->nb * ch * 8.0 * ny * md / dom;
-  if (c->sw > 1) c->alltoall += g_scatter(gw, c->nb * ch * c->eb * pts);
-  c->alltoall += ((c->sh > 1) + (c->sw > 1)) * g_scatter(g, spec);
+  const double spec = c->nb * ch * 8.0 * ny * md / dom,
+               chunks = fft_chunks(c->nb * ch, ny, nx, dom);
+  if (c->sw > 1)
+    c->alltoall += fft_transpose(c, gw, c->nb * ch * c->eb * pts, chunks);
+  c->alltoall += ((c->sh > 1) + (c->sw > 1)) *
+                 fft_transpose(c, g, spec, chunks);
 }
 
 /* FNO spectral layer l: act(spectral conv + 1x1 linear), split over tp by
@@ -278,6 +308,7 @@ static void fno_layer(pt *c, int l) {
   else
     c->par_rep += spectral;
   c->par_rep += ci * co + (role == 1 ? c->wl : w);
+  c->ntens += 3.0; /* spectral weight, skip weight and bias */
 }
 
 /* FNO: lift, `layers` spectral layers, the projection. */
@@ -290,6 +321,7 @@ static void model_fno(pt *c, double cin, double cout) {
   op_act(c, n * pw);
   op_mm(c, 0, n, pw, cout, 2.0);
   c->par_rep += cin * w + w + w * pw + pw + pw * cout + cout;
+  c->ntens += 6.0;
 }
 
 /* CNN: a k x k lift, `blocks` residual blocks (conv, GroupNorm, act, conv,
@@ -307,11 +339,13 @@ static void model_cnn(pt *c, double cin, double cout) {
     op_conv(c, w, w, k, c->ly, c->lx);
     op_elem(c, n * w, 2.0);
     c->par_rep += 2.0 * (k * k * w * w + w) + 2.0 * w;
+    c->ntens += 6.0; /* two convs and a norm */
   }
   op_mm(c, 0, n, w, pw, 2.0);
   op_act(c, n * pw);
   op_mm(c, 0, n, pw, cout, 2.0);
   c->par_rep += k * k * cin * w + w + w * pw + pw + pw * cout + cout;
+  c->ntens += 6.0;
 }
 
 /* U-Net block: 2 x (conv, GroupNorm, act) at a level. */
@@ -322,6 +356,7 @@ static void unet_block(pt *c, double cin, double ch, int k, double ly,
     op_groupnorm(c, ch, ly * lx);
     op_act(c, c->nb * ly * lx * ch);
     c->par_rep += k * k * (j ? ch : cin) * ch + ch + 2.0 * ch;
+    c->ntens += 4.0; /* a conv and a norm */
   }
 }
 
@@ -345,6 +380,7 @@ static void model_unet(pt *c, double cin, double cout) {
   }
   op_mm(c, 0, c->nb * c->ly * c->lx, w, cout, 2.0);
   c->par_rep += w * cout + cout;
+  c->ntens += 2.0;
 }
 
 /* ViT: a p x p patch embedding, `depth` pre-norm blocks (LayerNorm,
@@ -389,11 +425,13 @@ static void model_vit(pt *c, double cin, double cout) {
     }
     if (gd.p > 1) c->ring += 3.0 * gd.p * sg_plan_p2p_s(kv, gd.alpha, gd.beta);
     c->par_rep += (12.0 * C * C + 9.0 * C) / tp + 4.0 * C + C;
+    c->ntens += 12.0;
   }
   op_rated(c, n * C, 1.0, c->hw->lnorm_rate);
   op_mm(c, 1, n, C, cout * p * p, 2.0);
   c->par_rep += cin * p * p * C + C + 2.0 * C + C * cout * p * p + cout;
   c->par_dom += tl * C; /* the position field, sharded like the tokens */
+  c->ntens += 7.0;
 }
 
 /* ---- the step ---- */
@@ -435,9 +473,18 @@ static void grad_sync(pt *c, sg_plan_time *o, double micro) {
     const pt_group go = zod ? pt_group_of(c->m, c->hw, dpn, 1)
                             : pt_group_of(c->m, c->hw, dph, 3);
     const double v = rep + dom, reps = zero >= 2 ? micro : 1.0;
+    /* ZeRO 2 and 3 reduce each tensor's gradient as it is ready, ZeRO 3
+     * gathers each tensor before its use forward and backward: the
+     * latency of every tensor's collective beyond the first */
+    const double more = c->ntens > 1 ? c->ntens - 1 : 0.0;
     o->reduce_scatter += reps * g_scatter(gz, v);
     o->allreduce += reps * g_allreduce(go, v / gz.p);
+    if (zero >= 2) {
+      o->reduce_scatter += reps * more * (gz.p - 1) * gz.alpha;
+      if (go.p > 1) o->allreduce += reps * more * 2.0 * (go.p - 1) * go.alpha;
+    }
     o->allgather += (zero == 3 ? 2.0 * micro : 1.0) * g_scatter(gz, v);
+    if (zero == 3) o->allgather += 2.0 * micro * more * (gz.p - 1) * gz.alpha;
   }
   /* AdamW: params, grads, two moments read, three written (fp32) */
   const double np = c->par_rep + c->par_dom;
@@ -544,7 +591,7 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
     const double f = (double)on_node / hw->cores_per_node;
     c.fwd *= f, c.bwd *= f;
   }
-  c.par_rep /= pp, c.par_dom /= pp;
+  c.par_rep /= pp, c.par_dom /= pp, c.ntens /= pp;
   out->halo = micro * c.halo / pp;
   out->alltoall = micro * c.alltoall / pp;
   out->allreduce = micro * c.allreduce / pp;
