@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# bench/plan: sg-plan's predicted step time against sg-train's measured one
 # (Superseded by bench/plan/validate.sh, which calibrates per model, asks
-# sg-plan itself and judges; kept to reproduce the RESULTS.md runs of 2026-11-26.)
+# sg-plan itself and judges; kept to reproduce the RESULTS.md runs of
+# 2026-11-26.)
+# bench/plan: sg-plan's predicted step time against sg-train's measured one
 # for every mesh of 1 and 2 ranks here (ranks <= cores), per model, and the
 # Kendall tau of the two rankings of the 2-rank meshes.
 #   bench/plan/run.sh [--n 64] [--steps 10] [--models "fno cnn unet vit"]
