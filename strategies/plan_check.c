@@ -115,11 +115,11 @@ int sg_plan_units(const sg_model_config *mc, int tp) {
 
 int sg_plan_unit_start(const sg_model_config *mc, int tp, int u) {
   int k = 0;
-  for (int i = 0; i < u; ++i)
-    k += mc->kind == SG_MODEL_FNO && k >= 1 && k <= mc->layers &&
-                 sg_plan_fno_role(mc, tp, k - 1) == 1
-             ? 2
-             : 1;
+  for (int i = 0; i < u; ++i) { /* piece k is layer k - 1 of the FNO */
+    const int pair = mc->kind == SG_MODEL_FNO && k >= 1 && k <= mc->layers &&
+                     sg_plan_fno_role(mc, tp, k - 1) == 1;
+    k += pair ? 2 : 1;
+  }
   return k;
 }
 
