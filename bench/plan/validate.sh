@@ -13,7 +13,7 @@
 # (--mesh M --json --hardware the calibration) for its prediction. It prints
 #   - a table: model, mesh, predicted s/step, measured s/step, ratio
 #     (predicted / measured), within 25%?, and the predicted and measured
-#     split (compute, halo, collectives: sg-train's own timers);
+#     split (compute, halo, collectives: sg-train's own timers, wall);
 #   - per model the runs within 25% and the Kendall tau between the
 #     predicted and the measured ranking of its 2-rank meshes;
 #   - the 3..8-rank meshes sg-plan ranks first, marked oversubscribed:
@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --cpu-time) cpu_time=1; shift ;;
     --run-oversubscribed) run_over=1; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "validate.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
