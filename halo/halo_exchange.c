@@ -12,6 +12,7 @@
 #include "sg_device.h"
 #include "sg_halo_pack.h"
 #include "sg_log.h"
+#include "sg_trace.h"
 
 /* ---- local fills at physical edges / local wrap -------------------------- */
 
@@ -221,9 +222,21 @@ fail:
   return st;
 }
 
+/* 1 when a side of the plan is another rank's (not an edge or a local
+ * wrap): its exchange is timed as "halo" (sg_timer_total; sg-train's
+ * time_halo), a one-rank plan's local fills are not. */
+static int halo_remote(const struct sg_halo_plan *p) {
+  for (int d = 0; d < p->ndims; ++d)
+    for (int s = 0; s < 2; ++s)
+      if (!p->dim[d].local[s] && p->dim[d].nb[s] != MPI_PROC_NULL) return 1;
+  return 0;
+}
+
 static sg_status start(struct sg_halo_plan *p, void *block, int phase,
                        const char *what) {
   sg_status st = SG_OK;
+  const int timed = p && halo_remote(p);
+  if (timed) sg_trace_begin("halo");
   if (!p) SG_RAISE(SG_ERR_INVALID_ARG, "%s: NULL plan", what);
   if (p->phase != PHASE_IDLE)
     SG_RAISE(SG_ERR_INVALID_ARG, "%s: an exchange is already in flight", what);
@@ -238,11 +251,14 @@ static sg_status start(struct sg_halo_plan *p, void *block, int phase,
   SG_TRY(begin_step(p));
   SG_TRY(advance(p, 0, NULL));
 fail:
+  if (timed) sg_trace_end("halo");
   return st;
 }
 
 static sg_status finish(struct sg_halo_plan *p, int phase, const char *what) {
   sg_status st = SG_OK;
+  const int timed = p && halo_remote(p);
+  if (timed) sg_trace_begin("halo");
   if (!p) SG_RAISE(SG_ERR_INVALID_ARG, "%s: NULL plan", what);
   if (p->phase != phase)
     SG_RAISE(SG_ERR_INVALID_ARG, "%s: no matching exchange was started", what);
@@ -251,6 +267,7 @@ static sg_status finish(struct sg_halo_plan *p, int phase, const char *what) {
   p->block = NULL;
   p->cur = -1;
 fail:
+  if (timed) sg_trace_end("halo");
   return st;
 }
 

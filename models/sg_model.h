@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "sg_autograd.h"
+#include "sg_kv.h"
 #include "sg_mesh.h"
 #include "sg_param.h"
 #include "sg_status.h"
@@ -84,6 +85,17 @@ typedef struct sg_model_config {
 
 /* The defaults of a kind (the FNO paper's sizes for the FNO). */
 sg_model_config sg_model_defaults(sg_model_kind kind);
+
+/* A model's config from a key table with sg-train's model keys (model,
+ * width, modes, modes_t, pad_t, layers, proj_width, blocks, levels, kernel,
+ * groups, patch, heads, depth, sp_mode, tp_sequence, grid, shard_spectral,
+ * activation_checkpointing, pad_y, pad_x): the kind's defaults, then every key the table holds with a
+ * value (a key absent or empty keeps the default). cin and cout are the
+ * data's: the caller sets them. The one reader of these keys (sg-train,
+ * sg-forecast, sg-plan). SG_ERR_CONFIG for an unknown model, or naming
+ * every invalid value at once ("; "-joined; *mc then holds the defaults for
+ * those keys and the table's values for the others). */
+sg_status sg_model_config_from_kv(sg_kv_t kv, sg_model_config *mc);
 
 typedef struct sg_model *sg_model_t;
 

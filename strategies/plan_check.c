@@ -75,10 +75,14 @@ void sg_plan_mesh_format(const sg_plan_mesh *m, char *buf, size_t cap) {
 
 /* ---- the facts the checks need, from the config ---------------------------- */
 
-sg_status sg_plan_model_kind(const sg_plan_problem *pb, int *kind) {
-  sg_model_kind k;
-  sg_status st = sg_model_kind_parse(sg_kv_str(pb->cfg, "model"), &k);
-  *kind = (int)k;
+sg_status sg_plan_model(const sg_plan_problem *pb, sg_model_config *mc) {
+  memset(mc, 0, sizeof *mc);
+  mc->kind = (sg_model_kind)-1;
+  const sg_status st = sg_model_config_from_kv(pb->cfg, mc);
+  /* history: sg-train's default where a table lacks it */
+  mc->cin = pb->vars *
+            (*sg_kv_str(pb->cfg, "history") ? sg_plan_int(pb, "history") : 1);
+  mc->cout = pb->vars;
   return st;
 }
 
@@ -86,16 +90,37 @@ int64_t sg_plan_int(const sg_plan_problem *pb, const char *key) {
   return sg_kv_int(pb->cfg, key);
 }
 
-int sg_plan_pieces(const sg_plan_problem *pb) {
-  int kind = 0;
-  if (sg_plan_model_kind(pb, &kind) != SG_OK) return 0;
-  switch (kind) {
-  case SG_MODEL_FNO: return (int)sg_plan_int(pb, "layers") + 2;
-  case SG_MODEL_CNN: return (int)sg_plan_int(pb, "blocks") + 2;
-  case SG_MODEL_UNET: return 2 * (int)sg_plan_int(pb, "levels");
-  case SG_MODEL_VIT: return (int)sg_plan_int(pb, "depth") + 2;
+int sg_plan_pieces(const sg_model_config *mc) {
+  switch (mc->kind) {
+  case SG_MODEL_FNO: return (int)mc->layers + 2;
+  case SG_MODEL_CNN: return (int)mc->blocks + 2;
+  case SG_MODEL_UNET: return 2 * (int)mc->levels;
+  case SG_MODEL_VIT: return (int)mc->depth + 2;
   default: return 0;
   }
+}
+
+int sg_plan_fno_role(const sg_model_config *mc, int tp, int l) {
+  if (tp <= 1) return 0;
+  return l % 2 ? 2 : l + 1 < mc->layers ? 1 : 0;
+}
+
+int sg_plan_units(const sg_model_config *mc, int tp) {
+  int n = sg_plan_pieces(mc);
+  if (mc->kind != SG_MODEL_FNO) return n;
+  for (int l = 0; l < (int)mc->layers; ++l)
+    n -= sg_plan_fno_role(mc, tp, l) == 2;
+  return n;
+}
+
+int sg_plan_unit_start(const sg_model_config *mc, int tp, int u) {
+  int k = 0;
+  for (int i = 0; i < u; ++i) { /* piece k is layer k - 1 of the FNO */
+    const int pair = mc->kind == SG_MODEL_FNO && k >= 1 && k <= mc->layers &&
+                     sg_plan_fno_role(mc, tp, k - 1) == 1;
+    k += pair ? 2 : 1;
+  }
+  return k;
 }
 
 int sg_plan_data_ranks(const sg_plan_mesh *m) {
@@ -105,16 +130,6 @@ int sg_plan_data_ranks(const sg_plan_mesh *m) {
 int64_t sg_plan_micro(const sg_plan_problem *pb, const sg_plan_mesh *m) {
   return sg_plan_int(pb,
                      sg_plan_has_dim(m, "pp") ? "microbatches" : "grad_accum");
-}
-
-int64_t sg_plan_ckpt_every(const sg_plan_problem *pb) {
-  const char *ac = sg_kv_str(pb->cfg, "activation_checkpointing");
-  char *end = NULL;
-  if (!*ac || !strcmp(ac, "none")) return 0;
-  if (!strcmp(ac, "blocks")) return 1;
-  if (strncmp(ac, "every:", 6) != 0) return -1;
-  const long k = strtol(ac + 6, &end, 10);
-  return end != ac + 6 && *end == '\0' && k >= 1 && k <= 1000000 ? k : -1;
 }
 
 int sg_plan_has_dim(const sg_plan_mesh *m, const char *name) {
@@ -188,23 +203,10 @@ static void check_dims(const sg_plan_problem *pb, const sg_plan_mesh *m,
             sg_plan_mesh_ranks(m), pb->ranks);
 }
 
-/* The model's pipeline pieces on this mesh: the FNO under tp > 1 pairs its
- * spectral layers (a column- and a row-parallel one: one piece), the last
- * of an odd count alone (fno.c). */
-static int pipeline_pieces(const sg_plan_problem *pb, const sg_plan_mesh *m) {
-  int kind = 0;
-  const int n = sg_plan_pieces(pb);
-  if (sg_plan_model_kind(pb, &kind) != SG_OK || kind != SG_MODEL_FNO ||
-      sg_plan_mesh_dim(m, "tp") <= 1)
-    return n;
-  const int L = (int)sg_plan_int(pb, "layers");
-  return (L + 1) / 2 + 2;
-}
-
 /* The pipeline's schedule and pieces (sg-train's pipe.c, pipeline.c,
  * pipeline_schedule.c: the schedule generator's own refusals). */
-static void check_pipeline(const sg_plan_problem *pb, const sg_plan_mesh *m,
-                           why_buf *w) {
+static void check_pipeline(const sg_plan_problem *pb, const sg_model_config *mc,
+                           const sg_plan_mesh *m, why_buf *w) {
   sg_pp_kind kind;
   char msg[384];
   if (sg_pp_kind_parse(sg_kv_str(pb->cfg, "pp_schedule"), &kind) != SG_OK) {
@@ -215,7 +217,8 @@ static void check_pipeline(const sg_plan_problem *pb, const sg_plan_mesh *m,
   const int64_t pv = sg_plan_int(pb, "pp_virtual"),
                 micro = sg_plan_int(pb, "microbatches");
   const int v = pv > 0 ? (int)pv : kind == SG_PP_INTERLEAVED ? 2 : 1;
-  const int np = sg_plan_mesh_dim(m, "pp"), pieces = pipeline_pieces(pb, m);
+  const int np = sg_plan_mesh_dim(m, "pp"),
+            pieces = sg_plan_units(mc, sg_plan_mesh_dim(m, "tp"));
   sg_pp_schedule *sch = NULL;
   if (micro >= 1 && micro <= 1000000 &&
       sg_pp_schedule_create(kind, np, (int)micro, v, &sch) != SG_OK) {
@@ -232,18 +235,13 @@ static void check_pipeline(const sg_plan_problem *pb, const sg_plan_mesh *m,
 
 /* ZeRO stages and the pipeline (parallel.c plan_roles, pipeline.c, sg-train's
  * pipe.c and check_rollout). */
-static void check_plan(const sg_plan_problem *pb, const sg_plan_mesh *m,
-                       why_buf *w) {
+static void check_plan(const sg_plan_problem *pb, const sg_model_config *mc,
+                       const sg_plan_mesh *m, why_buf *w) {
   const int64_t zero = sg_plan_int(pb, "zero");
   const int fsdp = sg_plan_mesh_dim(m, "fsdp"), pp = sg_plan_has_dim(m, "pp");
   const int over_domain = sg_kv_bool(pb->cfg, "zero_over_domain");
   if (zero < 0 || zero > 3)
     why_add(w, "zero must be 0, 1, 2 or 3, not %lld", (long long)zero);
-  if (sg_plan_ckpt_every(pb) < 0)
-    why_add(w,
-            "activation_checkpointing must be none, blocks or every:K with K "
-            ">= 1, not '%s'",
-            sg_kv_str(pb->cfg, "activation_checkpointing"));
   if (fsdp > 1 && zero == 0)
     why_add(w, "mesh dim 'fsdp' shards the model state: set zero = 1, 2 or 3 "
                "(or use 'dp' for plain data parallelism)");
@@ -270,7 +268,7 @@ static void check_plan(const sg_plan_problem *pb, const sg_plan_mesh *m,
             "rollout_train = %lld with a pp mesh dim: multi-step training "
             "does not run through the pipeline yet",
             (long long)sg_plan_int(pb, "rollout_train"));
-  check_pipeline(pb, m, w);
+  check_pipeline(pb, mc, m, w);
 }
 
 /* sg-train's batch split: batch over dp x fsdp, then over micro-batches. */
@@ -327,21 +325,19 @@ static sg_window conv_same(int64_t k, sg_boundary b) {
 
 /* The window ops the model runs along one grid dim (i: 0 y over h, 1 x
  * over w), checked in order; the first that does not fit is reported. */
-static void check_windows(const sg_plan_problem *pb, int kind, int i, int p,
-                          why_buf *w) {
-  const int64_t n = i == 0 ? pb->ny : pb->nx, k = sg_plan_int(pb, "kernel");
+static void check_windows(const sg_plan_problem *pb, const sg_model_config *mc,
+                          int i, int p, why_buf *w) {
+  const int kind = (int)mc->kind;
+  const int64_t n = i == 0 ? pb->ny : pb->nx, k = mc->kernel;
   const char *dim = i == 0 ? "h" : "w";
-  sg_boundary b = SG_BOUNDARY_ZERO;
-  if (sg_boundary_parse(sg_kv_str(pb->cfg, i == 0 ? "pad_y" : "pad_x"), &b) !=
-      SG_OK)
-    b = SG_BOUNDARY_ZERO;
+  const sg_boundary b = mc->pad[i];
   char msg[384] = "";
   int64_t out = 0;
   int bad = 0;
   if (kind == SG_MODEL_CNN) {
     bad = window_fits(i, n, p, conv_same(k, b), &out, msg, sizeof msg);
   } else if (kind == SG_MODEL_UNET) {
-    const int L = (int)sg_plan_int(pb, "levels");
+    const int L = (int)mc->levels;
     const sg_window pool = {.kernel = 2, .stride = 2};
     const sg_window up = {.kernel = 3,
                           .stride = 1,
@@ -357,7 +353,7 @@ static void check_windows(const sg_plan_problem *pb, int kind, int i, int p,
             (l > 0 && window_fits(i, nl, p, up, &out, msg, sizeof msg));
     }
   } else if (kind == SG_MODEL_VIT) {
-    const int64_t ps = sg_plan_int(pb, "patch");
+    const int64_t ps = mc->patch;
     const sg_window patch = {.kernel = ps, .stride = ps};
     if (ps >= 1 && n % ps == 0)
       bad = window_fits(i, n, p, patch, &out, msg, sizeof msg);
@@ -372,16 +368,10 @@ static void check_windows(const sg_plan_problem *pb, int kind, int i, int p,
 /* The ViT's attention over the split tokens (sp_mode; models/ag_ulysses.c's
  * sg_sp_mode_check, in its words): Ulysses attends whole heads on every rank
  * of its all-to-all (h and w; USP: w). */
-static void check_sp_mode(const sg_plan_problem *pb, int64_t heads, int tp,
-                          int ph, int pw, why_buf *w) {
-  const char *name = sg_kv_str(pb->cfg, "sp_mode");
-  sg_sp_mode mode = SG_SP_RING;
-  if (*name && sg_sp_mode_parse(name, &mode) != SG_OK) {
-    char msg[384];
-    strip_error(sg_last_error(), msg, sizeof msg);
-    why_add(w, "%s", msg);
-    return;
-  }
+static void check_sp_mode(const sg_model_config *mc, int tp, int ph, int pw,
+                          why_buf *w) {
+  const sg_sp_mode mode = (sg_sp_mode)mc->sp_mode;
+  const int64_t heads = mc->heads;
   const int P = mode == SG_SP_ULYSSES ? ph * pw : pw;
   if (mode != SG_SP_RING && heads >= 1 && (heads % tp || (heads / tp) % P))
     why_add(
@@ -395,9 +385,10 @@ static void check_sp_mode(const sg_plan_problem *pb, int64_t heads, int tp,
 
 /* The ViT's tp_sequence (vit.c vit_check_seq, in its words): no pp, and
  * a token per tp rank on the smallest shard. */
-static void check_tp_sequence(const sg_plan_problem *pb, const sg_plan_mesh *m,
+static void check_tp_sequence(const sg_plan_problem *pb,
+                              const sg_model_config *mc, const sg_plan_mesh *m,
                               int tp, int64_t p, why_buf *w) {
-  if (!sg_kv_bool(pb->cfg, "tp_sequence") || p < 1) return;
+  if (!mc->tp_sequence || p < 1) return;
   const int64_t tok = (pb->ny / p / sg_plan_mesh_dim(m, "h")) *
                       (pb->nx / p / sg_plan_mesh_dim(m, "w"));
   if (sg_plan_mesh_dim(m, "pp") > 1)
@@ -413,12 +404,10 @@ static void check_tp_sequence(const sg_plan_problem *pb, const sg_plan_mesh *m,
 /* FNO-3D (fno.c): modes that fit the grid and the padded time axis (the
  * out_frames output steps + pad_t), one variable (its output channels are
  * the time steps), no pipeline (no pieces yet). */
-static void check_fno3d(const sg_plan_problem *pb, const sg_plan_mesh *m,
-                        why_buf *w) {
-  const int64_t ny = pb->ny, nx = pb->nx, md = sg_plan_int(pb, "modes"),
-                mt = sg_plan_int(pb, "modes_t"),
-                nt = sg_plan_int(pb, "out_frames"),
-                pt = sg_plan_int(pb, "pad_t");
+static void check_fno3d(const sg_plan_problem *pb, const sg_model_config *mc,
+                        const sg_plan_mesh *m, why_buf *w) {
+  const int64_t ny = pb->ny, nx = pb->nx, md = mc->modes, mt = mc->modes_t,
+                nt = sg_plan_int(pb, "out_frames"), pt = mc->pad_t;
   if (md < 1 || 2 * md > ny || md > nx / 2 + 1)
     why_add(w,
             "FNO-3D: modes %lld do not fit a %lldx%lld grid (2 modes <= ny, "
@@ -442,9 +431,10 @@ static void check_fno3d(const sg_plan_problem *pb, const sg_plan_mesh *m,
 
 /* What each model refuses when it is built (fno.c, cnn.c, unet.c, vit.c,
  * convnet.c), and the thin shards of its window ops. */
-static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
-                        int kind, why_buf *w) {
-  const int64_t ny = pb->ny, nx = pb->nx, width = sg_plan_int(pb, "width");
+static void check_model(const sg_plan_problem *pb, const sg_model_config *mc,
+                        const sg_plan_mesh *m, why_buf *w) {
+  const int kind = (int)mc->kind;
+  const int64_t ny = pb->ny, nx = pb->nx, width = mc->width;
   const int ph = sg_plan_mesh_dim(m, "h"), pw = sg_plan_mesh_dim(m, "w"),
             tp = sg_plan_mesh_dim(m, "tp");
   static const char *const whos[] = {"FNO", "CNN", "U-Net", "vit", "FNO-3D"};
@@ -466,7 +456,7 @@ static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
         "a %lldx%lld grid cannot be split over h = %d, w = %d (empty shards)",
         (long long)ny, (long long)nx, ph, pw);
   if (kind == SG_MODEL_CNN || kind == SG_MODEL_UNET) {
-    const int64_t k = sg_plan_int(pb, "kernel"), g = sg_plan_int(pb, "groups");
+    const int64_t k = mc->kernel, g = mc->groups;
     if (k < 1 || k % 2 == 0)
       why_add(w, "%s: kernel must be odd (got %lld)", who, (long long)k);
     if (g < 1 || width % g)
@@ -481,7 +471,7 @@ static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
       why_add(w, "CNN: grid %lldx%lld smaller than the kernel %lld",
               (long long)ny, (long long)nx, (long long)k);
     if (kind == SG_MODEL_UNET) {
-      const int64_t L = sg_plan_int(pb, "levels");
+      const int64_t L = mc->levels;
       const int64_t f = L >= 1 && L < 20 ? (int64_t)1 << (L - 1) : 1;
       if (L < 1 || ny % f || nx % f || ny / f < k || nx / f < k) {
         why_add(
@@ -494,17 +484,16 @@ static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
       }
     }
   } else if (kind == SG_MODEL_FNO) {
-    const int64_t md = sg_plan_int(pb, "modes");
+    const int64_t md = mc->modes;
     if (md < 1 || 2 * md > ny || md > nx / 2 + 1)
       why_add(w,
               "FNO: modes %lld do not fit a %lldx%lld grid (2 modes <= ny, "
               "modes <= nx/2+1)",
               (long long)md, (long long)ny, (long long)nx);
   } else if (kind == SG_MODEL_FNO3D) {
-    check_fno3d(pb, m, w);
+    check_fno3d(pb, mc, m, w);
   } else if (kind == SG_MODEL_VIT) {
-    const int64_t heads = sg_plan_int(pb, "heads"),
-                  p = sg_plan_int(pb, "patch");
+    const int64_t heads = mc->heads, p = mc->patch;
     if (heads < 1 || width % heads)
       why_add(w, "vit: heads (%lld) must divide width (%lld)", (long long)heads,
               (long long)width);
@@ -513,8 +502,8 @@ static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
           w,
           "vit: heads (%lld) must be divisible by tp (%d): tensor parallelism splits the heads",
           (long long)heads, tp);
-    check_sp_mode(pb, heads, tp, ph, pw, w);
-    check_tp_sequence(pb, m, tp, p, w);
+    check_sp_mode(mc, tp, ph, pw, w);
+    check_tp_sequence(pb, mc, m, tp, p, w);
     if (p < 1 || ny % p || nx % p)
       why_add(
           w,
@@ -528,8 +517,8 @@ static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
           (long long)p, (long long)(ny / ph), (long long)(nx / pw), ph, pw);
   }
   if (ph > ny || pw > nx) return;
-  if (ph > 1) check_windows(pb, kind, 0, ph, w);
-  if (pw > 1) check_windows(pb, kind, 1, pw, w);
+  if (ph > 1) check_windows(pb, mc, 0, ph, w);
+  if (pw > 1) check_windows(pb, mc, 1, pw, w);
 }
 
 sg_status sg_plan_check(const sg_plan_problem *pb, const sg_plan_mesh *m,
@@ -540,17 +529,16 @@ sg_status sg_plan_check(const sg_plan_problem *pb, const sg_plan_mesh *m,
                         "sg_plan_check: NULL argument");
   why_buf w;
   memset(&w, 0, sizeof w);
-  int kind = -1;
-  if (sg_plan_model_kind(pb, &kind) != SG_OK) {
-    char msg[384];
+  sg_model_config mc;
+  if (sg_plan_model(pb, &mc) != SG_OK) { /* every invalid model key */
+    char msg[1024];
     strip_error(sg_last_error(), msg, sizeof msg);
     why_add(&w, "%s", msg);
-    kind = -1;
   }
   check_dims(pb, m, &w);
-  check_plan(pb, m, &w);
+  check_plan(pb, &mc, m, &w);
   check_batch(pb, m, &w);
-  if (kind >= 0) check_model(pb, m, kind, &w);
+  if ((int)mc.kind >= 0) check_model(pb, &mc, m, &w);
   if (!w.n) return SG_OK;
   char spec[128], head[256];
   sg_plan_mesh_format(m, spec, sizeof spec);

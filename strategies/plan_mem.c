@@ -177,9 +177,11 @@ typedef struct mshape {
   int threads;
   int kind;
   const sg_plan_problem *pb;
-  int cin; /* input channels (history x vars) */
+  sg_model_config mc; /* the model's keys (sg_model_config_from_kv) */
+  int cin;            /* input channels (history x vars) */
   int tp, domain, ckpt_every, ph, pw;
   int seq;      /* the ViT's tp_sequence with tp > 1: token slices over tp */
+  double wl;    /* the FNO's channels of a tp rank (the largest split) */
   int skip[16]; /* the U-Net's skips (encoder outputs) */
 } mshape;
 
@@ -272,7 +274,7 @@ static int op_add(sim *s, const mshape *m, int a, int b, double k, double ny,
 static int op_input(sim *s, const mshape *m, int *c) {
   int x = sim_leaf(s, fbytes(m, m->cin, m->ny, m->nx));
   *c = m->cin;
-  if (!m->pb->add_grid) return x;
+  if (!m->mc.add_grid) return x;
   *c += 2;
   return op_pointwise(s, m, x, *c, m->ny, m->nx, 0, 0, -1);
 }
@@ -338,8 +340,7 @@ static int op_conv_row(sim *s, const mshape *m, int x, double cl, double k,
  * convs a column-/row-parallel pair over tp. */
 static int unet_block(sim *s, const mshape *m, int h, double ci, double co,
                       double ny, double nx) {
-  const double kw = (double)sg_plan_int(m->pb, "kernel"),
-               g = (double)sg_plan_int(m->pb, "groups");
+  const double kw = (double)m->mc.kernel, g = (double)m->mc.groups;
   double gl = g;
   const double cl = cn_tp_channels(m, co, g, &gl);
   h = op_conv_col(s, m, h, ci, cl, kw, ny, nx);
@@ -353,8 +354,8 @@ static int unet_block(sim *s, const mshape *m, int h, double ci, double co,
 /* The U-Net's piece k (unet.c unet_piece) on h; the encoder outputs the
  * decoder takes wait in m->skip. */
 static int unet_piece(sim *s, const mshape *m, int k, int h) {
-  const int L = (int)sg_plan_int(m->pb, "levels");
-  const double w = (double)sg_plan_int(m->pb, "width");
+  const int L = (int)m->mc.levels;
+  const double w = (double)m->mc.width;
   int *skip = ((mshape *)m)->skip;
   if (k < L) {
     const double ny = m->ny / (1 << k), nx = m->nx / (1 << k);
@@ -420,8 +421,8 @@ static void vit_rows(const mshape *m, double ty, double tx, double *sy,
  * LayerNorms and residuals on token slices (the all-gather before a
  * column-parallel linear is tp_copy's op with a full output). */
 static int vit_block_ops(sim *s, const mshape *m, int h, double ty, double tx) {
-  const double C = (double)sg_plan_int(m->pb, "width"),
-               H = (double)sg_plan_int(m->pb, "heads") / m->tp, T = ty * tx;
+  const double C = (double)m->mc.width, H = (double)m->mc.heads / m->tp,
+               T = ty * tx;
   double sy, sx;
   vit_rows(m, ty, tx, &sy, &sx);
   int r = op_norm(s, m, h, C, sy, sx, m->b * sy * sx);
@@ -447,11 +448,10 @@ static int vit_block_ops(sim *s, const mshape *m, int h, double ty, double tx) {
 
 /* The ViT's piece k (vit.c vit_run) on h. */
 static int vit_piece(sim *s, const mshape *m, int k, int h) {
-  const double C = (double)sg_plan_int(m->pb, "width"),
-               p = (double)sg_plan_int(m->pb, "patch"),
+  const double C = (double)m->mc.width, p = (double)m->mc.patch,
                cout = (double)m->pb->vars;
   const double ty = floor(m->ny / p), tx = floor(m->nx / p);
-  const int depth = (int)sg_plan_int(m->pb, "depth");
+  const int depth = (int)m->mc.depth;
   double sy, sx;
   vit_rows(m, ty, tx, &sy, &sx);
   if (k == 0) {
@@ -487,17 +487,45 @@ static int vit_piece(sim *s, const mshape *m, int k, int h) {
 /* The FNO's local spectrum count (sg_spectral_conv_spectrum_count / b / c):
  * 2 M floats, M the kept modes (2 modes x modes) over the domain ranks. */
 static double fno_modes(const mshape *m, int domain) {
-  const double md = (double)sg_plan_int(m->pb, "modes");
+  const double md = (double)m->mc.modes;
   return ceil(2.0 * md * md / domain);
 }
 
-/* Piece k of the FNO or the CNN (fno.c, cnn.c forward_blocks) on h. */
+/* The FNO's spectral layer l on h: act(spectral + linear) (no act after the
+ * last), split over tp by its role (ag_tp.c sg_ag_spectral_linear_tp): a
+ * column-parallel layer copies its replicated input into the TP region and
+ * makes wl channels; a row-parallel one takes wl, sums the partial outputs
+ * over tp and adds the bias after the reduction. */
+static int fno_layer(sim *s, const mshape *m, int l, int h) {
+  const double w = (double)m->mc.width, ny = m->ny, nx = m->nx;
+  const int role = sg_plan_fno_role(&m->mc, m->tp, l);
+  const double ci = role == 2 ? m->wl : w, co = role == 1 ? m->wl : w;
+  if (role == 1) h = op_pointwise(s, m, h, w, ny, nx, 0, 0, -1); /* tp_copy */
+  const double M = fno_modes(m, m->domain);
+  sim_op sp = {.nin = 1,
+               .in = {h},
+               .out = fbytes(m, co, ny, nx),
+               .saved = 4.0 * 2.0 * m->b * ci * M, /* 2 nb cin M */
+               .windowed = -1,
+               .param = 1};
+  int sv = sim_apply(s, &sp);
+  int lv = op_linear(s, m, h, ci, co, ny, nx);
+  h = op_add(s, m, sv, lv, co, ny, nx);
+  if (role == 2) {
+    h = op_pointwise(s, m, h, co, ny, nx, 0, 1u, -1); /* tp_reduce */
+    h = op_pointwise(s, m, h, co, ny, nx, 1, 0, -1);  /* the bias */
+  }
+  return l + 1 < m->mc.layers ? op_act(s, m, h, co, ny, nx) : h;
+}
+
+/* Piece k of the FNO or the CNN (fno.c, cnn.c forward_blocks) on h; the
+ * FNO's pieces here are its layers (a tp pair is two). */
 static int fno_cnn_piece(sim *s, const mshape *m, int k, int h) {
   const sg_plan_problem *pb = m->pb;
-  const double w = (double)sg_plan_int(pb, "width"), ny = m->ny, nx = m->nx,
-               P = (double)sg_plan_int(pb, "proj_width"),
-               cout = (double)pb->vars, kw = (double)sg_plan_int(pb, "kernel");
-  const int npieces = sg_plan_pieces(pb);
+  const double w = (double)m->mc.width, ny = m->ny, nx = m->nx,
+               P = (double)m->mc.proj_width, cout = (double)pb->vars,
+               kw = (double)m->mc.kernel;
+  const int npieces = sg_plan_pieces(&m->mc);
   if (k == 0) {
     int cc = 0;
     h = op_input(s, m, &cc);
@@ -509,23 +537,10 @@ static int fno_cnn_piece(sim *s, const mshape *m, int k, int h) {
     h = op_act(s, m, h, P, ny, nx);
     return op_linear(s, m, h, P, cout, ny, nx);
   }
-  if (m->kind == SG_MODEL_FNO) { /* spectral layer: act(spectral + linear) */
-    const double M = fno_modes(m, m->domain);
-    sim_op sp = {.nin = 1,
-                 .in = {h},
-                 .out = fbytes(m, w, ny, nx),
-                 .saved = 4.0 * 2.0 * m->b * w * M, /* 2 nb cin M */
-                 .windowed = -1,
-                 .param = 1};
-    int sv = sim_apply(s, &sp);
-    int lv = op_linear(s, m, h, w, w, ny, nx);
-    h = op_add(s, m, sv, lv, w, ny, nx);
-    return k < npieces - 2 ? op_act(s, m, h, w, ny, nx) : h;
-  }
+  if (m->kind == SG_MODEL_FNO) return fno_layer(s, m, k - 1, h);
   /* a CNN residual block: a column-/row-parallel pair over tp */
   double gl = 0;
-  const double cl = cn_tp_channels(m, w, (double)sg_plan_int(pb, "groups"),
-                                   &gl);
+  const double cl = cn_tp_channels(m, w, (double)m->mc.groups, &gl);
   int r = op_conv_col(s, m, h, w, cl, kw, ny, nx);
   r = op_norm(s, m, r, cl, ny, nx, m->b * gl);
   r = op_act(s, m, r, cl, ny, nx);
@@ -542,7 +557,7 @@ static int model_piece(sim *s, const struct mshape *m, int k, int h) {
 /* Piece k is a checkpointed block (the blocks of fno.c, cnn.c, vit.c:
  * every act_ckpt_every-th, counted from 1). */
 static int piece_checkpointed(const mshape *m, int k) {
-  const int every = m->ckpt_every, n = sg_plan_pieces(m->pb);
+  const int every = m->ckpt_every, n = sg_plan_pieces(&m->mc);
   if (every < 1 || m->kind == SG_MODEL_UNET || k < 1 || k > n - 2) return 0;
   return k % every == 0;
 }
@@ -578,43 +593,44 @@ static double conv_params(double co, double ci, double k) {
 
 /* The parameter floats of piece k this rank holds (the tables of
  * models/fno.c, cnn.c, unet.c, vit.c, in the order of their pieces). */
-static double piece_params(const mshape *m, const sg_plan_mesh *mesh, int k) {
+static double piece_params(const mshape *m, int k) {
   const sg_plan_problem *pb = m->pb;
-  const double w = (double)sg_plan_int(pb, "width"),
-               P = (double)sg_plan_int(pb, "proj_width"),
-               cout = (double)pb->vars, kw = (double)sg_plan_int(pb, "kernel");
-  const double c0 = m->cin + (pb->add_grid ? 2 : 0);
-  const int n = sg_plan_pieces(pb), last = k == n - 1;
+  const double w = (double)m->mc.width, P = (double)m->mc.proj_width,
+               cout = (double)pb->vars, kw = (double)m->mc.kernel;
+  const double c0 = m->cin + (m->mc.add_grid ? 2 : 0);
+  const int n = sg_plan_pieces(&m->mc), last = k == n - 1;
   if (m->kind == SG_MODEL_FNO || m->kind == SG_MODEL_CNN) {
     if (last) return conv_params(P, w, 1) + conv_params(cout, P, 1);
     if (m->kind == SG_MODEL_FNO) {
       if (k == 0) return conv_params(w, c0, 1);
-      const double md = (double)sg_plan_int(pb, "modes");
-      const double K = sg_kv_bool(pb->cfg, "shard_spectral")
-                           ? ceil(2.0 * md * md / m->domain)
-                           : 2.0 * md * md;
-      return 2.0 * w * w * K + conv_params(w, w, 1);
+      const double md = (double)m->mc.modes;
+      const double K = m->mc.shard_spectral ? ceil(2.0 * md * md / m->domain)
+                                            : 2.0 * md * md;
+      /* a tp-split layer holds wl of the channels on one side: the
+       * spectral weight and the skip's matrix; its bias is split with
+       * the output (column) or whole (row) */
+      const int role = sg_plan_fno_role(&m->mc, m->tp, k - 1);
+      const double c = role ? m->wl : w;
+      return 2.0 * w * c * K + w * c + (role == 1 ? m->wl : w);
     }
     if (k == 0) return conv_params(w, c0, kw);
     double gl = 0; /* conv1 and the norm by output, conv2 by input channel */
-    const double cl = cn_tp_channels(m, w, (double)sg_plan_int(pb, "groups"),
-                                     &gl);
+    const double cl = cn_tp_channels(m, w, (double)m->mc.groups, &gl);
     return conv_params(cl, w, kw) + 2 * cl + conv_params(w, cl, kw);
   }
   if (m->kind == SG_MODEL_UNET) { /* level blocks: conv, norm, conv, norm */
-    const int L = (int)sg_plan_int(pb, "levels");
+    const int L = (int)m->mc.levels;
     if (last) return conv_params(cout, w, 1);
     const int l = k < L ? k : 2 * L - 2 - k;
     const double co = w * (1 << l);
     const double ci = k < L ? (l == 0 ? c0 : w * (1 << (l - 1)))
                             : w * (1 << (l + 1)) + co;
     double gl = 0; /* conv1 and norm1 split over tp, conv2 by input */
-    const double cl = cn_tp_channels(m, co, (double)sg_plan_int(pb, "groups"),
-                                     &gl);
+    const double cl = cn_tp_channels(m, co, (double)m->mc.groups, &gl);
     return conv_params(cl, ci, kw) + 2 * cl + conv_params(co, cl, kw) + 2 * co;
   }
   /* vit: embedding and position field; blocks; final norm and un-patchify */
-  const double p = (double)sg_plan_int(pb, "patch"), tp = m->tp;
+  const double p = (double)m->mc.patch, tp = m->tp;
   if (k == 0)
     return conv_params(w, c0, p) + w * floor(m->ny / p) * floor(m->nx / p);
   if (last) return 2 * w + w * cout * p * p + cout;
@@ -639,14 +655,33 @@ static void plan_buffers(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
   if (zero == 1 || zero == 2) out->workspace += 4.0 * (n + nstate + 1);
 }
 
-/* The FNO's spectral buffers (x, y, z spectra) and FFT plan scratch. */
+/* One spectral convolution's buffers (spectral.c conv_create: the x and
+ * z spectra of cin channels, the y spectrum of cout) and its FFT plans'
+ * scratch (fft.c: A, B and the send block, of the larger of the real and
+ * the half-spectrum block), one plan when cin == cout. */
+static double spectral_conv_bytes(const mshape *m, double cin, double cout) {
+  const double M = fno_modes(m, m->domain);
+  const double spec = 4.0 * 2.0 * m->b * M * (2.0 * cin + cout);
+  double plans = 0.0;
+  for (int i = 0; i < (cin == cout ? 1 : 2); ++i) {
+    const double c = i ? cout : cin;
+    const double real = fbytes(m, c, m->ny, m->nx),
+                 half = 8.0 * m->b * c * m->ny * floor(m->nx / 2 + 1);
+    plans += 3 * (real > half ? real : half);
+  }
+  return spec + plans;
+}
+
+/* The FNO's spectral convolutions, one per shape its layers use (fno.c
+ * fno_convs: the replicated one, the column- and the row-parallel one). */
 static double fno_workspace(const mshape *m) {
-  const double w = (double)sg_plan_int(m->pb, "width"),
-               M = fno_modes(m, m->domain);
-  const double spec = 4.0 * 2.0 * m->b * w * M;
-  const double real = fbytes(m, w, m->ny, m->nx),
-               half = 8.0 * m->b * w * m->ny * floor(m->nx / 2 + 1);
-  return 3 * spec + 3 * (real > half ? real : half);
+  const double w = (double)m->mc.width;
+  int has[3] = {0, 0, 0};
+  for (int l = 0; l < (int)m->mc.layers; ++l)
+    has[sg_plan_fno_role(&m->mc, m->tp, l)] = 1;
+  return (has[0] ? spectral_conv_bytes(m, w, w) : 0.0) +
+         (has[1] ? spectral_conv_bytes(m, w, m->wl) : 0.0) +
+         (has[2] ? spectral_conv_bytes(m, m->wl, w) : 0.0);
 }
 
 /* One micro-batch through the pieces [first, last): the replay's peak
@@ -667,8 +702,8 @@ static void chunk_replay(sim *s, const mshape *m, int first, int last,
     s->live = bytes;
   }
   h = model_forward(s, m, first, last, h);
-  *outb = last < sg_plan_pieces(m->pb) ? s->v[h].bytes : 0.0;
-  if (last == sg_plan_pieces(m->pb)) op_loss(s, m, h, (double)m->pb->vars);
+  *outb = last < sg_plan_pieces(&m->mc) ? s->v[h].bytes : 0.0;
+  if (last == sg_plan_pieces(&m->mc)) op_loss(s, m, h, (double)m->pb->vars);
   *held = s->live;
   sim_backward(s, 0);
   *peak = s->peak;
@@ -682,7 +717,9 @@ static sg_status stages(sim *s, const mshape *m, const sg_plan_mesh *mesh,
                         sg_plan_mem *out) {
   sg_status st = SG_OK;
   sg_pp_schedule *sch = NULL;
-  const int n = sg_plan_pieces(m->pb), pp = sg_plan_mesh_dim(mesh, "pp");
+  /* the pipeline cuts units (an FNO tp pair is one: fno.c fno_units) */
+  const int n = sg_plan_pieces(&m->mc), nu = sg_plan_units(&m->mc, m->tp),
+            pp = sg_plan_mesh_dim(mesh, "pp");
   int v = 1;
   if (sg_plan_has_dim(mesh, "pp")) {
     sg_pp_kind kind;
@@ -700,17 +737,18 @@ static sg_status stages(sim *s, const mshape *m, const sg_plan_mesh *mesh,
   /* the plan's flat buffers span the whole model's table on every stage
    * (pipeline.c sg_pipe_model_plan: nlocal is the model's count) */
   double params = 0;
-  for (int k = 0; k < n; ++k) params += piece_params(m, mesh, k);
+  for (int k = 0; k < n; ++k) params += piece_params(m, k);
   for (int q = 0; q < pp; ++q) {
     sg_plan_mem sm;
     memset(&sm, 0, sizeof sm);
     double held = 0, peak = 0, grad_in = 0;
     for (int c = 0; c < v; ++c) { /* even split (pipeline.c pp_cut) */
       const int g = c * pp + q;
-      const int a = g * (n / nv) + (g < n % nv ? g : n % nv),
-                b = (g + 1) * (n / nv) + (g + 1 < n % nv ? g + 1 : n % nv);
+      const int a = g * (nu / nv) + (g < nu % nv ? g : nu % nv),
+                b = (g + 1) * (nu / nv) + (g + 1 < nu % nv ? g + 1 : nu % nv);
       double hg = 0, pg = 0, og = 0;
-      chunk_replay(s, m, a, b, &hg, &pg, &og);
+      chunk_replay(s, m, sg_plan_unit_start(&m->mc, m->tp, a),
+                   sg_plan_unit_start(&m->mc, m->tp, b), &hg, &pg, &og);
       if (og > grad_in) grad_in = og;
       if (hg > held) held = hg;
       if (pg > peak) peak = pg;
@@ -740,15 +778,13 @@ sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
   if (!pb || !mesh || !out)
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_plan_memory: NULL");
   memset(out, 0, sizeof *out);
-  int kind = 0;
-  SG_TRY(sg_plan_model_kind(pb, &kind));
-  const int ph = sg_plan_mesh_dim(mesh, "h"), pw = sg_plan_mesh_dim(mesh, "w");
+  sg_model_config mc;
+  SG_TRY(sg_plan_model(pb, &mc));
+  const int kind = (int)mc.kind;
+  const int ph = sg_plan_mesh_dim(mesh, "h"), pw = sg_plan_mesh_dim(mesh, "w"),
+            tp = sg_plan_mesh_dim(mesh, "tp");
   const int64_t micro = sg_plan_micro(pb, mesh);
-  const int64_t every = sg_plan_ckpt_every(pb);
-  if (every < 0)
-    SG_RAISE(SG_ERR_CONFIG,
-             "activation_checkpointing '%s': none, blocks or every:K",
-             sg_kv_str(pb->cfg, "activation_checkpointing"));
+  const int every = mc.act_ckpt_every;
   if (kind == SG_MODEL_FNO3D)
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
              "sg_plan_memory: no memory model for fno3d yet (its mesh "
@@ -765,14 +801,15 @@ sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
               .threads = pb->threads > 0 ? pb->threads : 1,
               .kind = kind,
               .pb = pb,
-              .cin = (int)(pb->vars * sg_plan_int(pb, "history")),
-              .tp = sg_plan_mesh_dim(mesh, "tp"),
+              .mc = mc,
+              .cin = (int)mc.cin,
+              .tp = tp,
+              .wl = ceil((double)mc.width / tp),
               .domain = ph * pw,
               .ph = ph,
               .pw = pw,
-              .ckpt_every = (int)every};
-  m.seq = kind == SG_MODEL_VIT && m.tp > 1 &&
-          sg_kv_bool(pb->cfg, "tp_sequence");
+              .ckpt_every = every};
+  m.seq = kind == SG_MODEL_VIT && m.tp > 1 && mc.tp_sequence;
   s = calloc(1, sizeof *s);
   if (!s) SG_RAISE(SG_ERR_ALLOC, "sg_plan_memory: out of memory");
   SG_TRY(stages(s, &m, mesh, out));

@@ -10,14 +10,15 @@
  * schedule. Nothing overlaps in the model (a CPU MPI progresses little in
  * the background): the total is the sum of the parts, with the pipeline's
  * makespan in place of its stages' compute. */
+#include "plan_impl.h"
 #include "sg_pipeline.h"
-#include "sg_plan.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- the problem's keys (absent or empty: the sg-train default) ---- */
+/* ---- the run's keys (absent or empty: the sg-train default); the
+ * model's are sg_model_config_from_kv's ---- */
 
 static int64_t cfg_int(sg_kv_t kv, const char *key, int64_t def) {
   const char *s = kv ? sg_kv_str(kv, key) : NULL;
@@ -96,6 +97,8 @@ typedef struct pt {
   const sg_plan_mesh *m;
   const sg_plan_hw *hw;
   sg_kv_t kv;
+  sg_model_config mc;  /* the model's keys (sg_model_config_from_kv) */
+  double wl;           /* the FNO's channels of a tp rank (the largest) */
   double nb;           /* samples in a micro-batch on this rank */
   int64_t ny, nx;      /* global grid */
   double ly, lx;       /* local grid (the largest shard) */
@@ -108,6 +111,9 @@ typedef struct pt {
    * (replicated), over dp/fsdp only (domain-sharded), and the ViT's
    * tp-sharded ones (reduced over the data dims) */
   double par_rep, par_dom;
+  /* parameter tensors on this rank: ZeRO 2 and 3 reduce-scatter and
+   * gather them one at a time (parallel_hooks.c) */
+  double ntens;
 } pt;
 
 static double roof(double flops, double rate, double bytes, double bw) {
@@ -213,57 +219,109 @@ static double lg2(double x) { return x > 1 ? log2(x) : 0.0; }
 
 /* ---- the models ---- */
 
-/* FNO: lift, `layers` x (spectral conv + 1x1 linear + add + act), the
- * projection. A spectral conv is r2c along x, truncated to modes columns,
- * c2c along y on them, the mode mix, and back; forward and backward run
- * four such transforms per layer. Domain splits add the transposes
- * (docs/spectral.md): h alone one, w alone two, both three, moving the
- * truncated spectrum (the first w transpose moves the real block). */
-static void model_fno(pt *c, double cin, double cout) {
-  const double w = cfg_int(c->kv, "width", 32), L = cfg_int(c->kv, "layers", 4),
-               md = cfg_int(c->kv, "modes", 12),
-               pw = cfg_int(c->kv, "proj_width", 128);
-  const double pts = c->ly * c->lx, n = c->nb * pts, dom = c->sh * c->sw;
-  const double ny = (double)c->ny, nx = (double)c->nx;
-  const double k_local = 2.0 * md * md / dom; /* kept modes of this rank */
-  const int shard = strcmp(cfg_str(c->kv, "shard_spectral", "true"), "false");
+/* The chunks a distributed FFT of `batch` fields splits into (fft.c
+ * chunk_batch: as many fields as fit 512 KiB of the local complex block,
+ * the largest divisor of the batch; SG_FFT_CHUNK_BYTES is not read here):
+ * every chunk transposes on its own, a synchronisation each. */
+static double fft_chunks(double batch, double ny, double nx, double dom) {
+  const double per = 2.0 * 4.0 * ny * nx / dom;
+  double target = floor(524288.0 / per);
+  if (target >= batch) return 1.0;
+  if (target < 1) target = 1;
+  for (double c = target; c > 1; --c)
+    if (fmod(batch, c) == 0) return batch / c;
+  return batch;
+}
+
+/* One FFT transpose of `bytes` per rank over group g in `chunks` pieces:
+ * alpha per piece, the bytes at the link's beta, and the pack into the
+ * send block and the unpack out of the received one (fft_layout.c: two
+ * local copies, read and write, at mem_bw). */
+static double fft_transpose(const pt *c, pt_group g, double bytes,
+                            double chunks) {
+  return chunks * (g.p - 1) * g.alpha + (g.p - 1.0) / g.p * bytes * g.beta +
+         roof(0, 0, 4.0 * bytes, c->hw->mem_bw);
+}
+
+/* One FNO transform on ch channels (forward or backward): r2c along x,
+ * truncated to modes columns, c2c along y on them. Domain splits add the
+ * transposes (docs/spectral.md): h alone one, w alone two, both three,
+ * moving the truncated spectrum (the first w transpose moves the real
+ * block). */
+static void fno_transform(pt *c, double ch, int bwd) {
   static const char *const hw2[2] = {"h", "w"}, *const wn[1] = {"w"};
-  op_mm(c, 0, n, cin, w, 2.0);
-  for (int l = 0; l < (int)L; ++l) {
-    /* one transform on w channels: r2c rows + c2c over the kept columns */
-    const double ff = c->nb * w *
-                      (ny * 2.5 * nx * lg2(nx) + md * 5.0 * ny * lg2(ny)) / dom;
-    const double fb = c->nb * w * 4.0 * (pts + 2.0 * md * ny / dom);
-    c->fwd += 2.0 * roof(ff, c->hw->fft_flops, fb, c->hw->mem_bw);
-    c->bwd += 2.0 * roof(ff, c->hw->fft_flops, fb, c->hw->mem_bw);
-    c->flops.fft += 4.0 * ff;
-    c->flops.act += 8.0 * c->nb * w * 2.0 * md * ny / dom; /* spectra */
-    /* the mode mix: a complex w x w product per kept mode (8 flops a
-     * complex multiply-add: 4x a real GEMM of the same shape) */
-    op_mm(c, 0, c->nb * k_local, w, 4.0 * w, 2.0);
-    if (dom > 1) {
-      const pt_group g = pt_group_of(c->m, c->hw, hw2, 2);
-      const pt_group gw = pt_group_of(c->m, c->hw, wn, 1);
-      const double spec = c->nb * w * 8.0 * ny * md / dom;
-      double t = 0.0;
-      if (c->sw > 1) t += g_scatter(gw, c->nb * w * c->eb * pts);
-      const int more = (c->sh > 1) + (c->sw > 1);
-      t += more * g_scatter(g, spec);
-      c->alltoall += 4.0 * t; /* four transforms per layer and step */
-    }
-    op_mm(c, 0, n, w, w, 2.0);
-    op_elem(c, n * w, 2.0);
-    if (l + 1 < (int)L) op_act(c, n * w);
-    if (shard)
-      c->par_dom += 2.0 * w * w * 2.0 * md * md / dom;
-    else
-      c->par_rep += 2.0 * w * w * 2.0 * md * md;
-    c->par_rep += w * w + w;
+  const double md = (double)c->mc.modes, ny = (double)c->ny, nx = (double)c->nx,
+               pts = c->ly * c->lx, dom = c->sh * c->sw;
+  const double ff = c->nb * ch *
+                    (ny * 2.5 * nx * lg2(nx) + md * 5.0 * ny * lg2(ny)) / dom;
+  const double fb = c->nb * ch * 4.0 * (pts + 2.0 * md * ny / dom);
+  *(bwd ? &c->bwd : &c->fwd) += roof(ff, c->hw->fft_flops, fb, c->hw->mem_bw);
+  c->flops.fft += ff;
+  c->flops.act += 2.0 * c->nb * ch * 2.0 * md * ny / dom; /* spectra */
+  if (dom <= 1) return;
+  const pt_group g = pt_group_of(c->m, c->hw, hw2, 2),
+                 gw = pt_group_of(c->m, c->hw, wn, 1);
+  const double spec = c->nb * ch * 8.0 * ny * md / dom,
+               chunks = fft_chunks(c->nb * ch, ny, nx, dom);
+  if (c->sw > 1)
+    c->alltoall += fft_transpose(c, gw, c->nb * ch * c->eb * pts, chunks);
+  c->alltoall += ((c->sh > 1) + (c->sw > 1)) *
+                 fft_transpose(c, g, spec, chunks);
+}
+
+/* FNO spectral layer l: act(spectral conv + 1x1 linear), split over tp by
+ * its role (fno.c, ag_tp.c sg_ag_spectral_linear_tp): a column-parallel
+ * layer takes the w replicated channels (a copy in, its gradient
+ * all-reduced over tp backward) and makes wl; a row-parallel one takes wl,
+ * all-reduces its w partial outputs forward (after agreeing on the ranks'
+ * status) and adds the bias after. Forward transforms its input (ci
+ * channels) and inverse-transforms its output (co); backward the
+ * reverse. */
+static void fno_layer(pt *c, int l) {
+  static const char *const tpn[1] = {"tp"};
+  const double w = (double)c->mc.width, md = (double)c->mc.modes;
+  const double n = c->nb * c->ly * c->lx, dom = c->sh * c->sw;
+  const int role = sg_plan_fno_role(&c->mc, c->tp, l);
+  const double ci = role == 2 ? c->wl : w, co = role == 1 ? c->wl : w;
+  const pt_group gt = pt_group_of(c->m, c->hw, tpn, 1);
+  if (role == 1) {
+    op_copy(c, n * w);
+    c->allreduce += g_allreduce(gt, n * w * c->eb);
   }
+  fno_transform(c, ci, 0);
+  fno_transform(c, co, 0);
+  fno_transform(c, co, 1);
+  fno_transform(c, ci, 1);
+  /* the mode mix: a complex ci x co product per kept mode (8 flops a
+   * complex multiply-add: 4x a real GEMM of the same shape) */
+  op_mm(c, 0, c->nb * 2.0 * md * md / dom, ci, 4.0 * co, 2.0);
+  op_mm(c, 0, n, ci, co, 2.0);
+  op_elem(c, n * co, 2.0);
+  if (role == 2) {
+    c->allreduce += g_allreduce(gt, n * w * c->eb) + g_allreduce(gt, 4.0);
+    op_elem(c, n * w, 1.0); /* the bias */
+  }
+  if (l + 1 < (int)c->mc.layers) op_act(c, n * co);
+  const double spectral = 2.0 * ci * co * 2.0 * md * md;
+  if (c->mc.shard_spectral)
+    c->par_dom += spectral / dom;
+  else
+    c->par_rep += spectral;
+  c->par_rep += ci * co + (role == 1 ? c->wl : w);
+  c->ntens += 3.0; /* spectral weight, skip weight and bias */
+}
+
+/* FNO: lift, `layers` spectral layers, the projection. */
+static void model_fno(pt *c, double cin, double cout) {
+  const double w = (double)c->mc.width, pw = (double)c->mc.proj_width;
+  const double n = c->nb * c->ly * c->lx;
+  op_mm(c, 0, n, cin, w, 2.0);
+  for (int l = 0; l < (int)c->mc.layers; ++l) fno_layer(c, l);
   op_mm(c, 0, n, w, pw, 2.0);
   op_act(c, n * pw);
   op_mm(c, 0, n, pw, cout, 2.0);
   c->par_rep += cin * w + w + w * pw + pw + pw * cout + cout;
+  c->ntens += 6.0;
 }
 
 /* The conv nets' split over tp (convnet.c sg_cn_tp_slice): the largest
@@ -287,9 +345,9 @@ static void cn_tp_pair(pt *c, double n) {
 /* CNN: a k x k lift, `blocks` residual blocks (conv, GroupNorm, act, conv,
  * add; the convs a column-/row-parallel pair over tp), the projection. */
 static void model_cnn(pt *c, double cin, double cout) {
-  const double w = cfg_int(c->kv, "width", 32), B = cfg_int(c->kv, "blocks", 4),
-               pw = cfg_int(c->kv, "proj_width", 128);
-  const int k = (int)cfg_int(c->kv, "kernel", 3);
+  const double w = (double)c->mc.width, B = (double)c->mc.blocks,
+               pw = (double)c->mc.proj_width;
+  const int k = (int)c->mc.kernel;
   const double pts = c->ly * c->lx, n = c->nb * pts;
   op_conv(c, cin, w, k, c->ly, c->lx);
   const double wl = cn_tp_ch(c, w);
@@ -301,11 +359,13 @@ static void model_cnn(pt *c, double cin, double cout) {
     cn_tp_pair(c, n * w);
     op_elem(c, n * w, 2.0);
     c->par_rep += 2.0 * k * k * w * wl + wl + w + 2.0 * wl;
+    c->ntens += 6.0; /* two convs and a norm */
   }
   op_mm(c, 0, n, w, pw, 2.0);
   op_act(c, n * pw);
   op_mm(c, 0, n, pw, cout, 2.0);
   c->par_rep += k * k * cin * w + w + w * pw + pw + pw * cout + cout;
+  c->ntens += 6.0;
 }
 
 /* U-Net block: 2 x (conv, GroupNorm, act) at a level, the convs a
@@ -320,13 +380,13 @@ static void unet_block(pt *c, double cin, double ch, int k, double ly,
     op_groupnorm(c, co, ly * lx);
     op_act(c, n * co);
     c->par_rep += k * k * (j ? cl : cin) * co + (j ? ch : cl) + 2.0 * co;
+    c->ntens += 4.0; /* a conv and a norm */
   }
 }
 
 static void model_unet(pt *c, double cin, double cout) {
-  const double w = cfg_int(c->kv, "width", 32);
-  const int L = (int)cfg_int(c->kv, "levels", 3),
-            k = (int)cfg_int(c->kv, "kernel", 3);
+  const double w = (double)c->mc.width;
+  const int L = (int)c->mc.levels, k = (int)c->mc.kernel;
   double ci = cin;
   for (int l = 0; l < L; ++l) {
     const double ly = c->ly / (1 << l), lx = c->lx / (1 << l);
@@ -344,6 +404,7 @@ static void model_unet(pt *c, double cin, double cout) {
   }
   op_mm(c, 0, c->nb * c->ly * c->lx, w, cout, 2.0);
   c->par_rep += w * cout + cout;
+  c->ntens += 2.0;
 }
 
 /* ViT: a p x p patch embedding, `depth` pre-norm blocks (LayerNorm,
@@ -374,13 +435,13 @@ static void vit_tp_comm(pt *c, pt_group gt, int seq, double n, double C) {
 
 static void model_vit(pt *c, double cin, double cout) {
   static const char *const dom[2] = {"h", "w"}, *const tpn[1] = {"tp"};
-  const double C = cfg_int(c->kv, "width", 32), D = cfg_int(c->kv, "depth", 4),
-               H = cfg_int(c->kv, "heads", 4);
-  const double p = cfg_int(c->kv, "patch", 4), tp = c->tp;
+  const double C = (double)c->mc.width, D = (double)c->mc.depth,
+               H = (double)c->mc.heads;
+  const double p = (double)c->mc.patch, tp = c->tp;
   const double tl = (c->ly / p) * (c->lx / p),
                tg = ((double)c->ny / p) * ((double)c->nx / p);
   const double n = c->nb * tl;
-  const int seq = tp > 1 && c->kv && sg_kv_bool(c->kv, "tp_sequence");
+  const int seq = tp > 1 && c->mc.tp_sequence;
   const double ns = seq ? n / tp : n; /* the residual stream's tokens */
   const pt_group gd = pt_group_of(c->m, c->hw, dom, 2),
                  gt = pt_group_of(c->m, c->hw, tpn, 1);
@@ -404,11 +465,13 @@ static void model_vit(pt *c, double cin, double cout) {
     vit_tp_comm(c, gt, seq, n, C);
     if (gd.p > 1) c->ring += 3.0 * gd.p * sg_plan_p2p_s(kv, gd.alpha, gd.beta);
     c->par_rep += (12.0 * C * C + 9.0 * C) / tp + 4.0 * C + C;
+    c->ntens += 12.0;
   }
   op_rated(c, ns * C, 1.0, c->hw->lnorm_rate);
   op_mm(c, 1, n, C, cout * p * p, 2.0);
   c->par_rep += cin * p * p * C + C + 2.0 * C + C * cout * p * p + cout;
   c->par_dom += tl * C; /* the position field, sharded like the tokens */
+  c->ntens += 7.0;
 }
 
 /* ---- the step ---- */
@@ -450,9 +513,18 @@ static void grad_sync(pt *c, sg_plan_time *o, double micro) {
     const pt_group go = zod ? pt_group_of(c->m, c->hw, dpn, 1)
                             : pt_group_of(c->m, c->hw, dph, 3);
     const double v = rep + dom, reps = zero >= 2 ? micro : 1.0;
+    /* ZeRO 2 and 3 reduce each tensor's gradient as it is ready, ZeRO 3
+     * gathers each tensor before its use forward and backward: the
+     * latency of every tensor's collective beyond the first */
+    const double more = c->ntens > 1 ? c->ntens - 1 : 0.0;
     o->reduce_scatter += reps * g_scatter(gz, v);
     o->allreduce += reps * g_allreduce(go, v / gz.p);
+    if (zero >= 2) {
+      o->reduce_scatter += reps * more * (gz.p - 1) * gz.alpha;
+      if (go.p > 1) o->allreduce += reps * more * 2.0 * (go.p - 1) * go.alpha;
+    }
     o->allgather += (zero == 3 ? 2.0 * micro : 1.0) * g_scatter(gz, v);
+    if (zero == 3) o->allgather += 2.0 * micro * more * (gz.p - 1) * gz.alpha;
   }
   /* AdamW: params, grads, two moments read, three written (fp32) */
   const double np = c->par_rep + c->par_dom;
@@ -462,25 +534,22 @@ static void grad_sync(pt *c, sg_plan_time *o, double micro) {
 /* The model's counted work and costs for one micro-batch of nb samples. */
 static sg_status run_model(pt *c, const sg_plan_problem *pb) {
   sg_status st = SG_OK;
-  const char *kind = cfg_str(c->kv, "model", "fno");
-  const int grid = strcmp(cfg_str(c->kv, "grid", "true"), "false") != 0;
-  const double cin = (double)(pb->vars * cfg_int(c->kv, "history", 1)) +
-                     (pb->add_grid || grid ? 2.0 : 0.0),
-               cout = (double)pb->vars;
-  if (!strcmp(kind, "fno"))
-    model_fno(c, cin, cout);
-  else if (!strcmp(kind, "cnn"))
-    model_cnn(c, cin, cout);
-  else if (!strcmp(kind, "unet"))
-    model_unet(c, cin, cout);
-  else if (!strcmp(kind, "vit"))
-    model_vit(c, cin, cout);
-  else if (!strcmp(kind, "fno3d"))
+  const double cin = (double)c->mc.cin + (c->mc.add_grid ? 2.0 : 0.0),
+               cout = (double)c->mc.cout;
+  (void)pb;
+  switch (c->mc.kind) {
+  case SG_MODEL_FNO: model_fno(c, cin, cout); break;
+  case SG_MODEL_CNN: model_cnn(c, cin, cout); break;
+  case SG_MODEL_UNET: model_unet(c, cin, cout); break;
+  case SG_MODEL_VIT: model_vit(c, cin, cout); break;
+  case SG_MODEL_FNO3D:
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
              "sg_plan_step_time: no time model for fno3d yet (its mesh "
              "constraints are checked: sg_plan_check)");
-  else
-    SG_RAISE(SG_ERR_CONFIG, "sg_plan_step_time: unknown model '%s'", kind);
+  default:
+    SG_RAISE(SG_ERR_CONFIG, "sg_plan_step_time: no time model for '%s'",
+             sg_model_kind_name(c->mc.kind));
+  }
   /* the loss: a few passes over the output */
   op_elem(c, c->nb * c->ly * c->lx * cout, 3.0);
 fail:
@@ -539,6 +608,7 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_plan_step_time: NULL argument");
   memset(out, 0, sizeof *out);
   pt c = {.m = m, .hw = hw, .kv = pb->cfg, .ny = pb->ny, .nx = pb->nx};
+  SG_TRY(sg_plan_model(pb, &c.mc));
   const int pp = sg_plan_mesh_dim(m, "pp");
   const int data = sg_plan_mesh_dim(m, "dp") * sg_plan_mesh_dim(m, "fsdp");
   const int64_t batch = cfg_int(c.kv, "batch", 8);
@@ -551,13 +621,13 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
              (long long)batch, data, micro);
   c.sh = sg_plan_mesh_dim(m, "h"), c.sw = sg_plan_mesh_dim(m, "w"),
   c.tp = sg_plan_mesh_dim(m, "tp");
+  c.wl = ceil(c.mc.width / (double)c.tp);
   c.nb = (double)(batch / data / micro);
   c.ly = ceil((double)pb->ny / c.sh), c.lx = ceil((double)pb->nx / c.sw);
   c.eb = !strcmp(cfg_str(c.kv, "param_dtype", "f32"), "bf16") ? 2.0 : 4.0;
   SG_TRY(run_model(&c, pb));
   /* activation checkpointing recomputes the forward in backward */
-  if (strcmp(cfg_str(c.kv, "activation_checkpointing", "none"), "none"))
-    c.bwd += c.fwd;
+  if (c.mc.act_ckpt_every > 0) c.bwd += c.fwd;
   /* oversubscription: more ranks on a node than cores share them */
   const int rpn = hw->ranks_per_node > 0 ? hw->ranks_per_node : 1;
   const int on_node = sg_plan_mesh_ranks(m) < rpn ? sg_plan_mesh_ranks(m) : rpn;
@@ -565,13 +635,13 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
     const double f = (double)on_node / hw->cores_per_node;
     c.fwd *= f, c.bwd *= f;
   }
-  c.par_rep /= pp, c.par_dom /= pp;
+  c.par_rep /= pp, c.par_dom /= pp, c.ntens /= pp;
   out->halo = micro * c.halo / pp;
   out->alltoall = micro * c.alltoall / pp;
   out->allreduce = micro * c.allreduce / pp;
   out->ring = micro * c.ring / pp;
   if (pp > 1) {
-    const double act = c.nb * c.ly * c.lx * c.eb * cfg_int(c.kv, "width", 32);
+    const double act = c.nb * c.ly * c.lx * c.eb * (double)c.mc.width;
     SG_TRY(pipeline(&c, pp, micro, act, out));
   } else {
     out->compute = micro * (c.fwd + c.bwd);

@@ -50,18 +50,18 @@ int sg_plan_has_dim(const sg_plan_mesh *m, const char *name);
 /* "pp=2,fsdp=2,h=2" into buf (cap bytes). */
 void sg_plan_mesh_format(const sg_plan_mesh *m, char *buf, size_t cap);
 
-/* The problem: sg-train's config (model, width, modes, layers, blocks,
- * levels, heads, patch, depth, batch, history, zero, microbatches,
- * pp_schedule, param_dtype, activation_checkpointing, ...; the keys and
- * defaults of sg-train) and the data's shape. */
+/* The problem: sg-train's config (the model's keys, read by
+ * sg_model_config_from_kv: model, width, modes, layers, blocks, levels,
+ * heads, patch, depth, grid, ...; the run's: batch, history, zero,
+ * microbatches, pp_schedule, param_dtype, ...; the keys and defaults of
+ * sg-train) and the data's shape. */
 typedef struct sg_plan_problem {
   sg_kv_t cfg;
-  int64_t ny, nx;   /* grid points */
-  int64_t vars;     /* variables (channels per frame) */
-  int64_t add_grid; /* 1: the model adds grid-coordinate channels */
-  int ranks;        /* the run's rank count (0: any; the check then
+  int64_t ny, nx; /* grid points */
+  int64_t vars;   /* variables (channels per frame) */
+  int ranks;      /* the run's rank count (0: any; the check then
                           leaves the product of the mesh sizes alone) */
-  int threads;      /* OpenMP threads per rank: the kernels' workspaces
+  int threads;    /* OpenMP threads per rank: the kernels' workspaces
                           are per thread (0: 1) */
 } sg_plan_problem;
 

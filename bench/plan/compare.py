@@ -9,9 +9,10 @@ runs within 25%, and per model the Kendall tau of the predicted and the
 measured ranking of the 2-rank meshes.
 """
 import argparse
-import itertools
 import json
 import subprocess
+
+from validate_table import tau  # bench/plan/validate_table.py
 
 SIZES = {  # bench/plan/run.sh's models
     "fno": "--width 32 --modes 12 --layers 4 --proj-width 128",
@@ -27,15 +28,6 @@ def predict(sim, hw, model, spec, n=64, batch=8, history=4):
             "--model", model, "--history", str(history), "--batch", str(batch), "--meshes", mesh]
     args += SIZES[model].split() + ([extra] if extra else [])
     return json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
-
-
-def tau(a, b):
-    s = n = 0
-    for i, j in itertools.combinations(range(len(a)), 2):
-        x = (a[i] - a[j]) * (b[i] - b[j])
-        s += (x > 0) - (x < 0)
-        n += 1
-    return s / n if n else float("nan")
 
 
 def main():

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# (Superseded by bench/plan/validate.sh, which calibrates per model, asks
+# sg-plan itself and judges; kept to reproduce the RESULTS.md runs of
+# 2026-11-26.)
 # bench/plan: sg-plan's predicted step time against sg-train's measured one
 # for every mesh of 1 and 2 ranks here (ranks <= cores), per model, and the
 # Kendall tau of the two rankings of the 2-rank meshes.

@@ -20,7 +20,7 @@
 #include "sg_comm.h"
 #include "sg_log.h"
 #include "sg_rollout_train.h"
-#include "train.h" /* sg_train_model_config, SG_CKPT_*_KEY */
+#include "train.h" /* SG_CKPT_*_KEY */
 
 #include <math.h>
 #include <stdio.h>
@@ -246,7 +246,7 @@ static sg_status build_model(forecast *f) {
              f->mesh_spec);
   SG_TRY(sg_mesh_group(f->mesh, mi.domain_dims, &f->domain));
   sg_model_config mc;
-  SG_TRY(sg_agree(MPI_COMM_WORLD, sg_train_model_config(f->cfg, &mc)));
+  SG_TRY(sg_agree(MPI_COMM_WORLD, sg_model_config_from_kv(f->cfg, &mc)));
   if (mc.kind == SG_MODEL_FNO3D || sg_kv_int(f->cfg, "out_frames") > 1)
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
              "sg-forecast rolls out one frame at a time: a checkpoint of a "

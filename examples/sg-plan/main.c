@@ -112,18 +112,16 @@ static double mib(double b) { return b / 1048576.0; }
  * largest part of its step. */
 static const char *binding(const row *r) {
   if (r->has_time) {
-    static const char *const nm[] = {"compute",   "halo",
-                                     "allreduce", "reduce_scatter",
-                                     "allgather", "alltoall",
-                                     "p2p",       "bubble",
-                                     "io"};
+    static const char *const nm[] = {
+        "compute",  "halo", "allreduce", "reduce_scatter", "allgather",
+        "alltoall", "ring", "p2p",       "bubble",         "io"};
     const double v[] = {r->time.compute,   r->time.halo,
                         r->time.allreduce, r->time.reduce_scatter,
                         r->time.allgather, r->time.alltoall,
-                        r->time.p2p,       r->time.bubble,
-                        r->time.io};
+                        r->time.ring,      r->time.p2p,
+                        r->time.bubble,    r->time.io};
     int k = 0;
-    for (int i = 1; i < 9; ++i)
+    for (int i = 1; i < (int)(sizeof v / sizeof v[0]); ++i)
       if (v[i] > v[k]) k = i;
     return nm[k];
   }
@@ -180,23 +178,23 @@ static void print_json(const row *rows, int n, int all) {
       printf("\"}\n");
       continue;
     }
-    if (!r->has_mem) {
-      printf(", \"peak_mib\": null}\n");
-      continue;
-    }
-    printf(
-        ", \"peak_mib\": %.3f, \"params_mib\": %.3f, \"grads_mib\": %.3f, "
-        "\"optim_mib\": %.3f, \"activations_mib\": %.3f, \"workspace_mib\": %.3f",
-        mib(r->mem.peak), mib(r->mem.params), mib(r->mem.grads),
-        mib(r->mem.optim), mib(r->mem.activations), mib(r->mem.workspace));
+    /* a mesh whose memory is not modelled still has its time */
+    if (!r->has_mem)
+      printf(", \"peak_mib\": null");
+    else
+      printf(", \"peak_mib\": %.3f, \"params_mib\": %.3f, \"grads_mib\": "
+             "%.3f, \"optim_mib\": %.3f, \"activations_mib\": %.3f, "
+             "\"workspace_mib\": %.3f",
+             mib(r->mem.peak), mib(r->mem.params), mib(r->mem.grads),
+             mib(r->mem.optim), mib(r->mem.activations), mib(r->mem.workspace));
     if (r->has_time)
       printf(", \"step_s\": %.6g, \"compute_s\": %.6g, \"halo_s\": %.6g, "
              "\"allreduce_s\": %.6g, \"reduce_scatter_s\": %.6g, "
-             "\"allgather_s\": %.6g, \"alltoall_s\": %.6g, \"p2p_s\": %.6g, "
-             "\"bubble_s\": %.6g",
+             "\"allgather_s\": %.6g, \"alltoall_s\": %.6g, \"ring_s\": %.6g, "
+             "\"p2p_s\": %.6g, \"bubble_s\": %.6g",
              r->time.total, r->time.compute, r->time.halo, r->time.allreduce,
              r->time.reduce_scatter, r->time.allgather, r->time.alltoall,
-             r->time.p2p, r->time.bubble);
+             r->time.ring, r->time.p2p, r->time.bubble);
     else
       printf(", \"step_s\": null");
     printf(", \"binding\": \"%s\"}\n", binding(r));
@@ -219,7 +217,6 @@ static sg_status plan(sg_kv_t kv) {
   row *rows = calloc(MAX_MESHES, sizeof *rows);
   if (!rows) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   sg_plan_problem pb = {.cfg = kv,
-                        .add_grid = sg_kv_bool(kv, "grid"),
                         .ranks = (int)sg_kv_int(kv, "ranks"),
                         .threads = (int)sg_kv_int(kv, "threads")};
   if (pb.ranks < 1) SG_RAISE(SG_ERR_CONFIG, "--ranks must be >= 1");

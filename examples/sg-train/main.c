@@ -392,12 +392,8 @@ static sg_status check_mesh(sg_kv_t kv, const char *spec, int ranks, int64_t ny,
   sg_plan_mesh pm;
   sg_status st = sg_plan_mesh_parse(spec, &pm);
   if (st != SG_OK) return st;
-  const sg_plan_problem pb = {.cfg = kv,
-                              .ny = ny,
-                              .nx = nx,
-                              .vars = nv,
-                              .add_grid = sg_kv_bool(kv, "grid"),
-                              .ranks = ranks};
+  const sg_plan_problem pb = {
+      .cfg = kv, .ny = ny, .nx = nx, .vars = nv, .ranks = ranks};
   return sg_plan_check(&pb, &pm, NULL, 0);
 }
 
@@ -549,7 +545,7 @@ static sg_status setup(run_t *r) {
   SG_TRY(sg_mesh_group(r->smesh, mi.domain_dims, &r->domain));
   SG_TRY(sg_mesh_group(r->smesh, mi.batch_dims, &r->data));
   sg_model_config mc;
-  SG_TRY(sg_train_model_config(kv, &mc));
+  SG_TRY(sg_model_config_from_kv(kv, &mc));
   r->ar_ckpt = mc.act_ckpt_every > 0;
   const char *lk = sg_kv_str(kv, "loss");
   if (strcmp(lk, "rel_l2") == 0)

@@ -238,11 +238,9 @@ void sg_train_wm_report(const run_t *r, int64_t step);
  * arrays over the leads). Needs latitudes; not under pp. Collective. */
 sg_status sg_train_climate_leads(run_t *r, int64_t K, int64_t step);
 
-/* What a checkpoint records (ckpt_config.c). The model's kind and sizes
- * from a config with sg-train's keys. Not collective. */
-sg_status sg_train_model_config(sg_kv_t kv, sg_model_config *mc);
-/* The config text of a checkpoint (malloc'd; NULL: out of memory): the
- * settings ("key = value" lines, sg_kv_dump), then what else fixes the data
+/* What a checkpoint records (ckpt_config.c; the model's kind and sizes
+ * are read from a config by sg_model_config_from_kv). The config text of a
+ * checkpoint (malloc'd; NULL: out of memory): the settings ("key = value" lines, sg_kv_dump), then what else fixes the data
  * a run sees, as comment lines ("# key = value": a config reader skips
  * them): "# grid = NY x NX" and "# train_examples = N" (with the global
  * batch they must match on resume, or the data order would not continue),

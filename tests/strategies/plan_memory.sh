@@ -55,12 +55,20 @@ if [ "$set" = small ]; then
   case_ 3 pp=3 --model cnn --batch 6 --microbatches 3 --pp-split even --pp-schedule interleaved
   case_ 2 tp=2 --model cnn --batch 4
   case_ 2 tp=2 --model unet --batch 4 --levels 2
+  # the FNO's spectral layers split over tp (column/row pairs); tp=3 splits
+  # the 32 channels unevenly (11, 11, 10)
+  case_ 2 tp=2 --model fno --batch 4
+  case_ 3 tp=3 --model fno --batch 3
 else
   case_ 4 h=2,w=2 --model fno --batch 4
   case_ 4 tp=2,w=2 --model vit --batch 4
   case_ 4 tp=2,w=2 --model vit --batch 4 --tp-sequence true
   case_ 4 tp=2,h=2 --model cnn --batch 4
   case_ 4 dp=2,tp=2 --model unet --batch 4 --levels 2
+  case_ 4 dp=2,tp=2 --model fno --batch 4
+  case_ 4 tp=2,h=2 --model fno --batch 4
+  # 5 layers: two tp pairs and a replicated last layer, cut over pp by pairs
+  case_ 4 pp=2,tp=2 --model fno --batch 4 --microbatches 2 --pp-split even --layers 5
 fi
 cat table.txt
 [ $fail -eq 0 ] || { echo "some predictions are more than 5% off"; exit 1; }

@@ -198,12 +198,8 @@ static void one_row(sg_kv_t kv, const row *r) {
   SG_CHECK_OK(sg_kv_load_string(kv, r->cfg, "row"));
   sg_plan_mesh m;
   SG_CHECK_OK(sg_plan_mesh_parse(r->mesh, &m));
-  sg_plan_problem pb = {.cfg = kv,
-                        .ny = r->ny,
-                        .nx = r->nx,
-                        .vars = 1,
-                        .add_grid = 1,
-                        .ranks = r->ranks};
+  sg_plan_problem pb = {
+      .cfg = kv, .ny = r->ny, .nx = r->nx, .vars = 1, .ranks = r->ranks};
   sg_status st = sg_plan_check(&pb, &m, why, sizeof why);
   if (!r->want[0]) {
     SG_CHECK(st == SG_OK && !why[0], "%s on %s: should fit, got: %s", r->mesh,

@@ -152,6 +152,33 @@ static void mesh_costs(sg_kv_t kv) {
   m = mesh1("h", 2, "w", 1);
   SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t));
   SG_CHECK(t.alltoall > 0 && t.halo == 0, "fno h=2: transposes, no halo");
+  /* fno tp=2 (4 layers: two column/row pairs): per pair one all-reduce
+   * of the activations forward (and its status agreement), one of the
+   * input gradient backward; the spectral layers' work halves (the lift
+   * and the projection stay replicated) */
+  sg_plan_time f1;
+  const char *big[][2] = {{"width", "32"},
+                          {"layers", "4"},
+                          {"modes", "12"},
+                          {"proj_width", "128"}},
+             *small[][2] = {{"width", "2"},
+                            {"layers", "1"},
+                            {"modes", "2"},
+                            {"proj_width", "4"}};
+  for (int i = 0; i < 4; ++i) SG_CHECK_OK(sg_kv_set(kv, big[i][0], big[i][1]));
+  m = mesh1("h", 1, NULL, 0);
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &f1));
+  m = mesh1("tp", 2, NULL, 0);
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t));
+  const double act = 4.0 * 8 * 64 * 64 * 32;
+  const double ar = 2.0 * (2.0 * sg_plan_allreduce_s(2, act, 1e-6, 1e-10) +
+                           sg_plan_allreduce_s(2, 4.0, 1e-6, 1e-10));
+  SG_CHECK(close_to(t.allreduce, ar), "fno tp=2: all-reduces %g (%g)",
+           t.allreduce, ar);
+  SG_CHECK(t.compute < 0.9 * f1.compute && t.alltoall == 0,
+           "fno tp=2: the layers split (%g of %g)", t.compute, f1.compute);
+  for (int i = 0; i < 4; ++i)
+    SG_CHECK_OK(sg_kv_set(kv, small[i][0], small[i][1]));
   SG_CHECK_OK(sg_kv_set(kv, "model", "vit"));
   m = mesh1("tp", 2, "h", 2);
   SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t));

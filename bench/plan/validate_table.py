@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""The tables of bench/plan/validate.sh from its runs.jsonl.
+
+    bench/plan/validate_table.py RUNS.jsonl
+
+Prints (markdown) every judged run: predicted and measured seconds per
+step, their ratio and whether it is within 25%, with the predicted and the
+measured split (compute / halo / collectives, and the predicted pipeline
+bubble); per model the runs within 25% and the Kendall tau of the
+predicted and the measured ranking of its 2-rank meshes; then the
+oversubscribed meshes (more ranks than cores), reported and not judged.
+"""
+import itertools
+import json
+import sys
+
+
+def tau(a, b):
+    """Kendall's tau-a of two equally long lists (ties count 0)."""
+    s = n = 0
+    for i, j in itertools.combinations(range(len(a)), 2):
+        x = (a[i] - a[j]) * (b[i] - b[j])
+        s += (x > 0) - (x < 0)
+        n += 1
+    return s / n if n else float("nan")
+
+
+def split(v):
+    return " / ".join(f"{x * 1e3:.1f}" for x in v)
+
+
+def main():
+    recs = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+    head = next((r for r in recs if "cores" in r), {})
+    end = next((r for r in recs if "load_average_end" in r), {})
+    runs = [r for r in recs if "model" in r]
+    timing = head.get("timing", "wall")
+    print(f"{head.get('cores', '?')} cores; timing: {timing} "
+          f"({'CPU s per step and rank, predicted total minus the bubble' if timing == 'cpu' else 'median wall s per step'}); "
+          f"load average {head.get('load_average_start', '?')} at the start, "
+          f"{end.get('load_average_end', '?')} at the end")
+    print()
+    print("| model | mesh | ranks | predicted s | measured s | ratio | within 25% | "
+          "predicted ms: compute / halo / coll. / bubble | measured ms: compute / halo / coll. |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    judged = [r for r in runs if r.get("verdict") == "judged"]
+    for r in judged:
+        ratio = r["predicted_s"] / r["measured_s"]
+        r["ok"] = abs(ratio - 1) <= 0.25
+        print(f"| {r['model']} | {r['mesh']} | {r['ranks']} | {r['predicted_s']:.4f} | "
+              f"{r['measured_s']:.4f} | {ratio:.2f} | {'yes' if r['ok'] else 'no'} | "
+              f"{split(r['pred_split'])} | {split(r['meas_split'])} |")
+    for r in runs:
+        if r.get("skipped"):
+            print(f"| {r['model']} | {r['mesh']} | | | | | not a mesh of this model (sg-plan's check) | | |")
+    print()
+    print("| model | runs within 25% | Kendall tau, 2-rank meshes | meshes ranked |")
+    print("|---|---|---|---|")
+    total = ok = 0
+    for model in dict.fromkeys(r["model"] for r in judged):
+        rs = [r for r in judged if r["model"] == model]
+        two = [r for r in rs if r["ranks"] == 2]
+        t = tau([r["predicted_s"] for r in two], [r["measured_s"] for r in two])
+        n_ok = sum(r["ok"] for r in rs)
+        total, ok = total + len(rs), ok + n_ok
+        print(f"| {model} | {n_ok} / {len(rs)} | {t:.2f} | {len(two)} |")
+    print(f"| all | {ok} / {total} | | |")
+    over = [r for r in runs if r.get("verdict") == "oversubscribed"]
+    if over:
+        print()
+        print("Oversubscribed (more ranks than cores): reported, not judged")
+        print()
+        print("| model | sg-plan's first mesh | ranks | predicted s | measured s |")
+        print("|---|---|---|---|---|")
+        for r in over:
+            meas = f"{r['measured_s']:.4f}" if "measured_s" in r else "not run"
+            print(f"| {r['model']} | {r['mesh']} | {r['ranks']} | {r['predicted_s']:.4f} | {meas} |")
+
+
+if __name__ == "__main__":
+    main()
