@@ -490,8 +490,9 @@ static sg_status moe_fwd(sg_node *node) {
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
   tokens_out(&g, f.Y, f.X); /* X: scratch for the output */
   from_f64(x->dtype, g.M * g.C, f.X, node->out[0]->value.data, 0);
-  if (a->d.aux) SG_TRY(aux_value(node, &g, &f, T, gs[0]));
-  SG_TRY(save_state(node, &g, &f, T, gs[0]));
+  const int64_t Bg = a->d.batch > 0 ? a->d.batch : gs[0];
+  if (a->d.aux) SG_TRY(aux_value(node, &g, &f, T, Bg));
+  SG_TRY(save_state(node, &g, &f, T, Bg));
 fail:
   fw_free(&f);
   return st;

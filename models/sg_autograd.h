@@ -677,6 +677,9 @@ typedef struct sg_moe_desc {
   double aux_coef; /* load-balancing loss coefficient */
   double *aux;     /* NULL or where forward writes the aux loss */
   sg_group_t ep;   /* NULL or the expert-parallel group */
+  int64_t batch;   /* the global batch B of the aux loss (0: x's global batch;
+                    a model whose input is not marked sharded over the
+                    batch passes it) */
 } sg_moe_desc;
 /* E >= 1, 1 <= topk <= min(2, E), E % ep == 0: SG_ERR_CONFIG otherwise
  * (from the arguments alone: every rank finds the same). */

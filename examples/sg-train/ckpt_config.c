@@ -30,6 +30,11 @@ sg_status sg_train_model_config(sg_kv_t kv, sg_model_config *mc) {
     SG_TRY(sg_sp_mode_parse(sg_kv_str(kv, "sp_mode"), &spm));
     mc->sp_mode = (int)spm;
   }
+  mc->moe_experts = sg_kv_int(kv, "moe_experts");
+  mc->moe_topk = (int)sg_kv_int(kv, "moe_topk");
+  mc->moe_every = (int)sg_kv_int(kv, "moe_every");
+  mc->moe_capacity = sg_kv_float(kv, "moe_capacity");
+  mc->moe_aux = sg_kv_float(kv, "moe_aux");
   mc->add_grid = sg_kv_bool(kv, "grid");
   mc->shard_spectral = sg_kv_bool(kv, "shard_spectral");
   {
