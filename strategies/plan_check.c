@@ -399,10 +399,12 @@ static void check_moe(const sg_plan_problem *pb, const sg_plan_mesh *m,
             "vit: mixture of experts with tp (size %d) is not built: the "
             "experts are not split over tp (use ep)",
             tp);
-  if (ep > 1 && nb > 1)
+  if (ep > 1 && nb > 1 &&
+      sg_plan_mesh_dim(m, "h") * sg_plan_mesh_dim(m, "w") > 1)
     why_add(w,
-            "vit: ep (%d) with dp x fsdp (%d) is not built: the tape splits "
-            "the batch over one mesh dim (use ep alone for the samples)",
+            "vit: ep (%d) with dp x fsdp (%d) and a split domain is not "
+            "built: the tape splits a sharded batch over one mesh dim (use "
+            "ep alone for the samples)",
             ep, nb);
   if (sg_plan_int(pb, "moe_every") < 1)
     why_add(w, "vit: moe_every must be >= 1");
