@@ -289,8 +289,8 @@ static void check_batch(const sg_plan_problem *pb, const sg_plan_mesh *m,
   if (batch < 1 || batch % nd) {
     why_add(
         w,
-        "global batch %lld is not divisible by the %d data-parallel ranks (dp x fsdp x ep)",
-        (long long)batch, nd);
+        "global batch %lld is not divisible by the %d data-parallel ranks (dp x fsdp%s)",
+        (long long)batch, nd, sg_plan_has_dim(m, "ep") ? " x ep" : "");
     return;
   }
   if (micro < 1 || (batch / nd) % micro)
