@@ -692,8 +692,15 @@ sg_status sg_ag_moe(sg_tape_t t, const sg_moe_desc *d, sg_var *x, sg_var *wr,
              "(E/ep, C, F), its bias (E/ep, C) expected for E = %lld, C = "
              "%lld, E/ep = %lld",
              (long long)E, (long long)C, (long long)El);
-  moe_attr at = {.d = *d};
   sg_var *in[6] = {x, wr, w1, b1, w2, b2};
+  for (int i = 0; i < 6; ++i)
+    if (in[i]->value.dtype != SG_DTYPE_F32 &&
+        in[i]->value.dtype != SG_DTYPE_F64)
+      SG_RAISE(SG_ERR_NOT_SUPPORTED,
+               "moe: f32 and f64 only (input %d is neither: bf16 compute "
+               "is not built for the experts)",
+               i);
+  moe_attr at = {.d = *d};
   SG_TRY(sg_tape_apply(t, &moe_op, 6, in, 1, NULL, &at, sizeof at, y));
 fail:
   return st;
