@@ -36,7 +36,8 @@
 # factor 1: tokens are dropped) on ep=2, ep=2,h=2, dp=2,ep=2, h=2, ep=4 and
 # fsdp=2,ep=2 (zero 1): losses, gradient norms, test error and every final
 # parameter equal to one process; activation checkpointing on ep=2,h=2; an
-# ep=2 checkpoint resumed on 1 rank and a 1-rank one on ep=2,h=2.
+# ep=2 checkpoint resumed on 1 rank and a 1-rank one on ep=2,h=2; top-1
+# in every other block (moe_every = 2) on ep=2,h=2.
 #   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp|vit_sp|vit_moe|fno_tp BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 task=$1 bin=$2 mpiexec=$3 work=$4 src=$5
@@ -136,6 +137,12 @@ if [ "$task" = vit_tp ] || [ "$task" = fno_tp ] || [ "$task" = vit_moe ]; then
   # shellcheck disable=SC2086
   "$mpiexec" -n 4 "$bin/sg-train" $common --mesh "$other" --resume ck_ref/step_000005.nc --metrics r4.jsonl
   $cmp r4.jsonl ref.jsonl 1e-5
+  if [ "$task" = vit_moe ]; then # top-1 in every other block (block 1 only)
+    tp_run ref1 1 h=1 --moe-topk 1 --moe-every 2 --moe-capacity 1.25
+    tp_run eph1 4 ep=2,h=2 --moe-topk 1 --moe-every 2 --moe-capacity 1.25
+    $cmp ref1.jsonl eph1.jsonl 1e-5
+    $cmp ref1.jsonl eph1.jsonl 1e-5 --key grad_norm
+  fi
   echo "$task trajectories and resume match"
   exit 0
 fi
