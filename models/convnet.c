@@ -197,7 +197,8 @@ sg_status sg_cn_domain_init_tp(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
       ph = sz, ch = sg_mesh_coord(mesh, k), d->place[k] = sg_shard(2);
     else if (strcmp(nm, "w") == 0)
       pw = sz, cw = sg_mesh_coord(mesh, k), d->place[k] = sg_shard(3);
-    else if (strcmp(nm, "dp") == 0 || strcmp(nm, "fsdp") == 0)
+    else if (strcmp(nm, "dp") == 0 || strcmp(nm, "fsdp") == 0 ||
+             strcmp(nm, "ep") == 0) /* ep: samples (the ViT's experts) */
       pd *= sz, d->place[k] = sg_shard(0);
     else if (strcmp(nm, "tp") == 0)
       d->tps = sz, d->tpr = sg_mesh_coord(mesh, k), d->tp_mask = 1u << k;

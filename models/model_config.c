@@ -1,7 +1,8 @@
 /* shardgrid — a model's config from a key table (sg_model.h): the one place
  * the model keys (model, width, modes, modes_t, pad_t, layers, proj_width,
  * blocks, levels, kernel, groups, patch, heads, depth, sp_mode, tp_sequence,
- * grid, shard_spectral, activation_checkpointing, pad_y, pad_x) are read, by sg-train,
+ * moe_experts, moe_topk, moe_every, moe_capacity, moe_aux, grid,
+ * shard_spectral, activation_checkpointing, pad_y, pad_x) are read, by sg-train,
  * sg-forecast (a checkpoint's config) and sg-plan alike. */
 #include "sg_decomp.h"
 #include "sg_model.h"
@@ -34,6 +35,14 @@ static void get_int(sg_kv_t kv, const char *key, int64_t *v) {
 
 static void get_bool(sg_kv_t kv, const char *key, int *v) {
   if (*sg_kv_str(kv, key)) *v = sg_kv_bool(kv, key);
+}
+
+static void get_small(sg_kv_t kv, const char *key, int *v) {
+  if (*sg_kv_str(kv, key)) *v = (int)sg_kv_int(kv, key);
+}
+
+static void get_float(sg_kv_t kv, const char *key, double *v) {
+  if (*sg_kv_str(kv, key)) *v = sg_kv_float(kv, key);
 }
 
 /* none, blocks (1) or every:K (K >= 1); -1 otherwise. */
@@ -94,6 +103,11 @@ sg_status sg_model_config_from_kv(sg_kv_t kv, sg_model_config *mc) {
   get_bool(kv, "grid", &mc->add_grid);
   get_bool(kv, "shard_spectral", &mc->shard_spectral);
   get_bool(kv, "tp_sequence", &mc->tp_sequence);
+  get_int(kv, "moe_experts", &mc->moe_experts);
+  get_small(kv, "moe_topk", &mc->moe_topk);
+  get_small(kv, "moe_every", &mc->moe_every);
+  get_float(kv, "moe_capacity", &mc->moe_capacity);
+  get_float(kv, "moe_aux", &mc->moe_aux);
   bad_buf bad = {.len = 0};
   get_choices(kv, mc, &bad);
   if (bad.len)

@@ -662,6 +662,42 @@ sg_status sg_ag_linear_row(sg_tape_t t, sg_group_t tp, sg_var *x, sg_var *w,
  * not one of them). tp NULL or of size 1: sg_ag_conv. */
 sg_status sg_ag_conv_tp(sg_tape_t t, sg_group_t tp, int row, sg_var *x,
                         sg_var *w, sg_var *b, const sg_window *win, sg_var **y);
+
+
+/* ---- mixture of experts (models/ag_moe.c; docs/transformers.md) ----------
+ * y = sum over the k chosen experts e of gate_e * MLP_e(x) per token (the
+ * spatial positions of x (N, C, spatial...)); MLP_e(x) = W2_e gelu(W1_e x +
+ * b1_e) + b2_e. The router is softmax(Wr x), Wr (E, C); k = 1: the top
+ * expert's probability is the gate; k = 2: the two top probabilities
+ * renormalised. Capacity per sample and expert: ceil(capacity * T * k / E)
+ * pairs (T: the sample's tokens, global), filled in (choice slot, global
+ * token) order; the pairs beyond it are dropped (a token whose choices are
+ * all dropped gives y = 0). capacity <= 0: nothing is dropped. The Switch
+ * load-balancing loss aux_coef * E / B * sum_samples sum_e f_e P_e (f_e:
+ * the sample's fraction of pairs choosing e, P_e: its mean router
+ * probability, B the global batch) is applied as a gradient (added to
+ * backward's); its value goes to *aux when aux != NULL (summed over the
+ * mesh: the same on every rank). With an ep group of P ranks, this rank
+ * holds experts [r E/P, (r+1) E/P): W1 (E/P, F, C), b1 (E/P, F), W2 (E/P,
+ * C, F), b2 (E/P, C); the ranks of ep hold different samples and exchange
+ * tokens by all-to-all(v). Collective over ep and over the mesh dims that
+ * split x's spatial dims. */
+typedef struct sg_moe_desc {
+  int64_t experts; /* E (global) */
+  int topk;        /* 1 or 2 */
+  double capacity; /* capacity factor; <= 0: no dropping */
+  double aux_coef; /* load-balancing loss coefficient */
+  double *aux;     /* NULL or where forward writes the aux loss */
+  sg_group_t ep;   /* NULL or the expert-parallel group */
+  int64_t batch;   /* the global batch B of the aux loss (0: x's global batch;
+                    a model whose input is not marked sharded over the
+                    batch passes it) */
+} sg_moe_desc;
+/* E >= 1, 1 <= topk <= min(2, E), E % ep == 0: SG_ERR_CONFIG otherwise
+ * (from the arguments alone: every rank finds the same). */
+sg_status sg_moe_check(const sg_moe_desc *d, int64_t width);
+sg_status sg_ag_moe(sg_tape_t t, const sg_moe_desc *d, sg_var *x, sg_var *wr,
+                    sg_var *w1, sg_var *b1, sg_var *w2, sg_var *b2, sg_var **y);
 /* The FNO spectral layer's pre-activation spectral(x; W) + linear(x; w, b)
  * split over tp (Megatron; models/fno.c pairs the layers). row = 0,
  * column-parallel: x replicated over tp, conv maps Cin to this rank's

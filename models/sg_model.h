@@ -76,6 +76,15 @@ typedef struct sg_model_config {
                           (LayerNorms and residuals on token slices over
                           tp; all-gather / reduce-scatter instead of the
                           all-reduces); 0 off (default) */
+  /* ViT mixture of experts (docs/transformers.md, "Mixture of experts"):
+   * moe_experts E > 0 replaces the MLP of every moe_every-th block (the
+   * last of each moe_every) by E expert MLPs (sg_ag_moe), top moe_topk
+   * (1, 2) routing, capacity factor moe_capacity (<= 0: no dropping),
+   * load-balancing loss coefficient moe_aux; the experts split over the
+   * mesh dim ep. 0 (the default): the dense MLP. */
+  int64_t moe_experts;
+  int moe_topk, moe_every;
+  double moe_capacity, moe_aux;
   int act_ckpt_every; /* activation checkpointing of the blocks (FNO
                           spectral layers, CNN residual blocks, U-Net
                           levels: sg_ag_checkpoint): 0 none (default), K >= 1

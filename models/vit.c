@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { VIT_MAX_DEPTH = 24, VIT_MLP_RATIO = 4, VIT_PER_BLOCK = 12 };
+enum { VIT_MAX_DEPTH = 24, VIT_MLP_RATIO = 4 };
 
 struct vit;
 typedef struct vit_block_ctx { /* a block as a checkpointed block */
@@ -34,6 +34,7 @@ typedef struct vit_block_ctx { /* a block as a checkpointed block */
  * variable is that box, stored contiguously). */
 typedef struct vit_box {
   int ndim;
+  unsigned mask; /* the mesh dims it is split over (tp or ep) */
   int64_t global[3], start[3], count[3];
 } vit_box;
 
@@ -45,6 +46,12 @@ typedef struct vit {
   int64_t hp0, nhp, wp0, nwp;   /* this rank's patches (the tokens) */
   unsigned domain_mask;         /* mesh dims h, w: the position field's */
   int embed, pos, block0, head; /* parameter indices */
+  int blk[VIT_MAX_DEPTH + 1];   /* block b's first parameter; [depth]: head */
+  /* mixture of experts: the ep group (NULL: none or size 1), this rank's
+   * experts [e0, e0 + el), the mesh dim's bit */
+  sg_group_t ep;
+  unsigned ep_mask;
+  int64_t e0, el;
   /* tensor parallelism: the tp group (NULL: no tp dim), its size and this
    * rank's index, the mesh dim's bit; this rank's channels [c0, c0 + cl)
    * of the width and [f0, f0 + fl) of the MLP's hidden width */
@@ -67,11 +74,45 @@ static void vit_destroy(void *impl) {
   free(m);
 }
 
-static int vit_mesh_size(sg_mesh_t mesh, const char *name) {
-  for (int k = 0; k < sg_mesh_ndims(mesh); ++k)
-    if (!strcmp(sg_mesh_dim_name(mesh, k), name))
-      return sg_mesh_dim_size(mesh, k);
-  return 1;
+/* The size of mesh dim `name` (1 if absent). */
+static int vit_dim(sg_mesh_t mesh, const char *name) {
+  const int k = sg_mesh_find_dim(mesh, name);
+  return k >= 0 ? sg_mesh_dim_size(mesh, k) : 1;
+}
+
+/* Mixture of experts: its keys, E % ep, no tp with experts, no ep
+ * without them. */
+static sg_status vit_moe_check(sg_mesh_t mesh, const sg_model_config *c) {
+  sg_status st = SG_OK;
+  const int ep = vit_dim(mesh, "ep"), tp = vit_dim(mesh, "tp");
+  if (c->moe_experts < 0)
+    SG_RAISE(SG_ERR_CONFIG, "vit: moe_experts must be >= 0 (got %lld)",
+             (long long)c->moe_experts);
+  if (c->moe_experts == 0) {
+    if (ep > 1)
+      SG_RAISE(SG_ERR_CONFIG,
+               "vit: mesh dim ep (size %d) splits the experts: set "
+               "moe_experts (divisible by ep) or use dp",
+               ep);
+    goto fail;
+  }
+  if (c->moe_every < 1)
+    SG_RAISE(SG_ERR_CONFIG, "vit: moe_every must be >= 1 (got %d)",
+             c->moe_every);
+  if (tp > 1)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "vit: mixture of experts with tp (size %d) is not built: the "
+             "experts are not split over tp (use ep)",
+             tp);
+  const sg_moe_desc d = {.experts = c->moe_experts, .topk = c->moe_topk};
+  SG_TRY(sg_moe_check(&d, c->width));
+  if (c->moe_experts % ep)
+    SG_RAISE(SG_ERR_CONFIG,
+             "vit: moe_experts (%lld) must be divisible by ep (%d): every ep "
+             "rank holds moe_experts/ep experts",
+             (long long)c->moe_experts, ep);
+fail:
+  return st;
 }
 
 /* tp_sequence: no pipeline (its pieces pass whole token tensors) and at
@@ -79,11 +120,11 @@ static int vit_mesh_size(sg_mesh_t mesh, const char *name) {
 static sg_status vit_check_seq(sg_mesh_t mesh, const sg_model_config *c,
                                int64_t ny, int64_t nx) {
   sg_status st = SG_OK;
-  const int tp = vit_mesh_size(mesh, "tp");
+  const int tp = vit_dim(mesh, "tp");
   const int64_t p = c->patch > 0 ? c->patch : 1,
-                tok = (ny / p / vit_mesh_size(mesh, "h")) *
-                      (nx / p / vit_mesh_size(mesh, "w"));
-  if (vit_mesh_size(mesh, "pp") > 1)
+                tok = (ny / p / vit_dim(mesh, "h")) *
+                      (nx / p / vit_dim(mesh, "w"));
+  if (vit_dim(mesh, "pp") > 1)
     SG_RAISE(SG_ERR_CONFIG,
              "vit: tp_sequence does not compose with a pp dim yet (the "
              "pipeline pieces pass whole token tensors)");
@@ -122,6 +163,7 @@ static sg_status vit_check(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
                (long long)c->heads, sg_mesh_dim_size(mesh, k));
   SG_TRY(sg_sp_mode_check(mesh, (sg_sp_mode)c->sp_mode, c->heads, "vit"));
   if (c->tp_sequence) SG_TRY(vit_check_seq(mesh, c, ny, nx));
+  SG_TRY(vit_moe_check(mesh, c));
   if (p < 1)
     SG_RAISE(SG_ERR_CONFIG, "vit: patch must be >= 1 (got %lld)", (long long)p);
   if (ny % p || nx % p)
@@ -150,15 +192,45 @@ fail:
 static int vit_add_box(vit *m, const char *name, int vdim,
                        const int64_t *vshape, int ndim, const int64_t *global,
                        const int64_t *start, const int64_t *count,
-                       int64_t fan_in) {
+                       int64_t fan_in, unsigned mask) {
   const int i = sg_cn_params_add(&m->b.p, name, vdim, vshape,
                                  SG_CN_INIT_UNIFORM, fan_in);
   if (i < 0) return -1;
   vit_box *bx = &m->box[i];
   bx->ndim = ndim;
+  bx->mask = mask;
   for (int d = 0; d < ndim; ++d)
     bx->global[d] = global[d], bx->start[d] = start[d], bx->count[d] = count[d];
   return i;
+}
+
+/* Block b has the experts: the last of every moe_every blocks. */
+static int vit_moe_block(const vit *m, int b) {
+  return m->cfg.moe_experts > 0 && (b + 1) % m->cfg.moe_every == 0;
+}
+
+/* Block b's mixture of experts (sg_ag_moe): the router (E, C), replicated;
+ * the experts' fc1 (E, hid, C), its bias (E, hid), fc2 (E, C, hid), its
+ * bias (E, C), each Shard over ep by expert (this rank's el experts from
+ * e0), initialised by global index like the dense MLP's linears. */
+static int vit_add_experts(vit *m, int b) {
+  const int64_t C = m->cfg.width, hid = VIT_MLP_RATIO * C,
+                E = m->cfg.moe_experts, e0 = m->e0, el = m->el;
+  const int64_t rs[2] = {E, C};
+  const int64_t g[4][3] = {{E, hid, C}, {E, hid}, {E, C, hid}, {E, C}},
+                n[4][3] = {{el, hid, C}, {el, hid}, {el, C, hid}, {el, C}},
+                s0[3] = {e0, 0, 0}, nd[4] = {3, 2, 3, 2},
+                fan[4] = {C, C, hid, hid};
+  static const char *const sfx[4] = {"fc1.w", "fc1.b", "fc2.w", "fc2.b"};
+  char nm[32];
+  snprintf(nm, sizeof nm, "block%d.moe.router", b);
+  int ok = sg_cn_params_add(&m->b.p, nm, 2, rs, SG_CN_INIT_UNIFORM, C) >= 0;
+  for (int i = 0; ok && i < 4; ++i) {
+    snprintf(nm, sizeof nm, "block%d.moe.%s", b, sfx[i]);
+    ok = vit_add_box(m, nm, (int)nd[i], n[i], (int)nd[i], g[i], s0, n[i],
+                     fan[i], m->ep_mask) >= 0;
+  }
+  return ok;
 }
 
 /* Block b's attention and MLP linears, split over tp (Megatron): qkv
@@ -178,30 +250,31 @@ static int vit_add_block_linears(vit *m, int b) {
     const int64_t v[2] = {3 * cl, C}, g[3] = {3, C, C}, s0[3] = {0, c0, 0},
                   n[3] = {3, cl, C}, vb[1] = {3 * cl};
     VIT_NAME("qkv.w");
-    ok = ok && vit_add_box(m, nm, 2, v, 3, g, s0, n, C) >= 0;
+    ok = ok && vit_add_box(m, nm, 2, v, 3, g, s0, n, C, m->tp_mask) >= 0;
     VIT_NAME("qkv.b");
-    ok = ok && vit_add_box(m, nm, 1, vb, 2, g, s0, n, C) >= 0;
+    ok = ok && vit_add_box(m, nm, 1, vb, 2, g, s0, n, C, m->tp_mask) >= 0;
   }
   {
     const int64_t v[2] = {C, cl}, g[2] = {C, C}, s0[2] = {0, c0}, bs[1] = {C};
     VIT_NAME("out.w");
-    ok = ok && vit_add_box(m, nm, 2, v, 2, g, s0, v, C) >= 0;
+    ok = ok && vit_add_box(m, nm, 2, v, 2, g, s0, v, C, m->tp_mask) >= 0;
     VIT_NAME("out.b");
     ok = ok && sg_cn_params_add(P, nm, 1, bs, SG_CN_INIT_UNIFORM, C) >= 0;
   }
   VIT_NAME("ln2");
   ok = ok && sg_cn_add_norm(P, nm, C, NULL) >= 0;
-  {
+  if (vit_moe_block(m, b)) {
+    ok = ok && vit_add_experts(m, b);
+  } else {
     const int64_t v[2] = {fl, C}, g[2] = {hid, C}, s0[2] = {f0, 0};
     VIT_NAME("fc1.w");
-    ok = ok && vit_add_box(m, nm, 2, v, 2, g, s0, v, C) >= 0;
+    ok = ok && vit_add_box(m, nm, 2, v, 2, g, s0, v, C, m->tp_mask) >= 0;
     VIT_NAME("fc1.b");
-    ok = ok && vit_add_box(m, nm, 1, v, 1, g, s0, v, C) >= 0;
-  }
-  {
-    const int64_t v[2] = {C, fl}, g[2] = {C, hid}, s0[2] = {0, f0}, bs[1] = {C};
+    ok = ok && vit_add_box(m, nm, 1, v, 1, g, s0, v, C, m->tp_mask) >= 0;
+    const int64_t v2[2] = {C, fl}, g2[2] = {C, hid}, s2[2] = {0, f0},
+                  bs[1] = {C};
     VIT_NAME("fc2.w");
-    ok = ok && vit_add_box(m, nm, 2, v, 2, g, s0, v, hid) >= 0;
+    ok = ok && vit_add_box(m, nm, 2, v2, 2, g2, s2, v2, hid, m->tp_mask) >= 0;
     VIT_NAME("fc2.b");
     ok = ok && sg_cn_params_add(P, nm, 1, bs, SG_CN_INIT_UNIFORM, hid) >= 0;
   }
@@ -220,11 +293,12 @@ static int vit_params(vit *m, int64_t cin) {
   m->block0 = P->n;
   for (int b = 0; ok && b < (int)m->cfg.depth; ++b) {
     char nm[24];
+    m->blk[b] = P->n;
     snprintf(nm, sizeof nm, "block%d.ln1", b);
     ok = ok && sg_cn_add_norm(P, nm, w, NULL) >= 0;
     ok = ok && vit_add_block_linears(m, b);
   }
-  m->head = P->n;
+  m->head = m->blk[m->cfg.depth] = P->n;
   ok = ok && sg_cn_add_norm(P, "ln_f", w, NULL) >= 0;
   /* un-patchify: (C, cout, p, p), a transposed convolution k = s = p */
   const int64_t us[4] = {w, cout, p, p}, ub[1] = {cout};
@@ -247,6 +321,16 @@ static sg_status vit_tp_init(vit *m, sg_mesh_t mesh) {
       if (m->tps > 1) SG_TRY(sg_mesh_group(mesh, m->tp_mask, &m->tp));
     }
   m->cl = C / m->tps, m->c0 = m->cl * m->tpr;
+  /* the experts over ep (E % ep == 0 checked) */
+  m->el = m->cfg.moe_experts, m->e0 = 0;
+  const int k = sg_mesh_find_dim(mesh, "ep");
+  if (k >= 0 && m->cfg.moe_experts > 0) {
+    m->ep_mask = 1u << k;
+    m->el /= sg_mesh_dim_size(mesh, k);
+    m->e0 = m->el * sg_mesh_coord(mesh, k);
+    if (sg_mesh_dim_size(mesh, k) > 1)
+      SG_TRY(sg_mesh_group(mesh, m->ep_mask, &m->ep));
+  }
   m->fl = hid / m->tps, m->f0 = m->fl * m->tpr;
   m->seq = m->cfg.tp_sequence && m->tps > 1;
 fail:
@@ -292,6 +376,7 @@ fail:
 
 static void vit_defaults(sg_model_config *c) {
   c->patch = 4, c->heads = 4, c->depth = 4;
+  c->moe_topk = 1, c->moe_every = 1, c->moe_capacity = 1.25, c->moe_aux = 0.01;
 }
 
 /* The position field: this rank's box of (C, hp, wp). */
@@ -310,7 +395,7 @@ static sg_status vit_param_info(void *impl, int i, sg_param_info *pi) {
     for (int d = 0; d < bx->ndim; ++d)
       pi->global_shape[d] = bx->global[d], pi->start[d] = bx->start[d],
       pi->count[d] = bx->count[d];
-    pi->shard_dims = m->tp_mask;
+    pi->shard_dims = bx->mask;
   }
 fail:
   return st;
@@ -363,8 +448,7 @@ static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
   sg_status st = SG_OK;
   const vit_block_ctx *bc = ctx;
   vit *m = bc->m;
-  sg_var *q = &m->b.p.vars[m->block0 + VIT_PER_BLOCK * bc->b], *r = NULL,
-         *h = in[0];
+  sg_var *q = &m->b.p.vars[m->blk[bc->b]], *r = NULL, *h = in[0];
   const sg_var *like = m->seq ? &m->like : NULL;
   SG_TRY(vit_ln(m, t, &q[0], h, &r));
   SG_TRY(sg_ag_mhsa_seq(t, m->tp, like, (sg_sp_mode)m->cfg.sp_mode,
@@ -372,9 +456,19 @@ static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
                         &r));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &h));
   SG_TRY(vit_ln(m, t, &q[6], h, &r));
-  SG_TRY(sg_ag_linear_col_seq(t, m->tp, like, r, &q[8], &q[9], &r));
-  SG_TRY(sg_ag_act(t, SG_ACT_GELU, r, &r));
-  SG_TRY(sg_ag_linear_row_seq(t, m->tp, m->seq, r, &q[10], &q[11], &r));
+  if (vit_moe_block(m, bc->b)) { /* experts: no tp (vit_moe_check) */
+    const sg_moe_desc d = {.experts = m->cfg.moe_experts,
+                           .topk = m->cfg.moe_topk,
+                           .capacity = m->cfg.moe_capacity,
+                           .aux_coef = m->cfg.moe_aux,
+                           .ep = m->ep,
+                           .batch = m->b.dom.gbatch};
+    SG_TRY(sg_ag_moe(t, &d, r, &q[8], &q[9], &q[10], &q[11], &q[12], &r));
+  } else {
+    SG_TRY(sg_ag_linear_col_seq(t, m->tp, like, r, &q[8], &q[9], &r));
+    SG_TRY(sg_ag_act(t, SG_ACT_GELU, r, &r));
+    SG_TRY(sg_ag_linear_row_seq(t, m->tp, m->seq, r, &q[10], &q[11], &r));
+  }
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &out[0]));
 fail:
   return st;
@@ -401,7 +495,7 @@ static void vit_block_params(void *impl, int k, int *first, int *count) {
   if (k == 0)
     *first = m->embed, *count = m->block0 - m->embed;
   else if (k <= depth)
-    *first = m->block0 + VIT_PER_BLOCK * (k - 1), *count = VIT_PER_BLOCK;
+    *first = m->blk[k - 1], *count = m->blk[k] - m->blk[k - 1];
   else
     *first = m->head, *count = m->b.p.n - m->head;
 }
@@ -478,6 +572,12 @@ static void vit_describe(void *impl, const sg_model_config *c, char *buf,
   if (m->seq && k < size)
     snprintf(buf + k, size - k,
              "; Megatron-SP (tokens split over tp outside the TP regions)");
+  if (c->moe_experts > 0 && k < size)
+    snprintf(buf + k, size - k,
+             "; mixture of experts in every %d block(s): %lld experts (%lld "
+             "per ep rank), top-%d, capacity factor %g, aux %g",
+             c->moe_every, (long long)c->moe_experts, (long long)m->el,
+             c->moe_topk, c->moe_capacity, c->moe_aux);
   k = strlen(buf);
   if (c->sp_mode != SG_SP_RING && k < size)
     snprintf(buf + k, size - k, "; attention by %s",
@@ -486,7 +586,8 @@ static void vit_describe(void *impl, const sg_model_config *c, char *buf,
 }
 
 /* heads does not change a shape: a checkpoint may be read with others */
-static const char *const vit_size_keys[] = {"width", "patch", "depth", NULL};
+static const char *const vit_size_keys[] = {"width",       "patch",     "depth",
+                                            "moe_experts", "moe_every", NULL};
 
 const sg_model_i sg_vit_model_i = {.name = "vit",
                                    .size_keys = vit_size_keys,

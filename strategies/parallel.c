@@ -95,6 +95,10 @@ static sg_status plan_roles(struct sg_parallel *p) {
     switch (p->role[d]) {
     case SG_DIM_ROLE_DATA:
     case SG_DIM_ROLE_FSDP:
+    case SG_DIM_ROLE_EXPERT:
+      /* ep ranks hold different samples, like dp: a parameter replicated
+       * over ep is summed over it; the experts (Shard over ep, the
+       * model's shard_dims) are not */
       p->data_dims |= 1u << d;
       p->data_index = p->data_index * sz + sg_mesh_coord(p->mesh, d);
       p->data_size *= sz;
@@ -115,7 +119,7 @@ static sg_status plan_roles(struct sg_parallel *p) {
         SG_RAISE(
             SG_ERR_NOT_SUPPORTED,
             "mesh dim '%s' (size %d): %s parallelism is not supported by the parallel plan yet "
-            "(supported: dp, fsdp, h, w, d, tp; a size-1 %s dim is fine)",
+            "(supported: dp, fsdp, h, w, d, tp, ep; a size-1 %s dim is fine)",
             nm, sz, role_names[p->role[d]], nm);
     }
   }

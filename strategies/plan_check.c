@@ -124,7 +124,8 @@ int sg_plan_unit_start(const sg_model_config *mc, int tp, int u) {
 }
 
 int sg_plan_data_ranks(const sg_plan_mesh *m) {
-  return sg_plan_mesh_dim(m, "dp") * sg_plan_mesh_dim(m, "fsdp");
+  return sg_plan_mesh_dim(m, "dp") * sg_plan_mesh_dim(m, "fsdp") *
+         sg_plan_mesh_dim(m, "ep");
 }
 
 int64_t sg_plan_micro(const sg_plan_problem *pb, const sg_plan_mesh *m) {
@@ -169,8 +170,9 @@ static void why_add(why_buf *w, const char *fmt, ...) {
 
 /* The mesh itself: known, supported dims, each once; the rank count
  * (parallel.c plan_roles; the models take h and w, no d). */
-static void check_dims(const sg_plan_problem *pb, const sg_plan_mesh *m,
-                       why_buf *w) {
+static void check_dims(const sg_plan_problem *pb, const sg_model_config *mc,
+                       const sg_plan_mesh *m, why_buf *w) {
+  const int moe = mc->kind == SG_MODEL_VIT && mc->moe_experts > 0;
   static const char *const usable[] = {"pp", "dp", "fsdp", "tp", "h", "w"};
   static const char *const later[][2] = {{"d", "domain (3-D)"},
                                          {"sp", "sequence"},
@@ -183,6 +185,7 @@ static void check_dims(const sg_plan_problem *pb, const sg_plan_mesh *m,
       ok |= !strcmp(nm, usable[k]);
     for (int k = 0; k < 4; ++k)
       if (!strcmp(nm, later[k][0])) l = k;
+    if (!strcmp(nm, "ep") && moe) ok = 1, l = -1; /* the vit's experts */
     for (int j = 0; j < i; ++j)
       if (!strcmp(nm, m->name[j]))
         why_add(w, "mesh dim '%s' appears twice", nm);
@@ -190,7 +193,8 @@ static void check_dims(const sg_plan_problem *pb, const sg_plan_mesh *m,
       why_add(w,
               "mesh dim '%s' (size %d): %s parallelism is not supported by "
               "the parallel plan and the 2-D models yet (supported: pp, dp, "
-              "fsdp, tp, h, w; a size-1 %s dim is fine)",
+              "fsdp, tp, h, w, and ep for the vit with moe_experts; a size-1 "
+              "%s dim is fine)",
               nm, m->size[i], later[l][1], nm);
     else if (!ok && l < 0)
       why_add(w,
@@ -281,8 +285,8 @@ static void check_batch(const sg_plan_problem *pb, const sg_plan_mesh *m,
   if (batch < 1 || batch % nd) {
     why_add(
         w,
-        "global batch %lld is not divisible by the %d data-parallel ranks (dp x fsdp)",
-        (long long)batch, nd);
+        "global batch %lld is not divisible by the %d data-parallel ranks (dp x fsdp%s)",
+        (long long)batch, nd, sg_plan_has_dim(m, "ep") ? " x ep" : "");
     return;
   }
   if (micro < 1 || (batch / nd) % micro)
@@ -363,6 +367,47 @@ static void check_windows(const sg_plan_problem *pb, const sg_model_config *mc,
             "%s = %d: a shard of the %lld cells is thinner than a halo the "
             "model needs (%s)",
             dim, p, (long long)n, msg);
+}
+
+/* The ViT's mixture of experts (models/vit.c vit_moe_check, in its
+ * words). */
+static void check_moe(const sg_plan_problem *pb, const sg_model_config *mc,
+                      const sg_plan_mesh *m, why_buf *w) {
+  const int64_t E = mc->moe_experts, k = mc->moe_topk;
+  const int ep = sg_plan_mesh_dim(m, "ep"), tp = sg_plan_mesh_dim(m, "tp");
+  const int nb = sg_plan_mesh_dim(m, "dp") * sg_plan_mesh_dim(m, "fsdp");
+  if (E <= 0) return;
+  if (k < 1 || k > 2 || k > E)
+    why_add(w,
+            "vit: moe_topk must be 1 or 2 and at most moe_experts (got "
+            "moe_topk %lld, %lld experts)",
+            (long long)k, (long long)E);
+  if (E % ep)
+    why_add(w,
+            "vit: moe_experts (%lld) must be divisible by ep (%d): every ep "
+            "rank holds moe_experts/ep experts",
+            (long long)E, ep);
+  if (tp > 1)
+    why_add(w,
+            "vit: mixture of experts with tp (size %d) is not built: the "
+            "experts are not split over tp (use ep)",
+            tp);
+  if (ep > 1 && nb > 1 &&
+      sg_plan_mesh_dim(m, "h") * sg_plan_mesh_dim(m, "w") > 1)
+    why_add(w,
+            "vit: ep (%d) with dp x fsdp (%d) and a split domain is not "
+            "built: the tape splits a sharded batch over one mesh dim (use "
+            "ep alone for the samples)",
+            ep, nb);
+  if (!strcmp(sg_kv_str(pb->cfg, "param_dtype"), "bf16"))
+    why_add(w, "vit: mixture of experts with param_dtype = bf16 is not "
+               "built (the experts compute in f32/f64)");
+  if (ep > 1 && sg_plan_mesh_dim(m, "pp") > 1)
+    why_add(w,
+            "vit: ep (%d) with pp is not built (untested): use ep "
+            "without pp",
+            ep);
+  if (mc->moe_every < 1) why_add(w, "vit: moe_every must be >= 1");
 }
 
 /* The ViT's attention over the split tokens (sp_mode; models/ag_ulysses.c's
@@ -504,6 +549,7 @@ static void check_model(const sg_plan_problem *pb, const sg_model_config *mc,
           (long long)heads, tp);
     check_sp_mode(mc, tp, ph, pw, w);
     check_tp_sequence(pb, mc, m, tp, p, w);
+    check_moe(pb, mc, m, w);
     if (p < 1 || ny % p || nx % p)
       why_add(
           w,
@@ -535,7 +581,7 @@ sg_status sg_plan_check(const sg_plan_problem *pb, const sg_plan_mesh *m,
     strip_error(sg_last_error(), msg, sizeof msg);
     why_add(&w, "%s", msg);
   }
-  check_dims(pb, m, &w);
+  check_dims(pb, &mc, m, &w);
   check_plan(pb, &mc, m, &w);
   check_batch(pb, m, &w);
   if ((int)mc.kind >= 0) check_model(pb, &mc, m, &w);

@@ -220,6 +220,13 @@ static sg_status plan(sg_kv_t kv) {
                         .ranks = (int)sg_kv_int(kv, "ranks"),
                         .threads = (int)sg_kv_int(kv, "threads")};
   if (pb.ranks < 1) SG_RAISE(SG_ERR_CONFIG, "--ranks must be >= 1");
+  if (sg_kv_int(kv, "moe_experts") > 0)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "sg-plan: the memory and time models do not model the vit's "
+             "mixture of experts (moe_experts = %lld) nor the ep mesh dim "
+             "yet: choose the mesh by hand (docs/transformers.md, \"Mixture "
+             "of experts\")",
+             (long long)sg_kv_int(kv, "moe_experts"));
   SG_TRY(data_shape(kv, &pb));
   sg_plan_hw hw;
   memset(&hw, 0, sizeof hw);

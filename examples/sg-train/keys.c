@@ -5,7 +5,7 @@
 const sg_kv_key sg_train_keys[] = {
     {"mesh", SG_KV_STRING, "",
      "device mesh over dp (samples), fsdp (samples, ZeRO-sharded state), h (y), w (x), "
-     "pp (pipeline stages), tp (weights: vit, fno, cnn, unet); default h=<ranks>"},
+     "pp (pipeline stages), tp (weights: vit, fno, cnn, unet), ep (samples and the vit's experts); default h=<ranks>"},
     {"pp_schedule", SG_KV_STRING, "1f1b",
      "pipeline schedule over the pp dim: gpipe | 1f1b | interleaved | zb-h1"},
     {"microbatches", SG_KV_INT, "1",
@@ -51,6 +51,18 @@ const sg_kv_key sg_train_keys[] = {
     {"tp_sequence", SG_KV_BOOL, "false",
      "vit with tp > 1: Megatron sequence parallelism (LayerNorms and residuals on the tokens split over tp; "
      "all-gather before the column-parallel linears, reduce-scatter after the row-parallel ones)"},
+    {"moe_experts", SG_KV_INT, "0",
+     "vit: E > 0 replaces the MLP by E expert MLPs (mixture of experts; split over the mesh dim ep, "
+     "E divisible by ep); 0: the dense MLP"},
+    {"moe_topk", SG_KV_INT, "1",
+     "vit moe: experts per token, 1 or 2 (at most moe_experts)"},
+    {"moe_every", SG_KV_INT, "1",
+     "vit moe: every K-th block (the last of each K) has the experts, the others the dense MLP"},
+    {"moe_capacity", SG_KV_FLOAT, "1.25",
+     "vit moe: capacity factor, each expert keeps ceil(f x tokens x topk / experts) pairs per sample "
+     "(the rest dropped, in token order); <= 0: none dropped"},
+    {"moe_aux", SG_KV_FLOAT, "0.01",
+     "vit moe: coefficient of the load-balancing loss (Switch), applied as a gradient"},
     {"groups", SG_KV_INT, "4", "cnn, unet: GroupNorm groups (divides width)"},
     {"pad_y", SG_KV_STRING, "periodic",
      "cnn, unet: boundary in y: periodic | zero | reflect | replicate"},

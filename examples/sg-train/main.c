@@ -558,7 +558,7 @@ static sg_status setup(run_t *r) {
   if (r->gbatch < 1 || r->gbatch % r->ndp)
     SG_RAISE(
         SG_ERR_CONFIG,
-        "global batch %lld is not divisible by the %d data-parallel ranks (dp x fsdp)",
+        "global batch %lld is not divisible by the %d data-parallel ranks (dp x fsdp x ep)",
         (long long)r->gbatch, r->ndp);
   const int pp = sg_train_pp_on(r->mesh);
   r->micro = sg_kv_int(kv, pp ? "microbatches" : "grad_accum");

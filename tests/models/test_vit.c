@@ -8,7 +8,8 @@
  *  - bad input, refused on every rank with SG_ERR_CONFIG and a message
  *    naming the cause: a grid not divisible by the patch (no padding),
  *    heads not dividing width, a patch larger than the smallest shard
- *    (on 2, 3, 4 ranks), depth out of range, heads not divisible by tp;
+ *    (on 2, 3, 4 ranks), depth out of range, heads not divisible by tp,
+ *    the mixture of experts' keys and ep (below);
  *  - tensor parallelism (2, 4 ranks: tp=2, tp=4 with 4 heads, tp=2,h=2):
  *    every parameter's gradient, summed over the dims that split the data
  *    (none for tp alone; h) but never over tp, equals the one-process
@@ -20,7 +21,11 @@
  *    tp=3 (16 tokens: 6+5+5, width 12, 3 heads), tp=4 and tp=2,h=2, where
  *    the LayerNorms' and row biases' gradients are summed over tp by the
  *    model;
- *  - tp_sequence with a pp dim, or fewer tokens than tp ranks: refused. */
+ *  - tp_sequence with a pp dim, or fewer tokens than tp ranks: refused;
+ *  - mixture of experts (4 experts, top-2, capacity 1) with the tokens
+ *    over h=2, w=3, h=2,w=2: every gradient, summed over h, w, equals the
+ *    one-process one; topk > experts, ep without experts and experts not
+ *    divisible by ep refused on every rank. */
 #include "sg_comm.h"
 #include "sg_mesh.h"
 #include "sg_model.h"
@@ -187,6 +192,19 @@ static void test_bad_input(void) {
     expect_refused(spec, c, 4 * (sg_test_size - 1), 16,
                    "larger than the smallest shard");
   }
+  /* mixture of experts: topk > E; and on ep = the ranks: no experts,
+   * E % ep */
+  c = tiny();
+  c.moe_experts = 1, c.moe_topk = 2;
+  expect_refused(spec, c, 16, 16, "topk must be 1 or 2 and at most");
+  if (sg_test_size > 1) {
+    char ep[16];
+    snprintf(ep, sizeof ep, "ep=%d", sg_test_size);
+    c = tiny();
+    expect_refused(ep, c, 16, 16, "splits the experts: set moe_experts");
+    c.moe_experts = 5;
+    expect_refused(ep, c, 16, 16, "moe_experts (5) must be divisible by ep");
+  }
 }
 
 /* Global linear index of local element l of the box (start, count) of an
@@ -244,7 +262,11 @@ static void run_free(run *r) {
   sg_model_destroy(&r->m);
 }
 
-static void test_tp_gradients(const char *spec, int64_t heads, int seq) {
+/* seq: tp_sequence (Megatron-SP); moe: 4 experts, top-2, capacity 1 in
+ * both blocks (tokens split over h, w: the capacity ranks them in global
+ * order) */
+static void test_tp_gradients(const char *spec, int64_t heads, int seq,
+                              int moe) {
   sg_mesh_t self = NULL, mesh = NULL;
   run ref, got;
   memset(&ref, 0, sizeof ref), memset(&got, 0, sizeof got);
@@ -252,6 +274,7 @@ static void test_tp_gradients(const char *spec, int64_t heads, int seq) {
   c.heads = heads;
   if (heads == 3) c.width = 12; /* tp = 3 */
   c.tp_sequence = seq;
+  if (moe) c.moe_experts = 4, c.moe_topk = 2, c.moe_capacity = 1.0;
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_SELF, "h=1", &self));
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   sg_model_config c1 = c;
@@ -316,14 +339,17 @@ int main(int argc, char **argv) {
                                        : "h=2,w=2");
   test_bad_input();
   for (int seq = 0; seq < 2; ++seq) { /* plain TP, then Megatron-SP */
-    if (sg_test_size == 2) test_tp_gradients("tp=2", 2, seq);
-    if (sg_test_size == 3 && seq) test_tp_gradients("tp=3", 3, seq);
+    if (sg_test_size == 2) test_tp_gradients("tp=2", 2, seq, 0);
+    if (sg_test_size == 3 && seq) test_tp_gradients("tp=3", 3, seq, 0);
     if (sg_test_size == 4) {
-      test_tp_gradients("tp=4", 4, seq);
-      test_tp_gradients("tp=2,h=2", 2, seq);
+      test_tp_gradients("tp=4", 4, seq, 0);
+      test_tp_gradients("tp=2,h=2", 2, seq, 0);
     }
   }
+  if (sg_test_size == 2) test_tp_gradients("h=2", 2, 0, 1);
+  if (sg_test_size == 3) test_tp_gradients("w=3", 2, 0, 1);
   if (sg_test_size == 4) {
+    test_tp_gradients("h=2,w=2", 2, 0, 1);
     sg_model_config c = tiny(); /* 2 heads over 4 tp ranks */
     expect_refused("tp=4", c, 16, 16, "heads (2) must be divisible by tp (4)");
     c.tp_sequence = 1;
