@@ -93,7 +93,8 @@ int sg_plan_pieces(const sg_plan_problem *pb) {
   case SG_MODEL_FNO: return (int)sg_plan_int(pb, "layers") + 2;
   case SG_MODEL_CNN: return (int)sg_plan_int(pb, "blocks") + 2;
   case SG_MODEL_UNET: return 2 * (int)sg_plan_int(pb, "levels");
-  case SG_MODEL_VIT: return (int)sg_plan_int(pb, "depth") + 2;
+  case SG_MODEL_VIT:
+  case SG_MODEL_SWIN: return (int)sg_plan_int(pb, "depth") + 2;
   default: return 0;
   }
 }
@@ -356,7 +357,7 @@ static void check_windows(const sg_plan_problem *pb, int kind, int i, int p,
             window_fits(i, nl, p, conv_same(k, b), &out, msg, sizeof msg) ||
             (l > 0 && window_fits(i, nl, p, up, &out, msg, sizeof msg));
     }
-  } else if (kind == SG_MODEL_VIT) {
+  } else if (kind == SG_MODEL_VIT || kind == SG_MODEL_SWIN) {
     const int64_t ps = sg_plan_int(pb, "patch");
     const sg_window patch = {.kernel = ps, .stride = ps};
     if (ps >= 1 && n % ps == 0)
@@ -400,12 +401,13 @@ static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
   const int64_t ny = pb->ny, nx = pb->nx, width = sg_plan_int(pb, "width");
   const int ph = sg_plan_mesh_dim(m, "h"), pw = sg_plan_mesh_dim(m, "w"),
             tp = sg_plan_mesh_dim(m, "tp");
-  static const char *const whos[] = {"FNO", "CNN", "U-Net", "vit"};
-  const char *who = kind >= 0 && kind < 4 ? whos[kind] : "model";
-  if (tp > 1 && kind != SG_MODEL_VIT && kind != SG_MODEL_FNO)
+  static const char *const whos[] = {"FNO", "CNN", "U-Net", "vit", "swin"};
+  const char *who = kind >= 0 && kind < 5 ? whos[kind] : "model";
+  if (tp > 1 && kind != SG_MODEL_VIT && kind != SG_MODEL_SWIN &&
+      kind != SG_MODEL_FNO)
     why_add(
         w,
-        "%s: mesh dim 'tp' (size %d): this model has no tensor parallelism (models with TP: vit, fno)",
+        "%s: mesh dim 'tp' (size %d): this model has no tensor parallelism (models with TP: vit, swin, fno)",
         who, tp);
   if (tp > 1 && kind == SG_MODEL_FNO && width < tp)
     why_add(
@@ -447,29 +449,40 @@ static void check_model(const sg_plan_problem *pb, const sg_plan_mesh *m,
               "FNO: modes %lld do not fit a %lldx%lld grid (2 modes <= ny, "
               "modes <= nx/2+1)",
               (long long)md, (long long)ny, (long long)nx);
-  } else if (kind == SG_MODEL_VIT) {
+  } else if (kind == SG_MODEL_VIT || kind == SG_MODEL_SWIN) {
     const int64_t heads = sg_plan_int(pb, "heads"),
                   p = sg_plan_int(pb, "patch");
     if (heads < 1 || width % heads)
-      why_add(w, "vit: heads (%lld) must divide width (%lld)", (long long)heads,
-              (long long)width);
+      why_add(w, "%s: heads (%lld) must divide width (%lld)", who,
+              (long long)heads, (long long)width);
     if (heads >= 1 && heads % tp)
       why_add(
           w,
-          "vit: heads (%lld) must be divisible by tp (%d): tensor parallelism splits the heads",
-          (long long)heads, tp);
-    check_sp_mode(pb, heads, tp, ph, pw, w);
+          "%s: heads (%lld) must be divisible by tp (%d): tensor parallelism splits the heads",
+          who, (long long)heads, tp);
+    if (kind == SG_MODEL_VIT)
+      check_sp_mode(pb, heads, tp, ph, pw, w);
+    else if (strcmp(sg_kv_str(pb->cfg, "sp_mode"), "ring"))
+      why_add(w, "swin: sp_mode does not apply (window attention is local to "
+                 "a rank; the shifted windows get their tokens by the halo "
+                 "layer)");
+    char msg[256];
     if (p < 1 || ny % p || nx % p)
       why_add(
           w,
-          "vit: grid %lldx%lld is not divisible by patch %lld (patches are not padded)",
-          (long long)ny, (long long)nx, (long long)p);
+          "%s: grid %lldx%lld is not divisible by patch %lld (patches are not padded)",
+          who, (long long)ny, (long long)nx, (long long)p);
     else if (p > ny / ph || p > nx / pw)
       why_add(
           w,
-          "vit: patch %lld is larger than the smallest shard (%lldx%lld cells "
+          "%s: patch %lld is larger than the smallest shard (%lldx%lld cells "
           "over h = %d, w = %d)",
-          (long long)p, (long long)(ny / ph), (long long)(nx / pw), ph, pw);
+          who, (long long)p, (long long)(ny / ph), (long long)(nx / pw), ph,
+          pw);
+    else if (kind == SG_MODEL_SWIN &&
+             !sg_swin_windows_fit(ny / p, nx / p, sg_plan_int(pb, "window"), ph,
+                                  pw, msg, sizeof msg))
+      why_add(w, "%s", msg);
   }
   if (ph > ny || pw > nx) return;
   if (ph > 1) check_windows(pb, kind, 0, ph, w);

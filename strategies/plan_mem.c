@@ -375,23 +375,33 @@ static int op_linear_row(sim *s, const mshape *m, int x, double c, double k,
   return op_pointwise(s, m, x, k, ny, nx, 1, 0, -1); /* the bias */
 }
 
-/* A ViT block on ty x tx tokens (vit.c vit_block). */
-static int vit_block_ops(sim *s, const mshape *m, int h, double ty, double tx) {
+/* A ViT block on ty x tx tokens (vit.c vit_block); Swin's (shifted: the
+ * odd blocks, whose rolls before and after the attention are pointwise
+ * copies with a one-sided halo) saves the attention's probabilities, W^2
+ * per query and head, in f64 (models/ag_swin.c). */
+static int vit_block_ops(sim *s, const mshape *m, int h, double ty, double tx,
+                         int swin, int shifted) {
   const double C = (double)sg_plan_int(m->pb, "width"),
-               H = (double)sg_plan_int(m->pb, "heads") / m->tp, T = ty * tx;
+               H = (double)sg_plan_int(m->pb, "heads") / m->tp, T = ty * tx,
+               W = swin ? (double)sg_plan_int(m->pb, "window") : 0.0;
   int r = op_norm(s, m, h, C, ty, tx, m->b * T);
+  if (shifted) r = op_pointwise(s, m, r, C, ty, tx, 0, 0, -1); /* roll */
   r = op_linear_col(s, m, r, C, 3 * C, ty, tx);
   r = op_pointwise(s, m, r, 3 * C / m->tp, ty, tx, 0, 0, -1); /* split */
-  const double n = m->b * C / m->tp * T, ws = attn_ws(m, C / m->tp / H, T);
+  const double n = m->b * C / m->tp * T,
+               ws = swin ? 8.0 * 7 * W * W * C / m->tp / H
+                         : attn_ws(m, C / m->tp / H, T);
   sim_op at = {.nin = 1,
                .in = {r},
                .out = fbytes(m, C / m->tp, ty, tx),
-               .saved = 4.0 * (4 * n + m->b * H * T),
+               .saved = swin ? 8.0 * m->b * H * T * W * W
+                             : 4.0 * (4 * n + m->b * H * T),
                .fws = ws,
                .bws = ws,
                .windowed = -1};
   r = sim_apply(s, &at);
   r = op_linear_row(s, m, r, C, C, ty, tx);
+  if (shifted) r = op_pointwise(s, m, r, C, ty, tx, 0, 0, -1); /* roll back */
   h = op_add(s, m, h, r, C, ty, tx);
   r = op_norm(s, m, h, C, ty, tx, m->b * T);
   r = op_linear_col(s, m, r, C, 4 * C, ty, tx);
@@ -421,7 +431,12 @@ static int vit_piece(sim *s, const mshape *m, int k, int h) {
     h = sim_apply(s, &e);
     return op_pointwise(s, m, h, C, ty, tx, 1, 0, -1); /* + position field */
   }
-  if (k <= depth) return vit_block_ops(s, m, h, ty, tx);
+  if (k <= depth) {
+    const int swin = m->kind == SG_MODEL_SWIN;
+    return vit_block_ops(s, m, h, ty, tx, swin,
+                         swin && (k - 1) % 2 == 1 &&
+                             sg_plan_int(m->pb, "window") > 1);
+  }
   h = op_norm(s, m, h, C, ty, tx, m->b * ty * tx);
   const double ws = conv_ws(m, C, cout, p * p, tx, ty, 1, ty * tx);
   sim_op u = {.nin = 1,
@@ -480,7 +495,8 @@ static int fno_cnn_piece(sim *s, const mshape *m, int k, int h) {
 }
 
 static int model_piece(sim *s, const struct mshape *m, int k, int h) {
-  if (m->kind == SG_MODEL_VIT) return vit_piece(s, m, k, h);
+  if (m->kind == SG_MODEL_VIT || m->kind == SG_MODEL_SWIN)
+    return vit_piece(s, m, k, h);
   if (m->kind == SG_MODEL_UNET) return unet_piece(s, m, k, h);
   return fno_cnn_piece(s, m, k, h);
 }
@@ -558,8 +574,13 @@ static double piece_params(const mshape *m, const sg_plan_mesh *mesh, int k) {
   if (k == 0)
     return conv_params(w, c0, p) + w * floor(m->ny / p) * floor(m->nx / p);
   if (last) return 2 * w + w * cout * p * p + cout;
+  const double W = (double)sg_plan_int(pb, "window"),
+               rpb = m->kind == SG_MODEL_SWIN
+                         ? (double)sg_plan_int(pb, "heads") * (2 * W - 1) *
+                               (2 * W - 1) / tp
+                         : 0.0; /* Swin's relative position bias */
   return 2 * w + (3 * w * w + 3 * w) / tp + w * w / tp + w + 2 * w +
-         (4 * w * w + 4 * w) / tp + 4 * w * w / tp + w;
+         (4 * w * w + 4 * w) / tp + 4 * w * w / tp + w + rpb;
 }
 
 /* The plan's buffers (parallel.c sg_parallel_create) over n parameter

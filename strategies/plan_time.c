@@ -327,11 +327,15 @@ static void model_unet(pt *c, double cin, double cout) {
  * LayerNorm, MLP 4x over tp), LayerNorm and the un-patchify. The domain
  * splits the tokens: attention is a ring over the domain group (P - 1 K/V
  * passes forward, K/V and dK/dV passes backward); tp adds two all-reduces
- * of the activations per block forward and two backward. */
-static void model_vit(pt *c, double cin, double cout) {
+ * of the activations per block forward and two backward. Swin (swin 1):
+ * every query attends the W^2 keys of its window (no ring), and the odd
+ * blocks roll the tokens by W/2 and back: a one-sided halo of W/2 token
+ * rows per split dim, forward and adjoint, per roll. */
+static void model_vit(pt *c, double cin, double cout, int swin) {
   static const char *const dom[2] = {"h", "w"}, *const tpn[1] = {"tp"};
   const double C = cfg_int(c->kv, "width", 32), D = cfg_int(c->kv, "depth", 4),
-               H = cfg_int(c->kv, "heads", 4);
+               H = cfg_int(c->kv, "heads", 4),
+               W = swin ? cfg_int(c->kv, "window", 4) : 0.0;
   const double p = cfg_int(c->kv, "patch", 4), tp = c->tp;
   const double tl = (c->ly / p) * (c->lx / p),
                tg = ((double)c->ny / p) * ((double)c->nx / p);
@@ -346,7 +350,7 @@ static void model_vit(pt *c, double cin, double cout) {
     op_copy(c, 4.0 * n * C / tp); /* q, k, v and o between layouts */
     /* QK^T and AV of every local head against every token: GEMMs of
      * head_dim columns, 4 nb tl tg C / tp flops, backward 2.5x */
-    op_mm(c, 2, n * H / tp, tg, 2.0 * C / H, 2.5);
+    op_mm(c, 2, n * H / tp, swin ? W * W : tg, 2.0 * C / H, 2.5);
     op_mm(c, 0, n, C / tp, C, 2.0);
     op_elem(c, n * C, 2.0);
     op_rated(c, n * C, 1.0, c->hw->lnorm_rate);
@@ -362,8 +366,12 @@ static void model_vit(pt *c, double cin, double cout) {
       c->allreduce += 2.0 * g_allreduce(gt, 4.0);
       op_copy(c, 2.0 * n * C);
     }
-    if (gd.p > 1) c->ring += 3.0 * gd.p * sg_plan_p2p_s(kv, gd.alpha, gd.beta);
+    if (swin && b % 2 == 1)
+      op_halo(c, C, c->ly / p, c->lx / p, (int)(W / 2));
+    else if (!swin && gd.p > 1)
+      c->ring += 3.0 * gd.p * sg_plan_p2p_s(kv, gd.alpha, gd.beta);
     c->par_rep += (12.0 * C * C + 9.0 * C) / tp + 4.0 * C + C;
+    if (swin) c->par_rep += H * (2 * W - 1) * (2 * W - 1) / tp; /* bias */
   }
   op_rated(c, n * C, 1.0, c->hw->lnorm_rate);
   op_mm(c, 1, n, C, cout * p * p, 2.0);
@@ -433,8 +441,8 @@ static sg_status run_model(pt *c, const sg_plan_problem *pb) {
     model_cnn(c, cin, cout);
   else if (!strcmp(kind, "unet"))
     model_unet(c, cin, cout);
-  else if (!strcmp(kind, "vit"))
-    model_vit(c, cin, cout);
+  else if (!strcmp(kind, "vit") || !strcmp(kind, "swin"))
+    model_vit(c, cin, cout, !strcmp(kind, "swin"));
   else
     SG_RAISE(SG_ERR_CONFIG, "sg_plan_step_time: unknown model '%s'", kind);
   /* the loss: a few passes over the output */

@@ -25,6 +25,7 @@ sg_status sg_train_model_config(sg_kv_t kv, sg_model_config *mc) {
   mc->patch = sg_kv_int(kv, "patch");
   mc->heads = sg_kv_int(kv, "heads");
   mc->depth = sg_kv_int(kv, "depth");
+  mc->window = sg_kv_int(kv, "window");
   {
     sg_sp_mode spm = SG_SP_RING;
     SG_TRY(sg_sp_mode_parse(sg_kv_str(kv, "sp_mode"), &spm));
