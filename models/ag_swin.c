@@ -29,11 +29,12 @@
 
 enum { ROLL_MAX_SP = 3 };
 
-static double ld(sg_dtype dt, const void *p, int64_t i) {
+/* Element i of a f32 or f64 buffer as a double, and back. */
+static double load_d(sg_dtype dt, const void *p, int64_t i) {
   return dt == SG_DTYPE_F32 ? (double)((const float *)p)[i]
                             : ((const double *)p)[i];
 }
-static void st_(sg_dtype dt, void *p, int64_t i, double v) {
+static void store_d(sg_dtype dt, void *p, int64_t i, double v) {
   if (dt == SG_DTYPE_F32)
     ((float *)p)[i] = (float)v;
   else
@@ -265,15 +266,15 @@ static void wgather(const wgeo *g, const wsel *s, const void *src,
                     double *dst) {
   for (int64_t t = 0; t < g->T; ++t)
     for (int64_t j = 0; j < g->d; ++j)
-      dst[t * g->d + j] = ld(g->dt, src,
-                             widx(g, s->b, s->wy, s->wx, s->h, j, t));
+      dst[t * g->d + j] = load_d(g->dt, src,
+                                 widx(g, s->b, s->wy, s->wx, s->h, j, t));
 }
 static void wscatter(const wgeo *g, const wsel *s, const double *src,
                      void *dst) {
   for (int64_t t = 0; t < g->T; ++t)
     for (int64_t j = 0; j < g->d; ++j)
-      st_(g->dt, dst, widx(g, s->b, s->wy, s->wx, s->h, j, t),
-          src[t * g->d + j]);
+      store_d(g->dt, dst, widx(g, s->b, s->wy, s->wx, s->h, j, t),
+              src[t * g->d + j]);
 }
 
 static double dot(const double *a, const double *b, int64_t n) {
@@ -339,7 +340,7 @@ static sg_status bias_load(const wgeo *g, const sg_tensor *b, double **out) {
   const int64_t n = g->H * g->R * g->R;
   double *v = malloc(sizeof(double) * (size_t)(n + 1));
   if (!v) SG_RAISE(SG_ERR_ALLOC, "window attention: bias table");
-  for (int64_t i = 0; i < n; ++i) v[i] = ld(b->dtype, b->data, i);
+  for (int64_t i = 0; i < n; ++i) v[i] = load_d(b->dtype, b->data, i);
   *out = v;
 fail:
   return st;
@@ -401,7 +402,7 @@ static sg_status wattn_bwd(sg_node *node) {
   }
   if (node->gin[3])
     for (int64_t i = 0; i < g.H * RR; ++i)
-      st_(g.dt, node->gin[3], i, ld(g.dt, node->gin[3], i) + db[i]);
+      store_d(g.dt, node->gin[3], i, load_d(g.dt, node->gin[3], i) + db[i]);
 fail:
   free(db), free(w);
   return st;

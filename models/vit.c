@@ -315,27 +315,29 @@ int sg_swin_windows_fit(int64_t hp, int64_t wp, int64_t window, int ph, int pw,
              (long long)window, (long long)hp, (long long)wp);
     return 0;
   }
+  for (int d = 0; d < 2; ++d)
+    if (n[d] % window) {
+      snprintf(msg, size,
+               "swin: the %lld token %s are not a multiple of window %lld "
+               "(windows are not padded: choose a window that divides the "
+               "token grid)",
+               (long long)n[d], d ? "columns" : "rows", (long long)window);
+      return 0;
+    }
   for (int d = 0; d < 2; ++d) /* balanced blocks: the sizes of coords 0, P-1 */
-    for (int co = 0; co<P[d]; co += P[d]> 1 ? P[d] - 1 : 1)
-      if (P[d] == 1 && n[d] % window) {
-        snprintf(msg, size,
-                 "swin: the %lld token %s are not a multiple of window %lld "
-                 "(windows are not padded: choose a window that divides the "
-                 "token grid)",
-                 (long long)n[d], d ? "columns" : "rows", (long long)window);
-        return 0;
-      } else if (sg_split_size(n[d], P[d], co) % window) {
-        snprintf(msg, size,
-                 "swin: the %s=%d split of %lld token %s gives blocks of "
-                 "%lld and %lld: every rank's block must hold whole windows "
-                 "(a multiple of window %lld; choose %s ranks that divide "
-                 "the %lld windows)",
-                 d ? "w" : "h", P[d], (long long)n[d], d ? "columns" : "rows",
-                 (long long)sg_split_size(n[d], P[d], 0),
-                 (long long)sg_split_size(n[d], P[d], P[d] - 1),
-                 (long long)window, d ? "w" : "h", (long long)(n[d] / window));
-        return 0;
-      }
+    if (P[d] > 1 && (sg_split_size(n[d], P[d], 0) % window ||
+                     sg_split_size(n[d], P[d], P[d] - 1) % window)) {
+      snprintf(msg, size,
+               "swin: the %s=%d split of %lld token %s gives blocks of %lld "
+               "and %lld: every rank's block must hold whole windows (a "
+               "multiple of window %lld; choose %s ranks that divide the "
+               "%lld windows)",
+               d ? "w" : "h", P[d], (long long)n[d], d ? "columns" : "rows",
+               (long long)sg_split_size(n[d], P[d], 0),
+               (long long)sg_split_size(n[d], P[d], P[d] - 1),
+               (long long)window, d ? "w" : "h", (long long)(n[d] / window));
+      return 0;
+    }
   return 1;
 }
 

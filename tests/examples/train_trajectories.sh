@@ -34,8 +34,9 @@
 # tokens, window 4, width 16, 2 heads, depth 2: the second block shifted,
 # its windows crossing the shard boundaries) on h=2, w=2, h=2,w=2,
 # dp=2,h=2, tp=2 and tp=2,h=2: losses, gradient norms and test error equal
-# to one process; a h=2 checkpoint resumed on 1 rank; activation
-# checkpointing on h=2.
+# to one process; a h=2 checkpoint resumed on 1 rank (one of another
+# window refused); h=3 refused (token blocks of 6, 5, 5 rows: not whole
+# windows); activation checkpointing on h=2.
 #   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp|vit_sp|fno_tp|swin BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 task=$1 bin=$2 mpiexec=$3 work=$4 src=$5
@@ -221,6 +222,11 @@ if [ "$task" = swin ]; then
   sh "$src/tests/examples/expect_fail.sh" "window" 60 \
     "$mpiexec" -n 1 "$bin/sg-train" $common --window 2 --mesh h=1 --resume cks/step_000005.nc
   echo "swin resume matches"
+  # 16 token rows over h=3 are blocks of 6, 5, 5: not whole windows of 4
+  # shellcheck disable=SC2086
+  sh "$src/tests/examples/expect_fail.sh" \
+    "swin: the h=3 split of 16 token rows gives blocks of 6 and 5: every rank's block must hold whole windows" 60 \
+    "$mpiexec" -n 3 "$bin/sg-train" $common --mesh h=3
   # activation checkpointing of the blocks (the rolls' halo exchanges run again)
   # shellcheck disable=SC2086
   "$mpiexec" -n 2 "$bin/sg-train" $common --mesh h=2 --activation-checkpointing blocks --metrics ck.jsonl
