@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "autograd_impl.h"
+#include "op_registry_impl.h"
 #include "sg_autograd.h"
 #include "sg_comm.h"
 #include "sg_halo.h"
@@ -82,7 +83,10 @@ static sg_status roll_plan(const sg_node *node, const sg_tensor *t,
   sg_halo_desc d;
   sg_halo_desc_init(&d);
   d.ndims = t->ndim - 2;
-  d.lead = t->shape[0] * t->shape[1];
+  /* a rank without samples (a batch split unevenly over dp) still takes
+   * part in the collective plan: one dummy leading element, nothing
+   * copied */
+  d.lead = t->shape[0] * t->shape[1] > 0 ? t->shape[0] * t->shape[1] : 1;
   d.dtype = t->dtype;
   for (int k = 0; k < d.ndims; ++k) {
     d.interior[k] = t->shape[k + 2];
@@ -160,10 +164,22 @@ fail:
   return st;
 }
 
+/* 1 if a mesh dim splits a spatial dim of the node's inputs. */
+static int split_in_space(const sg_node *node) {
+  for (int m = 0; node->mesh && m < sg_mesh_ndims(node->mesh); ++m)
+    if (node->placements[m].kind == SG_PLACEMENT_SHARD &&
+        node->placements[m].dim >= 2 && sg_mesh_dim_size(node->mesh, m) > 1)
+      return 1;
+  return 0;
+}
+
+/* Locally when no mesh dim splits space (no messages), else by the halo
+ * layer: collective over the mesh, so a rank without samples (dst NULL,
+ * nothing to copy) takes part too. */
 static sg_status roll_run(sg_node *node, const sg_tensor *t, void *src,
                           void *dst, int fwd) {
   const roll_attr *a = (const roll_attr *)node->attr;
-  if (!node->mesh) {
+  if (!split_in_space(node)) {
     roll_local(t, a->shift, src, dst, fwd);
     return SG_OK;
   }
@@ -180,8 +196,8 @@ fail:
 }
 
 static sg_status roll_bwd(sg_node *node) {
-  if (!node->gin[0]) return SG_OK;
   const sg_tensor *dy = &node->out[0]->grad;
+  if (!node->gin[0] && sg_tensor_numel(dy) > 0) return SG_OK; /* not wanted */
   return roll_run(node, dy, dy->data, node->gin[0], 0);
 }
 
@@ -190,9 +206,7 @@ static const sg_op_def roll_op = {.name = "roll",
                                   .forward = roll_fwd,
                                   .backward = roll_bwd,
                                   .rule = {.windowed_input = -1,
-                                           .accepts = SG_ACCEPT_REPLICATE |
-                                                      SG_ACCEPT_SHARD_BATCH |
-                                                      SG_ACCEPT_SHARD_SPATIAL,
+                                           .accepts = SG_ACCEPT_ALL,
                                            .out = SG_OUT_LIKE_INPUT,
                                            .writes_gin = 1u}};
 
@@ -466,3 +480,6 @@ sg_status sg_ag_window_attention(sg_tape_t t, int64_t heads, int64_t window,
 fail:
   return st;
 }
+
+const sg_op_def *sg_ag_roll_op_def(void) { return &roll_op; }
+const sg_op_def *sg_ag_window_attention_op_def(void) { return &wattn_op; }
