@@ -12,8 +12,8 @@ enum { MODELS_MAX = 16 };
 
 /* The registry: the built-ins first, in the order of sg_model_kind. */
 static const sg_model_i *registry[MODELS_MAX] = {
-    &sg_fno_model_i, &sg_cnn_model_i, &sg_unet_model_i, &sg_vit_model_i,
-    &sg_fno3d_model_i};
+    &sg_fno_model_i, &sg_cnn_model_i,   &sg_unet_model_i,
+    &sg_vit_model_i, &sg_fno3d_model_i, &sg_swin_model_i};
 static int nregistry = SG_MODEL_COUNT;
 
 struct sg_model {

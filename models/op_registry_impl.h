@@ -18,6 +18,10 @@ const sg_op_def *sg_ag_attention_op_def(void);
 const sg_op_def *sg_ag_attention_ulysses_op_def(void);
 const sg_op_def *sg_ag_attention_usp_op_def(void);
 const sg_op_def *sg_ag_add_field_op_def(void);
+/* ag_swin.c: the periodic roll (sg_ag_roll), window attention
+ * (sg_ag_window_attention) */
+const sg_op_def *sg_ag_roll_op_def(void);
+const sg_op_def *sg_ag_window_attention_op_def(void);
 /* ag_tp.c: the conjugate ops of tensor parallelism. */
 const sg_op_def *sg_ag_tp_copy_op_def(void);
 const sg_op_def *sg_ag_tp_reduce_op_def(void);

@@ -615,6 +615,25 @@ sg_status sg_sp_mode_check(sg_mesh_t mesh, sg_sp_mode mode, int64_t heads,
  * split x's spatial dims like x (its gradient, summed over the batch, is
  * Partial over the dims that split the batch only). */
 sg_status sg_ag_add_field(sg_tape_t t, sg_var *x, sg_var *p, sg_var **y);
+/* Swin (models/ag_swin.c, docs/transformers.md "The swin model").
+ * A periodic roll of the spatial dims of x (N, C, spatial...): y[.., i] =
+ * x[.., (i + shift) mod n] per spatial dim (torch.roll by -shift). On a
+ * spatially sharded x it is a halo exchange with a one-sided periodic
+ * halo of |shift| cells (neighbour traffic only; backward: the halo
+ * adjoint); a shard thinner than |shift| is SG_ERR_HALO on every rank.
+ * Collective over x's mesh. */
+sg_status sg_ag_roll(sg_tape_t t, sg_var *x, const int64_t *shift, sg_var **y);
+/* Multi-head attention inside the non-overlapping window x window
+ * windows of q, k, v (N, C, H, W), C = heads * head_dim as for
+ * sg_ag_attention, with a relative position bias: score(i, j) += bias[h,
+ * (dy + W - 1)(2W - 1) + dx + W - 1] for the offset (dy, dx) of query i
+ * from key j; bias (heads, (2W-1)^2) is a parameter (its gradient
+ * accumulates). Local on every rank: every rank's block must hold whole
+ * windows (SG_ERR_CONFIG on every rank otherwise; agreed over the mesh),
+ * a window larger than the token grid is SG_ERR_CONFIG. */
+sg_status sg_ag_window_attention(sg_tape_t t, int64_t heads, int64_t window,
+                                 sg_var *q, sg_var *k, sg_var *v, sg_var *bias,
+                                 sg_var **o);
 /* LayerNorm over the channels of each token (sg_ag_norm, SG_NORM_LAYER:
  * local on any spatial split); gamma, beta (C) or NULL; eps <= 0: 1e-5. */
 sg_status sg_ag_layernorm(sg_tape_t t, double eps, sg_var *x, sg_var *gamma,

@@ -20,6 +20,7 @@
 #ifndef SG_MODEL_H
 #define SG_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "sg_autograd.h"
@@ -40,10 +41,11 @@ typedef enum sg_model_kind {
   SG_MODEL_UNET,
   SG_MODEL_VIT,
   SG_MODEL_FNO3D, /* the FNO over (t, y, x): cout output time steps */
+  SG_MODEL_SWIN,  /* the ViT with shifted-window attention */
   SG_MODEL_COUNT
 } sg_model_kind;
 
-/* "fno", "cnn", "unet", "vit", "fno3d" or a registered model's name; "invalid" otherwise. */
+/* "fno", "cnn", "unet", "vit", "fno3d", "swin" or a registered model's name; "invalid" otherwise. */
 const char *sg_model_kind_name(sg_model_kind kind);
 /* SG_ERR_CONFIG (naming the choices) for an unknown name. Not collective. */
 sg_status sg_model_kind_parse(const char *name, sg_model_kind *kind);
@@ -69,6 +71,7 @@ typedef struct sg_model_config {
   int64_t patch;      /* ViT: patch size (divides the grid) */
   int64_t heads;      /* ViT: attention heads (divides width) */
   int64_t depth;      /* ViT: transformer blocks */
+  int64_t window;     /* Swin: attention window (tokens per side) */
   int sp_mode;        /* ViT: sg_sp_mode, how the tokens split over the
                           domain dims are attended (ring, the default,
                           ulysses or usp) */
@@ -91,6 +94,13 @@ typedef struct sg_model_config {
                           every K-th block (1: every block); the same
                           function and gradients, less activation memory */
 } sg_model_config;
+
+/* Swin: do the blocks of an hp x wp token grid split over ph x pw ranks
+ * (balanced) hold whole window x window windows, and is the window at most
+ * the grid? 1 if so; else 0 and the reason in msg (the words vit.c and
+ * sg_plan_check report). Not collective. */
+int sg_swin_windows_fit(int64_t hp, int64_t wp, int64_t window, int ph, int pw,
+                        char *msg, size_t size);
 
 /* The defaults of a kind (the FNO paper's sizes for the FNO). */
 sg_model_config sg_model_defaults(sg_model_kind kind);

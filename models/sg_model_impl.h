@@ -73,12 +73,13 @@ sg_status sg_model_register(const sg_model_i *iface);
  * io holds exactly one variable, else SG_ERR_INVALID_ARG naming the model. */
 sg_status sg_model_bundle_one(const sg_bundle *io, const char *model);
 
-/* The built-in models' tables (fno.c, cnn.c, unet.c, vit.c). */
+/* The built-in models' tables (fno.c, cnn.c, unet.c, vit.c: vit, swin). */
 extern const sg_model_i sg_fno_model_i;
 extern const sg_model_i sg_fno3d_model_i;
 extern const sg_model_i sg_cnn_model_i;
 extern const sg_model_i sg_unet_model_i;
 extern const sg_model_i sg_vit_model_i;
+extern const sg_model_i sg_swin_model_i;
 
 #ifdef __cplusplus
 }

@@ -40,6 +40,7 @@ typedef struct vit_box {
 
 typedef struct vit {
   sg_cn_base b; /* first: the shared part of the model table */
+  int swin;     /* Swin: windowed attention, shifted in odd blocks */
   vit_block_ctx bctx[VIT_MAX_DEPTH];
   sg_model_config cfg;
   int64_t hp, wp;               /* global patch grid */
@@ -140,48 +141,68 @@ fail:
 /* The checks that need only the config and the mesh: every rank finds
  * the same error. */
 static sg_status vit_check(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
-                           int64_t nx, int64_t batch) {
+                           int64_t nx, int64_t batch, int swin) {
   sg_status st = SG_OK;
   const int64_t p = c->patch;
+  const char *who = swin ? "swin" : "vit";
   if (c->cin < 1 || c->cout < 1 || c->width < 1 || batch < 1)
-    SG_RAISE(SG_ERR_CONFIG, "vit: cin, cout, width and batch must be >= 1");
+    SG_RAISE(SG_ERR_CONFIG, "%s: cin, cout, width and batch must be >= 1", who);
   if (c->act_ckpt_every < 0)
-    SG_RAISE(SG_ERR_CONFIG, "vit: act_ckpt_every must be >= 0 (got %d)",
+    SG_RAISE(SG_ERR_CONFIG, "%s: act_ckpt_every must be >= 0 (got %d)", who,
              c->act_ckpt_every);
   if (c->depth < 0 || c->depth > VIT_MAX_DEPTH)
-    SG_RAISE(SG_ERR_CONFIG, "vit: depth must be in 0..%d (got %lld)",
+    SG_RAISE(SG_ERR_CONFIG, "%s: depth must be in 0..%d (got %lld)", who,
              VIT_MAX_DEPTH, (long long)c->depth);
   if (c->heads < 1 || c->width % c->heads)
-    SG_RAISE(SG_ERR_CONFIG, "vit: heads (%lld) must divide width (%lld)",
+    SG_RAISE(SG_ERR_CONFIG, "%s: heads (%lld) must divide width (%lld)", who,
              (long long)c->heads, (long long)c->width);
   for (int k = 0; k < sg_mesh_ndims(mesh); ++k)
     if (!strcmp(sg_mesh_dim_name(mesh, k), "tp") &&
         c->heads % sg_mesh_dim_size(mesh, k))
       SG_RAISE(SG_ERR_CONFIG,
-               "vit: heads (%lld) must be divisible by tp (%d): tensor "
+               "%s: heads (%lld) must be divisible by tp (%d): tensor "
                "parallelism splits the heads over the tp ranks",
-               (long long)c->heads, sg_mesh_dim_size(mesh, k));
-  SG_TRY(sg_sp_mode_check(mesh, (sg_sp_mode)c->sp_mode, c->heads, "vit"));
+               who, (long long)c->heads, sg_mesh_dim_size(mesh, k));
+  if (swin && c->sp_mode != SG_SP_RING)
+    SG_RAISE(SG_ERR_CONFIG,
+             "swin: sp_mode does not apply (window attention is local to a "
+             "rank; the shifted windows get their tokens by the halo layer)");
+  if (swin && (c->tp_sequence || c->moe_experts > 0))
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "swin: %s is not built for the window attention yet (the vit "
+             "has it)",
+             c->tp_sequence ? "tp_sequence (Megatron-SP)"
+                            : "a mixture of experts (moe_experts)");
+  SG_TRY(sg_sp_mode_check(mesh, (sg_sp_mode)c->sp_mode, c->heads, who));
   if (c->tp_sequence) SG_TRY(vit_check_seq(mesh, c, ny, nx));
   SG_TRY(vit_moe_check(mesh, c));
   if (p < 1)
-    SG_RAISE(SG_ERR_CONFIG, "vit: patch must be >= 1 (got %lld)", (long long)p);
+    SG_RAISE(SG_ERR_CONFIG, "%s: patch must be >= 1 (got %lld)", who,
+             (long long)p);
   if (ny % p || nx % p)
     SG_RAISE(SG_ERR_CONFIG,
-             "vit: grid %lldx%lld is not divisible by patch %lld (patches "
+             "%s: grid %lldx%lld is not divisible by patch %lld (patches "
              "are not padded: choose a patch that divides both)",
-             (long long)ny, (long long)nx, (long long)p);
+             who, (long long)ny, (long long)nx, (long long)p);
+  int ph = 1, pw = 1;
   for (int k = 0; k < sg_mesh_ndims(mesh); ++k) {
     const char *nm = sg_mesh_dim_name(mesh, k);
     const int sz = sg_mesh_dim_size(mesh, k);
     const int64_t n = !strcmp(nm, "h") ? ny : !strcmp(nm, "w") ? nx : 0;
+    if (!strcmp(nm, "h")) ph = sz;
+    if (!strcmp(nm, "w")) pw = sz;
     if (n && p > n / sz)
       SG_RAISE(SG_ERR_CONFIG,
-               "vit: patch %lld is larger than the smallest shard (%lld "
+               "%s: patch %lld is larger than the smallest shard (%lld "
                "cells of %lld over %s=%d): use a smaller patch or fewer "
                "%s ranks",
-               (long long)p, (long long)(n / sz), (long long)n, nm, sz, nm);
+               who, (long long)p, (long long)(n / sz), (long long)n, nm, sz,
+               nm);
   }
+  char msg[256];
+  if (swin &&
+      !sg_swin_windows_fit(ny / p, nx / p, c->window, ph, pw, msg, sizeof msg))
+    SG_RAISE(SG_ERR_CONFIG, "%s", msg);
 fail:
   return st;
 }
@@ -278,6 +299,15 @@ static int vit_add_block_linears(vit *m, int b) {
     VIT_NAME("fc2.b");
     ok = ok && sg_cn_params_add(P, nm, 1, bs, SG_CN_INIT_UNIFORM, hid) >= 0;
   }
+  if (m->swin) { /* the relative position bias: (heads, (2W-1)^2), the
+                    rank's heads over tp; Swin's trunc-normal(0.02) init is
+                    U(-1/sqrt(R^2), +) here */
+    const int64_t R = 2 * m->cfg.window - 1, H = m->cfg.heads, hl = H / m->tps,
+                  v[2] = {hl, R * R}, g[2] = {H, R * R},
+                  s0[2] = {hl * m->tpr, 0};
+    VIT_NAME("rpb");
+    ok = ok && vit_add_box(m, nm, 2, v, 2, g, s0, v, R * R) >= 0;
+  }
 #undef VIT_NAME
   return ok;
 }
@@ -337,17 +367,18 @@ fail:
   return st;
 }
 
-static sg_status vit_create(sg_mesh_t mesh, const sg_model_config *c,
-                            int64_t ny, int64_t nx, int64_t batch,
-                            void **impl) {
+static sg_status vit_create_as(sg_mesh_t mesh, const sg_model_config *c,
+                               int64_t ny, int64_t nx, int64_t batch,
+                               void **impl, int swin) {
   sg_status st = SG_OK;
   vit *m = NULL;
   if (!mesh || !c || !impl) SG_RAISE(SG_ERR_INVALID_ARG, "vit: NULL argument");
   *impl = NULL;
-  SG_TRY(vit_check(mesh, c, ny, nx, batch));
+  SG_TRY(vit_check(mesh, c, ny, nx, batch, swin));
   m = calloc(1, sizeof *m);
   if (!m) SG_RAISE(SG_ERR_ALLOC, "vit: out of memory");
   m->cfg = *c;
+  m->swin = swin;
   m->b.p.stream = 4000;
   SG_TRY(
       sg_cn_domain_init_tp(&m->b.dom, mesh, ny, nx, batch, c->add_grid, "vit"));
@@ -374,9 +405,65 @@ fail:
   return st;
 }
 
+static sg_status vit_create(sg_mesh_t mesh, const sg_model_config *c,
+                            int64_t ny, int64_t nx, int64_t batch,
+                            void **impl) {
+  return vit_create_as(mesh, c, ny, nx, batch, impl, 0);
+}
+
+static sg_status swin_create(sg_mesh_t mesh, const sg_model_config *c,
+                             int64_t ny, int64_t nx, int64_t batch,
+                             void **impl) {
+  return vit_create_as(mesh, c, ny, nx, batch, impl, 1);
+}
+
 static void vit_defaults(sg_model_config *c) {
   c->patch = 4, c->heads = 4, c->depth = 4;
   c->moe_topk = 1, c->moe_every = 1, c->moe_capacity = 1.25, c->moe_aux = 0.01;
+}
+
+static void swin_defaults(sg_model_config *c) {
+  c->patch = 4, c->heads = 4, c->depth = 4, c->window = 4;
+}
+
+int sg_swin_windows_fit(int64_t hp, int64_t wp, int64_t window, int ph, int pw,
+                        char *msg, size_t size) {
+  const int64_t n[2] = {hp, wp};
+  const int P[2] = {ph, pw};
+  if (window < 1 || window > hp || window > wp) {
+    snprintf(msg, size,
+             window < 1
+                 ? "swin: window must be >= 1 (got %lld; the token grid "
+                   "is %lldx%lld)"
+                 : "swin: window %lld is larger than the %lldx%lld token "
+                   "grid (grid / patch)",
+             (long long)window, (long long)hp, (long long)wp);
+    return 0;
+  }
+  for (int d = 0; d < 2; ++d)
+    if (n[d] % window) {
+      snprintf(msg, size,
+               "swin: the %lld token %s are not a multiple of window %lld "
+               "(windows are not padded: choose a window that divides the "
+               "token grid)",
+               (long long)n[d], d ? "columns" : "rows", (long long)window);
+      return 0;
+    }
+  for (int d = 0; d < 2; ++d) /* balanced blocks: the sizes of coords 0, P-1 */
+    if (P[d] > 1 && (sg_split_size(n[d], P[d], 0) % window ||
+                     sg_split_size(n[d], P[d], P[d] - 1) % window)) {
+      snprintf(msg, size,
+               "swin: the %s=%d split of %lld token %s gives blocks of %lld "
+               "and %lld: every rank's block must hold whole windows (a "
+               "multiple of window %lld; choose %s ranks that divide the "
+               "%lld windows)",
+               d ? "w" : "h", P[d], (long long)n[d], d ? "columns" : "rows",
+               (long long)sg_split_size(n[d], P[d], 0),
+               (long long)sg_split_size(n[d], P[d], P[d] - 1),
+               (long long)window, d ? "w" : "h", (long long)(n[d] / window));
+      return 0;
+    }
+  return 1;
 }
 
 /* The position field: this rank's box of (C, hp, wp). */
@@ -441,6 +528,31 @@ fail:
   return st;
 }
 
+/* Swin's attention of block b (parameters q): in odd blocks the tokens
+ * are rolled by W/2 in both dims (periodic: the halo layer brings the
+ * neighbours' rows) before the QKV projection and rolled back after the
+ * output projection (both act per token, so they commute with the roll);
+ * the attention is in the W x W windows with the block's relative
+ * position bias (the block's last parameter). */
+static sg_status swin_attention(vit *m, sg_tape_t t, int b, sg_var *q,
+                                sg_var *x, sg_var **y) {
+  sg_status st = SG_OK;
+  const int64_t W = m->cfg.window, cl = m->cl, s = W / 2, fwd[2] = {s, s},
+                back[2] = {-s, -s}, parts[3] = {cl, cl, cl};
+  const int shift = b % 2 == 1 && s > 0;
+  sg_var *h = x, *qkv[3] = {NULL, NULL, NULL};
+  if (shift) SG_TRY(sg_ag_roll(t, h, fwd, &h));
+  SG_TRY(sg_ag_linear_col(t, m->tp, h, &q[2], &q[3], &h));
+  SG_TRY(sg_ag_split(t, h, 3, parts, qkv));
+  SG_TRY(sg_ag_window_attention(t, m->cfg.heads / m->tps, W, qkv[0], qkv[1],
+                                qkv[2], &q[m->blk[b + 1] - m->blk[b] - 1], &h));
+  SG_TRY(sg_ag_linear_row(t, m->tp, h, &q[4], &q[5], &h));
+  if (shift) SG_TRY(sg_ag_roll(t, h, back, &h));
+  *y = h;
+fail:
+  return st;
+}
+
 /* Pre-LN block: h + mhsa(ln1(h)), then h + fc2(gelu(fc1(ln2(h)))). With
  * Megatron-SP h, the LayerNorms and the residuals are token slices. */
 static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
@@ -451,9 +563,12 @@ static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
   sg_var *q = &m->b.p.vars[m->blk[bc->b]], *r = NULL, *h = in[0];
   const sg_var *like = m->seq ? &m->like : NULL;
   SG_TRY(vit_ln(m, t, &q[0], h, &r));
-  SG_TRY(sg_ag_mhsa_seq(t, m->tp, like, (sg_sp_mode)m->cfg.sp_mode,
-                        m->cfg.heads / m->tps, r, &q[2], &q[3], &q[4], &q[5],
-                        &r));
+  if (m->swin)
+    SG_TRY(swin_attention(m, t, bc->b, q, r, &r));
+  else
+    SG_TRY(sg_ag_mhsa_seq(t, m->tp, like, (sg_sp_mode)m->cfg.sp_mode,
+                          m->cfg.heads / m->tps, r, &q[2], &q[3], &q[4], &q[5],
+                          &r));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &h));
   SG_TRY(vit_ln(m, t, &q[6], h, &r));
   if (vit_moe_block(m, bc->b)) { /* experts: no tp (vit_moe_check) */
@@ -557,11 +672,11 @@ static void vit_describe(void *impl, const sg_model_config *c, char *buf,
   const vit *m = impl;
   const int n = snprintf(
       buf, size,
-      "vit: width %lld, patch %lld (%lldx%lld tokens), heads %lld, "
+      "%s: width %lld, patch %lld (%lldx%lld tokens), heads %lld, "
       "depth %lld, mlp %lld, %lld parameters",
-      (long long)c->width, (long long)c->patch, (long long)m->hp,
-      (long long)m->wp, (long long)c->heads, (long long)c->depth,
-      (long long)(VIT_MLP_RATIO * c->width),
+      m->swin ? "swin" : "vit", (long long)c->width, (long long)c->patch,
+      (long long)m->hp, (long long)m->wp, (long long)c->heads,
+      (long long)c->depth, (long long)(VIT_MLP_RATIO * c->width),
       (long long)sg_cn_i_param_count(impl));
   if (m->tps > 1 && n > 0 && (size_t)n < size)
     snprintf(buf + n, size - (size_t)n,
@@ -578,6 +693,10 @@ static void vit_describe(void *impl, const sg_model_config *c, char *buf,
              "per ep rank), top-%d, capacity factor %g, aux %g",
              c->moe_every, (long long)c->moe_experts, (long long)m->el,
              c->moe_topk, c->moe_capacity, c->moe_aux);
+  if (m->swin && k < size)
+    snprintf(buf + k, size - k,
+             "; window %lld, shifted by %lld in odd blocks (periodic)",
+             (long long)c->window, (long long)(c->window / 2));
   k = strlen(buf);
   if (c->sp_mode != SG_SP_RING && k < size)
     snprintf(buf + k, size - k, "; attention by %s",
@@ -606,3 +725,25 @@ const sg_model_i sg_vit_model_i = {.name = "vit",
                                    .nblocks = vit_nblocks,
                                    .block_params = vit_block_params,
                                    .forward_blocks = vit_forward_blocks};
+
+/* heads and window fix the relative position bias tables' shape */
+static const char *const swin_size_keys[] = {"width", "patch",  "depth",
+                                             "heads", "window", NULL};
+
+const sg_model_i sg_swin_model_i = {.name = "swin",
+                                    .size_keys = swin_size_keys,
+                                    .defaults = swin_defaults,
+                                    .create = swin_create,
+                                    .destroy = vit_destroy,
+                                    .param_count = sg_cn_i_param_count,
+                                    .param_info = vit_param_info,
+                                    .bind = sg_cn_i_bind,
+                                    .init = vit_init,
+                                    .params = sg_cn_i_params,
+                                    .box = sg_cn_i_box,
+                                    .describe = vit_describe,
+                                    .mark = sg_cn_i_mark,
+                                    .forward = vit_forward,
+                                    .nblocks = vit_nblocks,
+                                    .block_params = vit_block_params,
+                                    .forward_blocks = vit_forward_blocks};

@@ -95,7 +95,8 @@ int sg_plan_pieces(const sg_model_config *mc) {
   case SG_MODEL_FNO: return (int)mc->layers + 2;
   case SG_MODEL_CNN: return (int)mc->blocks + 2;
   case SG_MODEL_UNET: return 2 * (int)mc->levels;
-  case SG_MODEL_VIT: return (int)mc->depth + 2;
+  case SG_MODEL_VIT:
+  case SG_MODEL_SWIN: return (int)mc->depth + 2;
   default: return 0;
   }
 }
@@ -356,7 +357,7 @@ static void check_windows(const sg_plan_problem *pb, const sg_model_config *mc,
             window_fits(i, nl, p, conv_same(k, b), &out, msg, sizeof msg) ||
             (l > 0 && window_fits(i, nl, p, up, &out, msg, sizeof msg));
     }
-  } else if (kind == SG_MODEL_VIT) {
+  } else if (kind == SG_MODEL_VIT || kind == SG_MODEL_SWIN) {
     const int64_t ps = mc->patch;
     const sg_window patch = {.kernel = ps, .stride = ps};
     if (ps >= 1 && n % ps == 0)
@@ -482,13 +483,14 @@ static void check_model(const sg_plan_problem *pb, const sg_model_config *mc,
   const int64_t ny = pb->ny, nx = pb->nx, width = mc->width;
   const int ph = sg_plan_mesh_dim(m, "h"), pw = sg_plan_mesh_dim(m, "w"),
             tp = sg_plan_mesh_dim(m, "tp");
-  static const char *const whos[] = {"FNO", "CNN", "U-Net", "vit", "FNO-3D"};
-  const char *who = kind >= 0 && kind < 5 ? whos[kind] : "model";
+  static const char *const whos[] = {"FNO", "CNN",    "U-Net",
+                                     "vit", "FNO-3D", "swin"};
+  const char *who = kind >= 0 && kind < 6 ? whos[kind] : "model";
   if (tp > 1 && (kind == SG_MODEL_FNO3D || kind < 0 ||
                  kind >= SG_MODEL_COUNT)) /* fno3d or a registered one */
     why_add(
         w,
-        "%s: mesh dim 'tp' (size %d): this model has no tensor parallelism (models with TP: vit, fno, cnn, unet)",
+        "%s: mesh dim 'tp' (size %d): this model has no tensor parallelism (models with TP: vit, swin, fno, cnn, unet)",
         who, tp);
   if (tp > 1 && kind == SG_MODEL_FNO && width < tp)
     why_add(
@@ -537,30 +539,49 @@ static void check_model(const sg_plan_problem *pb, const sg_model_config *mc,
               (long long)md, (long long)ny, (long long)nx);
   } else if (kind == SG_MODEL_FNO3D) {
     check_fno3d(pb, mc, m, w);
-  } else if (kind == SG_MODEL_VIT) {
+  } else if (kind == SG_MODEL_VIT || kind == SG_MODEL_SWIN) {
     const int64_t heads = mc->heads, p = mc->patch;
     if (heads < 1 || width % heads)
-      why_add(w, "vit: heads (%lld) must divide width (%lld)", (long long)heads,
-              (long long)width);
+      why_add(w, "%s: heads (%lld) must divide width (%lld)", who,
+              (long long)heads, (long long)width);
     if (heads >= 1 && heads % tp)
       why_add(
           w,
-          "vit: heads (%lld) must be divisible by tp (%d): tensor parallelism splits the heads",
-          (long long)heads, tp);
-    check_sp_mode(mc, tp, ph, pw, w);
-    check_tp_sequence(pb, mc, m, tp, p, w);
-    check_moe(pb, mc, m, w);
+          "%s: heads (%lld) must be divisible by tp (%d): tensor parallelism splits the heads",
+          who, (long long)heads, tp);
+    if (kind == SG_MODEL_VIT) {
+      check_sp_mode(mc, tp, ph, pw, w);
+      check_tp_sequence(pb, mc, m, tp, p, w);
+      check_moe(pb, mc, m, w);
+    } else {
+      if (mc->sp_mode != SG_SP_RING)
+        why_add(w, "swin: sp_mode does not apply (window attention is local "
+                   "to a rank; the shifted windows get their tokens by the "
+                   "halo layer)");
+      if (mc->tp_sequence || mc->moe_experts > 0)
+        why_add(w,
+                "swin: %s is not built for the window attention yet (the "
+                "vit has it)",
+                mc->tp_sequence ? "tp_sequence (Megatron-SP)"
+                                : "a mixture of experts (moe_experts)");
+    }
+    char msg[256];
     if (p < 1 || ny % p || nx % p)
       why_add(
           w,
-          "vit: grid %lldx%lld is not divisible by patch %lld (patches are not padded)",
-          (long long)ny, (long long)nx, (long long)p);
+          "%s: grid %lldx%lld is not divisible by patch %lld (patches are not padded)",
+          who, (long long)ny, (long long)nx, (long long)p);
     else if (p > ny / ph || p > nx / pw)
       why_add(
           w,
-          "vit: patch %lld is larger than the smallest shard (%lldx%lld cells "
+          "%s: patch %lld is larger than the smallest shard (%lldx%lld cells "
           "over h = %d, w = %d)",
-          (long long)p, (long long)(ny / ph), (long long)(nx / pw), ph, pw);
+          who, (long long)p, (long long)(ny / ph), (long long)(nx / pw), ph,
+          pw);
+    else if (kind == SG_MODEL_SWIN &&
+             !sg_swin_windows_fit(ny / p, nx / p, mc->window, ph, pw, msg,
+                                  sizeof msg))
+      why_add(w, "%s", msg);
   }
   if (ph > ny || pw > nx) return;
   if (ph > 1) check_windows(pb, mc, 0, ph, w);

@@ -419,25 +419,34 @@ static void vit_rows(const mshape *m, double ty, double tx, double *sy,
 
 /* A ViT block on ty x tx tokens (vit.c vit_block); with tp_sequence the
  * LayerNorms and residuals on token slices (the all-gather before a
- * column-parallel linear is tp_copy's op with a full output). */
-static int vit_block_ops(sim *s, const mshape *m, int h, double ty, double tx) {
+ * column-parallel linear is tp_copy's op with a full output). Swin's
+ * (shifted: the odd blocks, whose rolls before and after the attention are
+ * pointwise copies with a one-sided halo) saves the attention's
+ * probabilities, W^2 per query and head, in f64 (models/ag_swin.c). */
+static int vit_block_ops(sim *s, const mshape *m, int h, double ty, double tx,
+                         int swin, int shifted) {
   const double C = (double)m->mc.width, H = (double)m->mc.heads / m->tp,
-               T = ty * tx;
+               T = ty * tx, W = swin ? (double)m->mc.window : 0.0;
   double sy, sx;
   vit_rows(m, ty, tx, &sy, &sx);
   int r = op_norm(s, m, h, C, sy, sx, m->b * sy * sx);
+  if (shifted) r = op_pointwise(s, m, r, C, ty, tx, 0, 0, -1); /* roll */
   r = op_linear_col(s, m, r, C, 3 * C, ty, tx);
   r = op_pointwise(s, m, r, 3 * C / m->tp, ty, tx, 0, 0, -1); /* split */
-  const double n = m->b * C / m->tp * T, ws = attn_ws(m, C / m->tp / H, T);
+  const double n = m->b * C / m->tp * T,
+               ws = swin ? 8.0 * 7 * W * W * C / m->tp / H
+                         : attn_ws(m, C / m->tp / H, T);
   sim_op at = {.nin = 1,
                .in = {r},
                .out = fbytes(m, C / m->tp, ty, tx),
-               .saved = 4.0 * (4 * n + m->b * H * T),
+               .saved = swin ? 8.0 * m->b * H * T * W * W
+                             : 4.0 * (4 * n + m->b * H * T),
                .fws = ws,
                .bws = ws,
                .windowed = -1};
   r = sim_apply(s, &at);
   r = op_linear_row(s, m, r, C, C, ty, tx, sy, sx);
+  if (shifted) r = op_pointwise(s, m, r, C, ty, tx, 0, 0, -1); /* roll back */
   h = op_add(s, m, h, r, C, sy, sx);
   r = op_norm(s, m, h, C, sy, sx, m->b * sy * sx);
   r = op_linear_col(s, m, r, C, 4 * C, ty, tx);
@@ -470,7 +479,11 @@ static int vit_piece(sim *s, const mshape *m, int k, int h) {
     /* tp_sequence: the scatter to this rank's token slice */
     return m->seq ? op_pointwise(s, m, h, C, sy, sx, 0, 0, -1) : h;
   }
-  if (k <= depth) return vit_block_ops(s, m, h, ty, tx);
+  if (k <= depth) {
+    const int swin = m->kind == SG_MODEL_SWIN;
+    return vit_block_ops(s, m, h, ty, tx, swin,
+                         swin && (k - 1) % 2 == 1 && m->mc.window > 1);
+  }
   h = op_norm(s, m, h, C, sy, sx, m->b * sy * sx);
   if (m->seq) h = op_pointwise(s, m, h, C, ty, tx, 0, 0, -1); /* gather */
   const double ws = conv_ws(m, C, cout, p * p, tx, ty, 1, ty * tx);
@@ -549,7 +562,8 @@ static int fno_cnn_piece(sim *s, const mshape *m, int k, int h) {
 }
 
 static int model_piece(sim *s, const struct mshape *m, int k, int h) {
-  if (m->kind == SG_MODEL_VIT) return vit_piece(s, m, k, h);
+  if (m->kind == SG_MODEL_VIT || m->kind == SG_MODEL_SWIN)
+    return vit_piece(s, m, k, h);
   if (m->kind == SG_MODEL_UNET) return unet_piece(s, m, k, h);
   return fno_cnn_piece(s, m, k, h);
 }
@@ -634,8 +648,12 @@ static double piece_params(const mshape *m, int k) {
   if (k == 0)
     return conv_params(w, c0, p) + w * floor(m->ny / p) * floor(m->nx / p);
   if (last) return 2 * w + w * cout * p * p + cout;
+  const double W = (double)m->mc.window,
+               rpb = m->kind == SG_MODEL_SWIN
+                         ? (double)m->mc.heads * (2 * W - 1) * (2 * W - 1) / tp
+                         : 0.0; /* Swin's relative position bias */
   return 2 * w + (3 * w * w + 3 * w) / tp + w * w / tp + w + 2 * w +
-         (4 * w * w + 4 * w) / tp + 4 * w * w / tp + w;
+         (4 * w * w + 4 * w) / tp + 4 * w * w / tp + w + rpb;
 }
 
 /* The plan's buffers (parallel.c sg_parallel_create) over n parameter

@@ -414,7 +414,10 @@ static void model_unet(pt *c, double cin, double cout) {
  * passes forward, K/V and dK/dV passes backward); tp adds two all-reduces
  * of the activations per block forward and two backward, or with
  * tp_sequence two all-gathers and two reduce-scatters each way (the same
- * ring volume) and the LayerNorms and residuals on 1/tp of the tokens. */
+ * ring volume) and the LayerNorms and residuals on 1/tp of the tokens.
+ * Swin (swin 1): every query attends the W^2 keys of its window (no ring),
+ * and the odd blocks roll the tokens by W/2 and back: a one-sided halo of
+ * W/2 token rows per split dim, forward and adjoint, per roll. */
 static void vit_tp_comm(pt *c, pt_group gt, int seq, double n, double C) {
   const double act = n * C * c->eb;
   if (gt.p <= 1) return;
@@ -433,10 +436,10 @@ static void vit_tp_comm(pt *c, pt_group gt, int seq, double n, double C) {
   op_copy(c, 4.0 * n * C); /* packing the slices, both ways */
 }
 
-static void model_vit(pt *c, double cin, double cout) {
+static void model_vit(pt *c, double cin, double cout, int swin) {
   static const char *const dom[2] = {"h", "w"}, *const tpn[1] = {"tp"};
   const double C = (double)c->mc.width, D = (double)c->mc.depth,
-               H = (double)c->mc.heads;
+               H = (double)c->mc.heads, W = swin ? (double)c->mc.window : 0.0;
   const double p = (double)c->mc.patch, tp = c->tp;
   const double tl = (c->ly / p) * (c->lx / p),
                tg = ((double)c->ny / p) * ((double)c->nx / p);
@@ -453,7 +456,7 @@ static void model_vit(pt *c, double cin, double cout) {
     op_copy(c, 4.0 * n * C / tp); /* q, k, v and o between layouts */
     /* QK^T and AV of every local head against every token: GEMMs of
      * head_dim columns, 4 nb tl tg C / tp flops, backward 2.5x */
-    op_mm(c, 2, n * H / tp, tg, 2.0 * C / H, 2.5);
+    op_mm(c, 2, n * H / tp, swin ? W * W : tg, 2.0 * C / H, 2.5);
     op_mm(c, 0, n, C / tp, C, 2.0);
     op_elem(c, ns * C, 2.0);
     op_rated(c, ns * C, 1.0, c->hw->lnorm_rate);
@@ -463,9 +466,13 @@ static void model_vit(pt *c, double cin, double cout) {
     op_elem(c, ns * C, 2.0);
     const double kv = 2.0 * n * C / tp * c->eb;
     vit_tp_comm(c, gt, seq, n, C);
-    if (gd.p > 1) c->ring += 3.0 * gd.p * sg_plan_p2p_s(kv, gd.alpha, gd.beta);
+    if (swin && b % 2 == 1)
+      op_halo(c, C, c->ly / p, c->lx / p, (int)(W / 2));
+    else if (!swin && gd.p > 1)
+      c->ring += 3.0 * gd.p * sg_plan_p2p_s(kv, gd.alpha, gd.beta);
     c->par_rep += (12.0 * C * C + 9.0 * C) / tp + 4.0 * C + C;
-    c->ntens += 12.0;
+    if (swin) c->par_rep += H * (2 * W - 1) * (2 * W - 1) / tp; /* bias */
+    c->ntens += swin ? 13.0 : 12.0;
   }
   op_rated(c, ns * C, 1.0, c->hw->lnorm_rate);
   op_mm(c, 1, n, C, cout * p * p, 2.0);
@@ -541,7 +548,8 @@ static sg_status run_model(pt *c, const sg_plan_problem *pb) {
   case SG_MODEL_FNO: model_fno(c, cin, cout); break;
   case SG_MODEL_CNN: model_cnn(c, cin, cout); break;
   case SG_MODEL_UNET: model_unet(c, cin, cout); break;
-  case SG_MODEL_VIT: model_vit(c, cin, cout); break;
+  case SG_MODEL_VIT: model_vit(c, cin, cout, 0); break;
+  case SG_MODEL_SWIN: model_vit(c, cin, cout, 1); break;
   case SG_MODEL_FNO3D:
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
              "sg_plan_step_time: no time model for fno3d yet (its mesh "

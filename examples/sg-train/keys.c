@@ -26,7 +26,7 @@ const sg_kv_key sg_train_keys[] = {
      "optimizer state"},
     {"reduce_dtype", SG_KV_STRING, "f32", "gradient reduction dtype: f32"},
     {"model", SG_KV_STRING, "fno",
-     "model: fno | cnn (ResNet-style) | unet | vit | fno3d (space-time FNO: out_frames steps at once)"},
+     "model: fno | cnn (ResNet-style) | unet | vit | fno3d (space-time FNO: out_frames steps at once) | swin (windowed attention, shifted windows)"},
     {"width", SG_KV_INT, "32",
      "channels (fno, cnn); channels at full resolution (unet)"},
     {"modes", SG_KV_INT, "12", "fno, fno3d: modes kept per dim"},
@@ -41,9 +41,12 @@ const sg_kv_key sg_train_keys[] = {
      "unet: resolutions (grid divisible by 2^(levels-1))"},
     {"kernel", SG_KV_INT, "3", "cnn, unet: odd convolution kernel size"},
     {"patch", SG_KV_INT, "4",
-     "vit: patch size (divides the grid; at most the smallest shard)"},
-    {"heads", SG_KV_INT, "4", "vit: attention heads (divides width)"},
-    {"depth", SG_KV_INT, "4", "vit: transformer blocks"},
+     "vit, swin: patch size (divides the grid; at most the smallest shard)"},
+    {"heads", SG_KV_INT, "4", "vit, swin: attention heads (divides width)"},
+    {"depth", SG_KV_INT, "4", "vit, swin: transformer blocks"},
+    {"window", SG_KV_INT, "4",
+     "swin: attention window in tokens per side (shifted by window/2 in odd blocks, periodic); every rank's block of "
+     "the token grid must hold whole windows"},
     {"sp_mode", SG_KV_STRING, "ring",
      "vit: how the tokens split over h, w are attended: ring (K/V blocks around the ring) | ulysses "
      "(all-to-all to a head split; heads divisible by tp x the h, w ranks) | usp (Ulysses over w, ring over h; heads "

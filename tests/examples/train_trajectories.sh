@@ -53,7 +53,14 @@
 # parameter equal to one process; activation checkpointing on ep=2,h=2; an
 # ep=2 checkpoint resumed on 1 rank and a 1-rank one on ep=2,h=2; top-1
 # in every other block (moe_every = 2) on ep=2,h=2.
-#   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp|vit_sp|vit_msp|vit_moe|fno_tp|fno3d|cnn_tp|unet_tp BIN_DIR MPIEXEC WORK_DIR SRC_DIR
+# Task "swin": the Swin (grid 32, patch 2: 16x16
+# tokens, window 4, width 16, 2 heads, depth 2: the second block shifted,
+# its windows crossing the shard boundaries) on h=2, w=2, h=2,w=2,
+# dp=2,h=2, tp=2 and tp=2,h=2: losses, gradient norms and test error equal
+# to one process; a h=2 checkpoint resumed on 1 rank (one of another
+# window refused); h=3 refused (token blocks of 6, 5, 5 rows: not whole
+# windows); activation checkpointing on h=2.
+#   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp|vit_sp|vit_msp|vit_moe|fno_tp|fno3d|cnn_tp|unet_tp|swin BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 task=$1 bin=$2 mpiexec=$3 work=$4 src=$5
 mkdir -p "$work"
@@ -81,6 +88,13 @@ elif [ "$task" = vit_moe ]; then
   common="--model vit --data ns16.nc --steps 10 --batch 4 --width 16 --heads 2 --depth 2
           --patch 4 --history 2 --test-samples 2 --deterministic --log-every 1000
           --log-level warn --check-every 5 --moe-experts 4 --moe-topk 2 --moe-capacity 1"
+elif [ "$task" = swin ]; then
+  "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns32.nc --n 32 --samples 10 --frames 5 --dt 1e-2 \
+    --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
+  common="--model swin --data ns32.nc --steps 10 --batch 4 --width 16 --heads 2 --depth 2
+          --patch 2 --window 4 --history 2 --test-samples 2 --deterministic --log-every 1000
+          --log-level warn --check-every 5"
+  meshes="2:h=2 2:w=2 4:h=2,w=2 4:dp=2,h=2 2:tp=2 4:tp=2,h=2"
 elif [ "$task" = fno_tp ]; then
   "$mpiexec" -n 2 "$bin/sg-ns2d" --out ns16.nc --n 16 --samples 10 --frames 5 --dt 1e-2 \
     --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
@@ -273,7 +287,7 @@ for m in $meshes; do
   [ $rc -eq 0 ]
   $cmp ref.jsonl "m_$spec.jsonl" 1e-5
   $cmp ref.jsonl "m_$spec.jsonl" 1e-5 --eval
-  if [ "$task" = fno3d ]; then $cmp ref.jsonl "m_$spec.jsonl" 1e-5 --key grad_norm; fi
+  if [ "$task" = fno3d ] || [ "$task" = swin ]; then $cmp ref.jsonl "m_$spec.jsonl" 1e-5 --key grad_norm; fi
 done
 echo "trajectories match"
 if [ "$task" = fno3d ]; then
@@ -328,6 +342,28 @@ if [ "$task" = vit ]; then
   $cmp res3.jsonl full.jsonl 1e-5
   echo "vit resume matches"
   # activation checkpointing of the blocks (the ring runs again in backward)
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 2 "$bin/sg-train" $common --mesh h=2 --activation-checkpointing blocks --metrics ck.jsonl
+  $cmp ref.jsonl ck.jsonl 1e-5
+fi
+if [ "$task" = swin ]; then
+  rm -rf cks
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 2 "$bin/sg-train" $common --mesh h=2 --ckpt-dir cks --ckpt-every 5 --metrics full.jsonl
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 1 "$bin/sg-train" $common --mesh h=1 --resume cks/step_000005.nc --metrics res1.jsonl
+  $cmp res1.jsonl full.jsonl 1e-5
+  # a checkpoint of another window is refused (window is a size key)
+  # shellcheck disable=SC2086
+  sh "$src/tests/examples/expect_fail.sh" "window" 60 \
+    "$mpiexec" -n 1 "$bin/sg-train" $common --window 2 --mesh h=1 --resume cks/step_000005.nc
+  echo "swin resume matches"
+  # 16 token rows over h=3 are blocks of 6, 5, 5: not whole windows of 4
+  # shellcheck disable=SC2086
+  sh "$src/tests/examples/expect_fail.sh" \
+    "swin: the h=3 split of 16 token rows gives blocks of 6 and 5: every rank's block must hold whole windows" 60 \
+    "$mpiexec" -n 3 "$bin/sg-train" $common --mesh h=3
+  # activation checkpointing of the blocks (the rolls' halo exchanges run again)
   # shellcheck disable=SC2086
   "$mpiexec" -n 2 "$bin/sg-train" $common --mesh h=2 --activation-checkpointing blocks --metrics ck.jsonl
   $cmp ref.jsonl ck.jsonl 1e-5

@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
            (int)k, sg_model_kind_name(k));
   SG_CHECK_STATUS(sg_model_kind_parse("resnet", &k), SG_ERR_CONFIG);
   SG_CHECK(strstr(sg_last_error(),
-                  "choose fno, cnn, unet, vit, fno3d or affine") != NULL,
+                  "choose fno, cnn, unet, vit, fno3d, swin or affine") != NULL,
            "message lists every model: %s", sg_last_error());
   SG_REQUIRE_OK(sg_model_kind_parse("affine", &k));
   sg_model_config c = sg_model_defaults(k);
@@ -172,14 +172,15 @@ int main(int argc, char **argv) {
   sg_tape_clear(tape);
   sg_model_destroy(&m);
   /* the built-ins through their tables */
-  const char *const want[4][2] = {{"fno", "modes"},
+  const char *const want[5][2] = {{"fno", "modes"},
                                   {"cnn", "blocks"},
                                   {"unet", "levels"},
-                                  {"vit", "patch"}};
-  for (int i = 0; i < 4; ++i) {
+                                  {"vit", "patch"},
+                                  {"swin", "window"}};
+  for (int i = 0; i < 5; ++i) {
     sg_model_config bc = sg_model_defaults((sg_model_kind)i);
     bc.width = 4, bc.modes = 2, bc.layers = 1, bc.proj_width = 4, bc.blocks = 1,
-    bc.levels = 2, bc.groups = 2, bc.heads = 2, bc.depth = 1;
+    bc.levels = 2, bc.groups = 2, bc.heads = 2, bc.depth = 1, bc.window = 2;
     SG_REQUIRE_OK(sg_model_create(mesh, &bc, 8, 8, 1, &m));
     const char *const *keys = sg_model_size_keys(m);
     int found = 0;
@@ -189,7 +190,7 @@ int main(int argc, char **argv) {
                  strcmp(sg_model_kind_name((sg_model_kind)i), want[i][0]) == 0,
              "%s reports '%s' as a size key", want[i][0], want[i][1]);
     /* layers/blocks/depth + 2; the U-Net's 2 L */
-    const int pieces[4] = {1 + 2, 1 + 2, 2 * 2, 1 + 2};
+    const int pieces[5] = {1 + 2, 1 + 2, 2 * 2, 1 + 2, 1 + 2};
     SG_CHECK(sg_model_nblocks(m) == pieces[i], "%s has %d pieces, want %d",
              want[i][0], sg_model_nblocks(m), pieces[i]);
     sg_model_destroy(&m);

@@ -25,7 +25,11 @@
  *  - mixture of experts (4 experts, top-2, capacity 1) with the tokens
  *    over h=2, w=3, h=2,w=2: every gradient, summed over h, w, equals the
  *    one-process one; topk > experts, ep without experts and experts not
- *    divisible by ep refused on every rank. */
+ *    divisible by ep refused on every rank;
+ *  - the swin (patch 2, window 4): the same gradient check (the rolls and
+ *    window attention in the chain); windows larger than the token grid,
+ *    not dividing it, or not tiling every rank's block (h=2, h=3, h=4)
+ *    refused on every rank with SG_ERR_CONFIG. */
 #include "sg_comm.h"
 #include "sg_mesh.h"
 #include "sg_model.h"
@@ -65,11 +69,18 @@ static double loss_of(run *r, int grad) {
   return v;
 }
 
-static void test_gradient(void) {
+/* The Swin of the same size: patch 2 (8 x 8 tokens), window 4, the second
+ * block shifted by 2 (periodic). */
+static sg_model_config tiny_swin(void) {
+  sg_model_config c = tiny();
+  c.kind = SG_MODEL_SWIN, c.patch = 2, c.window = 4;
+  return c;
+}
+
+static void test_gradient(const sg_model_config c) {
   run r;
   memset(&r, 0, sizeof r);
   sg_mesh_t mesh = NULL;
-  const sg_model_config c = tiny();
   const int64_t xs[4] = {2, 2, 16, 16}, ts[4] = {2, 1, 16, 16};
   float *dir = NULL, *p0 = NULL;
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_SELF, "h=1", &mesh));
@@ -330,9 +341,38 @@ done:
   sg_mesh_destroy(&self);
 }
 
+/* The Swin's windows: larger than the token grid, not dividing it, or
+ * blocks of a split that are not whole windows (8 token rows over h=2 with
+ * window 8: 4, 4; over h=3 with window 2: 3, 3, 2; over h=4 with window 4:
+ * 2 each). */
+static void test_swin_bad_input(void) {
+  sg_model_config c = tiny_swin();
+  if (sg_test_size == 1) {
+    c.window = 16;
+    expect_refused("h=1", c, 16, 16,
+                   "swin: window 16 is larger than the 8x8 token grid");
+    c.window = 3;
+    expect_refused("h=1", c, 16, 16,
+                   "swin: the 8 token rows are not a multiple of window 3");
+    return;
+  }
+  static const char *const spec[5] = {"", "", "h=2", "h=3", "h=4"};
+  static const char *const what[5] = {
+      "", "", "split of 8 token rows gives blocks of 4 and 4",
+      "split of 8 token rows gives blocks of 3 and 2",
+      "split of 8 token rows gives blocks of 2 and 2"};
+  const int64_t win[5] = {0, 0, 8, 2, 4};
+  c.window = win[sg_test_size];
+  expect_refused(spec[sg_test_size], c, 16, 16, what[sg_test_size]);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
-  if (sg_test_size == 1) test_gradient();
+  if (sg_test_size == 1) {
+    test_gradient(tiny());
+    test_gradient(tiny_swin());
+  }
+  test_swin_bad_input();
   test_param_table(sg_test_size == 1   ? "h=1"
                    : sg_test_size == 2 ? "h=2"
                    : sg_test_size == 3 ? "h=3"

@@ -197,6 +197,25 @@ static sg_status f_attention(sg_tape_t t, const op_case *c, const run_ctx *rc,
                              sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_attention(t, c->iattr, a[0], a[1], a[2], out);
 }
+/* Swin's pieces: a periodic roll by (1, 2); a shifted window attention
+ * (roll by 1, 2 heads in 2 x 2 windows with the bias table p[0], roll
+ * back) */
+static sg_status f_roll(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                        sg_var **a, sg_var **p, sg_var **out) {
+  const int64_t s[2] = {1, 2};
+  return sg_ag_roll(t, a[0], s, out);
+}
+static sg_status f_window(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                          sg_var **a, sg_var **p, sg_var **out) {
+  sg_status st = SG_OK;
+  const int64_t s[2] = {1, 1}, back[2] = {-1, -1};
+  sg_var *r[3] = {NULL, NULL, NULL}, *o = NULL;
+  for (int i = 0; i < 3; ++i) SG_TRY(sg_ag_roll(t, a[i], s, &r[i]));
+  SG_TRY(sg_ag_window_attention(t, c->iattr, 2, r[0], r[1], r[2], p[0], &o));
+  SG_TRY(sg_ag_roll(t, o, back, out));
+fail:
+  return st;
+}
 static sg_status f_ulysses(sg_tape_t t, const op_case *c, const run_ctx *rc,
                            sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_attention_ulysses(t, c->iattr, a[0], a[1], a[2], out);
@@ -634,6 +653,29 @@ static const op_case cases[] = {
      .nout = 1,
      .fn = f_usp,
      .iattr = 12,
+     .lo = -1},
+    /* Swin: a roll of the 9 x 7 grid (its halo one-sided, across uneven
+     * shards); window attention on a 24 x 12 token grid, whose 2 x 2
+     * windows tile every rank's block on every mesh of 1-4 ranks */
+    {.op = "roll",
+     .label = "roll (1, 2)",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(4)},
+     .nout = 1,
+     .fn = f_roll,
+     .lo = -1},
+    {.op = "window_attention",
+     .label = "window_attention 2 heads, window 2, shifted",
+     .nd = 4,
+     .nact = 3,
+     .act = {{2, 4, 24, 12}, {2, 4, 24, 12}, {2, 4, 24, 12}},
+     .npar = 1,
+     .par_nd = {2},
+     .par = {{2, 9}},
+     .nout = 1,
+     .fn = f_window,
+     .iattr = 2,
      .lo = -1},
     {.op = "add_field",
      .label = "add_field (position embedding)",

@@ -56,15 +56,16 @@ static const sg_model_i *const zoo[SG_MODEL_COUNT] = {
     [SG_MODEL_FNO] = &sg_fno_model_i,
     [SG_MODEL_CNN] = &sg_cnn_model_i,
     [SG_MODEL_UNET] = &sg_unet_model_i,
-    [SG_MODEL_VIT] = &sg_vit_model_i};
+    [SG_MODEL_VIT] = &sg_vit_model_i,
+    [SG_MODEL_SWIN] = &sg_swin_model_i};
 /* The U-Net's levels need a larger grid (16: 4 x 4 at the coarsest). */
-static const int64_t grid_n[SG_MODEL_COUNT] = {8, 8, 16, 8};
+static const int64_t grid_n[SG_MODEL_COUNT] = {8, 8, 16, 8, 8};
 
 static sg_model_config zoo_config(sg_model_kind kind) {
   sg_model_config c = sg_model_defaults(kind);
   c.cin = 2, c.cout = 2, c.width = 4, c.blocks = 3, c.groups = 2,
   c.proj_width = 8, c.layers = 3, c.modes = 2, c.levels = 3, c.patch = 2,
-  c.heads = 2, c.depth = 3;
+  c.heads = 2, c.depth = 3, c.window = 2;
   return c;
 }
 
