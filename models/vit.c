@@ -306,7 +306,7 @@ static int vit_add_block_linears(vit *m, int b) {
                   v[2] = {hl, R * R}, g[2] = {H, R * R},
                   s0[2] = {hl * m->tpr, 0};
     VIT_NAME("rpb");
-    ok = ok && vit_add_box(m, nm, 2, v, 2, g, s0, v, R * R) >= 0;
+    ok = ok && vit_add_box(m, nm, 2, v, 2, g, s0, v, R * R, m->tp_mask) >= 0;
   }
 #undef VIT_NAME
   return ok;
