@@ -159,7 +159,9 @@ static sg_status sg_conv_geom_make(const sg_conv_desc *d, int pool, int trans,
   if (trans)
     per = (size_t)(g->k * g->kk * g->cols + g->c * g->k * g->kk) * es;
   else
-    per = (size_t)(2 * g->ckk * g->cols + g->k * g->ckk) * es;
+    per = (size_t)((2 * g->ckk + g->k) * sg_col_ld(g->cols, es) +
+                   g->k * g->ckk) *
+          es;
   g->ws_per_thread = (per + 63) / 64 * 64;
 fail:
   return st;

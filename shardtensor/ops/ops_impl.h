@@ -21,6 +21,16 @@ typedef struct sg_conv_geom {
   size_t ws_per_thread; /* bytes, multiple of 64 */
 } sg_conv_geom;
 
+/* Row stride (elements of es bytes) of an im2col column matrix of ncol
+ * columns: whole cache lines, an odd number of them, so that the short
+ * strips the GEMM kernels read down its rows spread over all L1 sets (at a
+ * stride of 1024 floats every row of a 48-pixel strip fell into the same
+ * three sets and the kernels read from L2). */
+static inline int64_t sg_col_ld(int64_t ncol, size_t es) {
+  const int64_t line = 64 / (int64_t)es;
+  return (((ncol + line - 1) / line) | 1) * line;
+}
+
 typedef struct sg_up_geom {
   int64_t planes, in[3], out[3], scale[3];
   int linear[3]; /* dims with a 1-cell margin (linear mode, real dims) */

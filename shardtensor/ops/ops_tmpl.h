@@ -71,16 +71,15 @@ static inline double FN(vdev2_d)(const R *p, int64_t n, double mean) {
 
 /* The walk shared by im2col and its adjoint over output rows [r0, r1) of
  * dim g->t, in the same loops and order for both: for each row of the
- * column matrix (channel c, kernel offset (a, b, e); ncol columns) and each
+ * column matrix (channel c, kernel offset (a, b, e); row stride LD) and each
  * output row (o0, o1) of the tile, the body sees xp, the first input
  * element (the image X is (C, in...); input stride s2), and cp, the n2
  * columns of that output row (column matrix COL). XT, CT: their types. */
-#define SG_COL_WALK(XT, X, CT, COL, ...)                                      \
+#define SG_COL_WALK(XT, X, CT, COL, LD, ...)                                  \
   int64_t lo[3] = {0, 0, 0}, hi[3] = {g->out[0], g->out[1], g->out[2]};       \
   lo[g->t] = r0;                                                              \
   hi[g->t] = r1;                                                              \
   const int64_t n2 = hi[2] - lo[2];                                           \
-  const int64_t ncol = (hi[0] - lo[0]) * (hi[1] - lo[1]) * n2;                \
   const int64_t s2 = g->str[2];                                               \
   int64_t row = 0;                                                            \
   for (int64_t c = 0; c < g->c; ++c) {                                        \
@@ -88,7 +87,7 @@ static inline double FN(vdev2_d)(const R *p, int64_t n, double mean) {
     for (int64_t a = 0; a < g->ker[0]; ++a)                                   \
       for (int64_t b = 0; b < g->ker[1]; ++b)                                 \
         for (int64_t e = 0; e < g->ker[2]; ++e, ++row) {                      \
-          CT *cp = (COL) + row * ncol;                                        \
+          CT *cp = (COL) + row * (LD);                                        \
           for (int64_t o0 = lo[0]; o0 < hi[0]; ++o0) {                        \
             int64_t i0 = o0 * g->str[0] + a * g->dil[0];                      \
             for (int64_t o1 = lo[1]; o1 < hi[1]; ++o1) {                      \
@@ -102,10 +101,14 @@ static inline double FN(vdev2_d)(const R *p, int64_t n, double mean) {
         }                                                                     \
   }
 
-/* Tile rows [r0, r1) of image x (C, in...) as columns: col[ckk][ncol]. */
+static inline int64_t FN(col_ld)(int64_t ncol) {
+  return sg_col_ld(ncol, sizeof(R));
+}
+
+/* Tile rows [r0, r1) of image x (C, in...) as columns: col[ckk][ld]. */
 static void FN(im2col)(const sg_conv_geom *g, const R *x, int64_t r0,
-                       int64_t r1, R *col) {
-  SG_COL_WALK(const R, x, R, col, {
+                       int64_t r1, R *col, int64_t ld) {
+  SG_COL_WALK(const R, x, R, col, ld, {
     if (s2 == 1) {
       memcpy(cp, xp, (size_t)n2 * sizeof(R));
     } else {
@@ -116,8 +119,8 @@ static void FN(im2col)(const sg_conv_geom *g, const R *x, int64_t r0,
 
 /* The adjoint: dx (C, in...) += col2im(dcol). */
 static void FN(col2im)(const sg_conv_geom *g, const R *dcol, int64_t r0,
-                       int64_t r1, R *dx) {
-  SG_COL_WALK(R, dx, const R, dcol, {
+                       int64_t r1, R *dx, int64_t ld) {
+  SG_COL_WALK(R, dx, const R, dcol, ld, {
     for (int64_t o2 = 0; o2 < n2; ++o2) xp[o2 * s2] += cp[o2];
   })
 }
@@ -137,8 +140,8 @@ static const R *FN(conv_operand)(const sg_conv_geom *g, const R *xn, int64_t r0,
     *ld = g->sin;
     return xn + r0 * g->inner;
   }
-  FN(im2col)(g, xn, r0, r1, col);
-  *ld = (r1 - r0) * g->inner;
+  *ld = FN(col_ld)((r1 - r0) * g->inner);
+  FN(im2col)(g, xn, r0, r1, col, *ld);
   return col;
 }
 
@@ -200,8 +203,9 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
   {
     int tid = FN(thread_id)();
     R *col = FN(thread_ws)(g, ws, tid);
-    R *dcol = col + g->ckk * g->cols;
-    R *dwp = dcol + g->ckk * g->cols;
+    R *dcol = col + g->ckk * FN(col_ld)(g->cols);
+    R *dwp = dcol + g->ckk * FN(col_ld)(g->cols);
+    R *dyc = dwp + wsz;
     float *wp = wpart && dw ? wpart + (size_t)tid * (size_t)(wsz * 16) : NULL;
     if (wp)
       memset(wp, 0, (size_t)(wsz * 16) * sizeof *wp);
@@ -216,6 +220,16 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
         int64_t r0 = tile * g->rows, r1 = FN(tile_end)(g, r0);
         int64_t ncol = (r1 - r0) * g->inner;
         const R *dyt = dy + n * g->k * g->sout + r0 * g->inner;
+        int64_t ldd = g->sout;
+        if (!g->pointwise) {
+          /* dy's tile at the column matrix's stride: g->sout is often a
+           * multiple of 4 KiB, and the kernels' strips down its k rows then
+           * shared a few L1 sets (dx GEMM 1.3x slower) */
+          ldd = FN(col_ld)(ncol);
+          for (int64_t k = 0; k < g->k; ++k)
+            memcpy(dyc + k * ldd, dyt + k * g->sout, (size_t)ncol * sizeof(R));
+          dyt = dyc;
+        }
         if (dw) {
           int64_t ldb;
           const R *bm = FN(conv_operand)(g, x + n * g->c * g->sin, r0, r1, col,
@@ -225,10 +239,10 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
            * transposing copy (dw = dy col^T ran at 48 GF/s, this at 83 on
            * 32 x 288 x 1024, one AVX-512 core). */
           if (wp)
-            SG_WGRAD_ACC(g->ckk, g->k, ncol, bm, ldb, dyt, g->sout, wp);
+            SG_WGRAD_ACC(g->ckk, g->k, ncol, bm, ldb, dyt, ldd, wp);
           else
             SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->ckk,
-                    (int)g->k, (int)ncol, 1, bm, (int)ldb, dyt, (int)g->sout, 1,
+                    (int)g->k, (int)ncol, 1, bm, (int)ldb, dyt, (int)ldd, 1,
                     dwp, (int)g->k);
         }
         if (dx) {
@@ -237,12 +251,13 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
                     (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt, (int)g->sout,
                     0, dx + n * g->c * g->sin + r0 * g->inner, (int)g->sin);
           } else {
-            if (!SG_GEMM_FAST(g->ckk, ncol, g->k, w, 1, g->ckk, dyt, g->sout,
-                              NULL, dcol, ncol))
+            const int64_t ldc = FN(col_ld)(ncol);
+            if (!SG_GEMM_FAST(g->ckk, ncol, g->k, w, 1, g->ckk, dyt, ldd, NULL,
+                              dcol, ldc))
               SG_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->ckk,
-                      (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt,
-                      (int)g->sout, 0, dcol, (int)ncol);
-            FN(col2im)(g, dcol, r0, r1, dx + n * g->c * g->sin);
+                      (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt, (int)ldd, 0,
+                      dcol, (int)ldc);
+            FN(col2im)(g, dcol, r0, r1, dx + n * g->c * g->sin, ldc);
           }
         }
       }
@@ -259,7 +274,8 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
       for (int64_t i = 0; i < g->ckk; ++i) {
         R acc = 0;
         for (int t = 0; t < nth; ++t) {
-          const R *dwp = FN(thread_ws)(g, ws, t) + 2 * g->ckk * g->cols;
+          const R *dwp = FN(thread_ws)(g, ws, t) +
+                         2 * g->ckk * FN(col_ld)(g->cols);
           acc += dwp[i * g->k + k];
         }
         dw[k * g->ckk + i] += acc;
