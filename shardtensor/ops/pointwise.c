@@ -36,10 +36,11 @@
 enum {
   PW_NV = 3, /* vectors of 16 pixels per forward tile (48) */
   PW_NP = 16 * PW_NV,
-  PW_MR = 8,      /* output channels per forward tile (32 = 4 x 8) */
-  PW_MK = 4,      /* dW tile: output channels ... */
-  PW_MC = 6,      /* ... times input channels */
-  PW_CHUNK = 1024 /* pixels per dW chunk (512: 2-13% slower, 128: 40%) */
+  PW_MR = 8,       /* output channels per forward tile (32 = 4 x 8) */
+  PW_MK = 4,       /* dW tile: output channels ... */
+  PW_MC = 6,       /* ... times input channels */
+  PW_CHUNK = 1024, /* pixels per dW chunk (512: 2-13% slower, 128: 40%) */
+  PW_WCHUNK = 256  /* pixels per chunk of the conv's dW (wgrad_acc) */
 };
 
 int sg_pw_f32_available(void) { return 1; }
@@ -277,17 +278,24 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
       db[k] += _mm512_reduce_add_ps(_mm512_loadu_ps(bpart + 16 * k));
 }
 
+/* The conv's weight gradient (x: its column matrix, cin = C k^d rows):
+ * input-channel blocks outside, output blocks inside, over pixel chunks
+ * whose dy rows (cout x PW_WCHUNK, 32 KiB at 32 channels) stay in L1 while
+ * each block of x rows is reused over all of them. With k outside and
+ * 1024-pixel chunks each x row came from L2 once per 4 output channels. A
+ * lane still sums its pixels in increasing order (chunks are multiples of
+ * 16): the same bits as before. */
 void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x,
                          int64_t ldx, const float *dy, int64_t ldd,
                          float *part) {
   const int64_t nkb = (cout + PW_MK - 1) / PW_MK,
                 ncb = (cin + PW_MC - 1) / PW_MC;
-  for (int64_t p0 = 0; p0 < np; p0 += PW_CHUNK) {
-    const int64_t len = np - p0 < PW_CHUNK ? np - p0 : PW_CHUNK;
+  for (int64_t p0 = 0; p0 < np; p0 += PW_WCHUNK) {
+    const int64_t len = np - p0 < PW_WCHUNK ? np - p0 : PW_WCHUNK;
     const int64_t nv = (len + 15) / 16, tail = len - 16 * (nv - 1);
     const __mmask16 mt = (__mmask16)((1u << tail) - 1u);
     for (int64_t t = 0; t < nkb * ncb; ++t) {
-      const int64_t k0 = (t / ncb) * PW_MK, c0 = (t % ncb) * PW_MC;
+      const int64_t k0 = (t % nkb) * PW_MK, c0 = (t / nkb) * PW_MC;
       const int mk = (int)(cout - k0 < PW_MK ? cout - k0 : PW_MK);
       const int mc = (int)(cin - c0 < PW_MC ? cin - c0 : PW_MC);
       pw_wtiles[mk][mc](nv, mt, dy + k0 * ldd + p0, ldd, x + c0 * ldx + p0, ldx,
