@@ -145,8 +145,122 @@ static const R *FN(conv_operand)(const sg_conv_geom *g, const R *xn, int64_t r0,
   return col;
 }
 
+#ifdef SG_GEMM_OFF
+/* ---- direct convolution (g->direct: 2-D, stride 1; f32 on AVX-512) ------
+ * Output pixel (i, j) is computed at flat position i*in2 + j of the input
+ * grid, where kernel offset (a, b) of channel c is the constant shift
+ * c*sin + a*d1*in2 + b*d2: the GEMM reads the image in place (no im2col).
+ * The in2 - out2 positions past each output row are computed too and
+ * dropped when the tile is copied out. dx is the same product with the
+ * transposed weights over dy, zero-extended by the kernel span on each side
+ * (so every input pixel sees all K k^2 terms: no col2im, no zeroing). */
+
+/* off[ch * kk + a * ker2 + b] = ch * plane + (o1 + s * a * d1) * ld + o2 +
+ * s * b * d2, for nch channels */
+static void FN(direct_shifts)(const sg_conv_geom *g, int64_t nch, int64_t plane,
+                              int64_t ld, int64_t o1, int64_t o2, int64_t s,
+                              int64_t *off) {
+  for (int64_t ch = 0, r = 0; ch < nch; ++ch)
+    for (int64_t a = 0; a < g->ker[1]; ++a)
+      for (int64_t b = 0; b < g->ker[2]; ++b, ++r)
+        off[r] = ch * plane + (o1 + s * a * g->dil[1]) * ld + o2 +
+                 s * b * g->dil[2];
+}
+
+/* rows r0..r1 of the (nrow x ld) tile product t, each in2 -> n2 long, to
+ * dst (row stride n2 within a plane of size dplane, one plane per tile
+ * row of t) */
+static void FN(direct_copy_out)(int64_t nrow, const R *t, int64_t ld,
+                                int64_t rows, int64_t w, int64_t n2, R *dst,
+                                int64_t dplane) {
+  for (int64_t k = 0; k < nrow; ++k)
+    for (int64_t i = 0; i < rows; ++i)
+      memcpy(dst + k * dplane + i * n2, t + k * ld + i * w,
+             (size_t)n2 * sizeof(R));
+}
+
+static void FN(direct_fwd)(const sg_conv_geom *g, const R *x, const R *w,
+                           const R *b, R *y, void *ws) {
+  const int64_t items = g->n * g->ntile, in2 = g->in[2], out2 = g->out[2];
+  const int nth = g->nthreads;
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    char *base = (char *)FN(thread_ws)(g, ws, FN(thread_id)());
+    int64_t *off = (int64_t *)base;
+    R *tmp = (R *)(base + sg_direct_off_bytes(g));
+    FN(direct_shifts)(g, g->c, g->sin, in2, 0, 0, 1, off);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      int64_t n = it / g->ntile, r0 = (it % g->ntile) * g->rows;
+      int64_t r1 = FN(tile_end)(g, r0);
+      int64_t np = (r1 - r0 - 1) * in2 + out2, ld = FN(col_ld)(np);
+      SG_GEMM_OFF(g->ckk, g->k, np, w, g->ckk, 1,
+                  x + n * g->c * g->sin + r0 * in2, off, b, tmp, ld);
+      FN(direct_copy_out)
+      (g->k, tmp, ld, r1 - r0, in2, out2, y + n * g->k * g->sout + r0 * out2,
+       g->sout);
+    }
+  }
+}
+
+/* dx rows [r0, r1) of sample n: dy's rows r0 - (sp1 - 1) .. r1 - 1, each
+ * zero-extended by sp2 - 1 on both sides (zero rows outside dy), as the
+ * planes (stride plane, row stride wg) of dyp */
+static void FN(direct_dy_tile)(const sg_conv_geom *g, const R *dyn, int64_t r0,
+                               int64_t r1, int64_t plane, int64_t wg, R *dyp) {
+  const int64_t out1 = g->out[1], out2 = g->out[2];
+  const int64_t sp1 = g->in[1] - out1 + 1, sp2 = g->in[2] - out2 + 1;
+  for (int64_t k = 0; k < g->k; ++k)
+    for (int64_t i = r0 - (sp1 - 1); i < r1; ++i) {
+      R *d = dyp + k * plane + (i - r0 + sp1 - 1) * wg;
+      memset(d, 0, (size_t)wg * sizeof(R));
+      if (i >= 0 && i < out1)
+        memcpy(d + sp2 - 1, dyn + k * g->sout + i * out2,
+               (size_t)out2 * sizeof(R));
+    }
+}
+
+static void FN(direct_dx)(const sg_conv_geom *g, const R *w, const R *dy, R *dx,
+                          void *ws) {
+  const int64_t in1 = g->in[1], in2 = g->in[2], kk = g->kk, kkk = g->k * kk;
+  const int64_t sp1 = in1 - g->out[1] + 1, sp2 = in2 - g->out[2] + 1;
+  const int64_t wg = in2 + sp2 - 1, plane = (g->rows + sp1 - 1) * wg;
+  const int64_t ntile = (in1 + g->rows - 1) / g->rows, items = g->n * ntile;
+  const int nth = g->nthreads;
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    char *base = (char *)FN(thread_ws)(g, ws, FN(thread_id)());
+    int64_t *off = (int64_t *)base;
+    R *wt = (R *)(base + sg_direct_off_bytes(g)); /* wt[c][k kk] */
+    R *dyp = wt + g->c * kkk, *tmp = dyp + g->k * plane;
+    FN(direct_shifts)(g, g->k, plane, wg, sp1 - 1, sp2 - 1, -1, off);
+    for (int64_t k = 0; k < g->k; ++k)
+      for (int64_t c = 0; c < g->c; ++c)
+        memcpy(wt + c * kkk + k * kk, w + k * g->ckk + c * kk,
+               (size_t)kk * sizeof(R));
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      int64_t n = it / ntile, r0 = (it % ntile) * g->rows;
+      int64_t r1 = r0 + g->rows < in1 ? r0 + g->rows : in1;
+      int64_t np = (r1 - r0 - 1) * wg + in2, ld = FN(col_ld)(np);
+      FN(direct_dy_tile)(g, dy + n * g->k * g->sout, r0, r1, plane, wg, dyp);
+      SG_GEMM_OFF(kkk, g->c, np, wt, kkk, 1, dyp, off, NULL, tmp, ld);
+      FN(direct_copy_out)
+      (g->c, tmp, ld, r1 - r0, wg, in2, dx + n * g->c * g->sin + r0 * in2,
+       g->sin);
+    }
+  }
+}
+#endif /* SG_GEMM_OFF */
+
 void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
                      R *y, void *ws) {
+#ifdef SG_GEMM_OFF
+  if (g->direct) {
+    FN(direct_fwd)(g, x, w, b, y, ws);
+    return;
+  }
+#endif
   const int64_t items = g->n * g->ntile;
   const int nth = g->nthreads;
   int saved = nth > 1 ? sg_blas_threads_begin() : 0;
@@ -190,6 +304,13 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
   const int64_t wsz = g->k * g->ckk;
   if (db) FN(sg_bias_bwd)(g->n, g->k, g->sout, dy, db);
   if (!dx && !dw) return;
+#ifdef SG_GEMM_OFF
+  R *dx_direct = NULL; /* dx after the weight gradient's loop */
+  if (g->direct) {
+    dx_direct = dx;
+    dx = NULL;
+  }
+#endif
   if (dx) {
     int64_t total = g->n * g->c * g->sin;
 #pragma omp parallel for schedule(static) if (total > SG_OMP_MIN)
@@ -264,6 +385,9 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
     }
   }
   if (nth > 1) sg_blas_threads_end(saved);
+#ifdef SG_GEMM_OFF
+  if (dx_direct) FN(direct_dx)(g, w, dy, dx_direct, ws);
+#endif
   if (dw && wpart) {
     for (int t = 0; t < nth; ++t) /* thread order */
       SG_WGRAD_SUM(g->ckk, g->k, wpart + (size_t)t * (size_t)(wsz * 16), dw);

@@ -52,8 +52,9 @@ int sg_pw_f32_available(void) { return 1; }
 #define PW_TILE(MR, FULL)                                                      \
   static void pw_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,     \
                                     int64_t wc, const float *x, int64_t ldx,   \
-                                    const float *b, float *y, int64_t ldy,     \
-                                    int accumulate, const __mmask16 *m) {      \
+                                    const int64_t *xoff, const float *b,       \
+                                    float *y, int64_t ldy, int accumulate,     \
+                                    const __mmask16 *m) {                      \
     __m512 acc[MR][PW_NV];                                                     \
     _Pragma("GCC unroll 8")                                                    \
     for (int r = 0; r < MR; ++r) {                                             \
@@ -68,7 +69,7 @@ int sg_pw_f32_available(void) { return 1; }
       }                                                                        \
     }                                                                          \
     for (int64_t ci = 0; ci < c; ++ci) {                                       \
-      const float *xc = x + ci * ldx;                                          \
+      const float *xc = x + (xoff ? xoff[ci] : ci * ldx);                      \
       __m512 xv[PW_NV];                                                        \
       _Pragma("GCC unroll 4")                                                  \
       for (int v = 0; v < PW_NV; ++v)                                          \
@@ -104,8 +105,9 @@ PW_TILES(7)
 PW_TILES(8)
 
 typedef void (*pw_tile_fn)(int64_t, const float *, int64_t, int64_t,
-                           const float *, int64_t, const float *, float *,
-                           int64_t, int, const __mmask16 *);
+                           const float *, int64_t, const int64_t *,
+                           const float *, float *, int64_t, int,
+                           const __mmask16 *);
 static const pw_tile_fn pw_tiles[2][PW_MR + 1] = {
     {NULL, pw_tile_1_0, pw_tile_2_0, pw_tile_3_0, pw_tile_4_0, pw_tile_5_0,
      pw_tile_6_0, pw_tile_7_0, pw_tile_8_0},
@@ -115,8 +117,9 @@ static const pw_tile_fn pw_tiles[2][PW_MR + 1] = {
 /* Strip of up to 48 pixels starting at p0 of the (cout x np) product. */
 static inline void pw_strip(int64_t cin, int64_t cout, int64_t np, int64_t p0,
                             const float *w, int64_t wr, int64_t wc,
-                            const float *x, int64_t ldx, const float *b,
-                            float *y, int64_t ldy, int accumulate) {
+                            const float *x, int64_t ldx, const int64_t *xoff,
+                            const float *b, float *y, int64_t ldy,
+                            int accumulate) {
   const int64_t len = np - p0 < PW_NP ? np - p0 : PW_NP;
   const int full = len == PW_NP;
   __mmask16 m[PW_NV];
@@ -127,8 +130,9 @@ static inline void pw_strip(int64_t cin, int64_t cout, int64_t np, int64_t p0,
   }
   for (int64_t k0 = 0; k0 < cout; k0 += PW_MR) {
     const int mr = (int)(cout - k0 < PW_MR ? cout - k0 : PW_MR);
-    pw_tiles[full][mr](cin, w + k0 * wr, wr, wc, x + p0, ldx, b ? b + k0 : NULL,
-                       y + k0 * ldy + p0, ldy, accumulate, m);
+    pw_tiles[full][mr](cin, w + k0 * wr, wr, wc, x + p0, ldx, xoff,
+                       b ? b + k0 : NULL, y + k0 * ldy + p0, ldy, accumulate,
+                       m);
   }
 }
 
@@ -140,7 +144,7 @@ void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
     num_threads(nthreads) if (nthreads > 1)
   for (int64_t it = 0; it < items; ++it) {
     const int64_t nn = it / nstrip, p0 = (it % nstrip) * PW_NP;
-    pw_strip(cin, cout, s, p0, w, wr, wc, x + nn * cin * s, s, b,
+    pw_strip(cin, cout, s, p0, w, wr, wc, x + nn * cin * s, s, NULL, b,
              y + nn * cout * s, s, accumulate);
   }
 }
@@ -149,7 +153,15 @@ void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
                     int64_t wr, int64_t wc, const float *x, int64_t ldx,
                     const float *b, float *y, int64_t ldy) {
   for (int64_t p0 = 0; p0 < np; p0 += PW_NP)
-    pw_strip(cin, cout, np, p0, w, wr, wc, x, ldx, b, y, ldy, 0);
+    pw_strip(cin, cout, np, p0, w, wr, wc, x, ldx, NULL, b, y, ldy, 0);
+}
+
+void sg_pw_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
+                        int64_t wr, int64_t wc, const float *x,
+                        const int64_t *xoff, const float *b, float *y,
+                        int64_t ldy) {
+  for (int64_t p0 = 0; p0 < np; p0 += PW_NP)
+    pw_strip(cin, cout, np, p0, w, wr, wc, x, 0, xoff, b, y, ldy, 0);
 }
 
 /* One dW tile over `nv` vectors of pixels (the last one masked by `mt`):
@@ -339,6 +351,15 @@ void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
                     const float *b, float *y, int64_t ldy) {
   (void)cin, (void)cout, (void)np, (void)w, (void)wr, (void)wc, (void)x,
       (void)ldx;
+  (void)b, (void)y, (void)ldy;
+}
+
+void sg_pw_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
+                        int64_t wr, int64_t wc, const float *x,
+                        const int64_t *xoff, const float *b, float *y,
+                        int64_t ldy) {
+  (void)cin, (void)cout, (void)np, (void)w, (void)wr, (void)wc, (void)x,
+      (void)xoff;
   (void)b, (void)y, (void)ldy;
 }
 
