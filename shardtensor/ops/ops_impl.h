@@ -75,6 +75,11 @@ void sg_pw_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
 void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x,
                          int64_t ldx, const float *dy, int64_t ldd,
                          float *part);
+/* sg_pw_wgrad_acc_f32 with x's row c at x + xoff[c] (xoff not NULL; ldx
+ * unused): the direct convolution's weight gradient. */
+void sg_pw_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
+                             const float *x, int64_t ldx, const int64_t *xoff,
+                             const float *dy, int64_t ldd, float *part);
 void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
                          float *dw);
 void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,

@@ -220,6 +220,23 @@ static void FN(direct_dy_tile)(const sg_conv_geom *g, const R *dyn, int64_t r0,
     }
 }
 
+/* One tile's weight gradient, output rows [r0, r1) of sample n: dy's tile
+ * laid out like the forward's product (rows in2 apart, zero past out2) in
+ * dyc, against the image read in place through the forward's shifts off. */
+static void FN(direct_wgrad)(const sg_conv_geom *g, const R *xn, const R *dyn,
+                             int64_t r0, int64_t r1, const int64_t *off, R *dyc,
+                             float *wp) {
+  const int64_t in2 = g->in[2], out2 = g->out[2];
+  const int64_t np = (r1 - r0 - 1) * in2 + out2, ld = FN(col_ld)(np);
+  for (int64_t k = 0; k < g->k; ++k)
+    for (int64_t i = r0; i < r1; ++i) {
+      R *d = dyc + k * ld + (i - r0) * in2;
+      memcpy(d, dyn + k * g->sout + i * out2, (size_t)out2 * sizeof(R));
+      if (i + 1 < r1) memset(d + out2, 0, (size_t)(in2 - out2) * sizeof(R));
+    }
+  SG_WGRAD_OFF(g->ckk, g->k, np, xn + r0 * in2, 0, off, dyc, ld, wp);
+}
+
 static void FN(direct_dx)(const sg_conv_geom *g, const R *w, const R *dy, R *dx,
                           void *ws) {
   const int64_t in1 = g->in[1], in2 = g->in[2], kk = g->kk, kkk = g->k * kk;
@@ -328,6 +345,11 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
     R *dwp = dcol + g->ckk * FN(col_ld)(g->cols);
     R *dyc = dwp + wsz;
     float *wp = wpart && dw ? wpart + (size_t)tid * (size_t)(wsz * 16) : NULL;
+#ifdef SG_GEMM_OFF
+    int64_t *doff = (int64_t *)col; /* direct: the forward's shifts, then */
+    R *ddy = (R *)((char *)col + sg_direct_off_bytes(g)); /* dy's tile */
+    if (g->direct) FN(direct_shifts)(g, g->c, g->sin, g->in[2], 0, 0, 1, doff);
+#endif
     if (wp)
       memset(wp, 0, (size_t)(wsz * 16) * sizeof *wp);
     else if (dw)
@@ -340,6 +362,15 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
         int64_t tile = 2 * (it % half[phase]) + phase;
         int64_t r0 = tile * g->rows, r1 = FN(tile_end)(g, r0);
         int64_t ncol = (r1 - r0) * g->inner;
+#ifdef SG_GEMM_OFF
+        if (g->direct) { /* dx comes after this loop */
+          if (wp)
+            FN(direct_wgrad)
+            (g, x + n * g->c * g->sin, dy + n * g->k * g->sout, r0, r1, doff,
+             ddy, wp);
+          continue;
+        }
+#endif
         const R *dyt = dy + n * g->k * g->sout + r0 * g->inner;
         int64_t ldd = g->sout;
         if (!g->pointwise) {

@@ -169,7 +169,9 @@ void sg_pw_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
 #define PW_WTILE(MK, MC)                                                      \
   static void pw_wtile_##MK##_##MC(int64_t nv, __mmask16 mt, const float *dy, \
                                    int64_t ldd, const float *x, int64_t ld,   \
-                                   float *part) {                             \
+                                   const int64_t *xoff, float *part) {        \
+    const float *xr[MC]; /* x's rows: j * ld apart, or at xoff[j] */          \
+    for (int j = 0; j < MC; ++j) xr[j] = x + (xoff ? xoff[j] : j * ld);       \
     __m512 acc[MK][MC];                                                       \
     _Pragma("GCC unroll 4")                                                   \
     for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 6")                      \
@@ -183,7 +185,7 @@ void sg_pw_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
         dv[i] = _mm512_maskz_loadu_ps(mv, dy + i * ldd + 16 * v);             \
       _Pragma("GCC unroll 6")                                                 \
       for (int j = 0; j < MC; ++j) {                                          \
-        const __m512 xv = _mm512_maskz_loadu_ps(mv, x + j * ld + 16 * v);     \
+        const __m512 xv = _mm512_maskz_loadu_ps(mv, xr[j] + 16 * v);          \
         _Pragma("GCC unroll 4")                                               \
         for (int i = 0; i < MK; ++i)                                          \
           acc[i][j] = _mm512_fmadd_ps(dv[i], xv, acc[i][j]);                  \
@@ -208,7 +210,7 @@ PW_WTILES(3)
 PW_WTILES(4)
 
 typedef void (*pw_wtile_fn)(int64_t, __mmask16, const float *, int64_t,
-                            const float *, int64_t, float *);
+                            const float *, int64_t, const int64_t *, float *);
 #define PW_WROW(MK)                                                \
   {                                                                \
     NULL, pw_wtile_##MK##_1, pw_wtile_##MK##_2, pw_wtile_##MK##_3, \
@@ -278,7 +280,7 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
       const int mc = (int)(cin - c0 < PW_MC ? cin - c0 : PW_MC);
       /* the tile's partials: a block of mk * mc vectors */
       float *pt = part + (k0 * cin + c0 * mk) * 16;
-      pw_wtiles[mk][mc](nv, mt, ds + k0 * s, s, xs + c0 * s, s, pt);
+      pw_wtiles[mk][mc](nv, mt, ds + k0 * s, s, xs + c0 * s, s, NULL, pt);
     }
   }
 #pragma omp parallel for schedule(static) \
@@ -300,6 +302,12 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
 void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x,
                          int64_t ldx, const float *dy, int64_t ldd,
                          float *part) {
+  sg_pw_wgrad_acc_off_f32(cin, cout, np, x, ldx, NULL, dy, ldd, part);
+}
+
+void sg_pw_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
+                             const float *x, int64_t ldx, const int64_t *xoff,
+                             const float *dy, int64_t ldd, float *part) {
   const int64_t nkb = (cout + PW_MK - 1) / PW_MK,
                 ncb = (cin + PW_MC - 1) / PW_MC;
   for (int64_t p0 = 0; p0 < np; p0 += PW_WCHUNK) {
@@ -310,7 +318,9 @@ void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x,
       const int64_t k0 = (t % nkb) * PW_MK, c0 = (t / nkb) * PW_MC;
       const int mk = (int)(cout - k0 < PW_MK ? cout - k0 : PW_MK);
       const int mc = (int)(cin - c0 < PW_MC ? cin - c0 : PW_MC);
-      pw_wtiles[mk][mc](nv, mt, dy + k0 * ldd + p0, ldd, x + c0 * ldx + p0, ldx,
+      pw_wtiles[mk][mc](nv, mt, dy + k0 * ldd + p0, ldd,
+                        xoff ? x + p0 : x + c0 * ldx + p0, ldx,
+                        xoff ? xoff + c0 : NULL,
                         part + (k0 * cin + c0 * mk) * 16);
     }
   }
@@ -325,6 +335,13 @@ void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
 }
 
 #else /* no AVX-512F: callers use BLAS */
+
+void sg_pw_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
+                             const float *x, int64_t ldx, const int64_t *xoff,
+                             const float *dy, int64_t ldd, float *part) {
+  (void)cin, (void)cout, (void)np, (void)x, (void)ldx, (void)xoff, (void)dy,
+      (void)ldd, (void)part;
+}
 
 void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x,
                          int64_t ldx, const float *dy, int64_t ldd,
