@@ -364,10 +364,9 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
         int64_t ncol = (r1 - r0) * g->inner;
 #ifdef SG_GEMM_OFF
         if (g->direct) { /* dx comes after this loop */
-          if (wp)
-            FN(direct_wgrad)
-            (g, x + n * g->c * g->sin, dy + n * g->k * g->sout, r0, r1, doff,
-             ddy, wp);
+          if (wp) FN(direct_wgrad)
+          (g, x + n * g->c * g->sin, dy + n * g->k * g->sout, r0, r1, doff, ddy,
+           wp);
           continue;
         }
 #endif
