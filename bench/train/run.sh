@@ -10,12 +10,15 @@
 # same global batch: strong scaling), and the peak accounted memory per rank
 # (core's sg_malloc accounting: parameters, gradients, optimizer state,
 # activations and workspace; "work" is the part above what is held before
-# the first step). Needs a built tree (tools/build); for the reference,
-# Debian's python3-torch (/usr/bin/python3).
+# the first step). Needs a built tree (tools/build); for the reference, a
+# python with torch: SG_TORCH_PYTHON (e.g. /opt/torchref/bin/python, a venv
+# with a current PyTorch 2.x), else Debian's python3-torch (/usr/bin/python3).
+# --autocast 1 adds a PyTorch run under CPU bf16 autocast.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/tools/env.sh"
 n=64 steps=30 threads=1 batch=8 history=10 models="fno cnn" meshes="1:h=1 2:h=2 4:h=2,w=2"
+autocast=0 py=${SG_TORCH_PYTHON:-/usr/bin/python3}
 while [ $# -gt 0 ]; do
   case "$1" in
     --n) n=$2; shift 2 ;;
@@ -23,6 +26,7 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --models) models=$2; shift 2 ;;
     --meshes) meshes=$2; shift 2 ;;
+    --autocast) autocast=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -68,13 +72,17 @@ elif int(ranks) == 1:
 print(json.dumps(out))
 PY
   done
-  if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
-    echo '{"impl": "pytorch", "skipped": "python3-torch not installed"}'
-  elif [ "$model" = fno ]; then
-    /usr/bin/python3 "$root/bench/train/fno_torch.py" --n "$n" --batch "$batch" --history "$history" \
-      --width 32 --modes 12 --steps "$steps" --threads "$threads"
-  elif [ "$model" = cnn ]; then
-    /usr/bin/python3 "$root/bench/train/cnn_torch.py" --n "$n" --batch "$batch" --history "$history" \
-      --width 32 --blocks 4 --groups 4 --steps "$steps" --threads "$threads"
+  if ! "$py" -c "import torch" 2>/dev/null; then
+    echo '{"impl": "pytorch", "skipped": "no torch in '"$py"'"}'
+    continue
   fi
+  for ac in 0 $([ "$autocast" = 1 ] && echo 1); do
+    if [ "$model" = fno ]; then
+      "$py" "$root/bench/train/fno_torch.py" --n "$n" --batch "$batch" --history "$history" \
+        --width 32 --modes 12 --steps "$steps" --threads "$threads" --autocast $ac
+    elif [ "$model" = cnn ]; then
+      "$py" "$root/bench/train/cnn_torch.py" --n "$n" --batch "$batch" --history "$history" \
+        --width 32 --blocks 4 --groups 4 --steps "$steps" --threads "$threads" --autocast $ac
+    fi
+  done
 done

@@ -12,7 +12,7 @@ def parse(sizes):
     """Command line: the common keys plus the model's size keys (name, default)."""
     ap = argparse.ArgumentParser()
     for k, v in [("n", 64), ("batch", 8), ("history", 10), ("width", 32)] + sizes + \
-                [("steps", 30), ("threads", 1), ("warmup", 5)]:
+                [("steps", 30), ("threads", 1), ("warmup", 5), ("autocast", 0)]:
         ap.add_argument(f"--{k}", type=int, default=v)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -28,9 +28,11 @@ def time_steps(model, a, record):
     times = []
     for i in range(a.warmup + a.steps):
         t0 = time.perf_counter()
-        p = model(x)
-        d = (p - y).reshape(a.batch, -1)
-        loss = (d.norm(dim=1) / y.reshape(a.batch, -1).norm(dim=1)).mean()
+        # --autocast 1: CPU autocast to bf16 (matmuls/convs in bf16, f32 weights)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(a.autocast)):
+            p = model(x)
+            d = (p.float() - y).reshape(a.batch, -1)
+            loss = (d.norm(dim=1) / y.reshape(a.batch, -1).norm(dim=1)).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -39,7 +41,7 @@ def time_steps(model, a, record):
     times.sort()
     med = times[len(times) // 2]
     out = {"impl": "pytorch", "torch": torch.__version__, "threads": a.threads, "n": a.n,
-           "batch": a.batch, "width": a.width}
+           "batch": a.batch, "width": a.width, "autocast": "bf16" if a.autocast else "off"}
     out.update(record)
     out.update({"step_s": med, "samples_per_s": a.batch / med})
     print(json.dumps(out))

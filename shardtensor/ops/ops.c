@@ -84,6 +84,26 @@ static void sg_ws_put(void **own) {
 
 #define SG_CONV_TILE_COLS 1024 /* target GEMM columns per tile */
 
+/* Whether the convolution runs direct (ops_tmpl.h: 2-D, stride 1, f32 with
+ * the AVX-512 kernels, at most a quarter of the computed row wasted on the
+ * kernel's margin; SG_CONV_DIRECT=0 turns it off), and its workspace (*per,
+ * bytes per thread, raised to fit). */
+static void sg_conv_direct_make(sg_conv_geom *g, int excluded, size_t *per) {
+  const char *env = getenv("SG_CONV_DIRECT");
+  g->direct = !excluded && !g->pointwise && sg_pw_f32_available() &&
+              !(env && env[0] == '0') && g->t == 1 && g->in[0] == 1 &&
+              g->str[1] == 1 && g->str[2] == 1 &&
+              4 * (g->in[2] - g->out[2]) <= g->out[2];
+  if (!g->direct) return;
+  const int64_t sp1 = g->in[1] - g->out[1] + 1, wg = 2 * g->in[2] - g->out[2];
+  const int64_t fwd = g->k * sg_col_ld(g->rows * g->in[2], sizeof(float));
+  const int64_t bwd = g->c * g->k * g->kk + g->k * (g->rows + sp1 - 1) * wg +
+                      g->c * sg_col_ld(g->rows * wg, sizeof(float));
+  size_t need = sg_direct_off_bytes(g) +
+                (size_t)(fwd > bwd ? fwd : bwd) * sizeof(float) + 128;
+  if (need > *per) *per = need;
+}
+
 static sg_status sg_conv_geom_make(const sg_conv_desc *d, int pool, int trans,
                                    sg_dtype dt, sg_conv_geom *g) {
   sg_status st = SG_OK;
@@ -159,7 +179,10 @@ static sg_status sg_conv_geom_make(const sg_conv_desc *d, int pool, int trans,
   if (trans)
     per = (size_t)(g->k * g->kk * g->cols + g->c * g->k * g->kk) * es;
   else
-    per = (size_t)(2 * g->ckk * g->cols + g->k * g->ckk) * es;
+    per = (size_t)((2 * g->ckk + g->k) * sg_col_ld(g->cols, es) +
+                   g->k * g->ckk) *
+          es;
+  sg_conv_direct_make(g, pool || trans || dt != SG_DTYPE_F32, &per);
   g->ws_per_thread = (per + 63) / 64 * 64;
 fail:
   return st;

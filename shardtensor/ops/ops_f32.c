@@ -23,6 +23,8 @@ static inline int sg_gemm_fast(int64_t m, int64_t n, int64_t k, const float *a,
   return 1;
 }
 #define SG_GEMM_FAST sg_gemm_fast
+#define SG_GEMM_OFF sg_pw_gemm_off_f32 /* direct convolution */
+#define SG_WGRAD_OFF sg_pw_wgrad_acc_off_f32
 #define SG_WGRAD_ACC sg_pw_wgrad_acc_f32
 #define SG_WGRAD_SUM sg_pw_wgrad_sum_f32
 #define R float

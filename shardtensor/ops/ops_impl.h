@@ -17,9 +17,28 @@ typedef struct sg_conv_geom {
   int64_t inner;              /* output columns per row of dim t */
   int64_t rows, ntile, cols;  /* rows per tile, tiles, max columns */
   int pointwise;              /* 1x1, stride 1: no im2col */
+  int direct; /* 2-D stride 1, f32 on AVX-512: no im2col (ops_tmpl.h) */
   int nthreads;
   size_t ws_per_thread; /* bytes, multiple of 64 */
 } sg_conv_geom;
+
+/* Row stride (elements of es bytes) of an im2col column matrix of ncol
+ * columns: whole cache lines, an odd number of them, so that the short
+ * strips the GEMM kernels read down its rows spread over all L1 sets (at a
+ * stride of 1024 floats every row of a 48-pixel strip fell into the same
+ * three sets and the kernels read from L2). */
+static inline int64_t sg_col_ld(int64_t ncol, size_t es) {
+  const int64_t line = 64 / (int64_t)es;
+  return (((ncol + line - 1) / line) | 1) * line;
+}
+
+/* The direct convolution's per-thread workspace starts with the row shifts
+ * of its GEMM (int64, for the larger of the forward's C k^2 rows and dx's
+ * K k^2), then its float buffers. */
+static inline size_t sg_direct_off_bytes(const sg_conv_geom *g) {
+  int64_t n = g->ckk > g->k * g->kk ? g->ckk : g->k * g->kk;
+  return ((size_t)n * sizeof(int64_t) + 63) / 64 * 64;
+}
 
 typedef struct sg_up_geom {
   int64_t planes, in[3], out[3], scale[3];
@@ -42,6 +61,13 @@ void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
 void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
                     int64_t wr, int64_t wc, const float *x, int64_t ldx,
                     const float *b, float *y, int64_t ldy);
+/* sg_pw_gemm_f32 with input row ci at x + xoff[ci] (x + xoff[ci] + p for
+ * p < np): the direct (implicit-GEMM) convolution, whose rows are the
+ * image itself shifted by each kernel offset. */
+void sg_pw_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
+                        int64_t wr, int64_t wc, const float *x,
+                        const int64_t *xoff, const float *b, float *y,
+                        int64_t ldy);
 /* One thread's share of a weight gradient: part (layout of sg_pw_wgrad_f32,
  * cout * cin * 16 floats, zeroed by the caller) += lane partials of
  * dy[k][p] x[c][p] over p < np (row strides ldd, ldx); sum: dw[k][c] +=
@@ -49,6 +75,11 @@ void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
 void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x,
                          int64_t ldx, const float *dy, int64_t ldd,
                          float *part);
+/* sg_pw_wgrad_acc_f32 with x's row c at x + xoff[c] (xoff not NULL; ldx
+ * unused): the direct convolution's weight gradient. */
+void sg_pw_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
+                             const float *x, int64_t ldx, const int64_t *xoff,
+                             const float *dy, int64_t ldd, float *part);
 void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
                          float *dw);
 void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,

@@ -71,16 +71,15 @@ static inline double FN(vdev2_d)(const R *p, int64_t n, double mean) {
 
 /* The walk shared by im2col and its adjoint over output rows [r0, r1) of
  * dim g->t, in the same loops and order for both: for each row of the
- * column matrix (channel c, kernel offset (a, b, e); ncol columns) and each
+ * column matrix (channel c, kernel offset (a, b, e); row stride LD) and each
  * output row (o0, o1) of the tile, the body sees xp, the first input
  * element (the image X is (C, in...); input stride s2), and cp, the n2
  * columns of that output row (column matrix COL). XT, CT: their types. */
-#define SG_COL_WALK(XT, X, CT, COL, ...)                                      \
+#define SG_COL_WALK(XT, X, CT, COL, LD, ...)                                  \
   int64_t lo[3] = {0, 0, 0}, hi[3] = {g->out[0], g->out[1], g->out[2]};       \
   lo[g->t] = r0;                                                              \
   hi[g->t] = r1;                                                              \
   const int64_t n2 = hi[2] - lo[2];                                           \
-  const int64_t ncol = (hi[0] - lo[0]) * (hi[1] - lo[1]) * n2;                \
   const int64_t s2 = g->str[2];                                               \
   int64_t row = 0;                                                            \
   for (int64_t c = 0; c < g->c; ++c) {                                        \
@@ -88,7 +87,7 @@ static inline double FN(vdev2_d)(const R *p, int64_t n, double mean) {
     for (int64_t a = 0; a < g->ker[0]; ++a)                                   \
       for (int64_t b = 0; b < g->ker[1]; ++b)                                 \
         for (int64_t e = 0; e < g->ker[2]; ++e, ++row) {                      \
-          CT *cp = (COL) + row * ncol;                                        \
+          CT *cp = (COL) + row * (LD);                                        \
           for (int64_t o0 = lo[0]; o0 < hi[0]; ++o0) {                        \
             int64_t i0 = o0 * g->str[0] + a * g->dil[0];                      \
             for (int64_t o1 = lo[1]; o1 < hi[1]; ++o1) {                      \
@@ -102,10 +101,14 @@ static inline double FN(vdev2_d)(const R *p, int64_t n, double mean) {
         }                                                                     \
   }
 
-/* Tile rows [r0, r1) of image x (C, in...) as columns: col[ckk][ncol]. */
+static inline int64_t FN(col_ld)(int64_t ncol) {
+  return sg_col_ld(ncol, sizeof(R));
+}
+
+/* Tile rows [r0, r1) of image x (C, in...) as columns: col[ckk][ld]. */
 static void FN(im2col)(const sg_conv_geom *g, const R *x, int64_t r0,
-                       int64_t r1, R *col) {
-  SG_COL_WALK(const R, x, R, col, {
+                       int64_t r1, R *col, int64_t ld) {
+  SG_COL_WALK(const R, x, R, col, ld, {
     if (s2 == 1) {
       memcpy(cp, xp, (size_t)n2 * sizeof(R));
     } else {
@@ -116,8 +119,8 @@ static void FN(im2col)(const sg_conv_geom *g, const R *x, int64_t r0,
 
 /* The adjoint: dx (C, in...) += col2im(dcol). */
 static void FN(col2im)(const sg_conv_geom *g, const R *dcol, int64_t r0,
-                       int64_t r1, R *dx) {
-  SG_COL_WALK(R, dx, const R, dcol, {
+                       int64_t r1, R *dx, int64_t ld) {
+  SG_COL_WALK(R, dx, const R, dcol, ld, {
     for (int64_t o2 = 0; o2 < n2; ++o2) xp[o2 * s2] += cp[o2];
   })
 }
@@ -137,13 +140,144 @@ static const R *FN(conv_operand)(const sg_conv_geom *g, const R *xn, int64_t r0,
     *ld = g->sin;
     return xn + r0 * g->inner;
   }
-  FN(im2col)(g, xn, r0, r1, col);
-  *ld = (r1 - r0) * g->inner;
+  *ld = FN(col_ld)((r1 - r0) * g->inner);
+  FN(im2col)(g, xn, r0, r1, col, *ld);
   return col;
 }
 
+#ifdef SG_GEMM_OFF
+/* ---- direct convolution (g->direct: 2-D, stride 1; f32 on AVX-512) ------
+ * Output pixel (i, j) is computed at flat position i*in2 + j of the input
+ * grid, where kernel offset (a, b) of channel c is the constant shift
+ * c*sin + a*d1*in2 + b*d2: the GEMM reads the image in place (no im2col).
+ * The in2 - out2 positions past each output row are computed too and
+ * dropped when the tile is copied out. dx is the same product with the
+ * transposed weights over dy, zero-extended by the kernel span on each side
+ * (so every input pixel sees all K k^2 terms: no col2im, no zeroing). */
+
+/* off[ch * kk + a * ker2 + b] = ch * plane + (o1 + s * a * d1) * ld + o2 +
+ * s * b * d2, for nch channels */
+static void FN(direct_shifts)(const sg_conv_geom *g, int64_t nch, int64_t plane,
+                              int64_t ld, int64_t o1, int64_t o2, int64_t s,
+                              int64_t *off) {
+  for (int64_t ch = 0, r = 0; ch < nch; ++ch)
+    for (int64_t a = 0; a < g->ker[1]; ++a)
+      for (int64_t b = 0; b < g->ker[2]; ++b, ++r)
+        off[r] = ch * plane + (o1 + s * a * g->dil[1]) * ld + o2 +
+                 s * b * g->dil[2];
+}
+
+/* rows r0..r1 of the (nrow x ld) tile product t, each in2 -> n2 long, to
+ * dst (row stride n2 within a plane of size dplane, one plane per tile
+ * row of t) */
+static void FN(direct_copy_out)(int64_t nrow, const R *t, int64_t ld,
+                                int64_t rows, int64_t w, int64_t n2, R *dst,
+                                int64_t dplane) {
+  for (int64_t k = 0; k < nrow; ++k)
+    for (int64_t i = 0; i < rows; ++i)
+      memcpy(dst + k * dplane + i * n2, t + k * ld + i * w,
+             (size_t)n2 * sizeof(R));
+}
+
+static void FN(direct_fwd)(const sg_conv_geom *g, const R *x, const R *w,
+                           const R *b, R *y, void *ws) {
+  const int64_t items = g->n * g->ntile, in2 = g->in[2], out2 = g->out[2];
+  const int nth = g->nthreads;
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    char *base = (char *)FN(thread_ws)(g, ws, FN(thread_id)());
+    int64_t *off = (int64_t *)base;
+    R *tmp = (R *)(base + sg_direct_off_bytes(g));
+    FN(direct_shifts)(g, g->c, g->sin, in2, 0, 0, 1, off);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      int64_t n = it / g->ntile, r0 = (it % g->ntile) * g->rows;
+      int64_t r1 = FN(tile_end)(g, r0);
+      int64_t np = (r1 - r0 - 1) * in2 + out2, ld = FN(col_ld)(np);
+      SG_GEMM_OFF(g->ckk, g->k, np, w, g->ckk, 1,
+                  x + n * g->c * g->sin + r0 * in2, off, b, tmp, ld);
+      FN(direct_copy_out)
+      (g->k, tmp, ld, r1 - r0, in2, out2, y + n * g->k * g->sout + r0 * out2,
+       g->sout);
+    }
+  }
+}
+
+/* dx rows [r0, r1) of sample n: dy's rows r0 - (sp1 - 1) .. r1 - 1, each
+ * zero-extended by sp2 - 1 on both sides (zero rows outside dy), as the
+ * planes (stride plane, row stride wg) of dyp */
+static void FN(direct_dy_tile)(const sg_conv_geom *g, const R *dyn, int64_t r0,
+                               int64_t r1, int64_t plane, int64_t wg, R *dyp) {
+  const int64_t out1 = g->out[1], out2 = g->out[2];
+  const int64_t sp1 = g->in[1] - out1 + 1, sp2 = g->in[2] - out2 + 1;
+  for (int64_t k = 0; k < g->k; ++k)
+    for (int64_t i = r0 - (sp1 - 1); i < r1; ++i) {
+      R *d = dyp + k * plane + (i - r0 + sp1 - 1) * wg;
+      memset(d, 0, (size_t)wg * sizeof(R));
+      if (i >= 0 && i < out1)
+        memcpy(d + sp2 - 1, dyn + k * g->sout + i * out2,
+               (size_t)out2 * sizeof(R));
+    }
+}
+
+/* One tile's weight gradient, output rows [r0, r1) of sample n: dy's tile
+ * laid out like the forward's product (rows in2 apart, zero past out2) in
+ * dyc, against the image read in place through the forward's shifts off. */
+static void FN(direct_wgrad)(const sg_conv_geom *g, const R *xn, const R *dyn,
+                             int64_t r0, int64_t r1, const int64_t *off, R *dyc,
+                             float *wp) {
+  const int64_t in2 = g->in[2], out2 = g->out[2];
+  const int64_t np = (r1 - r0 - 1) * in2 + out2, ld = FN(col_ld)(np);
+  for (int64_t k = 0; k < g->k; ++k)
+    for (int64_t i = r0; i < r1; ++i) {
+      R *d = dyc + k * ld + (i - r0) * in2;
+      memcpy(d, dyn + k * g->sout + i * out2, (size_t)out2 * sizeof(R));
+      if (i + 1 < r1) memset(d + out2, 0, (size_t)(in2 - out2) * sizeof(R));
+    }
+  SG_WGRAD_OFF(g->ckk, g->k, np, xn + r0 * in2, 0, off, dyc, ld, wp);
+}
+
+static void FN(direct_dx)(const sg_conv_geom *g, const R *w, const R *dy, R *dx,
+                          void *ws) {
+  const int64_t in1 = g->in[1], in2 = g->in[2], kk = g->kk, kkk = g->k * kk;
+  const int64_t sp1 = in1 - g->out[1] + 1, sp2 = in2 - g->out[2] + 1;
+  const int64_t wg = in2 + sp2 - 1, plane = (g->rows + sp1 - 1) * wg;
+  const int64_t ntile = (in1 + g->rows - 1) / g->rows, items = g->n * ntile;
+  const int nth = g->nthreads;
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    char *base = (char *)FN(thread_ws)(g, ws, FN(thread_id)());
+    int64_t *off = (int64_t *)base;
+    R *wt = (R *)(base + sg_direct_off_bytes(g)); /* wt[c][k kk] */
+    R *dyp = wt + g->c * kkk, *tmp = dyp + g->k * plane;
+    FN(direct_shifts)(g, g->k, plane, wg, sp1 - 1, sp2 - 1, -1, off);
+    for (int64_t k = 0; k < g->k; ++k)
+      for (int64_t c = 0; c < g->c; ++c)
+        memcpy(wt + c * kkk + k * kk, w + k * g->ckk + c * kk,
+               (size_t)kk * sizeof(R));
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      int64_t n = it / ntile, r0 = (it % ntile) * g->rows;
+      int64_t r1 = r0 + g->rows < in1 ? r0 + g->rows : in1;
+      int64_t np = (r1 - r0 - 1) * wg + in2, ld = FN(col_ld)(np);
+      FN(direct_dy_tile)(g, dy + n * g->k * g->sout, r0, r1, plane, wg, dyp);
+      SG_GEMM_OFF(kkk, g->c, np, wt, kkk, 1, dyp, off, NULL, tmp, ld);
+      FN(direct_copy_out)
+      (g->c, tmp, ld, r1 - r0, wg, in2, dx + n * g->c * g->sin + r0 * in2,
+       g->sin);
+    }
+  }
+}
+#endif /* SG_GEMM_OFF */
+
 void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
                      R *y, void *ws) {
+#ifdef SG_GEMM_OFF
+  if (g->direct) {
+    FN(direct_fwd)(g, x, w, b, y, ws);
+    return;
+  }
+#endif
   const int64_t items = g->n * g->ntile;
   const int nth = g->nthreads;
   int saved = nth > 1 ? sg_blas_threads_begin() : 0;
@@ -187,6 +321,13 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
   const int64_t wsz = g->k * g->ckk;
   if (db) FN(sg_bias_bwd)(g->n, g->k, g->sout, dy, db);
   if (!dx && !dw) return;
+#ifdef SG_GEMM_OFF
+  R *dx_direct = NULL; /* dx after the weight gradient's loop */
+  if (g->direct) {
+    dx_direct = dx;
+    dx = NULL;
+  }
+#endif
   if (dx) {
     int64_t total = g->n * g->c * g->sin;
 #pragma omp parallel for schedule(static) if (total > SG_OMP_MIN)
@@ -200,9 +341,15 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
   {
     int tid = FN(thread_id)();
     R *col = FN(thread_ws)(g, ws, tid);
-    R *dcol = col + g->ckk * g->cols;
-    R *dwp = dcol + g->ckk * g->cols;
+    R *dcol = col + g->ckk * FN(col_ld)(g->cols);
+    R *dwp = dcol + g->ckk * FN(col_ld)(g->cols);
+    R *dyc = dwp + wsz;
     float *wp = wpart && dw ? wpart + (size_t)tid * (size_t)(wsz * 16) : NULL;
+#ifdef SG_GEMM_OFF
+    int64_t *doff = (int64_t *)col; /* direct: the forward's shifts, then */
+    R *ddy = (R *)((char *)col + sg_direct_off_bytes(g)); /* dy's tile */
+    if (g->direct) FN(direct_shifts)(g, g->c, g->sin, g->in[2], 0, 0, 1, doff);
+#endif
     if (wp)
       memset(wp, 0, (size_t)(wsz * 16) * sizeof *wp);
     else if (dw)
@@ -215,7 +362,25 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
         int64_t tile = 2 * (it % half[phase]) + phase;
         int64_t r0 = tile * g->rows, r1 = FN(tile_end)(g, r0);
         int64_t ncol = (r1 - r0) * g->inner;
+#ifdef SG_GEMM_OFF
+        if (g->direct) { /* dx comes after this loop */
+          if (wp) FN(direct_wgrad)
+          (g, x + n * g->c * g->sin, dy + n * g->k * g->sout, r0, r1, doff, ddy,
+           wp);
+          continue;
+        }
+#endif
         const R *dyt = dy + n * g->k * g->sout + r0 * g->inner;
+        int64_t ldd = g->sout;
+        if (!g->pointwise) {
+          /* dy's tile at the column matrix's stride: g->sout is often a
+           * multiple of 4 KiB, and the kernels' strips down its k rows then
+           * shared a few L1 sets (dx GEMM 1.3x slower) */
+          ldd = FN(col_ld)(ncol);
+          for (int64_t k = 0; k < g->k; ++k)
+            memcpy(dyc + k * ldd, dyt + k * g->sout, (size_t)ncol * sizeof(R));
+          dyt = dyc;
+        }
         if (dw) {
           int64_t ldb;
           const R *bm = FN(conv_operand)(g, x + n * g->c * g->sin, r0, r1, col,
@@ -225,10 +390,10 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
            * transposing copy (dw = dy col^T ran at 48 GF/s, this at 83 on
            * 32 x 288 x 1024, one AVX-512 core). */
           if (wp)
-            SG_WGRAD_ACC(g->ckk, g->k, ncol, bm, ldb, dyt, g->sout, wp);
+            SG_WGRAD_ACC(g->ckk, g->k, ncol, bm, ldb, dyt, ldd, wp);
           else
             SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->ckk,
-                    (int)g->k, (int)ncol, 1, bm, (int)ldb, dyt, (int)g->sout, 1,
+                    (int)g->k, (int)ncol, 1, bm, (int)ldb, dyt, (int)ldd, 1,
                     dwp, (int)g->k);
         }
         if (dx) {
@@ -237,18 +402,22 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
                     (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt, (int)g->sout,
                     0, dx + n * g->c * g->sin + r0 * g->inner, (int)g->sin);
           } else {
-            if (!SG_GEMM_FAST(g->ckk, ncol, g->k, w, 1, g->ckk, dyt, g->sout,
-                              NULL, dcol, ncol))
+            const int64_t ldc = FN(col_ld)(ncol);
+            if (!SG_GEMM_FAST(g->ckk, ncol, g->k, w, 1, g->ckk, dyt, ldd, NULL,
+                              dcol, ldc))
               SG_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->ckk,
-                      (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt,
-                      (int)g->sout, 0, dcol, (int)ncol);
-            FN(col2im)(g, dcol, r0, r1, dx + n * g->c * g->sin);
+                      (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt, (int)ldd, 0,
+                      dcol, (int)ldc);
+            FN(col2im)(g, dcol, r0, r1, dx + n * g->c * g->sin, ldc);
           }
         }
       }
     }
   }
   if (nth > 1) sg_blas_threads_end(saved);
+#ifdef SG_GEMM_OFF
+  if (dx_direct) FN(direct_dx)(g, w, dy, dx_direct, ws);
+#endif
   if (dw && wpart) {
     for (int t = 0; t < nth; ++t) /* thread order */
       SG_WGRAD_SUM(g->ckk, g->k, wpart + (size_t)t * (size_t)(wsz * 16), dw);
@@ -259,7 +428,8 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
       for (int64_t i = 0; i < g->ckk; ++i) {
         R acc = 0;
         for (int t = 0; t < nth; ++t) {
-          const R *dwp = FN(thread_ws)(g, ws, t) + 2 * g->ckk * g->cols;
+          const R *dwp = FN(thread_ws)(g, ws, t) +
+                         2 * g->ckk * FN(col_ld)(g->cols);
           acc += dwp[i * g->k + k];
         }
         dw[k * g->ckk + i] += acc;

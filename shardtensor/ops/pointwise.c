@@ -36,10 +36,11 @@
 enum {
   PW_NV = 3, /* vectors of 16 pixels per forward tile (48) */
   PW_NP = 16 * PW_NV,
-  PW_MR = 8,      /* output channels per forward tile (32 = 4 x 8) */
-  PW_MK = 4,      /* dW tile: output channels ... */
-  PW_MC = 6,      /* ... times input channels */
-  PW_CHUNK = 1024 /* pixels per dW chunk (512: 2-13% slower, 128: 40%) */
+  PW_MR = 8,       /* output channels per forward tile (32 = 4 x 8) */
+  PW_MK = 4,       /* dW tile: output channels ... */
+  PW_MC = 6,       /* ... times input channels */
+  PW_CHUNK = 1024, /* pixels per dW chunk (512: 2-13% slower, 128: 40%) */
+  PW_WCHUNK = 256  /* pixels per chunk of the conv's dW (wgrad_acc) */
 };
 
 int sg_pw_f32_available(void) { return 1; }
@@ -51,8 +52,9 @@ int sg_pw_f32_available(void) { return 1; }
 #define PW_TILE(MR, FULL)                                                      \
   static void pw_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,     \
                                     int64_t wc, const float *x, int64_t ldx,   \
-                                    const float *b, float *y, int64_t ldy,     \
-                                    int accumulate, const __mmask16 *m) {      \
+                                    const int64_t *xoff, const float *b,       \
+                                    float *y, int64_t ldy, int accumulate,     \
+                                    const __mmask16 *m) {                      \
     __m512 acc[MR][PW_NV];                                                     \
     _Pragma("GCC unroll 8")                                                    \
     for (int r = 0; r < MR; ++r) {                                             \
@@ -67,7 +69,7 @@ int sg_pw_f32_available(void) { return 1; }
       }                                                                        \
     }                                                                          \
     for (int64_t ci = 0; ci < c; ++ci) {                                       \
-      const float *xc = x + ci * ldx;                                          \
+      const float *xc = x + (xoff ? xoff[ci] : ci * ldx);                      \
       __m512 xv[PW_NV];                                                        \
       _Pragma("GCC unroll 4")                                                  \
       for (int v = 0; v < PW_NV; ++v)                                          \
@@ -103,8 +105,9 @@ PW_TILES(7)
 PW_TILES(8)
 
 typedef void (*pw_tile_fn)(int64_t, const float *, int64_t, int64_t,
-                           const float *, int64_t, const float *, float *,
-                           int64_t, int, const __mmask16 *);
+                           const float *, int64_t, const int64_t *,
+                           const float *, float *, int64_t, int,
+                           const __mmask16 *);
 static const pw_tile_fn pw_tiles[2][PW_MR + 1] = {
     {NULL, pw_tile_1_0, pw_tile_2_0, pw_tile_3_0, pw_tile_4_0, pw_tile_5_0,
      pw_tile_6_0, pw_tile_7_0, pw_tile_8_0},
@@ -114,8 +117,9 @@ static const pw_tile_fn pw_tiles[2][PW_MR + 1] = {
 /* Strip of up to 48 pixels starting at p0 of the (cout x np) product. */
 static inline void pw_strip(int64_t cin, int64_t cout, int64_t np, int64_t p0,
                             const float *w, int64_t wr, int64_t wc,
-                            const float *x, int64_t ldx, const float *b,
-                            float *y, int64_t ldy, int accumulate) {
+                            const float *x, int64_t ldx, const int64_t *xoff,
+                            const float *b, float *y, int64_t ldy,
+                            int accumulate) {
   const int64_t len = np - p0 < PW_NP ? np - p0 : PW_NP;
   const int full = len == PW_NP;
   __mmask16 m[PW_NV];
@@ -126,8 +130,9 @@ static inline void pw_strip(int64_t cin, int64_t cout, int64_t np, int64_t p0,
   }
   for (int64_t k0 = 0; k0 < cout; k0 += PW_MR) {
     const int mr = (int)(cout - k0 < PW_MR ? cout - k0 : PW_MR);
-    pw_tiles[full][mr](cin, w + k0 * wr, wr, wc, x + p0, ldx, b ? b + k0 : NULL,
-                       y + k0 * ldy + p0, ldy, accumulate, m);
+    pw_tiles[full][mr](cin, w + k0 * wr, wr, wc, x + p0, ldx, xoff,
+                       b ? b + k0 : NULL, y + k0 * ldy + p0, ldy, accumulate,
+                       m);
   }
 }
 
@@ -139,7 +144,7 @@ void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
     num_threads(nthreads) if (nthreads > 1)
   for (int64_t it = 0; it < items; ++it) {
     const int64_t nn = it / nstrip, p0 = (it % nstrip) * PW_NP;
-    pw_strip(cin, cout, s, p0, w, wr, wc, x + nn * cin * s, s, b,
+    pw_strip(cin, cout, s, p0, w, wr, wc, x + nn * cin * s, s, NULL, b,
              y + nn * cout * s, s, accumulate);
   }
 }
@@ -148,7 +153,15 @@ void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
                     int64_t wr, int64_t wc, const float *x, int64_t ldx,
                     const float *b, float *y, int64_t ldy) {
   for (int64_t p0 = 0; p0 < np; p0 += PW_NP)
-    pw_strip(cin, cout, np, p0, w, wr, wc, x, ldx, b, y, ldy, 0);
+    pw_strip(cin, cout, np, p0, w, wr, wc, x, ldx, NULL, b, y, ldy, 0);
+}
+
+void sg_pw_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
+                        int64_t wr, int64_t wc, const float *x,
+                        const int64_t *xoff, const float *b, float *y,
+                        int64_t ldy) {
+  for (int64_t p0 = 0; p0 < np; p0 += PW_NP)
+    pw_strip(cin, cout, np, p0, w, wr, wc, x, 0, xoff, b, y, ldy, 0);
 }
 
 /* One dW tile over `nv` vectors of pixels (the last one masked by `mt`):
@@ -156,7 +169,9 @@ void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
 #define PW_WTILE(MK, MC)                                                      \
   static void pw_wtile_##MK##_##MC(int64_t nv, __mmask16 mt, const float *dy, \
                                    int64_t ldd, const float *x, int64_t ld,   \
-                                   float *part) {                             \
+                                   const int64_t *xoff, float *part) {        \
+    const float *xr[MC]; /* x's rows: j * ld apart, or at xoff[j] */          \
+    for (int j = 0; j < MC; ++j) xr[j] = x + (xoff ? xoff[j] : j * ld);       \
     __m512 acc[MK][MC];                                                       \
     _Pragma("GCC unroll 4")                                                   \
     for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 6")                      \
@@ -170,7 +185,7 @@ void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
         dv[i] = _mm512_maskz_loadu_ps(mv, dy + i * ldd + 16 * v);             \
       _Pragma("GCC unroll 6")                                                 \
       for (int j = 0; j < MC; ++j) {                                          \
-        const __m512 xv = _mm512_maskz_loadu_ps(mv, x + j * ld + 16 * v);     \
+        const __m512 xv = _mm512_maskz_loadu_ps(mv, xr[j] + 16 * v);          \
         _Pragma("GCC unroll 4")                                               \
         for (int i = 0; i < MK; ++i)                                          \
           acc[i][j] = _mm512_fmadd_ps(dv[i], xv, acc[i][j]);                  \
@@ -195,7 +210,7 @@ PW_WTILES(3)
 PW_WTILES(4)
 
 typedef void (*pw_wtile_fn)(int64_t, __mmask16, const float *, int64_t,
-                            const float *, int64_t, float *);
+                            const float *, int64_t, const int64_t *, float *);
 #define PW_WROW(MK)                                                \
   {                                                                \
     NULL, pw_wtile_##MK##_1, pw_wtile_##MK##_2, pw_wtile_##MK##_3, \
@@ -265,7 +280,7 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
       const int mc = (int)(cin - c0 < PW_MC ? cin - c0 : PW_MC);
       /* the tile's partials: a block of mk * mc vectors */
       float *pt = part + (k0 * cin + c0 * mk) * 16;
-      pw_wtiles[mk][mc](nv, mt, ds + k0 * s, s, xs + c0 * s, s, pt);
+      pw_wtiles[mk][mc](nv, mt, ds + k0 * s, s, xs + c0 * s, s, NULL, pt);
     }
   }
 #pragma omp parallel for schedule(static) \
@@ -277,20 +292,35 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
       db[k] += _mm512_reduce_add_ps(_mm512_loadu_ps(bpart + 16 * k));
 }
 
+/* The conv's weight gradient (x: its column matrix, cin = C k^d rows):
+ * input-channel blocks outside, output blocks inside, over pixel chunks
+ * whose dy rows (cout x PW_WCHUNK, 32 KiB at 32 channels) stay in L1 while
+ * each block of x rows is reused over all of them. With k outside and
+ * 1024-pixel chunks each x row came from L2 once per 4 output channels. A
+ * lane still sums its pixels in increasing order (chunks are multiples of
+ * 16): the same bits as before. */
 void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x,
                          int64_t ldx, const float *dy, int64_t ldd,
                          float *part) {
+  sg_pw_wgrad_acc_off_f32(cin, cout, np, x, ldx, NULL, dy, ldd, part);
+}
+
+void sg_pw_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
+                             const float *x, int64_t ldx, const int64_t *xoff,
+                             const float *dy, int64_t ldd, float *part) {
   const int64_t nkb = (cout + PW_MK - 1) / PW_MK,
                 ncb = (cin + PW_MC - 1) / PW_MC;
-  for (int64_t p0 = 0; p0 < np; p0 += PW_CHUNK) {
-    const int64_t len = np - p0 < PW_CHUNK ? np - p0 : PW_CHUNK;
+  for (int64_t p0 = 0; p0 < np; p0 += PW_WCHUNK) {
+    const int64_t len = np - p0 < PW_WCHUNK ? np - p0 : PW_WCHUNK;
     const int64_t nv = (len + 15) / 16, tail = len - 16 * (nv - 1);
     const __mmask16 mt = (__mmask16)((1u << tail) - 1u);
     for (int64_t t = 0; t < nkb * ncb; ++t) {
-      const int64_t k0 = (t / ncb) * PW_MK, c0 = (t % ncb) * PW_MC;
+      const int64_t k0 = (t % nkb) * PW_MK, c0 = (t / nkb) * PW_MC;
       const int mk = (int)(cout - k0 < PW_MK ? cout - k0 : PW_MK);
       const int mc = (int)(cin - c0 < PW_MC ? cin - c0 : PW_MC);
-      pw_wtiles[mk][mc](nv, mt, dy + k0 * ldd + p0, ldd, x + c0 * ldx + p0, ldx,
+      pw_wtiles[mk][mc](nv, mt, dy + k0 * ldd + p0, ldd,
+                        xoff ? x + p0 : x + c0 * ldx + p0, ldx,
+                        xoff ? xoff + c0 : NULL,
                         part + (k0 * cin + c0 * mk) * 16);
     }
   }
@@ -305,6 +335,13 @@ void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
 }
 
 #else /* no AVX-512F: callers use BLAS */
+
+void sg_pw_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
+                             const float *x, int64_t ldx, const int64_t *xoff,
+                             const float *dy, int64_t ldd, float *part) {
+  (void)cin, (void)cout, (void)np, (void)x, (void)ldx, (void)xoff, (void)dy,
+      (void)ldd, (void)part;
+}
 
 void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x,
                          int64_t ldx, const float *dy, int64_t ldd,
@@ -331,6 +368,15 @@ void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
                     const float *b, float *y, int64_t ldy) {
   (void)cin, (void)cout, (void)np, (void)w, (void)wr, (void)wc, (void)x,
       (void)ldx;
+  (void)b, (void)y, (void)ldy;
+}
+
+void sg_pw_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
+                        int64_t wr, int64_t wc, const float *x,
+                        const int64_t *xoff, const float *b, float *y,
+                        int64_t ldy) {
+  (void)cin, (void)cout, (void)np, (void)w, (void)wr, (void)wc, (void)x,
+      (void)xoff;
   (void)b, (void)y, (void)ldy;
 }
 

@@ -210,6 +210,90 @@ static void test_conv_case(const char *name, sg_conv_desc d, int bias) {
   free(c.r);
 }
 
+/* The direct (im2col-free) f32 convolution of 2-D stride-1 layers against
+ * the im2col path (SG_CONV_DIRECT=0) on the same inputs, 1 and 2 threads;
+ * test_conv_case checks either against the f64 reference. The same sums in
+ * another order: 1e-5 relative. Without AVX-512 both runs take im2col. */
+static void test_conv_direct_case(const char *name, sg_conv_desc d) {
+  int64_t out[2];
+  SG_CHECK_OK(sg_conv_out_shape(&d, out));
+  int64_t ksz = prod(d.kernel, 2), nx = d.batch * d.cin * prod(d.in, 2);
+  int64_t nw = d.cout * d.cin * ksz, ny = d.batch * d.cout * out[0] * out[1];
+  double *xd = rnd(nx), *wd = rnd(nw), *bd = rnd(d.cout), *rd = rnd(ny);
+  float *x = to_f32(xd, nx), *w = to_f32(wd, nw), *b = to_f32(bd, d.cout),
+        *r = to_f32(rd, ny);
+  float *res[2][3];
+  for (int nth = 1; nth <= 2; ++nth) {
+    omp_set_num_threads(nth);
+    for (int v = 0; v < 2; ++v) { /* v = 1: im2col */
+      if (v) setenv("SG_CONV_DIRECT", "0", 1);
+      res[v][0] = malloc((size_t)ny * sizeof(float));
+      res[v][1] = malloc((size_t)nx * sizeof(float));
+      res[v][2] = calloc((size_t)nw, sizeof(float));
+      SG_CHECK_OK(sg_conv_forward(&d, SG_DTYPE_F32, x, w, b, res[v][0], NULL));
+      SG_CHECK_OK(sg_conv_backward(&d, SG_DTYPE_F32, x, w, r, res[v][1],
+                                   res[v][2], NULL, NULL));
+      unsetenv("SG_CONV_DIRECT");
+    }
+    const int64_t n[3] = {ny, nx, nw};
+    const char *what[3] = {"y", "dx", "dw"};
+    double tol = 1e-5 * sqrt((double)(d.cin * ksz));
+    for (int i = 0; i < 3; ++i) {
+      SG_CHECK(sg_test_cmp_f32(name, res[0][i], res[1][i], n[i], 1e-5, tol) ==
+                   0,
+               "%s: direct %s = im2col %s (%d threads)", name, what[i], what[i],
+               nth);
+      free(res[0][i]);
+      free(res[1][i]);
+    }
+  }
+  omp_set_num_threads(1);
+  free(xd);
+  free(wd);
+  free(bd);
+  free(rd);
+  free(x);
+  free(w);
+  free(b);
+  free(r);
+}
+
+static void test_conv_direct(void) {
+  /* odd sizes, edge register tiles (17 = 2 x 8 + 1 outputs; 33 inputs),
+   * several row tiles, kernels 3x3 / 5x3 dilated, padding margins 1 and
+   * 2 (the input carries them: in = out + span - 1) */
+  sg_conv_desc d = {.nsp = 2,
+                    .batch = 2,
+                    .cin = 3,
+                    .cout = 5,
+                    .in = {13, 19},
+                    .kernel = {3, 3},
+                    .stride = {1, 1},
+                    .dilation = {1, 1}};
+  test_conv_case("conv2d direct 3x3 odd", d, 1);
+  test_conv_direct_case("direct 3x3 odd", d);
+  sg_conv_desc e = {.nsp = 2,
+                    .batch = 1,
+                    .cin = 33,
+                    .cout = 17,
+                    .in = {71, 37},
+                    .kernel = {3, 3},
+                    .stride = {1, 1},
+                    .dilation = {1, 1}};
+  test_conv_case("conv2d direct edges", e, 0);
+  test_conv_direct_case("direct edges", e);
+  sg_conv_desc f = {.nsp = 2,
+                    .batch = 2,
+                    .cin = 4,
+                    .cout = 9,
+                    .in = {45, 67},
+                    .kernel = {5, 3},
+                    .stride = {1, 1},
+                    .dilation = {1, 2}};
+  test_conv_case("conv2d direct 5x3 d2", f, 1);
+  test_conv_direct_case("direct 5x3 d2", f);
+}
+
 static void test_conv(void) {
   sg_conv_desc d1 = {.nsp = 1,
                      .batch = 2,
@@ -1242,6 +1326,7 @@ int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   omp_set_num_threads(1);
   test_conv();
+  test_conv_direct();
   test_convt();
   test_pool();
   test_pool_neg_inf();
