@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "autograd_impl.h"
+#include "op_registry_impl.h"
 #include "sg_autograd.h"
 #include "sg_comm.h"
 #include "sg_ops.h"

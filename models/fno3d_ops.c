@@ -4,6 +4,7 @@
  * its plain local blocks (no sharding metadata), the time axis is whole on
  * every rank, so neither communicates. */
 #include "fno_impl.h"
+#include "op_registry_impl.h"
 
 #include <string.h>
 
@@ -148,3 +149,6 @@ sg_status sg_fno3d_time_window(sg_tape_t t, sg_var *x, int64_t nt, int squeeze,
 fail:
   return st;
 }
+
+const sg_op_def *sg_fno3d_broadcast_t_op_def(void) { return &bt_op; }
+const sg_op_def *sg_fno3d_time_window_op_def(void) { return &tw_op; }

@@ -1,8 +1,7 @@
 /* shardgrid — a model's config from a key table (sg_model.h): the one place
  * the model keys (model, width, modes, modes_t, pad_t, layers, proj_width,
  * blocks, levels, kernel, groups, patch, heads, depth, window, sp_mode,
- * tp_sequence,
- * moe_experts, moe_topk, moe_every, moe_capacity, moe_aux, grid,
+ * tp_sequence, moe_experts, moe_topk, moe_every, moe_capacity, moe_aux, grid,
  * shard_spectral, activation_checkpointing, pad_y, pad_x) are read, by sg-train,
  * sg-forecast (a checkpoint's config) and sg-plan alike. */
 #include "sg_decomp.h"
@@ -94,12 +93,14 @@ sg_status sg_model_config_from_kv(sg_kv_t kv, sg_model_config *mc) {
   static const char *const ik[] = {"width",  "modes",      "modes_t", "pad_t",
                                    "layers", "proj_width", "blocks",  "levels",
                                    "kernel", "groups",     "patch",   "heads",
-                                   "depth"};
+                                   "depth",  "window"};
   int64_t *const iv[] = {&mc->width,  &mc->modes,  &mc->modes_t,
                          &mc->pad_t,  &mc->layers, &mc->proj_width,
                          &mc->blocks, &mc->levels, &mc->kernel,
                          &mc->groups, &mc->patch,  &mc->heads,
                          &mc->depth,  &mc->window};
+  _Static_assert(sizeof ik / sizeof *ik == sizeof iv / sizeof *iv,
+                 "a key for every integer field");
   for (size_t i = 0; i < sizeof ik / sizeof *ik; ++i) get_int(kv, ik[i], iv[i]);
   get_bool(kv, "grid", &mc->add_grid);
   get_bool(kv, "shard_spectral", &mc->shard_spectral);

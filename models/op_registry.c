@@ -25,6 +25,9 @@ static int ops_of(const sg_op_def **ops) {
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_tp_reduce_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_roll_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_window_attention_op_def();
+  if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_moe_op_def();
+  if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_fno3d_broadcast_t_op_def();
+  if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_fno3d_time_window_op_def();
   return n;
 }
 

@@ -25,6 +25,11 @@ const sg_op_def *sg_ag_window_attention_op_def(void);
 /* ag_tp.c: the conjugate ops of tensor parallelism. */
 const sg_op_def *sg_ag_tp_copy_op_def(void);
 const sg_op_def *sg_ag_tp_reduce_op_def(void);
+/* ag_moe.c: the mixture-of-experts MLP (sg_ag_moe). */
+const sg_op_def *sg_ag_moe_op_def(void);
+/* fno3d_ops.c: FNO-3D's broadcast over time and time window. */
+const sg_op_def *sg_fno3d_broadcast_t_op_def(void);
+const sg_op_def *sg_fno3d_time_window_op_def(void);
 /* autograd.c: the activation checkpoint (sg_ag_checkpoint). */
 const sg_op_def *sg_ag_checkpoint_op_def(void);
 

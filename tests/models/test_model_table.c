@@ -177,8 +177,10 @@ int main(int argc, char **argv) {
                                   {"unet", "levels"},
                                   {"vit", "patch"},
                                   {"swin", "window"}};
-  for (int i = 0; i < 5; ++i) {
-    sg_model_config bc = sg_model_defaults((sg_model_kind)i);
+  const sg_model_kind kinds[5] = {SG_MODEL_FNO, SG_MODEL_CNN, SG_MODEL_UNET,
+                                  SG_MODEL_VIT, SG_MODEL_SWIN};
+  for (int i = 0; i < 5; ++i) { /* fno3d: test_fno3d */
+    sg_model_config bc = sg_model_defaults(kinds[i]);
     bc.width = 4, bc.modes = 2, bc.layers = 1, bc.proj_width = 4, bc.blocks = 1,
     bc.levels = 2, bc.groups = 2, bc.heads = 2, bc.depth = 1, bc.window = 2;
     SG_REQUIRE_OK(sg_model_create(mesh, &bc, 8, 8, 1, &m));
@@ -186,8 +188,7 @@ int main(int argc, char **argv) {
     int found = 0;
     for (int j = 0; keys && keys[j]; ++j)
       found |= strcmp(keys[j], want[i][1]) == 0;
-    SG_CHECK(found &&
-                 strcmp(sg_model_kind_name((sg_model_kind)i), want[i][0]) == 0,
+    SG_CHECK(found && strcmp(sg_model_kind_name(kinds[i]), want[i][0]) == 0,
              "%s reports '%s' as a size key", want[i][0], want[i][1]);
     /* layers/blocks/depth + 2; the U-Net's 2 L */
     const int pieces[5] = {1 + 2, 1 + 2, 2 * 2, 1 + 2, 1 + 2};

@@ -11,7 +11,7 @@
 #include "sg_mesh.h"
 
 #define MAXA 3 /* activation inputs */
-#define MAXP 3 /* parameters */
+#define MAXP 5 /* parameters */
 #define MAXO 4 /* outputs */
 #define MAXL 8 /* layouts per rank count */
 

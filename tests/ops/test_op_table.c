@@ -36,6 +36,7 @@
  * known_failures[] with the reason: they are reported as DISABLED, never as
  * passes; `test_op_table --all` runs them too. `--list` prints the
  * registry. */
+#include "fno_impl.h"
 #include "op_table.h"
 #include "sg_autograd.h"
 #include "sg_comm.h"
@@ -60,6 +61,17 @@ typedef struct known_failure {
 
 /* Defects found by this test and not fixed here (see the report). */
 static const known_failure known_failures[] = {
+    /* FNO-3D's reshaping ops run on the model's plain local blocks (the
+     * time axis whole on every rank, fno3d_ops.c); on a var with a mesh
+     * their output (a time dim more, or another extent of it) has no
+     * sharding rule yet: SG_OUT_LIKE_INPUT needs the input's dims. The
+     * model's runs on h, w, dp, fsdp are train_trajectories_fno3d. */
+    {"fno3d_broadcast_t 3 steps", NULL, -1,
+     "a model-private op on plain local blocks: no sharding rule for its "
+     "5-D output"},
+    {"fno3d_time_window 3 -> 5 steps", NULL, -1,
+     "a model-private op on plain local blocks: no sharding rule for its "
+     "output"},
     {NULL, NULL, -1, NULL},
 };
 
@@ -227,6 +239,31 @@ static sg_status f_usp(sg_tape_t t, const op_case *c, const run_ctx *rc,
 static sg_status f_add_field(sg_tape_t t, const op_case *c, const run_ctx *rc,
                              sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_add_field(t, a[0], p[0], out);
+}
+/* a mixture of experts on the tokens (every spatial position): 4 experts
+ * of width 4 -> 8 -> 4, top-2, capacity factor 1 (pairs dropped), the
+ * Switch loss at 0.1 (its gradient in backward); no ep group (its runs are
+ * tests/models/test_moe.c) */
+static sg_status f_moe(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                       sg_var **a, sg_var **p, sg_var **out) {
+  const sg_moe_desc d = {
+      .experts = 4, .topk = c->iattr, .capacity = 1.0, .aux_coef = 0.1};
+  return sg_ag_moe(t, &d, a[0], p[0], p[1], p[2], p[3], p[4], out);
+}
+/* FNO-3D's reshaping ops: the field repeated over 3 time steps, then the
+ * time window padding it to 5 steps (zeros after the 3) */
+static sg_status f_fno3d_bt(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                            sg_var **a, sg_var **p, sg_var **out) {
+  return sg_fno3d_broadcast_t(t, a[0], 3, out);
+}
+static sg_status f_fno3d_tw(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                            sg_var **a, sg_var **p, sg_var **out) {
+  sg_status st = SG_OK;
+  sg_var *h = NULL;
+  SG_TRY(sg_fno3d_broadcast_t(t, a[0], 3, &h));
+  SG_TRY(sg_fno3d_time_window(t, h, 5, 0, out));
+fail:
+  return st;
 }
 /* the conjugate TP ops on one tp rank (no group): identities; their tp > 1
  * runs are tests/models/test_ag_tp.c */
@@ -676,6 +713,34 @@ static const op_case cases[] = {
      .nout = 1,
      .fn = f_window,
      .iattr = 2,
+     .lo = -1},
+    {.op = "moe",
+     .label = "moe 4 experts top-2 capacity 1",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(4)},
+     .npar = 5,
+     .par_nd = {2, 3, 2, 3, 2},
+     .par = {{4, 4}, {4, 8, 4}, {4, 8}, {4, 4, 8}, {4, 4}},
+     .nout = 1,
+     .fn = f_moe,
+     .iattr = 2,
+     .lo = -1},
+    {.op = "fno3d_broadcast_t",
+     .label = "fno3d_broadcast_t 3 steps",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_fno3d_bt,
+     .lo = -1},
+    {.op = "fno3d_time_window",
+     .label = "fno3d_time_window 3 -> 5 steps",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_fno3d_tw,
      .lo = -1},
     {.op = "add_field",
      .label = "add_field (position embedding)",

@@ -59,7 +59,11 @@ static const sg_model_i *const zoo[SG_MODEL_COUNT] = {
     [SG_MODEL_VIT] = &sg_vit_model_i,
     [SG_MODEL_SWIN] = &sg_swin_model_i};
 /* The U-Net's levels need a larger grid (16: 4 x 4 at the coarsest). */
-static const int64_t grid_n[SG_MODEL_COUNT] = {8, 8, 16, 8, 8};
+static const int64_t grid_n[SG_MODEL_COUNT] = {[SG_MODEL_FNO] = 8,
+                                               [SG_MODEL_CNN] = 8,
+                                               [SG_MODEL_UNET] = 16,
+                                               [SG_MODEL_VIT] = 8,
+                                               [SG_MODEL_SWIN] = 8};
 
 static sg_model_config zoo_config(sg_model_kind kind) {
   sg_model_config c = sg_model_defaults(kind);
