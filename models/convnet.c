@@ -149,6 +149,17 @@ int sg_cn_mesh_tp(sg_mesh_t mesh) {
   return 1;
 }
 
+sg_status sg_cn_tp_group(sg_mesh_t mesh, sg_group_t *tp, int *tps, int *tpr,
+                         unsigned *mask) {
+  *tp = NULL, *tps = 1, *tpr = 0, *mask = 0u;
+  for (int k = 0; k < sg_mesh_ndims(mesh); ++k)
+    if (!strcmp(sg_mesh_dim_name(mesh, k), "tp")) {
+      *tps = sg_mesh_dim_size(mesh, k), *tpr = sg_mesh_coord(mesh, k);
+      *mask = 1u << k;
+    }
+  return *tps > 1 ? sg_mesh_group(mesh, *mask, tp) : SG_OK;
+}
+
 sg_status sg_cn_check_tp_groups(sg_mesh_t mesh, int64_t groups,
                                 const char *who) {
   const int tp = sg_cn_mesh_tp(mesh);

@@ -125,6 +125,12 @@ sg_status sg_cn_domain_init_tp(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
                                const char *who);
 /* The tp size of the mesh (1 without a tp dim). */
 int sg_cn_mesh_tp(sg_mesh_t mesh);
+/* The mesh's tp dim: its size *tps (1 without one), this rank's index
+ * *tpr, its bit *mask (0 without one) and, when tps > 1, a new group *tp
+ * over it (the caller's to destroy; NULL otherwise). Collective over the
+ * mesh when it makes the group. */
+sg_status sg_cn_tp_group(sg_mesh_t mesh, sg_group_t *tp, int *tps, int *tpr,
+                         unsigned *mask);
 /* SG_ERR_CONFIG "<who>: groups (G) must be >= tp (P) ..." unless every tp
  * rank gets a whole GroupNorm group (the conv nets split their blocks'
  * channels by groups). Not collective (every rank finds the same). */

@@ -166,13 +166,7 @@ static sg_status fno_tp_check(sg_mesh_t mesh, int64_t width) {
 static sg_status fno_tp_init(struct sg_fno *m, sg_mesh_t mesh) {
   sg_status st = SG_OK;
   const int64_t w = m->cfg.width, L = m->cfg.layers;
-  m->tps = 1, m->tpr = 0;
-  for (int k = 0; k < sg_mesh_ndims(mesh); ++k)
-    if (!strcmp(sg_mesh_dim_name(mesh, k), "tp")) {
-      m->tps = sg_mesh_dim_size(mesh, k), m->tpr = sg_mesh_coord(mesh, k);
-      m->tp_mask = 1u << k;
-      if (m->tps > 1) SG_TRY(sg_mesh_group(mesh, m->tp_mask, &m->tp));
-    }
+  SG_TRY(sg_cn_tp_group(mesh, &m->tp, &m->tps, &m->tpr, &m->tp_mask));
   m->c0 = sg_split_offset(w, m->tps, m->tpr);
   m->wl = sg_split_size(w, m->tps, m->tpr);
   for (int64_t l = 0; l < L; ++l)

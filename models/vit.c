@@ -343,13 +343,7 @@ static int vit_params(vit *m, int64_t cin) {
 static sg_status vit_tp_init(vit *m, sg_mesh_t mesh) {
   sg_status st = SG_OK;
   const int64_t C = m->cfg.width, hid = VIT_MLP_RATIO * C;
-  m->tps = 1, m->tpr = 0;
-  for (int k = 0; k < sg_mesh_ndims(mesh); ++k)
-    if (!strcmp(sg_mesh_dim_name(mesh, k), "tp")) {
-      m->tps = sg_mesh_dim_size(mesh, k), m->tpr = sg_mesh_coord(mesh, k);
-      m->tp_mask = 1u << k;
-      if (m->tps > 1) SG_TRY(sg_mesh_group(mesh, m->tp_mask, &m->tp));
-    }
+  SG_TRY(sg_cn_tp_group(mesh, &m->tp, &m->tps, &m->tpr, &m->tp_mask));
   m->cl = C / m->tps, m->c0 = m->cl * m->tpr;
   /* the experts over ep (E % ep == 0 checked) */
   m->el = m->cfg.moe_experts, m->e0 = 0;
