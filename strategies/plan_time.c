@@ -597,6 +597,14 @@ fail:
   return st;
 }
 
+/* The ranks of a node that run kernels at once: the mesh's ranks on it,
+ * at most one per core (more share the cores: the stretch below). */
+static int busy_on_node(const sg_plan_hw *hw, int on_node) {
+  return hw->cores_per_node > 0 && on_node > hw->cores_per_node
+             ? hw->cores_per_node
+             : on_node;
+}
+
 sg_status sg_plan_flops_of(const sg_plan_problem *pb, const sg_plan_mesh *m,
                            const sg_plan_hw *hw, sg_plan_flops *out) {
   sg_plan_time t;
@@ -615,6 +623,12 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
   if (!pb || !m || !hw || !out)
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_plan_step_time: NULL argument");
   memset(out, 0, sizeof *out);
+  /* the rates of a node that runs on_node of the mesh's ranks at once */
+  const int rpn = hw->ranks_per_node > 0 ? hw->ranks_per_node : 1;
+  const int on_node = sg_plan_mesh_ranks(m) < rpn ? sg_plan_mesh_ranks(m) : rpn;
+  sg_plan_hw hwn;
+  sg_plan_hw_on_node(hw, busy_on_node(hw, on_node), &hwn);
+  hw = &hwn;
   pt c = {.m = m, .hw = hw, .kv = pb->cfg, .ny = pb->ny, .nx = pb->nx};
   SG_TRY(sg_plan_model(pb, &c.mc));
   const int pp = sg_plan_mesh_dim(m, "pp");
@@ -637,8 +651,6 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
   /* activation checkpointing recomputes the forward in backward */
   if (c.mc.act_ckpt_every > 0) c.bwd += c.fwd;
   /* oversubscription: more ranks on a node than cores share them */
-  const int rpn = hw->ranks_per_node > 0 ? hw->ranks_per_node : 1;
-  const int on_node = sg_plan_mesh_ranks(m) < rpn ? sg_plan_mesh_ranks(m) : rpn;
   if (hw->cores_per_node > 0 && on_node > hw->cores_per_node) {
     const double f = (double)on_node / hw->cores_per_node;
     c.fwd *= f, c.bwd *= f;
