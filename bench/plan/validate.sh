@@ -15,7 +15,10 @@
 #     (predicted / measured), within 25%?, and the predicted and measured
 #     split (compute, halo, collectives: sg-train's own timers, wall);
 #   - per model the runs within 25% and the Kendall tau between the
-#     predicted and the measured ranking of its 2-rank meshes;
+#     predicted and the measured ranking of its 2-rank meshes: tau-a (every
+#     pair counts) and tau-b with ties, a pair tied on a side where its two
+#     times differ by no more than the larger of the two runs' step-to-step
+#     spread (interquartile range / median of the timed steps);
 #   - the 3..8-rank meshes sg-plan ranks first, marked oversubscribed:
 #     reported, not judged (more ranks than cores share them: the cost
 #     model stretches compute by ranks / cores, which MPI's busy-polling
@@ -40,7 +43,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --cpu-time) cpu_time=1; shift ;;
     --run-oversubscribed) run_over=1; shift ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "validate.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -125,13 +128,16 @@ m, model, spec, ranks, verdict, pred, c0, c1, steps, warm, batch, cpu = sys.argv
 recs = [json.loads(l) for l in open(m) if "samples_per_s" in l][int(warm):]
 med = lambda k: statistics.median(r[k] for r in recs)
 p = json.loads(pred)
-wall = statistics.median(int(batch) / r["samples_per_s"] for r in recs)
+steps_s = [int(batch) / r["samples_per_s"] for r in recs]
+wall = statistics.median(steps_s)
+q = statistics.quantiles(steps_s, n=4) if len(steps_s) > 1 else [wall, wall, wall]
 cpu_s = (float(c1) - float(c0)) / int(steps) / int(ranks)
 coll = sum(p.get(k, 0) for k in ("allreduce_s", "reduce_scatter_s", "allgather_s",
                                  "alltoall_s", "ring_s", "p2p_s"))
 row = {"model": model, "mesh": spec, "ranks": int(ranks), "verdict": verdict,
        "predicted_s": p["step_s"] if cpu == "0" else p["step_s"] - p["bubble_s"],
        "measured_s": wall if cpu == "0" else cpu_s, "measured_wall_s": wall,
+       "spread": (q[2] - q[0]) / wall,
        "pred_split": [p["compute_s"], p["halo_s"], coll, p["bubble_s"]],
        "meas_split": [med("time_compute"), med("time_halo"), med("time_collectives")]}
 print(json.dumps(row))
