@@ -7,7 +7,9 @@
 #
 # For each model (tiny configs on a 64 x 64 Navier-Stokes set, batch 8) it
 # calibrates the machine (sg-plan-calibrate --quick, just before the model's
-# runs, so rates and runs share the same minutes), then runs sg-train on
+# runs, so rates and runs share the same minutes; the rates on one rank
+# alone and on every rank at once, the shared ones the 2-rank meshes use,
+# both printed at the end), then runs sg-train on
 # every mesh of 1 and 2 ranks the model accepts (h, w, dp, fsdp with ZeRO-3,
 # pp with 4 micro-batches, tp; sg-plan's check decides) and asks sg-plan
 # (--mesh M --json --hardware the calibration) for its prediction. It prints
@@ -43,7 +45,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --cpu-time) cpu_time=1; shift ;;
     --run-oversubscribed) run_over=1; shift ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "validate.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -147,6 +149,20 @@ PY
 for model in $models; do
   hw=$work/hw-$model
   mpirun "$np" "$bin/sg-plan-calibrate" "${cal[@]}" --out "$hw" > /dev/null
+  # the calibration's single-stream and shared rates, for the table
+  /usr/bin/python3 - "$hw" "$model" <<'PY' >> "$runs"
+import json, sys
+kv = {}
+for line in open(sys.argv[1]):
+    if "=" in line and not line.lstrip().startswith("#"):
+        k, v = (x.strip() for x in line.split("=", 1))
+        kv[k] = v
+rates = {k: [float(kv[k]), float(kv[k + "_shared"])] for k in
+         ("gemm_flops", "conv_flops", "fft_flops", "mem_bw", "attn_flops", "act_rate",
+          "norm_rate", "lnorm_rate", "up_rate") if k + "_shared" in kv}
+print(json.dumps({"calibration": sys.argv[2], "shared_ranks": int(kv.get("shared_ranks", 0)),
+                  "rates": rates}))
+PY
   for spec in h=1 h=2 w=2 dp=2 "fsdp=2:--zero 3" "pp=2:--microbatches 4 --pp-split even" tp=2; do
     mesh=${spec%%:*}
     [ "$(ranks_of "$mesh")" -le "$cores" ] || continue

@@ -9,7 +9,8 @@ measured split (compute / halo / collectives, and the predicted pipeline
 bubble); per model the runs within 25% and the Kendall tau of the
 predicted and the measured ranking of its 2-rank meshes (tau-a, and
 tau-b with a pair tied on a side whose two times differ by no more than
-the larger step-to-step spread of the two runs); then the
+the larger step-to-step spread of the two runs); the calibration's
+shared / single-stream rates per model; then the
 oversubscribed meshes (more ranks than cores), reported and not judged.
 """
 import itertools
@@ -92,6 +93,19 @@ def main():
         total, ok = total + len(rs), ok + n_ok
         print(f"| {model} | {n_ok} / {len(rs)} | {t:.2f} | {tb:.2f} | {ties} | {len(two)} |")
     print(f"| all | {ok} / {total} | | | | |")
+    cals = [r for r in recs if "calibration" in r]
+    if cals:
+        keys = list(dict.fromkeys(k for c in cals for k in c["rates"]))
+        print()
+        print("Calibration per model: shared / single-stream rate (every rank at once against "
+              f"rank 0 alone, {cals[0].get('shared_ranks')} ranks; below 1: the ranks slow each other)")
+        print()
+        print("| model | " + " | ".join(keys) + " |")
+        print("|---|" + "---|" * len(keys))
+        for c in cals:
+            cells = [f"{c['rates'][k][1] / c['rates'][k][0]:.2f}" if c["rates"].get(k, [0])[0] > 0
+                     and c["rates"][k][1] > 0 else "-" for k in keys]
+            print(f"| {c['calibration']} | " + " | ".join(cells) + " |")
     over = [r for r in runs if r.get("verdict") == "oversubscribed"]
     if over:
         print()
