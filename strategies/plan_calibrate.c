@@ -309,19 +309,22 @@ static sg_status compute_rates(MPI_Comm comm, int quick, sg_plan_hw *hw) {
   fit_nhalf(3, ch, cr, &hw->conv_flops, &hw->conv_nhalf);
   SG_TRY(attn_rate(comm, reps, &hw->attn_flops));
   SG_TRY(elem_rates(comm, reps, hw));
-  b.x = falloc(n * c * g * g), b.dx = falloc(n * c * (g + 2) * (g + 2));
-  if (!b.x || !b.dx) SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
-  /* FFT: r2c + c2r of n c planes g x g, one rank each */
+  /* FFT: r2c + c2r of `planes` planes g x g, one rank each: at least an
+   * activation's 4 MiB (1 Mi points; quick: 256 planes of 64^2), so that
+   * the transforms leave the core's L2 as the runs' do, and ranks sharing
+   * the node's memory system see each other */
+  const int64_t planes = n * c * g * g >= (1 << 20) ? n * c : (1 << 20) / g / g;
   sg_fft_desc d;
   sg_fft_desc_init(&d);
   d.dtype = SG_DTYPE_F32, d.ndim = 2, d.shape[0] = g, d.shape[1] = g;
-  d.split[0] = d.split[1] = -1, d.batch = n * c, d.nthreads = 1;
+  d.split[0] = d.split[1] = -1, d.batch = planes, d.nthreads = 1;
   SG_TRY(sg_fft_plan_create_comms(MPI_COMM_SELF, 0, NULL, &d, &b.fft));
-  b.y = falloc(2 * n * c * g * (g / 2 + 1));
-  if (!b.y) SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
+  b.x = falloc(planes * g * g), b.dx = falloc(planes * g * g);
+  b.y = falloc(2 * planes * g * (g / 2 + 1));
+  if (!b.x || !b.dx || !b.y) SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
   SG_TRY(median_of(comm, reps, run_fft, &b, &t));
   MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
-  hw->fft_flops = 2.0 * n * c * 2.5 * g * g * log2((double)g * g) / t;
+  hw->fft_flops = 2.0 * planes * 2.5 * g * g * log2((double)g * g) / t;
   cal_free(&b);
   /* memory: y = x + z over 3 x 64 MiB (beyond the caches) */
   b.n = (quick ? 4 : 16) << 20;
