@@ -94,7 +94,8 @@ void sg_plan_hw_on_node(const sg_plan_hw *hw, int on_node, sg_plan_hw *out) {
     const double sh = value(out, rates[i].shared);
     /* a rate of 0 means "not calibrated" (attn_flops, act_rate, ...):
      * it stays 0 and its fallback applies */
-    if (sh > 0 && *one > 0) *one = 1.0 / ((1 - f) / *one + f / sh);
+    if (sh > 0 && *one > 0 && sh != *one)
+      *one = 1.0 / ((1 - f) / *one + f / sh);
   }
 }
 
