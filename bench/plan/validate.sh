@@ -21,6 +21,10 @@
 #     pair counts) and tau-b with ties, a pair tied on a side where its two
 #     times differ by no more than the larger of the two runs' step-to-step
 #     spread (interquartile range / median of the timed steps);
+#   - one rank with half the batch (a dp=2 rank's work, alone on the
+#     node), not judged: its predicted and measured compute beside the
+#     dp=2 row's, to tell ranks that slow each other from work that does
+#     not halve;
 #   - the 3..8-rank meshes sg-plan ranks first, marked oversubscribed:
 #     reported, not judged (more ranks than cores share them: the cost
 #     model stretches compute by ranks / cores, which MPI's busy-polling
@@ -33,7 +37,8 @@
 # steps, against the predicted total minus the pipeline bubble), as
 # bench/plan/run.sh does. The script says which it used and the load
 # average at the start and the end. About 3-5 minutes on a quiet 2-core
-# machine (26 runs of ~11 steps, 4 quick calibrations).
+# machine (30 runs of ~11 steps, 4 quick calibrations, each measuring the
+# single-stream and the shared rates).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/tools/env.sh"
@@ -45,7 +50,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --cpu-time) cpu_time=1; shift ;;
     --run-oversubscribed) run_over=1; shift ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "validate.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -100,8 +105,8 @@ runs=$work/runs.jsonl
 echo "{\"cores\": $cores, \"timing\": \"$([ $cpu_time = 1 ] && echo cpu || echo wall)\", \"load_average_start\": \"$(load)\"}" >> "$runs"
 
 # one mesh: sg-plan's prediction, sg-train's measurement, a JSON line
-measure() { # MODEL SPEC HW [judged|oversubscribed]
-  local model=$1 spec=$2 hw=$3 verdict=$4
+measure() { # MODEL SPEC HW [judged|oversubscribed|alone] [BATCH]
+  local model=$1 spec=$2 hw=$3 verdict=$4 b=${5:-$batch}
   local mesh=${spec%%:*} extra=() size
   [ "$spec" != "$mesh" ] && read -r -a extra <<< "${spec#*:}"
   read -r -a size <<< "$(size_of "$model")"
@@ -123,7 +128,7 @@ measure() { # MODEL SPEC HW [judged|oversubscribed]
   else
     "${run[@]}" --steps $((steps + warm)) --metrics "$m" > /dev/null
   fi
-  /usr/bin/python3 - "$m" "$model" "$spec" "$ranks" "$verdict" "$pred" "$c0" "$c1" "$steps" "$warm" "$batch" \
+  /usr/bin/python3 - "$m" "$model" "$spec" "$ranks" "$verdict" "$pred" "$c0" "$c1" "$steps" "$warm" "$b" \
     "$cpu_time" <<'PY' >> "$runs"
 import json, statistics, sys
 m, model, spec, ranks, verdict, pred, c0, c1, steps, warm, batch, cpu = sys.argv[1:]
@@ -139,7 +144,7 @@ coll = sum(p.get(k, 0) for k in ("allreduce_s", "reduce_scatter_s", "allgather_s
 row = {"model": model, "mesh": spec, "ranks": int(ranks), "verdict": verdict,
        "predicted_s": p["step_s"] if cpu == "0" else p["step_s"] - p["bubble_s"],
        "measured_s": wall if cpu == "0" else cpu_s, "measured_wall_s": wall,
-       "spread": (q[2] - q[0]) / wall,
+       "spread": (q[2] - q[0]) / wall if cpu == "0" else 0.0,
        "pred_split": [p["compute_s"], p["halo_s"], coll, p["bubble_s"]],
        "meas_split": [med("time_compute"), med("time_halo"), med("time_collectives")]}
 print(json.dumps(row))
@@ -169,6 +174,13 @@ PY
     echo "validate.sh: $model $mesh (load $(load))" >&2
     measure "$model" "$spec" "$hw" judged
   done
+  # not judged: one rank with half the batch, a dp=2 rank's work alone on
+  # the node (the other core idle): its compute against the dp=2 row's
+  # separates the ranks slowing each other from work that does not halve
+  if [ "$cores" -ge 2 ]; then
+    echo "validate.sh: $model h=1 batch $((batch / 2)), alone (load $(load))" >&2
+    measure "$model" "h=1:--batch $((batch / 2))" "$hw" alone $((batch / 2))
+  fi
   # the 3..8-rank meshes: sg-plan's first choice per rank count
   for r in 3 4 5 6 7 8; do
     [ "$r" -gt "$cores" ] || continue

@@ -93,6 +93,20 @@ def main():
         total, ok = total + len(rs), ok + n_ok
         print(f"| {model} | {n_ok} / {len(rs)} | {t:.2f} | {tb:.2f} | {ties} | {len(two)} |")
     print(f"| all | {ok} / {total} | | | | |")
+    alone = [r for r in runs if r.get("verdict") == "alone"]
+    if alone:
+        print()
+        print("One rank with half the batch, alone on the node (a dp=2 rank's work; not judged): "
+              "if dp=2's measured compute per rank exceeds this one's, the two ranks slow each other")
+        print()
+        print("| model | mesh | predicted s | measured s | ratio | measured compute ms | "
+              "dp=2 measured compute ms | dp=2 / alone |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in alone:
+            dp = next((d for d in judged if d["model"] == r["model"] and d["mesh"] == "dp=2"), None)
+            a, d = r["meas_split"][0], dp["meas_split"][0] if dp else float("nan")
+            print(f"| {r['model']} | {r['mesh']} | {r['predicted_s']:.4f} | {r['measured_s']:.4f} | "
+                  f"{r['predicted_s'] / r['measured_s']:.2f} | {a * 1e3:.1f} | {d * 1e3:.1f} | {d / a:.2f} |")
     cals = [r for r in recs if "calibration" in r]
     if cals:
         keys = list(dict.fromkeys(k for c in cals for k in c["rates"]))
