@@ -244,6 +244,12 @@ static void shared_rates(sg_kv_t kv) {
   SG_CHECK_OK(sg_plan_step_time(&pb, &m2, &half, &th));
   SG_CHECK(close_to(t2.compute, th.compute) && t2.total == th.total,
            "2 ranks on a node: shared rates %g %g", t2.compute, th.compute);
+  sh.cores_per_node = one.cores_per_node = 1; /* one runs at a time */
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m2, &sh, &t2));
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m2, &one, &th));
+  SG_CHECK(t2.compute == th.compute,
+           "2 ranks on 1 core: single-stream rates (stretched alike)");
+  sh.cores_per_node = one.cores_per_node = 0;
   sh.ranks_per_node = 1; /* one rank a node: nothing shared */
   SG_CHECK_OK(sg_plan_step_time(&pb, &m2, &sh, &t2));
   SG_CHECK_OK(sg_plan_step_time(&pb, &m2, &one, &th));
