@@ -32,6 +32,9 @@ static const sg_kv_key keys[] = {
     {"zero", SG_KV_INT, "0", ""},
     {"microbatches", SG_KV_INT, "1", ""},
     {"pp_schedule", SG_KV_STRING, "1f1b", ""},
+    {"modes_t", SG_KV_INT, "1", ""},
+    {"pad_t", SG_KV_INT, "0", ""},
+    {"out_frames", SG_KV_INT, "1", ""},
 };
 
 static int close_to(double a, double b) {
@@ -94,6 +97,38 @@ static void fno_hand_count(sg_kv_t kv) {
   SG_CHECK(close_to(f.gemm, 7680), "gemm flops %g (7680)", f.gemm);
   SG_CHECK(close_to(f.fft, 5760), "fft flops %g (5760)", f.fft);
   SG_CHECK(close_to(f.params, 91), "params %g (91)", f.params);
+}
+
+/* FNO-3D on 8 x 8, 1 variable, history 1, grid channels (3), width 2, one
+ * layer, 2 modes, modes_t 1, one output frame padded by 1 (ntp 2),
+ * projection 4, batch 1: every GEMM 3 x 2 r k n:
+ *   lift 64x4x2 = 1536, mode mix (2 x 2 x 2 x 2 modes) 16 x 2 x 8 = 768,
+ *   linear 128x2x2 = 1536, proj 64x2x4 = 1536, out 64x4x1 = 768 -> 12288;
+ * FFT: 4 transforms of 2 channels x (16 rows x 2.5 x 8 x 3 + 2 columns x
+ *   2 steps x 5 x 8 x 3 + 8 (t, y) modes x 5 x 2 x 1) = 4 x 3040 = 12160;
+ * parameters: lift 8 + 2, spectral 2 x 2 x 16 complex = 128, linear 4 + 2,
+ *   proj 8 + 4, out 4 + 1 -> 161. */
+static void fno3d_hand_count(sg_kv_t kv) {
+  const char *set[][2] = {{"width", "2"},     {"layers", "1"},
+                          {"modes", "2"},     {"proj_width", "4"},
+                          {"batch", "1"},     {"grid", "true"},
+                          {"model", "fno3d"}, {"modes_t", "1"},
+                          {"pad_t", "1"},     {"out_frames", "1"}};
+  for (size_t i = 0; i < sizeof set / sizeof set[0]; ++i)
+    SG_CHECK_OK(sg_kv_set(kv, set[i][0], set[i][1]));
+  sg_plan_problem pb = {.cfg = kv, .ny = 8, .nx = 8, .vars = 1};
+  sg_plan_mesh m = mesh1("h", 1, NULL, 0);
+  sg_plan_hw hw = hw_test();
+  sg_plan_flops f;
+  SG_CHECK_OK(sg_plan_flops_of(&pb, &m, &hw, &f));
+  SG_CHECK(close_to(f.gemm, 12288), "fno3d gemm flops %g (12288)", f.gemm);
+  SG_CHECK(close_to(f.fft, 12160), "fno3d fft flops %g (12160)", f.fft);
+  SG_CHECK(close_to(f.params, 161), "fno3d params %g (161)", f.params);
+  const char *reset[][2] = {{"model", "fno"},
+                            {"pad_t", "0"},
+                            {"grid", "false"}};
+  for (size_t i = 0; i < sizeof reset / sizeof reset[0]; ++i)
+    SG_CHECK_OK(sg_kv_set(kv, reset[i][0], reset[i][1]));
 }
 
 /* The hand-count FNO's one activation (the projection's, 64 points x 4
@@ -300,6 +335,7 @@ int main(int argc, char **argv) {
   SG_REQUIRE_OK(sg_kv_create(keys, (int)(sizeof keys / sizeof keys[0]), &kv));
   formulas();
   fno_hand_count(kv);
+  fno3d_hand_count(kv);
   act_rate_cost();
   SG_CHECK_OK(sg_kv_set(kv, "width", "8"));
   SG_CHECK_OK(sg_kv_set(kv, "modes", "4"));
