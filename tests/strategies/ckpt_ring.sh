@@ -10,6 +10,9 @@
 #        -> h=2,w=2 (zero 3 over the domain) -> dp=2 (grad_accum 2) -> 1 rank
 #   vit: 1 rank -> fsdp=2 (zero 3) -> pp=2,fsdp=2 (zero 1) -> dp=2,h=2
 #        -> w=3 -> tp=2 -> dp=2,tp=2 (grad_accum 2) -> 1 rank
+#   swin: 1 rank -> fsdp=2 (zero 3) -> pp=2,fsdp=2 (zero 1) -> dp=2,h=2
+#        -> w=2 -> tp=2 -> tp=2,h=2 (grad_accum 2) -> 1 rank (4x4 tokens,
+#        window 2: w=3 would split the 4 token columns 2+1+1, not whole windows)
 # The segments' losses, gradient norms and learning rates, concatenated,
 # equal the uninterrupted run's at every step (relative 1e-5): parameters,
 # AdamW moments and step count, data order (which continues mid-epoch) and
@@ -17,7 +20,7 @@
 # steps; the ring's last checkpoint holds the same variables as the
 # reference's (nothing more) with the same parameters and moments (the
 # ViT's key bias aside: see below).
-#   ckpt_ring.sh fno|vit BIN_DIR MPIEXEC WORK_DIR SRC_DIR
+#   ckpt_ring.sh fno|vit|swin BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 model=$1 bin=$2 mpiexec=$3 work=$4 src=$5
 mkdir -p "$work"
@@ -27,6 +30,8 @@ rm -rf ck_* ./*.jsonl
   --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
 if [ "$model" = fno ]; then
   margs="--width 8 --modes 4 --layers 2 --proj-width 16"
+elif [ "$model" = swin ]; then # 4x4 tokens, window 2 (the second block shifted)
+  margs="--width 8 --heads 2 --depth 2 --patch 4 --window 2"
 else
   margs="--width 8 --heads 2 --depth 2 --patch 4"
 fi
@@ -69,6 +74,12 @@ if [ "$model" = fno ]; then
   seg s5 3 w=3
   seg s6 4 h=2,w=2 --zero 3 --zero-over-domain
   seg s7 2 dp=2 --grad-accum 2
+elif [ "$model" = swin ]; then
+  seg s3 4 pp=2,fsdp=2 --zero 1 --microbatches 2
+  seg s4 4 dp=2,h=2
+  seg s5 2 w=2
+  seg s6 2 tp=2
+  seg s7 4 tp=2,h=2 --grad-accum 2
 else
   seg s3 4 pp=2,fsdp=2 --zero 1 --microbatches 2
   seg s4 4 dp=2,h=2
@@ -83,7 +94,7 @@ for s in $ring; do cat "$s.jsonl"; done >ring.jsonl
 # rounding noise into steps of size lr on any mesh other than 1 rank's; the
 # loss does not depend on it (train_trajectories.sh vit_tp does the same)
 ex=""
-[ "$model" = vit ] && ex="--exclude qkv.b"
+[ "$model" != fno ] && ex="--exclude qkv.b"
 # one Python process: every step's loss, gradient norm and lr, the final
 # evaluation (the last segment ends the run), the last checkpoint's
 # variables, parameters and moments
@@ -100,11 +111,15 @@ bad() { # REGEX [args]: resuming ck_s4's checkpoint on h=2 with args fails so
   sh "$src/tests/examples/expect_fail.sh" "$regex" 60 "$mpiexec" -n 2 "$bin/sg-train" $common \
     --mesh h=2 --resume ck_s4/step_000008.nc "$@"
 }
-"$mpiexec" -n 2 "$bin/sg-ns2d" --out ns24.nc --n 24 --samples 11 --frames 6 --dt 1e-2 \
+# another grid: 24 x 24 (the Swin: 32 x 32, whose 8 token rows hold whole
+# windows of 2 on h=2; 24's 6 rows would be refused for that first)
+ng=24
+[ "$model" = swin ] && ng=32
+"$mpiexec" -n 2 "$bin/sg-ns2d" --out ns24.nc --n $ng --samples 11 --frames 6 --dt 1e-2 \
   --frame-dt 0.1 --mesh h=2 --overwrite --log-level warn
 # another grid (the FNO's weights would load: its spectral weights do not
 # depend on the grid)
-bad "checkpoint ck_s4/step_000008.nc was written for a 16 x 16 grid; the data ns24.nc are 24 x 24" \
+bad "checkpoint ck_s4/step_000008.nc was written for a 16 x 16 grid; the data ns24.nc are $ng x $ng" \
   --data ns24.nc
 # another global batch: the data order would not continue
 bad "checkpoint ck_s4/step_000008.nc was written with global batch 12 \\(96 examples consumed\\), this run has 8: the data order would not continue" \
@@ -112,7 +127,7 @@ bad "checkpoint ck_s4/step_000008.nc was written with global batch 12 \\(96 exam
 if [ "$model" = fno ]; then
   bad "checkpoint ck_s4/step_000008.nc holds a fno model with width = 8; this run has width = 4" --width 4
 else
-  bad "checkpoint ck_s4/step_000008.nc holds a 'vit' model; this run builds 'fno' \\(--model vit to resume it\\)" \
+  bad "checkpoint ck_s4/step_000008.nc holds a '$model' model; this run builds 'fno' \\(--model $model to resume it\\)" \
     --model fno --modes 4
   # another split of the data (the data order would not continue either)
   bad "checkpoint ck_s4/step_000008.nc was written with 36 training examples, this run has 32: the data order would not continue" \
