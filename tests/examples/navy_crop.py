@@ -1,5 +1,6 @@
-#!/usr/bin/env python3
-"""A latitude band of monthly_navy_winds.cdf as a NetCDF file of its own.
+#!/usr/bin/python3
+"""A latitude band of monthly_navy_winds.cdf as a NetCDF file of its own
+(Debian's python3-netcdf4, hence /usr/bin/python3).
 
 The grid is 73 x 144 (2.5 degrees, both poles included): 73 is prime, so no
 ViT patch > 1 divides it (patches are not padded) and no Swin window does.
@@ -19,8 +20,8 @@ def main():
         for name, d in i.dimensions.items():
             n = rows if name == "FNOCY" else len(d)
             o.createDimension(name, None if d.isunlimited() else n)
+        i.set_auto_maskandscale(False)  # the raw values, fill values included
         for name, v in i.variables.items():
-            i.set_auto_maskandscale(False)
             fill = v.getncattr("_FillValue") if "_FillValue" in v.ncattrs() else None
             w = o.createVariable(name, v.dtype, v.dimensions, fill_value=fill)
             w.setncatts({k: v.getncattr(k) for k in v.ncattrs() if k != "_FillValue"})
