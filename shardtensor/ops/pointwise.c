@@ -22,8 +22,10 @@
  * Every output element sums its input channels in increasing order, one
  * fused multiply-add each: a pixel's result does not depend on how the
  * pixels are split across ranks or threads.
- * Built only where the compiler targets AVX-512F (SG_NATIVE on such a
- * machine); otherwise sg_pw_f32_available() is 0 and the callers use BLAS. */
+ * Compiled for AVX-512F whatever the library's target (this file's own
+ * flags, shardtensor/ops/CMakeLists.txt) where the compiler can; the
+ * callers enter it only when sg_pw_f32_available() (ops.c: built, and the
+ * CPU running it has AVX-512F) says so, else they use BLAS. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +45,7 @@ enum {
   PW_WCHUNK = 256  /* pixels per chunk of the conv's dW (wgrad_acc) */
 };
 
-int sg_pw_f32_available(void) { return 1; }
+int sg_pw_f32_built(void) { return 1; }
 
 /* One forward tile: MR rows r of y (stride ldy) over up to 48 pixels,
  * y[r] = init + sum_ci w[r*wr + ci*wc] x[ci*ldx]. init: mode 0 bias (or
@@ -375,7 +377,7 @@ void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
   (void)cin, (void)cout, (void)part, (void)dw;
 }
 
-int sg_pw_f32_available(void) { return 0; }
+int sg_pw_f32_built(void) { return 0; }
 
 void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *w, int64_t wr, int64_t wc, const float *x,
