@@ -309,7 +309,7 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
  *    perf); output blocks outside, so a block's 4 dy rows (16 KiB) stay in
  *    L1 while the shifted image rows, 9 of a channel within one ~6 KiB
  *    stretch, come from L2. dW alone, bench_ops, CPU clock, alternating
- *    under load 10: 0.47 of SGEMM (chunks of 256) -> 0.59 (whole tile, k
+ *    under load 10: 0.48 of SGEMM (chunks of 256) -> 0.60 (whole tile, k
  *    inside) -> 0.68 (whole tile, k outside). */
 static void pw_wgrad_chunks(int64_t cin, int64_t cout, int64_t np,
                             int64_t chunk, const float *x, int64_t ldx,
