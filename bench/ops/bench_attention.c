@@ -8,11 +8,13 @@
  *
  *   OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 bench_attention [--reps R]
  *       [--n N[,N...]] [--batch B] [--heads H] [--dim d] [--causal]
- *       [--no-naive]
+ *       [--no-naive] [--bf16]
  *
  * FLOPs (FlashAttention-2's convention): forward 4 B H N^2 d (two GEMMs),
  * backward 10 B H N^2 d (five, with the recomputed scores); causal counts
- * half of each. Times are medians of R runs. One JSON line per case. */
+ * half of each. Times are medians of R runs. One JSON line per case.
+ * --bf16: the fused kernel on bf16 q, k, v, o, dout and gradients (lse f32;
+ * the same inputs rounded), the naive and SGEMM columns stay f32. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -33,7 +35,28 @@ typedef struct bench_case {
   float *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv;
   float *p,
       *dp; /* naive: one head's Nq x Nk probabilities and their gradient */
+  /* --bf16: q, k, v, o, dout, dq, dk, dv in bf16 */
+  sg_bf16 *b[8];
 } bench_case;
+
+static int use_bf16;
+
+/* The fused kernel's operands in c's dtype: the f32 arrays or their bf16
+ * copies (made here on first use). */
+static void fused_ptrs(bench_case *c, void *ptr[8]) {
+  float *f[8] = {c->q, c->k, c->v, c->o, c->dout, c->dq, c->dk, c->dv};
+  const int64_t n[8] = {c->nqe, c->nke, c->nke, c->nqe,
+                        c->nqe, c->nqe, c->nke, c->nke};
+  for (int i = 0; i < 8; ++i) {
+    ptr[i] = f[i];
+    if (!use_bf16) continue;
+    if (!c->b[i]) {
+      c->b[i] = malloc((size_t)n[i] * sizeof(sg_bf16));
+      for (int64_t e = 0; e < n[i]; ++e) c->b[i][e] = sg_bf16_from_f32(f[i][e]);
+    }
+    ptr[i] = c->b[i];
+  }
+}
 
 /* Naive scores of head h: p = softmax(scale q k^T) (row-wise, causal
  * rows masked), lse kept. */
@@ -135,13 +158,16 @@ static int run_case(sg_attn_desc d, int reps, int naive) {
   double *t[5];
   for (int i = 0; i < 5; ++i) t[i] = calloc((size_t)reps, sizeof(double));
   sg_status st = SG_OK;
+  const sg_dtype dt = use_bf16 ? SG_DTYPE_BF16 : SG_DTYPE_F32;
+  void *f[8]; /* q, k, v, o, dout, dq, dk, dv */
+  fused_ptrs(&c, f);
   for (int r = -1; r < reps && st == SG_OK; ++r) { /* r = -1: warm-up */
     double pk = sgemm_same_flops(d.nq, ffwd);
     double t0 = now();
-    st |= sg_attention_forward(&d, SG_DTYPE_F32, c.q, c.k, c.v, c.o, c.lse, ws);
+    st |= sg_attention_forward(&d, dt, f[0], f[1], f[2], f[3], c.lse, ws);
     double t1 = now();
-    st |= sg_attention_backward(&d, SG_DTYPE_F32, c.q, c.k, c.v, c.o, c.lse,
-                                c.dout, c.dq, c.dk, c.dv, ws);
+    st |= sg_attention_backward(&d, dt, f[0], f[1], f[2], f[3], c.lse, f[4],
+                                f[5], f[6], f[7], ws);
     double t2 = now(), t3 = t2, t4 = t2;
     if (naive) {
       naive_forward(&c, scale);
@@ -163,16 +189,16 @@ static int run_case(sg_attn_desc d, int reps, int naive) {
            tb = median(t[2], reps);
     double nf = median(t[3], reps), nb = median(t[4], reps);
     printf(
-        "{\"bench\":\"attention\",\"dtype\":\"f32\",\"batch\":%lld,\"heads\":%lld,"
+        "{\"bench\":\"attention\",\"dtype\":\"%s\",\"batch\":%lld,\"heads\":%lld,"
         "\"tokens\":%lld,\"head_dim\":%lld,\"causal\":%d,\"threads\":%d,"
         "\"fwd_ms\":%.1f,\"bwd_ms\":%.1f,\"fwd_gflops\":%.1f,\"bwd_gflops\":%.1f,"
         "\"naive_fwd_ms\":%.1f,\"naive_bwd_ms\":%.1f,\"naive_fwd_gflops\":%.1f,"
         "\"naive_bwd_gflops\":%.1f,\"sgemm_gflops\":%.1f,\"fwd_of_sgemm\":%.2f,"
         "\"bwd_of_sgemm\":%.2f,\"workspace_kib\":%.1f,\"naive_scores_mib\":%.1f}\n",
-        (long long)d.batch, (long long)d.heads, (long long)d.nq,
-        (long long)d.head_dim, d.causal, omp_get_max_threads(), 1e3 * tf,
-        1e3 * tb, ffwd / tf / 1e9, fbwd / tb / 1e9, 1e3 * nf, 1e3 * nb,
-        naive ? ffwd / nf / 1e9 : 0, naive ? fbwd / nb / 1e9 : 0, pk,
+        use_bf16 ? "bf16" : "f32", (long long)d.batch, (long long)d.heads,
+        (long long)d.nq, (long long)d.head_dim, d.causal, omp_get_max_threads(),
+        1e3 * tf, 1e3 * tb, ffwd / tf / 1e9, fbwd / tb / 1e9, 1e3 * nf,
+        1e3 * nb, naive ? ffwd / nf / 1e9 : 0, naive ? fbwd / nb / 1e9 : 0, pk,
         ffwd / tf / 1e9 / pk, fbwd / tb / 1e9 / pk, (double)wsb / 1024,
         naive ? 2.0 * (double)(d.nq * d.nk) * 4 / 1048576 : 0);
     fflush(stdout);
@@ -192,6 +218,7 @@ static int run_case(sg_attn_desc d, int reps, int naive) {
   free(gem_a);
   free(gem_b);
   free(gem_c);
+  for (int i = 0; i < 8; ++i) free(c.b[i]);
   for (int i = 0; i < 5; ++i) free(t[i]);
   return st != SG_OK;
 }
@@ -215,6 +242,8 @@ int main(int argc, char **argv) {
       causal = 1;
     else if (!strcmp(argv[i], "--no-naive"))
       naive = 0;
+    else if (!strcmp(argv[i], "--bf16"))
+      use_bf16 = 1;
     else {
       fprintf(stderr, "bench_attention: unknown argument '%s'\n", argv[i]);
       return 2;

@@ -25,9 +25,11 @@ def time_steps(model, a, record):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
     x = torch.randn(a.batch, a.history, a.n, a.n)
     y = torch.randn(a.batch, 1, a.n, a.n)
-    times = []
+    if getattr(a, "compile", 0):  # --compile 1: torch.compile (inductor) the model
+        model = torch.compile(model)
+    times, cpu = [], []
     for i in range(a.warmup + a.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         # --autocast 1: CPU autocast to bf16 (matmuls/convs in bf16, f32 weights)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(a.autocast)):
             p = model(x)
@@ -38,10 +40,14 @@ def time_steps(model, a, record):
         opt.step()
         if i >= a.warmup:
             times.append(time.perf_counter() - t0)
-    times.sort()
-    med = times[len(times) // 2]
+            cpu.append(time.process_time() - c0)
+    times.sort(), cpu.sort()
+    med, cmed = times[len(times) // 2], cpu[len(cpu) // 2]
     out = {"impl": "pytorch", "torch": torch.__version__, "threads": a.threads, "n": a.n,
            "batch": a.batch, "width": a.width, "autocast": "bf16" if a.autocast else "off"}
     out.update(record)
-    out.update({"step_s": med, "samples_per_s": a.batch / med})
+    # per CPU-second: the process's CPU time (all threads), the fair rate on a
+    # loaded machine
+    out.update({"step_s": med, "samples_per_s": a.batch / med, "step_cpu_s": cmed,
+                "samples_per_cpu_s": a.batch / cmed})
     print(json.dumps(out))

@@ -185,15 +185,90 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
 #undef SG_AMEXP
 #undef SG_ALOG
 
+/* ---- bf16 storage --------------------------------------------------------
+ * q, k, v, o (dout, dq, dk, dv) in bf16, lse in f32: the softmax statistics
+ * stay f32 (an lse rounded to bf16 is off by up to 2^-9 of |lse|, every
+ * probability e^{S - lse} of the backward with it). Portable: the operands
+ * are widened to f32 (exact), the f32 kernel runs (f32 accumulation and
+ * statistics), the outputs are rounded to the nearest bf16 (ties to even).
+ * So the result is the f32 kernel's on the same values, rounded once; the
+ * f32 copies cost 4 bytes an element during the call (a tile kernel on
+ * bf16 operands, vdpbf16ps, would not need them: not built). */
+
+/* One f32 buffer for cnt arrays of n[i] elements (0: absent, out[i] NULL);
+ * the bf16 inputs in[i] (non-NULL) widened into theirs. */
+static sg_status attn_bf16_widen(int cnt, const void *const in[],
+                                 const int64_t n[], float *out[], void **own) {
+  size_t tot = 1;
+  for (int i = 0; i < cnt; ++i) tot += (size_t)n[i];
+  sg_status st = sg_malloc(sg_device_host(), tot * sizeof(float), own);
+  if (st != SG_OK) return st;
+  float *p = *own;
+  for (int i = 0; i < cnt; ++i) {
+    out[i] = n[i] ? p : NULL;
+    const sg_bf16 *src = in[i];
+    const int64_t m = in[i] ? n[i] : 0;
+    float *dst = p;
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < m; ++e) dst[e] = sg_bf16_to_f32(src[e]);
+    p += n[i];
+  }
+  return SG_OK;
+}
+
+static void attn_bf16_narrow(const float *x, int64_t n, void *y) {
+  sg_bf16 *dst = y;
+  if (!y) return;
+#pragma omp parallel for schedule(static)
+  for (int64_t e = 0; e < n; ++e) dst[e] = sg_bf16_from_f32(x[e]);
+}
+
+static sg_status attn_fwd_bf16(const sg_attn_geom *g, const void *q,
+                               const void *k, const void *v, void *o,
+                               float *lse, void *ws) {
+  const int64_t nqe = g->bh * g->nq * g->d, nke = g->bh * g->nk * g->d;
+  const void *in[4] = {q, k, v, NULL};
+  const int64_t n[4] = {nqe, nke, nke, nqe};
+  float *f[4];
+  void *own = NULL;
+  sg_status st = attn_bf16_widen(4, in, n, f, &own);
+  if (st == SG_OK) {
+    attn_fwd_f32(g, f[0], f[1], f[2], f[3], lse, ws);
+    attn_bf16_narrow(f[3], nqe, o);
+  }
+  if (own) sg_free(sg_device_host(), &own);
+  return st;
+}
+
+static sg_status attn_bwd_bf16(const sg_attn_geom *g, const void *const in[5],
+                               const float *lse, void *dq, void *dk, void *dv,
+                               void *ws) {
+  const int64_t nqe = g->bh * g->nq * g->d, nke = g->bh * g->nk * g->d;
+  const void *all[8] = {in[0], in[1], in[2], in[3], in[4], NULL, NULL, NULL};
+  const int64_t n[8] = {nqe, nke,          nke,          nqe,
+                        nqe, dq ? nqe : 0, dk ? nke : 0, dv ? nke : 0};
+  float *f[8];
+  void *own = NULL;
+  sg_status st = attn_bf16_widen(8, all, n, f, &own);
+  if (st == SG_OK) {
+    attn_bwd_f32(g, f[0], f[1], f[2], f[3], lse, f[4], f[5], f[6], f[7], ws);
+    attn_bf16_narrow(f[5], nqe, dq);
+    attn_bf16_narrow(f[6], nke, dk);
+    attn_bf16_narrow(f[7], nke, dv);
+  }
+  if (own) sg_free(sg_device_host(), &own);
+  return st;
+}
+
 /* ---- checks, geometry, dispatch ----------------------------------------- */
 
-static sg_status sg_attn_check_dt(sg_dtype dt) {
+/* bf16 (storage) for forward and backward, not for the merge */
+static sg_status sg_attn_check_dt(sg_dtype dt, int bf16) {
   sg_status st = SG_OK;
-  if (dt != SG_DTYPE_F32 && dt != SG_DTYPE_F64)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "attention takes f32 or f64, not %s (bf16 storage: "
-             "not yet)",
-             sg_dtype_name(dt));
+  if (dt != SG_DTYPE_F32 && dt != SG_DTYPE_F64 &&
+      !(bf16 && dt == SG_DTYPE_BF16))
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "attention%s takes f32%s or f64, not %s",
+             bf16 ? "" : " merge", bf16 ? ", bf16" : "", sg_dtype_name(dt));
 fail:
   return st;
 }
@@ -203,7 +278,7 @@ static sg_status sg_attn_geom_make(const sg_attn_desc *d, sg_dtype dt,
   sg_status st = SG_OK;
   memset(g, 0, sizeof *g);
   if (!d) SG_RAISE(SG_ERR_INVALID_ARG, "attention descriptor is NULL");
-  SG_TRY(sg_attn_check_dt(dt));
+  SG_TRY(sg_attn_check_dt(dt, 1));
   if (d->batch < 0 || d->heads < 0 || d->nq < 0 || d->nk < 0)
     SG_RAISE(SG_ERR_INVALID_ARG,
              "attention: negative size (batch %lld, heads %lld, "
@@ -237,7 +312,8 @@ static sg_status sg_attn_geom_make(const sg_attn_desc *d, sg_dtype dt,
 #else
   g->nthreads = 1;
 #endif
-  size_t esz = sg_dtype_size(dt);
+  /* bf16 runs the f32 kernel (below) */
+  size_t esz = dt == SG_DTYPE_BF16 ? sizeof(float) : sg_dtype_size(dt);
   /* forward: q^T of a query tile, a score tile, 3 statistics per query;
    * backward: q^T and dout^T of a head, D, two score tiles */
   size_t fwd = (size_t)(SG_ATTN_BQ * (d->head_dim + SG_ATTN_BK + 3));
@@ -283,7 +359,9 @@ sg_status sg_attention_forward(const sg_attn_desc *d, sg_dtype dt,
   SG_ATTN_PTR(o);
   if (g.bh == 0 || g.nq == 0) goto fail;
   SG_TRY(sg_attn_ws_get(&g, ws, &ws, &own));
-  if (dt == SG_DTYPE_F32)
+  if (dt == SG_DTYPE_BF16)
+    SG_TRY(attn_fwd_bf16(&g, q, k, v, o, lse, ws));
+  else if (dt == SG_DTYPE_F32)
     attn_fwd_f32(&g, q, k, v, o, lse, ws);
   else
     attn_fwd_f64(&g, q, k, v, o, lse, ws);
@@ -309,10 +387,14 @@ sg_status sg_attention_backward(const sg_attn_desc *d, sg_dtype dt,
   SG_ATTN_PTR(dout);
   if (g.bh == 0 || (!dq && !dk && !dv)) goto fail;
   SG_TRY(sg_attn_ws_get(&g, ws, &ws, &own));
-  if (dt == SG_DTYPE_F32)
+  if (dt == SG_DTYPE_BF16) {
+    const void *in[5] = {q, k, v, o, dout};
+    SG_TRY(attn_bwd_bf16(&g, in, lse, dq, dk, dv, ws));
+  } else if (dt == SG_DTYPE_F32) {
     attn_bwd_f32(&g, q, k, v, o, lse, dout, dq, dk, dv, ws);
-  else
+  } else {
     attn_bwd_f64(&g, q, k, v, o, lse, dout, dq, dk, dv, ws);
+  }
 fail:
   if (own) sg_free(sg_device_host(), &own);
   return st;
@@ -322,7 +404,7 @@ sg_status sg_attention_merge(sg_dtype dt, int64_t rows, int64_t head_dim,
                              void *o, void *lse, const void *o_b,
                              const void *lse_b) {
   sg_status st = SG_OK;
-  SG_TRY(sg_attn_check_dt(dt));
+  SG_TRY(sg_attn_check_dt(dt, 0));
   if (rows < 0 || head_dim < 1)
     SG_RAISE(SG_ERR_INVALID_ARG,
              "attention merge: rows must be >= 0 and head_dim >= 1, "

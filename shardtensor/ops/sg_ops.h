@@ -359,7 +359,9 @@ typedef struct sg_attn_desc {
   int64_t causal_offset;
 } sg_attn_desc;
 
-/* Workspace of forward and backward (both fit; depends on the thread
+/* dt: f32, f64, or bf16 storage (q, k, v, o, dout, dq, dk, dv as sg_bf16,
+ * lse f32; computed in f32 and rounded once: docs/attention.md).
+ * Workspace of forward and backward (both fit; depends on the thread
  * count and on nq). 0 for a bad descriptor. */
 size_t sg_attention_workspace_bytes(const sg_attn_desc *d, sg_dtype dt);
 /* o = softmax(scale q k^T [masked]) v, and lse (may be NULL: not kept). */

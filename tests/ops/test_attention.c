@@ -309,6 +309,110 @@ static void test_f32(attn_case *c) {
   free(ld);
 }
 
+/* bf16 storage: x rounded to bf16 (n elements, malloc'd) and back. */
+static sg_bf16 *to_bf16(const float *x, int64_t n) {
+  sg_bf16 *b = malloc((size_t)(n + 1) * sizeof *b);
+  for (int64_t i = 0; i < n; ++i) b[i] = sg_bf16_from_f32(x[i]);
+  return b;
+}
+
+static float *from_bf16(const sg_bf16 *b, int64_t n) {
+  float *x = malloc((size_t)(n + 1) * sizeof *x);
+  for (int64_t i = 0; i < n; ++i) x[i] = sg_bf16_to_f32(b[i]);
+  return x;
+}
+
+/* Largest |a - b| / (max |b| + 1e-30) over n. */
+static double rel_err(const float *a, const float *b, int64_t n) {
+  double e = 0, m = 1e-30;
+  for (int64_t i = 0; i < n; ++i) {
+    double d = fabs((double)a[i] - b[i]);
+    e = d > e ? d : e;
+    m = fabs((double)b[i]) > m ? fabs((double)b[i]) : m;
+  }
+  return e / m;
+}
+
+/* The five outputs of a forward + backward. */
+typedef struct attn_out {
+  float *o, *lse, *dq, *dk, *dv;
+} attn_out;
+
+/* round_o: the backward takes o rounded to bf16, as the bf16 path's does */
+static attn_out run_f32(const attn_case *c, const float *q, const float *k,
+                        const float *v, const float *g, int round_o) {
+  attn_out r = {calloc((size_t)c->nqe + 1, 4), calloc((size_t)c->nl + 1, 4),
+                calloc((size_t)c->nqe + 1, 4), calloc((size_t)c->nke + 1, 4),
+                calloc((size_t)c->nke + 1, 4)};
+  SG_CHECK_OK(
+      sg_attention_forward(&c->d, SG_DTYPE_F32, q, k, v, r.o, r.lse, NULL));
+  if (round_o) sg_round_bf16(r.o, c->nqe);
+  SG_CHECK_OK(sg_attention_backward(&c->d, SG_DTYPE_F32, q, k, v, r.o, r.lse, g,
+                                    r.dq, r.dk, r.dv, NULL));
+  return r;
+}
+
+static void out_free(attn_out *r) {
+  free(r->o);
+  free(r->lse);
+  free(r->dq);
+  free(r->dk);
+  free(r->dv);
+}
+
+/* bf16 storage against the f32 kernel. (1) On the bf16 values widened to
+ * f32 the f32 kernel's outputs rounded once to bf16 must come out, lse
+ * bit for bit (the contract of the portable path). (2) Against the f32
+ * kernel on the unrounded inputs: bf16 keeps 8 significant bits, so every
+ * input and output carries a relative rounding error up to 2^-9 (0.2%);
+ * through the scores (|scale q.k| sums d products of random sign, each off
+ * by ~2 * 2^-9) the probabilities move by ~2^-8 sqrt(d) |q||k| scale
+ * relative, a few tenths of a percent here (|q|, |k| <= 1.5, d <= 80), and
+ * the backward's dS = P (dP - D) differences cancel some digits: 2e-2 of
+ * the largest value (measured at most 6e-3 on these cases). */
+static void test_bf16(attn_case *c) {
+  const int64_t nq = c->nqe, nk = c->nke;
+  float *q = to_f32(c->q, nq), *k = to_f32(c->k, nk), *v = to_f32(c->v, nk);
+  float *g = to_f32(c->dout, nq);
+  sg_bf16 *qb = to_bf16(q, nq), *kb = to_bf16(k, nk), *vb = to_bf16(v, nk),
+          *gb = to_bf16(g, nq);
+  float *qw = from_bf16(qb, nq), *kw = from_bf16(kb, nk),
+        *vw = from_bf16(vb, nk), *gw = from_bf16(gb, nq);
+  attn_out ref = run_f32(c, qw, kw, vw, gw, 1),
+           full = run_f32(c, q, k, v, g, 0);
+  sg_bf16 *ob = to_bf16(q, nq), *dqb = to_bf16(q, nq), *dkb = to_bf16(k, nk),
+          *dvb = to_bf16(k, nk);
+  float *lse = calloc((size_t)c->nl + 1, 4);
+  SG_CHECK_OK(
+      sg_attention_forward(&c->d, SG_DTYPE_BF16, qb, kb, vb, ob, lse, NULL));
+  SG_CHECK_OK(sg_attention_backward(&c->d, SG_DTYPE_BF16, qb, kb, vb, ob, lse,
+                                    gb, dqb, dkb, dvb, NULL));
+  const float *want[4] = {ref.o, ref.dq, ref.dk, ref.dv};
+  const sg_bf16 *got[4] = {ob, dqb, dkb, dvb};
+  const int64_t n[4] = {nq, nq, nk, nk};
+  const char *what[4] = {"o", "dq", "dk", "dv"};
+  const float *fullv[4] = {full.o, full.dq, full.dk, full.dv};
+  SG_CHECK(sg_test_cmp_bytes(c->name, lse, ref.lse, (size_t)c->nl * 4) == 0,
+           "%s: bf16 lse is the f32 kernel's", c->name);
+  for (int i = 0; i < 4; ++i) {
+    sg_bf16 *w = to_bf16(want[i], n[i]);
+    float *gf = from_bf16(got[i], n[i]);
+    SG_CHECK(sg_test_cmp_bytes(c->name, got[i], w, (size_t)n[i] * 2) == 0,
+             "%s: bf16 %s is the f32 kernel's rounded", c->name, what[i]);
+    const double e = rel_err(gf, fullv[i], n[i]);
+    SG_CHECK(e <= 2e-2, "%s: bf16 %s off f32 by %.3g", c->name, what[i], e);
+    if (getenv("SG_TEST_VERBOSE"))
+      printf("%s: bf16 %s vs f32 %.3g\n", c->name, what[i], e);
+    free(w);
+    free(gf);
+  }
+  void *fs[] = {q,  k,  v,  g,  qb,  kb,  vb,  gb, qw,
+                kw, vw, gw, ob, dqb, dkb, dvb, lse};
+  for (size_t i = 0; i < sizeof fs / sizeof fs[0]; ++i) free(fs[i]);
+  out_free(&ref);
+  out_free(&full);
+}
+
 static void test_cases(void) {
   struct {
     const char *name;
@@ -371,6 +475,7 @@ static void test_cases(void) {
     case_init(&c, cs[i].name, cs[i].d);
     test_f64(&c, cs[i].fd);
     test_f32(&c);
+    test_bf16(&c);
     case_free(&c);
   }
 }
@@ -533,6 +638,8 @@ static void test_bad_args(void) {
   SG_CHECK(strstr(sg_last_error(), "lse is NULL") != NULL, "message: %s",
            sg_last_error());
   SG_CHECK_STATUS(sg_attention_forward(&d, SG_DTYPE_I32, x, x, x, x, x, NULL),
+                  SG_ERR_NOT_SUPPORTED);
+  SG_CHECK_STATUS(sg_attention_merge(SG_DTYPE_BF16, 2, 4, x, x, x, x),
                   SG_ERR_NOT_SUPPORTED);
   SG_CHECK_STATUS(sg_attention_merge(SG_DTYPE_F64, -1, 4, x, x, x, x),
                   SG_ERR_INVALID_ARG);

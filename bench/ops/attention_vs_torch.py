@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""bench/ops: the fused attention (bench_attention, f32) beside PyTorch's
+torch.nn.functional.scaled_dot_product_attention on the CPU, same shapes,
+same thread counts, the same FLOP convention (FlashAttention-2's: forward
+4 B H N^2 d, backward 2.5x that, causal half of each), side by side in one
+run (each case: ours, then torch eager, then torch.compile if asked, so
+they see the same machine load).
+
+  SG_TORCH_PYTHON=/opt/torchref/bin/python bench/ops/attention_vs_torch.py \
+      [--n 1024,4096] [--threads 1,2] [--causal 0,1] [--reps 3] [--compile 1]
+
+Runs itself under SG_TORCH_PYTHON (torch is not a project dependency).
+OPENBLAS_CORETYPE=Cooperlake is exported (Debian's OpenBLAS 0.3.21 picks its
+SSE3 kernels on this CPU otherwise; the f32 attention tiles do not use the
+BLAS, so only bench_attention's SGEMM reference line is affected).
+SG_BENCH_CLOCK=cpu: both sides timed by process CPU time (with t threads
+the times add: the rates are then per CPU-second, the fair number on a
+shared machine); default wall time. Prints one JSON line per case and
+implementation, then a table with the ratio ours / torch."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def reexec_under_torch():
+    py = os.environ.get("SG_TORCH_PYTHON", "/opt/torchref/bin/python")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        if os.environ.get("SG_REEXEC"):
+            sys.exit("attention_vs_torch: no torch in " + py)
+        os.environ["SG_REEXEC"] = "1"
+        os.execv(py, [py] + sys.argv)
+
+
+def clock():
+    cpu = os.environ.get("SG_BENCH_CLOCK", "").startswith("c")
+    return time.process_time if cpu else time.perf_counter
+
+
+def ours(a, n, causal, threads):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    cmd = [a.bin, "--reps", str(a.reps), "--n", str(n), "--batch", str(a.batch), "--heads",
+           str(a.heads), "--dim", str(a.dim), "--no-naive"] + (["--causal"] if causal else [])
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    return {"fwd_ms": r["fwd_ms"], "bwd_ms": r["bwd_ms"], "fwd_gflops": r["fwd_gflops"],
+            "bwd_gflops": r["bwd_gflops"], "sgemm_gflops": r["sgemm_gflops"]}
+
+
+def torch_case(a, n, causal, threads, compiled):
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    shape = (a.batch, a.heads, n, a.dim)
+    q, k, v = (torch.rand(shape) - 0.5 for _ in range(3))
+    q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
+    g = torch.rand(shape) - 0.5
+
+    def attn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+
+    fn = torch.compile(attn) if compiled else attn
+    tick = clock()
+    tf, tb = [], []
+    t_start = time.perf_counter()
+    for r in range(-1, a.reps):  # r = -1: warm-up (and compilation)
+        t0 = tick()
+        o = fn(q, k, v)
+        t1 = tick()
+        o.backward(g)
+        t2 = tick()
+        q.grad = k.grad = v.grad = None
+        if r == -1:
+            warm_s = time.perf_counter() - t_start
+        else:
+            tf.append(t1 - t0), tb.append(t2 - t1)
+    med = lambda x: sorted(x)[len(x) // 2]
+    ffwd = (0.5 if causal else 1.0) * 4.0 * a.batch * a.heads * n * n * a.dim
+    f, b = med(tf), med(tb)
+    return {"fwd_ms": 1e3 * f, "bwd_ms": 1e3 * b, "fwd_gflops": ffwd / f / 1e9,
+            "bwd_gflops": 2.5 * ffwd / b / 1e9, "first_call_s": warm_s}
+
+
+def main():
+    reexec_under_torch()
+    import torch
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", default="1024,4096")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--dim", type=int, default=64)
+    ap.add_argument("--compile", type=int, default=0)
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build/bin/bench/bench_attention"))
+    a = ap.parse_args()
+    os.environ.setdefault("OPENBLAS_CORETYPE", "Cooperlake")
+    ints = lambda s: [int(x) for x in s.split(",")]
+    clk = "cpu" if os.environ.get("SG_BENCH_CLOCK", "").startswith("c") else "wall"
+    print(json.dumps({"torch": torch.__version__, "clock": clk,
+                      "openblas_coretype": os.environ["OPENBLAS_CORETYPE"],
+                      "load_average": open("/proc/loadavg").read().split()[:3]}))
+    rows = []
+    for threads in ints(a.threads):
+        for causal in ints(a.causal):
+            for n in ints(a.n):
+                case = {"batch": a.batch, "heads": a.heads, "tokens": n, "head_dim": a.dim,
+                        "causal": causal, "threads": threads, "dtype": "f32", "clock": clk}
+                res = {"shardgrid": ours(a, n, causal, threads),
+                       "torch_eager": torch_case(a, n, causal, threads, False)}
+                if a.compile:
+                    res["torch_compile"] = torch_case(a, n, causal, threads, True)
+                for impl, r in res.items():
+                    print(json.dumps(dict(case, impl=impl, **r)), flush=True)
+                rows.append((case, res))
+    impls = [k for k in rows[0][1] if k != "shardgrid"]
+    head = "| N | causal | threads | ours fwd / bwd GF/s | " + " | ".join(
+        f"{i} fwd / bwd GF/s | ours / {i} fwd, bwd" for i in impls) + " |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for case, res in rows:
+        s = res["shardgrid"]
+        cells = [f"{case['tokens']} | {case['causal']} | {case['threads']}",
+                 f"{s['fwd_gflops']:.1f} / {s['bwd_gflops']:.1f}"]
+        for i in impls:
+            t = res[i]
+            cells.append(f"{t['fwd_gflops']:.1f} / {t['bwd_gflops']:.1f}")
+            cells.append(f"{s['fwd_gflops'] / t['fwd_gflops']:.2f}, "
+                         f"{s['bwd_gflops'] / t['bwd_gflops']:.2f}")
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
