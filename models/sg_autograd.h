@@ -772,6 +772,19 @@ sg_status sg_ag_tp_seq_allgather(sg_tape_t t, sg_group_t tp, sg_var *x,
  * Partial over tp -> y this rank's slice of the sum; backward: all-gather. */
 sg_status sg_ag_tp_seq_reduce_scatter(sg_tape_t t, sg_group_t tp, sg_var *x,
                                       sg_var **y);
+/* The sp mesh dim (sequence parallelism, docs/transformers.md) uses the
+ * same token slices over the sp group, but the full tensor before the
+ * split is Partial over sp in the backward (every parameter's gradient is
+ * summed over sp by the plan). sp_scatter: x full, replicated over sp ->
+ * y this rank's slice; backward: dx = dy in this rank's slice, zeros
+ * elsewhere. (The gathers are sg_ag_tp_seq_gather, before a part that
+ * every sp rank computes alike, and sg_ag_tp_seq_allgather, before the
+ * attention, on the sp group.) */
+sg_status sg_ag_sp_scatter(sg_tape_t t, sg_group_t sp, sg_var *x, sg_var **y);
+/* A parameter p used after the sp gather (the same on every sp rank):
+ * q = p; its gradient divided by the sp size (each rank's share of the
+ * sum over sp). p itself when sp is NULL or of size 1. */
+sg_status sg_ag_sp_share(sg_tape_t t, sg_group_t sp, sg_var *p, sg_var **q);
 /* Bytes this rank received in the tp ops (tp_copy/tp_reduce: the fixed-order
  * all-reduce's (tp - 1) payloads; all-gather: the other ranks' slices;
  * reduce-scatter: (tp - 1) slices of this rank's), since the last reset;

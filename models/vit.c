@@ -65,6 +65,12 @@ typedef struct vit {
    * sharding (the embedding's output, no data), set by each forward */
   int seq;
   sg_var like;
+  /* the sp dim (sequence parallelism): its group (NULL: none or size 1);
+   * after the embedding the tokens are split over sp until the head;
+   * `splike` is the full token tensor's shape and sharding */
+  sg_group_t sp;
+  int sps;
+  sg_var splike;
   vit_box box[SG_CN_MAX_PARAMS]; /* ndim 0: not split over tp */
 } vit;
 
@@ -138,6 +144,35 @@ fail:
   return st;
 }
 
+/* The sp dim: not with tp_sequence, experts or a pipeline, and at least
+ * one token per sp rank on the rank with the fewest tokens. */
+static sg_status vit_check_sp(sg_mesh_t mesh, const sg_model_config *c,
+                              int64_t ny, int64_t nx) {
+  sg_status st = SG_OK;
+  const int sp = vit_dim(mesh, "sp") * vit_dim(mesh, "cp");
+  const int64_t p = c->patch > 0 ? c->patch : 1,
+                tok = (ny / p / vit_dim(mesh, "h")) *
+                      (nx / p / vit_dim(mesh, "w"));
+  if (sp == 1) goto fail;
+  if (c->tp_sequence || c->moe_experts > 0 || vit_dim(mesh, "pp") > 1)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "vit: the sp dim (size %d) does not compose with %s yet", sp,
+             c->tp_sequence       ? "tp_sequence (both split the tokens)"
+             : c->moe_experts > 0 ? "a mixture of experts (moe_experts)"
+                                  : "a pp dim (the pipeline pieces pass "
+                                    "whole token tensors)");
+  if (vit_dim(mesh, "sp") > 1 && vit_dim(mesh, "cp") > 1)
+    SG_RAISE(SG_ERR_CONFIG, "vit: mesh dims sp and cp are the same role: "
+                            "use one");
+  if (tok < sp)
+    SG_RAISE(SG_ERR_CONFIG,
+             "vit: the sp dim needs at least one token per sp rank (%lld "
+             "tokens on the smallest shard, sp = %d)",
+             (long long)tok, sp);
+fail:
+  return st;
+}
+
 /* The checks that need only the config and the mesh: every rank finds
  * the same error. */
 static sg_status vit_check(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
@@ -175,6 +210,7 @@ static sg_status vit_check(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
                             : "a mixture of experts (moe_experts)");
   SG_TRY(sg_sp_mode_check(mesh, (sg_sp_mode)c->sp_mode, c->heads, who));
   if (c->tp_sequence) SG_TRY(vit_check_seq(mesh, c, ny, nx));
+  SG_TRY(vit_check_sp(mesh, c, ny, nx));
   SG_TRY(vit_moe_check(mesh, c));
   if (p < 1)
     SG_RAISE(SG_ERR_CONFIG, "%s: patch must be >= 1 (got %lld)", who,
@@ -357,6 +393,15 @@ static sg_status vit_tp_init(vit *m, sg_mesh_t mesh) {
   }
   m->fl = hid / m->tps, m->f0 = m->fl * m->tpr;
   m->seq = m->cfg.tp_sequence && m->tps > 1;
+  m->sps = 1;
+  for (int d = 0; d < sg_mesh_ndims(mesh); ++d) {
+    const char *nm = sg_mesh_dim_name(mesh, d);
+    if ((!strcmp(nm, "sp") || !strcmp(nm, "cp")) &&
+        sg_mesh_dim_size(mesh, d) > 1) {
+      m->sps = sg_mesh_dim_size(mesh, d);
+      SG_TRY(sg_mesh_group(mesh, 1u << d, &m->sp));
+    }
+  }
 fail:
   return st;
 }
@@ -557,12 +602,16 @@ static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
   sg_var *q = &m->b.p.vars[m->blk[bc->b]], *r = NULL, *h = in[0];
   const sg_var *like = m->seq ? &m->like : NULL;
   SG_TRY(vit_ln(m, t, &q[0], h, &r));
+  /* sp: the attention on the whole token block, gathered over sp
+   * (backward: reduce-scatter), this rank's tokens kept after */
+  if (m->sp) SG_TRY(sg_ag_tp_seq_allgather(t, m->sp, r, &m->splike, &r));
   if (m->swin)
     SG_TRY(swin_attention(m, t, bc->b, q, r, &r));
   else
     SG_TRY(sg_ag_mhsa_seq(t, m->tp, like, (sg_sp_mode)m->cfg.sp_mode,
                           m->cfg.heads / m->tps, r, &q[2], &q[3], &q[4], &q[5],
                           &r));
+  if (m->sp) SG_TRY(sg_ag_sp_scatter(t, m->sp, r, &r));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &h));
   SG_TRY(vit_ln(m, t, &q[6], h, &r));
   if (vit_moe_block(m, bc->b)) { /* experts: no tp (vit_moe_check) */
@@ -609,6 +658,13 @@ static void vit_block_params(void *impl, int k, int *first, int *count) {
     *first = m->head, *count = m->b.p.n - m->head;
 }
 
+/* A token tensor's shape and sharding, without its data. */
+static void vit_like(sg_var *like, const sg_var *h) {
+  *like = *h;
+  memset(&like->grad, 0, sizeof like->grad);
+  like->value.data = NULL, like->producer = NULL;
+}
+
 /* Pieces first .. first + count - 1 on h (the field for piece 0, else the
  * tokens); the result in *y. */
 static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
@@ -628,17 +684,26 @@ static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
       SG_TRY(sg_ag_conv(t, h, &P[m->embed], &P[m->embed + 1], pw, &h));
       SG_TRY(sg_ag_add_field(t, h, &P[m->pos], &h));
       if (m->seq) { /* the tokens split over tp until the head */
-        m->like = *h;
-        memset(&m->like.grad, 0, sizeof m->like.grad);
-        m->like.value.data = NULL, m->like.producer = NULL;
+        vit_like(&m->like, h);
         SG_TRY(sg_ag_tp_seq_scatter(t, m->tp, h, &h));
+      }
+      if (m->sp) { /* the tokens split over sp until the head */
+        vit_like(&m->splike, h);
+        SG_TRY(sg_ag_sp_scatter(t, m->sp, h, &h));
       }
     } else if (k <= depth) {
       SG_TRY(vit_run_block(m, t, k - 1, &h));
     } else {
       SG_TRY(vit_ln(m, t, &P[m->head], h, &h));
       if (m->seq) SG_TRY(sg_ag_tp_seq_gather(t, m->tp, h, &m->like, &h));
-      SG_TRY(sg_ag_convt(t, h, &P[m->head + 2], &P[m->head + 3], &h));
+      /* sp: the un-patchify alike on every sp rank: its parameters' share */
+      sg_var *uw = &P[m->head + 2], *ub = &P[m->head + 3];
+      if (m->sp) {
+        SG_TRY(sg_ag_tp_seq_gather(t, m->sp, h, &m->splike, &h));
+        SG_TRY(sg_ag_sp_share(t, m->sp, uw, &uw));
+        SG_TRY(sg_ag_sp_share(t, m->sp, ub, &ub));
+      }
+      SG_TRY(sg_ag_convt(t, h, uw, ub, &h));
     }
   }
   *y = h;
@@ -681,6 +746,14 @@ static void vit_describe(void *impl, const sg_model_config *c, char *buf,
   if (m->seq && k < size)
     snprintf(buf + k, size - k,
              "; Megatron-SP (tokens split over tp outside the TP regions)");
+  k = strlen(buf);
+  if (m->sp && k < size)
+    snprintf(buf + k, size - k,
+             "; sequence parallel over sp=%d (each rank's tokens split "
+             "between the embedding and the head, gathered for the "
+             "attention)",
+             m->sps);
+  k = strlen(buf);
   if (c->moe_experts > 0 && k < size)
     snprintf(buf + k, size - k,
              "; mixture of experts in every %d block(s): %lld experts (%lld "

@@ -174,17 +174,16 @@ static void why_add(why_buf *w, const char *fmt, ...) {
 static void check_dims(const sg_plan_problem *pb, const sg_model_config *mc,
                        const sg_plan_mesh *m, why_buf *w) {
   const int moe = mc->kind == SG_MODEL_VIT && mc->moe_experts > 0;
-  static const char *const usable[] = {"pp", "dp", "fsdp", "tp", "h", "w"};
+  static const char *const usable[] = {"pp", "dp", "fsdp", "tp",
+                                       "h",  "w",  "sp",   "cp"};
   static const char *const later[][2] = {{"d", "domain (3-D)"},
-                                         {"sp", "sequence"},
-                                         {"cp", "sequence"},
                                          {"ep", "expert"}};
   for (int i = 0; i < m->ndims; ++i) {
     const char *nm = m->name[i];
     int ok = 0, l = -1;
     for (size_t k = 0; k < sizeof usable / sizeof *usable; ++k)
       ok |= !strcmp(nm, usable[k]);
-    for (int k = 0; k < 4; ++k)
+    for (int k = 0; k < 2; ++k)
       if (!strcmp(nm, later[k][0])) l = k;
     if (!strcmp(nm, "ep") && moe) ok = 1, l = -1; /* the vit's experts */
     for (int j = 0; j < i; ++j)
@@ -194,8 +193,8 @@ static void check_dims(const sg_plan_problem *pb, const sg_model_config *mc,
       why_add(w,
               "mesh dim '%s' (size %d): %s parallelism is not supported by "
               "the parallel plan and the 2-D models yet (supported: pp, dp, "
-              "fsdp, tp, h, w, and ep for the vit with moe_experts; a size-1 "
-              "%s dim is fine)",
+              "fsdp, tp, h, w, sp for the vit, and ep for the vit with "
+              "moe_experts; a size-1 %s dim is fine)",
               nm, m->size[i], later[l][1], nm);
     else if (!ok && l < 0)
       why_add(w,
@@ -447,6 +446,42 @@ static void check_tp_sequence(const sg_plan_problem *pb,
             (long long)tok, tp);
 }
 
+/* The sp (cp) dim (model.c sg_model_sp_check, vit.c vit_check_sp, in
+ * their words): the vit only; not with tp_sequence, experts or pp; a token
+ * per sp rank on the smallest shard. */
+static void check_sp(const sg_plan_problem *pb, const sg_model_config *mc,
+                     const sg_plan_mesh *m, why_buf *w) {
+  const char *nm = sg_plan_has_dim(m, "cp") ? "cp" : "sp";
+  const int sp = sg_plan_mesh_dim(m, "sp") * sg_plan_mesh_dim(m, "cp");
+  const char *model = sg_kv_str(pb->cfg, "model");
+  const int64_t p = mc->patch;
+  if (sp <= 1) return;
+  if (mc->kind != SG_MODEL_VIT) {
+    why_add(w,
+            "%s: mesh dim '%s' (size %d) splits the token sequence: sequence "
+            "parallelism is built for the vit only (split %s with dp, fsdp, "
+            "h or w instead)",
+            model, nm, sp, model);
+    return;
+  }
+  if (mc->tp_sequence || mc->moe_experts > 0 || sg_plan_mesh_dim(m, "pp") > 1)
+    why_add(w, "vit: the sp dim (size %d) does not compose with %s yet", sp,
+            mc->tp_sequence       ? "tp_sequence (both split the tokens)"
+            : mc->moe_experts > 0 ? "a mixture of experts (moe_experts)"
+                                  : "a pp dim (the pipeline pieces pass "
+                                    "whole token tensors)");
+  if (sg_plan_mesh_dim(m, "sp") > 1 && sg_plan_mesh_dim(m, "cp") > 1)
+    why_add(w, "vit: mesh dims sp and cp are the same role: use one");
+  if (p < 1) return;
+  const int64_t tok = (pb->ny / p / sg_plan_mesh_dim(m, "h")) *
+                      (pb->nx / p / sg_plan_mesh_dim(m, "w"));
+  if (tok < sp)
+    why_add(w,
+            "vit: the sp dim needs at least one token per sp rank (%lld "
+            "tokens on the smallest shard, sp = %d)",
+            (long long)tok, sp);
+}
+
 /* FNO-3D (fno.c): modes that fit the grid and the padded time axis (the
  * out_frames output steps + pad_t), one variable (its output channels are
  * the time steps), no pipeline (no pieces yet). */
@@ -603,6 +638,7 @@ sg_status sg_plan_check(const sg_plan_problem *pb, const sg_plan_mesh *m,
     why_add(&w, "%s", msg);
   }
   check_dims(pb, &mc, m, &w);
+  check_sp(pb, &mc, m, &w);
   check_plan(pb, &mc, m, &w);
   check_batch(pb, m, &w);
   if ((int)mc.kind >= 0) check_model(pb, &mc, m, &w);
