@@ -601,10 +601,23 @@ sg_status sg_ag_attention_usp(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
 sg_status sg_sp_mode_parse(const char *name, sg_sp_mode *mode);
 sg_status sg_ag_attention_sp(sg_tape_t t, sg_sp_mode mode, int64_t heads,
                              sg_var *q, sg_var *k, sg_var *v, sg_var **o);
+/* The attention of token pieces (N, C, T_r) of the sp dim (plain
+ * variables: their groups given, not read from a sharding): seq the group
+ * of every rank holding a piece of the sequence (the domain dims and sp),
+ * sp and domain its two parts. Ring: over seq; Ulysses: the all-to-alls
+ * over seq; USP: the all-to-alls over sp, the ring over domain. NULL or
+ * size-1 groups: none. The same function as one process. */
+typedef struct sg_attn_groups {
+  sg_group_t seq, sp, domain;
+} sg_attn_groups;
+sg_status sg_ag_attention_seq(sg_tape_t t, sg_sp_mode mode, int64_t heads,
+                              const sg_attn_groups *groups, sg_var *q,
+                              sg_var *k, sg_var *v, sg_var **o);
 /* A model's check from the config and the mesh alone (every rank finds the
  * same error, before any data moves): with Ulysses, heads over tp (the
  * mesh dim "tp") must be divisible by the ranks of the domain dims "h",
- * "w" that split the tokens (USP: by the ranks of "w");
+ * "w" that split the tokens (USP: by the ranks of "w"); with an sp (cp)
+ * dim by those of h, w and sp (USP: of sp);
  * SG_ERR_CONFIG naming `who` otherwise. An
  * unknown mode: SG_ERR_CONFIG. Not collective. */
 sg_status sg_sp_mode_check(sg_mesh_t mesh, sg_sp_mode mode, int64_t heads,

@@ -70,7 +70,9 @@ typedef struct vit {
    * `splike` is the full token tensor's shape and sharding */
   sg_group_t sp;
   int sps;
+  unsigned sp_mask;
   sg_var splike;
+  sg_attn_groups ag;             /* the attention's: domain x sp, sp, domain */
   vit_box box[SG_CN_MAX_PARAMS]; /* ndim 0: not split over tp */
 } vit;
 
@@ -399,6 +401,7 @@ static sg_status vit_tp_init(vit *m, sg_mesh_t mesh) {
     if ((!strcmp(nm, "sp") || !strcmp(nm, "cp")) &&
         sg_mesh_dim_size(mesh, d) > 1) {
       m->sps = sg_mesh_dim_size(mesh, d);
+      m->sp_mask = 1u << d;
       SG_TRY(sg_mesh_group(mesh, 1u << d, &m->sp));
     }
   }
@@ -433,6 +436,11 @@ static sg_status vit_create_as(sg_mesh_t mesh, const sg_model_config *c,
     if (!strcmp(nm, "w"))
       m->wp0 = sg_split_offset(m->wp, sz, co),
       m->nwp = sg_split_size(m->wp, sz, co), m->domain_mask |= 1u << k;
+  }
+  if (m->sp) {
+    m->ag.sp = m->sp;
+    SG_TRY(sg_mesh_group(mesh, m->domain_mask | m->sp_mask, &m->ag.seq));
+    SG_TRY(sg_mesh_group(mesh, m->domain_mask, &m->ag.domain));
   }
   if (!vit_params(m, c->cin + (c->add_grid ? 2 : 0)))
     SG_RAISE(SG_ERR_CONFIG, "vit: too many parameter tensors (at most %d)",
@@ -592,6 +600,25 @@ fail:
   return st;
 }
 
+/* The attention of block (parameters q) on this rank's token piece of the
+ * sp dim: the QKV and output projections on the piece (over tp as
+ * Megatron's), the attention over the ranks of the whole sequence (the
+ * domain dims x sp) by sp_mode. */
+static sg_status vit_attention_sp(vit *m, sg_tape_t t, sg_var *q, sg_var *x,
+                                  sg_var **y) {
+  sg_status st = SG_OK;
+  const int64_t cl = m->cl, parts[3] = {cl, cl, cl};
+  sg_var *h = NULL, *qkv[3] = {NULL, NULL, NULL};
+  SG_TRY(sg_ag_linear_col(t, m->tp, x, &q[2], &q[3], &h));
+  SG_TRY(sg_ag_split(t, h, 3, parts, qkv));
+  SG_TRY(sg_ag_attention_seq(t, (sg_sp_mode)m->cfg.sp_mode,
+                             m->cfg.heads / m->tps, &m->ag, qkv[0], qkv[1],
+                             qkv[2], &h));
+  SG_TRY(sg_ag_linear_row(t, m->tp, h, &q[4], &q[5], y));
+fail:
+  return st;
+}
+
 /* Pre-LN block: h + mhsa(ln1(h)), then h + fc2(gelu(fc1(ln2(h)))). With
  * Megatron-SP h, the LayerNorms and the residuals are token slices. */
 static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
@@ -602,16 +629,14 @@ static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
   sg_var *q = &m->b.p.vars[m->blk[bc->b]], *r = NULL, *h = in[0];
   const sg_var *like = m->seq ? &m->like : NULL;
   SG_TRY(vit_ln(m, t, &q[0], h, &r));
-  /* sp: the attention on the whole token block, gathered over sp
-   * (backward: reduce-scatter), this rank's tokens kept after */
-  if (m->sp) SG_TRY(sg_ag_tp_seq_allgather(t, m->sp, r, &m->splike, &r));
   if (m->swin)
     SG_TRY(swin_attention(m, t, bc->b, q, r, &r));
+  else if (m->sp)
+    SG_TRY(vit_attention_sp(m, t, q, r, &r));
   else
     SG_TRY(sg_ag_mhsa_seq(t, m->tp, like, (sg_sp_mode)m->cfg.sp_mode,
                           m->cfg.heads / m->tps, r, &q[2], &q[3], &q[4], &q[5],
                           &r));
-  if (m->sp) SG_TRY(sg_ag_sp_scatter(t, m->sp, r, &r));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &h));
   SG_TRY(vit_ln(m, t, &q[6], h, &r));
   if (vit_moe_block(m, bc->b)) { /* experts: no tp (vit_moe_check) */
@@ -750,8 +775,8 @@ static void vit_describe(void *impl, const sg_model_config *c, char *buf,
   if (m->sp && k < size)
     snprintf(buf + k, size - k,
              "; sequence parallel over sp=%d (each rank's tokens split "
-             "between the embedding and the head, gathered for the "
-             "attention)",
+             "between the embedding and the head; the attention over the "
+             "domain dims x sp)",
              m->sps);
   k = strlen(buf);
   if (c->moe_experts > 0 && k < size)
