@@ -3,8 +3,9 @@
  * on a mesh "tp=P" (P = 1..4 ranks), f64:
  *  - sp_scatter (backward: zero padding) and sp_share (backward: 1/P) by
  *    the adjoint identity (the gradient Partial over the group);
- *  - the ViT block with its tokens split over sp (the attention on the
- *    gathered tokens) on 45 and 35 tokens, against one process at 1e-10;
+ *  - the ViT block with its tokens split over sp (the attention of the
+ *    pieces over sp by ring, Ulysses and USP) on 45 and 35 tokens (uneven
+ *    pieces), against one process at 1e-10;
  *  - the four token-slice ops alone (scatter, gather, all-gather,
  *    reduce-scatter over tp) on 45 tokens (5 x 9: 23+22, 15 x 3, 12+11x3)
  *    and 10 tokens (2 x 5: 4+3+3, 3+3+2+2): their values, and the adjoint
@@ -218,12 +219,12 @@ static void result_free(result *r) {
   for (int p = 0; p < NP; ++p) free(r->grad[p]), r->grad[p] = NULL;
 }
 
-/* The block on group g (NULL: one process); seq: on token slices. sp: g
- * is an sp group instead (the vit's sp dim, vit.c vit_block): the
- * parameters whole, the tokens split over g after x, gathered over g for
- * the attention (backward: reduce-scatter), this rank's kept after it
- * (sp_scatter), gathered at the end; every gradient (dx too) is Partial
- * over g: summed here. */
+/* The block on group g (NULL: one process); seq: on token slices. sp > 0:
+ * g is an sp group instead (the vit's sp dim, vit.c vit_block): the
+ * parameters whole, the tokens split over g after x (sp_scatter), the
+ * attention of the pieces over g by sp_mode sp - 1 (ring, Ulysses, USP),
+ * gathered at the end; every gradient (dx too) is Partial over g: summed
+ * here. */
 static sg_status block_run_as(sg_group_t g, int seq, int sp, result *res) {
   sg_status st = SG_OK;
   const int P = g && !sp ? sg_group_size(g) : 1,
@@ -264,10 +265,19 @@ static sg_status block_run_as(sg_group_t g, int seq, int sp, result *res) {
     SG_TRY(sg_ag_tp_param(tape, g, b6, &b6));
   }
   SG_TRY(sg_ag_layernorm(tape, 1e-5, h, g0, b0, &u));
-  if (sp) SG_TRY(sg_ag_tp_seq_allgather(tape, spg, u, &x, &u));
-  SG_TRY(sg_ag_mhsa_seq(tape, g, like, SG_SP_RING, HEADS / P, u, &q[2], &q[3],
-                        &q[4], &q[5], &u));
-  if (sp) SG_TRY(sg_ag_sp_scatter(tape, spg, u, &u));
+  if (sp) { /* vit.c vit_attention_sp */
+    const int64_t parts[3] = {C, C, C};
+    const sg_attn_groups ag = {.seq = spg, .sp = spg};
+    sg_var *qkv[3];
+    SG_TRY(sg_ag_linear(tape, u, &q[2], &q[3], &u));
+    SG_TRY(sg_ag_split(tape, u, 3, parts, qkv));
+    SG_TRY(sg_ag_attention_seq(tape, (sg_sp_mode)(sp - 1), HEADS, &ag, qkv[0],
+                               qkv[1], qkv[2], &u));
+    SG_TRY(sg_ag_linear(tape, u, &q[4], &q[5], &u));
+  } else {
+    SG_TRY(sg_ag_mhsa_seq(tape, g, like, SG_SP_RING, HEADS / P, u, &q[2], &q[3],
+                          &q[4], &q[5], &u));
+  }
   SG_TRY(sg_ag_binary(tape, SG_BINARY_ADD, h, u, &h));
   SG_TRY(sg_ag_layernorm(tape, 1e-5, h, g6, b6, &u));
   SG_TRY(sg_ag_linear_col_seq(tape, g, like, u, &q[8], &q[9], &u));
@@ -378,12 +388,12 @@ done:
 
 /* The block with its tokens split over an sp group of P ranks against one
  * process (1e-10): y, loss, dx and every gradient summed over sp. */
-static void test_block_sp(sg_group_t g, int64_t a, int64_t b) {
+static void test_block_sp(sg_group_t g, int64_t a, int64_t b, int mode) {
   A = a, B = b, T = a * b;
   const int P = g ? sg_group_size(g) : 1;
   static result ref, got;
   SG_REQUIRE_OK(block_run(NULL, 0, &ref));
-  SG_REQUIRE_OK(block_run_as(g, 0, 1, &got));
+  SG_REQUIRE_OK(block_run_as(g, 0, 1 + mode, &got));
   const double my = maxabs(ref.y, N * C * T), mx = maxabs(ref.dx, N * C * T);
   SG_CHECK(sg_test_cmp_f64("y", got.y, ref.y, N * C * T, 0, 1e-10 * my) == 0,
            "sp block y (sp=%d)", P);
@@ -414,10 +424,12 @@ int main(int argc, char **argv) {
     test_op(g, k, 2, 5);
   }
   test_share(g);
-  test_block(g, 5, 9);    /* 45 tokens: 23+22, 15x3, 12+11x3 */
-  test_block(g, 5, 7);    /* 35 tokens: 18+17, 12+12+11, 9x3+8 */
-  test_block_sp(g, 5, 9); /* the same group as an sp dim's */
-  test_block_sp(g, 5, 7);
+  test_block(g, 5, 9);                   /* 45 tokens: 23+22, 15x3, 12+11x3 */
+  test_block(g, 5, 7);                   /* 35 tokens: 18+17, 12+12+11, 9x3+8 */
+  for (int mode = 0; mode < 3; ++mode) { /* ring, Ulysses, USP over sp */
+    test_block_sp(g, 5, 9, mode);        /* the same group as an sp dim's */
+    test_block_sp(g, 5, 7, mode);
+  }
 done:
   sg_mesh_destroy(&mesh);
   return sg_test_finish();
