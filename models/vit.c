@@ -158,11 +158,11 @@ static sg_status vit_check_sp(sg_mesh_t mesh, const sg_model_config *c,
   if (sp == 1) goto fail;
   if (c->tp_sequence || c->moe_experts > 0 || vit_dim(mesh, "pp") > 1)
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "vit: the sp dim (size %d) does not compose with %s yet", sp,
-             c->tp_sequence       ? "tp_sequence (both split the tokens)"
-             : c->moe_experts > 0 ? "a mixture of experts (moe_experts)"
-                                  : "a pp dim (the pipeline pieces pass "
-                                    "whole token tensors)");
+             "vit: the sp dim (size %d) does not compose with %s", sp,
+             c->tp_sequence       ? "tp_sequence yet (both split the tokens)"
+             : c->moe_experts > 0 ? "a mixture of experts (moe_experts) yet"
+                                  : "a pp dim yet (the pipeline pieces "
+                                    "pass whole token tensors)");
   if (vit_dim(mesh, "sp") > 1 && vit_dim(mesh, "cp") > 1)
     SG_RAISE(SG_ERR_CONFIG, "vit: mesh dims sp and cp are the same role: "
                             "use one");
@@ -792,8 +792,10 @@ static void vit_describe(void *impl, const sg_model_config *c, char *buf,
   k = strlen(buf);
   if (c->sp_mode != SG_SP_RING && k < size)
     snprintf(buf + k, size - k, "; attention by %s",
-             c->sp_mode == SG_SP_USP ? "USP (Ulysses over w, ring over h)"
-                                     : "Ulysses");
+             c->sp_mode == SG_SP_USP
+                 ? (m->sp ? "USP (Ulysses over sp, ring over h, w)"
+                          : "USP (Ulysses over w, ring over h)")
+                 : "Ulysses");
 }
 
 /* heads does not change a shape: a checkpoint may be read with others */

@@ -414,10 +414,11 @@ static void check_moe(const sg_plan_problem *pb, const sg_model_config *mc,
  * sg_sp_mode_check, in its words): Ulysses attends whole heads on every rank
  * of its all-to-all (h and w; USP: w). */
 static void check_sp_mode(const sg_model_config *mc, int tp, int ph, int pw,
-                          why_buf *w) {
+                          int sp, why_buf *w) {
   const sg_sp_mode mode = (sg_sp_mode)mc->sp_mode;
   const int64_t heads = mc->heads;
-  const int P = mode == SG_SP_ULYSSES ? ph * pw : pw;
+  int P = mode == SG_SP_ULYSSES ? ph * pw : pw;
+  if (sp > 1) P = mode == SG_SP_USP ? sp : P * sp; /* ag_ulysses.c */
   if (mode != SG_SP_RING && heads >= 1 && (heads % tp || (heads / tp) % P))
     why_add(
         w,
@@ -425,7 +426,8 @@ static void check_sp_mode(const sg_model_config *mc, int tp, int ph, int pw,
         "ranks of its all-to-all (%d x %d: %s): every rank attends whole heads "
         "(use sp_mode = ring, which has no such constraint)",
         mode == SG_SP_USP ? "usp" : "ulysses", (long long)heads, tp, P,
-        mode == SG_SP_USP ? "w" : "h and w");
+        sp > 1 ? (mode == SG_SP_USP ? "sp" : "h, w and sp")
+               : (mode == SG_SP_USP ? "w" : "h and w"));
 }
 
 /* The ViT's tp_sequence (vit.c vit_check_seq, in its words): no pp, and
@@ -465,11 +467,11 @@ static void check_sp(const sg_plan_problem *pb, const sg_model_config *mc,
     return;
   }
   if (mc->tp_sequence || mc->moe_experts > 0 || sg_plan_mesh_dim(m, "pp") > 1)
-    why_add(w, "vit: the sp dim (size %d) does not compose with %s yet", sp,
-            mc->tp_sequence       ? "tp_sequence (both split the tokens)"
-            : mc->moe_experts > 0 ? "a mixture of experts (moe_experts)"
-                                  : "a pp dim (the pipeline pieces pass "
-                                    "whole token tensors)");
+    why_add(w, "vit: the sp dim (size %d) does not compose with %s", sp,
+            mc->tp_sequence       ? "tp_sequence yet (both split the tokens)"
+            : mc->moe_experts > 0 ? "a mixture of experts (moe_experts) yet"
+                                  : "a pp dim yet (the pipeline pieces "
+                                    "pass whole token tensors)");
   if (sg_plan_mesh_dim(m, "sp") > 1 && sg_plan_mesh_dim(m, "cp") > 1)
     why_add(w, "vit: mesh dims sp and cp are the same role: use one");
   if (p < 1) return;
@@ -585,7 +587,8 @@ static void check_model(const sg_plan_problem *pb, const sg_model_config *mc,
           "%s: heads (%lld) must be divisible by tp (%d): tensor parallelism splits the heads",
           who, (long long)heads, tp);
     if (kind == SG_MODEL_VIT) {
-      check_sp_mode(mc, tp, ph, pw, w);
+      check_sp_mode(mc, tp, ph, pw,
+                    sg_plan_mesh_dim(m, "sp") * sg_plan_mesh_dim(m, "cp"), w);
       check_tp_sequence(pb, mc, m, tp, p, w);
       check_moe(pb, mc, m, w);
     } else {
