@@ -146,7 +146,7 @@ fail:
   return st;
 }
 
-/* The sp dim: not with tp_sequence, experts or a pipeline, and at least
+/* The sp dim: not with tp_sequence or experts, and at least
  * one token per sp rank on the rank with the fewest tokens. */
 static sg_status vit_check_sp(sg_mesh_t mesh, const sg_model_config *c,
                               int64_t ny, int64_t nx) {
@@ -156,13 +156,11 @@ static sg_status vit_check_sp(sg_mesh_t mesh, const sg_model_config *c,
                 tok = (ny / p / vit_dim(mesh, "h")) *
                       (nx / p / vit_dim(mesh, "w"));
   if (sp == 1) goto fail;
-  if (c->tp_sequence || c->moe_experts > 0 || vit_dim(mesh, "pp") > 1)
+  if (c->tp_sequence || c->moe_experts > 0)
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
              "vit: the sp dim (size %d) does not compose with %s", sp,
-             c->tp_sequence       ? "tp_sequence yet (both split the tokens)"
-             : c->moe_experts > 0 ? "a mixture of experts (moe_experts) yet"
-                                  : "a pp dim yet (the pipeline pieces "
-                                    "pass whole token tensors)");
+             c->tp_sequence ? "tp_sequence yet (both split the tokens)"
+                            : "a mixture of experts (moe_experts) yet");
   if (vit_dim(mesh, "sp") > 1 && vit_dim(mesh, "cp") > 1)
     SG_RAISE(SG_ERR_CONFIG, "vit: mesh dims sp and cp are the same role: "
                             "use one");
@@ -690,14 +688,25 @@ static void vit_like(sg_var *like, const sg_var *h) {
   like->value.data = NULL, like->producer = NULL;
 }
 
+/* The sp dim: this rank's piece of the tokens h (the whole block of the
+ * domain shard, replicated over sp; its gradient Partial over sp). */
+static sg_status vit_sp_split(vit *m, sg_tape_t t, sg_var **h) {
+  vit_like(&m->splike, *h);
+  return sg_ag_sp_scatter(t, m->sp, *h, h);
+}
+
 /* Pieces first .. first + count - 1 on h (the field for piece 0, else the
- * tokens); the result in *y. */
+ * tokens); the result in *y. With the sp dim the blocks and the final
+ * LayerNorm run on this rank's token piece, split at the first of them
+ * and gathered before the un-patchify (or at the end of the range: the
+ * pieces pass whole tokens between pipeline stages). */
 static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
                          sg_var **y) {
   sg_status st = SG_OK;
   sg_var *P = m->b.p.vars;
   const int64_t p = m->cfg.patch;
   const int depth = (int)m->cfg.depth;
+  int split = 0; /* h is this rank's token piece of the sp dim */
   if (!m->b.p.bound)
     SG_RAISE(SG_ERR_INVALID_ARG, "vit forward: parameters not bound");
   for (int k = first; k < first + count; ++k) {
@@ -712,13 +721,15 @@ static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
         vit_like(&m->like, h);
         SG_TRY(sg_ag_tp_seq_scatter(t, m->tp, h, &h));
       }
-      if (m->sp) { /* the tokens split over sp until the head */
-        vit_like(&m->splike, h);
-        SG_TRY(sg_ag_sp_scatter(t, m->sp, h, &h));
-      }
     } else if (k <= depth) {
+      if (m->sp && !split) {
+        SG_TRY(vit_sp_split(m, t, &h));
+        split = 1;
+      }
       SG_TRY(vit_run_block(m, t, k - 1, &h));
     } else {
+      if (m->sp && !split) SG_TRY(vit_sp_split(m, t, &h));
+      split = 0;
       SG_TRY(vit_ln(m, t, &P[m->head], h, &h));
       if (m->seq) SG_TRY(sg_ag_tp_seq_gather(t, m->tp, h, &m->like, &h));
       /* sp: the un-patchify alike on every sp rank: its parameters' share */
@@ -731,6 +742,9 @@ static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
       SG_TRY(sg_ag_convt(t, h, uw, ub, &h));
     }
   }
+  /* a pipeline stage ending in the blocks passes the whole tokens on (the
+   * gather's backward: this rank's slice of the next stage's gradient) */
+  if (split) SG_TRY(sg_ag_tp_seq_gather(t, m->sp, h, &m->splike, &h));
   *y = h;
 fail:
   return st;

@@ -449,7 +449,7 @@ static void check_tp_sequence(const sg_plan_problem *pb,
 }
 
 /* The sp (cp) dim (model.c sg_model_sp_check, vit.c vit_check_sp, in
- * their words): the vit only; not with tp_sequence, experts or pp; a token
+ * their words): the vit only; not with tp_sequence or experts; a token
  * per sp rank on the smallest shard. */
 static void check_sp(const sg_plan_problem *pb, const sg_model_config *mc,
                      const sg_plan_mesh *m, why_buf *w) {
@@ -466,12 +466,10 @@ static void check_sp(const sg_plan_problem *pb, const sg_model_config *mc,
             model, nm, sp, model);
     return;
   }
-  if (mc->tp_sequence || mc->moe_experts > 0 || sg_plan_mesh_dim(m, "pp") > 1)
+  if (mc->tp_sequence || mc->moe_experts > 0)
     why_add(w, "vit: the sp dim (size %d) does not compose with %s", sp,
-            mc->tp_sequence       ? "tp_sequence yet (both split the tokens)"
-            : mc->moe_experts > 0 ? "a mixture of experts (moe_experts) yet"
-                                  : "a pp dim yet (the pipeline pieces "
-                                    "pass whole token tensors)");
+            mc->tp_sequence ? "tp_sequence yet (both split the tokens)"
+                            : "a mixture of experts (moe_experts) yet");
   if (sg_plan_mesh_dim(m, "sp") > 1 && sg_plan_mesh_dim(m, "cp") > 1)
     why_add(w, "vit: mesh dims sp and cp are the same role: use one");
   if (p < 1) return;

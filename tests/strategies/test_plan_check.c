@@ -113,8 +113,8 @@ static const row rows[] = {
      8,
      "tp=8",
      {"tp_sequence needs at least one token per tp rank (4 tokens"}},
-    /* the sp dim: the vit only; fits with h, tp, fsdp; not with pp or
-     * tp_sequence, nor fewer tokens than sp ranks, nor Ulysses heads not
+    /* the sp dim: the vit only; fits with h, tp, fsdp, pp (the triple
+     * pp=2,tp=2,sp=2); not with tp_sequence, nor fewer tokens than sp ranks, nor Ulysses heads not
      * divisible by h x sp */
     {"model = vit\nheads = 2\nbatch = 4", 32, 32, 4, "sp=2,h=2", {NULL}},
     {"model = vit\nheads = 2\nbatch = 4\nzero = 3",
@@ -133,9 +133,9 @@ static const row rows[] = {
     {"model = vit\nheads = 2\nbatch = 4\nmicrobatches = 2",
      32,
      32,
-     4,
-     "pp=2,sp=2",
-     {"vit: the sp dim (size 2) does not compose with a pp dim yet"}},
+     8,
+     "pp=2,tp=2,sp=2",
+     {NULL}},
     {"model = vit\nheads = 2\ntp_sequence = true\nbatch = 4",
      32,
      32,
