@@ -5,7 +5,9 @@
  *    the adjoint identity (the gradient Partial over the group);
  *  - the ViT block with its tokens split over sp (the attention of the
  *    pieces over sp by ring, Ulysses and USP) on 45 and 35 tokens (uneven
- *    pieces), against one process at 1e-10;
+ *    pieces), and on h=2 x sp=2 (rows 3 + 2 of the 5 x 9 tokens, the
+ *    attention over the 4 ranks; USP: Ulysses over sp, ring over h),
+ *    against one process at 1e-10;
  *  - the four token-slice ops alone (scatter, gather, all-gather,
  *    reduce-scatter over tp) on 45 tokens (5 x 9: 23+22, 15 x 3, 12+11x3)
  *    and 10 tokens (2 x 5: 4+3+3, 3+3+2+2): their values, and the adjoint
@@ -225,14 +227,39 @@ static void result_free(result *r) {
  * attention of the pieces over g by sp_mode sp - 1 (ring, Ulysses, USP),
  * gathered at the end; every gradient (dx too) is Partial over g: summed
  * here. */
+/* With DOM (the sp block on a 2-D group): this rank's rows [Y0, Y0 + NY)
+ * of the A x B tokens (a domain split), the attention over SEQ (the
+ * domain x sp), USP's ring over DOM; the results summed over DOM into the
+ * whole arrays. */
+static sg_group_t DOM, SEQ;
+static int64_t Y0, NY;
+
+/* Sum the whole array a (n) over DOM (each rank filled its rows). */
+static void dom_sum(double *a, int64_t n) {
+  if (DOM)
+    MPI_Allreduce(MPI_IN_PLACE, a, (int)n, MPI_DOUBLE, MPI_SUM,
+                  sg_group_comm(DOM));
+}
+
+/* Local (n, c, rows, B) -> the whole (n, c, A, B) at rows Y0.. (zeros
+ * elsewhere). */
+static void to_whole(const double *loc, double *whole, int64_t ny) {
+  const int64_t y0 = ny < A ? Y0 : 0;
+  memset(whole, 0, (size_t)(N * C * T) * sizeof *whole);
+  for (int64_t nc = 0; nc < N * C; ++nc)
+    memcpy(whole + (nc * A + y0) * B, loc + nc * ny * B,
+           (size_t)(ny * B) * sizeof *whole);
+}
+
 static sg_status block_run_as(sg_group_t g, int seq, int sp, result *res) {
   sg_status st = SG_OK;
+  const int64_t ny = sp && DOM ? NY : A, y0 = sp && DOM ? Y0 : 0;
   const int P = g && !sp ? sg_group_size(g) : 1,
             r = g && !sp ? sg_group_rank(g) : 0;
   sg_group_t spg = sp ? g : NULL;
   if (sp) g = NULL;
   const split s = {C / P * r, C / P, HID / P * r, HID / P};
-  const int64_t xs[4] = {N, C, A, B};
+  const int64_t xs[4] = {N, C, ny, B}, nl = N * C * ny * B;
   sg_tape_t tape = NULL;
   sg_var x, t, prm[NP];
   sg_var *q = prm, *h = NULL, *u = NULL, *l = NULL;
@@ -240,9 +267,11 @@ static sg_status block_run_as(sg_group_t g, int seq, int sp, result *res) {
   memset(prm, 0, sizeof prm);
   SG_TRY(var_f64(&x, "x", 4, xs, 0));
   SG_TRY(sg_var_init(&t, "t", SG_DTYPE_F64, 4, xs, NULL, 0));
-  for (int64_t i = 0; i < N * C * T; ++i)
-    ((double *)x.value.data)[i] = val(3, i),
-             ((double *)t.value.data)[i] = val(4, i);
+  for (int64_t i = 0; i < nl; ++i) { /* by global index */
+    const int64_t gi = ((i / (ny * B)) * A + y0) * B + i % (ny * B);
+    ((double *)x.value.data)[i] = val(3, gi),
+             ((double *)t.value.data)[i] = val(4, gi);
+  }
   for (int p = 0; p < NP; ++p) {
     int nd;
     int64_t sh[2];
@@ -267,7 +296,9 @@ static sg_status block_run_as(sg_group_t g, int seq, int sp, result *res) {
   SG_TRY(sg_ag_layernorm(tape, 1e-5, h, g0, b0, &u));
   if (sp) { /* vit.c vit_attention_sp */
     const int64_t parts[3] = {C, C, C};
-    const sg_attn_groups ag = {.seq = spg, .sp = spg};
+    const sg_attn_groups ag = {.seq = DOM ? SEQ : spg,
+                               .sp = spg,
+                               .domain = DOM};
     sg_var *qkv[3];
     SG_TRY(sg_ag_linear(tape, u, &q[2], &q[3], &u));
     SG_TRY(sg_ag_split(tape, u, 3, parts, qkv));
@@ -287,20 +318,24 @@ static sg_status block_run_as(sg_group_t g, int seq, int sp, result *res) {
   if (seq) SG_TRY(sg_ag_tp_seq_gather(tape, g, h, &x, &h));
   if (sp) SG_TRY(sg_ag_tp_seq_gather(tape, spg, h, &x, &h));
   sg_ag_tp_bytes(&res->bytes_fwd, 1);
-  memcpy(res->y, h->value.data, (size_t)(N * C * T) * sizeof(double));
+  to_whole(h->value.data, res->y, ny);
   SG_TRY(sg_ag_binary(tape, SG_BINARY_MUL, h, &t, &h));
   SG_TRY(sg_ag_loss(tape, SG_LOSS_SUM, h, NULL, &l));
   res->loss = sg_var_item(l);
+  if (sp) dom_sum(&res->loss, 1);
   SG_TRY(sg_tape_backward(tape, l));
   sg_ag_tp_bytes(&res->bytes_bwd, 1);
-  memcpy(res->dx, x.grad.data, (size_t)(N * C * T) * sizeof(double));
+  to_whole(x.grad.data, res->dx, ny);
   if (sp) {
     MPI_Allreduce(MPI_IN_PLACE, res->dx, (int)(N * C * T), MPI_DOUBLE, MPI_SUM,
                   sg_group_comm(spg));
-    for (int p = 0; p < NP; ++p)
+    for (int p = 0; p < NP; ++p) {
       MPI_Allreduce(MPI_IN_PLACE, prm[p].grad.data,
                     (int)sg_tensor_numel(&prm[p].value), MPI_DOUBLE, MPI_SUM,
                     sg_group_comm(spg));
+      dom_sum(prm[p].grad.data, sg_tensor_numel(&prm[p].value));
+    }
+    dom_sum(res->y, N * C * T), dom_sum(res->dx, N * C * T);
   }
   for (int p = 0; p < NP; ++p) {
     res->grad[p] = calloc((size_t)GN[p], sizeof(double));
@@ -429,6 +464,20 @@ int main(int argc, char **argv) {
   for (int mode = 0; mode < 3; ++mode) { /* ring, Ulysses, USP over sp */
     test_block_sp(g, 5, 9, mode);        /* the same group as an sp dim's */
     test_block_sp(g, 5, 7, mode);
+  }
+  if (sg_test_size == 4) { /* h=2 x sp=2: rows 3 + 2 of 5 (27 + 18 tokens
+                              over sp: 14+13, 9+9) */
+    sg_mesh_t m2 = NULL;
+    sg_group_t sp2 = NULL;
+    SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, "h=2,sp=2", &m2));
+    SG_REQUIRE_OK(sg_mesh_group(m2, 1u, &DOM));
+    SG_REQUIRE_OK(sg_mesh_group(m2, 2u, &sp2));
+    SG_REQUIRE_OK(sg_mesh_group(m2, 3u, &SEQ));
+    Y0 = sg_split_offset(5, 2, sg_mesh_coord(m2, 0));
+    NY = sg_split_size(5, 2, sg_mesh_coord(m2, 0));
+    for (int mode = 0; mode < 3; ++mode) test_block_sp(sp2, 5, 9, mode);
+    DOM = SEQ = NULL;
+    sg_mesh_destroy(&m2);
   }
 done:
   sg_mesh_destroy(&mesh);
