@@ -297,31 +297,83 @@ fail:
   return st;
 }
 
-/* One expert's rows (owner side): a = W1 x + b1, o = W2 gelu(a) + b2. */
+/* The owner's rows grouped by expert, each group in arrival order (so the
+ * sums inside a group's GEMMs are in the same order on every run): idx[]
+ * lists the rows of expert 0, then 1, ...; first[e] .. first[e + 1] are
+ * expert e's. */
+static void group_rows(const moe_geo *g, int64_t R, const double *xr,
+                       int64_t *first, int64_t *idx) {
+  for (int64_t e = 0; e <= g->E; ++e) first[e] = 0;
+  for (int64_t r = 0; r < R; ++r) ++first[(int64_t)xr[r * (g->C + 1)] + 1];
+  for (int64_t e = 0; e < g->E; ++e) first[e + 1] += first[e];
+  int64_t *next = first + g->E + 1; /* E cursors after the E + 1 offsets */
+  for (int64_t e = 0; e < g->E; ++e) next[e] = first[e];
+  for (int64_t r = 0; r < R; ++r) idx[next[(int64_t)xr[r * (g->C + 1)]]++] = r;
+}
+
+/* Rows idx[0..n) of the row-major (R x w) array src, at column offset c0 and
+ * row stride ld, into the column-major (w x n) block dst (channels first, as
+ * sg_linear_* take them), or back (to_rows 1). */
+static void pack_cols(int64_t n, const int64_t *idx, int64_t w, int64_t ld,
+                      int64_t c0, double *rows, double *cols, int to_rows) {
+  for (int64_t i = 0; i < n; ++i) {
+    double *r = rows + idx[i] * ld + c0;
+    for (int64_t c = 0; c < w; ++c)
+      if (to_rows)
+        r[c] = cols[c * n + i];
+      else
+        cols[c * n + i] = r[c];
+  }
+}
+
+/* The expert GEMMs' scratch: the row groups and four (max(C, F) x R)
+ * column blocks. */
+typedef struct moe_ex {
+  int64_t *first, *idx;
+  double *c[4];
+  void *mem;
+} moe_ex;
+
+static sg_status ex_alloc(const moe_geo *g, int64_t R, const double *xr,
+                          moe_ex *x) {
+  const int64_t w = g->C > g->F ? g->C : g->F;
+  const size_t ni = (size_t)(2 * g->E + 1 + R), nd = (size_t)(w * R + 1);
+  x->mem = malloc(ni * sizeof(int64_t) + 4 * nd * sizeof(double));
+  if (!x->mem)
+    return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,
+                        "moe: out of memory for the expert GEMMs");
+  x->c[0] = x->mem;
+  for (int i = 1; i < 4; ++i) x->c[i] = x->c[i - 1] + nd;
+  x->first = (int64_t *)(x->c[3] + nd), x->idx = x->first + 2 * g->E + 1;
+  group_rows(g, R, xr, x->first, x->idx);
+  return SG_OK;
+}
+
+/* The experts on the owner's rows, one pair of GEMMs per expert over its
+ * rows: a = W1 x + b1, o = W2 gelu(a) + b2 (A: R x F, O: R x C, row-major). */
 static sg_status expert_fwd(const moe_geo *g, const double *W1,
                             const double *b1, const double *W2,
                             const double *b2, int64_t R, const double *xr,
-                            double *A, double *O, double *h) {
+                            double *A, double *O) {
   sg_status st = SG_OK;
   const int64_t C = g->C, F = g->F;
-  for (int64_t r = 0; r < R; ++r) {
-    const int64_t e = (int64_t)xr[r * (C + 1)];
-    const double *x = xr + r * (C + 1) + 1, *w1 = W1 + e * F * C,
-                 *w2 = W2 + e * C * F;
-    double *a = A + r * F, *o = O + r * C;
-    for (int64_t f = 0; f < F; ++f) {
-      double s = b1[e * F + f];
-      for (int64_t c = 0; c < C; ++c) s += w1[f * C + c] * x[c];
-      a[f] = s;
-    }
-    SG_TRY(sg_act_forward(SG_ACT_GELU, SG_DTYPE_F64, F, a, h));
-    for (int64_t c = 0; c < C; ++c) {
-      double s = b2[e * C + c];
-      for (int64_t f = 0; f < F; ++f) s += w2[c * F + f] * h[f];
-      o[c] = s;
-    }
+  moe_ex x;
+  SG_TRY(ex_alloc(g, R, xr, &x));
+  double *Xc = x.c[0], *Ac = x.c[1], *Hc = x.c[2], *Oc = x.c[3];
+  for (int64_t e = 0; e < g->E; ++e) {
+    const int64_t n = x.first[e + 1] - x.first[e], *idx = x.idx + x.first[e];
+    if (!n) continue;
+    pack_cols(n, idx, C, C + 1, 1, (double *)xr, Xc, 0);
+    SG_TRY(sg_linear_forward(SG_DTYPE_F64, 1, C, F, n, Xc, W1 + e * F * C,
+                             b1 + e * F, Ac));
+    SG_TRY(sg_act_forward(SG_ACT_GELU, SG_DTYPE_F64, F * n, Ac, Hc));
+    SG_TRY(sg_linear_forward(SG_DTYPE_F64, 1, F, C, n, Hc, W2 + e * C * F,
+                             b2 + e * C, Oc));
+    pack_cols(n, idx, F, F, 0, A, Ac, 1);
+    pack_cols(n, idx, C, C, 0, O, Oc, 1);
   }
 fail:
+  free(x.mem);
   return st;
 }
 
@@ -346,15 +398,15 @@ static sg_status weights_f64(const sg_node *node, double **buf, double *w[5]) {
 /* The forward's arrays (temporaries; the ones backward needs are packed
  * into the node's saved block at the end). */
 typedef struct moe_fw {
-  double *X, *Y, *p, *gate, *frac, *sbuf, *ores, *xr, *A, *O, *h, *wb;
+  double *X, *Y, *p, *gate, *frac, *sbuf, *ores, *xr, *A, *O, *wb;
   int *sel, *row, *pair, *scnt, *rcnt;
   double *w[5]; /* Wr, W1, b1, W2, b2 */
   int64_t S, R;
 } moe_fw;
 
 static void fw_free(moe_fw *f) {
-  void *v[] = {f->X, f->Y, f->p, f->gate, f->frac, f->sbuf, f->ores, f->xr,
-               f->A, f->O, f->h, f->wb,   f->sel,  f->row,  f->pair, f->scnt};
+  void *v[] = {f->X, f->Y, f->p,  f->gate, f->frac, f->sbuf, f->ores, f->xr,
+               f->A, f->O, f->wb, f->sel,  f->row,  f->pair, f->scnt};
   for (size_t i = 0; i < sizeof v / sizeof *v; ++i) free(v[i]);
 }
 
@@ -443,9 +495,8 @@ static sg_status moe_alloc_fw(const moe_geo *g, moe_fw *f) {
   f->sel = malloc(M * k * sizeof(int)), f->row = malloc(M * k * sizeof(int));
   f->pair = malloc(M * k * sizeof(int) + sizeof(int));
   f->scnt = malloc(2 * (size_t)g->P * sizeof(int)), f->rcnt = f->scnt + g->P;
-  f->h = malloc((size_t)g->F * D + D);
   if (!f->X || !f->Y || !f->p || !f->gate || !f->frac || !f->sbuf || !f->sel ||
-      !f->row || !f->pair || !f->scnt || !f->h)
+      !f->row || !f->pair || !f->scnt)
     return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "moe: out of memory");
   return SG_OK;
 }
@@ -480,8 +531,8 @@ static sg_status moe_fwd(sg_node *node) {
   if (agree_ep(node, st) != SG_OK)
     SG_RAISE(SG_ERR_ALLOC, "moe: out of memory for the dispatch");
   SG_TRY(exchange(&g, f.sbuf, f.scnt, f.xr, f.rcnt, g.C + 1));
-  SG_TRY(
-      expert_fwd(&g, f.w[1], f.w[2], f.w[3], f.w[4], f.R, f.xr, f.A, f.O, f.h));
+  SG_TRY(agree_ep(node, expert_fwd(&g, f.w[1], f.w[2], f.w[3], f.w[4], f.R,
+                                   f.xr, f.A, f.O)));
   SG_TRY(exchange(&g, f.O, f.rcnt, f.ores, f.scnt, g.C));
   for (int64_t s = 0; s < f.S; ++s) { /* combine */
     const int64_t i = f.pair[s], m = i / g.k;
@@ -503,32 +554,30 @@ fail:
  * gradients (accumulated into dW1, db1, dW2, db2) and dx rows (R x C). */
 static sg_status expert_bwd(const moe_geo *g, double *const *w, double **dw,
                             int64_t R, const double *xr, const double *A,
-                            const double *dO, double *dxr, double *h,
-                            double *dh) {
+                            const double *dO, double *dxr) {
   sg_status st = SG_OK;
   const int64_t C = g->C, F = g->F;
-  for (int64_t r = 0; r < R; ++r) {
-    const int64_t e = (int64_t)xr[r * (C + 1)];
-    const double *x = xr + r * (C + 1) + 1, *a = A + r * F, *d = dO + r * C,
-                 *w1 = w[1] + e * F * C, *w2 = w[3] + e * C * F;
-    double *dx = dxr + r * C, *dw1 = dw[1] + e * F * C, *db1 = dw[2] + e * F,
-           *dw2 = dw[3] + e * C * F, *db2 = dw[4] + e * C;
-    SG_TRY(sg_act_forward(SG_ACT_GELU, SG_DTYPE_F64, F, a, h));
-    for (int64_t f = 0; f < F; ++f) dh[f] = 0.0;
-    for (int64_t c = 0; c < C; ++c) {
-      db2[c] += d[c];
-      for (int64_t f = 0; f < F; ++f)
-        dw2[c * F + f] += d[c] * h[f], dh[f] += w2[c * F + f] * d[c];
-    }
-    SG_TRY(sg_act_backward(SG_ACT_GELU, SG_DTYPE_F64, F, a, dh, dh));
-    for (int64_t c = 0; c < C; ++c) dx[c] = 0.0;
-    for (int64_t f = 0; f < F; ++f) {
-      db1[f] += dh[f];
-      for (int64_t c = 0; c < C; ++c)
-        dw1[f * C + c] += dh[f] * x[c], dx[c] += w1[f * C + c] * dh[f];
-    }
+  moe_ex x;
+  SG_TRY(ex_alloc(g, R, xr, &x));
+  double *Xc = x.c[0], *Ac = x.c[1], *Hc = x.c[2], *Dc = x.c[3];
+  for (int64_t e = 0; e < g->E; ++e) {
+    const int64_t n = x.first[e + 1] - x.first[e], *idx = x.idx + x.first[e];
+    if (!n) continue;
+    pack_cols(n, idx, F, F, 0, (double *)A, Ac, 0);
+    pack_cols(n, idx, C, C, 0, (double *)dO, Dc, 0);
+    SG_TRY(sg_act_forward(SG_ACT_GELU, SG_DTYPE_F64, F * n, Ac, Hc));
+    /* dW2 += dO h^T, db2 += dO, then dh = W2^T dO (into Xc's space: F x n
+     * fits, x is packed after) */
+    SG_TRY(sg_linear_backward(SG_DTYPE_F64, 1, F, C, n, Hc, w[3] + e * C * F,
+                              Dc, Xc, dw[3] + e * C * F, dw[4] + e * C));
+    SG_TRY(sg_act_backward(SG_ACT_GELU, SG_DTYPE_F64, F * n, Ac, Xc, Hc));
+    pack_cols(n, idx, C, C + 1, 1, (double *)xr, Ac, 0);
+    SG_TRY(sg_linear_backward(SG_DTYPE_F64, 1, C, F, n, Ac, w[1] + e * F * C,
+                              Hc, Dc, dw[1] + e * F * C, dw[2] + e * F));
+    pack_cols(n, idx, C, C, 0, dxr, Dc, 1);
   }
 fail:
+  free(x.mem);
   return st;
 }
 
@@ -561,13 +610,13 @@ static void router_bwd(const moe_geo *g, const sg_moe_desc *d, const moe_sv *s,
 }
 
 typedef struct moe_bw {
-  double *wb, *dwb, *DY, *X, *DX, *dO, *rO, *dxr, *dxs, *h, *dh, *dp;
+  double *wb, *dwb, *DY, *X, *DX, *dO, *rO, *dxr, *dxs, *dp;
   double *w[5], *dw[5];
 } moe_bw;
 
 static void bw_free(moe_bw *b) {
-  void *v[] = {b->wb, b->dwb, b->DY,  b->X, b->DX, b->dO,
-               b->rO, b->dxr, b->dxs, b->h, b->dh, b->dp};
+  void *v[] = {b->wb, b->dwb, b->DY,  b->X,   b->DX,
+               b->dO, b->rO,  b->dxr, b->dxs, b->dp};
   for (size_t i = 0; i < sizeof v / sizeof *v; ++i) free(v[i]);
 }
 
@@ -584,10 +633,9 @@ static sg_status moe_alloc_bw(const sg_node *node, const moe_geo *g,
   b->dxs = malloc((size_t)(s->S * g->C + 1) * D);
   b->rO = malloc((size_t)(s->R * g->C + 1) * D);
   b->dxr = malloc((size_t)(s->R * g->C + 1) * D);
-  b->h = malloc((size_t)(g->F + 1) * D), b->dh = malloc((size_t)(g->F + 1) * D);
   b->dp = malloc((size_t)(g->E + 1) * D);
   if (!b->dwb || !b->DY || !b->X || !b->DX || !b->dO || !b->dxs || !b->rO ||
-      !b->dxr || !b->h || !b->dh || !b->dp)
+      !b->dxr || !b->dp)
     return sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "moe: out of memory");
   double *q = b->dwb;
   for (int i = 1; i <= 5; ++i)
@@ -616,8 +664,8 @@ static sg_status moe_bwd(sg_node *node) {
     for (int64_t c = 0; c < g.C; ++c)
       b.dO[q * g.C + c] = gate[pair[q]] * b.DY[(pair[q] / g.k) * g.C + c];
   SG_TRY(exchange(&g, b.dO, scnt, b.rO, rcnt, g.C));
-  SG_TRY(expert_bwd(&g, b.w, b.dw, s->R, sv_at(s, SV_XR), sv_at(s, SV_A), b.rO,
-                    b.dxr, b.h, b.dh));
+  SG_TRY(agree_ep(node, expert_bwd(&g, b.w, b.dw, s->R, sv_at(s, SV_XR),
+                                   sv_at(s, SV_A), b.rO, b.dxr)));
   SG_TRY(exchange(&g, b.dxr, rcnt, b.dxs, scnt, g.C));
   for (int64_t q = 0; q < s->S; ++q)
     for (int64_t c = 0; c < g.C; ++c)

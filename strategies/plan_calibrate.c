@@ -1,8 +1,9 @@
 /* shardgrid — sg-plan --calibrate: this machine's rates, measured with
  * the library's own kernels (the ones a step runs, one thread per rank as
- * sg-train runs them) while every rank of comm measures at once (so the
- * rates are those of a loaded node, as in a run), and the MPI link fitted
- * to alpha + beta n from ping-pongs between ranks 0 and 1. */
+ * sg-train runs them) twice: on rank 0 alone (the single-stream rates, a
+ * 1-rank run's) and on every rank of comm at once (the shared rates, a
+ * busy node's: its ranks share one memory system), and the MPI link
+ * fitted to alpha + beta n from ping-pongs between ranks 0 and 1. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "sg_fft.h"
 #include "sg_ops.h"
@@ -17,6 +18,10 @@
 typedef sg_status (*bench_fn)(void *ctx);
 
 static int use_cpu_time;
+/* 1: rank 0 runs the kernels alone (the single-stream rates), the others
+ * wait at the barriers; 0: every rank runs them at once (the shared
+ * rates). */
+static int solo;
 
 /* Wall time, or this thread's CPU time (SG_PLAN_CAL_CPU_TIME). */
 static double now(void) {
@@ -39,13 +44,16 @@ static sg_status median_of(MPI_Comm comm, int reps, bench_fn fn, void *ctx,
                            double *med) {
   sg_status st = SG_OK;
   double t[16];
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  const int run = !solo || rank == 0; /* an idle rank's time is 0 */
   if (reps > 16) reps = 16;
-  SG_TRY(fn(ctx)); /* warm-up: plans, caches, page faults */
+  if (run) SG_TRY(fn(ctx)); /* warm-up: plans, caches, page faults */
   for (int r = 0; r < reps; ++r) {
     MPI_Barrier(comm);
     const double t0 = now();
-    SG_TRY(fn(ctx));
-    t[r] = now() - t0;
+    if (run) SG_TRY(fn(ctx));
+    t[r] = run ? now() - t0 : 0.0;
   }
   qsort(t, (size_t)reps, sizeof t[0], cmp_double);
   *med = t[reps / 2];
@@ -301,19 +309,22 @@ static sg_status compute_rates(MPI_Comm comm, int quick, sg_plan_hw *hw) {
   fit_nhalf(3, ch, cr, &hw->conv_flops, &hw->conv_nhalf);
   SG_TRY(attn_rate(comm, reps, &hw->attn_flops));
   SG_TRY(elem_rates(comm, reps, hw));
-  b.x = falloc(n * c * g * g), b.dx = falloc(n * c * (g + 2) * (g + 2));
-  if (!b.x || !b.dx) SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
-  /* FFT: r2c + c2r of n c planes g x g, one rank each */
+  /* FFT: r2c + c2r of `planes` planes g x g, one rank each: at least an
+   * activation's 4 MiB (1 Mi points; quick: 256 planes of 64^2), so that
+   * the transforms leave the core's L2 as the runs' do, and ranks sharing
+   * the node's memory system see each other */
+  const int64_t planes = n * c * g * g >= (1 << 20) ? n * c : (1 << 20) / g / g;
   sg_fft_desc d;
   sg_fft_desc_init(&d);
   d.dtype = SG_DTYPE_F32, d.ndim = 2, d.shape[0] = g, d.shape[1] = g;
-  d.split[0] = d.split[1] = -1, d.batch = n * c, d.nthreads = 1;
+  d.split[0] = d.split[1] = -1, d.batch = planes, d.nthreads = 1;
   SG_TRY(sg_fft_plan_create_comms(MPI_COMM_SELF, 0, NULL, &d, &b.fft));
-  b.y = falloc(2 * n * c * g * (g / 2 + 1));
-  if (!b.y) SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
+  b.x = falloc(planes * g * g), b.dx = falloc(planes * g * g);
+  b.y = falloc(2 * planes * g * (g / 2 + 1));
+  if (!b.x || !b.dx || !b.y) SG_RAISE(SG_ERR_ALLOC, "calibrate: out of memory");
   SG_TRY(median_of(comm, reps, run_fft, &b, &t));
   MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
-  hw->fft_flops = 2.0 * n * c * 2.5 * g * g * log2((double)g * g) / t;
+  hw->fft_flops = 2.0 * planes * 2.5 * g * g * log2((double)g * g) / t;
   cal_free(&b);
   /* memory: y = x + z over 3 x 64 MiB (beyond the caches) */
   b.n = (quick ? 4 : 16) << 20;
@@ -380,6 +391,35 @@ fail:
   return st;
 }
 
+/* Hockney's rate r n / (n + n_half) at n channels. */
+static double rate_at(double r, double nhalf, double n) {
+  return nhalf > 0 ? r * n / (n + nhalf) : r;
+}
+
+/* The shared rates: every rank of comm runs each kernel at once (all of a
+ * node's ranks: sg-plan-calibrate runs on one node). GEMM and conv keep
+ * the single-stream half-performance lengths; their shared rate scales
+ * the single-stream curve by the ratio of the two at 32 channels (the
+ * three-point fits move more between runs than the rates do). */
+static sg_status shared_rates(MPI_Comm comm, int quick, sg_plan_hw *hw) {
+  sg_status st = SG_OK;
+  sg_plan_hw sh = {0};
+  struct sg_plan_rates *r = &hw->shared;
+  solo = 0;
+  SG_TRY(compute_rates(comm, quick, &sh));
+  r->gemm_flops = hw->gemm_flops * rate_at(sh.gemm_flops, sh.gemm_nhalf, 32) /
+                  rate_at(hw->gemm_flops, hw->gemm_nhalf, 32);
+  r->conv_flops = hw->conv_flops * rate_at(sh.conv_flops, sh.conv_nhalf, 32) /
+                  rate_at(hw->conv_flops, hw->conv_nhalf, 32);
+  r->fft_flops = sh.fft_flops, r->mem_bw = sh.mem_bw;
+  r->attn_flops = sh.attn_flops, r->act_rate = sh.act_rate;
+  r->norm_rate = sh.norm_rate, r->lnorm_rate = sh.lnorm_rate;
+  r->up_rate = sh.up_rate;
+  MPI_Comm_size(comm, &hw->shared_ranks);
+fail:
+  return st;
+}
+
 sg_status sg_plan_calibrate(MPI_Comm comm, unsigned flags, sg_plan_hw *out) {
   sg_status st = SG_OK;
   int size = 1;
@@ -389,7 +429,9 @@ sg_status sg_plan_calibrate(MPI_Comm comm, unsigned flags, sg_plan_hw *out) {
   memset(out, 0, sizeof *out);
   MPI_Comm_size(comm, &size);
   snprintf(out->name, sizeof out->name, "this machine (calibrated)");
+  solo = 1;
   SG_TRY(compute_rates(comm, quick, out));
+  if (size > 1) SG_TRY(shared_rates(comm, quick, out));
   if (size > 1)
     SG_TRY(link_rates(comm, quick, out));
   else

@@ -92,7 +92,8 @@ int64_t sg_plan_int(const sg_plan_problem *pb, const char *key) {
 
 int sg_plan_pieces(const sg_model_config *mc) {
   switch (mc->kind) {
-  case SG_MODEL_FNO: return (int)mc->layers + 2;
+  case SG_MODEL_FNO:
+  case SG_MODEL_FNO3D: return (int)mc->layers + 2;
   case SG_MODEL_CNN: return (int)mc->blocks + 2;
   case SG_MODEL_UNET: return 2 * (int)mc->levels;
   case SG_MODEL_VIT:

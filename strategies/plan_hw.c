@@ -10,6 +10,7 @@
  * Unknown keys are errors (a typo must not silently keep a default). */
 #include "sg_plan.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -44,7 +45,59 @@ static const sg_kv_key hw_keys[] = {
     {"cores_per_node", SG_KV_INT, "0",
      "cores per node (0: one per rank); more ranks share them"},
     {"io_bw", SG_KV_FLOAT, "0", "data read rate per rank, bytes/s (0: off)"},
+    {"shared_ranks", SG_KV_INT, "0",
+     "ranks that ran at once for the *_shared rates (0: none)"},
+#define SHARED_KEY(k)                                                        \
+  {                                                                          \
+#k "_shared", SG_KV_FLOAT, "0",                                          \
+        #k " per rank with shared_ranks ranks of a node at once (0: " #k ")" \
+  }
+    SHARED_KEY(gemm_flops),
+    SHARED_KEY(conv_flops),
+    SHARED_KEY(fft_flops),
+    SHARED_KEY(mem_bw),
+    SHARED_KEY(attn_flops),
+    SHARED_KEY(act_rate),
+    SHARED_KEY(norm_rate),
+    SHARED_KEY(lnorm_rate),
+    SHARED_KEY(up_rate),
+#undef SHARED_KEY
 };
+
+/* The rates that have a shared value: key, single-stream field, shared
+ * field (one table for the load, the save and sg_plan_hw_on_node). */
+#define RATE(k) \
+  { #k "_shared", offsetof(sg_plan_hw, k), offsetof(sg_plan_hw, shared.k) }
+static const struct {
+  const char *key;
+  size_t one, shared;
+} rates[] = {RATE(gemm_flops), RATE(conv_flops), RATE(fft_flops),
+             RATE(mem_bw),     RATE(attn_flops), RATE(act_rate),
+             RATE(norm_rate),  RATE(lnorm_rate), RATE(up_rate)};
+#undef RATE
+enum { NRATES = (int)(sizeof rates / sizeof rates[0]) };
+
+static double *field(sg_plan_hw *hw, size_t off) {
+  return (double *)((char *)hw + off);
+}
+static double value(const sg_plan_hw *hw, size_t off) {
+  return *(const double *)((const char *)hw + off);
+}
+
+void sg_plan_hw_on_node(const sg_plan_hw *hw, int on_node, sg_plan_hw *out) {
+  *out = *hw;
+  if (on_node <= 1 || hw->shared_ranks < 2) return;
+  double f = (double)(on_node - 1) / (hw->shared_ranks - 1);
+  if (f > 1) f = 1;
+  for (int i = 0; i < NRATES; ++i) {
+    double *one = field(out, rates[i].one);
+    const double sh = value(out, rates[i].shared);
+    /* a rate of 0 means "not calibrated" (attn_flops, act_rate, ...):
+     * it stays 0 and its fallback applies */
+    if (sh > 0 && *one > 0 && sh != *one)
+      *one = 1.0 / ((1 - f) / *one + f / sh);
+  }
+}
 
 sg_status sg_plan_hw_load(const char *path, sg_plan_hw *hw) {
   sg_status st = SG_OK;
@@ -82,6 +135,12 @@ sg_status sg_plan_hw_load(const char *path, sg_plan_hw *hw) {
   hw->io_bw = sg_kv_float(kv, "io_bw");
   if (hw->ranks_per_node < 1)
     SG_RAISE(SG_ERR_CONFIG, "%s: ranks_per_node must be >= 1", path);
+  hw->shared_ranks = (int)sg_kv_int(kv, "shared_ranks");
+  for (int i = 0; i < NRATES; ++i) {
+    const double v = sg_kv_float(kv, rates[i].key);
+    if (v < 0) SG_RAISE(SG_ERR_CONFIG, "%s: %s < 0", path, rates[i].key);
+    *field(hw, rates[i].shared) = v;
+  }
 fail:
   sg_kv_destroy(&kv);
   return st;
@@ -113,6 +172,12 @@ sg_status sg_plan_hw_save(const char *path, const sg_plan_hw *hw) {
           hw->alpha_intra, 1.0 / hw->beta_intra, hw->alpha_inter,
           1.0 / hw->beta_inter, hw->ranks_per_node, hw->cores_per_node,
           hw->io_bw);
+  fprintf(f,
+          "# per rank with shared_ranks ranks of a node running at once "
+          "(0: the single-stream rate)\nshared_ranks = %d\n",
+          hw->shared_ranks);
+  for (int i = 0; i < NRATES; ++i)
+    fprintf(f, "%s = %.17g\n", rates[i].key, value(hw, rates[i].shared));
   if (ferror(f)) SG_RAISE(SG_ERR_IO, "sg_plan_hw_save: writing %s", path);
 fail:
   if (f && fclose(f) && st == SG_OK)

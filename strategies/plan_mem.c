@@ -184,6 +184,10 @@ typedef struct mshape {
   int sp;       /* the ViT's sp dim: the blocks on token pieces over sp */
   double wl;    /* the FNO's channels of a tp rank (the largest split) */
   int skip[16]; /* the U-Net's skips (encoder outputs) */
+  /* FNO-3D: the output time steps and the padded time axis (0: 2-D). Its
+   * blocks are (c, t, ny, nx): time folds into the rows, fbytes(c, t ny,
+   * nx) */
+  double nt, ntp;
 } mshape;
 
 static double fbytes(const mshape *m, double ch, double ny, double nx) {
@@ -508,7 +512,14 @@ static int vit_piece(sim *s, const mshape *m, int k, int h) {
  * 2 M floats, M the kept modes (2 modes x modes) over the domain ranks. */
 static double fno_modes(const mshape *m, int domain) {
   const double md = (double)m->mc.modes;
-  return ceil(2.0 * md * md / domain);
+  /* FNO-3D keeps 2 modes_t of the (c2c) time axis too */
+  const double mt = m->ntp > 0 ? 2.0 * (double)m->mc.modes_t : 1.0;
+  return ceil(2.0 * md * md * mt / domain);
+}
+
+/* The rows of the FNO's spectral layers: ny, or FNO-3D's ntp x ny. */
+static double fno_rows(const mshape *m) {
+  return m->ntp > 0 ? m->ntp * m->ny : m->ny;
 }
 
 /* The FNO's spectral layer l on h: act(spectral + linear) (no act after the
@@ -517,7 +528,7 @@ static double fno_modes(const mshape *m, int domain) {
  * makes wl channels; a row-parallel one takes wl, sums the partial outputs
  * over tp and adds the bias after the reduction. */
 static int fno_layer(sim *s, const mshape *m, int l, int h) {
-  const double w = (double)m->mc.width, ny = m->ny, nx = m->nx;
+  const double w = (double)m->mc.width, ny = fno_rows(m), nx = m->nx;
   const int role = sg_plan_fno_role(&m->mc, m->tp, l);
   const double ci = role == 2 ? m->wl : w, co = role == 1 ? m->wl : w;
   if (role == 1) h = op_pointwise(s, m, h, w, ny, nx, 0, 0, -1); /* tp_copy */
@@ -568,7 +579,33 @@ static int fno_cnn_piece(sim *s, const mshape *m, int k, int h) {
   return op_add(s, m, h, r, w, ny, nx);
 }
 
+/* FNO-3D's piece k (fno.c sg_fno_forward_blocks with a time axis): the
+ * input broadcast along time and concatenated with the 3 coordinate
+ * channels (the grid, a plain malloc: not on the account), the lift, the
+ * time padding; the spectral layers on (ntp, ny, nx); the padding cropped,
+ * the projection to one channel, the channel dim dropped (a copy each). */
+static int fno3d_piece(sim *s, const mshape *m, int k, int h) {
+  const double w = (double)m->mc.width, P = (double)m->mc.proj_width,
+               nx = m->nx, T = m->nt * m->ny, Tp = m->ntp * m->ny;
+  const int pad = m->ntp > m->nt, n = sg_plan_pieces(&m->mc);
+  if (k == 0) {
+    double c = m->cin;
+    h = sim_leaf(s, fbytes(m, c, m->ny, nx));
+    h = op_pointwise(s, m, h, c, T, nx, 0, 0, -1); /* broadcast */
+    if (m->mc.add_grid) c += 3, h = op_pointwise(s, m, h, c, T, nx, 0, 0, -1);
+    h = op_linear(s, m, h, c, w, T, nx);
+    return pad ? op_pointwise(s, m, h, w, Tp, nx, 0, 0, -1) : h;
+  }
+  if (k < n - 1) return fno_layer(s, m, k - 1, h);
+  if (pad) h = op_pointwise(s, m, h, w, T, nx, 0, 0, -1);
+  h = op_linear(s, m, h, w, P, T, nx);
+  h = op_act(s, m, h, P, T, nx);
+  h = op_linear(s, m, h, P, 1, T, nx);
+  return op_pointwise(s, m, h, 1, T, nx, 0, 0, -1);
+}
+
 static int model_piece(sim *s, const struct mshape *m, int k, int h) {
+  if (m->kind == SG_MODEL_FNO3D) return fno3d_piece(s, m, k, h);
   if (m->kind == SG_MODEL_VIT || m->kind == SG_MODEL_SWIN)
     return vit_piece(s, m, k, h);
   if (m->kind == SG_MODEL_UNET) return unet_piece(s, m, k, h);
@@ -612,6 +649,19 @@ static double conv_params(double co, double ci, double k) {
   return co * ci * k * k + co;
 }
 
+/* FNO-3D's parameter floats of piece k (fno.c fno_add_params; no tp):
+ * the lift from the inputs and the 3 coordinates, per layer the spectral
+ * weight (complex, over the kept (t, y, x) modes; this rank's with
+ * shard_spectral) and the skip, the projection to one channel. */
+static double fno3d_params(const mshape *m, int k) {
+  const double w = (double)m->mc.width, P = (double)m->mc.proj_width;
+  const int n = sg_plan_pieces(&m->mc);
+  if (k == 0) return (w * (m->cin + (m->mc.add_grid ? 3 : 0)) + w);
+  if (k == n - 1) return P * w + P + P + 1;
+  const double K = fno_modes(m, m->mc.shard_spectral ? m->domain : 1);
+  return 2.0 * w * w * K + w * w + w;
+}
+
 /* The parameter floats of piece k this rank holds (the tables of
  * models/fno.c, cnn.c, unet.c, vit.c, in the order of their pieces). */
 static double piece_params(const mshape *m, int k) {
@@ -620,6 +670,7 @@ static double piece_params(const mshape *m, int k) {
                cout = (double)pb->vars, kw = (double)m->mc.kernel;
   const double c0 = m->cin + (m->mc.add_grid ? 2 : 0);
   const int n = sg_plan_pieces(&m->mc), last = k == n - 1;
+  if (m->kind == SG_MODEL_FNO3D) return fno3d_params(m, k);
   if (m->kind == SG_MODEL_FNO || m->kind == SG_MODEL_CNN) {
     if (last) return conv_params(P, w, 1) + conv_params(cout, P, 1);
     if (m->kind == SG_MODEL_FNO) {
@@ -680,6 +731,22 @@ static void plan_buffers(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
   if (zero == 1 || zero == 2) out->workspace += 4.0 * (n + nstate + 1);
 }
 
+/* The fraction of a pruned FFT's `fields` that one chunk transforms (fft.c
+ * chunk_batch: as many as fit 512 KiB of the full complex block of a
+ * field over the domain ranks, the largest divisor of the batch;
+ * SG_FFT_CHUNK_BYTES is not read here): 1 for one chunk. */
+static double fft_chunk(const mshape *m, double fields) {
+  const double T = m->ntp > 0 ? m->ntp : 1.0;
+  const double per = 8.0 * T * (double)m->pb->ny * (double)m->pb->nx /
+                     m->domain;
+  double target = floor(524288.0 / per);
+  if (fields <= 1 || target >= fields) return 1.0;
+  if (target < 1) target = 1;
+  for (double c = target; c > 1; --c)
+    if (fmod(fields, c) == 0) return c / fields;
+  return 1.0 / fields;
+}
+
 /* One spectral convolution's buffers (spectral.c conv_create: the x and
  * z spectra of cin channels, the y spectrum of cout) and its FFT plans'
  * scratch (fft.c: A, B and the send block, of the larger of the real and
@@ -690,9 +757,12 @@ static double spectral_conv_bytes(const mshape *m, double cin, double cout) {
   double plans = 0.0;
   for (int i = 0; i < (cin == cout ? 1 : 2); ++i) {
     const double c = i ? cout : cin;
-    const double real = fbytes(m, c, m->ny, m->nx),
-                 half = 8.0 * m->b * c * m->ny * floor(m->nx / 2 + 1);
-    plans += 3 * (real > half ? real : half);
+    const double real = fbytes(m, c, fno_rows(m), m->nx),
+                 half = 8.0 * m->b * c * fno_rows(m) * floor(m->nx / 2 + 1);
+    /* the blocks hold one chunk of the fields; a plan of several chunks
+     * has one more (W) */
+    const double f = fft_chunk(m, m->b * c);
+    plans += (f < 1.0 ? 4 : 3) * f * (real > half ? real : half);
   }
   return spec + plans;
 }
@@ -728,7 +798,8 @@ static void chunk_replay(sim *s, const mshape *m, int first, int last,
   }
   h = model_forward(s, m, first, last, h);
   *outb = last < sg_plan_pieces(&m->mc) ? s->v[h].bytes : 0.0;
-  if (last == sg_plan_pieces(&m->mc)) op_loss(s, m, h, (double)m->pb->vars);
+  if (last == sg_plan_pieces(&m->mc)) /* FNO-3D: nt steps of one variable */
+    op_loss(s, m, h, m->nt > 0 ? m->nt : (double)m->pb->vars);
   *held = s->live;
   sim_backward(s, 0);
   *peak = s->peak;
@@ -781,7 +852,8 @@ static sg_status stages(sim *s, const mshape *m, const sg_plan_mesh *mesh,
     /* pairs held between F and B */
     const int inflight = sch ? sg_pp_peak_formula(sch, q) : 1;
     plan_buffers(m->pb, mesh, params, &sm);
-    if (m->kind == SG_MODEL_FNO) sm.workspace += fno_workspace(m);
+    if (m->kind == SG_MODEL_FNO || m->kind == SG_MODEL_FNO3D)
+      sm.workspace += fno_workspace(m);
     /* the gradients of a stage's outputs are received into buffers posted
      * when their headers arrive (pipeline.c pp_post_payloads): one per
      * pair in flight */
@@ -810,10 +882,6 @@ sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
             tp = sg_plan_mesh_dim(mesh, "tp");
   const int64_t micro = sg_plan_micro(pb, mesh);
   const int every = mc.act_ckpt_every;
-  if (kind == SG_MODEL_FNO3D)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "sg_plan_memory: no memory model for fno3d yet (its mesh "
-             "constraints are checked: sg_plan_check)");
   if (kind == SG_MODEL_UNET && (every > 0 || sg_plan_has_dim(mesh, "pp")))
     SG_RAISE(
         SG_ERR_NOT_SUPPORTED,
@@ -838,6 +906,11 @@ sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
   m.sp = kind == SG_MODEL_VIT
              ? sg_plan_mesh_dim(mesh, "sp") * sg_plan_mesh_dim(mesh, "cp")
              : 1;
+  if (kind == SG_MODEL_FNO3D) {
+    m.nt = (double)sg_plan_int(pb, "out_frames");
+    if (m.nt < 1) m.nt = 1;
+    m.ntp = m.nt + (double)mc.pad_t;
+  }
   s = calloc(1, sizeof *s);
   if (!s) SG_RAISE(SG_ERR_ALLOC, "sg_plan_memory: out of memory");
   SG_TRY(stages(s, &m, mesh, out));

@@ -99,6 +99,7 @@ typedef struct pt {
   sg_kv_t kv;
   sg_model_config mc;  /* the model's keys (sg_model_config_from_kv) */
   double wl;           /* the FNO's channels of a tp rank (the largest) */
+  double ntp;          /* FNO-3D's padded time axis (0: 2-D) */
   double nb;           /* samples in a micro-batch on this rank */
   int64_t ny, nx;      /* global grid */
   double ly, lx;       /* local grid (the largest shard) */
@@ -250,10 +251,15 @@ static double fft_transpose(const pt *c, pt_group g, double bytes,
  * block). */
 static void fno_transform(pt *c, double ch, int bwd) {
   static const char *const hw2[2] = {"h", "w"}, *const wn[1] = {"w"};
-  const double md = (double)c->mc.modes, ny = (double)c->ny, nx = (double)c->nx,
-               pts = c->ly * c->lx, dom = c->sh * c->sw;
+  /* FNO-3D: every (y, x) plane of its ntp time steps, then a c2c along
+   * time on the 2 modes x modes kept (y, x) modes; whole on every rank */
+  const double T = c->ntp > 0 ? c->ntp : 1.0;
+  const double md = (double)c->mc.modes, ny = (double)c->ny * T,
+               nx = (double)c->nx, pts = c->ly * c->lx * T, dom = c->sh * c->sw;
   const double ff = c->nb * ch *
-                    (ny * 2.5 * nx * lg2(nx) + md * 5.0 * ny * lg2(ny)) / dom;
+                    (ny * 2.5 * nx * lg2(nx) + md * 5.0 * ny * lg2(ny / T) +
+                     (T > 1 ? 2.0 * md * md * 5.0 * T * lg2(T) : 0.0)) /
+                    dom;
   const double fb = c->nb * ch * 4.0 * (pts + 2.0 * md * ny / dom);
   *(bwd ? &c->bwd : &c->fwd) += roof(ff, c->hw->fft_flops, fb, c->hw->mem_bw);
   c->flops.fft += ff;
@@ -280,7 +286,10 @@ static void fno_transform(pt *c, double ch, int bwd) {
 static void fno_layer(pt *c, int l) {
   static const char *const tpn[1] = {"tp"};
   const double w = (double)c->mc.width, md = (double)c->mc.modes;
-  const double n = c->nb * c->ly * c->lx, dom = c->sh * c->sw;
+  /* FNO-3D: ntp time steps a point, 2 modes_t kept along time */
+  const double T = c->ntp > 0 ? c->ntp : 1.0,
+               mt = c->ntp > 0 ? 2.0 * (double)c->mc.modes_t : 1.0;
+  const double n = c->nb * c->ly * c->lx * T, dom = c->sh * c->sw;
   const int role = sg_plan_fno_role(&c->mc, c->tp, l);
   const double ci = role == 2 ? c->wl : w, co = role == 1 ? c->wl : w;
   const pt_group gt = pt_group_of(c->m, c->hw, tpn, 1);
@@ -294,7 +303,7 @@ static void fno_layer(pt *c, int l) {
   fno_transform(c, ci, 1);
   /* the mode mix: a complex ci x co product per kept mode (8 flops a
    * complex multiply-add: 4x a real GEMM of the same shape) */
-  op_mm(c, 0, c->nb * 2.0 * md * md / dom, ci, 4.0 * co, 2.0);
+  op_mm(c, 0, c->nb * 2.0 * md * md * mt / dom, ci, 4.0 * co, 2.0);
   op_mm(c, 0, n, ci, co, 2.0);
   op_elem(c, n * co, 2.0);
   if (role == 2) {
@@ -302,7 +311,7 @@ static void fno_layer(pt *c, int l) {
     op_elem(c, n * w, 1.0); /* the bias */
   }
   if (l + 1 < (int)c->mc.layers) op_act(c, n * co);
-  const double spectral = 2.0 * ci * co * 2.0 * md * md;
+  const double spectral = 2.0 * ci * co * 2.0 * md * md * mt;
   if (c->mc.shard_spectral)
     c->par_dom += spectral / dom;
   else
@@ -321,6 +330,30 @@ static void model_fno(pt *c, double cin, double cout) {
   op_act(c, n * pw);
   op_mm(c, 0, n, pw, cout, 2.0);
   c->par_rep += cin * w + w + w * pw + pw + pw * cout + cout;
+  c->ntens += 6.0;
+}
+
+/* FNO-3D (fno.c with a time axis): the input broadcast along its nt
+ * output steps and concatenated with 3 coordinate channels, the lift, the
+ * time padding to ntp; the spectral layers on (ntp, y, x); the padding
+ * cropped, the projection to one channel and the channel dim dropped
+ * (copies, as the reshaping ops of fno3d_ops.c make). */
+static void model_fno3d(pt *c) {
+  const double w = (double)c->mc.width, pw = (double)c->mc.proj_width;
+  const double nt = c->ntp - (double)c->mc.pad_t,
+               n = c->nb * c->ly * c->lx * nt, x = (double)c->mc.cin,
+               ci = x + (c->mc.add_grid ? 3.0 : 0.0);
+  op_copy(c, n * x);
+  if (c->mc.add_grid) op_copy(c, n * ci);
+  op_mm(c, 0, n, ci, w, 2.0);
+  if (c->ntp > nt) op_copy(c, c->nb * c->ly * c->lx * c->ntp * w);
+  for (int l = 0; l < (int)c->mc.layers; ++l) fno_layer(c, l);
+  if (c->ntp > nt) op_copy(c, n * w);
+  op_mm(c, 0, n, w, pw, 2.0);
+  op_act(c, n * pw);
+  op_mm(c, 0, n, pw, 1.0, 2.0);
+  op_copy(c, n);
+  c->par_rep += ci * w + w + w * pw + pw + pw + 1.0;
   c->ntens += 6.0;
 }
 
@@ -557,16 +590,16 @@ static sg_status run_model(pt *c, const sg_plan_problem *pb) {
   case SG_MODEL_UNET: model_unet(c, cin, cout); break;
   case SG_MODEL_VIT: model_vit(c, cin, cout, 0); break;
   case SG_MODEL_SWIN: model_vit(c, cin, cout, 1); break;
-  case SG_MODEL_FNO3D:
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "sg_plan_step_time: no time model for fno3d yet (its mesh "
-             "constraints are checked: sg_plan_check)");
+  case SG_MODEL_FNO3D: model_fno3d(c); break;
   default:
     SG_RAISE(SG_ERR_CONFIG, "sg_plan_step_time: no time model for '%s'",
              sg_model_kind_name(c->mc.kind));
   }
-  /* the loss: a few passes over the output */
-  op_elem(c, c->nb * c->ly * c->lx * cout, 3.0);
+  /* the loss: a few passes over the output (FNO-3D: its steps) */
+  op_elem(c,
+          c->nb * c->ly * c->lx * cout *
+              (c->ntp > 0 ? c->ntp - (double)c->mc.pad_t : 1.0),
+          3.0);
 fail:
   return st;
 }
@@ -604,6 +637,14 @@ fail:
   return st;
 }
 
+/* The ranks of a node that run kernels at once: the mesh's ranks on it,
+ * at most one per core (more share the cores: the stretch below). */
+static int busy_on_node(const sg_plan_hw *hw, int on_node) {
+  return hw->cores_per_node > 0 && on_node > hw->cores_per_node
+             ? hw->cores_per_node
+             : on_node;
+}
+
 sg_status sg_plan_flops_of(const sg_plan_problem *pb, const sg_plan_mesh *m,
                            const sg_plan_hw *hw, sg_plan_flops *out) {
   sg_plan_time t;
@@ -622,6 +663,12 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
   if (!pb || !m || !hw || !out)
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_plan_step_time: NULL argument");
   memset(out, 0, sizeof *out);
+  /* the rates of a node that runs on_node of the mesh's ranks at once */
+  const int rpn = hw->ranks_per_node > 0 ? hw->ranks_per_node : 1;
+  const int on_node = sg_plan_mesh_ranks(m) < rpn ? sg_plan_mesh_ranks(m) : rpn;
+  sg_plan_hw hwn;
+  sg_plan_hw_on_node(hw, busy_on_node(hw, on_node), &hwn);
+  hw = &hwn;
   pt c = {.m = m, .hw = hw, .kv = pb->cfg, .ny = pb->ny, .nx = pb->nx};
   SG_TRY(sg_plan_model(pb, &c.mc));
   const int pp = sg_plan_mesh_dim(m, "pp");
@@ -637,6 +684,8 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
   c.sh = sg_plan_mesh_dim(m, "h"), c.sw = sg_plan_mesh_dim(m, "w"),
   c.tp = sg_plan_mesh_dim(m, "tp");
   c.wl = ceil(c.mc.width / (double)c.tp);
+  if (c.mc.kind == SG_MODEL_FNO3D) /* out_frames steps + pad_t */
+    c.ntp = (double)(cfg_int(c.kv, "out_frames", 1) + c.mc.pad_t);
   c.nb = (double)(batch / data / micro);
   c.ly = ceil((double)pb->ny / c.sh), c.lx = ceil((double)pb->nx / c.sw);
   c.eb = !strcmp(cfg_str(c.kv, "param_dtype", "f32"), "bf16") ? 2.0 : 4.0;
@@ -644,8 +693,6 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
   /* activation checkpointing recomputes the forward in backward */
   if (c.mc.act_ckpt_every > 0) c.bwd += c.fwd;
   /* oversubscription: more ranks on a node than cores share them */
-  const int rpn = hw->ranks_per_node > 0 ? hw->ranks_per_node : 1;
-  const int on_node = sg_plan_mesh_ranks(m) < rpn ? sg_plan_mesh_ranks(m) : rpn;
   if (hw->cores_per_node > 0 && on_node > hw->cores_per_node) {
     const double f = (double)on_node / hw->cores_per_node;
     c.fwd *= f, c.bwd *= f;

@@ -103,6 +103,17 @@ typedef struct sg_plan_hw {
    * share them, and the compute stretches by ranks / cores */
   int cores_per_node;
   double io_bw; /* bytes/s per rank reading the data (0: I/O not costed) */
+  /* The same rates per rank while `shared_ranks` ranks of a node run the
+   * same kernel at once (sg-plan --calibrate measures both; the keys
+   * gemm_flops_shared, ...): ranks on one node share its memory system,
+   * so a memory-bound kernel runs slower per rank than alone. The step
+   * time uses them when more than one rank of the mesh is on a node
+   * (docs/choosing-a-mesh-time.md); 0: the single-stream rate. */
+  struct sg_plan_rates {
+    double gemm_flops, conv_flops, fft_flops, mem_bw, attn_flops, act_rate,
+        norm_rate, lnorm_rate, up_rate;
+  } shared;
+  int shared_ranks; /* ranks that ran at once for `shared` (0: none) */
 } sg_plan_hw;
 sg_status sg_plan_hw_load(const char *path, sg_plan_hw *hw);
 sg_status sg_plan_hw_save(const char *path, const sg_plan_hw *hw);
@@ -139,8 +150,16 @@ double sg_plan_allreduce_s(int p, double bytes, double alpha, double beta);
 double sg_plan_scatter_s(int p, double bytes, double alpha, double beta);
 double sg_plan_p2p_s(double bytes, double alpha, double beta);
 
+/* The hardware a mesh of `on_node` ranks per node sees: *out = *hw with
+ * every rate that has a shared value moved towards it, 1 / rate
+ * interpolated linearly in (on_node - 1) / (shared_ranks - 1) and held at
+ * the shared value beyond shared_ranks; on_node <= 1 (or no shared
+ * values): *hw. */
+void sg_plan_hw_on_node(const sg_plan_hw *hw, int on_node, sg_plan_hw *out);
+
 /* Measure this machine (collective over comm: GEMM, conv, FFT and memory
- * rates on every rank, the slowest kept; MPI latency and bandwidth between
+ * rates on rank 0 alone (the single-stream rates) and on every rank at
+ * once (the shared ones, the slowest rank's kept); MPI latency and bandwidth between
  * ranks 0 and 1 by message size, fitted to alpha + beta n) into *out;
  * ranks_per_node and cores_per_node from the machine. Flags:
  * SG_PLAN_CAL_QUICK measures fewer, smaller sizes; SG_PLAN_CAL_CPU_TIME

@@ -88,6 +88,10 @@ static void conv_bench(const char *name, int64_t nb, int64_t c, int64_t k,
   double *tf = malloc((size_t)reps * sizeof *tf),
          *tb = malloc((size_t)reps * sizeof *tb);
   double *tt = malloc((size_t)reps * sizeof *tt);
+  /* the backward's two GEMM-sized parts alone: dx (dw, db NULL) and dw
+   * (dx NULL), to see which one holds the backward back */
+  double *tdx = malloc((size_t)reps * sizeof *tdx),
+         *tdw = malloc((size_t)reps * sizeof *tdw);
   sg_status st = sg_conv_forward(&d, SG_DTYPE_F32, x, wt, b, y, ws);
   st |= sg_conv_backward(&d, SG_DTYPE_F32, x, wt, dy, dx, dw, db, ws);
   for (int r = 0; r < reps && st == SG_OK; ++r) {
@@ -97,9 +101,15 @@ static void conv_bench(const char *name, int64_t nb, int64_t c, int64_t k,
     double t1 = now();
     st |= sg_conv_backward(&d, SG_DTYPE_F32, x, wt, dy, dx, dw, db, ws);
     double t2 = now();
+    st |= sg_conv_backward(&d, SG_DTYPE_F32, x, wt, dy, dx, NULL, NULL, ws);
+    double t3 = now();
+    st |= sg_conv_backward(&d, SG_DTYPE_F32, x, wt, dy, NULL, dw, NULL, ws);
+    double t4 = now();
     tf[r] = t1 - t0;
     tb[r] = t2 - t1;
     tt[r] = t2 - t0;
+    tdx[r] = t3 - t2;
+    tdw[r] = t4 - t3;
   }
   if (st != SG_OK) {
     fprintf(stderr, "bench_ops: %s\n", sg_last_error());
@@ -110,14 +120,16 @@ static void conv_bench(const char *name, int64_t nb, int64_t c, int64_t k,
   free(pk);
   double gf = fl / median(tf, reps) / 1e9, gb = 2 * fl / median(tb, reps) / 1e9;
   double gt = 3 * fl / median(tt, reps) / 1e9;
+  double gdx = fl / median(tdx, reps) / 1e9, gdw = fl / median(tdw, reps) / 1e9;
   printf(
       "{\"bench\":\"conv2d\",\"case\":\"%s\",\"batch\":%lld,\"cin\":%lld,\"cout\":%lld,"
       "\"h\":%lld,\"w\":%lld,\"kernel\":3,\"threads\":%d,\"fwd_gflops\":%.1f,"
-      "\"bwd_gflops\":%.1f,\"fwd_bwd_gflops\":%.1f,\"fwd_bwd_ms\":%.1f,"
+      "\"bwd_gflops\":%.1f,\"dx_gflops\":%.1f,\"dw_gflops\":%.1f,"
+      "\"fwd_bwd_gflops\":%.1f,\"fwd_bwd_ms\":%.1f,"
       "\"sgemm_peak_gflops\":%.1f,\"fraction_of_peak\":%.2f}\n",
       name, (long long)nb, (long long)c, (long long)k, (long long)h,
-      (long long)w, omp_get_max_threads(), gf, gb, gt, 1e3 * median(tt, reps),
-      peak, gt / peak);
+      (long long)w, omp_get_max_threads(), gf, gb, gdx, gdw, gt,
+      1e3 * median(tt, reps), peak, gt / peak);
   fflush(stdout);
   free(x);
   free(wt);
@@ -131,6 +143,8 @@ static void conv_bench(const char *name, int64_t nb, int64_t c, int64_t k,
   free(tf);
   free(tb);
   free(tt);
+  free(tdx);
+  free(tdw);
 }
 
 #ifdef SG_BENCH_SHARDED

@@ -7,7 +7,9 @@
 #
 # For each model (tiny configs on a 64 x 64 Navier-Stokes set, batch 8) it
 # calibrates the machine (sg-plan-calibrate --quick, just before the model's
-# runs, so rates and runs share the same minutes), then runs sg-train on
+# runs, so rates and runs share the same minutes; the rates on one rank
+# alone and on every rank at once, the shared ones the 2-rank meshes use,
+# both printed at the end), then runs sg-train on
 # every mesh of 1 and 2 ranks the model accepts (h, w, dp, fsdp with ZeRO-3,
 # pp with 4 micro-batches, tp; sg-plan's check decides) and asks sg-plan
 # (--mesh M --json --hardware the calibration) for its prediction. It prints
@@ -15,7 +17,14 @@
 #     (predicted / measured), within 25%?, and the predicted and measured
 #     split (compute, halo, collectives: sg-train's own timers, wall);
 #   - per model the runs within 25% and the Kendall tau between the
-#     predicted and the measured ranking of its 2-rank meshes;
+#     predicted and the measured ranking of its 2-rank meshes: tau-a (every
+#     pair counts) and tau-b with ties, a pair tied on a side where its two
+#     times differ by no more than the larger of the two runs' step-to-step
+#     spread (interquartile range / median of the timed steps);
+#   - one rank with half the batch (a dp=2 rank's work, alone on the
+#     node), not judged: its predicted and measured compute beside the
+#     dp=2 row's, to tell ranks that slow each other from work that does
+#     not halve;
 #   - the 3..8-rank meshes sg-plan ranks first, marked oversubscribed:
 #     reported, not judged (more ranks than cores share them: the cost
 #     model stretches compute by ranks / cores, which MPI's busy-polling
@@ -28,7 +37,8 @@
 # steps, against the predicted total minus the pipeline bubble), as
 # bench/plan/run.sh does. The script says which it used and the load
 # average at the start and the end. About 3-5 minutes on a quiet 2-core
-# machine (26 runs of ~11 steps, 4 quick calibrations).
+# machine (30 runs of ~11 steps, 4 quick calibrations, each measuring the
+# single-stream and the shared rates).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/tools/env.sh"
@@ -40,7 +50,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --cpu-time) cpu_time=1; shift ;;
     --run-oversubscribed) run_over=1; shift ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "validate.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -95,8 +105,8 @@ runs=$work/runs.jsonl
 echo "{\"cores\": $cores, \"timing\": \"$([ $cpu_time = 1 ] && echo cpu || echo wall)\", \"load_average_start\": \"$(load)\"}" >> "$runs"
 
 # one mesh: sg-plan's prediction, sg-train's measurement, a JSON line
-measure() { # MODEL SPEC HW [judged|oversubscribed]
-  local model=$1 spec=$2 hw=$3 verdict=$4
+measure() { # MODEL SPEC HW [judged|oversubscribed|alone] [BATCH]
+  local model=$1 spec=$2 hw=$3 verdict=$4 b=${5:-$batch}
   local mesh=${spec%%:*} extra=() size
   [ "$spec" != "$mesh" ] && read -r -a extra <<< "${spec#*:}"
   read -r -a size <<< "$(size_of "$model")"
@@ -118,20 +128,23 @@ measure() { # MODEL SPEC HW [judged|oversubscribed]
   else
     "${run[@]}" --steps $((steps + warm)) --metrics "$m" > /dev/null
   fi
-  /usr/bin/python3 - "$m" "$model" "$spec" "$ranks" "$verdict" "$pred" "$c0" "$c1" "$steps" "$warm" "$batch" \
+  /usr/bin/python3 - "$m" "$model" "$spec" "$ranks" "$verdict" "$pred" "$c0" "$c1" "$steps" "$warm" "$b" \
     "$cpu_time" <<'PY' >> "$runs"
 import json, statistics, sys
 m, model, spec, ranks, verdict, pred, c0, c1, steps, warm, batch, cpu = sys.argv[1:]
 recs = [json.loads(l) for l in open(m) if "samples_per_s" in l][int(warm):]
 med = lambda k: statistics.median(r[k] for r in recs)
 p = json.loads(pred)
-wall = statistics.median(int(batch) / r["samples_per_s"] for r in recs)
+steps_s = [int(batch) / r["samples_per_s"] for r in recs]
+wall = statistics.median(steps_s)
+q = statistics.quantiles(steps_s, n=4) if len(steps_s) > 1 else [wall, wall, wall]
 cpu_s = (float(c1) - float(c0)) / int(steps) / int(ranks)
 coll = sum(p.get(k, 0) for k in ("allreduce_s", "reduce_scatter_s", "allgather_s",
                                  "alltoall_s", "ring_s", "p2p_s"))
 row = {"model": model, "mesh": spec, "ranks": int(ranks), "verdict": verdict,
        "predicted_s": p["step_s"] if cpu == "0" else p["step_s"] - p["bubble_s"],
        "measured_s": wall if cpu == "0" else cpu_s, "measured_wall_s": wall,
+       "spread": (q[2] - q[0]) / wall if cpu == "0" else 0.0,
        "pred_split": [p["compute_s"], p["halo_s"], coll, p["bubble_s"]],
        "meas_split": [med("time_compute"), med("time_halo"), med("time_collectives")]}
 print(json.dumps(row))
@@ -141,12 +154,33 @@ PY
 for model in $models; do
   hw=$work/hw-$model
   mpirun "$np" "$bin/sg-plan-calibrate" "${cal[@]}" --out "$hw" > /dev/null
+  # the calibration's single-stream and shared rates, for the table
+  /usr/bin/python3 - "$hw" "$model" <<'PY' >> "$runs"
+import json, sys
+kv = {}
+for line in open(sys.argv[1]):
+    if "=" in line and not line.lstrip().startswith("#"):
+        k, v = (x.strip() for x in line.split("=", 1))
+        kv[k] = v
+rates = {k: [float(kv[k]), float(kv[k + "_shared"])] for k in
+         ("gemm_flops", "conv_flops", "fft_flops", "mem_bw", "attn_flops", "act_rate",
+          "norm_rate", "lnorm_rate", "up_rate") if k + "_shared" in kv}
+print(json.dumps({"calibration": sys.argv[2], "shared_ranks": int(kv.get("shared_ranks", 0)),
+                  "rates": rates}))
+PY
   for spec in h=1 h=2 w=2 dp=2 "fsdp=2:--zero 3" "pp=2:--microbatches 4 --pp-split even" tp=2; do
     mesh=${spec%%:*}
     [ "$(ranks_of "$mesh")" -le "$cores" ] || continue
     echo "validate.sh: $model $mesh (load $(load))" >&2
     measure "$model" "$spec" "$hw" judged
   done
+  # not judged: one rank with half the batch, a dp=2 rank's work alone on
+  # the node (the other core idle): its compute against the dp=2 row's
+  # separates the ranks slowing each other from work that does not halve
+  if [ "$cores" -ge 2 ]; then
+    echo "validate.sh: $model h=1 batch $((batch / 2)), alone (load $(load))" >&2
+    measure "$model" "h=1:--batch $((batch / 2))" "$hw" alone $((batch / 2))
+  fi
   # the 3..8-rank meshes: sg-plan's first choice per rank count
   for r in 3 4 5 6 7 8; do
     [ "$r" -gt "$cores" ] || continue

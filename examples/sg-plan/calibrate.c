@@ -7,8 +7,9 @@
  * with other jobs, the rates of a core of one's own.
  *
  * Run it with as many ranks per node as the runs will use (one thread per
- * rank, OMP_NUM_THREADS=1, as sg-train runs): the compute rates are those
- * of every rank working at once. With 2 or more ranks it also measures
+ * rank, OMP_NUM_THREADS=1, as sg-train runs): each compute rate is
+ * measured on rank 0 alone (the single-stream rate) and on every rank at
+ * once (the *_shared keys: a busy node's rate per rank). With 2 or more ranks it also measures
  * all-reduce by message size and group size (groups of the first g ranks)
  * and appends them to the file as comments, next to what the fitted
  * alpha + beta n predicts. */
@@ -94,6 +95,11 @@ int main(int argc, char **argv) {
            "alpha %.3g s, bandwidth %.3g B/s\n",
            out, hw.gemm_flops, hw.conv_flops, hw.fft_flops, hw.mem_bw,
            hw.alpha_intra, 1.0 / hw.beta_intra);
+  if (rank == 0 && hw.shared_ranks > 1)
+    printf("%s: %d ranks at once, per rank: gemm %.3g flop/s, conv %.3g, "
+           "fft %.3g, memory %.3g B/s\n",
+           out, hw.shared_ranks, hw.shared.gemm_flops, hw.shared.conv_flops,
+           hw.shared.fft_flops, hw.shared.mem_bw);
   MPI_Finalize();
   return 0;
 }

@@ -13,7 +13,9 @@
  * operations per 16 elements where the portable loop (sg_ops_inl.h, no
  * contraction, a division, integer exponent bits) takes ~35 and a divide.
  * Elementwise: results do not depend on the split across ranks or threads.
- * Built only for AVX-512F targets; sg_gelu_simd_available() says so. */
+ * Compiled for AVX-512F by this file's own flags where the compiler can;
+ * entered only when sg_gelu_simd_available() (ops.c: built, and the CPU
+ * has AVX-512F) says so. */
 #include <stdint.h>
 
 #include "ops_impl.h"
@@ -23,7 +25,7 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
-int sg_gelu_simd_available(void) { return 1; }
+int sg_gelu_simd_built(void) { return 1; }
 
 typedef struct gelu_k {
   __m512 a, b3, nb, na, lo, hi, log2e, ln2hi, ln2lo, one, two, c[7];
@@ -138,7 +140,7 @@ void sg_gelu_bwd_simd_f32(int64_t n, const float *x, const float *dy,
 
 #else
 
-int sg_gelu_simd_available(void) { return 0; }
+int sg_gelu_simd_built(void) { return 0; }
 void sg_gelu_fwd_simd_f32(int64_t n, const float *x, float *y) {
   (void)n, (void)x, (void)y;
 }

@@ -42,6 +42,33 @@ static int sg_max_threads(void) {
 #endif
 }
 
+/* ---- run-time CPU dispatch (ops_impl.h) ---------------------------------
+ * The AVX-512 kernels are compiled with their own target flags, so a
+ * library built on (or for) another CPU still has them; whether they run
+ * is decided here, in a file compiled for the library's baseline target,
+ * so that no AVX-512 instruction executes before the check. GCC's and
+ * clang's __builtin_cpu_supports reads cpuid once (libgcc's constructor)
+ * and reports avx512f only where the OS also saves the AVX-512 registers
+ * (XCR0). SG_SIMD=portable forces the portable path (tests compare the
+ * two; a user can rule out a kernel). Read on every call: cheap next to a
+ * kernel, and a test may change it between calls. */
+int sg_simd_avx512(void) {
+  const char *env = getenv("SG_SIMD");
+  if (env && !strcmp(env, "portable")) return 0;
+#if (defined(__x86_64__) || defined(__i386__)) && \
+    (defined(__GNUC__) || defined(__clang__))
+  return __builtin_cpu_supports("avx512f") != 0;
+#else
+  return 0;
+#endif
+}
+
+int sg_pw_f32_available(void) { return sg_pw_f32_built() && sg_simd_avx512(); }
+
+int sg_gelu_simd_available(void) {
+  return sg_gelu_simd_built() && sg_simd_avx512();
+}
+
 #define SG_CHECK_DT(dt)                                                    \
   do {                                                                     \
     if ((dt) != SG_DTYPE_F32 && (dt) != SG_DTYPE_F64)                      \
@@ -85,7 +112,7 @@ static void sg_ws_put(void **own) {
 #define SG_CONV_TILE_COLS 1024 /* target GEMM columns per tile */
 
 /* Whether the convolution runs direct (ops_tmpl.h: 2-D, stride 1, f32 with
- * the AVX-512 kernels, at most a quarter of the computed row wasted on the
+ * the AVX-512 kernels available, at most a quarter of the computed row wasted on the
  * kernel's margin; SG_CONV_DIRECT=0 turns it off), and its workspace (*per,
  * bytes per thread, raised to fit). */
 static void sg_conv_direct_make(sg_conv_geom *g, int excluded, size_t *per) {

@@ -45,8 +45,19 @@ typedef struct sg_up_geom {
   int linear[3]; /* dims with a 1-cell margin (linear mode, real dims) */
 } sg_up_geom;
 
-/* f32 pointwise (1x1) kernels, pointwise.c: available where built for
- * AVX-512F, else the callers use BLAS. apply: y[n][r][p] (+)= b[r] +
+/* Run-time CPU dispatch (ops.c). The AVX-512 kernels (pointwise.c,
+ * act_simd.c) are compiled with their own target flags whatever the
+ * library's -march; *_built() says whether they were, *_available()
+ * whether they may run here: built, the CPU (cpuid, with the OS saving
+ * the AVX-512 state) has AVX-512F, and SG_SIMD is not "portable" (which
+ * forces the portable path: BLAS and plain C). Call nothing in those files
+ * unless available() is 1. */
+int sg_simd_avx512(void);
+int sg_pw_f32_built(void);
+int sg_gelu_simd_built(void);
+
+/* f32 pointwise (1x1) kernels, pointwise.c: where available, else the
+ * callers use BLAS. apply: y[n][r][p] (+)= b[r] +
  * sum_ci w[r*wr + ci*wc] x[n][ci][p] (b may be NULL; `accumulate` adds to
  * y instead of starting from b). wgrad: dw[k][c] += sum_{n,p} dy[n][k][p]
  * x[n][c][p] and (db not NULL) db[k] += sum_{n,p} dy[n][k][p], with

@@ -22,8 +22,10 @@
  * Every output element sums its input channels in increasing order, one
  * fused multiply-add each: a pixel's result does not depend on how the
  * pixels are split across ranks or threads.
- * Built only where the compiler targets AVX-512F (SG_NATIVE on such a
- * machine); otherwise sg_pw_f32_available() is 0 and the callers use BLAS. */
+ * Compiled for AVX-512F whatever the library's target (this file's own
+ * flags, shardtensor/ops/CMakeLists.txt) where the compiler can; the
+ * callers enter it only when sg_pw_f32_available() (ops.c: built, and the
+ * CPU running it has AVX-512F) says so, else they use BLAS. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +45,7 @@ enum {
   PW_WCHUNK = 256  /* pixels per chunk of the conv's dW (wgrad_acc) */
 };
 
-int sg_pw_f32_available(void) { return 1; }
+int sg_pw_f32_built(void) { return 1; }
 
 /* One forward tile: MR rows r of y (stride ldy) over up to 48 pixels,
  * y[r] = init + sum_ci w[r*wr + ci*wc] x[ci*ldx]. init: mode 0 bias (or
@@ -292,30 +294,37 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
       db[k] += _mm512_reduce_add_ps(_mm512_loadu_ps(bpart + 16 * k));
 }
 
-/* The conv's weight gradient (x: its column matrix, cin = C k^d rows):
- * input-channel blocks outside, output blocks inside, over pixel chunks
- * whose dy rows (cout x PW_WCHUNK, 32 KiB at 32 channels) stay in L1 while
- * each block of x rows is reused over all of them. With k outside and
- * 1024-pixel chunks each x row came from L2 once per 4 output channels. A
- * lane still sums its pixels in increasing order (chunks are multiples of
- * 16): the same bits as before. */
-void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x,
-                         int64_t ldx, const float *dy, int64_t ldd,
-                         float *part) {
-  sg_pw_wgrad_acc_off_f32(cin, cout, np, x, ldx, NULL, dy, ldd, part);
-}
-
-void sg_pw_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
-                             const float *x, int64_t ldx, const int64_t *xoff,
-                             const float *dy, int64_t ldd, float *part) {
+/* The weight gradient's tiles over pixel chunks of `chunk`. A lane sums
+ * its pixels in increasing order whatever the chunk (a multiple of 16) and
+ * the tile order: they only move data between registers and `part`.
+ *  - im2col (x its column matrix, cin = C k^d rows): input-channel blocks
+ *    outside, output blocks inside, over 256-pixel chunks whose
+ *    dy rows (cout x 256, 32 KiB at 32 channels) stay in L1 while each
+ *    block of x rows is reused over all of them (with k outside and
+ *    1024-pixel chunks each x row came from L2 once per 4 output channels).
+ *  - direct (x the image through the shifts xoff): one chunk, the whole
+ *    tile, so the 24 accumulators stay in registers across the image rows
+ *    (per 256-pixel chunk the tile's round trip of its partials through
+ *    `part`, 590 KiB at 32 x 288 in L2, took a fifth of the kernel's time,
+ *    perf); output blocks outside, so a block's 4 dy rows (16 KiB) stay in
+ *    L1 while the shifted image rows, 9 of a channel within one ~6 KiB
+ *    stretch, come from L2. dW alone, bench_ops, CPU clock, alternating
+ *    under load 10: 0.48 of SGEMM (chunks of 256) -> 0.60 (whole tile, k
+ *    inside) -> 0.68 (whole tile, k outside). */
+static void pw_wgrad_chunks(int64_t cin, int64_t cout, int64_t np,
+                            int64_t chunk, const float *x, int64_t ldx,
+                            const int64_t *xoff, const float *dy, int64_t ldd,
+                            float *part) {
   const int64_t nkb = (cout + PW_MK - 1) / PW_MK,
                 ncb = (cin + PW_MC - 1) / PW_MC;
-  for (int64_t p0 = 0; p0 < np; p0 += PW_WCHUNK) {
-    const int64_t len = np - p0 < PW_WCHUNK ? np - p0 : PW_WCHUNK;
+  for (int64_t p0 = 0; p0 < np; p0 += chunk) {
+    const int64_t len = np - p0 < chunk ? np - p0 : chunk;
     const int64_t nv = (len + 15) / 16, tail = len - 16 * (nv - 1);
     const __mmask16 mt = (__mmask16)((1u << tail) - 1u);
     for (int64_t t = 0; t < nkb * ncb; ++t) {
-      const int64_t k0 = (t % nkb) * PW_MK, c0 = (t / nkb) * PW_MC;
+      const int64_t kb = xoff ? t / ncb : t % nkb,
+                    cb = xoff ? t % ncb : t / nkb;
+      const int64_t k0 = kb * PW_MK, c0 = cb * PW_MC;
       const int mk = (int)(cout - k0 < PW_MK ? cout - k0 : PW_MK);
       const int mc = (int)(cin - c0 < PW_MC ? cin - c0 : PW_MC);
       pw_wtiles[mk][mc](nv, mt, dy + k0 * ldd + p0, ldd,
@@ -324,6 +333,20 @@ void sg_pw_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
                         part + (k0 * cin + c0 * mk) * 16);
     }
   }
+}
+
+void sg_pw_wgrad_acc_f32(int64_t cin, int64_t cout, int64_t np, const float *x,
+                         int64_t ldx, const float *dy, int64_t ldd,
+                         float *part) {
+  pw_wgrad_chunks(cin, cout, np, PW_WCHUNK, x, ldx, NULL, dy, ldd, part);
+}
+
+void sg_pw_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
+                             const float *x, int64_t ldx, const int64_t *xoff,
+                             const float *dy, int64_t ldd, float *part) {
+  const int64_t whole = (np + 15) / 16 * 16;
+  pw_wgrad_chunks(cin, cout, np, whole > 0 ? whole : 16, x, ldx, xoff, dy, ldd,
+                  part);
 }
 
 void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
@@ -354,7 +377,7 @@ void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
   (void)cin, (void)cout, (void)part, (void)dw;
 }
 
-int sg_pw_f32_available(void) { return 0; }
+int sg_pw_f32_built(void) { return 0; }
 
 void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *w, int64_t wr, int64_t wc, const float *x,

@@ -210,3 +210,14 @@ int64_t sg_test_cmp_ref(const void *a, sg_dtype dt, const double *ref,
   }
   return bad;
 }
+
+void sg_test_nchw_placements(sg_mesh_t mesh, sg_placement *pl) {
+  for (int m = 0; m < sg_mesh_ndims(mesh); ++m) {
+    const char *n = sg_mesh_dim_name(mesh, m);
+    pl[m] = !strcmp(n, "dp") || !strcmp(n, "ep") ? sg_shard(0)
+            : !strcmp(n, "c")                    ? sg_shard(1)
+            : !strcmp(n, "h")                    ? sg_shard(2)
+            : !strcmp(n, "w")                    ? sg_shard(3)
+                                                 : sg_replicate();
+  }
+}

@@ -41,6 +41,11 @@ void sg_test_box_copy(int nd, const int64_t *gshape, const int64_t *off,
  * collective. */
 sg_status sg_test_var_box(const sg_var *v, int64_t *off, int64_t *shape);
 
+/* The placements of a batch of NCHW fields on `mesh`, from the dims' names:
+ * "dp" and "ep" split the samples (dim 0), "c" the channels, "h" and "w"
+ * the rows and columns; every other dim (tp, sp, fsdp, ...) replicates. */
+void sg_test_nchw_placements(sg_mesh_t mesh, sg_placement *pl);
+
 /* ---- guarded buffers ---------------------------------------------------------- */
 /* n elements (zero-filled) with SG_TEST_GUARD elements before and after,
  * filled with a signalling-NaN sentinel; a kernel writing out of bounds

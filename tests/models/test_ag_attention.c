@@ -204,16 +204,6 @@ done:
 
 /* ---- sharded against one process ------------------------------------------ */
 
-static void placements_of(sg_mesh_t mesh, sg_placement *pl) {
-  for (int m = 0; m < sg_mesh_ndims(mesh); ++m) {
-    const char *n = sg_mesh_dim_name(mesh, m);
-    pl[m] = !strcmp(n, "dp")  ? sg_shard(0)
-            : !strcmp(n, "h") ? sg_shard(2)
-            : !strcmp(n, "w") ? sg_shard(3)
-                              : sg_replicate();
-  }
-}
-
 /* The reference: loss, dx, parameter gradients (global, f64). */
 typedef struct ref {
   double loss, *dx, *dp[NP];
@@ -264,7 +254,7 @@ static void test_sharded(const char *spec, block *b, const ref *r) {
   unsigned split = 0, bsplit = 0;
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   SG_REQUIRE_OK(sg_tape_create(&t));
-  placements_of(mesh, pl);
+  sg_test_nchw_placements(mesh, pl);
   for (int m = 0; m < sg_mesh_ndims(mesh); ++m)
     if (pl[m].kind == SG_PLACEMENT_SHARD) {
       split |= 1u << m;

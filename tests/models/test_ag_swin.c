@@ -179,16 +179,6 @@ done:
 
 /* ---- sharded against one process ------------------------------------------ */
 
-static void placements_of(sg_mesh_t mesh, sg_placement *pl) {
-  for (int m = 0; m < sg_mesh_ndims(mesh); ++m) {
-    const char *n = sg_mesh_dim_name(mesh, m);
-    pl[m] = !strcmp(n, "dp")  ? sg_shard(0)
-            : !strcmp(n, "h") ? sg_shard(2)
-            : !strcmp(n, "w") ? sg_shard(3)
-                              : sg_replicate();
-  }
-}
-
 /* The reference: loss, y and the gradients (global, f64). */
 typedef struct ref {
   double loss, *y, *d[NV];
@@ -251,7 +241,7 @@ static void test_sharded(const char *spec, prob *p, const ref *r) {
   char msg[256];
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   SG_REQUIRE_OK(sg_tape_create(&t));
-  placements_of(mesh, pl);
+  sg_test_nchw_placements(mesh, pl);
   for (int m = 0; m < sg_mesh_ndims(mesh); ++m)
     if (pl[m].kind == SG_PLACEMENT_SHARD) split |= 1u << m;
   SG_REQUIRE_OK(
@@ -295,7 +285,7 @@ static void expect_config(const char *spec, int64_t win) {
   memset(off, 0, sizeof off);
   if (spec) { /* NULL: one process, not sharded */
     SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
-    placements_of(mesh, pl);
+    sg_test_nchw_placements(mesh, pl);
     SG_REQUIRE_OK(sg_shardtensor_box(mesh, 4, vshape[0], pl, sg_mesh_rank(mesh),
                                      off, box));
   }

@@ -90,16 +90,6 @@ static void ref_free(ref *r) {
   memset(r, 0, sizeof *r);
 }
 
-static void placements_of(sg_mesh_t mesh, sg_placement *pl) {
-  for (int m = 0; m < sg_mesh_ndims(mesh); ++m) {
-    const char *n = sg_mesh_dim_name(mesh, m);
-    pl[m] = !strcmp(n, "dp")  ? sg_shard(0)
-            : !strcmp(n, "h") ? sg_shard(2)
-            : !strcmp(n, "w") ? sg_shard(3)
-                              : sg_replicate();
-  }
-}
-
 /* The bytes this rank receives (per call; docs/transformers.md): with P
  * ranks in the all-to-all, splitting Nu tokens (this rank T of them), B
  * local samples and C channels, every all-to-all moves C/P channels of
@@ -113,7 +103,7 @@ static void expected_bytes(const prob *p, sg_mesh_t mesh, int usp,
                            long long *e) {
   int64_t off[4], box[4], P = 1, R = 1;
   sg_placement pl[SG_MESH_MAX_DIMS];
-  placements_of(mesh, pl);
+  sg_test_nchw_placements(mesh, pl);
   sg_shardtensor_box(mesh, 4, p->shape, pl, sg_mesh_rank(mesh), off, box);
   for (int m = 0; m < sg_mesh_ndims(mesh); ++m)
     if (pl[m].kind == SG_PLACEMENT_SHARD && pl[m].dim >= 2) {
@@ -145,7 +135,7 @@ static void check_mesh(const char *spec, sg_sp_mode mode, const prob *p,
   long long got[NBYTES], want[NBYTES];
   memset(&r, 0, sizeof r);
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
-  placements_of(mesh, pl);
+  sg_test_nchw_placements(mesh, pl);
   sg_ag_attention_ulysses_bytes(NULL, 1);
   sg_ag_attention_ring_bytes(NULL, 1);
   SG_REQUIRE_OK(run(p, mesh, pl, mode, &r));
@@ -205,7 +195,7 @@ static void check_bad_heads(const char *spec, int64_t heads) {
   memset(&r, 0, sizeof r);
   prob_init(&p, 1, 24, 7, 5, heads);
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
-  placements_of(mesh, pl);
+  sg_test_nchw_placements(mesh, pl);
   SG_CHECK_STATUS(run(&p, mesh, pl, SG_SP_ULYSSES, &r), SG_ERR_CONFIG);
   SG_CHECK(strstr(sg_last_error(), "must be divisible") != NULL,
            "%s, %lld heads: unclear error '%s'", spec, (long long)heads,

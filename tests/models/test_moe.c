@@ -14,6 +14,7 @@
 #include "sg_mesh.h"
 #include "sg_shardtensor.h"
 #include "sg_test.h"
+#include "sg_test_tensor.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -49,15 +50,10 @@ typedef struct pert {
 } pert;
 
 static void placements_of(sg_mesh_t mesh, sg_placement *pl, int *ep) {
+  sg_test_nchw_placements(mesh, pl);
   *ep = -1;
-  for (int m = 0; m < sg_mesh_ndims(mesh); ++m) {
-    const char *n = sg_mesh_dim_name(mesh, m);
-    pl[m] = !strcmp(n, "dp") || !strcmp(n, "ep") ? sg_shard(0)
-            : !strcmp(n, "h")                    ? sg_shard(2)
-            : !strcmp(n, "w")                    ? sg_shard(3)
-                                                 : sg_replicate();
-    if (!strcmp(n, "ep")) *ep = m;
-  }
+  for (int m = 0; m < sg_mesh_ndims(mesh); ++m)
+    if (!strcmp(sg_mesh_dim_name(mesh, m), "ep")) *ep = m;
 }
 
 typedef struct run_state {

@@ -852,17 +852,6 @@ static const op_case cases[] = {
 
 /* mesh dim name -> placement: dp Shard(0), c Shard(1), h Shard(2), w Shard(3),
  * r Replicate */
-static void placements_of(sg_mesh_t mesh, sg_placement *pl) {
-  for (int m = 0; m < sg_mesh_ndims(mesh); ++m) {
-    const char *n = sg_mesh_dim_name(mesh, m);
-    pl[m] = !strcmp(n, "dp")  ? sg_shard(0)
-            : !strcmp(n, "c") ? sg_shard(1)
-            : !strcmp(n, "h") ? sg_shard(2)
-            : !strcmp(n, "w") ? sg_shard(3)
-                              : sg_replicate();
-  }
-}
-
 static int layouts_for(int np, const char **specs) {
   static const char *l1[] = {"h=1", "dp=1,c=1"};
   static const char *l2[] = {"h=2", "w=2", "dp=2", "c=2", "r=2"};
@@ -1333,7 +1322,7 @@ static void run_table(int run_all) {
   }
   for (int l = 0; l < nl; ++l) {
     SG_CHECK_OK(sg_mesh_create(MPI_COMM_WORLD, specs[l], &meshes[l]));
-    if (meshes[l]) placements_of(meshes[l], pls[l]);
+    if (meshes[l]) sg_test_nchw_placements(meshes[l], pls[l]);
   }
   for (int ci = 0; ci < NCASES; ++ci) {
     const op_case *c = &cases[ci];

@@ -210,11 +210,15 @@ static void test_conv_case(const char *name, sg_conv_desc d, int bias) {
   free(c.r);
 }
 
-/* The direct (im2col-free) f32 convolution of 2-D stride-1 layers against
- * the im2col path (SG_CONV_DIRECT=0) on the same inputs, 1 and 2 threads;
- * test_conv_case checks either against the f64 reference. The same sums in
- * another order: 1e-5 relative. Without AVX-512 both runs take im2col. */
-static void test_conv_direct_case(const char *name, sg_conv_desc d) {
+/* The f32 convolution as run by default against the run with environment
+ * variable env = val, on the same inputs, 1 and 2 threads: the direct
+ * (im2col-free) kernels of 2-D stride-1 layers against the im2col path
+ * (SG_CONV_DIRECT=0), or the AVX-512 kernels against the portable path
+ * (SG_SIMD=portable: BLAS); test_conv_case checks the default against the
+ * f64 reference. The same sums in another order: 1e-5 relative. Without
+ * AVX-512 both runs take the portable im2col path. */
+static void test_conv_paths_case(const char *name, sg_conv_desc d,
+                                 const char *env, const char *val) {
   int64_t out[2];
   SG_CHECK_OK(sg_conv_out_shape(&d, out));
   int64_t ksz = prod(d.kernel, 2), nx = d.batch * d.cin * prod(d.in, 2);
@@ -225,15 +229,15 @@ static void test_conv_direct_case(const char *name, sg_conv_desc d) {
   float *res[2][3];
   for (int nth = 1; nth <= 2; ++nth) {
     omp_set_num_threads(nth);
-    for (int v = 0; v < 2; ++v) { /* v = 1: im2col */
-      if (v) setenv("SG_CONV_DIRECT", "0", 1);
+    for (int v = 0; v < 2; ++v) { /* v = 1: env = val */
+      if (v) setenv(env, val, 1);
       res[v][0] = malloc((size_t)ny * sizeof(float));
       res[v][1] = malloc((size_t)nx * sizeof(float));
       res[v][2] = calloc((size_t)nw, sizeof(float));
       SG_CHECK_OK(sg_conv_forward(&d, SG_DTYPE_F32, x, w, b, res[v][0], NULL));
       SG_CHECK_OK(sg_conv_backward(&d, SG_DTYPE_F32, x, w, r, res[v][1],
                                    res[v][2], NULL, NULL));
-      unsetenv("SG_CONV_DIRECT");
+      unsetenv(env);
     }
     const int64_t n[3] = {ny, nx, nw};
     const char *what[3] = {"y", "dx", "dw"};
@@ -241,8 +245,8 @@ static void test_conv_direct_case(const char *name, sg_conv_desc d) {
     for (int i = 0; i < 3; ++i) {
       SG_CHECK(sg_test_cmp_f32(name, res[0][i], res[1][i], n[i], 1e-5, tol) ==
                    0,
-               "%s: direct %s = im2col %s (%d threads)", name, what[i], what[i],
-               nth);
+               "%s: %s = %s with %s=%s (%d threads)", name, what[i], what[i],
+               env, val, nth);
       free(res[0][i]);
       free(res[1][i]);
     }
@@ -256,6 +260,60 @@ static void test_conv_direct_case(const char *name, sg_conv_desc d) {
   free(w);
   free(b);
   free(r);
+}
+
+static void test_conv_direct_case(const char *name, sg_conv_desc d) {
+  test_conv_paths_case(name, d, "SG_CONV_DIRECT", "0");
+}
+
+/* Run-time dispatch: SG_SIMD=portable takes BLAS and plain C where the
+ * AVX-512 kernels would run (direct 3x3, the 1x1 kernels, GELU); the
+ * results agree within f32 tolerance (GELU: the SIMD exp polynomial and
+ * reciprocal against libm, a few ulp). On a CPU without AVX-512 both runs
+ * are portable: the test then checks the switch is harmless. */
+static void test_simd_dispatch(void) {
+  sg_conv_desc d = {.nsp = 2,
+                    .batch = 2,
+                    .cin = 5,
+                    .cout = 9,
+                    .in = {21, 35},
+                    .kernel = {3, 3},
+                    .stride = {1, 1},
+                    .dilation = {1, 1}};
+  test_conv_paths_case("simd 3x3", d, "SG_SIMD", "portable");
+  sg_conv_desc p = {.nsp = 2,
+                    .batch = 2,
+                    .cin = 7,
+                    .cout = 11,
+                    .in = {9, 13},
+                    .kernel = {1, 1},
+                    .stride = {1, 1},
+                    .dilation = {1, 1}};
+  test_conv_paths_case("simd 1x1", p, "SG_SIMD", "portable");
+  const int64_t n = 1000 + 13; /* a masked tail */
+  double *ad = rnd(n), *dd = rnd(n);
+  for (int64_t i = 0; i < n; ++i) ad[i] *= 8; /* past the clamps' knees */
+  float *a = to_f32(ad, n), *dy = to_f32(dd, n), *r[2][2];
+  for (int v = 0; v < 2; ++v) {
+    if (v) setenv("SG_SIMD", "portable", 1);
+    r[v][0] = malloc((size_t)n * sizeof(float));
+    r[v][1] = malloc((size_t)n * sizeof(float));
+    SG_CHECK_OK(sg_act_forward(SG_ACT_GELU, SG_DTYPE_F32, n, a, r[v][0]));
+    SG_CHECK_OK(sg_act_backward(SG_ACT_GELU, SG_DTYPE_F32, n, a, dy, r[v][1]));
+    unsetenv("SG_SIMD");
+  }
+  SG_CHECK(sg_test_cmp_f32("simd gelu", r[0][0], r[1][0], n, 1e-5, 1e-6) == 0,
+           "gelu forward = portable");
+  SG_CHECK(sg_test_cmp_f32("simd gelu'", r[0][1], r[1][1], n, 1e-5, 1e-6) == 0,
+           "gelu backward = portable");
+  for (int v = 0; v < 2; ++v) {
+    free(r[v][0]);
+    free(r[v][1]);
+  }
+  free(ad);
+  free(dd);
+  free(a);
+  free(dy);
 }
 
 static void test_conv_direct(void) {
@@ -1327,6 +1385,7 @@ int main(int argc, char **argv) {
   omp_set_num_threads(1);
   test_conv();
   test_conv_direct();
+  test_simd_dispatch();
   test_convt();
   test_pool();
   test_pool_neg_inf();

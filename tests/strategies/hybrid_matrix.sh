@@ -22,9 +22,12 @@
 # pipeline_trajectories.sh; dp x tp and tp x h in train_trajectories.sh
 # vit_tp and fno_tp, the ViT's fsdp x tp (zero 1) there too
 # (docs/strategies.md, "Hybrid meshes", has the whole table).
+# Task swin: the Swin (window 2 on 4x4 tokens) on the pairs of h, w, tp
+# with fsdp and pp that train_trajectories_swin and _swin_navy do not
+# check (zero 1 and 3 alternating), and dp=2,tp=2,h=2.
 # Task vit16: one 16-rank run over four dims at once, the ViT on
 # pp=2,fsdp=2,tp=2,h=2 (zero 1), against one process the same way.
-#   hybrid_matrix.sh fno|vit|vit16 BIN_DIR MPIEXEC WORK_DIR SRC_DIR
+#   hybrid_matrix.sh fno|vit|vit16|swin BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 model=$1 bin=$2 mpiexec=$3 work=$4 src=$5
 mkdir -p "$work"
@@ -36,6 +39,9 @@ fno) size="--model fno --width 8 --modes 4 --layers 2 --proj-width 16" ;; # 4 pi
 # 4 pieces (embedding, 2 blocks, head); 2 heads: tp = 2; 4x4 tokens: ring
 # attention over h = 2 or w = 2
 vit | vit16) size="--model vit --width 8 --heads 2 --depth 2 --patch 4" ;;
+# 4x4 tokens, window 2 (the second block shifted by 1, its windows
+# crossing the shard boundaries): h = 2 or w = 2 hold whole windows
+swin) size="--model swin --width 8 --heads 2 --depth 2 --patch 4 --window 2" ;;
 *) echo "unknown model $model"; exit 2 ;;
 esac
 # batch 12: 6 per data replica, 3 per micro-batch (m = 2)
@@ -68,6 +74,25 @@ run ref 1 h=1
 if [ "$model" = vit16 ]; then
   # shellcheck disable=SC2046
   run q16 16 pp=2,fsdp=2,tp=2,h=2 --zero 1 $(pp 1f1b)
+elif [ "$model" = swin ]; then
+  # the Swin: the pairs of its own parts (the window attention over h, w;
+  # its heads over tp; its pieces in a pipeline) with the other dims that
+  # train_trajectories_swin (h x w, dp x h, tp x h) and _swin_navy
+  # (dp x tp) do not check, zero 1 and 3 alternating, and the triple
+  # dp=2,tp=2,h=2. Not run again (CI time): dp x w (dp x h is) and fsdp x
+  # tp (fsdp x h and x w are); the pairs of dp, fsdp and pp alone run the
+  # plan's and the pipeline's code, the same for every model (the FNO's
+  # and the ViT's runs below)
+  # shellcheck disable=SC2046
+  {
+    run z1_h 4 fsdp=2,h=2 --zero 1
+    run z3_w 4 fsdp=2,w=2 --zero 3
+    run tp_w 4 tp=2,w=2
+    run pp_h 4 pp=2,h=2 $(pp zb-h1)
+    run pp_w 4 w=2,pp=2 $(pp interleaved)
+    run pp_tp 4 tp=2,pp=2 $(pp 1f1b)
+    run dp_tp_h 8 dp=2,tp=2,h=2
+  }
 else
   # pairs without pp
   vit_run dp_z1 4 dp=2,fsdp=2 --zero 1

@@ -60,6 +60,12 @@ if [ "$set" = small ]; then
   # the FNO's spectral layers split over tp (column/row pairs); tp=3 splits
   # the 32 channels unevenly (11, 11, 10)
   case_ 2 tp=2 --model fno --batch 4
+  # FNO-3D: the time axis padded (pad_t), its FFT in 4 chunks of the
+  # fields (h=1), split over h
+  case_ 1 h=1 --model fno3d --batch 4 --width 16 --modes 8 --modes-t 2 --pad-t 2 \
+    --layers 2 --proj-width 32 --out-frames 2
+  case_ 2 h=2 --model fno3d --batch 2 --width 8 --modes 4 --modes-t 1 --pad-t 2 \
+    --layers 2 --proj-width 16 --out-frames 2
   case_ 3 tp=3 --model fno --batch 3
 else
   case_ 4 h=2,w=2 --model fno --batch 4

@@ -32,6 +32,9 @@ static const sg_kv_key keys[] = {
     {"zero", SG_KV_INT, "0", ""},
     {"microbatches", SG_KV_INT, "1", ""},
     {"pp_schedule", SG_KV_STRING, "1f1b", ""},
+    {"modes_t", SG_KV_INT, "1", ""},
+    {"pad_t", SG_KV_INT, "0", ""},
+    {"out_frames", SG_KV_INT, "1", ""},
 };
 
 static int close_to(double a, double b) {
@@ -94,6 +97,38 @@ static void fno_hand_count(sg_kv_t kv) {
   SG_CHECK(close_to(f.gemm, 7680), "gemm flops %g (7680)", f.gemm);
   SG_CHECK(close_to(f.fft, 5760), "fft flops %g (5760)", f.fft);
   SG_CHECK(close_to(f.params, 91), "params %g (91)", f.params);
+}
+
+/* FNO-3D on 8 x 8, 1 variable, history 1, grid channels (3), width 2, one
+ * layer, 2 modes, modes_t 1, one output frame padded by 1 (ntp 2),
+ * projection 4, batch 1: every GEMM 3 x 2 r k n:
+ *   lift 64x4x2 = 1536, mode mix (2 x 2 x 2 x 2 modes) 16 x 2 x 8 = 768,
+ *   linear 128x2x2 = 1536, proj 64x2x4 = 1536, out 64x4x1 = 768 -> 12288;
+ * FFT: 4 transforms of 2 channels x (16 rows x 2.5 x 8 x 3 + 2 columns x
+ *   2 steps x 5 x 8 x 3 + 8 (t, y) modes x 5 x 2 x 1) = 4 x 3040 = 12160;
+ * parameters: lift 8 + 2, spectral 2 x 2 x 16 complex = 128, linear 4 + 2,
+ *   proj 8 + 4, out 4 + 1 -> 161. */
+static void fno3d_hand_count(sg_kv_t kv) {
+  const char *set[][2] = {{"width", "2"},     {"layers", "1"},
+                          {"modes", "2"},     {"proj_width", "4"},
+                          {"batch", "1"},     {"grid", "true"},
+                          {"model", "fno3d"}, {"modes_t", "1"},
+                          {"pad_t", "1"},     {"out_frames", "1"}};
+  for (size_t i = 0; i < sizeof set / sizeof set[0]; ++i)
+    SG_CHECK_OK(sg_kv_set(kv, set[i][0], set[i][1]));
+  sg_plan_problem pb = {.cfg = kv, .ny = 8, .nx = 8, .vars = 1};
+  sg_plan_mesh m = mesh1("h", 1, NULL, 0);
+  sg_plan_hw hw = hw_test();
+  sg_plan_flops f;
+  SG_CHECK_OK(sg_plan_flops_of(&pb, &m, &hw, &f));
+  SG_CHECK(close_to(f.gemm, 12288), "fno3d gemm flops %g (12288)", f.gemm);
+  SG_CHECK(close_to(f.fft, 12160), "fno3d fft flops %g (12160)", f.fft);
+  SG_CHECK(close_to(f.params, 161), "fno3d params %g (161)", f.params);
+  const char *reset[][2] = {{"model", "fno"},
+                            {"pad_t", "0"},
+                            {"grid", "false"}};
+  for (size_t i = 0; i < sizeof reset / sizeof reset[0]; ++i)
+    SG_CHECK_OK(sg_kv_set(kv, reset[i][0], reset[i][1]));
 }
 
 /* The hand-count FNO's one activation (the projection's, 64 points x 4
@@ -238,6 +273,52 @@ static void mesh_costs(sg_kv_t kv) {
            "oversubscribed compute x2: %g vs %g", t4.compute, t.compute);
 }
 
+/* The shared rates: a mesh of 2 ranks on a node of them runs at the
+ * shared rates (here every rate halved: the compute doubles against the
+ * same mesh without them), a 1-rank mesh and one rank per node at the
+ * single-stream ones; between 1 and shared_ranks, 1 / rate interpolates. */
+static void shared_rates(sg_kv_t kv) {
+  sg_plan_problem pb = {.cfg = kv, .ny = 64, .nx = 64, .vars = 1};
+  sg_plan_hw one = hw_test(), sh = hw_test(), half = hw_test(), on;
+  one.act_rate = half.act_rate = sh.act_rate = 4e8;
+  sh.shared_ranks = 2;
+  sh.shared = (struct sg_plan_rates){.gemm_flops = 0.5 * one.gemm_flops,
+                                     .conv_flops = 0.5 * one.conv_flops,
+                                     .fft_flops = 0.5 * one.fft_flops,
+                                     .mem_bw = 0.5 * one.mem_bw,
+                                     .act_rate = 0.5 * one.act_rate};
+  half.gemm_flops *= 0.5, half.conv_flops *= 0.5, half.fft_flops *= 0.5;
+  half.mem_bw *= 0.5, half.act_rate *= 0.5;
+  sg_plan_time t1, t2, th;
+  const sg_plan_mesh m1 = mesh1("h", 1, NULL, 0), m2 = mesh1("dp", 2, NULL, 0);
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m1, &one, &t1));
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m1, &sh, &t2));
+  SG_CHECK(t1.total == t2.total, "1 rank: single-stream rates %g %g", t1.total,
+           t2.total);
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m2, &sh, &t2));
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m2, &half, &th));
+  SG_CHECK(close_to(t2.compute, th.compute) && t2.total == th.total,
+           "2 ranks on a node: shared rates %g %g", t2.compute, th.compute);
+  sh.cores_per_node = one.cores_per_node = 1; /* one runs at a time */
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m2, &sh, &t2));
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m2, &one, &th));
+  SG_CHECK(t2.compute == th.compute,
+           "2 ranks on 1 core: single-stream rates (stretched alike)");
+  sh.cores_per_node = one.cores_per_node = 0;
+  sh.ranks_per_node = 1; /* one rank a node: nothing shared */
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m2, &sh, &t2));
+  SG_CHECK_OK(sg_plan_step_time(&pb, &m2, &one, &th));
+  SG_CHECK(t2.compute == th.compute, "1 rank a node: single-stream rates");
+  sh.shared_ranks = 3;
+  sg_plan_hw_on_node(&sh, 2, &on);
+  SG_CHECK(fabs(on.mem_bw - 1.0 / (0.5 / 1e10 + 0.5 / 5e9)) < 1e-3 &&
+               on.attn_flops == 0 && on.norm_rate == 0,
+           "2 of 3 shared ranks: 1 / rate halfway (%g); uncalibrated stay 0",
+           on.mem_bw);
+  sg_plan_hw_on_node(&sh, 8, &on);
+  SG_CHECK(on.mem_bw == 5e9, "beyond shared_ranks: the shared rate");
+}
+
 static void hw_round_trip(void) {
   char path[] = "/tmp/sg_plan_hw_XXXXXX";
   const int fd = mkstemp(path);
@@ -247,6 +328,7 @@ static void hw_round_trip(void) {
   sg_plan_hw a = hw_test(), b;
   a.cores_per_node = 2, a.io_bw = 3e8, a.conv_nhalf = 12.5;
   a.act_rate = 5e8, a.norm_rate = 2e8, a.lnorm_rate = 5e7, a.up_rate = 6e7;
+  a.shared_ranks = 2, a.shared.mem_bw = 3e9, a.shared.up_rate = 1.5e7;
   SG_CHECK_OK(sg_plan_hw_save(path, &a));
   SG_CHECK_OK(sg_plan_hw_load(path, &b));
   SG_CHECK(!strcmp(a.name, b.name) && a.gemm_flops == b.gemm_flops &&
@@ -258,7 +340,8 @@ static void hw_round_trip(void) {
                a.cores_per_node == b.cores_per_node && a.io_bw == b.io_bw &&
                a.conv_nhalf == b.conv_nhalf && a.act_rate == b.act_rate &&
                a.norm_rate == b.norm_rate && a.lnorm_rate == b.lnorm_rate &&
-               a.up_rate == b.up_rate,
+               a.up_rate == b.up_rate && a.shared_ranks == b.shared_ranks &&
+               !memcmp(&a.shared, &b.shared, sizeof a.shared),
            "hardware file round trip");
   FILE *f = fopen(path, "w");
   if (f) fputs("gemm_flopz = 1\n", f), fclose(f);
@@ -272,12 +355,14 @@ int main(int argc, char **argv) {
   SG_REQUIRE_OK(sg_kv_create(keys, (int)(sizeof keys / sizeof keys[0]), &kv));
   formulas();
   fno_hand_count(kv);
+  fno3d_hand_count(kv);
   act_rate_cost();
   SG_CHECK_OK(sg_kv_set(kv, "width", "8"));
   SG_CHECK_OK(sg_kv_set(kv, "modes", "4"));
   SG_CHECK_OK(sg_kv_set(kv, "proj_width", "16"));
   SG_CHECK_OK(sg_kv_set(kv, "layers", "2"));
   mesh_costs(kv);
+  shared_rates(kv);
   hw_round_trip();
 done:
   sg_kv_destroy(&kv);
