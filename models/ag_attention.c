@@ -71,6 +71,8 @@ static void add_into(sg_dtype dt, int64_t n, void *y, const void *x) {
 
 typedef struct attn_attr {
   int64_t heads;
+  int given;      /* 1: the ring is grp (token pieces of the sp dim) */
+  sg_group_t grp; /* else the group of the dims that split space */
 } attn_attr;
 
 void ag_ring_geo_release(attn_geo *g) {
@@ -112,7 +114,10 @@ static sg_status geo_of(const sg_node *node, attn_geo *g) {
   const sg_tensor *q = &node->in[0]->value;
   sg_group_t grp = NULL;
   memset(g, 0, sizeof *g);
-  SG_TRY(sg_node_group(node, SG_SPLIT_SPACE, &grp));
+  if (a->given)
+    grp = a->grp;
+  else
+    SG_TRY(sg_node_group(node, SG_SPLIT_SPACE, &grp));
   SG_TRY(ag_ring_geo(q->dtype, q->shape[0], a->heads, tokens_of(q),
                      q->shape[1] / a->heads, grp, g));
 fail:
@@ -397,15 +402,26 @@ fail:
   return st;
 }
 
-sg_status sg_ag_attention(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
-                          sg_var *v, sg_var **o) {
+static sg_status attn_apply(sg_tape_t t, int64_t heads, int given,
+                            sg_group_t grp, sg_var *q, sg_var *k, sg_var *v,
+                            sg_var **o) {
   sg_status st = SG_OK;
   SG_TRY(sg_ag_attention_check(heads, q, k, v, o));
-  attn_attr at = {.heads = heads};
+  attn_attr at = {.heads = heads, .given = given, .grp = grp};
   sg_var *in[3] = {q, k, v};
   SG_TRY(sg_tape_apply(t, &attention_op, 3, in, 1, NULL, &at, sizeof at, o));
 fail:
   return st;
+}
+
+sg_status sg_ag_attention(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
+                          sg_var *v, sg_var **o) {
+  return attn_apply(t, heads, 0, NULL, q, k, v, o);
+}
+
+sg_status ag_attention_ring_in(sg_tape_t t, int64_t heads, sg_group_t grp,
+                               sg_var *q, sg_var *k, sg_var *v, sg_var **o) {
+  return attn_apply(t, heads, 1, grp, q, k, v, o);
 }
 
 /* ---- a field added over the batch ------------------------------------------ */

@@ -229,7 +229,10 @@ fail:
 
 enum { SEQ_MAX_P = 256 }; /* tp ranks (the counts live on the stack) */
 
-typedef enum seq_move { SEQ_SLICE, SEQ_GATHER, SEQ_RSCATTER } seq_move;
+/* SEQ_PAD: the full tensor with this rank's slice in place, zeros
+ * elsewhere (the slice's conjugate where the full tensor is Partial over
+ * the group: the sp dim's scatter) */
+typedef enum seq_move { SEQ_SLICE, SEQ_GATHER, SEQ_RSCATTER, SEQ_PAD } seq_move;
 
 typedef struct seq_attr {
   sg_group_t g;
@@ -361,6 +364,12 @@ static sg_status seq_do(const seq_attr *a, seq_move move, sg_dtype dt,
                         const void *src, void *dst) {
   if (move == SEQ_GATHER) return seq_allgather(a, dt, src, dst);
   if (move == SEQ_RSCATTER) return seq_reduce_scatter(a, dt, src, dst);
+  if (move == SEQ_PAD) {
+    const int64_t n = a->shape[0] * a->shape[1] * seq_tokens(a);
+    if (n > 0) memset(dst, 0, (size_t)n * sg_dtype_size(dt));
+    seq_pack(a, seq_rank(a), sg_dtype_size(dt), dst, (void *)src, 1);
+    return SG_OK;
+  }
   seq_pack(a, seq_rank(a), sg_dtype_size(dt), (char *)src, dst, 0);
   return SG_OK;
 }
@@ -390,7 +399,7 @@ fail:
 
 static sg_status seq_bwd(sg_node *node) {
   const seq_attr *a = (const seq_attr *)node->attr;
-  if (!node->gin[0] && a->bwd == SEQ_SLICE) return SG_OK;
+  if (!node->gin[0] && (a->bwd == SEQ_SLICE || a->bwd == SEQ_PAD)) return SG_OK;
   /* a rank whose input needs no gradient still joins the collective */
   void *dx = node->gin[0];
   sg_status st = SG_OK;
@@ -415,18 +424,20 @@ static sg_status seq_bwd(sg_node *node) {
       .writes_gin = 1u                                      \
     }                                                       \
   }
-static const sg_op_def seq_ops[4] = {SEQ_OP("tp_seq_scatter"),
+static const sg_op_def seq_ops[5] = {SEQ_OP("tp_seq_scatter"),
                                      SEQ_OP("tp_seq_gather"),
                                      SEQ_OP("tp_seq_allgather"),
-                                     SEQ_OP("tp_seq_reduce_scatter")};
+                                     SEQ_OP("tp_seq_reduce_scatter"),
+                                     SEQ_OP("sp_scatter")};
 #undef SEQ_OP
 
 static sg_status seq_apply(sg_tape_t t, int k, sg_group_t tp, sg_var *x,
                            const sg_var *like, sg_var **y) {
-  static const seq_move mv[4][2] = {{SEQ_SLICE, SEQ_GATHER},
+  static const seq_move mv[5][2] = {{SEQ_SLICE, SEQ_GATHER},
                                     {SEQ_GATHER, SEQ_SLICE},
                                     {SEQ_GATHER, SEQ_RSCATTER},
-                                    {SEQ_RSCATTER, SEQ_GATHER}};
+                                    {SEQ_RSCATTER, SEQ_GATHER},
+                                    {SEQ_SLICE, SEQ_PAD}};
   if (!t || !x || !y || !like)
     return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                         "%s: tape, x, like and y are required",
@@ -461,6 +472,52 @@ sg_status sg_ag_tp_seq_allgather(sg_tape_t t, sg_group_t tp, sg_var *x,
 sg_status sg_ag_tp_seq_reduce_scatter(sg_tape_t t, sg_group_t tp, sg_var *x,
                                       sg_var **y) {
   return seq_apply(t, 3, tp, x, x, y);
+}
+
+sg_status sg_ag_sp_scatter(sg_tape_t t, sg_group_t sp, sg_var *x, sg_var **y) {
+  return seq_apply(t, 4, sp, x, x, y);
+}
+
+/* sp_share: y = x; dx = dy / P (a parameter used after the sp gather, where
+ * every sp rank computes the same: its share, so the plan's sum over sp
+ * gives the gradient once) */
+static sg_status share_bwd(sg_node *node) {
+  const tp_attr *a = (const tp_attr *)node->attr;
+  if (!node->gin[0]) return SG_OK;
+  const sg_tensor *g = &node->out[0]->grad;
+  const int64_t n = numel_of(g);
+  const double f = 1.0 / (double)sg_group_size(a->g);
+  if (g->dtype == SG_DTYPE_F64) {
+    const double *s = g->data;
+    double *d = node->gin[0];
+    for (int64_t i = 0; i < n; ++i) d[i] = s[i] * f;
+  } else if (g->dtype == SG_DTYPE_F32) {
+    const float *s = g->data;
+    float *d = node->gin[0];
+    for (int64_t i = 0; i < n; ++i) d[i] = (float)(s[i] * f);
+  } else {
+    return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                        "sp_share: f32 or f64 only");
+  }
+  return SG_OK;
+}
+
+static const sg_op_def sp_share_op = {.name = "sp_share",
+                                      .slots = {SG_SLOT_ACT},
+                                      .forward = copy_fwd,
+                                      .backward = share_bwd,
+                                      .rule = {.windowed_input = -1,
+                                               .accepts = SG_ACCEPT_ALL,
+                                               .out = SG_OUT_LIKE_INPUT,
+                                               .writes_gin = 1u}};
+
+sg_status sg_ag_sp_share(sg_tape_t t, sg_group_t sp, sg_var *p, sg_var **q) {
+  if (!t || !q)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sp_share: tape and q are required");
+  *q = p;
+  if (!p || !tp_on(sp)) return SG_OK;
+  return tp_apply(t, &sp_share_op, sp, p, q);
 }
 
 void sg_ag_tp_bytes(long long *bytes, int reset) {

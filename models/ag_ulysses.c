@@ -39,7 +39,9 @@ static _Atomic long long uly_rx[SG_ULYSSES_NBYTES];
 
 typedef struct uly_attr {
   int64_t heads;
-  int usp; /* 0: Ulysses over every split spatial dim; 1: USP */
+  int usp;   /* 0: Ulysses over every split spatial dim; 1: USP */
+  int given; /* 1: the groups below (token pieces of the sp dim) */
+  sg_group_t a2a, ring;
 } uly_attr;
 
 /* The geometry of a node: H heads, Hl = H/P of them per rank after the
@@ -65,6 +67,11 @@ static void geo_release(uly_geo *g) {
  * the last spatial dim, and the others that split space. */
 static sg_status groups_of(const sg_node *node, int usp, uly_geo *g) {
   sg_status st = SG_OK;
+  const uly_attr *a = (const uly_attr *)node->attr;
+  if (a->given) {
+    g->g = a->a2a, g->ring = a->ring;
+    return SG_OK;
+  }
   if (!usp) return sg_node_group(node, SG_SPLIT_SPACE, &g->g);
   const sg_var *q = node->in[0];
   unsigned last = 0, rest = 0;
@@ -331,16 +338,23 @@ static const sg_op_def usp_op = {
              .out = SG_OUT_LIKE_INPUT,
              .writes_gin = 7u}};
 
-static sg_status uly_apply(sg_tape_t t, int usp, int64_t heads, sg_var *q,
-                           sg_var *k, sg_var *v, sg_var **o) {
+static sg_status uly_apply_in(sg_tape_t t, int usp, const uly_attr *in_at,
+                              int64_t heads, sg_var *q, sg_var *k, sg_var *v,
+                              sg_var **o) {
   sg_status st = SG_OK;
   SG_TRY(sg_ag_attention_check(heads, q, k, v, o));
   uly_attr at = {.heads = heads, .usp = usp};
+  if (in_at) at.given = 1, at.a2a = in_at->a2a, at.ring = in_at->ring;
   sg_var *in[3] = {q, k, v};
   SG_TRY(sg_tape_apply(t, usp ? &usp_op : &ulysses_op, 3, in, 1, NULL, &at,
                        sizeof at, o));
 fail:
   return st;
+}
+
+static sg_status uly_apply(sg_tape_t t, int usp, int64_t heads, sg_var *q,
+                           sg_var *k, sg_var *v, sg_var **o) {
+  return uly_apply_in(t, usp, NULL, heads, q, k, v, o);
 }
 
 sg_status sg_ag_attention_ulysses(sg_tape_t t, int64_t heads, sg_var *q,
@@ -365,6 +379,25 @@ sg_status sg_ag_attention_sp(sg_tape_t t, sg_sp_mode mode, int64_t heads,
                       (int)mode);
 }
 
+sg_status sg_ag_attention_seq(sg_tape_t t, sg_sp_mode mode, int64_t heads,
+                              const sg_attn_groups *gr, sg_var *q, sg_var *k,
+                              sg_var *v, sg_var **o) {
+  if (!gr)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "attention (sp pieces): groups are required");
+  uly_attr at = {.a2a = gr->seq};
+  switch (mode) {
+  case SG_SP_RING: return ag_attention_ring_in(t, heads, gr->seq, q, k, v, o);
+  case SG_SP_ULYSSES: return uly_apply_in(t, 0, &at, heads, q, k, v, o);
+  case SG_SP_USP:
+    at.a2a = gr->sp, at.ring = gr->domain;
+    return uly_apply_in(t, 1, &at, heads, q, k, v, o);
+  }
+  return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                      "attention: unknown sequence-parallel mode %d",
+                      (int)mode);
+}
+
 sg_status sg_sp_mode_parse(const char *name, sg_sp_mode *mode) {
   if (name && !strcmp(name, "ring")) return *mode = SG_SP_RING, SG_OK;
   if (name && !strcmp(name, "ulysses")) return *mode = SG_SP_ULYSSES, SG_OK;
@@ -377,7 +410,7 @@ sg_status sg_sp_mode_parse(const char *name, sg_sp_mode *mode) {
 sg_status sg_sp_mode_check(sg_mesh_t mesh, sg_sp_mode mode, int64_t heads,
                            const char *who) {
   sg_status st = SG_OK;
-  int tp = 1, P = 1;
+  int tp = 1, P = 1, sp = 1;
   if (mode != SG_SP_RING && mode != SG_SP_ULYSSES && mode != SG_SP_USP)
     SG_RAISE(SG_ERR_CONFIG, "%s: unknown sp_mode %d (ring, ulysses or usp)",
              who, (int)mode);
@@ -385,9 +418,13 @@ sg_status sg_sp_mode_check(sg_mesh_t mesh, sg_sp_mode mode, int64_t heads,
     const char *nm = sg_mesh_dim_name(mesh, k);
     const int sz = sg_mesh_dim_size(mesh, k);
     if (!strcmp(nm, "tp")) tp *= sz;
+    if (!strcmp(nm, "sp") || !strcmp(nm, "cp")) sp *= sz;
     if ((!strcmp(nm, "h") && mode == SG_SP_ULYSSES) || !strcmp(nm, "w"))
       P *= sz; /* the all-to-all's ranks: h and w, or (USP) w */
   }
+  /* with an sp dim: Ulysses over h, w and sp; USP over sp (the ring over
+   * h and w) */
+  if (sp > 1) P = mode == SG_SP_USP ? sp : P * sp;
   if (mode != SG_SP_RING && (heads % tp || (heads / tp) % P))
     SG_RAISE(SG_ERR_CONFIG,
              "%s: sp_mode = %s needs the heads (%lld) divisible by tp x "
@@ -395,7 +432,9 @@ sg_status sg_sp_mode_check(sg_mesh_t mesh, sg_sp_mode mode, int64_t heads,
              "attends whole heads (use sp_mode = ring, which has no such "
              "constraint)",
              who, mode == SG_SP_USP ? "usp" : "ulysses", (long long)heads, tp,
-             P, mode == SG_SP_USP ? "w" : "h and w");
+             P,
+             sp > 1 ? (mode == SG_SP_USP ? "sp" : "h, w and sp")
+                    : (mode == SG_SP_USP ? "w" : "h and w"));
 fail:
   return st;
 }

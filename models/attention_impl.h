@@ -42,4 +42,10 @@ typedef struct ring_saved {
 sg_status ag_ring_backward(const attn_geo *g, const ring_saved *sv,
                            void *const *dx);
 
+/* The ring attention op with its ring over grp (NULL: none), not over the
+ * dims that split q's space: for token pieces (N, C, T_r) of the sp dim
+ * (sg_ag_attention_seq). */
+sg_status ag_attention_ring_in(sg_tape_t t, int64_t heads, sg_group_t grp,
+                               sg_var *q, sg_var *k, sg_var *v, sg_var **o);
+
 #endif /* SG_ATTENTION_IMPL_H */

@@ -213,6 +213,8 @@ sg_status sg_cn_domain_init_tp(sg_cn_domain *d, sg_mesh_t mesh, int64_t ny,
       pd *= sz, d->place[k] = sg_shard(0);
     else if (strcmp(nm, "tp") == 0)
       d->tps = sz, d->tpr = sg_mesh_coord(mesh, k), d->tp_mask = 1u << k;
+    else if (!strcmp(nm, "sp") || !strcmp(nm, "cp"))
+      continue; /* the vit's (sg_model_sp_check): the data replicated */
     else if (sz > 1)
       SG_RAISE(SG_ERR_MESH,
                "%s: mesh dim '%s' (size %d) is not one of dp, fsdp, h, w, tp",

@@ -95,6 +95,22 @@ sg_status sg_model_destroy(sg_model_t *model) {
   return SG_OK;
 }
 
+sg_status sg_model_sp_check(sg_mesh_t mesh, const char *model) {
+  for (int k = 0; k < sg_mesh_ndims(mesh); ++k) {
+    const char *nm = sg_mesh_dim_name(mesh, k);
+    const int sz = sg_mesh_dim_size(mesh, k);
+    if ((!strcmp(nm, "sp") || !strcmp(nm, "cp")) && sz > 1 &&
+        strcmp(model, "vit"))
+      return sg_error_set(
+          SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+          "%s: mesh dim '%s' (size %d) splits the token sequence: sequence "
+          "parallelism is built for the vit only (split %s with dp, fsdp, "
+          "h or w instead)",
+          model, nm, sz, model);
+  }
+  return SG_OK;
+}
+
 sg_status sg_model_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
                           int64_t nx, int64_t batch, sg_model_t *out) {
   sg_status st = SG_OK;
@@ -105,6 +121,7 @@ sg_status sg_model_create(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
   if ((int)c->kind < 0 || (int)c->kind >= nregistry)
     SG_RAISE(SG_ERR_CONFIG, "sg_model_create: unknown model kind %d",
              (int)c->kind);
+  SG_TRY(sg_model_sp_check(mesh, registry[c->kind]->name));
   m = calloc(1, sizeof *m);
   if (!m) SG_RAISE(SG_ERR_ALLOC, "sg_model_create: out of memory");
   m->cfg = *c;

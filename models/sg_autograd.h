@@ -601,10 +601,23 @@ sg_status sg_ag_attention_usp(sg_tape_t t, int64_t heads, sg_var *q, sg_var *k,
 sg_status sg_sp_mode_parse(const char *name, sg_sp_mode *mode);
 sg_status sg_ag_attention_sp(sg_tape_t t, sg_sp_mode mode, int64_t heads,
                              sg_var *q, sg_var *k, sg_var *v, sg_var **o);
+/* The attention of token pieces (N, C, T_r) of the sp dim (plain
+ * variables: their groups given, not read from a sharding): seq the group
+ * of every rank holding a piece of the sequence (the domain dims and sp),
+ * sp and domain its two parts. Ring: over seq; Ulysses: the all-to-alls
+ * over seq; USP: the all-to-alls over sp, the ring over domain. NULL or
+ * size-1 groups: none. The same function as one process. */
+typedef struct sg_attn_groups {
+  sg_group_t seq, sp, domain;
+} sg_attn_groups;
+sg_status sg_ag_attention_seq(sg_tape_t t, sg_sp_mode mode, int64_t heads,
+                              const sg_attn_groups *groups, sg_var *q,
+                              sg_var *k, sg_var *v, sg_var **o);
 /* A model's check from the config and the mesh alone (every rank finds the
  * same error, before any data moves): with Ulysses, heads over tp (the
  * mesh dim "tp") must be divisible by the ranks of the domain dims "h",
- * "w" that split the tokens (USP: by the ranks of "w");
+ * "w" that split the tokens (USP: by the ranks of "w"); with an sp (cp)
+ * dim by those of h, w and sp (USP: of sp);
  * SG_ERR_CONFIG naming `who` otherwise. An
  * unknown mode: SG_ERR_CONFIG. Not collective. */
 sg_status sg_sp_mode_check(sg_mesh_t mesh, sg_sp_mode mode, int64_t heads,
@@ -772,6 +785,19 @@ sg_status sg_ag_tp_seq_allgather(sg_tape_t t, sg_group_t tp, sg_var *x,
  * Partial over tp -> y this rank's slice of the sum; backward: all-gather. */
 sg_status sg_ag_tp_seq_reduce_scatter(sg_tape_t t, sg_group_t tp, sg_var *x,
                                       sg_var **y);
+/* The sp mesh dim (sequence parallelism, docs/transformers.md) uses the
+ * same token slices over the sp group, but the full tensor before the
+ * split is Partial over sp in the backward (every parameter's gradient is
+ * summed over sp by the plan). sp_scatter: x full, replicated over sp ->
+ * y this rank's slice; backward: dx = dy in this rank's slice, zeros
+ * elsewhere. (The gathers are sg_ag_tp_seq_gather, before a part that
+ * every sp rank computes alike, and sg_ag_tp_seq_allgather, before the
+ * attention, on the sp group.) */
+sg_status sg_ag_sp_scatter(sg_tape_t t, sg_group_t sp, sg_var *x, sg_var **y);
+/* A parameter p used after the sp gather (the same on every sp rank):
+ * q = p; its gradient divided by the sp size (each rank's share of the
+ * sum over sp). p itself when sp is NULL or of size 1. */
+sg_status sg_ag_sp_share(sg_tape_t t, sg_group_t sp, sg_var *p, sg_var **q);
 /* Bytes this rank received in the tp ops (tp_copy/tp_reduce: the fixed-order
  * all-reduce's (tp - 1) payloads; all-gather: the other ranks' slices;
  * reduce-scatter: (tp - 1) slices of this rank's), since the last reset;

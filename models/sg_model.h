@@ -123,6 +123,10 @@ typedef struct sg_model *sg_model_t;
 sg_status sg_model_create(sg_mesh_t mesh, const sg_model_config *cfg,
                           int64_t ny, int64_t nx, int64_t batch,
                           sg_model_t *model);
+/* A mesh dim sp (or cp) of size > 1 with a model other than the vit:
+ * SG_ERR_NOT_SUPPORTED with the words sg-plan's check uses too (the same on
+ * every rank). sg_model_create runs it. */
+sg_status sg_model_sp_check(sg_mesh_t mesh, const char *model);
 /* NULL and *model == NULL are fine (SG_OK); sets *model to NULL. */
 sg_status sg_model_destroy(sg_model_t *model);
 

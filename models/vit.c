@@ -65,6 +65,14 @@ typedef struct vit {
    * sharding (the embedding's output, no data), set by each forward */
   int seq;
   sg_var like;
+  /* the sp dim (sequence parallelism): its group (NULL: none or size 1);
+   * after the embedding the tokens are split over sp until the head;
+   * `splike` is the full token tensor's shape and sharding */
+  sg_group_t sp;
+  int sps;
+  unsigned sp_mask;
+  sg_var splike;
+  sg_attn_groups ag;             /* the attention's: domain x sp, sp, domain */
   vit_box box[SG_CN_MAX_PARAMS]; /* ndim 0: not split over tp */
 } vit;
 
@@ -138,6 +146,33 @@ fail:
   return st;
 }
 
+/* The sp dim: not with tp_sequence or experts, and at least
+ * one token per sp rank on the rank with the fewest tokens. */
+static sg_status vit_check_sp(sg_mesh_t mesh, const sg_model_config *c,
+                              int64_t ny, int64_t nx) {
+  sg_status st = SG_OK;
+  const int sp = vit_dim(mesh, "sp") * vit_dim(mesh, "cp");
+  const int64_t p = c->patch > 0 ? c->patch : 1,
+                tok = (ny / p / vit_dim(mesh, "h")) *
+                      (nx / p / vit_dim(mesh, "w"));
+  if (sp == 1) goto fail;
+  if (c->tp_sequence || c->moe_experts > 0)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "vit: the sp dim (size %d) does not compose with %s", sp,
+             c->tp_sequence ? "tp_sequence yet (both split the tokens)"
+                            : "a mixture of experts (moe_experts) yet");
+  if (vit_dim(mesh, "sp") > 1 && vit_dim(mesh, "cp") > 1)
+    SG_RAISE(SG_ERR_CONFIG, "vit: mesh dims sp and cp are the same role: "
+                            "use one");
+  if (tok < sp)
+    SG_RAISE(SG_ERR_CONFIG,
+             "vit: the sp dim needs at least one token per sp rank (%lld "
+             "tokens on the smallest shard, sp = %d)",
+             (long long)tok, sp);
+fail:
+  return st;
+}
+
 /* The checks that need only the config and the mesh: every rank finds
  * the same error. */
 static sg_status vit_check(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
@@ -175,6 +210,7 @@ static sg_status vit_check(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
                             : "a mixture of experts (moe_experts)");
   SG_TRY(sg_sp_mode_check(mesh, (sg_sp_mode)c->sp_mode, c->heads, who));
   if (c->tp_sequence) SG_TRY(vit_check_seq(mesh, c, ny, nx));
+  SG_TRY(vit_check_sp(mesh, c, ny, nx));
   SG_TRY(vit_moe_check(mesh, c));
   if (p < 1)
     SG_RAISE(SG_ERR_CONFIG, "%s: patch must be >= 1 (got %lld)", who,
@@ -357,6 +393,16 @@ static sg_status vit_tp_init(vit *m, sg_mesh_t mesh) {
   }
   m->fl = hid / m->tps, m->f0 = m->fl * m->tpr;
   m->seq = m->cfg.tp_sequence && m->tps > 1;
+  m->sps = 1;
+  for (int d = 0; d < sg_mesh_ndims(mesh); ++d) {
+    const char *nm = sg_mesh_dim_name(mesh, d);
+    if ((!strcmp(nm, "sp") || !strcmp(nm, "cp")) &&
+        sg_mesh_dim_size(mesh, d) > 1) {
+      m->sps = sg_mesh_dim_size(mesh, d);
+      m->sp_mask = 1u << d;
+      SG_TRY(sg_mesh_group(mesh, 1u << d, &m->sp));
+    }
+  }
 fail:
   return st;
 }
@@ -388,6 +434,11 @@ static sg_status vit_create_as(sg_mesh_t mesh, const sg_model_config *c,
     if (!strcmp(nm, "w"))
       m->wp0 = sg_split_offset(m->wp, sz, co),
       m->nwp = sg_split_size(m->wp, sz, co), m->domain_mask |= 1u << k;
+  }
+  if (m->sp) {
+    m->ag.sp = m->sp;
+    SG_TRY(sg_mesh_group(mesh, m->domain_mask | m->sp_mask, &m->ag.seq));
+    SG_TRY(sg_mesh_group(mesh, m->domain_mask, &m->ag.domain));
   }
   if (!vit_params(m, c->cin + (c->add_grid ? 2 : 0)))
     SG_RAISE(SG_ERR_CONFIG, "vit: too many parameter tensors (at most %d)",
@@ -547,6 +598,25 @@ fail:
   return st;
 }
 
+/* The attention of block (parameters q) on this rank's token piece of the
+ * sp dim: the QKV and output projections on the piece (over tp as
+ * Megatron's), the attention over the ranks of the whole sequence (the
+ * domain dims x sp) by sp_mode. */
+static sg_status vit_attention_sp(vit *m, sg_tape_t t, sg_var *q, sg_var *x,
+                                  sg_var **y) {
+  sg_status st = SG_OK;
+  const int64_t cl = m->cl, parts[3] = {cl, cl, cl};
+  sg_var *h = NULL, *qkv[3] = {NULL, NULL, NULL};
+  SG_TRY(sg_ag_linear_col(t, m->tp, x, &q[2], &q[3], &h));
+  SG_TRY(sg_ag_split(t, h, 3, parts, qkv));
+  SG_TRY(sg_ag_attention_seq(t, (sg_sp_mode)m->cfg.sp_mode,
+                             m->cfg.heads / m->tps, &m->ag, qkv[0], qkv[1],
+                             qkv[2], &h));
+  SG_TRY(sg_ag_linear_row(t, m->tp, h, &q[4], &q[5], y));
+fail:
+  return st;
+}
+
 /* Pre-LN block: h + mhsa(ln1(h)), then h + fc2(gelu(fc1(ln2(h)))). With
  * Megatron-SP h, the LayerNorms and the residuals are token slices. */
 static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
@@ -559,6 +629,8 @@ static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
   SG_TRY(vit_ln(m, t, &q[0], h, &r));
   if (m->swin)
     SG_TRY(swin_attention(m, t, bc->b, q, r, &r));
+  else if (m->sp)
+    SG_TRY(vit_attention_sp(m, t, q, r, &r));
   else
     SG_TRY(sg_ag_mhsa_seq(t, m->tp, like, (sg_sp_mode)m->cfg.sp_mode,
                           m->cfg.heads / m->tps, r, &q[2], &q[3], &q[4], &q[5],
@@ -609,14 +681,32 @@ static void vit_block_params(void *impl, int k, int *first, int *count) {
     *first = m->head, *count = m->b.p.n - m->head;
 }
 
+/* A token tensor's shape and sharding, without its data. */
+static void vit_like(sg_var *like, const sg_var *h) {
+  *like = *h;
+  memset(&like->grad, 0, sizeof like->grad);
+  like->value.data = NULL, like->producer = NULL;
+}
+
+/* The sp dim: this rank's piece of the tokens h (the whole block of the
+ * domain shard, replicated over sp; its gradient Partial over sp). */
+static sg_status vit_sp_split(vit *m, sg_tape_t t, sg_var **h) {
+  vit_like(&m->splike, *h);
+  return sg_ag_sp_scatter(t, m->sp, *h, h);
+}
+
 /* Pieces first .. first + count - 1 on h (the field for piece 0, else the
- * tokens); the result in *y. */
+ * tokens); the result in *y. With the sp dim the blocks and the final
+ * LayerNorm run on this rank's token piece, split at the first of them
+ * and gathered before the un-patchify (or at the end of the range: the
+ * pieces pass whole tokens between pipeline stages). */
 static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
                          sg_var **y) {
   sg_status st = SG_OK;
   sg_var *P = m->b.p.vars;
   const int64_t p = m->cfg.patch;
   const int depth = (int)m->cfg.depth;
+  int split = 0; /* h is this rank's token piece of the sp dim */
   if (!m->b.p.bound)
     SG_RAISE(SG_ERR_INVALID_ARG, "vit forward: parameters not bound");
   for (int k = first; k < first + count; ++k) {
@@ -628,19 +718,33 @@ static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
       SG_TRY(sg_ag_conv(t, h, &P[m->embed], &P[m->embed + 1], pw, &h));
       SG_TRY(sg_ag_add_field(t, h, &P[m->pos], &h));
       if (m->seq) { /* the tokens split over tp until the head */
-        m->like = *h;
-        memset(&m->like.grad, 0, sizeof m->like.grad);
-        m->like.value.data = NULL, m->like.producer = NULL;
+        vit_like(&m->like, h);
         SG_TRY(sg_ag_tp_seq_scatter(t, m->tp, h, &h));
       }
     } else if (k <= depth) {
+      if (m->sp && !split) {
+        SG_TRY(vit_sp_split(m, t, &h));
+        split = 1;
+      }
       SG_TRY(vit_run_block(m, t, k - 1, &h));
     } else {
+      if (m->sp && !split) SG_TRY(vit_sp_split(m, t, &h));
+      split = 0;
       SG_TRY(vit_ln(m, t, &P[m->head], h, &h));
       if (m->seq) SG_TRY(sg_ag_tp_seq_gather(t, m->tp, h, &m->like, &h));
-      SG_TRY(sg_ag_convt(t, h, &P[m->head + 2], &P[m->head + 3], &h));
+      /* sp: the un-patchify alike on every sp rank: its parameters' share */
+      sg_var *uw = &P[m->head + 2], *ub = &P[m->head + 3];
+      if (m->sp) {
+        SG_TRY(sg_ag_tp_seq_gather(t, m->sp, h, &m->splike, &h));
+        SG_TRY(sg_ag_sp_share(t, m->sp, uw, &uw));
+        SG_TRY(sg_ag_sp_share(t, m->sp, ub, &ub));
+      }
+      SG_TRY(sg_ag_convt(t, h, uw, ub, &h));
     }
   }
+  /* a pipeline stage ending in the blocks passes the whole tokens on (the
+   * gather's backward: this rank's slice of the next stage's gradient) */
+  if (split) SG_TRY(sg_ag_tp_seq_gather(t, m->sp, h, &m->splike, &h));
   *y = h;
 fail:
   return st;
@@ -681,6 +785,14 @@ static void vit_describe(void *impl, const sg_model_config *c, char *buf,
   if (m->seq && k < size)
     snprintf(buf + k, size - k,
              "; Megatron-SP (tokens split over tp outside the TP regions)");
+  k = strlen(buf);
+  if (m->sp && k < size)
+    snprintf(buf + k, size - k,
+             "; sequence parallel over sp=%d (each rank's tokens split "
+             "between the embedding and the head; the attention over the "
+             "domain dims x sp)",
+             m->sps);
+  k = strlen(buf);
   if (c->moe_experts > 0 && k < size)
     snprintf(buf + k, size - k,
              "; mixture of experts in every %d block(s): %lld experts (%lld "
@@ -694,8 +806,10 @@ static void vit_describe(void *impl, const sg_model_config *c, char *buf,
   k = strlen(buf);
   if (c->sp_mode != SG_SP_RING && k < size)
     snprintf(buf + k, size - k, "; attention by %s",
-             c->sp_mode == SG_SP_USP ? "USP (Ulysses over w, ring over h)"
-                                     : "Ulysses");
+             c->sp_mode == SG_SP_USP
+                 ? (m->sp ? "USP (Ulysses over sp, ring over h, w)"
+                          : "USP (Ulysses over w, ring over h)")
+                 : "Ulysses");
 }
 
 /* heads does not change a shape: a checkpoint may be read with others */

@@ -108,6 +108,14 @@ static sg_status plan_roles(struct sg_parallel *p) {
       p->data_dims |= 1u << d;
       p->domain_dims |= 1u << d;
       break;
+    case SG_DIM_ROLE_SEQUENCE:
+      /* sp ranks hold the same samples but each its share of the tokens
+       * (the vit: sg_ag_sp_scatter): every parameter's gradient is
+       * Partial over sp and summed over it, like over a data dim; the
+       * samples are not split over it (not a batch dim) */
+      p->data_dims |= 1u << d;
+      p->seq_dims |= 1u << d;
+      break;
     case SG_DIM_ROLE_TENSOR:
       /* tp ranks hold the same data: not a data dim. A parameter Shard
        * over tp is reduced over the data dims only; one replicated over
@@ -119,7 +127,7 @@ static sg_status plan_roles(struct sg_parallel *p) {
         SG_RAISE(
             SG_ERR_NOT_SUPPORTED,
             "mesh dim '%s' (size %d): %s parallelism is not supported by the parallel plan yet "
-            "(supported: dp, fsdp, h, w, d, tp, ep; a size-1 %s dim is fine)",
+            "(supported: dp, fsdp, h, w, d, tp, sp, ep; a size-1 %s dim is fine)",
             nm, sz, role_names[p->role[d]], nm);
     }
   }
@@ -405,7 +413,7 @@ sg_status sg_parallel_check_mesh(sg_mesh_t mesh, const sg_parallel_config *cfg,
   p.cfg = cfg ? *cfg : sg_parallel_defaults();
   st = sg_agree(sg_mesh_comm(mesh), plan_roles(&p));
   if (st == SG_OK && info) {
-    info->batch_dims = p.data_dims & ~p.domain_dims;
+    info->batch_dims = p.data_dims & ~(p.domain_dims | p.seq_dims);
     info->domain_dims = p.domain_dims;
     info->data_size = p.data_size;
     info->data_index = p.data_index;

@@ -55,6 +55,7 @@ struct sg_parallel {
   sg_parallel_config cfg;
   sg_dim_role role[SG_MESH_MAX_DIMS];
   unsigned data_dims, zero_dims_all, domain_dims;
+  unsigned seq_dims; /* sp/cp: summed over like data, not a batch dim */
   int data_size, data_index;
   int np;
   pl_param *p;

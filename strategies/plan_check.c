@@ -175,17 +175,16 @@ static void why_add(why_buf *w, const char *fmt, ...) {
 static void check_dims(const sg_plan_problem *pb, const sg_model_config *mc,
                        const sg_plan_mesh *m, why_buf *w) {
   const int moe = mc->kind == SG_MODEL_VIT && mc->moe_experts > 0;
-  static const char *const usable[] = {"pp", "dp", "fsdp", "tp", "h", "w"};
+  static const char *const usable[] = {"pp", "dp", "fsdp", "tp",
+                                       "h",  "w",  "sp",   "cp"};
   static const char *const later[][2] = {{"d", "domain (3-D)"},
-                                         {"sp", "sequence"},
-                                         {"cp", "sequence"},
                                          {"ep", "expert"}};
   for (int i = 0; i < m->ndims; ++i) {
     const char *nm = m->name[i];
     int ok = 0, l = -1;
     for (size_t k = 0; k < sizeof usable / sizeof *usable; ++k)
       ok |= !strcmp(nm, usable[k]);
-    for (int k = 0; k < 4; ++k)
+    for (int k = 0; k < 2; ++k)
       if (!strcmp(nm, later[k][0])) l = k;
     if (!strcmp(nm, "ep") && moe) ok = 1, l = -1; /* the vit's experts */
     for (int j = 0; j < i; ++j)
@@ -195,8 +194,8 @@ static void check_dims(const sg_plan_problem *pb, const sg_model_config *mc,
       why_add(w,
               "mesh dim '%s' (size %d): %s parallelism is not supported by "
               "the parallel plan and the 2-D models yet (supported: pp, dp, "
-              "fsdp, tp, h, w, and ep for the vit with moe_experts; a size-1 "
-              "%s dim is fine)",
+              "fsdp, tp, h, w, sp for the vit, and ep for the vit with "
+              "moe_experts; a size-1 %s dim is fine)",
               nm, m->size[i], later[l][1], nm);
     else if (!ok && l < 0)
       why_add(w,
@@ -416,10 +415,11 @@ static void check_moe(const sg_plan_problem *pb, const sg_model_config *mc,
  * sg_sp_mode_check, in its words): Ulysses attends whole heads on every rank
  * of its all-to-all (h and w; USP: w). */
 static void check_sp_mode(const sg_model_config *mc, int tp, int ph, int pw,
-                          why_buf *w) {
+                          int sp, why_buf *w) {
   const sg_sp_mode mode = (sg_sp_mode)mc->sp_mode;
   const int64_t heads = mc->heads;
-  const int P = mode == SG_SP_ULYSSES ? ph * pw : pw;
+  int P = mode == SG_SP_ULYSSES ? ph * pw : pw;
+  if (sp > 1) P = mode == SG_SP_USP ? sp : P * sp; /* ag_ulysses.c */
   if (mode != SG_SP_RING && heads >= 1 && (heads % tp || (heads / tp) % P))
     why_add(
         w,
@@ -427,7 +427,8 @@ static void check_sp_mode(const sg_model_config *mc, int tp, int ph, int pw,
         "ranks of its all-to-all (%d x %d: %s): every rank attends whole heads "
         "(use sp_mode = ring, which has no such constraint)",
         mode == SG_SP_USP ? "usp" : "ulysses", (long long)heads, tp, P,
-        mode == SG_SP_USP ? "w" : "h and w");
+        sp > 1 ? (mode == SG_SP_USP ? "sp" : "h, w and sp")
+               : (mode == SG_SP_USP ? "w" : "h and w"));
 }
 
 /* The ViT's tp_sequence (vit.c vit_check_seq, in its words): no pp, and
@@ -446,6 +447,40 @@ static void check_tp_sequence(const sg_plan_problem *pb,
             "vit: tp_sequence needs at least one token per tp rank (%lld "
             "tokens on the smallest shard, tp = %d)",
             (long long)tok, tp);
+}
+
+/* The sp (cp) dim (model.c sg_model_sp_check, vit.c vit_check_sp, in
+ * their words): the vit only; not with tp_sequence or experts; a token
+ * per sp rank on the smallest shard. */
+static void check_sp(const sg_plan_problem *pb, const sg_model_config *mc,
+                     const sg_plan_mesh *m, why_buf *w) {
+  const char *nm = sg_plan_has_dim(m, "cp") ? "cp" : "sp";
+  const int sp = sg_plan_mesh_dim(m, "sp") * sg_plan_mesh_dim(m, "cp");
+  const char *model = sg_kv_str(pb->cfg, "model");
+  const int64_t p = mc->patch;
+  if (sp <= 1) return;
+  if (mc->kind != SG_MODEL_VIT) {
+    why_add(w,
+            "%s: mesh dim '%s' (size %d) splits the token sequence: sequence "
+            "parallelism is built for the vit only (split %s with dp, fsdp, "
+            "h or w instead)",
+            model, nm, sp, model);
+    return;
+  }
+  if (mc->tp_sequence || mc->moe_experts > 0)
+    why_add(w, "vit: the sp dim (size %d) does not compose with %s", sp,
+            mc->tp_sequence ? "tp_sequence yet (both split the tokens)"
+                            : "a mixture of experts (moe_experts) yet");
+  if (sg_plan_mesh_dim(m, "sp") > 1 && sg_plan_mesh_dim(m, "cp") > 1)
+    why_add(w, "vit: mesh dims sp and cp are the same role: use one");
+  if (p < 1) return;
+  const int64_t tok = (pb->ny / p / sg_plan_mesh_dim(m, "h")) *
+                      (pb->nx / p / sg_plan_mesh_dim(m, "w"));
+  if (tok < sp)
+    why_add(w,
+            "vit: the sp dim needs at least one token per sp rank (%lld "
+            "tokens on the smallest shard, sp = %d)",
+            (long long)tok, sp);
 }
 
 /* FNO-3D (fno.c): modes that fit the grid and the padded time axis (the
@@ -551,7 +586,8 @@ static void check_model(const sg_plan_problem *pb, const sg_model_config *mc,
           "%s: heads (%lld) must be divisible by tp (%d): tensor parallelism splits the heads",
           who, (long long)heads, tp);
     if (kind == SG_MODEL_VIT) {
-      check_sp_mode(mc, tp, ph, pw, w);
+      check_sp_mode(mc, tp, ph, pw,
+                    sg_plan_mesh_dim(m, "sp") * sg_plan_mesh_dim(m, "cp"), w);
       check_tp_sequence(pb, mc, m, tp, p, w);
       check_moe(pb, mc, m, w);
     } else {
@@ -604,6 +640,7 @@ sg_status sg_plan_check(const sg_plan_problem *pb, const sg_plan_mesh *m,
     why_add(&w, "%s", msg);
   }
   check_dims(pb, &mc, m, &w);
+  check_sp(pb, &mc, m, &w);
   check_plan(pb, &mc, m, &w);
   check_batch(pb, m, &w);
   if ((int)mc.kind >= 0) check_model(pb, &mc, m, &w);

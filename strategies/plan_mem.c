@@ -181,6 +181,7 @@ typedef struct mshape {
   int cin;            /* input channels (history x vars) */
   int tp, domain, ckpt_every, ph, pw;
   int seq;      /* the ViT's tp_sequence with tp > 1: token slices over tp */
+  int sp;       /* the ViT's sp dim: the blocks on token pieces over sp */
   double wl;    /* the FNO's channels of a tp rank (the largest split) */
   int skip[16]; /* the U-Net's skips (encoder outputs) */
   /* FNO-3D: the output time steps and the padded time axis (0: 2-D). Its
@@ -414,11 +415,14 @@ static int op_linear_row(sim *s, const mshape *m, int x, double c, double k,
 }
 
 /* The residual stream's rows: the ty x tx tokens, or with tp_sequence the
- * largest token slice over tp (T_r x 1). */
+ * largest token slice over tp (T_r x 1); with the sp dim the largest piece
+ * over sp (T_r x 1: every op of the blocks on it, the attention's queries
+ * too). */
 static void vit_rows(const mshape *m, double ty, double tx, double *sy,
                      double *sx) {
-  *sy = m->seq ? ceil(ty * tx / m->tp) : ty;
-  *sx = m->seq ? 1.0 : tx;
+  const double parts = m->seq ? m->tp : m->sp > 1 ? m->sp : 1;
+  *sy = parts > 1 ? ceil(ty * tx / parts) : ty;
+  *sx = parts > 1 ? 1.0 : tx;
 }
 
 /* A ViT block on ty x tx tokens (vit.c vit_block); with tp_sequence the
@@ -431,8 +435,8 @@ static int vit_block_ops(sim *s, const mshape *m, int h, double ty, double tx,
                          int swin, int shifted) {
   const double C = (double)m->mc.width, H = (double)m->mc.heads / m->tp,
                T = ty * tx, W = swin ? (double)m->mc.window : 0.0;
-  double sy, sx;
-  vit_rows(m, ty, tx, &sy, &sx);
+  double sy = ty, sx = tx; /* sp: ty x tx is the piece already */
+  if (m->sp <= 1) vit_rows(m, ty, tx, &sy, &sx);
   int r = op_norm(s, m, h, C, sy, sx, m->b * sy * sx);
   if (shifted) r = op_pointwise(s, m, r, C, ty, tx, 0, 0, -1); /* roll */
   r = op_linear_col(s, m, r, C, 3 * C, ty, tx);
@@ -480,16 +484,19 @@ static int vit_piece(sim *s, const mshape *m, int k, int h) {
                 .param = 1};
     h = sim_apply(s, &e);
     h = op_pointwise(s, m, h, C, ty, tx, 1, 0, -1); /* + position field */
-    /* tp_sequence: the scatter to this rank's token slice */
-    return m->seq ? op_pointwise(s, m, h, C, sy, sx, 0, 0, -1) : h;
+    /* tp_sequence, sp: the scatter to this rank's token slice */
+    return m->seq || m->sp > 1 ? op_pointwise(s, m, h, C, sy, sx, 0, 0, -1) : h;
   }
+  if (k <= depth && m->sp > 1) /* the block on this rank's piece */
+    return vit_block_ops(s, m, h, sy, sx, 0, 0);
   if (k <= depth) {
     const int swin = m->kind == SG_MODEL_SWIN;
     return vit_block_ops(s, m, h, ty, tx, swin,
                          swin && (k - 1) % 2 == 1 && m->mc.window > 1);
   }
   h = op_norm(s, m, h, C, sy, sx, m->b * sy * sx);
-  if (m->seq) h = op_pointwise(s, m, h, C, ty, tx, 0, 0, -1); /* gather */
+  if (m->seq || m->sp > 1) /* gather */
+    h = op_pointwise(s, m, h, C, ty, tx, 0, 0, -1);
   const double ws = conv_ws(m, C, cout, p * p, tx, ty, 1, ty * tx);
   sim_op u = {.nin = 1,
               .in = {h},
@@ -896,6 +903,9 @@ sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
               .pw = pw,
               .ckpt_every = every};
   m.seq = kind == SG_MODEL_VIT && m.tp > 1 && mc.tp_sequence;
+  m.sp = kind == SG_MODEL_VIT
+             ? sg_plan_mesh_dim(mesh, "sp") * sg_plan_mesh_dim(mesh, "cp")
+             : 1;
   if (kind == SG_MODEL_FNO3D) {
     m.nt = (double)sg_plan_int(pb, "out_frames");
     if (m.nt < 1) m.nt = 1;

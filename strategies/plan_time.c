@@ -448,6 +448,8 @@ static void model_unet(pt *c, double cin, double cout) {
  * of the activations per block forward and two backward, or with
  * tp_sequence two all-gathers and two reduce-scatters each way (the same
  * ring volume) and the LayerNorms and residuals on 1/tp of the tokens.
+ * The sp dim: the blocks on 1/sp of the rank's tokens, the ring over the
+ * domain dims x sp (the embedding and the un-patchify on the whole block).
  * Swin (swin 1): every query attends the W^2 keys of its window (no ring),
  * and the odd blocks roll the tokens by W/2 and back: a one-sided halo of
  * W/2 token rows per split dim, forward and adjoint, per roll. */
@@ -470,19 +472,23 @@ static void vit_tp_comm(pt *c, pt_group gt, int seq, double n, double C) {
 }
 
 static void model_vit(pt *c, double cin, double cout, int swin) {
-  static const char *const dom[2] = {"h", "w"}, *const tpn[1] = {"tp"};
+  static const char *const dom[3] = {"h", "w", "sp"}, *const tpn[1] = {"tp"};
   const double C = (double)c->mc.width, D = (double)c->mc.depth,
                H = (double)c->mc.heads, W = swin ? (double)c->mc.window : 0.0;
   const double p = (double)c->mc.patch, tp = c->tp;
   const double tl = (c->ly / p) * (c->lx / p),
                tg = ((double)c->ny / p) * ((double)c->nx / p);
-  const double n = c->nb * tl;
+  const double sp = swin ? 1.0
+                         : sg_plan_mesh_dim(c->m, "sp") *
+                               sg_plan_mesh_dim(c->m, "cp");
+  const double n0 = c->nb * tl, n = n0 / sp; /* the blocks' tokens */
   const int seq = tp > 1 && c->mc.tp_sequence;
   const double ns = seq ? n / tp : n; /* the residual stream's tokens */
-  const pt_group gd = pt_group_of(c->m, c->hw, dom, 2),
+  const pt_group gd = pt_group_of(c->m, c->hw, dom, swin ? 2 : 3),
                  gt = pt_group_of(c->m, c->hw, tpn, 1);
-  op_mm(c, 1, n, cin * p * p, C, 2.0);
-  op_elem(c, n * C, 2.0);
+  op_mm(c, 1, n0, cin * p * p, C, 2.0);
+  op_elem(c, n0 * C, 2.0);
+  if (sp > 1) op_copy(c, 2.0 * n0 * C); /* the sp scatter and gather */
   for (int b = 0; b < (int)D; ++b) {
     op_rated(c, ns * C, 1.0, c->hw->lnorm_rate);
     op_mm(c, 0, n, C, 3.0 * C / tp, 2.0);
@@ -508,7 +514,7 @@ static void model_vit(pt *c, double cin, double cout, int swin) {
     c->ntens += swin ? 13.0 : 12.0;
   }
   op_rated(c, ns * C, 1.0, c->hw->lnorm_rate);
-  op_mm(c, 1, n, C, cout * p * p, 2.0);
+  op_mm(c, 1, n0, C, cout * p * p, 2.0);
   c->par_rep += cin * p * p * C + C + 2.0 * C + C * cout * p * p + cout;
   c->par_dom += tl * C; /* the position field, sharded like the tokens */
   c->ntens += 7.0;
@@ -526,16 +532,17 @@ static double extra_buckets(pt_group g, double bytes, double bucket) {
 /* The gradient reduction and the optimizer of the parameters on this rank
  * (already divided over pp stages and tp). */
 static void grad_sync(pt *c, sg_plan_time *o, double micro) {
-  static const char *const data[4] = {"dp", "fsdp", "h", "w"},
-                           *const dpf[2] = {"dp", "fsdp"},
-                           *const fs[1] = {"fsdp"}, *const dpn[1] = {"dp"},
-                           *const dph[3] = {"dp", "h", "w"};
+  /* sp: every gradient is summed over it too (parallel.c plan_roles) */
+  static const char *const
+      data[5] = {"dp", "fsdp", "h", "w", "sp"},
+      *const dpf[3] = {"dp", "fsdp", "sp"}, *const fs[1] = {"fsdp"},
+      *const dpn[2] = {"dp", "sp"}, *const dph[4] = {"dp", "h", "w", "sp"};
   const int zero = (int)cfg_int(c->kv, "zero", 0);
   const int zod = !strcmp(cfg_str(c->kv, "zero_over_domain", "false"), "true");
   const double gb = 4.0; /* fp32 gradients (reduce_dtype f32) */
   const double bucket = cfg_num(c->kv, "bucket_mib", 25) * 1048576.0;
-  const pt_group gall = pt_group_of(c->m, c->hw, data, 4),
-                 gdp = pt_group_of(c->m, c->hw, dpf, 2);
+  const pt_group gall = pt_group_of(c->m, c->hw, data, 5),
+                 gdp = pt_group_of(c->m, c->hw, dpf, 3);
   const double rep = c->par_rep * gb, dom = c->par_dom * gb;
   if (zero == 0 ||
       sg_plan_mesh_dim(c->m, "fsdp") * (zod ? c->sh * c->sw : 1) == 1) {
@@ -550,8 +557,8 @@ static void grad_sync(pt *c, sg_plan_time *o, double micro) {
                                   c->m, c->hw,
                                   (const char *const[]){"fsdp", "h", "w"}, 3)
                             : pt_group_of(c->m, c->hw, fs, 1);
-    const pt_group go = zod ? pt_group_of(c->m, c->hw, dpn, 1)
-                            : pt_group_of(c->m, c->hw, dph, 3);
+    const pt_group go = zod ? pt_group_of(c->m, c->hw, dpn, 2)
+                            : pt_group_of(c->m, c->hw, dph, 4);
     const double v = rep + dom, reps = zero >= 2 ? micro : 1.0;
     /* ZeRO 2 and 3 reduce each tensor's gradient as it is ready, ZeRO 3
      * gathers each tensor before its use forward and backward: the

@@ -36,8 +36,10 @@ static const sg_kv_key plan_keys[] = {
 };
 
 enum { MAX_MESHES = 4096 };
-static const char *const dim_names[] = {"pp", "dp", "fsdp", "tp", "h", "w"};
-#define NDIMS 6
+/* the ViT's meshes also over sp (the last: only the ViT splits tokens) */
+static const char *const dim_names[] = {"pp", "dp", "fsdp", "tp",
+                                        "h",  "w",  "sp"};
+#define NDIMS 7
 
 typedef struct row {
   sg_plan_mesh mesh;
@@ -48,13 +50,13 @@ typedef struct row {
   char why[1024];
 } row;
 
-/* Every factorisation of n over the six dims, in order. */
-static void enumerate(int n, int d, int *sz, row *rows, int *nrows) {
-  if (d == NDIMS) {
+/* Every factorisation of n over the first nd dims, in order. */
+static void enumerate(int n, int d, int nd, int *sz, row *rows, int *nrows) {
+  if (d == nd) {
     if (n != 1 || *nrows >= MAX_MESHES) return;
     row *r = &rows[(*nrows)++];
     memset(r, 0, sizeof *r);
-    for (int i = 0; i < NDIMS; ++i)
+    for (int i = 0; i < nd; ++i)
       if (sz[i] > 1) {
         snprintf(r->mesh.name[r->mesh.ndims], sizeof r->mesh.name[0], "%s",
                  dim_names[i]);
@@ -71,7 +73,7 @@ static void enumerate(int n, int d, int *sz, row *rows, int *nrows) {
   for (int f = 1; f <= n; ++f)
     if (n % f == 0) {
       sz[d] = f;
-      enumerate(n / f, d + 1, sz, rows, nrows);
+      enumerate(n / f, d + 1, nd, sz, rows, nrows);
     }
 }
 
@@ -238,7 +240,8 @@ static sg_status plan(sg_kv_t kv) {
     sg_plan_mesh_format(&rows[0].mesh, rows[0].spec, sizeof rows[0].spec);
     n = 1;
   } else {
-    enumerate(pb.ranks, 0, sz, rows, &n);
+    const int vit = !strcmp(sg_kv_str(kv, "model"), "vit");
+    enumerate(pb.ranks, 0, vit ? NDIMS : NDIMS - 1, sz, rows, &n);
   }
   int nfit = 0;
   char nomem[512] = ""; /* why a mesh that fits has no memory estimate */

@@ -1,5 +1,13 @@
 /* Megatron sequence parallelism on the tape (models/ag_tp.c, tp_sequence),
+ * and the vit's sp dim (the same group as an sp group),
  * on a mesh "tp=P" (P = 1..4 ranks), f64:
+ *  - sp_scatter (backward: zero padding) and sp_share (backward: 1/P) by
+ *    the adjoint identity (the gradient Partial over the group);
+ *  - the ViT block with its tokens split over sp (the attention of the
+ *    pieces over sp by ring, Ulysses and USP) on 45 and 35 tokens (uneven
+ *    pieces), and on h=2 x sp=2 (rows 3 + 2 of the 5 x 9 tokens, the
+ *    attention over the 4 ranks; USP: Ulysses over sp, ring over h),
+ *    against one process at 1e-10;
  *  - the four token-slice ops alone (scatter, gather, all-gather,
  *    reduce-scatter over tp) on 45 tokens (5 x 9: 23+22, 15 x 3, 12+11x3)
  *    and 10 tokens (2 x 5: 4+3+3, 3+3+2+2): their values, and the adjoint
@@ -46,11 +54,13 @@ static double dot(const sg_var *a, const double *b) {
 
 enum { ON = 2, OC = 3 };
 
-/* Op k (0 scatter, 1 gather, 2 all-gather, 3 reduce-scatter) on tokens
- * (a, b): values and <A x, w> = <x, A^T w>. */
+/* Op k (0 scatter, 1 gather, 2 all-gather, 3 reduce-scatter; 4 the sp
+ * dim's scatter, whose backward pads with zeros: x replicated, the full
+ * gradient Partial over the group) on tokens (a, b): values and
+ * <A x, w> = <x, A^T w>. */
 static void test_op(sg_group_t g, int k, int64_t a, int64_t b) {
-  static const char *nm[4] = {"scatter", "gather", "allgather",
-                              "reduce_scatter"};
+  static const char *nm[5] = {"scatter", "gather", "allgather",
+                              "reduce_scatter", "sp_scatter"};
   const int P = g ? sg_group_size(g) : 1, r = g ? sg_group_rank(g) : 0;
   const int64_t T = a * b, t0 = sg_split_offset(T, P, r),
                 tn = sg_split_size(T, P, r);
@@ -58,7 +68,7 @@ static void test_op(sg_group_t g, int k, int64_t a, int64_t b) {
                 np = ON * OC * tn;
   /* the slice of a full (row-major (n, c, token)) tensor */
 #define SLICE_OF(i) (((i) / tn) * T + t0 + (i) % tn)
-  const int in_full = k == 0 || k == 3, out_full = k == 1 || k == 2;
+  const int in_full = k == 0 || k == 3 || k == 4, out_full = k == 1 || k == 2;
   sg_tape_t tape = NULL;
   sg_var x, like, *y = NULL, *l = NULL;
   memset(&x, 0, sizeof x), memset(&like, 0, sizeof like);
@@ -69,13 +79,15 @@ static void test_op(sg_group_t g, int k, int64_t a, int64_t b) {
   /* x: scatter's replicated, reduce-scatter's different per rank, the
    * slices of the global 1 (gather, all-gather) */
   for (int64_t i = 0; i < (in_full ? nf : np); ++i)
-    xd[i] = k == 0 ? val(1, i) : k == 3 ? val(2 + r, i) : val(1, SLICE_OF(i));
+    xd[i] = k == 0 || k == 4 ? val(1, i)
+            : k == 3         ? val(2 + r, i)
+                             : val(1, SLICE_OF(i));
   const int64_t ny = out_full ? nf : np;
   w = calloc((size_t)ny, sizeof *w), want = calloc((size_t)ny, sizeof *want);
   SG_REQUIRE_OK(w && want ? SG_OK : SG_ERR_ALLOC);
   for (int64_t i = 0; i < ny; ++i) { /* gather's w replicated */
     w[i] = k == 1 ? val(9, i) : val(10 + r, i);
-    if (k == 0) want[i] = val(1, SLICE_OF(i));
+    if (k == 0 || k == 4) want[i] = val(1, SLICE_OF(i));
     if (out_full) want[i] = val(1, i);
     if (k == 3)
       for (int q = 0; q < P; ++q) want[i] += val(2 + q, SLICE_OF(i));
@@ -84,7 +96,8 @@ static void test_op(sg_group_t g, int k, int64_t a, int64_t b) {
   sg_status st = k == 0   ? sg_ag_tp_seq_scatter(tape, g, &x, &y)
                  : k == 1 ? sg_ag_tp_seq_gather(tape, g, &x, &like, &y)
                  : k == 2 ? sg_ag_tp_seq_allgather(tape, g, &x, &like, &y)
-                          : sg_ag_tp_seq_reduce_scatter(tape, g, &x, &y);
+                 : k == 3 ? sg_ag_tp_seq_reduce_scatter(tape, g, &x, &y)
+                          : sg_ag_sp_scatter(tape, g, &x, &y);
   SG_REQUIRE_OK(st);
   SG_CHECK(sg_tensor_numel(&y->value) == ny, "%s: %lld outputs, want %lld",
            nm[k], (long long)sg_tensor_numel(&y->value), (long long)ny);
@@ -100,9 +113,21 @@ static void test_op(sg_group_t g, int k, int64_t a, int64_t b) {
   SG_REQUIRE_OK(sg_ag_loss(tape, SG_LOSS_SUM, yw, NULL, &l));
   SG_REQUIRE_OK(sg_tape_backward(tape, l));
   ip[1] = dot(&x, x.grad.data);
-  /* over the ranks; a replicated tensor's product once */
+  /* over the ranks; a replicated tensor's product once (sp_scatter's x is
+   * replicated but its gradient Partial: the sum over the ranks is the
+   * adjoint's) */
   if (k == 1) ip[0] /= P;
   if (k == 0) ip[1] /= P;
+  if (k == 4) { /* the padding: zeros outside this rank's slice */
+    int64_t bad = 0;
+    const double *gx = x.grad.data;
+    for (int64_t i = 0; i < nf; ++i) {
+      const int64_t tk = i % T;
+      bad += (tk < t0 || tk >= t0 + tn) && gx[i] != 0;
+    }
+    SG_CHECK(bad == 0, "sp_scatter: %lld gradients outside the slice",
+             (long long)bad);
+  }
   MPI_Allreduce(MPI_IN_PLACE, ip, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   SG_CHECK(fabs(ip[0] - ip[1]) <= 1e-12 * (1 + fabs(ip[0])),
            "%s (tp=%d): <Ax,w> = %.17g, <x,A^T w> = %.17g", nm[k], P, ip[0],
@@ -113,6 +138,32 @@ done:
   sg_tape_destroy(&tape);
   sg_var_release(&x);
   sg_var_release(&like);
+}
+
+/* sp_share: y = p; dp = dy / P, so the sum over the group is dy. */
+static void test_share(sg_group_t g) {
+  const int P = g ? sg_group_size(g) : 1;
+  const int64_t n = 7;
+  sg_tape_t tape = NULL;
+  sg_var p, wv, *y = NULL, *l = NULL;
+  memset(&p, 0, sizeof p), memset(&wv, 0, sizeof wv);
+  double w[7];
+  SG_REQUIRE_OK(var_f64(&p, "p", 1, &n, 1));
+  for (int64_t i = 0; i < n; ++i)
+    ((double *)p.value.data)[i] = val(5, i), w[i] = val(6, i);
+  SG_REQUIRE_OK(sg_var_init(&wv, "w", SG_DTYPE_F64, 1, &n, w, 0));
+  SG_REQUIRE_OK(sg_tape_create(&tape));
+  SG_REQUIRE_OK(sg_ag_sp_share(tape, g, &p, &y));
+  SG_REQUIRE_OK(sg_ag_binary(tape, SG_BINARY_MUL, y, &wv, &y));
+  SG_REQUIRE_OK(sg_ag_loss(tape, SG_LOSS_SUM, y, NULL, &l));
+  SG_REQUIRE_OK(sg_tape_backward(tape, l));
+  double sum[7];
+  MPI_Allreduce(p.grad.data, sum, 7, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  SG_CHECK(sg_test_cmp_f64("sp_share", sum, w, n, 1e-15, 1e-15) == 0,
+           "sp_share (sp=%d): the gradient summed over the ranks", P);
+done:
+  sg_tape_destroy(&tape);
+  sg_var_release(&p);
 }
 
 /* ---- a ViT block -------------------------------------------------------- */
@@ -170,12 +221,45 @@ static void result_free(result *r) {
   for (int p = 0; p < NP; ++p) free(r->grad[p]), r->grad[p] = NULL;
 }
 
-/* The block on group g (NULL: one process); seq: on token slices. */
-static sg_status block_run(sg_group_t g, int seq, result *res) {
+/* The block on group g (NULL: one process); seq: on token slices. sp > 0:
+ * g is an sp group instead (the vit's sp dim, vit.c vit_block): the
+ * parameters whole, the tokens split over g after x (sp_scatter), the
+ * attention of the pieces over g by sp_mode sp - 1 (ring, Ulysses, USP),
+ * gathered at the end; every gradient (dx too) is Partial over g: summed
+ * here. */
+/* With DOM (the sp block on a 2-D group): this rank's rows [Y0, Y0 + NY)
+ * of the A x B tokens (a domain split), the attention over SEQ (the
+ * domain x sp), USP's ring over DOM; the results summed over DOM into the
+ * whole arrays. */
+static sg_group_t DOM, SEQ;
+static int64_t Y0, NY;
+
+/* Sum the whole array a (n) over DOM (each rank filled its rows). */
+static void dom_sum(double *a, int64_t n) {
+  if (DOM)
+    MPI_Allreduce(MPI_IN_PLACE, a, (int)n, MPI_DOUBLE, MPI_SUM,
+                  sg_group_comm(DOM));
+}
+
+/* Local (n, c, rows, B) -> the whole (n, c, A, B) at rows Y0.. (zeros
+ * elsewhere). */
+static void to_whole(const double *loc, double *whole, int64_t ny) {
+  const int64_t y0 = ny < A ? Y0 : 0;
+  memset(whole, 0, (size_t)(N * C * T) * sizeof *whole);
+  for (int64_t nc = 0; nc < N * C; ++nc)
+    memcpy(whole + (nc * A + y0) * B, loc + nc * ny * B,
+           (size_t)(ny * B) * sizeof *whole);
+}
+
+static sg_status block_run_as(sg_group_t g, int seq, int sp, result *res) {
   sg_status st = SG_OK;
-  const int P = g ? sg_group_size(g) : 1, r = g ? sg_group_rank(g) : 0;
+  const int64_t ny = sp && DOM ? NY : A, y0 = sp && DOM ? Y0 : 0;
+  const int P = g && !sp ? sg_group_size(g) : 1,
+            r = g && !sp ? sg_group_rank(g) : 0;
+  sg_group_t spg = sp ? g : NULL;
+  if (sp) g = NULL;
   const split s = {C / P * r, C / P, HID / P * r, HID / P};
-  const int64_t xs[4] = {N, C, A, B};
+  const int64_t xs[4] = {N, C, ny, B}, nl = N * C * ny * B;
   sg_tape_t tape = NULL;
   sg_var x, t, prm[NP];
   sg_var *q = prm, *h = NULL, *u = NULL, *l = NULL;
@@ -183,9 +267,11 @@ static sg_status block_run(sg_group_t g, int seq, result *res) {
   memset(prm, 0, sizeof prm);
   SG_TRY(var_f64(&x, "x", 4, xs, 0));
   SG_TRY(sg_var_init(&t, "t", SG_DTYPE_F64, 4, xs, NULL, 0));
-  for (int64_t i = 0; i < N * C * T; ++i)
-    ((double *)x.value.data)[i] = val(3, i),
-             ((double *)t.value.data)[i] = val(4, i);
+  for (int64_t i = 0; i < nl; ++i) { /* by global index */
+    const int64_t gi = ((i / (ny * B)) * A + y0) * B + i % (ny * B);
+    ((double *)x.value.data)[i] = val(3, gi),
+             ((double *)t.value.data)[i] = val(4, gi);
+  }
   for (int p = 0; p < NP; ++p) {
     int nd;
     int64_t sh[2];
@@ -199,6 +285,7 @@ static sg_status block_run(sg_group_t g, int seq, result *res) {
   SG_TRY(sg_tape_create(&tape));
   sg_ag_tp_bytes(NULL, 1);
   h = &x;
+  if (sp) SG_TRY(sg_ag_sp_scatter(tape, spg, h, &h));
   if (seq) {
     SG_TRY(sg_ag_tp_seq_scatter(tape, g, h, &h));
     SG_TRY(sg_ag_tp_param(tape, g, g0, &g0));
@@ -207,8 +294,21 @@ static sg_status block_run(sg_group_t g, int seq, result *res) {
     SG_TRY(sg_ag_tp_param(tape, g, b6, &b6));
   }
   SG_TRY(sg_ag_layernorm(tape, 1e-5, h, g0, b0, &u));
-  SG_TRY(sg_ag_mhsa_seq(tape, g, like, SG_SP_RING, HEADS / P, u, &q[2], &q[3],
-                        &q[4], &q[5], &u));
+  if (sp) { /* vit.c vit_attention_sp */
+    const int64_t parts[3] = {C, C, C};
+    const sg_attn_groups ag = {.seq = DOM ? SEQ : spg,
+                               .sp = spg,
+                               .domain = DOM};
+    sg_var *qkv[3];
+    SG_TRY(sg_ag_linear(tape, u, &q[2], &q[3], &u));
+    SG_TRY(sg_ag_split(tape, u, 3, parts, qkv));
+    SG_TRY(sg_ag_attention_seq(tape, (sg_sp_mode)(sp - 1), HEADS, &ag, qkv[0],
+                               qkv[1], qkv[2], &u));
+    SG_TRY(sg_ag_linear(tape, u, &q[4], &q[5], &u));
+  } else {
+    SG_TRY(sg_ag_mhsa_seq(tape, g, like, SG_SP_RING, HEADS / P, u, &q[2], &q[3],
+                          &q[4], &q[5], &u));
+  }
   SG_TRY(sg_ag_binary(tape, SG_BINARY_ADD, h, u, &h));
   SG_TRY(sg_ag_layernorm(tape, 1e-5, h, g6, b6, &u));
   SG_TRY(sg_ag_linear_col_seq(tape, g, like, u, &q[8], &q[9], &u));
@@ -216,14 +316,27 @@ static sg_status block_run(sg_group_t g, int seq, result *res) {
   SG_TRY(sg_ag_linear_row_seq(tape, g, seq, u, &q[10], &q[11], &u));
   SG_TRY(sg_ag_binary(tape, SG_BINARY_ADD, h, u, &h));
   if (seq) SG_TRY(sg_ag_tp_seq_gather(tape, g, h, &x, &h));
+  if (sp) SG_TRY(sg_ag_tp_seq_gather(tape, spg, h, &x, &h));
   sg_ag_tp_bytes(&res->bytes_fwd, 1);
-  memcpy(res->y, h->value.data, (size_t)(N * C * T) * sizeof(double));
+  to_whole(h->value.data, res->y, ny);
   SG_TRY(sg_ag_binary(tape, SG_BINARY_MUL, h, &t, &h));
   SG_TRY(sg_ag_loss(tape, SG_LOSS_SUM, h, NULL, &l));
   res->loss = sg_var_item(l);
+  if (sp) dom_sum(&res->loss, 1);
   SG_TRY(sg_tape_backward(tape, l));
   sg_ag_tp_bytes(&res->bytes_bwd, 1);
-  memcpy(res->dx, x.grad.data, (size_t)(N * C * T) * sizeof(double));
+  to_whole(x.grad.data, res->dx, ny);
+  if (sp) {
+    MPI_Allreduce(MPI_IN_PLACE, res->dx, (int)(N * C * T), MPI_DOUBLE, MPI_SUM,
+                  sg_group_comm(spg));
+    for (int p = 0; p < NP; ++p) {
+      MPI_Allreduce(MPI_IN_PLACE, prm[p].grad.data,
+                    (int)sg_tensor_numel(&prm[p].value), MPI_DOUBLE, MPI_SUM,
+                    sg_group_comm(spg));
+      dom_sum(prm[p].grad.data, sg_tensor_numel(&prm[p].value));
+    }
+    dom_sum(res->y, N * C * T), dom_sum(res->dx, N * C * T);
+  }
   for (int p = 0; p < NP; ++p) {
     res->grad[p] = calloc((size_t)GN[p], sizeof(double));
     if (!res->grad[p]) SG_RAISE(SG_ERR_ALLOC, "test: out of memory");
@@ -236,6 +349,10 @@ fail:
   sg_var_release(&t);
   for (int p = 0; p < NP; ++p) sg_var_release(&prm[p]);
   return st;
+}
+
+static sg_status block_run(sg_group_t g, int seq, result *res) {
+  return block_run_as(g, seq, 0, res);
 }
 
 static double maxabs(const double *a, int64_t n) {
@@ -304,6 +421,31 @@ done:
   result_free(&ref), result_free(&got), result_free(&tp);
 }
 
+/* The block with its tokens split over an sp group of P ranks against one
+ * process (1e-10): y, loss, dx and every gradient summed over sp. */
+static void test_block_sp(sg_group_t g, int64_t a, int64_t b, int mode) {
+  A = a, B = b, T = a * b;
+  const int P = g ? sg_group_size(g) : 1;
+  static result ref, got;
+  SG_REQUIRE_OK(block_run(NULL, 0, &ref));
+  SG_REQUIRE_OK(block_run_as(g, 0, 1 + mode, &got));
+  const double my = maxabs(ref.y, N * C * T), mx = maxabs(ref.dx, N * C * T);
+  SG_CHECK(sg_test_cmp_f64("y", got.y, ref.y, N * C * T, 0, 1e-10 * my) == 0,
+           "sp block y (sp=%d)", P);
+  SG_CHECK(fabs(got.loss - ref.loss) <= 1e-10 * fabs(ref.loss),
+           "sp loss %.17g vs %.17g", got.loss, ref.loss);
+  SG_CHECK(sg_test_cmp_f64("dx", got.dx, ref.dx, N * C * T, 0, 1e-10 * mx) == 0,
+           "sp block dx (sp=%d)", P);
+  for (int p = 0; p < NP; ++p) {
+    const double m = maxabs(ref.grad[p], GN[p]);
+    SG_CHECK(sg_test_cmp_f64("grad", got.grad[p], ref.grad[p], GN[p], 0,
+                             1e-10 * m) == 0,
+             "sp=%d: gradient of parameter %d", P, p);
+  }
+done:
+  result_free(&ref), result_free(&got);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   sg_mesh_t mesh = NULL;
@@ -312,12 +454,31 @@ int main(int argc, char **argv) {
   snprintf(spec, sizeof spec, "tp=%d", sg_test_size);
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   SG_REQUIRE_OK(sg_mesh_group(mesh, 1u, &g));
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < 5; ++k) {
     test_op(g, k, 5, 9);
     test_op(g, k, 2, 5);
   }
-  test_block(g, 5, 9); /* 45 tokens: 23+22, 15x3, 12+11x3 */
-  test_block(g, 5, 7); /* 35 tokens: 18+17, 12+12+11, 9x3+8 */
+  test_share(g);
+  test_block(g, 5, 9);                   /* 45 tokens: 23+22, 15x3, 12+11x3 */
+  test_block(g, 5, 7);                   /* 35 tokens: 18+17, 12+12+11, 9x3+8 */
+  for (int mode = 0; mode < 3; ++mode) { /* ring, Ulysses, USP over sp */
+    test_block_sp(g, 5, 9, mode);        /* the same group as an sp dim's */
+    test_block_sp(g, 5, 7, mode);
+  }
+  if (sg_test_size == 4) { /* h=2 x sp=2: rows 3 + 2 of 5 (27 + 18 tokens
+                              over sp: 14+13, 9+9) */
+    sg_mesh_t m2 = NULL;
+    sg_group_t sp2 = NULL;
+    SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, "h=2,sp=2", &m2));
+    SG_REQUIRE_OK(sg_mesh_group(m2, 1u, &DOM));
+    SG_REQUIRE_OK(sg_mesh_group(m2, 2u, &sp2));
+    SG_REQUIRE_OK(sg_mesh_group(m2, 3u, &SEQ));
+    Y0 = sg_split_offset(5, 2, sg_mesh_coord(m2, 0));
+    NY = sg_split_size(5, 2, sg_mesh_coord(m2, 0));
+    for (int mode = 0; mode < 3; ++mode) test_block_sp(sp2, 5, 9, mode);
+    DOM = SEQ = NULL;
+    sg_mesh_destroy(&m2);
+  }
 done:
   sg_mesh_destroy(&mesh);
   return sg_test_finish();

@@ -22,6 +22,9 @@
  *    the LayerNorms' and row biases' gradients are summed over tp by the
  *    model;
  *  - tp_sequence with a pp dim, or fewer tokens than tp ranks: refused;
+ *  - the sp dim (sp=2, sp=3, sp=2,h=2, tp=2,sp=2): every gradient, summed
+ *    over sp (and h), equals the one-process one; fewer tokens than sp
+ *    ranks refused;
  *  - mixture of experts (4 experts, top-2, capacity 1) with the tokens
  *    over h=2, w=3, h=2,w=2: every gradient, summed over h, w, equals the
  *    one-process one; topk > experts, ep without experts and experts not
@@ -295,7 +298,8 @@ static void test_tp_gradients(const char *spec, int64_t heads, int seq,
   unsigned data = 0, tp = 0; /* the dims that split the data; tp */
   for (int k = 0; k < sg_mesh_ndims(mesh); ++k) {
     const char *nm = sg_mesh_dim_name(mesh, k);
-    if (!strcmp(nm, "h") || !strcmp(nm, "w")) data |= 1u << k;
+    if (!strcmp(nm, "h") || !strcmp(nm, "w") || !strcmp(nm, "sp"))
+      data |= 1u << k; /* sp: every gradient Partial over it */
     if (!strcmp(nm, "tp")) tp |= 1u << k;
   }
   sg_var **vars = NULL;
@@ -385,6 +389,16 @@ int main(int argc, char **argv) {
       test_tp_gradients("tp=4", 4, seq, 0);
       test_tp_gradients("tp=2,h=2", 2, seq, 0);
     }
+  }
+  /* the sp dim: the tokens split over sp (16 over 3: 6+5+5; 4 per rank
+   * over sp=2 x h=2, with tp=2) */
+  if (sg_test_size == 2) test_tp_gradients("sp=2", 2, 0, 0);
+  if (sg_test_size == 3) test_tp_gradients("sp=3", 2, 0, 0);
+  if (sg_test_size == 4) {
+    test_tp_gradients("sp=2,h=2", 2, 0, 0);
+    test_tp_gradients("tp=2,sp=2", 2, 0, 0);
+    sg_model_config c = tiny();
+    expect_refused("sp=4", c, 4, 4, "at least one token per sp rank");
   }
   if (sg_test_size == 2) test_tp_gradients("h=2", 2, 0, 1);
   if (sg_test_size == 3) test_tp_gradients("w=3", 2, 0, 1);

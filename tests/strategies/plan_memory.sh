@@ -48,6 +48,8 @@ if [ "$set" = small ]; then
   case_ 2 tp=2 --model vit --batch 4 --tp-sequence true
   case_ 3 tp=3 --model vit --batch 4 --heads 3 --width 48 --tp-sequence true
   case_ 3 dp=3 --model vit --batch 3 --width 64
+  # the sp dim: the blocks on token pieces over sp
+  case_ 2 sp=2 --model vit --batch 4
   case_ 2 h=2 --model unet --batch 4 --levels 2
   case_ 1 h=1 --model cnn --batch 4 --activation-checkpointing blocks
   case_ 2 dp=2 --model vit --batch 4 --activation-checkpointing every:2
@@ -69,6 +71,7 @@ else
   case_ 4 h=2,w=2 --model fno --batch 4
   case_ 4 tp=2,w=2 --model vit --batch 4
   case_ 4 tp=2,w=2 --model vit --batch 4 --tp-sequence true
+  case_ 4 sp=2,w=2 --model vit --batch 4
   case_ 4 tp=2,h=2 --model cnn --batch 4
   case_ 4 dp=2,tp=2 --model unet --batch 4 --levels 2
   case_ 4 dp=2,tp=2 --model fno --batch 4

@@ -235,6 +235,26 @@ static void mesh_costs(sg_kv_t kv) {
              "vit tp=2 tp_sequence: %g s of tp collectives, plain %g s",
              ts.allreduce, tq.allreduce);
   }
+  { /* the sp dim: the ring of h=2 (2 ranks, half the tokens each), the
+     * gradient all-reduce of dp=2 (every gradient summed over sp), less
+     * compute than one rank */
+    sg_plan_time ts, th, td, t0;
+    m = mesh1("sp", 2, NULL, 0);
+    SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &ts));
+    m = mesh1("h", 2, NULL, 0);
+    SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &th));
+    m = mesh1("dp", 2, NULL, 0);
+    SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &td));
+    m = mesh1("h", 1, NULL, 0);
+    SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t0));
+    SG_CHECK(ts.ring > 0 && close_to(ts.ring, th.ring),
+             "vit sp=2: the ring %g s, h=2's %g s", ts.ring, th.ring);
+    SG_CHECK(close_to(ts.allreduce, td.allreduce),
+             "vit sp=2: gradient all-reduce %g s, dp=2's %g s", ts.allreduce,
+             td.allreduce);
+    SG_CHECK(ts.compute < 0.9 * t0.compute, "vit sp=2: compute %g of %g",
+             ts.compute, t0.compute);
+  }
   SG_CHECK_OK(sg_kv_set(kv, "model", "unet"));
   SG_CHECK_OK(sg_kv_set(kv, "microbatches", "4"));
   m = mesh1("pp", 2, NULL, 0);
