@@ -486,7 +486,8 @@ static sg_status share_bwd(sg_node *node) {
   if (!node->gin[0]) return SG_OK;
   const sg_tensor *g = &node->out[0]->grad;
   const int64_t n = numel_of(g);
-  const double f = 1.0 / (double)sg_group_size(a->g);
+  const int P = a->g ? sg_group_size(a->g) : 1; /* no group: one rank */
+  const double f = 1.0 / (double)(P > 0 ? P : 1);
   if (g->dtype == SG_DTYPE_F64) {
     const double *s = g->data;
     double *d = node->gin[0];
@@ -516,8 +517,8 @@ sg_status sg_ag_sp_share(sg_tape_t t, sg_group_t sp, sg_var *p, sg_var **q) {
     return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                         "sp_share: tape and q are required");
   *q = p;
-  if (!p || !tp_on(sp)) return SG_OK;
-  return tp_apply(t, &sp_share_op, sp, p, q);
+  if (!p) return SG_OK;
+  return tp_apply(t, &sp_share_op, sp, p, q); /* no group: the identity */
 }
 
 void sg_ag_tp_bytes(long long *bytes, int reset) {
@@ -527,3 +528,4 @@ void sg_ag_tp_bytes(long long *bytes, int reset) {
 
 const sg_op_def *sg_ag_tp_copy_op_def(void) { return &tp_copy_op; }
 const sg_op_def *sg_ag_tp_reduce_op_def(void) { return &tp_reduce_op; }
+const sg_op_def *sg_ag_sp_share_op_def(void) { return &sp_share_op; }

@@ -23,6 +23,7 @@ static int ops_of(const sg_op_def **ops) {
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_add_field_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_tp_copy_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_tp_reduce_op_def();
+  if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_sp_share_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_roll_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_window_attention_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_moe_op_def();

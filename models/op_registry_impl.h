@@ -25,6 +25,7 @@ const sg_op_def *sg_ag_window_attention_op_def(void);
 /* ag_tp.c: the conjugate ops of tensor parallelism. */
 const sg_op_def *sg_ag_tp_copy_op_def(void);
 const sg_op_def *sg_ag_tp_reduce_op_def(void);
+const sg_op_def *sg_ag_sp_share_op_def(void);
 /* ag_moe.c: the mixture-of-experts MLP (sg_ag_moe). */
 const sg_op_def *sg_ag_moe_op_def(void);
 /* fno3d_ops.c: FNO-3D's broadcast over time and time window. */

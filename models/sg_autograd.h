@@ -796,7 +796,8 @@ sg_status sg_ag_tp_seq_reduce_scatter(sg_tape_t t, sg_group_t tp, sg_var *x,
 sg_status sg_ag_sp_scatter(sg_tape_t t, sg_group_t sp, sg_var *x, sg_var **y);
 /* A parameter p used after the sp gather (the same on every sp rank):
  * q = p; its gradient divided by the sp size (each rank's share of the
- * sum over sp). p itself when sp is NULL or of size 1. */
+ * sum over sp). With sp NULL (one rank) it is the identity, still recorded
+ * (the op table runs it so). */
 sg_status sg_ag_sp_share(sg_tape_t t, sg_group_t sp, sg_var *p, sg_var **q);
 /* Bytes this rank received in the tp ops (tp_copy/tp_reduce: the fixed-order
  * all-reduce's (tp - 1) payloads; all-gather: the other ranks' slices;

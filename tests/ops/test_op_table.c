@@ -275,6 +275,10 @@ static sg_status f_tp_reduce(sg_tape_t t, const op_case *c, const run_ctx *rc,
                              sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_tp_reduce(t, NULL, a[0], out);
 }
+static sg_status f_sp_share(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                            sg_var **a, sg_var **p, sg_var **out) {
+  return sg_ag_sp_share(t, NULL, a[0], out);
+}
 /* the distributed loss: domain = mesh dims splitting dims >= 1, data = those
  * splitting the batch */
 static sg_status f_dist_loss(sg_tape_t t, const op_case *c, const run_ctx *rc,
@@ -769,6 +773,14 @@ static const op_case cases[] = {
      .act = {X4(3)},
      .nout = 1,
      .fn = f_tp_reduce,
+     .lo = -1},
+    {.op = "sp_share",
+     .label = "sp_share (one sp rank)",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .nout = 1,
+     .fn = f_sp_share,
      .lo = -1},
     /* losses */
     {.op = "loss",
