@@ -760,7 +760,8 @@ static sg_status split_fwd(sg_node *node) {
     int64_t shape[SG_TENSOR_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[1] = a->channels[j];
-    SG_TRY(sg_node_alloc_out(node, j, x->ndim, shape));
+    /* not zeroed: the parts partition x, sg_split writes every element */
+    SG_TRY(sg_node_alloc_out_uninit(node, j, x->ndim, shape));
     parts[j] = node->out[j]->value.data;
   }
   if (sg_tensor_numel(x) == 0) goto fail; /* an empty shard */

@@ -83,36 +83,39 @@ static void attn_gemm_f64(int64_t m, int64_t n, int64_t k, const double *a,
 
 enum { AT_MR = 6, AT_NV = 4 }; /* 6 rows x 64 columns: 24 accumulators */
 
-/* One register tile: MR rows of c over NV vectors of 16 columns (masks m). */
-#define AT_TILE(MR, NV)                                                    \
-  static void at_tile_##MR##_##NV(int64_t k, const float *a, int64_t ar,   \
-                                  int64_t ac, const float *b, int64_t ldb, \
-                                  float *c, int64_t ldc, int acc,          \
-                                  const __mmask16 *m) {                    \
-    __m512 cr[MR][NV];                                                     \
-    _Pragma("GCC unroll 6")                                                \
-    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 4")                   \
-    for (int v = 0; v < NV; ++v)                                           \
-      cr[r][v] = acc ? _mm512_maskz_loadu_ps(m[v], c + r * ldc + 16 * v)   \
-                     : _mm512_setzero_ps();                                \
-    for (int64_t p = 0; p < k; ++p) {                                      \
-      __m512 bv[NV];                                                       \
-      _Pragma("GCC unroll 4")                                              \
-      for (int v = 0; v < NV; ++v)                                         \
-        bv[v] = _mm512_maskz_loadu_ps(m[v], b + p * ldb + 16 * v);         \
-      _Pragma("GCC unroll 6")                                              \
-      for (int r = 0; r < MR; ++r) {                                       \
-        const __m512 av = _mm512_set1_ps(a[r * ar + p * ac]);              \
-        _Pragma("GCC unroll 4")                                            \
-        for (int v = 0; v < NV; ++v)                                       \
-          cr[r][v] = _mm512_fmadd_ps(av, bv[v], cr[r][v]);                 \
-      }                                                                    \
-    }                                                                      \
-    _Pragma("GCC unroll 6")                                                \
-    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 4")                   \
-    for (int v = 0; v < NV; ++v)                                           \
-      _mm512_mask_storeu_ps(c + r * ldc + 16 * v, m[v], cr[r][v]);         \
+/* One register tile: MR rows of c over NV vectors of 16 columns (masks m);
+ * a's element (r, p) at a[r * AR + p * AC] (AR, AC: ar, ac or constants). */
+#define AT_TILE_AT(NAME, MR, NV, AR, AC)                                 \
+  static void NAME(int64_t k, const float *a, int64_t ar, int64_t ac,    \
+                   const float *b, int64_t ldb, float *c, int64_t ldc,   \
+                   int acc, const __mmask16 *m) {                        \
+    (void)ar;                                                            \
+    (void)ac;                                                            \
+    __m512 cr[MR][NV];                                                   \
+    _Pragma("GCC unroll 16")                                             \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 4")                 \
+    for (int v = 0; v < NV; ++v)                                         \
+      cr[r][v] = acc ? _mm512_maskz_loadu_ps(m[v], c + r * ldc + 16 * v) \
+                     : _mm512_setzero_ps();                              \
+    for (int64_t p = 0; p < k; ++p) {                                    \
+      __m512 bv[NV];                                                     \
+      _Pragma("GCC unroll 4")                                            \
+      for (int v = 0; v < NV; ++v)                                       \
+        bv[v] = _mm512_maskz_loadu_ps(m[v], b + p * ldb + 16 * v);       \
+      _Pragma("GCC unroll 16")                                           \
+      for (int r = 0; r < MR; ++r) {                                     \
+        const __m512 av = _mm512_set1_ps(a[r * (AR) + p * (AC)]);        \
+        _Pragma("GCC unroll 4")                                          \
+        for (int v = 0; v < NV; ++v)                                     \
+          cr[r][v] = _mm512_fmadd_ps(av, bv[v], cr[r][v]);               \
+      }                                                                  \
+    }                                                                    \
+    _Pragma("GCC unroll 16")                                             \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 4")                 \
+    for (int v = 0; v < NV; ++v)                                         \
+      _mm512_mask_storeu_ps(c + r * ldc + 16 * v, m[v], cr[r][v]);       \
   }
+#define AT_TILE(MR, NV) AT_TILE_AT(at_tile_##MR##_##NV, MR, NV, ar, ac)
 #define AT_TILES(MR) AT_TILE(MR, 1) AT_TILE(MR, 2) AT_TILE(MR, 3) AT_TILE(MR, 4)
 AT_TILES(1)
 AT_TILES(2)
@@ -120,6 +123,17 @@ AT_TILES(3)
 AT_TILES(4)
 AT_TILES(5)
 AT_TILES(6)
+/* Narrow outputs (n <= 32: o += p v, dq, dk, dv at head_dim 16 or 32): 6
+ * rows would give 6 or 12 accumulators, fewer than the FMA latency times
+ * its throughput (4 x 2) needs; 16 rows of one vector, 8 of two (16
+ * accumulators each, and 64-query tiles split evenly). a's layout fixed at
+ * compile time (a score tile read as is, ar = 1, or transposed, ar = BQ and
+ * ac = 1), so its MR broadcasts are constant offsets of one pointer: with
+ * run-time strides 16 row addresses spill the integer registers. */
+AT_TILE_AT(at_tile_16_1_q, 16, 1, 1, ac)
+AT_TILE_AT(at_tile_8_2_q, 8, 2, 1, ac)
+AT_TILE_AT(at_tile_16_1_k, 16, 1, SG_ATTN_BQ, 1)
+AT_TILE_AT(at_tile_8_2_k, 8, 2, SG_ATTN_BQ, 1)
 
 typedef void (*at_tile_fn)(int64_t, const float *, int64_t, int64_t,
                            const float *, int64_t, float *, int64_t, int,
@@ -131,6 +145,10 @@ typedef void (*at_tile_fn)(int64_t, const float *, int64_t, int64_t,
   }
 static const at_tile_fn at_tiles[AT_MR + 1][AT_NV + 1] = {
     {NULL}, AT_ROW(1), AT_ROW(2), AT_ROW(3), AT_ROW(4), AT_ROW(5), AT_ROW(6)};
+static const at_tile_fn at_tiles_narrow[2][3] = {
+    {NULL, at_tile_16_1_q, at_tile_8_2_q},
+    {NULL, at_tile_16_1_k, at_tile_8_2_k}};
+static const int at_mr_narrow[3] = {0, 16, 8};
 
 static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
                           int64_t ar, int64_t ac, const float *b, int64_t ldb,
@@ -144,7 +162,13 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
       l = l < 0 ? 0 : l > 16 ? 16 : l;
       msk[v] = (__mmask16)((1u << l) - 1u);
     }
-    for (int64_t r0 = 0; r0 < m; r0 += AT_MR) {
+    int64_t r0 = 0;
+    const int lay = ar == 1 ? 0 : ac == 1 && ar == SG_ATTN_BQ ? 1 : -1;
+    if (nv <= 2 && lay >= 0) /* the same sums in the same order: same bits */
+      for (; r0 + at_mr_narrow[nv] <= m; r0 += at_mr_narrow[nv])
+        at_tiles_narrow[lay][nv](k, a + r0 * ar, ar, ac, b + n0, ldb,
+                                 c + r0 * ldc + n0, ldc, acc, msk);
+    for (; r0 < m; r0 += AT_MR) {
       const int mr = (int)(m - r0 < AT_MR ? m - r0 : AT_MR);
       at_tiles[mr][nv](k, a + r0 * ar, ar, ac, b + n0, ldb, c + r0 * ldc + n0,
                        ldc, acc, msk);

@@ -854,6 +854,176 @@ static int FN(norm_planar)(const sg_norm_desc *d) {
   return d->kind != SG_NORM_LAYER;
 }
 
+static inline double FN(rstd)(const sg_moments *m, double eps) {
+  double var = m->count > 0 ? m->m2 / m->count : 0;
+  return 1.0 / sqrt(var + eps);
+}
+
+/* LayerNorm (SG_NORM_LAYER): statistics per token (n, j) over the C
+ * channels of x (N, C, S), tokens contiguous. The kernels walk blocks of
+ * SG_LN_J tokens of one sample: a token's mean and 1/std are looked up once
+ * per block (not once per element, a sqrt and a division each) and the
+ * channel loop runs over contiguous tokens, so it vectorises. Every
+ * element's arithmetic and every sum's order are those of the
+ * element-by-element form: the results are the same bits. */
+#ifndef SG_LN_J
+#define SG_LN_J 64
+#define SG_LN_K 8 /* channels whose gamma/beta sums interleave */
+#endif
+
+static inline int64_t FN(ln_block)(int64_t s, int64_t b, int64_t nblk,
+                                   int64_t *n, int64_t *j0) {
+  *n = b / nblk;
+  *j0 = (b % nblk) * SG_LN_J;
+  return s - *j0 < SG_LN_J ? s - *j0 : SG_LN_J;
+}
+
+static inline void FN(ln_coef)(const sg_moments *sn, int64_t jn, double eps,
+                               double *mean, double *rs) {
+  for (int64_t j = 0; j < jn; ++j) {
+    mean[j] = sn[j].mean;
+    rs[j] = FN(rstd)(&sn[j], eps);
+  }
+}
+
+static void FN(ln_stats)(const sg_norm_desc *d, const R *x, sg_moments *st) {
+  const int64_t nb = d->batch, c = d->channels, s = d->spatial;
+  const int64_t nblk = (s + SG_LN_J - 1) / SG_LN_J;
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+  for (int64_t b = 0; b < nb * nblk; ++b) {
+    int64_t n, j0, jn = FN(ln_block)(s, b, nblk, &n, &j0);
+    double mean[SG_LN_J] = {0}, m2[SG_LN_J] = {0};
+    for (int64_t k = 0; k < c; ++k) {
+      const R *xp = x + (n * c + k) * s + j0;
+      for (int64_t j = 0; j < jn; ++j) mean[j] += xp[j];
+    }
+    for (int64_t j = 0; j < jn; ++j) mean[j] /= (double)c;
+    for (int64_t k = 0; k < c; ++k) {
+      const R *xp = x + (n * c + k) * s + j0;
+      for (int64_t j = 0; j < jn; ++j) {
+        double dv = xp[j] - mean[j];
+        m2[j] += dv * dv;
+      }
+    }
+    sg_moments *sn = st + n * s + j0;
+    for (int64_t j = 0; j < jn; ++j) {
+      sn[j].count = (double)c;
+      sn[j].mean = mean[j];
+      sn[j].m2 = m2[j];
+    }
+  }
+}
+
+static void FN(ln_fwd)(const sg_norm_desc *d, const R *x, const sg_moments *st,
+                       const R *gamma, const R *beta, R *y) {
+  const int64_t nb = d->batch, c = d->channels, s = d->spatial;
+  const int64_t nblk = (s + SG_LN_J - 1) / SG_LN_J;
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+  for (int64_t b = 0; b < nb * nblk; ++b) {
+    int64_t n, j0, jn = FN(ln_block)(s, b, nblk, &n, &j0);
+    double mean[SG_LN_J], rs[SG_LN_J];
+    FN(ln_coef)(st + n * s + j0, jn, d->eps, mean, rs);
+    for (int64_t k = 0; k < c; ++k) {
+      const R gk = gamma ? gamma[k] : 1, bk = beta ? beta[k] : 0;
+      const R *xp = x + (n * c + k) * s + j0;
+      R *yp = y + (n * c + k) * s + j0;
+      for (int64_t j = 0; j < jn; ++j) {
+        double xh = (xp[j] - mean[j]) * rs[j];
+        yp[j] = (R)(xh * gk + bk);
+      }
+    }
+  }
+}
+
+/* Per token: sums[2 i] = sum_k dy gk, sums[2 i + 1] = sum_k dy gk xh. */
+static void FN(ln_sums)(const sg_norm_desc *d, const R *x, const sg_moments *st,
+                        const R *gamma, const R *dy, double *sums) {
+  const int64_t nb = d->batch, c = d->channels, s = d->spatial;
+  const int64_t nblk = (s + SG_LN_J - 1) / SG_LN_J;
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+  for (int64_t b = 0; b < nb * nblk; ++b) {
+    int64_t n, j0, jn = FN(ln_block)(s, b, nblk, &n, &j0);
+    double mean[SG_LN_J], rs[SG_LN_J], s0[SG_LN_J] = {0}, s1[SG_LN_J] = {0};
+    FN(ln_coef)(st + n * s + j0, jn, d->eps, mean, rs);
+    for (int64_t k = 0; k < c; ++k) {
+      const double gk = gamma ? gamma[k] : 1;
+      const R *xp = x + (n * c + k) * s + j0, *gp = dy + (n * c + k) * s + j0;
+      for (int64_t j = 0; j < jn; ++j) {
+        double g = gp[j] * gk;
+        s0[j] += g;
+        s1[j] += g * (xp[j] - mean[j]) * rs[j];
+      }
+    }
+    double *sn = sums + 2 * (n * s + j0);
+    for (int64_t j = 0; j < jn; ++j) {
+      sn[2 * j] = s0[j];
+      sn[2 * j + 1] = s1[j];
+    }
+  }
+}
+
+/* dx = rs (dy gk - S0 / cnt - xh S1 / cnt), xh = (x - mean) rs. */
+static void FN(ln_dx)(const sg_norm_desc *d, const R *x, const sg_moments *st,
+                      const R *gamma, const R *dy, const double *sums, R *dx) {
+  const int64_t nb = d->batch, c = d->channels, s = d->spatial;
+  const int64_t nblk = (s + SG_LN_J - 1) / SG_LN_J;
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+  for (int64_t b = 0; b < nb * nblk; ++b) {
+    int64_t n, j0, jn = FN(ln_block)(s, b, nblk, &n, &j0);
+    double mean[SG_LN_J], rs[SG_LN_J], a0[SG_LN_J], s1[SG_LN_J], cnt[SG_LN_J];
+    const sg_moments *sn = st + n * s + j0;
+    const double *su = sums + 2 * (n * s + j0);
+    FN(ln_coef)(sn, jn, d->eps, mean, rs);
+    for (int64_t j = 0; j < jn; ++j) {
+      cnt[j] = sn[j].count > 0 ? sn[j].count : 1;
+      a0[j] = su[2 * j] / cnt[j];
+      s1[j] = su[2 * j + 1];
+    }
+    for (int64_t k = 0; k < c; ++k) {
+      const double gk = gamma ? gamma[k] : 1;
+      const R *xp = x + (n * c + k) * s + j0, *gp = dy + (n * c + k) * s + j0;
+      R *dp = dx + (n * c + k) * s + j0;
+      for (int64_t j = 0; j < jn; ++j) {
+        double xh = (xp[j] - mean[j]) * rs[j];
+        dp[j] = (R)(rs[j] * (gp[j] * gk - a0[j] - xh * s1[j] / cnt[j]));
+      }
+    }
+  }
+}
+
+/* dgamma[k] += sum_{n, j} dy xh, dbeta[k] += sum_{n, j} dy: SG_LN_K
+ * channels' sums side by side (independent chains, each in its (n, j)
+ * order). */
+static void FN(ln_dparams)(const sg_norm_desc *d, const R *x,
+                           const sg_moments *st, const R *dy, R *dgamma,
+                           R *dbeta) {
+  const int64_t nb = d->batch, c = d->channels, s = d->spatial;
+  const int64_t nkb = (c + SG_LN_K - 1) / SG_LN_K;
+#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    const int64_t k0 = kb * SG_LN_K, kn = c - k0 < SG_LN_K ? c - k0 : SG_LN_K;
+    double sg[SG_LN_K] = {0}, sb[SG_LN_K] = {0};
+    for (int64_t n = 0; n < nb; ++n)
+      for (int64_t j0 = 0; j0 < s; j0 += SG_LN_J) {
+        const int64_t jn = s - j0 < SG_LN_J ? s - j0 : SG_LN_J;
+        double mean[SG_LN_J], rs[SG_LN_J];
+        FN(ln_coef)(st + n * s + j0, jn, d->eps, mean, rs);
+        const R *xb = x + (n * c + k0) * s + j0,
+                *gb = dy + (n * c + k0) * s + j0;
+        for (int64_t j = 0; j < jn; ++j)
+          for (int64_t k = 0; k < kn; ++k) {
+            const R gv = gb[k * s + j];
+            sg[k] += gv * (xb[k * s + j] - mean[j]) * rs[j];
+            sb[k] += gv;
+          }
+      }
+    for (int64_t k = 0; k < kn; ++k) {
+      if (dgamma) dgamma[k0 + k] += (R)sg[k];
+      if (dbeta) dbeta[k0 + k] += (R)sb[k];
+    }
+  }
+}
+
 void FN(sg_norm_stats)(const sg_norm_desc *d, const R *x, sg_moments *st,
                        void *scratch) {
   const int64_t nb = d->batch, c = d->channels, s = d->spatial;
@@ -876,29 +1046,7 @@ void FN(sg_norm_stats)(const sg_norm_desc *d, const R *x, sg_moments *st,
         sg_moments_merge(&st[sg_norm_group(d, n, k, 0)], &pl[n * c + k], 1);
     return;
   }
-#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
-  for (int64_t n = 0; n < nb; ++n) {
-    sg_moments *sn = st + n * s;
-    for (int64_t j = 0; j < s; ++j) sn[j].mean = sn[j].m2 = 0;
-    for (int64_t k = 0; k < c; ++k) {
-      const R *xp = x + (n * c + k) * s;
-      for (int64_t j = 0; j < s; ++j) sn[j].mean += xp[j];
-    }
-    for (int64_t j = 0; j < s; ++j) sn[j].mean /= (double)c;
-    for (int64_t k = 0; k < c; ++k) {
-      const R *xp = x + (n * c + k) * s;
-      for (int64_t j = 0; j < s; ++j) {
-        double dv = xp[j] - sn[j].mean;
-        sn[j].m2 += dv * dv;
-      }
-    }
-    for (int64_t j = 0; j < s; ++j) sn[j].count = (double)c;
-  }
-}
-
-static inline double FN(rstd)(const sg_moments *m, double eps) {
-  double var = m->count > 0 ? m->m2 / m->count : 0;
-  return 1.0 / sqrt(var + eps);
+  FN(ln_stats)(d, x, st);
 }
 
 void FN(sg_norm_fwd)(const sg_norm_desc *d, const R *x, const sg_moments *st,
@@ -919,18 +1067,7 @@ void FN(sg_norm_fwd)(const sg_norm_desc *d, const R *x, const sg_moments *st,
     }
     return;
   }
-#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
-  for (int64_t p = 0; p < nb * c; ++p) {
-    int64_t n = p / c, k = p % c;
-    const sg_moments *sn = st + n * s;
-    R gk = gamma ? gamma[k] : 1, bk = beta ? beta[k] : 0;
-    const R *xp = x + p * s;
-    R *yp = y + p * s;
-    for (int64_t j = 0; j < s; ++j) {
-      double xh = (xp[j] - sn[j].mean) * FN(rstd)(&sn[j], d->eps);
-      yp[j] = (R)(xh * gk + bk);
-    }
-  }
+  FN(ln_fwd)(d, x, st, gamma, beta, y);
 }
 
 void FN(sg_norm_sums)(const sg_norm_desc *d, const R *x, const sg_moments *st,
@@ -976,21 +1113,7 @@ void FN(sg_norm_sums)(const sg_norm_desc *d, const R *x, const sg_moments *st,
       }
     return;
   }
-#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
-  for (int64_t n = 0; n < nb; ++n) {
-    double *sn = sums + 2 * n * s;
-    const sg_moments *mn = st + n * s;
-    for (int64_t j = 0; j < 2 * s; ++j) sn[j] = 0;
-    for (int64_t k = 0; k < c; ++k) {
-      const R *xp = x + (n * c + k) * s, *gp = dy + (n * c + k) * s;
-      double gk = gamma ? gamma[k] : 1;
-      for (int64_t j = 0; j < s; ++j) {
-        double g = gp[j] * gk;
-        sn[2 * j] += g;
-        sn[2 * j + 1] += g * (xp[j] - mn[j].mean) * FN(rstd)(&mn[j], d->eps);
-      }
-    }
-  }
+  FN(ln_sums)(d, x, st, gamma, dy, sums);
 }
 
 void FN(sg_norm_bwd)(const sg_norm_desc *d, const R *x, const sg_moments *st,
@@ -1038,40 +1161,8 @@ void FN(sg_norm_bwd)(const sg_norm_desc *d, const R *x, const sg_moments *st,
     }
   }
   if (planar) return;
-  if (dx) {
-#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
-    for (int64_t p = 0; p < nb * c; ++p) {
-      int64_t n = p / c, k = p % c;
-      double gk = gamma ? gamma[k] : 1;
-      const R *xp = x + p * s, *gp = dy + p * s;
-      R *dp = dx + p * s;
-      for (int64_t j = 0; j < s; ++j) {
-        int64_t gi = sg_norm_group(d, n, k, j);
-        const sg_moments *m = &st[gi];
-        double rs = FN(rstd)(m, d->eps);
-        double xh = (xp[j] - m->mean) * rs;
-        double cnt = m->count > 0 ? m->count : 1;
-        dp[j] = (R)(rs * (gp[j] * gk - sums[2 * gi] / cnt -
-                          xh * sums[2 * gi + 1] / cnt));
-      }
-    }
-  }
-  if (dgamma || dbeta) {
-#pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
-    for (int64_t k = 0; k < c; ++k) {
-      double sg = 0, sb = 0;
-      for (int64_t n = 0; n < nb; ++n) {
-        const R *xp = x + (n * c + k) * s, *gp = dy + (n * c + k) * s;
-        for (int64_t j = 0; j < s; ++j) {
-          const sg_moments *m = &st[sg_norm_group(d, n, k, j)];
-          sg += gp[j] * (xp[j] - m->mean) * FN(rstd)(m, d->eps);
-          sb += gp[j];
-        }
-      }
-      if (dgamma) dgamma[k] += (R)sg;
-      if (dbeta) dbeta[k] += (R)sb;
-    }
-  }
+  if (dx) FN(ln_dx)(d, x, st, gamma, dy, sums, dx);
+  if (dgamma || dbeta) FN(ln_dparams)(d, x, st, dy, dgamma, dbeta);
 }
 
 /* ---- losses ------------------------------------------------------------- */

@@ -459,6 +459,14 @@ static void test_cases(void) {
         .causal_offset = -3},
        1},
       {"nk 0", {.batch = 1, .heads = 2, .nq = 5, .nk = 0, .head_dim = 8}, 0},
+      /* the narrow tiles (head_dim <= 32: 16 rows x 16 or 8 x 32 columns)
+       * with remainders in both tile directions */
+      {"plain d32",
+       {.batch = 1, .heads = 2, .nq = 77, .nk = 45, .head_dim = 32},
+       0},
+      {"plain d16",
+       {.batch = 2, .heads = 1, .nq = 100, .nk = 150, .head_dim = 16},
+       0},
       /* head_dim over the GEMM kernels' 64-column strips */
       {"d80",
        {.batch = 1,

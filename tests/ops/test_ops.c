@@ -1302,6 +1302,11 @@ static void test_norm(void) {
                      .spatial = 9,
                      .eps = 1e-6};
   test_norm_case("layernorm(channels)", ln);
+  /* the LayerNorm kernels walk 64-token blocks and 8-channel groups: two
+   * blocks with a partial tail, a partial channel group */
+  ln.channels = 11;
+  ln.spatial = 70;
+  test_norm_case("layernorm(channels, blocks)", ln);
   sg_norm_desc bad = gn;
   bad.groups = 4;
   int64_t ns;
