@@ -160,12 +160,12 @@ echo "validate.sh: calibrating (load $(load))" >&2
 mpirun "$np" "$bin/sg-plan-calibrate" "${cal[@]}" --out "$hw" > /dev/null
 # the calibration's single-stream and shared rates and their spreads, for the table
 /usr/bin/python3 - "$hw" "all" <<'PY' >> "$runs"
-import json, sys
+import json, re, sys
 kv, spread = {}, {}
 for line in open(sys.argv[1]):
-    if line.startswith("# spread ") and "=" in line:
-        k, v = line[len("# spread "):].split("=", 1)
-        spread[k.strip()] = [float(x) for x in v.split()]
+    m = re.match(r"# spread (\w+) = ([0-9.]+) ([0-9.]+)$", line)
+    if m:
+        spread[m.group(1)] = [float(m.group(2)), float(m.group(3))]
     elif "=" in line and not line.lstrip().startswith("#"):
         k, v = (x.strip() for x in line.split("=", 1))
         kv[k] = v
