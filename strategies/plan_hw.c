@@ -66,11 +66,14 @@ static const sg_kv_key hw_keys[] = {
 
 /* The rates that have a shared value: key, single-stream field, shared
  * field (one table for the load, the save and sg_plan_hw_on_node). */
-#define RATE(k) \
-  { #k "_shared", offsetof(sg_plan_hw, k), offsetof(sg_plan_hw, shared.k) }
+#define RATE(k)                                                               \
+  {                                                                           \
+#k "_shared", offsetof(sg_plan_hw, k), offsetof(sg_plan_hw, shared.k),    \
+        offsetof(sg_plan_hw, spread.k), offsetof(sg_plan_hw, shared_spread.k) \
+  }
 static const struct {
   const char *key;
-  size_t one, shared;
+  size_t one, shared, spread, shared_spread;
 } rates[] = {RATE(gemm_flops), RATE(conv_flops), RATE(fft_flops),
              RATE(mem_bw),     RATE(attn_flops), RATE(act_rate),
              RATE(norm_rate),  RATE(lnorm_rate), RATE(up_rate)};
@@ -146,6 +149,21 @@ fail:
   return st;
 }
 
+/* The calibration's spreads as comments ("# spread KEY = single shared"):
+ * how far to trust each rate (docs/choosing-a-mesh-time.md). */
+static void save_spreads(FILE *f, const sg_plan_hw *hw) {
+  fprintf(f,
+          "# calibration: each rate the median of %d rounds, a sample >= "
+          "%.3g s;\n# spread = interquartile range / median of the rounds, "
+          "single-stream and shared\n",
+          hw->cal_rounds, hw->cal_sample_s);
+  for (int i = 0; i < NRATES; ++i) {
+    const size_t n = strlen(rates[i].key) - strlen("_shared");
+    fprintf(f, "# spread %.*s = %.3f %.3f\n", (int)n, rates[i].key,
+            value(hw, rates[i].spread), value(hw, rates[i].shared_spread));
+  }
+}
+
 sg_status sg_plan_hw_save(const char *path, const sg_plan_hw *hw) {
   sg_status st = SG_OK;
   FILE *f = NULL;
@@ -178,6 +196,7 @@ sg_status sg_plan_hw_save(const char *path, const sg_plan_hw *hw) {
           hw->shared_ranks);
   for (int i = 0; i < NRATES; ++i)
     fprintf(f, "%s = %.17g\n", rates[i].key, value(hw, rates[i].shared));
+  if (hw->cal_rounds > 0) save_spreads(f, hw);
   if (ferror(f)) SG_RAISE(SG_ERR_IO, "sg_plan_hw_save: writing %s", path);
 fail:
   if (f && fclose(f) && st == SG_OK)

@@ -114,6 +114,13 @@ typedef struct sg_plan_hw {
         norm_rate, lnorm_rate, up_rate;
   } shared;
   int shared_ranks; /* ranks that ran at once for `shared` (0: none) */
+  /* sg_plan_calibrate's spread of each rate over its rounds (interquartile
+   * range / median), single-stream and shared, the rounds and the least
+   * seconds per sample; written into the file as comments, not read back
+   * (cal_rounds 0: not a calibration) */
+  struct sg_plan_rates spread, shared_spread;
+  int cal_rounds;
+  double cal_sample_s;
 } sg_plan_hw;
 sg_status sg_plan_hw_load(const char *path, sg_plan_hw *hw);
 sg_status sg_plan_hw_save(const char *path, const sg_plan_hw *hw);
@@ -159,12 +166,16 @@ void sg_plan_hw_on_node(const sg_plan_hw *hw, int on_node, sg_plan_hw *out);
 
 /* Measure this machine (collective over comm: GEMM, conv, FFT and memory
  * rates on rank 0 alone (the single-stream rates) and on every rank at
- * once (the shared ones, the slowest rank's kept); MPI latency and bandwidth between
- * ranks 0 and 1 by message size, fitted to alpha + beta n) into *out;
- * ranks_per_node and cores_per_node from the machine. Flags:
- * SG_PLAN_CAL_QUICK measures fewer, smaller sizes; SG_PLAN_CAL_CPU_TIME
- * times the kernels in thread CPU time instead of wall time (the rates of
- * a core of one's own on a machine shared with other jobs). */
+ * once (the shared ones, the slowest rank's kept), the two alternating
+ * round by round, each rate the median of several rounds of samples of
+ * at least cal_sample_s; MPI latency and bandwidth between ranks 0 and 1
+ * by message size, fitted to alpha + beta n) into *out; ranks_per_node
+ * and cores_per_node from the machine. Flags: SG_PLAN_CAL_QUICK takes
+ * fewer, shorter samples (5 rounds of >= 50 ms; else 7 of >= 100 ms;
+ * the environment's SG_PLAN_CAL_SAMPLE_S overrides the sample length);
+ * SG_PLAN_CAL_CPU_TIME times the kernels in thread CPU time instead of
+ * wall time (the rates of a core of one's own on a machine shared with
+ * other jobs). */
 enum { SG_PLAN_CAL_QUICK = 1, SG_PLAN_CAL_CPU_TIME = 2 };
 sg_status sg_plan_calibrate(MPI_Comm comm, unsigned flags, sg_plan_hw *out);
 

@@ -5,11 +5,12 @@
 #   bench/plan/validate.sh [--out DIR] [--steps 8] [--models "fno cnn unet vit"]
 #                          [--cpu-time] [--run-oversubscribed]
 #
-# For each model (tiny configs on a 64 x 64 Navier-Stokes set, batch 8) it
-# calibrates the machine (sg-plan-calibrate --quick, just before the model's
-# runs, so rates and runs share the same minutes; the rates on one rank
-# alone and on every rank at once, the shared ones the 2-rank meshes use,
-# both printed at the end), then runs sg-train on
+# It calibrates the machine once (sg-plan-calibrate --quick: every rate
+# the median of 5 rounds of >= 50 ms samples on activation-sized working
+# sets, on one rank alone and on every rank at once, alternating; the
+# shared ones the 2-rank meshes use; rates and spreads printed at the end;
+# the rates are model-independent), then for each model (tiny configs on
+# a 64 x 64 Navier-Stokes set, batch 8) runs sg-train on
 # every mesh of 1 and 2 ranks the model accepts (h, w, dp, fsdp with ZeRO-3,
 # pp with 4 micro-batches, tp; sg-plan's check decides) and asks sg-plan
 # (--mesh M --json --hardware the calibration) for its prediction. It prints
@@ -36,9 +37,8 @@
 # run's CPU seconds per step and rank from two runs of 3 and 3 + steps
 # steps, against the predicted total minus the pipeline bubble), as
 # bench/plan/run.sh does. The script says which it used and the load
-# average at the start and the end. About 3-5 minutes on a quiet 2-core
-# machine (30 runs of ~11 steps, 4 quick calibrations, each measuring the
-# single-stream and the shared rates).
+# average at the start and the end. About 1-2 minutes on a quiet 2-core
+# machine (30 runs of ~11 steps, one quick calibration of ~10 s).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/tools/env.sh"
@@ -151,23 +151,31 @@ print(json.dumps(row))
 PY
 }
 
-for model in $models; do
-  hw=$work/hw-$model
-  mpirun "$np" "$bin/sg-plan-calibrate" "${cal[@]}" --out "$hw" > /dev/null
-  # the calibration's single-stream and shared rates, for the table
-  /usr/bin/python3 - "$hw" "$model" <<'PY' >> "$runs"
-import json, sys
-kv = {}
+# one calibration for all the models: its kernels and working sets are
+# fixed (bench/plan's activation sizes), not the model's, so the rates are
+# model-independent; each is the median of 5 rounds of >= 50 ms samples
+# (sg-plan-calibrate --quick), single-stream and shared alternating
+hw=$work/hw
+echo "validate.sh: calibrating (load $(load))" >&2
+mpirun "$np" "$bin/sg-plan-calibrate" "${cal[@]}" --out "$hw" > /dev/null
+# the calibration's single-stream and shared rates and their spreads, for the table
+/usr/bin/python3 - "$hw" "all" <<'PY' >> "$runs"
+import json, re, sys
+kv, spread = {}, {}
 for line in open(sys.argv[1]):
-    if "=" in line and not line.lstrip().startswith("#"):
+    m = re.match(r"# spread (\w+) = ([0-9.]+) ([0-9.]+)$", line)
+    if m:
+        spread[m.group(1)] = [float(m.group(2)), float(m.group(3))]
+    elif "=" in line and not line.lstrip().startswith("#"):
         k, v = (x.strip() for x in line.split("=", 1))
         kv[k] = v
 rates = {k: [float(kv[k]), float(kv[k + "_shared"])] for k in
          ("gemm_flops", "conv_flops", "fft_flops", "mem_bw", "attn_flops", "act_rate",
           "norm_rate", "lnorm_rate", "up_rate") if k + "_shared" in kv}
 print(json.dumps({"calibration": sys.argv[2], "shared_ranks": int(kv.get("shared_ranks", 0)),
-                  "rates": rates}))
+                  "rates": rates, "spread": spread}))
 PY
+for model in $models; do
   for spec in h=1 h=2 w=2 dp=2 "fsdp=2:--zero 3" "pp=2:--microbatches 4 --pp-split even" tp=2; do
     mesh=${spec%%:*}
     [ "$(ranks_of "$mesh")" -le "$cores" ] || continue

@@ -111,15 +111,21 @@ def main():
     if cals:
         keys = list(dict.fromkeys(k for c in cals for k in c["rates"]))
         print()
-        print("Calibration per model: shared / single-stream rate (every rank at once against "
-              f"rank 0 alone, {cals[0].get('shared_ranks')} ranks; below 1: the ranks slow each other)")
+        print("Calibration (per model, or one for all): shared / single-stream rate (every "
+              f"rank at once against rank 0 alone, {cals[0].get('shared_ranks')} ranks; below 1: "
+              "the ranks slow each other), and each rate's spread over the calibration's rounds "
+              "(interquartile range / median), single-stream and shared")
         print()
-        print("| model | " + " | ".join(keys) + " |")
+        print("| calibration | " + " | ".join(keys) + " |")
         print("|---|" + "---|" * len(keys))
         for c in cals:
             cells = [f"{c['rates'][k][1] / c['rates'][k][0]:.2f}" if c["rates"].get(k, [0])[0] > 0
                      and c["rates"][k][1] > 0 else "-" for k in keys]
-            print(f"| {c['calibration']} | " + " | ".join(cells) + " |")
+            print(f"| {c['calibration']}: shared / single | " + " | ".join(cells) + " |")
+            for i, side in enumerate(("single", "shared")):
+                if c.get("spread"):
+                    cells = [f"{c['spread'][k][i]:.3f}" if k in c["spread"] else "-" for k in keys]
+                    print(f"| {c['calibration']}: spread {side} | " + " | ".join(cells) + " |")
     over = [r for r in runs if r.get("verdict") == "oversubscribed"]
     if over:
         print()
