@@ -74,6 +74,24 @@ static void formulas(void) {
   SG_CHECK(close_to(sg_plan_p2p_s(1000, 1e-6, 1e-9), 2e-6), "p2p a + n b");
 }
 
+/* Set the keys, count the FLOPs of the 8 x 8, 1-variable problem on one
+ * rank, and compare with the hand counts. */
+static void hand_count(sg_kv_t kv, const char *model, const char *(*set)[2],
+                       size_t nset, double gemm, double fft, double params) {
+  for (size_t i = 0; i < nset; ++i)
+    SG_CHECK_OK(sg_kv_set(kv, set[i][0], set[i][1]));
+  sg_plan_problem pb = {.cfg = kv, .ny = 8, .nx = 8, .vars = 1};
+  sg_plan_mesh m = mesh1("h", 1, NULL, 0);
+  sg_plan_hw hw = hw_test();
+  sg_plan_flops f;
+  SG_CHECK_OK(sg_plan_flops_of(&pb, &m, &hw, &f));
+  SG_CHECK(close_to(f.gemm, gemm), "%s gemm flops %g (%g)", model, f.gemm,
+           gemm);
+  SG_CHECK(close_to(f.fft, fft), "%s fft flops %g (%g)", model, f.fft, fft);
+  SG_CHECK(close_to(f.params, params), "%s params %g (%g)", model, f.params,
+           params);
+}
+
 /* FNO on 8 x 8, 1 variable, no grid channels, width 2, one layer, 2 modes,
  * projection 4, batch 1: every GEMM 3 x 2 r k n (forward + two backward):
  *   lift 64x1x2 = 256, mode mix 8 modes x 2 x (4 x 2) = 256 (complex: 4x),
@@ -87,16 +105,7 @@ static void fno_hand_count(sg_kv_t kv) {
                           {"modes", "2"},  {"proj_width", "4"},
                           {"batch", "1"},  {"grid", "false"},
                           {"model", "fno"}};
-  for (size_t i = 0; i < sizeof set / sizeof set[0]; ++i)
-    SG_CHECK_OK(sg_kv_set(kv, set[i][0], set[i][1]));
-  sg_plan_problem pb = {.cfg = kv, .ny = 8, .nx = 8, .vars = 1};
-  sg_plan_mesh m = mesh1("h", 1, NULL, 0);
-  sg_plan_hw hw = hw_test();
-  sg_plan_flops f;
-  SG_CHECK_OK(sg_plan_flops_of(&pb, &m, &hw, &f));
-  SG_CHECK(close_to(f.gemm, 7680), "gemm flops %g (7680)", f.gemm);
-  SG_CHECK(close_to(f.fft, 5760), "fft flops %g (5760)", f.fft);
-  SG_CHECK(close_to(f.params, 91), "params %g (91)", f.params);
+  hand_count(kv, "fno", set, sizeof set / sizeof set[0], 7680, 5760, 91);
 }
 
 /* FNO-3D on 8 x 8, 1 variable, history 1, grid channels (3), width 2, one
@@ -114,16 +123,7 @@ static void fno3d_hand_count(sg_kv_t kv) {
                           {"batch", "1"},     {"grid", "true"},
                           {"model", "fno3d"}, {"modes_t", "1"},
                           {"pad_t", "1"},     {"out_frames", "1"}};
-  for (size_t i = 0; i < sizeof set / sizeof set[0]; ++i)
-    SG_CHECK_OK(sg_kv_set(kv, set[i][0], set[i][1]));
-  sg_plan_problem pb = {.cfg = kv, .ny = 8, .nx = 8, .vars = 1};
-  sg_plan_mesh m = mesh1("h", 1, NULL, 0);
-  sg_plan_hw hw = hw_test();
-  sg_plan_flops f;
-  SG_CHECK_OK(sg_plan_flops_of(&pb, &m, &hw, &f));
-  SG_CHECK(close_to(f.gemm, 12288), "fno3d gemm flops %g (12288)", f.gemm);
-  SG_CHECK(close_to(f.fft, 12160), "fno3d fft flops %g (12160)", f.fft);
-  SG_CHECK(close_to(f.params, 161), "fno3d params %g (161)", f.params);
+  hand_count(kv, "fno3d", set, sizeof set / sizeof set[0], 12288, 12160, 161);
   const char *reset[][2] = {{"model", "fno"},
                             {"pad_t", "0"},
                             {"grid", "false"}};
