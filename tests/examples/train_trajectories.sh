@@ -112,8 +112,13 @@ if [ "$task" = vit_navy ] || [ "$task" = swin_navy ]; then
     nrun h2u 2 h=2 --sp-mode ulysses
     nrun tph 4 tp=2,h=2
     nrun dptp 4 dp=2,tp=2
+    # parameters within 5e-6 absolute (+ 1e-5 relative): after 20 AdamW
+    # steps one position-embedding element of h=2 sits 1.5e-6 from one
+    # process's with OpenBLAS's AVX-512 kernels (1.05e-6 with its default
+    # ones; AdamW's normalised step can magnify the rounding of a small
+    # gradient); the losses and gradient norms stay within 1e-5 relative
     # shellcheck disable=SC2086
-    /usr/bin/python3 "$src/tests/strategies/check_runs.py" 1e-5 1e-6 --exclude "qkv.b[1]" $runs
+    /usr/bin/python3 "$src/tests/strategies/check_runs.py" 1e-5 5e-6 --exclude "qkv.b[1]" $runs
     # experts (2, top-1, capacity 1: tokens dropped) split over ep, against
     # one process with the same experts
     runs=""
