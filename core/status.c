@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if SG_HAVE_NETCDF
 #include <netcdf.h>
@@ -194,8 +195,7 @@ static int timeout_at_finalize(MPI_Comm comm, int keyval, void *attr,
         "shardgrid: error: %s\nshardgrid: aborting in MPI_Finalize: a collective timed out "
         "and cannot complete\n",
         sg_timeout_msg);
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    sg_abort_world(1);
   }
   return MPI_SUCCESS;
 }
@@ -224,6 +224,16 @@ int sg_timed_out(void) { return atomic_load(&sg_timeout_flag); }
 
 const char *sg_timeout_message(void) { return sg_timeout_msg; }
 
+void sg_abort_world(int code) {
+  fflush(stdout);
+  fflush(stderr);
+  struct timespec ts = {0, 300000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+  MPI_Abort(MPI_COMM_WORLD, code);
+  exit(code); /* MPI_Abort does not return; for the compiler */
+}
+
 /* Print, then finalise (or abort: a timed-out collective cannot complete)
  * and exit. */
 static void die_exit(int abort_run, int code) {
@@ -233,7 +243,7 @@ static void die_exit(int abort_run, int code) {
   MPI_Finalized(&fin);
   if (init && !fin) {
     if (abort_run)
-      MPI_Abort(MPI_COMM_WORLD, code);
+      sg_abort_world(code);
     else
       MPI_Finalize();
   }

@@ -425,8 +425,7 @@ static void *watchdog_main(void *arg) {
           "shardgrid: error: [rank %d] %s: timed out after %.3g s (SG_TIMEOUT) in a blocking MPI-IO "
           "call: another rank did not arrive (which one is not known here); aborting the job\n",
           wd.rank, wd.what, wd.limit);
-      fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 1);
+      sg_abort_world(1);
     }
   }
   return NULL;
