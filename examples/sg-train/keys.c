@@ -140,6 +140,12 @@ const sg_kv_key sg_train_keys[] = {
     {"stop_after", SG_KV_INT, "0",
      "end this run after N steps (with ckpt_dir, their checkpoint is written; no final evaluation); "
      "the lr schedule stays that of steps: resume to go on (0: run to steps)"},
+    {"time_budget", SG_KV_FLOAT, "0",
+     "stop training at the first step boundary after S seconds of the training loop (agreed over ranks), "
+     "then checkpoint and evaluate as at the end; the lr schedule stays that of steps/epochs (0: off)"},
+    {"time_budget_clock", SG_KV_STRING, "wall",
+     "time_budget's clock: wall (seconds since the first step, max over ranks) | cpu (CPU seconds of all "
+     "ranks' processes, all threads, summed)"},
     {"log_level", SG_KV_STRING, "info", "error | warn | info | debug"},
     {"loss_weighting", SG_KV_STRING, "none",
      "none | latitude (cos(lat) weights in the loss; climate data)"},

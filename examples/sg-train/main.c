@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 
 /* A JSON number: non-finite values are written as null (JSON has no NaN). */
@@ -315,13 +316,17 @@ static sg_status check_config(sg_kv_t kv) {
   if (sg_kv_int(kv, "steps") == 0 && sg_kv_int(kv, "epochs") == 0)
     SG_RAISE(SG_ERR_CONFIG, "nothing to train: steps and epochs are both 0");
   static const char *const finite_nonneg[] = {"lr", "min_lr", "weight_decay",
-                                              "clip"};
+                                              "clip", "time_budget"};
   for (size_t i = 0; i < sizeof finite_nonneg / sizeof *finite_nonneg; ++i) {
     const double x = sg_kv_float(kv, finite_nonneg[i]);
     if (!(isfinite(x) && x >= 0.0))
       SG_RAISE(SG_ERR_CONFIG, "%s must be a finite number >= 0, not %g",
                finite_nonneg[i], x);
   }
+  const char *clock = sg_kv_str(kv, "time_budget_clock");
+  if (strcmp(clock, "wall") && strcmp(clock, "cpu"))
+    SG_RAISE(SG_ERR_CONFIG, "time_budget_clock must be wall or cpu, not '%s'",
+             clock);
   if (!(sg_kv_float(kv, "lr") > 0.0))
     SG_RAISE(SG_ERR_CONFIG, "lr must be > 0, not %g", sg_kv_float(kv, "lr"));
 fail:
@@ -722,6 +727,75 @@ static void report_rollout(run_t *r, int64_t step, int64_t n,
   fflush(r->metrics);
 }
 
+/* time_budget: the training loop's budget (0: none), its clock (cpu: this
+ * process's CPU seconds, all threads; else wall seconds) and the clocks'
+ * readings at the loop's start. */
+typedef struct budget_t {
+  double limit, wall0, cpu0;
+  int cpu;
+} budget_t;
+
+static double cpu_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void budget_start(budget_t *b, sg_kv_t kv) {
+  b->limit = sg_kv_float(kv, "time_budget");
+  b->cpu = !strcmp(sg_kv_str(kv, "time_budget_clock"), "cpu");
+  b->wall0 = sg_wtime(), b->cpu0 = cpu_seconds();
+}
+
+/* The loop's seconds so far, as rank 0 sees them after a reduction: wall
+ * (the maximum over ranks) and cpu (the sum over ranks); every rank gets
+ * rank 0's values, so decisions taken on them agree. Collective. */
+static sg_status budget_used(const budget_t *b, double *wall, double *cpu) {
+  sg_status st = SG_OK;
+  double mine[2] = {sg_wtime() - b->wall0, cpu_seconds() - b->cpu0}, v[2];
+  SG_MPI(
+      MPI_Reduce(&mine[0], &v[0], 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+  SG_MPI(
+      MPI_Reduce(&mine[1], &v[1], 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD));
+  SG_MPI(MPI_Bcast(v, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  *wall = v[0], *cpu = v[1];
+fail:
+  return st;
+}
+
+/* After a step: whether the budget is spent (no budget: never). Collective
+ * when a budget is set. */
+static sg_status budget_spent(const budget_t *b, int *spent) {
+  sg_status st = SG_OK;
+  double wall = 0.0, cpu = 0.0;
+  *spent = 0;
+  if (b->limit <= 0.0) return SG_OK;
+  SG_TRY(budget_used(b, &wall, &cpu));
+  *spent = (b->cpu ? cpu : wall) >= b->limit;
+fail:
+  return st;
+}
+
+/* The loop's end under a budget: its wall and CPU seconds (budget_used)
+ * as one metrics line, and on rank 0 a line when the budget ended it
+ * early. Collective when a budget is set. */
+static sg_status budget_report(run_t *r, const budget_t *b, int64_t last,
+                               int64_t steps, int hit) {
+  sg_status st = SG_OK;
+  double v[3] = {0.0, 0.0, (double)hit};
+  if (b->limit <= 0.0) return SG_OK;
+  SG_TRY(budget_used(b, &v[0], &v[1]));
+  if (hit && r->rank == 0)
+    printf("sg-train: time budget of %g %s seconds spent after step %lld of "
+           "%lld (%.1f s wall, %.1f CPU-s); checkpoint and evaluation follow\n",
+           b->limit, b->cpu ? "CPU" : "wall", (long long)last, (long long)steps,
+           v[0], v[1]);
+  static const char *const k[] = {"train_wall_s", "train_cpu_s", "budget_stop"};
+  metrics_line(r, last, 3, k, v);
+fail:
+  return st;
+}
+
 static sg_status train(run_t *r) {
   sg_status st = SG_OK;
   sg_kv_t kv = r->kv;
@@ -768,9 +842,12 @@ static sg_status train(run_t *r) {
   if (stop_after < 0)
     SG_RAISE(SG_ERR_CONFIG, "stop_after must be >= 0, not %lld",
              (long long)stop_after);
-  const int64_t last = stop_after > 0 && first - 1 + stop_after < steps
-                           ? first - 1 + stop_after
-                           : steps;
+  int64_t last = stop_after > 0 && first - 1 + stop_after < steps
+                     ? first - 1 + stop_after
+                     : steps;
+  int budget_hit = 0; /* time_budget ended the loop at step `last` */
+  budget_t bud;
+  budget_start(&bud, kv);
   double t_start = sg_wtime(), t_coll = 0.0;
   sg_mem_info mem0;
   SG_TRY(sg_mem_get_info(sg_device_host(), &mem0));
@@ -818,6 +895,9 @@ static sg_status train(run_t *r) {
       SG_RAISE(SG_ERR_INTERNAL,
                "loss is %g at step %lld: diverged (lower --lr?)", lval,
                (long long)step);
+    int spent = 0;
+    SG_TRY(budget_spent(&bud, &spent));
+    if (spent && step < last) last = step, budget_hit = 1;
     double sps = (double)r->gbatch / dt;
     if (r->rank == 0 && (step % log_every == 0 || step == 1 || step == last)) {
       double el = sg_wtime() - t_start,
@@ -842,7 +922,8 @@ static sg_status train(run_t *r) {
     const int saved = *ckdir && ((ckpt_every > 0 && step % ckpt_every == 0) ||
                                  step == last);
     if (saved) SG_TRY(save_checkpoint(r, step));
-    if (eval_every > 0 && step % eval_every == 0 && step != steps) {
+    if (eval_every > 0 && step % eval_every == 0 && step != steps &&
+        !budget_hit) {
       double rel[EV_N] = {0};
       SG_TRY(sg_train_evaluate(r, NULL, rel));
       sg_log_info(
@@ -854,12 +935,14 @@ static sg_status train(run_t *r) {
     }
     SG_TRY(stop_check(r, step, first, saved));
   }
-  if (!r->stop && last < steps && r->rank == 0)
+  if (!r->stop && last < steps && !budget_hit && r->rank == 0)
     printf("sg-train: stopped after step %lld of %lld (stop_after %lld)%s\n",
            (long long)last, (long long)steps, (long long)stop_after,
            *ckdir ? "; resume from its checkpoint to go on" : "");
-  if (r->stop || last < steps)
+  if (r->stop || (last < steps && !budget_hit))
     goto fail; /* stopped cleanly or a segment: no final evaluation */
+  SG_TRY(budget_report(r, &bud, last, steps, budget_hit));
+  steps = last; /* a budget's stop: the evaluation of the steps done */
   SG_TRY(
       sg_stop_uninstall()); /* a signal during the evaluation ends the run as usual */
   /* peak accounted memory per rank during training: all of it, and the
