@@ -6,6 +6,7 @@
 
 #include "sg_nc.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -296,6 +297,8 @@ typedef struct roll_state {
   run_t *r;
   int64_t steps, k, pass; /* frames; the one predicted now; under pp the run */
   double *acc;
+  double *seq; /* per rollout batch and example: the sums over the frames of
+                * m (p - t)^2 and m t^2 (the paper's metric, roll_seq) */
   float *x, *x0, *pred; /* windows, first windows, predictions: nmb each */
   float *phys, *truth, *mask; /* one batch */
   sg_example *ex;
@@ -334,6 +337,41 @@ static void roll_start(roll_state *R, int64_t b, float *x, float *x0) {
   memcpy(x0, x, (size_t)n * sizeof *x0);
 }
 
+/* Add batch b's squared errors and squared truths of this lead (physical,
+ * masked) per example, summed over the domain, to R->seq. Collective over
+ * the domain. */
+static sg_status roll_seq_add(roll_state *R, int64_t b) {
+  sg_status st = SG_OK;
+  run_t *r = R->r;
+  const int64_t n = r->lbatch, F = r->ds.nvars * r->ds.ny * r->ds.nx;
+  double *s = R->seq + b * 2 * n, *v = calloc((size_t)(2 * n), sizeof *v);
+  if (!v) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = j * F; i < (j + 1) * F; ++i) {
+      const double d = (double)R->phys[i] - (double)R->truth[i];
+      v[2 * j] += d * d * R->mask[i];
+      v[2 * j + 1] += (double)R->truth[i] * R->truth[i] * R->mask[i];
+    }
+  if (r->domain && sg_group_size(r->domain) > 1)
+    SG_TRY(
+        sg_allreduce_det(r->domain, v, v, 2 * n, SG_DTYPE_F64, SG_REDUCE_SUM));
+  for (int64_t i = 0; i < 2 * n; ++i) s[i] += v[i];
+fail:
+  free(v);
+  return st;
+}
+
+/* The paper's rollout metric (Li et al. 2021): per example the relative L2
+ * over all the rollout's frames at once, summed over batch b's `valid`
+ * real examples into acc[EV_N * steps + 1]. */
+static void roll_seq(roll_state *R, int64_t b, int64_t valid) {
+  const double *s = R->seq + b * 2 * R->r->lbatch;
+  for (int64_t j = 0; j < valid; ++j)
+    R->acc[EV_N * R->steps + 1] += s[2 * j + 1] > 0.0
+                                       ? sqrt(s[2 * j] / s[2 * j + 1])
+                                       : 0.0;
+}
+
 /* Score batch b's prediction at lead k + 1 and the baselines' (from the
  * first window x0): acc[i * steps + k] += the relative L2 (physical units)
  * of its real series. Collective over the stage. */
@@ -348,6 +386,8 @@ static sg_status roll_score(roll_state *R, int64_t b, const float *pred,
   to_physical(r, R->truth, R->mask);
   SG_TRY(score(r, R->phys, R->truth, R->mask, valid, &sc[EV_MODEL], EV_MODEL,
                NULL));
+  SG_TRY(roll_seq_add(R, b));
+  if (R->k == R->steps - 1) roll_seq(R, b, valid);
   SG_TRY(score_baselines(r, x0, R->phys, R->truth, R->mask, valid, sc, NULL));
   for (int i = 0; i < EV_N; ++i) R->acc[i * R->steps + R->k] += sc[i];
   if (R->k == 0) R->acc[EV_N * R->steps] += (double)valid;
@@ -417,15 +457,20 @@ fail:
  * (sg_train_feed_back, as multi-step training does), `steps` times;
  * rel_out[i * steps + k] is the mean relative L2 at lead k + 1 (frame
  * history - 1 + (k + 1) * lead) of the model (i = EV_MODEL) and of the
- * baselines: persistence (the last input frame) and climatology. Under pp
- * the frames run forward through the stages, the last stage scores them. */
+ * baselines: persistence (the last input frame) and climatology;
+ * rel_out[EV_N * steps] the model's relative L2 over all `steps` frames at
+ * once per example, mean over the examples (the FNO paper's metric). Under
+ * pp the frames run forward through the stages, the last stage scores
+ * them. */
 sg_status sg_train_rollout(run_t *r, int64_t steps, double *rel_out) {
   sg_status st = SG_OK;
   const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history,
                 T = r->ds.nframes, L = r->dopt.lead,
-                nmb = r->pipe ? r->micro : 1, na = EV_N * steps + 1;
+                nmb = r->pipe ? r->micro : 1, na = EV_N * steps + 2;
+  const int64_t nb = (r->dopt.test_samples + r->ebatch - 1) / r->ebatch;
   roll_state R = {.r = r, .steps = steps};
   R.acc = calloc((size_t)na, sizeof *R.acc);
+  R.seq = calloc((size_t)(nb * 2 * r->lbatch + 1), sizeof *R.seq);
   R.x = malloc((size_t)(nmb * r->lbatch * H * F + 1) * sizeof *R.x);
   R.x0 = malloc((size_t)(nmb * r->lbatch * H * F + 1) * sizeof *R.x0);
   R.pred = malloc((size_t)(nmb * r->lbatch * F + 1) * sizeof *R.pred);
@@ -433,8 +478,8 @@ sg_status sg_train_rollout(run_t *r, int64_t steps, double *rel_out) {
   R.truth = malloc((size_t)(r->lbatch * F + 1) * sizeof *R.truth);
   R.mask = malloc((size_t)(r->lbatch * F + 1) * sizeof *R.mask);
   R.ex = malloc((size_t)r->lbatch * sizeof *R.ex);
-  if (!R.acc || !R.x || !R.x0 || !R.pred || !R.phys || !R.truth || !R.mask ||
-      !R.ex)
+  if (!R.acc || !R.seq || !R.x || !R.x0 || !R.pred || !R.phys || !R.truth ||
+      !R.mask || !R.ex)
     SG_RAISE(SG_ERR_ALLOC, "out of memory");
   if (r->ds.climate)
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
@@ -444,7 +489,6 @@ sg_status sg_train_rollout(run_t *r, int64_t steps, double *rel_out) {
         SG_ERR_CONFIG,
         "rollout of %lld frames (lead %lld) after %lld history frames exceeds the %lld frames",
         (long long)steps, (long long)L, (long long)H, (long long)T);
-  const int64_t nb = (r->dopt.test_samples + r->ebatch - 1) / r->ebatch;
   if (r->pipe) SG_TRY(roll_pp(&R, nb));
   for (int64_t b = 0; b < nb && !r->pipe; ++b) {
     roll_start(&R, b, R.x, R.x0);
@@ -458,10 +502,13 @@ sg_status sg_train_rollout(run_t *r, int64_t steps, double *rel_out) {
     SG_TRY(sg_allreduce_det(r->data, R.acc, R.acc, na, SG_DTYPE_F64,
                             SG_REDUCE_SUM));
   if (r->pipe) SG_TRY(sg_pipe_bcast_last(r->pipe, R.acc, na, SG_DTYPE_F64));
+  const double cnt = R.acc[EV_N * steps];
   for (int64_t i = 0; i < EV_N * steps; ++i)
-    rel_out[i] = R.acc[na - 1] > 0 ? R.acc[i] / R.acc[na - 1] : 0.0;
+    rel_out[i] = cnt > 0 ? R.acc[i] / cnt : 0.0;
+  rel_out[EV_N * steps] = cnt > 0 ? R.acc[EV_N * steps + 1] / cnt : 0.0;
 fail:
   free(R.acc);
+  free(R.seq);
   free(R.x);
   free(R.x0);
   free(R.pred);

@@ -699,8 +699,8 @@ static const char *const eval_keys[EV_N] = {"eval_rel_l2",
                                             "eval_persistence_rel_l2",
                                             "eval_climatology_rel_l2"};
 
-/* The rollout's errors per lead (rollout()'s layout) on stdout (rank 0)
- * and as one metrics line of arrays. */
+/* The rollout's errors per lead (rollout()'s layout) and over all frames
+ * (rollout_rel_l2_seq) on stdout (rank 0) and as one metrics line. */
 static void report_rollout(run_t *r, int64_t step, int64_t n,
                            const double *roll) {
   static const char *const label[EV_N] = {"rollout relative L2 per frame:",
@@ -713,6 +713,10 @@ static void report_rollout(run_t *r, int64_t step, int64_t n,
     for (int64_t k = 0; k < n; ++k) printf(" %.4f", roll[i * n + k]);
     printf("\n");
   }
+  if (r->rank == 0)
+    printf("rollout relative L2 over all %lld frames (per sample, mean): "
+           "%.5f\n",
+           (long long)n, roll[EV_N * n]);
   if (!r->metrics) return;
   fprintf(r->metrics, "{\"step\": %lld", (long long)step);
   for (int i = 0; i < EV_N; ++i) {
@@ -723,6 +727,8 @@ static void report_rollout(run_t *r, int64_t step, int64_t n,
     }
     fputs("]", r->metrics);
   }
+  fputs(", \"rollout_rel_l2_seq\": ", r->metrics);
+  json_num(r->metrics, roll[EV_N * n]);
   fputs("}\n", r->metrics);
   fflush(r->metrics);
 }
@@ -973,7 +979,7 @@ static sg_status train(run_t *r) {
   if (nroll > 0 && r->ds.climate) /* per lead, latitude-weighted */
     SG_TRY(sg_train_climate_leads(r, nroll, steps));
   else if (nroll > 0) {
-    roll = malloc((size_t)(EV_N * nroll) * sizeof *roll);
+    roll = malloc((size_t)(EV_N * nroll + 1) * sizeof *roll);
     if (!roll) SG_RAISE(SG_ERR_ALLOC, "out of memory");
     SG_TRY(sg_train_rollout(r, nroll, roll));
     report_rollout(r, steps, nroll, roll);

@@ -211,7 +211,9 @@ enum { EV_MODEL, EV_PERSISTENCE, EV_CLIMATOLOGY, EV_N };
 sg_status sg_train_evaluate(run_t *r, const char *out, double *rel_out);
 /* Autoregressive rollout of `steps` frames on the test series (sample
  * datasets): rel_out[i * steps + k] the mean relative L2 at lead k + 1 of
- * the model (i = EV_MODEL) and the baselines. Collective. */
+ * the model (i = EV_MODEL) and the baselines, rel_out[EV_N * steps] the
+ * model's per-example relative L2 over all the frames at once, mean over
+ * the examples (the FNO paper's metric). Collective. */
 sg_status sg_train_rollout(run_t *r, int64_t steps, double *rel_out);
 
 /* Latitude weighting (climate.c). loss_weighting = none | latitude: r->lw
