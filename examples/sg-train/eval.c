@@ -470,7 +470,8 @@ sg_status sg_train_rollout(run_t *r, int64_t steps, double *rel_out) {
   const int64_t nb = (r->dopt.test_samples + r->ebatch - 1) / r->ebatch;
   roll_state R = {.r = r, .steps = steps};
   R.acc = calloc((size_t)na, sizeof *R.acc);
-  R.seq = calloc((size_t)(nb * 2 * r->lbatch + 1), sizeof *R.seq);
+  /* under pp the last pass may run up to nmb - 1 batches past nb */
+  R.seq = calloc((size_t)((nb + nmb) * 2 * r->lbatch), sizeof *R.seq);
   R.x = malloc((size_t)(nmb * r->lbatch * H * F + 1) * sizeof *R.x);
   R.x0 = malloc((size_t)(nmb * r->lbatch * H * F + 1) * sizeof *R.x0);
   R.pred = malloc((size_t)(nmb * r->lbatch * F + 1) * sizeof *R.pred);
