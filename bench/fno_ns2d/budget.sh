@@ -8,6 +8,7 @@
 #   bench/fno_ns2d/budget.sh [--paper] [--data FILE.nc] [--budgets "60"] [--seeds "0 1"]
 #        [--clock cpu|wall] [--samples 50] [--test 10] [--frames 20] [--rollout 10]
 #        [--epochs 500] [--step-epochs 100] [--ranks 2] [--threads 2] [--out DIR]
+#        [--table RESULTS.jsonl]
 # Defaults: the smoke setup (64x64, 40 training and 10 test samples of 20
 # frames, 10 frames in, rollout 10, budget 60 CPU-s, seeds 0 1). --paper
 # sets the paper's data and the table's budgets: 1000 + 200 samples of 50
@@ -28,14 +29,15 @@
 # rollout's test relative L2 (per frame per sample, mean over samples and
 # frames: sg-train's rollout_rel_l2) and the paper's metric (per sample over
 # all frames at once: rollout_rel_l2_seq), steps, wall and CPU s.
-# Runs alternate sg-train / reference per seed. Needs a built tree
+# --table prints the table of an earlier run's results.jsonl only. Runs
+# alternate sg-train / reference per seed. Needs a built tree
 # (tools/build) and /opt/torchref/bin/python (PyTorch).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here=$root/bench/fno_ns2d
 source "$root/tools/env.sh"
 samples=50 test=10 frames=20 rollout=10 budgets=60 seeds="0 1" clock=cpu
-epochs=500 step_epochs=100 ranks=2 threads=2 data="" out=$root/out/fno_budget
+epochs=500 step_epochs=100 ranks=2 threads=2 data="" out=$root/out/fno_budget table_of=""
 history=10 batch=20
 torch_py=${TORCH_PY:-/opt/torchref/bin/python}
 while [ $# -gt 0 ]; do
@@ -54,10 +56,39 @@ while [ $# -gt 0 ]; do
     --ranks) ranks=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    --table) table_of=$2; shift 2 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "bench/fno_ns2d/budget.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+table() { # table RESULTS.jsonl: the markdown table
+  /usr/bin/python3 - "$1" <<'PY'
+import json, statistics, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+def ms(xs, f="{:.4f}"):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "—"
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return (f + " ± " + f).format(statistics.mean(xs), sd)
+print(f"\n| implementation | budget ({recs[0]['clock']} s) | seeds | rollout test rel. L2 "
+      "(per frame, mean) | paper's metric | train loss | steps | epochs | wall s | CPU s | load |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for b in sorted({r["budget_s"] for r in recs}):
+    for impl in ("sg-train", "pytorch"):
+        g = [r for r in recs if r["impl"] == impl and r["budget_s"] == b]
+        if not g:
+            continue
+        print(f"| {impl} | {b:g} | {len(g)} | {ms([r['test_rel_l2_mean'] for r in g])} | "
+              f"{ms([r['test_rel_l2_paper'] for r in g])} | {ms([r['train_loss'] for r in g])} | "
+              f"{ms([r['steps'] for r in g], '{:.1f}')} | {ms([r['epochs'] for r in g], '{:.2f}')} | "
+              f"{ms([r['train_wall_s'] for r in g], '{:.0f}')} | "
+              f"{ms([r['train_cpu_s'] for r in g], '{:.0f}')} | "
+              f"{min(r['load_start'] for r in g):.1f}–{max(r['load_end'] for r in g):.1f} |")
+PY
+}
+
+if [ -n "$table_of" ]; then table "$table_of"; exit 0; fi
 bin=$root/build/bin
 mkdir -p "$out"
 export OMP_NUM_THREADS=1
@@ -98,6 +129,7 @@ path, seed, budget, clock, spe, ranks, l0, l1 = sys.argv[1:]
 recs = [json.loads(l) for l in open(path)]
 losses = [r["loss"] for r in recs if "loss" in r]
 t = [r for r in recs if "train_cpu_s" in r][-1]
+peak = [r["peak_mem_mib"] for r in recs if "peak_mem_mib" in r][-1]
 rr = [r for r in recs if "rollout_rel_l2" in r][-1]
 roll = rr["rollout_rel_l2"]
 print(json.dumps({"impl": "sg-train", "seed": int(seed), "budget_s": float(budget), "clock": clock,
@@ -107,6 +139,7 @@ print(json.dumps({"impl": "sg-train", "seed": int(seed), "budget_s": float(budge
                   "test_rel_l2_mean": sum(roll) / len(roll), "test_rel_l2_paper": rr["rollout_rel_l2_seq"],
                   "test_rel_l2_last": roll[-1], "test_rel_l2_frames": roll,
                   "train_wall_s": t["train_wall_s"], "train_cpu_s": t["train_cpu_s"],
+                  "peak_mem_mib_per_rank": peak,
                   "ranks": int(ranks), "threads": 1, "load_start": float(l0), "load_end": float(l1)}))
 PY
 }
@@ -128,27 +161,4 @@ for b in $budgets; do
     run_torch "$s" "$b"
   done
 done
-/usr/bin/python3 - "$results" <<'PY'
-import json, statistics, sys
-recs = [json.loads(l) for l in open(sys.argv[1])]
-def ms(xs, f="{:.4f}"):
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return "—"
-    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    return (f + " ± " + f).format(statistics.mean(xs), sd)
-print(f"\n| implementation | budget ({recs[0]['clock']} s) | seeds | rollout test rel. L2 "
-      "(per frame, mean) | paper's metric | train loss | steps | epochs | wall s | CPU s | load |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
-for b in sorted({r["budget_s"] for r in recs}):
-    for impl in ("sg-train", "pytorch"):
-        g = [r for r in recs if r["impl"] == impl and r["budget_s"] == b]
-        if not g:
-            continue
-        print(f"| {impl} | {b:g} | {len(g)} | {ms([r['test_rel_l2_mean'] for r in g])} | "
-              f"{ms([r['test_rel_l2_paper'] for r in g])} | {ms([r['train_loss'] for r in g])} | "
-              f"{ms([r['steps'] for r in g], '{:.1f}')} | {ms([r['epochs'] for r in g], '{:.2f}')} | "
-              f"{ms([r['train_wall_s'] for r in g], '{:.0f}')} | "
-              f"{ms([r['train_cpu_s'] for r in g], '{:.0f}')} | "
-              f"{min(r['load_start'] for r in g):.1f}–{max(r['load_end'] for r in g):.1f} |")
-PY
+table "$results"

@@ -40,11 +40,12 @@ test_rel_l2_frames (per frame: the per-sample relative L2 at that frame,
 mean over samples, as sg-train's rollout_rel_l2), test_rel_l2_mean (their
 mean over frames), test_rel_l2_paper (the paper's: per-sample relative
 L2 over all R frames at once, mean over samples), the steps and epochs
-done, the last epoch's mean training loss, wall and CPU seconds,
-torch version and threads."""
+done, the last epoch's mean training loss, wall and CPU seconds, the
+peak RSS, torch version and threads."""
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 
@@ -159,7 +160,9 @@ def main():
         "lr_last": opt.param_groups[0]["lr"], "train_loss": last_loss,
         "test_rel_l2_mean": sum(frames) / len(frames), "test_rel_l2_paper": paper,
         "test_rel_l2_last": frames[-1], "test_rel_l2_frames": frames,
-        "train_wall_s": wall, "train_cpu_s": cpu, "torch": torch.__version__,
+        "train_wall_s": wall, "train_cpu_s": cpu,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "torch": torch.__version__,
         "threads": a.threads}))
 
 
