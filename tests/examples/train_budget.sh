@@ -40,8 +40,10 @@ need '"rollout_rel_l2"' m_budget.jsonl
 [ -f ck/step_000001.nc ] || { echo "train_budget: no checkpoint of step 1"; fail=1; }
 e_budget=$(grep '"eval_rel_l2"' m_budget.jsonl | tail -1)
 e_one=$(grep '"eval_rel_l2"' m_one.jsonl | tail -1)
-[ -n "$e_one" ] && [ "$e_budget" = "$e_one" ] ||
-  { echo "train_budget: evaluation '$e_budget' differs from 1 step's '$e_one'"; fail=1; }
+if [ -z "$e_one" ] || [ "$e_budget" != "$e_one" ]; then
+  echo "train_budget: evaluation '$e_budget' differs from 1 step's '$e_one'"
+  fail=1
+fi
 need '{"step": 3, "train_wall_s": ' m_roomy.jsonl
 need '"budget_stop": 0' m_roomy.jsonl
 need '"rollout_rel_l2"' m_roomy.jsonl
