@@ -71,142 +71,143 @@ static int64_t mix_padded(int64_t M) {
   return (M + SG_MIX_CH - 1) / SG_MIX_CH * SG_MIX_CH;
 }
 
-/* One planar block product of Q output rows:
- * out[q] (+)= sum_s a(s) * op(b(q, s)), a(s) = a + s sa, b(q, s) = b + q bq +
+/* One planar block product of Q output rows on modes [j0, j0 + SG_MIX_CH):
+ * out[q] = sum_s a(s) * op(b(q, s)), a(s) = a + s sa, b(q, s) = b + q bq +
  * s sb, op = conj when conj_b; rows hold re[Mp] then im[Mp]; out[q] at out
- * + q oq. */
+ * + q oq. Repeated for N independent (a, out) pairs n (a + n an, out + n
+ * on) sharing b: b's block (S x Q rows of one mode block, 8-16 KiB) then
+ * stays in L1 across n, where a loop over n outside the mode blocks
+ * streamed all of W (2.4 MB at width 32) from memory per sample. */
 typedef struct mix_blk {
-  int64_t Mp, S, sa, sb, bq, oq;
+  int64_t Mp, S, sa, sb, bq, oq, N, an, on;
   int conj_b;
 } mix_blk;
 
-#define SG_MIX_PLANAR(T, SFX)                                                   \
-  static inline void mix_blk_##SFX(const mix_blk *k, const int Q, const T sgn,  \
-                                   const T *a, const T *b, T *out) {            \
-    const int64_t Mp = k->Mp;                                                   \
-    for (int64_t j0 = 0; j0 < Mp; j0 += SG_MIX_CH) {                            \
-      T cr[SG_MIX_Q][SG_MIX_CH] = {{0}}, ci[SG_MIX_Q][SG_MIX_CH] = {{0}};       \
-      for (int64_t s = 0; s < k->S; ++s) {                                      \
-        const T *ar = a + s * k->sa + j0, *ai = ar + Mp;                        \
-        for (int q = 0; q < Q; ++q) {                                           \
-          const T *br = b + q * k->bq + s * k->sb + j0, *bi = br + Mp;          \
-          for (int t = 0; t < SG_MIX_CH; ++t) {                                 \
-            const T vi = sgn * bi[t];                                           \
-            cr[q][t] += ar[t] * br[t] - ai[t] * vi;                             \
-            ci[q][t] += ar[t] * vi + ai[t] * br[t];                             \
-          }                                                                     \
-        }                                                                       \
-      }                                                                         \
-      for (int q = 0; q < Q; ++q) {                                             \
-        T *orr = out + q * k->oq + j0, *oi = orr + Mp;                          \
-        for (int t = 0; t < SG_MIX_CH; ++t) {                                   \
-          orr[t] = cr[q][t];                                                    \
-          oi[t] = ci[q][t];                                                     \
-        }                                                                       \
-      }                                                                         \
-    }                                                                           \
-  }                                                                             \
-  /* Q = SG_MIX_Q and the sign as constants (unrolled, in registers) */         \
-  static inline void mix_rows_sgn_##SFX(const mix_blk *k, int64_t Q,            \
-                                        const T sgn, const T *a, const T *b,    \
-                                        T *out) {                               \
-    int64_t q = 0;                                                              \
-    for (; q + SG_MIX_Q <= Q; q += SG_MIX_Q)                                    \
-      mix_blk_##SFX(k, SG_MIX_Q, sgn, a, b + q * k->bq, out + q * k->oq);       \
-    for (; q < Q; ++q)                                                          \
-      mix_blk_##SFX(k, 1, sgn, a, b + q * k->bq, out + q * k->oq);              \
-  }                                                                             \
-  static void mix_rows_##SFX(const mix_blk *k, int64_t Q, const T *a,           \
-                             const T *b, T *out) {                              \
-    if (k->conj_b)                                                              \
-      mix_rows_sgn_##SFX(k, Q, (T)-1, a, b, out);                               \
-    else                                                                        \
-      mix_rows_sgn_##SFX(k, Q, (T)1, a, b, out);                                \
-  }                                                                             \
-  /* rows of M interleaved modes <-> planar rows (zero padded) */               \
-  static void mix_to_planar_##SFX(int64_t rows, int64_t M, const T *src,        \
-                                  T *dst) {                                     \
-    const int64_t Mp = mix_padded(M);                                           \
-    _Pragma("omp parallel for schedule(static) if (rows * M > 32768)")          \
-    for (int64_t r = 0; r < rows; ++r) {                                        \
-      const T *s = src + 2 * r * M;                                             \
-      T *dr = dst + 2 * r * Mp, *di = dr + Mp;                                  \
-      for (int64_t m = 0; m < M; ++m) {                                         \
-        dr[m] = s[2 * m];                                                       \
-        di[m] = s[2 * m + 1];                                                   \
-      }                                                                         \
-      for (int64_t m = M; m < Mp; ++m) dr[m] = di[m] = 0;                       \
-    }                                                                           \
-  }                                                                             \
-  static void mix_from_planar_##SFX(int64_t rows, int64_t M, const T *src,      \
-                                    T *dst) {                                   \
-    const int64_t Mp = mix_padded(M);                                           \
-    _Pragma("omp parallel for schedule(static) if (rows * M > 32768)")          \
-    for (int64_t r = 0; r < rows; ++r) {                                        \
-      const T *sr = src + 2 * r * Mp, *si = sr + Mp;                            \
-      T *d = dst + 2 * r * M;                                                   \
-      for (int64_t m = 0; m < M; ++m) {                                         \
-        d[2 * m] = sr[m];                                                       \
-        d[2 * m + 1] = si[m];                                                   \
-      }                                                                         \
-    }                                                                           \
-  }                                                                             \
+#define SG_MIX_PLANAR(T, SFX)                                                     \
+  static inline void mix_blk_##SFX(const mix_blk *k, const int Q, const T sgn,    \
+                                   int64_t j0, const T *a, const T *b,            \
+                                   T *out) {                                      \
+    const int64_t Mp = k->Mp;                                                     \
+    T cr[SG_MIX_Q][SG_MIX_CH] = {{0}}, ci[SG_MIX_Q][SG_MIX_CH] = {{0}};           \
+    for (int64_t s = 0; s < k->S; ++s) {                                          \
+      const T *ar = a + s * k->sa + j0, *ai = ar + Mp;                            \
+      for (int q = 0; q < Q; ++q) {                                               \
+        const T *br = b + q * k->bq + s * k->sb + j0, *bi = br + Mp;              \
+        for (int t = 0; t < SG_MIX_CH; ++t) {                                     \
+          const T vi = sgn * bi[t];                                               \
+          cr[q][t] += ar[t] * br[t] - ai[t] * vi;                                 \
+          ci[q][t] += ar[t] * vi + ai[t] * br[t];                                 \
+        }                                                                         \
+      }                                                                           \
+    }                                                                             \
+    for (int q = 0; q < Q; ++q) {                                                 \
+      T *orr = out + q * k->oq + j0, *oi = orr + Mp;                              \
+      for (int t = 0; t < SG_MIX_CH; ++t) {                                       \
+        orr[t] = cr[q][t];                                                        \
+        oi[t] = ci[q][t];                                                         \
+      }                                                                           \
+    }                                                                             \
+  }                                                                               \
+  /* Q = SG_MIX_Q and the sign as constants (unrolled, in registers) */           \
+  static inline void mix_run_sgn_##SFX(const mix_blk *k, int64_t Q,               \
+                                       const T sgn, const T *a, const T *b,       \
+                                       T *out) {                                  \
+    _Pragma(                                                                      \
+        "omp parallel for schedule(static) if (k->N * Q * k->Mp * k->S > 16384)") \
+    for (int64_t j0 = 0; j0 < k->Mp; j0 += SG_MIX_CH) {                           \
+      int64_t q = 0;                                                              \
+      for (; q + SG_MIX_Q <= Q; q += SG_MIX_Q)                                    \
+        for (int64_t n = 0; n < k->N; ++n)                                        \
+          mix_blk_##SFX(k, SG_MIX_Q, sgn, j0, a + n * k->an, b + q * k->bq,       \
+                        out + n * k->on + q * k->oq);                             \
+      for (; q < Q; ++q)                                                          \
+        for (int64_t n = 0; n < k->N; ++n)                                        \
+          mix_blk_##SFX(k, 1, sgn, j0, a + n * k->an, b + q * k->bq,              \
+                        out + n * k->on + q * k->oq);                             \
+    }                                                                             \
+  }                                                                               \
+  static void mix_run_##SFX(const mix_blk *k, int64_t Q, const T *a,              \
+                            const T *b, T *out) {                                 \
+    if (k->conj_b)                                                                \
+      mix_run_sgn_##SFX(k, Q, (T)-1, a, b, out);                                  \
+    else                                                                          \
+      mix_run_sgn_##SFX(k, Q, (T)1, a, b, out);                                   \
+  }                                                                               \
+  /* rows of M interleaved modes <-> planar rows (zero padded) */                 \
+  static void mix_to_planar_##SFX(int64_t rows, int64_t M, const T *src,          \
+                                  T *dst) {                                       \
+    const int64_t Mp = mix_padded(M);                                             \
+    _Pragma("omp parallel for schedule(static) if (rows * M > 32768)")            \
+    for (int64_t r = 0; r < rows; ++r) {                                          \
+      const T *s = src + 2 * r * M;                                               \
+      T *dr = dst + 2 * r * Mp, *di = dr + Mp;                                    \
+      for (int64_t m = 0; m < M; ++m) {                                           \
+        dr[m] = s[2 * m];                                                         \
+        di[m] = s[2 * m + 1];                                                     \
+      }                                                                           \
+      for (int64_t m = M; m < Mp; ++m) dr[m] = di[m] = 0;                         \
+    }                                                                             \
+  }                                                                               \
+  static void mix_from_planar_##SFX(int64_t rows, int64_t M, const T *src,        \
+                                    T *dst) {                                     \
+    const int64_t Mp = mix_padded(M);                                             \
+    _Pragma("omp parallel for schedule(static) if (rows * M > 32768)")            \
+    for (int64_t r = 0; r < rows; ++r) {                                          \
+      const T *sr = src + 2 * r * Mp, *si = sr + Mp;                              \
+      T *d = dst + 2 * r * M;                                                     \
+      for (int64_t m = 0; m < M; ++m) {                                           \
+        d[2 * m] = sr[m];                                                         \
+        d[2 * m + 1] = si[m];                                                     \
+      }                                                                           \
+    }                                                                             \
+  }                                                                               \
   /* W's local modes (geometry g) -> planar rows wp[i, o] (add == 0), or      \
-   * W[i, o, k(m)] += wp[i, o, m] (add == 1) */ \
-  static void mix_weight_##SFX(const struct sg_spectral_conv *c,                \
-                               const mix_geom *g, T *W, T *wp, int add) {       \
-    const int64_t io = c->cin * c->cout, M = c->M, Mp = mix_padded(M);          \
-    _Pragma("omp parallel for schedule(static) if (io * M > 32768)")            \
-    for (int64_t p = 0; p < io; ++p) {                                          \
-      T *pr = wp + 2 * p * Mp, *pi = pr + Mp;                                   \
-      for (int64_t r = 0; r < g->R; ++r) {                                      \
-        T *w = W + 2 * (p * g->K + g->rbase[r]);                                \
-        T *qr = pr + r * g->L, *qi = pi + r * g->L;                             \
-        for (int64_t j = 0; j < g->L; ++j) {                                    \
-          if (add) {                                                            \
-            w[2 * j] += qr[j];                                                  \
-            w[2 * j + 1] += qi[j];                                              \
-          } else {                                                              \
-            qr[j] = w[2 * j];                                                   \
-            qi[j] = w[2 * j + 1];                                               \
-          }                                                                     \
-        }                                                                       \
-      }                                                                         \
-      for (int64_t m = M; !add && m < Mp; ++m) pr[m] = pi[m] = 0;               \
-    }                                                                           \
-  }                                                                             \
-  /* y[b, o] = sum_i x[b, i] W[i, o] (planar) */                                \
-  static void mix_fwd_##SFX(const struct sg_spectral_conv *c, const T *x,       \
-                            const T *w, T *y) {                                 \
-    const int64_t nb = c->nb, ci = c->cin, co = c->cout,                        \
-                  P = 2 * mix_padded(c->M);                                     \
-    const mix_blk k = {P / 2, ci, P, co * P, P, P, 0};                          \
-    _Pragma(                                                                    \
-        "omp parallel for schedule(static) if (nb * co * c->M * ci > 16384)")   \
-    for (int64_t b = 0; b < nb; ++b)                                            \
-      mix_rows_##SFX(&k, co, x + b * ci * P, w, y + b * co * P);                \
-  }                                                                             \
-  /* dx[b, i] = sum_o dy[b, o] conj(W[i, o]) (planar) */                        \
-  static void mix_bwd_x_##SFX(const struct sg_spectral_conv *c, const T *dy,    \
-                              const T *w, T *dx) {                              \
-    const int64_t nb = c->nb, ci = c->cin, co = c->cout,                        \
-                  P = 2 * mix_padded(c->M);                                     \
-    const mix_blk k = {P / 2, co, P, P, co * P, P, 1};                          \
-    _Pragma(                                                                    \
-        "omp parallel for schedule(static) if (nb * co * c->M * ci > 16384)")   \
-    for (int64_t b = 0; b < nb; ++b)                                            \
-      mix_rows_##SFX(&k, ci, dy + b * co * P, w, dx + b * ci * P);              \
-  }                                                                             \
-  /* dW[i, o] = sum_b dy[b, o] conj(x[b, i]) (planar, overwritten) */           \
-  static void mix_bwd_w_##SFX(const struct sg_spectral_conv *c, const T *x,     \
-                              const T *dy, T *dw) {                             \
-    const int64_t nb = c->nb, ci = c->cin, co = c->cout,                        \
-                  P = 2 * mix_padded(c->M);                                     \
-    const mix_blk k = {P / 2, nb, co * P, ci * P, P, co * P, 1};                \
-    _Pragma(                                                                    \
-        "omp parallel for schedule(static) if (nb * co * c->M * ci > 16384)")   \
-    for (int64_t o = 0; o < co; ++o)                                            \
-      mix_rows_##SFX(&k, ci, dy + o * P, x, dw + o * P);                        \
+   * W[i, o, k(m)] += wp[i, o, m] (add == 1); the two loops apart, so each     \
+   * vectorises */   \
+  static void mix_weight_##SFX(const struct sg_spectral_conv *c,                  \
+                               const mix_geom *g, T *W, T *wp, int add) {         \
+    const int64_t io = c->cin * c->cout, M = c->M, Mp = mix_padded(M);            \
+    const int64_t K = g->K, L = g->L, R = g->R;                                   \
+    _Pragma("omp parallel for schedule(static) if (io * M > 32768)")              \
+    for (int64_t p = 0; p < io; ++p) {                                            \
+      T *pr = wp + 2 * p * Mp, *pi = pr + Mp;                                     \
+      for (int64_t r = 0; r < R; ++r) {                                           \
+        T *w = W + 2 * (p * K + g->rbase[r]);                                     \
+        T *qr = pr + r * L, *qi = pi + r * L;                                     \
+        if (add)                                                                  \
+          for (int64_t j = 0; j < L; ++j) {                                       \
+            w[2 * j] += qr[j];                                                    \
+            w[2 * j + 1] += qi[j];                                                \
+          }                                                                       \
+        else                                                                      \
+          for (int64_t j = 0; j < L; ++j) {                                       \
+            qr[j] = w[2 * j];                                                     \
+            qi[j] = w[2 * j + 1];                                                 \
+          }                                                                       \
+      }                                                                           \
+      for (int64_t m = M; !add && m < Mp; ++m) pr[m] = pi[m] = 0;                 \
+    }                                                                             \
+  }                                                                               \
+  /* y[b, o] = sum_i x[b, i] W[i, o] (planar) */                                  \
+  static void mix_fwd_##SFX(const struct sg_spectral_conv *c, const T *x,         \
+                            const T *w, T *y) {                                   \
+    const int64_t ci = c->cin, co = c->cout, P = 2 * mix_padded(c->M);            \
+    const mix_blk k = {P / 2, ci, P, co * P, P, P, c->nb, ci * P, co * P, 0};     \
+    mix_run_##SFX(&k, co, x, w, y);                                               \
+  }                                                                               \
+  /* dx[b, i] = sum_o dy[b, o] conj(W[i, o]) (planar) */                          \
+  static void mix_bwd_x_##SFX(const struct sg_spectral_conv *c, const T *dy,      \
+                              const T *w, T *dx) {                                \
+    const int64_t ci = c->cin, co = c->cout, P = 2 * mix_padded(c->M);            \
+    const mix_blk k = {P / 2, co, P, P, co * P, P, c->nb, co * P, ci * P, 1};     \
+    mix_run_##SFX(&k, ci, dy, w, dx);                                             \
+  }                                                                               \
+  /* dW[i, o] = sum_b dy[b, o] conj(x[b, i]) (planar, overwritten) */             \
+  static void mix_bwd_w_##SFX(const struct sg_spectral_conv *c, const T *x,       \
+                              const T *dy, T *dw) {                               \
+    const int64_t ci = c->cin, co = c->cout, P = 2 * mix_padded(c->M);            \
+    const mix_blk k = {P / 2, c->nb, co * P, ci * P, P, co * P, co, P, P, 1};     \
+    mix_run_##SFX(&k, ci, dy, x, dw);                                             \
   }
 
 SG_MIX_PLANAR(double, f64)
