@@ -748,12 +748,15 @@ static double fft_chunk(const mshape *m, double fields) {
 }
 
 /* One spectral convolution's buffers (spectral.c conv_create: the x and
- * z spectra of cin channels, the y spectrum of cout) and its FFT plans'
- * scratch (fft.c: A, B and the send block, of the larger of the real and
- * the half-spectrum block), one plan when cin == cout. */
+ * z spectra of cin channels, the y spectrum of cout; the mixing kernels'
+ * planar copies of the x and y spectra and of W's local modes, padded to
+ * 16 modes) and its FFT plans' scratch (fft.c: A, B and the send block, of
+ * the larger of the real and the half-spectrum block), one plan when
+ * cin == cout. */
 static double spectral_conv_bytes(const mshape *m, double cin, double cout) {
-  const double M = fno_modes(m, m->domain);
-  const double spec = 4.0 * 2.0 * m->b * M * (2.0 * cin + cout);
+  const double M = fno_modes(m, m->domain), Mp = 16.0 * ceil(M / 16.0);
+  const double spec = 4.0 * 2.0 * m->b * M * (2.0 * cin + cout) +
+                      4.0 * 2.0 * Mp * (m->b * (cin + cout) + cin * cout);
   double plans = 0.0;
   for (int i = 0; i < (cin == cout ? 1 : 2); ++i) {
     const double c = i ? cout : cin;

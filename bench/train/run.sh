@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench/train: training throughput of sg-train (FNO-2D and the ResNet-style
-# CNN) at 1, 2 (domain split h=2) and 4 ranks (h=2,w=2), beside the same
+# bench/train: training throughput of sg-train (FNO-2D, the ResNet-style CNN and
+# the U-Net) at 1, 2 (domain split h=2) and 4 ranks (h=2,w=2), beside the same
 # model and step in PyTorch at the same thread count.
 #   bench/train/run.sh [--n 64] [--steps 30] [--threads 1] [--models "fno cnn"]
 #                      [--meshes "1:h=1 2:h=2 4:h=2,w=2"]
@@ -83,6 +83,9 @@ PY
     elif [ "$model" = cnn ]; then
       "$py" "$root/bench/train/cnn_torch.py" --n "$n" --batch "$batch" --history "$history" \
         --width 32 --blocks 4 --groups 4 --steps "$steps" --threads "$threads" --autocast $ac
+    elif [ "$model" = unet ]; then
+      "$py" "$root/bench/train/unet_torch.py" --n "$n" --batch "$batch" --history "$history" \
+        --width 16 --levels 3 --groups 4 --steps "$steps" --threads "$threads" --autocast $ac
     fi
   done
 done

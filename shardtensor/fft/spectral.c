@@ -24,11 +24,10 @@ struct sg_spectral_conv {
    * box, or the whole box in one run when it is contiguous), so the
    * mixing loops read W with unit stride and vectorise. */
   int64_t nrun, rlen, *rbase;
-  /* With several runs (a split spectrum: runs as short as the rank's share
-   * of a row, 6 modes at 2 ranks), W's local modes are gathered into wloc
-   * (cin, cout, M) once per call, so the kernels see one run of M modes. */
-  void *wloc;
   void *xbuf, *ybuf, *zbuf;
+  /* planar copies the mixing kernels run on (see mix_blk): the input-side
+   * spectrum (nb*cin rows), the output side (nb*cout), W's local modes */
+  void *xp, *yp, *wp;
   int64_t boff[SG_FFT_MAX_DIMS], blen[SG_FFT_MAX_DIMS]; /* local mode box */
   int wsharded; /* W and dW hold only the local modes (cin, cout, box) */
 };
@@ -58,100 +57,161 @@ static int64_t prod64(const int64_t *v, int n) {
 
 /* ---- channel mixing kernels ----------------------------------------------- */
 
-/* Channel mixing over the local modes, run by run (see nrun/rlen/rbase):
- * W[i,o,k] of global mode k = rbase[r] + j for local mode m = r*rlen + j. */
-#define SG_MIX_KERNELS(T, SFX)                                                         \
-  static void mix_fwd_##SFX(const struct sg_spectral_conv *c,                          \
-                            const mix_geom *g, const T *x, const T *w, T *y) {         \
-    const int64_t nb = c->nb, ci = c->cin, co = c->cout, M = c->M, K = g->K,           \
-                  L = g->L, R = g->R;                                                  \
-    _Pragma(                                                                           \
-        "omp parallel for collapse(2) schedule(static) if (nb * co * M * ci > 16384)") \
-    for (int64_t b = 0; b < nb; ++b)                                                   \
-      for (int64_t o = 0; o < co; ++o) {                                               \
-        T *yo = y + 2 * (b * co + o) * M;                                              \
-        for (int64_t m = 0; m < 2 * M; ++m) yo[m] = 0;                                 \
-        for (int64_t i = 0; i < ci; ++i)                                               \
-          for (int64_t r = 0; r < R; ++r) {                                            \
-            const T *xi = x + 2 * ((b * ci + i) * M + r * L);                          \
-            const T *wk = w + 2 * ((i * co + o) * K + g->rbase[r]);                    \
-            T *yr = yo + 2 * r * L;                                                    \
-            for (int64_t j = 0; j < L; ++j) {                                          \
-              T wr = wk[2 * j], wi = wk[2 * j + 1];                                    \
-              T xr = xi[2 * j], xim = xi[2 * j + 1];                                   \
-              yr[2 * j] += xr * wr - xim * wi;                                         \
-              yr[2 * j + 1] += xr * wi + xim * wr;                                     \
-            }                                                                          \
-          }                                                                            \
-      }                                                                                \
-  }                                                                                    \
-  /* dx[b,i,m] = sum_o dy[b,o,m] conj(W[i,o,k]) */                                     \
-  static void mix_bwd_x_##SFX(const struct sg_spectral_conv *c,                        \
-                              const mix_geom *g, const T *dy, const T *w,              \
-                              T *dx) {                                                 \
-    const int64_t nb = c->nb, ci = c->cin, co = c->cout, M = c->M, K = g->K,           \
-                  L = g->L, R = g->R;                                                  \
-    _Pragma(                                                                           \
-        "omp parallel for collapse(2) schedule(static) if (nb * co * M * ci > 16384)") \
-    for (int64_t b = 0; b < nb; ++b)                                                   \
-      for (int64_t i = 0; i < ci; ++i) {                                               \
-        T *xo = dx + 2 * (b * ci + i) * M;                                             \
-        for (int64_t m = 0; m < 2 * M; ++m) xo[m] = 0;                                 \
-        for (int64_t o = 0; o < co; ++o)                                               \
-          for (int64_t r = 0; r < R; ++r) {                                            \
-            const T *d = dy + 2 * ((b * co + o) * M + r * L);                          \
-            const T *wk = w + 2 * ((i * co + o) * K + g->rbase[r]);                    \
-            T *xr_ = xo + 2 * r * L;                                                   \
-            for (int64_t j = 0; j < L; ++j) {                                          \
-              T wr = wk[2 * j], wi = wk[2 * j + 1];                                    \
-              T dr = d[2 * j], di = d[2 * j + 1];                                      \
-              xr_[2 * j] += dr * wr + di * wi;                                         \
-              xr_[2 * j + 1] += di * wr - dr * wi;                                     \
-            }                                                                          \
-          }                                                                            \
-      }                                                                                \
-  }                                                                                    \
-  /* dW[i,o,k] += sum_b conj(x[b,i,m]) dy[b,o,m] */                                    \
-  static void mix_bwd_w_##SFX(const struct sg_spectral_conv *c,                        \
-                              const mix_geom *g, const T *x, const T *dy,              \
-                              T *dw) {                                                 \
-    const int64_t nb = c->nb, ci = c->cin, co = c->cout, M = c->M, K = g->K,           \
-                  L = g->L, R = g->R;                                                  \
-    _Pragma(                                                                           \
-        "omp parallel for collapse(2) schedule(static) if (nb * co * M * ci > 16384)") \
-    for (int64_t i = 0; i < ci; ++i)                                                   \
-      for (int64_t o = 0; o < co; ++o)                                                 \
-        for (int64_t b = 0; b < nb; ++b)                                               \
-          for (int64_t r = 0; r < R; ++r) {                                            \
-            const T *xi = x + 2 * ((b * ci + i) * M + r * L);                          \
-            const T *d = dy + 2 * ((b * co + o) * M + r * L);                          \
-            T *wk = dw + 2 * ((i * co + o) * K + g->rbase[r]);                         \
-            for (int64_t j = 0; j < L; ++j) {                                          \
-              T xr = xi[2 * j], xim = xi[2 * j + 1];                                   \
-              T dr = d[2 * j], di = d[2 * j + 1];                                      \
-              wk[2 * j] += xr * dr + xim * di;                                         \
-              wk[2 * j + 1] += xr * di - xim * dr;                                     \
-            }                                                                          \
-          }                                                                            \
-  }                                                                                    \
-  /* wl[i,o,m] = W[i,o,k(m)] (add == 0), or W[i,o,k(m)] += wl[i,o,m] */                \
-  static void mix_local_##SFX(const struct sg_spectral_conv *c, T *W, T *wl,           \
-                              int add) {                                               \
-    const int64_t io = c->cin * c->cout, M = c->M, K = c->ktot, L = c->rlen,           \
-                  R = c->nrun;                                                         \
-    _Pragma("omp parallel for schedule(static) if (io * M > 16384)")                   \
-    for (int64_t p = 0; p < io; ++p)                                                   \
-      for (int64_t r = 0; r < R; ++r) {                                                \
-        T *a = W + 2 * (p * K + c->rbase[r]), *b = wl + 2 * (p * M + r * L);           \
-        if (add)                                                                       \
-          for (int64_t j = 0; j < 2 * L; ++j) a[j] += b[j];                            \
-        else                                                                           \
-          for (int64_t j = 0; j < 2 * L; ++j) b[j] = a[j];                             \
-      }                                                                                \
+/* The mixing runs on planar copies: each row (one (b, channel) spectrum or
+ * one (i, o) weight) holds the M local modes' real parts, then their
+ * imaginary parts, each padded with zeros to Mp, a multiple of SG_MIX_CH.
+ * The kernel then keeps a block of SG_MIX_Q output rows x SG_MIX_CH modes
+ * in registers across the whole sum (vectorised FMAs, no shuffles, one
+ * load of the shared operand per block), where the interleaved loop it
+ * replaces reloaded and stored its output row for every summand. */
+#define SG_MIX_CH 16 /* modes per register block (one AVX-512 f32 vector) */
+#define SG_MIX_Q 4   /* output rows per register block */
+
+static int64_t mix_padded(int64_t M) {
+  return (M + SG_MIX_CH - 1) / SG_MIX_CH * SG_MIX_CH;
+}
+
+/* One planar block product of Q output rows on modes [j0, j0 + SG_MIX_CH):
+ * out[q] = sum_s a(s) * op(b(q, s)), a(s) = a + s sa, b(q, s) = b + q bq +
+ * s sb, op = conj when conj_b; rows hold re[Mp] then im[Mp]; out[q] at out
+ * + q oq. Repeated for N independent (a, out) pairs n (a + n an, out + n
+ * on) sharing b: b's block (S x Q rows of one mode block, 8-16 KiB) then
+ * stays in L1 across n, where a loop over n outside the mode blocks
+ * streamed all of W (2.4 MB at width 32) from memory per sample. */
+typedef struct mix_blk {
+  int64_t Mp, S, sa, sb, bq, oq, N, an, on;
+  int conj_b;
+} mix_blk;
+
+#define SG_MIX_PLANAR(T, SFX)                                                     \
+  static inline void mix_blk_##SFX(const mix_blk *k, const int Q, const T sgn,    \
+                                   int64_t j0, const T *a, const T *b,            \
+                                   T *out) {                                      \
+    const int64_t Mp = k->Mp;                                                     \
+    T cr[SG_MIX_Q][SG_MIX_CH] = {{0}}, ci[SG_MIX_Q][SG_MIX_CH] = {{0}};           \
+    for (int64_t s = 0; s < k->S; ++s) {                                          \
+      const T *ar = a + s * k->sa + j0, *ai = ar + Mp;                            \
+      for (int q = 0; q < Q; ++q) {                                               \
+        const T *br = b + q * k->bq + s * k->sb + j0, *bi = br + Mp;              \
+        for (int t = 0; t < SG_MIX_CH; ++t) {                                     \
+          const T vi = sgn * bi[t];                                               \
+          cr[q][t] += ar[t] * br[t] - ai[t] * vi;                                 \
+          ci[q][t] += ar[t] * vi + ai[t] * br[t];                                 \
+        }                                                                         \
+      }                                                                           \
+    }                                                                             \
+    for (int q = 0; q < Q; ++q) {                                                 \
+      T *orr = out + q * k->oq + j0, *oi = orr + Mp;                              \
+      for (int t = 0; t < SG_MIX_CH; ++t) {                                       \
+        orr[t] = cr[q][t];                                                        \
+        oi[t] = ci[q][t];                                                         \
+      }                                                                           \
+    }                                                                             \
+  }                                                                               \
+  /* Q = SG_MIX_Q and the sign as constants (unrolled, in registers) */           \
+  static inline void mix_run_sgn_##SFX(const mix_blk *k, int64_t Q,               \
+                                       const T sgn, const T *a, const T *b,       \
+                                       T *out) {                                  \
+    _Pragma(                                                                      \
+        "omp parallel for schedule(static) if (k->N * Q * k->Mp * k->S > 16384)") \
+    for (int64_t j0 = 0; j0 < k->Mp; j0 += SG_MIX_CH) {                           \
+      int64_t q = 0;                                                              \
+      for (; q + SG_MIX_Q <= Q; q += SG_MIX_Q)                                    \
+        for (int64_t n = 0; n < k->N; ++n)                                        \
+          mix_blk_##SFX(k, SG_MIX_Q, sgn, j0, a + n * k->an, b + q * k->bq,       \
+                        out + n * k->on + q * k->oq);                             \
+      for (; q < Q; ++q)                                                          \
+        for (int64_t n = 0; n < k->N; ++n)                                        \
+          mix_blk_##SFX(k, 1, sgn, j0, a + n * k->an, b + q * k->bq,              \
+                        out + n * k->on + q * k->oq);                             \
+    }                                                                             \
+  }                                                                               \
+  static void mix_run_##SFX(const mix_blk *k, int64_t Q, const T *a,              \
+                            const T *b, T *out) {                                 \
+    if (k->conj_b)                                                                \
+      mix_run_sgn_##SFX(k, Q, (T)-1, a, b, out);                                  \
+    else                                                                          \
+      mix_run_sgn_##SFX(k, Q, (T)1, a, b, out);                                   \
+  }                                                                               \
+  /* rows of M interleaved modes <-> planar rows (zero padded) */                 \
+  static void mix_to_planar_##SFX(int64_t rows, int64_t M, const T *src,          \
+                                  T *dst) {                                       \
+    const int64_t Mp = mix_padded(M);                                             \
+    _Pragma("omp parallel for schedule(static) if (rows * M > 32768)")            \
+    for (int64_t r = 0; r < rows; ++r) {                                          \
+      const T *s = src + 2 * r * M;                                               \
+      T *dr = dst + 2 * r * Mp, *di = dr + Mp;                                    \
+      for (int64_t m = 0; m < M; ++m) {                                           \
+        dr[m] = s[2 * m];                                                         \
+        di[m] = s[2 * m + 1];                                                     \
+      }                                                                           \
+      for (int64_t m = M; m < Mp; ++m) dr[m] = di[m] = 0;                         \
+    }                                                                             \
+  }                                                                               \
+  static void mix_from_planar_##SFX(int64_t rows, int64_t M, const T *src,        \
+                                    T *dst) {                                     \
+    const int64_t Mp = mix_padded(M);                                             \
+    _Pragma("omp parallel for schedule(static) if (rows * M > 32768)")            \
+    for (int64_t r = 0; r < rows; ++r) {                                          \
+      const T *sr = src + 2 * r * Mp, *si = sr + Mp;                              \
+      T *d = dst + 2 * r * M;                                                     \
+      for (int64_t m = 0; m < M; ++m) {                                           \
+        d[2 * m] = sr[m];                                                         \
+        d[2 * m + 1] = si[m];                                                     \
+      }                                                                           \
+    }                                                                             \
+  }                                                                               \
+  /* W's local modes (geometry g) -> planar rows wp[i, o] (add == 0), or      \
+   * W[i, o, k(m)] += wp[i, o, m] (add == 1); the two loops apart, so each     \
+   * vectorises */   \
+  static void mix_weight_##SFX(const struct sg_spectral_conv *c,                  \
+                               const mix_geom *g, T *W, T *wp, int add) {         \
+    const int64_t io = c->cin * c->cout, M = c->M, Mp = mix_padded(M);            \
+    const int64_t K = g->K, L = g->L, R = g->R;                                   \
+    _Pragma("omp parallel for schedule(static) if (io * M > 32768)")              \
+    for (int64_t p = 0; p < io; ++p) {                                            \
+      T *pr = wp + 2 * p * Mp, *pi = pr + Mp;                                     \
+      for (int64_t r = 0; r < R; ++r) {                                           \
+        T *w = W + 2 * (p * K + g->rbase[r]);                                     \
+        T *qr = pr + r * L, *qi = pi + r * L;                                     \
+        if (add)                                                                  \
+          for (int64_t j = 0; j < L; ++j) {                                       \
+            w[2 * j] += qr[j];                                                    \
+            w[2 * j + 1] += qi[j];                                                \
+          }                                                                       \
+        else                                                                      \
+          for (int64_t j = 0; j < L; ++j) {                                       \
+            qr[j] = w[2 * j];                                                     \
+            qi[j] = w[2 * j + 1];                                                 \
+          }                                                                       \
+      }                                                                           \
+      for (int64_t m = M; !add && m < Mp; ++m) pr[m] = pi[m] = 0;                 \
+    }                                                                             \
+  }                                                                               \
+  /* y[b, o] = sum_i x[b, i] W[i, o] (planar) */                                  \
+  static void mix_fwd_##SFX(const struct sg_spectral_conv *c, const T *x,         \
+                            const T *w, T *y) {                                   \
+    const int64_t ci = c->cin, co = c->cout, P = 2 * mix_padded(c->M);            \
+    const mix_blk k = {P / 2, ci, P, co * P, P, P, c->nb, ci * P, co * P, 0};     \
+    mix_run_##SFX(&k, co, x, w, y);                                               \
+  }                                                                               \
+  /* dx[b, i] = sum_o dy[b, o] conj(W[i, o]) (planar) */                          \
+  static void mix_bwd_x_##SFX(const struct sg_spectral_conv *c, const T *dy,      \
+                              const T *w, T *dx) {                                \
+    const int64_t ci = c->cin, co = c->cout, P = 2 * mix_padded(c->M);            \
+    const mix_blk k = {P / 2, co, P, P, co * P, P, c->nb, co * P, ci * P, 1};     \
+    mix_run_##SFX(&k, ci, dy, w, dx);                                             \
+  }                                                                               \
+  /* dW[i, o] = sum_b dy[b, o] conj(x[b, i]) (planar, overwritten) */             \
+  static void mix_bwd_w_##SFX(const struct sg_spectral_conv *c, const T *x,       \
+                              const T *dy, T *dw) {                               \
+    const int64_t ci = c->cin, co = c->cout, P = 2 * mix_padded(c->M);            \
+    const mix_blk k = {P / 2, c->nb, co * P, ci * P, P, co * P, co, P, P, 1};     \
+    mix_run_##SFX(&k, ci, dy, x, dw);                                             \
   }
 
-SG_MIX_KERNELS(double, f64)
-SG_MIX_KERNELS(float, f32)
+SG_MIX_PLANAR(double, f64)
+SG_MIX_PLANAR(float, f32)
 
 /* ---- spectral convolution --------------------------------------------------- */
 
@@ -254,9 +314,14 @@ fail:
       if (st == SG_OK) st = sg_malloc(sg_device_host(), bi ? bi : 64, &c->xbuf);
       if (st == SG_OK) st = sg_malloc(sg_device_host(), bo ? bo : 64, &c->ybuf);
       if (st == SG_OK) st = sg_malloc(sg_device_host(), bi ? bi : 64, &c->zbuf);
-      if (st == SG_OK && c->nrun > 1)
-        st = sg_malloc(sg_device_host(), (size_t)(2 * cin * cout * c->M) * es,
-                       &c->wloc);
+      /* at least one padded row: a rank may hold no modes */
+      const size_t P = (size_t)(2 * mix_padded(c->M > 0 ? c->M : 1)) * es;
+      if (st == SG_OK)
+        st = sg_malloc(sg_device_host(), (size_t)(c->nb * cin) * P, &c->xp);
+      if (st == SG_OK)
+        st = sg_malloc(sg_device_host(), (size_t)(c->nb * cout) * P, &c->yp);
+      if (st == SG_OK)
+        st = sg_malloc(sg_device_host(), (size_t)(cin * cout) * P, &c->wp);
     }
   }
   st = sg_fft_agree(comm, st);
@@ -295,7 +360,9 @@ sg_status sg_spectral_conv_destroy(sg_spectral_conv_t *conv) {
   sg_free(sg_device_host(), &c->xbuf);
   sg_free(sg_device_host(), &c->ybuf);
   sg_free(sg_device_host(), &c->zbuf);
-  if (c->wloc) sg_free(sg_device_host(), &c->wloc);
+  sg_free(sg_device_host(), &c->xp);
+  sg_free(sg_device_host(), &c->yp);
+  sg_free(sg_device_host(), &c->wp);
   free(c);
   *conv = NULL;
   return SG_OK;
@@ -327,13 +394,6 @@ sg_status sg_spectral_conv_set_weight_layout(sg_spectral_conv_t c,
     return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                         "unknown spectral weight layout %d", (int)l);
   c->wsharded = l == SG_SPECTRAL_WEIGHT_SHARD_MODES;
-  /* the gather buffer serves replicated W on a split spectrum only */
-  if (c->wsharded && c->wloc) sg_free(sg_device_host(), &c->wloc);
-  if (!c->wsharded && !c->wloc && c->nrun > 1)
-    return sg_malloc(sg_device_host(),
-                     (size_t)(2 * c->cin * c->cout * c->M) *
-                         sg_dtype_size(c->desc.dtype),
-                     &c->wloc);
   return SG_OK;
 }
 
@@ -345,6 +405,21 @@ sg_fft_plan_t sg_spectral_conv_plan(sg_spectral_conv_t c, int output) {
   return output ? c->pout : c->pin;
 }
 
+/* W's geometry: exactly the local modes in box order when sharded, else
+ * the local runs of the whole spectrum */
+static mix_geom conv_geom(const struct sg_spectral_conv *c) {
+  return c->wsharded ? geom_local(c) : geom_natural(c);
+}
+
+/* wp = W's local modes, planar */
+static void gather_w(struct sg_spectral_conv *c, const mix_geom *g,
+                     const void *w, int f64) {
+  if (f64)
+    mix_weight_f64(c, g, (double *)(uintptr_t)w, c->wp, 0);
+  else
+    mix_weight_f32(c, g, (float *)(uintptr_t)w, c->wp, 0);
+}
+
 sg_status sg_spectral_conv_forward(sg_spectral_conv_t c, const void *x,
                                    const void *w, void *y, void *xhat) {
   sg_status st = SG_OK;
@@ -352,21 +427,18 @@ sg_status sg_spectral_conv_forward(sg_spectral_conv_t c, const void *x,
   void *xh = xhat ? xhat : c->xbuf;
   SG_TRY(sg_fft_forward(c->pin, x, xh));
   const int f64 = c->desc.dtype == SG_DTYPE_F64;
-  mix_geom g = geom_natural(c);
-  if (c->wsharded) {
-    g = geom_local(c); /* W holds exactly the local modes, in box order */
-  } else if (c->wloc) {
-    if (f64)
-      mix_local_f64(c, (double *)(uintptr_t)w, c->wloc, 0);
-    else
-      mix_local_f32(c, (float *)(uintptr_t)w, c->wloc, 0);
-    g = geom_local(c);
-    w = c->wloc;
+  const mix_geom g = conv_geom(c);
+  const int64_t M = c->M, ri = c->nb * c->cin, ro = c->nb * c->cout;
+  gather_w(c, &g, w, f64);
+  if (f64) {
+    mix_to_planar_f64(ri, M, xh, c->xp);
+    mix_fwd_f64(c, c->xp, c->wp, c->yp);
+    mix_from_planar_f64(ro, M, c->yp, c->ybuf);
+  } else {
+    mix_to_planar_f32(ri, M, xh, c->xp);
+    mix_fwd_f32(c, c->xp, c->wp, c->yp);
+    mix_from_planar_f32(ro, M, c->yp, c->ybuf);
   }
-  if (f64)
-    mix_fwd_f64(c, &g, xh, w, c->ybuf);
-  else
-    mix_fwd_f32(c, &g, xh, w, c->ybuf);
   SG_TRY(sg_fft_inverse(c->pout, c->ybuf, y));
 fail:
   return st;
@@ -381,57 +453,42 @@ sg_status sg_spectral_conv_backward(sg_spectral_conv_t c, const void *x,
    * dw NULL while the others compute theirs (a split backward's W), and
    * the adjoint below is collective */
   const int f64 = c->desc.dtype == SG_DTYPE_F64;
+  const mix_geom g = conv_geom(c);
+  const int64_t M = c->M, ri = c->nb * c->cin, ro = c->nb * c->cout;
   /* dyhat = Inv^T dy */
   SG_TRY(sg_fft_inverse_adjoint(c->pout, dy, c->ybuf));
+  if (dw || dx) {
+    if (f64)
+      mix_to_planar_f64(ro, M, c->ybuf, c->yp);
+    else
+      mix_to_planar_f32(ro, M, c->ybuf, c->yp);
+  }
   if (dw) {
     const void *xh = xhat;
     if (!xh) {
       SG_TRY(sg_fft_forward(c->pin, x, c->xbuf));
       xh = c->xbuf;
     }
-    if (c->wsharded) {
-      const mix_geom g = geom_local(c);
-      if (f64)
-        mix_bwd_w_f64(c, &g, xh, c->ybuf, dw);
-      else
-        mix_bwd_w_f32(c, &g, xh, c->ybuf, dw);
-    } else if (c->wloc) {
-      /* accumulate the local modes' gradient in wloc, then add it in */
-      const mix_geom g = geom_local(c);
-      memset(c->wloc, 0,
-             (size_t)(2 * c->cin * c->cout * c->M) *
-                 sg_dtype_size(c->desc.dtype));
-      if (f64) {
-        mix_bwd_w_f64(c, &g, xh, c->ybuf, c->wloc);
-        mix_local_f64(c, dw, c->wloc, 1);
-      } else {
-        mix_bwd_w_f32(c, &g, xh, c->ybuf, c->wloc);
-        mix_local_f32(c, dw, c->wloc, 1);
-      }
+    /* the local modes' gradient in wp, then added into dW */
+    if (f64) {
+      mix_to_planar_f64(ri, M, xh, c->xp);
+      mix_bwd_w_f64(c, c->xp, c->yp, c->wp);
+      mix_weight_f64(c, &g, dw, c->wp, 1);
     } else {
-      const mix_geom g = geom_natural(c);
-      if (f64)
-        mix_bwd_w_f64(c, &g, xh, c->ybuf, dw);
-      else
-        mix_bwd_w_f32(c, &g, xh, c->ybuf, dw);
+      mix_to_planar_f32(ri, M, xh, c->xp);
+      mix_bwd_w_f32(c, c->xp, c->yp, c->wp);
+      mix_weight_f32(c, &g, dw, c->wp, 1);
     }
   }
   if (dx) {
-    mix_geom g = geom_natural(c);
-    if (c->wsharded) {
-      g = geom_local(c);
-    } else if (c->wloc) {
-      if (f64)
-        mix_local_f64(c, (double *)(uintptr_t)w, c->wloc, 0);
-      else
-        mix_local_f32(c, (float *)(uintptr_t)w, c->wloc, 0);
-      g = geom_local(c);
-      w = c->wloc;
+    gather_w(c, &g, w, f64);
+    if (f64) {
+      mix_bwd_x_f64(c, c->yp, c->wp, c->xp);
+      mix_from_planar_f64(ri, M, c->xp, c->zbuf);
+    } else {
+      mix_bwd_x_f32(c, c->yp, c->wp, c->xp);
+      mix_from_planar_f32(ri, M, c->xp, c->zbuf);
     }
-    if (f64)
-      mix_bwd_x_f64(c, &g, c->ybuf, w, c->zbuf);
-    else
-      mix_bwd_x_f32(c, &g, c->ybuf, w, c->zbuf);
     SG_TRY(sg_fft_forward_adjoint(c->pin, c->zbuf, dx));
   }
 fail:

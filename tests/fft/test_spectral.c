@@ -426,6 +426,13 @@ int main(int argc, char **argv) {
     run_conv(2, s, k, 2, 3, 2, SG_DTYPE_F32, L2, n2);
     const int64_t s2[2] = {9, 14}, k2[2] = {2, 3};
     run_conv(2, s2, k2, 1, 2, 2, SG_DTYPE_F64, L2, n2); /* cin == cout */
+    /* odd sizes for the planar mixing kernels' blocks: channels past a
+     * block of 4 rows (5 -> 6; f64 4 -> 5), partial 16-mode blocks (24,
+     * 12 modes); small, as the f64 case checks gradients by differences */
+    const int64_t s5[2] = {11, 13}, k5[2] = {3, 4};
+    run_conv(2, s5, k5, 2, 5, 6, SG_DTYPE_F32, L2, n2);
+    const int64_t s6[2] = {6, 7}, k6[2] = {2, 3};
+    run_conv(2, s6, k6, 1, 4, 5, SG_DTYPE_F64, L2, n2);
     const int64_t s3[3] = {8, 10, 9}, k3[3] = {2, 3, 2};
     run_conv(3, s3, k3, 1, 2, 3, SG_DTYPE_F64, L3, n3);
     /* FNO-3D's layout (fno.c): (t, y, x), the padded time axis whole, y
