@@ -228,8 +228,7 @@ void sg_abort_world(int code) {
   fflush(stdout);
   fflush(stderr);
   struct timespec ts = {0, 300000000L};
-  while (nanosleep(&ts, &ts) != 0) {
-  }
+  while (nanosleep(&ts, &ts) != 0) {}
   MPI_Abort(MPI_COMM_WORLD, code);
   exit(code); /* MPI_Abort does not return; for the compiler */
 }
