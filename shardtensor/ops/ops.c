@@ -69,6 +69,37 @@ int sg_gelu_simd_available(void) {
   return sg_gelu_simd_built() && sg_simd_avx512();
 }
 
+/* AVX512_BF16 (vdpbf16ps) besides AVX-512F; SG_CONV_BF16=0 turns the bf16
+ * kernels off (the f32 ones run on the same bf16 values: A/B runs). */
+int sg_bf16_conv_available(void) {
+  const char *env = getenv("SG_CONV_BF16");
+  if (env && env[0] == '0') return 0;
+  if (!sg_bf16_conv_built() || !sg_simd_avx512()) return 0;
+#if (defined(__x86_64__) || defined(__i386__)) && \
+    (defined(__GNUC__) || defined(__clang__))
+  return __builtin_cpu_supports("avx512bf16") != 0;
+#else
+  return 0;
+#endif
+}
+
+static uint32_t sg_bf16_pair(float lo, float hi) {
+  return (uint32_t)sg_bf16_from_f32(lo).bits |
+         (uint32_t)sg_bf16_from_f32(hi).bits << 16;
+}
+
+void sg_bf16_pack_weights(int64_t nr, int64_t nch, int64_t kk, const float *w,
+                          int64_t rs, int64_t cs, uint32_t *dst) {
+  const int64_t np = (nch + 1) / 2;
+  for (int64_t r = 0; r < nr; ++r)
+    for (int64_t j = 0; j < np; ++j)
+      for (int64_t a = 0; a < kk; ++a) {
+        const float *lo = w + r * rs + 2 * j * cs + a;
+        dst[(r * np + j) * kk + a] = sg_bf16_pair(*lo, 2 * j + 1 < nch ? lo[cs]
+                                                                       : 0.0f);
+      }
+}
+
 #define SG_CHECK_DT(dt)                                                    \
   do {                                                                     \
     if ((dt) != SG_DTYPE_F32 && (dt) != SG_DTYPE_F64)                      \
@@ -113,9 +144,11 @@ static void sg_ws_put(void **own) {
 
 /* Whether the convolution runs direct (ops_tmpl.h: 2-D, stride 1, f32 with
  * the AVX-512 kernels available, at most a quarter of the computed row wasted on the
- * kernel's margin; SG_CONV_DIRECT=0 turns it off), and its workspace (*per,
- * bytes per thread, raised to fit). */
-static void sg_conv_direct_make(sg_conv_geom *g, int excluded, size_t *per) {
+ * kernel's margin; SG_CONV_DIRECT=0 turns it off), whether its forward and
+ * dx run in bf16 (bf16: the caller's values are bf16, and the kernels are
+ * available), and its workspace (*per, bytes per thread, raised to fit). */
+static void sg_conv_direct_make(sg_conv_geom *g, int excluded, int bf16,
+                                size_t *per) {
   const char *env = getenv("SG_CONV_DIRECT");
   g->direct = !excluded && !g->pointwise && sg_pw_f32_available() &&
               !(env && env[0] == '0') && g->t == 1 && g->in[0] == 1 &&
@@ -128,6 +161,11 @@ static void sg_conv_direct_make(sg_conv_geom *g, int excluded, size_t *per) {
                       g->c * sg_col_ld(g->rows * wg, sizeof(float));
   size_t need = sg_direct_off_bytes(g) +
                 (size_t)(fwd > bwd ? fwd : bwd) * sizeof(float) + 128;
+  if (bf16 && sg_bf16_conv_available()) {
+    g->bf16 = 1;
+    const size_t b = sg_bf16_direct_bytes(g);
+    if (b > need) need = b;
+  }
   if (need > *per) *per = need;
 }
 
@@ -209,7 +247,7 @@ static sg_status sg_conv_geom_make(const sg_conv_desc *d, int pool, int trans,
     per = (size_t)((2 * g->ckk + g->k) * sg_col_ld(g->cols, es) +
                    g->k * g->ckk) *
           es;
-  sg_conv_direct_make(g, pool || trans || dt != SG_DTYPE_F32, &per);
+  sg_conv_direct_make(g, pool || trans || dt != SG_DTYPE_F32, d->bf16, &per);
   g->ws_per_thread = (per + 63) / 64 * 64;
 fail:
   return st;

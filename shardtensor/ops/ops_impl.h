@@ -18,6 +18,7 @@ typedef struct sg_conv_geom {
   int64_t rows, ntile, cols;  /* rows per tile, tiles, max columns */
   int pointwise;              /* 1x1, stride 1: no im2col */
   int direct; /* 2-D stride 1, f32 on AVX-512: no im2col (ops_tmpl.h) */
+  int bf16;   /* direct, forward and dx in bf16 (conv_bf16.c) */
   int nthreads;
   size_t ws_per_thread; /* bytes, multiple of 64 */
 } sg_conv_geom;
@@ -38,6 +39,32 @@ static inline int64_t sg_col_ld(int64_t ncol, size_t es) {
 static inline size_t sg_direct_off_bytes(const sg_conv_geom *g) {
   int64_t n = g->ckk > g->k * g->kk ? g->ckk : g->k * g->kk;
   return ((size_t)n * sizeof(int64_t) + 63) / 64 * 64;
+}
+
+/* The bf16 direct convolution's per-thread workspace after the shifts
+ * (32-bit elements, each piece 64-byte aligned): the forward's packed
+ * channel pairs of a tile (C/2 planes of sg_bf16_fwd_plane), its f32
+ * product (K rows) and the packed weights (K x C/2 k^2); dx's packed
+ * transposed weights (C x K/2 k^2), dy's zero-extended f32 tile (K planes
+ * of sg_bf16_dx_plane), its pairs (K/2 planes) and the f32 product (C
+ * rows). Odd counts round up (a zero channel). */
+static inline int64_t sg_al16(int64_t n) { return (n + 15) / 16 * 16; }
+static inline int64_t sg_bf16_fwd_plane(const sg_conv_geom *g) {
+  return sg_col_ld((g->rows + g->in[1] - g->out[1]) * g->in[2], 4);
+}
+static inline int64_t sg_bf16_dx_plane(const sg_conv_geom *g) {
+  return (g->rows + g->in[1] - g->out[1]) * (2 * g->in[2] - g->out[2]);
+}
+static inline size_t sg_bf16_direct_bytes(const sg_conv_geom *g) {
+  const int64_t c2 = (g->c + 1) / 2, k2 = (g->k + 1) / 2, kk = g->kk;
+  const int64_t wg = 2 * g->in[2] - g->out[2], pd = sg_bf16_dx_plane(g);
+  const int64_t fwd = sg_al16(c2 * sg_bf16_fwd_plane(g)) +
+                      sg_al16(g->k * sg_col_ld(g->rows * g->in[2], 4)) +
+                      sg_al16(g->k * c2 * kk);
+  const int64_t bwd = sg_al16(g->c * k2 * kk) + sg_al16(g->k * pd) +
+                      sg_al16(k2 * pd) +
+                      sg_al16(g->c * sg_col_ld(g->rows * wg, 4));
+  return sg_direct_off_bytes(g) + (size_t)(fwd > bwd ? fwd : bwd) * 4 + 128;
 }
 
 typedef struct sg_up_geom {
@@ -96,6 +123,26 @@ void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
 void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *x, const float *dy, float *dw, float *db,
                      float *part, int nthreads);
+
+/* bf16 kernels of the direct convolution (conv_bf16.c), where available:
+ * built, the CPU has AVX512_BF16 (and AVX-512F, OS state), SG_SIMD is not
+ * "portable" and SG_CONV_BF16 is not "0".
+ * gemm_off: y[r][p] = b[r] (or 0) + sum over pair rows q < npr of the
+ * pair dot product of w[r * wr + q] and x[xoff[q] + p], p < np, rows r <
+ * cout at stride ldy; w and x hold bf16 pairs (low half: the even channel).
+ * pack_pairs: dst[j * ds + p] = the pair (x[2j * xs + p], x[(2j + 1) * xs +
+ * p]) rounded to bf16, zero for a channel >= nch, p < len. */
+int sg_bf16_conv_built(void);
+int sg_bf16_conv_available(void);
+void sg_bf16_gemm_off(int64_t npr, int64_t cout, int64_t np, const uint32_t *w,
+                      int64_t wr, const uint32_t *x, const int64_t *xoff,
+                      const float *b, float *y, int64_t ldy);
+void sg_bf16_pack_pairs(int64_t nch, int64_t len, const float *x, int64_t xs,
+                        uint32_t *dst, int64_t ds);
+/* Portable: the weights (r, ch, a) at w[r * rs + ch * cs + a], a < kk, as
+ * pairs over ch: dst[r * (nch + 1) / 2 * kk + (ch / 2) * kk + a]. */
+void sg_bf16_pack_weights(int64_t nr, int64_t nch, int64_t kk, const float *w,
+                          int64_t rs, int64_t cs, uint32_t *dst);
 
 /* f32 GELU on AVX-512F (act_simd.c); available() 0 elsewhere. */
 int sg_gelu_simd_available(void);
