@@ -70,7 +70,10 @@ int sg_gelu_simd_available(void) {
 }
 
 /* AVX512_BF16 (vdpbf16ps) besides AVX-512F; SG_CONV_BF16=0 turns the bf16
- * kernels off (the f32 ones run on the same bf16 values: A/B runs). */
+ * kernels off (the f32 ones run on the same bf16 values: A/B runs). The
+ * vdpbf16ps kernel multiplies at half the f32 FMA rate on Sapphire Rapids
+ * (conv_amx.c), so the convolution takes it only where asked
+ * (SG_CONV_BF16=avx512); by default AMX where present, else f32. */
 int sg_bf16_conv_available(void) {
   const char *env = getenv("SG_CONV_BF16");
   if (env && env[0] == '0') return 0;
@@ -81,6 +84,20 @@ int sg_bf16_conv_available(void) {
 #else
   return 0;
 #endif
+}
+
+int sg_amx_conv_available(void) {
+  const char *env = getenv("SG_CONV_BF16");
+  if (env && strcmp(env, "amx") && strcmp(env, "1")) return 0;
+  return sg_amx_conv_built() && sg_bf16_conv_available() &&
+         sg_amx_conv_supported();
+}
+
+/* The bf16 kernel of a direct convolution: 2 AMX, 1 vdpbf16ps, 0 none. */
+static int sg_conv_bf16_kind(void) {
+  if (sg_amx_conv_available()) return 2;
+  const char *env = getenv("SG_CONV_BF16");
+  return env && !strcmp(env, "avx512") && sg_bf16_conv_available() ? 1 : 0;
 }
 
 static uint32_t sg_bf16_pair(float lo, float hi) {
@@ -98,6 +115,23 @@ void sg_bf16_pack_weights(int64_t nr, int64_t nch, int64_t kk, const float *w,
         dst[(r * np + j) * kk + a] = sg_bf16_pair(*lo, 2 * j + 1 < nch ? lo[cs]
                                                                        : 0.0f);
       }
+}
+
+void sg_amx_pack_weights(int64_t nr, int64_t nch, int64_t kk, const float *w,
+                         int64_t rs, int64_t cs, sg_amx_dims a, uint32_t *dst) {
+  const int64_t np = (nch + 1) / 2;
+  for (int64_t o = 0; o < kk; ++o)
+    for (int64_t jb = 0; jb < a.npb; ++jb)
+      for (int64_t r = 0; r < a.kp; ++r)
+        for (int64_t jj = 0; jj < 16; ++jj) {
+          const int64_t j = jb * a.pb + jj;
+          uint32_t v = 0;
+          if (r < nr && jj < a.pb && j < np) {
+            const float *lo = w + r * rs + 2 * j * cs + o;
+            v = sg_bf16_pair(*lo, 2 * j + 1 < nch ? lo[cs] : 0.0f);
+          }
+          dst[((o * a.npb + jb) * a.kp + r) * 16 + jj] = v;
+        }
 }
 
 #define SG_CHECK_DT(dt)                                                    \
@@ -161,9 +195,10 @@ static void sg_conv_direct_make(sg_conv_geom *g, int excluded, int bf16,
                       g->c * sg_col_ld(g->rows * wg, sizeof(float));
   size_t need = sg_direct_off_bytes(g) +
                 (size_t)(fwd > bwd ? fwd : bwd) * sizeof(float) + 128;
-  if (bf16 && sg_bf16_conv_available()) {
-    g->bf16 = 1;
-    const size_t b = sg_bf16_direct_bytes(g);
+  g->bf16 = bf16 ? sg_conv_bf16_kind() : 0;
+  if (g->bf16) {
+    const size_t b = g->bf16 == 2 ? sg_amx_direct_bytes(g)
+                                  : sg_bf16_direct_bytes(g);
     if (b > need) need = b;
   }
   if (need > *per) *per = need;
