@@ -113,9 +113,10 @@ typedef struct sg_conv_desc {
   int64_t dilation[SG_OPS_MAX_SPATIAL]; /* >= 1 */
   /* 1: the caller holds bf16 values in its f32 buffers (the bf16 policy),
    * and f32 convolutions may multiply in bf16 with f32 accumulation: where
-   * the CPU has AVX512_BF16 the 2-D stride-1 direct path computes the
-   * forward and dx with vdpbf16ps (x and dy rounded to bf16 as they are
-   * packed; dw stays f32). 0 (the default): f32 products. */
+   * the CPU has AMX-BF16 the 2-D stride-1 direct path computes the forward
+   * and dx on AMX tiles (SG_CONV_BF16=avx512: with vdpbf16ps instead; =0:
+   * f32); x and dy are rounded to bf16 as they are packed, dw stays f32.
+   * 0 (the default): f32 products. */
   int bf16;
 } sg_conv_desc;
 
