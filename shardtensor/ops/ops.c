@@ -93,6 +93,18 @@ int sg_amx_conv_available(void) {
          sg_amx_conv_supported();
 }
 
+/* Whether the n floats at p all hold bf16 values (low 16 bits zero): the
+ * bf16 kernels run only on such operands, so that they compute the f32
+ * kernels' sums (bf16 products are exact) and a caller's f32 data (a
+ * model's input under the bf16 policy) is not rounded. One pass, a small
+ * fraction of a convolution's work. */
+static int sg_bf16_valued(const void *p, int64_t n) {
+  const uint32_t *u = p;
+  uint32_t acc = 0;
+  for (int64_t i = 0; i < n; ++i) acc |= u[i] & 0xffffu;
+  return acc == 0;
+}
+
 /* The bf16 kernel of a direct convolution: 2 AMX, 1 vdpbf16ps, 0 none. */
 static int sg_conv_bf16_kind(void) {
   if (sg_amx_conv_available()) return 2;
@@ -331,6 +343,9 @@ sg_status sg_conv_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
     goto fail;
   }
   SG_TRY(sg_ws_get(ws, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
+  if (g.bf16 &&
+      !(sg_bf16_valued(x, g.n * g.c * g.sin) && sg_bf16_valued(w, g.k * g.ckk)))
+    g.bf16 = 0;
   SG_DISPATCH(dt, sg_conv_fwd, &g, x, w, b, y, buf);
 fail:
   sg_ws_put(&own);
@@ -367,6 +382,10 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
                      (size_t)g.nthreads * (size_t)(g.k * g.ckk * 16) *
                          sizeof(float),
                      &wpart));
+  if (g.bf16 && dx &&
+      !(sg_bf16_valued(dy, g.n * g.k * g.sout) &&
+        sg_bf16_valued(w, g.k * g.ckk)))
+    g.bf16 = 0;
   SG_DISPATCH(dt, sg_conv_bwd, &g, x, w, dy, dx, dw, db, buf,
               wpart); /* wpart: f32 only */
 fail:

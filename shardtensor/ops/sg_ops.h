@@ -115,7 +115,9 @@ typedef struct sg_conv_desc {
    * and f32 convolutions may multiply in bf16 with f32 accumulation: where
    * the CPU has AMX-BF16 the 2-D stride-1 direct path computes the forward
    * and dx on AMX tiles (SG_CONV_BF16=avx512: with vdpbf16ps instead; =0:
-   * f32); x and dy are rounded to bf16 as they are packed, dw stays f32.
+   * f32) when x and w (dx: dy and w) do hold bf16 values (checked, one
+   * pass; else f32), so the result is the f32 kernels' up to the order of
+   * the f32 sums and bf16's flushing of denormals; dw stays f32.
    * 0 (the default): f32 products. */
   int bf16;
 } sg_conv_desc;

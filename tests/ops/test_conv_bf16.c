@@ -7,9 +7,10 @@
  *    bf16 products are exact in f32, so only the f32 accumulation differs
  *    from the f64 sum: |err| <= 1e-6 sum |terms| (a sum of up to 2 x 288
  *    terms rounded at 6e-8 each; the observed error is far below);
- *  - x not bf16-valued: the kernel rounds it to nearest even as it packs,
- *    so y matches the reference on the rounded x at the same bound where
- *    the CPU has the instruction (proof that the bf16 kernel ran);
+ *  - x not bf16-valued: every path computes in f32 (the library checks),
+ *    so y is off the reference on the rounded x by bf16-sized errors;
+ *  - bf16 denormal inputs: the bf16 kernels flush them (y = 0), f32 FMAs do
+ *    not: proof of which kernel ran, where the CPU has it;
  *    (vdpbf16ps matched the pair loop bit for bit on Sapphire Rapids; AMX
  *    sums in its own order);
  *  - SG_SIMD=portable and SG_CONV_BF16=0: the f32 path on the same values,
@@ -146,14 +147,13 @@ static void run_case(conv_case *c, int64_t nx, int64_t ny, int64_t nw,
     const float *x = round ? c->xr : c->x;
     SG_CHECK_OK(sg_conv_forward(&c->d, SG_DTYPE_F32, x, c->w, c->b, y, NULL));
     double worst;
-    if (round || expect_bf16)
+    if (round)
       SG_CHECK(within(y, c->y, c->ys, ny, tol, &worst),
-               "%s (%s, x %s): y off the f64 sum by %.2e of sum |terms|",
-               c->name, how, round ? "bf16" : "f32 (rounded by the kernel)",
-               worst);
-    else /* the f32 path multiplies the unrounded x: bf16-sized errors */
+               "%s (%s): y off the f64 sum by %.2e of sum |terms|", c->name,
+               how, worst);
+    else /* f32 products of the unrounded x: bf16-sized errors */
       SG_CHECK(!within(y, c->y, c->ys, ny, tol, &worst),
-               "%s (%s): the f32 path matched the rounded x", c->name, how);
+               "%s (%s): y of an f32 x matched the rounded x", c->name, how);
     if (expect_bf16 && round) {
       double m = 0;
       for (int64_t i = 0; i < ny; ++i) {
@@ -239,8 +239,35 @@ static void test_case(const char *name, int64_t batch, int64_t cin,
   free(c.ys), free(c.dx), free(c.dxs), free(c.dw), free(c.dws), free(c.yp);
 }
 
+/* x = 2^-130 (a bf16 denormal), w = 1, 2 channels, 3x3, 2 x 8 outputs: the f32 kernels
+ * give 18 * 2^-130 (times w), the bf16 ones flush the inputs: 0. */
+static void test_daz_probe(const char *how, int expect_bf16) {
+  sg_conv_desc d = {.nsp = 2,
+                    .batch = 1,
+                    .cin = 2,
+                    .cout = 1,
+                    .in = {4, 10},
+                    .kernel = {3, 3},
+                    .stride = {1, 1},
+                    .dilation = {1, 1},
+                    .bf16 = 1};
+  float x[80], w[18], y[16];
+  for (int i = 0; i < 80; ++i) x[i] = ldexpf(1.0f, -130);
+  for (int i = 0; i < 18; ++i) w[i] = 1.0f;
+  SG_CHECK_OK(sg_conv_forward(&d, SG_DTYPE_F32, x, w, NULL, y, NULL));
+  SG_CHECK((y[0] == 0) == expect_bf16,
+           "%s: y = %g on denormal inputs: the %s kernel did not run", how,
+           (double)y[0], expect_bf16 ? "bf16" : "f32");
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
+  test_daz_probe("default", have_amx());
+  setenv("SG_CONV_BF16", "avx512", 1);
+  test_daz_probe("SG_CONV_BF16=avx512", have_bf16());
+  setenv("SG_CONV_BF16", "0", 1);
+  test_daz_probe("SG_CONV_BF16=0", 0);
+  unsetenv("SG_CONV_BF16");
   /* name, batch, cin, cout, h, w (padded input), kernel, dilation */
   test_case("3x3 odd channels", 2, 3, 5, 11, 13, 3, 3, 1);
   test_case("3x3 one channel", 1, 1, 2, 9, 12, 3, 3, 1);
