@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd_impl.h"
 #include "op_registry_impl.h"
 #include "sg_autograd.h"
 #include "sg_device.h"
@@ -42,8 +43,13 @@ static sg_conv_desc window_desc_of(const sg_node *node, int64_t cout) {
   return d;
 }
 
+/* Under a bf16 storage policy the conv's inputs, weights and output
+ * gradient hold bf16 values: the kernels may multiply in bf16 (forward and
+ * dx; the tape's input x is what backward's dw reads, as before). */
 static sg_conv_desc conv_desc_of(const sg_node *node) {
-  return window_desc_of(node, node->in[1]->value.shape[0]);
+  sg_conv_desc d = window_desc_of(node, node->in[1]->value.shape[0]);
+  d.bf16 = sg_tape_storage_dtype(ag_current_tape) == SG_DTYPE_BF16;
+  return d;
 }
 
 static sg_status conv_fwd(sg_node *node) {

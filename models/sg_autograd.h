@@ -380,8 +380,8 @@ int sg_tape_set_grad_enabled(sg_tape_t tape, int enabled);
  * every activation gradient (when whole, before its producer's backward)
  * is rounded to the nearest bf16 value, in place: the values a bf16
  * kernel stores, which accumulates in f32 as these kernels do. The
- * buffers stay f32 (bf16 kernels and storage are the speed issue's); the
- * numerics are bf16's. SG_DTYPE_F32 (the default): no rounding. A
+ * buffers stay f32; the numerics are bf16's, and the direct convolution
+ * multiplies in bf16 (AMX, f32 accumulation) where the CPU can. SG_DTYPE_F32 (the default): no rounding. A
  * checkpointed block's child tape follows. The parallel plan sets it from
  * its param_dtype. */
 sg_status sg_tape_set_storage_dtype(sg_tape_t tape, sg_dtype dt);

@@ -13,7 +13,9 @@
  *     checkpoint load); for zero = 3 it rounds the gathered parameter
  *     (the plan gathers the pieces' bf16 values: half the bytes on the
  *     wire, widened to f32 for the kernels).
- * The buffers are f32 holding bf16 values until bf16 kernels exist.
+ * The buffers are f32 holding bf16 values; the tape's convolution reads
+ * the policy from the tape and multiplies in bf16 where the CPU can
+ * (shardtensor/ops/conv_amx.c).
  */
 #ifndef SG_PRECISION_IMPL_H
 #define SG_PRECISION_IMPL_H

@@ -4,6 +4,10 @@
  *
  *   OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 bench_ops [--reps R]
  *
+ *   ... bench_ops --bf16 ROUNDS: per case, ROUNDS alternations of the f32
+ *   kernels and the bf16 ones (sg_conv_desc.bf16; vdpbf16ps where the CPU
+ *   has it) on the same bf16-valued inputs ("bf16":0/1 in the output).
+ *
  * Prints one JSON line per measurement. The convolution kernels run OpenMP
  * over (batch, tile) with single-threaded BLAS inside; the SGEMM peak uses
  * OpenBLAS's own threads (the same count). Times are medians of R runs. */
@@ -64,6 +68,8 @@ static double sgemm_once(void) {
   return 2.0 * n * n * (double)n / (now() - t0) / 1e9;
 }
 
+static int bench_bf16; /* the bf16 kernels for this conv_bench call */
+
 static void conv_bench(const char *name, int64_t nb, int64_t c, int64_t k,
                        int64_t h, int64_t w, int reps, double peak) {
   double *pk = malloc((size_t)reps * sizeof *pk);
@@ -74,7 +80,8 @@ static void conv_bench(const char *name, int64_t nb, int64_t c, int64_t k,
                     .in = {h + 2, w + 2},
                     .kernel = {3, 3},
                     .stride = {1, 1},
-                    .dilation = {1, 1}};
+                    .dilation = {1, 1},
+                    .bf16 = bench_bf16};
   int64_t out[2];
   if (sg_conv_out_shape(&d, out) != SG_OK) return;
   int64_t nx = nb * c * (h + 2) * (w + 2), ny = nb * k * out[0] * out[1],
@@ -83,6 +90,9 @@ static void conv_bench(const char *name, int64_t nb, int64_t c, int64_t k,
         *dy = frand(ny);
   float *dx = frand(nx), *dw = calloc((size_t)nw, sizeof *dw),
         *db = calloc((size_t)k, sizeof *db);
+  sg_round_bf16(x, nx); /* the values of the bf16 policy, for both paths */
+  sg_round_bf16(wt, nw);
+  sg_round_bf16(dy, ny);
   size_t wsb = sg_conv_workspace_bytes(&d, SG_DTYPE_F32);
   void *ws = aligned_alloc(64, (wsb + 63) / 64 * 64);
   double *tf = malloc((size_t)reps * sizeof *tf),
@@ -122,12 +132,12 @@ static void conv_bench(const char *name, int64_t nb, int64_t c, int64_t k,
   double gt = 3 * fl / median(tt, reps) / 1e9;
   double gdx = fl / median(tdx, reps) / 1e9, gdw = fl / median(tdw, reps) / 1e9;
   printf(
-      "{\"bench\":\"conv2d\",\"case\":\"%s\",\"batch\":%lld,\"cin\":%lld,\"cout\":%lld,"
+      "{\"bench\":\"conv2d\",\"case\":\"%s\",\"bf16\":%d,\"batch\":%lld,\"cin\":%lld,\"cout\":%lld,"
       "\"h\":%lld,\"w\":%lld,\"kernel\":3,\"threads\":%d,\"fwd_gflops\":%.1f,"
       "\"bwd_gflops\":%.1f,\"dx_gflops\":%.1f,\"dw_gflops\":%.1f,"
       "\"fwd_bwd_gflops\":%.1f,\"fwd_bwd_ms\":%.1f,"
       "\"sgemm_peak_gflops\":%.1f,\"fraction_of_peak\":%.2f}\n",
-      name, (long long)nb, (long long)c, (long long)k, (long long)h,
+      name, bench_bf16, (long long)nb, (long long)c, (long long)k, (long long)h,
       (long long)w, omp_get_max_threads(), gf, gb, gdx, gdw, gt,
       1e3 * median(tt, reps), peak, gt / peak);
   fflush(stdout);
@@ -244,13 +254,15 @@ static int sharded_bench(const char *spec, int64_t nb, int64_t c, int64_t k,
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  int reps = 5;
+  int reps = 5, rounds = 0;
   const char *mesh_spec = NULL;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--reps") && i + 1 < argc)
       reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--mesh") && i + 1 < argc)
       mesh_spec = argv[++i];
+    else if (!strcmp(argv[i], "--bf16") && i + 1 < argc)
+      rounds = atoi(argv[++i]);
   }
   if (reps < 1) reps = 1;
   if (mesh_spec) {
@@ -265,9 +277,12 @@ int main(int argc, char **argv) {
 #endif
   }
   double peak = sgemm_peak(2048, reps);
-  conv_bench("large", 8, 32, 32, 256, 256, reps, peak);
-  conv_bench("small", 8, 32, 32, 64, 64, reps, peak);
-  conv_bench("wide", 4, 64, 64, 128, 128, reps, peak);
+  for (int r = 0; r < (rounds > 0 ? 2 * rounds : 1); ++r) {
+    bench_bf16 = rounds > 0 ? r % 2 : 0;
+    conv_bench("large", 8, 32, 32, 256, 256, reps, peak);
+    conv_bench("small", 8, 32, 32, 64, 64, reps, peak);
+    conv_bench("wide", 4, 64, 64, 128, 128, reps, peak);
+  }
   peak = sgemm_peak(2048, reps);
   MPI_Finalize();
   return 0;

@@ -69,6 +69,83 @@ int sg_gelu_simd_available(void) {
   return sg_gelu_simd_built() && sg_simd_avx512();
 }
 
+/* AVX512_BF16 (vdpbf16ps) besides AVX-512F; SG_CONV_BF16=0 turns the bf16
+ * kernels off (the f32 ones run on the same bf16 values: A/B runs). The
+ * vdpbf16ps kernel multiplies at half the f32 FMA rate on Sapphire Rapids
+ * (conv_amx.c), so the convolution takes it only where asked
+ * (SG_CONV_BF16=avx512); by default AMX where present, else f32. */
+int sg_bf16_conv_available(void) {
+  const char *env = getenv("SG_CONV_BF16");
+  if (env && env[0] == '0') return 0;
+  if (!sg_bf16_conv_built() || !sg_simd_avx512()) return 0;
+#if (defined(__x86_64__) || defined(__i386__)) && \
+    (defined(__GNUC__) || defined(__clang__))
+  return __builtin_cpu_supports("avx512bf16") != 0;
+#else
+  return 0;
+#endif
+}
+
+int sg_amx_conv_available(void) {
+  const char *env = getenv("SG_CONV_BF16");
+  if (env && strcmp(env, "amx") && strcmp(env, "1")) return 0;
+  return sg_amx_conv_built() && sg_bf16_conv_available() &&
+         sg_amx_conv_supported();
+}
+
+/* Whether the n floats at p all hold bf16 values (low 16 bits zero): the
+ * bf16 kernels run only on such operands, so that they compute the f32
+ * kernels' sums (bf16 products are exact) and a caller's f32 data (a
+ * model's input under the bf16 policy) is not rounded. One pass, a small
+ * fraction of a convolution's work. */
+static int sg_bf16_valued(const void *p, int64_t n) {
+  const uint32_t *u = p;
+  uint32_t acc = 0;
+  for (int64_t i = 0; i < n; ++i) acc |= u[i] & 0xffffu;
+  return acc == 0;
+}
+
+/* The bf16 kernel of a direct convolution: 2 AMX, 1 vdpbf16ps, 0 none. */
+static int sg_conv_bf16_kind(void) {
+  if (sg_amx_conv_available()) return 2;
+  const char *env = getenv("SG_CONV_BF16");
+  return env && !strcmp(env, "avx512") && sg_bf16_conv_available() ? 1 : 0;
+}
+
+static uint32_t sg_bf16_pair(float lo, float hi) {
+  return (uint32_t)sg_bf16_from_f32(lo).bits |
+         (uint32_t)sg_bf16_from_f32(hi).bits << 16;
+}
+
+void sg_bf16_pack_weights(int64_t nr, int64_t nch, int64_t kk, const float *w,
+                          int64_t rs, int64_t cs, uint32_t *dst) {
+  const int64_t np = (nch + 1) / 2;
+  for (int64_t r = 0; r < nr; ++r)
+    for (int64_t j = 0; j < np; ++j)
+      for (int64_t a = 0; a < kk; ++a) {
+        const float *lo = w + r * rs + 2 * j * cs + a;
+        dst[(r * np + j) * kk + a] = sg_bf16_pair(*lo, 2 * j + 1 < nch ? lo[cs]
+                                                                       : 0.0f);
+      }
+}
+
+void sg_amx_pack_weights(int64_t nr, int64_t nch, int64_t kk, const float *w,
+                         int64_t rs, int64_t cs, sg_amx_dims a, uint32_t *dst) {
+  const int64_t np = (nch + 1) / 2;
+  for (int64_t o = 0; o < kk; ++o)
+    for (int64_t jb = 0; jb < a.npb; ++jb)
+      for (int64_t r = 0; r < a.kp; ++r)
+        for (int64_t jj = 0; jj < 16; ++jj) {
+          const int64_t j = jb * a.pb + jj;
+          uint32_t v = 0;
+          if (r < nr && jj < a.pb && j < np) {
+            const float *lo = w + r * rs + 2 * j * cs + o;
+            v = sg_bf16_pair(*lo, 2 * j + 1 < nch ? lo[cs] : 0.0f);
+          }
+          dst[((o * a.npb + jb) * a.kp + r) * 16 + jj] = v;
+        }
+}
+
 #define SG_CHECK_DT(dt)                                                    \
   do {                                                                     \
     if ((dt) != SG_DTYPE_F32 && (dt) != SG_DTYPE_F64)                      \
@@ -113,9 +190,11 @@ static void sg_ws_put(void **own) {
 
 /* Whether the convolution runs direct (ops_tmpl.h: 2-D, stride 1, f32 with
  * the AVX-512 kernels available, at most a quarter of the computed row wasted on the
- * kernel's margin; SG_CONV_DIRECT=0 turns it off), and its workspace (*per,
- * bytes per thread, raised to fit). */
-static void sg_conv_direct_make(sg_conv_geom *g, int excluded, size_t *per) {
+ * kernel's margin; SG_CONV_DIRECT=0 turns it off), whether its forward and
+ * dx run in bf16 (bf16: the caller's values are bf16, and the kernels are
+ * available), and its workspace (*per, bytes per thread, raised to fit). */
+static void sg_conv_direct_make(sg_conv_geom *g, int excluded, int bf16,
+                                size_t *per) {
   const char *env = getenv("SG_CONV_DIRECT");
   g->direct = !excluded && !g->pointwise && sg_pw_f32_available() &&
               !(env && env[0] == '0') && g->t == 1 && g->in[0] == 1 &&
@@ -128,6 +207,12 @@ static void sg_conv_direct_make(sg_conv_geom *g, int excluded, size_t *per) {
                       g->c * sg_col_ld(g->rows * wg, sizeof(float));
   size_t need = sg_direct_off_bytes(g) +
                 (size_t)(fwd > bwd ? fwd : bwd) * sizeof(float) + 128;
+  g->bf16 = bf16 ? sg_conv_bf16_kind() : 0;
+  if (g->bf16) {
+    const size_t b = g->bf16 == 2 ? sg_amx_direct_bytes(g)
+                                  : sg_bf16_direct_bytes(g);
+    if (b > need) need = b;
+  }
   if (need > *per) *per = need;
 }
 
@@ -209,7 +294,7 @@ static sg_status sg_conv_geom_make(const sg_conv_desc *d, int pool, int trans,
     per = (size_t)((2 * g->ckk + g->k) * sg_col_ld(g->cols, es) +
                    g->k * g->ckk) *
           es;
-  sg_conv_direct_make(g, pool || trans || dt != SG_DTYPE_F32, &per);
+  sg_conv_direct_make(g, pool || trans || dt != SG_DTYPE_F32, d->bf16, &per);
   g->ws_per_thread = (per + 63) / 64 * 64;
 fail:
   return st;
@@ -258,6 +343,9 @@ sg_status sg_conv_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
     goto fail;
   }
   SG_TRY(sg_ws_get(ws, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
+  if (g.bf16 &&
+      !(sg_bf16_valued(x, g.n * g.c * g.sin) && sg_bf16_valued(w, g.k * g.ckk)))
+    g.bf16 = 0;
   SG_DISPATCH(dt, sg_conv_fwd, &g, x, w, b, y, buf);
 fail:
   sg_ws_put(&own);
@@ -294,6 +382,10 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
                      (size_t)g.nthreads * (size_t)(g.k * g.ckk * 16) *
                          sizeof(float),
                      &wpart));
+  if (g.bf16 && dx &&
+      !(sg_bf16_valued(dy, g.n * g.k * g.sout) &&
+        sg_bf16_valued(w, g.k * g.ckk)))
+    g.bf16 = 0;
   SG_DISPATCH(dt, sg_conv_bwd, &g, x, w, dy, dx, dw, db, buf,
               wpart); /* wpart: f32 only */
 fail:

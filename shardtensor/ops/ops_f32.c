@@ -27,6 +27,7 @@ static inline int sg_gemm_fast(int64_t m, int64_t n, int64_t k, const float *a,
 #define SG_WGRAD_OFF sg_pw_wgrad_acc_off_f32
 #define SG_WGRAD_ACC sg_pw_wgrad_acc_f32
 #define SG_WGRAD_SUM sg_pw_wgrad_sum_f32
+#define SG_BF16_DIRECT 1 /* bf16 forward and dx (conv_bf16.c) */
 #define R float
 #define S f32
 #define SG_GEMM cblas_sgemm

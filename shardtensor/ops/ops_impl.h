@@ -18,6 +18,8 @@ typedef struct sg_conv_geom {
   int64_t rows, ntile, cols;  /* rows per tile, tiles, max columns */
   int pointwise;              /* 1x1, stride 1: no im2col */
   int direct; /* 2-D stride 1, f32 on AVX-512: no im2col (ops_tmpl.h) */
+  int bf16;   /* direct, forward and dx in bf16: 1 vdpbf16ps (conv_bf16.c),
+               2 AMX tiles (conv_amx.c) */
   int nthreads;
   size_t ws_per_thread; /* bytes, multiple of 64 */
 } sg_conv_geom;
@@ -38,6 +40,72 @@ static inline int64_t sg_col_ld(int64_t ncol, size_t es) {
 static inline size_t sg_direct_off_bytes(const sg_conv_geom *g) {
   int64_t n = g->ckk > g->k * g->kk ? g->ckk : g->k * g->kk;
   return ((size_t)n * sizeof(int64_t) + 63) / 64 * 64;
+}
+
+/* The bf16 direct convolution's per-thread workspace after the shifts
+ * (32-bit elements, each piece 64-byte aligned): the forward's packed
+ * channel pairs of a tile (C/2 planes of sg_bf16_fwd_plane), its f32
+ * product (K rows) and the packed weights (K x C/2 k^2); dx's packed
+ * transposed weights (C x K/2 k^2), dy's zero-extended f32 tile (K planes
+ * of sg_bf16_dx_plane), its pairs (K/2 planes) and the f32 product (C
+ * rows). Odd counts round up (a zero channel). */
+static inline int64_t sg_al16(int64_t n) { return (n + 15) / 16 * 16; }
+static inline int64_t sg_bf16_fwd_plane(const sg_conv_geom *g) {
+  return sg_col_ld((g->rows + g->in[1] - g->out[1]) * g->in[2], 4);
+}
+static inline int64_t sg_bf16_dx_plane(const sg_conv_geom *g) {
+  return (g->rows + g->in[1] - g->out[1]) * (2 * g->in[2] - g->out[2]);
+}
+static inline size_t sg_bf16_direct_bytes(const sg_conv_geom *g) {
+  const int64_t c2 = (g->c + 1) / 2, k2 = (g->k + 1) / 2, kk = g->kk;
+  const int64_t wg = 2 * g->in[2] - g->out[2], pd = sg_bf16_dx_plane(g);
+  const int64_t fwd = sg_al16(c2 * sg_bf16_fwd_plane(g)) +
+                      sg_al16(g->k * sg_col_ld(g->rows * g->in[2], 4)) +
+                      sg_al16(g->k * c2 * kk);
+  const int64_t bwd = sg_al16(g->c * k2 * kk) + sg_al16(g->k * pd) +
+                      sg_al16(k2 * pd) +
+                      sg_al16(g->c * sg_col_ld(g->rows * wg, 4));
+  return sg_direct_off_bytes(g) + (size_t)(fwd > bwd ? fwd : bwd) * 4 + 128;
+}
+
+/* The AMX path's shapes: pb channel pairs per block (16, or all of them
+ * when fewer), npb blocks, c2p = npb * pb planes (zero planes past the
+ * pairs), kp output rows (a multiple of 32, zero weights past cout). */
+typedef struct sg_amx_dims {
+  int64_t npb, pb, c2p, kp;
+} sg_amx_dims;
+static inline sg_amx_dims sg_amx_dims_of(int64_t cin, int64_t cout) {
+  sg_amx_dims a;
+  const int64_t c2 = (cin + 1) / 2;
+  a.npb = (c2 + 15) / 16;
+  a.pb = c2 < 16 ? c2 : 16;
+  a.c2p = a.npb * a.pb;
+  a.kp = (cout + 31) / 32 * 32;
+  return a;
+}
+/* Its workspace after the shifts (32-bit elements): forward: the packed
+ * tile (c2p planes of sg_amx_fwd_plane: 32 pixels of slack, read by the
+ * last 32-pixel block), the product (kp rows of sg_amx_ld), the weights
+ * (k^2 x npb x kp x 16) and the bias tile (kp x 16); dx: the weights, dy's
+ * f32 tile (K planes of sg_bf16_dx_plane), its pairs (c2p planes of that
+ * + 32) and the product (cp rows). */
+static inline int64_t sg_amx_fwd_plane(const sg_conv_geom *g) {
+  return sg_col_ld((g->rows + g->in[1] - g->out[1]) * g->in[2] + 32, 4);
+}
+static inline int64_t sg_amx_ld(int64_t np) {
+  return sg_col_ld((np + 31) / 32 * 32, 4);
+}
+static inline size_t sg_amx_direct_bytes(const sg_conv_geom *g) {
+  const sg_amx_dims f = sg_amx_dims_of(g->c, g->k),
+                    b = sg_amx_dims_of(g->k, g->c);
+  const int64_t wg = 2 * g->in[2] - g->out[2], pd = sg_bf16_dx_plane(g);
+  const int64_t fwd = sg_al16(f.c2p * sg_amx_fwd_plane(g)) +
+                      sg_al16(f.kp * sg_amx_ld(g->rows * g->in[2])) +
+                      sg_al16(g->kk * f.npb * f.kp * 16) + sg_al16(f.kp * 16);
+  const int64_t bwd = sg_al16(g->kk * b.npb * b.kp * 16) + sg_al16(g->k * pd) +
+                      sg_al16(b.c2p * (pd + 32)) +
+                      sg_al16(b.kp * sg_amx_ld(g->rows * wg));
+  return sg_direct_off_bytes(g) + (size_t)(fwd > bwd ? fwd : bwd) * 4 + 128;
 }
 
 typedef struct sg_up_geom {
@@ -96,6 +164,45 @@ void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
 void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *x, const float *dy, float *dw, float *db,
                      float *part, int nthreads);
+
+/* bf16 kernels of the direct convolution (conv_bf16.c), where available:
+ * built, the CPU has AVX512_BF16 (and AVX-512F, OS state), SG_SIMD is not
+ * "portable" and SG_CONV_BF16 is not "0".
+ * gemm_off: y[r][p] = b[r] (or 0) + sum over pair rows q < npr of the
+ * pair dot product of w[r * wr + q] and x[xoff[q] + p], p < np, rows r <
+ * cout at stride ldy; w and x hold bf16 pairs (low half: the even channel).
+ * pack_pairs: dst[j * ds + p] = the pair (x[2j * xs + p], x[(2j + 1) * xs +
+ * p]) rounded to bf16, zero for a channel >= nch, p < len. */
+int sg_bf16_conv_built(void);
+int sg_bf16_conv_available(void);
+void sg_bf16_gemm_off(int64_t npr, int64_t cout, int64_t np, const uint32_t *w,
+                      int64_t wr, const uint32_t *x, const int64_t *xoff,
+                      const float *b, float *y, int64_t ldy);
+void sg_bf16_pack_pairs(int64_t nch, int64_t len, const float *x, int64_t xs,
+                        uint32_t *dst, int64_t ds);
+/* Portable: the weights (r, ch, a) at w[r * rs + ch * cs + a], a < kk, as
+ * pairs over ch: dst[r * (nch + 1) / 2 * kk + (ch / 2) * kk + a]. */
+void sg_bf16_pack_weights(int64_t nr, int64_t nch, int64_t kk, const float *w,
+                          int64_t rs, int64_t cs, uint32_t *dst);
+
+/* AMX-BF16 (conv_amx.c): y (kp rows at stride ldy, np rounded up to 32
+ * pixels) = bias tile bt (kp x 16, or NULL: 0) + sum over kernel offsets o
+ * < nkk and pair blocks jb < npb of the weights wa (layout of
+ * sg_amx_pack_weights) times the packed image x (a plane of pairs every xpl
+ * elements, offset o at ooff[o]). supported(): cpuid and the OS's grant;
+ * available() (ops.c) adds the vdpbf16ps packing and the switches. */
+int sg_amx_conv_built(void);
+int sg_amx_conv_supported(void);
+int sg_amx_conv_available(void);
+void sg_amx_gemm_off(int64_t nkk, int64_t npb, int64_t pb, int64_t kp,
+                     int64_t np, const uint32_t *wa, const uint32_t *x,
+                     int64_t xpl, const int64_t *ooff, const float *bt,
+                     float *y, int64_t ldy);
+/* Portable: weights (r, ch, o) at w[r * rs + ch * cs + o] (r < nr, ch <
+ * nch, o < kk) as dst[((o * npb + jb) * kp + r) * 16 + jj] = the pair of
+ * channels 2j, 2j + 1, j = jb * pb + jj (zero past nr, nch, pb). */
+void sg_amx_pack_weights(int64_t nr, int64_t nch, int64_t kk, const float *w,
+                         int64_t rs, int64_t cs, sg_amx_dims a, uint32_t *dst);
 
 /* f32 GELU on AVX-512F (act_simd.c); available() 0 elsewhere. */
 int sg_gelu_simd_available(void);

@@ -270,10 +270,168 @@ static void FN(direct_dx)(const sg_conv_geom *g, const R *w, const R *dy, R *dx,
 }
 #endif /* SG_GEMM_OFF */
 
+#ifdef SG_BF16_DIRECT
+/* ---- the direct convolution in bf16 (g->bf16; conv_bf16.c) --------------
+ * The f32 direct path's shifts and tiles, with channel pairs: each tile's
+ * input rows (the forward's image, dx's zero-extended dy) are packed to
+ * pairs interleaved per pixel, one plane per pair, and the weights to pairs
+ * once per call and thread; the kernel accumulates in f32 into the same
+ * tile product, copied out as before. */
+static void FN(direct_fwd_bf16)(const sg_conv_geom *g, const R *x, const R *w,
+                                const R *b, R *y, void *ws) {
+  const int64_t items = g->n * g->ntile, in2 = g->in[2], out2 = g->out[2];
+  const int64_t c2 = (g->c + 1) / 2, sp1 = g->in[1] - g->out[1] + 1;
+  const int64_t pl = sg_bf16_fwd_plane(g), npr = c2 * g->kk;
+  const int nth = g->nthreads;
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    char *base = (char *)FN(thread_ws)(g, ws, FN(thread_id)());
+    int64_t *off = (int64_t *)base;
+    uint32_t *xp = (uint32_t *)(base + sg_direct_off_bytes(g));
+    R *tmp = (R *)(xp + sg_al16(c2 * pl));
+    uint32_t *wp = (uint32_t *)(tmp +
+                                sg_al16(g->k * FN(col_ld)(g->rows * in2)));
+    FN(direct_shifts)(g, c2, pl, in2, 0, 0, 1, off);
+    sg_bf16_pack_weights(g->k, g->c, g->kk, w, g->ckk, g->kk, wp);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      int64_t n = it / g->ntile, r0 = (it % g->ntile) * g->rows;
+      int64_t r1 = FN(tile_end)(g, r0);
+      int64_t np = (r1 - r0 - 1) * in2 + out2, ld = FN(col_ld)(np);
+      sg_bf16_pack_pairs(g->c, (r1 - r0 + sp1 - 1) * in2,
+                         x + n * g->c * g->sin + r0 * in2, g->sin, xp, pl);
+      sg_bf16_gemm_off(npr, g->k, np, wp, npr, xp, off, b, tmp, ld);
+      FN(direct_copy_out)
+      (g->k, tmp, ld, r1 - r0, in2, out2, y + n * g->k * g->sout + r0 * out2,
+       g->sout);
+    }
+  }
+}
+
+static void FN(direct_dx_bf16)(const sg_conv_geom *g, const R *w, const R *dy,
+                               R *dx, void *ws) {
+  const int64_t in1 = g->in[1], in2 = g->in[2], k2 = (g->k + 1) / 2;
+  const int64_t sp1 = in1 - g->out[1] + 1, sp2 = in2 - g->out[2] + 1;
+  const int64_t wg = in2 + sp2 - 1, plane = sg_bf16_dx_plane(g);
+  const int64_t ntile = (in1 + g->rows - 1) / g->rows, items = g->n * ntile;
+  const int64_t npr = k2 * g->kk;
+  const int nth = g->nthreads;
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    char *base = (char *)FN(thread_ws)(g, ws, FN(thread_id)());
+    int64_t *off = (int64_t *)base;
+    uint32_t *wt = (uint32_t *)(base + sg_direct_off_bytes(g)); /* c x k2 kk */
+    R *dyp = (R *)(wt + sg_al16(g->c * npr));
+    uint32_t *dyq = (uint32_t *)(dyp + sg_al16(g->k * plane));
+    R *tmp = (R *)(dyq + sg_al16(k2 * plane));
+    FN(direct_shifts)(g, k2, plane, wg, sp1 - 1, sp2 - 1, -1, off);
+    sg_bf16_pack_weights(g->c, g->k, g->kk, w, g->kk, g->ckk, wt);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      int64_t n = it / ntile, r0 = (it % ntile) * g->rows;
+      int64_t r1 = r0 + g->rows < in1 ? r0 + g->rows : in1;
+      int64_t np = (r1 - r0 - 1) * wg + in2, ld = FN(col_ld)(np);
+      FN(direct_dy_tile)(g, dy + n * g->k * g->sout, r0, r1, plane, wg, dyp);
+      sg_bf16_pack_pairs(g->k, (r1 - r0 + sp1 - 1) * wg, dyp, plane, dyq,
+                         plane);
+      sg_bf16_gemm_off(npr, g->c, np, wt, npr, dyq, off, NULL, tmp, ld);
+      FN(direct_copy_out)
+      (g->c, tmp, ld, r1 - r0, wg, in2, dx + n * g->c * g->sin + r0 * in2,
+       g->sin);
+    }
+  }
+}
+
+/* ---- the same on AMX tiles (g->bf16 == 2; conv_amx.c) ------------------
+ * The packed planes as before (zero planes up to whole blocks of pairs,
+ * slack for the last 32-pixel block), one shift per kernel offset, the
+ * weights per offset and pair block, the bias as a tile. */
+static void FN(direct_fwd_amx)(const sg_conv_geom *g, const R *x, const R *w,
+                               const R *b, R *y, void *ws) {
+  const int64_t items = g->n * g->ntile, in2 = g->in[2], out2 = g->out[2];
+  const int64_t c2 = (g->c + 1) / 2, sp1 = g->in[1] - g->out[1] + 1;
+  const sg_amx_dims a = sg_amx_dims_of(g->c, g->k);
+  const int64_t pl = sg_amx_fwd_plane(g), ldt = sg_amx_ld(g->rows * in2);
+  const int nth = g->nthreads;
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    char *base = (char *)FN(thread_ws)(g, ws, FN(thread_id)());
+    int64_t *ooff = (int64_t *)base;
+    uint32_t *xp = (uint32_t *)(base + sg_direct_off_bytes(g));
+    R *tmp = (R *)(xp + sg_al16(a.c2p * pl));
+    uint32_t *wa = (uint32_t *)(tmp + sg_al16(a.kp * ldt));
+    R *bt = (R *)(wa + sg_al16(g->kk * a.npb * a.kp * 16));
+    FN(direct_shifts)(g, 1, 0, in2, 0, 0, 1, ooff);
+    sg_amx_pack_weights(g->k, g->c, g->kk, w, g->ckk, g->kk, a, wa);
+    for (int64_t k = 0; b && k < a.kp; ++k)
+      for (int l = 0; l < 16; ++l) bt[k * 16 + l] = k < g->k ? b[k] : 0;
+    memset(xp + c2 * pl, 0, (size_t)((a.c2p - c2) * pl) * sizeof *xp);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      int64_t n = it / g->ntile, r0 = (it % g->ntile) * g->rows;
+      int64_t r1 = FN(tile_end)(g, r0);
+      int64_t np = (r1 - r0 - 1) * in2 + out2;
+      sg_bf16_pack_pairs(g->c, (r1 - r0 + sp1 - 1) * in2,
+                         x + n * g->c * g->sin + r0 * in2, g->sin, xp, pl);
+      sg_amx_gemm_off(g->kk, a.npb, a.pb, a.kp, np, wa, xp, pl, ooff,
+                      b ? bt : NULL, tmp, ldt);
+      FN(direct_copy_out)
+      (g->k, tmp, ldt, r1 - r0, in2, out2, y + n * g->k * g->sout + r0 * out2,
+       g->sout);
+    }
+  }
+}
+
+static void FN(direct_dx_amx)(const sg_conv_geom *g, const R *w, const R *dy,
+                              R *dx, void *ws) {
+  const int64_t in1 = g->in[1], in2 = g->in[2], k2 = (g->k + 1) / 2;
+  const int64_t sp1 = in1 - g->out[1] + 1, sp2 = in2 - g->out[2] + 1;
+  const int64_t wg = in2 + sp2 - 1, pd = sg_bf16_dx_plane(g), pq = pd + 32;
+  const int64_t ntile = (in1 + g->rows - 1) / g->rows, items = g->n * ntile;
+  const sg_amx_dims a = sg_amx_dims_of(g->k, g->c);
+  const int64_t ldt = sg_amx_ld(g->rows * wg);
+  const int nth = g->nthreads;
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    char *base = (char *)FN(thread_ws)(g, ws, FN(thread_id)());
+    int64_t *ooff = (int64_t *)base;
+    uint32_t *wa = (uint32_t *)(base + sg_direct_off_bytes(g));
+    R *dyp = (R *)(wa + sg_al16(g->kk * a.npb * a.kp * 16));
+    uint32_t *dyq = (uint32_t *)(dyp + sg_al16(g->k * pd));
+    R *tmp = (R *)(dyq + sg_al16(a.c2p * pq));
+    FN(direct_shifts)(g, 1, 0, wg, sp1 - 1, sp2 - 1, -1, ooff);
+    sg_amx_pack_weights(g->c, g->k, g->kk, w, g->kk, g->ckk, a, wa);
+    memset(dyq + k2 * pq, 0, (size_t)((a.c2p - k2) * pq) * sizeof *dyq);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      int64_t n = it / ntile, r0 = (it % ntile) * g->rows;
+      int64_t r1 = r0 + g->rows < in1 ? r0 + g->rows : in1;
+      int64_t np = (r1 - r0 - 1) * wg + in2;
+      FN(direct_dy_tile)(g, dy + n * g->k * g->sout, r0, r1, pd, wg, dyp);
+      sg_bf16_pack_pairs(g->k, (r1 - r0 + sp1 - 1) * wg, dyp, pd, dyq, pq);
+      sg_amx_gemm_off(g->kk, a.npb, a.pb, a.kp, np, wa, dyq, pq, ooff, NULL,
+                      tmp, ldt);
+      FN(direct_copy_out)
+      (g->c, tmp, ldt, r1 - r0, wg, in2, dx + n * g->c * g->sin + r0 * in2,
+       g->sin);
+    }
+  }
+}
+#endif /* SG_BF16_DIRECT */
+
 void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
                      R *y, void *ws) {
 #ifdef SG_GEMM_OFF
   if (g->direct) {
+#ifdef SG_BF16_DIRECT
+    if (g->bf16) {
+      if (g->bf16 == 2)
+        FN(direct_fwd_amx)(g, x, w, b, y, ws);
+      else
+        FN(direct_fwd_bf16)(g, x, w, b, y, ws);
+      return;
+    }
+#endif
     FN(direct_fwd)(g, x, w, b, y, ws);
     return;
   }
@@ -416,7 +574,15 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
   }
   if (nth > 1) sg_blas_threads_end(saved);
 #ifdef SG_GEMM_OFF
-  if (dx_direct) FN(direct_dx)(g, w, dy, dx_direct, ws);
+#ifdef SG_BF16_DIRECT
+  if (dx_direct && g->bf16 == 2)
+    FN(direct_dx_amx)(g, w, dy, dx_direct, ws);
+  else if (dx_direct && g->bf16)
+    FN(direct_dx_bf16)(g, w, dy, dx_direct, ws);
+  else
+#endif
+      if (dx_direct)
+    FN(direct_dx)(g, w, dy, dx_direct, ws);
 #endif
   if (dw && wpart) {
     for (int t = 0; t < nth; ++t) /* thread order */

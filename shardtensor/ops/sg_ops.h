@@ -111,6 +111,15 @@ typedef struct sg_conv_desc {
   int64_t kernel[SG_OPS_MAX_SPATIAL];
   int64_t stride[SG_OPS_MAX_SPATIAL];   /* >= 1 */
   int64_t dilation[SG_OPS_MAX_SPATIAL]; /* >= 1 */
+  /* 1: the caller holds bf16 values in its f32 buffers (the bf16 policy),
+   * and f32 convolutions may multiply in bf16 with f32 accumulation: where
+   * the CPU has AMX-BF16 the 2-D stride-1 direct path computes the forward
+   * and dx on AMX tiles (SG_CONV_BF16=avx512: with vdpbf16ps instead; =0:
+   * f32) when x and w (dx: dy and w) do hold bf16 values (checked, one
+   * pass; else f32), so the result is the f32 kernels' up to the order of
+   * the f32 sums and bf16's flushing of denormals; dw stays f32.
+   * 0 (the default): f32 products. */
+  int bf16;
 } sg_conv_desc;
 
 /* Check a descriptor and give the output extent per spatial dim. */
