@@ -13,6 +13,7 @@
 
 #include "ops_impl.h"
 #include "sg_device.h"
+#include "sg_exp512.h"
 #include "sg_ops_inl.h"
 
 /* Tiles of 64 queries x 128 keys: at d = 64 in f32 a query tile's q^T and
@@ -175,6 +176,63 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
     }
   }
 }
+
+/* Lanes l of a 16-query vector with lo <= l (a causal row's first visible
+ * query, relative to the vector) and l < hi (the tile's last query). */
+static inline __mmask16 at_lanes(int64_t lo, int64_t hi) {
+  lo = lo < 0 ? 0 : lo > 16 ? 16 : lo;
+  hi = hi < 0 ? 0 : hi > 16 ? 16 : hi;
+  return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+/* The f32 online softmax on AVX-512 (attn_fwd_softmax in attention_tmpl.h
+ * does the same with sg_expf): the tile's max and the sum kept in
+ * registers over the key rows, four 16-query vectors side by side (four
+ * independent chains, one pass over each key row of 64 queries), e^x by
+ * sg_exp512_ps. The same sums in the same order as the portable path. */
+static void attn_fwd_softmax_avx512(const sg_attn_geom *g, float *st,
+                                    int64_t bk, int64_t bq, int64_t i0,
+                                    int64_t j0, float *m, float *l, float *al) {
+  enum { NV = SG_ATTN_BQ / 16 };
+  const int64_t BQ = SG_ATTN_BQ;
+  const int full = !g->causal || j0 + bk - 1 <= i0 + g->offset;
+  const int64_t t0 = full ? INT64_MIN / 2 : j0 - g->offset - i0;
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  __m512 mx[NV], mn[NV], sum[NV];
+  for (int v = 0; v < NV; ++v) mx[v] = ninf;
+  for (int64_t j = 0; j < bk; ++j)
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 k = at_lanes(t0 + j - 16 * v, bq - 16 * v);
+      mx[v] = _mm512_max_ps(mx[v], _mm512_mask_loadu_ps(ninf, k,
+                                                        st + j * BQ + 16 * v));
+    }
+  for (int v = 0; v < NV; ++v) {
+    const __mmask16 k = at_lanes(0, bq - 16 * v);
+    const __m512 mo = _mm512_mask_loadu_ps(ninf, k, m + 16 * v);
+    mn[v] = _mm512_max_ps(mo, mx[v]);
+    /* alpha = e^{m - m'}; 0 where m = -inf (nothing seen yet) */
+    const __mmask16 seen = _mm512_cmp_ps_mask(mo, ninf, _CMP_NEQ_UQ);
+    const __m512 a = _mm512_maskz_mov_ps(seen, sg_exp512_ps(
+                                                   _mm512_sub_ps(mo, mn[v])));
+    sum[v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, l + 16 * v), a);
+    _mm512_mask_storeu_ps(al + 16 * v, k, a);
+    _mm512_mask_storeu_ps(m + 16 * v, k, mn[v]);
+  }
+  for (int64_t j = 0; j < bk; ++j)
+    for (int v = 0; v < NV; ++v) {
+      float *row = st + j * BQ + 16 * v;
+      const __mmask16 k = at_lanes(0, bq - 16 * v);
+      const __mmask16 vis = at_lanes(t0 + j - 16 * v, bq - 16 * v);
+      const __m512 x = _mm512_maskz_loadu_ps(k, row);
+      const __m512 p = _mm512_maskz_mov_ps(vis, sg_exp512_ps(
+                                                    _mm512_sub_ps(x, mn[v])));
+      _mm512_mask_storeu_ps(row, k, p);
+      sum[v] = _mm512_add_ps(sum[v], p);
+    }
+  for (int v = 0; v < NV; ++v)
+    _mm512_mask_storeu_ps(l + 16 * v, at_lanes(0, bq - 16 * v), sum[v]);
+}
+#define SG_ASOFTMAX_F32 attn_fwd_softmax_avx512
 #else
 static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
                           int64_t ar, int64_t ac, const float *b, int64_t ldb,
@@ -187,6 +245,9 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
 
 #define R float
 #define S f32
+#ifdef SG_ASOFTMAX_F32
+#define SG_ASOFTMAX SG_ASOFTMAX_F32
+#endif
 #define SG_AEXP sg_expf
 #define SG_AMEXP expf
 #define SG_ALOG logf
@@ -196,6 +257,7 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
 #undef SG_AEXP
 #undef SG_AMEXP
 #undef SG_ALOG
+#undef SG_ASOFTMAX
 
 #define R double
 #define S f64

@@ -1,7 +1,8 @@
 /* shardgrid — typed attention kernels, instantiated twice by attention.c.
  * Before including define R (element type), S (suffix), SG_AEXP (e^x of an
  * R, vectorisable for f32), SG_AMEXP (libm's e^x) and SG_ALOG, and the
- * tile GEMM attn_gemm_<S>. Internal.
+ * tile GEMM attn_gemm_<S>; optionally SG_ASOFTMAX, a kernel replacing
+ * attn_fwd_softmax_<S> (same arguments, same result). Internal.
  *
  * Scores are kept KEY-major: a tile st[j * BQ + i] holds key j's score for
  * query i, so the per-query softmax statistics (running max, sum, lse, D)
@@ -32,6 +33,7 @@ static inline R AFN(attn_vdot)(const R *a, const R *b, int64_t n) {
   return t;
 }
 
+#ifndef SG_ASOFTMAX
 /* The online softmax over one score tile st (bk keys x bq queries): m, l
  * (per query: running max and sum) updated, st replaced by the
  * unnormalised probabilities e^{st - m_new} (exactly 0 where masked), and
@@ -71,6 +73,8 @@ static void AFN(attn_fwd_softmax)(const sg_attn_geom *g, R *st, int64_t bk,
   }
 }
 
+#endif
+
 /* Forward of one query tile (rows i0 .. i0+bq of one head; q, o point at
  * the tile, k, v at the head). w: qt (d x BQ), st (BK x BQ), m, l, al. */
 static void AFN(attn_fwd_tile)(const sg_attn_geom *g, const R *q, const R *k,
@@ -89,7 +93,11 @@ static void AFN(attn_fwd_tile)(const sg_attn_geom *g, const R *q, const R *k,
     const int64_t bk = kend - j0 < BK ? kend - j0 : BK;
     AFN(attn_gemm)
     (bk, bq, d, k + j0 * d, d, 1, qt, BQ, st, BQ, 0); /* st = k q^T */
+#ifdef SG_ASOFTMAX
+    SG_ASOFTMAX(g, st, bk, bq, i0, j0, m, l, al);
+#else
     AFN(attn_fwd_softmax)(g, st, bk, bq, i0, j0, m, l, al);
+#endif
     for (int64_t i = 0; i < bq; ++i)
       if (al[i] != 1)
         for (int64_t c = 0; c < d; ++c) o[i * d + c] *= al[i];
