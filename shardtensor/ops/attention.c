@@ -189,48 +189,64 @@ static inline __mmask16 at_lanes(int64_t lo, int64_t hi) {
  * does the same with sg_expf): the tile's max and the sum kept in
  * registers over the key rows, four 16-query vectors side by side (four
  * independent chains, one pass over each key row of 64 queries), e^x by
- * sg_exp512_ps. The same sums in the same order as the portable path. */
-static void attn_fwd_softmax_avx512(const sg_attn_geom *g, float *st,
-                                    int64_t bk, int64_t bq, int64_t i0,
-                                    int64_t j0, float *m, float *l, float *al) {
+ * sg_exp512_mask_ps (its argument s - max is <= 0). The same sums in the
+ * same order as the portable path. Inlined twice: masked = 0 (a whole
+ * 64-query tile, every key visible: no mask arithmetic in the loops, which
+ * would take the ports the vector work needs) and masked = 1. */
+static inline __attribute__((always_inline)) void at_softmax(
+    int masked, float *st, int64_t bk, int64_t bq, int64_t t0, float *m,
+    float *l, float *al) {
   enum { NV = SG_ATTN_BQ / 16 };
   const int64_t BQ = SG_ATTN_BQ;
-  const int full = !g->causal || j0 + bk - 1 <= i0 + g->offset;
-  const int64_t t0 = full ? INT64_MIN / 2 : j0 - g->offset - i0;
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
   __m512 mx[NV], mn[NV], sum[NV];
-  for (int v = 0; v < NV; ++v) mx[v] = ninf;
+  __mmask16 kq[NV];
+  for (int v = 0; v < NV; ++v) {
+    mx[v] = ninf;
+    kq[v] = masked ? at_lanes(0, bq - 16 * v) : (__mmask16)0xFFFF;
+  }
   for (int64_t j = 0; j < bk; ++j)
     for (int v = 0; v < NV; ++v) {
-      const __mmask16 k = at_lanes(t0 + j - 16 * v, bq - 16 * v);
-      mx[v] = _mm512_max_ps(mx[v], _mm512_mask_loadu_ps(ninf, k,
-                                                        st + j * BQ + 16 * v));
+      const float *row = st + j * BQ + 16 * v;
+      mx[v] = _mm512_max_ps(
+          mx[v], masked ? _mm512_mask_loadu_ps(
+                              ninf, at_lanes(t0 + j - 16 * v, bq - 16 * v), row)
+                        : _mm512_loadu_ps(row));
     }
   for (int v = 0; v < NV; ++v) {
-    const __mmask16 k = at_lanes(0, bq - 16 * v);
-    const __m512 mo = _mm512_mask_loadu_ps(ninf, k, m + 16 * v);
+    const __m512 mo = _mm512_mask_loadu_ps(ninf, kq[v], m + 16 * v);
     mn[v] = _mm512_max_ps(mo, mx[v]);
     /* alpha = e^{m - m'}; 0 where m = -inf (nothing seen yet) */
-    const __mmask16 seen = _mm512_cmp_ps_mask(mo, ninf, _CMP_NEQ_UQ);
-    const __m512 a = _mm512_maskz_mov_ps(seen, sg_exp512_ps(
-                                                   _mm512_sub_ps(mo, mn[v])));
-    sum[v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, l + 16 * v), a);
-    _mm512_mask_storeu_ps(al + 16 * v, k, a);
-    _mm512_mask_storeu_ps(m + 16 * v, k, mn[v]);
+    const __m512 a = sg_exp512_mask_ps(
+        _mm512_cmp_ps_mask(mo, ninf, _CMP_NEQ_UQ), _mm512_sub_ps(mo, mn[v]));
+    sum[v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(kq[v], l + 16 * v), a);
+    _mm512_mask_storeu_ps(al + 16 * v, kq[v], a);
+    _mm512_mask_storeu_ps(m + 16 * v, kq[v], mn[v]);
   }
   for (int64_t j = 0; j < bk; ++j)
     for (int v = 0; v < NV; ++v) {
       float *row = st + j * BQ + 16 * v;
-      const __mmask16 k = at_lanes(0, bq - 16 * v);
-      const __mmask16 vis = at_lanes(t0 + j - 16 * v, bq - 16 * v);
-      const __m512 x = _mm512_maskz_loadu_ps(k, row);
-      const __m512 p = _mm512_maskz_mov_ps(vis, sg_exp512_ps(
-                                                    _mm512_sub_ps(x, mn[v])));
-      _mm512_mask_storeu_ps(row, k, p);
+      const __mmask16 vis = masked ? at_lanes(t0 + j - 16 * v, bq - 16 * v)
+                                   : (__mmask16)0xFFFF;
+      const __m512 p = sg_exp512_mask_ps(
+          vis, _mm512_sub_ps(_mm512_maskz_loadu_ps(kq[v], row), mn[v]));
+      _mm512_mask_storeu_ps(row, kq[v], p);
       sum[v] = _mm512_add_ps(sum[v], p);
     }
-  for (int v = 0; v < NV; ++v)
-    _mm512_mask_storeu_ps(l + 16 * v, at_lanes(0, bq - 16 * v), sum[v]);
+  for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(l + 16 * v, kq[v], sum[v]);
+}
+
+static void attn_fwd_softmax_avx512(const sg_attn_geom *g, float *st,
+                                    int64_t bk, int64_t bq, int64_t i0,
+                                    int64_t j0, float *m, float *l, float *al) {
+  if (!g->causal || j0 + bk - 1 <= i0 + g->offset) { /* every key visible */
+    if (bq == SG_ATTN_BQ)
+      at_softmax(0, st, bk, bq, 0, m, l, al);
+    else
+      at_softmax(1, st, bk, bq, INT64_MIN / 2, m, l, al);
+  } else {
+    at_softmax(1, st, bk, bq, j0 - g->offset - i0, m, l, al);
+  }
 }
 #define SG_ASOFTMAX_F32 attn_fwd_softmax_avx512
 #else

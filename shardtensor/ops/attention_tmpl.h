@@ -98,9 +98,11 @@ static void AFN(attn_fwd_tile)(const sg_attn_geom *g, const R *q, const R *k,
 #else
     AFN(attn_fwd_softmax)(g, st, bk, bq, i0, j0, m, l, al);
 #endif
-    for (int64_t i = 0; i < bq; ++i)
-      if (al[i] != 1)
-        for (int64_t c = 0; c < d; ++c) o[i * d + c] *= al[i];
+    for (int64_t i = 0; i < bq; ++i) {
+      const R a = al[i]; /* a local: o may alias al for the compiler */
+      if (a != 1)        /* the row's max unchanged: nothing to rescale */
+        for (int64_t c = 0; c < d; ++c) o[i * d + c] *= a;
+    }
     AFN(attn_gemm)(bq, d, bk, st, 1, BQ, v + j0 * d, d, o, d, 1); /* o += p v */
   }
   for (int64_t i = 0; i < bq; ++i) {

@@ -19,9 +19,8 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
-static inline __m512 sg_exp512_ps(__m512 x) {
-  /* min(c, x) returns x where x is NaN, so NaN survives to the result */
-  x = _mm512_min_ps(_mm512_set1_ps(88.8f), x);
+/* e^x for x <= 88.8 (or NaN) in the lanes of keep, 0 in the others */
+static inline __m512 sg_exp512_mask_ps(__mmask16 keep, __m512 x) {
   const __m512 n = _mm512_roundscale_ps(
       _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -35,10 +34,17 @@ static inline __m512 sg_exp512_ps(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  /* keep lanes not below ln(FLT_MIN) (NaN included: unordered) */
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f),
-                                            _CMP_NLT_UQ);
+  /* 0 below ln(FLT_MIN) (NaN kept: unordered) */
+  keep = _mm512_mask_cmp_ps_mask(keep, x, _mm512_set1_ps(-87.33654f),
+                                 _CMP_NLT_UQ);
   return _mm512_maskz_scalef_ps(keep, p, n);
+}
+
+/* e^x for any x */
+static inline __m512 sg_exp512_ps(__m512 x) {
+  /* min(c, x) returns x where x is NaN, so NaN survives to the result */
+  return sg_exp512_mask_ps((__mmask16)0xFFFF,
+                           _mm512_min_ps(_mm512_set1_ps(88.8f), x));
 }
 
 #endif
