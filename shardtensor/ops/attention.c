@@ -188,9 +188,12 @@ static inline __mmask16 at_lanes(int64_t lo, int64_t hi) {
 /* The f32 online softmax on AVX-512 (attn_fwd_softmax in attention_tmpl.h
  * does the same with sg_expf): the tile's max and the sum kept in
  * registers over the key rows, four 16-query vectors side by side (four
- * independent chains, one pass over each key row of 64 queries), e^x by
- * sg_exp512_mask_ps (its argument s - max is <= 0). The same sums in the
- * same order as the portable path. Inlined twice: masked = 0 (a whole
+ * independent chains, one pass over each key row of 64 queries). In base
+ * 2 (SG_ABASE2): the scores arrive multiplied by log2(e) (folded into the
+ * query's scale), m is their max, and p = 2^{s - m} by
+ * sg_exp2_512_mask_ps (its argument is <= 0) — one multiplication less
+ * per element than e^{s - m}, the same probabilities up to rounding. The
+ * same sums in the same order as the portable path. Inlined twice: masked = 0 (a whole
  * 64-query tile, every key visible: no mask arithmetic in the loops, which
  * would take the ports the vector work needs) and masked = 1. */
 static inline __attribute__((always_inline)) void at_softmax(
@@ -217,7 +220,7 @@ static inline __attribute__((always_inline)) void at_softmax(
     const __m512 mo = _mm512_mask_loadu_ps(ninf, kq[v], m + 16 * v);
     mn[v] = _mm512_max_ps(mo, mx[v]);
     /* alpha = e^{m - m'}; 0 where m = -inf (nothing seen yet) */
-    const __m512 a = sg_exp512_mask_ps(
+    const __m512 a = sg_exp2_512_mask_ps(
         _mm512_cmp_ps_mask(mo, ninf, _CMP_NEQ_UQ), _mm512_sub_ps(mo, mn[v]));
     sum[v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(kq[v], l + 16 * v), a);
     _mm512_mask_storeu_ps(al + 16 * v, kq[v], a);
@@ -228,7 +231,7 @@ static inline __attribute__((always_inline)) void at_softmax(
       float *row = st + j * BQ + 16 * v;
       const __mmask16 vis = masked ? at_lanes(t0 + j - 16 * v, bq - 16 * v)
                                    : (__mmask16)0xFFFF;
-      const __m512 p = sg_exp512_mask_ps(
+      const __m512 p = sg_exp2_512_mask_ps(
           vis, _mm512_sub_ps(_mm512_maskz_loadu_ps(kq[v], row), mn[v]));
       _mm512_mask_storeu_ps(row, kq[v], p);
       sum[v] = _mm512_add_ps(sum[v], p);
@@ -249,6 +252,7 @@ static void attn_fwd_softmax_avx512(const sg_attn_geom *g, float *st,
   }
 }
 #define SG_ASOFTMAX_F32 attn_fwd_softmax_avx512
+#define SG_ABASE2_F32 1
 #else
 static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
                           int64_t ar, int64_t ac, const float *b, int64_t ldb,
@@ -263,6 +267,7 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
 #define S f32
 #ifdef SG_ASOFTMAX_F32
 #define SG_ASOFTMAX SG_ASOFTMAX_F32
+#define SG_ABASE2 SG_ABASE2_F32
 #endif
 #define SG_AEXP sg_expf
 #define SG_AMEXP expf
@@ -274,6 +279,7 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
 #undef SG_AMEXP
 #undef SG_ALOG
 #undef SG_ASOFTMAX
+#undef SG_ABASE2
 
 #define R double
 #define S f64

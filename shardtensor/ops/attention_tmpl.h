@@ -2,7 +2,9 @@
  * Before including define R (element type), S (suffix), SG_AEXP (e^x of an
  * R, vectorisable for f32), SG_AMEXP (libm's e^x) and SG_ALOG, and the
  * tile GEMM attn_gemm_<S>; optionally SG_ASOFTMAX, a kernel replacing
- * attn_fwd_softmax_<S> (same arguments, same result). Internal.
+ * attn_fwd_softmax_<S> (same arguments, same result), and SG_ABASE2 if
+ * that kernel works in base 2 (scores times log2 e, m their max, p =
+ * 2^{s - m}). Internal.
  *
  * Scores are kept KEY-major: a tile st[j * BQ + i] holds key j's score for
  * query i, so the per-query softmax statistics (running max, sum, lse, D)
@@ -82,7 +84,11 @@ static void AFN(attn_fwd_tile)(const sg_attn_geom *g, const R *q, const R *k,
                                R *w) {
   const int64_t d = g->d, BQ = SG_ATTN_BQ, BK = SG_ATTN_BK;
   R *qt = w, *st = qt + d * BQ, *m = st + BK * BQ, *l = m + BQ, *al = l + BQ;
+#ifdef SG_ABASE2 /* scores in base 2: log2(e) folded into q's scale */
+  AFN(attn_transpose)(q, bq, d, (R)(g->scale * 1.4426950408889634), qt, BQ);
+#else
   AFN(attn_transpose)(q, bq, d, (R)g->scale, qt, BQ);
+#endif
   memset(o, 0, (size_t)(bq * d) * sizeof *o);
   for (int64_t i = 0; i < bq; ++i) {
     m[i] = -INFINITY;
@@ -109,7 +115,12 @@ static void AFN(attn_fwd_tile)(const sg_attn_geom *g, const R *q, const R *k,
     /* no visible key: o stays 0, lse = -inf (an empty part for the merge) */
     R inv = l[i] > 0 ? 1 / l[i] : 0;
     for (int64_t c = 0; c < d; ++c) o[i * d + c] *= inv;
-    if (lse) lse[i] = l[i] > 0 ? m[i] + SG_ALOG(l[i]) : -INFINITY;
+#ifdef SG_ABASE2
+    const R mi = m[i] * (R)0.69314718055994531; /* back to base e */
+#else
+    const R mi = m[i];
+#endif
+    if (lse) lse[i] = l[i] > 0 ? mi + SG_ALOG(l[i]) : -INFINITY;
   }
 }
 
