@@ -251,6 +251,27 @@ static void attn_fwd_softmax_avx512(const sg_attn_geom *g, float *st,
     at_softmax(1, st, bk, bq, j0 - g->offset - i0, m, l, al);
   }
 }
+/* xt[c * ldt + r] = scale * x[r * d + c] (attn_transpose in
+ * attention_tmpl.h), 16 rows of a column per gather: the scalar loop was
+ * half of the forward's time outside the tile GEMMs and the softmax. */
+static void attn_transpose_avx512(const float *x, int64_t rows, int64_t d,
+                                  float scale, float *xt, int64_t ldt) {
+  /* r * d < 16 * d fits an int: d <= INT_MAX / SG_ATTN_BK (geom_make) */
+  const __m512i idx = _mm512_mullo_epi32(
+      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+      _mm512_set1_epi32((int)d));
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+    const __mmask16 k = at_lanes(0, rows - r0);
+    const float *base = x + r0 * d;
+    for (int64_t c = 0; c < d; ++c) {
+      const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx,
+                                                base + c, 4);
+      _mm512_mask_storeu_ps(xt + c * ldt + r0, k, _mm512_mul_ps(v, sc));
+    }
+  }
+}
+#define SG_ATRANSPOSE_F32 attn_transpose_avx512
 #define SG_ASOFTMAX_F32 attn_fwd_softmax_avx512
 #define SG_ABASE2_F32 1
 #else
@@ -268,6 +289,7 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
 #ifdef SG_ASOFTMAX_F32
 #define SG_ASOFTMAX SG_ASOFTMAX_F32
 #define SG_ABASE2 SG_ABASE2_F32
+#define SG_ATRANSPOSE SG_ATRANSPOSE_F32
 #endif
 #define SG_AEXP sg_expf
 #define SG_AMEXP expf
@@ -280,6 +302,7 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
 #undef SG_ALOG
 #undef SG_ASOFTMAX
 #undef SG_ABASE2
+#undef SG_ATRANSPOSE
 
 #define R double
 #define S f64

@@ -4,7 +4,8 @@
  * tile GEMM attn_gemm_<S>; optionally SG_ASOFTMAX, a kernel replacing
  * attn_fwd_softmax_<S> (same arguments, same result), and SG_ABASE2 if
  * that kernel works in base 2 (scores times log2 e, m their max, p =
- * 2^{s - m}). Internal.
+ * 2^{s - m}), and SG_ATRANSPOSE, a kernel replacing attn_transpose_<S>.
+ * Internal.
  *
  * Scores are kept KEY-major: a tile st[j * BQ + i] holds key j's score for
  * query i, so the per-query softmax statistics (running max, sum, lse, D)
@@ -15,6 +16,10 @@
 #define SG_ACAT_(a, b) SG_ACAT2_(a, b)
 #define AFN(name) SG_ACAT_(name, S)
 
+#ifdef SG_ATRANSPOSE
+#define AT_TRANSPOSE SG_ATRANSPOSE
+#else
+#define AT_TRANSPOSE AFN(attn_transpose)
 /* xt[c * ldt + r] = scale * x[r * d + c] for r < rows, c < d. */
 static void AFN(attn_transpose)(const R *x, int64_t rows, int64_t d, R scale,
                                 R *xt, int64_t ldt) {
@@ -23,6 +28,7 @@ static void AFN(attn_transpose)(const R *x, int64_t rows, int64_t d, R scale,
       for (int64_t r = r0; r < rows && r < r0 + 16; ++r)
         xt[c * ldt + r] = scale * x[r * d + c];
 }
+#endif
 
 static inline R AFN(attn_vdot)(const R *a, const R *b, int64_t n) {
   R acc[SG_ATTN_VL] = {0};
@@ -85,9 +91,9 @@ static void AFN(attn_fwd_tile)(const sg_attn_geom *g, const R *q, const R *k,
   const int64_t d = g->d, BQ = SG_ATTN_BQ, BK = SG_ATTN_BK;
   R *qt = w, *st = qt + d * BQ, *m = st + BK * BQ, *l = m + BQ, *al = l + BQ;
 #ifdef SG_ABASE2 /* scores in base 2: log2(e) folded into q's scale */
-  AFN(attn_transpose)(q, bq, d, (R)(g->scale * 1.4426950408889634), qt, BQ);
+  AT_TRANSPOSE(q, bq, d, (R)(g->scale * 1.4426950408889634), qt, BQ);
 #else
-  AFN(attn_transpose)(q, bq, d, (R)g->scale, qt, BQ);
+  AT_TRANSPOSE(q, bq, d, (R)g->scale, qt, BQ);
 #endif
   memset(o, 0, (size_t)(bq * d) * sizeof *o);
   for (int64_t i = 0; i < bq; ++i) {
@@ -196,8 +202,8 @@ static void AFN(attn_bwd_head)(const sg_attn_geom *g, const R *q, const R *k,
   AFN(attn_bwd_ws)
   w = {ws, ws + d * nq, ws + 2 * d * nq, ws + 2 * d * nq + nq, NULL};
   w.dpt = w.st + BK * BQ;
-  AFN(attn_transpose)(q, nq, d, (R)g->scale, w.qt, nq);
-  AFN(attn_transpose)(dout, nq, d, 1, w.dot, nq);
+  AT_TRANSPOSE(q, nq, d, (R)g->scale, w.qt, nq);
+  AT_TRANSPOSE(dout, nq, d, 1, w.dot, nq);
   for (int64_t i = 0; i < nq; ++i)
     w.dd[i] = AFN(attn_vdot)(dout + i * d, o + i * d, d);
   if (dq) memset(dq, 0, (size_t)(nq * d) * sizeof *dq);
@@ -254,6 +260,7 @@ static void AFN(attn_merge)(int64_t rows, int64_t d, R *o, R *lse, const R *ob,
   }
 }
 
+#undef AT_TRANSPOSE
 #undef AFN
 #undef SG_ACAT_
 #undef SG_ACAT2_
