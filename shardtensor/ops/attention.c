@@ -272,6 +272,43 @@ static void attn_transpose_avx512(const float *x, int64_t rows, int64_t d,
   }
 }
 #define SG_ATRANSPOSE_F32 attn_transpose_avx512
+/* The backward's probabilities in place: st (key-major, bk x bq) = 2^{s -
+ * lse log2 e} (the scores in base 2 as in the forward; lse in base e, its
+ * product by log2 e inside the FMA, one rounding), 0 where key j is
+ * hidden from query i (i < t0 + j) or the query saw no key (lse = -inf).
+ * Inlined for masked = 0 (no causal mask: no mask arithmetic per row). */
+static inline __attribute__((always_inline)) void at_bwd_probs(
+    int masked, float *st, int64_t bk, int64_t bq, int64_t t0,
+    const float *lse) {
+  enum { NV = SG_ATTN_BQ / 16 };
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  const __m512 l2e = _mm512_set1_ps(1.44269504088896341f);
+  __m512 ls[NV];
+  __mmask16 kq[NV], kl[NV];
+  for (int v = 0; v < NV; ++v) {
+    kq[v] = at_lanes(0, bq - 16 * v);
+    ls[v] = _mm512_mask_loadu_ps(ninf, kq[v], lse + 16 * v);
+    kl[v] = _mm512_mask_cmp_ps_mask(kq[v], ls[v], ninf, _CMP_NEQ_UQ);
+  }
+  for (int64_t j = 0; j < bk; ++j)
+    for (int v = 0; v < NV; ++v) {
+      float *row = st + j * SG_ATTN_BQ + 16 * v;
+      const __mmask16 vis = masked ? kl[v] & at_lanes(t0 + j - 16 * v, 16)
+                                   : kl[v];
+      const __m512 x = _mm512_fnmadd_ps(ls[v], l2e,
+                                        _mm512_maskz_loadu_ps(kq[v], row));
+      _mm512_mask_storeu_ps(row, kq[v], sg_exp2_512_mask_ps(vis, x));
+    }
+}
+
+static void attn_bwd_probs_avx512(float *st, int64_t bk, int64_t bq, int64_t t0,
+                                  int full, const float *lse) {
+  if (full)
+    at_bwd_probs(0, st, bk, bq, 0, lse);
+  else
+    at_bwd_probs(1, st, bk, bq, t0, lse);
+}
+#define SG_ABWDPROBS_F32 attn_bwd_probs_avx512
 #define SG_ASOFTMAX_F32 attn_fwd_softmax_avx512
 #define SG_ABASE2_F32 1
 #else
@@ -290,6 +327,7 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
 #define SG_ASOFTMAX SG_ASOFTMAX_F32
 #define SG_ABASE2 SG_ABASE2_F32
 #define SG_ATRANSPOSE SG_ATRANSPOSE_F32
+#define SG_ABWDPROBS SG_ABWDPROBS_F32
 #endif
 #define SG_AEXP sg_expf
 #define SG_AMEXP expf
@@ -303,6 +341,7 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
 #undef SG_ASOFTMAX
 #undef SG_ABASE2
 #undef SG_ATRANSPOSE
+#undef SG_ABWDPROBS
 
 #define R double
 #define S f64

@@ -4,8 +4,9 @@
  * tile GEMM attn_gemm_<S>; optionally SG_ASOFTMAX, a kernel replacing
  * attn_fwd_softmax_<S> (same arguments, same result), and SG_ABASE2 if
  * that kernel works in base 2 (scores times log2 e, m their max, p =
- * 2^{s - m}), and SG_ATRANSPOSE, a kernel replacing attn_transpose_<S>.
- * Internal.
+ * 2^{s - m}; then SG_ABWDPROBS too, the backward's probabilities from
+ * base-2 scores), and SG_ATRANSPOSE, a kernel replacing
+ * attn_transpose_<S>. Internal.
  *
  * Scores are kept KEY-major: a tile st[j * BQ + i] holds key j's score for
  * query i, so the per-query softmax statistics (running max, sum, lse, D)
@@ -175,6 +176,9 @@ static void AFN(attn_bwd_tile)(const sg_attn_geom *g,
   R *st = w->st, *dpt = w->dpt;
   const R *dd = w->dd + i0, sc = (R)g->scale;
   AFN(attn_gemm)(bk, bq, d, k, d, 1, w->qt + i0, nq, st, BQ, 0);
+#ifdef SG_ABASE2
+  SG_ABWDPROBS(st, bk, bq, t0, full, lse);
+#else
   for (int64_t j = 0; j < bk; ++j) {
     R *row = st + j * BQ;
     const int64_t t = full ? 0 : t0 + j;
@@ -183,6 +187,7 @@ static void AFN(attn_bwd_tile)(const sg_attn_geom *g,
       row[i] = i >= t && lse[i] != -INFINITY ? p : 0; /* a row with no key: 0 */
     }
   }
+#endif
   if (dv) AFN(attn_gemm)(bk, d, bq, st, BQ, 1, dout, d, dv, d, 1);
   if (!dq && !dk) return;
   AFN(attn_gemm)(bk, bq, d, v, d, 1, w->dot + i0, nq, dpt, BQ, 0);
@@ -202,7 +207,11 @@ static void AFN(attn_bwd_head)(const sg_attn_geom *g, const R *q, const R *k,
   AFN(attn_bwd_ws)
   w = {ws, ws + d * nq, ws + 2 * d * nq, ws + 2 * d * nq + nq, NULL};
   w.dpt = w.st + BK * BQ;
+#ifdef SG_ABASE2 /* scores in base 2, as in the forward */
+  AT_TRANSPOSE(q, nq, d, (R)(g->scale * 1.4426950408889634), w.qt, nq);
+#else
   AT_TRANSPOSE(q, nq, d, (R)g->scale, w.qt, nq);
+#endif
   AT_TRANSPOSE(dout, nq, d, 1, w.dot, nq);
   for (int64_t i = 0; i < nq; ++i)
     w.dd[i] = AFN(attn_vdot)(dout + i * d, o + i * d, d);
