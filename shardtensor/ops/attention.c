@@ -13,6 +13,7 @@
 
 #include "ops_impl.h"
 #include "sg_device.h"
+#include "sg_exp512.h"
 #include "sg_ops_inl.h"
 
 /* Tiles of 64 queries x 128 keys: at d = 64 in f32 a query tile's q^T and
@@ -175,6 +176,141 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
     }
   }
 }
+
+/* Lanes l of a 16-query vector with lo <= l (a causal row's first visible
+ * query, relative to the vector) and l < hi (the tile's last query). */
+static inline __mmask16 at_lanes(int64_t lo, int64_t hi) {
+  lo = lo < 0 ? 0 : lo > 16 ? 16 : lo;
+  hi = hi < 0 ? 0 : hi > 16 ? 16 : hi;
+  return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+/* The f32 online softmax on AVX-512 (attn_fwd_softmax in attention_tmpl.h
+ * does the same with sg_expf): the tile's max and the sum kept in
+ * registers over the key rows, four 16-query vectors side by side (four
+ * independent chains, one pass over each key row of 64 queries). In base
+ * 2 (SG_ABASE2): the scores arrive multiplied by log2(e) (folded into the
+ * query's scale), m is their max, and p = 2^{s - m} by
+ * sg_exp2_512_mask_ps (its argument is <= 0) — one multiplication less
+ * per element than e^{s - m}, the same probabilities up to rounding. The
+ * same sums in the same order as the portable path. Inlined twice: masked = 0 (a whole
+ * 64-query tile, every key visible: no mask arithmetic in the loops, which
+ * would take the ports the vector work needs) and masked = 1. */
+static inline __attribute__((always_inline)) void at_softmax(
+    int masked, float *st, int64_t bk, int64_t bq, int64_t t0, float *m,
+    float *l, float *al) {
+  enum { NV = SG_ATTN_BQ / 16 };
+  const int64_t BQ = SG_ATTN_BQ;
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  __m512 mx[NV], mn[NV], sum[NV];
+  __mmask16 kq[NV];
+  for (int v = 0; v < NV; ++v) {
+    mx[v] = ninf;
+    kq[v] = masked ? at_lanes(0, bq - 16 * v) : (__mmask16)0xFFFF;
+  }
+  for (int64_t j = 0; j < bk; ++j)
+    for (int v = 0; v < NV; ++v) {
+      const float *row = st + j * BQ + 16 * v;
+      mx[v] = _mm512_max_ps(
+          mx[v], masked ? _mm512_mask_loadu_ps(
+                              ninf, at_lanes(t0 + j - 16 * v, bq - 16 * v), row)
+                        : _mm512_loadu_ps(row));
+    }
+  for (int v = 0; v < NV; ++v) {
+    const __m512 mo = _mm512_mask_loadu_ps(ninf, kq[v], m + 16 * v);
+    mn[v] = _mm512_max_ps(mo, mx[v]);
+    /* alpha = e^{m - m'}; 0 where m = -inf (nothing seen yet) */
+    const __m512 a = sg_exp2_512_mask_ps(
+        _mm512_cmp_ps_mask(mo, ninf, _CMP_NEQ_UQ), _mm512_sub_ps(mo, mn[v]));
+    sum[v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(kq[v], l + 16 * v), a);
+    _mm512_mask_storeu_ps(al + 16 * v, kq[v], a);
+    _mm512_mask_storeu_ps(m + 16 * v, kq[v], mn[v]);
+  }
+  for (int64_t j = 0; j < bk; ++j)
+    for (int v = 0; v < NV; ++v) {
+      float *row = st + j * BQ + 16 * v;
+      const __mmask16 vis = masked ? at_lanes(t0 + j - 16 * v, bq - 16 * v)
+                                   : (__mmask16)0xFFFF;
+      const __m512 p = sg_exp2_512_mask_ps(
+          vis, _mm512_sub_ps(_mm512_maskz_loadu_ps(kq[v], row), mn[v]));
+      _mm512_mask_storeu_ps(row, kq[v], p);
+      sum[v] = _mm512_add_ps(sum[v], p);
+    }
+  for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(l + 16 * v, kq[v], sum[v]);
+}
+
+static void attn_fwd_softmax_avx512(const sg_attn_geom *g, float *st,
+                                    int64_t bk, int64_t bq, int64_t i0,
+                                    int64_t j0, float *m, float *l, float *al) {
+  if (!g->causal || j0 + bk - 1 <= i0 + g->offset) { /* every key visible */
+    if (bq == SG_ATTN_BQ)
+      at_softmax(0, st, bk, bq, 0, m, l, al);
+    else
+      at_softmax(1, st, bk, bq, INT64_MIN / 2, m, l, al);
+  } else {
+    at_softmax(1, st, bk, bq, j0 - g->offset - i0, m, l, al);
+  }
+}
+/* xt[c * ldt + r] = scale * x[r * d + c] (attn_transpose in
+ * attention_tmpl.h), 16 rows of a column per gather: the scalar loop was
+ * half of the forward's time outside the tile GEMMs and the softmax. */
+static void attn_transpose_avx512(const float *x, int64_t rows, int64_t d,
+                                  float scale, float *xt, int64_t ldt) {
+  /* r * d < 16 * d fits an int: d <= INT_MAX / SG_ATTN_BK (geom_make) */
+  const __m512i idx = _mm512_mullo_epi32(
+      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+      _mm512_set1_epi32((int)d));
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+    const __mmask16 k = at_lanes(0, rows - r0);
+    const float *base = x + r0 * d;
+    for (int64_t c = 0; c < d; ++c) {
+      const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx,
+                                                base + c, 4);
+      _mm512_mask_storeu_ps(xt + c * ldt + r0, k, _mm512_mul_ps(v, sc));
+    }
+  }
+}
+#define SG_ATRANSPOSE_F32 attn_transpose_avx512
+/* The backward's probabilities in place: st (key-major, bk x bq) = 2^{s -
+ * lse log2 e} (the scores in base 2 as in the forward; lse in base e, its
+ * product by log2 e inside the FMA, one rounding), 0 where key j is
+ * hidden from query i (i < t0 + j) or the query saw no key (lse = -inf).
+ * Inlined for masked = 0 (no causal mask: no mask arithmetic per row). */
+static inline __attribute__((always_inline)) void at_bwd_probs(
+    int masked, float *st, int64_t bk, int64_t bq, int64_t t0,
+    const float *lse) {
+  enum { NV = SG_ATTN_BQ / 16 };
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  const __m512 l2e = _mm512_set1_ps(1.44269504088896341f);
+  __m512 ls[NV];
+  __mmask16 kq[NV], kl[NV];
+  for (int v = 0; v < NV; ++v) {
+    kq[v] = at_lanes(0, bq - 16 * v);
+    ls[v] = _mm512_mask_loadu_ps(ninf, kq[v], lse + 16 * v);
+    kl[v] = _mm512_mask_cmp_ps_mask(kq[v], ls[v], ninf, _CMP_NEQ_UQ);
+  }
+  for (int64_t j = 0; j < bk; ++j)
+    for (int v = 0; v < NV; ++v) {
+      float *row = st + j * SG_ATTN_BQ + 16 * v;
+      const __mmask16 vis = masked ? kl[v] & at_lanes(t0 + j - 16 * v, 16)
+                                   : kl[v];
+      const __m512 x = _mm512_fnmadd_ps(ls[v], l2e,
+                                        _mm512_maskz_loadu_ps(kq[v], row));
+      _mm512_mask_storeu_ps(row, kq[v], sg_exp2_512_mask_ps(vis, x));
+    }
+}
+
+static void attn_bwd_probs_avx512(float *st, int64_t bk, int64_t bq, int64_t t0,
+                                  int full, const float *lse) {
+  if (full)
+    at_bwd_probs(0, st, bk, bq, 0, lse);
+  else
+    at_bwd_probs(1, st, bk, bq, t0, lse);
+}
+#define SG_ABWDPROBS_F32 attn_bwd_probs_avx512
+#define SG_ASOFTMAX_F32 attn_fwd_softmax_avx512
+#define SG_ABASE2_F32 1
 #else
 static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
                           int64_t ar, int64_t ac, const float *b, int64_t ldb,
@@ -187,6 +323,12 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
 
 #define R float
 #define S f32
+#ifdef SG_ASOFTMAX_F32
+#define SG_ASOFTMAX SG_ASOFTMAX_F32
+#define SG_ABASE2 SG_ABASE2_F32
+#define SG_ATRANSPOSE SG_ATRANSPOSE_F32
+#define SG_ABWDPROBS SG_ABWDPROBS_F32
+#endif
 #define SG_AEXP sg_expf
 #define SG_AMEXP expf
 #define SG_ALOG logf
@@ -196,6 +338,10 @@ static void attn_gemm_f32(int64_t m, int64_t n, int64_t k, const float *a,
 #undef SG_AEXP
 #undef SG_AMEXP
 #undef SG_ALOG
+#undef SG_ASOFTMAX
+#undef SG_ABASE2
+#undef SG_ATRANSPOSE
+#undef SG_ABWDPROBS
 
 #define R double
 #define S f64

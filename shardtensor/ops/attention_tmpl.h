@@ -1,7 +1,12 @@
 /* shardgrid — typed attention kernels, instantiated twice by attention.c.
  * Before including define R (element type), S (suffix), SG_AEXP (e^x of an
  * R, vectorisable for f32), SG_AMEXP (libm's e^x) and SG_ALOG, and the
- * tile GEMM attn_gemm_<S>. Internal.
+ * tile GEMM attn_gemm_<S>; optionally SG_ASOFTMAX, a kernel replacing
+ * attn_fwd_softmax_<S> (same arguments, same result), and SG_ABASE2 if
+ * that kernel works in base 2 (scores times log2 e, m their max, p =
+ * 2^{s - m}; then SG_ABWDPROBS too, the backward's probabilities from
+ * base-2 scores), and SG_ATRANSPOSE, a kernel replacing
+ * attn_transpose_<S>. Internal.
  *
  * Scores are kept KEY-major: a tile st[j * BQ + i] holds key j's score for
  * query i, so the per-query softmax statistics (running max, sum, lse, D)
@@ -12,6 +17,10 @@
 #define SG_ACAT_(a, b) SG_ACAT2_(a, b)
 #define AFN(name) SG_ACAT_(name, S)
 
+#ifdef SG_ATRANSPOSE
+#define AT_TRANSPOSE SG_ATRANSPOSE
+#else
+#define AT_TRANSPOSE AFN(attn_transpose)
 /* xt[c * ldt + r] = scale * x[r * d + c] for r < rows, c < d. */
 static void AFN(attn_transpose)(const R *x, int64_t rows, int64_t d, R scale,
                                 R *xt, int64_t ldt) {
@@ -20,6 +29,7 @@ static void AFN(attn_transpose)(const R *x, int64_t rows, int64_t d, R scale,
       for (int64_t r = r0; r < rows && r < r0 + 16; ++r)
         xt[c * ldt + r] = scale * x[r * d + c];
 }
+#endif
 
 static inline R AFN(attn_vdot)(const R *a, const R *b, int64_t n) {
   R acc[SG_ATTN_VL] = {0};
@@ -32,6 +42,7 @@ static inline R AFN(attn_vdot)(const R *a, const R *b, int64_t n) {
   return t;
 }
 
+#ifndef SG_ASOFTMAX
 /* The online softmax over one score tile st (bk keys x bq queries): m, l
  * (per query: running max and sum) updated, st replaced by the
  * unnormalised probabilities e^{st - m_new} (exactly 0 where masked), and
@@ -71,6 +82,8 @@ static void AFN(attn_fwd_softmax)(const sg_attn_geom *g, R *st, int64_t bk,
   }
 }
 
+#endif
+
 /* Forward of one query tile (rows i0 .. i0+bq of one head; q, o point at
  * the tile, k, v at the head). w: qt (d x BQ), st (BK x BQ), m, l, al. */
 static void AFN(attn_fwd_tile)(const sg_attn_geom *g, const R *q, const R *k,
@@ -78,7 +91,11 @@ static void AFN(attn_fwd_tile)(const sg_attn_geom *g, const R *q, const R *k,
                                R *w) {
   const int64_t d = g->d, BQ = SG_ATTN_BQ, BK = SG_ATTN_BK;
   R *qt = w, *st = qt + d * BQ, *m = st + BK * BQ, *l = m + BQ, *al = l + BQ;
-  AFN(attn_transpose)(q, bq, d, (R)g->scale, qt, BQ);
+#ifdef SG_ABASE2 /* scores in base 2: log2(e) folded into q's scale */
+  AT_TRANSPOSE(q, bq, d, (R)(g->scale * 1.4426950408889634), qt, BQ);
+#else
+  AT_TRANSPOSE(q, bq, d, (R)g->scale, qt, BQ);
+#endif
   memset(o, 0, (size_t)(bq * d) * sizeof *o);
   for (int64_t i = 0; i < bq; ++i) {
     m[i] = -INFINITY;
@@ -89,17 +106,28 @@ static void AFN(attn_fwd_tile)(const sg_attn_geom *g, const R *q, const R *k,
     const int64_t bk = kend - j0 < BK ? kend - j0 : BK;
     AFN(attn_gemm)
     (bk, bq, d, k + j0 * d, d, 1, qt, BQ, st, BQ, 0); /* st = k q^T */
+#ifdef SG_ASOFTMAX
+    SG_ASOFTMAX(g, st, bk, bq, i0, j0, m, l, al);
+#else
     AFN(attn_fwd_softmax)(g, st, bk, bq, i0, j0, m, l, al);
-    for (int64_t i = 0; i < bq; ++i)
-      if (al[i] != 1)
-        for (int64_t c = 0; c < d; ++c) o[i * d + c] *= al[i];
+#endif
+    for (int64_t i = 0; i < bq; ++i) {
+      const R a = al[i]; /* a local: o may alias al for the compiler */
+      if (a != 1)        /* the row's max unchanged: nothing to rescale */
+        for (int64_t c = 0; c < d; ++c) o[i * d + c] *= a;
+    }
     AFN(attn_gemm)(bq, d, bk, st, 1, BQ, v + j0 * d, d, o, d, 1); /* o += p v */
   }
   for (int64_t i = 0; i < bq; ++i) {
     /* no visible key: o stays 0, lse = -inf (an empty part for the merge) */
     R inv = l[i] > 0 ? 1 / l[i] : 0;
     for (int64_t c = 0; c < d; ++c) o[i * d + c] *= inv;
-    if (lse) lse[i] = l[i] > 0 ? m[i] + SG_ALOG(l[i]) : -INFINITY;
+#ifdef SG_ABASE2
+    const R mi = m[i] * (R)0.69314718055994531; /* back to base e */
+#else
+    const R mi = m[i];
+#endif
+    if (lse) lse[i] = l[i] > 0 ? mi + SG_ALOG(l[i]) : -INFINITY;
   }
 }
 
@@ -148,6 +176,9 @@ static void AFN(attn_bwd_tile)(const sg_attn_geom *g,
   R *st = w->st, *dpt = w->dpt;
   const R *dd = w->dd + i0, sc = (R)g->scale;
   AFN(attn_gemm)(bk, bq, d, k, d, 1, w->qt + i0, nq, st, BQ, 0);
+#ifdef SG_ABASE2
+  SG_ABWDPROBS(st, bk, bq, t0, full, lse);
+#else
   for (int64_t j = 0; j < bk; ++j) {
     R *row = st + j * BQ;
     const int64_t t = full ? 0 : t0 + j;
@@ -156,6 +187,7 @@ static void AFN(attn_bwd_tile)(const sg_attn_geom *g,
       row[i] = i >= t && lse[i] != -INFINITY ? p : 0; /* a row with no key: 0 */
     }
   }
+#endif
   if (dv) AFN(attn_gemm)(bk, d, bq, st, BQ, 1, dout, d, dv, d, 1);
   if (!dq && !dk) return;
   AFN(attn_gemm)(bk, bq, d, v, d, 1, w->dot + i0, nq, dpt, BQ, 0);
@@ -175,8 +207,12 @@ static void AFN(attn_bwd_head)(const sg_attn_geom *g, const R *q, const R *k,
   AFN(attn_bwd_ws)
   w = {ws, ws + d * nq, ws + 2 * d * nq, ws + 2 * d * nq + nq, NULL};
   w.dpt = w.st + BK * BQ;
-  AFN(attn_transpose)(q, nq, d, (R)g->scale, w.qt, nq);
-  AFN(attn_transpose)(dout, nq, d, 1, w.dot, nq);
+#ifdef SG_ABASE2 /* scores in base 2, as in the forward */
+  AT_TRANSPOSE(q, nq, d, (R)(g->scale * 1.4426950408889634), w.qt, nq);
+#else
+  AT_TRANSPOSE(q, nq, d, (R)g->scale, w.qt, nq);
+#endif
+  AT_TRANSPOSE(dout, nq, d, 1, w.dot, nq);
   for (int64_t i = 0; i < nq; ++i)
     w.dd[i] = AFN(attn_vdot)(dout + i * d, o + i * d, d);
   if (dq) memset(dq, 0, (size_t)(nq * d) * sizeof *dq);
@@ -233,6 +269,7 @@ static void AFN(attn_merge)(int64_t rows, int64_t d, R *o, R *lse, const R *ob,
   }
 }
 
+#undef AT_TRANSPOSE
 #undef AFN
 #undef SG_ACAT_
 #undef SG_ACAT2_
