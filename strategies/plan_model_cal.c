@@ -18,8 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const class_names[SG_PLAN_NOPS] = {
-    "gemm", "conv", "fft", "attn", "act", "norm", "up", "other"};
+static const char *const class_names[SG_PLAN_NOPS] = {"gemm", "conv", "fft",
+                                                      "attn", "act",  "norm",
+                                                      "up",   "other"};
 
 const char *sg_plan_op_class_name(int cls) {
   return cls >= 0 && cls < SG_PLAN_NOPS ? class_names[cls] : "?";
@@ -105,8 +106,8 @@ sg_status sg_plan_op_rec_times(const sg_plan_op_rec *r, int skip,
   out->steps = r->n - skip;
   for (int c = 0; c < SG_PLAN_NOPS; ++c)
     out->t[c] = column_median(r, skip, c, tmp, &out->spread[c]);
-  out->compute =
-      column_median(r, skip, SG_PLAN_NOPS, tmp, &out->spread_compute);
+  out->compute = column_median(r, skip, SG_PLAN_NOPS, tmp,
+                               &out->spread_compute);
   /* the rest as the medians' difference: the file's classes then sum to
    * its compute */
   double sum = 0.0;
@@ -125,10 +126,9 @@ void sg_plan_op_rec_free(sg_plan_op_rec *r) {
 
 /* ---- the op-times file ---- */
 
-#define CLASS_KEYS(k)                                                 \
-  {#k, SG_KV_FLOAT, "0", "seconds per step in the " #k " ops"},       \
-  {                                                                   \
-    "spread_" #k, SG_KV_FLOAT, "0", "their spread over the steps"     \
+#define CLASS_KEYS(k)                                             \
+  {#k, SG_KV_FLOAT, "0", "seconds per step in the " #k " ops"}, { \
+    "spread_" #k, SG_KV_FLOAT, "0", "their spread over the steps" \
   }
 static const sg_kv_key op_keys[] = {
     {"steps", SG_KV_INT, "0", "timed steps"},
@@ -163,8 +163,8 @@ sg_status sg_plan_op_times_save(const char *path, const sg_plan_op_times *t) {
   if (ferror(f)) SG_RAISE(SG_ERR_IO, "op times: writing %s", path);
 fail:
   if (f && fclose(f) && st == SG_OK)
-    st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__,
-                      "op times: closing %s", path);
+    st = sg_error_set(SG_ERR_IO, __FILE__, __LINE__, "op times: closing %s",
+                      path);
   return st;
 }
 
@@ -294,9 +294,9 @@ fail:
 
 /* Every calibrated rate: its class and its single-stream, shared and
  * spread fields. */
-#define RATE(k, c)                                                       \
-  {                                                                      \
-    c, offsetof(sg_plan_hw, k), offsetof(sg_plan_hw, shared.k),          \
+#define RATE(k, c)                                                            \
+  {                                                                           \
+    c, offsetof(sg_plan_hw, k), offsetof(sg_plan_hw, shared.k),               \
         offsetof(sg_plan_hw, spread.k), offsetof(sg_plan_hw, shared_spread.k) \
   }
 static const struct {
@@ -339,11 +339,13 @@ sg_status sg_plan_hw_from_model(const sg_plan_problem *pb,
   out->shared_ranks = shared ? nshared : 0;
   for (size_t i = 0; i < sizeof rate_fields / sizeof rate_fields[0]; ++i) {
     const int c = rate_fields[i].cls;
-    *hw_field(out, rate_fields[i].shared) =
-        shared ? *hw_field(&hs, rate_fields[i].one) : 0.0;
+    *hw_field(out, rate_fields[i].shared) = shared
+                                                ? *hw_field(&hs,
+                                                            rate_fields[i].one)
+                                                : 0.0;
     *hw_field(out, rate_fields[i].spread) = one->spread[c];
-    *hw_field(out, rate_fields[i].shared_spread) =
-        shared ? shared->spread[c] : 0.0;
+    *hw_field(out, rate_fields[i].shared_spread) = shared ? shared->spread[c]
+                                                          : 0.0;
   }
   out->cal_rounds = one->steps, out->cal_sample_s = one->compute;
   snprintf(out->name, sizeof out->name, "%s",

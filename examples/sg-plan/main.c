@@ -236,7 +236,8 @@ static sg_status calibrate_from_model(sg_kv_t kv, const sg_plan_problem *pb,
   const char *mesh = *sg_kv_str(kv, "mesh") ? sg_kv_str(kv, "mesh") : "h=1";
   SG_TRY(sg_plan_mesh_parse(mesh, &m));
   SG_TRY(sg_plan_check(pb, &m, why, sizeof why));
-  for (char *f = strtok_r(list, ",", &save); f; f = strtok_r(NULL, ",", &save)) {
+  for (char *f = strtok_r(list, ",", &save); f;
+       f = strtok_r(NULL, ",", &save)) {
     SG_TRY(sg_plan_op_times_load(f, n ? &t : &one));
     if (n++ == 1 || (n > 2 && t.compute > sh.compute)) sh = t;
   }
