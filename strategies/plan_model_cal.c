@@ -10,6 +10,7 @@
  * predict exactly those seconds for that run (sg_plan_hw_from_model), so
  * that across meshes only the communication and the per-rank shapes are
  * modelled. */
+#include "sg_log.h"
 #include "sg_plan.h"
 #include "sg_trace.h"
 
@@ -279,6 +280,12 @@ static sg_status solve_rates(const sg_plan_problem *pb, const sg_plan_mesh *m,
     for (int c = 0; c < SG_PLAN_NOPS; ++c) {
       if (!(meas[c] > 0)) continue;
       SG_TRY(class_share(pb, m, hw, c, &share));
+      if (!(share > 0) && c != SG_PLAN_OP_OTHER) {
+        /* the class's ops became memory-bound in the model (mem_bw
+         * moved): their time is mem_bw's to predict */
+        meas[SG_PLAN_OP_OTHER] += meas[c], meas[c] = 0.0, worst = 1.0;
+        continue;
+      }
       if (!(share > 0)) continue;
       const double f = share / meas[c];
       for (int i = 0; class_rates[c][i] >= 0; ++i)
@@ -288,6 +295,15 @@ static sg_status solve_rates(const sg_plan_problem *pb, const sg_plan_mesh *m,
     }
     if (worst < 1e-6) break;
   }
+  /* the fit's check: the one-rank prediction is the measured compute */
+  double t = 0.0, want = 0.0;
+  SG_TRY(compute_s(pb, m, hw, &t));
+  for (int c = 0; c < SG_PLAN_NOPS; ++c) want += times->t[c];
+  if (t > 1.01 * want || t < 0.99 * want)
+    sg_log_warn("calibrating from the model: the rates predict %.4g s of "
+                "compute, the run measured %.4g s (the classes did not "
+                "converge)",
+                t, want);
 fail:
   return st;
 }

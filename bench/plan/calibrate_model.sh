@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
     *) echo "calibrate_model.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
-[ -n "$base" ] && [ -n "$out" ] || { echo "calibrate_model.sh: --hardware BASE and --out HW are needed (--help)" >&2; exit 2; }
+if [ -z "$base" ] || [ -z "$out" ]; then echo "calibrate_model.sh: --hardware BASE and --out HW are needed (--help)" >&2; exit 2; fi
 [ $# -gt 0 ] || { echo "calibrate_model.sh: no model: give sg-train's arguments after -- (--help)" >&2; exit 2; }
 case $steps in ''|*[!0-9]*|0) echo "calibrate_model.sh: --steps must be >= 1, not '$steps'" >&2; exit 2 ;; esac
 case $copies in ''|*[!0-9]*|0) echo "calibrate_model.sh: --copies must be >= 1, not '$copies'" >&2; exit 2 ;; esac
