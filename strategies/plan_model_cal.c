@@ -109,11 +109,13 @@ sg_status sg_plan_op_rec_times(const sg_plan_op_rec *r, int skip,
     out->t[c] = column_median(r, skip, c, tmp, &out->spread[c]);
   out->compute = column_median(r, skip, SG_PLAN_NOPS, tmp,
                                &out->spread_compute);
-  /* the rest as the medians' difference: the file's classes then sum to
-   * its compute */
+  /* the rest as the medians' difference, so that the file's classes sum
+   * to its compute; medians of separate columns need not add up: where
+   * the classes' exceed the compute's, the compute is their sum */
   double sum = 0.0;
   for (int c = 0; c < SG_PLAN_OP_OTHER; ++c) sum += out->t[c];
   out->t[SG_PLAN_OP_OTHER] = out->compute > sum ? out->compute - sum : 0.0;
+  if (sum > out->compute) out->compute = sum;
 fail:
   free(tmp);
   return st;
@@ -232,6 +234,14 @@ static sg_status compute_s(const sg_plan_problem *pb, const sg_plan_mesh *m,
   return st;
 }
 
+/* Every compute rate. */
+static const ptrdiff_t all_rates[] = {
+    offsetof(sg_plan_hw, gemm_flops), offsetof(sg_plan_hw, conv_flops),
+    offsetof(sg_plan_hw, fft_flops),  offsetof(sg_plan_hw, attn_flops),
+    offsetof(sg_plan_hw, act_rate),   offsetof(sg_plan_hw, norm_rate),
+    offsetof(sg_plan_hw, lnorm_rate), offsetof(sg_plan_hw, up_rate),
+    offsetof(sg_plan_hw, mem_bw)};
+
 /* The seconds of the predicted compute that scale as 1 / the class's
  * rates: t(r (1 + e)) = t(r) - P e / (1 + e) for a part P in 1 / r (a
  * roofline term bound by another rate does not move). */
@@ -282,8 +292,12 @@ static sg_status solve_rates(const sg_plan_problem *pb, const sg_plan_mesh *m,
       SG_TRY(class_share(pb, m, hw, c, &share));
       if (!(share > 0) && c != SG_PLAN_OP_OTHER) {
         /* the class's ops became memory-bound in the model (mem_bw
-         * moved): their time is mem_bw's to predict */
+         * moved): their time is mem_bw's to predict, and their rates go
+         * out of the way (x 1e6), so that they do not bind again when
+         * mem_bw rises and count the time twice */
         meas[SG_PLAN_OP_OTHER] += meas[c], meas[c] = 0.0, worst = 1.0;
+        for (int i = 0; class_rates[c][i] >= 0; ++i)
+          *hw_field(hw, class_rates[c][i]) *= 1e6;
         continue;
       }
       if (!(share > 0)) continue;
@@ -295,15 +309,20 @@ static sg_status solve_rates(const sg_plan_problem *pb, const sg_plan_mesh *m,
     }
     if (worst < 1e-6) break;
   }
-  /* the fit's check: the one-rank prediction is the measured compute */
+  /* where a class's ops sit on both sides of the roofline (some bound by
+   * mem_bw, whose time the class's measurement holds) the classes can
+   * cycle without meeting: every rate scaled alike then scales every term
+   * alike, so that the one-rank prediction is the measured compute */
   double t = 0.0, want = 0.0;
   SG_TRY(compute_s(pb, m, hw, &t));
   for (int c = 0; c < SG_PLAN_NOPS; ++c) want += times->t[c];
-  if (t > 1.01 * want || t < 0.99 * want)
-    sg_log_warn("calibrating from the model: the rates predict %.4g s of "
-                "compute, the run measured %.4g s (the classes did not "
-                "converge)",
-                t, want);
+  if (t > 0 && want > 0 && (t > 1.001 * want || t < 0.999 * want)) {
+    sg_log_warn("calibrating from the model: the op classes did not meet "
+                "(%.4g s predicted for %.4g s); every rate scaled by %.3f",
+                t, want, t / want);
+    for (size_t i = 0; i < sizeof all_rates / sizeof all_rates[0]; ++i)
+      *hw_field(hw, all_rates[i]) *= t / want;
+  }
 fail:
   return st;
 }
