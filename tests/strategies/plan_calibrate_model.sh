@@ -37,8 +37,7 @@ sys.exit(abs(p - m) > 1e-3 * m)
 PY
 # a run whose GEMMs turn memory-bound in the model while the fit lowers
 # mem_bw (a loaded machine's times, fixed here): the fit still predicts
-# the measured compute
-# (it missed by 9% before), and one whose GEMM and memory classes cycle
+# the measured compute (it missed by 9% before), and one whose GEMM and memory classes cycle
 # (some GEMMs on each side of the roofline: it missed by 12% before the
 # final scaling of every rate)
 printf 'steps = 2\ncompute = 0.0024305165\ngemm = 0.00020614050\nfft = 0.0010120275\nact = 0.00043267450\nother = 0.00077967401\n' > loaded
