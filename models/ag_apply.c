@@ -9,6 +9,7 @@
 
 #include "sg_comm.h"
 #include "sg_device.h"
+#include "sg_trace.h"
 
 /* The padding of the node's window as sg_pad_forward takes it. */
 void ag_pads(const sg_node *node, int64_t (*pad)[2], sg_pad_mode *mode) {
@@ -398,7 +399,9 @@ static sg_status ag_apply_run(sg_tape_t tape, sg_node *node) {
     }
   }
   ag_current_tape = tape;
+  if (ag_time_ops) sg_trace_begin(node->op->name);
   st = node->op->forward(node);
+  if (ag_time_ops) sg_trace_end(node->op->name);
   ag_current_tape = NULL;
   if (st != SG_OK) goto fail;
   for (int j = 0; j < node->nout; ++j)

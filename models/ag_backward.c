@@ -9,6 +9,7 @@
 
 #include "sg_comm.h"
 #include "sg_device.h"
+#include "sg_trace.h"
 
 /* ---- backward ----------------------------------------------------------------- */
 
@@ -119,7 +120,9 @@ static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
     }
   }
   ag_current_tape = tape;
+  if (ag_time_ops) sg_trace_begin(node->op->name);
   st = node->op->backward(node);
+  if (ag_time_ops) sg_trace_end(node->op->name);
   ag_current_tape = NULL;
 fail:
   for (int j = 0; j < node->nout; ++j)

@@ -492,6 +492,9 @@ sg_status sg_node_alloc_out_uninit(sg_node *node, int j, int ndim,
 /* The tape of the node being run, for byte accounting in callbacks. */
 _Thread_local sg_tape_t ag_current_tape;
 
+int ag_time_ops;
+void sg_tape_time_ops(int on) { ag_time_ops = on != 0; }
+
 sg_status sg_node_save(sg_node *node, size_t bytes, void **ptr) {
   sg_status st = SG_OK;
   if (!node || !ptr) SG_RAISE(SG_ERR_INVALID_ARG, "node or ptr is NULL");

@@ -79,6 +79,9 @@ typedef enum ag_hook {
   AG_GRAD_READY
 } ag_hook;
 
+/* sg_tape_time_ops: time every op's kernels under its name. */
+extern int ag_time_ops;
+
 /* The tape of the node being run, for byte accounting in callbacks. */
 extern _Thread_local sg_tape_t ag_current_tape;
 

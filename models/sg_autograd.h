@@ -372,6 +372,12 @@ sg_status sg_tape_remove_hooks(sg_tape_t tape, int id);
  * communicator is not duplicated: it must outlive the tape's use.
  * Not collective. */
 void sg_tape_set_comm(sg_tape_t tape, MPI_Comm comm);
+/* 1: every op's forward and backward kernels run inside a timer region
+ * named after the op (sg_timer_total(op->name): its seconds so far, both
+ * passes, excluding its halo exchange), for the per-op-class times of
+ * sg-plan's calibration from the model (sg-train's op_times key); 0 (the
+ * default): untimed. Process-wide. */
+void sg_tape_time_ops(int on);
 /* 1: record (default); 0: no-grad mode. Returns the previous setting. */
 int sg_tape_set_grad_enabled(sg_tape_t tape, int enabled);
 

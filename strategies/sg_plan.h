@@ -179,6 +179,78 @@ void sg_plan_hw_on_node(const sg_plan_hw *hw, int on_node, sg_plan_hw *out);
 enum { SG_PLAN_CAL_QUICK = 1, SG_PLAN_CAL_CPU_TIME = 2 };
 sg_status sg_plan_calibrate(MPI_Comm comm, unsigned flags, sg_plan_hw *out);
 
+/* ---- calibration from the model's own steps
+ * (docs/choosing-a-mesh-time.md, "Calibrating from the model") ----
+ *
+ * The op classes the time model costs at one rate each: the tape's ops
+ * by name (linear: GEMM; conv, convt: conv; spectral_conv: FFT, its mode
+ * mix included; the attention ops; act; norm (GroupNorm and LayerNorm);
+ * upsample_linear) and OTHER, the rest of a step's compute (copies,
+ * element-wise ops, the loss, the optimizer, the data: the memory-bound
+ * work costed at mem_bw). */
+enum {
+  SG_PLAN_OP_GEMM,
+  SG_PLAN_OP_CONV,
+  SG_PLAN_OP_FFT,
+  SG_PLAN_OP_ATTN,
+  SG_PLAN_OP_ACT,
+  SG_PLAN_OP_NORM,
+  SG_PLAN_OP_UP,
+  SG_PLAN_OP_OTHER,
+  SG_PLAN_NOPS
+};
+/* "gemm", "conv", "fft", "attn", "act", "norm", "up", "other". */
+const char *sg_plan_op_class_name(int cls);
+
+/* A run's seconds per step by op class (the median over its timed steps)
+ * and their spread (interquartile range / median over the steps); compute
+ * is the step's compute time (sg-train's: the step less its halo and
+ * collectives), t[SG_PLAN_OP_OTHER] what the classes leave of it. */
+typedef struct sg_plan_op_times {
+  int steps; /* timed steps */
+  double compute, spread_compute;
+  double t[SG_PLAN_NOPS], spread[SG_PLAN_NOPS];
+} sg_plan_op_times;
+
+/* Per-step recording (sg-train with op_times; the tape's op timers on,
+ * sg_tape_time_ops): sg_plan_op_rec_step after each step takes the
+ * seconds the op classes' timers gained (sg_timer_total of their ops) and
+ * the step's compute seconds; sg_plan_op_rec_times the medians over the
+ * steps after the first `skip`. */
+typedef struct sg_plan_op_rec {
+  int n, cap;
+  double *v; /* n rows of SG_PLAN_NOPS: the classes, then compute */
+  double last[SG_PLAN_NOPS];
+} sg_plan_op_rec;
+sg_status sg_plan_op_rec_step(sg_plan_op_rec *r, double compute_s);
+sg_status sg_plan_op_rec_times(const sg_plan_op_rec *r, int skip,
+                               sg_plan_op_times *out);
+void sg_plan_op_rec_free(sg_plan_op_rec *r);
+
+/* The op-times file ("key = value": steps, compute, gemm, conv, ...,
+ * spread_<class>): written by sg-train (op_times), read by sg-plan. */
+sg_status sg_plan_op_times_save(const char *path, const sg_plan_op_times *t);
+sg_status sg_plan_op_times_load(const char *path, sg_plan_op_times *t);
+
+/* The machine as the model's own steps measured it: *out = *base (its
+ * links, memory, nodes) with each op class's rates (gemm_flops,
+ * conv_flops, fft_flops, attn_flops, act_rate, norm_rate and lnorm_rate,
+ * up_rate; OTHER: mem_bw) set so that sg_plan_step_time on mesh m (one
+ * rank: the mesh of the measured run) predicts each class's measured
+ * seconds (one's single-stream run), solved by fixed-point iteration on
+ * the classes' shares of the predicted compute (finite differences of
+ * sg_plan_step_time in each rate); with `shared` (the same run on
+ * nshared ranks of the node at once, the slowest's times; NULL: none) the
+ * *_shared rates the same way. A class the run did not time keeps base's
+ * rate; a class the model's time model does not cost adds its time to
+ * OTHER. Spreads from the runs' step-to-step spreads. The half-performance
+ * lengths are base's. */
+sg_status sg_plan_hw_from_model(const sg_plan_problem *pb,
+                                const sg_plan_mesh *m, const sg_plan_hw *base,
+                                const sg_plan_op_times *one,
+                                const sg_plan_op_times *shared, int nshared,
+                                sg_plan_hw *out);
+
 #ifdef __cplusplus
 }
 #endif

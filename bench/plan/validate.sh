@@ -4,6 +4,7 @@
 #
 #   bench/plan/validate.sh [--out DIR] [--steps 8] [--models "fno cnn unet vit"]
 #                          [--cpu-time] [--run-oversubscribed]
+#                          [--calibrate-from-model]
 #
 # It calibrates the machine once (sg-plan-calibrate --quick: every rate
 # the median of 5 rounds of >= 50 ms samples on activation-sized working
@@ -30,6 +31,13 @@
 #     reported, not judged (more ranks than cores share them: the cost
 #     model stretches compute by ranks / cores, which MPI's busy-polling
 #     waits make a lower bound). --run-oversubscribed also runs them.
+# --calibrate-from-model predicts each model with rates from its own first
+# steps instead (bench/plan/calibrate_model.sh: 1 + 3 steps of the model
+# on one rank with the tape's op timers, then the same run on every core
+# at once; the rates that predict each op class's measured seconds; the
+# calibration above still gives the links): the compute measured on the
+# real kernels at the real shapes, only the communication and the
+# per-rank shapes modelled. About 30 s more (4 x 4 steps per model).
 # Only runs with ranks <= cores are judged. Measured: the median wall time
 # of a step after 3 warm-up steps (sg-train's metrics). On a machine
 # shared with other jobs the wall time measures the scheduler: --cpu-time
@@ -42,7 +50,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/tools/env.sh"
-steps=8 models="fno cnn unet vit" out="" cpu_time=0 run_over=0
+steps=8 models="fno cnn unet vit" out="" cpu_time=0 run_over=0 from_model=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) steps=$2; shift 2 ;;
@@ -50,11 +58,16 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --cpu-time) cpu_time=1; shift ;;
     --run-oversubscribed) run_over=1; shift ;;
-    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
+    --calibrate-from-model) from_model=1; shift ;;
+    -h|--help) sed -n '2,49p' "$0"; exit 0 ;;
     *) echo "validate.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
 bin=$root/build/bin
+if [ $from_model = 1 ] && [ $cpu_time = 1 ]; then
+  echo "validate.sh: --calibrate-from-model times the model in wall time: not with --cpu-time" >&2
+  exit 2
+fi
 for b in sg-train sg-plan sg-plan-calibrate sg-ns2d; do
   [ -x "$bin/$b" ] || { echo "validate.sh: $bin/$b missing: build first (tools/build)" >&2; exit 2; }
 done
@@ -91,7 +104,7 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 # the first line a command prints ("" when it fails: a mesh that does not
 # fit); its whole output is read (no SIGPIPE under pipefail)
 first_line() { local o; o=$("$@" 2>/dev/null) || o=""; printf '%s\n' "$o" | sed -n 1p; }
-echo "validate.sh: $cores cores, load average $(load), timing: $([ $cpu_time = 1 ] && echo 'CPU time' || echo 'wall time'), work dir $work" >&2
+echo "validate.sh: $cores cores, load average $(load), timing: $([ $cpu_time = 1 ] && echo 'CPU time' || echo 'wall time'), calibration: $([ $from_model = 1 ] && echo "the model's steps" || echo 'micro-benchmarks'), work dir $work" >&2
 la=$(cut -d' ' -f1 /proc/loadavg)
 if [ $cpu_time = 0 ] && awk -v l="$la" -v c="$cores" 'BEGIN {exit !(l > 0.5 * c)}'; then
   echo "validate.sh: WARNING load average $la on $cores cores: wall times measure the other jobs (--cpu-time?)" >&2
@@ -102,7 +115,7 @@ np=$([ "$cores" -ge 2 ] && echo 2 || echo 1) # ranks of the data and the calibra
   --frames $((history + 4)) --dt 1e-2 --frame-dt 0.1 --mesh "h=$np" --log-level warn --overwrite
 runs=$work/runs.jsonl
 : > "$runs"
-echo "{\"cores\": $cores, \"timing\": \"$([ $cpu_time = 1 ] && echo cpu || echo wall)\", \"load_average_start\": \"$(load)\"}" >> "$runs"
+echo "{\"cores\": $cores, \"timing\": \"$([ $cpu_time = 1 ] && echo cpu || echo wall)\", \"calibrated_from\": \"$([ $from_model = 1 ] && echo model || echo micro)\", \"load_average_start\": \"$(load)\"}" >> "$runs"
 
 # one mesh: sg-plan's prediction, sg-train's measurement, a JSON line
 measure() { # MODEL SPEC HW [judged|oversubscribed|alone] [BATCH]
@@ -158,8 +171,9 @@ PY
 hw=$work/hw
 echo "validate.sh: calibrating (load $(load))" >&2
 mpirun "$np" "$bin/sg-plan-calibrate" "${cal[@]}" --out "$hw" > /dev/null
-# the calibration's single-stream and shared rates and their spreads, for the table
-/usr/bin/python3 - "$hw" "all" <<'PY' >> "$runs"
+# a calibration's single-stream and shared rates and their spreads, for the table
+cal_record() { # HW NAME
+/usr/bin/python3 - "$1" "$2" <<'PY' >> "$runs"
 import json, re, sys
 kv, spread = {}, {}
 for line in open(sys.argv[1]):
@@ -175,7 +189,20 @@ rates = {k: [float(kv[k]), float(kv[k + "_shared"])] for k in
 print(json.dumps({"calibration": sys.argv[2], "shared_ranks": int(kv.get("shared_ranks", 0)),
                   "rates": rates, "spread": spread}))
 PY
+}
+cal_record "$hw" all
 for model in $models; do
+  hw=$work/hw
+  if [ $from_model = 1 ]; then
+    # this model's rates from its own first steps, the links from $work/hw
+    echo "validate.sh: $model: calibrating from its steps (load $(load))" >&2
+    read -r -a size <<< "$(size_of "$model")"
+    "$root/bench/plan/calibrate_model.sh" --hardware "$work/hw" --out "$work/hw-$model" --copies "$np" -- \
+      --model "$model" "${size[@]}" --history "$history" --batch "$batch" --data "$data" \
+      --test-samples 1 > /dev/null
+    hw=$work/hw-$model
+    cal_record "$hw" "$model"
+  fi
   for spec in h=1 h=2 w=2 dp=2 "fsdp=2:--zero 3" "pp=2:--microbatches 4 --pp-split even" tp=2; do
     mesh=${spec%%:*}
     [ "$(ranks_of "$mesh")" -le "$cores" ] || continue

@@ -56,6 +56,7 @@ def main():
     timing = head.get("timing", "wall")
     print(f"{head.get('cores', '?')} cores; timing: {timing} "
           f"({'CPU s per step and rank, predicted total minus the bubble' if timing == 'cpu' else 'median wall s per step'}); "
+          f"rates from {'each model' + chr(39) + 's own first steps' if head.get('calibrated_from') == 'model' else 'the micro-benchmarks'}; "
           f"load average {head.get('load_average_start', '?')} at the start, "
           f"{end.get('load_average_end', '?')} at the end")
     print()

@@ -33,6 +33,13 @@ static const sg_kv_key plan_keys[] = {
      "sg-plan: the grid NYxNX of a dataset that is not here (instead of reading --data)"},
     {"threads", SG_KV_INT, "1",
      "sg-plan: OpenMP threads per rank (the kernels' workspaces are per thread)"},
+    {"calibrate_from_model", SG_KV_STRING, "",
+     "sg-plan: ONE[,SHARED,SHARED...]: sg-train op_times files of this model "
+     "(one rank alone; the same run on every core at once) into a hardware "
+     "file (--hardware-out), --hardware's links kept "
+     "(docs/choosing-a-mesh-time.md)"},
+    {"hardware_out", SG_KV_STRING, "this-machine-model",
+     "sg-plan: the hardware file --calibrate-from-model writes"},
 };
 
 enum { MAX_MESHES = 4096 };
@@ -214,6 +221,48 @@ static sg_status make_kv(sg_kv_t *kv, sg_kv_key **tab) {
   return sg_kv_create(*tab, n, kv);
 }
 
+/* --calibrate-from-model: the op-times files (the first a run alone, the
+ * rest the copies that ran at once: the slowest of them) into rates. */
+static sg_status calibrate_from_model(sg_kv_t kv, const sg_plan_problem *pb,
+                                      const sg_plan_hw *base) {
+  sg_status st = SG_OK;
+  char *list = strdup(sg_kv_str(kv, "calibrate_from_model")), *save = NULL;
+  sg_plan_op_times one, sh, t;
+  sg_plan_mesh m;
+  sg_plan_hw hw;
+  int n = 0;
+  char why[1024];
+  if (!list) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  const char *mesh = *sg_kv_str(kv, "mesh") ? sg_kv_str(kv, "mesh") : "h=1";
+  SG_TRY(sg_plan_mesh_parse(mesh, &m));
+  SG_TRY(sg_plan_check(pb, &m, why, sizeof why));
+  for (char *f = strtok_r(list, ",", &save); f;
+       f = strtok_r(NULL, ",", &save)) {
+    SG_TRY(sg_plan_op_times_load(f, n ? &t : &one));
+    if (n++ == 1 || (n > 2 && t.compute > sh.compute)) sh = t;
+  }
+  if (n == 2)
+    SG_RAISE(SG_ERR_CONFIG,
+             "--calibrate-from-model: one shared file; give the op times of "
+             "every copy that ran at once (2 or more), or none");
+  SG_TRY(sg_plan_hw_from_model(pb, &m, base, &one, n > 2 ? &sh : NULL, n - 1,
+                               &hw));
+  SG_TRY(sg_plan_hw_save(sg_kv_str(kv, "hardware_out"), &hw));
+  printf("%s: from %s's steps on %s: gemm %.3g flop/s, conv %.3g, fft %.3g, "
+         "attn %.3g, memory %.3g B/s",
+         sg_kv_str(kv, "hardware_out"), sg_kv_str(kv, "model"), mesh,
+         hw.gemm_flops, hw.conv_flops, hw.fft_flops, hw.attn_flops, hw.mem_bw);
+  if (hw.shared_ranks > 1)
+    printf("; %d at once: gemm %.3g, conv %.3g, fft %.3g, attn %.3g, memory "
+           "%.3g",
+           hw.shared_ranks, hw.shared.gemm_flops, hw.shared.conv_flops,
+           hw.shared.fft_flops, hw.shared.attn_flops, hw.shared.mem_bw);
+  printf("\n");
+fail:
+  free(list);
+  return st;
+}
+
 static sg_status plan(sg_kv_t kv) {
   sg_status st = SG_OK;
   row *rows = calloc(MAX_MESHES, sizeof *rows);
@@ -234,6 +283,14 @@ static sg_status plan(sg_kv_t kv) {
   memset(&hw, 0, sizeof hw);
   const int have_hw = *sg_kv_str(kv, "hardware") != '\0';
   if (have_hw) SG_TRY(sg_plan_hw_load(sg_kv_str(kv, "hardware"), &hw));
+  if (*sg_kv_str(kv, "calibrate_from_model")) {
+    if (!have_hw)
+      SG_RAISE(SG_ERR_CONFIG,
+               "--calibrate-from-model needs --hardware: the file whose links "
+               "(and memory, nodes) it keeps (sg-plan-calibrate writes one)");
+    SG_TRY(calibrate_from_model(kv, &pb, &hw));
+    goto fail; /* done: nothing to plan */
+  }
   int n = 0, sz[NDIMS];
   if (*sg_kv_str(kv, "mesh")) {
     SG_TRY(sg_plan_mesh_parse(sg_kv_str(kv, "mesh"), &rows[0].mesh));

@@ -131,6 +131,10 @@ const sg_kv_key sg_train_keys[] = {
     {"log_every", SG_KV_INT, "1", "print a line every N steps"},
     {"metrics", SG_KV_STRING, "", "write JSON lines here"},
     {"trace", SG_KV_STRING, "", "write a Chrome-trace timeline here"},
+    {"op_times", SG_KV_STRING, "",
+     "time the tape's ops by class and write each class's seconds per step "
+     "(the median over the steps after the first) here, for sg-plan "
+     "--calibrate-from-model"},
     {"predict", SG_KV_STRING, "",
      "write test predictions and targets to this NetCDF file"},
     {"ckpt_dir", SG_KV_STRING, "", "directory for checkpoints"},

@@ -329,6 +329,12 @@ static sg_status check_config(sg_kv_t kv) {
              clock);
   if (!(sg_kv_float(kv, "lr") > 0.0))
     SG_RAISE(SG_ERR_CONFIG, "lr must be > 0, not %g", sg_kv_float(kv, "lr"));
+  if (*sg_kv_str(kv, "op_times") && sg_kv_int(kv, "epochs") == 0 &&
+      sg_kv_int(kv, "steps") < 2)
+    SG_RAISE(SG_ERR_CONFIG,
+             "op_times needs steps >= 2 (the first step is a warm-up, not "
+             "timed), not %lld",
+             (long long)sg_kv_int(kv, "steps"));
 fail:
   return st;
 }
@@ -802,9 +808,28 @@ fail:
   return st;
 }
 
+/* The op classes' seconds per step, the steps after the first (rank 0's
+ * times: the file of a 1-rank run); the status agreed over the ranks. */
+static sg_status write_op_times(const run_t *r, const sg_plan_op_rec *rec,
+                                const char *path) {
+  sg_status st = SG_OK;
+  sg_plan_op_times t;
+  if (r->rank == 0) {
+    st = sg_plan_op_rec_times(rec, 1, &t);
+    if (st == SG_OK) st = sg_plan_op_times_save(path, &t);
+  }
+  int bad = st != SG_OK;
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (bad && st == SG_OK)
+    st = sg_error_set(SG_ERR_PEER, __FILE__, __LINE__,
+                      "op_times: rank 0 could not write %s", path);
+  return st;
+}
+
 static sg_status train(run_t *r) {
   sg_status st = SG_OK;
   sg_kv_t kv = r->kv;
+  sg_plan_op_rec rec = {0};
   int64_t *perm = NULL;
   sg_example *ex = NULL;
   double *roll = NULL;
@@ -855,6 +880,8 @@ static sg_status train(run_t *r) {
   budget_t bud;
   budget_start(&bud, kv);
   double t_start = sg_wtime(), t_coll = 0.0;
+  const char *op_times = sg_kv_str(kv, "op_times");
+  sg_tape_time_ops(*op_times != '\0');
   sg_mem_info mem0;
   SG_TRY(sg_mem_get_info(sg_device_host(), &mem0));
   SG_TRY(sg_mem_reset_peak(sg_device_host()));
@@ -897,6 +924,7 @@ static sg_status train(run_t *r) {
     double dt = sg_wtime() - t0;
     double coll = tcoll + (tr1 - tr0), halo = sg_timer_total("halo") - halo0;
     t_coll += coll;
+    if (*op_times) SG_TRY(sg_plan_op_rec_step(&rec, dt - coll - halo));
     if (!isfinite(lval))
       SG_RAISE(SG_ERR_INTERNAL,
                "loss is %g at step %lld: diverged (lower --lr?)", lval,
@@ -941,6 +969,7 @@ static sg_status train(run_t *r) {
     }
     SG_TRY(stop_check(r, step, first, saved));
   }
+  if (*op_times) SG_TRY(write_op_times(r, &rec, op_times));
   if (!r->stop && last < steps && !budget_hit && r->rank == 0)
     printf("sg-train: stopped after step %lld of %lld (stop_after %lld)%s\n",
            (long long)last, (long long)steps, (long long)stop_after,
@@ -985,6 +1014,8 @@ static sg_status train(run_t *r) {
     report_rollout(r, steps, nroll, roll);
   }
 fail:
+  sg_plan_op_rec_free(&rec);
+  sg_tape_time_ops(0);
   free(roll);
   free(ex);
   free(perm);
