@@ -56,6 +56,39 @@ int sg_stop_exit_code(int signo);
 /* "SIGTERM", "SIGINT", else "signal N" (static storage). */
 const char *sg_stop_signal_name(int signo);
 
+/* A time budget for a training loop, the other clean stop at a step
+ * boundary: limit seconds (<= 0: none) of wall time, or, with cpu_clock,
+ * of CPU time summed over the ranks (every thread of each). The readings
+ * are reduced to rank 0 of comm and broadcast, so every rank takes the
+ * same decision at the same boundary:
+ *
+ *   sg_budget b;
+ *   sg_budget_start(&b, MPI_COMM_WORLD, limit, 0);
+ *   for (step = 1; step <= steps; ++step) {
+ *     ... the step ...
+ *     int spent;
+ *     SG_TRY(sg_budget_spent(&b, &spent));
+ *     if (spent) break;   // then checkpoint and evaluate as usual
+ *   }
+ */
+typedef struct sg_budget {
+  double limit, wall0, cpu0;
+  int cpu;
+  MPI_Comm comm;
+} sg_budget;
+
+/* Record the clocks now. Not collective. */
+void sg_budget_start(sg_budget *b, MPI_Comm comm, double limit, int cpu_clock);
+
+/* The seconds since sg_budget_start as rank 0 of comm sees them after the
+ * reduction: *wall the maximum over the ranks, *cpu the sum; every rank
+ * gets the same values. Collective over comm. */
+sg_status sg_budget_used(const sg_budget *b, double *wall, double *cpu);
+
+/* *spent = 1 once the budget's clock reached its limit (no budget: 0, and
+ * no communication). Collective over comm when a limit is set. */
+sg_status sg_budget_spent(const sg_budget *b, int *spent);
+
 #ifdef __cplusplus
 }
 #endif

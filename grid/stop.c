@@ -2,10 +2,12 @@
 #include "sg_stop.h"
 
 #include "sg_comm.h"
+#include "sg_trace.h"
 
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static const int stop_signals[] = {SIGTERM, SIGINT};
 #define NSTOP ((int)(sizeof stop_signals / sizeof stop_signals[0]))
@@ -65,4 +67,39 @@ const char *sg_stop_signal_name(int signo) {
   if (signo == SIGINT) return "SIGINT";
   snprintf(buf, sizeof buf, "signal %d", signo);
   return buf;
+}
+
+/* ---- the time budget ---------------------------------------------------- */
+
+static double cpu_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void sg_budget_start(sg_budget *b, MPI_Comm comm, double limit, int cpu_clock) {
+  b->limit = limit, b->cpu = cpu_clock != 0, b->comm = comm;
+  b->wall0 = sg_wtime(), b->cpu0 = cpu_seconds();
+}
+
+sg_status sg_budget_used(const sg_budget *b, double *wall, double *cpu) {
+  sg_status st = SG_OK;
+  double mine[2] = {sg_wtime() - b->wall0, cpu_seconds() - b->cpu0}, v[2];
+  SG_MPI(MPI_Reduce(&mine[0], &v[0], 1, MPI_DOUBLE, MPI_MAX, 0, b->comm));
+  SG_MPI(MPI_Reduce(&mine[1], &v[1], 1, MPI_DOUBLE, MPI_SUM, 0, b->comm));
+  SG_MPI(MPI_Bcast(v, 2, MPI_DOUBLE, 0, b->comm));
+  *wall = v[0], *cpu = v[1];
+fail:
+  return st;
+}
+
+sg_status sg_budget_spent(const sg_budget *b, int *spent) {
+  sg_status st = SG_OK;
+  double wall = 0.0, cpu = 0.0;
+  *spent = 0;
+  if (b->limit <= 0.0) return SG_OK;
+  SG_TRY(sg_budget_used(b, &wall, &cpu));
+  *spent = (b->cpu ? cpu : wall) >= b->limit;
+fail:
+  return st;
 }

@@ -739,64 +739,15 @@ static void report_rollout(run_t *r, int64_t step, int64_t n,
   fflush(r->metrics);
 }
 
-/* time_budget: the training loop's budget (0: none), its clock (cpu: this
- * process's CPU seconds, all threads; else wall seconds) and the clocks'
- * readings at the loop's start. */
-typedef struct budget_t {
-  double limit, wall0, cpu0;
-  int cpu;
-} budget_t;
-
-static double cpu_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void budget_start(budget_t *b, sg_kv_t kv) {
-  b->limit = sg_kv_float(kv, "time_budget");
-  b->cpu = !strcmp(sg_kv_str(kv, "time_budget_clock"), "cpu");
-  b->wall0 = sg_wtime(), b->cpu0 = cpu_seconds();
-}
-
-/* The loop's seconds so far, as rank 0 sees them after a reduction: wall
- * (the maximum over ranks) and cpu (the sum over ranks); every rank gets
- * rank 0's values, so decisions taken on them agree. Collective. */
-static sg_status budget_used(const budget_t *b, double *wall, double *cpu) {
-  sg_status st = SG_OK;
-  double mine[2] = {sg_wtime() - b->wall0, cpu_seconds() - b->cpu0}, v[2];
-  SG_MPI(
-      MPI_Reduce(&mine[0], &v[0], 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
-  SG_MPI(
-      MPI_Reduce(&mine[1], &v[1], 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD));
-  SG_MPI(MPI_Bcast(v, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD));
-  *wall = v[0], *cpu = v[1];
-fail:
-  return st;
-}
-
-/* After a step: whether the budget is spent (no budget: never). Collective
- * when a budget is set. */
-static sg_status budget_spent(const budget_t *b, int *spent) {
-  sg_status st = SG_OK;
-  double wall = 0.0, cpu = 0.0;
-  *spent = 0;
-  if (b->limit <= 0.0) return SG_OK;
-  SG_TRY(budget_used(b, &wall, &cpu));
-  *spent = (b->cpu ? cpu : wall) >= b->limit;
-fail:
-  return st;
-}
-
-/* The loop's end under a budget: its wall and CPU seconds (budget_used)
+/* The loop's end under a budget: its wall and CPU seconds (sg_budget_used)
  * as one metrics line, and on rank 0 a line when the budget ended it
  * early. Collective when a budget is set. */
-static sg_status budget_report(run_t *r, const budget_t *b, int64_t last,
+static sg_status budget_report(run_t *r, const sg_budget *b, int64_t last,
                                int64_t steps, int hit) {
   sg_status st = SG_OK;
   double v[3] = {0.0, 0.0, (double)hit};
   if (b->limit <= 0.0) return SG_OK;
-  SG_TRY(budget_used(b, &v[0], &v[1]));
+  SG_TRY(sg_budget_used(b, &v[0], &v[1]));
   if (hit && r->rank == 0)
     printf("sg-train: time budget of %g %s seconds spent after step %lld of "
            "%lld (%.1f s wall, %.1f CPU-s); checkpoint and evaluation follow\n",
@@ -877,8 +828,9 @@ static sg_status train(run_t *r) {
                      ? first - 1 + stop_after
                      : steps;
   int budget_hit = 0; /* time_budget ended the loop at step `last` */
-  budget_t bud;
-  budget_start(&bud, kv);
+  sg_budget bud;
+  sg_budget_start(&bud, MPI_COMM_WORLD, sg_kv_float(kv, "time_budget"),
+                  !strcmp(sg_kv_str(kv, "time_budget_clock"), "cpu"));
   double t_start = sg_wtime(), t_coll = 0.0;
   const char *op_times = sg_kv_str(kv, "op_times");
   sg_tape_time_ops(*op_times != '\0');
@@ -930,7 +882,7 @@ static sg_status train(run_t *r) {
                "loss is %g at step %lld: diverged (lower --lr?)", lval,
                (long long)step);
     int spent = 0;
-    SG_TRY(budget_spent(&bud, &spent));
+    SG_TRY(sg_budget_spent(&bud, &spent));
     if (spent && step < last) last = step, budget_hit = 1;
     double sps = (double)r->gbatch / dt;
     if (r->rank == 0 && (step % log_every == 0 || step == 1 || step == last)) {
