@@ -65,15 +65,18 @@ static double block_sums(const sg_metric_block *b, int64_t i, int64_t v,
   return bad;
 }
 
-sg_status sg_dist_metrics(const sg_metric_block *b, sg_group_t domain,
-                          double *mse, double *acc, double *wsum) {
+/* Every (forecast, variable) block's sums, NS each, into *out (allocated
+ * here, NS * n * nvars), summed over the domain group in rank order; a
+ * NaN/Inf at a valid point anywhere is an error on every rank. */
+static sg_status metric_sums(const sg_metric_block *b, sg_group_t domain,
+                             const char *who, double **out) {
   sg_status st = SG_OK;
-  if (!b || !mse || !b->f || !b->o || (acc && !b->c) || b->n < 0 ||
-      b->nvars < 1 || b->ny < 0 || b->nx < 0 ||
-      (b->dtype != SG_DTYPE_F32 && b->dtype != SG_DTYPE_F64))
-    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
-                        "sg_dist_metrics: bad block (f32/f64 f and o; c for "
-                        "the ACC; n, nvars, ny, nx >= 0)");
+  *out = NULL;
+  if (!b || !b->f || !b->o || b->n < 0 || b->nvars < 1 || b->ny < 0 ||
+      b->nx < 0 || (b->dtype != SG_DTYPE_F32 && b->dtype != SG_DTYPE_F64))
+    return sg_error_set(
+        SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+        "%s: bad block (f32/f64 f and o; n, nvars, ny, nx >= 0)", who);
   const int64_t nv = b->n * b->nvars, ns = NS * nv + 1;
   double *s = malloc((size_t)ns * sizeof *s);
   if (!s)
@@ -91,15 +94,50 @@ sg_status sg_dist_metrics(const sg_metric_block *b, sg_group_t domain,
     SG_TRY(sg_allreduce_det(domain, s, s, ns, SG_DTYPE_F64, SG_REDUCE_SUM));
   if (s[ns - 1] > 0)
     SG_RAISE(SG_ERR_INVALID_ARG,
-             "sg_dist_metrics: %.0f NaN/Inf value(s) in the forecast, the "
-             "observation or the climatology at valid points",
-             s[ns - 1]);
-  for (int64_t k = 0; k < nv; ++k) {
+             "%s: %.0f NaN/Inf value(s) in the forecast, the observation or "
+             "the climatology at valid points",
+             who, s[ns - 1]);
+  *out = s;
+  s = NULL;
+fail:
+  free(s);
+  return st;
+}
+
+sg_status sg_dist_metrics(const sg_metric_block *b, sg_group_t domain,
+                          double *mse, double *acc, double *wsum) {
+  sg_status st = SG_OK;
+  double *s = NULL;
+  if (!mse || (b && acc && !b->c))
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_dist_metrics: no output, or the ACC without c");
+  SG_TRY(metric_sums(b, domain, "sg_dist_metrics", &s));
+  for (int64_t k = 0; k < b->n * b->nvars; ++k) {
     const double *q = s + NS * k, den = sqrt(q[3] * q[4]);
     mse[k] = q[0] > 0.0 ? q[1] / q[0] : 0.0;
     if (acc) acc[k] = q[0] > 0.0 && den > 0.0 ? q[2] / den : 0.0;
     if (wsum) wsum[k] = q[0];
   }
+fail:
+  free(s);
+  return st;
+}
+
+sg_status sg_rel_l2_sums_add(const sg_metric_block *b, sg_group_t domain,
+                             double *sums) {
+  sg_status st = SG_OK;
+  double *s = NULL;
+  if (!sums || (b && b->c))
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_rel_l2_sums_add: no sums, or a climatology (the "
+                        "relative L2 is of the fields themselves)");
+  SG_TRY(metric_sums(b, domain, "sg_rel_l2_sums_add", &s));
+  for (int64_t i = 0; i < b->n; ++i)
+    for (int64_t v = 0; v < b->nvars; ++v) {
+      const double *q = s + NS * (i * b->nvars + v);
+      sums[2 * i] += q[1];     /* sum w m (f - o)^2 */
+      sums[2 * i + 1] += q[4]; /* sum w m o^2 (c = 0) */
+    }
 fail:
   free(s);
   return st;

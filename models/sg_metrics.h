@@ -60,6 +60,18 @@ typedef struct sg_metric_block {
 sg_status sg_dist_metrics(const sg_metric_block *b, sg_group_t domain,
                           double *mse, double *acc, double *wsum);
 
+/* The relative L2 error over several blocks at once (the FNO paper's
+ * rollout metric, Li et al. 2021: per sample, over all its predicted
+ * frames, ||f - o|| / ||o||): per forecast i of this block, add the sums
+ * over its variables and valid points of w m (f - o)^2 to sums[2 i] and of
+ * w m o^2 to sums[2 i + 1] (b->c must be NULL), the same on every rank of
+ * the domain group (deterministic reduction). After the last block, the
+ * error of forecast i is sqrt(sums[2 i] / sums[2 i + 1]). A NaN/Inf at a
+ * valid point is SG_ERR_INVALID_ARG on every rank, sums untouched.
+ * Collective over domain (NULL: not split). */
+sg_status sg_rel_l2_sums_add(const sg_metric_block *b, sg_group_t domain,
+                             double *sums);
+
 /* Scores accumulated over many forecasts (WeatherBench 2's means): per
  * slot (a lead time, a kind of forecast: the model, persistence,
  * climatology, ...) and variable, the sums of MSE_iv and ACC_iv over the

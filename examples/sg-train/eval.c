@@ -341,24 +341,16 @@ static void roll_start(roll_state *R, int64_t b, float *x, float *x0) {
  * masked) per example, summed over the domain, to R->seq. Collective over
  * the domain. */
 static sg_status roll_seq_add(roll_state *R, int64_t b) {
-  sg_status st = SG_OK;
   run_t *r = R->r;
-  const int64_t n = r->lbatch, F = r->ds.nvars * r->ds.ny * r->ds.nx;
-  double *s = R->seq + b * 2 * n, *v = calloc((size_t)(2 * n), sizeof *v);
-  if (!v) SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t i = j * F; i < (j + 1) * F; ++i) {
-      const double d = (double)R->phys[i] - (double)R->truth[i];
-      v[2 * j] += d * d * R->mask[i];
-      v[2 * j + 1] += (double)R->truth[i] * R->truth[i] * R->mask[i];
-    }
-  if (r->domain && sg_group_size(r->domain) > 1)
-    SG_TRY(
-        sg_allreduce_det(r->domain, v, v, 2 * n, SG_DTYPE_F64, SG_REDUCE_SUM));
-  for (int64_t i = 0; i < 2 * n; ++i) s[i] += v[i];
-fail:
-  free(v);
-  return st;
+  const sg_metric_block blk = {.dtype = SG_DTYPE_F32,
+                               .n = r->lbatch,
+                               .nvars = r->ds.nvars,
+                               .ny = r->ds.ny,
+                               .nx = r->ds.nx,
+                               .f = R->phys,
+                               .o = R->truth,
+                               .mask = R->mask};
+  return sg_rel_l2_sums_add(&blk, r->domain, R->seq + b * 2 * r->lbatch);
 }
 
 /* The paper's rollout metric (Li et al. 2021): per example the relative L2

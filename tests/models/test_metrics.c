@@ -141,6 +141,31 @@ static void run_split(const gcase *g, const char *spec) {
   MPI_Allreduce(rs, hi, (int)(3 * k), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   SG_CHECK(memcmp(lo, hi, (size_t)(3 * k) * sizeof *lo) == 0,
            "%s: ranks disagree", spec);
+  /* the relative L2 sums (no climatology), added twice as over two frames:
+   * sharded == one process == the direct sums over the whole field */
+  {
+    sg_metric_block w1 = W.b, b1 = B.b;
+    w1.c = b1.c = NULL;
+    double s1[2 * 64] = {0}, ss[2 * 64] = {0}, want[2 * 64] = {0};
+    const int64_t plane = g->ny * g->nx;
+    for (int64_t i = 0; i < g->n; ++i)
+      for (int64_t e = i * g->nv * plane; e < (i + 1) * g->nv * plane; ++e) {
+        const double wv = wg[(e % plane) / g->nx] * g->m[e];
+        if (wv == 0.0) continue;
+        want[2 * i] += 2.0 * wv * (g->f[e] - g->o[e]) * (g->f[e] - g->o[e]);
+        want[2 * i + 1] += 2.0 * wv * g->o[e] * g->o[e];
+      }
+    for (int rep = 0; rep < 2; ++rep) {
+      SG_REQUIRE_OK(sg_rel_l2_sums_add(&w1, NULL, s1));
+      SG_REQUIRE_OK(sg_rel_l2_sums_add(&b1, dom, ss));
+    }
+    SG_CHECK(sg_test_cmp_f64(spec, s1, want, 2 * g->n, 1e-12, 1e-14) == 0,
+             "%s: one-process relative L2 sums differ from the direct sums",
+             spec);
+    SG_CHECK(sg_test_cmp_f64(spec, ss, s1, 2 * g->n, 1e-12, 1e-14) == 0,
+             "%s: sharded relative L2 sums differ from one process", spec);
+    SG_CHECK_STATUS(sg_rel_l2_sums_add(&B.b, dom, ss), SG_ERR_INVALID_ARG);
+  }
   /* a NaN at a masked point: ignored; at a valid point of the last rank:
    * an error on every rank */
   const int64_t nl = k * B.b.ny * B.b.nx;
