@@ -61,10 +61,6 @@ sg_status sg_train_loss_weights(run_t *r) {
         "loss_weighting = latitude: dataset '%s' has no latitude coordinate (a y dim named lat, "
         "after dim_map, with a coordinate variable)",
         r->dopt.path);
-  if (r->pipe)
-    SG_RAISE(
-        SG_ERR_NOT_SUPPORTED,
-        "loss_weighting = latitude is not supported with a pp mesh dim yet");
   const int64_t shape[4] = {r->lbatch, V, ny, nx};
   SG_TRY(sg_var_init(&r->lw, "lat_weight", SG_DTYPE_F32, 4, shape, NULL, 0));
   float *w = r->lw.value.data;
@@ -73,6 +69,7 @@ sg_status sg_train_loss_weights(run_t *r) {
       for (int64_t i = 0; i < nx; ++i)
         w[(p * ny + j) * nx + i] = (float)r->ds.wrow[j];
   r->has_lw = 1;
+  if (r->pipe) r->pps.weight = &r->lw; /* the last stage's loss (pipe.c) */
 fail:
   return st;
 }

@@ -178,9 +178,17 @@ static sg_status pp_loss(void *ctx, sg_tape_t tape, int mb, sg_var *y,
                      S->mask + mb * n * S->cout * plane, 0));
   SG_TRY(sg_model_mark(S->model, &S->vy[mb]));
   if (S->has_mask) SG_TRY(sg_model_mark(S->model, &S->vm[mb]));
+  /* the loss weights: the mask times the latitude weights (either alone) */
+  sg_var *w = S->has_mask ? &S->vm[mb] : NULL;
+  if (S->weight) {
+    SG_TRY(sg_model_mark(S->model, S->weight));
+    if (w)
+      SG_TRY(sg_ag_binary(tape, SG_BINARY_MUL, w, S->weight, &w));
+    else
+      w = S->weight;
+  }
   const sg_dist_loss_ctx lc = {S->domain, S->data, S->gbatch};
-  SG_TRY(sg_ag_dist_loss(tape, S->loss, y, &S->vy[mb],
-                         S->has_mask ? &S->vm[mb] : NULL, &lc, loss));
+  SG_TRY(sg_ag_dist_loss(tape, S->loss, y, &S->vy[mb], w, &lc, loss));
   if (S->loss == SG_LOSS_MSE && S->micro > 1)
     SG_TRY(sg_ag_scale(tape, 1.0 / (double)S->micro, *loss, loss));
 fail:

@@ -153,6 +153,7 @@ typedef struct sg_train_pp_step {
   sg_group_t domain, data;
   float *x, *y, *mask;
   sg_var *vy, *vm;
+  sg_var *weight; /* loss_weighting = latitude: run_t's lw, else NULL */
 } sg_train_pp_step;
 /* Forwards and backwards of the step (sg_pipe_model_run); *loss the step's loss
  * on every rank. Collective. */
