@@ -160,17 +160,21 @@ void sg_train_wm_report(const run_t *r, int64_t step) {
 /* ---- the latitude-weighted metrics at leads 1 .. K of a time series ---- */
 
 /* A lead evaluation in progress: per data rank lbatch test inits, their
- * first windows (persistence), the windows fed back, the scratch. */
+ * first windows (persistence), the windows fed back, the scratch; under
+ * pp all of it per micro-batch (nmb of them, m batches a pass). */
 typedef struct lead_state {
   run_t *r;
-  int64_t K;
-  sg_scores *wm;      /* slots (lead - 1) * EV_N + kind */
-  float *x, *x0, *xs; /* windows, first windows, scratch (lbatch * H * F) */
-  float *pred, *f, *truth, *mask; /* one frame of the batch each */
-  sg_example *ex, *exk;
+  int64_t K, nmb, k, pass; /* leads, batches at once; the lead, pass now */
+  sg_scores *wm;           /* slots (lead - 1) * EV_N + kind */
+  float *x, *x0, *xs; /* windows, first windows (nmb * lbatch * H * F each);
+                       * scratch (lbatch * H * F) */
+  float *pred;        /* predictions (nmb * lbatch * F) */
+  float *f, *truth, *mask; /* one frame of a batch each */
+  sg_example *ex, *exk;    /* inits (nmb * lbatch); scratch (lbatch) */
+  int64_t *valid;          /* real inits per micro-batch (nmb) */
 } lead_state;
 
-/* The model's prediction of batch x (normalised; no tape kept). */
+/* The model's prediction (normalised) of a batch of windows x. */
 static sg_status lead_predict(run_t *r, float *x, float *pred) {
   sg_status st = SG_OK;
   const int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx};
@@ -198,36 +202,38 @@ static void lead_physical(const run_t *r, float *a, const float *mask) {
                          mask[j * plane + i];
 }
 
-/* The batch's truth at lead k (1-based) into L->truth, L->mask (physical,
+/* Batch b's truth at lead k (1-based) into L->truth, L->mask (physical,
  * masked; an init whose target lies past the data: mask 0, so it is left
- * out of the lead's means). */
-static void lead_truth(lead_state *L, int64_t k) {
+ * out of the lead's means). ex: the batch's inits. */
+static void lead_truth(lead_state *L, const sg_example *ex, int64_t k) {
   run_t *r = L->r;
   const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx;
   for (int64_t j = 0; j < r->lbatch; ++j) {
-    L->exk[j] = L->ex[j];
-    if (sg_dataset_target_frame(&r->dopt, L->ex[j].t0, k - 1) < r->ds.nframes)
+    L->exk[j] = ex[j];
+    if (sg_dataset_target_frame(&r->dopt, ex[j].t0, k - 1) < r->ds.nframes)
       L->exk[j].t0 += (k - 1) * r->dopt.lead;
   }
   sg_dataset_fill(&r->ds, &r->dopt, L->exk, r->lbatch, L->xs, L->truth,
                   L->mask);
   for (int64_t j = 0; j < r->lbatch; ++j)
-    if (sg_dataset_target_frame(&r->dopt, L->ex[j].t0, k - 1) >= r->ds.nframes)
+    if (sg_dataset_target_frame(&r->dopt, ex[j].t0, k - 1) >= r->ds.nframes)
       memset(L->mask + j * F, 0, (size_t)F * sizeof *L->mask);
   lead_physical(r, L->truth, L->mask);
 }
 
-/* Score lead k of batch b: the model's prediction (normalised in
- * L->pred) and the baselines, into the accumulators of lead k. */
-static sg_status lead_score(lead_state *L, int64_t k, int64_t valid) {
+/* Score lead k of a batch: the model's prediction pred (normalised) and
+ * the baselines (persistence from the first windows x0), into the
+ * accumulators of lead k. Collective over the domain. */
+static sg_status lead_score(lead_state *L, int64_t k, const float *pred,
+                            const float *x0, int64_t valid) {
   sg_status st = SG_OK;
   run_t *r = L->r;
   const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history;
   for (int kind = 0; kind < EV_N; ++kind) {
     for (int64_t j = 0; j < r->lbatch; ++j)
       memcpy(L->f + j * F,
-             kind == EV_MODEL         ? L->pred + j * F
-             : kind == EV_PERSISTENCE ? L->x0 + (j * H + H - 1) * F
+             kind == EV_MODEL         ? pred + j * F
+             : kind == EV_PERSISTENCE ? x0 + (j * H + H - 1) * F
                                       : r->clim,
              (size_t)F * sizeof *L->f);
     lead_physical(r, L->f, L->mask);
@@ -238,28 +244,87 @@ fail:
   return st;
 }
 
-/* Batch b: its inits (padded with the last), the rollout over K leads. */
-static sg_status lead_batch(lead_state *L, int64_t b) {
-  sg_status st = SG_OK;
+/* Micro-batch mb (batch b): its inits (padded with the last) and first
+ * windows; L->valid[mb] how many are real. */
+static void lead_start(lead_state *L, int64_t mb, int64_t b) {
   run_t *r = L->r;
-  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history;
-  int64_t valid = 0;
+  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history,
+                W = r->lbatch * H * F;
+  sg_example *ex = L->ex + mb * r->lbatch;
+  L->valid[mb] = 0;
   for (int64_t j = 0; j < r->lbatch; ++j) {
     const int64_t g = b * r->ebatch + r->cdp * r->lbatch + j;
-    L->ex[j] = r->test[g < r->ntest ? g : r->ntest - 1];
-    valid += g < r->ntest;
+    ex[j] = r->test[g < r->ntest ? g : r->ntest - 1];
+    L->valid[mb] += g < r->ntest;
   }
-  sg_dataset_fill(&r->ds, &r->dopt, L->ex, r->lbatch, L->x, L->truth, L->mask);
-  memcpy(L->x0, L->x, (size_t)(r->lbatch * H * F) * sizeof *L->x0);
-  for (int64_t k = 1; k <= L->K; ++k) {
-    SG_TRY(lead_predict(r, L->x, L->pred));
-    lead_truth(L, k);
-    SG_TRY(lead_score(L, k, valid));
-    /* feed back masked like the data (0 at masked points) */
-    for (int64_t i = 0; i < r->lbatch * F; ++i)
-      L->f[i] = L->mask[i] != 0.0f ? 1.0f : 0.0f;
-    sg_train_feed_back(L->x, L->pred, r->ds.has_mask ? L->f : NULL, r->lbatch,
-                       H, F);
+  sg_dataset_fill(&r->ds, &r->dopt, ex, r->lbatch, L->x + mb * W, L->truth,
+                  L->mask);
+  memcpy(L->x0 + mb * W, L->x + mb * W, (size_t)W * sizeof *L->x0);
+}
+
+/* Lead L->k of micro-batch mb, predicted (L->pred): its truth, its scores
+ * (when score: the last stage under pp), and the prediction fed back into
+ * its window, masked like the data (0 at masked points). */
+static sg_status lead_step(lead_state *L, int64_t mb, int score) {
+  sg_status st = SG_OK;
+  run_t *r = L->r;
+  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history,
+                W = r->lbatch * H * F;
+  float *pred = L->pred + mb * r->lbatch * F;
+  lead_truth(L, L->ex + mb * r->lbatch, L->k);
+  if (score) SG_TRY(lead_score(L, L->k, pred, L->x0 + mb * W, L->valid[mb]));
+  for (int64_t i = 0; i < r->lbatch * F; ++i)
+    L->f[i] = L->mask[i] != 0.0f ? 1.0f : 0.0f;
+  sg_train_feed_back(L->x + mb * W, pred, r->ds.has_mask ? L->f : NULL,
+                     r->lbatch, H, F);
+fail:
+  return st;
+}
+
+/* Under pp (sg_pipe_model_io): the first stage feeds micro-batch mb's
+ * window, the last keeps its prediction. */
+static sg_status lead_pp_input(void *ctx, int mb, sg_var *x) {
+  lead_state *L = ctx;
+  run_t *r = L->r;
+  const int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx};
+  return sg_var_init(x, "x", SG_DTYPE_F32, 4, xs,
+                     L->x + mb * r->lbatch * r->cin * r->ds.ny * r->ds.nx, 0);
+}
+
+static sg_status lead_pp_output(void *ctx, sg_tape_t tape, int mb, sg_var *y,
+                                sg_var **loss) {
+  lead_state *L = ctx;
+  run_t *r = L->r;
+  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx;
+  (void)tape;
+  (void)loss;
+  memcpy(L->pred + mb * r->lbatch * F, y->value.data,
+         (size_t)(r->lbatch * F) * sizeof *L->pred);
+  return SG_OK;
+}
+
+/* Batches b0 .. b0 + nmb - 1 over the K leads: one process, or one
+ * forward-only pipeline run per lead, the predictions sent from the last
+ * stage to the others (every stage feeds back; the last one scores).
+ * Collective. */
+static sg_status lead_pass(lead_state *L, int64_t b0) {
+  sg_status st = SG_OK;
+  run_t *r = L->r;
+  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx;
+  const int scorer = !r->pipe ||
+                     sg_pipe_stage(r->pipe) == sg_pipe_nstages(r->pipe) - 1;
+  const sg_pipe_model_io io = {r->model, NULL, lead_pp_input, lead_pp_output,
+                               L};
+  for (int64_t mb = 0; mb < L->nmb; ++mb) lead_start(L, mb, b0 + mb);
+  for (L->k = 1; L->k <= L->K; ++L->k) {
+    if (r->pipe) {
+      SG_TRY(sg_pipe_model_forward(r->pipe, &io));
+      SG_TRY(sg_pipe_bcast_last(r->pipe, L->pred, L->nmb * r->lbatch * F,
+                                SG_DTYPE_F32));
+    } else {
+      SG_TRY(lead_predict(r, L->x, L->pred));
+    }
+    for (int64_t mb = 0; mb < L->nmb; ++mb) SG_TRY(lead_step(L, mb, scorer));
   }
 fail:
   return st;
@@ -304,8 +369,8 @@ static void lead_report(const run_t *r, int64_t K, int64_t step,
 sg_status sg_train_climate_leads(run_t *r, int64_t K, int64_t step) {
   sg_status st = SG_OK;
   const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history,
-                nf = r->lbatch * F + 1;
-  lead_state L = {.r = r, .K = K};
+                nmb = r->pipe ? r->micro : 1, n = r->lbatch;
+  lead_state L = {.r = r, .K = K, .nmb = nmb};
   double *res = NULL;
   if (!r->ds.wrow)
     SG_RAISE(SG_ERR_CONFIG,
@@ -313,21 +378,23 @@ sg_status sg_train_climate_leads(run_t *r, int64_t K, int64_t step) {
              "per lead: dataset '%s' has no latitude coordinate (a y dim "
              "named lat, after dim_map, with a coordinate variable)",
              r->dopt.path);
-  if (r->pipe)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "rollout on a time series with a pp mesh dim: not supported yet");
   L.wm = sg_scores_new(K * EV_N, r->ds.nvars);
   res = malloc((size_t)(2 * EV_N * r->ds.nvars * K) * sizeof *res);
-  L.x = malloc((size_t)(3 * r->lbatch * H * F + 1) * sizeof *L.x);
-  L.pred = malloc((size_t)(4 * nf) * sizeof *L.pred);
-  L.ex = malloc((size_t)(2 * r->lbatch) * sizeof *L.ex);
-  if (!L.wm || !res || !L.x || !L.pred || !L.ex)
+  L.x = malloc((size_t)((2 * nmb + 1) * n * H * F + 1) * sizeof *L.x);
+  L.pred = malloc((size_t)((nmb + 3) * n * F + 1) * sizeof *L.pred);
+  L.ex = malloc((size_t)((nmb + 1) * n) * sizeof *L.ex);
+  L.valid = malloc((size_t)nmb * sizeof *L.valid);
+  if (!L.wm || !res || !L.x || !L.pred || !L.ex || !L.valid)
     SG_RAISE(SG_ERR_ALLOC, "out of memory");
-  L.x0 = L.x + r->lbatch * H * F, L.xs = L.x0 + r->lbatch * H * F;
-  L.f = L.pred + nf, L.truth = L.f + nf, L.mask = L.truth + nf;
-  L.exk = L.ex + r->lbatch;
-  for (int64_t b = 0; b * r->ebatch < r->ntest; ++b) SG_TRY(lead_batch(&L, b));
+  L.x0 = L.x + nmb * n * H * F, L.xs = L.x0 + nmb * n * H * F;
+  L.f = L.pred + nmb * n * F, L.truth = L.f + n * F, L.mask = L.truth + n * F;
+  L.exk = L.ex + nmb * n;
+  for (int64_t b = 0; b * r->ebatch < r->ntest; b += nmb)
+    SG_TRY(lead_pass(&L, b));
   SG_TRY(sg_scores_allreduce(L.wm, r->data));
+  if (r->pipe)
+    SG_TRY(sg_pipe_bcast_last(r->pipe, L.wm->sum,
+                              4 * L.wm->nslots * L.wm->nvars, SG_DTYPE_F64));
   wm_final(L.wm, res);
   lead_report(r, K, step, res);
 fail:
@@ -336,5 +403,6 @@ fail:
   free(L.x);
   free(L.pred);
   free(L.ex);
+  free(L.valid);
   return st;
 }

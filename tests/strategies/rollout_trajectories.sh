@@ -11,8 +11,8 @@
 # computation from the file (also with history 1, lead 2), and on SST the
 # latitude-weighted RMSE and ACC (WeatherBench 2) of the baselines too,
 # at leads 1-3 from every test init (rollout = 3 on a time series);
-# loss_weighting = latitude on h=2 and (one-step training) on pp=2 equal
-# to one process.
+# loss_weighting = latitude on h=2 and (one-step training, with the
+# metrics at every lead) on pp=2 equal to one process.
 #   rollout_trajectories.sh fno|cnn BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 model=$1 bin=$2 mpiexec=$3 work=$4 src=$5
@@ -96,11 +96,15 @@ if [ "$model" = fno ]; then # (the loss is the model's business: once)
   # shellcheck disable=SC2086
   same sstw sstw_h2 2 h=2 $coads --loss-weighting latitude
   if $cmp sst.jsonl sstw.jsonl 1e-3 >/dev/null; then echo "FAILED: loss_weighting = latitude left the loss unchanged"; exit 1; fi
-  # and through a pipeline (the last stage's loss; pp: one-step training,
-  # no rollout evaluation)
+  # and through a pipeline (the last stage's loss; pp: one-step training),
+  # with the latitude-weighted metrics at every lead (rollout = 3: the
+  # forecasts run forward through the stages, the last one scores)
   # shellcheck disable=SC2086
-  run sstw1 1 h=1 $coads --loss-weighting latitude --rollout-train 1 --rollout 0
+  run sstw1 1 h=1 $coads --loss-weighting latitude --rollout-train 1
   # shellcheck disable=SC2086
-  same sstw1 sstw1_pp 2 pp=2 $coads --loss-weighting latitude --rollout-train 1 --rollout 0
+  same sstw1 sstw1_pp 2 pp=2 $coads --loss-weighting latitude --rollout-train 1
+  for key in rmse_SST acc_SST rmse_SST_leads acc_SST_leads rmse_SST_persistence_leads; do
+    $cmp sstw1.jsonl sstw1_pp.jsonl 1e-5 --key $key
+  done
 fi
 echo "rollout trajectories match ($model)"
