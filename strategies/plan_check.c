@@ -268,10 +268,12 @@ static void check_plan(const sg_plan_problem *pb, const sg_model_config *mc,
             "grad_accum = %lld with pp: the pipeline's micro-batches are set "
             "by microbatches",
             (long long)sg_plan_int(pb, "grad_accum"));
-  if (sg_plan_int(pb, "rollout_train") > 1)
+  if (sg_plan_int(pb, "rollout_train") > 1 &&
+      strcmp(sg_kv_str(pb->cfg, "rollout_grad"), "pushforward") != 0)
     why_add(w,
-            "rollout_train = %lld with a pp mesh dim: multi-step training "
-            "does not run through the pipeline yet",
+            "rollout_train = %lld, rollout_grad = full with a pp mesh dim: "
+            "the gradient through every step does not run through the "
+            "pipeline (rollout_grad = pushforward does)",
             (long long)sg_plan_int(pb, "rollout_train"));
   check_pipeline(pb, mc, m, w);
 }

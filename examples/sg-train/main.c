@@ -385,12 +385,14 @@ static sg_status check_rollout(run_t *r, sg_kv_t kv, sg_mesh_t mesh) {
              "training (rollout_train > 1) and the rollout feed one frame "
              "back at a time (use rollout_train = 1, rollout = 0)",
              (long long)sg_kv_int(kv, "out_frames"));
-  if (r->ar_steps > 1 && sg_train_pp_on(mesh))
-    SG_RAISE(
-        SG_ERR_NOT_SUPPORTED,
-        "rollout_train = %lld with a pp mesh dim: multi-step training does not run "
-        "through the pipeline yet (use rollout_train = 1 or a mesh without pp)",
-        (long long)r->ar_steps);
+  if (r->ar_steps > 1 && !r->ar_pushforward && sg_train_pp_on(mesh))
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "rollout_train = %lld, rollout_grad = full with a pp mesh dim: "
+             "the gradient through every step would run the pipeline K "
+             "times within one backward; not built (use rollout_grad = "
+             "pushforward, which runs through the pipeline, or a mesh "
+             "without pp)",
+             (long long)r->ar_steps);
 fail:
   return st;
 }
@@ -488,9 +490,17 @@ static sg_status pp_step_init(run_t *r) {
                           .x = r->xb,
                           .y = r->yb,
                           .mask = r->mb};
+  S->history = r->dopt.history;
+  S->nvars = r->ds.nvars;
+  S->steps = 1;
   S->vy = calloc((size_t)r->micro, sizeof *S->vy);
   S->vm = calloc((size_t)r->micro, sizeof *S->vm);
-  if (!S->vy || !S->vm) SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  if (r->ar_steps > 1)
+    S->pred = malloc(
+        (size_t)(r->micro * r->lbatch * r->ds.nvars * r->ds.ny * r->ds.nx + 1) *
+        sizeof *S->pred);
+  if (!S->vy || !S->vm || (r->ar_steps > 1 && !S->pred))
+    SG_RAISE(SG_ERR_ALLOC, "out of memory");
   sg_log_info(
       "pipeline: %d stages, schedule %s, %lld micro-batches, %d chunk(s) per stage",
       sg_pipe_nstages(r->pipe),
@@ -624,9 +634,10 @@ static sg_status setup(run_t *r) {
   SG_TRY(make_plan(r));
   /* a pipeline holds every micro-batch; multi-step training every step's
    * targets */
-  const int64_t plane = lny * lnx, nbuf = r->pipe ? r->micro : r->ar_steps;
+  const int64_t plane = lny * lnx,
+                nbuf = r->pipe ? r->micro * r->ar_steps : r->ar_steps;
   r->xb = malloc(
-      (size_t)((r->pipe ? nbuf : 1) * r->lbatch * r->cin * plane + 1) *
+      (size_t)((r->pipe ? r->micro : 1) * r->lbatch * r->cin * plane + 1) *
       sizeof *r->xb);
   r->yb = malloc((size_t)(nbuf * r->lbatch * r->cout * plane + 1) *
                  sizeof *r->yb);
@@ -853,6 +864,7 @@ static sg_status train(run_t *r) {
                           r->cdp * r->lbatch * r->micro; /* this data rank's */
     if (r->pipe) {
       r->pps.perm = mine;
+      r->pps.steps = K;
       SG_TRY(sg_train_pp_run(&r->pps, &lval));
     } else {
       for (int64_t k = 0; k < r->micro;
@@ -982,6 +994,7 @@ static void cleanup(run_t *r) {
   sg_pipe_destroy(&r->pipe);
   free(r->pps.vy);
   free(r->pps.vm);
+  free(r->pps.pred);
   free(r->xb);
   free(r->yb);
   free(r->mb);

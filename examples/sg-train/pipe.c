@@ -139,6 +139,13 @@ fail:
   return st;
 }
 
+/* Micro-batch mb's targets (K of them under multi-step training) and
+ * their masks: step k's at y_of(S, mb) + k * lbatch * cout * plane. */
+static int64_t y_of(const sg_train_pp_step *S, int mb) {
+  const int64_t K = S->steps > 1 ? S->steps : 1;
+  return mb * K * S->lbatch * S->cout * S->ds->ny * S->ds->nx;
+}
+
 /* Micro-batch mb's data (every buffer; each stage uses what it needs). */
 static sg_status pp_fill(void *ctx, int mb) {
   sg_status st = SG_OK;
@@ -149,9 +156,13 @@ static sg_status pp_fill(void *ctx, int mb) {
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
              "pp supports a micro-batch of at most 256 samples per rank");
   for (int64_t j = 0; j < n; ++j) ex[j] = S->train[S->perm[mb * n + j]];
-  sg_dataset_fill(S->ds, S->dopt, ex, n, S->x + mb * n * S->cin * plane,
-                  S->y + mb * n * S->cout * plane,
-                  S->mask + mb * n * S->cout * plane);
+  float *x = S->x + mb * n * S->cin * plane;
+  if (S->steps > 1)
+    sg_dataset_fill_steps(S->ds, S->dopt, ex, n, S->steps, x,
+                          S->y + y_of(S, mb), S->mask + y_of(S, mb));
+  else
+    sg_dataset_fill(S->ds, S->dopt, ex, n, x, S->y + y_of(S, mb),
+                    S->mask + y_of(S, mb));
 fail:
   return st;
 }
@@ -172,10 +183,11 @@ static sg_status pp_loss(void *ctx, sg_tape_t tape, int mb, sg_var *y,
   sg_train_pp_step *S = ctx;
   const int64_t n = S->lbatch, plane = S->ds->ny * S->ds->nx,
                 ys[4] = {n, S->cout, S->ds->ny, S->ds->nx};
-  SG_TRY(sg_var_init(&S->vy[mb], "y", SG_DTYPE_F32, 4, ys,
-                     S->y + mb * n * S->cout * plane, 0));
-  SG_TRY(sg_var_init(&S->vm[mb], "mask", SG_DTYPE_F32, 4, ys,
-                     S->mask + mb * n * S->cout * plane, 0));
+  /* the last step's targets (one-step training: the only ones) */
+  const int64_t yo = y_of(S, mb) +
+                     (S->steps > 1 ? S->steps - 1 : 0) * n * S->cout * plane;
+  SG_TRY(sg_var_init(&S->vy[mb], "y", SG_DTYPE_F32, 4, ys, S->y + yo, 0));
+  SG_TRY(sg_var_init(&S->vm[mb], "mask", SG_DTYPE_F32, 4, ys, S->mask + yo, 0));
   SG_TRY(sg_model_mark(S->model, &S->vy[mb]));
   if (S->has_mask) SG_TRY(sg_model_mark(S->model, &S->vm[mb]));
   /* the loss weights: the mask times the latitude weights (either alone) */
@@ -195,9 +207,52 @@ fail:
   return st;
 }
 
+/* Multi-step training's forward-only steps: the last stage keeps each
+ * micro-batch's prediction. */
+static sg_status pp_keep(void *ctx, sg_tape_t tape, int mb, sg_var *y,
+                         sg_var **loss) {
+  sg_train_pp_step *S = ctx;
+  const int64_t F = S->nvars * S->ds->ny * S->ds->nx;
+  (void)tape;
+  (void)loss;
+  memcpy(S->pred + mb * S->lbatch * F, y->value.data,
+         (size_t)(S->lbatch * F) * sizeof *S->pred);
+  return SG_OK;
+}
+
+/* Pushforward (K > 1): every micro-batch's data, then steps 1 .. K-1
+ * without a tape, forward through the stages; the predictions go from
+ * the last stage to every stage, which feed them back into the windows
+ * (times the mask of that step's target, as the data hold 0 at masked
+ * points; sg_train_feed_back). Collective. */
+static sg_status pp_pushforward(sg_train_pp_step *S) {
+  sg_status st = SG_OK;
+  const int64_t plane = S->ds->ny * S->ds->nx, n = S->lbatch,
+                F = S->nvars * plane;
+  const sg_pipe_model_io io = {S->model, NULL, pp_input, pp_keep, S};
+  for (int mb = 0; mb < S->micro; ++mb) SG_TRY(pp_fill(S, mb));
+  for (int64_t k = 0; k < S->steps - 1; ++k) {
+    SG_TRY(sg_pipe_model_forward(S->pipe, &io));
+    SG_TRY(
+        sg_pipe_bcast_last(S->pipe, S->pred, S->micro * n * F, SG_DTYPE_F32));
+    for (int mb = 0; mb < S->micro; ++mb)
+      sg_train_feed_back(S->x + mb * n * S->cin * plane, S->pred + mb * n * F,
+                         S->has_mask ? S->mask + y_of(S, mb) + k * n * F : NULL,
+                         n, S->history, F);
+  }
+fail:
+  return st;
+}
+
 sg_status sg_train_pp_run(sg_train_pp_step *S, double *loss) {
-  const sg_pipe_model_io io = {S->model, pp_fill, pp_input, pp_loss, S};
-  sg_status st = sg_pipe_model_run(S->pipe, &io, loss);
+  sg_status st = SG_OK;
+  sg_pipe_model_io io = {S->model, pp_fill, pp_input, pp_loss, S};
+  if (S->steps > 1) {
+    SG_TRY(pp_pushforward(S));
+    io.fill = NULL; /* filled and rolled forward above */
+  }
+  st = sg_pipe_model_run(S->pipe, &io, loss);
+fail:
   for (int k = 0; k < S->micro; ++k) {
     sg_var_release(&S->vy[k]);
     sg_var_release(&S->vm[k]);

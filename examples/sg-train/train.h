@@ -139,7 +139,12 @@ sg_status sg_train_pp_create(sg_kv_t kv, sg_mesh_t mesh, sg_mesh_t stage_mesh,
 /* One step's pipeline run: micro-batch k is the training examples
  * perm[k * lbatch .. (k + 1) * lbatch) of this data rank; x, y, mask hold
  * micro micro-batches (vy, vm: the last stage's targets and masks, micro
- * variables each; the inputs are sg_pipe_model_run's). */
+ * variables each; the inputs are sg_pipe_model_run's). Multi-step
+ * training (steps K > 1, rollout_grad = pushforward): y and mask hold K
+ * targets per micro-batch (step-major, sg_dataset_fill_steps); steps
+ * 1 .. K-1 run forward only through the stages (the last one's
+ * predictions, pred, sent to every stage, which feed them back), and the
+ * training run's loss is step K's. */
 typedef struct sg_train_pp_step {
   sg_pipe_t pipe;
   sg_model_t model;
@@ -154,6 +159,9 @@ typedef struct sg_train_pp_step {
   float *x, *y, *mask;
   sg_var *vy, *vm;
   sg_var *weight; /* loss_weighting = latitude: run_t's lw, else NULL */
+  int64_t steps;  /* this step's K (1: one-step training) */
+  int64_t history, nvars;
+  float *pred; /* K > 1: micro * lbatch predicted frames */
 } sg_train_pp_step;
 /* Forwards and backwards of the step (sg_pipe_model_run); *loss the step's loss
  * on every rank. Collective. */

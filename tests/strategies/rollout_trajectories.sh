@@ -3,7 +3,8 @@
 # rollout_grad, rollout_curriculum): 10-step trajectories with
 # rollout_train = 4 (losses, gradient norms, the final test errors of the
 # model and the baselines) equal to one process to 1e-5 relative on h=2,
-# dp=2,h=2 and w=3; the pushforward variant on h=2; a curriculum
+# dp=2,h=2 and w=3; the pushforward variant on h=2 and pp=2 (steps 1 ..
+# K-1 forward only through the stages, fed back on every stage); a curriculum
 # (K = 1, 1, 1, 2, ...) on h=2; activation checkpointing per step the same
 # bits as without, with a lower peak; a masked time series (COADS SST, land
 # masked: the masked loss and feedback) on h=2; the baselines (persistence,
@@ -11,8 +12,8 @@
 # computation from the file (also with history 1, lead 2), and on SST the
 # latitude-weighted RMSE and ACC (WeatherBench 2) of the baselines too,
 # at leads 1-3 from every test init (rollout = 3 on a time series);
-# loss_weighting = latitude on h=2 and (one-step training, with the
-# metrics at every lead) on pp=2 equal to one process.
+# loss_weighting = latitude on h=2, and on pp=2 (with pushforward on the
+# masked series and the metrics at every lead) equal to one process.
 #   rollout_trajectories.sh fno|cnn BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 model=$1 bin=$2 mpiexec=$3 work=$4 src=$5
@@ -54,6 +55,7 @@ same ref dph2 4 dp=2,h=2
 same ref w3 3 w=3
 run pf 1 h=1 --rollout-grad pushforward
 same pf pf_h2 2 h=2 --rollout-grad pushforward
+same pf pf_pp 2 pp=2 --rollout-grad pushforward
 run cur 1 h=1 --rollout-curriculum 3
 same cur cur_h2 2 h=2 --rollout-curriculum 3
 python3 - cur.jsonl <<'PY'
@@ -96,13 +98,15 @@ if [ "$model" = fno ]; then # (the loss is the model's business: once)
   # shellcheck disable=SC2086
   same sstw sstw_h2 2 h=2 $coads --loss-weighting latitude
   if $cmp sst.jsonl sstw.jsonl 1e-3 >/dev/null; then echo "FAILED: loss_weighting = latitude left the loss unchanged"; exit 1; fi
-  # and through a pipeline (the last stage's loss; pp: one-step training),
-  # with the latitude-weighted metrics at every lead (rollout = 3: the
-  # forecasts run forward through the stages, the last one scores)
+  # and through a pipeline: the last stage's weighted loss, multi-step
+  # training with pushforward (steps 1-2 forward through the stages, the
+  # masked predictions fed back on every stage), the latitude-weighted
+  # metrics at every lead (rollout = 3: the forecasts run forward through
+  # the stages, the last one scores)
   # shellcheck disable=SC2086
-  run sstw1 1 h=1 $coads --loss-weighting latitude --rollout-train 1
+  run sstw1 1 h=1 $coads --loss-weighting latitude --rollout-grad pushforward
   # shellcheck disable=SC2086
-  same sstw1 sstw1_pp 2 pp=2 $coads --loss-weighting latitude --rollout-train 1
+  same sstw1 sstw1_pp 2 pp=2 $coads --loss-weighting latitude --rollout-grad pushforward
   for key in rmse_SST acc_SST rmse_SST_leads acc_SST_leads rmse_SST_persistence_leads; do
     $cmp sstw1.jsonl sstw1_pp.jsonl 1e-5 --key $key
   done
