@@ -14,7 +14,7 @@
  * Every op the device table (models/sg_op_device.h) lists on cuda must
  * name launchers this test exercises. Built only with the CUDA backend;
  * without a CUDA device it prints "no CUDA device: skipped" and exits 77
- * (CTest's skip). */
+ * (CTest's skip), or fails when SG_REQUIRE_GPU is set (tools/test-gpu). */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <mpi.h>
@@ -231,9 +231,12 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-    printf("no CUDA device: skipped\n");
+    const char *req = getenv("SG_REQUIRE_GPU"); /* tools/test-gpu sets it */
+    int fail = req && req[0] && strcmp(req, "0") != 0;
+    printf("no CUDA device: %s\n",
+           fail ? "FAILED (SG_REQUIRE_GPU)" : "skipped");
     MPI_Finalize();
-    return 77;
+    return fail ? 1 : 77;
   }
   CK(cudaSetDevice(0));
   check_table();
