@@ -12,7 +12,8 @@
  *        polynomial on the host and expf on the device; the f32 bias
  *        gradient sums rows in f32 on the host, in f64 on the device)
  * Every op the device table (models/sg_op_device.h) lists on cuda must
- * name launchers this test exercises. Built only with the CUDA backend;
+ * name launchers this test exercises; the launchers' argument errors are
+ * checked first, with or without a device. Built only with the CUDA backend;
  * without a CUDA device it prints "no CUDA device: skipped" and exits 77
  * (CTest's skip), or fails when SG_REQUIRE_GPU is set (tools/test-gpu). */
 #include <cuda_runtime_api.h>
@@ -227,8 +228,50 @@ static void check_table(void) {
   }
 }
 
+/* The launchers' argument checks run before any CUDA call: tested with or
+ * without a device (CI's CUDA build runs these, then skips). */
+static void check_arguments(void) {
+  sg_adamw_config cfg = sg_adamw_defaults();
+  struct {
+    const char *what;
+    sg_status got, want;
+  } c[] = {
+      {"act on i32",
+       sg_act_fwd_cuda(SG_ACT_RELU, SG_DTYPE_I32, 4, NULL, NULL, NULL),
+       SG_ERR_NOT_SUPPORTED},
+      {"act on -1 elements",
+       sg_act_bwd_cuda(SG_ACT_GELU, SG_DTYPE_F32, -1, NULL, NULL, NULL, NULL),
+       SG_ERR_INVALID_ARG},
+      {"act on 0 elements (no launch)",
+       sg_act_fwd_cuda(SG_ACT_TANH, SG_DTYPE_F64, 0, NULL, NULL, NULL), SG_OK},
+      {"loss with 5 elements in 2 items",
+       sg_loss_bwd_cuda(SG_LOSS_MSE, SG_DTYPE_F32, 2, 5, NULL, NULL, NULL, 1.0,
+                        NULL, NULL, NULL),
+       SG_ERR_SHAPE},
+      {"mse loss without a target",
+       sg_loss_partial_cuda(SG_LOSS_MSE, SG_DTYPE_F32, 1, 4, &cfg, NULL,
+                            (double *)&cfg, NULL),
+       SG_ERR_INVALID_ARG},
+      {"adamw at step 0",
+       sg_adamw_step_f32_cuda(NULL, NULL, NULL, NULL, 4, 0, 1e-3, 1.0, &cfg,
+                              NULL),
+       SG_ERR_INVALID_ARG},
+  };
+  for (size_t i = 0; i < sizeof c / sizeof *c; ++i)
+    if (c[i].got != c[i].want) {
+      printf("FAIL: %s: status %d, expected %d\n", c[i].what, (int)c[i].got,
+             (int)c[i].want);
+      ++fails;
+    }
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
+  check_arguments();
+  if (fails) {
+    MPI_Finalize();
+    return 1;
+  }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
     const char *req = getenv("SG_REQUIRE_GPU"); /* tools/test-gpu sets it */

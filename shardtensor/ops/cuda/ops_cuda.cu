@@ -214,14 +214,17 @@ fail:
   return st;
 }
 
+// As the host's sg_loss_check: the kind, the shape, p (and t where read).
 sg_status loss_check(const char *what, sg_loss_kind kind, int64_t batch,
-                     int64_t n) {
+                     int64_t n, const void *p, const void *t) {
   sg_status st = SG_OK;
   if ((int)kind < 0 || kind > SG_LOSS_REL_L2)
     SG_RAISE(SG_ERR_INVALID_ARG, "%s: unknown loss %d", what, (int)kind);
   if (n < 0 || batch < 1 || n % batch)
     SG_RAISE(SG_ERR_SHAPE, "%s: %lld elements in %lld batch items", what,
              (long long)n, (long long)batch);
+  if (n > 0 && (!p || (!t && (kind == SG_LOSS_MSE || kind == SG_LOSS_REL_L2))))
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s: NULL prediction or target", what);
 fail:
   return st;
 }
@@ -317,7 +320,7 @@ extern "C" sg_status sg_loss_partial_cuda(sg_loss_kind kind, sg_dtype dt,
   const int64_t rows = kind == SG_LOSS_REL_L2 ? batch : 1;
   const int64_t len = batch > 0 ? (kind == SG_LOSS_REL_L2 ? n / batch : n) : 0;
   const int64_t nblk = len > 0 ? (len + SG_SUM_BLOCK - 1) / SG_SUM_BLOCK : 1;
-  SG_TRY(loss_check("sg_loss_partial_cuda", kind, batch, n));
+  SG_TRY(loss_check("sg_loss_partial_cuda", kind, batch, n, p, t));
   if (!partial)
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_loss_partial_cuda: partial is NULL");
   SG_CUDA(cudaMallocAsync((void **)&blk, 2 * (size_t)(rows * nblk) * 8, s));
@@ -340,7 +343,7 @@ extern "C" sg_status sg_loss_bwd_cuda(sg_loss_kind kind, sg_dtype dt,
                                       const void *t, const double *partial,
                                       double g, void *dp, void *dt_grad,
                                       void *stream) {
-  sg_status st = loss_check("sg_loss_bwd_cuda", kind, batch, n);
+  sg_status st = loss_check("sg_loss_bwd_cuda", kind, batch, n, p, t);
   if (st != SG_OK) return st;
   return dispatch("sg_loss_bwd_cuda", dt, n, [&](auto z) {
     using T = decltype(z);
