@@ -33,15 +33,25 @@ endif()
 # Attach the CUDA sources (C files calling the CUDA runtime, and .cu kernels
 # in an object library) to a target.
 function(sg_cuda_attach target)
+  # layer/cuda/ and layer/sub/cuda/ (shardtensor/ops/cuda/ kernels; the
+  # C files of a sub-layer's cuda/ are added by its own CMakeLists.txt);
+  # tests/cuda/ holds test programs, not library code
   file(GLOB_RECURSE _cu_c CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/*/cuda/*.c)
-  file(GLOB_RECURSE _cu_k CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/*/cuda/*.cu)
-  list(FILTER _cu_c EXCLUDE REGEX "/build[^/]*/")
-  list(FILTER _cu_k EXCLUDE REGEX "/build[^/]*/")
+  file(GLOB_RECURSE _cu_k CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/*/cuda/*.cu
+       ${PROJECT_SOURCE_DIR}/*/*/cuda/*.cu)
+  list(REMOVE_DUPLICATES _cu_k)
+  list(FILTER _cu_c EXCLUDE REGEX "/(build[^/]*|tests)/")
+  list(FILTER _cu_k EXCLUDE REGEX "/(build[^/]*|tests)/")
   target_sources(${target} PRIVATE ${_cu_c})
   if(_cu_k)
     add_library(shardgrid_cuda_kernels OBJECT ${_cu_k})
     set_target_properties(shardgrid_cuda_kernels PROPERTIES
       POSITION_INDEPENDENT_CODE ON CUDA_STANDARD 17)
+    # warnings of nvcc and of the host compiler behind it; errors with
+    # SG_WERROR (CI), as for the C sources
+    target_compile_options(shardgrid_cuda_kernels PRIVATE
+      -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter
+      $<$<BOOL:${SG_WERROR}>:-Werror=all-warnings -Xcompiler=-Werror>)
     get_target_property(_inc ${target} INCLUDE_DIRECTORIES)
     target_include_directories(shardgrid_cuda_kernels PRIVATE ${_inc})
     target_link_libraries(shardgrid_cuda_kernels PRIVATE MPI::MPI_C CUDA::cudart)

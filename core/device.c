@@ -5,8 +5,10 @@
 #include "sg_trace.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -114,6 +116,14 @@ static sg_status host_noop2(void *a, void *b) {
   return SG_OK;
 }
 
+static sg_status host_describe(int index, char *name, size_t n, size_t *bytes) {
+  (void)index;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (n) snprintf(name, n, "host");
+  *bytes = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+  return SG_OK;
+}
+
 static const sg_device_ops sg_host_ops = {
     .name = "host",
     .count = host_count,
@@ -130,6 +140,7 @@ static const sg_device_ops sg_host_ops = {
     .stream_wait = host_noop2,
     .event_sync = host_noop1,
     .event_elapsed = NULL, /* handled with host_time */
+    .describe = host_describe,
 };
 
 /* ---- dispatch ----------------------------------------------------------- */
@@ -173,6 +184,19 @@ sg_status sg_device_check(sg_device dev) {
   if (dev.index >= n)
     SG_RAISE(SG_ERR_NO_DEVICE, "no %s device %d (%d available)",
              sg_device_kind_name(dev.kind), dev.index, n);
+fail:
+  return st;
+}
+
+sg_status sg_device_describe(sg_device dev, char *name, size_t n,
+                             size_t *total_bytes) {
+  sg_status st = SG_OK;
+  size_t bytes = 0;
+  if ((n && !name) || !total_bytes)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_device_describe: NULL argument");
+  SG_TRY(sg_device_check(dev));
+  SG_TRY(sg_ops(dev.kind)->describe(dev.index, name, n, &bytes));
+  *total_bytes = bytes;
 fail:
   return st;
 }

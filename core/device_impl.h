@@ -22,6 +22,8 @@ typedef struct sg_device_ops {
   sg_status (*stream_wait)(void *stream, void *event);
   sg_status (*event_sync)(void *event);
   sg_status (*event_elapsed)(void *start, void *end, float *ms);
+  /* name (n bytes with the terminator) and total memory */
+  sg_status (*describe)(int index, char *name, size_t n, size_t *bytes);
 } sg_device_ops;
 
 struct sg_stream {

@@ -49,6 +49,12 @@ sg_status sg_device_count(sg_device_kind kind, int *count);
  * otherwise. */
 sg_status sg_device_check(sg_device dev);
 
+/* A device's name (at most n bytes with the terminator) and total memory in
+ * bytes: CUDA's device properties; for the host "host" and the physical
+ * memory. SG_ERR_NO_DEVICE as sg_device_check. */
+sg_status sg_device_describe(sg_device dev, char *name, size_t n,
+                             size_t *total_bytes);
+
 /* Allocate bytes on dev (host: 64-byte aligned). bytes == 0 gives NULL. */
 sg_status sg_malloc(sg_device dev, size_t bytes, void **ptr);
 /* Same, zero-filled. */

@@ -27,6 +27,12 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+/* Open MPI's extensions (MPIX_CUDA_AWARE_SUPPORT, sg_mpi_cuda_aware) */
+#if defined(OPEN_MPI) && OPEN_MPI && defined(__has_include)
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
+#endif
 
 /* ---- dtypes and ops -------------------------------------------------------*/
 
@@ -704,6 +710,22 @@ sg_status sg_irecv(sg_group_t g, void *buf, int64_t count, sg_dtype dt, int src,
 }
 
 /* ---- NCCL -----------------------------------------------------------------*/
+
+#if !SG_HAVE_NCCL
+int sg_nccl_version(void) { return 0; }
+#endif
+
+int sg_mpi_cuda_aware(void) {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() ? 1 : 0; /* Open MPI with CUDA */
+#elif defined(MPIX_CUDA_AWARE_SUPPORT)
+  return 0; /* Open MPI built without CUDA */
+#elif defined(MPICH_NUMVERSION) && MPICH_NUMVERSION >= 40000000
+  return MPIX_Query_cuda_support() ? 1 : 0;
+#else
+  return -1;
+#endif
+}
 
 sg_status sg_mesh_enable_nccl(sg_mesh_t mesh) {
   sg_status st = SG_OK;

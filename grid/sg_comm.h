@@ -221,6 +221,15 @@ sg_status sg_wait_timed(MPI_Request *req, MPI_Status *status, int yield,
  * request); deterministic reductions and in-place reduce_scatter/alltoall(v)
  * on device buffers return SG_ERR_NOT_SUPPORTED. */
 sg_status sg_mesh_enable_nccl(sg_mesh_t mesh);
+/* The NCCL library's version (ncclGetVersion: e.g. 22703 for 2.27.3) when
+ * built with NCCL, else 0 (also 0 if the library does not answer). Not
+ * collective. */
+int sg_nccl_version(void);
+
+/* Whether the MPI library can take CUDA device buffers: 1 yes, 0 no, -1
+ * unknown (MPIX_Query_cuda_support of MPICH >= 4 and of Open MPI built
+ * with its CUDA extension; other MPIs cannot say). Not collective. */
+int sg_mpi_cuda_aware(void);
 
 #ifdef __cplusplus
 }

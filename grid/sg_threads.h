@@ -26,6 +26,17 @@ extern "C" {
  * NULL) the ranks of comm sharing this node. Collective over comm. */
 sg_status sg_threads_auto(MPI_Comm comm, int *nthreads, int *ranks_on_node);
 
+/* This rank's place on its node: its rank among the ranks of comm that
+ * share its node (MPI_Comm_split_type, shared memory; in comm's rank
+ * order) and their number. Collective over comm. */
+sg_status sg_node_rank(MPI_Comm comm, int *local_rank, int *local_size);
+
+/* The CUDA device of this rank, one rank per GPU: its node-local rank
+ * modulo the number of CUDA devices it sees (with CUDA_VISIBLE_DEVICES
+ * set per rank that is 0); -1 when it sees none (or CUDA is not built).
+ * sg_mesh_enable_nccl makes it the current device. Collective over comm. */
+sg_status sg_cuda_device_local(MPI_Comm comm, int *index);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,8 @@
 /* shardgrid — threads per rank (see sg_threads.h). */
 #include "sg_threads.h"
 
+#include "sg_device.h"
+
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -8,13 +10,37 @@
 #include <omp.h>
 #endif
 
-sg_status sg_threads_auto(MPI_Comm comm, int *nthreads, int *ranks_on_node) {
+sg_status sg_node_rank(MPI_Comm comm, int *local_rank, int *local_size) {
   sg_status st = SG_OK;
   MPI_Comm node = MPI_COMM_NULL;
-  int local = 1;
+  int r = 0, n = 1;
   SG_MPI(
       MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  SG_MPI(MPI_Comm_size(node, &local));
+  SG_MPI(MPI_Comm_rank(node, &r));
+  SG_MPI(MPI_Comm_size(node, &n));
+  if (local_rank) *local_rank = r;
+  if (local_size) *local_size = n;
+fail:
+  if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+  return st;
+}
+
+sg_status sg_cuda_device_local(MPI_Comm comm, int *index) {
+  sg_status st = SG_OK;
+  int r = 0, ndev = 0;
+  if (!index) SG_RAISE(SG_ERR_INVALID_ARG, "sg_cuda_device_local: NULL index");
+  *index = -1;
+  SG_TRY(sg_node_rank(comm, &r, NULL));
+  SG_TRY(sg_device_count(SG_DEVICE_CUDA, &ndev));
+  if (ndev > 0) *index = r % ndev;
+fail:
+  return st;
+}
+
+sg_status sg_threads_auto(MPI_Comm comm, int *nthreads, int *ranks_on_node) {
+  sg_status st = SG_OK;
+  int local = 1;
+  SG_TRY(sg_node_rank(comm, NULL, &local));
   const char *env = getenv("OMP_NUM_THREADS");
   int use = 1;
 #ifdef _OPENMP
@@ -30,6 +56,5 @@ sg_status sg_threads_auto(MPI_Comm comm, int *nthreads, int *ranks_on_node) {
   if (nthreads) *nthreads = use;
   if (ranks_on_node) *ranks_on_node = local;
 fail:
-  if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
   return st;
 }

@@ -1,6 +1,7 @@
 /* shardgrid — the registry of the built-in ops (sg_op_registry.h). A new
  * built-in op goes into ops_of() below (and into the case table of
- * tests/ops/test_op_table.c, which fails without it). */
+ * tests/ops/test_op_table.c and the device table of models/op_device.c,
+ * whose tests fail without it). */
 #include "sg_op_registry.h"
 
 #include <string.h>

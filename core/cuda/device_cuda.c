@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 /* Sizes of live device blocks, for memory accounting (open addressing). */
@@ -202,6 +203,16 @@ fail:
   return st;
 }
 
+static sg_status cuda_describe(int index, char *name, size_t n, size_t *bytes) {
+  sg_status st = SG_OK;
+  struct cudaDeviceProp p;
+  SG_CUDA(cudaGetDeviceProperties(&p, index));
+  if (n) snprintf(name, n, "%s (sm_%d%d)", p.name, p.major, p.minor);
+  *bytes = p.totalGlobalMem;
+fail:
+  return st;
+}
+
 static const sg_device_ops sg_cuda_ops = {
     .name = "cuda",
     .count = cuda_count,
@@ -218,6 +229,7 @@ static const sg_device_ops sg_cuda_ops = {
     .stream_wait = cuda_stream_wait,
     .event_sync = cuda_event_sync,
     .event_elapsed = cuda_event_elapsed,
+    .describe = cuda_describe,
 };
 
 const sg_device_ops *sg_device_ops_cuda(void) { return &sg_cuda_ops; }

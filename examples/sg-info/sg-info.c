@@ -9,6 +9,9 @@
  *    "ranks": [{"rank": 0, "coords": {"pp": 0, ...},
  *               "groups": {"pp": [0, 4, 8, 12], ...}}, ...],
  *    "build": {...}}
+ * The build part names the backends; with CUDA built, the GPUs rank 0 sees
+ * (name, memory), the NCCL version and whether the MPI is CUDA-aware
+ * ("yes", "no", "unknown").
  * where groups[d] lists the world ranks of the rank's group along dim d in
  * group-rank order. Bad input gives one clear error line and a non-zero exit
  * on every rank (the ranks agree on the failure first, so none hangs).
@@ -145,6 +148,45 @@ static void mpi_library(char *out, size_t n) {
   out[k] = '\0';
 }
 
+/* "2.27.3" from ncclGetVersion's code; "" when NCCL is not there. */
+static void nccl_version_str(char *out, size_t n) {
+  int v = sg_nccl_version();
+  if (v <= 0)
+    snprintf(out, n, "%s", "");
+  else if (v >= 10000) /* NCCL >= 2.9: major*10000 + minor*100 + patch */
+    snprintf(out, n, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  else
+    snprintf(out, n, "%d.%d.%d", v / 1000, v / 100 % 10, v % 100);
+}
+
+static const char *cuda_aware_str(void) {
+  int a = sg_mpi_cuda_aware();
+  return a > 0 ? "yes" : (a == 0 ? "no" : "unknown");
+}
+
+/* Device i's name and memory in GiB (its name "?" if it cannot say). */
+static double cuda_device(int i, char *name, size_t n) {
+  size_t bytes = 0;
+  if (sg_device_describe((sg_device){SG_DEVICE_CUDA, i}, name, n, &bytes) !=
+      SG_OK)
+    snprintf(name, n, "?");
+  return (double)bytes / (1024.0 * 1024.0 * 1024.0);
+}
+
+static void print_cuda_text(int cuda_devices) {
+  char nccl[32], name[300];
+  nccl_version_str(nccl, sizeof nccl);
+  printf("  NCCL       %s\n", nccl[0] ? nccl : "not available");
+  printf("  MPI+CUDA   CUDA-aware MPI: %s\n", cuda_aware_str());
+  for (int i = 0; i < cuda_devices; ++i) {
+    double gib = cuda_device(i, name, sizeof name);
+    printf("  GPU %-6d %s, %.1f GiB\n", i, name, gib);
+  }
+  if (cuda_devices > 0)
+    printf("  placement  one rank per GPU: node-local rank mod %d\n",
+           cuda_devices);
+}
+
 static void print_build_text(int cuda_devices) {
   char lib[256];
   int major = 0, minor = 0;
@@ -159,6 +201,7 @@ static void print_build_text(int cuda_devices) {
            cuda_devices, cuda_devices == 1 ? "" : "s");
   else
     printf("; cuda not built\n");
+  if (SG_HAVE_CUDA) print_cuda_text(cuda_devices);
   const char *core = sg_blas_core(), *hint = sg_blas_coretype_hint();
   printf("  BLAS       %s", SG_BLAS_NAME);
   if (core) printf(" (kernels: %s)", core);
@@ -201,6 +244,20 @@ static void print_build_json(int cuda_devices) {
   json_str(sg_blas_coretype_hint() ? sg_blas_coretype_hint() : "");
   printf(", \"fft\": ");
   json_str(SG_FFT_NAME);
+  char nccl[32], name[300];
+  nccl_version_str(nccl, sizeof nccl);
+  printf(", \"nccl_version\": ");
+  json_str(nccl);
+  printf(", \"cuda_aware_mpi\": ");
+  json_str(cuda_aware_str());
+  printf(", \"cuda_device_list\": [");
+  for (int i = 0; i < cuda_devices; ++i) {
+    double gib = cuda_device(i, name, sizeof name);
+    printf("%s{\"index\": %d, \"name\": ", i ? ", " : "", i);
+    json_str(name);
+    printf(", \"memory_gib\": %.2f}", gib);
+  }
+  printf("]");
   printf(", \"netcdf\": %s, \"netcdf_parallel\": %s, \"pnetcdf\": %s}",
          SG_HAVE_NETCDF ? "true" : "false",
          SG_HAVE_NETCDF_PAR ? "true" : "false",

@@ -12,6 +12,7 @@
 #include "mesh_impl.h"
 #include "sg_comm.h"
 #include "sg_device.h"
+#include "sg_threads.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -105,6 +106,11 @@ fail:
   return st;
 }
 
+int sg_nccl_version(void) {
+  int v = 0;
+  return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+}
+
 sg_status sg_nccl_mesh_enable(sg_mesh_t m) {
   sg_status st = SG_OK;
   if (m->nccl_enabled) return SG_OK;
@@ -113,6 +119,14 @@ sg_status sg_nccl_mesh_enable(sg_mesh_t m) {
   if (local == SG_OK && ndev == 0)
     local = sg_error_set(SG_ERR_NO_DEVICE, __FILE__, __LINE__,
                          "sg_mesh_enable_nccl: no usable CUDA device");
+  SG_TRY(sg_agree(m->comm, local));
+  /* one rank per GPU: the device of the node-local rank is the current
+   * one for the communicators (and the caller's later CUDA calls) */
+  int dev = -1;
+  local = sg_cuda_device_local(m->comm, &dev);
+  if (local == SG_OK && dev >= 0 && cudaSetDevice(dev) != cudaSuccess)
+    local = sg_error_set(SG_ERR_NO_DEVICE, __FILE__, __LINE__,
+                         "sg_mesh_enable_nccl: cudaSetDevice(%d) failed", dev);
   SG_TRY(sg_agree(m->comm, local));
   for (unsigned mask = 0; mask < (1u << m->ndims); ++mask) {
     struct sg_group *g = m->groups[mask];

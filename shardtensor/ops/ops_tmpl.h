@@ -962,16 +962,20 @@ void FN(sg_act_bwd)(int act, int64_t n, const R *x, const R *dy, R *dx) {
 #undef SG_ACT_LOOPS
 #undef SG_ACT_LOOP
 
+/* one loop per op (a constant op in each: straight-line, vectorised) */
 void FN(sg_binary_fwd)(int op, int64_t n, const R *a, const R *b, R *y) {
   if (op == SG_BINARY_ADD) {
 #pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
-    for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = FN(sg_el_binary)(SG_BINARY_ADD, a[i], b[i]);
   } else if (op == SG_BINARY_SUB) {
 #pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
-    for (int64_t i = 0; i < n; ++i) y[i] = a[i] - b[i];
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = FN(sg_el_binary)(SG_BINARY_SUB, a[i], b[i]);
   } else {
 #pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
-    for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = FN(sg_el_binary)(SG_BINARY_MUL, a[i], b[i]);
   }
 }
 
@@ -979,26 +983,24 @@ void FN(sg_binary_bwd)(int op, int64_t n, const R *a, const R *b, const R *dy,
                        R *da, R *db) {
 #pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
   for (int64_t i = 0; i < n; ++i) {
-    R g = dy[i];
-    R ga = op == SG_BINARY_MUL ? g * b[i] : g;
-    R gb = op == SG_BINARY_MUL ? g * a[i] : (op == SG_BINARY_SUB ? -g : g);
-    if (da) da[i] = ga;
-    if (db) db[i] = gb;
+    if (da) da[i] = FN(sg_el_binary_grad_a)(op, dy[i], b ? b[i] : 0);
+    if (db) db[i] = FN(sg_el_binary_grad_b)(op, dy[i], a ? a[i] : 0);
   }
 }
 
 void FN(sg_scale)(int64_t n, double alpha, const R *x, R *y) {
   const R al = (R)alpha;
 #pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
-  for (int64_t i = 0; i < n; ++i) y[i] = al * x[i];
+  for (int64_t i = 0; i < n; ++i) y[i] = FN(sg_el_scale)(al, x[i]);
 }
 
 void FN(sg_bias_fwd)(int64_t nb, int64_t c, int64_t s, const R *x, const R *b,
                      R *y) {
 #pragma omp parallel for schedule(static) if (nb * c * s > SG_OMP_MIN)
   for (int64_t p = 0; p < nb * c; ++p) {
-    R bv = b[p % c];
-    for (int64_t j = 0; j < s; ++j) y[p * s + j] = x[p * s + j] + bv;
+    R bv = b[sg_bias_channel(p * s, c, s)];
+    for (int64_t j = 0; j < s; ++j)
+      y[p * s + j] = FN(sg_el_bias_add)(x[p * s + j], bv);
   }
 }
 
@@ -1351,8 +1353,7 @@ void FN(sg_loss_partial)(int kind, int64_t batch, int64_t n, const R *p,
       if (kind == SG_LOSS_SUM || kind == SG_LOSS_MEAN) {
         s0 += pp[i];
       } else {
-        double dv = (double)pp[i] - (double)tp[i];
-        s0 += dv * dv;
+        s0 += sg_loss_sq_diff((double)pp[i], (double)tp[i]);
         s1 += (double)tp[i] * (double)tp[i];
       }
     }
@@ -1380,25 +1381,9 @@ void FN(sg_loss_bwd)(int kind, int64_t batch, int64_t n, const R *p, const R *t,
   const int64_t per = batch > 0 ? n / batch : 0;
 #pragma omp parallel for schedule(static) if (n > SG_OMP_MIN)
   for (int64_t i = 0; i < n; ++i) {
-    double gp = 0, gt = 0;
-    switch (kind) {
-    case SG_LOSS_SUM: gp = g; break;
-    case SG_LOSS_MEAN: gp = g / partial[1]; break;
-    case SG_LOSS_MSE:
-      gp = 2.0 * g * ((double)p[i] - (double)t[i]) / partial[1];
-      gt = -gp;
-      break;
-    default: {
-      int64_t r = i / per;
-      double a = partial[2 * r], b = partial[2 * r + 1];
-      double sa = sqrt(a), sb = sqrt(b);
-      double diff = (double)p[i] - (double)t[i];
-      double scale = g / (double)batch;
-      gp = sa > 0 ? scale * diff / (sa * sb) : 0;
-      gt = -gp - scale * sa * (double)t[i] / (b * sb);
-      break;
-    }
-    }
+    double gt;
+    double gp = sg_loss_grad(kind, i, batch, per, (double)p[i],
+                             t ? (double)t[i] : 0.0, partial, g, &gt);
     if (dp) dp[i] = (R)gp;
     if (dt) dt[i] = (R)gt;
   }

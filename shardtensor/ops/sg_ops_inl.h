@@ -1,5 +1,8 @@
-/* shardgrid — element-wise arithmetic of the op kernels, shared by host loops
- * and (later) CUDA kernels. Internal; included by the op sources. */
+/* shardgrid — element-wise arithmetic of the op kernels, shared by the host
+ * loops (ops_tmpl.h) and the CUDA kernels (shardtensor/ops/cuda/): written
+ * once, so the host tests verify the device path's arithmetic. SG_HD is
+ * __host__ __device__ under nvcc and empty otherwise (sg_dtype.h). Internal;
+ * included by the op sources. */
 #ifndef SG_OPS_INL_H
 #define SG_OPS_INL_H
 
@@ -136,5 +139,70 @@ static inline SG_HD int64_t sg_pad_src_index(int mode, int64_t i, int64_t n) {
   }
   default: return i < 0 ? 0 : n - 1;
   }
+}
+/* ---- binary, scale, bias, loss: one element --------------------------------
+ * Generated for T = float (_f32) and double (_f64); the host template loops
+ * and the CUDA kernels call the same functions. */
+#define SG_ELEMENTWISE_HD(T, S)                                             \
+  /* a (op) b; op 0 add, 1 sub, 2 mul (SG_BINARY_*) */                      \
+  static inline SG_HD T sg_el_binary_##S(int op, T a, T b) {                \
+    return op == 0 ? a + b : (op == 1 ? a - b : a * b);                     \
+  }                                                                         \
+  /* the gradients of a (op) b for the upstream gradient g */               \
+  static inline SG_HD T sg_el_binary_grad_a_##S(int op, T g, T b) {         \
+    return op == 2 ? g * b : g;                                             \
+  }                                                                         \
+  static inline SG_HD T sg_el_binary_grad_b_##S(int op, T g, T a) {         \
+    return op == 2 ? g * a : (op == 1 ? -g : g);                            \
+  }                                                                         \
+  /* y = alpha x (alpha rounded to T first, as the host always did) */      \
+  static inline SG_HD T sg_el_scale_##S(T alpha, T x) { return alpha * x; } \
+  /* y = x + b[channel] */                                                  \
+  static inline SG_HD T sg_el_bias_add_##S(T x, T b) { return x + b; }
+SG_ELEMENTWISE_HD(float, f32)
+SG_ELEMENTWISE_HD(double, f64)
+#undef SG_ELEMENTWISE_HD
+
+/* The channel of element i of an (N, C, S) tensor (bias add). */
+static inline SG_HD int64_t sg_bias_channel(int64_t i, int64_t c, int64_t s) {
+  return (i / s) % c;
+}
+
+/* The MSE/relative-L2 element term of the loss partials: (p - t)^2 in
+ * double (the second partial of REL_L2 is t^2). */
+static inline SG_HD double sg_loss_sq_diff(double p, double t) {
+  double d = p - t;
+  return d * d;
+}
+
+/* The gradient of the loss (kind 0 sum, 1 mean, 2 MSE, 3 relative L2:
+ * SG_LOSS_*) at element i with prediction p and target t, given the GLOBAL
+ * partials (sg_ops.h) and the upstream gradient g; per = elements per batch
+ * row (REL_L2). Returns d/dp; *gt gets d/dt. */
+static inline SG_HD double sg_loss_grad(int kind, int64_t i, int64_t batch,
+                                        int64_t per, double p, double t,
+                                        const double *partial, double g,
+                                        double *gt) {
+  double gp = 0;
+  *gt = 0;
+  switch (kind) {
+  case 0: gp = g; break;
+  case 1: gp = g / partial[1]; break;
+  case 2:
+    gp = 2.0 * g * (p - t) / partial[1];
+    *gt = -gp;
+    break;
+  default: {
+    int64_t r = i / per;
+    double a = partial[2 * r], b = partial[2 * r + 1];
+    double sa = sqrt(a), sb = sqrt(b);
+    double diff = p - t;
+    double scale = g / (double)batch;
+    gp = sa > 0 ? scale * diff / (sa * sb) : 0;
+    *gt = -gp - scale * sa * t / (b * sb);
+    break;
+  }
+  }
+  return gp;
 }
 #endif /* SG_OPS_INL_H */

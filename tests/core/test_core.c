@@ -190,7 +190,18 @@ static void test_device(void) {
   SG_CHECK_OK(sg_device_count(SG_DEVICE_CUDA, &n));
   SG_CHECK(n >= 0, "cuda count");
   sg_device gpu = {SG_DEVICE_CUDA, 0};
+  char dname[64] = "";
+  size_t dbytes = 0;
+  SG_CHECK_OK(sg_device_describe(host, dname, sizeof dname, &dbytes));
+  SG_CHECK(!strcmp(dname, "host") && dbytes > 0, "host: '%s', %zu bytes", dname,
+           dbytes);
+  if (n > 0) {
+    SG_CHECK_OK(sg_device_describe(gpu, dname, sizeof dname, &dbytes));
+    SG_CHECK(dname[0] && dbytes > 0, "gpu 0: '%s', %zu bytes", dname, dbytes);
+  }
   if (n == 0) {
+    SG_CHECK_STATUS(sg_device_describe(gpu, dname, sizeof dname, &dbytes),
+                    SG_ERR_NO_DEVICE);
     SG_CHECK_STATUS(sg_device_check(gpu), SG_ERR_NO_DEVICE);
     SG_CHECK_STATUS(sg_malloc(gpu, 16, &z), SG_ERR_NO_DEVICE);
     sg_stream_t s = NULL;

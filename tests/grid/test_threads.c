@@ -1,6 +1,7 @@
 /* sg_threads_auto: one thread per core of the node, shared by its ranks,
  * unless OMP_NUM_THREADS says otherwise. All ranks of a test run on one
  * node. */
+#include "sg_device.h"
 #include "sg_test.h"
 #include "sg_threads.h"
 
@@ -21,6 +22,15 @@ int main(int argc, char **argv) {
   SG_REQUIRE_OK(sg_threads_auto(MPI_COMM_WORLD, &nth, &on_node));
   SG_CHECK(on_node == sg_test_size, "ranks on node %d, expected %d", on_node,
            sg_test_size);
+  /* the node-local rank (one node: the world rank) and the GPU it takes */
+  int lr = -1, ls = 0, dev = -2, ndev = 0;
+  SG_REQUIRE_OK(sg_node_rank(MPI_COMM_WORLD, &lr, &ls));
+  SG_CHECK(lr == sg_test_rank && ls == sg_test_size, "node rank %d of %d", lr,
+           ls);
+  SG_REQUIRE_OK(sg_device_count(SG_DEVICE_CUDA, &ndev));
+  SG_REQUIRE_OK(sg_cuda_device_local(MPI_COMM_WORLD, &dev));
+  SG_CHECK(dev == (ndev ? sg_test_rank % ndev : -1),
+           "cuda device %d with %d devices", dev, ndev);
 #ifdef _OPENMP
   SG_CHECK(nth == expect,
            "auto: %d threads with %ld cores and %d ranks, expected %d", nth,

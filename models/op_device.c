@@ -1,0 +1,66 @@
+/* shardgrid — the op device table (sg_op_device.h). A new built-in op gets
+ * an entry here (tests/ops/test_op_device.c fails without one). */
+#include "sg_op_device.h"
+
+#include <string.h>
+
+/* reasons shared by several entries */
+#define NOT_YET "cuda: not built yet (issue 22)"
+#define NEEDS_GEMM "cuda: needs the cuBLAS GEMM path, not built yet (issue 22)"
+#define NEEDS_NCCL \
+  "cuda: its collectives need NCCL on device buffers (issue 22)"
+#define NEEDS_ATTN "cuda: needs a device attention kernel (issue 22)"
+
+static const sg_op_device table[] = {
+    {"conv", NULL, NULL, NEEDS_GEMM},
+    {"convt", NULL, NULL, NEEDS_GEMM},
+    {"pool", NULL, NULL, NOT_YET},
+    {"upsample_linear", NULL, NULL, NOT_YET},
+    {"upsample_nearest", NULL, NULL, NOT_YET},
+    {"act", "sg_act_fwd_cuda", "sg_act_bwd_cuda", NULL},
+    {"binary", "sg_binary_fwd_cuda", "sg_binary_bwd_cuda", NULL},
+    {"binary_add", "sg_binary_fwd_cuda", "sg_binary_bwd_cuda", NULL},
+    {"scale", "sg_scale_cuda", "sg_scale_cuda", NULL},
+    {"bias", "sg_bias_fwd_cuda", "sg_bias_bwd_cuda", NULL},
+    {"linear", NULL, NULL, NEEDS_GEMM},
+    {"concat", NULL, NULL, NOT_YET},
+    {"split", NULL, NULL, NOT_YET},
+    {"norm", NULL, NULL,
+     "cuda: needs device statistics and their global merge (issue 22)"},
+    {"loss", "sg_loss_partial_cuda", "sg_loss_bwd_cuda", NULL},
+    {"dist_loss", NULL, NULL, NEEDS_NCCL},
+    {"spectral_conv", NULL, NULL,
+     "cuda: needs cuFFT plans in the op and a batched complex contraction "
+     "(issue 22)"},
+    {"checkpoint", NULL, NULL,
+     "cuda: replays its ops; runs where they run (host today)"},
+    {"attention", NULL, NULL, NEEDS_ATTN},
+    {"attention_ulysses", NULL, NULL, NEEDS_ATTN},
+    {"attention_usp", NULL, NULL, NEEDS_ATTN},
+    {"add_field", NULL, NULL, NOT_YET},
+    {"tp_copy", NULL, NULL, NEEDS_NCCL},
+    {"tp_reduce", NULL, NULL, NEEDS_NCCL},
+    {"sp_share", NULL, NULL, NEEDS_NCCL},
+    {"roll", NULL, NULL, NOT_YET},
+    {"window_attention", NULL, NULL, NEEDS_ATTN},
+    {"moe", NULL, NULL, NEEDS_GEMM},
+    {"fno3d_broadcast_t", NULL, NULL, NOT_YET},
+    {"fno3d_time_window", NULL, NULL, NOT_YET},
+};
+
+int sg_op_device_count(void) { return (int)(sizeof table / sizeof *table); }
+
+const sg_op_device *sg_op_device_at(int i) {
+  return i >= 0 && i < sg_op_device_count() ? &table[i] : NULL;
+}
+
+const sg_op_device *sg_op_device_find(const char *op) {
+  if (!op) return NULL;
+  for (int i = 0; i < sg_op_device_count(); ++i)
+    if (!strcmp(table[i].op, op)) return &table[i];
+  return NULL;
+}
+
+int sg_op_device_on_cuda(const sg_op_device *d) {
+  return d && d->cuda_fwd && d->cuda_fwd[0] && d->cuda_bwd && d->cuda_bwd[0];
+}

@@ -1,0 +1,369 @@
+// shardgrid — the op kernels on CUDA device pointers (sg_ops_cuda.h). A
+// thin layer: grid-stride loops over the SG_HD element functions the host
+// loops call (sg_ops_inl.h, models/optim_inl.h), so the host tests verify
+// the arithmetic; only the reductions (bias gradient, loss partials) are
+// written here, as block tree sums in double.
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "ops_impl.h"  // SG_SUM_BLOCK
+#include "optim_inl.h"
+#include "sg_ops_cuda.h"
+#include "sg_ops_inl.h"
+
+namespace {
+
+const int kThreads = 256;  // a power of two (the tree sums)
+
+inline unsigned grid_for(int64_t n) {
+  int64_t b = (n + kThreads - 1) / kThreads;
+  return (unsigned)(b < 65535 ? (b > 0 ? b : 1) : 65535);
+}
+
+#define SG_GRID_STRIDE(i, n)                                                \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
+       i += (int64_t)gridDim.x * blockDim.x)
+
+// The element functions by type (the C header names them by suffix).
+template <typename T>
+struct El;
+template <>
+struct El<float> {
+  __device__ static float act(int a, float x) { return sg_act_f32(a, x); }
+  __device__ static float act_grad(int a, float x) {
+    return sg_act_grad_f32(a, x);
+  }
+  __device__ static float bin(int op, float a, float b) {
+    return sg_el_binary_f32(op, a, b);
+  }
+  __device__ static float ga(int op, float g, float b) {
+    return sg_el_binary_grad_a_f32(op, g, b);
+  }
+  __device__ static float gb(int op, float g, float a) {
+    return sg_el_binary_grad_b_f32(op, g, a);
+  }
+  __device__ static float scale(float al, float x) {
+    return sg_el_scale_f32(al, x);
+  }
+  __device__ static float bias(float x, float b) {
+    return sg_el_bias_add_f32(x, b);
+  }
+};
+template <>
+struct El<double> {
+  __device__ static double act(int a, double x) { return sg_act_f64(a, x); }
+  __device__ static double act_grad(int a, double x) {
+    return sg_act_grad_f64(a, x);
+  }
+  __device__ static double bin(int op, double a, double b) {
+    return sg_el_binary_f64(op, a, b);
+  }
+  __device__ static double ga(int op, double g, double b) {
+    return sg_el_binary_grad_a_f64(op, g, b);
+  }
+  __device__ static double gb(int op, double g, double a) {
+    return sg_el_binary_grad_b_f64(op, g, a);
+  }
+  __device__ static double scale(double al, double x) {
+    return sg_el_scale_f64(al, x);
+  }
+  __device__ static double bias(double x, double b) {
+    return sg_el_bias_add_f64(x, b);
+  }
+};
+
+template <typename T>
+__global__ void act_fwd_k(int act, int64_t n, const T *x, T *y) {
+  SG_GRID_STRIDE(i, n) y[i] = El<T>::act(act, x[i]);
+}
+template <typename T>
+__global__ void act_bwd_k(int act, int64_t n, const T *x, const T *dy, T *dx) {
+  SG_GRID_STRIDE(i, n) dx[i] = dy[i] * El<T>::act_grad(act, x[i]);
+}
+template <typename T>
+__global__ void binary_fwd_k(int op, int64_t n, const T *a, const T *b, T *y) {
+  SG_GRID_STRIDE(i, n) y[i] = El<T>::bin(op, a[i], b[i]);
+}
+template <typename T>
+__global__ void binary_bwd_k(int op, int64_t n, const T *a, const T *b,
+                             const T *dy, T *da, T *db) {
+  SG_GRID_STRIDE(i, n) {
+    if (da) da[i] = El<T>::ga(op, dy[i], b ? b[i] : T(0));
+    if (db) db[i] = El<T>::gb(op, dy[i], a ? a[i] : T(0));
+  }
+}
+template <typename T>
+__global__ void scale_k(int64_t n, T al, const T *x, T *y) {
+  SG_GRID_STRIDE(i, n) y[i] = El<T>::scale(al, x[i]);
+}
+template <typename T>
+__global__ void bias_fwd_k(int64_t n, int64_t c, int64_t s, const T *x,
+                           const T *b, T *y) {
+  SG_GRID_STRIDE(i, n) y[i] = El<T>::bias(x[i], b[sg_bias_channel(i, c, s)]);
+}
+
+// Tree sum of the block's v (in shared memory) into sh[0]; every thread
+// of the block calls it.
+__device__ double block_sum(double v, double *sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int h = blockDim.x / 2; h > 0; h /= 2) {
+    if ((int)threadIdx.x < h) sh[threadIdx.x] += sh[threadIdx.x + h];
+    __syncthreads();
+  }
+  return sh[0];
+}
+
+// One block per channel k: db[k] += sum over the batch and the plane.
+template <typename T>
+__global__ void bias_bwd_k(int64_t nb, int64_t c, int64_t s, const T *dy,
+                           T *db) {
+  __shared__ double sh[kThreads];
+  for (int64_t k = blockIdx.x; k < c; k += gridDim.x) {
+    double acc = 0;
+    for (int64_t e = threadIdx.x; e < nb * s; e += blockDim.x)
+      acc += (double)dy[((e / s) * c + k) * s + e % s];
+    acc = block_sum(acc, sh);
+    if (threadIdx.x == 0) db[k] += (T)acc;
+    __syncthreads();
+  }
+}
+
+// Loss partials, stage 1: block ib of row r sums its SG_SUM_BLOCK elements
+// (sum x for SUM/MEAN; (p-t)^2 and t^2 otherwise) into blk[2 ib + 0/1].
+template <typename T>
+__global__ void loss_blocks_k(int kind, int64_t len, int64_t nblk, const T *p,
+                              const T *t, double *blk) {
+  __shared__ double sh[kThreads];
+  const int64_t ib = blockIdx.x, r = ib / nblk, b0 = (ib % nblk) * SG_SUM_BLOCK;
+  const int64_t b1 = b0 + SG_SUM_BLOCK < len ? b0 + SG_SUM_BLOCK : len;
+  const T *pp = p + r * len, *tp = t ? t + r * len : nullptr;
+  double s0 = 0, s1 = 0;
+  for (int64_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
+    if (kind == SG_LOSS_SUM || kind == SG_LOSS_MEAN) {
+      s0 += (double)pp[i];
+    } else {
+      s0 += sg_loss_sq_diff((double)pp[i], (double)tp[i]);
+      s1 += (double)tp[i] * (double)tp[i];
+    }
+  }
+  s0 = block_sum(s0, sh);
+  __syncthreads();
+  s1 = block_sum(s1, sh);
+  if (threadIdx.x == 0) {
+    blk[2 * ib] = s0;
+    blk[2 * ib + 1] = s1;
+  }
+}
+
+// Stage 2: one thread per row sums the row's blocks in order.
+__global__ void loss_rows_k(int kind, int64_t rows, int64_t nblk, int64_t n,
+                            const double *blk, double *partial) {
+  SG_GRID_STRIDE(r, rows) {
+    double s0 = 0, s1 = 0;
+    for (int64_t b = 0; b < nblk; ++b) {
+      s0 += blk[2 * (r * nblk + b)];
+      s1 += blk[2 * (r * nblk + b) + 1];
+    }
+    if (kind == SG_LOSS_REL_L2) {
+      partial[2 * r] = s0;
+      partial[2 * r + 1] = s1;
+    } else {
+      partial[0] = s0;
+      if (kind != SG_LOSS_SUM) partial[1] = (double)n;
+    }
+  }
+}
+
+template <typename T>
+__global__ void loss_bwd_k(int kind, int64_t batch, int64_t n, const T *p,
+                           const T *t, const double *partial, double g, T *dp,
+                           T *dt) {
+  const int64_t per = n / batch;
+  SG_GRID_STRIDE(i, n) {
+    double gt;
+    double gp = sg_loss_grad(kind, i, batch, per, (double)p[i],
+                             t ? (double)t[i] : 0.0, partial, g, &gt);
+    if (dp) dp[i] = (T)gp;
+    if (dt) dt[i] = (T)gt;
+  }
+}
+
+__global__ void adamw_k(sg_adamw_coef k, int64_t n, float *param,
+                        const float *grad, float *m, float *v) {
+  SG_GRID_STRIDE(i, n) sg_adamw_elem_f32(k, grad[i], &param[i], &m[i], &v[i]);
+}
+
+// Checks n and the dtype, calls launch(T()) for f32/f64 (n > 0), then
+// collects the launch error.
+template <typename F>
+sg_status dispatch(const char *what, sg_dtype dt, int64_t n, F launch) {
+  sg_status st = SG_OK;
+  if (n < 0)
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s: %lld elements", what, (long long)n);
+  if (dt != SG_DTYPE_F32 && dt != SG_DTYPE_F64)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: op kernels take f32 or f64, not %s",
+             what, sg_dtype_name(dt));
+  if (n == 0) return SG_OK;
+  if (dt == SG_DTYPE_F32)
+    launch(0.0f);
+  else
+    launch(0.0);
+  SG_CUDA(cudaGetLastError());
+fail:
+  return st;
+}
+
+// As the host's sg_loss_check: the kind, the shape, p (and t where read).
+sg_status loss_check(const char *what, sg_loss_kind kind, int64_t batch,
+                     int64_t n, const void *p, const void *t) {
+  sg_status st = SG_OK;
+  if ((int)kind < 0 || kind > SG_LOSS_REL_L2)
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s: unknown loss %d", what, (int)kind);
+  if (n < 0 || batch < 1 || n % batch)
+    SG_RAISE(SG_ERR_SHAPE, "%s: %lld elements in %lld batch items", what,
+             (long long)n, (long long)batch);
+  if (n > 0 && (!p || (!t && (kind == SG_LOSS_MSE || kind == SG_LOSS_REL_L2))))
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s: NULL prediction or target", what);
+fail:
+  return st;
+}
+
+}  // namespace
+
+#define SG_STREAM(s) ((cudaStream_t)(s))
+
+extern "C" sg_status sg_act_fwd_cuda(sg_act act, sg_dtype dt, int64_t n,
+                                     const void *x, void *y, void *stream) {
+  return dispatch("sg_act_fwd_cuda", dt, n, [&](auto z) {
+    using T = decltype(z);
+    act_fwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>((int)act, n,
+                                                                  (const T *)x,
+                                                                  (T *)y);
+  });
+}
+
+extern "C" sg_status sg_act_bwd_cuda(sg_act act, sg_dtype dt, int64_t n,
+                                     const void *x, const void *dy, void *dx,
+                                     void *stream) {
+  return dispatch("sg_act_bwd_cuda", dt, n, [&](auto z) {
+    using T = decltype(z);
+    act_bwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+        (int)act, n, (const T *)x, (const T *)dy, (T *)dx);
+  });
+}
+
+extern "C" sg_status sg_binary_fwd_cuda(sg_binary op, sg_dtype dt, int64_t n,
+                                        const void *a, const void *b, void *y,
+                                        void *stream) {
+  return dispatch("sg_binary_fwd_cuda", dt, n, [&](auto z) {
+    using T = decltype(z);
+    binary_fwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+        (int)op, n, (const T *)a, (const T *)b, (T *)y);
+  });
+}
+
+extern "C" sg_status sg_binary_bwd_cuda(sg_binary op, sg_dtype dt, int64_t n,
+                                        const void *a, const void *b,
+                                        const void *dy, void *da, void *db,
+                                        void *stream) {
+  return dispatch("sg_binary_bwd_cuda", dt, n, [&](auto z) {
+    using T = decltype(z);
+    binary_bwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+        (int)op, n, (const T *)a, (const T *)b, (const T *)dy, (T *)da,
+        (T *)db);
+  });
+}
+
+extern "C" sg_status sg_scale_cuda(sg_dtype dt, int64_t n, double alpha,
+                                   const void *x, void *y, void *stream) {
+  return dispatch("sg_scale_cuda", dt, n, [&](auto z) {
+    using T = decltype(z);
+    scale_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(n, (T)alpha,
+                                                                (const T *)x,
+                                                                (T *)y);
+  });
+}
+
+extern "C" sg_status sg_bias_fwd_cuda(sg_dtype dt, int64_t batch,
+                                      int64_t channels, int64_t spatial,
+                                      const void *x, const void *b, void *y,
+                                      void *stream) {
+  const int64_t n = batch * channels * spatial;
+  return dispatch("sg_bias_fwd_cuda", dt, n, [&](auto z) {
+    using T = decltype(z);
+    bias_fwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+        n, channels, spatial, (const T *)x, (const T *)b, (T *)y);
+  });
+}
+
+extern "C" sg_status sg_bias_bwd_cuda(sg_dtype dt, int64_t batch,
+                                      int64_t channels, int64_t spatial,
+                                      const void *dy, void *db, void *stream) {
+  const int64_t n = batch * channels * spatial;
+  const unsigned blocks = (unsigned)(channels < 65535 ? channels : 65535);
+  return dispatch("sg_bias_bwd_cuda", dt, n, [&](auto z) {
+    using T = decltype(z);
+    bias_bwd_k<T>
+        <<<blocks, kThreads, 0, SG_STREAM(stream)>>>(batch, channels, spatial,
+                                                     (const T *)dy, (T *)db);
+  });
+}
+
+extern "C" sg_status sg_loss_partial_cuda(sg_loss_kind kind, sg_dtype dt,
+                                          int64_t batch, int64_t n,
+                                          const void *p, const void *t,
+                                          double *partial, void *stream) {
+  sg_status st = SG_OK;
+  double *blk = nullptr;
+  cudaStream_t s = SG_STREAM(stream);
+  const int64_t rows = kind == SG_LOSS_REL_L2 ? batch : 1;
+  const int64_t len = batch > 0 ? (kind == SG_LOSS_REL_L2 ? n / batch : n) : 0;
+  const int64_t nblk = len > 0 ? (len + SG_SUM_BLOCK - 1) / SG_SUM_BLOCK : 1;
+  SG_TRY(loss_check("sg_loss_partial_cuda", kind, batch, n, p, t));
+  if (!partial)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_loss_partial_cuda: partial is NULL");
+  SG_CUDA(cudaMallocAsync((void **)&blk, 2 * (size_t)(rows * nblk) * 8, s));
+  SG_CUDA(cudaMemsetAsync(blk, 0, 2 * (size_t)(rows * nblk) * 8, s));
+  SG_TRY(dispatch("sg_loss_partial_cuda", dt, n, [&](auto z) {
+    using T = decltype(z);
+    loss_blocks_k<T><<<(unsigned)(rows * nblk), kThreads, 0, s>>>(
+        (int)kind, len, nblk, (const T *)p, (const T *)t, blk);
+  }));
+  loss_rows_k<<<grid_for(rows), kThreads, 0, s>>>((int)kind, rows, nblk, n, blk,
+                                                  partial);
+  SG_CUDA(cudaGetLastError());
+fail:
+  if (blk) cudaFreeAsync(blk, s);
+  return st;
+}
+
+extern "C" sg_status sg_loss_bwd_cuda(sg_loss_kind kind, sg_dtype dt,
+                                      int64_t batch, int64_t n, const void *p,
+                                      const void *t, const double *partial,
+                                      double g, void *dp, void *dt_grad,
+                                      void *stream) {
+  sg_status st = loss_check("sg_loss_bwd_cuda", kind, batch, n, p, t);
+  if (st != SG_OK) return st;
+  return dispatch("sg_loss_bwd_cuda", dt, n, [&](auto z) {
+    using T = decltype(z);
+    loss_bwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+        (int)kind, batch, n, (const T *)p, (const T *)t, partial, g, (T *)dp,
+        (T *)dt_grad);
+  });
+}
+
+extern "C" sg_status sg_adamw_step_f32_cuda(
+    float *param, const float *grad, float *m, float *v, int64_t n, int64_t t,
+    double lr, double grad_scale, const sg_adamw_config *cfg, void *stream) {
+  sg_status st = SG_OK;
+  if (n < 0 || t < 1 || !cfg)
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_adamw_step_f32_cuda: n = %lld, t = %lld",
+             (long long)n, (long long)t);
+  if (n == 0) return SG_OK;
+  adamw_k<<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+      sg_adamw_coef_at(cfg, t, lr, grad_scale), n, param, grad, m, v);
+  SG_CUDA(cudaGetLastError());
+fail:
+  return st;
+}

@@ -1,0 +1,66 @@
+/* shardgrid — the op kernels on CUDA device pointers (built only with the
+ * CUDA backend; shardtensor/ops/cuda/ops_cuda.cu).
+ *
+ * Each launcher runs the SG_HD element functions the host loops use
+ * (sg_ops_inl.h, models/optim_inl.h), in grid-stride kernels on the given
+ * cudaStream_t (passed as void *, e.g. sg_stream_native(); NULL is the
+ * legacy default stream). Asynchronous on the stream; argument errors and
+ * launch errors are returned, kernel faults show at the next sync. The
+ * arguments mean what the host functions' do (sg_ops.h, sg_optim.h); the
+ * op device table (models/sg_op_device.h) names these entry points.
+ * Numerics: f64 matches the host to rounding (1e-12 relative, tested);
+ * f32 may differ by a few ulp (the device uses expf/tanhf and contracts
+ * to FMA where the host does not: tests/cuda/test_cuda_kernels.c). */
+#ifndef SG_OPS_CUDA_H
+#define SG_OPS_CUDA_H
+
+#include <stdint.h>
+
+#include "sg_config.h"
+#include "sg_ops.h"
+#include "sg_optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if SG_HAVE_CUDA
+sg_status sg_act_fwd_cuda(sg_act act, sg_dtype dt, int64_t n, const void *x,
+                          void *y, void *stream);
+sg_status sg_act_bwd_cuda(sg_act act, sg_dtype dt, int64_t n, const void *x,
+                          const void *dy, void *dx, void *stream);
+sg_status sg_binary_fwd_cuda(sg_binary op, sg_dtype dt, int64_t n,
+                             const void *a, const void *b, void *y,
+                             void *stream);
+/* da, db OVERWRITTEN (either may be NULL); a, b read for MUL only. */
+sg_status sg_binary_bwd_cuda(sg_binary op, sg_dtype dt, int64_t n,
+                             const void *a, const void *b, const void *dy,
+                             void *da, void *db, void *stream);
+sg_status sg_scale_cuda(sg_dtype dt, int64_t n, double alpha, const void *x,
+                        void *y, void *stream);
+sg_status sg_bias_fwd_cuda(sg_dtype dt, int64_t batch, int64_t channels,
+                           int64_t spatial, const void *x, const void *b,
+                           void *y, void *stream);
+/* db[c] += sum_{n,s} dy. */
+sg_status sg_bias_bwd_cuda(sg_dtype dt, int64_t batch, int64_t channels,
+                           int64_t spatial, const void *dy, void *db,
+                           void *stream);
+/* partial: sg_loss_npartial(kind, batch) doubles in DEVICE memory. */
+sg_status sg_loss_partial_cuda(sg_loss_kind kind, sg_dtype dt, int64_t batch,
+                               int64_t n, const void *p, const void *t,
+                               double *partial, void *stream);
+/* partial: the GLOBAL partials in DEVICE memory. */
+sg_status sg_loss_bwd_cuda(sg_loss_kind kind, sg_dtype dt, int64_t batch,
+                           int64_t n, const void *p, const void *t,
+                           const double *partial, double g, void *dp,
+                           void *dt_grad, void *stream);
+sg_status sg_adamw_step_f32_cuda(float *param, const float *grad, float *m,
+                                 float *v, int64_t n, int64_t t, double lr,
+                                 double grad_scale, const sg_adamw_config *cfg,
+                                 void *stream);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SG_OPS_CUDA_H */

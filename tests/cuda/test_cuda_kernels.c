@@ -1,0 +1,297 @@
+/* The op kernels on CUDA (shardtensor/ops/sg_ops_cuda.h) against the host
+ * functions (sg_ops.h, sg_optim.h) on the same random data: activations
+ * forward and backward, binary ops, scale, bias forward and backward, the
+ * loss partials and gradients (all four kinds) in f64 and f32, and AdamW
+ * (f32) over three steps. The element arithmetic is the same SG_HD code on
+ * both sides; what may differ is libm against CUDA's math functions, FMA
+ * contraction (nvcc contracts, the host build does not) and the order of
+ * the reductions' sums (block trees on the device). Tolerances, relative
+ * to max(1, |host value|):
+ *   f64  1e-12
+ *   f32  2e-5 (a few ulp of the activations, whose f32 exponential is a
+ *        polynomial on the host and expf on the device; the f32 bias
+ *        gradient sums rows in f32 on the host, in f64 on the device)
+ * Every op the device table (models/sg_op_device.h) lists on cuda must
+ * name launchers this test exercises; the launchers' argument errors are
+ * checked first, with or without a device. Built only with the CUDA backend;
+ * without a CUDA device it prints "no CUDA device: skipped" and exits 77
+ * (CTest's skip), or fails when SG_REQUIRE_GPU is set (tools/test-gpu). */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sg_op_device.h"
+#include "sg_ops.h"
+#include "sg_ops_cuda.h"
+#include "sg_optim.h"
+
+#define NB 2
+#define NC 3
+#define NS 167
+#define N (NB * NC * NS)
+
+static int fails;
+
+/* Abort the test on a CUDA runtime or shardgrid error. */
+#define CK(call)                                                      \
+  do {                                                                \
+    long rc_ = (long)(call);                                          \
+    if (rc_ != 0) {                                                   \
+      printf("FAIL: %s returned %ld (%s:%d)\n", #call, rc_, __FILE__, \
+             __LINE__);                                               \
+      exit(1);                                                        \
+    }                                                                 \
+  } while (0)
+
+static uint64_t rng = 88172645463325252ull;
+static double urand(double lo, double hi) { /* xorshift64 */
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return lo + (hi - lo) * (double)(rng >> 11) / 9007199254740992.0;
+}
+
+/* A buffer of n elements of dt on the host (h) and the device (d). */
+typedef struct buf {
+  sg_dtype dt;
+  size_t n, bytes;
+  void *h, *d;
+} buf;
+
+static buf mk(sg_dtype dt, size_t n, double lo, double hi) {
+  buf b = {dt, n, n * sg_dtype_size(dt), NULL, NULL};
+  b.h = calloc(n ? n : 1, sg_dtype_size(dt));
+  if (!b.h) exit(1);
+  for (size_t i = 0; i < n && hi > lo; ++i) {
+    double v = urand(lo, hi);
+    if (dt == SG_DTYPE_F64)
+      ((double *)b.h)[i] = v;
+    else
+      ((float *)b.h)[i] = (float)v;
+  }
+  CK(cudaMalloc(&b.d, b.bytes ? b.bytes : 8));
+  CK(cudaMemcpy(b.d, b.h, b.bytes, cudaMemcpyHostToDevice));
+  return b;
+}
+static void drop(buf *b) {
+  free(b->h);
+  cudaFree(b->d);
+  b->h = b->d = NULL;
+}
+static double at(const buf *b, const void *p, size_t i) {
+  return b->dt == SG_DTYPE_F64 ? ((const double *)p)[i]
+                               : (double)((const float *)p)[i];
+}
+
+/* The device result of b against its host result (b->h), after a sync. */
+static void compare(const char *what, const buf *b) {
+  void *dev = malloc(b->bytes ? b->bytes : 1);
+  if (!dev) exit(1);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(dev, b->d, b->bytes, cudaMemcpyDeviceToHost));
+  const double tol = b->dt == SG_DTYPE_F64 ? 1e-12 : 2e-5;
+  double worst = 0;
+  for (size_t i = 0; i < b->n; ++i) {
+    double h = at(b, b->h, i), d = at(b, dev, i);
+    double e = fabs(d - h) / (fabs(h) > 1 ? fabs(h) : 1);
+    if (!(e <= worst)) worst = e; /* NaN counts */
+  }
+  int ok = worst <= tol;
+  printf("%-4s %-30s max rel err %.2e  %s\n", sg_dtype_name(b->dt), what, worst,
+         ok ? "ok" : "FAIL");
+  fails += !ok;
+  free(dev);
+}
+
+static void check_act(sg_dtype dt) {
+  buf x = mk(dt, N, -4, 4), g = mk(dt, N, -1, 1), y = mk(dt, N, 0, 0);
+  char what[64];
+  for (int a = 0; a < SG_ACT_COUNT; ++a) {
+    CK(sg_act_forward((sg_act)a, dt, N, x.h, y.h));
+    CK(sg_act_fwd_cuda((sg_act)a, dt, N, x.d, y.d, NULL));
+    snprintf(what, sizeof what, "act %s forward", sg_act_name((sg_act)a));
+    compare(what, &y);
+    CK(sg_act_backward((sg_act)a, dt, N, x.h, g.h, y.h));
+    CK(sg_act_bwd_cuda((sg_act)a, dt, N, x.d, g.d, y.d, NULL));
+    snprintf(what, sizeof what, "act %s backward", sg_act_name((sg_act)a));
+    compare(what, &y);
+  }
+  drop(&x), drop(&g), drop(&y);
+}
+
+static void check_binary_scale(sg_dtype dt) {
+  buf a = mk(dt, N, -2, 2), b = mk(dt, N, -2, 2), g = mk(dt, N, -1, 1);
+  buf y = mk(dt, N, 0, 0), da = mk(dt, N, 0, 0), db = mk(dt, N, 0, 0);
+  static const char *names[] = {"add", "sub", "mul"};
+  char what[64];
+  for (int op = SG_BINARY_ADD; op <= SG_BINARY_MUL; ++op) {
+    CK(sg_binary_forward((sg_binary)op, dt, N, a.h, b.h, y.h));
+    CK(sg_binary_fwd_cuda((sg_binary)op, dt, N, a.d, b.d, y.d, NULL));
+    snprintf(what, sizeof what, "binary %s forward", names[op]);
+    compare(what, &y);
+    CK(sg_binary_backward((sg_binary)op, dt, N, a.h, b.h, g.h, da.h, db.h));
+    CK(sg_binary_bwd_cuda((sg_binary)op, dt, N, a.d, b.d, g.d, da.d, db.d,
+                          NULL));
+    snprintf(what, sizeof what, "binary %s backward (da)", names[op]);
+    compare(what, &da);
+    snprintf(what, sizeof what, "binary %s backward (db)", names[op]);
+    compare(what, &db);
+  }
+  CK(sg_scale(dt, N, -0.3, a.h, y.h));
+  CK(sg_scale_cuda(dt, N, -0.3, a.d, y.d, NULL));
+  compare("scale", &y);
+  drop(&a), drop(&b), drop(&g), drop(&y), drop(&da), drop(&db);
+}
+
+static void check_bias(sg_dtype dt) {
+  buf x = mk(dt, N, -2, 2), b = mk(dt, NC, -1, 1), y = mk(dt, N, 0, 0);
+  buf db = mk(dt, NC, -1, 1); /* accumulated into: starts non-zero */
+  CK(sg_bias_forward(dt, NB, NC, NS, x.h, b.h, y.h));
+  CK(sg_bias_fwd_cuda(dt, NB, NC, NS, x.d, b.d, y.d, NULL));
+  compare("bias forward", &y);
+  CK(sg_bias_backward(dt, NB, NC, NS, x.h, db.h));
+  CK(sg_bias_bwd_cuda(dt, NB, NC, NS, x.d, db.d, NULL));
+  compare("bias backward (db +=)", &db);
+  drop(&x), drop(&b), drop(&y), drop(&db);
+}
+
+static void check_loss(sg_dtype dt) {
+  static const char *names[] = {"sum", "mean", "mse", "rel_l2"};
+  buf p = mk(dt, N, -2, 2), t = mk(dt, N, -2, 2);
+  buf dp = mk(dt, N, 0, 0), dtg = mk(dt, N, 0, 0);
+  char what[64];
+  for (int k = SG_LOSS_SUM; k <= SG_LOSS_REL_L2; ++k) {
+    int64_t np = sg_loss_npartial((sg_loss_kind)k, NB);
+    buf part = mk(SG_DTYPE_F64, (size_t)np, 0, 0);
+    CK(sg_loss_partial((sg_loss_kind)k, dt, NB, N, p.h, t.h, part.h));
+    CK(sg_loss_partial_cuda((sg_loss_kind)k, dt, NB, N, p.d, t.d, part.d,
+                            NULL));
+    snprintf(what, sizeof what, "loss %s partials", names[k]);
+    compare(what, &part);
+    /* the gradient from the host's partials (as after their allreduce) */
+    CK(cudaMemcpy(part.d, part.h, part.bytes, cudaMemcpyHostToDevice));
+    CK(sg_loss_backward((sg_loss_kind)k, dt, NB, N, p.h, t.h, part.h, 0.7, dp.h,
+                        dtg.h));
+    CK(sg_loss_bwd_cuda((sg_loss_kind)k, dt, NB, N, p.d, t.d, part.d, 0.7, dp.d,
+                        dtg.d, NULL));
+    snprintf(what, sizeof what, "loss %s backward (dp)", names[k]);
+    compare(what, &dp);
+    snprintf(what, sizeof what, "loss %s backward (dt)", names[k]);
+    compare(what, &dtg);
+    drop(&part);
+  }
+  drop(&p), drop(&t), drop(&dp), drop(&dtg);
+}
+
+static void check_adamw(void) {
+  const sg_dtype f = SG_DTYPE_F32;
+  buf p = mk(f, N, -1, 1), g = mk(f, N, -1, 1), m = mk(f, N, 0, 0),
+      v = mk(f, N, 0, 0);
+  sg_adamw_config cfg = sg_adamw_defaults();
+  cfg.weight_decay = 0.01;
+  for (int64_t step = 1; step <= 3; ++step) {
+    CK(sg_adamw_step_f32(p.h, g.h, m.h, v.h, N, step, 1e-2, 0.5, &cfg));
+    CK(sg_adamw_step_f32_cuda(p.d, g.d, m.d, v.d, N, step, 1e-2, 0.5, &cfg,
+                              NULL));
+  }
+  compare("adamw 3 steps (param)", &p);
+  compare("adamw 3 steps (m)", &m);
+  compare("adamw 3 steps (v)", &v);
+  drop(&p), drop(&g), drop(&m), drop(&v);
+}
+
+/* The launchers above; each op the device table puts on cuda must name
+ * two of them. */
+static int tested(const char *fn) {
+  static const char *const names[] = {
+      "sg_act_fwd_cuda",    "sg_act_bwd_cuda",      "sg_binary_fwd_cuda",
+      "sg_binary_bwd_cuda", "sg_scale_cuda",        "sg_bias_fwd_cuda",
+      "sg_bias_bwd_cuda",   "sg_loss_partial_cuda", "sg_loss_bwd_cuda"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; ++i)
+    if (fn && !strcmp(fn, names[i])) return 1;
+  return 0;
+}
+
+static void check_table(void) {
+  for (int i = 0; i < sg_op_device_count(); ++i) {
+    const sg_op_device *d = sg_op_device_at(i);
+    if (!sg_op_device_on_cuda(d)) continue;
+    if (!tested(d->cuda_fwd) || !tested(d->cuda_bwd)) {
+      printf("FAIL: op '%s' is on cuda (%s, %s) but not tested here\n", d->op,
+             d->cuda_fwd, d->cuda_bwd);
+      ++fails;
+    }
+  }
+}
+
+/* The launchers' argument checks run before any CUDA call: tested with or
+ * without a device (CI's CUDA build runs these, then skips). */
+static void check_arguments(void) {
+  sg_adamw_config cfg = sg_adamw_defaults();
+  struct {
+    const char *what;
+    sg_status got, want;
+  } c[] = {
+      {"act on i32",
+       sg_act_fwd_cuda(SG_ACT_RELU, SG_DTYPE_I32, 4, NULL, NULL, NULL),
+       SG_ERR_NOT_SUPPORTED},
+      {"act on -1 elements",
+       sg_act_bwd_cuda(SG_ACT_GELU, SG_DTYPE_F32, -1, NULL, NULL, NULL, NULL),
+       SG_ERR_INVALID_ARG},
+      {"act on 0 elements (no launch)",
+       sg_act_fwd_cuda(SG_ACT_TANH, SG_DTYPE_F64, 0, NULL, NULL, NULL), SG_OK},
+      {"loss with 5 elements in 2 items",
+       sg_loss_bwd_cuda(SG_LOSS_MSE, SG_DTYPE_F32, 2, 5, NULL, NULL, NULL, 1.0,
+                        NULL, NULL, NULL),
+       SG_ERR_SHAPE},
+      {"mse loss without a target",
+       sg_loss_partial_cuda(SG_LOSS_MSE, SG_DTYPE_F32, 1, 4, &cfg, NULL,
+                            (double *)&cfg, NULL),
+       SG_ERR_INVALID_ARG},
+      {"adamw at step 0",
+       sg_adamw_step_f32_cuda(NULL, NULL, NULL, NULL, 4, 0, 1e-3, 1.0, &cfg,
+                              NULL),
+       SG_ERR_INVALID_ARG},
+  };
+  for (size_t i = 0; i < sizeof c / sizeof *c; ++i)
+    if (c[i].got != c[i].want) {
+      printf("FAIL: %s: status %d, expected %d\n", c[i].what, (int)c[i].got,
+             (int)c[i].want);
+      ++fails;
+    }
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  check_arguments();
+  if (fails) {
+    MPI_Finalize();
+    return 1;
+  }
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+    const char *req = getenv("SG_REQUIRE_GPU"); /* tools/test-gpu sets it */
+    int fail = req && req[0] && strcmp(req, "0") != 0;
+    printf("no CUDA device: %s\n",
+           fail ? "FAILED (SG_REQUIRE_GPU)" : "skipped");
+    MPI_Finalize();
+    return fail ? 1 : 77;
+  }
+  CK(cudaSetDevice(0));
+  check_table();
+  const sg_dtype dts[] = {SG_DTYPE_F64, SG_DTYPE_F32};
+  for (int k = 0; k < 2; ++k) {
+    check_act(dts[k]);
+    check_binary_scale(dts[k]);
+    check_bias(dts[k]);
+    check_loss(dts[k]);
+  }
+  check_adamw();
+  printf("%s\n", fails ? "FAILED" : "PASSED");
+  MPI_Finalize();
+  return fails ? 1 : 0;
+}
