@@ -388,11 +388,11 @@ static void check_moe(const sg_plan_problem *pb, const sg_model_config *mc,
             "vit: moe_experts (%lld) must be divisible by ep (%d): every ep "
             "rank holds moe_experts/ep experts",
             (long long)E, ep);
-  if (tp > 1)
+  if ((4 * mc->width) % tp) /* vit.c's VIT_MLP_RATIO */
     why_add(w,
-            "vit: mixture of experts with tp (size %d) is not built: the "
-            "experts are not split over tp (use ep)",
-            tp);
+            "vit: the experts' hidden width (4 x width = %lld) must be "
+            "divisible by tp (%d): tensor parallelism splits it",
+            (long long)(4 * mc->width), tp);
   if (ep > 1 && nb > 1 &&
       sg_plan_mesh_dim(m, "h") * sg_plan_mesh_dim(m, "w") > 1)
     why_add(w,
