@@ -202,12 +202,6 @@ static sg_status vit_check(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
     SG_RAISE(SG_ERR_CONFIG,
              "swin: sp_mode does not apply (window attention is local to a "
              "rank; the shifted windows get their tokens by the halo layer)");
-  if (swin && (c->tp_sequence || c->moe_experts > 0))
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "swin: %s is not built for the window attention yet (the vit "
-             "has it)",
-             c->tp_sequence ? "tp_sequence (Megatron-SP)"
-                            : "a mixture of experts (moe_experts)");
   SG_TRY(sg_sp_mode_check(mesh, (sg_sp_mode)c->sp_mode, c->heads, who));
   if (c->tp_sequence) SG_TRY(vit_check_seq(mesh, c, ny, nx));
   SG_TRY(vit_check_sp(mesh, c, ny, nx));
@@ -474,6 +468,7 @@ static void vit_defaults(sg_model_config *c) {
 
 static void swin_defaults(sg_model_config *c) {
   c->patch = 4, c->heads = 4, c->depth = 4, c->window = 4;
+  c->moe_topk = 1, c->moe_every = 1, c->moe_capacity = 1.25, c->moe_aux = 0.01;
 }
 
 int sg_swin_windows_fit(int64_t hp, int64_t wp, int64_t window, int ph, int pw,
@@ -580,10 +575,14 @@ fail:
 
 /* Swin's attention of block b (parameters q): in odd blocks the tokens
  * are rolled by W/2 in both dims (periodic: the halo layer brings the
- * neighbours' rows) before the QKV projection and rolled back after the
+ * neighbours' rows) before the QKV projection and rolled back before the
  * output projection (both act per token, so they commute with the roll);
  * the attention is in the W x W windows with the block's relative
- * position bias (the block's last parameter). */
+ * position bias (the block's last parameter). With Megatron-SP x is this
+ * tp rank's token slice: the QKV projection runs on the all-gathered
+ * tokens and the roll on its output (the slices are of the unrolled
+ * tokens); the output projection's sums are reduce-scattered to the
+ * slices. */
 static sg_status swin_attention(vit *m, sg_tape_t t, int b, sg_var *q,
                                 sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
@@ -591,14 +590,15 @@ static sg_status swin_attention(vit *m, sg_tape_t t, int b, sg_var *q,
                 back[2] = {-s, -s}, parts[3] = {cl, cl, cl};
   const int shift = b % 2 == 1 && s > 0;
   sg_var *h = x, *qkv[3] = {NULL, NULL, NULL};
-  if (shift) SG_TRY(sg_ag_roll(t, h, fwd, &h));
-  SG_TRY(sg_ag_linear_col(t, m->tp, h, &q[2], &q[3], &h));
+  if (shift && !m->seq) SG_TRY(sg_ag_roll(t, h, fwd, &h));
+  SG_TRY(sg_ag_linear_col_seq(t, m->tp, m->seq ? &m->like : NULL, h, &q[2],
+                              &q[3], &h));
+  if (shift && m->seq) SG_TRY(sg_ag_roll(t, h, fwd, &h));
   SG_TRY(sg_ag_split(t, h, 3, parts, qkv));
   SG_TRY(sg_ag_window_attention(t, m->cfg.heads / m->tps, W, qkv[0], qkv[1],
                                 qkv[2], &q[m->blk[b + 1] - m->blk[b] - 1], &h));
-  SG_TRY(sg_ag_linear_row(t, m->tp, h, &q[4], &q[5], &h));
   if (shift) SG_TRY(sg_ag_roll(t, h, back, &h));
-  *y = h;
+  SG_TRY(sg_ag_linear_row_seq(t, m->tp, m->seq, h, &q[4], &q[5], y));
 fail:
   return st;
 }
@@ -856,8 +856,10 @@ const sg_model_i sg_vit_model_i = {.name = "vit",
                                    .forward_blocks = vit_forward_blocks};
 
 /* heads and window fix the relative position bias tables' shape */
-static const char *const swin_size_keys[] = {"width", "patch",  "depth",
-                                             "heads", "window", NULL};
+static const char *const swin_size_keys[] = {"width",     "patch",
+                                             "depth",     "heads",
+                                             "window",    "moe_experts",
+                                             "moe_every", NULL};
 
 const sg_model_i sg_swin_model_i = {.name = "swin",
                                     .size_keys = swin_size_keys,
