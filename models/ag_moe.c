@@ -5,6 +5,17 @@
  * to their experts' ranks and combined by all-to-all(v), and the Switch
  * load-balancing loss (applied as its gradient).
  *
+ * Expert tensor parallelism (Megatron's, inside each expert): with a tp
+ * group every expert's hidden width F is split over it, fc1 column- and
+ * fc2 row-parallel. The tokens and the router are replicated over tp (the
+ * same bits on every tp rank: the same routing, the same dispatch), each
+ * tp rank runs its F slice of every expert on the same rows, and one
+ * fixed-order all-reduce over tp of the expert outputs (before the gated
+ * combine; fc2's bias added on tp rank 0 only) gives every tp rank the
+ * whole output; backward sums the experts' input gradients over tp the
+ * same way (one all-reduce). Composes with ep: the experts over ep, F over
+ * tp.
+ *
  * Mesh invariance. Which (token, choice) pairs an expert keeps must not
  * depend on how the tokens are split: the capacity is per sample, and a
  * pair's place in its expert's queue is its rank in (choice slot, global
@@ -55,6 +66,8 @@ typedef struct moe_geo { /* shapes of one node */
   int64_t Bl, C, Tl, M, E, El, F, k;
   int P, me; /* ep group size and rank */
   MPI_Comm ep;
+  sg_group_t tp; /* NULL or size 1: F whole */
+  int tpr;       /* this rank's index in tp (fc2's bias on 0 only) */
 } moe_geo;
 
 static void *sv_at(const moe_sv *s, int i) { return (char *)s + s->off[i]; }
@@ -87,6 +100,8 @@ static moe_geo geo_of(const sg_node *node) {
   g.P = a->d.ep ? sg_group_size(a->d.ep) : 1;
   g.me = a->d.ep ? sg_group_rank(a->d.ep) : 0;
   g.ep = a->d.ep ? sg_group_comm(a->d.ep) : MPI_COMM_SELF;
+  if (a->d.tp && sg_group_size(a->d.tp) > 1)
+    g.tp = a->d.tp, g.tpr = sg_group_rank(a->d.tp);
   return g;
 }
 
@@ -368,7 +383,7 @@ static sg_status expert_fwd(const moe_geo *g, const double *W1,
                              b1 + e * F, Ac));
     SG_TRY(sg_act_forward(SG_ACT_GELU, SG_DTYPE_F64, F * n, Ac, Hc));
     SG_TRY(sg_linear_forward(SG_DTYPE_F64, 1, F, C, n, Hc, W2 + e * C * F,
-                             b2 + e * C, Oc));
+                             g->tpr == 0 ? b2 + e * C : NULL, Oc));
     pack_cols(n, idx, F, F, 0, A, Ac, 1);
     pack_cols(n, idx, C, C, 0, O, Oc, 1);
   }
@@ -410,9 +425,19 @@ static void fw_free(moe_fw *f) {
   for (size_t i = 0; i < sizeof v / sizeof *v; ++i) free(v[i]);
 }
 
+/* A status agreed over the ep and tp groups (every rank of both takes
+ * the same branch before the next exchange). */
 static sg_status agree_ep(const sg_node *node, sg_status st) {
   const moe_attr *a = (const moe_attr *)node->attr;
-  return a->d.ep ? sg_group_agree(a->d.ep, st) : st;
+  if (a->d.ep) st = sg_group_agree(a->d.ep, st);
+  return a->d.tp ? sg_group_agree(a->d.tp, st) : st;
+}
+
+/* The rows' partial sums over the F slices (R x C) summed over tp in
+ * rank order, in place: the same bits on every tp rank. */
+static sg_status tp_rows_sum(const moe_geo *g, double *rows, int64_t n) {
+  if (!g->tp) return SG_OK;
+  return sg_allreduce_det(g->tp, rows, rows, n, SG_DTYPE_F64, SG_REDUCE_SUM);
 }
 
 /* Send rows of the kept pairs, grouped by the ep rank owning the expert
@@ -533,6 +558,7 @@ static sg_status moe_fwd(sg_node *node) {
   SG_TRY(exchange(&g, f.sbuf, f.scnt, f.xr, f.rcnt, g.C + 1));
   SG_TRY(agree_ep(node, expert_fwd(&g, f.w[1], f.w[2], f.w[3], f.w[4], f.R,
                                    f.xr, f.A, f.O)));
+  SG_TRY(tp_rows_sum(&g, f.O, f.R * g.C));
   SG_TRY(exchange(&g, f.O, f.rcnt, f.ores, f.scnt, g.C));
   for (int64_t s = 0; s < f.S; ++s) { /* combine */
     const int64_t i = f.pair[s], m = i / g.k;
@@ -666,6 +692,7 @@ static sg_status moe_bwd(sg_node *node) {
   SG_TRY(exchange(&g, b.dO, scnt, b.rO, rcnt, g.C));
   SG_TRY(agree_ep(node, expert_bwd(&g, b.w, b.dw, s->R, sv_at(s, SV_XR),
                                    sv_at(s, SV_A), b.rO, b.dxr)));
+  SG_TRY(tp_rows_sum(&g, b.dxr, s->R * g.C));
   SG_TRY(exchange(&g, b.dxr, rcnt, b.dxs, scnt, g.C));
   for (int64_t q = 0; q < s->S; ++q)
     for (int64_t c = 0; c < g.C; ++c)

@@ -718,8 +718,14 @@ sg_status sg_ag_conv_tp(sg_tape_t t, sg_group_t tp, int row, sg_var *x,
  * mesh: the same on every rank). With an ep group of P ranks, this rank
  * holds experts [r E/P, (r+1) E/P): W1 (E/P, F, C), b1 (E/P, F), W2 (E/P,
  * C, F), b2 (E/P, C); the ranks of ep hold different samples and exchange
- * tokens by all-to-all(v). Collective over ep and over the mesh dims that
- * split x's spatial dims. */
+ * tokens by all-to-all(v). With a tp group of Q ranks every expert's
+ * hidden width F is split over it (Megatron inside the expert: fc1
+ * column-, fc2 row-parallel): W1 (E/P, F/Q, C), b1 (E/P, F/Q), W2 (E/P,
+ * C, F/Q) this tp rank's slices, Wr and b2 whole (replicated over tp, as
+ * x is: the routing is the same on every tp rank); one all-reduce over tp
+ * of the expert outputs forward and one of their input gradients
+ * backward; y and dx are whole on every tp rank. Collective over ep, tp
+ * and over the mesh dims that split x's spatial dims. */
 typedef struct sg_moe_desc {
   int64_t experts; /* E (global) */
   int topk;        /* 1 or 2 */
@@ -727,6 +733,7 @@ typedef struct sg_moe_desc {
   double aux_coef; /* load-balancing loss coefficient */
   double *aux;     /* NULL or where forward writes the aux loss */
   sg_group_t ep;   /* NULL or the expert-parallel group */
+  sg_group_t tp;   /* NULL or the tensor-parallel group (F split over it) */
   int64_t batch;   /* the global batch B of the aux loss (0: x's global batch;
                     a model whose input is not marked sharded over the
                     batch passes it) */

@@ -89,8 +89,8 @@ static int vit_dim(sg_mesh_t mesh, const char *name) {
   return k >= 0 ? sg_mesh_dim_size(mesh, k) : 1;
 }
 
-/* Mixture of experts: its keys, E % ep, no tp with experts, no ep
- * without them. */
+/* Mixture of experts: its keys, E % ep, the experts' hidden width % tp
+ * (it is split over tp), no ep without experts. */
 static sg_status vit_moe_check(sg_mesh_t mesh, const sg_model_config *c) {
   sg_status st = SG_OK;
   const int ep = vit_dim(mesh, "ep"), tp = vit_dim(mesh, "tp");
@@ -108,11 +108,11 @@ static sg_status vit_moe_check(sg_mesh_t mesh, const sg_model_config *c) {
   if (c->moe_every < 1)
     SG_RAISE(SG_ERR_CONFIG, "vit: moe_every must be >= 1 (got %d)",
              c->moe_every);
-  if (tp > 1)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "vit: mixture of experts with tp (size %d) is not built: the "
-             "experts are not split over tp (use ep)",
-             tp);
+  if ((VIT_MLP_RATIO * c->width) % tp)
+    SG_RAISE(SG_ERR_CONFIG,
+             "vit: the experts' hidden width (%d x width = %lld) must be "
+             "divisible by tp (%d): tensor parallelism splits it",
+             VIT_MLP_RATIO, (long long)(VIT_MLP_RATIO * c->width), tp);
   const sg_moe_desc d = {.experts = c->moe_experts, .topk = c->moe_topk};
   SG_TRY(sg_moe_check(&d, c->width));
   if (c->moe_experts % ep)
@@ -202,12 +202,6 @@ static sg_status vit_check(sg_mesh_t mesh, const sg_model_config *c, int64_t ny,
     SG_RAISE(SG_ERR_CONFIG,
              "swin: sp_mode does not apply (window attention is local to a "
              "rank; the shifted windows get their tokens by the halo layer)");
-  if (swin && (c->tp_sequence || c->moe_experts > 0))
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "swin: %s is not built for the window attention yet (the vit "
-             "has it)",
-             c->tp_sequence ? "tp_sequence (Megatron-SP)"
-                            : "a mixture of experts (moe_experts)");
   SG_TRY(sg_sp_mode_check(mesh, (sg_sp_mode)c->sp_mode, c->heads, who));
   if (c->tp_sequence) SG_TRY(vit_check_seq(mesh, c, ny, nx));
   SG_TRY(vit_check_sp(mesh, c, ny, nx));
@@ -269,23 +263,28 @@ static int vit_moe_block(const vit *m, int b) {
 /* Block b's mixture of experts (sg_ag_moe): the router (E, C), replicated;
  * the experts' fc1 (E, hid, C), its bias (E, hid), fc2 (E, C, hid), its
  * bias (E, C), each Shard over ep by expert (this rank's el experts from
- * e0), initialised by global index like the dense MLP's linears. */
+ * e0) and fc1, its bias and fc2 over tp by hidden unit (this rank's fl
+ * from f0, as the dense MLP's), initialised by global index like the dense
+ * MLP's linears. */
 static int vit_add_experts(vit *m, int b) {
   const int64_t C = m->cfg.width, hid = VIT_MLP_RATIO * C,
-                E = m->cfg.moe_experts, e0 = m->e0, el = m->el;
+                E = m->cfg.moe_experts, e0 = m->e0, el = m->el, f0 = m->f0,
+                fl = m->fl;
   const int64_t rs[2] = {E, C};
   const int64_t g[4][3] = {{E, hid, C}, {E, hid}, {E, C, hid}, {E, C}},
-                n[4][3] = {{el, hid, C}, {el, hid}, {el, C, hid}, {el, C}},
-                s0[3] = {e0, 0, 0}, nd[4] = {3, 2, 3, 2},
-                fan[4] = {C, C, hid, hid};
+                n[4][3] = {{el, fl, C}, {el, fl}, {el, C, fl}, {el, C}},
+                s0[4][3] = {{e0, f0, 0}, {e0, f0}, {e0, 0, f0}, {e0, 0}},
+                nd[4] = {3, 2, 3, 2}, fan[4] = {C, C, hid, hid};
+  const unsigned mask[4] = {m->ep_mask | m->tp_mask, m->ep_mask | m->tp_mask,
+                            m->ep_mask | m->tp_mask, m->ep_mask};
   static const char *const sfx[4] = {"fc1.w", "fc1.b", "fc2.w", "fc2.b"};
   char nm[32];
   snprintf(nm, sizeof nm, "block%d.moe.router", b);
   int ok = sg_cn_params_add(&m->b.p, nm, 2, rs, SG_CN_INIT_UNIFORM, C) >= 0;
   for (int i = 0; ok && i < 4; ++i) {
     snprintf(nm, sizeof nm, "block%d.moe.%s", b, sfx[i]);
-    ok = vit_add_box(m, nm, (int)nd[i], n[i], (int)nd[i], g[i], s0, n[i],
-                     fan[i], m->ep_mask) >= 0;
+    ok = vit_add_box(m, nm, (int)nd[i], n[i], (int)nd[i], g[i], s0[i], n[i],
+                     fan[i], mask[i]) >= 0;
   }
   return ok;
 }
@@ -469,6 +468,7 @@ static void vit_defaults(sg_model_config *c) {
 
 static void swin_defaults(sg_model_config *c) {
   c->patch = 4, c->heads = 4, c->depth = 4, c->window = 4;
+  c->moe_topk = 1, c->moe_every = 1, c->moe_capacity = 1.25, c->moe_aux = 0.01;
 }
 
 int sg_swin_windows_fit(int64_t hp, int64_t wp, int64_t window, int ph, int pw,
@@ -575,10 +575,14 @@ fail:
 
 /* Swin's attention of block b (parameters q): in odd blocks the tokens
  * are rolled by W/2 in both dims (periodic: the halo layer brings the
- * neighbours' rows) before the QKV projection and rolled back after the
+ * neighbours' rows) before the QKV projection and rolled back before the
  * output projection (both act per token, so they commute with the roll);
  * the attention is in the W x W windows with the block's relative
- * position bias (the block's last parameter). */
+ * position bias (the block's last parameter). With Megatron-SP x is this
+ * tp rank's token slice: the QKV projection runs on the all-gathered
+ * tokens and the roll on its output (the slices are of the unrolled
+ * tokens); the output projection's sums are reduce-scattered to the
+ * slices. */
 static sg_status swin_attention(vit *m, sg_tape_t t, int b, sg_var *q,
                                 sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
@@ -586,14 +590,15 @@ static sg_status swin_attention(vit *m, sg_tape_t t, int b, sg_var *q,
                 back[2] = {-s, -s}, parts[3] = {cl, cl, cl};
   const int shift = b % 2 == 1 && s > 0;
   sg_var *h = x, *qkv[3] = {NULL, NULL, NULL};
-  if (shift) SG_TRY(sg_ag_roll(t, h, fwd, &h));
-  SG_TRY(sg_ag_linear_col(t, m->tp, h, &q[2], &q[3], &h));
+  if (shift && !m->seq) SG_TRY(sg_ag_roll(t, h, fwd, &h));
+  SG_TRY(sg_ag_linear_col_seq(t, m->tp, m->seq ? &m->like : NULL, h, &q[2],
+                              &q[3], &h));
+  if (shift && m->seq) SG_TRY(sg_ag_roll(t, h, fwd, &h));
   SG_TRY(sg_ag_split(t, h, 3, parts, qkv));
   SG_TRY(sg_ag_window_attention(t, m->cfg.heads / m->tps, W, qkv[0], qkv[1],
                                 qkv[2], &q[m->blk[b + 1] - m->blk[b] - 1], &h));
-  SG_TRY(sg_ag_linear_row(t, m->tp, h, &q[4], &q[5], &h));
   if (shift) SG_TRY(sg_ag_roll(t, h, back, &h));
-  *y = h;
+  SG_TRY(sg_ag_linear_row_seq(t, m->tp, m->seq, h, &q[4], &q[5], y));
 fail:
   return st;
 }
@@ -613,6 +618,28 @@ static sg_status vit_attention_sp(vit *m, sg_tape_t t, sg_var *q, sg_var *x,
                              m->cfg.heads / m->tps, &m->ag, qkv[0], qkv[1],
                              qkv[2], &h));
   SG_TRY(sg_ag_linear_row(t, m->tp, h, &q[4], &q[5], y));
+fail:
+  return st;
+}
+
+/* Block's experts (parameters q: router, fc1, its bias, fc2, its bias)
+ * on x, their hidden width split over tp. With Megatron-SP x is this tp
+ * rank's token slice: the experts run on the whole tokens (gathered; the
+ * same routing on every tp rank) and the output is sliced again. */
+static sg_status vit_moe(vit *m, sg_tape_t t, sg_var *q, sg_var *x,
+                         sg_var **y) {
+  sg_status st = SG_OK;
+  const sg_moe_desc d = {.experts = m->cfg.moe_experts,
+                         .topk = m->cfg.moe_topk,
+                         .capacity = m->cfg.moe_capacity,
+                         .aux_coef = m->cfg.moe_aux,
+                         .ep = m->ep,
+                         .tp = m->tp,
+                         .batch = m->b.dom.gbatch};
+  if (m->seq) SG_TRY(sg_ag_tp_seq_gather(t, m->tp, x, &m->like, &x));
+  SG_TRY(sg_ag_moe(t, &d, x, &q[0], &q[1], &q[2], &q[3], &q[4], &x));
+  if (m->seq) SG_TRY(sg_ag_tp_seq_scatter(t, m->tp, x, &x));
+  *y = x;
 fail:
   return st;
 }
@@ -637,14 +664,8 @@ static sg_status vit_block(sg_tape_t t, void *ctx, sg_var *const *in,
                           &r));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, h, r, &h));
   SG_TRY(vit_ln(m, t, &q[6], h, &r));
-  if (vit_moe_block(m, bc->b)) { /* experts: no tp (vit_moe_check) */
-    const sg_moe_desc d = {.experts = m->cfg.moe_experts,
-                           .topk = m->cfg.moe_topk,
-                           .capacity = m->cfg.moe_capacity,
-                           .aux_coef = m->cfg.moe_aux,
-                           .ep = m->ep,
-                           .batch = m->b.dom.gbatch};
-    SG_TRY(sg_ag_moe(t, &d, r, &q[8], &q[9], &q[10], &q[11], &q[12], &r));
+  if (vit_moe_block(m, bc->b)) {
+    SG_TRY(vit_moe(m, t, &q[8], r, &r));
   } else {
     SG_TRY(sg_ag_linear_col_seq(t, m->tp, like, r, &q[8], &q[9], &r));
     SG_TRY(sg_ag_act(t, SG_ACT_GELU, r, &r));
@@ -835,8 +856,10 @@ const sg_model_i sg_vit_model_i = {.name = "vit",
                                    .forward_blocks = vit_forward_blocks};
 
 /* heads and window fix the relative position bias tables' shape */
-static const char *const swin_size_keys[] = {"width", "patch",  "depth",
-                                             "heads", "window", NULL};
+static const char *const swin_size_keys[] = {"width",     "patch",
+                                             "depth",     "heads",
+                                             "window",    "moe_experts",
+                                             "moe_every", NULL};
 
 const sg_model_i sg_swin_model_i = {.name = "swin",
                                     .size_keys = swin_size_keys,

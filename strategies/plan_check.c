@@ -174,7 +174,8 @@ static void why_add(why_buf *w, const char *fmt, ...) {
  * (parallel.c plan_roles; the models take h and w, no d). */
 static void check_dims(const sg_plan_problem *pb, const sg_model_config *mc,
                        const sg_plan_mesh *m, why_buf *w) {
-  const int moe = mc->kind == SG_MODEL_VIT && mc->moe_experts > 0;
+  const int moe = (mc->kind == SG_MODEL_VIT || mc->kind == SG_MODEL_SWIN) &&
+                  mc->moe_experts > 0;
   static const char *const usable[] = {"pp", "dp", "fsdp", "tp",
                                        "h",  "w",  "sp",   "cp"};
   static const char *const later[][2] = {{"d", "domain (3-D)"},
@@ -194,8 +195,8 @@ static void check_dims(const sg_plan_problem *pb, const sg_model_config *mc,
       why_add(w,
               "mesh dim '%s' (size %d): %s parallelism is not supported by "
               "the parallel plan and the 2-D models yet (supported: pp, dp, "
-              "fsdp, tp, h, w, sp for the vit, and ep for the vit with "
-              "moe_experts; a size-1 %s dim is fine)",
+              "fsdp, tp, h, w, sp for the vit, and ep for the vit and "
+              "the swin with moe_experts; a size-1 %s dim is fine)",
               nm, m->size[i], later[l][1], nm);
     else if (!ok && l < 0)
       why_add(w,
@@ -390,11 +391,11 @@ static void check_moe(const sg_plan_problem *pb, const sg_model_config *mc,
             "vit: moe_experts (%lld) must be divisible by ep (%d): every ep "
             "rank holds moe_experts/ep experts",
             (long long)E, ep);
-  if (tp > 1)
+  if ((4 * mc->width) % tp) /* vit.c's VIT_MLP_RATIO */
     why_add(w,
-            "vit: mixture of experts with tp (size %d) is not built: the "
-            "experts are not split over tp (use ep)",
-            tp);
+            "vit: the experts' hidden width (4 x width = %lld) must be "
+            "divisible by tp (%d): tensor parallelism splits it",
+            (long long)(4 * mc->width), tp);
   if (ep > 1 && nb > 1 &&
       sg_plan_mesh_dim(m, "h") * sg_plan_mesh_dim(m, "w") > 1)
     why_add(w,
@@ -587,23 +588,15 @@ static void check_model(const sg_plan_problem *pb, const sg_model_config *mc,
           w,
           "%s: heads (%lld) must be divisible by tp (%d): tensor parallelism splits the heads",
           who, (long long)heads, tp);
-    if (kind == SG_MODEL_VIT) {
+    check_tp_sequence(pb, mc, m, tp, p, w);
+    check_moe(pb, mc, m, w);
+    if (kind == SG_MODEL_VIT)
       check_sp_mode(mc, tp, ph, pw,
                     sg_plan_mesh_dim(m, "sp") * sg_plan_mesh_dim(m, "cp"), w);
-      check_tp_sequence(pb, mc, m, tp, p, w);
-      check_moe(pb, mc, m, w);
-    } else {
-      if (mc->sp_mode != SG_SP_RING)
-        why_add(w, "swin: sp_mode does not apply (window attention is local "
-                   "to a rank; the shifted windows get their tokens by the "
-                   "halo layer)");
-      if (mc->tp_sequence || mc->moe_experts > 0)
-        why_add(w,
-                "swin: %s is not built for the window attention yet (the "
-                "vit has it)",
-                mc->tp_sequence ? "tp_sequence (Megatron-SP)"
-                                : "a mixture of experts (moe_experts)");
-    }
+    else if (mc->sp_mode != SG_SP_RING)
+      why_add(w, "swin: sp_mode does not apply (window attention is local "
+                 "to a rank; the shifted windows get their tokens by the "
+                 "halo layer)");
     char msg[256];
     if (p < 1 || ny % p || nx % p)
       why_add(

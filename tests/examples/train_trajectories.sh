@@ -49,7 +49,8 @@
 # Task "vit_moe": the ViT (grid 16, patch 4, width 16, 2 heads, depth 2)
 # with a mixture of experts in every block (4 experts, top-2, capacity
 # factor 1: tokens are dropped) on ep=2, ep=2,h=2, dp=2,ep=2, h=2, ep=4 and
-# fsdp=2,ep=2 (zero 1): losses, gradient norms, test error and every final
+# fsdp=2,ep=2 (zero 1), and the experts' hidden width split over tp on
+# tp=2: losses, gradient norms, test error and every final
 # parameter equal to one process; activation checkpointing on ep=2,h=2; an
 # ep=2 checkpoint resumed on 1 rank and a 1-rank one on ep=2,h=2; top-1
 # in every other block (moe_every = 2) on ep=2,h=2.
@@ -69,7 +70,11 @@
 # dp=2,h=2, tp=2 and tp=2,h=2: losses, gradient norms and test error equal
 # to one process; a h=2 checkpoint resumed on 1 rank (one of another
 # window refused); h=3 refused (token blocks of 6, 5, 5 rows: not whole
-# windows); activation checkpointing on h=2.
+# windows); activation checkpointing on h=2. Then 3 steps of the Swin with
+# experts (2, top-1, capacity 1: tokens dropped) on ep=2 and on tp=2 with
+# tp_sequence (Megatron-SP around the window attention, the experts'
+# hidden width over tp): losses, gradient norms and test error equal to
+# one process.
 #   train_trajectories.sh ns|navy|resume|cnn|unet|vit|vit_tp|vit_sp|vit_msp|vit_spdim|vit_moe|fno_tp|fno3d|cnn_tp|unet_tp|swin BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 task=$1 bin=$2 mpiexec=$3 work=$4 src=$5
@@ -141,15 +146,11 @@ if [ "$task" = vit_navy ] || [ "$task" = swin_navy ]; then
     # shellcheck disable=SC2086
     /usr/bin/python3 "$src/tests/strategies/check_runs.py" 1e-5 1e-6 --exclude "qkv.b[1]" $runs
     # window attention is local: there is no sequence to split (ulysses);
-    # no experts for the Swin yet; 18 token rows over h=4 are blocks of 5
-    # and 4, not whole windows of 3
+    # 18 token rows over h=4 are blocks of 5 and 4, not whole windows of 3
+    # (the Swin's experts and tp_sequence: task swin)
     # shellcheck disable=SC2086
     sh "$src/tests/examples/expect_fail.sh" "swin: sp_mode does not apply" 60 \
       "$mpiexec" -n 2 "$bin/sg-train" $common --mesh h=2 --sp-mode ulysses
-    # shellcheck disable=SC2086
-    sh "$src/tests/examples/expect_fail.sh" \
-      "swin: a mixture of experts [(]moe_experts[)] is not built for the window attention yet" 60 \
-      "$mpiexec" -n 2 "$bin/sg-train" $common --mesh ep=2 --moe-experts 2
     # shellcheck disable=SC2086
     sh "$src/tests/examples/expect_fail.sh" \
       "swin: the h=4 split of 18 token rows gives blocks of 5 and 4: every rank's block must hold whole windows" 60 \
@@ -242,6 +243,9 @@ if [ "$task" = vit_tp ] || [ "${task#*_}" = tp ] || [ "$task" = vit_moe ]; then
   case $task in cnn_tp) runs="$runs z3tp:4:fsdp=2,tp=2 pptp:4:tp=2,pp=2" ;; unet_tp) runs="$runs pptp:4:tp=2,pp=2" ;; esac
   if [ "$task" = vit_moe ]; then
     runs="ep2:2:ep=2 eph:4:ep=2,h=2 dpep:4:dp=2,ep=2 h2:2:h=2 ep4:4:ep=4 z1tp:4:fsdp=2,ep=2"
+    # the experts' hidden width split over tp (Megatron inside each expert;
+    # with ep=2,tp=2: test_moe; with tp_sequence: test_vit; CI time)
+    runs="$runs tpm:2:tp=2"
     # an expert's fc2 weights of a hidden unit that GELU nearly closes for
     # its few tokens get gradients near f32 rounding: AdamW's normalised
     # steps turn that noise into ~1e-6 parameter differences (measured
@@ -523,5 +527,24 @@ if [ "$task" = swin ]; then
   # activation checkpointing of the blocks (the rolls' halo exchanges run again)
   # shellcheck disable=SC2086
   "$mpiexec" -n 2 "$bin/sg-train" $common --mesh h=2 --activation-checkpointing blocks --metrics ck.jsonl
-  $cmp ref.jsonl ck.jsonl 1e-5
+  $cmp ref.jsonl ck.jsonl 1e-5  # experts in the window-attention blocks (2, top-1, capacity 1: tokens
+  # dropped) over ep, and over tp with tp_sequence (Megatron-SP around the
+  # window attention; the shifted block's roll on the gathered tokens): 3
+  # steps, 2 ranks (CI time; tp=2,h=2: test_vit)
+  moe="--moe-experts 2 --moe-topk 1 --moe-capacity 1 --steps 3 --check-every 3"
+  for m in refm:1:h=1 epm:2:ep=2 msm:2:tp=2; do
+    name=${m%%:*} rest=${m#*:}
+    n=${rest%%:*} spec=${rest#*:} rc=0
+    extra=""
+    if [ "$name" = msm ]; then extra="--tp-sequence true"; fi
+    # shellcheck disable=SC2086
+    "$mpiexec" -n "$n" "$bin/sg-train" $common $moe $extra --mesh "$spec" --metrics "$name.jsonl" \
+      >"$name.log" 2>&1 || rc=$?
+    if [ $rc -ne 0 ]; then cat "$name.log"; echo "FAILED: $name (mesh $spec)"; exit 1; fi
+    if [ "$name" = refm ]; then continue; fi
+    $cmp refm.jsonl "$name.jsonl" 1e-5
+    $cmp refm.jsonl "$name.jsonl" 1e-5 --key grad_norm
+    $cmp refm.jsonl "$name.jsonl" 1e-5 --eval
+  done
+  echo "swin experts and tp_sequence match"
 fi

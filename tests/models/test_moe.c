@@ -8,9 +8,13 @@
  * meshes of 2-4 ranks (tokens split over h, w, h=2,w=2, h=3, w=3; samples
  * over dp; experts over ep=2, ep=4; ep=2,h=2, dp=2,ep=2): y, aux, the
  * loss, dx and every parameter gradient (summed over the ranks that hold
- * a part of it) against one process at 1e-10. Bad input (E % ep, topk >
- * E, topk 3) refused with SG_ERR_CONFIG on every rank. */
+ * a part of it) against one process at 1e-10. With a tp dim (tp=2,
+ * ep=2,tp=2) every expert's hidden width (F = 5: 3 + 2 over tp=2,
+ * uneven) is split over tp: the same, and y, dx and the replicated
+ * gradients (router, fc2's bias) the same bits on every tp rank. Bad input
+ * (E % ep, topk > E, topk 3) refused with SG_ERR_CONFIG on every rank. */
 #include "sg_autograd.h"
+#include "sg_decomp.h"
 #include "sg_mesh.h"
 #include "sg_shardtensor.h"
 #include "sg_test.h"
@@ -59,8 +63,29 @@ static void placements_of(sg_mesh_t mesh, sg_placement *pl, int *ep) {
 typedef struct run_state {
   sg_var x, r, p[NP];
   int64_t off[4], box[4];
-  int64_t e0, el;
+  int64_t e0, el, f0, fl; /* this rank's experts and hidden units */
 } run_state;
+
+/* The global index in parameter a (E, per[a]) of element i of this rank's
+ * block (its experts e0.., its hidden units f0.. of F). */
+static int64_t p_gidx(const run_state *s, int a, int64_t i) {
+  const int64_t fl = s->fl, f0 = s->f0;
+  switch (a) {
+  case 1: /* (el, fl, C) */
+    return ((s->e0 + i / (fl * C)) * F + f0 + i / C % fl) * C + i % C;
+  case 2: /* (el, fl) */ return (s->e0 + i / fl) * F + f0 + i % fl;
+  case 3: /* (el, C, fl) */
+    return ((s->e0 + i / (C * fl)) * C + i / fl % C) * F + f0 + i % fl;
+  case 4: return s->e0 * C + i;
+  default: return i;
+  }
+}
+
+/* Elements of parameter a on this rank. */
+static int64_t p_count(const run_state *s, int a) {
+  static const int split[NP] = {0, 1, 1, 1, 0}; /* over tp */
+  return a ? s->el * (split[a] ? per[a] / F * s->fl : per[a]) : E * per[a];
+}
 
 static void rs_release(run_state *s) {
   sg_var_release(&s->x), sg_var_release(&s->r);
@@ -84,7 +109,7 @@ static void fill_x(run_state *s, const pert *pe) {
 }
 
 static sg_status setup(run_state *s, sg_mesh_t mesh, sg_group_t ep,
-                       const pert *pe) {
+                       sg_group_t tp, const pert *pe) {
   sg_status st = SG_OK;
   sg_placement pl[SG_MESH_MAX_DIMS];
   int epd = -1;
@@ -104,19 +129,20 @@ static sg_status setup(run_state *s, sg_mesh_t mesh, sg_group_t ep,
   }
   const int P = ep ? sg_group_size(ep) : 1;
   s->el = E / P, s->e0 = (ep ? sg_group_rank(ep) : 0) * s->el;
+  const int Q = tp ? sg_group_size(tp) : 1, q = tp ? sg_group_rank(tp) : 0;
+  s->fl = sg_split_size(F, Q, q), s->f0 = sg_split_offset(F, Q, q);
   const int64_t shp[NP][3] = {{E, C},
-                              {s->el, F, C},
-                              {s->el, F},
-                              {s->el, C, F},
+                              {s->el, s->fl, C},
+                              {s->el, s->fl},
+                              {s->el, C, s->fl},
                               {s->el, C}},
                 nd[NP] = {2, 3, 2, 3, 2};
   for (int a = 0; a < NP; ++a) {
-    const int64_t e0 = a ? s->e0 : 0, ne = a ? s->el : E;
     SG_TRY(sg_var_init_param(&s->p[a], "p", SG_DTYPE_F64, (int)nd[a], shp[a],
                              NULL, NULL));
     double *v = s->p[a].value.data;
-    for (int64_t i = 0; i < ne * per[a]; ++i) {
-      const int64_t g = e0 * per[a] + i;
+    for (int64_t i = 0; i < p_count(s, a); ++i) {
+      const int64_t g = p_gidx(s, a, i);
       v[i] = pv(a, g) + (pe->a == a && pe->i == g ? pe->h : 0.0);
     }
   }
@@ -126,22 +152,23 @@ fail:
 
 /* One run: forward, J, backward; this rank's parts of y, dx and the
  * parameter gradients into res (global layout, zero elsewhere). */
-static sg_status run(sg_mesh_t mesh, sg_group_t ep, const problem *pb,
-                     const pert *pe, result *res) {
+static sg_status run(sg_mesh_t mesh, sg_group_t ep, sg_group_t tp,
+                     const problem *pb, const pert *pe, result *res) {
   sg_status st = SG_OK;
   sg_tape_t t = NULL;
   sg_var *y = NULL, *l = NULL;
   run_state s;
   memset(&s, 0, sizeof s);
   memset(res, 0, sizeof *res);
-  SG_TRY(setup(&s, mesh, ep, pe));
+  SG_TRY(setup(&s, mesh, ep, tp, pe));
   SG_TRY(sg_tape_create(&t));
   sg_moe_desc d = {.experts = E,
                    .topk = pb->k,
                    .capacity = pb->cf,
                    .aux_coef = 0.3,
                    .aux = &res->aux,
-                   .ep = ep};
+                   .ep = ep,
+                   .tp = tp};
   SG_TRY(
       sg_ag_moe(t, &d, &s.x, &s.p[0], &s.p[1], &s.p[2], &s.p[3], &s.p[4], &y));
   const int64_t *o = s.off, *b = s.box;
@@ -165,11 +192,9 @@ static sg_status run(sg_mesh_t mesh, sg_group_t ep, const problem *pb,
                             j;
           res->dx[g] = ((double *)s.x.grad.data)[q];
         }
-  for (int a = 0; a < NP; ++a) {
-    const int64_t e0 = a ? s.e0 : 0, ne = a ? s.el : E;
-    memcpy(res->dp[a] + e0 * per[a], s.p[a].grad.data,
-           (size_t)(ne * per[a]) * sizeof(double));
-  }
+  for (int a = 0; a < NP; ++a)
+    for (int64_t i = 0; i < p_count(&s, a); ++i)
+      res->dp[a][p_gidx(&s, a, i)] = ((double *)s.p[a].grad.data)[i];
 fail:
   sg_tape_destroy(&t);
   rs_release(&s);
@@ -179,7 +204,7 @@ fail:
 static double objective(const problem *pb, int a, int64_t i, double h) {
   static result r;
   const pert pe = {a, i, h};
-  if (run(NULL, NULL, pb, &pe, &r) != SG_OK) return NAN;
+  if (run(NULL, NULL, NULL, pb, &pe, &r) != SG_OK) return NAN;
   return r.loss + r.aux;
 }
 
@@ -219,15 +244,40 @@ static void cmp(const char *spec, const problem *pb, const char *what,
              pb->cf, what, (long long)i, got[i], want[i]);
 }
 
+/* The whole arrays (y, dx, the router's and fc2 bias's gradients) are the
+ * same bits on every tp rank: checked against tp rank 0's, then counted
+ * once (the other tp ranks' zeroed). */
+static void tp_once(const char *spec, sg_group_t tp, result *got) {
+  static result r0;
+  if (!tp) return;
+  r0 = *got;
+  MPI_Bcast(&r0, (int)(sizeof r0 / sizeof(double)), MPI_DOUBLE, 0,
+            sg_group_comm(tp));
+  int same = !memcmp(r0.y, got->y, sizeof r0.y) &&
+             !memcmp(r0.dx, got->dx, sizeof r0.dx) &&
+             !memcmp(r0.dp[0], got->dp[0], sizeof r0.dp[0]) &&
+             !memcmp(r0.dp[4], got->dp[4], sizeof r0.dp[4]);
+  MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  SG_CHECK(same, "%s: y, dx, dWr, db2 differ between the tp ranks", spec);
+  if (sg_group_rank(tp) > 0) {
+    memset(got->y, 0, sizeof got->y), memset(got->dx, 0, sizeof got->dx);
+    memset(got->dp[0], 0, sizeof got->dp[0]);
+    memset(got->dp[4], 0, sizeof got->dp[4]);
+  }
+}
+
 static void test_mesh(const char *spec, const problem *pb, const result *ref) {
   sg_mesh_t mesh = NULL;
-  sg_group_t ep = NULL;
+  sg_group_t ep = NULL, tp = NULL;
   static result got;
   const pert none = {-1, 0, 0.0};
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
-  const int epd = sg_mesh_find_dim(mesh, "ep");
+  const int epd = sg_mesh_find_dim(mesh, "ep"),
+            tpd = sg_mesh_find_dim(mesh, "tp");
   if (epd >= 0) SG_REQUIRE_OK(sg_mesh_group(mesh, 1u << epd, &ep));
-  SG_REQUIRE_OK(run(mesh, ep, pb, &none, &got));
+  if (tpd >= 0) SG_REQUIRE_OK(sg_mesh_group(mesh, 1u << tpd, &tp));
+  SG_REQUIRE_OK(run(mesh, ep, tp, pb, &none, &got));
+  tp_once(spec, tp, &got);
   /* every rank's parts summed: y, dx are disjoint boxes; the gradients
    * are partial over the ranks sharing a parameter part */
   MPI_Allreduce(MPI_IN_PLACE, got.y, B * C * T, MPI_DOUBLE, MPI_SUM,
@@ -269,16 +319,16 @@ done:
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   static const problem pbs[3] = {{1, 0.5}, {2, 0.5}, {2, 0.0}};
-  static const char *const meshes[5][5] = {{NULL},
-                                           {NULL},
-                                           {"h=2", "w=2", "ep=2", "dp=2", NULL},
-                                           {"h=3", "w=3", NULL},
-                                           {"ep=2,h=2", "h=2,w=2", "ep=4",
-                                            NULL}};
+  static const char *const meshes[5][6] = {
+      {NULL},
+      {NULL},
+      {"h=2", "w=2", "ep=2", "dp=2", "tp=2"},
+      {"h=3", "w=3", NULL},
+      {"ep=2,h=2", "h=2,w=2", "ep=4", "ep=2,tp=2", NULL}};
   static result ref;
   const pert none = {-1, 0, 0.0};
   for (int q = 0; q < 3; ++q) {
-    SG_REQUIRE_OK(run(NULL, NULL, &pbs[q], &none, &ref));
+    SG_REQUIRE_OK(run(NULL, NULL, NULL, &pbs[q], &none, &ref));
     if (sg_test_size == 1) {
       check_fd(&pbs[q], &ref);
       if (pbs[q].k == 1)

@@ -27,8 +27,12 @@
  *    ranks refused;
  *  - mixture of experts (4 experts, top-2, capacity 1) with the tokens
  *    over h=2, w=3, h=2,w=2: every gradient, summed over h, w, equals the
- *    one-process one; topk > experts, ep without experts and experts not
- *    divisible by ep refused on every rank;
+ *    one-process one; with the experts' hidden width over tp on tp=2
+ *    (plain and tp_sequence) the same check as tp's; topk > experts, ep without experts and experts not divisible
+ *    by ep refused on every rank;
+ *  - the swin with experts (h=2) and with experts and tp_sequence (tp=2,
+ *    tp=2,h=2: the shifted windows cross the h boundary): the same
+ *    gradient check;
  *  - the swin (patch 2, window 4): the same gradient check (the rolls and
  *    window attention in the chain); windows larger than the token grid,
  *    not dividing it, or not tiling every rank's block (h=2, h=3, h=4)
@@ -276,15 +280,15 @@ static void run_free(run *r) {
   sg_model_destroy(&r->m);
 }
 
-/* seq: tp_sequence (Megatron-SP); moe: 4 experts, top-2, capacity 1 in
- * both blocks (tokens split over h, w: the capacity ranks them in global
- * order) */
-static void test_tp_gradients(const char *spec, int64_t heads, int seq,
-                              int moe) {
+/* The model c (the vit or the swin); seq: tp_sequence (Megatron-SP); moe:
+ * 4 experts, top-2, capacity 1 in both blocks (tokens split over h, w: the
+ * capacity ranks them in global order; with tp the experts' hidden width
+ * split over it) */
+static void test_grads(sg_model_config c, const char *spec, int64_t heads,
+                       int seq, int moe) {
   sg_mesh_t self = NULL, mesh = NULL;
   run ref, got;
   memset(&ref, 0, sizeof ref), memset(&got, 0, sizeof got);
-  sg_model_config c = tiny();
   c.heads = heads;
   if (heads == 3) c.width = 12; /* tp = 3 */
   c.tp_sequence = seq;
@@ -322,9 +326,11 @@ static void test_tp_gradients(const char *spec, int64_t heads, int seq,
       if (!(fabs(g[l] - want) <= 1e-4 * mx + 1e-7))
         bad += first < 0 ? (first = l, 1) : 1;
     }
-    SG_CHECK(bad == 0, "%s%s: gradient of %s: %lld of %lld differ (first %lld)",
-             spec, seq ? " tp_sequence" : "", pi.name, (long long)bad,
-             (long long)pi.numel, (long long)first);
+    SG_CHECK(bad == 0,
+             "%s %s%s%s: gradient of %s: %lld of %lld differ (first %lld)",
+             c.kind == SG_MODEL_SWIN ? "swin" : "vit", spec,
+             seq ? " tp_sequence" : "", moe ? " moe" : "", pi.name,
+             (long long)bad, (long long)pi.numel, (long long)first);
     if (pi.shard_dims & tp) continue;
     /* replicated over tp: the same bits on every tp rank */
     SG_REQUIRE_OK(sg_mesh_group(mesh, tp, &tg));
@@ -343,6 +349,11 @@ done:
   run_free(&got);
   sg_mesh_destroy(&mesh);
   sg_mesh_destroy(&self);
+}
+
+static void test_tp_gradients(const char *spec, int64_t heads, int seq,
+                              int moe) {
+  test_grads(tiny(), spec, heads, seq, moe);
 }
 
 /* The Swin's windows: larger than the token grid, not dividing it, or
@@ -402,6 +413,15 @@ int main(int argc, char **argv) {
   }
   if (sg_test_size == 2) test_tp_gradients("h=2", 2, 0, 1);
   if (sg_test_size == 3) test_tp_gradients("w=3", 2, 0, 1);
+  /* the experts' hidden width over tp (with tp_sequence: the experts on
+   * the gathered tokens); the swin with experts and with tp_sequence */
+  if (sg_test_size == 2) {
+    test_tp_gradients("tp=2", 2, 0, 1);
+    test_tp_gradients("tp=2", 2, 1, 1);
+    test_grads(tiny_swin(), "h=2", 2, 0, 1);
+    test_grads(tiny_swin(), "tp=2", 2, 1, 1);
+  }
+  if (sg_test_size == 4) test_grads(tiny_swin(), "tp=2,h=2", 2, 1, 1);
   if (sg_test_size == 4) {
     test_tp_gradients("h=2,w=2", 2, 0, 1);
     sg_model_config c = tiny(); /* 2 heads over 4 tp ranks */
