@@ -237,11 +237,33 @@ static void FN(direct_wgrad)(const sg_conv_geom *g, const R *xn, const R *dyn,
   SG_WGRAD_OFF(g->ckk, g->k, np, xn + r0 * in2, 0, off, dyc, ld, wp);
 }
 
+/* dy's rows r0 - (sp1 - 1) .. r1 - 1 of sample n for the dx product written
+ * straight into dx: one slot of in2 floats per row, sp2 - 1 zeros then
+ * the row's out2 values (zero slots outside dy), and sp2 - 1 zeros after
+ * the last slot, per plane (stride plane) of dyp. A shift past a slot's
+ * end reads the next slot's leading zeros, so the product's rows are in2
+ * apart like dx's: no junk columns, no tile to copy out. */
+static void FN(direct_dy_rows)(const sg_conv_geom *g, const R *dyn, int64_t r0,
+                               int64_t r1, int64_t plane, R *dyp) {
+  const int64_t out1 = g->out[1], out2 = g->out[2], in2 = g->in[2];
+  const int64_t sp1 = g->in[1] - out1 + 1, z = in2 - out2;
+  for (int64_t k = 0; k < g->k; ++k) {
+    R *d = dyp + k * plane;
+    for (int64_t i = r0 - (sp1 - 1); i < r1; ++i, d += in2) {
+      const int in = i >= 0 && i < out1;
+      memset(d, 0, (size_t)(in ? z : in2) * sizeof(R));
+      if (in)
+        memcpy(d + z, dyn + k * g->sout + i * out2, (size_t)out2 * sizeof(R));
+    }
+    memset(d, 0, (size_t)z * sizeof(R));
+  }
+}
+
 static void FN(direct_dx)(const sg_conv_geom *g, const R *w, const R *dy, R *dx,
                           void *ws) {
   const int64_t in1 = g->in[1], in2 = g->in[2], kk = g->kk, kkk = g->k * kk;
   const int64_t sp1 = in1 - g->out[1] + 1, sp2 = in2 - g->out[2] + 1;
-  const int64_t wg = in2 + sp2 - 1, plane = (g->rows + sp1 - 1) * wg;
+  const int64_t plane = (g->rows + sp1 - 1) * in2 + sp2 - 1;
   const int64_t ntile = (in1 + g->rows - 1) / g->rows, items = g->n * ntile;
   const int nth = g->nthreads;
 #pragma omp parallel num_threads(nth) if (nth > 1)
@@ -249,8 +271,8 @@ static void FN(direct_dx)(const sg_conv_geom *g, const R *w, const R *dy, R *dx,
     char *base = (char *)FN(thread_ws)(g, ws, FN(thread_id)());
     int64_t *off = (int64_t *)base;
     R *wt = (R *)(base + sg_direct_off_bytes(g)); /* wt[c][k kk] */
-    R *dyp = wt + g->c * kkk, *tmp = dyp + g->k * plane;
-    FN(direct_shifts)(g, g->k, plane, wg, sp1 - 1, sp2 - 1, -1, off);
+    R *dyp = wt + g->c * kkk;
+    FN(direct_shifts)(g, g->k, plane, in2, sp1 - 1, sp2 - 1, -1, off);
     for (int64_t k = 0; k < g->k; ++k)
       for (int64_t c = 0; c < g->c; ++c)
         memcpy(wt + c * kkk + k * kk, w + k * g->ckk + c * kk,
@@ -259,12 +281,9 @@ static void FN(direct_dx)(const sg_conv_geom *g, const R *w, const R *dy, R *dx,
     for (int64_t it = 0; it < items; ++it) {
       int64_t n = it / ntile, r0 = (it % ntile) * g->rows;
       int64_t r1 = r0 + g->rows < in1 ? r0 + g->rows : in1;
-      int64_t np = (r1 - r0 - 1) * wg + in2, ld = FN(col_ld)(np);
-      FN(direct_dy_tile)(g, dy + n * g->k * g->sout, r0, r1, plane, wg, dyp);
-      SG_GEMM_OFF(kkk, g->c, np, wt, kkk, 1, dyp, off, NULL, tmp, ld);
-      FN(direct_copy_out)
-      (g->c, tmp, ld, r1 - r0, wg, in2, dx + n * g->c * g->sin + r0 * in2,
-       g->sin);
+      FN(direct_dy_rows)(g, dy + n * g->k * g->sout, r0, r1, plane, dyp);
+      SG_GEMM_OFF(kkk, g->c, (r1 - r0) * in2, wt, kkk, 1, dyp, off, NULL,
+                  dx + n * g->c * g->sin + r0 * in2, g->sin);
     }
   }
 }
