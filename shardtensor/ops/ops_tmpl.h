@@ -905,6 +905,37 @@ void FN(sg_up_bwd)(int linear, const sg_up_geom *g, const R *dy, R *dx) {
 
 /* ---- padding ------------------------------------------------------------ */
 
+/* One row of the last dim: dst's out2 = lo2 + in2 + hi2 elements from src's
+ * in2. The margins element by element (sg_pad_src_index), the interior as
+ * one copy; bwd adds in the same increasing o2 order as an element loop,
+ * so the sums are unchanged. */
+static void FN(pad_row_fwd)(int mode, int64_t lo, int64_t in, int64_t out,
+                            const R *sr, R *dr) {
+  for (int64_t o2 = 0; o2 < lo; ++o2) {
+    int64_t i2 = sg_pad_src_index(mode, o2 - lo, in);
+    dr[o2] = i2 < 0 ? 0 : sr[i2];
+  }
+  memcpy(dr + lo, sr, (size_t)in * sizeof(R));
+  for (int64_t o2 = lo + in; o2 < out; ++o2) {
+    int64_t i2 = sg_pad_src_index(mode, o2 - lo, in);
+    dr[o2] = i2 < 0 ? 0 : sr[i2];
+  }
+}
+
+static void FN(pad_row_bwd)(int mode, int64_t lo, int64_t in, int64_t out,
+                            const R *dr, R *restrict sr) {
+  for (int64_t o2 = 0; o2 < lo; ++o2) {
+    int64_t i2 = sg_pad_src_index(mode, o2 - lo, in);
+    if (i2 >= 0) sr[i2] += dr[o2];
+  }
+  const R *restrict di = dr + lo;
+  for (int64_t i2 = 0; i2 < in; ++i2) sr[i2] += di[i2];
+  for (int64_t o2 = lo + in; o2 < out; ++o2) {
+    int64_t i2 = sg_pad_src_index(mode, o2 - lo, in);
+    if (i2 >= 0) sr[i2] += dr[o2];
+  }
+}
+
 void FN(sg_pad_fwd)(const int64_t *in, const int64_t *out, const int64_t *lo,
                     const int *mode, int64_t planes, const R *src, R *dst) {
   const int64_t sin = in[0] * in[1] * in[2], sout = out[0] * out[1] * out[2];
@@ -917,11 +948,11 @@ void FN(sg_pad_fwd)(const int64_t *in, const int64_t *out, const int64_t *lo,
       for (int64_t o1 = 0; o1 < out[1]; ++o1) {
         int64_t i1 = sg_pad_src_index(mode[1], o1 - lo[1], in[1]);
         R *dr = dp + (o0 * out[1] + o1) * out[2];
-        const R *sr = sp + (i0 * in[1] + i1) * in[2];
-        for (int64_t o2 = 0; o2 < out[2]; ++o2) {
-          int64_t i2 = sg_pad_src_index(mode[2], o2 - lo[2], in[2]);
-          dr[o2] = (i0 < 0 || i1 < 0 || i2 < 0) ? 0 : sr[i2];
-        }
+        if (i0 < 0 || i1 < 0)
+          memset(dr, 0, (size_t)out[2] * sizeof(R));
+        else
+          FN(pad_row_fwd)
+          (mode[2], lo[2], in[2], out[2], sp + (i0 * in[1] + i1) * in[2], dr);
       }
     }
   }
@@ -934,19 +965,16 @@ void FN(sg_pad_bwd)(const int64_t *in, const int64_t *out, const int64_t *lo,
   for (int64_t p = 0; p < planes; ++p) {
     R *sp = dsrc + p * sin;
     const R *dp = dpad + p * sout;
-    for (int64_t i = 0; i < sin; ++i) sp[i] = 0;
+    memset(sp, 0, (size_t)sin * sizeof(R));
     for (int64_t o0 = 0; o0 < out[0]; ++o0) {
       int64_t i0 = sg_pad_src_index(mode[0], o0 - lo[0], in[0]);
       if (i0 < 0) continue;
       for (int64_t o1 = 0; o1 < out[1]; ++o1) {
         int64_t i1 = sg_pad_src_index(mode[1], o1 - lo[1], in[1]);
         if (i1 < 0) continue;
-        const R *dr = dp + (o0 * out[1] + o1) * out[2];
-        R *sr = sp + (i0 * in[1] + i1) * in[2];
-        for (int64_t o2 = 0; o2 < out[2]; ++o2) {
-          int64_t i2 = sg_pad_src_index(mode[2], o2 - lo[2], in[2]);
-          if (i2 >= 0) sr[i2] += dr[o2];
-        }
+        FN(pad_row_bwd)
+        (mode[2], lo[2], in[2], out[2], dp + (o0 * out[1] + o1) * out[2],
+         sp + (i0 * in[1] + i1) * in[2]);
       }
     }
   }
