@@ -948,11 +948,12 @@ void FN(sg_pad_fwd)(const int64_t *in, const int64_t *out, const int64_t *lo,
       for (int64_t o1 = 0; o1 < out[1]; ++o1) {
         int64_t i1 = sg_pad_src_index(mode[1], o1 - lo[1], in[1]);
         R *dr = dp + (o0 * out[1] + o1) * out[2];
-        if (i0 < 0 || i1 < 0)
+        if (i0 < 0 || i1 < 0) {
           memset(dr, 0, (size_t)out[2] * sizeof(R));
-        else
-          FN(pad_row_fwd)
-          (mode[2], lo[2], in[2], out[2], sp + (i0 * in[1] + i1) * in[2], dr);
+        } else {
+          const R *sr = sp + (i0 * in[1] + i1) * in[2];
+          FN(pad_row_fwd)(mode[2], lo[2], in[2], out[2], sr, dr);
+        }
       }
     }
   }
