@@ -237,11 +237,33 @@ static void FN(direct_wgrad)(const sg_conv_geom *g, const R *xn, const R *dyn,
   SG_WGRAD_OFF(g->ckk, g->k, np, xn + r0 * in2, 0, off, dyc, ld, wp);
 }
 
+/* dy's rows r0 - (sp1 - 1) .. r1 - 1 of sample n for the dx product written
+ * straight into dx: one slot of in2 floats per row, sp2 - 1 zeros then
+ * the row's out2 values (zero slots outside dy), and sp2 - 1 zeros after
+ * the last slot, per plane (stride plane) of dyp. A shift past a slot's
+ * end reads the next slot's leading zeros, so the product's rows are in2
+ * apart like dx's: no junk columns, no tile to copy out. */
+static void FN(direct_dy_rows)(const sg_conv_geom *g, const R *dyn, int64_t r0,
+                               int64_t r1, int64_t plane, R *dyp) {
+  const int64_t out1 = g->out[1], out2 = g->out[2], in2 = g->in[2];
+  const int64_t sp1 = g->in[1] - out1 + 1, z = in2 - out2;
+  for (int64_t k = 0; k < g->k; ++k) {
+    R *d = dyp + k * plane;
+    for (int64_t i = r0 - (sp1 - 1); i < r1; ++i, d += in2) {
+      const int in = i >= 0 && i < out1;
+      memset(d, 0, (size_t)(in ? z : in2) * sizeof(R));
+      if (in)
+        memcpy(d + z, dyn + k * g->sout + i * out2, (size_t)out2 * sizeof(R));
+    }
+    memset(d, 0, (size_t)z * sizeof(R));
+  }
+}
+
 static void FN(direct_dx)(const sg_conv_geom *g, const R *w, const R *dy, R *dx,
                           void *ws) {
   const int64_t in1 = g->in[1], in2 = g->in[2], kk = g->kk, kkk = g->k * kk;
   const int64_t sp1 = in1 - g->out[1] + 1, sp2 = in2 - g->out[2] + 1;
-  const int64_t wg = in2 + sp2 - 1, plane = (g->rows + sp1 - 1) * wg;
+  const int64_t plane = (g->rows + sp1 - 1) * in2 + sp2 - 1;
   const int64_t ntile = (in1 + g->rows - 1) / g->rows, items = g->n * ntile;
   const int nth = g->nthreads;
 #pragma omp parallel num_threads(nth) if (nth > 1)
@@ -249,8 +271,8 @@ static void FN(direct_dx)(const sg_conv_geom *g, const R *w, const R *dy, R *dx,
     char *base = (char *)FN(thread_ws)(g, ws, FN(thread_id)());
     int64_t *off = (int64_t *)base;
     R *wt = (R *)(base + sg_direct_off_bytes(g)); /* wt[c][k kk] */
-    R *dyp = wt + g->c * kkk, *tmp = dyp + g->k * plane;
-    FN(direct_shifts)(g, g->k, plane, wg, sp1 - 1, sp2 - 1, -1, off);
+    R *dyp = wt + g->c * kkk;
+    FN(direct_shifts)(g, g->k, plane, in2, sp1 - 1, sp2 - 1, -1, off);
     for (int64_t k = 0; k < g->k; ++k)
       for (int64_t c = 0; c < g->c; ++c)
         memcpy(wt + c * kkk + k * kk, w + k * g->ckk + c * kk,
@@ -259,12 +281,9 @@ static void FN(direct_dx)(const sg_conv_geom *g, const R *w, const R *dy, R *dx,
     for (int64_t it = 0; it < items; ++it) {
       int64_t n = it / ntile, r0 = (it % ntile) * g->rows;
       int64_t r1 = r0 + g->rows < in1 ? r0 + g->rows : in1;
-      int64_t np = (r1 - r0 - 1) * wg + in2, ld = FN(col_ld)(np);
-      FN(direct_dy_tile)(g, dy + n * g->k * g->sout, r0, r1, plane, wg, dyp);
-      SG_GEMM_OFF(kkk, g->c, np, wt, kkk, 1, dyp, off, NULL, tmp, ld);
-      FN(direct_copy_out)
-      (g->c, tmp, ld, r1 - r0, wg, in2, dx + n * g->c * g->sin + r0 * in2,
-       g->sin);
+      FN(direct_dy_rows)(g, dy + n * g->k * g->sout, r0, r1, plane, dyp);
+      SG_GEMM_OFF(kkk, g->c, (r1 - r0) * in2, wt, kkk, 1, dyp, off, NULL,
+                  dx + n * g->c * g->sin + r0 * in2, g->sin);
     }
   }
 }
@@ -886,6 +905,37 @@ void FN(sg_up_bwd)(int linear, const sg_up_geom *g, const R *dy, R *dx) {
 
 /* ---- padding ------------------------------------------------------------ */
 
+/* One row of the last dim: dst's out2 = lo2 + in2 + hi2 elements from src's
+ * in2. The margins element by element (sg_pad_src_index), the interior as
+ * one copy; bwd adds in the same increasing o2 order as an element loop,
+ * so the sums are unchanged. */
+static void FN(pad_row_fwd)(int mode, int64_t lo, int64_t in, int64_t out,
+                            const R *sr, R *dr) {
+  for (int64_t o2 = 0; o2 < lo; ++o2) {
+    int64_t i2 = sg_pad_src_index(mode, o2 - lo, in);
+    dr[o2] = i2 < 0 ? 0 : sr[i2];
+  }
+  memcpy(dr + lo, sr, (size_t)in * sizeof(R));
+  for (int64_t o2 = lo + in; o2 < out; ++o2) {
+    int64_t i2 = sg_pad_src_index(mode, o2 - lo, in);
+    dr[o2] = i2 < 0 ? 0 : sr[i2];
+  }
+}
+
+static void FN(pad_row_bwd)(int mode, int64_t lo, int64_t in, int64_t out,
+                            const R *dr, R *restrict sr) {
+  for (int64_t o2 = 0; o2 < lo; ++o2) {
+    int64_t i2 = sg_pad_src_index(mode, o2 - lo, in);
+    if (i2 >= 0) sr[i2] += dr[o2];
+  }
+  const R *restrict di = dr + lo;
+  for (int64_t i2 = 0; i2 < in; ++i2) sr[i2] += di[i2];
+  for (int64_t o2 = lo + in; o2 < out; ++o2) {
+    int64_t i2 = sg_pad_src_index(mode, o2 - lo, in);
+    if (i2 >= 0) sr[i2] += dr[o2];
+  }
+}
+
 void FN(sg_pad_fwd)(const int64_t *in, const int64_t *out, const int64_t *lo,
                     const int *mode, int64_t planes, const R *src, R *dst) {
   const int64_t sin = in[0] * in[1] * in[2], sout = out[0] * out[1] * out[2];
@@ -898,10 +948,11 @@ void FN(sg_pad_fwd)(const int64_t *in, const int64_t *out, const int64_t *lo,
       for (int64_t o1 = 0; o1 < out[1]; ++o1) {
         int64_t i1 = sg_pad_src_index(mode[1], o1 - lo[1], in[1]);
         R *dr = dp + (o0 * out[1] + o1) * out[2];
-        const R *sr = sp + (i0 * in[1] + i1) * in[2];
-        for (int64_t o2 = 0; o2 < out[2]; ++o2) {
-          int64_t i2 = sg_pad_src_index(mode[2], o2 - lo[2], in[2]);
-          dr[o2] = (i0 < 0 || i1 < 0 || i2 < 0) ? 0 : sr[i2];
+        if (i0 < 0 || i1 < 0) {
+          memset(dr, 0, (size_t)out[2] * sizeof(R));
+        } else {
+          const R *sr = sp + (i0 * in[1] + i1) * in[2];
+          FN(pad_row_fwd)(mode[2], lo[2], in[2], out[2], sr, dr);
         }
       }
     }
@@ -915,19 +966,16 @@ void FN(sg_pad_bwd)(const int64_t *in, const int64_t *out, const int64_t *lo,
   for (int64_t p = 0; p < planes; ++p) {
     R *sp = dsrc + p * sin;
     const R *dp = dpad + p * sout;
-    for (int64_t i = 0; i < sin; ++i) sp[i] = 0;
+    memset(sp, 0, (size_t)sin * sizeof(R));
     for (int64_t o0 = 0; o0 < out[0]; ++o0) {
       int64_t i0 = sg_pad_src_index(mode[0], o0 - lo[0], in[0]);
       if (i0 < 0) continue;
       for (int64_t o1 = 0; o1 < out[1]; ++o1) {
         int64_t i1 = sg_pad_src_index(mode[1], o1 - lo[1], in[1]);
         if (i1 < 0) continue;
-        const R *dr = dp + (o0 * out[1] + o1) * out[2];
-        R *sr = sp + (i0 * in[1] + i1) * in[2];
-        for (int64_t o2 = 0; o2 < out[2]; ++o2) {
-          int64_t i2 = sg_pad_src_index(mode[2], o2 - lo[2], in[2]);
-          if (i2 >= 0) sr[i2] += dr[o2];
-        }
+        FN(pad_row_bwd)
+        (mode[2], lo[2], in[2], out[2], dp + (o0 * out[1] + o1) * out[2],
+         sp + (i0 * in[1] + i1) * in[2]);
       }
     }
   }

@@ -166,6 +166,24 @@ void sg_pw_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
     pw_strip(cin, cout, np, p0, w, wr, wc, x, 0, xoff, b, y, ldy, 0);
 }
 
+/* One vector v of pixels of a dW tile, read by LD(address): PW_LDU, or
+ * PW_LDM (masked by the tile's mt) for the last one. */
+#define PW_LDU(p) _mm512_loadu_ps(p)
+#define PW_LDM(p) _mm512_maskz_loadu_ps(mt, p)
+#define PW_WSTEP(MK, MC, LD, v)                                       \
+  {                                                                   \
+    __m512 dv[MK];                                                    \
+    _Pragma("GCC unroll 4")                                           \
+    for (int i = 0; i < MK; ++i) dv[i] = LD(dy + i * ldd + 16 * (v)); \
+    _Pragma("GCC unroll 6")                                           \
+    for (int j = 0; j < MC; ++j) {                                    \
+      const __m512 xv = LD(xr[j] + 16 * (v));                         \
+      _Pragma("GCC unroll 4")                                         \
+      for (int i = 0; i < MK; ++i)                                    \
+        acc[i][j] = _mm512_fmadd_ps(dv[i], xv, acc[i][j]);            \
+    }                                                                 \
+  }
+
 /* One dW tile over `nv` vectors of pixels (the last one masked by `mt`):
  * part[(i * MC + j) * 16 + lane] += dy[i] * x[j]. */
 #define PW_WTILE(MK, MC)                                                      \
@@ -179,20 +197,9 @@ void sg_pw_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
     for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 6")                      \
     for (int j = 0; j < MC; ++j)                                              \
       acc[i][j] = _mm512_loadu_ps(part + (i * MC + j) * 16);                  \
-    for (int64_t v = 0; v < nv; ++v) {                                        \
-      const __mmask16 mv = v + 1 < nv ? (__mmask16)0xFFFF : mt;               \
-      __m512 dv[MK];                                                          \
-      _Pragma("GCC unroll 4")                                                 \
-      for (int i = 0; i < MK; ++i)                                            \
-        dv[i] = _mm512_maskz_loadu_ps(mv, dy + i * ldd + 16 * v);             \
-      _Pragma("GCC unroll 6")                                                 \
-      for (int j = 0; j < MC; ++j) {                                          \
-        const __m512 xv = _mm512_maskz_loadu_ps(mv, xr[j] + 16 * v);          \
-        _Pragma("GCC unroll 4")                                               \
-        for (int i = 0; i < MK; ++i)                                          \
-          acc[i][j] = _mm512_fmadd_ps(dv[i], xv, acc[i][j]);                  \
-      }                                                                       \
-    }                                                                         \
+    for (int64_t v = 0; v + 1 < nv; ++v) /* full vectors: no masks */         \
+      PW_WSTEP(MK, MC, PW_LDU, v)                                             \
+    if (nv > 0) PW_WSTEP(MK, MC, PW_LDM, nv - 1)                              \
     _Pragma("GCC unroll 4")                                                   \
     for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 6")                      \
     for (int j = 0; j < MC; ++j)                                              \

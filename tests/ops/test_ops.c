@@ -350,6 +350,18 @@ static void test_conv_direct(void) {
                     .dilation = {1, 2}};
   test_conv_case("conv2d direct 5x3 d2", f, 1);
   test_conv_direct_case("direct 5x3 d2", f);
+  /* a wider span across than down (dx's dy slots: 4 leading zeros, the
+   * shifts past a slot's end into the next one's), a 2-row last dx tile */
+  sg_conv_desc h = {.nsp = 2,
+                    .batch = 1,
+                    .cin = 3,
+                    .cout = 4,
+                    .in = {7, 23},
+                    .kernel = {3, 5},
+                    .stride = {1, 1},
+                    .dilation = {1, 1}};
+  test_conv_case("conv2d direct 3x5", h, 1);
+  test_conv_direct_case("direct 3x5", h);
 }
 
 static void test_conv(void) {
