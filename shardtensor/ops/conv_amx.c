@@ -11,6 +11,11 @@
  * in f32 in an order of its own (flushing bf16 denormals), so the result is
  * the vdpbf16ps kernel's up to the order of the f32 sums.
  *
+ * The weight gradient (sg_amx_wgrad_off) reduces over pixels instead: its
+ * A tiles are 16 input channels x 32 pixels of bf16 planes (read at the
+ * kernel offset's shift, any pixel), its B tiles 16 pixel pairs x 16
+ * output channels of dy, packed by sg_bf16_pack_dy_tiles (conv_bf16.c).
+ *
  * Measured on this machine's CPU (Sapphire Rapids, one core): vdpbf16ps
  * retires one instruction per two cycles (32 products), half the f32 FMA
  * rate, while tdpbf16ps reaches ~840 G products/s against ~88 G for f32
