@@ -430,16 +430,9 @@ static void FN(direct_dx_amx)(const sg_conv_geom *g, const R *w, const R *dy,
   }
 }
 
-/* ---- the weight gradient on AMX tiles (g->wbf16; conv_amx.c) -----------
- * A reduction over pixels, so pixels are the tile product's inner
- * dimension: per (sample, tile of output rows) the tile's input rows as
- * bf16 planes (zero planes up to cp channels; the A tiles read them at
- * every kernel offset's shift, odd or even), dy laid out like the
- * forward's product (zero in the margins, past the tile and past cout)
- * packed to B tiles of pixel pairs. Each thread sums into its partials
- * (offset x cp x kp f32, in the tiles across its items), added to dw in
- * thread order. */
-/* Thread t's pieces of that workspace (sg_amx_wgrad_elems). */
+/* ---- the weight gradient on AMX tiles (g->wbf16; conv_amx.c) ----------- */
+
+/* Thread t's pieces of its workspace (sg_amx_wgrad_elems). */
 typedef struct FN(amx_wws) {
   int64_t *ooff;
   uint16_t *xb;
@@ -459,12 +452,24 @@ static FN(amx_wws) FN(amx_wws_of)(const sg_conv_geom *g, const sg_amx_wdims *a,
   return w;
 }
 
+/* A reduction over pixels, so pixels are the tile product's inner
+ * dimension: per (sample, tile of output rows) the tile's input rows as
+ * bf16 planes (zero planes up to cp channels; the A tiles read them at
+ * every kernel offset's shift, odd or even), dy laid out like the
+ * forward's product (zero in the margins, past the tile and past cout)
+ * packed to B tiles of pixel pairs. Each thread sums into its partials
+ * (offset x cp x kp f32, in the tiles across its items; zeroed before the
+ * region, so a thread OpenMP did not start adds zeros), added to dw in
+ * thread order. */
 static void FN(direct_wgrad_amx)(const sg_conv_geom *g, const R *x, const R *dy,
                                  R *dw, void *ws) {
   const int64_t items = g->n * g->ntile, in2 = g->in[2], kk = g->kk;
   const int64_t sp1 = g->in[1] - g->out[1] + 1;
   const sg_amx_wdims a = sg_amx_wdims_of(g);
   const int nth = g->nthreads;
+  for (int t = 0; t < nth; ++t)
+    memset(FN(amx_wws_of)(g, &a, ws, t).part, 0,
+           (size_t)(kk * a.cp * a.kp) * sizeof(float));
 #pragma omp parallel num_threads(nth) if (nth > 1)
   {
     const FN(amx_wws) w = FN(amx_wws_of)(g, &a, ws, FN(thread_id)());
@@ -473,7 +478,6 @@ static void FN(direct_wgrad_amx)(const sg_conv_geom *g, const R *x, const R *dy,
            (size_t)((a.cp - g->c) * a.xpl) * sizeof *w.xb);
     memset(w.dyc + g->k * a.ldc, 0,
            (size_t)((a.kp - g->k) * a.ldc) * sizeof *w.dyc);
-    memset(w.part, 0, (size_t)(kk * a.cp * a.kp) * sizeof *w.part);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       int64_t n = it / g->ntile, r0 = (it % g->ntile) * g->rows;
