@@ -9,8 +9,11 @@
  *    terms rounded at 6e-8 each; the observed error is far below);
  *  - x not bf16-valued: every path computes in f32 (the library checks),
  *    so y is off the reference on the rounded x by bf16-sized errors;
- *  - bf16 denormal inputs: the bf16 kernels flush them (y = 0), f32 FMAs do
- *    not: proof of which kernel ran, where the CPU has it;
+ *  - bf16 denormal inputs: the bf16 kernels flush them (y = 0, and dw = 0
+ *    from the AMX weight gradient), f32 FMAs do not: proof of which kernel
+ *    ran, where the CPU has it (SG_CONV_BF16_DW=0 makes the dw probe fail);
+ *  - dw from AMX (its own summation order, not a documented scalar loop,
+ *    so a tolerance, not bits): within 1e-6 of sum |terms| of the f64 sum;
  *    (vdpbf16ps matched the pair loop bit for bit on Sapphire Rapids; AMX
  *    sums in its own order);
  *  - SG_SIMD=portable and SG_CONV_BF16=0: the f32 path on the same values,
