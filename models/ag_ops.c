@@ -44,8 +44,8 @@ static sg_conv_desc window_desc_of(const sg_node *node, int64_t cout) {
 }
 
 /* Under a bf16 storage policy the conv's inputs, weights and output
- * gradient hold bf16 values: the kernels may multiply in bf16 (forward and
- * dx; the tape's input x is what backward's dw reads, as before). */
+ * gradient hold bf16 values: the kernels may multiply in bf16 (forward, dx
+ * and dw; each checks that its operands hold bf16 values). */
 static sg_conv_desc conv_desc_of(const sg_node *node) {
   sg_conv_desc d = window_desc_of(node, node->in[1]->value.shape[0]);
   d.bf16 = sg_tape_storage_dtype(ag_current_tape) == SG_DTYPE_BF16;

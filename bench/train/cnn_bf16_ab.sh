@@ -6,6 +6,8 @@
 # SG_TORCH_PYTHON: a python with torch 2.x for the PyTorch variants.
 #   DATA=ns.nc [ROUNDS=2 LONG=20 SHORT=5 VARIANTS="f32 bf16_f32kern bf16_amx torch_f32 torch_bf16"] \
 #     bench/train/cnn_bf16_ab.sh
+# (bf16_amx_f32dw: the AMX convolution with the weight gradient in f32,
+# SG_CONV_BF16_DW=0, as before it had a bf16 kernel)
 set -eu
 cd "$(dirname "$0")/../.."
 export OPENBLAS_CORETYPE=Cooperlake OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -28,6 +30,7 @@ for r in $(seq "$ROUNDS"); do
       f32) a=$(sg f32 "$LONG"); b=$(sg f32 "$SHORT") ;;
       bf16_f32kern) a=$(SG_CONV_BF16=0 sg bf16 "$LONG"); b=$(SG_CONV_BF16=0 sg bf16 "$SHORT") ;;
       bf16_amx) a=$(sg bf16 "$LONG"); b=$(sg bf16 "$SHORT") ;;
+      bf16_amx_f32dw) a=$(SG_CONV_BF16_DW=0 sg bf16 "$LONG"); b=$(SG_CONV_BF16_DW=0 sg bf16 "$SHORT") ;;
       torch_f32) a=$(pt 0 $((LONG - 3))); b=$(pt 0 $((SHORT - 3))) ;;
       torch_bf16) a=$(pt 1 $((LONG - 3))); b=$(pt 1 $((SHORT - 3))) ;;
     esac

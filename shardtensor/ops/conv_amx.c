@@ -11,6 +11,11 @@
  * in f32 in an order of its own (flushing bf16 denormals), so the result is
  * the vdpbf16ps kernel's up to the order of the f32 sums.
  *
+ * The weight gradient (sg_amx_wgrad_off) reduces over pixels instead: its
+ * A tiles are 16 input channels x 32 pixels of bf16 planes (read at the
+ * kernel offset's shift, any pixel), its B tiles 16 pixel pairs x 16
+ * output channels of dy, packed by sg_bf16_pack_dy_tiles (conv_bf16.c).
+ *
  * Measured on this machine's CPU (Sapphire Rapids, one core): vdpbf16ps
  * retires one instruction per two cycles (32 products), half the f32 FMA
  * rate, while tdpbf16ps reaches ~840 G products/s against ~88 G for f32
@@ -109,6 +114,43 @@ void sg_amx_gemm_off(int64_t nkk, int64_t npb, int64_t pb, int64_t kp,
   _tile_release();
 }
 
+/* The weight gradient: per kernel offset, C (32 input x 32 output channels
+ * in four tiles, the thread's partial sums) += A (the bf16 planes shifted
+ * by the offset: 16 channels x 32 pixels, a strided load at any pixel) x B
+ * (dy's pixel pairs x 16 output channels, packed once per tile of rows). */
+void sg_amx_wgrad_off(int64_t nkk, int64_t cp, int64_t kp, int64_t npad,
+                      const uint16_t *xb, int64_t xpl, const int64_t *ooff,
+                      const uint32_t *dyt, float *part) {
+  amx_config(16);
+  const int64_t xs = 2 * xpl, ps = 4 * kp, nkb = kp / 16;
+  for (int64_t o = 0; o < nkk; ++o)
+    for (int64_t c0 = 0; c0 < cp; c0 += 32)
+      for (int64_t k0 = 0; k0 < kp; k0 += 32) {
+        float *cb = part + (o * cp + c0) * kp + k0;
+        _tile_loadd(0, cb, ps);
+        _tile_loadd(1, cb + 16, ps);
+        _tile_loadd(2, cb + 16 * kp, ps);
+        _tile_loadd(3, cb + 16 * kp + 16, ps);
+        const uint16_t *xa = xb + c0 * xpl + ooff[o];
+        for (int64_t p0 = 0; p0 < npad; p0 += 32) {
+          const uint32_t *bb = dyt + ((p0 / 32) * nkb + k0 / 16) * 256;
+          _tile_loadd(4, xa + p0, xs);
+          _tile_loadd(5, xa + 16 * xpl + p0, xs);
+          _tile_loadd(6, bb, 64);
+          _tile_loadd(7, bb + 256, 64);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, cb, ps);
+        _tile_stored(1, cb + 16, ps);
+        _tile_stored(2, cb + 16 * kp, ps);
+        _tile_stored(3, cb + 16 * kp + 16, ps);
+      }
+  _tile_release();
+}
+
 #else /* no AMX: callers take the other kernels */
 
 int sg_amx_conv_built(void) { return 0; }
@@ -120,6 +162,13 @@ void sg_amx_gemm_off(int64_t nkk, int64_t npb, int64_t pb, int64_t kp,
                      float *y, int64_t ldy) {
   (void)nkk, (void)npb, (void)pb, (void)kp, (void)np, (void)wa, (void)x;
   (void)xpl, (void)ooff, (void)bt, (void)y, (void)ldy;
+}
+
+void sg_amx_wgrad_off(int64_t nkk, int64_t cp, int64_t kp, int64_t npad,
+                      const uint16_t *xb, int64_t xpl, const int64_t *ooff,
+                      const uint32_t *dyt, float *part) {
+  (void)nkk, (void)cp, (void)kp, (void)npad, (void)xb, (void)xpl, (void)ooff;
+  (void)dyt, (void)part;
 }
 
 #endif

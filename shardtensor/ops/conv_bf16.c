@@ -150,6 +150,66 @@ void sg_bf16_pack_pairs(int64_t nch, int64_t len, const float *x, int64_t xs,
   }
 }
 
+void sg_bf16_pack_planes(int64_t nch, int64_t len, const float *x, int64_t xs,
+                         uint16_t *dst, int64_t ds) {
+  for (int64_t c = 0; c < nch; ++c) {
+    const float *src = x + c * xs;
+    uint16_t *d = dst + c * ds;
+    for (int64_t p = 0; p < (len + 15) / 16 * 16 + 32; p += 16) {
+      const int64_t l = len - p < 0 ? 0 : len - p < 16 ? len - p : 16;
+      const __mmask16 m = (__mmask16)((1u << l) - 1u);
+      const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + p));
+      _mm256_storeu_si256((__m256i *)(d + p), (__m256i)v);
+    }
+  }
+}
+
+/* In-register transpose of 16 x 16 32-bit elements: r[i] becomes what was
+ * column i (pairs within 128-bit lanes, then lanes, twice). */
+static inline void bf_transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+/* Per 16 output channels x 32 pixels: each channel's 32 pixels to 16
+ * pairs (even pixel in the low half, as tdpbf16ps pairs them), one row per
+ * channel, then transposed to one row per pixel pair: a B tile. */
+void sg_bf16_pack_dy_tiles(int64_t kp, int64_t npad, const float *dyc,
+                           int64_t ldc, uint32_t *dyt) {
+  const int64_t nkb = kp / 16;
+  for (int64_t pb = 0; pb < npad / 32; ++pb)
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+      __m512i r[16];
+      for (int j = 0; j < 16; ++j) {
+        const float *src = dyc + (kb * 16 + j) * ldc + pb * 32;
+        r[j] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + 16),
+                                            _mm512_loadu_ps(src));
+      }
+      bf_transpose16(r);
+      uint32_t *d = dyt + (pb * nkb + kb) * 256;
+      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(d + 16 * i, r[i]);
+    }
+}
+
 #else /* no AVX-512 BF16: callers take the f32 kernels */
 
 int sg_bf16_conv_built(void) { return 0; }
@@ -164,6 +224,16 @@ void sg_bf16_gemm_off(int64_t npr, int64_t cout, int64_t np, const uint32_t *w,
 void sg_bf16_pack_pairs(int64_t nch, int64_t len, const float *x, int64_t xs,
                         uint32_t *dst, int64_t ds) {
   (void)nch, (void)len, (void)x, (void)xs, (void)dst, (void)ds;
+}
+
+void sg_bf16_pack_planes(int64_t nch, int64_t len, const float *x, int64_t xs,
+                         uint16_t *dst, int64_t ds) {
+  (void)nch, (void)len, (void)x, (void)xs, (void)dst, (void)ds;
+}
+
+void sg_bf16_pack_dy_tiles(int64_t kp, int64_t npad, const float *dyc,
+                           int64_t ldc, uint32_t *dyt) {
+  (void)kp, (void)npad, (void)dyc, (void)ldc, (void)dyt;
 }
 
 #endif

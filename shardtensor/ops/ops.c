@@ -377,15 +377,19 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
     goto fail;
   }
   SG_TRY(sg_ws_get(ws, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
-  if (dt == SG_DTYPE_F32 && dw && sg_pw_f32_available())
+  /* the bf16 kernels on bf16 values only: dx needs dy and w, the weight
+   * gradient (AMX only: vdpbf16ps multiplies slower than f32 FMAs here)
+   * dy and x; SG_CONV_BF16_DW=0 keeps the weight gradient f32 (A/B runs) */
+  const char *env = getenv("SG_CONV_BF16_DW");
+  const int dyv = g.bf16 && sg_bf16_valued(dy, g.n * g.k * g.sout);
+  g.wbf16 = dw && g.bf16 == 2 && dyv && !(env && env[0] == '0') &&
+            sg_bf16_valued(x, g.n * g.c * g.sin);
+  if (g.bf16 && dx && !(dyv && sg_bf16_valued(w, g.k * g.ckk))) g.bf16 = 0;
+  if (dt == SG_DTYPE_F32 && dw && !g.wbf16 && sg_pw_f32_available())
     SG_TRY(sg_malloc(sg_device_host(),
                      (size_t)g.nthreads * (size_t)(g.k * g.ckk * 16) *
                          sizeof(float),
                      &wpart));
-  if (g.bf16 && dx &&
-      !(sg_bf16_valued(dy, g.n * g.k * g.sout) &&
-        sg_bf16_valued(w, g.k * g.ckk)))
-    g.bf16 = 0;
   SG_DISPATCH(dt, sg_conv_bwd, &g, x, w, dy, dx, dw, db, buf,
               wpart); /* wpart: f32 only */
 fail:

@@ -20,6 +20,8 @@ typedef struct sg_conv_geom {
   int direct; /* 2-D stride 1, f32 on AVX-512: no im2col (ops_tmpl.h) */
   int bf16;   /* direct, forward and dx in bf16: 1 vdpbf16ps (conv_bf16.c),
                2 AMX tiles (conv_amx.c) */
+  int wbf16;  /* the weight gradient on AMX tiles (set per backward call:
+                 g->bf16 == 2 and x, dy bf16-valued) */
   int nthreads;
   size_t ws_per_thread; /* bytes, multiple of 64 */
 } sg_conv_geom;
@@ -95,6 +97,33 @@ static inline int64_t sg_amx_fwd_plane(const sg_conv_geom *g) {
 static inline int64_t sg_amx_ld(int64_t np) {
   return sg_col_ld((np + 31) / 32 * 32, 4);
 }
+/* The weight gradient's shapes (the reduction runs over pixels: A tiles
+ * are 16 input channels x 32 pixels of bf16 planes, B tiles 16 pixel pairs
+ * x 16 output channels of dy): cp input and kp output channels (multiples
+ * of 32, zero past cin, cout), xpl bf16 per plane of the tile's input rows
+ * (32 zero pixels of slack, read by the last pixel block, an odd number of
+ * cache lines), ldc floats per row of dy's f32 tile and npad its pixels
+ * rounded up to 32 (dy zero past the tile). */
+typedef struct sg_amx_wdims {
+  int64_t cp, kp, xpl, ldc, npad;
+} sg_amx_wdims;
+static inline sg_amx_wdims sg_amx_wdims_of(const sg_conv_geom *g) {
+  sg_amx_wdims a;
+  a.cp = (g->c + 31) / 32 * 32;
+  a.kp = (g->k + 31) / 32 * 32;
+  a.xpl = sg_col_ld((g->rows + g->in[1] - g->out[1]) * g->in[2] + 32, 2);
+  a.npad = (g->rows * g->in[2] + 31) / 32 * 32;
+  a.ldc = sg_col_ld(a.npad, 4);
+  return a;
+}
+/* Its workspace after the shifts (32-bit elements): the bf16 planes (cp x
+ * xpl / 2), dy's f32 tile (kp x ldc), its B tiles (npad / 2 x kp) and the
+ * thread's partial sums (k^2 x cp x kp f32). */
+static inline int64_t sg_amx_wgrad_elems(const sg_conv_geom *g) {
+  const sg_amx_wdims a = sg_amx_wdims_of(g);
+  return sg_al16(a.cp * a.xpl / 2) + sg_al16(a.kp * a.ldc) +
+         sg_al16(a.npad / 2 * a.kp) + sg_al16(g->kk * a.cp * a.kp);
+}
 static inline size_t sg_amx_direct_bytes(const sg_conv_geom *g) {
   const sg_amx_dims f = sg_amx_dims_of(g->c, g->k),
                     b = sg_amx_dims_of(g->k, g->c);
@@ -105,7 +134,10 @@ static inline size_t sg_amx_direct_bytes(const sg_conv_geom *g) {
   const int64_t bwd = sg_al16(g->kk * b.npb * b.kp * 16) + sg_al16(g->k * pd) +
                       sg_al16(b.c2p * (pd + 32)) +
                       sg_al16(b.kp * sg_amx_ld(g->rows * wg));
-  return sg_direct_off_bytes(g) + (size_t)(fwd > bwd ? fwd : bwd) * 4 + 128;
+  int64_t m = fwd > bwd ? fwd : bwd;
+  const int64_t wgr = sg_amx_wgrad_elems(g);
+  if (wgr > m) m = wgr;
+  return sg_direct_off_bytes(g) + (size_t)m * 4 + 128;
 }
 
 typedef struct sg_up_geom {
@@ -198,6 +230,23 @@ void sg_amx_gemm_off(int64_t nkk, int64_t npb, int64_t pb, int64_t kp,
                      int64_t np, const uint32_t *wa, const uint32_t *x,
                      int64_t xpl, const int64_t *ooff, const float *bt,
                      float *y, int64_t ldy);
+/* The weight gradient on AMX (conv_amx.c): part[(o * cp + c) * kp + k] +=
+ * sum over p < npad of xb[c * xpl + ooff[o] + p] dy[k][p] for offsets o <
+ * nkk, c < cp, k < kp (multiples of 32); xb: bf16 planes, dy as the B
+ * tiles dyt of sg_bf16_pack_dy_tiles. */
+void sg_amx_wgrad_off(int64_t nkk, int64_t cp, int64_t kp, int64_t npad,
+                      const uint16_t *xb, int64_t xpl, const int64_t *ooff,
+                      const uint32_t *dyt, float *part);
+/* Its operands (conv_bf16.c, AVX-512 BF16): pack_planes: dst[c * ds + p]
+ * = x[c * xs + p] rounded to bf16 for p < len, zero for len <= p < len16 +
+ * 32 (len16: len rounded up to 16; ds at least that), c < nch. pack_dy_tiles: the B tiles of dy's f32 tile
+ * (kp rows at stride ldc, npad pixels, multiples of 16 and 32): tile (pb,
+ * kb) at dyt + (pb * kp / 16 + kb) * 256, its row r the pairs (pixels
+ * 32 pb + 2r, + 1) of output channels 16 kb + j, j < 16. */
+void sg_bf16_pack_planes(int64_t nch, int64_t len, const float *x, int64_t xs,
+                         uint16_t *dst, int64_t ds);
+void sg_bf16_pack_dy_tiles(int64_t kp, int64_t npad, const float *dyc,
+                           int64_t ldc, uint32_t *dyt);
 /* Portable: weights (r, ch, o) at w[r * rs + ch * cs + o] (r < nr, ch <
  * nch, o < kk) as dst[((o * npb + jb) * kp + r) * 16 + jj] = the pair of
  * channels 2j, 2j + 1, j = jb * pb + jj (zero past nr, nch, pb). */

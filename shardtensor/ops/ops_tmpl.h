@@ -220,20 +220,32 @@ static void FN(direct_dy_tile)(const sg_conv_geom *g, const R *dyn, int64_t r0,
     }
 }
 
-/* One tile's weight gradient, output rows [r0, r1) of sample n: dy's tile
- * laid out like the forward's product (rows in2 apart, zero past out2) in
- * dyc, against the image read in place through the forward's shifts off. */
-static void FN(direct_wgrad)(const sg_conv_geom *g, const R *xn, const R *dyn,
-                             int64_t r0, int64_t r1, const int64_t *off, R *dyc,
-                             float *wp) {
+/* dy's output rows [r0, r1) of sample n laid out like the forward's
+ * product: rows in2 apart, zero past out2 (np positions), then zero up to
+ * npad; K rows at stride ld. */
+static void FN(direct_dy_rows)(const sg_conv_geom *g, const R *dyn, int64_t r0,
+                               int64_t r1, R *dyc, int64_t ld, int64_t npad) {
   const int64_t in2 = g->in[2], out2 = g->out[2];
-  const int64_t np = (r1 - r0 - 1) * in2 + out2, ld = FN(col_ld)(np);
-  for (int64_t k = 0; k < g->k; ++k)
+  const int64_t np = (r1 - r0 - 1) * in2 + out2;
+  for (int64_t k = 0; k < g->k; ++k) {
     for (int64_t i = r0; i < r1; ++i) {
       R *d = dyc + k * ld + (i - r0) * in2;
       memcpy(d, dyn + k * g->sout + i * out2, (size_t)out2 * sizeof(R));
       if (i + 1 < r1) memset(d + out2, 0, (size_t)(in2 - out2) * sizeof(R));
     }
+    memset(dyc + k * ld + np, 0, (size_t)(npad - np) * sizeof(R));
+  }
+}
+
+/* One tile's weight gradient, output rows [r0, r1) of sample n: dy's tile
+ * (direct_dy_rows) in dyc, against the image read in place through the
+ * forward's shifts off. */
+static void FN(direct_wgrad)(const sg_conv_geom *g, const R *xn, const R *dyn,
+                             int64_t r0, int64_t r1, const int64_t *off, R *dyc,
+                             float *wp) {
+  const int64_t in2 = g->in[2];
+  const int64_t np = (r1 - r0 - 1) * in2 + g->out[2], ld = FN(col_ld)(np);
+  FN(direct_dy_rows)(g, dyn, r0, r1, dyc, ld, np);
   SG_WGRAD_OFF(g->ckk, g->k, np, xn + r0 * in2, 0, off, dyc, ld, wp);
 }
 
@@ -436,6 +448,78 @@ static void FN(direct_dx_amx)(const sg_conv_geom *g, const R *w, const R *dy,
     }
   }
 }
+
+/* ---- the weight gradient on AMX tiles (g->wbf16; conv_amx.c) ----------- */
+
+/* Thread t's pieces of its workspace (sg_amx_wgrad_elems). */
+typedef struct FN(amx_wws) {
+  int64_t *ooff;
+  uint16_t *xb;
+  R *dyc;
+  uint32_t *dyt;
+  float *part;
+} FN(amx_wws);
+static FN(amx_wws) FN(amx_wws_of)(const sg_conv_geom *g, const sg_amx_wdims *a,
+                                  void *ws, int t) {
+  FN(amx_wws) w;
+  char *base = (char *)FN(thread_ws)(g, ws, t);
+  w.ooff = (int64_t *)base;
+  w.xb = (uint16_t *)(base + sg_direct_off_bytes(g));
+  w.dyc = (R *)((uint32_t *)w.xb + sg_al16(a->cp * a->xpl / 2));
+  w.dyt = (uint32_t *)(w.dyc + sg_al16(a->kp * a->ldc));
+  w.part = (float *)(w.dyt + sg_al16(a->npad / 2 * a->kp));
+  return w;
+}
+
+/* A reduction over pixels, so pixels are the tile product's inner
+ * dimension: per (sample, tile of output rows) the tile's input rows as
+ * bf16 planes (zero planes up to cp channels; the A tiles read them at
+ * every kernel offset's shift, odd or even), dy laid out like the
+ * forward's product (zero in the margins, past the tile and past cout)
+ * packed to B tiles of pixel pairs. Each thread sums into its partials
+ * (offset x cp x kp f32, in the tiles across its items; zeroed before the
+ * region, so a thread OpenMP did not start adds zeros), added to dw in
+ * thread order. */
+static void FN(direct_wgrad_amx)(const sg_conv_geom *g, const R *x, const R *dy,
+                                 R *dw, void *ws) {
+  const int64_t items = g->n * g->ntile, in2 = g->in[2], kk = g->kk;
+  const int64_t sp1 = g->in[1] - g->out[1] + 1;
+  const sg_amx_wdims a = sg_amx_wdims_of(g);
+  const int nth = g->nthreads;
+  for (int t = 0; t < nth; ++t)
+    memset(FN(amx_wws_of)(g, &a, ws, t).part, 0,
+           (size_t)(kk * a.cp * a.kp) * sizeof(float));
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    const FN(amx_wws) w = FN(amx_wws_of)(g, &a, ws, FN(thread_id)());
+    FN(direct_shifts)(g, 1, 0, in2, 0, 0, 1, w.ooff);
+    memset(w.xb + g->c * a.xpl, 0,
+           (size_t)((a.cp - g->c) * a.xpl) * sizeof *w.xb);
+    memset(w.dyc + g->k * a.ldc, 0,
+           (size_t)((a.kp - g->k) * a.ldc) * sizeof *w.dyc);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      int64_t n = it / g->ntile, r0 = (it % g->ntile) * g->rows;
+      int64_t r1 = FN(tile_end)(g, r0);
+      int64_t np = (r1 - r0 - 1) * in2 + g->out[2], npad = (np + 31) / 32 * 32;
+      sg_bf16_pack_planes(g->c, (r1 - r0 + sp1 - 1) * in2,
+                          x + n * g->c * g->sin + r0 * in2, g->sin, w.xb,
+                          a.xpl);
+      FN(direct_dy_rows)
+      (g, dy + n * g->k * g->sout, r0, r1, w.dyc, a.ldc, npad);
+      sg_bf16_pack_dy_tiles(a.kp, npad, w.dyc, a.ldc, w.dyt);
+      sg_amx_wgrad_off(kk, a.cp, a.kp, npad, w.xb, a.xpl, w.ooff, w.dyt,
+                       w.part);
+    }
+  }
+  for (int t = 0; t < nth; ++t) { /* thread order */
+    const float *part = FN(amx_wws_of)(g, &a, ws, t).part;
+    for (int64_t k = 0; k < g->k; ++k)
+      for (int64_t c = 0; c < g->c; ++c)
+        for (int64_t o = 0; o < kk; ++o)
+          dw[k * g->ckk + c * kk + o] += part[(o * a.cp + c) * a.kp + k];
+  }
+}
 #endif /* SG_BF16_DIRECT */
 
 void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
@@ -497,6 +581,12 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
   const int nth = g->nthreads;
   const int64_t wsz = g->k * g->ckk;
   if (db) FN(sg_bias_bwd)(g->n, g->k, g->sout, dy, db);
+#ifdef SG_BF16_DIRECT
+  if (dw && g->direct && g->wbf16) { /* dw done: the loop below is dx's */
+    FN(direct_wgrad_amx)(g, x, dy, dw, ws);
+    dw = NULL;
+  }
+#endif
   if (!dx && !dw) return;
 #ifdef SG_GEMM_OFF
   R *dx_direct = NULL; /* dx after the weight gradient's loop */

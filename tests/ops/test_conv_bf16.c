@@ -9,8 +9,11 @@
  *    terms rounded at 6e-8 each; the observed error is far below);
  *  - x not bf16-valued: every path computes in f32 (the library checks),
  *    so y is off the reference on the rounded x by bf16-sized errors;
- *  - bf16 denormal inputs: the bf16 kernels flush them (y = 0), f32 FMAs do
- *    not: proof of which kernel ran, where the CPU has it;
+ *  - bf16 denormal inputs: the bf16 kernels flush them (y = 0, and dw = 0
+ *    from the AMX weight gradient), f32 FMAs do not: proof of which kernel
+ *    ran, where the CPU has it (SG_CONV_BF16_DW=0 makes the dw probe fail);
+ *  - dw from AMX (its own summation order, not a documented scalar loop,
+ *    so a tolerance, not bits): within 1e-6 of sum |terms| of the f64 sum;
  *    (vdpbf16ps matched the pair loop bit for bit on Sapphire Rapids; AMX
  *    sums in its own order);
  *  - SG_SIMD=portable and SG_CONV_BF16=0: the f32 path on the same values,
@@ -177,6 +180,8 @@ static void run_case(conv_case *c, int64_t nx, int64_t ny, int64_t nw,
   SG_CHECK(within(dw, c->dw, c->dws, nw, tol, &worst),
            "%s (%s): dw off the f64 sum by %.2e of sum |terms|", c->name, how,
            worst);
+  if (omp_get_max_threads() == 1)
+    printf("%s, %s: dw vs f64: max %.2e of sum |terms|\n", c->name, how, worst);
   free(y);
   free(dx);
   free(dw);
@@ -239,9 +244,11 @@ static void test_case(const char *name, int64_t batch, int64_t cin,
   free(c.ys), free(c.dx), free(c.dxs), free(c.dw), free(c.dws), free(c.yp);
 }
 
-/* x = 2^-130 (a bf16 denormal), w = 1, 2 channels, 3x3, 2 x 8 outputs: the f32 kernels
- * give 18 * 2^-130 (times w), the bf16 ones flush the inputs: 0. */
-static void test_daz_probe(const char *how, int expect_bf16) {
+/* x = 2^-130 (a bf16 denormal), w = 1, 2 channels, 3x3, 2 x 8 outputs: the
+ * f32 kernels give 18 * 2^-130 (times w), the bf16 ones flush the inputs:
+ * 0. Likewise the weight gradient with dy = 1: 16 * 2^-130 in f32, 0 from
+ * the AMX kernel (expect_wbf16; there is no vdpbf16ps weight gradient). */
+static void test_daz_probe(const char *how, int expect_bf16, int expect_wbf16) {
   sg_conv_desc d = {.nsp = 2,
                     .batch = 1,
                     .cin = 2,
@@ -258,15 +265,22 @@ static void test_daz_probe(const char *how, int expect_bf16) {
   SG_CHECK((y[0] == 0) == expect_bf16,
            "%s: y = %g on denormal inputs: the %s kernel did not run", how,
            (double)y[0], expect_bf16 ? "bf16" : "f32");
+  float dy[16], dw[18] = {0};
+  for (int i = 0; i < 16; ++i) dy[i] = 1.0f;
+  SG_CHECK_OK(
+      sg_conv_backward(&d, SG_DTYPE_F32, x, w, dy, NULL, dw, NULL, NULL));
+  SG_CHECK((dw[0] == 0) == expect_wbf16 && (expect_wbf16 || dw[0] > 0),
+           "%s: dw = %g on denormal inputs: the %s kernel did not run", how,
+           (double)dw[0], expect_wbf16 ? "AMX" : "f32");
 }
 
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
-  test_daz_probe("default", have_amx());
+  test_daz_probe("default", have_amx(), have_amx());
   setenv("SG_CONV_BF16", "avx512", 1);
-  test_daz_probe("SG_CONV_BF16=avx512", have_bf16());
+  test_daz_probe("SG_CONV_BF16=avx512", have_bf16(), 0);
   setenv("SG_CONV_BF16", "0", 1);
-  test_daz_probe("SG_CONV_BF16=0", 0);
+  test_daz_probe("SG_CONV_BF16=0", 0, 0);
   unsetenv("SG_CONV_BF16");
   /* name, batch, cin, cout, h, w (padded input), kernel, dilation */
   test_case("3x3 odd channels", 2, 3, 5, 11, 13, 3, 3, 1);
