@@ -255,8 +255,8 @@ static void FN(direct_wgrad)(const sg_conv_geom *g, const R *xn, const R *dyn,
  * the last slot, per plane (stride plane) of dyp. A shift past a slot's
  * end reads the next slot's leading zeros, so the product's rows are in2
  * apart like dx's: no junk columns, no tile to copy out. */
-static void FN(direct_dy_rows)(const sg_conv_geom *g, const R *dyn, int64_t r0,
-                               int64_t r1, int64_t plane, R *dyp) {
+static void FN(direct_dy_slots)(const sg_conv_geom *g, const R *dyn, int64_t r0,
+                                int64_t r1, int64_t plane, R *dyp) {
   const int64_t out1 = g->out[1], out2 = g->out[2], in2 = g->in[2];
   const int64_t sp1 = g->in[1] - out1 + 1, z = in2 - out2;
   for (int64_t k = 0; k < g->k; ++k) {
@@ -293,7 +293,7 @@ static void FN(direct_dx)(const sg_conv_geom *g, const R *w, const R *dy, R *dx,
     for (int64_t it = 0; it < items; ++it) {
       int64_t n = it / ntile, r0 = (it % ntile) * g->rows;
       int64_t r1 = r0 + g->rows < in1 ? r0 + g->rows : in1;
-      FN(direct_dy_rows)(g, dy + n * g->k * g->sout, r0, r1, plane, dyp);
+      FN(direct_dy_slots)(g, dy + n * g->k * g->sout, r0, r1, plane, dyp);
       SG_GEMM_OFF(kkk, g->c, (r1 - r0) * in2, wt, kkk, 1, dyp, off, NULL,
                   dx + n * g->c * g->sin + r0 * in2, g->sin);
     }
