@@ -6,7 +6,7 @@
  * that kernel works in base 2 (scores times log2 e, m their max, p =
  * 2^{s - m}; then SG_ABWDPROBS too, the backward's probabilities from
  * base-2 scores), and SG_ATRANSPOSE, a kernel replacing
- * attn_transpose_<S>. Internal.
+ * attn_transpose_<S>; SG_ANO_MERGE leaves attn_merge_<S> out. Internal.
  *
  * Scores are kept KEY-major: a tile st[j * BQ + i] holds key j's score for
  * query i, so the per-query softmax statistics (running max, sum, lse, D)
@@ -247,6 +247,7 @@ static void AFN(attn_bwd)(const sg_attn_geom *g, const R *q, const R *k,
   sg_blas_threads_end(saved);
 }
 
+#ifndef SG_ANO_MERGE /* attention_avx512.c: the merge is attention.c's */
 /* (o, lse) (+)= (ob, lb) over rows of width d. */
 static void AFN(attn_merge)(int64_t rows, int64_t d, R *o, R *lse, const R *ob,
                             const R *lb) {
@@ -268,6 +269,7 @@ static void AFN(attn_merge)(int64_t rows, int64_t d, R *o, R *lse, const R *ob,
     lse[i] = m + SG_ALOG(sum);
   }
 }
+#endif
 
 #undef AT_TRANSPOSE
 #undef AFN
