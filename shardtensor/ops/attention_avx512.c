@@ -127,6 +127,17 @@ static const at_tile_fn at_tiles_narrow[2][2][3] = {
      {NULL, at_tile_16_1_k_f, at_tile_8_2_k_f}}};
 static const int at_mr_narrow[3] = {0, 16, 8};
 
+/* Rows of the next register tile with left rows to go: 6, but the last
+ * 7, 8 or 9 rows as 4 + 3, 4 + 4, 5 + 4 rather than 6 + a tile of 1 to 3
+ * rows, whose 4 to 12 accumulators leave the FMA pipes waiting on their
+ * latency (the 128-key score tiles: 21 x 6 + 2). Each element's sum is
+ * the same either way. */
+static inline int at_rows(int64_t left) {
+  if (left <= AT_MR) return (int)left;
+  if (left <= AT_MR + 3) return (int)(left + 1) / 2;
+  return AT_MR;
+}
+
 /* rs (acc only; NULL: none): c's row r scaled by rs[r] before the sum */
 static void at_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t ar,
                     int64_t ac, const float *b, int64_t ldb, float *c,
@@ -148,8 +159,8 @@ static void at_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t ar,
         at_tiles_narrow[full][lay][nv](k, a + r0 * ar, ar, ac, b + n0, ldb,
                                        c + r0 * ldc + n0, ldc, acc,
                                        rs ? rs + r0 : NULL, msk);
-    for (; r0 < m; r0 += AT_MR) {
-      const int mr = (int)(m - r0 < AT_MR ? m - r0 : AT_MR);
+    for (int mr; r0 < m; r0 += mr) {
+      mr = at_rows(m - r0);
       at_tiles[full][mr][nv](k, a + r0 * ar, ar, ac, b + n0, ldb,
                              c + r0 * ldc + n0, ldc, acc, rs ? rs + r0 : NULL,
                              msk);
