@@ -15,8 +15,11 @@ SSE3 kernels on this CPU otherwise; the f32 attention tiles do not use the
 BLAS, so only bench_attention's SGEMM reference line is affected).
 SG_BENCH_CLOCK=cpu: both sides timed by process CPU time (with t threads
 the times add: the rates are then per CPU-second, the fair number on a
-shared machine); default wall time. Prints one JSON line per case and
-implementation, then a table with the ratio ours / torch."""
+shared machine); default wall time. --base-lib DIR: also bench_attention
+on DIR's libshardgrid.so.0 (another build, e.g. main's), first in each
+case (before/after in the same run). Prints one JSON line per case and
+implementation (with the 1-minute load average after the case), then a
+table with the ratio ours / each other implementation."""
 import argparse
 import json
 import os
@@ -43,8 +46,10 @@ def clock():
     return time.process_time if cpu else time.perf_counter
 
 
-def ours(a, n, causal, threads):
+def ours(a, n, causal, threads, lib=None):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    if lib:  # another build of libshardgrid (--base-lib): before/after in one run
+        env["LD_LIBRARY_PATH"] = lib + os.pathsep + env.get("LD_LIBRARY_PATH", "")
     cmd = [a.bin, "--reps", str(a.reps), "--n", str(n), "--batch", str(a.batch), "--heads",
            str(a.heads), "--dim", str(a.dim), "--no-naive"] + (["--causal"] if causal else [])
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
@@ -101,6 +106,8 @@ def main():
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--compile", type=int, default=0)
     ap.add_argument("--bin", default=os.path.join(ROOT, "build/bin/bench/bench_attention"))
+    ap.add_argument("--base-lib", default="",
+                    help="a folder with another libshardgrid.so.0 (e.g. main's): run first per case")
     a = ap.parse_args()
     os.environ.setdefault("OPENBLAS_CORETYPE", "Cooperlake")
     ints = lambda s: [int(x) for x in s.split(",")]
@@ -114,12 +121,16 @@ def main():
             for n in ints(a.n):
                 case = {"batch": a.batch, "heads": a.heads, "tokens": n, "head_dim": a.dim,
                         "causal": causal, "threads": threads, "dtype": "f32", "clock": clk}
-                res = {"shardgrid": ours(a, n, causal, threads),
-                       "torch_eager": torch_case(a, n, causal, threads, False)}
+                res = {}
+                if a.base_lib:
+                    res["shardgrid_base"] = ours(a, n, causal, threads, a.base_lib)
+                res["shardgrid"] = ours(a, n, causal, threads)
+                res["torch_eager"] = torch_case(a, n, causal, threads, False)
                 if a.compile:
                     res["torch_compile"] = torch_case(a, n, causal, threads, True)
+                load = os.getloadavg()[0]  # 1-minute load after the case
                 for impl, r in res.items():
-                    print(json.dumps(dict(case, impl=impl, **r)), flush=True)
+                    print(json.dumps(dict(case, impl=impl, load_after=load, **r)), flush=True)
                 rows.append((case, res))
     impls = [k for k in rows[0][1] if k != "shardgrid"]
     head = "| N | causal | threads | ours fwd / bwd GF/s | " + " | ".join(

@@ -6,7 +6,9 @@
  * that kernel works in base 2 (scores times log2 e, m their max, p =
  * 2^{s - m}; then SG_ABWDPROBS too, the backward's probabilities from
  * base-2 scores), and SG_ATRANSPOSE, a kernel replacing
- * attn_transpose_<S>. Internal.
+ * attn_transpose_<S>; SG_APV(bq, d, bk, st, v, o, al), the forward's
+ * o = al o + p v in one kernel (the rescale folded into the GEMM's
+ * accumulator load); SG_ANO_MERGE leaves attn_merge_<S> out. Internal.
  *
  * Scores are kept KEY-major: a tile st[j * BQ + i] holds key j's score for
  * query i, so the per-query softmax statistics (running max, sum, lse, D)
@@ -111,12 +113,16 @@ static void AFN(attn_fwd_tile)(const sg_attn_geom *g, const R *q, const R *k,
 #else
     AFN(attn_fwd_softmax)(g, st, bk, bq, i0, j0, m, l, al);
 #endif
+#ifdef SG_APV /* o = al o + p v in one pass */
+    SG_APV(bq, d, bk, st, v + j0 * d, o, al);
+#else
     for (int64_t i = 0; i < bq; ++i) {
       const R a = al[i]; /* a local: o may alias al for the compiler */
       if (a != 1)        /* the row's max unchanged: nothing to rescale */
         for (int64_t c = 0; c < d; ++c) o[i * d + c] *= a;
     }
     AFN(attn_gemm)(bq, d, bk, st, 1, BQ, v + j0 * d, d, o, d, 1); /* o += p v */
+#endif
   }
   for (int64_t i = 0; i < bq; ++i) {
     /* no visible key: o stays 0, lse = -inf (an empty part for the merge) */
@@ -247,6 +253,7 @@ static void AFN(attn_bwd)(const sg_attn_geom *g, const R *q, const R *k,
   sg_blas_threads_end(saved);
 }
 
+#ifndef SG_ANO_MERGE /* attention_avx512.c: the merge is attention.c's */
 /* (o, lse) (+)= (ob, lb) over rows of width d. */
 static void AFN(attn_merge)(int64_t rows, int64_t d, R *o, R *lse, const R *ob,
                             const R *lb) {
@@ -268,6 +275,7 @@ static void AFN(attn_merge)(int64_t rows, int64_t d, R *o, R *lse, const R *ob,
     lse[i] = m + SG_ALOG(sum);
   }
 }
+#endif
 
 #undef AT_TRANSPOSE
 #undef AFN

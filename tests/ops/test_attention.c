@@ -250,65 +250,6 @@ static void test_f64(attn_case *c, int fd) {
   free(dq3);
 }
 
-static void test_f32(attn_case *c) {
-  const sg_attn_desc *d = &c->d;
-  float *q = to_f32(c->q, c->nqe), *k = to_f32(c->k, c->nke),
-        *v = to_f32(c->v, c->nke);
-  float *g = to_f32(c->dout, c->nqe);
-  /* reference from the rounded inputs, so only the kernel's f32 rounding
-   * counts */
-  double *qd = to_f64(q, c->nqe), *kd = to_f64(k, c->nke),
-         *vd = to_f64(v, c->nke);
-  double *gd = to_f64(g, c->nqe);
-  double *oref = zeros(c->nqe), *lref = zeros(c->nl);
-  double *dqr = zeros(c->nqe), *dkr = zeros(c->nke), *dvr = zeros(c->nke);
-  naive(d, qd, kd, vd, gd, oref, lref, dqr, dkr, dvr);
-  float *o = calloc((size_t)c->nqe + 1, 4), *lse = calloc((size_t)c->nl + 1, 4);
-  float *dq = calloc((size_t)c->nqe + 1, 4),
-        *dk = calloc((size_t)c->nke + 1, 4);
-  float *dv = calloc((size_t)c->nke + 1, 4);
-  SG_CHECK_OK(sg_attention_forward(d, SG_DTYPE_F32, q, k, v, o, lse, NULL));
-  SG_CHECK_OK(sg_attention_backward(d, SG_DTYPE_F32, q, k, v, o, lse, g, dq, dk,
-                                    dv, NULL));
-  float *of = to_f32(oref, c->nqe), *dqf = to_f32(dqr, c->nqe),
-        *dkf = to_f32(dkr, c->nke);
-  float *dvf = to_f32(dvr, c->nke);
-  double *ld = to_f64(lse, c->nl);
-  SG_CHECK(sg_test_cmp_f32(c->name, o, of, c->nqe, 2e-5, 2e-5) == 0,
-           "%s: f32 o", c->name);
-  SG_CHECK(cmp_lse(c->name, ld, lref, c->nl, 2e-6) == 0, "%s: f32 lse",
-           c->name);
-  SG_CHECK(sg_test_cmp_f32(c->name, dq, dqf, c->nqe, 1e-4, 1e-4) == 0,
-           "%s: f32 dq", c->name);
-  SG_CHECK(sg_test_cmp_f32(c->name, dk, dkf, c->nke, 1e-4, 1e-4) == 0,
-           "%s: f32 dk", c->name);
-  SG_CHECK(sg_test_cmp_f32(c->name, dv, dvf, c->nke, 1e-4, 1e-4) == 0,
-           "%s: f32 dv", c->name);
-  free(q);
-  free(k);
-  free(v);
-  free(g);
-  free(qd);
-  free(kd);
-  free(vd);
-  free(gd);
-  free(oref);
-  free(lref);
-  free(dqr);
-  free(dkr);
-  free(dvr);
-  free(o);
-  free(lse);
-  free(dq);
-  free(dk);
-  free(dv);
-  free(of);
-  free(dqf);
-  free(dkf);
-  free(dvf);
-  free(ld);
-}
-
 /* bf16 storage: x rounded to bf16 (n elements, malloc'd) and back. */
 static sg_bf16 *to_bf16(const float *x, int64_t n) {
   sg_bf16 *b = malloc((size_t)(n + 1) * sizeof *b);
@@ -358,6 +299,63 @@ static void out_free(attn_out *r) {
   free(r->dq);
   free(r->dk);
   free(r->dv);
+}
+
+/* f32 lse (may hold -inf) against a reference in f64 */
+static int64_t cmp_lse_f32(const char *what, const float *a, const double *b,
+                           int64_t n, double tol) {
+  double *ad = to_f64(a, n);
+  int64_t bad = cmp_lse(what, ad, b, n, tol);
+  free(ad);
+  return bad;
+}
+
+/* The f32 kernels against the f64 reference on the rounded inputs (so only
+ * their f32 rounding counts): the AVX-512 kernel (where the CPU has it;
+ * attention_avx512.c) and the portable one (SG_SIMD=portable: BLAS tiles,
+ * base-e softmax), forward and backward; then the two against each other
+ * (base 2 against base e, different tile sums: f32 rounding apart). On a
+ * CPU without AVX-512 both runs are the portable kernel. */
+static void test_f32(attn_case *c) {
+  float *q = to_f32(c->q, c->nqe), *k = to_f32(c->k, c->nke),
+        *v = to_f32(c->v, c->nke), *g = to_f32(c->dout, c->nqe);
+  double *qd = to_f64(q, c->nqe), *kd = to_f64(k, c->nke),
+         *vd = to_f64(v, c->nke), *gd = to_f64(g, c->nqe);
+  double *oref = zeros(c->nqe), *lref = zeros(c->nl);
+  double *dqr = zeros(c->nqe), *dkr = zeros(c->nke), *dvr = zeros(c->nke);
+  naive(&c->d, qd, kd, vd, gd, oref, lref, dqr, dkr, dvr);
+  float *want[4] = {to_f32(oref, c->nqe), to_f32(dqr, c->nqe),
+                    to_f32(dkr, c->nke), to_f32(dvr, c->nke)};
+  const int64_t n[4] = {c->nqe, c->nqe, c->nke, c->nke};
+  const double tol[4] = {2e-5, 1e-4, 1e-4, 1e-4};
+  const char *what[4] = {"o", "dq", "dk", "dv"},
+             *kern[2] = {"default", "portable"};
+  attn_out r[2];
+  for (int p = 0; p < 2; ++p) {
+    if (p) setenv("SG_SIMD", "portable", 1);
+    r[p] = run_f32(c, q, k, v, g, 0);
+    unsetenv("SG_SIMD");
+    const float *got[4] = {r[p].o, r[p].dq, r[p].dk, r[p].dv};
+    for (int i = 0; i < 4; ++i)
+      SG_CHECK(sg_test_cmp_f32(c->name, got[i], want[i], n[i], tol[i],
+                               tol[i]) == 0,
+               "%s: f32 %s %s", c->name, kern[p], what[i]);
+    SG_CHECK(cmp_lse_f32(c->name, r[p].lse, lref, c->nl, 2e-6) == 0,
+             "%s: f32 %s lse", c->name, kern[p]);
+  }
+  const float *x[4] = {r[0].o, r[0].dq, r[0].dk, r[0].dv},
+              *y[4] = {r[1].o, r[1].dq, r[1].dk, r[1].dv};
+  for (int i = 0; i < 4; ++i)
+    SG_CHECK(sg_test_cmp_f32(c->name, x[i], y[i], n[i], tol[i], tol[i]) == 0,
+             "%s: f32 %s, AVX-512 = portable", c->name, what[i]);
+  double *ly = to_f64(r[1].lse, c->nl);
+  SG_CHECK(cmp_lse_f32(c->name, r[0].lse, ly, c->nl, 2e-6) == 0,
+           "%s: f32 lse, AVX-512 = portable", c->name);
+  void *fs[] = {q,    k,   v,   g,   qd,      kd,      vd,      gd,      oref,
+                lref, dqr, dkr, dvr, want[0], want[1], want[2], want[3], ly};
+  for (size_t i = 0; i < sizeof fs / sizeof fs[0]; ++i) free(fs[i]);
+  out_free(&r[0]);
+  out_free(&r[1]);
 }
 
 /* bf16 storage against the f32 kernel. (1) On the bf16 values widened to
@@ -466,6 +464,20 @@ static void test_cases(void) {
        0},
       {"plain d16",
        {.batch = 2, .heads = 1, .nq = 100, .nk = 150, .head_dim = 16},
+       0},
+      /* odd head_dim: masked vector tails in every tile GEMM (67: a
+       * second 64-column strip of 3) */
+      {"odd d5",
+       {.batch = 1, .heads = 2, .nq = 33, .nk = 19, .head_dim = 5},
+       0},
+      {"causal odd d67",
+       {.batch = 1,
+        .heads = 1,
+        .nq = 45,
+        .nk = 71,
+        .head_dim = 67,
+        .causal = 1,
+        .causal_offset = 26},
        0},
       /* head_dim over the GEMM kernels' 64-column strips */
       {"d80",

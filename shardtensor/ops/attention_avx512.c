@@ -1,0 +1,356 @@
+/* shardgrid — the fused attention's f32 kernel on AVX-512F: register-
+ * blocked tile GEMMs, the online softmax in base 2 with a 1-ulp 2^x
+ * (sg_exp512.h), gathered transposes; the tiling and the drivers are
+ * attention_tmpl.h's, as for the portable kernel (attention.c).
+ * This file is compiled with its own -mavx512f -mfma whatever SG_NATIVE
+ * says (shardtensor/ops/CMakeLists.txt), so a library built for the
+ * baseline x86-64 has it; attention.c enters it only where
+ * sg_attn_avx512_built() and the CPU has AVX-512F (sg_simd_avx512: cpuid
+ * and the OS's register state; SG_SIMD=portable rules it out). Where the
+ * compiler cannot target AVX-512F the file builds empty. docs/attention.md. */
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "attention_kern.h"
+#include "ops_impl.h"
+#include "sg_ops_inl.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+#include "sg_exp512.h"
+
+int sg_attn_avx512_built(void) { return 1; }
+
+/* ---- tile GEMMs -----------------------------------------------------------
+ * c (m x n, row stride ldc) (+)= a b, a's element (r, p) at a[r*ar + p*ac]
+ * (so a transposed operand needs no copy), b (k x n) with row stride ldb.
+ * Register-blocked: no packing, tiles straight from L1/L2 (a BLAS packs
+ * both operands on every call, and OpenBLAS 0.3.21 does not know this CPU
+ * and runs its SSE3 "Prescott" kernels). Each element sums over p in
+ * increasing order (one FMA each): the same bits for every thread count. */
+enum { AT_MR = 6, AT_NV = 4 }; /* 6 rows x 64 columns: 24 accumulators */
+
+/* c's row r as the accumulator starts it: rs[r] c (the forward's
+ * rescale by alpha, folded in: the same product the separate pass rounded)
+ * or c itself (rs NULL). */
+static inline __m512 at_cload(__mmask16 m, const float *c, const float *rs,
+                              int r) {
+  const __m512 x = _mm512_maskz_loadu_ps(m, c);
+  return rs ? _mm512_mul_ps(x, _mm512_set1_ps(rs[r])) : x;
+}
+
+/* One register tile: MR rows of c over NV vectors of 16 columns (masks m);
+ * a's element (r, p) at a[r * AR + p * AC] (AR, AC: ar, ac or constants);
+ * acc: c (scaled by rs, if not NULL) accumulated into, else overwritten.
+ * FULL (every mask all ones): b's rows by plain loads — a masked load in
+ * the inner loop costs a vector-port uop besides the load, and those ports
+ * are the FMAs' (measured: the 6 x 4 tile ~12% faster in L1). */
+#define AT_TILE_AT(NAME, MR, NV, AR, AC, FULL)                            \
+  static void NAME(int64_t k, const float *a, int64_t ar, int64_t ac,     \
+                   const float *b, int64_t ldb, float *c, int64_t ldc,    \
+                   int acc, const float *rs, const __mmask16 *m) {        \
+    (void)ar;                                                             \
+    (void)ac;                                                             \
+    __m512 cr[MR][NV];                                                    \
+    _Pragma("GCC unroll 16")                                              \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 4")                  \
+    for (int v = 0; v < NV; ++v)                                          \
+      cr[r][v] = acc ? at_cload(m[v], c + r * ldc + 16 * v, rs, r)        \
+                     : _mm512_setzero_ps();                               \
+    for (int64_t p = 0; p < k; ++p) {                                     \
+      __m512 bv[NV];                                                      \
+      _Pragma("GCC unroll 4")                                             \
+      for (int v = 0; v < NV; ++v)                                        \
+        bv[v] = FULL ? _mm512_loadu_ps(b + p * ldb + 16 * v)              \
+                     : _mm512_maskz_loadu_ps(m[v], b + p * ldb + 16 * v); \
+      _Pragma("GCC unroll 16")                                            \
+      for (int r = 0; r < MR; ++r) {                                      \
+        const __m512 av = _mm512_set1_ps(a[r * (AR) + p * (AC)]);         \
+        _Pragma("GCC unroll 4")                                           \
+        for (int v = 0; v < NV; ++v)                                      \
+          cr[r][v] = _mm512_fmadd_ps(av, bv[v], cr[r][v]);                \
+      }                                                                   \
+    }                                                                     \
+    _Pragma("GCC unroll 16")                                              \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 4")                  \
+    for (int v = 0; v < NV; ++v)                                          \
+      _mm512_mask_storeu_ps(c + r * ldc + 16 * v, m[v], cr[r][v]);        \
+  }
+#define AT_TILE(MR, NV)                              \
+  AT_TILE_AT(at_tile_##MR##_##NV, MR, NV, ar, ac, 0) \
+  AT_TILE_AT(at_tile_##MR##_##NV##_f, MR, NV, ar, ac, 1)
+#define AT_TILES(MR) AT_TILE(MR, 1) AT_TILE(MR, 2) AT_TILE(MR, 3) AT_TILE(MR, 4)
+AT_TILES(1)
+AT_TILES(2)
+AT_TILES(3)
+AT_TILES(4)
+AT_TILES(5)
+AT_TILES(6)
+/* Narrow outputs (n <= 32: o += p v, dq, dk, dv at head_dim 16 or 32): 6
+ * rows would give 6 or 12 accumulators, fewer than the FMA latency times
+ * its throughput (4 x 2) needs; 16 rows of one vector, 8 of two (16
+ * accumulators each, and 64-query tiles split evenly). a's layout fixed at
+ * compile time (a score tile read as is, ar = 1, or transposed, ar = BQ and
+ * ac = 1), so its MR broadcasts are constant offsets of one pointer: with
+ * run-time strides 16 row addresses spill the integer registers. */
+#define AT_NARROW(NAME, MR, NV, AR, AC) \
+  AT_TILE_AT(NAME, MR, NV, AR, AC, 0) AT_TILE_AT(NAME##_f, MR, NV, AR, AC, 1)
+AT_NARROW(at_tile_16_1_q, 16, 1, 1, ac)
+AT_NARROW(at_tile_8_2_q, 8, 2, 1, ac)
+AT_NARROW(at_tile_16_1_k, 16, 1, SG_ATTN_BQ, 1)
+AT_NARROW(at_tile_8_2_k, 8, 2, SG_ATTN_BQ, 1)
+
+typedef void (*at_tile_fn)(int64_t, const float *, int64_t, int64_t,
+                           const float *, int64_t, float *, int64_t, int,
+                           const float *, const __mmask16 *);
+#define AT_ROW(MR, F)                                                    \
+  {                                                                      \
+    NULL, at_tile_##MR##_1##F, at_tile_##MR##_2##F, at_tile_##MR##_3##F, \
+        at_tile_##MR##_4##F                                              \
+  }
+#define AT_ROWS(F)                                                  \
+  {                                                                 \
+    {NULL}, AT_ROW(1, F), AT_ROW(2, F), AT_ROW(3, F), AT_ROW(4, F), \
+        AT_ROW(5, F), AT_ROW(6, F)                                  \
+  }
+/* [full][mr][nv] */
+static const at_tile_fn at_tiles[2][AT_MR + 1][AT_NV + 1] = {AT_ROWS(),
+                                                             AT_ROWS(_f)};
+/* [full][layout][nv] */
+static const at_tile_fn at_tiles_narrow[2][2][3] = {
+    {{NULL, at_tile_16_1_q, at_tile_8_2_q},
+     {NULL, at_tile_16_1_k, at_tile_8_2_k}},
+    {{NULL, at_tile_16_1_q_f, at_tile_8_2_q_f},
+     {NULL, at_tile_16_1_k_f, at_tile_8_2_k_f}}};
+static const int at_mr_narrow[3] = {0, 16, 8};
+
+/* Rows of the next register tile with left rows to go: 6, but the last
+ * 7, 8 or 9 rows as 4 + 3, 4 + 4, 5 + 4 rather than 6 + a tile of 1 to 3
+ * rows, whose 4 to 12 accumulators leave the FMA pipes waiting on their
+ * latency (the 128-key score tiles: 21 x 6 + 2). Each element's sum is
+ * the same either way. */
+static inline int at_rows(int64_t left) {
+  if (left <= AT_MR) return (int)left;
+  if (left <= AT_MR + 3) return (int)(left + 1) / 2;
+  return AT_MR;
+}
+
+/* rs (acc only; NULL: none): c's row r scaled by rs[r] before the sum */
+static void at_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t ar,
+                    int64_t ac, const float *b, int64_t ldb, float *c,
+                    int64_t ldc, int acc, const float *rs) {
+  for (int64_t n0 = 0; n0 < n; n0 += 16 * AT_NV) {
+    const int64_t len = n - n0 < 16 * AT_NV ? n - n0 : 16 * AT_NV;
+    const int nv = (int)((len + 15) / 16);
+    __mmask16 msk[AT_NV];
+    for (int v = 0; v < AT_NV; ++v) {
+      int64_t l = len - 16 * v;
+      l = l < 0 ? 0 : l > 16 ? 16 : l;
+      msk[v] = (__mmask16)((1u << l) - 1u);
+    }
+    int64_t r0 = 0;
+    const int full = len == 16 * nv; /* the same sums either way */
+    const int lay = ar == 1 ? 0 : ac == 1 && ar == SG_ATTN_BQ ? 1 : -1;
+    if (nv <= 2 && lay >= 0) /* the same sums in the same order: same bits */
+      for (; r0 + at_mr_narrow[nv] <= m; r0 += at_mr_narrow[nv])
+        at_tiles_narrow[full][lay][nv](k, a + r0 * ar, ar, ac, b + n0, ldb,
+                                       c + r0 * ldc + n0, ldc, acc,
+                                       rs ? rs + r0 : NULL, msk);
+    for (int mr; r0 < m; r0 += mr) {
+      mr = at_rows(m - r0);
+      at_tiles[full][mr][nv](k, a + r0 * ar, ar, ac, b + n0, ldb,
+                             c + r0 * ldc + n0, ldc, acc, rs ? rs + r0 : NULL,
+                             msk);
+    }
+  }
+}
+
+static void attn_gemm_f32x(int64_t m, int64_t n, int64_t k, const float *a,
+                           int64_t ar, int64_t ac, const float *b, int64_t ldb,
+                           float *c, int64_t ldc, int acc) {
+  at_gemm(m, n, k, a, ar, ac, b, ldb, c, ldc, acc, NULL);
+}
+
+/* The forward's o = al o + p v (p: the key-major score tile, bk x bq). */
+static void attn_pv_avx512(int64_t bq, int64_t d, int64_t bk, const float *st,
+                           const float *v, float *o, const float *al) {
+  at_gemm(bq, d, bk, st, 1, SG_ATTN_BQ, v, d, o, d, 1, al);
+}
+
+/* Lanes l of a 16-query vector with lo <= l (a causal row's first visible
+ * query, relative to the vector) and l < hi (the tile's last query). */
+static inline __mmask16 at_lanes(int64_t lo, int64_t hi) {
+  lo = lo < 0 ? 0 : lo > 16 ? 16 : lo;
+  hi = hi < 0 ? 0 : hi > 16 ? 16 : hi;
+  return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+/* The f32 online softmax on AVX-512 (attn_fwd_softmax in attention_tmpl.h
+ * does the same with sg_expf): the tile's max and the sum kept in
+ * registers over the key rows, four 16-query vectors side by side (four
+ * independent chains, one pass over each key row of 64 queries). In base
+ * 2 (SG_ABASE2): the scores arrive multiplied by log2(e) (folded into the
+ * query's scale), m is their max, and p = 2^{s - m} by
+ * sg_exp2_512_mask_ps (its argument is <= 0) — one multiplication less
+ * per element than e^{s - m}, the same probabilities up to rounding. The
+ * same sums in the same order as the portable path. Inlined twice: masked = 0 (a whole
+ * 64-query tile, every key visible: no mask arithmetic in the loops, which
+ * would take the ports the vector work needs) and masked = 1. */
+static inline __attribute__((always_inline)) void at_softmax(
+    int masked, float *st, int64_t bk, int64_t bq, int64_t t0, float *m,
+    float *l, float *al) {
+  enum { NV = SG_ATTN_BQ / 16 };
+  const int64_t BQ = SG_ATTN_BQ;
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  __m512 mx[NV], mn[NV], sum[NV];
+  __mmask16 kq[NV];
+  for (int v = 0; v < NV; ++v) {
+    mx[v] = ninf;
+    kq[v] = masked ? at_lanes(0, bq - 16 * v) : (__mmask16)0xFFFF;
+  }
+  for (int64_t j = 0; j < bk; ++j)
+    for (int v = 0; v < NV; ++v) {
+      const float *row = st + j * BQ + 16 * v;
+      mx[v] = _mm512_max_ps(
+          mx[v], masked ? _mm512_mask_loadu_ps(
+                              ninf, at_lanes(t0 + j - 16 * v, bq - 16 * v), row)
+                        : _mm512_loadu_ps(row));
+    }
+  for (int v = 0; v < NV; ++v) {
+    const __m512 mo = _mm512_mask_loadu_ps(ninf, kq[v], m + 16 * v);
+    mn[v] = _mm512_max_ps(mo, mx[v]);
+    /* alpha = e^{m - m'}; 0 where m = -inf (nothing seen yet) */
+    const __m512 a = sg_exp2_512_mask_ps(
+        _mm512_cmp_ps_mask(mo, ninf, _CMP_NEQ_UQ), _mm512_sub_ps(mo, mn[v]));
+    sum[v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(kq[v], l + 16 * v), a);
+    _mm512_mask_storeu_ps(al + 16 * v, kq[v], a);
+    _mm512_mask_storeu_ps(m + 16 * v, kq[v], mn[v]);
+  }
+  for (int64_t j = 0; j < bk; ++j)
+    for (int v = 0; v < NV; ++v) {
+      float *row = st + j * BQ + 16 * v;
+      const __mmask16 vis = masked ? at_lanes(t0 + j - 16 * v, bq - 16 * v)
+                                   : (__mmask16)0xFFFF;
+      const __m512 p = sg_exp2_512_mask_ps(
+          vis, _mm512_sub_ps(_mm512_maskz_loadu_ps(kq[v], row), mn[v]));
+      _mm512_mask_storeu_ps(row, kq[v], p);
+      sum[v] = _mm512_add_ps(sum[v], p);
+    }
+  for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(l + 16 * v, kq[v], sum[v]);
+}
+
+static void attn_fwd_softmax_avx512(const sg_attn_geom *g, float *st,
+                                    int64_t bk, int64_t bq, int64_t i0,
+                                    int64_t j0, float *m, float *l, float *al) {
+  if (!g->causal || j0 + bk - 1 <= i0 + g->offset) { /* every key visible */
+    if (bq == SG_ATTN_BQ)
+      at_softmax(0, st, bk, bq, 0, m, l, al);
+    else
+      at_softmax(1, st, bk, bq, INT64_MIN / 2, m, l, al);
+  } else {
+    at_softmax(1, st, bk, bq, j0 - g->offset - i0, m, l, al);
+  }
+}
+/* xt[c * ldt + r] = scale * x[r * d + c] (attn_transpose in
+ * attention_tmpl.h), 16 rows of a column per gather: the scalar loop was
+ * half of the forward's time outside the tile GEMMs and the softmax. */
+static void attn_transpose_avx512(const float *x, int64_t rows, int64_t d,
+                                  float scale, float *xt, int64_t ldt) {
+  /* r * d < 16 * d fits an int: d <= INT_MAX / SG_ATTN_BK (geom_make) */
+  const __m512i idx = _mm512_mullo_epi32(
+      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+      _mm512_set1_epi32((int)d));
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+    const __mmask16 k = at_lanes(0, rows - r0);
+    const float *base = x + r0 * d;
+    for (int64_t c = 0; c < d; ++c) {
+      const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx,
+                                                base + c, 4);
+      _mm512_mask_storeu_ps(xt + c * ldt + r0, k, _mm512_mul_ps(v, sc));
+    }
+  }
+}
+/* The backward's probabilities in place: st (key-major, bk x bq) = 2^{s -
+ * lse log2 e} (the scores in base 2 as in the forward; lse in base e, its
+ * product by log2 e inside the FMA, one rounding), 0 where key j is
+ * hidden from query i (i < t0 + j) or the query saw no key (lse = -inf).
+ * Inlined for masked = 0 (no causal mask: no mask arithmetic per row). */
+static inline __attribute__((always_inline)) void at_bwd_probs(
+    int masked, float *st, int64_t bk, int64_t bq, int64_t t0,
+    const float *lse) {
+  enum { NV = SG_ATTN_BQ / 16 };
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  const __m512 l2e = _mm512_set1_ps(1.44269504088896341f);
+  __m512 ls[NV];
+  __mmask16 kq[NV], kl[NV];
+  for (int v = 0; v < NV; ++v) {
+    kq[v] = at_lanes(0, bq - 16 * v);
+    ls[v] = _mm512_mask_loadu_ps(ninf, kq[v], lse + 16 * v);
+    kl[v] = _mm512_mask_cmp_ps_mask(kq[v], ls[v], ninf, _CMP_NEQ_UQ);
+  }
+  for (int64_t j = 0; j < bk; ++j)
+    for (int v = 0; v < NV; ++v) {
+      float *row = st + j * SG_ATTN_BQ + 16 * v;
+      const __mmask16 vis = masked ? kl[v] & at_lanes(t0 + j - 16 * v, 16)
+                                   : kl[v];
+      const __m512 x = _mm512_fnmadd_ps(ls[v], l2e,
+                                        _mm512_maskz_loadu_ps(kq[v], row));
+      _mm512_mask_storeu_ps(row, kq[v], sg_exp2_512_mask_ps(vis, x));
+    }
+}
+
+static void attn_bwd_probs_avx512(float *st, int64_t bk, int64_t bq, int64_t t0,
+                                  int full, const float *lse) {
+  if (full)
+    at_bwd_probs(0, st, bk, bq, 0, lse);
+  else
+    at_bwd_probs(1, st, bk, bq, t0, lse);
+}
+
+#define R float
+#define S f32x
+#define SG_ASOFTMAX attn_fwd_softmax_avx512
+#define SG_ABASE2 1
+#define SG_ATRANSPOSE attn_transpose_avx512
+#define SG_ABWDPROBS attn_bwd_probs_avx512
+#define SG_APV attn_pv_avx512
+#define SG_ANO_MERGE
+#define SG_AEXP sg_expf
+#define SG_AMEXP expf
+#define SG_ALOG logf
+#include "attention_tmpl.h"
+
+void sg_attn_fwd_f32_avx512(const sg_attn_geom *g, const float *q,
+                            const float *k, const float *v, float *o,
+                            float *lse, void *ws) {
+  attn_fwd_f32x(g, q, k, v, o, lse, ws);
+}
+
+void sg_attn_bwd_f32_avx512(const sg_attn_geom *g, const float *q,
+                            const float *k, const float *v, const float *o,
+                            const float *lse, const float *dout, float *dq,
+                            float *dk, float *dv, void *ws) {
+  attn_bwd_f32x(g, q, k, v, o, lse, dout, dq, dk, dv, ws);
+}
+
+#else
+
+int sg_attn_avx512_built(void) { return 0; }
+void sg_attn_fwd_f32_avx512(const sg_attn_geom *g, const float *q,
+                            const float *k, const float *v, float *o,
+                            float *lse, void *ws) {
+  (void)g, (void)q, (void)k, (void)v, (void)o, (void)lse, (void)ws;
+}
+void sg_attn_bwd_f32_avx512(const sg_attn_geom *g, const float *q,
+                            const float *k, const float *v, const float *o,
+                            const float *lse, const float *dout, float *dq,
+                            float *dk, float *dv, void *ws) {
+  (void)g, (void)q, (void)k, (void)v, (void)o, (void)lse, (void)dout;
+  (void)dq, (void)dk, (void)dv, (void)ws;
+}
+
+#endif
