@@ -165,9 +165,8 @@ static sg_status sla_fwd(sg_node *node) {
   size_t zb, hb;
   sla_saved(node, &zb, &hb);
   char *sv = NULL;
-  if (zb +
-      hb) /* z written in full below; the spectrum zeroed, as in spec_fwd */
-    SG_TRY(sg_node_save_uninit(node, zb + hb, (void **)&sv));
+  /* z is written in full below; the spectrum zeroed, as spec_fwd has it */
+  if (zb + hb) SG_TRY(sg_node_save_uninit(node, zb + hb, (void **)&sv));
   if (hb) memset(sv + zb, 0, hb);
   void *z = a->act >= 0 ? sv : y;
   if (a->conv)
