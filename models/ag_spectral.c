@@ -1,10 +1,14 @@
 /* shardgrid — the spectral convolution (the FNO layer) as a public op of
- * the autograd tape (sg_ag_spectral_conv in sg_autograd.h). */
+ * the autograd tape (sg_ag_spectral_conv in sg_autograd.h), and the fused
+ * layer ops: the linear with its activation (sg_ag_linear_act) and the
+ * whole FNO layer, act(spectral(x) + linear(x)) (sg_ag_spectral_linear_act).
+ */
 #include <string.h>
 
 #include "op_registry_impl.h"
 #include "sg_autograd.h"
 #include "sg_comm.h"
+#include "sg_ops.h"
 #include "sg_spectral.h"
 
 typedef struct spec_attr {
@@ -110,6 +114,207 @@ sg_status sg_ag_spectral_conv(sg_tape_t t, struct sg_spectral_conv *conv,
   if (st != SG_OK) goto fail;
   sg_var *in[2] = {x, w};
   SG_TRY(sg_tape_apply(t, &spec_op, 2, in, 1, NULL, &at, sizeof at, y));
+fail:
+  return st;
+}
+
+/* ---- the fused layer ops ---------------------------------------------------
+ * y = act(spectral(x; W) + (w x + b)), act < 0: none, conv NULL: no
+ * spectral part. Forward: the spectral convolution writes z, the linear
+ * adds itself and applies act per cache-hot chunk (sg_linear_act_forward)
+ * instead of three passes (linear, sum, act) over the output; z kept for
+ * backward. Backward: dz = act'(z) dy, the spectral backward writes dx, the
+ * linear's adds to it (the sum the tape would have formed). */
+
+typedef struct sla_attr {
+  sg_spectral_conv_t conv; /* NULL: linear_act */
+  int64_t cout;
+  int act, has_bias;
+} sla_attr;
+
+/* The linear's weight is input iw, its bias iw + 1. */
+static int sla_iw(const sla_attr *a) { return a->conv ? 2 : 1; }
+
+static int64_t sla_spatial(const sg_tensor *t) {
+  int64_t n = 1;
+  for (int i = 2; i < t->ndim; ++i) n *= t->shape[i];
+  return n;
+}
+
+/* node->saved: z (act >= 0), then the spectrum (conv), at these offsets */
+static void sla_saved(const sg_node *node, size_t *zb, size_t *hb) {
+  const sla_attr *a = (const sla_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  const size_t es = sg_dtype_size(x->dtype);
+  const int64_t nz = x->shape[0] * a->cout * sla_spatial(x),
+                ns = a->conv ? sg_spectral_conv_spectrum_count(a->conv) : 0;
+  *zb = a->act >= 0 ? ((size_t)nz * es + 63) / 64 * 64 : 0;
+  *hb = a->conv ? (size_t)(ns > 0 ? ns : 1) * es : 0;
+}
+
+static sg_status sla_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const sla_attr *a = (const sla_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  const int iw = sla_iw(a);
+  int64_t shape[SG_TENSOR_MAX_DIMS];
+  memcpy(shape, x->shape, sizeof shape);
+  shape[1] = a->cout;
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
+  void *y = node->out[0]->value.data;
+  size_t zb, hb;
+  sla_saved(node, &zb, &hb);
+  char *sv = NULL;
+  /* z is written in full below; the spectrum zeroed, as spec_fwd has it */
+  if (zb + hb) SG_TRY(sg_node_save_uninit(node, zb + hb, (void **)&sv));
+  if (hb) memset(sv + zb, 0, hb);
+  void *z = a->act >= 0 ? sv : y;
+  if (a->conv)
+    SG_TRY(sg_spectral_conv_forward(a->conv, x->data, node->in[1]->value.data,
+                                    z, sv + zb));
+  SG_TRY(sg_linear_act_forward(
+      x->dtype, x->shape[0], x->shape[1], a->cout, sla_spatial(x), x->data,
+      node->in[iw]->value.data,
+      a->has_bias ? node->in[iw + 1]->value.data : NULL, a->conv != NULL,
+      a->act, z, a->act >= 0 ? y : NULL));
+fail:
+  return st;
+}
+
+static sg_status sla_bwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const sla_attr *a = (const sla_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  const int iw = sla_iw(a);
+  const sg_dtype dt = x->dtype;
+  const int64_t nz = x->shape[0] * a->cout * sla_spatial(x);
+  size_t zb, hb;
+  sla_saved(node, &zb, &hb);
+  void *dz = node->out[0]->grad.data, *tmp = NULL, *gx = node->gin[0];
+  if (a->act >= 0 && nz > 0) {
+    SG_TRY(sg_malloc(sg_device_host(), (size_t)nz * sg_dtype_size(dt), &tmp));
+    SG_TRY(sg_act_backward((sg_act)a->act, dt, nz, node->saved, dz, tmp));
+    dz = tmp;
+  }
+  if (a->conv) /* collective (the FFT's transposes): on every rank alike */
+    SG_TRY(sg_spectral_conv_backward(a->conv, x->data, (char *)node->saved + zb,
+                                     node->in[1]->value.data, dz, gx,
+                                     node->gin[1]));
+  void *gb = a->has_bias ? node->gin[iw + 1] : NULL;
+  if (gx || node->gin[iw] || gb)
+    SG_TRY((a->conv ? sg_linear_backward_add : sg_linear_backward)(
+        dt, x->shape[0], x->shape[1], a->cout, sla_spatial(x), x->data,
+        node->in[iw]->value.data, dz, gx, node->gin[iw], gb));
+fail:
+  sg_free(sg_device_host(), &tmp);
+  return st;
+}
+
+static const sg_op_def linear_act_op = {
+    .name = "linear_act",
+    .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
+    .forward = sla_fwd,
+    .backward = sla_bwd,
+    .rule = {.windowed_input = -1,
+             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
+                        SG_ACCEPT_SHARD_SPATIAL,
+             .out = SG_OUT_LIKE_INPUT,
+             .out_unread = 1,
+             .writes_gin = 1u}};
+
+static const sg_op_def spectral_linear_act_op = {
+    .name = "spectral_linear_act",
+    .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM, SG_SLOT_PARAM},
+    .forward = sla_fwd,
+    .backward = sla_bwd,
+    .rule = {.windowed_input = -1,
+             .accepts = SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
+             .out = SG_OUT_LIKE_INPUT,
+             .out_unread = 1,
+             .writes_gin = 1u}};
+
+const sg_op_def *sg_ag_linear_act_op_def(void) { return &linear_act_op; }
+const sg_op_def *sg_ag_spectral_linear_act_op_def(void) {
+  return &spectral_linear_act_op;
+}
+
+/* w (Cout, Cin) against x, b (Cout) or NULL; act < 0 or an sg_act. */
+static sg_status sla_check(const sg_var *x, const sg_var *w, const sg_var *b,
+                           int act) {
+  sg_status st = SG_OK;
+  if (!x || !w)
+    SG_RAISE(SG_ERR_INVALID_ARG, "linear_act: x and w are required");
+  if (act >= SG_ACT_COUNT)
+    SG_RAISE(SG_ERR_INVALID_ARG, "linear_act: unknown activation %d", act);
+  if (x->value.ndim < 2 || w->value.ndim != 2 ||
+      w->value.shape[1] != sg_var_global_shape(x)[1])
+    SG_RAISE(SG_ERR_SHAPE, "linear_act: needs x (N, C, ...) and w (Cout, C)");
+  if (b && (b->value.ndim != 1 || b->value.shape[0] != w->value.shape[0]))
+    SG_RAISE(SG_ERR_SHAPE, "linear_act: bias must be (%lld)",
+             (long long)w->value.shape[0]);
+fail:
+  return st;
+}
+
+/* Under a bf16 storage policy every op's output is rounded: there the ops
+ * run one after the other, so the results do not depend on the fusion. */
+static int sla_fused(sg_tape_t t) {
+  return sg_tape_storage_dtype(t) == SG_DTYPE_F32;
+}
+
+sg_status sg_ag_linear_act(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
+                           int act, sg_var **y) {
+  sg_status st = SG_OK;
+  SG_TRY(sla_check(x, w, b, act));
+  if (!sla_fused(t)) {
+    SG_TRY(sg_ag_linear(t, x, w, b, y));
+    if (act >= 0) SG_TRY(sg_ag_act(t, (sg_act)act, *y, y));
+    goto fail;
+  }
+  sla_attr at = {.conv = NULL,
+                 .cout = w->value.shape[0],
+                 .act = act < 0 ? -1 : act,
+                 .has_bias = b != NULL};
+  sg_var *in[3] = {x, w, b};
+  SG_TRY(sg_tape_apply(t, &linear_act_op, b ? 3 : 2, in, 1, NULL, &at,
+                       sizeof at, y));
+fail:
+  return st;
+}
+
+sg_status sg_ag_spectral_linear_act(sg_tape_t t, struct sg_spectral_conv *conv,
+                                    sg_var *x, sg_var *W, sg_var *w, sg_var *b,
+                                    int act, sg_var **y) {
+  sg_status st = SG_OK;
+  if (!conv || !W || !y)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "spectral_linear_act: convolution, weights and output are "
+             "required");
+  st = sla_check(x, w, b, act);
+  if (!sla_fused(t)) {
+    sg_var *s = NULL, *c = NULL;
+    SG_TRY(st);
+    SG_TRY(sg_ag_spectral_conv(t, conv, x, W, &s));
+    SG_TRY(sg_ag_linear(t, x, w, b, &c));
+    SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, s, c, y));
+    if (act >= 0) SG_TRY(sg_ag_act(t, (sg_act)act, *y, y));
+    goto fail;
+  }
+  sla_attr at = {.conv = conv,
+                 .act = act < 0 ? -1 : act,
+                 .has_bias = b != NULL};
+  if (st == SG_OK) st = spec_check(conv, x, W, &at.cout);
+  if (st == SG_OK && at.cout != w->value.shape[0])
+    st = sg_error_set(SG_ERR_SHAPE, __FILE__, __LINE__,
+                      "spectral_linear_act: the convolution gives %lld "
+                      "channels, the linear %lld",
+                      (long long)at.cout, (long long)w->value.shape[0]);
+  /* the blocks are per rank: agree before the op's collectives */
+  if (x && x->mesh) st = sg_agree(sg_mesh_comm(x->mesh), st);
+  if (st != SG_OK) goto fail;
+  sg_var *in[4] = {x, W, w, b};
+  SG_TRY(sg_tape_apply(t, &spectral_linear_act_op, b ? 4 : 3, in, 1, NULL, &at,
+                       sizeof at, y));
 fail:
   return st;
 }

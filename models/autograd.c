@@ -495,16 +495,24 @@ _Thread_local sg_tape_t ag_current_tape;
 int ag_time_ops;
 void sg_tape_time_ops(int on) { ag_time_ops = on != 0; }
 
-sg_status sg_node_save(sg_node *node, size_t bytes, void **ptr) {
+static sg_status node_save(sg_node *node, size_t bytes, int zero, void **ptr) {
   sg_status st = SG_OK;
   if (!node || !ptr) SG_RAISE(SG_ERR_INVALID_ARG, "node or ptr is NULL");
   if (node->saved) SG_RAISE(SG_ERR_INTERNAL, "state saved twice");
-  SG_TRY(sg_calloc(sg_device_host(), bytes, &node->saved));
+  SG_TRY((zero ? sg_calloc : sg_malloc)(sg_device_host(), bytes, &node->saved));
   node->saved_bytes = bytes;
   if (ag_current_tape) ag_current_tape->bytes += bytes;
   *ptr = node->saved;
 fail:
   return st;
+}
+
+sg_status sg_node_save(sg_node *node, size_t bytes, void **ptr) {
+  return node_save(node, bytes, 1, ptr);
+}
+
+sg_status sg_node_save_uninit(sg_node *node, size_t bytes, void **ptr) {
+  return node_save(node, bytes, 0, ptr);
 }
 
 sg_status ag_grow(void **arr, int *cap, int need, size_t elem) {

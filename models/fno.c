@@ -505,12 +505,16 @@ static sg_status fno_layer(sg_tape_t t, void *ctx, sg_var *const *in,
   const fno_layer_ctx *lc = ctx;
   struct sg_fno *m = lc->m;
   sg_var *h = in[0];
-  const int role = m->role[lc->l];
-  SG_TRY(sg_ag_spectral_linear_tp(t, role == FNO_REP ? NULL : m->tp,
-                                  role == FNO_ROW, fno_conv(m, role), h,
-                                  &m->params[lc->p], &m->params[lc->p + 1],
-                                  &m->params[lc->p + 2], &h));
-  if (lc->l + 1 < m->cfg.layers) SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
+  const int role = m->role[lc->l], act = lc->l + 1 < m->cfg.layers;
+  sg_var *P = &m->params[lc->p];
+  if (role == FNO_REP) { /* one fused op: act(spectral(h) + linear(h)) */
+    SG_TRY(sg_ag_spectral_linear_act(t, fno_conv(m, role), h, P, P + 1, P + 2,
+                                     act ? (int)m->cfg.act : -1, &h));
+  } else {
+    SG_TRY(sg_ag_spectral_linear_tp(t, m->tp, role == FNO_ROW,
+                                    fno_conv(m, role), h, P, P + 1, P + 2, &h));
+    if (act) SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
+  }
   out[0] = h;
 fail:
   return st;
@@ -599,8 +603,7 @@ sg_status sg_fno_forward_blocks(sg_fno_t m, sg_tape_t t, int first, int count,
     } else {
       if (m->d3 && m->cfg.pad_t > 0) /* the padding off, before the proj */
         SG_TRY(sg_fno3d_time_window(t, h, m->cfg.nt, 0, &h));
-      SG_TRY(sg_ag_linear(t, h, &P[pj], &P[pj + 1], &h));
-      SG_TRY(sg_ag_act(t, m->cfg.act, h, &h));
+      SG_TRY(sg_ag_linear_act(t, h, &P[pj], &P[pj + 1], (int)m->cfg.act, &h));
       SG_TRY(sg_ag_linear(t, h, &P[pj + 2], &P[pj + 3], &h));
       if (m->d3) /* (batch, 1, nt, ny, nx) -> (batch, nt, ny, nx) */
         SG_TRY(sg_fno3d_time_window(t, h, m->cfg.nt, 1, &h));

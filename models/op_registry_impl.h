@@ -11,6 +11,10 @@ const sg_op_def *const *sg_ag_ops_builtin(int *n);
 const sg_op_def *sg_dist_loss_op_def(void);
 /* ag_spectral.c: the spectral convolution (sg_ag_spectral_conv). */
 const sg_op_def *sg_ag_spectral_op_def(void);
+/* ag_spectral.c: the fused linear + activation (sg_ag_linear_act) and FNO
+ * layer (sg_ag_spectral_linear_act). */
+const sg_op_def *sg_ag_linear_act_op_def(void);
+const sg_op_def *sg_ag_spectral_linear_act_op_def(void);
 /* ag_attention.c: attention (sg_ag_attention), the added field
  * (sg_ag_add_field). */
 const sg_op_def *sg_ag_attention_op_def(void);

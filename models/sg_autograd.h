@@ -304,6 +304,9 @@ sg_status sg_node_alloc_out_uninit(sg_node *node, int j, int ndim,
                                    const int64_t *shape);
 /* For op forwards: a zero-filled buffer kept until the node is released. */
 sg_status sg_node_save(sg_node *node, size_t bytes, void **ptr);
+/* The same, not zero-filled: for state the forward writes in full (the
+ * fused layer ops' pre-activation: the fill was a pass over the output). */
+sg_status sg_node_save_uninit(sg_node *node, size_t bytes, void **ptr);
 
 /* For op kernels that reduce over the global tensor (statistics, losses):
  * *g = the group over the mesh dims that split the activation inputs'
@@ -546,6 +549,18 @@ sg_status sg_ag_norm(sg_tape_t t, const sg_norm_desc *d, sg_var *x,
 struct sg_spectral_conv; /* sg_spectral_conv_t of sg_spectral.h */
 sg_status sg_ag_spectral_conv(sg_tape_t t, struct sg_spectral_conv *conv,
                               sg_var *x, sg_var *w, sg_var **y);
+/* Fused layer ops (one pass over the output instead of three; the
+ * pre-activation kept for backward): y = act(w x + b), and the FNO layer
+ * y = act(spectral(x; W) + w x + b) (conv, x, W as sg_ag_spectral_conv; w
+ * (Cout, Cin), b (Cout) or NULL); act < 0: none. The same values as the
+ * ops one after the other (sg_ag_spectral_conv, sg_ag_linear, sg_ag_binary
+ * add, sg_ag_act), which is what they record under a bf16 storage policy
+ * (sg_tape_set_storage_dtype rounds every op's output). */
+sg_status sg_ag_linear_act(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
+                           int act, sg_var **y);
+sg_status sg_ag_spectral_linear_act(sg_tape_t t, struct sg_spectral_conv *conv,
+                                    sg_var *x, sg_var *W, sg_var *w, sg_var *b,
+                                    int act, sg_var **y);
 /* ---- transformer ops (models/ag_attention.c; docs/transformers.md) ----
  * Tokens are the spatial positions of (N, C, spatial...) variables;
  * C = heads * head_dim, channel c = head * head_dim + j.

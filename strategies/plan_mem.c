@@ -522,8 +522,26 @@ static double fno_rows(const mshape *m) {
   return m->ntp > 0 ? m->ntp * m->ny : m->ny;
 }
 
+/* The fused linear + activation (ag_spectral.c sg_ag_linear_act, act 1;
+ * with the spectral part, sg_ag_spectral_linear_act: spec the spectrum's
+ * bytes): one output, the pre-activation kept when act, the spectrum; in
+ * backward the linear's dW scratch and dz = act'(z) dy when act. */
+static int op_linear_act(sim *s, const mshape *m, int x, double c, double k,
+                         double ny, double nx, int act, double spec) {
+  const double z = fbytes(m, k, ny, nx);
+  sim_op o = {.nin = 1,
+              .in = {x},
+              .out = z,
+              .saved = (act ? z : 0.0) + spec,
+              .bws = (k * c + k) * 64.0 + (act ? z : 0.0),
+              .windowed = -1,
+              .param = 1};
+  return sim_apply(s, &o);
+}
+
 /* The FNO's spectral layer l on h: act(spectral + linear) (no act after the
- * last), split over tp by its role (ag_tp.c sg_ag_spectral_linear_tp): a
+ * last): at tp 1 one fused op (sg_ag_spectral_linear_act), else split over
+ * tp by its role (ag_tp.c sg_ag_spectral_linear_tp): a
  * column-parallel layer copies its replicated input into the TP region and
  * makes wl channels; a row-parallel one takes wl, sums the partial outputs
  * over tp and adds the bias after the reduction. */
@@ -531,6 +549,10 @@ static int fno_layer(sim *s, const mshape *m, int l, int h) {
   const double w = (double)m->mc.width, ny = fno_rows(m), nx = m->nx;
   const int role = sg_plan_fno_role(&m->mc, m->tp, l);
   const double ci = role == 2 ? m->wl : w, co = role == 1 ? m->wl : w;
+  const int act = l + 1 < m->mc.layers;
+  if (role == 0)
+    return op_linear_act(s, m, h, ci, co, ny, nx, act,
+                         4.0 * 2.0 * m->b * ci * fno_modes(m, m->domain));
   if (role == 1) h = op_pointwise(s, m, h, w, ny, nx, 0, 0, -1); /* tp_copy */
   const double M = fno_modes(m, m->domain);
   sim_op sp = {.nin = 1,
@@ -546,7 +568,7 @@ static int fno_layer(sim *s, const mshape *m, int l, int h) {
     h = op_pointwise(s, m, h, co, ny, nx, 0, 1u, -1); /* tp_reduce */
     h = op_pointwise(s, m, h, co, ny, nx, 1, 0, -1);  /* the bias */
   }
-  return l + 1 < m->mc.layers ? op_act(s, m, h, co, ny, nx) : h;
+  return act ? op_act(s, m, h, co, ny, nx) : h;
 }
 
 /* Piece k of the FNO or the CNN (fno.c, cnn.c forward_blocks) on h; the
@@ -562,6 +584,10 @@ static int fno_cnn_piece(sim *s, const mshape *m, int k, int h) {
     h = op_input(s, m, &cc);
     return m->kind == SG_MODEL_FNO ? op_linear(s, m, h, cc, w, ny, nx)
                                    : op_conv(s, m, h, cc, w, kw, ny, nx);
+  }
+  if (k == npieces - 1 && m->kind == SG_MODEL_FNO) {
+    h = op_linear_act(s, m, h, w, P, ny, nx, 1, 0.0); /* sg_ag_linear_act */
+    return op_linear(s, m, h, P, cout, ny, nx);
   }
   if (k == npieces - 1) {
     h = op_linear(s, m, h, w, P, ny, nx);
@@ -598,8 +624,7 @@ static int fno3d_piece(sim *s, const mshape *m, int k, int h) {
   }
   if (k < n - 1) return fno_layer(s, m, k - 1, h);
   if (pad) h = op_pointwise(s, m, h, w, T, nx, 0, 0, -1);
-  h = op_linear(s, m, h, w, P, T, nx);
-  h = op_act(s, m, h, P, T, nx);
+  h = op_linear_act(s, m, h, w, P, T, nx, 1, 0.0); /* sg_ag_linear_act */
   h = op_linear(s, m, h, P, 1, T, nx);
   return op_pointwise(s, m, h, 1, T, nx, 0, 0, -1);
 }

@@ -105,6 +105,16 @@ static inline void gelu_bwd_vec(const gelu_k *k, const float *x,
   st(dx, _mm512_mul_ps(ld(dy, full, m), _mm512_add_ps(t, s)), full, m);
 }
 
+/* The partial last vector of n elements, if any. */
+static void gelu_fwd_tail(int64_t n, const float *x, float *y) {
+  const int64_t nv = n / 16;
+  if (n > 16 * nv) {
+    const gelu_k k = gelu_consts();
+    gelu_fwd_vec(&k, x + 16 * nv, y + 16 * nv, 0,
+                 (__mmask16)((1u << (n - 16 * nv)) - 1u));
+  }
+}
+
 void sg_gelu_fwd_simd_f32(int64_t n, const float *x, float *y) {
   const int64_t nv = n / 16;
 #pragma omp parallel if (n > SG_OMP_MIN)
@@ -114,11 +124,14 @@ void sg_gelu_fwd_simd_f32(int64_t n, const float *x, float *y) {
     for (int64_t v = 0; v < nv; ++v)
       gelu_fwd_vec(&k, x + 16 * v, y + 16 * v, 1, 0);
   }
-  if (n > 16 * nv) {
-    const gelu_k k = gelu_consts();
-    gelu_fwd_vec(&k, x + 16 * nv, y + 16 * nv, 0,
-                 (__mmask16)((1u << (n - 16 * nv)) - 1u));
-  }
+  gelu_fwd_tail(n, x, y);
+}
+
+void sg_gelu_fwd_seq_f32(int64_t n, const float *x, float *y) {
+  const gelu_k k = gelu_consts();
+  for (int64_t v = 0; v < n / 16; ++v)
+    gelu_fwd_vec(&k, x + 16 * v, y + 16 * v, 1, 0);
+  gelu_fwd_tail(n, x, y);
 }
 
 void sg_gelu_bwd_simd_f32(int64_t n, const float *x, const float *dy,
@@ -147,6 +160,9 @@ void sg_gelu_fwd_simd_f32(int64_t n, const float *x, float *y) {
 void sg_gelu_bwd_simd_f32(int64_t n, const float *x, const float *dy,
                           float *dx) {
   (void)n, (void)x, (void)dy, (void)dx;
+}
+void sg_gelu_fwd_seq_f32(int64_t n, const float *x, float *y) {
+  (void)n, (void)x, (void)y;
 }
 
 #endif

@@ -426,6 +426,68 @@ sg_status sg_linear_backward(sg_dtype dt, int64_t batch, int64_t cin,
   return sg_conv_backward(&d, dt, x, w, dy, dx, dw, db, NULL);
 }
 
+/* A buffer of n elements of dt for the composed (unfused) paths. */
+static sg_status linear_tmp(sg_dtype dt, int64_t n, void **tmp) {
+  return sg_malloc(sg_device_host(), (size_t)n * sg_dtype_size(dt), tmp);
+}
+
+sg_status sg_linear_act_forward(sg_dtype dt, int64_t batch, int64_t cin,
+                                int64_t cout, int64_t spatial, const void *x,
+                                const void *w, const void *b, int add, int act,
+                                void *z, void *a) {
+  sg_status st = SG_OK;
+  void *tmp = NULL;
+  const int64_t nz = batch * cout * spatial;
+  if (a && (act < 0 || act >= SG_ACT_COUNT))
+    SG_RAISE(SG_ERR_INVALID_ARG, "linear_act: unknown activation %d", act);
+  if (nz == 0) goto fail;
+  if (dt == SG_DTYPE_F32 && sg_pw_f32_available() &&
+      (!a || (act == SG_ACT_GELU && sg_gelu_simd_available()))) {
+    SG_CHECK_PTR(x);
+    SG_CHECK_PTR(w);
+    SG_CHECK_PTR(z);
+    sg_pw_apply_act_f32(batch, cin, cout, spatial, w, x, b, add, z, a,
+                        sg_max_threads());
+    goto fail;
+  }
+  if (add) SG_TRY(linear_tmp(dt, nz, &tmp));
+  SG_TRY(
+      sg_linear_forward(dt, batch, cin, cout, spatial, x, w, b, add ? tmp : z));
+  if (add) SG_TRY(sg_binary_forward(SG_BINARY_ADD, dt, nz, z, tmp, z));
+  if (a) SG_TRY(sg_act_forward((sg_act)act, dt, nz, z, a));
+fail:
+  sg_free(sg_device_host(), &tmp);
+  return st;
+}
+
+sg_status sg_linear_backward_add(sg_dtype dt, int64_t batch, int64_t cin,
+                                 int64_t cout, int64_t spatial, const void *x,
+                                 const void *w, const void *dy, void *dx,
+                                 void *dw, void *db) {
+  sg_status st = SG_OK;
+  void *tmp = NULL;
+  const int64_t nx = batch * cin * spatial;
+  if (!dx || nx == 0)
+    return sg_linear_backward(dt, batch, cin, cout, spatial, x, w, dy, NULL, dw,
+                              db);
+  SG_CHECK_PTR(w);
+  SG_CHECK_PTR(dy);
+  if (dt == SG_DTYPE_F32 && sg_pw_f32_available()) {
+    SG_TRY(sg_linear_backward(dt, batch, cin, cout, spatial, x, w, dy, NULL, dw,
+                              db));
+    sg_pw_apply_f32(batch, cout, cin, spatial, w, 1, cin, dy, NULL, dx,
+                    SG_PW_ADD, sg_max_threads());
+    goto fail;
+  }
+  SG_TRY(linear_tmp(dt, nx, &tmp));
+  SG_TRY(
+      sg_linear_backward(dt, batch, cin, cout, spatial, x, w, dy, tmp, dw, db));
+  SG_TRY(sg_binary_forward(SG_BINARY_ADD, dt, nx, dx, tmp, dx));
+fail:
+  sg_free(sg_device_host(), &tmp);
+  return st;
+}
+
 sg_status sg_convt_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
                            const void *w, const void *b, void *y) {
   sg_status st = SG_OK;

@@ -158,14 +158,24 @@ int sg_gelu_simd_built(void);
 
 /* f32 pointwise (1x1) kernels, pointwise.c: where available, else the
  * callers use BLAS. apply: y[n][r][p] (+)= b[r] +
- * sum_ci w[r*wr + ci*wc] x[n][ci][p] (b may be NULL; `accumulate` adds to
- * y instead of starting from b). wgrad: dw[k][c] += sum_{n,p} dy[n][k][p]
+ * sum_ci w[r*wr + ci*wc] x[n][ci][p] (b may be NULL; `accumulate`: 0
+ * overwrites y, SG_PW_ACC starts the sum from y instead of b, SG_PW_ADD
+ * adds y to the finished sum, (b + sum) + y, as a separate addition of the
+ * two would round). wgrad: dw[k][c] += sum_{n,p} dy[n][k][p]
  * x[n][c][p] and (db not NULL) db[k] += sum_{n,p} dy[n][k][p], with
  * (cout * cin + cout) * 16 floats of scratch `part`. */
 int sg_pw_f32_available(void);
 void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *w, int64_t wr, int64_t wc, const float *x,
                      const float *b, float *y, int accumulate, int nthreads);
+enum { SG_PW_ACC = 1, SG_PW_ADD = 2 };
+/* The fused linear (sg_linear_act_forward), w (cout, cin) row-major:
+ * z = (b + W x) (+ z on entry when add), then a = gelu(z) when a is not
+ * NULL, per cache-hot chunk of pixels; the same values as the linear, an
+ * addition and sg_act_forward one after the other. */
+void sg_pw_apply_act_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                         const float *w, const float *x, const float *b,
+                         int add, float *z, float *a, int nthreads);
 /* One thread's y[r][p] = b[r] + sum_ci w[r*wr + ci*wc] x[ci*ldx + p], p in
  * [0, np), rows r < cout at stride ldy (b may be NULL): the GEMMs of the
  * im2col convolution. */
@@ -256,6 +266,9 @@ void sg_amx_pack_weights(int64_t nr, int64_t nch, int64_t kk, const float *w,
 /* f32 GELU on AVX-512F (act_simd.c); available() 0 elsewhere. */
 int sg_gelu_simd_available(void);
 void sg_gelu_fwd_simd_f32(int64_t n, const float *x, float *y);
+/* The same on the calling thread only (no OpenMP region): the epilogue of
+ * the fused linear's cache-hot chunks. */
+void sg_gelu_fwd_seq_f32(int64_t n, const float *x, float *y);
 void sg_gelu_bwd_simd_f32(int64_t n, const float *x, const float *dy,
                           float *dx);
 

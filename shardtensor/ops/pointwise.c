@@ -49,8 +49,9 @@ int sg_pw_f32_built(void) { return 1; }
 
 /* One forward tile: MR rows r of y (stride ldy) over up to 48 pixels,
  * y[r] = init + sum_ci w[r*wr + ci*wc] x[ci*ldx]. init: mode 0 bias (or
- * zero without one), mode 1 the current y. `full`: all 48 pixels (plain
- * loads and stores), else masks m[]. */
+ * zero without one), mode SG_PW_ACC the current y; mode SG_PW_ADD: init
+ * as mode 0, the current y added to the finished sum. `full`: all 48
+ * pixels (plain loads and stores), else masks m[]. */
 #define PW_TILE(MR, FULL)                                                      \
   static void pw_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,     \
                                     int64_t wc, const float *x, int64_t ldx,   \
@@ -62,7 +63,7 @@ int sg_pw_f32_built(void) { return 1; }
     for (int r = 0; r < MR; ++r) {                                             \
       _Pragma("GCC unroll 4")                                                  \
       for (int v = 0; v < PW_NV; ++v) {                                        \
-        if (accumulate)                                                        \
+        if (accumulate == SG_PW_ACC)                                           \
           acc[r][v] = FULL                                                     \
                           ? _mm512_loadu_ps(y + r * ldy + 16 * v)              \
                           : _mm512_maskz_loadu_ps(m[v], y + r * ldy + 16 * v); \
@@ -89,6 +90,11 @@ int sg_pw_f32_built(void) { return 1; }
     _Pragma("GCC unroll 8")                                                    \
     for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 4")                       \
     for (int v = 0; v < PW_NV; ++v) {                                          \
+      if (accumulate == SG_PW_ADD)                                             \
+        acc[r][v] = _mm512_add_ps(                                             \
+            acc[r][v],                                                         \
+            FULL ? _mm512_loadu_ps(y + r * ldy + 16 * v)                       \
+                 : _mm512_maskz_loadu_ps(m[v], y + r * ldy + 16 * v));         \
       if (FULL)                                                                \
         _mm512_storeu_ps(y + r * ldy + 16 * v, acc[r][v]);                     \
       else                                                                     \
@@ -148,6 +154,29 @@ void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
     const int64_t nn = it / nstrip, p0 = (it % nstrip) * PW_NP;
     pw_strip(cin, cout, s, p0, w, wr, wc, x + nn * cin * s, s, NULL, b,
              y + nn * cout * s, s, accumulate);
+  }
+}
+
+/* Pixels per chunk of the fused linear: its z and a rows stay in L1/L2
+ * between the GEMM tiles and the activation (cout 128: 96 KiB). */
+enum { PW_ACHUNK = 4 * PW_NP };
+
+void sg_pw_apply_act_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                         const float *w, const float *x, const float *b,
+                         int add, float *z, float *a, int nthreads) {
+  const int64_t nch = (s + PW_ACHUNK - 1) / PW_ACHUNK, items = n * nch;
+#pragma omp parallel for schedule(static) \
+    num_threads(nthreads) if (nthreads > 1)
+  for (int64_t it = 0; it < items; ++it) {
+    const int64_t nn = it / nch, c0 = (it % nch) * PW_ACHUNK,
+                  c1 = c0 + PW_ACHUNK < s ? c0 + PW_ACHUNK : s;
+    float *zn = z + nn * cout * s;
+    for (int64_t p0 = c0; p0 < c1; p0 += PW_NP)
+      pw_strip(cin, cout, s, p0, w, cin, 1, x + nn * cin * s, s, NULL, b, zn, s,
+               add ? SG_PW_ADD : 0);
+    for (int64_t r = 0; a && r < cout; ++r)
+      sg_gelu_fwd_seq_f32(c1 - c0, zn + r * s + c0,
+                          a + (nn * cout + r) * s + c0);
   }
 }
 
@@ -391,6 +420,13 @@ void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *b, float *y, int accumulate, int nthreads) {
   (void)n, (void)cin, (void)cout, (void)s, (void)w, (void)wr, (void)wc;
   (void)x, (void)b, (void)y, (void)accumulate, (void)nthreads;
+}
+
+void sg_pw_apply_act_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                         const float *w, const float *x, const float *b,
+                         int add, float *z, float *a, int nthreads) {
+  (void)n, (void)cin, (void)cout, (void)s, (void)w, (void)x, (void)b;
+  (void)add, (void)z, (void)a, (void)nthreads;
 }
 
 void sg_pw_gemm_f32(int64_t cin, int64_t cout, int64_t np, const float *w,

@@ -142,6 +142,22 @@ sg_status sg_linear_backward(sg_dtype dt, int64_t batch, int64_t cin,
                              int64_t cout, int64_t spatial, const void *x,
                              const void *w, const void *dy, void *dx, void *dw,
                              void *db);
+/* The linear fused with an addend and an activation (one pass over the
+ * output where the f32 kernels allow, else the ops composed):
+ * z = (b + W x) + z_in when add (z's contents on entry, e.g. the spectral
+ * part of an FNO layer), else b + W x; then a = act(z) when a is not NULL.
+ * The same values as sg_linear_forward, sg_binary_forward and
+ * sg_act_forward in a row. */
+sg_status sg_linear_act_forward(sg_dtype dt, int64_t batch, int64_t cin,
+                                int64_t cout, int64_t spatial, const void *x,
+                                const void *w, const void *b, int add, int act,
+                                void *z, void *a);
+/* sg_linear_backward with dx (+=): dx = dx + W^T dy, as the sum of the two
+ * gradients would round; dw, db (+=); each may be NULL. */
+sg_status sg_linear_backward_add(sg_dtype dt, int64_t batch, int64_t cin,
+                                 int64_t cout, int64_t spatial, const void *x,
+                                 const void *w, const void *dy, void *dx,
+                                 void *dw, void *db);
 
 /* Transposed convolution with kernel == stride (no halo needed):
  * y[n,k, i*s + a] = b[k] + sum_c x[n,c,i] w[c,k,a]   (per spatial dim)

@@ -7,7 +7,9 @@
  * output channels of the first layer's dW (its (C, C_local, modes) slice),
  * skip rows and bias slice, its input channels of the second layer's dW
  * ((C_local, C, modes)) and skip columns, and the second bias (after the
- * reduction: replicated). And the FNO's refusal of a width below tp. */
+ * reduction: replicated). And the FNO's refusal of a width below tp; and
+ * the fused layer op (sg_ag_spectral_linear_act, the FNO's layers at tp 1)
+ * against the ops one after the other, f64 at 1e-12. */
 #include "sg_autograd.h"
 #include "sg_decomp.h"
 #include "sg_fno.h"
@@ -106,9 +108,10 @@ static void layer_release(layer *L) {
   sg_var_release(&L->W), sg_var_release(&L->w), sg_var_release(&L->b);
 }
 
-/* The pair on tp group g (NULL: one process), channels [c0, c0 + cl). */
+/* The pair on tp group g (NULL: one process), channels [c0, c0 + cl);
+ * fused (g NULL): each layer one sg_ag_spectral_linear_act. */
 static sg_status run(sg_mesh_t mesh, sg_group_t g, int64_t c0, int64_t cl,
-                     result *r) {
+                     int fused, result *r) {
   sg_status st = SG_OK;
   sg_tape_t tape = NULL;
   layer L[2];
@@ -120,11 +123,18 @@ static sg_status run(sg_mesh_t mesh, sg_group_t g, int64_t c0, int64_t cl,
     ((double *)x.value.data)[i] = xv(i), ((double *)t.value.data)[i] = tv(i);
   for (int k = 0; k < 2; ++k) SG_TRY(layer_init(&L[k], k, mesh, c0, cl));
   SG_TRY(sg_tape_create(&tape));
-  SG_TRY(sg_ag_spectral_linear_tp(tape, g, 0, L[0].conv, &x, &L[0].W, &L[0].w,
-                                  &L[0].b, &h));
-  SG_TRY(sg_ag_act(tape, SG_ACT_GELU, h, &h));
-  SG_TRY(sg_ag_spectral_linear_tp(tape, g, 1, L[1].conv, h, &L[1].W, &L[1].w,
-                                  &L[1].b, &y));
+  if (fused) {
+    SG_TRY(sg_ag_spectral_linear_act(tape, L[0].conv, &x, &L[0].W, &L[0].w,
+                                     &L[0].b, SG_ACT_GELU, &h));
+    SG_TRY(sg_ag_spectral_linear_act(tape, L[1].conv, h, &L[1].W, &L[1].w,
+                                     &L[1].b, -1, &y));
+  } else {
+    SG_TRY(sg_ag_spectral_linear_tp(tape, g, 0, L[0].conv, &x, &L[0].W, &L[0].w,
+                                    &L[0].b, &h));
+    SG_TRY(sg_ag_act(tape, SG_ACT_GELU, h, &h));
+    SG_TRY(sg_ag_spectral_linear_tp(tape, g, 1, L[1].conv, h, &L[1].W, &L[1].w,
+                                    &L[1].b, &y));
+  }
   memcpy(r->y, y->value.data, sizeof r->y);
   SG_TRY(sg_ag_binary(tape, SG_BINARY_MUL, y, &t, &y));
   SG_TRY(sg_ag_loss(tape, SG_LOSS_SUM, y, NULL, &l));
@@ -140,15 +150,33 @@ fail:
 }
 
 /* a vs b on the (A, B, R) slab's rows [a0, a0 + al), columns [b0, +bl) */
+static double tol = 1e-10;
 static void cmp_box(const char *what, const double *a, const double *b,
                     int64_t A, int64_t B, int64_t R, int64_t a0, int64_t al,
                     int64_t b0, int64_t bl) {
   for (int64_t i = 0; i < A * B * R; ++i) {
     const int64_t ia = i / (B * R), ib = i / R % B;
     if (ia < a0 || ia >= a0 + al || ib < b0 || ib >= b0 + bl) continue;
-    SG_CHECK(fabs(a[i] - b[i]) <= 1e-10 * (1.0 + fabs(b[i])),
+    SG_CHECK(fabs(a[i] - b[i]) <= tol * (1.0 + fabs(b[i])),
              "%s[%lld]: %.17g vs %.17g", what, (long long)i, a[i], b[i]);
   }
+}
+
+/* Every result on every channel: got against ref. */
+static void cmp_all(const result *got, const result *ref, int64_t c0,
+                    int64_t cl) {
+  const int64_t kn = KMAX; /* both layers keep the same modes */
+  cmp_box("y", got->y, ref->y, 1, 1, N * C * S, 0, 1, 0, 1);
+  cmp_box("loss", &got->loss, &ref->loss, 1, 1, 1, 0, 1, 0, 1);
+  cmp_box("dx", got->dx, ref->dx, 1, 1, N * C * S, 0, 1, 0, 1);
+  cmp_box("dW0 (output channels)", got->dW[0], ref->dW[0], C, C, kn, 0, C, c0,
+          cl);
+  cmp_box("dw0 (rows)", got->dw[0], ref->dw[0], C, C, 1, c0, cl, 0, C);
+  cmp_box("db0 (slice)", got->db[0], ref->db[0], C, 1, 1, c0, cl, 0, 1);
+  cmp_box("dW1 (input channels)", got->dW[1], ref->dW[1], C, C, kn, c0, cl, 0,
+          C);
+  cmp_box("dw1 (columns)", got->dw[1], ref->dw[1], C, C, 1, 0, C, c0, cl);
+  cmp_box("db1", got->db[1], ref->db[1], C, 1, 1, 0, C, 0, 1);
 }
 
 /* The model refuses a width below tp, with SG_ERR_CONFIG on every rank. */
@@ -168,27 +196,21 @@ int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   sg_mesh_t self = NULL, mesh = NULL;
   sg_group_t g = NULL;
-  static result ref, got;
+  static result ref, got, fused;
   char spec[32];
   snprintf(spec, sizeof spec, "tp=%d", sg_test_size);
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_SELF, "h=1", &self));
-  SG_REQUIRE_OK(run(self, NULL, 0, C, &ref));
+  SG_REQUIRE_OK(run(self, NULL, 0, C, 0, &ref));
+  SG_REQUIRE_OK(run(self, NULL, 0, C, 1, &fused));
+  tol = 1e-12;
+  cmp_all(&fused, &ref, 0, C);
+  tol = 1e-10;
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   SG_REQUIRE_OK(sg_mesh_group(mesh, 1u, &g));
   const int P = sg_test_size, me = sg_group_rank(g);
   const int64_t c0 = sg_split_offset(C, P, me), cl = sg_split_size(C, P, me);
-  SG_REQUIRE_OK(run(mesh, g, c0, cl, &got));
-  cmp_box("y", got.y, ref.y, 1, 1, N * C * S, 0, 1, 0, 1);
-  cmp_box("loss", &got.loss, &ref.loss, 1, 1, 1, 0, 1, 0, 1);
-  cmp_box("dx", got.dx, ref.dx, 1, 1, N * C * S, 0, 1, 0, 1);
-  const int64_t kn = KMAX; /* both layers keep the same modes */
-  cmp_box("dW0 (output channels)", got.dW[0], ref.dW[0], C, C, kn, 0, C, c0,
-          cl);
-  cmp_box("dw0 (rows)", got.dw[0], ref.dw[0], C, C, 1, c0, cl, 0, C);
-  cmp_box("db0 (slice)", got.db[0], ref.db[0], C, 1, 1, c0, cl, 0, 1);
-  cmp_box("dW1 (input channels)", got.dW[1], ref.dW[1], C, C, kn, c0, cl, 0, C);
-  cmp_box("dw1 (columns)", got.dw[1], ref.dw[1], C, C, 1, 0, C, c0, cl);
-  cmp_box("db1", got.db[1], ref.db[1], C, 1, 1, 0, C, 0, 1);
+  SG_REQUIRE_OK(run(mesh, g, c0, cl, 0, &got));
+  cmp_all(&got, &ref, c0, cl);
   width_below_tp(mesh, P);
   { /* the replicated results are the same bits on every tp rank */
     double mx[2] = {got.loss, got.dx[7]}, mn[2] = {got.loss, got.dx[7]};

@@ -185,6 +185,11 @@ static sg_status f_linear(sg_tape_t t, const op_case *c, const run_ctx *rc,
                           sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_linear(t, a[0], p[0], c->npar > 1 ? p[1] : NULL, out);
 }
+static sg_status f_linear_act(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                              sg_var **a, sg_var **p, sg_var **out) {
+  return sg_ag_linear_act(t, a[0], p[0], c->npar > 1 ? p[1] : NULL, c->iattr,
+                          out);
+}
 static sg_status f_concat(sg_tape_t t, const op_case *c, const run_ctx *rc,
                           sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_concat(t, c->nact, a, out);
@@ -590,6 +595,30 @@ static const op_case cases[] = {
      .nout = 1,
      .fn = f_linear,
      .lo = -1},
+    {.op = "linear_act",
+     .label = "linear_act 3->4 bias gelu",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .npar = 2,
+     .par_nd = {2, 1},
+     .par = {{4, 3}, P1(4)},
+     .nout = 1,
+     .fn = f_linear_act,
+     .iattr = SG_ACT_GELU,
+     .lo = -1},
+    {.op = "linear_act",
+     .label = "linear_act 3->2 no act",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .npar = 1,
+     .par_nd = {2},
+     .par = {{2, 3}},
+     .nout = 1,
+     .fn = f_linear_act,
+     .iattr = -1,
+     .lo = -1},
     {.op = "concat",
      .label = "concat 3+2+1",
      .nd = 4,
@@ -838,8 +867,8 @@ static const op_case cases[] = {
      .fn = f_dist_loss,
      .iattr = SG_LOSS_REL_L2,
      .lo = -1},
-    /* the spectral convolution on its own (f32 and f64), and through the FNO
-     * (lift, 2 layers, projection; f32) */
+    /* the spectral convolution on its own (f32 and f64), and the FNO (lift,
+     * 2 layers: the fused spectral_linear_act, projection; f32) */
     {.op = "spectral_conv",
      .label = "spectral_conv 9x7 modes 2x2 3->2",
      .nd = 4,
@@ -849,7 +878,7 @@ static const op_case cases[] = {
      .fno = 2,
      .iattr = 2,
      .lo = -1},
-    {.op = "spectral_conv",
+    {.op = "spectral_linear_act",
      .label = "fno 9x7 modes 2x2 width 4",
      .nd = 4,
      .nact = 1,

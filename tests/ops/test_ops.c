@@ -501,6 +501,79 @@ static void test_conv(void) {
                   SG_ERR_INVALID_ARG);
 }
 
+/* ---- the fused linear: against the ops composed ----------------------- */
+
+/* One case of sg_linear_act_forward / sg_linear_backward_add in dtype dt
+ * (act < 0: none) against sg_linear_*, sg_binary_forward and sg_act_forward
+ * one after the other: the same values, bit for bit (the fused kernels
+ * round the same additions in the same order). */
+static void linear_act_case(sg_dtype dt, int64_t nb, int64_t ci, int64_t co,
+                            int64_t sp, int add, int act, int bias) {
+  const int64_t nx = nb * ci * sp, nz = nb * co * sp;
+  const size_t es = dt == SG_DTYPE_F32 ? 4 : 8;
+  double *xd = rnd(nx), *wd = rnd(co * ci), *bd = rnd(co), *rd = rnd(nz),
+         *dyd = rnd(nz), *dxd = rnd(nx);
+  void *x = xd, *w = wd, *b = bd, *r = rd, *dy = dyd, *dx0 = dxd;
+  if (dt == SG_DTYPE_F32)
+    x = to_f32(xd, nx), w = to_f32(wd, co * ci), b = to_f32(bd, co),
+    r = to_f32(rd, nz), dy = to_f32(dyd, nz), dx0 = to_f32(dxd, nx);
+  void *bb = bias ? b : NULL;
+  char *z1 = malloc((size_t)nz * es), *z2 = malloc((size_t)nz * es),
+       *a1 = malloc((size_t)nz * es), *a2 = malloc((size_t)nz * es),
+       *t = malloc((size_t)(nz > nx ? nz : nx) * es);
+  memcpy(z1, r, (size_t)nz * es);
+  SG_CHECK_OK(sg_linear_act_forward(dt, nb, ci, co, sp, x, w, bb, add, act, z1,
+                                    act >= 0 ? a1 : NULL));
+  SG_CHECK_OK(sg_linear_forward(dt, nb, ci, co, sp, x, w, bb, t));
+  if (add)
+    SG_CHECK_OK(sg_binary_forward(SG_BINARY_ADD, dt, nz, r, t, z2));
+  else
+    memcpy(z2, t, (size_t)nz * es);
+  SG_CHECK(sg_test_cmp_bytes("linear_act z", z1, z2, (size_t)nz * es) == 0,
+           "fused z = composed");
+  if (act >= 0) {
+    SG_CHECK_OK(sg_act_forward((sg_act)act, dt, nz, z2, a2));
+    SG_CHECK(sg_test_cmp_bytes("linear_act a", a1, a2, (size_t)nz * es) == 0,
+             "fused act = composed");
+  }
+  /* backward: dx = dx0 + W^T dy, dw and db accumulated */
+  char *dx1 = malloc((size_t)nx * es), *dx2 = malloc((size_t)nx * es);
+  double *g1 = zeros(co * ci + co), *g2 = zeros(co * ci + co);
+  memcpy(dx1, dx0, (size_t)nx * es);
+  SG_CHECK_OK(sg_linear_backward_add(dt, nb, ci, co, sp, x, w, dy, dx1, g1,
+                                     bias ? (char *)g1 + co * ci * es : NULL));
+  SG_CHECK_OK(sg_linear_backward(dt, nb, ci, co, sp, x, w, dy, t, g2,
+                                 bias ? (char *)g2 + co * ci * es : NULL));
+  SG_CHECK_OK(sg_binary_forward(SG_BINARY_ADD, dt, nx, dx0, t, dx2));
+  SG_CHECK(sg_test_cmp_bytes("linear_backward_add dx", dx1, dx2,
+                             (size_t)nx * es) == 0,
+           "dx0 + W^T dy");
+  SG_CHECK(sg_test_cmp_bytes("linear_backward_add dw", g1, g2,
+                             (size_t)(co * ci + co) * es) == 0,
+           "dw, db as sg_linear_backward");
+  if (dt == SG_DTYPE_F32)
+    free(x), free(w), free(b), free(r), free(dy), free(dx0);
+  free(xd), free(wd), free(bd), free(rd), free(dyd), free(dxd);
+  free(z1), free(z2), free(a1), free(a2), free(t), free(dx1), free(dx2);
+  free(g1), free(g2);
+}
+
+static void test_linear_act(void) {
+  const sg_dtype dts[2] = {SG_DTYPE_F64, SG_DTYPE_F32};
+  const int acts[3] = {-1, SG_ACT_GELU, SG_ACT_RELU};
+  for (int d = 0; d < 2; ++d)
+    for (int add = 0; add < 2; ++add)
+      for (int a = 0; a < 3; ++a) /* odd sizes: edge tiles, masked pixels */
+        linear_act_case(dts[d], 3, 5, 11, 205, add, acts[a], (a + add) % 2);
+  omp_set_num_threads(2); /* the pixel chunks split over threads */
+  linear_act_case(SG_DTYPE_F32, 2, 32, 32, 397, 1, SG_ACT_GELU, 1);
+  omp_set_num_threads(1);
+  float v[4] = {0};
+  SG_CHECK_STATUS(sg_linear_act_forward(SG_DTYPE_F32, 1, 1, 1, 1, v, v + 1,
+                                        NULL, 0, 99, v + 2, v + 3),
+                  SG_ERR_INVALID_ARG);
+}
+
 /* ---- transposed convolution --------------------------------------------- */
 
 typedef struct convt_case {
@@ -1409,6 +1482,7 @@ int main(int argc, char **argv) {
   test_pad();
   test_upsample();
   test_pointwise();
+  test_linear_act();
   test_norm();
   test_loss();
   return sg_test_finish();
