@@ -46,6 +46,11 @@ static const sg_op_device table[] = {
     {"moe", NULL, NULL, NEEDS_GEMM},
     {"fno3d_broadcast_t", NULL, NULL, NOT_YET},
     {"fno3d_time_window", NULL, NULL, NOT_YET},
+    /* the FNO's fused layer ops (ag_spectral.c): the pieces of spectral_conv
+     * and linear in one node */
+    {"linear_act", NULL, NULL, NEEDS_GEMM},
+    {"spectral_linear_act", NULL, NULL,
+     "cuda: needs spectral_conv's cuFFT path and the cuBLAS GEMM (issue 22)"},
 };
 
 int sg_op_device_count(void) { return (int)(sizeof table / sizeof *table); }
