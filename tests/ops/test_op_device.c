@@ -4,12 +4,19 @@
  * both CUDA entry points or is host-only with a reason (never both, never
  * half). The checker is also fed broken tables (a missing op, a
  * duplicate, a reason-less host-only entry, a half CUDA entry) and must
- * reject each. Prints the coverage: n of m ops with CUDA kernels. Runs in
- * every build (release and cuda); needs no GPU. */
+ * reject each. Prints the coverage: n of m ops with CUDA kernels. Then
+ * the tape's device check (sg_op_def.forward_cuda): an input marked as
+ * living on cuda:0 (host memory under a faked device; the check runs
+ * before any data is read) must be refused with SG_ERR_NOT_SUPPORTED and
+ * the op's name, by a user op without CUDA entry points, a built-in op,
+ * and (while the tape runs host variables only) a user op with them; on
+ * the host the same user op runs. Runs in every build (release and cuda);
+ * needs no GPU. */
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "sg_autograd.h"
 #include "sg_op_device.h"
 #include "sg_op_registry.h"
 
@@ -76,6 +83,75 @@ static int check_rejects(const sg_op_device *t, int n) {
   return fails;
 }
 
+/* A user op: y = x (f64). */
+static sg_status copy_fwd(sg_node *node) {
+  const sg_tensor *x = &node->in[0]->value;
+  sg_status st = sg_node_alloc_out(node, 0, x->ndim, x->shape);
+  if (st == SG_OK)
+    memcpy(node->out[0]->value.data, x->data,
+           (size_t)x->shape[0] * sizeof(double));
+  return st;
+}
+static sg_status copy_bwd(sg_node *node) {
+  if (node->gin[0])
+    memcpy(node->gin[0], node->out[0]->grad.data,
+           (size_t)node->in[0]->value.shape[0] * sizeof(double));
+  return SG_OK;
+}
+#define COPY_OP(nm, cf, cb)                                  \
+  {                                                          \
+    .name = nm, .slots = {SG_SLOT_ACT}, .forward = copy_fwd, \
+    .backward = copy_bwd,                                    \
+    .rule = {.windowed_input = -1,                           \
+             .accepts = SG_ACCEPT_ALL,                       \
+             .out = SG_OUT_LIKE_INPUT,                       \
+             .writes_gin = 1u},                              \
+    .forward_cuda = cf, .backward_cuda = cb                  \
+  }
+static const sg_op_def host_op = COPY_OP("user_host", NULL, NULL);
+static const sg_op_def cuda_op = COPY_OP("user_cuda", copy_fwd, copy_bwd);
+
+/* st must be SG_ERR_NOT_SUPPORTED with want in the message. */
+static int refused(const char *what, sg_status st, const char *want) {
+  const char *msg = sg_last_error();
+  if (st == SG_ERR_NOT_SUPPORTED && msg && strstr(msg, want)) {
+    printf("tape on cuda input: %s refused: %s\n", what, msg);
+    return 0;
+  }
+  printf("FAIL: %s on a cuda input: status %d (%s), expected \"%s\"\n", what,
+         (int)st, msg ? msg : "", want);
+  return 1;
+}
+
+static int check_tape_device(void) {
+  double xs[3] = {1, 2, 3};
+  const int64_t shape[1] = {3};
+  sg_tape_t tape = NULL;
+  sg_var x, *y = NULL;
+  int fails = 0;
+  if (sg_tape_create(&tape) != SG_OK ||
+      sg_var_init(&x, "x", SG_DTYPE_F64, 1, shape, xs, 1) != SG_OK)
+    return printf("FAIL: tape or variable\n") > 0;
+  sg_status st = sg_tape_apply(tape, &host_op, 1, (sg_var *[]){&x}, 1, NULL,
+                               NULL, 0, &y);
+  if (st != SG_OK || !y || ((double *)y->value.data)[2] != 3)
+    fails += printf("FAIL: the user op on the host: status %d\n", (int)st) > 0;
+  sg_tape_clear(tape);
+  x.value.device.kind = SG_DEVICE_CUDA; /* faked: the data stay host memory */
+  st = sg_tape_apply(tape, &host_op, 1, (sg_var *[]){&x}, 1, NULL, NULL, 0, &y);
+  fails += refused("user op without cuda entry points", st,
+                   "op user_host has no cuda implementation");
+  st = sg_ag_act(tape, SG_ACT_RELU, &x, &y);
+  fails += refused("built-in act", st, "op act has no cuda implementation");
+  st = sg_tape_apply(tape, &cuda_op, 1, (sg_var *[]){&x}, 1, NULL, NULL, 0, &y);
+  fails += refused("user op with cuda entry points", st,
+                   "does not run device variables yet");
+  x.value.device = sg_device_host();
+  sg_var_release(&x);
+  sg_tape_destroy(&tape);
+  return fails;
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
@@ -90,6 +166,7 @@ int main(int argc, char **argv) {
     fails += check(t, n, rank == 0);
     fails += check_rejects(t, n);
   }
+  fails += check_tape_device();
   if (rank == 0 && !fails) {
     int on = 0;
     for (int i = 0; i < n; ++i) on += sg_op_device_on_cuda(&t[i]);
