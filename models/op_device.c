@@ -14,9 +14,9 @@
 static const sg_op_device table[] = {
     {"conv", NULL, NULL, NEEDS_GEMM},
     {"convt", NULL, NULL, NEEDS_GEMM},
-    {"pool", NULL, NULL, NOT_YET},
-    {"upsample_linear", NULL, NULL, NOT_YET},
-    {"upsample_nearest", NULL, NULL, NOT_YET},
+    {"pool", "sg_pool_fwd_cuda", "sg_pool_bwd_cuda", NULL},
+    {"upsample_linear", "sg_upsample_fwd_cuda", "sg_upsample_bwd_cuda", NULL},
+    {"upsample_nearest", "sg_upsample_fwd_cuda", "sg_upsample_bwd_cuda", NULL},
     {"act", "sg_act_fwd_cuda", "sg_act_bwd_cuda", NULL},
     {"binary", "sg_binary_fwd_cuda", "sg_binary_bwd_cuda", NULL},
     {"binary_add", "sg_binary_fwd_cuda", "sg_binary_bwd_cuda", NULL},

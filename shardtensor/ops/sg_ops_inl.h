@@ -205,4 +205,101 @@ static inline SG_HD double sg_loss_grad(int kind, int64_t i, int64_t batch,
   }
   return gp;
 }
+/* ---- pooling: one output ---------------------------------------------------
+ * A pooling window over one plane (3 dims; unused ones 1): padded input
+ * extent in[], output extent out[], kernel, stride, dilation. The host
+ * loops (ops_tmpl.h) and the CUDA kernels call the same functions. */
+typedef struct sg_pool_win {
+  int64_t in[3], out[3], ker[3], str[3], dil[3];
+} sg_pool_win;
+
+/* Offset in the plane of window row (a, b) of output (o0, o1, o2). */
+static inline SG_HD int64_t sg_pool_row(const sg_pool_win *w, int64_t o0,
+                                        int64_t o1, int64_t o2, int64_t a,
+                                        int64_t b) {
+  return ((o0 * w->str[0] + a * w->dil[0]) * w->in[1] + o1 * w->str[1] +
+          b * w->dil[1]) *
+             w->in[2] +
+         o2 * w->str[2];
+}
+
+/* Output (o0, o1, o2) of plane xp: the window's maximum (kind 1; a NaN
+ * is the maximum) or its sum times inv = 1/(window size) (kind 0). Offset
+ * of the window's first maximum (max backward). */
+#define SG_POOL_HD(T, S)                                                       \
+  static inline SG_HD T sg_pool_out_##S(int kind, const sg_pool_win *w, T inv, \
+                                        const T *xp, int64_t o0, int64_t o1,   \
+                                        int64_t o2) {                          \
+    T acc = kind == 1 ? -INFINITY : 0;                                         \
+    for (int64_t a = 0; a < w->ker[0]; ++a)                                    \
+      for (int64_t b = 0; b < w->ker[1]; ++b) {                                \
+        const T *row = xp + sg_pool_row(w, o0, o1, o2, a, b);                  \
+        if (kind == 1) {                                                       \
+          for (int64_t e = 0; e < w->ker[2]; ++e) {                            \
+            const T v = row[e * w->dil[2]];                                    \
+            if (v > acc || v != v) acc = v;                                    \
+          }                                                                    \
+        } else {                                                               \
+          for (int64_t e = 0; e < w->ker[2]; ++e) acc += row[e * w->dil[2]];   \
+        }                                                                      \
+      }                                                                        \
+    return kind == 1 ? acc : acc * inv;                                        \
+  }                                                                            \
+  static inline SG_HD int64_t sg_pool_argmax_##S(const sg_pool_win *w,         \
+                                                 const T *xp, int64_t o0,      \
+                                                 int64_t o1, int64_t o2) {     \
+    int64_t best = -1;                                                         \
+    T bv = -INFINITY;                                                          \
+    for (int64_t a = 0; a < w->ker[0]; ++a)                                    \
+      for (int64_t b = 0; b < w->ker[1]; ++b) {                                \
+        const int64_t base = sg_pool_row(w, o0, o1, o2, a, b);                 \
+        for (int64_t e = 0; e < w->ker[2]; ++e) {                              \
+          const int64_t i = base + e * w->dil[2];                              \
+          if (best < 0 || xp[i] > bv || (xp[i] != xp[i] && bv == bv)) {        \
+            best = i;                                                          \
+            bv = xp[i];                                                        \
+          }                                                                    \
+        }                                                                      \
+      }                                                                        \
+    return best;                                                               \
+  }
+SG_POOL_HD(float, f32)
+SG_POOL_HD(double, f64)
+#undef SG_POOL_HD
+/* ---- up-sampling: one dim, one output --------------------------------------
+ * Output o of a dim up-sampled by s (sg_upsample_*): source cells i0, i1
+ * and the weight of i1 (returned). Linear: the padded coordinate
+ * (o + 0.5)/s + 0.5 (the unpadded (o + 0.5)/s - 0.5 plus the margin);
+ * otherwise (nearest, or a linear op's unused dim) i0 = i1 = o / s, 0. */
+static inline SG_HD double sg_up_src(int linear, int64_t s, int64_t o,
+                                     int64_t *i0, int64_t *i1) {
+  if (!linear) {
+    *i0 = *i1 = o / s;
+    return 0;
+  }
+  const double src = ((double)o + 0.5) / (double)s + 0.5;
+  const int64_t f = (int64_t)floor(src);
+  *i0 = f;
+  *i1 = f + 1;
+  return src - (double)f;
+}
+/* The bilinear weights of rows (a0|a1, b0|b1) and the value at columns
+ * c0, c1 (weight lc of c1) of the four rows r00, r01, r10, r11. */
+#define SG_UP_HD(T, S)                                                         \
+  static inline SG_HD void sg_up_w4_##S(T la, T lb, T *w) {                    \
+    w[0] = (1 - la) * (1 - lb);                                                \
+    w[1] = (1 - la) * lb;                                                      \
+    w[2] = la * (1 - lb);                                                      \
+    w[3] = la * lb;                                                            \
+  }                                                                            \
+  static inline SG_HD T sg_up_lerp_##S(const T *w, T lc, const T *r00,         \
+                                       const T *r01, const T *r10,             \
+                                       const T *r11, int64_t c0, int64_t c1) { \
+    T v0 = w[0] * r00[c0] + w[1] * r01[c0] + w[2] * r10[c0] + w[3] * r11[c0];  \
+    T v1 = w[0] * r00[c1] + w[1] * r01[c1] + w[2] * r10[c1] + w[3] * r11[c1];  \
+    return (1 - lc) * v0 + lc * v1;                                            \
+  }
+SG_UP_HD(float, f32)
+SG_UP_HD(double, f64)
+#undef SG_UP_HD
 #endif /* SG_OPS_INL_H */

@@ -6,10 +6,12 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "ops_impl.h"  // SG_SUM_BLOCK
-#include "optim_inl.h"
 #include "sg_ops_cuda.h"
 #include "sg_ops_inl.h"
+extern "C" {
+#include "ops_impl.h"  // SG_SUM_BLOCK, sg_pool_win_make
+}
+#include "optim_inl.h"
 
 namespace {
 
@@ -48,6 +50,23 @@ struct El<float> {
   __device__ static float bias(float x, float b) {
     return sg_el_bias_add_f32(x, b);
   }
+  __device__ static float pool(int k, const sg_pool_win *w, float inv,
+                               const float *xp, int64_t o0, int64_t o1,
+                               int64_t o2) {
+    return sg_pool_out_f32(k, w, inv, xp, o0, o1, o2);
+  }
+  __device__ static int64_t argmax(const sg_pool_win *w, const float *xp,
+                                   int64_t o0, int64_t o1, int64_t o2) {
+    return sg_pool_argmax_f32(w, xp, o0, o1, o2);
+  }
+  __device__ static void w4(float la, float lb, float *w) {
+    sg_up_w4_f32(la, lb, w);
+  }
+  __device__ static float lerp(const float *w, float lc, const float *r00,
+                               const float *r01, const float *r10,
+                               const float *r11, int64_t c0, int64_t c1) {
+    return sg_up_lerp_f32(w, lc, r00, r01, r10, r11, c0, c1);
+  }
 };
 template <>
 struct El<double> {
@@ -69,6 +88,23 @@ struct El<double> {
   }
   __device__ static double bias(double x, double b) {
     return sg_el_bias_add_f64(x, b);
+  }
+  __device__ static double pool(int k, const sg_pool_win *w, double inv,
+                                const double *xp, int64_t o0, int64_t o1,
+                                int64_t o2) {
+    return sg_pool_out_f64(k, w, inv, xp, o0, o1, o2);
+  }
+  __device__ static int64_t argmax(const sg_pool_win *w, const double *xp,
+                                   int64_t o0, int64_t o1, int64_t o2) {
+    return sg_pool_argmax_f64(w, xp, o0, o1, o2);
+  }
+  __device__ static void w4(double la, double lb, double *w) {
+    sg_up_w4_f64(la, lb, w);
+  }
+  __device__ static double lerp(const double *w, double lc, const double *r00,
+                                const double *r01, const double *r10,
+                                const double *r11, int64_t c0, int64_t c1) {
+    return sg_up_lerp_f64(w, lc, r00, r01, r10, r11, c0, c1);
   }
 };
 
@@ -100,6 +136,144 @@ template <typename T>
 __global__ void bias_fwd_k(int64_t n, int64_t c, int64_t s, const T *x,
                            const T *b, T *y) {
   SG_GRID_STRIDE(i, n) y[i] = El<T>::bias(x[i], b[sg_bias_channel(i, c, s)]);
+}
+
+// Pooling: one thread per output (n = planes * outputs per plane).
+template <typename T>
+__global__ void pool_fwd_k(int kind, sg_pool_win w, T inv, int64_t n,
+                           const T *x, T *y) {
+  const int64_t sin = w.in[0] * w.in[1] * w.in[2];
+  const int64_t sout = w.out[0] * w.out[1] * w.out[2];
+  SG_GRID_STRIDE(i, n) {
+    const int64_t p = i / sout, o = i % sout;
+    y[i] = El<T>::pool(kind, &w, inv, x + p * sin, o / (w.out[1] * w.out[2]),
+                       (o / w.out[2]) % w.out[1], o % w.out[2]);
+  }
+}
+
+// First output index along one dim whose window (o*s + j*d, j < k) holds
+// input cell c: the j loop of the gather runs over j = jlo.. in order.
+__device__ inline bool pool_src(int64_t c, int64_t j, int64_t s, int64_t d,
+                                int64_t nout, int64_t *o) {
+  const int64_t r = c - j * d;
+  if (r < 0 || r % s) return false;
+  *o = r / s;
+  return *o < nout;
+}
+
+// Pooling backward as a gather, one thread per input cell (no atomics):
+// dx[c] = sum over the outputs whose window holds c of inv dy (average) or
+// of dy where c is the output's first maximum (sg_pool_argmax, as the host
+// scatters). The sum runs over the window positions j in order, so its
+// order differs from the host's (over the outputs): within rounding.
+template <typename T>
+__global__ void pool_bwd_k(int kind, sg_pool_win w, T inv, int64_t n,
+                           const T *x, const T *dy, T *dx) {
+  const int64_t sin = w.in[0] * w.in[1] * w.in[2];
+  const int64_t sout = w.out[0] * w.out[1] * w.out[2];
+  SG_GRID_STRIDE(i, n) {
+    const int64_t p = i / sin, c = i % sin;
+    const int64_t c0 = c / (w.in[1] * w.in[2]), c1 = (c / w.in[2]) % w.in[1],
+                  c2 = c % w.in[2];
+    const T *xp = x ? x + p * sin : nullptr;
+    const T *dyp = dy + p * sout;
+    T acc = 0;
+    int64_t o0, o1, o2;
+    for (int64_t a = 0; a < w.ker[0]; ++a) {
+      if (!pool_src(c0, a, w.str[0], w.dil[0], w.out[0], &o0)) continue;
+      for (int64_t b = 0; b < w.ker[1]; ++b) {
+        if (!pool_src(c1, b, w.str[1], w.dil[1], w.out[1], &o1)) continue;
+        for (int64_t e = 0; e < w.ker[2]; ++e) {
+          if (!pool_src(c2, e, w.str[2], w.dil[2], w.out[2], &o2)) continue;
+          const T gy = dyp[(o0 * w.out[1] + o1) * w.out[2] + o2];
+          if (kind == SG_POOL_AVG)
+            acc += gy * inv;
+          else if (El<T>::argmax(&w, xp, o0, o1, o2) == c)
+            acc += gy;
+        }
+      }
+    }
+    dx[i] = acc;
+  }
+}
+
+// Up-sampling: one thread per output; the source cells and weights per
+// dim from sg_up_src, the bilinear value from sg_up_lerp, as the host.
+template <typename T>
+__global__ void up_fwd_k(int linear, sg_up_geom g, int64_t n, const T *x,
+                         T *y) {
+  const int64_t sin = g.in[0] * g.in[1] * g.in[2];
+  const int64_t sout = g.out[0] * g.out[1] * g.out[2];
+  SG_GRID_STRIDE(i, n) {
+    const int64_t p = i / sout, o = i % sout;
+    int64_t a0, a1, b0, b1, c0, c1;
+    const T la = (T)sg_up_src(g.linear[0], g.scale[0],
+                              o / (g.out[1] * g.out[2]), &a0, &a1);
+    const T lb = (T)sg_up_src(g.linear[1], g.scale[1],
+                              (o / g.out[2]) % g.out[1], &b0, &b1);
+    const T lc = (T)sg_up_src(g.linear[2], g.scale[2], o % g.out[2], &c0, &c1);
+    const T *xp = x + p * sin;
+    if (!linear) {
+      y[i] = xp[(a0 * g.in[1] + b0) * g.in[2] + c0];
+      continue;
+    }
+    T w[4];
+    El<T>::w4(la, lb, w);
+    y[i] = El<T>::lerp(w, lc, xp + (a0 * g.in[1] + b0) * g.in[2],
+                       xp + (a0 * g.in[1] + b1) * g.in[2],
+                       xp + (a1 * g.in[1] + b0) * g.in[2],
+                       xp + (a1 * g.in[1] + b1) * g.in[2], c0, c1);
+  }
+}
+
+// The weight with which output o of dim d reads input cell c (*reads 0:
+// it does not): 1 - lambda for its first source cell, lambda for its
+// second, 1 for its only one (nearest), as the host's scatter weighs them.
+template <typename T>
+__device__ T up_weight(const sg_up_geom &g, int d, int64_t o, int64_t c,
+                       bool *reads) {
+  int64_t i0, i1;
+  const T l = (T)sg_up_src(g.linear[d], g.scale[d], o, &i0, &i1);
+  *reads = i0 == c || i1 == c;
+  return i0 == c ? 1 - l : l;
+}
+
+// Up-sampling backward as a gather, one thread per input cell (no
+// atomics): the outputs that read cell c lie within 2 s of c s per dim.
+// Each term is the host's (w_a w_b)(w_c dy); the sum runs in another order
+// than the host's scatter (within rounding).
+template <typename T>
+__global__ void up_bwd_k(sg_up_geom g, int64_t n, const T *dy, T *dx) {
+  const int64_t sin = g.in[0] * g.in[1] * g.in[2];
+  const int64_t sout = g.out[0] * g.out[1] * g.out[2];
+  SG_GRID_STRIDE(i, n) {
+    const int64_t p = i / sin, c = i % sin;
+    const int64_t cc[3] = {c / (g.in[1] * g.in[2]), (c / g.in[2]) % g.in[1],
+                           c % g.in[2]};
+    int64_t lo[3], hi[3];
+    for (int d = 0; d < 3; ++d) {
+      lo[d] = (cc[d] - 2) * g.scale[d] > 0 ? (cc[d] - 2) * g.scale[d] : 0;
+      hi[d] = (cc[d] + 2) * g.scale[d] < g.out[d] ? (cc[d] + 2) * g.scale[d]
+                                                  : g.out[d];
+    }
+    const T *dyp = dy + p * sout;
+    T acc = 0;
+    bool ra, rb, rc;
+    for (int64_t o0 = lo[0]; o0 < hi[0]; ++o0) {
+      const T wa = up_weight<T>(g, 0, o0, cc[0], &ra);
+      if (!ra) continue;
+      for (int64_t o1 = lo[1]; o1 < hi[1]; ++o1) {
+        const T wb = up_weight<T>(g, 1, o1, cc[1], &rb);
+        if (!rb) continue;
+        for (int64_t o2 = lo[2]; o2 < hi[2]; ++o2) {
+          const T wc = up_weight<T>(g, 2, o2, cc[2], &rc);
+          if (rc)
+            acc += (wa * wb) * (wc * dyp[(o0 * g.out[1] + o1) * g.out[2] + o2]);
+        }
+      }
+    }
+    dx[i] = acc;
+  }
 }
 
 // Tree sum of the block's v (in shared memory) into sh[0]; every thread
@@ -308,6 +482,95 @@ extern "C" sg_status sg_bias_bwd_cuda(sg_dtype dt, int64_t batch,
         <<<blocks, kThreads, 0, SG_STREAM(stream)>>>(batch, channels, spatial,
                                                      (const T *)dy, (T *)db);
   });
+}
+
+extern "C" sg_status sg_pool_fwd_cuda(sg_pool_kind kind, const sg_conv_desc *d,
+                                      sg_dtype dt, const void *x, void *y,
+                                      void *stream) {
+  sg_status st = SG_OK;
+  sg_pool_win w;
+  int64_t planes = 0;
+  SG_TRY(sg_pool_win_make(d, dt, &w, &planes));
+  {
+    const int64_t n = planes * w.out[0] * w.out[1] * w.out[2];
+    const double inv = 1.0 / (double)(w.ker[0] * w.ker[1] * w.ker[2]);
+    if (n > 0 && (!x || !y))
+      SG_RAISE(SG_ERR_INVALID_ARG, "sg_pool_fwd_cuda: NULL x or y");
+    st = dispatch("sg_pool_fwd_cuda", dt, n, [&](auto z) {
+      using T = decltype(z);
+      pool_fwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+          (int)kind, w, (T)inv, n, (const T *)x, (T *)y);
+    });
+  }
+fail:
+  return st;
+}
+
+extern "C" sg_status sg_pool_bwd_cuda(sg_pool_kind kind, const sg_conv_desc *d,
+                                      sg_dtype dt, const void *x,
+                                      const void *dy, void *dx, void *stream) {
+  sg_status st = SG_OK;
+  sg_pool_win w;
+  int64_t planes = 0;
+  SG_TRY(sg_pool_win_make(d, dt, &w, &planes));
+  {
+    const int64_t n = planes * w.in[0] * w.in[1] * w.in[2];
+    const double inv = 1.0 / (double)(w.ker[0] * w.ker[1] * w.ker[2]);
+    if (n > 0 && (!dy || !dx || (kind == SG_POOL_MAX && !x)))
+      SG_RAISE(SG_ERR_INVALID_ARG, "sg_pool_bwd_cuda: NULL x, dy or dx");
+    st = dispatch("sg_pool_bwd_cuda", dt, n, [&](auto z) {
+      using T = decltype(z);
+      pool_bwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+          (int)kind, w, (T)inv, n, (const T *)x, (const T *)dy, (T *)dx);
+    });
+  }
+fail:
+  return st;
+}
+
+extern "C" sg_status sg_upsample_fwd_cuda(sg_upsample_kind kind, int nsp,
+                                          int64_t planes, const int64_t *in,
+                                          const int64_t *scale, sg_dtype dt,
+                                          const void *x, void *y,
+                                          void *stream) {
+  sg_status st = SG_OK;
+  sg_up_geom g;
+  SG_TRY(sg_up_geom_make(kind, nsp, planes, in, scale, dt, &g));
+  {
+    const int64_t n = planes * g.out[0] * g.out[1] * g.out[2];
+    if (n > 0 && (!x || !y))
+      SG_RAISE(SG_ERR_INVALID_ARG, "sg_upsample_fwd_cuda: NULL x or y");
+    st = dispatch("sg_upsample_fwd_cuda", dt, n, [&](auto z) {
+      using T = decltype(z);
+      up_fwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+          kind == SG_UPSAMPLE_LINEAR, g, n, (const T *)x, (T *)y);
+    });
+  }
+fail:
+  return st;
+}
+
+extern "C" sg_status sg_upsample_bwd_cuda(sg_upsample_kind kind, int nsp,
+                                          int64_t planes, const int64_t *in,
+                                          const int64_t *scale, sg_dtype dt,
+                                          const void *dy, void *dx,
+                                          void *stream) {
+  sg_status st = SG_OK;
+  sg_up_geom g;
+  SG_TRY(sg_up_geom_make(kind, nsp, planes, in, scale, dt, &g));
+  {
+    const int64_t n = planes * g.in[0] * g.in[1] * g.in[2];
+    if (n > 0 && (!dy || !dx))
+      SG_RAISE(SG_ERR_INVALID_ARG, "sg_upsample_bwd_cuda: NULL dy or dx");
+    st = dispatch("sg_upsample_bwd_cuda", dt, n, [&](auto z) {
+      using T = decltype(z);
+      up_bwd_k<T>
+          <<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(g, n, (const T *)dy,
+                                                            (T *)dx);
+    });
+  }
+fail:
+  return st;
 }
 
 extern "C" sg_status sg_loss_partial_cuda(sg_loss_kind kind, sg_dtype dt,
