@@ -107,6 +107,20 @@ int main(void) {
   TIME("pool max 3x3 fwd f64",
        sg_pool_forward(SG_POOL_MAX, &pd3, SG_DTYPE_F64, ad, yd), yd,
        8 * 15876 * 16);
+  /* up-sampling by 2: 16 planes of 126 x 126 (+ 1-cell margins: linear) */
+  const int64_t uin[2] = {128, 128}, uin_n[2] = {126, 126}, us[2] = {2, 2};
+  TIME("upsample linear fwd f32",
+       sg_upsample_forward(SG_UPSAMPLE_LINEAR, 2, 16, uin, us, SG_DTYPE_F32, a,
+                           y),
+       y, 4 * 16 * 252 * 252);
+  TIME("upsample linear bwd f64",
+       sg_upsample_backward(SG_UPSAMPLE_LINEAR, 2, 16, uin, us, SG_DTYPE_F64,
+                            bd, zd),
+       zd, 8 * N / 4);
+  TIME("upsample nearest fwd f32",
+       sg_upsample_forward(SG_UPSAMPLE_NEAREST, 2, 16, uin_n, us, SG_DTYPE_F32,
+                           a, y),
+       y, 4 * 16 * 252 * 252);
   sg_adamw_config cfg = sg_adamw_defaults();
   cfg.weight_decay = 0.01;
   memcpy(y, a, 4 * N);
