@@ -22,7 +22,7 @@ static const sg_op_device table[] = {
     {"binary_add", "sg_binary_fwd_cuda", "sg_binary_bwd_cuda", NULL},
     {"scale", "sg_scale_cuda", "sg_scale_cuda", NULL},
     {"bias", "sg_bias_fwd_cuda", "sg_bias_bwd_cuda", NULL},
-    {"linear", NULL, NULL, NEEDS_GEMM},
+    {"linear", "sg_linear_fwd_cuda", "sg_linear_bwd_cuda", NULL},
     {"concat", NULL, NULL, NOT_YET},
     {"split", NULL, NULL, NOT_YET},
     {"norm", NULL, NULL,

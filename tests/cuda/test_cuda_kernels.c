@@ -3,7 +3,8 @@
  * forward and backward, binary ops, scale, bias forward and backward,
  * average and max pooling forward and backward (2-D, stride and dilation
  * above 1, overlapping windows), nearest and bilinear up-sampling forward
- * and backward (2-D, scales 2 and 3), the loss partials and gradients (all four kinds) in f64 and f32, and AdamW
+ * and backward (2-D, scales 2 and 3), the channel-wise linear on cuBLAS
+ * forward and backward (y, dx, dw +=, db +=), the loss partials and gradients (all four kinds) in f64 and f32, and AdamW
  * (f32) over three steps. The element arithmetic is the same SG_HD code on
  * both sides; what may differ is libm against CUDA's math functions, FMA
  * contraction (nvcc contracts, the host build does not) and the order of
@@ -214,6 +215,25 @@ static void check_upsample(sg_dtype dt) {
   }
 }
 
+static void check_linear(sg_dtype dt) {
+  const int64_t k = 4;
+  buf x = mk(dt, N, -2, 2), w = mk(dt, (size_t)(k * NC), -1, 1);
+  buf b = mk(dt, (size_t)k, -1, 1), g = mk(dt, (size_t)(NB * k * NS), -1, 1);
+  buf y = mk(dt, (size_t)(NB * k * NS), 0, 0), dx = mk(dt, N, 0, 0);
+  buf dw = mk(dt, (size_t)(k * NC), -1, 1), db = mk(dt, (size_t)k, -1, 1);
+  CK(sg_linear_forward(dt, NB, NC, k, NS, x.h, w.h, b.h, y.h));
+  CK(sg_linear_fwd_cuda(dt, NB, NC, k, NS, x.d, w.d, b.d, y.d, NULL));
+  compare("linear forward (cuBLAS)", &y);
+  CK(sg_linear_backward(dt, NB, NC, k, NS, x.h, w.h, g.h, dx.h, dw.h, db.h));
+  CK(sg_linear_bwd_cuda(dt, NB, NC, k, NS, x.d, w.d, g.d, dx.d, dw.d, db.d,
+                        NULL));
+  compare("linear backward (dx)", &dx);
+  compare("linear backward (dw +=)", &dw);
+  compare("linear backward (db +=)", &db);
+  drop(&x), drop(&w), drop(&b), drop(&g), drop(&y), drop(&dx), drop(&dw),
+      drop(&db);
+}
+
 static void check_loss(sg_dtype dt) {
   static const char *names[] = {"sum", "mean", "mse", "rel_l2"};
   buf p = mk(dt, N, -2, 2), t = mk(dt, N, -2, 2);
@@ -263,11 +283,11 @@ static void check_adamw(void) {
  * two of them. */
 static int tested(const char *fn) {
   static const char *const names[] = {
-      "sg_act_fwd_cuda",     "sg_act_bwd_cuda",      "sg_binary_fwd_cuda",
-      "sg_binary_bwd_cuda",  "sg_scale_cuda",        "sg_bias_fwd_cuda",
-      "sg_bias_bwd_cuda",    "sg_loss_partial_cuda", "sg_loss_bwd_cuda",
-      "sg_pool_fwd_cuda",    "sg_pool_bwd_cuda",     "sg_upsample_fwd_cuda",
-      "sg_upsample_bwd_cuda"};
+      "sg_act_fwd_cuda",      "sg_act_bwd_cuda",      "sg_binary_fwd_cuda",
+      "sg_binary_bwd_cuda",   "sg_scale_cuda",        "sg_bias_fwd_cuda",
+      "sg_bias_bwd_cuda",     "sg_loss_partial_cuda", "sg_loss_bwd_cuda",
+      "sg_pool_fwd_cuda",     "sg_pool_bwd_cuda",     "sg_upsample_fwd_cuda",
+      "sg_upsample_bwd_cuda", "sg_linear_fwd_cuda",   "sg_linear_bwd_cuda"};
   for (size_t i = 0; i < sizeof names / sizeof *names; ++i)
     if (fn && !strcmp(fn, names[i])) return 1;
   return 0;
@@ -316,6 +336,10 @@ static void check_arguments(void) {
        sg_upsample_fwd_cuda(SG_UPSAMPLE_NEAREST, 1, 1, (int64_t[]){4},
                             (int64_t[]){0}, SG_DTYPE_F64, NULL, NULL, NULL),
        SG_ERR_INVALID_ARG},
+      {"linear without input channels",
+       sg_linear_fwd_cuda(SG_DTYPE_F32, 1, 0, 1, 1, NULL, NULL, NULL, NULL,
+                          NULL),
+       SG_ERR_SHAPE},
       {"adamw at step 0",
        sg_adamw_step_f32_cuda(NULL, NULL, NULL, NULL, 4, 0, 1e-3, 1.0, &cfg,
                               NULL),
@@ -354,6 +378,7 @@ int main(int argc, char **argv) {
     check_bias(dts[k]);
     check_pool(dts[k]);
     check_upsample(dts[k]);
+    check_linear(dts[k]);
     check_loss(dts[k]);
   }
   check_adamw();
