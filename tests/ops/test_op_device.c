@@ -10,11 +10,17 @@
  * before any data is read) must be refused with SG_ERR_NOT_SUPPORTED and
  * the op's name, by a user op without CUDA entry points, a built-in op,
  * and (while the tape runs host variables only) a user op with them; on
- * the host the same user op runs. Runs in every build (release and cuda);
- * needs no GPU. */
+ * the host the same user op runs. And the CUDA kernels' backward gathers
+ * of pooling and up-sampling (sg_pool_grad_cell, sg_up_grad_cell of
+ * sg_ops_inl.h, one per input cell), run here on the host, against the
+ * host's scatters in f64 (1e-12): their index arithmetic without a GPU.
+ * Runs in every build (release and cuda); needs no GPU. */
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "ops_impl.h" /* sg_pool_win_make, sg_up_geom_make */
 
 #include "sg_autograd.h"
 #include "sg_op_device.h"
@@ -152,6 +158,72 @@ static int check_tape_device(void) {
   return fails;
 }
 
+#define GMAX 1024
+static double gx[GMAX], gdy[GMAX], ghost[GMAX], ggat[GMAX];
+
+static void fill(double *v, int n, unsigned seed) {
+  for (int i = 0; i < n; ++i) {
+    seed = seed * 1103515245u + 12345u;
+    v[i] = (double)(seed >> 8 & 0xffff) / 32768.0 - 1.0;
+  }
+}
+
+/* max |gather - host| / max(1, |host|) over n cells, printed. */
+static int gather_ok(const char *what, int64_t n) {
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double e = fabs(ggat[i] - ghost[i]) /
+               (fabs(ghost[i]) > 1 ? fabs(ghost[i]) : 1);
+    if (!(e <= worst)) worst = e;
+  }
+  printf("cuda gather %-22s max rel err %.1e %s\n", what, worst,
+         worst <= 1e-12 ? "ok" : "FAIL");
+  return worst <= 1e-12 ? 0 : 1;
+}
+
+static int check_gathers(void) {
+  sg_conv_desc d = {.nsp = 2,
+                    .batch = 1,
+                    .cin = 2,
+                    .cout = 2,
+                    .in = {9, 11},
+                    .kernel = {3, 2},
+                    .stride = {2, 1},
+                    .dilation = {1, 2}};
+  sg_pool_win w;
+  int64_t planes = 0, fails = 0;
+  fill(gx, GMAX, 7), fill(gdy, GMAX, 11);
+  if (sg_pool_win_make(&d, SG_DTYPE_F64, &w, &planes) != SG_OK) return 1;
+  const int64_t sin = w.in[1] * w.in[2], sout = w.out[1] * w.out[2];
+  for (int kind = SG_POOL_AVG; kind <= SG_POOL_MAX; ++kind) {
+    if (sg_pool_backward((sg_pool_kind)kind, &d, SG_DTYPE_F64, gx, gdy,
+                         ghost) != SG_OK)
+      return 1;
+    for (int64_t i = 0; i < planes * sin; ++i)
+      ggat[i] = sg_pool_grad_cell_f64(kind, &w, 1.0 / 6, gx + i / sin * sin,
+                                      gdy + i / sin * sout, i % sin);
+    fails += gather_ok(kind ? "pool max backward" : "pool avg backward",
+                       planes * sin);
+  }
+  const int64_t scale[2] = {2, 3};
+  for (int kind = SG_UPSAMPLE_NEAREST; kind <= SG_UPSAMPLE_LINEAR; ++kind) {
+    const int64_t in[2] = {5 + 2 * kind, 7 + 2 * kind};
+    sg_up_geom g;
+    if (sg_up_geom_make((sg_upsample_kind)kind, 2, 2, in, scale, SG_DTYPE_F64,
+                        &g) != SG_OK ||
+        sg_upsample_backward((sg_upsample_kind)kind, 2, 2, in, scale,
+                             SG_DTYPE_F64, gdy, ghost) != SG_OK)
+      return 1;
+    const int64_t ui = g.in[1] * g.in[2], uo = g.out[1] * g.out[2];
+    for (int64_t i = 0; i < 2 * ui; ++i)
+      ggat[i] = sg_up_grad_cell_f64(g.in, g.out, g.scale, g.linear,
+                                    gdy + i / ui * uo, i % ui);
+    fails += gather_ok(kind ? "upsample linear bwd" : "upsample nearest bwd",
+                       2 * ui);
+  }
+  return (int)fails;
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
@@ -167,6 +239,7 @@ int main(int argc, char **argv) {
     fails += check_rejects(t, n);
   }
   fails += check_tape_device();
+  fails += check_gathers();
   if (rank == 0 && !fails) {
     int on = 0;
     for (int i = 0; i < n; ++i) on += sg_op_device_on_cuda(&t[i]);

@@ -62,6 +62,16 @@ struct El<float> {
   __device__ static void w4(float la, float lb, float *w) {
     sg_up_w4_f32(la, lb, w);
   }
+  __device__ static float pool_grad(int k, const sg_pool_win *w, float inv,
+                                    const float *xp, const float *dyp,
+                                    int64_t c) {
+    return sg_pool_grad_cell_f32(k, w, inv, xp, dyp, c);
+  }
+  __device__ static float up_grad(const int64_t *in, const int64_t *out,
+                                  const int64_t *sc, const int *lin,
+                                  const float *dyp, int64_t c) {
+    return sg_up_grad_cell_f32(in, out, sc, lin, dyp, c);
+  }
   __device__ static float lerp(const float *w, float lc, const float *r00,
                                const float *r01, const float *r10,
                                const float *r11, int64_t c0, int64_t c1) {
@@ -100,6 +110,16 @@ struct El<double> {
   }
   __device__ static void w4(double la, double lb, double *w) {
     sg_up_w4_f64(la, lb, w);
+  }
+  __device__ static double pool_grad(int k, const sg_pool_win *w, double inv,
+                                     const double *xp, const double *dyp,
+                                     int64_t c) {
+    return sg_pool_grad_cell_f64(k, w, inv, xp, dyp, c);
+  }
+  __device__ static double up_grad(const int64_t *in, const int64_t *out,
+                                   const int64_t *sc, const int *lin,
+                                   const double *dyp, int64_t c) {
+    return sg_up_grad_cell_f64(in, out, sc, lin, dyp, c);
   }
   __device__ static double lerp(const double *w, double lc, const double *r00,
                                 const double *r01, const double *r10,
@@ -151,49 +171,18 @@ __global__ void pool_fwd_k(int kind, sg_pool_win w, T inv, int64_t n,
   }
 }
 
-// First output index along one dim whose window (o*s + j*d, j < k) holds
-// input cell c: the j loop of the gather runs over j = jlo.. in order.
-__device__ inline bool pool_src(int64_t c, int64_t j, int64_t s, int64_t d,
-                                int64_t nout, int64_t *o) {
-  const int64_t r = c - j * d;
-  if (r < 0 || r % s) return false;
-  *o = r / s;
-  return *o < nout;
-}
-
-// Pooling backward as a gather, one thread per input cell (no atomics):
-// dx[c] = sum over the outputs whose window holds c of inv dy (average) or
-// of dy where c is the output's first maximum (sg_pool_argmax, as the host
-// scatters). The sum runs over the window positions j in order, so its
-// order differs from the host's (over the outputs): within rounding.
+// Pooling backward as a gather, one thread per input cell, no atomics
+// (sg_pool_grad_cell: the order of its sums differs from the host's
+// scatter by rounding only).
 template <typename T>
 __global__ void pool_bwd_k(int kind, sg_pool_win w, T inv, int64_t n,
                            const T *x, const T *dy, T *dx) {
   const int64_t sin = w.in[0] * w.in[1] * w.in[2];
   const int64_t sout = w.out[0] * w.out[1] * w.out[2];
   SG_GRID_STRIDE(i, n) {
-    const int64_t p = i / sin, c = i % sin;
-    const int64_t c0 = c / (w.in[1] * w.in[2]), c1 = (c / w.in[2]) % w.in[1],
-                  c2 = c % w.in[2];
-    const T *xp = x ? x + p * sin : nullptr;
-    const T *dyp = dy + p * sout;
-    T acc = 0;
-    int64_t o0, o1, o2;
-    for (int64_t a = 0; a < w.ker[0]; ++a) {
-      if (!pool_src(c0, a, w.str[0], w.dil[0], w.out[0], &o0)) continue;
-      for (int64_t b = 0; b < w.ker[1]; ++b) {
-        if (!pool_src(c1, b, w.str[1], w.dil[1], w.out[1], &o1)) continue;
-        for (int64_t e = 0; e < w.ker[2]; ++e) {
-          if (!pool_src(c2, e, w.str[2], w.dil[2], w.out[2], &o2)) continue;
-          const T gy = dyp[(o0 * w.out[1] + o1) * w.out[2] + o2];
-          if (kind == SG_POOL_AVG)
-            acc += gy * inv;
-          else if (El<T>::argmax(&w, xp, o0, o1, o2) == c)
-            acc += gy;
-        }
-      }
-    }
-    dx[i] = acc;
+    const int64_t p = i / sin;
+    dx[i] = El<T>::pool_grad(kind, &w, inv, x ? x + p * sin : nullptr,
+                             dy + p * sout, i % sin);
   }
 }
 
@@ -226,53 +215,15 @@ __global__ void up_fwd_k(int linear, sg_up_geom g, int64_t n, const T *x,
   }
 }
 
-// The weight with which output o of dim d reads input cell c (*reads 0:
-// it does not): 1 - lambda for its first source cell, lambda for its
-// second, 1 for its only one (nearest), as the host's scatter weighs them.
-template <typename T>
-__device__ T up_weight(const sg_up_geom &g, int d, int64_t o, int64_t c,
-                       bool *reads) {
-  int64_t i0, i1;
-  const T l = (T)sg_up_src(g.linear[d], g.scale[d], o, &i0, &i1);
-  *reads = i0 == c || i1 == c;
-  return i0 == c ? 1 - l : l;
-}
-
-// Up-sampling backward as a gather, one thread per input cell (no
-// atomics): the outputs that read cell c lie within 2 s of c s per dim.
-// Each term is the host's (w_a w_b)(w_c dy); the sum runs in another order
-// than the host's scatter (within rounding).
+// Up-sampling backward as a gather, one thread per input cell, no atomics
+// (sg_up_grad_cell).
 template <typename T>
 __global__ void up_bwd_k(sg_up_geom g, int64_t n, const T *dy, T *dx) {
   const int64_t sin = g.in[0] * g.in[1] * g.in[2];
   const int64_t sout = g.out[0] * g.out[1] * g.out[2];
   SG_GRID_STRIDE(i, n) {
-    const int64_t p = i / sin, c = i % sin;
-    const int64_t cc[3] = {c / (g.in[1] * g.in[2]), (c / g.in[2]) % g.in[1],
-                           c % g.in[2]};
-    int64_t lo[3], hi[3];
-    for (int d = 0; d < 3; ++d) {
-      lo[d] = (cc[d] - 2) * g.scale[d] > 0 ? (cc[d] - 2) * g.scale[d] : 0;
-      hi[d] = (cc[d] + 2) * g.scale[d] < g.out[d] ? (cc[d] + 2) * g.scale[d]
-                                                  : g.out[d];
-    }
-    const T *dyp = dy + p * sout;
-    T acc = 0;
-    bool ra, rb, rc;
-    for (int64_t o0 = lo[0]; o0 < hi[0]; ++o0) {
-      const T wa = up_weight<T>(g, 0, o0, cc[0], &ra);
-      if (!ra) continue;
-      for (int64_t o1 = lo[1]; o1 < hi[1]; ++o1) {
-        const T wb = up_weight<T>(g, 1, o1, cc[1], &rb);
-        if (!rb) continue;
-        for (int64_t o2 = lo[2]; o2 < hi[2]; ++o2) {
-          const T wc = up_weight<T>(g, 2, o2, cc[2], &rc);
-          if (rc)
-            acc += (wa * wb) * (wc * dyp[(o0 * g.out[1] + o1) * g.out[2] + o2]);
-        }
-      }
-    }
-    dx[i] = acc;
+    dx[i] = El<T>::up_grad(g.in, g.out, g.scale, g.linear,
+                           dy + (i / sin) * sout, i % sin);
   }
 }
 
