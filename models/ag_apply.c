@@ -413,12 +413,36 @@ fail:
   return st;
 }
 
+/* Inputs on a CUDA device: refused, with the op's name, when the op has no
+ * CUDA entry points (never a silent copy to the host); refused while the
+ * tape runs host variables only (sg_op_def.forward_cuda). */
+static sg_status ag_check_device(const sg_op_def *op, int nin,
+                                 sg_var *const *in) {
+  sg_status st = SG_OK;
+  for (int i = 0; i < nin; ++i) {
+    const sg_device d = in[i]->value.device;
+    if (d.kind == SG_DEVICE_HOST) continue;
+    if (!op->forward_cuda || !op->backward_cuda)
+      SG_RAISE(SG_ERR_NOT_SUPPORTED,
+               "op %s has no cuda implementation (input %d '%s' is on %s:%d; "
+               "the tape does not copy it to the host)",
+               op->name, i, in[i]->name, sg_device_kind_name(d.kind), d.index);
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "op %s: input %d '%s' is on %s:%d, and the tape does not run "
+             "device variables yet (issue 22)",
+             op->name, i, in[i]->name, sg_device_kind_name(d.kind), d.index);
+  }
+fail:
+  return st;
+}
+
 /* The inputs' data: NULL only for an empty tensor (an empty shard, e.g. a
  * rank with no samples of a batch split over more data ranks than samples),
  * one dtype. */
 static sg_status ag_check_inputs(const sg_op_def *op, int nin,
                                  sg_var *const *in) {
-  sg_status st = SG_OK;
+  sg_status st = ag_check_device(op, nin, in);
+  if (st != SG_OK) return st;
   for (int i = 0; i < nin; ++i) {
     if (!in[i]->value.data &&
         (in[i]->value.ndim < 1 || ag_numel(&in[i]->value) != 0))

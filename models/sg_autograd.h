@@ -264,6 +264,17 @@ typedef struct sg_op_def {
    * block with margins, shaped like node->xin). */
   sg_status (*backward)(sg_node *node);
   sg_op_rule rule;
+  /* CUDA entry points (both or neither), for inputs whose values live on a
+   * CUDA device (value.device.kind == SG_DEVICE_CUDA): the same contract as
+   * forward/backward on device memory. An op without them refuses device
+   * inputs with SG_ERR_NOT_SUPPORTED ("op X has no cuda implementation"):
+   * the tape never copies a device tensor to the host behind the caller's
+   * back. The tape itself does not run device variables yet (its outputs,
+   * gradients and margins are host memory), so today an op WITH them is
+   * refused too, with that reason (issue 22); the built-in ops' device
+   * kernels are listed in models/sg_op_device.h. */
+  sg_status (*forward_cuda)(sg_node *node);
+  sg_status (*backward_cuda)(sg_node *node);
 } sg_op_def;
 
 struct sg_node {

@@ -82,6 +82,45 @@ int main(void) {
        sg_loss_backward(SG_LOSS_REL_L2, SG_DTYPE_F64, 4, N, ad, bd, part, 0.7,
                         yd, zd),
        zd, 8 * N);
+  /* pooling: 2x2 stride 2 and 3x3 stride 1 over 16 planes of 128 x 128
+   * (N / 64 = 16384 cells each; a, ad hold them) */
+  sg_conv_desc pd = {.nsp = 2,
+                     .batch = 4,
+                     .cin = 4,
+                     .cout = 4,
+                     .in = {128, 128},
+                     .kernel = {2, 2},
+                     .stride = {2, 2},
+                     .dilation = {1, 1}};
+  sg_conv_desc pd3 = pd;
+  pd3.kernel[0] = pd3.kernel[1] = 3, pd3.stride[0] = pd3.stride[1] = 1;
+  TIME("pool avg 2x2 fwd f32",
+       sg_pool_forward(SG_POOL_AVG, &pd, SG_DTYPE_F32, a, y), y, 4 * N / 16);
+  TIME("pool max 3x3 fwd f32",
+       sg_pool_forward(SG_POOL_MAX, &pd3, SG_DTYPE_F32, a, y), y,
+       4 * 15876 * 16);
+  TIME("pool max 2x2 bwd f32",
+       sg_pool_backward(SG_POOL_MAX, &pd, SG_DTYPE_F32, a, b, z), z, 4 * N / 4);
+  TIME("pool avg 3x3 bwd f64",
+       sg_pool_backward(SG_POOL_AVG, &pd3, SG_DTYPE_F64, ad, bd, zd), zd,
+       8 * N / 4);
+  TIME("pool max 3x3 fwd f64",
+       sg_pool_forward(SG_POOL_MAX, &pd3, SG_DTYPE_F64, ad, yd), yd,
+       8 * 15876 * 16);
+  /* up-sampling by 2: 16 planes of 126 x 126 (+ 1-cell margins: linear) */
+  const int64_t uin[2] = {128, 128}, uin_n[2] = {126, 126}, us[2] = {2, 2};
+  TIME("upsample linear fwd f32",
+       sg_upsample_forward(SG_UPSAMPLE_LINEAR, 2, 16, uin, us, SG_DTYPE_F32, a,
+                           y),
+       y, 4 * 16 * 252 * 252);
+  TIME("upsample linear bwd f64",
+       sg_upsample_backward(SG_UPSAMPLE_LINEAR, 2, 16, uin, us, SG_DTYPE_F64,
+                            bd, zd),
+       zd, 8 * N / 4);
+  TIME("upsample nearest fwd f32",
+       sg_upsample_forward(SG_UPSAMPLE_NEAREST, 2, 16, uin_n, us, SG_DTYPE_F32,
+                           a, y),
+       y, 4 * 16 * 252 * 252);
   sg_adamw_config cfg = sg_adamw_defaults();
   cfg.weight_decay = 0.01;
   memcpy(y, a, 4 * N);

@@ -536,6 +536,17 @@ fail:
   return st;
 }
 
+sg_status sg_pool_win_make(const sg_conv_desc *d, sg_dtype dt, sg_pool_win *w,
+                           int64_t *planes) {
+  sg_status st = SG_OK;
+  sg_conv_geom g;
+  SG_TRY(sg_conv_geom_make(d, 1, 0, dt, &g));
+  *w = sg_pool_win_of(&g);
+  *planes = g.n * g.c;
+fail:
+  return st;
+}
+
 sg_status sg_pool_backward(sg_pool_kind kind, const sg_conv_desc *d,
                            sg_dtype dt, const void *x, const void *dy,
                            void *dx) {
@@ -617,9 +628,9 @@ fail:
 
 /* ---- up-sampling -------------------------------------------------------- */
 
-static sg_status sg_up_geom_make(sg_upsample_kind kind, int nsp, int64_t planes,
-                                 const int64_t *in, const int64_t *scale,
-                                 sg_dtype dt, sg_up_geom *g) {
+sg_status sg_up_geom_make(sg_upsample_kind kind, int nsp, int64_t planes,
+                          const int64_t *in, const int64_t *scale, sg_dtype dt,
+                          sg_up_geom *g) {
   sg_status st = SG_OK;
   memset(g, 0, sizeof *g);
   SG_CHECK_DT(dt);

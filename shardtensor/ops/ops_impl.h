@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "sg_ops.h"
+#include "sg_ops_inl.h"
 
 /* A window op over 3 spatial dims (missing leading dims have extent 1). */
 typedef struct sg_conv_geom {
@@ -140,10 +141,33 @@ static inline size_t sg_amx_direct_bytes(const sg_conv_geom *g) {
   return sg_direct_off_bytes(g) + (size_t)m * 4 + 128;
 }
 
+/* The pooling window of a geometry (the shared kernels of sg_ops_inl.h). */
+static inline sg_pool_win sg_pool_win_of(const sg_conv_geom *g) {
+  sg_pool_win w;
+  for (int i = 0; i < 3; ++i) {
+    w.in[i] = g->in[i];
+    w.out[i] = g->out[i];
+    w.ker[i] = g->ker[i];
+    w.str[i] = g->str[i];
+    w.dil[i] = g->dil[i];
+  }
+  return w;
+}
+/* The pooling window and plane count (batch * channels) of d, validated
+ * as sg_pool_forward does (ops.c; the CUDA launchers use it). */
+sg_status sg_pool_win_make(const sg_conv_desc *d, sg_dtype dt, sg_pool_win *w,
+                           int64_t *planes);
+
 typedef struct sg_up_geom {
   int64_t planes, in[3], out[3], scale[3];
   int linear[3]; /* dims with a 1-cell margin (linear mode, real dims) */
 } sg_up_geom;
+
+/* The geometry of an up-sampling, validated as sg_upsample_forward does
+ * (ops.c; the CUDA launchers use it). */
+sg_status sg_up_geom_make(sg_upsample_kind kind, int nsp, int64_t planes,
+                          const int64_t *in, const int64_t *scale, sg_dtype dt,
+                          sg_up_geom *g);
 
 /* Run-time CPU dispatch (ops.c). The AVX-512 kernels (pointwise.c,
  * act_simd.c) are compiled with their own target flags whatever the

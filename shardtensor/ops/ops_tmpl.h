@@ -815,6 +815,7 @@ void FN(sg_convt_bwd)(const sg_conv_geom *g, const R *x, const R *w,
 void FN(sg_pool_fwd)(int kind, const sg_conv_geom *g, const R *x, R *y) {
   const int64_t planes = g->n * g->c;
   const R inv = (R)(1.0 / (double)g->kk);
+  const sg_pool_win w = sg_pool_win_of(g);
 #pragma omp parallel for schedule(static) if (planes * g->sout * g->kk > \
                                               SG_OMP_MIN)
   for (int64_t p = 0; p < planes; ++p) {
@@ -822,29 +823,9 @@ void FN(sg_pool_fwd)(int kind, const sg_conv_geom *g, const R *x, R *y) {
     R *yp = y + p * g->sout;
     for (int64_t o0 = 0; o0 < g->out[0]; ++o0)
       for (int64_t o1 = 0; o1 < g->out[1]; ++o1)
-        for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
-          R acc = kind == SG_POOL_MAX ? -INFINITY : 0;
-          for (int64_t a = 0; a < g->ker[0]; ++a)
-            for (int64_t b = 0; b < g->ker[1]; ++b) {
-              const R *row = xp +
-                             ((o0 * g->str[0] + a * g->dil[0]) * g->in[1] +
-                              o1 * g->str[1] + b * g->dil[1]) *
-                                 g->in[2] +
-                             o2 * g->str[2];
-              if (kind == SG_POOL_MAX) {
-                for (int64_t e = 0; e < g->ker[2]; ++e) {
-                  const R v = row[e * g->dil[2]];
-                  if (v > acc || v != v) acc = v;
-                }
-              } else {
-                for (int64_t e = 0; e < g->ker[2]; ++e)
-                  acc += row[e * g->dil[2]];
-              }
-            }
-          yp[(o0 * g->out[1] + o1) * g->out[2] + o2] = kind == SG_POOL_MAX
-                                                           ? acc
-                                                           : acc * inv;
-        }
+        for (int64_t o2 = 0; o2 < g->out[2]; ++o2)
+          yp[(o0 * g->out[1] + o1) * g->out[2] + o2] = FN(
+              sg_pool_out)(kind, &w, inv, xp, o0, o1, o2);
   }
 }
 
@@ -852,6 +833,7 @@ void FN(sg_pool_bwd)(int kind, const sg_conv_geom *g, const R *x, const R *dy,
                      R *dx) {
   const int64_t planes = g->n * g->c;
   const R inv = (R)(1.0 / (double)g->kk);
+  const sg_pool_win w = sg_pool_win_of(g);
 #pragma omp parallel for schedule(static) if (planes * g->sout * g->kk > \
                                               SG_OMP_MIN)
   for (int64_t p = 0; p < planes; ++p) {
@@ -863,28 +845,16 @@ void FN(sg_pool_bwd)(int kind, const sg_conv_geom *g, const R *x, const R *dy,
       for (int64_t o1 = 0; o1 < g->out[1]; ++o1)
         for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
           R gy = dyp[(o0 * g->out[1] + o1) * g->out[2] + o2];
-          int64_t best = -1;
-          R bv = -INFINITY;
+          if (kind == SG_POOL_MAX) {
+            dxp[FN(sg_pool_argmax)(&w, xp, o0, o1, o2)] += gy;
+            continue;
+          }
           for (int64_t a = 0; a < g->ker[0]; ++a)
             for (int64_t b = 0; b < g->ker[1]; ++b) {
-              int64_t base = ((o0 * g->str[0] + a * g->dil[0]) * g->in[1] +
-                              o1 * g->str[1] + b * g->dil[1]) *
-                                 g->in[2] +
-                             o2 * g->str[2];
-              if (kind == SG_POOL_MAX) {
-                for (int64_t e = 0; e < g->ker[2]; ++e) {
-                  const int64_t i = base + e * g->dil[2];
-                  if (best < 0 || xp[i] > bv || (xp[i] != xp[i] && bv == bv)) {
-                    best = i;
-                    bv = xp[i];
-                  }
-                }
-              } else {
-                for (int64_t e = 0; e < g->ker[2]; ++e)
-                  dxp[base + e * g->dil[2]] += gy * inv;
-              }
+              const int64_t base = sg_pool_row(&w, o0, o1, o2, a, b);
+              for (int64_t e = 0; e < g->ker[2]; ++e)
+                dxp[base + e * g->dil[2]] += gy * inv;
             }
-          if (kind == SG_POOL_MAX) dxp[best] += gy;
         }
   }
 }
@@ -894,17 +864,7 @@ void FN(sg_pool_bwd)(int kind, const sg_conv_geom *g, const R *x, const R *dy,
 /* Source cell and weight of output o along one dim (linear mode). */
 static inline void FN(up_src)(const sg_up_geom *g, int d, int64_t o,
                               int64_t *i0, int64_t *i1, R *lam) {
-  if (!g->linear[d]) {
-    *i0 = *i1 = 0;
-    *lam = 0;
-    return;
-  }
-  /* padded coordinate: (o + 0.5)/s - 0.5 + 1 */
-  double src = ((double)o + 0.5) / (double)g->scale[d] + 0.5;
-  int64_t f = (int64_t)floor(src);
-  *i0 = f;
-  *i1 = f + 1;
-  *lam = (R)(src - (double)f);
+  *lam = (R)sg_up_src(g->linear[d], g->scale[d], o, i0, i1);
 }
 
 void FN(sg_up_fwd)(int linear, const sg_up_geom *g, const R *x, R *y) {
@@ -933,15 +893,13 @@ void FN(sg_up_fwd)(int linear, const sg_up_geom *g, const R *x, R *y) {
         const R *r01 = xp + (a0 * g->in[1] + b1) * g->in[2];
         const R *r10 = xp + (a1 * g->in[1] + b0) * g->in[2];
         const R *r11 = xp + (a1 * g->in[1] + b1) * g->in[2];
-        R w00 = (1 - la) * (1 - lb), w01 = (1 - la) * lb, w10 = la * (1 - lb),
-          w11 = la * lb;
+        R w[4];
+        FN(sg_up_w4)(la, lb, w);
         for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
           int64_t c0, c1;
           R lc;
           FN(up_src)(g, 2, o2, &c0, &c1, &lc);
-          R v0 = w00 * r00[c0] + w01 * r01[c0] + w10 * r10[c0] + w11 * r11[c0];
-          R v1 = w00 * r00[c1] + w01 * r01[c1] + w10 * r10[c1] + w11 * r11[c1];
-          yr[o2] = (1 - lc) * v0 + lc * v1;
+          yr[o2] = FN(sg_up_lerp)(w, lc, r00, r01, r10, r11, c0, c1);
         }
       }
   }
@@ -973,8 +931,9 @@ void FN(sg_up_bwd)(int linear, const sg_up_geom *g, const R *dy, R *dx) {
         R *r01 = xp + (a0 * g->in[1] + b1) * g->in[2];
         R *r10 = xp + (a1 * g->in[1] + b0) * g->in[2];
         R *r11 = xp + (a1 * g->in[1] + b1) * g->in[2];
-        R w00 = (1 - la) * (1 - lb), w01 = (1 - la) * lb, w10 = la * (1 - lb),
-          w11 = la * lb;
+        R w[4];
+        FN(sg_up_w4)(la, lb, w);
+        const R w00 = w[0], w01 = w[1], w10 = w[2], w11 = w[3];
         for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
           int64_t c0, c1;
           R lc;

@@ -45,6 +45,36 @@ sg_status sg_bias_fwd_cuda(sg_dtype dt, int64_t batch, int64_t channels,
 sg_status sg_bias_bwd_cuda(sg_dtype dt, int64_t batch, int64_t channels,
                            int64_t spatial, const void *dy, void *db,
                            void *stream);
+/* Pooling (sg_pool_forward/backward): d on the host, data on the device;
+ * dx OVERWRITTEN. The backward gathers per input cell (no atomics). */
+sg_status sg_pool_fwd_cuda(sg_pool_kind kind, const sg_conv_desc *d,
+                           sg_dtype dt, const void *x, void *y, void *stream);
+sg_status sg_pool_bwd_cuda(sg_pool_kind kind, const sg_conv_desc *d,
+                           sg_dtype dt, const void *x, const void *dy, void *dx,
+                           void *stream);
+/* Up-sampling (sg_upsample_forward/backward): in, scale on the host, data
+ * on the device; dx OVERWRITTEN. The backward gathers per input cell. */
+sg_status sg_upsample_fwd_cuda(sg_upsample_kind kind, int nsp, int64_t planes,
+                               const int64_t *in, const int64_t *scale,
+                               sg_dtype dt, const void *x, void *y,
+                               void *stream);
+sg_status sg_upsample_bwd_cuda(sg_upsample_kind kind, int nsp, int64_t planes,
+                               const int64_t *in, const int64_t *scale,
+                               sg_dtype dt, const void *dy, void *dx,
+                               void *stream);
+/* Channel-wise linear (sg_linear_forward/backward) on cuBLAS
+ * (linear_cublas.cu): strided-batched GEMMs over the batch, one cuBLAS
+ * handle per process (made on first use on the current device; not
+ * thread-safe). b, dx, dw, db may be NULL; dx OVERWRITTEN, dw and db +=.
+ * Extents up to INT32_MAX. */
+sg_status sg_linear_fwd_cuda(sg_dtype dt, int64_t batch, int64_t cin,
+                             int64_t cout, int64_t spatial, const void *x,
+                             const void *w, const void *b, void *y,
+                             void *stream);
+sg_status sg_linear_bwd_cuda(sg_dtype dt, int64_t batch, int64_t cin,
+                             int64_t cout, int64_t spatial, const void *x,
+                             const void *w, const void *dy, void *dx, void *dw,
+                             void *db, void *stream);
 /* partial: sg_loss_npartial(kind, batch) doubles in DEVICE memory. */
 sg_status sg_loss_partial_cuda(sg_loss_kind kind, sg_dtype dt, int64_t batch,
                                int64_t n, const void *p, const void *t,

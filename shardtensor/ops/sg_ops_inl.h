@@ -205,4 +205,191 @@ static inline SG_HD double sg_loss_grad(int kind, int64_t i, int64_t batch,
   }
   return gp;
 }
+/* ---- pooling: one output ---------------------------------------------------
+ * A pooling window over one plane (3 dims; unused ones 1): padded input
+ * extent in[], output extent out[], kernel, stride, dilation. The host
+ * loops (ops_tmpl.h) and the CUDA kernels call the same functions. */
+typedef struct sg_pool_win {
+  int64_t in[3], out[3], ker[3], str[3], dil[3];
+} sg_pool_win;
+
+/* Offset in the plane of window row (a, b) of output (o0, o1, o2). */
+static inline SG_HD int64_t sg_pool_row(const sg_pool_win *w, int64_t o0,
+                                        int64_t o1, int64_t o2, int64_t a,
+                                        int64_t b) {
+  return ((o0 * w->str[0] + a * w->dil[0]) * w->in[1] + o1 * w->str[1] +
+          b * w->dil[1]) *
+             w->in[2] +
+         o2 * w->str[2];
+}
+
+/* Output (o0, o1, o2) of plane xp: the window's maximum (kind 1; a NaN
+ * is the maximum) or its sum times inv = 1/(window size) (kind 0). Offset
+ * of the window's first maximum (max backward). */
+#define SG_POOL_HD(T, S)                                                       \
+  static inline SG_HD T sg_pool_out_##S(int kind, const sg_pool_win *w, T inv, \
+                                        const T *xp, int64_t o0, int64_t o1,   \
+                                        int64_t o2) {                          \
+    T acc = kind == 1 ? -INFINITY : 0;                                         \
+    for (int64_t a = 0; a < w->ker[0]; ++a)                                    \
+      for (int64_t b = 0; b < w->ker[1]; ++b) {                                \
+        const T *row = xp + sg_pool_row(w, o0, o1, o2, a, b);                  \
+        if (kind == 1) {                                                       \
+          for (int64_t e = 0; e < w->ker[2]; ++e) {                            \
+            const T v = row[e * w->dil[2]];                                    \
+            if (v > acc || v != v) acc = v;                                    \
+          }                                                                    \
+        } else {                                                               \
+          for (int64_t e = 0; e < w->ker[2]; ++e) acc += row[e * w->dil[2]];   \
+        }                                                                      \
+      }                                                                        \
+    return kind == 1 ? acc : acc * inv;                                        \
+  }                                                                            \
+  static inline SG_HD int64_t sg_pool_argmax_##S(const sg_pool_win *w,         \
+                                                 const T *xp, int64_t o0,      \
+                                                 int64_t o1, int64_t o2) {     \
+    int64_t best = -1;                                                         \
+    T bv = -INFINITY;                                                          \
+    for (int64_t a = 0; a < w->ker[0]; ++a)                                    \
+      for (int64_t b = 0; b < w->ker[1]; ++b) {                                \
+        const int64_t base = sg_pool_row(w, o0, o1, o2, a, b);                 \
+        for (int64_t e = 0; e < w->ker[2]; ++e) {                              \
+          const int64_t i = base + e * w->dil[2];                              \
+          if (best < 0 || xp[i] > bv || (xp[i] != xp[i] && bv == bv)) {        \
+            best = i;                                                          \
+            bv = xp[i];                                                        \
+          }                                                                    \
+        }                                                                      \
+      }                                                                        \
+    return best;                                                               \
+  }
+SG_POOL_HD(float, f32)
+SG_POOL_HD(double, f64)
+#undef SG_POOL_HD
+
+/* The output along one dim whose window position j (o s + j d) is input
+ * cell c: 1 and *o when there is one in [0, nout). */
+static inline SG_HD int sg_pool_src(int64_t c, int64_t j, int64_t s, int64_t d,
+                                    int64_t nout, int64_t *o) {
+  const int64_t r = c - j * d;
+  if (r < 0 || r % s) return 0;
+  *o = r / s;
+  return *o < nout;
+}
+/* Pooling backward at input cell c of a plane as a gather (the CUDA
+ * kernel, one thread per cell; the host scatters per output): the sum over
+ * the outputs whose window holds c of inv dy (average, kind 0) or of dy
+ * where c is the window's first maximum (kind 1). Sums in window order,
+ * not the host's output order (rounding only; test_op_device compares). */
+#define SG_POOL_GRAD_HD(T, S)                                                  \
+  static inline SG_HD T sg_pool_grad_cell_##S(int kind, const sg_pool_win *w,  \
+                                              T inv, const T *xp,              \
+                                              const T *dyp, int64_t c) {       \
+    const int64_t c0 = c / (w->in[1] * w->in[2]);                              \
+    const int64_t c1 = (c / w->in[2]) % w->in[1], c2 = c % w->in[2];           \
+    T acc = 0;                                                                 \
+    int64_t o0, o1, o2;                                                        \
+    for (int64_t a = 0; a < w->ker[0]; ++a) {                                  \
+      if (!sg_pool_src(c0, a, w->str[0], w->dil[0], w->out[0], &o0)) continue; \
+      for (int64_t b = 0; b < w->ker[1]; ++b) {                                \
+        if (!sg_pool_src(c1, b, w->str[1], w->dil[1], w->out[1], &o1))         \
+          continue;                                                            \
+        for (int64_t e = 0; e < w->ker[2]; ++e) {                              \
+          if (!sg_pool_src(c2, e, w->str[2], w->dil[2], w->out[2], &o2))       \
+            continue;                                                          \
+          const T gy = dyp[(o0 * w->out[1] + o1) * w->out[2] + o2];            \
+          if (kind == 0)                                                       \
+            acc += gy * inv;                                                   \
+          else if (sg_pool_argmax_##S(w, xp, o0, o1, o2) == c)                 \
+            acc += gy;                                                         \
+        }                                                                      \
+      }                                                                        \
+    }                                                                          \
+    return acc;                                                                \
+  }
+SG_POOL_GRAD_HD(float, f32)
+SG_POOL_GRAD_HD(double, f64)
+#undef SG_POOL_GRAD_HD
+/* ---- up-sampling: one dim, one output --------------------------------------
+ * Output o of a dim up-sampled by s (sg_upsample_*): source cells i0, i1
+ * and the weight of i1 (returned). Linear: the padded coordinate
+ * (o + 0.5)/s + 0.5 (the unpadded (o + 0.5)/s - 0.5 plus the margin);
+ * otherwise (nearest, or a linear op's unused dim) i0 = i1 = o / s, 0. */
+static inline SG_HD double sg_up_src(int linear, int64_t s, int64_t o,
+                                     int64_t *i0, int64_t *i1) {
+  if (!linear) {
+    *i0 = *i1 = o / s;
+    return 0;
+  }
+  const double src = ((double)o + 0.5) / (double)s + 0.5;
+  const int64_t f = (int64_t)floor(src);
+  *i0 = f;
+  *i1 = f + 1;
+  return src - (double)f;
+}
+/* The bilinear weights of rows (a0|a1, b0|b1) and the value at columns
+ * c0, c1 (weight lc of c1) of the four rows r00, r01, r10, r11. */
+#define SG_UP_HD(T, S)                                                         \
+  static inline SG_HD void sg_up_w4_##S(T la, T lb, T *w) {                    \
+    w[0] = (1 - la) * (1 - lb);                                                \
+    w[1] = (1 - la) * lb;                                                      \
+    w[2] = la * (1 - lb);                                                      \
+    w[3] = la * lb;                                                            \
+  }                                                                            \
+  static inline SG_HD T sg_up_lerp_##S(const T *w, T lc, const T *r00,         \
+                                       const T *r01, const T *r10,             \
+                                       const T *r11, int64_t c0, int64_t c1) { \
+    T v0 = w[0] * r00[c0] + w[1] * r01[c0] + w[2] * r10[c0] + w[3] * r11[c0];  \
+    T v1 = w[0] * r00[c1] + w[1] * r01[c1] + w[2] * r10[c1] + w[3] * r11[c1];  \
+    return (1 - lc) * v0 + lc * v1;                                            \
+  }
+SG_UP_HD(float, f32)
+SG_UP_HD(double, f64)
+#undef SG_UP_HD
+
+/* Up-sampling backward at input cell c of a plane as a gather (the CUDA
+ * kernel; the host scatters per output), over 3 dims (in, out, scale,
+ * linear as sg_up_geom). Along a dim, output o reads c with weight
+ * 1 - lambda (its first source cell), lambda (its second) or 1 (nearest);
+ * the outputs that read c lie within 2 s of c s. Each term is the host's
+ * (w_a w_b)(w_c dy), summed in another order (rounding only). */
+#define SG_UP_GRAD_HD(T, S)                                                   \
+  static inline SG_HD T sg_up_weight_##S(int linear, int64_t s, int64_t o,    \
+                                         int64_t c, int *reads) {             \
+    int64_t i0, i1;                                                           \
+    const T l = (T)sg_up_src(linear, s, o, &i0, &i1);                         \
+    *reads = i0 == c || i1 == c;                                              \
+    return i0 == c ? 1 - l : l;                                               \
+  }                                                                           \
+  static inline SG_HD T sg_up_grad_cell_##S(                                  \
+      const int64_t *in, const int64_t *out, const int64_t *scale,            \
+      const int *linear, const T *dyp, int64_t c) {                           \
+    const int64_t cc[3] = {c / (in[1] * in[2]), (c / in[2]) % in[1],          \
+                           c % in[2]};                                        \
+    int64_t lo[3], hi[3];                                                     \
+    for (int d = 0; d < 3; ++d) {                                             \
+      lo[d] = (cc[d] - 2) * scale[d] > 0 ? (cc[d] - 2) * scale[d] : 0;        \
+      hi[d] = (cc[d] + 2) * scale[d] < out[d] ? (cc[d] + 2) * scale[d]        \
+                                              : out[d];                       \
+    }                                                                         \
+    T acc = 0;                                                                \
+    int ra, rb, rc;                                                           \
+    for (int64_t o0 = lo[0]; o0 < hi[0]; ++o0) {                              \
+      const T wa = sg_up_weight_##S(linear[0], scale[0], o0, cc[0], &ra);     \
+      if (!ra) continue;                                                      \
+      for (int64_t o1 = lo[1]; o1 < hi[1]; ++o1) {                            \
+        const T wb = sg_up_weight_##S(linear[1], scale[1], o1, cc[1], &rb);   \
+        if (!rb) continue;                                                    \
+        for (int64_t o2 = lo[2]; o2 < hi[2]; ++o2) {                          \
+          const T wc = sg_up_weight_##S(linear[2], scale[2], o2, cc[2], &rc); \
+          if (rc)                                                             \
+            acc += (wa * wb) * (wc * dyp[(o0 * out[1] + o1) * out[2] + o2]);  \
+        }                                                                     \
+      }                                                                       \
+    }                                                                         \
+    return acc;                                                               \
+  }
+SG_UP_GRAD_HD(float, f32)
+SG_UP_GRAD_HD(double, f64)
+#undef SG_UP_GRAD_HD
 #endif /* SG_OPS_INL_H */

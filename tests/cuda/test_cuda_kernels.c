@@ -1,14 +1,18 @@
 /* The op kernels on CUDA (shardtensor/ops/sg_ops_cuda.h) against the host
  * functions (sg_ops.h, sg_optim.h) on the same random data: activations
- * forward and backward, binary ops, scale, bias forward and backward, the
- * loss partials and gradients (all four kinds) in f64 and f32, and AdamW
+ * forward and backward, binary ops, scale, bias forward and backward,
+ * average and max pooling forward and backward (2-D, stride and dilation
+ * above 1, overlapping windows), nearest and bilinear up-sampling forward
+ * and backward (2-D, scales 2 and 3), the channel-wise linear on cuBLAS
+ * forward and backward (y, dx, dw +=, db +=), the loss partials and gradients (all four kinds) in f64 and f32, and AdamW
  * (f32) over three steps. The element arithmetic is the same SG_HD code on
  * both sides; what may differ is libm against CUDA's math functions, FMA
  * contraction (nvcc contracts, the host build does not) and the order of
  * the reductions' sums (block trees on the device). Tolerances, relative
  * to max(1, |host value|):
  *   f64  1e-12
- *   f32  2e-5 (a few ulp of the activations, whose f32 exponential is a
+ *   f32  2e-5 (pooling and up-sampling sum in another order on the
+ *        device: their backward gathers per input cell; a few ulp of the activations, whose f32 exponential is a
  *        polynomial on the host and expf on the device; the f32 bias
  *        gradient sums rows in f32 on the host, in f64 on the device)
  * Every op the device table (models/sg_op_device.h) lists on cuda must
@@ -159,6 +163,77 @@ static void check_bias(sg_dtype dt) {
   drop(&x), drop(&b), drop(&y), drop(&db);
 }
 
+static void check_pool(sg_dtype dt) {
+  static const char *names[] = {"avg", "max"};
+  sg_conv_desc d = {.nsp = 2, .batch = NB, .cin = NC, .cout = NC};
+  const int64_t in[2] = {9, 11}, k[2] = {3, 2}, s[2] = {2, 1}, dl[2] = {1, 2};
+  int64_t out[2];
+  memcpy(d.in, in, sizeof in), memcpy(d.kernel, k, sizeof k);
+  memcpy(d.stride, s, sizeof s), memcpy(d.dilation, dl, sizeof dl);
+  CK(sg_pool_out_shape(&d, out));
+  const size_t nin = NB * NC * in[0] * in[1], nout = NB * NC * out[0] * out[1];
+  buf x = mk(dt, nin, -2, 2), g = mk(dt, nout, -1, 1);
+  buf y = mk(dt, nout, 0, 0), dx = mk(dt, nin, 0, 0);
+  char what[64];
+  for (int kind = SG_POOL_AVG; kind <= SG_POOL_MAX; ++kind) {
+    CK(sg_pool_forward((sg_pool_kind)kind, &d, dt, x.h, y.h));
+    CK(sg_pool_fwd_cuda((sg_pool_kind)kind, &d, dt, x.d, y.d, NULL));
+    snprintf(what, sizeof what, "pool %s forward", names[kind]);
+    compare(what, &y);
+    CK(sg_pool_backward((sg_pool_kind)kind, &d, dt, x.h, g.h, dx.h));
+    CK(sg_pool_bwd_cuda((sg_pool_kind)kind, &d, dt, x.d, g.d, dx.d, NULL));
+    snprintf(what, sizeof what, "pool %s backward", names[kind]);
+    compare(what, &dx);
+  }
+  drop(&x), drop(&g), drop(&y), drop(&dx);
+}
+
+static void check_upsample(sg_dtype dt) {
+  static const char *names[] = {"nearest", "linear"};
+  const int64_t scale[2] = {2, 3}, planes = NB * NC;
+  char what[64];
+  for (int kind = SG_UPSAMPLE_NEAREST; kind <= SG_UPSAMPLE_LINEAR; ++kind) {
+    const int m = kind == SG_UPSAMPLE_LINEAR ? 2 : 0; /* margins */
+    const int64_t in[2] = {5 + m, 7 + m};
+    const size_t nin = (size_t)(planes * in[0] * in[1]);
+    const size_t nout = (size_t)(planes * 5 * scale[0] * 7 * scale[1]);
+    buf x = mk(dt, nin, -2, 2), g = mk(dt, nout, -1, 1);
+    buf y = mk(dt, nout, 0, 0), dx = mk(dt, nin, 0, 0);
+    CK(sg_upsample_forward((sg_upsample_kind)kind, 2, planes, in, scale, dt,
+                           x.h, y.h));
+    CK(sg_upsample_fwd_cuda((sg_upsample_kind)kind, 2, planes, in, scale, dt,
+                            x.d, y.d, NULL));
+    snprintf(what, sizeof what, "upsample %s forward", names[kind]);
+    compare(what, &y);
+    CK(sg_upsample_backward((sg_upsample_kind)kind, 2, planes, in, scale, dt,
+                            g.h, dx.h));
+    CK(sg_upsample_bwd_cuda((sg_upsample_kind)kind, 2, planes, in, scale, dt,
+                            g.d, dx.d, NULL));
+    snprintf(what, sizeof what, "upsample %s backward", names[kind]);
+    compare(what, &dx);
+    drop(&x), drop(&g), drop(&y), drop(&dx);
+  }
+}
+
+static void check_linear(sg_dtype dt) {
+  const int64_t k = 4;
+  buf x = mk(dt, N, -2, 2), w = mk(dt, (size_t)(k * NC), -1, 1);
+  buf b = mk(dt, (size_t)k, -1, 1), g = mk(dt, (size_t)(NB * k * NS), -1, 1);
+  buf y = mk(dt, (size_t)(NB * k * NS), 0, 0), dx = mk(dt, N, 0, 0);
+  buf dw = mk(dt, (size_t)(k * NC), -1, 1), db = mk(dt, (size_t)k, -1, 1);
+  CK(sg_linear_forward(dt, NB, NC, k, NS, x.h, w.h, b.h, y.h));
+  CK(sg_linear_fwd_cuda(dt, NB, NC, k, NS, x.d, w.d, b.d, y.d, NULL));
+  compare("linear forward (cuBLAS)", &y);
+  CK(sg_linear_backward(dt, NB, NC, k, NS, x.h, w.h, g.h, dx.h, dw.h, db.h));
+  CK(sg_linear_bwd_cuda(dt, NB, NC, k, NS, x.d, w.d, g.d, dx.d, dw.d, db.d,
+                        NULL));
+  compare("linear backward (dx)", &dx);
+  compare("linear backward (dw +=)", &dw);
+  compare("linear backward (db +=)", &db);
+  drop(&x), drop(&w), drop(&b), drop(&g), drop(&y), drop(&dx), drop(&dw),
+      drop(&db);
+}
+
 static void check_loss(sg_dtype dt) {
   static const char *names[] = {"sum", "mean", "mse", "rel_l2"};
   buf p = mk(dt, N, -2, 2), t = mk(dt, N, -2, 2);
@@ -208,9 +283,11 @@ static void check_adamw(void) {
  * two of them. */
 static int tested(const char *fn) {
   static const char *const names[] = {
-      "sg_act_fwd_cuda",    "sg_act_bwd_cuda",      "sg_binary_fwd_cuda",
-      "sg_binary_bwd_cuda", "sg_scale_cuda",        "sg_bias_fwd_cuda",
-      "sg_bias_bwd_cuda",   "sg_loss_partial_cuda", "sg_loss_bwd_cuda"};
+      "sg_act_fwd_cuda",      "sg_act_bwd_cuda",      "sg_binary_fwd_cuda",
+      "sg_binary_bwd_cuda",   "sg_scale_cuda",        "sg_bias_fwd_cuda",
+      "sg_bias_bwd_cuda",     "sg_loss_partial_cuda", "sg_loss_bwd_cuda",
+      "sg_pool_fwd_cuda",     "sg_pool_bwd_cuda",     "sg_upsample_fwd_cuda",
+      "sg_upsample_bwd_cuda", "sg_linear_fwd_cuda",   "sg_linear_bwd_cuda"};
   for (size_t i = 0; i < sizeof names / sizeof *names; ++i)
     if (fn && !strcmp(fn, names[i])) return 1;
   return 0;
@@ -252,6 +329,17 @@ static void check_arguments(void) {
        sg_loss_partial_cuda(SG_LOSS_MSE, SG_DTYPE_F32, 1, 4, &cfg, NULL,
                             (double *)&cfg, NULL),
        SG_ERR_INVALID_ARG},
+      {"pool without a descriptor",
+       sg_pool_fwd_cuda(SG_POOL_MAX, NULL, SG_DTYPE_F32, NULL, NULL, NULL),
+       SG_ERR_INVALID_ARG},
+      {"upsample by 0",
+       sg_upsample_fwd_cuda(SG_UPSAMPLE_NEAREST, 1, 1, (int64_t[]){4},
+                            (int64_t[]){0}, SG_DTYPE_F64, NULL, NULL, NULL),
+       SG_ERR_INVALID_ARG},
+      {"linear without input channels",
+       sg_linear_fwd_cuda(SG_DTYPE_F32, 1, 0, 1, 1, NULL, NULL, NULL, NULL,
+                          NULL),
+       SG_ERR_SHAPE},
       {"adamw at step 0",
        sg_adamw_step_f32_cuda(NULL, NULL, NULL, NULL, 4, 0, 1e-3, 1.0, &cfg,
                               NULL),
@@ -288,6 +376,9 @@ int main(int argc, char **argv) {
     check_act(dts[k]);
     check_binary_scale(dts[k]);
     check_bias(dts[k]);
+    check_pool(dts[k]);
+    check_upsample(dts[k]);
+    check_linear(dts[k]);
     check_loss(dts[k]);
   }
   check_adamw();

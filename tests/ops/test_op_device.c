@@ -4,12 +4,25 @@
  * both CUDA entry points or is host-only with a reason (never both, never
  * half). The checker is also fed broken tables (a missing op, a
  * duplicate, a reason-less host-only entry, a half CUDA entry) and must
- * reject each. Prints the coverage: n of m ops with CUDA kernels. Runs in
- * every build (release and cuda); needs no GPU. */
+ * reject each. Prints the coverage: n of m ops with CUDA kernels. Then
+ * the tape's device check (sg_op_def.forward_cuda): an input marked as
+ * living on cuda:0 (host memory under a faked device; the check runs
+ * before any data is read) must be refused with SG_ERR_NOT_SUPPORTED and
+ * the op's name, by a user op without CUDA entry points, a built-in op,
+ * and (while the tape runs host variables only) a user op with them; on
+ * the host the same user op runs. And the CUDA kernels' backward gathers
+ * of pooling and up-sampling (sg_pool_grad_cell, sg_up_grad_cell of
+ * sg_ops_inl.h, one per input cell), run here on the host, against the
+ * host's scatters in f64 (1e-12): their index arithmetic without a GPU.
+ * Runs in every build (release and cuda); needs no GPU. */
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "ops_impl.h" /* sg_pool_win_make, sg_up_geom_make */
+
+#include "sg_autograd.h"
 #include "sg_op_device.h"
 #include "sg_op_registry.h"
 
@@ -76,6 +89,141 @@ static int check_rejects(const sg_op_device *t, int n) {
   return fails;
 }
 
+/* A user op: y = x (f64). */
+static sg_status copy_fwd(sg_node *node) {
+  const sg_tensor *x = &node->in[0]->value;
+  sg_status st = sg_node_alloc_out(node, 0, x->ndim, x->shape);
+  if (st == SG_OK)
+    memcpy(node->out[0]->value.data, x->data,
+           (size_t)x->shape[0] * sizeof(double));
+  return st;
+}
+static sg_status copy_bwd(sg_node *node) {
+  if (node->gin[0])
+    memcpy(node->gin[0], node->out[0]->grad.data,
+           (size_t)node->in[0]->value.shape[0] * sizeof(double));
+  return SG_OK;
+}
+#define COPY_OP(nm, cf, cb)                                  \
+  {                                                          \
+    .name = nm, .slots = {SG_SLOT_ACT}, .forward = copy_fwd, \
+    .backward = copy_bwd,                                    \
+    .rule = {.windowed_input = -1,                           \
+             .accepts = SG_ACCEPT_ALL,                       \
+             .out = SG_OUT_LIKE_INPUT,                       \
+             .writes_gin = 1u},                              \
+    .forward_cuda = cf, .backward_cuda = cb                  \
+  }
+static const sg_op_def host_op = COPY_OP("user_host", NULL, NULL);
+static const sg_op_def cuda_op = COPY_OP("user_cuda", copy_fwd, copy_bwd);
+
+/* st must be SG_ERR_NOT_SUPPORTED with want in the message. */
+static int refused(const char *what, sg_status st, const char *want) {
+  const char *msg = sg_last_error();
+  if (st == SG_ERR_NOT_SUPPORTED && msg && strstr(msg, want)) {
+    printf("tape on cuda input: %s refused: %s\n", what, msg);
+    return 0;
+  }
+  printf("FAIL: %s on a cuda input: status %d (%s), expected \"%s\"\n", what,
+         (int)st, msg ? msg : "", want);
+  return 1;
+}
+
+static int check_tape_device(void) {
+  double xs[3] = {1, 2, 3};
+  const int64_t shape[1] = {3};
+  sg_tape_t tape = NULL;
+  sg_var x, *y = NULL;
+  int fails = 0;
+  if (sg_tape_create(&tape) != SG_OK ||
+      sg_var_init(&x, "x", SG_DTYPE_F64, 1, shape, xs, 1) != SG_OK)
+    return printf("FAIL: tape or variable\n") > 0;
+  sg_status st = sg_tape_apply(tape, &host_op, 1, (sg_var *[]){&x}, 1, NULL,
+                               NULL, 0, &y);
+  if (st != SG_OK || !y || ((double *)y->value.data)[2] != 3)
+    fails += printf("FAIL: the user op on the host: status %d\n", (int)st) > 0;
+  sg_tape_clear(tape);
+  x.value.device.kind = SG_DEVICE_CUDA; /* faked: the data stay host memory */
+  st = sg_tape_apply(tape, &host_op, 1, (sg_var *[]){&x}, 1, NULL, NULL, 0, &y);
+  fails += refused("user op without cuda entry points", st,
+                   "op user_host has no cuda implementation");
+  st = sg_ag_act(tape, SG_ACT_RELU, &x, &y);
+  fails += refused("built-in act", st, "op act has no cuda implementation");
+  st = sg_tape_apply(tape, &cuda_op, 1, (sg_var *[]){&x}, 1, NULL, NULL, 0, &y);
+  fails += refused("user op with cuda entry points", st,
+                   "does not run device variables yet");
+  x.value.device = sg_device_host();
+  sg_var_release(&x);
+  sg_tape_destroy(&tape);
+  return fails;
+}
+
+#define GMAX 1024
+static double gx[GMAX], gdy[GMAX], ghost[GMAX], ggat[GMAX];
+
+static void fill(double *v, int n, unsigned seed) {
+  for (int i = 0; i < n; ++i) {
+    seed = seed * 1103515245u + 12345u;
+    v[i] = (double)(seed >> 8 & 0xffff) / 32768.0 - 1.0;
+  }
+}
+
+/* max |gather - host| / max(1, |host|) over n cells, printed. */
+static int gather_ok(const char *what, int64_t n) {
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double e = fabs(ggat[i] - ghost[i]) /
+               (fabs(ghost[i]) > 1 ? fabs(ghost[i]) : 1);
+    if (!(e <= worst)) worst = e;
+  }
+  printf("cuda gather %-22s max rel err %.1e %s\n", what, worst,
+         worst <= 1e-12 ? "ok" : "FAIL");
+  return worst <= 1e-12 ? 0 : 1;
+}
+
+static int check_gathers(void) {
+  sg_conv_desc d = {.nsp = 2,
+                    .batch = 1,
+                    .cin = 2,
+                    .cout = 2,
+                    .in = {9, 11},
+                    .kernel = {3, 2},
+                    .stride = {2, 1},
+                    .dilation = {1, 2}};
+  sg_pool_win w;
+  int64_t planes = 0, fails = 0;
+  fill(gx, GMAX, 7), fill(gdy, GMAX, 11);
+  if (sg_pool_win_make(&d, SG_DTYPE_F64, &w, &planes) != SG_OK) return 1;
+  const int64_t sin = w.in[1] * w.in[2], sout = w.out[1] * w.out[2];
+  for (int kind = SG_POOL_AVG; kind <= SG_POOL_MAX; ++kind) {
+    if (sg_pool_backward((sg_pool_kind)kind, &d, SG_DTYPE_F64, gx, gdy,
+                         ghost) != SG_OK)
+      return 1;
+    for (int64_t i = 0; i < planes * sin; ++i)
+      ggat[i] = sg_pool_grad_cell_f64(kind, &w, 1.0 / 6, gx + i / sin * sin,
+                                      gdy + i / sin * sout, i % sin);
+    fails += gather_ok(kind ? "pool max backward" : "pool avg backward",
+                       planes * sin);
+  }
+  const int64_t scale[2] = {2, 3};
+  for (int kind = SG_UPSAMPLE_NEAREST; kind <= SG_UPSAMPLE_LINEAR; ++kind) {
+    const int64_t in[2] = {5 + 2 * kind, 7 + 2 * kind};
+    sg_up_geom g;
+    if (sg_up_geom_make((sg_upsample_kind)kind, 2, 2, in, scale, SG_DTYPE_F64,
+                        &g) != SG_OK ||
+        sg_upsample_backward((sg_upsample_kind)kind, 2, 2, in, scale,
+                             SG_DTYPE_F64, gdy, ghost) != SG_OK)
+      return 1;
+    const int64_t ui = g.in[1] * g.in[2], uo = g.out[1] * g.out[2];
+    for (int64_t i = 0; i < 2 * ui; ++i)
+      ggat[i] = sg_up_grad_cell_f64(g.in, g.out, g.scale, g.linear,
+                                    gdy + i / ui * uo, i % ui);
+    fails += gather_ok(kind ? "upsample linear bwd" : "upsample nearest bwd",
+                       2 * ui);
+  }
+  return (int)fails;
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
@@ -90,6 +238,8 @@ int main(int argc, char **argv) {
     fails += check(t, n, rank == 0);
     fails += check_rejects(t, n);
   }
+  fails += check_tape_device();
+  fails += check_gathers();
   if (rank == 0 && !fails) {
     int on = 0;
     for (int i = 0; i < n; ++i) on += sg_op_device_on_cuda(&t[i]);

@@ -6,10 +6,12 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "ops_impl.h"  // SG_SUM_BLOCK
-#include "optim_inl.h"
 #include "sg_ops_cuda.h"
 #include "sg_ops_inl.h"
+extern "C" {
+#include "ops_impl.h"  // SG_SUM_BLOCK, sg_pool_win_make
+}
+#include "optim_inl.h"
 
 namespace {
 
@@ -48,6 +50,33 @@ struct El<float> {
   __device__ static float bias(float x, float b) {
     return sg_el_bias_add_f32(x, b);
   }
+  __device__ static float pool(int k, const sg_pool_win *w, float inv,
+                               const float *xp, int64_t o0, int64_t o1,
+                               int64_t o2) {
+    return sg_pool_out_f32(k, w, inv, xp, o0, o1, o2);
+  }
+  __device__ static int64_t argmax(const sg_pool_win *w, const float *xp,
+                                   int64_t o0, int64_t o1, int64_t o2) {
+    return sg_pool_argmax_f32(w, xp, o0, o1, o2);
+  }
+  __device__ static void w4(float la, float lb, float *w) {
+    sg_up_w4_f32(la, lb, w);
+  }
+  __device__ static float pool_grad(int k, const sg_pool_win *w, float inv,
+                                    const float *xp, const float *dyp,
+                                    int64_t c) {
+    return sg_pool_grad_cell_f32(k, w, inv, xp, dyp, c);
+  }
+  __device__ static float up_grad(const int64_t *in, const int64_t *out,
+                                  const int64_t *sc, const int *lin,
+                                  const float *dyp, int64_t c) {
+    return sg_up_grad_cell_f32(in, out, sc, lin, dyp, c);
+  }
+  __device__ static float lerp(const float *w, float lc, const float *r00,
+                               const float *r01, const float *r10,
+                               const float *r11, int64_t c0, int64_t c1) {
+    return sg_up_lerp_f32(w, lc, r00, r01, r10, r11, c0, c1);
+  }
 };
 template <>
 struct El<double> {
@@ -69,6 +98,33 @@ struct El<double> {
   }
   __device__ static double bias(double x, double b) {
     return sg_el_bias_add_f64(x, b);
+  }
+  __device__ static double pool(int k, const sg_pool_win *w, double inv,
+                                const double *xp, int64_t o0, int64_t o1,
+                                int64_t o2) {
+    return sg_pool_out_f64(k, w, inv, xp, o0, o1, o2);
+  }
+  __device__ static int64_t argmax(const sg_pool_win *w, const double *xp,
+                                   int64_t o0, int64_t o1, int64_t o2) {
+    return sg_pool_argmax_f64(w, xp, o0, o1, o2);
+  }
+  __device__ static void w4(double la, double lb, double *w) {
+    sg_up_w4_f64(la, lb, w);
+  }
+  __device__ static double pool_grad(int k, const sg_pool_win *w, double inv,
+                                     const double *xp, const double *dyp,
+                                     int64_t c) {
+    return sg_pool_grad_cell_f64(k, w, inv, xp, dyp, c);
+  }
+  __device__ static double up_grad(const int64_t *in, const int64_t *out,
+                                   const int64_t *sc, const int *lin,
+                                   const double *dyp, int64_t c) {
+    return sg_up_grad_cell_f64(in, out, sc, lin, dyp, c);
+  }
+  __device__ static double lerp(const double *w, double lc, const double *r00,
+                                const double *r01, const double *r10,
+                                const double *r11, int64_t c0, int64_t c1) {
+    return sg_up_lerp_f64(w, lc, r00, r01, r10, r11, c0, c1);
   }
 };
 
@@ -100,6 +156,75 @@ template <typename T>
 __global__ void bias_fwd_k(int64_t n, int64_t c, int64_t s, const T *x,
                            const T *b, T *y) {
   SG_GRID_STRIDE(i, n) y[i] = El<T>::bias(x[i], b[sg_bias_channel(i, c, s)]);
+}
+
+// Pooling: one thread per output (n = planes * outputs per plane).
+template <typename T>
+__global__ void pool_fwd_k(int kind, sg_pool_win w, T inv, int64_t n,
+                           const T *x, T *y) {
+  const int64_t sin = w.in[0] * w.in[1] * w.in[2];
+  const int64_t sout = w.out[0] * w.out[1] * w.out[2];
+  SG_GRID_STRIDE(i, n) {
+    const int64_t p = i / sout, o = i % sout;
+    y[i] = El<T>::pool(kind, &w, inv, x + p * sin, o / (w.out[1] * w.out[2]),
+                       (o / w.out[2]) % w.out[1], o % w.out[2]);
+  }
+}
+
+// Pooling backward as a gather, one thread per input cell, no atomics
+// (sg_pool_grad_cell: the order of its sums differs from the host's
+// scatter by rounding only).
+template <typename T>
+__global__ void pool_bwd_k(int kind, sg_pool_win w, T inv, int64_t n,
+                           const T *x, const T *dy, T *dx) {
+  const int64_t sin = w.in[0] * w.in[1] * w.in[2];
+  const int64_t sout = w.out[0] * w.out[1] * w.out[2];
+  SG_GRID_STRIDE(i, n) {
+    const int64_t p = i / sin;
+    dx[i] = El<T>::pool_grad(kind, &w, inv, x ? x + p * sin : nullptr,
+                             dy + p * sout, i % sin);
+  }
+}
+
+// Up-sampling: one thread per output; the source cells and weights per
+// dim from sg_up_src, the bilinear value from sg_up_lerp, as the host.
+template <typename T>
+__global__ void up_fwd_k(int linear, sg_up_geom g, int64_t n, const T *x,
+                         T *y) {
+  const int64_t sin = g.in[0] * g.in[1] * g.in[2];
+  const int64_t sout = g.out[0] * g.out[1] * g.out[2];
+  SG_GRID_STRIDE(i, n) {
+    const int64_t p = i / sout, o = i % sout;
+    int64_t a0, a1, b0, b1, c0, c1;
+    const T la = (T)sg_up_src(g.linear[0], g.scale[0],
+                              o / (g.out[1] * g.out[2]), &a0, &a1);
+    const T lb = (T)sg_up_src(g.linear[1], g.scale[1],
+                              (o / g.out[2]) % g.out[1], &b0, &b1);
+    const T lc = (T)sg_up_src(g.linear[2], g.scale[2], o % g.out[2], &c0, &c1);
+    const T *xp = x + p * sin;
+    if (!linear) {
+      y[i] = xp[(a0 * g.in[1] + b0) * g.in[2] + c0];
+      continue;
+    }
+    T w[4];
+    El<T>::w4(la, lb, w);
+    y[i] = El<T>::lerp(w, lc, xp + (a0 * g.in[1] + b0) * g.in[2],
+                       xp + (a0 * g.in[1] + b1) * g.in[2],
+                       xp + (a1 * g.in[1] + b0) * g.in[2],
+                       xp + (a1 * g.in[1] + b1) * g.in[2], c0, c1);
+  }
+}
+
+// Up-sampling backward as a gather, one thread per input cell, no atomics
+// (sg_up_grad_cell).
+template <typename T>
+__global__ void up_bwd_k(sg_up_geom g, int64_t n, const T *dy, T *dx) {
+  const int64_t sin = g.in[0] * g.in[1] * g.in[2];
+  const int64_t sout = g.out[0] * g.out[1] * g.out[2];
+  SG_GRID_STRIDE(i, n) {
+    dx[i] = El<T>::up_grad(g.in, g.out, g.scale, g.linear,
+                           dy + (i / sin) * sout, i % sin);
+  }
 }
 
 // Tree sum of the block's v (in shared memory) into sh[0]; every thread
@@ -308,6 +433,95 @@ extern "C" sg_status sg_bias_bwd_cuda(sg_dtype dt, int64_t batch,
         <<<blocks, kThreads, 0, SG_STREAM(stream)>>>(batch, channels, spatial,
                                                      (const T *)dy, (T *)db);
   });
+}
+
+extern "C" sg_status sg_pool_fwd_cuda(sg_pool_kind kind, const sg_conv_desc *d,
+                                      sg_dtype dt, const void *x, void *y,
+                                      void *stream) {
+  sg_status st = SG_OK;
+  sg_pool_win w;
+  int64_t planes = 0;
+  SG_TRY(sg_pool_win_make(d, dt, &w, &planes));
+  {
+    const int64_t n = planes * w.out[0] * w.out[1] * w.out[2];
+    const double inv = 1.0 / (double)(w.ker[0] * w.ker[1] * w.ker[2]);
+    if (n > 0 && (!x || !y))
+      SG_RAISE(SG_ERR_INVALID_ARG, "sg_pool_fwd_cuda: NULL x or y");
+    st = dispatch("sg_pool_fwd_cuda", dt, n, [&](auto z) {
+      using T = decltype(z);
+      pool_fwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+          (int)kind, w, (T)inv, n, (const T *)x, (T *)y);
+    });
+  }
+fail:
+  return st;
+}
+
+extern "C" sg_status sg_pool_bwd_cuda(sg_pool_kind kind, const sg_conv_desc *d,
+                                      sg_dtype dt, const void *x,
+                                      const void *dy, void *dx, void *stream) {
+  sg_status st = SG_OK;
+  sg_pool_win w;
+  int64_t planes = 0;
+  SG_TRY(sg_pool_win_make(d, dt, &w, &planes));
+  {
+    const int64_t n = planes * w.in[0] * w.in[1] * w.in[2];
+    const double inv = 1.0 / (double)(w.ker[0] * w.ker[1] * w.ker[2]);
+    if (n > 0 && (!dy || !dx || (kind == SG_POOL_MAX && !x)))
+      SG_RAISE(SG_ERR_INVALID_ARG, "sg_pool_bwd_cuda: NULL x, dy or dx");
+    st = dispatch("sg_pool_bwd_cuda", dt, n, [&](auto z) {
+      using T = decltype(z);
+      pool_bwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+          (int)kind, w, (T)inv, n, (const T *)x, (const T *)dy, (T *)dx);
+    });
+  }
+fail:
+  return st;
+}
+
+extern "C" sg_status sg_upsample_fwd_cuda(sg_upsample_kind kind, int nsp,
+                                          int64_t planes, const int64_t *in,
+                                          const int64_t *scale, sg_dtype dt,
+                                          const void *x, void *y,
+                                          void *stream) {
+  sg_status st = SG_OK;
+  sg_up_geom g;
+  SG_TRY(sg_up_geom_make(kind, nsp, planes, in, scale, dt, &g));
+  {
+    const int64_t n = planes * g.out[0] * g.out[1] * g.out[2];
+    if (n > 0 && (!x || !y))
+      SG_RAISE(SG_ERR_INVALID_ARG, "sg_upsample_fwd_cuda: NULL x or y");
+    st = dispatch("sg_upsample_fwd_cuda", dt, n, [&](auto z) {
+      using T = decltype(z);
+      up_fwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+          kind == SG_UPSAMPLE_LINEAR, g, n, (const T *)x, (T *)y);
+    });
+  }
+fail:
+  return st;
+}
+
+extern "C" sg_status sg_upsample_bwd_cuda(sg_upsample_kind kind, int nsp,
+                                          int64_t planes, const int64_t *in,
+                                          const int64_t *scale, sg_dtype dt,
+                                          const void *dy, void *dx,
+                                          void *stream) {
+  sg_status st = SG_OK;
+  sg_up_geom g;
+  SG_TRY(sg_up_geom_make(kind, nsp, planes, in, scale, dt, &g));
+  {
+    const int64_t n = planes * g.in[0] * g.in[1] * g.in[2];
+    if (n > 0 && (!dy || !dx))
+      SG_RAISE(SG_ERR_INVALID_ARG, "sg_upsample_bwd_cuda: NULL dy or dx");
+    st = dispatch("sg_upsample_bwd_cuda", dt, n, [&](auto z) {
+      using T = decltype(z);
+      up_bwd_k<T>
+          <<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(g, n, (const T *)dy,
+                                                            (T *)dx);
+    });
+  }
+fail:
+  return st;
 }
 
 extern "C" sg_status sg_loss_partial_cuda(sg_loss_kind kind, sg_dtype dt,
