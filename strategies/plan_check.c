@@ -435,26 +435,27 @@ static void check_sp_mode(const sg_model_config *mc, int tp, int ph, int pw,
 }
 
 /* The ViT's tp_sequence (vit.c vit_check_seq, in its words): no pp, and
- * a token per tp rank on the smallest shard. */
+ * a token per tp rank on the smallest shard (with sp: sp piece). */
 static void check_tp_sequence(const sg_plan_problem *pb,
                               const sg_model_config *mc, const sg_plan_mesh *m,
                               int tp, int64_t p, why_buf *w) {
   if (!mc->tp_sequence || p < 1) return;
+  const int sp = sg_plan_mesh_dim(m, "sp") * sg_plan_mesh_dim(m, "cp");
   const int64_t tok = (pb->ny / p / sg_plan_mesh_dim(m, "h")) *
-                      (pb->nx / p / sg_plan_mesh_dim(m, "w"));
+                      (pb->nx / p / sg_plan_mesh_dim(m, "w")) / sp;
   if (sg_plan_mesh_dim(m, "pp") > 1)
     why_add(w, "vit: tp_sequence does not compose with a pp dim yet (the "
                "pipeline pieces pass whole token tensors)");
   if (tp > 1 && tok < tp)
     why_add(w,
             "vit: tp_sequence needs at least one token per tp rank (%lld "
-            "tokens on the smallest shard, tp = %d)",
-            (long long)tok, tp);
+            "tokens on the smallest %s, tp = %d)",
+            (long long)tok, sp > 1 ? "sp piece" : "shard", tp);
 }
 
 /* The sp (cp) dim (model.c sg_model_sp_check, vit.c vit_check_sp, in
- * their words): the vit only; not with tp_sequence or experts; a token
- * per sp rank on the smallest shard. */
+ * their words): the vit only; not with experts; a token per sp rank on
+ * the smallest shard. */
 static void check_sp(const sg_plan_problem *pb, const sg_model_config *mc,
                      const sg_plan_mesh *m, why_buf *w) {
   const char *nm = sg_plan_has_dim(m, "cp") ? "cp" : "sp";
@@ -470,10 +471,11 @@ static void check_sp(const sg_plan_problem *pb, const sg_model_config *mc,
             model, nm, sp, model);
     return;
   }
-  if (mc->tp_sequence || mc->moe_experts > 0)
-    why_add(w, "vit: the sp dim (size %d) does not compose with %s", sp,
-            mc->tp_sequence ? "tp_sequence yet (both split the tokens)"
-                            : "a mixture of experts (moe_experts) yet");
+  if (mc->moe_experts > 0)
+    why_add(w,
+            "vit: the sp dim (size %d) does not compose with a mixture of "
+            "experts (moe_experts) yet",
+            sp);
   if (sg_plan_mesh_dim(m, "sp") > 1 && sg_plan_mesh_dim(m, "cp") > 1)
     why_add(w, "vit: mesh dims sp and cp are the same role: use one");
   if (p < 1) return;

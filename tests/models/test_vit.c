@@ -22,7 +22,8 @@
  *    the LayerNorms' and row biases' gradients are summed over tp by the
  *    model;
  *  - tp_sequence with a pp dim, or fewer tokens than tp ranks: refused;
- *  - the sp dim (sp=2, sp=3, sp=2,h=2, tp=2,sp=2): every gradient, summed
+ *  - the sp dim (sp=2, sp=3, sp=2,h=2, tp=2,sp=2, and tp=2,sp=2 with
+ *    tp_sequence: the tp slices of each sp piece): every gradient, summed
  *    over sp (and h), equals the one-process one; fewer tokens than sp
  *    ranks refused;
  *  - mixture of experts (4 experts, top-2, capacity 1) with the tokens
@@ -408,6 +409,8 @@ int main(int argc, char **argv) {
   if (sg_test_size == 4) {
     test_tp_gradients("sp=2,h=2", 2, 0, 0);
     test_tp_gradients("tp=2,sp=2", 2, 0, 0);
+    test_tp_gradients("tp=2,sp=2", 2, 1, 0); /* tp_sequence: 8 tokens per
+                                                 sp piece, 4 per tp slice */
     sg_model_config c = tiny();
     expect_refused("sp=4", c, 4, 4, "at least one token per sp rank");
   }

@@ -114,8 +114,9 @@ static const row rows[] = {
      "tp=8",
      {"tp_sequence needs at least one token per tp rank (4 tokens"}},
     /* the sp dim: the vit only; fits with h, tp, fsdp, pp (the triple
-     * pp=2,tp=2,sp=2); not with tp_sequence, nor fewer tokens than sp ranks, nor Ulysses heads not
-     * divisible by h x sp */
+     * pp=2,tp=2,sp=2) and tp_sequence (the tp slices of each sp piece: a
+     * token per tp rank in the smallest piece); not fewer tokens than sp
+     * ranks, nor Ulysses heads not divisible by h x sp */
     {"model = vit\nheads = 2\nbatch = 4", 32, 32, 4, "sp=2,h=2", {NULL}},
     {"model = vit\nheads = 2\nbatch = 4\nzero = 3",
      32,
@@ -141,7 +142,13 @@ static const row rows[] = {
      32,
      4,
      "tp=2,sp=2",
-     {"does not compose with tp_sequence yet"}},
+     {NULL}},
+    {"model = vit\nheads = 4\ntp_sequence = true\nbatch = 4",
+     8,
+     8,
+     8,
+     "tp=4,sp=2",
+     {"at least one token per tp rank (2 tokens on the smallest sp piece"}},
     {"model = vit\nheads = 2\nbatch = 4",
      8,
      8,
