@@ -406,11 +406,6 @@ static void check_moe(const sg_plan_problem *pb, const sg_model_config *mc,
   if (!strcmp(sg_kv_str(pb->cfg, "param_dtype"), "bf16"))
     why_add(w, "vit: mixture of experts with param_dtype = bf16 is not "
                "built (the experts compute in f32/f64)");
-  if (ep > 1 && sg_plan_mesh_dim(m, "pp") > 1)
-    why_add(w,
-            "vit: ep (%d) with pp is not built (untested): use ep "
-            "without pp",
-            ep);
   if (mc->moe_every < 1) why_add(w, "vit: moe_every must be >= 1");
 }
 
