@@ -149,7 +149,7 @@ fail:
   return st;
 }
 
-/* The sp dim: not with experts, and at least one token per sp rank on
+/* The sp dim: not both sp and cp, and at least one token per sp rank on
  * the rank with the fewest tokens. */
 static sg_status vit_check_sp(sg_mesh_t mesh, const sg_model_config *c,
                               int64_t ny, int64_t nx) {
@@ -159,11 +159,6 @@ static sg_status vit_check_sp(sg_mesh_t mesh, const sg_model_config *c,
                 tok = (ny / p / vit_dim(mesh, "h")) *
                       (nx / p / vit_dim(mesh, "w"));
   if (sp == 1) goto fail;
-  if (c->moe_experts > 0)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "vit: the sp dim (size %d) does not compose with a mixture of "
-             "experts (moe_experts) yet",
-             sp);
   if (vit_dim(mesh, "sp") > 1 && vit_dim(mesh, "cp") > 1)
     SG_RAISE(SG_ERR_CONFIG, "vit: mesh dims sp and cp are the same role: "
                             "use one");
@@ -628,10 +623,16 @@ fail:
   return st;
 }
 
+static sg_status vit_gather(vit *m, sg_tape_t t, sg_var **h);
+
 /* Block's experts (parameters q: router, fc1, its bias, fc2, its bias)
- * on x, their hidden width split over tp. With Megatron-SP x is this tp
- * rank's token slice: the experts run on the whole tokens (gathered; the
- * same routing on every tp rank) and the output is sliced again. */
+ * on x, their hidden width split over tp. With Megatron-SP or the sp dim x
+ * is this rank's token piece: the experts run on the rank's whole tokens
+ * (gathered over tp, then sp; the same routing on every tp and sp rank)
+ * and the output is split again (backward: the pieces' gradients
+ * all-gathered, so every sp rank runs the same backward); the experts'
+ * parameters enter by their sp share (sp_share: 1/sp, the plan sums over
+ * sp). */
 static sg_status vit_moe(vit *m, sg_tape_t t, sg_var *q, sg_var *x,
                          sg_var **y) {
   sg_status st = SG_OK;
@@ -642,8 +643,14 @@ static sg_status vit_moe(vit *m, sg_tape_t t, sg_var *q, sg_var *x,
                          .ep = m->ep,
                          .tp = m->tp,
                          .batch = m->b.dom.gbatch};
-  if (m->seq) SG_TRY(sg_ag_tp_seq_gather(t, m->tp, x, &m->like, &x));
-  SG_TRY(sg_ag_moe(t, &d, x, &q[0], &q[1], &q[2], &q[3], &q[4], &x));
+  sg_var *p[5];
+  for (int i = 0; i < 5; ++i) {
+    p[i] = &q[i];
+    if (m->sp) SG_TRY(sg_ag_sp_share(t, m->sp, p[i], &p[i]));
+  }
+  SG_TRY(vit_gather(m, t, &x));
+  SG_TRY(sg_ag_moe(t, &d, x, p[0], p[1], p[2], p[3], p[4], &x));
+  if (m->sp) SG_TRY(sg_ag_tp_seq_scatter(t, m->sp, x, &x));
   if (m->seq) SG_TRY(sg_ag_tp_seq_scatter(t, m->tp, x, &x));
   *y = x;
 fail:

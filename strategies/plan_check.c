@@ -449,8 +449,8 @@ static void check_tp_sequence(const sg_plan_problem *pb,
 }
 
 /* The sp (cp) dim (model.c sg_model_sp_check, vit.c vit_check_sp, in
- * their words): the vit only; not with experts; a token per sp rank on
- * the smallest shard. */
+ * their words): the vit only; a token per sp rank on the smallest
+ * shard. */
 static void check_sp(const sg_plan_problem *pb, const sg_model_config *mc,
                      const sg_plan_mesh *m, why_buf *w) {
   const char *nm = sg_plan_has_dim(m, "cp") ? "cp" : "sp";
@@ -466,11 +466,6 @@ static void check_sp(const sg_plan_problem *pb, const sg_model_config *mc,
             model, nm, sp, model);
     return;
   }
-  if (mc->moe_experts > 0)
-    why_add(w,
-            "vit: the sp dim (size %d) does not compose with a mixture of "
-            "experts (moe_experts) yet",
-            sp);
   if (sg_plan_mesh_dim(m, "sp") > 1 && sg_plan_mesh_dim(m, "cp") > 1)
     why_add(w, "vit: mesh dims sp and cp are the same role: use one");
   if (p < 1) return;

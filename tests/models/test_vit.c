@@ -415,6 +415,11 @@ int main(int argc, char **argv) {
     expect_refused("sp=4", c, 4, 4, "at least one token per sp rank");
   }
   if (sg_test_size == 2) test_tp_gradients("h=2", 2, 0, 1);
+  /* experts with the sp dim: on the whole tokens gathered over sp, their
+   * parameters by their sp share; with tp_sequence too (ep splits the
+   * samples: sg-train, by hand) */
+  if (sg_test_size == 2) test_tp_gradients("sp=2", 2, 0, 1);
+  if (sg_test_size == 4) test_tp_gradients("tp=2,sp=2", 2, 1, 1);
   if (sg_test_size == 3) test_tp_gradients("w=3", 2, 0, 1);
   /* the experts' hidden width over tp (with tp_sequence: the experts on
    * the gathered tokens); the swin with experts and with tp_sequence */

@@ -125,6 +125,13 @@ static const row rows[] = {
      "fsdp=2,sp=2",
      {NULL}},
     {"model = vit\nheads = 2\nbatch = 4", 32, 32, 4, "tp=2,sp=2", {NULL}},
+    /* experts with the sp dim (on the tokens gathered over sp) */
+    {"model = vit\nheads = 2\nmoe_experts = 2\nbatch = 4",
+     32,
+     32,
+     4,
+     "ep=2,sp=2",
+     {NULL}},
     /* the experts over ep inside each pipeline stage */
     {"model = vit\nheads = 2\nmoe_experts = 2\nbatch = 4\nmicrobatches = 2",
      32,
