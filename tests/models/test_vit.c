@@ -27,7 +27,8 @@
  *    over sp (and h), equals the one-process one; fewer tokens than sp
  *    ranks refused;
  *  - mixture of experts (4 experts, top-2, capacity 1) with the tokens
- *    over h=2, w=3, h=2,w=2: every gradient, summed over h, w, equals the
+ *    over h=2, w=3, h=2,w=2, sp=2 and tp=2,sp=2 with tp_sequence (the
+ *    experts on the tokens gathered over sp): every gradient, summed over h, w, equals the
  *    one-process one; with the experts' hidden width over tp on tp=2
  *    (plain and tp_sequence) the same check as tp's; topk > experts, ep without experts and experts not divisible
  *    by ep refused on every rank;
