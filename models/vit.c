@@ -61,8 +61,9 @@ typedef struct vit {
   unsigned tp_mask;
   int64_t c0, cl, f0, fl;
   /* Megatron-SP (cfg.tp_sequence with tp > 1): between the TP regions the
-   * tokens are split over tp; `like` is the full token tensor's shape and
-   * sharding (the embedding's output, no data), set by each forward */
+   * tokens are split over tp; `like` is the shape and sharding of what tp
+   * slices (the embedding's output, or with the sp dim this rank's sp
+   * piece; no data), set by each forward */
   int seq;
   sg_var like;
   /* the sp dim (sequence parallelism): its group (NULL: none or size 1);
@@ -125,14 +126,16 @@ fail:
 }
 
 /* tp_sequence: no pipeline (its pieces pass whole token tensors) and at
- * least one token per tp rank on the rank with the fewest tokens. */
+ * least one token per tp rank on the rank with the fewest tokens (with
+ * the sp dim: in the smallest sp piece, which tp slices further). */
 static sg_status vit_check_seq(sg_mesh_t mesh, const sg_model_config *c,
                                int64_t ny, int64_t nx) {
   sg_status st = SG_OK;
-  const int tp = vit_dim(mesh, "tp");
+  const int tp = vit_dim(mesh, "tp"),
+            sp = vit_dim(mesh, "sp") * vit_dim(mesh, "cp");
   const int64_t p = c->patch > 0 ? c->patch : 1,
                 tok = (ny / p / vit_dim(mesh, "h")) *
-                      (nx / p / vit_dim(mesh, "w"));
+                      (nx / p / vit_dim(mesh, "w")) / sp;
   if (vit_dim(mesh, "pp") > 1)
     SG_RAISE(SG_ERR_CONFIG,
              "vit: tp_sequence does not compose with a pp dim yet (the "
@@ -140,14 +143,14 @@ static sg_status vit_check_seq(sg_mesh_t mesh, const sg_model_config *c,
   if (tp > 1 && tok < tp)
     SG_RAISE(SG_ERR_CONFIG,
              "vit: tp_sequence needs at least one token per tp rank (%lld "
-             "tokens on the smallest shard, tp = %d)",
-             (long long)tok, tp);
+             "tokens on the smallest %s, tp = %d)",
+             (long long)tok, sp > 1 ? "sp piece" : "shard", tp);
 fail:
   return st;
 }
 
-/* The sp dim: not with tp_sequence or experts, and at least
- * one token per sp rank on the rank with the fewest tokens. */
+/* The sp dim: not both sp and cp, and at least one token per sp rank on
+ * the rank with the fewest tokens. */
 static sg_status vit_check_sp(sg_mesh_t mesh, const sg_model_config *c,
                               int64_t ny, int64_t nx) {
   sg_status st = SG_OK;
@@ -156,11 +159,6 @@ static sg_status vit_check_sp(sg_mesh_t mesh, const sg_model_config *c,
                 tok = (ny / p / vit_dim(mesh, "h")) *
                       (nx / p / vit_dim(mesh, "w"));
   if (sp == 1) goto fail;
-  if (c->tp_sequence || c->moe_experts > 0)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "vit: the sp dim (size %d) does not compose with %s", sp,
-             c->tp_sequence ? "tp_sequence yet (both split the tokens)"
-                            : "a mixture of experts (moe_experts) yet");
   if (vit_dim(mesh, "sp") > 1 && vit_dim(mesh, "cp") > 1)
     SG_RAISE(SG_ERR_CONFIG, "vit: mesh dims sp and cp are the same role: "
                             "use one");
@@ -605,27 +603,36 @@ fail:
 
 /* The attention of block (parameters q) on this rank's token piece of the
  * sp dim: the QKV and output projections on the piece (over tp as
- * Megatron's), the attention over the ranks of the whole sequence (the
- * domain dims x sp) by sp_mode. */
+ * Megatron's; with tp_sequence x is this tp rank's slice of the piece:
+ * all-gathered over tp before QKV, the output reduce-scattered back), the
+ * attention over the ranks of the whole sequence (the domain dims x sp) by
+ * sp_mode. */
 static sg_status vit_attention_sp(vit *m, sg_tape_t t, sg_var *q, sg_var *x,
                                   sg_var **y) {
   sg_status st = SG_OK;
   const int64_t cl = m->cl, parts[3] = {cl, cl, cl};
   sg_var *h = NULL, *qkv[3] = {NULL, NULL, NULL};
-  SG_TRY(sg_ag_linear_col(t, m->tp, x, &q[2], &q[3], &h));
+  SG_TRY(sg_ag_linear_col_seq(t, m->tp, m->seq ? &m->like : NULL, x, &q[2],
+                              &q[3], &h));
   SG_TRY(sg_ag_split(t, h, 3, parts, qkv));
   SG_TRY(sg_ag_attention_seq(t, (sg_sp_mode)m->cfg.sp_mode,
                              m->cfg.heads / m->tps, &m->ag, qkv[0], qkv[1],
                              qkv[2], &h));
-  SG_TRY(sg_ag_linear_row(t, m->tp, h, &q[4], &q[5], y));
+  SG_TRY(sg_ag_linear_row_seq(t, m->tp, m->seq, h, &q[4], &q[5], y));
 fail:
   return st;
 }
 
+static sg_status vit_gather(vit *m, sg_tape_t t, sg_var **h);
+
 /* Block's experts (parameters q: router, fc1, its bias, fc2, its bias)
- * on x, their hidden width split over tp. With Megatron-SP x is this tp
- * rank's token slice: the experts run on the whole tokens (gathered; the
- * same routing on every tp rank) and the output is sliced again. */
+ * on x, their hidden width split over tp. With Megatron-SP or the sp dim x
+ * is this rank's token piece: the experts run on the rank's whole tokens
+ * (gathered over tp, then sp; the same routing on every tp and sp rank)
+ * and the output is split again (backward: the pieces' gradients
+ * all-gathered, so every sp rank runs the same backward); the experts'
+ * parameters enter by their sp share (sp_share: 1/sp, the plan sums over
+ * sp). */
 static sg_status vit_moe(vit *m, sg_tape_t t, sg_var *q, sg_var *x,
                          sg_var **y) {
   sg_status st = SG_OK;
@@ -636,8 +643,14 @@ static sg_status vit_moe(vit *m, sg_tape_t t, sg_var *q, sg_var *x,
                          .ep = m->ep,
                          .tp = m->tp,
                          .batch = m->b.dom.gbatch};
-  if (m->seq) SG_TRY(sg_ag_tp_seq_gather(t, m->tp, x, &m->like, &x));
-  SG_TRY(sg_ag_moe(t, &d, x, &q[0], &q[1], &q[2], &q[3], &q[4], &x));
+  sg_var *p[5];
+  for (int i = 0; i < 5; ++i) {
+    p[i] = &q[i];
+    if (m->sp) SG_TRY(sg_ag_sp_share(t, m->sp, p[i], &p[i]));
+  }
+  SG_TRY(vit_gather(m, t, &x));
+  SG_TRY(sg_ag_moe(t, &d, x, p[0], p[1], p[2], p[3], p[4], &x));
+  if (m->sp) SG_TRY(sg_ag_tp_seq_scatter(t, m->sp, x, &x));
   if (m->seq) SG_TRY(sg_ag_tp_seq_scatter(t, m->tp, x, &x));
   *y = x;
 fail:
@@ -709,25 +722,46 @@ static void vit_like(sg_var *like, const sg_var *h) {
   like->value.data = NULL, like->producer = NULL;
 }
 
-/* The sp dim: this rank's piece of the tokens h (the whole block of the
- * domain shard, replicated over sp; its gradient Partial over sp). */
-static sg_status vit_sp_split(vit *m, sg_tape_t t, sg_var **h) {
-  vit_like(&m->splike, *h);
-  return sg_ag_sp_scatter(t, m->sp, *h, h);
+/* This rank's piece of its whole tokens h: over the sp dim (the domain
+ * shard's tokens replicated over sp; the gradient Partial over sp), then
+ * with tp_sequence over tp (Megatron-SP's slice of the sp piece). `splike`
+ * and `like` keep the shapes the gathers return to. */
+static sg_status vit_split(vit *m, sg_tape_t t, sg_var **h) {
+  sg_status st = SG_OK;
+  if (m->sp) {
+    vit_like(&m->splike, *h);
+    SG_TRY(sg_ag_sp_scatter(t, m->sp, *h, h));
+  }
+  if (m->seq) {
+    vit_like(&m->like, *h);
+    SG_TRY(sg_ag_tp_seq_scatter(t, m->tp, *h, h));
+  }
+fail:
+  return st;
+}
+
+/* vit_split's inverse: the whole tokens from this rank's piece. */
+static sg_status vit_gather(vit *m, sg_tape_t t, sg_var **h) {
+  sg_status st = SG_OK;
+  if (m->seq) SG_TRY(sg_ag_tp_seq_gather(t, m->tp, *h, &m->like, h));
+  if (m->sp) SG_TRY(sg_ag_tp_seq_gather(t, m->sp, *h, &m->splike, h));
+fail:
+  return st;
 }
 
 /* Pieces first .. first + count - 1 on h (the field for piece 0, else the
- * tokens); the result in *y. With the sp dim the blocks and the final
- * LayerNorm run on this rank's token piece, split at the first of them
- * and gathered before the un-patchify (or at the end of the range: the
- * pieces pass whole tokens between pipeline stages). */
+ * tokens); the result in *y. The blocks and the final LayerNorm run on
+ * this rank's token piece (vit_split: over sp, then tp_sequence's over tp;
+ * the whole tokens without either), split at the first of them and
+ * gathered before the un-patchify (or at the end of the range: the pieces
+ * pass whole tokens between pipeline stages). */
 static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
                          sg_var **y) {
   sg_status st = SG_OK;
   sg_var *P = m->b.p.vars;
   const int64_t p = m->cfg.patch;
   const int depth = (int)m->cfg.depth;
-  int split = 0; /* h is this rank's token piece of the sp dim */
+  int split = 0; /* h is this rank's token piece */
   if (!m->b.p.bound)
     SG_RAISE(SG_ERR_INVALID_ARG, "vit forward: parameters not bound");
   for (int k = first; k < first + count; ++k) {
@@ -738,25 +772,18 @@ static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
       SG_TRY(sg_cn_domain_input(&m->b.dom, t, h, &h));
       SG_TRY(sg_ag_conv(t, h, &P[m->embed], &P[m->embed + 1], pw, &h));
       SG_TRY(sg_ag_add_field(t, h, &P[m->pos], &h));
-      if (m->seq) { /* the tokens split over tp until the head */
-        vit_like(&m->like, h);
-        SG_TRY(sg_ag_tp_seq_scatter(t, m->tp, h, &h));
-      }
     } else if (k <= depth) {
-      if (m->sp && !split) {
-        SG_TRY(vit_sp_split(m, t, &h));
-        split = 1;
-      }
+      if (!split) SG_TRY(vit_split(m, t, &h));
+      split = 1;
       SG_TRY(vit_run_block(m, t, k - 1, &h));
     } else {
-      if (m->sp && !split) SG_TRY(vit_sp_split(m, t, &h));
+      if (!split) SG_TRY(vit_split(m, t, &h));
       split = 0;
       SG_TRY(vit_ln(m, t, &P[m->head], h, &h));
-      if (m->seq) SG_TRY(sg_ag_tp_seq_gather(t, m->tp, h, &m->like, &h));
+      SG_TRY(vit_gather(m, t, &h));
       /* sp: the un-patchify alike on every sp rank: its parameters' share */
       sg_var *uw = &P[m->head + 2], *ub = &P[m->head + 3];
       if (m->sp) {
-        SG_TRY(sg_ag_tp_seq_gather(t, m->sp, h, &m->splike, &h));
         SG_TRY(sg_ag_sp_share(t, m->sp, uw, &uw));
         SG_TRY(sg_ag_sp_share(t, m->sp, ub, &ub));
       }
@@ -764,8 +791,8 @@ static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
     }
   }
   /* a pipeline stage ending in the blocks passes the whole tokens on (the
-   * gather's backward: this rank's slice of the next stage's gradient) */
-  if (split) SG_TRY(sg_ag_tp_seq_gather(t, m->sp, h, &m->splike, &h));
+   * gathers' backward: this rank's piece of the next stage's gradient) */
+  if (split) SG_TRY(vit_gather(m, t, &h));
   *y = h;
 fail:
   return st;

@@ -406,11 +406,6 @@ static void check_moe(const sg_plan_problem *pb, const sg_model_config *mc,
   if (!strcmp(sg_kv_str(pb->cfg, "param_dtype"), "bf16"))
     why_add(w, "vit: mixture of experts with param_dtype = bf16 is not "
                "built (the experts compute in f32/f64)");
-  if (ep > 1 && sg_plan_mesh_dim(m, "pp") > 1)
-    why_add(w,
-            "vit: ep (%d) with pp is not built (untested): use ep "
-            "without pp",
-            ep);
   if (mc->moe_every < 1) why_add(w, "vit: moe_every must be >= 1");
 }
 
@@ -435,26 +430,27 @@ static void check_sp_mode(const sg_model_config *mc, int tp, int ph, int pw,
 }
 
 /* The ViT's tp_sequence (vit.c vit_check_seq, in its words): no pp, and
- * a token per tp rank on the smallest shard. */
+ * a token per tp rank on the smallest shard (with sp: sp piece). */
 static void check_tp_sequence(const sg_plan_problem *pb,
                               const sg_model_config *mc, const sg_plan_mesh *m,
                               int tp, int64_t p, why_buf *w) {
   if (!mc->tp_sequence || p < 1) return;
+  const int sp = sg_plan_mesh_dim(m, "sp") * sg_plan_mesh_dim(m, "cp");
   const int64_t tok = (pb->ny / p / sg_plan_mesh_dim(m, "h")) *
-                      (pb->nx / p / sg_plan_mesh_dim(m, "w"));
+                      (pb->nx / p / sg_plan_mesh_dim(m, "w")) / sp;
   if (sg_plan_mesh_dim(m, "pp") > 1)
     why_add(w, "vit: tp_sequence does not compose with a pp dim yet (the "
                "pipeline pieces pass whole token tensors)");
   if (tp > 1 && tok < tp)
     why_add(w,
             "vit: tp_sequence needs at least one token per tp rank (%lld "
-            "tokens on the smallest shard, tp = %d)",
-            (long long)tok, tp);
+            "tokens on the smallest %s, tp = %d)",
+            (long long)tok, sp > 1 ? "sp piece" : "shard", tp);
 }
 
 /* The sp (cp) dim (model.c sg_model_sp_check, vit.c vit_check_sp, in
- * their words): the vit only; not with tp_sequence or experts; a token
- * per sp rank on the smallest shard. */
+ * their words): the vit only; a token per sp rank on the smallest
+ * shard. */
 static void check_sp(const sg_plan_problem *pb, const sg_model_config *mc,
                      const sg_plan_mesh *m, why_buf *w) {
   const char *nm = sg_plan_has_dim(m, "cp") ? "cp" : "sp";
@@ -470,10 +466,6 @@ static void check_sp(const sg_plan_problem *pb, const sg_model_config *mc,
             model, nm, sp, model);
     return;
   }
-  if (mc->tp_sequence || mc->moe_experts > 0)
-    why_add(w, "vit: the sp dim (size %d) does not compose with %s", sp,
-            mc->tp_sequence ? "tp_sequence yet (both split the tokens)"
-                            : "a mixture of experts (moe_experts) yet");
   if (sg_plan_mesh_dim(m, "sp") > 1 && sg_plan_mesh_dim(m, "cp") > 1)
     why_add(w, "vit: mesh dims sp and cp are the same role: use one");
   if (p < 1) return;

@@ -414,15 +414,20 @@ static int op_linear_row(sim *s, const mshape *m, int x, double c, double k,
   return op_pointwise(s, m, x, k, sy, sx, 1, 0, -1); /* the bias */
 }
 
-/* The residual stream's rows: the ty x tx tokens, or with tp_sequence the
- * largest token slice over tp (T_r x 1); with the sp dim the largest piece
- * over sp (T_r x 1: every op of the blocks on it, the attention's queries
- * too). */
-static void vit_rows(const mshape *m, double ty, double tx, double *sy,
+/* tp_sequence's slice of ty x tx tokens: the largest over tp (T_r x 1);
+ * the tokens themselves without it. */
+static void seq_rows(const mshape *m, double ty, double tx, double *sy,
                      double *sx) {
-  const double parts = m->seq ? m->tp : m->sp > 1 ? m->sp : 1;
-  *sy = parts > 1 ? ceil(ty * tx / parts) : ty;
-  *sx = parts > 1 ? 1.0 : tx;
+  *sy = m->seq ? ceil(ty * tx / m->tp) : ty;
+  *sx = m->seq ? 1.0 : tx;
+}
+
+/* The sp dim's piece of ty x tx tokens: the largest over sp (T_p x 1:
+ * every op of the blocks on it, the attention's queries too). */
+static void sp_rows(const mshape *m, double ty, double tx, double *py,
+                    double *px) {
+  *py = m->sp > 1 ? ceil(ty * tx / m->sp) : ty;
+  *px = m->sp > 1 ? 1.0 : tx;
 }
 
 /* A ViT block on ty x tx tokens (vit.c vit_block); with tp_sequence the
@@ -435,8 +440,8 @@ static int vit_block_ops(sim *s, const mshape *m, int h, double ty, double tx,
                          int swin, int shifted) {
   const double C = (double)m->mc.width, H = (double)m->mc.heads / m->tp,
                T = ty * tx, W = swin ? (double)m->mc.window : 0.0;
-  double sy = ty, sx = tx; /* sp: ty x tx is the piece already */
-  if (m->sp <= 1) vit_rows(m, ty, tx, &sy, &sx);
+  double sy, sx; /* the residual stream's rows (sp: ty x tx is the piece) */
+  seq_rows(m, ty, tx, &sy, &sx);
   int r = op_norm(s, m, h, C, sy, sx, m->b * sy * sx);
   if (shifted) r = op_pointwise(s, m, r, C, ty, tx, 0, 0, -1); /* roll */
   r = op_linear_col(s, m, r, C, 3 * C, ty, tx);
@@ -469,8 +474,9 @@ static int vit_piece(sim *s, const mshape *m, int k, int h) {
                cout = (double)m->pb->vars;
   const double ty = floor(m->ny / p), tx = floor(m->nx / p);
   const int depth = (int)m->mc.depth;
-  double sy, sx;
-  vit_rows(m, ty, tx, &sy, &sx);
+  double py, px, sy, sx; /* the sp piece; its tp_sequence slice */
+  sp_rows(m, ty, tx, &py, &px);
+  seq_rows(m, py, px, &sy, &sx);
   if (k == 0) {
     int c0 = 0;
     h = op_input(s, m, &c0);
@@ -488,7 +494,7 @@ static int vit_piece(sim *s, const mshape *m, int k, int h) {
     return m->seq || m->sp > 1 ? op_pointwise(s, m, h, C, sy, sx, 0, 0, -1) : h;
   }
   if (k <= depth && m->sp > 1) /* the block on this rank's piece */
-    return vit_block_ops(s, m, h, sy, sx, 0, 0);
+    return vit_block_ops(s, m, h, py, px, 0, 0);
   if (k <= depth) {
     const int swin = m->kind == SG_MODEL_SWIN;
     return vit_block_ops(s, m, h, ty, tx, swin,

@@ -7,7 +7,9 @@
  *    pieces over sp by ring, Ulysses and USP) on 45 and 35 tokens (uneven
  *    pieces), and on h=2 x sp=2 (rows 3 + 2 of the 5 x 9 tokens, the
  *    attention over the 4 ranks; USP: Ulysses over sp, ring over h),
- *    against one process at 1e-10;
+ *    and on sp=2 x tp=2 with tp_sequence (the tp slices of each sp piece:
+ *    45 tokens 23+22 over sp, 12+11 and 11+11 over tp, ring; 35 tokens,
+ *    Ulysses), against one process at 1e-10;
  *  - the four token-slice ops alone (scatter, gather, all-gather,
  *    reduce-scatter over tp) on 45 tokens (5 x 9: 23+22, 15 x 3, 12+11x3)
  *    and 10 tokens (2 x 5: 4+3+3, 3+3+2+2): their values, and the adjoint
@@ -251,13 +253,13 @@ static void to_whole(const double *loc, double *whole, int64_t ny) {
            (size_t)(ny * B) * sizeof *whole);
 }
 
-static sg_status block_run_as(sg_group_t g, int seq, int sp, result *res) {
+/* The tp group g (NULL: none) and, with sp, the sp group spg: the tp
+ * slices (seq) are of this rank's sp piece, as vit.c vit_split. */
+static sg_status block_run_tp(sg_group_t g, sg_group_t spg, int seq, int sp,
+                              result *res) {
   sg_status st = SG_OK;
   const int64_t ny = sp && DOM ? NY : A, y0 = sp && DOM ? Y0 : 0;
-  const int P = g && !sp ? sg_group_size(g) : 1,
-            r = g && !sp ? sg_group_rank(g) : 0;
-  sg_group_t spg = sp ? g : NULL;
-  if (sp) g = NULL;
+  const int P = g ? sg_group_size(g) : 1, r = g ? sg_group_rank(g) : 0;
   const split s = {C / P * r, C / P, HID / P * r, HID / P};
   const int64_t xs[4] = {N, C, ny, B}, nl = N * C * ny * B;
   sg_tape_t tape = NULL;
@@ -280,12 +282,12 @@ static sg_status block_run_as(sg_group_t g, int seq, int sp, result *res) {
     for (int64_t i = 0; i < sg_tensor_numel(&prm[p].value); ++i)
       ((double *)prm[p].value.data)[i] = pval(p, glob(&s, p, i));
   }
-  const sg_var *like = seq ? &x : NULL;
   sg_var *g0 = &q[0], *b0 = &q[1], *g6 = &q[6], *b6 = &q[7];
   SG_TRY(sg_tape_create(&tape));
   sg_ag_tp_bytes(NULL, 1);
   h = &x;
   if (sp) SG_TRY(sg_ag_sp_scatter(tape, spg, h, &h));
+  const sg_var *piece = h, *like = seq ? piece : NULL;
   if (seq) {
     SG_TRY(sg_ag_tp_seq_scatter(tape, g, h, &h));
     SG_TRY(sg_ag_tp_param(tape, g, g0, &g0));
@@ -295,16 +297,16 @@ static sg_status block_run_as(sg_group_t g, int seq, int sp, result *res) {
   }
   SG_TRY(sg_ag_layernorm(tape, 1e-5, h, g0, b0, &u));
   if (sp) { /* vit.c vit_attention_sp */
-    const int64_t parts[3] = {C, C, C};
+    const int64_t parts[3] = {C / P, C / P, C / P};
     const sg_attn_groups ag = {.seq = DOM ? SEQ : spg,
                                .sp = spg,
                                .domain = DOM};
     sg_var *qkv[3];
-    SG_TRY(sg_ag_linear(tape, u, &q[2], &q[3], &u));
+    SG_TRY(sg_ag_linear_col_seq(tape, g, like, u, &q[2], &q[3], &u));
     SG_TRY(sg_ag_split(tape, u, 3, parts, qkv));
-    SG_TRY(sg_ag_attention_seq(tape, (sg_sp_mode)(sp - 1), HEADS, &ag, qkv[0],
-                               qkv[1], qkv[2], &u));
-    SG_TRY(sg_ag_linear(tape, u, &q[4], &q[5], &u));
+    SG_TRY(sg_ag_attention_seq(tape, (sg_sp_mode)(sp - 1), HEADS / P, &ag,
+                               qkv[0], qkv[1], qkv[2], &u));
+    SG_TRY(sg_ag_linear_row_seq(tape, g, seq, u, &q[4], &q[5], &u));
   } else {
     SG_TRY(sg_ag_mhsa_seq(tape, g, like, SG_SP_RING, HEADS / P, u, &q[2], &q[3],
                           &q[4], &q[5], &u));
@@ -315,7 +317,7 @@ static sg_status block_run_as(sg_group_t g, int seq, int sp, result *res) {
   SG_TRY(sg_ag_act(tape, SG_ACT_GELU, u, &u));
   SG_TRY(sg_ag_linear_row_seq(tape, g, seq, u, &q[10], &q[11], &u));
   SG_TRY(sg_ag_binary(tape, SG_BINARY_ADD, h, u, &h));
-  if (seq) SG_TRY(sg_ag_tp_seq_gather(tape, g, h, &x, &h));
+  if (seq) SG_TRY(sg_ag_tp_seq_gather(tape, g, h, piece, &h));
   if (sp) SG_TRY(sg_ag_tp_seq_gather(tape, spg, h, &x, &h));
   sg_ag_tp_bytes(&res->bytes_fwd, 1);
   to_whole(h->value.data, res->y, ny);
@@ -351,6 +353,12 @@ fail:
   return st;
 }
 
+/* sp > 0: g is an sp group (no tp) */
+static sg_status block_run_as(sg_group_t g, int seq, int sp, result *res) {
+  return sp ? block_run_tp(NULL, g, seq, sp, res)
+            : block_run_tp(g, NULL, seq, 0, res);
+}
+
 static sg_status block_run(sg_group_t g, int seq, result *res) {
   return block_run_as(g, seq, 0, res);
 }
@@ -359,6 +367,25 @@ static double maxabs(const double *a, int64_t n) {
   double m = 0;
   for (int64_t i = 0; i < n; ++i) m = fmax(m, fabs(a[i]));
   return m;
+}
+
+/* Every parameter's gradient on this rank's box (split s) against one
+ * process's, 1e-10 of its largest. */
+static void cmp_grads(const split *s, const result *ref, const result *got,
+                      const char *what, int tp, int sp) {
+  for (int p = 0; p < NP; ++p) {
+    int nd;
+    int64_t sh[2], bad = 0;
+    local_shape(s, p, &nd, sh);
+    const int64_t n = sh[0] * (nd == 2 ? sh[1] : 1);
+    const double m = maxabs(ref->grad[p], GN[p]);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t gi = glob(s, p, i);
+      bad += !(fabs(got->grad[p][gi] - ref->grad[p][gi]) <= 1e-10 * m);
+    }
+    SG_CHECK(bad == 0, "%s tp=%d sp=%d: gradient of parameter %d: %lld differ",
+             what, tp, sp, p, (long long)bad);
+  }
 }
 
 static void test_block(sg_group_t g, int64_t a, int64_t b) {
@@ -376,19 +403,7 @@ static void test_block(sg_group_t g, int64_t a, int64_t b) {
            "loss %.17g vs %.17g", got.loss, ref.loss);
   SG_CHECK(sg_test_cmp_f64("dx", got.dx, ref.dx, N * C * T, 0, 1e-10 * mx) == 0,
            "tp_sequence block dx (tp=%d)", P);
-  for (int p = 0; p < NP; ++p) {
-    int nd;
-    int64_t sh[2], bad = 0;
-    local_shape(&s, p, &nd, sh);
-    const int64_t n = sh[0] * (nd == 2 ? sh[1] : 1);
-    const double m = maxabs(ref.grad[p], GN[p]);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t gi = glob(&s, p, i);
-      bad += !(fabs(got.grad[p][gi] - ref.grad[p][gi]) <= 1e-10 * m);
-    }
-    SG_CHECK(bad == 0, "tp=%d: gradient of parameter %d: %lld differ", P, p,
-             (long long)bad);
-  }
+  cmp_grads(&s, &ref, &got, "tp_sequence", P, 1);
   /* volume: per rank 2 x (all-gather + reduce-scatter) each way; besides,
    * the test's scatter of x (backward: an all-gather), the gather of y
    * (forward: an all-gather) and the sums over tp of the 6 replicated
@@ -421,29 +436,33 @@ done:
   result_free(&ref), result_free(&got), result_free(&tp);
 }
 
-/* The block with its tokens split over an sp group of P ranks against one
- * process (1e-10): y, loss, dx and every gradient summed over sp. */
-static void test_block_sp(sg_group_t g, int64_t a, int64_t b, int mode) {
+/* The block with its tokens split over an sp group of P ranks (and with
+ * a tp group tg, its heads and hidden width over tp; seq: tp_sequence, the
+ * tp slices of each sp piece) against one process (1e-10): y, loss, dx
+ * and every gradient summed over sp, on this rank's box. */
+static void test_block_sp_tp(sg_group_t tg, sg_group_t g, int seq, int64_t a,
+                             int64_t b, int mode) {
   A = a, B = b, T = a * b;
-  const int P = g ? sg_group_size(g) : 1;
+  const int P = g ? sg_group_size(g) : 1, tp = tg ? sg_group_size(tg) : 1,
+            r = tg ? sg_group_rank(tg) : 0;
+  const split s = {C / tp * r, C / tp, HID / tp * r, HID / tp};
   static result ref, got;
   SG_REQUIRE_OK(block_run(NULL, 0, &ref));
-  SG_REQUIRE_OK(block_run_as(g, 0, 1 + mode, &got));
+  SG_REQUIRE_OK(block_run_tp(tg, g, seq, 1 + mode, &got));
   const double my = maxabs(ref.y, N * C * T), mx = maxabs(ref.dx, N * C * T);
   SG_CHECK(sg_test_cmp_f64("y", got.y, ref.y, N * C * T, 0, 1e-10 * my) == 0,
-           "sp block y (sp=%d)", P);
+           "sp block y (sp=%d, tp=%d, seq %d)", P, tp, seq);
   SG_CHECK(fabs(got.loss - ref.loss) <= 1e-10 * fabs(ref.loss),
            "sp loss %.17g vs %.17g", got.loss, ref.loss);
   SG_CHECK(sg_test_cmp_f64("dx", got.dx, ref.dx, N * C * T, 0, 1e-10 * mx) == 0,
-           "sp block dx (sp=%d)", P);
-  for (int p = 0; p < NP; ++p) {
-    const double m = maxabs(ref.grad[p], GN[p]);
-    SG_CHECK(sg_test_cmp_f64("grad", got.grad[p], ref.grad[p], GN[p], 0,
-                             1e-10 * m) == 0,
-             "sp=%d: gradient of parameter %d", P, p);
-  }
+           "sp block dx (sp=%d, tp=%d, seq %d)", P, tp, seq);
+  cmp_grads(&s, &ref, &got, seq ? "sp block, tp_sequence" : "sp block", tp, P);
 done:
   result_free(&ref), result_free(&got);
+}
+
+static void test_block_sp(sg_group_t g, int64_t a, int64_t b, int mode) {
+  test_block_sp_tp(NULL, g, 0, a, b, mode);
 }
 
 int main(int argc, char **argv) {
@@ -477,6 +496,17 @@ int main(int argc, char **argv) {
     NY = sg_split_size(5, 2, sg_mesh_coord(m2, 0));
     for (int mode = 0; mode < 3; ++mode) test_block_sp(sp2, 5, 9, mode);
     DOM = SEQ = NULL;
+    sg_mesh_destroy(&m2);
+    /* sp=2 x tp=2 with tp_sequence: 45 tokens over sp 23+22, each piece
+     * over tp 12+11, 11+11 (ring); 35: 18+17, 9+9, 9+8 (Ulysses); the
+     * attention over sp of the pieces all-gathered over tp, 6 heads per tp
+     * rank (the flavours see the same gathered pieces as without tp) */
+    sg_group_t tp2 = NULL;
+    SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, "sp=2,tp=2", &m2));
+    SG_REQUIRE_OK(sg_mesh_group(m2, 1u, &sp2));
+    SG_REQUIRE_OK(sg_mesh_group(m2, 2u, &tp2));
+    test_block_sp_tp(tp2, sp2, 1, 5, 9, 0);
+    test_block_sp_tp(tp2, sp2, 1, 5, 7, 1);
     sg_mesh_destroy(&m2);
   }
 done:

@@ -22,11 +22,13 @@
  *    the LayerNorms' and row biases' gradients are summed over tp by the
  *    model;
  *  - tp_sequence with a pp dim, or fewer tokens than tp ranks: refused;
- *  - the sp dim (sp=2, sp=3, sp=2,h=2, tp=2,sp=2): every gradient, summed
+ *  - the sp dim (sp=2, sp=3, sp=2,h=2, tp=2,sp=2, and tp=2,sp=2 with
+ *    tp_sequence: the tp slices of each sp piece): every gradient, summed
  *    over sp (and h), equals the one-process one; fewer tokens than sp
  *    ranks refused;
  *  - mixture of experts (4 experts, top-2, capacity 1) with the tokens
- *    over h=2, w=3, h=2,w=2: every gradient, summed over h, w, equals the
+ *    over h=2, w=3, h=2,w=2, sp=2 and tp=2,sp=2 with tp_sequence (the
+ *    experts on the tokens gathered over sp): every gradient, summed over h, w, equals the
  *    one-process one; with the experts' hidden width over tp on tp=2
  *    (plain and tp_sequence) the same check as tp's; topk > experts, ep without experts and experts not divisible
  *    by ep refused on every rank;
@@ -408,10 +410,17 @@ int main(int argc, char **argv) {
   if (sg_test_size == 4) {
     test_tp_gradients("sp=2,h=2", 2, 0, 0);
     test_tp_gradients("tp=2,sp=2", 2, 0, 0);
+    test_tp_gradients("tp=2,sp=2", 2, 1, 0); /* tp_sequence: 8 tokens per
+                                                 sp piece, 4 per tp slice */
     sg_model_config c = tiny();
     expect_refused("sp=4", c, 4, 4, "at least one token per sp rank");
   }
   if (sg_test_size == 2) test_tp_gradients("h=2", 2, 0, 1);
+  /* experts with the sp dim: on the whole tokens gathered over sp, their
+   * parameters by their sp share; with tp_sequence too (ep splits the
+   * samples: sg-train, by hand) */
+  if (sg_test_size == 2) test_tp_gradients("sp=2", 2, 0, 1);
+  if (sg_test_size == 4) test_tp_gradients("tp=2,sp=2", 2, 1, 1);
   if (sg_test_size == 3) test_tp_gradients("w=3", 2, 0, 1);
   /* the experts' hidden width over tp (with tp_sequence: the experts on
    * the gathered tokens); the swin with experts and with tp_sequence */

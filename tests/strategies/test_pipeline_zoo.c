@@ -20,7 +20,9 @@
  * (sg_pipe_ckpt_arrays) cover every array of the model, each element
  * written by exactly one rank. GPipe and 1F1B x m in {1, 2, 4} (4 ranks:
  * {1, 4}); ZB-H1 (the
- * tape's split backward) with m = 4. Verdict over all ranks. */
+ * tape's split backward) with m = 4. At 4 ranks also the ViT with experts
+ * (2, top-2, capacity 1) on pp=2,ep=2 (1F1B, m = 1): each stage's experts
+ * over ep. Verdict over all ranks. */
 #include "sg_dist_loss.h"
 #include "sg_model_impl.h"
 #include "sg_pipeline.h"
@@ -65,11 +67,17 @@ static const int64_t grid_n[SG_MODEL_COUNT] = {[SG_MODEL_FNO] = 8,
                                                [SG_MODEL_VIT] = 8,
                                                [SG_MODEL_SWIN] = 8};
 
+/* The ViT with a mixture of experts in every block (2 experts, top-2,
+ * capacity 1: pairs dropped) for the pp=2,ep=2 run. */
+static int vit_moe;
+
 static sg_model_config zoo_config(sg_model_kind kind) {
   sg_model_config c = sg_model_defaults(kind);
   c.cin = 2, c.cout = 2, c.width = 4, c.blocks = 3, c.groups = 2,
   c.proj_width = 8, c.layers = 3, c.modes = 2, c.levels = 3, c.patch = 2,
   c.heads = 2, c.depth = 3, c.window = 2;
+  if (vit_moe && kind == SG_MODEL_VIT)
+    c.moe_experts = 2, c.moe_topk = 2, c.moe_capacity = 1.0;
   return c;
 }
 
@@ -454,6 +462,16 @@ int main(int argc, char **argv) {
     /* ZB-H1: the tape's split backward through the model's ops (sharded
      * statistics, halos, the FFT, ring attention on pp=2,h=2) */
     if (R.params) check_run(spec, SG_PP_ZB_H1, MMAX, &R);
+    free(R.params);
+  }
+  if (sg_test_size == 4) { /* the ViT's experts over ep inside each stage
+                              (the MoE's all-to-alls within a stage mesh);
+                              one micro-batch: the load-balancing loss is
+                              per micro-batch, the reference has one */
+    vit_moe = 1;
+    ref_run R = {.kind = SG_MODEL_VIT};
+    SG_CHECK_OK(reference(&R));
+    if (R.params) check_run("pp=2,ep=2", SG_PP_1F1B, 1, &R);
     free(R.params);
   }
   return sg_test_finish();

@@ -114,8 +114,9 @@ static const row rows[] = {
      "tp=8",
      {"tp_sequence needs at least one token per tp rank (4 tokens"}},
     /* the sp dim: the vit only; fits with h, tp, fsdp, pp (the triple
-     * pp=2,tp=2,sp=2); not with tp_sequence, nor fewer tokens than sp ranks, nor Ulysses heads not
-     * divisible by h x sp */
+     * pp=2,tp=2,sp=2) and tp_sequence (the tp slices of each sp piece: a
+     * token per tp rank in the smallest piece); not fewer tokens than sp
+     * ranks, nor Ulysses heads not divisible by h x sp */
     {"model = vit\nheads = 2\nbatch = 4", 32, 32, 4, "sp=2,h=2", {NULL}},
     {"model = vit\nheads = 2\nbatch = 4\nzero = 3",
      32,
@@ -124,6 +125,20 @@ static const row rows[] = {
      "fsdp=2,sp=2",
      {NULL}},
     {"model = vit\nheads = 2\nbatch = 4", 32, 32, 4, "tp=2,sp=2", {NULL}},
+    /* experts with the sp dim (on the tokens gathered over sp) */
+    {"model = vit\nheads = 2\nmoe_experts = 2\nbatch = 4",
+     32,
+     32,
+     4,
+     "ep=2,sp=2",
+     {NULL}},
+    /* the experts over ep inside each pipeline stage */
+    {"model = vit\nheads = 2\nmoe_experts = 2\nbatch = 4\nmicrobatches = 2",
+     32,
+     32,
+     4,
+     "pp=2,ep=2",
+     {NULL}},
     {"model = swin\nbatch = 4\npatch = 2",
      32,
      32,
@@ -141,7 +156,13 @@ static const row rows[] = {
      32,
      4,
      "tp=2,sp=2",
-     {"does not compose with tp_sequence yet"}},
+     {NULL}},
+    {"model = vit\nheads = 4\ntp_sequence = true\nbatch = 4",
+     8,
+     8,
+     8,
+     "tp=4,sp=2",
+     {"at least one token per tp rank (2 tokens on the smallest sp piece"}},
     {"model = vit\nheads = 2\nbatch = 4",
      8,
      8,
