@@ -414,6 +414,20 @@ sg_status sg_pipe_model_run(sg_pipe_t pipe, const sg_pipe_model_io *io,
  * micro-batches, each consumed by `output` on the last stage. Collective
  * over the mesh. */
 sg_status sg_pipe_model_forward(sg_pipe_t pipe, const sg_pipe_model_io *io);
+/* An autoregressive rollout through the stages: `steps` forward-only runs
+ * (sg_pipe_model_forward). After run k the model's output of every
+ * micro-batch (count elements of dtype each; micro-batch mb at element
+ * mb * count of out, m * count in all) is in out on every rank of the
+ * pipeline (kept on the last stage, then sg_pipe_bcast_last), and
+ * next(ctx, k) runs on every rank: it feeds the predictions back into
+ * what io->input gives the next run (and may score them). io->fill may be
+ * NULL; io->output may be NULL, or runs on the last stage after the copy
+ * (loss NULL). An output of another size than count is an error.
+ * Collective over the mesh. */
+sg_status sg_pipe_model_roll(sg_pipe_t pipe, const sg_pipe_model_io *io,
+                             int64_t steps, sg_dtype dtype, int64_t count,
+                             void *out, sg_status (*next)(void *ctx, int64_t k),
+                             void *ctx);
 
 /* ---- checkpoints (strategies/pipeline_ckpt.c) ----------------------------
  * One checkpoint per step for the whole pipeline, in the format of a run

@@ -164,8 +164,9 @@ void sg_train_wm_report(const run_t *r, int64_t step) {
  * pp all of it per micro-batch (nmb of them, m batches a pass). */
 typedef struct lead_state {
   run_t *r;
-  int64_t K, nmb, k, pass; /* leads, batches at once; the lead, pass now */
-  sg_scores *wm;           /* slots (lead - 1) * EV_N + kind */
+  int64_t K, nmb, k;  /* leads, batches at once; the lead now */
+  int scorer;         /* scores (the last stage under pp) */
+  sg_scores *wm;      /* slots (lead - 1) * EV_N + kind */
   float *x, *x0, *xs; /* windows, first windows (nmb * lbatch * H * F each);
                        * scratch (lbatch * H * F) */
   float *pred;        /* predictions (nmb * lbatch * F) */
@@ -282,7 +283,7 @@ fail:
 }
 
 /* Under pp (sg_pipe_model_io): the first stage feeds micro-batch mb's
- * window, the last keeps its prediction. */
+ * window. */
 static sg_status lead_pp_input(void *ctx, int mb, sg_var *x) {
   lead_state *L = ctx;
   run_t *r = L->r;
@@ -291,40 +292,33 @@ static sg_status lead_pp_input(void *ctx, int mb, sg_var *x) {
                      L->x + mb * r->lbatch * r->cin * r->ds.ny * r->ds.nx, 0);
 }
 
-static sg_status lead_pp_output(void *ctx, sg_tape_t tape, int mb, sg_var *y,
-                                sg_var **loss) {
+/* After the prediction of lead k + 1 (in L->pred on every rank): score
+ * and feed back every micro-batch. */
+static sg_status lead_next(void *ctx, int64_t k) {
+  sg_status st = SG_OK;
   lead_state *L = ctx;
-  run_t *r = L->r;
-  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx;
-  (void)tape;
-  (void)loss;
-  memcpy(L->pred + mb * r->lbatch * F, y->value.data,
-         (size_t)(r->lbatch * F) * sizeof *L->pred);
-  return SG_OK;
+  L->k = k + 1;
+  for (int64_t mb = 0; mb < L->nmb; ++mb) SG_TRY(lead_step(L, mb, L->scorer));
+fail:
+  return st;
 }
 
-/* Batches b0 .. b0 + nmb - 1 over the K leads: one process, or one
- * forward-only pipeline run per lead, the predictions sent from the last
- * stage to the others (every stage feeds back; the last one scores).
- * Collective. */
+/* Batches b0 .. b0 + nmb - 1 over the K leads: one process, or the
+ * forward-only runs through the stages (sg_pipe_model_roll: the last
+ * stage's predictions on every stage; every stage feeds back, the last
+ * one scores). Collective. */
 static sg_status lead_pass(lead_state *L, int64_t b0) {
   sg_status st = SG_OK;
   run_t *r = L->r;
-  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx;
-  const int scorer = !r->pipe ||
-                     sg_pipe_stage(r->pipe) == sg_pipe_nstages(r->pipe) - 1;
-  const sg_pipe_model_io io = {r->model, NULL, lead_pp_input, lead_pp_output,
-                               L};
+  const sg_pipe_model_io io = {r->model, NULL, lead_pp_input, NULL, L};
   for (int64_t mb = 0; mb < L->nmb; ++mb) lead_start(L, mb, b0 + mb);
-  for (L->k = 1; L->k <= L->K; ++L->k) {
-    if (r->pipe) {
-      SG_TRY(sg_pipe_model_forward(r->pipe, &io));
-      SG_TRY(sg_pipe_bcast_last(r->pipe, L->pred, L->nmb * r->lbatch * F,
-                                SG_DTYPE_F32));
-    } else {
-      SG_TRY(lead_predict(r, L->x, L->pred));
-    }
-    for (int64_t mb = 0; mb < L->nmb; ++mb) SG_TRY(lead_step(L, mb, scorer));
+  if (r->pipe)
+    return sg_pipe_model_roll(r->pipe, &io, L->K, SG_DTYPE_F32,
+                              r->lbatch * r->ds.nvars * r->ds.ny * r->ds.nx,
+                              L->pred, lead_next, L);
+  for (int64_t k = 0; k < L->K; ++k) {
+    SG_TRY(lead_predict(r, L->x, L->pred));
+    SG_TRY(lead_next(L, k));
   }
 fail:
   return st;
@@ -370,7 +364,11 @@ sg_status sg_train_climate_leads(run_t *r, int64_t K, int64_t step) {
   sg_status st = SG_OK;
   const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, H = r->dopt.history,
                 nmb = r->pipe ? r->micro : 1, n = r->lbatch;
-  lead_state L = {.r = r, .K = K, .nmb = nmb};
+  lead_state L = {.r = r,
+                  .K = K,
+                  .nmb = nmb,
+                  .scorer = !r->pipe || sg_pipe_stage(r->pipe) ==
+                                            sg_pipe_nstages(r->pipe) - 1};
   double *res = NULL;
   if (!r->ds.wrow)
     SG_RAISE(SG_ERR_CONFIG,

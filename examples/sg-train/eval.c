@@ -398,8 +398,8 @@ static void roll_feed(roll_state *R, int64_t b, float *x, const float *pred) {
 }
 
 /* Under pp (sg_pipe_model_io): micro-batch mb is rollout batch
- * pass * m + mb; the first stage feeds its window, the last stage keeps
- * and scores the prediction. */
+ * pass * m + mb; the first stage feeds its window, the last stage scores
+ * the prediction (kept in R->pred by sg_pipe_model_roll). */
 static sg_status roll_pp_input(void *ctx, int mb, sg_var *x) {
   roll_state *R = ctx;
   return pp_input_of(R->r, R->x, mb, x);
@@ -411,16 +411,29 @@ static sg_status roll_pp_output(void *ctx, sg_tape_t tape, int mb, sg_var *y,
   run_t *r = R->r;
   const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, n = r->lbatch,
                 W = n * r->dopt.history * F;
-  float *pred = R->pred + mb * n * F;
   (void)tape;
+  (void)y;
   (void)loss;
-  memcpy(pred, y->value.data, (size_t)(n * F) * sizeof *pred);
-  return roll_score(R, R->pass * r->micro + mb, pred, R->x0 + mb * W);
+  return roll_score(R, R->pass * r->micro + mb, R->pred + mb * n * F,
+                    R->x0 + mb * W);
+}
+
+/* After frame k's run: every micro-batch's prediction (R->pred, on every
+ * stage) fed back into its window. */
+static sg_status roll_pp_next(void *ctx, int64_t k) {
+  roll_state *R = ctx;
+  run_t *r = R->r;
+  const int64_t F = r->ds.nvars * r->ds.ny * r->ds.nx, n = r->lbatch,
+                W = n * r->dopt.history * F;
+  for (int64_t mb = 0; mb < r->micro; ++mb)
+    roll_feed(R, R->pass * r->micro + mb, R->x + mb * W, R->pred + mb * n * F);
+  R->k = k + 1;
+  return SG_OK;
 }
 
 /* The rollout batches through the pipeline, m at a time: one forward-only
- * run per frame, the predictions sent from the last stage to the others
- * (the first feeds them back). Collective. */
+ * run per frame (sg_pipe_model_roll: the predictions sent from the last
+ * stage to the others; the first feeds them back). Collective. */
 static sg_status roll_pp(roll_state *R, int64_t nb) {
   sg_status st = SG_OK;
   run_t *r = R->r;
@@ -431,14 +444,9 @@ static sg_status roll_pp(roll_state *R, int64_t nb) {
   for (R->pass = 0; R->pass * r->micro < nb; ++R->pass) {
     for (int64_t mb = 0; mb < r->micro; ++mb)
       roll_start(R, R->pass * r->micro + mb, R->x + mb * W, R->x0 + mb * W);
-    for (R->k = 0; R->k < R->steps; ++R->k) {
-      SG_TRY(sg_pipe_model_forward(r->pipe, &io));
-      SG_TRY(
-          sg_pipe_bcast_last(r->pipe, R->pred, r->micro * n * F, SG_DTYPE_F32));
-      for (int64_t mb = 0; mb < r->micro; ++mb)
-        roll_feed(R, R->pass * r->micro + mb, R->x + mb * W,
-                  R->pred + mb * n * F);
-    }
+    R->k = 0;
+    SG_TRY(sg_pipe_model_roll(r->pipe, &io, R->steps, SG_DTYPE_F32, n * F,
+                              R->pred, roll_pp_next, R));
   }
 fail:
   return st;

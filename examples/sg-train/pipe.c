@@ -207,39 +207,29 @@ fail:
   return st;
 }
 
-/* Multi-step training's forward-only steps: the last stage keeps each
- * micro-batch's prediction. */
-static sg_status pp_keep(void *ctx, sg_tape_t tape, int mb, sg_var *y,
-                         sg_var **loss) {
+/* Pushforward's feedback after forward-only step k: every micro-batch's
+ * prediction (S->pred, on every stage) into its window, times the mask of
+ * step k's target (the data hold 0 at masked points; sg_train_feed_back). */
+static sg_status pp_feed(void *ctx, int64_t k) {
   sg_train_pp_step *S = ctx;
-  const int64_t F = S->nvars * S->ds->ny * S->ds->nx;
-  (void)tape;
-  (void)loss;
-  memcpy(S->pred + mb * S->lbatch * F, y->value.data,
-         (size_t)(S->lbatch * F) * sizeof *S->pred);
+  const int64_t plane = S->ds->ny * S->ds->nx, n = S->lbatch,
+                F = S->nvars * plane;
+  for (int mb = 0; mb < S->micro; ++mb)
+    sg_train_feed_back(S->x + mb * n * S->cin * plane, S->pred + mb * n * F,
+                       S->has_mask ? S->mask + y_of(S, mb) + k * n * F : NULL,
+                       n, S->history, F);
   return SG_OK;
 }
 
 /* Pushforward (K > 1): every micro-batch's data, then steps 1 .. K-1
- * without a tape, forward through the stages; the predictions go from
- * the last stage to every stage, which feed them back into the windows
- * (times the mask of that step's target, as the data hold 0 at masked
- * points; sg_train_feed_back). Collective. */
+ * without a tape through the stages (sg_pipe_model_roll). Collective. */
 static sg_status pp_pushforward(sg_train_pp_step *S) {
   sg_status st = SG_OK;
-  const int64_t plane = S->ds->ny * S->ds->nx, n = S->lbatch,
-                F = S->nvars * plane;
-  const sg_pipe_model_io io = {S->model, NULL, pp_input, pp_keep, S};
+  const sg_pipe_model_io io = {S->model, NULL, pp_input, NULL, S};
   for (int mb = 0; mb < S->micro; ++mb) SG_TRY(pp_fill(S, mb));
-  for (int64_t k = 0; k < S->steps - 1; ++k) {
-    SG_TRY(sg_pipe_model_forward(S->pipe, &io));
-    SG_TRY(
-        sg_pipe_bcast_last(S->pipe, S->pred, S->micro * n * F, SG_DTYPE_F32));
-    for (int mb = 0; mb < S->micro; ++mb)
-      sg_train_feed_back(S->x + mb * n * S->cin * plane, S->pred + mb * n * F,
-                         S->has_mask ? S->mask + y_of(S, mb) + k * n * F : NULL,
-                         n, S->history, F);
-  }
+  SG_TRY(sg_pipe_model_roll(S->pipe, &io, S->steps - 1, SG_DTYPE_F32,
+                            S->lbatch * S->nvars * S->ds->ny * S->ds->nx,
+                            S->pred, pp_feed, S));
 fail:
   return st;
 }
