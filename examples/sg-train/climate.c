@@ -175,17 +175,17 @@ typedef struct lead_state {
   int64_t *valid;          /* real inits per micro-batch (nmb) */
 } lead_state;
 
-/* The model's prediction (normalised) of a batch of windows x. */
-static sg_status lead_predict(run_t *r, float *x, float *pred) {
+sg_status sg_train_predict(run_t *r, const float *x, float *pred) {
   sg_status st = SG_OK;
-  const int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx};
+  const int64_t plane = r->ds.ny * r->ds.nx;
+  int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx};
   sg_var xv, *y = NULL;
   memset(&xv, 0, sizeof xv);
   int prev = sg_tape_set_grad_enabled(r->tape, 0);
-  SG_TRY(sg_var_init(&xv, "x", SG_DTYPE_F32, 4, xs, x, 0));
+  SG_TRY(sg_var_init(&xv, "x", SG_DTYPE_F32, 4, xs, (void *)x, 0));
   SG_TRY(sg_model_forward(r->model, r->tape, &xv, &y));
   memcpy(pred, y->value.data,
-         (size_t)(r->lbatch * r->cout * r->ds.ny * r->ds.nx) * sizeof *pred);
+         (size_t)(r->lbatch * r->cout * plane) * sizeof *pred);
 fail:
   sg_tape_clear(r->tape);
   sg_tape_set_grad_enabled(r->tape, prev);
@@ -317,7 +317,7 @@ static sg_status lead_pass(lead_state *L, int64_t b0) {
                               r->lbatch * r->ds.nvars * r->ds.ny * r->ds.nx,
                               L->pred, lead_next, L);
   for (int64_t k = 0; k < L->K; ++k) {
-    SG_TRY(lead_predict(r, L->x, L->pred));
+    SG_TRY(sg_train_predict(r, L->x, L->pred));
     SG_TRY(lead_next(L, k));
   }
 fail:

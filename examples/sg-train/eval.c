@@ -10,26 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Predict a batch (no tape kept): pred gets the model's output in physical
- * units, masked; yb is turned into physical units too. */
-static sg_status predict_batch(run_t *r, const float *x, float *pred) {
-  sg_status st = SG_OK;
-  const int64_t plane = r->ds.ny * r->ds.nx;
-  int64_t xs[4] = {r->lbatch, r->cin, r->ds.ny, r->ds.nx};
-  sg_var xv, *y = NULL;
-  memset(&xv, 0, sizeof xv);
-  int prev = sg_tape_set_grad_enabled(r->tape, 0);
-  SG_TRY(sg_var_init(&xv, "x", SG_DTYPE_F32, 4, xs, (void *)x, 0));
-  SG_TRY(sg_model_forward(r->model, r->tape, &xv, &y));
-  memcpy(pred, y->value.data,
-         (size_t)(r->lbatch * r->cout * plane) * sizeof *pred);
-fail:
-  sg_tape_clear(r->tape);
-  sg_tape_set_grad_enabled(r->tape, prev);
-  sg_var_release(&xv);
-  return st;
-}
-
 /* normalised -> physical units, masked; the cout channels of an example
  * are out_frames frames of the variables (frame-major) */
 static void to_physical(run_t *r, float *a, const float *mask) {
@@ -267,7 +247,7 @@ sg_status sg_train_evaluate(run_t *r, const char *out, double *rel_out) {
   for (int64_t b = 0; b < nb && !r->pipe; ++b) {
     int64_t first;
     const int64_t valid = eval_fill(r, b, E.ex, r->xb, r->yb, r->mb, &first);
-    SG_TRY(predict_batch(r, r->xb, E.pred));
+    SG_TRY(sg_train_predict(r, r->xb, E.pred));
     SG_TRY(eval_score(&E, first, valid, r->xb, E.pred, r->yb, r->mb));
   }
   double *sc = E.sc;
@@ -494,7 +474,7 @@ sg_status sg_train_rollout(run_t *r, int64_t steps, double *rel_out) {
   for (int64_t b = 0; b < nb && !r->pipe; ++b) {
     roll_start(&R, b, R.x, R.x0);
     for (R.k = 0; R.k < steps; ++R.k) {
-      SG_TRY(predict_batch(r, R.x, R.pred));
+      SG_TRY(sg_train_predict(r, R.x, R.pred));
       SG_TRY(roll_score(&R, b, R.pred, R.x0));
       roll_feed(&R, b, R.x, R.pred);
     }

@@ -225,6 +225,10 @@ sg_status sg_train_evaluate(run_t *r, const char *out, double *rel_out);
  * the examples (the FNO paper's metric). Collective. */
 sg_status sg_train_rollout(run_t *r, int64_t steps, double *rel_out);
 
+/* The model's output (normalised, lbatch examples) of the inputs x, no
+ * tape kept (climate.c; eval.c uses it too). Collective over the model's groups. */
+sg_status sg_train_predict(run_t *r, const float *x, float *pred);
+
 /* Latitude weighting (climate.c). loss_weighting = none | latitude: r->lw
  * the weights of a micro-batch's targets (cos(lat), sg_lat_weights).
  * Config and dataset only: the same verdict on every rank. */

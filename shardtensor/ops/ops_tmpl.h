@@ -1457,20 +1457,8 @@ void FN(sg_loss_partial)(int kind, int64_t batch, int64_t n, const R *p,
     blk[2 * ib] = s0;
     blk[2 * ib + 1] = s1;
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    double s0 = 0, s1 = 0;
-    for (int64_t b = 0; b < nblk; ++b) {
-      s0 += blk[2 * (r * nblk + b)];
-      s1 += blk[2 * (r * nblk + b) + 1];
-    }
-    if (kind == SG_LOSS_REL_L2) {
-      partial[2 * r] = s0;
-      partial[2 * r + 1] = s1;
-    } else {
-      partial[0] = s0;
-      if (kind != SG_LOSS_SUM) partial[1] = (double)n;
-    }
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    sg_loss_row_partials(kind, r, nblk, n, blk, partial);
 }
 
 void FN(sg_loss_bwd)(int kind, int64_t batch, int64_t n, const R *p, const R *t,

@@ -175,6 +175,27 @@ static inline SG_HD double sg_loss_sq_diff(double p, double t) {
   return d * d;
 }
 
+/* The loss partials of row r from its nblk blocks' sums (blk[2 (r nblk +
+ * b)], [.. + 1]) in block order: REL_L2 one pair per row, the other kinds
+ * (one row) the sum and, but for SUM, the element count n. Host and device
+ * sum in the same order, so the partials are the same bits. */
+static inline SG_HD void sg_loss_row_partials(int kind, int64_t r, int64_t nblk,
+                                              int64_t n, const double *blk,
+                                              double *partial) {
+  double s0 = 0, s1 = 0;
+  for (int64_t b = 0; b < nblk; ++b) {
+    s0 += blk[2 * (r * nblk + b)];
+    s1 += blk[2 * (r * nblk + b) + 1];
+  }
+  if (kind == 3) { /* SG_LOSS_REL_L2 */
+    partial[2 * r] = s0;
+    partial[2 * r + 1] = s1;
+  } else {
+    partial[0] = s0;
+    if (kind != 0) partial[1] = (double)n; /* SG_LOSS_SUM: no count */
+  }
+}
+
 /* The gradient of the loss (kind 0 sum, 1 mean, 2 MSE, 3 relative L2:
  * SG_LOSS_*) at element i with prediction p and target t, given the GLOBAL
  * partials (sg_ops.h) and the upstream gradient g; per = elements per batch

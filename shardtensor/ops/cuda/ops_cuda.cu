@@ -285,18 +285,7 @@ __global__ void loss_blocks_k(int kind, int64_t len, int64_t nblk, const T *p,
 __global__ void loss_rows_k(int kind, int64_t rows, int64_t nblk, int64_t n,
                             const double *blk, double *partial) {
   SG_GRID_STRIDE(r, rows) {
-    double s0 = 0, s1 = 0;
-    for (int64_t b = 0; b < nblk; ++b) {
-      s0 += blk[2 * (r * nblk + b)];
-      s1 += blk[2 * (r * nblk + b) + 1];
-    }
-    if (kind == SG_LOSS_REL_L2) {
-      partial[2 * r] = s0;
-      partial[2 * r + 1] = s1;
-    } else {
-      partial[0] = s0;
-      if (kind != SG_LOSS_SUM) partial[1] = (double)n;
-    }
+    sg_loss_row_partials(kind, r, nblk, n, blk, partial);
   }
 }
 
