@@ -7,8 +7,18 @@
 #include "autograd_impl.h"
 #include "op_registry_impl.h"
 #include "sg_autograd.h"
+#include "sg_config.h"
 #include "sg_device.h"
 #include "sg_exchange.h"
+#if SG_HAVE_CUDA
+#include "sg_ops_cuda.h"
+/* the CUDA entry points of an op (sg_op_def.forward_cuda): thin wrappers
+ * over the launchers of sg_ops_cuda.h on the legacy default stream, which
+ * orders them with the tape's device copies; NULL without CUDA */
+#define AG_CUDA(f) f
+#else
+#define AG_CUDA(f) NULL
+#endif
 
 static int64_t spatial_of(const sg_tensor *t) {
   int64_t n = 1;
@@ -441,6 +451,26 @@ static sg_status act_bwd(sg_node *node) {
                          grad_of(node, 0), node->gin[0]);
 }
 
+#if SG_HAVE_CUDA
+static sg_status act_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
+  SG_TRY(sg_act_fwd_cuda((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
+                         node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status act_bwd_cuda(sg_node *node) {
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  return sg_act_bwd_cuda((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
+                         grad_of(node, 0), node->gin[0], NULL);
+}
+#endif
+
 static const sg_op_def act_op = {.name = "act",
                                  .slots = {SG_SLOT_ACT},
                                  .forward = act_fwd,
@@ -448,7 +478,9 @@ static const sg_op_def act_op = {.name = "act",
                                  .rule = {.windowed_input = -1,
                                           .accepts = SG_ACCEPT_ALL,
                                           .out = SG_OUT_LIKE_INPUT,
-                                          .writes_gin = 1u}};
+                                          .writes_gin = 1u},
+                                 .forward_cuda = AG_CUDA(act_fwd_cuda),
+                                 .backward_cuda = AG_CUDA(act_bwd_cuda)};
 
 sg_status sg_ag_act(sg_tape_t t, sg_act act, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
@@ -482,6 +514,30 @@ static sg_status binary_bwd(sg_node *node) {
                             node->gin[0], node->gin[1]);
 }
 
+#if SG_HAVE_CUDA
+static sg_status binary_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
+  SG_TRY(sg_binary_fwd_cuda((sg_binary)a->code, x->dtype, sg_tensor_numel(x),
+                            x->data, node->in[1]->value.data,
+                            node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status binary_bwd_cuda(sg_node *node) {
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  if (!node->gin[0] && !node->gin[1])
+    return SG_OK; /* addition: the tape routes both */
+  return sg_binary_bwd_cuda((sg_binary)a->code, x->dtype, sg_tensor_numel(x),
+                            x->data, node->in[1]->value.data, grad_of(node, 0),
+                            node->gin[0], node->gin[1], NULL);
+}
+#endif
+
 static const sg_op_def binary_op = {.name = "binary",
                                     .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
                                     .forward = binary_fwd,
@@ -489,19 +545,24 @@ static const sg_op_def binary_op = {.name = "binary",
                                     .rule = {.windowed_input = -1,
                                              .accepts = SG_ACCEPT_ALL,
                                              .out = SG_OUT_LIKE_INPUT,
-                                             .writes_gin = 3u}};
+                                             .writes_gin = 3u},
+                                    .forward_cuda = AG_CUDA(binary_fwd_cuda),
+                                    .backward_cuda = AG_CUDA(binary_bwd_cuda)};
 
 /* a + b: both input gradients are the output's (no copies: the tape hands
  * the buffer over; the copy kernel was 1.9% of an FNO step) */
-static const sg_op_def binary_add_op = {.name = "binary_add",
-                                        .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
-                                        .forward = binary_fwd,
-                                        .backward = binary_bwd,
-                                        .rule = {.windowed_input = -1,
-                                                 .accepts = SG_ACCEPT_ALL,
-                                                 .out = SG_OUT_LIKE_INPUT,
-                                                 .writes_gin = 3u,
-                                                 .grad_identity = 3u}};
+static const sg_op_def binary_add_op = {
+    .name = "binary_add",
+    .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
+    .forward = binary_fwd,
+    .backward = binary_bwd,
+    .rule = {.windowed_input = -1,
+             .accepts = SG_ACCEPT_ALL,
+             .out = SG_OUT_LIKE_INPUT,
+             .writes_gin = 3u,
+             .grad_identity = 3u},
+    .forward_cuda = AG_CUDA(binary_fwd_cuda),
+    .backward_cuda = AG_CUDA(binary_bwd_cuda)};
 
 sg_status sg_ag_binary(sg_tape_t t, sg_binary op, sg_var *a, sg_var *b,
                        sg_var **y) {
@@ -539,6 +600,26 @@ static sg_status scale_bwd(sg_node *node) {
                   node->gin[0]);
 }
 
+#if SG_HAVE_CUDA
+static sg_status scale_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
+  SG_TRY(sg_scale_cuda(x->dtype, sg_tensor_numel(x), a->alpha, x->data,
+                       node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status scale_bwd_cuda(sg_node *node) {
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  return sg_scale_cuda(x->dtype, sg_tensor_numel(x), a->alpha, grad_of(node, 0),
+                       node->gin[0], NULL);
+}
+#endif
+
 static const sg_op_def scale_op = {.name = "scale",
                                    .slots = {SG_SLOT_ACT},
                                    .forward = scale_fwd,
@@ -546,7 +627,9 @@ static const sg_op_def scale_op = {.name = "scale",
                                    .rule = {.windowed_input = -1,
                                             .accepts = SG_ACCEPT_ALL,
                                             .out = SG_OUT_LIKE_INPUT,
-                                            .writes_gin = 1u}};
+                                            .writes_gin = 1u},
+                                   .forward_cuda = AG_CUDA(scale_fwd_cuda),
+                                   .backward_cuda = AG_CUDA(scale_bwd_cuda)};
 
 sg_status sg_ag_scale(sg_tape_t t, double alpha, sg_var *x, sg_var **y) {
   pw_attr at = {.alpha = alpha};
@@ -607,6 +690,35 @@ fail:
   return st;
 }
 
+#if SG_HAVE_CUDA
+/* device nodes are not sharded (ag_node_device): the whole bias */
+static sg_status bias_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const sg_tensor *x = &node->in[0]->value;
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
+  if (sg_tensor_numel(x) == 0) goto fail;
+  SG_TRY(sg_bias_fwd_cuda(x->dtype, x->shape[0], x->shape[1], spatial_of(x),
+                          x->data, node->in[1]->value.data,
+                          node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status bias_bwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const sg_tensor *x = &node->in[0]->value;
+  if (sg_tensor_numel(x) == 0) goto fail;
+  if (node->gin[0])
+    SG_TRY(ag_mem_copy(node->device, node->gin[0], node->device,
+                       grad_of(node, 0), sg_tensor_nbytes(x)));
+  if (node->gin[1])
+    SG_TRY(sg_bias_bwd_cuda(x->dtype, x->shape[0], x->shape[1], spatial_of(x),
+                            grad_of(node, 0), node->gin[1], NULL));
+fail:
+  return st;
+}
+#endif
+
 static const sg_op_def bias_op = {.name = "bias",
                                   .slots = {SG_SLOT_ACT, SG_SLOT_PARAM},
                                   .forward = bias_fwd,
@@ -615,7 +727,9 @@ static const sg_op_def bias_op = {.name = "bias",
                                            .accepts = SG_ACCEPT_ALL,
                                            .out = SG_OUT_LIKE_INPUT,
                                            .out_unread = 1,
-                                           .writes_gin = 1u}};
+                                           .writes_gin = 1u},
+                                  .forward_cuda = AG_CUDA(bias_fwd_cuda),
+                                  .backward_cuda = AG_CUDA(bias_bwd_cuda)};
 
 sg_status sg_ag_bias(sg_tape_t t, sg_var *x, sg_var *b, sg_var **y) {
   sg_status st = SG_OK;
@@ -656,6 +770,33 @@ static sg_status linear_bwd(sg_node *node) {
                             a->has_bias ? node->gin[2] : NULL);
 }
 
+#if SG_HAVE_CUDA
+static sg_status linear_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const conv_attr *a = (const conv_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
+  int64_t shape[SG_TENSOR_MAX_DIMS];
+  memcpy(shape, x->shape, sizeof shape);
+  shape[1] = w->shape[0];
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
+  SG_TRY(sg_linear_fwd_cuda(x->dtype, x->shape[0], x->shape[1], w->shape[0],
+                            spatial_of(x), x->data, w->data,
+                            a->has_bias ? node->in[2]->value.data : NULL,
+                            node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status linear_bwd_cuda(sg_node *node) {
+  const conv_attr *a = (const conv_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
+  return sg_linear_bwd_cuda(x->dtype, x->shape[0], x->shape[1], w->shape[0],
+                            spatial_of(x), x->data, w->data, grad_of(node, 0),
+                            node->gin[0], node->gin[1],
+                            a->has_bias ? node->gin[2] : NULL, NULL);
+}
+#endif
+
 static const sg_op_def linear_op = {
     .name = "linear",
     .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
@@ -666,7 +807,9 @@ static const sg_op_def linear_op = {
                         SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT,
              .out_unread = 1,
-             .writes_gin = 1u}};
+             .writes_gin = 1u},
+    .forward_cuda = AG_CUDA(linear_fwd_cuda),
+    .backward_cuda = AG_CUDA(linear_bwd_cuda)};
 
 sg_status sg_ag_linear(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
                        sg_var **y) {

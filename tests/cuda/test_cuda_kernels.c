@@ -5,7 +5,9 @@
  * above 1, overlapping windows), nearest and bilinear up-sampling forward
  * and backward (2-D, scales 2 and 3), the channel-wise linear on cuBLAS
  * forward and backward (y, dx, dw +=, db +=), the loss partials and gradients (all four kinds) in f64 and f32, and AdamW
- * (f32) over three steps. The element arithmetic is the same SG_HD code on
+ * (f32) over three steps; and the autograd tape on device variables (a
+ * linear-gelu-mul tape forward and backward: outputs and gradients on the
+ * device, summed there) against the same tape on the host. The element arithmetic is the same SG_HD code on
  * both sides; what may differ is libm against CUDA's math functions, FMA
  * contraction (nvcc contracts, the host build does not) and the order of
  * the reductions' sums (block trees on the device). Tolerances, relative
@@ -28,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sg_autograd.h"
 #include "sg_op_device.h"
 #include "sg_ops.h"
 #include "sg_ops_cuda.h"
@@ -279,6 +282,70 @@ static void check_adamw(void) {
   drop(&p), drop(&g), drop(&m), drop(&v);
 }
 
+/* The tape on the device: h = linear(x, w, b), a = act(gelu, h),
+ * z = a * h (h used twice: its gradients summed on the device), backward
+ * from z with the seed g; the values and the gradients of x, w, b against
+ * the same tape on host variables. */
+typedef struct tape_run {
+  sg_var x, w, b;
+  sg_tensor z, gz; /* z's value, copied out before backward; the seed */
+} tape_run;
+
+static void tape_vars(tape_run *r, sg_dtype dt, void *x, void *w, void *b,
+                      void *dw, void *db, int on_dev) {
+  const int64_t xs[3] = {NB, NC, NS}, ws[2] = {4, NC}, bs[1] = {4};
+  CK(sg_var_init(&r->x, "x", dt, 3, xs, x, 1));
+  CK(sg_var_init_param(&r->w, "w", dt, 2, ws, w, dw));
+  CK(sg_var_init_param(&r->b, "b", dt, 1, bs, b, db));
+  if (!on_dev) return;
+  const sg_device d = {SG_DEVICE_CUDA, 0};
+  CK(sg_var_set_device(&r->x, d));
+  CK(sg_var_set_device(&r->w, d));
+  CK(sg_var_set_device(&r->b, d));
+}
+
+static void tape_step(tape_run *r, const buf *g, const buf *z, int on_dev) {
+  sg_tape_t tape = NULL;
+  sg_var *h = NULL, *a = NULL, *y = NULL;
+  CK(sg_tape_create(&tape));
+  CK(sg_ag_linear(tape, &r->x, &r->w, &r->b, &h));
+  CK(sg_ag_act(tape, SG_ACT_GELU, h, &a));
+  CK(sg_ag_binary(tape, SG_BINARY_MUL, a, h, &y));
+  if ((y->value.device.kind == SG_DEVICE_CUDA) != on_dev) {
+    printf("FAIL: the tape's output is on %s\n",
+           sg_device_kind_name(y->value.device.kind));
+    ++fails;
+  }
+  CK(cudaMemcpy(on_dev ? z->d : z->h, y->value.data, z->bytes,
+                on_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToHost));
+  sg_tensor seed = y->value;
+  seed.data = on_dev ? g->d : g->h;
+  seed.owns = 0;
+  CK(sg_tape_backward_from(tape, 1, &y, &seed));
+  sg_tape_destroy(&tape);
+}
+
+static void check_tape(sg_dtype dt) {
+  buf x = mk(dt, N, -2, 2), w = mk(dt, 4 * NC, -1, 1), b = mk(dt, 4, -1, 1);
+  buf g = mk(dt, NB * 4 * NS, -1, 1), z = mk(dt, NB * 4 * NS, 0, 0);
+  buf dx = mk(dt, N, 0, 0), dw = mk(dt, 4 * NC, 0, 0), db = mk(dt, 4, 0, 0);
+  tape_run host, dev;
+  tape_vars(&host, dt, x.h, w.h, b.h, dw.h, db.h, 0);
+  tape_vars(&dev, dt, x.d, w.d, b.d, dw.d, db.d, 1);
+  tape_step(&host, &g, &z, 0);
+  tape_step(&dev, &g, &z, 1);
+  compare("tape linear-gelu-mul (z)", &z);
+  memcpy(dx.h, host.x.grad.data, dx.bytes);
+  CK(cudaMemcpy(dx.d, dev.x.grad.data, dx.bytes, cudaMemcpyDeviceToDevice));
+  compare("tape backward (dx)", &dx);
+  compare("tape backward (dw)", &dw);
+  compare("tape backward (db)", &db);
+  sg_var_release(&host.x), sg_var_release(&host.w), sg_var_release(&host.b);
+  sg_var_release(&dev.x), sg_var_release(&dev.w), sg_var_release(&dev.b);
+  drop(&x), drop(&w), drop(&b), drop(&g), drop(&z), drop(&dx), drop(&dw),
+      drop(&db);
+}
+
 /* The launchers above; each op the device table puts on cuda must name
  * two of them. */
 static int tested(const char *fn) {
@@ -380,6 +447,7 @@ int main(int argc, char **argv) {
     check_upsample(dts[k]);
     check_linear(dts[k]);
     check_loss(dts[k]);
+    check_tape(dts[k]);
   }
   check_adamw();
   printf("%s\n", fails ? "FAILED" : "PASSED");
