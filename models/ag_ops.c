@@ -305,15 +305,27 @@ static sg_status pool_fill_padding(sg_node *node) {
                              x->data);
 }
 
+/* The forward's descriptor and output (on a device: no margins to fill,
+ * the tape refuses them there). */
+static sg_status pool_prepare(sg_node *node, sg_conv_desc *d) {
+  sg_status st = SG_OK;
+  const pool_attr *a = (const pool_attr *)node->attr;
+  *d = pool_desc_of(node);
+  int64_t out[SG_OPS_MAX_SPATIAL],
+      shape[SG_TENSOR_MAX_DIMS] = {d->batch, d->cin};
+  SG_TRY(sg_pool_out_shape(d, out));
+  if (a->kind == SG_POOL_MAX) SG_TRY(pool_fill_padding(node));
+  for (int i = 0; i < d->nsp; ++i) shape[2 + i] = out[i];
+  SG_TRY(sg_node_alloc_out(node, 0, 2 + d->nsp, shape));
+fail:
+  return st;
+}
+
 static sg_status pool_fwd(sg_node *node) {
   sg_status st = SG_OK;
   const pool_attr *a = (const pool_attr *)node->attr;
-  sg_conv_desc d = pool_desc_of(node);
-  int64_t out[SG_OPS_MAX_SPATIAL], shape[SG_TENSOR_MAX_DIMS] = {d.batch, d.cin};
-  SG_TRY(sg_pool_out_shape(&d, out));
-  if (a->kind == SG_POOL_MAX) SG_TRY(pool_fill_padding(node));
-  for (int i = 0; i < d.nsp; ++i) shape[2 + i] = out[i];
-  SG_TRY(sg_node_alloc_out(node, 0, 2 + d.nsp, shape));
+  sg_conv_desc d;
+  SG_TRY(pool_prepare(node, &d));
   SG_TRY(sg_pool_forward(a->kind, &d, node->xin.dtype, node->xin.data,
                          node->out[0]->value.data));
 fail:
@@ -327,13 +339,35 @@ static sg_status pool_bwd(sg_node *node) {
                           grad_of(node, 0), node->gin[0]);
 }
 
+#if SG_HAVE_CUDA
+static sg_status pool_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const pool_attr *a = (const pool_attr *)node->attr;
+  sg_conv_desc d;
+  SG_TRY(pool_prepare(node, &d));
+  SG_TRY(sg_pool_fwd_cuda(a->kind, &d, node->xin.dtype, node->xin.data,
+                          node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status pool_bwd_cuda(sg_node *node) {
+  const pool_attr *a = (const pool_attr *)node->attr;
+  sg_conv_desc d = pool_desc_of(node);
+  return sg_pool_bwd_cuda(a->kind, &d, node->xin.dtype, node->xin.data,
+                          grad_of(node, 0), node->gin[0], NULL);
+}
+#endif
+
 static const sg_op_def pool_op = {.name = "pool",
                                   .slots = {SG_SLOT_ACT},
                                   .forward = pool_fwd,
                                   .backward = pool_bwd,
                                   .rule = {.windowed_input = 0,
                                            .accepts = WINDOW_ACCEPTS,
-                                           .out = SG_OUT_LIKE_INPUT}};
+                                           .out = SG_OUT_LIKE_INPUT},
+                                  .forward_cuda = AG_CUDA(pool_fwd_cuda),
+                                  .backward_cuda = AG_CUDA(pool_bwd_cuda)};
 
 sg_status sg_ag_pool(sg_tape_t t, sg_pool_kind kind, sg_var *x,
                      const sg_window *win, sg_var **y) {
@@ -360,15 +394,22 @@ typedef struct up_attr {
 
 static const sg_tensor *up_input(const sg_node *node) { return &node->xin; }
 
-static sg_status up_fwd(sg_node *node) {
-  sg_status st = SG_OK;
+/* The forward's output (the input with margins less its margins, scaled). */
+static sg_status up_alloc_out(sg_node *node) {
   const up_attr *a = (const up_attr *)node->attr;
   const sg_tensor *x = up_input(node);
   int lin = a->kind == SG_UPSAMPLE_LINEAR;
   int64_t shape[SG_TENSOR_MAX_DIMS] = {x->shape[0], x->shape[1]};
   for (int i = 0; i < a->nsp; ++i)
     shape[2 + i] = a->scale[i] * (x->shape[2 + i] - (lin ? 2 : 0));
-  SG_TRY(sg_node_alloc_out(node, 0, 2 + a->nsp, shape));
+  return sg_node_alloc_out(node, 0, 2 + a->nsp, shape);
+}
+
+static sg_status up_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const up_attr *a = (const up_attr *)node->attr;
+  const sg_tensor *x = up_input(node);
+  SG_TRY(up_alloc_out(node));
   SG_TRY(sg_upsample_forward(a->kind, a->nsp, x->shape[0] * x->shape[1],
                              x->shape + 2, a->scale, x->dtype, x->data,
                              node->out[0]->value.data));
@@ -384,6 +425,28 @@ static sg_status up_bwd(sg_node *node) {
                               grad_of(node, 0), node->gin[0]);
 }
 
+#if SG_HAVE_CUDA
+static sg_status up_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const up_attr *a = (const up_attr *)node->attr;
+  const sg_tensor *x = up_input(node);
+  SG_TRY(up_alloc_out(node));
+  SG_TRY(sg_upsample_fwd_cuda(a->kind, a->nsp, x->shape[0] * x->shape[1],
+                              x->shape + 2, a->scale, x->dtype, x->data,
+                              node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status up_bwd_cuda(sg_node *node) {
+  const up_attr *a = (const up_attr *)node->attr;
+  const sg_tensor *x = up_input(node);
+  return sg_upsample_bwd_cuda(a->kind, a->nsp, x->shape[0] * x->shape[1],
+                              x->shape + 2, a->scale, x->dtype,
+                              grad_of(node, 0), node->gin[0], NULL);
+}
+#endif
+
 /* Linear: every input cell needs one neighbour per side (a window of 3,
  * stride 1, replicate at the global border: PyTorch's edge clamping). */
 static const sg_op_def up_linear_op = {.name = "upsample_linear",
@@ -392,14 +455,18 @@ static const sg_op_def up_linear_op = {.name = "upsample_linear",
                                        .backward = up_bwd,
                                        .rule = {.windowed_input = 0,
                                                 .accepts = WINDOW_ACCEPTS,
-                                                .out = SG_OUT_LIKE_INPUT}};
+                                                .out = SG_OUT_LIKE_INPUT},
+                                       .forward_cuda = AG_CUDA(up_fwd_cuda),
+                                       .backward_cuda = AG_CUDA(up_bwd_cuda)};
 static const sg_op_def up_nearest_op = {.name = "upsample_nearest",
                                         .slots = {SG_SLOT_ACT},
                                         .forward = up_fwd,
                                         .backward = up_bwd,
                                         .rule = {.windowed_input = 0,
                                                  .accepts = WINDOW_ACCEPTS,
-                                                 .out = SG_OUT_LIKE_INPUT}};
+                                                 .out = SG_OUT_LIKE_INPUT},
+                                        .forward_cuda = AG_CUDA(up_fwd_cuda),
+                                        .backward_cuda = AG_CUDA(up_bwd_cuda)};
 
 sg_status sg_ag_upsample(sg_tape_t t, sg_upsample_kind kind, sg_var *x,
                          const int64_t *scale, sg_var **y) {
@@ -1044,6 +1111,54 @@ fail:
   return st;
 }
 
+#if SG_HAVE_CUDA
+/* On the device: the node is not sharded (ag_node_device), so this block's
+ * statistics and sums are the global ones; batch norm is refused by the
+ * launchers (host only). */
+static sg_status norm_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const norm_attr *a = (const norm_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  sg_norm_desc d = norm_desc_of(node);
+  int64_t nstat = 0;
+  sg_moments *stats = NULL;
+  SG_TRY(sg_norm_nstat(&d, &nstat));
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
+  if (nstat == 0 || sg_tensor_numel(x) == 0) goto fail;
+  SG_TRY(sg_node_save(node, (size_t)nstat * sizeof *stats, (void **)&stats));
+  SG_TRY(sg_norm_stats_cuda(&d, x->dtype, x->data, stats, NULL));
+  SG_TRY(sg_norm_fwd_cuda(&d, x->dtype, x->data, stats,
+                          a->gi >= 0 ? node->in[a->gi]->value.data : NULL,
+                          a->bi >= 0 ? node->in[a->bi]->value.data : NULL,
+                          node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status norm_bwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const norm_attr *a = (const norm_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  sg_norm_desc d = norm_desc_of(node);
+  int64_t nstat = 0;
+  void *sums = NULL;
+  SG_TRY(sg_norm_nstat(&d, &nstat));
+  if (nstat == 0 || !node->saved) goto fail;
+  SG_TRY(ag_mem_alloc(node->device, (size_t)(2 * nstat) * sizeof(double), 0,
+                      &sums));
+  const void *gamma = a->gi >= 0 ? node->in[a->gi]->value.data : NULL;
+  SG_TRY(sg_norm_sums_cuda(&d, x->dtype, x->data, node->saved, gamma,
+                           grad_of(node, 0), sums, NULL));
+  SG_TRY(sg_norm_bwd_cuda(&d, x->dtype, x->data, node->saved, gamma,
+                          grad_of(node, 0), sums, node->gin[0],
+                          a->gi >= 0 ? node->gin[a->gi] : NULL,
+                          a->bi >= 0 ? node->gin[a->bi] : NULL, NULL));
+fail:
+  ag_mem_free(node->device, &sums);
+  return st;
+}
+#endif
+
 static const sg_op_def norm_op = {
     .name = "norm",
     .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
@@ -1054,7 +1169,9 @@ static const sg_op_def norm_op = {
                         SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT,
              .out_unread = 1,
-             .writes_gin = 1u}};
+             .writes_gin = 1u},
+    .forward_cuda = AG_CUDA(norm_fwd_cuda),
+    .backward_cuda = AG_CUDA(norm_bwd_cuda)};
 
 sg_status sg_ag_norm(sg_tape_t t, const sg_norm_desc *d, sg_var *x,
                      sg_var *gamma, sg_var *beta, sg_var **y) {
@@ -1140,6 +1257,68 @@ static sg_status loss_bwd(sg_node *node) {
                           a->has_target ? node->gin[1] : NULL);
 }
 
+#if SG_HAVE_CUDA
+/* On the device (not sharded): the partials there, their finish on the
+ * host (a few doubles), the value and the gradient scale saved[np] back
+ * on the device. */
+static sg_status loss_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const loss_attr *a = (const loss_attr *)node->attr;
+  const sg_tensor *p = &node->in[0]->value;
+  const sg_device dev = node->device;
+  int64_t batch = p->shape[0], np = sg_loss_npartial(a->kind, batch), one = 1;
+  double *saved = NULL, *h = calloc((size_t)np + 1, sizeof *h), value = 0;
+  if (!h) SG_RAISE(SG_ERR_ALLOC, "loss partials");
+  SG_TRY(
+      sg_node_save(node, (size_t)(np + 1) * sizeof(double), (void **)&saved));
+  if (sg_tensor_numel(p) > 0) {
+    SG_TRY(sg_loss_partial_cuda(a->kind, p->dtype, batch, sg_tensor_numel(p),
+                                p->data,
+                                a->has_target ? node->in[1]->value.data : NULL,
+                                saved, NULL));
+    SG_TRY(
+        ag_mem_copy(sg_device_host(), h, dev, saved, (size_t)np * sizeof *h));
+  }
+  h[np] = 1.0;
+  SG_TRY(ag_mem_copy(dev, saved + np, sg_device_host(), h + np, sizeof *h));
+  SG_TRY(sg_loss_finish(a->kind, batch, h, &value));
+  SG_TRY(sg_node_alloc_out(node, 0, 1, &one));
+  const float v32 = (float)value;
+  const int f32 = p->dtype == SG_DTYPE_F32;
+  SG_TRY(ag_mem_copy(dev, node->out[0]->value.data, sg_device_host(),
+                     f32 ? (const void *)&v32 : (const void *)&value,
+                     f32 ? sizeof v32 : sizeof value));
+fail:
+  free(h);
+  return st;
+}
+
+static sg_status loss_bwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const loss_attr *a = (const loss_attr *)node->attr;
+  const sg_tensor *p = &node->in[0]->value;
+  const sg_tensor *g = &node->out[0]->grad;
+  const double *saved = node->saved;
+  const int64_t np = sg_loss_npartial(a->kind, p->shape[0]);
+  double scale = 1, gv = 0;
+  float g32 = 0;
+  const int f32 = g->dtype == SG_DTYPE_F32;
+  SG_TRY(ag_mem_copy(sg_device_host(), f32 ? (void *)&g32 : (void *)&gv,
+                     node->device, g->data, f32 ? sizeof g32 : sizeof gv));
+  SG_TRY(ag_mem_copy(sg_device_host(), &scale, node->device, saved + np,
+                     sizeof scale));
+  gv = (f32 ? (double)g32 : gv) * scale;
+  if (sg_tensor_numel(p) == 0) goto fail;
+  SG_TRY(sg_loss_bwd_cuda(a->kind, p->dtype, p->shape[0], sg_tensor_numel(p),
+                          p->data,
+                          a->has_target ? node->in[1]->value.data : NULL, saved,
+                          gv, node->gin[0], a->has_target ? node->gin[1] : NULL,
+                          NULL));
+fail:
+  return st;
+}
+#endif
+
 static const sg_op_def loss_op = {.name = "loss",
                                   .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
                                   .forward = loss_fwd,
@@ -1149,7 +1328,9 @@ static const sg_op_def loss_op = {.name = "loss",
                                                       SG_ACCEPT_SHARD_BATCH |
                                                       SG_ACCEPT_SHARD_SPATIAL,
                                            .out = SG_OUT_REPLICATE,
-                                           .keep_f32 = 1}};
+                                           .keep_f32 = 1},
+                                  .forward_cuda = AG_CUDA(loss_fwd_cuda),
+                                  .backward_cuda = AG_CUDA(loss_bwd_cuda)};
 
 sg_status sg_ag_loss(sg_tape_t t, sg_loss_kind kind, sg_var *pred,
                      sg_var *target, sg_var **loss) {

@@ -2,7 +2,8 @@
  * (sg_op_registry.h): every op of the registry has exactly one entry,
  * every entry names an op of the registry, and each entry either names
  * both CUDA entry points or is host-only with a reason (never both, never
- * half). The checker is also fed broken tables (a missing op, a
+ * half), and the ops' definitions have CUDA entry points exactly where
+ * the table says (in the cuda build; none without CUDA). The checker is also fed broken tables (a missing op, a
  * duplicate, a reason-less host-only entry, a half CUDA entry) and must
  * reject each. Prints the coverage: n of m ops with CUDA kernels. Then
  * the tape on device variables (sg_op_def.forward_cuda), with inputs
@@ -27,6 +28,7 @@
 
 #include "autograd_impl.h" /* ag_fake_cuda */
 #include "sg_autograd.h"
+#include "sg_config.h"
 #include "sg_op_device.h"
 #include "sg_op_registry.h"
 
@@ -91,6 +93,23 @@ static int check_rejects(const sg_op_device *t, int n) {
   if (!check(e, n, 0))
     fails += printf("FAIL: a CUDA forward without backward was accepted\n") > 0;
   return fails;
+}
+
+/* The table against the op definitions: an op listed on cuda has CUDA
+ * entry points in its sg_op_def in the cuda build (and none without
+ * CUDA); a host-only op has none. */
+static int check_defs(void) {
+  int bad = 0;
+  for (int i = 0; i < sg_ag_op_count(); ++i) {
+    const sg_op_def *op = sg_ag_op(i);
+    const int want = SG_HAVE_CUDA &&
+                     sg_op_device_on_cuda(sg_op_device_find(op->name));
+    const int has = op->forward_cuda && op->backward_cuda;
+    if (want != has)
+      bad += printf("FAIL: op '%s' %s CUDA entry points in its definition\n",
+                    op->name, has ? "has" : "lacks") > 0;
+  }
+  return bad;
 }
 
 /* A user op: y = x (f64). Its CUDA entry points are the same host code
@@ -313,6 +332,7 @@ int main(int argc, char **argv) {
     fails += check(t, n, rank == 0);
     fails += check_rejects(t, n);
   }
+  fails += check_defs();
   fails += check_tape_device();
   fails += check_gathers();
   if (rank == 0 && !fails) {
