@@ -170,8 +170,15 @@ fail:
 
 double sg_var_item(const sg_var *v) {
   if (!v || !v->value.data || ag_numel(&v->value) != 1) return NAN;
-  return v->value.dtype == SG_DTYPE_F32 ? (double)*(const float *)v->value.data
-                                        : *(const double *)v->value.data;
+  union {
+    float f;
+    double d;
+  } u;
+  const int f32 = v->value.dtype == SG_DTYPE_F32;
+  if (ag_mem_copy(sg_device_host(), &u, v->value.device, v->value.data,
+                  f32 ? sizeof u.f : sizeof u.d) != SG_OK)
+    return NAN; /* a device copy failed */
+  return f32 ? (double)u.f : u.d;
 }
 
 int sg_var_is_sharded(const sg_var *v) { return v && v->mesh; }

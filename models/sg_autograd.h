@@ -150,7 +150,8 @@ sg_status sg_var_set_device(sg_var *v, sg_device dev);
 void sg_var_release(sg_var *v);
 /* Set the gradient to zero (keeps the buffer). */
 sg_status sg_var_zero_grad(sg_var *v);
-/* The single element of a scalar variable as double (NaN if not scalar). */
+/* The single element of a scalar variable as double (NaN if not scalar);
+ * a device variable's is copied to the host. */
 double sg_var_item(const sg_var *v);
 
 /* Mark v (a leaf: the model input, a target, a mask) as this rank's block

@@ -352,7 +352,7 @@ static void tape_vars(tape_run *r, sg_dtype dt, void *x, void *w, void *b,
 }
 
 /* One step; the loss's value into z (1 element, on the run's side). */
-static void tape_step(tape_run *r, const buf *t, const buf *z, int on_dev) {
+static double tape_step(tape_run *r, const buf *t, const buf *z, int on_dev) {
   sg_tape_t tape = NULL;
   sg_var tv, *h = NULL, *m = NULL, *a = NULL, *y = NULL, *loss = NULL;
   const int64_t ts[3] = {NB, 4, NS};
@@ -372,9 +372,11 @@ static void tape_step(tape_run *r, const buf *t, const buf *z, int on_dev) {
   }
   CK(cudaMemcpy(on_dev ? z->d : z->h, loss->value.data, z->bytes,
                 on_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToHost));
+  const double item = sg_var_item(loss); /* from the device */
   CK(sg_tape_backward(tape, loss));
   sg_tape_destroy(&tape);
   sg_var_release(&tv);
+  return item;
 }
 
 static void check_tape(sg_dtype dt) {
@@ -384,9 +386,14 @@ static void check_tape(sg_dtype dt) {
   tape_run host, dev;
   tape_vars(&host, dt, x.h, w.h, b.h, dw.h, db.h, 0);
   tape_vars(&dev, dt, x.d, w.d, b.d, dw.d, db.d, 1);
-  tape_step(&host, &t, &z, 0);
-  tape_step(&dev, &t, &z, 1);
+  const double lh = tape_step(&host, &t, &z, 0);
+  const double ld = tape_step(&dev, &t, &z, 1);
   compare("tape linear-norm-gelu-mul-mse", &z);
+  if (!(fabs(ld - lh) <=
+        (dt == SG_DTYPE_F64 ? 1e-12 : 2e-5) * (fabs(lh) > 1 ? fabs(lh) : 1))) {
+    printf("FAIL: sg_var_item of the device loss %.17g, host %.17g\n", ld, lh);
+    ++fails;
+  }
   memcpy(dx.h, host.x.grad.data, dx.bytes);
   CK(cudaMemcpy(dx.d, dev.x.grad.data, dx.bytes, cudaMemcpyDeviceToDevice));
   compare("tape backward (dx)", &dx);
