@@ -12,7 +12,8 @@
  * built-in op without them are refused with SG_ERR_NOT_SUPPORTED and the
  * op's name; a user op with them runs a 3-node tape forward and backward
  * through its CUDA entries, with outputs and gradients on the device and
- * the two gradients of a reused input summed there; mixed devices and the
+ * the two gradients of a reused input summed there, and a user addition's
+ * identity gradients routed there (hand-over, copy, sum); mixed devices and the
  * bf16 storage policy are refused; on the host the same op runs its host
  * kernels. And the CUDA kernels' backward gathers
  * of pooling and up-sampling (sg_pool_grad_cell, sg_up_grad_cell of
@@ -145,6 +146,33 @@ static sg_status copy_bwd(sg_node *node) {
 static const sg_op_def host_op = COPY_OP("user_host", NULL, NULL);
 static const sg_op_def cuda_op = COPY_OP("user_cuda", copy_fwd, copy_bwd);
 
+/* A user addition whose input gradients are the output's (grad_identity):
+ * the tape routes them (hand-over, copy, sum) on the device. */
+static sg_status uadd_fwd(sg_node *node) {
+  const sg_tensor *a = &node->in[0]->value, *b = &node->in[1]->value;
+  ncalls[node->device.kind == SG_DEVICE_CUDA][0]++;
+  sg_status st = sg_node_alloc_out(node, 0, a->ndim, a->shape);
+  for (int64_t i = 0; st == SG_OK && i < a->shape[0]; ++i)
+    ((double *)node->out[0]->value.data)[i] = ((const double *)a->data)[i] +
+                                              ((const double *)b->data)[i];
+  return st;
+}
+static sg_status uadd_bwd(sg_node *node) {
+  ncalls[node->device.kind == SG_DEVICE_CUDA][1]++;
+  return SG_OK;
+}
+static const sg_op_def uadd_op = {.name = "user_add",
+                                  .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
+                                  .forward = uadd_fwd,
+                                  .backward = uadd_bwd,
+                                  .rule = {.windowed_input = -1,
+                                           .accepts = SG_ACCEPT_ALL,
+                                           .out = SG_OUT_LIKE_INPUT,
+                                           .writes_gin = 3u,
+                                           .grad_identity = 3u},
+                                  .forward_cuda = uadd_fwd,
+                                  .backward_cuda = uadd_bwd};
+
 /* st must be SG_ERR_NOT_SUPPORTED with want in the message. */
 static int refused(const char *what, sg_status st, const char *want) {
   const char *msg = sg_last_error();
@@ -193,6 +221,32 @@ static int check_device_tape(sg_tape_t tape, sg_var *x) {
          "%lld device allocations, x.grad on %s:%d %s\n",
          ncalls[1][0], ncalls[1][1], (long long)(ag_fake_cuda_allocs - allocs),
          sg_device_kind_name(x->grad.device.kind), x->grad.device.index,
+         ok ? "ok" : "FAIL");
+  fails += !ok;
+  /* the identity routing: y1 = op(x), y3 = op(x), s = y1 + y3, t = s + x,
+   * backward from (t, ga): s takes t's gradient over, x gets it added, y1
+   * takes s's over, y3 a copy; x.grad grows by 3 ga */
+  sg_var *s = NULL, *t = NULL;
+  double before[3];
+  memcpy(before, x->grad.data, sizeof before);
+  memset(ncalls, 0, sizeof ncalls);
+  st = sg_tape_apply(tape, &cuda_op, 1, &x, 1, NULL, NULL, 0, &y1);
+  if (st == SG_OK)
+    st = sg_tape_apply(tape, &cuda_op, 1, &x, 1, NULL, NULL, 0, &y3);
+  if (st == SG_OK)
+    st = sg_tape_apply(tape, &uadd_op, 2, (sg_var *[]){y1, y3}, 1, NULL, NULL,
+                       0, &s);
+  if (st == SG_OK)
+    st = sg_tape_apply(tape, &uadd_op, 2, (sg_var *[]){s, x}, 1, NULL, NULL, 0,
+                       &t);
+  ok = st == SG_OK && on_cuda(&t->value) && ((double *)t->value.data)[1] == 6;
+  if (ok) st = sg_tape_backward_from(tape, 1, &t, g);
+  ok = ok && st == SG_OK;
+  for (int i = 0; ok && i < 3; ++i)
+    ok = ((double *)x->grad.data)[i] == before[i] + 3 * ga[i];
+  ok = ok && ncalls[1][0] == 4 && ncalls[1][1] == 4 && !ncalls[0][0];
+  printf("device tape (faked cuda:0): identity routing (hand-over, copy, "
+         "sum) %s\n",
          ok ? "ok" : "FAIL");
   fails += !ok;
   /* the parts not on device yet, and mixed devices, are refused */
