@@ -34,6 +34,12 @@ static sg_status ag_make_margins(sg_node *node, const sg_var *x) {
     node->xin.owns = 0;
     goto fail;
   }
+  if (node->device.kind != SG_DEVICE_HOST)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "%s on %s:%d: window margins (padding) are made on the host "
+             "(issue 22)",
+             node->op->name, sg_device_kind_name(node->device.kind),
+             node->device.index);
   int64_t shape[SG_TENSOR_MAX_DIMS];
   shape[0] = v->shape[0];
   shape[1] = v->shape[1];
@@ -337,6 +343,7 @@ static sg_status ag_apply_prepare(sg_tape_t tape, const sg_op_def *op, int nin,
   node->op = op;
   node->nin = nin;
   node->nout = nout;
+  node->device = in[0]->value.device; /* all alike (ag_node_device) */
   for (int i = 0; i < nin; ++i) node->in[i] = in[i];
   if (attr_bytes) memcpy(node->attr, attr, attr_bytes);
   SG_TRY(ag_node_sharding(node));
@@ -400,7 +407,7 @@ static sg_status ag_apply_run(sg_tape_t tape, sg_node *node) {
   }
   ag_current_tape = tape;
   if (ag_time_ops) sg_trace_begin(node->op->name);
-  st = node->op->forward(node);
+  st = ag_node_forward(node);
   if (ag_time_ops) sg_trace_end(node->op->name);
   ag_current_tape = NULL;
   if (st != SG_OK) goto fail;
@@ -413,35 +420,13 @@ fail:
   return st;
 }
 
-/* Inputs on a CUDA device: refused, with the op's name, when the op has no
- * CUDA entry points (never a silent copy to the host); refused while the
- * tape runs host variables only (sg_op_def.forward_cuda). */
-static sg_status ag_check_device(const sg_op_def *op, int nin,
-                                 sg_var *const *in) {
-  sg_status st = SG_OK;
-  for (int i = 0; i < nin; ++i) {
-    const sg_device d = in[i]->value.device;
-    if (d.kind == SG_DEVICE_HOST) continue;
-    if (!op->forward_cuda || !op->backward_cuda)
-      SG_RAISE(SG_ERR_NOT_SUPPORTED,
-               "op %s has no cuda implementation (input %d '%s' is on %s:%d; "
-               "the tape does not copy it to the host)",
-               op->name, i, in[i]->name, sg_device_kind_name(d.kind), d.index);
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "op %s: input %d '%s' is on %s:%d, and the tape does not run "
-             "device variables yet (issue 22)",
-             op->name, i, in[i]->name, sg_device_kind_name(d.kind), d.index);
-  }
-fail:
-  return st;
-}
-
 /* The inputs' data: NULL only for an empty tensor (an empty shard, e.g. a
  * rank with no samples of a batch split over more data ranks than samples),
  * one dtype. */
-static sg_status ag_check_inputs(const sg_op_def *op, int nin,
+static sg_status ag_check_inputs(sg_tape_t tape, const sg_op_def *op, int nin,
                                  sg_var *const *in) {
-  sg_status st = ag_check_device(op, nin, in);
+  sg_device dev;
+  sg_status st = ag_node_device(tape, op, nin, in, &dev);
   if (st != SG_OK) return st;
   for (int i = 0; i < nin; ++i) {
     if (!in[i]->value.data &&
@@ -486,7 +471,7 @@ sg_status sg_tape_apply(sg_tape_t tape, const sg_op_def *op, int nin,
   /* hooks first (a released parameter is gathered here), then the checks;
    * every rank agrees before the exchange and after the forward */
   st = ag_call_param_hooks(tape, AG_PRE_USE, nin, in);
-  if (st == SG_OK) st = ag_check_inputs(op, nin, in);
+  if (st == SG_OK) st = ag_check_inputs(tape, op, nin, in);
   /* before the preparation, which may create a halo plan (collective) */
   st = ag_agree(comm, st);
   if (st == SG_OK)

@@ -77,7 +77,7 @@ static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
       b->how[i] = IDENT; /* routed after the backward, gin[i] stays NULL */
     } else if (i == wi && node->xin.owns) {
       SG_TRY(ag_alloc_z(&b->tmp[i], node->xin.dtype, node->xin.ndim,
-                        node->xin.shape, zero));
+                        node->xin.shape, zero)); /* host only (margins) */
       node->gin[i] = b->tmp[i].data;
       b->how[i] = PAD;
     } else if (node->op->slots[i] == SG_SLOT_PARAM) {
@@ -91,8 +91,8 @@ static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
       node->gin[i] = v->grad.data;
       b->how[i] = DIRECT;
     } else {
-      SG_TRY(ag_alloc_z(&b->tmp[i], v->value.dtype, v->value.ndim,
-                        v->value.shape, zero));
+      SG_TRY(ag_alloc_dz(&b->tmp[i], node->device, v->value.dtype,
+                         v->value.ndim, v->value.shape, zero));
       node->gin[i] = b->tmp[i].data;
       b->how[i] = ADD;
     }
@@ -121,7 +121,7 @@ static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
   }
   ag_current_tape = tape;
   if (ag_time_ops) sg_trace_begin(node->op->name);
-  st = node->op->backward(node);
+  st = ag_node_backward_kernel(node);
   if (ag_time_ops) sg_trace_end(node->op->name);
   ag_current_tape = NULL;
 fail:
@@ -152,12 +152,13 @@ static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
         o->owns_grad = 0;
       } else if (!v->is_leaf && !v->has_grad) {
         SG_TRY(ag_ensure_grad_z(tape, v, 0));
-        memcpy(v->grad.data, gsrc, ag_nbytes(&v->grad));
+        SG_TRY(ag_mem_copy(v->grad.device, v->grad.data, o->grad.device, gsrc,
+                           ag_nbytes(&v->grad)));
       } else {
         SG_TRY(ag_ensure_grad(tape, v));
         sg_tensor src = v->grad;
         src.data = (void *)gsrc;
-        ag_add_into(&v->grad, &src);
+        SG_TRY(ag_grad_add(&v->grad, &src));
       }
       v->has_grad = 1;
       continue;
@@ -185,7 +186,7 @@ static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
       ag_free(&b->tmp2);
     } else if (b->how[i] == ADD) {
       SG_TRY(ag_ensure_grad(tape, v));
-      ag_add_into(&v->grad, &b->tmp[i]);
+      SG_TRY(ag_grad_add(&v->grad, &b->tmp[i]));
       v->has_grad = 1;
     }
   }
@@ -344,10 +345,12 @@ static sg_status ag_seed_loss(sg_tape_t tape, sg_var *loss) {
     SG_RAISE(SG_ERR_SHAPE, "backward from '%s': not a scalar (%lld elements)",
              loss->name, (long long)ag_numel(&loss->value));
   SG_TRY(ag_ensure_grad(tape, loss));
-  if (loss->grad.dtype == SG_DTYPE_F32)
-    *(float *)loss->grad.data = 1.0f;
-  else
-    *(double *)loss->grad.data = 1.0;
+  const float one32 = 1.0f;
+  const double one64 = 1.0;
+  const int f32 = loss->grad.dtype == SG_DTYPE_F32;
+  SG_TRY(ag_mem_copy(loss->grad.device, loss->grad.data, sg_device_host(),
+                     f32 ? (const void *)&one32 : (const void *)&one64,
+                     f32 ? sizeof one32 : sizeof one64));
   loss->has_grad = 1;
 fail:
   return st;
@@ -389,10 +392,21 @@ static sg_status ag_seed_pairs(sg_tape_t tape, int n, sg_var *const *vars,
     SG_TRY(ag_ensure_grad(tape, v));
     sg_tensor src = v->grad;
     src.data = g->data;
+    /* a device variable's seed is on its device (a host variable's seed is
+     * host memory, whatever its descriptor says, as before) */
+    if (v->grad.device.kind != SG_DEVICE_HOST &&
+        (g->device.kind != v->grad.device.kind ||
+         g->device.index != v->grad.device.index))
+      SG_RAISE(SG_ERR_NOT_SUPPORTED,
+               "backward from '%s': gradient %d is on %s:%d, the variable on "
+               "%s:%d",
+               v->name, i, sg_device_kind_name(g->device.kind), g->device.index,
+               sg_device_kind_name(v->grad.device.kind), v->grad.device.index);
     if (v->has_grad)
-      ag_add_into(&v->grad, &src); /* the same variable twice: sum */
+      SG_TRY(ag_grad_add(&v->grad, &src)); /* the same variable twice: sum */
     else
-      memcpy(v->grad.data, g->data, ag_nbytes(&v->grad));
+      SG_TRY(ag_mem_copy(v->grad.device, v->grad.data, v->grad.device, g->data,
+                         ag_nbytes(&v->grad)));
     v->has_grad = 1;
   }
 fail:

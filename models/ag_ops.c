@@ -7,8 +7,18 @@
 #include "autograd_impl.h"
 #include "op_registry_impl.h"
 #include "sg_autograd.h"
+#include "sg_config.h"
 #include "sg_device.h"
 #include "sg_exchange.h"
+#if SG_HAVE_CUDA
+#include "sg_ops_cuda.h"
+/* the CUDA entry points of an op (sg_op_def.forward_cuda): thin wrappers
+ * over the launchers of sg_ops_cuda.h on the legacy default stream, which
+ * orders them with the tape's device copies; NULL without CUDA */
+#define AG_CUDA(f) f
+#else
+#define AG_CUDA(f) NULL
+#endif
 
 static int64_t spatial_of(const sg_tensor *t) {
   int64_t n = 1;
@@ -295,15 +305,27 @@ static sg_status pool_fill_padding(sg_node *node) {
                              x->data);
 }
 
+/* The forward's descriptor and output (on a device: no margins to fill,
+ * the tape refuses them there). */
+static sg_status pool_prepare(sg_node *node, sg_conv_desc *d) {
+  sg_status st = SG_OK;
+  const pool_attr *a = (const pool_attr *)node->attr;
+  *d = pool_desc_of(node);
+  int64_t out[SG_OPS_MAX_SPATIAL],
+      shape[SG_TENSOR_MAX_DIMS] = {d->batch, d->cin};
+  SG_TRY(sg_pool_out_shape(d, out));
+  if (a->kind == SG_POOL_MAX) SG_TRY(pool_fill_padding(node));
+  for (int i = 0; i < d->nsp; ++i) shape[2 + i] = out[i];
+  SG_TRY(sg_node_alloc_out(node, 0, 2 + d->nsp, shape));
+fail:
+  return st;
+}
+
 static sg_status pool_fwd(sg_node *node) {
   sg_status st = SG_OK;
   const pool_attr *a = (const pool_attr *)node->attr;
-  sg_conv_desc d = pool_desc_of(node);
-  int64_t out[SG_OPS_MAX_SPATIAL], shape[SG_TENSOR_MAX_DIMS] = {d.batch, d.cin};
-  SG_TRY(sg_pool_out_shape(&d, out));
-  if (a->kind == SG_POOL_MAX) SG_TRY(pool_fill_padding(node));
-  for (int i = 0; i < d.nsp; ++i) shape[2 + i] = out[i];
-  SG_TRY(sg_node_alloc_out(node, 0, 2 + d.nsp, shape));
+  sg_conv_desc d;
+  SG_TRY(pool_prepare(node, &d));
   SG_TRY(sg_pool_forward(a->kind, &d, node->xin.dtype, node->xin.data,
                          node->out[0]->value.data));
 fail:
@@ -317,13 +339,35 @@ static sg_status pool_bwd(sg_node *node) {
                           grad_of(node, 0), node->gin[0]);
 }
 
+#if SG_HAVE_CUDA
+static sg_status pool_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const pool_attr *a = (const pool_attr *)node->attr;
+  sg_conv_desc d;
+  SG_TRY(pool_prepare(node, &d));
+  SG_TRY(sg_pool_fwd_cuda(a->kind, &d, node->xin.dtype, node->xin.data,
+                          node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status pool_bwd_cuda(sg_node *node) {
+  const pool_attr *a = (const pool_attr *)node->attr;
+  sg_conv_desc d = pool_desc_of(node);
+  return sg_pool_bwd_cuda(a->kind, &d, node->xin.dtype, node->xin.data,
+                          grad_of(node, 0), node->gin[0], NULL);
+}
+#endif
+
 static const sg_op_def pool_op = {.name = "pool",
                                   .slots = {SG_SLOT_ACT},
                                   .forward = pool_fwd,
                                   .backward = pool_bwd,
                                   .rule = {.windowed_input = 0,
                                            .accepts = WINDOW_ACCEPTS,
-                                           .out = SG_OUT_LIKE_INPUT}};
+                                           .out = SG_OUT_LIKE_INPUT},
+                                  .forward_cuda = AG_CUDA(pool_fwd_cuda),
+                                  .backward_cuda = AG_CUDA(pool_bwd_cuda)};
 
 sg_status sg_ag_pool(sg_tape_t t, sg_pool_kind kind, sg_var *x,
                      const sg_window *win, sg_var **y) {
@@ -350,15 +394,22 @@ typedef struct up_attr {
 
 static const sg_tensor *up_input(const sg_node *node) { return &node->xin; }
 
-static sg_status up_fwd(sg_node *node) {
-  sg_status st = SG_OK;
+/* The forward's output (the input with margins less its margins, scaled). */
+static sg_status up_alloc_out(sg_node *node) {
   const up_attr *a = (const up_attr *)node->attr;
   const sg_tensor *x = up_input(node);
   int lin = a->kind == SG_UPSAMPLE_LINEAR;
   int64_t shape[SG_TENSOR_MAX_DIMS] = {x->shape[0], x->shape[1]};
   for (int i = 0; i < a->nsp; ++i)
     shape[2 + i] = a->scale[i] * (x->shape[2 + i] - (lin ? 2 : 0));
-  SG_TRY(sg_node_alloc_out(node, 0, 2 + a->nsp, shape));
+  return sg_node_alloc_out(node, 0, 2 + a->nsp, shape);
+}
+
+static sg_status up_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const up_attr *a = (const up_attr *)node->attr;
+  const sg_tensor *x = up_input(node);
+  SG_TRY(up_alloc_out(node));
   SG_TRY(sg_upsample_forward(a->kind, a->nsp, x->shape[0] * x->shape[1],
                              x->shape + 2, a->scale, x->dtype, x->data,
                              node->out[0]->value.data));
@@ -374,6 +425,28 @@ static sg_status up_bwd(sg_node *node) {
                               grad_of(node, 0), node->gin[0]);
 }
 
+#if SG_HAVE_CUDA
+static sg_status up_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const up_attr *a = (const up_attr *)node->attr;
+  const sg_tensor *x = up_input(node);
+  SG_TRY(up_alloc_out(node));
+  SG_TRY(sg_upsample_fwd_cuda(a->kind, a->nsp, x->shape[0] * x->shape[1],
+                              x->shape + 2, a->scale, x->dtype, x->data,
+                              node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status up_bwd_cuda(sg_node *node) {
+  const up_attr *a = (const up_attr *)node->attr;
+  const sg_tensor *x = up_input(node);
+  return sg_upsample_bwd_cuda(a->kind, a->nsp, x->shape[0] * x->shape[1],
+                              x->shape + 2, a->scale, x->dtype,
+                              grad_of(node, 0), node->gin[0], NULL);
+}
+#endif
+
 /* Linear: every input cell needs one neighbour per side (a window of 3,
  * stride 1, replicate at the global border: PyTorch's edge clamping). */
 static const sg_op_def up_linear_op = {.name = "upsample_linear",
@@ -382,14 +455,18 @@ static const sg_op_def up_linear_op = {.name = "upsample_linear",
                                        .backward = up_bwd,
                                        .rule = {.windowed_input = 0,
                                                 .accepts = WINDOW_ACCEPTS,
-                                                .out = SG_OUT_LIKE_INPUT}};
+                                                .out = SG_OUT_LIKE_INPUT},
+                                       .forward_cuda = AG_CUDA(up_fwd_cuda),
+                                       .backward_cuda = AG_CUDA(up_bwd_cuda)};
 static const sg_op_def up_nearest_op = {.name = "upsample_nearest",
                                         .slots = {SG_SLOT_ACT},
                                         .forward = up_fwd,
                                         .backward = up_bwd,
                                         .rule = {.windowed_input = 0,
                                                  .accepts = WINDOW_ACCEPTS,
-                                                 .out = SG_OUT_LIKE_INPUT}};
+                                                 .out = SG_OUT_LIKE_INPUT},
+                                        .forward_cuda = AG_CUDA(up_fwd_cuda),
+                                        .backward_cuda = AG_CUDA(up_bwd_cuda)};
 
 sg_status sg_ag_upsample(sg_tape_t t, sg_upsample_kind kind, sg_var *x,
                          const int64_t *scale, sg_var **y) {
@@ -441,6 +518,26 @@ static sg_status act_bwd(sg_node *node) {
                          grad_of(node, 0), node->gin[0]);
 }
 
+#if SG_HAVE_CUDA
+static sg_status act_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
+  SG_TRY(sg_act_fwd_cuda((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
+                         node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status act_bwd_cuda(sg_node *node) {
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  return sg_act_bwd_cuda((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
+                         grad_of(node, 0), node->gin[0], NULL);
+}
+#endif
+
 static const sg_op_def act_op = {.name = "act",
                                  .slots = {SG_SLOT_ACT},
                                  .forward = act_fwd,
@@ -448,7 +545,9 @@ static const sg_op_def act_op = {.name = "act",
                                  .rule = {.windowed_input = -1,
                                           .accepts = SG_ACCEPT_ALL,
                                           .out = SG_OUT_LIKE_INPUT,
-                                          .writes_gin = 1u}};
+                                          .writes_gin = 1u},
+                                 .forward_cuda = AG_CUDA(act_fwd_cuda),
+                                 .backward_cuda = AG_CUDA(act_bwd_cuda)};
 
 sg_status sg_ag_act(sg_tape_t t, sg_act act, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
@@ -482,6 +581,30 @@ static sg_status binary_bwd(sg_node *node) {
                             node->gin[0], node->gin[1]);
 }
 
+#if SG_HAVE_CUDA
+static sg_status binary_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
+  SG_TRY(sg_binary_fwd_cuda((sg_binary)a->code, x->dtype, sg_tensor_numel(x),
+                            x->data, node->in[1]->value.data,
+                            node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status binary_bwd_cuda(sg_node *node) {
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  if (!node->gin[0] && !node->gin[1])
+    return SG_OK; /* addition: the tape routes both */
+  return sg_binary_bwd_cuda((sg_binary)a->code, x->dtype, sg_tensor_numel(x),
+                            x->data, node->in[1]->value.data, grad_of(node, 0),
+                            node->gin[0], node->gin[1], NULL);
+}
+#endif
+
 static const sg_op_def binary_op = {.name = "binary",
                                     .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
                                     .forward = binary_fwd,
@@ -489,19 +612,24 @@ static const sg_op_def binary_op = {.name = "binary",
                                     .rule = {.windowed_input = -1,
                                              .accepts = SG_ACCEPT_ALL,
                                              .out = SG_OUT_LIKE_INPUT,
-                                             .writes_gin = 3u}};
+                                             .writes_gin = 3u},
+                                    .forward_cuda = AG_CUDA(binary_fwd_cuda),
+                                    .backward_cuda = AG_CUDA(binary_bwd_cuda)};
 
 /* a + b: both input gradients are the output's (no copies: the tape hands
  * the buffer over; the copy kernel was 1.9% of an FNO step) */
-static const sg_op_def binary_add_op = {.name = "binary_add",
-                                        .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
-                                        .forward = binary_fwd,
-                                        .backward = binary_bwd,
-                                        .rule = {.windowed_input = -1,
-                                                 .accepts = SG_ACCEPT_ALL,
-                                                 .out = SG_OUT_LIKE_INPUT,
-                                                 .writes_gin = 3u,
-                                                 .grad_identity = 3u}};
+static const sg_op_def binary_add_op = {
+    .name = "binary_add",
+    .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
+    .forward = binary_fwd,
+    .backward = binary_bwd,
+    .rule = {.windowed_input = -1,
+             .accepts = SG_ACCEPT_ALL,
+             .out = SG_OUT_LIKE_INPUT,
+             .writes_gin = 3u,
+             .grad_identity = 3u},
+    .forward_cuda = AG_CUDA(binary_fwd_cuda),
+    .backward_cuda = AG_CUDA(binary_bwd_cuda)};
 
 sg_status sg_ag_binary(sg_tape_t t, sg_binary op, sg_var *a, sg_var *b,
                        sg_var **y) {
@@ -539,6 +667,26 @@ static sg_status scale_bwd(sg_node *node) {
                   node->gin[0]);
 }
 
+#if SG_HAVE_CUDA
+static sg_status scale_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
+  SG_TRY(sg_scale_cuda(x->dtype, sg_tensor_numel(x), a->alpha, x->data,
+                       node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status scale_bwd_cuda(sg_node *node) {
+  const pw_attr *a = (const pw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  return sg_scale_cuda(x->dtype, sg_tensor_numel(x), a->alpha, grad_of(node, 0),
+                       node->gin[0], NULL);
+}
+#endif
+
 static const sg_op_def scale_op = {.name = "scale",
                                    .slots = {SG_SLOT_ACT},
                                    .forward = scale_fwd,
@@ -546,7 +694,9 @@ static const sg_op_def scale_op = {.name = "scale",
                                    .rule = {.windowed_input = -1,
                                             .accepts = SG_ACCEPT_ALL,
                                             .out = SG_OUT_LIKE_INPUT,
-                                            .writes_gin = 1u}};
+                                            .writes_gin = 1u},
+                                   .forward_cuda = AG_CUDA(scale_fwd_cuda),
+                                   .backward_cuda = AG_CUDA(scale_bwd_cuda)};
 
 sg_status sg_ag_scale(sg_tape_t t, double alpha, sg_var *x, sg_var **y) {
   pw_attr at = {.alpha = alpha};
@@ -607,6 +757,35 @@ fail:
   return st;
 }
 
+#if SG_HAVE_CUDA
+/* device nodes are not sharded (ag_node_device): the whole bias */
+static sg_status bias_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const sg_tensor *x = &node->in[0]->value;
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
+  if (sg_tensor_numel(x) == 0) goto fail;
+  SG_TRY(sg_bias_fwd_cuda(x->dtype, x->shape[0], x->shape[1], spatial_of(x),
+                          x->data, node->in[1]->value.data,
+                          node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status bias_bwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const sg_tensor *x = &node->in[0]->value;
+  if (sg_tensor_numel(x) == 0) goto fail;
+  if (node->gin[0])
+    SG_TRY(ag_mem_copy(node->device, node->gin[0], node->device,
+                       grad_of(node, 0), sg_tensor_nbytes(x)));
+  if (node->gin[1])
+    SG_TRY(sg_bias_bwd_cuda(x->dtype, x->shape[0], x->shape[1], spatial_of(x),
+                            grad_of(node, 0), node->gin[1], NULL));
+fail:
+  return st;
+}
+#endif
+
 static const sg_op_def bias_op = {.name = "bias",
                                   .slots = {SG_SLOT_ACT, SG_SLOT_PARAM},
                                   .forward = bias_fwd,
@@ -615,7 +794,9 @@ static const sg_op_def bias_op = {.name = "bias",
                                            .accepts = SG_ACCEPT_ALL,
                                            .out = SG_OUT_LIKE_INPUT,
                                            .out_unread = 1,
-                                           .writes_gin = 1u}};
+                                           .writes_gin = 1u},
+                                  .forward_cuda = AG_CUDA(bias_fwd_cuda),
+                                  .backward_cuda = AG_CUDA(bias_bwd_cuda)};
 
 sg_status sg_ag_bias(sg_tape_t t, sg_var *x, sg_var *b, sg_var **y) {
   sg_status st = SG_OK;
@@ -656,6 +837,33 @@ static sg_status linear_bwd(sg_node *node) {
                             a->has_bias ? node->gin[2] : NULL);
 }
 
+#if SG_HAVE_CUDA
+static sg_status linear_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const conv_attr *a = (const conv_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
+  int64_t shape[SG_TENSOR_MAX_DIMS];
+  memcpy(shape, x->shape, sizeof shape);
+  shape[1] = w->shape[0];
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
+  SG_TRY(sg_linear_fwd_cuda(x->dtype, x->shape[0], x->shape[1], w->shape[0],
+                            spatial_of(x), x->data, w->data,
+                            a->has_bias ? node->in[2]->value.data : NULL,
+                            node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status linear_bwd_cuda(sg_node *node) {
+  const conv_attr *a = (const conv_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
+  return sg_linear_bwd_cuda(x->dtype, x->shape[0], x->shape[1], w->shape[0],
+                            spatial_of(x), x->data, w->data, grad_of(node, 0),
+                            node->gin[0], node->gin[1],
+                            a->has_bias ? node->gin[2] : NULL, NULL);
+}
+#endif
+
 static const sg_op_def linear_op = {
     .name = "linear",
     .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
@@ -666,7 +874,9 @@ static const sg_op_def linear_op = {
                         SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT,
              .out_unread = 1,
-             .writes_gin = 1u}};
+             .writes_gin = 1u},
+    .forward_cuda = AG_CUDA(linear_fwd_cuda),
+    .backward_cuda = AG_CUDA(linear_bwd_cuda)};
 
 sg_status sg_ag_linear(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
                        sg_var **y) {
@@ -901,6 +1111,54 @@ fail:
   return st;
 }
 
+#if SG_HAVE_CUDA
+/* On the device: the node is not sharded (ag_node_device), so this block's
+ * statistics and sums are the global ones; batch norm is refused by the
+ * launchers (host only). */
+static sg_status norm_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const norm_attr *a = (const norm_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  sg_norm_desc d = norm_desc_of(node);
+  int64_t nstat = 0;
+  sg_moments *stats = NULL;
+  SG_TRY(sg_norm_nstat(&d, &nstat));
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
+  if (nstat == 0 || sg_tensor_numel(x) == 0) goto fail;
+  SG_TRY(sg_node_save(node, (size_t)nstat * sizeof *stats, (void **)&stats));
+  SG_TRY(sg_norm_stats_cuda(&d, x->dtype, x->data, stats, NULL));
+  SG_TRY(sg_norm_fwd_cuda(&d, x->dtype, x->data, stats,
+                          a->gi >= 0 ? node->in[a->gi]->value.data : NULL,
+                          a->bi >= 0 ? node->in[a->bi]->value.data : NULL,
+                          node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status norm_bwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const norm_attr *a = (const norm_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  sg_norm_desc d = norm_desc_of(node);
+  int64_t nstat = 0;
+  void *sums = NULL;
+  SG_TRY(sg_norm_nstat(&d, &nstat));
+  if (nstat == 0 || !node->saved) goto fail;
+  SG_TRY(ag_mem_alloc(node->device, (size_t)(2 * nstat) * sizeof(double), 0,
+                      &sums));
+  const void *gamma = a->gi >= 0 ? node->in[a->gi]->value.data : NULL;
+  SG_TRY(sg_norm_sums_cuda(&d, x->dtype, x->data, node->saved, gamma,
+                           grad_of(node, 0), sums, NULL));
+  SG_TRY(sg_norm_bwd_cuda(&d, x->dtype, x->data, node->saved, gamma,
+                          grad_of(node, 0), sums, node->gin[0],
+                          a->gi >= 0 ? node->gin[a->gi] : NULL,
+                          a->bi >= 0 ? node->gin[a->bi] : NULL, NULL));
+fail:
+  ag_mem_free(node->device, &sums);
+  return st;
+}
+#endif
+
 static const sg_op_def norm_op = {
     .name = "norm",
     .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
@@ -911,7 +1169,9 @@ static const sg_op_def norm_op = {
                         SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT,
              .out_unread = 1,
-             .writes_gin = 1u}};
+             .writes_gin = 1u},
+    .forward_cuda = AG_CUDA(norm_fwd_cuda),
+    .backward_cuda = AG_CUDA(norm_bwd_cuda)};
 
 sg_status sg_ag_norm(sg_tape_t t, const sg_norm_desc *d, sg_var *x,
                      sg_var *gamma, sg_var *beta, sg_var **y) {
@@ -997,6 +1257,68 @@ static sg_status loss_bwd(sg_node *node) {
                           a->has_target ? node->gin[1] : NULL);
 }
 
+#if SG_HAVE_CUDA
+/* On the device (not sharded): the partials there, their finish on the
+ * host (a few doubles), the value and the gradient scale saved[np] back
+ * on the device. */
+static sg_status loss_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const loss_attr *a = (const loss_attr *)node->attr;
+  const sg_tensor *p = &node->in[0]->value;
+  const sg_device dev = node->device;
+  int64_t batch = p->shape[0], np = sg_loss_npartial(a->kind, batch), one = 1;
+  double *saved = NULL, *h = calloc((size_t)np + 1, sizeof *h), value = 0;
+  if (!h) SG_RAISE(SG_ERR_ALLOC, "loss partials");
+  SG_TRY(
+      sg_node_save(node, (size_t)(np + 1) * sizeof(double), (void **)&saved));
+  if (sg_tensor_numel(p) > 0) {
+    SG_TRY(sg_loss_partial_cuda(a->kind, p->dtype, batch, sg_tensor_numel(p),
+                                p->data,
+                                a->has_target ? node->in[1]->value.data : NULL,
+                                saved, NULL));
+    SG_TRY(
+        ag_mem_copy(sg_device_host(), h, dev, saved, (size_t)np * sizeof *h));
+  }
+  h[np] = 1.0;
+  SG_TRY(ag_mem_copy(dev, saved + np, sg_device_host(), h + np, sizeof *h));
+  SG_TRY(sg_loss_finish(a->kind, batch, h, &value));
+  SG_TRY(sg_node_alloc_out(node, 0, 1, &one));
+  const float v32 = (float)value;
+  const int f32 = p->dtype == SG_DTYPE_F32;
+  SG_TRY(ag_mem_copy(dev, node->out[0]->value.data, sg_device_host(),
+                     f32 ? (const void *)&v32 : (const void *)&value,
+                     f32 ? sizeof v32 : sizeof value));
+fail:
+  free(h);
+  return st;
+}
+
+static sg_status loss_bwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const loss_attr *a = (const loss_attr *)node->attr;
+  const sg_tensor *p = &node->in[0]->value;
+  const sg_tensor *g = &node->out[0]->grad;
+  const double *saved = node->saved;
+  const int64_t np = sg_loss_npartial(a->kind, p->shape[0]);
+  double scale = 1, gv = 0;
+  float g32 = 0;
+  const int f32 = g->dtype == SG_DTYPE_F32;
+  SG_TRY(ag_mem_copy(sg_device_host(), f32 ? (void *)&g32 : (void *)&gv,
+                     node->device, g->data, f32 ? sizeof g32 : sizeof gv));
+  SG_TRY(ag_mem_copy(sg_device_host(), &scale, node->device, saved + np,
+                     sizeof scale));
+  gv = (f32 ? (double)g32 : gv) * scale;
+  if (sg_tensor_numel(p) == 0) goto fail;
+  SG_TRY(sg_loss_bwd_cuda(a->kind, p->dtype, p->shape[0], sg_tensor_numel(p),
+                          p->data,
+                          a->has_target ? node->in[1]->value.data : NULL, saved,
+                          gv, node->gin[0], a->has_target ? node->gin[1] : NULL,
+                          NULL));
+fail:
+  return st;
+}
+#endif
+
 static const sg_op_def loss_op = {.name = "loss",
                                   .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
                                   .forward = loss_fwd,
@@ -1006,7 +1328,9 @@ static const sg_op_def loss_op = {.name = "loss",
                                                       SG_ACCEPT_SHARD_BATCH |
                                                       SG_ACCEPT_SHARD_SPATIAL,
                                            .out = SG_OUT_REPLICATE,
-                                           .keep_f32 = 1}};
+                                           .keep_f32 = 1},
+                                  .forward_cuda = AG_CUDA(loss_fwd_cuda),
+                                  .backward_cuda = AG_CUDA(loss_bwd_cuda)};
 
 sg_status sg_ag_loss(sg_tape_t t, sg_loss_kind kind, sg_var *pred,
                      sg_var *target, sg_var **loss) {

@@ -38,8 +38,8 @@ static void ag_describe(sg_tensor *t, sg_dtype dt, int ndim,
   t->owns = owns;
 }
 
-sg_status ag_alloc_z(sg_tensor *t, sg_dtype dt, int ndim, const int64_t *shape,
-                     int zero) {
+sg_status ag_alloc_dz(sg_tensor *t, sg_device dev, sg_dtype dt, int ndim,
+                      const int64_t *shape, int zero) {
   sg_status st = SG_OK;
   void *p = NULL;
   if (ndim < 1 || ndim > SG_TENSOR_MAX_DIMS)
@@ -48,13 +48,16 @@ sg_status ag_alloc_z(sg_tensor *t, sg_dtype dt, int ndim, const int64_t *shape,
   for (int i = 0; i < ndim; ++i)
     if (shape[i] < 0) SG_RAISE(SG_ERR_SHAPE, "negative extent in dim %d", i);
   ag_describe(t, dt, ndim, shape, NULL, 1);
-  if (zero)
-    SG_TRY(sg_calloc(sg_device_host(), ag_nbytes(t), &p));
-  else
-    SG_TRY(sg_malloc(sg_device_host(), ag_nbytes(t), &p));
+  t->device = dev;
+  SG_TRY(ag_mem_alloc(dev, ag_nbytes(t), zero, &p));
   t->data = p;
 fail:
   return st;
+}
+
+sg_status ag_alloc_z(sg_tensor *t, sg_dtype dt, int ndim, const int64_t *shape,
+                     int zero) {
+  return ag_alloc_dz(t, sg_device_host(), dt, ndim, shape, zero);
 }
 
 sg_status ag_alloc(sg_tensor *t, sg_dtype dt, int ndim, const int64_t *shape) {
@@ -62,7 +65,7 @@ sg_status ag_alloc(sg_tensor *t, sg_dtype dt, int ndim, const int64_t *shape) {
 }
 
 void ag_free(sg_tensor *t) {
-  if (t->owns && t->data) sg_free(sg_device_host(), &t->data);
+  if (t->owns && t->data) ag_mem_free(t->device, &t->data);
   t->data = NULL;
   t->owns = 0;
 }
@@ -135,6 +138,20 @@ fail:
   return st;
 }
 
+sg_status sg_var_set_device(sg_var *v, sg_device dev) {
+  sg_status st = SG_OK;
+  if (!v) SG_RAISE(SG_ERR_INVALID_ARG, "set device: variable is NULL");
+  if ((v->owns_value && v->value.data) || (v->owns_grad && v->grad.data))
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "set device of '%s': it owns host memory (give it the device "
+             "memory: sg_var_init/sg_var_init_param with data and grad_data)",
+             v->name);
+  v->value.device = dev;
+  v->grad.device = dev;
+fail:
+  return st;
+}
+
 void sg_var_release(sg_var *v) {
   if (!v) return;
   if (v->owns_value) ag_free(&v->value);
@@ -145,15 +162,23 @@ void sg_var_release(sg_var *v) {
 sg_status sg_var_zero_grad(sg_var *v) {
   sg_status st = SG_OK;
   if (!v) SG_RAISE(SG_ERR_INVALID_ARG, "variable is NULL");
-  if (v->grad.data) memset(v->grad.data, 0, ag_nbytes(&v->grad));
+  if (v->grad.data)
+    SG_TRY(ag_mem_zero(v->grad.device, v->grad.data, ag_nbytes(&v->grad)));
 fail:
   return st;
 }
 
 double sg_var_item(const sg_var *v) {
   if (!v || !v->value.data || ag_numel(&v->value) != 1) return NAN;
-  return v->value.dtype == SG_DTYPE_F32 ? (double)*(const float *)v->value.data
-                                        : *(const double *)v->value.data;
+  union {
+    float f;
+    double d;
+  } u;
+  const int f32 = v->value.dtype == SG_DTYPE_F32;
+  if (ag_mem_copy(sg_device_host(), &u, v->value.device, v->value.data,
+                  f32 ? sizeof u.f : sizeof u.d) != SG_OK)
+    return NAN; /* a device copy failed */
+  return f32 ? (double)u.f : u.d;
 }
 
 int sg_var_is_sharded(const sg_var *v) { return v && v->mesh; }
@@ -240,8 +265,8 @@ fail:
 sg_status ag_ensure_grad_z(sg_tape_t tape, sg_var *v, int zero) {
   sg_status st = SG_OK;
   if (v->grad.data || ag_numel(&v->value) == 0) goto fail;
-  SG_TRY(ag_alloc_z(&v->grad, v->value.dtype, v->value.ndim, v->value.shape,
-                    zero));
+  SG_TRY(ag_alloc_dz(&v->grad, v->value.device, v->value.dtype, v->value.ndim,
+                     v->value.shape, zero));
   v->owns_grad = 1;
   if (!v->is_leaf) tape->bytes += ag_nbytes(&v->grad);
 fail:
@@ -389,8 +414,9 @@ sg_dtype sg_tape_storage_dtype(sg_tape_t tape) {
 }
 
 void ag_store_round(const struct sg_tape *tape, sg_tensor *t) {
-  if (tape->store_dt != SG_DTYPE_BF16 || t->dtype != SG_DTYPE_F32 || !t->data)
-    return;
+  if (tape->store_dt != SG_DTYPE_BF16 || t->dtype != SG_DTYPE_F32 || !t->data ||
+      t->device.kind != SG_DEVICE_HOST)
+    return; /* device variables: refused under bf16 (ag_node_device) */
   sg_round_bf16((float *)t->data, ag_numel(t));
 }
 
@@ -417,7 +443,7 @@ void ag_node_release(sg_tape_t tape, sg_node *node) {
   }
   if (node->saved) {
     tape->bytes -= node->saved_bytes;
-    sg_free(sg_device_host(), &node->saved);
+    ag_mem_free(node->device, &node->saved);
   }
   free(node);
 }
@@ -473,7 +499,8 @@ static sg_status node_alloc_out(sg_node *node, int j, int ndim,
              node ? node->nout : 0);
   sg_var *v = node->out[j];
   if (v->value.data) SG_RAISE(SG_ERR_INTERNAL, "output %d allocated twice", j);
-  SG_TRY(ag_alloc_z(&v->value, node->in[0]->value.dtype, ndim, shape, zero));
+  SG_TRY(ag_alloc_dz(&v->value, node->device, node->in[0]->value.dtype, ndim,
+                     shape, zero));
   v->owns_value = 1;
 fail:
   return st;
@@ -499,7 +526,7 @@ static sg_status node_save(sg_node *node, size_t bytes, int zero, void **ptr) {
   sg_status st = SG_OK;
   if (!node || !ptr) SG_RAISE(SG_ERR_INVALID_ARG, "node or ptr is NULL");
   if (node->saved) SG_RAISE(SG_ERR_INTERNAL, "state saved twice");
-  SG_TRY((zero ? sg_calloc : sg_malloc)(sg_device_host(), bytes, &node->saved));
+  SG_TRY(ag_mem_alloc(node->device, bytes, zero, &node->saved));
   node->saved_bytes = bytes;
   if (ag_current_tape) ag_current_tape->bytes += bytes;
   *ptr = node->saved;

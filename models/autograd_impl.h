@@ -93,6 +93,9 @@ void ag_store_round(const struct sg_tape *tape, sg_tensor *t);
 size_t ag_nbytes(const sg_tensor *t);
 sg_status ag_alloc_z(sg_tensor *t, sg_dtype dt, int ndim, const int64_t *shape,
                      int zero);
+/* The same on dev (ag_free frees on the tensor's device). */
+sg_status ag_alloc_dz(sg_tensor *t, sg_device dev, sg_dtype dt, int ndim,
+                      const int64_t *shape, int zero);
 sg_status ag_alloc(sg_tensor *t, sg_dtype dt, int ndim, const int64_t *shape);
 void ag_free(sg_tensor *t);
 void ag_add_into(sg_tensor *y, const sg_tensor *x);
@@ -107,6 +110,26 @@ sg_status ag_agree(MPI_Comm comm, sg_status st);
 void ag_node_release(sg_tape_t tape, sg_node *node);
 void ag_var_drop_memory(sg_tape_t tape, sg_var *v);
 sg_status ag_grow(void **arr, int *cap, int need, size_t elem);
+
+/* ag_device.c: device variables on the tape. A node runs on its inputs'
+ * device (sg_node.device): ag_node_device decides it and refuses what the
+ * device path does not run; the memory helpers work on any device (host:
+ * malloc/memcpy/memset as before); ag_grad_add is y += x on y's device.
+ * ag_fake_cuda (tests only): CUDA tensors are host memory, counted in
+ * ag_fake_cuda_allocs, so the device path runs without a GPU. */
+extern int ag_fake_cuda;
+extern int64_t ag_fake_cuda_allocs;
+sg_status ag_mem_alloc(sg_device dev, size_t bytes, int zero, void **p);
+void ag_mem_free(sg_device dev, void **p);
+sg_status ag_mem_copy(sg_device dst_dev, void *dst, sg_device src_dev,
+                      const void *src, size_t bytes);
+sg_status ag_mem_zero(sg_device dev, void *p, size_t bytes);
+sg_status ag_grad_add(sg_tensor *y, const sg_tensor *x);
+sg_status ag_node_device(sg_tape_t tape, const sg_op_def *op, int nin,
+                         sg_var *const *in, sg_device *dev);
+/* The node's kernels on its device: forward/backward or their _cuda. */
+sg_status ag_node_forward(sg_node *node);
+sg_status ag_node_backward_kernel(sg_node *node);
 
 /* ag_apply.c: the geometry of a sharded windowed node's exchange; the
  * padding of a node's window as sg_pad_forward takes it */

@@ -25,8 +25,9 @@ static const sg_op_device table[] = {
     {"linear", "sg_linear_fwd_cuda", "sg_linear_bwd_cuda", NULL},
     {"concat", NULL, NULL, NOT_YET},
     {"split", NULL, NULL, NOT_YET},
-    {"norm", NULL, NULL,
-     "cuda: needs device statistics and their global merge (issue 22)"},
+    /* instance, group and layer norm; batch norm and sharded inputs are
+     * refused on the device (host only) */
+    {"norm", "sg_norm_fwd_cuda", "sg_norm_bwd_cuda", NULL},
     {"loss", "sg_loss_partial_cuda", "sg_loss_bwd_cuda", NULL},
     {"dist_loss", NULL, NULL, NEEDS_NCCL},
     {"spectral_conv", NULL, NULL,

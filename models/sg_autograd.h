@@ -139,11 +139,19 @@ sg_status sg_var_init(sg_var *v, const char *name, sg_dtype dtype, int ndim,
 sg_status sg_var_init_param(sg_var *v, const char *name, sg_dtype dtype,
                             int ndim, const int64_t *shape, void *data,
                             void *grad_data);
+/* Declare that a leaf's memory lives on dev: its value (and its gradient
+ * buffer, when given to sg_var_init_param) are the caller's memory there,
+ * e.g. from sg_malloc(dev). The tape then runs the ops reading v on dev
+ * (sg_op_def.forward_cuda) and allocates their outputs and v's gradient
+ * there. SG_ERR_INVALID_ARG for memory the variable allocated itself
+ * (host memory). Not collective. */
+sg_status sg_var_set_device(sg_var *v, sg_device dev);
 /* Free what a leaf owns and reset it. NULL is fine. */
 void sg_var_release(sg_var *v);
 /* Set the gradient to zero (keeps the buffer). */
 sg_status sg_var_zero_grad(sg_var *v);
-/* The single element of a scalar variable as double (NaN if not scalar). */
+/* The single element of a scalar variable as double (NaN if not scalar);
+ * a device variable's is copied to the host. */
 double sg_var_item(const sg_var *v);
 
 /* Mark v (a leaf: the model input, a target, a mask) as this rank's block
@@ -265,14 +273,16 @@ typedef struct sg_op_def {
   sg_status (*backward)(sg_node *node);
   sg_op_rule rule;
   /* CUDA entry points (both or neither), for inputs whose values live on a
-   * CUDA device (value.device.kind == SG_DEVICE_CUDA): the same contract as
-   * forward/backward on device memory. An op without them refuses device
+   * CUDA device (value.device.kind == SG_DEVICE_CUDA, every input on the
+   * same device): the same contract as forward/backward on device memory.
+   * The tape allocates the outputs (sg_node_alloc_out), the saved state
+   * (sg_node_save) and the gradients (gin[i], the outputs' grad) on that
+   * device and sums gradients there. An op without them refuses device
    * inputs with SG_ERR_NOT_SUPPORTED ("op X has no cuda implementation"):
    * the tape never copies a device tensor to the host behind the caller's
-   * back. The tape itself does not run device variables yet (its outputs,
-   * gradients and margins are host memory), so today an op WITH them is
-   * refused too, with that reason (issue 22); the built-in ops' device
-   * kernels are listed in models/sg_op_device.h. */
+   * back. Not yet on device (refused, issue 22): sharded variables, window
+   * margins (padding), the bf16 storage policy, checkpointed blocks. The
+   * built-in ops' device kernels are listed in models/sg_op_device.h. */
   sg_status (*forward_cuda)(sg_node *node);
   sg_status (*backward_cuda)(sg_node *node);
 } sg_op_def;
@@ -296,6 +306,8 @@ struct sg_node {
   unsigned split_batch, split_channel, split_space; /* mesh dim masks */
   void *ex;         /* the windowed input's exchange (cached) */
   unsigned cropped; /* outputs cropped to this rank's share */
+  sg_device device; /* where it runs: its inputs' device (outputs, gradients
+                       and saved state are allocated there) */
 };
 
 /* Record (or, in no-grad mode, just run) an op. attr (attr_bytes <= 256) is

@@ -7,8 +7,9 @@
  * one-line reason. tests/ops/test_op_device.c fails when an op of the
  * registry is missing here, listed twice, or host-only without a reason,
  * and prints the coverage. A CUDA entry says the op's arithmetic runs on
- * device pointers; the tape itself still runs on the host (its tensors are
- * host memory): see README "The GPU path".
+ * device pointers and the op's sg_op_def has CUDA entry points (in the
+ * cuda build): the tape runs it on device variables (sg_var_set_device;
+ * see README "The GPU path").
  *
  *   for (int i = 0; i < sg_op_device_count(); ++i) {
  *     const sg_op_device *d = sg_op_device_at(i);

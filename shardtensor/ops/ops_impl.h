@@ -353,12 +353,8 @@ SG_OPS_DECLARE(double, f64)
 /* Norm statistic group of element (n, c, s). */
 static inline int64_t sg_norm_group(const sg_norm_desc *d, int64_t n, int64_t c,
                                     int64_t s) {
-  switch (d->kind) {
-  case SG_NORM_BATCH: return c;
-  case SG_NORM_INSTANCE: return n * d->channels + c;
-  case SG_NORM_GROUP: return n * d->groups + c / (d->channels / d->groups);
-  default: return n * d->spatial + s;
-  }
+  return sg_norm_group_of((int)d->kind, d->channels, d->groups, d->spatial, n,
+                          c, s);
 }
 
 #define SG_SUM_BLOCK 4096 /* fixed blocking of deterministic sums */

@@ -1120,8 +1120,7 @@ static int FN(norm_planar)(const sg_norm_desc *d) {
 }
 
 static inline double FN(rstd)(const sg_moments *m, double eps) {
-  double var = m->count > 0 ? m->m2 / m->count : 0;
-  return 1.0 / sqrt(var + eps);
+  return sg_norm_rstd(m->count, m->m2, eps);
 }
 
 /* LayerNorm (SG_NORM_LAYER): statistics per token (n, j) over the C
@@ -1192,10 +1191,8 @@ static void FN(ln_fwd)(const sg_norm_desc *d, const R *x, const sg_moments *st,
       const R gk = gamma ? gamma[k] : 1, bk = beta ? beta[k] : 0;
       const R *xp = x + (n * c + k) * s + j0;
       R *yp = y + (n * c + k) * s + j0;
-      for (int64_t j = 0; j < jn; ++j) {
-        double xh = (xp[j] - mean[j]) * rs[j];
-        yp[j] = (R)(xh * gk + bk);
-      }
+      for (int64_t j = 0; j < jn; ++j)
+        yp[j] = (R)sg_norm_ln_y(xp[j], mean[j], rs[j], gk, bk);
     }
   }
 }
@@ -1240,7 +1237,7 @@ static void FN(ln_dx)(const sg_norm_desc *d, const R *x, const sg_moments *st,
     const double *su = sums + 2 * (n * s + j0);
     FN(ln_coef)(sn, jn, d->eps, mean, rs);
     for (int64_t j = 0; j < jn; ++j) {
-      cnt[j] = sn[j].count > 0 ? sn[j].count : 1;
+      cnt[j] = sg_norm_count(sn[j].count);
       a0[j] = su[2 * j] / cnt[j];
       s1[j] = su[2 * j + 1];
     }
@@ -1248,10 +1245,9 @@ static void FN(ln_dx)(const sg_norm_desc *d, const R *x, const sg_moments *st,
       const double gk = gamma ? gamma[k] : 1;
       const R *xp = x + (n * c + k) * s + j0, *gp = dy + (n * c + k) * s + j0;
       R *dp = dx + (n * c + k) * s + j0;
-      for (int64_t j = 0; j < jn; ++j) {
-        double xh = (xp[j] - mean[j]) * rs[j];
-        dp[j] = (R)(rs[j] * (gp[j] * gk - a0[j] - xh * s1[j] / cnt[j]));
-      }
+      for (int64_t j = 0; j < jn; ++j)
+        dp[j] = (R)sg_norm_ln_dx(xp[j], gp[j], mean[j], rs[j], gk, a0[j], s1[j],
+                                 cnt[j]);
     }
   }
 }
@@ -1322,9 +1318,9 @@ void FN(sg_norm_fwd)(const sg_norm_desc *d, const R *x, const sg_moments *st,
     for (int64_t p = 0; p < nb * c; ++p) {
       int64_t n = p / c, k = p % c;
       const sg_moments *m = &st[sg_norm_group(d, n, k, 0)];
-      double rs = FN(rstd)(m, d->eps);
-      double a = rs * (gamma ? gamma[k] : 1);
-      double b = (beta ? beta[k] : 0) - m->mean * a;
+      double a, b;
+      sg_norm_plane_coef(m->mean, FN(rstd)(m, d->eps), gamma ? gamma[k] : 1,
+                         beta ? beta[k] : 0, &a, &b);
       R ar = (R)a, br = (R)b;
       const R *xp = x + p * s;
       R *yp = y + p * s;
@@ -1395,14 +1391,15 @@ void FN(sg_norm_bwd)(const sg_norm_desc *d, const R *x, const sg_moments *st,
       int64_t n = p / c, k = p % c;
       const int64_t gi = sg_norm_group(d, n, k, 0);
       const sg_moments *m = &st[gi];
-      const double rs = FN(rstd)(m, d->eps), gk = gamma ? gamma[k] : 1;
-      const double cnt = m->count > 0 ? m->count : 1, mean = m->mean;
-      const double a = rs * gk, b = rs * sums[2 * gi] / cnt,
-                   cc = rs * rs * sums[2 * gi + 1] / cnt;
+      const double mean = m->mean;
+      double a, b, cc;
+      sg_norm_plane_dx_coef(FN(rstd)(m, d->eps), gamma ? gamma[k] : 1,
+                            sg_norm_count(m->count), sums[2 * gi],
+                            sums[2 * gi + 1], &a, &b, &cc);
       const R *xp = x + p * s, *gp = dy + p * s;
       R *dp = dx + p * s;
       for (int64_t j = 0; j < s; ++j)
-        dp[j] = (R)(a * gp[j] - b - cc * (xp[j] - mean));
+        dp[j] = (R)sg_norm_plane_dx(a, b, cc, gp[j], xp[j], mean);
     }
   }
   if ((dgamma || dbeta) && planar) {

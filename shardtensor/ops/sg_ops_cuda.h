@@ -84,6 +84,26 @@ sg_status sg_loss_bwd_cuda(sg_loss_kind kind, sg_dtype dt, int64_t batch,
                            int64_t n, const void *p, const void *t,
                            const double *partial, double g, void *dp,
                            void *dt_grad, void *stream);
+/* Normalisation (sg_norm_stats/forward/backward_sums/backward): d on the
+ * host, data, stats and sums on the device; instance, group and layer
+ * norm (batch norm: SG_ERR_NOT_SUPPORTED, its statistics span the batch;
+ * host only). The partial statistics and sums of this block, as on the
+ * host (a sharded caller merges them over the shards). Instance/group: one
+ * block per statistic group (its planes are contiguous), warp reductions;
+ * layer: one thread per token, the channel sums in the host's order.
+ * dx OVERWRITTEN; dgamma, dbeta (+=) may be NULL. */
+sg_status sg_norm_stats_cuda(const sg_norm_desc *d, sg_dtype dt, const void *x,
+                             sg_moments *stats, void *stream);
+sg_status sg_norm_fwd_cuda(const sg_norm_desc *d, sg_dtype dt, const void *x,
+                           const sg_moments *stats, const void *gamma,
+                           const void *beta, void *y, void *stream);
+sg_status sg_norm_sums_cuda(const sg_norm_desc *d, sg_dtype dt, const void *x,
+                            const sg_moments *stats, const void *gamma,
+                            const void *dy, double *sums, void *stream);
+sg_status sg_norm_bwd_cuda(const sg_norm_desc *d, sg_dtype dt, const void *x,
+                           const sg_moments *stats, const void *gamma,
+                           const void *dy, const double *sums, void *dx,
+                           void *dgamma, void *dbeta, void *stream);
 sg_status sg_adamw_step_f32_cuda(float *param, const float *grad, float *m,
                                  float *v, int64_t n, int64_t t, double lr,
                                  double grad_scale, const sg_adamw_config *cfg,

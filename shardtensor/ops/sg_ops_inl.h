@@ -413,4 +413,61 @@ SG_UP_HD(double, f64)
 SG_UP_GRAD_HD(float, f32)
 SG_UP_GRAD_HD(double, f64)
 #undef SG_UP_GRAD_HD
+/* ---- normalisation (sg_norm_*): the per-group and per-element arithmetic
+ * of the host loops (ops_tmpl.h) and the CUDA kernels. Kinds as
+ * sg_norm_kind: 0 batch, 1 instance, 2 group, 3 layer. */
+
+/* The statistic group of element (n, c, s). */
+static inline SG_HD int64_t sg_norm_group_of(int kind, int64_t channels,
+                                             int64_t groups, int64_t spatial,
+                                             int64_t n, int64_t c, int64_t s) {
+  switch (kind) {
+  case 0: return c;
+  case 1: return n * channels + c;
+  case 2: return n * groups + c / (channels / groups);
+  default: return n * spatial + s;
+  }
+}
+/* 1/std of merged moments (biased variance; 0 for an empty group). */
+static inline SG_HD double sg_norm_rstd(double count, double m2, double eps) {
+  double var = count > 0 ? m2 / count : 0;
+  return 1.0 / sqrt(var + eps);
+}
+/* The divisor of the backward's means (1 for an empty group). */
+static inline SG_HD double sg_norm_count(double count) {
+  return count > 0 ? count : 1;
+}
+/* A (sample, channel) plane's forward as y = x a + b. */
+static inline SG_HD void sg_norm_plane_coef(double mean, double rs, double gk,
+                                            double bk, double *a, double *b) {
+  *a = rs * gk;
+  *b = bk - mean * *a;
+}
+/* A plane's dx = a dy - b - c (x - mean) from its group's sums s0, s1:
+ * dx = rs (dy gk - s0/cnt - xh s1/cnt), xh = (x - mean) rs. */
+static inline SG_HD void sg_norm_plane_dx_coef(double rs, double gk, double cnt,
+                                               double s0, double s1, double *a,
+                                               double *b, double *c) {
+  *a = rs * gk;
+  *b = rs * s0 / cnt;
+  *c = rs * rs * s1 / cnt;
+}
+static inline SG_HD double sg_norm_plane_dx(double a, double b, double c,
+                                            double dy, double x, double mean) {
+  return a * dy - b - c * (x - mean);
+}
+/* LayerNorm, one element: y = xh gk + bk, xh = (x - mean) rs. */
+static inline SG_HD double sg_norm_ln_y(double x, double mean, double rs,
+                                        double gk, double bk) {
+  double xh = (x - mean) * rs;
+  return xh * gk + bk;
+}
+/* LayerNorm dx of one element: rs (dy gk - a0 - xh s1 / cnt), a0 = s0/cnt. */
+static inline SG_HD double sg_norm_ln_dx(double x, double dy, double mean,
+                                         double rs, double gk, double a0,
+                                         double s1, double cnt) {
+  double xh = (x - mean) * rs;
+  return rs * (dy * gk - a0 - xh * s1 / cnt);
+}
+
 #endif /* SG_OPS_INL_H */

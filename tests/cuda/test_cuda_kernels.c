@@ -5,7 +5,11 @@
  * above 1, overlapping windows), nearest and bilinear up-sampling forward
  * and backward (2-D, scales 2 and 3), the channel-wise linear on cuBLAS
  * forward and backward (y, dx, dw +=, db +=), the loss partials and gradients (all four kinds) in f64 and f32, and AdamW
- * (f32) over three steps. The element arithmetic is the same SG_HD code on
+ * (f32) over three steps; instance, group and layer norm (statistics,
+ * forward, backward sums, backward); and the autograd tape on device
+ * variables (a linear-norm-gelu-mul-mse tape forward and backward: outputs,
+ * saved statistics and gradients on the device, summed there) against
+ * the same tape on the host. The element arithmetic is the same SG_HD code on
  * both sides; what may differ is libm against CUDA's math functions, FMA
  * contraction (nvcc contracts, the host build does not) and the order of
  * the reductions' sums (block trees on the device). Tolerances, relative
@@ -28,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sg_autograd.h"
 #include "sg_op_device.h"
 #include "sg_ops.h"
 #include "sg_ops_cuda.h"
@@ -279,6 +284,127 @@ static void check_adamw(void) {
   drop(&p), drop(&g), drop(&m), drop(&v);
 }
 
+/* Instance, group and layer norm: statistics, forward, backward sums and
+ * backward (dx, dgamma +=, dbeta +=), each step from the host's inputs. */
+static void check_norm(sg_dtype dt) {
+  static const char *names[] = {"batch", "instance", "group", "layer"};
+  const int64_t c = 4, n = NB * c * NS;
+  buf x = mk(dt, n, -2, 2), g = mk(dt, n, -1, 1), y = mk(dt, n, 0, 0);
+  buf gam = mk(dt, c, 0.5, 1.5), bet = mk(dt, c, -1, 1);
+  char what[64];
+  for (int kind = SG_NORM_INSTANCE; kind <= SG_NORM_LAYER; ++kind) {
+    sg_norm_desc d = {(sg_norm_kind)kind, NB, c, NS, 2, 1e-5};
+    int64_t ns = 0;
+    CK(sg_norm_nstat(&d, &ns));
+    buf st = mk(SG_DTYPE_F64, 3 * ns, 0, 0),
+        su = mk(SG_DTYPE_F64, 2 * ns, 0, 0);
+    buf dgam = mk(dt, c, -1, 1), dbet = mk(dt, c, -1, 1); /* += */
+    CK(sg_norm_stats(&d, dt, x.h, st.h));
+    CK(sg_norm_stats_cuda(&d, dt, x.d, st.d, NULL));
+    snprintf(what, sizeof what, "norm %s statistics", names[kind]);
+    compare(what, &st);
+    CK(cudaMemcpy(st.d, st.h, st.bytes, cudaMemcpyHostToDevice));
+    CK(sg_norm_forward(&d, dt, x.h, st.h, gam.h, bet.h, y.h));
+    CK(sg_norm_fwd_cuda(&d, dt, x.d, st.d, gam.d, bet.d, y.d, NULL));
+    snprintf(what, sizeof what, "norm %s forward", names[kind]);
+    compare(what, &y);
+    CK(sg_norm_backward_sums(&d, dt, x.h, st.h, gam.h, g.h, su.h));
+    CK(sg_norm_sums_cuda(&d, dt, x.d, st.d, gam.d, g.d, su.d, NULL));
+    snprintf(what, sizeof what, "norm %s backward sums", names[kind]);
+    compare(what, &su);
+    CK(cudaMemcpy(su.d, su.h, su.bytes, cudaMemcpyHostToDevice));
+    CK(sg_norm_backward(&d, dt, x.h, st.h, gam.h, g.h, su.h, y.h, dgam.h,
+                        dbet.h));
+    CK(sg_norm_bwd_cuda(&d, dt, x.d, st.d, gam.d, g.d, su.d, y.d, dgam.d,
+                        dbet.d, NULL));
+    snprintf(what, sizeof what, "norm %s backward (dx)", names[kind]);
+    compare(what, &y);
+    snprintf(what, sizeof what, "norm %s backward (dgamma +=)", names[kind]);
+    compare(what, &dgam);
+    snprintf(what, sizeof what, "norm %s backward (dbeta +=)", names[kind]);
+    compare(what, &dbet);
+    drop(&st), drop(&su), drop(&dgam), drop(&dbet);
+  }
+  drop(&x), drop(&g), drop(&y), drop(&gam), drop(&bet);
+}
+
+/* The tape on the device: h = linear(x, w, b), m = norm(instance, h),
+ * a = act(gelu, m), y = a * h, loss = mse(y, t) (h used twice: its
+ * gradients summed on the device; the norm's statistics and the loss's
+ * partials saved there), backward from the loss (its seed written on the
+ * device); the loss and the gradients of x, w, b against the same tape on
+ * host variables. */
+typedef struct tape_run {
+  sg_var x, w, b;
+} tape_run;
+
+static void tape_vars(tape_run *r, sg_dtype dt, void *x, void *w, void *b,
+                      void *dw, void *db, int on_dev) {
+  const int64_t xs[3] = {NB, NC, NS}, ws[2] = {4, NC}, bs[1] = {4};
+  CK(sg_var_init(&r->x, "x", dt, 3, xs, x, 1));
+  CK(sg_var_init_param(&r->w, "w", dt, 2, ws, w, dw));
+  CK(sg_var_init_param(&r->b, "b", dt, 1, bs, b, db));
+  if (!on_dev) return;
+  const sg_device d = {SG_DEVICE_CUDA, 0};
+  CK(sg_var_set_device(&r->x, d));
+  CK(sg_var_set_device(&r->w, d));
+  CK(sg_var_set_device(&r->b, d));
+}
+
+/* One step; the loss's value into z (1 element, on the run's side). */
+static double tape_step(tape_run *r, const buf *t, const buf *z, int on_dev) {
+  sg_tape_t tape = NULL;
+  sg_var tv, *h = NULL, *m = NULL, *a = NULL, *y = NULL, *loss = NULL;
+  const int64_t ts[3] = {NB, 4, NS};
+  CK(sg_var_init(&tv, "t", t->dt, 3, ts, on_dev ? t->d : t->h, 0));
+  if (on_dev) CK(sg_var_set_device(&tv, r->x.value.device));
+  const sg_norm_desc nd = {.kind = SG_NORM_INSTANCE, .eps = 1e-5};
+  CK(sg_tape_create(&tape));
+  CK(sg_ag_linear(tape, &r->x, &r->w, &r->b, &h));
+  CK(sg_ag_norm(tape, &nd, h, NULL, NULL, &m));
+  CK(sg_ag_act(tape, SG_ACT_GELU, m, &a));
+  CK(sg_ag_binary(tape, SG_BINARY_MUL, a, h, &y));
+  CK(sg_ag_loss(tape, SG_LOSS_MSE, y, &tv, &loss));
+  if ((loss->value.device.kind == SG_DEVICE_CUDA) != on_dev) {
+    printf("FAIL: the tape's loss is on %s\n",
+           sg_device_kind_name(loss->value.device.kind));
+    ++fails;
+  }
+  CK(cudaMemcpy(on_dev ? z->d : z->h, loss->value.data, z->bytes,
+                on_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToHost));
+  const double item = sg_var_item(loss); /* from the device */
+  CK(sg_tape_backward(tape, loss));
+  sg_tape_destroy(&tape);
+  sg_var_release(&tv);
+  return item;
+}
+
+static void check_tape(sg_dtype dt) {
+  buf x = mk(dt, N, -2, 2), w = mk(dt, 4 * NC, -1, 1), b = mk(dt, 4, -1, 1);
+  buf t = mk(dt, NB * 4 * NS, -1, 1), z = mk(dt, 1, 0, 0);
+  buf dx = mk(dt, N, 0, 0), dw = mk(dt, 4 * NC, 0, 0), db = mk(dt, 4, 0, 0);
+  tape_run host, dev;
+  tape_vars(&host, dt, x.h, w.h, b.h, dw.h, db.h, 0);
+  tape_vars(&dev, dt, x.d, w.d, b.d, dw.d, db.d, 1);
+  const double lh = tape_step(&host, &t, &z, 0);
+  const double ld = tape_step(&dev, &t, &z, 1);
+  compare("tape linear-norm-gelu-mul-mse", &z);
+  if (!(fabs(ld - lh) <=
+        (dt == SG_DTYPE_F64 ? 1e-12 : 2e-5) * (fabs(lh) > 1 ? fabs(lh) : 1))) {
+    printf("FAIL: sg_var_item of the device loss %.17g, host %.17g\n", ld, lh);
+    ++fails;
+  }
+  memcpy(dx.h, host.x.grad.data, dx.bytes);
+  CK(cudaMemcpy(dx.d, dev.x.grad.data, dx.bytes, cudaMemcpyDeviceToDevice));
+  compare("tape backward (dx)", &dx);
+  compare("tape backward (dw)", &dw);
+  compare("tape backward (db)", &db);
+  sg_var_release(&host.x), sg_var_release(&host.w), sg_var_release(&host.b);
+  sg_var_release(&dev.x), sg_var_release(&dev.w), sg_var_release(&dev.b);
+  drop(&x), drop(&w), drop(&b), drop(&t), drop(&z), drop(&dx), drop(&dw),
+      drop(&db);
+}
+
 /* The launchers above; each op the device table puts on cuda must name
  * two of them. */
 static int tested(const char *fn) {
@@ -287,7 +413,8 @@ static int tested(const char *fn) {
       "sg_binary_bwd_cuda",   "sg_scale_cuda",        "sg_bias_fwd_cuda",
       "sg_bias_bwd_cuda",     "sg_loss_partial_cuda", "sg_loss_bwd_cuda",
       "sg_pool_fwd_cuda",     "sg_pool_bwd_cuda",     "sg_upsample_fwd_cuda",
-      "sg_upsample_bwd_cuda", "sg_linear_fwd_cuda",   "sg_linear_bwd_cuda"};
+      "sg_upsample_bwd_cuda", "sg_linear_fwd_cuda",   "sg_linear_bwd_cuda",
+      "sg_norm_fwd_cuda",     "sg_norm_bwd_cuda"};
   for (size_t i = 0; i < sizeof names / sizeof *names; ++i)
     if (fn && !strcmp(fn, names[i])) return 1;
   return 0;
@@ -340,6 +467,13 @@ static void check_arguments(void) {
        sg_linear_fwd_cuda(SG_DTYPE_F32, 1, 0, 1, 1, NULL, NULL, NULL, NULL,
                           NULL),
        SG_ERR_SHAPE},
+      {"batch norm on the device",
+       sg_norm_stats_cuda(&(sg_norm_desc){SG_NORM_BATCH, 1, 1, 4, 1, 1e-5},
+                          SG_DTYPE_F32, NULL, NULL, NULL),
+       SG_ERR_NOT_SUPPORTED},
+      {"norm without a descriptor",
+       sg_norm_fwd_cuda(NULL, SG_DTYPE_F32, NULL, NULL, NULL, NULL, NULL, NULL),
+       SG_ERR_INVALID_ARG},
       {"adamw at step 0",
        sg_adamw_step_f32_cuda(NULL, NULL, NULL, NULL, 4, 0, 1e-3, 1.0, &cfg,
                               NULL),
@@ -380,6 +514,8 @@ int main(int argc, char **argv) {
     check_upsample(dts[k]);
     check_linear(dts[k]);
     check_loss(dts[k]);
+    check_norm(dts[k]);
+    check_tape(dts[k]);
   }
   check_adamw();
   printf("%s\n", fails ? "FAILED" : "PASSED");

@@ -2,15 +2,20 @@
  * (sg_op_registry.h): every op of the registry has exactly one entry,
  * every entry names an op of the registry, and each entry either names
  * both CUDA entry points or is host-only with a reason (never both, never
- * half). The checker is also fed broken tables (a missing op, a
+ * half), and the ops' definitions have CUDA entry points exactly where
+ * the table says (in the cuda build; none without CUDA). The checker is also fed broken tables (a missing op, a
  * duplicate, a reason-less host-only entry, a half CUDA entry) and must
  * reject each. Prints the coverage: n of m ops with CUDA kernels. Then
- * the tape's device check (sg_op_def.forward_cuda): an input marked as
- * living on cuda:0 (host memory under a faked device; the check runs
- * before any data is read) must be refused with SG_ERR_NOT_SUPPORTED and
- * the op's name, by a user op without CUDA entry points, a built-in op,
- * and (while the tape runs host variables only) a user op with them; on
- * the host the same user op runs. And the CUDA kernels' backward gathers
+ * the tape on device variables (sg_op_def.forward_cuda), with inputs
+ * marked as living on cuda:0 and the tape's faked device (ag_fake_cuda:
+ * "CUDA" memory is host memory): a user op without CUDA entry points and a
+ * built-in op without them are refused with SG_ERR_NOT_SUPPORTED and the
+ * op's name; a user op with them runs a 3-node tape forward and backward
+ * through its CUDA entries, with outputs and gradients on the device and
+ * the two gradients of a reused input summed there, and a user addition's
+ * identity gradients routed there (hand-over, copy, sum); mixed devices and the
+ * bf16 storage policy are refused; on the host the same op runs its host
+ * kernels. And the CUDA kernels' backward gathers
  * of pooling and up-sampling (sg_pool_grad_cell, sg_up_grad_cell of
  * sg_ops_inl.h, one per input cell), run here on the host, against the
  * host's scatters in f64 (1e-12): their index arithmetic without a GPU.
@@ -22,7 +27,9 @@
 
 #include "ops_impl.h" /* sg_pool_win_make, sg_up_geom_make */
 
+#include "autograd_impl.h" /* ag_fake_cuda */
 #include "sg_autograd.h"
+#include "sg_config.h"
 #include "sg_op_device.h"
 #include "sg_op_registry.h"
 
@@ -89,9 +96,30 @@ static int check_rejects(const sg_op_device *t, int n) {
   return fails;
 }
 
-/* A user op: y = x (f64). */
+/* The table against the op definitions: an op listed on cuda has CUDA
+ * entry points in its sg_op_def in the cuda build (and none without
+ * CUDA); a host-only op has none. */
+static int check_defs(void) {
+  int bad = 0;
+  for (int i = 0; i < sg_ag_op_count(); ++i) {
+    const sg_op_def *op = sg_ag_op(i);
+    const int want = SG_HAVE_CUDA &&
+                     sg_op_device_on_cuda(sg_op_device_find(op->name));
+    const int has = op->forward_cuda && op->backward_cuda;
+    if (want != has)
+      bad += printf("FAIL: op '%s' %s CUDA entry points in its definition\n",
+                    op->name, has ? "has" : "lacks") > 0;
+  }
+  return bad;
+}
+
+/* A user op: y = x (f64). Its CUDA entry points are the same host code
+ * (the device is faked: "CUDA" tensors are host memory) and count their
+ * calls, so the test sees which kernels the tape chose. */
+static int ncalls[2][2]; /* [cuda][backward] */
 static sg_status copy_fwd(sg_node *node) {
   const sg_tensor *x = &node->in[0]->value;
+  ncalls[node->device.kind == SG_DEVICE_CUDA][0]++;
   sg_status st = sg_node_alloc_out(node, 0, x->ndim, x->shape);
   if (st == SG_OK)
     memcpy(node->out[0]->value.data, x->data,
@@ -99,6 +127,7 @@ static sg_status copy_fwd(sg_node *node) {
   return st;
 }
 static sg_status copy_bwd(sg_node *node) {
+  ncalls[node->device.kind == SG_DEVICE_CUDA][1]++;
   if (node->gin[0])
     memcpy(node->gin[0], node->out[0]->grad.data,
            (size_t)node->in[0]->value.shape[0] * sizeof(double));
@@ -117,6 +146,33 @@ static sg_status copy_bwd(sg_node *node) {
 static const sg_op_def host_op = COPY_OP("user_host", NULL, NULL);
 static const sg_op_def cuda_op = COPY_OP("user_cuda", copy_fwd, copy_bwd);
 
+/* A user addition whose input gradients are the output's (grad_identity):
+ * the tape routes them (hand-over, copy, sum) on the device. */
+static sg_status uadd_fwd(sg_node *node) {
+  const sg_tensor *a = &node->in[0]->value, *b = &node->in[1]->value;
+  ncalls[node->device.kind == SG_DEVICE_CUDA][0]++;
+  sg_status st = sg_node_alloc_out(node, 0, a->ndim, a->shape);
+  for (int64_t i = 0; st == SG_OK && i < a->shape[0]; ++i)
+    ((double *)node->out[0]->value.data)[i] = ((const double *)a->data)[i] +
+                                              ((const double *)b->data)[i];
+  return st;
+}
+static sg_status uadd_bwd(sg_node *node) {
+  ncalls[node->device.kind == SG_DEVICE_CUDA][1]++;
+  return SG_OK;
+}
+static const sg_op_def uadd_op = {.name = "user_add",
+                                  .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
+                                  .forward = uadd_fwd,
+                                  .backward = uadd_bwd,
+                                  .rule = {.windowed_input = -1,
+                                           .accepts = SG_ACCEPT_ALL,
+                                           .out = SG_OUT_LIKE_INPUT,
+                                           .writes_gin = 3u,
+                                           .grad_identity = 3u},
+                                  .forward_cuda = uadd_fwd,
+                                  .backward_cuda = uadd_bwd};
+
 /* st must be SG_ERR_NOT_SUPPORTED with want in the message. */
 static int refused(const char *what, sg_status st, const char *want) {
   const char *msg = sg_last_error();
@@ -129,31 +185,123 @@ static int refused(const char *what, sg_status st, const char *want) {
   return 1;
 }
 
+static int on_cuda(const sg_tensor *t) {
+  return t->device.kind == SG_DEVICE_CUDA && t->device.index == 0;
+}
+
+/* The device tape (faked cuda:0): y1 = op(x), y2 = op(y1), y3 = op(x),
+ * backward from (y2, ga), (y3, gb): the CUDA entries run (3 forward, 3
+ * backward, no host kernel), outputs and gradients are allocated on the
+ * device, and x's gradient is ga + gb, summed on the device. */
+static int check_device_tape(sg_tape_t tape, sg_var *x) {
+  double ga[3] = {1, 2, 4}, gb[3] = {8, 16, 32};
+  const int64_t shape[1] = {3};
+  sg_var *y1 = NULL, *y2 = NULL, *y3 = NULL;
+  sg_tensor g[2] = {sg_tensor_wrap(ga, SG_DTYPE_F64, x->value.device, 1, shape),
+                    sg_tensor_wrap(gb, SG_DTYPE_F64, x->value.device, 1,
+                                   shape)};
+  int fails = 0;
+  memset(ncalls, 0, sizeof ncalls);
+  ag_fake_cuda = 1;
+  const int64_t allocs = ag_fake_cuda_allocs;
+  sg_status st = sg_tape_apply(tape, &cuda_op, 1, &x, 1, NULL, NULL, 0, &y1);
+  if (st == SG_OK)
+    st = sg_tape_apply(tape, &cuda_op, 1, &y1, 1, NULL, NULL, 0, &y2);
+  if (st == SG_OK)
+    st = sg_tape_apply(tape, &cuda_op, 1, &x, 1, NULL, NULL, 0, &y3);
+  int ok = st == SG_OK && on_cuda(&y1->value) && on_cuda(&y2->value) &&
+           on_cuda(&y3->value) && ((double *)y2->value.data)[2] == 3;
+  if (ok) st = sg_tape_backward_from(tape, 2, (sg_var *[]){y2, y3}, g);
+  ok = ok && st == SG_OK && on_cuda(&x->grad);
+  for (int i = 0; ok && i < 3; ++i)
+    ok = ((double *)x->grad.data)[i] == ga[i] + gb[i];
+  ok = ok && ncalls[1][0] == 3 && ncalls[1][1] == 3 && !ncalls[0][0] &&
+       !ncalls[0][1] && ag_fake_cuda_allocs - allocs >= 5;
+  printf("device tape (faked cuda:0): %d cuda forwards, %d cuda backwards, "
+         "%lld device allocations, x.grad on %s:%d %s\n",
+         ncalls[1][0], ncalls[1][1], (long long)(ag_fake_cuda_allocs - allocs),
+         sg_device_kind_name(x->grad.device.kind), x->grad.device.index,
+         ok ? "ok" : "FAIL");
+  fails += !ok;
+  /* the identity routing: y1 = op(x), y3 = op(x), s = y1 + y3, t = s + x,
+   * backward from (t, ga): s takes t's gradient over, x gets it added, y1
+   * takes s's over, y3 a copy; x.grad grows by 3 ga */
+  sg_var *s = NULL, *t = NULL;
+  double before[3];
+  memcpy(before, x->grad.data, sizeof before);
+  memset(ncalls, 0, sizeof ncalls);
+  st = sg_tape_apply(tape, &cuda_op, 1, &x, 1, NULL, NULL, 0, &y1);
+  if (st == SG_OK)
+    st = sg_tape_apply(tape, &cuda_op, 1, &x, 1, NULL, NULL, 0, &y3);
+  if (st == SG_OK)
+    st = sg_tape_apply(tape, &uadd_op, 2, (sg_var *[]){y1, y3}, 1, NULL, NULL,
+                       0, &s);
+  if (st == SG_OK)
+    st = sg_tape_apply(tape, &uadd_op, 2, (sg_var *[]){s, x}, 1, NULL, NULL, 0,
+                       &t);
+  ok = st == SG_OK && on_cuda(&t->value) && ((double *)t->value.data)[1] == 6;
+  if (ok) st = sg_tape_backward_from(tape, 1, &t, g);
+  ok = ok && st == SG_OK;
+  for (int i = 0; ok && i < 3; ++i)
+    ok = ((double *)x->grad.data)[i] == before[i] + 3 * ga[i];
+  ok = ok && ncalls[1][0] == 4 && ncalls[1][1] == 4 && !ncalls[0][0];
+  printf("device tape (faked cuda:0): identity routing (hand-over, copy, "
+         "sum) %s\n",
+         ok ? "ok" : "FAIL");
+  fails += !ok;
+  /* the parts not on device yet, and mixed devices, are refused */
+  sg_tape_clear(tape);
+  (void)sg_tape_set_storage_dtype(tape, SG_DTYPE_BF16);
+  st = sg_tape_apply(tape, &cuda_op, 1, &x, 1, NULL, NULL, 0, &y1);
+  fails += refused("bf16 storage policy", st, "bf16 storage policy");
+  (void)sg_tape_set_storage_dtype(tape, SG_DTYPE_F32);
+  sg_var h;
+  if (sg_var_init(&h, "h", SG_DTYPE_F64, 1, shape, ga, 0) != SG_OK) return 1;
+  st = sg_ag_binary(tape, SG_BINARY_ADD, x, &h, &y1);
+  fails += refused("mixed devices", st, "does not copy between devices");
+  sg_var_release(&h);
+  ag_fake_cuda = 0;
+  return fails;
+}
+
 static int check_tape_device(void) {
   double xs[3] = {1, 2, 3};
-  const int64_t shape[1] = {3};
+  const int64_t shape[1] = {3}, shape2[2] = {1, 3};
   sg_tape_t tape = NULL;
-  sg_var x, *y = NULL;
+  sg_var x, x2, *y = NULL;
   int fails = 0;
   if (sg_tape_create(&tape) != SG_OK ||
-      sg_var_init(&x, "x", SG_DTYPE_F64, 1, shape, xs, 1) != SG_OK)
+      sg_var_init(&x, "x", SG_DTYPE_F64, 1, shape, xs, 1) != SG_OK ||
+      sg_var_init(&x2, "x2", SG_DTYPE_F64, 2, shape2, xs, 1) != SG_OK)
     return printf("FAIL: tape or variable\n") > 0;
   sg_status st = sg_tape_apply(tape, &host_op, 1, (sg_var *[]){&x}, 1, NULL,
                                NULL, 0, &y);
-  if (st != SG_OK || !y || ((double *)y->value.data)[2] != 3)
+  if (st != SG_OK || !y || ((double *)y->value.data)[2] != 3 || ncalls[1][0])
     fails += printf("FAIL: the user op on the host: status %d\n", (int)st) > 0;
   sg_tape_clear(tape);
-  x.value.device.kind = SG_DEVICE_CUDA; /* faked: the data stay host memory */
+  /* faked: the data stay host memory */
+  const sg_device cuda0 = {SG_DEVICE_CUDA, 0};
+  sg_var own;
+  if (sg_var_init(&own, "own", SG_DTYPE_F64, 1, shape, NULL, 0) != SG_OK)
+    return 1;
+  if (sg_var_set_device(&own, cuda0) != SG_ERR_INVALID_ARG)
+    fails += printf("FAIL: a variable's own host memory declared cuda\n") > 0;
+  sg_var_release(&own);
+  if (sg_var_set_device(&x, cuda0) != SG_OK ||
+      sg_var_set_device(&x2, cuda0) != SG_OK)
+    return printf("FAIL: set device\n") > 0;
   st = sg_tape_apply(tape, &host_op, 1, (sg_var *[]){&x}, 1, NULL, NULL, 0, &y);
   fails += refused("user op without cuda entry points", st,
                    "op user_host has no cuda implementation");
-  st = sg_ag_act(tape, SG_ACT_RELU, &x, &y);
-  fails += refused("built-in act", st, "op act has no cuda implementation");
-  st = sg_tape_apply(tape, &cuda_op, 1, (sg_var *[]){&x}, 1, NULL, NULL, 0, &y);
-  fails += refused("user op with cuda entry points", st,
-                   "does not run device variables yet");
-  x.value.device = sg_device_host();
+  st = sg_ag_concat(tape, 1, (sg_var *[]){&x2}, &y);
+  fails += refused("built-in concat", st,
+                   "op concat has no cuda implementation");
+  fails += check_device_tape(tape, &x);
+  /* the gradient was allocated on the faked device: freed as such */
+  ag_fake_cuda = 1;
   sg_var_release(&x);
+  ag_fake_cuda = 0;
+  sg_var_release(&x2);
   sg_tape_destroy(&tape);
   return fails;
 }
@@ -238,6 +386,7 @@ int main(int argc, char **argv) {
     fails += check(t, n, rank == 0);
     fails += check_rejects(t, n);
   }
+  fails += check_defs();
   fails += check_tape_device();
   fails += check_gathers();
   if (rank == 0 && !fails) {

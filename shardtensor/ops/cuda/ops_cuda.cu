@@ -308,6 +308,199 @@ __global__ void adamw_k(sg_adamw_coef k, int64_t n, float *param,
   SG_GRID_STRIDE(i, n) sg_adamw_elem_f32(k, grad[i], &param[i], &m[i], &v[i]);
 }
 
+// ---- normalisation -------------------------------------------------------
+
+// The block's sum of v by warp shuffles, then the warps' sums by warp 0;
+// every thread of the block calls it and gets the sum (sh: 32 doubles,
+// reusable after the call).
+__device__ double warp_block_sum(double v, double *sh) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  if (w == 0) {
+    v = lane < (int)(blockDim.x + 31) / 32 ? sh[lane] : 0;
+    for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+    if (lane == 0) sh[0] = v;
+  }
+  __syncthreads();
+  v = sh[0];
+  __syncthreads();
+  return v;
+}
+
+// The geometry of a descriptor on the device: instance and group norm's
+// statistic groups are contiguous runs of `per` planes (gi * per * s on).
+struct NormGeom {
+  int kind;
+  int64_t nb, c, s, groups, per;
+  double eps;
+  __device__ int64_t group(int64_t n, int64_t k, int64_t j) const {
+    return sg_norm_group_of(kind, c, groups, s, n, k, j);
+  }
+};
+
+NormGeom norm_geom(const sg_norm_desc *d) {
+  NormGeom g;
+  g.kind = (int)d->kind;
+  g.nb = d->batch, g.c = d->channels, g.s = d->spatial;
+  g.groups = d->kind == SG_NORM_GROUP ? d->groups : d->channels;
+  g.per = d->kind == SG_NORM_GROUP ? d->channels / d->groups : 1;
+  g.eps = d->eps;
+  return g;
+}
+
+// Planar statistics: one block per group, two passes (mean, then M2).
+template <typename T>
+__global__ void norm_stats_planar_k(NormGeom g, int64_t nstat, const T *x,
+                                    sg_moments *st) {
+  __shared__ double sh[32];
+  const int64_t len = g.per * g.s;
+  for (int64_t gi = blockIdx.x; gi < nstat; gi += gridDim.x) {
+    const T *xp = x + gi * len;
+    double acc = 0;
+    for (int64_t e = threadIdx.x; e < len; e += blockDim.x)
+      acc += (double)xp[e];
+    const double mean = len > 0 ? warp_block_sum(acc, sh) / (double)len : 0;
+    acc = 0;
+    for (int64_t e = threadIdx.x; e < len; e += blockDim.x) {
+      const double dv = (double)xp[e] - mean;
+      acc += dv * dv;
+    }
+    acc = warp_block_sum(acc, sh);
+    if (threadIdx.x == 0) st[gi] = sg_moments{(double)len, mean, acc};
+  }
+}
+
+// LayerNorm statistics: one thread per token (n, j), the channel sums in
+// the host's order.
+template <typename T>
+__global__ void norm_stats_ln_k(NormGeom g, const T *x, sg_moments *st) {
+  SG_GRID_STRIDE(t, g.nb * g.s) {
+    const T *xp = x + (t / g.s) * g.c * g.s + t % g.s;
+    double mean = 0, m2 = 0;
+    for (int64_t k = 0; k < g.c; ++k) mean += (double)xp[k * g.s];
+    mean /= (double)g.c;
+    for (int64_t k = 0; k < g.c; ++k) {
+      const double dv = (double)xp[k * g.s] - mean;
+      m2 += dv * dv;
+    }
+    st[t] = sg_moments{(double)g.c, mean, m2};
+  }
+}
+
+template <typename T>
+__global__ void norm_fwd_k(NormGeom g, const T *x, const sg_moments *st,
+                           const T *gamma, const T *beta, T *y) {
+  SG_GRID_STRIDE(i, g.nb * g.c * g.s) {
+    const int64_t p = i / g.s, j = i % g.s, n = p / g.c, k = p % g.c;
+    const sg_moments m = st[g.group(n, k, j)];
+    const double rs = sg_norm_rstd(m.count, m.m2, g.eps);
+    const double gk = gamma ? (double)gamma[k] : 1,
+                 bk = beta ? (double)beta[k] : 0;
+    if (g.kind == SG_NORM_LAYER) {
+      y[i] = (T)sg_norm_ln_y((double)x[i], m.mean, rs, gk, bk);
+    } else {
+      double a, b;
+      sg_norm_plane_coef(m.mean, rs, gk, bk, &a, &b);
+      y[i] = x[i] * (T)a + (T)b;
+    }
+  }
+}
+
+// Planar backward sums: one block per group, (sum dy gk, sum dy gk xh).
+template <typename T>
+__global__ void norm_sums_planar_k(NormGeom g, int64_t nstat, const T *x,
+                                   const sg_moments *st, const T *gamma,
+                                   const T *dy, double *sums) {
+  __shared__ double sh[32];
+  const int64_t len = g.per * g.s;
+  for (int64_t gi = blockIdx.x; gi < nstat; gi += gridDim.x) {
+    const sg_moments m = st[gi];
+    const double rs = sg_norm_rstd(m.count, m.m2, g.eps);
+    const int64_t c0 = (gi % g.groups) * g.per;
+    const T *xp = x + gi * len, *gp = dy + gi * len;
+    double a0 = 0, a1 = 0;
+    for (int64_t e = threadIdx.x; e < len; e += blockDim.x) {
+      const double gk = gamma ? (double)gamma[c0 + e / g.s] : 1;
+      a0 += (double)gp[e] * gk;
+      a1 += (double)gp[e] * ((double)xp[e] - m.mean) * gk * rs;
+    }
+    a0 = warp_block_sum(a0, sh);
+    a1 = warp_block_sum(a1, sh);
+    if (threadIdx.x == 0) {
+      sums[2 * gi] = a0;
+      sums[2 * gi + 1] = a1;
+    }
+  }
+}
+
+// LayerNorm backward sums: one thread per token, in the host's order.
+template <typename T>
+__global__ void norm_sums_ln_k(NormGeom g, const T *x, const sg_moments *st,
+                               const T *gamma, const T *dy, double *sums) {
+  SG_GRID_STRIDE(t, g.nb * g.s) {
+    const int64_t o = (t / g.s) * g.c * g.s + t % g.s;
+    const sg_moments m = st[t];
+    const double rs = sg_norm_rstd(m.count, m.m2, g.eps);
+    double s0 = 0, s1 = 0;
+    for (int64_t k = 0; k < g.c; ++k) {
+      const double gv = (double)dy[o + k * g.s] *
+                        (gamma ? (double)gamma[k] : 1);
+      s0 += gv;
+      s1 += gv * ((double)x[o + k * g.s] - m.mean) * rs;
+    }
+    sums[2 * t] = s0;
+    sums[2 * t + 1] = s1;
+  }
+}
+
+template <typename T>
+__global__ void norm_dx_k(NormGeom g, const T *x, const sg_moments *st,
+                          const T *gamma, const T *dy, const double *sums,
+                          T *dx) {
+  SG_GRID_STRIDE(i, g.nb * g.c * g.s) {
+    const int64_t p = i / g.s, j = i % g.s, n = p / g.c, k = p % g.c;
+    const int64_t gi = g.group(n, k, j);
+    const sg_moments m = st[gi];
+    const double rs = sg_norm_rstd(m.count, m.m2, g.eps);
+    const double gk = gamma ? (double)gamma[k] : 1,
+                 cnt = sg_norm_count(m.count);
+    if (g.kind == SG_NORM_LAYER) {
+      dx[i] = (T)sg_norm_ln_dx((double)x[i], (double)dy[i], m.mean, rs, gk,
+                               sums[2 * gi] / cnt, sums[2 * gi + 1], cnt);
+    } else {
+      double a, b, c;
+      sg_norm_plane_dx_coef(rs, gk, cnt, sums[2 * gi], sums[2 * gi + 1], &a, &b,
+                            &c);
+      dx[i] = (T)sg_norm_plane_dx(a, b, c, (double)dy[i], (double)x[i], m.mean);
+    }
+  }
+}
+
+// dgamma[k] += sum dy xh, dbeta[k] += sum dy: one block per channel.
+template <typename T>
+__global__ void norm_dparams_k(NormGeom g, const T *x, const sg_moments *st,
+                               const T *dy, T *dgamma, T *dbeta) {
+  __shared__ double sh[32];
+  for (int64_t k = blockIdx.x; k < g.c; k += gridDim.x) {
+    double sg = 0, sb = 0;
+    for (int64_t e = threadIdx.x; e < g.nb * g.s; e += blockDim.x) {
+      const int64_t n = e / g.s, j = e % g.s, i = (n * g.c + k) * g.s + j;
+      const sg_moments m = st[g.group(n, k, j)];
+      sg += (double)dy[i] * ((double)x[i] - m.mean) *
+            sg_norm_rstd(m.count, m.m2, g.eps);
+      sb += (double)dy[i];
+    }
+    sg = warp_block_sum(sg, sh);
+    sb = warp_block_sum(sb, sh);
+    if (threadIdx.x == 0) {
+      if (dgamma) dgamma[k] += (T)sg;
+      if (dbeta) dbeta[k] += (T)sb;
+    }
+  }
+}
+
 // Checks n and the dtype, calls launch(T()) for f32/f64 (n > 0), then
 // collects the launch error.
 template <typename F>
@@ -341,6 +534,22 @@ sg_status loss_check(const char *what, sg_loss_kind kind, int64_t batch,
     SG_RAISE(SG_ERR_INVALID_ARG, "%s: NULL prediction or target", what);
 fail:
   return st;
+}
+
+// The descriptor (valid, not batch norm: its statistics span the batch,
+// host only) and its number of statistic groups.
+sg_status norm_check(const char *what, const sg_norm_desc *d, int64_t *nstat) {
+  sg_status st = SG_OK;
+  if (!d) SG_RAISE(SG_ERR_INVALID_ARG, "%s: descriptor is NULL", what);
+  SG_TRY(sg_norm_nstat(d, nstat));
+  if (d->kind == SG_NORM_BATCH)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: batch norm is host-only", what);
+fail:
+  return st;
+}
+
+unsigned blocks_for(int64_t n) {
+  return (unsigned)(n < 65535 ? (n > 0 ? n : 1) : 65535);
 }
 
 }  // namespace
@@ -567,6 +776,99 @@ extern "C" sg_status sg_adamw_step_f32_cuda(
   adamw_k<<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
       sg_adamw_coef_at(cfg, t, lr, grad_scale), n, param, grad, m, v);
   SG_CUDA(cudaGetLastError());
+fail:
+  return st;
+}
+
+extern "C" sg_status sg_norm_stats_cuda(const sg_norm_desc *d, sg_dtype dt,
+                                        const void *x, sg_moments *stats,
+                                        void *stream) {
+  sg_status st = SG_OK;
+  int64_t nstat = 0;
+  SG_TRY(norm_check("sg_norm_stats_cuda", d, &nstat));
+  SG_TRY(dispatch("sg_norm_stats_cuda", dt, nstat, [&](auto z) {
+    using T = decltype(z);
+    const NormGeom g = norm_geom(d);
+    if (d->kind == SG_NORM_LAYER)
+      norm_stats_ln_k<T>
+          <<<grid_for(nstat), kThreads, 0, SG_STREAM(stream)>>>(g, (const T *)x,
+                                                                stats);
+    else
+      norm_stats_planar_k<T>
+          <<<blocks_for(nstat), kThreads, 0, SG_STREAM(stream)>>>(g, nstat,
+                                                                  (const T *)x,
+                                                                  stats);
+  }));
+fail:
+  return st;
+}
+
+extern "C" sg_status sg_norm_fwd_cuda(const sg_norm_desc *d, sg_dtype dt,
+                                      const void *x, const sg_moments *stats,
+                                      const void *gamma, const void *beta,
+                                      void *y, void *stream) {
+  sg_status st = SG_OK;
+  int64_t nstat = 0;
+  SG_TRY(norm_check("sg_norm_fwd_cuda", d, &nstat));
+  {
+    const int64_t n = d->batch * d->channels * d->spatial;
+    SG_TRY(dispatch("sg_norm_fwd_cuda", dt, n, [&](auto z) {
+      using T = decltype(z);
+      norm_fwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+          norm_geom(d), (const T *)x, stats, (const T *)gamma, (const T *)beta,
+          (T *)y);
+    }));
+  }
+fail:
+  return st;
+}
+
+extern "C" sg_status sg_norm_sums_cuda(const sg_norm_desc *d, sg_dtype dt,
+                                       const void *x, const sg_moments *stats,
+                                       const void *gamma, const void *dy,
+                                       double *sums, void *stream) {
+  sg_status st = SG_OK;
+  int64_t nstat = 0;
+  SG_TRY(norm_check("sg_norm_sums_cuda", d, &nstat));
+  SG_TRY(dispatch("sg_norm_sums_cuda", dt, nstat, [&](auto z) {
+    using T = decltype(z);
+    const NormGeom g = norm_geom(d);
+    if (d->kind == SG_NORM_LAYER)
+      norm_sums_ln_k<T><<<grid_for(nstat), kThreads, 0, SG_STREAM(stream)>>>(
+          g, (const T *)x, stats, (const T *)gamma, (const T *)dy, sums);
+    else
+      norm_sums_planar_k<T>
+          <<<blocks_for(nstat), kThreads, 0, SG_STREAM(stream)>>>(
+              g, nstat, (const T *)x, stats, (const T *)gamma, (const T *)dy,
+              sums);
+  }));
+fail:
+  return st;
+}
+
+extern "C" sg_status sg_norm_bwd_cuda(const sg_norm_desc *d, sg_dtype dt,
+                                      const void *x, const sg_moments *stats,
+                                      const void *gamma, const void *dy,
+                                      const double *sums, void *dx,
+                                      void *dgamma, void *dbeta, void *stream) {
+  sg_status st = SG_OK;
+  int64_t nstat = 0;
+  SG_TRY(norm_check("sg_norm_bwd_cuda", d, &nstat));
+  {
+    const int64_t n = d->batch * d->channels * d->spatial;
+    SG_TRY(dispatch("sg_norm_bwd_cuda", dt, n, [&](auto z) {
+      using T = decltype(z);
+      const NormGeom g = norm_geom(d);
+      if (dx)
+        norm_dx_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+            g, (const T *)x, stats, (const T *)gamma, (const T *)dy, sums,
+            (T *)dx);
+      if (dgamma || dbeta)
+        norm_dparams_k<T>
+            <<<blocks_for(d->channels), kThreads, 0, SG_STREAM(stream)>>>(
+                g, (const T *)x, stats, (const T *)dy, (T *)dgamma, (T *)dbeta);
+    }));
+  }
 fail:
   return st;
 }
