@@ -125,9 +125,10 @@ fail:
   return st;
 }
 
-/* tp_sequence: no pipeline (its pieces pass whole token tensors) and at
- * least one token per tp rank on the rank with the fewest tokens (with
- * the sp dim: in the smallest sp piece, which tp slices further). */
+/* tp_sequence: at least one token per tp rank on the rank with the fewest
+ * tokens (with the sp dim: in the smallest sp piece, which tp slices
+ * further). With pp each stage slices the tokens it receives and gathers
+ * them before it sends (vit_run): whole tokens cross the stage boundary. */
 static sg_status vit_check_seq(sg_mesh_t mesh, const sg_model_config *c,
                                int64_t ny, int64_t nx) {
   sg_status st = SG_OK;
@@ -136,10 +137,6 @@ static sg_status vit_check_seq(sg_mesh_t mesh, const sg_model_config *c,
   const int64_t p = c->patch > 0 ? c->patch : 1,
                 tok = (ny / p / vit_dim(mesh, "h")) *
                       (nx / p / vit_dim(mesh, "w")) / sp;
-  if (vit_dim(mesh, "pp") > 1)
-    SG_RAISE(SG_ERR_CONFIG,
-             "vit: tp_sequence does not compose with a pp dim yet (the "
-             "pipeline pieces pass whole token tensors)");
   if (tp > 1 && tok < tp)
     SG_RAISE(SG_ERR_CONFIG,
              "vit: tp_sequence needs at least one token per tp rank (%lld "

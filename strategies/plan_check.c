@@ -429,8 +429,8 @@ static void check_sp_mode(const sg_model_config *mc, int tp, int ph, int pw,
                : (mode == SG_SP_USP ? "w" : "h and w"));
 }
 
-/* The ViT's tp_sequence (vit.c vit_check_seq, in its words): no pp, and
- * a token per tp rank on the smallest shard (with sp: sp piece). */
+/* The ViT's tp_sequence (vit.c vit_check_seq, in its words): a token per
+ * tp rank on the smallest shard (with sp: sp piece). */
 static void check_tp_sequence(const sg_plan_problem *pb,
                               const sg_model_config *mc, const sg_plan_mesh *m,
                               int tp, int64_t p, why_buf *w) {
@@ -438,9 +438,6 @@ static void check_tp_sequence(const sg_plan_problem *pb,
   const int sp = sg_plan_mesh_dim(m, "sp") * sg_plan_mesh_dim(m, "cp");
   const int64_t tok = (pb->ny / p / sg_plan_mesh_dim(m, "h")) *
                       (pb->nx / p / sg_plan_mesh_dim(m, "w")) / sp;
-  if (sg_plan_mesh_dim(m, "pp") > 1)
-    why_add(w, "vit: tp_sequence does not compose with a pp dim yet (the "
-               "pipeline pieces pass whole token tensors)");
   if (tp > 1 && tok < tp)
     why_add(w,
             "vit: tp_sequence needs at least one token per tp rank (%lld "

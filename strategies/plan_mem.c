@@ -665,12 +665,30 @@ static int sim_checkpoint(sim *s, const mshape *m, int k, int h) {
   return y;
 }
 
+/* The ViT's pipeline edge (vit.c vit_run): with tp_sequence or the sp dim a
+ * stage that starts in the blocks (or at the head) slices the whole tokens
+ * it receives, one that ends in the blocks gathers its piece before it
+ * sends. k: the first piece
+ * (start) or the last one (end). */
+static int vit_stage_edge(sim *s, const mshape *m, int k, int h, int start) {
+  const int vit = m->kind == SG_MODEL_VIT || m->kind == SG_MODEL_SWIN;
+  const int last = (int)m->mc.depth + (start ? 1 : 0); /* the head slices */
+  if (!vit || !(m->seq || m->sp > 1) || k < 1 || k > last) return h;
+  const double p = (double)m->mc.patch;
+  double ty = floor(m->ny / p), tx = floor(m->nx / p), py, px, sy, sx;
+  sp_rows(m, ty, tx, &py, &px);
+  seq_rows(m, py, px, &sy, &sx);
+  if (!start) sy = ty, sx = tx; /* the gather's output: the whole tokens */
+  return op_pointwise(s, m, h, (double)m->mc.width, sy, sx, 0, 0, -1);
+}
+
 /* Pieces [first, last) on h (-1 for the model's input). */
 static int model_forward(sim *s, const mshape *m, int first, int last, int h) {
+  if (first > 0) h = vit_stage_edge(s, m, first, h, 1);
   for (int k = first; k < last; ++k)
     h = piece_checkpointed(m, k) ? sim_checkpoint(s, m, k, h)
                                  : model_piece(s, m, k, h);
-  return h;
+  return last > first ? vit_stage_edge(s, m, last - 1, h, 0) : h;
 }
 
 /* ---- parameters ------------------------------------------------------- */
@@ -822,7 +840,7 @@ static void chunk_replay(sim *s, const mshape *m, int first, int last,
   s->threads = m->threads, s->m = m;
   int h = 0;
   if (first > 0) { /* the received activation: its size from a dry run */
-    for (int k = 0; k < first; ++k) h = model_piece(s, m, k, h);
+    h = model_forward(s, m, 0, first, h);
     const double bytes = s->v[h].bytes;
     memset(s, 0, sizeof *s);
     s->threads = m->threads, s->m = m;

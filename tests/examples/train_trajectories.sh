@@ -33,8 +33,9 @@
 # a 1-rank one on tp=2,h=2. Task "vit_msp": Megatron sequence parallelism
 # (tp_sequence = on; grid 16, patch 4, width 16, 2 heads, depth 2) on
 # tp=2, dp=2,tp=2, tp=2,h=2 and tp=3 (width 12, 3 heads; 16 tokens split
-# 6+5+5), and with activation checkpointing on tp=2: losses, gradient
-# norms, test error and every final parameter equal to one process.
+# 6+5+5), with activation checkpointing on tp=2 and on tp=2,pp=2 (1F1B,
+# 2 micro-batches): losses, gradient norms, test error and every final
+# parameter equal to one process.
 # Task "fno3d": FNO-3D (16x16 grid, 2 input
 # frames, 8 output frames at once, width 4, modes 4, modes_t 2, 2 steps of
 # time padding, 1 layer) for 10 steps on h=2, w=3, dp=2,h=2, h=2,w=2 and
@@ -331,6 +332,10 @@ if [ "$task" = vit_msp ]; then
   msp_check ref3 tp3
   msp_run ack 2 tp=2 16 2 --tp-sequence true --activation-checkpointing blocks
   msp_check ref ack
+  # with pp (1F1B, 2 micro-batches): each stage slices the tokens it
+  # receives over tp and gathers them before it sends
+  msp_run pptp 4 tp=2,pp=2 16 2 --tp-sequence true --pp-schedule 1f1b --microbatches 2
+  msp_check ref pptp
   echo "vit tp_sequence trajectories match"
   exit 0
 fi

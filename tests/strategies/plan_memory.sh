@@ -71,6 +71,9 @@ else
   case_ 4 h=2,w=2 --model fno --batch 4
   case_ 4 tp=2,w=2 --model vit --batch 4
   case_ 4 tp=2,w=2 --model vit --batch 4 --tp-sequence true
+  # tp_sequence with pp: whole tokens cross the stage boundary (a stage
+  # slices what it receives, gathers what it sends)
+  case_ 4 pp=2,tp=2 --model vit --batch 4 --microbatches 2 --pp-split even --tp-sequence true
   case_ 4 sp=2,w=2 --model vit --batch 4
   case_ 4 tp=2,h=2 --model cnn --batch 4
   case_ 4 dp=2,tp=2 --model unet --batch 4 --levels 2
