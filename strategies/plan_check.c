@@ -379,7 +379,6 @@ static void check_moe(const sg_plan_problem *pb, const sg_model_config *mc,
                       const sg_plan_mesh *m, why_buf *w) {
   const int64_t E = mc->moe_experts, k = mc->moe_topk;
   const int ep = sg_plan_mesh_dim(m, "ep"), tp = sg_plan_mesh_dim(m, "tp");
-  const int nb = sg_plan_mesh_dim(m, "dp") * sg_plan_mesh_dim(m, "fsdp");
   if (E <= 0) return;
   if (k < 1 || k > 2 || k > E)
     why_add(w,
@@ -396,13 +395,6 @@ static void check_moe(const sg_plan_problem *pb, const sg_model_config *mc,
             "vit: the experts' hidden width (4 x width = %lld) must be "
             "divisible by tp (%d): tensor parallelism splits it",
             (long long)(4 * mc->width), tp);
-  if (ep > 1 && nb > 1 &&
-      sg_plan_mesh_dim(m, "h") * sg_plan_mesh_dim(m, "w") > 1)
-    why_add(w,
-            "vit: ep (%d) with dp x fsdp (%d) and a split domain is not "
-            "built: the tape splits a sharded batch over one mesh dim (use "
-            "ep alone for the samples)",
-            ep, nb);
   if (!strcmp(sg_kv_str(pb->cfg, "param_dtype"), "bf16"))
     why_add(w, "vit: mixture of experts with param_dtype = bf16 is not "
                "built (the experts compute in f32/f64)");

@@ -49,8 +49,9 @@
 # 2+1+1 groups), and tp=2,pp=2 (1f1b), fsdp=2,tp=2 (zero 3; the CNN).
 # Task "vit_moe": the ViT (grid 16, patch 4, width 16, 2 heads, depth 2)
 # with a mixture of experts in every block (4 experts, top-2, capacity
-# factor 1: tokens are dropped) on ep=2, ep=2,h=2, dp=2,ep=2, h=2, ep=4 and
-# fsdp=2,ep=2 (zero 1), and the experts' hidden width split over tp on
+# factor 1: tokens are dropped) on ep=2, ep=2,h=2, dp=2,ep=2, h=2, ep=4,
+# fsdp=2,ep=2 (zero 1), dp=2,ep=2,h=2 and fsdp=2,ep=2,h=2 (zero 3; 8
+# ranks), and the experts' hidden width split over tp on
 # tp=2: losses, gradient norms, test error and every final
 # parameter equal to one process; activation checkpointing on ep=2,h=2; an
 # ep=2 checkpoint resumed on 1 rank and a 1-rank one on ep=2,h=2; top-1
@@ -247,6 +248,9 @@ if [ "$task" = vit_tp ] || [ "${task#*_}" = tp ] || [ "$task" = vit_moe ]; then
     # the experts' hidden width split over tp (Megatron inside each expert;
     # with ep=2,tp=2: test_moe; with tp_sequence: test_vit; CI time)
     runs="$runs tpm:2:tp=2"
+    # the samples over two batch dims on a split domain (the tape marks the
+    # batch Shard over the first, vit.c vit_one_batch_dim): dp and ZeRO-3
+    runs="$runs dpeph:8:dp=2,ep=2,h=2 z3eph:8:fsdp=2,ep=2,h=2"
     # an expert's fc2 weights of a hidden unit that GELU nearly closes for
     # its few tokens get gradients near f32 rounding: AdamW's normalised
     # steps turn that noise into ~1e-6 parameter differences (measured
@@ -258,7 +262,7 @@ if [ "$task" = vit_tp ] || [ "${task#*_}" = tp ] || [ "$task" = vit_moe ]; then
     n=${rest%%:*} spec=${rest#*:}
     case $name in
     z1tp) tp_run "$name" "$n" "$spec" --zero 1 ;;
-    z3tp) tp_run "$name" "$n" "$spec" --zero 3 ;;
+    z3tp | z3eph) tp_run "$name" "$n" "$spec" --zero 3 ;;
     pptp) tp_run "$name" "$n" "$spec" --pp-schedule 1f1b --microbatches 2 ;;
     *) tp_run "$name" "$n" "$spec" ;;
     esac

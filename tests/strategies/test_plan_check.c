@@ -133,6 +133,13 @@ static const row rows[] = {
      4,
      "ep=2,sp=2",
      {NULL}},
+    /* the samples over dp (fsdp) and ep on a split domain */
+    {"model = vit\nheads = 2\nmoe_experts = 2\nbatch = 4",
+     32,
+     32,
+     8,
+     "dp=2,ep=2,h=2",
+     {NULL}},
     /* the experts over ep inside each pipeline stage */
     {"model = vit\nheads = 2\nmoe_experts = 2\nbatch = 4\nmicrobatches = 2",
      32,
