@@ -716,7 +716,7 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
   pt c = {.m = m, .hw = hw, .kv = pb->cfg, .ny = pb->ny, .nx = pb->nx};
   SG_TRY(sg_plan_model(pb, &c.mc));
   const int pp = sg_plan_mesh_dim(m, "pp");
-  const int data = sg_plan_mesh_dim(m, "dp") * sg_plan_mesh_dim(m, "fsdp");
+  const int data = sg_plan_data_ranks(m); /* dp x fsdp x ep: the samples */
   const int64_t batch = cfg_int(c.kv, "batch", 8);
   const int micro = (int)cfg_int(c.kv, pp > 1 ? "microbatches" : "grad_accum",
                                  1);
