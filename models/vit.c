@@ -767,6 +767,28 @@ fail:
   return st;
 }
 
+/* Megatron-SP's slices cross the pipeline's stage boundary as they are
+ * (without the sp dim): a stage that starts in the blocks (or at the head)
+ * receives this tp rank's slice, and `like`, the whole tokens' shape and
+ * sharding that the gathers return to, is made from the domain (the
+ * embedding's output: (B, C, nhp, nwp), marked like the field; no data, no
+ * message) instead of from a tensor. */
+static int vit_pass_slices(const vit *m) { return m->seq && !m->sp; }
+
+static void vit_like_tokens(vit *m, const sg_var *slice) {
+  const sg_cn_domain *d = &m->b.dom;
+  sg_var *l = &m->like;
+  memset(l, 0, sizeof *l);
+  l->value.ndim = 4, l->value.dtype = slice->value.dtype;
+  l->value.shape[0] = slice->value.shape[0], l->value.shape[1] = m->cfg.width;
+  l->value.shape[2] = m->nhp, l->value.shape[3] = m->nwp;
+  if (!d->split) return; /* the embedding's output is not marked */
+  l->mesh = d->mesh;
+  memcpy(l->placements, d->place, (size_t)d->nmesh * sizeof *d->place);
+  l->global_shape[0] = d->gbatch, l->global_shape[1] = m->cfg.width;
+  l->global_shape[2] = m->hp, l->global_shape[3] = m->wp;
+}
+
 /* vit_split's inverse: the whole tokens from this rank's piece. */
 static sg_status vit_gather(vit *m, sg_tape_t t, sg_var **h) {
   sg_status st = SG_OK;
@@ -799,12 +821,16 @@ static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
       SG_TRY(sg_cn_domain_input(&m->b.dom, t, h, &h));
       SG_TRY(sg_ag_conv(t, h, &P[m->embed], &P[m->embed + 1], pw, &h));
       SG_TRY(sg_ag_add_field(t, h, &P[m->pos], &h));
-    } else if (k <= depth) {
-      if (!split) SG_TRY(vit_split(m, t, &h));
-      split = 1;
-      SG_TRY(vit_run_block(m, t, k - 1, &h));
     } else {
-      if (!split) SG_TRY(vit_split(m, t, &h));
+      if (!split && k == first && vit_pass_slices(m))
+        vit_like_tokens(m, h); /* a stage's input: this rank's slice */
+      else if (!split)
+        SG_TRY(vit_split(m, t, &h));
+      split = 1;
+      if (k <= depth) {
+        SG_TRY(vit_run_block(m, t, k - 1, &h));
+        continue;
+      }
       split = 0;
       SG_TRY(vit_ln(m, t, &P[m->head], h, &h));
       SG_TRY(vit_gather(m, t, &h));
@@ -818,8 +844,11 @@ static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
     }
   }
   /* a pipeline stage ending in the blocks passes the whole tokens on (the
-   * gathers' backward: this rank's piece of the next stage's gradient) */
-  if (split) SG_TRY(vit_gather(m, t, &h));
+   * gathers' backward: this rank's piece of the next stage's gradient), or
+   * with Megatron-SP alone the slices */
+  if (split && !vit_pass_slices(m)) SG_TRY(vit_gather(m, t, &h));
+  if (first + count == 1 && vit_pass_slices(m)) /* the embedding's stage */
+    SG_TRY(vit_split(m, t, &h));
   *y = h;
 fail:
   return st;

@@ -722,15 +722,17 @@ static int sim_checkpoint(sim *s, const mshape *m, int k, int h) {
   return y;
 }
 
-/* The ViT's pipeline edge (vit.c vit_run): with tp_sequence or the sp dim a
- * stage that starts in the blocks (or at the head) slices the whole tokens
- * it receives, one that ends in the blocks gathers its piece before it
- * sends. k: the first piece
- * (start) or the last one (end). */
+/* The ViT's pipeline edge (vit.c vit_run). With tp_sequence alone the
+ * stages pass this tp rank's token slices (piece 0 ends in the scatter):
+ * nothing at the edges. With the sp dim whole tokens cross: a stage that
+ * starts in the blocks (or at the head) slices what it receives, one that
+ * ends in the blocks (or at the embedding) gathers its piece before it
+ * sends. k: the first piece (start) or the last one (end). */
 static int vit_stage_edge(sim *s, const mshape *m, int k, int h, int start) {
   const int vit = m->kind == SG_MODEL_VIT || m->kind == SG_MODEL_SWIN;
-  const int last = (int)m->mc.depth + (start ? 1 : 0); /* the head slices */
-  if (!vit || !(m->seq || m->sp > 1) || k < 1 || k > last) return h;
+  const int depth = (int)m->mc.depth;
+  if (!vit || m->sp <= 1 || (start ? k < 1 || k > depth + 1 : k > depth))
+    return h;
   const double p = (double)m->mc.patch;
   double ty = floor(m->ny / p), tx = floor(m->nx / p), py, px, sy, sx;
   sp_rows(m, ty, tx, &py, &px);

@@ -747,7 +747,14 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
   out->allreduce = micro * c.allreduce / pp;
   out->ring = micro * c.ring / pp;
   if (pp > 1) {
-    const double act = c.nb * c.ly * c.lx * c.eb * (double)c.mc.width;
+    double act = c.nb * c.ly * c.lx * c.eb * (double)c.mc.width;
+    if (c.mc.kind == SG_MODEL_VIT || c.mc.kind == SG_MODEL_SWIN) {
+      /* the tokens; with tp_sequence alone this tp rank's slice (vit.c) */
+      const double p = (double)c.mc.patch,
+                   sp = sg_plan_mesh_dim(m, "sp") * sg_plan_mesh_dim(m, "cp");
+      act = c.nb * floor(c.ly / p) * floor(c.lx / p) * c.eb * c.mc.width;
+      if (c.tp > 1 && c.mc.tp_sequence && sp <= 1) act = ceil(act / c.tp);
+    }
     SG_TRY(pipeline(&c, pp, micro, act, out));
   } else {
     out->compute = micro * (c.fwd + c.bwd);

@@ -336,8 +336,9 @@ if [ "$task" = vit_msp ]; then
   msp_check ref3 tp3
   msp_run ack 2 tp=2 16 2 --tp-sequence true --activation-checkpointing blocks
   msp_check ref ack
-  # with pp (1F1B, 2 micro-batches): each stage slices the tokens it
-  # receives over tp and gathers them before it sends
+  # with pp (1F1B, 2 micro-batches): the tp slices cross the stage
+  # boundary (the receiving stage makes the whole tokens' shape from the
+  # domain)
   msp_run pptp 4 tp=2,pp=2 16 2 --tp-sequence true --pp-schedule 1f1b --microbatches 2
   msp_check ref pptp
   echo "vit tp_sequence trajectories match"

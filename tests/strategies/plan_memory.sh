@@ -75,8 +75,7 @@ else
   case_ 4 h=2,w=2 --model fno --batch 4
   case_ 4 tp=2,w=2 --model vit --batch 4
   case_ 4 tp=2,w=2 --model vit --batch 4 --tp-sequence true
-  # tp_sequence with pp: whole tokens cross the stage boundary (a stage
-  # slices what it receives, gathers what it sends)
+  # tp_sequence with pp: the tp slices cross the stage boundary
   case_ 4 pp=2,tp=2 --model vit --batch 4 --microbatches 2 --pp-split even --tp-sequence true
   # experts over ep with dp, and one expert per rank (ep=4)
   case_ 4 dp=2,ep=2 --model vit --batch 8 --moe-experts 4 --moe-topk 2 --moe-every 4
