@@ -128,8 +128,7 @@ fail:
 
 /* tp_sequence: at least one token per tp rank on the rank with the fewest
  * tokens (with the sp dim: in the smallest sp piece, which tp slices
- * further). With pp each stage slices the tokens it receives and gathers
- * them before it sends (vit_run): whole tokens cross the stage boundary. */
+ * further). With pp the slices cross the stage boundary (vit_run). */
 static sg_status vit_check_seq(sg_mesh_t mesh, const sg_model_config *c,
                                int64_t ny, int64_t nx) {
   sg_status st = SG_OK;
@@ -802,8 +801,10 @@ fail:
  * tokens); the result in *y. The blocks and the final LayerNorm run on
  * this rank's token piece (vit_split: over sp, then tp_sequence's over tp;
  * the whole tokens without either), split at the first of them and
- * gathered before the un-patchify (or at the end of the range: the pieces
- * pass whole tokens between pipeline stages). */
+ * gathered before the un-patchify. Between pipeline stages the pieces pass
+ * whole tokens (gathered at the end of the range), or with tp_sequence
+ * alone the tp slices (vit_pass_slices: the embedding's stage slices
+ * before it sends, the next stage takes its input as the slice). */
 static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
                          sg_var **y) {
   sg_status st = SG_OK;
