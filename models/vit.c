@@ -73,7 +73,8 @@ typedef struct vit {
   int sps;
   unsigned sp_mask;
   sg_var splike;
-  sg_attn_groups ag;             /* the attention's: domain x sp, sp, domain */
+  int64_t gbatch;    /* the global batch (dom.gbatch: the marked dim's share) */
+  sg_attn_groups ag; /* the attention's: domain x sp, sp, domain */
   vit_box box[SG_CN_MAX_PARAMS]; /* ndim 0: not split over tp */
 } vit;
 
@@ -125,9 +126,9 @@ fail:
   return st;
 }
 
-/* tp_sequence: no pipeline (its pieces pass whole token tensors) and at
- * least one token per tp rank on the rank with the fewest tokens (with
- * the sp dim: in the smallest sp piece, which tp slices further). */
+/* tp_sequence: at least one token per tp rank on the rank with the fewest
+ * tokens (with the sp dim: in the smallest sp piece, which tp slices
+ * further). With pp the slices cross the stage boundary (vit_run). */
 static sg_status vit_check_seq(sg_mesh_t mesh, const sg_model_config *c,
                                int64_t ny, int64_t nx) {
   sg_status st = SG_OK;
@@ -136,10 +137,6 @@ static sg_status vit_check_seq(sg_mesh_t mesh, const sg_model_config *c,
   const int64_t p = c->patch > 0 ? c->patch : 1,
                 tok = (ny / p / vit_dim(mesh, "h")) *
                       (nx / p / vit_dim(mesh, "w")) / sp;
-  if (vit_dim(mesh, "pp") > 1)
-    SG_RAISE(SG_ERR_CONFIG,
-             "vit: tp_sequence does not compose with a pp dim yet (the "
-             "pipeline pieces pass whole token tensors)");
   if (tp > 1 && tok < tp)
     SG_RAISE(SG_ERR_CONFIG,
              "vit: tp_sequence needs at least one token per tp rank (%lld "
@@ -404,6 +401,34 @@ fail:
   return st;
 }
 
+/* The tape splits a sharded tensor dim over one mesh dim, so with the
+ * samples split over more than one of dp, fsdp, ep on a split domain the
+ * activations are marked Shard(0) over the first of them and Replicate
+ * over the others (their global batch that dim's share). No op of the
+ * model communicates over a batch dim: the attention, the halos and the
+ * routing gather run over the domain dims, the experts' all-to-alls over
+ * ep by their own group, and the MoE takes the true global batch
+ * (m->gbatch); the plan reduces the gradients over the batch dims. The
+ * grid channels (add_grid) are marked again. */
+static sg_status vit_one_batch_dim(vit *m, sg_mesh_t mesh) {
+  sg_cn_domain *d = &m->b.dom;
+  int64_t per = d->batch;
+  int first = -1;
+  m->gbatch = d->gbatch;
+  for (int k = 0; k < d->nmesh; ++k) {
+    if (d->place[k].kind != SG_PLACEMENT_SHARD || d->place[k].dim != 0 ||
+        sg_mesh_dim_size(mesh, k) == 1)
+      continue;
+    if (first < 0)
+      first = k, per *= sg_mesh_dim_size(mesh, k);
+    else
+      d->place[k] = sg_replicate();
+  }
+  if (first < 0 || per == m->gbatch) return SG_OK;
+  d->gbatch = per; /* the grid channels were marked with the old split */
+  return d->add_grid ? sg_cn_domain_mark(d, &d->grid, 2) : SG_OK;
+}
+
 static sg_status vit_create_as(sg_mesh_t mesh, const sg_model_config *c,
                                int64_t ny, int64_t nx, int64_t batch,
                                void **impl, int swin) {
@@ -419,6 +444,7 @@ static sg_status vit_create_as(sg_mesh_t mesh, const sg_model_config *c,
   m->b.p.stream = 4000;
   SG_TRY(
       sg_cn_domain_init_tp(&m->b.dom, mesh, ny, nx, batch, c->add_grid, "vit"));
+  SG_TRY(vit_one_batch_dim(m, mesh));
   SG_TRY(vit_tp_init(m, mesh));
   m->hp = ny / c->patch, m->wp = nx / c->patch;
   m->hp0 = 0, m->nhp = m->hp, m->wp0 = 0, m->nwp = m->wp;
@@ -642,7 +668,7 @@ static sg_status vit_moe(vit *m, sg_tape_t t, sg_var *q, sg_var *x,
                          .aux_coef = m->cfg.moe_aux,
                          .ep = m->ep,
                          .tp = m->tp,
-                         .batch = m->b.dom.gbatch};
+                         .batch = m->gbatch};
   sg_var *p[5];
   for (int i = 0; i < 5; ++i) {
     p[i] = &q[i];
@@ -740,6 +766,28 @@ fail:
   return st;
 }
 
+/* Megatron-SP's slices cross the pipeline's stage boundary as they are
+ * (without the sp dim): a stage that starts in the blocks (or at the head)
+ * receives this tp rank's slice, and `like`, the whole tokens' shape and
+ * sharding that the gathers return to, is made from the domain (the
+ * embedding's output: (B, C, nhp, nwp), marked like the field; no data, no
+ * message) instead of from a tensor. */
+static int vit_pass_slices(const vit *m) { return m->seq && !m->sp; }
+
+static void vit_like_tokens(vit *m, const sg_var *slice) {
+  const sg_cn_domain *d = &m->b.dom;
+  sg_var *l = &m->like;
+  memset(l, 0, sizeof *l);
+  l->value.ndim = 4, l->value.dtype = slice->value.dtype;
+  l->value.shape[0] = slice->value.shape[0], l->value.shape[1] = m->cfg.width;
+  l->value.shape[2] = m->nhp, l->value.shape[3] = m->nwp;
+  if (!d->split) return; /* the embedding's output is not marked */
+  l->mesh = d->mesh;
+  memcpy(l->placements, d->place, (size_t)d->nmesh * sizeof *d->place);
+  l->global_shape[0] = d->gbatch, l->global_shape[1] = m->cfg.width;
+  l->global_shape[2] = m->hp, l->global_shape[3] = m->wp;
+}
+
 /* vit_split's inverse: the whole tokens from this rank's piece. */
 static sg_status vit_gather(vit *m, sg_tape_t t, sg_var **h) {
   sg_status st = SG_OK;
@@ -753,8 +801,10 @@ fail:
  * tokens); the result in *y. The blocks and the final LayerNorm run on
  * this rank's token piece (vit_split: over sp, then tp_sequence's over tp;
  * the whole tokens without either), split at the first of them and
- * gathered before the un-patchify (or at the end of the range: the pieces
- * pass whole tokens between pipeline stages). */
+ * gathered before the un-patchify. Between pipeline stages the pieces pass
+ * whole tokens (gathered at the end of the range), or with tp_sequence
+ * alone the tp slices (vit_pass_slices: the embedding's stage slices
+ * before it sends, the next stage takes its input as the slice). */
 static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
                          sg_var **y) {
   sg_status st = SG_OK;
@@ -772,12 +822,16 @@ static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
       SG_TRY(sg_cn_domain_input(&m->b.dom, t, h, &h));
       SG_TRY(sg_ag_conv(t, h, &P[m->embed], &P[m->embed + 1], pw, &h));
       SG_TRY(sg_ag_add_field(t, h, &P[m->pos], &h));
-    } else if (k <= depth) {
-      if (!split) SG_TRY(vit_split(m, t, &h));
-      split = 1;
-      SG_TRY(vit_run_block(m, t, k - 1, &h));
     } else {
-      if (!split) SG_TRY(vit_split(m, t, &h));
+      if (!split && k == first && vit_pass_slices(m))
+        vit_like_tokens(m, h); /* a stage's input: this rank's slice */
+      else if (!split)
+        SG_TRY(vit_split(m, t, &h));
+      split = 1;
+      if (k <= depth) {
+        SG_TRY(vit_run_block(m, t, k - 1, &h));
+        continue;
+      }
       split = 0;
       SG_TRY(vit_ln(m, t, &P[m->head], h, &h));
       SG_TRY(vit_gather(m, t, &h));
@@ -791,8 +845,11 @@ static sg_status vit_run(vit *m, sg_tape_t t, int first, int count, sg_var *h,
     }
   }
   /* a pipeline stage ending in the blocks passes the whole tokens on (the
-   * gathers' backward: this rank's piece of the next stage's gradient) */
-  if (split) SG_TRY(vit_gather(m, t, &h));
+   * gathers' backward: this rank's piece of the next stage's gradient), or
+   * with Megatron-SP alone the slices */
+  if (split && !vit_pass_slices(m)) SG_TRY(vit_gather(m, t, &h));
+  if (first + count == 1 && vit_pass_slices(m)) /* the embedding's stage */
+    SG_TRY(vit_split(m, t, &h));
   *y = h;
 fail:
   return st;

@@ -379,7 +379,6 @@ static void check_moe(const sg_plan_problem *pb, const sg_model_config *mc,
                       const sg_plan_mesh *m, why_buf *w) {
   const int64_t E = mc->moe_experts, k = mc->moe_topk;
   const int ep = sg_plan_mesh_dim(m, "ep"), tp = sg_plan_mesh_dim(m, "tp");
-  const int nb = sg_plan_mesh_dim(m, "dp") * sg_plan_mesh_dim(m, "fsdp");
   if (E <= 0) return;
   if (k < 1 || k > 2 || k > E)
     why_add(w,
@@ -396,13 +395,6 @@ static void check_moe(const sg_plan_problem *pb, const sg_model_config *mc,
             "vit: the experts' hidden width (4 x width = %lld) must be "
             "divisible by tp (%d): tensor parallelism splits it",
             (long long)(4 * mc->width), tp);
-  if (ep > 1 && nb > 1 &&
-      sg_plan_mesh_dim(m, "h") * sg_plan_mesh_dim(m, "w") > 1)
-    why_add(w,
-            "vit: ep (%d) with dp x fsdp (%d) and a split domain is not "
-            "built: the tape splits a sharded batch over one mesh dim (use "
-            "ep alone for the samples)",
-            ep, nb);
   if (!strcmp(sg_kv_str(pb->cfg, "param_dtype"), "bf16"))
     why_add(w, "vit: mixture of experts with param_dtype = bf16 is not "
                "built (the experts compute in f32/f64)");
@@ -429,8 +421,8 @@ static void check_sp_mode(const sg_model_config *mc, int tp, int ph, int pw,
                : (mode == SG_SP_USP ? "w" : "h and w"));
 }
 
-/* The ViT's tp_sequence (vit.c vit_check_seq, in its words): no pp, and
- * a token per tp rank on the smallest shard (with sp: sp piece). */
+/* The ViT's tp_sequence (vit.c vit_check_seq, in its words): a token per
+ * tp rank on the smallest shard (with sp: sp piece). */
 static void check_tp_sequence(const sg_plan_problem *pb,
                               const sg_model_config *mc, const sg_plan_mesh *m,
                               int tp, int64_t p, why_buf *w) {
@@ -438,9 +430,6 @@ static void check_tp_sequence(const sg_plan_problem *pb,
   const int sp = sg_plan_mesh_dim(m, "sp") * sg_plan_mesh_dim(m, "cp");
   const int64_t tok = (pb->ny / p / sg_plan_mesh_dim(m, "h")) *
                       (pb->nx / p / sg_plan_mesh_dim(m, "w")) / sp;
-  if (sg_plan_mesh_dim(m, "pp") > 1)
-    why_add(w, "vit: tp_sequence does not compose with a pp dim yet (the "
-               "pipeline pieces pass whole token tensors)");
   if (tp > 1 && tok < tp)
     why_add(w,
             "vit: tp_sequence needs at least one token per tp rank (%lld "

@@ -182,6 +182,7 @@ typedef struct mshape {
   int tp, domain, ckpt_every, ph, pw;
   int seq;      /* the ViT's tp_sequence with tp > 1: token slices over tp */
   int sp;       /* the ViT's sp dim: the blocks on token pieces over sp */
+  int ep;       /* the ViT's experts over ep (moe_experts / ep per rank) */
   double wl;    /* the FNO's channels of a tp rank (the largest split) */
   int skip[16]; /* the U-Net's skips (encoder outputs) */
   /* FNO-3D: the output time steps and the padded time axis (0: 2-D). Its
@@ -430,6 +431,57 @@ static void sp_rows(const mshape *m, double ty, double tx, double *py,
   *px = m->sp > 1 ? 1.0 : tx;
 }
 
+/* Block b has the experts (vit.c vit_moe_block): the last of every
+ * moe_every blocks. */
+static int vit_moe_block(const mshape *m, int b) {
+  return m->mc.moe_experts > 0 && m->mc.moe_every > 0 &&
+         (b + 1) % m->mc.moe_every == 0;
+}
+
+/* The mixture of experts on r (vit.c vit_moe; models/ag_moe.c) in place of
+ * the MLP: with tp_sequence or sp the rank's whole tokens gathered first
+ * and the output sliced again. The op's f64 scratch is malloc'd (not on
+ * sg_malloc's account, like every kernel's own temporaries); its saved
+ * block is: router probabilities (M x E), the choices, gates and send rows
+ * (M x k), the samples' fractions (B x E), the S returned expert outputs
+ * (S x C) and their pair indices, and of the R rows received their token
+ * and local expert (R x (C + 1)) and fc1's pre-activations (R x F/tp), in
+ * f64. S: this rank's kept pairs, at most M k min(1, capacity factor);
+ * R: the rows its E/ep experts receive from the ep group, at most ep S and
+ * at most the capacity of each expert and sample, ceil(cf T k / E), in this
+ * rank's share T_r / T of the sample's tokens (and at most T_r: a token
+ * picks an expert once): the peak is the busiest rank's, so the bounds,
+ * not the mean (the routing of an untrained router is uneven). Each expert's rows run
+ * as f64 GEMMs (sg_linear_forward/backward: the 1x1 convolution's
+ * workspace, sg_conv_geom_make, on sg_malloc's account) of at most
+ * min(R, ep B cap) rows: the fc2 side (F in) is the larger. */
+static int vit_moe_ops(sim *s, const mshape *m, int r, double sy, double sx) {
+  const double C = (double)m->mc.width, E = (double)m->mc.moe_experts,
+               k = (double)m->mc.moe_topk, p = (double)m->mc.patch,
+               cf = m->mc.moe_capacity, F = 4.0 * C / m->tp;
+  const double ty = floor(m->ny / p), tx = floor(m->nx / p), M = m->b * ty * tx,
+               T = floor((double)m->pb->ny / p) * floor((double)m->pb->nx / p),
+               S = M * k * (cf > 0.0 && cf < 1.0 ? cf : 1.0), Tl = ty * tx,
+               cap = cf > 0.0 ? fmin(ceil(cf * T * k / E * Tl / T), Tl) : Tl,
+               R = fmin(m->ep * S, m->ep * m->b * (E / m->ep) * cap);
+  const double n = fmin(R, m->ep * m->b * cap),
+               ws = 2.0 * conv_ws(m, F, C, 1.0, n, 1.0, 0, 0);
+  const int split = m->seq || m->sp > 1;
+  if (split) r = op_pointwise(s, m, r, C, ty, tx, 0, 0, -1); /* gather */
+  sim_op o = {.nin = 1,
+              .in = {r},
+              .out = fbytes(m, C, ty, tx),
+              .saved = 8.0 * (M * E + M * k + m->b * E + S * C + R * (C + 1) +
+                              R * F) +
+                       4.0 * (2.0 * M * k + S + 2.0 * m->ep) + 8.0 * 24,
+              .fws = ws,
+              .bws = ws,
+              .windowed = -1,
+              .param = 1};
+  r = sim_apply(s, &o);
+  return split ? op_pointwise(s, m, r, C, sy, sx, 0, 0, -1) : r; /* slice */
+}
+
 /* A ViT block on ty x tx tokens (vit.c vit_block); with tp_sequence the
  * LayerNorms and residuals on token slices (the all-gather before a
  * column-parallel linear is tp_copy's op with a full output). Swin's
@@ -437,7 +489,7 @@ static void sp_rows(const mshape *m, double ty, double tx, double *py,
  * pointwise copies with a one-sided halo) saves the attention's
  * probabilities, W^2 per query and head, in f64 (models/ag_swin.c). */
 static int vit_block_ops(sim *s, const mshape *m, int h, double ty, double tx,
-                         int swin, int shifted) {
+                         int swin, int shifted, int moe) {
   const double C = (double)m->mc.width, H = (double)m->mc.heads / m->tp,
                T = ty * tx, W = swin ? (double)m->mc.window : 0.0;
   double sy, sx; /* the residual stream's rows (sp: ty x tx is the piece) */
@@ -462,9 +514,13 @@ static int vit_block_ops(sim *s, const mshape *m, int h, double ty, double tx,
   if (shifted) r = op_pointwise(s, m, r, C, ty, tx, 0, 0, -1); /* roll back */
   h = op_add(s, m, h, r, C, sy, sx);
   r = op_norm(s, m, h, C, sy, sx, m->b * sy * sx);
-  r = op_linear_col(s, m, r, C, 4 * C, ty, tx);
-  r = op_act(s, m, r, 4 * C / m->tp, ty, tx);
-  r = op_linear_row(s, m, r, 4 * C, C, ty, tx, sy, sx);
+  if (moe) {
+    r = vit_moe_ops(s, m, r, sy, sx);
+  } else {
+    r = op_linear_col(s, m, r, C, 4 * C, ty, tx);
+    r = op_act(s, m, r, 4 * C / m->tp, ty, tx);
+    r = op_linear_row(s, m, r, 4 * C, C, ty, tx, sy, sx);
+  }
   return op_add(s, m, h, r, C, sy, sx);
 }
 
@@ -494,11 +550,12 @@ static int vit_piece(sim *s, const mshape *m, int k, int h) {
     return m->seq || m->sp > 1 ? op_pointwise(s, m, h, C, sy, sx, 0, 0, -1) : h;
   }
   if (k <= depth && m->sp > 1) /* the block on this rank's piece */
-    return vit_block_ops(s, m, h, py, px, 0, 0);
+    return vit_block_ops(s, m, h, py, px, 0, 0, vit_moe_block(m, k - 1));
   if (k <= depth) {
     const int swin = m->kind == SG_MODEL_SWIN;
     return vit_block_ops(s, m, h, ty, tx, swin,
-                         swin && (k - 1) % 2 == 1 && m->mc.window > 1);
+                         swin && (k - 1) % 2 == 1 && m->mc.window > 1,
+                         vit_moe_block(m, k - 1));
   }
   h = op_norm(s, m, h, C, sy, sx, m->b * sy * sx);
   if (m->seq || m->sp > 1) /* gather */
@@ -665,12 +722,32 @@ static int sim_checkpoint(sim *s, const mshape *m, int k, int h) {
   return y;
 }
 
+/* The ViT's pipeline edge (vit.c vit_run). With tp_sequence alone the
+ * stages pass this tp rank's token slices (piece 0 ends in the scatter):
+ * nothing at the edges. With the sp dim whole tokens cross: a stage that
+ * starts in the blocks (or at the head) slices what it receives, one that
+ * ends in the blocks (or at the embedding) gathers its piece before it
+ * sends. k: the first piece (start) or the last one (end). */
+static int vit_stage_edge(sim *s, const mshape *m, int k, int h, int start) {
+  const int vit = m->kind == SG_MODEL_VIT || m->kind == SG_MODEL_SWIN;
+  const int depth = (int)m->mc.depth;
+  if (!vit || m->sp <= 1 || (start ? k < 1 || k > depth + 1 : k > depth))
+    return h;
+  const double p = (double)m->mc.patch;
+  double ty = floor(m->ny / p), tx = floor(m->nx / p), py, px, sy, sx;
+  sp_rows(m, ty, tx, &py, &px);
+  seq_rows(m, py, px, &sy, &sx);
+  if (!start) sy = ty, sx = tx; /* the gather's output: the whole tokens */
+  return op_pointwise(s, m, h, (double)m->mc.width, sy, sx, 0, 0, -1);
+}
+
 /* Pieces [first, last) on h (-1 for the model's input). */
 static int model_forward(sim *s, const mshape *m, int first, int last, int h) {
+  if (first > 0) h = vit_stage_edge(s, m, first, h, 1);
   for (int k = first; k < last; ++k)
     h = piece_checkpointed(m, k) ? sim_checkpoint(s, m, k, h)
                                  : model_piece(s, m, k, h);
-  return h;
+  return last > first ? vit_stage_edge(s, m, last - 1, h, 0) : h;
 }
 
 /* ---- parameters ------------------------------------------------------- */
@@ -741,8 +818,16 @@ static double piece_params(const mshape *m, int k) {
                rpb = m->kind == SG_MODEL_SWIN
                          ? (double)m->mc.heads * (2 * W - 1) * (2 * W - 1) / tp
                          : 0.0; /* Swin's relative position bias */
-  return 2 * w + (3 * w * w + 3 * w) / tp + w * w / tp + w + 2 * w +
-         (4 * w * w + 4 * w) / tp + 4 * w * w / tp + w + rpb;
+  /* the MLP, or the experts: the router (E, C) and this ep rank's E/ep
+   * experts of the MLP's shape, their hidden width over tp (fc2's bias
+   * whole) */
+  const double E = (double)m->mc.moe_experts,
+               mlp = vit_moe_block(m, k - 1)
+                         ? E * w + E / m->ep *
+                                       ((4 * w * w + 4 * w) / tp +
+                                        4 * w * w / tp + w)
+                         : (4 * w * w + 4 * w) / tp + 4 * w * w / tp + w;
+  return 2 * w + (3 * w * w + 3 * w) / tp + w * w / tp + w + 2 * w + mlp + rpb;
 }
 
 /* The plan's buffers (parallel.c sg_parallel_create) over n parameter
@@ -822,7 +907,7 @@ static void chunk_replay(sim *s, const mshape *m, int first, int last,
   s->threads = m->threads, s->m = m;
   int h = 0;
   if (first > 0) { /* the received activation: its size from a dry run */
-    for (int k = 0; k < first; ++k) h = model_piece(s, m, k, h);
+    h = model_forward(s, m, 0, first, h);
     const double bytes = s->v[h].bytes;
     memset(s, 0, sizeof *s);
     s->threads = m->threads, s->m = m;
@@ -937,6 +1022,7 @@ sg_status sg_plan_memory(const sg_plan_problem *pb, const sg_plan_mesh *mesh,
               .pw = pw,
               .ckpt_every = every};
   m.seq = kind == SG_MODEL_VIT && m.tp > 1 && mc.tp_sequence;
+  m.ep = sg_plan_mesh_dim(mesh, "ep");
   m.sp = kind == SG_MODEL_VIT
              ? sg_plan_mesh_dim(mesh, "sp") * sg_plan_mesh_dim(mesh, "cp")
              : 1;

@@ -112,6 +112,8 @@ typedef struct pt {
    * (replicated), over dp/fsdp only (domain-sharded), and the ViT's
    * tp-sharded ones (reduced over the data dims) */
   double par_rep, par_dom;
+  /* the ViT's experts split over ep: reduced over the data dims but ep */
+  double par_exp;
   /* parameter tensors on this rank: ZeRO 2 and 3 reduce-scatter and
    * gather them one at a time (parallel_hooks.c) */
   double ntens;
@@ -471,6 +473,35 @@ static void vit_tp_comm(pt *c, pt_group gt, int seq, double n, double C) {
   op_copy(c, 4.0 * n * C); /* packing the slices, both ways */
 }
 
+/* The mixture of experts of a block in place of the MLP (models/ag_moe.c)
+ * on the rank's nw whole tokens (gathered over tp with tp_sequence and
+ * over sp first, sliced after): the router (C -> E), the S = nw k
+ * min(1, cf) kept pairs through their experts (the MLP's GEMMs, the hidden
+ * width over tp, in f64: twice f32's time), the token rows to the experts'
+ * ep ranks and back by all-to-all(v) (S (C + 1) f64 values out, S C back;
+ * backward S C each way, even routing: (ep - 1)/ep of them leave), with tp
+ * one all-reduce of the S C output rows forward and of the input-gradient
+ * rows backward. Parameters: the router replicated, this ep rank's E/ep
+ * experts reduced over the data dims but ep. */
+static void vit_moe_time(pt *c, pt_group gt, double nw, int gather) {
+  static const char *const epn[1] = {"ep"};
+  const double C = (double)c->mc.width, E = (double)c->mc.moe_experts,
+               k = (double)c->mc.moe_topk, cf = c->mc.moe_capacity,
+               F = 4.0 * C / c->tp, S = nw * k * (cf > 0 && cf < 1 ? cf : 1);
+  const pt_group ge = pt_group_of(c->m, c->hw, epn, 1);
+  if (gather) op_copy(c, 4.0 * nw * C);
+  op_mm(c, 0, nw, C, E, 2.0);
+  op_mm(c, 0, 2.0 * S, C, F, 2.0);
+  op_act(c, 2.0 * S * F);
+  op_mm(c, 0, 2.0 * S, F, C, 2.0);
+  op_elem(c, S * C, 2.0); /* the gated combine */
+  c->alltoall += g_scatter(ge, 8.0 * S * (C + 1)) +
+                 3.0 * g_scatter(ge, 8.0 * S * C);
+  if (gt.p > 1) c->allreduce += 2.0 * g_allreduce(gt, 8.0 * S * C);
+  c->par_rep += E * C;
+  c->par_exp += E / ge.p * ((2.0 * F * C + F) + C);
+}
+
 static void model_vit(pt *c, double cin, double cout, int swin) {
   static const char *const dom[3] = {"h", "w", "sp"}, *const tpn[1] = {"tp"};
   const double C = (double)c->mc.width, D = (double)c->mc.depth,
@@ -499,9 +530,16 @@ static void model_vit(pt *c, double cin, double cout, int swin) {
     op_mm(c, 0, n, C / tp, C, 2.0);
     op_elem(c, ns * C, 2.0);
     op_rated(c, ns * C, 1.0, c->hw->lnorm_rate);
-    op_mm(c, 0, n, C, 4.0 * C / tp, 2.0);
-    op_act(c, n * 4.0 * C / tp);
-    op_mm(c, 0, n, 4.0 * C / tp, C, 2.0);
+    const int moe = c->mc.moe_experts > 0 && c->mc.moe_every > 0 &&
+                    (b + 1) % c->mc.moe_every == 0;
+    if (moe) {
+      vit_moe_time(c, gt, n0, seq || sp > 1);
+    } else {
+      op_mm(c, 0, n, C, 4.0 * C / tp, 2.0);
+      op_act(c, n * 4.0 * C / tp);
+      op_mm(c, 0, n, 4.0 * C / tp, C, 2.0);
+      c->par_rep += (8.0 * C * C + 4.0 * C) / tp + C; /* fc1, fc2 */
+    }
     op_elem(c, ns * C, 2.0);
     const double kv = 2.0 * n * C / tp * c->eb;
     vit_tp_comm(c, gt, seq, n, C);
@@ -509,7 +547,8 @@ static void model_vit(pt *c, double cin, double cout, int swin) {
       op_halo(c, C, c->ly / p, c->lx / p, (int)(W / 2));
     else if (!swin && gd.p > 1)
       c->ring += 3.0 * gd.p * sg_plan_p2p_s(kv, gd.alpha, gd.beta);
-    c->par_rep += (12.0 * C * C + 9.0 * C) / tp + 4.0 * C + C;
+    /* qkv, out, the LayerNorms (the MLP above) */
+    c->par_rep += (4.0 * C * C + 3.0 * C) / tp + 2.0 * C / tp + 4.0 * C;
     if (swin) c->par_rep += H * (2 * W - 1) * (2 * W - 1) / tp; /* bias */
     c->ntens += swin ? 13.0 : 12.0;
   }
@@ -533,22 +572,26 @@ static double extra_buckets(pt_group g, double bytes, double bucket) {
  * (already divided over pp stages and tp). */
 static void grad_sync(pt *c, sg_plan_time *o, double micro) {
   /* sp: every gradient is summed over it too (parallel.c plan_roles) */
-  static const char *const
-      data[5] = {"dp", "fsdp", "h", "w", "sp"},
-      *const dpf[3] = {"dp", "fsdp", "sp"}, *const fs[1] = {"fsdp"},
-      *const dpn[2] = {"dp", "sp"}, *const dph[4] = {"dp", "h", "w", "sp"};
+  /* ep: the samples, like dp (the experts are reduced over the others) */
+  static const char *const data[6] = {"dp", "fsdp", "h", "w", "sp", "ep"},
+                           *const dpf[4] = {"dp", "fsdp", "sp", "ep"},
+                           *const fs[1] = {"fsdp"},
+                           *const dpn[3] = {"dp", "sp", "ep"},
+                           *const dph[5] = {"dp", "h", "w", "sp", "ep"};
   const int zero = (int)cfg_int(c->kv, "zero", 0);
   const int zod = !strcmp(cfg_str(c->kv, "zero_over_domain", "false"), "true");
   const double gb = 4.0; /* fp32 gradients (reduce_dtype f32) */
   const double bucket = cfg_num(c->kv, "bucket_mib", 25) * 1048576.0;
-  const pt_group gall = pt_group_of(c->m, c->hw, data, 5),
-                 gdp = pt_group_of(c->m, c->hw, dpf, 3);
-  const double rep = c->par_rep * gb, dom = c->par_dom * gb;
+  const pt_group gall = pt_group_of(c->m, c->hw, data, 6),
+                 gdp = pt_group_of(c->m, c->hw, dpf, 4),
+                 gexp = pt_group_of(c->m, c->hw, data, 5);
+  const double rep = c->par_rep * gb, dom = c->par_dom * gb,
+               exp = c->par_exp * gb;
   if (zero == 0 ||
       sg_plan_mesh_dim(c->m, "fsdp") * (zod ? c->sh * c->sw : 1) == 1) {
     /* DDP: buckets of bucket_mib, one ring all-reduce each */
     o->allreduce += g_allreduce(gall, rep) + g_allreduce(gdp, dom) +
-                    extra_buckets(gall, rep, bucket) +
+                    g_allreduce(gexp, exp) + extra_buckets(gall, rep, bucket) +
                     extra_buckets(gdp, dom, bucket);
   } else {
     /* ZeRO over fsdp (and the domain with zero_over_domain); HSDP: the
@@ -557,9 +600,10 @@ static void grad_sync(pt *c, sg_plan_time *o, double micro) {
                                   c->m, c->hw,
                                   (const char *const[]){"fsdp", "h", "w"}, 3)
                             : pt_group_of(c->m, c->hw, fs, 1);
-    const pt_group go = zod ? pt_group_of(c->m, c->hw, dpn, 2)
-                            : pt_group_of(c->m, c->hw, dph, 4);
-    const double v = rep + dom, reps = zero >= 2 ? micro : 1.0;
+    const pt_group go = zod ? pt_group_of(c->m, c->hw, dpn, 3)
+                            : pt_group_of(c->m, c->hw, dph, 5);
+    /* the experts as if reduced over ep too: a slight over-estimate */
+    const double v = rep + dom + exp, reps = zero >= 2 ? micro : 1.0;
     /* ZeRO 2 and 3 reduce each tensor's gradient as it is ready, ZeRO 3
      * gathers each tensor before its use forward and backward: the
      * latency of every tensor's collective beyond the first */
@@ -574,7 +618,7 @@ static void grad_sync(pt *c, sg_plan_time *o, double micro) {
     if (zero == 3) o->allgather += 2.0 * micro * more * (gz.p - 1) * gz.alpha;
   }
   /* AdamW: params, grads, two moments read, three written (fp32) */
-  const double np = c->par_rep + c->par_dom;
+  const double np = c->par_rep + c->par_dom + c->par_exp;
   o->compute += roof(0, 0, 28.0 * np, c->hw->mem_bw);
 }
 
@@ -672,7 +716,7 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
   pt c = {.m = m, .hw = hw, .kv = pb->cfg, .ny = pb->ny, .nx = pb->nx};
   SG_TRY(sg_plan_model(pb, &c.mc));
   const int pp = sg_plan_mesh_dim(m, "pp");
-  const int data = sg_plan_mesh_dim(m, "dp") * sg_plan_mesh_dim(m, "fsdp");
+  const int data = sg_plan_data_ranks(m); /* dp x fsdp x ep: the samples */
   const int64_t batch = cfg_int(c.kv, "batch", 8);
   const int micro = (int)cfg_int(c.kv, pp > 1 ? "microbatches" : "grad_accum",
                                  1);
@@ -697,13 +741,20 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
     const double f = (double)on_node / hw->cores_per_node;
     c.fwd *= f, c.bwd *= f;
   }
-  c.par_rep /= pp, c.par_dom /= pp, c.ntens /= pp;
+  c.par_rep /= pp, c.par_dom /= pp, c.par_exp /= pp, c.ntens /= pp;
   out->halo = micro * c.halo / pp;
   out->alltoall = micro * c.alltoall / pp;
   out->allreduce = micro * c.allreduce / pp;
   out->ring = micro * c.ring / pp;
   if (pp > 1) {
-    const double act = c.nb * c.ly * c.lx * c.eb * (double)c.mc.width;
+    double act = c.nb * c.ly * c.lx * c.eb * (double)c.mc.width;
+    if (c.mc.kind == SG_MODEL_VIT || c.mc.kind == SG_MODEL_SWIN) {
+      /* the tokens; with tp_sequence alone this tp rank's slice (vit.c) */
+      const double p = (double)c.mc.patch,
+                   sp = sg_plan_mesh_dim(m, "sp") * sg_plan_mesh_dim(m, "cp");
+      act = c.nb * floor(c.ly / p) * floor(c.lx / p) * c.eb * c.mc.width;
+      if (c.tp > 1 && c.mc.tp_sequence && sp <= 1) act = ceil(act / c.tp);
+    }
     SG_TRY(pipeline(&c, pp, micro, act, out));
   } else {
     out->compute = micro * (c.fwd + c.bwd);
@@ -717,7 +768,7 @@ sg_status sg_plan_step_time_ex(const sg_plan_problem *pb, const sg_plan_mesh *m,
                out->bubble + out->io;
   if (work) {
     *work = c.flops;
-    work->params = c.par_rep + c.par_dom;
+    work->params = c.par_rep + c.par_dom + c.par_exp;
   }
 fail:
   return st;

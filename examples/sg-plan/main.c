@@ -43,10 +43,11 @@ static const sg_kv_key plan_keys[] = {
 };
 
 enum { MAX_MESHES = 4096 };
-/* the ViT's meshes also over sp (the last: only the ViT splits tokens) */
+/* the ViT's meshes also over sp (only the ViT splits tokens), the ViT's and
+ * the Swin's with experts over ep */
 static const char *const dim_names[] = {"pp", "dp", "fsdp", "tp",
-                                        "h",  "w",  "sp"};
-#define NDIMS 7
+                                        "h",  "w",  "sp",   "ep"};
+#define NDIMS 8
 
 typedef struct row {
   sg_plan_mesh mesh;
@@ -58,7 +59,8 @@ typedef struct row {
 } row;
 
 /* Every factorisation of n over the first nd dims, in order. */
-static void enumerate(int n, int d, int nd, int *sz, row *rows, int *nrows) {
+static void enumerate(int n, int d, int nd, const int *dims, int *sz, row *rows,
+                      int *nrows) {
   if (d == nd) {
     if (n != 1 || *nrows >= MAX_MESHES) return;
     row *r = &rows[(*nrows)++];
@@ -66,7 +68,7 @@ static void enumerate(int n, int d, int nd, int *sz, row *rows, int *nrows) {
     for (int i = 0; i < nd; ++i)
       if (sz[i] > 1) {
         snprintf(r->mesh.name[r->mesh.ndims], sizeof r->mesh.name[0], "%s",
-                 dim_names[i]);
+                 dim_names[dims[i]]);
         r->mesh.size[r->mesh.ndims++] = sz[i];
       }
     if (r->mesh.ndims == 0) { /* one rank: sg-train's default mesh */
@@ -80,7 +82,7 @@ static void enumerate(int n, int d, int nd, int *sz, row *rows, int *nrows) {
   for (int f = 1; f <= n; ++f)
     if (n % f == 0) {
       sz[d] = f;
-      enumerate(n / f, d + 1, nd, sz, rows, nrows);
+      enumerate(n / f, d + 1, nd, dims, sz, rows, nrows);
     }
 }
 
@@ -271,13 +273,6 @@ static sg_status plan(sg_kv_t kv) {
                         .ranks = (int)sg_kv_int(kv, "ranks"),
                         .threads = (int)sg_kv_int(kv, "threads")};
   if (pb.ranks < 1) SG_RAISE(SG_ERR_CONFIG, "--ranks must be >= 1");
-  if (sg_kv_int(kv, "moe_experts") > 0)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "sg-plan: the memory and time models do not model the vit's "
-             "mixture of experts (moe_experts = %lld) nor the ep mesh dim "
-             "yet: choose the mesh by hand (docs/transformers.md, \"Mixture "
-             "of experts\")",
-             (long long)sg_kv_int(kv, "moe_experts"));
   SG_TRY(data_shape(kv, &pb));
   sg_plan_hw hw;
   memset(&hw, 0, sizeof hw);
@@ -297,8 +292,14 @@ static sg_status plan(sg_kv_t kv) {
     sg_plan_mesh_format(&rows[0].mesh, rows[0].spec, sizeof rows[0].spec);
     n = 1;
   } else {
-    const int vit = !strcmp(sg_kv_str(kv, "model"), "vit");
-    enumerate(pb.ranks, 0, vit ? NDIMS : NDIMS - 1, sz, rows, &n);
+    const char *model = sg_kv_str(kv, "model");
+    const int vit = !strcmp(model, "vit"),
+              moe = (vit || !strcmp(model, "swin")) &&
+                    sg_kv_int(kv, "moe_experts") > 0;
+    int dims[NDIMS], nd = 0;
+    for (int i = 0; i < NDIMS; ++i)
+      if ((i != 6 || vit) && (i != 7 || moe)) dims[nd++] = i;
+    enumerate(pb.ranks, 0, nd, dims, sz, rows, &n);
   }
   int nfit = 0;
   char nomem[512] = ""; /* why a mesh that fits has no memory estimate */

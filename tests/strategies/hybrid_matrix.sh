@@ -5,7 +5,9 @@
 # spectral layers paired column/row over tp), and the triples
 # pp=2,fsdp=2,h=2 and pp=2,dp=2,w=2 (the FNO), pp=2,tp=2,h=2 (both: for the
 # ViT ring attention over h inside tp inside a pipeline stage) and
-# dp=2,tp=2,h=2 (the ViT): 10 AdamW steps (deterministic
+# dp=2,tp=2,h=2 and HSDP on a split domain dp=2,fsdp=2,h=2 (the ViT; the
+# conv nets stop there: their batch is marked over two mesh dims): 10
+# AdamW steps (deterministic
 # mode) whose losses and global gradient norms equal the one-process run
 # to 1e-5 relative per step, whose final test evaluation does too, and
 # whose final parameters equal the one-process checkpoint's (check_runs.py,
@@ -126,6 +128,9 @@ else
     run pp_tp 4 tp=2,pp=2 $(pp 1f1b)
     vit_run dp_tp_h 8 dp=2,tp=2,h=2
     run pp_tp_h 8 pp=2,tp=2,h=2 $(pp zb-h1)
+    # HSDP on a split domain: the samples over two batch dims (the ViT
+    # marks the batch over the first: vit.c vit_one_batch_dim)
+    vit_run hsdp_h 8 dp=2,fsdp=2,h=2 --zero 1
   }
 fi
 exclude=""

@@ -67,10 +67,19 @@ if [ "$set" = small ]; then
   case_ 2 h=2 --model fno3d --batch 2 --width 8 --modes 4 --modes-t 1 --pad-t 2 \
     --layers 2 --proj-width 16 --out-frames 2
   case_ 3 tp=3 --model fno --batch 3
+  # the vit with experts in its last block (4, top-2): the saved routing,
+  # the rows received and fc1's pre-activations (f64), the experts' GEMM
+  # workspace, at the capacity bounds
+  case_ 2 ep=2 --model vit --batch 8 --moe-experts 4 --moe-topk 2 --moe-every 4
 else
   case_ 4 h=2,w=2 --model fno --batch 4
   case_ 4 tp=2,w=2 --model vit --batch 4
   case_ 4 tp=2,w=2 --model vit --batch 4 --tp-sequence true
+  # tp_sequence with pp: the tp slices cross the stage boundary
+  case_ 4 pp=2,tp=2 --model vit --batch 4 --microbatches 2 --pp-split even --tp-sequence true
+  # experts over ep with dp, and one expert per rank (ep=4)
+  case_ 4 dp=2,ep=2 --model vit --batch 8 --moe-experts 4 --moe-topk 2 --moe-every 4
+  case_ 4 ep=4 --model vit --batch 8 --moe-experts 4 --moe-topk 2 --moe-every 4
   case_ 4 sp=2,w=2 --model vit --batch 4
   case_ 4 tp=2,h=2 --model cnn --batch 4
   case_ 4 dp=2,tp=2 --model unet --batch 4 --levels 2

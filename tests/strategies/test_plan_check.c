@@ -93,8 +93,9 @@ static const row rows[] = {
      3,
      "tp=3",
      {"heads (4) must be divisible by tp (3)"}},
-    /* the ViT's tp_sequence (Megatron-SP): fits on tp x h; not with pp, nor
-     * with fewer tokens than tp ranks (8x8 grid, patch 4: 4 tokens) */
+    /* the ViT's tp_sequence (Megatron-SP): fits on tp x h and with pp
+     * (whole tokens between the stages); not with fewer tokens than tp
+     * ranks (8x8 grid, patch 4: 4 tokens) */
     {"model = vit\nheads = 4\ntp_sequence = true\nbatch = 4",
      32,
      32,
@@ -106,7 +107,7 @@ static const row rows[] = {
      32,
      4,
      "pp=2,tp=2",
-     {"tp_sequence does not compose with a pp dim"}},
+     {NULL}},
     {"model = vit\nheads = 8\nwidth = 32\ntp_sequence = true",
      8,
      8,
@@ -131,6 +132,13 @@ static const row rows[] = {
      32,
      4,
      "ep=2,sp=2",
+     {NULL}},
+    /* the samples over dp (fsdp) and ep on a split domain */
+    {"model = vit\nheads = 2\nmoe_experts = 2\nbatch = 4",
+     32,
+     32,
+     8,
+     "dp=2,ep=2,h=2",
      {NULL}},
     /* the experts over ep inside each pipeline stage */
     {"model = vit\nheads = 2\nmoe_experts = 2\nbatch = 4\nmicrobatches = 2",

@@ -1,7 +1,8 @@
 /* sg-plan's step-time model, piece by piece (one process, no messages):
  * the ring collectives' alpha-beta formulas, a tiny FNO's counted FLOPs
  * and parameters against a hand count, the costs a mesh adds (halo,
- * transposes, gradient all-reduce, ZeRO, TP, ring, pipeline bubble) where
+ * transposes, gradient all-reduce, ZeRO, TP, ring, the experts'
+ * all-to-alls, pipeline bubble) where
  * they must appear, and a hardware file's round trip. */
 #define _POSIX_C_SOURCE 200809L
 #include "sg_plan.h"
@@ -35,6 +36,10 @@ static const sg_kv_key keys[] = {
     {"modes_t", SG_KV_INT, "1", ""},
     {"pad_t", SG_KV_INT, "0", ""},
     {"out_frames", SG_KV_INT, "1", ""},
+    {"moe_experts", SG_KV_INT, "0", ""},
+    {"moe_topk", SG_KV_INT, "1", ""},
+    {"moe_every", SG_KV_INT, "1", ""},
+    {"moe_capacity", SG_KV_FLOAT, "1.25", ""},
 };
 
 static int close_to(double a, double b) {
@@ -254,6 +259,35 @@ static void mesh_costs(sg_kv_t kv) {
              td.allreduce);
     SG_CHECK(ts.compute < 0.9 * t0.compute, "vit sp=2: compute %g of %g",
              ts.compute, t0.compute);
+  }
+  { /* experts (4, top-2) over ep=2: the all-to-alls over ep, 4 per MoE
+     * block (S (C+1) f64 values out, S C back and twice S C backward, S =
+     * the rank's tokens x 2), the gradient all-reduce of dp=2 less the
+     * experts' half (theirs is not reduced over ep); one rank: none */
+    sg_plan_time te, t0, td;
+    SG_CHECK_OK(sg_kv_set(kv, "moe_experts", "4"));
+    SG_CHECK_OK(sg_kv_set(kv, "moe_topk", "2"));
+    m = mesh1("ep", 2, NULL, 0);
+    SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &te));
+    m = mesh1("dp", 2, NULL, 0);
+    SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &td));
+    m = mesh1("h", 1, NULL, 0);
+    SG_CHECK_OK(sg_plan_step_time(&pb, &m, &hw, &t0));
+    SG_CHECK_OK(sg_kv_set(kv, "moe_experts", "0"));
+    SG_CHECK_OK(sg_kv_set(kv, "moe_topk", "1"));
+    const double C = (double)sg_kv_int(kv, "width"),
+                 p = (double)sg_kv_int(kv, "patch"),
+                 S = 4.0 * (pb.ny / p) * (pb.nx / p) * 2.0,
+                 want = (double)sg_kv_int(kv, "depth") *
+                        (sg_plan_scatter_s(2, 8.0 * S * (C + 1), 1e-6, 1e-10) +
+                         3.0 * sg_plan_scatter_s(2, 8.0 * S * C, 1e-6, 1e-10));
+    SG_CHECK(te.alltoall > 0 && fabs(te.alltoall - want) <= 1e-9 * want &&
+                 t0.alltoall == 0 && td.alltoall == 0,
+             "vit ep=2 experts: all-to-alls %g s (%g), one rank %g, dp=2 %g",
+             te.alltoall, want, t0.alltoall, td.alltoall);
+    SG_CHECK(te.allreduce > 0 && te.allreduce < td.allreduce,
+             "vit ep=2 experts: gradient all-reduce %g s, dp=2's %g s",
+             te.allreduce, td.allreduce);
   }
   SG_CHECK_OK(sg_kv_set(kv, "model", "unet"));
   SG_CHECK_OK(sg_kv_set(kv, "microbatches", "4"));
