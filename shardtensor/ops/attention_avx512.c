@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention_kern.h"
@@ -337,9 +338,269 @@ void sg_attn_bwd_f32_avx512(const sg_attn_geom *g, const float *q,
   attn_bwd_f32x(g, q, k, v, o, lse, dout, dq, dk, dv, ws);
 }
 
+/* ---- bf16 forward on AVX-512 BF16 (vdpbf16ps) -----------------------------
+ * q, k, v, o in bf16, lse f32; the tiles, the online softmax (base 2, f32,
+ * attn_fwd_softmax_avx512) and the schedule of attn_fwd. vdpbf16ps takes
+ * pairs of the reduction dimension side by side in each 32-bit lane
+ * (lane l of b: elements 2p and 2p + 1 of column l) and sums their two
+ * exact bf16 products into an f32 accumulator, so:
+ *   S = k q^T: a = k's pairs (kp, a head's keys, packed once per thread and
+ *     head), b = the query tile's pairs transposed (qp, per tile), the
+ *     scale times log2 e applied to the f32 sums;
+ *   o = al o + P v: a = P rounded to bf16 (FlashAttention's rounding of
+ *     the probabilities before P·V), pairs of keys (pp, per tile), b = v's
+ *     key pairs (vp, packed with kp), o accumulated in f32 (ot).
+ * The softmax statistics (m, l, lse) stay f32 and l sums the unrounded
+ * probabilities. Pads (odd head_dim, odd key count, a partial query tile,
+ * head_dim up to a multiple of 16) are zeros, so every load is a full
+ * vector. Entered where sg_attn_bf16_avx512_ok() (opt-in, cpuid
+ * avx512_bf16). */
+#define BT_TARGET __attribute__((target("avx512f,avx512bf16")))
+#define BT_D16(d) (((d) + 15) / 16 * 16)
+
+static inline uint32_t bt_pair(uint16_t lo, uint16_t hi) {
+  return (uint32_t)lo | (uint32_t)hi << 16;
+}
+
+/* One register tile: MR rows of c over NV vectors of 16 columns, kp pairs;
+ * a's pair (r, p) at a[r * ar + p * ap]; c = (rs ? rs[r] c : 0) + a b,
+ * stored times post. */
+#define BT_TILE(MR, NV)                                                     \
+  static BT_TARGET void bt_tile_##MR##_##NV(int64_t kp, const uint32_t *a,  \
+                                            int64_t ar, int64_t ap,         \
+                                            const uint32_t *b, int64_t ldb, \
+                                            float *c, int64_t ldc,          \
+                                            const float *rs, float post) {  \
+    __m512 cr[MR][NV];                                                      \
+    _Pragma("GCC unroll 6")                                                 \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 4")                    \
+    for (int v = 0; v < NV; ++v)                                            \
+      cr[r][v] = rs ? _mm512_mul_ps(_mm512_loadu_ps(c + r * ldc + 16 * v),  \
+                                    _mm512_set1_ps(rs[r]))                  \
+                    : _mm512_setzero_ps();                                  \
+    for (int64_t p = 0; p < kp; ++p) {                                      \
+      __m512i bv[NV];                                                       \
+      _Pragma("GCC unroll 4")                                               \
+      for (int v = 0; v < NV; ++v)                                          \
+        bv[v] = _mm512_loadu_si512(b + p * ldb + 16 * v);                   \
+      _Pragma("GCC unroll 6")                                               \
+      for (int r = 0; r < MR; ++r) {                                        \
+        const __m512i av = _mm512_set1_epi32((int)a[r * ar + p * ap]);      \
+        _Pragma("GCC unroll 4")                                             \
+        for (int v = 0; v < NV; ++v)                                        \
+          cr[r][v] = _mm512_dpbf16_ps(cr[r][v], (__m512bh)av,               \
+                                      (__m512bh)bv[v]);                     \
+      }                                                                     \
+    }                                                                       \
+    const __m512 ps = _mm512_set1_ps(post);                                 \
+    _Pragma("GCC unroll 6")                                                 \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 4")                    \
+    for (int v = 0; v < NV; ++v)                                            \
+      _mm512_storeu_ps(c + r * ldc + 16 * v, _mm512_mul_ps(cr[r][v], ps));  \
+  }
+#define BT_TILES(MR) BT_TILE(MR, 1) BT_TILE(MR, 2) BT_TILE(MR, 3) BT_TILE(MR, 4)
+BT_TILES(1)
+BT_TILES(2)
+BT_TILES(3)
+BT_TILES(4)
+BT_TILES(5)
+BT_TILES(6)
+typedef void (*bt_tile_fn)(int64_t, const uint32_t *, int64_t, int64_t,
+                           const uint32_t *, int64_t, float *, int64_t,
+                           const float *, float);
+#define BT_ROW(MR)                                              \
+  {                                                             \
+    NULL, bt_tile_##MR##_1, bt_tile_##MR##_2, bt_tile_##MR##_3, \
+        bt_tile_##MR##_4                                        \
+  }
+static const bt_tile_fn bt_tiles[AT_MR + 1][AT_NV + 1] = {
+    {NULL}, BT_ROW(1), BT_ROW(2), BT_ROW(3), BT_ROW(4), BT_ROW(5), BT_ROW(6)};
+
+/* c (m x 16 nv, row stride ldc) as in the tile above, kp pairs */
+static void bt_gemm(int64_t m, int64_t nv, int64_t kp, const uint32_t *a,
+                    int64_t ar, int64_t ap, const uint32_t *b, int64_t ldb,
+                    float *c, int64_t ldc, const float *rs, float post) {
+  for (int64_t v0 = 0; v0 < nv; v0 += AT_NV) {
+    const int n = (int)(nv - v0 < AT_NV ? nv - v0 : AT_NV);
+    for (int64_t r0 = 0, mr; r0 < m; r0 += mr) {
+      mr = at_rows(m - r0);
+      bt_tiles[mr][n](kp, a + r0 * ar, ar, ap, b + 16 * v0, ldb,
+                      c + r0 * ldc + 16 * v0, ldc, rs ? rs + r0 : NULL, post);
+    }
+  }
+}
+
+/* A head's keys [j0, j1) packed: kp (rows of dp = ceil(d / 2) pairs) and
+ * vp (key pairs [j0 / 2, ceil(j1 / 2)), rows of d16 columns); j0 even. */
+static void bt_pack_kv(const sg_attn_geom *g, const uint16_t *k,
+                       const uint16_t *v, int64_t j0, int64_t j1, uint32_t *kp,
+                       uint32_t *vp) {
+  const int64_t d = g->d, dp = (d + 1) / 2, d16 = BT_D16(d);
+  for (int64_t j = j0; j < j1; ++j)
+    for (int64_t p = 0; p < dp; ++p)
+      kp[j * dp + p] = bt_pair(k[j * d + 2 * p],
+                               2 * p + 1 < d ? k[j * d + 2 * p + 1] : 0);
+  for (int64_t jj = j0 / 2; jj < (j1 + 1) / 2; ++jj)
+    for (int64_t c = 0; c < d16; ++c)
+      vp[jj * d16 + c] = c >= d ? 0
+                                : bt_pair(v[2 * jj * d + c],
+                                          2 * jj + 1 < g->nk
+                                              ? v[(2 * jj + 1) * d + c]
+                                              : 0);
+}
+
+/* The query tile's pairs, transposed: qp[p * BQ + i] (rows i >= bq zero) */
+static void bt_pack_q(const uint16_t *q, int64_t bq, int64_t d, uint32_t *qp) {
+  const int64_t dp = (d + 1) / 2;
+  memset(qp, 0, (size_t)(dp * SG_ATTN_BQ) * sizeof *qp);
+  for (int64_t i = 0; i < bq; ++i)
+    for (int64_t p = 0; p < dp; ++p)
+      qp[p * SG_ATTN_BQ + i] = bt_pair(
+          q[i * d + 2 * p], 2 * p + 1 < d ? q[i * d + 2 * p + 1] : 0);
+}
+
+/* The probabilities (key-major f32, bk x BQ) rounded to bf16, key pairs
+ * side by side: pp[jj * BQ + i]; an odd last key paired with zero. */
+static BT_TARGET void bt_pack_p(const float *st, int64_t bk, uint32_t *pp) {
+  for (int64_t jj = 0; jj < (bk + 1) / 2; ++jj)
+    for (int v = 0; v < SG_ATTN_BQ / 16; ++v) {
+      const float *r0 = st + 2 * jj * SG_ATTN_BQ + 16 * v;
+      const __m512 hi = 2 * jj + 1 < bk ? _mm512_loadu_ps(r0 + SG_ATTN_BQ)
+                                        : _mm512_setzero_ps();
+      const __m512i lo16 = _mm512_cvtepu16_epi32(
+                        (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(r0))),
+                    hi16 = _mm512_cvtepu16_epi32(
+                        (__m256i)_mm512_cvtneps_pbh(hi));
+      _mm512_storeu_si512(pp + jj * SG_ATTN_BQ + 16 * v,
+                          _mm512_or_si512(lo16, _mm512_slli_epi32(hi16, 16)));
+    }
+}
+
+/* A thread's bf16 workspace (32-bit words): qp, st, pp, ot, m, l, al, then
+ * the head's packed kp and vp. */
+typedef struct bt_ws {
+  uint32_t *qp, *pp, *kp, *vp;
+  float *st, *ot, *m, *l, *al;
+} bt_ws;
+
+static int64_t bt_tile_words(int64_t d) {
+  const int64_t BQ = SG_ATTN_BQ;
+  return (d + 1) / 2 * BQ + SG_ATTN_BK * BQ + SG_ATTN_BK / 2 * BQ +
+         BQ * BT_D16(d) + 3 * BQ;
+}
+
+size_t sg_attn_bf16_ws_bytes(int64_t nk, int64_t d) {
+  const int64_t nk2 = (nk + 1) / 2 * 2;
+  return (size_t)(bt_tile_words(d) + nk2 * ((d + 1) / 2) +
+                  nk2 / 2 * BT_D16(d)) *
+         4;
+}
+
+static bt_ws bt_ws_split(const sg_attn_geom *g, void *base) {
+  const int64_t d = g->d, BQ = SG_ATTN_BQ;
+  float *f = base;
+  bt_ws w;
+  w.qp = (uint32_t *)f;
+  w.st = f + (d + 1) / 2 * BQ;
+  w.pp = (uint32_t *)(w.st + SG_ATTN_BK * BQ);
+  w.ot = (float *)(w.pp + SG_ATTN_BK / 2 * BQ);
+  w.m = w.ot + BQ * BT_D16(d);
+  w.l = w.m + BQ;
+  w.al = w.l + BQ;
+  w.kp = (uint32_t *)(f + bt_tile_words(d));
+  w.vp = w.kp + (g->nk + 1) / 2 * 2 * ((d + 1) / 2);
+  return w;
+}
+
+/* One query tile (rows i0 .. i0 + bq of a head; kp, vp hold its keys
+ * [0, sg_attn_key_end)): o (bf16) and lse, as attn_fwd_tile. */
+static void bt_fwd_tile(const sg_attn_geom *g, const bt_ws *w,
+                        const uint16_t *q, uint16_t *o, float *lse, int64_t i0,
+                        int64_t bq) {
+  const int64_t d = g->d, d16 = BT_D16(d), dp = (d + 1) / 2, BQ = SG_ATTN_BQ;
+  bt_pack_q(q, bq, d, w->qp);
+  memset(w->ot, 0, (size_t)(BQ * d16) * sizeof(float));
+  for (int64_t i = 0; i < BQ; ++i) {
+    w->m[i] = -INFINITY;
+    w->l[i] = 0;
+  }
+  const float post = (float)(g->scale * 1.4426950408889634);
+  const int64_t kend = sg_attn_key_end(g, i0 + bq);
+  for (int64_t j0 = 0; j0 < kend; j0 += SG_ATTN_BK) {
+    const int64_t bk = kend - j0 < SG_ATTN_BK ? kend - j0 : SG_ATTN_BK;
+    bt_gemm(bk, BQ / 16, dp, w->kp + j0 * dp, dp, 1, w->qp, BQ, w->st, BQ, NULL,
+            post); /* st = k q^T scale log2 e */
+    attn_fwd_softmax_avx512(g, w->st, bk, bq, i0, j0, w->m, w->l, w->al);
+    bt_pack_p(w->st, bk, w->pp);
+    bt_gemm(bq, d16 / 16, (bk + 1) / 2, w->pp, 1, BQ, w->vp + j0 / 2 * d16, d16,
+            w->ot, d16, w->al, 1); /* ot = al ot + p v */
+  }
+  for (int64_t i = 0; i < bq; ++i) {
+    const float l = w->l[i], inv = l > 0 ? 1 / l : 0;
+    for (int64_t c = 0; c < d; ++c)
+      o[i * d + c] = sg_bf16_from_f32(w->ot[i * d16 + c] * inv).bits;
+    if (lse)
+      lse[i] = l > 0 ? w->m[i] * 0.69314718055994531f + logf(l) : -INFINITY;
+  }
+}
+
+void sg_attn_fwd_bf16_avx512(const sg_attn_geom *g, const void *q,
+                             const void *k, const void *v, void *o, float *lse,
+                             void *ws) {
+  const int64_t nqb = (g->nq + SG_ATTN_BQ - 1) / SG_ATTN_BQ,
+                ntask = g->bh * nqb, d = g->d;
+  const uint16_t *q16 = q, *k16 = k, *v16 = v;
+  uint16_t *o16 = o;
+#pragma omp parallel num_threads(g->nthreads) if (g->nthreads > 1 && ntask > 1)
+  {
+    const bt_ws w = bt_ws_split(g, sg_attn_thread_ws(g, ws));
+    int64_t head = -1, packed = 0; /* keys [0, packed) of head in kp, vp */
+    /* the forward's schedule: tasks of a head in a row, so a thread packs
+     * a head's keys once */
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < ntask; ++t) {
+      const int64_t h = t / nqb, i0 = (nqb - 1 - t % nqb) * SG_ATTN_BQ;
+      const int64_t bq = g->nq - i0 < SG_ATTN_BQ ? g->nq - i0 : SG_ATTN_BQ;
+      const int64_t kend = sg_attn_key_end(g, i0 + bq);
+      if (h != head) head = h, packed = 0;
+      if (packed < kend) { /* whole key tiles: pairs never straddle */
+        int64_t e = (kend + SG_ATTN_BK - 1) / SG_ATTN_BK * SG_ATTN_BK;
+        e = e < g->nk ? e : g->nk;
+        bt_pack_kv(g, k16 + h * g->nk * d, v16 + h * g->nk * d, packed, e, w.kp,
+                   w.vp);
+        packed = e;
+      }
+      bt_fwd_tile(g, &w, q16 + (h * g->nq + i0) * d, o16 + (h * g->nq + i0) * d,
+                  lse ? lse + h * g->nq + i0 : NULL, i0, bq);
+    }
+  }
+}
+
+/* Opt-in (SG_ATTN_BF16=tiles): on the Xeon this was measured on (AVX-512
+ * BF16 and AMX), vdpbf16ps retires one every 2 cycles (78 GF/s of bf16
+ * products against 150 GF/s of f32 FMAs, a register-only loop of 24
+ * chains each), so these tiles ran the forward at N = 1024 in 1.6x the
+ * f32 kernel's time and 1.1-1.2x the widening path's (bench/RESULTS.md):
+ * the default stays the widening path. Read on every call, as SG_SIMD. */
+int sg_attn_bf16_avx512_ok(void) {
+  const char *e = getenv("SG_ATTN_BF16");
+  return e && !strcmp(e, "tiles") && sg_simd_avx512() &&
+         __builtin_cpu_supports("avx512bf16");
+}
+
 #else
 
 int sg_attn_avx512_built(void) { return 0; }
+int sg_attn_bf16_avx512_ok(void) { return 0; }
+size_t sg_attn_bf16_ws_bytes(int64_t nk, int64_t d) {
+  (void)nk, (void)d;
+  return 0;
+}
+void sg_attn_fwd_bf16_avx512(const sg_attn_geom *g, const void *q,
+                             const void *k, const void *v, void *o, float *lse,
+                             void *ws) {
+  (void)g, (void)q, (void)k, (void)v, (void)o, (void)lse, (void)ws;
+}
 void sg_attn_fwd_f32_avx512(const sg_attn_geom *g, const float *q,
                             const float *k, const float *v, float *o,
                             float *lse, void *ws) {

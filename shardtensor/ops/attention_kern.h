@@ -70,4 +70,14 @@ void sg_attn_bwd_f32_avx512(const sg_attn_geom *g, const float *q,
                             const float *lse, const float *dout, float *dq,
                             float *dk, float *dv, void *ws);
 
+/* The bf16 forward on AVX-512 BF16 (attention_avx512.c): q, k, v, o bf16
+ * (sg_bf16 bits), lse f32 (or NULL); ok() where it was built and the CPU
+ * has AVX-512F (sg_simd_avx512, so SG_SIMD=portable rules it out) and
+ * avx512_bf16. Its workspace per thread: sg_attn_bf16_ws_bytes(nk, d). */
+int sg_attn_bf16_avx512_ok(void);
+size_t sg_attn_bf16_ws_bytes(int64_t nk, int64_t d);
+void sg_attn_fwd_bf16_avx512(const sg_attn_geom *g, const void *q,
+                             const void *k, const void *v, void *o, float *lse,
+                             void *ws);
+
 #endif /* SG_ATTENTION_KERN_H */

@@ -358,55 +358,109 @@ static void test_f32(attn_case *c) {
   out_free(&r[1]);
 }
 
-/* bf16 storage against the f32 kernel. (1) On the bf16 values widened to
- * f32 the f32 kernel's outputs rounded once to bf16 must come out, lse
- * bit for bit (the contract of the portable path). (2) Against the f32
- * kernel on the unrounded inputs: bf16 keeps 8 significant bits, so every
- * input and output carries a relative rounding error up to 2^-9 (0.2%);
- * through the scores (|scale q.k| sums d products of random sign, each off
- * by ~2 * 2^-9) the probabilities move by ~2^-8 sqrt(d) |q||k| scale
- * relative, a few tenths of a percent here (|q|, |k| <= 1.5, d <= 80), and
- * the backward's dS = P (dP - D) differences cancel some digits: 2e-2 of
- * the largest value (measured at most 6e-3 on these cases). */
+/* The bf16 forward and backward (SG_SIMD=portable if portable, else
+ * SG_ATTN_BF16=tiles: the bf16 tile forward where the CPU has it) on the
+ * bf16 inputs in[4] = q, k, v, dout: got = o, dq, dk, dv (bf16), lse. */
+static void run_bf16(const attn_case *c, sg_bf16 *const in[4], sg_bf16 *got[4],
+                     float *lse, int portable) {
+  setenv(portable ? "SG_SIMD" : "SG_ATTN_BF16", portable ? "portable" : "tiles",
+         1);
+  SG_CHECK_OK(sg_attention_forward(&c->d, SG_DTYPE_BF16, in[0], in[1], in[2],
+                                   got[0], lse, NULL));
+  SG_CHECK_OK(sg_attention_backward(&c->d, SG_DTYPE_BF16, in[0], in[1], in[2],
+                                    got[0], lse, in[3], got[1], got[2], got[3],
+                                    NULL));
+  unsetenv("SG_SIMD");
+  unsetenv("SG_ATTN_BF16");
+}
+
+/* bf16 storage. The portable path (SG_SIMD=portable; (1)): on the bf16
+ * values widened to f32 the f32 kernel's outputs rounded once to bf16 must
+ * come out, lse bit for bit. The bf16 tiles (SG_ATTN_BF16=tiles, where the
+ * CPU has AVX-512 BF16, else the default path; (2)): their forward
+ * against the f64 reference on the same bf16 values, lse to 1e-5 (f32 sums
+ * of exact bf16 products), o to 1e-2 of the largest value (P rounded to
+ * bf16 before P·V, 2^-9 relative, and o rounded once more). Both paths
+ * (3) against the f32 kernel on the unrounded inputs: bf16 keeps 8
+ * significant bits, so every input and output carries a relative rounding
+ * error up to 2^-9 (0.2%); through the scores (|scale q.k| sums d products
+ * of random sign, each off by ~2 * 2^-9) the probabilities move by ~2^-8
+ * sqrt(d) |q||k| scale relative, a few tenths of a percent here (|q|, |k|
+ * <= 1.5, d <= 80), and the backward's dS = P (dP - D) differences cancel
+ * some digits: 2e-2 of the largest value (measured at most 6e-3). */
 static void test_bf16(attn_case *c) {
   const int64_t nq = c->nqe, nk = c->nke;
-  float *q = to_f32(c->q, nq), *k = to_f32(c->k, nk), *v = to_f32(c->v, nk);
-  float *g = to_f32(c->dout, nq);
-  sg_bf16 *qb = to_bf16(q, nq), *kb = to_bf16(k, nk), *vb = to_bf16(v, nk),
-          *gb = to_bf16(g, nq);
-  float *qw = from_bf16(qb, nq), *kw = from_bf16(kb, nk),
-        *vw = from_bf16(vb, nk), *gw = from_bf16(gb, nq);
-  attn_out ref = run_f32(c, qw, kw, vw, gw, 1),
-           full = run_f32(c, q, k, v, g, 0);
-  sg_bf16 *ob = to_bf16(q, nq), *dqb = to_bf16(q, nq), *dkb = to_bf16(k, nk),
-          *dvb = to_bf16(k, nk);
-  float *lse = calloc((size_t)c->nl + 1, 4);
-  SG_CHECK_OK(
-      sg_attention_forward(&c->d, SG_DTYPE_BF16, qb, kb, vb, ob, lse, NULL));
-  SG_CHECK_OK(sg_attention_backward(&c->d, SG_DTYPE_BF16, qb, kb, vb, ob, lse,
-                                    gb, dqb, dkb, dvb, NULL));
-  const float *want[4] = {ref.o, ref.dq, ref.dk, ref.dv};
-  const sg_bf16 *got[4] = {ob, dqb, dkb, dvb};
-  const int64_t n[4] = {nq, nq, nk, nk};
-  const char *what[4] = {"o", "dq", "dk", "dv"};
-  const float *fullv[4] = {full.o, full.dq, full.dk, full.dv};
-  SG_CHECK(sg_test_cmp_bytes(c->name, lse, ref.lse, (size_t)c->nl * 4) == 0,
-           "%s: bf16 lse is the f32 kernel's", c->name);
+  float *f[4] = {to_f32(c->q, nq), to_f32(c->k, nk), to_f32(c->v, nk),
+                 to_f32(c->dout, nq)};
+  const int64_t n[4] = {nq, nq, nk, nk}, nin[4] = {nq, nk, nk, nq};
+  sg_bf16 *in[4], *got[2][4];
+  float *w[4];
+  double *wd[4];
   for (int i = 0; i < 4; ++i) {
-    sg_bf16 *w = to_bf16(want[i], n[i]);
-    float *gf = from_bf16(got[i], n[i]);
-    SG_CHECK(sg_test_cmp_bytes(c->name, got[i], w, (size_t)n[i] * 2) == 0,
-             "%s: bf16 %s is the f32 kernel's rounded", c->name, what[i]);
-    const double e = rel_err(gf, fullv[i], n[i]);
-    SG_CHECK(e <= 2e-2, "%s: bf16 %s off f32 by %.3g", c->name, what[i], e);
-    if (getenv("SG_TEST_VERBOSE"))
-      printf("%s: bf16 %s vs f32 %.3g\n", c->name, what[i], e);
-    free(w);
-    free(gf);
+    in[i] = to_bf16(f[i], nin[i]);
+    w[i] = from_bf16(in[i], nin[i]);
+    wd[i] = to_f64(w[i], nin[i]);
   }
-  void *fs[] = {q,  k,  v,  g,  qb,  kb,  vb,  gb, qw,
-                kw, vw, gw, ob, dqb, dkb, dvb, lse};
+  setenv("SG_SIMD", "portable", 1); /* the portable bf16 path's f32 kernel */
+  attn_out ref = run_f32(c, w[0], w[1], w[2], w[3], 1);
+  unsetenv("SG_SIMD");
+  attn_out full = run_f32(c, f[0], f[1], f[2], f[3], 0);
+  float *lse[2];
+  for (int p = 0; p < 2; ++p) {
+    for (int i = 0; i < 4; ++i) got[p][i] = to_bf16(f[i == 0 ? 0 : 1], n[i]);
+    lse[p] = calloc((size_t)c->nl + 1, 4);
+    run_bf16(c, in, got[p], lse[p], p);
+  }
+  /* 3 threads: the same bits (each thread packs the keys of its heads) */
+  sg_bf16 *o3 = to_bf16(f[0], nq);
+  float *l3 = calloc((size_t)c->nl + 1, 4);
+  omp_set_num_threads(3);
+  setenv("SG_ATTN_BF16", "tiles", 1);
+  SG_CHECK_OK(sg_attention_forward(&c->d, SG_DTYPE_BF16, in[0], in[1], in[2],
+                                   o3, l3, NULL));
+  unsetenv("SG_ATTN_BF16");
+  omp_set_num_threads(1);
+  SG_CHECK(sg_test_cmp_bytes(c->name, o3, got[0][0], (size_t)nq * 2) == 0 &&
+               sg_test_cmp_bytes(c->name, l3, lse[0], (size_t)c->nl * 4) == 0,
+           "%s: bf16 o, lse, 3 threads", c->name);
+  free(o3);
+  free(l3);
+  const float *want[4] = {ref.o, ref.dq, ref.dk, ref.dv},
+              *fullv[4] = {full.o, full.dq, full.dk, full.dv};
+  const char *what[4] = {"o", "dq", "dk", "dv"},
+             *kern[2] = {"tiles", "portable"};
+  SG_CHECK(sg_test_cmp_bytes(c->name, lse[1], ref.lse, (size_t)c->nl * 4) == 0,
+           "%s: bf16 lse is the f32 kernel's", c->name);
+  double *oref = zeros(nq), *lref = zeros(c->nl), *gq = zeros(nq),
+         *gk = zeros(nk), *gv = zeros(nk);
+  naive(&c->d, wd[0], wd[1], wd[2], wd[3], oref, lref, gq, gk, gv);
+  float *of = to_f32(oref, nq), *o0 = from_bf16(got[0][0], nq);
+  const double eo = rel_err(o0, of, nq);
+  SG_CHECK(eo <= 1e-2, "%s: bf16 tiles o off f64 by %.3g", c->name, eo);
+  SG_CHECK(cmp_lse_f32(c->name, lse[0], lref, c->nl, 1e-5) == 0,
+           "%s: bf16 tiles lse", c->name);
+  for (int i = 0; i < 4; ++i) {
+    sg_bf16 *wb = to_bf16(want[i], n[i]);
+    SG_CHECK(sg_test_cmp_bytes(c->name, got[1][i], wb, (size_t)n[i] * 2) == 0,
+             "%s: bf16 %s is the f32 kernel's rounded", c->name, what[i]);
+    for (int p = 0; p < 2; ++p) {
+      float *gf = from_bf16(got[p][i], n[i]);
+      const double e = rel_err(gf, fullv[i], n[i]);
+      SG_CHECK(e <= 2e-2, "%s: bf16 %s %s off f32 by %.3g", c->name, kern[p],
+               what[i], e);
+      if (getenv("SG_TEST_VERBOSE"))
+        printf("%s: bf16 %s %s vs f32 %.3g (o vs f64 %.3g)\n", c->name, kern[p],
+               what[i], e, eo);
+      free(gf);
+    }
+    free(wb);
+  }
+  void *fs[] = {oref, lref, gq, gk, gv, of, o0, lse[0], lse[1]};
   for (size_t i = 0; i < sizeof fs / sizeof fs[0]; ++i) free(fs[i]);
+  for (int i = 0; i < 4; ++i) {
+    void *fi[] = {f[i], in[i], w[i], wd[i], got[0][i], got[1][i]};
+    for (size_t j = 0; j < sizeof fi / sizeof fi[0]; ++j) free(fi[j]);
+  }
   out_free(&ref);
   out_free(&full);
 }
