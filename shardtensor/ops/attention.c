@@ -138,8 +138,9 @@ static sg_status attn_fwd_bf16(const sg_attn_geom *g, const void *q,
   const int64_t n[4] = {nqe, nke, nke, nqe};
   float *f[4];
   void *own = NULL;
-  if (sg_attn_bf16_avx512_ok()) { /* bf16 tiles: no f32 copies */
-    sg_attn_fwd_bf16_avx512(g, q, k, v, o, lse, ws);
+  const int mode = sg_attn_bf16_avx512_mode();
+  if (mode) { /* bf16 tiles: no f32 copies */
+    sg_attn_fwd_bf16_avx512(g, mode, q, k, v, o, lse, ws);
     return SG_OK;
   }
   sg_status st = attn_bf16_widen(4, in, n, f, &own);

@@ -358,30 +358,60 @@ static void test_f32(attn_case *c) {
   out_free(&r[1]);
 }
 
-/* The bf16 forward and backward (SG_SIMD=portable if portable, else
- * SG_ATTN_BF16=tiles: the bf16 tile forward where the CPU has it) on the
- * bf16 inputs in[4] = q, k, v, dout: got = o, dq, dk, dv (bf16), lse. */
+/* The bf16 paths: 0 the portable one (SG_SIMD=portable: widened to f32),
+ * 1 the vdpbf16ps tiles (SG_ATTN_BF16=tiles), 2 the default (AMX tiles
+ * where the CPU has them, else the widening path). Paths 1 and 2 fall back
+ * to the widening path where their tiles are missing. */
+static const char *const bf16_path[3] = {"portable", "tiles", "default"};
+
+static void bf16_path_set(int p, int on) {
+  const char *var = p == 0 ? "SG_SIMD" : "SG_ATTN_BF16";
+  if (p == 2) return;
+  if (on)
+    setenv(var, p == 0 ? "portable" : "tiles", 1);
+  else
+    unsetenv(var);
+}
+
+/* The bf16 forward and backward on path p on the bf16 inputs in[4] = q, k,
+ * v, dout: got = o, dq, dk, dv (bf16), lse. */
 static void run_bf16(const attn_case *c, sg_bf16 *const in[4], sg_bf16 *got[4],
-                     float *lse, int portable) {
-  setenv(portable ? "SG_SIMD" : "SG_ATTN_BF16", portable ? "portable" : "tiles",
-         1);
+                     float *lse, int p) {
+  bf16_path_set(p, 1);
   SG_CHECK_OK(sg_attention_forward(&c->d, SG_DTYPE_BF16, in[0], in[1], in[2],
                                    got[0], lse, NULL));
   SG_CHECK_OK(sg_attention_backward(&c->d, SG_DTYPE_BF16, in[0], in[1], in[2],
                                     got[0], lse, in[3], got[1], got[2], got[3],
                                     NULL));
-  unsetenv("SG_SIMD");
-  unsetenv("SG_ATTN_BF16");
+  bf16_path_set(p, 0);
 }
 
-/* bf16 storage. The portable path (SG_SIMD=portable; (1)): on the bf16
- * values widened to f32 the f32 kernel's outputs rounded once to bf16 must
- * come out, lse bit for bit. The bf16 tiles (SG_ATTN_BF16=tiles, where the
- * CPU has AVX-512 BF16, else the default path; (2)): their forward
- * against the f64 reference on the same bf16 values, lse to 1e-5 (f32 sums
- * of exact bf16 products), o to 1e-2 of the largest value (P rounded to
- * bf16 before P·V, 2^-9 relative, and o rounded once more). Both paths
- * (3) against the f32 kernel on the unrounded inputs: bf16 keeps 8
+/* Path p's forward with 3 threads gives the bits of its 1-thread run. */
+static void check_bf16_threads(const attn_case *c, sg_bf16 *const in[4],
+                               const sg_bf16 *o1, const float *l1, int p) {
+  sg_bf16 *o3 = calloc((size_t)c->nqe + 1, 2);
+  float *l3 = calloc((size_t)c->nl + 1, 4);
+  omp_set_num_threads(3);
+  bf16_path_set(p, 1);
+  SG_CHECK_OK(sg_attention_forward(&c->d, SG_DTYPE_BF16, in[0], in[1], in[2],
+                                   o3, l3, NULL));
+  bf16_path_set(p, 0);
+  omp_set_num_threads(1);
+  SG_CHECK(sg_test_cmp_bytes(c->name, o3, o1, (size_t)c->nqe * 2) == 0 &&
+               sg_test_cmp_bytes(c->name, l3, l1, (size_t)c->nl * 4) == 0,
+           "%s: bf16 %s o, lse, 3 threads", c->name, bf16_path[p]);
+  free(o3);
+  free(l3);
+}
+
+/* bf16 storage. (1) The portable path: on the bf16 values widened to f32
+ * the f32 kernel's outputs rounded once to bf16 must come out, lse bit for
+ * bit. (2) The tile paths (vdpbf16ps, AMX; where the CPU has them, else
+ * the widening path again): their forward against the f64 reference on
+ * the same bf16 values, lse to 1e-5 (f32 sums of exact bf16 products), o
+ * to 1e-2 of the largest value (P rounded to bf16 before P·V, 2^-9
+ * relative, and o rounded once more), 3 threads the same bits. (3) Every
+ * path against the f32 kernel on the unrounded inputs: bf16 keeps 8
  * significant bits, so every input and output carries a relative rounding
  * error up to 2^-9 (0.2%); through the scores (|scale q.k| sums d products
  * of random sign, each off by ~2 * 2^-9) the probabilities move by ~2^-8
@@ -393,8 +423,8 @@ static void test_bf16(attn_case *c) {
   float *f[4] = {to_f32(c->q, nq), to_f32(c->k, nk), to_f32(c->v, nk),
                  to_f32(c->dout, nq)};
   const int64_t n[4] = {nq, nq, nk, nk}, nin[4] = {nq, nk, nk, nq};
-  sg_bf16 *in[4], *got[2][4];
-  float *w[4];
+  sg_bf16 *in[4], *got[3][4];
+  float *w[4], *lse[3];
   double *wd[4];
   for (int i = 0; i < 4; ++i) {
     in[i] = to_bf16(f[i], nin[i]);
@@ -405,60 +435,48 @@ static void test_bf16(attn_case *c) {
   attn_out ref = run_f32(c, w[0], w[1], w[2], w[3], 1);
   unsetenv("SG_SIMD");
   attn_out full = run_f32(c, f[0], f[1], f[2], f[3], 0);
-  float *lse[2];
-  for (int p = 0; p < 2; ++p) {
-    for (int i = 0; i < 4; ++i) got[p][i] = to_bf16(f[i == 0 ? 0 : 1], n[i]);
-    lse[p] = calloc((size_t)c->nl + 1, 4);
-    run_bf16(c, in, got[p], lse[p], p);
-  }
-  /* 3 threads: the same bits (each thread packs the keys of its heads) */
-  sg_bf16 *o3 = to_bf16(f[0], nq);
-  float *l3 = calloc((size_t)c->nl + 1, 4);
-  omp_set_num_threads(3);
-  setenv("SG_ATTN_BF16", "tiles", 1);
-  SG_CHECK_OK(sg_attention_forward(&c->d, SG_DTYPE_BF16, in[0], in[1], in[2],
-                                   o3, l3, NULL));
-  unsetenv("SG_ATTN_BF16");
-  omp_set_num_threads(1);
-  SG_CHECK(sg_test_cmp_bytes(c->name, o3, got[0][0], (size_t)nq * 2) == 0 &&
-               sg_test_cmp_bytes(c->name, l3, lse[0], (size_t)c->nl * 4) == 0,
-           "%s: bf16 o, lse, 3 threads", c->name);
-  free(o3);
-  free(l3);
-  const float *want[4] = {ref.o, ref.dq, ref.dk, ref.dv},
-              *fullv[4] = {full.o, full.dq, full.dk, full.dv};
-  const char *what[4] = {"o", "dq", "dk", "dv"},
-             *kern[2] = {"tiles", "portable"};
-  SG_CHECK(sg_test_cmp_bytes(c->name, lse[1], ref.lse, (size_t)c->nl * 4) == 0,
-           "%s: bf16 lse is the f32 kernel's", c->name);
   double *oref = zeros(nq), *lref = zeros(c->nl), *gq = zeros(nq),
          *gk = zeros(nk), *gv = zeros(nk);
   naive(&c->d, wd[0], wd[1], wd[2], wd[3], oref, lref, gq, gk, gv);
-  float *of = to_f32(oref, nq), *o0 = from_bf16(got[0][0], nq);
-  const double eo = rel_err(o0, of, nq);
-  SG_CHECK(eo <= 1e-2, "%s: bf16 tiles o off f64 by %.3g", c->name, eo);
-  SG_CHECK(cmp_lse_f32(c->name, lse[0], lref, c->nl, 1e-5) == 0,
-           "%s: bf16 tiles lse", c->name);
-  for (int i = 0; i < 4; ++i) {
-    sg_bf16 *wb = to_bf16(want[i], n[i]);
-    SG_CHECK(sg_test_cmp_bytes(c->name, got[1][i], wb, (size_t)n[i] * 2) == 0,
-             "%s: bf16 %s is the f32 kernel's rounded", c->name, what[i]);
-    for (int p = 0; p < 2; ++p) {
+  float *of = to_f32(oref, nq);
+  const float *want[4] = {ref.o, ref.dq, ref.dk, ref.dv},
+              *fullv[4] = {full.o, full.dq, full.dk, full.dv};
+  const char *what[4] = {"o", "dq", "dk", "dv"};
+  for (int p = 0; p < 3; ++p) {
+    for (int i = 0; i < 4; ++i) got[p][i] = calloc((size_t)n[i] + 1, 2);
+    lse[p] = calloc((size_t)c->nl + 1, 4);
+    run_bf16(c, in, got[p], lse[p], p);
+    float *o = from_bf16(got[p][0], nq);
+    const double eo = rel_err(o, of, nq);
+    free(o);
+    SG_CHECK(eo <= 1e-2, "%s: bf16 %s o off f64 by %.3g", c->name, bf16_path[p],
+             eo);
+    SG_CHECK(cmp_lse_f32(c->name, lse[p], lref, c->nl, 1e-5) == 0,
+             "%s: bf16 %s lse", c->name, bf16_path[p]);
+    if (p) check_bf16_threads(c, in, got[p][0], lse[p], p);
+    for (int i = 0; i < 4; ++i) {
       float *gf = from_bf16(got[p][i], n[i]);
       const double e = rel_err(gf, fullv[i], n[i]);
-      SG_CHECK(e <= 2e-2, "%s: bf16 %s %s off f32 by %.3g", c->name, kern[p],
-               what[i], e);
+      SG_CHECK(e <= 2e-2, "%s: bf16 %s %s off f32 by %.3g", c->name,
+               bf16_path[p], what[i], e);
       if (getenv("SG_TEST_VERBOSE"))
-        printf("%s: bf16 %s %s vs f32 %.3g (o vs f64 %.3g)\n", c->name, kern[p],
-               what[i], e, eo);
+        printf("%s: bf16 %s %s vs f32 %.3g (o vs f64 %.3g)\n", c->name,
+               bf16_path[p], what[i], e, eo);
       free(gf);
     }
+  }
+  SG_CHECK(sg_test_cmp_bytes(c->name, lse[0], ref.lse, (size_t)c->nl * 4) == 0,
+           "%s: bf16 lse is the f32 kernel's", c->name);
+  for (int i = 0; i < 4; ++i) {
+    sg_bf16 *wb = to_bf16(want[i], n[i]);
+    SG_CHECK(sg_test_cmp_bytes(c->name, got[0][i], wb, (size_t)n[i] * 2) == 0,
+             "%s: bf16 %s is the f32 kernel's rounded", c->name, what[i]);
     free(wb);
   }
-  void *fs[] = {oref, lref, gq, gk, gv, of, o0, lse[0], lse[1]};
+  void *fs[] = {oref, lref, gq, gk, gv, of, lse[0], lse[1], lse[2]};
   for (size_t i = 0; i < sizeof fs / sizeof fs[0]; ++i) free(fs[i]);
   for (int i = 0; i < 4; ++i) {
-    void *fi[] = {f[i], in[i], w[i], wd[i], got[0][i], got[1][i]};
+    void *fi[] = {f[i], in[i], w[i], wd[i], got[0][i], got[1][i], got[2][i]};
     for (size_t j = 0; j < sizeof fi / sizeof fi[0]; ++j) free(fi[j]);
   }
   out_free(&ref);
