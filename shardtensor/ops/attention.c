@@ -98,9 +98,11 @@ static void attn_bwd_f32_any(const sg_attn_geom *g, const float *q,
  * are widened to f32 (exact), the f32 kernel runs (f32 accumulation and
  * statistics), the outputs are rounded to the nearest bf16 (ties to even).
  * So the result is the f32 kernel's on the same values, rounded once; the
- * f32 copies cost 4 bytes an element during the call. The forward on bf16
- * tiles (vdpbf16ps, attention_avx512.c) needs no copies but is opt-in
- * (SG_ATTN_BF16=tiles): slower than this path on the CPU measured. */
+ * f32 copies cost 4 bytes an element during the call. Where the CPU has
+ * AMX-BF16 the forward runs on bf16 tiles instead (attention_avx512.c:
+ * no copies, 2.6x the widened forward's speed measured; SG_ATTN_BF16=widen
+ * keeps this path, =tiles takes the vdpbf16ps tiles); the backward is
+ * always this path. */
 
 /* One f32 buffer for cnt arrays of n[i] elements (0: absent, out[i] NULL);
  * the bf16 inputs in[i] (non-NULL) widened into theirs. */
