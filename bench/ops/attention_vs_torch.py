@@ -10,8 +10,10 @@ they see the same machine load).
       [--n 1024,4096] [--threads 1,2] [--causal 0,1] [--reps 3] [--compile 1]
       [--dtype f32|bf16]
 
---dtype bf16: bench_attention --bf16 (bf16 storage; SG_ATTN_BF16=tiles in
-the environment picks the bf16 tile forward) against SDPA on bf16 tensors.
+--dtype bf16: bench_attention --bf16 (bf16 storage: the forward on AMX
+tiles where the CPU has them; SG_ATTN_BF16=widen or =tiles in the
+environment picks the widening path or the vdpbf16ps tiles) against SDPA
+on bf16 tensors.
 
 Runs itself under SG_TORCH_PYTHON (torch is not a project dependency).
 OPENBLAS_CORETYPE=Cooperlake is exported (Debian's OpenBLAS 0.3.21 picks its
@@ -128,8 +130,8 @@ def main():
             for n in ints(a.n):
                 case = {"batch": a.batch, "heads": a.heads, "tokens": n, "head_dim": a.dim,
                         "causal": causal, "threads": threads, "dtype": a.dtype, "clock": clk}
-                if a.dtype == "bf16":  # which bf16 forward ran (SG_ATTN_BF16=tiles or not)
-                    case["sg_attn_bf16"] = os.environ.get("SG_ATTN_BF16", "widen")
+                if a.dtype == "bf16":  # which bf16 forward: default (AMX where present), widen, tiles
+                    case["sg_attn_bf16"] = os.environ.get("SG_ATTN_BF16", "default")
                 res = {}
                 if a.base_lib:
                     res["shardgrid_base"] = ours(a, n, causal, threads, a.base_lib)

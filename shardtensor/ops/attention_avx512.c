@@ -532,6 +532,11 @@ static bt_ws bt_ws_split(const sg_attn_geom *g, void *base) {
  * (transposed: o^T = v^T P^T, the C tiles 16 columns of o x 16 queries,
  * B = pp as packed). Tile config and the OS's grant of the tile state:
  * conv_amx.c's (sg_amx_conv_supported). */
+#if (defined(__clang__) && __clang_major__ >= 12) || \
+    (!defined(__clang__) && __GNUC__ >= 11)
+#define SG_ATTN_AMX 1 /* the compiler knows the AMX target */
+#endif
+#ifdef SG_ATTN_AMX
 #define AM_TARGET __attribute__((target("amx-tile,amx-bf16")))
 #define AM_LD (4 * SG_ATTN_BQ) /* bytes per row of st, qp, pp, ot */
 
@@ -617,6 +622,22 @@ static void am_scale(float *x, int64_t n, const float *s, float s0) {
     }
   }
 }
+
+#else /* no AMX: never called (sg_attn_bf16_avx512_mode is not 2) */
+static void am_config(void) {}
+static void am_release(void) {}
+static void am_scores(int64_t bk, int64_t dpp, const uint32_t *kp,
+                      const uint32_t *qp, float *st) {
+  (void)bk, (void)dpp, (void)kp, (void)qp, (void)st;
+}
+static void am_pv(int64_t d16, int64_t np2, const uint32_t *vt, int64_t ldv,
+                  const uint32_t *pp, float *ot) {
+  (void)d16, (void)np2, (void)vt, (void)ldv, (void)pp, (void)ot;
+}
+static void am_scale(float *x, int64_t n, const float *s, float s0) {
+  (void)x, (void)n, (void)s, (void)s0;
+}
+#endif
 
 /* One query tile (rows i0 .. i0 + bq of a head; kp, vp hold its keys
  * [0, sg_attn_key_end)): o (bf16) and lse, as attn_fwd_tile; amx: the
@@ -714,7 +735,11 @@ int sg_attn_bf16_avx512_mode(void) {
       (e && !strcmp(e, "widen")))
     return 0;
   if (e && !strcmp(e, "tiles")) return 1;
+#ifdef SG_ATTN_AMX
   return sg_amx_conv_supported() ? 2 : 0;
+#else
+  return 0;
+#endif
 }
 
 #else
