@@ -8,6 +8,12 @@ they see the same machine load).
 
   SG_TORCH_PYTHON=/opt/torchref/bin/python bench/ops/attention_vs_torch.py \
       [--n 1024,4096] [--threads 1,2] [--causal 0,1] [--reps 3] [--compile 1]
+      [--dtype f32|bf16]
+
+--dtype bf16: bench_attention --bf16 (bf16 storage: the forward on AMX
+tiles where the CPU has them; SG_ATTN_BF16=widen or =tiles in the
+environment picks the widening path or the vdpbf16ps tiles) against SDPA
+on bf16 tensors.
 
 Runs itself under SG_TORCH_PYTHON (torch is not a project dependency).
 OPENBLAS_CORETYPE=Cooperlake is exported (Debian's OpenBLAS 0.3.21 picks its
@@ -51,7 +57,8 @@ def ours(a, n, causal, threads, lib=None):
     if lib:  # another build of libshardgrid (--base-lib): before/after in one run
         env["LD_LIBRARY_PATH"] = lib + os.pathsep + env.get("LD_LIBRARY_PATH", "")
     cmd = [a.bin, "--reps", str(a.reps), "--n", str(n), "--batch", str(a.batch), "--heads",
-           str(a.heads), "--dim", str(a.dim), "--no-naive"] + (["--causal"] if causal else [])
+           str(a.heads), "--dim", str(a.dim), "--no-naive"] + (["--causal"] if causal else []) + \
+        (["--bf16"] if a.dtype == "bf16" else [])
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     r = json.loads(out.strip().splitlines()[-1])
     return {"fwd_ms": r["fwd_ms"], "bwd_ms": r["bwd_ms"], "fwd_gflops": r["fwd_gflops"],
@@ -64,9 +71,10 @@ def torch_case(a, n, causal, threads, compiled):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     shape = (a.batch, a.heads, n, a.dim)
-    q, k, v = (torch.rand(shape) - 0.5 for _ in range(3))
+    dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    q, k, v = ((torch.rand(shape) - 0.5).to(dt) for _ in range(3))
     q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
-    g = torch.rand(shape) - 0.5
+    g = (torch.rand(shape) - 0.5).to(dt)
 
     def attn(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
@@ -105,6 +113,7 @@ def main():
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--compile", type=int, default=0)
+    ap.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
     ap.add_argument("--bin", default=os.path.join(ROOT, "build/bin/bench/bench_attention"))
     ap.add_argument("--base-lib", default="",
                     help="a folder with another libshardgrid.so.0 (e.g. main's): run first per case")
@@ -120,7 +129,9 @@ def main():
         for causal in ints(a.causal):
             for n in ints(a.n):
                 case = {"batch": a.batch, "heads": a.heads, "tokens": n, "head_dim": a.dim,
-                        "causal": causal, "threads": threads, "dtype": "f32", "clock": clk}
+                        "causal": causal, "threads": threads, "dtype": a.dtype, "clock": clk}
+                if a.dtype == "bf16":  # which bf16 forward: default (AMX where present), widen, tiles
+                    case["sg_attn_bf16"] = os.environ.get("SG_ATTN_BF16", "default")
                 res = {}
                 if a.base_lib:
                     res["shardgrid_base"] = ours(a, n, causal, threads, a.base_lib)

@@ -14,7 +14,9 @@
  * backward 10 B H N^2 d (five, with the recomputed scores); causal counts
  * half of each. Times are medians of R runs. One JSON line per case.
  * --bf16: the fused kernel on bf16 q, k, v, o, dout and gradients (lse f32;
- * the same inputs rounded), the naive and SGEMM columns stay f32. */
+ * the same inputs rounded), the naive and SGEMM columns stay f32.
+ * Each repetition pauses 0.3 s after its SGEMM (sgemm_same_flops below);
+ * SG_BENCH_NO_PARK=1 leaves the pause out (the bench as it was before). */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -115,7 +117,15 @@ static void naive_backward(const bench_case *c, float scale) {
   }
 }
 
-/* A cblas_sgemm of `flops` FLOPs: M = N = tokens, K = flops / (2 N^2). */
+/* A cblas_sgemm of `flops` FLOPs: M = N = tokens, K = flops / (2 N^2).
+ * Then a pause of 0.3 s (a sleep: no CPU time, outside every timed span)
+ * before the fused forward is timed: OpenBLAS's pthread workers spin
+ * (sched_yield) for OPENBLAS_THREAD_TIMEOUT = 2^28 cycles (~0.1 s) after
+ * a threaded call before they sleep, and without the pause they spun
+ * through the timed forward, beside its two OpenMP threads on two cores:
+ * the forward at N = 1024 with 2 threads (~45 ms) measured 0.67-0.71x
+ * SDPA while its backward, which follows no BLAS call, measured 1.0-1.7x
+ * (bench/RESULTS.md, issue 17 §4). */
 static float *gem_a, *gem_b, *gem_c;
 static double sgemm_same_flops(int64_t n, double flops) {
   int64_t kk = (int64_t)(flops / (2.0 * (double)n * (double)n) + 0.5);
@@ -123,7 +133,13 @@ static double sgemm_same_flops(int64_t n, double flops) {
   double t0 = now();
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n,
               (int)kk, 1, gem_a, (int)kk, gem_b, (int)n, 0, gem_c, (int)n);
-  return 2.0 * (double)n * (double)n * (double)kk / (now() - t0) / 1e9;
+  const double gf = 2.0 * (double)n * (double)n * (double)kk / (now() - t0) /
+                    1e9;
+  if (!getenv("SG_BENCH_NO_PARK")) {
+    const struct timespec park = {0, 300000000};
+    nanosleep(&park, NULL);
+  }
+  return gf;
 }
 
 static int run_case(sg_attn_desc d, int reps, int naive) {

@@ -70,4 +70,16 @@ void sg_attn_bwd_f32_avx512(const sg_attn_geom *g, const float *q,
                             const float *lse, const float *dout, float *dq,
                             float *dk, float *dv, void *ws);
 
+/* The bf16 forward on bf16 tiles (attention_avx512.c): q, k, v, o bf16
+ * (sg_bf16 bits), lse f32 (or NULL). mode() is 0 (use the widening path),
+ * 1 (vdpbf16ps register tiles) or 2 (AMX tiles): never 1 or 2 where the
+ * file was built without AVX-512, SG_SIMD=portable, or the CPU lacks
+ * avx512_bf16; SG_ATTN_BF16=widen|tiles overrides. Its workspace per
+ * thread: sg_attn_bf16_ws_bytes(nk, d). */
+int sg_attn_bf16_avx512_mode(void);
+size_t sg_attn_bf16_ws_bytes(int64_t nk, int64_t d);
+void sg_attn_fwd_bf16_avx512(const sg_attn_geom *g, int mode, const void *q,
+                             const void *k, const void *v, void *o, float *lse,
+                             void *ws);
+
 #endif /* SG_ATTENTION_KERN_H */

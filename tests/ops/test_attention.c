@@ -358,55 +358,127 @@ static void test_f32(attn_case *c) {
   out_free(&r[1]);
 }
 
-/* bf16 storage against the f32 kernel. (1) On the bf16 values widened to
- * f32 the f32 kernel's outputs rounded once to bf16 must come out, lse
- * bit for bit (the contract of the portable path). (2) Against the f32
- * kernel on the unrounded inputs: bf16 keeps 8 significant bits, so every
- * input and output carries a relative rounding error up to 2^-9 (0.2%);
- * through the scores (|scale q.k| sums d products of random sign, each off
- * by ~2 * 2^-9) the probabilities move by ~2^-8 sqrt(d) |q||k| scale
- * relative, a few tenths of a percent here (|q|, |k| <= 1.5, d <= 80), and
- * the backward's dS = P (dP - D) differences cancel some digits: 2e-2 of
- * the largest value (measured at most 6e-3 on these cases). */
+/* The bf16 paths: 0 the portable one (SG_SIMD=portable: widened to f32),
+ * 1 the vdpbf16ps tiles (SG_ATTN_BF16=tiles), 2 the default (AMX tiles
+ * where the CPU has them, else the widening path). Paths 1 and 2 fall back
+ * to the widening path where their tiles are missing. */
+static const char *const bf16_path[3] = {"portable", "tiles", "default"};
+
+static void bf16_path_set(int p, int on) {
+  const char *var = p == 0 ? "SG_SIMD" : "SG_ATTN_BF16";
+  if (p == 2) return;
+  if (on)
+    setenv(var, p == 0 ? "portable" : "tiles", 1);
+  else
+    unsetenv(var);
+}
+
+/* The bf16 forward and backward on path p on the bf16 inputs in[4] = q, k,
+ * v, dout: got = o, dq, dk, dv (bf16), lse. */
+static void run_bf16(const attn_case *c, sg_bf16 *const in[4], sg_bf16 *got[4],
+                     float *lse, int p) {
+  bf16_path_set(p, 1);
+  SG_CHECK_OK(sg_attention_forward(&c->d, SG_DTYPE_BF16, in[0], in[1], in[2],
+                                   got[0], lse, NULL));
+  SG_CHECK_OK(sg_attention_backward(&c->d, SG_DTYPE_BF16, in[0], in[1], in[2],
+                                    got[0], lse, in[3], got[1], got[2], got[3],
+                                    NULL));
+  bf16_path_set(p, 0);
+}
+
+/* Path p's forward with 3 threads gives the bits of its 1-thread run. */
+static void check_bf16_threads(const attn_case *c, sg_bf16 *const in[4],
+                               const sg_bf16 *o1, const float *l1, int p) {
+  sg_bf16 *o3 = calloc((size_t)c->nqe + 1, 2);
+  float *l3 = calloc((size_t)c->nl + 1, 4);
+  omp_set_num_threads(3);
+  bf16_path_set(p, 1);
+  SG_CHECK_OK(sg_attention_forward(&c->d, SG_DTYPE_BF16, in[0], in[1], in[2],
+                                   o3, l3, NULL));
+  bf16_path_set(p, 0);
+  omp_set_num_threads(1);
+  SG_CHECK(sg_test_cmp_bytes(c->name, o3, o1, (size_t)c->nqe * 2) == 0 &&
+               sg_test_cmp_bytes(c->name, l3, l1, (size_t)c->nl * 4) == 0,
+           "%s: bf16 %s o, lse, 3 threads", c->name, bf16_path[p]);
+  free(o3);
+  free(l3);
+}
+
+/* bf16 storage. (1) The portable path: on the bf16 values widened to f32
+ * the f32 kernel's outputs rounded once to bf16 must come out, lse bit for
+ * bit. (2) The tile paths (vdpbf16ps, AMX; where the CPU has them, else
+ * the widening path again): their forward against the f64 reference on
+ * the same bf16 values, lse to 1e-5 (f32 sums of exact bf16 products), o
+ * to 1e-2 of the largest value (P rounded to bf16 before P·V, 2^-9
+ * relative, and o rounded once more), 3 threads the same bits. (3) Every
+ * path against the f32 kernel on the unrounded inputs: bf16 keeps 8
+ * significant bits, so every input and output carries a relative rounding
+ * error up to 2^-9 (0.2%); through the scores (|scale q.k| sums d products
+ * of random sign, each off by ~2 * 2^-9) the probabilities move by ~2^-8
+ * sqrt(d) |q||k| scale relative, a few tenths of a percent here (|q|, |k|
+ * <= 1.5, d <= 80), and the backward's dS = P (dP - D) differences cancel
+ * some digits: 2e-2 of the largest value (measured at most 6e-3). */
 static void test_bf16(attn_case *c) {
   const int64_t nq = c->nqe, nk = c->nke;
-  float *q = to_f32(c->q, nq), *k = to_f32(c->k, nk), *v = to_f32(c->v, nk);
-  float *g = to_f32(c->dout, nq);
-  sg_bf16 *qb = to_bf16(q, nq), *kb = to_bf16(k, nk), *vb = to_bf16(v, nk),
-          *gb = to_bf16(g, nq);
-  float *qw = from_bf16(qb, nq), *kw = from_bf16(kb, nk),
-        *vw = from_bf16(vb, nk), *gw = from_bf16(gb, nq);
-  attn_out ref = run_f32(c, qw, kw, vw, gw, 1),
-           full = run_f32(c, q, k, v, g, 0);
-  sg_bf16 *ob = to_bf16(q, nq), *dqb = to_bf16(q, nq), *dkb = to_bf16(k, nk),
-          *dvb = to_bf16(k, nk);
-  float *lse = calloc((size_t)c->nl + 1, 4);
-  SG_CHECK_OK(
-      sg_attention_forward(&c->d, SG_DTYPE_BF16, qb, kb, vb, ob, lse, NULL));
-  SG_CHECK_OK(sg_attention_backward(&c->d, SG_DTYPE_BF16, qb, kb, vb, ob, lse,
-                                    gb, dqb, dkb, dvb, NULL));
-  const float *want[4] = {ref.o, ref.dq, ref.dk, ref.dv};
-  const sg_bf16 *got[4] = {ob, dqb, dkb, dvb};
-  const int64_t n[4] = {nq, nq, nk, nk};
+  float *f[4] = {to_f32(c->q, nq), to_f32(c->k, nk), to_f32(c->v, nk),
+                 to_f32(c->dout, nq)};
+  const int64_t n[4] = {nq, nq, nk, nk}, nin[4] = {nq, nk, nk, nq};
+  sg_bf16 *in[4], *got[3][4];
+  float *w[4], *lse[3];
+  double *wd[4];
+  for (int i = 0; i < 4; ++i) {
+    in[i] = to_bf16(f[i], nin[i]);
+    w[i] = from_bf16(in[i], nin[i]);
+    wd[i] = to_f64(w[i], nin[i]);
+  }
+  setenv("SG_SIMD", "portable", 1); /* the portable bf16 path's f32 kernel */
+  attn_out ref = run_f32(c, w[0], w[1], w[2], w[3], 1);
+  unsetenv("SG_SIMD");
+  attn_out full = run_f32(c, f[0], f[1], f[2], f[3], 0);
+  double *oref = zeros(nq), *lref = zeros(c->nl), *gq = zeros(nq),
+         *gk = zeros(nk), *gv = zeros(nk);
+  naive(&c->d, wd[0], wd[1], wd[2], wd[3], oref, lref, gq, gk, gv);
+  float *of = to_f32(oref, nq);
+  const float *want[4] = {ref.o, ref.dq, ref.dk, ref.dv},
+              *fullv[4] = {full.o, full.dq, full.dk, full.dv};
   const char *what[4] = {"o", "dq", "dk", "dv"};
-  const float *fullv[4] = {full.o, full.dq, full.dk, full.dv};
-  SG_CHECK(sg_test_cmp_bytes(c->name, lse, ref.lse, (size_t)c->nl * 4) == 0,
+  for (int p = 0; p < 3; ++p) {
+    for (int i = 0; i < 4; ++i) got[p][i] = calloc((size_t)n[i] + 1, 2);
+    lse[p] = calloc((size_t)c->nl + 1, 4);
+    run_bf16(c, in, got[p], lse[p], p);
+    float *o = from_bf16(got[p][0], nq);
+    const double eo = rel_err(o, of, nq);
+    free(o);
+    SG_CHECK(eo <= 1e-2, "%s: bf16 %s o off f64 by %.3g", c->name, bf16_path[p],
+             eo);
+    SG_CHECK(cmp_lse_f32(c->name, lse[p], lref, c->nl, 1e-5) == 0,
+             "%s: bf16 %s lse", c->name, bf16_path[p]);
+    if (p) check_bf16_threads(c, in, got[p][0], lse[p], p);
+    for (int i = 0; i < 4; ++i) {
+      float *gf = from_bf16(got[p][i], n[i]);
+      const double e = rel_err(gf, fullv[i], n[i]);
+      SG_CHECK(e <= 2e-2, "%s: bf16 %s %s off f32 by %.3g", c->name,
+               bf16_path[p], what[i], e);
+      if (getenv("SG_TEST_VERBOSE"))
+        printf("%s: bf16 %s %s vs f32 %.3g (o vs f64 %.3g)\n", c->name,
+               bf16_path[p], what[i], e, eo);
+      free(gf);
+    }
+  }
+  SG_CHECK(sg_test_cmp_bytes(c->name, lse[0], ref.lse, (size_t)c->nl * 4) == 0,
            "%s: bf16 lse is the f32 kernel's", c->name);
   for (int i = 0; i < 4; ++i) {
-    sg_bf16 *w = to_bf16(want[i], n[i]);
-    float *gf = from_bf16(got[i], n[i]);
-    SG_CHECK(sg_test_cmp_bytes(c->name, got[i], w, (size_t)n[i] * 2) == 0,
+    sg_bf16 *wb = to_bf16(want[i], n[i]);
+    SG_CHECK(sg_test_cmp_bytes(c->name, got[0][i], wb, (size_t)n[i] * 2) == 0,
              "%s: bf16 %s is the f32 kernel's rounded", c->name, what[i]);
-    const double e = rel_err(gf, fullv[i], n[i]);
-    SG_CHECK(e <= 2e-2, "%s: bf16 %s off f32 by %.3g", c->name, what[i], e);
-    if (getenv("SG_TEST_VERBOSE"))
-      printf("%s: bf16 %s vs f32 %.3g\n", c->name, what[i], e);
-    free(w);
-    free(gf);
+    free(wb);
   }
-  void *fs[] = {q,  k,  v,  g,  qb,  kb,  vb,  gb, qw,
-                kw, vw, gw, ob, dqb, dkb, dvb, lse};
+  void *fs[] = {oref, lref, gq, gk, gv, of, lse[0], lse[1], lse[2]};
   for (size_t i = 0; i < sizeof fs / sizeof fs[0]; ++i) free(fs[i]);
+  for (int i = 0; i < 4; ++i) {
+    void *fi[] = {f[i], in[i], w[i], wd[i], got[0][i], got[1][i], got[2][i]};
+    for (size_t j = 0; j < sizeof fi / sizeof fi[0]; ++j) free(fi[j]);
+  }
   out_free(&ref);
   out_free(&full);
 }
