@@ -35,8 +35,7 @@ static int64_t dft_padded(int64_t w, int64_t cb) {
  * os, in's is), m: S rows of wp (w padded with zero columns to the column
  * block CB). A block of Q rows x CB columns stays in registers across the
  * sum (Q and CB constants: one function per Q), explicit fma (the build
- * does not contract a * b + c). A partial last column block is stored
- * through memcpy. */
+ * does not contract a * b + c). */
 #define SG_DFT_BLK(T, SFX, FMA, Q, CB)                                         \
   static void dft_blk##Q##_##SFX(int64_t S, int64_t wp, int64_t j0,            \
                                  int64_t nj, const T *restrict in, int64_t is, \
@@ -56,7 +55,7 @@ static int64_t dft_padded(int64_t w, int64_t cb) {
       if (nj == CB)                                                            \
         for (int t = 0; t < CB; ++t) out[q * os + j0 + t] = acc[q][t];         \
       else                                                                     \
-        memcpy(out + q * os + j0, acc[q], (size_t)nj * sizeof(T));             \
+        for (int64_t t = 0; t < nj; ++t) out[q * os + j0 + t] = acc[q][t];     \
     }                                                                          \
   }
 #define SG_DFT_KERNEL(T, SFX, FMA, CB)                                                             \
@@ -93,10 +92,12 @@ static int64_t dft_cb(int f64) { return f64 ? 16 : 32; }
 int sg_fft_dft_wanted(int64_t n, int64_t keep) {
   const char *e = getenv("SG_FFT_DFT");
   if (e && *e) return atoi(e) != 0;
-  /* the product does n * 2K multiply-adds per row; FFTW's r2c about
-   * 2.5 n log2(n) flops at a lower rate. Measured at n = 64: K = 12 is
-   * faster as a product (see bench/RESULTS.md, h-fno4); keep to small K */
-  return n <= 256 && 2 * keep <= 32;
+  /* the product does n * 2K multiply-adds per row, FFTW's r2c about
+   * 2.5 n log2(n) flops at a lower rate plus the truncating copy. Measured
+   * at n = 64, K = 12 (the bench FNO): the product is about twice as fast
+   * (bench/RESULTS.md, h-fno4). Larger products are not measured: keep to
+   * 4/3 of that work and at most 16 modes. */
+  return 2 * keep <= 32 && n * 2 * keep <= 4096;
 }
 
 /* The value of F / B at (k, j): cos and -sin of 2 pi k j / n, the angle
