@@ -34,56 +34,70 @@ static int64_t dft_padded(int64_t w, int64_t cb) {
  * out[r, j] = sum_s in[r, s] m[s, j] for r < rows, j < w (out's row stride
  * os, in's is), m: S rows of wp (w padded with zero columns to the column
  * block CB). A block of Q rows x CB columns stays in registers across the
- * sum (Q and CB constants: one function per Q), explicit fma (the build
- * does not contract a * b + c). */
-#define SG_DFT_BLK(T, SFX, FMA, Q, CB)                                         \
-  static void dft_blk##Q##_##SFX(int64_t S, int64_t wp, int64_t j0,            \
-                                 int64_t nj, const T *restrict in, int64_t is, \
-                                 const T *restrict m, T *restrict out,         \
-                                 int64_t os) {                                 \
-    T acc[Q][CB];                                                              \
-    for (int q = 0; q < Q; ++q)                                                \
-      for (int t = 0; t < CB; ++t) acc[q][t] = 0;                              \
-    for (int64_t s = 0; s < S; ++s) {                                          \
-      const T *mr = m + s * wp + j0;                                           \
-      for (int q = 0; q < Q; ++q) {                                            \
-        const T v = in[q * is + s];                                            \
-        for (int t = 0; t < CB; ++t) acc[q][t] = FMA(v, mr[t], acc[q][t]);     \
-      }                                                                        \
-    }                                                                          \
-    for (int q = 0; q < Q; ++q) {                                              \
-      if (nj == CB)                                                            \
-        for (int t = 0; t < CB; ++t) out[q * os + j0 + t] = acc[q][t];         \
-      else                                                                     \
-        for (int64_t t = 0; t < nj; ++t) out[q * os + j0 + t] = acc[q][t];     \
-    }                                                                          \
+ * sum (Q and CB constants: one function each), explicit fma (the build
+ * does not contract a * b + c). Full blocks store CB columns; only the
+ * tail block of a width that is no multiple of the block takes nj (its
+ * variable-length store keeps the accumulators in memory). f32 widths that
+ * are multiples of 24 and not of 32 (2K = 24: 12 modes) run 24-column
+ * blocks, which cover them exactly. (Blocks of 8 or 16 f32 columns made
+ * GCC vectorise the sum over s with shuffles instead: 4x slower.) */
+#define SG_DFT_BLK(T, SFX, FMA, Q, CB, NAME, STORE)                           \
+  static void NAME(int64_t S, int64_t wp, int64_t j0, int64_t nj,             \
+                   const T *restrict in, int64_t is, const T *restrict m,     \
+                   T *restrict out, int64_t os) {                             \
+    T acc[Q][CB];                                                             \
+    for (int q = 0; q < Q; ++q)                                               \
+      for (int t = 0; t < CB; ++t) acc[q][t] = 0;                             \
+    for (int64_t s = 0; s < S; ++s) {                                         \
+      const T *mr = m + s * wp + j0;                                          \
+      for (int q = 0; q < Q; ++q) {                                           \
+        const T v = in[q * is + s];                                           \
+        for (int t = 0; t < CB; ++t) acc[q][t] = FMA(v, mr[t], acc[q][t]);    \
+      }                                                                       \
+    }                                                                         \
+    for (int q = 0; q < Q; ++q)                                               \
+      for (int64_t t = 0; t < (STORE); ++t) out[q * os + j0 + t] = acc[q][t]; \
   }
-#define SG_DFT_KERNEL(T, SFX, FMA, CB)                                                             \
-  SG_DFT_BLK(T, SFX, FMA, 4, CB)                                                                   \
-  SG_DFT_BLK(T, SFX, FMA, 1, CB)                                                                   \
+/* full blocks of CB and CB2 columns, tail blocks of CB */
+#define SG_DFT_KERNEL(T, SFX, FMA, CB, CB2)                                                        \
+  SG_DFT_BLK(T, SFX, FMA, 4, CB, dft_full4_##SFX, CB)                                              \
+  SG_DFT_BLK(T, SFX, FMA, 1, CB, dft_full1_##SFX, CB)                                              \
+  SG_DFT_BLK(T, SFX, FMA, 4, CB2, dft_full4b_##SFX, CB2)                                           \
+  SG_DFT_BLK(T, SFX, FMA, 1, CB2, dft_full1b_##SFX, CB2)                                           \
+  SG_DFT_BLK(T, SFX, FMA, 4, CB, dft_tail4_##SFX, nj)                                              \
+  SG_DFT_BLK(T, SFX, FMA, 1, CB, dft_tail1_##SFX, nj)                                              \
+  typedef void (*dft_blk_fn_##SFX)(int64_t, int64_t, int64_t, int64_t,                             \
+                                   const T *, int64_t, const T *, T *,                             \
+                                   int64_t);                                                       \
   static void dft_apply_##SFX(int nth, int64_t rows, int64_t S, int64_t w,                         \
                               const T *in, int64_t is, const T *m, T *out,                         \
                               int64_t os) {                                                        \
     const int64_t wp = dft_padded(w, CB), nblk = (rows + 3) / 4;                                   \
+    const int b2 = w % CB != 0 && w % CB2 == 0;                                                    \
+    const int64_t cb = b2 ? CB2 : CB;                                                              \
+    const dft_blk_fn_##SFX f4 = b2 ? dft_full4b_##SFX : dft_full4_##SFX,                           \
+                           f1 = b2 ? dft_full1b_##SFX : dft_full1_##SFX;                           \
     _Pragma(                                                                                       \
         "omp parallel for schedule(static) num_threads(nth) if (nth > 1 && rows * S * w > 65536)") \
     for (int64_t b = 0; b < nblk; ++b) {                                                           \
-      const int64_t r = b * 4;                                                                     \
-      const T *ib = in + r * is;                                                                   \
-      T *ob = out + r * os;                                                                        \
-      for (int64_t j0 = 0; j0 < w; j0 += CB) {                                                     \
-        const int64_t nj = w - j0 < CB ? w - j0 : CB;                                              \
-        if (rows - r >= 4)                                                                         \
-          dft_blk4_##SFX(S, wp, j0, nj, ib, is, m, ob, os);                                        \
-        else                                                                                       \
-          for (int64_t q = 0; q < rows - r; ++q)                                                   \
-            dft_blk1_##SFX(S, wp, j0, nj, ib + q * is, is, m, ob + q * os,                         \
-                           os);                                                                    \
+      const int64_t r = b * 4, nq = rows - r < 4 ? rows - r : 4;                                   \
+      for (int64_t j0 = 0; j0 < w; j0 += cb) {                                                     \
+        const int64_t nj = w - j0 < cb ? w - j0 : cb;                                              \
+        for (int64_t q = 0; q < nq; q += nq == 4 ? 4 : 1) {                                        \
+          const T *iq = in + (r + q) * is;                                                         \
+          T *oq = out + (r + q) * os;                                                              \
+          if (nq == 4)                                                                             \
+            (nj == cb ? f4 : dft_tail4_##SFX)(S, wp, j0, nj, iq, is, m, oq,                        \
+                                              os);                                                 \
+          else                                                                                     \
+            (nj == cb ? f1 : dft_tail1_##SFX)(S, wp, j0, nj, iq, is, m, oq,                        \
+                                              os);                                                 \
+        }                                                                                          \
       }                                                                                            \
     }                                                                                              \
   }
-SG_DFT_KERNEL(float, f32, fmaf, 32)
-SG_DFT_KERNEL(double, f64, fma, 16)
+SG_DFT_KERNEL(float, f32, fmaf, 32, 24)
+SG_DFT_KERNEL(double, f64, fma, 16, 12)
 
 static int64_t dft_cb(int f64) { return f64 ? 16 : 32; }
 
