@@ -111,7 +111,7 @@ int sg_fft_dft_wanted(int64_t n, int64_t keep) {
    * at n = 64, K = 12 (the bench FNO): the product is about twice as fast
    * (bench/RESULTS.md, h-fno4). Larger products are not measured: keep to
    * 4/3 of that work and at most 16 modes. */
-  return 2 * keep <= 32 && n * 2 * keep <= 4096;
+  return 2 * keep <= 32 && n * 2 * keep <= 2048;
 }
 
 /* The value of F / B at (k, j): cos and -sin of 2 pi k j / n, the angle
