@@ -216,15 +216,18 @@ static sg_status plan_stages(sg_fft_plan_t p) {
     if (is_whole(&L, target)) {
       s->kind = STAGE_FFT;
       s->r2c = first;
-      if (first && prune_first(p))
+      if (first && prune_first(p)) {
         s->tdims[s->nt++] = D;
-      else
+        s->dft = sg_fft_dft_wanted(p->desc.shape[D - 1], p->desc.keep[D - 1]);
+      } else
         for (int d = 0; d < D; ++d)
           if (!done[d] && is_whole(&L, d)) s->tdims[s->nt++] = d + 1;
       int64_t log[SG_FFT_ND];
       local_extents(p, &L, log);
       for (int d = 0; d < nd; ++d) s->in_shape[d] = s->out_shape[d] = log[d];
-      if (first) s->out_shape[D] = sg_fft_halved(p->desc.shape[D - 1]);
+      if (first)
+        s->out_shape[D] = s->dft ? p->desc.keep[D - 1]
+                                 : sg_fft_halved(p->desc.shape[D - 1]);
       s->empty = sg_fft_prod64(s->in_shape, nd) == 0 ||
                  sg_fft_prod64(s->out_shape, nd) == 0;
       es = 2 * p->real_size;
@@ -239,7 +242,8 @@ static sg_status plan_stages(sg_fft_plan_t p) {
         L.shape[d] = kept_len(&p->desc, d, full);
         if (d != D - 1 && p->desc.keep[d] > 0)
           pmap[d + 1] = (sg_fft_map){p->desc.keep[d], p->desc.shape[d]};
-        if (L.shape[d] != full) pending = 1;
+        /* the product writes only the kept modes: nothing to cut */
+        if (L.shape[d] != full && !s->dft) pending = 1;
       }
       first = 0;
     } else {
@@ -545,7 +549,9 @@ sg_status sg_fft_plan_describe(sg_fft_plan_t p, char *buf, size_t n) {
         snprintf(dl + l, sizeof dl - l, "%s%d", k ? "," : "", s->tdims[k] - 1);
       }
       w = snprintf(buf + used, n - used, "%d: %s over dims {%s}\n", i,
-                   s->r2c ? "r2c" : "c2c", dl);
+                   s->dft ? "r2c (kept modes, matrix product)"
+                          : (s->r2c ? "r2c" : "c2c"),
+                   dl);
     } else if (s->rd.axis < 0) {
       w = snprintf(buf + used, n - used, "%d: truncate (local copy)\n", i);
     } else {

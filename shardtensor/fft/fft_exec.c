@@ -92,6 +92,7 @@ sg_status sg_fft_stage_make_fftw(sg_fft_plan_t p, sg_fft_stage *s, void *in,
                                  void *out) {
   sg_status st = SG_OK;
   const int nd = p->D + 1;
+  if (s->dft) return sg_fft_stage_make_dft(p, s);
   if (s->blocked) return stage_make_blocked(p, s);
   fftw_iodim64 dims[SG_FFT_MAX_DIMS], how[SG_FFT_ND];
   int64_t ist[SG_FFT_ND], ost[SG_FFT_ND];
@@ -162,6 +163,7 @@ fail:
 
 void sg_fft_stage_free(sg_fft_plan_t p, sg_fft_stage *s) {
   if (s->kind == STAGE_FFT) {
+    sg_fft_stage_free_dft(s);
     void **pl[6] = {&s->pf, &s->pb, &s->bpf, &s->bpb, &s->brf, &s->brb};
     for (int i = 0; i < 6; ++i) {
       if (!*pl[i]) continue;
@@ -252,6 +254,10 @@ static void stage_exec_blocked(sg_fft_plan_t p, const sg_fft_stage *s, int fwd,
 static void stage_exec_fft(sg_fft_plan_t p, const sg_fft_stage *s, int fwd,
                            const void *in, void *out) {
   if (s->empty) return;
+  if (s->dft) {
+    sg_fft_stage_exec_dft(p, s, fwd, in, out);
+    return;
+  }
   if (s->blocked) {
     stage_exec_blocked(p, s, fwd, in, out);
     return;
@@ -416,7 +422,7 @@ static sg_status run_backward_chunk(sg_fft_plan_t p, const void *y, void *x) {
     double t0 = MPI_Wtime();
     if (s->kind == STAGE_FFT) {
       const void *in = cur;
-      if (s->r2c && !s->empty && cur != p->A && cur != p->B) {
+      if (s->r2c && !s->dft && !s->empty && cur != p->A && cur != p->B) {
         /* c2r destroys its input: work on a copy */
         void *tmp = out == p->A ? p->B : p->A;
         memcpy(tmp, cur,

@@ -22,6 +22,11 @@ typedef struct sg_fft_stage {
   int64_t in_shape[SG_FFT_ND], out_shape[SG_FFT_ND]; /* elements */
   int empty;
   void *pf, *pb; /* fftw(f)_plan: forward (r2c / c2c -1), backward */
+  /* The pruned first stage as a matrix product (fft_dft.c): out_shape's
+   * last dim is then the kept modes, not n/2 + 1. dft_f: n x 2K (padded),
+   * dft_b: 2K x n (padded), in the plan's dtype. */
+  int dft;
+  void *dft_f, *dft_b;
   /* Blocked c2c over one dim that is not innermost, viewed as
    * (outer, n, inner): `bw` columns at a time are gathered into a
    * thread's tile (bw rows of n, leading dimension ld), transformed there
@@ -91,5 +96,17 @@ sg_status sg_fft_stage_make_fftw(sg_fft_plan_t p, sg_fft_stage *s, void *in,
                                  void *out);
 /* Free the FFTW plans (or the redistribution) of stage s. */
 void sg_fft_stage_free(sg_fft_plan_t p, sg_fft_stage *s);
+
+/* ---- fft_dft.c: the pruned first stage as a matrix product --------------- */
+
+/* Should the pruned r2c of a dim of length n keeping keep modes run as a
+ * product (SG_FFT_DFT=0 / 1 overrides)? */
+int sg_fft_dft_wanted(int64_t n, int64_t keep);
+/* Its matrices (s->dft set, shapes planned). */
+sg_status sg_fft_stage_make_dft(sg_fft_plan_t p, sg_fft_stage *s);
+void sg_fft_stage_free_dft(sg_fft_stage *s);
+/* Forward: real rows -> kept modes; backward: kept modes -> real rows. */
+void sg_fft_stage_exec_dft(sg_fft_plan_t p, const sg_fft_stage *s, int fwd,
+                           const void *in, void *out);
 
 #endif /* SG_FFT_PLAN_IMPL_H */
