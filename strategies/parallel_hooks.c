@@ -461,6 +461,16 @@ sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape,
           SG_ERR_INVALID_ARG,
           "sg_parallel_attach: variable %d ('%s') is not bound to the plan's buffer",
           i, p->p[i].name);
+    /* the plan's buffers, its reductions and its optimizer are host
+     * memory: a variable marked as device memory (sg_var_set_device) would
+     * be read and written by host code */
+    if (vars[i]->value.device.kind != SG_DEVICE_HOST)
+      SG_RAISE(SG_ERR_NOT_SUPPORTED,
+               "sg_parallel_attach: variable %d ('%s') is on %s:%d; the "
+               "parallel plan keeps parameters, gradients and optimizer "
+               "state in host memory (device plans are not supported yet)",
+               i, p->p[i].name, sg_device_kind_name(vars[i]->value.device.kind),
+               vars[i]->value.device.index);
     p->p[i].var = vars[i];
     p->var_index[i] = i;
   }

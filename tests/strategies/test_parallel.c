@@ -370,8 +370,49 @@ done:
   sg_mesh_destroy(&self);
 }
 
+/* A parameter marked as device memory is refused by attach with a clear
+ * error (the plan's buffers and optimizer are host memory), not used by
+ * host code. Every rank gets the same verdict (not collective). */
+static void check_attach_device(void) {
+  sg_mesh_t mesh = NULL;
+  sg_parallel_t plan = NULL;
+  sg_tape_t tape = NULL;
+  sg_var v;
+  memset(&v, 0, sizeof v);
+  char spec[32];
+  snprintf(spec, sizeof spec, "dp=%d", sg_test_size);
+  sg_parallel_config cfg = sg_parallel_defaults();
+  sg_param_info tab[1];
+  memset(tab, 0, sizeof tab);
+  tab[0].name = "w";
+  tab[0].ndim = 1;
+  tab[0].global_shape[0] = tab[0].count[0] = 3;
+  tab[0].numel = 3;
+  const int64_t shape[1] = {3};
+  sg_status st = sg_mesh_create(MPI_COMM_WORLD, spec, &mesh);
+  if (st == SG_OK) st = sg_parallel_create(mesh, &cfg, 1, tab, 3, &plan);
+  if (st == SG_OK)
+    st = sg_var_init_param(&v, "w", SG_DTYPE_F32, 1, shape,
+                           sg_parallel_params(plan), sg_parallel_grads(plan));
+  sg_device gpu = {SG_DEVICE_CUDA, 0};
+  if (st == SG_OK) st = sg_var_set_device(&v, gpu);
+  if (st == SG_OK) st = sg_tape_create(&tape);
+  SG_CHECK(st == SG_OK, "attach device: setup failed (%d)", (int)st);
+  sg_var *pv[1] = {&v};
+  sg_status at = st == SG_OK ? sg_parallel_attach(plan, tape, pv) : st;
+  SG_CHECK(at == SG_ERR_NOT_SUPPORTED &&
+               strstr(sg_last_error(), "is on cuda:0"),
+           "attach of a device parameter: status %d, '%s'", (int)at,
+           sg_last_error());
+  sg_tape_destroy(&tape);
+  sg_var_release(&v);
+  sg_parallel_destroy(&plan);
+  sg_mesh_destroy(&mesh);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
+  check_attach_device();
   char spec[32];
   snprintf(spec, sizeof spec, "fsdp=%d", sg_test_size);
   double vol[4] = {0, 0, 0, 0};
