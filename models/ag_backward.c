@@ -167,20 +167,23 @@ static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
       int64_t pad[SG_OPS_MAX_SPATIAL][2];
       sg_pad_mode mode[SG_OPS_MAX_SPATIAL];
       ag_pads(node, pad, mode);
-      SG_TRY(ag_alloc(&b->tmp2, v->value.dtype, v->value.ndim, v->value.shape));
+      SG_TRY(ag_ensure_grad(tape, v));
+      /* the first gradient of a non-leaf: the adjoint writes it in place
+       * (every element), no copy; else into a buffer added after */
+      const int first = !v->is_leaf && !v->has_grad;
+      if (!first)
+        SG_TRY(
+            ag_alloc(&b->tmp2, v->value.dtype, v->value.ndim, v->value.shape));
+      sg_tensor *dst = first ? &v->grad : &b->tmp2;
       if (node->mesh)
         SG_TRY(sg_sharded_exchange_adjoint((sg_sharded_exchange_t)node->ex,
-                                           b->tmp[i].data, &b->tmp2));
+                                           b->tmp[i].data, dst));
       else
         SG_TRY(sg_pad_backward(v->value.dtype, node->nsp,
                                v->value.shape[0] * v->value.shape[1],
                                v->value.shape + 2, (const int64_t(*)[2])pad,
-                               mode, b->tmp[i].data, b->tmp2.data));
-      SG_TRY(ag_ensure_grad(tape, v));
-      if (!v->is_leaf && !v->has_grad)
-        memcpy(v->grad.data, b->tmp2.data, ag_nbytes(&b->tmp2));
-      else
-        ag_add_into(&v->grad, &b->tmp2);
+                               mode, b->tmp[i].data, dst->data));
+      if (!first) ag_add_into(&v->grad, &b->tmp2);
       v->has_grad = 1;
       ag_free(&b->tmp2);
     } else if (b->how[i] == ADD) {

@@ -18,6 +18,15 @@ static int64_t spatial_of(const sg_tensor *t) {
 
 static void *grad_of(sg_node *node, int j) { return node->out[j]->grad.data; }
 
+int ag_round_fused(void) {
+  static int fused = -1; /* read once; a race stores the same value */
+  if (fused < 0) {
+    const char *env = getenv("SG_BF16_FUSED_ROUND");
+    fused = !(env && env[0] == '0');
+  }
+  return fused;
+}
+
 /* ---- convolution --------------------------------------------------------- */
 
 typedef struct conv_attr {
@@ -49,6 +58,7 @@ static sg_conv_desc window_desc_of(const sg_node *node, int64_t cout) {
 static sg_conv_desc conv_desc_of(const sg_node *node) {
   sg_conv_desc d = window_desc_of(node, node->in[1]->value.shape[0]);
   d.bf16 = sg_tape_storage_dtype(ag_current_tape) == SG_DTYPE_BF16;
+  d.round_out = ag_round_outputs(); /* in the kernel's epilogue */
   return d;
 }
 
@@ -89,7 +99,8 @@ static const sg_op_def conv_op = {
                         SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT,
              .out_unread = 1,
-             .writes_gin = 1u}};
+             .writes_gin = 1u,
+             .rounds_bf16 = 1}};
 
 /* x has nsp spatial dims (1..3). */
 static sg_status check_window_input(const char *what, const sg_var *x,
@@ -428,8 +439,9 @@ static sg_status act_fwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_act_forward((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
-                        node->out[0]->value.data));
+  SG_TRY((ag_round_outputs() ? sg_act_forward_bf16 : sg_act_forward)(
+      (sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
+      node->out[0]->value.data));
 fail:
   return st;
 }
@@ -448,7 +460,8 @@ static const sg_op_def act_op = {.name = "act",
                                  .rule = {.windowed_input = -1,
                                           .accepts = SG_ACCEPT_ALL,
                                           .out = SG_OUT_LIKE_INPUT,
-                                          .writes_gin = 1u}};
+                                          .writes_gin = 1u,
+                                          .rounds_bf16 = 1}};
 
 sg_status sg_ag_act(sg_tape_t t, sg_act act, sg_var *x, sg_var **y) {
   sg_status st = SG_OK;
@@ -465,9 +478,9 @@ static sg_status binary_fwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_binary_forward((sg_binary)a->code, x->dtype, sg_tensor_numel(x),
-                           x->data, node->in[1]->value.data,
-                           node->out[0]->value.data));
+  SG_TRY((ag_round_outputs() ? sg_binary_forward_bf16 : sg_binary_forward)(
+      (sg_binary)a->code, x->dtype, sg_tensor_numel(x), x->data,
+      node->in[1]->value.data, node->out[0]->value.data));
 fail:
   return st;
 }
@@ -489,7 +502,8 @@ static const sg_op_def binary_op = {.name = "binary",
                                     .rule = {.windowed_input = -1,
                                              .accepts = SG_ACCEPT_ALL,
                                              .out = SG_OUT_LIKE_INPUT,
-                                             .writes_gin = 3u}};
+                                             .writes_gin = 3u,
+                                             .rounds_bf16 = 1}};
 
 /* a + b: both input gradients are the output's (no copies: the tape hands
  * the buffer over; the copy kernel was 1.9% of an FNO step) */
@@ -501,7 +515,8 @@ static const sg_op_def binary_add_op = {.name = "binary_add",
                                                  .accepts = SG_ACCEPT_ALL,
                                                  .out = SG_OUT_LIKE_INPUT,
                                                  .writes_gin = 3u,
-                                                 .grad_identity = 3u}};
+                                                 .grad_identity = 3u,
+                                                 .rounds_bf16 = 1}};
 
 sg_status sg_ag_binary(sg_tape_t t, sg_binary op, sg_var *a, sg_var *b,
                        sg_var **y) {
@@ -836,7 +851,8 @@ static sg_norm_desc norm_desc_of(const sg_node *node) {
                     .channels = x->shape[1],
                     .spatial = spatial_of(x),
                     .groups = a->groups,
-                    .eps = a->eps};
+                    .eps = a->eps,
+                    .round_out = ag_round_outputs()};
   return d;
 }
 
@@ -911,7 +927,8 @@ static const sg_op_def norm_op = {
                         SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT,
              .out_unread = 1,
-             .writes_gin = 1u}};
+             .writes_gin = 1u,
+             .rounds_bf16 = 1}};
 
 sg_status sg_ag_norm(sg_tape_t t, const sg_norm_desc *d, sg_var *x,
                      sg_var *gamma, sg_var *beta, sg_var **y) {

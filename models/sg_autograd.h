@@ -246,6 +246,10 @@ typedef struct sg_op_rule {
    * (sg_tape_set_storage_dtype): reductions such as losses, as autocast
    * keeps them. */
   int keep_f32;
+  /* 1: under a bf16 storage policy the op's forward rounds its f32 outputs
+   * on the host itself (sg_ag_rounds_bf16), in its kernels' pass over the
+   * data, so the tape skips its own rounding pass; the same values. */
+  int rounds_bf16;
   /* 1: backward never reads the outputs' values, so a split backward
    * (sg_tape_backward_split) frees them in B for an op deferred to W (the
    * built-in ops with parameters); 0 (the default): they are kept until W. */
