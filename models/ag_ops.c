@@ -654,10 +654,10 @@ static sg_status linear_fwd(sg_node *node) {
   memcpy(shape, x->shape, sizeof shape);
   shape[1] = w->shape[0];
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
-  SG_TRY(sg_linear_forward(x->dtype, x->shape[0], x->shape[1], w->shape[0],
-                           spatial_of(x), x->data, w->data,
-                           a->has_bias ? node->in[2]->value.data : NULL,
-                           node->out[0]->value.data));
+  SG_TRY((ag_round_outputs() ? sg_linear_forward_bf16 : sg_linear_forward)(
+      x->dtype, x->shape[0], x->shape[1], w->shape[0], spatial_of(x), x->data,
+      w->data, a->has_bias ? node->in[2]->value.data : NULL,
+      node->out[0]->value.data));
 fail:
   return st;
 }
@@ -681,7 +681,8 @@ static const sg_op_def linear_op = {
                         SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT,
              .out_unread = 1,
-             .writes_gin = 1u}};
+             .writes_gin = 1u,
+             .rounds_bf16 = 1}};
 
 sg_status sg_ag_linear(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
                        sg_var **y) {

@@ -10,7 +10,8 @@
 # SG_CONV_BF16_DW=0, as before it had a bf16 kernel; bf16_taperound: the
 # tape's separate rounding pass per output, SG_BF16_FUSED_ROUND=0, as before
 # the kernels rounded in their epilogues.) MODEL=unet: the U-Net instead
-# (sg-train's defaults and unet_torch.py's); THREADS: OpenMP threads.
+# (sg-train's defaults and unet_torch.py's); THREADS: OpenMP threads;
+# f32_base, bf16_base: another build's libshardgrid.so from the folder BASE.
 set -eu
 cd "$(dirname "$0")/../.."
 THREADS=${THREADS:-1} MODEL=${MODEL:-cnn}
@@ -41,6 +42,8 @@ for r in $(seq "$ROUNDS"); do
       bf16_f32kern) a=$(SG_CONV_BF16=0 sg bf16 "$LONG"); b=$(SG_CONV_BF16=0 sg bf16 "$SHORT") ;;
       bf16_amx) a=$(sg bf16 "$LONG"); b=$(sg bf16 "$SHORT") ;;
       bf16_amx_f32dw) a=$(SG_CONV_BF16_DW=0 sg bf16 "$LONG"); b=$(SG_CONV_BF16_DW=0 sg bf16 "$SHORT") ;;
+      f32_base) a=$(LD_LIBRARY_PATH=$BASE sg f32 "$LONG"); b=$(LD_LIBRARY_PATH=$BASE sg f32 "$SHORT") ;;
+      bf16_base) a=$(LD_LIBRARY_PATH=$BASE sg bf16 "$LONG"); b=$(LD_LIBRARY_PATH=$BASE sg bf16 "$SHORT") ;;
       bf16_taperound) a=$(SG_BF16_FUSED_ROUND=0 sg bf16 "$LONG"); b=$(SG_BF16_FUSED_ROUND=0 sg bf16 "$SHORT") ;;
       torch_f32) a=$(pt 0 $((LONG - 3))); b=$(pt 0 $((SHORT - 3))) ;;
       torch_bf16) a=$(pt 1 $((LONG - 3))); b=$(pt 1 $((SHORT - 3))) ;;

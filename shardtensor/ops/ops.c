@@ -420,6 +420,14 @@ sg_status sg_linear_forward(sg_dtype dt, int64_t batch, int64_t cin,
   return sg_conv_forward(&d, dt, x, w, b, y, NULL);
 }
 
+sg_status sg_linear_forward_bf16(sg_dtype dt, int64_t batch, int64_t cin,
+                                 int64_t cout, int64_t spatial, const void *x,
+                                 const void *w, const void *b, void *y) {
+  sg_conv_desc d = sg_linear_desc(batch, cin, cout, spatial);
+  d.round_out = 1;
+  return sg_conv_forward(&d, dt, x, w, b, y, NULL);
+}
+
 sg_status sg_linear_backward(sg_dtype dt, int64_t batch, int64_t cin,
                              int64_t cout, int64_t spatial, const void *x,
                              const void *w, const void *dy, void *dx, void *dw,

@@ -142,6 +142,10 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
 sg_status sg_linear_forward(sg_dtype dt, int64_t batch, int64_t cin,
                             int64_t cout, int64_t spatial, const void *x,
                             const void *w, const void *b, void *y);
+/* The same, y's f32 values rounded to bf16 in the kernel (round_out). */
+sg_status sg_linear_forward_bf16(sg_dtype dt, int64_t batch, int64_t cin,
+                                 int64_t cout, int64_t spatial, const void *x,
+                                 const void *w, const void *b, void *y);
 /* dx OVERWRITTEN; dw, db (+=); each may be NULL. */
 sg_status sg_linear_backward(sg_dtype dt, int64_t batch, int64_t cin,
                              int64_t cout, int64_t spatial, const void *x,
