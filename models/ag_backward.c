@@ -56,11 +56,31 @@ static int ag_grad_identity(const sg_node *node, int i) {
          ag_numel(&v->value) == ag_numel(&o->value);
 }
 
+/* Under a bf16 storage policy, v's gradient is whole once this node has
+ * written it (v's last consumer in this backward, a first write, an f32
+ * host tensor): a kernel may round it as it writes it. */
+static int ag_grad_whole_bf16(const sg_tape_t tape, const sg_var *v,
+                              const ag_bwd *b) {
+  return tape->store_dt == SG_DTYPE_BF16 && ag_round_fused() &&
+         b->pass == AG_ALL && v->pending == 1 && !v->is_leaf &&
+         v->value.dtype == SG_DTYPE_F32 &&
+         v->value.device.kind == SG_DEVICE_HOST;
+}
+
+/* v's whole gradient holds bf16 values: its producer skips the rounding
+ * pass (the flag lives on the producer's node, per output). */
+static void ag_mark_grad_bf16(sg_var *v) {
+  sg_node *p = v->producer;
+  for (int j = 0; p && j < p->nout; ++j)
+    if (p->out[j] == v) p->grad_bf16 |= 1u << j;
+}
+
 /* Gradient buffers, the op's backward (outputs' gradients zero-padded to
  * the window's natural extent where the forward was cropped). */
 static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
   sg_status st = SG_OK;
   const int wi = node->op->rule.windowed_input;
+  node->round_gin = node->rounded_gin = 0u;
   for (int j = 0; j < node->nout; ++j)
     SG_TRY(ag_ensure_grad(tape, node->out[j]));
   for (int i = 0; i < node->nin; ++i) {
@@ -90,6 +110,7 @@ static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
       v->has_grad = 1;
       node->gin[i] = v->grad.data;
       b->how[i] = DIRECT;
+      if (ag_grad_whole_bf16(tape, v, b)) node->round_gin |= 1u << i;
     } else {
       SG_TRY(ag_alloc_z(&b->tmp[i], v->value.dtype, v->value.ndim,
                         v->value.shape, zero));
@@ -124,6 +145,9 @@ static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
   st = node->op->backward(node);
   if (ag_time_ops) sg_trace_end(node->op->name);
   ag_current_tape = NULL;
+  for (int i = 0; i < node->nin; ++i) /* rounded by the op's kernels */
+    if (node->round_gin & node->rounded_gin & (1u << i))
+      ag_mark_grad_bf16(node->in[i]);
 fail:
   for (int j = 0; j < node->nout; ++j)
     if (b->swapped & (1u << j)) {
@@ -144,6 +168,8 @@ static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
   for (int i = 0; i < node->nin; ++i) {
     sg_var *v = node->in[i];
     if (b->how[i] == IDENT && v->requires_grad && ag_numel(&v->value) > 0) {
+      /* o's gradient holds bf16 values (rounded before this backward) */
+      const int whole = ag_grad_whole_bf16(tape, v, b) && !v->has_grad;
       if (!v->is_leaf && !v->has_grad && !v->grad.data && o->owns_grad &&
           o->grad.data == gsrc && b->pass == AG_ALL) {
         v->grad = o->grad; /* hand over: same bytes on the tape's account */
@@ -160,6 +186,7 @@ static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
         ag_add_into(&v->grad, &src);
       }
       v->has_grad = 1;
+      if (whole) ag_mark_grad_bf16(v);
       continue;
     }
     if (!node->gin[i]) continue;
@@ -226,7 +253,9 @@ static sg_status ag_node_backward(sg_tape_t tape, sg_node *node, ag_pass pass) {
   /* every consumer has added its part: the activation gradient is whole
    * (W: rounded in B already) */
   for (int j = 0; j < node->nout && pass != AG_WEIGHTS; ++j)
-    ag_store_round(tape, &node->out[j]->grad);
+    if (!(node->grad_bf16 & (1u << j)))
+      ag_store_round(tape, &node->out[j]->grad);
+  node->grad_bf16 = 0u;
   const int hooked = ag_hooked(tape, node->nin, node->in);
   const MPI_Comm comm = ag_agree_comm(
       tape, node->mesh ? sg_mesh_comm(node->mesh) : MPI_COMM_NULL, hooked);

@@ -449,8 +449,11 @@ fail:
 static sg_status act_bwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  return sg_act_backward((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
-                         grad_of(node, 0), node->gin[0]);
+  const int rnd = node->round_gin & 1u; /* dx whole: rounded in the pass */
+  node->rounded_gin = rnd;
+  return (rnd ? sg_act_backward_bf16 : sg_act_backward)(
+      (sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data, grad_of(node, 0),
+      node->gin[0]);
 }
 
 static const sg_op_def act_op = {.name = "act",
@@ -897,6 +900,8 @@ static sg_status norm_bwd(sg_node *node) {
   const norm_attr *a = (const norm_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   sg_norm_desc d = norm_desc_of(node);
+  d.round_out = node->round_gin & 1u; /* dx whole: rounded per plane */
+  node->rounded_gin = (unsigned)d.round_out;
   int64_t nstat = 0;
   double *sums = NULL;
   SG_TRY(sg_norm_nstat(&d, &nstat));

@@ -300,6 +300,13 @@ struct sg_node {
   unsigned split_batch, split_channel, split_space; /* mesh dim masks */
   void *ex;         /* the windowed input's exchange (cached) */
   unsigned cropped; /* outputs cropped to this rank's share */
+  /* bf16 storage policy, backward: bit i of round_gin: gin[i] is input
+   * i's whole gradient, and an op whose kernels can round it to bf16
+   * values while writing it does so and sets bit i of rounded_gin (the
+   * tape then skips its own rounding pass over that gradient). */
+  unsigned round_gin, rounded_gin;
+  /* bit j: output j's whole gradient already holds bf16 values */
+  unsigned grad_bf16;
 };
 
 /* Record (or, in no-grad mode, just run) an op. attr (attr_bytes <= 256) is

@@ -832,7 +832,8 @@ fail:
 enum { SG_ROUND_CHUNK = 16384, SG_ROUND_OMP_MIN = 32768 };
 
 typedef struct sg_ew_call {
-  int kind, code; /* 0: activation, 1: binary op; its code */
+  int kind, code; /* 0: activation, 1: binary op, 2: activation's backward
+                     (a: x, b: dy); its code */
   const float *a, *b;
   float *y;
 } sg_ew_call;
@@ -840,6 +841,10 @@ typedef struct sg_ew_call {
 static void sg_ew_chunk(const sg_ew_call *c, int64_t i0, int64_t n) {
   if (c->kind == 1)
     sg_binary_fwd_f32(c->code, n, c->a + i0, c->b + i0, c->y + i0);
+  else if (c->kind == 2 && c->code == SG_ACT_GELU && sg_gelu_simd_available())
+    sg_gelu_bwd_simd_f32(n, c->a + i0, c->b + i0, c->y + i0);
+  else if (c->kind == 2)
+    sg_act_bwd_f32(c->code, n, c->a + i0, c->b + i0, c->y + i0);
   else if (c->code == SG_ACT_GELU && sg_gelu_simd_available())
     sg_gelu_fwd_seq_f32(n, c->a + i0, c->y + i0);
   else
@@ -865,6 +870,18 @@ sg_status sg_act_forward_bf16(sg_act act, sg_dtype dt, int64_t n, const void *x,
   sg_status st = SG_OK;
   SG_TRY(sg_elementwise_check(dt, "activation", (int)act, SG_ACT_COUNT, n));
   sg_ew_call c = {.kind = 0, .code = (int)act, .a = x, .y = y};
+  sg_ew_rounded(&c, n);
+fail:
+  return st;
+}
+
+sg_status sg_act_backward_bf16(sg_act act, sg_dtype dt, int64_t n,
+                               const void *x, const void *dy, void *dx) {
+  if (dt != SG_DTYPE_F32 || n <= 0 || !x || !dy || !dx)
+    return sg_act_backward(act, dt, n, x, dy, dx);
+  sg_status st = SG_OK;
+  SG_TRY(sg_elementwise_check(dt, "activation", (int)act, SG_ACT_COUNT, n));
+  sg_ew_call c = {.kind = 2, .code = (int)act, .a = x, .b = dy, .y = dx};
   sg_ew_rounded(&c, n);
 fail:
   return st;

@@ -1263,6 +1263,7 @@ static void FN(ln_dx)(const sg_norm_desc *d, const R *x, const sg_moments *st,
         double xh = (xp[j] - mean[j]) * rs[j];
         dp[j] = (R)(rs[j] * (gp[j] * gk - a0[j] - xh * s1[j] / cnt[j]));
       }
+      FN(round_out)(d->round_out, dp, jn);
     }
   }
 }
@@ -1415,6 +1416,7 @@ void FN(sg_norm_bwd)(const sg_norm_desc *d, const R *x, const sg_moments *st,
       R *dp = dx + p * s;
       for (int64_t j = 0; j < s; ++j)
         dp[j] = (R)(a * gp[j] - b - cc * (xp[j] - mean));
+      FN(round_out)(d->round_out, dp, s);
     }
   }
   if ((dgamma || dbeta) && planar) {

@@ -244,6 +244,9 @@ sg_status sg_act_forward_bf16(sg_act act, sg_dtype dt, int64_t n, const void *x,
 /* dx = dy * act'(x). */
 sg_status sg_act_backward(sg_act act, sg_dtype dt, int64_t n, const void *x,
                           const void *dy, void *dx);
+/* The same, dx's f32 values rounded to bf16 as sg_act_forward_bf16's. */
+sg_status sg_act_backward_bf16(sg_act act, sg_dtype dt, int64_t n,
+                               const void *x, const void *dy, void *dx);
 
 typedef enum sg_binary {
   SG_BINARY_ADD = 0,
@@ -305,8 +308,9 @@ typedef struct sg_norm_desc {
   int64_t batch, channels, spatial;
   int64_t groups; /* GROUP only; channels % groups == 0 */
   double eps;
-  /* 1 (f32 only): sg_norm_forward rounds y's values to the nearest bf16
-   * per plane (block) while in cache, as sg_conv_desc.round_out. */
+  /* 1 (f32 only): sg_norm_forward rounds y's values (sg_norm_backward:
+   * dx's) to the nearest bf16 per plane (block) while in cache, as
+   * sg_conv_desc.round_out. */
   int round_out;
 } sg_norm_desc;
 
