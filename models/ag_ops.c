@@ -451,9 +451,9 @@ static sg_status act_bwd(sg_node *node) {
   const sg_tensor *x = &node->in[0]->value;
   const int rnd = node->round_gin & 1u; /* dx whole: rounded in the pass */
   node->rounded_gin = rnd;
-  return (rnd ? sg_act_backward_bf16 : sg_act_backward)(
-      (sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data, grad_of(node, 0),
-      node->gin[0]);
+  return (rnd ? sg_act_backward_bf16
+              : sg_act_backward)((sg_act)a->code, x->dtype, sg_tensor_numel(x),
+                                 x->data, grad_of(node, 0), node->gin[0]);
 }
 
 static const sg_op_def act_op = {.name = "act",
