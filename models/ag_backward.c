@@ -58,12 +58,15 @@ static int ag_grad_identity(const sg_node *node, int i) {
 
 /* Under a bf16 storage policy, v's gradient is whole once this node has
  * written it (v's last consumer in this backward, a first write, an f32
- * host tensor): a kernel may round it as it writes it. */
+ * host tensor): a kernel may round it as it writes it. Only for a var
+ * with a producer on this tape: a checkpointed block's stand-in for its
+ * input has none, and its pending counts the block's uses only (the
+ * outer var may get more gradient after the block's). */
 static int ag_grad_whole_bf16(const sg_tape_t tape, const sg_var *v,
                               const ag_bwd *b) {
   return tape->store_dt == SG_DTYPE_BF16 && ag_round_fused() &&
          b->pass == AG_ALL && v->pending == 1 && !v->is_leaf &&
-         v->value.dtype == SG_DTYPE_F32 &&
+         v->producer != NULL && v->value.dtype == SG_DTYPE_F32 &&
          v->value.device.kind == SG_DEVICE_HOST;
 }
 
