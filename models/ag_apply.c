@@ -484,7 +484,8 @@ sg_status sg_tape_apply(sg_tape_t tape, const sg_op_def *op, int nin,
   st = ag_agree(comm, st);
   if (st != SG_OK) goto fail;
   for (int j = 0; j < nout; ++j) {
-    if (!op->rule.keep_f32) ag_store_round(tape, &node->out[j]->value);
+    if (!op->rule.keep_f32 && !ag_rounded_by_op(op, &node->out[j]->value))
+      ag_store_round(tape, &node->out[j]->value);
     tape->bytes += ag_nbytes(&node->out[j]->value);
     out[j] = node->out[j];
   }

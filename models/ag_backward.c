@@ -56,11 +56,34 @@ static int ag_grad_identity(const sg_node *node, int i) {
          ag_numel(&v->value) == ag_numel(&o->value);
 }
 
+/* Under a bf16 storage policy, v's gradient is whole once this node has
+ * written it (v's last consumer in this backward, a first write, an f32
+ * host tensor): a kernel may round it as it writes it. Only for a var
+ * with a producer on this tape: a checkpointed block's stand-in for its
+ * input has none, and its pending counts the block's uses only (the
+ * outer var may get more gradient after the block's). */
+static int ag_grad_whole_bf16(const sg_tape_t tape, const sg_var *v,
+                              const ag_bwd *b) {
+  return tape->store_dt == SG_DTYPE_BF16 && ag_round_fused() &&
+         b->pass == AG_ALL && v->pending == 1 && !v->is_leaf &&
+         v->producer != NULL && v->value.dtype == SG_DTYPE_F32 &&
+         v->value.device.kind == SG_DEVICE_HOST;
+}
+
+/* v's whole gradient holds bf16 values: its producer skips the rounding
+ * pass (the flag lives on the producer's node, per output). */
+static void ag_mark_grad_bf16(sg_var *v) {
+  sg_node *p = v->producer;
+  for (int j = 0; p && j < p->nout; ++j)
+    if (p->out[j] == v) p->grad_bf16 |= 1u << j;
+}
+
 /* Gradient buffers, the op's backward (outputs' gradients zero-padded to
  * the window's natural extent where the forward was cropped). */
 static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
   sg_status st = SG_OK;
   const int wi = node->op->rule.windowed_input;
+  node->round_gin = node->rounded_gin = 0u;
   for (int j = 0; j < node->nout; ++j)
     SG_TRY(ag_ensure_grad(tape, node->out[j]));
   for (int i = 0; i < node->nin; ++i) {
@@ -90,6 +113,7 @@ static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
       v->has_grad = 1;
       node->gin[i] = v->grad.data;
       b->how[i] = DIRECT;
+      if (ag_grad_whole_bf16(tape, v, b)) node->round_gin |= 1u << i;
     } else {
       SG_TRY(ag_alloc_dz(&b->tmp[i], node->device, v->value.dtype,
                          v->value.ndim, v->value.shape, zero));
@@ -124,6 +148,9 @@ static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
   st = ag_node_backward_kernel(node);
   if (ag_time_ops) sg_trace_end(node->op->name);
   ag_current_tape = NULL;
+  for (int i = 0; i < node->nin; ++i) /* rounded by the op's kernels */
+    if (node->round_gin & node->rounded_gin & (1u << i))
+      ag_mark_grad_bf16(node->in[i]);
 fail:
   for (int j = 0; j < node->nout; ++j)
     if (b->swapped & (1u << j)) {
@@ -144,6 +171,8 @@ static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
   for (int i = 0; i < node->nin; ++i) {
     sg_var *v = node->in[i];
     if (b->how[i] == IDENT && v->requires_grad && ag_numel(&v->value) > 0) {
+      /* o's gradient holds bf16 values (rounded before this backward) */
+      const int whole = ag_grad_whole_bf16(tape, v, b) && !v->has_grad;
       if (!v->is_leaf && !v->has_grad && !v->grad.data && o->owns_grad &&
           o->grad.data == gsrc && b->pass == AG_ALL) {
         v->grad = o->grad; /* hand over: same bytes on the tape's account */
@@ -161,6 +190,7 @@ static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
         SG_TRY(ag_grad_add(&v->grad, &src));
       }
       v->has_grad = 1;
+      if (whole) ag_mark_grad_bf16(v);
       continue;
     }
     if (!node->gin[i]) continue;
@@ -168,20 +198,23 @@ static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
       int64_t pad[SG_OPS_MAX_SPATIAL][2];
       sg_pad_mode mode[SG_OPS_MAX_SPATIAL];
       ag_pads(node, pad, mode);
-      SG_TRY(ag_alloc(&b->tmp2, v->value.dtype, v->value.ndim, v->value.shape));
+      SG_TRY(ag_ensure_grad(tape, v));
+      /* the first gradient of a non-leaf: the adjoint writes it in place
+       * (every element), no copy; else into a buffer added after */
+      const int first = !v->is_leaf && !v->has_grad;
+      if (!first)
+        SG_TRY(
+            ag_alloc(&b->tmp2, v->value.dtype, v->value.ndim, v->value.shape));
+      sg_tensor *dst = first ? &v->grad : &b->tmp2;
       if (node->mesh)
         SG_TRY(sg_sharded_exchange_adjoint((sg_sharded_exchange_t)node->ex,
-                                           b->tmp[i].data, &b->tmp2));
+                                           b->tmp[i].data, dst));
       else
         SG_TRY(sg_pad_backward(v->value.dtype, node->nsp,
                                v->value.shape[0] * v->value.shape[1],
                                v->value.shape + 2, (const int64_t(*)[2])pad,
-                               mode, b->tmp[i].data, b->tmp2.data));
-      SG_TRY(ag_ensure_grad(tape, v));
-      if (!v->is_leaf && !v->has_grad)
-        memcpy(v->grad.data, b->tmp2.data, ag_nbytes(&b->tmp2));
-      else
-        ag_add_into(&v->grad, &b->tmp2);
+                               mode, b->tmp[i].data, dst->data));
+      if (!first) ag_add_into(&v->grad, &b->tmp2);
       v->has_grad = 1;
       ag_free(&b->tmp2);
     } else if (b->how[i] == ADD) {
@@ -224,7 +257,9 @@ static sg_status ag_node_backward(sg_tape_t tape, sg_node *node, ag_pass pass) {
   /* every consumer has added its part: the activation gradient is whole
    * (W: rounded in B already) */
   for (int j = 0; j < node->nout && pass != AG_WEIGHTS; ++j)
-    ag_store_round(tape, &node->out[j]->grad);
+    if (!(node->grad_bf16 & (1u << j)))
+      ag_store_round(tape, &node->out[j]->grad);
+  node->grad_bf16 = 0u;
   const int hooked = ag_hooked(tape, node->nin, node->in);
   const MPI_Comm comm = ag_agree_comm(
       tape, node->mesh ? sg_mesh_comm(node->mesh) : MPI_COMM_NULL, hooked);

@@ -28,6 +28,15 @@ static int64_t spatial_of(const sg_tensor *t) {
 
 static void *grad_of(sg_node *node, int j) { return node->out[j]->grad.data; }
 
+int ag_round_fused(void) {
+  static int fused = -1; /* read once; a race stores the same value */
+  if (fused < 0) {
+    const char *env = getenv("SG_BF16_FUSED_ROUND");
+    fused = !(env && env[0] == '0');
+  }
+  return fused;
+}
+
 /* ---- convolution --------------------------------------------------------- */
 
 typedef struct conv_attr {
@@ -59,6 +68,7 @@ static sg_conv_desc window_desc_of(const sg_node *node, int64_t cout) {
 static sg_conv_desc conv_desc_of(const sg_node *node) {
   sg_conv_desc d = window_desc_of(node, node->in[1]->value.shape[0]);
   d.bf16 = sg_tape_storage_dtype(ag_current_tape) == SG_DTYPE_BF16;
+  d.round_out = ag_round_outputs(); /* in the kernel's epilogue */
   return d;
 }
 
@@ -99,7 +109,8 @@ static const sg_op_def conv_op = {
                         SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT,
              .out_unread = 1,
-             .writes_gin = 1u}};
+             .writes_gin = 1u,
+             .rounds_bf16 = 1}};
 
 /* x has nsp spatial dims (1..3). */
 static sg_status check_window_input(const char *what, const sg_var *x,
@@ -505,8 +516,9 @@ static sg_status act_fwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_act_forward((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
-                        node->out[0]->value.data));
+  SG_TRY((ag_round_outputs() ? sg_act_forward_bf16 : sg_act_forward)(
+      (sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
+      node->out[0]->value.data));
 fail:
   return st;
 }
@@ -514,8 +526,11 @@ fail:
 static sg_status act_bwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  return sg_act_backward((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
-                         grad_of(node, 0), node->gin[0]);
+  const int rnd = node->round_gin & 1u; /* dx whole: rounded in the pass */
+  node->rounded_gin = rnd;
+  return (rnd ? sg_act_backward_bf16
+              : sg_act_backward)((sg_act)a->code, x->dtype, sg_tensor_numel(x),
+                                 x->data, grad_of(node, 0), node->gin[0]);
 }
 
 #if SG_HAVE_CUDA
@@ -545,7 +560,8 @@ static const sg_op_def act_op = {.name = "act",
                                  .rule = {.windowed_input = -1,
                                           .accepts = SG_ACCEPT_ALL,
                                           .out = SG_OUT_LIKE_INPUT,
-                                          .writes_gin = 1u},
+                                          .writes_gin = 1u,
+                                          .rounds_bf16 = 1},
                                  .forward_cuda = AG_CUDA(act_fwd_cuda),
                                  .backward_cuda = AG_CUDA(act_bwd_cuda)};
 
@@ -564,9 +580,9 @@ static sg_status binary_fwd(sg_node *node) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_binary_forward((sg_binary)a->code, x->dtype, sg_tensor_numel(x),
-                           x->data, node->in[1]->value.data,
-                           node->out[0]->value.data));
+  SG_TRY((ag_round_outputs() ? sg_binary_forward_bf16 : sg_binary_forward)(
+      (sg_binary)a->code, x->dtype, sg_tensor_numel(x), x->data,
+      node->in[1]->value.data, node->out[0]->value.data));
 fail:
   return st;
 }
@@ -612,7 +628,8 @@ static const sg_op_def binary_op = {.name = "binary",
                                     .rule = {.windowed_input = -1,
                                              .accepts = SG_ACCEPT_ALL,
                                              .out = SG_OUT_LIKE_INPUT,
-                                             .writes_gin = 3u},
+                                             .writes_gin = 3u,
+                                             .rounds_bf16 = 1},
                                     .forward_cuda = AG_CUDA(binary_fwd_cuda),
                                     .backward_cuda = AG_CUDA(binary_bwd_cuda)};
 
@@ -627,7 +644,8 @@ static const sg_op_def binary_add_op = {
              .accepts = SG_ACCEPT_ALL,
              .out = SG_OUT_LIKE_INPUT,
              .writes_gin = 3u,
-             .grad_identity = 3u},
+             .grad_identity = 3u,
+             .rounds_bf16 = 1},
     .forward_cuda = AG_CUDA(binary_fwd_cuda),
     .backward_cuda = AG_CUDA(binary_bwd_cuda)};
 
@@ -820,10 +838,10 @@ static sg_status linear_fwd(sg_node *node) {
   memcpy(shape, x->shape, sizeof shape);
   shape[1] = w->shape[0];
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
-  SG_TRY(sg_linear_forward(x->dtype, x->shape[0], x->shape[1], w->shape[0],
-                           spatial_of(x), x->data, w->data,
-                           a->has_bias ? node->in[2]->value.data : NULL,
-                           node->out[0]->value.data));
+  SG_TRY((ag_round_outputs() ? sg_linear_forward_bf16 : sg_linear_forward)(
+      x->dtype, x->shape[0], x->shape[1], w->shape[0], spatial_of(x), x->data,
+      w->data, a->has_bias ? node->in[2]->value.data : NULL,
+      node->out[0]->value.data));
 fail:
   return st;
 }
@@ -874,7 +892,8 @@ static const sg_op_def linear_op = {
                         SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT,
              .out_unread = 1,
-             .writes_gin = 1u},
+             .writes_gin = 1u,
+             .rounds_bf16 = 1},
     .forward_cuda = AG_CUDA(linear_fwd_cuda),
     .backward_cuda = AG_CUDA(linear_bwd_cuda)};
 
@@ -1046,7 +1065,8 @@ static sg_norm_desc norm_desc_of(const sg_node *node) {
                     .channels = x->shape[1],
                     .spatial = spatial_of(x),
                     .groups = a->groups,
-                    .eps = a->eps};
+                    .eps = a->eps,
+                    .round_out = ag_round_outputs()};
   return d;
 }
 
@@ -1090,6 +1110,8 @@ static sg_status norm_bwd(sg_node *node) {
   const norm_attr *a = (const norm_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   sg_norm_desc d = norm_desc_of(node);
+  d.round_out = node->round_gin & 1u; /* dx whole: rounded per plane */
+  node->rounded_gin = (unsigned)d.round_out;
   int64_t nstat = 0;
   double *sums = NULL;
   SG_TRY(sg_norm_nstat(&d, &nstat));
@@ -1169,7 +1191,8 @@ static const sg_op_def norm_op = {
                         SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT,
              .out_unread = 1,
-             .writes_gin = 1u},
+             .writes_gin = 1u,
+             .rounds_bf16 = 1},
     .forward_cuda = AG_CUDA(norm_fwd_cuda),
     .backward_cuda = AG_CUDA(norm_bwd_cuda)};
 

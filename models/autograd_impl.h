@@ -90,6 +90,20 @@ extern _Thread_local sg_tape_t ag_current_tape;
 int64_t ag_numel(const sg_tensor *t);
 /* Under a bf16 storage policy: t's f32 values rounded to bf16 in place. */
 void ag_store_round(const struct sg_tape *tape, sg_tensor *t);
+/* ag_ops.c: 1 unless SG_BF16_FUSED_ROUND=0 (then the tape rounds every
+ * output in its own pass, as before: A/B runs). */
+int ag_round_fused(void);
+/* The op's forward rounded this host output itself (rule.rounds_bf16). */
+static inline int ag_rounded_by_op(const sg_op_def *op, const sg_tensor *t) {
+  return op->rule.rounds_bf16 && t->device.kind == SG_DEVICE_HOST &&
+         ag_round_fused();
+}
+/* A forward of an op with rule.rounds_bf16: whether to round its f32
+ * outputs (the running tape stores bf16). */
+static inline int ag_round_outputs(void) {
+  return ag_current_tape && ag_current_tape->store_dt == SG_DTYPE_BF16 &&
+         ag_round_fused();
+}
 size_t ag_nbytes(const sg_tensor *t);
 sg_status ag_alloc_z(sg_tensor *t, sg_dtype dt, int ndim, const int64_t *shape,
                      int zero);

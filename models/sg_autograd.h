@@ -254,6 +254,10 @@ typedef struct sg_op_rule {
    * (sg_tape_set_storage_dtype): reductions such as losses, as autocast
    * keeps them. */
   int keep_f32;
+  /* 1: under a bf16 storage policy the op's forward rounds its f32 outputs
+   * on the host itself (sg_ag_rounds_bf16), in its kernels' pass over the
+   * data, so the tape skips its own rounding pass; the same values. */
+  int rounds_bf16;
   /* 1: backward never reads the outputs' values, so a split backward
    * (sg_tape_backward_split) frees them in B for an op deferred to W (the
    * built-in ops with parameters); 0 (the default): they are kept until W. */
@@ -308,6 +312,13 @@ struct sg_node {
   unsigned cropped; /* outputs cropped to this rank's share */
   sg_device device; /* where it runs: its inputs' device (outputs, gradients
                        and saved state are allocated there) */
+  /* bf16 storage policy, backward: bit i of round_gin: gin[i] is input
+   * i's whole gradient, and an op whose kernels can round it to bf16
+   * values while writing it does so and sets bit i of rounded_gin (the
+   * tape then skips its own rounding pass over that gradient). */
+  unsigned round_gin, rounded_gin;
+  /* bit j: output j's whole gradient already holds bf16 values */
+  unsigned grad_bf16;
 };
 
 /* Record (or, in no-grad mode, just run) an op. attr (attr_bytes <= 256) is

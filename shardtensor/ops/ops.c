@@ -338,8 +338,10 @@ sg_status sg_conv_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(w);
   SG_CHECK_PTR(y);
+  g.round = d->round_out && dt == SG_DTYPE_F32;
   if (dt == SG_DTYPE_F32 && g.pointwise && sg_pw_f32_available()) {
-    sg_pw_apply_f32(g.n, g.c, g.k, g.sout, w, g.ckk, 1, x, b, y, 0, g.nthreads);
+    sg_pw_apply_f32(g.n, g.c, g.k, g.sout, w, g.ckk, 1, x, b, y,
+                    g.round ? SG_PW_ROUND : 0, g.nthreads);
     goto fail;
   }
   SG_TRY(sg_ws_get(ws, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
@@ -415,6 +417,14 @@ sg_status sg_linear_forward(sg_dtype dt, int64_t batch, int64_t cin,
                             int64_t cout, int64_t spatial, const void *x,
                             const void *w, const void *b, void *y) {
   sg_conv_desc d = sg_linear_desc(batch, cin, cout, spatial);
+  return sg_conv_forward(&d, dt, x, w, b, y, NULL);
+}
+
+sg_status sg_linear_forward_bf16(sg_dtype dt, int64_t batch, int64_t cin,
+                                 int64_t cout, int64_t spatial, const void *x,
+                                 const void *w, const void *b, void *y) {
+  sg_conv_desc d = sg_linear_desc(batch, cin, cout, spatial);
+  d.round_out = 1;
   return sg_conv_forward(&d, dt, x, w, b, y, NULL);
 }
 
@@ -810,6 +820,81 @@ sg_status sg_act_backward(sg_act act, sg_dtype dt, int64_t n, const void *x,
     sg_gelu_bwd_simd_f32(n, x, dy, dx);
   else
     SG_DISPATCH(dt, sg_act_bwd, (int)act, n, x, dy, dx);
+fail:
+  return st;
+}
+
+/* ---- element-wise ops with the bf16 policy's rounding fused ------------ */
+
+/* Elements per chunk: 64 KiB of f32, still in L2 when rounded after the op;
+ * below SG_OMP_MIN (ops_tmpl.h), so each chunk's kernel runs serially
+ * inside the one parallel loop over chunks. */
+enum { SG_ROUND_CHUNK = 16384, SG_ROUND_OMP_MIN = 32768 };
+
+typedef struct sg_ew_call {
+  int kind, code; /* 0: activation, 1: binary op, 2: activation's backward
+                     (a: x, b: dy); its code */
+  const float *a, *b;
+  float *y;
+} sg_ew_call;
+
+static void sg_ew_chunk(const sg_ew_call *c, int64_t i0, int64_t n) {
+  if (c->kind == 1)
+    sg_binary_fwd_f32(c->code, n, c->a + i0, c->b + i0, c->y + i0);
+  else if (c->kind == 2 && c->code == SG_ACT_GELU && sg_gelu_simd_available())
+    sg_gelu_bwd_simd_f32(n, c->a + i0, c->b + i0, c->y + i0);
+  else if (c->kind == 2)
+    sg_act_bwd_f32(c->code, n, c->a + i0, c->b + i0, c->y + i0);
+  else if (c->code == SG_ACT_GELU && sg_gelu_simd_available())
+    sg_gelu_fwd_seq_f32(n, c->a + i0, c->y + i0);
+  else
+    sg_act_fwd_f32(c->code, n, c->a + i0, c->y + i0);
+  sg_round_bf16(c->y + i0, n);
+}
+
+/* The op per chunk, each chunk rounded right after: the same values as
+ * the op over all n and sg_round_bf16 over y, one pass. */
+static void sg_ew_rounded(const sg_ew_call *c, int64_t n) {
+  const int64_t nc = (n + SG_ROUND_CHUNK - 1) / SG_ROUND_CHUNK;
+#pragma omp parallel for schedule(static) if (n > SG_ROUND_OMP_MIN)
+  for (int64_t k = 0; k < nc; ++k) {
+    const int64_t i0 = k * SG_ROUND_CHUNK;
+    sg_ew_chunk(c, i0, n - i0 < SG_ROUND_CHUNK ? n - i0 : SG_ROUND_CHUNK);
+  }
+}
+
+sg_status sg_act_forward_bf16(sg_act act, sg_dtype dt, int64_t n, const void *x,
+                              void *y) {
+  if (dt != SG_DTYPE_F32 || n <= 0 || !x || !y)
+    return sg_act_forward(act, dt, n, x, y); /* its checks, or no rounding */
+  sg_status st = SG_OK;
+  SG_TRY(sg_elementwise_check(dt, "activation", (int)act, SG_ACT_COUNT, n));
+  sg_ew_call c = {.kind = 0, .code = (int)act, .a = x, .y = y};
+  sg_ew_rounded(&c, n);
+fail:
+  return st;
+}
+
+sg_status sg_act_backward_bf16(sg_act act, sg_dtype dt, int64_t n,
+                               const void *x, const void *dy, void *dx) {
+  if (dt != SG_DTYPE_F32 || n <= 0 || !x || !dy || !dx)
+    return sg_act_backward(act, dt, n, x, dy, dx);
+  sg_status st = SG_OK;
+  SG_TRY(sg_elementwise_check(dt, "activation", (int)act, SG_ACT_COUNT, n));
+  sg_ew_call c = {.kind = 2, .code = (int)act, .a = x, .b = dy, .y = dx};
+  sg_ew_rounded(&c, n);
+fail:
+  return st;
+}
+
+sg_status sg_binary_forward_bf16(sg_binary op, sg_dtype dt, int64_t n,
+                                 const void *a, const void *b, void *y) {
+  if (dt != SG_DTYPE_F32 || n <= 0 || !a || !b || !y)
+    return sg_binary_forward(op, dt, n, a, b, y);
+  sg_status st = SG_OK;
+  SG_TRY(sg_elementwise_check(dt, "binary op", (int)op, SG_BINARY_MUL + 1, n));
+  sg_ew_call c = {.kind = 1, .code = (int)op, .a = a, .b = b, .y = y};
+  sg_ew_rounded(&c, n);
 fail:
   return st;
 }

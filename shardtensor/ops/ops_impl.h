@@ -23,6 +23,8 @@ typedef struct sg_conv_geom {
                2 AMX tiles (conv_amx.c) */
   int wbf16;  /* the weight gradient on AMX tiles (set per backward call:
                  g->bf16 == 2 and x, dy bf16-valued) */
+  int round;  /* forward: the output rounded to bf16 values per tile (f32;
+                 sg_conv_desc.round_out) */
   int nthreads;
   size_t ws_per_thread; /* bytes, multiple of 64 */
 } sg_conv_geom;
@@ -192,7 +194,9 @@ int sg_pw_f32_available(void);
 void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *w, int64_t wr, int64_t wc, const float *x,
                      const float *b, float *y, int accumulate, int nthreads);
-enum { SG_PW_ACC = 1, SG_PW_ADD = 2 };
+/* SG_PW_ROUND (or-ed in): y's values rounded to bf16 per strip while in
+ * cache (sg_conv_desc.round_out). */
+enum { SG_PW_ACC = 1, SG_PW_ADD = 2, SG_PW_ROUND = 4 };
 /* The fused linear (sg_linear_act_forward), w (cout, cin) row-major:
  * z = (b + W x) (+ z on entry when add), then a = gelu(z) when a is not
  * NULL, per cache-hot chunk of pixels; the same values as the linear, an

@@ -11,6 +11,12 @@ static inline R *FN(thread_ws)(const sg_conv_geom *g, void *ws, int tid) {
   return (R *)((char *)ws + (size_t)tid * g->ws_per_thread);
 }
 
+/* The bf16 storage policy's rounding of n outputs a kernel has just
+ * written (still in cache): f32 only, a no-op for f64. */
+static inline void FN(round_out)(int rnd, R *p, int64_t n) {
+  if (rnd && sizeof(R) == sizeof(float)) sg_round_bf16((float *)(void *)p, n);
+}
+
 /* This thread's number in the enclosing parallel region (0 without OpenMP). */
 static inline int FN(thread_id)(void) {
 #ifdef _OPENMP
@@ -169,14 +175,16 @@ static void FN(direct_shifts)(const sg_conv_geom *g, int64_t nch, int64_t plane,
 
 /* rows r0..r1 of the (nrow x ld) tile product t, each in2 -> n2 long, to
  * dst (row stride n2 within a plane of size dplane, one plane per tile
- * row of t) */
+ * row of t), rounded to bf16 values when rnd */
 static void FN(direct_copy_out)(int64_t nrow, const R *t, int64_t ld,
                                 int64_t rows, int64_t w, int64_t n2, R *dst,
-                                int64_t dplane) {
+                                int64_t dplane, int rnd) {
   for (int64_t k = 0; k < nrow; ++k)
-    for (int64_t i = 0; i < rows; ++i)
-      memcpy(dst + k * dplane + i * n2, t + k * ld + i * w,
-             (size_t)n2 * sizeof(R));
+    for (int64_t i = 0; i < rows; ++i) {
+      R *d = dst + k * dplane + i * n2;
+      memcpy(d, t + k * ld + i * w, (size_t)n2 * sizeof(R));
+      FN(round_out)(rnd, d, n2);
+    }
 }
 
 static void FN(direct_fwd)(const sg_conv_geom *g, const R *x, const R *w,
@@ -198,7 +206,7 @@ static void FN(direct_fwd)(const sg_conv_geom *g, const R *x, const R *w,
                   x + n * g->c * g->sin + r0 * in2, off, b, tmp, ld);
       FN(direct_copy_out)
       (g->k, tmp, ld, r1 - r0, in2, out2, y + n * g->k * g->sout + r0 * out2,
-       g->sout);
+       g->sout, g->round);
     }
   }
 }
@@ -334,7 +342,7 @@ static void FN(direct_fwd_bf16)(const sg_conv_geom *g, const R *x, const R *w,
       sg_bf16_gemm_off(npr, g->k, np, wp, npr, xp, off, b, tmp, ld);
       FN(direct_copy_out)
       (g->k, tmp, ld, r1 - r0, in2, out2, y + n * g->k * g->sout + r0 * out2,
-       g->sout);
+       g->sout, g->round);
     }
   }
 }
@@ -368,7 +376,7 @@ static void FN(direct_dx_bf16)(const sg_conv_geom *g, const R *w, const R *dy,
       sg_bf16_gemm_off(npr, g->c, np, wt, npr, dyq, off, NULL, tmp, ld);
       FN(direct_copy_out)
       (g->c, tmp, ld, r1 - r0, wg, in2, dx + n * g->c * g->sin + r0 * in2,
-       g->sin);
+       g->sin, 0);
     }
   }
 }
@@ -408,7 +416,7 @@ static void FN(direct_fwd_amx)(const sg_conv_geom *g, const R *x, const R *w,
                       b ? bt : NULL, tmp, ldt);
       FN(direct_copy_out)
       (g->k, tmp, ldt, r1 - r0, in2, out2, y + n * g->k * g->sout + r0 * out2,
-       g->sout);
+       g->sout, g->round);
     }
   }
 }
@@ -444,7 +452,7 @@ static void FN(direct_dx_amx)(const sg_conv_geom *g, const R *w, const R *dy,
                       tmp, ldt);
       FN(direct_copy_out)
       (g->c, tmp, ldt, r1 - r0, wg, in2, dx + n * g->c * g->sin + r0 * in2,
-       g->sin);
+       g->sin, 0);
     }
   }
 }
@@ -556,18 +564,20 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
       const R *bm = FN(conv_operand)(g, x + n * g->c * g->sin, r0, r1, col,
                                      &ldb);
       /* f32 on AVX-512: register-blocked kernel, bias as its start */
-      if (SG_GEMM_FAST(g->k, ncol, g->ckk, w, g->ckk, 1, bm, ldb, b, yt,
-                       g->sout))
-        continue;
-      R beta = 0;
-      if (b) {
-        for (int64_t k = 0; k < g->k; ++k)
-          for (int64_t j = 0; j < ncol; ++j) yt[k * g->sout + j] = b[k];
-        beta = 1;
+      if (!SG_GEMM_FAST(g->k, ncol, g->ckk, w, g->ckk, 1, bm, ldb, b, yt,
+                        g->sout)) {
+        R beta = 0;
+        if (b) {
+          for (int64_t k = 0; k < g->k; ++k)
+            for (int64_t j = 0; j < ncol; ++j) yt[k * g->sout + j] = b[k];
+          beta = 1;
+        }
+        SG_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->k, (int)ncol,
+                (int)g->ckk, 1, w, (int)g->ckk, bm, (int)ldb, beta, yt,
+                (int)g->sout);
       }
-      SG_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->k, (int)ncol,
-              (int)g->ckk, 1, w, (int)g->ckk, bm, (int)ldb, beta, yt,
-              (int)g->sout);
+      for (int64_t k = 0; g->round && k < g->k; ++k)
+        FN(round_out)(1, yt + k * g->sout, ncol);
     }
   }
   if (nth > 1) sg_blas_threads_end(saved);
@@ -1193,6 +1203,7 @@ static void FN(ln_fwd)(const sg_norm_desc *d, const R *x, const sg_moments *st,
       R *yp = y + (n * c + k) * s + j0;
       for (int64_t j = 0; j < jn; ++j)
         yp[j] = (R)sg_norm_ln_y(xp[j], mean[j], rs[j], gk, bk);
+      FN(round_out)(d->round_out, yp, jn);
     }
   }
 }
@@ -1248,6 +1259,7 @@ static void FN(ln_dx)(const sg_norm_desc *d, const R *x, const sg_moments *st,
       for (int64_t j = 0; j < jn; ++j)
         dp[j] = (R)sg_norm_ln_dx(xp[j], gp[j], mean[j], rs[j], gk, a0[j], s1[j],
                                  cnt[j]);
+      FN(round_out)(d->round_out, dp, jn);
     }
   }
 }
@@ -1325,6 +1337,7 @@ void FN(sg_norm_fwd)(const sg_norm_desc *d, const R *x, const sg_moments *st,
       const R *xp = x + p * s;
       R *yp = y + p * s;
       for (int64_t j = 0; j < s; ++j) yp[j] = xp[j] * ar + br;
+      FN(round_out)(d->round_out, yp, s);
     }
     return;
   }
@@ -1400,6 +1413,7 @@ void FN(sg_norm_bwd)(const sg_norm_desc *d, const R *x, const sg_moments *st,
       R *dp = dx + p * s;
       for (int64_t j = 0; j < s; ++j)
         dp[j] = (R)sg_norm_plane_dx(a, b, cc, gp[j], xp[j], mean);
+      FN(round_out)(d->round_out, dp, s);
     }
   }
   if ((dgamma || dbeta) && planar) {

@@ -136,12 +136,15 @@ static inline void pw_strip(int64_t cin, int64_t cout, int64_t np, int64_t p0,
     l = l < 0 ? 0 : l > 16 ? 16 : l;
     m[v] = (__mmask16)((1u << l) - 1u);
   }
+  const int mode = accumulate & (SG_PW_ACC | SG_PW_ADD);
   for (int64_t k0 = 0; k0 < cout; k0 += PW_MR) {
     const int mr = (int)(cout - k0 < PW_MR ? cout - k0 : PW_MR);
     pw_tiles[full][mr](cin, w + k0 * wr, wr, wc, x + p0, ldx, xoff,
-                       b ? b + k0 : NULL, y + k0 * ldy + p0, ldy, accumulate,
-                       m);
+                       b ? b + k0 : NULL, y + k0 * ldy + p0, ldy, mode, m);
   }
+  /* the strip's rows are still in L1: the bf16 policy's rounding here */
+  for (int64_t r = 0; (accumulate & SG_PW_ROUND) && r < cout; ++r)
+    sg_round_bf16(y + r * ldy + p0, len);
 }
 
 void sg_pw_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,

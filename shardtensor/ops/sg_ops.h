@@ -120,6 +120,11 @@ typedef struct sg_conv_desc {
    * the f32 sums and bf16's flushing of denormals; dw stays f32.
    * 0 (the default): f32 products. */
   int bf16;
+  /* 1 (f32 only): the output's values rounded to the nearest bf16
+   * (sg_round_bf16) by the kernel, per tile while it is in cache, instead
+   * of a second pass over memory: the bf16 storage policy's rounding of an
+   * op's output, the same bits. 0 (the default): f32 values. */
+  int round_out;
 } sg_conv_desc;
 
 /* Check a descriptor and give the output extent per spatial dim. */
@@ -137,6 +142,10 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
 sg_status sg_linear_forward(sg_dtype dt, int64_t batch, int64_t cin,
                             int64_t cout, int64_t spatial, const void *x,
                             const void *w, const void *b, void *y);
+/* The same, y's f32 values rounded to bf16 in the kernel (round_out). */
+sg_status sg_linear_forward_bf16(sg_dtype dt, int64_t batch, int64_t cin,
+                                 int64_t cout, int64_t spatial, const void *x,
+                                 const void *w, const void *b, void *y);
 /* dx OVERWRITTEN; dw, db (+=); each may be NULL. */
 sg_status sg_linear_backward(sg_dtype dt, int64_t batch, int64_t cin,
                              int64_t cout, int64_t spatial, const void *x,
@@ -227,9 +236,17 @@ typedef enum sg_act {
 const char *sg_act_name(sg_act act);
 sg_status sg_act_forward(sg_act act, sg_dtype dt, int64_t n, const void *x,
                          void *y);
+/* The same with y's f32 values rounded to the nearest bf16 (sg_round_bf16:
+ * the bf16 storage policy) per cache-hot chunk, in the kernel's pass rather
+ * than a second pass over memory; other dtypes as sg_act_forward. */
+sg_status sg_act_forward_bf16(sg_act act, sg_dtype dt, int64_t n, const void *x,
+                              void *y);
 /* dx = dy * act'(x). */
 sg_status sg_act_backward(sg_act act, sg_dtype dt, int64_t n, const void *x,
                           const void *dy, void *dx);
+/* The same, dx's f32 values rounded to bf16 as sg_act_forward_bf16's. */
+sg_status sg_act_backward_bf16(sg_act act, sg_dtype dt, int64_t n,
+                               const void *x, const void *dy, void *dx);
 
 typedef enum sg_binary {
   SG_BINARY_ADD = 0,
@@ -240,6 +257,9 @@ typedef enum sg_binary {
 /* y = a (op) b. */
 sg_status sg_binary_forward(sg_binary op, sg_dtype dt, int64_t n, const void *a,
                             const void *b, void *y);
+/* The same, y's f32 values rounded to bf16 as sg_act_forward_bf16's. */
+sg_status sg_binary_forward_bf16(sg_binary op, sg_dtype dt, int64_t n,
+                                 const void *a, const void *b, void *y);
 /* da, db OVERWRITTEN (either may be NULL); a, b needed for MUL only. */
 sg_status sg_binary_backward(sg_binary op, sg_dtype dt, int64_t n,
                              const void *a, const void *b, const void *dy,
@@ -288,6 +308,10 @@ typedef struct sg_norm_desc {
   int64_t batch, channels, spatial;
   int64_t groups; /* GROUP only; channels % groups == 0 */
   double eps;
+  /* 1 (f32 only): sg_norm_forward rounds y's values (sg_norm_backward:
+   * dx's) to the nearest bf16 per plane (block) while in cache, as
+   * sg_conv_desc.round_out. */
+  int round_out;
 } sg_norm_desc;
 
 typedef struct sg_moments {

@@ -274,6 +274,108 @@ static void test_daz_probe(const char *how, int expect_bf16, int expect_wbf16) {
            (double)dw[0], expect_wbf16 ? "AMX" : "f32");
 }
 
+/* ---- the bf16 policy's rounding fused into the kernels ------------------
+ * round_out / sg_*_forward_bf16 against the plain kernel followed by
+ * sg_round_bf16 (the tape's separate pass before): bit for bit, at 1 and
+ * 2 threads, on the paths a forward can take (direct 3x3 in bf16 and f32,
+ * the 1x1 kernel, im2col at stride 2, group and layer norm, every
+ * activation and binary op over several chunks). */
+static void fused_conv_case(const char *name, int64_t cin, int64_t cout,
+                            int64_t h, int64_t k, int64_t stride, int bf16) {
+  sg_conv_desc d = {.nsp = 2,
+                    .batch = 2,
+                    .cin = cin,
+                    .cout = cout,
+                    .in = {h, h + 3},
+                    .kernel = {k, k},
+                    .stride = {stride, stride},
+                    .dilation = {1, 1},
+                    .bf16 = bf16};
+  int64_t o[2];
+  SG_CHECK_OK(sg_conv_out_shape(&d, o));
+  const int64_t nx = 2 * cin * h * (h + 3), ny = 2 * cout * o[0] * o[1];
+  float *x = rnd(nx, 1), *w = rnd(cout * cin * k * k, 1), *b = rnd(cout, 1);
+  float *y0 = malloc((size_t)ny * sizeof *y0), *y1 = malloc((size_t)ny * 4);
+  for (int nth = 1; nth <= 2; ++nth) {
+    omp_set_num_threads(nth);
+    d.round_out = 0;
+    SG_CHECK_OK(sg_conv_forward(&d, SG_DTYPE_F32, x, w, b, y0, NULL));
+    sg_round_bf16(y0, ny);
+    d.round_out = 1;
+    SG_CHECK_OK(sg_conv_forward(&d, SG_DTYPE_F32, x, w, b, y1, NULL));
+    SG_CHECK(sg_test_cmp_bytes(name, y1, y0, (size_t)ny * 4) == 0,
+             "%s, %d threads: fused rounding differs", name, nth);
+  }
+  omp_set_num_threads(1);
+  free(x), free(w), free(b), free(y0), free(y1);
+}
+
+static void fused_norm_case(sg_norm_kind kind, int64_t groups) {
+  sg_norm_desc d = {.kind = kind,
+                    .batch = 3,
+                    .channels = 6,
+                    .spatial = 777,
+                    .groups = groups,
+                    .eps = 1e-5};
+  int64_t nstat = 0, n = 3 * 6 * 777;
+  SG_CHECK_OK(sg_norm_nstat(&d, &nstat));
+  float *x = rnd(n, 1), *g = rnd(6, 1), *be = rnd(6, 1);
+  float *y0 = malloc((size_t)n * 4), *y1 = malloc((size_t)n * 4);
+  sg_moments *m = malloc((size_t)nstat * sizeof *m);
+  SG_CHECK_OK(sg_norm_stats(&d, SG_DTYPE_F32, x, m));
+  for (int nth = 1; nth <= 2; ++nth) {
+    omp_set_num_threads(nth);
+    d.round_out = 0;
+    SG_CHECK_OK(sg_norm_forward(&d, SG_DTYPE_F32, x, m, g, be, y0));
+    sg_round_bf16(y0, n);
+    d.round_out = 1;
+    SG_CHECK_OK(sg_norm_forward(&d, SG_DTYPE_F32, x, m, g, be, y1));
+    SG_CHECK(sg_test_cmp_bytes("norm", y1, y0, (size_t)n * 4) == 0,
+             "norm kind %d, %d threads: fused rounding differs", (int)kind,
+             nth);
+  }
+  omp_set_num_threads(1);
+  free(x), free(g), free(be), free(y0), free(y1), free(m);
+}
+
+static void fused_elementwise(int64_t n) {
+  float *a = rnd(n, 0), *b = rnd(n, 0);
+  float *y0 = malloc((size_t)n * 4), *y1 = malloc((size_t)n * 4);
+  for (int nth = 1; nth <= 2; ++nth) {
+    omp_set_num_threads(nth);
+    for (int op = 0; op < SG_ACT_COUNT + 3; ++op) {
+      const int act = op < SG_ACT_COUNT;
+      const int code = act ? op : op - SG_ACT_COUNT;
+      if (act) {
+        SG_CHECK_OK(sg_act_forward((sg_act)code, SG_DTYPE_F32, n, a, y0));
+        SG_CHECK_OK(sg_act_forward_bf16((sg_act)code, SG_DTYPE_F32, n, a, y1));
+      } else {
+        SG_CHECK_OK(
+            sg_binary_forward((sg_binary)code, SG_DTYPE_F32, n, a, b, y0));
+        SG_CHECK_OK(
+            sg_binary_forward_bf16((sg_binary)code, SG_DTYPE_F32, n, a, b, y1));
+      }
+      sg_round_bf16(y0, n);
+      SG_CHECK(sg_test_cmp_bytes("elementwise", y1, y0, (size_t)n * 4) == 0,
+               "%s %d, n %lld, %d threads: fused rounding differs",
+               act ? "activation" : "binary op", code, (long long)n, nth);
+    }
+  }
+  omp_set_num_threads(1);
+  free(a), free(b), free(y0), free(y1);
+}
+
+static void test_fused_rounding(void) {
+  fused_conv_case("direct 3x3, bf16", 5, 7, 19, 3, 1, 1);
+  fused_conv_case("direct 3x3, f32", 5, 7, 19, 3, 1, 0);
+  fused_conv_case("1x1", 6, 9, 13, 1, 1, 1);
+  fused_conv_case("3x3 stride 2 (im2col)", 4, 5, 17, 3, 2, 1);
+  fused_norm_case(SG_NORM_GROUP, 3);
+  fused_norm_case(SG_NORM_LAYER, 1);
+  fused_elementwise(5);
+  fused_elementwise(100003); /* several chunks, parallel */
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   test_daz_probe("default", have_amx(), have_amx());
@@ -291,5 +393,6 @@ int main(int argc, char **argv) {
   test_case("1x3 5->4", 2, 5, 4, 6, 15, 1, 3, 1);
   test_case("3x3 dilation 2", 1, 6, 5, 13, 26, 3, 3, 2);
   test_case("3x3 37->35 (pair blocks 16 + 3)", 1, 37, 35, 12, 21, 3, 3, 1);
+  test_fused_rounding();
   return sg_test_finish();
 }
