@@ -20,6 +20,26 @@
 #define AG_CUDA(f) NULL
 #endif
 
+/* One body per op for both devices: X_fwd_on / X_bwd_on(node, cuda) call
+ * their kernel through AG_KERNEL, the host kernel or (cuda) its launcher of
+ * sg_ops_cuda.h with the same arguments and the stream NULL; AG_ENTRIES(X)
+ * defines the entries X_fwd, X_bwd (host) and X_fwd_cuda, X_bwd_cuda over
+ * them. Without CUDA the host call is all that is compiled. */
+#if SG_HAVE_CUDA
+#define AG_KERNEL(cuda, host, dev, ...) \
+  ((cuda) ? dev(__VA_ARGS__, NULL) : host(__VA_ARGS__))
+#define AG_ENTRIES_CUDA(x)                                                     \
+  static sg_status x##_fwd_cuda(sg_node *node) { return x##_fwd_on(node, 1); } \
+  static sg_status x##_bwd_cuda(sg_node *node) { return x##_bwd_on(node, 1); }
+#else
+#define AG_KERNEL(cuda, host, dev, ...) ((void)(cuda), host(__VA_ARGS__))
+#define AG_ENTRIES_CUDA(x)
+#endif
+#define AG_ENTRIES(x)                                                     \
+  static sg_status x##_fwd(sg_node *node) { return x##_fwd_on(node, 0); } \
+  static sg_status x##_bwd(sg_node *node) { return x##_bwd_on(node, 0); } \
+  AG_ENTRIES_CUDA(x)
+
 static int64_t spatial_of(const sg_tensor *t) {
   int64_t n = 1;
   for (int i = 2; i < t->ndim; ++i) n *= t->shape[i];
@@ -321,43 +341,26 @@ fail:
   return st;
 }
 
-static sg_status pool_fwd(sg_node *node) {
+static sg_status pool_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const pool_attr *a = (const pool_attr *)node->attr;
   sg_conv_desc d;
   SG_TRY(pool_prepare(node, &d));
-  SG_TRY(sg_pool_forward(a->kind, &d, node->xin.dtype, node->xin.data,
-                         node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda, sg_pool_forward, sg_pool_fwd_cuda, a->kind, &d,
+                   node->xin.dtype, node->xin.data, node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status pool_bwd(sg_node *node) {
+static sg_status pool_bwd_on(sg_node *node, int cuda) {
   const pool_attr *a = (const pool_attr *)node->attr;
   sg_conv_desc d = pool_desc_of(node);
-  return sg_pool_backward(a->kind, &d, node->xin.dtype, node->xin.data,
-                          grad_of(node, 0), node->gin[0]);
+  return AG_KERNEL(cuda, sg_pool_backward, sg_pool_bwd_cuda, a->kind, &d,
+                   node->xin.dtype, node->xin.data, grad_of(node, 0),
+                   node->gin[0]);
 }
 
-#if SG_HAVE_CUDA
-static sg_status pool_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const pool_attr *a = (const pool_attr *)node->attr;
-  sg_conv_desc d;
-  SG_TRY(pool_prepare(node, &d));
-  SG_TRY(sg_pool_fwd_cuda(a->kind, &d, node->xin.dtype, node->xin.data,
-                          node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
-
-static sg_status pool_bwd_cuda(sg_node *node) {
-  const pool_attr *a = (const pool_attr *)node->attr;
-  sg_conv_desc d = pool_desc_of(node);
-  return sg_pool_bwd_cuda(a->kind, &d, node->xin.dtype, node->xin.data,
-                          grad_of(node, 0), node->gin[0], NULL);
-}
-#endif
+AG_ENTRIES(pool)
 
 static const sg_op_def pool_op = {.name = "pool",
                                   .slots = {SG_SLOT_ACT},
@@ -405,47 +408,27 @@ static sg_status up_alloc_out(sg_node *node) {
   return sg_node_alloc_out(node, 0, 2 + a->nsp, shape);
 }
 
-static sg_status up_fwd(sg_node *node) {
+static sg_status up_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const up_attr *a = (const up_attr *)node->attr;
   const sg_tensor *x = up_input(node);
   SG_TRY(up_alloc_out(node));
-  SG_TRY(sg_upsample_forward(a->kind, a->nsp, x->shape[0] * x->shape[1],
-                             x->shape + 2, a->scale, x->dtype, x->data,
-                             node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda, sg_upsample_forward, sg_upsample_fwd_cuda, a->kind,
+                   a->nsp, x->shape[0] * x->shape[1], x->shape + 2, a->scale,
+                   x->dtype, x->data, node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status up_bwd(sg_node *node) {
+static sg_status up_bwd_on(sg_node *node, int cuda) {
   const up_attr *a = (const up_attr *)node->attr;
   const sg_tensor *x = up_input(node);
-  return sg_upsample_backward(a->kind, a->nsp, x->shape[0] * x->shape[1],
-                              x->shape + 2, a->scale, x->dtype,
-                              grad_of(node, 0), node->gin[0]);
+  return AG_KERNEL(cuda, sg_upsample_backward, sg_upsample_bwd_cuda, a->kind,
+                   a->nsp, x->shape[0] * x->shape[1], x->shape + 2, a->scale,
+                   x->dtype, grad_of(node, 0), node->gin[0]);
 }
 
-#if SG_HAVE_CUDA
-static sg_status up_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const up_attr *a = (const up_attr *)node->attr;
-  const sg_tensor *x = up_input(node);
-  SG_TRY(up_alloc_out(node));
-  SG_TRY(sg_upsample_fwd_cuda(a->kind, a->nsp, x->shape[0] * x->shape[1],
-                              x->shape + 2, a->scale, x->dtype, x->data,
-                              node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
-
-static sg_status up_bwd_cuda(sg_node *node) {
-  const up_attr *a = (const up_attr *)node->attr;
-  const sg_tensor *x = up_input(node);
-  return sg_upsample_bwd_cuda(a->kind, a->nsp, x->shape[0] * x->shape[1],
-                              x->shape + 2, a->scale, x->dtype,
-                              grad_of(node, 0), node->gin[0], NULL);
-}
-#endif
+AG_ENTRIES(up)
 
 /* Linear: every input cell needs one neighbour per side (a window of 3,
  * stride 1, replicate at the global border: PyTorch's edge clamping). */
@@ -500,43 +483,27 @@ typedef struct pw_attr {
   double alpha;
 } pw_attr;
 
-static sg_status act_fwd(sg_node *node) {
+static sg_status act_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_act_forward((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
-                        node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda, sg_act_forward, sg_act_fwd_cuda, (sg_act)a->code,
+                   x->dtype, sg_tensor_numel(x), x->data,
+                   node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status act_bwd(sg_node *node) {
+static sg_status act_bwd_on(sg_node *node, int cuda) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  return sg_act_backward((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
-                         grad_of(node, 0), node->gin[0]);
+  return AG_KERNEL(cuda, sg_act_backward, sg_act_bwd_cuda, (sg_act)a->code,
+                   x->dtype, sg_tensor_numel(x), x->data, grad_of(node, 0),
+                   node->gin[0]);
 }
 
-#if SG_HAVE_CUDA
-static sg_status act_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const pw_attr *a = (const pw_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_act_fwd_cuda((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
-                         node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
-
-static sg_status act_bwd_cuda(sg_node *node) {
-  const pw_attr *a = (const pw_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  return sg_act_bwd_cuda((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
-                         grad_of(node, 0), node->gin[0], NULL);
-}
-#endif
+AG_ENTRIES(act)
 
 static const sg_op_def act_op = {.name = "act",
                                  .slots = {SG_SLOT_ACT},
@@ -559,51 +526,30 @@ fail:
   return st;
 }
 
-static sg_status binary_fwd(sg_node *node) {
+static sg_status binary_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_binary_forward((sg_binary)a->code, x->dtype, sg_tensor_numel(x),
-                           x->data, node->in[1]->value.data,
-                           node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda, sg_binary_forward, sg_binary_fwd_cuda,
+                   (sg_binary)a->code, x->dtype, sg_tensor_numel(x), x->data,
+                   node->in[1]->value.data, node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status binary_bwd(sg_node *node) {
+static sg_status binary_bwd_on(sg_node *node, int cuda) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   if (!node->gin[0] && !node->gin[1])
     return SG_OK; /* addition: the tape routes both */
-  return sg_binary_backward((sg_binary)a->code, x->dtype, sg_tensor_numel(x),
-                            x->data, node->in[1]->value.data, grad_of(node, 0),
-                            node->gin[0], node->gin[1]);
+  return AG_KERNEL(cuda, sg_binary_backward, sg_binary_bwd_cuda,
+                   (sg_binary)a->code, x->dtype, sg_tensor_numel(x), x->data,
+                   node->in[1]->value.data, grad_of(node, 0), node->gin[0],
+                   node->gin[1]);
 }
 
-#if SG_HAVE_CUDA
-static sg_status binary_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const pw_attr *a = (const pw_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_binary_fwd_cuda((sg_binary)a->code, x->dtype, sg_tensor_numel(x),
-                            x->data, node->in[1]->value.data,
-                            node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
-
-static sg_status binary_bwd_cuda(sg_node *node) {
-  const pw_attr *a = (const pw_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  if (!node->gin[0] && !node->gin[1])
-    return SG_OK; /* addition: the tape routes both */
-  return sg_binary_bwd_cuda((sg_binary)a->code, x->dtype, sg_tensor_numel(x),
-                            x->data, node->in[1]->value.data, grad_of(node, 0),
-                            node->gin[0], node->gin[1], NULL);
-}
-#endif
+AG_ENTRIES(binary)
 
 static const sg_op_def binary_op = {.name = "binary",
                                     .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
@@ -649,43 +595,25 @@ fail:
   return st;
 }
 
-static sg_status scale_fwd(sg_node *node) {
+static sg_status scale_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_scale(x->dtype, sg_tensor_numel(x), a->alpha, x->data,
-                  node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda, sg_scale, sg_scale_cuda, x->dtype, sg_tensor_numel(x),
+                   a->alpha, x->data, node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status scale_bwd(sg_node *node) {
+static sg_status scale_bwd_on(sg_node *node, int cuda) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  return sg_scale(x->dtype, sg_tensor_numel(x), a->alpha, grad_of(node, 0),
-                  node->gin[0]);
+  return AG_KERNEL(cuda, sg_scale, sg_scale_cuda, x->dtype, sg_tensor_numel(x),
+                   a->alpha, grad_of(node, 0), node->gin[0]);
 }
 
-#if SG_HAVE_CUDA
-static sg_status scale_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const pw_attr *a = (const pw_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_scale_cuda(x->dtype, sg_tensor_numel(x), a->alpha, x->data,
-                       node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
-
-static sg_status scale_bwd_cuda(sg_node *node) {
-  const pw_attr *a = (const pw_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  return sg_scale_cuda(x->dtype, sg_tensor_numel(x), a->alpha, grad_of(node, 0),
-                       node->gin[0], NULL);
-}
-#endif
+AG_ENTRIES(scale)
 
 static const sg_op_def scale_op = {.name = "scale",
                                    .slots = {SG_SLOT_ACT},
@@ -725,66 +653,43 @@ fail:
   return st;
 }
 
-static sg_status bias_fwd(sg_node *node) {
+/* Device nodes are not sharded (ag_node_device): c0 is 0 there. */
+static sg_status bias_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const sg_tensor *x = &node->in[0]->value;
   int64_t c0 = 0;
   SG_TRY(bias_channel_offset(node, &c0));
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
   if (sg_tensor_numel(x) == 0) goto fail; /* an empty shard: nothing to add */
-  SG_TRY(sg_bias_forward(x->dtype, x->shape[0], x->shape[1], spatial_of(x),
-                         x->data,
-                         (const char *)node->in[1]->value.data +
-                             c0 * (int64_t)sg_dtype_size(x->dtype),
-                         node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda, sg_bias_forward, sg_bias_fwd_cuda, x->dtype,
+                   x->shape[0], x->shape[1], spatial_of(x), x->data,
+                   (const char *)node->in[1]->value.data +
+                       c0 * (int64_t)sg_dtype_size(x->dtype),
+                   node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status bias_bwd(sg_node *node) {
+static sg_status bias_bwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const sg_tensor *x = &node->in[0]->value;
   int64_t c0 = 0;
   SG_TRY(bias_channel_offset(node, &c0));
   if (sg_tensor_numel(x) == 0)
     goto fail; /* an empty shard adds nothing to db */
-  if (node->gin[0]) memcpy(node->gin[0], grad_of(node, 0), sg_tensor_nbytes(x));
-  if (node->gin[1])
-    SG_TRY(sg_bias_backward(
-        x->dtype, x->shape[0], x->shape[1], spatial_of(x), grad_of(node, 0),
-        (char *)node->gin[1] + c0 * (int64_t)sg_dtype_size(x->dtype)));
-fail:
-  return st;
-}
-
-#if SG_HAVE_CUDA
-/* device nodes are not sharded (ag_node_device): the whole bias */
-static sg_status bias_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const sg_tensor *x = &node->in[0]->value;
-  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  if (sg_tensor_numel(x) == 0) goto fail;
-  SG_TRY(sg_bias_fwd_cuda(x->dtype, x->shape[0], x->shape[1], spatial_of(x),
-                          x->data, node->in[1]->value.data,
-                          node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
-
-static sg_status bias_bwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const sg_tensor *x = &node->in[0]->value;
-  if (sg_tensor_numel(x) == 0) goto fail;
   if (node->gin[0])
     SG_TRY(ag_mem_copy(node->device, node->gin[0], node->device,
                        grad_of(node, 0), sg_tensor_nbytes(x)));
   if (node->gin[1])
-    SG_TRY(sg_bias_bwd_cuda(x->dtype, x->shape[0], x->shape[1], spatial_of(x),
-                            grad_of(node, 0), node->gin[1], NULL));
+    SG_TRY(AG_KERNEL(cuda, sg_bias_backward, sg_bias_bwd_cuda, x->dtype,
+                     x->shape[0], x->shape[1], spatial_of(x), grad_of(node, 0),
+                     (char *)node->gin[1] +
+                         c0 * (int64_t)sg_dtype_size(x->dtype)));
 fail:
   return st;
 }
-#endif
+
+AG_ENTRIES(bias)
 
 static const sg_op_def bias_op = {.name = "bias",
                                   .slots = {SG_SLOT_ACT, SG_SLOT_PARAM},
@@ -812,7 +717,7 @@ fail:
 
 /* ---- channel-wise linear ---------------------------------------------------- */
 
-static sg_status linear_fwd(sg_node *node) {
+static sg_status linear_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const conv_attr *a = (const conv_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
@@ -820,49 +725,25 @@ static sg_status linear_fwd(sg_node *node) {
   memcpy(shape, x->shape, sizeof shape);
   shape[1] = w->shape[0];
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
-  SG_TRY(sg_linear_forward(x->dtype, x->shape[0], x->shape[1], w->shape[0],
-                           spatial_of(x), x->data, w->data,
-                           a->has_bias ? node->in[2]->value.data : NULL,
-                           node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda, sg_linear_forward, sg_linear_fwd_cuda, x->dtype,
+                   x->shape[0], x->shape[1], w->shape[0], spatial_of(x),
+                   x->data, w->data,
+                   a->has_bias ? node->in[2]->value.data : NULL,
+                   node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status linear_bwd(sg_node *node) {
+static sg_status linear_bwd_on(sg_node *node, int cuda) {
   const conv_attr *a = (const conv_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
-  return sg_linear_backward(x->dtype, x->shape[0], x->shape[1], w->shape[0],
-                            spatial_of(x), x->data, w->data, grad_of(node, 0),
-                            node->gin[0], node->gin[1],
-                            a->has_bias ? node->gin[2] : NULL);
+  return AG_KERNEL(cuda, sg_linear_backward, sg_linear_bwd_cuda, x->dtype,
+                   x->shape[0], x->shape[1], w->shape[0], spatial_of(x),
+                   x->data, w->data, grad_of(node, 0), node->gin[0],
+                   node->gin[1], a->has_bias ? node->gin[2] : NULL);
 }
 
-#if SG_HAVE_CUDA
-static sg_status linear_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const conv_attr *a = (const conv_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
-  int64_t shape[SG_TENSOR_MAX_DIMS];
-  memcpy(shape, x->shape, sizeof shape);
-  shape[1] = w->shape[0];
-  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
-  SG_TRY(sg_linear_fwd_cuda(x->dtype, x->shape[0], x->shape[1], w->shape[0],
-                            spatial_of(x), x->data, w->data,
-                            a->has_bias ? node->in[2]->value.data : NULL,
-                            node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
-
-static sg_status linear_bwd_cuda(sg_node *node) {
-  const conv_attr *a = (const conv_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
-  return sg_linear_bwd_cuda(x->dtype, x->shape[0], x->shape[1], w->shape[0],
-                            spatial_of(x), x->data, w->data, grad_of(node, 0),
-                            node->gin[0], node->gin[1],
-                            a->has_bias ? node->gin[2] : NULL, NULL);
-}
-#endif
+AG_ENTRIES(linear)
 
 static const sg_op_def linear_op = {
     .name = "linear",
