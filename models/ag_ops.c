@@ -938,7 +938,21 @@ static unsigned norm_split(sg_norm_kind kind) {
                                  : SG_SPLIT_SPACE;
 }
 
-static sg_status norm_fwd(sg_node *node) {
+/* Gamma's or beta's value or gradient (input i; NULL where absent). */
+static const void *norm_param(const sg_node *node, int i) {
+  return i >= 0 ? node->in[i]->value.data : NULL;
+}
+
+static void *norm_param_grad(const sg_node *node, int i) {
+  return i >= 0 ? node->gin[i] : NULL;
+}
+
+/* Host: the statistics and sums span the node's split dims (norm_split),
+ * merged over its group; every rank takes part, an empty shard too. CUDA:
+ * the node is not sharded (ag_node_device), so this block's statistics and
+ * sums are the global ones (no group) and an empty block has nothing to
+ * do; batch norm is refused by the launchers (host only). */
+static sg_status norm_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const norm_attr *a = (const norm_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
@@ -948,97 +962,73 @@ static sg_status norm_fwd(sg_node *node) {
   sg_group_t g = NULL;
   SG_TRY(sg_norm_nstat(&d, &nstat));
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
+  if (cuda && (nstat == 0 || sg_tensor_numel(x) == 0)) goto fail;
   if (nstat > 0) {
     SG_TRY(sg_node_save(node, (size_t)nstat * sizeof *stats, (void **)&stats));
   } else {
     stats = tmp = calloc(1, sizeof *tmp);
     if (!tmp) SG_RAISE(SG_ERR_ALLOC, "norm statistics");
   }
-  SG_TRY(sg_norm_stats(&d, x->dtype, x->data, stats));
+  SG_TRY(AG_KERNEL(cuda, sg_norm_stats, sg_norm_stats_cuda, &d, x->dtype,
+                   x->data, stats));
   SG_TRY(sg_node_group(node, norm_split(a->kind), &g));
   if (g) SG_TRY(sg_norm_stats_allreduce(stats, nstat, sg_group_comm(g)));
-  SG_TRY(sg_norm_forward(&d, x->dtype, x->data, stats,
-                         a->gi >= 0 ? node->in[a->gi]->value.data : NULL,
-                         a->bi >= 0 ? node->in[a->bi]->value.data : NULL,
-                         node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda, sg_norm_forward, sg_norm_fwd_cuda, &d, x->dtype,
+                   x->data, stats, norm_param(node, a->gi),
+                   norm_param(node, a->bi), node->out[0]->value.data));
 fail:
   free(tmp);
   return st;
 }
 
-static sg_status norm_bwd(sg_node *node) {
+/* The backward's sums: host memory (malloc, as the host kernels' scratch
+ * always was) or the node's device memory. */
+static sg_status norm_sums_alloc(const sg_node *node, int cuda, int64_t n,
+                                 double **sums) {
+  sg_status st = SG_OK;
+  const size_t bytes = (size_t)n * sizeof **sums;
+  if (cuda) return ag_mem_alloc(node->device, bytes, 0, (void **)sums);
+  *sums = malloc(bytes);
+  if (!*sums) SG_RAISE(SG_ERR_ALLOC, "norm sums");
+fail:
+  return st;
+}
+
+static void norm_sums_free(const sg_node *node, int cuda, double **sums) {
+  if (cuda) {
+    ag_mem_free(node->device, (void **)sums);
+  } else {
+    free(*sums);
+    *sums = NULL;
+  }
+}
+
+static sg_status norm_bwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const norm_attr *a = (const norm_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   sg_norm_desc d = norm_desc_of(node);
   int64_t nstat = 0;
   double *sums = NULL;
-  SG_TRY(sg_norm_nstat(&d, &nstat));
-  if (nstat == 0) goto fail;
-  sums = malloc((size_t)(2 * nstat) * sizeof *sums);
-  if (!sums) SG_RAISE(SG_ERR_ALLOC, "norm sums");
-  const void *gamma = a->gi >= 0 ? node->in[a->gi]->value.data : NULL;
-  SG_TRY(sg_norm_backward_sums(&d, x->dtype, x->data, node->saved, gamma,
-                               grad_of(node, 0), sums));
   sg_group_t g = NULL;
+  SG_TRY(sg_norm_nstat(&d, &nstat));
+  if (nstat == 0 || (cuda && !node->saved)) goto fail;
+  SG_TRY(norm_sums_alloc(node, cuda, 2 * nstat, &sums));
+  const void *gamma = norm_param(node, a->gi);
+  SG_TRY(AG_KERNEL(cuda, sg_norm_backward_sums, sg_norm_sums_cuda, &d, x->dtype,
+                   x->data, node->saved, gamma, grad_of(node, 0), sums));
   SG_TRY(sg_node_group(node, norm_split(a->kind), &g));
   if (g) SG_TRY(sg_sum_allreduce(sums, 2 * nstat, sg_group_comm(g)));
-  SG_TRY(sg_norm_backward(&d, x->dtype, x->data, node->saved, gamma,
-                          grad_of(node, 0), sums, node->gin[0],
-                          a->gi >= 0 ? node->gin[a->gi] : NULL,
-                          a->bi >= 0 ? node->gin[a->bi] : NULL));
+  SG_TRY(AG_KERNEL(cuda, sg_norm_backward, sg_norm_bwd_cuda, &d, x->dtype,
+                   x->data, node->saved, gamma, grad_of(node, 0), sums,
+                   node->gin[0], norm_param_grad(node, a->gi),
+                   norm_param_grad(node, a->bi)));
 fail:
-  free(sums);
+  norm_sums_free(node, cuda, &sums);
   return st;
 }
 
-#if SG_HAVE_CUDA
-/* On the device: the node is not sharded (ag_node_device), so this block's
- * statistics and sums are the global ones; batch norm is refused by the
- * launchers (host only). */
-static sg_status norm_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const norm_attr *a = (const norm_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  sg_norm_desc d = norm_desc_of(node);
-  int64_t nstat = 0;
-  sg_moments *stats = NULL;
-  SG_TRY(sg_norm_nstat(&d, &nstat));
-  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  if (nstat == 0 || sg_tensor_numel(x) == 0) goto fail;
-  SG_TRY(sg_node_save(node, (size_t)nstat * sizeof *stats, (void **)&stats));
-  SG_TRY(sg_norm_stats_cuda(&d, x->dtype, x->data, stats, NULL));
-  SG_TRY(sg_norm_fwd_cuda(&d, x->dtype, x->data, stats,
-                          a->gi >= 0 ? node->in[a->gi]->value.data : NULL,
-                          a->bi >= 0 ? node->in[a->bi]->value.data : NULL,
-                          node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
-
-static sg_status norm_bwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const norm_attr *a = (const norm_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  sg_norm_desc d = norm_desc_of(node);
-  int64_t nstat = 0;
-  void *sums = NULL;
-  SG_TRY(sg_norm_nstat(&d, &nstat));
-  if (nstat == 0 || !node->saved) goto fail;
-  SG_TRY(ag_mem_alloc(node->device, (size_t)(2 * nstat) * sizeof(double), 0,
-                      &sums));
-  const void *gamma = a->gi >= 0 ? node->in[a->gi]->value.data : NULL;
-  SG_TRY(sg_norm_sums_cuda(&d, x->dtype, x->data, node->saved, gamma,
-                           grad_of(node, 0), sums, NULL));
-  SG_TRY(sg_norm_bwd_cuda(&d, x->dtype, x->data, node->saved, gamma,
-                          grad_of(node, 0), sums, node->gin[0],
-                          a->gi >= 0 ? node->gin[a->gi] : NULL,
-                          a->bi >= 0 ? node->gin[a->bi] : NULL, NULL));
-fail:
-  ag_mem_free(node->device, &sums);
-  return st;
-}
-#endif
+AG_ENTRIES(norm)
 
 static const sg_op_def norm_op = {
     .name = "norm",
