@@ -1082,89 +1082,47 @@ typedef struct loss_attr {
   int has_target;
 } loss_attr;
 
-/* saved: the (global) partial sums, then the gradient scale */
-static sg_status loss_fwd(sg_node *node) {
+/* saved: the (global) partial sums, then the gradient scale. On a device
+ * (not sharded) the partials are summed there and finished on the host (h,
+ * a few doubles), the scale copied back; on the host h is saved itself. */
+static sg_status loss_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const loss_attr *a = (const loss_attr *)node->attr;
   const sg_tensor *p = &node->in[0]->value;
+  const sg_device dev = node->device, host = sg_device_host();
   int64_t batch = p->shape[0], np = sg_loss_npartial(a->kind, batch), one = 1;
-  double *saved = NULL, value = 0;
+  double *saved = NULL, *h = NULL, value = 0;
   SG_TRY(
       sg_node_save(node, (size_t)(np + 1) * sizeof(double), (void **)&saved));
-  saved[np] = 1.0;
-  if (sg_tensor_numel(p) > 0)
-    SG_TRY(
-        sg_loss_partial(a->kind, p->dtype, batch, sg_tensor_numel(p), p->data,
-                        a->has_target ? node->in[1]->value.data : NULL, saved));
+  h = cuda ? calloc((size_t)np + 1, sizeof *h) : saved;
+  if (!h) SG_RAISE(SG_ERR_ALLOC, "loss partials");
+  h[np] = 1.0;
+  if (sg_tensor_numel(p) > 0) {
+    SG_TRY(AG_KERNEL(cuda, sg_loss_partial, sg_loss_partial_cuda, a->kind,
+                     p->dtype, batch, sg_tensor_numel(p), p->data,
+                     a->has_target ? node->in[1]->value.data : NULL, saved));
+    if (cuda) SG_TRY(ag_mem_copy(host, h, dev, saved, (size_t)np * sizeof *h));
+  }
   if (node->mesh)
     SG_TRY(sg_sharded_loss_reduce(node->mesh, a->kind, node->split_space,
                                   node->split_batch, batch,
-                                  sg_node_in_global_shape(node, 0)[0], saved,
-                                  &value, &saved[np]));
+                                  sg_node_in_global_shape(node, 0)[0], h,
+                                  &value, &h[np]));
   else
-    SG_TRY(sg_loss_finish(a->kind, batch, saved, &value));
-  SG_TRY(sg_node_alloc_out(node, 0, 1, &one));
-  if (p->dtype == SG_DTYPE_F32)
-    *(float *)node->out[0]->value.data = (float)value;
-  else
-    *(double *)node->out[0]->value.data = value;
-fail:
-  return st;
-}
-
-static sg_status loss_bwd(sg_node *node) {
-  const loss_attr *a = (const loss_attr *)node->attr;
-  const sg_tensor *p = &node->in[0]->value;
-  const sg_tensor *g = &node->out[0]->grad;
-  const double *saved = node->saved;
-  double gv = g->dtype == SG_DTYPE_F32 ? (double)*(const float *)g->data
-                                       : *(const double *)g->data;
-  gv *= saved[sg_loss_npartial(a->kind, p->shape[0])];
-  if (sg_tensor_numel(p) == 0) return SG_OK;
-  return sg_loss_backward(a->kind, p->dtype, p->shape[0], sg_tensor_numel(p),
-                          p->data,
-                          a->has_target ? node->in[1]->value.data : NULL, saved,
-                          gv, node->gin[0],
-                          a->has_target ? node->gin[1] : NULL);
-}
-
-#if SG_HAVE_CUDA
-/* On the device (not sharded): the partials there, their finish on the
- * host (a few doubles), the value and the gradient scale saved[np] back
- * on the device. */
-static sg_status loss_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const loss_attr *a = (const loss_attr *)node->attr;
-  const sg_tensor *p = &node->in[0]->value;
-  const sg_device dev = node->device;
-  int64_t batch = p->shape[0], np = sg_loss_npartial(a->kind, batch), one = 1;
-  double *saved = NULL, *h = calloc((size_t)np + 1, sizeof *h), value = 0;
-  if (!h) SG_RAISE(SG_ERR_ALLOC, "loss partials");
-  SG_TRY(
-      sg_node_save(node, (size_t)(np + 1) * sizeof(double), (void **)&saved));
-  if (sg_tensor_numel(p) > 0) {
-    SG_TRY(sg_loss_partial_cuda(a->kind, p->dtype, batch, sg_tensor_numel(p),
-                                p->data,
-                                a->has_target ? node->in[1]->value.data : NULL,
-                                saved, NULL));
-    SG_TRY(
-        ag_mem_copy(sg_device_host(), h, dev, saved, (size_t)np * sizeof *h));
-  }
-  h[np] = 1.0;
-  SG_TRY(ag_mem_copy(dev, saved + np, sg_device_host(), h + np, sizeof *h));
-  SG_TRY(sg_loss_finish(a->kind, batch, h, &value));
+    SG_TRY(sg_loss_finish(a->kind, batch, h, &value));
+  if (cuda) SG_TRY(ag_mem_copy(dev, saved + np, host, h + np, sizeof *h));
   SG_TRY(sg_node_alloc_out(node, 0, 1, &one));
   const float v32 = (float)value;
   const int f32 = p->dtype == SG_DTYPE_F32;
-  SG_TRY(ag_mem_copy(dev, node->out[0]->value.data, sg_device_host(),
+  SG_TRY(ag_mem_copy(dev, node->out[0]->value.data, host,
                      f32 ? (const void *)&v32 : (const void *)&value,
                      f32 ? sizeof v32 : sizeof value));
 fail:
-  free(h);
+  if (cuda) free(h);
   return st;
 }
 
-static sg_status loss_bwd_cuda(sg_node *node) {
+static sg_status loss_bwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const loss_attr *a = (const loss_attr *)node->attr;
   const sg_tensor *p = &node->in[0]->value;
@@ -1180,15 +1138,15 @@ static sg_status loss_bwd_cuda(sg_node *node) {
                      sizeof scale));
   gv = (f32 ? (double)g32 : gv) * scale;
   if (sg_tensor_numel(p) == 0) goto fail;
-  SG_TRY(sg_loss_bwd_cuda(a->kind, p->dtype, p->shape[0], sg_tensor_numel(p),
-                          p->data,
-                          a->has_target ? node->in[1]->value.data : NULL, saved,
-                          gv, node->gin[0], a->has_target ? node->gin[1] : NULL,
-                          NULL));
+  SG_TRY(AG_KERNEL(cuda, sg_loss_backward, sg_loss_bwd_cuda, a->kind, p->dtype,
+                   p->shape[0], sg_tensor_numel(p), p->data,
+                   a->has_target ? node->in[1]->value.data : NULL, saved, gv,
+                   node->gin[0], a->has_target ? node->gin[1] : NULL));
 fail:
   return st;
 }
-#endif
+
+AG_ENTRIES(loss)
 
 static const sg_op_def loss_op = {.name = "loss",
                                   .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
