@@ -430,26 +430,19 @@ static sg_status up_bwd_on(sg_node *node, int cuda) {
 
 AG_ENTRIES(up)
 
+/* The up-sampling ops' table but its name (spelt out in each table: the
+ * registry test reads the names from the sources). */
+#define UP_OP_DEF                                                \
+  .slots = {SG_SLOT_ACT}, .forward = up_fwd, .backward = up_bwd, \
+  .rule = {.windowed_input = 0,                                  \
+           .accepts = WINDOW_ACCEPTS,                            \
+           .out = SG_OUT_LIKE_INPUT},                            \
+  .forward_cuda = AG_CUDA(up_fwd_cuda), .backward_cuda = AG_CUDA(up_bwd_cuda)
+
 /* Linear: every input cell needs one neighbour per side (a window of 3,
  * stride 1, replicate at the global border: PyTorch's edge clamping). */
-static const sg_op_def up_linear_op = {.name = "upsample_linear",
-                                       .slots = {SG_SLOT_ACT},
-                                       .forward = up_fwd,
-                                       .backward = up_bwd,
-                                       .rule = {.windowed_input = 0,
-                                                .accepts = WINDOW_ACCEPTS,
-                                                .out = SG_OUT_LIKE_INPUT},
-                                       .forward_cuda = AG_CUDA(up_fwd_cuda),
-                                       .backward_cuda = AG_CUDA(up_bwd_cuda)};
-static const sg_op_def up_nearest_op = {.name = "upsample_nearest",
-                                        .slots = {SG_SLOT_ACT},
-                                        .forward = up_fwd,
-                                        .backward = up_bwd,
-                                        .rule = {.windowed_input = 0,
-                                                 .accepts = WINDOW_ACCEPTS,
-                                                 .out = SG_OUT_LIKE_INPUT},
-                                        .forward_cuda = AG_CUDA(up_fwd_cuda),
-                                        .backward_cuda = AG_CUDA(up_bwd_cuda)};
+static const sg_op_def up_linear_op = {.name = "upsample_linear", UP_OP_DEF};
+static const sg_op_def up_nearest_op = {.name = "upsample_nearest", UP_OP_DEF};
 
 sg_status sg_ag_upsample(sg_tape_t t, sg_upsample_kind kind, sg_var *x,
                          const int64_t *scale, sg_var **y) {
@@ -551,31 +544,24 @@ static sg_status binary_bwd_on(sg_node *node, int cuda) {
 
 AG_ENTRIES(binary)
 
-static const sg_op_def binary_op = {.name = "binary",
-                                    .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
-                                    .forward = binary_fwd,
-                                    .backward = binary_bwd,
-                                    .rule = {.windowed_input = -1,
-                                             .accepts = SG_ACCEPT_ALL,
-                                             .out = SG_OUT_LIKE_INPUT,
-                                             .writes_gin = 3u},
-                                    .forward_cuda = AG_CUDA(binary_fwd_cuda),
-                                    .backward_cuda = AG_CUDA(binary_bwd_cuda)};
+/* The binary ops' table but its name and grad_identity (as UP_OP_DEF). */
+#define BINARY_OP_DEF(identity)                               \
+  .slots = {SG_SLOT_ACT, SG_SLOT_ACT}, .forward = binary_fwd, \
+  .backward = binary_bwd,                                     \
+  .rule = {.windowed_input = -1,                              \
+           .accepts = SG_ACCEPT_ALL,                          \
+           .out = SG_OUT_LIKE_INPUT,                          \
+           .writes_gin = 3u,                                  \
+           .grad_identity = identity},                        \
+  .forward_cuda = AG_CUDA(binary_fwd_cuda),                   \
+  .backward_cuda = AG_CUDA(binary_bwd_cuda)
+
+static const sg_op_def binary_op = {.name = "binary", BINARY_OP_DEF(0u)};
 
 /* a + b: both input gradients are the output's (no copies: the tape hands
  * the buffer over; the copy kernel was 1.9% of an FNO step) */
-static const sg_op_def binary_add_op = {
-    .name = "binary_add",
-    .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
-    .forward = binary_fwd,
-    .backward = binary_bwd,
-    .rule = {.windowed_input = -1,
-             .accepts = SG_ACCEPT_ALL,
-             .out = SG_OUT_LIKE_INPUT,
-             .writes_gin = 3u,
-             .grad_identity = 3u},
-    .forward_cuda = AG_CUDA(binary_fwd_cuda),
-    .backward_cuda = AG_CUDA(binary_bwd_cuda)};
+static const sg_op_def binary_add_op = {.name = "binary_add",
+                                        BINARY_OP_DEF(3u)};
 
 sg_status sg_ag_binary(sg_tape_t t, sg_binary op, sg_var *a, sg_var *b,
                        sg_var **y) {
