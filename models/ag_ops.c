@@ -20,6 +20,26 @@
 #define AG_CUDA(f) NULL
 #endif
 
+/* One body per op for both devices: X_fwd_on / X_bwd_on(node, cuda) call
+ * their kernel through AG_KERNEL, the host kernel or (cuda) its launcher of
+ * sg_ops_cuda.h with the same arguments and the stream NULL; AG_ENTRIES(X)
+ * defines the entries X_fwd, X_bwd (host) and X_fwd_cuda, X_bwd_cuda over
+ * them. Without CUDA the host call is all that is compiled. */
+#if SG_HAVE_CUDA
+#define AG_KERNEL(cuda, host, dev, ...) \
+  ((cuda) ? dev(__VA_ARGS__, NULL) : host(__VA_ARGS__))
+#define AG_ENTRIES_CUDA(x)                                                     \
+  static sg_status x##_fwd_cuda(sg_node *node) { return x##_fwd_on(node, 1); } \
+  static sg_status x##_bwd_cuda(sg_node *node) { return x##_bwd_on(node, 1); }
+#else
+#define AG_KERNEL(cuda, host, dev, ...) ((void)(cuda), host(__VA_ARGS__))
+#define AG_ENTRIES_CUDA(x)
+#endif
+#define AG_ENTRIES(x)                                                     \
+  static sg_status x##_fwd(sg_node *node) { return x##_fwd_on(node, 0); } \
+  static sg_status x##_bwd(sg_node *node) { return x##_bwd_on(node, 0); } \
+  AG_ENTRIES_CUDA(x)
+
 static int64_t spatial_of(const sg_tensor *t) {
   int64_t n = 1;
   for (int i = 2; i < t->ndim; ++i) n *= t->shape[i];
@@ -332,43 +352,26 @@ fail:
   return st;
 }
 
-static sg_status pool_fwd(sg_node *node) {
+static sg_status pool_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const pool_attr *a = (const pool_attr *)node->attr;
   sg_conv_desc d;
   SG_TRY(pool_prepare(node, &d));
-  SG_TRY(sg_pool_forward(a->kind, &d, node->xin.dtype, node->xin.data,
-                         node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda, sg_pool_forward, sg_pool_fwd_cuda, a->kind, &d,
+                   node->xin.dtype, node->xin.data, node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status pool_bwd(sg_node *node) {
+static sg_status pool_bwd_on(sg_node *node, int cuda) {
   const pool_attr *a = (const pool_attr *)node->attr;
   sg_conv_desc d = pool_desc_of(node);
-  return sg_pool_backward(a->kind, &d, node->xin.dtype, node->xin.data,
-                          grad_of(node, 0), node->gin[0]);
+  return AG_KERNEL(cuda, sg_pool_backward, sg_pool_bwd_cuda, a->kind, &d,
+                   node->xin.dtype, node->xin.data, grad_of(node, 0),
+                   node->gin[0]);
 }
 
-#if SG_HAVE_CUDA
-static sg_status pool_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const pool_attr *a = (const pool_attr *)node->attr;
-  sg_conv_desc d;
-  SG_TRY(pool_prepare(node, &d));
-  SG_TRY(sg_pool_fwd_cuda(a->kind, &d, node->xin.dtype, node->xin.data,
-                          node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
-
-static sg_status pool_bwd_cuda(sg_node *node) {
-  const pool_attr *a = (const pool_attr *)node->attr;
-  sg_conv_desc d = pool_desc_of(node);
-  return sg_pool_bwd_cuda(a->kind, &d, node->xin.dtype, node->xin.data,
-                          grad_of(node, 0), node->gin[0], NULL);
-}
-#endif
+AG_ENTRIES(pool)
 
 static const sg_op_def pool_op = {.name = "pool",
                                   .slots = {SG_SLOT_ACT},
@@ -416,68 +419,41 @@ static sg_status up_alloc_out(sg_node *node) {
   return sg_node_alloc_out(node, 0, 2 + a->nsp, shape);
 }
 
-static sg_status up_fwd(sg_node *node) {
+static sg_status up_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const up_attr *a = (const up_attr *)node->attr;
   const sg_tensor *x = up_input(node);
   SG_TRY(up_alloc_out(node));
-  SG_TRY(sg_upsample_forward(a->kind, a->nsp, x->shape[0] * x->shape[1],
-                             x->shape + 2, a->scale, x->dtype, x->data,
-                             node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda, sg_upsample_forward, sg_upsample_fwd_cuda, a->kind,
+                   a->nsp, x->shape[0] * x->shape[1], x->shape + 2, a->scale,
+                   x->dtype, x->data, node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status up_bwd(sg_node *node) {
+static sg_status up_bwd_on(sg_node *node, int cuda) {
   const up_attr *a = (const up_attr *)node->attr;
   const sg_tensor *x = up_input(node);
-  return sg_upsample_backward(a->kind, a->nsp, x->shape[0] * x->shape[1],
-                              x->shape + 2, a->scale, x->dtype,
-                              grad_of(node, 0), node->gin[0]);
+  return AG_KERNEL(cuda, sg_upsample_backward, sg_upsample_bwd_cuda, a->kind,
+                   a->nsp, x->shape[0] * x->shape[1], x->shape + 2, a->scale,
+                   x->dtype, grad_of(node, 0), node->gin[0]);
 }
 
-#if SG_HAVE_CUDA
-static sg_status up_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const up_attr *a = (const up_attr *)node->attr;
-  const sg_tensor *x = up_input(node);
-  SG_TRY(up_alloc_out(node));
-  SG_TRY(sg_upsample_fwd_cuda(a->kind, a->nsp, x->shape[0] * x->shape[1],
-                              x->shape + 2, a->scale, x->dtype, x->data,
-                              node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
+AG_ENTRIES(up)
 
-static sg_status up_bwd_cuda(sg_node *node) {
-  const up_attr *a = (const up_attr *)node->attr;
-  const sg_tensor *x = up_input(node);
-  return sg_upsample_bwd_cuda(a->kind, a->nsp, x->shape[0] * x->shape[1],
-                              x->shape + 2, a->scale, x->dtype,
-                              grad_of(node, 0), node->gin[0], NULL);
-}
-#endif
+/* The up-sampling ops' table but its name (spelt out in each table: the
+ * registry test reads the names from the sources). */
+#define UP_OP_DEF                                                \
+  .slots = {SG_SLOT_ACT}, .forward = up_fwd, .backward = up_bwd, \
+  .rule = {.windowed_input = 0,                                  \
+           .accepts = WINDOW_ACCEPTS,                            \
+           .out = SG_OUT_LIKE_INPUT},                            \
+  .forward_cuda = AG_CUDA(up_fwd_cuda), .backward_cuda = AG_CUDA(up_bwd_cuda)
 
 /* Linear: every input cell needs one neighbour per side (a window of 3,
  * stride 1, replicate at the global border: PyTorch's edge clamping). */
-static const sg_op_def up_linear_op = {.name = "upsample_linear",
-                                       .slots = {SG_SLOT_ACT},
-                                       .forward = up_fwd,
-                                       .backward = up_bwd,
-                                       .rule = {.windowed_input = 0,
-                                                .accepts = WINDOW_ACCEPTS,
-                                                .out = SG_OUT_LIKE_INPUT},
-                                       .forward_cuda = AG_CUDA(up_fwd_cuda),
-                                       .backward_cuda = AG_CUDA(up_bwd_cuda)};
-static const sg_op_def up_nearest_op = {.name = "upsample_nearest",
-                                        .slots = {SG_SLOT_ACT},
-                                        .forward = up_fwd,
-                                        .backward = up_bwd,
-                                        .rule = {.windowed_input = 0,
-                                                 .accepts = WINDOW_ACCEPTS,
-                                                 .out = SG_OUT_LIKE_INPUT},
-                                        .forward_cuda = AG_CUDA(up_fwd_cuda),
-                                        .backward_cuda = AG_CUDA(up_bwd_cuda)};
+static const sg_op_def up_linear_op = {.name = "upsample_linear", UP_OP_DEF};
+static const sg_op_def up_nearest_op = {.name = "upsample_nearest", UP_OP_DEF};
 
 sg_status sg_ag_upsample(sg_tape_t t, sg_upsample_kind kind, sg_var *x,
                          const int64_t *scale, sg_var **y) {
@@ -511,47 +487,31 @@ typedef struct pw_attr {
   double alpha;
 } pw_attr;
 
-static sg_status act_fwd(sg_node *node) {
+static sg_status act_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY((ag_round_outputs() ? sg_act_forward_bf16 : sg_act_forward)(
-      (sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
-      node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda,
+                   (ag_round_outputs() ? sg_act_forward_bf16 : sg_act_forward),
+                   sg_act_fwd_cuda, (sg_act)a->code, x->dtype,
+                   sg_tensor_numel(x), x->data, node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status act_bwd(sg_node *node) {
+static sg_status act_bwd_on(sg_node *node, int cuda) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  const int rnd = node->round_gin & 1u; /* dx whole: rounded in the pass */
+  /* dx whole: rounded in the pass (host kernels only) */
+  const int rnd = !cuda && (node->round_gin & 1u);
   node->rounded_gin = rnd;
-  return (rnd ? sg_act_backward_bf16
-              : sg_act_backward)((sg_act)a->code, x->dtype, sg_tensor_numel(x),
-                                 x->data, grad_of(node, 0), node->gin[0]);
+  return AG_KERNEL(cuda, (rnd ? sg_act_backward_bf16 : sg_act_backward),
+                   sg_act_bwd_cuda, (sg_act)a->code, x->dtype,
+                   sg_tensor_numel(x), x->data, grad_of(node, 0), node->gin[0]);
 }
 
-#if SG_HAVE_CUDA
-static sg_status act_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const pw_attr *a = (const pw_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_act_fwd_cuda((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
-                         node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
-
-static sg_status act_bwd_cuda(sg_node *node) {
-  const pw_attr *a = (const pw_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  return sg_act_bwd_cuda((sg_act)a->code, x->dtype, sg_tensor_numel(x), x->data,
-                         grad_of(node, 0), node->gin[0], NULL);
-}
-#endif
+AG_ENTRIES(act)
 
 static const sg_op_def act_op = {.name = "act",
                                  .slots = {SG_SLOT_ACT},
@@ -575,79 +535,51 @@ fail:
   return st;
 }
 
-static sg_status binary_fwd(sg_node *node) {
+static sg_status binary_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY((ag_round_outputs() ? sg_binary_forward_bf16 : sg_binary_forward)(
-      (sg_binary)a->code, x->dtype, sg_tensor_numel(x), x->data,
-      node->in[1]->value.data, node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(
+      cuda, (ag_round_outputs() ? sg_binary_forward_bf16 : sg_binary_forward),
+      sg_binary_fwd_cuda, (sg_binary)a->code, x->dtype, sg_tensor_numel(x),
+      x->data, node->in[1]->value.data, node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status binary_bwd(sg_node *node) {
+static sg_status binary_bwd_on(sg_node *node, int cuda) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   if (!node->gin[0] && !node->gin[1])
     return SG_OK; /* addition: the tape routes both */
-  return sg_binary_backward((sg_binary)a->code, x->dtype, sg_tensor_numel(x),
-                            x->data, node->in[1]->value.data, grad_of(node, 0),
-                            node->gin[0], node->gin[1]);
+  return AG_KERNEL(cuda, sg_binary_backward, sg_binary_bwd_cuda,
+                   (sg_binary)a->code, x->dtype, sg_tensor_numel(x), x->data,
+                   node->in[1]->value.data, grad_of(node, 0), node->gin[0],
+                   node->gin[1]);
 }
 
-#if SG_HAVE_CUDA
-static sg_status binary_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const pw_attr *a = (const pw_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_binary_fwd_cuda((sg_binary)a->code, x->dtype, sg_tensor_numel(x),
-                            x->data, node->in[1]->value.data,
-                            node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
+AG_ENTRIES(binary)
 
-static sg_status binary_bwd_cuda(sg_node *node) {
-  const pw_attr *a = (const pw_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  if (!node->gin[0] && !node->gin[1])
-    return SG_OK; /* addition: the tape routes both */
-  return sg_binary_bwd_cuda((sg_binary)a->code, x->dtype, sg_tensor_numel(x),
-                            x->data, node->in[1]->value.data, grad_of(node, 0),
-                            node->gin[0], node->gin[1], NULL);
-}
-#endif
+/* The binary ops' table but its name and grad_identity (as UP_OP_DEF). */
+#define BINARY_OP_DEF(identity)                               \
+  .slots = {SG_SLOT_ACT, SG_SLOT_ACT}, .forward = binary_fwd, \
+  .backward = binary_bwd,                                     \
+  .rule = {.windowed_input = -1,                              \
+           .accepts = SG_ACCEPT_ALL,                          \
+           .out = SG_OUT_LIKE_INPUT,                          \
+           .writes_gin = 3u,                                  \
+           .grad_identity = identity,                         \
+           .rounds_bf16 = 1},                                 \
+  .forward_cuda = AG_CUDA(binary_fwd_cuda),                   \
+  .backward_cuda = AG_CUDA(binary_bwd_cuda)
 
-static const sg_op_def binary_op = {.name = "binary",
-                                    .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
-                                    .forward = binary_fwd,
-                                    .backward = binary_bwd,
-                                    .rule = {.windowed_input = -1,
-                                             .accepts = SG_ACCEPT_ALL,
-                                             .out = SG_OUT_LIKE_INPUT,
-                                             .writes_gin = 3u,
-                                             .rounds_bf16 = 1},
-                                    .forward_cuda = AG_CUDA(binary_fwd_cuda),
-                                    .backward_cuda = AG_CUDA(binary_bwd_cuda)};
+static const sg_op_def binary_op = {.name = "binary", BINARY_OP_DEF(0u)};
 
 /* a + b: both input gradients are the output's (no copies: the tape hands
  * the buffer over; the copy kernel was 1.9% of an FNO step) */
-static const sg_op_def binary_add_op = {
-    .name = "binary_add",
-    .slots = {SG_SLOT_ACT, SG_SLOT_ACT},
-    .forward = binary_fwd,
-    .backward = binary_bwd,
-    .rule = {.windowed_input = -1,
-             .accepts = SG_ACCEPT_ALL,
-             .out = SG_OUT_LIKE_INPUT,
-             .writes_gin = 3u,
-             .grad_identity = 3u,
-             .rounds_bf16 = 1},
-    .forward_cuda = AG_CUDA(binary_fwd_cuda),
-    .backward_cuda = AG_CUDA(binary_bwd_cuda)};
+static const sg_op_def binary_add_op = {.name = "binary_add",
+                                        BINARY_OP_DEF(3u)};
 
 sg_status sg_ag_binary(sg_tape_t t, sg_binary op, sg_var *a, sg_var *b,
                        sg_var **y) {
@@ -667,43 +599,25 @@ fail:
   return st;
 }
 
-static sg_status scale_fwd(sg_node *node) {
+static sg_status scale_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_scale(x->dtype, sg_tensor_numel(x), a->alpha, x->data,
-                  node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda, sg_scale, sg_scale_cuda, x->dtype, sg_tensor_numel(x),
+                   a->alpha, x->data, node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status scale_bwd(sg_node *node) {
+static sg_status scale_bwd_on(sg_node *node, int cuda) {
   const pw_attr *a = (const pw_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  return sg_scale(x->dtype, sg_tensor_numel(x), a->alpha, grad_of(node, 0),
-                  node->gin[0]);
+  return AG_KERNEL(cuda, sg_scale, sg_scale_cuda, x->dtype, sg_tensor_numel(x),
+                   a->alpha, grad_of(node, 0), node->gin[0]);
 }
 
-#if SG_HAVE_CUDA
-static sg_status scale_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const pw_attr *a = (const pw_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  SG_TRY(sg_scale_cuda(x->dtype, sg_tensor_numel(x), a->alpha, x->data,
-                       node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
-
-static sg_status scale_bwd_cuda(sg_node *node) {
-  const pw_attr *a = (const pw_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  return sg_scale_cuda(x->dtype, sg_tensor_numel(x), a->alpha, grad_of(node, 0),
-                       node->gin[0], NULL);
-}
-#endif
+AG_ENTRIES(scale)
 
 static const sg_op_def scale_op = {.name = "scale",
                                    .slots = {SG_SLOT_ACT},
@@ -743,66 +657,43 @@ fail:
   return st;
 }
 
-static sg_status bias_fwd(sg_node *node) {
+/* Device nodes are not sharded (ag_node_device): c0 is 0 there. */
+static sg_status bias_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const sg_tensor *x = &node->in[0]->value;
   int64_t c0 = 0;
   SG_TRY(bias_channel_offset(node, &c0));
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
   if (sg_tensor_numel(x) == 0) goto fail; /* an empty shard: nothing to add */
-  SG_TRY(sg_bias_forward(x->dtype, x->shape[0], x->shape[1], spatial_of(x),
-                         x->data,
-                         (const char *)node->in[1]->value.data +
-                             c0 * (int64_t)sg_dtype_size(x->dtype),
-                         node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda, sg_bias_forward, sg_bias_fwd_cuda, x->dtype,
+                   x->shape[0], x->shape[1], spatial_of(x), x->data,
+                   (const char *)node->in[1]->value.data +
+                       c0 * (int64_t)sg_dtype_size(x->dtype),
+                   node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status bias_bwd(sg_node *node) {
+static sg_status bias_bwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const sg_tensor *x = &node->in[0]->value;
   int64_t c0 = 0;
   SG_TRY(bias_channel_offset(node, &c0));
   if (sg_tensor_numel(x) == 0)
     goto fail; /* an empty shard adds nothing to db */
-  if (node->gin[0]) memcpy(node->gin[0], grad_of(node, 0), sg_tensor_nbytes(x));
-  if (node->gin[1])
-    SG_TRY(sg_bias_backward(
-        x->dtype, x->shape[0], x->shape[1], spatial_of(x), grad_of(node, 0),
-        (char *)node->gin[1] + c0 * (int64_t)sg_dtype_size(x->dtype)));
-fail:
-  return st;
-}
-
-#if SG_HAVE_CUDA
-/* device nodes are not sharded (ag_node_device): the whole bias */
-static sg_status bias_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const sg_tensor *x = &node->in[0]->value;
-  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  if (sg_tensor_numel(x) == 0) goto fail;
-  SG_TRY(sg_bias_fwd_cuda(x->dtype, x->shape[0], x->shape[1], spatial_of(x),
-                          x->data, node->in[1]->value.data,
-                          node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
-
-static sg_status bias_bwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const sg_tensor *x = &node->in[0]->value;
-  if (sg_tensor_numel(x) == 0) goto fail;
   if (node->gin[0])
     SG_TRY(ag_mem_copy(node->device, node->gin[0], node->device,
                        grad_of(node, 0), sg_tensor_nbytes(x)));
   if (node->gin[1])
-    SG_TRY(sg_bias_bwd_cuda(x->dtype, x->shape[0], x->shape[1], spatial_of(x),
-                            grad_of(node, 0), node->gin[1], NULL));
+    SG_TRY(AG_KERNEL(cuda, sg_bias_backward, sg_bias_bwd_cuda, x->dtype,
+                     x->shape[0], x->shape[1], spatial_of(x), grad_of(node, 0),
+                     (char *)node->gin[1] +
+                         c0 * (int64_t)sg_dtype_size(x->dtype)));
 fail:
   return st;
 }
-#endif
+
+AG_ENTRIES(bias)
 
 static const sg_op_def bias_op = {.name = "bias",
                                   .slots = {SG_SLOT_ACT, SG_SLOT_PARAM},
@@ -830,7 +721,7 @@ fail:
 
 /* ---- channel-wise linear ---------------------------------------------------- */
 
-static sg_status linear_fwd(sg_node *node) {
+static sg_status linear_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const conv_attr *a = (const conv_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
@@ -838,49 +729,25 @@ static sg_status linear_fwd(sg_node *node) {
   memcpy(shape, x->shape, sizeof shape);
   shape[1] = w->shape[0];
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
-  SG_TRY((ag_round_outputs() ? sg_linear_forward_bf16 : sg_linear_forward)(
-      x->dtype, x->shape[0], x->shape[1], w->shape[0], spatial_of(x), x->data,
-      w->data, a->has_bias ? node->in[2]->value.data : NULL,
-      node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(
+      cuda, (ag_round_outputs() ? sg_linear_forward_bf16 : sg_linear_forward),
+      sg_linear_fwd_cuda, x->dtype, x->shape[0], x->shape[1], w->shape[0],
+      spatial_of(x), x->data, w->data,
+      a->has_bias ? node->in[2]->value.data : NULL, node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status linear_bwd(sg_node *node) {
+static sg_status linear_bwd_on(sg_node *node, int cuda) {
   const conv_attr *a = (const conv_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
-  return sg_linear_backward(x->dtype, x->shape[0], x->shape[1], w->shape[0],
-                            spatial_of(x), x->data, w->data, grad_of(node, 0),
-                            node->gin[0], node->gin[1],
-                            a->has_bias ? node->gin[2] : NULL);
+  return AG_KERNEL(cuda, sg_linear_backward, sg_linear_bwd_cuda, x->dtype,
+                   x->shape[0], x->shape[1], w->shape[0], spatial_of(x),
+                   x->data, w->data, grad_of(node, 0), node->gin[0],
+                   node->gin[1], a->has_bias ? node->gin[2] : NULL);
 }
 
-#if SG_HAVE_CUDA
-static sg_status linear_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const conv_attr *a = (const conv_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
-  int64_t shape[SG_TENSOR_MAX_DIMS];
-  memcpy(shape, x->shape, sizeof shape);
-  shape[1] = w->shape[0];
-  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
-  SG_TRY(sg_linear_fwd_cuda(x->dtype, x->shape[0], x->shape[1], w->shape[0],
-                            spatial_of(x), x->data, w->data,
-                            a->has_bias ? node->in[2]->value.data : NULL,
-                            node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
-
-static sg_status linear_bwd_cuda(sg_node *node) {
-  const conv_attr *a = (const conv_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
-  return sg_linear_bwd_cuda(x->dtype, x->shape[0], x->shape[1], w->shape[0],
-                            spatial_of(x), x->data, w->data, grad_of(node, 0),
-                            node->gin[0], node->gin[1],
-                            a->has_bias ? node->gin[2] : NULL, NULL);
-}
-#endif
+AG_ENTRIES(linear)
 
 static const sg_op_def linear_op = {
     .name = "linear",
@@ -1077,7 +944,21 @@ static unsigned norm_split(sg_norm_kind kind) {
                                  : SG_SPLIT_SPACE;
 }
 
-static sg_status norm_fwd(sg_node *node) {
+/* Gamma's or beta's value or gradient (input i; NULL where absent). */
+static const void *norm_param(const sg_node *node, int i) {
+  return i >= 0 ? node->in[i]->value.data : NULL;
+}
+
+static void *norm_param_grad(const sg_node *node, int i) {
+  return i >= 0 ? node->gin[i] : NULL;
+}
+
+/* Host: the statistics and sums span the node's split dims (norm_split),
+ * merged over its group; every rank takes part, an empty shard too. CUDA:
+ * the node is not sharded (ag_node_device), so this block's statistics and
+ * sums are the global ones (no group) and an empty block has nothing to
+ * do; batch norm is refused by the launchers (host only). */
+static sg_status norm_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const norm_attr *a = (const norm_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
@@ -1087,99 +968,76 @@ static sg_status norm_fwd(sg_node *node) {
   sg_group_t g = NULL;
   SG_TRY(sg_norm_nstat(&d, &nstat));
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
+  if (cuda && (nstat == 0 || sg_tensor_numel(x) == 0)) goto fail;
   if (nstat > 0) {
     SG_TRY(sg_node_save(node, (size_t)nstat * sizeof *stats, (void **)&stats));
   } else {
     stats = tmp = calloc(1, sizeof *tmp);
     if (!tmp) SG_RAISE(SG_ERR_ALLOC, "norm statistics");
   }
-  SG_TRY(sg_norm_stats(&d, x->dtype, x->data, stats));
+  SG_TRY(AG_KERNEL(cuda, sg_norm_stats, sg_norm_stats_cuda, &d, x->dtype,
+                   x->data, stats));
   SG_TRY(sg_node_group(node, norm_split(a->kind), &g));
   if (g) SG_TRY(sg_norm_stats_allreduce(stats, nstat, sg_group_comm(g)));
-  SG_TRY(sg_norm_forward(&d, x->dtype, x->data, stats,
-                         a->gi >= 0 ? node->in[a->gi]->value.data : NULL,
-                         a->bi >= 0 ? node->in[a->bi]->value.data : NULL,
-                         node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda, sg_norm_forward, sg_norm_fwd_cuda, &d, x->dtype,
+                   x->data, stats, norm_param(node, a->gi),
+                   norm_param(node, a->bi), node->out[0]->value.data));
 fail:
   free(tmp);
   return st;
 }
 
-static sg_status norm_bwd(sg_node *node) {
+/* The backward's sums: host memory (malloc, as the host kernels' scratch
+ * always was) or the node's device memory. */
+static sg_status norm_sums_alloc(const sg_node *node, int cuda, int64_t n,
+                                 double **sums) {
+  sg_status st = SG_OK;
+  const size_t bytes = (size_t)n * sizeof **sums;
+  if (cuda) return ag_mem_alloc(node->device, bytes, 0, (void **)sums);
+  *sums = malloc(bytes);
+  if (!*sums) SG_RAISE(SG_ERR_ALLOC, "norm sums");
+fail:
+  return st;
+}
+
+static void norm_sums_free(const sg_node *node, int cuda, double **sums) {
+  if (cuda) {
+    ag_mem_free(node->device, (void **)sums);
+  } else {
+    free(*sums);
+    *sums = NULL;
+  }
+}
+
+static sg_status norm_bwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const norm_attr *a = (const norm_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   sg_norm_desc d = norm_desc_of(node);
-  d.round_out = node->round_gin & 1u; /* dx whole: rounded per plane */
+  /* dx whole: rounded per plane (host kernels only) */
+  d.round_out = !cuda && (node->round_gin & 1u);
   node->rounded_gin = (unsigned)d.round_out;
   int64_t nstat = 0;
   double *sums = NULL;
-  SG_TRY(sg_norm_nstat(&d, &nstat));
-  if (nstat == 0) goto fail;
-  sums = malloc((size_t)(2 * nstat) * sizeof *sums);
-  if (!sums) SG_RAISE(SG_ERR_ALLOC, "norm sums");
-  const void *gamma = a->gi >= 0 ? node->in[a->gi]->value.data : NULL;
-  SG_TRY(sg_norm_backward_sums(&d, x->dtype, x->data, node->saved, gamma,
-                               grad_of(node, 0), sums));
   sg_group_t g = NULL;
+  SG_TRY(sg_norm_nstat(&d, &nstat));
+  if (nstat == 0 || (cuda && !node->saved)) goto fail;
+  SG_TRY(norm_sums_alloc(node, cuda, 2 * nstat, &sums));
+  const void *gamma = norm_param(node, a->gi);
+  SG_TRY(AG_KERNEL(cuda, sg_norm_backward_sums, sg_norm_sums_cuda, &d, x->dtype,
+                   x->data, node->saved, gamma, grad_of(node, 0), sums));
   SG_TRY(sg_node_group(node, norm_split(a->kind), &g));
   if (g) SG_TRY(sg_sum_allreduce(sums, 2 * nstat, sg_group_comm(g)));
-  SG_TRY(sg_norm_backward(&d, x->dtype, x->data, node->saved, gamma,
-                          grad_of(node, 0), sums, node->gin[0],
-                          a->gi >= 0 ? node->gin[a->gi] : NULL,
-                          a->bi >= 0 ? node->gin[a->bi] : NULL));
+  SG_TRY(AG_KERNEL(cuda, sg_norm_backward, sg_norm_bwd_cuda, &d, x->dtype,
+                   x->data, node->saved, gamma, grad_of(node, 0), sums,
+                   node->gin[0], norm_param_grad(node, a->gi),
+                   norm_param_grad(node, a->bi)));
 fail:
-  free(sums);
+  norm_sums_free(node, cuda, &sums);
   return st;
 }
 
-#if SG_HAVE_CUDA
-/* On the device: the node is not sharded (ag_node_device), so this block's
- * statistics and sums are the global ones; batch norm is refused by the
- * launchers (host only). */
-static sg_status norm_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const norm_attr *a = (const norm_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  sg_norm_desc d = norm_desc_of(node);
-  int64_t nstat = 0;
-  sg_moments *stats = NULL;
-  SG_TRY(sg_norm_nstat(&d, &nstat));
-  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  if (nstat == 0 || sg_tensor_numel(x) == 0) goto fail;
-  SG_TRY(sg_node_save(node, (size_t)nstat * sizeof *stats, (void **)&stats));
-  SG_TRY(sg_norm_stats_cuda(&d, x->dtype, x->data, stats, NULL));
-  SG_TRY(sg_norm_fwd_cuda(&d, x->dtype, x->data, stats,
-                          a->gi >= 0 ? node->in[a->gi]->value.data : NULL,
-                          a->bi >= 0 ? node->in[a->bi]->value.data : NULL,
-                          node->out[0]->value.data, NULL));
-fail:
-  return st;
-}
-
-static sg_status norm_bwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const norm_attr *a = (const norm_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  sg_norm_desc d = norm_desc_of(node);
-  int64_t nstat = 0;
-  void *sums = NULL;
-  SG_TRY(sg_norm_nstat(&d, &nstat));
-  if (nstat == 0 || !node->saved) goto fail;
-  SG_TRY(ag_mem_alloc(node->device, (size_t)(2 * nstat) * sizeof(double), 0,
-                      &sums));
-  const void *gamma = a->gi >= 0 ? node->in[a->gi]->value.data : NULL;
-  SG_TRY(sg_norm_sums_cuda(&d, x->dtype, x->data, node->saved, gamma,
-                           grad_of(node, 0), sums, NULL));
-  SG_TRY(sg_norm_bwd_cuda(&d, x->dtype, x->data, node->saved, gamma,
-                          grad_of(node, 0), sums, node->gin[0],
-                          a->gi >= 0 ? node->gin[a->gi] : NULL,
-                          a->bi >= 0 ? node->gin[a->bi] : NULL, NULL));
-fail:
-  ag_mem_free(node->device, &sums);
-  return st;
-}
-#endif
+AG_ENTRIES(norm)
 
 static const sg_op_def norm_op = {
     .name = "norm",
@@ -1234,89 +1092,47 @@ typedef struct loss_attr {
   int has_target;
 } loss_attr;
 
-/* saved: the (global) partial sums, then the gradient scale */
-static sg_status loss_fwd(sg_node *node) {
+/* saved: the (global) partial sums, then the gradient scale. On a device
+ * (not sharded) the partials are summed there and finished on the host (h,
+ * a few doubles), the scale copied back; on the host h is saved itself. */
+static sg_status loss_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const loss_attr *a = (const loss_attr *)node->attr;
   const sg_tensor *p = &node->in[0]->value;
+  const sg_device dev = node->device, host = sg_device_host();
   int64_t batch = p->shape[0], np = sg_loss_npartial(a->kind, batch), one = 1;
-  double *saved = NULL, value = 0;
+  double *saved = NULL, *h = NULL, value = 0;
   SG_TRY(
       sg_node_save(node, (size_t)(np + 1) * sizeof(double), (void **)&saved));
-  saved[np] = 1.0;
-  if (sg_tensor_numel(p) > 0)
-    SG_TRY(
-        sg_loss_partial(a->kind, p->dtype, batch, sg_tensor_numel(p), p->data,
-                        a->has_target ? node->in[1]->value.data : NULL, saved));
+  h = cuda ? calloc((size_t)np + 1, sizeof *h) : saved;
+  if (!h) SG_RAISE(SG_ERR_ALLOC, "loss partials");
+  h[np] = 1.0;
+  if (sg_tensor_numel(p) > 0) {
+    SG_TRY(AG_KERNEL(cuda, sg_loss_partial, sg_loss_partial_cuda, a->kind,
+                     p->dtype, batch, sg_tensor_numel(p), p->data,
+                     a->has_target ? node->in[1]->value.data : NULL, saved));
+    if (cuda) SG_TRY(ag_mem_copy(host, h, dev, saved, (size_t)np * sizeof *h));
+  }
   if (node->mesh)
     SG_TRY(sg_sharded_loss_reduce(node->mesh, a->kind, node->split_space,
                                   node->split_batch, batch,
-                                  sg_node_in_global_shape(node, 0)[0], saved,
-                                  &value, &saved[np]));
+                                  sg_node_in_global_shape(node, 0)[0], h,
+                                  &value, &h[np]));
   else
-    SG_TRY(sg_loss_finish(a->kind, batch, saved, &value));
-  SG_TRY(sg_node_alloc_out(node, 0, 1, &one));
-  if (p->dtype == SG_DTYPE_F32)
-    *(float *)node->out[0]->value.data = (float)value;
-  else
-    *(double *)node->out[0]->value.data = value;
-fail:
-  return st;
-}
-
-static sg_status loss_bwd(sg_node *node) {
-  const loss_attr *a = (const loss_attr *)node->attr;
-  const sg_tensor *p = &node->in[0]->value;
-  const sg_tensor *g = &node->out[0]->grad;
-  const double *saved = node->saved;
-  double gv = g->dtype == SG_DTYPE_F32 ? (double)*(const float *)g->data
-                                       : *(const double *)g->data;
-  gv *= saved[sg_loss_npartial(a->kind, p->shape[0])];
-  if (sg_tensor_numel(p) == 0) return SG_OK;
-  return sg_loss_backward(a->kind, p->dtype, p->shape[0], sg_tensor_numel(p),
-                          p->data,
-                          a->has_target ? node->in[1]->value.data : NULL, saved,
-                          gv, node->gin[0],
-                          a->has_target ? node->gin[1] : NULL);
-}
-
-#if SG_HAVE_CUDA
-/* On the device (not sharded): the partials there, their finish on the
- * host (a few doubles), the value and the gradient scale saved[np] back
- * on the device. */
-static sg_status loss_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const loss_attr *a = (const loss_attr *)node->attr;
-  const sg_tensor *p = &node->in[0]->value;
-  const sg_device dev = node->device;
-  int64_t batch = p->shape[0], np = sg_loss_npartial(a->kind, batch), one = 1;
-  double *saved = NULL, *h = calloc((size_t)np + 1, sizeof *h), value = 0;
-  if (!h) SG_RAISE(SG_ERR_ALLOC, "loss partials");
-  SG_TRY(
-      sg_node_save(node, (size_t)(np + 1) * sizeof(double), (void **)&saved));
-  if (sg_tensor_numel(p) > 0) {
-    SG_TRY(sg_loss_partial_cuda(a->kind, p->dtype, batch, sg_tensor_numel(p),
-                                p->data,
-                                a->has_target ? node->in[1]->value.data : NULL,
-                                saved, NULL));
-    SG_TRY(
-        ag_mem_copy(sg_device_host(), h, dev, saved, (size_t)np * sizeof *h));
-  }
-  h[np] = 1.0;
-  SG_TRY(ag_mem_copy(dev, saved + np, sg_device_host(), h + np, sizeof *h));
-  SG_TRY(sg_loss_finish(a->kind, batch, h, &value));
+    SG_TRY(sg_loss_finish(a->kind, batch, h, &value));
+  if (cuda) SG_TRY(ag_mem_copy(dev, saved + np, host, h + np, sizeof *h));
   SG_TRY(sg_node_alloc_out(node, 0, 1, &one));
   const float v32 = (float)value;
   const int f32 = p->dtype == SG_DTYPE_F32;
-  SG_TRY(ag_mem_copy(dev, node->out[0]->value.data, sg_device_host(),
+  SG_TRY(ag_mem_copy(dev, node->out[0]->value.data, host,
                      f32 ? (const void *)&v32 : (const void *)&value,
                      f32 ? sizeof v32 : sizeof value));
 fail:
-  free(h);
+  if (cuda) free(h);
   return st;
 }
 
-static sg_status loss_bwd_cuda(sg_node *node) {
+static sg_status loss_bwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const loss_attr *a = (const loss_attr *)node->attr;
   const sg_tensor *p = &node->in[0]->value;
@@ -1332,15 +1148,15 @@ static sg_status loss_bwd_cuda(sg_node *node) {
                      sizeof scale));
   gv = (f32 ? (double)g32 : gv) * scale;
   if (sg_tensor_numel(p) == 0) goto fail;
-  SG_TRY(sg_loss_bwd_cuda(a->kind, p->dtype, p->shape[0], sg_tensor_numel(p),
-                          p->data,
-                          a->has_target ? node->in[1]->value.data : NULL, saved,
-                          gv, node->gin[0], a->has_target ? node->gin[1] : NULL,
-                          NULL));
+  SG_TRY(AG_KERNEL(cuda, sg_loss_backward, sg_loss_bwd_cuda, a->kind, p->dtype,
+                   p->shape[0], sg_tensor_numel(p), p->data,
+                   a->has_target ? node->in[1]->value.data : NULL, saved, gv,
+                   node->gin[0], a->has_target ? node->gin[1] : NULL));
 fail:
   return st;
 }
-#endif
+
+AG_ENTRIES(loss)
 
 static const sg_op_def loss_op = {.name = "loss",
                                   .slots = {SG_SLOT_ACT, SG_SLOT_ACT},

@@ -780,70 +780,82 @@ fail:
   return st;
 }
 
+// The frame of the norm launchers: d checked, then launch(z, g, n) for dt's
+// element type (z a value of it) over n statistics (per_stat) or elements,
+// unless n is 0.
+template <typename F>
+static sg_status norm_launch(const char *what, const sg_norm_desc *d,
+                             sg_dtype dt, bool per_stat, F launch) {
+  sg_status st = SG_OK;
+  int64_t nstat = 0;
+  SG_TRY(norm_check(what, d, &nstat));
+  {
+    const int64_t n = per_stat ? nstat : d->batch * d->channels * d->spatial;
+    SG_TRY(dispatch(what, dt, n, [&](auto z) { launch(z, norm_geom(d), n); }));
+  }
+fail:
+  return st;
+}
+
+template <typename T>
+struct same_as {
+  using type = T;
+};
+
+// A per-statistic pass: layer norm a thread per statistic (ln), the planar
+// kinds a block per statistic (planar, which also takes nstat); args are
+// converted to the kernels' parameters P.
+template <typename... P>
+static void norm_stat_pass(const sg_norm_desc *d, const NormGeom &g,
+                           int64_t nstat, void *stream,
+                           void (*ln)(NormGeom, P...),
+                           void (*planar)(NormGeom, int64_t, P...),
+                           typename same_as<P>::type... args) {
+  if (d->kind == SG_NORM_LAYER)
+    ln<<<grid_for(nstat), kThreads, 0, SG_STREAM(stream)>>>(g, args...);
+  else
+    planar<<<blocks_for(nstat), kThreads, 0, SG_STREAM(stream)>>>(g, nstat,
+                                                                  args...);
+}
+
 extern "C" sg_status sg_norm_stats_cuda(const sg_norm_desc *d, sg_dtype dt,
                                         const void *x, sg_moments *stats,
                                         void *stream) {
-  sg_status st = SG_OK;
-  int64_t nstat = 0;
-  SG_TRY(norm_check("sg_norm_stats_cuda", d, &nstat));
-  SG_TRY(dispatch("sg_norm_stats_cuda", dt, nstat, [&](auto z) {
-    using T = decltype(z);
-    const NormGeom g = norm_geom(d);
-    if (d->kind == SG_NORM_LAYER)
-      norm_stats_ln_k<T>
-          <<<grid_for(nstat), kThreads, 0, SG_STREAM(stream)>>>(g, (const T *)x,
-                                                                stats);
-    else
-      norm_stats_planar_k<T>
-          <<<blocks_for(nstat), kThreads, 0, SG_STREAM(stream)>>>(g, nstat,
-                                                                  (const T *)x,
-                                                                  stats);
-  }));
-fail:
-  return st;
+  return norm_launch("sg_norm_stats_cuda", d, dt, true,
+                     [&](auto z, const NormGeom &g, int64_t nstat) {
+                       using T = decltype(z);
+                       norm_stat_pass(d, g, nstat, stream, norm_stats_ln_k<T>,
+                                      norm_stats_planar_k<T>, (const T *)x,
+                                      stats);
+                     });
 }
 
 extern "C" sg_status sg_norm_fwd_cuda(const sg_norm_desc *d, sg_dtype dt,
                                       const void *x, const sg_moments *stats,
                                       const void *gamma, const void *beta,
                                       void *y, void *stream) {
-  sg_status st = SG_OK;
-  int64_t nstat = 0;
-  SG_TRY(norm_check("sg_norm_fwd_cuda", d, &nstat));
-  {
-    const int64_t n = d->batch * d->channels * d->spatial;
-    SG_TRY(dispatch("sg_norm_fwd_cuda", dt, n, [&](auto z) {
-      using T = decltype(z);
-      norm_fwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
-          norm_geom(d), (const T *)x, stats, (const T *)gamma, (const T *)beta,
-          (T *)y);
-    }));
-  }
-fail:
-  return st;
+  return norm_launch("sg_norm_fwd_cuda", d, dt, false,
+                     [&](auto z, const NormGeom &g, int64_t n) {
+                       using T = decltype(z);
+                       norm_fwd_k<T>
+                           <<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+                               g, (const T *)x, stats, (const T *)gamma,
+                               (const T *)beta, (T *)y);
+                     });
 }
 
 extern "C" sg_status sg_norm_sums_cuda(const sg_norm_desc *d, sg_dtype dt,
                                        const void *x, const sg_moments *stats,
                                        const void *gamma, const void *dy,
                                        double *sums, void *stream) {
-  sg_status st = SG_OK;
-  int64_t nstat = 0;
-  SG_TRY(norm_check("sg_norm_sums_cuda", d, &nstat));
-  SG_TRY(dispatch("sg_norm_sums_cuda", dt, nstat, [&](auto z) {
-    using T = decltype(z);
-    const NormGeom g = norm_geom(d);
-    if (d->kind == SG_NORM_LAYER)
-      norm_sums_ln_k<T><<<grid_for(nstat), kThreads, 0, SG_STREAM(stream)>>>(
-          g, (const T *)x, stats, (const T *)gamma, (const T *)dy, sums);
-    else
-      norm_sums_planar_k<T>
-          <<<blocks_for(nstat), kThreads, 0, SG_STREAM(stream)>>>(
-              g, nstat, (const T *)x, stats, (const T *)gamma, (const T *)dy,
-              sums);
-  }));
-fail:
-  return st;
+  return norm_launch("sg_norm_sums_cuda", d, dt, true,
+                     [&](auto z, const NormGeom &g, int64_t nstat) {
+                       using T = decltype(z);
+                       norm_stat_pass(d, g, nstat, stream, norm_sums_ln_k<T>,
+                                      norm_sums_planar_k<T>, (const T *)x,
+                                      stats, (const T *)gamma, (const T *)dy,
+                                      sums);
+                     });
 }
 
 extern "C" sg_status sg_norm_bwd_cuda(const sg_norm_desc *d, sg_dtype dt,
@@ -851,24 +863,18 @@ extern "C" sg_status sg_norm_bwd_cuda(const sg_norm_desc *d, sg_dtype dt,
                                       const void *gamma, const void *dy,
                                       const double *sums, void *dx,
                                       void *dgamma, void *dbeta, void *stream) {
-  sg_status st = SG_OK;
-  int64_t nstat = 0;
-  SG_TRY(norm_check("sg_norm_bwd_cuda", d, &nstat));
-  {
-    const int64_t n = d->batch * d->channels * d->spatial;
-    SG_TRY(dispatch("sg_norm_bwd_cuda", dt, n, [&](auto z) {
-      using T = decltype(z);
-      const NormGeom g = norm_geom(d);
-      if (dx)
-        norm_dx_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
-            g, (const T *)x, stats, (const T *)gamma, (const T *)dy, sums,
-            (T *)dx);
-      if (dgamma || dbeta)
-        norm_dparams_k<T>
-            <<<blocks_for(d->channels), kThreads, 0, SG_STREAM(stream)>>>(
-                g, (const T *)x, stats, (const T *)dy, (T *)dgamma, (T *)dbeta);
-    }));
-  }
-fail:
-  return st;
+  return norm_launch(
+      "sg_norm_bwd_cuda", d, dt, false,
+      [&](auto z, const NormGeom &g, int64_t n) {
+        using T = decltype(z);
+        if (dx)
+          norm_dx_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+              g, (const T *)x, stats, (const T *)gamma, (const T *)dy, sums,
+              (T *)dx);
+        if (dgamma || dbeta)
+          norm_dparams_k<T>
+              <<<blocks_for(d->channels), kThreads, 0, SG_STREAM(stream)>>>(
+                  g, (const T *)x, stats, (const T *)dy, (T *)dgamma,
+                  (T *)dbeta);
+      });
 }
