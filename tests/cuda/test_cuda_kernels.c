@@ -293,7 +293,12 @@ static void check_norm(sg_dtype dt) {
   buf gam = mk(dt, c, 0.5, 1.5), bet = mk(dt, c, -1, 1);
   char what[64];
   for (int kind = SG_NORM_INSTANCE; kind <= SG_NORM_LAYER; ++kind) {
-    sg_norm_desc d = {(sg_norm_kind)kind, NB, c, NS, 2, 1e-5};
+    sg_norm_desc d = {.kind = (sg_norm_kind)kind,
+                      .batch = NB,
+                      .channels = c,
+                      .spatial = NS,
+                      .groups = 2,
+                      .eps = 1e-5};
     int64_t ns = 0;
     CK(sg_norm_nstat(&d, &ns));
     buf st = mk(SG_DTYPE_F64, 3 * ns, 0, 0),
@@ -468,7 +473,12 @@ static void check_arguments(void) {
                           NULL),
        SG_ERR_SHAPE},
       {"batch norm on the device",
-       sg_norm_stats_cuda(&(sg_norm_desc){SG_NORM_BATCH, 1, 1, 4, 1, 1e-5},
+       sg_norm_stats_cuda(&(sg_norm_desc){.kind = SG_NORM_BATCH,
+                                          .batch = 1,
+                                          .channels = 1,
+                                          .spatial = 4,
+                                          .groups = 1,
+                                          .eps = 1e-5},
                           SG_DTYPE_F32, NULL, NULL, NULL),
        SG_ERR_NOT_SUPPORTED},
       {"norm without a descriptor",
