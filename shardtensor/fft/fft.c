@@ -120,11 +120,17 @@ static void local_extents(sg_fft_plan_t p, const sg_fft_layout *l,
  * transform only the kept columns (12 of 33 in a 64^2 FNO layer: about a
  * third less FFT work). Host plans only (on CUDA the cut would bounce
  * through the host). */
-static int prune_first(const sg_fft_plan_t p) {
+/* The halved dim keeps fewer than all its modes (host plans). */
+static int keeps_fewer_last(const sg_fft_plan_t p) {
   const int D = p->D;
   if (p->cuda || D < 2) return 0;
   int64_t k = p->desc.keep[D - 1];
-  if (k <= 0 || k >= sg_fft_halved(p->desc.shape[D - 1])) return 0;
+  return k > 0 && k < sg_fft_halved(p->desc.shape[D - 1]);
+}
+
+static int prune_first(const sg_fft_plan_t p) {
+  const int D = p->D;
+  if (!keeps_fewer_last(p)) return 0;
   if (!is_whole(&p->real_layout, D - 1)) return 0;
   for (int d = 0; d < D - 1; ++d)
     if (is_whole(&p->real_layout, d)) return 1;
@@ -219,9 +225,16 @@ static sg_status plan_stages(sg_fft_plan_t p) {
       if (first && prune_first(p)) {
         s->tdims[s->nt++] = D;
         s->dft = sg_fft_dft_wanted(p->desc.shape[D - 1], p->desc.keep[D - 1]);
-      } else
+      } else {
         for (int d = 0; d < D; ++d)
           if (!done[d] && is_whole(&L, d)) s->tdims[s->nt++] = d + 1;
+        /* the last dim was split: after the redistribution that made it
+         * whole it is transformed alone, and the kept modes come from the
+         * same product as an unsplit plan's pruned stage (the same
+         * arithmetic per row, so the same bits on every mesh) */
+        if (first && s->nt == 1 && s->tdims[0] == D && keeps_fewer_last(p))
+          s->dft = sg_fft_dft_wanted(p->desc.shape[D - 1], p->desc.keep[D - 1]);
+      }
       int64_t log[SG_FFT_ND];
       local_extents(p, &L, log);
       for (int d = 0; d < nd; ++d) s->in_shape[d] = s->out_shape[d] = log[d];
