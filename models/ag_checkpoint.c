@@ -186,7 +186,8 @@ sg_status sg_ag_checkpoint(sg_tape_t tape, sg_block_fn fn, void *ctx, int nin,
   ck->fn = fn;
   ck->ctx = ctx;
   ck->ncap = c->ncoll;
-  memcpy(ck->cap, c->coll, (size_t)c->ncoll * sizeof *ck->cap);
+  if (c->ncoll > 0) /* a block may use no leaf of its own (coll NULL) */
+    memcpy(ck->cap, c->coll, (size_t)c->ncoll * sizeof *ck->cap);
   node->saved = ck;
   node->saved_bytes = sizeof *ck +
                       (size_t)(c->ncoll > 0 ? c->ncoll : 1) * sizeof(sg_var *);
