@@ -63,6 +63,21 @@ int sg_simd_avx512(void) {
 #endif
 }
 
+/* AVX2 with FMA (Haswell, Zen 1-3 and newer): the tier between AVX-512 and
+ * the portable C, for kernels compiled with their own -mavx2 -mfma flags.
+ * SG_SIMD=portable rules it out as it does AVX-512. */
+int sg_simd_avx2(void) {
+  const char *env = getenv("SG_SIMD");
+  if (env && !strcmp(env, "portable")) return 0;
+#if (defined(__x86_64__) || defined(__i386__)) && \
+    (defined(__GNUC__) || defined(__clang__))
+  return __builtin_cpu_supports("avx2") != 0 &&
+         __builtin_cpu_supports("fma") != 0;
+#else
+  return 0;
+#endif
+}
+
 int sg_pw_f32_available(void) { return sg_pw_f32_built() && sg_simd_avx512(); }
 
 int sg_gelu_simd_available(void) {
