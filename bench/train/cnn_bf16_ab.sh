@@ -15,7 +15,9 @@
 set -eu
 cd "$(dirname "$0")/../.."
 THREADS=${THREADS:-1} MODEL=${MODEL:-cnn}
-export OPENBLAS_CORETYPE=Cooperlake OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=1
+# the widest OpenBLAS kernels this CPU runs, unless the caller chose (tools/env.sh)
+source tools/env.sh
+export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=1
 LONG=${LONG:-20} SHORT=${SHORT:-5} ROUNDS=${ROUNDS:-2} py=${SG_TORCH_PYTHON:-/opt/torchref/bin/python}
 VARIANTS=${VARIANTS:-"f32 bf16_f32kern bf16_amx torch_f32 torch_bf16"}
 case $MODEL in
