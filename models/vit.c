@@ -401,11 +401,13 @@ fail:
   return st;
 }
 
-/* The tape splits a sharded tensor dim over one mesh dim, so with the
- * samples split over more than one of dp, fsdp, ep on a split domain the
- * activations are marked Shard(0) over the first of them and Replicate
- * over the others (their global batch that dim's share). No op of the
- * model communicates over a batch dim: the attention, the halos and the
+/* With the samples split over more than one of dp, fsdp, ep on a split
+ * domain the activations are marked Shard(0) over the first of them and
+ * Replicate over the others (their global batch that dim's share). This
+ * was written when the tape took one batch dim only; it takes several now
+ * (exchange.c layout_of: the conv nets mark every batch dim), so this
+ * marking could go, untried on the ViT's ops (the MoE's routing). No op
+ * of the model communicates over a batch dim: the attention, the halos and the
  * routing gather run over the domain dims, the experts' all-to-alls over
  * ep by their own group, and the MoE takes the true global batch
  * (m->gbatch); the plan reduces the gradients over the batch dims. The
