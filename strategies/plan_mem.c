@@ -59,6 +59,7 @@ typedef struct sim {
   int nx;
   double live, peak;
   int overflow;
+  int moe_busy; /* a MoE block at the busiest rank's bounds is replayed */
 } sim;
 
 static void sim_touch(sim *s, double extra) {
@@ -451,7 +452,13 @@ static int vit_moe_block(const mshape *m, int b) {
  * at most the capacity of each expert and sample, ceil(cf T k / E), in this
  * rank's share T_r / T of the sample's tokens (and at most T_r: a token
  * picks an expert once): the peak is the busiest rank's, so the bounds,
- * not the mean (the routing of an untrained router is uneven). Each expert's rows run
+ * not the mean (the routing of an untrained router is uneven), but in one
+ * MoE block of the replay only (the first; s->moe_busy): the all-to-all
+ * conserves rows, so over the ep group a rank receives S rows in the mean,
+ * and the busiest rank of one block is seldom the busiest of the next
+ * (every block MoE, 4 blocks, ep = 2: R = 157, 640, 515, 540 on one rank,
+ * 640, 139, 429, 400 on the other, bound 640). The other MoE blocks hold
+ * R = S rows. Each expert's rows run
  * as f64 GEMMs (sg_linear_forward/backward: the 1x1 convolution's
  * workspace, sg_conv_geom_make, on sg_malloc's account) of at most
  * min(R, ep B cap) rows: the fc2 side (F in) is the larger. */
@@ -465,14 +472,16 @@ static int vit_moe_ops(sim *s, const mshape *m, int r, double sy, double sx) {
                cap = cf > 0.0 ? fmin(ceil(cf * T * k / E * Tl / T), Tl) : Tl,
                R = fmin(m->ep * S, m->ep * m->b * (E / m->ep) * cap);
   const double n = fmin(R, m->ep * m->b * cap),
-               ws = 2.0 * conv_ws(m, F, C, 1.0, n, 1.0, 0, 0);
+               ws = 2.0 * conv_ws(m, F, C, 1.0, n, 1.0, 0, 0),
+               Rh = s->moe_busy ? fmin(R, S) : R; /* the rows held */
+  s->moe_busy = 1;
   const int split = m->seq || m->sp > 1;
   if (split) r = op_pointwise(s, m, r, C, ty, tx, 0, 0, -1); /* gather */
   sim_op o = {.nin = 1,
               .in = {r},
               .out = fbytes(m, C, ty, tx),
-              .saved = 8.0 * (M * E + M * k + m->b * E + S * C + R * (C + 1) +
-                              R * F) +
+              .saved = 8.0 * (M * E + M * k + m->b * E + S * C + Rh * (C + 1) +
+                              Rh * F) +
                        4.0 * (2.0 * M * k + S + 2.0 * m->ep) + 8.0 * 24,
               .fws = ws,
               .bws = ws,

@@ -11,18 +11,21 @@
 /* ---- placements ------------------------------------------------------------- */
 
 typedef struct layout {
-  int batch_dim;                     /* mesh dim sharding tensor dim 0 */
   int space_dim[SG_OPS_MAX_SPATIAL]; /* mesh dim sharding tensor dim 2+d */
   unsigned batch_mask, channel_mask, space_mask;
 } layout;
 
 /* The mesh dims that split each tensor dim. Channels (Shard(1)) only when
- * allow_channel; Partial never. */
+ * allow_channel; Partial never. The batch (Shard(0)) may be split by
+ * several mesh dims (HSDP on a split domain: dp and fsdp), nested in mesh
+ * order as sg_shardtensor_box cuts it: no op exchanges samples, and every
+ * reduction over the batch (loss, batch norm statistics) runs over
+ * batch_mask, all of them. A spatial dim is split by one mesh dim at most
+ * (the halo exchange walks one ring per spatial dim). */
 static sg_status layout_of(sg_mesh_t mesh, int ndim, const sg_placement *pl,
                            const char *op, int allow_channel, layout *l) {
   sg_status st = SG_OK;
   memset(l, 0, sizeof *l);
-  l->batch_dim = -1;
   for (int d = 0; d < SG_OPS_MAX_SPATIAL; ++d) l->space_dim[d] = -1;
   if (ndim < 2 || ndim > 2 + SG_OPS_MAX_SPATIAL)
     SG_RAISE(SG_ERR_SHAPE,
@@ -43,9 +46,6 @@ static sg_status layout_of(sg_mesh_t mesh, int ndim, const sg_placement *pl,
             op, m);
       l->channel_mask |= 1u << m;
     } else if (p.dim == 0) {
-      if (l->batch_dim >= 0)
-        SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: batch split by two mesh dims", op);
-      l->batch_dim = m;
       l->batch_mask |= 1u << m;
     } else {
       if (l->space_dim[p.dim - 2] >= 0)

@@ -56,8 +56,8 @@ typedef struct sg_exchange_info {
 typedef struct sg_sharded_exchange *sg_sharded_exchange_t;
 
 /* The mesh dims that split a (N, C, spatial...) tensor with these
- * placements: *batch (tensor dim 0), *channel (dim 1), *space (dims 2..), as
- * masks for sg_mesh_group. SG_ERR_INVALID_ARG for Partial or invalid
+ * placements: *batch (tensor dim 0, any number of mesh dims: dp and fsdp
+ * both), *channel (dim 1), *space (dims 2..), as masks for sg_mesh_group. SG_ERR_INVALID_ARG for Partial or invalid
  * placements. Not collective. */
 sg_status sg_sharded_split_masks(sg_mesh_t mesh, int ndim,
                                  const sg_placement *placements,

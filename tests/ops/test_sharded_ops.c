@@ -828,8 +828,11 @@ int main(int argc, char **argv) {
                                  {"dp=2", {0, -1, -1}}};
   static const mesh_case m3[] = {{"h=3,w=1", {2, 3, -1}},
                                  {"h=1,w=3", {2, 3, -1}}};
+  /* dp=2,fsdp=2: the batch split by two mesh dims (HSDP), nested; batch
+   * norm statistics summed over both */
   static const mesh_case m4[] = {{"h=2,w=2", {2, 3, -1}},
-                                 {"dp=2,h=2", {0, 2, -1}}};
+                                 {"dp=2,h=2", {0, 2, -1}},
+                                 {"dp=2,fsdp=2", {0, 0, -1}}};
   const mesh_case *list = m1;
   int count = 1;
   if (sg_test_size == 2) {
@@ -842,7 +845,7 @@ int main(int argc, char **argv) {
   }
   if (sg_test_size == 4) {
     list = m4;
-    count = 2;
+    count = 3;
   }
   if (sg_test_size > 4) {
     sg_test_skip("meshes are defined for 1..4 ranks");

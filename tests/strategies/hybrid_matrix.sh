@@ -5,8 +5,7 @@
 # spectral layers paired column/row over tp), and the triples
 # pp=2,fsdp=2,h=2 and pp=2,dp=2,w=2 (the FNO), pp=2,tp=2,h=2 (both: for the
 # ViT ring attention over h inside tp inside a pipeline stage) and
-# dp=2,tp=2,h=2 and HSDP on a split domain dp=2,fsdp=2,h=2 (the ViT; the
-# conv nets stop there: their batch is marked over two mesh dims): 10
+# dp=2,tp=2,h=2 and HSDP on a split domain dp=2,fsdp=2,h=2 (the ViT): 10
 # AdamW steps (deterministic
 # mode) whose losses and global gradient norms equal the one-process run
 # to 1e-5 relative per step, whose final test evaluation does too, and
@@ -29,7 +28,12 @@
 # check (zero 1 and 3 alternating), and dp=2,tp=2,h=2.
 # Task vit16: one 16-rank run over four dims at once, the ViT on
 # pp=2,fsdp=2,tp=2,h=2 (zero 1), against one process the same way.
-#   hybrid_matrix.sh fno|vit|vit16|swin BIN_DIR MPIEXEC WORK_DIR SRC_DIR
+# Tasks cnn, unet: HSDP on a split domain, dp=2,fsdp=2,h=2 (zero 1 and
+# zero 3): the samples split by two mesh dims (Shard(0) over dp and fsdp,
+# nested), the GroupNorm statistics and the halos over h; the conv nets'
+# other pairs are in plan_trajectories.sh, train_trajectories.sh and
+# pipeline_trajectories.sh.
+#   hybrid_matrix.sh fno|vit|vit16|swin|cnn|unet BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 model=$1 bin=$2 mpiexec=$3 work=$4 src=$5
 mkdir -p "$work"
@@ -44,6 +48,10 @@ vit | vit16) size="--model vit --width 8 --heads 2 --depth 2 --patch 4" ;;
 # 4x4 tokens, window 2 (the second block shifted by 1, its windows
 # crossing the shard boundaries): h = 2 or w = 2 hold whole windows
 swin) size="--model swin --width 8 --heads 2 --depth 2 --patch 4 --window 2" ;;
+# 2 residual blocks, GroupNorm of 2 groups; the U-Net 2 levels (16 -> 8
+# points: 4 rows a rank at the bottom on h = 2)
+cnn) size="--model cnn --width 8 --blocks 2 --groups 2 --proj-width 16" ;;
+unet) size="--model unet --width 8 --levels 2 --groups 2 --proj-width 16" ;;
 *) echo "unknown model $model"; exit 2 ;;
 esac
 # batch 12: 6 per data replica, 3 per micro-batch (m = 2)
@@ -76,6 +84,9 @@ run ref 1 h=1
 if [ "$model" = vit16 ]; then
   # shellcheck disable=SC2046
   run q16 16 pp=2,fsdp=2,tp=2,h=2 --zero 1 $(pp 1f1b)
+elif [ "$model" = cnn ] || [ "$model" = unet ]; then
+  run hsdp_h 8 dp=2,fsdp=2,h=2 --zero 1
+  run hsdp_h3 8 dp=2,fsdp=2,h=2 --zero 3
 elif [ "$model" = swin ]; then
   # the Swin: the pairs of its own parts (the window attention over h, w;
   # its heads over tp; its pieces in a pipeline) with the other dims that
@@ -137,7 +148,7 @@ exclude=""
 # the ViT's key bias (row 1 of qkv.b) has a zero gradient: AdamW turns its
 # rounding noise into steps of size lr on any mesh; the loss does not
 # depend on it (its q and v rows are checked)
-[ "$model" = fno ] || exclude="--exclude qkv.b[1]"
+case $model in vit | vit16 | swin) exclude="--exclude qkv.b[1]" ;; esac
 # shellcheck disable=SC2086
 /usr/bin/python3 "$src/tests/strategies/check_runs.py" 1e-5 1e-6 $exclude $runs
 echo "hybrid matrix ($model): every mesh equal to one process"

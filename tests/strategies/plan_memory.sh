@@ -71,6 +71,12 @@ if [ "$set" = small ]; then
   # the rows received and fc1's pre-activations (f64), the experts' GEMM
   # workspace, at the capacity bounds
   case_ 2 ep=2 --model vit --batch 8 --moe-experts 4 --moe-topk 2 --moe-every 4
+  # experts in every block: one block's rows at the busiest rank's bound,
+  # the others at the ep group's mean (R = S); on one rank without
+  # capacity drops (an untrained router's drops are not modelled)
+  case_ 2 ep=2 --model vit --batch 4 --moe-experts 4 --moe-topk 2 --moe-every 1
+  case_ 1 h=1 --model vit --batch 8 --moe-experts 4 --moe-topk 2 --moe-every 1 \
+    --moe-capacity 0
 else
   case_ 4 h=2,w=2 --model fno --batch 4
   case_ 4 tp=2,w=2 --model vit --batch 4
@@ -80,6 +86,9 @@ else
   # experts over ep with dp, and one expert per rank (ep=4)
   case_ 4 dp=2,ep=2 --model vit --batch 8 --moe-experts 4 --moe-topk 2 --moe-every 4
   case_ 4 ep=4 --model vit --batch 8 --moe-experts 4 --moe-topk 2 --moe-every 4
+  # and in every block
+  case_ 4 dp=2,ep=2 --model vit --batch 8 --moe-experts 4 --moe-topk 2 --moe-every 1
+  case_ 4 ep=4 --model vit --batch 8 --moe-experts 4 --moe-topk 2 --moe-every 1
   case_ 4 sp=2,w=2 --model vit --batch 4
   case_ 4 tp=2,h=2 --model cnn --batch 4
   case_ 4 dp=2,tp=2 --model unet --batch 4 --levels 2
