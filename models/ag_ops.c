@@ -92,7 +92,7 @@ static sg_conv_desc conv_desc_of(const sg_node *node) {
   return d;
 }
 
-static sg_status conv_fwd(sg_node *node) {
+static sg_status conv_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const conv_attr *a = (const conv_attr *)node->attr;
   sg_conv_desc d = conv_desc_of(node);
@@ -102,28 +102,32 @@ static sg_status conv_fwd(sg_node *node) {
   shape[1] = d.cout;
   for (int i = 0; i < d.nsp; ++i) shape[2 + i] = out[i];
   SG_TRY(sg_node_alloc_out_uninit(node, 0, 2 + d.nsp, shape));
-  SG_TRY(sg_conv_forward(&d, node->xin.dtype, node->xin.data,
-                         node->in[1]->value.data,
-                         a->has_bias ? node->in[2]->value.data : NULL,
-                         node->out[0]->value.data, NULL));
+  SG_TRY(AG_KERNEL(cuda, sg_conv_forward, sg_conv_fwd_cuda, &d, node->xin.dtype,
+                   node->xin.data, node->in[1]->value.data,
+                   a->has_bias ? node->in[2]->value.data : NULL,
+                   node->out[0]->value.data, NULL));
 fail:
   return st;
 }
 
-static sg_status conv_bwd(sg_node *node) {
+static sg_status conv_bwd_on(sg_node *node, int cuda) {
   const conv_attr *a = (const conv_attr *)node->attr;
   sg_conv_desc d = conv_desc_of(node);
-  return sg_conv_backward(&d, node->xin.dtype, node->xin.data,
-                          node->in[1]->value.data, grad_of(node, 0),
-                          node->gin[0], node->gin[1],
-                          a->has_bias ? node->gin[2] : NULL, NULL);
+  return AG_KERNEL(cuda, sg_conv_backward, sg_conv_bwd_cuda, &d,
+                   node->xin.dtype, node->xin.data, node->in[1]->value.data,
+                   grad_of(node, 0), node->gin[0], node->gin[1],
+                   a->has_bias ? node->gin[2] : NULL, NULL);
 }
+
+AG_ENTRIES(conv)
 
 static const sg_op_def conv_op = {
     .name = "conv",
     .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
     .forward = conv_fwd,
     .backward = conv_bwd,
+    .forward_cuda = AG_CUDA(conv_fwd_cuda),
+    .backward_cuda = AG_CUDA(conv_bwd_cuda),
     .rule = {.windowed_input = 0,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,
@@ -227,35 +231,39 @@ static sg_conv_desc convt_desc_of(const sg_node *node) {
   return d;
 }
 
-static sg_status convt_fwd(sg_node *node) {
+static sg_status convt_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const conv_attr *a = (const conv_attr *)node->attr;
   sg_conv_desc d = convt_desc_of(node);
   int64_t shape[SG_TENSOR_MAX_DIMS] = {d.batch, d.cout};
   for (int i = 0; i < d.nsp; ++i) shape[2 + i] = d.in[i] * d.kernel[i];
   SG_TRY(sg_node_alloc_out(node, 0, 2 + d.nsp, shape));
-  SG_TRY(sg_convt_forward(&d, node->xin.dtype, node->xin.data,
-                          node->in[1]->value.data,
-                          a->has_bias ? node->in[2]->value.data : NULL,
-                          node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda, sg_convt_forward, sg_convt_fwd_cuda, &d,
+                   node->xin.dtype, node->xin.data, node->in[1]->value.data,
+                   a->has_bias ? node->in[2]->value.data : NULL,
+                   node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status convt_bwd(sg_node *node) {
+static sg_status convt_bwd_on(sg_node *node, int cuda) {
   const conv_attr *a = (const conv_attr *)node->attr;
   sg_conv_desc d = convt_desc_of(node);
-  return sg_convt_backward(&d, node->xin.dtype, node->xin.data,
-                           node->in[1]->value.data, grad_of(node, 0),
-                           node->gin[0], node->gin[1],
-                           a->has_bias ? node->gin[2] : NULL);
+  return AG_KERNEL(cuda, sg_convt_backward, sg_convt_bwd_cuda, &d,
+                   node->xin.dtype, node->xin.data, node->in[1]->value.data,
+                   grad_of(node, 0), node->gin[0], node->gin[1],
+                   a->has_bias ? node->gin[2] : NULL);
 }
+
+AG_ENTRIES(convt)
 
 static const sg_op_def convt_op = {
     .name = "convt",
     .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
     .forward = convt_fwd,
     .backward = convt_bwd,
+    .forward_cuda = AG_CUDA(convt_fwd_cuda),
+    .backward_cuda = AG_CUDA(convt_bwd_cuda),
     .rule = {.windowed_input = 0,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,

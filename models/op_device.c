@@ -12,8 +12,10 @@
 #define NEEDS_ATTN "cuda: needs a device attention kernel (issue 22)"
 
 static const sg_op_device table[] = {
-    {"conv", NULL, NULL, NEEDS_GEMM},
-    {"convt", NULL, NULL, NEEDS_GEMM},
+    /* im2col + cuBLAS; valid windows (padding is made on the host today:
+     * a padded window on a device input is refused by the tape) */
+    {"conv", "sg_conv_fwd_cuda", "sg_conv_bwd_cuda", NULL},
+    {"convt", "sg_convt_fwd_cuda", "sg_convt_bwd_cuda", NULL},
     {"pool", "sg_pool_fwd_cuda", "sg_pool_bwd_cuda", NULL},
     {"upsample_linear", "sg_upsample_fwd_cuda", "sg_upsample_bwd_cuda", NULL},
     {"upsample_nearest", "sg_upsample_fwd_cuda", "sg_upsample_bwd_cuda", NULL},

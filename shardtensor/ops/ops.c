@@ -572,6 +572,16 @@ fail:
   return st;
 }
 
+sg_status sg_conv_win_make(const sg_conv_desc *d, int trans, sg_dtype dt,
+                           sg_pool_win *w) {
+  sg_status st = SG_OK;
+  sg_conv_geom g;
+  SG_TRY(sg_conv_geom_make(d, 0, trans, dt, &g));
+  *w = sg_pool_win_of(&g);
+fail:
+  return st;
+}
+
 sg_status sg_pool_backward(sg_pool_kind kind, const sg_conv_desc *d,
                            sg_dtype dt, const void *x, const void *dy,
                            void *dx) {

@@ -75,6 +75,31 @@ sg_status sg_linear_bwd_cuda(sg_dtype dt, int64_t batch, int64_t cin,
                              int64_t cout, int64_t spatial, const void *x,
                              const void *w, const void *dy, void *dx, void *dw,
                              void *db, void *stream);
+/* Convolution (sg_conv_forward/backward) on cuBLAS (conv_cublas.cu): per
+ * chunk of batch items the column matrix (sg_im2col_src), one
+ * strided-batched GEMM, the bias kernel; the backward's dx as W^T dy and
+ * the col2im gather (sg_col2im_cell, no atomics), dW += dy col^T item by
+ * item. d on the host, data on the device; valid windows on the padded
+ * block d->in (the tape pads), d->bf16 ignored (f32 products), round_out
+ * refused (host only). ws must be NULL (the column matrices are allocated
+ * stream-ordered, at most 2^26 elements a chunk). dx OVERWRITTEN, dw and
+ * db +=; each may be NULL. Extents within cuBLAS's int. */
+sg_status sg_conv_fwd_cuda(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                           const void *w, const void *b, void *y, void *ws,
+                           void *stream);
+sg_status sg_conv_bwd_cuda(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                           const void *w, const void *dy, void *dx, void *dw,
+                           void *db, void *ws, void *stream);
+/* Transposed convolution, kernel == stride (sg_convt_forward/backward):
+ * T = W^T x on cuBLAS, y gathered from T by sg_convt_src plus b; the
+ * backward gathers dy into T's shape, dx = W T, dW += x T^T item by item.
+ * dx OVERWRITTEN, dw and db +=; each may be NULL. */
+sg_status sg_convt_fwd_cuda(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                            const void *w, const void *b, void *y,
+                            void *stream);
+sg_status sg_convt_bwd_cuda(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                            const void *w, const void *dy, void *dx, void *dw,
+                            void *db, void *stream);
 /* partial: sg_loss_npartial(kind, batch) doubles in DEVICE memory. */
 sg_status sg_loss_partial_cuda(sg_loss_kind kind, sg_dtype dt, int64_t batch,
                                int64_t n, const void *p, const void *t,

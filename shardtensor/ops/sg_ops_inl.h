@@ -470,4 +470,82 @@ static inline SG_HD double sg_norm_ln_dx(double x, double dy, double mean,
   return rs * (dy * gk - a0 - xh * s1 / cnt);
 }
 
+/* ---- convolution on a GEMM: im2col, its adjoint, the transposed conv ------
+ * The CUDA convolutions (shardtensor/ops/cuda/gemm_cublas.cu) build the
+ * column matrix of a batch item with these, multiply on cuBLAS, and gather
+ * the adjoints back; test_op_device runs them on the host against
+ * sg_conv_* / sg_convt_* in f64. The window is an sg_pool_win (3 dims,
+ * unused ones 1) over the padded input block: valid windows only. */
+
+/* The coordinates p[3] of flat index o of a 3-dim extent ext (row-major). */
+static inline SG_HD void sg_unflat3(const int64_t *ext, int64_t o, int64_t *p) {
+  p[2] = o % ext[2];
+  p[1] = (o / ext[2]) % ext[1];
+  p[0] = o / (ext[1] * ext[2]);
+}
+
+/* im2col: entry (r, o) of a batch item's column matrix (ckk rows r = (c, a,
+ * b, e), c-major as the host's; sout columns o, the output cells) is the
+ * image's (C, in...) element at the returned offset. */
+static inline SG_HD int64_t sg_im2col_src(const sg_pool_win *w, int64_t r,
+                                          int64_t o) {
+  const int64_t kk = w->ker[0] * w->ker[1] * w->ker[2];
+  const int64_t c = r / kk, q = r % kk;
+  int64_t ab[3], op[3];
+  sg_unflat3(w->ker, q, ab);
+  sg_unflat3(w->out, o, op);
+  return c * (w->in[0] * w->in[1] * w->in[2]) +
+         sg_pool_row(w, op[0], op[1], op[2], ab[0], ab[1]) + ab[2] * w->dil[2];
+}
+
+/* col2im as a gather: image cell i (of channel c's plane) collects the
+ * column-matrix entries that im2col read from it (dcol: ckk rows of ld),
+ * in (a, b, e) order (the host scatters per row: rounding only). */
+#define SG_COL2IM_HD(T, S)                                                  \
+  static inline SG_HD T sg_col2im_cell_##S(const sg_pool_win *w,            \
+                                           const T *dcol, int64_t ld,       \
+                                           int64_t c, int64_t i) {          \
+    int64_t ip[3], o0 = 0, o1 = 0, o2 = 0;                                  \
+    sg_unflat3(w->in, i, ip);                                               \
+    T acc = 0;                                                              \
+    int64_t r = c * w->ker[0] * w->ker[1] * w->ker[2];                      \
+    for (int64_t a = 0; a < w->ker[0]; ++a) {                               \
+      const int h0 = sg_pool_src(ip[0], a, w->str[0], w->dil[0], w->out[0], \
+                                 &o0);                                      \
+      for (int64_t b = 0; b < w->ker[1]; ++b) {                             \
+        const int h1 = h0 && sg_pool_src(ip[1], b, w->str[1], w->dil[1],    \
+                                         w->out[1], &o1);                   \
+        for (int64_t e = 0; e < w->ker[2]; ++e, ++r) {                      \
+          if (h1 &&                                                         \
+              sg_pool_src(ip[2], e, w->str[2], w->dil[2], w->out[2], &o2))  \
+            acc += dcol[r * ld + (o0 * w->out[1] + o1) * w->out[2] + o2];   \
+        }                                                                   \
+      }                                                                     \
+    }                                                                       \
+    return acc;                                                             \
+  }
+SG_COL2IM_HD(float, f32)
+SG_COL2IM_HD(double, f64)
+#undef SG_COL2IM_HD
+
+/* Transposed convolution, kernel == stride (w->in: the input extent,
+ * w->ker the kernel, w->out = in * ker): output cell p of channel k is
+ * entry (k kk + a, j) of the product T = W^T x (rows (k, a), columns the
+ * input cells j), a = p mod ker and j = p / ker per dim. Returns that
+ * row-major offset of T (columns ld = sin); the forward adds b[k], the
+ * backward gathers dy into T's shape with the same map. */
+static inline SG_HD int64_t sg_convt_src(const sg_pool_win *w, int64_t k,
+                                         int64_t p) {
+  int64_t pp[3], a[3], j[3];
+  sg_unflat3(w->out, p, pp);
+  for (int d = 0; d < 3; ++d) {
+    a[d] = pp[d] % w->ker[d];
+    j[d] = pp[d] / w->ker[d];
+  }
+  const int64_t kk = w->ker[0] * w->ker[1] * w->ker[2];
+  const int64_t sin = w->in[0] * w->in[1] * w->in[2];
+  return (k * kk + (a[0] * w->ker[1] + a[1]) * w->ker[2] + a[2]) * sin +
+         (j[0] * w->in[1] + j[1]) * w->in[2] + j[2];
+}
+
 #endif /* SG_OPS_INL_H */

@@ -23,6 +23,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops_impl.h" /* sg_pool_win_make, sg_up_geom_make */
@@ -372,6 +373,206 @@ static int check_gathers(void) {
   return (int)fails;
 }
 
+/* max |got - want| / max(1, |want|) over n values, printed. */
+static int close_ok(const char *what, const double *got, const double *want,
+                    int64_t n) {
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double e = fabs(got[i] - want[i]) / (fabs(want[i]) > 1 ? fabs(want[i]) : 1);
+    if (!(e <= worst)) worst = e;
+  }
+  printf("cuda gemm path %-26s max rel err %.1e %s\n", what, worst,
+         worst <= 1e-12 ? "ok" : "FAIL");
+  return worst <= 1e-12 ? 0 : 1;
+}
+
+/* The CUDA convolution's arithmetic on the host: per batch item the column
+ * matrix by sg_im2col_src, the products the cuBLAS GEMMs compute (here as
+ * plain loops), dx by the sg_col2im_cell gather; against sg_conv_forward
+ * and sg_conv_backward in f64. */
+static int check_conv_gemm(const char *what, const sg_conv_desc *d) {
+  sg_pool_win w;
+  if (sg_conv_win_make(d, 0, SG_DTYPE_F64, &w) != SG_OK) return 1;
+  const int64_t nb = d->batch, c = d->cin, k = d->cout;
+  const int64_t sin = w.in[0] * w.in[1] * w.in[2];
+  const int64_t so = w.out[0] * w.out[1] * w.out[2];
+  const int64_t ckk = c * w.ker[0] * w.ker[1] * w.ker[2];
+  const int64_t nx = nb * c * sin, ny = nb * k * so, nw = k * ckk;
+  double *m = calloc((size_t)(3 * nx + 3 * ny + 4 * nw + 4 * k + 2 * ckk * so),
+                     sizeof(double));
+  if (!m) return 1;
+  double *x = m, *dxh = x + nx, *dxg = dxh + nx, *dy = dxg + nx, *yh = dy + ny,
+         *yg = yh + ny, *wt = yg + ny, *dwh = wt + nw, *dwg = dwh + nw,
+         *bias = dwg + nw, *dbh = bias + k, *dbg = dbh + k, *col = dbg + k,
+         *dcol = col + ckk * so;
+  fill(x, (int)nx, 3), fill(dy, (int)ny, 5), fill(wt, (int)nw, 9);
+  fill(bias, (int)k, 13);
+  int fails = 0;
+  if (sg_conv_forward(d, SG_DTYPE_F64, x, wt, bias, yh, NULL) != SG_OK ||
+      sg_conv_backward(d, SG_DTYPE_F64, x, wt, dy, dxh, dwh, dbh, NULL) !=
+          SG_OK) {
+    free(m);
+    return printf("FAIL: %s: host convolution\n", what) > 0;
+  }
+  for (int64_t n = 0; n < nb; ++n) {
+    const double *xn = x + n * c * sin, *dyn = dy + n * k * so;
+    for (int64_t r = 0; r < ckk; ++r)
+      for (int64_t o = 0; o < so; ++o)
+        col[r * so + o] = xn[sg_im2col_src(&w, r, o)];
+    for (int64_t q = 0; q < k; ++q)
+      for (int64_t o = 0; o < so; ++o) {
+        double acc = 0;
+        for (int64_t r = 0; r < ckk; ++r)
+          acc += wt[q * ckk + r] * col[r * so + o];
+        yg[(n * k + q) * so + o] = acc + bias[q];
+        dbg[q] += dyn[q * so + o];
+      }
+    for (int64_t r = 0; r < ckk; ++r)
+      for (int64_t o = 0; o < so; ++o) {
+        double acc = 0;
+        for (int64_t q = 0; q < k; ++q)
+          acc += wt[q * ckk + r] * dyn[q * so + o];
+        dcol[r * so + o] = acc;
+      }
+    for (int64_t q = 0; q < k; ++q)
+      for (int64_t r = 0; r < ckk; ++r) {
+        double acc = 0;
+        for (int64_t o = 0; o < so; ++o)
+          acc += dyn[q * so + o] * col[r * so + o];
+        dwg[q * ckk + r] += acc;
+      }
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t i = 0; i < sin; ++i)
+        dxg[(n * c + ch) * sin + i] = sg_col2im_cell_f64(&w, dcol, so, ch, i);
+  }
+  char name[64];
+  snprintf(name, sizeof name, "%s y", what);
+  fails += close_ok(name, yg, yh, ny);
+  snprintf(name, sizeof name, "%s dx", what);
+  fails += close_ok(name, dxg, dxh, nx);
+  snprintf(name, sizeof name, "%s dw", what);
+  fails += close_ok(name, dwg, dwh, nw);
+  snprintf(name, sizeof name, "%s db", what);
+  fails += close_ok(name, dbg, dbh, k);
+  free(m);
+  return fails;
+}
+
+/* The CUDA transposed convolution's arithmetic on the host: T = W^T x,
+ * y by the sg_convt_src gather plus the bias; dy gathered to T's shape by
+ * the same map, dx = W T, dW += x T^T; against sg_convt_* in f64. */
+static int check_convt_gemm(const char *what, const sg_conv_desc *d) {
+  sg_pool_win w;
+  if (sg_conv_win_make(d, 1, SG_DTYPE_F64, &w) != SG_OK) return 1;
+  const int64_t nb = d->batch, c = d->cin, k = d->cout;
+  const int64_t sin = w.in[0] * w.in[1] * w.in[2];
+  const int64_t so = w.out[0] * w.out[1] * w.out[2];
+  const int64_t mm = k * w.ker[0] * w.ker[1] * w.ker[2]; /* T's rows */
+  const int64_t nx = nb * c * sin, ny = nb * k * so, nw = c * mm;
+  double *m = calloc((size_t)(3 * nx + 3 * ny + 4 * nw + 4 * k + mm * sin),
+                     sizeof(double));
+  if (!m) return 1;
+  double *x = m, *dxh = x + nx, *dxg = dxh + nx, *dy = dxg + nx, *yh = dy + ny,
+         *yg = yh + ny, *wt = yg + ny, *dwh = wt + nw, *dwg = dwh + nw,
+         *bias = dwg + nw, *dbh = bias + k, *dbg = dbh + k, *tb = dbg + k;
+  fill(x, (int)nx, 17), fill(dy, (int)ny, 19), fill(wt, (int)nw, 23);
+  fill(bias, (int)k, 29);
+  int fails = 0;
+  if (sg_convt_forward(d, SG_DTYPE_F64, x, wt, bias, yh) != SG_OK ||
+      sg_convt_backward(d, SG_DTYPE_F64, x, wt, dy, dxh, dwh, dbh) != SG_OK) {
+    free(m);
+    return printf("FAIL: %s: host transposed convolution\n", what) > 0;
+  }
+  for (int64_t n = 0; n < nb; ++n) {
+    const double *xn = x + n * c * sin, *dyn = dy + n * k * so;
+    for (int64_t r = 0; r < mm; ++r)
+      for (int64_t j = 0; j < sin; ++j) {
+        double acc = 0;
+        for (int64_t ch = 0; ch < c; ++ch)
+          acc += wt[ch * mm + r] * xn[ch * sin + j];
+        tb[r * sin + j] = acc;
+      }
+    for (int64_t q = 0; q < k; ++q)
+      for (int64_t p = 0; p < so; ++p) {
+        yg[(n * k + q) * so + p] = tb[sg_convt_src(&w, q, p)] + bias[q];
+        dbg[q] += dyn[q * so + p];
+      }
+    for (int64_t q = 0; q < k; ++q)
+      for (int64_t p = 0; p < so; ++p)
+        tb[sg_convt_src(&w, q, p)] = dyn[q * so + p];
+    for (int64_t ch = 0; ch < c; ++ch) {
+      for (int64_t j = 0; j < sin; ++j) {
+        double acc = 0;
+        for (int64_t r = 0; r < mm; ++r)
+          acc += wt[ch * mm + r] * tb[r * sin + j];
+        dxg[(n * c + ch) * sin + j] = acc;
+      }
+      for (int64_t r = 0; r < mm; ++r) {
+        double acc = 0;
+        for (int64_t j = 0; j < sin; ++j)
+          acc += xn[ch * sin + j] * tb[r * sin + j];
+        dwg[ch * mm + r] += acc;
+      }
+    }
+  }
+  char name[64];
+  snprintf(name, sizeof name, "%s y", what);
+  fails += close_ok(name, yg, yh, ny);
+  snprintf(name, sizeof name, "%s dx", what);
+  fails += close_ok(name, dxg, dxh, nx);
+  snprintf(name, sizeof name, "%s dw", what);
+  fails += close_ok(name, dwg, dwh, nw);
+  snprintf(name, sizeof name, "%s db", what);
+  fails += close_ok(name, dbg, dbh, k);
+  free(m);
+  return fails;
+}
+
+static int check_conv_gemms(void) {
+  const sg_conv_desc c1 = {.nsp = 1,
+                           .batch = 2,
+                           .cin = 3,
+                           .cout = 5,
+                           .in = {13},
+                           .kernel = {3},
+                           .stride = {2},
+                           .dilation = {1}};
+  const sg_conv_desc c2 = {.nsp = 2,
+                           .batch = 2,
+                           .cin = 3,
+                           .cout = 2,
+                           .in = {9, 11},
+                           .kernel = {3, 2},
+                           .stride = {2, 1},
+                           .dilation = {1, 2}};
+  const sg_conv_desc c3 = {.nsp = 3,
+                           .batch = 1,
+                           .cin = 2,
+                           .cout = 3,
+                           .in = {5, 7, 6},
+                           .kernel = {3, 1, 2},
+                           .stride = {1, 3, 2},
+                           .dilation = {2, 1, 1}};
+  const sg_conv_desc t1 = {
+      .nsp = 1, .batch = 2, .cin = 3, .cout = 2, .in = {7}, .kernel = {3}};
+  const sg_conv_desc t2 = {.nsp = 2,
+                           .batch = 1,
+                           .cin = 3,
+                           .cout = 5,
+                           .in = {5, 3},
+                           .kernel = {2, 3}};
+  const sg_conv_desc t3 = {.nsp = 3,
+                           .batch = 2,
+                           .cin = 2,
+                           .cout = 3,
+                           .in = {3, 5, 1},
+                           .kernel = {2, 1, 3}};
+  return check_conv_gemm("conv 1-D", &c1) + check_conv_gemm("conv 2-D", &c2) +
+         check_conv_gemm("conv 3-D", &c3) + check_convt_gemm("convt 1-D", &t1) +
+         check_convt_gemm("convt 2-D", &t2) +
+         check_convt_gemm("convt 3-D", &t3);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
@@ -389,6 +590,7 @@ int main(int argc, char **argv) {
   fails += check_defs();
   fails += check_tape_device();
   fails += check_gathers();
+  fails += check_conv_gemms();
   if (rank == 0 && !fails) {
     int on = 0;
     for (int i = 0; i < n; ++i) on += sg_op_device_on_cuda(&t[i]);
