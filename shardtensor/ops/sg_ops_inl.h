@@ -548,4 +548,60 @@ static inline SG_HD int64_t sg_convt_src(const sg_pool_win *w, int64_t k,
          (j[0] * w->in[1] + j[1]) * w->in[2] + j[2];
 }
 
+/* ---- layout ops: concat / split, the FNO-3D time ops, roll, add_field -----
+ * Index maps (and the one sum each adjoint needs) shared by the host ops
+ * (models/) and the CUDA kernels (shardtensor/ops/cuda/layout_cuda.cu);
+ * test_op_device checks the maps against the host ops. */
+
+/* concat: element i of a part of ch channels ((N, ch, s) row-major) sits
+ * at this offset of the concatenation of ctot channels, the part starting
+ * at channel off; split reads it back from there. */
+static inline SG_HD int64_t sg_cat_index(int64_t i, int64_t ch, int64_t ctot,
+                                         int64_t off, int64_t s) {
+  const int64_t per = ch * s;
+  return (i / per) * ctot * s + off * s + i % per;
+}
+/* fno3d_broadcast_t: output j of (P, nt, s) reads input (P, s) here. */
+static inline SG_HD int64_t sg_bcast_t_src(int64_t j, int64_t nt, int64_t s) {
+  return (j / (nt * s)) * s + j % s;
+}
+/* fno3d_time_window: output j of (P, t2, s) copies input (P, t1, s) at the
+ * returned offset, or is 0 (-1: a step t >= t1). Its adjoint is the same
+ * map from t2 to t1. */
+static inline SG_HD int64_t sg_twin_src(int64_t j, int64_t t1, int64_t t2,
+                                        int64_t s) {
+  const int64_t p = j / (t2 * s), t = (j / s) % t2;
+  return t < t1 ? (p * t1 + t) * s + j % s : -1;
+}
+/* roll: y[l, i] = x[l, (i + sh) mod n] per dim (3 dims, unused ones 1, the
+ * shifts in (-n, n)): the offset of output j's source. A bijection: the
+ * backward writes dx[sg_roll_src(j)] = dy[j]. */
+static inline SG_HD int64_t sg_roll_src(int64_t j, const int64_t *n,
+                                        const int64_t *sh) {
+  const int64_t m = n[0] * n[1] * n[2];
+  int64_t p[3];
+  sg_unflat3(n, j % m, p);
+  for (int d = 0; d < 3; ++d) p[d] = ((p[d] + sh[d]) % n[d] + n[d]) % n[d];
+  return (j / m) * m + (p[0] * n[1] + p[1]) * n[2] + p[2];
+}
+/* fno3d_broadcast_t's adjoint at input e of (P, s): the sum over t of
+ * dy (P, nt, s), in t order. add_field's parameter gradient at element i
+ * of a sample of m: p + dy[0, i] + dy[1, i] + ... in batch order. */
+#define SG_LAYOUT_SUM_HD(T, S)                                                 \
+  static inline SG_HD T sg_bcast_t_sum_##S(const T *dy, int64_t nt, int64_t s, \
+                                           int64_t e) {                        \
+    const T *g = dy + (e / s) * nt * s + e % s;                                \
+    T acc = 0;                                                                 \
+    for (int64_t t = 0; t < nt; ++t) acc += g[t * s];                          \
+    return acc;                                                                \
+  }                                                                            \
+  static inline SG_HD T sg_field_acc_##S(T p, const T *dy, int64_t nb,         \
+                                         int64_t m, int64_t i) {               \
+    for (int64_t b = 0; b < nb; ++b) p += dy[b * m + i];                       \
+    return p;                                                                  \
+  }
+SG_LAYOUT_SUM_HD(float, f32)
+SG_LAYOUT_SUM_HD(double, f64)
+#undef SG_LAYOUT_SUM_HD
+
 #endif /* SG_OPS_INL_H */

@@ -267,13 +267,14 @@ static int check_device_tape(sg_tape_t tape, sg_var *x) {
 
 static int check_tape_device(void) {
   double xs[3] = {1, 2, 3};
-  const int64_t shape[1] = {3}, shape2[2] = {1, 3};
+  const int64_t shape[1] = {3}, shape2[2] = {1, 3}, shape3[3] = {1, 1, 3};
   sg_tape_t tape = NULL;
-  sg_var x, x2, *y = NULL;
+  sg_var x, x2, x3, *y = NULL;
   int fails = 0;
   if (sg_tape_create(&tape) != SG_OK ||
       sg_var_init(&x, "x", SG_DTYPE_F64, 1, shape, xs, 1) != SG_OK ||
-      sg_var_init(&x2, "x2", SG_DTYPE_F64, 2, shape2, xs, 1) != SG_OK)
+      sg_var_init(&x2, "x2", SG_DTYPE_F64, 2, shape2, xs, 1) != SG_OK ||
+      sg_var_init(&x3, "x3", SG_DTYPE_F64, 3, shape3, xs, 1) != SG_OK)
     return printf("FAIL: tape or variable\n") > 0;
   sg_status st = sg_tape_apply(tape, &host_op, 1, (sg_var *[]){&x}, 1, NULL,
                                NULL, 0, &y);
@@ -289,20 +290,22 @@ static int check_tape_device(void) {
     fails += printf("FAIL: a variable's own host memory declared cuda\n") > 0;
   sg_var_release(&own);
   if (sg_var_set_device(&x, cuda0) != SG_OK ||
-      sg_var_set_device(&x2, cuda0) != SG_OK)
+      sg_var_set_device(&x2, cuda0) != SG_OK ||
+      sg_var_set_device(&x3, cuda0) != SG_OK)
     return printf("FAIL: set device\n") > 0;
   st = sg_tape_apply(tape, &host_op, 1, (sg_var *[]){&x}, 1, NULL, NULL, 0, &y);
   fails += refused("user op without cuda entry points", st,
                    "op user_host has no cuda implementation");
-  st = sg_ag_concat(tape, 1, (sg_var *[]){&x2}, &y);
-  fails += refused("built-in concat", st,
-                   "op concat has no cuda implementation");
+  st = sg_ag_attention(tape, 1, &x3, &x3, &x3, &y);
+  fails += refused("built-in attention", st,
+                   "op attention has no cuda implementation");
   fails += check_device_tape(tape, &x);
   /* the gradient was allocated on the faked device: freed as such */
   ag_fake_cuda = 1;
   sg_var_release(&x);
   ag_fake_cuda = 0;
   sg_var_release(&x2);
+  sg_var_release(&x3);
   sg_tape_destroy(&tape);
   return fails;
 }
@@ -573,6 +576,52 @@ static int check_conv_gemms(void) {
          check_convt_gemm("convt 3-D", &t3);
 }
 
+/* The layout maps of the CUDA kernels on the host: concat / split by
+ * sg_cat_index against sg_concat / sg_split, and the time window's
+ * sg_twin_src against the copy it stands for (first min(t1, t2) steps,
+ * zeros after). (roll's sg_roll_src, the broadcast's and add_field's sums
+ * are what the host ops run: their own tests cover them.) */
+static int check_layout_maps(void) {
+  enum { NB = 3, SP = 5, K = 3 };
+  const int64_t ch[K] = {2, 1, 3}, ctot = 6;
+  double whole[NB * 6 * SP], got[NB * 6 * SP], parts[K][NB * 3 * SP];
+  const void *cparts[K] = {parts[0], parts[1], parts[2]};
+  int fails = 0;
+  for (int i = 0; i < K; ++i) fill(parts[i], (int)(NB * ch[i] * SP), 31 + i);
+  if (sg_concat(SG_DTYPE_F64, NB, SP, K, ch, cparts, whole) != SG_OK) return 1;
+  for (int64_t i = 0, off = 0; i < K; off += ch[i], ++i)
+    for (int64_t e = 0; e < NB * ch[i] * SP; ++e)
+      got[sg_cat_index(e, ch[i], ctot, off, SP)] = parts[i][e];
+  fails += close_ok("concat map", got, whole, NB * ctot * SP);
+  double back[K][NB * 3 * SP], want[K][NB * 3 * SP];
+  void *wparts[K] = {want[0], want[1], want[2]};
+  fill(whole, NB * 6 * SP, 37);
+  if (sg_split(SG_DTYPE_F64, NB, SP, K, ch, whole, wparts) != SG_OK) return 1;
+  for (int64_t i = 0, off = 0; i < K; off += ch[i], ++i) {
+    for (int64_t e = 0; e < NB * ch[i] * SP; ++e)
+      back[i][e] = whole[sg_cat_index(e, ch[i], ctot, off, SP)];
+    fails += close_ok("split map", back[i], want[i], NB * ch[i] * SP);
+  }
+  /* time window, both ways (crop 7 -> 4, pad 4 -> 7) over 3 planes of 5 */
+  double tin[3 * 7 * 5], tout[3 * 7 * 5], tref[3 * 7 * 5];
+  const int64_t steps[2][2] = {{7, 4}, {4, 7}};
+  for (int w = 0; w < 2; ++w) {
+    const int64_t t1 = steps[w][0], t2 = steps[w][1];
+    fill(tin, (int)(3 * t1 * 5), 41 + w);
+    for (int64_t p = 0; p < 3; ++p)
+      for (int64_t t = 0; t < t2; ++t)
+        for (int64_t e = 0; e < 5; ++e)
+          tref[(p * t2 + t) * 5 + e] = t < t1 ? tin[(p * t1 + t) * 5 + e] : 0;
+    for (int64_t j = 0; j < 3 * t2 * 5; ++j) {
+      const int64_t i = sg_twin_src(j, t1, t2, 5);
+      tout[j] = i >= 0 ? tin[i] : 0;
+    }
+    fails += close_ok(w ? "time window pad" : "time window crop", tout, tref,
+                      3 * t2 * 5);
+  }
+  return fails;
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
@@ -591,6 +640,7 @@ int main(int argc, char **argv) {
   fails += check_tape_device();
   fails += check_gathers();
   fails += check_conv_gemms();
+  fails += check_layout_maps();
   if (rank == 0 && !fails) {
     int on = 0;
     for (int i = 0; i < n; ++i) on += sg_op_device_on_cuda(&t[i]);

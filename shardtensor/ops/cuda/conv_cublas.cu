@@ -44,8 +44,8 @@ __device__ inline double col2im(const sg_pool_win *w, const double *dcol,
 
 // col (nc items of ckk x so) from images x (nc items of c_sin).
 template <typename T>
-__global__ void im2col_k(sg_pool_win w, int64_t nc, int64_t c_sin,
-                         int64_t ckk, int64_t so, const T *x, T *col) {
+__global__ void im2col_k(sg_pool_win w, int64_t nc, int64_t c_sin, int64_t ckk,
+                         int64_t so, const T *x, T *col) {
   const int64_t per = ckk * so;
   SG_GRID_STRIDE(i, nc * per) {
     const int64_t n = i / per, e = i % per;
@@ -131,8 +131,9 @@ sg_status conv_fwd(const Geo &g, const T *x, const T *w, T *y, void *stream) {
   SG_CUDA(cudaMallocAsync((void **)&col, (size_t)(nc * per) * sizeof(T), s));
   for (int64_t n0 = 0; n0 < g.nb; n0 += nc) {
     const int64_t m = g.nb - n0 < nc ? g.nb - n0 : nc;
-    im2col_k<T><<<grid_for(m * per), kThreads, 0, s>>>(
-        g.w, m, g.c * g.sin, ckk, g.so, x + n0 * g.c * g.sin, col);
+    im2col_k<T>
+        <<<grid_for(m * per), kThreads, 0, s>>>(g.w, m, g.c * g.sin, ckk, g.so,
+                                                x + n0 * g.c * g.sin, col);
     SG_CUDA(cudaGetLastError());
     // y_n (K x so) = W (K x ckk) col_n (ckk x so)
     SG_CUBLAS(sg_gemm_rm<T>(h, false, false, (int)g.k, (int)g.so, (int)ckk, w,
@@ -163,23 +164,23 @@ sg_status conv_bwd(const Geo &g, const T *x, const T *w, const T *dy, T *dx,
     T *dcol = col + nc * per;
     if (dx) {
       // dcol_n (ckk x so) = W^T dy_n, then gathered into dx
-      SG_CUBLAS(sg_gemm_rm<T>(h, true, false, (int)ckk, (int)g.so, (int)g.k,
-                              w, (int)ckk, 0, dyc, (int)g.so, g.k * g.so,
-                              T(0), dcol, (int)g.so, per, (int)m));
+      SG_CUBLAS(sg_gemm_rm<T>(h, true, false, (int)ckk, (int)g.so, (int)g.k, w,
+                              (int)ckk, 0, dyc, (int)g.so, g.k * g.so, T(0),
+                              dcol, (int)g.so, per, (int)m));
       col2im_k<T><<<grid_for(m * g.c * g.sin), kThreads, 0, s>>>(
           g.w, m, g.c, g.sin, ckk, g.so, dcol, dx + n0 * g.c * g.sin);
       SG_CUDA(cudaGetLastError());
     }
     if (!dw) continue;
-    im2col_k<T><<<grid_for(m * per), kThreads, 0, s>>>(
-        g.w, m, g.c * g.sin, ckk, g.so, x + n0 * g.c * g.sin, col);
+    im2col_k<T>
+        <<<grid_for(m * per), kThreads, 0, s>>>(g.w, m, g.c * g.sin, ckk, g.so,
+                                                x + n0 * g.c * g.sin, col);
     SG_CUDA(cudaGetLastError());
     // dW (K x ckk) += dy_n col_n^T, item by item in batch order
     for (int64_t n = 0; n < m; ++n)
       SG_CUBLAS(sg_gemm_rm<T>(h, false, true, (int)g.k, (int)ckk, (int)g.so,
-                              dyc + n * g.k * g.so, (int)g.so, 0,
-                              col + n * per, (int)g.so, 0, T(1), dw, (int)ckk,
-                              0, 1));
+                              dyc + n * g.k * g.so, (int)g.so, 0, col + n * per,
+                              (int)g.so, 0, T(1), dw, (int)ckk, 0, 1));
   }
 fail:
   if (col) cudaFreeAsync(col, s);
@@ -225,13 +226,14 @@ sg_status convt_bwd(const Geo &g, const T *x, const T *w, const T *dy, T *dx,
   SG_CUDA(cudaMallocAsync((void **)&t, (size_t)(nc * tsz) * sizeof(T), s));
   for (int64_t n0 = 0; n0 < g.nb; n0 += nc) {
     const int64_t m = g.nb - n0 < nc ? g.nb - n0 : nc;
-    convt_dy_k<T><<<grid_for(m * g.k * g.so), kThreads, 0, s>>>(
-        g.w, m, g.k, g.so, tsz, dy + n0 * g.k * g.so, t);
+    convt_dy_k<T>
+        <<<grid_for(m * g.k * g.so), kThreads, 0, s>>>(g.w, m, g.k, g.so, tsz,
+                                                       dy + n0 * g.k * g.so, t);
     SG_CUDA(cudaGetLastError());
     // dx_n (C x sin) = W (C x mm) T_n (mm x sin)
     if (dx)
-      SG_CUBLAS(sg_gemm_rm<T>(h, false, false, (int)g.c, (int)g.sin, (int)mm,
-                              w, (int)mm, 0, t, (int)g.sin, tsz, T(0),
+      SG_CUBLAS(sg_gemm_rm<T>(h, false, false, (int)g.c, (int)g.sin, (int)mm, w,
+                              (int)mm, 0, t, (int)g.sin, tsz, T(0),
                               dx + n0 * g.c * g.sin, (int)g.sin, g.c * g.sin,
                               (int)m));
     // dW (C x mm) += x_n (C x sin) T_n^T, item by item in batch order
@@ -288,8 +290,8 @@ extern "C" sg_status sg_conv_bwd_cuda(const sg_conv_desc *d, sg_dtype dt,
     SG_TRY(conv_bwd(g, (const float *)x, (const float *)w, (const float *)dy,
                     (float *)dx, (float *)dw, stream));
   else
-    SG_TRY(conv_bwd(g, (const double *)x, (const double *)w,
-                    (const double *)dy, (double *)dx, (double *)dw, stream));
+    SG_TRY(conv_bwd(g, (const double *)x, (const double *)w, (const double *)dy,
+                    (double *)dx, (double *)dw, stream));
 fail:
   return st;
 }
@@ -307,8 +309,8 @@ extern "C" sg_status sg_convt_fwd_cuda(const sg_conv_desc *d, sg_dtype dt,
     SG_TRY(convt_fwd(g, (const float *)x, (const float *)w, (const float *)b,
                      (float *)y, stream));
   else
-    SG_TRY(convt_fwd(g, (const double *)x, (const double *)w,
-                     (const double *)b, (double *)y, stream));
+    SG_TRY(convt_fwd(g, (const double *)x, (const double *)w, (const double *)b,
+                     (double *)y, stream));
 fail:
   return st;
 }
