@@ -52,8 +52,8 @@ static const sg_op_device table[] = {
     {"fno3d_time_window", "sg_time_window_cuda", "sg_time_window_cuda", NULL},
     /* the FNO's fused layer ops (ag_spectral.c): the pieces of spectral_conv
      * and linear in one node; linear_act runs its parts' launchers in a row */
-    {"linear_act", "sg_linear_fwd_cuda, sg_act_fwd_cuda",
-     "sg_act_bwd_cuda, sg_linear_bwd_cuda", NULL},
+    /* linear_act: the cuBLAS linear, then the act kernels */
+    {"linear_act", "sg_linear_fwd_cuda", "sg_linear_bwd_cuda", NULL},
     {"spectral_linear_act", NULL, NULL,
      "cuda: needs spectral_conv's cuFFT path and the cuBLAS GEMM (issue 22)"},
 };

@@ -4,7 +4,10 @@
  * average and max pooling forward and backward (2-D, stride and dilation
  * above 1, overlapping windows), nearest and bilinear up-sampling forward
  * and backward (2-D, scales 2 and 3), the channel-wise linear on cuBLAS
- * forward and backward (y, dx, dw +=, db +=), the loss partials and gradients (all four kinds) in f64 and f32, and AdamW
+ * forward and backward (y, dx, dw +=, db +=), the convolution and the
+ * transposed convolution on cuBLAS (2-D, 3-D; y, dx, dw +=, db +=), the
+ * layout kernels (concat, split, the FNO-3D time broadcast and window,
+ * roll, add_field), the loss partials and gradients (all four kinds) in f64 and f32, and AdamW
  * (f32) over three steps; instance, group and layer norm (statistics,
  * forward, backward sums, backward); and the autograd tape on device
  * variables (a linear-norm-gelu-mul-mse tape forward and backward: outputs,
@@ -15,7 +18,8 @@
  * the reductions' sums (block trees on the device). Tolerances, relative
  * to max(1, |host value|):
  *   f64  1e-12
- *   f32  2e-5 (pooling and up-sampling sum in another order on the
+ *   f32  2e-5 (the GEMMs and pooling and up-sampling sum in another
+ *        order on the
  *        device: their backward gathers per input cell; a few ulp of the activations, whose f32 exponential is a
  *        polynomial on the host and expf on the device; the f32 bias
  *        gradient sums rows in f32 on the host, in f64 on the device)
@@ -239,6 +243,187 @@ static void check_linear(sg_dtype dt) {
       drop(&db);
 }
 
+/* Convolution on cuBLAS (im2col + GEMM, the col2im gather) and the
+ * transposed convolution (kernel == stride), 2-D and 3-D, against the
+ * host's; dw and db accumulate into non-zero starts. */
+static void check_conv_desc(sg_dtype dt, const sg_conv_desc *d, int trans,
+                            const char *what) {
+  int64_t out[3] = {1, 1, 1}, sin = 1, sout = 1, kk = 1;
+  if (!trans) CK(sg_conv_out_shape(d, out));
+  for (int i = 0; i < d->nsp; ++i) {
+    sin *= d->in[i];
+    kk *= d->kernel[i];
+    sout *= trans ? d->in[i] * d->kernel[i] : out[i];
+  }
+  const size_t nx = (size_t)(d->batch * d->cin * sin),
+               ny = (size_t)(d->batch * d->cout * sout),
+               nw = (size_t)(d->cout * d->cin * kk);
+  buf x = mk(dt, nx, -2, 2), w = mk(dt, nw, -1, 1), b = mk(dt, d->cout, -1, 1);
+  buf g = mk(dt, ny, -1, 1), y = mk(dt, ny, 0, 0), dx = mk(dt, nx, 0, 0);
+  buf dw = mk(dt, nw, -1, 1), db = mk(dt, d->cout, -1, 1);
+  char name[64];
+  if (trans) {
+    CK(sg_convt_forward(d, dt, x.h, w.h, b.h, y.h));
+    CK(sg_convt_fwd_cuda(d, dt, x.d, w.d, b.d, y.d, NULL));
+  } else {
+    CK(sg_conv_forward(d, dt, x.h, w.h, b.h, y.h, NULL));
+    CK(sg_conv_fwd_cuda(d, dt, x.d, w.d, b.d, y.d, NULL, NULL));
+  }
+  snprintf(name, sizeof name, "%s forward", what);
+  compare(name, &y);
+  if (trans) {
+    CK(sg_convt_backward(d, dt, x.h, w.h, g.h, dx.h, dw.h, db.h));
+    CK(sg_convt_bwd_cuda(d, dt, x.d, w.d, g.d, dx.d, dw.d, db.d, NULL));
+  } else {
+    CK(sg_conv_backward(d, dt, x.h, w.h, g.h, dx.h, dw.h, db.h, NULL));
+    CK(sg_conv_bwd_cuda(d, dt, x.d, w.d, g.d, dx.d, dw.d, db.d, NULL, NULL));
+  }
+  snprintf(name, sizeof name, "%s backward (dx)", what);
+  compare(name, &dx);
+  snprintf(name, sizeof name, "%s backward (dw +=)", what);
+  compare(name, &dw);
+  snprintf(name, sizeof name, "%s backward (db +=)", what);
+  compare(name, &db);
+  drop(&x), drop(&w), drop(&b), drop(&g), drop(&y), drop(&dx), drop(&dw),
+      drop(&db);
+}
+
+static void check_conv(sg_dtype dt) {
+  const sg_conv_desc c2 = {.nsp = 2,
+                           .batch = NB,
+                           .cin = NC,
+                           .cout = 4,
+                           .in = {9, 11},
+                           .kernel = {3, 2},
+                           .stride = {2, 1},
+                           .dilation = {1, 2}};
+  const sg_conv_desc c3 = {.nsp = 3,
+                           .batch = NB,
+                           .cin = NC,
+                           .cout = 2,
+                           .in = {5, 7, 6},
+                           .kernel = {3, 1, 2},
+                           .stride = {1, 3, 2},
+                           .dilation = {2, 1, 1}};
+  const sg_conv_desc t2 = {.nsp = 2,
+                           .batch = NB,
+                           .cin = NC,
+                           .cout = 5,
+                           .in = {5, 3},
+                           .kernel = {2, 3}};
+  const sg_conv_desc t3 = {.nsp = 3,
+                           .batch = NB,
+                           .cin = NC,
+                           .cout = 2,
+                           .in = {3, 5, 1},
+                           .kernel = {2, 1, 3}};
+  check_conv_desc(dt, &c2, 0, "conv 2-D (cuBLAS)");
+  check_conv_desc(dt, &c3, 0, "conv 3-D (cuBLAS)");
+  check_conv_desc(dt, &t2, 1, "convt 2-D (cuBLAS)");
+  check_conv_desc(dt, &t3, 1, "convt 3-D (cuBLAS)");
+}
+
+/* The layout kernels against the host's concat / split and plain loops
+ * for the time broadcast and window, roll and add_field (the host ops'
+ * own arithmetic: sg_ops_inl.h's maps and sums). */
+static void check_layout(sg_dtype dt) {
+  const int64_t ch[2] = {1, NC}, ct = 1 + NC, sp = NS;
+  buf p0 = mk(dt, (size_t)(NB * ch[0] * sp), -1, 1);
+  buf p1 = mk(dt, (size_t)(NB * ch[1] * sp), -1, 1);
+  buf whole = mk(dt, (size_t)(NB * ct * sp), 0, 0);
+  const void *parts[2] = {p0.h, p1.h};
+  CK(sg_concat(dt, NB, sp, 2, ch, parts, whole.h));
+  CK(sg_cat_part_cuda(dt, NB, sp, ch[0], ct, 0, 1, p0.d, whole.d, NULL));
+  CK(sg_cat_part_cuda(dt, NB, sp, ch[1], ct, ch[0], 1, p1.d, whole.d, NULL));
+  compare("concat", &whole);
+  void *hp[2] = {p0.h, p1.h};
+  CK(sg_split(dt, NB, sp, 2, ch, whole.h, hp));
+  CK(sg_cat_part_cuda(dt, NB, sp, ch[1], ct, ch[0], 0, whole.d, p1.d, NULL));
+  compare("split", &p1);
+  /* broadcast over 4 steps, its adjoint, a window 4 -> 6 steps */
+  const int64_t P = NB * NC, nt = 4, t2 = 6;
+  buf x = mk(dt, (size_t)(P * sp), -1, 1),
+      y = mk(dt, (size_t)(P * nt * sp), 0, 0);
+  buf g = mk(dt, (size_t)(P * nt * sp), -1, 1),
+      dx = mk(dt, (size_t)(P * sp), 0, 0);
+  buf tw = mk(dt, (size_t)(P * t2 * sp), 0, 0);
+  for (int64_t j = 0; j < P * nt * sp; ++j) {
+    double v = at(&x, x.h, (size_t)((j / (nt * sp)) * sp + j % sp));
+    if (dt == SG_DTYPE_F64)
+      ((double *)y.h)[j] = v;
+    else
+      ((float *)y.h)[j] = (float)v;
+  }
+  for (int64_t e = 0; e < P * sp; ++e) {
+    double acc = 0;
+    for (int64_t t = 0; t < nt; ++t)
+      acc += at(&g, g.h, (size_t)(((e / sp) * nt + t) * sp + e % sp));
+    if (dt == SG_DTYPE_F64)
+      ((double *)dx.h)[e] = acc;
+    else
+      ((float *)dx.h)[e] = (float)acc;
+  }
+  for (int64_t j = 0; j < P * t2 * sp; ++j) {
+    const int64_t p = j / (t2 * sp), t = (j / sp) % t2;
+    double v = t < nt ? at(&g, g.h, (size_t)((p * nt + t) * sp + j % sp)) : 0;
+    if (dt == SG_DTYPE_F64)
+      ((double *)tw.h)[j] = v;
+    else
+      ((float *)tw.h)[j] = (float)v;
+  }
+  CK(sg_bcast_t_fwd_cuda(dt, P, nt, sp, x.d, y.d, NULL));
+  compare("fno3d broadcast over t", &y);
+  CK(sg_bcast_t_bwd_cuda(dt, P, nt, sp, g.d, dx.d, NULL));
+  compare("fno3d broadcast backward", &dx);
+  CK(sg_time_window_cuda(dt, P, sp, nt, t2, g.d, tw.d, NULL));
+  compare("fno3d time window", &tw);
+  /* roll of (P, 5, 7) planes by (-2, 3) and back */
+  const int64_t ext[3] = {1, 5, 7}, sh[3] = {0, -2, 3}, m = 35;
+  buf r = mk(dt, (size_t)(P * m), -1, 1), ry = mk(dt, (size_t)(P * m), 0, 0);
+  buf rb = mk(dt, (size_t)(P * m), 0, 0);
+  for (int64_t j = 0; j < P * m; ++j) {
+    const int64_t a = ((j % m) / 7 + sh[1] + 5) % 5,
+                  c = (j % 7 + sh[2] + 7) % 7;
+    double v = at(&r, r.h, (size_t)((j / m) * m + a * 7 + c));
+    if (dt == SG_DTYPE_F64)
+      ((double *)ry.h)[j] = v;
+    else
+      ((float *)ry.h)[j] = (float)v;
+  }
+  memcpy(rb.h, r.h, rb.bytes);
+  CK(sg_roll_cuda(dt, P, ext, sh, 1, r.d, ry.d, NULL));
+  compare("roll forward", &ry);
+  CK(sg_roll_cuda(dt, P, ext, sh, 0, ry.d, rb.d, NULL));
+  compare("roll backward (round trip)", &rb);
+  /* add_field over NB samples of NC*NS; dp accumulates */
+  const int64_t fm = NC * NS;
+  buf fx = mk(dt, N, -1, 1), fp = mk(dt, (size_t)fm, -1, 1),
+      fy = mk(dt, N, 0, 0);
+  buf fg = mk(dt, N, -1, 1), fdp = mk(dt, (size_t)fm, -1, 1);
+  for (int64_t i = 0; i < N; ++i) {
+    double v = at(&fx, fx.h, (size_t)i) + at(&fp, fp.h, (size_t)(i % fm));
+    if (dt == SG_DTYPE_F64)
+      ((double *)fy.h)[i] = v;
+    else
+      ((float *)fy.h)[i] = (float)v;
+  }
+  for (int64_t i = 0; i < fm; ++i) {
+    double v = at(&fdp, fdp.h, (size_t)i);
+    for (int64_t b = 0; b < NB; ++b) v += at(&fg, fg.h, (size_t)(b * fm + i));
+    if (dt == SG_DTYPE_F64)
+      ((double *)fdp.h)[i] = v;
+    else
+      ((float *)fdp.h)[i] = (float)v;
+  }
+  CK(sg_add_field_fwd_cuda(dt, NB, fm, fx.d, fp.d, fy.d, NULL));
+  compare("add_field forward", &fy);
+  CK(sg_add_field_bwd_cuda(dt, NB, fm, fg.d, fdp.d, NULL));
+  compare("add_field backward (dp +=)", &fdp);
+  drop(&p0), drop(&p1), drop(&whole), drop(&x), drop(&y), drop(&g), drop(&dx),
+      drop(&tw), drop(&r), drop(&ry), drop(&rb), drop(&fx), drop(&fp),
+      drop(&fy), drop(&fg), drop(&fdp);
+}
+
 static void check_loss(sg_dtype dt) {
   static const char *names[] = {"sum", "mean", "mse", "rel_l2"};
   buf p = mk(dt, N, -2, 2), t = mk(dt, N, -2, 2);
@@ -419,7 +604,11 @@ static int tested(const char *fn) {
       "sg_bias_bwd_cuda",     "sg_loss_partial_cuda", "sg_loss_bwd_cuda",
       "sg_pool_fwd_cuda",     "sg_pool_bwd_cuda",     "sg_upsample_fwd_cuda",
       "sg_upsample_bwd_cuda", "sg_linear_fwd_cuda",   "sg_linear_bwd_cuda",
-      "sg_norm_fwd_cuda",     "sg_norm_bwd_cuda"};
+      "sg_norm_fwd_cuda",     "sg_norm_bwd_cuda",     "sg_conv_fwd_cuda",
+      "sg_conv_bwd_cuda",     "sg_convt_fwd_cuda",    "sg_convt_bwd_cuda",
+      "sg_cat_part_cuda",     "sg_bcast_t_fwd_cuda",  "sg_bcast_t_bwd_cuda",
+      "sg_time_window_cuda",  "sg_roll_cuda",         "sg_add_field_fwd_cuda",
+      "sg_add_field_bwd_cuda"};
   for (size_t i = 0; i < sizeof names / sizeof *names; ++i)
     if (fn && !strcmp(fn, names[i])) return 1;
   return 0;
@@ -484,6 +673,25 @@ static void check_arguments(void) {
       {"norm without a descriptor",
        sg_norm_fwd_cuda(NULL, SG_DTYPE_F32, NULL, NULL, NULL, NULL, NULL, NULL),
        SG_ERR_INVALID_ARG},
+      {"conv without a descriptor",
+       sg_conv_fwd_cuda(NULL, SG_DTYPE_F32, NULL, NULL, NULL, NULL, NULL, NULL),
+       SG_ERR_INVALID_ARG},
+      {"conv with round_out (host only)",
+       sg_conv_bwd_cuda(&(sg_conv_desc){.nsp = 1,
+                                        .batch = 1,
+                                        .cin = 1,
+                                        .cout = 1,
+                                        .in = {4},
+                                        .kernel = {3},
+                                        .stride = {1},
+                                        .dilation = {1},
+                                        .round_out = 1},
+                        SG_DTYPE_F32, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                        NULL),
+       SG_ERR_NOT_SUPPORTED},
+      {"concat part past the channels",
+       sg_cat_part_cuda(SG_DTYPE_F32, 1, 4, 3, 4, 2, 1, NULL, NULL, NULL),
+       SG_ERR_SHAPE},
       {"adamw at step 0",
        sg_adamw_step_f32_cuda(NULL, NULL, NULL, NULL, 4, 0, 1e-3, 1.0, &cfg,
                               NULL),
@@ -523,6 +731,8 @@ int main(int argc, char **argv) {
     check_pool(dts[k]);
     check_upsample(dts[k]);
     check_linear(dts[k]);
+    check_conv(dts[k]);
+    check_layout(dts[k]);
     check_loss(dts[k]);
     check_norm(dts[k]);
     check_tape(dts[k]);

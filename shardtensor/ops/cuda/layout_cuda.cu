@@ -34,8 +34,8 @@ __device__ inline float facc(float p, const float *dy, int64_t nb, int64_t m,
                              int64_t i) {
   return sg_field_acc_f32(p, dy, nb, m, i);
 }
-__device__ inline double facc(double p, const double *dy, int64_t nb,
-                              int64_t m, int64_t i) {
+__device__ inline double facc(double p, const double *dy, int64_t nb, int64_t m,
+                              int64_t i) {
   return sg_field_acc_f64(p, dy, nb, m, i);
 }
 
@@ -117,8 +117,8 @@ fail:
 #define SG_STREAM(s) ((cudaStream_t)(s))
 
 extern "C" sg_status sg_cat_part_cuda(sg_dtype dt, int64_t batch,
-                                      int64_t spatial, int64_t ch,
-                                      int64_t ctot, int64_t off, int to_whole,
+                                      int64_t spatial, int64_t ch, int64_t ctot,
+                                      int64_t off, int to_whole,
                                       const void *src, void *dst,
                                       void *stream) {
   sg_status st = SG_OK;
@@ -139,13 +139,13 @@ fail:
 
 extern "C" sg_status sg_bcast_t_fwd_cuda(sg_dtype dt, int64_t planes,
                                          int64_t nt, int64_t spatial,
-                                         const void *x, void *y,
-                                         void *stream) {
+                                         const void *x, void *y, void *stream) {
   const int64_t n = planes * nt * spatial;
   return run("sg_bcast_t_fwd_cuda", dt, n, x && y, [&](auto z) {
     using T = decltype(z);
-    bcast_fwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
-        n, nt, spatial, (const T *)x, (T *)y);
+    bcast_fwd_k<T>
+        <<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(n, nt, spatial,
+                                                          (const T *)x, (T *)y);
   });
 }
 
@@ -189,8 +189,9 @@ extern "C" sg_status sg_roll_cuda(sg_dtype dt, int64_t lead, const int64_t *ext,
     const int64_t n = lead * e.n[0] * e.n[1] * e.n[2];
     st = run("sg_roll_cuda", dt, n, src && dst, [&](auto z) {
       using T = decltype(z);
-      roll_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
-          n, e, fwd, (const T *)src, (T *)dst);
+      roll_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(n, e, fwd,
+                                                                 (const T *)src,
+                                                                 (T *)dst);
     });
   }
 fail:
@@ -204,8 +205,9 @@ extern "C" sg_status sg_add_field_fwd_cuda(sg_dtype dt, int64_t batch,
   const int64_t n = batch * m;
   return run("sg_add_field_fwd_cuda", dt, n, x && p && y, [&](auto z) {
     using T = decltype(z);
-    field_fwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
-        n, m, (const T *)x, (const T *)p, (T *)y);
+    field_fwd_k<T>
+        <<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(n, m, (const T *)x,
+                                                          (const T *)p, (T *)y);
   });
 }
 
