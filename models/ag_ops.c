@@ -344,8 +344,8 @@ static sg_status pool_fill_padding(sg_node *node) {
                              x->data);
 }
 
-/* The forward's descriptor and output (on a device: no margins to fill,
- * the tape refuses them there). */
+/* The forward's descriptor and output (on a device: max pooling with
+ * margins is refused, its -inf fill is host code). */
 static sg_status pool_prepare(sg_node *node, sg_conv_desc *d) {
   sg_status st = SG_OK;
   const pool_attr *a = (const pool_attr *)node->attr;
@@ -353,6 +353,12 @@ static sg_status pool_prepare(sg_node *node, sg_conv_desc *d) {
   int64_t out[SG_OPS_MAX_SPATIAL],
       shape[SG_TENSOR_MAX_DIMS] = {d->batch, d->cin};
   SG_TRY(sg_pool_out_shape(d, out));
+  if (a->kind == SG_POOL_MAX && node->xin.owns &&
+      node->device.kind != SG_DEVICE_HOST)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "pool (max) on %s:%d: its -inf margins are filled on the host "
+             "(issue 22)",
+             sg_device_kind_name(node->device.kind), node->device.index);
   if (a->kind == SG_POOL_MAX) SG_TRY(pool_fill_padding(node));
   for (int i = 0; i < d->nsp; ++i) shape[2 + i] = out[i];
   SG_TRY(sg_node_alloc_out(node, 0, 2 + d->nsp, shape));

@@ -10,8 +10,8 @@
 #define NEEDS_ATTN "cuda: needs a device attention kernel (issue 22)"
 
 static const sg_op_device table[] = {
-    /* im2col + cuBLAS; valid windows (padding is made on the host today:
-     * a padded window on a device input is refused by the tape) */
+    /* im2col + cuBLAS on the padded block (the tape pads device inputs
+     * with sg_pad_fwd_cuda) */
     {"conv", "sg_conv_fwd_cuda", "sg_conv_bwd_cuda", NULL},
     {"convt", "sg_convt_fwd_cuda", "sg_convt_bwd_cuda", NULL},
     {"pool", "sg_pool_fwd_cuda", "sg_pool_bwd_cuda", NULL},

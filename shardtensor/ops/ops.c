@@ -731,10 +731,9 @@ const char *sg_pad_mode_name(sg_pad_mode mode) {
   return sg_boundary_name(mode);
 }
 
-static sg_status sg_pad_geom(sg_dtype dt, int nsp, int64_t planes,
-                             const int64_t *in, const int64_t (*pad)[2],
-                             const sg_pad_mode *mode, int64_t *in3,
-                             int64_t *out3, int64_t *lo3, int *mode3) {
+sg_status sg_pad_geom(sg_dtype dt, int nsp, int64_t planes, const int64_t *in,
+                      const int64_t (*pad)[2], const sg_pad_mode *mode,
+                      int64_t *in3, int64_t *out3, int64_t *lo3, int *mode3) {
   sg_status st = SG_OK;
   SG_TRY(plane_args_check(dt, nsp, planes));
   SG_CHECK_PTR(in);

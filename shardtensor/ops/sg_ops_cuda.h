@@ -132,6 +132,18 @@ sg_status sg_add_field_fwd_cuda(sg_dtype dt, int64_t batch, int64_t m,
                                 void *stream);
 sg_status sg_add_field_bwd_cuda(sg_dtype dt, int64_t batch, int64_t m,
                                 const void *dy, void *dp, void *stream);
+/* Padding (sg_pad_forward/backward) on the device: in, pad, mode on the
+ * host; one thread per padded cell (sg_pad_src_cell), the adjoint a gather
+ * per source cell (sg_pad_grad_cell, no atomics); dsrc OVERWRITTEN. The
+ * tape pads device inputs of window ops with these. */
+sg_status sg_pad_fwd_cuda(sg_dtype dt, int nsp, int64_t planes,
+                          const int64_t *in, const int64_t (*pad)[2],
+                          const sg_pad_mode *mode, const void *src, void *dst,
+                          void *stream);
+sg_status sg_pad_bwd_cuda(sg_dtype dt, int nsp, int64_t planes,
+                          const int64_t *in, const int64_t (*pad)[2],
+                          const sg_pad_mode *mode, const void *dpad, void *dsrc,
+                          void *stream);
 /* partial: sg_loss_npartial(kind, batch) doubles in DEVICE memory. */
 sg_status sg_loss_partial_cuda(sg_loss_kind kind, sg_dtype dt, int64_t batch,
                                int64_t n, const void *p, const void *t,

@@ -604,4 +604,62 @@ SG_LAYOUT_SUM_HD(float, f32)
 SG_LAYOUT_SUM_HD(double, f64)
 #undef SG_LAYOUT_SUM_HD
 
+/* ---- padding as gathers (the CUDA kernels of sg_pad_forward/backward) -----
+ * A plane of extent in[3] padded by lo[d] low to out[3] (unused dims 1, no
+ * padding), boundary mode[d] as sg_pad_src_index. */
+
+/* The source offset of padded cell o of a plane, or -1 (a zero margin). */
+static inline SG_HD int64_t sg_pad_src_cell(const int64_t *in,
+                                            const int64_t *out,
+                                            const int64_t *lo, const int *mode,
+                                            int64_t o) {
+  int64_t p[3];
+  sg_unflat3(out, o, p);
+  for (int d = 0; d < 3; ++d) {
+    p[d] = sg_pad_src_index(mode[d], p[d] - lo[d], in[d]);
+    if (p[d] < 0) return -1;
+  }
+  return (p[0] * in[1] + p[1]) * in[2] + p[2];
+}
+/* Along one dim, candidate slot s of source cell i: slot 0 the interior
+ * position i + lo, slot s >= 1 the (s-1)-th margin position; 1 and *p when
+ * that position's source is i. */
+static inline SG_HD int sg_pad_cand(int mode, int64_t in, int64_t out,
+                                    int64_t lo, int64_t i, int64_t s,
+                                    int64_t *p) {
+  if (s == 0) {
+    *p = i + lo;
+    return 1;
+  }
+  const int64_t m = s - 1;
+  *p = m < lo ? m : in + m;
+  return *p < out && sg_pad_src_index(mode, *p - lo, in) == i;
+}
+/* The adjoint at source cell i of a plane: the sum of the padded plane dpp
+ * over every position copied from i (interior first, then the margins per
+ * dim; the host adds row by row: rounding only). */
+#define SG_PAD_GRAD_HD(T, S)                                             \
+  static inline SG_HD T sg_pad_grad_cell_##S(                            \
+      const int64_t *in, const int64_t *out, const int64_t *lo,          \
+      const int *mode, const T *dpp, int64_t i) {                        \
+    int64_t c[3], p0, p1, p2;                                            \
+    sg_unflat3(in, i, c);                                                \
+    T acc = 0;                                                           \
+    for (int64_t s0 = 0; s0 <= out[0] - in[0]; ++s0) {                   \
+      if (!sg_pad_cand(mode[0], in[0], out[0], lo[0], c[0], s0, &p0))    \
+        continue;                                                        \
+      for (int64_t s1 = 0; s1 <= out[1] - in[1]; ++s1) {                 \
+        if (!sg_pad_cand(mode[1], in[1], out[1], lo[1], c[1], s1, &p1))  \
+          continue;                                                      \
+        for (int64_t s2 = 0; s2 <= out[2] - in[2]; ++s2)                 \
+          if (sg_pad_cand(mode[2], in[2], out[2], lo[2], c[2], s2, &p2)) \
+            acc += dpp[(p0 * out[1] + p1) * out[2] + p2];                \
+      }                                                                  \
+    }                                                                    \
+    return acc;                                                          \
+  }
+SG_PAD_GRAD_HD(float, f32)
+SG_PAD_GRAD_HD(double, f64)
+#undef SG_PAD_GRAD_HD
+
 #endif /* SG_OPS_INL_H */

@@ -7,12 +7,13 @@
  * forward and backward (y, dx, dw +=, db +=), the convolution and the
  * transposed convolution on cuBLAS (2-D, 3-D; y, dx, dw +=, db +=), the
  * layout kernels (concat, split, the FNO-3D time broadcast and window,
- * roll, add_field), the loss partials and gradients (all four kinds) in f64 and f32, and AdamW
+ * roll, add_field), the padding kernels (every mode), the loss partials and gradients (all four kinds) in f64 and f32, and AdamW
  * (f32) over three steps; instance, group and layer norm (statistics,
  * forward, backward sums, backward); and the autograd tape on device
  * variables (a linear-norm-gelu-mul-mse tape forward and backward: outputs,
- * saved statistics and gradients on the device, summed there) against
- * the same tape on the host. The element arithmetic is the same SG_HD code on
+ * saved statistics and gradients on the device, summed there), and a
+ * padded conv-concat-mse tape (margins made on the device), against the
+ * same tapes on the host. The element arithmetic is the same SG_HD code on
  * both sides; what may differ is libm against CUDA's math functions, FMA
  * contraction (nvcc contracts, the host build does not) and the order of
  * the reductions' sums (block trees on the device). Tolerances, relative
@@ -595,6 +596,95 @@ static void check_tape(sg_dtype dt) {
       drop(&db);
 }
 
+/* Padding on the device (the tape's window margins) against the host,
+ * every mode, 2-D, uneven pads. */
+static void check_pad(sg_dtype dt) {
+  static const char *names[] = {"zero", "periodic", "reflect", "replicate"};
+  const int64_t in[2] = {7, 9}, pad[2][2] = {{1, 2}, {2, 0}}, planes = NB * NC;
+  const size_t nin = (size_t)(planes * 7 * 9),
+               nout = (size_t)(planes * 10 * 11);
+  buf x = mk(dt, nin, -2, 2), g = mk(dt, nout, -1, 1);
+  buf y = mk(dt, nout, 0, 0), dx = mk(dt, nin, 0, 0);
+  char what[64];
+  for (int m = 0; m < 4; ++m) {
+    const sg_pad_mode mode[2] = {(sg_pad_mode)m, (sg_pad_mode)m};
+    CK(sg_pad_forward(dt, 2, planes, in, pad, mode, x.h, y.h));
+    CK(sg_pad_fwd_cuda(dt, 2, planes, in, pad, mode, x.d, y.d, NULL));
+    snprintf(what, sizeof what, "pad %s forward", names[m]);
+    compare(what, &y);
+    CK(sg_pad_backward(dt, 2, planes, in, pad, mode, g.h, dx.h));
+    CK(sg_pad_bwd_cuda(dt, 2, planes, in, pad, mode, g.d, dx.d, NULL));
+    snprintf(what, sizeof what, "pad %s backward", names[m]);
+    compare(what, &dx);
+  }
+  drop(&x), drop(&g), drop(&y), drop(&dx);
+}
+
+/* A padded convolution on the tape: h = conv(x, w, b) (3x3, zero padding
+ * in dim 0, periodic in dim 1: the margins made on the device), c =
+ * concat(h, x) (x used twice: the padded path's gradient added to the
+ * concat's on the device), loss = mse(c, t); the loss and the gradients of
+ * x, w, b against the same tape on the host. */
+static double conv_tape_step(sg_var *x, sg_var *w, sg_var *b, const buf *t,
+                             int on_dev) {
+  sg_tape_t tape = NULL;
+  sg_var tv, *h = NULL, *c = NULL, *loss = NULL;
+  const int64_t ts[4] = {NB, 4 + NC, 9, 11};
+  const sg_window win[2] = {
+      {.kernel = 3, .stride = 1, .dilation = 1, .pad = {1, 1}, .up = 1},
+      {.kernel = 3,
+       .stride = 1,
+       .dilation = 1,
+       .pad = {1, 1},
+       .up = 1,
+       .boundary = SG_BOUNDARY_PERIODIC}};
+  CK(sg_var_init(&tv, "t", t->dt, 4, ts, on_dev ? t->d : t->h, 0));
+  if (on_dev) CK(sg_var_set_device(&tv, x->value.device));
+  CK(sg_tape_create(&tape));
+  CK(sg_ag_conv(tape, x, w, b, win, &h));
+  CK(sg_ag_concat(tape, 2, (sg_var *[]){h, x}, &c));
+  CK(sg_ag_loss(tape, SG_LOSS_MSE, c, &tv, &loss));
+  const double item = sg_var_item(loss);
+  CK(sg_tape_backward(tape, loss));
+  sg_tape_destroy(&tape);
+  sg_var_release(&tv);
+  return item;
+}
+
+static void check_conv_tape(sg_dtype dt) {
+  const size_t nx = NB * NC * 9 * 11, nw = 4 * NC * 9;
+  buf x = mk(dt, nx, -2, 2), w = mk(dt, nw, -1, 1), b = mk(dt, 4, -1, 1);
+  buf t = mk(dt, NB * (4 + NC) * 9 * 11, -1, 1);
+  buf dx = mk(dt, nx, 0, 0), dw = mk(dt, nw, 0, 0), db = mk(dt, 4, 0, 0);
+  const int64_t xs[4] = {NB, NC, 9, 11}, ws[4] = {4, NC, 3, 3}, bs[1] = {4};
+  sg_var hx, hw, hb, gx, gw, gb;
+  const sg_device d = {SG_DEVICE_CUDA, 0};
+  CK(sg_var_init(&hx, "x", dt, 4, xs, x.h, 1));
+  CK(sg_var_init_param(&hw, "w", dt, 4, ws, w.h, dw.h));
+  CK(sg_var_init_param(&hb, "b", dt, 1, bs, b.h, db.h));
+  CK(sg_var_init(&gx, "x", dt, 4, xs, x.d, 1));
+  CK(sg_var_init_param(&gw, "w", dt, 4, ws, w.d, dw.d));
+  CK(sg_var_init_param(&gb, "b", dt, 1, bs, b.d, db.d));
+  CK(sg_var_set_device(&gx, d));
+  CK(sg_var_set_device(&gw, d));
+  CK(sg_var_set_device(&gb, d));
+  const double lh = conv_tape_step(&hx, &hw, &hb, &t, 0);
+  const double ld = conv_tape_step(&gx, &gw, &gb, &t, 1);
+  const double tol = dt == SG_DTYPE_F64 ? 1e-12 : 2e-5;
+  const int ok = fabs(ld - lh) <= tol * (fabs(lh) > 1 ? fabs(lh) : 1);
+  printf("%-4s %-30s %.17g vs %.17g  %s\n", sg_dtype_name(dt),
+         "tape padded conv-concat loss", ld, lh, ok ? "ok" : "FAIL");
+  fails += !ok;
+  memcpy(dx.h, hx.grad.data, dx.bytes);
+  CK(cudaMemcpy(dx.d, gx.grad.data, dx.bytes, cudaMemcpyDeviceToDevice));
+  compare("tape conv backward (dx)", &dx);
+  compare("tape conv backward (dw)", &dw);
+  compare("tape conv backward (db)", &db);
+  sg_var_release(&hx), sg_var_release(&hw), sg_var_release(&hb);
+  sg_var_release(&gx), sg_var_release(&gw), sg_var_release(&gb);
+  drop(&x), drop(&w), drop(&b), drop(&t), drop(&dx), drop(&dw), drop(&db);
+}
+
 /* The launchers above; each op the device table puts on cuda must name
  * two of them. */
 static int tested(const char *fn) {
@@ -736,6 +826,8 @@ int main(int argc, char **argv) {
     check_loss(dts[k]);
     check_norm(dts[k]);
     check_tape(dts[k]);
+    check_pad(dts[k]);
+    check_conv_tape(dts[k]);
   }
   check_adamw();
   printf("%s\n", fails ? "FAILED" : "PASSED");

@@ -531,6 +531,47 @@ static int check_convt_gemm(const char *what, const sg_conv_desc *d) {
   return fails;
 }
 
+/* The device padding's gathers on the host (sg_pad_src_cell per padded
+ * cell, sg_pad_grad_cell per source cell) against sg_pad_forward and
+ * sg_pad_backward, every mode, 3-D odd extents and uneven pads, f64. */
+static int check_pad_gathers(void) {
+  const int64_t in[3] = {3, 4, 5}, pad[3][2] = {{1, 2}, {2, 1}, {0, 2}};
+  const int64_t planes = 2;
+  static const char *names[] = {"zero", "periodic", "reflect", "replicate"};
+  int fails = 0;
+  for (int m = 0; m < 4; ++m) {
+    const sg_pad_mode mode[3] = {(sg_pad_mode)m, (sg_pad_mode)m,
+                                 (sg_pad_mode)m};
+    int64_t in3[3], out3[3], lo3[3];
+    int mode3[3];
+    if (sg_pad_geom(SG_DTYPE_F64, 3, planes, in, pad, mode, in3, out3, lo3,
+                    mode3) != SG_OK)
+      return 1;
+    const int64_t sin = in3[0] * in3[1] * in3[2],
+                  sout = out3[0] * out3[1] * out3[2];
+    char what[64];
+    fill(gx, GMAX, 43 + m), fill(gdy, GMAX, 47 + m);
+    if (sg_pad_forward(SG_DTYPE_F64, 3, planes, in, pad, mode, gx, ghost) !=
+        SG_OK)
+      return 1;
+    for (int64_t o = 0; o < planes * sout; ++o) {
+      const int64_t i = sg_pad_src_cell(in3, out3, lo3, mode3, o % sout);
+      ggat[o] = i >= 0 ? gx[(o / sout) * sin + i] : 0;
+    }
+    snprintf(what, sizeof what, "pad %s forward", names[m]);
+    fails += gather_ok(what, planes * sout);
+    if (sg_pad_backward(SG_DTYPE_F64, 3, planes, in, pad, mode, gdy, ghost) !=
+        SG_OK)
+      return 1;
+    for (int64_t i = 0; i < planes * sin; ++i)
+      ggat[i] = sg_pad_grad_cell_f64(in3, out3, lo3, mode3,
+                                     gdy + (i / sin) * sout, i % sin);
+    snprintf(what, sizeof what, "pad %s backward", names[m]);
+    fails += gather_ok(what, planes * sin);
+  }
+  return fails;
+}
+
 static int check_conv_gemms(void) {
   const sg_conv_desc c1 = {.nsp = 1,
                            .batch = 2,
@@ -640,6 +681,7 @@ int main(int argc, char **argv) {
   fails += check_tape_device();
   fails += check_gathers();
   fails += check_conv_gemms();
+  fails += check_pad_gathers();
   fails += check_layout_maps();
   if (rank == 0 && !fails) {
     int on = 0;

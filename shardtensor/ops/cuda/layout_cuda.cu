@@ -8,6 +8,9 @@
 
 #include "sg_ops_cuda.h"
 #include "sg_ops_inl.h"
+extern "C" {
+#include "ops_impl.h"  // sg_pad_geom
+}
 
 namespace {
 
@@ -89,6 +92,34 @@ __global__ void field_fwd_k(int64_t n, int64_t m, const T *x, const T *p,
 template <typename T>
 __global__ void field_bwd_k(int64_t nb, int64_t m, const T *dy, T *dp) {
   SG_GRID_STRIDE(i, m) dp[i] = facc(dp[i], dy, nb, m, i);
+}
+
+struct Pad3 {
+  int64_t in[3], out[3], lo[3];
+  int mode[3];
+};
+__device__ inline float pgrad(const Pad3 &g, const float *dpp, int64_t i) {
+  return sg_pad_grad_cell_f32(g.in, g.out, g.lo, g.mode, dpp, i);
+}
+__device__ inline double pgrad(const Pad3 &g, const double *dpp, int64_t i) {
+  return sg_pad_grad_cell_f64(g.in, g.out, g.lo, g.mode, dpp, i);
+}
+// One thread per padded cell (n = planes * sout).
+template <typename T>
+__global__ void pad_fwd_k(Pad3 g, int64_t n, const T *src, T *dst) {
+  const int64_t sin = g.in[0] * g.in[1] * g.in[2];
+  const int64_t sout = g.out[0] * g.out[1] * g.out[2];
+  SG_GRID_STRIDE(o, n) {
+    const int64_t i = sg_pad_src_cell(g.in, g.out, g.lo, g.mode, o % sout);
+    dst[o] = i >= 0 ? src[(o / sout) * sin + i] : T(0);
+  }
+}
+// The adjoint as a gather, one thread per source cell (n = planes * sin).
+template <typename T>
+__global__ void pad_bwd_k(Pad3 g, int64_t n, const T *dpad, T *dsrc) {
+  const int64_t sin = g.in[0] * g.in[1] * g.in[2];
+  const int64_t sout = g.out[0] * g.out[1] * g.out[2];
+  SG_GRID_STRIDE(i, n) dsrc[i] = pgrad(g, dpad + (i / sin) * sout, i % sin);
 }
 
 // Checks dt and the sizes, then runs launch(z) for dt's element type (z a
@@ -220,4 +251,44 @@ extern "C" sg_status sg_add_field_bwd_cuda(sg_dtype dt, int64_t batch,
                field_bwd_k<T><<<grid_for(m), kThreads, 0, SG_STREAM(stream)>>>(
                    batch, m, (const T *)dy, (T *)dp);
              });
+}
+
+extern "C" sg_status sg_pad_fwd_cuda(sg_dtype dt, int nsp, int64_t planes,
+                                     const int64_t *in, const int64_t (*pad)[2],
+                                     const sg_pad_mode *mode, const void *src,
+                                     void *dst, void *stream) {
+  sg_status st = SG_OK;
+  Pad3 g;
+  SG_TRY(
+      sg_pad_geom(dt, nsp, planes, in, pad, mode, g.in, g.out, g.lo, g.mode));
+  {
+    const int64_t n = planes * g.out[0] * g.out[1] * g.out[2];
+    st = run("sg_pad_fwd_cuda", dt, n, src && dst, [&](auto z) {
+      using T = decltype(z);
+      pad_fwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+          g, n, (const T *)src, (T *)dst);
+    });
+  }
+fail:
+  return st;
+}
+
+extern "C" sg_status sg_pad_bwd_cuda(sg_dtype dt, int nsp, int64_t planes,
+                                     const int64_t *in, const int64_t (*pad)[2],
+                                     const sg_pad_mode *mode, const void *dpad,
+                                     void *dsrc, void *stream) {
+  sg_status st = SG_OK;
+  Pad3 g;
+  SG_TRY(
+      sg_pad_geom(dt, nsp, planes, in, pad, mode, g.in, g.out, g.lo, g.mode));
+  {
+    const int64_t n = planes * g.in[0] * g.in[1] * g.in[2];
+    st = run("sg_pad_bwd_cuda", dt, n, dpad && dsrc, [&](auto z) {
+      using T = decltype(z);
+      pad_bwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
+          g, n, (const T *)dpad, (T *)dsrc);
+    });
+  }
+fail:
+  return st;
 }
