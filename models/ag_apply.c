@@ -8,8 +8,12 @@
 #include <string.h>
 
 #include "sg_comm.h"
+#include "sg_config.h"
 #include "sg_device.h"
 #include "sg_trace.h"
+#if SG_HAVE_CUDA
+#include "sg_ops_cuda.h"
+#endif
 
 /* The padding of the node's window as sg_pad_forward takes it. */
 void ag_pads(const sg_node *node, int64_t (*pad)[2], sg_pad_mode *mode) {
@@ -34,17 +38,25 @@ static sg_status ag_make_margins(sg_node *node, const sg_var *x) {
     node->xin.owns = 0;
     goto fail;
   }
-  if (node->device.kind != SG_DEVICE_HOST)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "%s on %s:%d: window margins (padding) are made on the host "
-             "(issue 22)",
-             node->op->name, sg_device_kind_name(node->device.kind),
-             node->device.index);
   int64_t shape[SG_TENSOR_MAX_DIMS];
   shape[0] = v->shape[0];
   shape[1] = v->shape[1];
   for (int i = 0; i < node->nsp; ++i)
     shape[2 + i] = v->shape[2 + i] + pad[i][0] + pad[i][1];
+  if (node->device.kind != SG_DEVICE_HOST) {
+#if SG_HAVE_CUDA
+    /* on the device: the pad kernel writes every element */
+    SG_TRY(ag_alloc_dz(&node->xin, node->device, v->dtype, v->ndim, shape, 0));
+    SG_TRY(sg_pad_fwd_cuda(v->dtype, node->nsp, v->shape[0] * v->shape[1],
+                           v->shape + 2, (const int64_t(*)[2])pad, mode,
+                           v->data, node->xin.data, NULL));
+    goto fail;
+#else
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "%s on %s:%d: window margins: built without CUDA", node->op->name,
+             sg_device_kind_name(node->device.kind), node->device.index);
+#endif
+  }
   SG_TRY(ag_alloc(&node->xin, v->dtype, v->ndim, shape));
   SG_TRY(sg_pad_forward(v->dtype, node->nsp, v->shape[0] * v->shape[1],
                         v->shape + 2, (const int64_t(*)[2])pad, mode, v->data,

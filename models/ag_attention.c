@@ -28,6 +28,14 @@
 #include "op_registry_impl.h"
 #include "sg_autograd.h"
 #include "sg_comm.h"
+#include "sg_config.h"
+#include "sg_ops_inl.h" /* sg_field_acc, shared with the CUDA kernel */
+#if SG_HAVE_CUDA
+#include "sg_ops_cuda.h"
+#define ATTN_CUDA(f) f
+#else
+#define ATTN_CUDA(f) NULL
+#endif
 
 enum { RING_TAG_KV = 0x7a11, RING_TAG_DKV = 0x7a12 };
 
@@ -452,23 +460,24 @@ fail:
   return st;
 }
 
-/* y[b] = x[b] + p (fwd) or p += sum_b x[b] (!fwd), m elements a sample. */
-#define FIELD_LOOP(T_)                                                      \
-  for (int64_t b = 0; b < nb; ++b) {                                        \
-    const T_ *xs = (const T_ *)x + b * m;                                   \
-    T_ *ps = (T_ *)p;                                                       \
-    if (fwd)                                                                \
-      for (int64_t i = 0; i < m; ++i) ((T_ *)y)[b * m + i] = xs[i] + ps[i]; \
-    else                                                                    \
-      for (int64_t i = 0; i < m; ++i) ps[i] += xs[i];                       \
+/* y[b] = x[b] + p (fwd) or p += sum_b x[b] (!fwd, sg_field_acc: the CUDA
+ * kernel's sum), m elements a sample. */
+#define FIELD_LOOP(T_, S_)                                                     \
+  if (fwd) {                                                                   \
+    for (int64_t b = 0; b < nb; ++b)                                           \
+      for (int64_t i = 0; i < m; ++i)                                          \
+        ((T_ *)y)[b * m + i] = ((const T_ *)x)[b * m + i] + ((T_ *)p)[i];      \
+  } else {                                                                     \
+    for (int64_t i = 0; i < m; ++i)                                            \
+      ((T_ *)p)[i] = sg_field_acc_##S_(((T_ *)p)[i], (const T_ *)x, nb, m, i); \
   }
 
 static void field_loop(sg_dtype dt, int fwd, int64_t nb, int64_t m,
                        const void *x, void *p, void *y) {
   if (dt == SG_DTYPE_F32) {
-    FIELD_LOOP(float)
+    FIELD_LOOP(float, f32)
   } else {
-    FIELD_LOOP(double)
+    FIELD_LOOP(double, f64)
   }
 }
 
@@ -493,11 +502,42 @@ static sg_status field_bwd(sg_node *node) {
   return SG_OK;
 }
 
+#if SG_HAVE_CUDA
+static sg_status field_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const sg_tensor *x = &node->in[0]->value;
+  SG_TRY(field_check(node));
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
+  const int64_t m = sg_tensor_numel(x) / (x->shape[0] ? x->shape[0] : 1);
+  SG_TRY(sg_add_field_fwd_cuda(x->dtype, x->shape[0], m, x->data,
+                               node->in[1]->value.data,
+                               node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status field_bwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const sg_tensor *g = &node->out[0]->grad;
+  const int64_t m = sg_tensor_numel(g) / (g->shape[0] ? g->shape[0] : 1);
+  if (node->gin[0])
+    SG_TRY(ag_mem_copy(node->device, node->gin[0], node->device, g->data,
+                       sg_tensor_nbytes(g)));
+  if (node->gin[1])
+    SG_TRY(sg_add_field_bwd_cuda(g->dtype, g->shape[0], m, g->data,
+                                 node->gin[1], NULL));
+fail:
+  return st;
+}
+#endif
+
 static const sg_op_def add_field_op = {
     .name = "add_field",
     .slots = {SG_SLOT_ACT, SG_SLOT_PARAM},
     .forward = field_fwd,
     .backward = field_bwd,
+    .forward_cuda = ATTN_CUDA(field_fwd_cuda),
+    .backward_cuda = ATTN_CUDA(field_bwd_cuda),
     .rule = {.windowed_input = -1,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,

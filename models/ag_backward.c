@@ -8,8 +8,12 @@
 #include <string.h>
 
 #include "sg_comm.h"
+#include "sg_config.h"
 #include "sg_device.h"
 #include "sg_trace.h"
+#if SG_HAVE_CUDA
+#include "sg_ops_cuda.h"
+#endif
 
 /* ---- backward ----------------------------------------------------------------- */
 
@@ -99,8 +103,8 @@ static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
     if (ag_grad_identity(node, i)) {
       b->how[i] = IDENT; /* routed after the backward, gin[i] stays NULL */
     } else if (i == wi && node->xin.owns) {
-      SG_TRY(ag_alloc_z(&b->tmp[i], node->xin.dtype, node->xin.ndim,
-                        node->xin.shape, zero)); /* host only (margins) */
+      SG_TRY(ag_alloc_dz(&b->tmp[i], node->xin.device, node->xin.dtype,
+                         node->xin.ndim, node->xin.shape, zero));
       node->gin[i] = b->tmp[i].data;
       b->how[i] = PAD;
     } else if (node->op->slots[i] == SG_SLOT_PARAM) {
@@ -202,19 +206,29 @@ static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
       /* the first gradient of a non-leaf: the adjoint writes it in place
        * (every element), no copy; else into a buffer added after */
       const int first = !v->is_leaf && !v->has_grad;
+      const int dev = node->device.kind != SG_DEVICE_HOST;
       if (!first)
-        SG_TRY(
-            ag_alloc(&b->tmp2, v->value.dtype, v->value.ndim, v->value.shape));
+        SG_TRY(ag_alloc_dz(&b->tmp2, v->value.device, v->value.dtype,
+                           v->value.ndim, v->value.shape, 1));
       sg_tensor *dst = first ? &v->grad : &b->tmp2;
       if (node->mesh)
         SG_TRY(sg_sharded_exchange_adjoint((sg_sharded_exchange_t)node->ex,
                                            b->tmp[i].data, dst));
+#if SG_HAVE_CUDA
+      else if (dev) /* the pad kernel's adjoint, a gather */
+        SG_TRY(sg_pad_bwd_cuda(v->value.dtype, node->nsp,
+                               v->value.shape[0] * v->value.shape[1],
+                               v->value.shape + 2, (const int64_t(*)[2])pad,
+                               mode, b->tmp[i].data, dst->data, NULL));
+#endif
       else
         SG_TRY(sg_pad_backward(v->value.dtype, node->nsp,
                                v->value.shape[0] * v->value.shape[1],
                                v->value.shape + 2, (const int64_t(*)[2])pad,
                                mode, b->tmp[i].data, dst->data));
-      if (!first) ag_add_into(&v->grad, &b->tmp2);
+      if (!first)
+        SG_TRY(dev ? ag_grad_add(&v->grad, &b->tmp2)
+                   : (ag_add_into(&v->grad, &b->tmp2), SG_OK));
       v->has_grad = 1;
       ag_free(&b->tmp2);
     } else if (b->how[i] == ADD) {

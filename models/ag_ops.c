@@ -92,7 +92,7 @@ static sg_conv_desc conv_desc_of(const sg_node *node) {
   return d;
 }
 
-static sg_status conv_fwd(sg_node *node) {
+static sg_status conv_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const conv_attr *a = (const conv_attr *)node->attr;
   sg_conv_desc d = conv_desc_of(node);
@@ -102,28 +102,32 @@ static sg_status conv_fwd(sg_node *node) {
   shape[1] = d.cout;
   for (int i = 0; i < d.nsp; ++i) shape[2 + i] = out[i];
   SG_TRY(sg_node_alloc_out_uninit(node, 0, 2 + d.nsp, shape));
-  SG_TRY(sg_conv_forward(&d, node->xin.dtype, node->xin.data,
-                         node->in[1]->value.data,
-                         a->has_bias ? node->in[2]->value.data : NULL,
-                         node->out[0]->value.data, NULL));
+  SG_TRY(AG_KERNEL(cuda, sg_conv_forward, sg_conv_fwd_cuda, &d, node->xin.dtype,
+                   node->xin.data, node->in[1]->value.data,
+                   a->has_bias ? node->in[2]->value.data : NULL,
+                   node->out[0]->value.data, NULL));
 fail:
   return st;
 }
 
-static sg_status conv_bwd(sg_node *node) {
+static sg_status conv_bwd_on(sg_node *node, int cuda) {
   const conv_attr *a = (const conv_attr *)node->attr;
   sg_conv_desc d = conv_desc_of(node);
-  return sg_conv_backward(&d, node->xin.dtype, node->xin.data,
-                          node->in[1]->value.data, grad_of(node, 0),
-                          node->gin[0], node->gin[1],
-                          a->has_bias ? node->gin[2] : NULL, NULL);
+  return AG_KERNEL(cuda, sg_conv_backward, sg_conv_bwd_cuda, &d,
+                   node->xin.dtype, node->xin.data, node->in[1]->value.data,
+                   grad_of(node, 0), node->gin[0], node->gin[1],
+                   a->has_bias ? node->gin[2] : NULL, NULL);
 }
+
+AG_ENTRIES(conv)
 
 static const sg_op_def conv_op = {
     .name = "conv",
     .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
     .forward = conv_fwd,
     .backward = conv_bwd,
+    .forward_cuda = AG_CUDA(conv_fwd_cuda),
+    .backward_cuda = AG_CUDA(conv_bwd_cuda),
     .rule = {.windowed_input = 0,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,
@@ -227,35 +231,39 @@ static sg_conv_desc convt_desc_of(const sg_node *node) {
   return d;
 }
 
-static sg_status convt_fwd(sg_node *node) {
+static sg_status convt_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const conv_attr *a = (const conv_attr *)node->attr;
   sg_conv_desc d = convt_desc_of(node);
   int64_t shape[SG_TENSOR_MAX_DIMS] = {d.batch, d.cout};
   for (int i = 0; i < d.nsp; ++i) shape[2 + i] = d.in[i] * d.kernel[i];
   SG_TRY(sg_node_alloc_out(node, 0, 2 + d.nsp, shape));
-  SG_TRY(sg_convt_forward(&d, node->xin.dtype, node->xin.data,
-                          node->in[1]->value.data,
-                          a->has_bias ? node->in[2]->value.data : NULL,
-                          node->out[0]->value.data));
+  SG_TRY(AG_KERNEL(cuda, sg_convt_forward, sg_convt_fwd_cuda, &d,
+                   node->xin.dtype, node->xin.data, node->in[1]->value.data,
+                   a->has_bias ? node->in[2]->value.data : NULL,
+                   node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status convt_bwd(sg_node *node) {
+static sg_status convt_bwd_on(sg_node *node, int cuda) {
   const conv_attr *a = (const conv_attr *)node->attr;
   sg_conv_desc d = convt_desc_of(node);
-  return sg_convt_backward(&d, node->xin.dtype, node->xin.data,
-                           node->in[1]->value.data, grad_of(node, 0),
-                           node->gin[0], node->gin[1],
-                           a->has_bias ? node->gin[2] : NULL);
+  return AG_KERNEL(cuda, sg_convt_backward, sg_convt_bwd_cuda, &d,
+                   node->xin.dtype, node->xin.data, node->in[1]->value.data,
+                   grad_of(node, 0), node->gin[0], node->gin[1],
+                   a->has_bias ? node->gin[2] : NULL);
 }
+
+AG_ENTRIES(convt)
 
 static const sg_op_def convt_op = {
     .name = "convt",
     .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
     .forward = convt_fwd,
     .backward = convt_bwd,
+    .forward_cuda = AG_CUDA(convt_fwd_cuda),
+    .backward_cuda = AG_CUDA(convt_bwd_cuda),
     .rule = {.windowed_input = 0,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,
@@ -336,8 +344,8 @@ static sg_status pool_fill_padding(sg_node *node) {
                              x->data);
 }
 
-/* The forward's descriptor and output (on a device: no margins to fill,
- * the tape refuses them there). */
+/* The forward's descriptor and output (on a device: max pooling with
+ * margins is refused, its -inf fill is host code). */
 static sg_status pool_prepare(sg_node *node, sg_conv_desc *d) {
   sg_status st = SG_OK;
   const pool_attr *a = (const pool_attr *)node->attr;
@@ -345,6 +353,12 @@ static sg_status pool_prepare(sg_node *node, sg_conv_desc *d) {
   int64_t out[SG_OPS_MAX_SPATIAL],
       shape[SG_TENSOR_MAX_DIMS] = {d->batch, d->cin};
   SG_TRY(sg_pool_out_shape(d, out));
+  if (a->kind == SG_POOL_MAX && node->xin.owns &&
+      node->device.kind != SG_DEVICE_HOST)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "pool (max) on %s:%d: its -inf margins are filled on the host "
+             "(issue 22)",
+             sg_device_kind_name(node->device.kind), node->device.index);
   if (a->kind == SG_POOL_MAX) SG_TRY(pool_fill_padding(node));
   for (int i = 0; i < d->nsp; ++i) shape[2 + i] = out[i];
   SG_TRY(sg_node_alloc_out(node, 0, 2 + d->nsp, shape));
@@ -790,11 +804,45 @@ typedef struct cat_attr {
   int64_t channels[SG_NODE_MAX_OUT];
 } cat_attr;
 
-static sg_status concat_fwd(sg_node *node) {
+/* The parts of a concatenation on the device: one copy per part at its
+ * channel offset (to_whole 1: into whole; 0: back out of it, NULL parts
+ * skipped). */
+#if SG_HAVE_CUDA
+static sg_status cat_parts_cuda(sg_dtype dt, int64_t batch, int64_t spatial,
+                                int k, const int64_t *ch, int to_whole,
+                                void *const *parts, void *whole) {
+  sg_status st = SG_OK;
+  int64_t ctot = 0, off = 0;
+  for (int i = 0; i < k; ++i) ctot += ch[i];
+  for (int i = 0; i < k; off += ch[i], ++i)
+    if (parts[i])
+      SG_TRY(sg_cat_part_cuda(dt, batch, spatial, ch[i], ctot, off, to_whole,
+                              to_whole ? parts[i] : whole,
+                              to_whole ? whole : parts[i], NULL));
+fail:
+  return st;
+}
+#endif
+
+static sg_status cat_run(int cuda, sg_dtype dt, int64_t batch, int64_t spatial,
+                         int k, const int64_t *ch, int to_whole, void **parts,
+                         void *whole) {
+#if SG_HAVE_CUDA
+  if (cuda)
+    return cat_parts_cuda(dt, batch, spatial, k, ch, to_whole, parts, whole);
+#else
+  (void)cuda;
+#endif
+  return to_whole ? sg_concat(dt, batch, spatial, k, ch,
+                              (const void *const *)parts, whole)
+                  : sg_split(dt, batch, spatial, k, ch, whole, parts);
+}
+
+static sg_status concat_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const sg_tensor *x = &node->in[0]->value;
   int64_t shape[SG_TENSOR_MAX_DIMS], ch[SG_NODE_MAX_IN];
-  const void *parts[SG_NODE_MAX_IN];
+  void *parts[SG_NODE_MAX_IN];
   memcpy(shape, x->shape, sizeof shape);
   shape[1] = 0;
   for (int i = 0; i < node->nin; ++i) {
@@ -805,21 +853,23 @@ static sg_status concat_fwd(sg_node *node) {
   SG_TRY(sg_node_alloc_out(node, 0, x->ndim, shape));
   if (sg_tensor_numel(&node->out[0]->value) == 0)
     goto fail; /* an empty shard */
-  SG_TRY(sg_concat(x->dtype, x->shape[0], spatial_of(x), node->nin, ch, parts,
-                   node->out[0]->value.data));
+  SG_TRY(cat_run(cuda, x->dtype, x->shape[0], spatial_of(x), node->nin, ch, 1,
+                 parts, node->out[0]->value.data));
 fail:
   return st;
 }
 
-static sg_status concat_bwd(sg_node *node) {
+static sg_status concat_bwd_on(sg_node *node, int cuda) {
   const sg_tensor *x = &node->in[0]->value;
   int64_t ch[SG_NODE_MAX_IN];
   for (int i = 0; i < node->nin; ++i) ch[i] = node->in[i]->value.shape[1];
   if (sg_tensor_numel(&node->out[0]->value) == 0)
     return SG_OK; /* an empty shard */
-  return sg_split(x->dtype, x->shape[0], spatial_of(x), node->nin, ch,
-                  grad_of(node, 0), node->gin);
+  return cat_run(cuda, x->dtype, x->shape[0], spatial_of(x), node->nin, ch, 0,
+                 node->gin, grad_of(node, 0));
 }
+
+AG_ENTRIES(concat)
 
 static const sg_op_def concat_op = {
     .name = "concat",
@@ -827,6 +877,8 @@ static const sg_op_def concat_op = {
               SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT},
     .forward = concat_fwd,
     .backward = concat_bwd,
+    .forward_cuda = AG_CUDA(concat_fwd_cuda),
+    .backward_cuda = AG_CUDA(concat_bwd_cuda),
     .rule = {.windowed_input = -1,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,
@@ -853,7 +905,7 @@ fail:
   return st;
 }
 
-static sg_status split_fwd(sg_node *node) {
+static sg_status split_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const cat_attr *a = (const cat_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
@@ -867,27 +919,31 @@ static sg_status split_fwd(sg_node *node) {
     parts[j] = node->out[j]->value.data;
   }
   if (sg_tensor_numel(x) == 0) goto fail; /* an empty shard */
-  SG_TRY(sg_split(x->dtype, x->shape[0], spatial_of(x), a->k, a->channels,
-                  x->data, parts));
+  SG_TRY(cat_run(cuda, x->dtype, x->shape[0], spatial_of(x), a->k, a->channels,
+                 0, parts, x->data));
 fail:
   return st;
 }
 
-static sg_status split_bwd(sg_node *node) {
+static sg_status split_bwd_on(sg_node *node, int cuda) {
   const cat_attr *a = (const cat_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
-  const void *parts[SG_NODE_MAX_OUT];
+  void *parts[SG_NODE_MAX_OUT];
   for (int j = 0; j < a->k; ++j) parts[j] = grad_of(node, j);
   if (sg_tensor_numel(x) == 0)
     return SG_OK; /* an empty shard: no gradient buffer */
-  return sg_concat(x->dtype, x->shape[0], spatial_of(x), a->k, a->channels,
-                   parts, node->gin[0]);
+  return cat_run(cuda, x->dtype, x->shape[0], spatial_of(x), a->k, a->channels,
+                 1, parts, node->gin[0]);
 }
+
+AG_ENTRIES(split)
 
 static const sg_op_def split_op = {.name = "split",
                                    .slots = {SG_SLOT_ACT},
                                    .forward = split_fwd,
                                    .backward = split_bwd,
+                                   .forward_cuda = AG_CUDA(split_fwd_cuda),
+                                   .backward_cuda = AG_CUDA(split_bwd_cuda),
                                    .rule = {.windowed_input = -1,
                                             .accepts = SG_ACCEPT_REPLICATE |
                                                        SG_ACCEPT_SHARD_BATCH |

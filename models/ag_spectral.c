@@ -8,7 +8,12 @@
 #include "op_registry_impl.h"
 #include "sg_autograd.h"
 #include "sg_comm.h"
+#include "sg_config.h"
 #include "sg_ops.h"
+#if SG_HAVE_CUDA
+#include "autograd_impl.h" /* ag_mem_alloc */
+#include "sg_ops_cuda.h"
+#endif
 #include "sg_spectral.h"
 
 typedef struct spec_attr {
@@ -210,11 +215,70 @@ fail:
   return st;
 }
 
+#if SG_HAVE_CUDA
+/* linear_act on a device: the linear on cuBLAS, then the activation kernel
+ * (sg_act_f32/f64 of sg_ops_inl.h, as the host's); the spectral variant
+ * has no CUDA entries (its FFT is host-only). */
+static sg_status la_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const sla_attr *a = (const sla_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  const int64_t nz = x->shape[0] * a->cout * sla_spatial(x);
+  int64_t shape[SG_TENSOR_MAX_DIMS];
+  memcpy(shape, x->shape, sizeof shape);
+  shape[1] = a->cout;
+  if (a->conv)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "spectral_linear_act: host only (issue 22)");
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
+  void *y = node->out[0]->value.data, *z = y;
+  size_t zb, hb;
+  sla_saved(node, &zb, &hb);
+  if (zb) SG_TRY(sg_node_save_uninit(node, zb, &z));
+  SG_TRY(sg_linear_fwd_cuda(x->dtype, x->shape[0], x->shape[1], a->cout,
+                            sla_spatial(x), x->data, node->in[1]->value.data,
+                            a->has_bias ? node->in[2]->value.data : NULL, z,
+                            NULL));
+  if (a->act >= 0 && nz > 0)
+    SG_TRY(sg_act_fwd_cuda((sg_act)a->act, x->dtype, nz, z, y, NULL));
+fail:
+  return st;
+}
+
+static sg_status la_bwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const sla_attr *a = (const sla_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  const sg_dtype dt = x->dtype;
+  const int64_t nz = x->shape[0] * a->cout * sla_spatial(x);
+  void *dz = node->out[0]->grad.data, *tmp = NULL;
+  void *gb = a->has_bias ? node->gin[2] : NULL;
+  if (a->conv)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "spectral_linear_act: host only (issue 22)");
+  if (a->act >= 0 && nz > 0) {
+    SG_TRY(ag_mem_alloc(node->device, (size_t)nz * sg_dtype_size(dt), 0, &tmp));
+    SG_TRY(sg_act_bwd_cuda((sg_act)a->act, dt, nz, node->saved, dz, tmp, NULL));
+    dz = tmp;
+  }
+  if (node->gin[0] || node->gin[1] || gb)
+    SG_TRY(sg_linear_bwd_cuda(dt, x->shape[0], x->shape[1], a->cout,
+                              sla_spatial(x), x->data, node->in[1]->value.data,
+                              dz, node->gin[0], node->gin[1], gb, NULL));
+fail:
+  ag_mem_free(node->device, &tmp);
+  return st;
+}
+#define LA_CUDA(f) f
+#else
+#define LA_CUDA(f) NULL
+#endif
+
 static const sg_op_def linear_act_op = {
     .name = "linear_act",
     .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM},
     .forward = sla_fwd,
     .backward = sla_bwd,
+    .forward_cuda = LA_CUDA(la_fwd_cuda),
+    .backward_cuda = LA_CUDA(la_bwd_cuda),
     .rule = {.windowed_input = -1,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,

@@ -26,7 +26,15 @@
 #include "op_registry_impl.h"
 #include "sg_autograd.h"
 #include "sg_comm.h"
+#include "sg_config.h"
 #include "sg_halo.h"
+#include "sg_ops_inl.h" /* sg_roll_src, shared with the CUDA kernel */
+#if SG_HAVE_CUDA
+#include "sg_ops_cuda.h"
+#define SWIN_CUDA(f) f
+#else
+#define SWIN_CUDA(f) NULL
+#endif
 
 enum { ROLL_MAX_SP = 3 };
 
@@ -60,20 +68,13 @@ static void roll_local(const sg_tensor *t, const int64_t *s, const void *src,
                        void *dst, int fwd) {
   int64_t n[ROLL_MAX_SP];
   sp_ext(t, n);
-  const int64_t lead = t->shape[0] * t->shape[1], m = n[0] * n[1] * n[2];
+  const int64_t total = t->shape[0] * t->shape[1] * n[0] * n[1] * n[2];
   const size_t es = sg_dtype_size(t->dtype);
-  for (int64_t l = 0; l < lead; ++l)
-    for (int64_t i = 0; i < n[0]; ++i)
-      for (int64_t j = 0; j < n[1]; ++j)
-        for (int64_t k = 0; k < n[2]; ++k) {
-          const int64_t a = ((i + s[0]) % n[0] + n[0]) % n[0],
-                        b = ((j + s[1]) % n[1] + n[1]) % n[1],
-                        c = ((k + s[2]) % n[2] + n[2]) % n[2];
-          const int64_t y = l * m + (i * n[1] + j) * n[2] + k,
-                        x = l * m + (a * n[1] + b) * n[2] + c;
-          memcpy((char *)dst + (fwd ? y : x) * (int64_t)es,
-                 (const char *)src + (fwd ? x : y) * (int64_t)es, es);
-        }
+  for (int64_t y = 0; y < total; ++y) { /* the CUDA kernel's map */
+    const int64_t x = sg_roll_src(y, n, s);
+    memcpy((char *)dst + (fwd ? y : x) * (int64_t)es,
+           (const char *)src + (fwd ? x : y) * (int64_t)es, es);
+  }
 }
 
 /* The halo plan of a roll of node's block: a one-sided periodic halo of
@@ -201,10 +202,40 @@ static sg_status roll_bwd(sg_node *node) {
   return roll_run(node, dy, dy->data, node->gin[0], 0);
 }
 
+#if SG_HAVE_CUDA
+/* On a device: one process (the tape refuses sharded device variables). */
+static sg_status roll_cuda_run(sg_node *node, const sg_tensor *t,
+                               const void *src, void *dst, int fwd) {
+  const roll_attr *a = (const roll_attr *)node->attr;
+  int64_t n[ROLL_MAX_SP];
+  sp_ext(t, n);
+  if (t->shape[0] * t->shape[1] * n[0] * n[1] * n[2] == 0) return SG_OK;
+  return sg_roll_cuda(t->dtype, t->shape[0] * t->shape[1], n, a->shift, fwd,
+                      src, dst, NULL);
+}
+
+static sg_status roll_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const sg_tensor *x = &node->in[0]->value;
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
+  SG_TRY(roll_cuda_run(node, x, x->data, node->out[0]->value.data, 1));
+fail:
+  return st;
+}
+
+static sg_status roll_bwd_cuda(sg_node *node) {
+  const sg_tensor *dy = &node->out[0]->grad;
+  if (!node->gin[0]) return SG_OK; /* not wanted */
+  return roll_cuda_run(node, dy, dy->data, node->gin[0], 0);
+}
+#endif
+
 static const sg_op_def roll_op = {.name = "roll",
                                   .slots = {SG_SLOT_ACT},
                                   .forward = roll_fwd,
                                   .backward = roll_bwd,
+                                  .forward_cuda = SWIN_CUDA(roll_fwd_cuda),
+                                  .backward_cuda = SWIN_CUDA(roll_bwd_cuda),
                                   .rule = {.windowed_input = -1,
                                            .accepts = SG_ACCEPT_ALL,
                                            .out = SG_OUT_LIKE_INPUT,

@@ -8,6 +8,15 @@
 
 #include <string.h>
 
+#include "sg_config.h"
+#include "sg_ops_inl.h" /* sg_bcast_t_sum, shared with the CUDA kernels */
+#if SG_HAVE_CUDA
+#include "sg_ops_cuda.h"
+#define FNO3D_CUDA(f) f
+#else
+#define FNO3D_CUDA(f) NULL
+#endif
+
 typedef struct bt_attr {
   int64_t nt;
 } bt_attr;
@@ -32,35 +41,52 @@ fail:
 }
 
 /* dx[n, c] = sum_t dy[n, c, t], in t order (the same bits on every mesh:
- * the time axis is whole) */
-#define BT_SUM(T)                                                            \
-  do {                                                                       \
-    const T *g = node->out[0]->grad.data;                                    \
-    T *dx = node->gin[0];                                                    \
-    for (int64_t p = 0; p < P; ++p)                                          \
-      for (int64_t i = 0; i < S; ++i) {                                      \
-        T s = 0;                                                             \
-        for (int64_t t = 0; t < a->nt; ++t) s += g[(p * a->nt + t) * S + i]; \
-        dx[p * S + i] = s;                                                   \
-      }                                                                      \
-  } while (0)
-
+ * the time axis is whole; sg_bcast_t_sum, as the CUDA kernel) */
 static sg_status bt_bwd(sg_node *node) {
   const bt_attr *a = (const bt_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   const int64_t P = x->shape[0] * x->shape[1], S = x->shape[2] * x->shape[3];
   if (!node->gin[0]) return SG_OK;
-  if (x->dtype == SG_DTYPE_F64)
-    BT_SUM(double);
-  else
-    BT_SUM(float);
+  const void *g = node->out[0]->grad.data;
+  for (int64_t e = 0; e < P * S; ++e)
+    if (x->dtype == SG_DTYPE_F64)
+      ((double *)node->gin[0])[e] = sg_bcast_t_sum_f64(g, a->nt, S, e);
+    else
+      ((float *)node->gin[0])[e] = sg_bcast_t_sum_f32(g, a->nt, S, e);
   return SG_OK;
 }
+
+#if SG_HAVE_CUDA
+static sg_status bt_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const bt_attr *a = (const bt_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  const int64_t P = x->shape[0] * x->shape[1], S = x->shape[2] * x->shape[3];
+  const int64_t shape[5] = {x->shape[0], x->shape[1], a->nt, x->shape[2],
+                            x->shape[3]};
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, 5, shape));
+  SG_TRY(sg_bcast_t_fwd_cuda(x->dtype, P, a->nt, S, x->data,
+                             node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status bt_bwd_cuda(sg_node *node) {
+  const bt_attr *a = (const bt_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  const int64_t P = x->shape[0] * x->shape[1], S = x->shape[2] * x->shape[3];
+  if (!node->gin[0]) return SG_OK;
+  return sg_bcast_t_bwd_cuda(x->dtype, P, a->nt, S, node->out[0]->grad.data,
+                             node->gin[0], NULL);
+}
+#endif
 
 static const sg_op_def bt_op = {.name = "fno3d_broadcast_t",
                                 .slots = {SG_SLOT_ACT},
                                 .forward = bt_fwd,
                                 .backward = bt_bwd,
+                                .forward_cuda = FNO3D_CUDA(bt_fwd_cuda),
+                                .backward_cuda = FNO3D_CUDA(bt_bwd_cuda),
                                 .rule = {.windowed_input = -1,
                                          .accepts = SG_ACCEPT_REPLICATE |
                                                     SG_ACCEPT_SHARD_BATCH,
@@ -126,10 +152,39 @@ static sg_status tw_bwd(sg_node *node) {
   return SG_OK;
 }
 
+#if SG_HAVE_CUDA
+static sg_status tw_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const tw_attr *a = (const tw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  const int64_t P = x->shape[0] * x->shape[1], S = x->shape[3] * x->shape[4];
+  const int64_t shape5[5] = {x->shape[0], x->shape[1], a->nt, x->shape[3],
+                             x->shape[4]},
+                shape4[4] = {x->shape[0], a->nt, x->shape[3], x->shape[4]};
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, a->squeeze ? 4 : 5,
+                                  a->squeeze ? shape4 : shape5));
+  SG_TRY(sg_time_window_cuda(x->dtype, P, S, x->shape[2], a->nt, x->data,
+                             node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status tw_bwd_cuda(sg_node *node) {
+  const tw_attr *a = (const tw_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  const int64_t P = x->shape[0] * x->shape[1], S = x->shape[3] * x->shape[4];
+  if (!node->gin[0]) return SG_OK;
+  return sg_time_window_cuda(x->dtype, P, S, a->nt, x->shape[2],
+                             node->out[0]->grad.data, node->gin[0], NULL);
+}
+#endif
+
 static const sg_op_def tw_op = {.name = "fno3d_time_window",
                                 .slots = {SG_SLOT_ACT},
                                 .forward = tw_fwd,
                                 .backward = tw_bwd,
+                                .forward_cuda = FNO3D_CUDA(tw_fwd_cuda),
+                                .backward_cuda = FNO3D_CUDA(tw_bwd_cuda),
                                 .rule = {.windowed_input = -1,
                                          .accepts = SG_ACCEPT_REPLICATE |
                                                     SG_ACCEPT_SHARD_BATCH,

@@ -5,15 +5,15 @@
 #include <string.h>
 
 /* reasons shared by several entries */
-#define NOT_YET "cuda: not built yet (issue 22)"
-#define NEEDS_GEMM "cuda: needs the cuBLAS GEMM path, not built yet (issue 22)"
 #define NEEDS_NCCL \
   "cuda: its collectives need NCCL on device buffers (issue 22)"
 #define NEEDS_ATTN "cuda: needs a device attention kernel (issue 22)"
 
 static const sg_op_device table[] = {
-    {"conv", NULL, NULL, NEEDS_GEMM},
-    {"convt", NULL, NULL, NEEDS_GEMM},
+    /* im2col + cuBLAS on the padded block (the tape pads device inputs
+     * with sg_pad_fwd_cuda) */
+    {"conv", "sg_conv_fwd_cuda", "sg_conv_bwd_cuda", NULL},
+    {"convt", "sg_convt_fwd_cuda", "sg_convt_bwd_cuda", NULL},
     {"pool", "sg_pool_fwd_cuda", "sg_pool_bwd_cuda", NULL},
     {"upsample_linear", "sg_upsample_fwd_cuda", "sg_upsample_bwd_cuda", NULL},
     {"upsample_nearest", "sg_upsample_fwd_cuda", "sg_upsample_bwd_cuda", NULL},
@@ -23,8 +23,8 @@ static const sg_op_device table[] = {
     {"scale", "sg_scale_cuda", "sg_scale_cuda", NULL},
     {"bias", "sg_bias_fwd_cuda", "sg_bias_bwd_cuda", NULL},
     {"linear", "sg_linear_fwd_cuda", "sg_linear_bwd_cuda", NULL},
-    {"concat", NULL, NULL, NOT_YET},
-    {"split", NULL, NULL, NOT_YET},
+    {"concat", "sg_cat_part_cuda", "sg_cat_part_cuda", NULL},
+    {"split", "sg_cat_part_cuda", "sg_cat_part_cuda", NULL},
     /* instance, group and layer norm; batch norm and sharded inputs are
      * refused on the device (host only) */
     {"norm", "sg_norm_fwd_cuda", "sg_norm_bwd_cuda", NULL},
@@ -38,20 +38,22 @@ static const sg_op_device table[] = {
     {"attention", NULL, NULL, NEEDS_ATTN},
     {"attention_ulysses", NULL, NULL, NEEDS_ATTN},
     {"attention_usp", NULL, NULL, NEEDS_ATTN},
-    {"add_field", NULL, NULL, NOT_YET},
+    {"add_field", "sg_add_field_fwd_cuda", "sg_add_field_bwd_cuda", NULL},
     {"tp_copy", NULL, NULL, NEEDS_NCCL},
     {"tp_reduce", NULL, NULL, NEEDS_NCCL},
     {"sp_share", NULL, NULL, NEEDS_NCCL},
-    {"roll", NULL, NULL, NOT_YET},
+    /* one process (sharded device variables are refused) */
+    {"roll", "sg_roll_cuda", "sg_roll_cuda", NULL},
     {"window_attention", NULL, NULL, NEEDS_ATTN},
-    {"moe", NULL, NULL, NEEDS_GEMM},
-    {"fno3d_broadcast_t", NULL, NULL, NOT_YET},
-    {"fno3d_time_window", NULL, NULL, NOT_YET},
+    {"moe", NULL, NULL,
+     "cuda: the routing and the expert GEMMs are not built on the device "
+     "(issue 22)"},
+    {"fno3d_broadcast_t", "sg_bcast_t_fwd_cuda", "sg_bcast_t_bwd_cuda", NULL},
+    {"fno3d_time_window", "sg_time_window_cuda", "sg_time_window_cuda", NULL},
     /* the FNO's fused layer ops (ag_spectral.c): the pieces of spectral_conv
-     * and linear in one node */
-    {"linear_act", NULL, NULL,
-     "cuda: the fused kernel is not built (its parts, linear and act, are; "
-     "issue 22)"},
+     * and linear in one node; linear_act runs its parts' launchers in a row */
+    /* linear_act: the cuBLAS linear, then the act kernels */
+    {"linear_act", "sg_linear_fwd_cuda", "sg_linear_bwd_cuda", NULL},
     {"spectral_linear_act", NULL, NULL,
      "cuda: needs spectral_conv's cuFFT path and the cuBLAS GEMM (issue 22)"},
 };

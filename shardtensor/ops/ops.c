@@ -572,6 +572,16 @@ fail:
   return st;
 }
 
+sg_status sg_conv_win_make(const sg_conv_desc *d, int trans, sg_dtype dt,
+                           sg_pool_win *w) {
+  sg_status st = SG_OK;
+  sg_conv_geom g;
+  SG_TRY(sg_conv_geom_make(d, 0, trans, dt, &g));
+  *w = sg_pool_win_of(&g);
+fail:
+  return st;
+}
+
 sg_status sg_pool_backward(sg_pool_kind kind, const sg_conv_desc *d,
                            sg_dtype dt, const void *x, const void *dy,
                            void *dx) {
@@ -721,10 +731,9 @@ const char *sg_pad_mode_name(sg_pad_mode mode) {
   return sg_boundary_name(mode);
 }
 
-static sg_status sg_pad_geom(sg_dtype dt, int nsp, int64_t planes,
-                             const int64_t *in, const int64_t (*pad)[2],
-                             const sg_pad_mode *mode, int64_t *in3,
-                             int64_t *out3, int64_t *lo3, int *mode3) {
+sg_status sg_pad_geom(sg_dtype dt, int nsp, int64_t planes, const int64_t *in,
+                      const int64_t (*pad)[2], const sg_pad_mode *mode,
+                      int64_t *in3, int64_t *out3, int64_t *lo3, int *mode3) {
   sg_status st = SG_OK;
   SG_TRY(plane_args_check(dt, nsp, planes));
   SG_CHECK_PTR(in);

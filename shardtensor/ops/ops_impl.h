@@ -160,6 +160,21 @@ static inline sg_pool_win sg_pool_win_of(const sg_conv_geom *g) {
 sg_status sg_pool_win_make(const sg_conv_desc *d, sg_dtype dt, sg_pool_win *w,
                            int64_t *planes);
 
+/* The window of a convolution (trans 0: valid windows on the padded
+ * block) or of a transposed convolution (trans 1: kernel == stride, out =
+ * in * kernel), validated as sg_conv_forward / sg_convt_forward do (ops.c;
+ * the CUDA launchers and test_op_device use it). */
+sg_status sg_conv_win_make(const sg_conv_desc *d, int trans, sg_dtype dt,
+                           sg_pool_win *w);
+
+/* The padding of sg_pad_forward over 3 dims (unused ones 1, no padding):
+ * extents in3 -> out3, low pads lo3, modes mode3; validated as
+ * sg_pad_forward does (ops.c; the CUDA launchers and test_op_device use
+ * it). */
+sg_status sg_pad_geom(sg_dtype dt, int nsp, int64_t planes, const int64_t *in,
+                      const int64_t (*pad)[2], const sg_pad_mode *mode,
+                      int64_t *in3, int64_t *out3, int64_t *lo3, int *mode3);
+
 typedef struct sg_up_geom {
   int64_t planes, in[3], out[3], scale[3];
   int linear[3]; /* dims with a 1-cell margin (linear mode, real dims) */

@@ -75,6 +75,75 @@ sg_status sg_linear_bwd_cuda(sg_dtype dt, int64_t batch, int64_t cin,
                              int64_t cout, int64_t spatial, const void *x,
                              const void *w, const void *dy, void *dx, void *dw,
                              void *db, void *stream);
+/* Convolution (sg_conv_forward/backward) on cuBLAS (conv_cublas.cu): per
+ * chunk of batch items the column matrix (sg_im2col_src), one
+ * strided-batched GEMM, the bias kernel; the backward's dx as W^T dy and
+ * the col2im gather (sg_col2im_cell, no atomics), dW += dy col^T item by
+ * item. d on the host, data on the device; valid windows on the padded
+ * block d->in (the tape pads), d->bf16 ignored (f32 products), round_out
+ * refused (host only). ws must be NULL (the column matrices are allocated
+ * stream-ordered, at most 2^26 elements a chunk). dx OVERWRITTEN, dw and
+ * db +=; each may be NULL. Extents within cuBLAS's int. */
+sg_status sg_conv_fwd_cuda(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                           const void *w, const void *b, void *y, void *ws,
+                           void *stream);
+sg_status sg_conv_bwd_cuda(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                           const void *w, const void *dy, void *dx, void *dw,
+                           void *db, void *ws, void *stream);
+/* Transposed convolution, kernel == stride (sg_convt_forward/backward):
+ * T = W^T x on cuBLAS, y gathered from T by sg_convt_src plus b; the
+ * backward gathers dy into T's shape, dx = W T, dW += x T^T item by item.
+ * dx OVERWRITTEN, dw and db +=; each may be NULL. */
+sg_status sg_convt_fwd_cuda(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                            const void *w, const void *b, void *y,
+                            void *stream);
+sg_status sg_convt_bwd_cuda(const sg_conv_desc *d, sg_dtype dt, const void *x,
+                            const void *w, const void *dy, void *dx, void *dw,
+                            void *db, void *stream);
+/* Layout ops (layout_cuda.cu), one thread per element over sg_ops_inl.h's
+ * maps. concat's part: to_whole 1 copies the part (batch, ch, spatial)
+ * src into dst, the concatenation of ctot channels, at channel off;
+ * to_whole 0 reads it back (split). */
+sg_status sg_cat_part_cuda(sg_dtype dt, int64_t batch, int64_t spatial,
+                           int64_t ch, int64_t ctot, int64_t off, int to_whole,
+                           const void *src, void *dst, void *stream);
+/* fno3d_broadcast_t: y (planes, nt, spatial) = x (planes, spatial) at every
+ * t; the backward's dx (OVERWRITTEN) is the sum over t in t order. */
+sg_status sg_bcast_t_fwd_cuda(sg_dtype dt, int64_t planes, int64_t nt,
+                              int64_t spatial, const void *x, void *y,
+                              void *stream);
+sg_status sg_bcast_t_bwd_cuda(sg_dtype dt, int64_t planes, int64_t nt,
+                              int64_t spatial, const void *dy, void *dx,
+                              void *stream);
+/* fno3d_time_window: out (planes, t2, spatial) holds in's (planes, t1,
+ * spatial) first min(t1, t2) steps, zeros after (its own adjoint). */
+sg_status sg_time_window_cuda(sg_dtype dt, int64_t planes, int64_t spatial,
+                              int64_t t1, int64_t t2, const void *in, void *out,
+                              void *stream);
+/* roll of lead planes of extent ext[3] by shift[3] (each in (-ext, ext)):
+ * fwd dst[i] = src[(i + shift) mod ext], else its transpose. */
+sg_status sg_roll_cuda(sg_dtype dt, int64_t lead, const int64_t *ext,
+                       const int64_t *shift, int fwd, const void *src,
+                       void *dst, void *stream);
+/* add_field: y[b, i] = x[b, i] + p[i] over batch samples of m; the
+ * backward's dp[i] += dy[0, i] + dy[1, i] + ... in batch order. */
+sg_status sg_add_field_fwd_cuda(sg_dtype dt, int64_t batch, int64_t m,
+                                const void *x, const void *p, void *y,
+                                void *stream);
+sg_status sg_add_field_bwd_cuda(sg_dtype dt, int64_t batch, int64_t m,
+                                const void *dy, void *dp, void *stream);
+/* Padding (sg_pad_forward/backward) on the device: in, pad, mode on the
+ * host; one thread per padded cell (sg_pad_src_cell), the adjoint a gather
+ * per source cell (sg_pad_grad_cell, no atomics); dsrc OVERWRITTEN. The
+ * tape pads device inputs of window ops with these. */
+sg_status sg_pad_fwd_cuda(sg_dtype dt, int nsp, int64_t planes,
+                          const int64_t *in, const int64_t (*pad)[2],
+                          const sg_pad_mode *mode, const void *src, void *dst,
+                          void *stream);
+sg_status sg_pad_bwd_cuda(sg_dtype dt, int nsp, int64_t planes,
+                          const int64_t *in, const int64_t (*pad)[2],
+                          const sg_pad_mode *mode, const void *dpad, void *dsrc,
+                          void *stream);
 /* partial: sg_loss_npartial(kind, batch) doubles in DEVICE memory. */
 sg_status sg_loss_partial_cuda(sg_loss_kind kind, sg_dtype dt, int64_t batch,
                                int64_t n, const void *p, const void *t,

@@ -470,4 +470,196 @@ static inline SG_HD double sg_norm_ln_dx(double x, double dy, double mean,
   return rs * (dy * gk - a0 - xh * s1 / cnt);
 }
 
+/* ---- convolution on a GEMM: im2col, its adjoint, the transposed conv ------
+ * The CUDA convolutions (shardtensor/ops/cuda/gemm_cublas.cu) build the
+ * column matrix of a batch item with these, multiply on cuBLAS, and gather
+ * the adjoints back; test_op_device runs them on the host against
+ * sg_conv_* / sg_convt_* in f64. The window is an sg_pool_win (3 dims,
+ * unused ones 1) over the padded input block: valid windows only. */
+
+/* The coordinates p[3] of flat index o of a 3-dim extent ext (row-major). */
+static inline SG_HD void sg_unflat3(const int64_t *ext, int64_t o, int64_t *p) {
+  p[2] = o % ext[2];
+  p[1] = (o / ext[2]) % ext[1];
+  p[0] = o / (ext[1] * ext[2]);
+}
+
+/* im2col: entry (r, o) of a batch item's column matrix (ckk rows r = (c, a,
+ * b, e), c-major as the host's; sout columns o, the output cells) is the
+ * image's (C, in...) element at the returned offset. */
+static inline SG_HD int64_t sg_im2col_src(const sg_pool_win *w, int64_t r,
+                                          int64_t o) {
+  const int64_t kk = w->ker[0] * w->ker[1] * w->ker[2];
+  const int64_t c = r / kk, q = r % kk;
+  int64_t ab[3], op[3];
+  sg_unflat3(w->ker, q, ab);
+  sg_unflat3(w->out, o, op);
+  return c * (w->in[0] * w->in[1] * w->in[2]) +
+         sg_pool_row(w, op[0], op[1], op[2], ab[0], ab[1]) + ab[2] * w->dil[2];
+}
+
+/* col2im as a gather: image cell i (of channel c's plane) collects the
+ * column-matrix entries that im2col read from it (dcol: ckk rows of ld),
+ * in (a, b, e) order (the host scatters per row: rounding only). */
+#define SG_COL2IM_HD(T, S)                                                  \
+  static inline SG_HD T sg_col2im_cell_##S(const sg_pool_win *w,            \
+                                           const T *dcol, int64_t ld,       \
+                                           int64_t c, int64_t i) {          \
+    int64_t ip[3], o0 = 0, o1 = 0, o2 = 0;                                  \
+    sg_unflat3(w->in, i, ip);                                               \
+    T acc = 0;                                                              \
+    int64_t r = c * w->ker[0] * w->ker[1] * w->ker[2];                      \
+    for (int64_t a = 0; a < w->ker[0]; ++a) {                               \
+      const int h0 = sg_pool_src(ip[0], a, w->str[0], w->dil[0], w->out[0], \
+                                 &o0);                                      \
+      for (int64_t b = 0; b < w->ker[1]; ++b) {                             \
+        const int h1 = h0 && sg_pool_src(ip[1], b, w->str[1], w->dil[1],    \
+                                         w->out[1], &o1);                   \
+        for (int64_t e = 0; e < w->ker[2]; ++e, ++r) {                      \
+          if (h1 &&                                                         \
+              sg_pool_src(ip[2], e, w->str[2], w->dil[2], w->out[2], &o2))  \
+            acc += dcol[r * ld + (o0 * w->out[1] + o1) * w->out[2] + o2];   \
+        }                                                                   \
+      }                                                                     \
+    }                                                                       \
+    return acc;                                                             \
+  }
+SG_COL2IM_HD(float, f32)
+SG_COL2IM_HD(double, f64)
+#undef SG_COL2IM_HD
+
+/* Transposed convolution, kernel == stride (w->in: the input extent,
+ * w->ker the kernel, w->out = in * ker): output cell p of channel k is
+ * entry (k kk + a, j) of the product T = W^T x (rows (k, a), columns the
+ * input cells j), a = p mod ker and j = p / ker per dim. Returns that
+ * row-major offset of T (columns ld = sin); the forward adds b[k], the
+ * backward gathers dy into T's shape with the same map. */
+static inline SG_HD int64_t sg_convt_src(const sg_pool_win *w, int64_t k,
+                                         int64_t p) {
+  int64_t pp[3], a[3], j[3];
+  sg_unflat3(w->out, p, pp);
+  for (int d = 0; d < 3; ++d) {
+    a[d] = pp[d] % w->ker[d];
+    j[d] = pp[d] / w->ker[d];
+  }
+  const int64_t kk = w->ker[0] * w->ker[1] * w->ker[2];
+  const int64_t sin = w->in[0] * w->in[1] * w->in[2];
+  return (k * kk + (a[0] * w->ker[1] + a[1]) * w->ker[2] + a[2]) * sin +
+         (j[0] * w->in[1] + j[1]) * w->in[2] + j[2];
+}
+
+/* ---- layout ops: concat / split, the FNO-3D time ops, roll, add_field -----
+ * Index maps (and the one sum each adjoint needs) shared by the host ops
+ * (models/) and the CUDA kernels (shardtensor/ops/cuda/layout_cuda.cu);
+ * test_op_device checks the maps against the host ops. */
+
+/* concat: element i of a part of ch channels ((N, ch, s) row-major) sits
+ * at this offset of the concatenation of ctot channels, the part starting
+ * at channel off; split reads it back from there. */
+static inline SG_HD int64_t sg_cat_index(int64_t i, int64_t ch, int64_t ctot,
+                                         int64_t off, int64_t s) {
+  const int64_t per = ch * s;
+  return (i / per) * ctot * s + off * s + i % per;
+}
+/* fno3d_broadcast_t: output j of (P, nt, s) reads input (P, s) here. */
+static inline SG_HD int64_t sg_bcast_t_src(int64_t j, int64_t nt, int64_t s) {
+  return (j / (nt * s)) * s + j % s;
+}
+/* fno3d_time_window: output j of (P, t2, s) copies input (P, t1, s) at the
+ * returned offset, or is 0 (-1: a step t >= t1). Its adjoint is the same
+ * map from t2 to t1. */
+static inline SG_HD int64_t sg_twin_src(int64_t j, int64_t t1, int64_t t2,
+                                        int64_t s) {
+  const int64_t p = j / (t2 * s), t = (j / s) % t2;
+  return t < t1 ? (p * t1 + t) * s + j % s : -1;
+}
+/* roll: y[l, i] = x[l, (i + sh) mod n] per dim (3 dims, unused ones 1, the
+ * shifts in (-n, n)): the offset of output j's source. A bijection: the
+ * backward writes dx[sg_roll_src(j)] = dy[j]. */
+static inline SG_HD int64_t sg_roll_src(int64_t j, const int64_t *n,
+                                        const int64_t *sh) {
+  const int64_t m = n[0] * n[1] * n[2];
+  int64_t p[3];
+  sg_unflat3(n, j % m, p);
+  for (int d = 0; d < 3; ++d) p[d] = ((p[d] + sh[d]) % n[d] + n[d]) % n[d];
+  return (j / m) * m + (p[0] * n[1] + p[1]) * n[2] + p[2];
+}
+/* fno3d_broadcast_t's adjoint at input e of (P, s): the sum over t of
+ * dy (P, nt, s), in t order. add_field's parameter gradient at element i
+ * of a sample of m: p + dy[0, i] + dy[1, i] + ... in batch order. */
+#define SG_LAYOUT_SUM_HD(T, S)                                                 \
+  static inline SG_HD T sg_bcast_t_sum_##S(const T *dy, int64_t nt, int64_t s, \
+                                           int64_t e) {                        \
+    const T *g = dy + (e / s) * nt * s + e % s;                                \
+    T acc = 0;                                                                 \
+    for (int64_t t = 0; t < nt; ++t) acc += g[t * s];                          \
+    return acc;                                                                \
+  }                                                                            \
+  static inline SG_HD T sg_field_acc_##S(T p, const T *dy, int64_t nb,         \
+                                         int64_t m, int64_t i) {               \
+    for (int64_t b = 0; b < nb; ++b) p += dy[b * m + i];                       \
+    return p;                                                                  \
+  }
+SG_LAYOUT_SUM_HD(float, f32)
+SG_LAYOUT_SUM_HD(double, f64)
+#undef SG_LAYOUT_SUM_HD
+
+/* ---- padding as gathers (the CUDA kernels of sg_pad_forward/backward) -----
+ * A plane of extent in[3] padded by lo[d] low to out[3] (unused dims 1, no
+ * padding), boundary mode[d] as sg_pad_src_index. */
+
+/* The source offset of padded cell o of a plane, or -1 (a zero margin). */
+static inline SG_HD int64_t sg_pad_src_cell(const int64_t *in,
+                                            const int64_t *out,
+                                            const int64_t *lo, const int *mode,
+                                            int64_t o) {
+  int64_t p[3];
+  sg_unflat3(out, o, p);
+  for (int d = 0; d < 3; ++d) {
+    p[d] = sg_pad_src_index(mode[d], p[d] - lo[d], in[d]);
+    if (p[d] < 0) return -1;
+  }
+  return (p[0] * in[1] + p[1]) * in[2] + p[2];
+}
+/* Along one dim, candidate slot s of source cell i: slot 0 the interior
+ * position i + lo, slot s >= 1 the (s-1)-th margin position; 1 and *p when
+ * that position's source is i. */
+static inline SG_HD int sg_pad_cand(int mode, int64_t in, int64_t out,
+                                    int64_t lo, int64_t i, int64_t s,
+                                    int64_t *p) {
+  if (s == 0) {
+    *p = i + lo;
+    return 1;
+  }
+  const int64_t m = s - 1;
+  *p = m < lo ? m : in + m;
+  return *p < out && sg_pad_src_index(mode, *p - lo, in) == i;
+}
+/* The adjoint at source cell i of a plane: the sum of the padded plane dpp
+ * over every position copied from i (interior first, then the margins per
+ * dim; the host adds row by row: rounding only). */
+#define SG_PAD_GRAD_HD(T, S)                                             \
+  static inline SG_HD T sg_pad_grad_cell_##S(                            \
+      const int64_t *in, const int64_t *out, const int64_t *lo,          \
+      const int *mode, const T *dpp, int64_t i) {                        \
+    int64_t c[3], p0, p1, p2;                                            \
+    sg_unflat3(in, i, c);                                                \
+    T acc = 0;                                                           \
+    for (int64_t s0 = 0; s0 <= out[0] - in[0]; ++s0) {                   \
+      if (!sg_pad_cand(mode[0], in[0], out[0], lo[0], c[0], s0, &p0))    \
+        continue;                                                        \
+      for (int64_t s1 = 0; s1 <= out[1] - in[1]; ++s1) {                 \
+        if (!sg_pad_cand(mode[1], in[1], out[1], lo[1], c[1], s1, &p1))  \
+          continue;                                                      \
+        for (int64_t s2 = 0; s2 <= out[2] - in[2]; ++s2)                 \
+          if (sg_pad_cand(mode[2], in[2], out[2], lo[2], c[2], s2, &p2)) \
+            acc += dpp[(p0 * out[1] + p1) * out[2] + p2];                \
+      }                                                                  \
+    }                                                                    \
+    return acc;                                                          \
+  }
+SG_PAD_GRAD_HD(float, f32)
+SG_PAD_GRAD_HD(double, f64)
+#undef SG_PAD_GRAD_HD
+
 #endif /* SG_OPS_INL_H */

@@ -4,18 +4,23 @@
  * average and max pooling forward and backward (2-D, stride and dilation
  * above 1, overlapping windows), nearest and bilinear up-sampling forward
  * and backward (2-D, scales 2 and 3), the channel-wise linear on cuBLAS
- * forward and backward (y, dx, dw +=, db +=), the loss partials and gradients (all four kinds) in f64 and f32, and AdamW
+ * forward and backward (y, dx, dw +=, db +=), the convolution and the
+ * transposed convolution on cuBLAS (2-D, 3-D; y, dx, dw +=, db +=), the
+ * layout kernels (concat, split, the FNO-3D time broadcast and window,
+ * roll, add_field), the padding kernels (every mode), the loss partials and gradients (all four kinds) in f64 and f32, and AdamW
  * (f32) over three steps; instance, group and layer norm (statistics,
  * forward, backward sums, backward); and the autograd tape on device
  * variables (a linear-norm-gelu-mul-mse tape forward and backward: outputs,
- * saved statistics and gradients on the device, summed there) against
- * the same tape on the host. The element arithmetic is the same SG_HD code on
+ * saved statistics and gradients on the device, summed there), and a
+ * padded conv-concat-mse tape (margins made on the device), against the
+ * same tapes on the host. The element arithmetic is the same SG_HD code on
  * both sides; what may differ is libm against CUDA's math functions, FMA
  * contraction (nvcc contracts, the host build does not) and the order of
  * the reductions' sums (block trees on the device). Tolerances, relative
  * to max(1, |host value|):
  *   f64  1e-12
- *   f32  2e-5 (pooling and up-sampling sum in another order on the
+ *   f32  2e-5 (the GEMMs and pooling and up-sampling sum in another
+ *        order on the
  *        device: their backward gathers per input cell; a few ulp of the activations, whose f32 exponential is a
  *        polynomial on the host and expf on the device; the f32 bias
  *        gradient sums rows in f32 on the host, in f64 on the device)
@@ -239,6 +244,187 @@ static void check_linear(sg_dtype dt) {
       drop(&db);
 }
 
+/* Convolution on cuBLAS (im2col + GEMM, the col2im gather) and the
+ * transposed convolution (kernel == stride), 2-D and 3-D, against the
+ * host's; dw and db accumulate into non-zero starts. */
+static void check_conv_desc(sg_dtype dt, const sg_conv_desc *d, int trans,
+                            const char *what) {
+  int64_t out[3] = {1, 1, 1}, sin = 1, sout = 1, kk = 1;
+  if (!trans) CK(sg_conv_out_shape(d, out));
+  for (int i = 0; i < d->nsp; ++i) {
+    sin *= d->in[i];
+    kk *= d->kernel[i];
+    sout *= trans ? d->in[i] * d->kernel[i] : out[i];
+  }
+  const size_t nx = (size_t)(d->batch * d->cin * sin),
+               ny = (size_t)(d->batch * d->cout * sout),
+               nw = (size_t)(d->cout * d->cin * kk);
+  buf x = mk(dt, nx, -2, 2), w = mk(dt, nw, -1, 1), b = mk(dt, d->cout, -1, 1);
+  buf g = mk(dt, ny, -1, 1), y = mk(dt, ny, 0, 0), dx = mk(dt, nx, 0, 0);
+  buf dw = mk(dt, nw, -1, 1), db = mk(dt, d->cout, -1, 1);
+  char name[64];
+  if (trans) {
+    CK(sg_convt_forward(d, dt, x.h, w.h, b.h, y.h));
+    CK(sg_convt_fwd_cuda(d, dt, x.d, w.d, b.d, y.d, NULL));
+  } else {
+    CK(sg_conv_forward(d, dt, x.h, w.h, b.h, y.h, NULL));
+    CK(sg_conv_fwd_cuda(d, dt, x.d, w.d, b.d, y.d, NULL, NULL));
+  }
+  snprintf(name, sizeof name, "%s forward", what);
+  compare(name, &y);
+  if (trans) {
+    CK(sg_convt_backward(d, dt, x.h, w.h, g.h, dx.h, dw.h, db.h));
+    CK(sg_convt_bwd_cuda(d, dt, x.d, w.d, g.d, dx.d, dw.d, db.d, NULL));
+  } else {
+    CK(sg_conv_backward(d, dt, x.h, w.h, g.h, dx.h, dw.h, db.h, NULL));
+    CK(sg_conv_bwd_cuda(d, dt, x.d, w.d, g.d, dx.d, dw.d, db.d, NULL, NULL));
+  }
+  snprintf(name, sizeof name, "%s backward (dx)", what);
+  compare(name, &dx);
+  snprintf(name, sizeof name, "%s backward (dw +=)", what);
+  compare(name, &dw);
+  snprintf(name, sizeof name, "%s backward (db +=)", what);
+  compare(name, &db);
+  drop(&x), drop(&w), drop(&b), drop(&g), drop(&y), drop(&dx), drop(&dw),
+      drop(&db);
+}
+
+static void check_conv(sg_dtype dt) {
+  const sg_conv_desc c2 = {.nsp = 2,
+                           .batch = NB,
+                           .cin = NC,
+                           .cout = 4,
+                           .in = {9, 11},
+                           .kernel = {3, 2},
+                           .stride = {2, 1},
+                           .dilation = {1, 2}};
+  const sg_conv_desc c3 = {.nsp = 3,
+                           .batch = NB,
+                           .cin = NC,
+                           .cout = 2,
+                           .in = {5, 7, 6},
+                           .kernel = {3, 1, 2},
+                           .stride = {1, 3, 2},
+                           .dilation = {2, 1, 1}};
+  const sg_conv_desc t2 = {.nsp = 2,
+                           .batch = NB,
+                           .cin = NC,
+                           .cout = 5,
+                           .in = {5, 3},
+                           .kernel = {2, 3}};
+  const sg_conv_desc t3 = {.nsp = 3,
+                           .batch = NB,
+                           .cin = NC,
+                           .cout = 2,
+                           .in = {3, 5, 1},
+                           .kernel = {2, 1, 3}};
+  check_conv_desc(dt, &c2, 0, "conv 2-D (cuBLAS)");
+  check_conv_desc(dt, &c3, 0, "conv 3-D (cuBLAS)");
+  check_conv_desc(dt, &t2, 1, "convt 2-D (cuBLAS)");
+  check_conv_desc(dt, &t3, 1, "convt 3-D (cuBLAS)");
+}
+
+/* The layout kernels against the host's concat / split and plain loops
+ * for the time broadcast and window, roll and add_field (the host ops'
+ * own arithmetic: sg_ops_inl.h's maps and sums). */
+static void check_layout(sg_dtype dt) {
+  const int64_t ch[2] = {1, NC}, ct = 1 + NC, sp = NS;
+  buf p0 = mk(dt, (size_t)(NB * ch[0] * sp), -1, 1);
+  buf p1 = mk(dt, (size_t)(NB * ch[1] * sp), -1, 1);
+  buf whole = mk(dt, (size_t)(NB * ct * sp), 0, 0);
+  const void *parts[2] = {p0.h, p1.h};
+  CK(sg_concat(dt, NB, sp, 2, ch, parts, whole.h));
+  CK(sg_cat_part_cuda(dt, NB, sp, ch[0], ct, 0, 1, p0.d, whole.d, NULL));
+  CK(sg_cat_part_cuda(dt, NB, sp, ch[1], ct, ch[0], 1, p1.d, whole.d, NULL));
+  compare("concat", &whole);
+  void *hp[2] = {p0.h, p1.h};
+  CK(sg_split(dt, NB, sp, 2, ch, whole.h, hp));
+  CK(sg_cat_part_cuda(dt, NB, sp, ch[1], ct, ch[0], 0, whole.d, p1.d, NULL));
+  compare("split", &p1);
+  /* broadcast over 4 steps, its adjoint, a window 4 -> 6 steps */
+  const int64_t P = NB * NC, nt = 4, t2 = 6;
+  buf x = mk(dt, (size_t)(P * sp), -1, 1),
+      y = mk(dt, (size_t)(P * nt * sp), 0, 0);
+  buf g = mk(dt, (size_t)(P * nt * sp), -1, 1),
+      dx = mk(dt, (size_t)(P * sp), 0, 0);
+  buf tw = mk(dt, (size_t)(P * t2 * sp), 0, 0);
+  for (int64_t j = 0; j < P * nt * sp; ++j) {
+    double v = at(&x, x.h, (size_t)((j / (nt * sp)) * sp + j % sp));
+    if (dt == SG_DTYPE_F64)
+      ((double *)y.h)[j] = v;
+    else
+      ((float *)y.h)[j] = (float)v;
+  }
+  for (int64_t e = 0; e < P * sp; ++e) {
+    double acc = 0;
+    for (int64_t t = 0; t < nt; ++t)
+      acc += at(&g, g.h, (size_t)(((e / sp) * nt + t) * sp + e % sp));
+    if (dt == SG_DTYPE_F64)
+      ((double *)dx.h)[e] = acc;
+    else
+      ((float *)dx.h)[e] = (float)acc;
+  }
+  for (int64_t j = 0; j < P * t2 * sp; ++j) {
+    const int64_t p = j / (t2 * sp), t = (j / sp) % t2;
+    double v = t < nt ? at(&g, g.h, (size_t)((p * nt + t) * sp + j % sp)) : 0;
+    if (dt == SG_DTYPE_F64)
+      ((double *)tw.h)[j] = v;
+    else
+      ((float *)tw.h)[j] = (float)v;
+  }
+  CK(sg_bcast_t_fwd_cuda(dt, P, nt, sp, x.d, y.d, NULL));
+  compare("fno3d broadcast over t", &y);
+  CK(sg_bcast_t_bwd_cuda(dt, P, nt, sp, g.d, dx.d, NULL));
+  compare("fno3d broadcast backward", &dx);
+  CK(sg_time_window_cuda(dt, P, sp, nt, t2, g.d, tw.d, NULL));
+  compare("fno3d time window", &tw);
+  /* roll of (P, 5, 7) planes by (-2, 3) and back */
+  const int64_t ext[3] = {1, 5, 7}, sh[3] = {0, -2, 3}, m = 35;
+  buf r = mk(dt, (size_t)(P * m), -1, 1), ry = mk(dt, (size_t)(P * m), 0, 0);
+  buf rb = mk(dt, (size_t)(P * m), 0, 0);
+  for (int64_t j = 0; j < P * m; ++j) {
+    const int64_t a = ((j % m) / 7 + sh[1] + 5) % 5,
+                  c = (j % 7 + sh[2] + 7) % 7;
+    double v = at(&r, r.h, (size_t)((j / m) * m + a * 7 + c));
+    if (dt == SG_DTYPE_F64)
+      ((double *)ry.h)[j] = v;
+    else
+      ((float *)ry.h)[j] = (float)v;
+  }
+  memcpy(rb.h, r.h, rb.bytes);
+  CK(sg_roll_cuda(dt, P, ext, sh, 1, r.d, ry.d, NULL));
+  compare("roll forward", &ry);
+  CK(sg_roll_cuda(dt, P, ext, sh, 0, ry.d, rb.d, NULL));
+  compare("roll backward (round trip)", &rb);
+  /* add_field over NB samples of NC*NS; dp accumulates */
+  const int64_t fm = NC * NS;
+  buf fx = mk(dt, N, -1, 1), fp = mk(dt, (size_t)fm, -1, 1),
+      fy = mk(dt, N, 0, 0);
+  buf fg = mk(dt, N, -1, 1), fdp = mk(dt, (size_t)fm, -1, 1);
+  for (int64_t i = 0; i < N; ++i) {
+    double v = at(&fx, fx.h, (size_t)i) + at(&fp, fp.h, (size_t)(i % fm));
+    if (dt == SG_DTYPE_F64)
+      ((double *)fy.h)[i] = v;
+    else
+      ((float *)fy.h)[i] = (float)v;
+  }
+  for (int64_t i = 0; i < fm; ++i) {
+    double v = at(&fdp, fdp.h, (size_t)i);
+    for (int64_t b = 0; b < NB; ++b) v += at(&fg, fg.h, (size_t)(b * fm + i));
+    if (dt == SG_DTYPE_F64)
+      ((double *)fdp.h)[i] = v;
+    else
+      ((float *)fdp.h)[i] = (float)v;
+  }
+  CK(sg_add_field_fwd_cuda(dt, NB, fm, fx.d, fp.d, fy.d, NULL));
+  compare("add_field forward", &fy);
+  CK(sg_add_field_bwd_cuda(dt, NB, fm, fg.d, fdp.d, NULL));
+  compare("add_field backward (dp +=)", &fdp);
+  drop(&p0), drop(&p1), drop(&whole), drop(&x), drop(&y), drop(&g), drop(&dx),
+      drop(&tw), drop(&r), drop(&ry), drop(&rb), drop(&fx), drop(&fp),
+      drop(&fy), drop(&fg), drop(&fdp);
+}
+
 static void check_loss(sg_dtype dt) {
   static const char *names[] = {"sum", "mean", "mse", "rel_l2"};
   buf p = mk(dt, N, -2, 2), t = mk(dt, N, -2, 2);
@@ -410,6 +596,95 @@ static void check_tape(sg_dtype dt) {
       drop(&db);
 }
 
+/* Padding on the device (the tape's window margins) against the host,
+ * every mode, 2-D, uneven pads. */
+static void check_pad(sg_dtype dt) {
+  static const char *names[] = {"zero", "periodic", "reflect", "replicate"};
+  const int64_t in[2] = {7, 9}, pad[2][2] = {{1, 2}, {2, 0}}, planes = NB * NC;
+  const size_t nin = (size_t)(planes * 7 * 9),
+               nout = (size_t)(planes * 10 * 11);
+  buf x = mk(dt, nin, -2, 2), g = mk(dt, nout, -1, 1);
+  buf y = mk(dt, nout, 0, 0), dx = mk(dt, nin, 0, 0);
+  char what[64];
+  for (int m = 0; m < 4; ++m) {
+    const sg_pad_mode mode[2] = {(sg_pad_mode)m, (sg_pad_mode)m};
+    CK(sg_pad_forward(dt, 2, planes, in, pad, mode, x.h, y.h));
+    CK(sg_pad_fwd_cuda(dt, 2, planes, in, pad, mode, x.d, y.d, NULL));
+    snprintf(what, sizeof what, "pad %s forward", names[m]);
+    compare(what, &y);
+    CK(sg_pad_backward(dt, 2, planes, in, pad, mode, g.h, dx.h));
+    CK(sg_pad_bwd_cuda(dt, 2, planes, in, pad, mode, g.d, dx.d, NULL));
+    snprintf(what, sizeof what, "pad %s backward", names[m]);
+    compare(what, &dx);
+  }
+  drop(&x), drop(&g), drop(&y), drop(&dx);
+}
+
+/* A padded convolution on the tape: h = conv(x, w, b) (3x3, zero padding
+ * in dim 0, periodic in dim 1: the margins made on the device), c =
+ * concat(h, x) (x used twice: the padded path's gradient added to the
+ * concat's on the device), loss = mse(c, t); the loss and the gradients of
+ * x, w, b against the same tape on the host. */
+static double conv_tape_step(sg_var *x, sg_var *w, sg_var *b, const buf *t,
+                             int on_dev) {
+  sg_tape_t tape = NULL;
+  sg_var tv, *h = NULL, *c = NULL, *loss = NULL;
+  const int64_t ts[4] = {NB, 4 + NC, 9, 11};
+  const sg_window win[2] = {
+      {.kernel = 3, .stride = 1, .dilation = 1, .pad = {1, 1}, .up = 1},
+      {.kernel = 3,
+       .stride = 1,
+       .dilation = 1,
+       .pad = {1, 1},
+       .up = 1,
+       .boundary = SG_BOUNDARY_PERIODIC}};
+  CK(sg_var_init(&tv, "t", t->dt, 4, ts, on_dev ? t->d : t->h, 0));
+  if (on_dev) CK(sg_var_set_device(&tv, x->value.device));
+  CK(sg_tape_create(&tape));
+  CK(sg_ag_conv(tape, x, w, b, win, &h));
+  CK(sg_ag_concat(tape, 2, (sg_var *[]){h, x}, &c));
+  CK(sg_ag_loss(tape, SG_LOSS_MSE, c, &tv, &loss));
+  const double item = sg_var_item(loss);
+  CK(sg_tape_backward(tape, loss));
+  sg_tape_destroy(&tape);
+  sg_var_release(&tv);
+  return item;
+}
+
+static void check_conv_tape(sg_dtype dt) {
+  const size_t nx = NB * NC * 9 * 11, nw = 4 * NC * 9;
+  buf x = mk(dt, nx, -2, 2), w = mk(dt, nw, -1, 1), b = mk(dt, 4, -1, 1);
+  buf t = mk(dt, NB * (4 + NC) * 9 * 11, -1, 1);
+  buf dx = mk(dt, nx, 0, 0), dw = mk(dt, nw, 0, 0), db = mk(dt, 4, 0, 0);
+  const int64_t xs[4] = {NB, NC, 9, 11}, ws[4] = {4, NC, 3, 3}, bs[1] = {4};
+  sg_var hx, hw, hb, gx, gw, gb;
+  const sg_device d = {SG_DEVICE_CUDA, 0};
+  CK(sg_var_init(&hx, "x", dt, 4, xs, x.h, 1));
+  CK(sg_var_init_param(&hw, "w", dt, 4, ws, w.h, dw.h));
+  CK(sg_var_init_param(&hb, "b", dt, 1, bs, b.h, db.h));
+  CK(sg_var_init(&gx, "x", dt, 4, xs, x.d, 1));
+  CK(sg_var_init_param(&gw, "w", dt, 4, ws, w.d, dw.d));
+  CK(sg_var_init_param(&gb, "b", dt, 1, bs, b.d, db.d));
+  CK(sg_var_set_device(&gx, d));
+  CK(sg_var_set_device(&gw, d));
+  CK(sg_var_set_device(&gb, d));
+  const double lh = conv_tape_step(&hx, &hw, &hb, &t, 0);
+  const double ld = conv_tape_step(&gx, &gw, &gb, &t, 1);
+  const double tol = dt == SG_DTYPE_F64 ? 1e-12 : 2e-5;
+  const int ok = fabs(ld - lh) <= tol * (fabs(lh) > 1 ? fabs(lh) : 1);
+  printf("%-4s %-30s %.17g vs %.17g  %s\n", sg_dtype_name(dt),
+         "tape padded conv-concat loss", ld, lh, ok ? "ok" : "FAIL");
+  fails += !ok;
+  memcpy(dx.h, hx.grad.data, dx.bytes);
+  CK(cudaMemcpy(dx.d, gx.grad.data, dx.bytes, cudaMemcpyDeviceToDevice));
+  compare("tape conv backward (dx)", &dx);
+  compare("tape conv backward (dw)", &dw);
+  compare("tape conv backward (db)", &db);
+  sg_var_release(&hx), sg_var_release(&hw), sg_var_release(&hb);
+  sg_var_release(&gx), sg_var_release(&gw), sg_var_release(&gb);
+  drop(&x), drop(&w), drop(&b), drop(&t), drop(&dx), drop(&dw), drop(&db);
+}
+
 /* The launchers above; each op the device table puts on cuda must name
  * two of them. */
 static int tested(const char *fn) {
@@ -419,7 +694,11 @@ static int tested(const char *fn) {
       "sg_bias_bwd_cuda",     "sg_loss_partial_cuda", "sg_loss_bwd_cuda",
       "sg_pool_fwd_cuda",     "sg_pool_bwd_cuda",     "sg_upsample_fwd_cuda",
       "sg_upsample_bwd_cuda", "sg_linear_fwd_cuda",   "sg_linear_bwd_cuda",
-      "sg_norm_fwd_cuda",     "sg_norm_bwd_cuda"};
+      "sg_norm_fwd_cuda",     "sg_norm_bwd_cuda",     "sg_conv_fwd_cuda",
+      "sg_conv_bwd_cuda",     "sg_convt_fwd_cuda",    "sg_convt_bwd_cuda",
+      "sg_cat_part_cuda",     "sg_bcast_t_fwd_cuda",  "sg_bcast_t_bwd_cuda",
+      "sg_time_window_cuda",  "sg_roll_cuda",         "sg_add_field_fwd_cuda",
+      "sg_add_field_bwd_cuda"};
   for (size_t i = 0; i < sizeof names / sizeof *names; ++i)
     if (fn && !strcmp(fn, names[i])) return 1;
   return 0;
@@ -484,6 +763,25 @@ static void check_arguments(void) {
       {"norm without a descriptor",
        sg_norm_fwd_cuda(NULL, SG_DTYPE_F32, NULL, NULL, NULL, NULL, NULL, NULL),
        SG_ERR_INVALID_ARG},
+      {"conv without a descriptor",
+       sg_conv_fwd_cuda(NULL, SG_DTYPE_F32, NULL, NULL, NULL, NULL, NULL, NULL),
+       SG_ERR_INVALID_ARG},
+      {"conv with round_out (host only)",
+       sg_conv_bwd_cuda(&(sg_conv_desc){.nsp = 1,
+                                        .batch = 1,
+                                        .cin = 1,
+                                        .cout = 1,
+                                        .in = {4},
+                                        .kernel = {3},
+                                        .stride = {1},
+                                        .dilation = {1},
+                                        .round_out = 1},
+                        SG_DTYPE_F32, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                        NULL),
+       SG_ERR_NOT_SUPPORTED},
+      {"concat part past the channels",
+       sg_cat_part_cuda(SG_DTYPE_F32, 1, 4, 3, 4, 2, 1, NULL, NULL, NULL),
+       SG_ERR_SHAPE},
       {"adamw at step 0",
        sg_adamw_step_f32_cuda(NULL, NULL, NULL, NULL, 4, 0, 1e-3, 1.0, &cfg,
                               NULL),
@@ -523,9 +821,13 @@ int main(int argc, char **argv) {
     check_pool(dts[k]);
     check_upsample(dts[k]);
     check_linear(dts[k]);
+    check_conv(dts[k]);
+    check_layout(dts[k]);
     check_loss(dts[k]);
     check_norm(dts[k]);
     check_tape(dts[k]);
+    check_pad(dts[k]);
+    check_conv_tape(dts[k]);
   }
   check_adamw();
   printf("%s\n", fails ? "FAILED" : "PASSED");

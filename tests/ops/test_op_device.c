@@ -23,6 +23,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops_impl.h" /* sg_pool_win_make, sg_up_geom_make */
@@ -266,13 +267,14 @@ static int check_device_tape(sg_tape_t tape, sg_var *x) {
 
 static int check_tape_device(void) {
   double xs[3] = {1, 2, 3};
-  const int64_t shape[1] = {3}, shape2[2] = {1, 3};
+  const int64_t shape[1] = {3}, shape2[2] = {1, 3}, shape3[3] = {1, 1, 3};
   sg_tape_t tape = NULL;
-  sg_var x, x2, *y = NULL;
+  sg_var x, x2, x3, *y = NULL;
   int fails = 0;
   if (sg_tape_create(&tape) != SG_OK ||
       sg_var_init(&x, "x", SG_DTYPE_F64, 1, shape, xs, 1) != SG_OK ||
-      sg_var_init(&x2, "x2", SG_DTYPE_F64, 2, shape2, xs, 1) != SG_OK)
+      sg_var_init(&x2, "x2", SG_DTYPE_F64, 2, shape2, xs, 1) != SG_OK ||
+      sg_var_init(&x3, "x3", SG_DTYPE_F64, 3, shape3, xs, 1) != SG_OK)
     return printf("FAIL: tape or variable\n") > 0;
   sg_status st = sg_tape_apply(tape, &host_op, 1, (sg_var *[]){&x}, 1, NULL,
                                NULL, 0, &y);
@@ -288,20 +290,22 @@ static int check_tape_device(void) {
     fails += printf("FAIL: a variable's own host memory declared cuda\n") > 0;
   sg_var_release(&own);
   if (sg_var_set_device(&x, cuda0) != SG_OK ||
-      sg_var_set_device(&x2, cuda0) != SG_OK)
+      sg_var_set_device(&x2, cuda0) != SG_OK ||
+      sg_var_set_device(&x3, cuda0) != SG_OK)
     return printf("FAIL: set device\n") > 0;
   st = sg_tape_apply(tape, &host_op, 1, (sg_var *[]){&x}, 1, NULL, NULL, 0, &y);
   fails += refused("user op without cuda entry points", st,
                    "op user_host has no cuda implementation");
-  st = sg_ag_concat(tape, 1, (sg_var *[]){&x2}, &y);
-  fails += refused("built-in concat", st,
-                   "op concat has no cuda implementation");
+  st = sg_ag_attention(tape, 1, &x3, &x3, &x3, &y);
+  fails += refused("built-in attention", st,
+                   "op attention has no cuda implementation");
   fails += check_device_tape(tape, &x);
   /* the gradient was allocated on the faked device: freed as such */
   ag_fake_cuda = 1;
   sg_var_release(&x);
   ag_fake_cuda = 0;
   sg_var_release(&x2);
+  sg_var_release(&x3);
   sg_tape_destroy(&tape);
   return fails;
 }
@@ -372,6 +376,293 @@ static int check_gathers(void) {
   return (int)fails;
 }
 
+/* max |got - want| / max(1, |want|) over n values, printed. */
+static int close_ok(const char *what, const double *got, const double *want,
+                    int64_t n) {
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double e = fabs(got[i] - want[i]) / (fabs(want[i]) > 1 ? fabs(want[i]) : 1);
+    if (!(e <= worst)) worst = e;
+  }
+  printf("cuda gemm path %-26s max rel err %.1e %s\n", what, worst,
+         worst <= 1e-12 ? "ok" : "FAIL");
+  return worst <= 1e-12 ? 0 : 1;
+}
+
+/* The CUDA convolution's arithmetic on the host: per batch item the column
+ * matrix by sg_im2col_src, the products the cuBLAS GEMMs compute (here as
+ * plain loops), dx by the sg_col2im_cell gather; against sg_conv_forward
+ * and sg_conv_backward in f64. */
+static int check_conv_gemm(const char *what, const sg_conv_desc *d) {
+  sg_pool_win w;
+  if (sg_conv_win_make(d, 0, SG_DTYPE_F64, &w) != SG_OK) return 1;
+  const int64_t nb = d->batch, c = d->cin, k = d->cout;
+  const int64_t sin = w.in[0] * w.in[1] * w.in[2];
+  const int64_t so = w.out[0] * w.out[1] * w.out[2];
+  const int64_t ckk = c * w.ker[0] * w.ker[1] * w.ker[2];
+  const int64_t nx = nb * c * sin, ny = nb * k * so, nw = k * ckk;
+  double *m = calloc((size_t)(3 * nx + 3 * ny + 4 * nw + 4 * k + 2 * ckk * so),
+                     sizeof(double));
+  if (!m) return 1;
+  double *x = m, *dxh = x + nx, *dxg = dxh + nx, *dy = dxg + nx, *yh = dy + ny,
+         *yg = yh + ny, *wt = yg + ny, *dwh = wt + nw, *dwg = dwh + nw,
+         *bias = dwg + nw, *dbh = bias + k, *dbg = dbh + k, *col = dbg + k,
+         *dcol = col + ckk * so;
+  fill(x, (int)nx, 3), fill(dy, (int)ny, 5), fill(wt, (int)nw, 9);
+  fill(bias, (int)k, 13);
+  int fails = 0;
+  if (sg_conv_forward(d, SG_DTYPE_F64, x, wt, bias, yh, NULL) != SG_OK ||
+      sg_conv_backward(d, SG_DTYPE_F64, x, wt, dy, dxh, dwh, dbh, NULL) !=
+          SG_OK) {
+    free(m);
+    return printf("FAIL: %s: host convolution\n", what) > 0;
+  }
+  for (int64_t n = 0; n < nb; ++n) {
+    const double *xn = x + n * c * sin, *dyn = dy + n * k * so;
+    for (int64_t r = 0; r < ckk; ++r)
+      for (int64_t o = 0; o < so; ++o)
+        col[r * so + o] = xn[sg_im2col_src(&w, r, o)];
+    for (int64_t q = 0; q < k; ++q)
+      for (int64_t o = 0; o < so; ++o) {
+        double acc = 0;
+        for (int64_t r = 0; r < ckk; ++r)
+          acc += wt[q * ckk + r] * col[r * so + o];
+        yg[(n * k + q) * so + o] = acc + bias[q];
+        dbg[q] += dyn[q * so + o];
+      }
+    for (int64_t r = 0; r < ckk; ++r)
+      for (int64_t o = 0; o < so; ++o) {
+        double acc = 0;
+        for (int64_t q = 0; q < k; ++q)
+          acc += wt[q * ckk + r] * dyn[q * so + o];
+        dcol[r * so + o] = acc;
+      }
+    for (int64_t q = 0; q < k; ++q)
+      for (int64_t r = 0; r < ckk; ++r) {
+        double acc = 0;
+        for (int64_t o = 0; o < so; ++o)
+          acc += dyn[q * so + o] * col[r * so + o];
+        dwg[q * ckk + r] += acc;
+      }
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t i = 0; i < sin; ++i)
+        dxg[(n * c + ch) * sin + i] = sg_col2im_cell_f64(&w, dcol, so, ch, i);
+  }
+  char name[64];
+  snprintf(name, sizeof name, "%s y", what);
+  fails += close_ok(name, yg, yh, ny);
+  snprintf(name, sizeof name, "%s dx", what);
+  fails += close_ok(name, dxg, dxh, nx);
+  snprintf(name, sizeof name, "%s dw", what);
+  fails += close_ok(name, dwg, dwh, nw);
+  snprintf(name, sizeof name, "%s db", what);
+  fails += close_ok(name, dbg, dbh, k);
+  free(m);
+  return fails;
+}
+
+/* The CUDA transposed convolution's arithmetic on the host: T = W^T x,
+ * y by the sg_convt_src gather plus the bias; dy gathered to T's shape by
+ * the same map, dx = W T, dW += x T^T; against sg_convt_* in f64. */
+static int check_convt_gemm(const char *what, const sg_conv_desc *d) {
+  sg_pool_win w;
+  if (sg_conv_win_make(d, 1, SG_DTYPE_F64, &w) != SG_OK) return 1;
+  const int64_t nb = d->batch, c = d->cin, k = d->cout;
+  const int64_t sin = w.in[0] * w.in[1] * w.in[2];
+  const int64_t so = w.out[0] * w.out[1] * w.out[2];
+  const int64_t mm = k * w.ker[0] * w.ker[1] * w.ker[2]; /* T's rows */
+  const int64_t nx = nb * c * sin, ny = nb * k * so, nw = c * mm;
+  double *m = calloc((size_t)(3 * nx + 3 * ny + 4 * nw + 4 * k + mm * sin),
+                     sizeof(double));
+  if (!m) return 1;
+  double *x = m, *dxh = x + nx, *dxg = dxh + nx, *dy = dxg + nx, *yh = dy + ny,
+         *yg = yh + ny, *wt = yg + ny, *dwh = wt + nw, *dwg = dwh + nw,
+         *bias = dwg + nw, *dbh = bias + k, *dbg = dbh + k, *tb = dbg + k;
+  fill(x, (int)nx, 17), fill(dy, (int)ny, 19), fill(wt, (int)nw, 23);
+  fill(bias, (int)k, 29);
+  int fails = 0;
+  if (sg_convt_forward(d, SG_DTYPE_F64, x, wt, bias, yh) != SG_OK ||
+      sg_convt_backward(d, SG_DTYPE_F64, x, wt, dy, dxh, dwh, dbh) != SG_OK) {
+    free(m);
+    return printf("FAIL: %s: host transposed convolution\n", what) > 0;
+  }
+  for (int64_t n = 0; n < nb; ++n) {
+    const double *xn = x + n * c * sin, *dyn = dy + n * k * so;
+    for (int64_t r = 0; r < mm; ++r)
+      for (int64_t j = 0; j < sin; ++j) {
+        double acc = 0;
+        for (int64_t ch = 0; ch < c; ++ch)
+          acc += wt[ch * mm + r] * xn[ch * sin + j];
+        tb[r * sin + j] = acc;
+      }
+    for (int64_t q = 0; q < k; ++q)
+      for (int64_t p = 0; p < so; ++p) {
+        yg[(n * k + q) * so + p] = tb[sg_convt_src(&w, q, p)] + bias[q];
+        dbg[q] += dyn[q * so + p];
+      }
+    for (int64_t q = 0; q < k; ++q)
+      for (int64_t p = 0; p < so; ++p)
+        tb[sg_convt_src(&w, q, p)] = dyn[q * so + p];
+    for (int64_t ch = 0; ch < c; ++ch) {
+      for (int64_t j = 0; j < sin; ++j) {
+        double acc = 0;
+        for (int64_t r = 0; r < mm; ++r)
+          acc += wt[ch * mm + r] * tb[r * sin + j];
+        dxg[(n * c + ch) * sin + j] = acc;
+      }
+      for (int64_t r = 0; r < mm; ++r) {
+        double acc = 0;
+        for (int64_t j = 0; j < sin; ++j)
+          acc += xn[ch * sin + j] * tb[r * sin + j];
+        dwg[ch * mm + r] += acc;
+      }
+    }
+  }
+  char name[64];
+  snprintf(name, sizeof name, "%s y", what);
+  fails += close_ok(name, yg, yh, ny);
+  snprintf(name, sizeof name, "%s dx", what);
+  fails += close_ok(name, dxg, dxh, nx);
+  snprintf(name, sizeof name, "%s dw", what);
+  fails += close_ok(name, dwg, dwh, nw);
+  snprintf(name, sizeof name, "%s db", what);
+  fails += close_ok(name, dbg, dbh, k);
+  free(m);
+  return fails;
+}
+
+/* The device padding's gathers on the host (sg_pad_src_cell per padded
+ * cell, sg_pad_grad_cell per source cell) against sg_pad_forward and
+ * sg_pad_backward, every mode, 3-D odd extents and uneven pads, f64. */
+static int check_pad_gathers(void) {
+  const int64_t in[3] = {3, 4, 5}, pad[3][2] = {{1, 2}, {2, 1}, {0, 2}};
+  const int64_t planes = 2;
+  static const char *names[] = {"zero", "periodic", "reflect", "replicate"};
+  int fails = 0;
+  for (int m = 0; m < 4; ++m) {
+    const sg_pad_mode mode[3] = {(sg_pad_mode)m, (sg_pad_mode)m,
+                                 (sg_pad_mode)m};
+    int64_t in3[3], out3[3], lo3[3];
+    int mode3[3];
+    if (sg_pad_geom(SG_DTYPE_F64, 3, planes, in, pad, mode, in3, out3, lo3,
+                    mode3) != SG_OK)
+      return 1;
+    const int64_t sin = in3[0] * in3[1] * in3[2],
+                  sout = out3[0] * out3[1] * out3[2];
+    char what[64];
+    fill(gx, GMAX, 43 + m), fill(gdy, GMAX, 47 + m);
+    if (sg_pad_forward(SG_DTYPE_F64, 3, planes, in, pad, mode, gx, ghost) !=
+        SG_OK)
+      return 1;
+    for (int64_t o = 0; o < planes * sout; ++o) {
+      const int64_t i = sg_pad_src_cell(in3, out3, lo3, mode3, o % sout);
+      ggat[o] = i >= 0 ? gx[(o / sout) * sin + i] : 0;
+    }
+    snprintf(what, sizeof what, "pad %s forward", names[m]);
+    fails += gather_ok(what, planes * sout);
+    if (sg_pad_backward(SG_DTYPE_F64, 3, planes, in, pad, mode, gdy, ghost) !=
+        SG_OK)
+      return 1;
+    for (int64_t i = 0; i < planes * sin; ++i)
+      ggat[i] = sg_pad_grad_cell_f64(in3, out3, lo3, mode3,
+                                     gdy + (i / sin) * sout, i % sin);
+    snprintf(what, sizeof what, "pad %s backward", names[m]);
+    fails += gather_ok(what, planes * sin);
+  }
+  return fails;
+}
+
+static int check_conv_gemms(void) {
+  const sg_conv_desc c1 = {.nsp = 1,
+                           .batch = 2,
+                           .cin = 3,
+                           .cout = 5,
+                           .in = {13},
+                           .kernel = {3},
+                           .stride = {2},
+                           .dilation = {1}};
+  const sg_conv_desc c2 = {.nsp = 2,
+                           .batch = 2,
+                           .cin = 3,
+                           .cout = 2,
+                           .in = {9, 11},
+                           .kernel = {3, 2},
+                           .stride = {2, 1},
+                           .dilation = {1, 2}};
+  const sg_conv_desc c3 = {.nsp = 3,
+                           .batch = 1,
+                           .cin = 2,
+                           .cout = 3,
+                           .in = {5, 7, 6},
+                           .kernel = {3, 1, 2},
+                           .stride = {1, 3, 2},
+                           .dilation = {2, 1, 1}};
+  const sg_conv_desc t1 = {
+      .nsp = 1, .batch = 2, .cin = 3, .cout = 2, .in = {7}, .kernel = {3}};
+  const sg_conv_desc t2 = {.nsp = 2,
+                           .batch = 1,
+                           .cin = 3,
+                           .cout = 5,
+                           .in = {5, 3},
+                           .kernel = {2, 3}};
+  const sg_conv_desc t3 = {.nsp = 3,
+                           .batch = 2,
+                           .cin = 2,
+                           .cout = 3,
+                           .in = {3, 5, 1},
+                           .kernel = {2, 1, 3}};
+  return check_conv_gemm("conv 1-D", &c1) + check_conv_gemm("conv 2-D", &c2) +
+         check_conv_gemm("conv 3-D", &c3) + check_convt_gemm("convt 1-D", &t1) +
+         check_convt_gemm("convt 2-D", &t2) +
+         check_convt_gemm("convt 3-D", &t3);
+}
+
+/* The layout maps of the CUDA kernels on the host: concat / split by
+ * sg_cat_index against sg_concat / sg_split, and the time window's
+ * sg_twin_src against the copy it stands for (first min(t1, t2) steps,
+ * zeros after). (roll's sg_roll_src, the broadcast's and add_field's sums
+ * are what the host ops run: their own tests cover them.) */
+static int check_layout_maps(void) {
+  enum { NB = 3, SP = 5, K = 3 };
+  const int64_t ch[K] = {2, 1, 3}, ctot = 6;
+  double whole[NB * 6 * SP], got[NB * 6 * SP], parts[K][NB * 3 * SP];
+  const void *cparts[K] = {parts[0], parts[1], parts[2]};
+  int fails = 0;
+  for (int i = 0; i < K; ++i) fill(parts[i], (int)(NB * ch[i] * SP), 31 + i);
+  if (sg_concat(SG_DTYPE_F64, NB, SP, K, ch, cparts, whole) != SG_OK) return 1;
+  for (int64_t i = 0, off = 0; i < K; off += ch[i], ++i)
+    for (int64_t e = 0; e < NB * ch[i] * SP; ++e)
+      got[sg_cat_index(e, ch[i], ctot, off, SP)] = parts[i][e];
+  fails += close_ok("concat map", got, whole, NB * ctot * SP);
+  double back[K][NB * 3 * SP], want[K][NB * 3 * SP];
+  void *wparts[K] = {want[0], want[1], want[2]};
+  fill(whole, NB * 6 * SP, 37);
+  if (sg_split(SG_DTYPE_F64, NB, SP, K, ch, whole, wparts) != SG_OK) return 1;
+  for (int64_t i = 0, off = 0; i < K; off += ch[i], ++i) {
+    for (int64_t e = 0; e < NB * ch[i] * SP; ++e)
+      back[i][e] = whole[sg_cat_index(e, ch[i], ctot, off, SP)];
+    fails += close_ok("split map", back[i], want[i], NB * ch[i] * SP);
+  }
+  /* time window, both ways (crop 7 -> 4, pad 4 -> 7) over 3 planes of 5 */
+  double tin[3 * 7 * 5], tout[3 * 7 * 5], tref[3 * 7 * 5];
+  const int64_t steps[2][2] = {{7, 4}, {4, 7}};
+  for (int w = 0; w < 2; ++w) {
+    const int64_t t1 = steps[w][0], t2 = steps[w][1];
+    fill(tin, (int)(3 * t1 * 5), 41 + w);
+    for (int64_t p = 0; p < 3; ++p)
+      for (int64_t t = 0; t < t2; ++t)
+        for (int64_t e = 0; e < 5; ++e)
+          tref[(p * t2 + t) * 5 + e] = t < t1 ? tin[(p * t1 + t) * 5 + e] : 0;
+    for (int64_t j = 0; j < 3 * t2 * 5; ++j) {
+      const int64_t i = sg_twin_src(j, t1, t2, 5);
+      tout[j] = i >= 0 ? tin[i] : 0;
+    }
+    fails += close_ok(w ? "time window pad" : "time window crop", tout, tref,
+                      3 * t2 * 5);
+  }
+  return fails;
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
@@ -389,6 +680,9 @@ int main(int argc, char **argv) {
   fails += check_defs();
   fails += check_tape_device();
   fails += check_gathers();
+  fails += check_conv_gemms();
+  fails += check_pad_gathers();
+  fails += check_layout_maps();
   if (rank == 0 && !fails) {
     int on = 0;
     for (int i = 0; i < n; ++i) on += sg_op_device_on_cuda(&t[i]);

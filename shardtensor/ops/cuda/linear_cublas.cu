@@ -6,22 +6,20 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "cublas_impl.h"
 #include "sg_ops_cuda.h"
 
-namespace {
-
-// One cuBLAS handle per process, made on first use on the device current
-// then (one rank per GPU); not thread-safe, as the tape.
-cublasHandle_t handle_ = nullptr;
-
-sg_status handle_on(void *stream, cublasHandle_t *h) {
+sg_status sg_cublas_on(void *stream, cublasHandle_t *h) {
+  static cublasHandle_t handle = nullptr;
   sg_status st = SG_OK;
-  if (!handle_) SG_CUBLAS(cublasCreate(&handle_));
-  SG_CUBLAS(cublasSetStream(handle_, (cudaStream_t)stream));
-  *h = handle_;
+  if (!handle) SG_CUBLAS(cublasCreate(&handle));
+  SG_CUBLAS(cublasSetStream(handle, (cudaStream_t)stream));
+  *h = handle;
 fail:
   return st;
 }
+
+namespace {
 
 sg_status linear_check(const char *what, sg_dtype dt, int64_t batch,
                        int64_t cin, int64_t cout, int64_t spatial) {
@@ -38,42 +36,15 @@ fail:
   return st;
 }
 
-// C (m x n, ldc, strideC per batch) = alpha op(A) op(B) + beta C, column
-// major, in T.
-template <typename T>
-cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta,
-                    cublasOperation_t tb, int m, int n, int k, T alpha,
-                    const T *a, int lda, long long sa, const T *b, int ldb,
-                    long long sb, T beta, T *c, int ldc, long long sc,
-                    int count);
-template <>
-cublasStatus_t gemm<float>(cublasHandle_t h, cublasOperation_t ta,
-                           cublasOperation_t tb, int m, int n, int k,
-                           float alpha, const float *a, int lda, long long sa,
-                           const float *b, int ldb, long long sb, float beta,
-                           float *c, int ldc, long long sc, int count) {
-  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, &alpha, a, lda, sa, b,
-                                   ldb, sb, &beta, c, ldc, sc, count);
-}
-template <>
-cublasStatus_t gemm<double>(cublasHandle_t h, cublasOperation_t ta,
-                            cublasOperation_t tb, int m, int n, int k,
-                            double alpha, const double *a, int lda,
-                            long long sa, const double *b, int ldb,
-                            long long sb, double beta, double *c, int ldc,
-                            long long sc, int count) {
-  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, &alpha, a, lda, sa, b,
-                                   ldb, sb, &beta, c, ldc, sc, count);
-}
-
 // Row-major y_n (K x S) = W (K x C) x_n (C x S) is column-major
 // y_n^T = x_n^T W^T: m = S, n = K, k = C.
 template <typename T>
 sg_status fwd(cublasHandle_t h, int64_t nb, int64_t c, int64_t k, int64_t s,
               const T *x, const T *w, T *y) {
   sg_status st = SG_OK;
-  SG_CUBLAS(gemm<T>(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)s, (int)k, (int)c, 1, x,
-                    (int)s, c * s, w, (int)c, 0, 0, y, (int)s, k * s, (int)nb));
+  SG_CUBLAS(sg_gemm<T>(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)s, (int)k, (int)c, 1,
+                       x, (int)s, c * s, w, (int)c, 0, 0, y, (int)s, k * s,
+                       (int)nb));
 fail:
   return st;
 }
@@ -86,13 +57,13 @@ sg_status bwd(cublasHandle_t h, int64_t nb, int64_t c, int64_t k, int64_t s,
               const T *x, const T *w, const T *dy, T *dx, T *dw) {
   sg_status st = SG_OK;
   if (dx)
-    SG_CUBLAS(gemm<T>(h, CUBLAS_OP_N, CUBLAS_OP_T, (int)s, (int)c, (int)k, 1,
-                      dy, (int)s, k * s, w, (int)c, 0, 0, dx, (int)s, c * s,
-                      (int)nb));
+    SG_CUBLAS(sg_gemm<T>(h, CUBLAS_OP_N, CUBLAS_OP_T, (int)s, (int)c, (int)k, 1,
+                         dy, (int)s, k * s, w, (int)c, 0, 0, dx, (int)s, c * s,
+                         (int)nb));
   for (int64_t n = 0; dw && n < nb; ++n)
-    SG_CUBLAS(gemm<T>(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)c, (int)k, (int)s, 1,
-                      x + n * c * s, (int)s, 0, dy + n * k * s, (int)s, 0, 1,
-                      dw, (int)c, 0, 1));
+    SG_CUBLAS(sg_gemm<T>(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)c, (int)k, (int)s, 1,
+                         x + n * c * s, (int)s, 0, dy + n * k * s, (int)s, 0, 1,
+                         dw, (int)c, 0, 1));
 fail:
   return st;
 }
@@ -109,7 +80,7 @@ extern "C" sg_status sg_linear_fwd_cuda(sg_dtype dt, int64_t batch, int64_t cin,
   if (batch == 0 || spatial == 0) return SG_OK;
   if (!x || !w || !y)
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_linear_fwd_cuda: NULL x, w or y");
-  SG_TRY(handle_on(stream, &h));
+  SG_TRY(sg_cublas_on(stream, &h));
   if (dt == SG_DTYPE_F32)
     SG_TRY(fwd(h, batch, cin, cout, spatial, (const float *)x, (const float *)w,
                (float *)y));
@@ -132,7 +103,7 @@ extern "C" sg_status sg_linear_bwd_cuda(sg_dtype dt, int64_t batch, int64_t cin,
   if (batch == 0 || spatial == 0) return SG_OK;
   if (!dy || (dx && !w) || (dw && !x))
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_linear_bwd_cuda: NULL dy, w or x");
-  SG_TRY(handle_on(stream, &h));
+  SG_TRY(sg_cublas_on(stream, &h));
   if (dt == SG_DTYPE_F32)
     SG_TRY(bwd(h, batch, cin, cout, spatial, (const float *)x, (const float *)w,
                (const float *)dy, (float *)dx, (float *)dw));
