@@ -24,17 +24,19 @@
 int sg_attn_avx2_built(void) { return 1; }
 
 /* ---- 2^x on 8 lanes -------------------------------------------------------
- * x = n + r, n = round(x), r = x - n exact (|r| <= 1/2); the degree-6
- * polynomial of sg_exp512.h (0.14 ulp on [-1/2, 1/2]) by Horner in FMAs;
- * 2^n built in the exponent field ((n + 127) << 23, n clamped to >= -126,
- * a normal float) and multiplied in (so 2^x in [2^-126.5, 2^-126) comes
- * out subnormal, as vscalefps gives it). 0 where x < -126 (as the AVX-512
- * kernel: subnormal probabilities cost assists in the GEMM that follows)
- * or where keep is clear; NaN stays NaN. x <= 128 (the softmax's are <= 0
- * up to rounding). */
-static inline __m256 av_exp2_keep(__m256 keep, __m256 x) {
-  const __m256 n =
-      _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+ * x clamped to >= -127 first (max(c, x) keeps a NaN x), then x = n + r,
+ * n = round(x), r = x - n exact (|r| <= 1/2); the degree-6 polynomial of
+ * sg_exp512.h (0.14 ulp on [-1/2, 1/2]) by Horner in FMAs; 2^n built in
+ * the exponent field ((n + 127) << 23: a normal float for n >= -126, and
+ * +0 for n = -127) and multiplied in. So 2^x to about 1 ulp where it is a
+ * normal float, 0 for x < -126.5 (subnormal results there too: as the
+ * AVX-512 kernel's, subnormal probabilities would cost assists in the
+ * GEMM that follows), NaN for NaN. x <= 128 (the softmax's are <= 0 up to
+ * rounding). One max in place of the masks of a range check. */
+static inline __m256 av_exp2(__m256 x) {
+  x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x);
+  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT |
+                                          _MM_FROUND_NO_EXC);
   const __m256 r = _mm256_sub_ps(x, n);
   __m256 p = _mm256_set1_ps(1.535336196e-04f);
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.339887502e-03f));
@@ -43,13 +45,14 @@ static inline __m256 av_exp2_keep(__m256 keep, __m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(2.402264774e-01f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(6.931471825e-01f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  /* max(n, c) gives c for a NaN n: p is NaN there anyway */
-  const __m256i e = _mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-126)));
-  const __m256 s = _mm256_castsi256_ps(
-      _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
-  const __m256 ok =
-      _mm256_and_ps(keep, _mm256_cmp_ps(x, _mm256_set1_ps(-126), _CMP_NLT_UQ));
-  return _mm256_and_ps(ok, _mm256_mul_ps(p, s));
+  const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  return _mm256_mul_ps(p, s);
+}
+
+/* the same, 0 where keep (a float mask) is clear */
+static inline __m256 av_exp2_keep(__m256 keep, __m256 x) {
+  return _mm256_and_ps(keep, av_exp2(x));
 }
 
 /* lanes l with lo <= l < hi, as a float mask (all ones / zero) */
@@ -58,8 +61,7 @@ static inline __m256 av_lanes(int64_t lo, int64_t hi) {
   hi = hi < 0 ? 0 : hi > 8 ? 8 : hi;
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i in_hi = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), idx),
-                below_lo =
-                    _mm256_cmpgt_epi32(_mm256_set1_epi32((int)lo), idx);
+                below_lo = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)lo), idx);
   return _mm256_castsi256_ps(_mm256_andnot_si256(below_lo, in_hi));
 }
 
@@ -76,48 +78,48 @@ enum { AV_MR = 6, AV_NV = 2 }; /* 6 rows x 16 columns */
  * masks m: lanes < the columns left); acc: c (scaled by rs[r], if not
  * NULL) accumulated into, else overwritten. FULL (every lane used): plain
  * loads and stores. */
-#define AV_TILE_AT(NAME, MR, NV, FULL)                                      \
-  static void NAME(int64_t k, const float *a, int64_t ar, int64_t ac,       \
-                   const float *b, int64_t ldb, float *c, int64_t ldc,      \
-                   int acc, const float *rs, const __m256i *m) {            \
-    __m256 cr[MR][NV];                                                      \
-    _Pragma("GCC unroll 8")                                                 \
-    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 2")                    \
-    for (int v = 0; v < NV; ++v) {                                          \
-      if (acc) {                                                            \
-        const float *cp = c + r * ldc + 8 * v;                              \
-        const __m256 x =                                                    \
-            FULL ? _mm256_loadu_ps(cp) : _mm256_maskload_ps(cp, m[v]);      \
-        cr[r][v] = rs ? _mm256_mul_ps(x, _mm256_set1_ps(rs[r])) : x;        \
-      } else {                                                              \
-        cr[r][v] = _mm256_setzero_ps();                                     \
-      }                                                                     \
-    }                                                                       \
-    for (int64_t p = 0; p < k; ++p) {                                       \
-      __m256 bv[NV];                                                        \
-      _Pragma("GCC unroll 2")                                               \
-      for (int v = 0; v < NV; ++v)                                          \
-        bv[v] = FULL ? _mm256_loadu_ps(b + p * ldb + 8 * v)                 \
-                     : _mm256_maskload_ps(b + p * ldb + 8 * v, m[v]);       \
-      _Pragma("GCC unroll 8")                                               \
-      for (int r = 0; r < MR; ++r) {                                        \
-        const __m256 av = _mm256_broadcast_ss(a + r * ar + p * ac);         \
-        _Pragma("GCC unroll 2")                                             \
-        for (int v = 0; v < NV; ++v)                                        \
-          cr[r][v] = _mm256_fmadd_ps(av, bv[v], cr[r][v]);                  \
-      }                                                                     \
-    }                                                                       \
-    _Pragma("GCC unroll 8")                                                 \
-    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 2")                    \
-    for (int v = 0; v < NV; ++v) {                                          \
-      float *cp = c + r * ldc + 8 * v;                                      \
-      if (FULL)                                                             \
-        _mm256_storeu_ps(cp, cr[r][v]);                                     \
-      else                                                                  \
-        _mm256_maskstore_ps(cp, m[v], cr[r][v]);                            \
-    }                                                                       \
+#define AV_TILE_AT(NAME, MR, NV, FULL)                                 \
+  static void NAME(int64_t k, const float *a, int64_t ar, int64_t ac,  \
+                   const float *b, int64_t ldb, float *c, int64_t ldc, \
+                   int acc, const float *rs, const __m256i *m) {       \
+    __m256 cr[MR][NV];                                                 \
+    _Pragma("GCC unroll 8")                                            \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 2")               \
+    for (int v = 0; v < NV; ++v) {                                     \
+      if (acc) {                                                       \
+        const float *cp = c + r * ldc + 8 * v;                         \
+        const __m256 x = FULL ? _mm256_loadu_ps(cp)                    \
+                              : _mm256_maskload_ps(cp, m[v]);          \
+        cr[r][v] = rs ? _mm256_mul_ps(x, _mm256_set1_ps(rs[r])) : x;   \
+      } else {                                                         \
+        cr[r][v] = _mm256_setzero_ps();                                \
+      }                                                                \
+    }                                                                  \
+    for (int64_t p = 0; p < k; ++p) {                                  \
+      __m256 bv[NV];                                                   \
+      _Pragma("GCC unroll 2")                                          \
+      for (int v = 0; v < NV; ++v)                                     \
+        bv[v] = FULL ? _mm256_loadu_ps(b + p * ldb + 8 * v)            \
+                     : _mm256_maskload_ps(b + p * ldb + 8 * v, m[v]);  \
+      _Pragma("GCC unroll 8")                                          \
+      for (int r = 0; r < MR; ++r) {                                   \
+        const __m256 av = _mm256_broadcast_ss(a + r * ar + p * ac);    \
+        _Pragma("GCC unroll 2")                                        \
+        for (int v = 0; v < NV; ++v)                                   \
+          cr[r][v] = _mm256_fmadd_ps(av, bv[v], cr[r][v]);             \
+      }                                                                \
+    }                                                                  \
+    _Pragma("GCC unroll 8")                                            \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 2")               \
+    for (int v = 0; v < NV; ++v) {                                     \
+      float *cp = c + r * ldc + 8 * v;                                 \
+      if (FULL)                                                        \
+        _mm256_storeu_ps(cp, cr[r][v]);                                \
+      else                                                             \
+        _mm256_maskstore_ps(cp, m[v], cr[r][v]);                       \
+    }                                                                  \
   }
-#define AV_TILE(MR, NV)                        \
+#define AV_TILE(MR, NV)                      \
   AV_TILE_AT(av_tile_##MR##_##NV, MR, NV, 0) \
   AV_TILE_AT(av_tile_##MR##_##NV##_f, MR, NV, 1)
 #define AV_TILES(MR) AV_TILE(MR, 1) AV_TILE(MR, 2)
@@ -156,9 +158,9 @@ static inline int av_rows(int64_t left) {
 }
 
 /* rs (acc only; NULL: none): c's row r scaled by rs[r] before the sum */
-static void av_gemm(int64_t m, int64_t n, int64_t k, const float *a,
-                    int64_t ar, int64_t ac, const float *b, int64_t ldb,
-                    float *c, int64_t ldc, int acc, const float *rs) {
+static void av_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t ar,
+                    int64_t ac, const float *b, int64_t ldb, float *c,
+                    int64_t ldc, int acc, const float *rs) {
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (int64_t n0 = 0; n0 < n; n0 += 8 * AV_NV) {
     const int64_t len = n - n0 < 8 * AV_NV ? n - n0 : 8 * AV_NV;
@@ -224,16 +226,16 @@ static inline __attribute__((always_inline)) void av_softmax(
       for (int v = 0; v < NV; ++v) {
         const __m256 x = _mm256_loadu_ps(st + j * BQ + 8 * (h + v));
         mx[v] = _mm256_max_ps(
-            mx[v],
-            masked ? _mm256_blendv_ps(
-                         ninf, x, av_lanes(t0 + j - 8 * (h + v), bq - 8 * (h + v)))
-                   : x);
+            mx[v], masked ? _mm256_blendv_ps(ninf, x,
+                                             av_lanes(t0 + j - 8 * (h + v),
+                                                      bq - 8 * (h + v)))
+                          : x);
       }
     for (int v = 0; v < NV; ++v) {
       const int o = 8 * (h + v);
-      const __m256 mo = masked
-                            ? _mm256_blendv_ps(ninf, _mm256_loadu_ps(m + o), kq[v])
-                            : _mm256_loadu_ps(m + o);
+      const __m256 mo = masked ? _mm256_blendv_ps(ninf, _mm256_loadu_ps(m + o),
+                                                  kq[v])
+                               : _mm256_loadu_ps(m + o);
       mn[v] = _mm256_max_ps(mo, mx[v]);
       /* alpha = 2^{m - m'}; 0 where m = -inf (nothing seen yet) */
       const __m256 a = av_exp2_keep(_mm256_cmp_ps(mo, ninf, _CMP_NEQ_UQ),
@@ -246,10 +248,11 @@ static inline __attribute__((always_inline)) void av_softmax(
     for (int64_t j = 0; j < bk; ++j)
       for (int v = 0; v < NV; ++v) {
         float *row = st + j * BQ + 8 * (h + v);
-        const __m256 vis =
-            masked ? av_lanes(t0 + j - 8 * (h + v), bq - 8 * (h + v)) : ones;
-        const __m256 p =
-            av_exp2_keep(vis, _mm256_sub_ps(_mm256_loadu_ps(row), mn[v]));
+        const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(row), mn[v]);
+        const __m256 p = masked ? av_exp2_keep(av_lanes(t0 + j - 8 * (h + v),
+                                                        bq - 8 * (h + v)),
+                                               x)
+                                : av_exp2(x);
         _mm256_storeu_ps(row, p);
         sum[v] = _mm256_add_ps(sum[v], p);
       }
@@ -289,8 +292,10 @@ static void attn_transpose_avx2(const float *x, int64_t rows, int64_t d,
       for (int i = 0; i < 8; i += 4) {
         a[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
         a[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        a[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        a[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+        a[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3],
+                                     _MM_SHUFFLE(1, 0, 1, 0));
+        a[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3],
+                                     _MM_SHUFFLE(3, 2, 3, 2));
       }
       for (int i = 0; i < 4; ++i) {
         t[i] = _mm256_permute2f128_ps(a[i], a[i + 4], 0x20);
@@ -324,19 +329,19 @@ static inline __attribute__((always_inline)) void av_bwd_probs(
       const __m256 kq = av_lanes(0, bq - 8 * (h + v));
       /* lse past bq may be past the array: masked load */
       ls[v] = _mm256_blendv_ps(
-          ninf,
-          _mm256_maskload_ps(lse + 8 * (h + v), _mm256_castps_si256(kq)), kq);
+          ninf, _mm256_maskload_ps(lse + 8 * (h + v), _mm256_castps_si256(kq)),
+          kq);
       kl[v] = _mm256_cmp_ps(ls[v], ninf, _CMP_NEQ_UQ);
       ls[v] = _mm256_and_ps(kl[v], ls[v]); /* no -inf * l2e inf games */
     }
     for (int64_t j = 0; j < bk; ++j)
       for (int v = 0; v < 4; ++v) {
         float *row = st + j * SG_ATTN_BQ + 8 * (h + v);
-        const __m256 vis =
-            masked ? _mm256_and_ps(kl[v], av_lanes(t0 + j - 8 * (h + v), 8))
-                   : kl[v];
-        const __m256 x =
-            _mm256_fnmadd_ps(ls[v], l2e, _mm256_loadu_ps(row));
+        const __m256 vis = masked
+                               ? _mm256_and_ps(
+                                     kl[v], av_lanes(t0 + j - 8 * (h + v), 8))
+                               : kl[v];
+        const __m256 x = _mm256_fnmadd_ps(ls[v], l2e, _mm256_loadu_ps(row));
         _mm256_storeu_ps(row, av_exp2_keep(vis, x));
       }
   }
@@ -363,31 +368,29 @@ static void attn_bwd_probs_avx2(float *st, int64_t bk, int64_t bq, int64_t t0,
 #define SG_ALOG logf
 #include "attention_tmpl.h"
 
-void sg_attn_fwd_f32_avx2(const sg_attn_geom *g, const float *q,
-                          const float *k, const float *v, float *o, float *lse,
-                          void *ws) {
+void sg_attn_fwd_f32_avx2(const sg_attn_geom *g, const float *q, const float *k,
+                          const float *v, float *o, float *lse, void *ws) {
   attn_fwd_f32v(g, q, k, v, o, lse, ws);
 }
 
-void sg_attn_bwd_f32_avx2(const sg_attn_geom *g, const float *q,
-                          const float *k, const float *v, const float *o,
-                          const float *lse, const float *dout, float *dq,
-                          float *dk, float *dv, void *ws) {
+void sg_attn_bwd_f32_avx2(const sg_attn_geom *g, const float *q, const float *k,
+                          const float *v, const float *o, const float *lse,
+                          const float *dout, float *dq, float *dk, float *dv,
+                          void *ws) {
   attn_bwd_f32v(g, q, k, v, o, lse, dout, dq, dk, dv, ws);
 }
 
 #else
 
 int sg_attn_avx2_built(void) { return 0; }
-void sg_attn_fwd_f32_avx2(const sg_attn_geom *g, const float *q,
-                          const float *k, const float *v, float *o, float *lse,
-                          void *ws) {
+void sg_attn_fwd_f32_avx2(const sg_attn_geom *g, const float *q, const float *k,
+                          const float *v, float *o, float *lse, void *ws) {
   (void)g, (void)q, (void)k, (void)v, (void)o, (void)lse, (void)ws;
 }
-void sg_attn_bwd_f32_avx2(const sg_attn_geom *g, const float *q,
-                          const float *k, const float *v, const float *o,
-                          const float *lse, const float *dout, float *dq,
-                          float *dk, float *dv, void *ws) {
+void sg_attn_bwd_f32_avx2(const sg_attn_geom *g, const float *q, const float *k,
+                          const float *v, const float *o, const float *lse,
+                          const float *dout, float *dq, float *dk, float *dv,
+                          void *ws) {
   (void)g, (void)q, (void)k, (void)v, (void)o, (void)lse, (void)dout;
   (void)dq, (void)dk, (void)dv, (void)ws;
 }
