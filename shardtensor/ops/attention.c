@@ -239,10 +239,12 @@ static sg_status sg_attn_geom_make(const sg_attn_desc *d, sg_dtype dt,
   /* bf16 runs the f32 kernel (below) */
   size_t esz = dt == SG_DTYPE_BF16 ? sizeof(float) : sg_dtype_size(dt);
   /* forward: q^T of a query tile, a score tile, 3 statistics per query;
-   * backward: q^T and dout^T of a head, D, two score tiles */
+   * backward: q^T and dout^T of a head (in blocks of whole query tiles:
+   * nq rounded up to BQ), D, two score tiles */
+  const int64_t nqr = (d->nq + SG_ATTN_BQ - 1) / SG_ATTN_BQ * SG_ATTN_BQ;
   size_t fwd = (size_t)(SG_ATTN_BQ * (d->head_dim + SG_ATTN_BK + 3));
   size_t bwd = (size_t)(2 * SG_ATTN_BQ * SG_ATTN_BK) +
-               (size_t)(d->nq * (2 * d->head_dim + 1));
+               (size_t)(nqr * 2 * d->head_dim + d->nq);
   size_t need = (fwd > bwd ? fwd : bwd) * esz;
   /* the bf16 forward's tiles and its packed keys (attention_avx512.c) */
   if (dt == SG_DTYPE_BF16 && sg_attn_bf16_ws_bytes(d->nk, d->head_dim) > need)
