@@ -20,8 +20,8 @@
 
 static inline __m256 sg_exp2_256_ps(__m256 x) {
   x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x);
-  const __m256 n =
-      _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT |
+                                          _MM_FROUND_NO_EXC);
   const __m256 r = _mm256_sub_ps(x, n);
   __m256 p = _mm256_set1_ps(1.535336196e-04f);
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.339887502e-03f));

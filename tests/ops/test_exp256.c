@@ -73,12 +73,11 @@ int main(void) {
     x[k++] = bits2f(u);
     if (k == 8) check8(&s, x), k = 0;
   }
-  const float sp[] = {-INFINITY,  NAN,         -FLT_MAX,    -1e30f,
-                      -126.0f,    -126.25f,    -126.5f,     -126.75f,
-                      -127.0f,    -127.5f,     -149.0f,     127.0f,
-                      0.0f,       -0.0f,       FLT_MIN,     -FLT_MIN,
-                      1e-30f,     -1e-30f,     0.5f,        -0.5f,
-                      0.49999997f, -0.49999997f, 1.0f,      -1.0f};
+  const float sp[] = {-INFINITY,   NAN,          -FLT_MAX, -1e30f,  -126.0f,
+                      -126.25f,    -126.5f,      -126.75f, -127.0f, -127.5f,
+                      -149.0f,     127.0f,       0.0f,     -0.0f,   FLT_MIN,
+                      -FLT_MIN,    1e-30f,       -1e-30f,  0.5f,    -0.5f,
+                      0.49999997f, -0.49999997f, 1.0f,     -1.0f};
   const int nsp = (int)(sizeof sp / sizeof sp[0]);
   for (int i = 0; i < nsp; ++i) {
     x[k++] = sp[i];
