@@ -16,9 +16,12 @@ environment picks the widening path or the vdpbf16ps tiles) against SDPA
 on bf16 tensors.
 
 Runs itself under SG_TORCH_PYTHON (torch is not a project dependency).
-OPENBLAS_CORETYPE=Cooperlake is exported (Debian's OpenBLAS 0.3.21 picks its
-SSE3 kernels on this CPU otherwise; the f32 attention tiles do not use the
-BLAS, so only bench_attention's SGEMM reference line is affected).
+OPENBLAS_CORETYPE is exported unless set: Cooperlake where the CPU has
+AVX-512F, else Haswell (Zen on AMD) (Debian's OpenBLAS 0.3.21 picks its
+SSE3 kernels on a CPU it does not know; Cooperlake's kernels fault with
+SIGILL on a CPU without AVX-512; the f32 attention tiles do not use the
+BLAS on AVX-512 or AVX2, so mostly bench_attention's SGEMM reference line
+is affected).
 SG_BENCH_CLOCK=cpu: both sides timed by process CPU time (with t threads
 the times add: the rates are then per CPU-second, the fair number on a
 shared machine); default wall time. --base-lib DIR: also bench_attention
@@ -45,6 +48,19 @@ def reexec_under_torch():
             sys.exit("attention_vs_torch: no torch in " + py)
         os.environ["SG_REEXEC"] = "1"
         os.execv(py, [py] + sys.argv)
+
+
+def openblas_coretype():
+    """Cooperlake on an AVX-512 CPU, else Zen (AMD) or Haswell."""
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        return "Haswell"
+    flags = next((l.split(":", 1)[1].split() for l in info.splitlines()
+                  if l.startswith("flags")), [])
+    if "avx512f" in flags:
+        return "Cooperlake"
+    return "Zen" if "AuthenticAMD" in info else "Haswell"
 
 
 def clock():
@@ -118,7 +134,7 @@ def main():
     ap.add_argument("--base-lib", default="",
                     help="a folder with another libshardgrid.so.0 (e.g. main's): run first per case")
     a = ap.parse_args()
-    os.environ.setdefault("OPENBLAS_CORETYPE", "Cooperlake")
+    os.environ.setdefault("OPENBLAS_CORETYPE", openblas_coretype())
     ints = lambda s: [int(x) for x in s.split(",")]
     clk = "cpu" if os.environ.get("SG_BENCH_CLOCK", "").startswith("c") else "wall"
     print(json.dumps({"torch": torch.__version__, "clock": clk,

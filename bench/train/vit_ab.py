@@ -19,7 +19,8 @@ threads = sys.argv[2] if len(sys.argv) > 2 else "1"
 steps = 20
 A = os.environ.get("AB_A", "/tmp/vitsA")
 def run(which, n):
-    env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS="1", OPENBLAS_CORETYPE="Cooperlake",
+    env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS="1", OPENBLAS_CORETYPE=os.environ.get(
+                   "OPENBLAS_CORETYPE", "Cooperlake" if "avx512f" in open("/proc/cpuinfo").read() else "Haswell"),
                OMP_WAIT_POLICY="passive")
     if which == "A":
         env["LD_LIBRARY_PATH"] = A; exe = A + "/sg-train"

@@ -2,7 +2,8 @@
  * tiling with an online softmax) on the host: argument checks, geometry,
  * workspace, dispatch, and the portable f32 and the f64 kernels
  * (attention_tmpl.h); the f32 kernel on AVX-512F is attention_avx512.c,
- * chosen at run time (attn_avx512 below).
+ * on AVX2 + FMA attention_avx2.c, chosen at run time (attn_avx512 and
+ * attn_avx2 below).
  * The algorithm, its memory and its use by ring attention: docs/attention.md. */
 #include <cblas.h>
 #include <limits.h>
@@ -72,11 +73,17 @@ static int attn_avx512(void) {
   return sg_attn_avx512_built() && sg_simd_avx512();
 }
 
+/* else AVX2 + FMA (attention_avx2.c, its own -mavx2 -mfma): Haswell, Zen
+ * 1-3; SG_SIMD=avx2 takes it on an AVX-512 CPU too (tests). */
+static int attn_avx2(void) { return sg_attn_avx2_built() && sg_simd_avx2(); }
+
 static void attn_fwd_f32_any(const sg_attn_geom *g, const float *q,
                              const float *k, const float *v, float *o,
                              float *lse, void *ws) {
   if (attn_avx512())
     sg_attn_fwd_f32_avx512(g, q, k, v, o, lse, ws);
+  else if (attn_avx2())
+    sg_attn_fwd_f32_avx2(g, q, k, v, o, lse, ws);
   else
     attn_fwd_f32(g, q, k, v, o, lse, ws);
 }
@@ -87,6 +94,8 @@ static void attn_bwd_f32_any(const sg_attn_geom *g, const float *q,
                              float *dk, float *dv, void *ws) {
   if (attn_avx512())
     sg_attn_bwd_f32_avx512(g, q, k, v, o, lse, dout, dq, dk, dv, ws);
+  else if (attn_avx2())
+    sg_attn_bwd_f32_avx2(g, q, k, v, o, lse, dout, dq, dk, dv, ws);
   else
     attn_bwd_f32(g, q, k, v, o, lse, dout, dq, dk, dv, ws);
 }
@@ -230,10 +239,12 @@ static sg_status sg_attn_geom_make(const sg_attn_desc *d, sg_dtype dt,
   /* bf16 runs the f32 kernel (below) */
   size_t esz = dt == SG_DTYPE_BF16 ? sizeof(float) : sg_dtype_size(dt);
   /* forward: q^T of a query tile, a score tile, 3 statistics per query;
-   * backward: q^T and dout^T of a head, D, two score tiles */
+   * backward: q^T and dout^T of a head (in blocks of whole query tiles:
+   * nq rounded up to BQ), D, two score tiles */
+  const int64_t nqr = (d->nq + SG_ATTN_BQ - 1) / SG_ATTN_BQ * SG_ATTN_BQ;
   size_t fwd = (size_t)(SG_ATTN_BQ * (d->head_dim + SG_ATTN_BK + 3));
   size_t bwd = (size_t)(2 * SG_ATTN_BQ * SG_ATTN_BK) +
-               (size_t)(d->nq * (2 * d->head_dim + 1));
+               (size_t)(nqr * 2 * d->head_dim + d->nq);
   size_t need = (fwd > bwd ? fwd : bwd) * esz;
   /* the bf16 forward's tiles and its packed keys (attention_avx512.c) */
   if (dt == SG_DTYPE_BF16 && sg_attn_bf16_ws_bytes(d->nk, d->head_dim) > need)

@@ -70,6 +70,17 @@ void sg_attn_bwd_f32_avx512(const sg_attn_geom *g, const float *q,
                             const float *lse, const float *dout, float *dq,
                             float *dk, float *dv, void *ws);
 
+/* The f32 kernel on AVX2 + FMA (attention_avx2.c), the same contract:
+ * built() is 0 where the compiler cannot target AVX2 and FMA; the caller
+ * checks built() && sg_simd_avx2() (and takes AVX-512 first). */
+int sg_attn_avx2_built(void);
+void sg_attn_fwd_f32_avx2(const sg_attn_geom *g, const float *q, const float *k,
+                          const float *v, float *o, float *lse, void *ws);
+void sg_attn_bwd_f32_avx2(const sg_attn_geom *g, const float *q, const float *k,
+                          const float *v, const float *o, const float *lse,
+                          const float *dout, float *dq, float *dk, float *dv,
+                          void *ws);
+
 /* The bf16 forward on bf16 tiles (attention_avx512.c): q, k, v, o bf16
  * (sg_bf16 bits), lse f32 (or NULL). mode() is 0 (use the widening path),
  * 1 (vdpbf16ps register tiles) or 2 (AMX tiles): never 1 or 2 where the

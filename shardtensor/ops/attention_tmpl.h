@@ -162,7 +162,11 @@ static void AFN(attn_fwd)(const sg_attn_geom *g, const R *q, const R *k,
 }
 
 /* The backward's per-tile arrays of one head: qt = scale q^T and dot =
- * dout^T (d x nq each), dd = D (nq), and two BK x BQ tiles. */
+ * dout^T, each in blocks of d x BQ per query tile (query tile i0's block
+ * at i0 * d, row stride BQ; nqr = nq rounded up to BQ columns in all),
+ * dd = D (nq), and two BK x BQ tiles. Blocked rather than d x nq: rows
+ * nq apart (4 KiB at nq = 1024 in f32) alias in L1 and the score GEMMs
+ * read d of them per tile. */
 typedef struct AFN(attn_bwd_ws) {
   R *qt, *dot, *dd, *st, *dpt;
 } AFN(attn_bwd_ws);
@@ -176,12 +180,12 @@ static void AFN(attn_bwd_tile)(const sg_attn_geom *g,
                                const R *k, const R *v, const R *lse,
                                const R *dout, R *dq, R *dk, R *dv, int64_t i0,
                                int64_t bq, int64_t j0, int64_t bk) {
-  const int64_t d = g->d, nq = g->nq, BQ = SG_ATTN_BQ;
+  const int64_t d = g->d, BQ = SG_ATTN_BQ;
   const int full = !g->causal || j0 + bk - 1 <= i0 + g->offset;
   const int64_t t0 = j0 - g->offset - i0;
   R *st = w->st, *dpt = w->dpt;
   const R *dd = w->dd + i0, sc = (R)g->scale;
-  AFN(attn_gemm)(bk, bq, d, k, d, 1, w->qt + i0, nq, st, BQ, 0);
+  AFN(attn_gemm)(bk, bq, d, k, d, 1, w->qt + i0 * d, BQ, st, BQ, 0);
 #ifdef SG_ABASE2
   SG_ABWDPROBS(st, bk, bq, t0, full, lse);
 #else
@@ -196,7 +200,7 @@ static void AFN(attn_bwd_tile)(const sg_attn_geom *g,
 #endif
   if (dv) AFN(attn_gemm)(bk, d, bq, st, BQ, 1, dout, d, dv, d, 1);
   if (!dq && !dk) return;
-  AFN(attn_gemm)(bk, bq, d, v, d, 1, w->dot + i0, nq, dpt, BQ, 0);
+  AFN(attn_gemm)(bk, bq, d, v, d, 1, w->dot + i0 * d, BQ, dpt, BQ, 0);
   for (int64_t j = 0; j < bk; ++j)
     for (int64_t i = 0; i < bq; ++i)
       dpt[j * BQ + i] = st[j * BQ + i] * (dpt[j * BQ + i] - dd[i]) * sc;
@@ -210,15 +214,20 @@ static void AFN(attn_bwd_head)(const sg_attn_geom *g, const R *q, const R *k,
                                const R *v, const R *o, const R *lse,
                                const R *dout, R *dq, R *dk, R *dv, R *ws) {
   const int64_t d = g->d, nq = g->nq, BK = SG_ATTN_BK, BQ = SG_ATTN_BQ;
+  const int64_t nqr = (nq + BQ - 1) / BQ * BQ;
   AFN(attn_bwd_ws)
-  w = {ws, ws + d * nq, ws + 2 * d * nq, ws + 2 * d * nq + nq, NULL};
+  w = {ws, ws + d * nqr, ws + 2 * d * nqr, ws + 2 * d * nqr + nq, NULL};
   w.dpt = w.st + BK * BQ;
 #ifdef SG_ABASE2 /* scores in base 2, as in the forward */
-  AT_TRANSPOSE(q, nq, d, (R)(g->scale * 1.4426950408889634), w.qt, nq);
+  const R qs = (R)(g->scale * 1.4426950408889634);
 #else
-  AT_TRANSPOSE(q, nq, d, (R)g->scale, w.qt, nq);
+  const R qs = (R)g->scale;
 #endif
-  AT_TRANSPOSE(dout, nq, d, 1, w.dot, nq);
+  for (int64_t i0 = 0; i0 < nq; i0 += BQ) {
+    const int64_t bq = nq - i0 < BQ ? nq - i0 : BQ;
+    AT_TRANSPOSE(q + i0 * d, bq, d, qs, w.qt + i0 * d, BQ);
+    AT_TRANSPOSE(dout + i0 * d, bq, d, 1, w.dot + i0 * d, BQ);
+  }
   for (int64_t i = 0; i < nq; ++i)
     w.dd[i] = AFN(attn_vdot)(dout + i * d, o + i * d, d);
   if (dq) memset(dq, 0, (size_t)(nq * d) * sizeof *dq);
@@ -226,7 +235,9 @@ static void AFN(attn_bwd_head)(const sg_attn_geom *g, const R *q, const R *k,
   if (dv) memset(dv, 0, (size_t)(g->nk * d) * sizeof *dv);
   for (int64_t j0 = 0; j0 < g->nk; j0 += BK) {
     const int64_t bk = g->nk - j0 < BK ? g->nk - j0 : BK;
-    for (int64_t i0 = sg_attn_query_begin(g, j0); i0 < nq; i0 += BQ) {
+    /* from the query tile holding the first query that sees key j0 (the
+     * tile's earlier queries see none of these keys: masked to 0) */
+    for (int64_t i0 = sg_attn_query_begin(g, j0) / BQ * BQ; i0 < nq; i0 += BQ) {
       const int64_t bq = nq - i0 < BQ ? nq - i0 : BQ;
       AFN(attn_bwd_tile)
       (g, &w, q + i0 * d, k + j0 * d, v + j0 * d, lse + i0, dout + i0 * d,

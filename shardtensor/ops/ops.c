@@ -51,10 +51,11 @@ static int sg_max_threads(void) {
  * and reports avx512f only where the OS also saves the AVX-512 registers
  * (XCR0). SG_SIMD=portable forces the portable path (tests compare the
  * two; a user can rule out a kernel). Read on every call: cheap next to a
- * kernel, and a test may change it between calls. */
+ * kernel, and a test may change it between calls. SG_SIMD=avx2 rules out
+ * AVX-512 only (the AVX2 tier, sg_simd_avx2, where it has a kernel). */
 int sg_simd_avx512(void) {
   const char *env = getenv("SG_SIMD");
-  if (env && !strcmp(env, "portable")) return 0;
+  if (env && (!strcmp(env, "portable") || !strcmp(env, "avx2"))) return 0;
 #if (defined(__x86_64__) || defined(__i386__)) && \
     (defined(__GNUC__) || defined(__clang__))
   return __builtin_cpu_supports("avx512f") != 0;

@@ -194,7 +194,8 @@ sg_status sg_up_geom_make(sg_upsample_kind kind, int nsp, int64_t planes,
  * forces the portable path: BLAS and plain C). Call nothing in those files
  * unless available() is 1. */
 int sg_simd_avx512(void);
-/* AVX2 + FMA present and not ruled out by SG_SIMD=portable (ops.c). */
+/* AVX2 + FMA present and not ruled out by SG_SIMD=portable (ops.c);
+ * SG_SIMD=avx2 rules out AVX-512 only (sg_simd_avx512 returns 0). */
 int sg_simd_avx2(void);
 int sg_pw_f32_built(void);
 int sg_gelu_simd_built(void);

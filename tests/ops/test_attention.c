@@ -311,11 +311,13 @@ static int64_t cmp_lse_f32(const char *what, const float *a, const double *b,
 }
 
 /* The f32 kernels against the f64 reference on the rounded inputs (so only
- * their f32 rounding counts): the AVX-512 kernel (where the CPU has it;
- * attention_avx512.c) and the portable one (SG_SIMD=portable: BLAS tiles,
- * base-e softmax), forward and backward; then the two against each other
- * (base 2 against base e, different tile sums: f32 rounding apart). On a
- * CPU without AVX-512 both runs are the portable kernel. */
+ * their f32 rounding counts): the default one (AVX-512 where the CPU has
+ * it, attention_avx512.c; else AVX2 + FMA, attention_avx2.c), the AVX2
+ * one (SG_SIMD=avx2: AVX-512 ruled out) and the portable one
+ * (SG_SIMD=portable: BLAS tiles, base-e softmax), forward and backward;
+ * then the first two against the portable one (base 2 against base e,
+ * different tile sums: f32 rounding apart). On a CPU without AVX2 every
+ * run is the portable kernel. */
 static void test_f32(attn_case *c) {
   float *q = to_f32(c->q, c->nqe), *k = to_f32(c->k, c->nke),
         *v = to_f32(c->v, c->nke), *g = to_f32(c->dout, c->nqe);
@@ -329,10 +331,10 @@ static void test_f32(attn_case *c) {
   const int64_t n[4] = {c->nqe, c->nqe, c->nke, c->nke};
   const double tol[4] = {2e-5, 1e-4, 1e-4, 1e-4};
   const char *what[4] = {"o", "dq", "dk", "dv"},
-             *kern[2] = {"default", "portable"};
-  attn_out r[2];
-  for (int p = 0; p < 2; ++p) {
-    if (p) setenv("SG_SIMD", "portable", 1);
+             *kern[3] = {"default", "avx2", "portable"};
+  attn_out r[3];
+  for (int p = 0; p < 3; ++p) {
+    if (p) setenv("SG_SIMD", kern[p], 1);
     r[p] = run_f32(c, q, k, v, g, 0);
     unsetenv("SG_SIMD");
     const float *got[4] = {r[p].o, r[p].dq, r[p].dk, r[p].dv};
@@ -343,19 +345,33 @@ static void test_f32(attn_case *c) {
     SG_CHECK(cmp_lse_f32(c->name, r[p].lse, lref, c->nl, 2e-6) == 0,
              "%s: f32 %s lse", c->name, kern[p]);
   }
-  const float *x[4] = {r[0].o, r[0].dq, r[0].dk, r[0].dv},
-              *y[4] = {r[1].o, r[1].dq, r[1].dk, r[1].dv};
-  for (int i = 0; i < 4; ++i)
-    SG_CHECK(sg_test_cmp_f32(c->name, x[i], y[i], n[i], tol[i], tol[i]) == 0,
-             "%s: f32 %s, AVX-512 = portable", c->name, what[i]);
-  double *ly = to_f64(r[1].lse, c->nl);
-  SG_CHECK(cmp_lse_f32(c->name, r[0].lse, ly, c->nl, 2e-6) == 0,
-           "%s: f32 lse, AVX-512 = portable", c->name);
+  /* the AVX2 kernel on 3 threads: the same bits */
+  setenv("SG_SIMD", "avx2", 1);
+  omp_set_num_threads(3);
+  attn_out r3 = run_f32(c, q, k, v, g, 0);
+  omp_set_num_threads(1);
+  unsetenv("SG_SIMD");
+  SG_CHECK(!memcmp(r3.o, r[1].o, (size_t)c->nqe * 4) &&
+               !memcmp(r3.lse, r[1].lse, (size_t)c->nl * 4) &&
+               !memcmp(r3.dq, r[1].dq, (size_t)c->nqe * 4) &&
+               !memcmp(r3.dk, r[1].dk, (size_t)c->nke * 4) &&
+               !memcmp(r3.dv, r[1].dv, (size_t)c->nke * 4),
+           "%s: f32 avx2, 3 threads the same bits", c->name);
+  out_free(&r3);
+  double *ly = to_f64(r[2].lse, c->nl);
+  for (int p = 0; p < 2; ++p) {
+    const float *x[4] = {r[p].o, r[p].dq, r[p].dk, r[p].dv},
+                *y[4] = {r[2].o, r[2].dq, r[2].dk, r[2].dv};
+    for (int i = 0; i < 4; ++i)
+      SG_CHECK(sg_test_cmp_f32(c->name, x[i], y[i], n[i], tol[i], tol[i]) == 0,
+               "%s: f32 %s, %s = portable", c->name, what[i], kern[p]);
+    SG_CHECK(cmp_lse_f32(c->name, r[p].lse, ly, c->nl, 2e-6) == 0,
+             "%s: f32 lse, %s = portable", c->name, kern[p]);
+  }
   void *fs[] = {q,    k,   v,   g,   qd,      kd,      vd,      gd,      oref,
                 lref, dqr, dkr, dvr, want[0], want[1], want[2], want[3], ly};
   for (size_t i = 0; i < sizeof fs / sizeof fs[0]; ++i) free(fs[i]);
-  out_free(&r[0]);
-  out_free(&r[1]);
+  for (int p = 0; p < 3; ++p) out_free(&r[p]);
 }
 
 /* The bf16 paths: 0 the portable one (SG_SIMD=portable: widened to f32),
