@@ -11,11 +11,16 @@
 # tape's separate rounding pass per output, SG_BF16_FUSED_ROUND=0, as before
 # the kernels rounded in their epilogues.) MODEL=unet: the U-Net instead
 # (sg-train's defaults and unet_torch.py's); THREADS: OpenMP threads;
-# f32_base, bf16_base: another build's libshardgrid.so from the folder BASE.
+# f32_base, bf16_base: another build's libshardgrid.so from the folder BASE;
+# f32_im2col: the im2col + BLAS convolution (SG_CONV_DIRECT=0).
 set -eu
 cd "$(dirname "$0")/../.."
 THREADS=${THREADS:-1} MODEL=${MODEL:-cnn}
-export OPENBLAS_CORETYPE=Cooperlake OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=1
+# OPENBLAS_CORETYPE: the caller's, else the widest kernels this CPU runs
+# (tools/env.sh: Cooperlake, SkylakeX or Haswell; a fixed Cooperlake died of
+# SIGILL on an AVX2-only CPU)
+source tools/env.sh
+export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=1
 LONG=${LONG:-20} SHORT=${SHORT:-5} ROUNDS=${ROUNDS:-2} py=${SG_TORCH_PYTHON:-/opt/torchref/bin/python}
 VARIANTS=${VARIANTS:-"f32 bf16_f32kern bf16_amx torch_f32 torch_bf16"}
 case $MODEL in
@@ -39,6 +44,7 @@ for r in $(seq "$ROUNDS"); do
     la=$(cut -d' ' -f1 /proc/loadavg)
     case $v in
       f32) a=$(sg f32 "$LONG"); b=$(sg f32 "$SHORT") ;;
+      f32_im2col) a=$(SG_CONV_DIRECT=0 sg f32 "$LONG"); b=$(SG_CONV_DIRECT=0 sg f32 "$SHORT") ;;
       bf16_f32kern) a=$(SG_CONV_BF16=0 sg bf16 "$LONG"); b=$(SG_CONV_BF16=0 sg bf16 "$SHORT") ;;
       bf16_amx) a=$(sg bf16 "$LONG"); b=$(sg bf16 "$SHORT") ;;
       bf16_amx_f32dw) a=$(SG_CONV_BF16_DW=0 sg bf16 "$LONG"); b=$(SG_CONV_BF16_DW=0 sg bf16 "$SHORT") ;;
