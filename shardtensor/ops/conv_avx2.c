@@ -50,36 +50,42 @@ static inline __m256i c2_mask(int64_t l) {
 /* One forward tile: MR rows r of y (stride ldy) over up to 24 pixels,
  * y[r] = b[r] (or 0) + sum_ci w[r*wr + ci*wc] x[xoff[ci]]. FULL: all 24
  * pixels (plain loads and stores), else masks m[]. */
-#define C2_TILE(MR, FULL)                                                     \
-  static void c2_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,    \
-                                    int64_t wc, const float *x,               \
-                                    const int64_t *xoff, const float *b,      \
+#define C2_TILE(MR, FULL)                                                      \
+  static void c2_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,     \
+                                    int64_t wc, const float *x,                \
+                                    const int64_t *xoff, const float *b,       \
                                     float *y, int64_t ldy, const __m256i *m) { \
-    __m256 acc[MR][C2_NV];                                                    \
-    _Pragma("GCC unroll 4") for (int r = 0; r < MR; ++r) {                    \
-      const __m256 bv = b ? _mm256_set1_ps(b[r]) : _mm256_setzero_ps();       \
-      _Pragma("GCC unroll 3") for (int v = 0; v < C2_NV; ++v) acc[r][v] = bv; \
-    }                                                                         \
-    for (int64_t ci = 0; ci < c; ++ci) {                                      \
-      const float *xc = x + xoff[ci];                                         \
-      __m256 xv[C2_NV];                                                       \
-      _Pragma("GCC unroll 3") for (int v = 0; v < C2_NV; ++v) xv[v] =         \
-          FULL ? _mm256_loadu_ps(xc + 8 * v)                                  \
-               : _mm256_maskload_ps(xc + 8 * v, m[v]);                        \
-      const float *wp = w + ci * wc;                                          \
-      _Pragma("GCC unroll 4") for (int r = 0; r < MR; ++r) {                  \
-        const __m256 wv = _mm256_broadcast_ss(wp + r * wr);                   \
-        _Pragma("GCC unroll 3") for (int v = 0; v < C2_NV; ++v) acc[r][v] =   \
-            _mm256_fmadd_ps(wv, xv[v], acc[r][v]);                            \
-      }                                                                       \
-    }                                                                         \
-    _Pragma("GCC unroll 4") for (int r = 0; r < MR; ++r)                      \
-        _Pragma("GCC unroll 3") for (int v = 0; v < C2_NV; ++v) {             \
-      if (FULL)                                                               \
-        _mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);                     \
-      else                                                                    \
-        _mm256_maskstore_ps(y + r * ldy + 8 * v, m[v], acc[r][v]);            \
-    }                                                                         \
+    __m256 acc[MR][C2_NV];                                                     \
+    _Pragma("GCC unroll 4")                                                    \
+    for (int r = 0; r < MR; ++r) {                                             \
+      const __m256 bv = b ? _mm256_set1_ps(b[r]) : _mm256_setzero_ps();        \
+      _Pragma("GCC unroll 3")                                                  \
+      for (int v = 0; v < C2_NV; ++v) acc[r][v] = bv;                          \
+    }                                                                          \
+    for (int64_t ci = 0; ci < c; ++ci) {                                       \
+      const float *xc = x + xoff[ci];                                          \
+      __m256 xv[C2_NV];                                                        \
+      _Pragma("GCC unroll 3")                                                  \
+      for (int v = 0; v < C2_NV; ++v)                                          \
+        xv[v] = FULL ? _mm256_loadu_ps(xc + 8 * v)                             \
+                     : _mm256_maskload_ps(xc + 8 * v, m[v]);                   \
+      const float *wp = w + ci * wc;                                           \
+      _Pragma("GCC unroll 4")                                                  \
+      for (int r = 0; r < MR; ++r) {                                           \
+        const __m256 wv = _mm256_broadcast_ss(wp + r * wr);                    \
+        _Pragma("GCC unroll 3")                                                \
+        for (int v = 0; v < C2_NV; ++v)                                        \
+          acc[r][v] = _mm256_fmadd_ps(wv, xv[v], acc[r][v]);                   \
+      }                                                                        \
+    }                                                                          \
+    _Pragma("GCC unroll 4")                                                    \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 3")                       \
+    for (int v = 0; v < C2_NV; ++v) {                                          \
+      if (FULL)                                                                \
+        _mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);                      \
+      else                                                                     \
+        _mm256_maskstore_ps(y + r * ldy + 8 * v, m[v], acc[r][v]);             \
+    }                                                                          \
   }
 
 #define C2_TILES(MR) C2_TILE(MR, 1) C2_TILE(MR, 0)
@@ -104,6 +110,20 @@ void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
     const int full = len == C2_NP;
     __m256i m[C2_NV];
     for (int v = 0; v < C2_NV; ++v) m[v] = c2_mask(len - 8 * v);
+    /* the next strip's lines of every input row into L1 (duplicates over
+     * a channel's shifts cost a load slot each): the image of a large
+     * layer (8 x 32 x 258^2) lives in DRAM, and without this each strip's
+     * first tile waited on ~200 demand misses, ~10 in flight (forward at
+     * 0.5 of SGEMM on 256^2 against 0.85 on 64^2) */
+    if (p0 + C2_NP < np) {
+      const int64_t last = np - p0 - C2_NP < C2_NP ? np - p0 - C2_NP : C2_NP;
+      for (int64_t ci = 0; ci < cin; ++ci) {
+        const float *nx = x + xoff[ci] + p0 + C2_NP;
+        _mm_prefetch((const char *)nx, _MM_HINT_T0); /* <= 48 B apart */
+        _mm_prefetch((const char *)(nx + last / 2), _MM_HINT_T0);
+        _mm_prefetch((const char *)(nx + last - 1), _MM_HINT_T0);
+      }
+    }
     for (int64_t k0 = 0; k0 < cout; k0 += C2_MR) {
       const int mr = (int)(cout - k0 < C2_MR ? cout - k0 : C2_MR);
       c2_tiles[full][mr](cin, w + k0 * wr, wr, wc, x + p0, xoff,
@@ -120,39 +140,44 @@ void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
  * every use of dv[i] into its own load beside the x operand (24 loads per
  * 12 FMAs: the kernel ran load-bound at 0.35 of peak). */
 #define C2_PIN(v) __asm__("" : "+x"(v))
-#define C2_WSTEP(MK, MC, LD, v)                                           \
-  {                                                                       \
-    __m256 dv[MK];                                                        \
-    _Pragma("GCC unroll 3") for (int i = 0; i < MK; ++i) {                \
-      dv[i] = LD(dy + i * ldd + 8 * (v));                                 \
-      C2_PIN(dv[i]);                                                      \
-    }                                                                     \
-    _Pragma("GCC unroll 4") for (int j = 0; j < MC; ++j) {                \
-      __m256 xv = LD(xr[j] + 8 * (v));                                    \
-      C2_PIN(xv);                                                         \
-      _Pragma("GCC unroll 3") for (int i = 0; i < MK; ++i) acc[i][j] =    \
-          _mm256_fmadd_ps(dv[i], xv, acc[i][j]);                          \
-    }                                                                     \
+#define C2_WSTEP(MK, MC, LD, v)                            \
+  {                                                        \
+    __m256 dv[MK];                                         \
+    _Pragma("GCC unroll 3")                                \
+    for (int i = 0; i < MK; ++i) {                         \
+      dv[i] = LD(dy + i * ldd + 8 * (v));                  \
+      C2_PIN(dv[i]);                                       \
+    }                                                      \
+    _Pragma("GCC unroll 4")                                \
+    for (int j = 0; j < MC; ++j) {                         \
+      __m256 xv = LD(xr[j] + 8 * (v));                     \
+      C2_PIN(xv);                                          \
+      _Pragma("GCC unroll 3")                              \
+      for (int i = 0; i < MK; ++i)                         \
+        acc[i][j] = _mm256_fmadd_ps(dv[i], xv, acc[i][j]); \
+    }                                                      \
   }
 
 /* One dW tile over `nv` vectors of pixels (the last one masked by `mt`):
  * part[(i * MC + j) * 8 + lane] += dy[i] * x[j]. */
-#define C2_WTILE(MK, MC)                                                     \
-  static void c2_wtile_##MK##_##MC(int64_t nv, __m256i mt, const float *dy,  \
-                                   int64_t ldd, const float *x,              \
-                                   const int64_t *xoff, float *part) {       \
-    const float *xr[MC];                                                     \
-    for (int j = 0; j < MC; ++j) xr[j] = x + xoff[j];                        \
-    __m256 acc[MK][MC];                                                      \
-    _Pragma("GCC unroll 3") for (int i = 0; i < MK; ++i)                     \
-        _Pragma("GCC unroll 4") for (int j = 0; j < MC; ++j) acc[i][j] =     \
-            _mm256_loadu_ps(part + (i * MC + j) * 8);                        \
-    for (int64_t v = 0; v + 1 < nv; ++v) /* full vectors: no masks */        \
-      C2_WSTEP(MK, MC, C2_LDU, v)                                            \
-    if (nv > 0) C2_WSTEP(MK, MC, C2_LDM, nv - 1)                             \
-    _Pragma("GCC unroll 3") for (int i = 0; i < MK; ++i)                     \
-        _Pragma("GCC unroll 4") for (int j = 0; j < MC; ++j)                 \
-            _mm256_storeu_ps(part + (i * MC + j) * 8, acc[i][j]);            \
+#define C2_WTILE(MK, MC)                                                    \
+  static void c2_wtile_##MK##_##MC(int64_t nv, __m256i mt, const float *dy, \
+                                   int64_t ldd, const float *x,             \
+                                   const int64_t *xoff, float *part) {      \
+    const float *xr[MC];                                                    \
+    for (int j = 0; j < MC; ++j) xr[j] = x + xoff[j];                       \
+    __m256 acc[MK][MC];                                                     \
+    _Pragma("GCC unroll 3")                                                 \
+    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 4")                    \
+    for (int j = 0; j < MC; ++j)                                            \
+      acc[i][j] = _mm256_loadu_ps(part + (i * MC + j) * 8);                 \
+    for (int64_t v = 0; v + 1 < nv; ++v) /* full vectors: no masks */       \
+      C2_WSTEP(MK, MC, C2_LDU, v)                                           \
+    if (nv > 0) C2_WSTEP(MK, MC, C2_LDM, nv - 1)                            \
+    _Pragma("GCC unroll 3")                                                 \
+    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 4")                    \
+    for (int j = 0; j < MC; ++j)                                            \
+      _mm256_storeu_ps(part + (i * MC + j) * 8, acc[i][j]);                 \
   }
 
 #define C2_WTILES(MK) \
@@ -166,8 +191,11 @@ C2_WTILES(3)
 
 typedef void (*c2_wtile_fn)(int64_t, __m256i, const float *, int64_t,
                             const float *, const int64_t *, float *);
-#define C2_WROW(MK) \
-  { NULL, c2_wtile_##MK##_1, c2_wtile_##MK##_2, c2_wtile_##MK##_3, c2_wtile_##MK##_4 }
+#define C2_WROW(MK)                                                \
+  {                                                                \
+    NULL, c2_wtile_##MK##_1, c2_wtile_##MK##_2, c2_wtile_##MK##_3, \
+        c2_wtile_##MK##_4                                          \
+  }
 static const c2_wtile_fn c2_wtiles[C2_MK + 1][C2_MC + 1] = {
     {NULL}, C2_WROW(1), C2_WROW(2), C2_WROW(3)};
 
@@ -175,9 +203,8 @@ static const c2_wtile_fn c2_wtiles[C2_MK + 1][C2_MC + 1] = {
  * stay in registers across the image rows); output blocks outside, so a
  * block's 3 dy rows stay in L1 while the shifted image rows come from L2. */
 void sg_c2_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
-                             const float *x, int64_t ldx,
-                             const int64_t *xoff, const float *dy, int64_t ldd,
-                             float *part) {
+                             const float *x, int64_t ldx, const int64_t *xoff,
+                             const float *dy, int64_t ldd, float *part) {
   (void)ldx; /* x's rows at xoff */
   if (np <= 0) return;
   const int64_t nkb = (cout + C2_MK - 1) / C2_MK,
@@ -227,9 +254,8 @@ void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
 }
 
 void sg_c2_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
-                             const float *x, int64_t ldx,
-                             const int64_t *xoff, const float *dy, int64_t ldd,
-                             float *part) {
+                             const float *x, int64_t ldx, const int64_t *xoff,
+                             const float *dy, int64_t ldd, float *part) {
   (void)cin, (void)cout, (void)np, (void)x, (void)ldx, (void)xoff, (void)dy;
   (void)ldd;
   (void)part;
