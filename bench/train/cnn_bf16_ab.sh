@@ -16,9 +16,7 @@
 set -eu
 cd "$(dirname "$0")/../.."
 THREADS=${THREADS:-1} MODEL=${MODEL:-cnn}
-# OPENBLAS_CORETYPE: the caller's, else the widest kernels this CPU runs
-# (tools/env.sh: Cooperlake, SkylakeX or Haswell; a fixed Cooperlake died of
-# SIGILL on an AVX2-only CPU)
+# the widest OpenBLAS kernels this CPU runs, unless the caller chose (tools/env.sh)
 source tools/env.sh
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=1
 LONG=${LONG:-20} SHORT=${SHORT:-5} ROUNDS=${ROUNDS:-2} py=${SG_TORCH_PYTHON:-/opt/torchref/bin/python}

@@ -51,7 +51,8 @@ static int sg_max_threads(void) {
  * and reports avx512f only where the OS also saves the AVX-512 registers
  * (XCR0). SG_SIMD=portable forces the portable path (tests compare the
  * two; a user can rule out a kernel). Read on every call: cheap next to a
- * kernel, and a test may change it between calls. */
+ * kernel, and a test may change it between calls. SG_SIMD=avx2 rules out
+ * AVX-512 only (the AVX2 tier, sg_simd_avx2, where it has a kernel). */
 int sg_simd_avx512(void) {
   const char *env = getenv("SG_SIMD");
   if (env && (!strcmp(env, "portable") || !strcmp(env, "avx2"))) return 0;
@@ -65,9 +66,7 @@ int sg_simd_avx512(void) {
 
 /* AVX2 with FMA (Haswell, Zen 1-3 and newer): the tier between AVX-512 and
  * the portable C, for kernels compiled with their own -mavx2 -mfma flags.
- * SG_SIMD=portable rules it out as it does AVX-512; SG_SIMD=avx2 rules out
- * AVX-512 only (sg_simd_avx512), so an AVX-512 machine runs and tests the
- * AVX2 tier. */
+ * SG_SIMD=portable rules it out as it does AVX-512. */
 int sg_simd_avx2(void) {
   const char *env = getenv("SG_SIMD");
   if (env && !strcmp(env, "portable")) return 0;
@@ -83,7 +82,7 @@ int sg_simd_avx2(void) {
 int sg_pw_f32_available(void) { return sg_pw_f32_built() && sg_simd_avx512(); }
 
 /* The direct convolution's AVX2 kernels (conv_avx2.c): where the AVX-512
- * ones are not available. */
+ * ones are not available (or SG_SIMD=avx2 rules them out). */
 int sg_c2_conv_available(void) {
   return sg_c2_conv_built() && !sg_pw_f32_available() && sg_simd_avx2();
 }
