@@ -11,7 +11,8 @@
 # tape's separate rounding pass per output, SG_BF16_FUSED_ROUND=0, as before
 # the kernels rounded in their epilogues.) MODEL=unet: the U-Net instead
 # (sg-train's defaults and unet_torch.py's); THREADS: OpenMP threads;
-# f32_base, bf16_base: another build's libshardgrid.so from the folder BASE.
+# f32_base, bf16_base: another build's libshardgrid.so from the folder BASE;
+# f32_im2col: the im2col + BLAS convolution (SG_CONV_DIRECT=0).
 set -eu
 cd "$(dirname "$0")/../.."
 THREADS=${THREADS:-1} MODEL=${MODEL:-cnn}
@@ -41,6 +42,7 @@ for r in $(seq "$ROUNDS"); do
     la=$(cut -d' ' -f1 /proc/loadavg)
     case $v in
       f32) a=$(sg f32 "$LONG"); b=$(sg f32 "$SHORT") ;;
+      f32_im2col) a=$(SG_CONV_DIRECT=0 sg f32 "$LONG"); b=$(SG_CONV_DIRECT=0 sg f32 "$SHORT") ;;
       bf16_f32kern) a=$(SG_CONV_BF16=0 sg bf16 "$LONG"); b=$(SG_CONV_BF16=0 sg bf16 "$SHORT") ;;
       bf16_amx) a=$(sg bf16 "$LONG"); b=$(sg bf16 "$SHORT") ;;
       bf16_amx_f32dw) a=$(SG_CONV_BF16_DW=0 sg bf16 "$LONG"); b=$(SG_CONV_BF16_DW=0 sg bf16 "$SHORT") ;;

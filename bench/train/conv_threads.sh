@@ -6,7 +6,11 @@
 #   DATA=ns.nc [ROUNDS=1 LONG=20 SHORT=5 MODELS="cnn unet" DTYPES="f32 bf16"] bench/train/conv_threads.sh
 set -eu
 cd "$(dirname "$0")/../.."
-export OPENBLAS_CORETYPE=Cooperlake OPENBLAS_NUM_THREADS=1
+# OPENBLAS_CORETYPE: the caller's, else the widest kernels this CPU runs
+# (tools/env.sh: Cooperlake, SkylakeX or Haswell; a fixed Cooperlake died of
+# SIGILL on an AVX2-only CPU)
+source tools/env.sh
+export OPENBLAS_NUM_THREADS=1
 LONG=${LONG:-20} SHORT=${SHORT:-5} ROUNDS=${ROUNDS:-1}
 run() { # model dtype threads steps -> "wall user sys"
   case $1 in

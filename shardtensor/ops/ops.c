@@ -81,6 +81,12 @@ int sg_simd_avx2(void) {
 
 int sg_pw_f32_available(void) { return sg_pw_f32_built() && sg_simd_avx512(); }
 
+/* The direct convolution's AVX2 kernels (conv_avx2.c): where the AVX-512
+ * ones are not available (or SG_SIMD=avx2 rules them out). */
+int sg_c2_conv_available(void) {
+  return sg_c2_conv_built() && !sg_pw_f32_available() && sg_simd_avx2();
+}
+
 int sg_gelu_simd_available(void) {
   return sg_gelu_simd_built() && sg_simd_avx512();
 }
@@ -205,18 +211,24 @@ static void sg_ws_put(void **own) {
 #define SG_CONV_TILE_COLS 1024 /* target GEMM columns per tile */
 
 /* Whether the convolution runs direct (ops_tmpl.h: 2-D, stride 1, f32 with
- * the AVX-512 kernels available, at most a quarter of the computed row wasted on the
- * kernel's margin; SG_CONV_DIRECT=0 turns it off), whether its forward and
+ * the AVX-512 kernels available, or else the AVX2 ones (g->avx2), at most a
+ * quarter of the computed row wasted on the kernel's margin;
+ * SG_CONV_DIRECT=0 turns it off), whether its forward and
  * dx run in bf16 (bf16: the caller's values are bf16, and the kernels are
  * available), and its workspace (*per, bytes per thread, raised to fit). */
 static void sg_conv_direct_make(sg_conv_geom *g, int excluded, int bf16,
                                 size_t *per) {
   const char *env = getenv("SG_CONV_DIRECT");
-  g->direct = !excluded && !g->pointwise && sg_pw_f32_available() &&
+  const int avx512 = sg_pw_f32_available();
+  g->avx2 = !avx512 && sg_c2_conv_available();
+  g->direct = !excluded && !g->pointwise && (avx512 || g->avx2) &&
               !(env && env[0] == '0') && g->t == 1 && g->in[0] == 1 &&
               g->str[1] == 1 && g->str[2] == 1 &&
               4 * (g->in[2] - g->out[2]) <= g->out[2];
-  if (!g->direct) return;
+  if (!g->direct) {
+    g->avx2 = 0;
+    return;
+  }
   const int64_t sp1 = g->in[1] - g->out[1] + 1, wg = 2 * g->in[2] - g->out[2];
   const int64_t fwd = g->k * sg_col_ld(g->rows * g->in[2], sizeof(float));
   const int64_t bwd = g->c * g->k * g->kk + g->k * (g->rows + sp1 - 1) * wg +
@@ -403,7 +415,10 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   g.wbf16 = dw && g.bf16 == 2 && dyv && !(env && env[0] == '0') &&
             sg_bf16_valued(x, g.n * g.c * g.sin);
   if (g.bf16 && dx && !(dyv && sg_bf16_valued(w, g.k * g.ckk))) g.bf16 = 0;
-  if (dt == SG_DTYPE_F32 && dw && !g.wbf16 && sg_pw_f32_available())
+  /* the lane partials: 16 per weight on AVX-512 (direct or im2col), 8 on
+   * the AVX2 tier (direct only) */
+  if (dt == SG_DTYPE_F32 && dw && !g.wbf16 &&
+      (sg_pw_f32_available() || (g.direct && g.avx2)))
     SG_TRY(sg_malloc(sg_device_host(),
                      (size_t)g.nthreads * (size_t)(g.k * g.ckk * 16) *
                          sizeof(float),

@@ -23,10 +23,19 @@ static inline int sg_gemm_fast(int64_t m, int64_t n, int64_t k, const float *a,
   return 1;
 }
 #define SG_GEMM_FAST sg_gemm_fast
-#define SG_GEMM_OFF sg_pw_gemm_off_f32 /* direct convolution */
-#define SG_WGRAD_OFF sg_pw_wgrad_acc_off_f32
-#define SG_WGRAD_ACC sg_pw_wgrad_acc_f32
-#define SG_WGRAD_SUM sg_pw_wgrad_sum_f32
+/* The direct convolution's kernels: AVX-512 (pointwise.c), or AVX2 + FMA
+ * (conv_avx2.c) where g->avx2 (ops.c chose at the geometry: g in scope at
+ * every use in ops_tmpl.h). The weight gradient's partials of a call come
+ * from one tier and are summed by it. */
+#define SG_GEMM_OFF(...) \
+  (g->avx2 ? sg_c2_gemm_off_f32(__VA_ARGS__) : sg_pw_gemm_off_f32(__VA_ARGS__))
+#define SG_WGRAD_OFF(...)                         \
+  (g->avx2 ? sg_c2_wgrad_acc_off_f32(__VA_ARGS__) \
+           : sg_pw_wgrad_acc_off_f32(__VA_ARGS__))
+#define SG_WGRAD_ACC sg_pw_wgrad_acc_f32 /* im2col: AVX-512 only */
+#define SG_WGRAD_SUM(...)                     \
+  (g->avx2 ? sg_c2_wgrad_sum_f32(__VA_ARGS__) \
+           : sg_pw_wgrad_sum_f32(__VA_ARGS__))
 #define SG_BF16_DIRECT 1 /* bf16 forward and dx (conv_bf16.c) */
 #define R float
 #define S f32

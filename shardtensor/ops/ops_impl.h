@@ -18,12 +18,15 @@ typedef struct sg_conv_geom {
   int64_t inner;              /* output columns per row of dim t */
   int64_t rows, ntile, cols;  /* rows per tile, tiles, max columns */
   int pointwise;              /* 1x1, stride 1: no im2col */
-  int direct; /* 2-D stride 1, f32 on AVX-512: no im2col (ops_tmpl.h) */
-  int bf16;   /* direct, forward and dx in bf16: 1 vdpbf16ps (conv_bf16.c),
+  int direct;                 /* 2-D stride 1, f32 on AVX-512 or AVX2: no im2col
+                (ops_tmpl.h) */
+  int avx2;  /* direct on the AVX2 + FMA kernels (conv_avx2.c), not the
+                 AVX-512 ones (pointwise.c) */
+  int bf16;  /* direct, forward and dx in bf16: 1 vdpbf16ps (conv_bf16.c),
                2 AMX tiles (conv_amx.c) */
-  int wbf16;  /* the weight gradient on AMX tiles (set per backward call:
+  int wbf16; /* the weight gradient on AMX tiles (set per backward call:
                  g->bf16 == 2 and x, dy bf16-valued) */
-  int round;  /* forward: the output rounded to bf16 values per tile (f32;
+  int round; /* forward: the output rounded to bf16 values per tile (f32;
                  sg_conv_desc.round_out) */
   int nthreads;
   size_t ws_per_thread; /* bytes, multiple of 64 */
@@ -252,6 +255,23 @@ void sg_pw_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
 void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      const float *x, const float *dy, float *dw, float *db,
                      float *part, int nthreads);
+
+/* The direct convolution's kernels on AVX2 + FMA (conv_avx2.c), with the
+ * signatures and sums of sg_pw_gemm_off_f32 and sg_pw_wgrad_acc_off_f32 /
+ * sg_pw_wgrad_sum_f32 (part: 8 lanes per weight, cout * cin * 8 floats,
+ * zeroed by the caller). available: built with the flags, and
+ * sg_simd_avx2() (ops.c). */
+int sg_c2_conv_built(void);
+int sg_c2_conv_available(void);
+void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
+                        int64_t wr, int64_t wc, const float *x,
+                        const int64_t *xoff, const float *b, float *y,
+                        int64_t ldy);
+void sg_c2_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
+                             const float *x, int64_t ldx, const int64_t *xoff,
+                             const float *dy, int64_t ldd, float *part);
+void sg_c2_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
+                         float *dw);
 
 /* bf16 kernels of the direct convolution (conv_bf16.c), where available:
  * built, the CPU has AVX512_BF16 (and AVX-512F, OS state), SG_SIMD is not

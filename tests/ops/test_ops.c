@@ -227,6 +227,8 @@ static void test_conv_paths_case(const char *name, sg_conv_desc d,
   float *x = to_f32(xd, nx), *w = to_f32(wd, nw), *b = to_f32(bd, d.cout),
         *r = to_f32(rd, ny);
   float *res[2][3];
+  const char *had = getenv(env); /* restored after the v = 1 runs */
+  char *saved = had ? strdup(had) : NULL;
   for (int nth = 1; nth <= 2; ++nth) {
     omp_set_num_threads(nth);
     for (int v = 0; v < 2; ++v) { /* v = 1: env = val */
@@ -237,7 +239,10 @@ static void test_conv_paths_case(const char *name, sg_conv_desc d,
       SG_CHECK_OK(sg_conv_forward(&d, SG_DTYPE_F32, x, w, b, res[v][0], NULL));
       SG_CHECK_OK(sg_conv_backward(&d, SG_DTYPE_F32, x, w, r, res[v][1],
                                    res[v][2], NULL, NULL));
-      unsetenv(env);
+      if (saved)
+        setenv(env, saved, 1);
+      else
+        unsetenv(env);
     }
     const int64_t n[3] = {ny, nx, nw};
     const char *what[3] = {"y", "dx", "dw"};
@@ -252,6 +257,7 @@ static void test_conv_paths_case(const char *name, sg_conv_desc d,
     }
   }
   omp_set_num_threads(1);
+  free(saved);
   free(xd);
   free(wd);
   free(bd);
@@ -314,6 +320,48 @@ static void test_simd_dispatch(void) {
   free(dd);
   free(a);
   free(dy);
+}
+
+/* The direct convolution's AVX2 + FMA kernels (conv_avx2.c) against the
+ * portable im2col + BLAS path, 1 and 2 threads: SG_SIMD=avx2 caps the tier
+ * at AVX2 (on an AVX-512 CPU too), SG_SIMD=portable rules it out. Odd
+ * sizes: channel counts off the 4-row forward tiles and the 3 x 4 weight
+ * gradient tiles, one channel, tiles whose last 24-pixel strip and 8-pixel
+ * vector are partial (masked loads and stores), several row tiles, kernels 3x3 / 5x3 dilated / 1x3 / 3x5 (margins 1 to 4 on a side).
+ * test_conv_case checks the default path (AVX2 on an AVX2-only CPU) against
+ * the f64 reference on other cases. Without AVX2 both runs are portable. */
+static void test_conv_avx2(void) {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
+    printf("# test_conv_avx2: no AVX2 + FMA here, both runs portable\n");
+#endif
+  static const struct {
+    int64_t n, c, k, h, w, kh, kw, dh, dw;
+  } cases[] = {
+      {2, 5, 9, 21, 35, 3, 3, 1, 1},   {1, 1, 1, 9, 12, 3, 3, 1, 1},
+      {1, 7, 6, 13, 33, 3, 3, 1, 1},   {2, 4, 5, 19, 26, 3, 3, 1, 1},
+      {1, 33, 17, 11, 47, 3, 3, 1, 1}, {1, 3, 4, 40, 30, 5, 3, 1, 2},
+      {2, 6, 3, 15, 21, 1, 3, 1, 1},   {1, 2, 7, 9, 29, 3, 5, 2, 1},
+      {1, 8, 8, 70, 19, 3, 3, 1, 1},   {1, 3, 2, 5, 11, 3, 3, 1, 1},
+  };
+  setenv("SG_SIMD", "avx2", 1);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    sg_conv_desc d = {.nsp = 2,
+                      .batch = cases[i].n,
+                      .cin = cases[i].c,
+                      .cout = cases[i].k,
+                      .in = {cases[i].h, cases[i].w},
+                      .kernel = {cases[i].kh, cases[i].kw},
+                      .stride = {1, 1},
+                      .dilation = {cases[i].dh, cases[i].dw}};
+    char name[64];
+    snprintf(name, sizeof name, "avx2 %lldx%lld c%lld k%lld %lldx%lld",
+             (long long)cases[i].kh, (long long)cases[i].kw,
+             (long long)cases[i].c, (long long)cases[i].k,
+             (long long)cases[i].h, (long long)cases[i].w);
+    test_conv_paths_case(name, d, "SG_SIMD", "portable");
+  }
+  unsetenv("SG_SIMD");
 }
 
 static void test_conv_direct(void) {
@@ -1476,6 +1524,7 @@ int main(int argc, char **argv) {
   test_conv();
   test_conv_direct();
   test_simd_dispatch();
+  test_conv_avx2();
   test_convt();
   test_pool();
   test_pool_neg_inf();

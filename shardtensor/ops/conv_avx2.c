@@ -1,0 +1,270 @@
+/* shardgrid — the direct 3x3 (2-D, stride 1) convolution's f32 kernels on
+ * AVX2 + FMA: the tier between the AVX-512 kernels (pointwise.c) and the
+ * portable im2col + BLAS path, for CPUs with 256-bit vectors only (AMD Zen
+ * 1-3, Intel Haswell to Comet Lake). The same products as pointwise.c's
+ * sg_pw_gemm_off_f32 / sg_pw_wgrad_acc_off_f32, which ops_tmpl.h's direct
+ * convolution calls (the image read in place through per-row shifts, no
+ * im2col), sized for 16 vector registers:
+ *  - y = W x + b (forward, and dx with the transposed weights over dy):
+ *    C2_MR (4) output channels x 24 pixels in 12 accumulators; per input
+ *    row, 3 vectors of the shifted row are loaded and each weight is
+ *    broadcast (12 accumulators + 3 row vectors + a broadcast: all 16
+ *    registers). 32 and 64 channels are whole tiles.
+ *  - dW += dy x^T: tiles of C2_MK (3) output x C2_MC (4) input rows, each
+ *    a vector of 8 lane partial sums over the pixels (12 accumulators, 3
+ *    dy vectors, one x vector), the whole tile's pixels in one pass
+ *    (as pointwise.c's direct path), summed in lane order at the end.
+ * Every output element sums its inputs in increasing order with one fused
+ * multiply-add each, as the AVX-512 kernels do: the results differ from
+ * theirs only in the weight gradient's lane grouping (8 lanes, not 16).
+ * Compiled with -mavx2 -mfma whatever the library's target
+ * (shardtensor/ops/CMakeLists.txt), so a baseline (SG_NATIVE=OFF) build has
+ * it too; ops.c enters it only after sg_simd_avx2() (cpuid) says so. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_impl.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+enum {
+  C2_NV = 3, /* vectors of 8 pixels per forward tile (24) */
+  C2_NP = 8 * C2_NV,
+  C2_MR = 4, /* output channels per forward tile */
+  C2_MK = 3, /* dW tile: output channels ... */
+  C2_MC = 4  /* ... times input rows */
+};
+
+int sg_c2_conv_built(void) { return 1; }
+
+/* lanes [0, l) on, l in 0..8 */
+static inline __m256i c2_mask(int64_t l) {
+  static const int32_t tab[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                  0,  0,  0,  0,  0,  0,  0,  0};
+  l = l < 0 ? 0 : l > 8 ? 8 : l;
+  return _mm256_loadu_si256((const __m256i *)(tab + 8 - l));
+}
+
+/* One forward tile: MR rows r of y (stride ldy) over up to 24 pixels,
+ * y[r] = b[r] (or 0) + sum_ci w[r*wr + ci*wc] x[xoff[ci]]. FULL: all 24
+ * pixels (plain loads and stores), else masks m[]. */
+#define C2_TILE(MR, FULL)                                                      \
+  static void c2_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,     \
+                                    int64_t wc, const float *x,                \
+                                    const int64_t *xoff, const float *b,       \
+                                    float *y, int64_t ldy, const __m256i *m) { \
+    __m256 acc[MR][C2_NV];                                                     \
+    _Pragma("GCC unroll 4")                                                    \
+    for (int r = 0; r < MR; ++r) {                                             \
+      const __m256 bv = b ? _mm256_set1_ps(b[r]) : _mm256_setzero_ps();        \
+      _Pragma("GCC unroll 3")                                                  \
+      for (int v = 0; v < C2_NV; ++v) acc[r][v] = bv;                          \
+    }                                                                          \
+    for (int64_t ci = 0; ci < c; ++ci) {                                       \
+      const float *xc = x + xoff[ci];                                          \
+      __m256 xv[C2_NV];                                                        \
+      _Pragma("GCC unroll 3")                                                  \
+      for (int v = 0; v < C2_NV; ++v)                                          \
+        xv[v] = FULL ? _mm256_loadu_ps(xc + 8 * v)                             \
+                     : _mm256_maskload_ps(xc + 8 * v, m[v]);                   \
+      const float *wp = w + ci * wc;                                           \
+      _Pragma("GCC unroll 4")                                                  \
+      for (int r = 0; r < MR; ++r) {                                           \
+        const __m256 wv = _mm256_broadcast_ss(wp + r * wr);                    \
+        _Pragma("GCC unroll 3")                                                \
+        for (int v = 0; v < C2_NV; ++v)                                        \
+          acc[r][v] = _mm256_fmadd_ps(wv, xv[v], acc[r][v]);                   \
+      }                                                                        \
+    }                                                                          \
+    _Pragma("GCC unroll 4")                                                    \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 3")                       \
+    for (int v = 0; v < C2_NV; ++v) {                                          \
+      if (FULL)                                                                \
+        _mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);                      \
+      else                                                                     \
+        _mm256_maskstore_ps(y + r * ldy + 8 * v, m[v], acc[r][v]);             \
+    }                                                                          \
+  }
+
+#define C2_TILES(MR) C2_TILE(MR, 1) C2_TILE(MR, 0)
+C2_TILES(1)
+C2_TILES(2)
+C2_TILES(3)
+C2_TILES(4)
+
+typedef void (*c2_tile_fn)(int64_t, const float *, int64_t, int64_t,
+                           const float *, const int64_t *, const float *,
+                           float *, int64_t, const __m256i *);
+static const c2_tile_fn c2_tiles[2][C2_MR + 1] = {
+    {NULL, c2_tile_1_0, c2_tile_2_0, c2_tile_3_0, c2_tile_4_0},
+    {NULL, c2_tile_1_1, c2_tile_2_1, c2_tile_3_1, c2_tile_4_1}};
+
+void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
+                        int64_t wr, int64_t wc, const float *x,
+                        const int64_t *xoff, const float *b, float *y,
+                        int64_t ldy) {
+  for (int64_t p0 = 0; p0 < np; p0 += C2_NP) {
+    const int64_t len = np - p0 < C2_NP ? np - p0 : C2_NP;
+    const int full = len == C2_NP;
+    __m256i m[C2_NV];
+    for (int v = 0; v < C2_NV; ++v) m[v] = c2_mask(len - 8 * v);
+    /* the next strip's lines of every input row into L1 (duplicates over
+     * a channel's shifts cost a load slot each): the image of a large
+     * layer (8 x 32 x 258^2) lives in DRAM, and without this each strip's
+     * first tile waited on ~200 demand misses, ~10 in flight (forward at
+     * 0.5 of SGEMM on 256^2 against 0.85 on 64^2) */
+    if (p0 + C2_NP < np) {
+      const int64_t last = np - p0 - C2_NP < C2_NP ? np - p0 - C2_NP : C2_NP;
+      for (int64_t ci = 0; ci < cin; ++ci) {
+        const float *nx = x + xoff[ci] + p0 + C2_NP;
+        _mm_prefetch((const char *)nx, _MM_HINT_T0); /* <= 48 B apart */
+        _mm_prefetch((const char *)(nx + last / 2), _MM_HINT_T0);
+        _mm_prefetch((const char *)(nx + last - 1), _MM_HINT_T0);
+      }
+    }
+    for (int64_t k0 = 0; k0 < cout; k0 += C2_MR) {
+      const int mr = (int)(cout - k0 < C2_MR ? cout - k0 : C2_MR);
+      c2_tiles[full][mr](cin, w + k0 * wr, wr, wc, x + p0, xoff,
+                         b ? b + k0 : NULL, y + k0 * ldy + p0, ldy, m);
+    }
+  }
+}
+
+/* One vector v of pixels of a dW tile, read by LD(address): C2_LDU, or
+ * C2_LDM (masked by the tile's mt) for the last one. */
+#define C2_LDU(p) _mm256_loadu_ps(p)
+#define C2_LDM(p) _mm256_maskload_ps(p, mt)
+/* C2_PIN: the value in a register from here on. Without it GCC folded
+ * every use of dv[i] into its own load beside the x operand (24 loads per
+ * 12 FMAs: the kernel ran load-bound at 0.35 of peak). */
+#define C2_PIN(v) __asm__("" : "+x"(v))
+#define C2_WSTEP(MK, MC, LD, v)                            \
+  {                                                        \
+    __m256 dv[MK];                                         \
+    _Pragma("GCC unroll 3")                                \
+    for (int i = 0; i < MK; ++i) {                         \
+      dv[i] = LD(dy + i * ldd + 8 * (v));                  \
+      C2_PIN(dv[i]);                                       \
+    }                                                      \
+    _Pragma("GCC unroll 4")                                \
+    for (int j = 0; j < MC; ++j) {                         \
+      __m256 xv = LD(xr[j] + 8 * (v));                     \
+      C2_PIN(xv);                                          \
+      _Pragma("GCC unroll 3")                              \
+      for (int i = 0; i < MK; ++i)                         \
+        acc[i][j] = _mm256_fmadd_ps(dv[i], xv, acc[i][j]); \
+    }                                                      \
+  }
+
+/* One dW tile over `nv` vectors of pixels (the last one masked by `mt`):
+ * part[(i * MC + j) * 8 + lane] += dy[i] * x[j]. */
+#define C2_WTILE(MK, MC)                                                    \
+  static void c2_wtile_##MK##_##MC(int64_t nv, __m256i mt, const float *dy, \
+                                   int64_t ldd, const float *x,             \
+                                   const int64_t *xoff, float *part) {      \
+    const float *xr[MC];                                                    \
+    for (int j = 0; j < MC; ++j) xr[j] = x + xoff[j];                       \
+    __m256 acc[MK][MC];                                                     \
+    _Pragma("GCC unroll 3")                                                 \
+    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 4")                    \
+    for (int j = 0; j < MC; ++j)                                            \
+      acc[i][j] = _mm256_loadu_ps(part + (i * MC + j) * 8);                 \
+    for (int64_t v = 0; v + 1 < nv; ++v) /* full vectors: no masks */       \
+      C2_WSTEP(MK, MC, C2_LDU, v)                                           \
+    if (nv > 0) C2_WSTEP(MK, MC, C2_LDM, nv - 1)                            \
+    _Pragma("GCC unroll 3")                                                 \
+    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 4")                    \
+    for (int j = 0; j < MC; ++j)                                            \
+      _mm256_storeu_ps(part + (i * MC + j) * 8, acc[i][j]);                 \
+  }
+
+#define C2_WTILES(MK) \
+  C2_WTILE(MK, 1)     \
+  C2_WTILE(MK, 2)     \
+  C2_WTILE(MK, 3)     \
+  C2_WTILE(MK, 4)
+C2_WTILES(1)
+C2_WTILES(2)
+C2_WTILES(3)
+
+typedef void (*c2_wtile_fn)(int64_t, __m256i, const float *, int64_t,
+                            const float *, const int64_t *, float *);
+#define C2_WROW(MK)                                                \
+  {                                                                \
+    NULL, c2_wtile_##MK##_1, c2_wtile_##MK##_2, c2_wtile_##MK##_3, \
+        c2_wtile_##MK##_4                                          \
+  }
+static const c2_wtile_fn c2_wtiles[C2_MK + 1][C2_MC + 1] = {
+    {NULL}, C2_WROW(1), C2_WROW(2), C2_WROW(3)};
+
+/* The whole tile's pixels in one pass per weight tile (the accumulators
+ * stay in registers across the image rows); output blocks outside, so a
+ * block's 3 dy rows stay in L1 while the shifted image rows come from L2. */
+void sg_c2_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
+                             const float *x, int64_t ldx, const int64_t *xoff,
+                             const float *dy, int64_t ldd, float *part) {
+  (void)ldx; /* x's rows at xoff */
+  if (np <= 0) return;
+  const int64_t nkb = (cout + C2_MK - 1) / C2_MK,
+                ncb = (cin + C2_MC - 1) / C2_MC;
+  const int64_t nv = (np + 7) / 8;
+  const __m256i mt = c2_mask(np - 8 * (nv - 1));
+  for (int64_t t = 0; t < nkb * ncb; ++t) {
+    const int64_t k0 = (t / ncb) * C2_MK, c0 = (t % ncb) * C2_MC;
+    const int mk = (int)(cout - k0 < C2_MK ? cout - k0 : C2_MK);
+    const int mc = (int)(cin - c0 < C2_MC ? cin - c0 : C2_MC);
+    c2_wtiles[mk][mc](nv, mt, dy + k0 * ldd, ldd, x, xoff + c0,
+                      part + (k0 * cin + c0 * mk) * 8);
+  }
+}
+
+/* the 8 lanes of p, summed in lane order */
+static inline float c2_lanes(const float *p) {
+  float s = 0;
+  for (int l = 0; l < 8; ++l) s += p[l];
+  return s;
+}
+
+void sg_c2_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
+                         float *dw) {
+  for (int64_t k0 = 0; k0 < cout; k0 += C2_MK)
+    for (int64_t c0 = 0; c0 < cin; c0 += C2_MC) {
+      const int mk = (int)(cout - k0 < C2_MK ? cout - k0 : C2_MK);
+      const int mc = (int)(cin - c0 < C2_MC ? cin - c0 : C2_MC);
+      const float *pt = part + (k0 * cin + c0 * mk) * 8;
+      for (int i = 0; i < mk; ++i)
+        for (int j = 0; j < mc; ++j)
+          dw[(k0 + i) * cin + c0 + j] += c2_lanes(pt + (i * mc + j) * 8);
+    }
+}
+
+#else /* no AVX2/FMA flags: sg_c2_conv_available() is 0 and the callers
+       * take the portable path; these are never entered (no-ops, as
+       * pointwise.c's, not aborts: the library does not abort) */
+
+int sg_c2_conv_built(void) { return 0; }
+
+void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
+                        int64_t wr, int64_t wc, const float *x,
+                        const int64_t *xoff, const float *b, float *y,
+                        int64_t ldy) {
+  (void)cin, (void)cout, (void)np, (void)w, (void)wr, (void)wc, (void)x;
+  (void)xoff, (void)b, (void)y, (void)ldy;
+}
+
+void sg_c2_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
+                             const float *x, int64_t ldx, const int64_t *xoff,
+                             const float *dy, int64_t ldd, float *part) {
+  (void)cin, (void)cout, (void)np, (void)x, (void)ldx, (void)xoff, (void)dy;
+  (void)ldd;
+  (void)part;
+}
+
+void sg_c2_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
+                         float *dw) {
+  (void)cin, (void)cout, (void)part, (void)dw;
+}
+
+#endif
