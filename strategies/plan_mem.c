@@ -23,6 +23,7 @@
  * in backward. */
 #include "plan_impl.h"
 #include "sg_model.h"
+#include "sg_ops.h"
 #include "sg_pipeline.h"
 
 #include <math.h>
@@ -209,6 +210,39 @@ static double conv_ws(const mshape *m, double c, double k, double kk,
   return ceil(per * 4.0 / 64.0) * 64.0 * m->threads;
 }
 
+/* What a convolution's kernels take from sg_malloc on this CPU
+ * (sg_conv_alloc_bytes: im2col, direct and pointwise kernels need other
+ * scratch), forward (bwd 0) or backward with dW (bwd 1): c -> k channels,
+ * kernel kw and stride st on an iny x inx input (trans: the transposed
+ * convolution, iny x inx its input). */
+static double conv_alloc(const mshape *m, double c, double k, double kw,
+                         double st, double iny, double inx, int trans,
+                         int bwd) {
+  const sg_conv_desc d = {.nsp = 2,
+                          .batch = m->b > 1 ? (int64_t)ceil(m->b) : 1,
+                          .cin = (int64_t)c,
+                          .cout = (int64_t)k,
+                          .in = {(int64_t)iny, (int64_t)inx},
+                          .kernel = {(int64_t)kw, (int64_t)kw},
+                          .stride = {(int64_t)st, (int64_t)st},
+                          .dilation = {1, 1}};
+  return (double)sg_conv_alloc_bytes(&d, SG_DTYPE_F32, trans, bwd, m->threads);
+}
+
+/* ... and a linear c -> k over n points (sg_linear_*: a 1x1 convolution). */
+static double linear_alloc(const mshape *m, double c, double k, double n,
+                           int bwd) {
+  const sg_conv_desc d = {.nsp = 1,
+                          .batch = m->b > 1 ? (int64_t)ceil(m->b) : 1,
+                          .cin = (int64_t)c,
+                          .cout = (int64_t)k,
+                          .in = {n > 1 ? (int64_t)n : 1},
+                          .kernel = {1},
+                          .stride = {1},
+                          .dilation = {1}};
+  return (double)sg_conv_alloc_bytes(&d, SG_DTYPE_F32, 0, bwd, m->threads);
+}
+
 /* A 'same' convolution c -> k channels of kernel kw on an ny x nx shard. */
 /* The halo exchange of a window op with a margin of hw cells on c
  * channels of an ny x nx shard: the tape keeps one per shape (ag_apply.c
@@ -229,17 +263,14 @@ static void sim_exchange(sim *s, const mshape *m, double c, double ny,
 static int op_conv(sim *s, const mshape *m, int x, double c, double k,
                    double kw, double ny, double nx) {
   sim_exchange(s, m, c, ny, nx, (kw - 1) / 2);
-  const double kk = kw * kw;
-  const double ws = kw == 1 ? 0.0 : conv_ws(m, c, k, kk, nx, ny, 0, 0);
-  const double wpart = kw == 1 ? (k * c + k) * 64.0
-                               : m->threads * k * c * kk * 64.0;
-  const double xin = kw == 1 ? 0.0 : fbytes(m, c, ny + kw - 1, nx + kw - 1);
+  const double iny = ny + kw - 1, inx = nx + kw - 1;
+  const double xin = kw == 1 ? 0.0 : fbytes(m, c, iny, inx);
   sim_op o = {.nin = 1,
               .in = {x},
               .out = fbytes(m, k, ny, nx),
               .xin = xin,
-              .fws = ws,
-              .bws = ws + wpart,
+              .fws = conv_alloc(m, c, k, kw, 1, iny, inx, 0, 0),
+              .bws = conv_alloc(m, c, k, kw, 1, iny, inx, 0, 1),
               .windowed = 0,
               .param = 1};
   return sim_apply(s, &o);
@@ -261,7 +292,8 @@ static int op_linear(sim *s, const mshape *m, int x, double c, double k,
   sim_op o = {.nin = 1,
               .in = {x},
               .out = fbytes(m, k, ny, nx),
-              .bws = (k * c + k) * 64.0,
+              .fws = linear_alloc(m, c, k, ny * nx, 0),
+              .bws = linear_alloc(m, c, k, ny * nx, 1),
               .windowed = -1,
               .param = 1};
   return sim_apply(s, &o);
@@ -545,12 +577,11 @@ static int vit_piece(sim *s, const mshape *m, int k, int h) {
   if (k == 0) {
     int c0 = 0;
     h = op_input(s, m, &c0);
-    const double ws = conv_ws(m, c0, C, p * p, tx, ty, 0, 0);
     sim_op e = {.nin = 1,
                 .in = {h},
                 .out = fbytes(m, C, ty, tx),
-                .fws = ws,
-                .bws = ws + m->threads * C * c0 * p * p * 64.0,
+                .fws = conv_alloc(m, c0, C, p, p, ty * p, tx * p, 0, 0),
+                .bws = conv_alloc(m, c0, C, p, p, ty * p, tx * p, 0, 1),
                 .windowed = 0,
                 .param = 1};
     h = sim_apply(s, &e);
@@ -569,12 +600,11 @@ static int vit_piece(sim *s, const mshape *m, int k, int h) {
   h = op_norm(s, m, h, C, sy, sx, m->b * sy * sx);
   if (m->seq || m->sp > 1) /* gather */
     h = op_pointwise(s, m, h, C, ty, tx, 0, 0, -1);
-  const double ws = conv_ws(m, C, cout, p * p, tx, ty, 1, ty * tx);
   sim_op u = {.nin = 1,
               .in = {h},
               .out = fbytes(m, cout, m->ny, m->nx),
-              .fws = ws,
-              .bws = ws,
+              .fws = conv_alloc(m, C, cout, p, p, ty, tx, 1, 0),
+              .bws = conv_alloc(m, C, cout, p, p, ty, tx, 1, 1),
               .windowed = 0,
               .param = 1};
   return sim_apply(s, &u);
@@ -605,7 +635,8 @@ static int op_linear_act(sim *s, const mshape *m, int x, double c, double k,
               .in = {x},
               .out = z,
               .saved = (act ? z : 0.0) + spec,
-              .bws = (k * c + k) * 64.0 + (act ? z : 0.0),
+              .fws = linear_alloc(m, c, k, ny * nx, 0),
+              .bws = linear_alloc(m, c, k, ny * nx, 1) + (act ? z : 0.0),
               .windowed = -1,
               .param = 1};
   return sim_apply(s, &o);

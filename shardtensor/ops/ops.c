@@ -356,6 +356,42 @@ size_t sg_conv_workspace_bytes(const sg_conv_desc *d, sg_dtype dt) {
   return g.ws_per_thread * (size_t)g.nthreads;
 }
 
+/* The 1x1 convolution on the pointwise kernels (no workspace; dW's lane
+ * partials in a scratch of their own). */
+static int conv_on_pw(const sg_conv_geom *g, sg_dtype dt) {
+  return dt == SG_DTYPE_F32 && g->pointwise && sg_pw_f32_available();
+}
+
+/* Bytes of the pointwise kernels' dW scratch: 16 lane partials per weight
+ * and bias. */
+static size_t conv_pw_part_bytes(const sg_conv_geom *g) {
+  return (size_t)((g->k * g->c + g->k) * 16) * sizeof(float);
+}
+
+/* Bytes of the weight gradient's lane partials of the f32 direct or
+ * AVX-512 im2col kernels (wbf16: dW on the bf16 kernels, none). */
+static size_t conv_wpart_bytes(const sg_conv_geom *g, sg_dtype dt, int wbf16) {
+  if (dt != SG_DTYPE_F32 || wbf16 ||
+      !(sg_pw_f32_available() || (g->direct && g->avx2)))
+    return 0;
+  return (size_t)g->nthreads * (size_t)(g->k * g->ckk * 16) * sizeof(float);
+}
+
+size_t sg_conv_alloc_bytes(const sg_conv_desc *d, sg_dtype dt, int trans,
+                           int backward, int nthreads) {
+  sg_conv_geom g;
+  if (sg_conv_geom_make(d, 0, trans != 0, dt, &g) != SG_OK) {
+    sg_clear_error();
+    return 0;
+  }
+  if (nthreads > 0) g.nthreads = nthreads;
+  if (!trans && conv_on_pw(&g, dt))
+    return backward ? conv_pw_part_bytes(&g) : 0;
+  size_t b = g.ws_per_thread * (size_t)g.nthreads;
+  if (!trans && backward) b += conv_wpart_bytes(&g, dt, 0);
+  return b;
+}
+
 sg_status sg_conv_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
                           const void *w, const void *b, void *y, void *ws) {
   sg_status st = SG_OK;
@@ -367,7 +403,7 @@ sg_status sg_conv_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   SG_CHECK_PTR(w);
   SG_CHECK_PTR(y);
   g.round = d->round_out && dt == SG_DTYPE_F32;
-  if (dt == SG_DTYPE_F32 && g.pointwise && sg_pw_f32_available()) {
+  if (conv_on_pw(&g, dt)) {
     sg_pw_apply_f32(g.n, g.c, g.k, g.sout, w, g.ckk, 1, x, b, y,
                     g.round ? SG_PW_ROUND : 0, g.nthreads);
     goto fail;
@@ -393,15 +429,14 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   SG_CHECK_PTR(dy);
   if (dw) SG_CHECK_PTR(x);
   if (dx) SG_CHECK_PTR(w);
-  if (dt == SG_DTYPE_F32 && g.pointwise && sg_pw_f32_available()) {
+  if (conv_on_pw(&g, dt)) {
     /* dx = W^T dy, and dW += dy x^T with db in the same pass, in place */
     if (db && !dw) sg_conv_bwd_f32(&g, x, w, dy, NULL, NULL, db, NULL, NULL);
     if (dx)
       sg_pw_apply_f32(g.n, g.k, g.c, g.sout, w, 1, g.ckk, dy, NULL, dx, 0,
                       g.nthreads);
     if (dw) {
-      SG_TRY(sg_malloc(sg_device_host(),
-                       (size_t)((g.k * g.c + g.k) * 16) * sizeof(float), &own));
+      SG_TRY(sg_malloc(sg_device_host(), conv_pw_part_bytes(&g), &own));
       sg_pw_wgrad_f32(g.n, g.c, g.k, g.sout, x, dy, dw, db, own, g.nthreads);
     }
     goto fail;
@@ -417,12 +452,9 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   if (g.bf16 && dx && !(dyv && sg_bf16_valued(w, g.k * g.ckk))) g.bf16 = 0;
   /* the lane partials: 16 per weight on AVX-512 (direct or im2col), 8 on
    * the AVX2 tier (direct only) */
-  if (dt == SG_DTYPE_F32 && dw && !g.wbf16 &&
-      (sg_pw_f32_available() || (g.direct && g.avx2)))
-    SG_TRY(sg_malloc(sg_device_host(),
-                     (size_t)g.nthreads * (size_t)(g.k * g.ckk * 16) *
-                         sizeof(float),
-                     &wpart));
+  if (dw && conv_wpart_bytes(&g, dt, g.wbf16))
+    SG_TRY(
+        sg_malloc(sg_device_host(), conv_wpart_bytes(&g, dt, g.wbf16), &wpart));
   SG_DISPATCH(dt, sg_conv_bwd, &g, x, w, dy, dx, dw, db, buf,
               wpart); /* wpart: f32 only */
 fail:

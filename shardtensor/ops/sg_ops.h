@@ -130,6 +130,14 @@ typedef struct sg_conv_desc {
 /* Check a descriptor and give the output extent per spatial dim. */
 sg_status sg_conv_out_shape(const sg_conv_desc *d, int64_t *out);
 size_t sg_conv_workspace_bytes(const sg_conv_desc *d, sg_dtype dt);
+/* The bytes sg_conv_forward (backward 0) or sg_conv_backward with dW
+ * (backward 1) — trans 1: sg_convt_* — take from sg_malloc on THIS CPU when
+ * given no workspace, with nthreads OpenMP threads (<= 0: the current
+ * maximum): the kernels chosen at run time (im2col, direct, pointwise)
+ * need different scratch. For memory models (sg_plan_memory); 0 on a bad
+ * descriptor. */
+size_t sg_conv_alloc_bytes(const sg_conv_desc *d, sg_dtype dt, int trans,
+                           int backward, int nthreads);
 sg_status sg_conv_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
                           const void *w, const void *b, void *y, void *ws);
 /* dx (padded block, OVERWRITTEN), dw (+=), db (+=); each may be NULL. */
