@@ -35,12 +35,12 @@
 enum {
   P2_NV = 3, /* vectors of 8 pixels per forward tile (24) */
   P2_NP = 8 * P2_NV,
-  P2_MR = 4,       /* output channels per forward tile */
-  P2_MK = 4,       /* dW tile: output channels ... */
-  P2_MC = 3,       /* ... times input channels */
-  P2_CHUNK = 1024, /* pixels per dW chunk */
-  P2_PACK = 256,   /* input channels up to which a strip is packed */
-  P2_PF = 4,       /* strips ahead of the packing copy's prefetches */
+  P2_MR = 4,            /* output channels per forward tile */
+  P2_MK = 4,            /* dW tile: output channels ... */
+  P2_MC = 3,            /* ... times input channels */
+  P2_CHUNK = 1024,      /* pixels per dW chunk */
+  P2_PACK = 256,        /* input channels up to which a strip is packed */
+  P2_PF = 4,            /* strips ahead of the packing copy's prefetches */
   P2_ACHUNK = 8 * P2_NP /* pixels per chunk of the fused linear + GELU */
 };
 
@@ -53,55 +53,56 @@ static inline __m256i p2_mask(int64_t len) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(l), idx);
 }
 
-#define P2_LD(p, FULL, m) ((FULL) ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m))
+#define P2_LD(p, FULL, m) \
+  ((FULL) ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m))
 
 /* One forward tile: MR rows r of y (stride ldy) over up to 24 pixels,
  * y[r] = init + sum_ci w[r*wr + ci*wc] x[ci*ldx]; init as pointwise.c's
  * (bias or zero; SG_PW_ACC the current y; SG_PW_ADD the current y added
  * to the finished sum). FULL: all 24 pixels, else the masks m[]. */
-#define P2_TILE(MR, FULL)                                                     \
-  static void p2_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,    \
-                                    int64_t wc, const float *x, int64_t ldx,  \
-                                    const float *b, float *y, int64_t ldy,    \
-                                    int mode, const __m256i *m) {             \
-    __m256 acc[MR][P2_NV];                                                    \
-    _Pragma("GCC unroll 4")                                                   \
-    for (int r = 0; r < MR; ++r) {                                            \
-      _Pragma("GCC unroll 3")                                                 \
-      for (int v = 0; v < P2_NV; ++v) {                                       \
-        if (mode == SG_PW_ACC)                                                \
-          acc[r][v] = P2_LD(y + r * ldy + 8 * v, FULL, m[v]);                 \
-        else                                                                  \
-          acc[r][v] = b ? _mm256_set1_ps(b[r]) : _mm256_setzero_ps();         \
-      }                                                                       \
-    }                                                                         \
-    for (int64_t ci = 0; ci < c; ++ci) {                                      \
-      const float *xc = x + ci * ldx;                                         \
-      __m256 xv[P2_NV];                                                       \
-      _Pragma("GCC unroll 3")                                                 \
-      for (int v = 0; v < P2_NV; ++v)                                         \
-        xv[v] = ldx == P2_NP ? _mm256_loadu_ps(xc + 8 * v)                    \
-                             : P2_LD(xc + 8 * v, FULL, m[v]);                 \
-      const float *wp = w + ci * wc;                                          \
-      _Pragma("GCC unroll 4")                                                 \
-      for (int r = 0; r < MR; ++r) {                                          \
-        const __m256 wv = _mm256_broadcast_ss(wp + r * wr);                   \
-        _Pragma("GCC unroll 3")                                               \
-        for (int v = 0; v < P2_NV; ++v)                                       \
-          acc[r][v] = _mm256_fmadd_ps(wv, xv[v], acc[r][v]);                  \
-      }                                                                       \
-    }                                                                         \
-    _Pragma("GCC unroll 4")                                                   \
-    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 3")                      \
-    for (int v = 0; v < P2_NV; ++v) {                                         \
-      float *yp = y + r * ldy + 8 * v;                                        \
-      if (mode == SG_PW_ADD)                                                  \
-        acc[r][v] = _mm256_add_ps(acc[r][v], P2_LD(yp, FULL, m[v]));          \
-      if (FULL)                                                               \
-        _mm256_storeu_ps(yp, acc[r][v]);                                      \
-      else                                                                    \
-        _mm256_maskstore_ps(yp, m[v], acc[r][v]);                             \
-    }                                                                         \
+#define P2_TILE(MR, FULL)                                                    \
+  static void p2_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,   \
+                                    int64_t wc, const float *x, int64_t ldx, \
+                                    const float *b, float *y, int64_t ldy,   \
+                                    int mode, const __m256i *m) {            \
+    __m256 acc[MR][P2_NV];                                                   \
+    _Pragma("GCC unroll 4")                                                  \
+    for (int r = 0; r < MR; ++r) {                                           \
+      _Pragma("GCC unroll 3")                                                \
+      for (int v = 0; v < P2_NV; ++v) {                                      \
+        if (mode == SG_PW_ACC)                                               \
+          acc[r][v] = P2_LD(y + r * ldy + 8 * v, FULL, m[v]);                \
+        else                                                                 \
+          acc[r][v] = b ? _mm256_set1_ps(b[r]) : _mm256_setzero_ps();        \
+      }                                                                      \
+    }                                                                        \
+    for (int64_t ci = 0; ci < c; ++ci) {                                     \
+      const float *xc = x + ci * ldx;                                        \
+      __m256 xv[P2_NV];                                                      \
+      _Pragma("GCC unroll 3")                                                \
+      for (int v = 0; v < P2_NV; ++v)                                        \
+        xv[v] = ldx == P2_NP ? _mm256_loadu_ps(xc + 8 * v)                   \
+                             : P2_LD(xc + 8 * v, FULL, m[v]);                \
+      const float *wp = w + ci * wc;                                         \
+      _Pragma("GCC unroll 4")                                                \
+      for (int r = 0; r < MR; ++r) {                                         \
+        const __m256 wv = _mm256_broadcast_ss(wp + r * wr);                  \
+        _Pragma("GCC unroll 3")                                              \
+        for (int v = 0; v < P2_NV; ++v)                                      \
+          acc[r][v] = _mm256_fmadd_ps(wv, xv[v], acc[r][v]);                 \
+      }                                                                      \
+    }                                                                        \
+    _Pragma("GCC unroll 4")                                                  \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 3")                     \
+    for (int v = 0; v < P2_NV; ++v) {                                        \
+      float *yp = y + r * ldy + 8 * v;                                       \
+      if (mode == SG_PW_ADD)                                                 \
+        acc[r][v] = _mm256_add_ps(acc[r][v], P2_LD(yp, FULL, m[v]));         \
+      if (FULL)                                                              \
+        _mm256_storeu_ps(yp, acc[r][v]);                                     \
+      else                                                                   \
+        _mm256_maskstore_ps(yp, m[v], acc[r][v]);                            \
+    }                                                                        \
   }
 
 #define P2_TILES(MR) P2_TILE(MR, 1) P2_TILE(MR, 0)
@@ -197,37 +198,37 @@ void sg_pw2_apply_act_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
 /* One dW tile over nv vectors of pixels (the last one masked by mt):
  * part[(i * MC + j) * 8 + lane] += dy[i] * x[j]. The MC x rows of a
  * vector are held while each dy row is loaded once. */
-#define P2_WSTEP(MK, MC, FULL, v)                                     \
-  {                                                                   \
-    __m256 xv[MC];                                                    \
-    _Pragma("GCC unroll 3")                                           \
-    for (int j = 0; j < MC; ++j)                                      \
-      xv[j] = P2_LD(x + j * ld + 8 * (v), FULL, mt);                  \
-    _Pragma("GCC unroll 4")                                           \
-    for (int i = 0; i < MK; ++i) {                                    \
-      const __m256 dv = P2_LD(dy + i * ldd + 8 * (v), FULL, mt);      \
-      _Pragma("GCC unroll 3")                                         \
-      for (int j = 0; j < MC; ++j)                                    \
-        acc[i][j] = _mm256_fmadd_ps(dv, xv[j], acc[i][j]);            \
-    }                                                                 \
+#define P2_WSTEP(MK, MC, FULL, v)                                \
+  {                                                              \
+    __m256 xv[MC];                                               \
+    _Pragma("GCC unroll 3")                                      \
+    for (int j = 0; j < MC; ++j)                                 \
+      xv[j] = P2_LD(x + j * ld + 8 * (v), FULL, mt);             \
+    _Pragma("GCC unroll 4")                                      \
+    for (int i = 0; i < MK; ++i) {                               \
+      const __m256 dv = P2_LD(dy + i * ldd + 8 * (v), FULL, mt); \
+      _Pragma("GCC unroll 3")                                    \
+      for (int j = 0; j < MC; ++j)                               \
+        acc[i][j] = _mm256_fmadd_ps(dv, xv[j], acc[i][j]);       \
+    }                                                            \
   }
 
-#define P2_WTILE(MK, MC)                                                      \
-  static void p2_wtile_##MK##_##MC(int64_t nv, __m256i mt, const float *dy,   \
-                                   int64_t ldd, const float *x, int64_t ld,   \
-                                   float *part) {                             \
-    __m256 acc[MK][MC];                                                       \
-    _Pragma("GCC unroll 4")                                                   \
-    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 3")                      \
-    for (int j = 0; j < MC; ++j)                                              \
-      acc[i][j] = _mm256_loadu_ps(part + (i * MC + j) * 8);                   \
-    for (int64_t v = 0; v + 1 < nv; ++v) /* full vectors: no masks */         \
-      P2_WSTEP(MK, MC, 1, v)                                                  \
-    if (nv > 0) P2_WSTEP(MK, MC, 0, nv - 1)                                   \
-    _Pragma("GCC unroll 4")                                                   \
-    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 3")                      \
-    for (int j = 0; j < MC; ++j)                                              \
-      _mm256_storeu_ps(part + (i * MC + j) * 8, acc[i][j]);                   \
+#define P2_WTILE(MK, MC)                                                    \
+  static void p2_wtile_##MK##_##MC(int64_t nv, __m256i mt, const float *dy, \
+                                   int64_t ldd, const float *x, int64_t ld, \
+                                   float *part) {                           \
+    __m256 acc[MK][MC];                                                     \
+    _Pragma("GCC unroll 4")                                                 \
+    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 3")                    \
+    for (int j = 0; j < MC; ++j)                                            \
+      acc[i][j] = _mm256_loadu_ps(part + (i * MC + j) * 8);                 \
+    for (int64_t v = 0; v + 1 < nv; ++v) /* full vectors: no masks */       \
+      P2_WSTEP(MK, MC, 1, v)                                                \
+    if (nv > 0) P2_WSTEP(MK, MC, 0, nv - 1)                                 \
+    _Pragma("GCC unroll 4")                                                 \
+    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 3")                    \
+    for (int j = 0; j < MC; ++j)                                            \
+      _mm256_storeu_ps(part + (i * MC + j) * 8, acc[i][j]);                 \
   }
 
 #define P2_WTILES(MK) P2_WTILE(MK, 1) P2_WTILE(MK, 2) P2_WTILE(MK, 3)
