@@ -50,13 +50,13 @@ static inline void mix8(const sg_mix_blk *k, const int Q, const __m256 sgn,
   }
 }
 
-static void mix8_q4(const sg_mix_blk *k, __m256 sgn, int64_t j0,
-                    const float *a, const float *b, float *out) {
+static void mix8_q4(const sg_mix_blk *k, __m256 sgn, int64_t j0, const float *a,
+                    const float *b, float *out) {
   mix8(k, 4, sgn, j0, a, b, out);
 }
 
-static void mix8_q1(const sg_mix_blk *k, __m256 sgn, int64_t j0,
-                    const float *a, const float *b, float *out) {
+static void mix8_q1(const sg_mix_blk *k, __m256 sgn, int64_t j0, const float *a,
+                    const float *b, float *out) {
   mix8(k, 1, sgn, j0, a, b, out);
 }
 

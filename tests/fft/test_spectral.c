@@ -416,13 +416,16 @@ static void run_deriv(int D, const int64_t *shape, const ft_layout *L, int nl) {
   }
 }
 
-/* The f32 mode mixing's AVX2 kernel (mix_avx2.c, where the CPU has AVX2
- * and not AVX-512) against the portable one (SG_SIMD=portable): the same
- * operations in the same order, so the same bits, forward and backward.
- * Odd sizes: channels past a block of 4 rows, partial 16-mode blocks. On
- * other CPUs both runs are portable. */
-static void run_mix_bits(void) {
-  const int64_t shape[2] = {11, 13}, keep[2] = {3, 4}, nb = 2, ci = 5, co = 6;
+/* The f32 AVX2 kernels of the mode mixing (mix_avx2.c) and the kept-modes
+ * product (dft_avx2.c), taken where the CPU has AVX2 and not AVX-512,
+ * against the portable ones (SG_SIMD=portable): the same operations in
+ * the same order, so the same bits, forward and backward. Odd sizes:
+ * channels past a block of 4 rows, partial 16-mode blocks, product widths
+ * 2K = 8 and 24 (its 24-column blocks), n = 13 and 26 (masked 16-column
+ * tails), rows no multiple of the row blocks. On other CPUs both runs are
+ * portable. */
+static void run_mix_bits(const int64_t shape[2], const int64_t keep[2]) {
+  const int64_t nb = 2, ci = 5, co = 6;
   const int64_t nr = shape[0] * shape[1];
   int64_t K[3];
   ft_kept_shape(2, shape, keep, K);
@@ -502,7 +505,12 @@ int main(int argc, char **argv) {
     const int64_t s4[3] = {10, 7, 9}, k4[3] = {2, 2, 3};
     run_conv(3, s4, k4, 1, 2, 3, SG_DTYPE_F64, L3, n3);
   }
-  run_mix_bits();
+  {
+    const int64_t s1[2] = {11, 13}, k1[2] = {3, 4};
+    run_mix_bits(s1, k1);
+    const int64_t s2[2] = {7, 26}, k2[2] = {3, 12};
+    run_mix_bits(s2, k2);
+  }
   {
     const int64_t s[2] = {24, 30}, s3[3] = {12, 10, 16};
     run_deriv(2, s, L2, n2);
