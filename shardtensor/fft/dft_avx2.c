@@ -41,7 +41,7 @@ int sg_dft_avx2_built(void) { return 1; }
         const __m256 x = _mm256_broadcast_ss(in + q * is + s);                \
         _Pragma("GCC unroll 3")                                               \
         for (int v = 0; v < V; ++v)                                           \
-          acc[q][v] = _mm256_fmadd_ps(x, mv[v], acc[q][v]);                                    \
+          acc[q][v] = _mm256_fmadd_ps(x, mv[v], acc[q][v]);                   \
       }                                                                       \
     }                                                                         \
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);            \
@@ -69,8 +69,8 @@ void sg_dft_apply_avx2_f32(int nth, int64_t rows, int64_t S, int64_t w,
   const int b24 = w % 24 == 0;
   const int64_t Q = b24 ? 4 : 6, cb = b24 ? 24 : 16;
   const int64_t nblk = (rows + Q - 1) / Q;
-#pragma omp parallel for schedule(static) num_threads(nth) \
-    if (nth > 1 && rows * S * w > 65536)
+#pragma omp parallel for schedule(static) \
+    num_threads(nth) if (nth > 1 && rows * S * w > 65536)
   for (int64_t b = 0; b < nblk; ++b) {
     const int64_t r = b * Q, nq = rows - r < Q ? rows - r : Q;
     for (int64_t j0 = 0; j0 < w; j0 += cb) {

@@ -40,7 +40,6 @@ enum {
   P2_MC = 3,            /* ... times input channels */
   P2_CHUNK = 1024,      /* pixels per dW chunk */
   P2_PACK = 256,        /* input channels up to which a strip is packed */
-  P2_PF = 4,            /* strips ahead of the packing copy's prefetches */
   P2_ACHUNK = 8 * P2_NP /* pixels per chunk of the fused linear + GELU */
 };
 
@@ -139,14 +138,6 @@ static inline void p2_strip(int64_t cin, int64_t cout, int64_t np, int64_t p0,
   int64_t lds = ldx;
   if (cin <= P2_PACK) {
     for (int64_t ci = 0; ci < cin; ++ci) {
-      /* the rows of the strip P2_PF strips ahead: up to 128 rows at once
-       * are more streams than the hardware prefetchers follow */
-      if (p0 + (P2_PF + 1) * P2_NP <= np) {
-        _mm_prefetch((const char *)(xs + ci * ldx + P2_PF * P2_NP),
-                     _MM_HINT_T0);
-        _mm_prefetch((const char *)(xs + ci * ldx + P2_PF * P2_NP + 16),
-                     _MM_HINT_T0);
-      }
       for (int v = 0; v < P2_NV; ++v)
         _mm256_store_ps(pack + ci * P2_NP + 8 * v,
                         P2_LD(xs + ci * ldx + 8 * v, full, m[v]));
