@@ -39,7 +39,8 @@ enum {
   P2_MK = 4,            /* dW tile: output channels ... */
   P2_MC = 3,            /* ... times input channels */
   P2_CHUNK = 1024,      /* pixels per dW chunk */
-  P2_PACK = 256,        /* input channels up to which a strip is packed */
+  P2_CH = 4 * P2_NP,    /* pixels per chunk (4 strips) */
+  P2_PACK = 128,        /* input channels up to which a chunk is packed */
   P2_ACHUNK = 8 * P2_NP /* pixels per chunk of the fused linear + GELU */
 };
 
@@ -117,53 +118,62 @@ static const p2_tile_fn p2_tiles[2][P2_MR + 1] = {
     {NULL, p2_tile_1_0, p2_tile_2_0, p2_tile_3_0, p2_tile_4_0},
     {NULL, p2_tile_1_1, p2_tile_2_1, p2_tile_3_1, p2_tile_4_1}};
 
-/* Strip of up to 24 pixels starting at p0 of the (cout x np) product.
- * The strip's input rows are first copied to one contiguous block (zeros
- * past the image's end) when cin <= P2_PACK: rows a whole image apart
- * (4096 pixels, 16 KiB) all fall into the same few sets of the 8-way L1,
- * and the tiles of every 4 output channels read the strip again (perf,
- * Zen 3: the unpacked tile stalled on those loads). The copy changes no
- * value: each output still sums its channels in order. */
-static inline void p2_strip(int64_t cin, int64_t cout, int64_t np, int64_t p0,
-                            const float *w, int64_t wr, int64_t wc,
-                            const float *x, int64_t ldx, const float *b,
-                            float *y, int64_t ldy, int accumulate) {
-  const int64_t len = np - p0 < P2_NP ? np - p0 : P2_NP;
-  const int full = len == P2_NP;
-  __m256i m[P2_NV];
-  for (int v = 0; v < P2_NV; ++v) m[v] = p2_mask(len - 8 * v);
+/* A chunk of up to P2_CH pixels [c0, c0 + len) of the (cout x np)
+ * product: its input rows are first copied to one contiguous block, strip
+ * by strip (zeros past the image's end), when cin <= P2_PACK; then each
+ * block of 4 output rows runs over the chunk's strips. Rows a whole image
+ * apart (4096 pixels, 16 KiB) all fall into the same few sets of the
+ * 8-way L1, and the tiles of every 4 output channels read a strip again
+ * (perf, Zen 3: the unpacked tile stalled on those loads); reading each
+ * row 96 pixels at a time, and writing each output row so, keeps the
+ * accesses sequential for longer. The copy changes no value: each output
+ * still sums its channels in order. */
+static void p2_chunk(int64_t cin, int64_t cout, int64_t c0, int64_t len,
+                     const float *w, int64_t wr, int64_t wc, const float *x,
+                     int64_t ldx, const float *b, float *y, int64_t ldy,
+                     int accumulate) {
+  const int64_t nst = (len + P2_NP - 1) / P2_NP,
+                tail = len - (nst - 1) * P2_NP; /* the last strip's pixels */
+  __m256i m[P2_NV], ones = _mm256_set1_epi32(-1);
+  for (int v = 0; v < P2_NV; ++v) m[v] = p2_mask(tail - 8 * v);
   const int mode = accumulate & (SG_PW_ACC | SG_PW_ADD);
-  float pack[P2_PACK * P2_NP] __attribute__((aligned(32)));
-  const float *xs = x + p0;
-  int64_t lds = ldx;
-  if (cin <= P2_PACK) {
-    for (int64_t ci = 0; ci < cin; ++ci) {
+  float pack[P2_PACK * P2_CH] __attribute__((aligned(32)));
+  const int packed = cin <= P2_PACK;
+  for (int64_t ci = 0; packed && ci < cin; ++ci)
+    for (int64_t st = 0; st < nst; ++st) {
+      const float *xr = x + ci * ldx + c0 + st * P2_NP;
+      float *pr = pack + (st * cin + ci) * P2_NP;
       for (int v = 0; v < P2_NV; ++v)
-        _mm256_store_ps(pack + ci * P2_NP + 8 * v,
-                        P2_LD(xs + ci * ldx + 8 * v, full, m[v]));
+        _mm256_store_ps(pr + 8 * v, st + 1 < nst
+                                        ? _mm256_loadu_ps(xr + 8 * v)
+                                        : _mm256_maskload_ps(xr + 8 * v, m[v]));
     }
-    xs = pack;
-    lds = P2_NP;
-  }
+  __m256i mf[P2_NV];
+  for (int v = 0; v < P2_NV; ++v) mf[v] = ones;
   for (int64_t k0 = 0; k0 < cout; k0 += P2_MR) {
     const int mr = (int)(cout - k0 < P2_MR ? cout - k0 : P2_MR);
-    p2_tiles[full][mr](cin, w + k0 * wr, wr, wc, xs, lds, b ? b + k0 : NULL,
-                       y + k0 * ldy + p0, ldy, mode, m);
+    for (int64_t st = 0; st < nst; ++st) {
+      const int full = st + 1 < nst || tail == P2_NP;
+      const float *xs = packed ? pack + st * cin * P2_NP : x + c0 + st * P2_NP;
+      p2_tiles[full][mr](cin, w + k0 * wr, wr, wc, xs, packed ? P2_NP : ldx,
+                         b ? b + k0 : NULL, y + k0 * ldy + c0 + st * P2_NP, ldy,
+                         mode, full ? mf : m);
+    }
   }
   for (int64_t r = 0; (accumulate & SG_PW_ROUND) && r < cout; ++r)
-    sg_round_bf16(y + r * ldy + p0, len);
+    sg_round_bf16(y + r * ldy + c0, len);
 }
 
 void sg_pw2_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                       const float *w, int64_t wr, int64_t wc, const float *x,
                       const float *b, float *y, int accumulate, int nthreads) {
-  const int64_t nstrip = (s + P2_NP - 1) / P2_NP, items = n * nstrip;
+  const int64_t nch = (s + P2_CH - 1) / P2_CH, items = n * nch;
 #pragma omp parallel for schedule(static) \
     num_threads(nthreads) if (nthreads > 1)
   for (int64_t it = 0; it < items; ++it) {
-    const int64_t nn = it / nstrip, p0 = (it % nstrip) * P2_NP;
-    p2_strip(cin, cout, s, p0, w, wr, wc, x + nn * cin * s, s, b,
-             y + nn * cout * s, s, accumulate);
+    const int64_t nn = it / nch, c0 = (it % nch) * P2_CH;
+    p2_chunk(cin, cout, c0, s - c0 < P2_CH ? s - c0 : P2_CH, w, wr, wc,
+             x + nn * cin * s, s, b, y + nn * cout * s, s, accumulate);
   }
 }
 
@@ -177,9 +187,9 @@ void sg_pw2_apply_act_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
     const int64_t nn = it / nch, c0 = (it % nch) * P2_ACHUNK,
                   c1 = c0 + P2_ACHUNK < s ? c0 + P2_ACHUNK : s;
     float *zn = z + nn * cout * s;
-    for (int64_t p0 = c0; p0 < c1; p0 += P2_NP)
-      p2_strip(cin, cout, s, p0, w, cin, 1, x + nn * cin * s, s, b, zn, s,
-               add ? SG_PW_ADD : 0);
+    for (int64_t p0 = c0; p0 < c1; p0 += P2_CH)
+      p2_chunk(cin, cout, p0, c1 - p0 < P2_CH ? c1 - p0 : P2_CH, w, cin, 1,
+               x + nn * cin * s, s, b, zn, s, add ? SG_PW_ADD : 0);
     for (int64_t r = 0; a && r < cout; ++r)
       sg_gelu2_fwd_seq_f32(c1 - c0, zn + r * s + c0,
                            a + (nn * cout + r) * s + c0);
