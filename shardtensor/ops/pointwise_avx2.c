@@ -6,7 +6,8 @@
  *    of 24 pixels is loaded (3 registers) and each weight broadcast (one
  *    register): 16 in all. The weight matrix is read through (row, col)
  *    strides, so W^T needs no copy; the bias is the accumulators' initial
- *    value.
+ *    value. The pixels run in chunks of 96 (p2_chunk): the chunk's input
+ *    rows copied to one block, then each 4-row block of outputs over it.
  *  - dW += dy x^T (and db += the sum of dy, over the same cache-hot
  *    chunks): tiles of P2_MK (4) output x P2_MC (3) input channels, each a
  *    vector of 8 lane partial sums over the pixels; the tile's 3 x rows are
