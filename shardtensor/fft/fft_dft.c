@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "fft_plan_impl.h"
+#include "ops_impl.h"
 #include "sg_device.h"
 
 #ifndef M_PI
@@ -168,6 +169,11 @@ void sg_fft_stage_exec_dft(sg_fft_plan_t p, const sg_fft_stage *s, int fwd,
   const void *m = fwd ? s->dft_f : s->dft_b;
   if (p->desc.dtype == SG_DTYPE_F64)
     dft_apply_f64(p->nth, rows, S, w, in, S, m, out, w);
+  else if (sg_dft_avx2_built() && sg_simd_avx2() && !sg_simd_avx512())
+    /* AVX2 without AVX-512: 12 vector sums where the portable block's 16
+     * spill; the same bits (dft_avx2.c) */
+    sg_dft_apply_avx2_f32(p->nth, rows, S, w, dft_padded(w, dft_cb(0)), in, S,
+                          m, out, w);
   else
     dft_apply_f32(p->nth, rows, S, w, in, S, m, out, w);
 }

@@ -105,6 +105,13 @@ int sg_fft_dft_wanted(int64_t n, int64_t keep);
 /* Its matrices (s->dft set, shapes planned). */
 sg_status sg_fft_stage_make_dft(sg_fft_plan_t p, sg_fft_stage *s);
 void sg_fft_stage_free_dft(sg_fft_stage *s);
+/* The f32 product on AVX2 + FMA (dft_avx2.c), the portable kernel's bits:
+ * out[r, j] = sum_s in[r, s] m[s, j] for r < rows, j < w; m's rows wp
+ * (>= w, a multiple of 16, zero padded) apart. */
+int sg_dft_avx2_built(void);
+void sg_dft_apply_avx2_f32(int nth, int64_t rows, int64_t S, int64_t w,
+                           int64_t wp, const float *in, int64_t is,
+                           const float *m, float *out, int64_t os);
 /* Forward: real rows -> kept modes; backward: kept modes -> real rows. */
 void sg_fft_stage_exec_dft(sg_fft_plan_t p, const sg_fft_stage *s, int fwd,
                            const void *in, void *out);

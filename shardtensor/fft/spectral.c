@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "fft_impl.h"
+#include "mix_impl.h"
+#include "ops_impl.h"
 #include "sg_comm.h"
 #include "sg_device.h"
 #include "sg_spectral.h"
@@ -64,24 +66,20 @@ static int64_t prod64(const int64_t *v, int n) {
  * in registers across the whole sum (vectorised FMAs, no shuffles, one
  * load of the shared operand per block), where the interleaved loop it
  * replaces reloaded and stored its output row for every summand. */
-#define SG_MIX_CH 16 /* modes per register block (one AVX-512 f32 vector) */
-#define SG_MIX_Q 4   /* output rows per register block */
+/* SG_MIX_CH, SG_MIX_Q: mix_impl.h */
 
 static int64_t mix_padded(int64_t M) {
   return (M + SG_MIX_CH - 1) / SG_MIX_CH * SG_MIX_CH;
 }
 
-/* One planar block product of Q output rows on modes [j0, j0 + SG_MIX_CH):
- * out[q] = sum_s a(s) * op(b(q, s)), a(s) = a + s sa, b(q, s) = b + q bq +
- * s sb, op = conj when conj_b; rows hold re[Mp] then im[Mp]; out[q] at out
- * + q oq. Repeated for N independent (a, out) pairs n (a + n an, out + n
- * on) sharing b: b's block (S x Q rows of one mode block, 8-16 KiB) then
- * stays in L1 across n, where a loop over n outside the mode blocks
- * streamed all of W (2.4 MB at width 32) from memory per sample. */
-typedef struct mix_blk {
-  int64_t Mp, S, sa, sb, bq, oq, N, an, on;
-  int conj_b;
-} mix_blk;
+/* The block product (mix_impl.h); f32 on a CPU with AVX2 but not AVX-512
+ * runs mix_avx2.c's kernel, the same bits (the portable one spills its 16
+ * vectors of sums there, or 32 in a baseline build). */
+typedef sg_mix_blk mix_blk;
+
+static int mix_avx2(void) {
+  return sg_mix_avx2_built() && sg_simd_avx2() && !sg_simd_avx512();
+}
 
 #define SG_MIX_PLANAR(T, SFX)                                                     \
   static inline void mix_blk_##SFX(const mix_blk *k, const int Q, const T sgn,    \
@@ -128,6 +126,12 @@ typedef struct mix_blk {
   }                                                                               \
   static void mix_run_##SFX(const mix_blk *k, int64_t Q, const T *a,              \
                             const T *b, T *out) {                                 \
+    if (sizeof(T) == sizeof(float) && mix_avx2()) {                               \
+      sg_mix_run_avx2_f32(k, Q, (const float *)(const void *)a,                   \
+                          (const float *)(const void *)b,                         \
+                          (float *)(void *)out);                                  \
+      return;                                                                     \
+    }                                                                             \
     if (k->conj_b)                                                                \
       mix_run_sgn_##SFX(k, Q, (T)-1, a, b, out);                                  \
     else                                                                          \

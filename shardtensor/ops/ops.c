@@ -87,8 +87,44 @@ int sg_c2_conv_available(void) {
   return sg_c2_conv_built() && !sg_pw_f32_available() && sg_simd_avx2();
 }
 
-int sg_gelu_simd_available(void) {
-  return sg_gelu_simd_built() && sg_simd_avx512();
+/* 2: the AVX-512 1x1 kernels (pointwise.c), 1: the AVX2 ones
+ * (pointwise_avx2.c), 0: BLAS. */
+int sg_pw_tier(void) {
+  if (sg_pw_f32_available()) return 2;
+  return sg_pw2_f32_built() && sg_simd_avx2() ? 1 : 0;
+}
+
+int sg_gelu_tier(void) {
+  if (sg_gelu_simd_built() && sg_simd_avx512()) return 2;
+  return sg_gelu2_built() && sg_simd_avx2() ? 1 : 0;
+}
+
+int sg_gelu_simd_available(void) { return sg_gelu_tier() > 0; }
+
+/* The 1x1 kernels of tier t (1 or 2). */
+static void pw_apply(int t, int64_t n, int64_t cin, int64_t cout, int64_t s,
+                     const float *w, int64_t wr, int64_t wc, const float *x,
+                     const float *b, float *y, int accumulate, int nthreads) {
+  if (t == 2)
+    sg_pw_apply_f32(n, cin, cout, s, w, wr, wc, x, b, y, accumulate, nthreads);
+  else
+    sg_pw2_apply_f32(n, cin, cout, s, w, wr, wc, x, b, y, accumulate, nthreads);
+}
+
+/* GELU forward / backward of tier t (1 or 2); seq: on the calling thread */
+static void gelu_fwd(int t, int seq, int64_t n, const float *x, float *y) {
+  if (t == 2)
+    (seq ? sg_gelu_fwd_seq_f32 : sg_gelu_fwd_simd_f32)(n, x, y);
+  else
+    (seq ? sg_gelu2_fwd_seq_f32 : sg_gelu2_fwd_f32)(n, x, y);
+}
+
+static void gelu_bwd(int t, int64_t n, const float *x, const float *dy,
+                     float *dx) {
+  if (t == 2)
+    sg_gelu_bwd_simd_f32(n, x, dy, dx);
+  else
+    sg_gelu2_bwd_f32(n, x, dy, dx);
 }
 
 /* AVX512_BF16 (vdpbf16ps) besides AVX-512F; SG_CONV_BF16=0 turns the bf16
@@ -356,16 +392,17 @@ size_t sg_conv_workspace_bytes(const sg_conv_desc *d, sg_dtype dt) {
   return g.ws_per_thread * (size_t)g.nthreads;
 }
 
-/* The 1x1 convolution on the pointwise kernels (no workspace; dW's lane
- * partials in a scratch of their own). */
-static int conv_on_pw(const sg_conv_geom *g, sg_dtype dt) {
-  return dt == SG_DTYPE_F32 && g->pointwise && sg_pw_f32_available();
+/* The tier of the pointwise kernels a 1x1 convolution runs on (sg_pw_tier:
+ * 2 AVX-512, 1 AVX2; no workspace), 0: im2col and BLAS. */
+static int conv_pw_tier(const sg_conv_geom *g, sg_dtype dt) {
+  return dt == SG_DTYPE_F32 && g->pointwise ? sg_pw_tier() : 0;
 }
 
-/* Bytes of the pointwise kernels' dW scratch: 16 lane partials per weight
- * and bias. */
-static size_t conv_pw_part_bytes(const sg_conv_geom *g) {
-  return (size_t)((g->k * g->c + g->k) * 16) * sizeof(float);
+/* Bytes of the pointwise kernels' dW scratch: the lane partials (16 on
+ * AVX-512, 8 on AVX2) per weight and bias. */
+static size_t conv_pw_part_bytes(const sg_conv_geom *g, int tier) {
+  const int64_t lanes = tier == 2 ? 16 : 8;
+  return (size_t)((g->k * g->c + g->k) * lanes) * sizeof(float);
 }
 
 /* Bytes of the weight gradient's lane partials of the f32 direct or
@@ -385,8 +422,8 @@ size_t sg_conv_alloc_bytes(const sg_conv_desc *d, sg_dtype dt, int trans,
     return 0;
   }
   if (nthreads > 0) g.nthreads = nthreads;
-  if (!trans && conv_on_pw(&g, dt))
-    return backward ? conv_pw_part_bytes(&g) : 0;
+  const int tier = trans ? 0 : conv_pw_tier(&g, dt);
+  if (tier) return backward ? conv_pw_part_bytes(&g, tier) : 0;
   size_t b = g.ws_per_thread * (size_t)g.nthreads;
   if (!trans && backward) b += conv_wpart_bytes(&g, dt, 0);
   return b;
@@ -403,9 +440,10 @@ sg_status sg_conv_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   SG_CHECK_PTR(w);
   SG_CHECK_PTR(y);
   g.round = d->round_out && dt == SG_DTYPE_F32;
-  if (conv_on_pw(&g, dt)) {
-    sg_pw_apply_f32(g.n, g.c, g.k, g.sout, w, g.ckk, 1, x, b, y,
-                    g.round ? SG_PW_ROUND : 0, g.nthreads);
+  const int tier = conv_pw_tier(&g, dt);
+  if (tier) {
+    pw_apply(tier, g.n, g.c, g.k, g.sout, w, g.ckk, 1, x, b, y,
+             g.round ? SG_PW_ROUND : 0, g.nthreads);
     goto fail;
   }
   SG_TRY(sg_ws_get(ws, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
@@ -429,15 +467,18 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   SG_CHECK_PTR(dy);
   if (dw) SG_CHECK_PTR(x);
   if (dx) SG_CHECK_PTR(w);
-  if (conv_on_pw(&g, dt)) {
+  const int tier = conv_pw_tier(&g, dt);
+  if (tier) {
     /* dx = W^T dy, and dW += dy x^T with db in the same pass, in place */
     if (db && !dw) sg_conv_bwd_f32(&g, x, w, dy, NULL, NULL, db, NULL, NULL);
     if (dx)
-      sg_pw_apply_f32(g.n, g.k, g.c, g.sout, w, 1, g.ckk, dy, NULL, dx, 0,
-                      g.nthreads);
+      pw_apply(tier, g.n, g.k, g.c, g.sout, w, 1, g.ckk, dy, NULL, dx, 0,
+               g.nthreads);
     if (dw) {
-      SG_TRY(sg_malloc(sg_device_host(), conv_pw_part_bytes(&g), &own));
-      sg_pw_wgrad_f32(g.n, g.c, g.k, g.sout, x, dy, dw, db, own, g.nthreads);
+      SG_TRY(sg_malloc(sg_device_host(), conv_pw_part_bytes(&g, tier), &own));
+      (tier == 2 ? sg_pw_wgrad_f32 : sg_pw2_wgrad_f32)(g.n, g.c, g.k, g.sout, x,
+                                                       dy, dw, db, own,
+                                                       g.nthreads);
     }
     goto fail;
   }
@@ -514,13 +555,13 @@ sg_status sg_linear_act_forward(sg_dtype dt, int64_t batch, int64_t cin,
   if (a && (act < 0 || act >= SG_ACT_COUNT))
     SG_RAISE(SG_ERR_INVALID_ARG, "linear_act: unknown activation %d", act);
   if (nz == 0) goto fail;
-  if (dt == SG_DTYPE_F32 && sg_pw_f32_available() &&
-      (!a || (act == SG_ACT_GELU && sg_gelu_simd_available()))) {
+  const int tier = dt == SG_DTYPE_F32 ? sg_pw_tier() : 0;
+  if (tier && (!a || (act == SG_ACT_GELU && sg_gelu_tier() == tier))) {
     SG_CHECK_PTR(x);
     SG_CHECK_PTR(w);
     SG_CHECK_PTR(z);
-    sg_pw_apply_act_f32(batch, cin, cout, spatial, w, x, b, add, z, a,
-                        sg_max_threads());
+    (tier == 2 ? sg_pw_apply_act_f32 : sg_pw2_apply_act_f32)(
+        batch, cin, cout, spatial, w, x, b, add, z, a, sg_max_threads());
     goto fail;
   }
   if (add) SG_TRY(linear_tmp(dt, nz, &tmp));
@@ -545,11 +586,12 @@ sg_status sg_linear_backward_add(sg_dtype dt, int64_t batch, int64_t cin,
                               db);
   SG_CHECK_PTR(w);
   SG_CHECK_PTR(dy);
-  if (dt == SG_DTYPE_F32 && sg_pw_f32_available()) {
+  const int tier = dt == SG_DTYPE_F32 ? sg_pw_tier() : 0;
+  if (tier) {
     SG_TRY(sg_linear_backward(dt, batch, cin, cout, spatial, x, w, dy, NULL, dw,
                               db));
-    sg_pw_apply_f32(batch, cout, cin, spatial, w, 1, cin, dy, NULL, dx,
-                    SG_PW_ADD, sg_max_threads());
+    pw_apply(tier, batch, cout, cin, spatial, w, 1, cin, dy, NULL, dx,
+             SG_PW_ADD, sg_max_threads());
     goto fail;
   }
   SG_TRY(linear_tmp(dt, nx, &tmp));
@@ -872,8 +914,10 @@ sg_status sg_act_forward(sg_act act, sg_dtype dt, int64_t n, const void *x,
   if (n == 0) goto fail;
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(y);
-  if (dt == SG_DTYPE_F32 && act == SG_ACT_GELU && sg_gelu_simd_available())
-    sg_gelu_fwd_simd_f32(n, x, y);
+  const int tier = dt == SG_DTYPE_F32 && act == SG_ACT_GELU ? sg_gelu_tier()
+                                                            : 0;
+  if (tier)
+    gelu_fwd(tier, 0, n, x, y);
   else
     SG_DISPATCH(dt, sg_act_fwd, (int)act, n, x, y);
 fail:
@@ -888,8 +932,10 @@ sg_status sg_act_backward(sg_act act, sg_dtype dt, int64_t n, const void *x,
   SG_CHECK_PTR(x);
   SG_CHECK_PTR(dy);
   SG_CHECK_PTR(dx);
-  if (dt == SG_DTYPE_F32 && act == SG_ACT_GELU && sg_gelu_simd_available())
-    sg_gelu_bwd_simd_f32(n, x, dy, dx);
+  const int tier = dt == SG_DTYPE_F32 && act == SG_ACT_GELU ? sg_gelu_tier()
+                                                            : 0;
+  if (tier)
+    gelu_bwd(tier, n, x, dy, dx);
   else
     SG_DISPATCH(dt, sg_act_bwd, (int)act, n, x, dy, dx);
 fail:
@@ -911,14 +957,15 @@ typedef struct sg_ew_call {
 } sg_ew_call;
 
 static void sg_ew_chunk(const sg_ew_call *c, int64_t i0, int64_t n) {
+  const int tier = c->kind != 1 && c->code == SG_ACT_GELU ? sg_gelu_tier() : 0;
   if (c->kind == 1)
     sg_binary_fwd_f32(c->code, n, c->a + i0, c->b + i0, c->y + i0);
-  else if (c->kind == 2 && c->code == SG_ACT_GELU && sg_gelu_simd_available())
-    sg_gelu_bwd_simd_f32(n, c->a + i0, c->b + i0, c->y + i0);
+  else if (c->kind == 2 && tier)
+    gelu_bwd(tier, n, c->a + i0, c->b + i0, c->y + i0);
   else if (c->kind == 2)
     sg_act_bwd_f32(c->code, n, c->a + i0, c->b + i0, c->y + i0);
-  else if (c->code == SG_ACT_GELU && sg_gelu_simd_available())
-    sg_gelu_fwd_seq_f32(n, c->a + i0, c->y + i0);
+  else if (tier)
+    gelu_fwd(tier, 1, n, c->a + i0, c->y + i0);
   else
     sg_act_fwd_f32(c->code, n, c->a + i0, c->y + i0);
   sg_round_bf16(c->y + i0, n);

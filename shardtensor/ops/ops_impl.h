@@ -197,8 +197,9 @@ sg_status sg_up_geom_make(sg_upsample_kind kind, int nsp, int64_t planes,
  * forces the portable path: BLAS and plain C). Call nothing in those files
  * unless available() is 1. */
 int sg_simd_avx512(void);
-/* AVX2 + FMA present and not ruled out by SG_SIMD=portable (ops.c);
- * SG_SIMD=avx2 rules out AVX-512 only (sg_simd_avx512 returns 0). */
+/* AVX2 + FMA present and not ruled out by SG_SIMD=portable (ops.c).
+ * SG_SIMD=avx2 rules out the AVX-512 kernels only (sg_simd_avx512() 0):
+ * the AVX2 tier on a CPU that has both (tests, A/B runs). */
 int sg_simd_avx2(void);
 int sg_pw_f32_built(void);
 int sg_gelu_simd_built(void);
@@ -272,6 +273,24 @@ void sg_c2_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
                              const float *dy, int64_t ldd, float *part);
 void sg_c2_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
                          float *dw);
+/* The same 1x1 kernels on AVX2 + FMA (pointwise_avx2.c), for CPUs without
+ * AVX-512: apply and apply_act as above (apply_act's GELU by
+ * sg_gelu2_fwd_seq_f32), wgrad with (cout * cin + cout) * 8 floats of
+ * scratch. Only the 1x1 layers use them (not the 3x3 convolution's
+ * im2col or direct GEMMs). sg_pw_tier() (ops.c): 2 where the AVX-512
+ * kernels run, 1 where these do (built, sg_simd_avx2(), no AVX-512), else
+ * 0 (BLAS). */
+int sg_pw2_f32_built(void);
+int sg_pw_tier(void);
+void sg_pw2_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                      const float *w, int64_t wr, int64_t wc, const float *x,
+                      const float *b, float *y, int accumulate, int nthreads);
+void sg_pw2_apply_act_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                          const float *w, const float *x, const float *b,
+                          int add, float *z, float *a, int nthreads);
+void sg_pw2_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                      const float *x, const float *dy, float *dw, float *db,
+                      float *part, int nthreads);
 
 /* bf16 kernels of the direct convolution (conv_bf16.c), where available:
  * built, the CPU has AVX512_BF16 (and AVX-512F, OS state), SG_SIMD is not
@@ -329,8 +348,17 @@ void sg_bf16_pack_dy_tiles(int64_t kp, int64_t npad, const float *dyc,
 void sg_amx_pack_weights(int64_t nr, int64_t nch, int64_t kk, const float *w,
                          int64_t rs, int64_t cs, sg_amx_dims a, uint32_t *dst);
 
-/* f32 GELU on AVX-512F (act_simd.c); available() 0 elsewhere. */
+/* f32 GELU on AVX-512F (act_simd.c: sg_gelu_*_simd_f32, fwd_seq) or
+ * AVX2 + FMA (act_avx2.c: sg_gelu2_*); sg_gelu_tier() (ops.c) 2, 1 or 0
+ * as sg_pw_tier() (the same flags build both files of a tier, so a fused
+ * linear + GELU and the separate ops agree); available(): tier > 0.
+ * ops.c's callers pick the tier's kernel. */
 int sg_gelu_simd_available(void);
+int sg_gelu_tier(void);
+int sg_gelu2_built(void);
+void sg_gelu2_fwd_f32(int64_t n, const float *x, float *y);
+void sg_gelu2_fwd_seq_f32(int64_t n, const float *x, float *y);
+void sg_gelu2_bwd_f32(int64_t n, const float *x, const float *dy, float *dx);
 void sg_gelu_fwd_simd_f32(int64_t n, const float *x, float *y);
 /* The same on the calling thread only (no OpenMP region): the epilogue of
  * the fused linear's cache-hot chunks. */

@@ -416,6 +416,71 @@ static void run_deriv(int D, const int64_t *shape, const ft_layout *L, int nl) {
   }
 }
 
+/* The f32 AVX2 kernels of the mode mixing (mix_avx2.c) and the kept-modes
+ * product (dft_avx2.c), taken where the CPU has AVX2 and not AVX-512,
+ * against the portable ones (SG_SIMD=portable): the same operations in
+ * the same order, so the same bits, forward and backward. Odd sizes:
+ * channels past a block of 4 rows, partial 16-mode blocks, product widths
+ * 2K = 8 and 24 (its 24-column blocks), n = 13 and 26 (masked 16-column
+ * tails), rows no multiple of the row blocks. On other CPUs both runs are
+ * portable. */
+static void run_mix_bits(const int64_t shape[2], const int64_t keep[2]) {
+  const int64_t nb = 2, ci = 5, co = 6;
+  const int64_t nr = shape[0] * shape[1];
+  int64_t K[3];
+  ft_kept_shape(2, shape, keep, K);
+  const int64_t nw = 2 * ci * co * K[0] * K[1];
+  const int64_t nx = nb * ci * nr, ny = nb * co * nr;
+  double *xd = malloc(sizeof(double) * (size_t)nx);
+  double *wd = malloc(sizeof(double) * (size_t)nw);
+  double *rd = malloc(sizeof(double) * (size_t)ny);
+  ft_fill(xd, nx, 51);
+  ft_fill(wd, nw, 52);
+  ft_fill(rd, ny, 53);
+  float *x = malloc(sizeof(float) * (size_t)nx);
+  float *w = malloc(sizeof(float) * (size_t)nw);
+  float *r = malloc(sizeof(float) * (size_t)ny);
+  for (int64_t i = 0; i < nx; ++i) x[i] = (float)xd[i];
+  for (int64_t i = 0; i < nw; ++i) w[i] = (float)wd[i];
+  for (int64_t i = 0; i < ny; ++i) r[i] = (float)rd[i];
+  sg_fft_desc desc;
+  sg_fft_desc_init(&desc);
+  desc.dtype = SG_DTYPE_F32;
+  desc.ndim = 2;
+  desc.batch = nb;
+  desc.nthreads = 1;
+  for (int d = 0; d < 2; ++d) {
+    desc.shape[d] = shape[d];
+    desc.keep[d] = keep[d];
+  }
+  float *out[2][3];
+  for (int v = 0; v < 2; ++v) {
+    if (v) setenv("SG_SIMD", "portable", 1);
+    out[v][0] = malloc(sizeof(float) * (size_t)ny);
+    out[v][1] = malloc(sizeof(float) * (size_t)nx);
+    out[v][2] = calloc((size_t)nw, sizeof(float));
+    sg_spectral_conv_t c = NULL;
+    SG_CHECK_OK(sg_spectral_conv_create_comms(MPI_COMM_SELF, 0, NULL, &desc, ci,
+                                              co, &c));
+    if (c) {
+      SG_CHECK_OK(sg_spectral_conv_forward(c, x, w, out[v][0], NULL));
+      SG_CHECK_OK(
+          sg_spectral_conv_backward(c, x, NULL, w, r, out[v][1], out[v][2]));
+    }
+    sg_spectral_conv_destroy(&c);
+    unsetenv("SG_SIMD");
+  }
+  const int64_t n[3] = {ny, nx, nw};
+  const char *what[3] = {"y", "dx", "dW"};
+  for (int i = 0; i < 3; ++i) {
+    SG_CHECK(memcmp(out[0][i], out[1][i], sizeof(float) * (size_t)n[i]) == 0,
+             "f32 mixing: %s the same bits as SG_SIMD=portable", what[i]);
+    free(out[0][i]);
+    free(out[1][i]);
+  }
+  free(xd), free(wd), free(rd), free(x), free(w), free(r);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
   ft_layout L2[FT_MAX_LAYOUTS], L3[FT_MAX_LAYOUTS];
@@ -439,6 +504,12 @@ int main(int argc, char **argv) {
      * and x uneven over 2 and 3 ranks; 2*2 t, 2*2 y, 3 x modes kept */
     const int64_t s4[3] = {10, 7, 9}, k4[3] = {2, 2, 3};
     run_conv(3, s4, k4, 1, 2, 3, SG_DTYPE_F64, L3, n3);
+  }
+  {
+    const int64_t s1[2] = {11, 13}, k1[2] = {3, 4};
+    run_mix_bits(s1, k1);
+    const int64_t s2[2] = {7, 26}, k2[2] = {3, 12};
+    run_mix_bits(s2, k2);
   }
   {
     const int64_t s[2] = {24, 30}, s3[3] = {12, 10, 16};

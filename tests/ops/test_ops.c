@@ -217,6 +217,11 @@ static void test_conv_case(const char *name, sg_conv_desc d, int bias) {
  * (SG_SIMD=portable: BLAS); test_conv_case checks the default against the
  * f64 reference. The same sums in another order: 1e-5 relative. Without
  * AVX-512 both runs take the portable im2col path. */
+/* Where not NULL, the value of `env` for the first run of
+ * test_conv_paths_case instead of leaving it unset (SG_SIMD=avx2 against
+ * portable: the AVX2 tier on a CPU that also has AVX-512). */
+static const char *paths_base = NULL;
+
 static void test_conv_paths_case(const char *name, sg_conv_desc d,
                                  const char *env, const char *val) {
   int64_t out[2];
@@ -233,6 +238,7 @@ static void test_conv_paths_case(const char *name, sg_conv_desc d,
     omp_set_num_threads(nth);
     for (int v = 0; v < 2; ++v) { /* v = 1: env = val */
       if (v) setenv(env, val, 1);
+      if (!v && paths_base) setenv(env, paths_base, 1);
       res[v][0] = malloc((size_t)ny * sizeof(float));
       res[v][1] = malloc((size_t)nx * sizeof(float));
       res[v][2] = calloc((size_t)nw, sizeof(float));
@@ -273,11 +279,15 @@ static void test_conv_direct_case(const char *name, sg_conv_desc d) {
 }
 
 /* Run-time dispatch: SG_SIMD=portable takes BLAS and plain C where the
- * AVX-512 kernels would run (direct 3x3, the 1x1 kernels, GELU); the
+ * AVX-512 kernels would run (direct 3x3, the 1x1 kernels, GELU), or the
+ * AVX2 ones (1x1, GELU; the 3x3 convolution has no AVX2 kernel); the
  * results agree within f32 tolerance (GELU: the SIMD exp polynomial and
- * reciprocal against libm, a few ulp). On a CPU without AVX-512 both runs
- * are portable: the test then checks the switch is harmless. */
-static void test_simd_dispatch(void) {
+ * reciprocal against libm, a few ulp). Run twice: the default tier, then
+ * SG_SIMD=avx2 (the AVX2 tier where AVX-512 would be taken). On a CPU
+ * without AVX2 both runs are portable: the test then checks the switch is
+ * harmless. */
+static void test_simd_dispatch_tier(const char *base) {
+  paths_base = base;
   sg_conv_desc d = {.nsp = 2,
                     .batch = 2,
                     .cin = 5,
@@ -296,12 +306,19 @@ static void test_simd_dispatch(void) {
                     .stride = {1, 1},
                     .dilation = {1, 1}};
   test_conv_paths_case("simd 1x1", p, "SG_SIMD", "portable");
+  /* odd channel counts past one register tile each way (AVX2: 4 x 24 and
+   * 4 x 3 tiles, AVX-512: 8 x 48 and 4 x 6), pixels 2 x 24 + 7 */
+  sg_conv_desc q = p;
+  q.cin = 13, q.cout = 10, q.in[0] = 5, q.in[1] = 11;
+  test_conv_paths_case("simd 1x1 odd", q, "SG_SIMD", "portable");
+  paths_base = NULL;
   const int64_t n = 1000 + 13; /* a masked tail */
   double *ad = rnd(n), *dd = rnd(n);
   for (int64_t i = 0; i < n; ++i) ad[i] *= 8; /* past the clamps' knees */
   float *a = to_f32(ad, n), *dy = to_f32(dd, n), *r[2][2];
   for (int v = 0; v < 2; ++v) {
     if (v) setenv("SG_SIMD", "portable", 1);
+    if (!v && base) setenv("SG_SIMD", base, 1);
     r[v][0] = malloc((size_t)n * sizeof(float));
     r[v][1] = malloc((size_t)n * sizeof(float));
     SG_CHECK_OK(sg_act_forward(SG_ACT_GELU, SG_DTYPE_F32, n, a, r[v][0]));
@@ -616,6 +633,12 @@ static void test_linear_act(void) {
   omp_set_num_threads(2); /* the pixel chunks split over threads */
   linear_act_case(SG_DTYPE_F32, 2, 32, 32, 397, 1, SG_ACT_GELU, 1);
   omp_set_num_threads(1);
+  /* the AVX2 tier where the CPU also has AVX-512 (elsewhere the default) */
+  setenv("SG_SIMD", "avx2", 1);
+  for (int add = 0; add < 2; ++add)
+    linear_act_case(SG_DTYPE_F32, 3, 5, 11, 205, add, SG_ACT_GELU, add);
+  linear_act_case(SG_DTYPE_F32, 2, 32, 32, 397, 1, SG_ACT_GELU, 1);
+  unsetenv("SG_SIMD");
   float v[4] = {0};
   SG_CHECK_STATUS(sg_linear_act_forward(SG_DTYPE_F32, 1, 1, 1, 1, v, v + 1,
                                         NULL, 0, 99, v + 2, v + 3),
@@ -1523,7 +1546,8 @@ int main(int argc, char **argv) {
   omp_set_num_threads(1);
   test_conv();
   test_conv_direct();
-  test_simd_dispatch();
+  test_simd_dispatch_tier(NULL);
+  test_simd_dispatch_tier("avx2");
   test_conv_avx2();
   test_convt();
   test_pool();

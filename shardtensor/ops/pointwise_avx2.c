@@ -1,0 +1,346 @@
+/* shardgrid — f32 pointwise (1x1) convolution / channel-wise linear on
+ * AVX2 + FMA (Haswell, Zen 1-3): the tier below pointwise.c's AVX-512
+ * kernels, the same scheme in 8-float vectors and 16 registers.
+ *  - y = W x + b and dx (+)= W^T dy: an outer-product tile of P2_MR output
+ *    channels (4) x 24 pixels in 12 accumulators; per input channel one row
+ *    of 24 pixels is loaded (3 registers) and each weight broadcast (one
+ *    register): 16 in all. The weight matrix is read through (row, col)
+ *    strides, so W^T needs no copy; the bias is the accumulators' initial
+ *    value. The pixels run in chunks of 96 (p2_chunk): the chunk's input
+ *    rows copied to one block, then each 4-row block of outputs over it.
+ *  - dW += dy x^T (and db += the sum of dy, over the same cache-hot
+ *    chunks): tiles of P2_MK (4) output x P2_MC (3) input channels, each a
+ *    vector of 8 lane partial sums over the pixels; the tile's 3 x rows are
+ *    held in registers while each of its 4 dy rows is loaded once. The
+ *    pixels run in chunks (rows of a chunk stay in L2 while every tile
+ *    passes over them); the lane partials are summed at the end in a fixed
+ *    order, whatever the thread count.
+ * Every output element of the forward and dx sums its input channels in
+ * increasing order, one fused multiply-add each: a pixel's result does not
+ * depend on how the pixels are split across ranks or threads.
+ * Only the 1x1 layers (sg_conv_forward/backward's pointwise case, the
+ * linears and the fused linear + GELU) take these kernels; the 3x3
+ * convolution keeps its own paths. Compiled with -mavx2 -mfma by this
+ * file's own flags (shardtensor/ops/CMakeLists.txt) where the compiler
+ * can; entered only when ops.c's pointwise tier says AVX2 (built, the CPU
+ * has AVX2 and FMA, no AVX-512 kernel in use, SG_SIMD not "portable"). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_impl.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+enum {
+  P2_NV = 3, /* vectors of 8 pixels per forward tile (24) */
+  P2_NP = 8 * P2_NV,
+  P2_MR = 4,            /* output channels per forward tile */
+  P2_MK = 4,            /* dW tile: output channels ... */
+  P2_MC = 3,            /* ... times input channels */
+  P2_CHUNK = 1024,      /* pixels per dW chunk */
+  P2_CH = 4 * P2_NP,    /* pixels per chunk (4 strips) */
+  P2_PACK = 128,        /* input channels up to which a chunk is packed */
+  P2_ACHUNK = 8 * P2_NP /* pixels per chunk of the fused linear + GELU */
+};
+
+int sg_pw2_f32_built(void) { return 1; }
+
+/* lanes [0, len) of a vector of 8 (len clamped to [0, 8]) */
+static inline __m256i p2_mask(int64_t len) {
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const int l = (int)(len < 0 ? 0 : len > 8 ? 8 : len);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(l), idx);
+}
+
+#define P2_LD(p, FULL, m) \
+  ((FULL) ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m))
+
+/* One forward tile: MR rows r of y (stride ldy) over up to 24 pixels,
+ * y[r] = init + sum_ci w[r*wr + ci*wc] x[ci*ldx]; init as pointwise.c's
+ * (bias or zero; SG_PW_ACC the current y; SG_PW_ADD the current y added
+ * to the finished sum). FULL: all 24 pixels, else the masks m[]. */
+#define P2_TILE(MR, FULL)                                                    \
+  static void p2_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,   \
+                                    int64_t wc, const float *x, int64_t ldx, \
+                                    const float *b, float *y, int64_t ldy,   \
+                                    int mode, const __m256i *m) {            \
+    __m256 acc[MR][P2_NV];                                                   \
+    _Pragma("GCC unroll 4")                                                  \
+    for (int r = 0; r < MR; ++r) {                                           \
+      _Pragma("GCC unroll 3")                                                \
+      for (int v = 0; v < P2_NV; ++v) {                                      \
+        if (mode == SG_PW_ACC)                                               \
+          acc[r][v] = P2_LD(y + r * ldy + 8 * v, FULL, m[v]);                \
+        else                                                                 \
+          acc[r][v] = b ? _mm256_set1_ps(b[r]) : _mm256_setzero_ps();        \
+      }                                                                      \
+    }                                                                        \
+    for (int64_t ci = 0; ci < c; ++ci) {                                     \
+      const float *xc = x + ci * ldx;                                        \
+      __m256 xv[P2_NV];                                                      \
+      _Pragma("GCC unroll 3")                                                \
+      for (int v = 0; v < P2_NV; ++v)                                        \
+        xv[v] = ldx == P2_NP ? _mm256_loadu_ps(xc + 8 * v)                   \
+                             : P2_LD(xc + 8 * v, FULL, m[v]);                \
+      const float *wp = w + ci * wc;                                         \
+      _Pragma("GCC unroll 4")                                                \
+      for (int r = 0; r < MR; ++r) {                                         \
+        const __m256 wv = _mm256_broadcast_ss(wp + r * wr);                  \
+        _Pragma("GCC unroll 3")                                              \
+        for (int v = 0; v < P2_NV; ++v)                                      \
+          acc[r][v] = _mm256_fmadd_ps(wv, xv[v], acc[r][v]);                 \
+      }                                                                      \
+    }                                                                        \
+    _Pragma("GCC unroll 4")                                                  \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 3")                     \
+    for (int v = 0; v < P2_NV; ++v) {                                        \
+      float *yp = y + r * ldy + 8 * v;                                       \
+      if (mode == SG_PW_ADD)                                                 \
+        acc[r][v] = _mm256_add_ps(acc[r][v], P2_LD(yp, FULL, m[v]));         \
+      if (FULL)                                                              \
+        _mm256_storeu_ps(yp, acc[r][v]);                                     \
+      else                                                                   \
+        _mm256_maskstore_ps(yp, m[v], acc[r][v]);                            \
+    }                                                                        \
+  }
+
+#define P2_TILES(MR) P2_TILE(MR, 1) P2_TILE(MR, 0)
+P2_TILES(1)
+P2_TILES(2)
+P2_TILES(3)
+P2_TILES(4)
+
+typedef void (*p2_tile_fn)(int64_t, const float *, int64_t, int64_t,
+                           const float *, int64_t, const float *, float *,
+                           int64_t, int, const __m256i *);
+static const p2_tile_fn p2_tiles[2][P2_MR + 1] = {
+    {NULL, p2_tile_1_0, p2_tile_2_0, p2_tile_3_0, p2_tile_4_0},
+    {NULL, p2_tile_1_1, p2_tile_2_1, p2_tile_3_1, p2_tile_4_1}};
+
+/* A chunk of up to P2_CH pixels [c0, c0 + len) of the (cout x np)
+ * product: its input rows are first copied to one contiguous block, strip
+ * by strip (zeros past the image's end), when cin <= P2_PACK; then each
+ * block of 4 output rows runs over the chunk's strips. Rows a whole image
+ * apart (4096 pixels, 16 KiB) all fall into the same few sets of the
+ * 8-way L1, and the tiles of every 4 output channels read a strip again
+ * (perf, Zen 3: the unpacked tile stalled on those loads); reading each
+ * row 96 pixels at a time, and writing each output row so, keeps the
+ * accesses sequential for longer. The copy changes no value: each output
+ * still sums its channels in order. */
+static void p2_chunk(int64_t cin, int64_t cout, int64_t c0, int64_t len,
+                     const float *w, int64_t wr, int64_t wc, const float *x,
+                     int64_t ldx, const float *b, float *y, int64_t ldy,
+                     int accumulate) {
+  const int64_t nst = (len + P2_NP - 1) / P2_NP,
+                tail = len - (nst - 1) * P2_NP; /* the last strip's pixels */
+  __m256i m[P2_NV], ones = _mm256_set1_epi32(-1);
+  for (int v = 0; v < P2_NV; ++v) m[v] = p2_mask(tail - 8 * v);
+  const int mode = accumulate & (SG_PW_ACC | SG_PW_ADD);
+  float pack[P2_PACK * P2_CH] __attribute__((aligned(32)));
+  const int packed = cin <= P2_PACK;
+  for (int64_t ci = 0; packed && ci < cin; ++ci)
+    for (int64_t st = 0; st < nst; ++st) {
+      const float *xr = x + ci * ldx + c0 + st * P2_NP;
+      float *pr = pack + (st * cin + ci) * P2_NP;
+      for (int v = 0; v < P2_NV; ++v)
+        _mm256_store_ps(pr + 8 * v, st + 1 < nst
+                                        ? _mm256_loadu_ps(xr + 8 * v)
+                                        : _mm256_maskload_ps(xr + 8 * v, m[v]));
+    }
+  __m256i mf[P2_NV];
+  for (int v = 0; v < P2_NV; ++v) mf[v] = ones;
+  for (int64_t k0 = 0; k0 < cout; k0 += P2_MR) {
+    const int mr = (int)(cout - k0 < P2_MR ? cout - k0 : P2_MR);
+    for (int64_t st = 0; st < nst; ++st) {
+      const int full = st + 1 < nst || tail == P2_NP;
+      const float *xs = packed ? pack + st * cin * P2_NP : x + c0 + st * P2_NP;
+      p2_tiles[full][mr](cin, w + k0 * wr, wr, wc, xs, packed ? P2_NP : ldx,
+                         b ? b + k0 : NULL, y + k0 * ldy + c0 + st * P2_NP, ldy,
+                         mode, full ? mf : m);
+    }
+  }
+  for (int64_t r = 0; (accumulate & SG_PW_ROUND) && r < cout; ++r)
+    sg_round_bf16(y + r * ldy + c0, len);
+}
+
+void sg_pw2_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                      const float *w, int64_t wr, int64_t wc, const float *x,
+                      const float *b, float *y, int accumulate, int nthreads) {
+  const int64_t nch = (s + P2_CH - 1) / P2_CH, items = n * nch;
+#pragma omp parallel for schedule(static) \
+    num_threads(nthreads) if (nthreads > 1)
+  for (int64_t it = 0; it < items; ++it) {
+    const int64_t nn = it / nch, c0 = (it % nch) * P2_CH;
+    p2_chunk(cin, cout, c0, s - c0 < P2_CH ? s - c0 : P2_CH, w, wr, wc,
+             x + nn * cin * s, s, b, y + nn * cout * s, s, accumulate);
+  }
+}
+
+void sg_pw2_apply_act_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                          const float *w, const float *x, const float *b,
+                          int add, float *z, float *a, int nthreads) {
+  const int64_t nch = (s + P2_ACHUNK - 1) / P2_ACHUNK, items = n * nch;
+#pragma omp parallel for schedule(static) \
+    num_threads(nthreads) if (nthreads > 1)
+  for (int64_t it = 0; it < items; ++it) {
+    const int64_t nn = it / nch, c0 = (it % nch) * P2_ACHUNK,
+                  c1 = c0 + P2_ACHUNK < s ? c0 + P2_ACHUNK : s;
+    float *zn = z + nn * cout * s;
+    for (int64_t p0 = c0; p0 < c1; p0 += P2_CH)
+      p2_chunk(cin, cout, p0, c1 - p0 < P2_CH ? c1 - p0 : P2_CH, w, cin, 1,
+               x + nn * cin * s, s, b, zn, s, add ? SG_PW_ADD : 0);
+    for (int64_t r = 0; a && r < cout; ++r)
+      sg_gelu2_fwd_seq_f32(c1 - c0, zn + r * s + c0,
+                           a + (nn * cout + r) * s + c0);
+  }
+}
+
+/* One dW tile over nv vectors of pixels (the last one masked by mt):
+ * part[(i * MC + j) * 8 + lane] += dy[i] * x[j]. The MC x rows of a
+ * vector are held while each dy row is loaded once. */
+#define P2_WSTEP(MK, MC, FULL, v)                                \
+  {                                                              \
+    __m256 xv[MC];                                               \
+    _Pragma("GCC unroll 3")                                      \
+    for (int j = 0; j < MC; ++j)                                 \
+      xv[j] = P2_LD(x + j * ld + 8 * (v), FULL, mt);             \
+    _Pragma("GCC unroll 4")                                      \
+    for (int i = 0; i < MK; ++i) {                               \
+      const __m256 dv = P2_LD(dy + i * ldd + 8 * (v), FULL, mt); \
+      _Pragma("GCC unroll 3")                                    \
+      for (int j = 0; j < MC; ++j)                               \
+        acc[i][j] = _mm256_fmadd_ps(dv, xv[j], acc[i][j]);       \
+    }                                                            \
+  }
+
+#define P2_WTILE(MK, MC)                                                    \
+  static void p2_wtile_##MK##_##MC(int64_t nv, __m256i mt, const float *dy, \
+                                   int64_t ldd, const float *x, int64_t ld, \
+                                   float *part) {                           \
+    __m256 acc[MK][MC];                                                     \
+    _Pragma("GCC unroll 4")                                                 \
+    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 3")                    \
+    for (int j = 0; j < MC; ++j)                                            \
+      acc[i][j] = _mm256_loadu_ps(part + (i * MC + j) * 8);                 \
+    for (int64_t v = 0; v + 1 < nv; ++v) /* full vectors: no masks */       \
+      P2_WSTEP(MK, MC, 1, v)                                                \
+    if (nv > 0) P2_WSTEP(MK, MC, 0, nv - 1)                                 \
+    _Pragma("GCC unroll 4")                                                 \
+    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 3")                    \
+    for (int j = 0; j < MC; ++j)                                            \
+      _mm256_storeu_ps(part + (i * MC + j) * 8, acc[i][j]);                 \
+  }
+
+#define P2_WTILES(MK) P2_WTILE(MK, 1) P2_WTILE(MK, 2) P2_WTILE(MK, 3)
+P2_WTILES(1)
+P2_WTILES(2)
+P2_WTILES(3)
+P2_WTILES(4)
+
+typedef void (*p2_wtile_fn)(int64_t, __m256i, const float *, int64_t,
+                            const float *, int64_t, float *);
+#define P2_WROW(MK) \
+  { NULL, p2_wtile_##MK##_1, p2_wtile_##MK##_2, p2_wtile_##MK##_3 }
+static const p2_wtile_fn p2_wtiles[P2_MK + 1][P2_MC + 1] = {
+    {NULL}, P2_WROW(1), P2_WROW(2), P2_WROW(3), P2_WROW(4)};
+
+/* Lane partials of the bias gradient for rows [k0, k0 + mk) over one
+ * chunk (cache-hot: the weight tiles of the chunk just read it). */
+static void p2_btile(int mk, int64_t nv, __m256i mt, const float *dy,
+                     int64_t ld, float *part) {
+  for (int i = 0; i < mk; ++i) {
+    __m256 acc = _mm256_loadu_ps(part + 8 * i);
+    for (int64_t v = 0; v + 1 < nv; ++v)
+      acc = _mm256_add_ps(acc, _mm256_loadu_ps(dy + i * ld + 8 * v));
+    if (nv > 0)
+      acc = _mm256_add_ps(acc,
+                          _mm256_maskload_ps(dy + i * ld + 8 * (nv - 1), mt));
+    _mm256_storeu_ps(part + 8 * i, acc);
+  }
+}
+
+/* The 8 lanes of p summed in a fixed order (pairs, then pairs of pairs) */
+static inline float p2_lane_sum(const float *p) {
+  return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+}
+
+/* dw[k0.., c0..] += the lane sums of tile (k0, c0)'s partials (a block of
+ * mk * mc vectors of 8 lanes at part + (k0 * cin + c0 * mk) * 8) */
+static void p2_tile_sum(int64_t cin, int64_t cout, int64_t k0, int64_t c0,
+                        const float *part, float *dw) {
+  const int mk = (int)(cout - k0 < P2_MK ? cout - k0 : P2_MK);
+  const int mc = (int)(cin - c0 < P2_MC ? cin - c0 : P2_MC);
+  const float *pt = part + (k0 * cin + c0 * mk) * 8;
+  for (int i = 0; i < mk; ++i)
+    for (int j = 0; j < mc; ++j)
+      dw[(k0 + i) * cin + c0 + j] += p2_lane_sum(pt + (i * mc + j) * 8);
+}
+
+/* part: (cout * cin + cout) * 8 floats of scratch */
+void sg_pw2_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                      const float *x, const float *dy, float *dw, float *db,
+                      float *part, int nthreads) {
+  const int64_t nkb = (cout + P2_MK - 1) / P2_MK,
+                ncb = (cin + P2_MC - 1) / P2_MC;
+  const int64_t ntile = nkb * ncb, nchunk = (s + P2_CHUNK - 1) / P2_CHUNK;
+  const int64_t nitem = ntile + (db ? nkb : 0);
+  float *bpart = part + cout * cin * 8;
+  memset(part, 0, (size_t)((cout * cin + cout) * 8) * sizeof *part);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+  for (int64_t q = 0; q < n * nchunk; ++q) {
+    const int64_t nn = q / nchunk, p0 = (q % nchunk) * P2_CHUNK;
+    const int64_t len = s - p0 < P2_CHUNK ? s - p0 : P2_CHUNK;
+    const int64_t nv = (len + 7) / 8;
+    const __m256i mt = p2_mask(len - 8 * (nv - 1));
+    const float *xs = x + nn * cin * s + p0, *ds = dy + nn * cout * s + p0;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < nitem; ++t) {
+      if (t >= ntile) { /* bias rows, after the weight tiles */
+        const int64_t k0 = (t - ntile) * P2_MK;
+        const int mk = (int)(cout - k0 < P2_MK ? cout - k0 : P2_MK);
+        p2_btile(mk, nv, mt, ds + k0 * s, s, bpart + 8 * k0);
+        continue;
+      }
+      const int64_t k0 = (t / ncb) * P2_MK, c0 = (t % ncb) * P2_MC;
+      const int mk = (int)(cout - k0 < P2_MK ? cout - k0 : P2_MK);
+      const int mc = (int)(cin - c0 < P2_MC ? cin - c0 : P2_MC);
+      float *pt = part + (k0 * cin + c0 * mk) * 8;
+      p2_wtiles[mk][mc](nv, mt, ds + k0 * s, s, xs + c0 * s, s, pt);
+    }
+  }
+#pragma omp parallel for schedule(static) \
+    num_threads(nthreads) if (nthreads > 1)
+  for (int64_t t = 0; t < ntile; ++t)
+    p2_tile_sum(cin, cout, (t / ncb) * P2_MK, (t % ncb) * P2_MC, part, dw);
+  if (db)
+    for (int64_t k = 0; k < cout; ++k) db[k] += p2_lane_sum(bpart + 8 * k);
+}
+
+#else /* no AVX2 + FMA flags: callers use BLAS */
+
+int sg_pw2_f32_built(void) { return 0; }
+
+void sg_pw2_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                      const float *w, int64_t wr, int64_t wc, const float *x,
+                      const float *b, float *y, int accumulate, int nthreads) {
+  (void)n, (void)cin, (void)cout, (void)s, (void)w, (void)wr, (void)wc;
+  (void)x, (void)b, (void)y, (void)accumulate, (void)nthreads;
+}
+
+void sg_pw2_apply_act_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                          const float *w, const float *x, const float *b,
+                          int add, float *z, float *a, int nthreads) {
+  (void)n, (void)cin, (void)cout, (void)s, (void)w, (void)x, (void)b;
+  (void)add, (void)z, (void)a, (void)nthreads;
+}
+
+void sg_pw2_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                      const float *x, const float *dy, float *dw, float *db,
+                      float *part, int nthreads) {
+  (void)n, (void)cin, (void)cout, (void)s, (void)x, (void)dy, (void)dw;
+  (void)db, (void)part, (void)nthreads;
+}
+
+#endif
