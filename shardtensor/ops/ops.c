@@ -382,7 +382,7 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   if (dx) SG_CHECK_PTR(w);
   if (dt == SG_DTYPE_F32 && g.pointwise && sg_pw_f32_available()) {
     /* dx = W^T dy, and dW += dy x^T with db in the same pass, in place */
-    if (db && !dw) sg_conv_bwd_f32(&g, x, w, dy, NULL, NULL, db, NULL, NULL);
+    if (db && !dw) sg_conv_bwd_f32(&g, x, w, dy, NULL, NULL, db, NULL, NULL, 0);
     if (dx)
       sg_pw_apply_f32(g.n, g.k, g.c, g.sout, w, 1, g.ckk, dy, NULL, dx, 0,
                       g.nthreads);
@@ -402,13 +402,14 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   g.wbf16 = dw && g.bf16 == 2 && dyv && !(env && env[0] == '0') &&
             sg_bf16_valued(x, g.n * g.c * g.sin);
   if (g.bf16 && dx && !(dyv && sg_bf16_valued(w, g.k * g.ckk))) g.bf16 = 0;
-  if (dt == SG_DTYPE_F32 && dw && !g.wbf16 && sg_pw_f32_available())
+  /* the weight gradient's slot partials: f32 lanes for the register-blocked
+   * kernel (f32 on AVX-512), else the BLAS GEMM's (ops_impl.h) */
+  const int lanes = dt == SG_DTYPE_F32 && sg_pw_f32_available();
+  if (dw && !g.wbf16)
     SG_TRY(sg_malloc(sg_device_host(),
-                     (size_t)g.nthreads * (size_t)(g.k * g.ckk * 16) *
-                         sizeof(float),
+                     sg_conv_dw_part_bytes(&g, sg_dtype_size(dt), lanes),
                      &wpart));
-  SG_DISPATCH(dt, sg_conv_bwd, &g, x, w, dy, dx, dw, db, buf,
-              wpart); /* wpart: f32 only */
+  SG_DISPATCH(dt, sg_conv_bwd, &g, x, w, dy, dx, dw, db, buf, wpart, lanes);
 fail:
   sg_ws_put(&wpart);
   sg_ws_put(&own);
