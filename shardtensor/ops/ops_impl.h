@@ -305,7 +305,7 @@ void sg_gelu_bwd_simd_f32(int64_t n, const float *x, const float *dy,
 /* The convolution weight gradient's partial sums: SG_DW_SLOTS fixed slots,
  * each taking a fixed contiguous run of each phase's tiles in order and
  * summed in slot order at the end, so that dW has the same bits for every
- * thread count and schedule (threads take whole slots, dynamically). A slot
+ * thread count and schedule (threads take whole slots). A slot
  * holds k * ckk elements (the BLAS path, transposed: ckk x k), or k * ckk *
  * 16 f32 lane partials for the register-blocked kernel (lanes). */
 #define SG_DW_SLOTS 8

@@ -197,7 +197,7 @@ static void FN(direct_fwd)(const sg_conv_geom *g, const R *x, const R *w,
     int64_t *off = (int64_t *)base;
     R *tmp = (R *)(base + sg_direct_off_bytes(g));
     FN(direct_shifts)(g, g->c, g->sin, in2, 0, 0, 1, off);
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       int64_t n = it / g->ntile, r0 = (it % g->ntile) * g->rows;
       int64_t r1 = FN(tile_end)(g, r0);
@@ -297,7 +297,7 @@ static void FN(direct_dx)(const sg_conv_geom *g, const R *w, const R *dy, R *dx,
       for (int64_t c = 0; c < g->c; ++c)
         memcpy(wt + c * kkk + k * kk, w + k * g->ckk + c * kk,
                (size_t)kk * sizeof(R));
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       int64_t n = it / ntile, r0 = (it % ntile) * g->rows;
       int64_t r1 = r0 + g->rows < in1 ? r0 + g->rows : in1;
@@ -554,7 +554,7 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
   {
     int tid = FN(thread_id)();
     R *col = FN(thread_ws)(g, ws, tid);
-#pragma omp for schedule(dynamic, 1) /* independent tiles */
+#pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       int64_t n = it / g->ntile, tile = it % g->ntile;
       int64_t r0 = tile * g->rows, r1 = FN(tile_end)(g, r0);
@@ -586,10 +586,12 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
 /* part (NULL when dw is): the weight gradient's SG_DW_SLOTS slot partials
  * (sg_conv_dw_part_bytes): f32 lane partials for the register-blocked
  * kernel (sg_pw_wgrad_acc_f32, f32 on AVX-512) when lanes, else R partials
- * (ckk x k) for the BLAS GEMM. Threads take whole slots (dynamic schedule):
- * dx's tiles are disjoint within a phase, and each slot's partial sums its
- * tiles in a fixed order, so dx and dw are the same bits for every thread
- * count. */
+ * (ckk x k) for the BLAS GEMM. Threads take whole slots: dx's tiles are
+ * disjoint within a phase, and each slot's partial sums its tiles in a
+ * fixed order, so dx and dw are the same bits for every thread count and
+ * schedule. (A dynamic schedule of the slots and of the forward's tiles
+ * measured a 7-15% longer 2-thread CNN critical path: bench/RESULTS.md,
+ * "Two threads per rank".) */
 void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
                      R *dx, R *dw, R *db, void *ws, void *part, int lanes) {
   const int nth = g->nthreads;
@@ -632,7 +634,7 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
     }
     for (int phase = 0; phase < 2; ++phase) {
       const int64_t items = g->n * half[phase];
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(static)
       for (int s = 0; s < SG_DW_SLOTS; ++s) {
         const int64_t i0 = items * s / SG_DW_SLOTS;
         const int64_t i1 = items * (s + 1) / SG_DW_SLOTS;
