@@ -8,7 +8,10 @@
 # OpenBLAS picks its kernels from the CPU; set OPENBLAS_CORETYPE in the
 # environment to pin them (e.g. Zen or Haswell on AVX2 machines, Cooperlake or
 # SkylakeX with AVX-512: naming a core type the CPU lacks faults). sg-info
-# prints the kernels in use.
+# prints the kernels in use. On a machine shared with other jobs, libgomp's
+# default spin-wait makes 2 threads slower than 1: GOMP_SPINCOUNT=10000 (or
+# OMP_WAIT_POLICY=passive) in the environment is passed on (bench/RESULTS.md,
+# "Two threads per rank").
 set -eu
 cd "$(dirname "$0")/../.."
 export OPENBLAS_NUM_THREADS=1
