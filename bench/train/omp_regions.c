@@ -101,7 +101,8 @@ void GOMP_parallel(void (*fn)(void *), void *data, unsigned nt, unsigned fl) {
   crit += mx;
   work += s;
   nreg++;
-  if (e) e->max += mx, e->sum += s, e->n++, e->nth = used > e->nth ? used : e->nth;
+  if (e)
+    e->max += mx, e->sum += s, e->n++, e->nth = used > e->nth ? used : e->nth;
 }
 
 static int by_loss(const void *a, const void *b) {

@@ -535,7 +535,7 @@ sg_status sg_convt_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
                             const void *w, const void *dy, void *dx, void *dw,
                             void *db) {
   sg_status st = SG_OK;
-  void *own = NULL, *buf = NULL;
+  void *own = NULL, *buf = NULL, *part = NULL;
   sg_conv_geom g;
   SG_TRY(sg_conv_geom_make(d, 0, 1, dt, &g));
   if (g.n == 0) goto fail;
@@ -543,8 +543,12 @@ sg_status sg_convt_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   if (dw) SG_CHECK_PTR(x);
   if (dx) SG_CHECK_PTR(w);
   SG_TRY(sg_ws_get(NULL, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
-  SG_DISPATCH(dt, sg_convt_bwd, &g, x, w, dy, dx, dw, db, buf);
+  if (dw)
+    SG_TRY(sg_malloc(sg_device_host(),
+                     sg_conv_dw_part_bytes(&g, sg_dtype_size(dt), 0), &part));
+  SG_DISPATCH(dt, sg_convt_bwd, &g, x, w, dy, dx, dw, db, buf, part);
 fail:
+  sg_ws_put(&part);
   sg_ws_put(&own);
   return st;
 }

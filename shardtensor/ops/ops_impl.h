@@ -328,7 +328,8 @@ void sg_blas_threads_end(int saved);
   void sg_convt_fwd_##S(const sg_conv_geom *g, const R *x, const R *w,        \
                         const R *b, R *y, void *ws);                          \
   void sg_convt_bwd_##S(const sg_conv_geom *g, const R *x, const R *w,        \
-                        const R *dy, R *dx, R *dw, R *db, void *ws);          \
+                        const R *dy, R *dx, R *dw, R *db, void *ws,           \
+                        void *dwpart);                                        \
   void sg_pool_fwd_##S(int kind, const sg_conv_geom *g, const R *x, R *y);    \
   void sg_pool_bwd_##S(int kind, const sg_conv_geom *g, const R *x,           \
                        const R *dy, R *dx);                                   \

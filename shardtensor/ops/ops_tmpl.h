@@ -791,8 +791,12 @@ void FN(sg_convt_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
   if (nth > 1) sg_blas_threads_end(saved);
 }
 
+/* dwpart (NULL when dw is): SG_DW_SLOTS partials of the weight gradient
+ * (sg_conv_dw_part_bytes), each over a fixed run of the column tiles, summed
+ * in slot order: the same bits for every thread count. */
 void FN(sg_convt_bwd)(const sg_conv_geom *g, const R *x, const R *w,
-                      const R *dy, R *dx, R *dw, R *db, void *ws) {
+                      const R *dy, R *dx, R *dw, R *db, void *ws,
+                      void *dwpart) {
   const int nth = g->nthreads;
   const int64_t ntile = (g->sin + g->cols - 1) / g->cols;
   const int64_t items = g->n * ntile, kk = g->kk, m = g->k * kk;
@@ -804,39 +808,43 @@ void FN(sg_convt_bwd)(const sg_conv_geom *g, const R *x, const R *w,
   {
     int tid = FN(thread_id)();
     R *tbuf = FN(thread_ws)(g, ws, tid);
-    R *dwp = tbuf + m * g->cols;
-    if (dw)
-      for (int64_t i = 0; i < wsz; ++i) dwp[i] = 0;
 #pragma omp for schedule(static)
-    for (int64_t it = 0; it < items; ++it) {
-      int64_t n = it / ntile, j0 = (it % ntile) * g->cols;
-      int64_t ncol = j0 + g->cols < g->sin ? g->cols : g->sin - j0;
-      const R *dyn = dy + n * g->k * g->sout;
-      for (int64_t k = 0; k < g->k; ++k)
-        for (int64_t a = 0; a < kk; ++a) {
-          int64_t a2 = a % g->ker[2], a1 = (a / g->ker[2]) % g->ker[1],
-                  a0 = a / (g->ker[2] * g->ker[1]);
-          R *dst = tbuf + (k * kk + a) * ncol;
-          const R *dk = dyn + k * g->sout;
-          for (int64_t j = 0; j < ncol; ++j)
-            dst[j] = dk[FN(convt_index)(g, j0 + j, a0, a1, a2)];
-        }
-      if (dx)
-        SG_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->c, (int)ncol,
-                (int)m, 1, w, (int)m, tbuf, (int)ncol, 0,
-                dx + n * g->c * g->sin + j0, (int)g->sin);
-      if (dw)
-        SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->c, (int)m,
-                (int)ncol, 1, x + n * g->c * g->sin + j0, (int)g->sin, tbuf,
-                (int)ncol, 1, dwp, (int)m);
+    for (int s = 0; s < SG_DW_SLOTS; ++s) {
+      const int64_t i0 = items * s / SG_DW_SLOTS;
+      const int64_t i1 = items * (s + 1) / SG_DW_SLOTS;
+      R *dwp = dw ? (R *)dwpart + (size_t)s * (size_t)wsz : NULL;
+      for (int64_t it = i0; it < i1; ++it) {
+        int64_t n = it / ntile, j0 = (it % ntile) * g->cols;
+        int64_t ncol = j0 + g->cols < g->sin ? g->cols : g->sin - j0;
+        const R *dyn = dy + n * g->k * g->sout;
+        for (int64_t k = 0; k < g->k; ++k)
+          for (int64_t a = 0; a < kk; ++a) {
+            int64_t a2 = a % g->ker[2], a1 = (a / g->ker[2]) % g->ker[1],
+                    a0 = a / (g->ker[2] * g->ker[1]);
+            R *dst = tbuf + (k * kk + a) * ncol;
+            const R *dk = dyn + k * g->sout;
+            for (int64_t j = 0; j < ncol; ++j)
+              dst[j] = dk[FN(convt_index)(g, j0 + j, a0, a1, a2)];
+          }
+        if (dx)
+          SG_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->c,
+                  (int)ncol, (int)m, 1, w, (int)m, tbuf, (int)ncol, 0,
+                  dx + n * g->c * g->sin + j0, (int)g->sin);
+        if (dw) /* the slot's first tile overwrites its partial */
+          SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->c, (int)m,
+                  (int)ncol, 1, x + n * g->c * g->sin + j0, (int)g->sin, tbuf,
+                  (int)ncol, it == i0 ? 0 : 1, dwp, (int)m);
+      }
     }
   }
   if (nth > 1) sg_blas_threads_end(saved);
   if (dw) {
+    const R *pt = dwpart;
     for (int64_t i = 0; i < wsz; ++i) {
       R acc = 0;
-      for (int t = 0; t < nth; ++t)
-        acc += (FN(thread_ws)(g, ws, t) + m * g->cols)[i];
+      for (int s = 0; s < SG_DW_SLOTS; ++s) /* slot order, non-empty slots */
+        if (items * s / SG_DW_SLOTS < items * (s + 1) / SG_DW_SLOTS)
+          acc += pt[(size_t)s * (size_t)wsz + i];
       dw[i] += acc;
     }
   }

@@ -656,6 +656,34 @@ static void test_convt(void) {
   check_fd("convt dx", convt_loss, &c, c.x, dx, c.nx, 1e-6);
   check_fd("convt dw", convt_loss, &c, c.w, dw, c.nw, 1e-6);
   check_fd("convt db", convt_loss, &c, c.b, db, 2, 1e-6);
+  /* dx and dw the same bits at 1, 2 and 3 threads (11 samples: 11 column
+   * tiles over the weight gradient's slots) */
+  sg_conv_desc d5 = c.d;
+  d5.batch = 11;
+  const int64_t nx5 = 11 * 3 * 35, ny5 = 11 * 2 * 10 * 21;
+  double *x5 = rnd(nx5), *r5 = rnd(ny5), *ref[2] = {NULL, NULL};
+  for (int nth = 1; nth <= 3; ++nth) {
+    omp_set_num_threads(nth);
+    double *dx5 = zeros(nx5), *dw5 = zeros(c.nw);
+    SG_CHECK_OK(
+        sg_convt_backward(&d5, SG_DTYPE_F64, x5, c.w, r5, dx5, dw5, NULL));
+    if (nth == 1) {
+      ref[0] = dx5;
+      ref[1] = dw5;
+      continue;
+    }
+    SG_CHECK(memcmp(ref[0], dx5, (size_t)nx5 * sizeof(double)) == 0,
+             "convt dx at %d threads: not the bits of 1 thread", nth);
+    SG_CHECK(memcmp(ref[1], dw5, (size_t)c.nw * sizeof(double)) == 0,
+             "convt dw at %d threads: not the bits of 1 thread", nth);
+    free(dx5);
+    free(dw5);
+  }
+  omp_set_num_threads(1);
+  free(ref[0]);
+  free(ref[1]);
+  free(x5);
+  free(r5);
   free(y);
   free(yref);
   free(dx);
