@@ -14,6 +14,10 @@
 #endif
 
 #define SG_HOST_ALIGN 64
+/* host copies and fills from this size on are split across the OpenMP
+ * threads in chunks (nested inside a parallel region: serial) */
+#define SG_HOST_SPLIT_MIN ((size_t)1 << 20)
+#define SG_HOST_SPLIT_CHUNK ((size_t)1 << 18)
 #define SG_MAX_DEVICES 16
 
 /* Accounting per (kind, index). */
@@ -79,9 +83,9 @@ static sg_status host_copy(sg_device dst_dev, void *dst, sg_device src_dev,
                            const void *src, size_t bytes) {
   (void)dst_dev;
   (void)src_dev;
-  if (bytes >= ((size_t)1 << 22)) {
+  if (bytes >= SG_HOST_SPLIT_MIN) {
     /* large copies: split across threads */
-    const size_t chunk = (size_t)1 << 20;
+    const size_t chunk = SG_HOST_SPLIT_CHUNK;
     const int64_t nchunk = (int64_t)((bytes + chunk - 1) / chunk);
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < nchunk; ++c) {
@@ -97,7 +101,20 @@ static sg_status host_copy(sg_device dst_dev, void *dst, sg_device src_dev,
 
 static sg_status host_set(int index, void *ptr, int value, size_t bytes) {
   (void)index;
-  memset(ptr, value, bytes);
+  if (bytes >= SG_HOST_SPLIT_MIN) {
+    /* large fills (the tape's zeroed activations and gradients): split
+     * across threads, as copies are, not serial between parallel ops */
+    const size_t chunk = SG_HOST_SPLIT_CHUNK;
+    const int64_t nchunk = (int64_t)((bytes + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < nchunk; ++c) {
+      size_t off = (size_t)c * chunk;
+      size_t len = bytes - off < chunk ? bytes - off : chunk;
+      memset((char *)ptr + off, value, len);
+    }
+  } else {
+    memset(ptr, value, bytes);
+  }
   return SG_OK;
 }
 

@@ -197,19 +197,6 @@ static double fbytes(const mshape *m, double ch, double ny, double nx) {
   return 4.0 * m->b * ch * ny * nx;
 }
 
-/* sg_conv_geom_make's workspace per thread (ops.c), bytes. */
-static double conv_ws(const mshape *m, double c, double k, double kk,
-                      double outx, double outy, int trans, double sin) {
-  (void)outy;
-  double inner = outx, rows = ceil(1024.0 / inner);
-  if (rows > outy) rows = outy;
-  double cols = rows * inner;
-  if (trans) cols = sin < 1024 ? sin : 1024;
-  double per = trans ? (k * kk * cols + c * k * kk)
-                     : (2 * c * kk * cols + k * c * kk);
-  return ceil(per * 4.0 / 64.0) * 64.0 * m->threads;
-}
-
 /* What a convolution's kernels take from sg_malloc on this CPU
  * (sg_conv_alloc_bytes: im2col, direct and pointwise kernels need other
  * scratch), forward (bwd 0) or backward with dW (bwd 1): c -> k channels,
@@ -229,18 +216,24 @@ static double conv_alloc(const mshape *m, double c, double k, double kw,
   return (double)sg_conv_alloc_bytes(&d, SG_DTYPE_F32, trans, bwd, m->threads);
 }
 
-/* ... and a linear c -> k over n points (sg_linear_*: a 1x1 convolution). */
-static double linear_alloc(const mshape *m, double c, double k, double n,
-                           int bwd) {
+/* ... and a linear c -> k over n points of each of nb samples in dtype dt
+ * (sg_linear_*: a 1x1 convolution). */
+static double linear_alloc_dt(const mshape *m, sg_dtype dt, double nb, double c,
+                              double k, double n, int bwd) {
   const sg_conv_desc d = {.nsp = 1,
-                          .batch = m->b > 1 ? (int64_t)ceil(m->b) : 1,
+                          .batch = nb > 1 ? (int64_t)ceil(nb) : 1,
                           .cin = (int64_t)c,
                           .cout = (int64_t)k,
                           .in = {n > 1 ? (int64_t)n : 1},
                           .kernel = {1},
                           .stride = {1},
                           .dilation = {1}};
-  return (double)sg_conv_alloc_bytes(&d, SG_DTYPE_F32, 0, bwd, m->threads);
+  return (double)sg_conv_alloc_bytes(&d, dt, 0, bwd, m->threads);
+}
+
+static double linear_alloc(const mshape *m, double c, double k, double n,
+                           int bwd) {
+  return linear_alloc_dt(m, SG_DTYPE_F32, m->b, c, k, n, bwd);
 }
 
 /* A 'same' convolution c -> k channels of kernel kw on an ny x nx shard. */
@@ -492,7 +485,7 @@ static int vit_moe_block(const mshape *m, int b) {
  * 640, 139, 429, 400 on the other, bound 640). The other MoE blocks hold
  * R = S rows. Each expert's rows run
  * as f64 GEMMs (sg_linear_forward/backward: the 1x1 convolution's
- * workspace, sg_conv_geom_make, on sg_malloc's account) of at most
+ * scratch, sg_conv_alloc_bytes, on sg_malloc's account) of at most
  * min(R, ep B cap) rows: the fc2 side (F in) is the larger. */
 static int vit_moe_ops(sim *s, const mshape *m, int r, double sy, double sx) {
   const double C = (double)m->mc.width, E = (double)m->mc.moe_experts,
@@ -504,7 +497,8 @@ static int vit_moe_ops(sim *s, const mshape *m, int r, double sy, double sx) {
                cap = cf > 0.0 ? fmin(ceil(cf * T * k / E * Tl / T), Tl) : Tl,
                R = fmin(m->ep * S, m->ep * m->b * (E / m->ep) * cap);
   const double n = fmin(R, m->ep * m->b * cap),
-               ws = 2.0 * conv_ws(m, F, C, 1.0, n, 1.0, 0, 0),
+               fws = linear_alloc_dt(m, SG_DTYPE_F64, 1, F, C, n, 0),
+               bws = linear_alloc_dt(m, SG_DTYPE_F64, 1, F, C, n, 1),
                Rh = s->moe_busy ? fmin(R, S) : R; /* the rows held */
   s->moe_busy = 1;
   const int split = m->seq || m->sp > 1;
@@ -515,8 +509,8 @@ static int vit_moe_ops(sim *s, const mshape *m, int r, double sy, double sx) {
               .saved = 8.0 * (M * E + M * k + m->b * E + S * C + Rh * (C + 1) +
                               Rh * F) +
                        4.0 * (2.0 * M * k + S + 2.0 * m->ep) + 8.0 * 24,
-              .fws = ws,
-              .bws = ws,
+              .fws = fws,
+              .bws = bws,
               .windowed = -1,
               .param = 1};
   r = sim_apply(s, &o);

@@ -3,7 +3,15 @@
 # f32 and bf16, at 1 and 2 OpenMP threads, one rank: LONG minus SHORT steps,
 # alternating within each of ROUNDS rounds (bench/RESULTS.md, "bf16 policy:
 # the rounding passes in the kernels").
-#   DATA=ns.nc [ROUNDS=1 LONG=20 SHORT=5 MODELS="cnn unet" DTYPES="f32 bf16"] bench/train/conv_threads.sh
+#   DATA=ns.nc [ROUNDS=1 LONG=20 SHORT=5 MODELS="cnn unet" DTYPES="f32 bf16"
+#    THREADS="1 2"] bench/train/conv_threads.sh
+# OpenBLAS picks its kernels from the CPU; set OPENBLAS_CORETYPE in the
+# environment to pin them (e.g. Zen or Haswell on AVX2 machines, Cooperlake or
+# SkylakeX with AVX-512: naming a core type the CPU lacks faults). sg-info
+# prints the kernels in use. On a machine shared with other jobs, libgomp's
+# default spin-wait makes 2 threads slower than 1: GOMP_SPINCOUNT=10000 (or
+# OMP_WAIT_POLICY=passive) in the environment is passed on (bench/RESULTS.md,
+# "Two threads per rank").
 set -eu
 cd "$(dirname "$0")/../.."
 # OPENBLAS_CORETYPE: the caller's, else the widest kernels this CPU runs
@@ -22,7 +30,7 @@ run() { # model dtype threads steps -> "wall user sys"
     --log-every 100000 --log-level warn 2>&1 >/dev/null | tail -1
 }
 for r in $(seq "$ROUNDS"); do
-  for m in ${MODELS:-cnn unet}; do for dt in ${DTYPES:-f32 bf16}; do for th in 1 2; do
+  for m in ${MODELS:-cnn unet}; do for dt in ${DTYPES:-f32 bf16}; do for th in ${THREADS:-1 2}; do
     la=$(cut -d' ' -f1 /proc/loadavg)
     a=$(run "$m" "$dt" "$th" "$LONG"); b=$(run "$m" "$dt" "$th" "$SHORT")
     python3 -c "

@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 
 /* A JSON number: non-finite values are written as null (JSON has no NaN). */
@@ -554,6 +555,23 @@ static sg_status setup(run_t *r) {
     SG_TRY(sg_threads_auto(MPI_COMM_WORLD, &nth, &on_node));
     sg_log_info("%d rank(s) on this node, %d OpenMP thread(s) per rank",
                 on_node, nth);
+    /* libgomp's waiting threads spin ~300000 rounds (milliseconds) by
+     * default: on a node busy with other jobs every barrier then waits for
+     * a descheduled partner while spinning (bench/RESULTS.md, "Two threads
+     * per rank") */
+    double load = 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    FILE *la = nth > 1 ? fopen("/proc/loadavg", "r") : NULL;
+    if (la) {
+      if (fscanf(la, "%lf", &load) != 1) load = 0;
+      fclose(la);
+    }
+    if (nth > 1 && !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT") &&
+        cores > 0 && load >= (double)cores)
+      sg_log_warn("load average %.1f on %ld cores with %d OpenMP threads per "
+                  "rank: set GOMP_SPINCOUNT=10000 (or OMP_WAIT_POLICY=passive) "
+                  "so that threads waiting at barriers give way",
+                  load, cores, nth);
   }
   /* activation blocks are freed and reallocated every step: keep them */
   if (sg_host_keep_memory() != SG_OK) sg_log_info("%s", sg_last_error());

@@ -405,18 +405,25 @@ static size_t conv_pw_part_bytes(const sg_conv_geom *g, int tier) {
   return (size_t)((g->k * g->c + g->k) * lanes) * sizeof(float);
 }
 
-/* Bytes of the weight gradient's lane partials of the f32 direct or
- * AVX-512 im2col kernels (wbf16: dW on the bf16 kernels, none). */
+/* Whether the weight gradient's slot partials are f32 lane partials (the
+ * register-blocked kernels: AVX-512, direct or im2col, and the AVX2 direct
+ * ones) or the BLAS GEMM's (ops_impl.h sg_conv_dw_part_bytes). */
+static int conv_dw_lanes(const sg_conv_geom *g, sg_dtype dt) {
+  return dt == SG_DTYPE_F32 &&
+         (sg_pw_f32_available() || (g->direct && g->avx2));
+}
+
+/* Bytes of the weight gradient's slot partials (wbf16: dW on the bf16
+ * kernels, none). */
 static size_t conv_wpart_bytes(const sg_conv_geom *g, sg_dtype dt, int wbf16) {
-  if (dt != SG_DTYPE_F32 || wbf16 ||
-      !(sg_pw_f32_available() || (g->direct && g->avx2)))
-    return 0;
-  return (size_t)g->nthreads * (size_t)(g->k * g->ckk * 16) * sizeof(float);
+  if (wbf16) return 0;
+  return sg_conv_dw_part_bytes(g, sg_dtype_size(dt), conv_dw_lanes(g, dt));
 }
 
 size_t sg_conv_alloc_bytes(const sg_conv_desc *d, sg_dtype dt, int trans,
                            int backward, int nthreads) {
   sg_conv_geom g;
+  memset(&g, 0, sizeof g);
   if (sg_conv_geom_make(d, 0, trans != 0, dt, &g) != SG_OK) {
     sg_clear_error();
     return 0;
@@ -425,7 +432,9 @@ size_t sg_conv_alloc_bytes(const sg_conv_desc *d, sg_dtype dt, int trans,
   const int tier = trans ? 0 : conv_pw_tier(&g, dt);
   if (tier) return backward ? conv_pw_part_bytes(&g, tier) : 0;
   size_t b = g.ws_per_thread * (size_t)g.nthreads;
-  if (!trans && backward) b += conv_wpart_bytes(&g, dt, 0);
+  if (backward) /* the transposed one's dW: the BLAS GEMM's slots */
+    b += trans ? sg_conv_dw_part_bytes(&g, sg_dtype_size(dt), 0)
+               : conv_wpart_bytes(&g, dt, 0);
   return b;
 }
 
@@ -470,7 +479,7 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   const int tier = conv_pw_tier(&g, dt);
   if (tier) {
     /* dx = W^T dy, and dW += dy x^T with db in the same pass, in place */
-    if (db && !dw) sg_conv_bwd_f32(&g, x, w, dy, NULL, NULL, db, NULL, NULL);
+    if (db && !dw) sg_conv_bwd_f32(&g, x, w, dy, NULL, NULL, db, NULL, NULL, 0);
     if (dx)
       pw_apply(tier, g.n, g.k, g.c, g.sout, w, 1, g.ckk, dy, NULL, dx, 0,
                g.nthreads);
@@ -491,13 +500,13 @@ sg_status sg_conv_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   g.wbf16 = dw && g.bf16 == 2 && dyv && !(env && env[0] == '0') &&
             sg_bf16_valued(x, g.n * g.c * g.sin);
   if (g.bf16 && dx && !(dyv && sg_bf16_valued(w, g.k * g.ckk))) g.bf16 = 0;
-  /* the lane partials: 16 per weight on AVX-512 (direct or im2col), 8 on
-   * the AVX2 tier (direct only) */
+  /* the weight gradient's slot partials: f32 lanes for the register-blocked
+   * kernels, else the BLAS GEMM's (ops_impl.h) */
+  const int lanes = conv_dw_lanes(&g, dt);
   if (dw && conv_wpart_bytes(&g, dt, g.wbf16))
     SG_TRY(
         sg_malloc(sg_device_host(), conv_wpart_bytes(&g, dt, g.wbf16), &wpart));
-  SG_DISPATCH(dt, sg_conv_bwd, &g, x, w, dy, dx, dw, db, buf,
-              wpart); /* wpart: f32 only */
+  SG_DISPATCH(dt, sg_conv_bwd, &g, x, w, dy, dx, dw, db, buf, wpart, lanes);
 fail:
   sg_ws_put(&wpart);
   sg_ws_put(&own);
@@ -624,7 +633,7 @@ sg_status sg_convt_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
                             const void *w, const void *dy, void *dx, void *dw,
                             void *db) {
   sg_status st = SG_OK;
-  void *own = NULL, *buf = NULL;
+  void *own = NULL, *buf = NULL, *part = NULL;
   sg_conv_geom g;
   SG_TRY(sg_conv_geom_make(d, 0, 1, dt, &g));
   if (g.n == 0) goto fail;
@@ -632,8 +641,12 @@ sg_status sg_convt_backward(const sg_conv_desc *d, sg_dtype dt, const void *x,
   if (dw) SG_CHECK_PTR(x);
   if (dx) SG_CHECK_PTR(w);
   SG_TRY(sg_ws_get(NULL, g.ws_per_thread * (size_t)g.nthreads, &buf, &own));
-  SG_DISPATCH(dt, sg_convt_bwd, &g, x, w, dy, dx, dw, db, buf);
+  if (dw)
+    SG_TRY(sg_malloc(sg_device_host(),
+                     sg_conv_dw_part_bytes(&g, sg_dtype_size(dt), 0), &part));
+  SG_DISPATCH(dt, sg_convt_bwd, &g, x, w, dy, dx, dw, db, buf, part);
 fail:
+  sg_ws_put(&part);
   sg_ws_put(&own);
   return st;
 }

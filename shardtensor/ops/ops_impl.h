@@ -366,6 +366,19 @@ void sg_gelu_fwd_seq_f32(int64_t n, const float *x, float *y);
 void sg_gelu_bwd_simd_f32(int64_t n, const float *x, const float *dy,
                           float *dx);
 
+/* The convolution weight gradient's partial sums: SG_DW_SLOTS fixed slots,
+ * each taking a fixed contiguous run of each phase's tiles in order and
+ * summed in slot order at the end, so that dW has the same bits for every
+ * thread count and schedule (threads take whole slots). A slot
+ * holds k * ckk elements (the BLAS path, transposed: ckk x k), or k * ckk *
+ * 16 f32 lane partials for the register-blocked kernel (lanes). */
+#define SG_DW_SLOTS 8
+static inline size_t sg_conv_dw_part_bytes(const sg_conv_geom *g, size_t es,
+                                           int lanes) {
+  return (size_t)SG_DW_SLOTS * (size_t)(g->k * g->ckk) *
+         (lanes ? 16 * sizeof(float) : es);
+}
+
 /* OpenBLAS single-threaded for the duration of an OpenMP region. */
 int sg_blas_threads_begin(void);
 void sg_blas_threads_end(int saved);
@@ -375,11 +388,12 @@ void sg_blas_threads_end(int saved);
                        const R *b, R *y, void *ws);                           \
   void sg_conv_bwd_##S(const sg_conv_geom *g, const R *x, const R *w,         \
                        const R *dy, R *dx, R *dw, R *db, void *ws,            \
-                       float *wpart);                                         \
+                       void *dwpart, int lanes);                              \
   void sg_convt_fwd_##S(const sg_conv_geom *g, const R *x, const R *w,        \
                         const R *b, R *y, void *ws);                          \
   void sg_convt_bwd_##S(const sg_conv_geom *g, const R *x, const R *w,        \
-                        const R *dy, R *dx, R *dw, R *db, void *ws);          \
+                        const R *dy, R *dx, R *dw, R *db, void *ws,           \
+                        void *dwpart);                                        \
   void sg_pool_fwd_##S(int kind, const sg_conv_geom *g, const R *x, R *y);    \
   void sg_pool_bwd_##S(int kind, const sg_conv_geom *g, const R *x,           \
                        const R *dy, R *dx);                                   \

@@ -583,11 +583,17 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
   if (nth > 1) sg_blas_threads_end(saved);
 }
 
-/* wpart (f32 on AVX-512 only, else NULL): per-thread lane partials of the
- * weight gradient, nthreads * k * ckk * 16 floats, for the register-blocked
- * kernel (sg_pw_wgrad_acc_f32) in place of the BLAS GEMM. */
+/* part (NULL when dw is): the weight gradient's SG_DW_SLOTS slot partials
+ * (sg_conv_dw_part_bytes): f32 lane partials for the register-blocked
+ * kernel (sg_pw_wgrad_acc_f32, f32 on AVX-512) when lanes, else R partials
+ * (ckk x k) for the BLAS GEMM. Threads take whole slots: dx's tiles are
+ * disjoint within a phase, and each slot's partial sums its tiles in a
+ * fixed order, so dx and dw are the same bits for every thread count and
+ * schedule. (A dynamic schedule of the slots and of the forward's tiles
+ * measured a 7-15% longer 2-thread CNN critical path: bench/RESULTS.md,
+ * "Two threads per rank".) */
 void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
-                     R *dx, R *dw, R *db, void *ws, float *wpart) {
+                     R *dx, R *dw, R *db, void *ws, void *part, int lanes) {
   const int nth = g->nthreads;
   const int64_t wsz = g->k * g->ckk;
   if (db) FN(sg_bias_bwd)(g->n, g->k, g->sout, dy, db);
@@ -605,87 +611,103 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
     dx = NULL;
   }
 #endif
-  if (dx) {
-    int64_t total = g->n * g->c * g->sin;
-#pragma omp parallel for schedule(static) if (total > SG_OMP_MIN)
-    for (int64_t i = 0; i < total; ++i) dx[i] = 0;
-  }
+  const int64_t total = dx ? g->n * g->c * g->sin : 0;
   int saved = nth > 1 ? sg_blas_threads_begin() : 0;
   /* Two phases (even tiles, then odd tiles): the input rows of tiles i and
    * i + 2 never overlap, so col2im needs no atomics. */
   const int64_t half[2] = {(g->ntile + 1) / 2, g->ntile / 2};
+  unsigned char touched[SG_DW_SLOTS] = {0}; /* slot partial started */
 #pragma omp parallel num_threads(nth) if (nth > 1)
   {
     int tid = FN(thread_id)();
     R *col = FN(thread_ws)(g, ws, tid);
     R *dcol = col + g->ckk * FN(col_ld)(g->cols);
-    R *dwp = dcol + g->ckk * FN(col_ld)(g->cols);
-    R *dyc = dwp + wsz;
-    float *wp = wpart && dw ? wpart + (size_t)tid * (size_t)(wsz * 16) : NULL;
+    R *dyc = dcol + g->ckk * FN(col_ld)(g->cols) + wsz;
 #ifdef SG_GEMM_OFF
     int64_t *doff = (int64_t *)col; /* direct: the forward's shifts, then */
     R *ddy = (R *)((char *)col + sg_direct_off_bytes(g)); /* dy's tile */
     if (g->direct) FN(direct_shifts)(g, g->c, g->sin, g->in[2], 0, 0, 1, doff);
 #endif
-    if (wp)
-      memset(wp, 0, (size_t)(wsz * 16) * sizeof *wp);
-    else if (dw)
-      for (int64_t i = 0; i < wsz; ++i) dwp[i] = 0;
+    if (total) {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < total; ++i) dx[i] = 0;
+    }
     for (int phase = 0; phase < 2; ++phase) {
       const int64_t items = g->n * half[phase];
 #pragma omp for schedule(static)
-      for (int64_t it = 0; it < items; ++it) {
-        int64_t n = it / half[phase];
-        int64_t tile = 2 * (it % half[phase]) + phase;
-        int64_t r0 = tile * g->rows, r1 = FN(tile_end)(g, r0);
-        int64_t ncol = (r1 - r0) * g->inner;
-#ifdef SG_GEMM_OFF
-        if (g->direct) { /* dx comes after this loop */
-          if (wp) FN(direct_wgrad)
-          (g, x + n * g->c * g->sin, dy + n * g->k * g->sout, r0, r1, doff, ddy,
-           wp);
-          continue;
-        }
-#endif
-        const R *dyt = dy + n * g->k * g->sout + r0 * g->inner;
-        int64_t ldd = g->sout;
-        if (!g->pointwise) {
-          /* dy's tile at the column matrix's stride: g->sout is often a
-           * multiple of 4 KiB, and the kernels' strips down its k rows then
-           * shared a few L1 sets (dx GEMM 1.3x slower) */
-          ldd = FN(col_ld)(ncol);
-          for (int64_t k = 0; k < g->k; ++k)
-            memcpy(dyc + k * ldd, dyt + k * g->sout, (size_t)ncol * sizeof(R));
-          dyt = dyc;
-        }
+      for (int s = 0; s < SG_DW_SLOTS; ++s) {
+        const int64_t i0 = items * s / SG_DW_SLOTS;
+        const int64_t i1 = items * (s + 1) / SG_DW_SLOTS;
+        if (i0 == i1) continue;
+        float *wp = NULL;
+        R *dwp = NULL;
+        int first = 0;
         if (dw) {
-          int64_t ldb;
-          const R *bm = FN(conv_operand)(g, x + n * g->c * g->sin, r0, r1, col,
-                                         &ldb);
-          /* dw^T (ckk x k) += col dy^T: with the long ncol axis as the
-           * inner dimension of both operands OpenBLAS packs them without a
-           * transposing copy (dw = dy col^T ran at 48 GF/s, this at 83 on
-           * 32 x 288 x 1024, one AVX-512 core). */
-          if (wp)
-            SG_WGRAD_ACC(g->ckk, g->k, ncol, bm, ldb, dyt, ldd, wp);
-          else
-            SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->ckk,
-                    (int)g->k, (int)ncol, 1, bm, (int)ldb, dyt, (int)ldd, 1,
-                    dwp, (int)g->k);
-        }
-        if (dx) {
-          if (g->pointwise) {
-            SG_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->ckk,
-                    (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt, (int)g->sout,
-                    0, dx + n * g->c * g->sin + r0 * g->inner, (int)g->sin);
+          first = !touched[s];
+          touched[s] = 1;
+          if (lanes) {
+            wp = (float *)part + (size_t)s * (size_t)(wsz * 16);
+            if (first) memset(wp, 0, (size_t)(wsz * 16) * sizeof *wp);
           } else {
-            const int64_t ldc = FN(col_ld)(ncol);
-            if (!SG_GEMM_FAST(g->ckk, ncol, g->k, w, 1, g->ckk, dyt, ldd, NULL,
-                              dcol, ldc))
+            dwp = (R *)part + (size_t)s * (size_t)wsz;
+          }
+        }
+        for (int64_t it = i0; it < i1; ++it, first = 0) {
+          int64_t n = it / half[phase];
+          int64_t tile = 2 * (it % half[phase]) + phase;
+          int64_t r0 = tile * g->rows, r1 = FN(tile_end)(g, r0);
+          int64_t ncol = (r1 - r0) * g->inner;
+#ifdef SG_GEMM_OFF
+          if (g->direct) { /* dx comes after this loop */
+            if (wp) FN(direct_wgrad)
+            (g, x + n * g->c * g->sin, dy + n * g->k * g->sout, r0, r1, doff,
+             ddy, wp);
+            continue;
+          }
+#endif
+          const R *dyt = dy + n * g->k * g->sout + r0 * g->inner;
+          int64_t ldd = g->sout;
+          if (!g->pointwise) {
+            /* dy's tile at the column matrix's stride: g->sout is often a
+             * multiple of 4 KiB, and the kernels' strips down its k rows then
+             * shared a few L1 sets (dx GEMM 1.3x slower) */
+            ldd = FN(col_ld)(ncol);
+            for (int64_t k = 0; k < g->k; ++k)
+              memcpy(dyc + k * ldd, dyt + k * g->sout,
+                     (size_t)ncol * sizeof(R));
+            dyt = dyc;
+          }
+          if (dw) {
+            int64_t ldb;
+            const R *bm = FN(conv_operand)(g, x + n * g->c * g->sin, r0, r1,
+                                           col, &ldb);
+            /* dw^T (ckk x k) += col dy^T: with the long ncol axis as the
+             * inner dimension of both operands OpenBLAS packs them without
+             * a transposing copy (dw = dy col^T ran at 48 GF/s, this at 83
+             * on 32 x 288 x 1024, one AVX-512 core). The slot's first tile
+             * overwrites its partial. */
+            if (wp)
+              SG_WGRAD_ACC(g->ckk, g->k, ncol, bm, ldb, dyt, ldd, wp);
+            else
+              SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->ckk,
+                      (int)g->k, (int)ncol, 1, bm, (int)ldb, dyt, (int)ldd,
+                      first ? 0 : 1, dwp, (int)g->k);
+          }
+          if (dx) {
+            if (g->pointwise) {
               SG_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->ckk,
-                      (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt, (int)ldd, 0,
-                      dcol, (int)ldc);
-            FN(col2im)(g, dcol, r0, r1, dx + n * g->c * g->sin, ldc);
+                      (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt,
+                      (int)g->sout, 0, dx + n * g->c * g->sin + r0 * g->inner,
+                      (int)g->sin);
+            } else {
+              const int64_t ldc = FN(col_ld)(ncol);
+              if (!SG_GEMM_FAST(g->ckk, ncol, g->k, w, 1, g->ckk, dyt, ldd,
+                                NULL, dcol, ldc))
+                SG_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->ckk,
+                        (int)ncol, (int)g->k, 1, w, (int)g->ckk, dyt, (int)ldd,
+                        0, dcol, (int)ldc);
+              FN(col2im)(g, dcol, r0, r1, dx + n * g->c * g->sin, ldc);
+            }
           }
         }
       }
@@ -703,20 +725,20 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
       if (dx_direct)
     FN(direct_dx)(g, w, dy, dx_direct, ws);
 #endif
-  if (dw && wpart) {
-    for (int t = 0; t < nth; ++t) /* thread order */
-      SG_WGRAD_SUM(g->ckk, g->k, wpart + (size_t)t * (size_t)(wsz * 16), dw);
+  if (dw && lanes) {
+    for (int s = 0; s < SG_DW_SLOTS; ++s) /* slot order */
+      if (touched[s])
+        SG_WGRAD_SUM(g->ckk, g->k,
+                     (float *)part + (size_t)s * (size_t)(wsz * 16), dw);
   } else if (dw) {
-    /* Sum the per-thread partials (transposed, ckk x k) in thread order. */
-#pragma omp parallel for schedule(static) if (wsz * nth > SG_OMP_MIN)
+    /* Sum the slot partials (transposed, ckk x k) in slot order. */
+    const R *pt = part;
+#pragma omp parallel for schedule(static) if (wsz * SG_DW_SLOTS > SG_OMP_MIN)
     for (int64_t k = 0; k < g->k; ++k)
       for (int64_t i = 0; i < g->ckk; ++i) {
         R acc = 0;
-        for (int t = 0; t < nth; ++t) {
-          const R *dwp = FN(thread_ws)(g, ws, t) +
-                         2 * g->ckk * FN(col_ld)(g->cols);
-          acc += dwp[i * g->k + k];
-        }
+        for (int s = 0; s < SG_DW_SLOTS; ++s)
+          if (touched[s]) acc += pt[(size_t)s * (size_t)wsz + i * g->k + k];
         dw[k * g->ckk + i] += acc;
       }
   }
@@ -769,8 +791,12 @@ void FN(sg_convt_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
   if (nth > 1) sg_blas_threads_end(saved);
 }
 
+/* dwpart (NULL when dw is): SG_DW_SLOTS partials of the weight gradient
+ * (sg_conv_dw_part_bytes), each over a fixed run of the column tiles, summed
+ * in slot order: the same bits for every thread count. */
 void FN(sg_convt_bwd)(const sg_conv_geom *g, const R *x, const R *w,
-                      const R *dy, R *dx, R *dw, R *db, void *ws) {
+                      const R *dy, R *dx, R *dw, R *db, void *ws,
+                      void *dwpart) {
   const int nth = g->nthreads;
   const int64_t ntile = (g->sin + g->cols - 1) / g->cols;
   const int64_t items = g->n * ntile, kk = g->kk, m = g->k * kk;
@@ -782,39 +808,43 @@ void FN(sg_convt_bwd)(const sg_conv_geom *g, const R *x, const R *w,
   {
     int tid = FN(thread_id)();
     R *tbuf = FN(thread_ws)(g, ws, tid);
-    R *dwp = tbuf + m * g->cols;
-    if (dw)
-      for (int64_t i = 0; i < wsz; ++i) dwp[i] = 0;
 #pragma omp for schedule(static)
-    for (int64_t it = 0; it < items; ++it) {
-      int64_t n = it / ntile, j0 = (it % ntile) * g->cols;
-      int64_t ncol = j0 + g->cols < g->sin ? g->cols : g->sin - j0;
-      const R *dyn = dy + n * g->k * g->sout;
-      for (int64_t k = 0; k < g->k; ++k)
-        for (int64_t a = 0; a < kk; ++a) {
-          int64_t a2 = a % g->ker[2], a1 = (a / g->ker[2]) % g->ker[1],
-                  a0 = a / (g->ker[2] * g->ker[1]);
-          R *dst = tbuf + (k * kk + a) * ncol;
-          const R *dk = dyn + k * g->sout;
-          for (int64_t j = 0; j < ncol; ++j)
-            dst[j] = dk[FN(convt_index)(g, j0 + j, a0, a1, a2)];
-        }
-      if (dx)
-        SG_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->c, (int)ncol,
-                (int)m, 1, w, (int)m, tbuf, (int)ncol, 0,
-                dx + n * g->c * g->sin + j0, (int)g->sin);
-      if (dw)
-        SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->c, (int)m,
-                (int)ncol, 1, x + n * g->c * g->sin + j0, (int)g->sin, tbuf,
-                (int)ncol, 1, dwp, (int)m);
+    for (int s = 0; s < SG_DW_SLOTS; ++s) {
+      const int64_t i0 = items * s / SG_DW_SLOTS;
+      const int64_t i1 = items * (s + 1) / SG_DW_SLOTS;
+      R *dwp = dw ? (R *)dwpart + (size_t)s * (size_t)wsz : NULL;
+      for (int64_t it = i0; it < i1; ++it) {
+        int64_t n = it / ntile, j0 = (it % ntile) * g->cols;
+        int64_t ncol = j0 + g->cols < g->sin ? g->cols : g->sin - j0;
+        const R *dyn = dy + n * g->k * g->sout;
+        for (int64_t k = 0; k < g->k; ++k)
+          for (int64_t a = 0; a < kk; ++a) {
+            int64_t a2 = a % g->ker[2], a1 = (a / g->ker[2]) % g->ker[1],
+                    a0 = a / (g->ker[2] * g->ker[1]);
+            R *dst = tbuf + (k * kk + a) * ncol;
+            const R *dk = dyn + k * g->sout;
+            for (int64_t j = 0; j < ncol; ++j)
+              dst[j] = dk[FN(convt_index)(g, j0 + j, a0, a1, a2)];
+          }
+        if (dx)
+          SG_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->c,
+                  (int)ncol, (int)m, 1, w, (int)m, tbuf, (int)ncol, 0,
+                  dx + n * g->c * g->sin + j0, (int)g->sin);
+        if (dw) /* the slot's first tile overwrites its partial */
+          SG_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->c, (int)m,
+                  (int)ncol, 1, x + n * g->c * g->sin + j0, (int)g->sin, tbuf,
+                  (int)ncol, it == i0 ? 0 : 1, dwp, (int)m);
+      }
     }
   }
   if (nth > 1) sg_blas_threads_end(saved);
   if (dw) {
+    const R *pt = dwpart;
     for (int64_t i = 0; i < wsz; ++i) {
       R acc = 0;
-      for (int t = 0; t < nth; ++t)
-        acc += (FN(thread_ws)(g, ws, t) + m * g->cols)[i];
+      for (int s = 0; s < SG_DW_SLOTS; ++s) /* slot order, non-empty slots */
+        if (items * s / SG_DW_SLOTS < items * (s + 1) / SG_DW_SLOTS)
+          acc += pt[(size_t)s * (size_t)wsz + i];
       dw[i] += acc;
     }
   }

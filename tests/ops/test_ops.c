@@ -166,15 +166,42 @@ static void test_conv_case(const char *name, sg_conv_desc d, int bias) {
   check_fd(name, conv_loss, &c, c.x, dx, c.nx, 1e-6);
   check_fd(name, conv_loss, &c, c.w, dw, c.nw, 1e-6);
   if (bias) check_fd(name, conv_loss, &c, c.b, db, d.cout, 1e-6);
-  /* f32 backward against the f64 one; and with 2 threads (per-thread
-   * weight-gradient partials, the two-phase col2im) */
-  for (int nth = 1; nth <= 2; ++nth) {
+  /* f32 backward against the f64 one; and with 2 and 3 threads (the
+   * weight gradient's slot partials, the two-phase col2im): the same bits
+   * as one thread, forward and backward, f32 and f64 */
+  float *bits[4] = {NULL, NULL, NULL, NULL}; /* 1 thread: y, dx, dw, db */
+  double *bits64 = NULL;                     /* 1 thread: f64 dw */
+  for (int nth = 1; nth <= 3; ++nth) {
     omp_set_num_threads(nth);
     float *rf = to_f32(c.r, c.ny), *dxf = malloc((size_t)c.nx * sizeof *dxf);
     float *dwf = calloc((size_t)c.nw, sizeof *dwf),
           *dbf = calloc((size_t)d.cout, sizeof *dbf);
+    float *yt = malloc((size_t)c.ny * sizeof *yt);
+    double *dw64 = zeros(c.nw);
+    SG_CHECK_OK(
+        sg_conv_forward(&d, SG_DTYPE_F32, xf, wf, bias ? bf : NULL, yt, NULL));
     SG_CHECK_OK(
         sg_conv_backward(&d, SG_DTYPE_F32, xf, wf, rf, dxf, dwf, dbf, NULL));
+    SG_CHECK_OK(sg_conv_backward(&d, SG_DTYPE_F64, c.x, c.w, c.r, NULL, dw64,
+                                 NULL, NULL));
+    float *got[4] = {yt, dxf, dwf, dbf};
+    const int64_t len[4] = {c.ny, c.nx, c.nw, d.cout};
+    const char *what[4] = {"y", "dx", "dw", "db"};
+    for (int i = 0; i < 4; ++i) {
+      if (nth == 1) {
+        bits[i] = malloc((size_t)len[i] * sizeof(float));
+        memcpy(bits[i], got[i], (size_t)len[i] * sizeof(float));
+      } else {
+        SG_CHECK(memcmp(bits[i], got[i], (size_t)len[i] * sizeof(float)) == 0,
+                 "%s: f32 %s at %d threads: not the bits of 1 thread", name,
+                 what[i], nth);
+      }
+    }
+    if (nth == 1)
+      bits64 = dw64;
+    else
+      SG_CHECK(memcmp(bits64, dw64, (size_t)c.nw * sizeof(double)) == 0,
+               "%s: f64 dw at %d threads: not the bits of 1 thread", name, nth);
     float *dxr = to_f32(dx, c.nx), *dwr = to_f32(dw, c.nw);
     SG_CHECK(sg_test_cmp_f32(name, dxf, dxr, c.nx, 1e-4, 1e-4) == 0,
              "%s: f32 dx (%d threads)", name, nth);
@@ -192,8 +219,12 @@ static void test_conv_case(const char *name, sg_conv_desc d, int bias) {
     free(dxr);
     free(dwr);
     free(dx2);
+    free(yt);
+    if (nth > 1) free(dw64);
   }
   omp_set_num_threads(1);
+  for (int i = 0; i < 4; ++i) free(bits[i]);
+  free(bits64);
   free(yref);
   free(y);
   free(xf);
@@ -696,6 +727,34 @@ static void test_convt(void) {
   check_fd("convt dx", convt_loss, &c, c.x, dx, c.nx, 1e-6);
   check_fd("convt dw", convt_loss, &c, c.w, dw, c.nw, 1e-6);
   check_fd("convt db", convt_loss, &c, c.b, db, 2, 1e-6);
+  /* dx and dw the same bits at 1, 2 and 3 threads (11 samples: 11 column
+   * tiles over the weight gradient's slots) */
+  sg_conv_desc d5 = c.d;
+  d5.batch = 11;
+  const int64_t nx5 = 11 * 3 * 35, ny5 = 11 * 2 * 10 * 21;
+  double *x5 = rnd(nx5), *r5 = rnd(ny5), *ref[2] = {NULL, NULL};
+  for (int nth = 1; nth <= 3; ++nth) {
+    omp_set_num_threads(nth);
+    double *dx5 = zeros(nx5), *dw5 = zeros(c.nw);
+    SG_CHECK_OK(
+        sg_convt_backward(&d5, SG_DTYPE_F64, x5, c.w, r5, dx5, dw5, NULL));
+    if (nth == 1) {
+      ref[0] = dx5;
+      ref[1] = dw5;
+      continue;
+    }
+    SG_CHECK(memcmp(ref[0], dx5, (size_t)nx5 * sizeof(double)) == 0,
+             "convt dx at %d threads: not the bits of 1 thread", nth);
+    SG_CHECK(memcmp(ref[1], dw5, (size_t)c.nw * sizeof(double)) == 0,
+             "convt dw at %d threads: not the bits of 1 thread", nth);
+    free(dx5);
+    free(dw5);
+  }
+  omp_set_num_threads(1);
+  free(ref[0]);
+  free(ref[1]);
+  free(x5);
+  free(r5);
   free(y);
   free(yref);
   free(dx);
