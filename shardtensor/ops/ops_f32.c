@@ -12,14 +12,27 @@
 
 /* y (m x n, row stride ldy) = bias + A B with A's element (r, c) at
  * a[r*ar + c*ac], B (k x n, row stride ldb): the register-blocked AVX-512
- * kernels where built (pointwise.c; 1 returned), else 0 and the caller
- * uses the BLAS. */
+ * kernels where built (pointwise.c; 1 returned), or the AVX2 direct
+ * convolution's (conv_avx2.c), else 0 and the caller uses the BLAS. */
 static inline int sg_gemm_fast(int64_t m, int64_t n, int64_t k, const float *a,
                                int64_t ar, int64_t ac, const float *b,
                                int64_t ldb, const float *bias, float *y,
                                int64_t ldy) {
-  if (!sg_pw_f32_available()) return 0;
-  sg_pw_gemm_f32(k, m, n, a, ar, ac, b, ldb, bias, y, ldy);
+  if (sg_pw_f32_available()) {
+    sg_pw_gemm_f32(k, m, n, a, ar, ac, b, ldb, bias, y, ldy);
+    return 1;
+  }
+  /* On the AVX2 tier the direct convolution's kernel with the column
+   * matrix's rows as its shifts: the same products summed in the same
+   * order as the direct path, so a layer gives the same bits whichever
+   * path its shard's shape picks (a forecast on w=3 equals one rank's:
+   * the narrow shards take im2col). Up to 4096 rows (c <= 455 at 3x3),
+   * else BLAS. */
+  enum { MAXK = 4096 };
+  if (k > MAXK || !sg_c2_conv_available()) return 0;
+  int64_t off[MAXK];
+  for (int64_t i = 0; i < k; ++i) off[i] = i * ldb;
+  sg_c2_gemm_off_f32(k, m, n, a, ar, ac, b, off, bias, y, ldy);
   return 1;
 }
 #define SG_GEMM_FAST sg_gemm_fast
