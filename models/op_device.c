@@ -7,7 +7,9 @@
 /* reasons shared by several entries */
 #define NEEDS_NCCL \
   "cuda: its collectives need NCCL on device buffers (issue 22)"
-#define NEEDS_ATTN "cuda: needs a device attention kernel (issue 22)"
+#define NEEDS_A2A                                                         \
+  "cuda: its all-to-all needs NCCL on device buffers (the local part is " \
+  "attention's kernel, sg_attention_fwd_cuda; issue 22)"
 
 static const sg_op_device table[] = {
     /* im2col + cuBLAS on the padded block (the tape pads device inputs
@@ -35,16 +37,20 @@ static const sg_op_device table[] = {
      "(issue 22)"},
     {"checkpoint", NULL, NULL,
      "cuda: replays its ops; runs where they run (host today)"},
-    {"attention", NULL, NULL, NEEDS_ATTN},
-    {"attention_ulysses", NULL, NULL, NEEDS_ATTN},
-    {"attention_usp", NULL, NULL, NEEDS_ATTN},
+    /* one process: the layout copies and the SG_HD row kernels of
+     * sg_attn_inl.h (the ring over ranks needs NCCL) */
+    {"attention", "sg_attention_fwd_cuda", "sg_attention_bwd_cuda", NULL},
+    {"attention_ulysses", NULL, NULL, NEEDS_A2A},
+    {"attention_usp", NULL, NULL, NEEDS_A2A},
     {"add_field", "sg_add_field_fwd_cuda", "sg_add_field_bwd_cuda", NULL},
     {"tp_copy", NULL, NULL, NEEDS_NCCL},
     {"tp_reduce", NULL, NULL, NEEDS_NCCL},
     {"sp_share", NULL, NULL, NEEDS_NCCL},
     /* one process (sharded device variables are refused) */
     {"roll", "sg_roll_cuda", "sg_roll_cuda", NULL},
-    {"window_attention", NULL, NULL, NEEDS_ATTN},
+    {"window_attention", NULL, NULL,
+     "cuda: its own kernel (relative-position bias, saved probabilities) is "
+     "not built on the device (issue 22)"},
     {"moe", NULL, NULL,
      "cuda: the routing and the expert GEMMs are not built on the device "
      "(issue 22)"},

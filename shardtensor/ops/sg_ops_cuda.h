@@ -144,6 +144,26 @@ sg_status sg_pad_bwd_cuda(sg_dtype dt, int nsp, int64_t planes,
                           const int64_t *in, const int64_t (*pad)[2],
                           const sg_pad_mode *mode, const void *dpad, void *dsrc,
                           void *stream);
+/* Fused attention (sg_attention_forward/backward; attention_cuda.cu): d on
+ * the host, data on the device, the host's layout and conventions (causal
+ * offset, Nq != Nk, lse = -inf for a row without keys, lse may be NULL in
+ * the forward); f32 or f64 (bf16 storage: host only). One thread per query
+ * row (o, lse; D; dq) or key row (dk, dv, no atomics) over sg_attn_inl.h's
+ * SG_HD row functions, O(N d) memory (the backward allocates D, B*H*Nq
+ * values, stream-ordered). dq, dk, dv OVERWRITTEN, each may be NULL. */
+sg_status sg_attention_fwd_cuda(const sg_attn_desc *d, sg_dtype dt,
+                                const void *q, const void *k, const void *v,
+                                void *o, void *lse, void *stream);
+sg_status sg_attention_bwd_cuda(const sg_attn_desc *d, sg_dtype dt,
+                                const void *q, const void *k, const void *v,
+                                const void *o, const void *lse,
+                                const void *dout, void *dq, void *dk, void *dv,
+                                void *stream);
+/* The attention op's layout copy (ag_heads_copy): x (b, h*d, t) -> y (b, h,
+ * t, d), back = 1 the other way. */
+sg_status sg_heads_copy_cuda(sg_dtype dt, int64_t b, int64_t h, int64_t t,
+                             int64_t d, void *x, void *y, int back,
+                             void *stream);
 /* partial: sg_loss_npartial(kind, batch) doubles in DEVICE memory. */
 sg_status sg_loss_partial_cuda(sg_loss_kind kind, sg_dtype dt, int64_t batch,
                                int64_t n, const void *p, const void *t,

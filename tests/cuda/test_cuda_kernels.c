@@ -13,7 +13,9 @@
  * variables (a linear-norm-gelu-mul-mse tape forward and backward: outputs,
  * saved statistics and gradients on the device, summed there), and a
  * padded conv-concat-mse tape (margins made on the device), against the
- * same tapes on the host. The element arithmetic is the same SG_HD code on
+ * same tapes on the host; the fused attention forward and backward (o,
+ * lse, dq, dk, dv; causal with offsets, Nq != Nk) and an attention-mse
+ * tape (the layout copies on the device) against the host. The element arithmetic is the same SG_HD code on
  * both sides; what may differ is libm against CUDA's math functions, FMA
  * contraction (nvcc contracts, the host build does not) and the order of
  * the reductions' sums (block trees on the device). Tolerances, relative
@@ -685,20 +687,131 @@ static void check_conv_tape(sg_dtype dt) {
   drop(&x), drop(&w), drop(&b), drop(&t), drop(&dx), drop(&dw), drop(&db);
 }
 
+/* The fused attention: o, lse, dq, dk, dv of the device kernels against
+ * the host kernel (sg_attention_forward/backward), with the host's o and
+ * lse fed to both backwards; causal offsets >= 0 (every row sees a key:
+ * no -inf to compare). */
+static void check_attention(sg_dtype dt) {
+  static const int64_t cfg[][5] = {/* nq, nk, d, causal, offset */
+                                   {37, 37, 8, 0, 0},
+                                   {29, 45, 5, 1, 16},
+                                   {50, 17, 16, 1, 0},
+                                   {9, 70, 3, 1, 4}};
+  char what[64];
+  for (size_t c = 0; c < sizeof cfg / sizeof *cfg; ++c) {
+    const sg_attn_desc ad = {.batch = NB,
+                             .heads = 2,
+                             .nq = cfg[c][0],
+                             .nk = cfg[c][1],
+                             .head_dim = cfg[c][2],
+                             .causal = (int)cfg[c][3],
+                             .causal_offset = cfg[c][4]};
+    const size_t nq = (size_t)(NB * 2 * ad.nq * ad.head_dim),
+                 nk = (size_t)(NB * 2 * ad.nk * ad.head_dim),
+                 nr = (size_t)(NB * 2 * ad.nq);
+    buf q = mk(dt, nq, -1, 1), k = mk(dt, nk, -1, 1), v = mk(dt, nk, -1, 1);
+    buf g = mk(dt, nq, -1, 1), o = mk(dt, nq, 0, 0), lse = mk(dt, nr, 0, 0);
+    buf dq = mk(dt, nq, 0, 0), dk = mk(dt, nk, 0, 0), dv = mk(dt, nk, 0, 0);
+    CK(sg_attention_forward(&ad, dt, q.h, k.h, v.h, o.h, lse.h, NULL));
+    CK(sg_attention_fwd_cuda(&ad, dt, q.d, k.d, v.d, o.d, lse.d, NULL));
+    snprintf(what, sizeof what, "attention %lldx%lld d%lld c%d o",
+             (long long)ad.nq, (long long)ad.nk, (long long)ad.head_dim,
+             ad.causal);
+    compare(what, &o);
+    snprintf(what, sizeof what, "attention %lldx%lld d%lld c%d lse",
+             (long long)ad.nq, (long long)ad.nk, (long long)ad.head_dim,
+             ad.causal);
+    compare(what, &lse);
+    /* both backwards from the host's o and lse */
+    CK(cudaMemcpy(o.d, o.h, o.bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(lse.d, lse.h, lse.bytes, cudaMemcpyHostToDevice));
+    CK(sg_attention_backward(&ad, dt, q.h, k.h, v.h, o.h, lse.h, g.h, dq.h,
+                             dk.h, dv.h, NULL));
+    CK(sg_attention_bwd_cuda(&ad, dt, q.d, k.d, v.d, o.d, lse.d, g.d, dq.d,
+                             dk.d, dv.d, NULL));
+    const buf *gr[3] = {&dq, &dk, &dv};
+    static const char *gn[3] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 3; ++i) {
+      snprintf(what, sizeof what, "attention %lldx%lld d%lld c%d %s",
+               (long long)ad.nq, (long long)ad.nk, (long long)ad.head_dim,
+               ad.causal, gn[i]);
+      compare(what, gr[i]);
+    }
+    drop(&q), drop(&k), drop(&v), drop(&g), drop(&o), drop(&lse), drop(&dq),
+        drop(&dk), drop(&dv);
+  }
+}
+
+/* The attention op on the tape: o = attention(q, k, v) (2 heads of 2 over
+ * 5 x 7 tokens), loss = mse(o, t); the loss and dq, dk, dv against the
+ * same tape on the host. */
+static double attn_tape_step(sg_var *x, const buf *t, int on_dev) {
+  sg_tape_t tape = NULL;
+  sg_var tv, *o = NULL, *loss = NULL;
+  const int64_t ts[4] = {NB, 4, 5, 7};
+  CK(sg_var_init(&tv, "t", t->dt, 4, ts, on_dev ? t->d : t->h, 0));
+  if (on_dev) CK(sg_var_set_device(&tv, x[0].value.device));
+  CK(sg_tape_create(&tape));
+  CK(sg_ag_attention(tape, 2, &x[0], &x[1], &x[2], &o));
+  CK(sg_ag_loss(tape, SG_LOSS_MSE, o, &tv, &loss));
+  const double item = sg_var_item(loss);
+  CK(sg_tape_backward(tape, loss));
+  sg_tape_destroy(&tape);
+  sg_var_release(&tv);
+  return item;
+}
+
+static void check_attn_tape(sg_dtype dt) {
+  const size_t n = NB * 4 * 5 * 7;
+  const int64_t xs[4] = {NB, 4, 5, 7};
+  static const char *names[3] = {"q", "k", "v"};
+  buf x[3], t = mk(dt, n, -1, 1), dx = mk(dt, n, 0, 0);
+  sg_var hv[3], dv[3];
+  const sg_device d = {SG_DEVICE_CUDA, 0};
+  for (int i = 0; i < 3; ++i) {
+    x[i] = mk(dt, n, -1, 1);
+    CK(sg_var_init(&hv[i], names[i], dt, 4, xs, x[i].h, 1));
+    CK(sg_var_init(&dv[i], names[i], dt, 4, xs, x[i].d, 1));
+    CK(sg_var_set_device(&dv[i], d));
+  }
+  const double lh = attn_tape_step(hv, &t, 0);
+  const double ld = attn_tape_step(dv, &t, 1);
+  const double tol = dt == SG_DTYPE_F64 ? 1e-12 : 2e-5;
+  const int ok = fabs(ld - lh) <= tol * (fabs(lh) > 1 ? fabs(lh) : 1);
+  printf("%-4s %-30s %.17g vs %.17g  %s\n", sg_dtype_name(dt),
+         "tape attention-mse loss", ld, lh, ok ? "ok" : "FAIL");
+  fails += !ok;
+  char what[64];
+  for (int i = 0; i < 3; ++i) {
+    memcpy(dx.h, hv[i].grad.data, dx.bytes);
+    CK(cudaMemcpy(dx.d, dv[i].grad.data, dx.bytes, cudaMemcpyDeviceToDevice));
+    snprintf(what, sizeof what, "tape attention backward (d%s)", names[i]);
+    compare(what, &dx);
+    sg_var_release(&hv[i]), sg_var_release(&dv[i]);
+    drop(&x[i]);
+  }
+  drop(&t), drop(&dx);
+}
+
 /* The launchers above; each op the device table puts on cuda must name
  * two of them. */
 static int tested(const char *fn) {
   static const char *const names[] = {
-      "sg_act_fwd_cuda",      "sg_act_bwd_cuda",      "sg_binary_fwd_cuda",
-      "sg_binary_bwd_cuda",   "sg_scale_cuda",        "sg_bias_fwd_cuda",
-      "sg_bias_bwd_cuda",     "sg_loss_partial_cuda", "sg_loss_bwd_cuda",
-      "sg_pool_fwd_cuda",     "sg_pool_bwd_cuda",     "sg_upsample_fwd_cuda",
-      "sg_upsample_bwd_cuda", "sg_linear_fwd_cuda",   "sg_linear_bwd_cuda",
-      "sg_norm_fwd_cuda",     "sg_norm_bwd_cuda",     "sg_conv_fwd_cuda",
-      "sg_conv_bwd_cuda",     "sg_convt_fwd_cuda",    "sg_convt_bwd_cuda",
-      "sg_cat_part_cuda",     "sg_bcast_t_fwd_cuda",  "sg_bcast_t_bwd_cuda",
-      "sg_time_window_cuda",  "sg_roll_cuda",         "sg_add_field_fwd_cuda",
-      "sg_add_field_bwd_cuda"};
+      "sg_act_fwd_cuda",       "sg_act_bwd_cuda",
+      "sg_binary_fwd_cuda",    "sg_binary_bwd_cuda",
+      "sg_scale_cuda",         "sg_bias_fwd_cuda",
+      "sg_bias_bwd_cuda",      "sg_loss_partial_cuda",
+      "sg_loss_bwd_cuda",      "sg_pool_fwd_cuda",
+      "sg_pool_bwd_cuda",      "sg_upsample_fwd_cuda",
+      "sg_upsample_bwd_cuda",  "sg_linear_fwd_cuda",
+      "sg_linear_bwd_cuda",    "sg_norm_fwd_cuda",
+      "sg_norm_bwd_cuda",      "sg_conv_fwd_cuda",
+      "sg_conv_bwd_cuda",      "sg_convt_fwd_cuda",
+      "sg_convt_bwd_cuda",     "sg_cat_part_cuda",
+      "sg_bcast_t_fwd_cuda",   "sg_bcast_t_bwd_cuda",
+      "sg_time_window_cuda",   "sg_roll_cuda",
+      "sg_add_field_fwd_cuda", "sg_add_field_bwd_cuda",
+      "sg_attention_fwd_cuda", "sg_attention_bwd_cuda"};
   for (size_t i = 0; i < sizeof names / sizeof *names; ++i)
     if (fn && !strcmp(fn, names[i])) return 1;
   return 0;
@@ -782,6 +895,20 @@ static void check_arguments(void) {
       {"concat part past the channels",
        sg_cat_part_cuda(SG_DTYPE_F32, 1, 4, 3, 4, 2, 1, NULL, NULL, NULL),
        SG_ERR_SHAPE},
+      {"attention without a descriptor",
+       sg_attention_fwd_cuda(NULL, SG_DTYPE_F32, NULL, NULL, NULL, NULL, NULL,
+                             NULL),
+       SG_ERR_INVALID_ARG},
+      {"attention in bf16 (host only)",
+       sg_attention_bwd_cuda(
+           &(sg_attn_desc){
+               .batch = 1, .heads = 1, .nq = 2, .nk = 2, .head_dim = 2},
+           SG_DTYPE_BF16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL),
+       SG_ERR_NOT_SUPPORTED},
+      {"attention head_dim 0",
+       sg_heads_copy_cuda(SG_DTYPE_F32, 1, 1, 4, 0, NULL, NULL, 0, NULL),
+       SG_ERR_SHAPE},
       {"adamw at step 0",
        sg_adamw_step_f32_cuda(NULL, NULL, NULL, NULL, 4, 0, 1e-3, 1.0, &cfg,
                               NULL),
@@ -828,6 +955,8 @@ int main(int argc, char **argv) {
     check_tape(dts[k]);
     check_pad(dts[k]);
     check_conv_tape(dts[k]);
+    check_attention(dts[k]);
+    check_attn_tape(dts[k]);
   }
   check_adamw();
   printf("%s\n", fails ? "FAILED" : "PASSED");
