@@ -38,8 +38,7 @@ typedef struct sg_attn_rows {
 } sg_attn_rows;
 
 /* Keys [0, end) that query i sees. */
-static inline SG_HD int64_t sg_attn_row_kend(const sg_attn_rows *g,
-                                             int64_t i) {
+static inline SG_HD int64_t sg_attn_row_kend(const sg_attn_rows *g, int64_t i) {
   if (!g->causal) return g->nk;
   const int64_t e = i + 1 + g->offset;
   return e < 0 ? 0 : e > g->nk ? g->nk : e;
@@ -55,117 +54,117 @@ static inline SG_HD int64_t sg_attn_row_qbegin(const sg_attn_rows *g,
 
 /* Element i of the kernel layout y (B, H, T, d) is element
  * sg_attn_heads_src(i) of the op's x (B, H*d, T) (ag_heads_copy). */
-static inline SG_HD int64_t sg_attn_heads_src(int64_t i, int64_t T,
-                                              int64_t d) {
+static inline SG_HD int64_t sg_attn_heads_src(int64_t i, int64_t T, int64_t d) {
   const int64_t c = i % d, t = (i / d) % T, bh = i / (d * T);
   return (bh * d + c) * T + t;
 }
 
 /* T element type, S suffix, EXP / LOG of a T. */
-#define SG_ATTN_HD(T, S, EXP, LOG)                                             \
-  static inline SG_HD T sg_attn_dot_##S(const T *a, const T *b, int64_t n) {   \
-    T t = 0;                                                                   \
-    for (int64_t c = 0; c < n; ++c) t += a[c] * b[c];                          \
-    return t;                                                                  \
-  }                                                                            \
+#define SG_ATTN_HD(T, S, EXP, LOG)                                              \
+  static inline SG_HD T sg_attn_dot_##S(const T *a, const T *b, int64_t n) {    \
+    T t = 0;                                                                    \
+    for (int64_t c = 0; c < n; ++c) t += a[c] * b[c];                           \
+    return t;                                                                   \
+  }                                                                             \
   /* Query row i: o (d, OVERWRITTEN) and *lse (if lse) from q (its row), k,  \
-   * v (the head's). */                                                        \
-  static inline SG_HD void sg_attn_row_fwd_##S(const sg_attn_rows *g,          \
-                                               int64_t i, const T *q,          \
-                                               const T *k, const T *v, T *o,   \
-                                               T *lse) {                       \
-    const int64_t d = g->d, kend = sg_attn_row_kend(g, i);                     \
-    const T sc = (T)g->scale;                                                  \
-    T s[SG_ATTN_HD_B];                                                         \
-    T m = -INFINITY, l = 0;                                                    \
-    for (int64_t c = 0; c < d; ++c) o[c] = 0;                                  \
-    for (int64_t j0 = 0; j0 < kend; j0 += SG_ATTN_HD_B) {                      \
-      const int64_t bk =                                                       \
-          kend - j0 < SG_ATTN_HD_B ? kend - j0 : (int64_t)SG_ATTN_HD_B;        \
-      T bm = -INFINITY;                                                        \
-      for (int64_t j = 0; j < bk; ++j) {                                       \
-        s[j] = sc * sg_attn_dot_##S(q, k + (j0 + j) * d, d);                   \
-        bm = s[j] > bm ? s[j] : bm;                                            \
-      }                                                                        \
-      const T mn = bm > m ? bm : m;                                            \
-      const T al = m == -INFINITY ? (T)0 : EXP(m - mn);                        \
-      l *= al;                                                                 \
-      for (int64_t j = 0; j < bk; ++j) {                                       \
-        s[j] = EXP(s[j] - mn);                                                 \
-        l += s[j];                                                             \
-      }                                                                        \
-      for (int64_t c = 0; c < d; ++c) {                                        \
-        T a = o[c] * al;                                                       \
-        for (int64_t j = 0; j < bk; ++j) a += s[j] * v[(j0 + j) * d + c];      \
-        o[c] = a;                                                              \
-      }                                                                        \
-      m = mn;                                                                  \
-    }                                                                          \
-    const T inv = l > 0 ? 1 / l : (T)0;                                        \
-    for (int64_t c = 0; c < d; ++c) o[c] *= inv;                               \
-    if (lse) *lse = l > 0 ? m + LOG(l) : (T)-INFINITY;                         \
-  }                                                                            \
+   * v (the head's). */  \
+  static inline SG_HD void sg_attn_row_fwd_##S(const sg_attn_rows *g,           \
+                                               int64_t i, const T *q,           \
+                                               const T *k, const T *v, T *o,    \
+                                               T *lse) {                        \
+    const int64_t d = g->d, kend = sg_attn_row_kend(g, i);                      \
+    const T sc = (T)g->scale;                                                   \
+    T s[SG_ATTN_HD_B];                                                          \
+    T m = -INFINITY, l = 0;                                                     \
+    for (int64_t c = 0; c < d; ++c) o[c] = 0;                                   \
+    for (int64_t j0 = 0; j0 < kend; j0 += SG_ATTN_HD_B) {                       \
+      const int64_t bk = kend - j0 < SG_ATTN_HD_B ? kend - j0                   \
+                                                  : (int64_t)SG_ATTN_HD_B;      \
+      T bm = -INFINITY;                                                         \
+      for (int64_t j = 0; j < bk; ++j) {                                        \
+        s[j] = sc * sg_attn_dot_##S(q, k + (j0 + j) * d, d);                    \
+        bm = s[j] > bm ? s[j] : bm;                                             \
+      }                                                                         \
+      const T mn = bm > m ? bm : m;                                             \
+      const T al = m == -INFINITY ? (T)0 : EXP(m - mn);                         \
+      l *= al;                                                                  \
+      for (int64_t j = 0; j < bk; ++j) {                                        \
+        s[j] = EXP(s[j] - mn);                                                  \
+        l += s[j];                                                              \
+      }                                                                         \
+      for (int64_t c = 0; c < d; ++c) {                                         \
+        T a = o[c] * al;                                                        \
+        for (int64_t j = 0; j < bk; ++j) a += s[j] * v[(j0 + j) * d + c];       \
+        o[c] = a;                                                               \
+      }                                                                         \
+      m = mn;                                                                   \
+    }                                                                           \
+    const T inv = l > 0 ? 1 / l : (T)0;                                         \
+    for (int64_t c = 0; c < d; ++c) o[c] *= inv;                                \
+    if (lse) *lse = l > 0 ? m + LOG(l) : (T)-INFINITY;                          \
+  }                                                                             \
   /* Query row i's dq (d, OVERWRITTEN) from its q, dout rows, lse, D =       \
-   * rowsum(dout * o) and the head's k, v. */                                  \
-  static inline SG_HD void sg_attn_row_dq_##S(                                 \
-      const sg_attn_rows *g, int64_t i, const T *q, const T *k, const T *v,    \
-      T lse, T dd, const T *dout, T *dq) {                                     \
-    const int64_t d = g->d;                                                    \
-    const int64_t kend = lse == -INFINITY ? 0 : sg_attn_row_kend(g, i);        \
-    const T sc = (T)g->scale;                                                  \
-    T s[SG_ATTN_HD_B];                                                         \
-    for (int64_t c = 0; c < d; ++c) dq[c] = 0;                                 \
-    for (int64_t j0 = 0; j0 < kend; j0 += SG_ATTN_HD_B) {                      \
-      const int64_t bk =                                                       \
-          kend - j0 < SG_ATTN_HD_B ? kend - j0 : (int64_t)SG_ATTN_HD_B;        \
-      for (int64_t j = 0; j < bk; ++j) {                                       \
-        const T *kj = k + (j0 + j) * d, *vj = v + (j0 + j) * d;                \
-        const T p = EXP(sc * sg_attn_dot_##S(q, kj, d) - lse);                 \
-        s[j] = p * (sg_attn_dot_##S(dout, vj, d) - dd) * sc;                   \
-      }                                                                        \
-      for (int64_t c = 0; c < d; ++c) {                                        \
-        T a = dq[c];                                                           \
-        for (int64_t j = 0; j < bk; ++j) a += s[j] * k[(j0 + j) * d + c];      \
-        dq[c] = a;                                                             \
-      }                                                                        \
-    }                                                                          \
-  }                                                                            \
+   * rowsum(dout * o) and the head's k, v. */  \
+  static inline SG_HD void sg_attn_row_dq_##S(const sg_attn_rows *g,            \
+                                              int64_t i, const T *q,            \
+                                              const T *k, const T *v, T lse,    \
+                                              T dd, const T *dout, T *dq) {     \
+    const int64_t d = g->d;                                                     \
+    const int64_t kend = lse == -INFINITY ? 0 : sg_attn_row_kend(g, i);         \
+    const T sc = (T)g->scale;                                                   \
+    T s[SG_ATTN_HD_B];                                                          \
+    for (int64_t c = 0; c < d; ++c) dq[c] = 0;                                  \
+    for (int64_t j0 = 0; j0 < kend; j0 += SG_ATTN_HD_B) {                       \
+      const int64_t bk = kend - j0 < SG_ATTN_HD_B ? kend - j0                   \
+                                                  : (int64_t)SG_ATTN_HD_B;      \
+      for (int64_t j = 0; j < bk; ++j) {                                        \
+        const T *kj = k + (j0 + j) * d, *vj = v + (j0 + j) * d;                 \
+        const T p = EXP(sc * sg_attn_dot_##S(q, kj, d) - lse);                  \
+        s[j] = p * (sg_attn_dot_##S(dout, vj, d) - dd) * sc;                    \
+      }                                                                         \
+      for (int64_t c = 0; c < d; ++c) {                                         \
+        T a = dq[c];                                                            \
+        for (int64_t j = 0; j < bk; ++j) a += s[j] * k[(j0 + j) * d + c];       \
+        dq[c] = a;                                                              \
+      }                                                                         \
+    }                                                                           \
+  }                                                                             \
   /* Key row j's dk, dv (d each, OVERWRITTEN; either may be NULL) from its k, \
-   * v rows and the head's q, dout, lse, D. */                                 \
-  static inline SG_HD void sg_attn_row_dkv_##S(                                \
-      const sg_attn_rows *g, int64_t j, const T *q, const T *kj, const T *vj,  \
-      const T *lse, const T *dd, const T *dout, T *dk, T *dv) {                \
-    const int64_t d = g->d;                                                    \
-    const T sc = (T)g->scale;                                                  \
-    T p[SG_ATTN_HD_B], s[SG_ATTN_HD_B];                                        \
-    for (int64_t c = 0; c < d; ++c) {                                          \
-      if (dk) dk[c] = 0;                                                       \
-      if (dv) dv[c] = 0;                                                       \
-    }                                                                          \
-    for (int64_t i0 = sg_attn_row_qbegin(g, j); i0 < g->nq;                    \
-         i0 += SG_ATTN_HD_B) {                                                 \
-      const int64_t bq =                                                       \
-          g->nq - i0 < SG_ATTN_HD_B ? g->nq - i0 : (int64_t)SG_ATTN_HD_B;      \
-      for (int64_t r = 0; r < bq; ++r) {                                       \
-        const int64_t i = i0 + r;                                              \
-        const T *qi = q + i * d, *oi = dout + i * d;                           \
-        const T x = sc * sg_attn_dot_##S(qi, kj, d) - lse[i];                  \
-        p[r] = lse[i] == -INFINITY ? (T)0 : EXP(x);                            \
-        s[r] = dk ? p[r] * (sg_attn_dot_##S(oi, vj, d) - dd[i]) * sc : (T)0;   \
-      }                                                                        \
-      for (int64_t c = 0; c < d; ++c) {                                        \
-        if (dv) {                                                              \
-          T a = dv[c];                                                         \
-          for (int64_t r = 0; r < bq; ++r) a += p[r] * dout[(i0 + r) * d + c]; \
-          dv[c] = a;                                                           \
-        }                                                                      \
-        if (dk) {                                                              \
-          T a = dk[c];                                                         \
-          for (int64_t r = 0; r < bq; ++r) a += s[r] * q[(i0 + r) * d + c];    \
-          dk[c] = a;                                                           \
-        }                                                                      \
-      }                                                                        \
-    }                                                                          \
+   * v rows and the head's q, dout, lse, D. */ \
+  static inline SG_HD void sg_attn_row_dkv_##S(                                 \
+      const sg_attn_rows *g, int64_t j, const T *q, const T *kj, const T *vj,   \
+      const T *lse, const T *dd, const T *dout, T *dk, T *dv) {                 \
+    const int64_t d = g->d;                                                     \
+    const T sc = (T)g->scale;                                                   \
+    T p[SG_ATTN_HD_B], s[SG_ATTN_HD_B];                                         \
+    for (int64_t c = 0; c < d; ++c) {                                           \
+      if (dk) dk[c] = 0;                                                        \
+      if (dv) dv[c] = 0;                                                        \
+    }                                                                           \
+    for (int64_t i0 = sg_attn_row_qbegin(g, j); i0 < g->nq;                     \
+         i0 += SG_ATTN_HD_B) {                                                  \
+      const int64_t bq = g->nq - i0 < SG_ATTN_HD_B ? g->nq - i0                 \
+                                                   : (int64_t)SG_ATTN_HD_B;     \
+      for (int64_t r = 0; r < bq; ++r) {                                        \
+        const int64_t i = i0 + r;                                               \
+        const T *qi = q + i * d, *oi = dout + i * d;                            \
+        const T x = sc * sg_attn_dot_##S(qi, kj, d) - lse[i];                   \
+        p[r] = lse[i] == -INFINITY ? (T)0 : EXP(x);                             \
+        s[r] = dk ? p[r] * (sg_attn_dot_##S(oi, vj, d) - dd[i]) * sc : (T)0;    \
+      }                                                                         \
+      for (int64_t c = 0; c < d; ++c) {                                         \
+        if (dv) {                                                               \
+          T a = dv[c];                                                          \
+          for (int64_t r = 0; r < bq; ++r) a += p[r] * dout[(i0 + r) * d + c];  \
+          dv[c] = a;                                                            \
+        }                                                                       \
+        if (dk) {                                                               \
+          T a = dk[c];                                                          \
+          for (int64_t r = 0; r < bq; ++r) a += s[r] * q[(i0 + r) * d + c];     \
+          dk[c] = a;                                                            \
+        }                                                                       \
+      }                                                                         \
+    }                                                                           \
   }
 
 SG_ATTN_HD(float, f32, sg_expf, logf)

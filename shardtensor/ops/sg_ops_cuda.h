@@ -164,6 +164,15 @@ sg_status sg_attention_bwd_cuda(const sg_attn_desc *d, sg_dtype dt,
 sg_status sg_heads_copy_cuda(sg_dtype dt, int64_t b, int64_t h, int64_t t,
                              int64_t d, void *x, void *y, int back,
                              void *stream);
+/* sg_pad_fill_outside on the device (max pooling's -inf margins): box,
+ * origin, extent, mode on the host, x on the device; the cells of each
+ * plane outside the domain along zero-padded dims set to value (the
+ * geometry sg_fill_outside_geom, the cell test sg_fill_outside_cell). */
+sg_status sg_pad_fill_outside_cuda(sg_dtype dt, int nsp, int64_t planes,
+                                   const int64_t *box, const int64_t *origin,
+                                   const int64_t *extent,
+                                   const sg_pad_mode *mode, double value,
+                                   void *x, void *stream);
 /* partial: sg_loss_npartial(kind, batch) doubles in DEVICE memory. */
 sg_status sg_loss_partial_cuda(sg_loss_kind kind, sg_dtype dt, int64_t batch,
                                int64_t n, const void *p, const void *t,

@@ -12,7 +12,8 @@
  * forward, backward sums, backward); and the autograd tape on device
  * variables (a linear-norm-gelu-mul-mse tape forward and backward: outputs,
  * saved statistics and gradients on the device, summed there), and a
- * padded conv-concat-mse tape (margins made on the device), against the
+ * padded conv-concat-mse tape (margins made on the device) and a padded
+ * max-pool-mse tape (its -inf margins filled on the device), against the
  * same tapes on the host; the fused attention forward and backward (o,
  * lse, dq, dk, dv; causal with offsets, Nq != Nk) and an attention-mse
  * tape (the layout copies on the device) against the host. The element arithmetic is the same SG_HD code on
@@ -620,6 +621,58 @@ static void check_pad(sg_dtype dt) {
     compare(what, &dx);
   }
   drop(&x), drop(&g), drop(&y), drop(&dx);
+  /* max pooling's -inf margins: a box past both ends of the domain in dim
+   * 0 (zero), dim 1 periodic (its margins hold data) */
+  const int64_t box[2] = {10, 11}, origin[2] = {-1, -2}, extent[2] = {7, 9};
+  const sg_pad_mode fm[2] = {SG_PAD_ZERO, SG_PAD_PERIODIC};
+  buf f = mk(dt, nout, -1, 1);
+  CK(sg_pad_fill_outside(dt, 2, planes, box, origin, extent, fm, -7.5, f.h));
+  CK(sg_pad_fill_outside_cuda(dt, 2, planes, box, origin, extent, fm, -7.5, f.d,
+                              NULL));
+  compare("pad fill outside (max pool)", &f);
+  drop(&f);
+}
+
+/* Max pooling with zero-padded margins on the tape (3x3, stride 2, pad 1:
+ * the -inf margins filled on the device), loss = mse(y, t): the loss and
+ * dx against the same tape on the host. */
+static void check_maxpool_tape(sg_dtype dt) {
+  const size_t nx = NB * NC * 9 * 11, ny = NB * NC * 5 * 6;
+  const int64_t xs[4] = {NB, NC, 9, 11}, ts[4] = {NB, NC, 5, 6};
+  const sg_window win[2] = {
+      {.kernel = 3, .stride = 2, .dilation = 1, .pad = {1, 1}, .up = 1},
+      {.kernel = 3, .stride = 2, .dilation = 1, .pad = {1, 1}, .up = 1}};
+  buf x = mk(dt, nx, -2, 2), t = mk(dt, ny, -1, 1), dx = mk(dt, nx, 0, 0);
+  double l[2];
+  for (int dev = 0; dev < 2; ++dev) {
+    sg_tape_t tape = NULL;
+    sg_var xv, tv, *y = NULL, *loss = NULL;
+    CK(sg_var_init(&xv, "x", dt, 4, xs, dev ? x.d : x.h, 1));
+    CK(sg_var_init(&tv, "t", dt, 4, ts, dev ? t.d : t.h, 0));
+    if (dev) {
+      const sg_device d = {SG_DEVICE_CUDA, 0};
+      CK(sg_var_set_device(&xv, d));
+      CK(sg_var_set_device(&tv, d));
+    }
+    CK(sg_tape_create(&tape));
+    CK(sg_ag_pool(tape, SG_POOL_MAX, &xv, win, &y));
+    CK(sg_ag_loss(tape, SG_LOSS_MSE, y, &tv, &loss));
+    l[dev] = sg_var_item(loss);
+    CK(sg_tape_backward(tape, loss));
+    if (dev)
+      CK(cudaMemcpy(dx.d, xv.grad.data, dx.bytes, cudaMemcpyDeviceToDevice));
+    else
+      memcpy(dx.h, xv.grad.data, dx.bytes);
+    sg_tape_destroy(&tape);
+    sg_var_release(&xv), sg_var_release(&tv);
+  }
+  const double tol = dt == SG_DTYPE_F64 ? 1e-12 : 2e-5;
+  const int ok = fabs(l[1] - l[0]) <= tol * (fabs(l[0]) > 1 ? fabs(l[0]) : 1);
+  printf("%-4s %-30s %.17g vs %.17g  %s\n", sg_dtype_name(dt),
+         "tape padded max-pool loss", l[1], l[0], ok ? "ok" : "FAIL");
+  fails += !ok;
+  compare("tape padded max-pool (dx)", &dx);
+  drop(&x), drop(&t), drop(&dx);
 }
 
 /* A padded convolution on the tape: h = conv(x, w, b) (3x3, zero padding
@@ -906,6 +959,10 @@ static void check_arguments(void) {
            SG_DTYPE_BF16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
            NULL),
        SG_ERR_NOT_SUPPORTED},
+      {"fill outside without a box",
+       sg_pad_fill_outside_cuda(SG_DTYPE_F32, 2, 1, NULL, NULL, NULL, NULL, 0.0,
+                                NULL, NULL),
+       SG_ERR_INVALID_ARG},
       {"attention head_dim 0",
        sg_heads_copy_cuda(SG_DTYPE_F32, 1, 1, 4, 0, NULL, NULL, 0, NULL),
        SG_ERR_SHAPE},
@@ -955,6 +1012,7 @@ int main(int argc, char **argv) {
     check_tape(dts[k]);
     check_pad(dts[k]);
     check_conv_tape(dts[k]);
+    check_maxpool_tape(dts[k]);
     check_attention(dts[k]);
     check_attn_tape(dts[k]);
   }

@@ -50,12 +50,9 @@ typedef struct cfg {
                        const T *dout, T *o, T *lse, T *dd, T *dq, T *dk,       \
                        T *dv) {                                                \
     const sg_attn_rows g = {                                                   \
-        c->nq,                                                                 \
-        c->nk,                                                                 \
-        c->d,                                                                  \
-        c->scale != 0 ? c->scale : 1 / sqrt((double)c->d),                     \
-        c->causal,                                                             \
-        c->causal ? c->offset : 0};                                            \
+        c->nq,     c->nk,                                                      \
+        c->d,      c->scale != 0 ? c->scale : 1 / sqrt((double)c->d),          \
+        c->causal, c->causal ? c->offset : 0};                                 \
     const int64_t bh = c->b * c->h, d = c->d, nq = c->nq, nk = c->nk;          \
     for (int64_t r = 0; r < bh * nq; ++r) {                                    \
       const int64_t kh = r / nq * nk * d;                                      \
@@ -86,7 +83,7 @@ static int check_cfg(const cfg *c, sg_dtype dt) {
   const int f32 = dt == SG_DTYPE_F32;
   const double tol = f32 ? 2e-5 : 1e-12;
   /* q, k, v, dout; host o, lse, dq, dk, dv; rows' o, lse, dq, dk, dv, dd */
-  const int64_t len[16] = {nqe, nke, nke, nqe, nqe, nr, nqe, nke,
+  const int64_t len[16] = {nqe, nke, nke, nqe, nqe, nr,  nqe, nke,
                            nke, nqe, nr,  nqe, nke, nke, nr,  0};
   double *a[16];
   void *x[16];

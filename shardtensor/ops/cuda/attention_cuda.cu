@@ -27,9 +27,9 @@ inline unsigned grid_for(int64_t n) {
        i += (int64_t)gridDim.x * blockDim.x)
 #define SG_STREAM(s) ((cudaStream_t)(s))
 
-__device__ inline void row_fwd(const sg_attn_rows *g, int64_t i,
-                               const float *q, const float *k, const float *v,
-                               float *o, float *lse) {
+__device__ inline void row_fwd(const sg_attn_rows *g, int64_t i, const float *q,
+                               const float *k, const float *v, float *o,
+                               float *lse) {
   sg_attn_row_fwd_f32(g, i, q, k, v, o, lse);
 }
 __device__ inline void row_fwd(const sg_attn_rows *g, int64_t i,
@@ -48,24 +48,22 @@ __device__ inline void row_dq(const sg_attn_rows *g, int64_t i, const float *q,
                               float dd, const float *dout, float *dq) {
   sg_attn_row_dq_f32(g, i, q, k, v, lse, dd, dout, dq);
 }
-__device__ inline void row_dq(const sg_attn_rows *g, int64_t i,
-                              const double *q, const double *k,
-                              const double *v, double lse, double dd,
-                              const double *dout, double *dq) {
+__device__ inline void row_dq(const sg_attn_rows *g, int64_t i, const double *q,
+                              const double *k, const double *v, double lse,
+                              double dd, const double *dout, double *dq) {
   sg_attn_row_dq_f64(g, i, q, k, v, lse, dd, dout, dq);
 }
-__device__ inline void row_dkv(const sg_attn_rows *g, int64_t j,
-                               const float *q, const float *kj,
-                               const float *vj, const float *lse,
-                               const float *dd, const float *dout, float *dk,
-                               float *dv) {
+__device__ inline void row_dkv(const sg_attn_rows *g, int64_t j, const float *q,
+                               const float *kj, const float *vj,
+                               const float *lse, const float *dd,
+                               const float *dout, float *dk, float *dv) {
   sg_attn_row_dkv_f32(g, j, q, kj, vj, lse, dd, dout, dk, dv);
 }
 __device__ inline void row_dkv(const sg_attn_rows *g, int64_t j,
                                const double *q, const double *kj,
                                const double *vj, const double *lse,
-                               const double *dd, const double *dout,
-                               double *dk, double *dv) {
+                               const double *dd, const double *dout, double *dk,
+                               double *dv) {
   sg_attn_row_dkv_f64(g, j, q, kj, vj, lse, dd, dout, dk, dv);
 }
 
@@ -119,8 +117,7 @@ sg_status rows_make(const char *what, const sg_attn_desc *d, sg_dtype dt,
   if (dt != SG_DTYPE_F32 && dt != SG_DTYPE_F64)
     SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: f32 or f64, not %s (host only)", what,
              sg_dtype_name(dt));
-  if (d->batch < 0 || d->heads < 0 || d->nq < 0 || d->nk < 0 ||
-      d->head_dim < 1)
+  if (d->batch < 0 || d->heads < 0 || d->nq < 0 || d->nk < 0 || d->head_dim < 1)
     SG_RAISE(SG_ERR_INVALID_ARG,
              "%s: sizes (batch %lld, heads %lld, nq %lld, nk %lld, head_dim "
              "%lld)",
@@ -176,9 +173,9 @@ fail:
 
 }  // namespace
 
-#define SG_ATTN_PTR(p)                                                      \
-  do {                                                                      \
-    if (!(p)) SG_RAISE(SG_ERR_INVALID_ARG, "%s: %s is NULL", fn, #p);       \
+#define SG_ATTN_PTR(p)                                                \
+  do {                                                                \
+    if (!(p)) SG_RAISE(SG_ERR_INVALID_ARG, "%s: %s is NULL", fn, #p); \
   } while (0)
 
 extern "C" sg_status sg_attention_fwd_cuda(const sg_attn_desc *d, sg_dtype dt,
@@ -232,9 +229,9 @@ extern "C" sg_status sg_attention_bwd_cuda(const sg_attn_desc *d, sg_dtype dt,
   if (bh == 0 || (!dq && !dk && !dv)) goto fail;
   if (dt == SG_DTYPE_F32)
     st = bwd_run<float>(g, bh, (const float *)q, (const float *)k,
-                        (const float *)v, (const float *)o,
-                        (const float *)lse, (const float *)dout, (float *)dq,
-                        (float *)dk, (float *)dv, SG_STREAM(stream));
+                        (const float *)v, (const float *)o, (const float *)lse,
+                        (const float *)dout, (float *)dq, (float *)dk,
+                        (float *)dv, SG_STREAM(stream));
   else
     st = bwd_run<double>(g, bh, (const double *)q, (const double *)k,
                          (const double *)v, (const double *)o,
@@ -248,8 +245,7 @@ fail:
 // The (B, H*d, T) <-> (B, H, T, d) copies of the attention op
 // (ag_heads_copy) over sg_attn_heads_src: back 0 x -> y, back 1 y -> x.
 template <typename T>
-__global__ void heads_k(int64_t n, int64_t t, int64_t d, int back, T *x,
-                        T *y) {
+__global__ void heads_k(int64_t n, int64_t t, int64_t d, int back, T *x, T *y) {
   SG_GRID_STRIDE(i, n) {
     const int64_t j = sg_attn_heads_src(i, t, d);
     if (back)
