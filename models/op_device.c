@@ -7,9 +7,6 @@
 /* reasons shared by several entries */
 #define NEEDS_NCCL \
   "cuda: its collectives need NCCL on device buffers (issue 22)"
-#define NEEDS_A2A                                                         \
-  "cuda: its all-to-all needs NCCL on device buffers (the local part is " \
-  "attention's kernel, sg_attention_fwd_cuda; issue 22)"
 
 static const sg_op_device table[] = {
     /* im2col + cuBLAS on the padded block (the tape pads device inputs
@@ -38,10 +35,12 @@ static const sg_op_device table[] = {
     {"checkpoint", NULL, NULL,
      "cuda: replays its ops; runs where they run (host today)"},
     /* one process: the layout copies and the SG_HD row kernels of
-     * sg_attn_inl.h (the ring over ranks needs NCCL) */
+     * sg_attn_inl.h; Ulysses and USP with one rank are that attention (the
+     * ring and the all-to-alls over ranks need NCCL: refused by name) */
     {"attention", "sg_attention_fwd_cuda", "sg_attention_bwd_cuda", NULL},
-    {"attention_ulysses", NULL, NULL, NEEDS_A2A},
-    {"attention_usp", NULL, NULL, NEEDS_A2A},
+    {"attention_ulysses", "sg_attention_fwd_cuda", "sg_attention_bwd_cuda",
+     NULL},
+    {"attention_usp", "sg_attention_fwd_cuda", "sg_attention_bwd_cuda", NULL},
     {"add_field", "sg_add_field_fwd_cuda", "sg_add_field_bwd_cuda", NULL},
     {"tp_copy", NULL, NULL, NEEDS_NCCL},
     {"tp_reduce", NULL, NULL, NEEDS_NCCL},

@@ -16,7 +16,8 @@
  * max-pool-mse tape (its -inf margins filled on the device), against the
  * same tapes on the host; the fused attention forward and backward (o,
  * lse, dq, dk, dv; causal with offsets, Nq != Nk) and an attention-mse
- * tape (the layout copies on the device) against the host. The element arithmetic is the same SG_HD code on
+ * tape (the layout copies on the device; ring, Ulysses and USP modes, one
+ * process) against the host. The element arithmetic is the same SG_HD code on
  * both sides; what may differ is libm against CUDA's math functions, FMA
  * contraction (nvcc contracts, the host build does not) and the order of
  * the reductions' sums (block trees on the device). Tolerances, relative
@@ -795,17 +796,19 @@ static void check_attention(sg_dtype dt) {
   }
 }
 
-/* The attention op on the tape: o = attention(q, k, v) (2 heads of 2 over
- * 5 x 7 tokens), loss = mse(o, t); the loss and dq, dk, dv against the
- * same tape on the host. */
-static double attn_tape_step(sg_var *x, const buf *t, int on_dev) {
+/* The attention ops on the tape: o = attention(q, k, v) (2 heads of 2 over
+ * 5 x 7 tokens; the ring op, or Ulysses / USP, which are the same
+ * attention in one process), loss = mse(o, t); the loss and dq, dk, dv
+ * against the same tape on the host. */
+static double attn_tape_step(sg_var *x, const buf *t, int on_dev,
+                             sg_sp_mode mode) {
   sg_tape_t tape = NULL;
   sg_var tv, *o = NULL, *loss = NULL;
   const int64_t ts[4] = {NB, 4, 5, 7};
   CK(sg_var_init(&tv, "t", t->dt, 4, ts, on_dev ? t->d : t->h, 0));
   if (on_dev) CK(sg_var_set_device(&tv, x[0].value.device));
   CK(sg_tape_create(&tape));
-  CK(sg_ag_attention(tape, 2, &x[0], &x[1], &x[2], &o));
+  CK(sg_ag_attention_sp(tape, mode, 2, &x[0], &x[1], &x[2], &o));
   CK(sg_ag_loss(tape, SG_LOSS_MSE, o, &tv, &loss));
   const double item = sg_var_item(loss);
   CK(sg_tape_backward(tape, loss));
@@ -814,7 +817,7 @@ static double attn_tape_step(sg_var *x, const buf *t, int on_dev) {
   return item;
 }
 
-static void check_attn_tape(sg_dtype dt) {
+static void check_attn_tape(sg_dtype dt, sg_sp_mode mode) {
   const size_t n = NB * 4 * 5 * 7;
   const int64_t xs[4] = {NB, 4, 5, 7};
   static const char *names[3] = {"q", "k", "v"};
@@ -827,12 +830,13 @@ static void check_attn_tape(sg_dtype dt) {
     CK(sg_var_init(&dv[i], names[i], dt, 4, xs, x[i].d, 1));
     CK(sg_var_set_device(&dv[i], d));
   }
-  const double lh = attn_tape_step(hv, &t, 0);
-  const double ld = attn_tape_step(dv, &t, 1);
+  const double lh = attn_tape_step(hv, &t, 0, mode);
+  const double ld = attn_tape_step(dv, &t, 1, mode);
   const double tol = dt == SG_DTYPE_F64 ? 1e-12 : 2e-5;
   const int ok = fabs(ld - lh) <= tol * (fabs(lh) > 1 ? fabs(lh) : 1);
-  printf("%-4s %-30s %.17g vs %.17g  %s\n", sg_dtype_name(dt),
-         "tape attention-mse loss", ld, lh, ok ? "ok" : "FAIL");
+  static const char *mn[3] = {"ring", "ulysses", "usp"};
+  printf("%-4s tape attention-mse loss (%s) %.17g vs %.17g  %s\n",
+         sg_dtype_name(dt), mn[mode], ld, lh, ok ? "ok" : "FAIL");
   fails += !ok;
   char what[64];
   for (int i = 0; i < 3; ++i) {
@@ -1014,7 +1018,9 @@ int main(int argc, char **argv) {
     check_conv_tape(dts[k]);
     check_maxpool_tape(dts[k]);
     check_attention(dts[k]);
-    check_attn_tape(dts[k]);
+    check_attn_tape(dts[k], SG_SP_RING);
+    check_attn_tape(dts[k], SG_SP_ULYSSES);
+    check_attn_tape(dts[k], SG_SP_USP);
   }
   check_adamw();
   printf("%s\n", fails ? "FAILED" : "PASSED");

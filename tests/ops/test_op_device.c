@@ -299,9 +299,9 @@ static int check_tape_device(void) {
   st = sg_tape_apply(tape, &host_op, 1, (sg_var *[]){&x}, 1, NULL, NULL, 0, &y);
   fails += refused("user op without cuda entry points", st,
                    "op user_host has no cuda implementation");
-  st = sg_ag_attention_ulysses(tape, 1, &x3, &x3, &x3, &y);
-  fails += refused("built-in attention_ulysses", st,
-                   "op attention_ulysses has no cuda implementation");
+  st = sg_ag_tp_copy(tape, NULL, &x, &y);
+  fails += refused("built-in tp_copy", st,
+                   "op tp_copy has no cuda implementation");
   fails += check_device_tape(tape, &x);
   /* the gradient was allocated on the faked device: freed as such */
   ag_fake_cuda = 1;
