@@ -47,9 +47,8 @@ static const sg_op_device table[] = {
     {"sp_share", NULL, NULL, NEEDS_NCCL},
     /* one process (sharded device variables are refused) */
     {"roll", "sg_roll_cuda", "sg_roll_cuda", NULL},
-    {"window_attention", NULL, NULL,
-     "cuda: its own kernel (relative-position bias, saved probabilities) is "
-     "not built on the device (issue 22)"},
+    /* one process: the rows of sg_wattn_inl.h, f64 arithmetic as the host */
+    {"window_attention", "sg_wattn_fwd_cuda", "sg_wattn_bwd_cuda", NULL},
     {"moe", NULL, NULL,
      "cuda: the routing and the expert GEMMs are not built on the device "
      "(issue 22)"},

@@ -159,6 +159,22 @@ sg_status sg_attention_bwd_cuda(const sg_attn_desc *d, sg_dtype dt,
                                 const void *o, const void *lse,
                                 const void *dout, void *dq, void *dk, void *dv,
                                 void *stream);
+/* Window attention (the Swin op, models/ag_swin.c; attention_cuda.cu): g
+ * (sg_wattn_inl.h) on the host, data on the device, arithmetic in f64 as
+ * the host op's. The forward writes o and P (the softmax rows of every
+ * window and head, windows * T * T doubles, the op's saved state); the
+ * backward (from P) OVERWRITES dq, dk, dv and adds to dbias (each may be
+ * NULL): one thread per query row (r_i and dq), per key row (dk, dv) and
+ * per bias entry (a gather over the windows: no atomics); it allocates r
+ * (windows * T doubles) stream-ordered. */
+struct sg_wattn_geo;
+sg_status sg_wattn_fwd_cuda(sg_dtype dt, const struct sg_wattn_geo *g,
+                            const void *q, const void *k, const void *v,
+                            const void *bias, double *P, void *o, void *stream);
+sg_status sg_wattn_bwd_cuda(sg_dtype dt, const struct sg_wattn_geo *g,
+                            const void *q, const void *k, const void *v,
+                            const void *dout, const double *P, void *dq,
+                            void *dk, void *dv, void *dbias, void *stream);
 /* The attention op's layout copy (ag_heads_copy): x (b, h*d, t) -> y (b, h,
  * t, d), back = 1 the other way. */
 sg_status sg_heads_copy_cuda(sg_dtype dt, int64_t b, int64_t h, int64_t t,

@@ -17,7 +17,8 @@
  * same tapes on the host; the fused attention forward and backward (o,
  * lse, dq, dk, dv; causal with offsets, Nq != Nk) and an attention-mse
  * tape (the layout copies on the device; ring, Ulysses and USP modes, one
- * process) against the host. The element arithmetic is the same SG_HD code on
+ * process) and a window-attention tape (relative position bias) against
+ * the host. The element arithmetic is the same SG_HD code on
  * both sides; what may differ is libm against CUDA's math functions, FMA
  * contraction (nvcc contracts, the host build does not) and the order of
  * the reductions' sums (block trees on the device). Tolerances, relative
@@ -850,25 +851,75 @@ static void check_attn_tape(sg_dtype dt, sg_sp_mode mode) {
   drop(&t), drop(&dx);
 }
 
+/* Window attention on the tape (2 heads of 3 over a 6 x 9 grid of 3 x 3
+ * windows, a relative position bias parameter), loss = mse(o, t): the
+ * loss and dq, dk, dv, dbias against the same tape on the host. */
+static void check_wattn_tape(sg_dtype dt) {
+  const size_t n = NB * 6 * 6 * 9, nb = 2 * 25;
+  const int64_t xs[4] = {NB, 6, 6, 9}, bs[2] = {2, 25};
+  static const char *names[3] = {"q", "k", "v"};
+  buf x[3], bias = mk(dt, nb, -1, 1), db = mk(dt, nb, 0, 0);
+  buf t = mk(dt, n, -1, 1), dx = mk(dt, n, 0, 0);
+  sg_var v[2][3], bv[2];
+  double l[2];
+  for (int i = 0; i < 3; ++i) x[i] = mk(dt, n, -1, 1);
+  for (int dev = 0; dev < 2; ++dev) {
+    const sg_device d = {SG_DEVICE_CUDA, 0};
+    sg_tape_t tape = NULL;
+    sg_var tv, *o = NULL, *loss = NULL;
+    for (int i = 0; i < 3; ++i) {
+      CK(sg_var_init(&v[dev][i], names[i], dt, 4, xs, dev ? x[i].d : x[i].h,
+                     1));
+      if (dev) CK(sg_var_set_device(&v[dev][i], d));
+    }
+    CK(sg_var_init_param(&bv[dev], "bias", dt, 2, bs, dev ? bias.d : bias.h,
+                         dev ? db.d : db.h));
+    CK(sg_var_init(&tv, "t", dt, 4, xs, dev ? t.d : t.h, 0));
+    if (dev) CK(sg_var_set_device(&bv[dev], d));
+    if (dev) CK(sg_var_set_device(&tv, d));
+    CK(sg_tape_create(&tape));
+    CK(sg_ag_window_attention(tape, 2, 3, &v[dev][0], &v[dev][1], &v[dev][2],
+                              &bv[dev], &o));
+    CK(sg_ag_loss(tape, SG_LOSS_MSE, o, &tv, &loss));
+    l[dev] = sg_var_item(loss);
+    CK(sg_tape_backward(tape, loss));
+    sg_tape_destroy(&tape);
+    sg_var_release(&tv);
+  }
+  const double tol = dt == SG_DTYPE_F64 ? 1e-12 : 2e-5;
+  const int ok = fabs(l[1] - l[0]) <= tol * (fabs(l[0]) > 1 ? fabs(l[0]) : 1);
+  printf("%-4s %-30s %.17g vs %.17g  %s\n", sg_dtype_name(dt),
+         "tape window attention loss", l[1], l[0], ok ? "ok" : "FAIL");
+  fails += !ok;
+  char what[64];
+  for (int i = 0; i < 3; ++i) {
+    memcpy(dx.h, v[0][i].grad.data, dx.bytes);
+    CK(cudaMemcpy(dx.d, v[1][i].grad.data, dx.bytes, cudaMemcpyDeviceToDevice));
+    snprintf(what, sizeof what, "tape window attention (d%s)", names[i]);
+    compare(what, &dx);
+    sg_var_release(&v[0][i]), sg_var_release(&v[1][i]);
+    drop(&x[i]);
+  }
+  compare("tape window attention (dbias)", &db);
+  sg_var_release(&bv[0]), sg_var_release(&bv[1]);
+  drop(&bias), drop(&db), drop(&t), drop(&dx);
+}
+
 /* The launchers above; each op the device table puts on cuda must name
  * two of them. */
 static int tested(const char *fn) {
   static const char *const names[] = {
-      "sg_act_fwd_cuda",       "sg_act_bwd_cuda",
-      "sg_binary_fwd_cuda",    "sg_binary_bwd_cuda",
-      "sg_scale_cuda",         "sg_bias_fwd_cuda",
-      "sg_bias_bwd_cuda",      "sg_loss_partial_cuda",
-      "sg_loss_bwd_cuda",      "sg_pool_fwd_cuda",
-      "sg_pool_bwd_cuda",      "sg_upsample_fwd_cuda",
-      "sg_upsample_bwd_cuda",  "sg_linear_fwd_cuda",
-      "sg_linear_bwd_cuda",    "sg_norm_fwd_cuda",
-      "sg_norm_bwd_cuda",      "sg_conv_fwd_cuda",
-      "sg_conv_bwd_cuda",      "sg_convt_fwd_cuda",
-      "sg_convt_bwd_cuda",     "sg_cat_part_cuda",
-      "sg_bcast_t_fwd_cuda",   "sg_bcast_t_bwd_cuda",
-      "sg_time_window_cuda",   "sg_roll_cuda",
-      "sg_add_field_fwd_cuda", "sg_add_field_bwd_cuda",
-      "sg_attention_fwd_cuda", "sg_attention_bwd_cuda"};
+      "sg_act_fwd_cuda",       "sg_act_bwd_cuda",       "sg_binary_fwd_cuda",
+      "sg_binary_bwd_cuda",    "sg_scale_cuda",         "sg_bias_fwd_cuda",
+      "sg_bias_bwd_cuda",      "sg_loss_partial_cuda",  "sg_loss_bwd_cuda",
+      "sg_pool_fwd_cuda",      "sg_pool_bwd_cuda",      "sg_upsample_fwd_cuda",
+      "sg_upsample_bwd_cuda",  "sg_linear_fwd_cuda",    "sg_linear_bwd_cuda",
+      "sg_norm_fwd_cuda",      "sg_norm_bwd_cuda",      "sg_conv_fwd_cuda",
+      "sg_conv_bwd_cuda",      "sg_convt_fwd_cuda",     "sg_convt_bwd_cuda",
+      "sg_cat_part_cuda",      "sg_bcast_t_fwd_cuda",   "sg_bcast_t_bwd_cuda",
+      "sg_time_window_cuda",   "sg_roll_cuda",          "sg_add_field_fwd_cuda",
+      "sg_add_field_bwd_cuda", "sg_attention_fwd_cuda", "sg_attention_bwd_cuda",
+      "sg_wattn_fwd_cuda",     "sg_wattn_bwd_cuda"};
   for (size_t i = 0; i < sizeof names / sizeof *names; ++i)
     if (fn && !strcmp(fn, names[i])) return 1;
   return 0;
@@ -967,6 +1018,10 @@ static void check_arguments(void) {
        sg_pad_fill_outside_cuda(SG_DTYPE_F32, 2, 1, NULL, NULL, NULL, NULL, 0.0,
                                 NULL, NULL),
        SG_ERR_INVALID_ARG},
+      {"window attention without a geometry",
+       sg_wattn_fwd_cuda(SG_DTYPE_F64, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                         NULL),
+       SG_ERR_INVALID_ARG},
       {"attention head_dim 0",
        sg_heads_copy_cuda(SG_DTYPE_F32, 1, 1, 4, 0, NULL, NULL, 0, NULL),
        SG_ERR_SHAPE},
@@ -1021,6 +1076,7 @@ int main(int argc, char **argv) {
     check_attn_tape(dts[k], SG_SP_RING);
     check_attn_tape(dts[k], SG_SP_ULYSSES);
     check_attn_tape(dts[k], SG_SP_USP);
+    check_wattn_tape(dts[k]);
   }
   check_adamw();
   printf("%s\n", fails ? "FAILED" : "PASSED");

@@ -16,7 +16,10 @@
 
 #include "autograd_impl.h" /* ag_heads_copy */
 #include "sg_attn_inl.h"
+#include "sg_autograd.h"
+#include "sg_device.h"
 #include "sg_ops.h"
+#include "sg_wattn_inl.h"
 
 static void fill(double *v, int64_t n, unsigned seed) {
   unsigned s = seed * 2654435761u + 1;
@@ -142,6 +145,123 @@ done:
   return fails;
 }
 
+/* Window attention (the Swin op): the SG_HD rows of sg_wattn_inl.h over
+ * every window, head and row, against the host op on the tape (forward o;
+ * backward from a given dO: dq, dk, dv and the bias gradient). B 2, 2
+ * heads of 3, a 6 x 9 grid of 3 x 3 windows. */
+#define WROWS(E_, S)                                                          \
+  static void wrows_##S(const sg_wattn_geo *g, const E_ *q, const E_ *k,      \
+                        const E_ *v, const E_ *bias, const E_ *dout, E_ *o,   \
+                        double *P, double *r, E_ *dq, E_ *dk, E_ *dv,         \
+                        E_ *db) {                                             \
+    const int64_t nk = sg_wattn_count(g), TT = g->T * g->T, RR = g->R * g->R; \
+    for (int64_t w = 0; w < nk; ++w) {                                        \
+      int64_t h;                                                              \
+      const int64_t b = sg_wattn_base(g, w, &h);                              \
+      for (int64_t i = 0; i < g->T; ++i)                                      \
+        sg_wattn_row_fwd_##S(g, i, q + b, k + b, v + b, bias + h * RR,        \
+                             P + w * TT + i * g->T, o + b);                   \
+    }                                                                         \
+    for (int64_t w = 0; w < nk; ++w) {                                        \
+      int64_t h;                                                              \
+      const int64_t b = sg_wattn_base(g, w, &h);                              \
+      for (int64_t i = 0; i < g->T; ++i)                                      \
+        sg_wattn_row_dq_##S(g, i, k + b, v + b, dout + b,                     \
+                            P + w * TT + i * g->T, r + w * g->T + i, dq + b); \
+    }                                                                         \
+    for (int64_t w = 0; w < nk; ++w) {                                        \
+      int64_t h;                                                              \
+      const int64_t b = sg_wattn_base(g, w, &h);                              \
+      for (int64_t j = 0; j < g->T; ++j)                                      \
+        sg_wattn_row_dkv_##S(g, j, q + b, v + b, dout + b, P + w * TT,        \
+                             r + w * g->T, dk + b, dv + b);                   \
+    }                                                                         \
+    for (int64_t e = 0; e < g->H * RR; ++e)                                   \
+      db[e] = (E_)((double)db[e] +                                            \
+                   sg_wattn_dbias_##S(g, e / RR, e % RR, v, dout, P, r));     \
+  }
+WROWS(double, f64)
+WROWS(float, f32)
+
+static int check_wattn(sg_dtype dt) {
+  enum { B = 2, H = 2, D = 3, C = H * D, HL = 6, WL = 9, W = 3, R = 2 * W - 1 };
+  const sg_wattn_geo g = {B, C,     H,      D,      HL, WL,
+                          W, W * W, HL / W, WL / W, R,  1 / sqrt((double)D)};
+  const int64_t n = B * C * HL * WL, nb = H * R * R, nw = sg_wattn_count(&g);
+  const int64_t xs[4] = {B, C, HL, WL}, bs[2] = {H, R * R};
+  const int f32 = dt == SG_DTYPE_F32;
+  const size_t es = f32 ? 4 : 8;
+  /* 0 q, 1 k, 2 v, 3 bias, 4 dout, 5 o, 6 dq, 7 dk, 8 dv, 9 db (rows);
+   * 10 db (host) */
+  const int64_t len[11] = {n, n, n, nb, n, n, n, n, n, nb, nb};
+  void *x[11];
+  double tmp[B * C * HL * WL];
+  int fails = 0;
+  for (int i = 0; i < 11; ++i) x[i] = calloc((size_t)len[i], es);
+  for (int i = 0; i < 5; ++i) {
+    fill(tmp, len[i], 91 + (unsigned)i);
+    for (int64_t e = 0; e < len[i]; ++e)
+      if (f32)
+        ((float *)x[i])[e] = (float)tmp[e];
+      else
+        ((double *)x[i])[e] = tmp[e];
+  }
+  double *P = calloc((size_t)(nw * g.T * g.T), sizeof *P),
+         *r = calloc((size_t)(nw * g.T), sizeof *r);
+  if (f32)
+    wrows_f32(&g, x[0], x[1], x[2], x[3], x[4], x[5], P, r, x[6], x[7], x[8],
+              x[9]);
+  else
+    wrows_f64(&g, x[0], x[1], x[2], x[3], x[4], x[5], P, r, x[6], x[7], x[8],
+              x[9]);
+  /* the host op */
+  sg_tape_t tape = NULL;
+  sg_var qv[3], bv, *o = NULL;
+  static const char *nm[3] = {"q", "k", "v"};
+  int ok = sg_tape_create(&tape) == SG_OK;
+  for (int i = 0; i < 3 && ok; ++i)
+    ok = sg_var_init(&qv[i], nm[i], dt, 4, xs, x[i], 1) == SG_OK;
+  ok = ok && sg_var_init_param(&bv, "bias", dt, 2, bs, x[3], x[10]) == SG_OK;
+  ok = ok && sg_ag_window_attention(tape, H, W, &qv[0], &qv[1], &qv[2], &bv,
+                                    &o) == SG_OK;
+  double e[5] = {0};
+  if (ok) {
+    double want[B * C * HL * WL], got[B * C * HL * WL];
+    for (int64_t i = 0; i < n; ++i) {
+      want[i] = f32 ? ((float *)o->value.data)[i]
+                    : ((double *)o->value.data)[i];
+      got[i] = f32 ? ((float *)x[5])[i] : ((double *)x[5])[i];
+    }
+    e[0] = err_of(got, want, n);
+    sg_tensor gt = sg_tensor_wrap(x[4], dt, sg_device_host(), 4, xs);
+    ok = sg_tape_backward_from(tape, 1, &o, &gt) == SG_OK;
+    for (int k = 0; k < 4 && ok; ++k) {
+      const void *hv = k < 3 ? qv[k].grad.data : x[10];
+      const int64_t m = k < 3 ? n : nb;
+      for (int64_t i = 0; i < m; ++i) {
+        want[i] = f32 ? ((const float *)hv)[i] : ((const double *)hv)[i];
+        got[i] = f32 ? ((float *)x[6 + k])[i] : ((double *)x[6 + k])[i];
+      }
+      e[1 + k] = err_of(got, want, m);
+    }
+  }
+  if (!ok) printf("FAIL: the host window attention did not run\n");
+  const double tol = f32 ? 2e-5 : 1e-12;
+  static const char *en[5] = {"o", "dq", "dk", "dv", "dbias"};
+  printf("wattn rows %s:", f32 ? "f32" : "f64");
+  for (int i = 0; i < 5; ++i) {
+    printf(" %s %.1e", en[i], e[i]);
+    if (!(e[i] <= tol)) fails = 1;
+  }
+  printf(" %s\n", fails || !ok ? "FAIL" : "ok");
+  sg_tape_destroy(&tape);
+  for (int i = 0; i < 3; ++i) sg_var_release(&qv[i]);
+  sg_var_release(&bv);
+  for (int i = 0; i < 11; ++i) free(x[i]);
+  free(P), free(r);
+  return fails || !ok;
+}
+
 /* sg_attn_heads_src against ag_heads_copy, both ways. */
 static int check_heads(void) {
   enum { B = 2, H = 3, T = 5, D = 4, N = B * H * T * D };
@@ -175,6 +295,8 @@ int main(int argc, char **argv) {
     fails += check_cfg(&cfgs[i], SG_DTYPE_F32);
   }
   fails += check_heads();
+  fails += check_wattn(SG_DTYPE_F64);
+  fails += check_wattn(SG_DTYPE_F32);
   printf("%s\n", fails ? "FAILED" : "PASSED");
   MPI_Finalize();
   return fails ? 1 : 0;

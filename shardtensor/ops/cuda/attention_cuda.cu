@@ -12,6 +12,7 @@
 
 #include "sg_attn_inl.h"
 #include "sg_ops_cuda.h"
+#include "sg_wattn_inl.h"
 
 namespace {
 
@@ -279,6 +280,202 @@ extern "C" sg_status sg_heads_copy_cuda(sg_dtype dt, int64_t b, int64_t h,
           n, t, d, back, (double *)x, (double *)y);
     SG_CUDA(cudaGetLastError());
   }
+fail:
+  return st;
+}
+
+// ---- window attention (the Swin op) over sg_wattn_inl.h -------------------
+
+namespace {
+
+__device__ inline void wrow_fwd(const sg_wattn_geo *g, int64_t i,
+                                const float *q, const float *k, const float *v,
+                                const float *b, double *p, float *o) {
+  sg_wattn_row_fwd_f32(g, i, q, k, v, b, p, o);
+}
+__device__ inline void wrow_fwd(const sg_wattn_geo *g, int64_t i,
+                                const double *q, const double *k,
+                                const double *v, const double *b, double *p,
+                                double *o) {
+  sg_wattn_row_fwd_f64(g, i, q, k, v, b, p, o);
+}
+__device__ inline void wrow_dq(const sg_wattn_geo *g, int64_t i, const float *k,
+                               const float *v, const float *dout,
+                               const double *p, double *r, float *dq) {
+  sg_wattn_row_dq_f32(g, i, k, v, dout, p, r, dq);
+}
+__device__ inline void wrow_dq(const sg_wattn_geo *g, int64_t i,
+                               const double *k, const double *v,
+                               const double *dout, const double *p, double *r,
+                               double *dq) {
+  sg_wattn_row_dq_f64(g, i, k, v, dout, p, r, dq);
+}
+__device__ inline void wrow_dkv(const sg_wattn_geo *g, int64_t j,
+                                const float *q, const float *v,
+                                const float *dout, const double *P,
+                                const double *r, float *dk, float *dv) {
+  sg_wattn_row_dkv_f32(g, j, q, v, dout, P, r, dk, dv);
+}
+__device__ inline void wrow_dkv(const sg_wattn_geo *g, int64_t j,
+                                const double *q, const double *v,
+                                const double *dout, const double *P,
+                                const double *r, double *dk, double *dv) {
+  sg_wattn_row_dkv_f64(g, j, q, v, dout, P, r, dk, dv);
+}
+__device__ inline double wdbias(const sg_wattn_geo *g, int64_t h, int64_t e,
+                                const float *v, const float *dout,
+                                const double *P, const double *r) {
+  return sg_wattn_dbias_f32(g, h, e, v, dout, P, r);
+}
+__device__ inline double wdbias(const sg_wattn_geo *g, int64_t h, int64_t e,
+                                const double *v, const double *dout,
+                                const double *P, const double *r) {
+  return sg_wattn_dbias_f64(g, h, e, v, dout, P, r);
+}
+
+// rows = windows * T: row r is token r % T of window r / T.
+template <typename T>
+__global__ void wfwd_k(sg_wattn_geo g, int64_t rows, const T *q, const T *k,
+                       const T *v, const T *bias, double *P, T *o) {
+  SG_GRID_STRIDE(r, rows) {
+    int64_t h;
+    const int64_t w = r / g.T, b = sg_wattn_base(&g, w, &h);
+    wrow_fwd(&g, r % g.T, q + b, k + b, v + b, bias + h * g.R * g.R,
+             P + r * g.T, o + b);
+  }
+}
+template <typename T>
+__global__ void wdq_k(sg_wattn_geo g, int64_t rows, const T *k, const T *v,
+                      const T *dout, const double *P, double *rr, T *dq) {
+  SG_GRID_STRIDE(r, rows) {
+    int64_t h;
+    const int64_t b = sg_wattn_base(&g, r / g.T, &h);
+    wrow_dq(&g, r % g.T, k + b, v + b, dout + b, P + r * g.T, rr + r, dq + b);
+  }
+}
+template <typename T>
+__global__ void wdkv_k(sg_wattn_geo g, int64_t rows, const T *q, const T *v,
+                       const T *dout, const double *P, const double *rr, T *dk,
+                       T *dv) {
+  SG_GRID_STRIDE(r, rows) {
+    int64_t h;
+    const int64_t w = r / g.T, b = sg_wattn_base(&g, w, &h);
+    wrow_dkv(&g, r % g.T, q + b, v + b, dout + b, P + w * g.T * g.T,
+             rr + w * g.T, dk + b, dv + b);
+  }
+}
+// db (H x R^2) += the gather of its entries' ds.
+template <typename T>
+__global__ void wdb_k(sg_wattn_geo g, const T *v, const T *dout,
+                      const double *P, const double *rr, T *db) {
+  const int64_t rr2 = g.R * g.R;
+  SG_GRID_STRIDE(e, g.H * rr2) {
+    db[e] = (T)((double)db[e] + wdbias(&g, e / rr2, e % rr2, v, dout, P, rr));
+  }
+}
+
+sg_status wgeo_check(const char *fn, sg_dtype dt, const sg_wattn_geo *g) {
+  sg_status st = SG_OK;
+  if (dt != SG_DTYPE_F32 && dt != SG_DTYPE_F64)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: f32 or f64, not %s", fn,
+             sg_dtype_name(dt));
+  if (!g) SG_RAISE(SG_ERR_INVALID_ARG, "%s: geometry is NULL", fn);
+  if (g->B < 0 || g->H < 1 || g->d < 1 || g->C != g->H * g->d || g->W < 1 ||
+      g->T != g->W * g->W || g->R != 2 * g->W - 1 || g->nwy < 0 || g->nwx < 0 ||
+      g->Hl != g->nwy * g->W || g->Wl != g->nwx * g->W)
+    SG_RAISE(SG_ERR_SHAPE, "%s: inconsistent window geometry", fn);
+fail:
+  return st;
+}
+
+template <typename T>
+sg_status wbwd_run(const sg_wattn_geo &g, const T *q, const T *k, const T *v,
+                   const T *dout, const double *P, T *dq, T *dk, T *dv, T *db,
+                   cudaStream_t s) {
+  sg_status st = SG_OK;
+  const int64_t rows = sg_wattn_count(&g) * g.T, n = g.B * g.C * g.Hl * g.Wl;
+  double *rr = NULL;
+  T *scratch = NULL;
+  if (rows == 0) return SG_OK;
+  SG_CUDA(cudaMallocAsync((void **)&rr, (size_t)rows * sizeof(double), s));
+  if (!dq || !dk || !dv) /* the kernels write all three */
+    SG_CUDA(cudaMallocAsync((void **)&scratch, (size_t)n * sizeof(T), s));
+  wdq_k<T><<<grid_for(rows), kThreads, 0, s>>>(g, rows, k, v, dout, P, rr,
+                                               dq ? dq : scratch);
+  SG_CUDA(cudaGetLastError());
+  if (dk || dv) {
+    wdkv_k<T><<<grid_for(rows), kThreads, 0, s>>>(g, rows, q, v, dout, P, rr,
+                                                  dk ? dk : scratch,
+                                                  dv ? dv : scratch);
+    SG_CUDA(cudaGetLastError());
+  }
+  if (db) {
+    wdb_k<T>
+        <<<grid_for(g.H * g.R * g.R), kThreads, 0, s>>>(g, v, dout, P, rr, db);
+    SG_CUDA(cudaGetLastError());
+  }
+fail:
+  if (rr) cudaFreeAsync(rr, s);
+  if (scratch) cudaFreeAsync(scratch, s);
+  return st;
+}
+
+}  // namespace
+
+extern "C" sg_status sg_wattn_fwd_cuda(sg_dtype dt, const sg_wattn_geo *g,
+                                       const void *q, const void *k,
+                                       const void *v, const void *bias,
+                                       double *P, void *o, void *stream) {
+  static const char fn[] = "sg_wattn_fwd_cuda";
+  sg_status st = SG_OK;
+  SG_TRY(wgeo_check(fn, dt, g));
+  {
+    const int64_t rows = sg_wattn_count(g) * g->T;
+    if (rows == 0) goto fail;
+    SG_ATTN_PTR(q);
+    SG_ATTN_PTR(k);
+    SG_ATTN_PTR(v);
+    SG_ATTN_PTR(bias);
+    SG_ATTN_PTR(P);
+    SG_ATTN_PTR(o);
+    if (dt == SG_DTYPE_F32)
+      wfwd_k<float><<<grid_for(rows), kThreads, 0, SG_STREAM(stream)>>>(
+          *g, rows, (const float *)q, (const float *)k, (const float *)v,
+          (const float *)bias, P, (float *)o);
+    else
+      wfwd_k<double><<<grid_for(rows), kThreads, 0, SG_STREAM(stream)>>>(
+          *g, rows, (const double *)q, (const double *)k, (const double *)v,
+          (const double *)bias, P, (double *)o);
+    SG_CUDA(cudaGetLastError());
+  }
+fail:
+  return st;
+}
+
+extern "C" sg_status sg_wattn_bwd_cuda(sg_dtype dt, const sg_wattn_geo *g,
+                                       const void *q, const void *k,
+                                       const void *v, const void *dout,
+                                       const double *P, void *dq, void *dk,
+                                       void *dv, void *dbias, void *stream) {
+  static const char fn[] = "sg_wattn_bwd_cuda";
+  sg_status st = SG_OK;
+  SG_TRY(wgeo_check(fn, dt, g));
+  if (sg_wattn_count(g) == 0 || (!dq && !dk && !dv && !dbias)) goto fail;
+  SG_ATTN_PTR(q);
+  SG_ATTN_PTR(k);
+  SG_ATTN_PTR(v);
+  SG_ATTN_PTR(dout);
+  SG_ATTN_PTR(P);
+  if (dt == SG_DTYPE_F32)
+    st = wbwd_run<float>(*g, (const float *)q, (const float *)k,
+                         (const float *)v, (const float *)dout, P, (float *)dq,
+                         (float *)dk, (float *)dv, (float *)dbias,
+                         SG_STREAM(stream));
+  else
+    st = wbwd_run<double>(*g, (const double *)q, (const double *)k,
+                          (const double *)v, (const double *)dout, P,
+                          (double *)dq, (double *)dk, (double *)dv,
+                          (double *)dbias, SG_STREAM(stream));
 fail:
   return st;
 }
