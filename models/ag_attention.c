@@ -387,11 +387,100 @@ fail:
   return st;
 }
 
+#if SG_HAVE_CUDA
+/* On one device, one process: the ring has one block (sharded device
+ * variables are refused before this, ag_node_device), so the kernel runs
+ * once on the whole key set: the layout copies and the attention kernels
+ * of sg_ops_cuda.h on the legacy default stream; saved state as on the
+ * host, in device memory. */
+static sg_status attn_one_block(const attn_geo *g) {
+  sg_status st = SG_OK;
+  if (g->P != 1)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "attention on cuda: a ring of %d ranks needs NCCL (issue 22)",
+             g->P);
+fail:
+  return st;
+}
+
+sg_status ag_attention_fwd_device(sg_node *node, const attn_geo *g) {
+  sg_status st = SG_OK;
+  SG_TRY(attn_one_block(g));
+  const sg_tensor *q = &node->in[0]->value;
+  void *sv = NULL;
+  SG_TRY(sg_node_save_uninit(
+      node, (size_t)(4 * g->n + g->B * g->H * g->T) * g->es, &sv));
+  for (int i = 0; i < 3; ++i)
+    SG_TRY(sg_heads_copy_cuda(g->dt, g->B, g->H, g->T, g->d,
+                              (void *)node->in[i]->value.data,
+                              saved_at(node, g, i), 0, NULL));
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, q->ndim, q->shape));
+  const sg_attn_desc d = desc_of(g, g->T);
+  SG_TRY(sg_attention_fwd_cuda(&d, g->dt, saved_at(node, g, 0),
+                               saved_at(node, g, 1), saved_at(node, g, 2),
+                               saved_at(node, g, 3), saved_at(node, g, 4),
+                               NULL));
+  SG_TRY(sg_heads_copy_cuda(g->dt, g->B, g->H, g->T, g->d,
+                            node->out[0]->value.data, saved_at(node, g, 3), 1,
+                            NULL));
+fail:
+  return st;
+}
+
+sg_status ag_attention_bwd_device(sg_node *node, const attn_geo *g) {
+  sg_status st = SG_OK;
+  void *buf = NULL;
+  SG_TRY(attn_one_block(g));
+  const size_t n = (size_t)g->n * g->es;
+  /* dout, dq, dk, dv in the kernel's layout, on the device */
+  SG_TRY(ag_mem_alloc(node->device, 4 * n + 1, 0, &buf));
+  char *b = buf;
+  SG_TRY(sg_heads_copy_cuda(g->dt, g->B, g->H, g->T, g->d,
+                            node->out[0]->grad.data, b, 0, NULL));
+  void *dx[3] = {node->gin[0] ? b + n : NULL, node->gin[1] ? b + 2 * n : NULL,
+                 node->gin[2] ? b + 3 * n : NULL};
+  const sg_attn_desc d = desc_of(g, g->T);
+  SG_TRY(sg_attention_bwd_cuda(&d, g->dt, saved_at(node, g, 0),
+                               saved_at(node, g, 1), saved_at(node, g, 2),
+                               saved_at(node, g, 3), saved_at(node, g, 4), b,
+                               dx[0], dx[1], dx[2], NULL));
+  for (int i = 0; i < 3; ++i)
+    if (node->gin[i])
+      SG_TRY(sg_heads_copy_cuda(g->dt, g->B, g->H, g->T, g->d, node->gin[i],
+                                dx[i], 1, NULL));
+fail:
+  if (buf) ag_mem_free(node->device, &buf);
+  return st;
+}
+
+static sg_status attn_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  attn_geo g;
+  SG_TRY(geo_of(node, &g));
+  SG_TRY(ag_attention_fwd_device(node, &g));
+fail:
+  ag_ring_geo_release(&g);
+  return st;
+}
+
+static sg_status attn_bwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  attn_geo g;
+  SG_TRY(geo_of(node, &g));
+  SG_TRY(ag_attention_bwd_device(node, &g));
+fail:
+  ag_ring_geo_release(&g);
+  return st;
+}
+#endif
+
 static const sg_op_def attention_op = {
     .name = "attention",
     .slots = {SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT},
     .forward = attn_fwd,
     .backward = attn_bwd,
+    .forward_cuda = ATTN_CUDA(attn_fwd_cuda),
+    .backward_cuda = ATTN_CUDA(attn_bwd_cuda),
     .rule = {.windowed_input = -1,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,

@@ -318,7 +318,7 @@ static sg_conv_desc pool_desc_of(const sg_node *node) {
  * it has margins; without margins nothing lies outside). One process: the
  * margins are the window's padding; sharded: the exchange tells where the
  * box lies in the global input. */
-static sg_status pool_fill_padding(sg_node *node) {
+static sg_status pool_fill_padding(sg_node *node, int cuda) {
   const sg_tensor *x = &node->xin;
   const int nsp = node->nsp;
   int64_t origin[SG_OPS_MAX_SPATIAL], extent[SG_OPS_MAX_SPATIAL];
@@ -339,27 +339,21 @@ static sg_status pool_fill_padding(sg_node *node) {
       extent[i] = node->in[0]->value.shape[2 + i];
     }
   }
-  return sg_pad_fill_outside(x->dtype, nsp, x->shape[0] * x->shape[1],
-                             x->shape + 2, origin, extent, mode, -INFINITY,
-                             x->data);
+  return AG_KERNEL(cuda, sg_pad_fill_outside, sg_pad_fill_outside_cuda,
+                   x->dtype, nsp, x->shape[0] * x->shape[1], x->shape + 2,
+                   origin, extent, mode, -INFINITY, x->data);
 }
 
-/* The forward's descriptor and output (on a device: max pooling with
- * margins is refused, its -inf fill is host code). */
-static sg_status pool_prepare(sg_node *node, sg_conv_desc *d) {
+/* The forward's descriptor and output (max pooling's -inf margins filled
+ * on the node's device). */
+static sg_status pool_prepare(sg_node *node, int cuda, sg_conv_desc *d) {
   sg_status st = SG_OK;
   const pool_attr *a = (const pool_attr *)node->attr;
   *d = pool_desc_of(node);
   int64_t out[SG_OPS_MAX_SPATIAL],
       shape[SG_TENSOR_MAX_DIMS] = {d->batch, d->cin};
   SG_TRY(sg_pool_out_shape(d, out));
-  if (a->kind == SG_POOL_MAX && node->xin.owns &&
-      node->device.kind != SG_DEVICE_HOST)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "pool (max) on %s:%d: its -inf margins are filled on the host "
-             "(issue 22)",
-             sg_device_kind_name(node->device.kind), node->device.index);
-  if (a->kind == SG_POOL_MAX) SG_TRY(pool_fill_padding(node));
+  if (a->kind == SG_POOL_MAX) SG_TRY(pool_fill_padding(node, cuda));
   for (int i = 0; i < d->nsp; ++i) shape[2 + i] = out[i];
   SG_TRY(sg_node_alloc_out(node, 0, 2 + d->nsp, shape));
 fail:
@@ -370,7 +364,7 @@ static sg_status pool_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const pool_attr *a = (const pool_attr *)node->attr;
   sg_conv_desc d;
-  SG_TRY(pool_prepare(node, &d));
+  SG_TRY(pool_prepare(node, cuda, &d));
   SG_TRY(AG_KERNEL(cuda, sg_pool_forward, sg_pool_fwd_cuda, a->kind, &d,
                    node->xin.dtype, node->xin.data, node->out[0]->value.data));
 fail:

@@ -28,7 +28,8 @@
 #include "sg_comm.h"
 #include "sg_config.h"
 #include "sg_halo.h"
-#include "sg_ops_inl.h" /* sg_roll_src, shared with the CUDA kernel */
+#include "sg_ops_inl.h"   /* sg_roll_src, shared with the CUDA kernel */
+#include "sg_wattn_inl.h" /* the CUDA window attention's rows */
 #if SG_HAVE_CUDA
 #include "sg_ops_cuda.h"
 #define SWIN_CUDA(f) f
@@ -453,11 +454,49 @@ fail:
   return st;
 }
 
+#if SG_HAVE_CUDA
+/* On one device: the rows of sg_wattn_inl.h (test_attn_device checks them
+ * against wattn_fwd / wattn_bwd), P saved on the device. */
+static sg_wattn_geo wattn_hd(const wgeo *g) {
+  const sg_wattn_geo h = {g->B, g->C, g->H,   g->d,   g->Hl, g->Wl,
+                          g->W, g->T, g->nwy, g->nwx, g->R,  g->scale};
+  return h;
+}
+
+static sg_status wattn_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const wgeo g = wgeo_of(node);
+  const sg_wattn_geo h = wattn_hd(&g);
+  const sg_tensor *q = &node->in[0]->value;
+  double *P = NULL;
+  SG_TRY(sg_node_save_uninit(
+      node, sizeof(double) * (size_t)(wcount(&g) * g.T * g.T + 1),
+      (void **)&P));
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, q->ndim, q->shape));
+  SG_TRY(sg_wattn_fwd_cuda(g.dt, &h, q->data, node->in[1]->value.data,
+                           node->in[2]->value.data, node->in[3]->value.data, P,
+                           node->out[0]->value.data, NULL));
+fail:
+  return st;
+}
+
+static sg_status wattn_bwd_cuda(sg_node *node) {
+  const wgeo g = wgeo_of(node);
+  const sg_wattn_geo h = wattn_hd(&g);
+  return sg_wattn_bwd_cuda(g.dt, &h, node->in[0]->value.data,
+                           node->in[1]->value.data, node->in[2]->value.data,
+                           node->out[0]->grad.data, node->saved, node->gin[0],
+                           node->gin[1], node->gin[2], node->gin[3], NULL);
+}
+#endif
+
 static const sg_op_def wattn_op = {
     .name = "window_attention",
     .slots = {SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_PARAM},
     .forward = wattn_fwd,
     .backward = wattn_bwd,
+    .forward_cuda = SWIN_CUDA(wattn_fwd_cuda),
+    .backward_cuda = SWIN_CUDA(wattn_bwd_cuda),
     .rule = {.windowed_input = -1,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,

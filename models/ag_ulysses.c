@@ -33,6 +33,7 @@
 #include "op_registry_impl.h"
 #include "sg_autograd.h"
 #include "sg_comm.h"
+#include "sg_config.h"
 
 /* Bytes this rank received (sg_ag_attention_ulysses_bytes). */
 static _Atomic long long uly_rx[SG_ULYSSES_NBYTES];
@@ -316,11 +317,59 @@ fail:
   return st;
 }
 
+#if SG_HAVE_CUDA
+/* On one device: with one rank in the all-to-all and none in the ring the
+ * op is the attention of the whole sequence (the all-to-alls are
+ * identities), which runs on the device (ag_attention_fwd_device); more
+ * ranks need NCCL. */
+static sg_status uly_device_geo(sg_node *node, attn_geo *rg) {
+  sg_status st = SG_OK;
+  uly_geo g;
+  memset(rg, 0, sizeof *rg);
+  SG_TRY(geo_of(node, &g));
+  const int ring = g.ring ? sg_group_size(g.ring) : 1;
+  if (g.P != 1 || ring != 1)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "%s on cuda: %d ranks in its all-to-all, %d in its ring need "
+             "NCCL (issue 22)",
+             node->op->name, g.P, ring);
+  SG_TRY(ag_ring_geo(g.dt, g.B, g.H, g.T, g.d, NULL, rg));
+fail:
+  geo_release(&g);
+  return st;
+}
+
+static sg_status uly_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  attn_geo rg;
+  SG_TRY(uly_device_geo(node, &rg));
+  SG_TRY(ag_attention_fwd_device(node, &rg));
+fail:
+  ag_ring_geo_release(&rg);
+  return st;
+}
+
+static sg_status uly_bwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  attn_geo rg;
+  SG_TRY(uly_device_geo(node, &rg));
+  SG_TRY(ag_attention_bwd_device(node, &rg));
+fail:
+  ag_ring_geo_release(&rg);
+  return st;
+}
+#define ULY_CUDA(f) f
+#else
+#define ULY_CUDA(f) NULL
+#endif
+
 static const sg_op_def ulysses_op = {
     .name = "attention_ulysses",
     .slots = {SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT},
     .forward = uly_fwd,
     .backward = uly_bwd,
+    .forward_cuda = ULY_CUDA(uly_fwd_cuda),
+    .backward_cuda = ULY_CUDA(uly_bwd_cuda),
     .rule = {.windowed_input = -1,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,
@@ -332,6 +381,8 @@ static const sg_op_def usp_op = {
     .slots = {SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT},
     .forward = uly_fwd,
     .backward = uly_bwd,
+    .forward_cuda = ULY_CUDA(uly_fwd_cuda),
+    .backward_cuda = ULY_CUDA(uly_bwd_cuda),
     .rule = {.windowed_input = -1,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,

@@ -48,4 +48,13 @@ sg_status ag_ring_backward(const attn_geo *g, const ring_saved *sv,
 sg_status ag_attention_ring_in(sg_tape_t t, int64_t heads, sg_group_t grp,
                                sg_var *q, sg_var *k, sg_var *v, sg_var **o);
 
+/* The attention of node's q, k, v (B, H*d, T) on one CUDA device in one
+ * process (g a ring of one rank; else SG_ERR_NOT_SUPPORTED): the layout
+ * copies and sg_attention_fwd_cuda / _bwd_cuda of sg_ops_cuda.h; saved q,
+ * k, v, o, lse in the kernel's layout (4 n + B*H*T elements) on the device;
+ * the backward writes gin. The attention op's CUDA entries, and Ulysses'
+ * and USP's with one rank (ag_ulysses.c). CUDA builds only. */
+sg_status ag_attention_fwd_device(sg_node *node, const attn_geo *g);
+sg_status ag_attention_bwd_device(sg_node *node, const attn_geo *g);
+
 #endif /* SG_ATTENTION_IMPL_H */

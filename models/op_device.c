@@ -7,7 +7,6 @@
 /* reasons shared by several entries */
 #define NEEDS_NCCL \
   "cuda: its collectives need NCCL on device buffers (issue 22)"
-#define NEEDS_ATTN "cuda: needs a device attention kernel (issue 22)"
 
 static const sg_op_device table[] = {
     /* im2col + cuBLAS on the padded block (the tape pads device inputs
@@ -35,16 +34,21 @@ static const sg_op_device table[] = {
      "(issue 22)"},
     {"checkpoint", NULL, NULL,
      "cuda: replays its ops; runs where they run (host today)"},
-    {"attention", NULL, NULL, NEEDS_ATTN},
-    {"attention_ulysses", NULL, NULL, NEEDS_ATTN},
-    {"attention_usp", NULL, NULL, NEEDS_ATTN},
+    /* one process: the layout copies and the SG_HD row kernels of
+     * sg_attn_inl.h; Ulysses and USP with one rank are that attention (the
+     * ring and the all-to-alls over ranks need NCCL: refused by name) */
+    {"attention", "sg_attention_fwd_cuda", "sg_attention_bwd_cuda", NULL},
+    {"attention_ulysses", "sg_attention_fwd_cuda", "sg_attention_bwd_cuda",
+     NULL},
+    {"attention_usp", "sg_attention_fwd_cuda", "sg_attention_bwd_cuda", NULL},
     {"add_field", "sg_add_field_fwd_cuda", "sg_add_field_bwd_cuda", NULL},
     {"tp_copy", NULL, NULL, NEEDS_NCCL},
     {"tp_reduce", NULL, NULL, NEEDS_NCCL},
     {"sp_share", NULL, NULL, NEEDS_NCCL},
     /* one process (sharded device variables are refused) */
     {"roll", "sg_roll_cuda", "sg_roll_cuda", NULL},
-    {"window_attention", NULL, NULL, NEEDS_ATTN},
+    /* one process: the rows of sg_wattn_inl.h, f64 arithmetic as the host */
+    {"window_attention", "sg_wattn_fwd_cuda", "sg_wattn_bwd_cuda", NULL},
     {"moe", NULL, NULL,
      "cuda: the routing and the expert GEMMs are not built on the device "
      "(issue 22)"},

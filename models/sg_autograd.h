@@ -284,9 +284,9 @@ typedef struct sg_op_def {
    * device and sums gradients there. An op without them refuses device
    * inputs with SG_ERR_NOT_SUPPORTED ("op X has no cuda implementation"):
    * the tape never copies a device tensor to the host behind the caller's
-   * back. Not yet on device (refused, issue 22): sharded variables, max
-   * pooling's -inf margins, the bf16 storage policy, checkpointed blocks
-   * (other window margins are padded on the device). The
+   * back. Not yet on device (refused, issue 22): sharded variables, the
+   * bf16 storage policy, checkpointed blocks (window margins are padded,
+   * max pooling's -inf margins filled, on the device). The
    * built-in ops' device kernels are listed in models/sg_op_device.h. */
   sg_status (*forward_cuda)(sg_node *node);
   sg_status (*backward_cuda)(sg_node *node);

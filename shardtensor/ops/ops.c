@@ -716,29 +716,23 @@ sg_status sg_pad_fill_outside(sg_dtype dt, int nsp, int64_t planes,
                               const int64_t *extent, const sg_pad_mode *mode,
                               double value, void *x) {
   sg_status st = SG_OK;
-  int64_t b3[3] = {1, 1, 1}, lo[3] = {0, 0, 0}, hi[3] = {1, 1, 1};
+  int64_t b3[3], lo[3], hi[3];
+  int zero[SG_OPS_MAX_SPATIAL];
   SG_TRY(plane_args_check(dt, nsp, planes));
   SG_CHECK_PTR(box);
   SG_CHECK_PTR(origin);
   SG_CHECK_PTR(extent);
   SG_CHECK_PTR(mode);
-  int any = 0;
   for (int i = 0; i < nsp; ++i) {
-    const int j = SG_OPS_MAX_SPATIAL - nsp + i;
     if (box[i] < 0 || extent[i] < 1)
       SG_RAISE(SG_ERR_SHAPE, "dim %d: box %lld, domain %lld", i,
                (long long)box[i], (long long)extent[i]);
-    b3[j] = box[i];
-    /* box cells [lo, hi) are inside the domain (or filled with data) */
-    lo[j] = 0;
-    hi[j] = box[i];
-    if (mode[i] == SG_PAD_ZERO) {
-      lo[j] = -origin[i] > 0 ? -origin[i] : 0;
-      hi[j] = extent[i] - origin[i] < box[i] ? extent[i] - origin[i] : box[i];
-      if (hi[j] < lo[j]) hi[j] = lo[j];
-      any |= lo[j] > 0 || hi[j] < box[i];
-    }
+    zero[i] = mode[i] == SG_PAD_ZERO;
   }
+  /* box cells [lo, hi) are inside the domain (or filled with data); the
+   * CUDA fill (sg_pad_fill_outside_cuda) takes the same geometry */
+  const int any = sg_fill_outside_geom(nsp, box, origin, extent, zero, b3, lo,
+                                       hi);
   const int64_t n = b3[0] * b3[1] * b3[2];
   if (!any || planes == 0 || n == 0) goto fail;
   SG_CHECK_PTR(x);

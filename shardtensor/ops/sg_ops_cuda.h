@@ -144,6 +144,51 @@ sg_status sg_pad_bwd_cuda(sg_dtype dt, int nsp, int64_t planes,
                           const int64_t *in, const int64_t (*pad)[2],
                           const sg_pad_mode *mode, const void *dpad, void *dsrc,
                           void *stream);
+/* Fused attention (sg_attention_forward/backward; attention_cuda.cu): d on
+ * the host, data on the device, the host's layout and conventions (causal
+ * offset, Nq != Nk, lse = -inf for a row without keys, lse may be NULL in
+ * the forward); f32 or f64 (bf16 storage: host only). One thread per query
+ * row (o, lse; D; dq) or key row (dk, dv, no atomics) over sg_attn_inl.h's
+ * SG_HD row functions, O(N d) memory (the backward allocates D, B*H*Nq
+ * values, stream-ordered). dq, dk, dv OVERWRITTEN, each may be NULL. */
+sg_status sg_attention_fwd_cuda(const sg_attn_desc *d, sg_dtype dt,
+                                const void *q, const void *k, const void *v,
+                                void *o, void *lse, void *stream);
+sg_status sg_attention_bwd_cuda(const sg_attn_desc *d, sg_dtype dt,
+                                const void *q, const void *k, const void *v,
+                                const void *o, const void *lse,
+                                const void *dout, void *dq, void *dk, void *dv,
+                                void *stream);
+/* Window attention (the Swin op, models/ag_swin.c; attention_cuda.cu): g
+ * (sg_wattn_inl.h) on the host, data on the device, arithmetic in f64 as
+ * the host op's. The forward writes o and P (the softmax rows of every
+ * window and head, windows * T * T doubles, the op's saved state); the
+ * backward (from P) OVERWRITES dq, dk, dv and adds to dbias (each may be
+ * NULL): one thread per query row (r_i and dq), per key row (dk, dv) and
+ * per bias entry (a gather over the windows: no atomics); it allocates r
+ * (windows * T doubles) stream-ordered. */
+struct sg_wattn_geo;
+sg_status sg_wattn_fwd_cuda(sg_dtype dt, const struct sg_wattn_geo *g,
+                            const void *q, const void *k, const void *v,
+                            const void *bias, double *P, void *o, void *stream);
+sg_status sg_wattn_bwd_cuda(sg_dtype dt, const struct sg_wattn_geo *g,
+                            const void *q, const void *k, const void *v,
+                            const void *dout, const double *P, void *dq,
+                            void *dk, void *dv, void *dbias, void *stream);
+/* The attention op's layout copy (ag_heads_copy): x (b, h*d, t) -> y (b, h,
+ * t, d), back = 1 the other way. */
+sg_status sg_heads_copy_cuda(sg_dtype dt, int64_t b, int64_t h, int64_t t,
+                             int64_t d, void *x, void *y, int back,
+                             void *stream);
+/* sg_pad_fill_outside on the device (max pooling's -inf margins): box,
+ * origin, extent, mode on the host, x on the device; the cells of each
+ * plane outside the domain along zero-padded dims set to value (the
+ * geometry sg_fill_outside_geom, the cell test sg_fill_outside_cell). */
+sg_status sg_pad_fill_outside_cuda(sg_dtype dt, int nsp, int64_t planes,
+                                   const int64_t *box, const int64_t *origin,
+                                   const int64_t *extent,
+                                   const sg_pad_mode *mode, double value,
+                                   void *x, void *stream);
 /* partial: sg_loss_npartial(kind, batch) doubles in DEVICE memory. */
 sg_status sg_loss_partial_cuda(sg_loss_kind kind, sg_dtype dt, int64_t batch,
                                int64_t n, const void *p, const void *t,

@@ -484,6 +484,41 @@ static inline SG_HD void sg_unflat3(const int64_t *ext, int64_t o, int64_t *p) {
   p[0] = o / (ext[1] * ext[2]);
 }
 
+/* sg_pad_fill_outside's geometry: a box of nsp dims as 3 (leading dims 1,
+ * b3), and per dim the cells [lo, hi) that lie inside the domain [0,
+ * extent) when the box starts at origin; dims that are not zero-padded
+ * (zero[i] 0: their margins hold data) are inside whole. Returns 1 when
+ * some cell of the box lies outside. Host code (the launchers' geometry). */
+static inline int sg_fill_outside_geom(int nsp, const int64_t *box,
+                                       const int64_t *origin,
+                                       const int64_t *extent, const int *zero,
+                                       int64_t *b3, int64_t *lo, int64_t *hi) {
+  int any = 0;
+  for (int j = 0; j < 3; ++j) b3[j] = 1, lo[j] = 0, hi[j] = 1;
+  for (int i = 0; i < nsp; ++i) {
+    const int j = 3 - nsp + i;
+    b3[j] = box[i];
+    lo[j] = 0;
+    hi[j] = box[i];
+    if (zero[i]) {
+      lo[j] = -origin[i] > 0 ? -origin[i] : 0;
+      hi[j] = extent[i] - origin[i] < box[i] ? extent[i] - origin[i] : box[i];
+      if (hi[j] < lo[j]) hi[j] = lo[j];
+      any |= lo[j] > 0 || hi[j] < box[i];
+    }
+  }
+  return any;
+}
+/* Whether cell i of a plane of b3 lies outside [lo, hi) (gets the fill). */
+static inline SG_HD int sg_fill_outside_cell(const int64_t *b3,
+                                             const int64_t *lo,
+                                             const int64_t *hi, int64_t i) {
+  int64_t p[3];
+  sg_unflat3(b3, i, p);
+  return p[0] < lo[0] || p[0] >= hi[0] || p[1] < lo[1] || p[1] >= hi[1] ||
+         p[2] < lo[2] || p[2] >= hi[2];
+}
+
 /* im2col: entry (r, o) of a batch item's column matrix (ckk rows r = (c, a,
  * b, e), c-major as the host's; sout columns o, the output cells) is the
  * image's (C, in...) element at the returned offset. */

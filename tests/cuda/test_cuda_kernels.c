@@ -12,8 +12,13 @@
  * forward, backward sums, backward); and the autograd tape on device
  * variables (a linear-norm-gelu-mul-mse tape forward and backward: outputs,
  * saved statistics and gradients on the device, summed there), and a
- * padded conv-concat-mse tape (margins made on the device), against the
- * same tapes on the host. The element arithmetic is the same SG_HD code on
+ * padded conv-concat-mse tape (margins made on the device) and a padded
+ * max-pool-mse tape (its -inf margins filled on the device), against the
+ * same tapes on the host; the fused attention forward and backward (o,
+ * lse, dq, dk, dv; causal with offsets, Nq != Nk) and an attention-mse
+ * tape (the layout copies on the device; ring, Ulysses and USP modes, one
+ * process) and a window-attention tape (relative position bias) against
+ * the host. The element arithmetic is the same SG_HD code on
  * both sides; what may differ is libm against CUDA's math functions, FMA
  * contraction (nvcc contracts, the host build does not) and the order of
  * the reductions' sums (block trees on the device). Tolerances, relative
@@ -618,6 +623,58 @@ static void check_pad(sg_dtype dt) {
     compare(what, &dx);
   }
   drop(&x), drop(&g), drop(&y), drop(&dx);
+  /* max pooling's -inf margins: a box past both ends of the domain in dim
+   * 0 (zero), dim 1 periodic (its margins hold data) */
+  const int64_t box[2] = {10, 11}, origin[2] = {-1, -2}, extent[2] = {7, 9};
+  const sg_pad_mode fm[2] = {SG_PAD_ZERO, SG_PAD_PERIODIC};
+  buf f = mk(dt, nout, -1, 1);
+  CK(sg_pad_fill_outside(dt, 2, planes, box, origin, extent, fm, -7.5, f.h));
+  CK(sg_pad_fill_outside_cuda(dt, 2, planes, box, origin, extent, fm, -7.5, f.d,
+                              NULL));
+  compare("pad fill outside (max pool)", &f);
+  drop(&f);
+}
+
+/* Max pooling with zero-padded margins on the tape (3x3, stride 2, pad 1:
+ * the -inf margins filled on the device), loss = mse(y, t): the loss and
+ * dx against the same tape on the host. */
+static void check_maxpool_tape(sg_dtype dt) {
+  const size_t nx = NB * NC * 9 * 11, ny = NB * NC * 5 * 6;
+  const int64_t xs[4] = {NB, NC, 9, 11}, ts[4] = {NB, NC, 5, 6};
+  const sg_window win[2] = {
+      {.kernel = 3, .stride = 2, .dilation = 1, .pad = {1, 1}, .up = 1},
+      {.kernel = 3, .stride = 2, .dilation = 1, .pad = {1, 1}, .up = 1}};
+  buf x = mk(dt, nx, -2, 2), t = mk(dt, ny, -1, 1), dx = mk(dt, nx, 0, 0);
+  double l[2];
+  for (int dev = 0; dev < 2; ++dev) {
+    sg_tape_t tape = NULL;
+    sg_var xv, tv, *y = NULL, *loss = NULL;
+    CK(sg_var_init(&xv, "x", dt, 4, xs, dev ? x.d : x.h, 1));
+    CK(sg_var_init(&tv, "t", dt, 4, ts, dev ? t.d : t.h, 0));
+    if (dev) {
+      const sg_device d = {SG_DEVICE_CUDA, 0};
+      CK(sg_var_set_device(&xv, d));
+      CK(sg_var_set_device(&tv, d));
+    }
+    CK(sg_tape_create(&tape));
+    CK(sg_ag_pool(tape, SG_POOL_MAX, &xv, win, &y));
+    CK(sg_ag_loss(tape, SG_LOSS_MSE, y, &tv, &loss));
+    l[dev] = sg_var_item(loss);
+    CK(sg_tape_backward(tape, loss));
+    if (dev)
+      CK(cudaMemcpy(dx.d, xv.grad.data, dx.bytes, cudaMemcpyDeviceToDevice));
+    else
+      memcpy(dx.h, xv.grad.data, dx.bytes);
+    sg_tape_destroy(&tape);
+    sg_var_release(&xv), sg_var_release(&tv);
+  }
+  const double tol = dt == SG_DTYPE_F64 ? 1e-12 : 2e-5;
+  const int ok = fabs(l[1] - l[0]) <= tol * (fabs(l[0]) > 1 ? fabs(l[0]) : 1);
+  printf("%-4s %-30s %.17g vs %.17g  %s\n", sg_dtype_name(dt),
+         "tape padded max-pool loss", l[1], l[0], ok ? "ok" : "FAIL");
+  fails += !ok;
+  compare("tape padded max-pool (dx)", &dx);
+  drop(&x), drop(&t), drop(&dx);
 }
 
 /* A padded convolution on the tape: h = conv(x, w, b) (3x3, zero padding
@@ -685,20 +742,184 @@ static void check_conv_tape(sg_dtype dt) {
   drop(&x), drop(&w), drop(&b), drop(&t), drop(&dx), drop(&dw), drop(&db);
 }
 
+/* The fused attention: o, lse, dq, dk, dv of the device kernels against
+ * the host kernel (sg_attention_forward/backward), with the host's o and
+ * lse fed to both backwards; causal offsets >= 0 (every row sees a key:
+ * no -inf to compare). */
+static void check_attention(sg_dtype dt) {
+  static const int64_t cfg[][5] = {/* nq, nk, d, causal, offset */
+                                   {37, 37, 8, 0, 0},
+                                   {29, 45, 5, 1, 16},
+                                   {50, 17, 16, 1, 0},
+                                   {9, 70, 3, 1, 4}};
+  char what[64];
+  for (size_t c = 0; c < sizeof cfg / sizeof *cfg; ++c) {
+    const sg_attn_desc ad = {.batch = NB,
+                             .heads = 2,
+                             .nq = cfg[c][0],
+                             .nk = cfg[c][1],
+                             .head_dim = cfg[c][2],
+                             .causal = (int)cfg[c][3],
+                             .causal_offset = cfg[c][4]};
+    const size_t nq = (size_t)(NB * 2 * ad.nq * ad.head_dim),
+                 nk = (size_t)(NB * 2 * ad.nk * ad.head_dim),
+                 nr = (size_t)(NB * 2 * ad.nq);
+    buf q = mk(dt, nq, -1, 1), k = mk(dt, nk, -1, 1), v = mk(dt, nk, -1, 1);
+    buf g = mk(dt, nq, -1, 1), o = mk(dt, nq, 0, 0), lse = mk(dt, nr, 0, 0);
+    buf dq = mk(dt, nq, 0, 0), dk = mk(dt, nk, 0, 0), dv = mk(dt, nk, 0, 0);
+    CK(sg_attention_forward(&ad, dt, q.h, k.h, v.h, o.h, lse.h, NULL));
+    CK(sg_attention_fwd_cuda(&ad, dt, q.d, k.d, v.d, o.d, lse.d, NULL));
+    snprintf(what, sizeof what, "attention %lldx%lld d%lld c%d o",
+             (long long)ad.nq, (long long)ad.nk, (long long)ad.head_dim,
+             ad.causal);
+    compare(what, &o);
+    snprintf(what, sizeof what, "attention %lldx%lld d%lld c%d lse",
+             (long long)ad.nq, (long long)ad.nk, (long long)ad.head_dim,
+             ad.causal);
+    compare(what, &lse);
+    /* both backwards from the host's o and lse */
+    CK(cudaMemcpy(o.d, o.h, o.bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(lse.d, lse.h, lse.bytes, cudaMemcpyHostToDevice));
+    CK(sg_attention_backward(&ad, dt, q.h, k.h, v.h, o.h, lse.h, g.h, dq.h,
+                             dk.h, dv.h, NULL));
+    CK(sg_attention_bwd_cuda(&ad, dt, q.d, k.d, v.d, o.d, lse.d, g.d, dq.d,
+                             dk.d, dv.d, NULL));
+    const buf *gr[3] = {&dq, &dk, &dv};
+    static const char *gn[3] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 3; ++i) {
+      snprintf(what, sizeof what, "attention %lldx%lld d%lld c%d %s",
+               (long long)ad.nq, (long long)ad.nk, (long long)ad.head_dim,
+               ad.causal, gn[i]);
+      compare(what, gr[i]);
+    }
+    drop(&q), drop(&k), drop(&v), drop(&g), drop(&o), drop(&lse), drop(&dq),
+        drop(&dk), drop(&dv);
+  }
+}
+
+/* The attention ops on the tape: o = attention(q, k, v) (2 heads of 2 over
+ * 5 x 7 tokens; the ring op, or Ulysses / USP, which are the same
+ * attention in one process), loss = mse(o, t); the loss and dq, dk, dv
+ * against the same tape on the host. */
+static double attn_tape_step(sg_var *x, const buf *t, int on_dev,
+                             sg_sp_mode mode) {
+  sg_tape_t tape = NULL;
+  sg_var tv, *o = NULL, *loss = NULL;
+  const int64_t ts[4] = {NB, 4, 5, 7};
+  CK(sg_var_init(&tv, "t", t->dt, 4, ts, on_dev ? t->d : t->h, 0));
+  if (on_dev) CK(sg_var_set_device(&tv, x[0].value.device));
+  CK(sg_tape_create(&tape));
+  CK(sg_ag_attention_sp(tape, mode, 2, &x[0], &x[1], &x[2], &o));
+  CK(sg_ag_loss(tape, SG_LOSS_MSE, o, &tv, &loss));
+  const double item = sg_var_item(loss);
+  CK(sg_tape_backward(tape, loss));
+  sg_tape_destroy(&tape);
+  sg_var_release(&tv);
+  return item;
+}
+
+static void check_attn_tape(sg_dtype dt, sg_sp_mode mode) {
+  const size_t n = NB * 4 * 5 * 7;
+  const int64_t xs[4] = {NB, 4, 5, 7};
+  static const char *names[3] = {"q", "k", "v"};
+  buf x[3], t = mk(dt, n, -1, 1), dx = mk(dt, n, 0, 0);
+  sg_var hv[3], dv[3];
+  const sg_device d = {SG_DEVICE_CUDA, 0};
+  for (int i = 0; i < 3; ++i) {
+    x[i] = mk(dt, n, -1, 1);
+    CK(sg_var_init(&hv[i], names[i], dt, 4, xs, x[i].h, 1));
+    CK(sg_var_init(&dv[i], names[i], dt, 4, xs, x[i].d, 1));
+    CK(sg_var_set_device(&dv[i], d));
+  }
+  const double lh = attn_tape_step(hv, &t, 0, mode);
+  const double ld = attn_tape_step(dv, &t, 1, mode);
+  const double tol = dt == SG_DTYPE_F64 ? 1e-12 : 2e-5;
+  const int ok = fabs(ld - lh) <= tol * (fabs(lh) > 1 ? fabs(lh) : 1);
+  static const char *mn[3] = {"ring", "ulysses", "usp"};
+  printf("%-4s tape attention-mse loss (%s) %.17g vs %.17g  %s\n",
+         sg_dtype_name(dt), mn[mode], ld, lh, ok ? "ok" : "FAIL");
+  fails += !ok;
+  char what[64];
+  for (int i = 0; i < 3; ++i) {
+    memcpy(dx.h, hv[i].grad.data, dx.bytes);
+    CK(cudaMemcpy(dx.d, dv[i].grad.data, dx.bytes, cudaMemcpyDeviceToDevice));
+    snprintf(what, sizeof what, "tape attention backward (d%s)", names[i]);
+    compare(what, &dx);
+    sg_var_release(&hv[i]), sg_var_release(&dv[i]);
+    drop(&x[i]);
+  }
+  drop(&t), drop(&dx);
+}
+
+/* Window attention on the tape (2 heads of 3 over a 6 x 9 grid of 3 x 3
+ * windows, a relative position bias parameter), loss = mse(o, t): the
+ * loss and dq, dk, dv, dbias against the same tape on the host. */
+static void check_wattn_tape(sg_dtype dt) {
+  const size_t n = NB * 6 * 6 * 9, nb = 2 * 25;
+  const int64_t xs[4] = {NB, 6, 6, 9}, bs[2] = {2, 25};
+  static const char *names[3] = {"q", "k", "v"};
+  buf x[3], bias = mk(dt, nb, -1, 1), db = mk(dt, nb, 0, 0);
+  buf t = mk(dt, n, -1, 1), dx = mk(dt, n, 0, 0);
+  sg_var v[2][3], bv[2];
+  double l[2];
+  for (int i = 0; i < 3; ++i) x[i] = mk(dt, n, -1, 1);
+  for (int dev = 0; dev < 2; ++dev) {
+    const sg_device d = {SG_DEVICE_CUDA, 0};
+    sg_tape_t tape = NULL;
+    sg_var tv, *o = NULL, *loss = NULL;
+    for (int i = 0; i < 3; ++i) {
+      CK(sg_var_init(&v[dev][i], names[i], dt, 4, xs, dev ? x[i].d : x[i].h,
+                     1));
+      if (dev) CK(sg_var_set_device(&v[dev][i], d));
+    }
+    CK(sg_var_init_param(&bv[dev], "bias", dt, 2, bs, dev ? bias.d : bias.h,
+                         dev ? db.d : db.h));
+    CK(sg_var_init(&tv, "t", dt, 4, xs, dev ? t.d : t.h, 0));
+    if (dev) CK(sg_var_set_device(&bv[dev], d));
+    if (dev) CK(sg_var_set_device(&tv, d));
+    CK(sg_tape_create(&tape));
+    CK(sg_ag_window_attention(tape, 2, 3, &v[dev][0], &v[dev][1], &v[dev][2],
+                              &bv[dev], &o));
+    CK(sg_ag_loss(tape, SG_LOSS_MSE, o, &tv, &loss));
+    l[dev] = sg_var_item(loss);
+    CK(sg_tape_backward(tape, loss));
+    sg_tape_destroy(&tape);
+    sg_var_release(&tv);
+  }
+  const double tol = dt == SG_DTYPE_F64 ? 1e-12 : 2e-5;
+  const int ok = fabs(l[1] - l[0]) <= tol * (fabs(l[0]) > 1 ? fabs(l[0]) : 1);
+  printf("%-4s %-30s %.17g vs %.17g  %s\n", sg_dtype_name(dt),
+         "tape window attention loss", l[1], l[0], ok ? "ok" : "FAIL");
+  fails += !ok;
+  char what[64];
+  for (int i = 0; i < 3; ++i) {
+    memcpy(dx.h, v[0][i].grad.data, dx.bytes);
+    CK(cudaMemcpy(dx.d, v[1][i].grad.data, dx.bytes, cudaMemcpyDeviceToDevice));
+    snprintf(what, sizeof what, "tape window attention (d%s)", names[i]);
+    compare(what, &dx);
+    sg_var_release(&v[0][i]), sg_var_release(&v[1][i]);
+    drop(&x[i]);
+  }
+  compare("tape window attention (dbias)", &db);
+  sg_var_release(&bv[0]), sg_var_release(&bv[1]);
+  drop(&bias), drop(&db), drop(&t), drop(&dx);
+}
+
 /* The launchers above; each op the device table puts on cuda must name
  * two of them. */
 static int tested(const char *fn) {
   static const char *const names[] = {
-      "sg_act_fwd_cuda",      "sg_act_bwd_cuda",      "sg_binary_fwd_cuda",
-      "sg_binary_bwd_cuda",   "sg_scale_cuda",        "sg_bias_fwd_cuda",
-      "sg_bias_bwd_cuda",     "sg_loss_partial_cuda", "sg_loss_bwd_cuda",
-      "sg_pool_fwd_cuda",     "sg_pool_bwd_cuda",     "sg_upsample_fwd_cuda",
-      "sg_upsample_bwd_cuda", "sg_linear_fwd_cuda",   "sg_linear_bwd_cuda",
-      "sg_norm_fwd_cuda",     "sg_norm_bwd_cuda",     "sg_conv_fwd_cuda",
-      "sg_conv_bwd_cuda",     "sg_convt_fwd_cuda",    "sg_convt_bwd_cuda",
-      "sg_cat_part_cuda",     "sg_bcast_t_fwd_cuda",  "sg_bcast_t_bwd_cuda",
-      "sg_time_window_cuda",  "sg_roll_cuda",         "sg_add_field_fwd_cuda",
-      "sg_add_field_bwd_cuda"};
+      "sg_act_fwd_cuda",       "sg_act_bwd_cuda",       "sg_binary_fwd_cuda",
+      "sg_binary_bwd_cuda",    "sg_scale_cuda",         "sg_bias_fwd_cuda",
+      "sg_bias_bwd_cuda",      "sg_loss_partial_cuda",  "sg_loss_bwd_cuda",
+      "sg_pool_fwd_cuda",      "sg_pool_bwd_cuda",      "sg_upsample_fwd_cuda",
+      "sg_upsample_bwd_cuda",  "sg_linear_fwd_cuda",    "sg_linear_bwd_cuda",
+      "sg_norm_fwd_cuda",      "sg_norm_bwd_cuda",      "sg_conv_fwd_cuda",
+      "sg_conv_bwd_cuda",      "sg_convt_fwd_cuda",     "sg_convt_bwd_cuda",
+      "sg_cat_part_cuda",      "sg_bcast_t_fwd_cuda",   "sg_bcast_t_bwd_cuda",
+      "sg_time_window_cuda",   "sg_roll_cuda",          "sg_add_field_fwd_cuda",
+      "sg_add_field_bwd_cuda", "sg_attention_fwd_cuda", "sg_attention_bwd_cuda",
+      "sg_wattn_fwd_cuda",     "sg_wattn_bwd_cuda"};
   for (size_t i = 0; i < sizeof names / sizeof *names; ++i)
     if (fn && !strcmp(fn, names[i])) return 1;
   return 0;
@@ -782,6 +1003,28 @@ static void check_arguments(void) {
       {"concat part past the channels",
        sg_cat_part_cuda(SG_DTYPE_F32, 1, 4, 3, 4, 2, 1, NULL, NULL, NULL),
        SG_ERR_SHAPE},
+      {"attention without a descriptor",
+       sg_attention_fwd_cuda(NULL, SG_DTYPE_F32, NULL, NULL, NULL, NULL, NULL,
+                             NULL),
+       SG_ERR_INVALID_ARG},
+      {"attention in bf16 (host only)",
+       sg_attention_bwd_cuda(
+           &(sg_attn_desc){
+               .batch = 1, .heads = 1, .nq = 2, .nk = 2, .head_dim = 2},
+           SG_DTYPE_BF16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL),
+       SG_ERR_NOT_SUPPORTED},
+      {"fill outside without a box",
+       sg_pad_fill_outside_cuda(SG_DTYPE_F32, 2, 1, NULL, NULL, NULL, NULL, 0.0,
+                                NULL, NULL),
+       SG_ERR_INVALID_ARG},
+      {"window attention without a geometry",
+       sg_wattn_fwd_cuda(SG_DTYPE_F64, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                         NULL),
+       SG_ERR_INVALID_ARG},
+      {"attention head_dim 0",
+       sg_heads_copy_cuda(SG_DTYPE_F32, 1, 1, 4, 0, NULL, NULL, 0, NULL),
+       SG_ERR_SHAPE},
       {"adamw at step 0",
        sg_adamw_step_f32_cuda(NULL, NULL, NULL, NULL, 4, 0, 1e-3, 1.0, &cfg,
                               NULL),
@@ -828,6 +1071,12 @@ int main(int argc, char **argv) {
     check_tape(dts[k]);
     check_pad(dts[k]);
     check_conv_tape(dts[k]);
+    check_maxpool_tape(dts[k]);
+    check_attention(dts[k]);
+    check_attn_tape(dts[k], SG_SP_RING);
+    check_attn_tape(dts[k], SG_SP_ULYSSES);
+    check_attn_tape(dts[k], SG_SP_USP);
+    check_wattn_tape(dts[k]);
   }
   check_adamw();
   printf("%s\n", fails ? "FAILED" : "PASSED");

@@ -18,7 +18,10 @@
  * kernels. And the CUDA kernels' backward gathers
  * of pooling and up-sampling (sg_pool_grad_cell, sg_up_grad_cell of
  * sg_ops_inl.h, one per input cell), run here on the host, against the
- * host's scatters in f64 (1e-12): their index arithmetic without a GPU.
+ * host's scatters in f64 (1e-12): their index arithmetic without a GPU;
+ * likewise the im2col/col2im/convt maps, the padding gathers, max
+ * pooling's margin fill (sg_fill_outside_geom / sg_fill_outside_cell
+ * against sg_pad_fill_outside) and the layout maps.
  * Runs in every build (release and cuda); needs no GPU. */
 #include <math.h>
 #include <mpi.h>
@@ -296,9 +299,9 @@ static int check_tape_device(void) {
   st = sg_tape_apply(tape, &host_op, 1, (sg_var *[]){&x}, 1, NULL, NULL, 0, &y);
   fails += refused("user op without cuda entry points", st,
                    "op user_host has no cuda implementation");
-  st = sg_ag_attention(tape, 1, &x3, &x3, &x3, &y);
-  fails += refused("built-in attention", st,
-                   "op attention has no cuda implementation");
+  st = sg_ag_tp_copy(tape, NULL, &x, &y);
+  fails += refused("built-in tp_copy", st,
+                   "op tp_copy has no cuda implementation");
   fails += check_device_tape(tape, &x);
   /* the gradient was allocated on the faked device: freed as such */
   ag_fake_cuda = 1;
@@ -572,6 +575,50 @@ static int check_pad_gathers(void) {
   return fails;
 }
 
+/* Max pooling's margins on the device (sg_fill_outside_geom, then
+ * sg_fill_outside_cell per cell) against sg_pad_fill_outside, f64: a 3-D
+ * box past both ends of the domain (zero, periodic, zero dims) and a 2-D
+ * box of a shard (origin inside the domain). The fill is 7.5, not -inf,
+ * so the comparison is plain arithmetic. */
+static int check_fill_outside(void) {
+  static const struct {
+    int nsp;
+    int64_t box[3], origin[3], extent[3];
+    sg_pad_mode mode[3];
+  } c[2] = {{3,
+             {5, 6, 4},
+             {-1, -2, 0},
+             {3, 3, 2},
+             {SG_PAD_ZERO, SG_PAD_PERIODIC, SG_PAD_ZERO}},
+            {2, {4, 5}, {2, -1}, {5, 3}, {SG_PAD_ZERO, SG_PAD_ZERO}}};
+  const int64_t planes = 3;
+  int fails = 0;
+  for (int k = 0; k < 2; ++k) {
+    int64_t b3[3], lo[3], hi[3], per = 1;
+    int zero[3];
+    for (int i = 0; i < c[k].nsp; ++i) {
+      zero[i] = c[k].mode[i] == SG_PAD_ZERO;
+      per *= c[k].box[i];
+    }
+    fill(gx, GMAX, 53 + k);
+    memcpy(ghost, gx, sizeof gx), memcpy(ggat, gx, sizeof gx);
+    if (sg_pad_fill_outside(SG_DTYPE_F64, c[k].nsp, planes, c[k].box,
+                            c[k].origin, c[k].extent, c[k].mode, 7.5,
+                            ghost) != SG_OK)
+      return 1;
+    if (sg_fill_outside_geom(c[k].nsp, c[k].box, c[k].origin, c[k].extent, zero,
+                             b3, lo, hi))
+      for (int64_t i = 0; i < planes * per; ++i)
+        if (sg_fill_outside_cell(b3, lo, hi, i % per)) ggat[i] = 7.5;
+    int nfill = 0;
+    for (int64_t i = 0; i < planes * per; ++i) nfill += ghost[i] == 7.5;
+    fails += gather_ok(k ? "fill outside 2-D shard" : "fill outside 3-D",
+                       planes * per);
+    if (nfill == 0) fails += printf("FAIL: no cell filled\n") > 0;
+  }
+  return fails;
+}
+
 static int check_conv_gemms(void) {
   const sg_conv_desc c1 = {.nsp = 1,
                            .batch = 2,
@@ -682,6 +729,7 @@ int main(int argc, char **argv) {
   fails += check_gathers();
   fails += check_conv_gemms();
   fails += check_pad_gathers();
+  fails += check_fill_outside();
   fails += check_layout_maps();
   if (rank == 0 && !fails) {
     int on = 0;

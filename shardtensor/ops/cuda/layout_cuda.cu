@@ -122,6 +122,18 @@ __global__ void pad_bwd_k(Pad3 g, int64_t n, const T *dpad, T *dsrc) {
   SG_GRID_STRIDE(i, n) dsrc[i] = pgrad(g, dpad + (i / sin) * sout, i % sin);
 }
 
+// Max pooling's margins: the cells of each plane (per cells) outside the
+// domain (sg_fill_outside_cell) set to value.
+struct Fill3 {
+  int64_t b3[3], lo[3], hi[3];
+};
+template <typename T>
+__global__ void fill_k(Fill3 f, int64_t n, int64_t per, T value, T *x) {
+  SG_GRID_STRIDE(i, n) {
+    if (sg_fill_outside_cell(f.b3, f.lo, f.hi, i % per)) x[i] = value;
+  }
+}
+
 // Checks dt and the sizes, then runs launch(z) for dt's element type (z a
 // value of it) unless n is 0, and reports launch errors.
 template <typename F>
@@ -287,6 +299,41 @@ extern "C" sg_status sg_pad_bwd_cuda(sg_dtype dt, int nsp, int64_t planes,
       using T = decltype(z);
       pad_bwd_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(
           g, n, (const T *)dpad, (T *)dsrc);
+    });
+  }
+fail:
+  return st;
+}
+
+extern "C" sg_status sg_pad_fill_outside_cuda(
+    sg_dtype dt, int nsp, int64_t planes, const int64_t *box,
+    const int64_t *origin, const int64_t *extent, const sg_pad_mode *mode,
+    double value, void *x, void *stream) {
+  sg_status st = SG_OK;
+  Fill3 f;
+  int zero[3];
+  if (nsp < 1 || nsp > 3 || planes < 0 || !box || !origin || !extent || !mode)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_pad_fill_outside_cuda: nsp %d, planes %lld, box, origin, "
+             "extent and mode required",
+             nsp, (long long)planes);
+  for (int i = 0; i < nsp; ++i) {
+    if (box[i] < 0 || extent[i] < 1)
+      SG_RAISE(SG_ERR_SHAPE,
+               "sg_pad_fill_outside_cuda: dim %d: box %lld, domain %lld", i,
+               (long long)box[i], (long long)extent[i]);
+    zero[i] = mode[i] == SG_PAD_ZERO;
+  }
+  {
+    const int any = sg_fill_outside_geom(nsp, box, origin, extent, zero, f.b3,
+                                         f.lo, f.hi);
+    const int64_t per = f.b3[0] * f.b3[1] * f.b3[2];
+    const int64_t n = any ? planes * per : 0;
+    st = run("sg_pad_fill_outside_cuda", dt, n, x != NULL, [&](auto z) {
+      using T = decltype(z);
+      fill_k<T><<<grid_for(n), kThreads, 0, SG_STREAM(stream)>>>(f, n, per,
+                                                                 (T)value,
+                                                                 (T *)x);
     });
   }
 fail:
