@@ -287,8 +287,8 @@ if [ "$task" = vit_tp ] || [ "${task#*_}" = tp ] || [ "$task" = vit_moe ]; then
   "$mpiexec" -n 4 "$bin/sg-train" $common --mesh "$other" --resume ck_ref/step_000005.nc --metrics r4.jsonl
   $cmp r4.jsonl ref.jsonl 1e-5
   if [ "$task" = vit_moe ]; then
-    # the samples over two batch dims on a split domain (the tape marks the
-    # batch Shard over the first, vit.c vit_one_batch_dim): dp and ZeRO-3,
+    # the samples over two batch dims on a split domain (Shard(0) over
+    # both, nested): dp and ZeRO-3,
     # 4 steps against a 4-step reference (8 ranks: CI time)
     short="--steps 4 --ckpt-every 4"
     # shellcheck disable=SC2086
