@@ -578,7 +578,9 @@ fail:
  * neighbours' rows) before the QKV projection and rolled back before the
  * output projection (both act per token, so they commute with the roll);
  * the attention is in the W x W windows with the block's relative
- * position bias (the block's last parameter). With Megatron-SP x is this
+ * position bias (the block's last parameter), and in a dim that is not
+ * periodic (pad_y / pad_x other than periodic) with Swin's mask: the
+ * tokens that wrapped around do not attend to the others. With Megatron-SP x is this
  * tp rank's token slice: the QKV projection runs on the all-gathered
  * tokens and the roll on its output (the slices are of the unrolled
  * tokens); the output projection's sums are reduce-scattered to the
@@ -595,8 +597,14 @@ static sg_status swin_attention(vit *m, sg_tape_t t, int b, sg_var *q,
                               &q[3], &h));
   if (shift && m->seq) SG_TRY(sg_ag_roll(t, h, fwd, &h));
   SG_TRY(sg_ag_split(t, h, 3, parts, qkv));
-  SG_TRY(sg_ag_window_attention(t, m->cfg.heads / m->tps, W, qkv[0], qkv[1],
-                                qkv[2], &q[m->blk[b + 1] - m->blk[b] - 1], &h));
+  /* Swin's mask where a dim is not periodic (pad_y, pad_x: the data's
+   * boundary, as the conv nets' halos take it) */
+  const int per[2] = {m->cfg.pad[0] == SG_PAD_PERIODIC,
+                      m->cfg.pad[1] == SG_PAD_PERIODIC};
+  SG_TRY(sg_ag_window_attention_masked(t, m->cfg.heads / m->tps, W,
+                                       shift ? fwd : NULL, per, qkv[0], qkv[1],
+                                       qkv[2],
+                                       &q[m->blk[b + 1] - m->blk[b] - 1], &h));
   if (shift) SG_TRY(sg_ag_roll(t, h, back, &h));
   SG_TRY(sg_ag_linear_row_seq(t, m->tp, m->seq, h, &q[4], &q[5], y));
 fail:
@@ -882,8 +890,13 @@ static void vit_describe(void *impl, const sg_model_config *c, char *buf,
              c->moe_topk, c->moe_capacity, c->moe_aux);
   if (m->swin && k < size)
     snprintf(buf + k, size - k,
-             "; window %lld, shifted by %lld in odd blocks (periodic)",
-             (long long)c->window, (long long)(c->window / 2));
+             "; window %lld, shifted by %lld in odd blocks (%s)",
+             (long long)c->window, (long long)(c->window / 2),
+             c->pad[0] == SG_PAD_PERIODIC && c->pad[1] == SG_PAD_PERIODIC
+                 ? "periodic"
+             : c->pad[0] == SG_PAD_PERIODIC ? "masked in x"
+             : c->pad[1] == SG_PAD_PERIODIC ? "masked in y"
+                                            : "masked in y and x");
   k = strlen(buf);
   if (c->sp_mode != SG_SP_RING && k < size)
     snprintf(buf + k, size - k, "; attention by %s",
