@@ -17,7 +17,11 @@
  * rank `shift` rows (and/or columns) of the block. Because the roll is
  * periodic in both dims, windows that wrap around join cells that are
  * neighbours on the periodic domain, and no attention mask is used
- * (Swin's mask exists for non-periodic images). */
+ * (Swin's mask exists for non-periodic images). On a non-periodic dim
+ * (latitude) sg_ag_window_attention_masked applies Swin's mask: tokens
+ * that wrapped across the dim's end and tokens that did not do not attend
+ * to each other (the same windows, no messages: each rank knows its
+ * tokens' global positions). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +31,7 @@
 #include "sg_autograd.h"
 #include "sg_comm.h"
 #include "sg_config.h"
+#include "sg_decomp.h"
 #include "sg_halo.h"
 #include "sg_ops_inl.h"   /* sg_roll_src, shared with the CUDA kernel */
 #include "sg_wattn_inl.h" /* the CUDA window attention's rows */
@@ -262,8 +267,16 @@ fail:
 
 /* ---- attention in windows with a relative position bias ------------------ */
 
+/* Swin's mask (a shifted block on a non-periodic dim): per spatial dim
+ * (y, x) the roll the input came by (shift, 0: none), the global token
+ * count n and this rank's first token off, mask 1 where the dim is not
+ * periodic. Local token i of such a dim wrapped across the dim's end iff
+ * off + i + shift lies outside [0, n); a query and a key on different
+ * sides of that line in any masked dim do not attend to each other. */
 typedef struct wattn_attr {
   int64_t heads, window;
+  int64_t shift[2], n[2], off[2];
+  int mask[2];
 } wattn_attr;
 
 /* The local geometry: B samples, C = H d channels, a Hl x Wl block of
@@ -272,6 +285,7 @@ typedef struct wgeo {
   sg_dtype dt;
   int64_t B, C, H, d, Hl, Wl, W, T, nwy, nwx, R; /* R = 2W - 1 */
   double scale;
+  const wattn_attr *a; /* the mask's geometry */
 } wgeo;
 
 static wgeo wgeo_of(const sg_node *node) {
@@ -287,7 +301,28 @@ static wgeo wgeo_of(const sg_node *node) {
   g.d = g.C / g.H, g.T = g.W * g.W, g.nwy = g.Hl / g.W, g.nwx = g.Wl / g.W;
   g.R = 2 * g.W - 1;
   g.scale = 1.0 / sqrt((double)g.d);
+  g.a = a;
   return g;
+}
+
+/* Which side of the wrap line local token i of spatial dim k is on (0
+ * where the dim is not masked). */
+static int wside(const wattn_attr *a, int k, int64_t i) {
+  if (!a->mask[k]) return 0;
+  const int64_t src = a->off[k] + i + a->shift[k];
+  return src < 0 || src >= a->n[k];
+}
+
+/* The mask of window (wy, wx): token t's side in y and x as bits (2 y +
+ * x), side[t]; returns 1 if the window mixes sides (some pair masked). */
+static int wsides(const wgeo *g, int64_t wy, int64_t wx, unsigned char *side) {
+  unsigned char any = 0, all = 3;
+  for (int64_t t = 0; t < g->T; ++t) {
+    side[t] = (unsigned char)(2 * wside(g->a, 0, wy * g->W + t / g->W) +
+                              wside(g->a, 1, wx * g->W + t % g->W));
+    any |= side[t], all &= side[t];
+  }
+  return any != all;
 }
 
 /* Element of token t of window (b, wy, wx), channel h d + j. */
@@ -329,15 +364,19 @@ static double dot(const double *a, const double *b, int64_t n) {
   return s;
 }
 
-/* P = softmax(scale Q K^T + bias) (T x T), O = P V. */
+/* P = softmax(scale Q K^T + bias) (T x T), O = P V; side (NULL: no
+ * mask): P[i, j] = 0 where tokens i and j are on different sides (every
+ * query sees itself, so no row is empty). */
 static void wforward(const wgeo *g, const double *Q, const double *K,
-                     const double *V, const double *bias, double *P,
-                     double *O) {
+                     const double *V, const double *bias,
+                     const unsigned char *side, double *P, double *O) {
   const int64_t T = g->T, d = g->d;
   for (int64_t i = 0; i < T; ++i) {
     double *p = P + i * T, mx = -INFINITY, sum = 0;
     for (int64_t j = 0; j < T; ++j) {
-      p[j] = g->scale * dot(Q + i * d, K + j * d, d) + bias[rel(g, i, j)];
+      p[j] = side && side[i] != side[j]
+                 ? -INFINITY
+                 : g->scale * dot(Q + i * d, K + j * d, d) + bias[rel(g, i, j)];
       mx = fmax(mx, p[j]);
     }
     for (int64_t j = 0; j < T; ++j) sum += (p[j] = exp(p[j] - mx));
@@ -352,7 +391,8 @@ static void wforward(const wgeo *g, const double *Q, const double *K,
 
 /* The backward of one window's head: dP = dO V^T, dS = P (dP -
  * rowsum(P dP)); dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO, dbias +=
- * dS by relative offset. dp: T doubles of scratch. */
+ * dS by relative offset (a masked pair: P = 0, so dS = 0). dp: T doubles
+ * of scratch. */
 static void wbackward(const wgeo *g, const double *Q, const double *K,
                       const double *V, const double *dO, const double *P,
                       double *dp, double *dQ, double *dK, double *dV,
@@ -412,15 +452,17 @@ static sg_status wattn_fwd(sg_node *node) {
   SG_TRY(sg_node_save(node, sizeof(double) * (size_t)(wcount(&g) * TT + 1),
                       (void **)&P));
   SG_TRY(bias_load(&g, &node->in[3]->value, &bias));
-  w = malloc(sizeof(double) * (size_t)(4 * Td));
+  w = malloc(sizeof(double) * (size_t)(4 * Td) + (size_t)g.T);
   if (!w) SG_RAISE(SG_ERR_ALLOC, "window attention: buffers");
+  unsigned char *side = (unsigned char *)(w + 4 * Td);
   SG_TRY(sg_node_alloc_out_uninit(node, 0, q->ndim, q->shape));
   for (int64_t k = 0; k < wcount(&g); ++k) {
     const wsel s = wsel_of(&g, k);
     for (int i = 0; i < 3; ++i)
       wgather(&g, &s, node->in[i]->value.data, w + i * Td);
-    wforward(&g, w, w + Td, w + 2 * Td, bias + s.h * RR, P + k * TT,
-             w + 3 * Td);
+    const int masked = wsides(&g, s.wy, s.wx, side);
+    wforward(&g, w, w + Td, w + 2 * Td, bias + s.h * RR, masked ? side : NULL,
+             P + k * TT, w + 3 * Td);
     wscatter(&g, &s, w + 3 * Td, node->out[0]->value.data);
   }
 fail:
@@ -523,9 +565,50 @@ fail:
   return st;
 }
 
+/* The mask's geometry of q's rank: its first token per spatial dim (one
+ * mesh dim splits each, as for the roll). */
+static sg_status wattn_mask_geo(const sg_var *q, const int64_t *shift,
+                                const int *periodic, wattn_attr *a) {
+  sg_status st = SG_OK;
+  const int64_t *g = sg_var_global_shape(q);
+  for (int k = 0; k < 2; ++k) {
+    a->n[k] = g[k + 2];
+    a->shift[k] = shift ? shift[k] % g[k + 2] : 0;
+    a->mask[k] = periodic && !periodic[k] && a->shift[k] != 0;
+    a->off[k] = 0;
+  }
+  int splits[2] = {0, 0};
+  for (int m = 0; q->mesh && m < sg_mesh_ndims(q->mesh); ++m) {
+    const sg_placement *p = &q->placements[m];
+    const int sz = sg_mesh_dim_size(q->mesh, m);
+    if (p->kind != SG_PLACEMENT_SHARD || p->dim < 2 || p->dim > 3 || sz == 1)
+      continue;
+    const int k = p->dim - 2;
+    a->off[k] = sg_split_offset(a->n[k], sz, sg_mesh_coord(q->mesh, m));
+    ++splits[k];
+  }
+  for (int k = 0; k < 2; ++k)
+    if (a->mask[k] && splits[k] > 1)
+      SG_RAISE(SG_ERR_NOT_SUPPORTED,
+               "window attention: the mask of a non-periodic dim split over "
+               "%d mesh dims is not supported (one mesh dim per spatial dim)",
+               splits[k]);
+fail:
+  return st;
+}
+
 sg_status sg_ag_window_attention(sg_tape_t t, int64_t heads, int64_t window,
                                  sg_var *q, sg_var *k, sg_var *v, sg_var *bias,
                                  sg_var **o) {
+  return sg_ag_window_attention_masked(t, heads, window, NULL, NULL, q, k, v,
+                                       bias, o);
+}
+
+sg_status sg_ag_window_attention_masked(sg_tape_t t, int64_t heads,
+                                        int64_t window, const int64_t *shift,
+                                        const int *periodic, sg_var *q,
+                                        sg_var *k, sg_var *v, sg_var *bias,
+                                        sg_var **o) {
   sg_status st = SG_OK;
   SG_TRY(sg_ag_attention_check(heads, q, k, v, o));
   if (!bias) SG_RAISE(SG_ERR_INVALID_ARG, "window attention: bias is required");
@@ -545,6 +628,7 @@ sg_status sg_ag_window_attention(sg_tape_t t, int64_t heads, int64_t window,
              "(%lld, %lld)",
              (long long)heads, (long long)(R * R));
   wattn_attr at = {.heads = heads, .window = window};
+  SG_TRY(wattn_mask_geo(q, shift, periodic, &at));
   sg_var *in[4] = {q, k, v, bias};
   SG_TRY(sg_tape_apply(t, &wattn_op, 4, in, 1, NULL, &at, sizeof at, o));
 fail:

@@ -703,6 +703,19 @@ sg_status sg_ag_roll(sg_tape_t t, sg_var *x, const int64_t *shift, sg_var **y);
 sg_status sg_ag_window_attention(sg_tape_t t, int64_t heads, int64_t window,
                                  sg_var *q, sg_var *k, sg_var *v, sg_var *bias,
                                  sg_var **o);
+/* The same with Swin's attention mask for a shifted block: q, k, v came
+ * by sg_ag_roll(shift) (shift[2]: y, x); in a spatial dim with
+ * periodic[k] == 0 and a shift, a query and a key of which one wrapped
+ * across the dim's end (its global index plus the shift outside [0, n))
+ * and the other did not, do not attend to each other (probability 0; a
+ * token always sees itself). shift or periodic NULL: no mask. One mesh
+ * dim per masked spatial dim (SG_ERR_NOT_SUPPORTED on every rank
+ * otherwise). */
+sg_status sg_ag_window_attention_masked(sg_tape_t t, int64_t heads,
+                                        int64_t window, const int64_t *shift,
+                                        const int *periodic, sg_var *q,
+                                        sg_var *k, sg_var *v, sg_var *bias,
+                                        sg_var **o);
 /* LayerNorm over the channels of each token (sg_ag_norm, SG_NORM_LAYER:
  * local on any spatial split); gamma, beta (C) or NULL; eps <= 0: 1e-5. */
 sg_status sg_ag_layernorm(sg_tape_t t, double eps, sg_var *x, sg_var *gamma,

@@ -73,8 +73,8 @@ typedef struct vit {
   int sps;
   unsigned sp_mask;
   sg_var splike;
-  int64_t gbatch;    /* the global batch (dom.gbatch: the marked dim's share) */
-  sg_attn_groups ag; /* the attention's: domain x sp, sp, domain */
+  int64_t gbatch;                /* the global batch (dom.gbatch) */
+  sg_attn_groups ag;             /* the attention's: domain x sp, sp, domain */
   vit_box box[SG_CN_MAX_PARAMS]; /* ndim 0: not split over tp */
 } vit;
 
@@ -401,38 +401,6 @@ fail:
   return st;
 }
 
-/* With the samples split over more than one of dp, fsdp, ep on a split
- * domain the activations are marked Shard(0) over the first of them and
- * Replicate over the others (their global batch that dim's share). This
- * was written when the tape took one batch dim only; it takes several now
- * (exchange.c layout_of: the conv nets mark every batch dim), so this
- * marking could go: without it (by hand, 10 steps) dp=2,fsdp=2,h=2 and,
- * with experts, dp=2,ep=2,h=2 equal one process (2.2e-8, 4.9e-8); the
- * Swin, sp and pp without it untried. No op of the model communicates
- * over a batch dim: the attention, the halos and the routing gather run
- * over the domain dims, the experts' all-to-alls over
- * ep by their own group, and the MoE takes the true global batch
- * (m->gbatch); the plan reduces the gradients over the batch dims. The
- * grid channels (add_grid) are marked again. */
-static sg_status vit_one_batch_dim(vit *m, sg_mesh_t mesh) {
-  sg_cn_domain *d = &m->b.dom;
-  int64_t per = d->batch;
-  int first = -1;
-  m->gbatch = d->gbatch;
-  for (int k = 0; k < d->nmesh; ++k) {
-    if (d->place[k].kind != SG_PLACEMENT_SHARD || d->place[k].dim != 0 ||
-        sg_mesh_dim_size(mesh, k) == 1)
-      continue;
-    if (first < 0)
-      first = k, per *= sg_mesh_dim_size(mesh, k);
-    else
-      d->place[k] = sg_replicate();
-  }
-  if (first < 0 || per == m->gbatch) return SG_OK;
-  d->gbatch = per; /* the grid channels were marked with the old split */
-  return d->add_grid ? sg_cn_domain_mark(d, &d->grid, 2) : SG_OK;
-}
-
 static sg_status vit_create_as(sg_mesh_t mesh, const sg_model_config *c,
                                int64_t ny, int64_t nx, int64_t batch,
                                void **impl, int swin) {
@@ -448,7 +416,11 @@ static sg_status vit_create_as(sg_mesh_t mesh, const sg_model_config *c,
   m->b.p.stream = 4000;
   SG_TRY(
       sg_cn_domain_init_tp(&m->b.dom, mesh, ny, nx, batch, c->add_grid, "vit"));
-  SG_TRY(vit_one_batch_dim(m, mesh));
+  /* samples split over several of dp, fsdp, ep: the activations are
+   * Shard(0) over every one of them, as the conv nets' (the tape and the
+   * sharded ops take a dim split over several mesh dims); no op of the
+   * model communicates over a batch dim */
+  m->gbatch = m->b.dom.gbatch;
   SG_TRY(vit_tp_init(m, mesh));
   m->hp = ny / c->patch, m->wp = nx / c->patch;
   m->hp0 = 0, m->nhp = m->hp, m->wp0 = 0, m->nwp = m->wp;
@@ -606,7 +578,9 @@ fail:
  * neighbours' rows) before the QKV projection and rolled back before the
  * output projection (both act per token, so they commute with the roll);
  * the attention is in the W x W windows with the block's relative
- * position bias (the block's last parameter). With Megatron-SP x is this
+ * position bias (the block's last parameter), and in a dim that is not
+ * periodic (pad_y / pad_x other than periodic) with Swin's mask: the
+ * tokens that wrapped around do not attend to the others. With Megatron-SP x is this
  * tp rank's token slice: the QKV projection runs on the all-gathered
  * tokens and the roll on its output (the slices are of the unrolled
  * tokens); the output projection's sums are reduce-scattered to the
@@ -623,8 +597,14 @@ static sg_status swin_attention(vit *m, sg_tape_t t, int b, sg_var *q,
                               &q[3], &h));
   if (shift && m->seq) SG_TRY(sg_ag_roll(t, h, fwd, &h));
   SG_TRY(sg_ag_split(t, h, 3, parts, qkv));
-  SG_TRY(sg_ag_window_attention(t, m->cfg.heads / m->tps, W, qkv[0], qkv[1],
-                                qkv[2], &q[m->blk[b + 1] - m->blk[b] - 1], &h));
+  /* Swin's mask where a dim is not periodic (pad_y, pad_x: the data's
+   * boundary, as the conv nets' halos take it) */
+  const int per[2] = {m->cfg.pad[0] == SG_PAD_PERIODIC,
+                      m->cfg.pad[1] == SG_PAD_PERIODIC};
+  SG_TRY(sg_ag_window_attention_masked(t, m->cfg.heads / m->tps, W,
+                                       shift ? fwd : NULL, per, qkv[0], qkv[1],
+                                       qkv[2],
+                                       &q[m->blk[b + 1] - m->blk[b] - 1], &h));
   if (shift) SG_TRY(sg_ag_roll(t, h, back, &h));
   SG_TRY(sg_ag_linear_row_seq(t, m->tp, m->seq, h, &q[4], &q[5], y));
 fail:
@@ -910,8 +890,13 @@ static void vit_describe(void *impl, const sg_model_config *c, char *buf,
              c->moe_topk, c->moe_capacity, c->moe_aux);
   if (m->swin && k < size)
     snprintf(buf + k, size - k,
-             "; window %lld, shifted by %lld in odd blocks (periodic)",
-             (long long)c->window, (long long)(c->window / 2));
+             "; window %lld, shifted by %lld in odd blocks (%s)",
+             (long long)c->window, (long long)(c->window / 2),
+             c->pad[0] == SG_PAD_PERIODIC && c->pad[1] == SG_PAD_PERIODIC
+                 ? "periodic"
+             : c->pad[0] == SG_PAD_PERIODIC ? "masked in x"
+             : c->pad[1] == SG_PAD_PERIODIC ? "masked in y"
+                                            : "masked in y and x");
   k = strlen(buf);
   if (c->sp_mode != SG_SP_RING && k < size)
     snprintf(buf + k, size - k, "; attention by %s",

@@ -68,9 +68,11 @@ const sg_kv_key sg_train_keys[] = {
      "vit moe: coefficient of the load-balancing loss (Switch), applied as a gradient"},
     {"groups", SG_KV_INT, "4", "cnn, unet: GroupNorm groups (divides width)"},
     {"pad_y", SG_KV_STRING, "periodic",
-     "cnn, unet: boundary in y: periodic | zero | reflect | replicate"},
+     "cnn, unet: boundary in y: periodic | zero | reflect | replicate; swin: "
+     "not periodic masks the shifted windows in y"},
     {"pad_x", SG_KV_STRING, "periodic",
-     "cnn, unet: boundary in x: periodic | zero | reflect | replicate"},
+     "cnn, unet: boundary in x: periodic | zero | reflect | replicate; swin: "
+     "not periodic masks the shifted windows in x"},
     {"grid", SG_KV_BOOL, "true",
      "append the (x, y) coordinates as two input channels"},
     {"shard_spectral", SG_KV_BOOL, "true",

@@ -1,8 +1,19 @@
-/* shardgrid — what the fused attention's two translation units share:
+/* shardgrid — what the fused attention's translation units share:
  * attention.c (checks, geometry, workspace, dispatch; the portable f32
- * kernel on BLAS tiles and the f64 kernel) and attention_avx512.c (the f32
- * kernel on AVX-512F, compiled with its own target flags and entered only
- * after the run-time check of sg_simd_avx512). Internal. */
+ * kernel on BLAS tiles and the f64 kernel), attention_avx512.c and
+ * attention_avx2.c (the f32 kernel on AVX-512F / AVX2 + FMA, each compiled
+ * with its own target flags and entered only after the run-time check of
+ * sg_simd_avx512 / sg_simd_avx2). All four instantiate attention_tmpl.h:
+ * the tiling, the schedule and the workspace layouts (the backward's q^T
+ * and dout^T in d x BQ blocks per query tile) are that file's, the same
+ * code for every kernel; a kernel file supplies only primitives that take
+ * explicit leading dimensions (the tile GEMM, the transpose into a d x BQ
+ * block with ldt = BQ, the softmax and probability passes over a BK x BQ
+ * score tile). The backward's transposes and score GEMMs take the
+ * forward's arguments (a d x BQ block, ldb = BQ; only the block's address
+ * differs), so the blocked layout is template code that the portable and
+ * AVX2 tests run; the AVX-512 primitives themselves run only on an
+ * AVX-512 CPU (test_attention there). Internal. */
 #ifndef SG_ATTENTION_KERN_H
 #define SG_ATTENTION_KERN_H
 

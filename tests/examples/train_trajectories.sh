@@ -138,8 +138,10 @@ if [ "$task" = vit_navy ] || [ "$task" = swin_navy ]; then
     /usr/bin/python3 "$src/tests/strategies/check_runs.py" --ref ref_moe 1e-5 1e-5 --exclude "qkv.b[1]" $runs
   else
     # patch 4: 18 x 36 tokens, window 3 (the second block shifted by 1):
-    # h=2 gives 9 token rows per rank, 3 windows each
-    common="$common --model swin --patch 4 --window 3"
+    # h=2 gives 9 token rows per rank, 3 windows each; latitude is not
+    # periodic (pad_y = replicate, as navy_winds.cfg): the shifted windows
+    # carry Swin's mask in y (the wrapped row is on h=2's second rank)
+    common="$common --model swin --patch 4 --window 3 --pad-y replicate"
     nrun ref 1 h=1
     nrun tp2 2 tp=2
     nrun h2 2 h=2
@@ -287,8 +289,8 @@ if [ "$task" = vit_tp ] || [ "${task#*_}" = tp ] || [ "$task" = vit_moe ]; then
   "$mpiexec" -n 4 "$bin/sg-train" $common --mesh "$other" --resume ck_ref/step_000005.nc --metrics r4.jsonl
   $cmp r4.jsonl ref.jsonl 1e-5
   if [ "$task" = vit_moe ]; then
-    # the samples over two batch dims on a split domain (the tape marks the
-    # batch Shard over the first, vit.c vit_one_batch_dim): dp and ZeRO-3,
+    # the samples over two batch dims on a split domain (Shard(0) over
+    # both, nested): dp and ZeRO-3,
     # 4 steps against a 4-step reference (8 ranks: CI time)
     short="--steps 4 --ckpt-every 4"
     # shellcheck disable=SC2086

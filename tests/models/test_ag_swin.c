@@ -9,6 +9,13 @@
  *    the shard boundaries): loss, y, dq, dk, dv (this rank's box) and the
  *    bias gradients (summed over the split dims) against one process at
  *    relative 1e-10, f64;
+ *  - Swin's mask for non-periodic dims (sg_ag_window_attention_masked on
+ *    the shifted attention; y, x or both not periodic): one process
+ *    against a direct reference that labels the regions as Swin's paper
+ *    does (slices [0, n-W), [n-W, n-s), [n-s, n) of the rolled grid per
+ *    masked dim; attend only within a label), the gradients against
+ *    central differences, and every mesh above against one process at
+ *    1e-10 (f64);
  *  - bad input: a window larger than the token grid, a rank's block that
  *    is not a multiple of the window (w=2, window 8; h=4, window 4):
  *    SG_ERR_CONFIG on every rank. */
@@ -57,13 +64,21 @@ static void release(prob *p) {
   for (int i = 0; i < NV; ++i) sg_var_release(&p->v[i]);
 }
 
+/* The periodicity of (y, x) for the shifted attention's mask; NULL: the
+ * unmasked op (sg_ag_window_attention). */
+static const int *g_per = NULL;
+
 static sg_status forward(sg_tape_t t, prob *p, int64_t win, sg_var **loss,
                          sg_var **y) {
   sg_status st = SG_OK;
   sg_var *r[3] = {NULL, NULL, NULL}, *a = NULL, *b = NULL, *V = p->v;
   const int64_t s[2] = {win / 2, win / 2}, back[2] = {-win / 2, -win / 2};
   for (int i = 0; i < 3; ++i) SG_TRY(sg_ag_roll(t, &V[i], s, &r[i]));
-  SG_TRY(sg_ag_window_attention(t, HEADS, win, r[0], r[1], r[2], &V[4], &a));
+  if (g_per)
+    SG_TRY(sg_ag_window_attention_masked(t, HEADS, win, s, g_per, r[0], r[1],
+                                         r[2], &V[4], &a));
+  else
+    SG_TRY(sg_ag_window_attention(t, HEADS, win, r[0], r[1], r[2], &V[4], &a));
   SG_TRY(sg_ag_roll(t, a, back, &a));
   SG_TRY(sg_ag_window_attention(t, HEADS, win, &V[0], &V[1], &V[2], &V[5], &b));
   SG_TRY(sg_ag_binary(t, SG_BINARY_ADD, a, b, &a));
@@ -175,6 +190,123 @@ done:
   release(&p[0]);
   release(&p[1]);
   gen_free(&p[0]);
+}
+
+/* ---- Swin's mask against a direct reference ---------------------------------- */
+
+/* Swin's region label of rolled index i of a dim of n cells, window W,
+ * shift s (the paper's slices (0, -W), (-W, -s), (-s, None)); 0 where the
+ * dim is periodic. */
+static int region(int per, int64_t n, int64_t i) {
+  if (per) return 0;
+  return i < n - WIN ? 0 : i < n - WIN / 2 ? 1 : 2;
+}
+
+/* o = the masked shifted window attention of the global q, k, v (f64),
+ * directly: roll by s, every window's softmax over the keys of its own
+ * label, the bias by relative offset. */
+static void mask_ref(const prob *p, const int *per, double *o) {
+  const int64_t n = NB * C * HY * WX, d = C / HEADS, s = WIN / 2;
+  double *r[3];
+  for (int i = 0; i < 3; ++i) {
+    r[i] = malloc(sizeof(double) * (size_t)n);
+    for (int64_t b = 0; b < NB * C; ++b)
+      for (int64_t y = 0; y < HY; ++y)
+        for (int64_t x = 0; x < WX; ++x)
+          r[i][(b * HY + y) * WX + x] =
+              p->g[i][(b * HY + (y + s) % HY) * WX + (x + s) % WX];
+  }
+  const double *bias = p->g[4], scale = 1 / sqrt((double)d);
+  for (int64_t b = 0; b < NB; ++b)
+    for (int64_t h = 0; h < HEADS; ++h)
+      for (int64_t yi = 0; yi < HY; ++yi)
+        for (int64_t xi = 0; xi < WX; ++xi) {
+          const int li = 3 * region(per[0], HY, yi) + region(per[1], WX, xi);
+          double sc[WIN * WIN], mx = -INFINITY, sum = 0;
+          int64_t kj[WIN * WIN][2], nk = 0;
+          const int64_t y0 = yi / WIN * WIN, x0 = xi / WIN * WIN;
+          for (int64_t yj = y0; yj < y0 + WIN; ++yj)
+            for (int64_t xj = x0; xj < x0 + WIN; ++xj) {
+              if (3 * region(per[0], HY, yj) + region(per[1], WX, xj) != li)
+                continue;
+              double dotp = 0;
+              for (int64_t c = 0; c < d; ++c) {
+                const int64_t ch = (b * C + h * d + c) * HY;
+                dotp += r[0][(ch + yi) * WX + xi] * r[1][(ch + yj) * WX + xj];
+              }
+              const int64_t dy = yi - yj + WIN - 1, dx = xi - xj + WIN - 1;
+              sc[nk] = scale * dotp + bias[h * NBIAS + dy * (2 * WIN - 1) + dx];
+              mx = fmax(mx, sc[nk]);
+              kj[nk][0] = yj, kj[nk][1] = xj, ++nk;
+            }
+          for (int64_t j = 0; j < nk; ++j) sum += (sc[j] = exp(sc[j] - mx));
+          for (int64_t c = 0; c < d; ++c) {
+            const int64_t ch = (b * C + h * d + c) * HY;
+            double acc = 0;
+            for (int64_t j = 0; j < nk; ++j)
+              acc += sc[j] / sum * r[2][(ch + kj[j][0]) * WX + kj[j][1]];
+            o[(ch + yi) * WX + xi] = acc;
+          }
+        }
+  for (int i = 0; i < 3; ++i) free(r[i]);
+}
+
+static const int mask_modes[3][2] = {{0, 1}, {1, 0}, {0, 0}};
+
+/* One process: the op against mask_ref, its gradients against central
+ * differences, and the mask changing the result (it is applied). */
+static void test_mask(void) {
+  prob p;
+  memset(&p, 0, sizeof p);
+  sg_tape_t t = NULL;
+  const int64_t n = numel(4, vshape[0]), s[2] = {WIN / 2, WIN / 2};
+  double *want = malloc(sizeof(double) * (size_t)n);
+  char msg[256];
+  gen(&p);
+  SG_REQUIRE_OK(sg_tape_create(&t));
+  for (int m = 0; m < 3; ++m) {
+    const int *per = mask_modes[m];
+    sg_var *r[3] = {NULL, NULL, NULL}, *o = NULL, *o0 = NULL, *l = NULL;
+    SG_REQUIRE_OK(setup(&p, SG_DTYPE_F64, zero4, vshape[0]));
+    for (int i = 0; i < 3; ++i) SG_REQUIRE_OK(sg_ag_roll(t, &p.v[i], s, &r[i]));
+    SG_REQUIRE_OK(sg_ag_window_attention_masked(t, HEADS, WIN, s, per, r[0],
+                                                r[1], r[2], &p.v[4], &o));
+    SG_REQUIRE_OK(
+        sg_ag_window_attention(t, HEADS, WIN, r[0], r[1], r[2], &p.v[4], &o0));
+    mask_ref(&p, per, want);
+    SG_CHECK(sg_test_cmp_ref(o->value.data, SG_DTYPE_F64, want, n, 1e-12, msg,
+                             sizeof msg) == 0,
+             "mask (periodic y %d, x %d) against the direct reference: %s",
+             per[0], per[1], msg);
+    double diff = 0;
+    for (int64_t i = 0; i < n; ++i)
+      diff = fmax(diff, fabs(((const double *)o->value.data)[i] -
+                             ((const double *)o0->value.data)[i]));
+    SG_CHECK(diff > 1e-3, "mask (periodic y %d, x %d) changes nothing (%g)",
+             per[0], per[1], diff);
+    sg_tape_clear(t);
+    release(&p);
+    /* the gradients of the whole forward with the mask */
+    g_per = per;
+    SG_REQUIRE_OK(setup(&p, SG_DTYPE_F64, zero4, vshape[0]));
+    SG_REQUIRE_OK(forward(t, &p, WIN, &l, NULL));
+    SG_REQUIRE_OK(sg_tape_backward(t, l));
+    for (int i = 0; i < NV; ++i)
+      if (i != 3)
+        SG_CHECK(fd_var(t, &p, &p.v[i]) == 0,
+                 "mask (periodic y %d, x %d): gradient %d differs from "
+                 "finite differences",
+                 per[0], per[1], i);
+    g_per = NULL;
+    sg_tape_clear(t);
+    release(&p);
+  }
+done:
+  g_per = NULL;
+  free(want);
+  sg_tape_destroy(&t);
+  release(&p);
+  gen_free(&p);
 }
 
 /* ---- sharded against one process ------------------------------------------ */
@@ -311,13 +443,18 @@ static void test_meshes(void) {
   const char **l = np == 2 ? l2 : np == 3 ? l3 : np == 4 ? l4 : NULL;
   const int nl = np == 2 ? 3 : np == 3 ? 1 : np == 4 ? 2 : 0;
   prob p;
-  ref r;
   memset(&p, 0, sizeof p);
-  memset(&r, 0, sizeof r);
   gen(&p);
-  SG_CHECK_OK(run_plain(&p, &r));
-  for (int k = 0; k < nl; ++k) test_sharded(l[k], &p, &r);
-  ref_free(&r);
+  /* unmasked (periodic), then Swin's mask on y, x, both */
+  for (int m = -1; m < 3; ++m) {
+    ref r;
+    memset(&r, 0, sizeof r);
+    g_per = m < 0 ? NULL : mask_modes[m];
+    SG_CHECK_OK(run_plain(&p, &r));
+    for (int k = 0; k < nl; ++k) test_sharded(l[k], &p, &r);
+    ref_free(&r);
+  }
+  g_per = NULL;
   gen_free(&p);
 }
 
@@ -326,6 +463,7 @@ int main(int argc, char **argv) {
   if (sg_test_size == 1) {
     test_fd();
     test_f32();
+    test_mask();
     expect_config(NULL, 9); /* wider than the 8 token columns */
   } else {
     test_meshes();

@@ -5,7 +5,8 @@
 # spectral layers paired column/row over tp), and the triples
 # pp=2,fsdp=2,h=2 and pp=2,dp=2,w=2 (the FNO), pp=2,tp=2,h=2 (both: for the
 # ViT ring attention over h inside tp inside a pipeline stage) and
-# dp=2,tp=2,h=2 and HSDP on a split domain dp=2,fsdp=2,h=2 (the ViT): 10
+# dp=2,tp=2,h=2 and HSDP on a split domain dp=2,fsdp=2,h=2 (the ViT, with
+# dp=2,fsdp=2,sp=2 and pp=2,dp=2,fsdp=2: the samples over two batch dims): 10
 # AdamW steps (deterministic
 # mode) whose losses and global gradient norms equal the one-process run
 # to 1e-5 relative per step, whose final test evaluation does too, and
@@ -25,7 +26,7 @@
 # (docs/strategies.md, "Hybrid meshes", has the whole table).
 # Task swin: the Swin (window 2 on 4x4 tokens) on the pairs of h, w, tp
 # with fsdp and pp that train_trajectories_swin and _swin_navy do not
-# check (zero 1 and 3 alternating), and dp=2,tp=2,h=2.
+# check (zero 1 and 3 alternating), dp=2,tp=2,h=2 and dp=2,fsdp=2,h=2.
 # Task vit16: one 16-rank run over four dims at once, the ViT on
 # pp=2,fsdp=2,tp=2,h=2 (zero 1), against one process the same way.
 # Tasks cnn, unet: HSDP on a split domain, dp=2,fsdp=2,h=2 (zero 1 and
@@ -105,6 +106,9 @@ elif [ "$model" = swin ]; then
     run pp_w 4 w=2,pp=2 $(pp interleaved)
     run pp_tp 4 tp=2,pp=2 $(pp 1f1b)
     run dp_tp_h 8 dp=2,tp=2,h=2
+    # HSDP on a split domain: the samples over two batch dims (Shard(0)
+    # over dp and fsdp, nested), the shifted windows' rolls over h
+    run hsdp_h 8 dp=2,fsdp=2,h=2 --zero 1
   }
 else
   # pairs without pp
@@ -139,9 +143,12 @@ else
     run pp_tp 4 tp=2,pp=2 $(pp 1f1b)
     vit_run dp_tp_h 8 dp=2,tp=2,h=2
     run pp_tp_h 8 pp=2,tp=2,h=2 $(pp zb-h1)
-    # HSDP on a split domain: the samples over two batch dims (the ViT
-    # marks the batch over the first: vit.c vit_one_batch_dim)
+    # HSDP on a split domain: the samples over two batch dims (Shard(0)
+    # over dp and fsdp, nested, as the conv nets'), and with sp (ring
+    # attention over sp, zero 3) and in a pipeline (3 micro-batches of 1)
     vit_run hsdp_h 8 dp=2,fsdp=2,h=2 --zero 1
+    vit_run hsdp_sp 8 dp=2,fsdp=2,sp=2 --zero 3
+    vit_run pp_hsdp 8 pp=2,dp=2,fsdp=2 --zero 1 --pp-schedule 1f1b --microbatches 3
   }
 fi
 exclude=""
