@@ -505,9 +505,20 @@ static sg_wattn_geo wattn_hd(const wgeo *g) {
   return h;
 }
 
+/* Swin's mask (a non-periodic dim) is host-only: refused, never ignored */
+static sg_status wattn_mask_on_device(const wgeo *g) {
+  if (g->a->mask[0] || g->a->mask[1])
+    return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                        "window attention: the mask of a non-periodic dim is "
+                        "not supported on cuda (issue 22); periodic dims "
+                        "only");
+  return SG_OK;
+}
+
 static sg_status wattn_fwd_cuda(sg_node *node) {
   sg_status st = SG_OK;
   const wgeo g = wgeo_of(node);
+  SG_TRY(wattn_mask_on_device(&g));
   const sg_wattn_geo h = wattn_hd(&g);
   const sg_tensor *q = &node->in[0]->value;
   double *P = NULL;
@@ -525,6 +536,8 @@ fail:
 static sg_status wattn_bwd_cuda(sg_node *node) {
   const wgeo g = wgeo_of(node);
   const sg_wattn_geo h = wattn_hd(&g);
+  const sg_status st = wattn_mask_on_device(&g);
+  if (st != SG_OK) return st;
   return sg_wattn_bwd_cuda(g.dt, &h, node->in[0]->value.data,
                            node->in[1]->value.data, node->in[2]->value.data,
                            node->out[0]->grad.data, node->saved, node->gin[0],

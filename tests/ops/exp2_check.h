@@ -52,8 +52,7 @@ static void exp2_check1(exp2_stats *s, float x, float y) {
   else if (ref < FLT_MIN) /* 0, or the subnormal it would be */
     ok = y >= 0 && y <= FLT_MIN;
   else {
-    const double ulp =
-        fabs((double)(exp2_f2ord(y) - exp2_f2ord(ref)));
+    const double ulp = fabs((double)(exp2_f2ord(y) - exp2_f2ord(ref)));
     if (ulp > s->max_ulp) s->max_ulp = ulp;
     ok = ulp <= 1;
   }
@@ -90,8 +89,7 @@ static int exp2_check_run(const char *name, int lanes, exp2_vec_fn fn,
   /* lanes independent: one value in each lane position gives one result */
   for (int l = 0; l < lanes; ++l) {
     float a[EXP2_MAX_LANES], y[EXP2_MAX_LANES], y1[EXP2_MAX_LANES];
-    for (int i = 0; i < lanes; ++i)
-      a[i] = i == l ? -3.25f : -50.0f + (float)i;
+    for (int i = 0; i < lanes; ++i) a[i] = i == l ? -3.25f : -50.0f + (float)i;
     fn(a, y);
     for (int i = 0; i < lanes; ++i) a[i] = -3.25f;
     fn(a, y1);
