@@ -928,11 +928,12 @@ const sg_model_i sg_vit_model_i = {.name = "vit",
                                    .block_params = vit_block_params,
                                    .forward_blocks = vit_forward_blocks};
 
-/* heads and window fix the relative position bias tables' shape */
-static const char *const swin_size_keys[] = {"width",     "patch",
-                                             "depth",     "heads",
-                                             "window",    "moe_experts",
-                                             "moe_every", NULL};
+/* heads and window fix the relative position bias tables' shape; pad_y
+ * and pad_x whether a shifted block masks a non-periodic dim (the function
+ * the weights were trained for: a resume with another is refused) */
+static const char *const swin_size_keys[] = {
+    "width",       "patch",     "depth", "heads", "window",
+    "moe_experts", "moe_every", "pad_y", "pad_x", NULL};
 
 const sg_model_i sg_swin_model_i = {.name = "swin",
                                     .size_keys = swin_size_keys,

@@ -547,6 +547,12 @@ if [ "$task" = swin ]; then
   # shellcheck disable=SC2086
   sh "$src/tests/examples/expect_fail.sh" "window" 60 \
     "$mpiexec" -n 1 "$bin/sg-train" $common --window 2 --mesh h=1 --resume cks/step_000005.nc
+  # ... and one of another boundary: pad_y says whether the shifted blocks
+  # mask latitude (a size key too: the weights were trained for one)
+  # shellcheck disable=SC2086
+  sh "$src/tests/examples/expect_fail.sh" \
+    "holds a swin model with pad_y = periodic; this run has pad_y = replicate" 60 \
+    "$mpiexec" -n 1 "$bin/sg-train" $common --pad-y replicate --mesh h=1 --resume cks/step_000005.nc
   echo "swin resume matches"
   # 16 token rows over h=3 are blocks of 6, 5, 5: not whole windows of 4
   # shellcheck disable=SC2086
