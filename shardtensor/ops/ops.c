@@ -596,6 +596,14 @@ sg_status sg_linear_backward_add(sg_dtype dt, int64_t batch, int64_t cin,
   SG_CHECK_PTR(w);
   SG_CHECK_PTR(dy);
   const int tier = dt == SG_DTYPE_F32 ? sg_pw_tier() : 0;
+  if (tier == 1 && (dw || !db)) { /* dx and dW over the same chunks of dy */
+    if (dw) SG_CHECK_PTR(x);
+    SG_TRY(sg_malloc(sg_device_host(), sg_pw2_backward_gelu_scratch(cin, cout),
+                     &tmp));
+    sg_pw2_backward_gelu_f32(batch, cin, cout, spatial, x, w, NULL, dy, dx, 1,
+                             dw, db, tmp, sg_max_threads());
+    goto fail;
+  }
   if (tier) {
     SG_TRY(sg_linear_backward(dt, batch, cin, cout, spatial, x, w, dy, NULL, dw,
                               db));

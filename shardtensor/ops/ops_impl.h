@@ -292,7 +292,8 @@ void sg_pw2_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                       const float *x, const float *dy, float *dw, float *db,
                       float *part, int nthreads);
 /* The linear's backward fused with GELU's: dz = gelu'(z) dy (as
- * sg_gelu2_bwd_f32) per chunk of pixels into scratch, then from it
+ * sg_gelu2_bwd_f32; z NULL: dz = dy, no activation) per chunk of pixels
+ * into scratch, then from it
  * dx (+)= W^T dz (add: dx's contents kept, as SG_PW_ADD), dW += dz x^T and
  * db += the sums of dz (each of dx, dw, db may be NULL) with the values
  * of sg_pw2_apply_f32 and sg_pw2_wgrad_f32 on the whole dz, bit for bit;

@@ -357,31 +357,36 @@ void sg_pw2_backward_gelu_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
     const int64_t nv = (len + 7) / 8, npc = (len + P2_CH - 1) / P2_CH;
     const __m256i mt = p2_mask(len - 8 * (nv - 1));
     const float *xs = x + nn * cin * s + p0;
+    /* z NULL: dy is dz, read in place (rows a whole image apart) */
+    const float *dzc = z ? dz : dy + nn * cout * s + p0;
+    const int64_t ldz = z ? P2_GLD : s;
+    if (z) {
 #pragma omp for schedule(static)
-    for (int64_t k = 0; k < cout; ++k)
-      sg_gelu2_bwd_seq_f32(len, z + (nn * cout + k) * s + p0,
-                           dy + (nn * cout + k) * s + p0, dz + k * P2_GLD);
-      /* the weight tiles, the bias rows, then the dx pieces of P2_CH */
+      for (int64_t k = 0; k < cout; ++k)
+        sg_gelu2_bwd_seq_f32(len, z + (nn * cout + k) * s + p0,
+                             dy + (nn * cout + k) * s + p0, dz + k * P2_GLD);
+    }
+    /* the weight tiles, the bias rows, then the dx pieces of P2_CH */
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < ntile + nbt + (dx ? npc : 0); ++t) {
       if (t >= ntile + nbt) {
         const int64_t c0 = (t - ntile - nbt) * P2_CH;
         p2_chunk(cout, cin, c0, len - c0 < P2_CH ? len - c0 : P2_CH, w, 1, cin,
-                 dz, P2_GLD, NULL, dx + nn * cin * s + p0, s,
-                 add ? SG_PW_ADD : 0, 0);
+                 dzc, ldz, NULL, dx + nn * cin * s + p0, s, add ? SG_PW_ADD : 0,
+                 !z);
         continue;
       }
       if (t >= ntile) {
         const int64_t k0 = (t - ntile) * P2_MK;
         const int mk = (int)(cout - k0 < P2_MK ? cout - k0 : P2_MK);
-        p2_btile(mk, nv, mt, dz + k0 * P2_GLD, P2_GLD, bpart + 8 * k0);
+        p2_btile(mk, nv, mt, dzc + k0 * ldz, ldz, bpart + 8 * k0);
         continue;
       }
       const int64_t k0 = (t / ncb) * P2_MK, c0 = (t % ncb) * P2_MC;
       const int mk = (int)(cout - k0 < P2_MK ? cout - k0 : P2_MK);
       const int mc = (int)(cin - c0 < P2_MC ? cin - c0 : P2_MC);
       float *pt = part + (k0 * cin + c0 * mk) * 8;
-      p2_wtiles[mk][mc](nv, mt, dz + k0 * P2_GLD, P2_GLD, xs + c0 * s, s, pt);
+      p2_wtiles[mk][mc](nv, mt, dzc + k0 * ldz, ldz, xs + c0 * s, s, pt);
     }
   }
 #pragma omp parallel for schedule(static) \
