@@ -15,6 +15,10 @@
  *    pixels run in chunks (rows of a chunk stay in L2 while every tile
  *    passes over them); the lane partials are summed at the end in a fixed
  *    order, whatever the thread count.
+ *  - the backward in one pass over chunks of dz (sg_pw2_backward_gelu_f32):
+ *    dz = gelu'(z) dy formed per chunk in an L2-resident scratch (or dy
+ *    itself when there is no activation), the dW / db tiles and the dx
+ *    tiles reading it there: dz is read once, and with GELU never stored.
  * Every output element of the forward and dx sums its input channels in
  * increasing order, one fused multiply-add each: a pixel's result does not
  * depend on how the pixels are split across ranks or threads.

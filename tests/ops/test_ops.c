@@ -694,7 +694,7 @@ static void test_linear_act(void) {
     linear_act_case(SG_DTYPE_F32, 3, 5, 11, 205, add, SG_ACT_GELU, add);
   linear_act_case(SG_DTYPE_F32, 2, 32, 32, 397, 1, SG_ACT_GELU, 1);
   /* more output rows than a packed chunk's, pixels over the fused
-   * backward's chunks (864) with a masked tail; on two threads */
+   * backward's chunks (288) with a masked tail; on two threads */
   linear_act_case(SG_DTYPE_F32, 2, 7, 133, 1739, 0, SG_ACT_GELU, 1);
   omp_set_num_threads(2);
   linear_act_case(SG_DTYPE_F32, 2, 7, 133, 1739, 1, SG_ACT_GELU, 1);
