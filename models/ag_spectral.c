@@ -196,6 +196,14 @@ static sg_status sla_bwd(sg_node *node) {
   size_t zb, hb;
   sla_saved(node, &zb, &hb);
   void *dz = node->out[0]->grad.data, *tmp = NULL, *gx = node->gin[0];
+  if (!a->conv && a->act >= 0) { /* dz in cache-sized chunks, not stored */
+    SG_TRY(sg_linear_act_backward(dt, x->shape[0], x->shape[1], a->cout,
+                                  sla_spatial(x), x->data,
+                                  node->in[iw]->value.data, a->act, node->saved,
+                                  dz, 0, gx, node->gin[iw],
+                                  a->has_bias ? node->gin[iw + 1] : NULL));
+    goto fail;
+  }
   if (a->act >= 0 && nz > 0) {
     SG_TRY(sg_malloc(sg_device_host(), (size_t)nz * sg_dtype_size(dt), &tmp));
     SG_TRY(sg_act_backward((sg_act)a->act, dt, nz, node->saved, dz, tmp));

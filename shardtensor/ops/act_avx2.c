@@ -149,6 +149,19 @@ void sg_gelu2_bwd_f32(int64_t n, const float *x, const float *dy, float *dx) {
   }
 }
 
+/* sg_gelu2_bwd_f32 on the calling thread (the fused linear backward's
+ * chunks): the same values element for element */
+void sg_gelu2_bwd_seq_f32(int64_t n, const float *x, const float *dy,
+                          float *dx) {
+  const gelu2_k k = gelu2_consts();
+  const int64_t nv = n / 8;
+  for (int64_t v = 0; v < nv; ++v)
+    gelu2_bwd_vec(&k, x + 8 * v, dy + 8 * v, dx + 8 * v, 1, k.bias);
+  if (n > 8 * nv)
+    gelu2_bwd_vec(&k, x + 8 * nv, dy + 8 * nv, dx + 8 * nv, 0,
+                  tail_mask(n - 8 * nv));
+}
+
 #else
 
 int sg_gelu2_built(void) { return 0; }
@@ -159,6 +172,10 @@ void sg_gelu2_fwd_seq_f32(int64_t n, const float *x, float *y) {
   (void)n, (void)x, (void)y;
 }
 void sg_gelu2_bwd_f32(int64_t n, const float *x, const float *dy, float *dx) {
+  (void)n, (void)x, (void)dy, (void)dx;
+}
+void sg_gelu2_bwd_seq_f32(int64_t n, const float *x, const float *dy,
+                          float *dx) {
   (void)n, (void)x, (void)dy, (void)dx;
 }
 

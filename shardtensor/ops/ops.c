@@ -596,6 +596,14 @@ sg_status sg_linear_backward_add(sg_dtype dt, int64_t batch, int64_t cin,
   SG_CHECK_PTR(w);
   SG_CHECK_PTR(dy);
   const int tier = dt == SG_DTYPE_F32 ? sg_pw_tier() : 0;
+  if (tier == 1 && (dw || !db)) { /* dx and dW over the same chunks of dy */
+    if (dw) SG_CHECK_PTR(x);
+    SG_TRY(sg_malloc(sg_device_host(), sg_pw2_backward_gelu_scratch(cin, cout),
+                     &tmp));
+    sg_pw2_backward_gelu_f32(batch, cin, cout, spatial, x, w, NULL, dy, dx, 1,
+                             dw, db, tmp, sg_max_threads());
+    goto fail;
+  }
   if (tier) {
     SG_TRY(sg_linear_backward(dt, batch, cin, cout, spatial, x, w, dy, NULL, dw,
                               db));
@@ -607,6 +615,40 @@ sg_status sg_linear_backward_add(sg_dtype dt, int64_t batch, int64_t cin,
   SG_TRY(
       sg_linear_backward(dt, batch, cin, cout, spatial, x, w, dy, tmp, dw, db));
   SG_TRY(sg_binary_forward(SG_BINARY_ADD, dt, nx, dx, tmp, dx));
+fail:
+  sg_free(sg_device_host(), &tmp);
+  return st;
+}
+
+sg_status sg_linear_act_backward(sg_dtype dt, int64_t batch, int64_t cin,
+                                 int64_t cout, int64_t spatial, const void *x,
+                                 const void *w, int act, const void *z,
+                                 const void *dy, int add, void *dx, void *dw,
+                                 void *db) {
+  sg_status st = SG_OK;
+  void *tmp = NULL;
+  const int64_t nz = batch * cout * spatial;
+  if (act < 0 || act >= SG_ACT_COUNT)
+    SG_RAISE(SG_ERR_INVALID_ARG, "linear_act_backward: unknown activation %d",
+             act);
+  if (nz == 0 || !(dx || dw || db)) goto fail;
+  SG_CHECK_PTR(z);
+  SG_CHECK_PTR(dy);
+  /* fused on the AVX2 tier (db alone keeps the composed path's sum) */
+  if (dt == SG_DTYPE_F32 && sg_pw_tier() == 1 && act == SG_ACT_GELU &&
+      sg_gelu_tier() == 1 && (dw || !db) && (dx || dw)) {
+    if (dx) SG_CHECK_PTR(w);
+    if (dw) SG_CHECK_PTR(x);
+    SG_TRY(sg_malloc(sg_device_host(), sg_pw2_backward_gelu_scratch(cin, cout),
+                     &tmp));
+    sg_pw2_backward_gelu_f32(batch, cin, cout, spatial, x, w, z, dy, dx, add,
+                             dw, db, tmp, sg_max_threads());
+    goto fail;
+  }
+  SG_TRY(linear_tmp(dt, nz, &tmp));
+  SG_TRY(sg_act_backward((sg_act)act, dt, nz, z, dy, tmp));
+  SG_TRY((add ? sg_linear_backward_add : sg_linear_backward)(
+      dt, batch, cin, cout, spatial, x, w, tmp, dx, dw, db));
 fail:
   sg_free(sg_device_host(), &tmp);
   return st;

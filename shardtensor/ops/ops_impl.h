@@ -291,6 +291,18 @@ void sg_pw2_apply_act_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
 void sg_pw2_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                       const float *x, const float *dy, float *dw, float *db,
                       float *part, int nthreads);
+/* The linear's backward fused with GELU's: dz = gelu'(z) dy (as
+ * sg_gelu2_bwd_f32; z NULL: dz = dy, no activation) per chunk of pixels
+ * into scratch, then from it
+ * dx (+)= W^T dz (add: dx's contents kept, as SG_PW_ADD), dW += dz x^T and
+ * db += the sums of dz (each of dx, dw, db may be NULL) with the values
+ * of sg_pw2_apply_f32 and sg_pw2_wgrad_f32 on the whole dz, bit for bit;
+ * scratch: sg_pw2_backward_gelu_scratch(cin, cout) bytes. */
+size_t sg_pw2_backward_gelu_scratch(int64_t cin, int64_t cout);
+void sg_pw2_backward_gelu_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                              const float *x, const float *w, const float *z,
+                              const float *dy, float *dx, int add, float *dw,
+                              float *db, float *scratch, int nthreads);
 
 /* bf16 kernels of the direct convolution (conv_bf16.c), where available:
  * built, the CPU has AVX512_BF16 (and AVX-512F, OS state), SG_SIMD is not
@@ -359,6 +371,8 @@ int sg_gelu2_built(void);
 void sg_gelu2_fwd_f32(int64_t n, const float *x, float *y);
 void sg_gelu2_fwd_seq_f32(int64_t n, const float *x, float *y);
 void sg_gelu2_bwd_f32(int64_t n, const float *x, const float *dy, float *dx);
+void sg_gelu2_bwd_seq_f32(int64_t n, const float *x, const float *dy,
+                          float *dx);
 void sg_gelu_fwd_simd_f32(int64_t n, const float *x, float *y);
 /* The same on the calling thread only (no OpenMP region): the epilogue of
  * the fused linear's cache-hot chunks. */

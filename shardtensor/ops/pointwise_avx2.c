@@ -15,6 +15,10 @@
  *    pixels run in chunks (rows of a chunk stay in L2 while every tile
  *    passes over them); the lane partials are summed at the end in a fixed
  *    order, whatever the thread count.
+ *  - the backward in one pass over chunks of dz (sg_pw2_backward_gelu_f32):
+ *    dz = gelu'(z) dy formed per chunk in an L2-resident scratch (or dy
+ *    itself when there is no activation), the dW / db tiles and the dx
+ *    tiles reading it there: dz is read once, and with GELU never stored.
  * Every output element of the forward and dx sums its input channels in
  * increasing order, one fused multiply-add each: a pixel's result does not
  * depend on how the pixels are split across ranks or threads.
@@ -54,6 +58,10 @@ static inline __m256i p2_mask(int64_t len) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(l), idx);
 }
 
+/* Keep v in a register: without it GCC folds the x rows' loads into
+ * each FMA (12 loads of x per input channel instead of 3; perf, Zen 3). */
+#define P2_REG(v) __asm__("" : "+x"(v))
+
 #define P2_LD(p, FULL, m) \
   ((FULL) ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m))
 
@@ -81,9 +89,11 @@ static inline __m256i p2_mask(int64_t len) {
       const float *xc = x + ci * ldx;                                        \
       __m256 xv[P2_NV];                                                      \
       _Pragma("GCC unroll 3")                                                \
-      for (int v = 0; v < P2_NV; ++v)                                        \
+      for (int v = 0; v < P2_NV; ++v) {                                      \
         xv[v] = ldx == P2_NP ? _mm256_loadu_ps(xc + 8 * v)                   \
                              : P2_LD(xc + 8 * v, FULL, m[v]);                \
+        P2_REG(xv[v]);                                                       \
+      }                                                                      \
       const float *wp = w + ci * wc;                                         \
       _Pragma("GCC unroll 4")                                                \
       for (int r = 0; r < MR; ++r) {                                         \
@@ -132,14 +142,14 @@ static const p2_tile_fn p2_tiles[2][P2_MR + 1] = {
 static void p2_chunk(int64_t cin, int64_t cout, int64_t c0, int64_t len,
                      const float *w, int64_t wr, int64_t wc, const float *x,
                      int64_t ldx, const float *b, float *y, int64_t ldy,
-                     int accumulate) {
+                     int accumulate, int may_pack) {
   const int64_t nst = (len + P2_NP - 1) / P2_NP,
                 tail = len - (nst - 1) * P2_NP; /* the last strip's pixels */
   __m256i m[P2_NV], ones = _mm256_set1_epi32(-1);
   for (int v = 0; v < P2_NV; ++v) m[v] = p2_mask(tail - 8 * v);
   const int mode = accumulate & (SG_PW_ACC | SG_PW_ADD);
   float pack[P2_PACK * P2_CH] __attribute__((aligned(32)));
-  const int packed = cin <= P2_PACK;
+  const int packed = may_pack && cin <= P2_PACK;
   for (int64_t ci = 0; packed && ci < cin; ++ci)
     for (int64_t st = 0; st < nst; ++st) {
       const float *xr = x + ci * ldx + c0 + st * P2_NP;
@@ -174,7 +184,7 @@ void sg_pw2_apply_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
   for (int64_t it = 0; it < items; ++it) {
     const int64_t nn = it / nch, c0 = (it % nch) * P2_CH;
     p2_chunk(cin, cout, c0, s - c0 < P2_CH ? s - c0 : P2_CH, w, wr, wc,
-             x + nn * cin * s, s, b, y + nn * cout * s, s, accumulate);
+             x + nn * cin * s, s, b, y + nn * cout * s, s, accumulate, 1);
   }
 }
 
@@ -190,7 +200,7 @@ void sg_pw2_apply_act_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
     float *zn = z + nn * cout * s;
     for (int64_t p0 = c0; p0 < c1; p0 += P2_CH)
       p2_chunk(cin, cout, p0, c1 - p0 < P2_CH ? c1 - p0 : P2_CH, w, cin, 1,
-               x + nn * cin * s, s, b, zn, s, add ? SG_PW_ADD : 0);
+               x + nn * cin * s, s, b, zn, s, add ? SG_PW_ADD : 0, 1);
     for (int64_t r = 0; a && r < cout; ++r)
       sg_gelu2_fwd_seq_f32(c1 - c0, zn + r * s + c0,
                            a + (nn * cout + r) * s + c0);
@@ -200,19 +210,22 @@ void sg_pw2_apply_act_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
 /* One dW tile over nv vectors of pixels (the last one masked by mt):
  * part[(i * MC + j) * 8 + lane] += dy[i] * x[j]. The MC x rows of a
  * vector are held while each dy row is loaded once. */
-#define P2_WSTEP(MK, MC, FULL, v)                                \
-  {                                                              \
-    __m256 xv[MC];                                               \
-    _Pragma("GCC unroll 3")                                      \
-    for (int j = 0; j < MC; ++j)                                 \
-      xv[j] = P2_LD(x + j * ld + 8 * (v), FULL, mt);             \
-    _Pragma("GCC unroll 4")                                      \
-    for (int i = 0; i < MK; ++i) {                               \
-      const __m256 dv = P2_LD(dy + i * ldd + 8 * (v), FULL, mt); \
-      _Pragma("GCC unroll 3")                                    \
-      for (int j = 0; j < MC; ++j)                               \
-        acc[i][j] = _mm256_fmadd_ps(dv, xv[j], acc[i][j]);       \
-    }                                                            \
+#define P2_WSTEP(MK, MC, FULL, v)                          \
+  {                                                        \
+    __m256 xv[MC];                                         \
+    _Pragma("GCC unroll 3")                                \
+    for (int j = 0; j < MC; ++j) {                         \
+      xv[j] = P2_LD(x + j * ld + 8 * (v), FULL, mt);       \
+      P2_REG(xv[j]);                                       \
+    }                                                      \
+    _Pragma("GCC unroll 4")                                \
+    for (int i = 0; i < MK; ++i) {                         \
+      __m256 dv = P2_LD(dy + i * ldd + 8 * (v), FULL, mt); \
+      P2_REG(dv);                                          \
+      _Pragma("GCC unroll 3")                              \
+      for (int j = 0; j < MC; ++j)                         \
+        acc[i][j] = _mm256_fmadd_ps(dv, xv[j], acc[i][j]); \
+    }                                                      \
   }
 
 #define P2_WTILE(MK, MC)                                                    \
@@ -318,6 +331,76 @@ void sg_pw2_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
     for (int64_t k = 0; k < cout; ++k) db[k] += p2_lane_sum(bpart + 8 * k);
 }
 
+/* The linear's backward fused with GELU's (sg_pw2_backward_gelu_f32):
+ * per image, chunks of P2_GCH pixels; dz = gelu'(z) dy of every output
+ * row of the chunk goes to scratch (rows P2_GLD floats apart: 19 cache
+ * lines, so the rows spread over the L1's sets), where the dW / db tiles
+ * and the dx tiles read it while it is in L2. dz is never written out:
+ * the separate GELU pass wrote it (a fresh buffer of cout channels), and
+ * the dW and dx passes each read it back from memory. */
+enum { P2_GCH = 3 * P2_CH, P2_GLD = P2_GCH + 16 };
+
+size_t sg_pw2_backward_gelu_scratch(int64_t cin, int64_t cout) {
+  return (size_t)((cout * cin + cout) * 8 + cout * P2_GLD) * sizeof(float);
+}
+
+void sg_pw2_backward_gelu_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                              const float *x, const float *w, const float *z,
+                              const float *dy, float *dx, int add, float *dw,
+                              float *db, float *scratch, int nthreads) {
+  const int64_t nkb = (cout + P2_MK - 1) / P2_MK,
+                ncb = (cin + P2_MC - 1) / P2_MC;
+  const int64_t ntile = dw ? nkb * ncb : 0, nbt = db ? nkb : 0,
+                nchunk = (s + P2_GCH - 1) / P2_GCH;
+  float *part = scratch, *bpart = part + cout * cin * 8, *dz = bpart + cout * 8;
+  memset(part, 0, (size_t)((cout * cin + cout) * 8) * sizeof *part);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+  for (int64_t q = 0; q < n * nchunk; ++q) {
+    const int64_t nn = q / nchunk, p0 = (q % nchunk) * P2_GCH;
+    const int64_t len = s - p0 < P2_GCH ? s - p0 : P2_GCH;
+    const int64_t nv = (len + 7) / 8, npc = (len + P2_CH - 1) / P2_CH;
+    const __m256i mt = p2_mask(len - 8 * (nv - 1));
+    const float *xs = x + nn * cin * s + p0;
+    /* z NULL: dy is dz, read in place (rows a whole image apart) */
+    const float *dzc = z ? dz : dy + nn * cout * s + p0;
+    const int64_t ldz = z ? P2_GLD : s;
+    if (z) {
+#pragma omp for schedule(static)
+      for (int64_t k = 0; k < cout; ++k)
+        sg_gelu2_bwd_seq_f32(len, z + (nn * cout + k) * s + p0,
+                             dy + (nn * cout + k) * s + p0, dz + k * P2_GLD);
+    }
+    /* the weight tiles, the bias rows, then the dx pieces of P2_CH */
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < ntile + nbt + (dx ? npc : 0); ++t) {
+      if (t >= ntile + nbt) {
+        const int64_t c0 = (t - ntile - nbt) * P2_CH;
+        p2_chunk(cout, cin, c0, len - c0 < P2_CH ? len - c0 : P2_CH, w, 1, cin,
+                 dzc, ldz, NULL, dx + nn * cin * s + p0, s, add ? SG_PW_ADD : 0,
+                 !z);
+        continue;
+      }
+      if (t >= ntile) {
+        const int64_t k0 = (t - ntile) * P2_MK;
+        const int mk = (int)(cout - k0 < P2_MK ? cout - k0 : P2_MK);
+        p2_btile(mk, nv, mt, dzc + k0 * ldz, ldz, bpart + 8 * k0);
+        continue;
+      }
+      const int64_t k0 = (t / ncb) * P2_MK, c0 = (t % ncb) * P2_MC;
+      const int mk = (int)(cout - k0 < P2_MK ? cout - k0 : P2_MK);
+      const int mc = (int)(cin - c0 < P2_MC ? cin - c0 : P2_MC);
+      float *pt = part + (k0 * cin + c0 * mk) * 8;
+      p2_wtiles[mk][mc](nv, mt, dzc + k0 * ldz, ldz, xs + c0 * s, s, pt);
+    }
+  }
+#pragma omp parallel for schedule(static) \
+    num_threads(nthreads) if (nthreads > 1)
+  for (int64_t t = 0; t < ntile; ++t)
+    p2_tile_sum(cin, cout, (t / ncb) * P2_MK, (t % ncb) * P2_MC, part, dw);
+  if (db)
+    for (int64_t k = 0; k < cout; ++k) db[k] += p2_lane_sum(bpart + 8 * k);
+}
+
 #else /* no AVX2 + FMA flags: callers use BLAS */
 
 int sg_pw2_f32_built(void) { return 0; }
@@ -341,6 +424,20 @@ void sg_pw2_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                       float *part, int nthreads) {
   (void)n, (void)cin, (void)cout, (void)s, (void)x, (void)dy, (void)dw;
   (void)db, (void)part, (void)nthreads;
+}
+
+size_t sg_pw2_backward_gelu_scratch(int64_t cin, int64_t cout) {
+  (void)cin, (void)cout;
+  return 0;
+}
+
+void sg_pw2_backward_gelu_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
+                              const float *x, const float *w, const float *z,
+                              const float *dy, float *dx, int add, float *dw,
+                              float *db, float *scratch, int nthreads) {
+  (void)n, (void)cin, (void)cout, (void)s, (void)x, (void)w, (void)z;
+  (void)dy, (void)dx, (void)add, (void)dw, (void)db, (void)scratch;
+  (void)nthreads;
 }
 
 #endif

@@ -175,6 +175,16 @@ sg_status sg_linear_backward_add(sg_dtype dt, int64_t batch, int64_t cin,
                                  int64_t cout, int64_t spatial, const void *x,
                                  const void *w, const void *dy, void *dx,
                                  void *dw, void *db);
+/* The backward of sg_linear_act_forward from its saved z: dz = act'(z) dy,
+ * then sg_linear_backward (add: sg_linear_backward_add) with dz; dz itself
+ * is not returned. The same values as sg_act_backward and the linear's
+ * backward in a row; on the AVX2 tier (GELU, f32) dz stays in cache-sized
+ * chunks instead of a pass over memory. dx, dw, db may each be NULL. */
+sg_status sg_linear_act_backward(sg_dtype dt, int64_t batch, int64_t cin,
+                                 int64_t cout, int64_t spatial, const void *x,
+                                 const void *w, int act, const void *z,
+                                 const void *dy, int add, void *dx, void *dw,
+                                 void *db);
 
 /* Transposed convolution with kernel == stride (no halo needed):
  * y[n,k, i*s + a] = b[k] + sum_c x[n,c,i] w[c,k,a]   (per spatial dim)

@@ -647,6 +647,30 @@ static void linear_act_case(sg_dtype dt, int64_t nb, int64_t ci, int64_t co,
   SG_CHECK(sg_test_cmp_bytes("linear_backward_add dw", g1, g2,
                              (size_t)(co * ci + co) * es) == 0,
            "dw, db as sg_linear_backward");
+  /* the backward from z (sg_linear_act_backward): as sg_act_backward and
+   * the linear's backward composed, bit for bit; with dx, without */
+  char *dz = malloc((size_t)nz * es);
+  for (int v = 0; act >= 0 && v < 2; ++v) {
+    char *gx = v ? NULL : dx1;
+    memcpy(dx1, dx0, (size_t)nx * es);
+    memcpy(dx2, dx0, (size_t)nx * es);
+    memset(g1, 0, (size_t)(co * ci + co) * sizeof *g1);
+    memset(g2, 0, (size_t)(co * ci + co) * sizeof *g2);
+    void *gb1 = bias ? (char *)g1 + co * ci * es : NULL,
+         *gb2 = bias ? (char *)g2 + co * ci * es : NULL;
+    SG_CHECK_OK(sg_linear_act_backward(dt, nb, ci, co, sp, x, w, act, z1, dy,
+                                       add, gx, g1, gb1));
+    SG_CHECK_OK(sg_act_backward((sg_act)act, dt, nz, z1, dy, dz));
+    SG_CHECK_OK((add ? sg_linear_backward_add : sg_linear_backward)(
+        dt, nb, ci, co, sp, x, w, dz, v ? NULL : dx2, g2, gb2));
+    SG_CHECK(sg_test_cmp_bytes("linear_act_backward dx", dx1, dx2,
+                               (size_t)nx * es) == 0,
+             "dx as act' then the linear's backward");
+    SG_CHECK(sg_test_cmp_bytes("linear_act_backward dw", g1, g2,
+                               (size_t)(co * ci + co) * es) == 0,
+             "dw, db as act' then the linear's backward");
+  }
+  free(dz);
   if (dt == SG_DTYPE_F32)
     free(x), free(w), free(b), free(r), free(dy), free(dx0);
   free(xd), free(wd), free(bd), free(rd), free(dyd), free(dxd);
@@ -669,6 +693,12 @@ static void test_linear_act(void) {
   for (int add = 0; add < 2; ++add)
     linear_act_case(SG_DTYPE_F32, 3, 5, 11, 205, add, SG_ACT_GELU, add);
   linear_act_case(SG_DTYPE_F32, 2, 32, 32, 397, 1, SG_ACT_GELU, 1);
+  /* more output rows than a packed chunk's, pixels over the fused
+   * backward's chunks (288) with a masked tail; on two threads */
+  linear_act_case(SG_DTYPE_F32, 2, 7, 133, 1739, 0, SG_ACT_GELU, 1);
+  omp_set_num_threads(2);
+  linear_act_case(SG_DTYPE_F32, 2, 7, 133, 1739, 1, SG_ACT_GELU, 1);
+  omp_set_num_threads(1);
   unsetenv("SG_SIMD");
   float v[4] = {0};
   SG_CHECK_STATUS(sg_linear_act_forward(SG_DTYPE_F32, 1, 1, 1, 1, v, v + 1,
