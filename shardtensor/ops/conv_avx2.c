@@ -16,7 +16,8 @@
  *    (as pointwise.c's direct path), summed in lane order at the end.
  * Every output element sums its inputs in increasing order with one fused
  * multiply-add each, as the AVX-512 kernels do: the results differ from
- * theirs only in the weight gradient's lane grouping (8 lanes, not 16).
+ * theirs only in the weight gradient's lane grouping (8 lanes, not 16, a
+ * pixel's lane by its column: dy is read in place, row by row).
  * Compiled with -mavx2 -mfma whatever the library's target
  * (shardtensor/ops/CMakeLists.txt), so a baseline (SG_NATIVE=OFF) build has
  * it too; ops.c enters it only after sg_simd_avx2() (cpuid) says so. */
