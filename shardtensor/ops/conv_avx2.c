@@ -16,7 +16,8 @@
  *    (as pointwise.c's direct path), summed in lane order at the end.
  * Every output element sums its inputs in increasing order with one fused
  * multiply-add each, as the AVX-512 kernels do: the results differ from
- * theirs only in the weight gradient's lane grouping (8 lanes, not 16).
+ * theirs only in the weight gradient's lane grouping (8 lanes, not 16, a
+ * pixel's lane by its column: dy is read in place, row by row).
  * Compiled with -mavx2 -mfma whatever the library's target
  * (shardtensor/ops/CMakeLists.txt), so a baseline (SG_NATIVE=OFF) build has
  * it too; ops.c enters it only after sg_simd_avx2() (cpuid) says so. */
@@ -158,26 +159,34 @@ void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
     }                                                      \
   }
 
-/* One dW tile over `nv` vectors of pixels (the last one masked by `mt`):
- * part[(i * MC + j) * 8 + lane] += dy[i] * x[j]. */
-#define C2_WTILE(MK, MC)                                                    \
-  static void c2_wtile_##MK##_##MC(int64_t nv, __m256i mt, const float *dy, \
-                                   int64_t ldd, const float *x,             \
-                                   const int64_t *xoff, float *part) {      \
-    const float *xr[MC];                                                    \
-    for (int j = 0; j < MC; ++j) xr[j] = x + xoff[j];                       \
-    __m256 acc[MK][MC];                                                     \
-    _Pragma("GCC unroll 3")                                                 \
-    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 4")                    \
-    for (int j = 0; j < MC; ++j)                                            \
-      acc[i][j] = _mm256_loadu_ps(part + (i * MC + j) * 8);                 \
-    for (int64_t v = 0; v + 1 < nv; ++v) /* full vectors: no masks */       \
-      C2_WSTEP(MK, MC, C2_LDU, v)                                           \
-    if (nv > 0) C2_WSTEP(MK, MC, C2_LDM, nv - 1)                            \
-    _Pragma("GCC unroll 3")                                                 \
-    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 4")                    \
-    for (int j = 0; j < MC; ++j)                                            \
-      _mm256_storeu_ps(part + (i * MC + j) * 8, acc[i][j]);                 \
+/* One dW tile over `rows` rows of `nf` full vectors of pixels, and one
+ * vector masked by `mt` after them where `part_` (the row's length not a
+ * multiple of 8): part[(i * MC + j) * 8 + lane] += dy[i] * x[j], dy's rows
+ * dys apart and x's xs apart (lane: the pixel's column mod 8). */
+#define C2_WTILE(MK, MC)                                                     \
+  static void c2_wtile_##MK##_##MC(int64_t rows, int64_t nf, int part_,      \
+                                   __m256i mt, const float *dy, int64_t ldd, \
+                                   int64_t dys, const float *x, int64_t xs,  \
+                                   const int64_t *xoff, float *part) {       \
+    const float *xr[MC];                                                     \
+    for (int j = 0; j < MC; ++j) xr[j] = x + xoff[j];                        \
+    __m256 acc[MK][MC];                                                      \
+    _Pragma("GCC unroll 3")                                                  \
+    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 4")                     \
+    for (int j = 0; j < MC; ++j)                                             \
+      acc[i][j] = _mm256_loadu_ps(part + (i * MC + j) * 8);                  \
+    for (int64_t row = 0; row < rows; ++row) {                               \
+      for (int64_t v = 0; v < nf; ++v) /* full vectors: no masks */          \
+        C2_WSTEP(MK, MC, C2_LDU, v)                                          \
+      if (part_) C2_WSTEP(MK, MC, C2_LDM, nf)                                \
+      dy += dys;                                                             \
+      _Pragma("GCC unroll 4")                                                \
+      for (int j = 0; j < MC; ++j) xr[j] += xs;                              \
+    }                                                                        \
+    _Pragma("GCC unroll 3")                                                  \
+    for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 4")                     \
+    for (int j = 0; j < MC; ++j)                                             \
+      _mm256_storeu_ps(part + (i * MC + j) * 8, acc[i][j]);                  \
   }
 
 #define C2_WTILES(MK) \
@@ -189,8 +198,9 @@ C2_WTILES(1)
 C2_WTILES(2)
 C2_WTILES(3)
 
-typedef void (*c2_wtile_fn)(int64_t, __m256i, const float *, int64_t,
-                            const float *, const int64_t *, float *);
+typedef void (*c2_wtile_fn)(int64_t, int64_t, int, __m256i, const float *,
+                            int64_t, int64_t, const float *, int64_t,
+                            const int64_t *, float *);
 #define C2_WROW(MK)                                                \
   {                                                                \
     NULL, c2_wtile_##MK##_1, c2_wtile_##MK##_2, c2_wtile_##MK##_3, \
@@ -201,22 +211,26 @@ static const c2_wtile_fn c2_wtiles[C2_MK + 1][C2_MC + 1] = {
 
 /* The whole tile's pixels in one pass per weight tile (the accumulators
  * stay in registers across the image rows); output blocks outside, so a
- * block's 3 dy rows stay in L1 while the shifted image rows come from L2. */
-void sg_c2_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
-                             const float *x, int64_t ldx, const int64_t *xoff,
-                             const float *dy, int64_t ldd, float *part) {
-  (void)ldx; /* x's rows at xoff */
-  if (np <= 0) return;
+ * block's 3 dy rows stay in L1 while the shifted image rows come from L2.
+ * dy is read where it lies, row by row (no copy into the forward's layout
+ * with zeros past each row, as the AVX-512 kernel takes it), and only the
+ * n2 real pixels of each row are multiplied. */
+void sg_c2_wgrad_acc_rows_f32(int64_t cin, int64_t cout, int64_t rows,
+                              int64_t n2, const float *x, int64_t ldx,
+                              const int64_t *xoff, const float *dy, int64_t ldd,
+                              int64_t dys, float *part) {
+  if (rows <= 0 || n2 <= 0) return;
   const int64_t nkb = (cout + C2_MK - 1) / C2_MK,
                 ncb = (cin + C2_MC - 1) / C2_MC;
-  const int64_t nv = (np + 7) / 8;
-  const __m256i mt = c2_mask(np - 8 * (nv - 1));
+  const int64_t nf = n2 / 8;
+  const int part_ = n2 % 8 != 0;
+  const __m256i mt = c2_mask(n2 % 8);
   for (int64_t t = 0; t < nkb * ncb; ++t) {
     const int64_t k0 = (t / ncb) * C2_MK, c0 = (t % ncb) * C2_MC;
     const int mk = (int)(cout - k0 < C2_MK ? cout - k0 : C2_MK);
     const int mc = (int)(cin - c0 < C2_MC ? cin - c0 : C2_MC);
-    c2_wtiles[mk][mc](nv, mt, dy + k0 * ldd, ldd, x, xoff + c0,
-                      part + (k0 * cin + c0 * mk) * 8);
+    c2_wtiles[mk][mc](rows, nf, part_, mt, dy + k0 * ldd, ldd, dys, x, ldx,
+                      xoff + c0, part + (k0 * cin + c0 * mk) * 8);
   }
 }
 
@@ -254,12 +268,12 @@ void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
   (void)xoff, (void)b, (void)y, (void)ldy;
 }
 
-void sg_c2_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
-                             const float *x, int64_t ldx, const int64_t *xoff,
-                             const float *dy, int64_t ldd, float *part) {
-  (void)cin, (void)cout, (void)np, (void)x, (void)ldx, (void)xoff, (void)dy;
-  (void)ldd;
-  (void)part;
+void sg_c2_wgrad_acc_rows_f32(int64_t cin, int64_t cout, int64_t rows,
+                              int64_t n2, const float *x, int64_t ldx,
+                              const int64_t *xoff, const float *dy, int64_t ldd,
+                              int64_t dys, float *part) {
+  (void)cin, (void)cout, (void)rows, (void)n2, (void)x, (void)ldx, (void)xoff;
+  (void)dy, (void)ldd, (void)dys, (void)part;
 }
 
 void sg_c2_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,

@@ -258,8 +258,8 @@ void sg_pw_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                      float *part, int nthreads);
 
 /* The direct convolution's kernels on AVX2 + FMA (conv_avx2.c), with the
- * signatures and sums of sg_pw_gemm_off_f32 and sg_pw_wgrad_acc_off_f32 /
- * sg_pw_wgrad_sum_f32 (part: 8 lanes per weight, cout * cin * 8 floats,
+ * signatures and sums of sg_pw_gemm_off_f32 and (but for dy's layout)
+ * sg_pw_wgrad_acc_off_f32 / sg_pw_wgrad_sum_f32 (part: 8 lanes per weight, cout * cin * 8 floats,
  * zeroed by the caller). available: built with the flags, and
  * sg_simd_avx2() (ops.c). */
 int sg_c2_conv_built(void);
@@ -268,9 +268,13 @@ void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
                         int64_t wr, int64_t wc, const float *x,
                         const int64_t *xoff, const float *b, float *y,
                         int64_t ldy);
-void sg_c2_wgrad_acc_off_f32(int64_t cin, int64_t cout, int64_t np,
-                             const float *x, int64_t ldx, const int64_t *xoff,
-                             const float *dy, int64_t ldd, float *part);
+/* dW's lane partials over `rows` rows of n2 pixels: x's rows ldx apart
+ * (through the shifts xoff), dy's channels ldd and rows dys apart (dy read
+ * in place; the AVX-512 kernel takes dy in the forward's layout). */
+void sg_c2_wgrad_acc_rows_f32(int64_t cin, int64_t cout, int64_t rows,
+                              int64_t n2, const float *x, int64_t ldx,
+                              const int64_t *xoff, const float *dy, int64_t ldd,
+                              int64_t dys, float *part);
 void sg_c2_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
                          float *dw);
 /* The same 1x1 kernels on AVX2 + FMA (pointwise_avx2.c), for CPUs without

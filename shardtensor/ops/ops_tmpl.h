@@ -252,6 +252,13 @@ static void FN(direct_wgrad)(const sg_conv_geom *g, const R *xn, const R *dyn,
                              int64_t r0, int64_t r1, const int64_t *off, R *dyc,
                              float *wp) {
   const int64_t in2 = g->in[2];
+#ifdef SG_WGRAD_ROWS
+  if (g->avx2) { /* dy read in place, row by row */
+    SG_WGRAD_ROWS(g->ckk, g->k, r1 - r0, g->out[2], xn + r0 * in2, in2, off,
+                  dyn + r0 * g->out[2], g->sout, g->out[2], wp);
+    return;
+  }
+#endif
   const int64_t np = (r1 - r0 - 1) * in2 + g->out[2], ld = FN(col_ld)(np);
   FN(direct_dy_rows)(g, dyn, r0, r1, dyc, ld, np);
   SG_WGRAD_OFF(g->ckk, g->k, np, xn + r0 * in2, 0, off, dyc, ld, wp);
