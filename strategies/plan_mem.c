@@ -621,16 +621,28 @@ static double fno_rows(const mshape *m) {
 /* The fused linear + activation (ag_spectral.c sg_ag_linear_act, act 1;
  * with the spectral part, sg_ag_spectral_linear_act: spec the spectrum's
  * bytes): one output, the pre-activation kept when act, the spectrum; in
- * backward the linear's dW scratch and dz = act'(z) dy when act. */
+ * backward what the kernels take (sg_linear_alloc_bytes: without the
+ * spectral part sg_linear_act_backward, which the AVX2 tier runs in
+ * cache-sized chunks of dz; with it dz = act'(z) dy when act, then
+ * sg_linear_backward_add). */
 static int op_linear_act(sim *s, const mshape *m, int x, double c, double k,
                          double ny, double nx, int act, double spec) {
   const double z = fbytes(m, k, ny, nx);
+  const int64_t nb = m->b > 1 ? (int64_t)ceil(m->b) : 1,
+                n = ny * nx > 1 ? (int64_t)(ny * nx) : 1;
+  const double bws = spec > 0 ? (act ? z : 0.0) + (double)sg_linear_alloc_bytes(
+                                                      SG_DTYPE_F32, nb,
+                                                      (int64_t)c, (int64_t)k, n,
+                                                      -1, 1, m->threads)
+                              : (double)sg_linear_alloc_bytes(
+                                    SG_DTYPE_F32, nb, (int64_t)c, (int64_t)k, n,
+                                    act ? (int)m->mc.act : -1, 0, m->threads);
   sim_op o = {.nin = 1,
               .in = {x},
               .out = z,
               .saved = (act ? z : 0.0) + spec,
               .fws = linear_alloc(m, c, k, ny * nx, 0),
-              .bws = linear_alloc(m, c, k, ny * nx, 1) + (act ? z : 0.0),
+              .bws = bws,
               .windowed = -1,
               .param = 1};
   return sim_apply(s, &o);

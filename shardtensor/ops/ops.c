@@ -583,6 +583,18 @@ fail:
   return st;
 }
 
+/* The one-pass backwards of the AVX2 tier (sg_pw2_backward_gelu_f32: dx
+ * and dW over the same chunks of dy, with act'(z) formed in them when
+ * fused): which calls take them. sg_linear_alloc_bytes follows the same
+ * tests. */
+static int linear_add_one_pass(sg_dtype dt, int dw, int db) {
+  return dt == SG_DTYPE_F32 && sg_pw_tier() == 1 && (dw || !db);
+}
+static int linear_act_one_pass(sg_dtype dt, int act, int dx, int dw, int db) {
+  return dt == SG_DTYPE_F32 && sg_pw_tier() == 1 && act == SG_ACT_GELU &&
+         sg_gelu_tier() == 1 && (dw || !db) && (dx || dw);
+}
+
 sg_status sg_linear_backward_add(sg_dtype dt, int64_t batch, int64_t cin,
                                  int64_t cout, int64_t spatial, const void *x,
                                  const void *w, const void *dy, void *dx,
@@ -596,7 +608,8 @@ sg_status sg_linear_backward_add(sg_dtype dt, int64_t batch, int64_t cin,
   SG_CHECK_PTR(w);
   SG_CHECK_PTR(dy);
   const int tier = dt == SG_DTYPE_F32 ? sg_pw_tier() : 0;
-  if (tier == 1 && (dw || !db)) { /* dx and dW over the same chunks of dy */
+  if (linear_add_one_pass(dt, dw != NULL, db != NULL)) {
+    /* dx and dW over the same chunks of dy */
     if (dw) SG_CHECK_PTR(x);
     SG_TRY(sg_malloc(sg_device_host(), sg_pw2_backward_gelu_scratch(cin, cout),
                      &tmp));
@@ -635,8 +648,7 @@ sg_status sg_linear_act_backward(sg_dtype dt, int64_t batch, int64_t cin,
   SG_CHECK_PTR(z);
   SG_CHECK_PTR(dy);
   /* fused on the AVX2 tier (db alone keeps the composed path's sum) */
-  if (dt == SG_DTYPE_F32 && sg_pw_tier() == 1 && act == SG_ACT_GELU &&
-      sg_gelu_tier() == 1 && (dw || !db) && (dx || dw)) {
+  if (linear_act_one_pass(dt, act, dx != NULL, dw != NULL, db != NULL)) {
     if (dx) SG_CHECK_PTR(w);
     if (dw) SG_CHECK_PTR(x);
     SG_TRY(sg_malloc(sg_device_host(), sg_pw2_backward_gelu_scratch(cin, cout),
@@ -652,6 +664,29 @@ sg_status sg_linear_act_backward(sg_dtype dt, int64_t batch, int64_t cin,
 fail:
   sg_free(sg_device_host(), &tmp);
   return st;
+}
+
+size_t sg_linear_alloc_bytes(sg_dtype dt, int64_t batch, int64_t cin,
+                             int64_t cout, int64_t spatial, int act, int add,
+                             int nthreads) {
+  const sg_conv_desc d = sg_linear_desc(batch, cin, cout, spatial);
+  const size_t es = sg_dtype_size(dt);
+  const size_t nz = (size_t)(batch * cout * spatial),
+               nx = (size_t)(batch * cin * spatial);
+  if (nz == 0 || cin <= 0) return 0;
+  if (act >= 0) { /* sg_linear_act_backward */
+    if (linear_act_one_pass(dt, act, 1, 1, 1))
+      return sg_pw2_backward_gelu_scratch(cin, cout);
+    return nz * es + sg_linear_alloc_bytes(dt, batch, cin, cout, spatial, -1,
+                                           add, nthreads);
+  }
+  if (add) { /* sg_linear_backward_add */
+    if (linear_add_one_pass(dt, 1, 1))
+      return sg_pw2_backward_gelu_scratch(cin, cout);
+    const int tier = dt == SG_DTYPE_F32 ? sg_pw_tier() : 0;
+    return (tier ? 0 : nx * es) + sg_conv_alloc_bytes(&d, dt, 0, 1, nthreads);
+  }
+  return sg_conv_alloc_bytes(&d, dt, 0, 1, nthreads); /* sg_linear_backward */
 }
 
 sg_status sg_convt_forward(const sg_conv_desc *d, sg_dtype dt, const void *x,

@@ -159,6 +159,14 @@ sg_status sg_linear_backward(sg_dtype dt, int64_t batch, int64_t cin,
                              int64_t cout, int64_t spatial, const void *x,
                              const void *w, const void *dy, void *dx, void *dw,
                              void *db);
+/* The bytes the backward of a linear takes from sg_malloc on THIS CPU with
+ * dx, dW and db wanted (sg_conv_alloc_bytes's counterpart): act >= 0
+ * sg_linear_act_backward, else add 1 sg_linear_backward_add, add 0
+ * sg_linear_backward; nthreads as there. For memory models
+ * (sg_plan_memory). */
+size_t sg_linear_alloc_bytes(sg_dtype dt, int64_t batch, int64_t cin,
+                             int64_t cout, int64_t spatial, int act, int add,
+                             int nthreads);
 /* The linear fused with an addend and an activation (one pass over the
  * output where the f32 kernels allow, else the ops composed):
  * z = (b + W x) + z_in when add (z's contents on entry, e.g. the spectral
