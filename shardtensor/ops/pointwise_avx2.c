@@ -291,6 +291,39 @@ static void p2_tile_sum(int64_t cin, int64_t cout, int64_t k0, int64_t c0,
       dw[(k0 + i) * cin + c0 + j] += p2_lane_sum(pt + (i * mc + j) * 8);
 }
 
+/* Work item t of a dW / db pass over one chunk of nv vectors (the last
+ * masked by mt): t < ntile the weight tile (t / ncb, t % ncb), else the
+ * bias rows of block t - ntile. dz's rows ldz apart, x's rows s apart. */
+static void p2_wgrad_item(int64_t t, int64_t ntile, int64_t ncb, int64_t cin,
+                          int64_t cout, int64_t nv, __m256i mt,
+                          const float *dzc, int64_t ldz, const float *xs,
+                          int64_t s, float *part, float *bpart) {
+  if (t >= ntile) { /* bias rows, after the weight tiles */
+    const int64_t k0 = (t - ntile) * P2_MK;
+    const int mk = (int)(cout - k0 < P2_MK ? cout - k0 : P2_MK);
+    p2_btile(mk, nv, mt, dzc + k0 * ldz, ldz, bpart + 8 * k0);
+    return;
+  }
+  const int64_t k0 = (t / ncb) * P2_MK, c0 = (t % ncb) * P2_MC;
+  const int mk = (int)(cout - k0 < P2_MK ? cout - k0 : P2_MK);
+  const int mc = (int)(cin - c0 < P2_MC ? cin - c0 : P2_MC);
+  float *pt = part + (k0 * cin + c0 * mk) * 8;
+  p2_wtiles[mk][mc](nv, mt, dzc + k0 * ldz, ldz, xs + c0 * s, s, pt);
+}
+
+/* dw += the lane sums of the ntile weight tiles' partials, db += the bias
+ * rows' (each may be NULL with no items of its kind) */
+static void p2_wgrad_finish(int64_t cin, int64_t cout, int64_t ncb,
+                            int64_t ntile, const float *part, float *dw,
+                            const float *bpart, float *db, int nthreads) {
+#pragma omp parallel for schedule(static) \
+    num_threads(nthreads) if (nthreads > 1)
+  for (int64_t t = 0; t < ntile; ++t)
+    p2_tile_sum(cin, cout, (t / ncb) * P2_MK, (t % ncb) * P2_MC, part, dw);
+  if (db)
+    for (int64_t k = 0; k < cout; ++k) db[k] += p2_lane_sum(bpart + 8 * k);
+}
+
 /* part: (cout * cin + cout) * 8 floats of scratch */
 void sg_pw2_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                       const float *x, const float *dy, float *dw, float *db,
@@ -309,26 +342,11 @@ void sg_pw2_wgrad_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
     const __m256i mt = p2_mask(len - 8 * (nv - 1));
     const float *xs = x + nn * cin * s + p0, *ds = dy + nn * cout * s + p0;
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < nitem; ++t) {
-      if (t >= ntile) { /* bias rows, after the weight tiles */
-        const int64_t k0 = (t - ntile) * P2_MK;
-        const int mk = (int)(cout - k0 < P2_MK ? cout - k0 : P2_MK);
-        p2_btile(mk, nv, mt, ds + k0 * s, s, bpart + 8 * k0);
-        continue;
-      }
-      const int64_t k0 = (t / ncb) * P2_MK, c0 = (t % ncb) * P2_MC;
-      const int mk = (int)(cout - k0 < P2_MK ? cout - k0 : P2_MK);
-      const int mc = (int)(cin - c0 < P2_MC ? cin - c0 : P2_MC);
-      float *pt = part + (k0 * cin + c0 * mk) * 8;
-      p2_wtiles[mk][mc](nv, mt, ds + k0 * s, s, xs + c0 * s, s, pt);
-    }
+    for (int64_t t = 0; t < nitem; ++t)
+      p2_wgrad_item(t, ntile, ncb, cin, cout, nv, mt, ds, s, xs, s, part,
+                    bpart);
   }
-#pragma omp parallel for schedule(static) \
-    num_threads(nthreads) if (nthreads > 1)
-  for (int64_t t = 0; t < ntile; ++t)
-    p2_tile_sum(cin, cout, (t / ncb) * P2_MK, (t % ncb) * P2_MC, part, dw);
-  if (db)
-    for (int64_t k = 0; k < cout; ++k) db[k] += p2_lane_sum(bpart + 8 * k);
+  p2_wgrad_finish(cin, cout, ncb, ntile, part, dw, bpart, db, nthreads);
 }
 
 /* The linear's backward fused with GELU's (sg_pw2_backward_gelu_f32):
@@ -380,25 +398,11 @@ void sg_pw2_backward_gelu_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                  !z);
         continue;
       }
-      if (t >= ntile) {
-        const int64_t k0 = (t - ntile) * P2_MK;
-        const int mk = (int)(cout - k0 < P2_MK ? cout - k0 : P2_MK);
-        p2_btile(mk, nv, mt, dzc + k0 * ldz, ldz, bpart + 8 * k0);
-        continue;
-      }
-      const int64_t k0 = (t / ncb) * P2_MK, c0 = (t % ncb) * P2_MC;
-      const int mk = (int)(cout - k0 < P2_MK ? cout - k0 : P2_MK);
-      const int mc = (int)(cin - c0 < P2_MC ? cin - c0 : P2_MC);
-      float *pt = part + (k0 * cin + c0 * mk) * 8;
-      p2_wtiles[mk][mc](nv, mt, dzc + k0 * ldz, ldz, xs + c0 * s, s, pt);
+      p2_wgrad_item(t, ntile, ncb, cin, cout, nv, mt, dzc, ldz, xs, s, part,
+                    bpart);
     }
   }
-#pragma omp parallel for schedule(static) \
-    num_threads(nthreads) if (nthreads > 1)
-  for (int64_t t = 0; t < ntile; ++t)
-    p2_tile_sum(cin, cout, (t / ncb) * P2_MK, (t % ncb) * P2_MC, part, dw);
-  if (db)
-    for (int64_t k = 0; k < cout; ++k) db[k] += p2_lane_sum(bpart + 8 * k);
+  p2_wgrad_finish(cin, cout, ncb, ntile, part, dw, bpart, db, nthreads);
 }
 
 #else /* no AVX2 + FMA flags: callers use BLAS */
