@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "sg_attn_inl.h"
+#include "launch_inl.h"
 #include "sg_ops_cuda.h"
 #include "sg_wattn_inl.h"
 
@@ -18,15 +19,8 @@ namespace {
 
 const int kThreads = 128;  // a thread keeps 2 x SG_ATTN_HD_B scores
 
-inline unsigned grid_for(int64_t n) {
-  int64_t b = (n + kThreads - 1) / kThreads;
-  return (unsigned)(b < 65535 ? (b > 0 ? b : 1) : 65535);
-}
+inline unsigned grid_for(int64_t n) { return sg_grid_for(n, kThreads); }
 
-#define SG_GRID_STRIDE(i, n)                                                \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-       i += (int64_t)gridDim.x * blockDim.x)
-#define SG_STREAM(s) ((cudaStream_t)(s))
 
 __device__ inline void row_fwd(const sg_attn_rows *g, int64_t i, const float *q,
                                const float *k, const float *v, float *o,

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "cublas_impl.h"
+#include "launch_inl.h"
 #include "sg_ops_cuda.h"
 #include "sg_ops_inl.h"
 extern "C" {
@@ -23,15 +24,8 @@ const int kThreads = 256;
 // elements (256 MiB in f32), at least one item.
 const int64_t kChunkElems = int64_t(1) << 26;
 
-inline unsigned grid_for(int64_t n) {
-  int64_t b = (n + kThreads - 1) / kThreads;
-  return (unsigned)(b < 65535 ? (b > 0 ? b : 1) : 65535);
-}
+inline unsigned grid_for(int64_t n) { return sg_grid_for(n, kThreads); }
 
-#define SG_GRID_STRIDE(i, n)                                                \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-       i += (int64_t)gridDim.x * blockDim.x)
-#define SG_STREAM(s) ((cudaStream_t)(s))
 
 __device__ inline float col2im(const sg_pool_win *w, const float *dcol,
                                int64_t ld, int64_t c, int64_t i) {

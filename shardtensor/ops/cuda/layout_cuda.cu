@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "launch_inl.h"
 #include "sg_ops_cuda.h"
 #include "sg_ops_inl.h"
 extern "C" {
@@ -16,14 +17,8 @@ namespace {
 
 const int kThreads = 256;
 
-inline unsigned grid_for(int64_t n) {
-  int64_t b = (n + kThreads - 1) / kThreads;
-  return (unsigned)(b < 65535 ? (b > 0 ? b : 1) : 65535);
-}
+inline unsigned grid_for(int64_t n) { return sg_grid_for(n, kThreads); }
 
-#define SG_GRID_STRIDE(i, n)                                                \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-       i += (int64_t)gridDim.x * blockDim.x)
 
 __device__ inline float bsum(const float *dy, int64_t nt, int64_t s,
                              int64_t e) {
@@ -157,7 +152,6 @@ fail:
 
 }  // namespace
 
-#define SG_STREAM(s) ((cudaStream_t)(s))
 
 extern "C" sg_status sg_cat_part_cuda(sg_dtype dt, int64_t batch,
                                       int64_t spatial, int64_t ch, int64_t ctot,

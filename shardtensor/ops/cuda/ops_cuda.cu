@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "launch_inl.h"
 #include "sg_ops_cuda.h"
 #include "sg_ops_inl.h"
 extern "C" {
@@ -17,14 +18,8 @@ namespace {
 
 const int kThreads = 256;  // a power of two (the tree sums)
 
-inline unsigned grid_for(int64_t n) {
-  int64_t b = (n + kThreads - 1) / kThreads;
-  return (unsigned)(b < 65535 ? (b > 0 ? b : 1) : 65535);
-}
+inline unsigned grid_for(int64_t n) { return sg_grid_for(n, kThreads); }
 
-#define SG_GRID_STRIDE(i, n)                                                \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-       i += (int64_t)gridDim.x * blockDim.x)
 
 // The element functions by type (the C header names them by suffix).
 template <typename T>
@@ -554,7 +549,6 @@ unsigned blocks_for(int64_t n) {
 
 }  // namespace
 
-#define SG_STREAM(s) ((cudaStream_t)(s))
 
 extern "C" sg_status sg_act_fwd_cuda(sg_act act, sg_dtype dt, int64_t n,
                                      const void *x, void *y, void *stream) {
