@@ -390,3 +390,101 @@ sg_status sg_ag_spectral_linear_act(sg_tape_t t, struct sg_spectral_conv *conv,
 fail:
   return st;
 }
+
+/* ---- the projection head: y = w2 act(w1 x + b1) + b2 ------------------------
+ * The FNO's last two linears in one node (sg_linear_head_forward /
+ * backward): z = w1 x + b1 is kept for backward; a = act(z) only where the
+ * kernels are not fused (sg_linear_head_fused: f32 GELU on the AVX2 tier
+ * forms a per cache-sized chunk in forward and again from z in backward,
+ * so the tape holds neither a nor its gradient). Inputs x, w1, b1, w2, b2
+ * (both biases present: the builder composes the ops otherwise). */
+typedef struct lh_attr {
+  int64_t cmid, cout;
+  int act, fused;
+} lh_attr;
+
+/* node->saved: z, then a where not fused */
+static size_t lh_zbytes(const sg_node *node) {
+  const lh_attr *a = (const lh_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  const size_t nz = (size_t)(x->shape[0] * a->cmid * sla_spatial(x));
+  return (nz * sg_dtype_size(x->dtype) + 63) / 64 * 64;
+}
+
+static sg_status lh_fwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const lh_attr *a = (const lh_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  int64_t shape[SG_TENSOR_MAX_DIMS];
+  memcpy(shape, x->shape, sizeof shape);
+  shape[1] = a->cout;
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
+  const size_t zb = lh_zbytes(node);
+  char *sv = NULL;
+  SG_TRY(sg_node_save_uninit(node, a->fused ? zb : 2 * zb, (void **)&sv));
+  SG_TRY(sg_linear_head_forward(
+      x->dtype, x->shape[0], x->shape[1], a->cmid, a->cout, sla_spatial(x),
+      x->data, node->in[1]->value.data, node->in[2]->value.data, a->act,
+      node->in[3]->value.data, node->in[4]->value.data, sv,
+      a->fused ? NULL : sv + zb, node->out[0]->value.data));
+fail:
+  return st;
+}
+
+static sg_status lh_bwd(sg_node *node) {
+  sg_status st = SG_OK;
+  const lh_attr *a = (const lh_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  const char *sv = (const char *)node->saved;
+  SG_TRY(sg_linear_head_backward(
+      x->dtype, x->shape[0], x->shape[1], a->cmid, a->cout, sla_spatial(x),
+      x->data, node->in[1]->value.data, a->act, node->in[3]->value.data, sv,
+      a->fused ? NULL : sv + lh_zbytes(node), node->out[0]->grad.data,
+      node->gin[0], node->gin[1], node->gin[2], node->gin[3], node->gin[4]));
+fail:
+  return st;
+}
+
+static const sg_op_def linear_head_op = {
+    .name = "linear_head",
+    .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM, SG_SLOT_PARAM,
+              SG_SLOT_PARAM},
+    .forward = lh_fwd,
+    .backward = lh_bwd,
+    .rule = {.windowed_input = -1,
+             .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
+                        SG_ACCEPT_SHARD_SPATIAL,
+             .out = SG_OUT_LIKE_INPUT,
+             .out_unread = 1,
+             .writes_gin = 1u}};
+
+const sg_op_def *sg_ag_linear_head_op_def(void) { return &linear_head_op; }
+
+sg_status sg_ag_linear_head(sg_tape_t t, sg_var *x, sg_var *w1, sg_var *b1,
+                            int act, sg_var *w2, sg_var *b2, sg_var **y) {
+  sg_status st = SG_OK;
+  SG_TRY(sla_check(x, w1, b1, act));
+  if (!w2 || !y) SG_RAISE(SG_ERR_INVALID_ARG, "linear_head: w2 is required");
+  if (w2->value.ndim != 2 || w2->value.shape[1] != w1->value.shape[0])
+    SG_RAISE(SG_ERR_SHAPE, "linear_head: w2 must be (Cout, %lld)",
+             (long long)w1->value.shape[0]);
+  if (b2 && (b2->value.ndim != 1 || b2->value.shape[0] != w2->value.shape[0]))
+    SG_RAISE(SG_ERR_SHAPE, "linear_head: b2 must be (%lld)",
+             (long long)w2->value.shape[0]);
+  /* composed: bf16 storage (every output rounded), no activation or bias,
+   * device variables (the node has no CUDA entries) */
+  if (!sla_fused(t) || act < 0 || !b1 || !b2 ||
+      x->value.device.kind == SG_DEVICE_CUDA) {
+    SG_TRY(sg_ag_linear_act(t, x, w1, b1, act, y));
+    SG_TRY(sg_ag_linear(t, *y, w2, b2, y));
+    goto fail;
+  }
+  lh_attr at = {.cmid = w1->value.shape[0],
+                .cout = w2->value.shape[0],
+                .act = act,
+                .fused = sg_linear_head_fused(x->value.dtype, act)};
+  sg_var *in[5] = {x, w1, b1, w2, b2};
+  SG_TRY(sg_tape_apply(t, &linear_head_op, 5, in, 1, NULL, &at, sizeof at, y));
+fail:
+  return st;
+}

@@ -603,8 +603,8 @@ sg_status sg_fno_forward_blocks(sg_fno_t m, sg_tape_t t, int first, int count,
     } else {
       if (m->d3 && m->cfg.pad_t > 0) /* the padding off, before the proj */
         SG_TRY(sg_fno3d_time_window(t, h, m->cfg.nt, 0, &h));
-      SG_TRY(sg_ag_linear_act(t, h, &P[pj], &P[pj + 1], (int)m->cfg.act, &h));
-      SG_TRY(sg_ag_linear(t, h, &P[pj + 2], &P[pj + 3], &h));
+      SG_TRY(sg_ag_linear_head(t, h, &P[pj], &P[pj + 1], (int)m->cfg.act,
+                               &P[pj + 2], &P[pj + 3], &h));
       if (m->d3) /* (batch, 1, nt, ny, nx) -> (batch, nt, ny, nx) */
         SG_TRY(sg_fno3d_time_window(t, h, m->cfg.nt, 1, &h));
     }

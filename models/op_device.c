@@ -60,6 +60,10 @@ static const sg_op_device table[] = {
     {"linear_act", "sg_linear_fwd_cuda", "sg_linear_bwd_cuda", NULL},
     {"spectral_linear_act", NULL, NULL,
      "cuda: needs spectral_conv's cuFFT path and the cuBLAS GEMM (issue 22)"},
+    /* linear_head: sg_ag_linear_head records linear_act + linear on device */
+    {"linear_head", NULL, NULL,
+     "cuda: a host node; on device variables sg_ag_linear_head records "
+     "linear_act and linear instead"},
 };
 
 int sg_op_device_count(void) { return (int)(sizeof table / sizeof *table); }

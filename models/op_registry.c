@@ -19,6 +19,7 @@ static int ops_of(const sg_op_def **ops) {
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_spectral_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_linear_act_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_spectral_linear_act_op_def();
+  if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_linear_head_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_checkpoint_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_attention_op_def();
   if (n < SG_OP_REGISTRY_MAX) ops[n++] = sg_ag_attention_ulysses_op_def();

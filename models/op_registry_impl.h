@@ -15,6 +15,7 @@ const sg_op_def *sg_ag_spectral_op_def(void);
  * layer (sg_ag_spectral_linear_act). */
 const sg_op_def *sg_ag_linear_act_op_def(void);
 const sg_op_def *sg_ag_spectral_linear_act_op_def(void);
+const sg_op_def *sg_ag_linear_head_op_def(void);
 /* ag_attention.c: attention (sg_ag_attention), the added field
  * (sg_ag_add_field). */
 const sg_op_def *sg_ag_attention_op_def(void);

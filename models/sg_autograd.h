@@ -596,6 +596,15 @@ sg_status sg_ag_linear_act(sg_tape_t t, sg_var *x, sg_var *w, sg_var *b,
 sg_status sg_ag_spectral_linear_act(sg_tape_t t, struct sg_spectral_conv *conv,
                                     sg_var *x, sg_var *W, sg_var *w, sg_var *b,
                                     int act, sg_var **y);
+/* The projection head y = w2 act(w1 x + b1) + b2 in one node
+ * (sg_linear_head_forward/backward): the values of sg_ag_linear_act then
+ * sg_ag_linear, which it records instead under a bf16 storage policy, with
+ * no activation or a bias missing, and on device variables. Where the
+ * kernels are fused (f32 GELU on the AVX2 tier) the tape keeps z only:
+ * act(z) is formed per cache-sized chunk, in forward and again in
+ * backward. */
+sg_status sg_ag_linear_head(sg_tape_t t, sg_var *x, sg_var *w1, sg_var *b1,
+                            int act, sg_var *w2, sg_var *b2, sg_var **y);
 /* ---- transformer ops (models/ag_attention.c; docs/transformers.md) ----
  * Tokens are the spatial positions of (N, C, spatial...) variables;
  * C = heads * head_dim, channel c = head * head_dim + j.

@@ -648,6 +648,33 @@ static int op_linear_act(sim *s, const mshape *m, int x, double c, double k,
   return sim_apply(s, &o);
 }
 
+/* The FNO's projection head (ag_spectral.c sg_ag_linear_head): c -> k ->
+ * cout in one node, its output y kept; saved z, and a = act(z) where the
+ * kernels are not fused (sg_linear_head_fused); the scratch of
+ * sg_linear_head_alloc_bytes forward and backward. */
+static int op_linear_head(sim *s, const mshape *m, int x, double c, double k,
+                          double cout, double ny, double nx) {
+  const double z = fbytes(m, k, ny, nx);
+  const int64_t nb = m->b > 1 ? (int64_t)ceil(m->b) : 1,
+                n = ny * nx > 1 ? (int64_t)(ny * nx) : 1;
+  const int act = (int)m->mc.act;
+  const int fused = sg_linear_head_fused(SG_DTYPE_F32, act);
+  sim_op o = {
+      .nin = 1,
+      .in = {x},
+      .out = fbytes(m, cout, ny, nx),
+      .saved = fused ? z : 2.0 * z,
+      .fws = (double)sg_linear_head_alloc_bytes(SG_DTYPE_F32, nb, (int64_t)c,
+                                                (int64_t)k, (int64_t)cout, n,
+                                                act, 0, m->threads),
+      .bws = (double)sg_linear_head_alloc_bytes(SG_DTYPE_F32, nb, (int64_t)c,
+                                                (int64_t)k, (int64_t)cout, n,
+                                                act, 1, m->threads),
+      .windowed = -1,
+      .param = 1};
+  return sim_apply(s, &o);
+}
+
 /* The FNO's spectral layer l on h: act(spectral + linear) (no act after the
  * last): at tp 1 one fused op (sg_ag_spectral_linear_act), else split over
  * tp by its role (ag_tp.c sg_ag_spectral_linear_tp): a
@@ -694,10 +721,8 @@ static int fno_cnn_piece(sim *s, const mshape *m, int k, int h) {
     return m->kind == SG_MODEL_FNO ? op_linear(s, m, h, cc, w, ny, nx)
                                    : op_conv(s, m, h, cc, w, kw, ny, nx);
   }
-  if (k == npieces - 1 && m->kind == SG_MODEL_FNO) {
-    h = op_linear_act(s, m, h, w, P, ny, nx, 1, 0.0); /* sg_ag_linear_act */
-    return op_linear(s, m, h, P, cout, ny, nx);
-  }
+  if (k == npieces - 1 && m->kind == SG_MODEL_FNO)
+    return op_linear_head(s, m, h, w, P, cout, ny, nx); /* sg_ag_linear_head */
   if (k == npieces - 1) {
     h = op_linear(s, m, h, w, P, ny, nx);
     h = op_act(s, m, h, P, ny, nx);
@@ -733,8 +758,7 @@ static int fno3d_piece(sim *s, const mshape *m, int k, int h) {
   }
   if (k < n - 1) return fno_layer(s, m, k - 1, h);
   if (pad) h = op_pointwise(s, m, h, w, T, nx, 0, 0, -1);
-  h = op_linear_act(s, m, h, w, P, T, nx, 1, 0.0); /* sg_ag_linear_act */
-  h = op_linear(s, m, h, P, 1, T, nx);
+  h = op_linear_head(s, m, h, w, P, 1, T, nx); /* sg_ag_linear_head */
   return op_pointwise(s, m, h, 1, T, nx, 0, 0, -1);
 }
 

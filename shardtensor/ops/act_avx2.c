@@ -162,6 +162,33 @@ void sg_gelu2_bwd_seq_f32(int64_t n, const float *x, const float *dy,
                   tail_mask(n - 8 * nv));
 }
 
+/* The projection head's backward (pointwise_avx2.c): from z and the
+ * upstream gradient g (in io) on the calling thread, a = gelu(z) and, in
+ * place over io, gelu'(z) g: the values of sg_gelu2_fwd_seq_f32 and
+ * sg_gelu2_bwd_seq_f32, element for element (one exp for both). */
+static inline void gelu2_both_vec(const gelu2_k *k, const float *x, float *io,
+                                  float *a, int full, __m256i m) {
+  const __m256 xv = ld(x, full, m);
+  const __m256 x2 = _mm256_mul_ps(xv, xv);
+  __m256 e, s;
+  gelu2_es(k, xv, x2, &e, &s);
+  st(a, _mm256_mul_ps(xv, s), full, m);
+  const __m256 du = _mm256_fmadd_ps(x2, k->b3, k->a);
+  __m256 t = _mm256_mul_ps(_mm256_mul_ps(e, s), s);
+  t = _mm256_mul_ps(_mm256_mul_ps(t, xv), du);
+  st(io, _mm256_mul_ps(ld(io, full, m), _mm256_add_ps(t, s)), full, m);
+}
+
+void sg_gelu2_both_seq_f32(int64_t n, const float *x, float *io, float *a) {
+  const gelu2_k k = gelu2_consts();
+  const int64_t nv = n / 8;
+  for (int64_t v = 0; v < nv; ++v)
+    gelu2_both_vec(&k, x + 8 * v, io + 8 * v, a + 8 * v, 1, k.bias);
+  if (n > 8 * nv)
+    gelu2_both_vec(&k, x + 8 * nv, io + 8 * nv, a + 8 * nv, 0,
+                   tail_mask(n - 8 * nv));
+}
+
 #else
 
 int sg_gelu2_built(void) { return 0; }
@@ -177,6 +204,9 @@ void sg_gelu2_bwd_f32(int64_t n, const float *x, const float *dy, float *dx) {
 void sg_gelu2_bwd_seq_f32(int64_t n, const float *x, const float *dy,
                           float *dx) {
   (void)n, (void)x, (void)dy, (void)dx;
+}
+void sg_gelu2_both_seq_f32(int64_t n, const float *x, float *io, float *a) {
+  (void)n, (void)x, (void)io, (void)a;
 }
 
 #endif

@@ -666,6 +666,104 @@ fail:
   return st;
 }
 
+/* ---- the projection head: y = w2 act(w1 x + b1) + b2 ---------------------
+ * Fused (sg_pw2_head_*: a = act(z) only per cache-sized chunk, never
+ * stored) on the AVX2 tier with GELU; elsewhere the ops composed, a kept
+ * by the caller. */
+int sg_linear_head_fused(sg_dtype dt, int act) {
+  return dt == SG_DTYPE_F32 && sg_pw_tier() == 1 && act == SG_ACT_GELU &&
+         sg_gelu_tier() == 1;
+}
+
+sg_status sg_linear_head_forward(sg_dtype dt, int64_t batch, int64_t cin,
+                                 int64_t cmid, int64_t cout, int64_t spatial,
+                                 const void *x, const void *w1, const void *b1,
+                                 int act, const void *w2, const void *b2,
+                                 void *z, void *a, void *y) {
+  sg_status st = SG_OK;
+  void *tmp = NULL;
+  if (act < 0 || act >= SG_ACT_COUNT)
+    SG_RAISE(SG_ERR_INVALID_ARG, "linear_head: unknown activation %d", act);
+  if (batch * cmid * spatial == 0) goto fail;
+  SG_CHECK_PTR(x);
+  SG_CHECK_PTR(w1);
+  SG_CHECK_PTR(w2);
+  SG_CHECK_PTR(z);
+  SG_CHECK_PTR(y);
+  if (sg_linear_head_fused(dt, act)) {
+    const int nt = sg_max_threads();
+    SG_TRY(sg_malloc(sg_device_host(),
+                     sg_pw2_head_scratch(cin, cmid, cout, 0, nt), &tmp));
+    sg_pw2_head_forward_f32(batch, cin, cmid, cout, spatial, w1, b1, w2, b2, x,
+                            z, y, tmp, nt);
+    goto fail;
+  }
+  SG_CHECK_PTR(a);
+  SG_TRY(sg_linear_act_forward(dt, batch, cin, cmid, spatial, x, w1, b1, 0, act,
+                               z, a));
+  SG_TRY(sg_linear_forward(dt, batch, cmid, cout, spatial, a, w2, b2, y));
+fail:
+  sg_free(sg_device_host(), &tmp);
+  return st;
+}
+
+sg_status sg_linear_head_backward(sg_dtype dt, int64_t batch, int64_t cin,
+                                  int64_t cmid, int64_t cout, int64_t spatial,
+                                  const void *x, const void *w1, int act,
+                                  const void *w2, const void *z, const void *a,
+                                  const void *dy, void *dx, void *dw1,
+                                  void *db1, void *dw2, void *db2) {
+  sg_status st = SG_OK;
+  void *tmp = NULL;
+  if (act < 0 || act >= SG_ACT_COUNT)
+    SG_RAISE(SG_ERR_INVALID_ARG, "linear_head: unknown activation %d", act);
+  if (batch * cmid * spatial == 0 || !(dx || dw1 || db1 || dw2 || db2))
+    goto fail;
+  SG_CHECK_PTR(x);
+  SG_CHECK_PTR(w1);
+  SG_CHECK_PTR(w2);
+  SG_CHECK_PTR(z);
+  SG_CHECK_PTR(dy);
+  if (sg_linear_head_fused(dt, act)) {
+    SG_TRY(sg_malloc(sg_device_host(),
+                     sg_pw2_head_scratch(cin, cmid, cout, 1, 1), &tmp));
+    sg_pw2_head_backward_f32(batch, cin, cmid, cout, spatial, x, w1, w2, z, dy,
+                             dx, dw1, db1, dw2, db2, tmp, sg_max_threads());
+    goto fail;
+  }
+  SG_CHECK_PTR(a);
+  SG_TRY(linear_tmp(dt, batch * cmid * spatial, &tmp));
+  SG_TRY(sg_linear_backward(dt, batch, cmid, cout, spatial, a, w2, dy, tmp, dw2,
+                            db2));
+  SG_TRY(sg_linear_act_backward(dt, batch, cin, cmid, spatial, x, w1, act, z,
+                                tmp, 0, dx, dw1, db1));
+fail:
+  sg_free(sg_device_host(), &tmp);
+  return st;
+}
+
+size_t sg_linear_head_alloc_bytes(sg_dtype dt, int64_t batch, int64_t cin,
+                                  int64_t cmid, int64_t cout, int64_t spatial,
+                                  int act, int backward, int nthreads) {
+  if (batch * cmid * spatial <= 0 || cin <= 0 || cout <= 0) return 0;
+  if (sg_linear_head_fused(dt, act))
+    return sg_pw2_head_scratch(cin, cmid, cout, backward,
+                               backward ? 1 : nthreads);
+  if (!backward) { /* sg_linear_act_forward (no add), sg_linear_forward */
+    const sg_conv_desc d1 = sg_linear_desc(batch, cin, cmid, spatial),
+                       d2 = sg_linear_desc(batch, cmid, cout, spatial);
+    const size_t f1 = sg_conv_alloc_bytes(&d1, dt, 0, 0, nthreads),
+                 f2 = sg_conv_alloc_bytes(&d2, dt, 0, 0, nthreads);
+    return f1 > f2 ? f1 : f2;
+  }
+  const size_t b2 = sg_linear_alloc_bytes(dt, batch, cmid, cout, spatial, -1, 0,
+                                          nthreads),
+               b1 = sg_linear_alloc_bytes(dt, batch, cin, cmid, spatial, act, 0,
+                                          nthreads);
+  return (size_t)(batch * cmid * spatial) * sg_dtype_size(dt) +
+         (b1 > b2 ? b1 : b2);
+}
+
 size_t sg_linear_alloc_bytes(sg_dtype dt, int64_t batch, int64_t cin,
                              int64_t cout, int64_t spatial, int act, int add,
                              int nthreads) {

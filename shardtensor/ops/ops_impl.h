@@ -307,6 +307,25 @@ void sg_pw2_backward_gelu_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
                               const float *x, const float *w, const float *z,
                               const float *dy, float *dx, int add, float *dw,
                               float *db, float *scratch, int nthreads);
+/* The projection head y = W2 gelu(W1 x + b1) + b2 (cin -> cmid -> cout)
+ * fused: forward writes z = W1 x + b1 and y, a = gelu(z) only per chunk in
+ * scratch; backward from z gives dx = W1^T dz, dW1 += dz x^T, db1, dW2 +=
+ * dy a^T, db2 (any of the gradients NULL) with dz = gelu'(z) W2^T dy; the
+ * values of the separate ops (apply_act, apply, wgrad, backward_gelu) bit
+ * for bit. scratch: sg_pw2_head_scratch(cin, cmid, cout, bwd, nthreads)
+ * bytes (forward: one block per thread). */
+size_t sg_pw2_head_scratch(int64_t cin, int64_t cmid, int64_t cout, int bwd,
+                           int nthreads);
+void sg_pw2_head_forward_f32(int64_t n, int64_t cin, int64_t cmid, int64_t cout,
+                             int64_t s, const float *w1, const float *b1,
+                             const float *w2, const float *b2, const float *x,
+                             float *z, float *y, float *scratch, int nthreads);
+void sg_pw2_head_backward_f32(int64_t n, int64_t cin, int64_t cmid,
+                              int64_t cout, int64_t s, const float *x,
+                              const float *w1, const float *w2, const float *z,
+                              const float *dy, float *dx, float *dw1,
+                              float *db1, float *dw2, float *db2,
+                              float *scratch, int nthreads);
 
 /* bf16 kernels of the direct convolution (conv_bf16.c), where available:
  * built, the CPU has AVX512_BF16 (and AVX-512F, OS state), SG_SIMD is not
@@ -377,6 +396,9 @@ void sg_gelu2_fwd_seq_f32(int64_t n, const float *x, float *y);
 void sg_gelu2_bwd_f32(int64_t n, const float *x, const float *dy, float *dx);
 void sg_gelu2_bwd_seq_f32(int64_t n, const float *x, const float *dy,
                           float *dx);
+/* a = gelu(x) and io = gelu'(x) io (in place) on the calling thread: the
+ * values of fwd_seq and bwd_seq, one exp for both */
+void sg_gelu2_both_seq_f32(int64_t n, const float *x, float *io, float *a);
 void sg_gelu_fwd_simd_f32(int64_t n, const float *x, float *y);
 /* The same on the calling thread only (no OpenMP region): the epilogue of
  * the fused linear's cache-hot chunks. */

@@ -31,6 +31,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "ops_impl.h"
 
@@ -405,6 +408,130 @@ void sg_pw2_backward_gelu_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
   p2_wgrad_finish(cin, cout, ncb, ntile, part, dw, bpart, db, nthreads);
 }
 
+/* The projection head y = W2 gelu(W1 x + b1) + b2 (cin -> cmid -> cout)
+ * in one pass (sg_pw2_head_forward_f32 / backward). Forward, per chunk of
+ * P2_ACHUNK pixels: z = W1 x + b1 into the saved z (as
+ * sg_pw2_apply_act_f32), a = gelu(z) into the thread's L2-resident scratch
+ * (rows P2_ALD floats apart), and y = W2 a + b2 from there: a is never
+ * stored (the separate ops wrote it, 4 cmid bytes a pixel, and the second
+ * linear read it back). Backward, per chunk of P2_GCH pixels: da = W2^T dy
+ * row by row into scratch, then from z in one pass a = gelu(z) (the
+ * second linear's dW2 reads it) and dz = gelu'(z) da in place, then the
+ * tiles of dW1 / db1, dx and dW2 / db2 over the chunk. Every value is the
+ * one of the separate ops (sg_pw2_apply_act_f32, sg_pw2_apply_f32,
+ * sg_pw2_wgrad_f32, sg_pw2_backward_gelu_f32) on the whole tensors: the
+ * same operations in the same order, the lane partials of each weight
+ * summed over the pixels in increasing order. */
+enum { P2_ALD = P2_ACHUNK + 16 };
+
+size_t sg_pw2_head_scratch(int64_t cin, int64_t cmid, int64_t cout, int bwd,
+                           int nthreads) {
+  if (!bwd)
+    return (size_t)(nthreads > 0 ? nthreads : 1) * (size_t)(cmid * P2_ALD) *
+           sizeof(float);
+  return (size_t)((cmid * cin + cmid) * 8 + (cout * cmid + cout) * 8 +
+                  2 * cmid * P2_GLD) *
+         sizeof(float);
+}
+
+void sg_pw2_head_forward_f32(int64_t n, int64_t cin, int64_t cmid, int64_t cout,
+                             int64_t s, const float *w1, const float *b1,
+                             const float *w2, const float *b2, const float *x,
+                             float *z, float *y, float *scratch, int nthreads) {
+  const int64_t nch = (s + P2_ACHUNK - 1) / P2_ACHUNK, items = n * nch;
+#pragma omp parallel for schedule(static) \
+    num_threads(nthreads) if (nthreads > 1)
+  for (int64_t it = 0; it < items; ++it) {
+#ifdef _OPENMP
+    float *a = scratch + (size_t)omp_get_thread_num() * (size_t)(cmid * P2_ALD);
+#else
+    float *a = scratch;
+#endif
+    const int64_t nn = it / nch, c0 = (it % nch) * P2_ACHUNK,
+                  c1 = c0 + P2_ACHUNK < s ? c0 + P2_ACHUNK : s, len = c1 - c0;
+    float *zn = z + nn * cmid * s;
+    for (int64_t p0 = c0; p0 < c1; p0 += P2_CH)
+      p2_chunk(cin, cmid, p0, c1 - p0 < P2_CH ? c1 - p0 : P2_CH, w1, cin, 1,
+               x + nn * cin * s, s, b1, zn, s, 0, 1);
+    for (int64_t r = 0; r < cmid; ++r)
+      sg_gelu2_fwd_seq_f32(len, zn + r * s + c0, a + r * P2_ALD);
+    for (int64_t p0 = 0; p0 < len; p0 += P2_CH)
+      p2_chunk(cmid, cout, p0, len - p0 < P2_CH ? len - p0 : P2_CH, w2, cmid, 1,
+               a, P2_ALD, b2, y + nn * cout * s + c0, s, 0, 0);
+  }
+}
+
+/* da[p] = sum over j < cout of w[j * ldw] dy[j * s + p], p < len: from
+ * zero, one FMA per j in increasing order (sg_pw2_apply_f32's dx tile) */
+static void p2_head_da(int64_t len, int64_t cout, const float *w, int64_t ldw,
+                       const float *dy, int64_t s, float *da) {
+  const int64_t nv = (len + 7) / 8;
+  const __m256i mt = p2_mask(len - 8 * (nv - 1));
+  for (int64_t v = 0; v < nv; ++v) {
+    const int full = v + 1 < nv;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t j = 0; j < cout; ++j)
+      acc = _mm256_fmadd_ps(_mm256_broadcast_ss(w + j * ldw),
+                            P2_LD(dy + j * s + 8 * v, full, mt), acc);
+    if (full)
+      _mm256_storeu_ps(da + 8 * v, acc);
+    else
+      _mm256_maskstore_ps(da + 8 * v, mt, acc);
+  }
+}
+
+void sg_pw2_head_backward_f32(int64_t n, int64_t cin, int64_t cmid,
+                              int64_t cout, int64_t s, const float *x,
+                              const float *w1, const float *w2, const float *z,
+                              const float *dy, float *dx, float *dw1,
+                              float *db1, float *dw2, float *db2,
+                              float *scratch, int nthreads) {
+  const int64_t nkb = (cmid + P2_MK - 1) / P2_MK,
+                ncb = (cin + P2_MC - 1) / P2_MC,
+                nkb2 = (cout + P2_MK - 1) / P2_MK,
+                ncb2 = (cmid + P2_MC - 1) / P2_MC;
+  const int64_t ntile = dw1 ? nkb * ncb : 0, nbt = db1 ? nkb : 0,
+                ntile2 = dw2 ? nkb2 * ncb2 : 0, nbt2 = db2 ? nkb2 : 0,
+                nchunk = (s + P2_GCH - 1) / P2_GCH;
+  float *part = scratch, *bpart = part + cmid * cin * 8,
+        *part2 = bpart + cmid * 8, *bpart2 = part2 + cout * cmid * 8,
+        *dz = bpart2 + cout * 8, *a = dz + cmid * P2_GLD;
+  memset(part, 0,
+         (size_t)((cmid * cin + cmid) * 8 + (cout * cmid + cout) * 8) *
+             sizeof *part);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+  for (int64_t q = 0; q < n * nchunk; ++q) {
+    const int64_t nn = q / nchunk, p0 = (q % nchunk) * P2_GCH;
+    const int64_t len = s - p0 < P2_GCH ? s - p0 : P2_GCH;
+    const int64_t nv = (len + 7) / 8, npc = dx ? (len + P2_CH - 1) / P2_CH : 0;
+    const __m256i mt = p2_mask(len - 8 * (nv - 1));
+    const float *xs = x + nn * cin * s + p0, *ds = dy + nn * cout * s + p0;
+#pragma omp for schedule(static)
+    for (int64_t k = 0; k < cmid; ++k) {
+      p2_head_da(len, cout, w2 + k, cmid, ds, s, dz + k * P2_GLD);
+      sg_gelu2_both_seq_f32(len, z + (nn * cmid + k) * s + p0, dz + k * P2_GLD,
+                            a + k * P2_GLD);
+    }
+    /* dW1 / db1, the dx pieces of P2_CH, then dW2 / db2 */
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < ntile + nbt + npc + ntile2 + nbt2; ++t) {
+      if (t < ntile + nbt) {
+        p2_wgrad_item(t, ntile, ncb, cin, cmid, nv, mt, dz, P2_GLD, xs, s, part,
+                      bpart);
+      } else if (t < ntile + nbt + npc) {
+        const int64_t c0 = (t - ntile - nbt) * P2_CH;
+        p2_chunk(cmid, cin, c0, len - c0 < P2_CH ? len - c0 : P2_CH, w1, 1, cin,
+                 dz, P2_GLD, NULL, dx + nn * cin * s + p0, s, 0, 0);
+      } else {
+        p2_wgrad_item(t - ntile - nbt - npc, ntile2, ncb2, cmid, cout, nv, mt,
+                      ds, s, a, P2_GLD, part2, bpart2);
+      }
+    }
+  }
+  p2_wgrad_finish(cin, cmid, ncb, ntile, part, dw1, bpart, db1, nthreads);
+  p2_wgrad_finish(cmid, cout, ncb2, ntile2, part2, dw2, bpart2, db2, nthreads);
+}
+
 #else /* no AVX2 + FMA flags: callers use BLAS */
 
 int sg_pw2_f32_built(void) { return 0; }
@@ -442,6 +569,31 @@ void sg_pw2_backward_gelu_f32(int64_t n, int64_t cin, int64_t cout, int64_t s,
   (void)n, (void)cin, (void)cout, (void)s, (void)x, (void)w, (void)z;
   (void)dy, (void)dx, (void)add, (void)dw, (void)db, (void)scratch;
   (void)nthreads;
+}
+
+size_t sg_pw2_head_scratch(int64_t cin, int64_t cmid, int64_t cout, int bwd,
+                           int nthreads) {
+  (void)cin, (void)cmid, (void)cout, (void)bwd, (void)nthreads;
+  return 0;
+}
+
+void sg_pw2_head_forward_f32(int64_t n, int64_t cin, int64_t cmid, int64_t cout,
+                             int64_t s, const float *w1, const float *b1,
+                             const float *w2, const float *b2, const float *x,
+                             float *z, float *y, float *scratch, int nthreads) {
+  (void)n, (void)cin, (void)cmid, (void)cout, (void)s, (void)w1, (void)b1;
+  (void)w2, (void)b2, (void)x, (void)z, (void)y, (void)scratch, (void)nthreads;
+}
+
+void sg_pw2_head_backward_f32(int64_t n, int64_t cin, int64_t cmid,
+                              int64_t cout, int64_t s, const float *x,
+                              const float *w1, const float *w2, const float *z,
+                              const float *dy, float *dx, float *dw1,
+                              float *db1, float *dw2, float *db2,
+                              float *scratch, int nthreads) {
+  (void)n, (void)cin, (void)cmid, (void)cout, (void)s, (void)x, (void)w1;
+  (void)w2, (void)z, (void)dy, (void)dx, (void)dw1, (void)db1, (void)dw2;
+  (void)db2, (void)scratch, (void)nthreads;
 }
 
 #endif

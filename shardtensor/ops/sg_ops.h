@@ -194,6 +194,34 @@ sg_status sg_linear_act_backward(sg_dtype dt, int64_t batch, int64_t cin,
                                  const void *dy, int add, void *dx, void *dw,
                                  void *db);
 
+/* The projection head, two linears with an activation between them:
+ * z = w1 x + b1 (cin -> cmid), y = w2 act(z) + b2 (cmid -> cout); b1, b2
+ * may be NULL. sg_linear_head_fused(dt, act): f32 GELU on the AVX2 tier,
+ * where act(z) is formed per cache-sized chunk and never stored (a may be
+ * NULL; backward recomputes it from z); elsewhere the linears composed,
+ * with a = act(z) written to a (batch, cmid, spatial) and read back.
+ * Backward: dx = w1^T dz (written), dw1 += dz x^T, db1 += sum dz, dw2 +=
+ * dy a^T, db2 += sum dy, dz = act'(z) w2^T dy; any gradient may be NULL.
+ * The values of sg_linear_act_forward + sg_linear_forward and of
+ * sg_linear_backward + sg_linear_act_backward bit for bit.
+ * sg_linear_head_alloc_bytes: what forward (backward 0) or backward takes
+ * from sg_malloc with nthreads threads (sg_plan_memory). */
+int sg_linear_head_fused(sg_dtype dt, int act);
+sg_status sg_linear_head_forward(sg_dtype dt, int64_t batch, int64_t cin,
+                                 int64_t cmid, int64_t cout, int64_t spatial,
+                                 const void *x, const void *w1, const void *b1,
+                                 int act, const void *w2, const void *b2,
+                                 void *z, void *a, void *y);
+sg_status sg_linear_head_backward(sg_dtype dt, int64_t batch, int64_t cin,
+                                  int64_t cmid, int64_t cout, int64_t spatial,
+                                  const void *x, const void *w1, int act,
+                                  const void *w2, const void *z, const void *a,
+                                  const void *dy, void *dx, void *dw1,
+                                  void *db1, void *dw2, void *db2);
+size_t sg_linear_head_alloc_bytes(sg_dtype dt, int64_t batch, int64_t cin,
+                                  int64_t cmid, int64_t cout, int64_t spatial,
+                                  int act, int backward, int nthreads);
+
 /* Transposed convolution with kernel == stride (no halo needed):
  * y[n,k, i*s + a] = b[k] + sum_c x[n,c,i] w[c,k,a]   (per spatial dim)
  * x: (N, Cin, in...), w: (Cin, Cout, kernel...), y: (N, Cout, in*kernel...).

@@ -190,6 +190,10 @@ static sg_status f_linear_act(sg_tape_t t, const op_case *c, const run_ctx *rc,
   return sg_ag_linear_act(t, a[0], p[0], c->npar > 1 ? p[1] : NULL, c->iattr,
                           out);
 }
+static sg_status f_linear_head(sg_tape_t t, const op_case *c, const run_ctx *rc,
+                               sg_var **a, sg_var **p, sg_var **out) {
+  return sg_ag_linear_head(t, a[0], p[0], p[1], c->iattr, p[2], p[3], out);
+}
 static sg_status f_concat(sg_tape_t t, const op_case *c, const run_ctx *rc,
                           sg_var **a, sg_var **p, sg_var **out) {
   return sg_ag_concat(t, c->nact, a, out);
@@ -618,6 +622,18 @@ static const op_case cases[] = {
      .nout = 1,
      .fn = f_linear_act,
      .iattr = -1,
+     .lo = -1},
+    {.op = "linear_head",
+     .label = "linear_head 3->5->2 gelu",
+     .nd = 4,
+     .nact = 1,
+     .act = {X4(3)},
+     .npar = 4,
+     .par_nd = {2, 1, 2, 1},
+     .par = {{5, 3}, P1(5), {2, 5}, P1(2)},
+     .nout = 1,
+     .fn = f_linear_head,
+     .iattr = SG_ACT_GELU,
      .lo = -1},
     {.op = "concat",
      .label = "concat 3+2+1",

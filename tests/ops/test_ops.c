@@ -706,6 +706,93 @@ static void test_linear_act(void) {
                   SG_ERR_INVALID_ARG);
 }
 
+/* ---- the projection head: against the linears composed ---------------- */
+
+/* One case of sg_linear_head_forward / backward (ci -> cm -> co, GELU) in
+ * dtype dt against sg_linear_act_forward + sg_linear_forward and
+ * sg_linear_backward + sg_linear_act_backward: the same bits (the fused
+ * kernels form a = gelu(z) per chunk and never store it). */
+static void linear_head_case(sg_dtype dt, int64_t nb, int64_t ci, int64_t cm,
+                             int64_t co, int64_t sp, int bias) {
+  const int64_t nx = nb * ci * sp, nz = nb * cm * sp, ny = nb * co * sp,
+                nw = cm * ci + cm + co * cm + co;
+  const size_t es = dt == SG_DTYPE_F32 ? 4 : 8;
+  const int act = SG_ACT_GELU;
+  double *xd = rnd(nx), *pd = rnd(nw), *dyd = rnd(ny);
+  void *x = xd, *pp = pd, *dy = dyd;
+  if (dt == SG_DTYPE_F32)
+    x = to_f32(xd, nx), pp = to_f32(pd, nw), dy = to_f32(dyd, ny);
+  char *w1 = pp, *b1 = w1 + cm * ci * es, *w2 = b1 + cm * es,
+       *b2 = w2 + co * cm * es;
+  char *z1 = malloc((size_t)nz * es), *z2 = malloc((size_t)nz * es),
+       *a1 = malloc((size_t)nz * es), *a2 = malloc((size_t)nz * es),
+       *y1 = malloc((size_t)ny * es), *y2 = malloc((size_t)ny * es),
+       *da = malloc((size_t)nz * es);
+  SG_CHECK_OK(sg_linear_head_forward(dt, nb, ci, cm, co, sp, x, w1,
+                                     bias ? b1 : NULL, act, w2,
+                                     bias ? b2 : NULL, z1, a1, y1));
+  SG_CHECK_OK(sg_linear_act_forward(dt, nb, ci, cm, sp, x, w1, bias ? b1 : NULL,
+                                    0, act, z2, a2));
+  SG_CHECK_OK(
+      sg_linear_forward(dt, nb, cm, co, sp, a2, w2, bias ? b2 : NULL, y2));
+  SG_CHECK(sg_test_cmp_bytes("linear_head z", z1, z2, (size_t)nz * es) == 0,
+           "z as the linear_act's");
+  SG_CHECK(sg_test_cmp_bytes("linear_head y", y1, y2, (size_t)ny * es) == 0,
+           "y as linear_act then linear");
+  /* backward: with dx and every gradient, then without dx */
+  char *dx1 = malloc((size_t)nx * es), *dx2 = malloc((size_t)nx * es);
+  double *g1 = zeros(nw), *g2 = zeros(nw);
+  for (int v = 0; v < 2; ++v) {
+    memset(dx1, 0, (size_t)nx * es), memset(dx2, 0, (size_t)nx * es);
+    memset(g1, 0, (size_t)nw * sizeof *g1),
+        memset(g2, 0, (size_t)nw * sizeof *g2);
+    char *q1 = (char *)g1, *q2 = (char *)g2;
+    const size_t o1 = (size_t)(cm * ci) * es, o2 = o1 + (size_t)cm * es,
+                 o3 = o2 + (size_t)(co * cm) * es;
+    SG_CHECK_OK(sg_linear_head_backward(dt, nb, ci, cm, co, sp, x, w1, act, w2,
+                                        z1, a2, dy, v ? NULL : dx1, q1,
+                                        bias ? q1 + o1 : NULL, q1 + o2,
+                                        bias ? q1 + o3 : NULL));
+    SG_CHECK_OK(sg_linear_backward(dt, nb, cm, co, sp, a2, w2, dy, da, q2 + o2,
+                                   bias ? q2 + o3 : NULL));
+    SG_CHECK_OK(sg_linear_act_backward(dt, nb, ci, cm, sp, x, w1, act, z2, da,
+                                       0, v ? NULL : dx2, q2,
+                                       bias ? q2 + o1 : NULL));
+    SG_CHECK(sg_test_cmp_bytes("linear_head dx", dx1, dx2, (size_t)nx * es) ==
+                 0,
+             "dx as the linears' backwards composed");
+    SG_CHECK(sg_test_cmp_bytes("linear_head dw", g1, g2, (size_t)nw * es) == 0,
+             "dw1, db1, dw2, db2 as the linears' backwards composed");
+  }
+  if (dt == SG_DTYPE_F32) free(x), free(pp), free(dy);
+  free(xd), free(pd), free(dyd), free(z1), free(z2), free(a1), free(a2);
+  free(y1), free(y2), free(da), free(dx1), free(dx2), free(g1), free(g2);
+}
+
+static void test_linear_head(void) {
+  /* odd sizes: edge tiles, masked pixels; the default tier, then AVX2 */
+  linear_head_case(SG_DTYPE_F64, 3, 5, 11, 2, 205, 1);
+  linear_head_case(SG_DTYPE_F32, 3, 5, 11, 2, 205, 1);
+  setenv("SG_SIMD", "avx2", 1);
+  linear_head_case(SG_DTYPE_F32, 3, 5, 11, 2, 205, 1);
+  linear_head_case(SG_DTYPE_F32, 2, 7, 13, 5, 203, 0);
+  /* over the forward's (192) and backward's (288) pixel chunks, a masked
+   * tail, more rows than a tile's; the FNO's 32 -> 128 -> 1; two threads */
+  linear_head_case(SG_DTYPE_F32, 2, 7, 133, 1, 1739, 1);
+  omp_set_num_threads(2);
+  linear_head_case(SG_DTYPE_F32, 2, 32, 128, 1, 397, 1);
+  linear_head_case(SG_DTYPE_F32, 1, 3, 9, 6, 1001, 1);
+  omp_set_num_threads(1);
+  setenv("SG_SIMD", "portable", 1); /* the ops composed, a kept */
+  linear_head_case(SG_DTYPE_F32, 2, 7, 13, 5, 203, 1);
+  unsetenv("SG_SIMD");
+  float v[8] = {0};
+  SG_CHECK_STATUS(sg_linear_head_forward(SG_DTYPE_F32, 1, 1, 1, 1, 1, v, v + 1,
+                                         NULL, 99, v + 2, NULL, v + 3, v + 4,
+                                         v + 5),
+                  SG_ERR_INVALID_ARG);
+}
+
 /* ---- transposed convolution --------------------------------------------- */
 
 typedef struct convt_case {
@@ -1645,6 +1732,7 @@ int main(int argc, char **argv) {
   test_upsample();
   test_pointwise();
   test_linear_act();
+  test_linear_head();
   test_norm();
   test_loss();
   return sg_test_finish();
