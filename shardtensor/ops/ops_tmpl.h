@@ -979,9 +979,19 @@ void FN(sg_up_fwd)(int linear, const sg_up_geom *g, const R *x, R *y) {
         R w[4];
         FN(sg_up_w4)(la, lb, w);
         if (tab) {
-          for (int64_t o2 = 0; o2 < g->out[2]; ++o2)
-            yr[o2] = FN(sg_up_lerp)(w, lt[o2], r00, r01, r10, r11, ct[o2],
-                                    ct[o2] + 1);
+          /* the four rows' blend of each source column once (sg_up_lerp's
+           * v0 / v1, the same expression), then the columns' lerp: the same
+           * values, and each column blended once, not at every output
+           * that reads it */
+          R v[SG_UP_TAB + 2];
+          const int64_t cl = ct[0], ch = ct[g->out[2] - 1] + 1;
+          for (int64_t c = cl; c <= ch; ++c)
+            v[c - cl] = w[0] * r00[c] + w[1] * r01[c] + w[2] * r10[c] +
+                        w[3] * r11[c];
+          for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
+            const R lc = lt[o2];
+            yr[o2] = (1 - lc) * v[ct[o2] - cl] + lc * v[ct[o2] + 1 - cl];
+          }
           continue;
         }
         for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
