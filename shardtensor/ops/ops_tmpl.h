@@ -876,15 +876,40 @@ void FN(sg_convt_bwd)(const sg_conv_geom *g, const R *x, const R *w,
 
 /* ---- pooling ------------------------------------------------------------ */
 
+/* A 2-D average pooling of 2 x 2 windows at stride 2 (the U-Net's): the
+ * kernels' loops with the window unrolled, the same sums in the same
+ * order (each input cell in one window). */
+static inline int FN(pool_avg22)(int kind, const sg_pool_win *w) {
+  return kind == SG_POOL_AVG && w->out[0] == 1 && w->ker[0] == 1 &&
+         w->ker[1] == 2 && w->ker[2] == 2 && w->str[1] == 2 && w->str[2] == 2 &&
+         w->dil[1] == 1 && w->dil[2] == 1;
+}
+
 void FN(sg_pool_fwd)(int kind, const sg_conv_geom *g, const R *x, R *y) {
   const int64_t planes = g->n * g->c;
   const R inv = (R)(1.0 / (double)g->kk);
   const sg_pool_win w = sg_pool_win_of(g);
+  const int avg22 = FN(pool_avg22)(kind, &w);
 #pragma omp parallel for schedule(static) if (planes * g->sout * g->kk > \
                                               SG_OMP_MIN)
   for (int64_t p = 0; p < planes; ++p) {
     const R *xp = x + p * g->sin;
     R *yp = y + p * g->sout;
+    if (avg22) { /* sg_pool_out's sum: 0, then the window's cells in order */
+      for (int64_t o1 = 0; o1 < g->out[1]; ++o1) {
+        const R *r0 = xp + 2 * o1 * g->in[2], *r1 = r0 + g->in[2];
+        R *yr = yp + o1 * g->out[2];
+        for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
+          R acc = 0;
+          acc += r0[2 * o2];
+          acc += r0[2 * o2 + 1];
+          acc += r1[2 * o2];
+          acc += r1[2 * o2 + 1];
+          yr[o2] = acc * inv;
+        }
+      }
+      continue;
+    }
     for (int64_t o0 = 0; o0 < g->out[0]; ++o0)
       for (int64_t o1 = 0; o1 < g->out[1]; ++o1)
         for (int64_t o2 = 0; o2 < g->out[2]; ++o2)
@@ -898,6 +923,7 @@ void FN(sg_pool_bwd)(int kind, const sg_conv_geom *g, const R *x, const R *dy,
   const int64_t planes = g->n * g->c;
   const R inv = (R)(1.0 / (double)g->kk);
   const sg_pool_win w = sg_pool_win_of(g);
+  const int avg22 = FN(pool_avg22)(kind, &w);
 #pragma omp parallel for schedule(static) if (planes * g->sout * g->kk > \
                                               SG_OMP_MIN)
   for (int64_t p = 0; p < planes; ++p) {
@@ -905,6 +931,20 @@ void FN(sg_pool_bwd)(int kind, const sg_conv_geom *g, const R *x, const R *dy,
     const R *dyp = dy + p * g->sout;
     R *dxp = dx + p * g->sin;
     for (int64_t i = 0; i < g->sin; ++i) dxp[i] = 0;
+    if (avg22) { /* the loop below's additions, window unrolled */
+      for (int64_t o1 = 0; o1 < g->out[1]; ++o1) {
+        R *d0 = dxp + 2 * o1 * g->in[2], *d1 = d0 + g->in[2];
+        const R *gr = dyp + o1 * g->out[2];
+        for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
+          const R gi = gr[o2] * inv;
+          d0[2 * o2] += gi;
+          d0[2 * o2 + 1] += gi;
+          d1[2 * o2] += gi;
+          d1[2 * o2 + 1] += gi;
+        }
+      }
+      continue;
+    }
     for (int64_t o0 = 0; o0 < g->out[0]; ++o0)
       for (int64_t o1 = 0; o1 < g->out[1]; ++o1)
         for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
