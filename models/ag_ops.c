@@ -355,7 +355,8 @@ static sg_status pool_prepare(sg_node *node, int cuda, sg_conv_desc *d) {
   SG_TRY(sg_pool_out_shape(d, out));
   if (a->kind == SG_POOL_MAX) SG_TRY(pool_fill_padding(node, cuda));
   for (int i = 0; i < d->nsp; ++i) shape[2 + i] = out[i];
-  SG_TRY(sg_node_alloc_out(node, 0, 2 + d->nsp, shape));
+  /* the kernels write every element */
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, 2 + d->nsp, shape));
 fail:
   return st;
 }
@@ -424,7 +425,8 @@ static sg_status up_alloc_out(sg_node *node) {
   int64_t shape[SG_TENSOR_MAX_DIMS] = {x->shape[0], x->shape[1]};
   for (int i = 0; i < a->nsp; ++i)
     shape[2 + i] = a->scale[i] * (x->shape[2 + i] - (lin ? 2 : 0));
-  return sg_node_alloc_out(node, 0, 2 + a->nsp, shape);
+  /* the kernels write every element */
+  return sg_node_alloc_out_uninit(node, 0, 2 + a->nsp, shape);
 }
 
 static sg_status up_fwd_on(sg_node *node, int cuda) {
@@ -844,7 +846,8 @@ static sg_status concat_fwd_on(sg_node *node, int cuda) {
     shape[1] += ch[i];
     parts[i] = node->in[i]->value.data;
   }
-  SG_TRY(sg_node_alloc_out(node, 0, x->ndim, shape));
+  /* the parts fill every element */
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
   if (sg_tensor_numel(&node->out[0]->value) == 0)
     goto fail; /* an empty shard */
   SG_TRY(cat_run(cuda, x->dtype, x->shape[0], spatial_of(x), node->nin, ch, 1,

@@ -167,14 +167,16 @@ void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
   static void c2_wtile_##MK##_##MC(int64_t rows, int64_t nf, int part_,      \
                                    __m256i mt, const float *dy, int64_t ldd, \
                                    int64_t dys, const float *x, int64_t xs,  \
-                                   const int64_t *xoff, float *part) {       \
+                                   const int64_t *xoff, float *part,         \
+                                   int init) {                               \
     const float *xr[MC];                                                     \
     for (int j = 0; j < MC; ++j) xr[j] = x + xoff[j];                        \
     __m256 acc[MK][MC];                                                      \
     _Pragma("GCC unroll 3")                                                  \
     for (int i = 0; i < MK; ++i) _Pragma("GCC unroll 4")                     \
     for (int j = 0; j < MC; ++j)                                             \
-      acc[i][j] = _mm256_loadu_ps(part + (i * MC + j) * 8);                  \
+      acc[i][j] = init ? _mm256_setzero_ps()                                 \
+                       : _mm256_loadu_ps(part + (i * MC + j) * 8);           \
     for (int64_t row = 0; row < rows; ++row) {                               \
       for (int64_t v = 0; v < nf; ++v) /* full vectors: no masks */          \
         C2_WSTEP(MK, MC, C2_LDU, v)                                          \
@@ -200,7 +202,7 @@ C2_WTILES(3)
 
 typedef void (*c2_wtile_fn)(int64_t, int64_t, int, __m256i, const float *,
                             int64_t, int64_t, const float *, int64_t,
-                            const int64_t *, float *);
+                            const int64_t *, float *, int);
 #define C2_WROW(MK)                                                \
   {                                                                \
     NULL, c2_wtile_##MK##_1, c2_wtile_##MK##_2, c2_wtile_##MK##_3, \
@@ -214,11 +216,15 @@ static const c2_wtile_fn c2_wtiles[C2_MK + 1][C2_MC + 1] = {
  * block's 3 dy rows stay in L1 while the shifted image rows come from L2.
  * dy is read where it lies, row by row (no copy into the forward's layout
  * with zeros past each row, as the AVX-512 kernel takes it), and only the
- * n2 real pixels of each row are multiplied. */
+ * n2 real pixels of each row are multiplied. init: part is overwritten
+ * (the slot's first tile: no zero fill before it; the same bits, 0 + a b
+ * being a b's fused multiply-add onto zero either way). */
 void sg_c2_wgrad_acc_rows_f32(int64_t cin, int64_t cout, int64_t rows,
                               int64_t n2, const float *x, int64_t ldx,
                               const int64_t *xoff, const float *dy, int64_t ldd,
-                              int64_t dys, float *part) {
+                              int64_t dys, float *part, int init) {
+  if (init && (rows <= 0 || n2 <= 0))
+    memset(part, 0, (size_t)(cout * cin * 8) * sizeof(float));
   if (rows <= 0 || n2 <= 0) return;
   const int64_t nkb = (cout + C2_MK - 1) / C2_MK,
                 ncb = (cin + C2_MC - 1) / C2_MC;
@@ -230,7 +236,7 @@ void sg_c2_wgrad_acc_rows_f32(int64_t cin, int64_t cout, int64_t rows,
     const int mk = (int)(cout - k0 < C2_MK ? cout - k0 : C2_MK);
     const int mc = (int)(cin - c0 < C2_MC ? cin - c0 : C2_MC);
     c2_wtiles[mk][mc](rows, nf, part_, mt, dy + k0 * ldd, ldd, dys, x, ldx,
-                      xoff + c0, part + (k0 * cin + c0 * mk) * 8);
+                      xoff + c0, part + (k0 * cin + c0 * mk) * 8, init);
   }
 }
 
@@ -254,6 +260,29 @@ void sg_c2_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
     }
 }
 
+int64_t sg_c2_wgrad_kblocks(int64_t cout) { return (cout + C2_MK - 1) / C2_MK; }
+
+/* Each weight of output-channel block kb gets the lane sums of the slots
+ * marked in used, in slot order: per weight the additions that
+ * sg_c2_wgrad_sum_f32 over the slots one after another makes, so blocks
+ * may run on any threads. */
+void sg_c2_wgrad_sum_slots_f32(int64_t cin, int64_t cout, int64_t kb,
+                               const float *part, int64_t sstride, int nslot,
+                               const unsigned char *used, float *dw) {
+  const int64_t k0 = kb * C2_MK;
+  const int mk = (int)(cout - k0 < C2_MK ? cout - k0 : C2_MK);
+  for (int64_t c0 = 0; c0 < cin; c0 += C2_MC) {
+    const int mc = (int)(cin - c0 < C2_MC ? cin - c0 : C2_MC);
+    for (int i = 0; i < mk; ++i)
+      for (int j = 0; j < mc; ++j) {
+        float *d = dw + (k0 + i) * cin + c0 + j;
+        const float *pt = part + (k0 * cin + c0 * mk) * 8 + (i * mc + j) * 8;
+        for (int s = 0; s < nslot; ++s)
+          if (used[s]) *d += c2_lanes(pt + s * sstride);
+      }
+  }
+}
+
 #else /* no AVX2/FMA flags: sg_c2_conv_available() is 0 and the callers
        * take the portable path; these are never entered (no-ops, as
        * pointwise.c's, not aborts: the library does not abort) */
@@ -271,14 +300,26 @@ void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
 void sg_c2_wgrad_acc_rows_f32(int64_t cin, int64_t cout, int64_t rows,
                               int64_t n2, const float *x, int64_t ldx,
                               const int64_t *xoff, const float *dy, int64_t ldd,
-                              int64_t dys, float *part) {
+                              int64_t dys, float *part, int init) {
   (void)cin, (void)cout, (void)rows, (void)n2, (void)x, (void)ldx, (void)xoff;
-  (void)dy, (void)ldd, (void)dys, (void)part;
+  (void)dy, (void)ldd, (void)dys, (void)part, (void)init;
 }
 
 void sg_c2_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
                          float *dw) {
   (void)cin, (void)cout, (void)part, (void)dw;
+}
+
+int64_t sg_c2_wgrad_kblocks(int64_t cout) {
+  (void)cout;
+  return 0;
+}
+
+void sg_c2_wgrad_sum_slots_f32(int64_t cin, int64_t cout, int64_t kb,
+                               const float *part, int64_t sstride, int nslot,
+                               const unsigned char *used, float *dw) {
+  (void)cin, (void)cout, (void)kb, (void)part, (void)sstride, (void)nslot;
+  (void)used, (void)dw;
 }
 
 #endif

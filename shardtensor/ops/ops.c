@@ -405,12 +405,14 @@ static size_t conv_pw_part_bytes(const sg_conv_geom *g, int tier) {
   return (size_t)((g->k * g->c + g->k) * lanes) * sizeof(float);
 }
 
-/* Whether the weight gradient's slot partials are f32 lane partials (the
- * register-blocked kernels: AVX-512, direct or im2col, and the AVX2 direct
- * ones) or the BLAS GEMM's (ops_impl.h sg_conv_dw_part_bytes). */
+/* The f32 lanes per weight of the weight gradient's slot partials: 16 for
+ * the AVX-512 register-blocked kernels (direct or im2col), 8 for the AVX2
+ * direct ones, 0: the BLAS GEMM's partials (ops_impl.h
+ * sg_conv_dw_part_bytes). */
 static int conv_dw_lanes(const sg_conv_geom *g, sg_dtype dt) {
-  return dt == SG_DTYPE_F32 &&
-         (sg_pw_f32_available() || (g->direct && g->avx2));
+  if (dt != SG_DTYPE_F32) return 0;
+  if (g->direct && g->avx2) return 8;
+  return sg_pw_f32_available() ? 16 : 0;
 }
 
 /* Bytes of the weight gradient's slot partials (wbf16: dW on the bf16

@@ -43,8 +43,10 @@ static inline int sg_gemm_fast(int64_t m, int64_t n, int64_t k, const float *a,
 #define SG_GEMM_OFF(...) \
   (g->avx2 ? sg_c2_gemm_off_f32(__VA_ARGS__) : sg_pw_gemm_off_f32(__VA_ARGS__))
 #define SG_WGRAD_OFF sg_pw_wgrad_acc_off_f32
-#define SG_WGRAD_ROWS sg_c2_wgrad_acc_rows_f32 /* where g->avx2 */
-#define SG_WGRAD_ACC sg_pw_wgrad_acc_f32       /* im2col: AVX-512 only */
+#define SG_WGRAD_ROWS sg_c2_wgrad_acc_rows_f32       /* where g->avx2 */
+#define SG_WGRAD_ACC sg_pw_wgrad_acc_f32             /* im2col: AVX-512 only */
+#define SG_WGRAD_KBLOCKS sg_c2_wgrad_kblocks         /* where g->avx2 */
+#define SG_WGRAD_SUM_SLOTS sg_c2_wgrad_sum_slots_f32 /* where g->avx2 */
 #define SG_WGRAD_SUM(...)                     \
   (g->avx2 ? sg_c2_wgrad_sum_f32(__VA_ARGS__) \
            : sg_pw_wgrad_sum_f32(__VA_ARGS__))

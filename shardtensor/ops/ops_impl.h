@@ -274,9 +274,16 @@ void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
 void sg_c2_wgrad_acc_rows_f32(int64_t cin, int64_t cout, int64_t rows,
                               int64_t n2, const float *x, int64_t ldx,
                               const int64_t *xoff, const float *dy, int64_t ldd,
-                              int64_t dys, float *part);
+                              int64_t dys, float *part, int init);
 void sg_c2_wgrad_sum_f32(int64_t cin, int64_t cout, const float *part,
                          float *dw);
+/* The slots' sum by output-channel block (sg_c2_wgrad_kblocks(cout) of
+ * them, any block on any thread): dw += slot s's lane sums for s in order
+ * where used[s], slots sstride floats apart. */
+int64_t sg_c2_wgrad_kblocks(int64_t cout);
+void sg_c2_wgrad_sum_slots_f32(int64_t cin, int64_t cout, int64_t kb,
+                               const float *part, int64_t sstride, int nslot,
+                               const unsigned char *used, float *dw);
 /* The same 1x1 kernels on AVX2 + FMA (pointwise_avx2.c), for CPUs without
  * AVX-512: apply and apply_act as above (apply_act's GELU by
  * sg_gelu2_fwd_seq_f32), wgrad with (cout * cin + cout) * 8 floats of
@@ -411,12 +418,13 @@ void sg_gelu_bwd_simd_f32(int64_t n, const float *x, const float *dy,
  * summed in slot order at the end, so that dW has the same bits for every
  * thread count and schedule (threads take whole slots). A slot
  * holds k * ckk elements (the BLAS path, transposed: ckk x k), or k * ckk *
- * 16 f32 lane partials for the register-blocked kernel (lanes). */
+ * lanes f32 lane partials for the register-blocked kernels (16 AVX-512, 8
+ * the AVX2 direct ones). */
 #define SG_DW_SLOTS 8
 static inline size_t sg_conv_dw_part_bytes(const sg_conv_geom *g, size_t es,
                                            int lanes) {
   return (size_t)SG_DW_SLOTS * (size_t)(g->k * g->ckk) *
-         (lanes ? 16 * sizeof(float) : es);
+         (lanes ? (size_t)lanes * sizeof(float) : es);
 }
 
 /* OpenBLAS single-threaded for the duration of an OpenMP region. */

@@ -250,14 +250,16 @@ static void FN(direct_dy_rows)(const sg_conv_geom *g, const R *dyn, int64_t r0,
  * forward's shifts off. */
 static void FN(direct_wgrad)(const sg_conv_geom *g, const R *xn, const R *dyn,
                              int64_t r0, int64_t r1, const int64_t *off, R *dyc,
-                             float *wp) {
+                             float *wp, int first) {
   const int64_t in2 = g->in[2];
 #ifdef SG_WGRAD_ROWS
-  if (g->avx2) { /* dy read in place, row by row */
+  if (g->avx2) { /* dy read in place, row by row; first: wp overwritten */
     SG_WGRAD_ROWS(g->ckk, g->k, r1 - r0, g->out[2], xn + r0 * in2, in2, off,
-                  dyn + r0 * g->out[2], g->sout, g->out[2], wp);
+                  dyn + r0 * g->out[2], g->sout, g->out[2], wp, first);
     return;
   }
+#else
+  (void)first;
 #endif
   const int64_t np = (r1 - r0 - 1) * in2 + g->out[2], ld = FN(col_ld)(np);
   FN(direct_dy_rows)(g, dyn, r0, r1, dyc, ld, np);
@@ -591,9 +593,10 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
 }
 
 /* part (NULL when dw is): the weight gradient's SG_DW_SLOTS slot partials
- * (sg_conv_dw_part_bytes): f32 lane partials for the register-blocked
- * kernel (sg_pw_wgrad_acc_f32, f32 on AVX-512) when lanes, else R partials
- * (ckk x k) for the BLAS GEMM. Threads take whole slots: dx's tiles are
+ * (sg_conv_dw_part_bytes): `lanes` f32 lane partials per weight for the
+ * register-blocked kernels (16: sg_pw_wgrad_acc_f32 on AVX-512; 8: the AVX2
+ * direct sg_c2_wgrad_acc_rows_f32), else (0) R partials (ckk x k) for the
+ * BLAS GEMM. Threads take whole slots: dx's tiles are
  * disjoint within a phase, and each slot's partial sums its tiles in a
  * fixed order, so dx and dw are the same bits for every thread count and
  * schedule. (A dynamic schedule of the slots and of the forward's tiles
@@ -653,8 +656,10 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
           first = !touched[s];
           touched[s] = 1;
           if (lanes) {
-            wp = (float *)part + (size_t)s * (size_t)(wsz * 16);
-            if (first) memset(wp, 0, (size_t)(wsz * 16) * sizeof *wp);
+            wp = (float *)part + (size_t)s * (size_t)(wsz * lanes);
+            /* the AVX2 kernel's first tile of a slot overwrites it */
+            if (first && !g->avx2)
+              memset(wp, 0, (size_t)(wsz * lanes) * sizeof *wp);
           } else {
             dwp = (R *)part + (size_t)s * (size_t)wsz;
           }
@@ -668,7 +673,7 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
           if (g->direct) { /* dx comes after this loop */
             if (wp) FN(direct_wgrad)
             (g, x + n * g->c * g->sin, dy + n * g->k * g->sout, r0, r1, doff,
-             ddy, wp);
+             ddy, wp, first);
             continue;
           }
 #endif
@@ -732,11 +737,23 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
       if (dx_direct)
     FN(direct_dx)(g, w, dy, dx_direct, ws);
 #endif
+#ifdef SG_WGRAD_SUM_SLOTS
+  if (dw && lanes && g->avx2) {
+    /* the slots in slot order per weight, output-channel blocks over the
+     * threads (serial here, it was 2.6% of the U-Net's step) */
+    const int64_t nkb = SG_WGRAD_KBLOCKS(g->k);
+#pragma omp parallel for schedule(static) num_threads(nth) if (nth > 1)
+    for (int64_t kb = 0; kb < nkb; ++kb)
+      SG_WGRAD_SUM_SLOTS(g->ckk, g->k, kb, (const float *)part, wsz * lanes,
+                         SG_DW_SLOTS, touched, dw);
+    return;
+  }
+#endif
   if (dw && lanes) {
     for (int s = 0; s < SG_DW_SLOTS; ++s) /* slot order */
       if (touched[s])
         SG_WGRAD_SUM(g->ckk, g->k,
-                     (float *)part + (size_t)s * (size_t)(wsz * 16), dw);
+                     (float *)part + (size_t)s * (size_t)(wsz * lanes), dw);
   } else if (dw) {
     /* Sum the slot partials (transposed, ckk x k) in slot order. */
     const R *pt = part;
@@ -859,15 +876,40 @@ void FN(sg_convt_bwd)(const sg_conv_geom *g, const R *x, const R *w,
 
 /* ---- pooling ------------------------------------------------------------ */
 
+/* A 2-D average pooling of 2 x 2 windows at stride 2 (the U-Net's): the
+ * kernels' loops with the window unrolled, the same sums in the same
+ * order (each input cell in one window). */
+static inline int FN(pool_avg22)(int kind, const sg_pool_win *w) {
+  return kind == SG_POOL_AVG && w->out[0] == 1 && w->ker[0] == 1 &&
+         w->ker[1] == 2 && w->ker[2] == 2 && w->str[1] == 2 && w->str[2] == 2 &&
+         w->dil[1] == 1 && w->dil[2] == 1;
+}
+
 void FN(sg_pool_fwd)(int kind, const sg_conv_geom *g, const R *x, R *y) {
   const int64_t planes = g->n * g->c;
   const R inv = (R)(1.0 / (double)g->kk);
   const sg_pool_win w = sg_pool_win_of(g);
+  const int avg22 = FN(pool_avg22)(kind, &w);
 #pragma omp parallel for schedule(static) if (planes * g->sout * g->kk > \
                                               SG_OMP_MIN)
   for (int64_t p = 0; p < planes; ++p) {
     const R *xp = x + p * g->sin;
     R *yp = y + p * g->sout;
+    if (avg22) { /* sg_pool_out's sum: 0, then the window's cells in order */
+      for (int64_t o1 = 0; o1 < g->out[1]; ++o1) {
+        const R *r0 = xp + 2 * o1 * g->in[2], *r1 = r0 + g->in[2];
+        R *yr = yp + o1 * g->out[2];
+        for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
+          R acc = 0;
+          acc += r0[2 * o2];
+          acc += r0[2 * o2 + 1];
+          acc += r1[2 * o2];
+          acc += r1[2 * o2 + 1];
+          yr[o2] = acc * inv;
+        }
+      }
+      continue;
+    }
     for (int64_t o0 = 0; o0 < g->out[0]; ++o0)
       for (int64_t o1 = 0; o1 < g->out[1]; ++o1)
         for (int64_t o2 = 0; o2 < g->out[2]; ++o2)
@@ -881,6 +923,7 @@ void FN(sg_pool_bwd)(int kind, const sg_conv_geom *g, const R *x, const R *dy,
   const int64_t planes = g->n * g->c;
   const R inv = (R)(1.0 / (double)g->kk);
   const sg_pool_win w = sg_pool_win_of(g);
+  const int avg22 = FN(pool_avg22)(kind, &w);
 #pragma omp parallel for schedule(static) if (planes * g->sout * g->kk > \
                                               SG_OMP_MIN)
   for (int64_t p = 0; p < planes; ++p) {
@@ -888,6 +931,20 @@ void FN(sg_pool_bwd)(int kind, const sg_conv_geom *g, const R *x, const R *dy,
     const R *dyp = dy + p * g->sout;
     R *dxp = dx + p * g->sin;
     for (int64_t i = 0; i < g->sin; ++i) dxp[i] = 0;
+    if (avg22) { /* the loop below's additions, window unrolled */
+      for (int64_t o1 = 0; o1 < g->out[1]; ++o1) {
+        R *d0 = dxp + 2 * o1 * g->in[2], *d1 = d0 + g->in[2];
+        const R *gr = dyp + o1 * g->out[2];
+        for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
+          const R gi = gr[o2] * inv;
+          d0[2 * o2] += gi;
+          d0[2 * o2 + 1] += gi;
+          d1[2 * o2] += gi;
+          d1[2 * o2 + 1] += gi;
+        }
+      }
+      continue;
+    }
     for (int64_t o0 = 0; o0 < g->out[0]; ++o0)
       for (int64_t o1 = 0; o1 < g->out[1]; ++o1)
         for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
@@ -914,9 +971,28 @@ static inline void FN(up_src)(const sg_up_geom *g, int d, int64_t o,
   *lam = (R)sg_up_src(g->linear[d], g->scale[d], o, i0, i1);
 }
 
+/* The last dim's first source column and weight of every output column
+ * (linear mode: the second source is the next column), once per call: the
+ * same sg_up_src values the rows' loops computed per element (a double
+ * division and a floor: the U-Net's up-sampling was 12% of its step). Up
+ * to SG_UP_TAB columns; wider rows compute them per element. */
+#define SG_UP_TAB 4096
+static int FN(up_tab)(const sg_up_geom *g, int32_t *c0, R *lc) {
+  if (!g->linear[2] || g->out[2] > SG_UP_TAB) return 0;
+  for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
+    int64_t i0, i1;
+    FN(up_src)(g, 2, o2, &i0, &i1, &lc[o2]);
+    c0[o2] = (int32_t)i0;
+  }
+  return 1;
+}
+
 void FN(sg_up_fwd)(int linear, const sg_up_geom *g, const R *x, R *y) {
   const int64_t sin = g->in[0] * g->in[1] * g->in[2];
   const int64_t sout = g->out[0] * g->out[1] * g->out[2];
+  int32_t ct[SG_UP_TAB];
+  R lt[SG_UP_TAB];
+  const int tab = linear && FN(up_tab)(g, ct, lt);
 #pragma omp parallel for schedule(static) if (g->planes * sout > SG_OMP_MIN)
   for (int64_t p = 0; p < g->planes; ++p) {
     const R *xp = x + p * sin;
@@ -942,6 +1018,22 @@ void FN(sg_up_fwd)(int linear, const sg_up_geom *g, const R *x, R *y) {
         const R *r11 = xp + (a1 * g->in[1] + b1) * g->in[2];
         R w[4];
         FN(sg_up_w4)(la, lb, w);
+        if (tab) {
+          /* the four rows' blend of each source column once (sg_up_lerp's
+           * v0 / v1, the same expression), then the columns' lerp: the same
+           * values, and each column blended once, not at every output
+           * that reads it */
+          R v[SG_UP_TAB + 2];
+          const int64_t cl = ct[0], ch = ct[g->out[2] - 1] + 1;
+          for (int64_t c = cl; c <= ch; ++c)
+            v[c - cl] = w[0] * r00[c] + w[1] * r01[c] + w[2] * r10[c] +
+                        w[3] * r11[c];
+          for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
+            const R lc = lt[o2];
+            yr[o2] = (1 - lc) * v[ct[o2] - cl] + lc * v[ct[o2] + 1 - cl];
+          }
+          continue;
+        }
         for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
           int64_t c0, c1;
           R lc;
@@ -952,9 +1044,50 @@ void FN(sg_up_fwd)(int linear, const sg_up_geom *g, const R *x, R *y) {
   }
 }
 
+/* The scatter of one output row's gradient (n columns, first sources ct,
+ * weights lt) into its nr distinct input rows row[r], each taking the nw
+ * weights wl[r] (in the order of the four corners: rows alias where a dim
+ * is nearest, e.g. the first of a 2-D up-sampling). Every input element
+ * receives the same additions in the same order as the corner-by-corner
+ * loop (per output column: the weights' g0 terms at its first source, then
+ * their g1 terms at the next), but the two live columns of each row are
+ * carried in registers: the loop's read-modify-writes of one element ran
+ * as a chain through memory (7% of the U-Net's step). nr, nw: constants
+ * at each call. */
+static inline __attribute__((always_inline)) void FN(up_bwd_rows)(
+    int nr, int nw, R *const *row, const R (*wl)[4], const R *yr, int64_t n,
+    const int32_t *ct, const R *lt) {
+  R vl[4], vh[4];
+  int64_t lo = ct[0];
+  for (int r = 0; r < nr; ++r) {
+    vl[r] = row[r][lo];
+    vh[r] = row[r][lo + 1];
+  }
+  for (int64_t o2 = 0; o2 < n; ++o2) {
+    for (; lo < ct[o2]; ++lo) /* the lower column is done */
+      for (int r = 0; r < nr; ++r) {
+        row[r][lo] = vl[r];
+        vl[r] = vh[r];
+        vh[r] = row[r][lo + 2];
+      }
+    const R g0 = (1 - lt[o2]) * yr[o2], g1 = lt[o2] * yr[o2];
+    for (int r = 0; r < nr; ++r) {
+      for (int k = 0; k < nw; ++k) vl[r] += wl[r][k] * g0;
+      for (int k = 0; k < nw; ++k) vh[r] += wl[r][k] * g1;
+    }
+  }
+  for (int r = 0; r < nr; ++r) {
+    row[r][lo] = vl[r];
+    row[r][lo + 1] = vh[r];
+  }
+}
+
 void FN(sg_up_bwd)(int linear, const sg_up_geom *g, const R *dy, R *dx) {
   const int64_t sin = g->in[0] * g->in[1] * g->in[2];
   const int64_t sout = g->out[0] * g->out[1] * g->out[2];
+  int32_t ct[SG_UP_TAB];
+  R lt[SG_UP_TAB];
+  const int tab = linear && FN(up_tab)(g, ct, lt);
 #pragma omp parallel for schedule(static) if (g->planes * sout > SG_OMP_MIN)
   for (int64_t p = 0; p < g->planes; ++p) {
     R *xp = dx + p * sin;
@@ -980,11 +1113,44 @@ void FN(sg_up_bwd)(int linear, const sg_up_geom *g, const R *dy, R *dx) {
         R *r11 = xp + (a1 * g->in[1] + b1) * g->in[2];
         R w[4];
         FN(sg_up_w4)(la, lb, w);
+        if (tab) { /* the corners' distinct rows and their weights */
+          R *const crn[4] = {r00, r01, r10, r11};
+          R *row[4];
+          R wl[4][4];
+          int nr = 0, nw[4] = {0, 0, 0, 0};
+          for (int i = 0; i < 4; ++i) {
+            int r = 0;
+            while (r < nr && row[r] != crn[i]) ++r;
+            if (r == nr) row[nr++] = crn[i];
+            wl[r][nw[r]++] = w[i];
+          }
+          if (nr == 2 && nw[0] == 2 && nw[1] == 2) { /* 2-D */
+            FN(up_bwd_rows)
+            (2, 2, row, (const R(*)[4])wl, yr, g->out[2], ct, lt);
+            continue;
+          }
+          if (nr == 4) { /* 3-D */
+            FN(up_bwd_rows)
+            (4, 1, row, (const R(*)[4])wl, yr, g->out[2], ct, lt);
+            continue;
+          }
+          if (nr == 1) { /* 1-D */
+            FN(up_bwd_rows)
+            (1, 4, row, (const R(*)[4])wl, yr, g->out[2], ct, lt);
+            continue;
+          }
+        }
         const R w00 = w[0], w01 = w[1], w10 = w[2], w11 = w[3];
         for (int64_t o2 = 0; o2 < g->out[2]; ++o2) {
           int64_t c0, c1;
           R lc;
-          FN(up_src)(g, 2, o2, &c0, &c1, &lc);
+          if (tab) {
+            c0 = ct[o2];
+            c1 = c0 + 1;
+            lc = lt[o2];
+          } else {
+            FN(up_src)(g, 2, o2, &c0, &c1, &lc);
+          }
           R g0 = (1 - lc) * yr[o2], g1 = lc * yr[o2];
           r00[c0] += w00 * g0;
           r01[c0] += w01 * g0;
