@@ -38,12 +38,12 @@
 #include "sg_dtype.h" /* SG_HD */
 
 typedef struct sg_spec_geo {
-  int nd;         /* spatial dims, 2 or 3 */
-  int64_t n[3];   /* real shape */
-  int64_t keep[3];/* kept modes per dim (>= 1) */
-  int64_t F[3];   /* full spectrum shape (last: n/2 + 1) */
-  int64_t K[3];   /* kept shape (2 keep, last: keep) */
-  int64_t nf, M;  /* prod F, prod K */
+  int nd;          /* spatial dims, 2 or 3 */
+  int64_t n[3];    /* real shape */
+  int64_t keep[3]; /* kept modes per dim (>= 1) */
+  int64_t F[3];    /* full spectrum shape (last: n/2 + 1) */
+  int64_t K[3];    /* kept shape (2 keep, last: keep) */
+  int64_t nf, M;   /* prod F, prod K */
 } sg_spec_geo;
 
 /* From the real shape and keep (as sg_fft_desc; keep[d] >= 1). */
@@ -109,87 +109,89 @@ static inline SG_HD int sg_spec_self(const sg_spec_geo *g, int64_t f) {
   return jl == 0 || (nl % 2 == 0 && jl == nl / 2);
 }
 
-#define SG_SPEC_KERNELS(T, S)                                                  \
-  /* element e of rows x M kept modes: xh[e] = w X[row, full(m)] */            \
-  static inline SG_HD void sg_spec_gather_##S(const sg_spec_geo *g,            \
-                                              const T *X, T *xh, int64_t e,    \
-                                              double s, double pairw) {        \
-    const int64_t r = e / g->M, f = sg_spec_full_of(g, e % g->M);              \
-    const T w = (T)((sg_spec_self(g, f) ? 1.0 : pairw) * s);                   \
-    const T *v = X + 2 * (r * g->nf + f);                                      \
-    xh[2 * e] = v[0] * w;                                                      \
-    xh[2 * e + 1] = v[1] * w;                                                  \
-  }                                                                            \
-  /* element e of rows x nf full modes, from the kept modes yh */              \
-  static inline SG_HD void sg_spec_scatter_##S(const sg_spec_geo *g,           \
-                                               const T *yh, T *Y, int64_t e,   \
-                                               double s, double pairw) {       \
-    const int64_t r = e / g->nf, f = e % g->nf;                                \
-    int64_t mf = 0;                                                            \
-    const int64_t m = sg_spec_kept_of(g, f, &mf);                              \
-    const T *a = m >= 0 ? yh + 2 * (r * g->M + m) : 0;                         \
-    T re = 0, im = 0;                                                          \
-    if (sg_spec_self(g, f)) {                                                  \
-      const int64_t m2 = sg_spec_kept_of(g, mf, 0);                            \
-      const T *b = m2 >= 0 ? yh + 2 * (r * g->M + m2) : 0;                     \
-      const T h = (T)(0.5 * s);                                                \
-      re = ((a ? a[0] : (T)0) + (b ? b[0] : (T)0)) * h;                        \
-      im = ((a ? a[1] : (T)0) - (b ? b[1] : (T)0)) * h;                        \
-    } else if (a) {                                                            \
-      const T w = (T)(pairw * s);                                              \
-      re = a[0] * w;                                                           \
-      im = a[1] * w;                                                           \
-    }                                                                          \
-    Y[2 * e] = re;                                                             \
-    Y[2 * e + 1] = im;                                                         \
-  }                                                                            \
-  /* y[b, o, m] = sum_i x[b, i, m] W[i, o, m]; e over nb * cout * M */         \
-  static inline SG_HD void sg_spec_mix_fwd_##S(                                \
-      int64_t cin, int64_t cout, int64_t M, const T *x, const T *W, T *y,      \
-      int64_t e) {                                                             \
-    const int64_t m = e % M, o = (e / M) % cout, b = e / (M * cout);           \
-    T cr = 0, ci = 0;                                                          \
-    for (int64_t i = 0; i < cin; ++i) {                                        \
-      const T *a = x + 2 * ((b * cin + i) * M + m);                            \
-      const T *w = W + 2 * ((i * cout + o) * M + m);                           \
-      cr += a[0] * w[0] - a[1] * w[1];                                         \
-      ci += a[0] * w[1] + a[1] * w[0];                                         \
-    }                                                                          \
-    y[2 * e] = cr;                                                             \
-    y[2 * e + 1] = ci;                                                         \
-  }                                                                            \
-  /* dx[b, i, m] = sum_o dy[b, o, m] conj(W[i, o, m]); e over nb * cin * M */  \
-  static inline SG_HD void sg_spec_mix_bwd_x_##S(                              \
-      int64_t cin, int64_t cout, int64_t M, const T *dy, const T *W, T *dx,    \
-      int64_t e) {                                                             \
-    const int64_t m = e % M, i = (e / M) % cin, b = e / (M * cin);            \
-    T cr = 0, ci = 0;                                                          \
-    for (int64_t o = 0; o < cout; ++o) {                                       \
-      const T *a = dy + 2 * ((b * cout + o) * M + m);                          \
-      const T *w = W + 2 * ((i * cout + o) * M + m);                           \
-      const T vi = -w[1];                                                      \
-      cr += a[0] * w[0] - a[1] * vi;                                           \
-      ci += a[0] * vi + a[1] * w[0];                                           \
-    }                                                                          \
-    dx[2 * e] = cr;                                                            \
-    dx[2 * e + 1] = ci;                                                        \
-  }                                                                            \
+#define SG_SPEC_KERNELS(T, S)                                                    \
+  /* element e of rows x M kept modes: xh[e] = w X[row, full(m)] */              \
+  static inline SG_HD void sg_spec_gather_##S(const sg_spec_geo *g,              \
+                                              const T *X, T *xh, int64_t e,      \
+                                              double s, double pairw) {          \
+    const int64_t r = e / g->M, f = sg_spec_full_of(g, e % g->M);                \
+    const T w = (T)((sg_spec_self(g, f) ? 1.0 : pairw) * s);                     \
+    const T *v = X + 2 * (r * g->nf + f);                                        \
+    xh[2 * e] = v[0] * w;                                                        \
+    xh[2 * e + 1] = v[1] * w;                                                    \
+  }                                                                              \
+  /* element e of rows x nf full modes, from the kept modes yh */                \
+  static inline SG_HD void sg_spec_scatter_##S(const sg_spec_geo *g,             \
+                                               const T *yh, T *Y, int64_t e,     \
+                                               double s, double pairw) {         \
+    const int64_t r = e / g->nf, f = e % g->nf;                                  \
+    int64_t mf = 0;                                                              \
+    const int64_t m = sg_spec_kept_of(g, f, &mf);                                \
+    const T *a = m >= 0 ? yh + 2 * (r * g->M + m) : 0;                           \
+    T re = 0, im = 0;                                                            \
+    if (sg_spec_self(g, f)) {                                                    \
+      const int64_t m2 = sg_spec_kept_of(g, mf, 0);                              \
+      const T *b = m2 >= 0 ? yh + 2 * (r * g->M + m2) : 0;                       \
+      const T h = (T)(0.5 * s);                                                  \
+      re = ((a ? a[0] : (T)0) + (b ? b[0] : (T)0)) * h;                          \
+      im = ((a ? a[1] : (T)0) - (b ? b[1] : (T)0)) * h;                          \
+    } else if (a) {                                                              \
+      const T w = (T)(pairw * s);                                                \
+      re = a[0] * w;                                                             \
+      im = a[1] * w;                                                             \
+    }                                                                            \
+    Y[2 * e] = re;                                                               \
+    Y[2 * e + 1] = im;                                                           \
+  }                                                                              \
+  /* y[b, o, m] = sum_i x[b, i, m] W[i, o, m]; e over nb * cout * M */           \
+  static inline SG_HD void sg_spec_mix_fwd_##S(int64_t cin, int64_t cout,        \
+                                               int64_t M, const T *x,            \
+                                               const T *W, T *y, int64_t e) {    \
+    const int64_t m = e % M, o = (e / M) % cout, b = e / (M * cout);             \
+    T cr = 0, ci = 0;                                                            \
+    for (int64_t i = 0; i < cin; ++i) {                                          \
+      const T *a = x + 2 * ((b * cin + i) * M + m);                              \
+      const T *w = W + 2 * ((i * cout + o) * M + m);                             \
+      cr += a[0] * w[0] - a[1] * w[1];                                           \
+      ci += a[0] * w[1] + a[1] * w[0];                                           \
+    }                                                                            \
+    y[2 * e] = cr;                                                               \
+    y[2 * e + 1] = ci;                                                           \
+  }                                                                              \
+  /* dx[b, i, m] = sum_o dy[b, o, m] conj(W[i, o, m]); e over nb * cin * M */    \
+  static inline SG_HD void sg_spec_mix_bwd_x_##S(int64_t cin, int64_t cout,      \
+                                                 int64_t M, const T *dy,         \
+                                                 const T *W, T *dx,              \
+                                                 int64_t e) {                    \
+    const int64_t m = e % M, i = (e / M) % cin, b = e / (M * cin);               \
+    T cr = 0, ci = 0;                                                            \
+    for (int64_t o = 0; o < cout; ++o) {                                         \
+      const T *a = dy + 2 * ((b * cout + o) * M + m);                            \
+      const T *w = W + 2 * ((i * cout + o) * M + m);                             \
+      const T vi = -w[1];                                                        \
+      cr += a[0] * w[0] - a[1] * vi;                                             \
+      ci += a[0] * vi + a[1] * w[0];                                             \
+    }                                                                            \
+    dx[2 * e] = cr;                                                              \
+    dx[2 * e + 1] = ci;                                                          \
+  }                                                                              \
   /* dW[i, o, m] += sum_b dy[b, o, m] conj(x[b, i, m]); e over cin * cout *    \
-   * M */                                                                      \
-  static inline SG_HD void sg_spec_mix_bwd_w_##S(                              \
-      int64_t nb, int64_t cin, int64_t cout, int64_t M, const T *x,            \
-      const T *dy, T *dW, int64_t e) {                                         \
-    const int64_t m = e % M, o = (e / M) % cout, i = e / (M * cout);           \
-    T cr = 0, ci = 0;                                                          \
-    for (int64_t b = 0; b < nb; ++b) {                                         \
-      const T *a = dy + 2 * ((b * cout + o) * M + m);                          \
-      const T *v = x + 2 * ((b * cin + i) * M + m);                            \
-      const T vi = -v[1];                                                      \
-      cr += a[0] * v[0] - a[1] * vi;                                           \
-      ci += a[0] * vi + a[1] * v[0];                                           \
-    }                                                                          \
-    dW[2 * e] += cr;                                                           \
-    dW[2 * e + 1] += ci;                                                       \
+   * M */ \
+  static inline SG_HD void sg_spec_mix_bwd_w_##S(int64_t nb, int64_t cin,        \
+                                                 int64_t cout, int64_t M,        \
+                                                 const T *x, const T *dy,        \
+                                                 T *dW, int64_t e) {             \
+    const int64_t m = e % M, o = (e / M) % cout, i = e / (M * cout);             \
+    T cr = 0, ci = 0;                                                            \
+    for (int64_t b = 0; b < nb; ++b) {                                           \
+      const T *a = dy + 2 * ((b * cout + o) * M + m);                            \
+      const T *v = x + 2 * ((b * cin + i) * M + m);                              \
+      const T vi = -v[1];                                                        \
+      cr += a[0] * v[0] - a[1] * vi;                                             \
+      ci += a[0] * vi + a[1] * v[0];                                             \
+    }                                                                            \
+    dW[2 * e] += cr;                                                             \
+    dW[2 * e + 1] += ci;                                                         \
   }
 
 SG_SPEC_KERNELS(double, f64)

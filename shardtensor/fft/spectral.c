@@ -249,8 +249,9 @@ static sg_status conv_create(sg_mesh_t mesh, MPI_Comm comm, int naxes,
                d, (long long)desc->keep[d]);
   if (desc->batch < 1) SG_RAISE(SG_ERR_INVALID_ARG, "nbatch must be >= 1");
   if (desc->device.kind != SG_DEVICE_HOST)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "spectral conv runs on the host only "
-                                   "(its channel mixing has no CUDA kernel)");
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "spectral conv plans are host plans (device data, one process: "
+             "sg_spectral_conv_forward_cuda with this host desc)");
   c = calloc(1, sizeof *c);
   if (!c) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   c->desc = *desc;

@@ -20,8 +20,8 @@ extern "C" {
  * the device current at creation, ordered on the legacy default stream. */
 typedef struct sg_spectral_cuda sg_spectral_cuda;
 
-sg_status sg_spectral_cuda_create(sg_dtype dt, const sg_spec_geo *g,
-                                  int64_t nb, int64_t cin, int64_t cout,
+sg_status sg_spectral_cuda_create(sg_dtype dt, const sg_spec_geo *g, int64_t nb,
+                                  int64_t cin, int64_t cout,
                                   sg_spectral_cuda **out);
 /* NULL and *s == NULL are fine; sets *s to NULL. */
 void sg_spectral_cuda_destroy(sg_spectral_cuda **s);

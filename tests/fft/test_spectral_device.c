@@ -45,8 +45,7 @@ static double nerr(const double *got, const double *want, int64_t n) {
   return e / m;
 }
 
-static void report(const char *what, const char *part, double err,
-                   double tol) {
+static void report(const char *what, const char *part, double err, double tol) {
   const int ok = err <= tol;
   printf("%-44s %-8s max err %.2e  %s\n", what, part, err, ok ? "ok" : "FAIL");
   fails += !ok;
@@ -87,8 +86,7 @@ static void scatter(const pipe *p, int64_t rows, const double *yh, double *Y,
                     double s, double pw) {
   const int64_t n = rows * p->g.nf, nk = rows * p->g.M;
   if (!p->f32) {
-    for (int64_t e = 0; e < n; ++e)
-      sg_spec_scatter_f64(&p->g, yh, Y, e, s, pw);
+    for (int64_t e = 0; e < n; ++e) sg_spec_scatter_f64(&p->g, yh, Y, e, s, pw);
     return;
   }
   float *a = malloc(sizeof(float) * 2 * (size_t)nk),
@@ -107,7 +105,7 @@ static void mix(const pipe *p, int which, const double *a, const double *b,
   const int64_t M = p->g.M, nb = p->nb, ci = p->ci, co = p->co;
   const int64_t na = 2 * nb * (which == 1 ? co : ci) * M,
                 nbb = which == 2 ? 2 * nb * co * M : 2 * ci * co * M,
-                n = which == 0 ? nb * co * M
+                n = which == 0   ? nb * co * M
                     : which == 1 ? nb * ci * M
                                  : ci * co * M;
   if (!p->f32) {
@@ -186,11 +184,12 @@ static void run(int D, const int64_t *shape, const int64_t *keep, int64_t nb,
   const int64_t nx = nb * ci * N, ny = nb * co * N, nw = 2 * ci * co * M,
                 nh = 2 * nb * ci * M;
   char what[160];
-  snprintf(what, sizeof what, "%s %dD %lldx%lldx%lld keep %lld,%lld,%lld %lld->%lld b%lld",
+  snprintf(what, sizeof what,
+           "%s %dD %lldx%lldx%lld keep %lld,%lld,%lld %lld->%lld b%lld",
            sg_dtype_name(dt), D, (long long)shape[0], (long long)shape[1],
            (long long)(D == 3 ? shape[2] : 1), (long long)keep[0],
-           (long long)keep[1], (long long)(D == 3 ? keep[2] : 0),
-           (long long)ci, (long long)co, (long long)nb);
+           (long long)keep[1], (long long)(D == 3 ? keep[2] : 0), (long long)ci,
+           (long long)co, (long long)nb);
   double *x = dalloc(nx), *w = dalloc(nw), *dy = dalloc(ny);
   ft_fill(x, nx, 31);
   ft_fill(w, nw, 32);
@@ -220,10 +219,11 @@ static void run(int D, const int64_t *shape, const int64_t *keep, int64_t nb,
   }
   if (sg_spectral_conv_spectrum_count(c) != nh ||
       sg_spectral_conv_weight_count(c) != nw) {
-    printf("FAIL: %s: spectrum %lld / weight %lld scalars, expected %lld / %lld\n",
-           what, (long long)sg_spectral_conv_spectrum_count(c),
-           (long long)sg_spectral_conv_weight_count(c), (long long)nh,
-           (long long)nw);
+    printf(
+        "FAIL: %s: spectrum %lld / weight %lld scalars, expected %lld / %lld\n",
+        what, (long long)sg_spectral_conv_spectrum_count(c),
+        (long long)sg_spectral_conv_weight_count(c), (long long)nh,
+        (long long)nw);
     ++fails;
     sg_spectral_conv_destroy(&c);
     return;
@@ -236,19 +236,19 @@ static void run(int D, const int64_t *shape, const int64_t *keep, int64_t nb,
        *hdw = malloc(es * (size_t)nw);
   double *ry = dalloc(ny), *rxh = dalloc(nh), *rdx = dalloc(nx),
          *rdw = dalloc(nw);
-#define PUT(dst, src, n)                                    \
-  do {                                                      \
-    if (p.f32)                                              \
-      to32(src, (float *)dst, n);                           \
-    else                                                    \
-      memcpy(dst, src, sizeof(double) * (size_t)(n));       \
+#define PUT(dst, src, n)                              \
+  do {                                                \
+    if (p.f32)                                        \
+      to32(src, (float *)dst, n);                     \
+    else                                              \
+      memcpy(dst, src, sizeof(double) * (size_t)(n)); \
   } while (0)
-#define GET(dst, src, n)                                    \
-  do {                                                      \
-    if (p.f32)                                              \
-      to64((const float *)src, dst, n);                     \
-    else                                                    \
-      memcpy(dst, src, sizeof(double) * (size_t)(n));       \
+#define GET(dst, src, n)                              \
+  do {                                                \
+    if (p.f32)                                        \
+      to64((const float *)src, dst, n);               \
+    else                                              \
+      memcpy(dst, src, sizeof(double) * (size_t)(n)); \
   } while (0)
   PUT(hx, x, nx);
   PUT(hw, w, nw);
@@ -315,8 +315,7 @@ int main(int argc, char **argv) {
   }
   /* the device entry points without CUDA, or without a device: refused,
    * never a silent host run (a conv is needed: the argument check first) */
-  if (sg_spectral_conv_forward_cuda(NULL, NULL, NULL, NULL, NULL) ==
-      SG_OK) {
+  if (sg_spectral_conv_forward_cuda(NULL, NULL, NULL, NULL, NULL) == SG_OK) {
     printf("FAIL: sg_spectral_conv_forward_cuda(NULL conv) succeeded\n");
     ++fails;
   }

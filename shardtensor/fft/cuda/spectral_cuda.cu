@@ -26,8 +26,8 @@ __device__ inline void gather(const sg_spec_geo *g, const float *X, float *xh,
                               int64_t e, double s, double pw) {
   sg_spec_gather_f32(g, X, xh, e, s, pw);
 }
-__device__ inline void gather(const sg_spec_geo *g, const double *X,
-                              double *xh, int64_t e, double s, double pw) {
+__device__ inline void gather(const sg_spec_geo *g, const double *X, double *xh,
+                              int64_t e, double s, double pw) {
   sg_spec_gather_f64(g, X, xh, e, s, pw);
 }
 __device__ inline void scatter(const sg_spec_geo *g, const float *yh, float *Y,
@@ -82,10 +82,10 @@ struct sg_spectral_cuda {
   int f64;
   sg_spec_geo g;
   int64_t nb, cin, cout;
-  cufftHandle fin, bin, fout, bout; // r2c / c2r of nb*cin and nb*cout rows
+  cufftHandle fin, bin, fout, bout;  // r2c / c2r of nb*cin and nb*cout rows
   int have[4];
-  void *F;          // full spectrum, nb * max(cin, cout) rows
-  void *kin, *kout; // kept spectra, nb * cin and nb * cout rows
+  void *F;           // full spectrum, nb * max(cin, cout) rows
+  void *kin, *kout;  // kept spectra, nb * cin and nb * cout rows
 };
 
 namespace {
@@ -252,8 +252,8 @@ extern "C" sg_status sg_spectral_cuda_forward(sg_spectral_cuda *s,
   SG_TRY(r2c(s, s->fin, x, s->F));
   SG_TRY(gather_run(s, s->nb * s->cin, s->F, xh, 1.0, 1.0));
   SG_TRY(mix_run(s, 0, xh, w, s->kout));
-  SG_TRY(scatter_run(s, s->nb * s->cout, s->kout, s->F,
-                     1.0 / real_count(&s->g), 1.0));
+  SG_TRY(scatter_run(s, s->nb * s->cout, s->kout, s->F, 1.0 / real_count(&s->g),
+                     1.0));
   SG_TRY(c2r(s, s->bout, s->F, y));
 fail:
   return st;
@@ -267,8 +267,8 @@ extern "C" sg_status sg_spectral_cuda_backward(sg_spectral_cuda *s,
   if (!dx && !dw) return SG_OK;
   // dyhat = the adjoint of the normalised inverse: 1/N, pair modes twice
   SG_TRY(r2c(s, s->fout, dy, s->F));
-  SG_TRY(gather_run(s, s->nb * s->cout, s->F, s->kout,
-                    1.0 / real_count(&s->g), 2.0));
+  SG_TRY(gather_run(s, s->nb * s->cout, s->F, s->kout, 1.0 / real_count(&s->g),
+                    2.0));
   if (dw) {
     const void *xh = xhat;
     if (!xh) {
