@@ -28,19 +28,19 @@
 
 static int fails;
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                              \
-      printf(__VA_ARGS__);                                                     \
-      printf("\n");                                                            \
-      ++fails;                                                                 \
-    }                                                                          \
+#define CHECK(cond, ...)                          \
+  do {                                            \
+    if (!(cond)) {                                \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      printf(__VA_ARGS__);                        \
+      printf("\n");                               \
+      ++fails;                                    \
+    }                                             \
   } while (0)
-#define OK(call)                                                               \
-  do {                                                                         \
-    sg_status s_ = (call);                                                     \
-    CHECK(s_ == SG_OK, "%s: %s", #call, sg_last_error());                      \
+#define OK(call)                                          \
+  do {                                                    \
+    sg_status s_ = (call);                                \
+    CHECK(s_ == SG_OK, "%s: %s", #call, sg_last_error()); \
   } while (0)
 
 enum { NA = 15, NB = 7, NL = NA + NB };
@@ -85,8 +85,8 @@ static void one_rank(void) {
   OK(plan(mesh, 0, SG_DTYPE_F32, &H));
   OK(plan(mesh, 0, SG_DTYPE_F32, &D));
   for (int i = 0; i < NL; ++i)
-    sg_parallel_params(H)[i] = sg_parallel_params(D)[i] =
-        (float)sin(0.7 * i + 0.3);
+    sg_parallel_params(H)[i] = sg_parallel_params(D)[i] = (float)sin(0.7 * i +
+                                                                     0.3);
   const float *hostbuf = sg_parallel_params(D);
   OK(sg_parallel_to_device(H, sg_device_host())); /* a no-op */
   OK(sg_parallel_to_device(D, CU));
@@ -122,8 +122,8 @@ static void one_rank(void) {
   double nh = 0, nd = 0;
   for (int64_t t = 1; t <= 3; ++t) {
     for (int i = 0; i < NL; ++i) /* the same gradients ("device": host) */
-      sg_parallel_grads(H)[i] = sg_parallel_grads(D)[i] =
-          (float)(cos(1.3 * i + (double)t) * (double)(t * 4));
+      sg_parallel_grads(H)[i] = sg_parallel_grads(
+          D)[i] = (float)(cos(1.3 * i + (double)t) * (double)(t * 4));
     OK(sg_parallel_begin_micro(H, 0, 1));
     OK(sg_parallel_begin_micro(D, 0, 1));
     OK(sg_parallel_reduce(H, &nh));
@@ -209,7 +209,8 @@ static void one_rank(void) {
   sg_var **pv = NULL;
   const int npv = sg_model_params(m, &pv);
   int on = npv > 0;
-  for (int i = 0; i < npv; ++i) on &= pv[i]->value.device.kind == SG_DEVICE_CUDA;
+  for (int i = 0; i < npv; ++i)
+    on &= pv[i]->value.device.kind == SG_DEVICE_CUDA;
   CHECK(on && ag_fake_cuda_allocs - a1 == 1,
         "FNO on the device: parameters marked, the grid copied (%lld)",
         (long long)(ag_fake_cuda_allocs - a1));
@@ -231,10 +232,21 @@ static void one_rank(void) {
     memset(leaves, 0, sizeof leaves);
     sg_var *loss = NULL;
     double lv = 0;
-    const sg_train_ar a = {.dtype = SG_DTYPE_F32, .n = 1, .nvars = 1,
-                           .history = 1, .ny = 2, .nx = 2, .steps = 1,
-                           .masked = 1, .loss = SG_LOSS_MSE, .div = 1,
-                           .x = x, .y = y, .m = mk, .device = CU, .dx = x,
+    const sg_train_ar a = {.dtype = SG_DTYPE_F32,
+                           .n = 1,
+                           .nvars = 1,
+                           .history = 1,
+                           .ny = 2,
+                           .nx = 2,
+                           .steps = 1,
+                           .masked = 1,
+                           .loss = SG_LOSS_MSE,
+                           .div = 1,
+                           .x = x,
+                           .y = y,
+                           .m = mk,
+                           .device = CU,
+                           .dx = x,
                            .dy = y};
     s = sg_train_ar_loss(&a, leaves, &loss, &lv);
     CHECK(s == SG_ERR_NOT_SUPPORTED && strstr(sg_last_error(), "masked data"),
