@@ -580,9 +580,12 @@ void sg_parallel_describe(sg_parallel_t p, char *buf, size_t size) {
         p->data_size, p->nl, p->nspan, (long long)p->nlocal,
         (long long)p->nstate);
   if (o < size && p->cfg.param_dtype == SG_DTYPE_BF16)
-    snprintf(buf + o, size - o,
-             "; bf16 compute, f32 master weights, %s reductions",
-             sg_dtype_name(p->cfg.reduce_dtype));
+    o += (size_t)snprintf(buf + o, size - o,
+                          "; bf16 compute, f32 master weights, %s reductions",
+                          sg_dtype_name(p->cfg.reduce_dtype));
+  if (o < size && pl_on_device(p))
+    snprintf(buf + o, size - o, "; parameters, gradients and state on %s:%d",
+             sg_device_kind_name(p->dev.kind), p->dev.index);
 }
 
 /* ---- the plan on a device ---------------------------------------------------- */

@@ -26,14 +26,14 @@
 
 static int fails;
 
-#define CK(call)                                                               \
-  do {                                                                         \
-    if ((call) != 0) {                                                         \
-      printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call,                \
-             sg_last_error());                                                 \
-      ++fails;                                                                 \
-      goto fail;                                                               \
-    }                                                                          \
+#define CK(call)                                                \
+  do {                                                          \
+    if ((call) != 0) {                                          \
+      printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
+             sg_last_error());                                  \
+      ++fails;                                                  \
+      goto fail;                                                \
+    }                                                           \
   } while (0)
 
 enum { NB = 2, CIN = 2, NY = 12, NX = 10, STEPS = 4 };
@@ -61,12 +61,13 @@ static sg_status run_create(sg_mesh_t mesh, const sg_model_config *c,
   sg_parallel_config pc = sg_parallel_defaults();
   SG_TRY(sg_parallel_create(mesh, &pc, np, tab, sg_model_param_count(r->m),
                             &r->p));
-  SG_TRY(sg_model_bind(r->m, sg_parallel_params(r->p), sg_parallel_grads(r->p)));
+  SG_TRY(
+      sg_model_bind(r->m, sg_parallel_params(r->p), sg_parallel_grads(r->p)));
   SG_TRY(sg_model_init(r->m, 7));
   if (dev.kind != SG_DEVICE_HOST) {
     SG_TRY(sg_parallel_to_device(r->p, dev));
-    SG_TRY(sg_model_bind(r->m, sg_parallel_params(r->p),
-                         sg_parallel_grads(r->p)));
+    SG_TRY(
+        sg_model_bind(r->m, sg_parallel_params(r->p), sg_parallel_grads(r->p)));
     SG_TRY(sg_model_set_device(r->m, dev));
     SG_TRY(sg_malloc(dev, NB * CIN * NY * NX * sizeof(float), &r->dx));
     SG_TRY(sg_malloc(dev, NB * 1 * NY * NX * sizeof(float), &r->dy));
@@ -190,7 +191,8 @@ int main(int argc, char **argv) {
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
     const char *req = getenv("SG_REQUIRE_GPU"); /* tools/test-gpu sets it */
     const int fail = req && req[0] && strcmp(req, "0") != 0;
-    printf("no CUDA device: %s\n", fail ? "FAILED (SG_REQUIRE_GPU)" : "skipped");
+    printf("no CUDA device: %s\n",
+           fail ? "FAILED (SG_REQUIRE_GPU)" : "skipped");
     MPI_Finalize();
     return fail ? 1 : 77;
   }

@@ -101,6 +101,9 @@ static void one_rank(void) {
         (long long)(ag_fake_cuda_allocs - allocs0));
   CHECK(sg_parallel_to_device(D, CU) == SG_ERR_INVALID_ARG,
         "a second move is refused");
+  char desc[512];
+  sg_parallel_describe(D, desc, sizeof desc);
+  CHECK(strstr(desc, "state on cuda:0") != NULL, "describe: %s", desc);
   sg_var hv[2], dv[2], *hp[2], *dp[2];
   bind(H, hv, hp);
   bind(D, dv, dp);
