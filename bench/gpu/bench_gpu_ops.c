@@ -28,23 +28,23 @@
 
 static int reps = 20, warm = 3;
 
-#define CU(call)                                                     \
-  do {                                                               \
-    cudaError_t e_ = (call);                                         \
-    if (e_ != cudaSuccess) {                                         \
-      fprintf(stderr, "bench_gpu_ops: %s: %s (line %d)\n", #call,    \
-              cudaGetErrorString(e_), __LINE__);                     \
-      exit(1);                                                       \
-    }                                                                \
+#define CU(call)                                                  \
+  do {                                                            \
+    cudaError_t e_ = (call);                                      \
+    if (e_ != cudaSuccess) {                                      \
+      fprintf(stderr, "bench_gpu_ops: %s: %s (line %d)\n", #call, \
+              cudaGetErrorString(e_), __LINE__);                  \
+      exit(1);                                                    \
+    }                                                             \
   } while (0)
-#define OK(call)                                                       \
-  do {                                                                 \
-    int r_ = (int)(call);                                              \
-    if (r_ != 0) {                                                     \
-      fprintf(stderr, "bench_gpu_ops: %s returned %d (line %d)\n", \
-              #call, r_, __LINE__);                                    \
-      exit(1);                                                         \
-    }                                                                  \
+#define OK(call)                                                              \
+  do {                                                                        \
+    int r_ = (int)(call);                                                     \
+    if (r_ != 0) {                                                            \
+      fprintf(stderr, "bench_gpu_ops: %s returned %d (line %d)\n", #call, r_, \
+              __LINE__);                                                      \
+      exit(1);                                                                \
+    }                                                                         \
   } while (0)
 
 static int cmpf(const void *a, const void *b) {
@@ -156,7 +156,8 @@ static void bench_conv(const char *tag, int64_t batch, int64_t ch, int64_t n,
                       .stride = {1, 1},
                       .dilation = {1, 1}}};
   const size_t nx = (size_t)(batch * ch * (n + k - 1) * (n + k - 1)),
-               ny = (size_t)(batch * ch * n * n), nw = (size_t)(ch * ch * k * k);
+               ny = (size_t)(batch * ch * n * n),
+               nw = (size_t)(ch * ch * k * k);
   c.x = dev_rand(nx), c.dx = dev_rand(nx), c.w = dev_rand(nw),
   c.dw = dev_rand(nw), c.b = dev_rand((size_t)ch), c.db = dev_rand((size_t)ch),
   c.y = dev_rand(ny), c.dy = dev_rand(ny);
@@ -168,9 +169,8 @@ static void bench_conv(const char *tag, int64_t batch, int64_t ch, int64_t n,
     printf("{\"bench\": \"%s\", \"case\": \"%s\", \"batch\": %lld, "
            "\"cin\": %lld, \"cout\": %lld, \"n\": %lld, \"kernel\": %lld, "
            "\"ms\": %.4f, \"tflops\": %.3f, \"frac_sgemm_peak\": %.3f}\n",
-           names[c.which], tag, (long long)batch, (long long)ch,
-           (long long)ch, (long long)n, (long long)k, ms, tf,
-           peak > 0 ? tf / peak : 0.0);
+           names[c.which], tag, (long long)batch, (long long)ch, (long long)ch,
+           (long long)n, (long long)k, ms, tf, peak > 0 ? tf / peak : 0.0);
     fflush(stdout);
   }
   float *bufs[] = {c.x, c.dx, c.w, c.dw, c.b, c.db, c.y, c.dy};
@@ -195,7 +195,8 @@ static void lin_call(void *p) {
 static void bench_linear(int64_t batch, int64_t cin, int64_t cout, int64_t sp,
                          double peak) {
   lin_ctx l = {.batch = batch, .cin = cin, .cout = cout, .sp = sp};
-  const size_t nx = (size_t)(batch * cin * sp), ny = (size_t)(batch * cout * sp);
+  const size_t nx = (size_t)(batch * cin * sp),
+               ny = (size_t)(batch * cout * sp);
   l.x = dev_rand(nx), l.dx = dev_rand(nx), l.y = dev_rand(ny),
   l.dy = dev_rand(ny), l.w = dev_rand((size_t)(cin * cout)),
   l.dw = dev_rand((size_t)(cin * cout)), l.b = dev_rand((size_t)cout),
@@ -280,8 +281,8 @@ static void bench_spectral(const char *tag, int64_t batch, int64_t ch,
   }
   OK(cufftDestroy(s.r2c));
   OK(cufftDestroy(s.c2r));
-  void *bufs[] = {s.x, s.dx, s.y, s.dy, s.w, s.dw, s.xhat, s.fx, s.fy,
-                  s.fx_hat, s.fy_hat};
+  void *bufs[] = {s.x,    s.dx, s.y,  s.dy,     s.w,     s.dw,
+                  s.xhat, s.fx, s.fy, s.fx_hat, s.fy_hat};
   for (int i = 0; i < 11; ++i) CU(cudaFree(bufs[i]));
   OK(sg_spectral_conv_destroy(&s.conv));
 }
