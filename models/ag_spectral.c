@@ -47,12 +47,49 @@ static sg_status spec_bwd(sg_node *node) {
                                    node->gin[1]);
 }
 
+#if SG_HAVE_CUDA
+/* On a device (one process: sharded device variables are refused by the
+ * tape): the convolution's cuFFT path (sg_spectral_conv_forward_cuda), the
+ * same outputs and saved spectrum as spec_fwd, written in full. */
+static sg_status spec_fwd_cuda(sg_node *node) {
+  sg_status st = SG_OK;
+  const spec_attr *a = (const spec_attr *)node->attr;
+  const sg_tensor *x = &node->in[0]->value;
+  int64_t shape[SG_TENSOR_MAX_DIMS];
+  memcpy(shape, x->shape, sizeof shape);
+  shape[1] = a->cout;
+  void *xhat = NULL;
+  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
+  int64_t ns = sg_spectral_conv_spectrum_count(a->conv);
+  SG_TRY(sg_node_save_uninit(
+      node, (size_t)(ns > 0 ? ns : 1) * sg_dtype_size(x->dtype), &xhat));
+  SG_TRY(sg_spectral_conv_forward_cuda(a->conv, x->data,
+                                       node->in[1]->value.data,
+                                       node->out[0]->value.data, xhat));
+fail:
+  return st;
+}
+
+static sg_status spec_bwd_cuda(sg_node *node) {
+  const spec_attr *a = (const spec_attr *)node->attr;
+  return sg_spectral_conv_backward_cuda(a->conv, node->in[0]->value.data,
+                                        node->saved, node->in[1]->value.data,
+                                        node->out[0]->grad.data, node->gin[0],
+                                        node->gin[1]);
+}
+#define SPEC_CUDA(f) f
+#else
+#define SPEC_CUDA(f) NULL
+#endif
+
 /* Batch and spatial splits: the FFT redistributes the spatial slabs itself
  * (its plan was made for this layout), so no window and no halo. */
 static const sg_op_def spec_op = {.name = "spectral_conv",
                                   .slots = {SG_SLOT_ACT, SG_SLOT_PARAM},
                                   .forward = spec_fwd,
                                   .backward = spec_bwd,
+                                  .forward_cuda = SPEC_CUDA(spec_fwd_cuda),
+                                  .backward_cuda = SPEC_CUDA(spec_bwd_cuda),
                                   .rule = {.windowed_input = -1,
                                            .accepts = SG_ACCEPT_SHARD_BATCH |
                                                       SG_ACCEPT_SHARD_SPATIAL,
@@ -224,31 +261,46 @@ fail:
 }
 
 #if SG_HAVE_CUDA
-/* linear_act on a device: the linear on cuBLAS, then the activation kernel
- * (sg_act_f32/f64 of sg_ops_inl.h, as the host's); the spectral variant
- * has no CUDA entries (its FFT is host-only). */
+/* linear_act and spectral_linear_act on a device: the spectral part on the
+ * convolution's cuFFT path (sg_spectral_conv_forward_cuda) into z, the
+ * linear on cuBLAS (added to z through a scratch when there is a spectral
+ * part), then the activation kernel (sg_act_f32/f64 of sg_ops_inl.h, as
+ * the host's). The backward: dz = act'(z) dy, the spectral backward writes
+ * dx and adds to dW, the linear's dx is added to it (the sum the host's
+ * sg_linear_backward_add forms). Scratch on the node's device. */
 static sg_status la_fwd_cuda(sg_node *node) {
   sg_status st = SG_OK;
   const sla_attr *a = (const sla_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
+  const sg_dtype dt = x->dtype;
+  const int iw = sla_iw(a);
   const int64_t nz = x->shape[0] * a->cout * sla_spatial(x);
   int64_t shape[SG_TENSOR_MAX_DIMS];
   memcpy(shape, x->shape, sizeof shape);
   shape[1] = a->cout;
-  if (a->conv)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "spectral_linear_act: host only (issue 22)");
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
-  void *y = node->out[0]->value.data, *z = y;
+  void *y = node->out[0]->value.data, *z = y, *lin = NULL;
   size_t zb, hb;
   sla_saved(node, &zb, &hb);
-  if (zb) SG_TRY(sg_node_save_uninit(node, zb, &z));
-  SG_TRY(sg_linear_fwd_cuda(x->dtype, x->shape[0], x->shape[1], a->cout,
-                            sla_spatial(x), x->data, node->in[1]->value.data,
-                            a->has_bias ? node->in[2]->value.data : NULL, z,
-                            NULL));
+  char *sv = NULL;
+  if (zb + hb) SG_TRY(sg_node_save_uninit(node, zb + hb, (void **)&sv));
+  if (zb) z = sv;
+  if (a->conv) {
+    SG_TRY(sg_spectral_conv_forward_cuda(a->conv, x->data,
+                                         node->in[1]->value.data, z, sv + zb));
+    if (nz > 0)
+      SG_TRY(
+          ag_mem_alloc(node->device, (size_t)nz * sg_dtype_size(dt), 0, &lin));
+  }
+  SG_TRY(sg_linear_fwd_cuda(dt, x->shape[0], x->shape[1], a->cout,
+                            sla_spatial(x), x->data, node->in[iw]->value.data,
+                            a->has_bias ? node->in[iw + 1]->value.data : NULL,
+                            lin ? lin : z, NULL));
+  if (lin) SG_TRY(sg_binary_fwd_cuda(SG_BINARY_ADD, dt, nz, z, lin, z, NULL));
   if (a->act >= 0 && nz > 0)
-    SG_TRY(sg_act_fwd_cuda((sg_act)a->act, x->dtype, nz, z, y, NULL));
+    SG_TRY(sg_act_fwd_cuda((sg_act)a->act, dt, nz, z, y, NULL));
 fail:
+  ag_mem_free(node->device, &lin);
   return st;
 }
 
@@ -257,22 +309,35 @@ static sg_status la_bwd_cuda(sg_node *node) {
   const sla_attr *a = (const sla_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
   const sg_dtype dt = x->dtype;
-  const int64_t nz = x->shape[0] * a->cout * sla_spatial(x);
-  void *dz = node->out[0]->grad.data, *tmp = NULL;
-  void *gb = a->has_bias ? node->gin[2] : NULL;
-  if (a->conv)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "spectral_linear_act: host only (issue 22)");
+  const int iw = sla_iw(a);
+  const int64_t nz = x->shape[0] * a->cout * sla_spatial(x),
+                nx = sg_tensor_numel(x);
+  void *dz = node->out[0]->grad.data, *tmp = NULL, *dxl = NULL;
+  void *gx = node->gin[0], *gb = a->has_bias ? node->gin[iw + 1] : NULL;
+  size_t zb, hb;
+  sla_saved(node, &zb, &hb);
   if (a->act >= 0 && nz > 0) {
     SG_TRY(ag_mem_alloc(node->device, (size_t)nz * sg_dtype_size(dt), 0, &tmp));
     SG_TRY(sg_act_bwd_cuda((sg_act)a->act, dt, nz, node->saved, dz, tmp, NULL));
     dz = tmp;
   }
-  if (node->gin[0] || node->gin[1] || gb)
+  if (a->conv) {
+    SG_TRY(sg_spectral_conv_backward_cuda(a->conv, x->data,
+                                          (char *)node->saved + zb,
+                                          node->in[1]->value.data, dz, gx,
+                                          node->gin[1]));
+    if (gx && nx > 0)
+      SG_TRY(
+          ag_mem_alloc(node->device, (size_t)nx * sg_dtype_size(dt), 0, &dxl));
+  }
+  if (gx || node->gin[iw] || gb)
     SG_TRY(sg_linear_bwd_cuda(dt, x->shape[0], x->shape[1], a->cout,
-                              sla_spatial(x), x->data, node->in[1]->value.data,
-                              dz, node->gin[0], node->gin[1], gb, NULL));
+                              sla_spatial(x), x->data, node->in[iw]->value.data,
+                              dz, dxl ? dxl : gx, node->gin[iw], gb, NULL));
+  if (dxl) SG_TRY(sg_binary_fwd_cuda(SG_BINARY_ADD, dt, nx, gx, dxl, gx, NULL));
 fail:
   ag_mem_free(node->device, &tmp);
+  ag_mem_free(node->device, &dxl);
   return st;
 }
 #define LA_CUDA(f) f
@@ -299,6 +364,8 @@ static const sg_op_def spectral_linear_act_op = {
     .slots = {SG_SLOT_ACT, SG_SLOT_PARAM, SG_SLOT_PARAM, SG_SLOT_PARAM},
     .forward = sla_fwd,
     .backward = sla_bwd,
+    .forward_cuda = LA_CUDA(la_fwd_cuda),
+    .backward_cuda = LA_CUDA(la_bwd_cuda),
     .rule = {.windowed_input = -1,
              .accepts = SG_ACCEPT_SHARD_BATCH | SG_ACCEPT_SHARD_SPATIAL,
              .out = SG_OUT_LIKE_INPUT,

@@ -263,4 +263,6 @@ const sg_model_i sg_cnn_model_i = {.name = "cnn",
                                    .collective_seconds = NULL,
                                    .nblocks = cnn_nblocks,
                                    .block_params = cnn_block_params,
-                                   .forward_blocks = cnn_forward_blocks};
+                                   .forward_blocks = cnn_forward_blocks,
+                                   .constants = sg_cn_i_constants,
+                                   .device_ok = 1};

@@ -382,6 +382,13 @@ void sg_cn_i_box(void *impl, int64_t *y0, int64_t *ny, int64_t *x0,
   *y0 = d->y0, *ny = d->ny, *x0 = d->x0, *nx = d->nx;
 }
 
+int sg_cn_i_constants(void *impl, sg_var **out, int max) {
+  sg_cn_domain *d = &((sg_cn_base *)impl)->dom;
+  if (!d->add_grid || max < 1) return 0;
+  out[0] = &d->grid;
+  return 1;
+}
+
 sg_status sg_cn_i_mark(void *impl, sg_var *v) {
   return sg_cn_base_mark((sg_cn_base *)impl, v, "sg_model_mark");
 }

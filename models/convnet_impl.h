@@ -182,6 +182,8 @@ int sg_cn_i_params(void *impl, sg_var ***vars);
 void sg_cn_i_box(void *impl, int64_t *y0, int64_t *ny, int64_t *x0,
                  int64_t *nx);
 sg_status sg_cn_i_mark(void *impl, sg_var *v);
+/* The grid channels when the model adds them (sg_model_i.constants). */
+int sg_cn_i_constants(void *impl, sg_var **out, int max);
 /* Append to a describe line ending in "<n> parameters", under tp > 1:
  * " on this rank of <global>; tensor parallel over tp=P (...)". */
 void sg_cn_describe_tp(void *impl, char *buf, size_t size);

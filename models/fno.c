@@ -710,6 +710,14 @@ static double fno_collective_seconds(void *impl) {
   return tr;
 }
 
+/* The grid channels (add_grid), the model's one constant. */
+static int fno_constants(void *impl, sg_var **out, int max) {
+  struct sg_fno *m = impl;
+  if (!m->cfg.add_grid || max < 1) return 0;
+  out[0] = &m->grid;
+  return 1;
+}
+
 static const char *const fno_size_keys[] = {"width", "modes", "layers",
                                             "proj_width", NULL};
 
@@ -730,7 +738,9 @@ const sg_model_i sg_fno_model_i = {.name = "fno",
                                    .collective_seconds = fno_collective_seconds,
                                    .nblocks = fno_nblocks,
                                    .block_params = fno_block_params,
-                                   .forward_blocks = fno_forward_blocks};
+                                   .forward_blocks = fno_forward_blocks,
+                                   .constants = fno_constants,
+                                   .device_ok = 1};
 
 /* ---- FNO-3D's table: the same model with a time axis (no pipeline pieces
  * yet) --------------------------------------------------------------------- */
@@ -784,4 +794,6 @@ const sg_model_i sg_fno3d_model_i = {
     .describe = fno3d_describe,
     .mark = NULL,
     .forward = fno_forward,
-    .collective_seconds = fno_collective_seconds};
+    .collective_seconds = fno_collective_seconds,
+    .constants = fno_constants,
+    .device_ok = 1};

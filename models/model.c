@@ -4,6 +4,8 @@
 
 #include "sg_model_impl.h"
 
+#include "autograd_impl.h" /* ag_mem_* (the faked device of the tests) */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,10 +18,15 @@ static const sg_model_i *registry[MODELS_MAX] = {
     &sg_vit_model_i, &sg_fno3d_model_i, &sg_swin_model_i};
 static int nregistry = SG_MODEL_COUNT;
 
+#define MODEL_MAX_CONSTS 8
+
 struct sg_model {
   sg_model_config cfg;
   const sg_model_i *i;
   void *impl;
+  sg_device dev;                     /* sg_model_set_device (host: none) */
+  void *const_mem[MODEL_MAX_CONSTS]; /* the constants' copies on dev */
+  int nconst_mem;
 };
 
 sg_status sg_model_register(const sg_model_i *m) {
@@ -90,6 +97,7 @@ sg_status sg_model_destroy(sg_model_t *model) {
   if (!model || !*model) return SG_OK;
   struct sg_model *m = *model;
   if (m->impl) m->i->destroy(m->impl);
+  for (int k = 0; k < m->nconst_mem; ++k) ag_mem_free(m->dev, &m->const_mem[k]);
   free(m);
   *model = NULL;
   return SG_OK;
@@ -194,6 +202,50 @@ sg_status sg_model_mark(sg_model_t m, sg_var *v) {
     return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                         "sg_model_mark: NULL model");
   return m->i->mark ? m->i->mark(m->impl, v) : SG_OK;
+}
+
+sg_status sg_model_set_device(sg_model_t m, sg_device dev) {
+  sg_status st = SG_OK;
+  sg_var **vars = NULL, *consts[MODEL_MAX_CONSTS];
+  if (!m) SG_RAISE(SG_ERR_INVALID_ARG, "sg_model_set_device: NULL model");
+  if (dev.kind == SG_DEVICE_HOST) goto fail;
+  if (!m->i->device_ok)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "model %s does not run on %s yet (fno, fno3d and cnn do; "
+             "issue 22)",
+             m->i->name, sg_device_kind_name(dev.kind));
+  if (m->nconst_mem > 0 || m->dev.kind != SG_DEVICE_HOST)
+    SG_RAISE(SG_ERR_INVALID_ARG,
+             "sg_model_set_device: model %s is on %s "
+             "already",
+             m->i->name, sg_device_kind_name(m->dev.kind));
+  const int np = sg_model_params(m, &vars);
+  const int nc = m->i->constants
+                     ? m->i->constants(m->impl, consts, MODEL_MAX_CONSTS)
+                     : 0;
+  for (int i = 0; i < np + nc; ++i) {
+    const sg_var *v = i < np ? vars[i] : consts[i - np];
+    if (v->mesh)
+      SG_RAISE(SG_ERR_NOT_SUPPORTED,
+               "model %s on %s: '%s' is sharded over the mesh (device "
+               "models run in one process; sharded device variables need "
+               "NCCL, issue 22)",
+               m->i->name, sg_device_kind_name(dev.kind), v->name);
+  }
+  for (int i = 0; i < np; ++i) SG_TRY(sg_var_set_device(vars[i], dev));
+  m->dev = dev;
+  for (int k = 0; k < nc; ++k) { /* a copy on dev: the host one stays */
+    sg_var *v = consts[k];
+    const size_t nb = ag_nbytes(&v->value);
+    void *d = NULL;
+    SG_TRY(ag_mem_alloc(dev, nb, 0, &d));
+    m->const_mem[m->nconst_mem++] = d;
+    SG_TRY(ag_mem_copy(dev, d, v->value.device, v->value.data, nb));
+    v->value.data = d;
+    SG_TRY(sg_var_set_device(v, dev));
+  }
+fail:
+  return st;
 }
 
 sg_status sg_model_forward(sg_model_t m, sg_tape_t t, sg_var *x, sg_var **y) {

@@ -29,9 +29,10 @@ static const sg_op_device table[] = {
     {"norm", "sg_norm_fwd_cuda", "sg_norm_bwd_cuda", NULL},
     {"loss", "sg_loss_partial_cuda", "sg_loss_bwd_cuda", NULL},
     {"dist_loss", NULL, NULL, NEEDS_NCCL},
-    {"spectral_conv", NULL, NULL,
-     "cuda: needs cuFFT plans in the op and a batched complex contraction "
-     "(issue 22)"},
+    /* one process: cuFFT r2c/c2r and the SG_HD mode gather, contraction
+     * and scatter of sg_spec_inl.h (sharded device variables are refused) */
+    {"spectral_conv", "sg_spectral_conv_forward_cuda",
+     "sg_spectral_conv_backward_cuda", NULL},
     {"checkpoint", NULL, NULL,
      "cuda: replays its ops; runs where they run (host today)"},
     /* one process: the layout copies and the SG_HD row kernels of
@@ -58,8 +59,10 @@ static const sg_op_device table[] = {
      * and linear in one node; linear_act runs its parts' launchers in a row */
     /* linear_act: the cuBLAS linear, then the act kernels */
     {"linear_act", "sg_linear_fwd_cuda", "sg_linear_bwd_cuda", NULL},
-    {"spectral_linear_act", NULL, NULL,
-     "cuda: needs spectral_conv's cuFFT path and the cuBLAS GEMM (issue 22)"},
+    /* spectral_conv's device path, the cuBLAS linear added, the act
+     * kernels (one process) */
+    {"spectral_linear_act", "sg_spectral_conv_forward_cuda",
+     "sg_spectral_conv_backward_cuda", NULL},
     /* linear_head: sg_ag_linear_head records linear_act + linear on device */
     {"linear_head", NULL, NULL,
      "cuda: a host node; on device variables sg_ag_linear_head records "

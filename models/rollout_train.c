@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd_impl.h" /* ag_mem_copy: the tests' faked device too */
+
 void sg_train_feed_back(float *x, const float *pred, const float *mask,
                         int64_t n, int64_t history, int64_t frame) {
   for (int64_t j = 0; j < n; ++j) {
@@ -103,6 +105,66 @@ sg_status sg_train_ar_detached(const sg_train_ar *a) {
   return st;
 }
 
+/* What a device step cannot do yet (issue 22), else SG_OK. */
+static sg_status device_check(const sg_train_ar *a) {
+  const char *why = NULL, *dn = sg_device_kind_name(a->device.kind);
+  if (a->masked)
+    why = "masked data (the masked loss is the host's distributed loss)";
+  else if (a->weight)
+    why = "loss weights (loss_weighting = latitude)";
+  else if (a->pushforward)
+    why = "rollout_grad = pushforward (its feedback runs on the host)";
+  else if (a->ckpt)
+    why = "checkpointed steps (they replay on the host)";
+  else if ((a->lc.domain && sg_group_size(a->lc.domain) > 1) ||
+           (a->lc.data && sg_group_size(a->lc.data) > 1))
+    why = "a split domain or batch (device runs are one process)";
+  else if (!a->dx || !a->dy)
+    why = "no device buffers for the batch (dx, dy)";
+  if (!why) return SG_OK;
+  return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "training on %s:%d: %s is not supported on devices yet",
+                      dn, a->device.index, why);
+}
+
+/* The step's loss of pred against y: the distributed loss on the host, the
+ * plain loss op on a device (one process: the same sums; rel_l2 over the
+ * global batch). *v its value in double. */
+static sg_status step_loss(const sg_train_ar *a, sg_var *pred, sg_var *y,
+                           sg_var *lm, sg_var **lk, double *v) {
+  sg_status st = SG_OK;
+  if (a->device.kind == SG_DEVICE_HOST) {
+    SG_TRY(sg_ag_dist_loss(a->tape, a->loss, pred, y, lm, &a->lc, lk));
+    *v = sg_dist_loss_value(*lk);
+    goto fail;
+  }
+  SG_TRY(sg_ag_loss(a->tape, a->loss, pred, y, lk));
+  *v = sg_var_item(*lk);
+  if (a->loss == SG_LOSS_REL_L2 && a->lc.global_batch > 0 &&
+      a->lc.global_batch != a->n) {
+    const double f = (double)a->n / (double)a->lc.global_batch;
+    SG_TRY(sg_ag_scale(a->tape, f, *lk, lk));
+    *v *= f;
+  }
+fail:
+  return st;
+}
+
+/* A leaf of the step on the device: the host data (elements) copied to
+ * dev_buf, the variable there. */
+static sg_status device_leaf(const sg_train_ar *a, sg_var *v, const char *name,
+                             const int64_t *shape, const void *host,
+                             void *dev_buf) {
+  sg_status st = SG_OK;
+  const size_t nb = (size_t)(shape[0] * shape[1] * shape[2] * shape[3]) *
+                    sg_dtype_size(a->dtype);
+  SG_TRY(ag_mem_copy(a->device, dev_buf, sg_device_host(), host, nb));
+  SG_TRY(sg_var_init(v, name, a->dtype, 4, shape, dev_buf, 0));
+  SG_TRY(sg_var_set_device(v, a->device));
+fail:
+  return st;
+}
+
 sg_status sg_train_ar_loss(const sg_train_ar *a, sg_var *leaves, sg_var **loss,
                            double *lval) {
   sg_status st = SG_OK;
@@ -117,24 +179,36 @@ sg_status sg_train_ar_loss(const sg_train_ar *a, sg_var *leaves, sg_var **loss,
              "multi-step training feeds one frame back: the model's output "
              "(%lld channels) must be one frame (%lld variables)",
              (long long)a->cout, (long long)a->nvars);
-  SG_TRY(sg_var_init(x, "x", a->dtype, 4, xs, a->x, 0));
+  const int dev = a->device.kind != SG_DEVICE_HOST;
+  if (dev) {
+    SG_TRY(device_check(a));
+    SG_TRY(device_leaf(a, x, "x", xs, a->x, a->dx));
+  } else
+    SG_TRY(sg_var_init(x, "x", a->dtype, 4, xs, a->x, 0));
   /* marked here, not only by the model: a checkpointed step's output takes
    * its placement from its input */
   SG_TRY(mark(a, x));
   if (a->weight) SG_TRY(mark(a, a->weight));
   for (int64_t k = first; k < K; ++k) {
     sg_var *y = &leaves[1 + 2 * k], *m = &leaves[2 + 2 * k];
-    SG_TRY(sg_var_init(y, "y", a->dtype, 4, ys, at(a, a->y, k * a->n * fr), 0));
-    SG_TRY(
-        sg_var_init(m, "mask", a->dtype, 4, ys, at(a, a->m, k * a->n * fr), 0));
+    if (dev) /* no mask on a device (device_check) */
+      SG_TRY(device_leaf(a, y, "y", ys, at(a, a->y, k * a->n * fr),
+                         at(a, a->dy, k * a->n * fr)));
+    else {
+      SG_TRY(
+          sg_var_init(y, "y", a->dtype, 4, ys, at(a, a->y, k * a->n * fr), 0));
+      SG_TRY(sg_var_init(m, "mask", a->dtype, 4, ys, at(a, a->m, k * a->n * fr),
+                         0));
+    }
     SG_TRY(mark(a, y));
     if (a->masked) SG_TRY(mark(a, m));
     if (k > first)
       SG_TRY(next_input(a, x, pred, a->masked ? &leaves[2 * k] : NULL, &x));
     SG_TRY(step_forward(a, x, &pred));
     SG_TRY(loss_weights(a, a->masked ? m : NULL, &lm));
-    SG_TRY(sg_ag_dist_loss(a->tape, a->loss, pred, y, lm, &a->lc, &lk));
-    sum += sg_dist_loss_value(lk);
+    double v = 0.0;
+    SG_TRY(step_loss(a, pred, y, lm, &lk, &v));
+    sum += v;
     if (total)
       SG_TRY(sg_ag_binary(a->tape, SG_BINARY_ADD, total, lk, &total));
     else

@@ -61,6 +61,13 @@ typedef struct sg_model_i {
   void (*block_params)(void *impl, int k, int *first, int *count);
   sg_status (*forward_blocks)(void *impl, sg_tape_t tape, int first, int count,
                               sg_bundle *io);
+  /* The model's constant leaves (the grid-coordinate channels): up to max
+   * of them into out, their number returned (NULL: the model has none).
+   * sg_model_set_device moves them with the parameters. */
+  int (*constants)(void *impl, sg_var **out, int max);
+  /* The model runs on a device (sg_model_set_device): 0 (NULL) refuses it
+   * by name. */
+  int device_ok;
 } sg_model_i;
 
 /* Register a model (the table must outlive its use; at most 16 models in

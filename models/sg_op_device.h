@@ -2,7 +2,8 @@
  * (sg_op_registry.h), where it can run.
  *
  * An op either names its CUDA forward and backward entry points (the
- * launchers of sg_ops_cuda.h, built in the cuda preset, which run the same
+ * launchers of sg_ops_cuda.h, or sg_spectral.h's device entries for the
+ * spectral ops, built in the cuda preset, which run the same
  * SG_HD element functions as the host loops) or is host-only with a
  * one-line reason. tests/ops/test_op_device.c fails when an op of the
  * registry is missing here, listed twice, or host-only without a reason,

@@ -64,6 +64,15 @@ typedef struct sg_train_ar {
   sg_dist_loss_ctx lc;
   int64_t div; /* the loss is divided by this too (mse: micro-batches) */
   void *x, *y, *m;
+  /* The model's device (zero-initialised: the host). Another one (one
+   * process, issue 22): sg_train_ar_loss copies x and the K targets y
+   * (host buffers, as above) to the caller's device buffers dx, dy of the
+   * same sizes, makes the leaves there and takes the loss on the device
+   * (sg_ag_loss; rel_l2 scaled by n / lc.global_batch), only its value
+   * read back. Masks, loss weights, pushforward, checkpointed steps and a
+   * split domain or batch are SG_ERR_NOT_SUPPORTED there, named. */
+  sg_device device;
+  void *dx, *dy;
 } sg_train_ar;
 /* K (rollout_train) at optimizer step `step` (1-based) with a curriculum
  * of `curriculum` steps per increment (0: none): min(K, 1 + (step-1)/S). */

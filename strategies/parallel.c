@@ -1,14 +1,24 @@
 /* shardgrid — the parallel plan (see sg_parallel.h). */
 #include "parallel_impl.h"
 
+#include "autograd_impl.h" /* ag_mem_*, the tests' faked device */
+#include "sg_config.h"
 #include "sg_decomp.h"
 #include "sg_device.h"
+#if SG_HAVE_CUDA
+#include "sg_ops_cuda.h"
+#endif
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+
+/* The plan's buffers are on a device (sg_parallel_to_device). */
+static int pl_on_device(const struct sg_parallel *p) {
+  return p->dev.kind != SG_DEVICE_HOST;
+}
 
 static const char *const role_names[SG_DIM_ROLE_COUNT] = {
     "data", "fsdp", "domain", "tensor", "pipeline", "sequence", "expert"};
@@ -511,6 +521,13 @@ sg_status sg_parallel_destroy(sg_parallel_t *plan) {
     free(p->l[k].counts);
   }
   sg_device h = sg_device_host();
+  if (pl_on_device(p)) { /* the device buffers, then the host copies */
+    ag_mem_free(p->dev, (void **)&p->params);
+    ag_mem_free(p->dev, (void **)&p->grads);
+    ag_mem_free(p->dev, (void **)&p->m);
+    ag_mem_free(p->dev, (void **)&p->v);
+    p->params = p->hparams, p->m = p->hm, p->v = p->hv;
+  }
   sg_free(h, (void **)&p->params);
   sg_free(h, (void **)&p->grads);
   sg_free(h, (void **)&p->m);
@@ -563,9 +580,127 @@ void sg_parallel_describe(sg_parallel_t p, char *buf, size_t size) {
         p->data_size, p->nl, p->nspan, (long long)p->nlocal,
         (long long)p->nstate);
   if (o < size && p->cfg.param_dtype == SG_DTYPE_BF16)
-    snprintf(buf + o, size - o,
-             "; bf16 compute, f32 master weights, %s reductions",
-             sg_dtype_name(p->cfg.reduce_dtype));
+    o += (size_t)snprintf(buf + o, size - o,
+                          "; bf16 compute, f32 master weights, %s reductions",
+                          sg_dtype_name(p->cfg.reduce_dtype));
+  if (o < size && pl_on_device(p))
+    snprintf(buf + o, size - o, "; parameters, gradients and state on %s:%d",
+             sg_device_kind_name(p->dev.kind), p->dev.index);
+}
+
+/* ---- the plan on a device ---------------------------------------------------- */
+
+/* The buffers are host memory: a host plan or the tests' faked device. */
+static int pl_host_memory(const struct sg_parallel *p) {
+  return !pl_on_device(p) || ag_fake_cuda;
+}
+
+static sg_status pl_sumsq(const struct sg_parallel *p, const float *g,
+                          int64_t n, double *s) {
+  if (pl_host_memory(p)) {
+    *s = sg_sumsq_f32(g, n);
+    return SG_OK;
+  }
+#if SG_HAVE_CUDA
+  return sg_sumsq_f32_cuda(g, n, s, NULL);
+#else
+  return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "parallel plan on %s: built without CUDA",
+                      sg_device_kind_name(p->dev.kind));
+#endif
+}
+
+static sg_status pl_adamw(const struct sg_parallel *p, float *w, const float *g,
+                          float *m, float *v, int64_t n, int64_t t, double lr,
+                          double scale) {
+  if (pl_host_memory(p))
+    return sg_adamw_step_f32(w, g, m, v, n, t, lr, scale, &p->cfg.adamw);
+#if SG_HAVE_CUDA
+  return sg_adamw_step_f32_cuda(w, g, m, v, n, t, lr, scale, &p->cfg.adamw,
+                                NULL);
+#else
+  return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "parallel plan on %s: built without CUDA",
+                      sg_device_kind_name(p->dev.kind));
+#endif
+}
+
+sg_device sg_parallel_device(sg_parallel_t p) {
+  return p ? p->dev : sg_device_host();
+}
+
+sg_status sg_parallel_to_device(sg_parallel_t p, sg_device dev) {
+  sg_status st = SG_OK;
+  float *d[4] = {NULL, NULL, NULL, NULL};
+  if (!p)
+    return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                        "sg_parallel_to_device: NULL plan");
+  if (dev.kind == SG_DEVICE_HOST) return SG_OK;
+  const MPI_Comm comm = sg_mesh_comm(p->mesh);
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  const char *dn = sg_device_kind_name(dev.kind);
+  /* the verdicts come from the config and the mesh: alike on every rank,
+   * and before any device call */
+  if (p->attached || pl_on_device(p))
+    st = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                      "sg_parallel_to_device: call it once, before "
+                      "sg_parallel_attach");
+  else if (size > 1)
+    st = sg_error_set(
+        SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+        "parallel plan on %s: %d ranks; device plans run in one process so "
+        "far (the gradient reductions over device buffers need NCCL; issue "
+        "22)",
+        dn, size);
+  else if (p->cfg.zero != 0)
+    st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "parallel plan on %s: zero = %d is not supported on "
+                      "devices yet (zero 0 only; issue 22)",
+                      dn, p->cfg.zero);
+  else if (p->cfg.param_dtype == SG_DTYPE_BF16)
+    st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "parallel plan on %s: param_dtype = bf16 is not "
+                      "supported on devices yet (its compute copy and "
+                      "rounding are host code; issue 22)",
+                      dn);
+  SG_TRY(sg_agree(comm, st));
+  const size_t nb = (size_t)(p->nlocal + 1) * sizeof(float),
+               ns = (size_t)(p->nstate + 1) * sizeof(float);
+  st = ag_mem_alloc(dev, nb, 0, (void **)&d[0]);
+  if (st == SG_OK) st = ag_mem_alloc(dev, nb, 1, (void **)&d[1]);
+  if (st == SG_OK) st = ag_mem_alloc(dev, ns, 0, (void **)&d[2]);
+  if (st == SG_OK) st = ag_mem_alloc(dev, ns, 0, (void **)&d[3]);
+  if (st == SG_OK) st = ag_mem_copy(dev, d[0], sg_device_host(), p->params, nb);
+  if (st == SG_OK) st = ag_mem_copy(dev, d[2], sg_device_host(), p->m, ns);
+  if (st == SG_OK) st = ag_mem_copy(dev, d[3], sg_device_host(), p->v, ns);
+  SG_TRY(sg_agree(comm, st));
+  /* one rank: nothing to reduce (the reducers work on host buffers) */
+  for (int k = 0; k < p->nspan; ++k) SG_TRY(sg_ddp_destroy(&p->span[k].ddp));
+  p->hooked_reductions = 0;
+  sg_free(sg_device_host(), (void **)&p->grads);
+  p->hparams = p->params, p->hm = p->m, p->hv = p->v;
+  p->params = d[0], p->grads = d[1], p->m = d[2], p->v = d[3];
+  p->dev = dev;
+  return SG_OK;
+fail:
+  for (int k = 0; k < 4; ++k) ag_mem_free(dev, (void **)&d[k]);
+  return st;
+}
+
+sg_status sg_parallel_ckpt_loaded(sg_parallel_t p) {
+  sg_status st = SG_OK;
+  if (!p) SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_ckpt_loaded: NULL plan");
+  if (!pl_on_device(p)) goto fail;
+  const sg_device h = sg_device_host();
+  SG_TRY(ag_mem_copy(p->dev, p->params, h, p->hparams,
+                     (size_t)p->nlocal * sizeof(float)));
+  SG_TRY(
+      ag_mem_copy(p->dev, p->m, h, p->hm, (size_t)p->nstate * sizeof(float)));
+  SG_TRY(
+      ag_mem_copy(p->dev, p->v, h, p->hv, (size_t)p->nstate * sizeof(float)));
+fail:
+  return st;
 }
 
 /* ---- reduction, norm, step --------------------------------------------------- */
@@ -644,17 +779,24 @@ fail:
   return st;
 }
 
-/* Sum of squares of what this rank updates of layout L. */
-static double layout_sumsq(const struct sg_parallel *p, const pl_layout *L) {
+/* Sum of squares of what this rank updates of layout L (on the plan's
+ * device: only the sums come back). */
+static sg_status layout_sumsq(const struct sg_parallel *p, const pl_layout *L,
+                              double *sum) {
+  sg_status st = SG_OK;
   double s = 0.0;
   for (int j = 0; j < L->nmembers; ++j) {
     const pl_param *q = &p->p[L->members[j]];
     const float *g = p->gpiece
                          ? p->gpiece + q->moff
                          : p->grads + q->info.offset + q->own_row0 * q->row;
-    s += sg_sumsq_f32(g, q->own_rows * q->row);
+    double sj = 0.0;
+    SG_TRY(pl_sumsq(p, g, q->own_rows * q->row, &sj));
+    s += sj;
   }
-  return s;
+fail:
+  *sum = s;
+  return st;
 }
 
 sg_status sg_parallel_reduce(sg_parallel_t p, double *grad_norm) {
@@ -674,7 +816,8 @@ sg_status sg_parallel_reduce(sg_parallel_t p, double *grad_norm) {
   /* zero >= 2, deterministic: every piece was reduced when its gradient was ready */
   double total = 0.0;
   for (int k = 0; k < p->nl; ++k) {
-    double s = layout_sumsq(p, &p->l[k]);
+    double s = 0.0;
+    SG_TRY(layout_sumsq(p, &p->l[k], &s));
     if (sg_group_size(p->l[k].norm_g) > 1)
       SG_TRY(sg_allreduce_det(p->l[k].norm_g, &s, &s, 1, SG_DTYPE_F64,
                               SG_REDUCE_SUM));
@@ -692,8 +835,8 @@ sg_status sg_parallel_step(sg_parallel_t p, int64_t t, double lr,
     SG_RAISE(SG_ERR_INVALID_ARG, "sg_parallel_step: NULL plan or step %lld < 1",
              (long long)t);
   if (p->cfg.zero == 0) {
-    SG_TRY(sg_adamw_step_f32(p->params, p->grads, p->m, p->v, p->nlocal, t, lr,
-                             grad_scale, &p->cfg.adamw));
+    SG_TRY(pl_adamw(p, p->params, p->grads, p->m, p->v, p->nlocal, t, lr,
+                    grad_scale));
   } else {
     for (int i = 0; i < p->np; ++i) {
       const pl_param *q = &p->p[i];
@@ -718,6 +861,8 @@ sg_status sg_parallel_step(sg_parallel_t p, int64_t t, double lr,
   }
   if (p->gpiece)
     memset(p->gpiece, 0, (size_t)p->nstate * sizeof *p->gpiece);
+  else if (pl_on_device(p))
+    SG_TRY(ag_mem_zero(p->dev, p->grads, (size_t)p->nlocal * sizeof *p->grads));
   else
     memset(p->grads, 0, (size_t)p->nlocal * sizeof *p->grads);
   pl_precision_invalidate(&p->prec);
@@ -741,6 +886,10 @@ sg_status sg_parallel_gather_param(sg_parallel_t p, int i, float *out) {
   if (q->info.numel == 0) goto fail;
   if (p->ppiece)
     SG_TRY(pl_gather_value(p, q, out));
+  else if (pl_on_device(p))
+    SG_TRY(ag_mem_copy(sg_device_host(), out, p->dev,
+                       p->params + q->info.offset,
+                       (size_t)q->info.numel * sizeof *out));
   else
     memcpy(out, p->params + q->info.offset,
            (size_t)q->info.numel * sizeof *out);
@@ -763,6 +912,7 @@ sg_status sg_parallel_check_replicas(sg_parallel_t p, int64_t step) {
   if (!p)
     return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                         "sg_parallel_check_replicas: NULL plan");
+  if (pl_on_device(p)) return SG_OK; /* one rank: no replicas */
   lo = malloc((size_t)(p->np + 1) * sizeof *lo);
   hi = malloc((size_t)(p->np + 1) * sizeof *hi);
   if (!lo || !hi)
@@ -821,6 +971,17 @@ sg_status sg_parallel_ckpt_arrays(sg_parallel_t p, int writing,
   if (!p->ck || !p->ck_names)
     st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
   SG_TRY(sg_agree(sg_mesh_comm(p->mesh), st));
+  /* a device plan's arrays are its host copies: filled for writing */
+  float *const P = pl_on_device(p) ? p->hparams : p->params,
+               *const M = pl_on_device(p) ? p->hm : p->m,
+               *const V = pl_on_device(p) ? p->hv : p->v;
+  if (pl_on_device(p) && writing) {
+    const sg_device h = sg_device_host();
+    SG_TRY(ag_mem_copy(h, P, p->dev, p->params,
+                       (size_t)p->nlocal * sizeof(float)));
+    SG_TRY(ag_mem_copy(h, M, p->dev, p->m, (size_t)p->nstate * sizeof(float)));
+    SG_TRY(ag_mem_copy(h, V, p->dev, p->v, (size_t)p->nstate * sizeof(float)));
+  }
   const unsigned all = (1u << sg_mesh_ndims(p->mesh)) - 1u;
   int c = 0;
   for (int i = 0; i < p->np; ++i) {
@@ -855,10 +1016,9 @@ sg_status sg_parallel_ckpt_arrays(sg_parallel_t p, int writing,
         a->shard.start[0] += q->own_row0;
         a->shard.count[0] = q->own_rows;
       }
-      a->data = s == 0
-                    ? (piece ? p->ppiece + q->moff : p->params + q->info.offset)
-                    : (s == 1 ? p->m : p->v) +
-                          (p->cfg.zero >= 1 ? q->moff : q->info.offset);
+      a->data = s == 0 ? (piece ? p->ppiece + q->moff : P + q->info.offset)
+                       : (s == 1 ? M : V) +
+                             (p->cfg.zero >= 1 ? q->moff : q->info.offset);
       if (writing && !writer) a->shard.count[0] = 0;
       ++c;
     }

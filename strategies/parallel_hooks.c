@@ -446,6 +446,8 @@ sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape,
   if (p->attached)
     SG_RAISE(SG_ERR_INVALID_ARG,
              "sg_parallel_attach: the plan is attached already");
+  free(p->var_sorted); /* a refused attach may have left them */
+  free(p->var_index);
   p->var_sorted = malloc((size_t)(p->np + 1) * sizeof *p->var_sorted);
   p->var_index = malloc((size_t)(p->np + 1) * sizeof *p->var_index);
   if (!p->var_sorted || !p->var_index)
@@ -461,16 +463,19 @@ sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape,
           SG_ERR_INVALID_ARG,
           "sg_parallel_attach: variable %d ('%s') is not bound to the plan's buffer",
           i, p->p[i].name);
-    /* the plan's buffers, its reductions and its optimizer are host
-     * memory: a variable marked as device memory (sg_var_set_device) would
-     * be read and written by host code */
-    if (vars[i]->value.device.kind != SG_DEVICE_HOST)
+    /* the variables live where the plan's buffers do: a host plan's are
+     * read and written by host code, a device plan's (sg_parallel_to_device)
+     * by its kernels */
+    if (vars[i]->value.device.kind != p->dev.kind ||
+        vars[i]->value.device.index != p->dev.index)
       SG_RAISE(SG_ERR_NOT_SUPPORTED,
-               "sg_parallel_attach: variable %d ('%s') is on %s:%d; the "
-               "parallel plan keeps parameters, gradients and optimizer "
-               "state in host memory (device plans are not supported yet)",
+               "sg_parallel_attach: variable %d ('%s') is on %s:%d, the "
+               "plan's parameters, gradients and optimizer state on %s:%d "
+               "(a device plan: sg_parallel_to_device, one rank, zero 0, "
+               "f32)",
                i, p->p[i].name, sg_device_kind_name(vars[i]->value.device.kind),
-               vars[i]->value.device.index);
+               vars[i]->value.device.index, sg_device_kind_name(p->dev.kind),
+               p->dev.index);
     p->p[i].var = vars[i];
     p->var_index[i] = i;
   }

@@ -89,6 +89,10 @@ struct sg_parallel {
   sg_ckpt_array *ck;
   char (*ck_names)[96];
   pl_precision prec; /* mixed precision (precision_impl.h) */
+  /* sg_parallel_to_device: params, grads, m, v are dev's memory, hparams,
+   * hm, hv their host copies for checkpoints (dev.kind host: none) */
+  sg_device dev;
+  float *hparams, *hm, *hv;
 };
 
 /* DDP bucket size in floats; also the bound on the full gradients of zero

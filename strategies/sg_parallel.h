@@ -171,6 +171,23 @@ sg_status sg_parallel_create(sg_mesh_t mesh, const sg_parallel_config *cfg,
  * reduction is in flight on other ranks). */
 sg_status sg_parallel_destroy(sg_parallel_t *plan);
 
+/* The plan on a device (one GPU; issue 22): after sg_parallel_create,
+ * the model bound to the host buffers and initialised, and before
+ * sg_parallel_attach, moves the parameters (copied), the gradients and the
+ * AdamW moments to dev. sg_parallel_params/grads then return the device
+ * buffers: bind the model to them again and sg_model_set_device it. The
+ * gradients stay on the device; sg_parallel_reduce sums the norm's squares
+ * there (only the norm comes back) and sg_parallel_step runs AdamW there;
+ * checkpoint arrays are host copies (sg_parallel_ckpt_arrays copies the
+ * state to the host when writing; sg_parallel_ckpt_loaded copies a read
+ * back), so the file format is the host's. One rank, zero 0, f32 only:
+ * more ranks, ZeRO and the bf16 policy are SG_ERR_NOT_SUPPORTED naming
+ * what, on every rank alike (before any device call). dev: host is a
+ * no-op. Collective over the mesh. */
+sg_status sg_parallel_to_device(sg_parallel_t plan, sg_device dev);
+/* The plan's device (host unless sg_parallel_to_device). */
+sg_device sg_parallel_device(sg_parallel_t plan);
+
 /* This rank's flat buffers (nlocal floats each); grads must be zero before
  * the first backward of a step (sg_parallel_step zeroes them). */
 float *sg_parallel_params(sg_parallel_t plan);
@@ -249,6 +266,10 @@ sg_status sg_parallel_check_replicas(sg_parallel_t plan, int64_t step);
  * destroy. Collective over the mesh (groups). */
 sg_status sg_parallel_ckpt_arrays(sg_parallel_t plan, int writing,
                                   sg_ckpt_array **arrays, int *n);
+/* After a checkpoint read into the arrays (writing = 0): a device plan
+ * copies them to its device buffers; a host plan has nothing to do. Not
+ * collective. */
+sg_status sg_parallel_ckpt_loaded(sg_parallel_t plan);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,8 @@
 models/cnn.c (lifting 3x3 conv from the inputs plus 2 grid channels to
 width W, B residual blocks conv3x3-GroupNorm-GELU-conv3x3 + skip, all with
 periodic (circular) padding, projection 1x1 to 128, GELU, 1x1 to 1) and the
-same step (AdamW, relative-L2 loss) in PyTorch on the CPU, timed.
+same step (AdamW, relative-L2 loss) in PyTorch on the CPU or
+(--device cuda) the GPU, eager or (--compile 1) torch.compile, timed.
 For the benchmark only (Debian's python3-torch); the project never uses it.
 
 usage: cnn_torch.py --n 64 --batch 8 --history 10 --width 32 --blocks 4
@@ -41,7 +42,8 @@ class CNN(nn.Module):
 
     def forward(self, x):
         b, _, h, w = x.shape
-        gy, gx = torch.meshgrid(torch.arange(h) / h, torch.arange(w) / w, indexing="ij")
+        gy, gx = torch.meshgrid(torch.arange(h, device=x.device) / h,
+                                torch.arange(w, device=x.device) / w, indexing="ij")
         grid = torch.stack([gx, gy]).expand(b, 2, h, w)
         x = self.lift(torch.cat([x, grid], 1))
         for blk in self.blocks:

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Reference for bench/train: the same FNO-2D (lifting with the grid,
 L spectral layers of width W keeping M x M modes, projection to 128 then 1)
-and the same step (AdamW, relative-L2 loss) in PyTorch on the CPU, timed.
+and the same step (AdamW, relative-L2 loss) in PyTorch on the CPU or
+(--device cuda) the GPU, eager or (--compile 1) torch.compile, timed.
 For the benchmark only (Debian's python3-torch); the project never uses it.
 
 usage: fno_torch.py --n 64 --batch 8 --history 10 --width 32 --modes 12
@@ -25,7 +26,7 @@ class Spectral(nn.Module):
     def forward(self, x):
         b, c, h, w = x.shape
         xf = torch.fft.rfft2(x)
-        out = torch.zeros(b, c, h, w // 2 + 1, dtype=torch.cfloat)
+        out = torch.zeros(b, c, h, w // 2 + 1, dtype=torch.cfloat, device=x.device)
         m = self.m
         out[:, :, :m, :m] = torch.einsum("bixy,ioxy->boxy", xf[:, :, :m, :m], self.w1)
         out[:, :, -m:, :m] = torch.einsum("bixy,ioxy->boxy", xf[:, :, -m:, :m], self.w2)
@@ -43,7 +44,8 @@ class FNO(nn.Module):
 
     def forward(self, x):
         b, _, h, w = x.shape
-        gy, gx = torch.meshgrid(torch.arange(h) / h, torch.arange(w) / w, indexing="ij")
+        gy, gx = torch.meshgrid(torch.arange(h, device=x.device) / h,
+                                torch.arange(w, device=x.device) / w, indexing="ij")
         grid = torch.stack([gx, gy]).expand(b, 2, h, w)
         x = self.lift(torch.cat([x, grid], 1))
         for i, (s, l) in enumerate(zip(self.spec, self.lin)):

@@ -46,7 +46,8 @@ class UNet(nn.Module):
 
     def forward(self, x):
         b, _, h, w = x.shape
-        gy, gx = torch.meshgrid(torch.arange(h) / h, torch.arange(w) / w, indexing="ij")
+        gy, gx = torch.meshgrid(torch.arange(h, device=x.device) / h,
+                                torch.arange(w, device=x.device) / w, indexing="ij")
         x = torch.cat([x, torch.stack([gx, gy]).expand(b, 2, h, w)], 1)
         skips = []
         for l, blk in enumerate(self.enc):

@@ -48,7 +48,8 @@ class ViT(nn.Module):
 
     def forward(self, x):
         b, _, h, w = x.shape
-        gy, gx = torch.meshgrid(torch.arange(h) / h, torch.arange(w) / w, indexing="ij")
+        gy, gx = torch.meshgrid(torch.arange(h, device=x.device) / h,
+                                torch.arange(w, device=x.device) / w, indexing="ij")
         grid = torch.stack([gx, gy]).expand(b, 2, h, w)
         x = self.embed(torch.cat([x, grid], 1)) + self.pos
         _, c, hp, wp = x.shape

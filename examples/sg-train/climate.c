@@ -6,6 +6,7 @@
 #include "train.h"
 
 #include "sg_comm.h"
+#include "sg_device.h"
 #include "sg_log.h"
 #include "sg_metrics.h"
 #include "sg_nc.h"
@@ -182,10 +183,16 @@ sg_status sg_train_predict(run_t *r, const float *x, float *pred) {
   sg_var xv, *y = NULL;
   memset(&xv, 0, sizeof xv);
   int prev = sg_tape_set_grad_enabled(r->tape, 0);
-  SG_TRY(sg_var_init(&xv, "x", SG_DTYPE_F32, 4, xs, (void *)x, 0));
+  const int dev = r->dev.kind != SG_DEVICE_HOST;
+  if (dev) /* device = cuda: the batch there, the prediction back */
+    SG_TRY(sg_memcpy(r->dev, r->dxb, sg_device_host(), x,
+                     (size_t)(r->lbatch * r->cin * plane) * sizeof *x));
+  SG_TRY(
+      sg_var_init(&xv, "x", SG_DTYPE_F32, 4, xs, dev ? r->dxb : (void *)x, 0));
+  if (dev) SG_TRY(sg_var_set_device(&xv, r->dev));
   SG_TRY(sg_model_forward(r->model, r->tape, &xv, &y));
-  memcpy(pred, y->value.data,
-         (size_t)(r->lbatch * r->cout * plane) * sizeof *pred);
+  SG_TRY(sg_memcpy(sg_device_host(), pred, y->value.device, y->value.data,
+                   (size_t)(r->lbatch * r->cout * plane) * sizeof *pred));
 fail:
   sg_tape_clear(r->tape);
   sg_tape_set_grad_enabled(r->tape, prev);

@@ -153,6 +153,11 @@ const sg_kv_key sg_train_keys[] = {
      "time_budget's clock: wall (seconds since the first step, max over ranks) | cpu (CPU seconds of all "
      "ranks' processes, all threads, summed)"},
     {"log_level", SG_KV_STRING, "info", "error | warn | info | debug"},
+    {"device", SG_KV_STRING, "host",
+     "host | cuda: cuda trains on one GPU (one process; the GPU of the "
+     "node-local rank): parameters, gradients, AdamW state, the grid "
+     "channels and each batch on the device, the loss read back for the "
+     "log; fno, fno3d, cnn; zero 0, f32, unmasked data"},
     {"loss_weighting", SG_KV_STRING, "none",
      "none | latitude (cos(lat) weights in the loss; climate data)"},
 };

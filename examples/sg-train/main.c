@@ -210,6 +210,8 @@ static sg_status load_checkpoint(run_t *r, const char *path, int64_t *step) {
   if (st == SG_OK) st = sg_ckpt_read(MPI_COMM_WORLD, path, narr, arr, NULL);
   sg_trace_end("io");
   SG_TRY(st);
+  if (!r->pipe) /* a device plan: the host copies to the device */
+    SG_TRY(sg_agree(MPI_COMM_WORLD, sg_parallel_ckpt_loaded(r->plan)));
   if (meta.rng_seed != (uint64_t)sg_kv_int(r->kv, "seed"))
     SG_RAISE(SG_ERR_CONFIG,
              "checkpoint %s was written with seed %llu, this run has seed %lld",
@@ -461,6 +463,12 @@ static sg_status make_plan(run_t *r) {
   SG_TRY(sg_model_bind(r->model, sg_parallel_params(r->plan),
                        sg_parallel_grads(r->plan)));
   SG_TRY(sg_model_init(r->model, seed));
+  if (r->dev.kind != SG_DEVICE_HOST) { /* device = cuda: one process */
+    SG_TRY(sg_parallel_to_device(r->plan, r->dev));
+    SG_TRY(sg_model_bind(r->model, sg_parallel_params(r->plan),
+                         sg_parallel_grads(r->plan)));
+    SG_TRY(sg_model_set_device(r->model, r->dev));
+  }
   SG_TRY(sg_tape_create(&r->tape));
   sg_model_params(r->model, &vars);
   SG_TRY(sg_parallel_attach(r->plan, r->tape, vars));
@@ -511,10 +519,75 @@ fail:
   return st;
 }
 
+/* device = cuda: what a one-GPU run cannot do yet, refused by name from
+ * the config (the same verdict on every rank, before anything is built),
+ * then the GPU of this rank (the node-local rank's). Collective. */
+static sg_status check_device(run_t *r) {
+  sg_status st = SG_OK;
+  sg_kv_t kv = r->kv;
+  const char *d = sg_kv_str(kv, "device");
+  r->dev = sg_device_host();
+  if (strcmp(d, "host") == 0) return SG_OK;
+  if (strcmp(d, "cuda"))
+    st = sg_error_set(SG_ERR_CONFIG, __FILE__, __LINE__,
+                      "device must be host or cuda, not '%s'", d);
+  else if (r->size > 1)
+    st = sg_error_set(
+        SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+        "device = cuda trains in one process so far, not %d ranks (the "
+        "sharded ops and the gradient reductions need NCCL on device "
+        "buffers; issue 22)",
+        r->size);
+  else if (sg_kv_int(kv, "zero") != 0)
+    st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "device = cuda with zero = %lld is not supported yet "
+                      "(zero 0 only)",
+                      (long long)sg_kv_int(kv, "zero"));
+  else if (strcmp(sg_kv_str(kv, "param_dtype"), "f32"))
+    st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "device = cuda with param_dtype = %s is not supported "
+                      "yet (f32 only)",
+                      sg_kv_str(kv, "param_dtype"));
+  else if (strcmp(sg_kv_str(kv, "activation_checkpointing"), "none"))
+    st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "device = cuda with activation_checkpointing = %s is "
+                      "not supported yet (checkpointed blocks replay on the "
+                      "host)",
+                      sg_kv_str(kv, "activation_checkpointing"));
+  else if (strcmp(sg_kv_str(kv, "rollout_grad"), "full") &&
+           sg_kv_int(kv, "rollout_train") > 1)
+    st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "device = cuda with rollout_grad = %s is not supported "
+                      "yet (its feedback runs on the host)",
+                      sg_kv_str(kv, "rollout_grad"));
+  else if (strcmp(sg_kv_str(kv, "loss_weighting"), "none"))
+    st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "device = cuda with loss_weighting = %s is not "
+                      "supported yet",
+                      sg_kv_str(kv, "loss_weighting"));
+  SG_TRY(sg_agree(MPI_COMM_WORLD, st));
+  int idx = -1;
+  SG_TRY(sg_cuda_device_local(MPI_COMM_WORLD, &idx));
+  if (idx < 0)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "device = cuda: no CUDA device visible to this process%s",
+             SG_HAVE_CUDA ? "" : " (built without CUDA: the cuda preset)");
+  r->dev = (sg_device){SG_DEVICE_CUDA, idx};
+  SG_TRY(sg_device_check(r->dev));
+  char name[128] = "";
+  size_t mem = 0;
+  if (sg_device_describe(r->dev, name, sizeof name, &mem) == SG_OK)
+    sg_log_info("device cuda:%d (%s, %.1f GiB)", idx, name,
+                (double)mem / (1024.0 * 1024.0 * 1024.0));
+fail:
+  return st;
+}
+
 static sg_status setup(run_t *r) {
   sg_status st = SG_OK;
   sg_kv_t kv = r->kv;
   SG_TRY(sg_agree(MPI_COMM_WORLD, check_config(kv)));
+  SG_TRY(check_device(r));
   SG_TRY(check_writable(sg_kv_str(kv, "predict"), r->rank));
   SG_TRY(check_writable(sg_kv_str(kv, "trace"), r->rank));
   char spec[128];
@@ -637,6 +710,11 @@ static sg_status setup(run_t *r) {
         SG_ERR_NOT_SUPPORTED,
         "grad_accum > 1 with loss = mse on masked data is not supported (the mean's "
         "denominator differs between micro-batches): use loss = rel_l2 or grad_accum = 1");
+  if (r->dev.kind != SG_DEVICE_HOST && r->ds.has_mask)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "device = cuda: %s has masked points (fill values or NaN): the "
+             "masked loss is not supported on devices yet",
+             r->dopt.path);
   if (r->ntrain < r->gbatch)
     SG_RAISE(SG_ERR_CONFIG,
              "only %lld training examples for a global batch of %lld",
@@ -665,6 +743,15 @@ static sg_status setup(run_t *r) {
   r->clim = malloc((size_t)(r->cout * plane + 1) * sizeof *r->clim);
   if (!r->xb || !r->yb || !r->mb || !r->ar_leaves || !r->clim)
     SG_RAISE(SG_ERR_ALLOC, "out of memory");
+  if (r->dev.kind != SG_DEVICE_HOST) { /* each batch copied there */
+    SG_TRY(sg_malloc(r->dev,
+                     (size_t)(r->lbatch * r->cin * plane + 1) * sizeof(float),
+                     &r->dxb));
+    SG_TRY(sg_malloc(r->dev,
+                     (size_t)(nbuf * r->lbatch * r->cout * plane + 1) *
+                         sizeof(float),
+                     &r->dyb));
+  }
   SG_TRY(sg_dataset_climatology(&r->ds, &r->dopt, r->clim));
   if (r->pipe) SG_TRY(pp_step_init(r));
   SG_TRY(sg_agree(MPI_COMM_WORLD, sg_train_loss_weights(r)));
@@ -710,7 +797,10 @@ static sg_status micro_step(run_t *r, const int64_t *perm, sg_example *ex,
                          .div = r->loss_kind == SG_LOSS_MSE ? r->micro : 1,
                          .x = r->xb,
                          .y = r->yb,
-                         .m = r->mb};
+                         .m = r->mb,
+                         .device = r->dev,
+                         .dx = r->dxb,
+                         .dy = r->dyb};
   sg_var *loss = NULL;
   double lv = 0.0;
   sg_trace_begin("forward");
@@ -1016,6 +1106,10 @@ static void cleanup(run_t *r) {
   free(r->xb);
   free(r->yb);
   free(r->mb);
+  if (r->dev.kind != SG_DEVICE_HOST) {
+    sg_free(r->dev, &r->dxb);
+    sg_free(r->dev, &r->dyb);
+  }
   free(r->ar_leaves);
   free(r->clim);
   free(r->wmetrics);

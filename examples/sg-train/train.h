@@ -203,6 +203,8 @@ typedef struct run {
   int stop;  /* the signal that stopped the run (SIGTERM, SIGINT), 0: none */
   sg_var lw; /* loss_weighting = latitude: the loss weights */
   int has_lw;
+  sg_device dev;    /* device = cuda: the model's GPU, else the host */
+  void *dxb, *dyb;  /* device = cuda: xb, yb on the device (their sizes) */
   double *wmetrics; /* the last evaluation's latitude-weighted RMSE, ACC per
                      * EV_* and variable ([2 * (k * nvars + v)] ..), NULL:
                      * no latitudes */

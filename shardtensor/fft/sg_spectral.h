@@ -106,6 +106,22 @@ sg_status sg_spectral_conv_backward(sg_spectral_conv_t conv, const void *x,
                                     const void *xhat, const void *w,
                                     const void *dy, void *dx, void *dw);
 
+/* The same two on CUDA device pointers (x, w, y, xhat, dy, dx, dw in the
+ * memory of the current device), for one process: the plans must hold the
+ * whole domain and every kept mode on this rank (else
+ * SG_ERR_NOT_SUPPORTED); W in either layout (they coincide there). cuFFT's
+ * r2c and c2r over the spatial dims, the kept modes gathered, the per-mode
+ * channel contraction and the scatter back run the host's arithmetic
+ * (f64 to rounding); the cuFFT plans and the device scratch are made on
+ * first use (SG_ERR_CUFFT / SG_ERR_CUDA) and freed with the convolution.
+ * Asynchronous on the legacy default stream. Not collective. Built without
+ * CUDA: SG_ERR_NOT_SUPPORTED. */
+sg_status sg_spectral_conv_forward_cuda(sg_spectral_conv_t conv, const void *x,
+                                        const void *w, void *y, void *xhat);
+sg_status sg_spectral_conv_backward_cuda(sg_spectral_conv_t conv, const void *x,
+                                         const void *xhat, const void *w,
+                                         const void *dy, void *dx, void *dw);
+
 /* ---- spectral derivatives on a periodic box -------------------------------
  *
  * The box has lengths L[d] (NULL: 2*pi for every dim); wavenumbers are

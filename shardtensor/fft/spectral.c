@@ -7,8 +7,13 @@
 #include "mix_impl.h"
 #include "ops_impl.h"
 #include "sg_comm.h"
+#include "sg_config.h"
 #include "sg_device.h"
+#include "sg_spec_inl.h"
 #include "sg_spectral.h"
+#if SG_HAVE_CUDA
+#include "spectral_cuda.h"
+#endif
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
@@ -32,6 +37,8 @@ struct sg_spectral_conv {
   void *xp, *yp, *wp;
   int64_t boff[SG_FFT_MAX_DIMS], blen[SG_FFT_MAX_DIMS]; /* local mode box */
   int wsharded; /* W and dW hold only the local modes (cin, cout, box) */
+  /* the device path's cuFFT plans and scratch (made on first use) */
+  struct sg_spectral_cuda *cuda;
 };
 
 /* The run geometry the mixing kernels walk: R runs of L modes, run r at
@@ -242,8 +249,9 @@ static sg_status conv_create(sg_mesh_t mesh, MPI_Comm comm, int naxes,
                d, (long long)desc->keep[d]);
   if (desc->batch < 1) SG_RAISE(SG_ERR_INVALID_ARG, "nbatch must be >= 1");
   if (desc->device.kind != SG_DEVICE_HOST)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "spectral conv runs on the host only "
-                                   "(its channel mixing has no CUDA kernel)");
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "spectral conv plans are host plans (device data, one process: "
+             "sg_spectral_conv_forward_cuda with this host desc)");
   c = calloc(1, sizeof *c);
   if (!c) SG_RAISE(SG_ERR_ALLOC, "out of memory");
   c->desc = *desc;
@@ -367,6 +375,9 @@ sg_status sg_spectral_conv_destroy(sg_spectral_conv_t *conv) {
   sg_free(sg_device_host(), &c->xp);
   sg_free(sg_device_host(), &c->yp);
   sg_free(sg_device_host(), &c->wp);
+#if SG_HAVE_CUDA
+  sg_spectral_cuda_destroy(&c->cuda);
+#endif
   free(c);
   *conv = NULL;
   return SG_OK;
@@ -495,6 +506,63 @@ sg_status sg_spectral_conv_backward(sg_spectral_conv_t c, const void *x,
     }
     SG_TRY(sg_fft_forward_adjoint(c->pin, c->zbuf, dx));
   }
+fail:
+  return st;
+}
+
+/* ---- the device path (one process) ----------------------------------------- */
+
+/* The convolution's device state, made on first use: refused unless this
+ * rank holds the whole domain and every kept mode (one process, or an
+ * unsplit transform). */
+static sg_status conv_cuda(struct sg_spectral_conv *c, const char *what) {
+  sg_status st = SG_OK;
+  if (!c) SG_RAISE(SG_ERR_INVALID_ARG, "%s: conv is NULL", what);
+#if SG_HAVE_CUDA
+  if (c->cuda) return SG_OK;
+  int64_t off[SG_FFT_MAX_DIMS], len[SG_FFT_MAX_DIMS];
+  sg_fft_plan_local_box(c->pin, SG_FFT_SPACE_REAL, off, len);
+  int whole = c->M == c->ktot;
+  for (int d = 0; d < c->desc.ndim; ++d) whole &= len[d] == c->desc.shape[d];
+  if (!whole)
+    SG_RAISE(SG_ERR_NOT_SUPPORTED,
+             "%s: the domain is split over ranks (the device path runs one "
+             "process's whole transform; issue 22)",
+             what);
+  sg_spec_geo g;
+  sg_spec_geo_init(&g, c->desc.ndim, c->desc.shape, c->desc.keep);
+  SG_TRY(sg_spectral_cuda_create(c->desc.dtype, &g, c->nb, c->cin, c->cout,
+                                 &c->cuda));
+#else
+  SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: shardgrid was built without CUDA", what);
+#endif
+fail:
+  return st;
+}
+
+sg_status sg_spectral_conv_forward_cuda(sg_spectral_conv_t c, const void *x,
+                                        const void *w, void *y, void *xhat) {
+  sg_status st = SG_OK;
+  SG_TRY(conv_cuda(c, "sg_spectral_conv_forward_cuda"));
+#if SG_HAVE_CUDA
+  SG_TRY(sg_spectral_cuda_forward(c->cuda, x, w, y, xhat));
+#else
+  (void)x, (void)w, (void)y, (void)xhat;
+#endif
+fail:
+  return st;
+}
+
+sg_status sg_spectral_conv_backward_cuda(sg_spectral_conv_t c, const void *x,
+                                         const void *xhat, const void *w,
+                                         const void *dy, void *dx, void *dw) {
+  sg_status st = SG_OK;
+  SG_TRY(conv_cuda(c, "sg_spectral_conv_backward_cuda"));
+#if SG_HAVE_CUDA
+  SG_TRY(sg_spectral_cuda_backward(c->cuda, x, xhat, w, dy, dx, dw));
+#else
+  (void)x, (void)xhat, (void)w, (void)dy, (void)dx, (void)dw;
+#endif
 fail:
   return st;
 }

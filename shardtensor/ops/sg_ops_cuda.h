@@ -218,6 +218,10 @@ sg_status sg_norm_bwd_cuda(const sg_norm_desc *d, sg_dtype dt, const void *x,
                            const sg_moments *stats, const void *gamma,
                            const void *dy, const double *sums, void *dx,
                            void *dgamma, void *dbeta, void *stream);
+/* *out = sum x[i]^2 in double (fixed blocking: the same bits every run; a
+ * different order from the host's sg_sumsq_f32), synchronous. */
+sg_status sg_sumsq_f32_cuda(const float *x, int64_t n, double *out,
+                            void *stream);
 sg_status sg_adamw_step_f32_cuda(float *param, const float *grad, float *m,
                                  float *v, int64_t n, int64_t t, double lr,
                                  double grad_scale, const sg_adamw_config *cfg,

@@ -18,7 +18,10 @@
  * lse, dq, dk, dv; causal with offsets, Nq != Nk) and an attention-mse
  * tape (the layout copies on the device; ring, Ulysses and USP modes, one
  * process) and a window-attention tape (relative position bias) against
- * the host. The element arithmetic is the same SG_HD code on
+ * the host; the spectral_conv and spectral_linear_act tapes (cuFFT, 2-D
+ * and 3-D, one process) against the host's FFTW tapes (f64 1e-10, f32
+ * 1e-4: the two FFT libraries round differently), and the 2-D FNO's
+ * forward and backward with its parameters on the device (f32, 1e-4). The element arithmetic is the same SG_HD code on
  * both sides; what may differ is libm against CUDA's math functions, FMA
  * contraction (nvcc contracts, the host build does not) and the order of
  * the reductions' sums (block trees on the device). Tolerances, relative
@@ -43,10 +46,13 @@
 #include <string.h>
 
 #include "sg_autograd.h"
+#include "sg_fno.h"
+#include "sg_mesh.h"
 #include "sg_op_device.h"
 #include "sg_ops.h"
 #include "sg_ops_cuda.h"
 #include "sg_optim.h"
+#include "sg_spectral.h"
 
 #define NB 2
 #define NC 3
@@ -106,13 +112,13 @@ static double at(const buf *b, const void *p, size_t i) {
                                : (double)((const float *)p)[i];
 }
 
-/* The device result of b against its host result (b->h), after a sync. */
-static void compare(const char *what, const buf *b) {
+/* The device result of b against its host result (b->h), after a sync,
+ * within tol (relative to max(1, |host value|)). */
+static void compare_tol(const char *what, const buf *b, double tol) {
   void *dev = malloc(b->bytes ? b->bytes : 1);
   if (!dev) exit(1);
   CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(dev, b->d, b->bytes, cudaMemcpyDeviceToHost));
-  const double tol = b->dt == SG_DTYPE_F64 ? 1e-12 : 2e-5;
   double worst = 0;
   for (size_t i = 0; i < b->n; ++i) {
     double h = at(b, b->h, i), d = at(b, dev, i);
@@ -124,6 +130,11 @@ static void compare(const char *what, const buf *b) {
          ok ? "ok" : "FAIL");
   fails += !ok;
   free(dev);
+}
+
+/* ... within the default tolerances (the header's table) */
+static void compare(const char *what, const buf *b) {
+  compare_tol(what, b, b->dt == SG_DTYPE_F64 ? 1e-12 : 2e-5);
 }
 
 static void check_act(sg_dtype dt) {
@@ -905,21 +916,206 @@ static void check_wattn_tape(sg_dtype dt) {
   drop(&bias), drop(&db), drop(&t), drop(&dx);
 }
 
+/* The spectral ops on the tape (one process): y = spectral_conv(x; W) and
+ * y = gelu(spectral(x; W) + w x + b) (spectral_linear_act), loss =
+ * mse(y, t), on odd sizes (7 x 9, modes 2 x 3 not dividing them, cin 3 ->
+ * cout 2, batch 2) and 3-D (5 x 6 x 4: an even last length, its Nyquist
+ * column kept); the loss and dx, dW, dw, db against the same tapes on the
+ * host. cuFFT and FFTW round differently: f64 1e-10, f32 1e-4 (relative to
+ * max(1, |host value|); the FFTs of a few ulp times log N, summed over the
+ * modes and channels). */
+static double spec_tape_step(sg_spectral_conv_t conv, int fused, sg_var *x,
+                             sg_var *W, sg_var *w, sg_var *b, sg_var *tv) {
+  sg_tape_t tape = NULL;
+  sg_var *y = NULL, *loss = NULL;
+  CK(sg_tape_create(&tape));
+  if (fused)
+    CK(sg_ag_spectral_linear_act(tape, conv, x, W, w, b, SG_ACT_GELU, &y));
+  else
+    CK(sg_ag_spectral_conv(tape, conv, x, W, &y));
+  CK(sg_ag_loss(tape, SG_LOSS_MSE, y, tv, &loss));
+  const double item = sg_var_item(loss);
+  CK(sg_tape_backward(tape, loss));
+  sg_tape_destroy(&tape);
+  return item;
+}
+
+static void check_spectral_tape(sg_dtype dt, int D, int fused) {
+  const int64_t n2[2] = {7, 9}, k2[2] = {2, 3}, n3[3] = {5, 6, 4},
+                k3[3] = {2, 2, 3};
+  const int64_t *n = D == 2 ? n2 : n3, *keep = D == 2 ? k2 : k3;
+  const int64_t nb = 2, ci = 3, co = 2;
+  int64_t cells = 1, modes = 1;
+  sg_fft_desc desc;
+  sg_fft_desc_init(&desc);
+  desc.dtype = dt;
+  desc.ndim = D;
+  desc.batch = nb;
+  for (int d = 0; d < D; ++d) {
+    desc.shape[d] = n[d];
+    desc.keep[d] = keep[d];
+    cells *= n[d];
+    modes *= d == D - 1 ? keep[d] : 2 * keep[d];
+  }
+  sg_spectral_conv_t conv = NULL;
+  CK(sg_spectral_conv_create_comms(MPI_COMM_SELF, 0, NULL, &desc, ci, co,
+                                   &conv));
+  const size_t nx = (size_t)(nb * ci * cells), ny = (size_t)(nb * co * cells),
+               nW = (size_t)(2 * ci * co * modes);
+  buf x = mk(dt, nx, -1, 1), W = mk(dt, nW, -0.5, 0.5),
+      w = mk(dt, (size_t)(co * ci), -1, 1), b = mk(dt, (size_t)co, -1, 1);
+  buf t = mk(dt, ny, -1, 1), dx = mk(dt, nx, 0, 0), dW = mk(dt, nW, 0, 0),
+      dw = mk(dt, (size_t)(co * ci), 0, 0), db = mk(dt, (size_t)co, 0, 0);
+  int64_t xs[5] = {nb, ci, n[0], n[1], D == 3 ? n[2] : 0}, ts[5];
+  memcpy(ts, xs, sizeof ts);
+  ts[1] = co;
+  const int64_t Ws[1] = {(int64_t)nW}, ws[2] = {co, ci}, bs[1] = {co};
+  sg_var vx[2], vW[2], vw[2], vb[2], vt[2];
+  double l[2];
+  for (int dev = 0; dev < 2; ++dev) {
+    CK(sg_var_init(&vx[dev], "x", dt, 2 + D, xs, dev ? x.d : x.h, 1));
+    CK(sg_var_init_param(&vW[dev], "W", dt, 1, Ws, dev ? W.d : W.h,
+                         dev ? dW.d : dW.h));
+    CK(sg_var_init_param(&vw[dev], "w", dt, 2, ws, dev ? w.d : w.h,
+                         dev ? dw.d : dw.h));
+    CK(sg_var_init_param(&vb[dev], "b", dt, 1, bs, dev ? b.d : b.h,
+                         dev ? db.d : db.h));
+    CK(sg_var_init(&vt[dev], "t", dt, 2 + D, ts, dev ? t.d : t.h, 0));
+    if (dev) {
+      const sg_device cu = {SG_DEVICE_CUDA, 0};
+      CK(sg_var_set_device(&vx[dev], cu));
+      CK(sg_var_set_device(&vW[dev], cu));
+      CK(sg_var_set_device(&vw[dev], cu));
+      CK(sg_var_set_device(&vb[dev], cu));
+      CK(sg_var_set_device(&vt[dev], cu));
+    }
+    l[dev] = spec_tape_step(conv, fused, &vx[dev], &vW[dev], &vw[dev], &vb[dev],
+                            &vt[dev]);
+  }
+  const double tol = dt == SG_DTYPE_F64 ? 1e-10 : 1e-4;
+  char what[64];
+  const char *name = fused ? "spectral_linear_act" : "spectral_conv";
+  const int ok = fabs(l[1] - l[0]) <= tol * (fabs(l[0]) > 1 ? fabs(l[0]) : 1);
+  printf("%-4s tape %s %dD loss %.17g (host %.17g)  %s\n", sg_dtype_name(dt),
+         name, D, l[1], l[0], ok ? "ok" : "FAIL");
+  fails += !ok;
+  memcpy(dx.h, vx[0].grad.data, dx.bytes);
+  CK(cudaMemcpy(dx.d, vx[1].grad.data, dx.bytes, cudaMemcpyDeviceToDevice));
+  snprintf(what, sizeof what, "tape %s %dD (dx)", name, D);
+  compare_tol(what, &dx, tol);
+  snprintf(what, sizeof what, "tape %s %dD (dW)", name, D);
+  compare_tol(what, &dW, tol);
+  if (fused) {
+    snprintf(what, sizeof what, "tape %s %dD (dw)", name, D);
+    compare_tol(what, &dw, tol);
+    snprintf(what, sizeof what, "tape %s %dD (db)", name, D);
+    compare_tol(what, &db, tol);
+  }
+  for (int dev = 0; dev < 2; ++dev) {
+    sg_var_release(&vx[dev]), sg_var_release(&vW[dev]);
+    sg_var_release(&vw[dev]), sg_var_release(&vb[dev]);
+    sg_var_release(&vt[dev]);
+  }
+  sg_spectral_conv_destroy(&conv);
+  drop(&x), drop(&W), drop(&w), drop(&b), drop(&t), drop(&dx), drop(&dW),
+      drop(&dw), drop(&db);
+}
+
+/* The 2-D FNO on one GPU (f32; lift, two spectral_linear_act layers with
+ * GELU, the projection's linear_act and linear; no grid channels: they are
+ * host variables of the model): one forward and backward with the
+ * parameters and the input on the device against the same model on the
+ * host, the loss and every parameter's gradient within 1e-4 (cuFFT and
+ * FFTW in f32 through four layers). */
+static void check_fno_tape(void) {
+  sg_mesh_t mesh = NULL;
+  sg_fno_t m[2] = {NULL, NULL};
+  CK(sg_mesh_create(MPI_COMM_WORLD, "h=1", &mesh));
+  sg_fno_config c = sg_fno_defaults();
+  c.cin = 2, c.cout = 1, c.width = 5, c.modes1 = 3, c.modes2 = 2;
+  c.layers = 2, c.proj_width = 6, c.add_grid = 0;
+  const int64_t ny = 9, nx = 7, nb = 2;
+  CK(sg_fno_create(mesh, &c, ny, nx, nb, &m[0]));
+  CK(sg_fno_create(mesh, &c, ny, nx, nb, &m[1]));
+  const size_t np = (size_t)sg_fno_param_count(m[0]);
+  buf p = mk(SG_DTYPE_F32, np, 0, 0), g = mk(SG_DTYPE_F32, np, 0, 0);
+  buf x = mk(SG_DTYPE_F32, (size_t)(nb * 2 * ny * nx), -1, 1),
+      t = mk(SG_DTYPE_F32, (size_t)(nb * ny * nx), -1, 1);
+  CK(sg_fno_bind(m[0], p.h, g.h));
+  CK(sg_fno_init(m[0], 11));
+  CK(cudaMemcpy(p.d, p.h, p.bytes, cudaMemcpyHostToDevice));
+  CK(sg_fno_bind(m[1], p.d, g.d));
+  const sg_device cu = {SG_DEVICE_CUDA, 0};
+  sg_var **pv = NULL;
+  const int npv = sg_fno_params(m[1], &pv);
+  for (int i = 0; i < npv; ++i) CK(sg_var_set_device(pv[i], cu));
+  const int64_t xs[4] = {nb, 2, ny, nx}, ts[4] = {nb, 1, ny, nx};
+  double l[2];
+  for (int dev = 0; dev < 2; ++dev) {
+    sg_var xv, tv, *y = NULL, *loss = NULL;
+    sg_tape_t tape = NULL;
+    CK(sg_var_init(&xv, "x", SG_DTYPE_F32, 4, xs, dev ? x.d : x.h, 0));
+    CK(sg_var_init(&tv, "t", SG_DTYPE_F32, 4, ts, dev ? t.d : t.h, 0));
+    if (dev) {
+      CK(sg_var_set_device(&xv, cu));
+      CK(sg_var_set_device(&tv, cu));
+    }
+    CK(sg_tape_create(&tape));
+    CK(sg_fno_forward(m[dev], tape, &xv, &y));
+    CK(sg_ag_loss(tape, SG_LOSS_MSE, y, &tv, &loss));
+    l[dev] = sg_var_item(loss);
+    CK(sg_tape_backward(tape, loss));
+    sg_tape_destroy(&tape);
+    sg_var_release(&xv), sg_var_release(&tv);
+  }
+  const int ok = fabs(l[1] - l[0]) <= 1e-4 * (fabs(l[0]) > 1 ? fabs(l[0]) : 1);
+  printf("f32  tape FNO 2-D loss %.9g (host %.9g)  %s\n", l[1], l[0],
+         ok ? "ok" : "FAIL");
+  fails += !ok;
+  compare_tol("tape FNO 2-D (parameter grads)", &g, 1e-4);
+  sg_fno_destroy(&m[1]);
+  sg_fno_destroy(&m[0]);
+  sg_mesh_destroy(&mesh);
+  drop(&p), drop(&g), drop(&x), drop(&t);
+}
+
 /* The launchers above; each op the device table puts on cuda must name
  * two of them. */
 static int tested(const char *fn) {
-  static const char *const names[] = {
-      "sg_act_fwd_cuda",       "sg_act_bwd_cuda",       "sg_binary_fwd_cuda",
-      "sg_binary_bwd_cuda",    "sg_scale_cuda",         "sg_bias_fwd_cuda",
-      "sg_bias_bwd_cuda",      "sg_loss_partial_cuda",  "sg_loss_bwd_cuda",
-      "sg_pool_fwd_cuda",      "sg_pool_bwd_cuda",      "sg_upsample_fwd_cuda",
-      "sg_upsample_bwd_cuda",  "sg_linear_fwd_cuda",    "sg_linear_bwd_cuda",
-      "sg_norm_fwd_cuda",      "sg_norm_bwd_cuda",      "sg_conv_fwd_cuda",
-      "sg_conv_bwd_cuda",      "sg_convt_fwd_cuda",     "sg_convt_bwd_cuda",
-      "sg_cat_part_cuda",      "sg_bcast_t_fwd_cuda",   "sg_bcast_t_bwd_cuda",
-      "sg_time_window_cuda",   "sg_roll_cuda",          "sg_add_field_fwd_cuda",
-      "sg_add_field_bwd_cuda", "sg_attention_fwd_cuda", "sg_attention_bwd_cuda",
-      "sg_wattn_fwd_cuda",     "sg_wattn_bwd_cuda"};
+  static const char *const names[] = {"sg_act_fwd_cuda",
+                                      "sg_act_bwd_cuda",
+                                      "sg_binary_fwd_cuda",
+                                      "sg_binary_bwd_cuda",
+                                      "sg_scale_cuda",
+                                      "sg_bias_fwd_cuda",
+                                      "sg_bias_bwd_cuda",
+                                      "sg_loss_partial_cuda",
+                                      "sg_loss_bwd_cuda",
+                                      "sg_pool_fwd_cuda",
+                                      "sg_pool_bwd_cuda",
+                                      "sg_upsample_fwd_cuda",
+                                      "sg_upsample_bwd_cuda",
+                                      "sg_linear_fwd_cuda",
+                                      "sg_linear_bwd_cuda",
+                                      "sg_norm_fwd_cuda",
+                                      "sg_norm_bwd_cuda",
+                                      "sg_conv_fwd_cuda",
+                                      "sg_conv_bwd_cuda",
+                                      "sg_convt_fwd_cuda",
+                                      "sg_convt_bwd_cuda",
+                                      "sg_cat_part_cuda",
+                                      "sg_bcast_t_fwd_cuda",
+                                      "sg_bcast_t_bwd_cuda",
+                                      "sg_time_window_cuda",
+                                      "sg_roll_cuda",
+                                      "sg_add_field_fwd_cuda",
+                                      "sg_add_field_bwd_cuda",
+                                      "sg_attention_fwd_cuda",
+                                      "sg_attention_bwd_cuda",
+                                      "sg_wattn_fwd_cuda",
+                                      "sg_wattn_bwd_cuda",
+                                      "sg_spectral_conv_forward_cuda",
+                                      "sg_spectral_conv_backward_cuda"};
   for (size_t i = 0; i < sizeof names / sizeof *names; ++i)
     if (fn && !strcmp(fn, names[i])) return 1;
   return 0;
@@ -1025,6 +1221,9 @@ static void check_arguments(void) {
       {"attention head_dim 0",
        sg_heads_copy_cuda(SG_DTYPE_F32, 1, 1, 4, 0, NULL, NULL, 0, NULL),
        SG_ERR_SHAPE},
+      {"spectral conv without a convolution",
+       sg_spectral_conv_forward_cuda(NULL, NULL, NULL, NULL, NULL),
+       SG_ERR_INVALID_ARG},
       {"adamw at step 0",
        sg_adamw_step_f32_cuda(NULL, NULL, NULL, NULL, 4, 0, 1e-3, 1.0, &cfg,
                               NULL),
@@ -1077,8 +1276,13 @@ int main(int argc, char **argv) {
     check_attn_tape(dts[k], SG_SP_ULYSSES);
     check_attn_tape(dts[k], SG_SP_USP);
     check_wattn_tape(dts[k]);
+    for (int fused = 0; fused < 2; ++fused) {
+      check_spectral_tape(dts[k], 2, fused);
+      check_spectral_tape(dts[k], 3, fused);
+    }
   }
   check_adamw();
+  check_fno_tape();
   printf("%s\n", fails ? "FAILED" : "PASSED");
   MPI_Finalize();
   return fails ? 1 : 0;

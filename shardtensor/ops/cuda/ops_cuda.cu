@@ -774,6 +774,39 @@ fail:
   return st;
 }
 
+// Partial sums of squares (double) of a grid-stride share per block.
+__global__ void sumsq_k(int64_t n, const float *x, double *part) {
+  __shared__ double sh[32];
+  double s = 0.0;
+  SG_GRID_STRIDE(i, n) {
+    const double v = x[i];
+    s += v * v;
+  }
+  s = warp_block_sum(s, sh);
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+extern "C" sg_status sg_sumsq_f32_cuda(const float *x, int64_t n, double *out,
+                                       void *stream) {
+  sg_status st = SG_OK;
+  enum { kBlocks = 128 };  // fixed: the same partials, the same order
+  double *part = NULL, host[kBlocks];
+  const cudaStream_t s = SG_STREAM(stream);
+  if (!out || n < 0 || (n > 0 && !x))
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_sumsq_f32_cuda: n = %lld", (long long)n);
+  *out = 0.0;
+  if (n == 0) return SG_OK;
+  SG_CUDA(cudaMallocAsync((void **)&part, sizeof host, s));
+  sumsq_k<<<kBlocks, kThreads, 0, s>>>(n, x, part);
+  SG_CUDA(cudaGetLastError());
+  SG_CUDA(cudaMemcpyAsync(host, part, sizeof host, cudaMemcpyDeviceToHost, s));
+  SG_CUDA(cudaStreamSynchronize(s));
+  for (int b = 0; b < kBlocks; ++b) *out += host[b];
+fail:
+  if (part) cudaFreeAsync(part, s);
+  return st;
+}
+
 // The frame of the norm launchers: d checked, then launch(z, g, n) for dt's
 // element type (z a value of it) over n statistics (per_stat) or elements,
 // unless n is 0.
