@@ -665,7 +665,8 @@ fail:
   return st;
 }
 
-/* Device nodes are not sharded (ag_node_device): c0 is 0 there. */
+/* On a device too (sharded device variables run bias): c0 offsets the
+ * bias pointer, device memory alike. */
 static sg_status bias_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const sg_tensor *x = &node->in[0]->value;
@@ -1143,8 +1144,9 @@ typedef struct loss_attr {
 } loss_attr;
 
 /* saved: the (global) partial sums, then the gradient scale. On a device
- * (not sharded) the partials are summed there and finished on the host (h,
- * a few doubles), the scale copied back; on the host h is saved itself. */
+ * the partials are summed there and finished on the host (h, a few
+ * doubles; on a mesh reduced over it), then copied back; on the host h is
+ * saved itself. */
 static sg_status loss_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const loss_attr *a = (const loss_attr *)node->attr;
@@ -1170,7 +1172,10 @@ static sg_status loss_fwd_on(sg_node *node, int cuda) {
                                   &value, &h[np]));
   else
     SG_TRY(sg_loss_finish(a->kind, batch, h, &value));
-  if (cuda) SG_TRY(ag_mem_copy(dev, saved + np, host, h + np, sizeof *h));
+  /* the partials as finished (on a mesh: the global ones, which the
+   * backward reads) and the scale, as the host saves them */
+  if (cuda)
+    SG_TRY(ag_mem_copy(dev, saved, host, h, (size_t)(np + 1) * sizeof *h));
   SG_TRY(sg_node_alloc_out(node, 0, 1, &one));
   const float v32 = (float)value;
   const int f32 = p->dtype == SG_DTYPE_F32;

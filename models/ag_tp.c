@@ -8,7 +8,15 @@
  * slices of different tp ranks: only the two ops below cross the group).
  * The collectives are the fixed-order all-reduce (sg_allreduce_det), so
  * every tp rank holds the same bits of a replicated activation and the
- * replicas of the parameters outside the TP regions never drift. */
+ * replicas of the parameters outside the TP regions never drift.
+ *
+ * tp_copy, tp_reduce and sp_share run on the node's device: one body for
+ * both (forward_cuda is forward), the copies through ag_mem_copy, the sums
+ * through ag_sum_det (on device buffers the same fixed-order sum as
+ * sg_allreduce_det, its collectives through the comm layer: NCCL on a GPU,
+ * MPI on host memory, a faked device included), sp_share's scale through
+ * ag_dev_scale. They launch no kernel of their own, so their device
+ * entries exist in every build (the device table, models/op_device.c). */
 #include <string.h>
 
 #include "autograd_impl.h"
@@ -29,18 +37,15 @@ static long long tp_rx; /* bytes this rank received in the tp ops */
 
 static int64_t numel_of(const sg_tensor *t) { return sg_tensor_numel(t); }
 
-/* dst = the sum of src over the group (dst may be src), or a copy. */
-static sg_status tp_sum(const tp_attr *a, const sg_tensor *like,
-                        const void *src, void *dst) {
-  const int64_t n = numel_of(like);
-  if (a->g && sg_group_size(a->g) > 1) {
-    /* the fixed-order all-reduce gathers the other ranks' payloads */
+/* dst = the sum of src over the group (dst may be src), or a copy, on the
+ * node's device. */
+static sg_status tp_sum(const tp_attr *a, const sg_node *node,
+                        const sg_tensor *like, const void *src, void *dst) {
+  /* the fixed-order all-reduce gathers the other ranks' payloads */
+  if (a->g && sg_group_size(a->g) > 1)
     tp_rx += (long long)(sg_group_size(a->g) - 1) *
              (long long)sg_tensor_nbytes(like);
-    return sg_allreduce_det(a->g, src, dst, n, like->dtype, SG_REDUCE_SUM);
-  }
-  if (dst != src && n > 0) memcpy(dst, src, sg_tensor_nbytes(like));
-  return SG_OK;
+  return ag_sum_det(a->g, node->device, like->dtype, numel_of(like), src, dst);
 }
 
 static sg_status copy_fwd(sg_node *node) {
@@ -48,7 +53,8 @@ static sg_status copy_fwd(sg_node *node) {
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
   if (numel_of(x) > 0)
-    memcpy(node->out[0]->value.data, x->data, sg_tensor_nbytes(x));
+    SG_TRY(ag_mem_copy(node->device, node->out[0]->value.data, node->device,
+                       x->data, sg_tensor_nbytes(x)));
 fail:
   return st;
 }
@@ -56,7 +62,7 @@ fail:
 /* the conjugate: every tp rank's gradient of its replica, summed */
 static sg_status copy_bwd(sg_node *node) {
   if (!node->gin[0]) return SG_OK;
-  return tp_sum((const tp_attr *)node->attr, &node->in[0]->value,
+  return tp_sum((const tp_attr *)node->attr, node, &node->in[0]->value,
                 node->out[0]->grad.data, node->gin[0]);
 }
 
@@ -68,7 +74,7 @@ static sg_status reduce_fwd(sg_node *node) {
   /* a rank without its output must not leave the others in the sum */
   if (a->g && sg_group_size(a->g) > 1) st = sg_group_agree(a->g, st);
   SG_TRY(st);
-  SG_TRY(tp_sum(a, x, x->data, node->out[0]->value.data));
+  SG_TRY(tp_sum(a, node, x, x->data, node->out[0]->value.data));
 fail:
   return st;
 }
@@ -86,7 +92,9 @@ static const sg_op_def tp_copy_op = {.name = "tp_copy",
                                      .rule = {.windowed_input = -1,
                                               .accepts = SG_ACCEPT_ALL,
                                               .out = SG_OUT_LIKE_INPUT,
-                                              .writes_gin = 1u}};
+                                              .writes_gin = 1u},
+                                     .forward_cuda = copy_fwd,
+                                     .backward_cuda = copy_bwd};
 
 static const sg_op_def tp_reduce_op = {.name = "tp_reduce",
                                        .slots = {SG_SLOT_ACT},
@@ -95,7 +103,9 @@ static const sg_op_def tp_reduce_op = {.name = "tp_reduce",
                                        .rule = {.windowed_input = -1,
                                                 .accepts = SG_ACCEPT_ALL,
                                                 .out = SG_OUT_LIKE_INPUT,
-                                                .grad_identity = 1u}};
+                                                .grad_identity = 1u},
+                                       .forward_cuda = reduce_fwd,
+                                       .backward_cuda = reduce_bwd};
 
 static sg_status tp_apply(sg_tape_t t, const sg_op_def *op, sg_group_t tp,
                           sg_var *x, sg_var **y) {
@@ -485,22 +495,13 @@ static sg_status share_bwd(sg_node *node) {
   const tp_attr *a = (const tp_attr *)node->attr;
   if (!node->gin[0]) return SG_OK;
   const sg_tensor *g = &node->out[0]->grad;
-  const int64_t n = numel_of(g);
   const int P = a->g ? sg_group_size(a->g) : 1; /* no group: one rank */
-  const double f = 1.0 / (double)(P > 0 ? P : 1);
-  if (g->dtype == SG_DTYPE_F64) {
-    const double *s = g->data;
-    double *d = node->gin[0];
-    for (int64_t i = 0; i < n; ++i) d[i] = s[i] * f;
-  } else if (g->dtype == SG_DTYPE_F32) {
-    const float *s = g->data;
-    float *d = node->gin[0];
-    for (int64_t i = 0; i < n; ++i) d[i] = (float)(s[i] * f);
-  } else {
+  if (g->dtype != SG_DTYPE_F64 && g->dtype != SG_DTYPE_F32)
     return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
                         "sp_share: f32 or f64 only");
-  }
-  return SG_OK;
+  /* the scale op's kernel on either device: 1/P rounded to the dtype */
+  return ag_dev_scale(node->device, g->dtype, numel_of(g),
+                      1.0 / (double)(P > 0 ? P : 1), g->data, node->gin[0]);
 }
 
 static const sg_op_def sp_share_op = {.name = "sp_share",
@@ -510,7 +511,9 @@ static const sg_op_def sp_share_op = {.name = "sp_share",
                                       .rule = {.windowed_input = -1,
                                                .accepts = SG_ACCEPT_ALL,
                                                .out = SG_OUT_LIKE_INPUT,
-                                               .writes_gin = 1u}};
+                                               .writes_gin = 1u},
+                                      .forward_cuda = copy_fwd,
+                                      .backward_cuda = share_bwd};
 
 sg_status sg_ag_sp_share(sg_tape_t t, sg_group_t sp, sg_var *p, sg_var **q) {
   if (!t || !q)

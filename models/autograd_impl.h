@@ -139,6 +139,17 @@ sg_status ag_mem_copy(sg_device dst_dev, void *dst, sg_device src_dev,
                       const void *src, size_t bytes);
 sg_status ag_mem_zero(sg_device dev, void *p, size_t bytes);
 sg_status ag_grad_add(sg_tensor *y, const sg_tensor *x);
+/* On dev (host memory, a faked device included: the host loops): y = a + b
+ * and y = alpha x (sg_binary_fwd_cuda / sg_scale_cuda on a device), n
+ * elements of dt; ag_sum_det: dst = the sum of src over g, bitwise
+ * sg_allreduce_det's, the collectives on dev's buffers (collective over
+ * g; NULL or one rank: a copy). */
+sg_status ag_dev_add(sg_device dev, sg_dtype dt, int64_t n, const void *a,
+                     const void *b, void *y);
+sg_status ag_dev_scale(sg_device dev, sg_dtype dt, int64_t n, double alpha,
+                       const void *x, void *y);
+sg_status ag_sum_det(sg_group_t g, sg_device dev, sg_dtype dt, int64_t n,
+                     const void *src, void *dst);
 sg_status ag_node_device(sg_tape_t tape, const sg_op_def *op, int nin,
                          sg_var *const *in, sg_device *dev);
 /* The node's kernels on its device: forward/backward or their _cuda. */
