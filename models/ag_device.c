@@ -134,6 +134,17 @@ sg_status ag_dev_scale(sg_device dev, sg_dtype dt, int64_t n, double alpha,
  * rank sums its block in group-rank order with the add kernel, an
  * all-gather-v spreads the sums. On the host, sg_allreduce_det itself. A
  * failed scratch allocation is agreed before the first message. */
+sg_status ag_dev_comm_ok(sg_group_t g, sg_device dev, const char *what) {
+  if (ag_host_memory(dev) || !g || sg_group_size(g) <= 1 || sg_group_nccl(g) ||
+      sg_mpi_cuda_aware() == 1)
+    return SG_OK;
+  return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "%s on %s:%d over %d ranks: device buffers need NCCL on "
+                      "the mesh (sg_mesh_enable_nccl) or a CUDA-aware MPI",
+                      what, sg_device_kind_name(dev.kind), dev.index,
+                      sg_group_size(g));
+}
+
 sg_status ag_sum_det(sg_group_t g, sg_device dev, sg_dtype dt, int64_t n,
                      const void *src, void *dst) {
   sg_status st = SG_OK;
@@ -148,6 +159,7 @@ sg_status ag_sum_det(sg_group_t g, sg_device dev, sg_dtype dt, int64_t n,
   }
   if (dev.kind == SG_DEVICE_HOST)
     return sg_allreduce_det(g, src, dst, n, dt, SG_REDUCE_SUM);
+  SG_TRY(ag_dev_comm_ok(g, dev, "the fixed-order sum"));
   const int me = sg_group_rank(g);
   cnt = malloc(4 * (size_t)P * sizeof *cnt);
   int64_t *dsp = cnt ? cnt + P : NULL, *rc = cnt ? cnt + 2 * P : NULL,
@@ -179,6 +191,33 @@ fail:
   if (scr) ag_mem_free(dev, (void **)&scr);
   free(cnt);
   return st;
+}
+
+/* The token slice [off, off + cnt) of rows rows of tot elements of dt on
+ * dev: to_whole copies part (rows, cnt) into whole (rows, tot), else back
+ * (sg_cat_part_cuda on a device: concat's part copy, one spatial cell). */
+sg_status ag_dev_slice(sg_device dev, sg_dtype dt, int64_t rows, int64_t cnt,
+                       int64_t tot, int64_t off, int to_whole, void *whole,
+                       void *part) {
+  const size_t es = sg_dtype_size(dt), len = (size_t)cnt * es;
+  if (rows <= 0 || cnt <= 0) return SG_OK;
+  if (ag_host_memory(dev)) {
+    for (int64_t i = 0; i < rows; ++i) {
+      char *w = (char *)whole + (size_t)(i * tot + off) * es,
+           *p = (char *)part + (size_t)(i * cnt) * es;
+      memcpy(to_whole ? w : p, to_whole ? p : w, len);
+    }
+    return SG_OK;
+  }
+#if SG_HAVE_CUDA
+  return sg_cat_part_cuda(dt, rows, 1, cnt, tot, off, to_whole,
+                          to_whole ? part : whole, to_whole ? whole : part,
+                          NULL);
+#else
+  return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "device slice on %s: built without CUDA",
+                      sg_device_kind_name(dev.kind));
+#endif
 }
 
 /* Why op may not run on sharded device inputs, NULL if it may: a

@@ -16,7 +16,13 @@
  * sg_allreduce_det, its collectives through the comm layer: NCCL on a GPU,
  * MPI on host memory, a faked device included), sp_share's scale through
  * ag_dev_scale. They launch no kernel of their own, so their device
- * entries exist in every build (the device table, models/op_device.c). */
+ * entries exist in every build (the device table, models/op_device.c).
+ * The sequence-parallel moves (tp_seq_*, sp_scatter) likewise: their
+ * token slices through ag_dev_slice (concat's part kernel on a device),
+ * their gathers and all-to-alls on the device buffers, the reduce-
+ * scatter's rank-order sum through ag_dev_add. Over several ranks on a
+ * real device the group needs NCCL (or a CUDA-aware MPI): else refused,
+ * ag_dev_comm_ok. */
 #include <string.h>
 
 #include "autograd_impl.h"
@@ -276,23 +282,19 @@ static void seq_slice(const seq_attr *a, int q, int64_t *off, int64_t *cnt) {
 }
 
 /* Copy between rank q's slice of full (rows = N * C of T tokens) and the
- * packed (rows, cnt) block; to_full: packed -> full. */
-static void seq_pack(const seq_attr *a, int q, size_t es, char *full,
-                     char *packed, int to_full) {
+ * packed (rows, cnt) block; to_full: packed -> full. On dev. */
+static sg_status seq_pack(const seq_attr *a, sg_device dev, sg_dtype dt, int q,
+                          void *full, void *packed, int to_full) {
   int64_t off, cnt;
   seq_slice(a, q, &off, &cnt);
-  const int64_t rows = a->shape[0] * a->shape[1], T = seq_tokens(a);
-  const size_t len = (size_t)cnt * es;
-  for (int64_t i = 0; i < rows && len; ++i) {
-    char *f = full + ((size_t)(i * T + off)) * es,
-         *p = packed + (size_t)(i * cnt) * es;
-    memcpy(to_full ? f : p, to_full ? p : f, len);
-  }
+  return ag_dev_slice(dev, dt, a->shape[0] * a->shape[1], cnt, seq_tokens(a),
+                      off, to_full, full, packed);
 }
 
-/* full (this rank's whole tensor) from the ranks' slices (mine: part). */
-static sg_status seq_allgather(const seq_attr *a, sg_dtype dt, const void *part,
-                               void *full) {
+/* full (this rank's whole tensor) from the ranks' slices (mine: part), on
+ * dev (the gather through the comm layer: NCCL for device buffers). */
+static sg_status seq_allgather(const seq_attr *a, sg_device dev, sg_dtype dt,
+                               const void *part, void *full) {
   sg_status st = SG_OK;
   const int P = seq_size(a), r = seq_rank(a);
   const int64_t rows = a->shape[0] * a->shape[1];
@@ -301,45 +303,45 @@ static sg_status seq_allgather(const seq_attr *a, sg_dtype dt, const void *part,
   char *buf = NULL;
   if (P == 1) {
     if (rows * seq_tokens(a) > 0)
-      memcpy(full, part, (size_t)(rows * seq_tokens(a)) * es);
-    return SG_OK;
+      SG_TRY(ag_mem_copy(dev, full, dev, part,
+                         (size_t)(rows * seq_tokens(a)) * es));
+    goto fail;
   }
+  SG_TRY(ag_dev_comm_ok(a->g, dev, "the token all-gather"));
   int64_t tot = 0;
   for (int q = 0; q < P; ++q) {
     seq_slice(a, q, &off, &n);
     cnt[q] = rows * n, dsp[q] = tot, tot += cnt[q];
   }
-  buf = malloc((size_t)(tot > 0 ? tot : 1) * es);
-  st = sg_group_agree(a->g, buf ? SG_OK : SG_ERR_ALLOC);
+  st = ag_mem_alloc(dev, (size_t)(tot > 0 ? tot : 1) * es, 0, (void **)&buf);
+  st = sg_group_agree(a->g, st);
   SG_TRY(st);
   SG_TRY(sg_allgatherv(a->g, part, cnt[r], buf, cnt, dsp, dt));
   tp_rx += (long long)((size_t)(tot - cnt[r]) * es);
   for (int q = 0; q < P; ++q)
-    seq_pack(a, q, es, full, buf + (size_t)dsp[q] * es, 1);
+    SG_TRY(seq_pack(a, dev, dt, q, full, buf + (size_t)dsp[q] * es, 1));
 fail:
-  free(buf);
+  if (buf) ag_mem_free(dev, (void **)&buf);
   return st;
 }
 
-#define SEQ_SUM(T)                                                 \
-  for (int q = 0; q < P; ++q) {                                    \
-    const T *s = (const T *)(buf + (size_t)(q * m) * es);          \
-    T *o = (T *)part;                                              \
-    for (int64_t i = 0; i < m; ++i) o[i] = q ? o[i] + s[i] : s[i]; \
-  }
-
 /* part = my slice of the sum over the group of full: every rank sends each
  * slice to its owner (all-to-allv) and the owner sums them in rank order
- * (deterministic; (P - 1) slices in per rank). */
-static sg_status seq_reduce_scatter(const seq_attr *a, sg_dtype dt,
-                                    const void *full, void *part) {
+ * (deterministic; (P - 1) slices in per rank; the add kernel on a
+ * device: the same bits). */
+static sg_status seq_reduce_scatter(const seq_attr *a, sg_device dev,
+                                    sg_dtype dt, const void *full, void *part) {
   sg_status st = SG_OK;
   const int P = seq_size(a), r = seq_rank(a);
   const int64_t rows = a->shape[0] * a->shape[1];
   const size_t es = sg_dtype_size(dt);
   int64_t sc[SEQ_MAX_P], rc[SEQ_MAX_P], off, n;
   char *sbuf = NULL, *buf = NULL;
-  if (P == 1) return seq_allgather(a, dt, full, part); /* a copy */
+  if (P == 1) return seq_allgather(a, dev, dt, full, part); /* a copy */
+  if (dt != SG_DTYPE_F64 && dt != SG_DTYPE_F32)
+    return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                        "tp reduce-scatter: f32 or f64 only");
+  SG_TRY(ag_dev_comm_ok(a->g, dev, "the token reduce-scatter"));
   seq_slice(a, r, &off, &n);
   const int64_t m = rows * n, tot = rows * seq_tokens(a);
   for (int q = 0; q < P; ++q) {
@@ -347,41 +349,39 @@ static sg_status seq_reduce_scatter(const seq_attr *a, sg_dtype dt,
     seq_slice(a, q, &o2, &n2);
     sc[q] = rows * n2, rc[q] = m;
   }
-  sbuf = malloc((size_t)(tot > 0 ? tot : 1) * es);
-  buf = malloc((size_t)(P * m > 0 ? P * m : 1) * es);
-  st = sg_group_agree(a->g, sbuf && buf ? SG_OK : SG_ERR_ALLOC);
+  st = ag_mem_alloc(dev, (size_t)(tot > 0 ? tot : 1) * es, 0, (void **)&sbuf);
+  if (st == SG_OK)
+    st = ag_mem_alloc(dev, (size_t)(P * m > 0 ? P * m : 1) * es, 0,
+                      (void **)&buf);
+  st = sg_group_agree(a->g, st);
   SG_TRY(st);
   for (int q = 0, d = 0; q < P; d += (int)sc[q], ++q)
-    seq_pack(a, q, es, (char *)full, sbuf + (size_t)d * es, 0);
+    SG_TRY(seq_pack(a, dev, dt, q, (void *)full, sbuf + (size_t)d * es, 0));
   SG_TRY(sg_alltoallv(a->g, sbuf, sc, NULL, buf, rc, NULL, dt));
   tp_rx += (long long)((size_t)((P - 1) * m) * es);
-  if (dt == SG_DTYPE_F64) {
-    SEQ_SUM(double)
-  } else if (dt == SG_DTYPE_F32) {
-    SEQ_SUM(float)
-  } else {
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "tp reduce-scatter: f32 or f64 only");
-  }
+  if (m > 0) SG_TRY(ag_mem_copy(dev, part, dev, buf, (size_t)m * es));
+  for (int q = 1; q < P; ++q)
+    SG_TRY(ag_dev_add(dev, dt, m, part, buf + (size_t)(q * m) * es, part));
 fail:
-  free(sbuf);
-  free(buf);
+  if (sbuf) ag_mem_free(dev, (void **)&sbuf);
+  if (buf) ag_mem_free(dev, (void **)&buf);
   return st;
 }
-#undef SEQ_SUM
 
-/* dst (slice or full, by `move`'s result) from src. */
-static sg_status seq_do(const seq_attr *a, seq_move move, sg_dtype dt,
-                        const void *src, void *dst) {
-  if (move == SEQ_GATHER) return seq_allgather(a, dt, src, dst);
-  if (move == SEQ_RSCATTER) return seq_reduce_scatter(a, dt, src, dst);
+/* dst (slice or full, by `move`'s result) from src, on dev. */
+static sg_status seq_do(const seq_attr *a, seq_move move, sg_device dev,
+                        sg_dtype dt, const void *src, void *dst) {
+  sg_status st = SG_OK;
+  if (move == SEQ_GATHER) return seq_allgather(a, dev, dt, src, dst);
+  if (move == SEQ_RSCATTER) return seq_reduce_scatter(a, dev, dt, src, dst);
   if (move == SEQ_PAD) {
     const int64_t n = a->shape[0] * a->shape[1] * seq_tokens(a);
-    if (n > 0) memset(dst, 0, (size_t)n * sg_dtype_size(dt));
-    seq_pack(a, seq_rank(a), sg_dtype_size(dt), dst, (void *)src, 1);
-    return SG_OK;
+    if (n > 0) SG_TRY(ag_mem_zero(dev, dst, (size_t)n * sg_dtype_size(dt)));
+    return seq_pack(a, dev, dt, seq_rank(a), dst, (void *)src, 1);
   }
-  seq_pack(a, seq_rank(a), sg_dtype_size(dt), (char *)src, dst, 0);
-  return SG_OK;
+  return seq_pack(a, dev, dt, seq_rank(a), (void *)src, dst, 0);
+fail:
+  return st;
 }
 
 static sg_status seq_fwd(sg_node *node) {
@@ -397,7 +397,7 @@ static sg_status seq_fwd(sg_node *node) {
             : sg_node_alloc_out_uninit(node, 0, 3, part);
   if (seq_size(a) > 1) st = sg_group_agree(a->g, st);
   SG_TRY(st);
-  SG_TRY(seq_do(a, a->fwd, x->dtype, x->data, y->value.data));
+  SG_TRY(seq_do(a, a->fwd, node->device, x->dtype, x->data, y->value.data));
   if (full && a->mesh) { /* the full tensor is sharded like `like` */
     y->mesh = a->mesh;
     memcpy(y->placements, a->pl, sizeof a->pl);
@@ -413,26 +413,25 @@ static sg_status seq_bwd(sg_node *node) {
   /* a rank whose input needs no gradient still joins the collective */
   void *dx = node->gin[0];
   sg_status st = SG_OK;
-  if (!dx) {
-    dx = malloc(sg_tensor_nbytes(&node->in[0]->value) + 1);
-    if (!dx) st = SG_ERR_ALLOC;
-  }
+  if (!dx)
+    st = ag_mem_alloc(node->device, sg_tensor_nbytes(&node->in[0]->value) + 1,
+                      0, &dx);
   if (st == SG_OK)
-    st = seq_do(a, a->bwd, node->out[0]->grad.dtype, node->out[0]->grad.data,
-                dx);
-  if (dx != node->gin[0]) free(dx);
+    st = seq_do(a, a->bwd, node->device, node->out[0]->grad.dtype,
+                node->out[0]->grad.data, dx);
+  if (dx && dx != node->gin[0]) ag_mem_free(node->device, &dx);
   return st;
 }
 
 #define SEQ_OP(nm)                                          \
   {                                                         \
     .name = nm, .slots = {SG_SLOT_ACT}, .forward = seq_fwd, \
-    .backward = seq_bwd, .rule = {                          \
-      .windowed_input = -1,                                 \
-      .accepts = SG_ACCEPT_ALL,                             \
-      .out = SG_OUT_REPLICATE,                              \
-      .writes_gin = 1u                                      \
-    }                                                       \
+    .backward = seq_bwd,                                    \
+    .rule = {.windowed_input = -1,                          \
+             .accepts = SG_ACCEPT_ALL,                      \
+             .out = SG_OUT_REPLICATE,                       \
+             .writes_gin = 1u},                             \
+    .forward_cuda = seq_fwd, .backward_cuda = seq_bwd       \
   }
 static const sg_op_def seq_ops[5] = {SEQ_OP("tp_seq_scatter"),
                                      SEQ_OP("tp_seq_gather"),

@@ -150,6 +150,17 @@ sg_status ag_dev_scale(sg_device dev, sg_dtype dt, int64_t n, double alpha,
                        const void *x, void *y);
 sg_status ag_sum_det(sg_group_t g, sg_device dev, sg_dtype dt, int64_t n,
                      const void *src, void *dst);
+/* SG_OK when g's collectives can take dev's buffers: host memory (a faked
+ * device too), one rank, NCCL on g or a CUDA-aware MPI; else
+ * SG_ERR_NOT_SUPPORTED naming what (the same on every rank: the mesh's
+ * NCCL setting and the MPI library are). Not collective. */
+sg_status ag_dev_comm_ok(sg_group_t g, sg_device dev, const char *what);
+/* The token slice [off, off + cnt) of each of rows rows of tot elements:
+ * to_whole copies part (rows, cnt) into whole (rows, tot), else whole's
+ * slice into part; on dev (sg_cat_part_cuda on a device). */
+sg_status ag_dev_slice(sg_device dev, sg_dtype dt, int64_t rows, int64_t cnt,
+                       int64_t tot, int64_t off, int to_whole, void *whole,
+                       void *part);
 sg_status ag_node_device(sg_tape_t tape, const sg_op_def *op, int nin,
                          sg_var *const *in, sg_device *dev);
 /* The node's kernels on its device: forward/backward or their _cuda. */

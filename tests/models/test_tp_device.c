@@ -5,7 +5,7 @@
  * buffers by their pointer).
  *
  * A mesh "dom=D,tp=T" over the P = 1..4 ranks (1x1, 1x2, 1x3, 2x2); x
- * (2, 3, 3, 4) is split over dom along dim 2 (2+1 at D = 2: uneven) and
+ * (2, 3, 3, 5) is split over dom along dim 2 (2+1 at D = 2: uneven) and
  * replicated over tp. The TP MLP
  *   y = tp_reduce(lin(tanh(lin(tp_copy(x), W1)), sp_share(W2)))
  * with the hidden width 7 split over tp (4+3, 3+2+2, 4+3: uneven), lin and
@@ -15,15 +15,20 @@
  * cuda:0 variables (every variable, the parameters and their gradient
  * buffers included): y, dx, dW1 and dW2 must be the same bits, in f64 and
  * f32, and the device run must have run the device entries only, with its
- * outputs and x's gradient on cuda:0. A tiny tp_copy/tp_reduce pair (2
+ * outputs and x's gradient on cuda:0. Likewise the sequence-parallel block
+ * (run: tp_seq_scatter, tp_seq_allgather, tp_seq_reduce_scatter,
+ * tp_seq_gather, sp_scatter on uneven token slices). A tiny tp_copy/tp_reduce pair (2
  * elements, fewer than the tp ranks: empty blocks in the fixed-order sum;
  * an empty dom shard at D = 2) likewise, and against the exact sum.
  * Then the refusals on a sharded device input: conv (its halo exchange),
  * layer norm (the statistics merge), dist_loss (host-only) return
- * SG_ERR_NOT_SUPPORTED naming the op on every rank, and nothing hangs.
+ * SG_ERR_NOT_SUPPORTED naming the op on every rank, and nothing hangs;
+ * a real device over several ranks without NCCL on the mesh (nor a
+ * CUDA-aware MPI) is refused (ag_dev_comm_ok).
  * The verdict is reduced over the ranks (sg_test_finish). */
 #include "autograd_impl.h" /* ag_fake_cuda */
 #include "sg_autograd.h"
+#include "sg_comm.h"
 #include "sg_decomp.h"
 #include "sg_dist_loss.h"
 #include "sg_mesh.h"
@@ -35,7 +40,7 @@
 #include <string.h>
 
 enum { N = 2, C = 3, H = 7, ND = 4 };
-static const int64_t G[ND] = {N, C, 3, 4};
+static const int64_t G[ND] = {N, C, 3, 5};
 
 static int ncalls[2]; /* user-op kernel calls: [on cuda] */
 
@@ -126,17 +131,16 @@ static sg_status tanh_bwd(sg_node *node) {
   return SG_OK;
 }
 
-static const sg_op_def lin_op = {
-    .name = "test_lin",
-    .slots = {SG_SLOT_ACT, SG_SLOT_PARAM},
-    .forward = lin_fwd,
-    .backward = lin_bwd,
-    .rule = {.windowed_input = -1,
-             .accepts = SG_ACCEPT_ALL,
-             .out = SG_OUT_LIKE_INPUT,
-             .writes_gin = 1u},
-    .forward_cuda = lin_fwd,
-    .backward_cuda = lin_bwd};
+static const sg_op_def lin_op = {.name = "test_lin",
+                                 .slots = {SG_SLOT_ACT, SG_SLOT_PARAM},
+                                 .forward = lin_fwd,
+                                 .backward = lin_bwd,
+                                 .rule = {.windowed_input = -1,
+                                          .accepts = SG_ACCEPT_ALL,
+                                          .out = SG_OUT_LIKE_INPUT,
+                                          .writes_gin = 1u},
+                                 .forward_cuda = lin_fwd,
+                                 .backward_cuda = lin_bwd};
 static const sg_op_def tanh_op = {.name = "test_tanh",
                                   .slots = {SG_SLOT_ACT},
                                   .forward = tanh_fwd,
@@ -165,7 +169,8 @@ typedef struct ctx {
 
 /* A run's results (host memory: the device is faked). */
 typedef struct result {
-  double *y, *dx, *dw1, *dw2; /* nx, nx, hl * C, C * hl elements (as f64) */
+  double *y, *dx, *dw1, *dw2; /* ny, nx, hl * C, C * hl elements (as f64) */
+  int64_t ny;
   int y_cuda, dx_cuda;
 } result;
 
@@ -187,8 +192,13 @@ static void *buf(sg_dtype dt, int64_t n) {
   return calloc((size_t)(n > 0 ? n : 1), sg_dtype_size(dt));
 }
 
-/* The MLP on host (cuda = 0) or faked cuda:0 variables. */
-static sg_status run_mlp(const ctx *c, sg_dtype dt, int cuda, result *r) {
+/* The block on host (cuda = 0) or faked cuda:0 variables: the TP MLP, or
+ * (sp) the sequence-parallel block
+ *   y = sp_scatter(seq_gather(seq_reduce_scatter(lin(tanh(lin(
+ *         seq_allgather(tanh(seq_scatter(x))), W1)), W2))))
+ * over tp, the token slices of the T local tokens split unevenly (15:
+ * 8+7, 5+5+5; at D = 2, 10 and 5 tokens: 5+5, 3+2). */
+static sg_status run(const ctx *c, sg_dtype dt, int cuda, int sp, result *r) {
   sg_status st = SG_OK;
   const sg_device dev = {cuda ? SG_DEVICE_CUDA : SG_DEVICE_HOST, 0};
   const int64_t nw = c->hl * C, s1[2] = {c->hl, C}, s2[2] = {C, c->hl};
@@ -206,8 +216,7 @@ static sg_status run_mlp(const ctx *c, sg_dtype dt, int cuda, result *r) {
   for (int64_t k = 0; k < c->hl; ++k)
     for (int64_t i = 0; i < C; ++i) {
       stv(w1b, dt, k * C + i, 0.4 * sin(1.0 + (double)((c->h0 + k) * C + i)));
-      stv(w2b, dt, i * c->hl + k,
-          0.3 * cos(2.0 + (double)(i * H + c->h0 + k)));
+      stv(w2b, dt, i * c->hl + k, 0.3 * cos(2.0 + (double)(i * H + c->h0 + k)));
     }
   ag_fake_cuda = cuda;
   SG_TRY(sg_var_init(&x, "x", dt, ND, c->shape, xb, 1));
@@ -220,15 +229,30 @@ static sg_status run_mlp(const ctx *c, sg_dtype dt, int cuda, result *r) {
     SG_TRY(sg_var_set_device(&w2, dev));
   }
   SG_TRY(sg_tape_create(&tape));
-  SG_TRY(sg_ag_tp_copy(tape, c->tp, &x, &h));
-  SG_TRY(lin(tape, h, &w1, &h));
-  SG_TRY(sg_tape_apply(tape, &tanh_op, 1, &h, 1, NULL, NULL, 0, &h));
-  SG_TRY(sg_ag_sp_share(tape, c->dom, &w2, &w2s));
-  SG_TRY(lin(tape, h, w2s, &h));
-  SG_TRY(sg_ag_tp_reduce(tape, c->tp, h, &y));
-  r->y_cuda = y->value.device.kind == SG_DEVICE_CUDA && y->mesh == c->mesh;
-  for (int64_t l = 0; l < c->nx; ++l) r->y[l] = ld(y->value.data, dt, l);
-  const sg_tensor seed = sg_tensor_wrap(gy, dt, dev, ND, c->shape);
+  if (sp) {
+    SG_TRY(sg_ag_tp_seq_scatter(tape, c->tp, &x, &h));
+    SG_TRY(sg_tape_apply(tape, &tanh_op, 1, &h, 1, NULL, NULL, 0, &h));
+    SG_TRY(sg_ag_tp_seq_allgather(tape, c->tp, h, &x, &h));
+    SG_TRY(lin(tape, h, &w1, &h));
+    SG_TRY(sg_tape_apply(tape, &tanh_op, 1, &h, 1, NULL, NULL, 0, &h));
+    SG_TRY(lin(tape, h, &w2, &h));
+    SG_TRY(sg_ag_tp_seq_reduce_scatter(tape, c->tp, h, &h));
+    SG_TRY(sg_ag_tp_seq_gather(tape, c->tp, h, &x, &h));
+    SG_TRY(sg_ag_sp_scatter(tape, c->tp, h, &y));
+  } else {
+    SG_TRY(sg_ag_tp_copy(tape, c->tp, &x, &h));
+    SG_TRY(lin(tape, h, &w1, &h));
+    SG_TRY(sg_tape_apply(tape, &tanh_op, 1, &h, 1, NULL, NULL, 0, &h));
+    SG_TRY(sg_ag_sp_share(tape, c->dom, &w2, &w2s));
+    SG_TRY(lin(tape, h, w2s, &h));
+    SG_TRY(sg_ag_tp_reduce(tape, c->tp, h, &y));
+  }
+  r->y_cuda = y->value.device.kind == SG_DEVICE_CUDA &&
+              (sp || y->mesh == c->mesh);
+  r->ny = sg_tensor_numel(&y->value);
+  for (int64_t l = 0; l < r->ny; ++l) r->y[l] = ld(y->value.data, dt, l);
+  const sg_tensor seed = sg_tensor_wrap(gy, dt, dev, y->value.ndim,
+                                        y->value.shape);
   SG_TRY(sg_tape_backward_from(tape, 1, &y, &seed));
   r->dx_cuda = x.grad.device.kind == SG_DEVICE_CUDA;
   for (int64_t l = 0; l < c->nx; ++l) r->dx[l] = ld(x.grad.data, dt, l);
@@ -263,25 +287,26 @@ static void free_result(result *r) {
   free(r->y), free(r->dx), free(r->dw1), free(r->dw2);
 }
 
-static void test_mlp(const ctx *c, sg_dtype dt) {
+static void test_block(const ctx *c, sg_dtype dt, int sp) {
   result hr = {0}, dr = {0};
   const char *dts = sg_dtype_name(dt);
+  const int want = sp ? 8 : 6;
   SG_CHECK(alloc_result(&hr, c) && alloc_result(&dr, c), "alloc");
-  SG_CHECK_OK(run_mlp(c, dt, 0, &hr));
+  SG_CHECK_OK(run(c, dt, 0, sp, &hr));
   const int before[2] = {ncalls[0], ncalls[1]};
-  SG_CHECK_OK(run_mlp(c, dt, 1, &dr));
-  SG_CHECK(ncalls[0] == before[0] && ncalls[1] - before[1] == 6,
-           "%s: device run: %d host and %d cuda kernel calls (want 0, 6)",
-           dts, ncalls[0] - before[0], ncalls[1] - before[1]);
-  SG_CHECK(dr.y_cuda && dr.dx_cuda && !hr.y_cuda,
-           "%s: y and dx on cuda:0 (sharded) in the device run only", dts);
-  same_bits("y", dts, dr.y, hr.y, c->nx);
+  SG_CHECK_OK(run(c, dt, 1, sp, &dr));
+  SG_CHECK(ncalls[0] == before[0] && ncalls[1] - before[1] == want,
+           "%s: device run: %d host and %d cuda kernel calls (want 0, %d)", dts,
+           ncalls[0] - before[0], ncalls[1] - before[1], want);
+  SG_CHECK(dr.y_cuda && dr.dx_cuda && !hr.y_cuda && dr.ny == hr.ny,
+           "%s: y and dx on cuda:0 in the device run only", dts);
+  same_bits("y", dts, dr.y, hr.y, hr.ny);
   same_bits("dx", dts, dr.dx, hr.dx, c->nx);
   same_bits("dW1", dts, dr.dw1, hr.dw1, c->hl * C);
   same_bits("dW2", dts, dr.dw2, hr.dw2, c->hl * C);
   if (sg_test_rank == 0)
-    printf("tp mlp %s: faked cuda:0 = host, bit for bit (y, dx, dW1, dW2)\n",
-           dts);
+    printf("%s %s: faked cuda:0 = host, bit for bit (y, dx, dW1, dW2)\n",
+           sp ? "sp block" : "tp mlp", dts);
   free_result(&hr);
   free_result(&dr);
 }
@@ -292,15 +317,14 @@ static void test_mlp(const ctx *c, sg_dtype dt) {
 static void test_tiny(const ctx *c, sg_dtype dt) {
   static const int64_t TG[ND] = {1, 1, 1, 2};
   int64_t off[ND], shape[ND];
-  SG_CHECK_OK(sg_shardtensor_box(c->mesh, ND, TG, c->pl,
-                                 sg_mesh_rank(c->mesh), off, shape));
+  SG_CHECK_OK(sg_shardtensor_box(c->mesh, ND, TG, c->pl, sg_mesh_rank(c->mesh),
+                                 off, shape));
   const int64_t n = shape[0] * shape[1] * shape[2] * shape[3], one[2] = {1, 1};
   const double tot = c->tp_size * (c->tp_size + 1) / 2.0;
   double got[2][2][2] = {{{0}}}; /* [cuda][y, dx][i] */
   for (int cuda = 0; cuda < 2; ++cuda) {
     const sg_device dev = {cuda ? SG_DEVICE_CUDA : SG_DEVICE_HOST, 0};
-    void *xb = buf(dt, 2), *wb = buf(dt, 1), *gw = buf(dt, 1),
-         *gy = buf(dt, 2);
+    void *xb = buf(dt, 2), *wb = buf(dt, 1), *gw = buf(dt, 1), *gy = buf(dt, 2);
     sg_tape_t tape = NULL;
     sg_var x, w, *h = NULL, *y = NULL;
     memset(&x, 0, sizeof x), memset(&w, 0, sizeof w);
@@ -376,8 +400,19 @@ static void test_refusals(const ctx *c) {
   refused("norm", sg_ag_layernorm(tape, 0, &x, NULL, NULL, &y),
           "statistics over the shards");
   sg_dist_loss_ctx lc = {.domain = c->dom, .global_batch = N};
-  refused("dist_loss", sg_ag_dist_loss(tape, SG_LOSS_MSE, &x, &x, NULL, &lc, &y),
+  refused("dist_loss",
+          sg_ag_dist_loss(tape, SG_LOSS_MSE, &x, &x, NULL, &lc, &y),
           "no CUDA kernel");
+  /* a real device over ranks: NCCL on the mesh (or a CUDA-aware MPI) */
+  SG_CHECK(!sg_group_nccl(c->tp) && !sg_group_nccl(NULL), "sg_group_nccl");
+  ag_fake_cuda = 0;
+  const sg_status cs = ag_dev_comm_ok(c->tp, dev, "the test's sum");
+  ag_fake_cuda = 1;
+  if (c->tp_size > 1 && sg_mpi_cuda_aware() != 1)
+    SG_CHECK(cs == SG_ERR_NOT_SUPPORTED && strstr(sg_last_error(), "NCCL"),
+             "a real device without NCCL: status %d", (int)cs);
+  else
+    SG_CHECK_OK(cs);
   /* the tape still works after the refusals */
   sg_var *h = NULL;
   SG_CHECK_OK(sg_ag_tp_copy(tape, c->tp, &x, &h));
@@ -405,8 +440,10 @@ int main(int argc, char **argv) {
   c.tp_rank = sg_group_rank(c.tp), c.tp_size = sg_group_size(c.tp);
   c.h0 = sg_split_offset(H, T, c.tp_rank);
   c.hl = sg_split_size(H, T, c.tp_rank);
-  test_mlp(&c, SG_DTYPE_F64);
-  test_mlp(&c, SG_DTYPE_F32);
+  for (int sp = 0; sp < 2; ++sp) {
+    test_block(&c, SG_DTYPE_F64, sp);
+    test_block(&c, SG_DTYPE_F32, sp);
+  }
   test_tiny(&c, SG_DTYPE_F64);
   test_tiny(&c, SG_DTYPE_F32);
   test_refusals(&c);
