@@ -1059,6 +1059,7 @@ static void check_arguments(void) {
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   check_arguments();
+  check_table(); /* host logic: without a GPU too */
   if (fails) {
     MPI_Finalize();
     return 1;
@@ -1073,7 +1074,6 @@ int main(int argc, char **argv) {
     return fail ? 1 : 77;
   }
   CK(cudaSetDevice(0));
-  check_table();
   const sg_dtype dts[] = {SG_DTYPE_F64, SG_DTYPE_F32};
   for (int k = 0; k < 2; ++k) {
     check_act(dts[k]);

@@ -25,7 +25,8 @@
  * SG_ERR_NOT_SUPPORTED naming the op on every rank, and nothing hangs;
  * a real device over several ranks without NCCL on the mesh (nor a
  * CUDA-aware MPI) is refused (ag_dev_comm_ok).
- * The verdict is reduced over the ranks (sg_test_finish). */
+ * The verdict is reduced over the ranks (sg_test_finish). --gpu: the tp
+ * pair on real device buffers over NCCL (gpu_case; tools/test-gpu). */
 #include "autograd_impl.h" /* ag_fake_cuda */
 #include "sg_autograd.h"
 #include "sg_comm.h"
@@ -34,6 +35,7 @@
 #include "sg_mesh.h"
 #include "sg_shardtensor.h"
 #include "sg_test.h"
+#include "sg_threads.h" /* sg_cuda_device_local */
 
 #include <math.h>
 #include <stdlib.h>
@@ -423,8 +425,83 @@ static void test_refusals(const ctx *c) {
   free(xb), free(wb), free(gw);
 }
 
+/* --gpu (tools/test-gpu runs it on 2-4 GPUs, one rank each; NCCL cannot
+ * put two ranks on one GPU): y = tp_reduce(scale(tp_copy(x), r + 1)) on
+ * real device buffers, NCCL on the mesh "tp=P", against the same on host
+ * variables: y and dx the same bits, and the exact sums. Compile-verified
+ * until a multi-GPU machine runs it. */
+static void gpu_case(void) {
+  enum { M = 13 };
+  sg_mesh_t mesh = NULL;
+  sg_group_t tp = NULL;
+  int di = -1;
+  const int64_t shape[3] = {1, 1, M};
+  double xh[M], gh[M], res[2][2][M]; /* [cuda][y, dx] */
+  SG_REQUIRE_OK(sg_cuda_device_local(MPI_COMM_WORLD, &di));
+  SG_CHECK(di >= 0, "--gpu: no CUDA device on rank %d", sg_test_rank);
+  if (di < 0) goto done;
+  char spec[32];
+  snprintf(spec, sizeof spec, "tp=%d", sg_test_size);
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  SG_REQUIRE_OK(sg_mesh_enable_nccl(mesh));
+  SG_REQUIRE_OK(sg_mesh_group(mesh, 1u, &tp));
+  SG_CHECK(sg_test_size == 1 || sg_group_nccl(tp), "NCCL on the tp group");
+  for (int i = 0; i < M; ++i) xh[i] = 0.1 * i - 0.4, gh[i] = 1 + 0.01 * i;
+  for (int cuda = 0; cuda < 2; ++cuda) {
+    const sg_device host = sg_device_host(),
+                    d = cuda ? (sg_device){SG_DEVICE_CUDA, di} : host;
+    void *xd = xh, *gd = gh;
+    sg_tape_t tape = NULL;
+    sg_var x, *h = NULL, *y = NULL;
+    memset(&x, 0, sizeof x);
+    sg_status st = SG_OK;
+    if (cuda) {
+      xd = gd = NULL;
+      st = sg_malloc(d, sizeof xh, &xd);
+      if (st == SG_OK) st = sg_malloc(d, sizeof gh, &gd);
+      if (st == SG_OK) st = sg_memcpy(d, xd, host, xh, sizeof xh);
+      if (st == SG_OK) st = sg_memcpy(d, gd, host, gh, sizeof gh);
+    }
+    if (st == SG_OK) st = sg_var_init(&x, "x", SG_DTYPE_F64, 3, shape, xd, 1);
+    if (st == SG_OK && cuda) st = sg_var_set_device(&x, d);
+    if (st == SG_OK) st = sg_tape_create(&tape);
+    if (st == SG_OK) st = sg_ag_tp_copy(tape, tp, &x, &h);
+    if (st == SG_OK) st = sg_ag_scale(tape, sg_group_rank(tp) + 1.0, h, &h);
+    if (st == SG_OK) st = sg_ag_tp_reduce(tape, tp, h, &y);
+    if (st == SG_OK)
+      st = sg_memcpy(host, res[cuda][0], d, y->value.data, sizeof xh);
+    const sg_tensor seed = sg_tensor_wrap(gd, SG_DTYPE_F64, d, 3, shape);
+    if (st == SG_OK) st = sg_tape_backward_from(tape, 1, &y, &seed);
+    if (st == SG_OK)
+      st = sg_memcpy(host, res[cuda][1], d, x.grad.data, sizeof xh);
+    SG_CHECK_OK(st);
+    sg_tape_destroy(&tape);
+    sg_var_release(&x);
+    if (cuda) sg_free(d, &xd), sg_free(d, &gd);
+  }
+  const double tot = sg_test_size * (sg_test_size + 1) / 2.0;
+  for (int i = 0; i < M; ++i) {
+    SG_CHECK(!memcmp(&res[0][0][i], &res[1][0][i], 8) &&
+                 !memcmp(&res[0][1][i], &res[1][1][i], 8),
+             "--gpu: device and host differ at %d", i);
+    SG_CHECK(fabs(res[1][0][i] - tot * xh[i]) <= 1e-12 &&
+                 fabs(res[1][1][i] - tot * gh[i]) <= 1e-12,
+             "--gpu: y or dx at %d", i);
+  }
+  if (sg_test_rank == 0)
+    printf("--gpu: tp_copy/tp_reduce on cuda over NCCL (%d ranks) = host\n",
+           sg_test_size);
+done:
+  sg_mesh_destroy(&mesh);
+}
+
 int main(int argc, char **argv) {
   sg_test_init(&argc, &argv);
+  for (int i = 1; i < argc; ++i)
+    if (!strcmp(argv[i], "--gpu")) {
+      gpu_case();
+      return sg_test_finish();
+    }
   ctx c;
   memset(&c, 0, sizeof c);
   const int P = sg_test_size, D = P == 4 ? 2 : 1, T = P / D;
