@@ -222,13 +222,10 @@ sg_status ag_dev_slice(sg_device dev, sg_dtype dt, int64_t rows, int64_t cnt,
 
 /* Why op may not run on sharded device inputs, NULL if it may: a
  * built-in op per the device table (sg_op_device_sharded_why); a user op
- * unless its window needs the tape's exchange or its outputs are Partial
- * (both summed or exchanged by host code). */
+ * unless its outputs are Partial (summed over the mesh by host code). Its
+ * window's exchange runs on the device buffers (ag_halo.c). */
 static const char *ag_sharded_why(const sg_op_def *op) {
   if (sg_ag_op_find(op->name) == op) return sg_op_device_sharded_why(op->name);
-  if (op->rule.windowed_input >= 0)
-    return "the window's exchange on a mesh (halo, margins, crop) is host "
-           "code (issue 22)";
   if (op->rule.out == SG_OUT_PARTIAL)
     return "Partial outputs are summed over the mesh on the host (issue 22)";
   return NULL;

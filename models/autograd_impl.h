@@ -161,6 +161,20 @@ sg_status ag_dev_comm_ok(sg_group_t g, sg_device dev, const char *what);
 sg_status ag_dev_slice(sg_device dev, sg_dtype dt, int64_t rows, int64_t cnt,
                        int64_t tot, int64_t off, int to_whole, void *whole,
                        void *part);
+/* ag_halo.c: a sharded windowed node's exchange on its device's buffers
+ * (the halo plan's steps: slabs packed by the CUDA kernels, sent through
+ * the comm layer; host memory for a faked device): the forward makes the
+ * kernel's box (owned, on the device), the adjoint overwrites dx with dbox
+ * summed back (dbox is only read). Collective over the node's mesh.
+ * ag_dev_crop: owned = natural's part at info->crop, or (to_natural)
+ * natural's part = owned (natural zeroed by the caller). */
+sg_status ag_dev_exchange_forward(sg_node *node, const sg_tensor *x,
+                                  sg_tensor *box);
+sg_status ag_dev_exchange_adjoint(sg_node *node, void *dbox,
+                                  const sg_tensor *dx);
+sg_status ag_dev_crop(sg_device dev, const sg_exchange_info *info,
+                      const sg_tensor *natural, const sg_tensor *owned,
+                      int to_natural);
 sg_status ag_node_device(sg_tape_t tape, const sg_op_def *op, int nin,
                          sg_var *const *in, sg_device *dev);
 /* The node's kernels on its device: forward/backward or their _cuda. */

@@ -73,10 +73,6 @@ static const sg_op_device table[] = {
  * device buffers through the comm layer), or why the tape refuses it.
  * tests/ops/test_op_device.c checks that every op on cuda is listed once
  * (an op turned cuda is refused on a mesh until it is listed). */
-#define HALO                                                                 \
-  "the window's exchange on a mesh (halo, margins, crop) is host code; the " \
-  "CUDA pack kernels exist, the tape's exchange on device buffers is not "   \
-  "built (issue 22)"
 #define RING                                                           \
   "the ring and the all-to-alls over ranks on device buffers are not " \
   "built (issue 22)"
@@ -85,11 +81,15 @@ static const sg_op_device table[] = {
 static const struct {
   const char *op, *why;
 } sharded[] = {
-    {"conv", HALO},
-    {"convt", HALO},
-    {"pool", HALO},
-    {"upsample_linear", HALO},
-    {"upsample_nearest", HALO},
+    /* the window's exchange on the device buffers (models/ag_halo.c: the
+     * halo plan's slabs packed by the CUDA kernels, sent through the comm
+     * layer), then the op's kernels on the box; the crop of an up-sampled
+     * output by the pack kernel */
+    {"conv", NULL},
+    {"convt", NULL},
+    {"pool", NULL},
+    {"upsample_linear", NULL},
+    {"upsample_nearest", NULL},
     /* per element, per channel or per token: local to the shard (bias: the
      * global channel offset on the device pointer; loss: its partials are
      * copied to the host and reduced there, as on the host) */

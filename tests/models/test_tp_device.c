@@ -20,8 +20,8 @@
  * tp_seq_gather, sp_scatter on uneven token slices). A tiny tp_copy/tp_reduce pair (2
  * elements, fewer than the tp ranks: empty blocks in the fixed-order sum;
  * an empty dom shard at D = 2) likewise, and against the exact sum.
- * Then the refusals on a sharded device input: conv (its halo exchange),
- * layer norm (the statistics merge), dist_loss (host-only) return
+ * Then the refusals on a sharded device input: layer norm (the
+ * statistics merge), dist_loss (host-only) return
  * SG_ERR_NOT_SUPPORTED naming the op on every rank, and nothing hangs;
  * a real device over several ranks without NCCL on the mesh (nor a
  * CUDA-aware MPI) is refused (ag_dev_comm_ok).
@@ -396,9 +396,6 @@ static void test_refusals(const ctx *c) {
   SG_CHECK_OK(sg_var_set_device(&x, dev));
   SG_CHECK_OK(sg_var_set_device(&w, dev));
   SG_CHECK_OK(sg_tape_create(&tape));
-  const sg_window win[2] = {{.kernel = 3, .pad = {1, 1}},
-                            {.kernel = 3, .pad = {1, 1}}};
-  refused("conv", sg_ag_conv(tape, &x, &w, NULL, win, &y), "halo");
   refused("norm", sg_ag_layernorm(tape, 0, &x, NULL, NULL, &y),
           "statistics over the shards");
   sg_dist_loss_ctx lc = {.domain = c->dom, .global_batch = N};

@@ -153,7 +153,8 @@ static int check_sharded_list(int loud) {
     if (!why && loud) printf("%s%s", runs++ ? ", " : "on a mesh: ", op);
   }
   if (loud) printf(" (%d of %d ops on cuda)\n", runs, n);
-  if (sg_op_device_sharded_why("conv") == NULL ||
+  if (sg_op_device_sharded_why("conv") != NULL ||
+      sg_op_device_sharded_why("attention") == NULL ||
       sg_op_device_sharded_why("tp_copy") != NULL ||
       sg_op_device_sharded_why("dist_loss") == NULL ||
       sg_op_device_sharded_at(n, NULL) != NULL)
