@@ -38,14 +38,14 @@ static int hm(sg_device dev) {
 #if SG_HAVE_CUDA
 #define AG_CUDA_OR(call) return (call)
 #else
-#define AG_CUDA_OR(call)                                                    \
-  return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,             \
-                      "the halo exchange on %s: built without CUDA",        \
+#define AG_CUDA_OR(call)                                             \
+  return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,      \
+                      "the halo exchange on %s: built without CUDA", \
                       sg_device_kind_name(dev.kind))
 #endif
 
 static sg_status ag_dev_box_pack(sg_device dev, const void *block,
-                          const sg_halo_box *box, size_t es, void *buf) {
+                                 const sg_halo_box *box, size_t es, void *buf) {
   if (sg_halo_box_size(box) <= 0) return SG_OK;
   if (hm(dev)) {
     sg_halo_pack_host(block, box, es, buf);
@@ -54,8 +54,9 @@ static sg_status ag_dev_box_pack(sg_device dev, const void *block,
   AG_CUDA_OR(sg_halo_pack_cuda(block, box, es, buf, NULL));
 }
 
-static sg_status ag_dev_box_unpack(sg_device dev, void *block, const sg_halo_box *box,
-                            size_t es, const void *buf) {
+static sg_status ag_dev_box_unpack(sg_device dev, void *block,
+                                   const sg_halo_box *box, size_t es,
+                                   const void *buf) {
   if (sg_halo_box_size(box) <= 0) return SG_OK;
   if (hm(dev)) {
     sg_halo_unpack_host(block, box, es, buf);
@@ -83,8 +84,9 @@ static sg_status box_zero(sg_device dev, void *block, const sg_halo_box *box,
 
 /* A box of a (lead, spatial...) region: lead elements of stride ls, then
  * count[d] cells of stride sp[d] per spatial dim, from base. */
-static sg_halo_box ag_box(int nsp, int64_t lead, int64_t ls, const int64_t *count,
-                   const int64_t *sp, int64_t base) {
+static sg_halo_box ag_box(int nsp, int64_t lead, int64_t ls,
+                          const int64_t *count, const int64_t *sp,
+                          int64_t base) {
   sg_halo_box b;
   b.base = base;
   b.count[0] = lead;
@@ -152,8 +154,7 @@ static sg_status dev_halo(sg_mesh_t mesh, sg_halo_plan_t plan, sg_device dev,
      * comes in, per peer in rank order; within a peer side 0 then side 1
      * on the sender, so the receiver's side 1 then side 0 */
     const sg_halo_box *out[2], *in[2];
-    int64_t on[2] = {0, 0}, inn[2] = {0, 0}, ooff[2] = {0, 0},
-            ioff[2] = {0, 0};
+    int64_t on[2] = {0, 0}, inn[2] = {0, 0}, ooff[2] = {0, 0}, ioff[2] = {0, 0};
     for (int s = 0; s < 2; ++s) {
       out[s] = adjoint ? &q[s].rbox : &q[s].sbox;
       in[s] = adjoint ? &q[s].sbox : &q[s].rbox;
@@ -173,15 +174,13 @@ static sg_status dev_halo(sg_mesh_t mesh, sg_halo_plan_t plan, sg_device dev,
     }
     for (int s = 0; s < 2; ++s) { /* sender: side 0 first */
       if (!on[s]) continue;
-      ooff[s] = sd[q[s].peer] + (s == 1 && on[0] && q[0].peer == q[1].peer
-                                     ? on[0]
-                                     : 0);
+      ooff[s] = sd[q[s].peer] +
+                (s == 1 && on[0] && q[0].peer == q[1].peer ? on[0] : 0);
     }
     for (int s = 1; s >= 0; --s) { /* receiver: side 1 first */
       if (!inn[s]) continue;
-      ioff[s] = rd[q[s].peer] + (s == 0 && inn[1] && q[0].peer == q[1].peer
-                                     ? inn[1]
-                                     : 0);
+      ioff[s] = rd[q[s].peer] +
+                (s == 0 && inn[1] && q[0].peer == q[1].peer ? inn[1] : 0);
     }
     int64_t lmax = 0; /* one-cell slabs of the local fills */
     for (int s = 0; s < 2; ++s)
@@ -206,15 +205,13 @@ static sg_status dev_halo(sg_mesh_t mesh, sg_halo_plan_t plan, sg_device dev,
     for (int s = 0; s < 2; ++s)
       if (q[s].local)
         SG_TRY(fill_local(dev, plan, d, s, &q[s], dt, block, adjoint, tmp));
-    if (P > 1)
-      SG_TRY(sg_alltoallv(g, sbuf, cnt, sd, rbuf, rc, rd, dt));
+    if (P > 1) SG_TRY(sg_alltoallv(g, sbuf, cnt, sd, rbuf, rc, rd, dt));
     for (int s = 0; s < 2; ++s)
       if (inn[s]) {
         if (adjoint)
           SG_TRY(box_add(dev, block, in[s], dt, rbuf + ioff[s] * es));
         else
-          SG_TRY(
-              ag_dev_box_unpack(dev, block, in[s], es, rbuf + ioff[s] * es));
+          SG_TRY(ag_dev_box_unpack(dev, block, in[s], es, rbuf + ioff[s] * es));
       }
     ag_mem_free(dev, (void **)&sbuf);
     ag_mem_free(dev, (void **)&rbuf);
@@ -233,8 +230,7 @@ static void boxes(const sg_exchange_block *eb, const sg_exchange_info *info,
                   const int64_t *local, sg_halo_box *ib, sg_halo_box *kb) {
   const int64_t lead = local[0] * local[1];
   *ib = ag_box(info->nsp, lead, eb->ds[1], local + 2, eb->ds + 2, eb->origin);
-  *kb = ag_box(info->nsp, lead, eb->ds[1], info->box, eb->ds + 2,
-               eb->box_base);
+  *kb = ag_box(info->nsp, lead, eb->ds[1], info->box, eb->ds + 2, eb->box_base);
 }
 
 static sg_status check_contig(const sg_tensor *t, const char *what) {
@@ -317,9 +313,9 @@ sg_status ag_dev_crop(sg_device dev, const sg_exchange_info *info,
   int64_t base = 0;
   for (int d = 0; d < info->nsp; ++d)
     base += info->crop[d] * natural->strides[2 + d];
-  sg_halo_box b =
-      ag_box(info->nsp, owned->shape[0] * owned->shape[1], natural->strides[1],
-             owned->shape + 2, natural->strides + 2, base);
+  sg_halo_box b = ag_box(info->nsp, owned->shape[0] * owned->shape[1],
+                         natural->strides[1], owned->shape + 2,
+                         natural->strides + 2, base);
   if (to_natural)
     SG_TRY(ag_dev_box_unpack(dev, natural->data, &b, es, owned->data));
   else

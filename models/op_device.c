@@ -20,8 +20,8 @@ static const sg_op_device table[] = {
     {"linear", "sg_linear_fwd_cuda", "sg_linear_bwd_cuda", NULL},
     {"concat", "sg_cat_part_cuda", "sg_cat_part_cuda", NULL},
     {"split", "sg_cat_part_cuda", "sg_cat_part_cuda", NULL},
-    /* instance, group and layer norm; batch norm and sharded inputs are
-     * refused on the device (host only) */
+    /* instance, group and layer norm; batch norm is refused on the device
+     * (host only) */
     {"norm", "sg_norm_fwd_cuda", "sg_norm_bwd_cuda", NULL},
     {"loss", "sg_loss_partial_cuda", "sg_loss_bwd_cuda", NULL},
     /* its reductions are host doubles (as loss's); its local part is not */
@@ -106,8 +106,11 @@ static const struct {
     {"add_field", NULL},
     {"fno3d_broadcast_t", NULL},
     {"fno3d_time_window", NULL},
-    {"norm", "the merge of the statistics over the shards is host code "
-             "(issue 22)"},
+    /* instance and group norm merge their statistics and backward sums
+     * over the spatial split (a few numbers per sample and group, merged
+     * on the host in rank order: the host's bits); layer norm's are local
+     * on a spatial split */
+    {"norm", NULL},
     {"attention", RING},
     {"attention_ulysses", RING},
     {"attention_usp", RING},

@@ -55,9 +55,9 @@ static double cw(int64_t a, int64_t b) {
 static void geom(const sg_node *node, const sg_tensor *xb, int64_t *no) {
   for (int d = 0; d < 2; ++d) {
     const sg_window w = node->win[d];
-    no[d] = w.up * ((xb->shape[2 + d] - w.dilation * (w.kernel - 1) - 1) /
-                        w.stride +
-                    1);
+    no[d] = w.up *
+            ((xb->shape[2 + d] - w.dilation * (w.kernel - 1) - 1) / w.stride +
+             1);
   }
 }
 
@@ -83,9 +83,9 @@ static sg_status st_fwd(sg_node *node) {
         double s = 0;
         for (int64_t a = 0; a < w[0].kernel; ++a)
           for (int64_t b = 0; b < w[1].kernel; ++b)
-            s += cw(a, b) * ld(x->data, dt,
-                               (p * B0 + src(&w[0], i, a)) * B1 +
-                                   src(&w[1], j, b));
+            s += cw(a, b) *
+                 ld(x->data, dt,
+                    (p * B0 + src(&w[0], i, a)) * B1 + src(&w[1], j, b));
         stv(y, dt, (p * no[0] + i) * no[1] + j, s);
       }
   return SG_OK;
@@ -108,8 +108,8 @@ static sg_status st_bwd(sg_node *node) {
         const double g = ld(dy->data, dt, (p * no[0] + i) * no[1] + j);
         for (int64_t a = 0; a < w[0].kernel; ++a)
           for (int64_t b = 0; b < w[1].kernel; ++b) {
-            const int64_t k =
-                (p * B0 + src(&w[0], i, a)) * B1 + src(&w[1], j, b);
+            const int64_t k = (p * B0 + src(&w[0], i, a)) * B1 +
+                              src(&w[1], j, b);
             stv(gx, dt, k, ld(gx, dt, k) + cw(a, b) * g);
           }
       }
@@ -167,10 +167,11 @@ static sg_status run(const ctx *c, sg_dtype dt, int cuda, const sg_window *win,
   SG_TRY(sg_var_set_sharding(&x, c->mesh, c->pl, G));
   if (cuda) SG_TRY(sg_var_set_device(&x, dev));
   SG_TRY(sg_tape_create(&tape));
-  SG_TRY(sg_tape_apply(tape, &stencil_op, 1, (sg_var *[]){&x}, 1, win, NULL,
-                       0, &y));
+  SG_TRY(sg_tape_apply(tape, &stencil_op, 1, (sg_var *[]){&x}, 1, win, NULL, 0,
+                       &y));
   r->ny = sg_tensor_numel(&y->value);
-  if (r->ny > 512) SG_RAISE(SG_ERR_SHAPE, "test: %lld outputs", (long long)r->ny);
+  if (r->ny > 512)
+    SG_RAISE(SG_ERR_SHAPE, "test: %lld outputs", (long long)r->ny);
   r->ydy = r->xdx = 0;
   for (int64_t l = 0; l < r->ny; ++l) {
     r->y[l] = ld(y->value.data, dt, l);
@@ -179,8 +180,8 @@ static sg_status run(const ctx *c, sg_dtype dt, int cuda, const sg_window *win,
     r->ydy += r->y[l] * ld(gy, dt, l);
   }
   r->on_cuda = y->value.device.kind == SG_DEVICE_CUDA;
-  const sg_tensor seed =
-      sg_tensor_wrap(gy, dt, dev, y->value.ndim, y->value.shape);
+  const sg_tensor seed = sg_tensor_wrap(gy, dt, dev, y->value.ndim,
+                                        y->value.shape);
   SG_TRY(sg_tape_backward_from(tape, 1, &y, &seed));
   r->on_cuda &= x.grad.device.kind == SG_DEVICE_CUDA;
   for (int64_t l = 0; l < c->nx; ++l) {
@@ -271,8 +272,9 @@ done:
 }
 
 /* --gpu (tools/test-gpu: one rank per GPU, 1-4 ranks): conv (f64, 3x3,
- * pad 1, reflect x zero) on x (2, 3, 9, 6) split over "h=P" on real
- * device buffers, NCCL on the mesh, against the same on host variables:
+ * pad 1, reflect x zero) and instance norm (its statistics merged over
+ * the split) on x (2, 3, 9, 6) split over "h=P" on real device buffers,
+ * NCCL on the mesh, against the same on host variables:
  * y, dx and dw within 1e-10 (cuBLAS vs the host kernels). Compile-verified
  * until a GPU machine runs it. */
 static void gpu_case(void) {
@@ -328,14 +330,16 @@ static void gpu_case(void) {
     if (st == SG_OK && cuda) st = sg_var_set_device(&w, d);
     if (st == SG_OK) st = sg_tape_create(&tape);
     if (st == SG_OK) st = sg_ag_conv(tape, &x, &w, NULL, win, &y);
+    const sg_norm_desc nd = {.kind = SG_NORM_INSTANCE, .eps = 1e-5};
+    if (st == SG_OK) st = sg_ag_norm(tape, &nd, y, NULL, NULL, &y);
     if (st == SG_OK) {
       ny = sg_tensor_numel(&y->value);
       st = ny <= NX ? sg_memcpy(host, res[cuda][0], d, y->value.data,
                                 (size_t)ny * sizeof(double))
                     : SG_ERR_SHAPE;
     }
-    const sg_tensor seed =
-        sg_tensor_wrap(gd, SG_DTYPE_F64, d, ND, y ? y->value.shape : shape);
+    const sg_tensor seed = sg_tensor_wrap(gd, SG_DTYPE_F64, d, ND,
+                                          y ? y->value.shape : shape);
     if (st == SG_OK) st = sg_tape_backward_from(tape, 1, &y, &seed);
     if (st == SG_OK)
       st = sg_memcpy(host, res[cuda][1], d, x.grad.data,
@@ -345,17 +349,20 @@ static void gpu_case(void) {
     sg_tape_destroy(&tape);
     sg_var_release(&x);
     sg_var_release(&w);
-    if (cuda) sg_free(d, &xd), sg_free(d, &gd), sg_free(d, &wd), sg_free(d, &gw);
+    if (cuda)
+      sg_free(d, &xd), sg_free(d, &gd), sg_free(d, &wd), sg_free(d, &gw);
   }
   const int64_t n[3] = {ny, nx, NW};
   for (int k = 0; k < 3; ++k)
     for (int64_t i = 0; i < n[k]; ++i)
       SG_CHECK(fabs(res[0][k][i] - res[1][k][i]) <= 1e-10,
                "--gpu: conv %s[%lld]: device %.17g, host %.17g",
-               k == 0 ? "y" : k == 1 ? "dx" : "dw", (long long)i,
-               res[1][k][i], res[0][k][i]);
+               k == 0   ? "y"
+               : k == 1 ? "dx"
+                        : "dw",
+               (long long)i, res[1][k][i], res[0][k][i]);
   if (sg_test_rank == 0)
-    printf("--gpu: conv on a split domain (%d ranks), halo over NCCL = host\n",
+    printf("--gpu: conv + instance norm on a split domain (%d ranks) = host\n",
            sg_test_size);
 done:
   sg_mesh_destroy(&mesh);

@@ -20,8 +20,8 @@
  * tp_seq_gather, sp_scatter on uneven token slices). A tiny tp_copy/tp_reduce pair (2
  * elements, fewer than the tp ranks: empty blocks in the fixed-order sum;
  * an empty dom shard at D = 2) likewise, and against the exact sum.
- * Then the refusals on a sharded device input: layer norm (the
- * statistics merge), dist_loss (host-only) return
+ * Then the refusals on a sharded device input: dist_loss (host-only)
+ * returns
  * SG_ERR_NOT_SUPPORTED naming the op on every rank, and nothing hangs;
  * a real device over several ranks without NCCL on the mesh (nor a
  * CUDA-aware MPI) is refused (ag_dev_comm_ok).
@@ -396,8 +396,6 @@ static void test_refusals(const ctx *c) {
   SG_CHECK_OK(sg_var_set_device(&x, dev));
   SG_CHECK_OK(sg_var_set_device(&w, dev));
   SG_CHECK_OK(sg_tape_create(&tape));
-  refused("norm", sg_ag_layernorm(tape, 0, &x, NULL, NULL, &y),
-          "statistics over the shards");
   sg_dist_loss_ctx lc = {.domain = c->dom, .global_batch = N};
   refused("dist_loss",
           sg_ag_dist_loss(tape, SG_LOSS_MSE, &x, &x, NULL, &lc, &y),
