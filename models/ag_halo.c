@@ -8,7 +8,8 @@
  *    (corners without diagonal messages): per dim the owned slabs are
  *    packed on the device (sg_halo_pack_cuda, the index arithmetic of
  *    sg_halo_pack.h shared with the host), sent to the neighbours in one
- *    all-to-all-v over the mesh (the comm layer: NCCL on device buffers,
+ *    all-to-all-v over the group of the dim's mesh dim (the comm layer:
+ *    NCCL on device buffers,
  *    MPI on host memory, a faked device included), unpacked into the
  *    halos; edge fills (zero, reflect, replicate, local wrap) are one-cell
  *    copies through the same kernels; the kernel's box is packed out of
@@ -130,26 +131,51 @@ fail:
   return st;
 }
 
-/* The plan's exchange (forward) or adjoint on a device block: collective
- * over the mesh (an all-to-all-v per dim, every rank in the same order). */
+/* The group of the mesh dim that splits a plan's dim (the one coordinate
+ * in which a neighbour differs) and the neighbours' ranks in it. */
+static sg_status dim_group(sg_mesh_t mesh, const sg_halo_side *q, sg_group_t *g,
+                           int *pr) {
+  sg_status st = SG_OK;
+  int me[SG_MESH_MAX_DIMS], nb[SG_MESH_MAX_DIMS], m = -1;
+  sg_mesh_coords(mesh, me);
+  for (int s = 0; s < 2; ++s) {
+    pr[s] = -1;
+    if (q[s].local) continue;
+    SG_TRY(sg_mesh_coords_of(mesh, q[s].peer, nb));
+    for (int k = 0; k < sg_mesh_ndims(mesh) && m < 0; ++k)
+      if (nb[k] != me[k]) m = k;
+    if (m < 0) SG_RAISE(SG_ERR_INTERNAL, "halo exchange: a neighbour is me");
+    pr[s] = nb[m];
+  }
+  SG_TRY(sg_mesh_group(mesh, 1u << m, g));
+fail:
+  return st;
+}
+
+/* The plan's exchange (forward) or adjoint on a device block. Per dim: the
+ * local fills, and for a split dim one all-to-all-v over the group of its
+ * mesh dim (collective over that group: every rank of a split dim has a
+ * neighbour; the ranks of a batch shard, empty ones included, go through
+ * the same steps as the host's plan). */
 static sg_status dev_halo(sg_mesh_t mesh, sg_halo_plan_t plan, sg_device dev,
                           sg_dtype dt, char *block, int adjoint) {
   sg_status st = SG_OK;
   const size_t es = sg_dtype_size(dt);
-  const int nd = sg_halo_plan_ndims(plan), P = sg_mesh_size(mesh);
-  sg_group_t g = NULL;
+  const int nd = sg_halo_plan_ndims(plan);
   int64_t *cnt = NULL;
   char *sbuf = NULL, *rbuf = NULL, *tmp = NULL;
-  SG_TRY(sg_mesh_group(mesh, (1u << sg_mesh_ndims(mesh)) - 1u, &g));
-  SG_TRY(ag_dev_comm_ok(g, dev, "the halo exchange"));
-  cnt = malloc(4 * (size_t)P * sizeof *cnt);
-  if (!cnt) SG_RAISE(SG_ERR_ALLOC, "halo exchange counts");
-  int64_t *sd = cnt + P, *rc = cnt + 2 * P, *rd = cnt + 3 * P;
   for (int k = 0; k < nd; ++k) {
     const int d = sg_halo_plan_step_dim(plan, adjoint ? nd - 1 - k : k);
     sg_halo_side q[2];
     sg_halo_plan_side(plan, d, 0, &q[0]);
     sg_halo_plan_side(plan, d, 1, &q[1]);
+    sg_group_t g = NULL;
+    int pr[2] = {-1, -1}, P = 1;
+    if (!q[0].local || !q[1].local) {
+      SG_TRY(dim_group(mesh, q, &g, pr));
+      SG_TRY(ag_dev_comm_ok(g, dev, "the halo exchange"));
+      P = sg_group_size(g);
+    }
     /* what goes out (forward: owned slabs; adjoint: halo slabs) and what
      * comes in, per peer in rank order; within a peer side 0 then side 1
      * on the sender, so the receiver's side 1 then side 0 */
@@ -162,25 +188,26 @@ static sg_status dev_halo(sg_mesh_t mesh, sg_halo_plan_t plan, sg_device dev,
       on[s] = (adjoint ? q[s].h : q[s].s) > 0 ? sg_halo_box_size(out[s]) : 0;
       inn[s] = (adjoint ? q[s].s : q[s].h) > 0 ? sg_halo_box_size(in[s]) : 0;
     }
-    memset(cnt, 0, 4 * (size_t)P * sizeof *cnt);
-    for (int s = 0; s < 2; ++s) {
-      if (on[s]) cnt[q[s].peer] += on[s];
-      if (inn[s]) rc[q[s].peer] += inn[s];
-    }
+    st = SG_OK;
+    cnt = calloc(4 * (size_t)P, sizeof *cnt);
+    if (!cnt) st = SG_ERR_ALLOC;
+    int64_t *sd = cnt + P, *rc = cnt + 2 * P, *rd = cnt + 3 * P;
     int64_t so = 0, ro = 0;
-    for (int r = 0; r < P; ++r) {
+    for (int s = 0; cnt && s < 2; ++s) {
+      if (on[s]) cnt[pr[s]] += on[s];
+      if (inn[s]) rc[pr[s]] += inn[s];
+    }
+    for (int r = 0; cnt && r < P; ++r) {
       sd[r] = so, so += cnt[r];
       rd[r] = ro, ro += rc[r];
     }
-    for (int s = 0; s < 2; ++s) { /* sender: side 0 first */
+    for (int s = 0; cnt && s < 2; ++s) { /* sender: side 0 first */
       if (!on[s]) continue;
-      ooff[s] = sd[q[s].peer] +
-                (s == 1 && on[0] && q[0].peer == q[1].peer ? on[0] : 0);
+      ooff[s] = sd[pr[s]] + (s == 1 && on[0] && pr[0] == pr[1] ? on[0] : 0);
     }
-    for (int s = 1; s >= 0; --s) { /* receiver: side 1 first */
+    for (int s = 1; cnt && s >= 0; --s) { /* receiver: side 1 first */
       if (!inn[s]) continue;
-      ioff[s] = rd[q[s].peer] +
-                (s == 0 && inn[1] && q[0].peer == q[1].peer ? inn[1] : 0);
+      ioff[s] = rd[pr[s]] + (s == 0 && inn[1] && pr[0] == pr[1] ? inn[1] : 0);
     }
     int64_t lmax = 0; /* one-cell slabs of the local fills */
     for (int s = 0; s < 2; ++s)
@@ -188,14 +215,15 @@ static sg_status dev_halo(sg_mesh_t mesh, sg_halo_plan_t plan, sg_device dev,
         sg_halo_box b = sg_halo_plan_box(plan, d, 0, 1);
         lmax = sg_halo_box_size(&b);
       }
-    /* both buffers on every rank, even empty: the comm layer picks NCCL
-     * by the receive pointer, and send == recv would be in place */
-    st = ag_mem_alloc(dev, (size_t)(so > 0 ? so : 1) * es, 0, (void **)&sbuf);
-    if (st == SG_OK)
+    /* both buffers on every rank of the group, even empty: the comm layer
+     * picks NCCL by the receive pointer, and send == recv is in place */
+    if (st == SG_OK && g)
+      st = ag_mem_alloc(dev, (size_t)(so > 0 ? so : 1) * es, 0, (void **)&sbuf);
+    if (st == SG_OK && g)
       st = ag_mem_alloc(dev, (size_t)(ro > 0 ? ro : 1) * es, 0, (void **)&rbuf);
     if (st == SG_OK && lmax > 0)
       st = ag_mem_alloc(dev, (size_t)lmax * es, 0, (void **)&tmp);
-    st = sg_group_agree(g, st);
+    if (g) st = sg_group_agree(g, st);
     SG_TRY(st);
     for (int s = 0; s < 2; ++s)
       if (on[s]) {
@@ -205,7 +233,7 @@ static sg_status dev_halo(sg_mesh_t mesh, sg_halo_plan_t plan, sg_device dev,
     for (int s = 0; s < 2; ++s)
       if (q[s].local)
         SG_TRY(fill_local(dev, plan, d, s, &q[s], dt, block, adjoint, tmp));
-    if (P > 1) SG_TRY(sg_alltoallv(g, sbuf, cnt, sd, rbuf, rc, rd, dt));
+    if (g) SG_TRY(sg_alltoallv(g, sbuf, cnt, sd, rbuf, rc, rd, dt));
     for (int s = 0; s < 2; ++s)
       if (inn[s]) {
         if (adjoint)
@@ -216,6 +244,8 @@ static sg_status dev_halo(sg_mesh_t mesh, sg_halo_plan_t plan, sg_device dev,
     ag_mem_free(dev, (void **)&sbuf);
     ag_mem_free(dev, (void **)&rbuf);
     ag_mem_free(dev, (void **)&tmp);
+    free(cnt);
+    cnt = NULL;
   }
 fail:
   ag_mem_free(dev, (void **)&sbuf);
@@ -231,6 +261,16 @@ static void boxes(const sg_exchange_block *eb, const sg_exchange_info *info,
   const int64_t lead = local[0] * local[1];
   *ib = ag_box(info->nsp, lead, eb->ds[1], local + 2, eb->ds + 2, eb->origin);
   *kb = ag_box(info->nsp, lead, eb->ds[1], info->box, eb->ds + 2, eb->box_base);
+}
+
+/* A failed allocation agreed over the ranks that exchange with each other
+ * (the node's spatial split; the ranks of another batch shard may skip the
+ * adjoint, an empty shard has no gradient). */
+static sg_status space_agree(const sg_node *node, sg_status st) {
+  sg_group_t g = NULL;
+  sg_status gs = sg_node_group(node, SG_SPLIT_SPACE, &g);
+  if (gs != SG_OK) return gs;
+  return g ? sg_group_agree(g, st) : st;
 }
 
 static sg_status check_contig(const sg_tensor *t, const char *what) {
@@ -264,7 +304,7 @@ sg_status ag_dev_exchange_forward(sg_node *node, const sg_tensor *x,
   boxes(&eb, &info, x->shape, &ib, &kb);
   st = ag_mem_alloc(dev, (size_t)(eb.count > 0 ? eb.count : 1) * es, 1,
                     (void **)&block);
-  st = sg_agree(sg_mesh_comm(node->mesh), st);
+  st = space_agree(node, st);
   SG_TRY(st);
   SG_TRY(ag_dev_box_unpack(dev, block, &ib, es, x->data));
   SG_TRY(dev_halo(node->mesh, eb.plan, dev, x->dtype, block, 0));
@@ -290,7 +330,7 @@ sg_status ag_dev_exchange_adjoint(sg_node *node, void *dbox,
   boxes(&eb, &info, dx->shape, &ib, &kb);
   st = ag_mem_alloc(dev, (size_t)(eb.count > 0 ? eb.count : 1) * es, 1,
                     (void **)&block);
-  st = sg_agree(sg_mesh_comm(node->mesh), st);
+  st = space_agree(node, st);
   SG_TRY(st);
   SG_TRY(ag_dev_box_unpack(dev, block, &kb, es, dbox));
   SG_TRY(dev_halo(node->mesh, eb.plan, dev, dx->dtype, block, 1));

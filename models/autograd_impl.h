@@ -165,7 +165,8 @@ sg_status ag_dev_slice(sg_device dev, sg_dtype dt, int64_t rows, int64_t cnt,
  * (the halo plan's steps: slabs packed by the CUDA kernels, sent through
  * the comm layer; host memory for a faked device): the forward makes the
  * kernel's box (owned, on the device), the adjoint overwrites dx with dbox
- * summed back (dbox is only read). Collective over the node's mesh.
+ * summed back (dbox is only read). Collective over the ranks of the
+ * node's spatial split.
  * ag_dev_crop: owned = natural's part at info->crop, or (to_natural)
  * natural's part = owned (natural zeroed by the caller). */
 sg_status ag_dev_exchange_forward(sg_node *node, const sg_tensor *x,

@@ -8,7 +8,8 @@
  * tape gives it, its backward the transpose) whose "CUDA" entries are its
  * host code and count their calls, so only the tape's exchange differs
  * between the runs. x (2, 2, 9, 5) split over a mesh "h=H,w=W" (P = 1..4:
- * 1x1, 2x1, 3x1, 4x1 and 2x2: corners; uneven shards), windows with every
+ * 1x1, 2x1, 3x1, 4x1 and 2x2: corners; uneven shards; and the batch over
+ * 3 or 4 ranks: empty shards), windows with every
  * boundary kind (zero, reflect, replicate, periodic over the mesh and the
  * local wrap), asymmetric padding, stride 2 (negative halos), up-sampling 2
  * (a cropped output). Each case on host variables and on faked cuda:0
@@ -208,7 +209,8 @@ static void test_case(const ctx *c, const char *name, const sg_window *win) {
     SG_CHECK(ncalls[0] == before[0] && ncalls[1] - before[1] == 2,
              "%s %s: device run: %d host and %d cuda calls (want 0, 2)", name,
              dts, ncalls[0] - before[0], ncalls[1] - before[1]);
-    SG_CHECK(dr.on_cuda && !hr.on_cuda && dr.ny == hr.ny && hr.ny > 0,
+    SG_CHECK(dr.on_cuda && !hr.on_cuda && dr.ny == hr.ny &&
+                 (hr.ny > 0) == (c->nx > 0),
              "%s %s: y and dx on cuda:0 in the device run only", name, dts);
     for (int64_t i = 0; i < hr.ny; ++i)
       SG_CHECK(!memcmp(&dr.y[i], &hr.y[i], 8),
@@ -232,13 +234,21 @@ static void test_case(const ctx *c, const char *name, const sg_window *win) {
            name);
 }
 
-static void test_mesh(int H, int W) {
+/* H x W ranks over the spatial dims; B > 0: B ranks over the batch (2
+ * samples: an empty shard at B = 3, 4), the spatial dims not split. */
+static void test_mesh(int H, int W, int B) {
   ctx c;
   memset(&c, 0, sizeof c);
   char spec[32];
-  snprintf(spec, sizeof spec, "h=%d,w=%d", H, W);
+  if (B)
+    snprintf(spec, sizeof spec, "b=%d", B);
+  else
+    snprintf(spec, sizeof spec, "h=%d,w=%d", H, W);
   SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &c.mesh));
-  c.pl[0] = sg_shard(2), c.pl[1] = sg_shard(3);
+  if (B)
+    c.pl[0] = sg_shard(0);
+  else
+    c.pl[0] = sg_shard(2), c.pl[1] = sg_shard(3);
   SG_REQUIRE_OK(sg_shardtensor_box(c.mesh, ND, G, c.pl, sg_mesh_rank(c.mesh),
                                    c.off, c.shape));
   c.nx = c.shape[0] * c.shape[1] * c.shape[2] * c.shape[3];
@@ -376,7 +386,8 @@ int main(int argc, char **argv) {
       return sg_test_finish();
     }
   const int P = sg_test_size;
-  test_mesh(P, 1);
-  if (P == 4) test_mesh(2, 2);
+  test_mesh(P, 1, 0);
+  if (P == 4) test_mesh(2, 2, 0);
+  if (P >= 3) test_mesh(1, 1, P);
   return sg_test_finish();
 }
