@@ -727,6 +727,8 @@ int sg_mpi_cuda_aware(void) {
 #endif
 }
 
+int sg_group_nccl(sg_group_t g) { return g && g->nccl != NULL; }
+
 sg_status sg_mesh_enable_nccl(sg_mesh_t mesh) {
   sg_status st = SG_OK;
   if (!mesh) SG_RAISE(SG_ERR_INVALID_ARG, "sg_mesh_enable_nccl: mesh is NULL");

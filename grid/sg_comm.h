@@ -221,6 +221,10 @@ sg_status sg_wait_timed(MPI_Request *req, MPI_Status *status, int yield,
  * request); deterministic reductions and in-place reduce_scatter/alltoall(v)
  * on device buffers return SG_ERR_NOT_SUPPORTED. */
 sg_status sg_mesh_enable_nccl(sg_mesh_t mesh);
+/* 1 when g has an NCCL communicator (sg_mesh_enable_nccl), so its calls
+ * on CUDA device buffers go through NCCL; else 0 (NULL g too). Not
+ * collective. */
+int sg_group_nccl(sg_group_t g);
 /* The NCCL library's version (ncclGetVersion: e.g. 22703 for 2.27.3) when
  * built with NCCL, else 0 (also 0 if the library does not answer). Not
  * collective. */

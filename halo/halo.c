@@ -305,6 +305,30 @@ static void free_plan(struct sg_halo_plan *p) {
   free(p);
 }
 
+int sg_halo_plan_ndims(sg_halo_plan_t plan) { return plan ? plan->ndims : 0; }
+
+int sg_halo_plan_step_dim(sg_halo_plan_t plan, int step) {
+  return plan && step >= 0 && step < plan->ndims ? plan->order[step] : -1;
+}
+
+void sg_halo_plan_side(sg_halo_plan_t plan, int d, int s, sg_halo_side *side) {
+  if (!plan || !side || d < 0 || d >= plan->ndims || s < 0 || s > 1) return;
+  const hdim *q = &plan->dim[d];
+  memset(side, 0, sizeof *side);
+  side->local = q->local[s];
+  side->peer = q->local[s] ? -1 : q->nb[s];
+  side->n = q->n;
+  side->h = q->h[s];
+  side->s = q->s[s];
+  side->boundary = plan->bnd[d];
+  side->sbox = q->sbox[s];
+  side->rbox = q->rbox[s];
+}
+
+sg_halo_box sg_halo_plan_box(sg_halo_plan_t plan, int d, int64_t a, int64_t w) {
+  return sg_halo_make_box(plan, d, a, w);
+}
+
 int sg_halo_tag(const struct sg_halo_plan *p, int d, int up, int adjoint) {
   return 100 + 16 * (p->id % 1024) + 4 * d + 2 * adjoint + up;
 }

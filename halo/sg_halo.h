@@ -74,6 +74,7 @@
 
 #include "sg_decomp.h"
 #include "sg_dtype.h"
+#include "sg_halo_pack.h"
 #include "sg_mesh.h"
 #include "sg_status.h"
 
@@ -142,6 +143,32 @@ size_t sg_halo_plan_send_bytes(sg_halo_plan_t plan);
  * shared window), "mpi" (direct for one-run slabs, else packed), "pack" or
  * "direct" (forced by SG_HALO_PATH). Not collective. */
 const char *sg_halo_plan_path(sg_halo_plan_t plan);
+
+/* The plan's steps, for a caller that moves the slabs itself (device
+ * buffers: models/ag_halo.c packs them with the CUDA kernels of
+ * sg_halo_pack.h and sends them through the comm layer, NCCL on a GPU).
+ * Forward step k (0 <= k < sg_halo_plan_ndims) fills spatial dim
+ * sg_halo_plan_step_dim(plan, k); the adjoint runs the steps in reverse.
+ * Per dim and side s (0 lo, 1 hi): `local` (an edge fill or a local wrap:
+ * sg_halo_plan_box gives the one-cell boxes of sg_halo_fill_local's rule,
+ * sg_halo_edge_source), else the neighbour's rank in the mesh
+ * communicator; the owned slab sent to it (sbox, width s) and the halo
+ * slab received from it (rbox, width h). A neighbour's side-s message
+ * fills this rank's side 1 - s. None of these is collective. */
+typedef struct sg_halo_side {
+  int local;              /* filled locally (edge or local wrap) */
+  int peer;               /* neighbour's mesh rank (when not local) */
+  int64_t n;              /* owned cells along the dim */
+  int64_t h, s;           /* widths filled / supplied on this side */
+  sg_boundary boundary;   /* the dim's boundary kind */
+  sg_halo_box sbox, rbox; /* owned slab sent, halo slab received */
+} sg_halo_side;
+int sg_halo_plan_ndims(sg_halo_plan_t plan);
+int sg_halo_plan_step_dim(sg_halo_plan_t plan, int step);
+void sg_halo_plan_side(sg_halo_plan_t plan, int d, int s, sg_halo_side *side);
+/* The region of the block along dim d from local index a, width w (dims
+ * filled before d span their halos, later dims their interior). */
+sg_halo_box sg_halo_plan_box(sg_halo_plan_t plan, int d, int64_t a, int64_t w);
 
 /* A block for this plan (sg_halo_plan_block_count elements of the plan's
  * dtype, zeroed), owned by the plan and freed with it; at most

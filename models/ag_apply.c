@@ -244,9 +244,15 @@ static sg_status ag_crop(sg_node *node, int j, const sg_exchange_info *info) {
     off[2 + d] = info->crop[d];
     shape[2 + d] = info->out_local[d];
   }
-  SG_TRY(ag_alloc(&dst, v->value.dtype, v->value.ndim, shape));
-  SG_TRY(sg_tensor_view(&v->value, off, shape, &src));
-  SG_TRY(sg_tensor_copy(&dst, &src));
+  if (node->device.kind != SG_DEVICE_HOST) { /* ag_halo.c: the pack kernel */
+    SG_TRY(ag_alloc_dz(&dst, node->device, v->value.dtype, v->value.ndim, shape,
+                       0));
+    SG_TRY(ag_dev_crop(node->device, info, &v->value, &dst, 0));
+  } else {
+    SG_TRY(ag_alloc(&dst, v->value.dtype, v->value.ndim, shape));
+    SG_TRY(sg_tensor_view(&v->value, off, shape, &src));
+    SG_TRY(sg_tensor_copy(&dst, &src));
+  }
   ag_free(&v->value);
   v->value = dst;
   dst.owns = 0;
@@ -413,6 +419,9 @@ static sg_status ag_apply_run(sg_tape_t tape, sg_node *node) {
     if (ag_node_info(node).identity) {
       node->xin = x->value;
       node->xin.owns = 0;
+    } else if (node->device.kind != SG_DEVICE_HOST) {
+      SG_TRY(ag_dev_exchange_forward(node, &x->value, &node->xin));
+      if (node->xin.owns) tape->bytes += ag_nbytes(&node->xin);
     } else {
       SG_TRY(sg_sharded_exchange_forward((sg_sharded_exchange_t)node->ex,
                                          &x->value, &node->xin));

@@ -137,10 +137,16 @@ static sg_status ag_backward_local(sg_tape_t tape, sg_node *node, ag_bwd *b) {
         off[2 + d] = info.crop[d];
         shape[2 + d] = info.natural[d];
       }
-      sg_tensor part;
-      SG_TRY(ag_alloc(&b->grad[j], v->grad.dtype, v->grad.ndim, shape));
-      SG_TRY(sg_tensor_view(&b->grad[j], off, v->grad.shape, &part));
-      SG_TRY(sg_tensor_copy(&part, &v->grad));
+      if (node->device.kind != SG_DEVICE_HOST) { /* ag_halo.c */
+        SG_TRY(ag_alloc_dz(&b->grad[j], node->device, v->grad.dtype,
+                           v->grad.ndim, shape, 1));
+        SG_TRY(ag_dev_crop(node->device, &info, &b->grad[j], &v->grad, 1));
+      } else {
+        sg_tensor part;
+        SG_TRY(ag_alloc(&b->grad[j], v->grad.dtype, v->grad.ndim, shape));
+        SG_TRY(sg_tensor_view(&b->grad[j], off, v->grad.shape, &part));
+        SG_TRY(sg_tensor_copy(&part, &v->grad));
+      }
       sg_tensor t = v->grad; /* swap: the op sees the natural extent */
       v->grad = b->grad[j];
       b->grad[j] = t;
@@ -211,7 +217,9 @@ static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
         SG_TRY(ag_alloc_dz(&b->tmp2, v->value.device, v->value.dtype,
                            v->value.ndim, v->value.shape, 1));
       sg_tensor *dst = first ? &v->grad : &b->tmp2;
-      if (node->mesh)
+      if (node->mesh && dev) /* ag_halo.c: on the device's buffers */
+        SG_TRY(ag_dev_exchange_adjoint(node, b->tmp[i].data, dst));
+      else if (node->mesh)
         SG_TRY(sg_sharded_exchange_adjoint((sg_sharded_exchange_t)node->ex,
                                            b->tmp[i].data, dst));
 #if SG_HAVE_CUDA

@@ -667,7 +667,8 @@ fail:
   return st;
 }
 
-/* Device nodes are not sharded (ag_node_device): c0 is 0 there. */
+/* On a device too (sharded device variables run bias): c0 offsets the
+ * bias pointer, device memory alike. */
 static sg_status bias_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const sg_tensor *x = &node->in[0]->value;
@@ -1006,11 +1007,35 @@ static void *norm_param_grad(const sg_node *node, int i) {
   return i >= 0 ? node->gin[i] : NULL;
 }
 
-/* Host: the statistics and sums span the node's split dims (norm_split),
- * merged over its group; every rank takes part, an empty shard too. CUDA:
- * the node is not sharded (ag_node_device), so this block's statistics and
- * sums are the global ones (no group) and an empty block has nothing to
- * do; batch norm is refused by the launchers (host only). */
+/* The merge of a sharded device node's statistics (sums = 0: n moments)
+ * or backward sums (sums = 1: 2 n doubles) over g: a few numbers per
+ * sample and group, copied to the host and merged there by the host's
+ * rank-order merge (the same bits as host variables), copied back. A
+ * failed allocation is agreed over g before the first message. */
+static sg_status norm_merge_dev(const sg_node *node, sg_group_t g, void *p,
+                                int64_t n, int sums) {
+  sg_status st = SG_OK;
+  const sg_device host = sg_device_host();
+  const size_t bytes = (size_t)n *
+                       (sums ? 2 * sizeof(double) : sizeof(sg_moments));
+  void *h = malloc(bytes ? bytes : 1);
+  st = h ? ag_mem_copy(host, h, node->device, p, bytes) : SG_ERR_ALLOC;
+  SG_TRY(sg_group_agree(g, st));
+  if (sums)
+    SG_TRY(sg_sum_allreduce(h, 2 * n, sg_group_comm(g)));
+  else
+    SG_TRY(sg_norm_stats_allreduce(h, n, sg_group_comm(g)));
+  SG_TRY(ag_mem_copy(node->device, p, host, h, bytes));
+fail:
+  free(h);
+  return st;
+}
+
+/* The statistics and sums span the node's split dims (norm_split), merged
+ * over its group; every rank takes part, an empty shard too (on a device
+ * its share is zero moments and sums: the kernels are not called). A
+ * device node merges through norm_merge_dev; batch norm is refused by the
+ * launchers (host only). */
 static sg_status norm_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const norm_attr *a = (const norm_attr *)node->attr;
@@ -1021,20 +1046,28 @@ static sg_status norm_fwd_on(sg_node *node, int cuda) {
   sg_group_t g = NULL;
   SG_TRY(sg_norm_nstat(&d, &nstat));
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
-  if (cuda && (nstat == 0 || sg_tensor_numel(x) == 0)) goto fail;
+  SG_TRY(sg_node_group(node, norm_split(a->kind), &g));
+  const int empty = cuda && sg_tensor_numel(x) == 0;
+  if (cuda && (nstat == 0 || (empty && !g))) goto fail;
   if (nstat > 0) {
     SG_TRY(sg_node_save(node, (size_t)nstat * sizeof *stats, (void **)&stats));
   } else {
     stats = tmp = calloc(1, sizeof *tmp);
     if (!tmp) SG_RAISE(SG_ERR_ALLOC, "norm statistics");
   }
-  SG_TRY(AG_KERNEL(cuda, sg_norm_stats, sg_norm_stats_cuda, &d, x->dtype,
-                   x->data, stats));
-  SG_TRY(sg_node_group(node, norm_split(a->kind), &g));
-  if (g) SG_TRY(sg_norm_stats_allreduce(stats, nstat, sg_group_comm(g)));
-  SG_TRY(AG_KERNEL(cuda, sg_norm_forward, sg_norm_fwd_cuda, &d, x->dtype,
-                   x->data, stats, norm_param(node, a->gi),
-                   norm_param(node, a->bi), node->out[0]->value.data));
+  if (empty)
+    SG_TRY(ag_mem_zero(node->device, stats, (size_t)nstat * sizeof *stats));
+  else
+    SG_TRY(AG_KERNEL(cuda, sg_norm_stats, sg_norm_stats_cuda, &d, x->dtype,
+                     x->data, stats));
+  if (g && cuda)
+    SG_TRY(norm_merge_dev(node, g, stats, nstat, 0));
+  else if (g)
+    SG_TRY(sg_norm_stats_allreduce(stats, nstat, sg_group_comm(g)));
+  if (!empty)
+    SG_TRY(AG_KERNEL(cuda, sg_norm_forward, sg_norm_fwd_cuda, &d, x->dtype,
+                     x->data, stats, norm_param(node, a->gi),
+                     norm_param(node, a->bi), node->out[0]->value.data));
 fail:
   free(tmp);
   return st;
@@ -1077,14 +1110,23 @@ static sg_status norm_bwd_on(sg_node *node, int cuda) {
   if (nstat == 0 || (cuda && !node->saved)) goto fail;
   SG_TRY(norm_sums_alloc(node, cuda, 2 * nstat, &sums));
   const void *gamma = norm_param(node, a->gi);
-  SG_TRY(AG_KERNEL(cuda, sg_norm_backward_sums, sg_norm_sums_cuda, &d, x->dtype,
-                   x->data, node->saved, gamma, grad_of(node, 0), sums));
+  const int empty = cuda && sg_tensor_numel(x) == 0;
+  if (empty)
+    SG_TRY(ag_mem_zero(node->device, sums, 2 * (size_t)nstat * sizeof *sums));
+  else
+    SG_TRY(AG_KERNEL(cuda, sg_norm_backward_sums, sg_norm_sums_cuda, &d,
+                     x->dtype, x->data, node->saved, gamma, grad_of(node, 0),
+                     sums));
   SG_TRY(sg_node_group(node, norm_split(a->kind), &g));
-  if (g) SG_TRY(sg_sum_allreduce(sums, 2 * nstat, sg_group_comm(g)));
-  SG_TRY(AG_KERNEL(cuda, sg_norm_backward, sg_norm_bwd_cuda, &d, x->dtype,
-                   x->data, node->saved, gamma, grad_of(node, 0), sums,
-                   node->gin[0], norm_param_grad(node, a->gi),
-                   norm_param_grad(node, a->bi)));
+  if (g && cuda)
+    SG_TRY(norm_merge_dev(node, g, sums, nstat, 1));
+  else if (g)
+    SG_TRY(sg_sum_allreduce(sums, 2 * nstat, sg_group_comm(g)));
+  if (!empty)
+    SG_TRY(AG_KERNEL(cuda, sg_norm_backward, sg_norm_bwd_cuda, &d, x->dtype,
+                     x->data, node->saved, gamma, grad_of(node, 0), sums,
+                     node->gin[0], norm_param_grad(node, a->gi),
+                     norm_param_grad(node, a->bi)));
 fail:
   norm_sums_free(node, cuda, &sums);
   return st;
@@ -1146,8 +1188,9 @@ typedef struct loss_attr {
 } loss_attr;
 
 /* saved: the (global) partial sums, then the gradient scale. On a device
- * (not sharded) the partials are summed there and finished on the host (h,
- * a few doubles), the scale copied back; on the host h is saved itself. */
+ * the partials are summed there and finished on the host (h, a few
+ * doubles; on a mesh reduced over it), then copied back; on the host h is
+ * saved itself. */
 static sg_status loss_fwd_on(sg_node *node, int cuda) {
   sg_status st = SG_OK;
   const loss_attr *a = (const loss_attr *)node->attr;
@@ -1173,7 +1216,10 @@ static sg_status loss_fwd_on(sg_node *node, int cuda) {
                                   &value, &h[np]));
   else
     SG_TRY(sg_loss_finish(a->kind, batch, h, &value));
-  if (cuda) SG_TRY(ag_mem_copy(dev, saved + np, host, h + np, sizeof *h));
+  /* the partials as finished (on a mesh: the global ones, which the
+   * backward reads) and the scale, as the host saves them */
+  if (cuda)
+    SG_TRY(ag_mem_copy(dev, saved, host, h, (size_t)(np + 1) * sizeof *h));
   SG_TRY(sg_node_alloc_out(node, 0, 1, &one));
   const float v32 = (float)value;
   const int f32 = p->dtype == SG_DTYPE_F32;

@@ -8,7 +8,21 @@
  * slices of different tp ranks: only the two ops below cross the group).
  * The collectives are the fixed-order all-reduce (sg_allreduce_det), so
  * every tp rank holds the same bits of a replicated activation and the
- * replicas of the parameters outside the TP regions never drift. */
+ * replicas of the parameters outside the TP regions never drift.
+ *
+ * tp_copy, tp_reduce and sp_share run on the node's device: one body for
+ * both (forward_cuda is forward), the copies through ag_mem_copy, the sums
+ * through ag_sum_det (on device buffers the same fixed-order sum as
+ * sg_allreduce_det, its collectives through the comm layer: NCCL on a GPU,
+ * MPI on host memory, a faked device included), sp_share's scale through
+ * ag_dev_scale. They launch no kernel of their own, so their device
+ * entries exist in every build (the device table, models/op_device.c).
+ * The sequence-parallel moves (tp_seq_*, sp_scatter) likewise: their
+ * token slices through ag_dev_slice (concat's part kernel on a device),
+ * their gathers and all-to-alls on the device buffers, the reduce-
+ * scatter's rank-order sum through ag_dev_add. Over several ranks on a
+ * real device the group needs NCCL (or a CUDA-aware MPI): else refused,
+ * ag_dev_comm_ok. */
 #include <string.h>
 
 #include "autograd_impl.h"
@@ -29,18 +43,15 @@ static long long tp_rx; /* bytes this rank received in the tp ops */
 
 static int64_t numel_of(const sg_tensor *t) { return sg_tensor_numel(t); }
 
-/* dst = the sum of src over the group (dst may be src), or a copy. */
-static sg_status tp_sum(const tp_attr *a, const sg_tensor *like,
-                        const void *src, void *dst) {
-  const int64_t n = numel_of(like);
-  if (a->g && sg_group_size(a->g) > 1) {
-    /* the fixed-order all-reduce gathers the other ranks' payloads */
+/* dst = the sum of src over the group (dst may be src), or a copy, on the
+ * node's device. */
+static sg_status tp_sum(const tp_attr *a, const sg_node *node,
+                        const sg_tensor *like, const void *src, void *dst) {
+  /* the fixed-order all-reduce gathers the other ranks' payloads */
+  if (a->g && sg_group_size(a->g) > 1)
     tp_rx += (long long)(sg_group_size(a->g) - 1) *
              (long long)sg_tensor_nbytes(like);
-    return sg_allreduce_det(a->g, src, dst, n, like->dtype, SG_REDUCE_SUM);
-  }
-  if (dst != src && n > 0) memcpy(dst, src, sg_tensor_nbytes(like));
-  return SG_OK;
+  return ag_sum_det(a->g, node->device, like->dtype, numel_of(like), src, dst);
 }
 
 static sg_status copy_fwd(sg_node *node) {
@@ -48,7 +59,8 @@ static sg_status copy_fwd(sg_node *node) {
   const sg_tensor *x = &node->in[0]->value;
   SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape));
   if (numel_of(x) > 0)
-    memcpy(node->out[0]->value.data, x->data, sg_tensor_nbytes(x));
+    SG_TRY(ag_mem_copy(node->device, node->out[0]->value.data, node->device,
+                       x->data, sg_tensor_nbytes(x)));
 fail:
   return st;
 }
@@ -56,7 +68,7 @@ fail:
 /* the conjugate: every tp rank's gradient of its replica, summed */
 static sg_status copy_bwd(sg_node *node) {
   if (!node->gin[0]) return SG_OK;
-  return tp_sum((const tp_attr *)node->attr, &node->in[0]->value,
+  return tp_sum((const tp_attr *)node->attr, node, &node->in[0]->value,
                 node->out[0]->grad.data, node->gin[0]);
 }
 
@@ -68,7 +80,7 @@ static sg_status reduce_fwd(sg_node *node) {
   /* a rank without its output must not leave the others in the sum */
   if (a->g && sg_group_size(a->g) > 1) st = sg_group_agree(a->g, st);
   SG_TRY(st);
-  SG_TRY(tp_sum(a, x, x->data, node->out[0]->value.data));
+  SG_TRY(tp_sum(a, node, x, x->data, node->out[0]->value.data));
 fail:
   return st;
 }
@@ -86,7 +98,9 @@ static const sg_op_def tp_copy_op = {.name = "tp_copy",
                                      .rule = {.windowed_input = -1,
                                               .accepts = SG_ACCEPT_ALL,
                                               .out = SG_OUT_LIKE_INPUT,
-                                              .writes_gin = 1u}};
+                                              .writes_gin = 1u},
+                                     .forward_cuda = copy_fwd,
+                                     .backward_cuda = copy_bwd};
 
 static const sg_op_def tp_reduce_op = {.name = "tp_reduce",
                                        .slots = {SG_SLOT_ACT},
@@ -95,7 +109,9 @@ static const sg_op_def tp_reduce_op = {.name = "tp_reduce",
                                        .rule = {.windowed_input = -1,
                                                 .accepts = SG_ACCEPT_ALL,
                                                 .out = SG_OUT_LIKE_INPUT,
-                                                .grad_identity = 1u}};
+                                                .grad_identity = 1u},
+                                       .forward_cuda = reduce_fwd,
+                                       .backward_cuda = reduce_bwd};
 
 static sg_status tp_apply(sg_tape_t t, const sg_op_def *op, sg_group_t tp,
                           sg_var *x, sg_var **y) {
@@ -266,23 +282,19 @@ static void seq_slice(const seq_attr *a, int q, int64_t *off, int64_t *cnt) {
 }
 
 /* Copy between rank q's slice of full (rows = N * C of T tokens) and the
- * packed (rows, cnt) block; to_full: packed -> full. */
-static void seq_pack(const seq_attr *a, int q, size_t es, char *full,
-                     char *packed, int to_full) {
+ * packed (rows, cnt) block; to_full: packed -> full. On dev. */
+static sg_status seq_pack(const seq_attr *a, sg_device dev, sg_dtype dt, int q,
+                          void *full, void *packed, int to_full) {
   int64_t off, cnt;
   seq_slice(a, q, &off, &cnt);
-  const int64_t rows = a->shape[0] * a->shape[1], T = seq_tokens(a);
-  const size_t len = (size_t)cnt * es;
-  for (int64_t i = 0; i < rows && len; ++i) {
-    char *f = full + ((size_t)(i * T + off)) * es,
-         *p = packed + (size_t)(i * cnt) * es;
-    memcpy(to_full ? f : p, to_full ? p : f, len);
-  }
+  return ag_dev_slice(dev, dt, a->shape[0] * a->shape[1], cnt, seq_tokens(a),
+                      off, to_full, full, packed);
 }
 
-/* full (this rank's whole tensor) from the ranks' slices (mine: part). */
-static sg_status seq_allgather(const seq_attr *a, sg_dtype dt, const void *part,
-                               void *full) {
+/* full (this rank's whole tensor) from the ranks' slices (mine: part), on
+ * dev (the gather through the comm layer: NCCL for device buffers). */
+static sg_status seq_allgather(const seq_attr *a, sg_device dev, sg_dtype dt,
+                               const void *part, void *full) {
   sg_status st = SG_OK;
   const int P = seq_size(a), r = seq_rank(a);
   const int64_t rows = a->shape[0] * a->shape[1];
@@ -291,45 +303,45 @@ static sg_status seq_allgather(const seq_attr *a, sg_dtype dt, const void *part,
   char *buf = NULL;
   if (P == 1) {
     if (rows * seq_tokens(a) > 0)
-      memcpy(full, part, (size_t)(rows * seq_tokens(a)) * es);
-    return SG_OK;
+      SG_TRY(ag_mem_copy(dev, full, dev, part,
+                         (size_t)(rows * seq_tokens(a)) * es));
+    goto fail;
   }
+  SG_TRY(ag_dev_comm_ok(a->g, dev, "the token all-gather"));
   int64_t tot = 0;
   for (int q = 0; q < P; ++q) {
     seq_slice(a, q, &off, &n);
     cnt[q] = rows * n, dsp[q] = tot, tot += cnt[q];
   }
-  buf = malloc((size_t)(tot > 0 ? tot : 1) * es);
-  st = sg_group_agree(a->g, buf ? SG_OK : SG_ERR_ALLOC);
+  st = ag_mem_alloc(dev, (size_t)(tot > 0 ? tot : 1) * es, 0, (void **)&buf);
+  st = sg_group_agree(a->g, st);
   SG_TRY(st);
   SG_TRY(sg_allgatherv(a->g, part, cnt[r], buf, cnt, dsp, dt));
   tp_rx += (long long)((size_t)(tot - cnt[r]) * es);
   for (int q = 0; q < P; ++q)
-    seq_pack(a, q, es, full, buf + (size_t)dsp[q] * es, 1);
+    SG_TRY(seq_pack(a, dev, dt, q, full, buf + (size_t)dsp[q] * es, 1));
 fail:
-  free(buf);
+  if (buf) ag_mem_free(dev, (void **)&buf);
   return st;
 }
 
-#define SEQ_SUM(T)                                                 \
-  for (int q = 0; q < P; ++q) {                                    \
-    const T *s = (const T *)(buf + (size_t)(q * m) * es);          \
-    T *o = (T *)part;                                              \
-    for (int64_t i = 0; i < m; ++i) o[i] = q ? o[i] + s[i] : s[i]; \
-  }
-
 /* part = my slice of the sum over the group of full: every rank sends each
  * slice to its owner (all-to-allv) and the owner sums them in rank order
- * (deterministic; (P - 1) slices in per rank). */
-static sg_status seq_reduce_scatter(const seq_attr *a, sg_dtype dt,
-                                    const void *full, void *part) {
+ * (deterministic; (P - 1) slices in per rank; the add kernel on a
+ * device: the same bits). */
+static sg_status seq_reduce_scatter(const seq_attr *a, sg_device dev,
+                                    sg_dtype dt, const void *full, void *part) {
   sg_status st = SG_OK;
   const int P = seq_size(a), r = seq_rank(a);
   const int64_t rows = a->shape[0] * a->shape[1];
   const size_t es = sg_dtype_size(dt);
   int64_t sc[SEQ_MAX_P], rc[SEQ_MAX_P], off, n;
   char *sbuf = NULL, *buf = NULL;
-  if (P == 1) return seq_allgather(a, dt, full, part); /* a copy */
+  if (P == 1) return seq_allgather(a, dev, dt, full, part); /* a copy */
+  if (dt != SG_DTYPE_F64 && dt != SG_DTYPE_F32)
+    return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                        "tp reduce-scatter: f32 or f64 only");
+  SG_TRY(ag_dev_comm_ok(a->g, dev, "the token reduce-scatter"));
   seq_slice(a, r, &off, &n);
   const int64_t m = rows * n, tot = rows * seq_tokens(a);
   for (int q = 0; q < P; ++q) {
@@ -337,41 +349,39 @@ static sg_status seq_reduce_scatter(const seq_attr *a, sg_dtype dt,
     seq_slice(a, q, &o2, &n2);
     sc[q] = rows * n2, rc[q] = m;
   }
-  sbuf = malloc((size_t)(tot > 0 ? tot : 1) * es);
-  buf = malloc((size_t)(P * m > 0 ? P * m : 1) * es);
-  st = sg_group_agree(a->g, sbuf && buf ? SG_OK : SG_ERR_ALLOC);
+  st = ag_mem_alloc(dev, (size_t)(tot > 0 ? tot : 1) * es, 0, (void **)&sbuf);
+  if (st == SG_OK)
+    st = ag_mem_alloc(dev, (size_t)(P * m > 0 ? P * m : 1) * es, 0,
+                      (void **)&buf);
+  st = sg_group_agree(a->g, st);
   SG_TRY(st);
   for (int q = 0, d = 0; q < P; d += (int)sc[q], ++q)
-    seq_pack(a, q, es, (char *)full, sbuf + (size_t)d * es, 0);
+    SG_TRY(seq_pack(a, dev, dt, q, (void *)full, sbuf + (size_t)d * es, 0));
   SG_TRY(sg_alltoallv(a->g, sbuf, sc, NULL, buf, rc, NULL, dt));
   tp_rx += (long long)((size_t)((P - 1) * m) * es);
-  if (dt == SG_DTYPE_F64) {
-    SEQ_SUM(double)
-  } else if (dt == SG_DTYPE_F32) {
-    SEQ_SUM(float)
-  } else {
-    SG_RAISE(SG_ERR_NOT_SUPPORTED, "tp reduce-scatter: f32 or f64 only");
-  }
+  if (m > 0) SG_TRY(ag_mem_copy(dev, part, dev, buf, (size_t)m * es));
+  for (int q = 1; q < P; ++q)
+    SG_TRY(ag_dev_add(dev, dt, m, part, buf + (size_t)(q * m) * es, part));
 fail:
-  free(sbuf);
-  free(buf);
+  if (sbuf) ag_mem_free(dev, (void **)&sbuf);
+  if (buf) ag_mem_free(dev, (void **)&buf);
   return st;
 }
-#undef SEQ_SUM
 
-/* dst (slice or full, by `move`'s result) from src. */
-static sg_status seq_do(const seq_attr *a, seq_move move, sg_dtype dt,
-                        const void *src, void *dst) {
-  if (move == SEQ_GATHER) return seq_allgather(a, dt, src, dst);
-  if (move == SEQ_RSCATTER) return seq_reduce_scatter(a, dt, src, dst);
+/* dst (slice or full, by `move`'s result) from src, on dev. */
+static sg_status seq_do(const seq_attr *a, seq_move move, sg_device dev,
+                        sg_dtype dt, const void *src, void *dst) {
+  sg_status st = SG_OK;
+  if (move == SEQ_GATHER) return seq_allgather(a, dev, dt, src, dst);
+  if (move == SEQ_RSCATTER) return seq_reduce_scatter(a, dev, dt, src, dst);
   if (move == SEQ_PAD) {
     const int64_t n = a->shape[0] * a->shape[1] * seq_tokens(a);
-    if (n > 0) memset(dst, 0, (size_t)n * sg_dtype_size(dt));
-    seq_pack(a, seq_rank(a), sg_dtype_size(dt), dst, (void *)src, 1);
-    return SG_OK;
+    if (n > 0) SG_TRY(ag_mem_zero(dev, dst, (size_t)n * sg_dtype_size(dt)));
+    return seq_pack(a, dev, dt, seq_rank(a), dst, (void *)src, 1);
   }
-  seq_pack(a, seq_rank(a), sg_dtype_size(dt), (char *)src, dst, 0);
-  return SG_OK;
+  return seq_pack(a, dev, dt, seq_rank(a), (void *)src, dst, 0);
+fail:
+  return st;
 }
 
 static sg_status seq_fwd(sg_node *node) {
@@ -387,7 +397,7 @@ static sg_status seq_fwd(sg_node *node) {
             : sg_node_alloc_out_uninit(node, 0, 3, part);
   if (seq_size(a) > 1) st = sg_group_agree(a->g, st);
   SG_TRY(st);
-  SG_TRY(seq_do(a, a->fwd, x->dtype, x->data, y->value.data));
+  SG_TRY(seq_do(a, a->fwd, node->device, x->dtype, x->data, y->value.data));
   if (full && a->mesh) { /* the full tensor is sharded like `like` */
     y->mesh = a->mesh;
     memcpy(y->placements, a->pl, sizeof a->pl);
@@ -403,26 +413,25 @@ static sg_status seq_bwd(sg_node *node) {
   /* a rank whose input needs no gradient still joins the collective */
   void *dx = node->gin[0];
   sg_status st = SG_OK;
-  if (!dx) {
-    dx = malloc(sg_tensor_nbytes(&node->in[0]->value) + 1);
-    if (!dx) st = SG_ERR_ALLOC;
-  }
+  if (!dx)
+    st = ag_mem_alloc(node->device, sg_tensor_nbytes(&node->in[0]->value) + 1,
+                      0, &dx);
   if (st == SG_OK)
-    st = seq_do(a, a->bwd, node->out[0]->grad.dtype, node->out[0]->grad.data,
-                dx);
-  if (dx != node->gin[0]) free(dx);
+    st = seq_do(a, a->bwd, node->device, node->out[0]->grad.dtype,
+                node->out[0]->grad.data, dx);
+  if (dx && dx != node->gin[0]) ag_mem_free(node->device, &dx);
   return st;
 }
 
 #define SEQ_OP(nm)                                          \
   {                                                         \
     .name = nm, .slots = {SG_SLOT_ACT}, .forward = seq_fwd, \
-    .backward = seq_bwd, .rule = {                          \
-      .windowed_input = -1,                                 \
-      .accepts = SG_ACCEPT_ALL,                             \
-      .out = SG_OUT_REPLICATE,                              \
-      .writes_gin = 1u                                      \
-    }                                                       \
+    .backward = seq_bwd,                                    \
+    .rule = {.windowed_input = -1,                          \
+             .accepts = SG_ACCEPT_ALL,                      \
+             .out = SG_OUT_REPLICATE,                       \
+             .writes_gin = 1u},                             \
+    .forward_cuda = seq_fwd, .backward_cuda = seq_bwd       \
   }
 static const sg_op_def seq_ops[5] = {SEQ_OP("tp_seq_scatter"),
                                      SEQ_OP("tp_seq_gather"),
@@ -485,22 +494,13 @@ static sg_status share_bwd(sg_node *node) {
   const tp_attr *a = (const tp_attr *)node->attr;
   if (!node->gin[0]) return SG_OK;
   const sg_tensor *g = &node->out[0]->grad;
-  const int64_t n = numel_of(g);
   const int P = a->g ? sg_group_size(a->g) : 1; /* no group: one rank */
-  const double f = 1.0 / (double)(P > 0 ? P : 1);
-  if (g->dtype == SG_DTYPE_F64) {
-    const double *s = g->data;
-    double *d = node->gin[0];
-    for (int64_t i = 0; i < n; ++i) d[i] = s[i] * f;
-  } else if (g->dtype == SG_DTYPE_F32) {
-    const float *s = g->data;
-    float *d = node->gin[0];
-    for (int64_t i = 0; i < n; ++i) d[i] = (float)(s[i] * f);
-  } else {
+  if (g->dtype != SG_DTYPE_F64 && g->dtype != SG_DTYPE_F32)
     return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
                         "sp_share: f32 or f64 only");
-  }
-  return SG_OK;
+  /* the scale op's kernel on either device: 1/P rounded to the dtype */
+  return ag_dev_scale(node->device, g->dtype, numel_of(g),
+                      1.0 / (double)(P > 0 ? P : 1), g->data, node->gin[0]);
 }
 
 static const sg_op_def sp_share_op = {.name = "sp_share",
@@ -510,7 +510,9 @@ static const sg_op_def sp_share_op = {.name = "sp_share",
                                       .rule = {.windowed_input = -1,
                                                .accepts = SG_ACCEPT_ALL,
                                                .out = SG_OUT_LIKE_INPUT,
-                                               .writes_gin = 1u}};
+                                               .writes_gin = 1u},
+                                      .forward_cuda = copy_fwd,
+                                      .backward_cuda = share_bwd};
 
 sg_status sg_ag_sp_share(sg_tape_t t, sg_group_t sp, sg_var *p, sg_var **q) {
   if (!t || !q)

@@ -139,6 +139,43 @@ sg_status ag_mem_copy(sg_device dst_dev, void *dst, sg_device src_dev,
                       const void *src, size_t bytes);
 sg_status ag_mem_zero(sg_device dev, void *p, size_t bytes);
 sg_status ag_grad_add(sg_tensor *y, const sg_tensor *x);
+/* On dev (host memory, a faked device included: the host loops): y = a + b
+ * and y = alpha x (sg_binary_fwd_cuda / sg_scale_cuda on a device), n
+ * elements of dt; ag_sum_det: dst = the sum of src over g, bitwise
+ * sg_allreduce_det's, the collectives on dev's buffers (collective over
+ * g; NULL or one rank: a copy). */
+sg_status ag_dev_add(sg_device dev, sg_dtype dt, int64_t n, const void *a,
+                     const void *b, void *y);
+sg_status ag_dev_scale(sg_device dev, sg_dtype dt, int64_t n, double alpha,
+                       const void *x, void *y);
+sg_status ag_sum_det(sg_group_t g, sg_device dev, sg_dtype dt, int64_t n,
+                     const void *src, void *dst);
+/* SG_OK when g's collectives can take dev's buffers: host memory (a faked
+ * device too), one rank, NCCL on g or a CUDA-aware MPI; else
+ * SG_ERR_NOT_SUPPORTED naming what (the same on every rank: the mesh's
+ * NCCL setting and the MPI library are). Not collective. */
+sg_status ag_dev_comm_ok(sg_group_t g, sg_device dev, const char *what);
+/* The token slice [off, off + cnt) of each of rows rows of tot elements:
+ * to_whole copies part (rows, cnt) into whole (rows, tot), else whole's
+ * slice into part; on dev (sg_cat_part_cuda on a device). */
+sg_status ag_dev_slice(sg_device dev, sg_dtype dt, int64_t rows, int64_t cnt,
+                       int64_t tot, int64_t off, int to_whole, void *whole,
+                       void *part);
+/* ag_halo.c: a sharded windowed node's exchange on its device's buffers
+ * (the halo plan's steps: slabs packed by the CUDA kernels, sent through
+ * the comm layer; host memory for a faked device): the forward makes the
+ * kernel's box (owned, on the device), the adjoint overwrites dx with dbox
+ * summed back (dbox is only read). Collective over the ranks of the
+ * node's spatial split.
+ * ag_dev_crop: owned = natural's part at info->crop, or (to_natural)
+ * natural's part = owned (natural zeroed by the caller). */
+sg_status ag_dev_exchange_forward(sg_node *node, const sg_tensor *x,
+                                  sg_tensor *box);
+sg_status ag_dev_exchange_adjoint(sg_node *node, void *dbox,
+                                  const sg_tensor *dx);
+sg_status ag_dev_crop(sg_device dev, const sg_exchange_info *info,
+                      const sg_tensor *natural, const sg_tensor *owned,
+                      int to_natural);
 sg_status ag_node_device(sg_tape_t tape, const sg_op_def *op, int nin,
                          sg_var *const *in, sg_device *dev);
 /* The node's kernels on its device: forward/backward or their _cuda. */

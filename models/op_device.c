@@ -4,10 +4,6 @@
 
 #include <string.h>
 
-/* reasons shared by several entries */
-#define NEEDS_NCCL \
-  "cuda: its collectives need NCCL on device buffers (issue 22)"
-
 static const sg_op_device table[] = {
     /* im2col + cuBLAS on the padded block (the tape pads device inputs
      * with sg_pad_fwd_cuda) */
@@ -24,31 +20,41 @@ static const sg_op_device table[] = {
     {"linear", "sg_linear_fwd_cuda", "sg_linear_bwd_cuda", NULL},
     {"concat", "sg_cat_part_cuda", "sg_cat_part_cuda", NULL},
     {"split", "sg_cat_part_cuda", "sg_cat_part_cuda", NULL},
-    /* instance, group and layer norm; batch norm and sharded inputs are
-     * refused on the device (host only) */
+    /* instance, group and layer norm; batch norm is refused on the device
+     * (host only) */
     {"norm", "sg_norm_fwd_cuda", "sg_norm_bwd_cuda", NULL},
     {"loss", "sg_loss_partial_cuda", "sg_loss_bwd_cuda", NULL},
-    {"dist_loss", NULL, NULL, NEEDS_NCCL},
+    /* its reductions are host doubles (as loss's); its local part is not */
+    {"dist_loss", NULL, NULL,
+     "cuda: the masked per-sample sums with the NaN/Inf count have no CUDA "
+     "kernel (sg_loss_partial_cuda has no mask and no count; issue 22)"},
     /* one process: cuFFT r2c/c2r and the SG_HD mode gather, contraction
      * and scatter of sg_spec_inl.h (sharded device variables are refused) */
     {"spectral_conv", "sg_spectral_conv_forward_cuda",
      "sg_spectral_conv_backward_cuda", NULL},
     {"checkpoint", NULL, NULL,
      "cuda: replays its ops; runs where they run (host today)"},
-    /* one process: the layout copies and the SG_HD row kernels of
-     * sg_attn_inl.h; Ulysses and USP with one rank are that attention (the
-     * ring and the all-to-alls over ranks need NCCL: refused by name) */
+    /* the layout copies and the SG_HD row kernels of sg_attn_inl.h;
+     * Ulysses and USP with one rank are that attention (the ring and the
+     * all-to-alls over ranks: refused by name on a mesh) */
     {"attention", "sg_attention_fwd_cuda", "sg_attention_bwd_cuda", NULL},
     {"attention_ulysses", "sg_attention_fwd_cuda", "sg_attention_bwd_cuda",
      NULL},
     {"attention_usp", "sg_attention_fwd_cuda", "sg_attention_bwd_cuda", NULL},
     {"add_field", "sg_add_field_fwd_cuda", "sg_add_field_bwd_cuda", NULL},
-    {"tp_copy", NULL, NULL, NEEDS_NCCL},
-    {"tp_reduce", NULL, NULL, NEEDS_NCCL},
-    {"sp_share", NULL, NULL, NEEDS_NCCL},
-    /* one process (sharded device variables are refused) */
+    /* the collectives on the node's device buffers through the comm layer
+     * (NCCL on a GPU, MPI on host memory): the fixed-order sum is an
+     * all-to-all-v, the rank-order sum of the blocks (the binary add
+     * kernel) and an all-gather-v, the same bits as the host's
+     * sg_allreduce_det; the copies are cudaMemcpy. No kernel of their own:
+     * their device entries are built in every build (ag_tp.c). */
+    {"tp_copy", "cudaMemcpy", "sg_alltoallv+sg_binary_fwd_cuda+sg_allgatherv",
+     NULL},
+    {"tp_reduce", "sg_alltoallv+sg_binary_fwd_cuda+sg_allgatherv", "cudaMemcpy",
+     NULL},
+    {"sp_share", "cudaMemcpy", "sg_scale_cuda", NULL},
     {"roll", "sg_roll_cuda", "sg_roll_cuda", NULL},
-    /* one process: the rows of sg_wattn_inl.h, f64 arithmetic as the host */
+    /* the rows of sg_wattn_inl.h, f64 arithmetic as the host */
     {"window_attention", "sg_wattn_fwd_cuda", "sg_wattn_bwd_cuda", NULL},
     {"moe", NULL, NULL,
      "cuda: the routing and the expert GEMMs are not built on the device "
@@ -69,6 +75,76 @@ static const sg_op_device table[] = {
      "linear_act and linear instead"},
 };
 
+/* Every op on cuda on sharded device variables (a mesh): NULL, it runs
+ * there (its kernels are local to the shard, or its collectives run on the
+ * device buffers through the comm layer), or why the tape refuses it.
+ * tests/ops/test_op_device.c checks that every op on cuda is listed once
+ * (an op turned cuda is refused on a mesh until it is listed). */
+#define RING                                                           \
+  "the ring and the all-to-alls over ranks on device buffers are not " \
+  "built (issue 22)"
+#define SHIFT \
+  "the shifted windows' halo plan on device buffers is not built (issue 22)"
+#define SPECTRAL \
+  "the distributed FFT's transposes on device buffers are not built (issue 22)"
+static const struct {
+  const char *op, *why;
+} sharded[] = {
+    /* the window's exchange on the device buffers (models/ag_halo.c: the
+     * halo plan's slabs packed by the CUDA kernels, sent through the comm
+     * layer), then the op's kernels on the box; the crop of an up-sampled
+     * output by the pack kernel */
+    {"conv", NULL},
+    {"convt", NULL},
+    {"pool", NULL},
+    {"upsample_linear", NULL},
+    {"upsample_nearest", NULL},
+    /* per element, per channel or per token: local to the shard (bias: the
+     * global channel offset on the device pointer; loss: its partials are
+     * copied to the host and reduced there, as on the host) */
+    {"act", NULL},
+    {"binary", NULL},
+    {"binary_add", NULL},
+    {"scale", NULL},
+    {"bias", NULL},
+    {"linear", NULL},
+    {"linear_act", NULL},
+    {"concat", NULL},
+    {"split", NULL},
+    {"loss", NULL},
+    {"add_field", NULL},
+    {"fno3d_broadcast_t", NULL},
+    {"fno3d_time_window", NULL},
+    /* instance and group norm merge their statistics and backward sums
+     * over the spatial split (a few numbers per sample and group, merged
+     * on the host in rank order: the host's bits); layer norm's are local
+     * on a spatial split */
+    {"norm", NULL},
+    {"attention", RING},
+    {"attention_ulysses", RING},
+    {"attention_usp", RING},
+    {"roll", SHIFT},
+    {"window_attention", SHIFT},
+    /* one process: the distributed FFT's transposes and the spectral conv
+     * of a split domain stage through host buffers */
+    {"spectral_conv", SPECTRAL},
+    {"spectral_linear_act", SPECTRAL},
+    /* the collectives on device buffers (ag_sum_det) */
+    {"tp_copy", NULL},
+    {"tp_reduce", NULL},
+    {"sp_share", NULL},
+};
+
+int sg_op_device_sharded_count(void) {
+  return (int)(sizeof sharded / sizeof *sharded);
+}
+
+const char *sg_op_device_sharded_at(int i, const char **why) {
+  if (i < 0 || i >= sg_op_device_sharded_count()) return NULL;
+  if (why) *why = sharded[i].why;
+  return sharded[i].op;
+}
+
 int sg_op_device_count(void) { return (int)(sizeof table / sizeof *table); }
 
 const sg_op_device *sg_op_device_at(int i) {
@@ -84,4 +160,15 @@ const sg_op_device *sg_op_device_find(const char *op) {
 
 int sg_op_device_on_cuda(const sg_op_device *d) {
   return d && d->cuda_fwd && d->cuda_fwd[0] && d->cuda_bwd && d->cuda_bwd[0];
+}
+
+const char *sg_op_device_sharded_why(const char *op) {
+  const sg_op_device *d = sg_op_device_find(op);
+  if (!d) return "not in the device table";
+  if (!sg_op_device_on_cuda(d))
+    return d->host_only ? d->host_only : "no cuda entry points";
+  for (int i = 0; i < sg_op_device_sharded_count(); ++i)
+    if (!strcmp(sharded[i].op, op)) return sharded[i].why;
+  return "its device path on a mesh is not built (not in the sharded list "
+         "of models/op_device.c)";
 }

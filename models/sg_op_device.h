@@ -12,6 +12,13 @@
  * cuda build): the tape runs it on device variables (sg_var_set_device;
  * see README "The GPU path").
  *
+ * Sharded device variables (a mesh: sg_var_set_sharding): every op on
+ * cuda is listed once more (sg_op_device_sharded_at) with NULL, it runs
+ * on them (its kernels are local to the shard, or its collectives run on
+ * device buffers through the comm layer: NCCL on a GPU), or the reason the
+ * tape refuses it by name (SG_ERR_NOT_SUPPORTED on every rank of the mesh,
+ * ag_node_device).
+ *
  *   for (int i = 0; i < sg_op_device_count(); ++i) {
  *     const sg_op_device *d = sg_op_device_at(i);
  *     printf("%s: %s\n", d->op, d->host_only ? d->host_only : d->cuda_fwd);
@@ -40,6 +47,15 @@ const sg_op_device *sg_op_device_at(int i);
 const sg_op_device *sg_op_device_find(const char *op);
 /* 1 when the entry has both CUDA entry points. */
 int sg_op_device_on_cuda(const sg_op_device *d);
+/* The list of the ops on cuda on sharded device variables: the number,
+ * and entry i's op name (NULL out of range) with in *why NULL (it runs
+ * there) or the reason it is refused. */
+int sg_op_device_sharded_count(void);
+const char *sg_op_device_sharded_at(int i, const char **why);
+/* NULL when op runs on sharded device variables (on cuda, listed with
+ * NULL), else why not: the listed reason, its host-only reason, or that
+ * it is not listed. */
+const char *sg_op_device_sharded_why(const char *op);
 
 #ifdef __cplusplus
 }

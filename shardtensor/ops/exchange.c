@@ -261,6 +261,18 @@ fail:
   return st;
 }
 
+void sg_sharded_exchange_get_block(sg_sharded_exchange_t ex,
+                                   sg_exchange_block *block) {
+  if (!ex || !block) return;
+  memset(block, 0, sizeof *block);
+  block->plan = ex->plan;
+  block->count = ex->block_count;
+  block->origin = ex->origin;
+  for (int d = 0; d < ex->info.nsp; ++d)
+    block->box_base += ex->box_start[d] * ex->ds[2 + d];
+  memcpy(block->ds, ex->ds, sizeof block->ds);
+}
+
 static void describe_box(const struct sg_sharded_exchange *e, sg_tensor *t,
                          void *data) {
   memset(t, 0, sizeof *t);

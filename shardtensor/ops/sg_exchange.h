@@ -95,6 +95,23 @@ sg_status sg_sharded_exchange_forward(sg_sharded_exchange_t ex,
 sg_status sg_sharded_exchange_adjoint(sg_sharded_exchange_t ex, void *dbox,
                                       const sg_tensor *dx);
 
+/* The block behind an exchange, for a caller that runs it on device
+ * buffers (models/ag_halo.c): the halo plan (NULL when info.identity), the
+ * block's element count, the element offset of interior cell 0, the
+ * block's element strides per tensor dim (ds[0] batch, ds[1] channel,
+ * ds[2 + d] spatial) and the element offset of the kernel's box (its cell
+ * 0). The forward copies the interior into a zeroed block at origin, runs
+ * the plan's exchange and reads the box from box_base; the adjoint
+ * writes dbox into a zeroed block at box_base, runs the plan's adjoint and
+ * reads the interior at origin. Not collective. */
+typedef struct sg_exchange_block {
+  struct sg_halo_plan *plan;
+  int64_t count, origin, box_base;
+  int64_t ds[SG_TENSOR_MAX_DIMS];
+} sg_exchange_block;
+void sg_sharded_exchange_get_block(sg_sharded_exchange_t ex,
+                                   sg_exchange_block *block);
+
 /* Losses: turn this rank's partial sums (sg_loss_partial of its local
  * block, local_batch items) into the global loss value. space: the mesh
  * dims sharding the non-batch dims, batch: those sharding the batch (masks

@@ -34,6 +34,7 @@
 #include "autograd_impl.h" /* ag_fake_cuda */
 #include "sg_autograd.h"
 #include "sg_config.h"
+#include "sg_dist_loss.h"
 #include "sg_op_device.h"
 #include "sg_op_registry.h"
 
@@ -100,20 +101,64 @@ static int check_rejects(const sg_op_device *t, int n) {
   return fails;
 }
 
+/* The ops whose device entries launch no kernel of their own (copies, the
+ * comm layer, the tape's device helpers): built in every build. */
+static int comm_only(const char *op) {
+  return !strcmp(op, "tp_copy") || !strcmp(op, "tp_reduce") ||
+         !strcmp(op, "sp_share");
+}
+
 /* The table against the op definitions: an op listed on cuda has CUDA
  * entry points in its sg_op_def in the cuda build (and none without
- * CUDA); a host-only op has none. */
+ * CUDA, but for comm_only); a host-only op has none. */
 static int check_defs(void) {
   int bad = 0;
   for (int i = 0; i < sg_ag_op_count(); ++i) {
     const sg_op_def *op = sg_ag_op(i);
-    const int want = SG_HAVE_CUDA &&
+    const int want = (SG_HAVE_CUDA || comm_only(op->name)) &&
                      sg_op_device_on_cuda(sg_op_device_find(op->name));
     const int has = op->forward_cuda && op->backward_cuda;
     if (want != has)
       bad += printf("FAIL: op '%s' %s CUDA entry points in its definition\n",
                     op->name, has ? "has" : "lacks") > 0;
   }
+  return bad;
+}
+
+/* The list of the ops on cuda on sharded device variables: every op on
+ * cuda once, nothing else; each listed reason non-empty. Prints the ops
+ * that run there. */
+static int check_sharded_list(int loud) {
+  int bad = 0, runs = 0;
+  const int n = sg_op_device_sharded_count();
+  for (int i = 0; i < sg_op_device_count(); ++i) {
+    const sg_op_device *d = sg_op_device_at(i);
+    int seen = 0;
+    for (int j = 0; j < n; ++j)
+      seen += !strcmp(sg_op_device_sharded_at(j, NULL), d->op);
+    if (seen != sg_op_device_on_cuda(d))
+      bad += printf("FAIL: op '%s' (%s) is listed %d times on sharded "
+                    "device variables\n",
+                    d->op, sg_op_device_on_cuda(d) ? "on cuda" : "host-only",
+                    seen) > 0;
+  }
+  for (int j = 0; j < n; ++j) {
+    const char *why = NULL, *op = sg_op_device_sharded_at(j, &why);
+    if (!sg_op_device_find(op))
+      bad += printf("FAIL: sharded list: '%s' is not in the device table\n",
+                    op) > 0;
+    if (why && !why[0])
+      bad += printf("FAIL: sharded list: '%s' refused without a reason\n", op) >
+             0;
+    if (!why && loud) printf("%s%s", runs++ ? ", " : "on a mesh: ", op);
+  }
+  if (loud) printf(" (%d of %d ops on cuda)\n", runs, n);
+  if (sg_op_device_sharded_why("conv") != NULL ||
+      sg_op_device_sharded_why("attention") == NULL ||
+      sg_op_device_sharded_why("tp_copy") != NULL ||
+      sg_op_device_sharded_why("dist_loss") == NULL ||
+      sg_op_device_sharded_at(n, NULL) != NULL)
+    bad += printf("FAIL: sg_op_device_sharded_why / _at\n") > 0;
   return bad;
 }
 
@@ -299,9 +344,10 @@ static int check_tape_device(void) {
   st = sg_tape_apply(tape, &host_op, 1, (sg_var *[]){&x}, 1, NULL, NULL, 0, &y);
   fails += refused("user op without cuda entry points", st,
                    "op user_host has no cuda implementation");
-  st = sg_ag_tp_copy(tape, NULL, &x, &y);
-  fails += refused("built-in tp_copy", st,
-                   "op tp_copy has no cuda implementation");
+  sg_dist_loss_ctx ctx = {.global_batch = 1};
+  st = sg_ag_dist_loss(tape, SG_LOSS_MSE, &x, &x, NULL, &ctx, &y);
+  fails += refused("built-in dist_loss", st,
+                   "op dist_loss has no cuda implementation");
   fails += check_device_tape(tape, &x);
   /* the gradient was allocated on the faked device: freed as such */
   ag_fake_cuda = 1;
@@ -725,6 +771,7 @@ int main(int argc, char **argv) {
     fails += check_rejects(t, n);
   }
   fails += check_defs();
+  fails += check_sharded_list(rank == 0);
   fails += check_tape_device();
   fails += check_gathers();
   fails += check_conv_gemms();
