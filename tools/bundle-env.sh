@@ -9,6 +9,8 @@
 #     there is none with an sg-train, links the path it was configured at
 #     to REPO_ROOT (its CTest files and run paths are absolute), and points
 #     its CTest files at the bundle's mpiexec where /usr/bin has none;
+#     links the build machine's deps prefix (tools named by absolute path
+#     in the tests) to PREFIX/deps where that path does not exist;
 # (3) fills the gaps only: the libraries build-cuda's binaries, mpiexec and
 #     hydra do not find on this machine are linked into PREFIX/gap from the
 #     bundle, build-cuda/lib, the CUDA toolkit or python3's nvidia-* pip
@@ -46,6 +48,12 @@ sg_bundle_setup() {
   if [ -n "$old" ] && [ "$old" != "$root" ] && [ ! -e "$old" ]; then
     mkdir -p "$(dirname "$old")" && ln -s "$root" "$old" &&
       echo "bundle: build-cuda/ was configured at $old: linked there"
+  fi
+  # the test binaries and CTest files name ncdump, nccopy, ncvalidator by
+  # the deps prefix of the build machine: a link there (a new path only)
+  d=$(cat "$pre/deps/PREFIX" 2>/dev/null)
+  if [ -n "$d" ] && [ ! -e "$d" ]; then
+    mkdir -p "$(dirname "$d")" && ln -s "$pre/deps" "$d" && echo "bundle: $d linked to $pre/deps"
   fi
   if { [ ! -x /usr/bin/mpiexec.mpich ] || [ "${SG_BUNDLE_PREFER:-0}" = 1 ]; } && [ -d "$root/build-cuda" ]; then
     find "$root/build-cuda" -name CTestTestfile.cmake -exec \
