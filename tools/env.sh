@@ -8,12 +8,12 @@ case "$SG_MPI" in
   mpich)
     export SG_DEPS_PREFIX=${SG_DEPS_PREFIX:-/opt/shardgrid/deps-mpich}
     SG_MPICC=mpicc.mpich
-    SG_MPIEXEC=/usr/bin/mpiexec.mpich
+    SG_MPIEXEC=${SG_MPIEXEC:-/usr/bin/mpiexec.mpich} # tools/bundle-env.sh sets it
     ;;
   openmpi)
     export SG_DEPS_PREFIX=${SG_DEPS_PREFIX:-}
     SG_MPICC=mpicc.openmpi
-    SG_MPIEXEC=/usr/bin/mpiexec.openmpi
+    SG_MPIEXEC=${SG_MPIEXEC:-/usr/bin/mpiexec.openmpi}
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     export OMPI_MCA_rmaps_base_oversubscribe=1
     ;;
