@@ -21,7 +21,11 @@ typedef struct spec_attr {
   int64_t cout;
 } spec_attr;
 
-static sg_status spec_fwd(sg_node *node) {
+/* The node's forward on the host (spec_fwd) or its device (spec_fwd_cuda:
+ * one process, sharded device variables are refused by the tape; the
+ * convolution's cuFFT path, the same outputs and saved spectrum, written in
+ * full, so not zeroed first). */
+static sg_status spec_fwd_on(sg_node *node, int dev) {
   sg_status st = SG_OK;
   const spec_attr *a = (const spec_attr *)node->attr;
   const sg_tensor *x = &node->in[0]->value;
@@ -29,54 +33,31 @@ static sg_status spec_fwd(sg_node *node) {
   memcpy(shape, x->shape, sizeof shape);
   shape[1] = a->cout;
   void *xhat = NULL;
-  SG_TRY(sg_node_alloc_out(node, 0, x->ndim, shape));
+  SG_TRY((dev ? sg_node_alloc_out_uninit : sg_node_alloc_out)(node, 0, x->ndim,
+                                                              shape));
   int64_t ns = sg_spectral_conv_spectrum_count(a->conv);
-  SG_TRY(sg_node_save(node, (size_t)(ns > 0 ? ns : 1) * sg_dtype_size(x->dtype),
-                      &xhat));
-  SG_TRY(sg_spectral_conv_forward(a->conv, x->data, node->in[1]->value.data,
-                                  node->out[0]->value.data, xhat));
+  SG_TRY((dev ? sg_node_save_uninit : sg_node_save)(
+      node, (size_t)(ns > 0 ? ns : 1) * sg_dtype_size(x->dtype), &xhat));
+  SG_TRY((dev ? sg_spectral_conv_forward_cuda : sg_spectral_conv_forward)(
+      a->conv, x->data, node->in[1]->value.data, node->out[0]->value.data,
+      xhat));
 fail:
   return st;
 }
 
-static sg_status spec_bwd(sg_node *node) {
+static sg_status spec_bwd_on(sg_node *node, int dev) {
   const spec_attr *a = (const spec_attr *)node->attr;
-  return sg_spectral_conv_backward(a->conv, node->in[0]->value.data,
-                                   node->saved, node->in[1]->value.data,
-                                   node->out[0]->grad.data, node->gin[0],
-                                   node->gin[1]);
+  return (dev ? sg_spectral_conv_backward_cuda : sg_spectral_conv_backward)(
+      a->conv, node->in[0]->value.data, node->saved, node->in[1]->value.data,
+      node->out[0]->grad.data, node->gin[0], node->gin[1]);
 }
+
+static sg_status spec_fwd(sg_node *node) { return spec_fwd_on(node, 0); }
+static sg_status spec_bwd(sg_node *node) { return spec_bwd_on(node, 0); }
 
 #if SG_HAVE_CUDA
-/* On a device (one process: sharded device variables are refused by the
- * tape): the convolution's cuFFT path (sg_spectral_conv_forward_cuda), the
- * same outputs and saved spectrum as spec_fwd, written in full. */
-static sg_status spec_fwd_cuda(sg_node *node) {
-  sg_status st = SG_OK;
-  const spec_attr *a = (const spec_attr *)node->attr;
-  const sg_tensor *x = &node->in[0]->value;
-  int64_t shape[SG_TENSOR_MAX_DIMS];
-  memcpy(shape, x->shape, sizeof shape);
-  shape[1] = a->cout;
-  void *xhat = NULL;
-  SG_TRY(sg_node_alloc_out_uninit(node, 0, x->ndim, shape));
-  int64_t ns = sg_spectral_conv_spectrum_count(a->conv);
-  SG_TRY(sg_node_save_uninit(
-      node, (size_t)(ns > 0 ? ns : 1) * sg_dtype_size(x->dtype), &xhat));
-  SG_TRY(sg_spectral_conv_forward_cuda(a->conv, x->data,
-                                       node->in[1]->value.data,
-                                       node->out[0]->value.data, xhat));
-fail:
-  return st;
-}
-
-static sg_status spec_bwd_cuda(sg_node *node) {
-  const spec_attr *a = (const spec_attr *)node->attr;
-  return sg_spectral_conv_backward_cuda(a->conv, node->in[0]->value.data,
-                                        node->saved, node->in[1]->value.data,
-                                        node->out[0]->grad.data, node->gin[0],
-                                        node->gin[1]);
-}
+static sg_status spec_fwd_cuda(sg_node *node) { return spec_fwd_on(node, 1); }
+static sg_status spec_bwd_cuda(sg_node *node) { return spec_bwd_on(node, 1); }
 #define SPEC_CUDA(f) f
 #else
 #define SPEC_CUDA(f) NULL
