@@ -601,6 +601,50 @@ static void check_model(const sg_plan_problem *pb, const sg_model_config *mc,
   if (pw > 1) check_windows(pb, mc, 1, pw, w);
 }
 
+/* device = cuda (sg-train's `device` key): a one-GPU run, one process, so
+ * far; what it cannot do yet, by name. */
+static void check_device(const sg_plan_problem *pb, const sg_plan_mesh *m,
+                         why_buf *w) {
+  sg_kv_t kv = pb->cfg;
+  const char *d = sg_kv_str(kv, "device");
+  if (!strcmp(d, "host")) return;
+  if (strcmp(d, "cuda")) {
+    why_add(w, "device must be host or cuda, not '%s'", d);
+    return;
+  }
+  const int ranks = pb->ranks > 0 ? pb->ranks : sg_plan_mesh_ranks(m);
+  if (ranks > 1)
+    why_add(w,
+            "device = cuda trains in one process so far, not %d ranks (the "
+            "gradient reductions and the plan need NCCL on device buffers; "
+            "issue 22)",
+            ranks);
+  if (sg_plan_int(pb, "zero") != 0)
+    why_add(w,
+            "device = cuda with zero = %lld is not supported yet (zero 0 "
+            "only)",
+            (long long)sg_plan_int(pb, "zero"));
+  if (strcmp(sg_kv_str(kv, "param_dtype"), "f32"))
+    why_add(w,
+            "device = cuda with param_dtype = %s is not supported yet (f32 "
+            "only)",
+            sg_kv_str(kv, "param_dtype"));
+  if (strcmp(sg_kv_str(kv, "activation_checkpointing"), "none"))
+    why_add(w,
+            "device = cuda with activation_checkpointing = %s is not "
+            "supported yet (checkpointed blocks replay on the host)",
+            sg_kv_str(kv, "activation_checkpointing"));
+  if (strcmp(sg_kv_str(kv, "rollout_grad"), "full") &&
+      sg_plan_int(pb, "rollout_train") > 1)
+    why_add(w,
+            "device = cuda with rollout_grad = %s is not supported yet (its "
+            "feedback runs on the host)",
+            sg_kv_str(kv, "rollout_grad"));
+  if (strcmp(sg_kv_str(kv, "loss_weighting"), "none"))
+    why_add(w, "device = cuda with loss_weighting = %s is not supported yet",
+            sg_kv_str(kv, "loss_weighting"));
+}
+
 sg_status sg_plan_check(const sg_plan_problem *pb, const sg_plan_mesh *m,
                         char *why, size_t cap) {
   if (why && cap) why[0] = '\0';
@@ -619,6 +663,7 @@ sg_status sg_plan_check(const sg_plan_problem *pb, const sg_plan_mesh *m,
   check_sp(pb, &mc, m, &w);
   check_plan(pb, &mc, m, &w);
   check_batch(pb, m, &w);
+  check_device(pb, m, &w);
   if ((int)mc.kind >= 0) check_model(pb, &mc, m, &w);
   if (!w.n) return SG_OK;
   char spec[128], head[256];

@@ -519,53 +519,13 @@ fail:
   return st;
 }
 
-/* device = cuda: what a one-GPU run cannot do yet, refused by name from
- * the config (the same verdict on every rank, before anything is built),
- * then the GPU of this rank (the node-local rank's). Collective. */
-static sg_status check_device(run_t *r) {
+/* device = cuda: the GPU of this rank (the node-local rank's). What a
+ * one-GPU run cannot do yet is refused by sg_plan_check (check_mesh), with
+ * the mesh's other problems, before this runs. Collective. */
+static sg_status pick_device(run_t *r) {
   sg_status st = SG_OK;
-  sg_kv_t kv = r->kv;
-  const char *d = sg_kv_str(kv, "device");
   r->dev = sg_device_host();
-  if (strcmp(d, "host") == 0) return SG_OK;
-  if (strcmp(d, "cuda"))
-    st = sg_error_set(SG_ERR_CONFIG, __FILE__, __LINE__,
-                      "device must be host or cuda, not '%s'", d);
-  else if (r->size > 1)
-    st = sg_error_set(
-        SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
-        "device = cuda trains in one process so far, not %d ranks (the "
-        "sharded ops and the gradient reductions need NCCL on device "
-        "buffers; issue 22)",
-        r->size);
-  else if (sg_kv_int(kv, "zero") != 0)
-    st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
-                      "device = cuda with zero = %lld is not supported yet "
-                      "(zero 0 only)",
-                      (long long)sg_kv_int(kv, "zero"));
-  else if (strcmp(sg_kv_str(kv, "param_dtype"), "f32"))
-    st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
-                      "device = cuda with param_dtype = %s is not supported "
-                      "yet (f32 only)",
-                      sg_kv_str(kv, "param_dtype"));
-  else if (strcmp(sg_kv_str(kv, "activation_checkpointing"), "none"))
-    st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
-                      "device = cuda with activation_checkpointing = %s is "
-                      "not supported yet (checkpointed blocks replay on the "
-                      "host)",
-                      sg_kv_str(kv, "activation_checkpointing"));
-  else if (strcmp(sg_kv_str(kv, "rollout_grad"), "full") &&
-           sg_kv_int(kv, "rollout_train") > 1)
-    st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
-                      "device = cuda with rollout_grad = %s is not supported "
-                      "yet (its feedback runs on the host)",
-                      sg_kv_str(kv, "rollout_grad"));
-  else if (strcmp(sg_kv_str(kv, "loss_weighting"), "none"))
-    st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
-                      "device = cuda with loss_weighting = %s is not "
-                      "supported yet",
-                      sg_kv_str(kv, "loss_weighting"));
-  SG_TRY(sg_agree(MPI_COMM_WORLD, st));
+  if (strcmp(sg_kv_str(r->kv, "device"), "cuda")) return SG_OK;
   int idx = -1;
   SG_TRY(sg_cuda_device_local(MPI_COMM_WORLD, &idx));
   if (idx < 0)
@@ -586,8 +546,8 @@ fail:
 static sg_status setup(run_t *r) {
   sg_status st = SG_OK;
   sg_kv_t kv = r->kv;
+  r->dev = sg_device_host();
   SG_TRY(sg_agree(MPI_COMM_WORLD, check_config(kv)));
-  SG_TRY(check_device(r));
   SG_TRY(check_writable(sg_kv_str(kv, "predict"), r->rank));
   SG_TRY(check_writable(sg_kv_str(kv, "trace"), r->rank));
   char spec[128];
@@ -617,6 +577,7 @@ static sg_status setup(run_t *r) {
   double t_io = sg_wtime();
   SG_TRY(sg_dataset_peek(&r->dopt, &ny, &nx, &nv));
   SG_TRY(sg_agree(MPI_COMM_WORLD, check_mesh(kv, spec, r->size, ny, nx, nv)));
+  SG_TRY(pick_device(r));
   SG_TRY(sg_mesh_create(MPI_COMM_WORLD, spec, &r->mesh));
   SG_TRY(sg_agree(MPI_COMM_WORLD, sg_train_pp_check(kv, r->mesh)));
   SG_TRY(sg_agree(MPI_COMM_WORLD, check_rollout(r, kv, r->mesh)));
