@@ -24,10 +24,12 @@ static const sg_op_device table[] = {
      * (host only) */
     {"norm", "sg_norm_fwd_cuda", "sg_norm_bwd_cuda", NULL},
     {"loss", "sg_loss_partial_cuda", "sg_loss_bwd_cuda", NULL},
-    /* its reductions are host doubles (as loss's); its local part is not */
-    {"dist_loss", NULL, NULL,
-     "cuda: the masked per-sample sums with the NaN/Inf count have no CUDA "
-     "kernel (sg_loss_partial_cuda has no mask and no count; issue 22)"},
+    /* the masked per-sample sums and the NaN/Inf count (one thread per
+     * sample, the host's order) and the gradient: the SG_HD functions of
+     * dist_loss_inl.h; the reductions stay host doubles (as loss's). Its
+     * device entries are built in every build (the faked device runs them
+     * on the host loops). */
+    {"dist_loss", "sg_dist_loss_sums_cuda", "sg_dist_loss_bwd_cuda", NULL},
     /* one process: cuFFT r2c/c2r and the SG_HD mode gather, contraction
      * and scatter of sg_spec_inl.h (sharded device variables are refused) */
     {"spectral_conv", "sg_spectral_conv_forward_cuda",
@@ -112,6 +114,9 @@ static const struct {
     {"concat", NULL},
     {"split", NULL},
     {"loss", NULL},
+    /* its sums copied to the host and reduced over the domain and data
+     * groups there (host doubles, as on the host) */
+    {"dist_loss", NULL},
     {"add_field", NULL},
     {"fno3d_broadcast_t", NULL},
     {"fno3d_time_window", NULL},
