@@ -34,8 +34,10 @@ static const sg_op_device table[] = {
      * and scatter of sg_spec_inl.h (sharded device variables are refused) */
     {"spectral_conv", "sg_spectral_conv_forward_cuda",
      "sg_spectral_conv_backward_cuda", NULL},
-    {"checkpoint", NULL, NULL,
-     "cuda: replays its ops; runs where they run (host today)"},
+    /* no kernel of its own: the tape runs it (sg_ag_checkpoint records the
+     * block, ag_ckpt_backward replays it), each op of the block on its
+     * inputs' device, the copies through the tape's device helpers */
+    {"checkpoint", "sg_ag_checkpoint", "ag_ckpt_backward", NULL},
     /* the layout copies and the SG_HD row kernels of sg_attn_inl.h;
      * Ulysses and USP with one rank are that attention (the ring and the
      * all-to-alls over ranks: refused by name on a mesh) */
@@ -134,6 +136,8 @@ static const struct {
      * of a split domain stage through host buffers */
     {"spectral_conv", SPECTRAL},
     {"spectral_linear_act", SPECTRAL},
+    /* its ops are checked one by one as they are recorded */
+    {"checkpoint", NULL},
     /* the collectives on device buffers (ag_sum_det) */
     {"tp_copy", NULL},
     {"tp_reduce", NULL},

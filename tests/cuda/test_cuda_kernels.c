@@ -15,7 +15,10 @@
  * variables (a linear-norm-gelu-mul-mse tape forward and backward: outputs,
  * saved statistics and gradients on the device, summed there), and a
  * padded conv-concat-mse tape (margins made on the device) and a padded
- * max-pool-mse tape (its -inf margins filled on the device), against the
+ * max-pool-mse tape (its -inf margins filled on the device), the first
+ * tape with its block checkpointed on the device (activation
+ * checkpointing: the replay on the device) against the host tape without
+ * it, against the
  * same tapes on the host; the fused attention forward and backward (o,
  * lse, dq, dk, dv; causal with offsets, Nq != Nk) and an attention-mse
  * tape (the layout copies on the device; ring, Ulysses and USP modes, one
@@ -675,18 +678,34 @@ static void tape_vars(tape_run *r, sg_dtype dt, void *x, void *w, void *b,
 }
 
 /* One step; the loss's value into z (1 element, on the run's side). */
-static double tape_step(tape_run *r, const buf *t, const buf *z, int on_dev) {
+/* y = linear-norm-gelu-mul of in[0] (ctx: the run's w and b) */
+static sg_status tape_block(sg_tape_t tape, void *ctx, sg_var *const *in,
+                            sg_var **out) {
+  tape_run *r = ctx;
+  sg_status st = SG_OK;
+  sg_var *h = NULL, *m = NULL, *a = NULL;
+  const sg_norm_desc nd = {.kind = SG_NORM_INSTANCE, .eps = 1e-5};
+  SG_TRY(sg_ag_linear(tape, in[0], &r->w, &r->b, &h));
+  SG_TRY(sg_ag_norm(tape, &nd, h, NULL, NULL, &m));
+  SG_TRY(sg_ag_act(tape, SG_ACT_GELU, m, &a));
+  SG_TRY(sg_ag_binary(tape, SG_BINARY_MUL, a, h, &out[0]));
+fail:
+  return st;
+}
+
+/* ckpt: the block checkpointed (replayed on the device in backward) */
+static double tape_step(tape_run *r, const buf *t, const buf *z, int on_dev,
+                        int ckpt) {
   sg_tape_t tape = NULL;
-  sg_var tv, *h = NULL, *m = NULL, *a = NULL, *y = NULL, *loss = NULL;
+  sg_var tv, *y = NULL, *loss = NULL, *xin = &r->x;
   const int64_t ts[3] = {NB, 4, NS};
   CK(sg_var_init(&tv, "t", t->dt, 3, ts, on_dev ? t->d : t->h, 0));
   if (on_dev) CK(sg_var_set_device(&tv, r->x.value.device));
-  const sg_norm_desc nd = {.kind = SG_NORM_INSTANCE, .eps = 1e-5};
   CK(sg_tape_create(&tape));
-  CK(sg_ag_linear(tape, &r->x, &r->w, &r->b, &h));
-  CK(sg_ag_norm(tape, &nd, h, NULL, NULL, &m));
-  CK(sg_ag_act(tape, SG_ACT_GELU, m, &a));
-  CK(sg_ag_binary(tape, SG_BINARY_MUL, a, h, &y));
+  if (ckpt)
+    CK(sg_ag_checkpoint(tape, tape_block, r, 1, &xin, 1, &y));
+  else
+    CK(tape_block(tape, r, &xin, &y));
   CK(sg_ag_loss(tape, SG_LOSS_MSE, y, &tv, &loss));
   if ((loss->value.device.kind == SG_DEVICE_CUDA) != on_dev) {
     printf("FAIL: the tape's loss is on %s\n",
@@ -702,16 +721,18 @@ static double tape_step(tape_run *r, const buf *t, const buf *z, int on_dev) {
   return item;
 }
 
-static void check_tape(sg_dtype dt) {
+static void check_tape(sg_dtype dt, int ckpt) {
   buf x = mk(dt, N, -2, 2), w = mk(dt, 4 * NC, -1, 1), b = mk(dt, 4, -1, 1);
   buf t = mk(dt, NB * 4 * NS, -1, 1), z = mk(dt, 1, 0, 0);
   buf dx = mk(dt, N, 0, 0), dw = mk(dt, 4 * NC, 0, 0), db = mk(dt, 4, 0, 0);
   tape_run host, dev;
   tape_vars(&host, dt, x.h, w.h, b.h, dw.h, db.h, 0);
   tape_vars(&dev, dt, x.d, w.d, b.d, dw.d, db.d, 1);
-  const double lh = tape_step(&host, &t, &z, 0);
-  const double ld = tape_step(&dev, &t, &z, 1);
-  compare("tape linear-norm-gelu-mul-mse", &z);
+  const double lh = tape_step(&host, &t, &z, 0, 0);
+  const double ld = tape_step(&dev, &t, &z, 1, ckpt);
+  compare(ckpt ? "tape checkpointed block (loss)"
+               : "tape linear-norm-gelu-mul-mse",
+          &z);
   if (!(fabs(ld - lh) <=
         (dt == SG_DTYPE_F64 ? 1e-12 : 2e-5) * (fabs(lh) > 1 ? fabs(lh) : 1))) {
     printf("FAIL: sg_var_item of the device loss %.17g, host %.17g\n", ld, lh);
@@ -719,9 +740,9 @@ static void check_tape(sg_dtype dt) {
   }
   memcpy(dx.h, host.x.grad.data, dx.bytes);
   CK(cudaMemcpy(dx.d, dev.x.grad.data, dx.bytes, cudaMemcpyDeviceToDevice));
-  compare("tape backward (dx)", &dx);
-  compare("tape backward (dw)", &dw);
-  compare("tape backward (db)", &db);
+  compare(ckpt ? "tape checkpointed (dx)" : "tape backward (dx)", &dx);
+  compare(ckpt ? "tape checkpointed (dw)" : "tape backward (dw)", &dw);
+  compare(ckpt ? "tape checkpointed (db)" : "tape backward (db)", &db);
   sg_var_release(&host.x), sg_var_release(&host.w), sg_var_release(&host.b);
   sg_var_release(&dev.x), sg_var_release(&dev.w), sg_var_release(&dev.b);
   drop(&x), drop(&w), drop(&b), drop(&t), drop(&z), drop(&dx), drop(&dw),
@@ -1212,8 +1233,11 @@ static int tested(const char *fn) {
 }
 
 static int tested_one(const char *fn, size_t len) {
+  /* the comm layer's; the checkpoint op's are the tape's own (no kernel:
+   * check_tape(dt, 1) runs a checkpointed block on the device) */
   static const char *const comm[] = {"cudaMemcpy", "sg_alltoallv",
-                                     "sg_allgatherv"};
+                                     "sg_allgatherv", "sg_ag_checkpoint",
+                                     "ag_ckpt_backward"};
   for (size_t i = 0; i < sizeof comm / sizeof *comm; ++i)
     if (strlen(comm[i]) == len && !strncmp(fn, comm[i], len)) return 1;
   static const char *const names[] = {"sg_act_fwd_cuda",
@@ -1412,7 +1436,8 @@ int main(int argc, char **argv) {
     check_loss(dts[k]);
     check_dist_loss(dts[k]);
     check_norm(dts[k]);
-    check_tape(dts[k]);
+    check_tape(dts[k], 0);
+    check_tape(dts[k], 1); /* the block checkpointed on the device */
     check_pad(dts[k]);
     check_conv_tape(dts[k]);
     check_maxpool_tape(dts[k]);

@@ -111,11 +111,20 @@ static int comm_only(const char *op) {
 
 /* The table against the op definitions: an op listed on cuda has CUDA
  * entry points in its sg_op_def in the cuda build (and none without
- * CUDA, but for comm_only); a host-only op has none. */
+ * CUDA, but for comm_only); a host-only op has none. The checkpoint op has
+ * no entry points at all (the tape runs it, replaying its ops on their
+ * device): listed on cuda by the tape's functions. */
 static int check_defs(void) {
   int bad = 0;
   for (int i = 0; i < sg_ag_op_count(); ++i) {
     const sg_op_def *op = sg_ag_op(i);
+    if (!strcmp(op->name, "checkpoint")) {
+      if (op->forward || op->forward_cuda ||
+          !sg_op_device_on_cuda(sg_op_device_find(op->name)))
+        bad += printf("FAIL: the checkpoint op: entry points, or host-only "
+                      "in the table\n") > 0;
+      continue;
+    }
     const int want = (SG_HAVE_CUDA || comm_only(op->name)) &&
                      sg_op_device_on_cuda(sg_op_device_find(op->name));
     const int has = op->forward_cuda && op->backward_cuda;
