@@ -49,9 +49,8 @@ static inline SG_HD double sg_dloss_sample_sums(int rel, int f32, int64_t j0,
  * sums[1] = M over every sample of every rank; relative L2: sums[2 i],
  * sums[2 i + 1] = a_i, b_i of sample i over the domain), the upstream
  * gradient g and the global batch. */
-static inline SG_HD double sg_dloss_coef(int rel, int64_t i,
-                                         const double *sums, double g,
-                                         int64_t global_batch) {
+static inline SG_HD double sg_dloss_coef(int rel, int64_t i, const double *sums,
+                                         double g, int64_t global_batch) {
   if (!rel) return sums[1] > 0 ? 2.0 * g / sums[1] : 0.0;
   const double a2 = sums[2 * i], b2 = sums[2 * i + 1];
   const double r = b2 > 0 ? sqrt(a2 / b2) : 0.0;
@@ -64,9 +63,8 @@ static inline SG_HD double sg_dloss_grad(double c, int f32, int64_t j,
                                          const void *p, const void *t,
                                          const void *m) {
   const double w = m ? sg_dloss_ld(m, f32, j) : 1.0;
-  return w == 0.0
-             ? 0.0
-             : c * w * (sg_dloss_ld(p, f32, j) - sg_dloss_ld(t, f32, j));
+  return w == 0.0 ? 0.0
+                  : c * w * (sg_dloss_ld(p, f32, j) - sg_dloss_ld(t, f32, j));
 }
 
 #ifndef __CUDACC__

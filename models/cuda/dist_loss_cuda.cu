@@ -20,8 +20,8 @@ __global__ void sums_k(int rel, int f32, int64_t batch, int64_t per,
                        double *sums, double *bad) {
   SG_GRID_STRIDE(i, batch) {
     double a, b;
-    bad[i] = sg_dloss_sample_sums(rel, f32, i * per, (i + 1) * per, p, t, m,
-                                  &a, &b);
+    bad[i] = sg_dloss_sample_sums(rel, f32, i * per, (i + 1) * per, p, t, m, &a,
+                                  &b);
     sums[2 * i] = a;
     sums[2 * i + 1] = b;
   }
@@ -36,10 +36,9 @@ __global__ void count_k(int64_t batch, const double *bad, double *sums) {
   sums[2 * batch] = s;
 }
 
-__global__ void bwd_k(int rel, int f32, int64_t per, int64_t n,
-                      const void *p, const void *t, const void *m,
-                      const double *sums, double g, int64_t global_batch,
-                      void *dp) {
+__global__ void bwd_k(int rel, int f32, int64_t per, int64_t n, const void *p,
+                      const void *t, const void *m, const double *sums,
+                      double g, int64_t global_batch, void *dp) {
   SG_GRID_STRIDE(j, n) {
     const double c = sg_dloss_coef(rel, j / per, sums, g, global_batch);
     const double v = sg_dloss_grad(c, f32, j, p, t, m);
@@ -60,19 +59,17 @@ sg_status check(const char *what, sg_dtype dt, int64_t batch, int64_t per,
     SG_RAISE(SG_ERR_NOT_SUPPORTED, "%s: f32 or f64, not %s", what,
              sg_dtype_name(dt));
   if (!out || (batch * per > 0 && (!p || !t)))
-    SG_RAISE(SG_ERR_INVALID_ARG, "%s: NULL prediction, target or output",
-             what);
+    SG_RAISE(SG_ERR_INVALID_ARG, "%s: NULL prediction, target or output", what);
 fail:
   return st;
 }
 
 }  // namespace
 
-extern "C" sg_status sg_dist_loss_sums_cuda(int rel, sg_dtype dt,
-                                            int64_t batch, int64_t per,
-                                            const void *p, const void *t,
-                                            const void *m, double *sums,
-                                            void *stream) {
+extern "C" sg_status sg_dist_loss_sums_cuda(int rel, sg_dtype dt, int64_t batch,
+                                            int64_t per, const void *p,
+                                            const void *t, const void *m,
+                                            double *sums, void *stream) {
   sg_status st = SG_OK;
   double *bad = nullptr;
   cudaStream_t s = SG_STREAM(stream);
@@ -107,8 +104,7 @@ extern "C" sg_status sg_dist_loss_bwd_cuda(int rel, sg_dtype dt, int64_t batch,
              (long long)global_batch);
   if (n == 0) return SG_OK;
   bwd_k<<<sg_grid_for(n, kThreads), kThreads, 0, SG_STREAM(stream)>>>(
-      rel != 0, dt == SG_DTYPE_F32, per, n, p, t, m, sums, g, global_batch,
-      dp);
+      rel != 0, dt == SG_DTYPE_F32, per, n, p, t, m, sums, g, global_batch, dp);
   SG_CUDA(cudaGetLastError());
 fail:
   return st;
