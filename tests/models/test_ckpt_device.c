@@ -130,16 +130,16 @@ static sg_status add_bwd(sg_node *node) {
   return SG_OK;
 }
 
-#define USER_OP(nm, fw, bw, wg, ...)                                         \
-  static const sg_op_def nm##_op = {.name = "test_" #nm,                 \
-                                    .slots = {__VA_ARGS__},              \
-                                    .forward = fw,                       \
-                                    .backward = bw,                      \
-                                    .rule = {.windowed_input = -1,       \
-                                             .accepts = SG_ACCEPT_ALL,   \
-                                             .out = SG_OUT_LIKE_INPUT,   \
-                                             .writes_gin = wg},          \
-                                    .forward_cuda = fw,                  \
+#define USER_OP(nm, fw, bw, wg, ...)                                   \
+  static const sg_op_def nm##_op = {.name = "test_" #nm,               \
+                                    .slots = {__VA_ARGS__},            \
+                                    .forward = fw,                     \
+                                    .backward = bw,                    \
+                                    .rule = {.windowed_input = -1,     \
+                                             .accepts = SG_ACCEPT_ALL, \
+                                             .out = SG_OUT_LIKE_INPUT, \
+                                             .writes_gin = wg},        \
+                                    .forward_cuda = fw,                \
                                     .backward_cuda = bw}
 USER_OP(lin, lin_fwd, lin_bwd, 1u, SG_SLOT_ACT, SG_SLOT_PARAM);
 USER_OP(tanh, tanh_fwd, tanh_bwd, 1u, SG_SLOT_ACT);
@@ -254,8 +254,8 @@ static void run(sg_dtype dt, int dev, int mode, res *out) {
   }
   SG_CHECK_OK(sg_tape_create(&tape));
   SG_CHECK_OK(model(tape, mode, &W, &x, &tv, &mv, &out->loss));
-  out->on_dev = x.grad.data && x.grad.device.kind == (dev ? SG_DEVICE_CUDA
-                                                            : SG_DEVICE_HOST);
+  out->on_dev = x.grad.data &&
+                x.grad.device.kind == (dev ? SG_DEVICE_CUDA : SG_DEVICE_HOST);
   out->on_dev &= ncalls[!dev] == 0 && ncalls[dev] > 0;
   for (int64_t i = 0; x.grad.data && i < NX; ++i)
     out->g[i] = ld(x.grad.data, dt, i);
@@ -280,15 +280,15 @@ static void tape_cases(void) {
       for (int mode = 0; mode < 3; ++mode) {
         if (!dev && !mode) continue;
         run(dt, dev, mode, &r);
-        SG_CHECK(r.on_dev, "%s %s mode %d: the kernels or the gradient on "
-                 "the wrong device", sg_dtype_name(dt), dev ? "cuda" : "host",
-                 mode);
+        SG_CHECK(r.on_dev,
+                 "%s %s mode %d: the kernels or the gradient on "
+                 "the wrong device",
+                 sg_dtype_name(dt), dev ? "cuda" : "host", mode);
         SG_CHECK(r.loss == ref.loss && !memcmp(r.g, ref.g, sizeof r.g),
                  "%s %s mode %d: loss %.17g (host, no checkpoint %.17g), "
                  "gradients %s",
-                 sg_dtype_name(dt), dev ? "faked cuda:0" : "host", mode,
-                 r.loss, ref.loss,
-                 memcmp(r.g, ref.g, sizeof r.g) ? "differ" : "equal");
+                 sg_dtype_name(dt), dev ? "faked cuda:0" : "host", mode, r.loss,
+                 ref.loss, memcmp(r.g, ref.g, sizeof r.g) ? "differ" : "equal");
       }
   }
 }
@@ -336,15 +336,18 @@ static void plan_case(void) {
   }
   /* the batch on the "device" (host memory: faked) */
   xd = malloc(sizeof xb), td = malloc(sizeof tb), md = malloc(sizeof mb);
-  memcpy(xd, xb, sizeof xb), memcpy(td, tb, sizeof tb), memcpy(md, mb, sizeof mb);
+  memcpy(xd, xb, sizeof xb), memcpy(td, tb, sizeof tb),
+      memcpy(md, mb, sizeof mb);
   const int64_t xs[3] = {N, C, S};
   for (int64_t step = 1; step <= 3; ++step) {
     double loss[2], norm[2];
     for (int p = 0; p < 2; ++p) {
       wts W = {.w = {wp[p][0], wp[p][1], wp[p][2]}};
       SG_CHECK_OK(sg_var_init(&x[p], "x", SG_DTYPE_F32, 3, xs, p ? xd : xb, 0));
-      SG_CHECK_OK(sg_var_init(&tv[p], "t", SG_DTYPE_F32, 3, xs, p ? td : tb, 0));
-      SG_CHECK_OK(sg_var_init(&mv[p], "m", SG_DTYPE_F32, 3, xs, p ? md : mb, 0));
+      SG_CHECK_OK(
+          sg_var_init(&tv[p], "t", SG_DTYPE_F32, 3, xs, p ? td : tb, 0));
+      SG_CHECK_OK(
+          sg_var_init(&mv[p], "m", SG_DTYPE_F32, 3, xs, p ? md : mb, 0));
       if (p) {
         SG_CHECK_OK(sg_var_set_device(&x[p], cu));
         SG_CHECK_OK(sg_var_set_device(&tv[p], cu));
@@ -353,7 +356,8 @@ static void plan_case(void) {
       SG_CHECK_OK(sg_parallel_begin_micro(P[p], 0, 1));
       SG_CHECK_OK(model(T[p], p ? 2 : 0, &W, &x[p], &tv[p], &mv[p], &loss[p]));
       SG_CHECK_OK(sg_parallel_reduce(P[p], &norm[p]));
-      SG_CHECK_OK(sg_parallel_step(P[p], step, 1e-2, sg_clip_scale(norm[p], 0.5)));
+      SG_CHECK_OK(
+          sg_parallel_step(P[p], step, 1e-2, sg_clip_scale(norm[p], 0.5)));
       sg_tape_clear(T[p]);
       sg_var_release(&x[p]), sg_var_release(&tv[p]), sg_var_release(&mv[p]);
     }
