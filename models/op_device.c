@@ -61,8 +61,9 @@ static const sg_op_device table[] = {
     /* the rows of sg_wattn_inl.h, f64 arithmetic as the host */
     {"window_attention", "sg_wattn_fwd_cuda", "sg_wattn_bwd_cuda", NULL},
     {"moe", NULL, NULL,
-     "cuda: the routing and the expert GEMMs are not built on the device "
-     "(issue 22)"},
+     "cuda: the token dispatch, the expert GEMMs and their backward are not "
+     "built on the device (the routing's arithmetic is SG_HD, moe_inl.h; "
+     "issue 22)"},
     {"fno3d_broadcast_t", "sg_bcast_t_fwd_cuda", "sg_bcast_t_bwd_cuda", NULL},
     {"fno3d_time_window", "sg_time_window_cuda", "sg_time_window_cuda", NULL},
     /* the FNO's fused layer ops (ag_spectral.c): the pieces of spectral_conv
