@@ -1,4 +1,12 @@
-/* shardgrid — autograd tape: activation checkpointing (sg_ag_checkpoint). */
+/* shardgrid — autograd tape: activation checkpointing (sg_ag_checkpoint).
+ *
+ * On device variables the block runs as it would without the checkpoint:
+ * each op on its inputs' device (ag_node_device decides, and refuses, per
+ * op), the stand-ins are views of the inputs' device buffers, the outputs
+ * are moved over (or copied on their device), and the backward's
+ * recomputation, seeds and input gradients stay on the device (ag_mem_copy
+ * for the copies). No op of the tape draws random numbers, so the
+ * recomputation is the forward bit for bit. */
 #include "op_registry_impl.h"
 #include "autograd_impl.h"
 
@@ -176,6 +184,7 @@ sg_status sg_ag_checkpoint(sg_tape_t tape, sg_block_fn fn, void *ctx, int nin,
   /* the node: its inputs, the leaves used inside, the outputs (the block's
    * values moved over) */
   node->op = &ag_ckpt_op;
+  node->device = in[0]->value.device; /* its ops ran on their inputs' */
   node->nin = nin;
   node->nout = nout;
   for (int i = 0; i < nin; ++i) node->in[i] = in[i];
@@ -209,12 +218,13 @@ sg_status sg_ag_checkpoint(sg_tape_t tape, sg_block_fn fn, void *ctx, int nin,
       c->bytes -= ag_nbytes(&co[j]->value);
       memset(&co[j]->value, 0, sizeof co[j]->value);
       co[j]->owns_value = 0;
-    } else {
-      SG_TRY(ag_alloc_z(&v->value, co[j]->value.dtype, co[j]->value.ndim,
-                        co[j]->value.shape, 0));
+    } else { /* a copy on the block output's device */
+      SG_TRY(ag_alloc_dz(&v->value, co[j]->value.device, co[j]->value.dtype,
+                         co[j]->value.ndim, co[j]->value.shape, 0));
       v->owns_value = 1;
       if (ag_numel(&v->value) > 0)
-        memcpy(v->value.data, co[j]->value.data, ag_nbytes(&v->value));
+        SG_TRY(ag_mem_copy(v->value.device, v->value.data, co[j]->value.device,
+                           co[j]->value.data, ag_nbytes(&v->value)));
     }
     v->mesh = co[j]->mesh;
     memcpy(v->placements, co[j]->placements, sizeof v->placements);
@@ -320,7 +330,8 @@ sg_status ag_ckpt_backward(sg_tape_t tape, sg_node *node) {
       memset(&s->grad, 0, sizeof s->grad);
       s->owns_grad = 0;
     } else {
-      memcpy(v->grad.data, s->grad.data, ag_nbytes(&v->grad));
+      SG_TRY(ag_mem_copy(v->grad.device, v->grad.data, s->grad.device,
+                         s->grad.data, ag_nbytes(&v->grad)));
     }
     v->has_grad = 1;
   }

@@ -263,7 +263,6 @@ sg_status ag_node_device(sg_tape_t tape, const sg_op_def *op, int nin,
              op->name, in[0]->name, sg_device_kind_name(dev->kind), dev->index);
   if (tape->store_dt == SG_DTYPE_BF16)
     why = "the bf16 storage policy rounds on the host";
-  if (!why && tape->collecting) why = "checkpointed blocks replay on the host";
   if (why)
     SG_RAISE(SG_ERR_NOT_SUPPORTED, "op %s on %s:%d: %s (issue 22)", op->name,
              sg_device_kind_name(dev->kind), dev->index, why);

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "autograd_impl.h"
+#include "moe_inl.h"
 #include "op_registry_impl.h"
 #include "sg_autograd.h"
 #include "sg_comm.h"
@@ -121,30 +122,13 @@ static void tokens_out(const moe_geo *g, const double *X, double *x) {
 }
 
 /* Router: p = softmax(Wr x), the top-k experts (ties: the lower index) and
- * their gates (k = 2 renormalised over the two). */
+ * their gates (k = 2 renormalised over the two): sg_moe_route_token per
+ * token (moe_inl.h). */
 static void route(const moe_geo *g, const double *X, const double *Wr,
                   double *p, int *sel, double *gate) {
-  for (int64_t m = 0; m < g->M; ++m) {
-    double *pm = p + m * g->E, mx = -INFINITY, s = 0.0;
-    for (int64_t e = 0; e < g->E; ++e) {
-      double z = 0.0;
-      for (int64_t c = 0; c < g->C; ++c)
-        z += Wr[e * g->C + c] * X[m * g->C + c];
-      pm[e] = z, mx = z > mx ? z : mx;
-    }
-    for (int64_t e = 0; e < g->E; ++e) s += pm[e] = exp(pm[e] - mx);
-    for (int64_t e = 0; e < g->E; ++e) pm[e] /= s;
-    int *sm = sel + m * g->k;
-    double gs = 0.0;
-    for (int64_t j = 0; j < g->k; ++j) {
-      int best = -1;
-      for (int e = 0; e < (int)g->E; ++e)
-        if ((j == 0 || e != sm[0]) && (best < 0 || pm[e] > pm[best])) best = e;
-      sm[j] = best, gs += pm[best];
-    }
-    for (int64_t j = 0; j < g->k; ++j)
-      gate[m * g->k + j] = g->k == 1 ? pm[sm[j]] : pm[sm[j]] / gs;
-  }
+  for (int64_t m = 0; m < g->M; ++m)
+    sg_moe_route_token(g->E, g->C, g->k, Wr, X + m * g->C, p + m * g->E,
+                       sel + m * g->k, gate + m * g->k);
 }
 
 /* This rank's token box in the global spatial grid: offsets and extents of
@@ -240,17 +224,9 @@ fail:
  * pairs per expert into frac (Bl x E). */
 static void queue_places(const moe_geo *g, int64_t T, const int *G, int *Q,
                          double *frac) {
-  for (int64_t n = 0; n < g->Bl; ++n) {
-    double *f = frac + n * g->E;
-    memset(f, 0, (size_t)g->E * sizeof *f);
-    for (int64_t j = 0; j < g->k; ++j)
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t i = (n * T + t) * g->k + j;
-        Q[i] = (int)f[G[i]];
-        f[G[i]] += 1.0;
-      }
-    for (int64_t e = 0; e < g->E; ++e) f[e] /= (double)(T * g->k);
-  }
+  for (int64_t n = 0; n < g->Bl; ++n) /* sg_moe_queue_sample (moe_inl.h) */
+    sg_moe_queue_sample(g->E, T, g->k, G + n * T * g->k, Q + n * T * g->k,
+                        frac + n * g->E);
 }
 
 /* The capacity of an expert per sample: ceil(factor T k / E); none (the

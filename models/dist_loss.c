@@ -1,8 +1,12 @@
 /* shardgrid — losses over sharded predictions. */
 #include "sg_dist_loss.h"
 
+#include "autograd_impl.h" /* ag_mem_copy, ag_fake_cuda */
+#include "dist_loss_inl.h"
 #include "op_registry_impl.h"
 #include "sg_comm.h"
+#include "sg_config.h"
+#include "sg_device.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -16,36 +20,20 @@ typedef struct dist_loss_attr {
 
 /* saved: [value, then MSE: (S, M) | REL_L2: (a_i, b_i) per local sample] */
 
-static inline double ld(const void *p, sg_dtype dt, int64_t i) {
-  return dt == SG_DTYPE_F32 ? (double)((const float *)p)[i]
-                            : ((const double *)p)[i];
-}
-
 /* sums[2i] = sum m (p-t)^2, sums[2i+1] = sum m t^2 (REL_L2) or sum m (MSE)
  * per sample, in a fixed order; sums[2 batch] = the number of NaN/Inf
  * values of p or t at unmasked points (masked points are skipped whatever
- * they hold: 0 * NaN would be NaN) */
+ * they hold: 0 * NaN would be NaN). The per-sample loop is
+ * sg_dloss_sample_sums (dist_loss_inl.h), the device kernel's too. */
 static void local_sums(sg_loss_kind kind, sg_dtype dt, int64_t batch,
                        int64_t per, const void *p, const void *t, const void *m,
                        double *sums) {
   double bad = 0.0;
+  const int rel = kind == SG_LOSS_REL_L2, f32 = dt == SG_DTYPE_F32;
 #pragma omp parallel for schedule(static) if (batch * per > 65536) reduction(+ : bad)
-  for (int64_t i = 0; i < batch; ++i) {
-    double a = 0.0, b = 0.0;
-    for (int64_t j = i * per; j < (i + 1) * per; ++j) {
-      double w = m ? ld(m, dt, j) : 1.0;
-      if (w == 0.0) continue;
-      double pv = ld(p, dt, j), tv = ld(t, dt, j), d = pv - tv;
-      if (!isfinite(pv) || !isfinite(tv) || !isfinite(w)) {
-        bad += 1.0;
-        continue;
-      }
-      a += w * d * d;
-      b += kind == SG_LOSS_REL_L2 ? w * tv * tv : w;
-    }
-    sums[2 * i] = a;
-    sums[2 * i + 1] = b;
-  }
+  for (int64_t i = 0; i < batch; ++i)
+    bad += sg_dloss_sample_sums(rel, f32, i * per, (i + 1) * per, p, t, m,
+                                &sums[2 * i], &sums[2 * i + 1]);
   sums[2 * batch] = bad;
 }
 
@@ -118,20 +106,54 @@ sg_status sg_dist_rel_l2_ctx(sg_dtype dt, int64_t batch, int64_t per_sample,
                 ctx->data, rel);
 }
 
+/* The node's data are device memory that only kernels may touch (a real
+ * device: the launchers of dist_loss_inl.h), not host memory (the host or
+ * the tape's faked device: the host loops). */
+static int on_gpu(const sg_node *node) {
+  return node->device.kind != SG_DEVICE_HOST && !ag_fake_cuda;
+}
+
+#if SG_HAVE_CUDA
+#define DLOSS_GPU(call) (call)
+#else
+#define DLOSS_GPU(call)                                  \
+  sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__, \
+               "dist_loss on %s: built without CUDA",    \
+               sg_device_kind_name(node->device.kind))
+#endif
+
+/* One body for both devices. saved (on the node's device): [value, then
+ * the sums as the backward reads them, then the count]. On a device the
+ * local sums are made there (sg_dist_loss_sums_cuda), copied to the host,
+ * reduced over the ranks as host doubles as on the host, and copied back
+ * for the backward (a few doubles per sample). */
 static sg_status dloss_fwd(sg_node *node) {
   sg_status st = SG_OK;
   const dist_loss_attr *a = (const dist_loss_attr *)node->attr;
   const sg_tensor *p = &node->in[0]->value;
+  const sg_device dev = node->device, host = sg_device_host();
+  const int gpu = on_gpu(node);
   const int64_t batch = p->shape[0];
   int64_t n = 1;
   for (int d = 0; d < p->ndim; ++d) n *= p->shape[d];
   const int64_t per = batch ? n / batch : 0;
-  double *saved = NULL, value = 0.0;
-  SG_TRY(sg_node_save(node, (size_t)(1 + 2 * batch + 2) * sizeof(double),
-                      (void **)&saved));
-  double *sums = saved + 1;
-  local_sums(a->kind, p->dtype, batch, per, p->data, node->in[1]->value.data,
-             a->has_mask ? node->in[2]->value.data : NULL, sums);
+  const size_t nsaved = (size_t)(1 + 2 * batch + 2);
+  double *saved = NULL, *h = NULL, value = 0.0;
+  const void *t = node->in[1]->value.data,
+             *m = a->has_mask ? node->in[2]->value.data : NULL;
+  SG_TRY(sg_node_save(node, nsaved * sizeof(double), (void **)&saved));
+  h = gpu ? calloc(nsaved, sizeof *h) : saved;
+  if (!h) SG_RAISE(SG_ERR_ALLOC, "dist_loss: the sums");
+  double *sums = h + 1;
+  if (gpu) {
+    SG_TRY(DLOSS_GPU(sg_dist_loss_sums_cuda(a->kind == SG_LOSS_REL_L2, p->dtype,
+                                            batch, per, p->data, t, m,
+                                            saved + 1, NULL)));
+    SG_TRY(ag_mem_copy(host, sums, dev, saved + 1,
+                       (size_t)(2 * batch + 1) * sizeof *sums));
+  } else {
+    local_sums(a->kind, p->dtype, batch, per, p->data, t, m, sums);
+  }
   /* the count of NaN/Inf values travels with the sums: after both
    * reductions every rank holds the same count and fails alike */
   SG_TRY(reduce(a->ctx.domain, sums, 2 * batch + 1));
@@ -158,23 +180,35 @@ static sg_status dloss_fwd(sg_node *node) {
   if (bad > 0 || !isfinite(value))
     SG_TRY(nonfinite_error(
         a->kind == SG_LOSS_MSE ? "MSE loss" : "relative L2 loss", bad, value));
-  saved[0] = value;
+  h[0] = value;
+  if (gpu) SG_TRY(ag_mem_copy(dev, saved, host, h, nsaved * sizeof *h));
   int64_t one = 1;
   SG_TRY(sg_node_alloc_out(node, 0, 1, &one));
-  if (p->dtype == SG_DTYPE_F32)
-    *(float *)node->out[0]->value.data = (float)value;
-  else
-    *(double *)node->out[0]->value.data = value;
+  {
+    const float v32 = (float)value;
+    const int f32 = p->dtype == SG_DTYPE_F32;
+    SG_TRY(ag_mem_copy(dev, node->out[0]->value.data, host,
+                       f32 ? (const void *)&v32 : (const void *)&value,
+                       f32 ? sizeof v32 : sizeof value));
+  }
 fail:
+  if (gpu) free(h);
   return st;
 }
 
 static sg_status dloss_bwd(sg_node *node) {
+  sg_status st = SG_OK;
   const dist_loss_attr *a = (const dist_loss_attr *)node->attr;
   const sg_tensor *p = &node->in[0]->value;
   const sg_tensor *gt = &node->out[0]->grad;
-  const double g = gt->dtype == SG_DTYPE_F32 ? (double)*(const float *)gt->data
-                                             : *(const double *)gt->data;
+  const int rel = a->kind == SG_LOSS_REL_L2, f32 = p->dtype == SG_DTYPE_F32;
+  double g = 0.0;
+  float g32 = 0.0f;
+  SG_TRY(ag_mem_copy(sg_device_host(),
+                     gt->dtype == SG_DTYPE_F32 ? (void *)&g32 : (void *)&g,
+                     node->device, gt->data,
+                     gt->dtype == SG_DTYPE_F32 ? sizeof g32 : sizeof g));
+  if (gt->dtype == SG_DTYPE_F32) g = (double)g32;
   const int64_t batch = p->shape[0];
   int64_t n = 1;
   for (int d = 0; d < p->ndim; ++d) n *= p->shape[d];
@@ -183,30 +217,26 @@ static sg_status dloss_bwd(sg_node *node) {
   const void *t = node->in[1]->value.data,
              *m = a->has_mask ? node->in[2]->value.data : NULL;
   void *dp = node->gin[0];
-  if (!dp) return SG_OK;
+  if (!dp) goto fail;
+  if (on_gpu(node)) {
+    SG_TRY(DLOSS_GPU(sg_dist_loss_bwd_cuda(rel, p->dtype, batch, per, p->data,
+                                           t, m, sums, g, a->ctx.global_batch,
+                                           dp, NULL)));
+    goto fail;
+  }
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t i = 0; i < batch; ++i) {
-    double c;
-    if (a->kind == SG_LOSS_MSE) {
-      c = sums[1] > 0 ? 2.0 * g / sums[1] : 0.0;
-    } else {
-      double a2 = sums[2 * i], b2 = sums[2 * i + 1];
-      double r = b2 > 0 ? sqrt(a2 / b2) : 0.0;
-      c = r > 0 ? g / ((double)a->ctx.global_batch * b2 * r) : 0.0;
-    }
+    const double c = sg_dloss_coef(rel, i, sums, g, a->ctx.global_batch);
     for (int64_t j = i * per; j < (i + 1) * per; ++j) {
-      double w = m ? ld(m, p->dtype, j) : 1.0;
-      /* a masked point gets 0 whatever it holds (0 * NaN is NaN) */
-      double v = w == 0.0
-                     ? 0.0
-                     : c * w * (ld(p->data, p->dtype, j) - ld(t, p->dtype, j));
-      if (p->dtype == SG_DTYPE_F32)
+      const double v = sg_dloss_grad(c, f32, j, p->data, t, m);
+      if (f32)
         ((float *)dp)[j] = (float)v;
       else
         ((double *)dp)[j] = v;
     }
   }
-  return SG_OK;
+fail:
+  return st;
 }
 
 static const sg_op_def dist_loss_op = {.name = "dist_loss",
@@ -214,6 +244,12 @@ static const sg_op_def dist_loss_op = {.name = "dist_loss",
                                                  SG_SLOT_ACT},
                                        .forward = dloss_fwd,
                                        .backward = dloss_bwd,
+                                       /* the same bodies (on_gpu picks the
+                                        * kernels): built in every build, so
+                                        * the faked device runs the device
+                                        * path without CUDA too */
+                                       .forward_cuda = dloss_fwd,
+                                       .backward_cuda = dloss_bwd,
                                        .rule = {.windowed_input = -1,
                                                 .accepts = SG_ACCEPT_ALL,
                                                 .out = SG_OUT_REPLICATE,
@@ -253,7 +289,11 @@ fail:
 double sg_dist_loss_value(const sg_var *loss) {
   if (!loss || !loss->producer || !loss->producer->saved)
     return sg_var_item(loss);
-  return *(const double *)loss->producer->saved;
+  double v = NAN; /* saved on the node's device (the value first) */
+  if (ag_mem_copy(sg_device_host(), &v, loss->producer->device,
+                  loss->producer->saved, sizeof v) != SG_OK)
+    return NAN;
+  return v;
 }
 
 const sg_op_def *sg_dist_loss_op_def(void) { return &dist_loss_op; }

@@ -24,16 +24,20 @@ static const sg_op_device table[] = {
      * (host only) */
     {"norm", "sg_norm_fwd_cuda", "sg_norm_bwd_cuda", NULL},
     {"loss", "sg_loss_partial_cuda", "sg_loss_bwd_cuda", NULL},
-    /* its reductions are host doubles (as loss's); its local part is not */
-    {"dist_loss", NULL, NULL,
-     "cuda: the masked per-sample sums with the NaN/Inf count have no CUDA "
-     "kernel (sg_loss_partial_cuda has no mask and no count; issue 22)"},
+    /* the masked per-sample sums and the NaN/Inf count (one thread per
+     * sample, the host's order) and the gradient: the SG_HD functions of
+     * dist_loss_inl.h; the reductions stay host doubles (as loss's). Its
+     * device entries are built in every build (the faked device runs them
+     * on the host loops). */
+    {"dist_loss", "sg_dist_loss_sums_cuda", "sg_dist_loss_bwd_cuda", NULL},
     /* one process: cuFFT r2c/c2r and the SG_HD mode gather, contraction
      * and scatter of sg_spec_inl.h (sharded device variables are refused) */
     {"spectral_conv", "sg_spectral_conv_forward_cuda",
      "sg_spectral_conv_backward_cuda", NULL},
-    {"checkpoint", NULL, NULL,
-     "cuda: replays its ops; runs where they run (host today)"},
+    /* no kernel of its own: the tape runs it (sg_ag_checkpoint records the
+     * block, ag_ckpt_backward replays it), each op of the block on its
+     * inputs' device, the copies through the tape's device helpers */
+    {"checkpoint", "sg_ag_checkpoint", "ag_ckpt_backward", NULL},
     /* the layout copies and the SG_HD row kernels of sg_attn_inl.h;
      * Ulysses and USP with one rank are that attention (the ring and the
      * all-to-alls over ranks: refused by name on a mesh) */
@@ -57,8 +61,9 @@ static const sg_op_device table[] = {
     /* the rows of sg_wattn_inl.h, f64 arithmetic as the host */
     {"window_attention", "sg_wattn_fwd_cuda", "sg_wattn_bwd_cuda", NULL},
     {"moe", NULL, NULL,
-     "cuda: the routing and the expert GEMMs are not built on the device "
-     "(issue 22)"},
+     "cuda: the token dispatch, the expert GEMMs and their backward are not "
+     "built on the device (the routing's arithmetic is SG_HD, moe_inl.h; "
+     "issue 22)"},
     {"fno3d_broadcast_t", "sg_bcast_t_fwd_cuda", "sg_bcast_t_bwd_cuda", NULL},
     {"fno3d_time_window", "sg_time_window_cuda", "sg_time_window_cuda", NULL},
     /* the FNO's fused layer ops (ag_spectral.c): the pieces of spectral_conv
@@ -112,6 +117,9 @@ static const struct {
     {"concat", NULL},
     {"split", NULL},
     {"loss", NULL},
+    /* its sums copied to the host and reduced over the domain and data
+     * groups there (host doubles, as on the host) */
+    {"dist_loss", NULL},
     {"add_field", NULL},
     {"fno3d_broadcast_t", NULL},
     {"fno3d_time_window", NULL},
@@ -129,6 +137,8 @@ static const struct {
      * of a split domain stage through host buffers */
     {"spectral_conv", SPECTRAL},
     {"spectral_linear_act", SPECTRAL},
+    /* its ops are checked one by one as they are recorded */
+    {"checkpoint", NULL},
     /* the collectives on device buffers (ag_sum_det) */
     {"tp_copy", NULL},
     {"tp_reduce", NULL},

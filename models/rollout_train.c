@@ -114,8 +114,6 @@ static sg_status device_check(const sg_train_ar *a) {
     why = "loss weights (loss_weighting = latitude)";
   else if (a->pushforward)
     why = "rollout_grad = pushforward (its feedback runs on the host)";
-  else if (a->ckpt)
-    why = "checkpointed steps (they replay on the host)";
   else if ((a->lc.domain && sg_group_size(a->lc.domain) > 1) ||
            (a->lc.data && sg_group_size(a->lc.data) > 1))
     why = "a split domain or batch (device runs are one process)";

@@ -69,8 +69,9 @@ typedef struct sg_train_ar {
    * (host buffers, as above) to the caller's device buffers dx, dy of the
    * same sizes, makes the leaves there and takes the loss on the device
    * (sg_ag_loss; rel_l2 scaled by n / lc.global_batch), only its value
-   * read back. Masks, loss weights, pushforward, checkpointed steps and a
-   * split domain or batch are SG_ERR_NOT_SUPPORTED there, named. */
+   * read back; checkpointed steps replay there. Masks, loss weights,
+   * pushforward and a split domain or batch are SG_ERR_NOT_SUPPORTED
+   * there, named. */
   sg_device device;
   void *dx, *dy;
 } sg_train_ar;

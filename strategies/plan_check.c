@@ -629,11 +629,8 @@ static void check_device(const sg_plan_problem *pb, const sg_plan_mesh *m,
             "device = cuda with param_dtype = %s is not supported yet (f32 "
             "only)",
             sg_kv_str(kv, "param_dtype"));
-  if (strcmp(sg_kv_str(kv, "activation_checkpointing"), "none"))
-    why_add(w,
-            "device = cuda with activation_checkpointing = %s is not "
-            "supported yet (checkpointed blocks replay on the host)",
-            sg_kv_str(kv, "activation_checkpointing"));
+  /* activation_checkpointing runs: a checkpointed block replays its ops on
+   * their device (models/ag_checkpoint.c) */
   if (strcmp(sg_kv_str(kv, "rollout_grad"), "full") &&
       sg_plan_int(pb, "rollout_train") > 1)
     why_add(w,

@@ -7,13 +7,18 @@
  * forward and backward (y, dx, dw +=, db +=), the convolution and the
  * transposed convolution on cuBLAS (2-D, 3-D; y, dx, dw +=, db +=), the
  * layout kernels (concat, split, the FNO-3D time broadcast and window,
- * roll, add_field), the padding kernels (every mode), the loss partials and gradients (all four kinds) in f64 and f32, and AdamW
+ * roll, add_field), the padding kernels (every mode), the loss partials and gradients (all four kinds) in f64 and f32, the
+ * distributed loss's masked sums, NaN/Inf count and gradient (and a
+ * dist_loss tape, f64 1e-10, f32 2e-5), and AdamW
  * (f32) over three steps; instance, group and layer norm (statistics,
  * forward, backward sums, backward); and the autograd tape on device
  * variables (a linear-norm-gelu-mul-mse tape forward and backward: outputs,
  * saved statistics and gradients on the device, summed there), and a
  * padded conv-concat-mse tape (margins made on the device) and a padded
- * max-pool-mse tape (its -inf margins filled on the device), against the
+ * max-pool-mse tape (its -inf margins filled on the device), the first
+ * tape with its block checkpointed on the device (activation
+ * checkpointing: the replay on the device) against the host tape without
+ * it, against the
  * same tapes on the host; the fused attention forward and backward (o,
  * lse, dq, dk, dv; causal with offsets, Nq != Nk) and an attention-mse
  * tape (the layout copies on the device; ring, Ulysses and USP modes, one
@@ -45,7 +50,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist_loss_inl.h" /* the SG_HD pieces and launchers */
 #include "sg_autograd.h"
+#include "sg_dist_loss.h"
 #include "sg_fno.h"
 #include "sg_mesh.h"
 #include "sg_op_device.h"
@@ -469,6 +476,118 @@ static void check_loss(sg_dtype dt) {
   drop(&p), drop(&t), drop(&dp), drop(&dtg);
 }
 
+/* The distributed loss's local part (dist_loss_inl.h): the masked
+ * per-sample sums and NaN/Inf count, and the gradient from given global
+ * sums, against the host's SG_HD loop (the same functions; f64 1e-12, f32
+ * data widened to double: 1e-12 too), with a mask holding zeros and a NaN
+ * and an Inf at masked and unmasked points; then a dist_loss tape (MSE and
+ * relative L2, masked) on device variables against the host tape. */
+static void check_dist_loss(sg_dtype dt) {
+  const int f32 = dt == SG_DTYPE_F32;
+  const int64_t per = N / NB;
+  buf p = mk(dt, N, -2, 2), t = mk(dt, N, -2, 2), m = mk(dt, N, 0, 3);
+  buf dp = mk(dt, N, 0, 0);
+  char what[64];
+  for (int64_t i = 0; i < N; i += 7) { /* zeros in the mask */
+    if (f32)
+      ((float *)m.h)[i] = 0.0f;
+    else
+      ((double *)m.h)[i] = 0.0;
+  }
+  for (int rel = 0; rel < 2; ++rel)
+    for (int mk_ = 0; mk_ < 2; ++mk_) {
+      /* a NaN (masked) and an Inf (unmasked: counted) */
+      if (f32)
+        ((float *)p.h)[7] = NAN, ((float *)t.h)[N - 2] = INFINITY;
+      else
+        ((double *)p.h)[7] = NAN, ((double *)t.h)[N - 2] = INFINITY;
+      CK(cudaMemcpy(p.d, p.h, p.bytes, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(t.d, t.h, t.bytes, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(m.d, m.h, m.bytes, cudaMemcpyHostToDevice));
+      buf sums = mk(SG_DTYPE_F64, 2 * NB + 1, 0, 0);
+      double *s = sums.h;
+      s[2 * NB] = 0;
+      for (int64_t i = 0; i < NB; ++i)
+        s[2 * NB] += sg_dloss_sample_sums(rel, f32, i * per, (i + 1) * per, p.h,
+                                          t.h, mk_ ? m.h : NULL, &s[2 * i],
+                                          &s[2 * i + 1]);
+      CK(sg_dist_loss_sums_cuda(rel, dt, NB, per, p.d, t.d, mk_ ? m.d : NULL,
+                                sums.d, NULL));
+      snprintf(what, sizeof what, "dist_loss %s sums%s", rel ? "rel" : "mse",
+               mk_ ? " masked" : "");
+      compare(what, &sums);
+      /* the gradient from finite data and the host's sums as global */
+      if (f32)
+        ((float *)p.h)[7] = 0.5f, ((float *)t.h)[N - 2] = 0.25f;
+      else
+        ((double *)p.h)[7] = 0.5, ((double *)t.h)[N - 2] = 0.25;
+      CK(cudaMemcpy(p.d, p.h, p.bytes, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(t.d, t.h, t.bytes, cudaMemcpyHostToDevice));
+      double S = 0, M = 0;
+      for (int64_t i = 0; i < NB; ++i) {
+        sg_dloss_sample_sums(rel, f32, i * per, (i + 1) * per, p.h, t.h,
+                             mk_ ? m.h : NULL, &s[2 * i], &s[2 * i + 1]);
+        S += s[2 * i], M += s[2 * i + 1];
+      }
+      if (!rel) s[0] = S, s[1] = M;
+      CK(cudaMemcpy(sums.d, sums.h, sums.bytes, cudaMemcpyHostToDevice));
+      for (int64_t j = 0; j < N; ++j) {
+        const double c = sg_dloss_coef(rel, j / per, s, 0.7, 5);
+        const double v = sg_dloss_grad(c, f32, j, p.h, t.h, mk_ ? m.h : NULL);
+        if (f32)
+          ((float *)dp.h)[j] = (float)v;
+        else
+          ((double *)dp.h)[j] = v;
+      }
+      CK(sg_dist_loss_bwd_cuda(rel, dt, NB, per, p.d, t.d, mk_ ? m.d : NULL,
+                               sums.d, 0.7, 5, dp.d, NULL));
+      snprintf(what, sizeof what, "dist_loss %s backward%s",
+               rel ? "rel" : "mse", mk_ ? " masked" : "");
+      compare(what, &dp);
+      drop(&sums);
+    }
+  /* the tape: the loss and dL/dp on cuda:0 against the host */
+  const sg_device cu = {SG_DEVICE_CUDA, 0};
+  const int64_t shape[3] = {NB, NC, NS};
+  for (int rel = 0; rel < 2; ++rel) {
+    double l[2] = {0, 0};
+    buf g = mk(dt, N, 0, 0);
+    for (int dev = 0; dev < 2; ++dev) {
+      sg_tape_t tape = NULL;
+      sg_var vp, vt, vm, *loss = NULL;
+      CK(sg_var_init(&vp, "p", dt, 3, shape, dev ? p.d : p.h, 1));
+      CK(sg_var_init(&vt, "t", dt, 3, shape, dev ? t.d : t.h, 0));
+      CK(sg_var_init(&vm, "m", dt, 3, shape, dev ? m.d : m.h, 0));
+      if (dev) {
+        CK(sg_var_set_device(&vp, cu));
+        CK(sg_var_set_device(&vt, cu));
+        CK(sg_var_set_device(&vm, cu));
+      }
+      const sg_dist_loss_ctx ctx = {NULL, NULL, NB};
+      CK(sg_tape_create(&tape));
+      CK(sg_ag_dist_loss(tape, rel ? SG_LOSS_REL_L2 : SG_LOSS_MSE, &vp, &vt,
+                         &vm, &ctx, &loss));
+      l[dev] = sg_dist_loss_value(loss);
+      CK(sg_tape_backward(tape, loss));
+      if (dev)
+        CK(cudaMemcpy(g.d, vp.grad.data, g.bytes, cudaMemcpyDeviceToDevice));
+      else
+        memcpy(g.h, vp.grad.data, g.bytes);
+      sg_tape_destroy(&tape);
+      sg_var_release(&vp), sg_var_release(&vt), sg_var_release(&vm);
+    }
+    const double tol = dt == SG_DTYPE_F64 ? 1e-10 : 2e-5;
+    const int ok = fabs(l[1] - l[0]) <= tol * (fabs(l[0]) > 1 ? fabs(l[0]) : 1);
+    printf("%-4s tape dist_loss %s %.12g (host %.12g)  %s\n", sg_dtype_name(dt),
+           rel ? "rel" : "mse", l[1], l[0], ok ? "ok" : "FAIL");
+    fails += !ok;
+    compare_tol(rel ? "tape dist_loss rel (dp)" : "tape dist_loss mse (dp)", &g,
+                tol);
+    drop(&g);
+  }
+  drop(&p), drop(&t), drop(&m), drop(&dp);
+}
+
 static void check_adamw(void) {
   const sg_dtype f = SG_DTYPE_F32;
   buf p = mk(f, N, -1, 1), g = mk(f, N, -1, 1), m = mk(f, N, 0, 0),
@@ -559,18 +678,34 @@ static void tape_vars(tape_run *r, sg_dtype dt, void *x, void *w, void *b,
 }
 
 /* One step; the loss's value into z (1 element, on the run's side). */
-static double tape_step(tape_run *r, const buf *t, const buf *z, int on_dev) {
+/* y = linear-norm-gelu-mul of in[0] (ctx: the run's w and b) */
+static sg_status tape_block(sg_tape_t tape, void *ctx, sg_var *const *in,
+                            sg_var **out) {
+  tape_run *r = ctx;
+  sg_status st = SG_OK;
+  sg_var *h = NULL, *m = NULL, *a = NULL;
+  const sg_norm_desc nd = {.kind = SG_NORM_INSTANCE, .eps = 1e-5};
+  SG_TRY(sg_ag_linear(tape, in[0], &r->w, &r->b, &h));
+  SG_TRY(sg_ag_norm(tape, &nd, h, NULL, NULL, &m));
+  SG_TRY(sg_ag_act(tape, SG_ACT_GELU, m, &a));
+  SG_TRY(sg_ag_binary(tape, SG_BINARY_MUL, a, h, &out[0]));
+fail:
+  return st;
+}
+
+/* ckpt: the block checkpointed (replayed on the device in backward) */
+static double tape_step(tape_run *r, const buf *t, const buf *z, int on_dev,
+                        int ckpt) {
   sg_tape_t tape = NULL;
-  sg_var tv, *h = NULL, *m = NULL, *a = NULL, *y = NULL, *loss = NULL;
+  sg_var tv, *y = NULL, *loss = NULL, *xin = &r->x;
   const int64_t ts[3] = {NB, 4, NS};
   CK(sg_var_init(&tv, "t", t->dt, 3, ts, on_dev ? t->d : t->h, 0));
   if (on_dev) CK(sg_var_set_device(&tv, r->x.value.device));
-  const sg_norm_desc nd = {.kind = SG_NORM_INSTANCE, .eps = 1e-5};
   CK(sg_tape_create(&tape));
-  CK(sg_ag_linear(tape, &r->x, &r->w, &r->b, &h));
-  CK(sg_ag_norm(tape, &nd, h, NULL, NULL, &m));
-  CK(sg_ag_act(tape, SG_ACT_GELU, m, &a));
-  CK(sg_ag_binary(tape, SG_BINARY_MUL, a, h, &y));
+  if (ckpt)
+    CK(sg_ag_checkpoint(tape, tape_block, r, 1, &xin, 1, &y));
+  else
+    CK(tape_block(tape, r, &xin, &y));
   CK(sg_ag_loss(tape, SG_LOSS_MSE, y, &tv, &loss));
   if ((loss->value.device.kind == SG_DEVICE_CUDA) != on_dev) {
     printf("FAIL: the tape's loss is on %s\n",
@@ -586,16 +721,18 @@ static double tape_step(tape_run *r, const buf *t, const buf *z, int on_dev) {
   return item;
 }
 
-static void check_tape(sg_dtype dt) {
+static void check_tape(sg_dtype dt, int ckpt) {
   buf x = mk(dt, N, -2, 2), w = mk(dt, 4 * NC, -1, 1), b = mk(dt, 4, -1, 1);
   buf t = mk(dt, NB * 4 * NS, -1, 1), z = mk(dt, 1, 0, 0);
   buf dx = mk(dt, N, 0, 0), dw = mk(dt, 4 * NC, 0, 0), db = mk(dt, 4, 0, 0);
   tape_run host, dev;
   tape_vars(&host, dt, x.h, w.h, b.h, dw.h, db.h, 0);
   tape_vars(&dev, dt, x.d, w.d, b.d, dw.d, db.d, 1);
-  const double lh = tape_step(&host, &t, &z, 0);
-  const double ld = tape_step(&dev, &t, &z, 1);
-  compare("tape linear-norm-gelu-mul-mse", &z);
+  const double lh = tape_step(&host, &t, &z, 0, 0);
+  const double ld = tape_step(&dev, &t, &z, 1, ckpt);
+  compare(ckpt ? "tape checkpointed block (loss)"
+               : "tape linear-norm-gelu-mul-mse",
+          &z);
   if (!(fabs(ld - lh) <=
         (dt == SG_DTYPE_F64 ? 1e-12 : 2e-5) * (fabs(lh) > 1 ? fabs(lh) : 1))) {
     printf("FAIL: sg_var_item of the device loss %.17g, host %.17g\n", ld, lh);
@@ -603,9 +740,9 @@ static void check_tape(sg_dtype dt) {
   }
   memcpy(dx.h, host.x.grad.data, dx.bytes);
   CK(cudaMemcpy(dx.d, dev.x.grad.data, dx.bytes, cudaMemcpyDeviceToDevice));
-  compare("tape backward (dx)", &dx);
-  compare("tape backward (dw)", &dw);
-  compare("tape backward (db)", &db);
+  compare(ckpt ? "tape checkpointed (dx)" : "tape backward (dx)", &dx);
+  compare(ckpt ? "tape checkpointed (dw)" : "tape backward (dw)", &dw);
+  compare(ckpt ? "tape checkpointed (db)" : "tape backward (db)", &db);
   sg_var_release(&host.x), sg_var_release(&host.w), sg_var_release(&host.b);
   sg_var_release(&dev.x), sg_var_release(&dev.w), sg_var_release(&dev.b);
   drop(&x), drop(&w), drop(&b), drop(&t), drop(&z), drop(&dx), drop(&dw),
@@ -1096,8 +1233,11 @@ static int tested(const char *fn) {
 }
 
 static int tested_one(const char *fn, size_t len) {
+  /* the comm layer's; the checkpoint op's are the tape's own (no kernel:
+   * check_tape(dt, 1) runs a checkpointed block on the device) */
   static const char *const comm[] = {"cudaMemcpy", "sg_alltoallv",
-                                     "sg_allgatherv"};
+                                     "sg_allgatherv", "sg_ag_checkpoint",
+                                     "ag_ckpt_backward"};
   for (size_t i = 0; i < sizeof comm / sizeof *comm; ++i)
     if (strlen(comm[i]) == len && !strncmp(fn, comm[i], len)) return 1;
   static const char *const names[] = {"sg_act_fwd_cuda",
@@ -1109,6 +1249,8 @@ static int tested_one(const char *fn, size_t len) {
                                       "sg_bias_bwd_cuda",
                                       "sg_loss_partial_cuda",
                                       "sg_loss_bwd_cuda",
+                                      "sg_dist_loss_sums_cuda",
+                                      "sg_dist_loss_bwd_cuda",
                                       "sg_pool_fwd_cuda",
                                       "sg_pool_bwd_cuda",
                                       "sg_upsample_fwd_cuda",
@@ -1171,6 +1313,14 @@ static void check_arguments(void) {
        sg_loss_bwd_cuda(SG_LOSS_MSE, SG_DTYPE_F32, 2, 5, NULL, NULL, NULL, 1.0,
                         NULL, NULL, NULL),
        SG_ERR_SHAPE},
+      {"dist_loss sums without an output",
+       sg_dist_loss_sums_cuda(0, SG_DTYPE_F32, 1, 4, &cfg, &cfg, NULL, NULL,
+                              NULL),
+       SG_ERR_INVALID_ARG},
+      {"dist_loss backward on i32",
+       sg_dist_loss_bwd_cuda(1, SG_DTYPE_I32, 1, 4, &cfg, &cfg, NULL,
+                             (double *)&cfg, 1.0, 1, &cfg, NULL),
+       SG_ERR_NOT_SUPPORTED},
       {"mse loss without a target",
        sg_loss_partial_cuda(SG_LOSS_MSE, SG_DTYPE_F32, 1, 4, &cfg, NULL,
                             (double *)&cfg, NULL),
@@ -1284,8 +1434,10 @@ int main(int argc, char **argv) {
     check_conv(dts[k]);
     check_layout(dts[k]);
     check_loss(dts[k]);
+    check_dist_loss(dts[k]);
     check_norm(dts[k]);
-    check_tape(dts[k]);
+    check_tape(dts[k], 0);
+    check_tape(dts[k], 1); /* the block checkpointed on the device */
     check_pad(dts[k]);
     check_conv_tape(dts[k]);
     check_maxpool_tape(dts[k]);

@@ -20,7 +20,7 @@
  * tp_seq_gather, sp_scatter on uneven token slices). A tiny tp_copy/tp_reduce pair (2
  * elements, fewer than the tp ranks: empty blocks in the fixed-order sum;
  * an empty dom shard at D = 2) likewise, and against the exact sum.
- * Then the refusals on a sharded device input: dist_loss (host-only)
+ * Then the refusals on a sharded device input: moe (host-only)
  * returns
  * SG_ERR_NOT_SUPPORTED naming the op on every rank, and nothing hangs;
  * a real device over several ranks without NCCL on the mesh (nor a
@@ -31,7 +31,6 @@
 #include "sg_autograd.h"
 #include "sg_comm.h"
 #include "sg_decomp.h"
-#include "sg_dist_loss.h"
 #include "sg_mesh.h"
 #include "sg_shardtensor.h"
 #include "sg_test.h"
@@ -396,10 +395,25 @@ static void test_refusals(const ctx *c) {
   SG_CHECK_OK(sg_var_set_device(&x, dev));
   SG_CHECK_OK(sg_var_set_device(&w, dev));
   SG_CHECK_OK(sg_tape_create(&tape));
-  sg_dist_loss_ctx lc = {.domain = c->dom, .global_batch = N};
-  refused("dist_loss",
-          sg_ag_dist_loss(tape, SG_LOSS_MSE, &x, &x, NULL, &lc, &y),
-          "no CUDA kernel");
+  {
+    /* moe (host-only) with E = 1, F = 1 on the sharded x */
+    static double mb[C];
+    const int64_t sr[2] = {1, C}, s1[3] = {1, 1, C}, sb1[2] = {1, 1},
+                  s2[3] = {1, C, 1};
+    const int64_t *ms[5] = {sr, s1, sb1, s2, sr};
+    sg_var mw[5];
+    sg_moe_desc md = {.experts = 1, .topk = 1};
+    for (int i = 0; i < 5; ++i) {
+      SG_CHECK_OK(sg_var_init(&mw[i], "mw", dt, i == 1 || i == 3 ? 3 : 2, ms[i],
+                              mb, 0));
+      SG_CHECK_OK(sg_var_set_device(&mw[i], dev));
+    }
+    refused("moe",
+            sg_ag_moe(tape, &md, &x, &mw[0], &mw[1], &mw[2], &mw[3], &mw[4],
+                      &y),
+            "not built on the device");
+    for (int i = 0; i < 5; ++i) sg_var_release(&mw[i]);
+  }
   /* a real device over ranks: NCCL on the mesh (or a CUDA-aware MPI) */
   SG_CHECK(!sg_group_nccl(c->tp) && !sg_group_nccl(NULL), "sg_group_nccl");
   ag_fake_cuda = 0;

@@ -34,7 +34,6 @@
 #include "autograd_impl.h" /* ag_fake_cuda */
 #include "sg_autograd.h"
 #include "sg_config.h"
-#include "sg_dist_loss.h"
 #include "sg_op_device.h"
 #include "sg_op_registry.h"
 
@@ -101,20 +100,31 @@ static int check_rejects(const sg_op_device *t, int n) {
   return fails;
 }
 
-/* The ops whose device entries launch no kernel of their own (copies, the
- * comm layer, the tape's device helpers): built in every build. */
+/* The ops whose device entries are built in every build: those that
+ * launch no kernel of their own (copies, the comm layer, the tape's device
+ * helpers), and dist_loss, whose one body runs its kernels on a real device
+ * and its host loops on host memory (the faked device). */
 static int comm_only(const char *op) {
   return !strcmp(op, "tp_copy") || !strcmp(op, "tp_reduce") ||
-         !strcmp(op, "sp_share");
+         !strcmp(op, "sp_share") || !strcmp(op, "dist_loss");
 }
 
 /* The table against the op definitions: an op listed on cuda has CUDA
  * entry points in its sg_op_def in the cuda build (and none without
- * CUDA, but for comm_only); a host-only op has none. */
+ * CUDA, but for comm_only); a host-only op has none. The checkpoint op has
+ * no entry points at all (the tape runs it, replaying its ops on their
+ * device): listed on cuda by the tape's functions. */
 static int check_defs(void) {
   int bad = 0;
   for (int i = 0; i < sg_ag_op_count(); ++i) {
     const sg_op_def *op = sg_ag_op(i);
+    if (!strcmp(op->name, "checkpoint")) {
+      if (op->forward || op->forward_cuda ||
+          !sg_op_device_on_cuda(sg_op_device_find(op->name)))
+        bad += printf("FAIL: the checkpoint op: entry points, or host-only "
+                      "in the table\n") > 0;
+      continue;
+    }
     const int want = (SG_HAVE_CUDA || comm_only(op->name)) &&
                      sg_op_device_on_cuda(sg_op_device_find(op->name));
     const int has = op->forward_cuda && op->backward_cuda;
@@ -156,7 +166,8 @@ static int check_sharded_list(int loud) {
   if (sg_op_device_sharded_why("conv") != NULL ||
       sg_op_device_sharded_why("attention") == NULL ||
       sg_op_device_sharded_why("tp_copy") != NULL ||
-      sg_op_device_sharded_why("dist_loss") == NULL ||
+      sg_op_device_sharded_why("moe") == NULL ||
+      sg_op_device_sharded_why("dist_loss") != NULL ||
       sg_op_device_sharded_at(n, NULL) != NULL)
     bad += printf("FAIL: sg_op_device_sharded_why / _at\n") > 0;
   return bad;
@@ -344,10 +355,25 @@ static int check_tape_device(void) {
   st = sg_tape_apply(tape, &host_op, 1, (sg_var *[]){&x}, 1, NULL, NULL, 0, &y);
   fails += refused("user op without cuda entry points", st,
                    "op user_host has no cuda implementation");
-  sg_dist_loss_ctx ctx = {.global_batch = 1};
-  st = sg_ag_dist_loss(tape, SG_LOSS_MSE, &x, &x, NULL, &ctx, &y);
-  fails += refused("built-in dist_loss", st,
-                   "op dist_loss has no cuda implementation");
+  {
+    /* a built-in op without cuda entry points: moe (E = 1, C = 1, F = 1) */
+    static double one[1] = {1.0}, g1[1];
+    const int64_t s3[3] = {1, 1, 1}, s2[2] = {1, 1};
+    sg_var mx, mw[5];
+    sg_moe_desc md = {.experts = 1, .topk = 1};
+    int okv = sg_var_init(&mx, "mx", SG_DTYPE_F64, 3, s3, one, 1) == SG_OK &&
+              sg_var_set_device(&mx, cuda0) == SG_OK;
+    for (int i = 0; i < 5; ++i)
+      okv = okv &&
+            sg_var_init_param(&mw[i], "mw", SG_DTYPE_F64, i == 1 ? 3 : 2,
+                              i == 1 ? s3 : s2, one, g1) == SG_OK &&
+            sg_var_set_device(&mw[i], cuda0) == SG_OK;
+    if (!okv) return printf("FAIL: moe variables\n") > 0;
+    st = sg_ag_moe(tape, &md, &mx, &mw[0], &mw[1], &mw[2], &mw[3], &mw[4], &y);
+    fails += refused("built-in moe", st, "op moe has no cuda implementation");
+    sg_var_release(&mx);
+    for (int i = 0; i < 5; ++i) sg_var_release(&mw[i]);
+  }
   fails += check_device_tape(tape, &x);
   /* the gradient was allocated on the faked device: freed as such */
   ag_fake_cuda = 1;
