@@ -122,6 +122,29 @@ sg_status sg_spectral_conv_backward_cuda(sg_spectral_conv_t conv, const void *x,
                                          const void *xhat, const void *w,
                                          const void *dy, void *dx, void *dw);
 
+/* The same two on a split domain, on dev's buffers (issue 22): the
+ * convolution's transforms re-planned with device stages
+ * (SG_FFT_DEVICE_STAGES) over the same communicators, their transposes
+ * packed and unpacked on the device and moved by the comm layer over
+ * mesh's groups (NCCL on device buffers; each FFT axis must be one mesh
+ * dim of mesh), cuFFT per pencil, the kept-mode contraction of this
+ * rank's modes (sg_spec_inl.h; a replicated W's local modes gathered, dW
+ * added back) as the host's split path; W in either layout, with the
+ * host's gradients (Partial or the local box). dev host: the same steps on
+ * host memory (FFTW for cuFFT, the SG_HD passes in host loops, MPI): the
+ * device path's arithmetic, what the tests and the tape's faked device
+ * run. On a GPU with the whole domain on this rank: the one-process path
+ * above. Plans and scratch on first use (again for another dev or mesh),
+ * freed with the convolution. Collective over the convolution's ranks
+ * (every rank, whatever is NULL). */
+sg_status sg_spectral_conv_forward_dev(sg_spectral_conv_t conv, sg_mesh_t mesh,
+                                       sg_device dev, const void *x,
+                                       const void *w, void *y, void *xhat);
+sg_status sg_spectral_conv_backward_dev(sg_spectral_conv_t conv, sg_mesh_t mesh,
+                                        sg_device dev, const void *x,
+                                        const void *xhat, const void *w,
+                                        const void *dy, void *dx, void *dw);
+
 /* ---- spectral derivatives on a periodic box -------------------------------
  *
  * The box has lengths L[d] (NULL: 2*pi for every dim); wavenumbers are
