@@ -109,7 +109,7 @@ sg_status sg_spectral_conv_backward(sg_spectral_conv_t conv, const void *x,
 /* The same two on CUDA device pointers (x, w, y, xhat, dy, dx, dw in the
  * memory of the current device), for one process: the plans must hold the
  * whole domain and every kept mode on this rank (else
- * SG_ERR_NOT_SUPPORTED); W in either layout (they coincide there). cuFFT's
+ * SG_ERR_NOT_SUPPORTED; a split domain: the _dev pair below); W in either layout (they coincide there). cuFFT's
  * r2c and c2r over the spatial dims, the kept modes gathered, the per-mode
  * channel contraction and the scatter back run the host's arithmetic
  * (f64 to rounding); the cuFFT plans and the device scratch are made on

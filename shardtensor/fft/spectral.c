@@ -554,8 +554,9 @@ static sg_status conv_cuda(struct sg_spectral_conv *c, const char *what) {
   for (int d = 0; d < c->desc.ndim; ++d) whole &= len[d] == c->desc.shape[d];
   if (!whole)
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "%s: the domain is split over ranks (the device path runs one "
-             "process's whole transform; issue 22)",
+             "%s: the domain is split over ranks (this path runs one "
+             "process's whole transform; a split domain: "
+             "sg_spectral_conv_forward_dev / _backward_dev)",
              what);
   sg_spec_geo g;
   sg_spec_geo_init(&g, c->desc.ndim, c->desc.shape, c->desc.keep);
@@ -616,7 +617,7 @@ static void spec_dev_free(struct sg_spectral_conv *c) {
 
 /* The comm layer's group of the mesh whose communicator is comm's (the
  * same ranks in the same order), NULL when comm has one rank. */
-static sg_status axis_group(sg_mesh_t mesh, MPI_Comm comm, int a,
+static sg_status axis_group(sg_mesh_t mesh, sg_device dev, MPI_Comm comm, int a,
                             sg_group_t *out) {
   sg_status st = SG_OK;
   int size = 1;
@@ -631,6 +632,15 @@ static sg_status axis_group(sg_mesh_t mesh, MPI_Comm comm, int a,
     SG_MPI(MPI_Comm_compare(sg_group_comm(g), comm, &cmp));
     if (cmp == MPI_IDENT || cmp == MPI_CONGRUENT) {
       *out = g;
+      /* device buffers: NCCL on the mesh or a CUDA-aware MPI (as the
+       * halo exchange's, ag_dev_comm_ok) */
+      if (!dev_host_memory(dev) && !sg_group_nccl(g) &&
+          sg_mpi_cuda_aware() != 1)
+        SG_RAISE(SG_ERR_NOT_SUPPORTED,
+                 "spectral conv on %s:%d: FFT axis %d (%d ranks) moves device "
+                 "buffers: NCCL on the mesh (sg_mesh_enable_nccl) or a "
+                 "CUDA-aware MPI is needed",
+                 sg_device_kind_name(dev.kind), dev.index, a, size);
       goto fail;
     }
   }
@@ -699,7 +709,7 @@ static sg_status conv_dev(struct sg_spectral_conv *c, sg_mesh_t mesh,
                         what);
     const struct sg_fft_plan *pp = s->pin;
     for (int a = 0; st == SG_OK && a < pp->axes.naxes; ++a)
-      st = axis_group(mesh, pp->axes.comm[a], a, &s->grp[a]);
+      st = axis_group(mesh, dev, pp->axes.comm[a], a, &s->grp[a]);
     const size_t es = sg_dtype_size(c->desc.dtype);
     const size_t bi = (size_t)(2 * c->nb * c->cin * c->M) * es,
                  bo = (size_t)(2 * c->nb * c->cout * c->M) * es,

@@ -105,9 +105,10 @@ static void fill(void *x, int64_t n, uint64_t seed, sg_dtype dt) {
   }
 }
 
+/* nw_layouts: 1 W replicated, 2 also sharded by modes */
 static void run_conv(int D, const int64_t *shape, const int64_t *keep,
                      int64_t nb, int64_t ci, int64_t co, sg_dtype dt,
-                     const ft_layout *L, int nl) {
+                     const ft_layout *L, int nl, int nw_layouts) {
   const int64_t nr = prodn(shape, D);
   const size_t es = sg_dtype_size(dt);
   int64_t K[3];
@@ -131,7 +132,7 @@ static void run_conv(int D, const int64_t *shape, const int64_t *keep,
   }
   for (int li = 0; li < nl; ++li) {
     for (int d = 0; d < D; ++d) desc.split[d] = L[li].split[d];
-    for (int sharded = 0; sharded < 2; ++sharded) {
+    for (int sharded = 0; sharded < nw_layouts; ++sharded) {
       char what[200];
       snprintf(what, sizeof what, "%dD %lldx%lldx%lld %s %lld->%lld b%lld %s%s",
                D, (long long)shape[0], (long long)shape[1],
@@ -530,12 +531,12 @@ int main(int argc, char **argv) {
   }
   {
     const int64_t s[2] = {10, 9}, k[2] = {3, 4};
-    run_conv(2, s, k, 2, 3, 2, SG_DTYPE_F64, L2, n2);
-    run_conv(2, s, k, 2, 3, 2, SG_DTYPE_F32, L2, n2);
+    run_conv(2, s, k, 2, 3, 2, SG_DTYPE_F64, L2, n2, 2);
+    run_conv(2, s, k, 2, 3, 2, SG_DTYPE_F32, L2, n2, 1);
     const int64_t s2[2] = {8, 12}, k2[2] = {2, 7}; /* Nyquist kept */
-    run_conv(2, s2, k2, 1, 2, 3, SG_DTYPE_F64, L2, n2);
+    run_conv(2, s2, k2, 1, 2, 3, SG_DTYPE_F64, L2, n2, 1);
     const int64_t s3[3] = {6, 7, 8}, k3[3] = {2, 3, 3};
-    run_conv(3, s3, k3, 1, 2, 2, SG_DTYPE_F64, L3, n3);
+    run_conv(3, s3, k3, 1, 2, 2, SG_DTYPE_F64, L3, n3, 2);
   }
 #if SG_HAVE_CUDA
   {
