@@ -21,10 +21,37 @@ typedef struct spec_attr {
   int64_t cout;
 } spec_attr;
 
+#if SG_HAVE_CUDA
+/* The convolution on the node's device: on a mesh the split domain's
+ * device path (the FFT's transposes on the device buffers through the comm
+ * layer over the node's mesh; the faked device's buffers are host memory,
+ * so it runs that path's host steps), else the one-process cuFFT path. */
+static sg_status spec_conv_fwd_dev(const sg_node *node, sg_spectral_conv_t c,
+                                   const void *x, const void *w, void *y,
+                                   void *xhat) {
+  if (!node->mesh) return sg_spectral_conv_forward_cuda(c, x, w, y, xhat);
+  return sg_spectral_conv_forward_dev(c, node->mesh,
+                                      ag_fake_cuda ? sg_device_host()
+                                                   : node->device,
+                                      x, w, y, xhat);
+}
+
+static sg_status spec_conv_bwd_dev(const sg_node *node, sg_spectral_conv_t c,
+                                   const void *x, const void *xhat,
+                                   const void *w, const void *dy, void *dx,
+                                   void *dw) {
+  if (!node->mesh)
+    return sg_spectral_conv_backward_cuda(c, x, xhat, w, dy, dx, dw);
+  return sg_spectral_conv_backward_dev(c, node->mesh,
+                                       ag_fake_cuda ? sg_device_host()
+                                                    : node->device,
+                                       x, xhat, w, dy, dx, dw);
+}
+#endif
+
 /* The node's forward on the host (spec_fwd) or its device (spec_fwd_cuda:
- * one process, sharded device variables are refused by the tape; the
- * convolution's cuFFT path, the same outputs and saved spectrum, written in
- * full, so not zeroed first). */
+ * the convolution's device path, one process or a split domain; the same
+ * outputs and saved spectrum, written in full, so not zeroed first). */
 static sg_status spec_fwd_on(sg_node *node, int dev) {
   sg_status st = SG_OK;
   const spec_attr *a = (const spec_attr *)node->attr;
@@ -38,18 +65,34 @@ static sg_status spec_fwd_on(sg_node *node, int dev) {
   int64_t ns = sg_spectral_conv_spectrum_count(a->conv);
   SG_TRY((dev ? sg_node_save_uninit : sg_node_save)(
       node, (size_t)(ns > 0 ? ns : 1) * sg_dtype_size(x->dtype), &xhat));
-  SG_TRY((dev ? sg_spectral_conv_forward_cuda : sg_spectral_conv_forward)(
-      a->conv, x->data, node->in[1]->value.data, node->out[0]->value.data,
-      xhat));
+#if SG_HAVE_CUDA
+  if (dev) {
+    SG_TRY(spec_conv_fwd_dev(node, a->conv, x->data, node->in[1]->value.data,
+                             node->out[0]->value.data, xhat));
+    goto fail;
+  }
+#endif
+  SG_TRY(sg_spectral_conv_forward(a->conv, x->data, node->in[1]->value.data,
+                                  node->out[0]->value.data, xhat));
 fail:
   return st;
 }
 
 static sg_status spec_bwd_on(sg_node *node, int dev) {
   const spec_attr *a = (const spec_attr *)node->attr;
-  return (dev ? sg_spectral_conv_backward_cuda : sg_spectral_conv_backward)(
-      a->conv, node->in[0]->value.data, node->saved, node->in[1]->value.data,
-      node->out[0]->grad.data, node->gin[0], node->gin[1]);
+#if SG_HAVE_CUDA
+  if (dev)
+    return spec_conv_bwd_dev(node, a->conv, node->in[0]->value.data,
+                             node->saved, node->in[1]->value.data,
+                             node->out[0]->grad.data, node->gin[0],
+                             node->gin[1]);
+#else
+  (void)dev;
+#endif
+  return sg_spectral_conv_backward(a->conv, node->in[0]->value.data,
+                                   node->saved, node->in[1]->value.data,
+                                   node->out[0]->grad.data, node->gin[0],
+                                   node->gin[1]);
 }
 
 static sg_status spec_fwd(sg_node *node) { return spec_fwd_on(node, 0); }
@@ -267,8 +310,8 @@ static sg_status la_fwd_cuda(sg_node *node) {
   if (zb + hb) SG_TRY(sg_node_save_uninit(node, zb + hb, (void **)&sv));
   if (zb) z = sv;
   if (a->conv) {
-    SG_TRY(sg_spectral_conv_forward_cuda(a->conv, x->data,
-                                         node->in[1]->value.data, z, sv + zb));
+    SG_TRY(spec_conv_fwd_dev(node, a->conv, x->data, node->in[1]->value.data, z,
+                             sv + zb));
     if (nz > 0)
       SG_TRY(
           ag_mem_alloc(node->device, (size_t)nz * sg_dtype_size(dt), 0, &lin));
@@ -303,10 +346,8 @@ static sg_status la_bwd_cuda(sg_node *node) {
     dz = tmp;
   }
   if (a->conv) {
-    SG_TRY(sg_spectral_conv_backward_cuda(a->conv, x->data,
-                                          (char *)node->saved + zb,
-                                          node->in[1]->value.data, dz, gx,
-                                          node->gin[1]));
+    SG_TRY(spec_conv_bwd_dev(node, a->conv, x->data, (char *)node->saved + zb,
+                             node->in[1]->value.data, dz, gx, node->gin[1]));
     if (gx && nx > 0)
       SG_TRY(
           ag_mem_alloc(node->device, (size_t)nx * sg_dtype_size(dt), 0, &dxl));

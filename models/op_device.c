@@ -31,7 +31,8 @@ static const sg_op_device table[] = {
      * on the host loops). */
     {"dist_loss", "sg_dist_loss_sums_cuda", "sg_dist_loss_bwd_cuda", NULL},
     /* one process: cuFFT r2c/c2r and the SG_HD mode gather, contraction
-     * and scatter of sg_spec_inl.h (sharded device variables are refused) */
+     * and scatter of sg_spec_inl.h; a split domain: the FFT's transposes on
+     * the device buffers (sg_spectral_conv_forward_dev) */
     {"spectral_conv", "sg_spectral_conv_forward_cuda",
      "sg_spectral_conv_backward_cuda", NULL},
     /* no kernel of its own: the tape runs it (sg_ag_checkpoint records the
@@ -90,8 +91,6 @@ static const sg_op_device table[] = {
   "built (issue 22)"
 #define SHIFT \
   "the shifted windows' halo plan on device buffers is not built (issue 22)"
-#define SPECTRAL \
-  "the distributed FFT's transposes on device buffers are not built (issue 22)"
 static const struct {
   const char *op, *why;
 } sharded[] = {
@@ -133,10 +132,14 @@ static const struct {
     {"attention_usp", RING},
     {"roll", SHIFT},
     {"window_attention", SHIFT},
-    /* one process: the distributed FFT's transposes and the spectral conv
-     * of a split domain stage through host buffers */
-    {"spectral_conv", SPECTRAL},
-    {"spectral_linear_act", SPECTRAL},
+    /* a split domain: the FFT re-planned with device stages, its
+     * transposes packed and unpacked on the device (fft_dev_inl.h's box
+     * copy) and moved by the comm layer over the mesh's groups, cuFFT per
+     * pencil, the contraction of the rank's own modes
+     * (sg_spectral_conv_forward_dev); one GPU holding the whole domain:
+     * the one-process path */
+    {"spectral_conv", NULL},
+    {"spectral_linear_act", NULL},
     /* its ops are checked one by one as they are recorded */
     {"checkpoint", NULL},
     /* the collectives on device buffers (ag_sum_det) */

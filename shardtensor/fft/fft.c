@@ -123,7 +123,7 @@ static void local_extents(sg_fft_plan_t p, const sg_fft_layout *l,
 /* The halved dim keeps fewer than all its modes (host plans). */
 static int keeps_fewer_last(const sg_fft_plan_t p) {
   const int D = p->D;
-  if (p->cuda || D < 2) return 0;
+  if (p->devst || D < 2) return 0;
   int64_t k = p->desc.keep[D - 1];
   return k > 0 && k < sg_fft_halved(p->desc.shape[D - 1]);
 }
@@ -143,7 +143,7 @@ static int prune_first(const sg_fft_plan_t p) {
  * chunk). Unsplit and CUDA plans run whole. */
 static int64_t chunk_batch(const sg_fft_plan_t p) {
   const int64_t B = p->desc.batch;
-  if (p->cuda || B <= 1) return B;
+  if (p->devst || B <= 1) return B;
   if (p->desc.chunk > 0) return p->desc.chunk;
   /* unsplit and unpruned: one local FFT stage, which FFTW already blocks
    * itself */
@@ -222,9 +222,13 @@ static sg_status plan_stages(sg_fft_plan_t p) {
     if (is_whole(&L, target)) {
       s->kind = STAGE_FFT;
       s->r2c = first;
-      if (first && prune_first(p)) {
+      if (first && (prune_first(p) || p->devst)) {
+        /* a device plan's r2c is 1-D too: its c2r then reads only rows of
+         * the halved dim, whose self-conjugate columns the device path
+         * makes real first (fft_dev.c), so cuFFT computes FFTW's function */
         s->tdims[s->nt++] = D;
-        s->dft = sg_fft_dft_wanted(p->desc.shape[D - 1], p->desc.keep[D - 1]);
+        s->dft = !p->devst &&
+                 sg_fft_dft_wanted(p->desc.shape[D - 1], p->desc.keep[D - 1]);
       } else {
         for (int d = 0; d < D; ++d)
           if (!done[d] && is_whole(&L, d)) s->tdims[s->nt++] = d + 1;
@@ -286,9 +290,9 @@ static sg_status plan_stages(sg_fft_plan_t p) {
       sg_fft_layout_dim_box(&L2, target, p->axes.size, p->axes.rank, &po,
                             &plen);
       s->kind = STAGE_REDIST;
-      SG_TRY(sg_fft_redist_init(&s->rd, &p->axes, nd, es, g, target + 1,
-                                dest + 1, phys, log, pmap,
-                                !(p->desc.flags & SG_FFT_MPI_ALLTOALL), &plen));
+      SG_TRY(sg_fft_redist_init(
+          &s->rd, &p->axes, nd, es, g, target + 1, dest + 1, phys, log, pmap,
+          !(p->desc.flags & SG_FFT_MPI_ALLTOALL) && !p->devst, &plen));
       size_t ob = (size_t)sg_fft_prod64(s->rd.dst_shape, nd) * es;
       if (ob > maxab) maxab = ob;
       if ((size_t)s->rd.send_total * es > maxs)
@@ -327,6 +331,9 @@ static sg_status plan_stages(sg_fft_plan_t p) {
 #if SG_HAVE_CUDA
     SG_TRY(sg_malloc(p->desc.device, p->bytes_ab, &p->Ad));
     SG_TRY(sg_malloc(p->desc.device, p->bytes_ab, &p->Bd));
+    /* the messages of the transposes on the device (fft_dev.c) */
+    SG_TRY(sg_malloc(p->desc.device, maxs, &p->Sd));
+    SG_TRY(sg_malloc(p->desc.device, maxr, &p->Rd));
     for (int i = 0; i < p->nstages; ++i) {
       sg_fft_stage *s = &p->st[i];
       if (s->kind != STAGE_FFT || s->empty) continue;
@@ -366,6 +373,7 @@ static sg_status plan_create_axes(MPI_Comm comm, const sg_fft_axes *axes,
   p->desc = *desc;
   p->axes = *axes;
   p->cuda = desc->device.kind == SG_DEVICE_CUDA;
+  p->devst = p->cuda || (desc->flags & SG_FFT_DEVICE_STAGES) != 0;
   if (p->cuda) SG_TRY(sg_device_check(desc->device));
   p->D = desc->ndim;
   p->nth = desc->nthreads > 0 ? desc->nthreads : omp_get_max_threads();
@@ -481,6 +489,8 @@ sg_status sg_fft_plan_destroy(sg_fft_plan_t *plan) {
   if (p->cuda) {
     sg_free(p->desc.device, &p->Ad);
     sg_free(p->desc.device, &p->Bd);
+    sg_free(p->desc.device, &p->Sd);
+    sg_free(p->desc.device, &p->Rd);
   }
   sg_free(sg_device_host(), &p->A);
   sg_free(sg_device_host(), &p->B);

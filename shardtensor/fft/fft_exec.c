@@ -314,6 +314,11 @@ static void stage_exec_fft(sg_fft_plan_t p, const sg_fft_stage *s, int fwd,
   if (bounce_out) memcpy(out, tout, out_bytes);
 }
 
+void sg_fft_stage_exec_host(sg_fft_plan_t p, const sg_fft_stage *s, int fwd,
+                            const void *in, void *out) {
+  stage_exec_fft(p, s, fwd, in, out);
+}
+
 /* ---- execution ------------------------------------------------------------- */
 
 static void *other(sg_fft_plan_t p, const void *cur) {
@@ -347,11 +352,8 @@ static void weight_halved_n(sg_fft_plan_t p, void *y, int64_t batch, double w,
   if (!wt) { /* tiny; fall back to direct evaluation */
     wt = NULL;
   }
-  for (int64_t j = 0; wt && j < nl; ++j) {
-    int64_t k = ol + j;
-    int self = k == 0 || (n % 2 == 0 && k == n / 2);
-    wt[j] = (self ? 1.0 : w) * s;
-  }
+  for (int64_t j = 0; wt && j < nl; ++j)
+    wt[j] = sg_fft_halved_factor(ol + j, n, w, s);
   if (p->desc.dtype == SG_DTYPE_F64) {
     double *x = y;
 #pragma omp parallel for schedule(static) if (rows * nl > 32768)

@@ -8,21 +8,13 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "fft_dev_inl.h"
 #include "sg_dtype.h"
 #include "sg_fft.h"
 
 #define SG_FFT_ND (SG_FFT_MAX_DIMS + 1) /* batch + spatial */
 
-/* The kept-index map of a truncated dim: kept index j of a dim of full
- * length n keeping m positive and m negative frequencies. m == 0: identity
- * (also used for the halved dim, whose kept modes are a prefix). */
-typedef struct sg_fft_map {
-  int64_t m, n;
-} sg_fft_map;
-
-static inline SG_HD int64_t sg_fft_map_index(sg_fft_map mp, int64_t j) {
-  return (mp.m == 0 || j < mp.m) ? j : mp.n - 2 * mp.m + j;
-}
+/* sg_fft_map, sg_fft_map_index: fft_dev_inl.h */
 
 /* The axes a plan or transpose runs on. */
 typedef struct sg_fft_axes {

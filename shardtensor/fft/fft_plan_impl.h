@@ -68,7 +68,9 @@ struct sg_fft_plan {
   void *W; /* one chunk of spectral data (forward adjoint) */
   size_t bytes_ab;
   int cuda;      /* CUDA plan: x, y are device pointers */
+  int devst;     /* planned as a device plan (SG_FFT_DEVICE_STAGES, CUDA) */
   void *Ad, *Bd; /* device scratch */
+  void *Sd, *Rd; /* device messages of the transposes (fft_dev.c) */
   sg_fft_cuda_stage *cst[SG_FFT_MAX_STAGES];
   double fwd_scale, inv_scale;
   double t_fft, t_xpose;
@@ -96,6 +98,24 @@ sg_status sg_fft_stage_make_fftw(sg_fft_plan_t p, sg_fft_stage *s, void *in,
                                  void *out);
 /* Free the FFTW plans (or the redistribution) of stage s. */
 void sg_fft_stage_free(sg_fft_plan_t p, sg_fft_stage *s);
+
+/* Execute FFT stage s on host memory (FFTW, or the DFT product). */
+void sg_fft_stage_exec_host(sg_fft_plan_t p, const sg_fft_stage *s, int fwd,
+                            const void *in, void *out);
+
+/* ---- fft_dev.c: a device-staged plan on device buffers -------------------- */
+
+/* which: 0 forward, 1 inverse, 2 forward adjoint, 3 inverse adjoint (the
+ * plan's scaling and weights included), from in to out (in preserved).
+ * grp[a]: the comm layer's group of axis a (its communicator the plan's
+ * axis; NULL where the axis has one rank). A CUDA plan runs cuFFT and the
+ * kernels of cuda/fft_dev.cu on device pointers and moves the transposes'
+ * messages through the groups (NCCL on device buffers); a host plan made
+ * with SG_FFT_DEVICE_STAGES runs the same steps on host memory (FFTW, the
+ * SG_HD functions in host loops, MPI through the comm layer). Collective
+ * over the plan's axes. */
+sg_status sg_fft_dev_run(sg_fft_plan_t p, sg_group_t const *grp, int which,
+                         const void *in, void *out);
 
 /* ---- fft_dft.c: the pruned first stage as a matrix product --------------- */
 

@@ -75,6 +75,13 @@ typedef enum sg_fft_norm {
  * window: pack into one's own segment, one barrier, unpack from the
  * peers' segments). */
 #define SG_FFT_MPI_ALLTOALL 2u
+/* The stages a device plan runs (sg_spectral_conv_forward_dev on a split
+ * domain): no pruned first stage, no matrix-product DFT, no chunks, the
+ * r2c over the last dim alone, transposes without shared-memory windows.
+ * On a host plan: that stage list with FFTW (the device path's structure
+ * on the host; its transposes still run as usual through the plan's own
+ * calls). CUDA plans always plan this way. */
+#define SG_FFT_DEVICE_STAGES 4u
 
 typedef enum sg_fft_space {
   SG_FFT_SPACE_REAL = 0, /* the real input of the forward transform */
@@ -92,7 +99,8 @@ typedef struct sg_fft_desc {
   int64_t keep[SG_FFT_MAX_DIMS];  /* kept modes per dim (see above); 0: all */
   sg_fft_norm norm;
   int nthreads;   /* FFTW threads; 0: omp_get_max_threads() */
-  unsigned flags; /* SG_FFT_MEASURE, SG_FFT_MPI_ALLTOALL */
+  unsigned flags; /* SG_FFT_MEASURE, SG_FFT_MPI_ALLTOALL,
+                     SG_FFT_DEVICE_STAGES */
   int64_t chunk;  /* host: batch elements run through all
                                      stages at a time (cache blocking); must
                                      divide batch; 0: chosen so a chunk's

@@ -192,6 +192,23 @@ static inline SG_HD int sg_spec_self(const sg_spec_geo *g, int64_t f) {
     }                                                                            \
     dW[2 * e] += cr;                                                             \
     dW[2 * e + 1] += ci;                                                         \
+  }                                                                              \
+  /* a replicated W's local modes (the split domain's device path): e over     \
+   * io * M pairs (i, o) x local modes, gidx[m] the global kept index of local \
+   * mode m (K kept modes); add 0: wl[p, m] = W[p, gidx[m]]; add 1:            \
+   * W[p, gidx[m]] += wl[p, m] (the host's mix_weight) */ \
+  static inline SG_HD void sg_spec_wlocal_##S(int64_t M, int64_t K,              \
+                                              const int64_t *gidx, T *W,         \
+                                              T *wl, int64_t e, int add) {       \
+    const int64_t m = e % M, p = e / M;                                          \
+    T *g = W + 2 * (p * K + gidx[m]), *l = wl + 2 * e;                           \
+    if (add) {                                                                   \
+      g[0] += l[0];                                                              \
+      g[1] += l[1];                                                              \
+    } else {                                                                     \
+      l[0] = g[0];                                                               \
+      l[1] = g[1];                                                               \
+    }                                                                            \
   }
 
 SG_SPEC_KERNELS(double, f64)

@@ -109,7 +109,7 @@ sg_status sg_spectral_conv_backward(sg_spectral_conv_t conv, const void *x,
 /* The same two on CUDA device pointers (x, w, y, xhat, dy, dx, dw in the
  * memory of the current device), for one process: the plans must hold the
  * whole domain and every kept mode on this rank (else
- * SG_ERR_NOT_SUPPORTED); W in either layout (they coincide there). cuFFT's
+ * SG_ERR_NOT_SUPPORTED; a split domain: the _dev pair below); W in either layout (they coincide there). cuFFT's
  * r2c and c2r over the spatial dims, the kept modes gathered, the per-mode
  * channel contraction and the scatter back run the host's arithmetic
  * (f64 to rounding); the cuFFT plans and the device scratch are made on
@@ -121,6 +121,29 @@ sg_status sg_spectral_conv_forward_cuda(sg_spectral_conv_t conv, const void *x,
 sg_status sg_spectral_conv_backward_cuda(sg_spectral_conv_t conv, const void *x,
                                          const void *xhat, const void *w,
                                          const void *dy, void *dx, void *dw);
+
+/* The same two on a split domain, on dev's buffers (issue 22): the
+ * convolution's transforms re-planned with device stages
+ * (SG_FFT_DEVICE_STAGES) over the same communicators, their transposes
+ * packed and unpacked on the device and moved by the comm layer over
+ * mesh's groups (NCCL on device buffers; each FFT axis must be one mesh
+ * dim of mesh), cuFFT per pencil, the kept-mode contraction of this
+ * rank's modes (sg_spec_inl.h; a replicated W's local modes gathered, dW
+ * added back) as the host's split path; W in either layout, with the
+ * host's gradients (Partial or the local box). dev host: the same steps on
+ * host memory (FFTW for cuFFT, the SG_HD passes in host loops, MPI): the
+ * device path's arithmetic, what the tests and the tape's faked device
+ * run. On a GPU with the whole domain on this rank: the one-process path
+ * above. Plans and scratch on first use (again for another dev or mesh),
+ * freed with the convolution. Collective over the convolution's ranks
+ * (every rank, whatever is NULL). */
+sg_status sg_spectral_conv_forward_dev(sg_spectral_conv_t conv, sg_mesh_t mesh,
+                                       sg_device dev, const void *x,
+                                       const void *w, void *y, void *xhat);
+sg_status sg_spectral_conv_backward_dev(sg_spectral_conv_t conv, sg_mesh_t mesh,
+                                        sg_device dev, const void *x,
+                                        const void *xhat, const void *w,
+                                        const void *dy, void *dx, void *dw);
 
 /* ---- spectral derivatives on a periodic box -------------------------------
  *

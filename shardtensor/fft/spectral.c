@@ -1,9 +1,10 @@
 /* shardgrid — spectral convolution (FNO) and spectral derivatives. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "fft_impl.h"
+#include "fft_plan_impl.h"
 #include "mix_impl.h"
 #include "ops_impl.h"
 #include "sg_comm.h"
@@ -39,7 +40,27 @@ struct sg_spectral_conv {
   int wsharded; /* W and dW hold only the local modes (cin, cout, box) */
   /* the device path's cuFFT plans and scratch (made on first use) */
   struct sg_spectral_cuda *cuda;
+  /* the plans' communicators (the split domain's device path makes its own
+   * plans over them) */
+  sg_mesh_t mesh; /* sg_spectral_conv_create's, else NULL */
+  MPI_Comm comm;
+  int naxes;
+  MPI_Comm axes[SG_FFT_MAX_AXES];
+  struct spec_dev *dev; /* the split domain's device path (made on use) */
 };
+
+/* The device path on a split domain (sg_spectral_conv_forward_dev): plans
+ * with device stages on the pointers' device (host memory: FFTW, the
+ * device path's steps on the host), the comm layer's group of each of
+ * their axes, the kept spectra and W's local modes. */
+typedef struct spec_dev {
+  sg_device dev;
+  sg_mesh_t mesh;
+  sg_fft_plan_t pin, pout; /* pout == pin when cin == cout */
+  sg_group_t grp[SG_FFT_MAX_AXES];
+  void *xk, *yk, *zk, *wl;
+  int64_t *gidx; /* on dev: the global kept index of each local mode */
+} spec_dev;
 
 /* The run geometry the mixing kernels walk: R runs of L modes, run r at
  * mode rbase[r] of W's rows of K modes. */
@@ -259,6 +280,10 @@ static sg_status conv_create(sg_mesh_t mesh, MPI_Comm comm, int naxes,
   c->cin = cin;
   c->cout = cout;
   c->nb = desc->batch;
+  c->mesh = mesh;
+  c->comm = comm;
+  c->naxes = naxes;
+  for (int a = 0; a < naxes && a < SG_FFT_MAX_AXES; ++a) c->axes[a] = axes[a];
 fail:
   /* agree on the argument checks before the (collective) plan creation */
   st = sg_fft_agree(comm, st);
@@ -362,6 +387,8 @@ sg_status sg_spectral_conv_create_comms(MPI_Comm comm, int naxes,
   return conv_create(NULL, comm, naxes, axes, desc, cin, cout, conv);
 }
 
+static void spec_dev_free(struct sg_spectral_conv *c);
+
 sg_status sg_spectral_conv_destroy(sg_spectral_conv_t *conv) {
   if (!conv || !*conv) return SG_OK;
   struct sg_spectral_conv *c = *conv;
@@ -378,6 +405,7 @@ sg_status sg_spectral_conv_destroy(sg_spectral_conv_t *conv) {
 #if SG_HAVE_CUDA
   sg_spectral_cuda_destroy(&c->cuda);
 #endif
+  spec_dev_free(c);
   free(c);
   *conv = NULL;
   return SG_OK;
@@ -526,8 +554,9 @@ static sg_status conv_cuda(struct sg_spectral_conv *c, const char *what) {
   for (int d = 0; d < c->desc.ndim; ++d) whole &= len[d] == c->desc.shape[d];
   if (!whole)
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "%s: the domain is split over ranks (the device path runs one "
-             "process's whole transform; issue 22)",
+             "%s: the domain is split over ranks (this path runs one "
+             "process's whole transform; a split domain: "
+             "sg_spectral_conv_forward_dev / _backward_dev)",
              what);
   sg_spec_geo g;
   sg_spec_geo_init(&g, c->desc.ndim, c->desc.shape, c->desc.keep);
@@ -563,6 +592,276 @@ sg_status sg_spectral_conv_backward_cuda(sg_spectral_conv_t c, const void *x,
 #else
   (void)x, (void)xhat, (void)w, (void)dy, (void)dx, (void)dw;
 #endif
+fail:
+  return st;
+}
+
+/* ---- the device path on a split domain -------------------------------------- */
+
+static int dev_host_memory(sg_device dev) { return dev.kind == SG_DEVICE_HOST; }
+
+static sg_status dev_alloc(sg_device dev, size_t bytes, void **p) {
+  return sg_malloc(dev, bytes ? bytes : 64, p);
+}
+
+static void spec_dev_free(struct sg_spectral_conv *c) {
+  spec_dev *s = c->dev;
+  if (!s) return;
+  if (s->pout != s->pin) sg_fft_plan_destroy(&s->pout);
+  sg_fft_plan_destroy(&s->pin);
+  void **bufs[5] = {&s->xk, &s->yk, &s->zk, &s->wl, (void **)&s->gidx};
+  for (int i = 0; i < 5; ++i) sg_free(s->dev, bufs[i]);
+  free(s);
+  c->dev = NULL;
+}
+
+/* The comm layer's group of the mesh whose communicator is comm's (the
+ * same ranks in the same order), NULL when comm has one rank. */
+static sg_status axis_group(sg_mesh_t mesh, sg_device dev, MPI_Comm comm, int a,
+                            sg_group_t *out) {
+  sg_status st = SG_OK;
+  int size = 1;
+  *out = NULL;
+  if (comm == MPI_COMM_NULL) goto fail;
+  SG_MPI(MPI_Comm_size(comm, &size));
+  if (size <= 1) goto fail;
+  for (int m = 0; m < sg_mesh_ndims(mesh); ++m) {
+    sg_group_t g = NULL;
+    int cmp = MPI_UNEQUAL;
+    SG_TRY(sg_mesh_group(mesh, 1u << m, &g));
+    SG_MPI(MPI_Comm_compare(sg_group_comm(g), comm, &cmp));
+    if (cmp == MPI_IDENT || cmp == MPI_CONGRUENT) {
+      *out = g;
+      /* device buffers: NCCL on the mesh or a CUDA-aware MPI (as the
+       * halo exchange's, ag_dev_comm_ok) */
+      if (!dev_host_memory(dev) && !sg_group_nccl(g) &&
+          sg_mpi_cuda_aware() != 1)
+        SG_RAISE(SG_ERR_NOT_SUPPORTED,
+                 "spectral conv on %s:%d: FFT axis %d (%d ranks) moves device "
+                 "buffers: NCCL on the mesh (sg_mesh_enable_nccl) or a "
+                 "CUDA-aware MPI is needed",
+                 sg_device_kind_name(dev.kind), dev.index, a, size);
+      goto fail;
+    }
+  }
+  SG_RAISE(SG_ERR_NOT_SUPPORTED,
+           "spectral conv on a device: FFT axis %d (%d ranks) is not one mesh "
+           "dim of the mesh given (its transposes go through the mesh's "
+           "groups)",
+           a, size);
+fail:
+  return st;
+}
+
+static sg_status dev_plan(struct sg_spectral_conv *c, sg_device dev,
+                          int64_t batch, sg_fft_plan_t *plan) {
+  sg_fft_desc d = c->desc;
+  d.batch = batch;
+  d.flags |= SG_FFT_DEVICE_STAGES | SG_FFT_MPI_ALLTOALL;
+  d.device = dev;
+  d.chunk = 0;
+  return c->mesh
+             ? sg_fft_plan_create(c->mesh, &d, plan)
+             : sg_fft_plan_create_comms(c->comm, c->naxes, c->axes, &d, plan);
+}
+
+/* The split domain's device state for dev on mesh, made on first use
+ * (collective over the convolution's ranks: its plans). */
+static sg_status conv_dev(struct sg_spectral_conv *c, sg_mesh_t mesh,
+                          sg_device dev, const char *what) {
+  sg_status st = SG_OK;
+  spec_dev *s = NULL;
+  if (c->dev && c->dev->dev.kind == dev.kind &&
+      c->dev->dev.index == dev.index && c->dev->mesh == mesh)
+    return SG_OK;
+  spec_dev_free(c);
+  if (!mesh) {
+    st = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
+                      "%s: the mesh is NULL", what);
+    return sg_fft_agree(c->comm, st);
+  }
+  s = calloc(1, sizeof *s);
+  if (!s) st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__, "out of memory");
+  st = sg_fft_agree(c->comm, st);
+  if (st != SG_OK) return st;
+  s->dev = dev;
+  s->mesh = mesh;
+  c->dev = s;
+  /* collective: every rank makes the plans */
+  SG_TRY(dev_plan(c, dev, c->nb * c->cin, &s->pin));
+  if (c->cout != c->cin)
+    SG_TRY(dev_plan(c, dev, c->nb * c->cout, &s->pout));
+  else
+    s->pout = s->pin;
+  {
+    const int D = c->desc.ndim;
+    int64_t o1[SG_FFT_MAX_DIMS], l1[SG_FFT_MAX_DIMS], o2[SG_FFT_MAX_DIMS],
+        l2[SG_FFT_MAX_DIMS];
+    int same = 1;
+    for (int sp = 0; sp < 2; ++sp) {
+      sg_fft_plan_local_box(c->pin, (sg_fft_space)sp, o1, l1);
+      sg_fft_plan_local_box(s->pin, (sg_fft_space)sp, o2, l2);
+      for (int d = 0; d < D; ++d) same &= o1[d] == o2[d] && l1[d] == l2[d];
+    }
+    if (!same)
+      st = sg_error_set(SG_ERR_INTERNAL, __FILE__, __LINE__,
+                        "%s: the device plan's boxes differ from the host's",
+                        what);
+    const struct sg_fft_plan *pp = s->pin;
+    for (int a = 0; st == SG_OK && a < pp->axes.naxes; ++a)
+      st = axis_group(mesh, dev, pp->axes.comm[a], a, &s->grp[a]);
+    const size_t es = sg_dtype_size(c->desc.dtype);
+    const size_t bi = (size_t)(2 * c->nb * c->cin * c->M) * es,
+                 bo = (size_t)(2 * c->nb * c->cout * c->M) * es,
+                 bw = (size_t)(2 * c->cin * c->cout * c->M) * es;
+    if (st == SG_OK) st = dev_alloc(dev, bi, &s->xk);
+    if (st == SG_OK) st = dev_alloc(dev, bo, &s->yk);
+    if (st == SG_OK) st = dev_alloc(dev, bi, &s->zk);
+    if (st == SG_OK) st = dev_alloc(dev, bw, &s->wl);
+    if (st == SG_OK)
+      st = dev_alloc(dev, sizeof(int64_t) * (size_t)c->M, (void **)&s->gidx);
+    if (st == SG_OK && c->M > 0)
+      st = sg_memcpy(dev, s->gidx, sg_device_host(), c->gidx,
+                     sizeof(int64_t) * (size_t)c->M);
+  }
+fail:
+  st = sg_fft_agree(c->comm, st);
+  if (st != SG_OK) spec_dev_free(c);
+  return st;
+}
+
+/* which 0: out = x W, 1: out = dy W^H, 2: out += dy x^H (per local mode) */
+static sg_status dev_mix(const struct sg_spectral_conv *c, const spec_dev *s,
+                         int which, const void *a, const void *b, void *out) {
+  const int64_t M = c->M, nb = c->nb, ci = c->cin, co = c->cout;
+  const int f64 = c->desc.dtype == SG_DTYPE_F64;
+  if (!dev_host_memory(s->dev)) {
+#if SG_HAVE_CUDA
+    return sg_spec_mix_cuda(f64, which, nb, ci, co, M, a, b, out);
+#else
+    return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                        "spectral conv on a device: built without CUDA");
+#endif
+  }
+  const int64_t n = which == 0 ? nb * co * M
+                               : (which == 1 ? nb * ci * M : ci * co * M);
+  for (int64_t e = 0; e < n; ++e) {
+    if (f64) {
+      const double *da = a, *db = b;
+      if (which == 0) sg_spec_mix_fwd_f64(ci, co, M, da, db, out, e);
+      if (which == 1) sg_spec_mix_bwd_x_f64(ci, co, M, da, db, out, e);
+      if (which == 2) sg_spec_mix_bwd_w_f64(nb, ci, co, M, da, db, out, e);
+    } else {
+      const float *fa = a, *fb = b;
+      if (which == 0) sg_spec_mix_fwd_f32(ci, co, M, fa, fb, out, e);
+      if (which == 1) sg_spec_mix_bwd_x_f32(ci, co, M, fa, fb, out, e);
+      if (which == 2) sg_spec_mix_bwd_w_f32(nb, ci, co, M, fa, fb, out, e);
+    }
+  }
+  return SG_OK;
+}
+
+/* add 0: s->wl = W's local modes (a replicated W); add 1: W += s->wl */
+static sg_status dev_wlocal(const struct sg_spectral_conv *c, const spec_dev *s,
+                            int add, void *W) {
+  const int64_t io = c->cin * c->cout, M = c->M, K = c->ktot;
+  const int f64 = c->desc.dtype == SG_DTYPE_F64;
+  if (!dev_host_memory(s->dev)) {
+#if SG_HAVE_CUDA
+    return sg_spec_wlocal_cuda(f64, add, io, M, K, s->gidx, W, s->wl);
+#else
+    (void)W;
+    return sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                        "spectral conv on a device: built without CUDA");
+#endif
+  }
+  for (int64_t e = 0; e < io * M; ++e) {
+    if (f64)
+      sg_spec_wlocal_f64(M, K, s->gidx, W, s->wl, e, add);
+    else
+      sg_spec_wlocal_f32(M, K, s->gidx, W, s->wl, e, add);
+  }
+  return SG_OK;
+}
+
+/* W's local modes in (cin, cout, M) order: W itself when sharded */
+static sg_status dev_w(const struct sg_spectral_conv *c, const spec_dev *s,
+                       const void *w, const void **wl) {
+  *wl = w;
+  if (c->wsharded) return SG_OK;
+  *wl = s->wl;
+  return dev_wlocal(c, s, 0, (void *)(uintptr_t)w);
+}
+
+/* One process on a GPU: the convolution's cuFFT path of one process. */
+static int dev_whole(const struct sg_spectral_conv *c, sg_device dev) {
+  if (dev_host_memory(dev)) return 0;
+  int64_t off[SG_FFT_MAX_DIMS], len[SG_FFT_MAX_DIMS];
+  sg_fft_plan_local_box(c->pin, SG_FFT_SPACE_REAL, off, len);
+  int whole = c->M == c->ktot;
+  for (int d = 0; d < c->desc.ndim; ++d) whole &= len[d] == c->desc.shape[d];
+  return whole;
+}
+
+sg_status sg_spectral_conv_forward_dev(sg_spectral_conv_t c, sg_mesh_t mesh,
+                                       sg_device dev, const void *x,
+                                       const void *w, void *y, void *xhat) {
+  sg_status st = SG_OK;
+  if (!c) SG_RAISE(SG_ERR_INVALID_ARG, "conv is NULL");
+  if (dev_whole(c, dev)) return sg_spectral_conv_forward_cuda(c, x, w, y, xhat);
+  SG_TRY(conv_dev(c, mesh, dev, "sg_spectral_conv_forward_dev"));
+  {
+    spec_dev *s = c->dev;
+    void *xh = xhat ? xhat : s->xk;
+    const void *wl = NULL;
+    SG_TRY(sg_fft_dev_run(s->pin, s->grp, 0, x, xh));
+    SG_TRY(dev_w(c, s, w, &wl));
+    SG_TRY(dev_mix(c, s, 0, xh, wl, s->yk));
+    SG_TRY(sg_fft_dev_run(s->pout, s->grp, 1, s->yk, y));
+  }
+fail:
+  return st;
+}
+
+sg_status sg_spectral_conv_backward_dev(sg_spectral_conv_t c, sg_mesh_t mesh,
+                                        sg_device dev, const void *x,
+                                        const void *xhat, const void *w,
+                                        const void *dy, void *dx, void *dw) {
+  sg_status st = SG_OK;
+  if (!c) SG_RAISE(SG_ERR_INVALID_ARG, "conv is NULL");
+  if (dev_whole(c, dev))
+    return sg_spectral_conv_backward_cuda(c, x, xhat, w, dy, dx, dw);
+  SG_TRY(conv_dev(c, mesh, dev, "sg_spectral_conv_backward_dev"));
+  {
+    spec_dev *s = c->dev;
+    const size_t es = sg_dtype_size(c->desc.dtype);
+    /* dyhat = Inv^T dy; collective, as the host's (whatever is NULL) */
+    SG_TRY(sg_fft_dev_run(s->pout, s->grp, 3, dy, s->yk));
+    if (dw) {
+      const void *xh = xhat;
+      if (!xh) {
+        SG_TRY(sg_fft_dev_run(s->pin, s->grp, 0, x, s->xk));
+        xh = s->xk;
+      }
+      if (c->wsharded) {
+        SG_TRY(dev_mix(c, s, 2, xh, s->yk, dw));
+      } else {
+        const size_t bw = (size_t)(2 * c->cin * c->cout * c->M) * es;
+        if (bw && dev_host_memory(dev))
+          memset(s->wl, 0, bw);
+        else if (bw)
+          SG_TRY(sg_memset(dev, s->wl, 0, bw));
+        SG_TRY(dev_mix(c, s, 2, xh, s->yk, s->wl));
+        SG_TRY(dev_wlocal(c, s, 1, dw));
+      }
+    }
+    if (dx) {
+      const void *wl = NULL;
+      SG_TRY(dev_w(c, s, w, &wl));
+      SG_TRY(dev_mix(c, s, 1, s->yk, wl, s->zk));
+      SG_TRY(sg_fft_dev_run(s->pin, s->grp, 2, s->zk, dx));
+    }
+  }
 fail:
   return st;
 }

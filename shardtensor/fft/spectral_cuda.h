@@ -35,6 +35,19 @@ sg_status sg_spectral_cuda_backward(sg_spectral_cuda *s, const void *x,
                                     const void *xhat, const void *w,
                                     const void *dy, void *dx, void *dw);
 
+/* The passes of the split domain's device path (spectral.c,
+ * sg_spectral_conv_forward_dev) on device pointers, legacy default
+ * stream: which 0 y = x W, 1 dx = dy W^H, 2 dW += dy x^H over M local
+ * modes (sg_spec_mix_*); W's local modes of a replicated W
+ * (sg_spec_wlocal_*: add 0 gather into wl, 1 add wl into W; gidx on the
+ * device). */
+sg_status sg_spec_mix_cuda(int f64, int which, int64_t nb, int64_t cin,
+                           int64_t cout, int64_t M, const void *a,
+                           const void *b, void *out);
+sg_status sg_spec_wlocal_cuda(int f64, int add, int64_t io, int64_t M,
+                              int64_t K, const int64_t *gidx, void *W,
+                              void *wl);
+
 #ifdef __cplusplus
 }
 #endif

@@ -182,6 +182,17 @@ fail:
   return st;
 }
 
+__global__ void wlocal_k_f32(int64_t n, int64_t M, int64_t K,
+                             const int64_t *gidx, float *W, float *wl,
+                             int add) {
+  SG_GRID_STRIDE(e, n) sg_spec_wlocal_f32(M, K, gidx, W, wl, e, add);
+}
+__global__ void wlocal_k_f64(int64_t n, int64_t M, int64_t K,
+                             const int64_t *gidx, double *W, double *wl,
+                             int add) {
+  SG_GRID_STRIDE(e, n) sg_spec_wlocal_f64(M, K, gidx, W, wl, e, add);
+}
+
 double real_count(const sg_spec_geo *g) {
   double n = 1;
   for (int d = 0; d < g->nd; ++d) n *= (double)g->n[d];
@@ -284,6 +295,45 @@ extern "C" sg_status sg_spectral_cuda_backward(sg_spectral_cuda *s,
     SG_TRY(scatter_run(s, s->nb * s->cin, s->kin, s->F, 1.0, 0.5));
     SG_TRY(c2r(s, s->bin, s->F, dx));
   }
+fail:
+  return st;
+}
+
+extern "C" sg_status sg_spec_mix_cuda(int f64, int which, int64_t nb,
+                                      int64_t cin, int64_t cout, int64_t M,
+                                      const void *a, const void *b, void *out) {
+  sg_status st = SG_OK;
+  const int64_t n = which == 0   ? nb * cout * M
+                    : which == 1 ? nb * cin * M
+                                 : cin * cout * M;
+  if (n < 1) return SG_OK;
+  if (f64)
+    mix_k_f64<<<grid_for(n), kThreads>>>(which, nb, cin, cout, M, n,
+                                         (const double *)a, (const double *)b,
+                                         (double *)out);
+  else
+    mix_k_f32<<<grid_for(n), kThreads>>>(which, nb, cin, cout, M, n,
+                                         (const float *)a, (const float *)b,
+                                         (float *)out);
+  SG_CUDA(cudaGetLastError());
+fail:
+  return st;
+}
+
+extern "C" sg_status sg_spec_wlocal_cuda(int f64, int add, int64_t io,
+                                         int64_t M, int64_t K,
+                                         const int64_t *gidx, void *W,
+                                         void *wl) {
+  sg_status st = SG_OK;
+  const int64_t n = io * M;
+  if (n < 1) return SG_OK;
+  if (f64)
+    wlocal_k_f64<<<grid_for(n), kThreads>>>(n, M, K, gidx, (double *)W,
+                                            (double *)wl, add);
+  else
+    wlocal_k_f32<<<grid_for(n), kThreads>>>(n, M, K, gidx, (float *)W,
+                                            (float *)wl, add);
+  SG_CUDA(cudaGetLastError());
 fail:
   return st;
 }
