@@ -637,8 +637,6 @@ sg_status sg_parallel_to_device(sg_parallel_t p, sg_device dev) {
                         "sg_parallel_to_device: NULL plan");
   if (dev.kind == SG_DEVICE_HOST) return SG_OK;
   const MPI_Comm comm = sg_mesh_comm(p->mesh);
-  int size = 1;
-  MPI_Comm_size(comm, &size);
   const char *dn = sg_device_kind_name(dev.kind);
   /* the verdicts come from the config and the mesh: alike on every rank,
    * and before any device call */
@@ -646,17 +644,11 @@ sg_status sg_parallel_to_device(sg_parallel_t p, sg_device dev) {
     st = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                       "sg_parallel_to_device: call it once, before "
                       "sg_parallel_attach");
-  else if (size > 1)
-    st = sg_error_set(
-        SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
-        "parallel plan on %s: %d ranks; device plans run in one process so "
-        "far (the gradient reductions over device buffers need NCCL; issue "
-        "22)",
-        dn, size);
   else if (p->cfg.zero != 0)
     st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
                       "parallel plan on %s: zero = %d is not supported on "
-                      "devices yet (zero 0 only; issue 22)",
+                      "devices yet (zero 0 only: the ZeRO pieces, "
+                      "reduce-scatters and gathers are host code; issue 22)",
                       dn, p->cfg.zero);
   else if (p->cfg.param_dtype == SG_DTYPE_BF16)
     st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
@@ -664,6 +656,10 @@ sg_status sg_parallel_to_device(sg_parallel_t p, sg_device dev) {
                       "supported on devices yet (its compute copy and "
                       "rounding are host code; issue 22)",
                       dn);
+  /* the gradients' groups move device buffers (NCCL or a CUDA-aware MPI) */
+  for (int k = 0; k < p->nl && st == SG_OK; ++k)
+    st = ag_dev_comm_ok(p->l[k].reduce_g, dev,
+                        "parallel plan: the gradient reduction");
   SG_TRY(sg_agree(comm, st));
   const size_t nb = (size_t)(p->nlocal + 1) * sizeof(float),
                ns = (size_t)(p->nstate + 1) * sizeof(float);
@@ -675,15 +671,24 @@ sg_status sg_parallel_to_device(sg_parallel_t p, sg_device dev) {
   if (st == SG_OK) st = ag_mem_copy(dev, d[2], sg_device_host(), p->m, ns);
   if (st == SG_OK) st = ag_mem_copy(dev, d[3], sg_device_host(), p->v, ns);
   SG_TRY(sg_agree(comm, st));
-  /* one rank: nothing to reduce (the reducers work on host buffers) */
-  for (int k = 0; k < p->nspan; ++k) SG_TRY(sg_ddp_destroy(&p->span[k].ddp));
-  p->hooked_reductions = 0;
+  /* the DDP reducers on the device gradients: their buckets through the
+   * comm layer (NCCL on a GPU), the deterministic sum the host's
+   * fixed-order one on the device buffers (ag_sum_det: the same bits) */
+  st = SG_OK;
+  for (int k = 0; k < p->nspan && st == SG_OK; ++k)
+    if (p->span[k].ddp)
+      st = sg_ddp_set_buffer(p->span[k].ddp, d[1] + p->span[k].off, dev);
+  SG_TRY(sg_agree(comm, st));
   sg_free(sg_device_host(), (void **)&p->grads);
   p->hparams = p->params, p->hm = p->m, p->hv = p->v;
   p->params = d[0], p->grads = d[1], p->m = d[2], p->v = d[3];
   p->dev = dev;
   return SG_OK;
 fail:
+  for (int k = 0; k < p->nspan && !pl_on_device(p); ++k) /* back on the host */
+    if (p->span[k].ddp)
+      (void)sg_ddp_set_buffer(p->span[k].ddp, p->grads + p->span[k].off,
+                              sg_device_host());
   for (int k = 0; k < 4; ++k) ag_mem_free(dev, (void **)&d[k]);
   return st;
 }
@@ -912,7 +917,10 @@ sg_status sg_parallel_check_replicas(sg_parallel_t p, int64_t step) {
   if (!p)
     return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                         "sg_parallel_check_replicas: NULL plan");
-  if (pl_on_device(p)) return SG_OK; /* one rank: no replicas */
+  if (pl_on_device(p)) /* the checksums of host copies */
+    st = ag_mem_copy(sg_device_host(), p->hparams, p->dev, p->params,
+                     (size_t)p->nlocal * sizeof(float));
+  SG_TRY(sg_agree(sg_mesh_comm(p->mesh), st));
   lo = malloc((size_t)(p->np + 1) * sizeof *lo);
   hi = malloc((size_t)(p->np + 1) * sizeof *hi);
   if (!lo || !hi)
@@ -924,7 +932,8 @@ sg_status sg_parallel_check_replicas(sg_parallel_t p, int64_t step) {
     lo[i] = hi[i] = p->ppiece
                         ? fnv1a(p->ppiece + q->moff,
                                 (size_t)(q->own_rows * q->row) * sizeof(float))
-                        : fnv1a(p->params + q->info.offset,
+                        : fnv1a((pl_on_device(p) ? p->hparams : p->params) +
+                                    q->info.offset,
                                 (size_t)q->info.numel * sizeof(float));
   }
   for (
