@@ -122,11 +122,11 @@ static void batch(const run *r, int64_t t, float *x, float *y) {
         const double gb = (double)(b0 + b), gi = (double)(r->y0 + i),
                      gj = (double)(r->x0 + j);
         for (int64_t c = 0; c < CIN; ++c)
-          x[((b * CIN + c) * r->ny + i) * r->nx + j] =
-              (float)sin(0.37 * gi + 0.61 * gj + 0.9 * (double)t +
-                         1.3 * gb + 0.5 * (double)c);
-        y[(b * r->ny + i) * r->nx + j] =
-            (float)cos(0.23 * gi - 0.41 * gj - 0.4 * (double)t + 0.7 * gb);
+          x[((b * CIN + c) * r->ny + i) * r->nx + j] = (float)sin(
+              0.37 * gi + 0.61 * gj + 0.9 * (double)t + 1.3 * gb +
+              0.5 * (double)c);
+        y[(b * r->ny + i) * r->nx + j] = (float)cos(0.23 * gi - 0.41 * gj -
+                                                    0.4 * (double)t + 0.7 * gb);
       }
 }
 
@@ -210,8 +210,8 @@ static void mesh_case(const char *spec, int det) {
   }
   CK(sg_parallel_check_replicas(d.p, STEPS));
   if (sg_mesh_rank(mesh) == 0)
-    printf("cnn on %-10s det %d: %d steps on the faked device, %s\n", spec,
-           det, STEPS, same ? "the host's bits" : "DIFFERENT");
+    printf("cnn on %-10s det %d: %d steps on the faked device, %s\n", spec, det,
+           STEPS, same ? "the host's bits" : "DIFFERENT");
 fail:
   run_destroy(&h);
   run_destroy(&d);
@@ -224,12 +224,12 @@ int main(int argc, char **argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  static const char *const meshes[5][6] = {
-      {NULL},
-      {"h=1", NULL},
-      {"dp=2", "h=2", "w=2", "tp=2", NULL},
-      {"dp=3", "w=3", "h=3", NULL},
-      {"dp=2,h=2", "h=2,w=2", "dp=2,tp=2", "tp=2,h=2", NULL}};
+  static const char *const meshes[5][6] = {{NULL},
+                                           {"h=1", NULL},
+                                           {"dp=2", "h=2", "w=2", "tp=2", NULL},
+                                           {"dp=3", "w=3", "h=3", NULL},
+                                           {"dp=2,h=2", "h=2,w=2", "dp=2,tp=2",
+                                            "tp=2,h=2", NULL}};
   ag_fake_cuda = ag_fake_cuda_kernels = 1;
   for (int k = 0; size <= 4 && meshes[size][k]; ++k)
     for (int det = 1; det >= 0; --det) mesh_case(meshes[size][k], det);
