@@ -471,7 +471,7 @@ sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape,
       SG_RAISE(SG_ERR_NOT_SUPPORTED,
                "sg_parallel_attach: variable %d ('%s') is on %s:%d, the "
                "plan's parameters, gradients and optimizer state on %s:%d "
-               "(a device plan: sg_parallel_to_device, zero 0, f32)",
+               "(a device plan: sg_parallel_to_device, zero 0 or 1, f32)",
                i, p->p[i].name, sg_device_kind_name(vars[i]->value.device.kind),
                vars[i]->value.device.index, sg_device_kind_name(p->dev.kind),
                p->dev.index);

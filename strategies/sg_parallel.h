@@ -186,8 +186,11 @@ sg_status sg_parallel_destroy(sg_parallel_t *plan);
  * AdamW there; checkpoint arrays and the replica check's checksums use
  * host copies (sg_parallel_ckpt_arrays copies the state to the host when
  * writing; sg_parallel_ckpt_loaded copies a read back), so the file format
- * is the host's. Any mesh of this plan's roles with zero 0 and f32: ZeRO
- * and the bf16 policy are SG_ERR_NOT_SUPPORTED naming what, and so are
+ * is the host's. zero 1 reduces by DDP's buckets on a device (also when
+ * not deterministic: the full gradients summed, then the pieces' AdamW and
+ * the all-gather of the parameters on the device buffers). Any mesh of
+ * this plan's roles with zero 0 or 1 and f32: zero 2 and 3 and the bf16
+ * policy are SG_ERR_NOT_SUPPORTED naming what, and so are
  * device buffers the mesh's groups can move neither through NCCL nor a
  * CUDA-aware MPI, on every rank alike (before any device call but the
  * allocation). dev: host is a no-op. Collective over the mesh. */

@@ -8,7 +8,7 @@
  *   the move (a new allocation, counted); gather_param; checkpoint arrays
  *   (host copies filled when writing, the file format's names and boxes
  *   unchanged) and sg_parallel_ckpt_loaded copying a read back; attach
- *   refusing host variables on a device plan (and a second move); zero 1
+ *   refusing host variables on a device plan (and a second move); zero 2
  *   and bf16 refused by name. sg_model_set_device: the FNO's grid
  *   channels copied to the device and its parameters marked; the U-Net
  *   refused by name. The multi-step loss on a device refusing masks by
@@ -18,8 +18,12 @@
  *   plan's DDP reductions (buckets on the "device" gradients through the
  *   comm layer: MPI here, NCCL on a GPU; deterministic: the host's
  *   fixed-order sum on the device buffers), norm, AdamW and checkpoint
- *   arrays against the host plan's, bit for bit over three steps; ZeRO
- *   refused by name on every rank, no hang.
+ *   arrays against the host plan's, bit for bit over three steps; ZeRO-1
+ *   on fsdp=2, fsdp=3, dp=2,fsdp=2, fsdp=2,tp=2, fsdp=4 (the pieces'
+ *   AdamW and the all-gather on the device buffers): deterministic bit for
+ *   bit, not deterministic within 1e-5 (the host reduce-scatters, the
+ *   device sums by DDP's buckets); ZeRO-2 refused by name on every rank,
+ *   no hang.
  * Label core: the cuda build runs it too (no GPU needed). */
 #include <math.h>
 #include <mpi.h>
@@ -190,10 +194,10 @@ static void one_rank(void) {
   /* ZeRO and bf16: refused by name before any allocation */
   sg_mesh_t fm = NULL;
   OK(sg_mesh_create(MPI_COMM_WORLD, "fsdp=1", &fm));
-  OK(plan(fm, 1, SG_DTYPE_F32, &D));
+  OK(plan(fm, 2, SG_DTYPE_F32, &D));
   sg_status s = sg_parallel_to_device(D, CU);
-  CHECK(s == SG_ERR_NOT_SUPPORTED && strstr(sg_last_error(), "zero = 1"),
-        "zero 1 on a device: %d %s", (int)s, sg_last_error());
+  CHECK(s == SG_ERR_NOT_SUPPORTED && strstr(sg_last_error(), "zero = 2"),
+        "zero 2 on a device: %d %s", (int)s, sg_last_error());
   OK(sg_parallel_destroy(&D));
   OK(plan(mesh, 0, SG_DTYPE_BF16, &D));
   s = sg_parallel_to_device(D, CU);
@@ -274,7 +278,7 @@ static void one_rank(void) {
  * the device plan. Parameter "b" is Shard over tp where there is one (its
  * box a slice of a larger global). Small buckets (4 floats): several per
  * span, the last one short. */
-static void mesh_case(const char *spec, int deterministic) {
+static void mesh_case(const char *spec, int deterministic, int zero) {
   sg_mesh_t mesh = NULL;
   OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
   if (!mesh) return;
@@ -294,6 +298,7 @@ static void mesh_case(const char *spec, int deterministic) {
   }
   sg_parallel_config c = sg_parallel_defaults();
   c.deterministic = deterministic;
+  c.zero = zero;
   c.bucket_bytes = 4 * sizeof(float);
   sg_parallel_t H = NULL, D = NULL;
   OK(sg_parallel_create(mesh, &c, 2, t, NL, &H));
@@ -324,19 +329,29 @@ static void mesh_case(const char *spec, int deterministic) {
     OK(sg_parallel_begin_micro(D, 0, 1));
     OK(sg_parallel_reduce(H, &nh));
     OK(sg_parallel_reduce(D, &nd));
-    CHECK(nh == nd && nh > 0, "%s det %d step %lld: norm %.17g (host %.17g)",
-          spec, deterministic, (long long)s, nd, nh);
-    CHECK(!memcmp(sg_parallel_grads(D), sg_parallel_grads(H),
-                  NL * sizeof(float)),
+    /* zero 1 not deterministic: the host reduce-scatters, the device sums
+     * by DDP's buckets (another order: rounding apart) */
+    const int exact = zero == 0 || deterministic;
+    CHECK(exact ? nh == nd && nh > 0 : fabs(nh - nd) <= 1e-6 * nh,
+          "%s zero %d det %d step %lld: norm %.17g (host %.17g)", spec, zero,
+          deterministic, (long long)s, nd, nh);
+    CHECK(!exact || !memcmp(sg_parallel_grads(D), sg_parallel_grads(H),
+                            NL * sizeof(float)),
           "%s det %d step %lld: the reduced gradients differ from the host "
           "plan's",
           spec, deterministic, (long long)s);
     OK(sg_parallel_step(H, s, 1e-2, sg_clip_scale(nh, 1.0)));
     OK(sg_parallel_step(D, s, 1e-2, sg_clip_scale(nd, 1.0)));
-    CHECK(!memcmp(sg_parallel_params(D), sg_parallel_params(H),
-                  NL * sizeof(float)),
-          "%s det %d step %lld: parameters differ from the host plan's", spec,
-          deterministic, (long long)s);
+    double dmax = 0.0;
+    for (int i = 0; i < NL; ++i)
+      dmax = fmax(dmax, fabs((double)sg_parallel_params(D)[i] -
+                             (double)sg_parallel_params(H)[i]));
+    CHECK(exact ? !memcmp(sg_parallel_params(D), sg_parallel_params(H),
+                          NL * sizeof(float))
+                : dmax <= 1e-5,
+          "%s zero %d det %d step %lld: parameters differ from the host "
+          "plan's (max %.3g)",
+          spec, zero, deterministic, (long long)s, dmax);
     OK(sg_parallel_check_replicas(D, s));
   }
   { /* checkpoints: the host plan's arrays (writers, boxes, values) */
@@ -351,7 +366,8 @@ static void mesh_case(const char *spec, int deterministic) {
       same = !strcmp(ah[k].name, ad[k].name) &&
              ah[k].shard.start[0] == ad[k].shard.start[0] &&
              ah[k].shard.count[0] == ad[k].shard.count[0] &&
-             !memcmp(ah[k].data, ad[k].data, (size_t)n * sizeof(float));
+             (!(zero == 0 || deterministic) ||
+              !memcmp(ah[k].data, ad[k].data, (size_t)n * sizeof(float)));
     }
     CHECK(same, "%s: checkpoint arrays of the device plan differ", spec);
   }
@@ -399,8 +415,17 @@ int main(int argc, char **argv) {
         {"dp=2", "h=2", "w=2", "tp=2", NULL},
         {"dp=3", "h=3", "w=3", NULL},
         {"dp=2,h=2", "h=2,w=2", "dp=2,tp=2", "tp=2,w=2", "dp=4", NULL}};
+    /* ZeRO-1: the optimizer state's pieces over fsdp (HSDP with dp) */
+    static const char *const zmeshes[5][4] = {{NULL},
+                                              {NULL},
+                                              {"fsdp=2", NULL},
+                                              {"fsdp=3", NULL},
+                                              {"dp=2,fsdp=2", "fsdp=2,tp=2",
+                                               "fsdp=4", NULL}};
     for (int k = 0; size <= 4 && meshes[size][k]; ++k)
-      for (int det = 0; det < 2; ++det) mesh_case(meshes[size][k], det);
+      for (int det = 0; det < 2; ++det) mesh_case(meshes[size][k], det, 0);
+    for (int k = 0; size <= 4 && zmeshes[size][k]; ++k)
+      for (int det = 0; det < 2; ++det) mesh_case(zmeshes[size][k], det, 1);
     zero_refused(size);
   }
   int all = 0;
