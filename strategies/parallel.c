@@ -531,6 +531,9 @@ sg_status sg_parallel_destroy(sg_parallel_t *plan) {
     ag_mem_free(p->dev, (void **)&p->v);
     ag_mem_free(p->dev, (void **)&p->pack);
     ag_mem_free(p->dev, (void **)&p->piece);
+    ag_mem_free(p->dev, (void **)&p->gpiece);
+    for (int i = 0; i < p->np; ++i)
+      ag_mem_free(p->dev, (void **)&p->p[i].gfull);
     p->params = p->hparams, p->m = p->hm, p->v = p->hv;
   }
   sg_free(h, (void **)&p->params);
@@ -636,7 +639,7 @@ sg_device sg_parallel_device(sg_parallel_t p) {
 
 sg_status sg_parallel_to_device(sg_parallel_t p, sg_device dev) {
   sg_status st = SG_OK;
-  float *d[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+  float *d[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   sg_ddp_t *made = NULL; /* zero 1 without reducers: DDP's, made here */
   if (!p)
     return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
@@ -650,12 +653,11 @@ sg_status sg_parallel_to_device(sg_parallel_t p, sg_device dev) {
     st = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                       "sg_parallel_to_device: call it once, before "
                       "sg_parallel_attach");
-  else if (p->cfg.zero >= 2)
+  else if (p->cfg.zero >= 3)
     st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
                       "parallel plan on %s: zero = %d is not supported on "
-                      "devices yet (zero 0 and 1: the sharded gradients' "
-                      "and parameters' gathers and reduce-scatters are host "
-                      "code; issue 22)",
+                      "devices yet (zero 0-2: the parameters' gathers and "
+                      "their prefetch are host code; issue 22)",
                       dn, p->cfg.zero);
   else if (p->cfg.param_dtype == SG_DTYPE_BF16)
     st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
@@ -670,7 +672,9 @@ sg_status sg_parallel_to_device(sg_parallel_t p, sg_device dev) {
   SG_TRY(sg_agree(comm, st));
   const size_t nb = (size_t)(p->nlocal + 1) * sizeof(float),
                ns = (size_t)(p->nstate + 1) * sizeof(float);
-  if (p->cfg.zero == 1 && p->pack) { /* the gather's scratch on dev */
+  if (p->cfg.zero >= 2) /* the gradients' pieces on dev */
+    st = ag_mem_alloc(dev, ns, 1, (void **)&d[6]);
+  if (st == SG_OK && p->pack) { /* the gather's scratch on dev */
     st = ag_mem_alloc(dev, (size_t)p->npack_max * sizeof(float), 0,
                       (void **)&d[4]);
     if (st == SG_OK)
@@ -721,6 +725,11 @@ sg_status sg_parallel_to_device(sg_parallel_t p, sg_device dev) {
     sg_free(sg_device_host(), (void **)&p->piece);
     p->pack = d[4], p->piece = d[5];
   }
+  if (d[6]) { /* zero 2 reduces each gradient when ready (reduce_piece_det) */
+    sg_free(sg_device_host(), (void **)&p->gpiece);
+    p->gpiece = d[6];
+    p->hooked_rs = 0;
+  }
   p->hparams = p->params, p->hm = p->m, p->hv = p->v;
   p->params = d[0], p->grads = d[1], p->m = d[2], p->v = d[3];
   p->dev = dev;
@@ -732,7 +741,7 @@ fail:
     if (p->span[k].ddp)
       (void)sg_ddp_set_buffer(p->span[k].ddp, p->grads + p->span[k].off,
                               sg_device_host());
-  for (int k = 0; k < 6; ++k) ag_mem_free(dev, (void **)&d[k]);
+  for (int k = 0; k < 7; ++k) ag_mem_free(dev, (void **)&d[k]);
   return st;
 }
 
@@ -919,7 +928,10 @@ sg_status sg_parallel_step(sg_parallel_t p, int64_t t, double lr,
       SG_TRY(zero_pack(p, L, p->params, p->pack, 0));
     }
   }
-  if (p->gpiece)
+  if (p->gpiece && pl_on_device(p))
+    SG_TRY(
+        ag_mem_zero(p->dev, p->gpiece, (size_t)p->nstate * sizeof *p->gpiece));
+  else if (p->gpiece)
     memset(p->gpiece, 0, (size_t)p->nstate * sizeof *p->gpiece);
   else if (pl_on_device(p))
     SG_TRY(ag_mem_zero(p->dev, p->grads, (size_t)p->nlocal * sizeof *p->grads));

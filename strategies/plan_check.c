@@ -654,11 +654,10 @@ static void check_device(const sg_plan_problem *pb, const sg_model_config *mc,
             "device = cuda: the %s on a split domain (h x w x d = %d ranks) "
             "runs its spectral layers on sharded device variables: %s",
             sg_model_kind_name(mc->kind), gsplit, spec);
-  if (sg_plan_int(pb, "zero") >= 2)
+  if (sg_plan_int(pb, "zero") >= 3)
     why_add(w,
-            "device = cuda with zero = %lld is not supported yet (zero 0 "
-            "and 1: the sharded gradients' and parameters' gathers and "
-            "reduce-scatters are host code)",
+            "device = cuda with zero = %lld is not supported yet (zero 0-2: "
+            "the parameters' gathers and their prefetch are host code)",
             (long long)sg_plan_int(pb, "zero"));
   if (strcmp(sg_kv_str(kv, "param_dtype"), "f32"))
     why_add(w,

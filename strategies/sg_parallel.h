@@ -186,11 +186,14 @@ sg_status sg_parallel_destroy(sg_parallel_t *plan);
  * AdamW there; checkpoint arrays and the replica check's checksums use
  * host copies (sg_parallel_ckpt_arrays copies the state to the host when
  * writing; sg_parallel_ckpt_loaded copies a read back), so the file format
- * is the host's. zero 1 reduces by DDP's buckets on a device (also when
- * not deterministic: the full gradients summed, then the pieces' AdamW and
- * the all-gather of the parameters on the device buffers). Any mesh of
- * this plan's roles with zero 0 or 1 and f32: zero 2 and 3 and the bf16
- * policy are SG_ERR_NOT_SUPPORTED naming what, and so are
+ * is the host's. ZeRO on a device sums whole gradients (the host's
+ * overlapped in-place reduce-scatters are host code): zero 1 by DDP's
+ * buckets, zero 2 each gradient when it is ready (its full buffer on the
+ * device until then, the rows added to the device piece), deterministic
+ * or not; then the pieces' AdamW and the all-gather of the parameters on
+ * the device buffers. Any mesh of this plan's roles with zero 0-2 and
+ * f32: zero 3 and the bf16 policy are SG_ERR_NOT_SUPPORTED naming what,
+ * and so are
  * device buffers the mesh's groups can move neither through NCCL nor a
  * CUDA-aware MPI, on every rank alike (before any device call but the
  * allocation). dev: host is a no-op. Collective over the mesh. */

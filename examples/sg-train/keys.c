@@ -158,7 +158,7 @@ const sg_kv_key sg_train_keys[] = {
      "or device_index): parameters, gradients, AdamW state, the grid "
      "channels and each batch on the device, gradients reduced there "
      "(NCCL), the loss read back for the log; fno, fno3d, cnn; dp, h, w, "
-     "tp (the fno: no h/w split yet); zero 0 or 1, f32, unmasked data"},
+     "tp (the fno: no h/w split yet); zero 0-2, f32, unmasked data"},
     {"device_index", SG_KV_INT, "-1",
      "device = cuda: the GPU of this process among those it sees (-1: its "
      "node-local rank's, one rank per GPU); two ranks of a node on one GPU "

@@ -8,7 +8,7 @@
  *   the move (a new allocation, counted); gather_param; checkpoint arrays
  *   (host copies filled when writing, the file format's names and boxes
  *   unchanged) and sg_parallel_ckpt_loaded copying a read back; attach
- *   refusing host variables on a device plan (and a second move); zero 2
+ *   refusing host variables on a device plan (and a second move); zero 3
  *   and bf16 refused by name. sg_model_set_device: the FNO's grid
  *   channels copied to the device and its parameters marked; the U-Net
  *   refused by name. The multi-step loss on a device refusing masks by
@@ -22,7 +22,7 @@
  *   on fsdp=2, fsdp=3, dp=2,fsdp=2, fsdp=2,tp=2, fsdp=4 (the pieces'
  *   AdamW and the all-gather on the device buffers): deterministic bit for
  *   bit, not deterministic within 1e-5 (the host reduce-scatters, the
- *   device sums by DDP's buckets); ZeRO-2 refused by name on every rank,
+ *   device sums by DDP's buckets); ZeRO-3 refused by name on every rank,
  *   no hang.
  * Label core: the cuda build runs it too (no GPU needed). */
 #include <math.h>
@@ -194,10 +194,10 @@ static void one_rank(void) {
   /* ZeRO and bf16: refused by name before any allocation */
   sg_mesh_t fm = NULL;
   OK(sg_mesh_create(MPI_COMM_WORLD, "fsdp=1", &fm));
-  OK(plan(fm, 2, SG_DTYPE_F32, &D));
+  OK(plan(fm, 3, SG_DTYPE_F32, &D));
   sg_status s = sg_parallel_to_device(D, CU);
-  CHECK(s == SG_ERR_NOT_SUPPORTED && strstr(sg_last_error(), "zero = 2"),
-        "zero 2 on a device: %d %s", (int)s, sg_last_error());
+  CHECK(s == SG_ERR_NOT_SUPPORTED && strstr(sg_last_error(), "zero = 3"),
+        "zero 3 on a device: %d %s", (int)s, sg_last_error());
   OK(sg_parallel_destroy(&D));
   OK(plan(mesh, 0, SG_DTYPE_BF16, &D));
   s = sg_parallel_to_device(D, CU);
@@ -381,7 +381,7 @@ out:
   sg_mesh_destroy(&mesh);
 }
 
-/* ZeRO on a device over several ranks: refused by name on every rank, no
+/* ZeRO-3 on a device over several ranks: refused by name on every rank, no
  * hang, the plan still usable on the host. */
 static void zero_refused(int size) {
   char spec[32];
@@ -389,12 +389,12 @@ static void zero_refused(int size) {
   sg_mesh_t mesh = NULL;
   sg_parallel_t p = NULL;
   OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
-  OK(plan(mesh, 2, SG_DTYPE_F32, &p));
+  OK(plan(mesh, 3, SG_DTYPE_F32, &p));
   ag_fake_cuda = 1;
   const sg_status s = sg_parallel_to_device(p, CU);
   ag_fake_cuda = 0;
-  CHECK(s == SG_ERR_NOT_SUPPORTED && strstr(sg_last_error(), "zero = 2"),
-        "%s zero 2 on a device: %d %s", spec, (int)s, sg_last_error());
+  CHECK(s == SG_ERR_NOT_SUPPORTED && strstr(sg_last_error(), "zero = 3"),
+        "%s zero 3 on a device: %d %s", spec, (int)s, sg_last_error());
   CHECK(sg_parallel_device(p).kind == SG_DEVICE_HOST,
         "a refused move leaves the plan on the host");
   OK(sg_parallel_destroy(&p));
