@@ -36,6 +36,15 @@ sg_status sg_node_rank(MPI_Comm comm, int *local_rank, int *local_size);
  * set per rank that is 0); -1 when it sees none (or CUDA is not built).
  * sg_mesh_enable_nccl makes it the current device. Collective over comm. */
 sg_status sg_cuda_device_local(MPI_Comm comm, int *index);
+/* Pin this process's CUDA device: sg_cuda_device_local (and so
+ * sg_mesh_enable_nccl) returns index from now on, when the process sees
+ * a device; -1 returns to the node-local rule. Not collective. */
+void sg_cuda_device_pin(int index);
+/* How many ranks of comm on this node (this one included) would use the
+ * same GPU as this rank with device index: the same index among the same
+ * visible devices (CUDA_VISIBLE_DEVICES, or unset: all). One rank per GPU
+ * means 1 everywhere. Collective over comm. */
+sg_status sg_cuda_device_sharing(MPI_Comm comm, int index, int *sharing);
 
 #ifdef __cplusplus
 }

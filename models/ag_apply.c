@@ -43,9 +43,10 @@ static sg_status ag_make_margins(sg_node *node, const sg_var *x) {
   shape[1] = v->shape[1];
   for (int i = 0; i < node->nsp; ++i)
     shape[2 + i] = v->shape[2 + i] + pad[i][0] + pad[i][1];
-  if (node->device.kind != SG_DEVICE_HOST) {
+  if (node->device.kind != SG_DEVICE_HOST && !ag_fake_cuda) {
 #if SG_HAVE_CUDA
-    /* on the device: the pad kernel writes every element */
+    /* on the device: the pad kernel writes every element (a faked device's
+     * buffers are host memory: the host's pad below) */
     SG_TRY(ag_alloc_dz(&node->xin, node->device, v->dtype, v->ndim, shape, 0));
     SG_TRY(sg_pad_fwd_cuda(v->dtype, node->nsp, v->shape[0] * v->shape[1],
                            v->shape + 2, (const int64_t(*)[2])pad, mode,

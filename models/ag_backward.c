@@ -223,7 +223,7 @@ static sg_status ag_backward_route(sg_tape_t tape, sg_node *node, ag_bwd *b) {
         SG_TRY(sg_sharded_exchange_adjoint((sg_sharded_exchange_t)node->ex,
                                            b->tmp[i].data, dst));
 #if SG_HAVE_CUDA
-      else if (dev) /* the pad kernel's adjoint, a gather */
+      else if (dev && !ag_fake_cuda) /* the pad kernel's adjoint, a gather */
         SG_TRY(sg_pad_bwd_cuda(v->value.dtype, node->nsp,
                                v->value.shape[0] * v->value.shape[1],
                                v->value.shape + 2, (const int64_t(*)[2])pad,

@@ -29,6 +29,15 @@
 
 int ag_fake_cuda;
 int64_t ag_fake_cuda_allocs;
+int ag_fake_cuda_kernels;
+
+/* A node of op on a faked device runs the op's host kernels (tests:
+ * ag_fake_cuda_kernels; a built-in op listed on cuda). */
+static int ag_fake_kernels(const sg_op_def *op) {
+  return ag_fake_cuda && ag_fake_cuda_kernels &&
+         sg_ag_op_find(op->name) == op &&
+         sg_op_device_on_cuda(sg_op_device_find(op->name));
+}
 
 /* A device tensor lives in host memory: the host or a faked device. */
 static int ag_host_memory(sg_device dev) {
@@ -256,7 +265,7 @@ sg_status ag_node_device(sg_tape_t tape, const sg_op_def *op, int nin,
       SG_RAISE(SG_ERR_NOT_SUPPORTED,
                "op %s on %s:%d with sharded input '%s' (a mesh): %s", op->name,
                sg_device_kind_name(dev->kind), dev->index, in[i]->name, why);
-  if (!op->forward_cuda || !op->backward_cuda)
+  if ((!op->forward_cuda || !op->backward_cuda) && !ag_fake_kernels(op))
     SG_RAISE(SG_ERR_NOT_SUPPORTED,
              "op %s has no cuda implementation (input '%s' is on %s:%d; "
              "the tape does not copy it to the host)",
@@ -271,11 +280,13 @@ fail:
 }
 
 sg_status ag_node_forward(sg_node *node) {
-  return node->device.kind == SG_DEVICE_HOST ? node->op->forward(node)
-                                             : node->op->forward_cuda(node);
+  return node->device.kind == SG_DEVICE_HOST || ag_fake_kernels(node->op)
+             ? node->op->forward(node)
+             : node->op->forward_cuda(node);
 }
 
 sg_status ag_node_backward_kernel(sg_node *node) {
-  return node->device.kind == SG_DEVICE_HOST ? node->op->backward(node)
-                                             : node->op->backward_cuda(node);
+  return node->device.kind == SG_DEVICE_HOST || ag_fake_kernels(node->op)
+             ? node->op->backward(node)
+             : node->op->backward_cuda(node);
 }

@@ -130,9 +130,16 @@ sg_status ag_grow(void **arr, int *cap, int need, size_t elem);
  * device path does not run; the memory helpers work on any device (host:
  * malloc/memcpy/memset as before); ag_grad_add is y += x on y's device.
  * ag_fake_cuda (tests only): CUDA tensors are host memory, counted in
- * ag_fake_cuda_allocs, so the device path runs without a GPU. */
+ * ag_fake_cuda_allocs, so the device path runs without a GPU.
+ * ag_fake_cuda_kernels (tests only, with ag_fake_cuda): a built-in op the
+ * op device table lists on cuda runs its host kernels on the faked device
+ * (in either build; the device kernels' arithmetic is the host's SG_HD
+ * functions, tested apart), so a whole model's device path (its memory,
+ * window exchanges, tp collectives, sums) runs without a GPU; host-only
+ * ops are still refused by name. */
 extern int ag_fake_cuda;
 extern int64_t ag_fake_cuda_allocs;
+extern int ag_fake_cuda_kernels;
 sg_status ag_mem_alloc(sg_device dev, size_t bytes, int zero, void **p);
 void ag_mem_free(sg_device dev, void **p);
 sg_status ag_mem_copy(sg_device dst_dev, void *dst, sg_device src_dev,

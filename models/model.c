@@ -223,15 +223,9 @@ sg_status sg_model_set_device(sg_model_t m, sg_device dev) {
   const int nc = m->i->constants
                      ? m->i->constants(m->impl, consts, MODEL_MAX_CONSTS)
                      : 0;
-  for (int i = 0; i < np + nc; ++i) {
-    const sg_var *v = i < np ? vars[i] : consts[i - np];
-    if (v->mesh)
-      SG_RAISE(SG_ERR_NOT_SUPPORTED,
-               "model %s on %s: '%s' is sharded over the mesh (device "
-               "models run in one process; sharded device variables need "
-               "NCCL, issue 22)",
-               m->i->name, sg_device_kind_name(dev.kind), v->name);
-  }
+  /* sharded variables (a split grid's grid channels) move their local
+   * box: the tape runs the ops on sharded device variables or refuses
+   * them by name (sg_op_device_sharded_at) */
   for (int i = 0; i < np; ++i) SG_TRY(sg_var_set_device(vars[i], dev));
   m->dev = dev;
   for (int k = 0; k < nc; ++k) { /* a copy on dev: the host one stays */

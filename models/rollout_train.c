@@ -114,9 +114,6 @@ static sg_status device_check(const sg_train_ar *a) {
     why = "loss weights (loss_weighting = latitude)";
   else if (a->pushforward)
     why = "rollout_grad = pushforward (its feedback runs on the host)";
-  else if ((a->lc.domain && sg_group_size(a->lc.domain) > 1) ||
-           (a->lc.data && sg_group_size(a->lc.data) > 1))
-    why = "a split domain or batch (device runs are one process)";
   else if (!a->dx || !a->dy)
     why = "no device buffers for the batch (dx, dy)";
   if (!why) return SG_OK;
@@ -125,13 +122,17 @@ static sg_status device_check(const sg_train_ar *a) {
                       dn, a->device.index, why);
 }
 
-/* The step's loss of pred against y: the distributed loss on the host, the
- * plain loss op on a device (one process: the same sums; rel_l2 over the
- * global batch). *v its value in double. */
+/* The step's loss of pred against y: the distributed loss on the host and
+ * on a device over a split domain or batch (the tape runs it there or
+ * refuses it by name: the op device table), the plain loss op on a device
+ * in one process (the same sums; rel_l2 over the global batch). *v its
+ * value in double. */
 static sg_status step_loss(const sg_train_ar *a, sg_var *pred, sg_var *y,
                            sg_var *lm, sg_var **lk, double *v) {
   sg_status st = SG_OK;
-  if (a->device.kind == SG_DEVICE_HOST) {
+  const int split = (a->lc.domain && sg_group_size(a->lc.domain) > 1) ||
+                    (a->lc.data && sg_group_size(a->lc.data) > 1);
+  if (a->device.kind == SG_DEVICE_HOST || split) {
     SG_TRY(sg_ag_dist_loss(a->tape, a->loss, pred, y, lm, &a->lc, lk));
     *v = sg_dist_loss_value(*lk);
     goto fail;

@@ -162,15 +162,17 @@ void sg_model_describe(sg_model_t model, char *buf, size_t size);
  * Collective over the mesh. */
 sg_status sg_model_mark(sg_model_t model, sg_var *v);
 
-/* Run the model on dev (one process; issue 22): after sg_model_bind to
+/* Run the model on dev (issue 22; one GPU per rank): after sg_model_bind to
  * parameters and gradients in dev's memory (and sg_model_init, or the
  * values copied there), marks every parameter as on dev and copies the
  * model's constants (the grid-coordinate channels) to dev (freed by
  * sg_model_destroy). The input, targets and masks of sg_model_forward are
  * the caller's, on dev too. SG_ERR_NOT_SUPPORTED, naming the model, for a
- * model not built for devices (the FNO, FNO-3D and the CNN are) or a
- * model split over more than one rank. dev: host is a no-op. Not
- * collective. */
+ * model not built for devices (the FNO, FNO-3D and the CNN are). A split
+ * model's sharded constants move their local box; an op that does not run
+ * on sharded device variables is refused by the tape by name
+ * (sg_op_device_sharded_at; sg_plan_check names such a mesh up front).
+ * dev: host is a no-op. Not collective. */
 sg_status sg_model_set_device(sg_model_t model, sg_device dev);
 
 /* y = model(x); x: (batch, cin, ny, nx), this rank's block. Collective over

@@ -1,7 +1,9 @@
 /* shardgrid — data-parallel gradient reduction (DDP). */
 #include "sg_ddp.h"
 
+#include "autograd_impl.h" /* ag_sum_det, ag_dev_scale: device buffers */
 #include "sg_comm.h"
+#include "sg_device.h"
 
 #include <stdlib.h>
 
@@ -14,6 +16,7 @@ struct sg_ddp {
   sg_request_t *reqs;     /* in flight, per bucket */
   unsigned char *started; /* reduction started, per bucket */
   int deterministic;
+  sg_device dev; /* where grad lives (sg_ddp_set_buffer) */
 };
 
 unsigned sg_ddp_reduce_dims(sg_mesh_t mesh, const sg_placement *act) {
@@ -42,6 +45,7 @@ sg_status sg_ddp_create(sg_mesh_t mesh, unsigned dim_mask, float *grad,
   d->bucket = bucket_elems > 0 ? bucket_elems : (int64_t)1 << 20;
   d->nbuckets = (n + d->bucket - 1) / d->bucket;
   d->deterministic = deterministic;
+  d->dev = sg_device_host();
   size_t nb = (size_t)(d->nbuckets ? d->nbuckets : 1);
   d->ready = calloc(nb, sizeof *d->ready);
   d->reqs = calloc(nb, sizeof *d->reqs);
@@ -65,6 +69,22 @@ sg_status sg_ddp_destroy(sg_ddp_t *ddp) {
   free(d->started);
   free(d);
   *ddp = NULL;
+  return st;
+}
+
+sg_status sg_ddp_set_buffer(sg_ddp_t d, float *grad, sg_device dev) {
+  sg_status st = SG_OK;
+  if (!d || (d->n > 0 && !grad))
+    SG_RAISE(SG_ERR_INVALID_ARG, "sg_ddp_set_buffer: NULL reducer or buffer");
+  for (int64_t b = 0; b < d->nbuckets; ++b)
+    if (d->reqs[b])
+      SG_RAISE(SG_ERR_INVALID_ARG,
+               "sg_ddp_set_buffer: a reduction is in flight");
+  if (dev.kind != SG_DEVICE_HOST)
+    SG_TRY(ag_dev_comm_ok(d->group, dev, "the DDP gradient reduction"));
+  d->grad = grad;
+  d->dev = dev;
+fail:
   return st;
 }
 
@@ -136,13 +156,18 @@ sg_status sg_ddp_finish(sg_ddp_t d, double scale) {
       SG_TRY(start_bucket(d, b));
     }
   SG_TRY(sg_waitall((int)d->nbuckets, d->reqs));
+  /* the fixed-order sum: sg_allreduce_det on the host; on a device its
+   * same blocks and rank-order adds on the device buffers (ag_sum_det:
+   * the host's bits; NCCL's own all-reduce is not fixed-order) */
   if (d->deterministic && sg_group_size(d->group) > 1)
     for (int64_t b = 0; b < d->nbuckets; ++b) {
       float *p = d->grad + b * d->bucket;
-      SG_TRY(sg_allreduce_det(d->group, p, p, bucket_len(d, b), SG_DTYPE_F32,
-                              SG_REDUCE_SUM));
+      SG_TRY(
+          ag_sum_det(d->group, d->dev, SG_DTYPE_F32, bucket_len(d, b), p, p));
     }
-  if (scale != 1.0) {
+  if (scale != 1.0 && d->dev.kind != SG_DEVICE_HOST) {
+    SG_TRY(ag_dev_scale(d->dev, SG_DTYPE_F32, d->n, scale, d->grad, d->grad));
+  } else if (scale != 1.0) {
     const float s = (float)scale;
 #pragma omp parallel for schedule(static) if (d->n > 65536)
     for (int64_t i = 0; i < d->n; ++i) d->grad[i] *= s;

@@ -338,6 +338,8 @@ static sg_status plan_layouts(struct sg_parallel *p) {
     if (L->counts[me] > maxpiece) maxpiece = L->counts[me];
   }
   sg_device h = sg_device_host();
+  p->npack_max = maxpack;
+  p->npiece_max = maxpiece + 1;
   if ((p->cfg.zero == 1 || p->cfg.zero == 2) &&
       maxpack > 0) { /* zero 3 gathers per parameter */
     SG_TRY(sg_malloc(h, (size_t)maxpack * sizeof(float), (void **)&p->pack));
@@ -393,6 +395,7 @@ static sg_status plan_layouts(struct sg_parallel *p) {
     if (brk[i]) {
       p->span[p->nspan].off = 0;
       p->span[p->nspan].n = 0;
+      p->span[p->nspan].layout = q->layout;
       span_layout[p->nspan] = q->layout;
       p->nspan++;
     }
@@ -526,6 +529,11 @@ sg_status sg_parallel_destroy(sg_parallel_t *plan) {
     ag_mem_free(p->dev, (void **)&p->grads);
     ag_mem_free(p->dev, (void **)&p->m);
     ag_mem_free(p->dev, (void **)&p->v);
+    ag_mem_free(p->dev, (void **)&p->pack);
+    ag_mem_free(p->dev, (void **)&p->piece);
+    ag_mem_free(p->dev, (void **)&p->gpiece);
+    for (int i = 0; i < p->np; ++i)
+      ag_mem_free(p->dev, (void **)&p->p[i].gfull);
     p->params = p->hparams, p->m = p->hm, p->v = p->hv;
   }
   sg_free(h, (void **)&p->params);
@@ -631,14 +639,13 @@ sg_device sg_parallel_device(sg_parallel_t p) {
 
 sg_status sg_parallel_to_device(sg_parallel_t p, sg_device dev) {
   sg_status st = SG_OK;
-  float *d[4] = {NULL, NULL, NULL, NULL};
+  float *d[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+  sg_ddp_t *made = NULL; /* zero 1 without reducers: DDP's, made here */
   if (!p)
     return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                         "sg_parallel_to_device: NULL plan");
   if (dev.kind == SG_DEVICE_HOST) return SG_OK;
   const MPI_Comm comm = sg_mesh_comm(p->mesh);
-  int size = 1;
-  MPI_Comm_size(comm, &size);
   const char *dn = sg_device_kind_name(dev.kind);
   /* the verdicts come from the config and the mesh: alike on every rank,
    * and before any device call */
@@ -646,17 +653,11 @@ sg_status sg_parallel_to_device(sg_parallel_t p, sg_device dev) {
     st = sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                       "sg_parallel_to_device: call it once, before "
                       "sg_parallel_attach");
-  else if (size > 1)
-    st = sg_error_set(
-        SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
-        "parallel plan on %s: %d ranks; device plans run in one process so "
-        "far (the gradient reductions over device buffers need NCCL; issue "
-        "22)",
-        dn, size);
-  else if (p->cfg.zero != 0)
+  else if (p->cfg.zero >= 3)
     st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
                       "parallel plan on %s: zero = %d is not supported on "
-                      "devices yet (zero 0 only; issue 22)",
+                      "devices yet (zero 0-2: the parameters' gathers and "
+                      "their prefetch are host code; issue 22)",
                       dn, p->cfg.zero);
   else if (p->cfg.param_dtype == SG_DTYPE_BF16)
     st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
@@ -664,10 +665,23 @@ sg_status sg_parallel_to_device(sg_parallel_t p, sg_device dev) {
                       "supported on devices yet (its compute copy and "
                       "rounding are host code; issue 22)",
                       dn);
+  /* the gradients' groups move device buffers (NCCL or a CUDA-aware MPI) */
+  for (int k = 0; k < p->nl && st == SG_OK; ++k)
+    st = ag_dev_comm_ok(p->l[k].reduce_g, dev,
+                        "parallel plan: the gradient reduction");
   SG_TRY(sg_agree(comm, st));
   const size_t nb = (size_t)(p->nlocal + 1) * sizeof(float),
                ns = (size_t)(p->nstate + 1) * sizeof(float);
-  st = ag_mem_alloc(dev, nb, 0, (void **)&d[0]);
+  if (p->cfg.zero >= 2) /* the gradients' pieces on dev */
+    st = ag_mem_alloc(dev, ns, 1, (void **)&d[6]);
+  if (st == SG_OK && p->pack) { /* the gather's scratch on dev */
+    st = ag_mem_alloc(dev, (size_t)p->npack_max * sizeof(float), 0,
+                      (void **)&d[4]);
+    if (st == SG_OK)
+      st = ag_mem_alloc(dev, (size_t)p->npiece_max * sizeof(float), 0,
+                        (void **)&d[5]);
+  }
+  if (st == SG_OK) st = ag_mem_alloc(dev, nb, 0, (void **)&d[0]);
   if (st == SG_OK) st = ag_mem_alloc(dev, nb, 1, (void **)&d[1]);
   if (st == SG_OK) st = ag_mem_alloc(dev, ns, 0, (void **)&d[2]);
   if (st == SG_OK) st = ag_mem_alloc(dev, ns, 0, (void **)&d[3]);
@@ -675,16 +689,59 @@ sg_status sg_parallel_to_device(sg_parallel_t p, sg_device dev) {
   if (st == SG_OK) st = ag_mem_copy(dev, d[2], sg_device_host(), p->m, ns);
   if (st == SG_OK) st = ag_mem_copy(dev, d[3], sg_device_host(), p->v, ns);
   SG_TRY(sg_agree(comm, st));
-  /* one rank: nothing to reduce (the reducers work on host buffers) */
-  for (int k = 0; k < p->nspan; ++k) SG_TRY(sg_ddp_destroy(&p->span[k].ddp));
-  p->hooked_reductions = 0;
+  /* the DDP reducers on the device gradients: their buckets through the
+   * comm layer (NCCL on a GPU), the deterministic sum the host's
+   * fixed-order one on the device buffers (ag_sum_det: the same bits) */
+  st = SG_OK;
+  /* zero 1 on a device reduces by DDP's buckets, deterministic or not
+   * (the in-place reduce-scatters of its overlapped path are host code):
+   * the full gradients summed, then each rank updates its piece and the
+   * all-gather restores the parameters, on the device buffers */
+  if (p->cfg.zero == 1 && !p->hooked_reductions) {
+    made = calloc((size_t)p->nspan + 1, sizeof *made);
+    if (!made)
+      st = sg_error_set(SG_ERR_ALLOC, __FILE__, __LINE__,
+                        "parallel plan: out of memory");
+    for (int k = 0; k < p->nspan && st == SG_OK; ++k)
+      st = sg_ddp_create(p->mesh, p->l[p->span[k].layout].reduce_dims,
+                         d[1] + p->span[k].off, p->span[k].n,
+                         pl_bucket_elems(p), p->cfg.deterministic, &made[k]);
+  }
+  for (int k = 0; k < p->nspan && st == SG_OK; ++k) {
+    sg_ddp_t r = made ? made[k] : p->span[k].ddp;
+    if (r) st = sg_ddp_set_buffer(r, d[1] + p->span[k].off, dev);
+  }
+  SG_TRY(sg_agree(comm, st));
+  if (made) {
+    for (int k = 0; k < p->nspan; ++k) p->span[k].ddp = made[k];
+    free(made);
+    made = NULL;
+    p->hooked_reductions = 1;
+    p->hooked_rs = 0;
+  }
   sg_free(sg_device_host(), (void **)&p->grads);
+  if (d[4]) {
+    sg_free(sg_device_host(), (void **)&p->pack);
+    sg_free(sg_device_host(), (void **)&p->piece);
+    p->pack = d[4], p->piece = d[5];
+  }
+  if (d[6]) { /* zero 2 reduces each gradient when ready (reduce_piece_det) */
+    sg_free(sg_device_host(), (void **)&p->gpiece);
+    p->gpiece = d[6];
+    p->hooked_rs = 0;
+  }
   p->hparams = p->params, p->hm = p->m, p->hv = p->v;
   p->params = d[0], p->grads = d[1], p->m = d[2], p->v = d[3];
   p->dev = dev;
   return SG_OK;
 fail:
-  for (int k = 0; k < 4; ++k) ag_mem_free(dev, (void **)&d[k]);
+  for (int k = 0; made && k < p->nspan; ++k) (void)sg_ddp_destroy(&made[k]);
+  free(made);
+  for (int k = 0; k < p->nspan && !pl_on_device(p); ++k) /* back on the host */
+    if (p->span[k].ddp)
+      (void)sg_ddp_set_buffer(p->span[k].ddp, p->grads + p->span[k].off,
+                              sg_device_host());
+  for (int k = 0; k < 7; ++k) ag_mem_free(dev, (void **)&d[k]);
   return st;
 }
 
@@ -705,11 +762,22 @@ fail:
 
 /* ---- reduction, norm, step --------------------------------------------------- */
 
+/* n bytes from src to dst in the plan's buffers (host or its device). */
+static sg_status pl_copy(const struct sg_parallel *p, void *dst,
+                         const void *src, size_t n) {
+  if (!pl_on_device(p)) {
+    if (n) memcpy(dst, src, n);
+    return SG_OK;
+  }
+  return ag_mem_copy(p->dev, dst, p->dev, src, n);
+}
+
 /* The members of layout L between buf and pack, pack in ZeRO-group rank
  * order: rank r's rows of every member, members in table order
  * (to_pack: buf -> pack, else pack -> buf). */
-static void zero_pack(const struct sg_parallel *p, const pl_layout *L,
-                      float *buf, float *pack, int to_pack) {
+static sg_status zero_pack(const struct sg_parallel *p, const pl_layout *L,
+                           float *buf, float *pack, int to_pack) {
+  sg_status st = SG_OK;
   const int g = L->zero_g ? sg_group_size(L->zero_g) : 1;
   int64_t o = 0;
   for (int r = 0; r < g; ++r)
@@ -720,28 +788,29 @@ static void zero_pack(const struct sg_parallel *p, const pl_layout *L,
       split_rows(rows, g, r, &r0, &nr);
       float *b = buf + q->info.offset + r0 * q->row;
       const size_t nb = (size_t)(nr * q->row) * sizeof *pack;
-      if (to_pack)
-        memcpy(pack + o, b, nb);
-      else
-        memcpy(b, pack + o, nb);
+      SG_TRY(to_pack ? pl_copy(p, pack + o, b, nb)
+                     : pl_copy(p, b, pack + o, nb));
       o += nr * q->row;
     }
+fail:
+  return st;
 }
 
 /* This rank's pieces of layout L (members in table order) <-> buf. */
-static void piece_io(const struct sg_parallel *p, const pl_layout *L,
-                     float *buf, float *piece, int to_piece) {
+static sg_status piece_io(const struct sg_parallel *p, const pl_layout *L,
+                          float *buf, float *piece, int to_piece) {
+  sg_status st = SG_OK;
   int64_t o = 0;
   for (int j = 0; j < L->nmembers; ++j) {
     const pl_param *q = &p->p[L->members[j]];
     float *b = buf + q->info.offset + q->own_row0 * q->row;
     const size_t nb = (size_t)(q->own_rows * q->row) * sizeof *b;
-    if (to_piece)
-      memcpy(piece + o, b, nb);
-    else
-      memcpy(b, piece + o, nb);
+    SG_TRY(to_piece ? pl_copy(p, piece + o, b, nb)
+                    : pl_copy(p, b, piece + o, nb));
     o += q->own_rows * q->row;
   }
+fail:
+  return st;
 }
 
 /* HSDP: layout L's pieces summed over the data dims outside its ZeRO group
@@ -754,10 +823,10 @@ static sg_status rest_reduce(struct sg_parallel *p, const pl_layout *L) {
     float *b = p->gpiece + p->p[L->members[0]].moff;
     SG_TRY(sg_allreduce(L->rest_g, b, b, n, SG_DTYPE_F32, SG_REDUCE_SUM));
   } else {
-    piece_io(p, L, p->grads, p->piece, 1);
+    SG_TRY(piece_io(p, L, p->grads, p->piece, 1));
     SG_TRY(sg_allreduce(L->rest_g, p->piece, p->piece, n, SG_DTYPE_F32,
                         SG_REDUCE_SUM));
-    piece_io(p, L, p->grads, p->piece, 0);
+    SG_TRY(piece_io(p, L, p->grads, p->piece, 0));
   }
 fail:
   return st;
@@ -845,21 +914,24 @@ sg_status sg_parallel_step(sg_parallel_t p, int64_t t, double lr,
       float *w = p->ppiece ? p->ppiece + q->moff : p->params + o;
       const float *g = p->gpiece ? p->gpiece + q->moff : p->grads + o;
       if (n > 0)
-        SG_TRY(sg_adamw_step_f32(w, g, p->m + q->moff, p->v + q->moff, n, t, lr,
-                                 grad_scale, &p->cfg.adamw));
+        SG_TRY(pl_adamw(p, w, g, p->m + q->moff, p->v + q->moff, n, t, lr,
+                        grad_scale));
     }
     for (int k = 0; k < p->nl && p->cfg.zero <= 2;
          ++k) { /* zero 3 keeps the pieces */
       pl_layout *L = &p->l[k];
       if (!L->zero_g || sg_group_size(L->zero_g) == 1) continue;
       const int me = sg_group_rank(L->zero_g);
-      piece_io(p, L, p->params, p->piece, 1);
+      SG_TRY(piece_io(p, L, p->params, p->piece, 1));
       SG_TRY(sg_allgatherv(L->zero_g, p->piece, L->counts[me], p->pack,
                            L->counts, NULL, SG_DTYPE_F32));
-      zero_pack(p, L, p->params, p->pack, 0);
+      SG_TRY(zero_pack(p, L, p->params, p->pack, 0));
     }
   }
-  if (p->gpiece)
+  if (p->gpiece && pl_on_device(p))
+    SG_TRY(
+        ag_mem_zero(p->dev, p->gpiece, (size_t)p->nstate * sizeof *p->gpiece));
+  else if (p->gpiece)
     memset(p->gpiece, 0, (size_t)p->nstate * sizeof *p->gpiece);
   else if (pl_on_device(p))
     SG_TRY(ag_mem_zero(p->dev, p->grads, (size_t)p->nlocal * sizeof *p->grads));
@@ -912,7 +984,10 @@ sg_status sg_parallel_check_replicas(sg_parallel_t p, int64_t step) {
   if (!p)
     return sg_error_set(SG_ERR_INVALID_ARG, __FILE__, __LINE__,
                         "sg_parallel_check_replicas: NULL plan");
-  if (pl_on_device(p)) return SG_OK; /* one rank: no replicas */
+  if (pl_on_device(p)) /* the checksums of host copies */
+    st = ag_mem_copy(sg_device_host(), p->hparams, p->dev, p->params,
+                     (size_t)p->nlocal * sizeof(float));
+  SG_TRY(sg_agree(sg_mesh_comm(p->mesh), st));
   lo = malloc((size_t)(p->np + 1) * sizeof *lo);
   hi = malloc((size_t)(p->np + 1) * sizeof *hi);
   if (!lo || !hi)
@@ -924,7 +999,8 @@ sg_status sg_parallel_check_replicas(sg_parallel_t p, int64_t step) {
     lo[i] = hi[i] = p->ppiece
                         ? fnv1a(p->ppiece + q->moff,
                                 (size_t)(q->own_rows * q->row) * sizeof(float))
-                        : fnv1a(p->params + q->info.offset,
+                        : fnv1a((pl_on_device(p) ? p->hparams : p->params) +
+                                    q->info.offset,
                                 (size_t)q->info.numel * sizeof(float));
   }
   for (

@@ -3,6 +3,7 @@
  * marks, attach and micro-batches (see sg_parallel.h, parallel_impl.h). */
 #include "parallel_impl.h"
 
+#include "autograd_impl.h" /* ag_mem_*, ag_sum_det: a device plan */
 #include "sg_decomp.h"
 #include "sg_device.h"
 
@@ -313,21 +314,30 @@ fail:
   return st;
 }
 
-/* zero >= 2, deterministic: the fixed-order all-reduce of q's full gradient
- * over the whole group (DDP's bits), its rows added to the piece, the full
- * gradient freed. */
+/* zero >= 2, deterministic (or on a device): the all-reduce of q's full
+ * gradient over the whole group, its rows added to the piece, the full
+ * gradient freed. Deterministic: the fixed-order sum (DDP's bits; on a
+ * device the same sum on the device buffers, ag_sum_det); a device plan
+ * not deterministic: the comm layer's all-reduce (NCCL on a GPU; the
+ * host's overlapped in-place reduce-scatters are host code). */
 static sg_status reduce_piece_det(struct sg_parallel *p, pl_param *q) {
   sg_status st = SG_OK;
   const pl_layout *L = &p->l[q->layout];
   const int64_t n = q->own_rows * q->row;
-  if (sg_group_size(L->reduce_g) > 1)
-    SG_TRY(sg_allreduce_det(L->reduce_g, q->gfull, q->gfull, q->info.numel,
-                            SG_DTYPE_F32, SG_REDUCE_SUM));
+  if (sg_group_size(L->reduce_g) > 1 && p->cfg.deterministic)
+    SG_TRY(ag_sum_det(L->reduce_g, p->dev, SG_DTYPE_F32, q->info.numel,
+                      q->gfull, q->gfull));
+  else if (sg_group_size(L->reduce_g) > 1)
+    SG_TRY(sg_allreduce(L->reduce_g, q->gfull, q->gfull, q->info.numel,
+                        SG_DTYPE_F32, SG_REDUCE_SUM));
   const float *src = q->gfull + q->own_row0 * q->row;
   float *dst = p->gpiece + q->moff;
-  for (int64_t k = 0; k < n; ++k) dst[k] += src[k];
+  if (p->dev.kind != SG_DEVICE_HOST)
+    SG_TRY(ag_dev_add(p->dev, SG_DTYPE_F32, n, dst, src, dst));
+  else
+    for (int64_t k = 0; k < n; ++k) dst[k] += src[k];
 fail:
-  sg_free(sg_device_host(), (void **)&q->gfull);
+  ag_mem_free(p->dev, (void **)&q->gfull);
   return st;
 }
 
@@ -344,8 +354,8 @@ static sg_status on_pre_backward(sg_var *v, void *user) {
     SG_TRY(pl_rs_drain(
         p));           /* still in flight from a backward without begin_micro */
   if (!v->grad.data) { /* the full gradient until it is ready */
-    SG_TRY(sg_calloc(sg_device_host(), (size_t)q->info.numel * sizeof(float),
-                     (void **)&q->gfull));
+    SG_TRY(ag_mem_alloc(p->dev, (size_t)q->info.numel * sizeof(float), 1,
+                        (void **)&q->gfull));
     v->grad.data = q->gfull;
   }
 fail:
@@ -364,7 +374,9 @@ static sg_status on_grad_ready(sg_var *v, void *user) {
                           "parallel plan: '%s' has no gradient", q->name);
     v->grad.data =
         NULL; /* the tape is done with it; the buffer lives until the reduction completes */
-    return p->cfg.deterministic ? reduce_piece_det(p, q) : pl_rs_start(p, i);
+    return p->cfg.deterministic || p->dev.kind != SG_DEVICE_HOST
+               ? reduce_piece_det(p, q)
+               : pl_rs_start(p, i);
   }
   if (p->micro != p->nmicro - 1) return SG_OK; /* no_sync */
   if (p->hooked_rs) return pl_rs_start(p, i);
@@ -471,8 +483,7 @@ sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape,
       SG_RAISE(SG_ERR_NOT_SUPPORTED,
                "sg_parallel_attach: variable %d ('%s') is on %s:%d, the "
                "plan's parameters, gradients and optimizer state on %s:%d "
-               "(a device plan: sg_parallel_to_device, one rank, zero 0, "
-               "f32)",
+               "(a device plan: sg_parallel_to_device, zero 0-2, f32)",
                i, p->p[i].name, sg_device_kind_name(vars[i]->value.device.kind),
                vars[i]->value.device.index, sg_device_kind_name(p->dev.kind),
                p->dev.index);
@@ -489,7 +500,7 @@ sg_status sg_parallel_attach(sg_parallel_t p, sg_tape_t tape,
       p->p[i].var->grad.data = NULL;
       p->p[i].var->owns_grad = 0;
     }
-    sg_free(h, (void **)&p->grads);
+    ag_mem_free(p->dev, (void **)&p->grads);
   }
   if (p->cfg.zero >= 3) { /* parameters too: each rank keeps its pieces */
     for (int i = 0; i < p->np; ++i) {

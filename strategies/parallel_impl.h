@@ -34,6 +34,7 @@ typedef struct pl_param {
  * layout, with its DDP reducer. */
 typedef struct pl_span {
   int64_t off, n;
+  int layout; /* its parameters' layout */
   sg_ddp_t ddp;
 } pl_span;
 
@@ -70,7 +71,8 @@ struct sg_parallel {
   sg_var **var_sorted;           /* attached variables by address */
   int *var_index;
   int attached;
-  float *pack, *piece; /* ZeRO scratch: npack max, counts max */
+  float *pack, *piece;           /* ZeRO scratch: npack max, counts max */
+  int64_t npack_max, npiece_max; /* their sizes (floats) */
   int micro, nmicro;
   int hooked_reductions; /* DDP reducers get grad-ready marks */
   int hooked_rs; /* zero >= 1, not deterministic: grad-ready starts reduce-scatters */

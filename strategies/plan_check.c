@@ -15,6 +15,7 @@
 #include "sg_autograd.h"
 #include "sg_decomp.h"
 #include "sg_model.h"
+#include "sg_op_device.h"
 #include "sg_pipeline.h"
 #include "plan_impl.h"
 
@@ -601,10 +602,11 @@ static void check_model(const sg_plan_problem *pb, const sg_model_config *mc,
   if (pw > 1) check_windows(pb, mc, 1, pw, w);
 }
 
-/* device = cuda (sg-train's `device` key): a one-GPU run, one process, so
- * far; what it cannot do yet, by name. */
-static void check_device(const sg_plan_problem *pb, const sg_plan_mesh *m,
-                         why_buf *w) {
+/* device = cuda (sg-train's `device` key): one GPU per rank (the
+ * node-local rank's), any mesh of dp, h, w, d and tp whose model's ops run
+ * on sharded device variables; what it cannot do yet, by name. */
+static void check_device(const sg_plan_problem *pb, const sg_model_config *mc,
+                         const sg_plan_mesh *m, why_buf *w) {
   sg_kv_t kv = pb->cfg;
   const char *d = sg_kv_str(kv, "device");
   if (!strcmp(d, "host")) return;
@@ -612,17 +614,50 @@ static void check_device(const sg_plan_problem *pb, const sg_plan_mesh *m,
     why_add(w, "device must be host or cuda, not '%s'", d);
     return;
   }
-  const int ranks = pb->ranks > 0 ? pb->ranks : sg_plan_mesh_ranks(m);
-  if (ranks > 1)
+  /* the models whose ops have device paths (sg_model_i.device_ok) */
+  if ((int)mc->kind >= 0 && mc->kind != SG_MODEL_FNO &&
+      mc->kind != SG_MODEL_FNO3D && mc->kind != SG_MODEL_CNN)
+    why_add(w, "device = cuda runs the fno, fno3d and cnn so far, not the %s",
+            sg_model_kind_name(mc->kind));
+  /* the strategies whose buffers are host code */
+  static const char *const host_dims[] = {"pp", "sp", "cp", "ep"};
+  for (size_t k = 0; k < sizeof host_dims / sizeof *host_dims; ++k)
+    if (sg_plan_mesh_dim(m, host_dims[k]) > 1)
+      why_add(w,
+              "device = cuda with %s = %d is not supported yet (%s on "
+              "devices: issue 22)",
+              host_dims[k], sg_plan_mesh_dim(m, host_dims[k]),
+              k == 0 ? "the pipeline's stages and transfers are host code"
+                     : "the model's sequence and expert splits do not run");
+  /* the loss over a split batch or domain is the distributed loss (sg-train,
+   * sg_train_ar_loss): on the device when the op device table says so */
+  const int dsplit = sg_plan_mesh_dim(m, "dp") * sg_plan_mesh_dim(m, "fsdp"),
+            gsplit = sg_plan_mesh_dim(m, "h") * sg_plan_mesh_dim(m, "w") *
+                     sg_plan_mesh_dim(m, "d");
+  const sg_op_device *dl = sg_op_device_find("dist_loss");
+  const char *dl_why = !dl ? "not in the op device table"
+                       : !sg_op_device_on_cuda(dl) ? dl->host_only
+                       : gsplit > 1 ? sg_op_device_sharded_why("dist_loss")
+                                    : NULL;
+  if ((dsplit > 1 || gsplit > 1) && dl_why)
     why_add(w,
-            "device = cuda trains in one process so far, not %d ranks (the "
-            "gradient reductions and the plan need NCCL on device buffers; "
-            "issue 22)",
-            ranks);
-  if (sg_plan_int(pb, "zero") != 0)
+            "device = cuda with the batch or the domain split (dp x fsdp = %d, "
+            "h x w x d = %d): the distributed loss (dist_loss) does not run on "
+            "devices yet: %s",
+            dsplit, gsplit, dl_why);
+  /* the FNO's spectral layers on a split domain: the distributed FFT's
+   * transposes on device buffers (the op device table says when) */
+  const char *spec = sg_op_device_sharded_why("spectral_conv");
+  if ((mc->kind == SG_MODEL_FNO || mc->kind == SG_MODEL_FNO3D) && gsplit > 1 &&
+      spec)
     why_add(w,
-            "device = cuda with zero = %lld is not supported yet (zero 0 "
-            "only)",
+            "device = cuda: the %s on a split domain (h x w x d = %d ranks) "
+            "runs its spectral layers on sharded device variables: %s",
+            sg_model_kind_name(mc->kind), gsplit, spec);
+  if (sg_plan_int(pb, "zero") >= 3)
+    why_add(w,
+            "device = cuda with zero = %lld is not supported yet (zero 0-2: "
+            "the parameters' gathers and their prefetch are host code)",
             (long long)sg_plan_int(pb, "zero"));
   if (strcmp(sg_kv_str(kv, "param_dtype"), "f32"))
     why_add(w,
@@ -660,7 +695,7 @@ sg_status sg_plan_check(const sg_plan_problem *pb, const sg_plan_mesh *m,
   check_sp(pb, &mc, m, &w);
   check_plan(pb, &mc, m, &w);
   check_batch(pb, m, &w);
-  check_device(pb, m, &w);
+  check_device(pb, &mc, m, &w);
   if ((int)mc.kind >= 0) check_model(pb, &mc, m, &w);
   if (!w.n) return SG_OK;
   char spec[128], head[256];

@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "sg_device.h"
 #include "sg_mesh.h"
 #include "sg_shardtensor.h"
 #include "sg_status.h"
@@ -43,6 +44,15 @@ sg_status sg_ddp_create(sg_mesh_t mesh, unsigned dim_mask, float *grad,
                         int64_t n, int64_t bucket_elems, int deterministic,
                         sg_ddp_t *ddp);
 sg_status sg_ddp_destroy(sg_ddp_t *ddp);
+
+/* The reducer's buffer moved: grad[0..n) (the same n) on dev from now on
+ * (a device plan, sg_parallel_to_device). On a device the buckets go
+ * through the comm layer on the device buffers (NCCL on a GPU); the
+ * deterministic sum is the host's fixed-order one, the same blocks and
+ * rank-order adds on the device (the host's bits). SG_ERR_NOT_SUPPORTED
+ * when the group's device buffers can go neither through NCCL nor a
+ * CUDA-aware MPI. No reduction may be in flight. Not collective. */
+sg_status sg_ddp_set_buffer(sg_ddp_t ddp, float *grad, sg_device dev);
 
 /* Start a new backward (all elements not ready). Not collective. */
 sg_status sg_ddp_begin(sg_ddp_t ddp);

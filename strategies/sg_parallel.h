@@ -171,19 +171,32 @@ sg_status sg_parallel_create(sg_mesh_t mesh, const sg_parallel_config *cfg,
  * reduction is in flight on other ranks). */
 sg_status sg_parallel_destroy(sg_parallel_t *plan);
 
-/* The plan on a device (one GPU; issue 22): after sg_parallel_create,
- * the model bound to the host buffers and initialised, and before
+/* The plan on a device (issue 22): after sg_parallel_create, the model
+ * bound to the host buffers and initialised, and before
  * sg_parallel_attach, moves the parameters (copied), the gradients and the
  * AdamW moments to dev. sg_parallel_params/grads then return the device
  * buffers: bind the model to them again and sg_model_set_device it. The
- * gradients stay on the device; sg_parallel_reduce sums the norm's squares
- * there (only the norm comes back) and sg_parallel_step runs AdamW there;
- * checkpoint arrays are host copies (sg_parallel_ckpt_arrays copies the
- * state to the host when writing; sg_parallel_ckpt_loaded copies a read
- * back), so the file format is the host's. One rank, zero 0, f32 only:
- * more ranks, ZeRO and the bf16 policy are SG_ERR_NOT_SUPPORTED naming
- * what, on every rank alike (before any device call). dev: host is a
- * no-op. Collective over the mesh. */
+ * gradients stay on the device: the DDP buckets are reduced on the device
+ * buffers through the comm layer (NCCL on a GPU: sg_mesh_enable_nccl
+ * first; MPI where the buffers are host memory, the tests' faked device),
+ * in deterministic mode by the host's fixed-order sum on the device
+ * buffers (the same blocks and rank-order adds: the host plan's bits);
+ * sg_parallel_reduce sums the norm's squares there (only the norm comes
+ * back, summed over the ranks as on the host) and sg_parallel_step runs
+ * AdamW there; checkpoint arrays and the replica check's checksums use
+ * host copies (sg_parallel_ckpt_arrays copies the state to the host when
+ * writing; sg_parallel_ckpt_loaded copies a read back), so the file format
+ * is the host's. ZeRO on a device sums whole gradients (the host's
+ * overlapped in-place reduce-scatters are host code): zero 1 by DDP's
+ * buckets, zero 2 each gradient when it is ready (its full buffer on the
+ * device until then, the rows added to the device piece), deterministic
+ * or not; then the pieces' AdamW and the all-gather of the parameters on
+ * the device buffers. Any mesh of this plan's roles with zero 0-2 and
+ * f32: zero 3 and the bf16 policy are SG_ERR_NOT_SUPPORTED naming what,
+ * and so are
+ * device buffers the mesh's groups can move neither through NCCL nor a
+ * CUDA-aware MPI, on every rank alike (before any device call but the
+ * allocation). dev: host is a no-op. Collective over the mesh. */
 sg_status sg_parallel_to_device(sg_parallel_t plan, sg_device dev);
 /* The plan's device (host unless sg_parallel_to_device). */
 sg_device sg_parallel_device(sg_parallel_t plan);

@@ -154,10 +154,15 @@ const sg_kv_key sg_train_keys[] = {
      "ranks' processes, all threads, summed)"},
     {"log_level", SG_KV_STRING, "info", "error | warn | info | debug"},
     {"device", SG_KV_STRING, "host",
-     "host | cuda: cuda trains on one GPU (one process; the GPU of the "
-     "node-local rank): parameters, gradients, AdamW state, the grid "
-     "channels and each batch on the device, the loss read back for the "
-     "log; fno, fno3d, cnn; zero 0, f32, unmasked data"},
+     "host | cuda: cuda trains on one GPU per rank (the node-local rank's, "
+     "or device_index): parameters, gradients, AdamW state, the grid "
+     "channels and each batch on the device, gradients reduced there "
+     "(NCCL), the loss read back for the log; fno, fno3d, cnn; dp, h, w, "
+     "tp (the fno: no h/w split yet); zero 0-2, f32, unmasked data"},
+    {"device_index", SG_KV_INT, "-1",
+     "device = cuda: the GPU of this process among those it sees (-1: its "
+     "node-local rank's, one rank per GPU); two ranks of a node on one GPU "
+     "are refused"},
     {"loss_weighting", SG_KV_STRING, "none",
      "none | latitude (cos(lat) weights in the loss; climate data)"},
 };

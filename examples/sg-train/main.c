@@ -463,7 +463,7 @@ static sg_status make_plan(run_t *r) {
   SG_TRY(sg_model_bind(r->model, sg_parallel_params(r->plan),
                        sg_parallel_grads(r->plan)));
   SG_TRY(sg_model_init(r->model, seed));
-  if (r->dev.kind != SG_DEVICE_HOST) { /* device = cuda: one process */
+  if (r->dev.kind != SG_DEVICE_HOST) { /* device = cuda: one GPU per rank */
     SG_TRY(sg_parallel_to_device(r->plan, r->dev));
     SG_TRY(sg_model_bind(r->model, sg_parallel_params(r->plan),
                          sg_parallel_grads(r->plan)));
@@ -519,19 +519,44 @@ fail:
   return st;
 }
 
-/* device = cuda: the GPU of this rank (the node-local rank's). What a
- * one-GPU run cannot do yet is refused by sg_plan_check (check_mesh), with
- * the mesh's other problems, before this runs. Collective. */
+/* device = cuda: the GPU of this rank, one rank per GPU: the node-local
+ * rank's (MPI_Comm_split_type shared, modulo the GPUs it sees), or
+ * device_index; two ranks of a node on one GPU are refused, naming the
+ * counts (NCCL puts no two ranks on one GPU). What device runs cannot do
+ * yet is refused by sg_plan_check (check_mesh), with the mesh's other
+ * problems, before this runs. Collective. */
 static sg_status pick_device(run_t *r) {
   sg_status st = SG_OK;
   r->dev = sg_device_host();
   if (strcmp(sg_kv_str(r->kv, "device"), "cuda")) return SG_OK;
-  int idx = -1;
+  const int64_t want = sg_kv_int(r->kv, "device_index");
+  int idx = -1, ndev = 0, share = 1, local = 1;
+  st = sg_device_count(SG_DEVICE_CUDA, &ndev);
+  if (st == SG_OK && want >= ndev && ndev > 0)
+    st = sg_error_set(SG_ERR_CONFIG, __FILE__, __LINE__,
+                      "device_index = %lld: this process sees %d CUDA "
+                      "device(s) (0 .. %d)",
+                      (long long)want, ndev, ndev - 1);
+  SG_TRY(sg_agree(MPI_COMM_WORLD, st));
+  sg_cuda_device_pin(want >= 0 ? (int)want : -1);
   SG_TRY(sg_cuda_device_local(MPI_COMM_WORLD, &idx));
+  SG_TRY(sg_node_rank(MPI_COMM_WORLD, NULL, &local));
+  SG_TRY(sg_cuda_device_sharing(MPI_COMM_WORLD, idx, &share));
   if (idx < 0)
-    SG_RAISE(SG_ERR_NOT_SUPPORTED,
-             "device = cuda: no CUDA device visible to this process%s",
-             SG_HAVE_CUDA ? "" : " (built without CUDA: the cuda preset)");
+    st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "device = cuda: no CUDA device visible to this "
+                      "process%s",
+                      SG_HAVE_CUDA ? ""
+                                   : " (built without CUDA: the cuda preset)");
+  else if (share > 1)
+    st = sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__,
+                      "device = cuda: %d ranks of this node would share GPU "
+                      "%d (%d rank(s) on the node, %d GPU(s) visible to each): "
+                      "one rank per GPU; run at most as many ranks per node "
+                      "as GPUs, or give each rank its own GPU "
+                      "(CUDA_VISIBLE_DEVICES or device_index)",
+                      share, idx, local, ndev);
+  SG_TRY(sg_agree(MPI_COMM_WORLD, st));
   r->dev = (sg_device){SG_DEVICE_CUDA, idx};
   SG_TRY(sg_device_check(r->dev));
   char name[128] = "";
@@ -540,6 +565,19 @@ static sg_status pick_device(run_t *r) {
     sg_log_info("device cuda:%d (%s, %.1f GiB)", idx, name,
                 (double)mem / (1024.0 * 1024.0 * 1024.0));
 fail:
+  return st;
+}
+
+/* device = cuda on several ranks: the mesh's groups move device buffers
+ * through NCCL (or, built without it, a CUDA-aware MPI). Collective. */
+static sg_status device_comm(run_t *r) {
+  if (r->dev.kind == SG_DEVICE_HOST || r->size == 1) return SG_OK;
+  const sg_status st = sg_mesh_enable_nccl(r->mesh);
+  if (st == SG_OK) return SG_OK;
+  if (st == SG_ERR_NOT_SUPPORTED && sg_mpi_cuda_aware() == 1) {
+    sg_log_info("device = cuda: no NCCL; the MPI is CUDA-aware");
+    return SG_OK;
+  }
   return st;
 }
 
@@ -579,6 +617,7 @@ static sg_status setup(run_t *r) {
   SG_TRY(sg_agree(MPI_COMM_WORLD, check_mesh(kv, spec, r->size, ny, nx, nv)));
   SG_TRY(pick_device(r));
   SG_TRY(sg_mesh_create(MPI_COMM_WORLD, spec, &r->mesh));
+  SG_TRY(device_comm(r));
   SG_TRY(sg_agree(MPI_COMM_WORLD, sg_train_pp_check(kv, r->mesh)));
   SG_TRY(sg_agree(MPI_COMM_WORLD, check_rollout(r, kv, r->mesh)));
   r->smesh = r->mesh;

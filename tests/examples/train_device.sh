@@ -6,7 +6,8 @@
 # against FFTW/the host GEMM over 10 AdamW steps); then a cuda run stopped
 # at step 5 with its checkpoint, resumed on the host (the same file
 # format), steps 6-10 within 1e-3 of the cuda run. Exit 77 without a CUDA
-# device (1 with SG_REQUIRE_GPU, as tools/test-gpu sets).
+# device (1 with SG_REQUIRE_GPU, as tools/test-gpu sets). With two GPUs or
+# more also the CNN over tp=2, one rank per GPU, against the host.
 #   train_device.sh BIN_DIR MPIEXEC WORK_DIR SRC_DIR
 set -eu
 bin=$1 mpiexec=$2 work=$3 src=$4
@@ -52,4 +53,22 @@ sys.exit(1 if bad or sorted(oth) != list(range(6, 11)) else 0)
 PY
   echo "$model: cuda against the host, and a cuda checkpoint resumed on the host: ok"
 done
+# two GPUs: the CNN over tp=2, one rank per GPU (its tp collectives and the
+# plan on device buffers over NCCL) against the host on the same mesh (a
+# split batch or domain waits for dist_loss on the device: sg_plan_check)
+if [ "$ndev" -ge 2 ]; then
+  common="--model cnn --data ns32.nc --steps 10 --batch 2 --width 8 --blocks 1
+          --groups 2 --history 2 --test-samples 2 --clip 1 --deterministic
+          --mesh tp=2 --log-every 1000 --log-level warn"
+  for dev in host cuda; do
+    # shellcheck disable=SC2086
+    if ! "$mpiexec" -n 2 "$bin/sg-train" $common --device $dev \
+         --metrics "cnn_tp2_$dev.jsonl" >"cnn_tp2_$dev.log" 2>&1; then
+      cat "cnn_tp2_$dev.log"; echo "FAILED: cnn tp=2 --device $dev"; exit 1
+    fi
+  done
+  $cmp cnn_tp2_host.jsonl cnn_tp2_cuda.jsonl 1e-3
+  $cmp cnn_tp2_host.jsonl cnn_tp2_cuda.jsonl 1e-3 --eval
+  echo "cnn tp=2 on two GPUs against the host: ok"
+fi
 echo "train_device: PASSED"

@@ -31,6 +31,17 @@ int main(int argc, char **argv) {
   SG_REQUIRE_OK(sg_cuda_device_local(MPI_COMM_WORLD, &dev));
   SG_CHECK(dev == (ndev ? sg_test_rank % ndev : -1),
            "cuda device %d with %d devices", dev, ndev);
+  /* one rank per GPU (sg-train device = cuda): every rank of the node on
+   * the same index shares it; distinct indices do not; a pinned index */
+  int share = 0;
+  SG_REQUIRE_OK(sg_cuda_device_sharing(MPI_COMM_WORLD, 0, &share));
+  SG_CHECK(share == sg_test_size, "index 0 everywhere: %d sharing", share);
+  SG_REQUIRE_OK(sg_cuda_device_sharing(MPI_COMM_WORLD, sg_test_rank, &share));
+  SG_CHECK(share == 1, "one index per rank: %d sharing", share);
+  sg_cuda_device_pin(0);
+  SG_REQUIRE_OK(sg_cuda_device_local(MPI_COMM_WORLD, &dev));
+  SG_CHECK(dev == (ndev ? 0 : -1), "pinned to 0: device %d", dev);
+  sg_cuda_device_pin(-1);
 #ifdef _OPENMP
   SG_CHECK(nth == expect,
            "auto: %d threads with %ld cores and %d ranks, expected %d", nth,

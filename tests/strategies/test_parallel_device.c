@@ -8,12 +8,22 @@
  *   the move (a new allocation, counted); gather_param; checkpoint arrays
  *   (host copies filled when writing, the file format's names and boxes
  *   unchanged) and sg_parallel_ckpt_loaded copying a read back; attach
- *   refusing host variables on a device plan (and a second move); zero 1
+ *   refusing host variables on a device plan (and a second move); zero 3
  *   and bf16 refused by name. sg_model_set_device: the FNO's grid
  *   channels copied to the device and its parameters marked; the U-Net
  *   refused by name. The multi-step loss on a device refusing masks by
  *   name before any copy.
- *   2+ ranks: the move refused on every rank (one process only), no hang.
+ *   2-4 ranks (mesh_case): dp=2, h=2, w=2, tp=2; dp=3, h=3, w=3; dp=2,h=2,
+ *   h=2,w=2, dp=2,tp=2, tp=2,w=2, dp=4, deterministic and not: the device
+ *   plan's DDP reductions (buckets on the "device" gradients through the
+ *   comm layer: MPI here, NCCL on a GPU; deterministic: the host's
+ *   fixed-order sum on the device buffers), norm, AdamW and checkpoint
+ *   arrays against the host plan's, bit for bit over three steps; ZeRO-1
+ *   on fsdp=2, fsdp=3, dp=2,fsdp=2, fsdp=2,tp=2, fsdp=4 (the pieces'
+ *   AdamW and the all-gather on the device buffers): deterministic bit for
+ *   bit, not deterministic within 1e-5 (the host reduce-scatters, the
+ *   device sums by DDP's buckets); ZeRO-3 refused by name on every rank,
+ *   no hang.
  * Label core: the cuda build runs it too (no GPU needed). */
 #include <math.h>
 #include <mpi.h>
@@ -184,10 +194,10 @@ static void one_rank(void) {
   /* ZeRO and bf16: refused by name before any allocation */
   sg_mesh_t fm = NULL;
   OK(sg_mesh_create(MPI_COMM_WORLD, "fsdp=1", &fm));
-  OK(plan(fm, 1, SG_DTYPE_F32, &D));
+  OK(plan(fm, 3, SG_DTYPE_F32, &D));
   sg_status s = sg_parallel_to_device(D, CU);
-  CHECK(s == SG_ERR_NOT_SUPPORTED && strstr(sg_last_error(), "zero = 1"),
-        "zero 1 on a device: %d %s", (int)s, sg_last_error());
+  CHECK(s == SG_ERR_NOT_SUPPORTED && strstr(sg_last_error(), "zero = 3"),
+        "zero 3 on a device: %d %s", (int)s, sg_last_error());
   OK(sg_parallel_destroy(&D));
   OK(plan(mesh, 0, SG_DTYPE_BF16, &D));
   s = sg_parallel_to_device(D, CU);
@@ -260,28 +270,163 @@ static void one_rank(void) {
   sg_mesh_destroy(&mesh);
 }
 
+/* Several ranks: mesh spec over the world, a plan on the host and the same
+ * plan on the faked cuda:0, the same gradients on both (different on every
+ * rank of a data dim, the same over tp for the replicated parameter, as
+ * the model's conjugate ops make them), three steps: the norm, the
+ * parameters and the checkpoint arrays bit for bit; the replica check on
+ * the device plan. Parameter "b" is Shard over tp where there is one (its
+ * box a slice of a larger global). Small buckets (4 floats): several per
+ * span, the last one short. */
+static void mesh_case(const char *spec, int deterministic, int zero) {
+  sg_mesh_t mesh = NULL;
+  OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  if (!mesh) return;
+  int tpd = -1, key = 0;
+  for (int d = 0; d < sg_mesh_ndims(mesh); ++d)
+    if (!strcmp(sg_mesh_dim_name(mesh, d), "tp"))
+      tpd = d;
+    else /* this rank's place among the data ranks (tp ranks alike) */
+      key = key * sg_mesh_dim_size(mesh, d) + sg_mesh_coord(mesh, d);
+  sg_param_info t[2];
+  table(t);
+  if (tpd >= 0) {
+    const int tps = sg_mesh_dim_size(mesh, tpd), c = sg_mesh_coord(mesh, tpd);
+    t[1].global_shape[0] = NB * tps;
+    t[1].start[0] = NB * c;
+    t[1].shard_dims = 1u << tpd;
+  }
+  sg_parallel_config c = sg_parallel_defaults();
+  c.deterministic = deterministic;
+  c.zero = zero;
+  c.bucket_bytes = 4 * sizeof(float);
+  sg_parallel_t H = NULL, D = NULL;
+  OK(sg_parallel_create(mesh, &c, 2, t, NL, &H));
+  OK(sg_parallel_create(mesh, &c, 2, t, NL, &D));
+  if (!H || !D) goto out;
+  const int c1 = tpd >= 0 ? sg_mesh_coord(mesh, tpd) : 0;
+  for (int i = 0; i < NL; ++i) /* b differs over tp: its boxes */
+    sg_parallel_params(H)[i] = sg_parallel_params(D)[i] = (float)sin(
+        0.7 * i + 0.3 + (i >= NA ? 0.1 * c1 : 0.0));
+  ag_fake_cuda = 1;
+  OK(sg_parallel_to_device(D, CU));
+  sg_var hv[2], dv[2], *hp[2], *dp[2];
+  bind(H, hv, hp);
+  bind(D, dv, dp);
+  sg_tape_t th = NULL, td = NULL;
+  OK(sg_tape_create(&th));
+  OK(sg_tape_create(&td));
+  OK(sg_parallel_attach(H, th, hp));
+  OK(sg_parallel_attach(D, td, dp));
+  for (int64_t s = 1; s <= 3; ++s) {
+    for (int i = 0; i < NL; ++i) {
+      const double r = i >= NA ? 10.0 * key + 3.0 * c1 : 10.0 * key;
+      sg_parallel_grads(H)[i] = sg_parallel_grads(D)[i] =
+          (float)(cos(1.3 * i + (double)s + 0.37 * r) * (double)(s * 4) / 3.0);
+    }
+    double nh = 0, nd = 0;
+    OK(sg_parallel_begin_micro(H, 0, 1));
+    OK(sg_parallel_begin_micro(D, 0, 1));
+    OK(sg_parallel_reduce(H, &nh));
+    OK(sg_parallel_reduce(D, &nd));
+    /* zero 1 not deterministic: the host reduce-scatters, the device sums
+     * by DDP's buckets (another order: rounding apart) */
+    const int exact = zero == 0 || deterministic;
+    CHECK(exact ? nh == nd && nh > 0 : fabs(nh - nd) <= 1e-6 * nh,
+          "%s zero %d det %d step %lld: norm %.17g (host %.17g)", spec, zero,
+          deterministic, (long long)s, nd, nh);
+    CHECK(!exact || !memcmp(sg_parallel_grads(D), sg_parallel_grads(H),
+                            NL * sizeof(float)),
+          "%s det %d step %lld: the reduced gradients differ from the host "
+          "plan's",
+          spec, deterministic, (long long)s);
+    OK(sg_parallel_step(H, s, 1e-2, sg_clip_scale(nh, 1.0)));
+    OK(sg_parallel_step(D, s, 1e-2, sg_clip_scale(nd, 1.0)));
+    double dmax = 0.0;
+    for (int i = 0; i < NL; ++i)
+      dmax = fmax(dmax, fabs((double)sg_parallel_params(D)[i] -
+                             (double)sg_parallel_params(H)[i]));
+    CHECK(exact ? !memcmp(sg_parallel_params(D), sg_parallel_params(H),
+                          NL * sizeof(float))
+                : dmax <= 1e-5,
+          "%s zero %d det %d step %lld: parameters differ from the host "
+          "plan's (max %.3g)",
+          spec, zero, deterministic, (long long)s, dmax);
+    OK(sg_parallel_check_replicas(D, s));
+  }
+  { /* checkpoints: the host plan's arrays (writers, boxes, values) */
+    sg_ckpt_array *ah = NULL, *ad = NULL;
+    int nah = 0, nad = 0;
+    OK(sg_parallel_ckpt_arrays(H, 1, &ah, &nah));
+    OK(sg_parallel_ckpt_arrays(D, 1, &ad, &nad));
+    int same = nah == nad && nah == 6;
+    for (int k = 0; same && k < nah; ++k) {
+      const int64_t n = ah[k].shard.count[0] *
+                        (ah[k].shard.ndims > 1 ? ah[k].shard.count[1] : 1);
+      same = !strcmp(ah[k].name, ad[k].name) &&
+             ah[k].shard.start[0] == ad[k].shard.start[0] &&
+             ah[k].shard.count[0] == ad[k].shard.count[0] &&
+             (!(zero == 0 || deterministic) ||
+              !memcmp(ah[k].data, ad[k].data, (size_t)n * sizeof(float)));
+    }
+    CHECK(same, "%s: checkpoint arrays of the device plan differ", spec);
+  }
+  sg_tape_destroy(&th);
+  sg_tape_destroy(&td);
+  for (int i = 0; i < 2; ++i) sg_var_release(&hv[i]), sg_var_release(&dv[i]);
+out:
+  ag_fake_cuda = 0;
+  OK(sg_parallel_destroy(&H));
+  OK(sg_parallel_destroy(&D));
+  sg_mesh_destroy(&mesh);
+}
+
+/* ZeRO-3 on a device over several ranks: refused by name on every rank, no
+ * hang, the plan still usable on the host. */
+static void zero_refused(int size) {
+  char spec[32];
+  snprintf(spec, sizeof spec, "fsdp=%d", size);
+  sg_mesh_t mesh = NULL;
+  sg_parallel_t p = NULL;
+  OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  OK(plan(mesh, 3, SG_DTYPE_F32, &p));
+  ag_fake_cuda = 1;
+  const sg_status s = sg_parallel_to_device(p, CU);
+  ag_fake_cuda = 0;
+  CHECK(s == SG_ERR_NOT_SUPPORTED && strstr(sg_last_error(), "zero = 3"),
+        "%s zero 3 on a device: %d %s", spec, (int)s, sg_last_error());
+  CHECK(sg_parallel_device(p).kind == SG_DEVICE_HOST,
+        "a refused move leaves the plan on the host");
+  OK(sg_parallel_destroy(&p));
+  sg_mesh_destroy(&mesh);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size == 1)
+  if (size == 1) {
     one_rank();
-  else { /* every rank refuses, naming the rank count */
-    char spec[32];
-    snprintf(spec, sizeof spec, "h=%d", size);
-    sg_mesh_t mesh = NULL;
-    sg_parallel_t p = NULL;
-    OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
-    OK(plan(mesh, 0, SG_DTYPE_F32, &p));
-    ag_fake_cuda = 1;
-    const sg_status s = sg_parallel_to_device(p, CU);
-    ag_fake_cuda = 0;
-    CHECK(s == SG_ERR_NOT_SUPPORTED && strstr(sg_last_error(), "ranks"),
-          "rank %d: %d ranks on a device: %d %s", rank, size, (int)s,
-          sg_last_error());
-    OK(sg_parallel_destroy(&p));
-    sg_mesh_destroy(&mesh);
+  } else {
+    static const char *const meshes[5][6] = {
+        {NULL},
+        {NULL},
+        {"dp=2", "h=2", "w=2", "tp=2", NULL},
+        {"dp=3", "h=3", "w=3", NULL},
+        {"dp=2,h=2", "h=2,w=2", "dp=2,tp=2", "tp=2,w=2", "dp=4", NULL}};
+    /* ZeRO-1: the optimizer state's pieces over fsdp (HSDP with dp) */
+    static const char *const zmeshes[5][4] = {{NULL},
+                                              {NULL},
+                                              {"fsdp=2", NULL},
+                                              {"fsdp=3", NULL},
+                                              {"dp=2,fsdp=2", "fsdp=2,tp=2",
+                                               "fsdp=4", NULL}};
+    for (int k = 0; size <= 4 && meshes[size][k]; ++k)
+      for (int det = 0; det < 2; ++det) mesh_case(meshes[size][k], det, 0);
+    for (int k = 0; size <= 4 && zmeshes[size][k]; ++k)
+      for (int det = 0; det < 2; ++det) mesh_case(zmeshes[size][k], det, 1);
+    zero_refused(size);
   }
   int all = 0;
   MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
