@@ -157,7 +157,8 @@ static const R *FN(conv_operand)(const sg_conv_geom *g, const R *xn, int64_t r0,
  * grid, where kernel offset (a, b) of channel c is the constant shift
  * c*sin + a*d1*in2 + b*d2: the GEMM reads the image in place (no im2col).
  * The in2 - out2 positions past each output row are computed too and
- * dropped when the tile is copied out. dx is the same product with the
+ * dropped when the tile is copied out (or, on AVX2 where g->rowsout, by
+ * the kernel, which stores y's rows in place: sg_c2_gemm_rows_f32). dx is the same product with the
  * transposed weights over dy, zero-extended by the kernel span on each side
  * (so every input pixel sees all K k^2 terms: no col2im, no zeroing). */
 
@@ -191,6 +192,9 @@ static void FN(direct_fwd)(const sg_conv_geom *g, const R *x, const R *w,
                            const R *b, R *y, void *ws) {
   const int64_t items = g->n * g->ntile, in2 = g->in[2], out2 = g->out[2];
   const int nth = g->nthreads;
+#ifdef SG_GEMM_ROWS
+  const int rows = SG_GEMM_ROWS_OK(g);
+#endif
 #pragma omp parallel num_threads(nth) if (nth > 1)
   {
     char *base = (char *)FN(thread_ws)(g, ws, FN(thread_id)());
@@ -202,6 +206,14 @@ static void FN(direct_fwd)(const sg_conv_geom *g, const R *x, const R *w,
       int64_t n = it / g->ntile, r0 = (it % g->ntile) * g->rows;
       int64_t r1 = FN(tile_end)(g, r0);
       int64_t np = (r1 - r0 - 1) * in2 + out2, ld = FN(col_ld)(np);
+#ifdef SG_GEMM_ROWS
+      if (rows) { /* the kernel drops the junk columns itself */
+        SG_GEMM_ROWS(g->ckk, g->k, np, w, g->ckk, 1,
+                     x + n * g->c * g->sin + r0 * in2, off, b,
+                     y + n * g->k * g->sout + r0 * out2, g->sout, in2, out2);
+        continue;
+      }
+#endif
       SG_GEMM_OFF(g->ckk, g->k, np, w, g->ckk, 1,
                   x + n * g->c * g->sin + r0 * in2, off, b, tmp, ld);
       FN(direct_copy_out)
