@@ -52,7 +52,7 @@ static inline __m256i c2_mask(int64_t l) {
  * row r at y + r*ldy + 8v, masked by m[v] unless FULL. Row mode (the
  * product's flat positions rows in2 apart, y's rows out2 apart, the
  * in2 - out2 positions past each row dropped; c2_rows_make): vector v at
- * y + r*ldy + oa[v], masked by m[v] unless FULL (a FULL store's lanes past
+ * y + r*ldy + oa[v], masked by ma[v] unless FULL (a FULL store's lanes past
  * the row land on later positions of the tile, which later stores
  * overwrite); where it crosses into the next row (ob[v] >= 0) its lanes
  * of that row at y + r*ldy + ob[v]: FULL, the vector permuted by pb[v] so
@@ -60,7 +60,7 @@ static inline __m256i c2_mask(int64_t l) {
  * masked by mb[v] in place. */
 typedef struct c2_rows {
   int64_t oa[C2_NV], ob[C2_NV];
-  __m256i pb[C2_NV], mb[C2_NV];
+  __m256i pb[C2_NV], ma[C2_NV], mb[C2_NV];
 } c2_rows;
 
 /* One forward tile: MR rows r of y (stride ldy) over up to 24 pixels,
@@ -116,7 +116,7 @@ typedef struct c2_rows {
             _mm256_storeu_ps(yr + rw->ob[v],                                  \
                              _mm256_permutevar8x32_ps(acc[r][v], rw->pb[v])); \
         } else {                                                              \
-          _mm256_maskstore_ps(yr + rw->oa[v], m[v], acc[r][v]);               \
+          _mm256_maskstore_ps(yr + rw->oa[v], rw->ma[v], acc[r][v]);          \
           if (rw->ob[v] >= 0)                                                 \
             _mm256_maskstore_ps(yr + rw->ob[v], rw->mb[v], acc[r][v]);        \
         }                                                                     \
@@ -137,18 +137,18 @@ static const c2_tile_fn c2_tiles[2][C2_MR + 1] = {
     {NULL, c2_tile_1_1, c2_tile_2_1, c2_tile_3_1, c2_tile_4_1}};
 
 /* The row-mode stores of the strip at flat position p0 (c2_rows), len of
- * its positions in the product; m[] is narrowed to each vector's lanes in
- * its own row when the strip is not full. Needs out2 >= 8 (a vector's
+ * its positions in the product (m[]: the loads' masks, kept; a partial
+ * strip's stores take ma[], mb[]). Needs out2 >= 8 (a vector's
  * lanes span at most two rows, and the lanes a full store spills land on
  * positions of the tile after its own). */
 static void c2_rows_make(int64_t p0, int64_t len, int64_t in2, int64_t out2,
-                         __m256i *m, c2_rows *rw) {
+                         const __m256i *m, c2_rows *rw) {
   const int full = len == C2_NP;
   for (int v = 0; v < C2_NV; ++v) {
     const int64_t q = p0 + 8 * v, i = q / in2, j = q % in2;
     rw->oa[v] = i * out2 + j;
     rw->ob[v] = -1;
-    if (!full) m[v] = _mm256_and_si256(m[v], c2_mask(out2 - j));
+    if (!full) rw->ma[v] = _mm256_and_si256(m[v], c2_mask(out2 - j));
     if (j + 8 > in2) { /* lanes t >= in2 - j: the next row's columns */
       const int64_t s = in2 - j;
       if (full) {
