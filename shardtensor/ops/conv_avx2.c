@@ -67,60 +67,63 @@ typedef struct c2_rows {
  * y[r] = b[r] (or 0) + sum_ci w[r*wr + ci*wc] x[xoff[ci]]. FULL: all 24
  * pixels (plain loads and stores), else masks m[]; stores as c2_rows
  * says. */
-#define C2_TILE(MR, FULL)                                                     \
-  static void c2_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,    \
-                                    int64_t wc, const float *x,               \
-                                    const int64_t *xoff, const float *b,      \
-                                    float *y, int64_t ldy, const __m256i *m,  \
-                                    const c2_rows *rw) {                      \
-    __m256 acc[MR][C2_NV];                                                    \
-    _Pragma("GCC unroll 4")                                                   \
-    for (int r = 0; r < MR; ++r) {                                            \
-      const __m256 bv = b ? _mm256_set1_ps(b[r]) : _mm256_setzero_ps();       \
-      _Pragma("GCC unroll 3")                                                 \
-      for (int v = 0; v < C2_NV; ++v) acc[r][v] = bv;                         \
-    }                                                                         \
-    for (int64_t ci = 0; ci < c; ++ci) {                                      \
-      const float *xc = x + xoff[ci];                                         \
-      __m256 xv[C2_NV];                                                       \
-      _Pragma("GCC unroll 3")                                                 \
-      for (int v = 0; v < C2_NV; ++v)                                         \
-        xv[v] = FULL ? _mm256_loadu_ps(xc + 8 * v)                            \
-                     : _mm256_maskload_ps(xc + 8 * v, m[v]);                  \
-      const float *wp = w + ci * wc;                                          \
-      _Pragma("GCC unroll 4")                                                 \
-      for (int r = 0; r < MR; ++r) {                                          \
-        const __m256 wv = _mm256_broadcast_ss(wp + r * wr);                   \
-        _Pragma("GCC unroll 3")                                               \
-        for (int v = 0; v < C2_NV; ++v)                                       \
-          acc[r][v] = _mm256_fmadd_ps(wv, xv[v], acc[r][v]);                  \
-      }                                                                       \
-    }                                                                         \
-    if (!rw) {                                                                \
-      _Pragma("GCC unroll 4")                                                 \
-      for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 3")                    \
-      for (int v = 0; v < C2_NV; ++v) {                                       \
-        if (FULL)                                                             \
-          _mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);                   \
-        else                                                                  \
-          _mm256_maskstore_ps(y + r * ldy + 8 * v, m[v], acc[r][v]);          \
-      }                                                                       \
-      return;                                                                 \
-    }                                                                         \
-    for (int r = 0; r < MR; ++r)                                              \
-      for (int v = 0; v < C2_NV; ++v) {                                       \
-        float *yr = y + r * ldy;                                              \
-        if (FULL) {                                                           \
-          _mm256_storeu_ps(yr + rw->oa[v], acc[r][v]);                        \
-          if (rw->ob[v] >= 0)                                                 \
-            _mm256_storeu_ps(yr + rw->ob[v],                                  \
-                             _mm256_permutevar8x32_ps(acc[r][v], rw->pb[v])); \
-        } else {                                                              \
-          _mm256_maskstore_ps(yr + rw->oa[v], rw->ma[v], acc[r][v]);          \
-          if (rw->ob[v] >= 0)                                                 \
-            _mm256_maskstore_ps(yr + rw->ob[v], rw->mb[v], acc[r][v]);        \
-        }                                                                     \
-      }                                                                       \
+#define C2_TILE(MR, FULL)                                                    \
+  static void c2_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,   \
+                                    int64_t wc, const float *x,              \
+                                    const int64_t *xoff, const float *b,     \
+                                    float *y, int64_t ldy, const __m256i *m, \
+                                    const c2_rows *rw) {                     \
+    __m256 acc[MR][C2_NV];                                                   \
+    _Pragma("GCC unroll 4")                                                  \
+    for (int r = 0; r < MR; ++r) {                                           \
+      const __m256 bv = b ? _mm256_set1_ps(b[r]) : _mm256_setzero_ps();      \
+      _Pragma("GCC unroll 3")                                                \
+      for (int v = 0; v < C2_NV; ++v) acc[r][v] = bv;                        \
+    }                                                                        \
+    for (int64_t ci = 0; ci < c; ++ci) {                                     \
+      const float *xc = x + xoff[ci];                                        \
+      __m256 xv[C2_NV];                                                      \
+      _Pragma("GCC unroll 3")                                                \
+      for (int v = 0; v < C2_NV; ++v)                                        \
+        xv[v] = FULL ? _mm256_loadu_ps(xc + 8 * v)                           \
+                     : _mm256_maskload_ps(xc + 8 * v, m[v]);                 \
+      const float *wp = w + ci * wc;                                         \
+      _Pragma("GCC unroll 4")                                                \
+      for (int r = 0; r < MR; ++r) {                                         \
+        const __m256 wv = _mm256_broadcast_ss(wp + r * wr);                  \
+        _Pragma("GCC unroll 3")                                              \
+        for (int v = 0; v < C2_NV; ++v)                                      \
+          acc[r][v] = _mm256_fmadd_ps(wv, xv[v], acc[r][v]);                 \
+      }                                                                      \
+    }                                                                        \
+    if (!rw) {                                                               \
+      _Pragma("GCC unroll 4")                                                \
+      for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 3")                   \
+      for (int v = 0; v < C2_NV; ++v) {                                      \
+        if (FULL)                                                            \
+          _mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);                  \
+        else                                                                 \
+          _mm256_maskstore_ps(y + r * ldy + 8 * v, m[v], acc[r][v]);         \
+      }                                                                      \
+      return;                                                                \
+    }                                                                        \
+    /* unrolled: acc indexed by constants stays in registers (a loop      \
+     * here kept it on the stack through the whole product) */  \
+    _Pragma("GCC unroll 4")                                                  \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 3")                     \
+    for (int v = 0; v < C2_NV; ++v) {                                        \
+      float *yr = y + r * ldy;                                               \
+      if (FULL) {                                                            \
+        _mm256_storeu_ps(yr + rw->oa[v], acc[r][v]);                         \
+        if (rw->ob[v] >= 0)                                                  \
+          _mm256_storeu_ps(yr + rw->ob[v],                                   \
+                           _mm256_permutevar8x32_ps(acc[r][v], rw->pb[v]));  \
+      } else {                                                               \
+        _mm256_maskstore_ps(yr + rw->oa[v], rw->ma[v], acc[r][v]);           \
+        if (rw->ob[v] >= 0)                                                  \
+          _mm256_maskstore_ps(yr + rw->ob[v], rw->mb[v], acc[r][v]);         \
+      }                                                                      \
+    }                                                                        \
   }
 
 #define C2_TILES(MR) C2_TILE(MR, 1) C2_TILE(MR, 0)
