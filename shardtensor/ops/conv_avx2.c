@@ -48,45 +48,82 @@ static inline __m256i c2_mask(int64_t l) {
   return _mm256_loadu_si256((const __m256i *)(tab + 8 - l));
 }
 
+/* Where a forward tile's vectors go. ldy mode (rows == NULL): vector v of
+ * row r at y + r*ldy + 8v, masked by m[v] unless FULL. Row mode (the
+ * product's flat positions rows in2 apart, y's rows out2 apart, the
+ * in2 - out2 positions past each row dropped; c2_rows_make): vector v at
+ * y + r*ldy + oa[v], masked by ma[v] unless FULL (a FULL store's lanes past
+ * the row land on later positions of the tile, which later stores
+ * overwrite); where it crosses into the next row (ob[v] >= 0) its lanes
+ * of that row at y + r*ldy + ob[v]: FULL, the vector permuted by pb[v] so
+ * those lanes come first (lanes after them again overwritten later), else
+ * masked by mb[v] in place. */
+typedef struct c2_rows {
+  int64_t oa[C2_NV], ob[C2_NV];
+  __m256i pb[C2_NV], ma[C2_NV], mb[C2_NV];
+} c2_rows;
+
 /* One forward tile: MR rows r of y (stride ldy) over up to 24 pixels,
  * y[r] = b[r] (or 0) + sum_ci w[r*wr + ci*wc] x[xoff[ci]]. FULL: all 24
- * pixels (plain loads and stores), else masks m[]. */
-#define C2_TILE(MR, FULL)                                                      \
-  static void c2_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,     \
-                                    int64_t wc, const float *x,                \
-                                    const int64_t *xoff, const float *b,       \
-                                    float *y, int64_t ldy, const __m256i *m) { \
-    __m256 acc[MR][C2_NV];                                                     \
-    _Pragma("GCC unroll 4")                                                    \
-    for (int r = 0; r < MR; ++r) {                                             \
-      const __m256 bv = b ? _mm256_set1_ps(b[r]) : _mm256_setzero_ps();        \
-      _Pragma("GCC unroll 3")                                                  \
-      for (int v = 0; v < C2_NV; ++v) acc[r][v] = bv;                          \
-    }                                                                          \
-    for (int64_t ci = 0; ci < c; ++ci) {                                       \
-      const float *xc = x + xoff[ci];                                          \
-      __m256 xv[C2_NV];                                                        \
-      _Pragma("GCC unroll 3")                                                  \
-      for (int v = 0; v < C2_NV; ++v)                                          \
-        xv[v] = FULL ? _mm256_loadu_ps(xc + 8 * v)                             \
-                     : _mm256_maskload_ps(xc + 8 * v, m[v]);                   \
-      const float *wp = w + ci * wc;                                           \
-      _Pragma("GCC unroll 4")                                                  \
-      for (int r = 0; r < MR; ++r) {                                           \
-        const __m256 wv = _mm256_broadcast_ss(wp + r * wr);                    \
-        _Pragma("GCC unroll 3")                                                \
-        for (int v = 0; v < C2_NV; ++v)                                        \
-          acc[r][v] = _mm256_fmadd_ps(wv, xv[v], acc[r][v]);                   \
-      }                                                                        \
-    }                                                                          \
-    _Pragma("GCC unroll 4")                                                    \
-    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 3")                       \
-    for (int v = 0; v < C2_NV; ++v) {                                          \
-      if (FULL)                                                                \
-        _mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);                      \
-      else                                                                     \
-        _mm256_maskstore_ps(y + r * ldy + 8 * v, m[v], acc[r][v]);             \
-    }                                                                          \
+ * pixels (plain loads and stores), else masks m[]; stores as c2_rows
+ * says. */
+#define C2_TILE(MR, FULL)                                                    \
+  static void c2_tile_##MR##_##FULL(int64_t c, const float *w, int64_t wr,   \
+                                    int64_t wc, const float *x,              \
+                                    const int64_t *xoff, const float *b,     \
+                                    float *y, int64_t ldy, const __m256i *m, \
+                                    const c2_rows *rw) {                     \
+    __m256 acc[MR][C2_NV];                                                   \
+    _Pragma("GCC unroll 4")                                                  \
+    for (int r = 0; r < MR; ++r) {                                           \
+      const __m256 bv = b ? _mm256_set1_ps(b[r]) : _mm256_setzero_ps();      \
+      _Pragma("GCC unroll 3")                                                \
+      for (int v = 0; v < C2_NV; ++v) acc[r][v] = bv;                        \
+    }                                                                        \
+    for (int64_t ci = 0; ci < c; ++ci) {                                     \
+      const float *xc = x + xoff[ci];                                        \
+      __m256 xv[C2_NV];                                                      \
+      _Pragma("GCC unroll 3")                                                \
+      for (int v = 0; v < C2_NV; ++v)                                        \
+        xv[v] = FULL ? _mm256_loadu_ps(xc + 8 * v)                           \
+                     : _mm256_maskload_ps(xc + 8 * v, m[v]);                 \
+      const float *wp = w + ci * wc;                                         \
+      _Pragma("GCC unroll 4")                                                \
+      for (int r = 0; r < MR; ++r) {                                         \
+        const __m256 wv = _mm256_broadcast_ss(wp + r * wr);                  \
+        _Pragma("GCC unroll 3")                                              \
+        for (int v = 0; v < C2_NV; ++v)                                      \
+          acc[r][v] = _mm256_fmadd_ps(wv, xv[v], acc[r][v]);                 \
+      }                                                                      \
+    }                                                                        \
+    if (!rw) {                                                               \
+      _Pragma("GCC unroll 4")                                                \
+      for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 3")                   \
+      for (int v = 0; v < C2_NV; ++v) {                                      \
+        if (FULL)                                                            \
+          _mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);                  \
+        else                                                                 \
+          _mm256_maskstore_ps(y + r * ldy + 8 * v, m[v], acc[r][v]);         \
+      }                                                                      \
+      return;                                                                \
+    }                                                                        \
+    /* unrolled: acc indexed by constants stays in registers (a loop      \
+     * here kept it on the stack through the whole product) */  \
+    _Pragma("GCC unroll 4")                                                  \
+    for (int r = 0; r < MR; ++r) _Pragma("GCC unroll 3")                     \
+    for (int v = 0; v < C2_NV; ++v) {                                        \
+      float *yr = y + r * ldy;                                               \
+      if (FULL) {                                                            \
+        _mm256_storeu_ps(yr + rw->oa[v], acc[r][v]);                         \
+        if (rw->ob[v] >= 0)                                                  \
+          _mm256_storeu_ps(yr + rw->ob[v],                                   \
+                           _mm256_permutevar8x32_ps(acc[r][v], rw->pb[v]));  \
+      } else {                                                               \
+        _mm256_maskstore_ps(yr + rw->oa[v], rw->ma[v], acc[r][v]);           \
+        if (rw->ob[v] >= 0)                                                  \
+          _mm256_maskstore_ps(yr + rw->ob[v], rw->mb[v], acc[r][v]);         \
+      }                                                                      \
+    }                                                                        \
   }
 
 #define C2_TILES(MR) C2_TILE(MR, 1) C2_TILE(MR, 0)
@@ -97,20 +134,54 @@ C2_TILES(4)
 
 typedef void (*c2_tile_fn)(int64_t, const float *, int64_t, int64_t,
                            const float *, const int64_t *, const float *,
-                           float *, int64_t, const __m256i *);
+                           float *, int64_t, const __m256i *, const c2_rows *);
 static const c2_tile_fn c2_tiles[2][C2_MR + 1] = {
     {NULL, c2_tile_1_0, c2_tile_2_0, c2_tile_3_0, c2_tile_4_0},
     {NULL, c2_tile_1_1, c2_tile_2_1, c2_tile_3_1, c2_tile_4_1}};
 
-void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
-                        int64_t wr, int64_t wc, const float *x,
-                        const int64_t *xoff, const float *b, float *y,
-                        int64_t ldy) {
+/* The row-mode stores of the strip at flat position p0 (c2_rows), len of
+ * its positions in the product (m[]: the loads' masks, kept; a partial
+ * strip's stores take ma[], mb[]). Needs out2 >= 8 (a vector's
+ * lanes span at most two rows, and the lanes a full store spills land on
+ * positions of the tile after its own). */
+static void c2_rows_make(int64_t p0, int64_t len, int64_t in2, int64_t out2,
+                         const __m256i *m, c2_rows *rw) {
+  const int full = len == C2_NP;
+  for (int v = 0; v < C2_NV; ++v) {
+    const int64_t q = p0 + 8 * v, i = q / in2, j = q % in2;
+    rw->oa[v] = i * out2 + j;
+    rw->ob[v] = -1;
+    if (!full) rw->ma[v] = _mm256_and_si256(m[v], c2_mask(out2 - j));
+    if (j + 8 > in2) { /* lanes t >= in2 - j: the next row's columns */
+      const int64_t s = in2 - j;
+      if (full) {
+        rw->ob[v] = (i + 1) * out2;
+        rw->pb[v] = _mm256_min_epi32(
+            _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                             _mm256_set1_epi32((int)s)),
+            _mm256_set1_epi32(7));
+      } else {
+        rw->ob[v] = (i + 1) * out2 + j - in2;
+        rw->mb[v] = _mm256_andnot_si256(c2_mask(s), c2_mask(len - 8 * v));
+      }
+    }
+  }
+}
+
+/* y = W x + b over np product positions, stored by ldy (in2 == 0) or, in
+ * row mode, position p = i*in2 + j at y + i*out2 + j where j < out2
+ * (dropped otherwise); y's channels ldy apart either way. */
+static void c2_gemm(int64_t cin, int64_t cout, int64_t np, const float *w,
+                    int64_t wr, int64_t wc, const float *x, const int64_t *xoff,
+                    const float *b, float *y, int64_t ldy, int64_t in2,
+                    int64_t out2) {
+  c2_rows rw;
   for (int64_t p0 = 0; p0 < np; p0 += C2_NP) {
     const int64_t len = np - p0 < C2_NP ? np - p0 : C2_NP;
     const int full = len == C2_NP;
     __m256i m[C2_NV];
     for (int v = 0; v < C2_NV; ++v) m[v] = c2_mask(len - 8 * v);
+    if (in2) c2_rows_make(p0, len, in2, out2, m, &rw);
     /* the next strip's lines of every input row into L1 (duplicates over
      * a channel's shifts cost a load slot each): the image of a large
      * layer (8 x 32 x 258^2) lives in DRAM, and without this each strip's
@@ -128,9 +199,29 @@ void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
     for (int64_t k0 = 0; k0 < cout; k0 += C2_MR) {
       const int mr = (int)(cout - k0 < C2_MR ? cout - k0 : C2_MR);
       c2_tiles[full][mr](cin, w + k0 * wr, wr, wc, x + p0, xoff,
-                         b ? b + k0 : NULL, y + k0 * ldy + p0, ldy, m);
+                         b ? b + k0 : NULL, y + k0 * ldy + (in2 ? 0 : p0), ldy,
+                         m, in2 ? &rw : NULL);
     }
   }
+}
+
+void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
+                        int64_t wr, int64_t wc, const float *x,
+                        const int64_t *xoff, const float *b, float *y,
+                        int64_t ldy) {
+  c2_gemm(cin, cout, np, w, wr, wc, x, xoff, b, y, ldy, 0, 0);
+}
+
+int sg_c2_gemm_rows_ok(int64_t in2, int64_t out2) {
+  /* a vector's spilled lanes stay in the next row's real columns */
+  return out2 >= 8 && in2 >= out2 && in2 + 7 < 2 * out2;
+}
+
+void sg_c2_gemm_rows_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
+                         int64_t wr, int64_t wc, const float *x,
+                         const int64_t *xoff, const float *b, float *y,
+                         int64_t ldy, int64_t in2, int64_t out2) {
+  c2_gemm(cin, cout, np, w, wr, wc, x, xoff, b, y, ldy, in2, out2);
 }
 
 /* One vector v of pixels of a dW tile, read by LD(address): C2_LDU, or
@@ -288,6 +379,19 @@ void sg_c2_wgrad_sum_slots_f32(int64_t cin, int64_t cout, int64_t kb,
        * pointwise.c's, not aborts: the library does not abort) */
 
 int sg_c2_conv_built(void) { return 0; }
+
+int sg_c2_gemm_rows_ok(int64_t in2, int64_t out2) {
+  (void)in2, (void)out2;
+  return 0;
+}
+
+void sg_c2_gemm_rows_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
+                         int64_t wr, int64_t wc, const float *x,
+                         const int64_t *xoff, const float *b, float *y,
+                         int64_t ldy, int64_t in2, int64_t out2) {
+  (void)cin, (void)cout, (void)np, (void)w, (void)wr, (void)wc, (void)x;
+  (void)xoff, (void)b, (void)y, (void)ldy, (void)in2, (void)out2;
+}
 
 void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
                         int64_t wr, int64_t wc, const float *x,

@@ -265,6 +265,9 @@ static void sg_conv_direct_make(sg_conv_geom *g, int excluded, int bf16,
     g->avx2 = 0;
     return;
   }
+  const char *rows_env = getenv("SG_CONV_ROWS");
+  g->rowsout = g->avx2 && !(rows_env && rows_env[0] == '0') &&
+               sg_c2_gemm_rows_ok(g->in[2], g->out[2]);
   const int64_t sp1 = g->in[1] - g->out[1] + 1, wg = 2 * g->in[2] - g->out[2];
   const int64_t fwd = g->k * sg_col_ld(g->rows * g->in[2], sizeof(float));
   const int64_t bwd = g->c * g->k * g->kk + g->k * (g->rows + sp1 - 1) * wg +

@@ -42,6 +42,9 @@ static inline int sg_gemm_fast(int64_t m, int64_t n, int64_t k, const float *a,
  * from one tier and are summed by it. */
 #define SG_GEMM_OFF(...) \
   (g->avx2 ? sg_c2_gemm_off_f32(__VA_ARGS__) : sg_pw_gemm_off_f32(__VA_ARGS__))
+/* the AVX2 forward stores its rows where they go (no copy-out) */
+#define SG_GEMM_ROWS_OK(g) ((g)->rowsout && !(g)->round)
+#define SG_GEMM_ROWS sg_c2_gemm_rows_f32
 #define SG_WGRAD_OFF sg_pw_wgrad_acc_off_f32
 #define SG_WGRAD_ROWS sg_c2_wgrad_acc_rows_f32       /* where g->avx2 */
 #define SG_WGRAD_ACC sg_pw_wgrad_acc_f32             /* im2col: AVX-512 only */

@@ -20,13 +20,15 @@ typedef struct sg_conv_geom {
   int pointwise;              /* 1x1, stride 1: no im2col */
   int direct;                 /* 2-D stride 1, f32 on AVX-512 or AVX2: no im2col
                 (ops_tmpl.h) */
-  int avx2;  /* direct on the AVX2 + FMA kernels (conv_avx2.c), not the
+  int avx2;    /* direct on the AVX2 + FMA kernels (conv_avx2.c), not the
                  AVX-512 ones (pointwise.c) */
-  int bf16;  /* direct, forward and dx in bf16: 1 vdpbf16ps (conv_bf16.c),
+  int rowsout; /* avx2: the f32 forward stores y's rows in place
+                  (sg_c2_gemm_rows_f32, no copy-out; SG_CONV_ROWS=0: off) */
+  int bf16;    /* direct, forward and dx in bf16: 1 vdpbf16ps (conv_bf16.c),
                2 AMX tiles (conv_amx.c) */
-  int wbf16; /* the weight gradient on AMX tiles (set per backward call:
+  int wbf16;   /* the weight gradient on AMX tiles (set per backward call:
                  g->bf16 == 2 and x, dy bf16-valued) */
-  int round; /* forward: the output rounded to bf16 values per tile (f32;
+  int round;   /* forward: the output rounded to bf16 values per tile (f32;
                  sg_conv_desc.round_out) */
   int nthreads;
   size_t ws_per_thread; /* bytes, multiple of 64 */
@@ -268,6 +270,15 @@ void sg_c2_gemm_off_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
                         int64_t wr, int64_t wc, const float *x,
                         const int64_t *xoff, const float *b, float *y,
                         int64_t ldy);
+/* sg_c2_gemm_off_f32 with the product's np positions rows in2 apart
+ * stored to y's rows out2 apart (y + i*out2 + j for position i*in2 + j,
+ * j < out2; the rest dropped): the direct forward's output written where
+ * it goes, no tile to copy out. Where sg_c2_gemm_rows_ok(in2, out2). */
+int sg_c2_gemm_rows_ok(int64_t in2, int64_t out2);
+void sg_c2_gemm_rows_f32(int64_t cin, int64_t cout, int64_t np, const float *w,
+                         int64_t wr, int64_t wc, const float *x,
+                         const int64_t *xoff, const float *b, float *y,
+                         int64_t ldy, int64_t in2, int64_t out2);
 /* dW's lane partials over `rows` rows of n2 pixels: x's rows ldx apart
  * (through the shifts xoff), dy's channels ldd and rows dys apart (dy read
  * in place; the AVX-512 kernel takes dy in the forward's layout). */

@@ -157,7 +157,8 @@ static const R *FN(conv_operand)(const sg_conv_geom *g, const R *xn, int64_t r0,
  * grid, where kernel offset (a, b) of channel c is the constant shift
  * c*sin + a*d1*in2 + b*d2: the GEMM reads the image in place (no im2col).
  * The in2 - out2 positions past each output row are computed too and
- * dropped when the tile is copied out. dx is the same product with the
+ * dropped when the tile is copied out (or, on AVX2 where g->rowsout, by
+ * the kernel, which stores y's rows in place: sg_c2_gemm_rows_f32). dx is the same product with the
  * transposed weights over dy, zero-extended by the kernel span on each side
  * (so every input pixel sees all K k^2 terms: no col2im, no zeroing). */
 
@@ -191,6 +192,9 @@ static void FN(direct_fwd)(const sg_conv_geom *g, const R *x, const R *w,
                            const R *b, R *y, void *ws) {
   const int64_t items = g->n * g->ntile, in2 = g->in[2], out2 = g->out[2];
   const int nth = g->nthreads;
+#ifdef SG_GEMM_ROWS
+  const int rows = SG_GEMM_ROWS_OK(g);
+#endif
 #pragma omp parallel num_threads(nth) if (nth > 1)
   {
     char *base = (char *)FN(thread_ws)(g, ws, FN(thread_id)());
@@ -202,6 +206,14 @@ static void FN(direct_fwd)(const sg_conv_geom *g, const R *x, const R *w,
       int64_t n = it / g->ntile, r0 = (it % g->ntile) * g->rows;
       int64_t r1 = FN(tile_end)(g, r0);
       int64_t np = (r1 - r0 - 1) * in2 + out2, ld = FN(col_ld)(np);
+#ifdef SG_GEMM_ROWS
+      if (rows) { /* the kernel drops the junk columns itself */
+        SG_GEMM_ROWS(g->ckk, g->k, np, w, g->ckk, 1,
+                     x + n * g->c * g->sin + r0 * in2, off, b,
+                     y + n * g->k * g->sout + r0 * out2, g->sout, in2, out2);
+        continue;
+      }
+#endif
       SG_GEMM_OFF(g->ckk, g->k, np, w, g->ckk, 1,
                   x + n * g->c * g->sin + r0 * in2, off, b, tmp, ld);
       FN(direct_copy_out)
@@ -1198,6 +1210,39 @@ static void FN(pad_row_bwd)(int mode, int64_t lo, int64_t in, int64_t out,
   }
 }
 
+/* pad_row_bwd onto a row not yet touched (no zero fill first): the
+ * interior as 0 + value, then the margins added. The same bits as the
+ * zeroed row's lo margin, interior, hi margin: an element's one lo-margin
+ * term and its interior term commute exactly onto zero ((0 + a) + b ==
+ * (0 + b) + a, signed zeros included), and the hi margin still comes
+ * last. Only where the lo margin's sources are distinct (pad_lo_distinct). */
+static void FN(pad_row_bwd_first)(int mode, int64_t lo, int64_t in, int64_t out,
+                                  const R *dr, R *restrict sr) {
+  const R *restrict di = dr + lo;
+  for (int64_t i2 = 0; i2 < in; ++i2) sr[i2] = (R)0 + di[i2];
+  for (int64_t o2 = 0; o2 < lo; ++o2) {
+    int64_t i2 = sg_pad_src_index(mode, o2 - lo, in);
+    if (i2 >= 0) sr[i2] += dr[o2];
+  }
+  for (int64_t o2 = lo + in; o2 < out; ++o2) {
+    int64_t i2 = sg_pad_src_index(mode, o2 - lo, in);
+    if (i2 >= 0) sr[i2] += dr[o2];
+  }
+}
+
+/* 1 where the lo margin of the last dim takes each source element at
+ * most once (periodic with lo <= in, reflect, zero; replicate with lo <=
+ * 1), so pad_row_bwd_first gives pad_row_bwd's bits */
+static int FN(pad_lo_distinct)(int mode, int64_t lo, int64_t in) {
+  if (lo > 64) return 0;
+  for (int64_t a = 0; a < lo; ++a) {
+    const int64_t ia = sg_pad_src_index(mode, a - lo, in);
+    for (int64_t b = a + 1; ia >= 0 && b < lo; ++b)
+      if (sg_pad_src_index(mode, b - lo, in) == ia) return 0;
+  }
+  return 1;
+}
+
 void FN(sg_pad_fwd)(const int64_t *in, const int64_t *out, const int64_t *lo,
                     const int *mode, int64_t planes, const R *src, R *dst) {
   const int64_t sin = in[0] * in[1] * in[2], sout = out[0] * out[1] * out[2];
@@ -1224,22 +1269,40 @@ void FN(sg_pad_fwd)(const int64_t *in, const int64_t *out, const int64_t *lo,
 void FN(sg_pad_bwd)(const int64_t *in, const int64_t *out, const int64_t *lo,
                     const int *mode, int64_t planes, const R *dpad, R *dsrc) {
   const int64_t sin = in[0] * in[1] * in[2], sout = out[0] * out[1] * out[2];
+  enum { MAXROWS = 4096 };
+  /* no zero fill where each source row's first padded row can write it
+   * (pad_row_bwd_first): a row's zeros are written with its values */
+  const int first = in[0] * in[1] <= MAXROWS &&
+                    FN(pad_lo_distinct)(mode[2], lo[2], in[2]);
 #pragma omp parallel for schedule(static) if (planes * sout > SG_OMP_MIN)
   for (int64_t p = 0; p < planes; ++p) {
     R *sp = dsrc + p * sin;
     const R *dp = dpad + p * sout;
-    memset(sp, 0, (size_t)sin * sizeof(R));
+    unsigned char seen[MAXROWS];
+    if (first)
+      memset(seen, 0, (size_t)(in[0] * in[1]));
+    else
+      memset(sp, 0, (size_t)sin * sizeof(R));
     for (int64_t o0 = 0; o0 < out[0]; ++o0) {
       int64_t i0 = sg_pad_src_index(mode[0], o0 - lo[0], in[0]);
       if (i0 < 0) continue;
       for (int64_t o1 = 0; o1 < out[1]; ++o1) {
         int64_t i1 = sg_pad_src_index(mode[1], o1 - lo[1], in[1]);
         if (i1 < 0) continue;
-        FN(pad_row_bwd)
-        (mode[2], lo[2], in[2], out[2], dp + (o0 * out[1] + o1) * out[2],
-         sp + (i0 * in[1] + i1) * in[2]);
+        const int64_t row = i0 * in[1] + i1;
+        const R *dr = dp + (o0 * out[1] + o1) * out[2];
+        if (first && !seen[row]) {
+          seen[row] = 1;
+          FN(pad_row_bwd_first)
+          (mode[2], lo[2], in[2], out[2], dr, sp + row * in[2]);
+        } else {
+          FN(pad_row_bwd)(mode[2], lo[2], in[2], out[2], dr, sp + row * in[2]);
+        }
       }
     }
+    for (int64_t row = 0; first && row < in[0] * in[1]; ++row)
+      if (!seen[row]) /* no padded row reads it (none so far) */
+        memset(sp + row * in[2], 0, (size_t)in[2] * sizeof(R));
   }
 }
 

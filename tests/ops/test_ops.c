@@ -412,6 +412,71 @@ static void test_conv_avx2(void) {
   unsetenv("SG_SIMD");
 }
 
+/* The AVX2 forward's in-place row stores (sg_c2_gemm_rows_f32) against
+ * its tile copied out (SG_CONV_ROWS=0): the same bits, 1 and 2 threads.
+ * Rows of 10 to 66 outputs (the narrowest the row mode takes: 10 at 3x3,
+ * spilled lanes into the next row), junk columns of 2 to 4, strips
+ * ending mid-row and at a row's end, several row tiles, odd channels. */
+static void test_conv_rows_bits(void) {
+  static const struct {
+    int64_t n, c, k, h, w, kh, kw, dh, dw;
+  } cases[] = {
+      {2, 5, 9, 21, 35, 3, 3, 1, 1},   {1, 3, 5, 13, 12, 3, 3, 1, 1},
+      {1, 2, 3, 9, 11, 3, 3, 1, 1},    {2, 7, 6, 17, 26, 3, 3, 1, 1},
+      {1, 4, 9, 45, 67, 5, 3, 1, 2},   {1, 3, 4, 7, 23, 3, 5, 1, 1},
+      {1, 33, 17, 71, 37, 3, 3, 1, 1}, {2, 8, 8, 66, 66, 3, 3, 1, 1},
+      {1, 5, 3, 30, 14, 1, 3, 1, 1},   {2, 3, 4, 15, 13, 3, 3, 1, 1},
+  };
+  setenv("SG_SIMD", "avx2", 1);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    sg_conv_desc d = {.nsp = 2,
+                      .batch = cases[i].n,
+                      .cin = cases[i].c,
+                      .cout = cases[i].k,
+                      .in = {cases[i].h, cases[i].w},
+                      .kernel = {cases[i].kh, cases[i].kw},
+                      .stride = {1, 1},
+                      .dilation = {cases[i].dh, cases[i].dw}};
+    int64_t out[2];
+    SG_CHECK_OK(sg_conv_out_shape(&d, out));
+    const int64_t nx = d.batch * d.cin * d.in[0] * d.in[1],
+                  nw = d.cout * d.cin * d.kernel[0] * d.kernel[1],
+                  ny = d.batch * d.cout * out[0] * out[1];
+    double *xd = rnd(nx), *wd = rnd(nw), *bd = rnd(d.cout);
+    float *x = to_f32(xd, nx), *w = to_f32(wd, nw), *b = to_f32(bd, d.cout);
+    for (int nth = 1; nth <= 2; ++nth) {
+      omp_set_num_threads(nth);
+      float *y[2];
+      for (int v = 0; v < 2; ++v) {
+        if (v) setenv("SG_CONV_ROWS", "0", 1);
+        y[v] = malloc((size_t)ny * sizeof(float));
+        for (int64_t j = 0; j < ny; ++j) y[v][j] = NAN; /* all written */
+        SG_CHECK_OK(sg_conv_forward(&d, SG_DTYPE_F32, x, w, b, y[v], NULL));
+        unsetenv("SG_CONV_ROWS");
+      }
+      int64_t nan = 0;
+      for (int64_t j = 0; j < ny; ++j) nan += isnan(y[0][j]) != 0;
+      SG_CHECK(nan == 0, "conv rows %zu: %lld outputs not written", i,
+               (long long)nan);
+      SG_CHECK(memcmp(y[0], y[1], (size_t)ny * sizeof(float)) == 0,
+               "conv rows %zu (%lldx%lld in %lldx%lld, %d threads): the row "
+               "stores' bits = the copied-out tile's",
+               i, (long long)d.kernel[0], (long long)d.kernel[1],
+               (long long)d.in[0], (long long)d.in[1], nth);
+      free(y[0]);
+      free(y[1]);
+    }
+    omp_set_num_threads(1);
+    free(xd);
+    free(wd);
+    free(bd);
+    free(x);
+    free(w);
+    free(b);
+  }
+  unsetenv("SG_SIMD");
+}
+
 static void test_conv_direct(void) {
   /* odd sizes, edge register tiles (17 = 2 x 8 + 1 outputs; 33 inputs),
    * several row tiles, kernels 3x3 / 5x3 dilated, padding margins 1 and
@@ -1177,6 +1242,84 @@ static void test_pad(void) {
                   SG_ERR_SHAPE);
 }
 
+/* sg_pad_backward in f32 against the zero-filled element loop in padded
+ * order (the sums it made before it wrote each row's zeros with its first
+ * values): the same bits, every mode, 2-D and 3-D, odd extents, uneven and
+ * wide pads (a periodic lo margin wider than the extent: the zero-filled
+ * path), signed zeros among the values, dsrc's old contents ignored. */
+static void test_pad_bwd_bits(void) {
+  static const struct {
+    int nsp;
+    int64_t in[3], pad[3][2];
+  } cases[] = {
+      {2, {17, 13}, {{1, 1}, {1, 1}}},          {2, {9, 6}, {{2, 1}, {1, 2}}},
+      {3, {4, 5, 7}, {{2, 1}, {3, 4}, {2, 2}}}, {2, {5, 3}, {{1, 2}, {4, 5}}},
+      {2, {6, 11}, {{0, 3}, {3, 0}}},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c)
+    for (int mode = 0; mode < 4; ++mode) {
+      const int nsp = cases[c].nsp, off = 3 - nsp;
+      int64_t in3[3] = {1, 1, 1}, out3[3] = {1, 1, 1}, lo3[3] = {0, 0, 0};
+      sg_pad_mode m[3];
+      int ok = 1;
+      for (int d = 0; d < nsp; ++d) {
+        m[d] = (sg_pad_mode)mode;
+        in3[off + d] = cases[c].in[d];
+        lo3[off + d] = cases[c].pad[d][0];
+        out3[off + d] = cases[c].in[d] + cases[c].pad[d][0] +
+                        cases[c].pad[d][1];
+        if (mode == SG_PAD_REFLECT && (cases[c].pad[d][0] >= cases[c].in[d] ||
+                                       cases[c].pad[d][1] >= cases[c].in[d]))
+          ok = 0;
+      }
+      if (!ok) continue;
+      const int64_t planes = 3, sin = in3[0] * in3[1] * in3[2],
+                    sout = out3[0] * out3[1] * out3[2];
+      double *rd = rnd(planes * sout);
+      float *r = to_f32(rd, planes * sout), *dx = malloc(planes * sin * 4),
+            *ref = malloc(planes * sin * 4);
+      for (int64_t i = 0; i < planes * sout; i += 7) r[i] = -0.0f;
+      for (int64_t i = 0; i < planes * sin; ++i) dx[i] = NAN;
+      for (int64_t p = 0; p < planes; ++p) {
+        for (int64_t i = 0; i < sin; ++i) ref[p * sin + i] = 0;
+        for (int64_t a = 0; a < out3[0]; ++a)
+          for (int64_t b = 0; b < out3[1]; ++b)
+            for (int64_t e = 0; e < out3[2]; ++e) {
+              const int64_t o[3] = {a, b, e};
+              int64_t src = 0, zero = 0;
+              for (int d = 0; d < 3; ++d) {
+                const int64_t i = o[d] - lo3[d], n = in3[d];
+                int64_t k;
+                switch (d < off ? SG_PAD_PERIODIC : m[d - off]) {
+                case SG_PAD_ZERO:
+                  zero |= i < 0 || i >= n;
+                  k = i;
+                  break;
+                case SG_PAD_PERIODIC: k = ((i % n) + n) % n; break;
+                case SG_PAD_REFLECT:
+                  k = i < 0 ? -i : (i >= n ? 2 * (n - 1) - i : i);
+                  break;
+                default: k = i < 0 ? 0 : (i >= n ? n - 1 : i); break;
+                }
+                src = src * n + k;
+              }
+              if (!zero)
+                ref[p * sin + src] +=
+                    r[p * sout + (a * out3[1] + b) * out3[2] + e];
+            }
+      }
+      SG_CHECK_OK(sg_pad_backward(SG_DTYPE_F32, nsp, planes, cases[c].in,
+                                  cases[c].pad, m, r, dx));
+      SG_CHECK(memcmp(dx, ref, (size_t)(planes * sin) * sizeof(float)) == 0,
+               "pad backward %zu %s: the bits of the zero-filled loop", c,
+               sg_pad_mode_name((sg_pad_mode)mode));
+      free(rd);
+      free(r);
+      free(dx);
+      free(ref);
+    }
+}
+
 /* ---- up-sampling -------------------------------------------------------- */
 
 typedef struct up_case {
@@ -1722,6 +1865,7 @@ int main(int argc, char **argv) {
   omp_set_num_threads(1);
   test_conv();
   test_conv_direct();
+  test_conv_rows_bits();
   test_simd_dispatch_tier(NULL);
   test_simd_dispatch_tier("avx2");
   test_conv_avx2();
@@ -1729,6 +1873,7 @@ int main(int argc, char **argv) {
   test_pool();
   test_pool_neg_inf();
   test_pad();
+  test_pad_bwd_bits();
   test_upsample();
   test_pointwise();
   test_linear_act();
