@@ -21,7 +21,9 @@
  * cuda:0 equal the host's on the same mesh bit for bit (f64 and f32;
  * 7x5 tokens split unevenly over 2, 3 and 4 ranks), outputs and gradients
  * on cuda:0; USP with a ring (a split of h) is refused by name on every
- * rank (the ring's K/V send/recv on device buffers is not built). */
+ * rank (the ring's K/V send/recv on device buffers is not built); the
+ * plain attention of one process on faked cuda:0 = the host's. --gpu:
+ * real devices (gpu_case). */
 #include "autograd_impl.h" /* ag_fake_cuda, ag_mem_copy */
 #include "sg_autograd.h"
 #include "sg_comm.h" /* sg_mesh_enable_nccl */
@@ -290,6 +292,22 @@ done:
   sg_mesh_destroy(&mesh);
 }
 
+/* The plain attention in one process (no mesh) on faked cuda:0: its
+ * device entry runs the host's body on host memory (the same bits). */
+static void check_plain_device(const prob *p) {
+  const size_t cap = (size_t)(4 * numel(p)) * sizeof(double);
+  char *h = malloc(cap), *d = malloc(cap);
+  int64_t nh = 0, nd = 0;
+  int ch = 0, cd = 0;
+  SG_CHECK_OK(
+      run_dev(p, NULL, NULL, SG_SP_RING, SG_DTYPE_F64, 0, 0, h, &nh, &ch));
+  SG_CHECK_OK(
+      run_dev(p, NULL, NULL, SG_SP_RING, SG_DTYPE_F64, 1, 0, d, &nd, &cd));
+  SG_CHECK(nd == nh && cd == 4 && memcmp(h, d, (size_t)(4 * nh) * 8) == 0,
+           "attention on faked cuda:0 (one process) differs from the host's");
+  free(h), free(d);
+}
+
 static void check_devices(const prob *p, const char *const *specs, int n) {
   for (int k = 0; k < n; ++k) {
     check_device(specs[k], SG_SP_ULYSSES, p);
@@ -384,6 +402,7 @@ int main(int argc, char **argv) {
   if (np == 1) { /* one process: the plain attention itself */
     check_meshes(&p, (const char *[]){"dp=1"}, 1, 1);
     check_devices(&p, (const char *[]){"dp=1"}, 1);
+    check_plain_device(&p);
     sg_sp_mode m;
     SG_CHECK_STATUS(sg_sp_mode_parse("cp", &m), SG_ERR_CONFIG);
   }
