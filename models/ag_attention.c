@@ -453,7 +453,7 @@ fail:
   return st;
 }
 
-static sg_status attn_fwd_cuda(sg_node *node) {
+static sg_status attn_fwd_gpu(sg_node *node) {
   sg_status st = SG_OK;
   attn_geo g;
   SG_TRY(geo_of(node, &g));
@@ -463,7 +463,7 @@ fail:
   return st;
 }
 
-static sg_status attn_bwd_cuda(sg_node *node) {
+static sg_status attn_bwd_gpu(sg_node *node) {
   sg_status st = SG_OK;
   attn_geo g;
   SG_TRY(geo_of(node, &g));
@@ -474,13 +474,35 @@ fail:
 }
 #endif
 
+/* The device entries, built in every build: on a faked device (host
+ * memory) the host's bodies, on a GPU the kernels above. */
+static int attn_on_gpu(const sg_node *node) {
+  return node->device.kind != SG_DEVICE_HOST && !ag_fake_cuda;
+}
+
+#if SG_HAVE_CUDA
+#define ATTN_GPU(f) f(node)
+#else
+#define ATTN_GPU(f)                                      \
+  sg_error_set(SG_ERR_NOT_SUPPORTED, __FILE__, __LINE__, \
+               "attention on a GPU: built without CUDA")
+#endif
+
+static sg_status attn_fwd_cuda(sg_node *node) {
+  return attn_on_gpu(node) ? ATTN_GPU(attn_fwd_gpu) : attn_fwd(node);
+}
+
+static sg_status attn_bwd_cuda(sg_node *node) {
+  return attn_on_gpu(node) ? ATTN_GPU(attn_bwd_gpu) : attn_bwd(node);
+}
+
 static const sg_op_def attention_op = {
     .name = "attention",
     .slots = {SG_SLOT_ACT, SG_SLOT_ACT, SG_SLOT_ACT},
     .forward = attn_fwd,
     .backward = attn_bwd,
-    .forward_cuda = ATTN_CUDA(attn_fwd_cuda),
-    .backward_cuda = ATTN_CUDA(attn_bwd_cuda),
+    .forward_cuda = attn_fwd_cuda,
+    .backward_cuda = attn_bwd_cuda,
     .rule = {.windowed_input = -1,
              .accepts = SG_ACCEPT_REPLICATE | SG_ACCEPT_SHARD_BATCH |
                         SG_ACCEPT_SHARD_SPATIAL,

@@ -40,8 +40,8 @@ static const sg_op_device table[] = {
      * inputs' device, the copies through the tape's device helpers */
     {"checkpoint", "sg_ag_checkpoint", "ag_ckpt_backward", NULL},
     /* the layout copies and the SG_HD row kernels of sg_attn_inl.h;
-     * Ulysses and USP with one rank are that attention (the ring and the
-     * all-to-alls over ranks: refused by name on a mesh) */
+     * Ulysses and USP add the all-to-alls' packing (the SG_HD index maps
+     * of ag_ulysses_inl.h, models/cuda/ulysses_cuda.cu) */
     {"attention", "sg_attention_fwd_cuda", "sg_attention_bwd_cuda", NULL},
     {"attention_ulysses", "sg_attention_fwd_cuda", "sg_attention_bwd_cuda",
      NULL},
@@ -86,9 +86,8 @@ static const sg_op_device table[] = {
  * device buffers through the comm layer), or why the tape refuses it.
  * tests/ops/test_op_device.c checks that every op on cuda is listed once
  * (an op turned cuda is refused on a mesh until it is listed). */
-#define RING                                                           \
-  "the ring and the all-to-alls over ranks on device buffers are not " \
-  "built (issue 22)"
+#define RING \
+  "the ring's K/V send/recv on device buffers is not built (issue 22)"
 #define SHIFT \
   "the shifted windows' halo plan on device buffers is not built (issue 22)"
 static const struct {
@@ -128,8 +127,13 @@ static const struct {
      * on a spatial split */
     {"norm", NULL},
     {"attention", RING},
-    {"attention_ulysses", RING},
-    {"attention_usp", RING},
+    /* the all-to-alls on the device buffers through the comm layer
+     * (sg_alltoallv: NCCL on a GPU's mesh), packed and unpacked by the
+     * kernels of ulysses_cuda.cu, the local attention by its kernel; USP
+     * with a ring (a split of the other spatial dims) is refused by name
+     * at its first run, on every rank (the ring's K/V send/recv) */
+    {"attention_ulysses", NULL},
+    {"attention_usp", NULL},
     {"roll", SHIFT},
     {"window_attention", SHIFT},
     /* a split domain: the FFT re-planned with device stages, its

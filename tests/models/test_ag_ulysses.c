@@ -12,13 +12,28 @@
  * split the tokens are refused with SG_ERR_CONFIG on every rank. USP
  * (sg_ag_attention_usp: Ulysses over w, ring over h) on the same small
  * meshes: the same checks, the ring's bytes too (on h=2,w=2 both run; on
- * h alone it is the ring, on w alone Ulysses). */
+ * h alone it is the ring, on w alone Ulysses).
+ *
+ * The device path (ag_fake_cuda: "cuda:0" variables are host memory, so
+ * the nodes' device entries run the device body's structure on it: the
+ * all-to-alls on the device buffers through the comm layer, the packing
+ * by the SG_HD index maps of ag_ulysses_inl.h): o and dq, dk, dv on faked
+ * cuda:0 equal the host's on the same mesh bit for bit (f64 and f32;
+ * 7x5 tokens split unevenly over 2, 3 and 4 ranks), outputs and gradients
+ * on cuda:0; USP with a ring (a split of h) is refused by name on every
+ * rank (the ring's K/V send/recv on device buffers is not built); the
+ * plain attention of one process on faked cuda:0 = the host's. --gpu:
+ * real devices (gpu_case). */
+#include "autograd_impl.h" /* ag_fake_cuda, ag_mem_copy */
 #include "sg_autograd.h"
+#include "sg_comm.h" /* sg_mesh_enable_nccl */
 #include "sg_mesh.h"
+#include "sg_threads.h" /* sg_cuda_device_local */
 #include "sg_test.h"
 #include "sg_test_tensor.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,6 +201,169 @@ done:
   ref_free(&r1);
 }
 
+/* The attention of p by `mode` on mesh on the host (cuda 0), faked cuda:0
+ * (cuda 1) or the real cuda:di (cuda 2), backward from the target as the
+ * seed: o and dq, dk, dv (this rank's shards, dt) copied into out[0..3]
+ * (4 x nloc values), on_cuda the count of those on the device. */
+static sg_status run_dev(const prob *p, sg_mesh_t mesh, const sg_placement *pl,
+                         sg_sp_mode mode, sg_dtype dt, int cuda, int di,
+                         char *out, int64_t *nloc, int *on_cuda) {
+  sg_status st = SG_OK;
+  const sg_device dev = {cuda ? SG_DEVICE_CUDA : SG_DEVICE_HOST, di},
+                  host = sg_device_host();
+  const size_t es = sg_dtype_size(dt);
+  sg_var v[NV], *o = NULL;
+  sg_test_buf val[NV], grad[NV];
+  sg_tape_t t = NULL;
+  memset(v, 0, sizeof v), memset(val, 0, sizeof val),
+      memset(grad, 0, sizeof grad);
+  *on_cuda = 0;
+  ag_fake_cuda = cuda == 1;
+  for (int i = 0; i < NV; ++i) {
+    SG_TRY(sg_test_var_scatter(&v[i], &val[i], &grad[i], "x", dt, mesh, pl, 4,
+                               p->shape, p->g[i], i < 3));
+    if (cuda) SG_TRY(sg_var_set_device(&v[i], dev));
+  }
+  SG_TRY(sg_tape_create(&t));
+  SG_TRY(sg_ag_attention_sp(t, mode, p->heads, &v[0], &v[1], &v[2], &o));
+  const int64_t n = sg_tensor_numel(&o->value);
+  *nloc = n;
+  SG_TRY(ag_mem_copy(host, out, dev, o->value.data, (size_t)n * es));
+  *on_cuda += o->value.device.kind == SG_DEVICE_CUDA;
+  {
+    const sg_tensor sd = sg_tensor_wrap(v[3].value.data, dt, dev, o->value.ndim,
+                                        o->value.shape);
+    SG_TRY(sg_tape_backward_from(t, 1, &o, &sd));
+  }
+  for (int i = 0; i < 3; ++i) {
+    SG_TRY(ag_mem_copy(host, out + (size_t)(i + 1) * (size_t)n * es, dev,
+                       v[i].grad.data, (size_t)n * es));
+    *on_cuda += v[i].grad.device.kind == SG_DEVICE_CUDA;
+  }
+fail:
+  sg_tape_destroy(&t);
+  for (int i = 0; i < NV; ++i) {
+    sg_var_release(&v[i]);
+    sg_test_buf_free(&val[i]), sg_test_buf_free(&grad[i]);
+  }
+  ag_fake_cuda = 0;
+  return st;
+}
+
+/* Faked cuda:0 = the host on mesh spec, bit for bit (f64, f32); a USP
+ * whose mesh splits h (a ring) refused by name on every rank. */
+static void check_device(const char *spec, sg_sp_mode mode, const prob *p) {
+  sg_mesh_t mesh = NULL;
+  sg_placement pl[SG_MESH_MAX_DIMS];
+  const size_t cap = (size_t)(4 * numel(p)) * sizeof(double);
+  char *h = malloc(cap), *d = malloc(cap);
+  const char *mn = mode == SG_SP_USP ? "usp" : "ulysses";
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  sg_test_nchw_placements(mesh, pl);
+  int ring = 0;
+  for (int m = 0; m < sg_mesh_ndims(mesh); ++m)
+    ring |= pl[m].kind == SG_PLACEMENT_SHARD && pl[m].dim == 2 &&
+            sg_mesh_dim_size(mesh, m) > 1;
+  for (int k = 0; k < 2; ++k) {
+    const sg_dtype dt = k ? SG_DTYPE_F32 : SG_DTYPE_F64;
+    int64_t nh = 0, nd = 0;
+    int ch = 0, cd = 0;
+    SG_CHECK_OK(run_dev(p, mesh, pl, mode, dt, 0, 0, h, &nh, &ch));
+    if (mode == SG_SP_USP && ring) {
+      SG_CHECK_STATUS(run_dev(p, mesh, pl, mode, dt, 1, 0, d, &nd, &cd),
+                      SG_ERR_NOT_SUPPORTED);
+      SG_CHECK(strstr(sg_last_error(), "K/V send/recv") != NULL,
+               "%s usp on cuda: unclear refusal '%s'", spec, sg_last_error());
+      continue;
+    }
+    SG_CHECK_OK(run_dev(p, mesh, pl, mode, dt, 1, 0, d, &nd, &cd));
+    SG_CHECK(nd == nh && cd == 4 && ch == 0,
+             "%s %s: %lld / %lld values, %d on cuda", spec, mn, (long long)nd,
+             (long long)nh, cd);
+    for (int i = 0; i < 4; ++i) {
+      const size_t b = (size_t)nh * sg_dtype_size(dt);
+      SG_CHECK(memcmp(h + i * b, d + i * b, b) == 0,
+               "%s %s %s: %s on faked cuda:0 differs from the host's", spec, mn,
+               sg_dtype_name(dt), i ? "a gradient" : "o");
+    }
+  }
+done:
+  free(h), free(d);
+  sg_mesh_destroy(&mesh);
+}
+
+/* The plain attention in one process (no mesh) on faked cuda:0: its
+ * device entry runs the host's body on host memory (the same bits). */
+static void check_plain_device(const prob *p) {
+  const size_t cap = (size_t)(4 * numel(p)) * sizeof(double);
+  char *h = malloc(cap), *d = malloc(cap);
+  int64_t nh = 0, nd = 0;
+  int ch = 0, cd = 0;
+  SG_CHECK_OK(
+      run_dev(p, NULL, NULL, SG_SP_RING, SG_DTYPE_F64, 0, 0, h, &nh, &ch));
+  SG_CHECK_OK(
+      run_dev(p, NULL, NULL, SG_SP_RING, SG_DTYPE_F64, 1, 0, d, &nd, &cd));
+  SG_CHECK(nd == nh && cd == 4 && memcmp(h, d, (size_t)(4 * nh) * 8) == 0,
+           "attention on faked cuda:0 (one process) differs from the host's");
+  free(h), free(d);
+}
+
+static void check_devices(const prob *p, const char *const *specs, int n) {
+  for (int k = 0; k < n; ++k) {
+    check_device(specs[k], SG_SP_ULYSSES, p);
+    check_device(specs[k], SG_SP_USP, p);
+  }
+}
+
+/* --gpu (tools/test-gpu: one rank per GPU, 1-4 ranks): Ulysses and USP
+ * (w split alone: no ring) on "w=P" on real device buffers (the packing
+ * kernels, NCCL on the mesh for the all-to-alls, the attention kernel)
+ * against the host on the same mesh: o, dq, dk, dv within 1e-12 (f64) and
+ * 2e-5 (f32) relative to the largest value. Compile-verified until a GPU
+ * machine runs it. */
+static void gpu_case(const prob *p) {
+  sg_mesh_t mesh = NULL;
+  sg_placement pl[SG_MESH_MAX_DIMS];
+  const size_t cap = (size_t)(4 * numel(p)) * sizeof(double);
+  char *h = malloc(cap), *d = malloc(cap), spec[32];
+  int di = -1;
+  SG_CHECK_OK(sg_cuda_device_local(MPI_COMM_WORLD, &di));
+  SG_CHECK(di >= 0, "--gpu: no CUDA device on rank %d", sg_test_rank);
+  if (di < 0) goto done;
+  snprintf(spec, sizeof spec, "w=%d", sg_test_size);
+  SG_REQUIRE_OK(sg_mesh_create(MPI_COMM_WORLD, spec, &mesh));
+  if (sg_test_size > 1) SG_CHECK_OK(sg_mesh_enable_nccl(mesh));
+  sg_test_nchw_placements(mesh, pl);
+  for (int mode = 0; mode < 2; ++mode)
+    for (int k = 0; k < 2; ++k) {
+      const sg_sp_mode sm = mode ? SG_SP_USP : SG_SP_ULYSSES;
+      const sg_dtype dt = k ? SG_DTYPE_F32 : SG_DTYPE_F64;
+      const double tol = k ? 2e-5 : 1e-12;
+      int64_t nh = 0, nd = 0;
+      int ch = 0, cd = 0;
+      SG_CHECK_OK(run_dev(p, mesh, pl, sm, dt, 0, 0, h, &nh, &ch));
+      SG_CHECK_OK(run_dev(p, mesh, pl, sm, dt, 2, di, d, &nd, &cd));
+      SG_CHECK(nd == nh && cd == 4, "--gpu %s: %lld / %lld values, %d on cuda",
+               spec, (long long)nd, (long long)nh, cd);
+      double big = 0, err = 0;
+      for (int64_t i = 0; i < 4 * nh; ++i) {
+        const double a = k ? ((float *)h)[i] : ((double *)h)[i],
+                     b = k ? ((float *)d)[i] : ((double *)d)[i];
+        big = fabs(a) > big ? fabs(a) : big;
+        err = fabs(a - b) > err || b != b ? fabs(a - b) : err;
+      }
+      SG_CHECK(err <= tol * (big > 1 ? big : 1),
+               "--gpu %s %s %s: device - host %.3g (largest %.3g)", spec,
+               mode ? "usp" : "ulysses", sg_dtype_name(dt), err, big);
+      if (sg_test_rank == 0)
+        printf("--gpu: attention %s %s on %s: device - host %.3g\n",
+               mode ? "usp" : "ulysses", sg_dtype_name(dt), spec, err);
+    }
+done:
+  free(h), free(d);
+  sg_mesh_destroy(&mesh);
+}
+
 /* heads % P != 0: SG_ERR_CONFIG on every rank, naming the constraint */
 static void check_bad_heads(const char *spec, int64_t heads) {
   sg_mesh_t mesh = NULL;
@@ -215,15 +393,28 @@ int main(int argc, char **argv) {
   const int np = sg_test_size;
   prob p;
   prob_init(&p, 2, 24, 7, 5, 12);
+  for (int i = 1; i < argc; ++i)
+    if (!strcmp(argv[i], "--gpu")) {
+      gpu_case(&p);
+      prob_free(&p);
+      return sg_test_finish();
+    }
   if (np == 1) { /* one process: the plain attention itself */
     check_meshes(&p, (const char *[]){"dp=1"}, 1, 1);
+    check_devices(&p, (const char *[]){"dp=1"}, 1);
+    check_plain_device(&p);
     sg_sp_mode m;
     SG_CHECK_STATUS(sg_sp_mode_parse("cp", &m), SG_ERR_CONFIG);
   }
-  if (np == 2) check_meshes(&p, l2, 3, 1), check_bad_heads("h=2", 3);
-  if (np == 3) check_meshes(&p, l3, 2, 1), check_bad_heads("w=3", 4);
+  if (np == 2)
+    check_meshes(&p, l2, 3, 1), check_devices(&p, l2, 3),
+        check_bad_heads("h=2", 3);
+  if (np == 3)
+    check_meshes(&p, l3, 2, 1), check_devices(&p, l3, 2),
+        check_bad_heads("w=3", 4);
   if (np == 4) {
-    check_meshes(&p, l4, 3, 1), check_bad_heads("h=2,w=2", 6);
+    check_meshes(&p, l4, 3, 1), check_devices(&p, l4, 3),
+        check_bad_heads("h=2,w=2", 6);
     prob q;
     prob_init(&q, 1, 4, 45, 90, 4);
     check_meshes(&q, big, 1, 0);

@@ -102,11 +102,13 @@ static int check_rejects(const sg_op_device *t, int n) {
 
 /* The ops whose device entries are built in every build: those that
  * launch no kernel of their own (copies, the comm layer, the tape's device
- * helpers), and dist_loss, whose one body runs its kernels on a real device
- * and its host loops on host memory (the faked device). */
+ * helpers), dist_loss and the attentions, whose bodies run their kernels
+ * on a real device and the host's code on host memory (the faked device). */
 static int comm_only(const char *op) {
   return !strcmp(op, "tp_copy") || !strcmp(op, "tp_reduce") ||
-         !strcmp(op, "sp_share") || !strcmp(op, "dist_loss");
+         !strcmp(op, "sp_share") || !strcmp(op, "dist_loss") ||
+         !strcmp(op, "attention") || !strcmp(op, "attention_ulysses") ||
+         !strcmp(op, "attention_usp");
 }
 
 /* The table against the op definitions: an op listed on cuda has CUDA
