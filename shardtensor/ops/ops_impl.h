@@ -438,7 +438,10 @@ static inline size_t sg_conv_dw_part_bytes(const sg_conv_geom *g, size_t es,
          (lanes ? (size_t)lanes * sizeof(float) : es);
 }
 
-/* OpenBLAS single-threaded for the duration of an OpenMP region. */
+/* OpenBLAS single-threaded for the duration of a kernel, at one OpenMP
+ * thread too: a GEMM that OpenBLAS splits over its own threads rounds
+ * otherwise (the f64 convolution dW at one thread, with OpenBLAS at its
+ * default or OMP_NUM_THREADS count, was not the bits of two threads). */
 int sg_blas_threads_begin(void);
 void sg_blas_threads_end(int saved);
 

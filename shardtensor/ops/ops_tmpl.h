@@ -570,7 +570,7 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
 #endif
   const int64_t items = g->n * g->ntile;
   const int nth = g->nthreads;
-  int saved = nth > 1 ? sg_blas_threads_begin() : 0;
+  int saved = sg_blas_threads_begin();
 #pragma omp parallel num_threads(nth) if (nth > 1)
   {
     int tid = FN(thread_id)();
@@ -601,7 +601,7 @@ void FN(sg_conv_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
         FN(round_out)(1, yt + k * g->sout, ncol);
     }
   }
-  if (nth > 1) sg_blas_threads_end(saved);
+  sg_blas_threads_end(saved);
 }
 
 /* part (NULL when dw is): the weight gradient's SG_DW_SLOTS slot partials
@@ -634,7 +634,7 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
   }
 #endif
   const int64_t total = dx ? g->n * g->c * g->sin : 0;
-  int saved = nth > 1 ? sg_blas_threads_begin() : 0;
+  int saved = sg_blas_threads_begin();
   /* Two phases (even tiles, then odd tiles): the input rows of tiles i and
    * i + 2 never overlap, so col2im needs no atomics. */
   const int64_t half[2] = {(g->ntile + 1) / 2, g->ntile / 2};
@@ -737,7 +737,7 @@ void FN(sg_conv_bwd)(const sg_conv_geom *g, const R *x, const R *w, const R *dy,
       }
     }
   }
-  if (nth > 1) sg_blas_threads_end(saved);
+  sg_blas_threads_end(saved);
 #ifdef SG_GEMM_OFF
 #ifdef SG_BF16_DIRECT
   if (dx_direct && g->bf16 == 2)
@@ -797,7 +797,7 @@ void FN(sg_convt_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
   const int nth = g->nthreads;
   const int64_t ntile = (g->sin + g->cols - 1) / g->cols;
   const int64_t items = g->n * ntile, kk = g->kk, m = g->k * kk;
-  int saved = nth > 1 ? sg_blas_threads_begin() : 0;
+  int saved = sg_blas_threads_begin();
 #pragma omp parallel num_threads(nth) if (nth > 1)
   {
     int tid = FN(thread_id)();
@@ -824,7 +824,7 @@ void FN(sg_convt_fwd)(const sg_conv_geom *g, const R *x, const R *w, const R *b,
       }
     }
   }
-  if (nth > 1) sg_blas_threads_end(saved);
+  sg_blas_threads_end(saved);
 }
 
 /* dwpart (NULL when dw is): SG_DW_SLOTS partials of the weight gradient
@@ -839,7 +839,7 @@ void FN(sg_convt_bwd)(const sg_conv_geom *g, const R *x, const R *w,
   const int64_t wsz = g->c * m;
   if (db) FN(sg_bias_bwd)(g->n, g->k, g->sout, dy, db);
   if (!dx && !dw) return;
-  int saved = nth > 1 ? sg_blas_threads_begin() : 0;
+  int saved = sg_blas_threads_begin();
 #pragma omp parallel num_threads(nth) if (nth > 1)
   {
     int tid = FN(thread_id)();
@@ -873,7 +873,7 @@ void FN(sg_convt_bwd)(const sg_conv_geom *g, const R *x, const R *w,
       }
     }
   }
-  if (nth > 1) sg_blas_threads_end(saved);
+  sg_blas_threads_end(saved);
   if (dw) {
     const R *pt = dwpart;
     for (int64_t i = 0; i < wsz; ++i) {
