@@ -16,8 +16,7 @@
  * renormalised over the two). */
 static inline SG_HD void sg_moe_route_token(int64_t E, int64_t C, int64_t k,
                                             const double *Wr, const double *x,
-                                            double *pm, int *sm,
-                                            double *gate) {
+                                            double *pm, int *sm, double *gate) {
   double mx = -INFINITY, s = 0.0;
   for (int64_t e = 0; e < E; ++e) {
     double z = 0.0;
@@ -33,16 +32,14 @@ static inline SG_HD void sg_moe_route_token(int64_t E, int64_t C, int64_t k,
       if ((j == 0 || e != sm[0]) && (best < 0 || pm[e] > pm[best])) best = e;
     sm[j] = best, gs += pm[best];
   }
-  for (int64_t j = 0; j < k; ++j)
-    gate[j] = k == 1 ? pm[sm[j]] : pm[sm[j]] / gs;
+  for (int64_t j = 0; j < k; ++j) gate[j] = k == 1 ? pm[sm[j]] : pm[sm[j]] / gs;
 }
 
 /* One sample's T tokens x k choices (G: T x k expert ids, token-major):
  * Q (T x k) each pair's place in its expert's queue (slot-major, then
  * global token order), f (E) the sample's fraction of pairs per expert. */
 static inline SG_HD void sg_moe_queue_sample(int64_t E, int64_t T, int64_t k,
-                                             const int *G, int *Q,
-                                             double *f) {
+                                             const int *G, int *Q, double *f) {
   for (int64_t e = 0; e < E; ++e) f[e] = 0.0;
   for (int64_t j = 0; j < k; ++j)
     for (int64_t t = 0; t < T; ++t) {
