@@ -25,125 +25,10 @@
 #include "sg_mesh.h"
 #include "sg_parallel.h"
 #include "sg_test.h"
+#include "sg_test_uops.h"
 
 enum { N = 2, C = 3, H = 5, S = 7, NX = N * C * S };
 enum { NW1 = H * C, NW2 = C * H, NW3 = C * C, NL = NW1 + NW2 + NW3 };
-
-static int ncalls[2]; /* user-op kernel calls: [on cuda] */
-
-static double ld(const void *p, sg_dtype dt, int64_t i) {
-  return dt == SG_DTYPE_F32 ? (double)((const float *)p)[i]
-                            : ((const double *)p)[i];
-}
-static void stv(void *p, sg_dtype dt, int64_t i, double v) {
-  if (dt == SG_DTYPE_F32)
-    ((float *)p)[i] = (float)v;
-  else
-    ((double *)p)[i] = v;
-}
-
-/* lin: y[n, o, s] = sum_c w[o, c] x[n, c, s] */
-static sg_status lin_fwd(sg_node *node) {
-  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
-  ncalls[node->device.kind == SG_DEVICE_CUDA]++;
-  int64_t shape[SG_TENSOR_MAX_DIMS];
-  memcpy(shape, x->shape, sizeof shape);
-  shape[1] = w->shape[0];
-  sg_status st = sg_node_alloc_out_uninit(node, 0, x->ndim, shape);
-  if (st != SG_OK) return st;
-  const int64_t Ci = x->shape[1], Co = w->shape[0];
-  for (int64_t n = 0; n < x->shape[0]; ++n)
-    for (int64_t o = 0; o < Co; ++o)
-      for (int64_t s = 0; s < S; ++s) {
-        double a = 0;
-        for (int64_t c = 0; c < Ci; ++c)
-          a += ld(w->data, w->dtype, o * Ci + c) *
-               ld(x->data, x->dtype, (n * Ci + c) * S + s);
-        stv(node->out[0]->value.data, x->dtype, (n * Co + o) * S + s, a);
-      }
-  return SG_OK;
-}
-
-static sg_status lin_bwd(sg_node *node) {
-  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
-  const sg_tensor *dy = &node->out[0]->grad;
-  const sg_dtype dt = x->dtype;
-  ncalls[node->device.kind == SG_DEVICE_CUDA]++;
-  const int64_t Ci = x->shape[1], Co = w->shape[0];
-  for (int64_t n = 0; node->gin[0] && n < x->shape[0]; ++n)
-    for (int64_t c = 0; c < Ci; ++c)
-      for (int64_t s = 0; s < S; ++s) {
-        double a = 0;
-        for (int64_t o = 0; o < Co; ++o)
-          a += ld(w->data, dt, o * Ci + c) *
-               ld(dy->data, dt, (n * Co + o) * S + s);
-        stv(node->gin[0], dt, (n * Ci + c) * S + s, a);
-      }
-  for (int64_t o = 0; node->gin[1] && o < Co; ++o)
-    for (int64_t c = 0; c < Ci; ++c) {
-      double a = ld(node->gin[1], dt, o * Ci + c);
-      for (int64_t n = 0; n < x->shape[0]; ++n)
-        for (int64_t s = 0; s < S; ++s)
-          a += ld(dy->data, dt, (n * Co + o) * S + s) *
-               ld(x->data, dt, (n * Ci + c) * S + s);
-      stv(node->gin[1], dt, o * Ci + c, a);
-    }
-  return SG_OK;
-}
-
-static sg_status tanh_fwd(sg_node *node) {
-  const sg_tensor *x = &node->in[0]->value;
-  ncalls[node->device.kind == SG_DEVICE_CUDA]++;
-  sg_status st = sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape);
-  for (int64_t i = 0; st == SG_OK && i < sg_tensor_numel(x); ++i)
-    stv(node->out[0]->value.data, x->dtype, i, tanh(ld(x->data, x->dtype, i)));
-  return st;
-}
-
-static sg_status tanh_bwd(sg_node *node) {
-  const sg_tensor *y = &node->out[0]->value, *dy = &node->out[0]->grad;
-  ncalls[node->device.kind == SG_DEVICE_CUDA]++;
-  for (int64_t i = 0; node->gin[0] && i < sg_tensor_numel(y); ++i) {
-    const double v = ld(y->data, y->dtype, i);
-    stv(node->gin[0], y->dtype, i, ld(dy->data, y->dtype, i) * (1 - v * v));
-  }
-  return SG_OK;
-}
-
-/* add: y = a + b (both activations) */
-static sg_status add_fwd(sg_node *node) {
-  const sg_tensor *a = &node->in[0]->value, *b = &node->in[1]->value;
-  ncalls[node->device.kind == SG_DEVICE_CUDA]++;
-  sg_status st = sg_node_alloc_out_uninit(node, 0, a->ndim, a->shape);
-  for (int64_t i = 0; st == SG_OK && i < sg_tensor_numel(a); ++i)
-    stv(node->out[0]->value.data, a->dtype, i,
-        ld(a->data, a->dtype, i) + ld(b->data, a->dtype, i));
-  return st;
-}
-
-static sg_status add_bwd(sg_node *node) {
-  const sg_tensor *dy = &node->out[0]->grad;
-  ncalls[node->device.kind == SG_DEVICE_CUDA]++;
-  for (int k = 0; k < 2; ++k)
-    for (int64_t i = 0; node->gin[k] && i < sg_tensor_numel(dy); ++i)
-      stv(node->gin[k], dy->dtype, i, ld(dy->data, dy->dtype, i));
-  return SG_OK;
-}
-
-#define USER_OP(nm, fw, bw, wg, ...)                                   \
-  static const sg_op_def nm##_op = {.name = "test_" #nm,               \
-                                    .slots = {__VA_ARGS__},            \
-                                    .forward = fw,                     \
-                                    .backward = bw,                    \
-                                    .rule = {.windowed_input = -1,     \
-                                             .accepts = SG_ACCEPT_ALL, \
-                                             .out = SG_OUT_LIKE_INPUT, \
-                                             .writes_gin = wg},        \
-                                    .forward_cuda = fw,                \
-                                    .backward_cuda = bw}
-USER_OP(lin, lin_fwd, lin_bwd, 1u, SG_SLOT_ACT, SG_SLOT_PARAM);
-USER_OP(tanh, tanh_fwd, tanh_bwd, 1u, SG_SLOT_ACT);
-USER_OP(add, add_fwd, add_bwd, 3u, SG_SLOT_ACT, SG_SLOT_ACT);
 
 static sg_status op2(sg_tape_t t, const sg_op_def *op, sg_var *a, sg_var *b,
                      sg_var **y) {
@@ -163,9 +48,9 @@ static sg_status inner(sg_tape_t t, void *ctx, sg_var *const *in,
   sg_status st = SG_OK;
   const wts *w = ctx;
   sg_var *a = NULL, *b = NULL;
-  SG_TRY(op2(t, &lin_op, in[0], w->w[0], &a));
-  SG_TRY(op2(t, &tanh_op, a, NULL, &b));
-  SG_TRY(op2(t, &lin_op, b, w->w[1], &out[0]));
+  SG_TRY(op2(t, sg_uop_lin(), in[0], w->w[0], &a));
+  SG_TRY(op2(t, sg_uop_tanh(), a, NULL, &b));
+  SG_TRY(op2(t, sg_uop_lin(), b, w->w[1], &out[0]));
 fail:
   return st;
 }
@@ -177,8 +62,8 @@ static sg_status outer(sg_tape_t t, void *ctx, sg_var *const *in,
   const wts *w = ctx;
   sg_var *h = NULL, *r = NULL;
   SG_TRY(sg_ag_checkpoint(t, inner, ctx, 1, in, 1, &h));
-  SG_TRY(op2(t, &lin_op, in[0], w->w[2], &r));
-  SG_TRY(op2(t, &add_op, h, r, &out[0]));
+  SG_TRY(op2(t, sg_uop_lin(), in[0], w->w[2], &r));
+  SG_TRY(op2(t, sg_uop_add(), h, r, &out[0]));
 fail:
   return st;
 }
@@ -197,10 +82,10 @@ static sg_status model(sg_tape_t t, int mode, wts *w, sg_var *x, sg_var *tv,
       SG_TRY(sg_ag_checkpoint(t, inner, w, 1, &x, 1, &h));
     else
       SG_TRY(inner(t, w, &x, &h));
-    SG_TRY(op2(t, &lin_op, x, w->w[2], &r));
-    SG_TRY(op2(t, &add_op, h, r, &s));
+    SG_TRY(op2(t, sg_uop_lin(), x, w->w[2], &r));
+    SG_TRY(op2(t, sg_uop_add(), h, r, &s));
   }
-  SG_TRY(op2(t, &tanh_op, s, NULL, &p));
+  SG_TRY(op2(t, sg_uop_tanh(), s, NULL, &p));
   SG_TRY(sg_ag_dist_loss(t, SG_LOSS_MSE, p, tv, mv, &lc, &loss));
   *value = sg_dist_loss_value(loss);
   SG_TRY(sg_tape_backward(t, loss));
@@ -211,7 +96,7 @@ fail:
 static double xval(int64_t i, int k) { return sin(0.37 * (double)i + k); }
 
 static void fill(sg_dtype dt, void *p, int64_t n, int k) {
-  for (int64_t i = 0; i < n; ++i) stv(p, dt, i, 0.6 * xval(i, k));
+  for (int64_t i = 0; i < n; ++i) sg_uop_st(p, dt, i, 0.6 * xval(i, k));
 }
 
 /* One run: its loss and gradients (as f64), whether everything stayed on
@@ -233,10 +118,10 @@ static void run(sg_dtype dt, int dev, int mode, res *out) {
   sg_tape_t tape = NULL;
   memset(out, 0, sizeof *out);
   fill(dt, xb, NX, 1), fill(dt, tb, NX, 2);
-  for (int64_t i = 0; i < NX; ++i) stv(mb, dt, i, i % 5 == 3 ? 0.0 : 1.0);
+  for (int64_t i = 0; i < NX; ++i) sg_uop_st(mb, dt, i, i % 5 == 3 ? 0.0 : 1.0);
   const sg_device cu = {SG_DEVICE_CUDA, 0};
   ag_fake_cuda = dev;
-  ncalls[0] = ncalls[1] = 0;
+  sg_uop_calls[0] = sg_uop_calls[1] = 0;
   SG_CHECK_OK(sg_var_init(&x, "x", dt, 3, xs, xb, 1));
   SG_CHECK_OK(sg_var_init(&tv, "t", dt, 3, xs, tb, 0));
   SG_CHECK_OK(sg_var_init(&mv, "m", dt, 3, xs, mb, 0));
@@ -256,12 +141,12 @@ static void run(sg_dtype dt, int dev, int mode, res *out) {
   SG_CHECK_OK(model(tape, mode, &W, &x, &tv, &mv, &out->loss));
   out->on_dev = x.grad.data &&
                 x.grad.device.kind == (dev ? SG_DEVICE_CUDA : SG_DEVICE_HOST);
-  out->on_dev &= ncalls[!dev] == 0 && ncalls[dev] > 0;
+  out->on_dev &= sg_uop_calls[!dev] == 0 && sg_uop_calls[dev] > 0;
   for (int64_t i = 0; x.grad.data && i < NX; ++i)
-    out->g[i] = ld(x.grad.data, dt, i);
+    out->g[i] = sg_uop_ld(x.grad.data, dt, i);
   int64_t o = NX;
   for (int k = 0; k < 3; ++k)
-    for (int64_t i = 0; i < wn[k]; ++i) out->g[o++] = ld(gb[k], dt, i);
+    for (int64_t i = 0; i < wn[k]; ++i) out->g[o++] = sg_uop_ld(gb[k], dt, i);
   sg_tape_destroy(&tape);
   sg_var_release(&x), sg_var_release(&tv), sg_var_release(&mv);
   for (int k = 0; k < 3; ++k) sg_var_release(&w[k]), free(wb[k]), free(gb[k]);

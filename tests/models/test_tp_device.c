@@ -34,6 +34,7 @@
 #include "sg_mesh.h"
 #include "sg_shardtensor.h"
 #include "sg_test.h"
+#include "sg_test_uops.h"
 #include "sg_threads.h" /* sg_cuda_device_local */
 
 #include <math.h>
@@ -43,119 +44,9 @@
 enum { N = 2, C = 3, H = 7, ND = 4 };
 static const int64_t G[ND] = {N, C, 3, 5};
 
-static int ncalls[2]; /* user-op kernel calls: [on cuda] */
-
-static double ld(const void *p, sg_dtype dt, int64_t i) {
-  return dt == SG_DTYPE_F32 ? (double)((const float *)p)[i]
-                            : ((const double *)p)[i];
-}
-static void stv(void *p, sg_dtype dt, int64_t i, double v) {
-  if (dt == SG_DTYPE_F32)
-    ((float *)p)[i] = (float)v;
-  else
-    ((double *)p)[i] = v;
-}
-
-static int64_t spatial(const sg_tensor *t) {
-  int64_t s = 1;
-  for (int d = 2; d < t->ndim; ++d) s *= t->shape[d];
-  return s;
-}
-
-/* lin: y[n, o, s] = sum_c w[o, c] x[n, c, s] (x an activation, w (O, C) a
- * parameter), double accumulation in c order */
-static sg_status lin_fwd(sg_node *node) {
-  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
-  ncalls[node->device.kind == SG_DEVICE_CUDA]++;
-  int64_t shape[SG_TENSOR_MAX_DIMS];
-  memcpy(shape, x->shape, sizeof shape);
-  shape[1] = w->shape[0];
-  sg_status st = sg_node_alloc_out_uninit(node, 0, x->ndim, shape);
-  if (st != SG_OK) return st;
-  const int64_t S = spatial(x), Ci = x->shape[1], Co = w->shape[0];
-  void *y = node->out[0]->value.data;
-  for (int64_t n = 0; n < x->shape[0]; ++n)
-    for (int64_t o = 0; o < Co; ++o)
-      for (int64_t s = 0; s < S; ++s) {
-        double a = 0;
-        for (int64_t c = 0; c < Ci; ++c)
-          a += ld(w->data, w->dtype, o * Ci + c) *
-               ld(x->data, x->dtype, (n * Ci + c) * S + s);
-        stv(y, x->dtype, (n * Co + o) * S + s, a);
-      }
-  return SG_OK;
-}
-
-static sg_status lin_bwd(sg_node *node) {
-  const sg_tensor *x = &node->in[0]->value, *w = &node->in[1]->value;
-  const sg_tensor *dy = &node->out[0]->grad;
-  const sg_dtype dt = x->dtype;
-  ncalls[node->device.kind == SG_DEVICE_CUDA]++;
-  const int64_t S = spatial(x), Ci = x->shape[1], Co = w->shape[0];
-  for (int64_t n = 0; node->gin[0] && n < x->shape[0]; ++n)
-    for (int64_t c = 0; c < Ci; ++c)
-      for (int64_t s = 0; s < S; ++s) {
-        double a = 0;
-        for (int64_t o = 0; o < Co; ++o)
-          a += ld(w->data, dt, o * Ci + c) *
-               ld(dy->data, dt, (n * Co + o) * S + s);
-        stv(node->gin[0], dt, (n * Ci + c) * S + s, a);
-      }
-  for (int64_t o = 0; node->gin[1] && o < Co; ++o)
-    for (int64_t c = 0; c < Ci; ++c) {
-      double a = ld(node->gin[1], dt, o * Ci + c);
-      for (int64_t n = 0; n < x->shape[0]; ++n)
-        for (int64_t s = 0; s < S; ++s)
-          a += ld(dy->data, dt, (n * Co + o) * S + s) *
-               ld(x->data, dt, (n * Ci + c) * S + s);
-      stv(node->gin[1], dt, o * Ci + c, a);
-    }
-  return SG_OK;
-}
-
-static sg_status tanh_fwd(sg_node *node) {
-  const sg_tensor *x = &node->in[0]->value;
-  ncalls[node->device.kind == SG_DEVICE_CUDA]++;
-  sg_status st = sg_node_alloc_out_uninit(node, 0, x->ndim, x->shape);
-  for (int64_t i = 0; st == SG_OK && i < sg_tensor_numel(x); ++i)
-    stv(node->out[0]->value.data, x->dtype, i, tanh(ld(x->data, x->dtype, i)));
-  return st;
-}
-
-static sg_status tanh_bwd(sg_node *node) {
-  const sg_tensor *y = &node->out[0]->value, *dy = &node->out[0]->grad;
-  ncalls[node->device.kind == SG_DEVICE_CUDA]++;
-  for (int64_t i = 0; node->gin[0] && i < sg_tensor_numel(y); ++i) {
-    const double v = ld(y->data, y->dtype, i);
-    stv(node->gin[0], y->dtype, i, ld(dy->data, y->dtype, i) * (1 - v * v));
-  }
-  return SG_OK;
-}
-
-static const sg_op_def lin_op = {.name = "test_lin",
-                                 .slots = {SG_SLOT_ACT, SG_SLOT_PARAM},
-                                 .forward = lin_fwd,
-                                 .backward = lin_bwd,
-                                 .rule = {.windowed_input = -1,
-                                          .accepts = SG_ACCEPT_ALL,
-                                          .out = SG_OUT_LIKE_INPUT,
-                                          .writes_gin = 1u},
-                                 .forward_cuda = lin_fwd,
-                                 .backward_cuda = lin_bwd};
-static const sg_op_def tanh_op = {.name = "test_tanh",
-                                  .slots = {SG_SLOT_ACT},
-                                  .forward = tanh_fwd,
-                                  .backward = tanh_bwd,
-                                  .rule = {.windowed_input = -1,
-                                           .accepts = SG_ACCEPT_ALL,
-                                           .out = SG_OUT_LIKE_INPUT,
-                                           .writes_gin = 1u},
-                                  .forward_cuda = tanh_fwd,
-                                  .backward_cuda = tanh_bwd};
-
 static sg_status lin(sg_tape_t t, sg_var *x, sg_var *w, sg_var **y) {
   sg_var *in[2] = {x, w};
-  return sg_tape_apply(t, &lin_op, 2, in, 1, NULL, NULL, 0, y);
+  return sg_tape_apply(t, sg_uop_lin(), 2, in, 1, NULL, NULL, 0, y);
 }
 
 /* The mesh and this rank's pieces. */
@@ -211,13 +102,15 @@ static sg_status run(const ctx *c, sg_dtype dt, int cuda, int sp, result *r) {
   if (!xb || !w1b || !w2b || !g1 || !g2 || !gy) SG_RAISE(SG_ERR_ALLOC, "mlp");
   for (int64_t l = 0; l < c->nx; ++l) {
     const int64_t g = gidx(c->off, c->shape, l);
-    stv(xb, dt, l, xv(g));
-    stv(gy, dt, l, 0.03 * (double)(g % 11) - 0.1);
+    sg_uop_st(xb, dt, l, xv(g));
+    sg_uop_st(gy, dt, l, 0.03 * (double)(g % 11) - 0.1);
   }
   for (int64_t k = 0; k < c->hl; ++k)
     for (int64_t i = 0; i < C; ++i) {
-      stv(w1b, dt, k * C + i, 0.4 * sin(1.0 + (double)((c->h0 + k) * C + i)));
-      stv(w2b, dt, i * c->hl + k, 0.3 * cos(2.0 + (double)(i * H + c->h0 + k)));
+      sg_uop_st(w1b, dt, k * C + i,
+                0.4 * sin(1.0 + (double)((c->h0 + k) * C + i)));
+      sg_uop_st(w2b, dt, i * c->hl + k,
+                0.3 * cos(2.0 + (double)(i * H + c->h0 + k)));
     }
   ag_fake_cuda = cuda;
   SG_TRY(sg_var_init(&x, "x", dt, ND, c->shape, xb, 1));
@@ -232,10 +125,10 @@ static sg_status run(const ctx *c, sg_dtype dt, int cuda, int sp, result *r) {
   SG_TRY(sg_tape_create(&tape));
   if (sp) {
     SG_TRY(sg_ag_tp_seq_scatter(tape, c->tp, &x, &h));
-    SG_TRY(sg_tape_apply(tape, &tanh_op, 1, &h, 1, NULL, NULL, 0, &h));
+    SG_TRY(sg_tape_apply(tape, sg_uop_tanh(), 1, &h, 1, NULL, NULL, 0, &h));
     SG_TRY(sg_ag_tp_seq_allgather(tape, c->tp, h, &x, &h));
     SG_TRY(lin(tape, h, &w1, &h));
-    SG_TRY(sg_tape_apply(tape, &tanh_op, 1, &h, 1, NULL, NULL, 0, &h));
+    SG_TRY(sg_tape_apply(tape, sg_uop_tanh(), 1, &h, 1, NULL, NULL, 0, &h));
     SG_TRY(lin(tape, h, &w2, &h));
     SG_TRY(sg_ag_tp_seq_reduce_scatter(tape, c->tp, h, &h));
     SG_TRY(sg_ag_tp_seq_gather(tape, c->tp, h, &x, &h));
@@ -243,7 +136,7 @@ static sg_status run(const ctx *c, sg_dtype dt, int cuda, int sp, result *r) {
   } else {
     SG_TRY(sg_ag_tp_copy(tape, c->tp, &x, &h));
     SG_TRY(lin(tape, h, &w1, &h));
-    SG_TRY(sg_tape_apply(tape, &tanh_op, 1, &h, 1, NULL, NULL, 0, &h));
+    SG_TRY(sg_tape_apply(tape, sg_uop_tanh(), 1, &h, 1, NULL, NULL, 0, &h));
     SG_TRY(sg_ag_sp_share(tape, c->dom, &w2, &w2s));
     SG_TRY(lin(tape, h, w2s, &h));
     SG_TRY(sg_ag_tp_reduce(tape, c->tp, h, &y));
@@ -251,14 +144,14 @@ static sg_status run(const ctx *c, sg_dtype dt, int cuda, int sp, result *r) {
   r->y_cuda = y->value.device.kind == SG_DEVICE_CUDA &&
               (sp || y->mesh == c->mesh);
   r->ny = sg_tensor_numel(&y->value);
-  for (int64_t l = 0; l < r->ny; ++l) r->y[l] = ld(y->value.data, dt, l);
+  for (int64_t l = 0; l < r->ny; ++l) r->y[l] = sg_uop_ld(y->value.data, dt, l);
   const sg_tensor seed = sg_tensor_wrap(gy, dt, dev, y->value.ndim,
                                         y->value.shape);
   SG_TRY(sg_tape_backward_from(tape, 1, &y, &seed));
   r->dx_cuda = x.grad.device.kind == SG_DEVICE_CUDA;
-  for (int64_t l = 0; l < c->nx; ++l) r->dx[l] = ld(x.grad.data, dt, l);
+  for (int64_t l = 0; l < c->nx; ++l) r->dx[l] = sg_uop_ld(x.grad.data, dt, l);
   for (int64_t i = 0; i < nw; ++i)
-    r->dw1[i] = ld(g1, dt, i), r->dw2[i] = ld(g2, dt, i);
+    r->dw1[i] = sg_uop_ld(g1, dt, i), r->dw2[i] = sg_uop_ld(g2, dt, i);
 fail:
   sg_tape_destroy(&tape);
   sg_var_release(&x); /* its gradient: on the faked device in that run */
@@ -294,11 +187,11 @@ static void test_block(const ctx *c, sg_dtype dt, int sp) {
   const int want = sp ? 8 : 6;
   SG_CHECK(alloc_result(&hr, c) && alloc_result(&dr, c), "alloc");
   SG_CHECK_OK(run(c, dt, 0, sp, &hr));
-  const int before[2] = {ncalls[0], ncalls[1]};
+  const int before[2] = {sg_uop_calls[0], sg_uop_calls[1]};
   SG_CHECK_OK(run(c, dt, 1, sp, &dr));
-  SG_CHECK(ncalls[0] == before[0] && ncalls[1] - before[1] == want,
+  SG_CHECK(sg_uop_calls[0] == before[0] && sg_uop_calls[1] - before[1] == want,
            "%s: device run: %d host and %d cuda kernel calls (want 0, %d)", dts,
-           ncalls[0] - before[0], ncalls[1] - before[1], want);
+           sg_uop_calls[0] - before[0], sg_uop_calls[1] - before[1], want);
   SG_CHECK(dr.y_cuda && dr.dx_cuda && !hr.y_cuda && dr.ny == hr.ny,
            "%s: y and dx on cuda:0 in the device run only", dts);
   same_bits("y", dts, dr.y, hr.y, hr.ny);
@@ -329,8 +222,9 @@ static void test_tiny(const ctx *c, sg_dtype dt) {
     sg_tape_t tape = NULL;
     sg_var x, w, *h = NULL, *y = NULL;
     memset(&x, 0, sizeof x), memset(&w, 0, sizeof w);
-    stv(xb, dt, 0, 1.25), stv(xb, dt, 1, -0.5), stv(wb, dt, 0, c->tp_rank + 1);
-    stv(gy, dt, 0, 1), stv(gy, dt, 1, 1);
+    sg_uop_st(xb, dt, 0, 1.25), sg_uop_st(xb, dt, 1, -0.5),
+        sg_uop_st(wb, dt, 0, c->tp_rank + 1);
+    sg_uop_st(gy, dt, 0, 1), sg_uop_st(gy, dt, 1, 1);
     ag_fake_cuda = cuda;
     sg_status st = sg_var_init(&x, "x", dt, ND, shape, xb, 1);
     if (st == SG_OK) st = sg_var_set_sharding(&x, c->mesh, c->pl, TG);
@@ -342,11 +236,11 @@ static void test_tiny(const ctx *c, sg_dtype dt) {
     if (st == SG_OK) st = lin(tape, h, &w, &h);
     if (st == SG_OK) st = sg_ag_tp_reduce(tape, c->tp, h, &y);
     for (int64_t i = 0; st == SG_OK && i < n; ++i)
-      got[cuda][0][i] = ld(y->value.data, dt, i);
+      got[cuda][0][i] = sg_uop_ld(y->value.data, dt, i);
     const sg_tensor seed = sg_tensor_wrap(gy, dt, dev, ND, shape);
     if (st == SG_OK) st = sg_tape_backward_from(tape, 1, &y, &seed);
     for (int64_t i = 0; st == SG_OK && i < n; ++i)
-      got[cuda][1][i] = ld(x.grad.data, dt, i);
+      got[cuda][1][i] = sg_uop_ld(x.grad.data, dt, i);
     SG_CHECK_OK(st);
     sg_tape_destroy(&tape);
     sg_var_release(&x);
