@@ -128,19 +128,19 @@ static inline sg_status sg_uop_add_bwd(sg_node *node) {
 
 /* The op definitions (functions, so a test that uses a few of them has no
  * unused constants). */
-#define SG_UOP_DEF(nm, wg, ...)                                             \
-  static inline const sg_op_def *sg_uop_##nm(void) {                        \
-    static const sg_op_def d = {.name = "test_" #nm,                        \
-                                .slots = {__VA_ARGS__},                     \
-                                .forward = sg_uop_##nm##_fwd,               \
-                                .backward = sg_uop_##nm##_bwd,              \
-                                .rule = {.windowed_input = -1,              \
-                                         .accepts = SG_ACCEPT_ALL,          \
-                                         .out = SG_OUT_LIKE_INPUT,          \
-                                         .writes_gin = wg},                 \
-                                .forward_cuda = sg_uop_##nm##_fwd,          \
-                                .backward_cuda = sg_uop_##nm##_bwd};        \
-    return &d;                                                              \
+#define SG_UOP_DEF(nm, wg, ...)                                      \
+  static inline const sg_op_def *sg_uop_##nm(void) {                 \
+    static const sg_op_def d = {.name = "test_" #nm,                 \
+                                .slots = {__VA_ARGS__},              \
+                                .forward = sg_uop_##nm##_fwd,        \
+                                .backward = sg_uop_##nm##_bwd,       \
+                                .rule = {.windowed_input = -1,       \
+                                         .accepts = SG_ACCEPT_ALL,   \
+                                         .out = SG_OUT_LIKE_INPUT,   \
+                                         .writes_gin = wg},          \
+                                .forward_cuda = sg_uop_##nm##_fwd,   \
+                                .backward_cuda = sg_uop_##nm##_bwd}; \
+    return &d;                                                       \
   }
 SG_UOP_DEF(lin, 1u, SG_SLOT_ACT, SG_SLOT_PARAM)
 SG_UOP_DEF(tanh, 1u, SG_SLOT_ACT)
