@@ -374,10 +374,10 @@ static void mesh_case(const char *spec, int deterministic, int zero) {
   sg_tape_destroy(&th);
   sg_tape_destroy(&td);
   for (int i = 0; i < 2; ++i) sg_var_release(&hv[i]), sg_var_release(&dv[i]);
-out:
-  ag_fake_cuda = 0;
+out: /* the faked device's buffers are host memory: freed as such */
   OK(sg_parallel_destroy(&H));
   OK(sg_parallel_destroy(&D));
+  ag_fake_cuda = 0;
   sg_mesh_destroy(&mesh);
 }
 
